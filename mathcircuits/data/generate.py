@@ -1,0 +1,300 @@
+"""Reference / counterfactual prompt pairs from templates (Zhang et al. 2024, §3.1).
+
+For each template we draw operands (seeded), fill word pools, and build
+
+* the reference prompt, e.g. ``"3 + 5 ="``, whose answer is ``8``;
+* the counterfactual prompt, identical except that the operator ``{OP}`` is
+  replaced by a word of the template's counterfactual vocabulary
+  (``"3 < 5 ="``), chosen so that both prompts tokenize to the same length.
+
+An optional few-shot prefix, built from the same template with the operand
+pairs listed in the template file, precedes the query (small models need it).
+Each record also stores the token positions of operand A, operand B, the
+operator and the last token, and the answer's token ids.
+
+Multi-token answers: tokenizers that split numbers into digits (Llama,
+SmolLM2) make "12" two tokens. The target of patching is the answer's *first*
+token (``answer_token``); the whole answer is kept in ``answer_tokens`` and
+the correctness filter checks every token (teacher-forced greedy decoding).
+Set ``multi_token_answers="refuse"`` to keep single-token answers only.
+"""
+
+from __future__ import annotations
+
+import random
+import string
+from dataclasses import asdict, dataclass, field
+from fractions import Fraction
+from typing import Any
+
+from mathcircuits.data.templates import OPERATIONS, Template, TemplateSet
+
+__all__ = ["GenerationConfig", "PairError", "compute_answer", "answer_spacing", "render_pair", "generate_pairs"]
+
+
+class PairError(ValueError):
+    """A prompt pair cannot be built as asked; the message says why and how to fix it."""
+
+
+@dataclass(frozen=True)
+class GenerationConfig:
+    """How to build prompt pairs. Every field has a visible default."""
+
+    operations: tuple[str, ...] = ("add",)
+    template_ids: tuple[str, ...] | None = None  # None: every template of the chosen operations
+    n_per_template: int = 16
+    operand_range: tuple[int, int] = (1, 9)  # inclusive; for div it bounds divisor and quotient
+    fewshot: bool = True
+    allow_negative: bool = False
+    integer_only: bool = True
+    multi_token_answers: str = "first"  # "first": target the first token | "refuse": skip multi-token answers
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        for op in self.operations:
+            if op not in OPERATIONS:
+                raise PairError(f"operation {op!r} is unknown. Fix: use some of {OPERATIONS}.")
+        lo, hi = self.operand_range
+        if lo > hi or lo < 0:
+            raise PairError(f"operand_range {self.operand_range} is invalid. Fix: give (low, high) with 0 <= low <= high.")
+        if self.multi_token_answers not in ("first", "refuse"):
+            raise PairError(f"multi_token_answers={self.multi_token_answers!r}. Fix: use 'first' or 'refuse'.")
+        if self.n_per_template < 1:
+            raise PairError("n_per_template must be at least 1.")
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "GenerationConfig":
+        d = dict(d)
+        for k in ("operations", "operand_range"):
+            if k in d and d[k] is not None:
+                d[k] = tuple(d[k])
+        if d.get("template_ids") is not None:
+            d["template_ids"] = tuple(d["template_ids"])
+        return cls(**d)
+
+
+def compute_answer(operation: str, a: int, b: int, integer_only: bool = True, allow_negative: bool = False) -> str | None:
+    """The answer string for ``a <op> b``, or None when the rule excludes the pair."""
+    if operation == "add":
+        value: Fraction | int = a + b
+    elif operation == "sub":
+        value = a - b
+    elif operation == "mul":
+        value = a * b
+    elif operation == "div":
+        if b == 0:
+            return None
+        value = Fraction(a, b)
+    elif operation == "pow":
+        value = a**b
+    else:
+        raise PairError(f"operation {operation!r} is unknown. Fix: use one of {OPERATIONS}.")
+    if value < 0 and not allow_negative:
+        return None
+    if isinstance(value, Fraction):
+        if value.denominator == 1:
+            return str(value.numerator)
+        if integer_only:
+            return None
+        return f"{float(value):.2f}".rstrip("0")
+    return str(value)
+
+
+def answer_spacing(tokenizer) -> str:
+    """Where the space before the answer goes for this tokenizer.
+
+    ``"prompt"``: the prompt ends with a space and the answer is bare digits
+    (tokenizers that split digits, e.g. SmolLM2: ``"= "`` then ``"8"``);
+    ``"answer"``: the answer carries the space (GPT-2: ``" 8"`` is one token).
+    """
+    for digit in "0123456789":
+        base = tokenizer("x =", add_special_tokens=False)["input_ids"]
+        joined = tokenizer("x = " + digit, add_special_tokens=False)["input_ids"]
+        if len(joined) != len(base) + 1 or joined[: len(base)] != base:
+            return "prompt"
+    return "answer"
+
+
+@dataclass
+class _Rendered:
+    text: str
+    spans: dict[str, tuple[int, int]] = field(default_factory=dict)
+
+
+def _render(tpl: Template, a: int, b: int, op_text: str, words: dict[str, str]) -> _Rendered:
+    out = _Rendered("")
+    for literal, name, _, _ in string.Formatter().parse(tpl.text):
+        out.text += literal
+        if name is None:
+            continue
+        value = {"A": str(a), "B": str(b), "OP": op_text}.get(name, words.get(name))
+        start = len(out.text)
+        out.text += value  # type: ignore[operator]
+        if name in ("A", "B", "OP"):
+            out.spans[name] = (start, len(out.text))
+    return out
+
+
+def _token_positions(offsets: list[tuple[int, int]], span: tuple[int, int]) -> list[int]:
+    lo, hi = span
+    return [i for i, (s, e) in enumerate(offsets) if e > lo and s < hi and e > s]
+
+
+def render_pair(
+    tokenizer,
+    template: TemplateSet | None,
+    tpl: Template,
+    a: int,
+    b: int,
+    answer: str,
+    cf_word: str,
+    words: dict[str, str],
+    fewshot: bool,
+    spacing: str,
+    integer_only: bool = True,
+    allow_negative: bool = False,
+) -> dict[str, Any]:
+    """Build one reference/counterfactual record; raise PairError if the two are not token-aligned."""
+    prefix = ""
+    if fewshot and template is not None:
+        examples = template.fewshot_examples.get(tpl.operation, ())
+        if not examples:
+            raise PairError(
+                f"template set {template.name!r} has no few-shot examples for {tpl.operation!r}. "
+                f"Fix: add fewshot.examples.{tpl.operation} to {template.path}, or generate with fewshot=False."
+            )
+        shots = []
+        for x, y in examples:
+            ans = compute_answer(tpl.operation, x, y, integer_only, allow_negative)
+            if ans is None:
+                raise PairError(f"few-shot example {x}, {y} of {template.path} has no valid {tpl.operation} answer. Fix: change it.")
+            shots.append(_render(tpl, x, y, tpl.op, words).text + " " + ans)
+        prefix = template.fewshot_separator.join(shots) + template.fewshot_separator
+    tail = " " if spacing == "prompt" else ""
+    ref = _render(tpl, a, b, tpl.op, words)
+    cf = _render(tpl, a, b, cf_word, words)
+    prompt, cf_prompt = prefix + ref.text + tail, prefix + cf.text + tail
+    enc = tokenizer(prompt, add_special_tokens=False, return_offsets_mapping=True)
+    cf_ids = tokenizer(cf_prompt, add_special_tokens=False)["input_ids"]
+    ids = enc["input_ids"]
+    if len(ids) != len(cf_ids):
+        raise PairError(
+            f"template {tpl.id!r}: reference {prompt[-40:]!r} has {len(ids)} tokens but counterfactual "
+            f"{cf_prompt[-40:]!r} has {len(cf_ids)}. Fix: use counterfactual words that tokenize like {tpl.op!r}."
+        )
+    answer_text = answer if spacing == "prompt" else " " + answer
+    full = tokenizer(prompt + answer_text, add_special_tokens=False)["input_ids"]
+    if full[: len(ids)] != ids:
+        raise PairError(f"template {tpl.id!r}: the answer {answer!r} merges with the prompt's last token. Fix: end the template with a separator such as '=' or ':'.")
+    answer_ids = full[len(ids):]
+    shift = len(prefix)
+    offsets = [(s, e) for s, e in enc["offset_mapping"]]
+    pos = {k: _token_positions(offsets, (s + shift, e + shift)) for k, (s, e) in ref.spans.items()}
+    return {
+        "prompt": prompt,
+        "cf_prompt": cf_prompt,
+        "answer": answer,
+        "answer_token": answer_ids[0],
+        "answer_tokens": answer_ids,
+        "n_answer_tokens": len(answer_ids),
+        "operation": tpl.operation,
+        "template_id": tpl.id,
+        "template_set": tpl.set_name,
+        "form": tpl.form,
+        "a": a,
+        "b": b,
+        "cf_word": cf_word,
+        "words": dict(words),
+        "tokens": ids,
+        "cf_tokens": cf_ids,
+        "n_tokens": len(ids),
+        "prefix_len": len(tokenizer(prefix, add_special_tokens=False)["input_ids"]) if prefix else 0,
+        "pos_a": pos["A"],
+        "pos_b": pos["B"],
+        "pos_op": pos["OP"],
+        "pos_last": len(ids) - 1,
+    }
+
+
+def _operand_pairs(op: str, cfg: GenerationConfig) -> list[tuple[int, int, str]]:
+    lo, hi = cfg.operand_range
+    out = []
+    if op == "div" and cfg.integer_only:
+        # divisor and quotient in range, dividend = divisor * quotient (as in the paper's single-digit division)
+        for b in range(max(lo, 1), hi + 1):
+            for c in range(lo, hi + 1):
+                out.append((b * c, b, str(c)))
+        return out
+    for a in range(lo, hi + 1):
+        for b in range(lo, hi + 1):
+            ans = compute_answer(op, a, b, cfg.integer_only, cfg.allow_negative)
+            if ans is not None:
+                out.append((a, b, ans))
+    return out
+
+
+def generate_pairs(tokenizer, template_sets: list[TemplateSet], config: GenerationConfig = GenerationConfig()):
+    """Build a ``datasets.Dataset`` of token-aligned reference/counterfactual pairs."""
+    import datasets
+
+    rng = random.Random(config.seed)
+    spacing = answer_spacing(tokenizer)
+    chosen = [(s, t) for s in template_sets for t in s.templates if t.operation in config.operations]
+    if config.template_ids is not None:
+        known = {t.id for _, t in chosen}
+        missing = [i for i in config.template_ids if i not in known]
+        if missing:
+            raise PairError(f"template ids {missing} are not among the loaded templates of operations {config.operations}. Fix: choose from {sorted(known)}.")
+        chosen = [(s, t) for s, t in chosen if t.id in config.template_ids]
+    if not chosen:
+        raise PairError(f"no template matches operations {config.operations}. Fix: load a template set that has them.")
+    records: list[dict[str, Any]] = []
+    for tset, tpl in chosen:
+        candidates = _operand_pairs(tpl.operation, config)
+        vocab = list(tset.counterfactual_vocab[tpl.cf_vocab])
+        aligned = _aligned_vocab(tokenizer, tpl, vocab)
+        if not aligned:
+            raise PairError(
+                f"template {tpl.id!r}: no word of counterfactual vocabulary {tpl.cf_vocab!r} tokenizes to as many tokens as {tpl.op!r} "
+                f"with this tokenizer. Fix: add such words to {tset.path}."
+            )
+        order = rng.sample(candidates, len(candidates))
+        made = 0
+        i = 0
+        last_error: Exception | str = "every pair was filtered out"
+        while made < config.n_per_template and i < 20 * config.n_per_template:
+            a, b, ans = order[i % len(order)]
+            i += 1
+            words = {p: rng.choice(tset.word_pools[p]) for p in tpl.pools}
+            if i > len(order) and not tpl.pools:
+                break  # every operand pair used once and nothing else varies
+            try:
+                rec = render_pair(tokenizer, tset, tpl, a, b, ans, rng.choice(aligned), words, config.fewshot, spacing, config.integer_only, config.allow_negative)
+            except PairError as err:  # e.g. a pool word that changes the token count; try another draw
+                last_error = err
+                continue
+            if len(rec["answer_tokens"]) > 1 and config.multi_token_answers == "refuse":
+                continue
+            records.append(rec)
+            made += 1
+        if made == 0:
+            raise PairError(f"template {tpl.id!r} gave no usable pair ({last_error}). Fix: widen operand_range or allow multi-token answers.")
+    for i, rec in enumerate(records):
+        rec["pair_id"] = i
+        rec["words"] = [f"{k}={v}" for k, v in rec["words"].items()]
+    return datasets.Dataset.from_list(records)
+
+
+def _aligned_vocab(tokenizer, tpl: Template, vocab: list[str]) -> list[str]:
+    """Counterfactual words whose rendered query has the reference's token length."""
+    ref = _render(tpl, 1, 2, tpl.op, {p: "x" for p in tpl.pools}).text
+    n = len(tokenizer(ref, add_special_tokens=False)["input_ids"])
+    good = []
+    for w in vocab:
+        cf = _render(tpl, 1, 2, w, {p: "x" for p in tpl.pools}).text
+        if len(tokenizer(cf, add_special_tokens=False)["input_ids"]) == n:
+            good.append(w)
+    return good
