@@ -1,0 +1,58 @@
+"""Helpers shared by the analyses: head lists, dataset columns, equal-length batches."""
+
+from __future__ import annotations
+
+from typing import Any, Iterator, Sequence
+
+import torch
+
+from mathcircuits.data.filter import length_groups
+
+__all__ = ["as_heads", "columns", "iter_batches", "spec_dict", "token_strings"]
+
+
+def spec_dict(model: Any) -> dict[str, Any]:
+    spec = model.spec
+    return spec.to_dict() if hasattr(spec, "to_dict") else dict(spec)
+
+
+def as_heads(heads: Any, spec: Any) -> tuple[tuple[int, int], ...]:
+    """Normalise ``heads`` (a KeyComponents, or ``[(layer, head), ...]``) and check each against the model."""
+    if hasattr(heads, "heads") and hasattr(heads, "check_model"):
+        heads.check_model(spec)
+        heads = heads.heads
+    out = tuple((int(layer), int(head)) for layer, head in heads)
+    if not out:
+        raise ValueError("no heads given. Fix: pass KeyComponents with at least one head, or a list such as [(14, 2), (18, 5)].")
+    for layer, head in out:
+        spec.check_head(layer, head)
+    if len(set(out)) != len(out):
+        raise ValueError(f"heads {out} contain duplicates. Fix: list each (layer, head) once.")
+    return out
+
+
+def columns(dataset: Any, names: Sequence[str]) -> dict[str, list[Any]]:
+    """Columns of a ``datasets.Dataset`` (or a list of row dicts), with a teaching error for missing ones."""
+    have = dataset.column_names if hasattr(dataset, "column_names") else (list(dataset[0].keys()) if len(dataset) else [])
+    missing = [n for n in names if n not in have]
+    if missing:
+        raise ValueError(
+            f"the dataset lacks columns {missing} (it has {sorted(have)}). "
+            "Fix: build it with mathcircuits.data.generate_pairs, which records tokens and operand/operator positions."
+        )
+    if len(dataset) == 0:
+        raise ValueError("the dataset is empty. Fix: generate pairs (and keep some correct ones) first.")
+    if hasattr(dataset, "column_names"):
+        return {n: list(dataset[n]) for n in names}
+    return {n: [row[n] for row in dataset] for n in names}
+
+
+def iter_batches(tokens: list[list[int]], batch_size: int, device: torch.device | str) -> Iterator[tuple[list[int], torch.Tensor]]:
+    """Yield (row indices, [batch, seq] token tensor) for groups of equal length (no padding)."""
+    for idx in length_groups([len(t) for t in tokens], batch_size):
+        yield idx, torch.tensor([tokens[i] for i in idx], dtype=torch.long, device=device)
+
+
+def token_strings(tokenizer: Any, ids: Sequence[int]) -> list[str]:
+    """Readable text of each token (decoded one by one, so 'Ġ5' shows as ' 5')."""
+    return [tokenizer.decode([int(i)]) for i in ids]

@@ -1,0 +1,345 @@
+"""Where key heads look: attention from the last position to each token role.
+
+Background. Zhang et al. (2024, §4.1) find that the few heads that matter for
+arithmetic attend from the final position (where the answer is predicted)
+either to the **operands** or to the **operator**, and call them operand
+heads and operator heads. This module measures that for any set of heads on
+any template, using the token positions the data stage recorded for each
+prompt (``pos_a``, ``pos_b``, ``pos_op``, ``prefix_len``).
+
+Roles. Every position the last token can see (all of them: attention is
+causal and the last token is last) gets exactly one role:
+
+* ``operand_a``, ``operand_b``: the tokens of A and B in the query;
+* ``operator``: the tokens of the operator word or symbol (``{OP}``);
+* ``prefix``: the few-shot examples before the query (``0 .. prefix_len-1``);
+* ``other``: everything else (template words, ``=``, the last token itself).
+
+For pair *p* and head *h*, ``share[p, h, r]`` is the attention mass of the last
+position on the tokens of role *r*; the five shares sum to 1.
+
+Classification rule (per head, over the pairs of one operation or all pairs).
+Let ``s_AB`` be the mean share on ``operand_a`` + ``operand_b`` and ``s_OP`` the
+mean share on ``operator``; let ``b_AB`` and ``b_OP`` be the mean *token-count
+baselines*, the shares a head attending uniformly over the visible positions
+would give (``n_role / n_visible``), and ``lift = s / b``. Then a head is
+
+* an **operand head** when ``s_AB >= min_share`` and ``lift_AB >= min_lift``
+  and ``lift_AB >= lift_OP``;
+* an **operator head** when ``s_OP >= min_share`` and ``lift_OP >= min_lift``
+  and ``lift_OP > lift_AB``;
+* **neither** otherwise.
+
+Defaults ``min_share = 0.2``, ``min_lift = 2``: a fifth of the head's attention,
+at least twice what uniform attention would put there. Comparing lifts (not
+raw shares) keeps a one-token operator on equal terms with two operands. The
+rule is a summary; the per-pair shares are kept for the distributions.
+
+Usage::
+
+    res = attention_by_role(model, correct_pairs, key_components)
+    res.classify()                    # ('operand', 'operator', 'neither', ...)
+    res.summary()                     # mean share per head x role, lifts, class
+    pats = head_patterns(model, correct_pairs, key_components, rows=[0])  # for CircuitsVis
+
+Reference: W. Zhang et al., "Interpreting and Improving Large Language Models
+in Arithmetic Calculation", ICML 2024 (arXiv 2409.01659), §4.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+import torch
+from jaxtyping import Bool, Float
+from torch import Tensor
+
+from mathcircuits._io import load_result, save_result
+from mathcircuits.analysis._common import as_heads, columns, iter_batches, spec_dict, token_strings
+
+__all__ = [
+    "ROLES",
+    "HEAD_CLASSES",
+    "AttentionByRole",
+    "HeadPatterns",
+    "attention_by_role",
+    "classify_heads",
+    "head_patterns",
+    "role_masks",
+    "role_shares",
+]
+
+ROLES = ("operand_a", "operand_b", "operator", "prefix", "other")
+HEAD_CLASSES = ("operand", "operator", "neither")
+_A, _B, _OP, _PREFIX, _OTHER = range(5)
+
+
+def role_masks(n_tokens: int, prefix_len: int, pos_a: Sequence[int], pos_b: Sequence[int], pos_op: Sequence[int]) -> Bool[Tensor, "role seq"]:
+    """One-hot role of each position (rows in :data:`ROLES` order); raises if roles overlap or fall outside the prompt."""
+    masks = torch.zeros(len(ROLES), n_tokens, dtype=torch.bool)
+    named = {"pos_a": (_A, pos_a), "pos_b": (_B, pos_b), "pos_op": (_OP, pos_op)}
+    for name, (role, positions) in named.items():
+        if len(positions) == 0:
+            raise ValueError(f"{name} is empty, so role {ROLES[role]!r} has no token. Fix: regenerate the pairs; the template must contain that placeholder.")
+        for p in positions:
+            if not prefix_len <= p < n_tokens:
+                raise ValueError(
+                    f"{name} holds position {p}, outside the query (positions {prefix_len}..{n_tokens - 1}). "
+                    "Fix: regenerate the pairs with the same tokenizer as the model."
+                )
+            if masks[:, p].any():
+                raise ValueError(f"position {p} belongs to two roles ({ROLES[int(masks[:, p].nonzero()[0])]} and {ROLES[role]}). Fix: check the template's placeholders.")
+            masks[role, p] = True
+    masks[_PREFIX, :prefix_len] = True
+    masks[_OTHER] = ~masks[:_OTHER].any(0)
+    return masks
+
+
+def role_shares(pattern_rows: Float[Tensor, "*batch seq"], masks: Bool[Tensor, "role seq"]) -> Float[Tensor, "*batch role"]:
+    """Attention mass of each row on each role (the rows are attention from one query position)."""
+    return pattern_rows.float() @ masks.float().T
+
+
+def classify_heads(
+    shares: Float[Tensor, "pair head role"],
+    baselines: Float[Tensor, "pair role"],
+    min_share: float = 0.2,
+    min_lift: float = 2.0,
+) -> tuple[str, ...]:
+    """Operand / operator / neither for each head, by the rule in the module docstring."""
+    s = shares.mean(0)  # head role
+    b = baselines.mean(0)  # role
+    s_ab, s_op = s[:, _A] + s[:, _B], s[:, _OP]
+    lift_ab, lift_op = s_ab / (b[_A] + b[_B]), s_op / b[_OP]
+    out = []
+    for h in range(s.shape[0]):
+        if s_ab[h] >= min_share and lift_ab[h] >= min_lift and lift_ab[h] >= lift_op[h]:
+            out.append("operand")
+        elif s_op[h] >= min_share and lift_op[h] >= min_lift and lift_op[h] > lift_ab[h]:
+            out.append("operator")
+        else:
+            out.append("neither")
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class AttentionByRole:
+    """Attention of key heads from the last position to each token role, per pair.
+
+    ``shares[p, i, r]``: pair *p*, head ``heads[i]``, role ``ROLES[r]`` (rows sum to 1).
+    ``baselines[p, r]``: the share uniform attention would give (``n_role / n_visible``).
+    """
+
+    heads: tuple[tuple[int, int], ...]
+    shares: Float[Tensor, "pair head role"]
+    baselines: Float[Tensor, "pair role"]
+    operations: list[str]
+    pair_ids: list[int]
+    template_ids: list[str]
+    model: dict[str, Any]
+    roles: tuple[str, ...] = ROLES
+    min_share: float = 0.2
+    min_lift: float = 2.0
+    settings: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        n = self.shares.shape[0]
+        if not (len(self.operations) == len(self.pair_ids) == len(self.template_ids) == n):
+            raise ValueError(f"AttentionByRole has {n} pairs of shares but {len(self.operations)} operations / {len(self.pair_ids)} pair ids.")
+        if self.shares.shape[1] != len(self.heads):
+            raise ValueError(f"AttentionByRole has {len(self.heads)} heads but shares for {self.shares.shape[1]}.")
+
+    @property
+    def labels(self) -> list[str]:
+        return [f"L{l}.H{h}" for l, h in self.heads]
+
+    def operation_names(self) -> list[str]:
+        return list(dict.fromkeys(self.operations))
+
+    def _rows(self, operation: str | None) -> Tensor:
+        if operation is None:
+            return torch.arange(len(self.operations))
+        idx = [i for i, op in enumerate(self.operations) if op == operation]
+        if not idx:
+            raise KeyError(f"no pair of operation {operation!r}; this result has {self.operation_names()}.")
+        return torch.tensor(idx)
+
+    def mean(self, operation: str | None = None) -> Float[Tensor, "head role"]:
+        """Mean share per head and role over the pairs of ``operation`` (all pairs when None)."""
+        return self.shares[self._rows(operation)].mean(0)
+
+    def classify(self, operation: str | None = None, min_share: float | None = None, min_lift: float | None = None) -> tuple[str, ...]:
+        """Class of each head (:data:`HEAD_CLASSES`) over the pairs of ``operation`` (all when None)."""
+        rows = self._rows(operation)
+        return classify_heads(self.shares[rows], self.baselines[rows], self.min_share if min_share is None else min_share, self.min_lift if min_lift is None else min_lift)
+
+    def summary(self, by_operation: bool = True):
+        """One row per head (and operation): mean share per role, baselines, lifts and class."""
+        import pandas as pd
+
+        groups: list[str | None] = [None] + (self.operation_names() if by_operation else [])
+        rows = []
+        for op in groups:
+            idx = self._rows(op)
+            s, b = self.shares[idx].mean(0), self.baselines[idx].mean(0)
+            classes = self.classify(op)
+            for i, (layer, head) in enumerate(self.heads):
+                row: dict[str, Any] = {"operation": op or "all", "layer": layer, "head": head, "component": f"L{layer}.H{head}", "n_pairs": len(idx)}
+                row.update({r: float(s[i, j]) for j, r in enumerate(self.roles)})
+                s_ab, b_ab = float(s[i, _A] + s[i, _B]), float(b[_A] + b[_B])
+                row.update({"operands": s_ab, "lift_operands": s_ab / b_ab, "lift_operator": float(s[i, _OP] / b[_OP]), "class": classes[i]})
+                rows.append(row)
+        return pd.DataFrame(rows)
+
+    def to_dataframe(self):
+        """Long form: one row per pair x head x role with the share, the uniform baseline and the head's overall class."""
+        import pandas as pd
+
+        classes = self.classify()
+        n_pairs, n_heads, n_roles = self.shares.shape
+        p, h, r = torch.meshgrid(torch.arange(n_pairs), torch.arange(n_heads), torch.arange(n_roles), indexing="ij")
+        p, h, r = p.flatten().tolist(), h.flatten().tolist(), r.flatten().tolist()
+        return pd.DataFrame({
+            "pair_id": [self.pair_ids[i] for i in p],
+            "operation": [self.operations[i] for i in p],
+            "template_id": [self.template_ids[i] for i in p],
+            "layer": [self.heads[i][0] for i in h],
+            "head": [self.heads[i][1] for i in h],
+            "component": [self.labels[i] for i in h],
+            "head_class": [classes[i] for i in h],
+            "role": [self.roles[i] for i in r],
+            "attention": self.shares.flatten().tolist(),
+            "baseline": self.baselines[p, r].tolist(),
+        })
+
+    def save(self, path: str | Path) -> Path:
+        return save_result(self, path)
+
+    @classmethod
+    def load(cls, path: str | Path) -> "AttentionByRole":
+        return load_result(cls, path)
+
+
+_ROLE_COLUMNS = ("tokens", "n_tokens", "prefix_len", "pos_a", "pos_b", "pos_op", "pos_last", "operation", "pair_id", "template_id")
+
+
+@torch.no_grad()
+def attention_by_role(
+    model: Any,
+    dataset: Any,
+    heads: Any,
+    batch_size: int = 16,
+    min_share: float = 0.2,
+    min_lift: float = 2.0,
+) -> AttentionByRole:
+    """Measure each head's attention from the last position to the token roles, for every pair.
+
+    ``model`` is a :class:`~mathcircuits.models.HookedModel`; ``dataset`` has the
+    columns of :func:`mathcircuits.data.generate_pairs` (usually its correct pairs);
+    ``heads`` is a :class:`~mathcircuits.patching.selection.KeyComponents` or a list
+    of ``(layer, head)``. Only the last query row of each pattern is kept.
+    """
+    spec = model.spec
+    heads_t = as_heads(heads, spec)
+    cols = columns(dataset, _ROLE_COLUMNS)
+    n = len(cols["tokens"])
+    by_layer: dict[int, list[int]] = {}
+    for i, (layer, head) in enumerate(heads_t):
+        by_layer.setdefault(layer, []).append(i)
+    masks = []
+    for i in range(n):
+        if cols["pos_last"][i] != cols["n_tokens"][i] - 1:
+            raise ValueError(f"pair {cols['pair_id'][i]}: pos_last {cols['pos_last'][i]} is not the last token ({cols['n_tokens'][i] - 1}). Fix: regenerate the pairs.")
+        masks.append(role_masks(cols["n_tokens"][i], cols["prefix_len"][i], cols["pos_a"][i], cols["pos_b"][i], cols["pos_op"][i]))
+    shares = torch.zeros(n, len(heads_t), len(ROLES))
+    baselines = torch.stack([m.float().sum(1) / m.shape[1] for m in masks])
+    for idx, toks in iter_batches(cols["tokens"], batch_size, model.device):
+        rows: dict[int, Tensor] = {}
+
+        def keep_last_row(pattern: Tensor, hook: Any) -> None:
+            layer = int(hook.name.split(".")[1])
+            rows[layer] = pattern[:, [heads_t[i][1] for i in by_layer[layer]], -1, :].detach().float().cpu()
+
+        model.bridge.run_with_hooks(toks, fwd_hooks=[(f"blocks.{layer}.attn.hook_pattern", keep_last_row) for layer in by_layer])
+        for layer, head_idx in by_layer.items():
+            for b, i in enumerate(idx):
+                shares[i, head_idx] = role_shares(rows[layer][b], masks[i])
+    return AttentionByRole(
+        heads=heads_t, shares=shares, baselines=baselines, operations=list(cols["operation"]), pair_ids=[int(x) for x in cols["pair_id"]],
+        template_ids=list(cols["template_id"]), model=spec_dict(model), min_share=min_share, min_lift=min_lift, settings={"batch_size": batch_size},
+    )
+
+
+@dataclass(frozen=True)
+class HeadPatterns:
+    """Full attention patterns of some heads on a few prompts, for the CircuitsVis views.
+
+    ``patterns[k]`` is ``[head, seq, seq]`` for prompt *k* (prompts may differ in length);
+    ``tokens[k]`` its token texts and ``roles[k]`` the role of each token.
+    """
+
+    heads: tuple[tuple[int, int], ...]
+    prompts: list[str]
+    tokens: list[list[str]]
+    roles: list[list[str]]
+    patterns: list[Tensor]
+    pair_ids: list[int]
+    operations: list[str]
+    model: dict[str, Any]
+
+    @property
+    def labels(self) -> list[str]:
+        return [f"L{l}.H{h}" for l, h in self.heads]
+
+    def save(self, path: str | Path) -> Path:
+        return save_result(self, path)
+
+    @classmethod
+    def load(cls, path: str | Path) -> "HeadPatterns":
+        return load_result(cls, path)
+
+    def to_dataframe(self):
+        """The last row of each pattern: one row per prompt x head x source token."""
+        import pandas as pd
+
+        rows = []
+        for k, pat in enumerate(self.patterns):
+            for i, label in enumerate(self.labels):
+                for pos, (tok, role) in enumerate(zip(self.tokens[k], self.roles[k])):
+                    rows.append({"pair_id": self.pair_ids[k], "component": label, "position": pos, "token": tok, "role": role, "attention_from_last": float(pat[i, -1, pos])})
+        return pd.DataFrame(rows)
+
+
+@torch.no_grad()
+def head_patterns(model: Any, dataset: Any, heads: Any, rows: Sequence[int] = (0,), drop_prefix: bool = False) -> HeadPatterns:
+    """Record the attention patterns of ``heads`` on the dataset rows ``rows``.
+
+    ``drop_prefix=True`` keeps only the query (the few-shot prefix is cut from
+    both axes), which keeps the view readable for long prefixes.
+    """
+    spec = model.spec
+    heads_t = as_heads(heads, spec)
+    cols = columns(dataset, _ROLE_COLUMNS + ("prompt",))
+    n = len(cols["tokens"])
+    bad = [r for r in rows if not 0 <= r < n]
+    if bad:
+        raise IndexError(f"rows {bad} are out of range for a dataset of {n} pairs. Fix: choose rows in 0..{n - 1}.")
+    layers = sorted({l for l, _ in heads_t})
+    out_tokens, out_roles, out_patterns = [], [], []
+    for r in rows:
+        toks = torch.tensor([cols["tokens"][r]], dtype=torch.long, device=model.device)
+        _, cache = model.bridge.run_with_cache(toks, names_filter=lambda name: name in {f"blocks.{l}.attn.hook_pattern" for l in layers})
+        pat = torch.stack([cache[f"blocks.{l}.attn.hook_pattern"][0, h] for l, h in heads_t]).float().cpu()
+        masks = role_masks(cols["n_tokens"][r], cols["prefix_len"][r], cols["pos_a"][r], cols["pos_b"][r], cols["pos_op"][r])
+        role_of = [ROLES[int(masks[:, p].nonzero()[0])] for p in range(masks.shape[1])]
+        strings = token_strings(model.tokenizer, cols["tokens"][r])
+        start = cols["prefix_len"][r] if drop_prefix else 0
+        out_patterns.append(pat[:, start:, start:].contiguous())
+        out_tokens.append(strings[start:])
+        out_roles.append(role_of[start:])
+    return HeadPatterns(
+        heads=heads_t, prompts=[cols["prompt"][r] for r in rows], tokens=out_tokens, roles=out_roles, patterns=out_patterns,
+        pair_ids=[int(cols["pair_id"][r]) for r in rows], operations=[cols["operation"][r] for r in rows], model=spec_dict(model),
+    )

@@ -1,0 +1,97 @@
+"""Evaluate one model on several benchmarks at once and collect an :class:`EvalResult`.
+
+This is the Table 1 protocol of Zhang et al. (ICML 2024) in one call: each math
+benchmark is scored by generation (zero- or few-shot, exemplars from its train
+split) and each multiple-choice benchmark by option log-likelihoods.
+
+Usage::
+
+    model, tok = load_hf_model("embedded")
+    result = evaluate_model(model, tok, ["SVAMP", "ARC-Easy"], label="base", limit=50, style="chat")
+    result.save("runs/base_eval.pt")
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any, Sequence
+
+import torch
+
+from mathcircuits.evaluation.benchmarks import benchmark_spec, load_benchmark
+from mathcircuits.evaluation.scoring import (
+    CHOICE_TEMPLATE,
+    DEFAULT_STOP,
+    BenchmarkScore,
+    Normalization,
+    PromptStyle,
+    evaluate_choice,
+    evaluate_math,
+    select_exemplars,
+)
+from mathcircuits.evaluation.table import EvalResult
+
+__all__ = ["evaluate_model", "score_benchmark"]
+
+log = logging.getLogger(__name__)
+
+
+def score_benchmark(
+    model: torch.nn.Module,
+    tokenizer: Any,
+    name: str,
+    path: str | os.PathLike | None = None,
+    split: str | None = None,
+    limit: int | None = None,
+    seed: int = 0,
+    n_shot: int = 0,
+    style: PromptStyle = "plain",
+    max_new_tokens: int = 256,
+    stop: Sequence[str] = DEFAULT_STOP,
+    choice_template: str = CHOICE_TEMPLATE,
+    normalization: Normalization = "none",
+    batch_size: int = 8,
+    progress: bool = True,
+) -> BenchmarkScore:
+    """Load benchmark ``name`` (``limit`` items drawn with ``seed``) and score it by its kind."""
+    spec = benchmark_spec(name)
+    items = load_benchmark(spec.name, split=split, path=path, limit=limit, seed=seed)
+    if spec.kind == "math":
+        exemplars = []
+        if n_shot > 0:
+            if "train" not in spec.splits:
+                raise ValueError(f"{spec.name} has no train split to draw {n_shot} exemplars from; use n_shot=0.")
+            exemplars = select_exemplars(load_benchmark(spec.name, split="train", path=path), n_shot, seed)
+        return evaluate_math(model, tokenizer, items, exemplars=exemplars, style=style,
+                             max_new_tokens=max_new_tokens, batch_size=batch_size, stop=stop, progress=progress)
+    return evaluate_choice(model, tokenizer, items, template=choice_template, normalization=normalization,
+                           batch_size=batch_size, progress=progress)
+
+
+def evaluate_model(
+    model: torch.nn.Module,
+    tokenizer: Any,
+    benchmarks: Sequence[str],
+    label: str,
+    path: str | os.PathLike | None = None,
+    limit: int | None = None,
+    seed: int = 0,
+    n_shot: int = 0,
+    style: PromptStyle = "plain",
+    max_new_tokens: int = 256,
+    normalization: Normalization = "none",
+    batch_size: int = 8,
+    progress: bool = True,
+) -> EvalResult:
+    """Score ``model`` on each of ``benchmarks`` and return their accuracies as one :class:`EvalResult`."""
+    scores = []
+    for name in benchmarks:
+        score = score_benchmark(model, tokenizer, name, path=path, limit=limit, seed=seed, n_shot=n_shot, style=style,
+                                max_new_tokens=max_new_tokens, normalization=normalization, batch_size=batch_size,
+                                progress=progress)
+        log.info("%s on %s: accuracy %.3f over %d items", label, score.benchmark, score.accuracy, score.n)
+        scores.append(score)
+    settings = {"limit": limit, "seed": seed, "n_shot": n_shot, "style": style, "max_new_tokens": max_new_tokens,
+                "normalization": normalization}
+    return EvalResult.from_scores(label, scores, settings)

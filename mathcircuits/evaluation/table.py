@@ -1,0 +1,158 @@
+"""Evaluation results and the comparison table (Zhang et al., ICML 2024, Table 1).
+
+Table 1 of the paper compares fine-tuning methods (full SFT, LoRA, precise SFT of
+the arithmetic heads) by accuracy on math and generic benchmarks, each with its
+change against the base model, next to training cost (samples/s, tuned
+parameters). :class:`EvalResult` holds one model's accuracies; :func:`compare_table`
+lays several side by side.
+
+Usage::
+
+    base = evaluate_model(model, tok, ["SVAMP", "ARC-Easy"], label="base")
+    table = compare_table({"base": base, "precise SFT": tuned}, baseline_label="base",
+                          extra_columns={"tuned params": {"precise SFT": 3.2e6}})
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+from mathcircuits._io import load_result, save_result
+
+__all__ = ["EvalResult", "compare_table", "format_table"]
+
+
+@dataclass(frozen=True)
+class EvalResult:
+    """Accuracies of one model: ``accuracy[benchmark]`` in [0, 1] over ``n[benchmark]`` items.
+
+    ``kinds[benchmark]`` is "math" or "choice" (used for the per-kind averages);
+    ``settings`` records how the numbers were obtained (prompt style, shots, limit, ...).
+    """
+
+    label: str
+    accuracy: dict[str, float]
+    n: dict[str, int]
+    kinds: dict[str, str] = field(default_factory=dict)
+    settings: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if set(self.accuracy) != set(self.n):
+            raise ValueError(
+                f"EvalResult {self.label!r}: accuracy has benchmarks {sorted(self.accuracy)} but n has "
+                f"{sorted(self.n)}; give both for the same benchmarks."
+            )
+        bad = {k: v for k, v in self.accuracy.items() if not 0.0 <= v <= 1.0}
+        if bad:
+            raise ValueError(f"EvalResult {self.label!r}: accuracies {bad} are outside [0, 1]; pass fractions, not percent.")
+
+    @classmethod
+    def from_scores(cls, label: str, scores: Sequence[Any], settings: dict[str, Any] | None = None) -> "EvalResult":
+        """Collect :class:`~mathcircuits.evaluation.scoring.BenchmarkScore` values into one result."""
+        return cls(
+            label=label,
+            accuracy={s.benchmark: float(s.accuracy) for s in scores},
+            n={s.benchmark: int(s.n) for s in scores},
+            kinds={s.benchmark: s.kind for s in scores},
+            settings=dict(settings or {}) | {"per_benchmark": {s.benchmark: dict(s.settings) for s in scores}},
+        )
+
+    def save(self, path: str | os.PathLike):
+        return save_result(self, path)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> "EvalResult":
+        return load_result(cls, path)
+
+    def to_dataframe(self):
+        """One row per benchmark: label, benchmark, kind, accuracy, n."""
+        import pandas as pd
+
+        return pd.DataFrame(
+            [{"label": self.label, "benchmark": b, "kind": self.kinds.get(b, ""), "accuracy": a, "n": self.n[b]}
+             for b, a in self.accuracy.items()],
+            columns=["label", "benchmark", "kind", "accuracy", "n"],
+        )
+
+
+def compare_table(
+    results: Mapping[str, EvalResult],
+    baseline_label: str,
+    benchmarks: Sequence[str] | None = None,
+    extra_columns: Mapping[str, Mapping[str, Any]] | None = None,
+    percent: bool = True,
+    averages: bool = True,
+):
+    """A Table-1-style DataFrame: one row per label (baseline first), for each benchmark its accuracy and
+    ``"<benchmark> Δ"`` (accuracy minus the baseline's), then per-kind averages
+    (``"math avg"``, ``"choice avg"``, over benchmarks every row has) and ``extra_columns``
+    (column name -> {label -> value}, e.g. train samples/s, tuned parameters).
+
+    Accuracies are in percent when ``percent`` is True. Missing values are NaN.
+    """
+    import math
+
+    import pandas as pd
+
+    if baseline_label not in results:
+        raise KeyError(f"baseline {baseline_label!r} is not among the results {list(results)}; pass one of those labels.")
+    if benchmarks is None:
+        benchmarks = list(dict.fromkeys(b for r in results.values() for b in r.accuracy))
+    scale = 100.0 if percent else 1.0
+    base = results[baseline_label]
+    kinds: dict[str, str] = {}
+    for r in results.values():
+        kinds.update(r.kinds)
+    cols: list[str] = []
+    rows: dict[str, dict[str, float]] = {}
+    ordered = [baseline_label] + [label for label in results if label != baseline_label]
+    for label in ordered:
+        r = results[label]
+        row: dict[str, float] = {}
+        for b in benchmarks:
+            acc = r.accuracy.get(b, math.nan) * scale
+            ref = base.accuracy.get(b, math.nan) * scale
+            row[b], row[f"{b} Δ"] = acc, acc - ref
+        rows[label] = row
+    for b in benchmarks:
+        cols += [b, f"{b} Δ"]
+    if averages:
+        for kind in sorted({kinds[b] for b in benchmarks if b in kinds}):
+            members = [b for b in benchmarks if kinds.get(b) == kind]
+            name = f"{kind} avg"
+            for label in rows:
+                vals = [rows[label][b] for b in members]
+                rows[label][name] = sum(vals) / len(vals)  # NaN if any is missing
+            for label in rows:
+                rows[label][f"{name} Δ"] = rows[label][name] - rows[baseline_label][name]
+            cols += [name, f"{name} Δ"]
+    df = pd.DataFrame.from_dict(rows, orient="index", columns=cols)
+    df.index.name = "model"
+    for name, values in (extra_columns or {}).items():
+        unknown = set(values) - set(results)
+        if unknown:
+            raise KeyError(f"extra column {name!r} has labels {sorted(unknown)} that are not results; "
+                           f"use labels from {list(results)}.")
+        df[name] = [values.get(label, math.nan) for label in df.index]
+    return df
+
+
+def format_table(df, baseline_label: str | None = None, decimals: int = 1):
+    """Paper-style strings: ``"45.6 (+2.3)"`` (deltas folded into the accuracy cells; the
+    baseline row, by default the first one, shows accuracies only; missing values show "–")."""
+    base = df.index[0] if baseline_label is None else baseline_label
+    out = df.copy()
+    deltas = [c for c in df.columns if c.endswith(" Δ") and c[:-2] in df.columns]
+
+    def cell(label: str, acc: float, delta: float) -> str:
+        if acc != acc:  # NaN
+            return "–"
+        if label == base or delta != delta:
+            return f"{acc:.{decimals}f}"
+        return f"{acc:.{decimals}f} ({delta:+.{decimals}f})"
+
+    for d in deltas:
+        out[d[:-2]] = [cell(label, a, x) for label, a, x in zip(df.index, df[d[:-2]], df[d])]
+    return out.drop(columns=deltas)
