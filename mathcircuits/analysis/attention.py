@@ -258,11 +258,13 @@ def attention_by_role(
     for idx, toks in iter_batches(cols["tokens"], batch_size, model.device):
         rows: dict[int, Tensor] = {}
 
-        def keep_last_row(pattern: Tensor, hook: Any) -> None:
-            layer = int(hook.name.split(".")[1])
-            rows[layer] = pattern[:, [heads_t[i][1] for i in by_layer[layer]], -1, :].detach().float().cpu()
+        def keep_last_row(layer: int):
+            def hook_fn(pattern: Tensor, hook: Any) -> None:
+                rows[layer] = pattern[:, [heads_t[i][1] for i in by_layer[layer]], -1, :].detach().float().cpu()
 
-        model.bridge.run_with_hooks(toks, fwd_hooks=[(f"blocks.{layer}.attn.hook_pattern", keep_last_row) for layer in by_layer])
+            return hook_fn
+
+        model.bridge.run_with_hooks(toks, fwd_hooks=[(f"blocks.{layer}.attn.hook_pattern", keep_last_row(layer)) for layer in by_layer])
         for layer, head_idx in by_layer.items():
             for b, i in enumerate(idx):
                 shares[i, head_idx] = role_shares(rows[layer][b], masks[i])

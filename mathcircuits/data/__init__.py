@@ -2,6 +2,7 @@
 
 from mathcircuits.data.filter import accuracy_table, filter_correct, length_groups, score_pairs
 from mathcircuits.data.generate import GenerationConfig, PairError, answer_spacing, compute_answer, generate_pairs, render_pair
+from mathcircuits.data.word_problems import default_benchmark_root, word_problem_dataset
 from mathcircuits.data.templates import OPERATIONS, Template, TemplateError, TemplateSet, default_template_dir, load_template_set, load_templates
 
 __all__ = [
@@ -14,6 +15,7 @@ __all__ = [
     "accuracy_table",
     "answer_spacing",
     "compute_answer",
+    "default_benchmark_root",
     "default_template_dir",
     "filter_correct",
     "generate_pairs",
@@ -22,4 +24,5 @@ __all__ = [
     "load_templates",
     "render_pair",
     "score_pairs",
+    "word_problem_dataset",
 ]

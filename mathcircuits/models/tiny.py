@@ -28,14 +28,15 @@ def tiny_tokenizer():
     """
     from transformers import AutoTokenizer
 
-    folder = cache_root() / "tiny-char-tokenizer-v1"
+    folder = cache_root() / "tiny-char-tokenizer-v2"
     if not (folder / "tokenizer.json").exists():
-        from tokenizers import Regex, Tokenizer, models, pre_tokenizers
+        from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
         from transformers import PreTrainedTokenizerFast
 
         vocab = {tok: i for i, tok in enumerate(_SPECIAL + list(TINY_CHARS))}
         core = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
         core.pre_tokenizer = pre_tokenizers.Split(Regex("."), "isolated")
+        core.decoder = decoders.Fuse()  # characters join without spaces
         tok = PreTrainedTokenizerFast(
             tokenizer_object=core, unk_token="<unk>", bos_token="<s>", eos_token="</s>", pad_token="</s>"
         )

@@ -1,0 +1,318 @@
+"""What the MLPs read and write, seen through the unembedding (Zhang et al. 2024, §4.2).
+
+Background. After the operand and operator heads have moved information to
+the last position, the paper finds that MLPs turn it into the answer: the MLP
+*input* at the last position resembles the unembedding of the operands, and the
+MLP *update* (what the MLP adds to the residual stream) increasingly resembles
+the unembedding of the answer, layer by layer (the paper's "4 + 3" example).
+This module measures both at the last position of every pair, per layer.
+
+Quantities (per pair *p*, layer *l*, at the last position):
+
+* ``input_sim_a/b/answer``: cosine of the MLP input with the unembedding
+  column ``W_U[:, t]`` of the first token of A, of B and of the answer C;
+* ``update_sim_answer``: cosine of the MLP update ``u_l`` with ``W_U[:, C]``;
+  ``update_sim_others``: its mean over the other candidate numbers (the first
+  tokens of 0..``max_number``, excluding C's). The MLP update is the MLP's
+  output ``hook_mlp_out``, which equals MLP-output-minus-MLP-input in residual
+  terms: ``resid_post − resid_mid`` (checked in the tests);
+* ``update_direct_answer``: the update's *direct effect* on the answer's final
+  logit, ``(LN_f(x_L) − LN_f(x_L − u_l)) · W_U[:, C]`` with ``x_L`` the final
+  residual (exact, norm included), and ``update_direct_margin``: the same minus
+  its mean over the other candidate numbers, in logits. Positive margins mean
+  "this MLP raises the answer above the other numbers";
+* ``lens_rank``: the logit-lens rank of the answer after layer *l*
+  (``LN_f(resid_post_l) @ W_U + b_U``; 0 = top-1 of the whole vocabulary).
+
+Which space (``space=``). Cosine ignores a vector's length, so the RMS or
+LayerNorm *scale* does not matter, but the norms' per-dimension *gains* do:
+
+* ``"lens"`` (default): both the MLP input (``resid_mid``) and the update are
+  mapped by the final norm's linear part, ``phi(v) = LN_f(v) − LN_f(0)`` (its
+  gain, and centring for LayerNorm), then compared with raw ``W_U`` columns.
+  That is the space in which the unembedding actually reads the residual, so
+  the cosines say how strongly a vector would promote a token under the logit
+  lens. It works for any norm without reading its weights.
+* ``"raw"``: the paper's reading: the MLP input is what the MLP sees, the
+  output of ``ln2`` (``blocks.{l}.ln2.hook_out``, with ln2's gain), and the
+  update is ``hook_mlp_out`` as is, both against raw ``W_U`` columns. Gains can
+  differ a lot between dimensions (SmolLM2), so raw cosines mix in dimensions
+  the unembedding barely reads; we keep it for comparison with the paper.
+
+Numbers that tokenize to several tokens use their first token (digits are
+single tokens in SmolLM2 and Llama; the answer's first token is what path
+patching targets too).
+
+For one chosen pair (``case_row``) the result also lists, per layer, the
+candidate numbers and the vocabulary tokens with the largest direct effect of
+that layer's MLP update: the per-layer trajectory of what each MLP promotes.
+
+Reference: W. Zhang et al., "Interpreting and Improving Large Language Models
+in Arithmetic Calculation", ICML 2024 (arXiv 2409.01659), §4.2.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from jaxtyping import Float
+from torch import Tensor
+
+from mathcircuits._io import load_result, save_result
+from mathcircuits.analysis._common import columns, iter_batches, spec_dict, token_strings
+from mathcircuits.data.generate import answer_spacing
+
+__all__ = ["SPACES", "MLPProbeResult", "mlp_probes", "number_tokens"]
+
+SPACES = ("lens", "raw")
+
+
+@dataclass(frozen=True)
+class MLPProbeResult:
+    """Per-pair, per-layer probes of the MLPs against the unembedding (see the module docstring)."""
+
+    model: dict[str, Any]
+    space: str
+    input_sim_a: Float[Tensor, "pair layer"]
+    input_sim_b: Float[Tensor, "pair layer"]
+    input_sim_answer: Float[Tensor, "pair layer"]
+    update_sim_answer: Float[Tensor, "pair layer"]
+    update_sim_others: Float[Tensor, "pair layer"]
+    update_direct_answer: Float[Tensor, "pair layer"]
+    update_direct_margin: Float[Tensor, "pair layer"]
+    lens_rank: Float[Tensor, "pair layer"]
+    lens_prob: Float[Tensor, "pair layer"]
+    operations: list[str]
+    pair_ids: list[int]
+    answers: list[str]
+    candidate_numbers: list[int]
+    candidate_tokens: list[int]
+    candidate_texts: list[str]
+    case_row: int
+    case_prompt: str
+    case_answer: str
+    case_top_numbers: list[list[str]]
+    case_top_number_scores: Float[Tensor, "layer k_num"]
+    case_top_tokens: list[list[str]]
+    case_top_token_scores: Float[Tensor, "layer k_tok"]
+    case_lens_top: list[str]
+    settings: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.space not in SPACES:
+            raise ValueError(f"space {self.space!r} is unknown. Fix: use one of {SPACES}.")
+
+    @property
+    def n_layers(self) -> int:
+        return int(self.input_sim_a.shape[1])
+
+    def operation_names(self) -> list[str]:
+        return list(dict.fromkeys(self.operations))
+
+    def rows(self, operation: str | None = None) -> Tensor:
+        if operation is None:
+            return torch.arange(len(self.operations))
+        idx = [i for i, op in enumerate(self.operations) if op == operation]
+        if not idx:
+            raise KeyError(f"no pair of operation {operation!r}; this result has {self.operation_names()}.")
+        return torch.tensor(idx)
+
+    def first_raising_layer(self, operation: str | None = None, min_margin: float = 0.0) -> int | None:
+        """First layer whose MLP update, on average over pairs, raises the answer above the other numbers (mean ``update_direct_margin`` > ``min_margin``); None if none does."""
+        margin = self.update_direct_margin[self.rows(operation)].mean(0)
+        above = (margin > min_margin).nonzero()
+        return int(above[0]) if len(above) else None
+
+    def layer_summary(self, operation: str | None = None):
+        """One row per layer: means (and stds) over pairs of every probe, plus top-1 logit-lens accuracy."""
+        import pandas as pd
+
+        idx = self.rows(operation)
+        out: dict[str, Any] = {"layer": list(range(self.n_layers))}
+        for name in ("input_sim_a", "input_sim_b", "input_sim_answer", "update_sim_answer", "update_sim_others", "update_direct_answer", "update_direct_margin", "lens_rank"):
+            vals = getattr(self, name)[idx]
+            out[name] = vals.mean(0).tolist()
+            out[f"{name}_std"] = vals.std(0, unbiased=False).tolist()
+        out["lens_top1"] = (self.lens_rank[idx] == 0).float().mean(0).tolist()
+        df = pd.DataFrame(out)
+        df.insert(0, "operation", operation or "all")
+        return df
+
+    def to_dataframe(self):
+        """Long form: one row per pair x layer with every probe."""
+        import pandas as pd
+
+        n_pairs, n_layers = self.input_sim_a.shape
+        p = torch.arange(n_pairs).repeat_interleave(n_layers).tolist()
+        data: dict[str, Any] = {
+            "pair_id": [self.pair_ids[i] for i in p],
+            "operation": [self.operations[i] for i in p],
+            "answer": [self.answers[i] for i in p],
+            "layer": list(range(n_layers)) * n_pairs,
+        }
+        for name in ("input_sim_a", "input_sim_b", "input_sim_answer", "update_sim_answer", "update_sim_others", "update_direct_answer", "update_direct_margin", "lens_rank", "lens_prob"):
+            data[name] = getattr(self, name).flatten().tolist()
+        return pd.DataFrame(data)
+
+    def case_dataframe(self):
+        """The chosen pair: per layer, the top numbers / tokens its MLP update promotes and the answer's lens rank."""
+        import pandas as pd
+
+        rows = []
+        for layer in range(self.n_layers):
+            rows.append({
+                "layer": layer,
+                "top_numbers": " ".join(self.case_top_numbers[layer]),
+                "top_number_effect": float(self.case_top_number_scores[layer, 0]),
+                "top_tokens": " | ".join(repr(t) for t in self.case_top_tokens[layer]),
+                "lens_top1": self.case_lens_top[layer],
+                "answer_lens_rank": int(self.lens_rank[self.case_row, layer]),
+                "answer_direct_effect": float(self.update_direct_answer[self.case_row, layer]),
+            })
+        return pd.DataFrame(rows)
+
+    def save(self, path: str | Path) -> Path:
+        return save_result(self, path)
+
+    @classmethod
+    def load(cls, path: str | Path) -> "MLPProbeResult":
+        return load_result(cls, path)
+
+
+def number_tokens(tokenizer: Any, numbers: list[int], context: str) -> list[int]:
+    """First token of each number as it would follow ``context`` (the prompt the answer follows)."""
+    spacing = answer_spacing(tokenizer)
+    base = tokenizer(context, add_special_tokens=False)["input_ids"]
+    out = []
+    for n in numbers:
+        text = str(n) if spacing == "prompt" else " " + str(n)
+        ids = tokenizer(context + text, add_special_tokens=False)["input_ids"]
+        if ids[: len(base)] != base or len(ids) == len(base):
+            raise ValueError(f"the number {n} merges with the end of the prompt {context[-20:]!r}. Fix: use prompts that end with a separator such as '= '.")
+        out.append(ids[len(base)])
+    return out
+
+
+def _as_int(text: str) -> int | None:
+    try:
+        return int(text)
+    except ValueError:
+        return None
+
+
+def _cos(x: Tensor, w: Tensor) -> Tensor:
+    """cos of x [B, L, d] with per-pair directions w [B, d] -> [B, L]."""
+    return F.cosine_similarity(x, w[:, None, :], dim=-1)
+
+
+@torch.no_grad()
+def mlp_probes(
+    model: Any,
+    dataset: Any,
+    space: str = "lens",
+    case_row: int = 0,
+    max_number: int | None = None,
+    top_k: int = 5,
+    batch_size: int = 16,
+) -> MLPProbeResult:
+    """Probe every layer's MLP input and update against the unembedding, for every pair of ``dataset``.
+
+    ``dataset`` has the columns of :func:`mathcircuits.data.generate_pairs`
+    (usually the correct pairs). ``max_number`` bounds the candidate numbers
+    0..max_number (default: the largest operand or integer answer).
+    """
+    if space not in SPACES:
+        raise ValueError(f"space {space!r} is unknown. Fix: use one of {SPACES}.")
+    cols = columns(dataset, ("tokens", "prompt", "answer", "answer_token", "a", "b", "operation", "pair_id"))
+    n = len(cols["tokens"])
+    if not 0 <= case_row < n:
+        raise IndexError(f"case_row {case_row} is out of range for a dataset of {n} pairs. Fix: choose 0..{n - 1}.")
+    bridge, tok = model.bridge, model.tokenizer
+    n_layers = model.spec.n_layers
+    ints = [v for v in (*cols["a"], *cols["b"], *(_as_int(x) for x in cols["answer"])) if v is not None]
+    top = max_number if max_number is not None else max(max(ints), 9)
+    numbers = list(range(0, top + 1))
+    context = cols["prompt"][case_row]
+    num_toks = number_tokens(tok, numbers, context)
+    first_of: dict[int, int] = {}
+    for num, t in zip(numbers, num_toks):
+        first_of.setdefault(t, num)  # distinct first tokens, labelled by their smallest number
+    cand_tokens = list(first_of)
+    tok_a = number_tokens(tok, [int(x) for x in cols["a"]], context)
+    tok_b = number_tokens(tok, [int(x) for x in cols["b"]], context)
+    ans_tok = [int(x) for x in cols["answer_token"]]
+    for t in ans_tok:
+        if t not in first_of:
+            cand_tokens.append(t)
+            first_of[t] = -1
+    cand = torch.tensor(cand_tokens, device=model.device)
+
+    W_U = bridge.W_U
+    b_U = getattr(bridge, "b_U", None)
+    d_model = W_U.shape[0]
+    zero_img = bridge.ln_final(torch.zeros(1, 1, d_model, device=W_U.device, dtype=W_U.dtype))[0, 0]
+
+    def phi(v: Tensor) -> Tensor:
+        return bridge.ln_final(v) - zero_img
+
+    out = {k: torch.zeros(n, n_layers) for k in ("input_sim_a", "input_sim_b", "input_sim_answer", "update_sim_answer", "update_sim_others", "update_direct_answer", "update_direct_margin", "lens_rank", "lens_prob")}
+    case: dict[str, Any] = {}
+    kinds = ["hook_resid_mid", "hook_mlp_out", "hook_resid_post"] + (["ln2.hook_out"] if space == "raw" else [])
+    for idx, toks in iter_batches(cols["tokens"], batch_size, model.device):
+        store: dict[str, Tensor] = {}
+
+        def grab(name: str):  # keyed by the name we asked for: the bridge reports aliases under their canonical names
+            def hook_fn(x: Tensor, hook: Any) -> None:
+                store[name] = x[:, -1].detach().float()
+
+            return hook_fn
+
+        names = [f"blocks.{l}.{k}" for l in range(n_layers) for k in kinds]
+        bridge.run_with_hooks(toks, fwd_hooks=[(name, grab(name)) for name in names])
+        stack = {k: torch.stack([store[f"blocks.{l}.{k}"] for l in range(n_layers)], 1) for k in kinds}  # [B, L, d]
+        mid, upd, post = stack["hook_resid_mid"], stack["hook_mlp_out"], stack["hook_resid_post"]
+        x_in, x_upd = (phi(mid), phi(upd)) if space == "lens" else (stack["ln2.hook_out"], upd)
+        ia, ib, ic = (torch.tensor([t[i] for i in idx], device=model.device) for t in (tok_a, tok_b, ans_tok))
+        out["input_sim_a"][idx] = _cos(x_in, W_U[:, ia].T).cpu()
+        out["input_sim_b"][idx] = _cos(x_in, W_U[:, ib].T).cpu()
+        out["input_sim_answer"][idx] = _cos(x_in, W_U[:, ic].T).cpu()
+        out["update_sim_answer"][idx] = _cos(x_upd, W_U[:, ic].T).cpu()
+        w_c = F.normalize(W_U[:, cand], dim=0)  # [d, C]
+        cos_all = F.normalize(x_upd, dim=-1) @ w_c  # [B, L, C]
+        others = (cand[None, :] != ic[:, None]).float()  # [B, C]
+        out["update_sim_others"][idx] = ((cos_all * others[:, None]).sum(-1) / others.sum(-1)[:, None]).cpu()
+        final = post[:, -1]  # [B, d], the input of the final norm
+        delta = bridge.ln_final(final[:, None, :]) - bridge.ln_final(final[:, None, :] - upd)  # [B, L, d]
+        direct = delta @ W_U[:, cand]  # [B, L, C]
+        direct_ans = (delta * W_U[:, ic].T[:, None, :]).sum(-1)
+        out["update_direct_answer"][idx] = direct_ans.cpu()
+        out["update_direct_margin"][idx] = (direct_ans - (direct * others[:, None]).sum(-1) / others.sum(-1)[:, None]).cpu()
+        lens = bridge.ln_final(post) @ W_U + (b_U if b_U is not None else 0)  # [B, L, V]
+        ans_logit = lens.gather(-1, ic[:, None, None].expand(-1, n_layers, 1))
+        out["lens_rank"][idx] = (lens > ans_logit).sum(-1).float().cpu()
+        out["lens_prob"][idx] = torch.softmax(lens, -1).gather(-1, ic[:, None, None].expand(-1, n_layers, 1))[..., 0].cpu()
+        if case_row in idx:
+            b = idx.index(case_row)
+            k_num = min(top_k, len(cand_tokens))
+            num_scores, num_idx = direct[b].topk(k_num, dim=-1)
+            tok_scores, tok_idx = (delta[b] @ W_U).topk(top_k, dim=-1)
+            label = {t: (str(first_of[t]) if first_of[t] >= 0 else tok.decode([t])) for t in cand_tokens}
+            case = {
+                "case_top_numbers": [[label[cand_tokens[j]] for j in row] for row in num_idx.tolist()],
+                "case_top_number_scores": num_scores.float().cpu(),
+                "case_top_tokens": [token_strings(tok, row) for row in tok_idx.tolist()],
+                "case_top_token_scores": tok_scores.float().cpu(),
+                "case_lens_top": token_strings(tok, lens[b].argmax(-1).tolist()),
+            }
+    cand_labels = [str(first_of[t]) if first_of[t] >= 0 else tok.decode([t]) for t in cand_tokens]
+    return MLPProbeResult(
+        model=spec_dict(model), space=space, **out,
+        operations=list(cols["operation"]), pair_ids=[int(x) for x in cols["pair_id"]], answers=[str(x) for x in cols["answer"]],
+        candidate_numbers=[first_of[t] for t in cand_tokens], candidate_tokens=cand_tokens, candidate_texts=cand_labels,
+        case_row=case_row, case_prompt=cols["prompt"][case_row], case_answer=str(cols["answer"][case_row]), **case,
+        settings={"max_number": top, "top_k": top_k, "batch_size": batch_size},
+    )

@@ -1,0 +1,130 @@
+"""SFT examples: prompt tokens + target tokens, with the loss on the target only.
+
+Two sources, both turned into ``input_ids`` and ``labels`` (``-100`` on the
+prompt, so the loss covers only the answer):
+
+* **arithmetic pairs** from :func:`mathcircuits.data.generate_pairs` (columns
+  ``tokens`` and ``answer_tokens``): the model reads the prompt (e.g.
+  ``"3 + 5 = "``, possibly after few-shot examples) and learns the answer
+  digits. Reusing the pair's own token ids keeps tokenization identical to the
+  one the circuits were found with.
+* **word problems** in the LLM-Adapters format (AddSub, SingleEq, SVAMP,
+  GSM8K ``train.json``: ``instruction``, ``output``, ``answer``). The prompt is
+  ``"Question: {question}\\nAnswer:"`` — the "plain" prompt of
+  :mod:`mathcircuits.evaluation` — and the target is
+
+  - ``"rationale"`` (default): the data set's chain of thought, which ends with
+    "The answer is N." (as LLM-Adapters and the paper fine-tune on rationales).
+    These rationales are model-written and noisy (e.g. AddSub's may compute
+    another number than the gold answer);
+  - ``"answer"``: ``" The answer is N."`` with the gold number, short and clean.
+
+  The target is tokenized apart from the prompt, as a model meets it when it
+  generates after the prompt; an EOS token ends it (``add_eos``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from pathlib import Path
+from typing import Any, Iterable, Literal, Sequence
+
+__all__ = ["DEFAULT_PROMPT", "build_sft_dataset", "read_word_problems", "format_gold"]
+
+log = logging.getLogger(__name__)
+
+DEFAULT_PROMPT = "Question: {question}\nAnswer:"
+
+
+def read_word_problems(*paths: str | Path, limit: int | None = None) -> list[dict[str, Any]]:
+    """Concatenate LLM-Adapters-style JSON lists (``[{"instruction", "input", "output", "answer"}, ...]``)."""
+    records: list[dict[str, Any]] = []
+    for path in paths:
+        path = Path(path)
+        if not path.exists():
+            raise FileNotFoundError(f"{path} does not exist. Fix: pass a train.json such as <benchmarks>/SVAMP/train.json.")
+        data = json.loads(path.read_text())
+        if not isinstance(data, list) or (data and not {"instruction", "answer"} <= set(data[0])):
+            raise ValueError(f"{path} is not a list of {{instruction, output, answer}} records (LLM-Adapters format).")
+        records.extend({**r, "source": path.parent.name} for r in data)
+    return records[:limit] if limit is not None else records
+
+
+def format_gold(answer: str | float | int) -> str:
+    """``"64013.0"`` → ``"64013"``; ``"9.80"`` → ``"9.8"``; other strings unchanged."""
+    text = str(answer).strip()
+    try:
+        value = float(text.replace(",", ""))
+    except ValueError:
+        return text
+    if value == int(value):
+        return str(int(value))
+    return f"{value:.6f}".rstrip("0").rstrip(".")
+
+
+def _clean_rationale(text: str) -> str:
+    return re.sub(r"^\s*A:\s*", "", text.strip())
+
+
+def build_sft_dataset(
+    tokenizer,
+    records: Any,
+    target: Literal["rationale", "answer"] = "rationale",
+    prompt_template: str = DEFAULT_PROMPT,
+    add_eos: bool | None = None,
+    max_length: int = 512,
+):
+    """A ``datasets.Dataset`` with ``input_ids`` and ``labels`` (``-100`` outside the target).
+
+    ``records`` is a pairs dataset from ``generate_pairs`` (uses ``tokens`` and
+    ``answer_tokens``) or a list of word-problem records (see
+    :func:`read_word_problems`). ``add_eos`` defaults to False for arithmetic
+    pairs (their few-shot format continues with a separator, not EOS) and True
+    for word problems. Examples longer than ``max_length`` tokens are dropped
+    (logged).
+    """
+    import datasets
+
+    rows = list(records) if not isinstance(records, datasets.Dataset) else records
+    if len(rows) == 0:
+        raise ValueError("build_sft_dataset got no records. Fix: pass generate_pairs(...) output or read_word_problems(...).")
+    columns = set(rows.column_names) if isinstance(rows, datasets.Dataset) else set(rows[0])
+    if target not in ("rationale", "answer"):
+        raise ValueError(f"target={target!r} is unknown. Fix: use 'rationale' or 'answer'.")
+    out: dict[str, list[list[int]]] = {"input_ids": [], "labels": []}
+    eos = tokenizer.eos_token_id
+    if {"tokens", "answer_tokens"} <= columns:
+        use_eos = bool(add_eos) if add_eos is not None else False
+        pairs: Iterable[tuple[Sequence[int], Sequence[int]]] = zip(rows["tokens"], rows["answer_tokens"]) if isinstance(rows, datasets.Dataset) else ((r["tokens"], r["answer_tokens"]) for r in rows)
+    elif {"instruction", "answer"} <= columns:
+        use_eos = bool(add_eos) if add_eos is not None else True
+
+        def encode():
+            for r in rows:
+                question = r["instruction"].strip() + (f"\n{r['input'].strip()}" if r.get("input") else "")
+                prompt = prompt_template.format(question=question)
+                text = " " + (_clean_rationale(r["output"]) if target == "rationale" else f"The answer is {format_gold(r['answer'])}.")
+                yield tokenizer(prompt, add_special_tokens=False)["input_ids"], tokenizer(text, add_special_tokens=False)["input_ids"]
+
+        pairs = encode()
+    else:
+        raise ValueError(
+            f"records have columns {sorted(columns)}; expected arithmetic pairs (tokens, answer_tokens) "
+            "or word problems (instruction, output, answer). Fix: pass generate_pairs(...) output or read_word_problems(...)."
+        )
+    dropped = 0
+    for prompt_ids, target_ids in pairs:
+        target_ids = list(target_ids) + ([eos] if use_eos and eos is not None else [])
+        ids = list(prompt_ids) + target_ids
+        if len(ids) > max_length:
+            dropped += 1
+            continue
+        out["input_ids"].append(ids)
+        out["labels"].append([-100] * len(prompt_ids) + target_ids)
+    if dropped:
+        log.info("build_sft_dataset dropped %d examples longer than %d tokens", dropped, max_length)
+    if not out["input_ids"]:
+        raise ValueError(f"every example is longer than max_length={max_length} tokens. Fix: raise max_length.")
+    return datasets.Dataset.from_dict(out)

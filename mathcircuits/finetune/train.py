@@ -1,0 +1,356 @@
+"""Precise SFT (key components only) and full SFT through HF ``Trainer``.
+
+Zhang et al. (ICML 2024, §5) fine-tune only the key heads and MLPs found by
+path patching ("precise SFT") and compare with full SFT on the same data.
+Their settings are the defaults of :class:`SFTConfig`: learning rate 2e-5,
+batch 128 (here ``micro_batch_size`` × gradient accumulation × devices),
+2 epochs, linear warm-up over 2% of the steps, weight decay 0.1, and the
+gradient of a layer's tuned heads rescaled by ``H/h`` (``H`` heads in the
+layer, ``h`` of them tuned).
+
+Notes on faithfulness:
+
+* **Weight decay.** With ``decay_mode="weights"`` (default) the tuned entries
+  decay like in full SFT: AdamW's decoupled step ``W ← W − lr·wd·W`` on the
+  effective weight ``W = W₀ + Δ`` becomes ``Δ ← Δ − lr·wd·(W₀ + Δ)``, applied
+  by an optimizer pre-step hook (biases are not decayed, as in ``Trainer``).
+  ``"delta"`` decays Δ towards zero instead (towards the pre-trained weights).
+  Either way the frozen base is never in the optimizer, so nothing else moves.
+* **Gradient rescaling.** Adam normalises gradients per entry, so a constant
+  factor ``H/h`` cancels in the update except through ε and through gradient
+  clipping (``max_grad_norm``, on the global norm). We apply it as the paper
+  says; expect it to matter little.
+
+Training runs through ``transformers.Trainer`` (multi-GPU via ``torchrun`` /
+``accelerate launch``, progress bar, loss log, checkpoints, and
+``resume_from_checkpoint``). Checkpoints of precise SFT hold the adapter files
+(not the 100s of MB of frozen weights) plus optimizer, scheduler and RNG state.
+Each log line also goes to ``<output_dir>/log.jsonl``.
+
+Usage::
+
+    model, tok = load_hf_model("embedded")
+    data = build_sft_dataset(tok, generate_pairs(tok, load_templates(), GenerationConfig(...)))
+    adapter, result = train_sft(model, tok, data, "runs/precise", key=KeyComponents.load("key.json"))
+    adapter.save_pretrained("runs/precise/adapter")   # also written at the end as <output_dir>/final
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Sequence
+
+import torch
+from torch import nn
+
+from mathcircuits._io import read_json, write_json
+from mathcircuits.finetune.adapter import HeadSliceAdapter
+from mathcircuits.finetune.slices import KV_POLICIES, SliceSet, head_slices, model_facts
+from mathcircuits.patching.selection import KeyComponents
+
+__all__ = ["SFTConfig", "SFTResult", "train_sft", "pad_collate"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class SFTConfig:
+    """Settings of one SFT run (paper defaults). ``mode="full"`` is the full-SFT baseline."""
+
+    mode: Literal["precise", "full"] = "precise"
+    learning_rate: float = 2e-5
+    batch_size: int = 128  # effective: micro_batch_size × accumulation × devices
+    micro_batch_size: int = 8
+    epochs: float = 2.0
+    max_steps: int = -1  # > 0 overrides epochs (optimizer steps)
+    warmup_ratio: float = 0.02
+    weight_decay: float = 0.1
+    decay_mode: Literal["weights", "delta"] = "weights"
+    lr_scheduler: str = "linear"
+    max_grad_norm: float = 1.0
+    grad_scale: bool = True  # H/h per layer (precise only)
+    kv_policy: str = "group"
+    include_mlps: bool = True
+    seed: int = 0
+    logging_steps: int = 10
+    save_steps: int = 0  # 0: no intermediate checkpoints
+    save_total_limit: int | None = 2
+    save_final: bool = True
+    progress_bar: bool = True
+    bf16: bool = False
+    dataloader_num_workers: int = 0
+
+    def __post_init__(self) -> None:
+        if self.mode not in ("precise", "full"):
+            raise ValueError(f"mode={self.mode!r}. Fix: use 'precise' (key components only) or 'full' (every parameter).")
+        if self.decay_mode not in ("weights", "delta"):
+            raise ValueError(f"decay_mode={self.decay_mode!r}. Fix: use 'weights' or 'delta'.")
+        if self.kv_policy not in KV_POLICIES:
+            raise ValueError(f"kv_policy={self.kv_policy!r}. Fix: use one of {KV_POLICIES}.")
+        if not 0 <= self.warmup_ratio < 1:
+            raise ValueError(f"warmup_ratio={self.warmup_ratio} must be in [0, 1).")
+        if self.batch_size < 1 or self.micro_batch_size < 1 or self.batch_size % self.micro_batch_size:
+            raise ValueError(f"batch_size={self.batch_size} must be a positive multiple of micro_batch_size={self.micro_batch_size}.")
+
+    def accumulation_steps(self, world_size: int = 1) -> int:
+        per_step = self.micro_batch_size * world_size
+        if self.batch_size % per_step:
+            raise ValueError(
+                f"batch_size={self.batch_size} is not a multiple of micro_batch_size × devices = {per_step}. "
+                "Fix: choose batch_size, micro_batch_size and the number of devices so that it divides."
+            )
+        return self.batch_size // per_step
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "SFTConfig":
+        return cls(**{k: v for k, v in d.items() if k in cls.__dataclass_fields__})
+
+
+@dataclass(frozen=True)
+class SFTResult:
+    """What one SFT run did: settings, tuned-parameter counts, loss history and speed."""
+
+    mode: str
+    config: dict[str, Any]
+    model: dict[str, Any]
+    n_trainable: int
+    n_model_params: int
+    global_step: int
+    train_loss: float
+    loss_history: tuple[tuple[int, float], ...]
+    runtime_s: float
+    samples_per_second: float
+    output_dir: str
+    resumed_from: str | None = None
+    slices: dict[str, Any] = field(default_factory=dict)  # SliceSet.to_dict() for precise SFT
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["loss_history"] = [list(x) for x in self.loss_history]
+        return {"kind": "mathcircuits.SFTResult", "version": 1, **d}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "SFTResult":
+        if d.get("kind") != "mathcircuits.SFTResult":
+            raise ValueError("this JSON is not a mathcircuits SFT result. Fix: pass a file written by SFTResult.save().")
+        d = {k: v for k, v in d.items() if k in cls.__dataclass_fields__}
+        d["loss_history"] = tuple((int(s), float(l)) for s, l in d["loss_history"])
+        return cls(**d)
+
+    def save(self, path: str | Path) -> Path:
+        return write_json(path, self.to_dict())
+
+    @classmethod
+    def load(cls, path: str | Path) -> "SFTResult":
+        return cls.from_dict(read_json(path))
+
+    def to_dataframe(self):
+        import pandas as pd
+
+        return pd.DataFrame(list(self.loss_history), columns=["step", "loss"])
+
+
+def pad_collate(pad_token_id: int):
+    """Right-pad ``input_ids`` (with ``pad_token_id``) and ``labels`` (with -100); build ``attention_mask``.
+
+    Right padding keeps absolute positions (GPT-2) equal to an unpadded run.
+    """
+
+    def collate(features: Sequence[dict[str, Any]]) -> dict[str, torch.Tensor]:
+        n = max(len(f["input_ids"]) for f in features)
+        ids = torch.full((len(features), n), pad_token_id, dtype=torch.long)
+        labels = torch.full((len(features), n), -100, dtype=torch.long)
+        mask = torch.zeros((len(features), n), dtype=torch.long)
+        for i, f in enumerate(features):
+            k = len(f["input_ids"])
+            ids[i, :k] = torch.as_tensor(f["input_ids"])
+            labels[i, :k] = torch.as_tensor(f["labels"])
+            mask[i, :k] = 1
+        return {"input_ids": ids, "labels": labels, "attention_mask": mask}
+
+    return collate
+
+
+def _trainer_classes():
+    """Build the Trainer subclass lazily (transformers is heavy to import)."""
+    from transformers import Trainer, TrainerCallback
+
+    class JsonlLog(TrainerCallback):
+        def __init__(self, path: Path) -> None:
+            self.path = path
+
+        def on_log(self, args, state, control, logs=None, **kwargs):  # noqa: ANN001
+            if state.is_world_process_zero and logs:
+                with open(self.path, "a") as f:
+                    f.write(json.dumps({"step": state.global_step, **logs}) + "\n")
+
+    class SFTTrainer(Trainer):
+        """``Trainer`` that optimises only the adapter's deltas and saves/loads adapter checkpoints."""
+
+        def __init__(self, *args: Any, decay_mode: str = "weights", **kwargs: Any) -> None:
+            self.decay_mode = decay_mode
+            super().__init__(*args, **kwargs)
+
+        def _adapter(self) -> HeadSliceAdapter | None:
+            m = self.accelerator.unwrap_model(self.model)
+            return m if isinstance(m, HeadSliceAdapter) else None
+
+        def create_optimizer(self, model=None):  # noqa: ANN001
+            adapter = self._adapter()
+            if adapter is None or self.optimizer is not None:
+                return super().create_optimizer(model)
+            wd = self.args.weight_decay
+            weights = [(s, d) for s, d in adapter.named_deltas() if d.requires_grad and s.kind == "weight"]
+            biases = [d for s, d in adapter.named_deltas() if d.requires_grad and s.kind == "bias"]
+            groups = [{"params": [d for _, d in weights], "weight_decay": wd if self.decay_mode == "delta" else 0.0},
+                      {"params": biases, "weight_decay": 0.0}]
+            groups = [g for g in groups if g["params"]]
+            cls, kwargs = self.get_optimizer_cls_and_kwargs(self.args, adapter)
+            self.optimizer = cls(groups, **kwargs)
+            if self.decay_mode == "weights" and wd > 0 and weights:
+                self.optimizer.register_step_pre_hook(_effective_decay_hook(adapter, weights, wd))
+            return self.optimizer
+
+        def _save(self, output_dir: str | None = None, state_dict: dict | None = None) -> None:
+            adapter = self._adapter()
+            if adapter is None:
+                return super()._save(output_dir, state_dict)
+            if not self.args.should_save:
+                return None
+            output_dir = output_dir or self.args.output_dir
+            adapter.save_pretrained(output_dir)
+            if self.processing_class is not None:
+                self.processing_class.save_pretrained(output_dir)
+            return None
+
+        def _load_from_checkpoint(self, resume_from_checkpoint: str, model: nn.Module | None = None) -> None:
+            adapter = self._adapter()
+            if adapter is None:
+                return super()._load_from_checkpoint(resume_from_checkpoint, model)
+            adapter.load_weights(resume_from_checkpoint)
+            return None
+
+    return SFTTrainer, JsonlLog
+
+
+def _effective_decay_hook(adapter: HeadSliceAdapter, weights: list, wd: float):
+    """Optimizer pre-step hook: AdamW's decoupled decay of the *effective* weight, ``Δ -= lr·wd·(W₀ + Δ)``."""
+
+    def hook(optimizer, args, kwargs):  # noqa: ANN001
+        lr = optimizer.param_groups[0]["lr"]
+        with torch.no_grad():
+            for s, d in weights:
+                if d.grad is not None:  # AdamW also skips parameters without a gradient
+                    d.sub_(lr * wd * (adapter.base_values(s.name).to(d.dtype) + d))
+
+    return hook
+
+
+def train_sft(
+    model: nn.Module,
+    tokenizer: Any,
+    train_dataset: Any,
+    output_dir: str | Path,
+    key: KeyComponents | SliceSet | None = None,
+    config: SFTConfig = SFTConfig(),
+    resume_from_checkpoint: str | bool | None = None,
+    model_name: str | None = None,
+    callbacks: Sequence[Any] = (),
+) -> tuple[nn.Module, SFTResult]:
+    """Fine-tune ``model`` on ``train_dataset`` (``input_ids``/``labels``, see :func:`build_sft_dataset`).
+
+    Precise mode wraps ``model`` in a :class:`HeadSliceAdapter` built from
+    ``key`` (a :class:`KeyComponents`, mapped with ``config.kv_policy``, or a
+    ready :class:`SliceSet`), or trains an adapter passed as ``model``. Full
+    mode trains every parameter of ``model``. ``resume_from_checkpoint``: a
+    checkpoint folder, or True for the latest in ``output_dir``. Returns the
+    trained module (adapter or model, in eval mode) and an :class:`SFTResult`
+    (also saved as ``<output_dir>/sft_result.json``; the final adapter or
+    model goes to ``<output_dir>/final``).
+    """
+    from transformers import TrainingArguments
+
+    output_dir = Path(output_dir)
+    if config.mode == "precise":
+        if isinstance(model, HeadSliceAdapter):
+            if key is not None:
+                raise ValueError("train_sft got an adapter and a key selection; pass one of them (the adapter already fixes the slices).")
+            train_model: nn.Module = model
+        else:
+            if key is None:
+                raise ValueError("precise SFT needs the key components: pass key=KeyComponents (or a SliceSet), or use SFTConfig(mode='full').")
+            slices = key if isinstance(key, SliceSet) else head_slices(model, key, kv_policy=config.kv_policy, include_mlps=config.include_mlps, model_name=model_name)  # type: ignore[arg-type]
+            train_model = HeadSliceAdapter(model, slices, grad_scale=config.grad_scale)
+    else:
+        if isinstance(model, HeadSliceAdapter):
+            raise ValueError("full SFT got a HeadSliceAdapter. Fix: pass the plain HF model (adapter.merge_and_unload() or a fresh load_hf_model()).")
+        model.requires_grad_(True)
+        train_model = model
+    for column in ("input_ids", "labels"):
+        if column not in train_dataset.column_names:
+            raise ValueError(f"train_dataset lacks {column!r} (has {train_dataset.column_names}). Fix: build it with build_sft_dataset().")
+
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    args = TrainingArguments(
+        output_dir=str(output_dir),
+        per_device_train_batch_size=config.micro_batch_size,
+        gradient_accumulation_steps=config.accumulation_steps(world_size),
+        learning_rate=config.learning_rate,
+        num_train_epochs=config.epochs,
+        max_steps=config.max_steps,
+        warmup_steps=config.warmup_ratio,  # a float < 1 is a fraction of the steps (transformers >= 5)
+        weight_decay=config.weight_decay,
+        lr_scheduler_type=config.lr_scheduler,
+        max_grad_norm=config.max_grad_norm,
+        logging_steps=config.logging_steps,
+        logging_first_step=True,
+        save_strategy="steps" if config.save_steps > 0 else "no",
+        save_steps=config.save_steps if config.save_steps > 0 else 500,
+        save_total_limit=config.save_total_limit,
+        seed=config.seed,
+        data_seed=config.seed,
+        bf16=config.bf16,
+        report_to="none",
+        disable_tqdm=not config.progress_bar,
+        remove_unused_columns=False,
+        dataloader_num_workers=config.dataloader_num_workers,
+    )
+    trainer_cls, jsonl_log = _trainer_classes()
+    output_dir.mkdir(parents=True, exist_ok=True)
+    trainer = trainer_cls(
+        model=train_model,
+        args=args,
+        train_dataset=train_dataset,
+        data_collator=pad_collate(tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id),
+        processing_class=tokenizer,
+        callbacks=[jsonl_log(output_dir / "log.jsonl"), *callbacks],
+        decay_mode=config.decay_mode,
+    )
+    t0 = time.perf_counter()
+    out = trainer.train(resume_from_checkpoint=resume_from_checkpoint)
+    runtime = time.perf_counter() - t0
+    if config.save_final:
+        trainer.save_model(str(output_dir / "final"))
+    train_model.eval()
+    history = tuple((int(e["step"]), float(e["loss"])) for e in trainer.state.log_history if "loss" in e)
+    base = train_model.base_model if isinstance(train_model, HeadSliceAdapter) else train_model
+    n_trainable = train_model.n_trainable if isinstance(train_model, HeadSliceAdapter) else sum(p.numel() for p in base.parameters() if p.requires_grad)
+    result = SFTResult(
+        mode=config.mode, config=config.to_dict(), model=model_facts(base, model_name), n_trainable=int(n_trainable),
+        n_model_params=int(sum(p.numel() for p in base.parameters())), global_step=int(trainer.state.global_step),
+        train_loss=float(out.training_loss), loss_history=history, runtime_s=runtime,
+        samples_per_second=float(out.metrics.get("train_samples_per_second", float("nan"))), output_dir=str(output_dir),
+        resumed_from=None if resume_from_checkpoint in (None, False) else str(resume_from_checkpoint),
+        slices=train_model.slices.to_dict() if isinstance(train_model, HeadSliceAdapter) else {},
+    )
+    if trainer.args.should_save:
+        result.save(output_dir / "sft_result.json")
+    return train_model, result

@@ -1,0 +1,170 @@
+from pathlib import Path
+
+import pytest
+
+from mathcircuits.data import (
+    GenerationConfig,
+    PairError,
+    TemplateError,
+    accuracy_table,
+    compute_answer,
+    default_template_dir,
+    filter_correct,
+    generate_pairs,
+    load_template_set,
+    load_templates,
+    score_pairs,
+)
+from mathcircuits.models import tiny_tokenizer
+
+
+def test_every_template_file_loads(template_sets):
+    files = sorted(default_template_dir().glob("*.yaml"))
+    assert len(files) == len(template_sets) >= 3
+    by_op = {}
+    for s in template_sets:
+        for t in s.templates:
+            by_op.setdefault(t.operation, []).append(t)
+    assert {op: len(v) for op, v in by_op.items() if op != "add"} == {"sub": 9, "mul": 9, "div": 9, "pow": 2}
+    assert len(by_op["add"]) == 9 + 12
+    extra = next(s for s in template_sets if s.name == "paper_addition_extra")
+    assert len(extra.word_pools["name"]) == 100 == len(set(extra.word_pools["name"]))
+
+
+@pytest.mark.parametrize(
+    "op,a,b,expected",
+    [("add", 3, 5, "8"), ("sub", 3, 5, None), ("sub", 9, 4, "5"), ("mul", 7, 8, "56"), ("div", 8, 2, "4"), ("div", 7, 2, None), ("div", 3, 0, None), ("pow", 2, 5, "32")],
+)
+def test_answer_rules(op, a, b, expected):
+    assert compute_answer(op, a, b) == expected
+
+
+def test_non_integer_division_when_asked():
+    assert compute_answer("div", 7, 2, integer_only=False) == "3.5"
+    assert compute_answer("sub", 3, 5, allow_negative=True) == "-2"
+
+
+def test_pairs_are_token_aligned_and_positions_are_right(template_sets):
+    tok = tiny_tokenizer()
+    ds = generate_pairs(tok, template_sets, GenerationConfig(operations=("add", "sub", "mul", "div"), n_per_template=3))
+    assert len(ds) == 36 * 3 + 12 * 3
+    for r in ds:
+        assert len(r["tokens"]) == len(r["cf_tokens"]) == r["n_tokens"]
+        diff = [i for i, (x, y) in enumerate(zip(r["tokens"], r["cf_tokens"])) if x != y]
+        assert diff and set(diff) <= set(r["pos_op"]), r["template_id"]
+        text = tok.decode([r["tokens"][i] for i in r["pos_a"]])
+        assert text.strip() == str(r["a"])
+        assert tok.decode([r["tokens"][i] for i in r["pos_b"]]).strip() == str(r["b"])
+        assert r["pos_last"] == r["n_tokens"] - 1
+        assert tok.decode(r["answer_tokens"]).strip() == r["answer"]
+        assert r["prefix_len"] > 0 and r["prompt"].count("\n") == 3
+
+
+def test_seed_reproduces_and_changes(template_sets):
+    tok = tiny_tokenizer()
+    cfg = GenerationConfig(operations=("add",), n_per_template=4, seed=1)
+    a = generate_pairs(tok, template_sets, cfg)
+    b = generate_pairs(tok, template_sets, cfg)
+    c = generate_pairs(tok, template_sets, GenerationConfig(operations=("add",), n_per_template=4, seed=2))
+    assert a["prompt"] == b["prompt"]
+    assert a["prompt"] != c["prompt"]
+
+
+def test_multi_digit_and_refusing_multi_token_answers(template_sets):
+    tok = tiny_tokenizer()
+    ds = generate_pairs(tok, template_sets, GenerationConfig(operations=("add",), template_ids=("add_eq_1",), operand_range=(10, 99), n_per_template=5, fewshot=False))
+    assert all(len(r["pos_a"]) == 2 and r["prefix_len"] == 0 for r in ds)
+    single = generate_pairs(tok, template_sets, GenerationConfig(operations=("add",), template_ids=("add_eq_1",), multi_token_answers="refuse", n_per_template=50))
+    assert all(len(r["answer_tokens"]) == 1 for r in single) and all(int(r["answer"]) < 10 for r in single)
+
+
+def _write(tmp_path: Path, body: str) -> Path:
+    p = tmp_path / "t.yaml"
+    p.write_text(body)
+    return p
+
+
+GOOD = """schema_version: 1
+name: t
+counterfactual_vocab: {symbols: ["<", ">"]}
+templates:
+  - {id: x1, operation: add, text: "{A} {OP} {B} =", op: "+", cf_vocab: symbols}
+"""
+
+
+def test_good_minimal_template_loads(tmp_path):
+    s = load_template_set(_write(tmp_path, GOOD))
+    assert s.templates[0].placeholders == ("A", "OP", "B")
+
+
+@pytest.mark.parametrize(
+    "replace,match",
+    [
+        (('"{A} {OP} {B} ="', '"{A} {OP} {B} {C} ="'), "no word pool"),
+        (('"{A} {OP} {B} ="', '"{A} + {B} ="'), r"0 \{OP\}"),
+        (("operation: add", "operation: modulo"), "operation 'modulo' is unknown"),
+        (("cf_vocab: symbols}", "cf_vocab: words}"), "cf_vocab 'words' is not defined"),
+        (("schema_version: 1", "schema_version: 7"), "schema_version"),
+        (('op: "+"', 'op: "<"'), "in its own counterfactual vocabulary"),
+    ],
+)
+def test_bad_templates_fail_clearly(tmp_path, replace, match):
+    with pytest.raises(TemplateError, match=match) as info:
+        load_template_set(_write(tmp_path, GOOD.replace(*replace)))
+    assert "Fix:" in str(info.value) and "t.yaml" in str(info.value)
+
+
+def test_duplicate_ids_across_files_fail(tmp_path):
+    (tmp_path / "a.yaml").write_text(GOOD)
+    (tmp_path / "b.yaml").write_text(GOOD.replace("name: t", "name: u"))
+    with pytest.raises(TemplateError, match="in both"):
+        load_templates(tmp_path)
+
+
+def test_unalignable_counterfactual_is_refused(tmp_path):
+    body = GOOD.replace('symbols: ["<", ">"]', 'symbols: ["<<<"]')
+    sets = [load_template_set(_write(tmp_path, body))]
+    with pytest.raises(PairError, match="tokenizes to as many tokens"):
+        generate_pairs(tiny_tokenizer(), sets, GenerationConfig(fewshot=False))
+
+
+def test_unknown_operation_in_config():
+    with pytest.raises(PairError, match="unknown"):
+        GenerationConfig(operations=("mod",))
+
+
+def test_filter_keeps_only_correct_pairs(tiny_llama, template_sets):
+    ds = generate_pairs(tiny_llama.tokenizer, template_sets, GenerationConfig(operations=("add",), template_ids=("add_eq_1", "add_eq_2"), n_per_template=6))
+    scored = score_pairs(tiny_llama, ds)
+    # a fake "model" that always predicts the right tokens makes every pair correct
+    import torch
+
+    answers = {tuple(t): a for t, a in zip(ds["tokens"], ds["answer_tokens"])}
+
+    def oracle(tokens):
+        out = torch.zeros(tokens.shape[0], tokens.shape[1], len(tiny_llama.tokenizer))
+        for row, seq in enumerate(tokens.tolist()):
+            for prompt, ans in answers.items():
+                if seq[: len(prompt)] == list(prompt):
+                    for k, t in enumerate(ans):
+                        out[row, len(prompt) - 1 + k, t] = 10.0
+        return out
+
+    perfect = score_pairs(oracle, ds)
+    assert all(perfect["correct"])
+    assert len(filter_correct(perfect)) == len(ds)
+    assert len(filter_correct(scored)) == sum(scored["correct"])
+    table = accuracy_table(scored)
+    assert set(table["template_id"]) == {"add_eq_1", "add_eq_2", "(all)"}
+    assert ((table["accuracy"] >= 0) & (table["accuracy"] <= 1)).all()
+    with pytest.raises(ValueError, match="score_pairs"):
+        filter_correct(ds)
+
+
+def test_dataset_save_load_round_trip(tmp_path, template_sets):
+    import datasets
+
+    ds = generate_pairs(tiny_tokenizer(), template_sets, GenerationConfig(n_per_template=2))
+    ds.save_to_disk(tmp_path / "pairs")
+    back = datasets.load_from_disk(str(tmp_path / "pairs"))
+    assert back["prompt"] == ds["prompt"] and back["pos_op"] == ds["pos_op"]
