@@ -10,7 +10,10 @@ This module measures both at the last position of every pair, per layer.
 Quantities (per pair *p*, layer *l*, at the last position):
 
 * ``input_sim_a/b/answer``: cosine of the MLP input with the unembedding
-  column ``W_U[:, t]`` of the first token of A, of B and of the answer C;
+  column ``W_U[:, t]`` of the first token of A, of B and of the answer C, and
+  ``input_sim_others``: its mean over the candidate numbers that are none of
+  A, B, C (number tokens share a common direction, so this is the baseline to
+  read the others against);
 * ``update_sim_answer``: cosine of the MLP update ``u_l`` with ``W_U[:, C]``;
   ``update_sim_others``: its mean over the other candidate numbers (the first
   tokens of 0..``max_number``, excluding C's). The MLP update is the MLP's
@@ -80,6 +83,7 @@ class MLPProbeResult:
     input_sim_a: Float[Tensor, "pair layer"]
     input_sim_b: Float[Tensor, "pair layer"]
     input_sim_answer: Float[Tensor, "pair layer"]
+    input_sim_others: Float[Tensor, "pair layer"]
     update_sim_answer: Float[Tensor, "pair layer"]
     update_sim_others: Float[Tensor, "pair layer"]
     update_direct_answer: Float[Tensor, "pair layer"]
@@ -95,6 +99,7 @@ class MLPProbeResult:
     case_row: int
     case_prompt: str
     case_answer: str
+    case_answer_label: str
     case_top_numbers: list[list[str]]
     case_top_number_scores: Float[Tensor, "layer k_num"]
     case_top_tokens: list[list[str]]
@@ -121,7 +126,7 @@ class MLPProbeResult:
             raise KeyError(f"no pair of operation {operation!r}; this result has {self.operation_names()}.")
         return torch.tensor(idx)
 
-    def first_raising_layer(self, operation: str | None = None, min_margin: float = 0.0) -> int | None:
+    def first_raising_layer(self, operation: str | None = None, min_margin: float = 0.25) -> int | None:
         """First layer whose MLP update, on average over pairs, raises the answer above the other numbers (mean ``update_direct_margin`` > ``min_margin``); None if none does."""
         margin = self.update_direct_margin[self.rows(operation)].mean(0)
         above = (margin > min_margin).nonzero()
@@ -133,7 +138,7 @@ class MLPProbeResult:
 
         idx = self.rows(operation)
         out: dict[str, Any] = {"layer": list(range(self.n_layers))}
-        for name in ("input_sim_a", "input_sim_b", "input_sim_answer", "update_sim_answer", "update_sim_others", "update_direct_answer", "update_direct_margin", "lens_rank"):
+        for name in ("input_sim_a", "input_sim_b", "input_sim_answer", "input_sim_others", "update_sim_answer", "update_sim_others", "update_direct_answer", "update_direct_margin", "lens_rank"):
             vals = getattr(self, name)[idx]
             out[name] = vals.mean(0).tolist()
             out[f"{name}_std"] = vals.std(0, unbiased=False).tolist()
@@ -154,7 +159,7 @@ class MLPProbeResult:
             "answer": [self.answers[i] for i in p],
             "layer": list(range(n_layers)) * n_pairs,
         }
-        for name in ("input_sim_a", "input_sim_b", "input_sim_answer", "update_sim_answer", "update_sim_others", "update_direct_answer", "update_direct_margin", "lens_rank", "lens_prob"):
+        for name in ("input_sim_a", "input_sim_b", "input_sim_answer", "input_sim_others", "update_sim_answer", "update_sim_others", "update_direct_answer", "update_direct_margin", "lens_rank", "lens_prob"):
             data[name] = getattr(self, name).flatten().tolist()
         return pd.DataFrame(data)
 
@@ -259,7 +264,7 @@ def mlp_probes(
     def phi(v: Tensor) -> Tensor:
         return bridge.ln_final(v) - zero_img
 
-    out = {k: torch.zeros(n, n_layers) for k in ("input_sim_a", "input_sim_b", "input_sim_answer", "update_sim_answer", "update_sim_others", "update_direct_answer", "update_direct_margin", "lens_rank", "lens_prob")}
+    out = {k: torch.zeros(n, n_layers) for k in ("input_sim_a", "input_sim_b", "input_sim_answer", "input_sim_others", "update_sim_answer", "update_sim_others", "update_direct_answer", "update_direct_margin", "lens_rank", "lens_prob")}
     case: dict[str, Any] = {}
     kinds = ["hook_resid_mid", "hook_mlp_out", "hook_resid_post"] + (["ln2.hook_out"] if space == "raw" else [])
     for idx, toks in iter_batches(cols["tokens"], batch_size, model.device):
@@ -282,6 +287,9 @@ def mlp_probes(
         out["input_sim_answer"][idx] = _cos(x_in, W_U[:, ic].T).cpu()
         out["update_sim_answer"][idx] = _cos(x_upd, W_U[:, ic].T).cpu()
         w_c = F.normalize(W_U[:, cand], dim=0)  # [d, C]
+        not_abc = ((cand[None, :] != ia[:, None]) & (cand[None, :] != ib[:, None]) & (cand[None, :] != ic[:, None])).float()  # [B, C]
+        cos_in = F.normalize(x_in, dim=-1) @ w_c  # [B, L, C]
+        out["input_sim_others"][idx] = ((cos_in * not_abc[:, None]).sum(-1) / not_abc.sum(-1).clamp(min=1)[:, None]).cpu()
         cos_all = F.normalize(x_upd, dim=-1) @ w_c  # [B, L, C]
         others = (cand[None, :] != ic[:, None]).float()  # [B, C]
         out["update_sim_others"][idx] = ((cos_all * others[:, None]).sum(-1) / others.sum(-1)[:, None]).cpu()
@@ -302,6 +310,7 @@ def mlp_probes(
             tok_scores, tok_idx = (delta[b] @ W_U).topk(top_k, dim=-1)
             label = {t: (str(first_of[t]) if first_of[t] >= 0 else tok.decode([t])) for t in cand_tokens}
             case = {
+                "case_answer_label": label[ans_tok[case_row]],
                 "case_top_numbers": [[label[cand_tokens[j]] for j in row] for row in num_idx.tolist()],
                 "case_top_number_scores": num_scores.float().cpu(),
                 "case_top_tokens": [token_strings(tok, row) for row in tok_idx.tolist()],

@@ -1,0 +1,33 @@
+"""Stage 4 — figures (Plotly), interactive views (CircuitsVis) and the HTML report.
+
+Every function takes result values (never a model) and returns a figure or an
+HTML object; :mod:`mathcircuits.viz.export` writes them to HTML / PNG / SVG / PDF.
+"""
+
+from mathcircuits.viz.attention import attention_role_distributions, attention_role_means
+from mathcircuits.viz.circuits import OfflineHTML, attention_heads_view
+from mathcircuits.viz.export import ChromiumMissingError, find_chromium, require_chromium, save_figure, save_figures, screenshot_html
+from mathcircuits.viz.heatmap import patching_heatmap, patching_heatmaps
+from mathcircuits.viz.knockout import knockout_curves
+from mathcircuits.viz.probes import probe_case_trajectory, probe_similarity_curves
+from mathcircuits.viz.report import build_report, report_html
+
+__all__ = [
+    "ChromiumMissingError",
+    "OfflineHTML",
+    "attention_heads_view",
+    "attention_role_distributions",
+    "attention_role_means",
+    "build_report",
+    "find_chromium",
+    "knockout_curves",
+    "patching_heatmap",
+    "patching_heatmaps",
+    "probe_case_trajectory",
+    "probe_similarity_curves",
+    "report_html",
+    "require_chromium",
+    "save_figure",
+    "save_figures",
+    "screenshot_html",
+]

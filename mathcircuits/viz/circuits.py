@@ -1,0 +1,96 @@
+"""Interactive CircuitsVis attention views of key heads that work offline.
+
+``circuitsvis.attention.attention_heads`` returns a ``RenderedHTML`` with two
+versions: ``cdn_src`` (what ``str()`` gives), which imports the JavaScript
+from unpkg.com and shows a blank page offline, and ``local_src``, which
+inlines the whole bundle (~1.3 MB, ``circuitsvis/dist/cdn/iife.js``). Its
+``_repr_html_`` even probes the network (``urlopen("http://google.com")``) to
+choose. We always use ``local_src``.
+
+For pages with several views (the report), :func:`split_bundle` removes the
+inlined bundle from each view so that the page can load it once, in a classic
+``<script>`` that defines the global ``CircuitsVis`` before the views' module
+scripts run.
+"""
+
+from __future__ import annotations
+
+import html
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+from mathcircuits._io import atomic_path
+
+__all__ = ["CIRCUITSVIS_CDN", "OfflineHTML", "attention_heads_view", "circuitsvis_bundle", "split_bundle"]
+
+CIRCUITSVIS_CDN = "unpkg.com/circuitsvis"
+
+
+def circuitsvis_bundle() -> str:
+    """The CircuitsVis JavaScript bundle exactly as ``render_local`` inlines it."""
+    import circuitsvis
+
+    path = Path(circuitsvis.__file__).parent / "dist" / "cdn" / "iife.js"
+    if not path.exists():
+        raise FileNotFoundError(f"{path} is missing, so CircuitsVis cannot render offline. Fix: pip install --force-reinstall circuitsvis.")
+    return path.read_text(encoding="utf-8").replace("</script>", "")
+
+
+def split_bundle(fragment: str) -> tuple[str, bool]:
+    """Remove the inlined bundle from a ``local_src`` fragment; returns (fragment, whether it was removed)."""
+    bundle = circuitsvis_bundle()
+    if bundle in fragment:
+        return fragment.replace(bundle, ""), True
+    return fragment, False
+
+
+@dataclass(frozen=True)
+class OfflineHTML:
+    """An HTML fragment with its JavaScript inlined: renders in Jupyter and saves as a standalone page."""
+
+    fragment: str
+    title: str = "mathcircuits view"
+
+    def _repr_html_(self) -> str:
+        return self.fragment
+
+    def page(self) -> str:
+        return (
+            "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\">"
+            f"<title>{html.escape(self.title)}</title></head>\n<body style=\"font-family: sans-serif\">\n"
+            f"<h2>{html.escape(self.title)}</h2>\n{self.fragment}\n</body></html>\n"
+        )
+
+    def save(self, path: str | os.PathLike) -> Path:
+        with atomic_path(path) as tmp:
+            tmp.write_text(self.page(), encoding="utf-8")
+        return Path(path)
+
+
+def attention_heads_view(patterns: Any, index: int = 0, heads: Sequence[tuple[int, int]] | None = None, *, title: str | None = None) -> OfflineHTML:
+    """CircuitsVis ``AttentionHeads`` view of the heads in ``patterns`` (a HeadPatterns) on prompt ``index``.
+
+    ``heads`` restricts the view to some of the recorded heads. Head names carry
+    the head and, when known, the role of the token it attends to most from
+    the last position.
+    """
+    from circuitsvis.attention import attention_heads
+
+    n = len(patterns.patterns)
+    if not 0 <= index < n:
+        raise IndexError(f"prompt index {index} is out of range: these patterns hold {n} prompts. Fix: use 0..{n - 1}.")
+    chosen = list(range(len(patterns.heads))) if heads is None else [patterns.heads.index(tuple(h)) for h in heads if tuple(h) in patterns.heads]
+    if not chosen:
+        raise ValueError(f"none of heads {heads} was recorded; these patterns hold {patterns.labels}. Fix: record them with head_patterns().")
+    pat = patterns.patterns[index][chosen].float()
+    roles = patterns.roles[index]
+    names = [f"{patterns.labels[i]} → {roles[int(pat[row, -1].argmax())]}" for row, i in enumerate(chosen)]
+    rendered = attention_heads(attention=pat, tokens=list(patterns.tokens[index]), attention_head_names=names, mask_upper_tri=True)
+    # CircuitsVis writes its target as <div .../>, which HTML does not close: later content would land inside it and be
+    # replaced when the view renders. Close it explicitly.
+    fragment = re.sub(r'(<div id="circuits-vis-[^"]+"[^>]*?)\s*/>', r"\1></div>", rendered.local_src, count=1)
+    prompt_tail = patterns.prompts[index].splitlines()[-1] if patterns.prompts[index].strip() else patterns.prompts[index]
+    return OfflineHTML(fragment=fragment, title=title or f"Key-head attention on {prompt_tail!r} (pair {patterns.pair_ids[index]})")

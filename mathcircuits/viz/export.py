@@ -1,0 +1,163 @@
+"""Write figures to HTML (opens offline) and to PNG / SVG / PDF, atomically.
+
+Static images come from kaleido 1.x, which drives a Chromium-based browser
+through ``choreographer``. It looks for one in this order: ``$BROWSER_PATH``,
+a browser kaleido downloaded itself (``plotly_get_chrome``), then ``chrome``,
+``chromium`` and the like on ``PATH`` and in their usual install folders.
+:func:`require_chromium` runs the same search and, when nothing is found,
+raises an error that says how to install one. Each Chromium start costs a few
+seconds, so :func:`save_figures` exports many figures in one batch.
+
+HTML files inline plotly.js by default (``include_plotlyjs=True``, ~4.6 MB), so
+they open without a network.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+from mathcircuits._io import atomic_path
+
+__all__ = ["STATIC_FORMATS", "ChromiumMissingError", "find_chromium", "require_chromium", "save_figure", "save_figures", "screenshot_html"]
+
+STATIC_FORMATS = ("png", "svg", "pdf", "jpeg", "webp")
+_FORMATS = ("html",) + STATIC_FORMATS
+
+
+class ChromiumMissingError(RuntimeError):
+    """Static export needs a Chromium-based browser and none was found."""
+
+
+def find_chromium() -> str | None:
+    """The browser kaleido would use, or None (same search as kaleido, plus ``PATH`` names as a fallback)."""
+    env = os.environ.get("BROWSER_PATH")
+    if env:
+        return env if Path(env).exists() else None
+    with contextlib.suppress(Exception):  # choreographer is kaleido's dependency; absent without kaleido
+        from choreographer.browsers.chromium import Chromium
+
+        found = Chromium.find_browser(skip_local=False)
+        if found:
+            return str(found)
+    for name in ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable", "chrome"):
+        path = shutil.which(name)
+        if path:
+            return path
+    return None
+
+
+def require_chromium() -> str:
+    """Return the browser path or raise :class:`ChromiumMissingError` with the fix."""
+    try:
+        import kaleido  # noqa: F401
+    except ImportError as err:
+        raise ChromiumMissingError(
+            "static figure export (PNG/SVG/PDF) needs kaleido >= 1.0, which is not installed. "
+            "Fix: pip install 'mathcircuits[export]' (or pip install kaleido), and install Chromium (see below), or export HTML instead."
+        ) from err
+    path = find_chromium()
+    if path is None:
+        raise ChromiumMissingError(
+            "static figure export (PNG/SVG/PDF) needs a Chromium-based browser for kaleido, and none was found "
+            "($BROWSER_PATH unset; no chromium/chrome on PATH). Fix: apt-get install -y chromium (Debian/Ubuntu), "
+            "or set BROWSER_PATH=/path/to/chrome, or run plotly_get_chrome (downloads one; needs internet). "
+            "HTML export works without it."
+        )
+    return path
+
+
+def _targets(path: str | os.PathLike, formats: Iterable[str] | None) -> list[tuple[Path, str]]:
+    path = Path(path)
+    if formats is None:
+        fmt = path.suffix.lstrip(".").lower()
+        if fmt not in _FORMATS:
+            raise ValueError(f"cannot tell the format of {path} from its suffix. Fix: end it with one of {['.' + f for f in _FORMATS]} or pass formats=.")
+        return [(path, fmt)]
+    out = []
+    for fmt in formats:
+        fmt = fmt.lower().lstrip(".")
+        if fmt not in _FORMATS:
+            raise ValueError(f"format {fmt!r} is not supported. Fix: use some of {_FORMATS}.")
+        out.append((path.with_suffix("." + fmt) if path.suffix.lstrip(".").lower() in _FORMATS else Path(f"{path}.{fmt}"), fmt))
+    return out
+
+
+def save_figures(
+    figures: Mapping[str | os.PathLike, Any],
+    formats: Iterable[str] | None = None,
+    *,
+    scale: float = 2.0,
+    include_plotlyjs: bool | str = True,
+) -> list[Path]:
+    """Write each ``{path: figure}``; with ``formats`` each path is a stem written once per format.
+
+    All static images are rendered in one kaleido batch (one browser start).
+    Every file is written to a temporary name beside its target and moved into
+    place only when the whole export succeeded.
+    """
+    jobs = [(fig, target, fmt) for path, fig in figures.items() for target, fmt in _targets(path, formats)]
+    static = [(fig, target, fmt) for fig, target, fmt in jobs if fmt in STATIC_FORMATS]
+    if static:
+        require_chromium()
+    written: list[Path] = []
+    with contextlib.ExitStack() as stack:
+        tmp_static = []
+        for fig, target, fmt in jobs:
+            tmp = stack.enter_context(atomic_path(target))
+            if fmt == "html":
+                fig.write_html(str(tmp), include_plotlyjs=include_plotlyjs, full_html=True)
+            else:
+                tmp_static.append((fig, tmp, fmt))
+            written.append(target)
+        if tmp_static:
+            import plotly.io as pio
+
+            pio.write_images([f for f, _, _ in tmp_static], [str(t) for _, t, _ in tmp_static], format=[fmt for _, _, fmt in tmp_static], scale=scale)
+    return written
+
+
+def save_figure(fig: Any, path: str | os.PathLike, formats: Iterable[str] | None = None, *, scale: float = 2.0, include_plotlyjs: bool | str = True) -> list[Path]:
+    """Write one figure: to ``path`` in the format of its suffix, or to ``path.<fmt>`` for each of ``formats``."""
+    return save_figures({path: fig}, formats, scale=scale, include_plotlyjs=include_plotlyjs)
+
+
+def screenshot_html(
+    html_path: str | os.PathLike,
+    png_path: str | os.PathLike,
+    *,
+    width: int = 1280,
+    height: int = 1600,
+    scale: float = 1.0,
+    wait_ms: int = 8000,
+    timeout_s: float = 120.0,
+) -> Path:
+    """Render an HTML file in headless Chromium and save a PNG of the first ``width`` x ``height`` CSS pixels.
+
+    ``wait_ms`` is Chromium's virtual-time budget for scripts (plotly, CircuitsVis) before the shot.
+    """
+    import subprocess
+
+    browser = find_chromium()
+    if browser is None:
+        raise ChromiumMissingError("a screenshot needs a Chromium-based browser and none was found. Fix: apt-get install -y chromium, or set BROWSER_PATH.")
+    html_path = Path(html_path).resolve()
+    if not html_path.exists():
+        raise FileNotFoundError(f"{html_path} does not exist; write the HTML first.")
+    with atomic_path(png_path) as tmp:
+        shot = tmp.with_suffix(".png")  # Chromium picks the image type from the suffix
+        cmd = [browser, "--headless", "--disable-gpu", "--hide-scrollbars", "--no-first-run", f"--force-device-scale-factor={scale}",
+               f"--window-size={width},{height}", f"--virtual-time-budget={wait_ms}", f"--screenshot={shot}", html_path.as_uri()]
+        if hasattr(os, "geteuid") and os.geteuid() == 0:
+            cmd.insert(1, "--no-sandbox")  # Chromium refuses to run as root with its sandbox
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
+            if proc.returncode != 0 or not shot.exists() or shot.stat().st_size == 0:
+                raise RuntimeError(f"Chromium could not screenshot {html_path} (exit {proc.returncode}): {proc.stderr[-800:]}")
+            os.replace(shot, tmp)
+        finally:
+            shot.unlink(missing_ok=True)
+    return Path(png_path)

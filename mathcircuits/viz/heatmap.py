@@ -1,0 +1,134 @@
+"""Path-patching heatmaps: layers x heads with the MLP column beside it (Zhang et al. 2024, Fig. 2).
+
+Each cell is a sender's mean effect (a :class:`~mathcircuits.patching.result.PatchingResult`):
+negative means patching that head or MLP with the counterfactual lowers the
+correct answer, i.e. it matters. Colours are diverging and centred at zero
+(red = negative = important, blue = positive); heads and MLPs get separate,
+zero-centred colour ranges because MLP effects are often an order of magnitude
+larger and would wash the heads out. Key heads and key MLPs (a
+:class:`~mathcircuits.patching.selection.KeyComponents`) are outlined.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Mapping, Sequence
+
+import plotly.graph_objects as go
+import torch
+from plotly.subplots import make_subplots
+
+__all__ = ["patching_heatmap", "patching_heatmaps", "METRIC_LABELS"]
+
+METRIC_LABELS = {
+    "relative_logit": "relative change of the correct logit",
+    "logit_diff": "change of the correct logit",
+    "prob_change": "change of the correct probability",
+}
+DIVERGING = "RdBu"
+
+
+def _zmax(values: torch.Tensor) -> float:
+    finite = values[torch.isfinite(values)]
+    top = float(finite.abs().max()) if finite.numel() else 0.0
+    return top if top > 0 else 1.0
+
+
+def _grid(t: torch.Tensor) -> list[list[float | None]]:
+    return [[None if not math.isfinite(v) else float(v) for v in row] for row in t.tolist()]
+
+
+def patching_heatmap(
+    result: Any,
+    key: Any = None,
+    *,
+    title: str | None = None,
+    label: str | None = None,
+    zmax: float | None = None,
+    mlp_zmax: float | None = None,
+) -> go.Figure:
+    """Heatmap of ``result.head_effects`` [layer, head] with ``result.mlp_effects`` as a column beside it.
+
+    ``key`` (KeyComponents or None) outlines key heads and MLPs. ``zmax`` /
+    ``mlp_zmax`` fix the colour ranges (default: the largest absolute effect).
+    """
+    heads = result.head_effects.detach().float().cpu()
+    mlps = result.mlp_effects.detach().float().cpu()
+    n_layers, n_heads = heads.shape
+    spec = result.model
+    metric = METRIC_LABELS.get(result.metric, result.metric)
+    label = label or ", ".join(result.operations) or "all operations"
+    z_h = zmax if zmax is not None else _zmax(heads)
+    z_m = mlp_zmax if mlp_zmax is not None else _zmax(mlps)
+    fig = make_subplots(rows=1, cols=2, shared_yaxes=True, column_widths=[0.9, 0.1], horizontal_spacing=0.03, subplot_titles=("attention heads", "MLPs"))
+    layers = list(range(n_layers))
+    fig.add_trace(go.Heatmap(
+        z=_grid(heads), x=list(range(n_heads)), y=layers, coloraxis="coloraxis", name="heads", xgap=1, ygap=1,
+        hovertemplate="L%{y}.H%{x}<br>effect %{z:.4f}<extra></extra>",
+    ), row=1, col=1)
+    fig.add_trace(go.Heatmap(
+        z=_grid(mlps[:, None]), x=["MLP"], y=layers, coloraxis="coloraxis2", name="MLPs", xgap=1, ygap=1,
+        hovertemplate="MLP%{y}<br>effect %{z:.4f}<extra></extra>",
+    ), row=1, col=2)
+    if key is not None:
+        key_heads = list(getattr(key, "heads", ()))
+        if key_heads:
+            fig.add_trace(go.Scatter(
+                x=[h for _, h in key_heads], y=[l for l, _ in key_heads], mode="markers", name="key heads",
+                marker=dict(symbol="square-open", size=14, color="black", line=dict(width=2.5)),
+                text=[f"L{l}.H{h}: {float(heads[l, h]):.4f}" for l, h in key_heads], hovertemplate="key head %{text}<extra></extra>",
+            ), row=1, col=1)
+        key_mlps = list(getattr(key, "mlps", ()))
+        if key_mlps:
+            fig.add_trace(go.Scatter(
+                x=["MLP"] * len(key_mlps), y=key_mlps, mode="markers", name="key MLPs",
+                marker=dict(symbol="square-open", size=14, color="black", line=dict(width=2.5)),
+                text=[f"MLP{l}: {float(mlps[l]):.4f}" for l in key_mlps], hovertemplate="key %{text}<extra></extra>",
+            ), row=1, col=2)
+    model_name = spec.get("name", "model") if isinstance(spec, Mapping) else str(spec)
+    fig.update_layout(
+        title=title or f"Path patching — {label} ({model_name}, {result.n_pairs} pairs)",
+        coloraxis=dict(colorscale=DIVERGING, cmin=-z_h, cmax=z_h, cmid=0.0, colorbar=dict(title=dict(text="heads"), x=1.0, len=0.9)),
+        coloraxis2=dict(colorscale=DIVERGING, cmin=-z_m, cmax=z_m, cmid=0.0, colorbar=dict(title=dict(text="MLPs"), x=1.1, len=0.9)),
+        height=max(420, 22 * n_layers + 160), width=max(640, 40 * n_heads + 320),
+        legend=dict(orientation="h", yanchor="bottom", y=-0.16, x=0),
+        meta={"metric": result.metric, "operations": list(result.operations)},
+    )
+    fig.update_xaxes(title_text=f"head  (colour: {metric}; red = patching lowers the answer)", dtick=1, row=1, col=1)
+    fig.update_yaxes(title_text="layer", autorange="reversed", dtick=1 if n_layers <= 32 else None, row=1, col=1)
+    return fig
+
+
+def _combine(results: Sequence[Any]) -> Any:
+    """Pair-weighted mean of per-operation results (what one run over all their pairs would give)."""
+    from dataclasses import replace
+
+    weights = torch.tensor([float(r.n_pairs) for r in results])
+    heads = torch.stack([r.head_effects.float() for r in results])
+    mlps = torch.stack([r.mlp_effects.float() for r in results])
+    w = (weights / weights.sum())
+    return replace(
+        results[0], head_effects=(heads * w[:, None, None]).sum(0), mlp_effects=(mlps * w[:, None]).sum(0), n_pairs=int(weights.sum()),
+        operations=[op for r in results for op in r.operations], per_pair_heads=None, per_pair_mlps=None, pair_ids=[p for r in results for p in r.pair_ids],
+    )
+
+
+def patching_heatmaps(results: Mapping[str, Any] | Sequence[Any], key: Any = None, overall: Any = None) -> dict[str, go.Figure]:
+    """One heatmap per operation and one overall, keyed by label ("add", ..., "overall").
+
+    ``results`` maps a label to a PatchingResult (or is a list, labelled by
+    each result's operations). ``overall`` is the result over all pairs; when
+    omitted and there are several results it is their pair-weighted mean
+    (equal to the overall mean of a per-pair metric), and the title says so.
+    ``key`` outlines the same key components on every map.
+    """
+    items = list(results.items()) if isinstance(results, Mapping) else [("+".join(r.operations) or f"run {i}", r) for i, r in enumerate(results)]
+    if not items and overall is None:
+        raise ValueError("patching_heatmaps got no results. Fix: pass {operation: PatchingResult}.")
+    figs = {label: patching_heatmap(r, key, label=label) for label, r in items}
+    if overall is not None:
+        figs["overall"] = patching_heatmap(overall, key, label="all operations")
+    elif len(items) > 1:
+        combined = _combine([r for _, r in items])
+        figs["overall"] = patching_heatmap(combined, key, label="all operations (pair-weighted mean of the per-operation maps)")
+    return figs

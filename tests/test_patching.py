@@ -1,0 +1,108 @@
+import json
+
+import pytest
+import torch
+
+from mathcircuits.data import GenerationConfig, generate_pairs
+from mathcircuits.models import load_model
+from mathcircuits.patching import KeyComponents, PatchingResult, SelectionError, compare_rankings, path_patch, select_key_components
+
+
+@pytest.fixture(scope="module")
+def pairs_llama(tiny_llama, template_sets):
+    return generate_pairs(tiny_llama.tokenizer, template_sets, GenerationConfig(operations=("add", "mul"), template_ids=("add_eq_1", "add_st_1", "mul_eq_1"), n_per_template=3))
+
+
+@pytest.mark.parametrize("metric", ["relative_logit", "logit_diff", "prob_change"])
+@pytest.mark.parametrize("model_name", ["tiny_llama", "tiny_gpt2"])
+def test_exact_equals_reference(request, template_sets, model_name, metric):
+    model = request.getfixturevalue(model_name)
+    ds = generate_pairs(model.tokenizer, template_sets, GenerationConfig(operations=("add",), template_ids=("add_eq_1", "add_qa_1"), n_per_template=2))
+    fast = path_patch(model, ds, metric=metric, keep_per_pair=True)
+    ref = path_patch(model, ds, metric=metric, method="reference", keep_per_pair=True)
+    assert torch.isfinite(fast.head_effects).all() and torch.isfinite(fast.mlp_effects).all()
+    assert (fast.per_pair_heads - ref.per_pair_heads).abs().max() <= 1e-4
+    assert (fast.per_pair_mlps - ref.per_pair_mlps).abs().max() <= 1e-4
+    assert fast.head_effects.abs().max() > 1e-6  # the scan measured something
+
+
+def test_patching_changes_something_only_when_prompts_differ(tiny_llama, pairs_llama):
+    same = pairs_llama.map(lambda r: {"cf_tokens": r["tokens"]})
+    res = path_patch(tiny_llama, same)
+    assert res.head_effects.abs().max() < 1e-6 and res.mlp_effects.abs().max() < 1e-6
+
+
+def test_sender_choice(tiny_llama, pairs_llama):
+    only_heads = path_patch(tiny_llama, pairs_llama, senders=("heads",))
+    assert torch.isnan(only_heads.mlp_effects).all() and torch.isfinite(only_heads.head_effects).all()
+    both = path_patch(tiny_llama, pairs_llama)
+    assert torch.allclose(only_heads.head_effects, both.head_effects, atol=1e-6)
+
+
+def test_attribution_ranks_like_exact(tiny_llama, pairs_llama):
+    exact = path_patch(tiny_llama, pairs_llama, metric="logit_diff")
+    approx = path_patch(tiny_llama, pairs_llama, metric="logit_diff", method="attribution")
+    stats = compare_rankings(approx, exact, k=3)
+    assert stats["spearman_heads"] > 0.5
+    assert 0 <= stats["top3_overlap"] <= 1
+
+
+def test_result_save_load_dataframe(tmp_path, tiny_llama, pairs_llama):
+    res = path_patch(tiny_llama, pairs_llama, keep_per_pair=True)
+    path = res.save(tmp_path / "p.pt")
+    back = PatchingResult.load(path)
+    assert torch.equal(back.head_effects, res.head_effects) and torch.equal(back.per_pair_heads, res.per_pair_heads)
+    df = back.to_dataframe()
+    assert len(df) == 3 * 4 + 3 and set(df["kind"]) == {"head", "mlp"}
+    top = back.top_heads(3)
+    assert [e for *_, e in top] == sorted(e for *_, e in top)
+    assert top[0][2] == pytest.approx(float(res.head_effects.min()))
+
+
+def test_unequal_pairs_are_refused(tiny_llama, pairs_llama):
+    bad = pairs_llama.map(lambda r: {"cf_tokens": r["cf_tokens"] + [5]})
+    with pytest.raises(ValueError, match="token-aligned"):
+        path_patch(tiny_llama, bad)
+
+
+def test_bad_arguments(tiny_llama, pairs_llama):
+    with pytest.raises(ValueError, match="metric"):
+        path_patch(tiny_llama, pairs_llama, metric="accuracy")
+    with pytest.raises(ValueError, match="senders"):
+        path_patch(tiny_llama, pairs_llama, senders=("neurons",))
+
+
+def test_selection_rules_and_json_round_trip(tmp_path, tiny_llama, pairs_llama):
+    res = path_patch(tiny_llama, pairs_llama)
+    top = select_key_components(res, rule="topk", k=3)
+    assert len(top.heads) == 3 and list(top.heads) == [(l, h) for l, h, _ in res.top_heads(3)]
+    thr = select_key_components(res, rule="threshold", threshold=-0.05)
+    assert all(s < -0.05 for s in thr.head_scores)
+    z = select_key_components(res, rule="zscore", z=0.5)
+    flat = res.head_effects.flatten()
+    assert all(s < float(flat.mean() - 0.5 * flat.std()) for s in z.head_scores)
+    path = top.save(tmp_path / "key.json")
+    assert json.loads(path.read_text())["heads"] == [list(h) for h in top.heads]
+    back = KeyComponents.load(path)
+    assert back == top
+    back.check_model(tiny_llama.spec)
+
+
+def test_selection_from_another_model_is_refused(tiny_llama, tiny_gpt2, pairs_llama):
+    key = select_key_components(path_patch(tiny_llama, pairs_llama), rule="topk", k=2)
+    with pytest.raises(SelectionError, match="does not fit"):
+        key.check_model(tiny_gpt2.spec)
+
+
+def test_head_index_out_of_range_is_refused(tiny_llama):
+    with pytest.raises(SelectionError, match="out of range"):
+        KeyComponents(model=tiny_llama.spec.to_dict(), heads=((0, 9),))
+
+
+@pytest.mark.slow
+def test_exact_equals_reference_on_embedded(embedded, embedded_add_pairs):
+    sub = embedded_add_pairs.select(range(2))
+    fast = path_patch(embedded, sub, keep_per_pair=True)
+    ref = path_patch(embedded, sub, method="reference", keep_per_pair=True)
+    assert (fast.per_pair_heads - ref.per_pair_heads).abs().max() <= 1e-4
+    assert (fast.per_pair_mlps - ref.per_pair_mlps).abs().max() <= 1e-4
