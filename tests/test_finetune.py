@@ -214,9 +214,9 @@ def _tiny_from_config(model_type):
     from transformers import AutoConfig, AutoModelForCausalLM
 
     if model_type == "gpt2":
-        kw = dict(vocab_size=40, n_embd=32, n_layer=2, n_head=4, n_positions=64, bos_token_id=1, eos_token_id=2)
+        kw = dict(vocab_size=64, n_embd=32, n_layer=2, n_head=4, n_positions=64, bos_token_id=1, eos_token_id=2)
     else:
-        kw = dict(vocab_size=40, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
+        kw = dict(vocab_size=64, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
                   num_key_value_heads=2, max_position_embeddings=64, pad_token_id=0, bos_token_id=1, eos_token_id=2,
                   tie_word_embeddings=False, head_dim=8)
     torch.manual_seed(0)
@@ -423,7 +423,7 @@ def test_resume_from_checkpoint_reproduces_the_uninterrupted_run(tmp_path):
     full_run, _ = train_sft(load_hf_model("tiny-llama")[0], tok, data, tmp_path / "a", key=key, config=cfg)
     shutil.copytree(tmp_path / "a" / "checkpoint-2", tmp_path / "b" / "checkpoint-2")  # as if run b died after step 2
     resumed, result = train_sft(load_hf_model("tiny-llama")[0], tok, data, tmp_path / "b", key=key, config=cfg, resume_from_checkpoint=True)
-    assert result.global_step == 4 and result.resumed_from == "True"
+    assert result.global_step == 4 and result.resumed_from == str(tmp_path / "b" / "checkpoint-2")
     for (s, d_full), (_, d_res) in zip(full_run.named_deltas(), resumed.named_deltas()):
         torch.testing.assert_close(d_res, d_full, atol=1e-7, rtol=1e-6, msg=s.name)
 
@@ -436,6 +436,8 @@ def test_full_mode_trains_everything(tmp_path):
     assert not torch.equal(model.get_input_embeddings().weight, emb)
     with pytest.raises(ValueError, match="needs the key components"):
         train_sft(model, tok, _toy_sft_data(tok), tmp_path, config=_cfg())
+    with pytest.raises(FileNotFoundError, match="no checkpoint"):
+        train_sft(model, tok, _toy_sft_data(tok), tmp_path / "empty", config=_cfg(mode="full"), resume_from_checkpoint=True)
 
 
 # ----------------------------------------------------------------------------- data and values

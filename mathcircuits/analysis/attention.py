@@ -148,8 +148,11 @@ class AttentionByRole:
         n = self.shares.shape[0]
         if not (len(self.operations) == len(self.pair_ids) == len(self.template_ids) == n):
             raise ValueError(f"AttentionByRole has {n} pairs of shares but {len(self.operations)} operations / {len(self.pair_ids)} pair ids.")
-        if self.shares.shape[1] != len(self.heads):
-            raise ValueError(f"AttentionByRole has {len(self.heads)} heads but shares for {self.shares.shape[1]}.")
+        if self.shares.shape[1:] != (len(self.heads), len(self.roles)) or self.baselines.shape != (n, len(self.roles)):
+            raise ValueError(
+                f"AttentionByRole shapes disagree: shares {tuple(self.shares.shape)} and baselines {tuple(self.baselines.shape)} "
+                f"for {n} pairs, {len(self.heads)} heads and {len(self.roles)} roles."
+            )
 
     @property
     def labels(self) -> list[str]:

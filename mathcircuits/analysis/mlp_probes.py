@@ -132,6 +132,12 @@ class MLPProbeResult:
         above = (margin > min_margin).nonzero()
         return int(above[0]) if len(above) else None
 
+    def lens_top1_layer(self, operation: str | None = None, min_share: float = 0.5) -> int | None:
+        """First layer after which the logit lens ranks the answer top-1 for at least ``min_share`` of the pairs; None if none."""
+        share = (self.lens_rank[self.rows(operation)] == 0).float().mean(0)
+        above = (share >= min_share).nonzero()
+        return int(above[0]) if len(above) else None
+
     def layer_summary(self, operation: str | None = None):
         """One row per layer: means (and stds) over pairs of every probe, plus top-1 logit-lens accuracy."""
         import pandas as pd

@@ -27,6 +27,7 @@ from __future__ import annotations
 import inspect
 import logging
 import os
+import re
 from dataclasses import dataclass, field
 from typing import Any, Literal, Sequence
 
@@ -65,6 +66,9 @@ ALPACA_TEMPLATE = (
 MATH_INSTRUCTION = "Solve the problem step by step and end with 'The answer is <number>.'"
 CHOICE_TEMPLATE = "Question: {question}\nAnswer:"
 DEFAULT_STOP = ("\nQuestion:", "\n\nQ:", "### Instruction", "\n\n\n")
+# A finished "The answer is N." sentence (the period or newline must be followed by
+# whitespace, so "1." is not cut before "1.5").
+_ANSWER_DONE = re.compile(r"answer is:?\s*\$?-?\d[\d,]*(?:\.\d+)?(?:/\d+)?[^\S\n]*[.\n]\s", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -202,22 +206,28 @@ def _left_pad(seqs: Sequence[Sequence[int]], pad_id: int, device: torch.device) 
     return ids.to(device), mask.to(device)
 
 
-def _truncate(text: str, stop: Sequence[str]) -> str:
-    cut = min((i for i in (text.find(s) for s in stop) if i >= 0), default=len(text))
-    return text[:cut]
+def _truncate(text: str, stop: Sequence[str], stop_at_answer: bool) -> str:
+    cuts = [i for i in (text.find(s) for s in stop) if i >= 0]
+    if stop_at_answer and (m := _ANSWER_DONE.search(text)):
+        cuts.append(m.end())
+    return text[: min(cuts, default=len(text))]
 
 
-def _stop_criteria(tokenizer: Any, stop: Sequence[str], prompt_len: int):
+def _is_done(text: str, stop: Sequence[str], stop_at_answer: bool) -> bool:
+    return any(s in text for s in stop) or (stop_at_answer and _ANSWER_DONE.search(text) is not None)
+
+
+def _stop_criteria(tokenizer: Any, stop: Sequence[str], stop_at_answer: bool, prompt_len: int):
     from transformers import StoppingCriteria, StoppingCriteriaList
 
     class _StopStrings(StoppingCriteria):
-        """Mark a row done once its decoded continuation contains a stop string."""
+        """Mark a row done once its decoded continuation holds a stop string or a finished answer."""
 
-        def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor, **kwargs) -> torch.BoolTensor:
+        def __call__(self, input_ids, scores=None, **kwargs):  # HF passes scores=None here
             texts = tokenizer.batch_decode(input_ids[:, prompt_len:], skip_special_tokens=True)
-            return torch.tensor([any(s in t for s in stop) for t in texts], device=input_ids.device)
+            return torch.tensor([_is_done(t, stop, stop_at_answer) for t in texts], device=input_ids.device)
 
-    return StoppingCriteriaList([_StopStrings()]) if stop else None
+    return StoppingCriteriaList([_StopStrings()]) if (stop or stop_at_answer) else None
 
 
 def generate_greedy(
@@ -227,11 +237,13 @@ def generate_greedy(
     max_new_tokens: int = 256,
     batch_size: int = 8,
     stop: Sequence[str] = DEFAULT_STOP,
+    stop_at_answer: bool = False,
     add_special_tokens: bool = True,
     progress: bool = False,
     desc: str = "generate",
 ) -> list[str]:
-    """Greedy continuations of ``prompts`` (batched, left-padded), cut at the first stop string.
+    """Greedy continuations of ``prompts`` (batched, left-padded), cut at the first stop string
+    (and, with ``stop_at_answer``, after the first finished "The answer is N." sentence).
 
     Use ``add_special_tokens=False`` for prompts that already hold them (chat templates).
     """
@@ -268,11 +280,11 @@ def generate_greedy(
                 input_ids=ids,
                 attention_mask=mask,
                 generation_config=gen_cfg,
-                stopping_criteria=_stop_criteria(tokenizer, stop, ids.shape[1]),
+                stopping_criteria=_stop_criteria(tokenizer, stop, stop_at_answer, ids.shape[1]),
             )
             texts = tokenizer.batch_decode(out[:, ids.shape[1]:], skip_special_tokens=True)
             for i, t in zip(idx, texts):
-                outputs[i] = _truncate(t, stop).strip()
+                outputs[i] = _truncate(t, stop, stop_at_answer).strip()
     return outputs
 
 
@@ -286,10 +298,14 @@ def evaluate_math(
     max_new_tokens: int = 256,
     batch_size: int = 8,
     stop: Sequence[str] = DEFAULT_STOP,
+    stop_at_answer: bool = True,
     tol: float = 1e-3,
     progress: bool = True,
 ) -> BenchmarkScore:
     """Accuracy of greedy chain-of-thought answers on math items.
+
+    Generation ends at EOS, at a ``stop`` string, or (``stop_at_answer``) once the
+    model has written "The answer is N." — the form every exemplar ends with.
 
     Items whose question is one of the ``exemplars`` are left out (in the
     LLM-Adapters files every train record is also a test record).
@@ -306,11 +322,13 @@ def evaluate_math(
         raise ValueError("every item is also a few-shot exemplar; draw exemplars from another split.")
     prompts = [math_prompt(it.question, exemplars, style, tokenizer, instruction) for it in kept]
     gens = generate_greedy(model, tokenizer, prompts, max_new_tokens=max_new_tokens, batch_size=batch_size,
-                           stop=stop, add_special_tokens=style != "chat", progress=progress,
+                           stop=stop, stop_at_answer=stop_at_answer, add_special_tokens=style != "chat",
+                           progress=progress,
                            desc=f"{kept[0].benchmark} (math)")
     values = [extract_number(g) for g in gens]
     correct = [answers_match(v, it.answer, tol) for v, it in zip(values, kept)]
     settings = {"style": style, "n_shot": len(exemplars), "max_new_tokens": max_new_tokens, "tol": tol,
+                "stop_at_answer": stop_at_answer,
                 "n_left_out": len(items) - len(kept), "exemplar_uids": [ex.uid for ex in exemplars]}
     return BenchmarkScore(
         benchmark=kept[0].benchmark, kind="math", uids=tuple(it.uid for it in kept),

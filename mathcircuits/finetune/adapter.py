@@ -44,7 +44,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch import nn
+from jaxtyping import Float
+from torch import Tensor, nn
 
 from mathcircuits._io import atomic_path, read_json, write_json
 from mathcircuits.finetune.slices import ParamSlice, SliceError, SliceSet
@@ -148,7 +149,7 @@ class HeadSliceAdapter(nn.Module):
         except KeyError:
             raise KeyError(f"{name!r} is not tuned by this adapter; tuned: {[s.name for s in self.slices.slices]}") from None
 
-    def base_values(self, name: str) -> torch.Tensor:
+    def base_values(self, name: str) -> Float[Tensor, "..."]:
         """The frozen base values of the slice of ``name`` (the shape of its delta)."""
         s = self.slices.by_name()[name]
         p = self.base_model.get_parameter(name)

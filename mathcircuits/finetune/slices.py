@@ -55,6 +55,8 @@ from pathlib import Path
 from typing import Any, Iterable, Literal
 
 import torch
+from jaxtyping import Bool, Int
+from torch import Tensor
 
 from mathcircuits._io import read_json, write_json
 from mathcircuits.patching.selection import KeyComponents, SelectionError
@@ -223,13 +225,13 @@ class ParamSlice:
             n *= s
         return n
 
-    def indices(self) -> torch.Tensor:
+    def indices(self) -> Int[Tensor, " n_indices"]:
         """The tuned indices along ``axis`` as a LongTensor (empty for a whole parameter)."""
         if not self.ranges:
             return torch.zeros(0, dtype=torch.long)
         return torch.cat([torch.arange(a, b, dtype=torch.long) for a, b in self.ranges])
 
-    def mask(self) -> torch.Tensor:
+    def mask(self) -> Bool[Tensor, "..."]:
         """Boolean mask of the parameter's shape, True on tuned entries."""
         m = torch.zeros(self.shape, dtype=torch.bool)
         if self.axis is None:
@@ -326,7 +328,7 @@ class SliceSet:
     def to_dataframe(self):
         import pandas as pd
 
-        rows = [{"name": s.name, "layer": s.layer, "roles": ",".join(s.roles), "axis": s.axis,
+        rows = [{"name": s.name, "layer": s.layer, "roles": ",".join(s.roles), "axis": "all" if s.whole else s.axis,
                  "ranges": s.ranges, "n_params": s.n_params} for s in self.slices]
         return pd.DataFrame(rows, columns=["name", "layer", "roles", "axis", "ranges", "n_params"])
 
@@ -380,7 +382,7 @@ def _kv_groups(heads: list[tuple[int, int]], facts: dict[str, Any], kv_policy: s
 def head_slices(
     model: torch.nn.Module,
     key: KeyComponents | Iterable[tuple[int, int]],
-    kv_policy: KVPolicy = "group",
+    kv_policy: str = "group",  # one of KV_POLICIES
     include_mlps: bool = True,
     mlps: Iterable[int] = (),
     model_name: str | None = None,

@@ -298,6 +298,13 @@ def train_sft(
         if column not in train_dataset.column_names:
             raise ValueError(f"train_dataset lacks {column!r} (has {train_dataset.column_names}). Fix: build it with build_sft_dataset().")
 
+    if resume_from_checkpoint is True:
+        from transformers.trainer_utils import get_last_checkpoint
+
+        last = get_last_checkpoint(str(output_dir)) if output_dir.is_dir() else None
+        if last is None:
+            raise FileNotFoundError(f"resume_from_checkpoint=True but {output_dir} holds no checkpoint-N folder. Fix: pass a checkpoint path, or None to start afresh.")
+        resume_from_checkpoint = last
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
     args = TrainingArguments(
         output_dir=str(output_dir),
@@ -322,6 +329,7 @@ def train_sft(
         disable_tqdm=not config.progress_bar,
         remove_unused_columns=False,
         dataloader_num_workers=config.dataloader_num_workers,
+        dataloader_pin_memory=torch.cuda.is_available(),
     )
     trainer_cls, jsonl_log = _trainer_classes()
     output_dir.mkdir(parents=True, exist_ok=True)

@@ -58,13 +58,12 @@ def attention_role_distributions(result: Any, *, kind: str = "box", classes: tup
                 fig.add_trace(trace(**common, boxpoints="outliers"), row=1, col=col)
             else:
                 fig.add_trace(trace(**common, points=False, scalemode="width", spanmode="hard", box_visible=True, meanline_visible=True), row=1, col=col)
-            if pairs:
-                base = result.baselines[pairs].mean(0).tolist()
-                fig.add_trace(go.Scatter(
-                    x=roles, y=base, mode="markers", name="uniform baseline", legendgroup="baseline", showlegend=col == 1 and j == 0,
-                    marker=dict(symbol="line-ew-open", size=26, color="black", line=dict(width=2)),
-                    hovertemplate=f"{op} · %{{x}}<br>uniform-attention share %{{y:.3f}}<extra></extra>",
-                ), row=1, col=col)
+        base = result.baselines.mean(0).tolist()
+        fig.add_trace(go.Scatter(
+            x=roles, y=base, mode="markers", name="uniform attention (token-count baseline)", legendgroup="baseline", showlegend=col == 1,
+            marker=dict(symbol="line-ew-open", size=30, color="black", line=dict(width=2)),
+            hovertemplate="%{x}<br>uniform-attention share %{y:.3f} (mean over all pairs)<extra></extra>",
+        ), row=1, col=col)
         fig.update_xaxes(title_text="token role", row=1, col=col)
     fig.update_yaxes(title_text="attention from the last position", range=[0, 1.02], row=1, col=1)
     fig.update_layout(

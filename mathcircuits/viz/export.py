@@ -116,7 +116,10 @@ def save_figures(
         if tmp_static:
             import plotly.io as pio
 
-            pio.write_images([f for f, _, _ in tmp_static], [str(t) for _, t, _ in tmp_static], format=[fmt for _, _, fmt in tmp_static], scale=scale)
+            figs = [f for f, _, _ in tmp_static]
+            # write_images (unlike write_image) ignores the layout's size, so pass it explicitly
+            pio.write_images(figs, [str(t) for _, t, _ in tmp_static], format=[fmt for _, _, fmt in tmp_static], scale=scale,
+                             width=[f.layout.width for f in figs], height=[f.layout.height for f in figs])
     return written
 
 

