@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import random
 
 import pytest
 import torch
@@ -24,27 +23,17 @@ from mathcircuits.analysis import (
 )
 
 
-@pytest.fixture(autouse=True)
-def _seed_and_threads():
-    torch.manual_seed(0)
-    random.seed(0)
-    torch.set_num_threads(1)
+@pytest.fixture(scope="module")
+def tiny(tiny_llama):
+    return tiny_llama
 
 
 @pytest.fixture(scope="module")
-def tiny():
-    from mathcircuits.models import load_model
-
-    torch.set_num_threads(1)
-    return load_model("tiny-llama")
-
-
-@pytest.fixture(scope="module")
-def pairs(tiny):
-    from mathcircuits.data import GenerationConfig, generate_pairs, load_templates
+def pairs(tiny, template_sets):
+    from mathcircuits.data import GenerationConfig, generate_pairs
 
     cfg = GenerationConfig(operations=("add", "sub"), template_ids=("add_eq_1", "add_qa_1", "sub_eq_1"), n_per_template=2)
-    return generate_pairs(tiny.tokenizer, load_templates(), cfg)
+    return generate_pairs(tiny.tokenizer, template_sets, cfg)
 
 
 # ---------------------------------------------------------------- roles on handmade examples
@@ -239,6 +228,27 @@ def test_mlp_probes_tables_round_trip_and_errors(tiny, pairs, tmp_path):
         mlp_probes(tiny, pairs, case_row=999)
 
 
+def test_mlp_probes_and_roles_on_gpt2_layernorm(tiny_gpt2, template_sets):
+    """GPT-2 (LayerNorm, learned positions, answers carry their space): the lens after the last layer is the output."""
+    from mathcircuits.data import GenerationConfig, generate_pairs
+
+    ds = generate_pairs(tiny_gpt2.tokenizer, template_sets, GenerationConfig(operations=("add",), template_ids=("add_eq_1",), n_per_template=3))
+    res = mlp_probes(tiny_gpt2, ds, case_row="+ 5 = " if any(p.endswith("+ 5 = ") for p in ds["prompt"]) else 0)
+    logits = torch.cat([tiny_gpt2(torch.tensor([t]))[:, -1] for t in ds["tokens"]])
+    ans = torch.tensor(ds["answer_token"])
+    assert torch.equal(res.lens_rank[:, -1], (logits > logits.gather(1, ans[:, None])).sum(1).float())
+    att = attention_by_role(tiny_gpt2, ds, [(0, 1), (1, 3)])
+    assert torch.allclose(att.shares.sum(-1), torch.ones(len(ds), 2), atol=1e-5)
+
+
+def test_mlp_probes_case_by_prompt_end(tiny, pairs):
+    end = pairs[4]["prompt"][-8:]
+    row = next(i for i, p in enumerate(pairs["prompt"]) if p.endswith(end))
+    assert mlp_probes(tiny, pairs, case_row=end).case_row == row
+    with pytest.raises(ValueError, match="no prompt ends with"):
+        mlp_probes(tiny, pairs, case_row="9 ^ 9 = ")
+
+
 def test_number_tokens_take_the_first_token(tiny):
     toks = number_tokens(tiny.tokenizer, [7, 12], "3 + 4 = ")
     assert toks == tiny.tokenizer.convert_tokens_to_ids(["7", "1"])
@@ -248,14 +258,10 @@ def test_number_tokens_take_the_first_token(tiny):
 
 
 @pytest.mark.slow
-def test_embedded_operand_and_operator_heads():
-    """On SmolLM2, L14.H2 reads the operands and L13.H6 the operator (addition, equation templates)."""
-    from mathcircuits.data import GenerationConfig, filter_correct, generate_pairs, load_templates, score_pairs
-    from mathcircuits.models import load_model
-
-    model = load_model("embedded")
-    cfg = GenerationConfig(operations=("add",), template_ids=("add_eq_1", "add_eq_2"), n_per_template=8)
-    ok = filter_correct(score_pairs(model, generate_pairs(model.tokenizer, load_templates(), cfg)))
+def test_embedded_operand_and_operator_heads(embedded, embedded_add_pairs):
+    """On SmolLM2, L14.H2 reads the operands and L13.H6 the operator (addition, equation template)."""
+    model = embedded
+    ok = embedded_add_pairs.shuffle(seed=0).select(range(min(24, len(embedded_add_pairs))))
     assert len(ok) >= 8
     res = attention_by_role(model, ok, [(14, 2), (13, 6), (14, 1)])
     assert res.classify() == ("operand", "operator", "neither")

@@ -424,6 +424,8 @@ def test_resume_from_checkpoint_reproduces_the_uninterrupted_run(tmp_path):
     shutil.copytree(tmp_path / "a" / "checkpoint-2", tmp_path / "b" / "checkpoint-2")  # as if run b died after step 2
     resumed, result = train_sft(load_hf_model("tiny-llama")[0], tok, data, tmp_path / "b", key=key, config=cfg, resume_from_checkpoint=True)
     assert result.global_step == 4 and result.resumed_from == str(tmp_path / "b" / "checkpoint-2")
+    new_logs = [json.loads(line) for line in (tmp_path / "b" / "log.jsonl").read_text().splitlines()]
+    assert sorted({e["step"] for e in new_logs if "loss" in e}) == [3, 4]  # only the missing steps ran
     for (s, d_full), (_, d_res) in zip(full_run.named_deltas(), resumed.named_deltas()):
         torch.testing.assert_close(d_res, d_full, atol=1e-7, rtol=1e-6, msg=s.name)
 

@@ -38,12 +38,6 @@ SPEC = {"name": "toy", "source": "toy", "architecture": "Toy", "n_layers": 4, "n
 needs_chromium = pytest.mark.skipif(find_chromium() is None, reason="no Chromium-based browser (apt-get install -y chromium, or set BROWSER_PATH)")
 
 
-@pytest.fixture(autouse=True)
-def _seed_and_threads():
-    torch.manual_seed(0)
-    torch.set_num_threads(1)
-
-
 @dataclass(frozen=True)
 class Knockout:
     """Stand-in with the fields of the ablation stage's KnockoutResult."""
@@ -153,7 +147,7 @@ def test_knockout_curves_ranked_random_band_and_baseline():
     d = knockout_curves(kos).to_dict()
     by_name = {t["name"]: t for t in d["data"]}
     assert list(by_name["add: effect rank"]["y"]) == pytest.approx(kos[0].ranked_accuracy)
-    mean, std = kos[0].random_accuracy.mean(0), kos[0].random_accuracy.std(0, unbiased=False)
+    mean, std = kos[0].random_accuracy.mean(0), kos[0].random_accuracy.std(0)
     assert list(by_name["add: random rank (mean)"]["y"]) == pytest.approx(mean.tolist())
     band = by_name["add: random ± std (3 seeds)"]
     assert list(band["y"][:4]) == pytest.approx((mean + std).clamp(max=1).tolist())
@@ -161,6 +155,19 @@ def test_knockout_curves_ranked_random_band_and_baseline():
     assert d["layout"]["xaxis"]["title"]["text"].startswith("number of heads") and d["layout"]["yaxis"]["title"]["text"] == "accuracy"
     assert {s["y0"] for s in d["layout"]["shapes"]} == {0.9, 0.8}
     assert len(knockout_curves(kos[0]).data) == 3  # a single result works too
+
+
+def test_knockout_curves_take_the_ablation_stage_result():
+    knockout = pytest.importorskip("mathcircuits.ablation.knockout")
+    stand_in = knockouts()[0]
+    real = knockout.KnockoutResult(ks=stand_in.ks, ranked_accuracy=stand_in.ranked_accuracy, random_accuracy=stand_in.random_accuracy,
+                                   baseline_accuracy=stand_in.baseline_accuracy, operation="add")
+    ours = {t.name: t.y for t in knockout_curves(stand_in).data}
+    theirs = {t.name: t.y for t in knockout_curves(real).data}
+    assert ours.keys() == theirs.keys() and all(list(ours[k]) == list(theirs[k]) for k in ours)
+    std = real.to_dataframe()["random_std"].tolist()  # the figure's band uses the same std as the result's table
+    band = theirs["add: random ± std (3 seeds)"]
+    assert list(band[:4]) == pytest.approx([min(1.0, m + s) for m, s in zip(real.random_accuracy.mean(0).tolist(), std)])
 
 
 # ---------------------------------------------------------------- attention by role

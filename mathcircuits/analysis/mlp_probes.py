@@ -72,6 +72,10 @@ from mathcircuits.data.generate import answer_spacing
 __all__ = ["SPACES", "MLPProbeResult", "mlp_probes", "number_tokens"]
 
 SPACES = ("lens", "raw")
+_PROBES = (  # the per-pair, per-layer fields; lens_prob last
+    "input_sim_a", "input_sim_b", "input_sim_answer", "input_sim_others", "update_sim_answer", "update_sim_others",
+    "update_direct_answer", "update_direct_margin", "lens_rank", "lens_prob",
+)
 
 
 @dataclass(frozen=True)
@@ -127,7 +131,10 @@ class MLPProbeResult:
         return torch.tensor(idx)
 
     def first_raising_layer(self, operation: str | None = None, min_margin: float = 0.25) -> int | None:
-        """First layer whose MLP update, on average over pairs, raises the answer above the other numbers (mean ``update_direct_margin`` > ``min_margin``); None if none does."""
+        """First layer whose MLP update, on average over pairs, raises the answer above the other numbers.
+
+        That is, mean ``update_direct_margin`` > ``min_margin`` (logits); None if no layer does.
+        """
         margin = self.update_direct_margin[self.rows(operation)].mean(0)
         above = (margin > min_margin).nonzero()
         return int(above[0]) if len(above) else None
@@ -144,7 +151,7 @@ class MLPProbeResult:
 
         idx = self.rows(operation)
         out: dict[str, Any] = {"layer": list(range(self.n_layers))}
-        for name in ("input_sim_a", "input_sim_b", "input_sim_answer", "input_sim_others", "update_sim_answer", "update_sim_others", "update_direct_answer", "update_direct_margin", "lens_rank"):
+        for name in _PROBES[:-1]:
             vals = getattr(self, name)[idx]
             out[name] = vals.mean(0).tolist()
             out[f"{name}_std"] = vals.std(0, unbiased=False).tolist()
@@ -165,7 +172,7 @@ class MLPProbeResult:
             "answer": [self.answers[i] for i in p],
             "layer": list(range(n_layers)) * n_pairs,
         }
-        for name in ("input_sim_a", "input_sim_b", "input_sim_answer", "input_sim_others", "update_sim_answer", "update_sim_others", "update_direct_answer", "update_direct_margin", "lens_rank", "lens_prob"):
+        for name in _PROBES:
             data[name] = getattr(self, name).flatten().tolist()
         return pd.DataFrame(data)
 
@@ -225,7 +232,7 @@ def mlp_probes(
     model: Any,
     dataset: Any,
     space: str = "lens",
-    case_row: int = 0,
+    case_row: int | str = 0,
     max_number: int | None = None,
     top_k: int = 5,
     batch_size: int = 16,
@@ -234,12 +241,19 @@ def mlp_probes(
 
     ``dataset`` has the columns of :func:`mathcircuits.data.generate_pairs`
     (usually the correct pairs). ``max_number`` bounds the candidate numbers
-    0..max_number (default: the largest operand or integer answer).
+    0..max_number (default: the largest operand or integer answer, at least 9).
+    ``case_row`` picks the prompt traced layer by layer: a row index, or a
+    string that the prompt ends with (e.g. ``"4 + 3 = "``; the first match).
     """
     if space not in SPACES:
         raise ValueError(f"space {space!r} is unknown. Fix: use one of {SPACES}.")
     cols = columns(dataset, ("tokens", "prompt", "answer", "answer_token", "a", "b", "operation", "pair_id"))
     n = len(cols["tokens"])
+    if isinstance(case_row, str):
+        matches = [i for i, p in enumerate(cols["prompt"]) if p.endswith(case_row) or p.rstrip().endswith(case_row.rstrip())]
+        if not matches:
+            raise ValueError(f"no prompt ends with {case_row!r}. Fix: pass a row index, or the end of a prompt in the dataset (e.g. {cols['prompt'][0][-12:]!r}).")
+        case_row = matches[0]
     if not 0 <= case_row < n:
         raise IndexError(f"case_row {case_row} is out of range for a dataset of {n} pairs. Fix: choose 0..{n - 1}.")
     bridge, tok = model.bridge, model.tokenizer
@@ -270,7 +284,7 @@ def mlp_probes(
     def phi(v: Tensor) -> Tensor:
         return bridge.ln_final(v) - zero_img
 
-    out = {k: torch.zeros(n, n_layers) for k in ("input_sim_a", "input_sim_b", "input_sim_answer", "input_sim_others", "update_sim_answer", "update_sim_others", "update_direct_answer", "update_direct_margin", "lens_rank", "lens_prob")}
+    out = {k: torch.zeros(n, n_layers) for k in _PROBES}
     case: dict[str, Any] = {}
     kinds = ["hook_resid_mid", "hook_mlp_out", "hook_resid_post"] + (["ln2.hook_out"] if space == "raw" else [])
     for idx, toks in iter_batches(cols["tokens"], batch_size, model.device):

@@ -175,7 +175,7 @@ def _transfer_sets(ctx: Context, correct: Any) -> dict[str, Any]:
         for name in v.word_problem_sets:
             f = root / name / "test.json"
             if f.exists():
-                sets[f"{name} word problems"] = word_problem_dataset(model.tokenizer, f, limit=v.word_problem_limit, fewshot=3)
+                sets[f"{name} word problems"] = word_problem_dataset(model.tokenizer, f, limit=v.word_problem_limit, fewshot=1)
     else:
         log.warning("no benchmark folder found: word-problem transfer skipped (set MATHCIRCUITS_BENCHMARKS)")
     return sets

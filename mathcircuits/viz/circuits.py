@@ -24,10 +24,7 @@ from typing import Any, Sequence
 
 from mathcircuits._io import atomic_path
 
-__all__ = ["CIRCUITSVIS_CDN", "OfflineHTML", "attention_heads_view", "circuitsvis_bundle", "split_bundle"]
-
-CIRCUITSVIS_CDN = "unpkg.com/circuitsvis"
-
+__all__ = ["OfflineHTML", "attention_heads_view", "circuitsvis_bundle", "split_bundle"]
 
 def circuitsvis_bundle() -> str:
     """The CircuitsVis JavaScript bundle exactly as ``render_local`` inlines it."""

@@ -42,7 +42,7 @@ def knockout_curves(results: Any | Sequence[Any], *, title: str | None = None) -
         if len(ranked) != len(ks):
             raise ValueError(f"knockout result for {res.operation!r} has {len(ks)} ks but {len(ranked)} ranked accuracies. Fix: rebuild it.")
         mean = rnd.mean(0)
-        std = rnd.std(0, unbiased=False) if rnd.shape[0] > 1 else torch.zeros_like(mean)
+        std = rnd.std(0) if rnd.shape[0] > 1 else torch.zeros_like(mean)  # sample std over seeds, as KnockoutResult.to_dataframe
         upper, lower = (mean + std).clamp(max=1.0).tolist(), (mean - std).clamp(min=0.0).tolist()
         op = res.operation
         max_k = max(max_k, max(ks))

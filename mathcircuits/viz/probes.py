@@ -89,7 +89,9 @@ def probe_case_trajectory(result: Any, *, title: str | None = None) -> go.Figure
     zmax = float(scores.abs().flatten().quantile(0.9)) or float(scores.abs().max()) or 1.0
     z = scores.T.tolist()  # [rank, layer]
     text = [[labels[l][r] for l in layers] for r in range(k)]
-    hover = [[f"layer {l}: #{r + 1} promoted number {labels[l][r]!r}<br>direct effect {scores[l, r]:.3f} logits<br>top vocabulary tokens: {' | '.join(repr(t) for t in result.case_top_tokens[l][:3])}" for l in layers] for r in range(k)]
+    vocab = [" | ".join(repr(t) for t in result.case_top_tokens[l][:3]) for l in layers]
+    hover = [[f"layer {l}: #{r + 1} promoted number {labels[l][r]!r}<br>direct effect {scores[l, r]:.3f} logits<br>top vocabulary tokens: {vocab[l]}"
+              for l in layers] for r in range(k)]
     fig = make_subplots(rows=2, cols=1, shared_xaxes=True, row_heights=[0.62, 0.38], vertical_spacing=0.08,
                         subplot_titles=("numbers each MLP update promotes most (direct effect on the final logits)", "logit-lens rank of the answer after each layer"))
     fig.add_trace(go.Heatmap(z=z, x=layers, y=[f"#{r + 1}" for r in range(k)], text=text, texttemplate="%{text}", customdata=hover,

@@ -157,7 +157,10 @@ def report_html(
         for ko in items:
             rnd = ko.random_accuracy
             for j, k in enumerate(ko.ks):
-                rows.append({"operation": ko.operation, "k": int(k), "effect rank": float(ko.ranked_accuracy[j]), "random mean": float(rnd[:, j].mean()), "random std": float(rnd[:, j].std(unbiased=False))})
+                rows.append({
+                    "operation": ko.operation, "k": int(k), "effect rank": float(ko.ranked_accuracy[j]),
+                    "random mean": float(rnd[:, j].mean()), "random std": float(rnd[:, j].std()) if rnd.shape[0] > 1 else 0.0,
+                })
         page.add("<details><summary>Knockout accuracies</summary>" + _table(pd.DataFrame(rows)) + "</details>")
     # 5. attention by role
     if attention is not None:
@@ -179,7 +182,8 @@ def report_html(
                   f"{'none' if first is None else f'L{first}'}.")
         page.figure(probe_similarity_curves(probes))
         page.figure(probe_case_trajectory(probes))
-        page.add("<details><summary>Per-layer means</summary>" + _table(probes.layer_summary()[[c for c in probes.layer_summary().columns if not c.endswith("_std")]]) + "</details>")
+        means = probes.layer_summary()
+        page.add("<details><summary>Per-layer means</summary>" + _table(means[[c for c in means.columns if not c.endswith("_std")]]) + "</details>")
         page.add("<details><summary>Chosen prompt, per layer</summary>" + _table(probes.case_dataframe()) + "</details>")
     # 7. CircuitsVis views
     if patterns is not None:

@@ -1,0 +1,66 @@
+import json
+import subprocess
+import sys
+
+import pytest
+
+from mathcircuits.pipeline import ConfigError, RunConfig, run_pipeline, stage_status
+
+TINY = {
+    "model": {"source": "tiny-llama"},
+    "data": {"operations": ["add"], "template_ids": ["add_eq_1", "add_eq_2"], "n_per_template": 3, "keep_only_correct": False},
+    "patching": {"min_pairs": 1, "max_pairs": 6},
+    "selection": {"rule": "topk", "k": 2},
+    "validation": {"knockout_max_k": 1, "n_random": 1, "max_pairs": 4, "transfer_templates": False, "transfer_multi_digit": False, "word_problem_sets": []},
+    "analysis": {"max_pairs": 4, "static_formats": []},
+    "finetune": {"enabled": False},
+    "evaluation": {"enabled": False},
+}
+
+
+def test_config_round_trip_and_errors(tmp_path):
+    cfg = RunConfig.from_dict(TINY)
+    back = RunConfig.load(cfg.save(tmp_path / "c.yaml"))
+    assert back == cfg and back.data.template_ids == ("add_eq_1", "add_eq_2")
+    (tmp_path / "c.toml").write_text('[model]\nsource = "tiny-gpt2"\n')
+    assert RunConfig.load(tmp_path / "c.toml").model.source == "tiny-gpt2"
+    with pytest.raises(ConfigError, match="unknown keys"):
+        RunConfig.from_dict({"data": {"n_pairs": 3}})
+    with pytest.raises(ConfigError, match="unknown config sections"):
+        RunConfig.from_dict({"dataa": {}})
+    with pytest.raises(ConfigError, match="must be a number"):
+        RunConfig.from_dict({"patching": {"max_pairs": "many"}})
+
+
+def test_pipeline_runs_skips_and_resumes(tmp_path):
+    cfg = RunConfig.from_dict(TINY)
+    out = tmp_path / "run"
+    run_pipeline(cfg, out, only=["data", "identify"], progress=False)
+    assert (out / "identify" / "key_components.json").exists()
+    status = stage_status(out, cfg)
+    assert status["data"] == status["identify"] == "done" and status["validate"] == "todo"
+    marker = (out / "identify" / ".done.json").stat().st_mtime_ns
+    lines = []
+    run_pipeline(cfg, out, only=["data", "identify", "validate"], progress=False, echo=lines.append)
+    assert "[data] up to date, skipped" in lines and "[identify] up to date, skipped" in lines
+    assert (out / "identify" / ".done.json").stat().st_mtime_ns == marker
+    assert (out / "validate" / "knockout_add.csv").exists()
+    # a changed section makes that stage and those after it stale
+    changed = RunConfig.from_dict({**TINY, "selection": {"rule": "topk", "k": 3}})
+    st = stage_status(out, changed)
+    assert st["data"] == "done" and st["identify"] == "stale"
+    assert json.loads((out / "versions.json").read_text())["torch"]
+
+
+def test_stage_needs_upstream(tmp_path):
+    with pytest.raises(RuntimeError, match="needs stage 'data' first"):
+        run_pipeline(RunConfig.from_dict(TINY), tmp_path / "r", only=["identify"], progress=False)
+
+
+def test_cli_help_and_config():
+    out = subprocess.run([sys.executable, "-m", "mathcircuits.cli", "--help"], capture_output=True, text=True, check=True).stdout
+    assert "identify" in out and "validate" in out
+    cfg = subprocess.run([sys.executable, "-m", "mathcircuits.cli", "config", "--show"], capture_output=True, text=True, check=True).stdout
+    assert "source: embedded" in cfg and "rule: zscore" in cfg
+    bad = subprocess.run([sys.executable, "-m", "mathcircuits.cli", "run", "--config", "/no/such.yaml"], capture_output=True, text=True)
+    assert bad.returncode == 2 and "does not exist" in bad.stderr
