@@ -233,7 +233,7 @@ def test_mlp_probes_and_roles_on_gpt2_layernorm(tiny_gpt2, template_sets):
     from mathcircuits.data import GenerationConfig, generate_pairs
 
     ds = generate_pairs(tiny_gpt2.tokenizer, template_sets, GenerationConfig(operations=("add",), template_ids=("add_eq_1",), n_per_template=3))
-    res = mlp_probes(tiny_gpt2, ds, case_row="+ 5 = " if any(p.endswith("+ 5 = ") for p in ds["prompt"]) else 0)
+    res = mlp_probes(tiny_gpt2, ds)
     logits = torch.cat([tiny_gpt2(torch.tensor([t]))[:, -1] for t in ds["tokens"]])
     ans = torch.tensor(ds["answer_token"])
     assert torch.equal(res.lens_rank[:, -1], (logits > logits.gather(1, ans[:, None])).sum(1).float())

@@ -55,6 +55,12 @@ def hf_gpt2():
     return load_hf_model("tiny-gpt2")
 
 
+@pytest.fixture(scope="module", params=["tiny-llama", "tiny-gpt2"])
+def hf_tiny(request):
+    """Each tiny architecture in turn (Llama: RoPE + GQA; GPT-2: learned positions)."""
+    return request.getfixturevalue("hf_llama" if request.param == "tiny-llama" else "hf_gpt2")
+
+
 # ------------------------------------------------------------------------------------ extraction
 
 
@@ -268,9 +274,8 @@ def test_math_prompt_styles(toy_root):
         math_prompt("Q?", style="chat", tokenizer=None)
 
 
-@pytest.mark.parametrize("which", ["hf_llama", "hf_gpt2"])
-def test_batched_generation_equals_one_by_one(which, request):
-    model, tok = request.getfixturevalue(which)
+def test_batched_generation_equals_one_by_one(hf_tiny):
+    model, tok = hf_tiny
     prompts = ["Question: 12 + 3\nAnswer:", "Q: 1\nA:", "How many apples are left, Tom?"]
     batched = generate_greedy(model, tok, prompts, max_new_tokens=6, batch_size=3, stop=())
     single = [generate_greedy(model, tok, [p], max_new_tokens=6, batch_size=1, stop=())[0] for p in prompts]
@@ -285,20 +290,21 @@ def test_generation_context_overflow_is_explained(hf_gpt2):
 
 def test_evaluate_math_scores_against_gold(hf_llama):
     model, tok = hf_llama
-    questions = ["Tom has 3 apples.", "How many 7s?", "Add 1 and 2."]
-    gens = generate_greedy(model, tok, [math_prompt(q) for q in questions], max_new_tokens=8, stop_at_answer=True)
+    questions = ["Tom has 3 apples.", "Count: 1, 2, 3,", "x = 5"]
+    gens = generate_greedy(model, tok, [math_prompt(q) for q in questions], max_new_tokens=12, stop_at_answer=True)
     nums = [extract_number(g) for g in gens]
-    assert all(v is not None for v in nums)  # random models still emit digits among 8 characters
-    # gold = what the model says for two items, something else for the third: accuracy must be 2/3
-    items = [BenchmarkItem("toy", q, str(v + (1000 if i == 2 else 0))) for i, (q, v) in enumerate(zip(questions, nums))]
-    score = evaluate_math(model, tok, items, max_new_tokens=8, batch_size=2, progress=False)
+    assert nums[0] is None and None not in nums[1:]  # what this seeded random model happens to write
+    # gold = what the model says (items 1, 2), something else (item 3), and no number said (item 0)
+    golds = ["3", str(nums[1]), str(nums[2]), str(nums[2] + 1000)]
+    items = [BenchmarkItem("toy", q, g) for q, g in zip(questions + questions[2:], golds)]
+    score = evaluate_math(model, tok, items, max_new_tokens=12, batch_size=3, progress=False)
     assert 0.0 <= score.accuracy <= 1.0
-    assert score.correct == (True, True, False) and score.accuracy == pytest.approx(2 / 3)
-    assert score.predictions == tuple(gens) and score.n == 3
+    assert score.correct == (False, True, True, False) and score.accuracy == 0.5
+    assert score.predictions == tuple(gens + gens[2:]) and score.extracted[0] is None
     # a few-shot exemplar that is also an evaluated item is left out
-    shot = BenchmarkItem("toy", questions[0], items[0].answer, rationale=f"The answer is {items[0].answer}.")
+    shot = BenchmarkItem("toy", questions[1], golds[1], rationale=f"The answer is {golds[1]}.")
     score2 = evaluate_math(model, tok, items, exemplars=[shot], max_new_tokens=4, progress=False)
-    assert score2.n == 2 and score2.settings["n_left_out"] == 1 and score2.settings["n_shot"] == 1
+    assert score2.n == 3 and score2.settings["n_left_out"] == 1 and score2.settings["n_shot"] == 1
 
 
 def _direct_logprob(model, tok, context, continuation):
@@ -309,9 +315,8 @@ def _direct_logprob(model, tok, context, continuation):
     return sum(logp[p - 1, whole[p]].item() for p in range(len(ctx), len(whole)))
 
 
-@pytest.mark.parametrize("which", ["hf_llama", "hf_gpt2"])
-def test_continuation_logprobs_equal_direct_computation(which, request):
-    model, tok = request.getfixturevalue(which)
+def test_continuation_logprobs_equal_direct_computation(hf_tiny):
+    model, tok = hf_tiny
     contexts = ["Question: 2 + 2\nAnswer:", "Q: colour of sky?\nA:", "Question: 2 + 2\nAnswer:"]
     conts = [" 4", " blue, mostly", " five or six"]
     sums, counts = continuation_logprobs(model, tok, contexts, conts, batch_size=3)
@@ -399,3 +404,17 @@ def test_compare_table_deltas():
         compare_table(results, "full SFT")
     with pytest.raises(KeyError, match="not results"):
         compare_table(results, "base", extra_columns={"params": {"full SFT": 1}})
+
+
+@pytest.mark.slow
+@needs_real
+def test_embedded_choice_scores_equal_direct_computation():
+    """Left padding, position ids and logits_to_keep on a real BPE tokenizer and model (SmolLM2)."""
+    from mathcircuits.models import load_hf_model
+
+    model, tok = load_hf_model("embedded")
+    items = load_benchmark("ARC-Easy", path=REAL_ROOT, limit=2, seed=0)
+    score = evaluate_choice(model, tok, items, batch_size=8, progress=False)
+    for it, got in zip(items, score.option_scores):
+        ctx = f"Question: {it.question}\nAnswer:"
+        assert got == pytest.approx([_direct_logprob(model, tok, ctx, " " + o) for o in it.choices], abs=2e-3)

@@ -45,6 +45,10 @@ def test_pipeline_runs_skips_and_resumes(tmp_path):
     assert "[data] up to date, skipped" in lines and "[identify] up to date, skipped" in lines
     assert (out / "identify" / ".done.json").stat().st_mtime_ns == marker
     assert (out / "validate" / "knockout_add.csv").exists()
+    run_pipeline(cfg, out, only=["analyze", "report"], progress=False)
+    html = (out / "report" / "report.html").read_text()
+    assert "plotly" in html.lower() and "unpkg.com" not in html
+    assert (out / "report" / "figures" / "patching_overall.html").exists()
     # a changed section makes that stage and those after it stale
     changed = RunConfig.from_dict({**TINY, "selection": {"rule": "topk", "k": 3}})
     st = stage_status(out, changed)
