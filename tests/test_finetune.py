@@ -467,3 +467,23 @@ def test_slice_set_and_config_round_trip(tmp_path):
     assert SFTConfig.from_dict(SFTConfig(mode="full").to_dict()) == SFTConfig(mode="full")
     with pytest.raises(ValueError, match="multiple"):
         SFTConfig(batch_size=12, micro_batch_size=8)
+
+
+@pytest.mark.slow
+def test_embedded_smollm2_key_heads_map_and_merge():
+    try:
+        model, tok = load_hf_model("embedded")
+    except (FileNotFoundError, OSError) as err:
+        pytest.skip(f"embedded model not available: {err}")
+    ss = head_slices(model, [(14, 2), (14, 1), (18, 5)], mlps=[14])  # 9 heads, 3 KV heads of d_head 64
+    by = ss.by_name()
+    assert by["model.layers.14.self_attn.q_proj.weight"].ranges == ((64, 192),)
+    assert by["model.layers.14.self_attn.k_proj.weight"].ranges == ((0, 64),)  # heads 1, 2 are in group 0
+    assert by["model.layers.18.self_attn.v_proj.weight"].ranges == ((64, 128),)  # head 5 is in group 1
+    assert ss.grad_scales()["model.layers.14.self_attn.o_proj.weight"] == 4.5
+    adapter = HeadSliceAdapter(model, ss)
+    _random_deltas(adapter, scale=0.01)
+    x = torch.tensor([tok("12 + 35 = ", add_special_tokens=False)["input_ids"]])
+    with torch.no_grad():
+        tuned = adapter(x).logits
+        torch.testing.assert_close(adapter.merge_and_unload()(x).logits, tuned, atol=1e-4, rtol=1e-4)
