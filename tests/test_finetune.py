@@ -442,6 +442,28 @@ def test_full_mode_trains_everything(tmp_path):
         train_sft(model, tok, _toy_sft_data(tok), tmp_path / "empty", config=_cfg(mode="full"), resume_from_checkpoint=True)
 
 
+@pytest.mark.parametrize("source", ["tiny-llama", "tiny-gpt2"])
+def test_target_only_logits_give_the_same_loss_and_gradients(source):
+    from mathcircuits.finetune import pad_collate
+
+    model, tok = load_hf_model(source)
+    data = _toy_sft_data(tok, 6)
+    features = [data[i] for i in range(6)]
+    features[0] = {"input_ids": features[0]["input_ids"] + [5, 6], "labels": features[0]["labels"] + [5, 6]}  # ragged
+    adapter = HeadSliceAdapter(model, head_slices(model, [(1, 2)], mlps=[0]))
+    out = {}
+    for target_only in (False, True):
+        batch = pad_collate(tok.pad_token_id, target_logits_only=target_only)(features)
+        adapter.zero_grad()
+        loss = adapter(**batch).loss
+        loss.backward()
+        out[target_only] = (loss.detach(), [d.grad.clone() for d in adapter.deltas.values()])
+    assert batch["logits_to_keep"].sum() == batch["shift_labels"].numel() == sum((torch.tensor(f["labels"]) != -100).sum() for f in features)
+    torch.testing.assert_close(out[True][0], out[False][0], atol=1e-6, rtol=1e-6)
+    for g_target, g_all in zip(out[True][1], out[False][1]):
+        torch.testing.assert_close(g_target, g_all, atol=1e-6, rtol=1e-5)
+
+
 # ----------------------------------------------------------------------------- data and values
 
 
