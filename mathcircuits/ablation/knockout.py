@@ -21,33 +21,26 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Sequence
 
 import torch
 from jaxtyping import Float
 from torch import Tensor
 
-from mathcircuits._io import load_result, save_result
+from mathcircuits._io import SavedResult
 from mathcircuits.data.filter import length_groups, score_pairs
 
 __all__ = ["HeadMeans", "KnockoutResult", "head_means", "ablated_model", "ablated_accuracy", "knockout_curve"]
 
 
 @dataclass(frozen=True)
-class HeadMeans:
+class HeadMeans(SavedResult):
     """Mean ``hook_z`` per head over the counterfactual prompts: [layer, head, d_head]."""
 
     means: Float[Tensor, "layer head d_head"]
     n_prompts: int
     source: str = "counterfactual prompts, all positions"
 
-    def save(self, path: str | Path) -> Path:
-        return save_result(self, path)
-
-    @classmethod
-    def load(cls, path: str | Path) -> "HeadMeans":
-        return load_result(cls, path)
 
 
 @torch.no_grad()
@@ -116,7 +109,7 @@ def ablated_accuracy(model: Any, dataset: Any, heads: Sequence[tuple[int, int]],
 
 
 @dataclass(frozen=True)
-class KnockoutResult:
+class KnockoutResult(SavedResult):
     """Accuracy as heads are knocked out: in effect-rank order and in random orders."""
 
     ks: list[int]
@@ -129,12 +122,6 @@ class KnockoutResult:
     scope: str = "all"
     seeds: list[int] = field(default_factory=list)
 
-    def save(self, path: str | Path) -> Path:
-        return save_result(self, path)
-
-    @classmethod
-    def load(cls, path: str | Path) -> "KnockoutResult":
-        return load_result(cls, path)
 
     def to_dataframe(self):
         import pandas as pd

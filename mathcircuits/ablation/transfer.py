@@ -13,17 +13,16 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Sequence
 
-from mathcircuits._io import load_result, save_result
+from mathcircuits._io import SavedResult
 from mathcircuits.ablation.knockout import HeadMeans, ablated_accuracy
 
 __all__ = ["TransferResult", "transfer"]
 
 
 @dataclass(frozen=True)
-class TransferResult:
+class TransferResult(SavedResult):
     """One row per evaluation set: clean, key-ablated and random-ablated accuracy."""
 
     rows: list[dict[str, Any]]
@@ -32,12 +31,6 @@ class TransferResult:
     scope: str = "all"
     notes: dict[str, Any] = field(default_factory=dict)
 
-    def save(self, path: str | Path) -> Path:
-        return save_result(self, path)
-
-    @classmethod
-    def load(cls, path: str | Path) -> "TransferResult":
-        return load_result(cls, path)
 
     def to_dataframe(self):
         import pandas as pd

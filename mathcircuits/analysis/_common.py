@@ -8,7 +8,7 @@ import torch
 
 from mathcircuits.data.filter import length_groups
 
-__all__ = ["as_heads", "columns", "iter_batches", "spec_dict", "token_strings"]
+__all__ = ["as_heads", "columns", "iter_batches", "operation_rows", "spec_dict", "token_strings"]
 
 
 def spec_dict(model: Any) -> dict[str, Any]:
@@ -56,3 +56,13 @@ def iter_batches(tokens: list[list[int]], batch_size: int, device: torch.device 
 def token_strings(tokenizer: Any, ids: Sequence[int]) -> list[str]:
     """Readable text of each token (decoded one by one, so 'Ġ5' shows as ' 5')."""
     return [tokenizer.decode([int(i)]) for i in ids]
+
+
+def operation_rows(operations: Sequence[str], operation: str | None) -> torch.Tensor:
+    """Indices of the pairs of ``operation`` (all pairs when None); a clear error if there are none."""
+    if operation is None:
+        return torch.arange(len(operations))
+    idx = [i for i, op in enumerate(operations) if op == operation]
+    if not idx:
+        raise KeyError(f"no pair of operation {operation!r}; this result has {list(dict.fromkeys(operations))}.")
+    return torch.tensor(idx)

@@ -49,15 +49,14 @@ in Arithmetic Calculation", ICML 2024 (arXiv 2409.01659), §4.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Sequence
 
 import torch
 from jaxtyping import Bool, Float
 from torch import Tensor
 
-from mathcircuits._io import load_result, save_result
-from mathcircuits.analysis._common import as_heads, columns, iter_batches, spec_dict, token_strings
+from mathcircuits._io import SavedResult
+from mathcircuits.analysis._common import as_heads, columns, iter_batches, operation_rows, spec_dict, token_strings
 
 __all__ = [
     "ROLES",
@@ -125,7 +124,7 @@ def classify_heads(
 
 
 @dataclass(frozen=True)
-class AttentionByRole:
+class AttentionByRole(SavedResult):
     """Attention of key heads from the last position to each token role, per pair.
 
     ``shares[p, i, r]``: pair *p*, head ``heads[i]``, role ``ROLES[r]`` (rows sum to 1).
@@ -162,12 +161,7 @@ class AttentionByRole:
         return list(dict.fromkeys(self.operations))
 
     def _rows(self, operation: str | None) -> Tensor:
-        if operation is None:
-            return torch.arange(len(self.operations))
-        idx = [i for i, op in enumerate(self.operations) if op == operation]
-        if not idx:
-            raise KeyError(f"no pair of operation {operation!r}; this result has {self.operation_names()}.")
-        return torch.tensor(idx)
+        return operation_rows(self.operations, operation)
 
     def mean(self, operation: str | None = None) -> Float[Tensor, "head role"]:
         """Mean share per head and role over the pairs of ``operation`` (all pairs when None)."""
@@ -217,12 +211,6 @@ class AttentionByRole:
             "baseline": self.baselines[p, r].tolist(),
         })
 
-    def save(self, path: str | Path) -> Path:
-        return save_result(self, path)
-
-    @classmethod
-    def load(cls, path: str | Path) -> "AttentionByRole":
-        return load_result(cls, path)
 
 
 _ROLE_COLUMNS = ("tokens", "n_tokens", "prefix_len", "pos_a", "pos_b", "pos_op", "pos_last", "operation", "pair_id", "template_id")
@@ -278,7 +266,7 @@ def attention_by_role(
 
 
 @dataclass(frozen=True)
-class HeadPatterns:
+class HeadPatterns(SavedResult):
     """Full attention patterns of some heads on a few prompts, for the CircuitsVis views.
 
     ``patterns[k]`` is ``[head, seq, seq]`` for prompt *k* (prompts may differ in length);
@@ -298,12 +286,6 @@ class HeadPatterns:
     def labels(self) -> list[str]:
         return [f"L{l}.H{h}" for l, h in self.heads]
 
-    def save(self, path: str | Path) -> Path:
-        return save_result(self, path)
-
-    @classmethod
-    def load(cls, path: str | Path) -> "HeadPatterns":
-        return load_result(cls, path)
 
     def to_dataframe(self):
         """The last row of each pattern: one row per prompt x head x source token."""

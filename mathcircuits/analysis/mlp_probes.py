@@ -57,7 +57,6 @@ in Arithmetic Calculation", ICML 2024 (arXiv 2409.01659), §4.2.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -65,8 +64,8 @@ import torch.nn.functional as F
 from jaxtyping import Float
 from torch import Tensor
 
-from mathcircuits._io import load_result, save_result
-from mathcircuits.analysis._common import columns, iter_batches, spec_dict, token_strings
+from mathcircuits._io import SavedResult
+from mathcircuits.analysis._common import columns, iter_batches, operation_rows, spec_dict, token_strings
 from mathcircuits.data.generate import answer_spacing
 
 __all__ = ["SPACES", "MLPProbeResult", "mlp_probes", "number_tokens"]
@@ -79,7 +78,7 @@ _PROBES = (  # the per-pair, per-layer fields; lens_prob last
 
 
 @dataclass(frozen=True)
-class MLPProbeResult:
+class MLPProbeResult(SavedResult):
     """Per-pair, per-layer probes of the MLPs against the unembedding (see the module docstring)."""
 
     model: dict[str, Any]
@@ -123,12 +122,7 @@ class MLPProbeResult:
         return list(dict.fromkeys(self.operations))
 
     def rows(self, operation: str | None = None) -> Tensor:
-        if operation is None:
-            return torch.arange(len(self.operations))
-        idx = [i for i, op in enumerate(self.operations) if op == operation]
-        if not idx:
-            raise KeyError(f"no pair of operation {operation!r}; this result has {self.operation_names()}.")
-        return torch.tensor(idx)
+        return operation_rows(self.operations, operation)
 
     def first_raising_layer(self, operation: str | None = None, min_margin: float = 0.25) -> int | None:
         """First layer whose MLP update, on average over pairs, raises the answer above the other numbers.
@@ -193,12 +187,6 @@ class MLPProbeResult:
             })
         return pd.DataFrame(rows)
 
-    def save(self, path: str | Path) -> Path:
-        return save_result(self, path)
-
-    @classmethod
-    def load(cls, path: str | Path) -> "MLPProbeResult":
-        return load_result(cls, path)
 
 
 def number_tokens(tokenizer: Any, numbers: list[int], context: str) -> list[int]:

@@ -24,7 +24,6 @@ from __future__ import annotations
 import contextlib
 import io
 import logging
-import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import torch
 from jaxtyping import Float
 from torch import Tensor
 
-from mathcircuits._io import load_result, save_result
+from mathcircuits._io import SavedResult
 
 __all__ = ["PatchingResult", "METRICS"]
 
@@ -18,7 +17,7 @@ METRICS = ("relative_logit", "logit_diff", "prob_change")
 
 
 @dataclass(frozen=True)
-class PatchingResult:
+class PatchingResult(SavedResult):
     """Effects of patching each sender (head or MLP) to the logits, averaged over pairs.
 
     ``head_effects[l, h]`` and ``mlp_effects[l]`` are the mean effect over pairs under
@@ -43,12 +42,6 @@ class PatchingResult:
     seconds: float = float("nan")
     settings: dict[str, Any] = field(default_factory=dict)
 
-    def save(self, path: str | Path) -> Path:
-        return save_result(self, path)
-
-    @classmethod
-    def load(cls, path: str | Path) -> "PatchingResult":
-        return load_result(cls, path)
 
     def to_dataframe(self):
         """One row per sender: kind (head|mlp), layer, head (−1 for MLPs), effect, rank by effect (most negative first)."""
