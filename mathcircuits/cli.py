@@ -89,6 +89,10 @@ def _print_summary(name: str, summary: dict[str, Any]) -> None:
             print(f"  knockout {op}: top-{k['k']} heads {k['baseline']:.2f} -> {k['ranked_final']:.2f}; random {k['random_final_mean']:.2f} ± {k['random_final_std']:.2f}")
         for row in summary.get("transfer", []):
             print(f"  transfer {row['dataset']:<45} n={row['n']:<3} clean {row['clean_accuracy']:.2f}  key-ablated {row['key_ablated_accuracy']:.2f}  random-ablated {row['random_ablated_accuracy']:.2f}")
+    elif name == "evaluate" and "table" in summary:
+        import pandas as pd
+
+        print(pd.DataFrame(summary["table"]).to_string(index=False))
     else:
         short = {k: v for k, v in summary.items() if not isinstance(v, (list, dict)) or len(json.dumps(v)) < 300}
         for k, v in short.items():

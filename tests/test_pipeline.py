@@ -45,7 +45,7 @@ def test_pipeline_runs_skips_and_resumes(tmp_path):
     assert "[data] up to date, skipped" in lines and "[identify] up to date, skipped" in lines
     assert (out / "identify" / ".done.json").stat().st_mtime_ns == marker
     assert (out / "validate" / "knockout_add.csv").exists()
-    run_pipeline(cfg, out, only=["analyze", "report"], progress=False)
+    run_pipeline(cfg, out, progress=False)  # the remaining stages: analyze, finetune/evaluate (disabled here), report
     html = (out / "report" / "report.html").read_text()
     assert "plotly" in html.lower() and "unpkg.com" not in html
     assert (out / "report" / "figures" / "patching_overall.html").exists()
@@ -68,3 +68,30 @@ def test_cli_help_and_config():
     assert "source: embedded" in cfg and "rule: zscore" in cfg
     bad = subprocess.run([sys.executable, "-m", "mathcircuits.cli", "run", "--config", "/no/such.yaml"], capture_output=True, text=True)
     assert bad.returncode == 2 and "does not exist" in bad.stderr
+
+
+def test_finetune_and_evaluate_stages(tmp_path):
+    import pandas as pd
+
+    bench = tmp_path / "bench" / "AddSub"
+    bench.mkdir(parents=True)
+    bench.joinpath("test.json").write_text(json.dumps([{"instruction": f"What is {i} + 1?", "input": "", "output": "", "answer": str(i + 1)} for i in range(3)]))
+    cfg = RunConfig.from_dict(
+        {
+            **TINY,
+            "finetune": {"enabled": True, "max_steps": 2, "train_pairs_per_template": 2, "micro_batch_size": 2, "batch_size": 2, "save_steps": 0},
+            "evaluation": {"enabled": True, "heldout_pairs_per_template": 2, "benchmarks": ["AddSub"], "limit": 2, "n_shot": 0, "max_new_tokens": 4, "root": str(tmp_path / "bench")},
+        }
+    )
+    out = tmp_path / "run"
+    summaries = run_pipeline(cfg, out, only=["data", "identify", "finetune", "evaluate"], progress=False)
+    runs = summaries["finetune"]["runs"]
+    assert set(runs) == {"precise", "full"} and runs["precise"]["steps"] == runs["full"]["steps"] == 2
+    assert 0 < runs["precise"]["n_trainable"] < runs["full"]["n_trainable"] == runs["full"]["n_model_params"]
+    assert (out / "finetune" / "precise" / "final" / "adapter_config.json").exists()
+    train = set(__import__("datasets").load_from_disk(str(out / "finetune" / "train_pairs"))["prompt"])
+    held = set(__import__("datasets").load_from_disk(str(out / "finetune" / "heldout_pairs"))["prompt"])
+    assert held and not (train & held)
+    table = pd.read_csv(out / "evaluate" / "table.csv")
+    assert list(table.iloc[:, 0]) == ["base", "precise", "full"]
+    assert "held-out arithmetic %" in table.columns and "AddSub" in table.columns

@@ -86,28 +86,31 @@ class AnalysisSection:
 @dataclass(frozen=True)
 class FinetuneSection:
     enabled: bool = True
-    modes: tuple[str, ...] = ("precise", "full")
-    max_steps: int = 30
-    train_pairs: int = 256
-    word_problem_train: tuple[str, ...] = ()
-    lr: float = 2e-5
-    batch_size: int = 8
-    grad_accum: int = 1
+    modes: tuple[str, ...] = ("precise", "full")  # precise: key heads' slices (+ key MLPs); full: every parameter
+    max_steps: int = 40  # optimizer steps (CPU budget); <= 0: train for `epochs`
+    train_pairs_per_template: int = 16
+    operand_range: tuple[int, int] = (1, 20)
+    lr: float = 2e-5  # the paper's value
+    batch_size: int = 8  # effective batch (micro_batch_size × accumulation)
+    micro_batch_size: int = 8
     epochs: float = 2.0
     warmup_ratio: float = 0.02
     weight_decay: float = 0.1
-    kv_policy: str = "group"
+    kv_policy: str = "group"  # group | exclusive | frozen (shared K/V under GQA)
     include_mlps: bool = True
+    save_steps: int = 20  # checkpoints, so an interrupted run resumes
     seed: int = 0
 
 
 @dataclass(frozen=True)
 class EvaluationSection:
     enabled: bool = True
-    benchmarks: tuple[str, ...] = ("AddSub", "SingleEq", "SVAMP", "ARC-Easy")
-    limit: int = 40
-    root: str = ""
-    heldout_pairs: int = 64
+    heldout_pairs_per_template: int = 8  # arithmetic pairs never seen in training
+    benchmarks: tuple[str, ...] = ("AddSub", "SingleEq", "ARC-Easy")
+    limit: int = 20  # items per benchmark
+    n_shot: int = 2
+    max_new_tokens: int = 96
+    root: str = ""  # empty: $MATHCIRCUITS_BENCHMARKS or ../shared/data/benchmarks
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""Pipeline stages after validation: analyze (attention by role, MLP probes) and report (figures + HTML)."""
+"""Pipeline stages analyze (attention by role, MLP probes) and report (figures + one HTML report, run last)."""
 
 from __future__ import annotations
 
@@ -82,16 +82,20 @@ def stage_report(ctx: Context) -> dict[str, Any]:
     attention_heads_view(patterns).save(ctx.path("report", "figures", "key_heads_attention.html"))
     acc = pd.read_csv(ctx.path("data", "accuracy.csv"))
     transfer = pd.read_csv(ctx.path("validate", "transfer.csv"))
+    notes = f"Transfer (clean / key-ablated / random-ablated accuracy):\n{transfer.to_string(index=False)}"
+    eval_table = ctx.path("evaluate", "table.csv")
+    if eval_table.exists():
+        notes += f"\n\nPrecise SFT vs full SFT (Table-1 style; accuracies in %):\n{pd.read_csv(eval_table).to_string(index=False)}"
     report = build_report(
         ctx.path("report", "report.html"), title=f"mathcircuits run: {ctx.config.model.source}", model_spec=ctx.model.spec,
         data_summary=read_json(ctx.path("data", ".done.json"))["summary"], accuracy_table=acc, patching=per_op,
         patching_overall=overall, key_components=key, knockout=knock, attention=att, probes=probes, patterns=patterns,
-        notes=f"Transfer (clean / key-ablated / random-ablated accuracy):\n{transfer.to_string(index=False)}",
+        notes=notes,
     )
     return {"report": str(report), "figures": len(figs) + 1, "static_formats": formats}
 
 
 STAGES = {
     "analyze": (stage_analyze, ("analysis",), ("identify",)),
-    "report": (stage_report, ("analysis",), ("validate", "analyze")),
+    "report": (stage_report, ("analysis",), ("validate", "analyze", "evaluate")),
 }

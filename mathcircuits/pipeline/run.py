@@ -26,12 +26,12 @@ STAGES: dict[str, tuple[Callable[[S.Context], dict[str, Any]], tuple[str, ...], 
 
 
 def _register_optional() -> None:
-    """Later stages live in modules that import heavier packages; register them if present."""
-    try:
-        from mathcircuits.pipeline import later_stages as L
-    except ImportError:  # pragma: no cover - only while a stage module is missing
-        return
-    STAGES.update(L.STAGES)
+    """Stages after validation live in their own modules (kept small); add them in pipeline order."""
+    from mathcircuits.pipeline import improve_stages, later_stages
+
+    STAGES["analyze"] = later_stages.STAGES["analyze"]
+    STAGES.update(improve_stages.STAGES)
+    STAGES["report"] = later_stages.STAGES["report"]
 
 
 _register_optional()
