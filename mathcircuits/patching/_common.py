@@ -72,7 +72,9 @@ def capture(bridge: Any, tokens: Tensor, names: list[str], position: int = -1) -
 
         return hook
 
-    logits = bridge.run_with_hooks(tokens, fwd_hooks=[(n, make(n)) for n in names])
+    # only the patched position's logits are needed: skip the unembedding elsewhere when it is the last one
+    extra = {"logits_to_keep": 1} if position == -1 else {}
+    logits = bridge.run_with_hooks(tokens, fwd_hooks=[(n, make(n)) for n in names], **extra)
     return logits[:, position], store
 
 
