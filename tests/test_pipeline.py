@@ -53,6 +53,9 @@ def test_pipeline_runs_skips_and_resumes(tmp_path):
     changed = RunConfig.from_dict({**TINY, "selection": {"rule": "topk", "k": 3}})
     st = stage_status(out, changed)
     assert st["data"] == "done" and st["identify"] == "stale"
+    with pytest.raises(RuntimeError, match="stale"):
+        run_pipeline(changed, out, only=["validate"], progress=False)
+    assert oct((out / "identify" / "key_components.json").stat().st_mode & 0o044) != "0o0"  # readable by others, not 0600
     assert json.loads((out / "versions.json").read_text())["torch"]
 
 
@@ -95,3 +98,9 @@ def test_finetune_and_evaluate_stages(tmp_path):
     table = pd.read_csv(out / "evaluate" / "table.csv")
     assert list(table.iloc[:, 0]) == ["base", "precise", "full"]
     assert "held-out arithmetic %" in table.columns and "AddSub" in table.columns
+    # new settings: old checkpoints and final weights are discarded, not resumed
+    stamp = (out / "finetune" / "precise" / ".settings").read_text()
+    lr_changed = RunConfig.from_dict({**TINY, "finetune": {**{"enabled": True, "max_steps": 2, "train_pairs_per_template": 2, "micro_batch_size": 2, "batch_size": 2, "save_steps": 1}, "lr": 1e-3, "modes": ["precise"]}, "evaluation": {"enabled": False}})
+    again = run_pipeline(lr_changed, out, only=["finetune"], progress=False)
+    assert again["finetune"]["runs"]["precise"]["steps"] == 2 and again["finetune"]["runs"]["precise"]["resumed_from"] is None
+    assert (out / "finetune" / "precise" / ".settings").read_text() != stamp

@@ -9,9 +9,11 @@ Benchmarks come from test files only, never used for training here.
 from __future__ import annotations
 
 import logging
+import shutil
 from pathlib import Path
 from typing import Any
 
+from mathcircuits.pipeline.config import fingerprint
 from mathcircuits.pipeline.stages import Context, _save_csv, _save_dataset, _templates
 
 __all__ = ["STAGES", "stage_finetune", "stage_evaluate"]
@@ -31,7 +33,6 @@ def _pairs(ctx: Context, per_template: int, seed: int) -> Any:
 def stage_finetune(ctx: Context) -> dict[str, Any]:
     """Precise SFT of the key components and full SFT, same data and settings."""
     from mathcircuits.finetune import SFTConfig, build_sft_dataset, train_sft
-    from mathcircuits.models import load_hf_model
     from mathcircuits.patching import KeyComponents
 
     f, e = ctx.config.finetune, ctx.config.evaluation
@@ -46,16 +47,22 @@ def stage_finetune(ctx: Context) -> dict[str, Any]:
     _save_dataset(train, ctx.path("finetune", "train_pairs"))
     _save_dataset(heldout, ctx.path("finetune", "heldout_pairs"))
     summary: dict[str, Any] = {"train_pairs": len(train), "heldout_pairs": len(heldout), "key_heads": [list(h) for h in key.heads], "key_mlps": list(key.mlps), "runs": {}}
+    settings = fingerprint(ctx.config.to_dict()["finetune"], ctx.config.to_dict()["data"], ctx.config.to_dict()["model"], key.to_dict())
     for mode in f.modes:
-        model, tok = load_hf_model(ctx.config.model.source)
+        out = ctx.path("finetune", mode)
+        stamp = out / ".settings"
+        if out.exists() and (ctx.force or not stamp.exists() or stamp.read_text() != settings):
+            shutil.rmtree(out)  # checkpoints of other settings must not be resumed
+        out.mkdir(parents=True, exist_ok=True)
+        stamp.write_text(settings)
+        model, tok = _hf(ctx)
         sft = build_sft_dataset(tok, train, target="answer")
         cfg = SFTConfig(
             mode=mode, learning_rate=f.lr, batch_size=f.batch_size, micro_batch_size=f.micro_batch_size, epochs=f.epochs,
             max_steps=f.max_steps if f.max_steps > 0 else -1, warmup_ratio=f.warmup_ratio, weight_decay=f.weight_decay,
             kv_policy=f.kv_policy, include_mlps=f.include_mlps, seed=f.seed, save_steps=f.save_steps, progress_bar=ctx.progress,
         )
-        out = ctx.path("finetune", mode)
-        resume = any(out.glob("checkpoint-*")) if out.exists() else False
+        resume = any(out.glob("checkpoint-*"))
         _, result = train_sft(model, tok, sft, out, key=key if mode == "precise" else None, config=cfg, resume_from_checkpoint=True if resume else None, model_name=ctx.model.spec.name)
         summary["runs"][mode] = {
             "n_trainable": result.n_trainable, "n_model_params": result.n_model_params, "steps": result.global_step,
@@ -65,19 +72,30 @@ def stage_finetune(ctx: Context) -> dict[str, Any]:
     return summary
 
 
+def _hf(ctx: Context) -> Any:
+    """A plain HF model on the configured device and dtype (the hooked model's weights stay untouched)."""
+    import torch
+
+    from mathcircuits.models import load_hf_model
+
+    m = ctx.config.model
+    return load_hf_model(m.source, dtype=getattr(torch, m.dtype), device=m.device)
+
+
 def _load_tuned(ctx: Context, mode: str) -> Any:
+    import torch
     from transformers import AutoModelForCausalLM
 
     from mathcircuits.finetune import HeadSliceAdapter
-    from mathcircuits.models import load_hf_model
 
     final = ctx.path("finetune", mode, "final")
     if not final.exists():
         raise FileNotFoundError(f"{final} is missing. Fix: run the finetune stage (mathcircuits finetune).")
     if mode == "precise":
-        base, _ = load_hf_model(ctx.config.model.source)
+        base, _ = _hf(ctx)
         return HeadSliceAdapter.from_pretrained(base, final).merge_and_unload()
-    return AutoModelForCausalLM.from_pretrained(str(final)).eval()
+    m = ctx.config.model
+    return AutoModelForCausalLM.from_pretrained(str(final), dtype=getattr(torch, m.dtype)).to(m.device).eval()
 
 
 def stage_evaluate(ctx: Context) -> dict[str, Any]:
@@ -88,7 +106,6 @@ def stage_evaluate(ctx: Context) -> dict[str, Any]:
     from mathcircuits.data.word_problems import default_benchmark_root
     from mathcircuits.evaluation import compare_table, evaluate_model
     from mathcircuits.finetune import SFTResult
-    from mathcircuits.models import load_hf_model
 
     e = ctx.config.evaluation
     if not e.enabled:
@@ -102,13 +119,13 @@ def stage_evaluate(ctx: Context) -> dict[str, Any]:
         log.warning("no benchmark folder found (set MATHCIRCUITS_BENCHMARKS or evaluation.root): only held-out arithmetic is evaluated")
     results, arith, speed, tuned = {}, {}, {}, {}
     for label in ["base", *modes]:
-        model, tok = load_hf_model(ctx.config.model.source) if label == "base" else (_load_tuned(ctx, label), ctx.model.tokenizer)
+        model, tok = _hf(ctx) if label == "base" else (_load_tuned(ctx, label), ctx.model.tokenizer)
         if heldout is not None:
 
             def logits(t: torch.Tensor, m: Any = model) -> torch.Tensor:
                 return m(t).logits
 
-            scored = score_pairs(logits, heldout)
+            scored = score_pairs(logits, heldout, device=ctx.config.model.device)
             arith[label] = 100.0 * sum(scored["correct"]) / len(scored)
         if benches:
             res = evaluate_model(model, tok, benches, label, path=root, limit=e.limit, n_shot=e.n_shot, max_new_tokens=e.max_new_tokens, progress=ctx.progress)

@@ -96,13 +96,15 @@ def run_pipeline(
         if bad:
             raise ValueError(f"unknown stages {bad}. Fix: use some of {names}.")
         names = [n for n in names if n in only]
-    ctx = S.Context(run_dir, cfg, progress=progress)
+    ctx = S.Context(run_dir, cfg, progress=progress, force=force)
     summaries: dict[str, Any] = {}
     for name in names:
         fn, _, upstream = STAGES[name]
         for u in upstream:
             if not (run_dir / u / ".done.json").exists():
                 raise RuntimeError(f"stage {name!r} needs stage {u!r} first. Fix: run `mathcircuits {u}` (or `mathcircuits run`).")
+            if u not in names and read_json(run_dir / u / ".done.json")["fingerprint"] != _fingerprint(run_dir, cfg, u):
+                raise RuntimeError(f"stage {name!r} needs stage {u!r}, whose outputs are stale for this config. Fix: run `mathcircuits run` (or `mathcircuits {u}` first).")
         fp = _fingerprint(run_dir, cfg, name)
         marker = run_dir / name / ".done.json"
         if not force and marker.exists() and read_json(marker)["fingerprint"] == fp:

@@ -27,10 +27,11 @@ log = logging.getLogger(__name__)
 class Context:
     """The run directory, the config and a lazily loaded model shared by stages in one process."""
 
-    def __init__(self, run_dir: Path, config: RunConfig, progress: bool = True) -> None:
+    def __init__(self, run_dir: Path, config: RunConfig, progress: bool = True, force: bool = False) -> None:
         self.run_dir = run_dir
         self.config = config
         self.progress = progress
+        self.force = force
         self._model: Any = None
 
     @property
