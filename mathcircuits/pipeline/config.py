@@ -67,7 +67,7 @@ class ValidationSection:
     knockout_max_k: int = 10
     n_random: int = 3
     scope: str = "all"  # all | last
-    max_pairs: int = 48
+    max_pairs: int = 32
     transfer_templates: bool = True
     transfer_multi_digit: bool = True
     word_problem_sets: tuple[str, ...] = ("SVAMP", "AddSub", "SingleEq")
@@ -77,7 +77,7 @@ class ValidationSection:
 
 @dataclass(frozen=True)
 class AnalysisSection:
-    max_pairs: int = 48
+    max_pairs: int = 32
     probe_prompt: str = ""  # empty: the first correct addition prompt
     circuitsvis_prompts: int = 2
     static_formats: tuple[str, ...] = ("png",)  # any of png, svg, pdf; empty: HTML only
