@@ -18,7 +18,7 @@ from __future__ import annotations
 import html
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -48,7 +48,7 @@ def split_bundle(fragment: str) -> tuple[str, bool]:
 class OfflineHTML:
     """An HTML fragment with its JavaScript inlined: renders in Jupyter and saves as a standalone page."""
 
-    fragment: str
+    fragment: str = field(repr=False)  # ~1 MB of inlined JS; keep it out of the text repr
     title: str = "mathcircuits view"
 
     def _repr_html_(self) -> str:
