@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import inspect
 import logging
-import os
 import re
 from dataclasses import dataclass, field
 from typing import Any, Literal, Sequence
@@ -35,7 +34,7 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
-from mathcircuits._io import load_result, save_result
+from mathcircuits._io import SavedResult
 from mathcircuits.evaluation.benchmarks import BenchmarkItem
 from mathcircuits.evaluation.extract import answers_match, extract_number
 
@@ -72,7 +71,7 @@ _ANSWER_DONE = re.compile(r"answer is:?\s*\$?-?\d[\d,]*(?:\.\d+)?(?:/\d+)?[^\S\n
 
 
 @dataclass(frozen=True)
-class BenchmarkScore:
+class BenchmarkScore(SavedResult):
     """Per-item outcome of one benchmark run.
 
     ``predictions`` holds the generated text (math) or the chosen option (choice);
@@ -98,12 +97,6 @@ class BenchmarkScore:
     def accuracy(self) -> float:
         return sum(self.correct) / self.n if self.n else float("nan")
 
-    def save(self, path: str | os.PathLike):
-        return save_result(self, path)
-
-    @classmethod
-    def load(cls, path: str | os.PathLike) -> "BenchmarkScore":
-        return load_result(cls, path)
 
     def to_dataframe(self):
         """One row per item: uid, gold, prediction, correct (and extracted number / option scores)."""

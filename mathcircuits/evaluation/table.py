@@ -15,17 +15,16 @@ Usage::
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
-from mathcircuits._io import load_result, save_result
+from mathcircuits._io import SavedResult
 
 __all__ = ["EvalResult", "compare_table", "format_table"]
 
 
 @dataclass(frozen=True)
-class EvalResult:
+class EvalResult(SavedResult):
     """Accuracies of one model: ``accuracy[benchmark]`` in [0, 1] over ``n[benchmark]`` items.
 
     ``kinds[benchmark]`` is "math" or "choice" (used for the per-kind averages);
@@ -61,12 +60,6 @@ class EvalResult:
             settings=dict(settings or {}) | {"per_benchmark": {s.benchmark: dict(s.settings) for s in scores}},
         )
 
-    def save(self, path: str | os.PathLike):
-        return save_result(self, path)
-
-    @classmethod
-    def load(cls, path: str | os.PathLike) -> "EvalResult":
-        return load_result(cls, path)
 
     def to_dataframe(self):
         """One row per benchmark: label, benchmark, kind, accuracy, n."""
