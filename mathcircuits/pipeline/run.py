@@ -83,10 +83,13 @@ def run_pipeline(
     run_dir.mkdir(parents=True, exist_ok=True)
     cfg_path = run_dir / "config.yaml"
     if cfg_path.exists() and not force:
-        old = RunConfig.load(cfg_path)
-        if old.model != cfg.model:
+        import yaml
+
+        # compare the model section only: the rest of an older config may use keys this version no longer has
+        old_model = (yaml.safe_load(cfg_path.read_text()) or {}).get("model") or {}
+        if {k: old_model.get(k, v) for k, v in cfg.to_dict()["model"].items()} != cfg.to_dict()["model"]:
             raise ValueError(
-                f"{run_dir} holds a run of model {old.model.source!r}, not {cfg.model.source!r}. Fix: use another --out folder, or --force to overwrite."
+                f"{run_dir} holds a run of model {old_model.get('source')!r} ({old_model}), not {cfg.model.source!r}. Fix: use another --out folder, or --force to overwrite."
             )
     cfg.save(cfg_path)
     write_json(run_dir / "versions.json", _versions())
