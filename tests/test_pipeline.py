@@ -100,7 +100,13 @@ def test_finetune_and_evaluate_stages(tmp_path):
     assert "held-out arithmetic %" in table.columns and "AddSub" in table.columns
     # new settings: old checkpoints and final weights are discarded, not resumed
     stamp = (out / "finetune" / "precise" / ".settings").read_text()
-    lr_changed = RunConfig.from_dict({**TINY, "finetune": {**{"enabled": True, "max_steps": 2, "train_pairs_per_template": 2, "micro_batch_size": 2, "batch_size": 2, "save_steps": 1}, "lr": 1e-3, "modes": ["precise"]}, "evaluation": {"enabled": False}})
+    lr_changed = RunConfig.from_dict({**TINY, "finetune": {**{"enabled": True, "max_steps": 2, "train_pairs_per_template": 2, "micro_batch_size": 2, "batch_size": 2, "save_steps": 1}, "lr": 1e-3, "modes": ["precise", "precise@3", "precise@3+mlp"]}, "evaluation": {"enabled": False}})
     again = run_pipeline(lr_changed, out, only=["finetune"], progress=False)
     assert again["finetune"]["runs"]["precise"]["steps"] == 2 and again["finetune"]["runs"]["precise"]["resumed_from"] is None
     assert (out / "finetune" / "precise" / ".settings").read_text() != stamp
+    runs = again["finetune"]["runs"]
+    assert runs["precise@3"]["heads"] == runs["precise@3+mlp"]["heads"] == 3
+    assert runs["precise@3"]["n_trainable"] < runs["precise@3+mlp"]["n_trainable"]
+    bad = RunConfig.from_dict({**TINY, "finetune": {"enabled": True, "modes": ["precise@many"]}})
+    with pytest.raises(ValueError, match="precise@K"):
+        run_pipeline(bad, out, only=["finetune"], progress=False)

@@ -86,7 +86,7 @@ class AnalysisSection:
 @dataclass(frozen=True)
 class FinetuneSection:
     enabled: bool = True
-    modes: tuple[str, ...] = ("precise", "full")  # precise: key heads' slices (+ key MLPs); full: every parameter
+    modes: tuple[str, ...] = ("precise", "full")  # precise: key heads' slices (+ key MLPs); full: every parameter; precise@K[+mlp]: top-K heads
     max_steps: int = 40  # optimizer steps (CPU budget); <= 0: train for `epochs`
     train_pairs_per_template: int = 16
     operand_range: tuple[int, int] = (1, 20)

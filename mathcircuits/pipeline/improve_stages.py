@@ -4,6 +4,11 @@ Training data are arithmetic pairs generated fresh (their own seed, a wider
 operand range than identification); the held-out arithmetic set is generated
 with another seed and every prompt that also occurs in training is removed.
 Benchmarks come from test files only, never used for training here.
+
+Modes: ``precise`` (the selected key components), ``full`` (every parameter),
+and ``precise@K`` / ``precise@K+mlp`` — the top-K heads by path-patching effect
+(plus the key MLPs), for the paper's ablation on the number of tuned heads
+(Table 2), e.g. ``modes: [precise@8, precise@16, precise@32, precise@32+mlp, full]``.
 """
 
 from __future__ import annotations
@@ -48,6 +53,7 @@ def stage_finetune(ctx: Context) -> dict[str, Any]:
     _save_dataset(heldout, ctx.path("finetune", "heldout_pairs"))
     summary: dict[str, Any] = {"train_pairs": len(train), "heldout_pairs": len(heldout), "key_heads": [list(h) for h in key.heads], "key_mlps": list(key.mlps), "runs": {}}
     settings = fingerprint(ctx.config.to_dict()["finetune"], ctx.config.to_dict()["data"], ctx.config.to_dict()["model"], key.to_dict())
+    mode_keys = {mode: _mode_key(ctx, mode, key) for mode in f.modes}  # refuse unknown modes before training
     for mode in f.modes:
         out = ctx.path("finetune", mode)
         stamp = out / ".settings"
@@ -58,18 +64,41 @@ def stage_finetune(ctx: Context) -> dict[str, Any]:
         model, tok = _hf(ctx)
         sft = build_sft_dataset(tok, train, target="answer")
         cfg = SFTConfig(
-            mode=mode, learning_rate=f.lr, batch_size=f.batch_size, micro_batch_size=f.micro_batch_size, epochs=f.epochs,
+            mode="full" if mode == "full" else "precise", learning_rate=f.lr, batch_size=f.batch_size, micro_batch_size=f.micro_batch_size, epochs=f.epochs,
             max_steps=f.max_steps if f.max_steps > 0 else -1, warmup_ratio=f.warmup_ratio, weight_decay=f.weight_decay,
             kv_policy=f.kv_policy, include_mlps=f.include_mlps, seed=f.seed, save_steps=f.save_steps, progress_bar=ctx.progress,
         )
         resume = any(out.glob("checkpoint-*"))
-        _, result = train_sft(model, tok, sft, out, key=key if mode == "precise" else None, config=cfg, resume_from_checkpoint=True if resume else None, model_name=ctx.model.spec.name)
+        _, result = train_sft(model, tok, sft, out, key=mode_keys[mode], config=cfg, resume_from_checkpoint=True if resume else None, model_name=ctx.model.spec.name)
         summary["runs"][mode] = {
+            "heads": len(mode_keys[mode].heads) if mode_keys[mode] is not None else "all",
             "n_trainable": result.n_trainable, "n_model_params": result.n_model_params, "steps": result.global_step,
             "train_loss": round(result.train_loss, 4), "samples_per_second": round(result.samples_per_second, 3),
             "runtime_s": round(result.runtime_s, 1), "resumed_from": result.resumed_from,
         }
     return summary
+
+
+def _mode_key(ctx: Context, mode: str, key: Any) -> Any:
+    """The key components a mode tunes (None for full SFT)."""
+    from mathcircuits.patching import PatchingResult, select_key_components
+
+    if mode == "full":
+        return None
+    if mode == "precise":
+        return key
+    if mode.startswith("precise@"):
+        spec = mode.split("@", 1)[1]
+        with_mlp = spec.endswith("+mlp")
+        try:
+            k = int(spec.removesuffix("+mlp"))
+        except ValueError:
+            k = 0
+        if k > 0:
+            overall = PatchingResult.load(ctx.path("identify", "patching_all.pt"))
+            chosen = select_key_components(overall, rule="topk", k=k, mlp_k=len(key.mlps), source={"mode": mode})
+            return chosen if with_mlp else type(chosen)(**{**chosen.__dict__, "mlps": (), "mlp_scores": ()})
+    raise ValueError(f"finetune mode {mode!r} is unknown. Fix: use 'precise', 'full', 'precise@K' or 'precise@K+mlp' (K heads, e.g. precise@16).")
 
 
 def _hf(ctx: Context) -> Any:
@@ -91,7 +120,7 @@ def _load_tuned(ctx: Context, mode: str) -> Any:
     final = ctx.path("finetune", mode, "final")
     if not final.exists():
         raise FileNotFoundError(f"{final} is missing. Fix: run the finetune stage (mathcircuits finetune).")
-    if mode == "precise":
+    if mode != "full":
         base, _ = _hf(ctx)
         return HeadSliceAdapter.from_pretrained(base, final).merge_and_unload()
     m = ctx.config.model
