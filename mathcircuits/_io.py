@@ -217,10 +217,15 @@ def _from_payload(cls: type[T], payload: Any, source: str) -> T:
             f"{source} was written by a newer mathcircuits (format version {version}; this one reads up to "
             f"{latest}). Fix: upgrade mathcircuits, or {_rerun(cls)}."
         )
+    derived = {k: fields.pop(k) for k in getattr(cls, "DERIVED", ()) if k in fields}
     try:
         if version < latest:
             fields = cls.upgrade(version, fields)  # type: ignore[attr-defined]
-        return decode_fields(cls, fields)
+        value = decode_fields(cls, fields)
+        for k, v in derived.items():
+            if getattr(value, k) != v:
+                raise FieldError(f"its {k} is {v!r}, but its fields give {getattr(value, k)!r} (edited by hand?)")
+        return value
     except FieldError as err:
         older = f"was written by an older mathcircuits (format version {version}) and " if version < latest else ""
         raise ResultFileError(f"{source} {older}does not fit a {name}: {err}. Fix: {_rerun(cls)}.") from None
@@ -266,15 +271,18 @@ class SavedResult:
     """Mixin for frozen result dataclasses: one versioned save/load protocol (see the module docstring).
 
     Class attributes a subclass may set: ``VERSION`` (bump it when fields change, and migrate older
-    files in :meth:`upgrade`) and ``STAGE`` (the pipeline stage that writes it, named in error fixes).
+    files in :meth:`upgrade`), ``STAGE`` (the pipeline stage that writes it, named in error fixes) and
+    ``DERIVED`` (properties also written for human readers; on load they must equal the recomputed value).
     """
 
     VERSION: ClassVar[int] = 2
     STAGE: ClassVar[str] = ""
+    DERIVED: ClassVar[tuple[str, ...]] = ()
 
     def to_dict(self) -> dict[str, Any]:
-        """The value as ``{"__kind__", "__version__", <fields>}`` (plain values and CPU tensors)."""
-        return {"__kind__": _kind_of(type(self)), "__version__": type(self).VERSION, **encode_fields(self)}
+        """The value as ``{"__kind__", "__version__", <fields>, <derived>}`` (plain values and CPU tensors)."""
+        derived = {k: getattr(self, k) for k in type(self).DERIVED}
+        return {"__kind__": _kind_of(type(self)), "__version__": type(self).VERSION, **encode_fields(self), **derived}
 
     @classmethod
     def from_dict(cls: type[T], d: dict[str, Any], source: str = "the given dict") -> T:

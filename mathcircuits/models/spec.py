@@ -151,6 +151,7 @@ def check_model(
     fix: str,
     compare_name: bool = True,
     error: type[Exception] = ModelMismatchError,
+    plural: bool = False,
 ) -> None:
     """Refuse ``model`` when it is not the model a value was made on.
 
@@ -162,6 +163,7 @@ def check_model(
         compare_name: also compare the names (leave out when ``model`` is a plain HF model,
             which does not know the name it was loaded under).
         error: the exception class to raise (a subclass of ``ValueError`` of the caller's module).
+        plural: ``what`` is plural ("these slices"), for the grammar of the message.
 
     Returns:
         None; raises ``error`` naming both models, the differing facts and ``fix``.
@@ -171,8 +173,9 @@ def check_model(
     diff = {k: (getattr(stored, k), getattr(actual, k)) for k in keys if getattr(stored, k) != getattr(actual, k)}
     if diff:
         detail = ", ".join(f"{k} {a!r} vs {b!r}" for k, (a, b) in diff.items())
+        was, does = ("were", "do") if plural else ("was", "does")
         raise error(
-            f"{what} was made on {stored.describe()} and does not fit the model {actual.describe()} "
+            f"{what} {was} made on {stored.describe()} and {does} not fit this model, {actual.describe()} "
             f"(differs in {detail}). Fix: {fix}."
         )
 
