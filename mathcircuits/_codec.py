@@ -120,6 +120,9 @@ def _decode(value: Any, tp: Any, where: str) -> Any:
     if _is_union(tp):
         if value is None and _NONE in args:
             return None
+        records = [a for a in args if dataclasses.is_dataclass(a)]
+        if records and isinstance(value, dict):  # e.g. ModelSpec | dict: a saved dict is the record's fields
+            return _decode(value, records[0], where)
         for arg in args:
             if arg is _NONE:
                 continue
@@ -167,14 +170,14 @@ def _decode(value: Any, tp: Any, where: str) -> Any:
             return from_dict(value) if callable(from_dict) and not hasattr(tp, "upgrade") else \
                 decode_fields(tp, value, where)
         except FieldError as err:
-            raise FieldError(f"in field {where!r}: {err}") from None
+            raise FieldError(f"in field {where!r} ({tp.__name__}): {err}") from None
     if tp is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise FieldError(f"field {where!r} should be a number but is {_show(value)}")
         return float(value)
     if tp in (int, bool, str):
         if not isinstance(value, tp) or (tp is int and isinstance(value, bool)):
-            raise FieldError(f"field {where!r} should be a {tp.__name__} but is {_show(value)}")
+            raise FieldError(f"field {where!r} should be of type {tp.__name__} but is {_show(value)}")
         return value
     return value
 
