@@ -206,16 +206,16 @@ def decode_fields(cls: type[T], fields: Any, where: str = "") -> T:
     Returns:
         The instance. Raises :class:`FieldError` naming an unknown, missing or mistyped field.
     """
-    what = where or f"the {cls.__name__}"
+    what = where or "it"
     if not isinstance(fields, dict):
         raise FieldError(f"{what} should be a dict of fields but is a {type(fields).__name__}")
     names = [f.name for f in dataclasses.fields(cls) if f.init]  # type: ignore[arg-type]
     unknown = [k for k in fields if k not in names]
     missing = [n for n in names if n not in fields]
     if unknown:
-        raise FieldError(f"{what} has unknown field(s) {unknown}; a {cls.__name__} has only {names}")
+        raise FieldError(f"{what} has unknown field(s) {unknown} (a {cls.__name__} has only {names})")
     if missing:
-        raise FieldError(f"{what} lacks field(s) {missing} of a {cls.__name__}")
+        raise FieldError(f"{what} lacks field(s) {missing} (a {cls.__name__} has {names})")
     hints = _hints(cls)
     kwargs = {n: _decode(fields[n], hints.get(n, Any), n) for n in names}
     try:

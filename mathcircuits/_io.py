@@ -164,7 +164,7 @@ def _read_payload(cls: type, path: Path) -> Any:
         try:
             return torch.load(io.BytesIO(raw), map_location="cpu", weights_only=True)
         except Exception as err:
-            reason = (str(err).strip().splitlines() or [type(err).__name__])[0][:200]
+            reason = (str(err).strip().splitlines() or [type(err).__name__])[0].split(". ")[0][:160]
             raise ResultFileError(
                 f"{path} is not a readable .pt file; it looks truncated or corrupted ({type(err).__name__}: {reason}). "
                 f"Fix: {_rerun(cls)}."
