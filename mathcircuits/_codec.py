@@ -19,7 +19,7 @@ from typing import Any, Literal, TypeVar, Union
 import torch
 from jaxtyping import AbstractArray
 
-__all__ = ["FieldError", "encode_fields", "decode_fields", "tensors_to_json", "tensors_from_json", "from_plain"]
+__all__ = ["FieldError", "decode_fields", "encode_fields", "from_plain", "tensors_from_json", "tensors_to_json"]
 
 T = TypeVar("T")
 
@@ -37,7 +37,7 @@ _NONE = type(None)
 def _hints(cls: type) -> dict[str, Any]:
     try:
         return typing.get_type_hints(cls)
-    except Exception:  # an annotation that cannot be resolved: treat it as Any (values stay as they are)
+    except Exception:  # noqa: BLE001 - an annotation that cannot be resolved: treat it as Any (values stay as they are)
         return {}
 
 
@@ -226,7 +226,8 @@ def decode_fields(cls: type[T], fields: Any, where: str = "") -> T:
 
 def tensors_to_json(value: Any) -> Any:
     if isinstance(value, torch.Tensor):
-        return {"__tensor__": value.tolist(), "dtype": str(value.dtype).removeprefix("torch."), "shape": list(value.shape)}
+        dtype = str(value.dtype).removeprefix("torch.")
+        return {"__tensor__": value.tolist(), "dtype": dtype, "shape": list(value.shape)}
     if isinstance(value, dict):
         return {k: tensors_to_json(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):

@@ -36,25 +36,26 @@ import json
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, ClassVar, Iterator, TypeVar
+from typing import Any, ClassVar, Self, TypeVar
 
 import torch
 
 from mathcircuits._codec import FieldError, decode_fields, encode_fields, from_plain, tensors_from_json, tensors_to_json
 
 __all__ = [
-    "atomic_path",
+    "FieldError",
+    "ResultFileError",
+    "SavedResult",
     "atomic_dir",
-    "write_json",
+    "atomic_path",
+    "decode_fields",
+    "encode_fields",
+    "load_result",
     "read_json",
     "save_result",
-    "load_result",
-    "SavedResult",
-    "ResultFileError",
-    "FieldError",
-    "encode_fields",
-    "decode_fields",
+    "write_json",
 ]
 
 T = TypeVar("T")
@@ -163,7 +164,7 @@ def _read_payload(cls: type, path: Path) -> Any:
     if raw[:2] == b"PK":  # torch.save's zip format
         try:
             return torch.load(io.BytesIO(raw), map_location="cpu", weights_only=True)
-        except Exception as err:
+        except Exception as err:  # noqa: BLE001 - any failure to unpickle means a damaged file
             reason = (str(err).strip().splitlines() or [type(err).__name__])[0].split(". ")[0][:160]
             raise ResultFileError(
                 f"{path} is not a readable .pt file; it looks truncated or corrupted ({type(err).__name__}: {reason}). "
@@ -285,7 +286,7 @@ class SavedResult:
         return {"__kind__": _kind_of(type(self)), "__version__": type(self).VERSION, **encode_fields(self), **derived}
 
     @classmethod
-    def from_dict(cls: type[T], d: dict[str, Any], source: str = "the given dict") -> T:
+    def from_dict(cls, d: dict[str, Any], source: str = "the given dict") -> Self:
         """Rebuild a value from :meth:`to_dict`; checks kind, version and fields like :meth:`load`.
 
         Args:
@@ -309,6 +310,6 @@ class SavedResult:
         return save_result(self, path)
 
     @classmethod
-    def load(cls: type[T], path: str | os.PathLike) -> T:
+    def load(cls, path: str | os.PathLike) -> Self:
         """Read a value written by :meth:`save`; errors name the file, the problem and the fix."""
         return load_result(cls, path)

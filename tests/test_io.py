@@ -19,12 +19,12 @@ SPEC = ModelSpec(name="toy", source="toy", architecture="ToyForCausalLM", n_laye
 
 def _patching(**over) -> PatchingResult:
     g = torch.Generator().manual_seed(0)
-    fields = dict(
-        head_effects=torch.randn(3, 2, generator=g), mlp_effects=torch.randn(3, generator=g), metric="logit_diff",
-        method="exact", model=SPEC, n_pairs=4, pair_ids=[0, 1, 2, 3], operations=["add"],
-        per_pair_heads=torch.randn(4, 3, 2, generator=g), per_pair_mlps=None, seconds=1.5,
-        settings={"senders": ["heads", "mlps"], "shape": (3, 2), "nested": {"pair": (1, "a")}},
-    )
+    fields = {
+        "head_effects": torch.randn(3, 2, generator=g), "mlp_effects": torch.randn(3, generator=g), "metric": "logit_diff",
+        "method": "exact", "model": SPEC, "n_pairs": 4, "pair_ids": [0, 1, 2, 3], "operations": ["add"],
+        "per_pair_heads": torch.randn(4, 3, 2, generator=g), "per_pair_mlps": None, "seconds": 1.5,
+        "settings": {"senders": ["heads", "mlps"], "shape": (3, 2), "nested": {"pair": (1, "a")}},
+    }
     return PatchingResult(**{**fields, **over})
 
 
@@ -130,7 +130,8 @@ def test_files_of_the_unversioned_format_still_load(tmp_path):
         "head_effects": res.head_effects, "mlp_effects": res.mlp_effects, "metric": res.metric, "method": res.method,
         "model": SPEC.to_dict() | {"model_type": ""}, "n_pairs": 4, "pair_ids": [0, 1, 2, 3], "operations": ["add"],
         "clean_logit_mean": float("nan"), "per_pair_heads": res.per_pair_heads, "per_pair_mlps": None, "seconds": 1.5,
-        "settings": {"senders": ["heads", "mlps"], "shape": {"__tuple__": [3, 2]}, "nested": {"pair": {"__tuple__": [1, "a"]}}},
+        "settings": {"senders": ["heads", "mlps"], "shape": {"__tuple__": [3, 2]},
+                     "nested": {"pair": {"__tuple__": [1, "a"]}}},
     }
     torch.save({"__kind__": "PatchingResult", "fields": fields}, tmp_path / "old.pt")
     back = PatchingResult.load(tmp_path / "old.pt")
@@ -142,7 +143,8 @@ def test_files_of_the_unversioned_format_still_load(tmp_path):
     (tmp_path / "key_v1.json").write_text(json.dumps(v1))
     assert KeyComponents.load(tmp_path / "key_v1.json") == key
     torch.save({"__kind__": "KnockoutResult", "fields": {"ks": [0, 1]}}, tmp_path / "ko.pt")
-    with pytest.raises(ResultFileError, match=r"older mathcircuits .*lacks field.*ranked_accuracy.*mathcircuits validate"):
+    old_ko = r"older mathcircuits .*lacks field.*ranked_accuracy.*mathcircuits validate"
+    with pytest.raises(ResultFileError, match=old_ko):
         KnockoutResult.load(tmp_path / "ko.pt")
 
 

@@ -30,7 +30,13 @@ def length_groups(lengths: list[int], batch_size: int) -> list[list[int]]:
 
 
 @torch.no_grad()
-def score_pairs(model: Callable[[torch.Tensor], torch.Tensor], dataset, batch_size: int = 32, device: str | torch.device = "cpu", progress: bool = False):
+def score_pairs(
+    model: Callable[[torch.Tensor], torch.Tensor],
+    dataset: Any,
+    batch_size: int = 32,
+    device: str | torch.device = "cpu",
+    progress: bool = False,
+) -> Any:
     """Add ``correct`` (bool), ``first_correct`` (bool) and ``p_answer`` (float) columns.
 
     Args:

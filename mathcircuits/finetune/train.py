@@ -359,7 +359,8 @@ def train_sft(
     history = tuple((int(e["step"]), float(e["loss"])) for e in trainer.state.log_history if "loss" in e)
     n_trainable = train_model.n_trainable if isinstance(train_model, HeadSliceAdapter) else sum(p.numel() for p in base.parameters() if p.requires_grad)
     result = SFTResult(
-        mode=config.mode, config=config.to_dict(), model=ModelSpec.from_hf(base, model_name), n_trainable=int(n_trainable),
+        mode=config.mode, config=config.to_dict(), model=ModelSpec.from_hf(base, model_name),
+        n_trainable=int(n_trainable),
         n_model_params=int(sum(p.numel() for p in base.parameters())), global_step=int(trainer.state.global_step),
         train_loss=float(out.training_loss), loss_history=history, runtime_s=runtime,
         samples_per_second=float(out.metrics.get("train_samples_per_second", float("nan"))), output_dir=str(output_dir),

@@ -22,7 +22,7 @@ from typing import Any
 
 from mathcircuits._io import decode_fields
 
-__all__ = ["ModelSpec", "ModelMismatchError", "IDENTITY_KEYS", "as_spec", "check_model", "heads_by_layer"]
+__all__ = ["IDENTITY_KEYS", "ModelMismatchError", "ModelSpec", "as_spec", "check_model", "heads_by_layer"]
 
 #: The facts two models must share for a head or MLP index to mean the same thing (besides the name).
 IDENTITY_KEYS: tuple[str, ...] = ("architecture", "n_layers", "n_heads", "n_kv_heads", "d_head", "d_model")
@@ -70,7 +70,7 @@ class ModelSpec:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "ModelSpec":
+    def from_dict(cls, d: dict[str, Any]) -> ModelSpec:
         """Rebuild a spec from :meth:`to_dict`; an unknown or missing key is an error naming it.
 
         Args:
@@ -84,7 +84,7 @@ class ModelSpec:
         return decode_fields(cls, d, "the model spec")
 
     @classmethod
-    def from_hf(cls, model: Any, name: str | None = None, source: str | None = None) -> "ModelSpec":
+    def from_hf(cls, model: Any, name: str | None = None, source: str | None = None) -> ModelSpec:
         """The spec of a plain HF causal LM, read from its config.
 
         Args:
@@ -113,7 +113,9 @@ class ModelSpec:
         if not 0 <= layer < self.n_layers:
             raise IndexError(f"layer {layer} is out of range for {self.name}: it has layers 0..{self.n_layers - 1}.")
         if not 0 <= head < self.n_heads:
-            raise IndexError(f"head {head} is out of range for {self.name}: each layer has heads 0..{self.n_heads - 1}.")
+            raise IndexError(
+                f"head {head} is out of range for {self.name}: each layer has heads 0..{self.n_heads - 1}."
+            )
 
     def describe(self) -> str:
         """A short human description: ``'tiny-llama' (LlamaForCausalLM, 3 layers × 4 heads)``."""

@@ -12,7 +12,7 @@ from torch import Tensor
 from mathcircuits._io import SavedResult
 from mathcircuits.models.spec import ModelSpec, as_spec, check_model
 
-__all__ = ["PatchingResult", "METRICS"]
+__all__ = ["METRICS", "PatchingResult"]
 
 METRICS = ("relative_logit", "logit_diff", "prob_change")
 
@@ -84,12 +84,12 @@ class PatchingResult(SavedResult):
             shown = ", ".join(f"{n}={float(flat[i])}" for n, i in zip(names[:8], idx[:8]))
             more = f" and {len(idx) - 8} more" if len(idx) > 8 else ""
             if kind == "head" and all_nan:
-                problem, fix = "has no head effects (all NaN: the heads were not patched)", \
-                    "path-patch with senders=('heads', 'mlps') or ('heads',)"
+                problem = "has no head effects (all NaN: the heads were not patched)"
+                fix = "path-patch with senders=('heads', 'mlps') or ('heads',)"
             else:
-                problem, fix = f"has non-finite {kind} effects ({shown}{more}); ranking would drop or misplace them", \
-                    "re-run path patching; under metric='relative_logit' a zero clean logit gives inf/NaN, " \
-                    "so try metric='logit_diff'"
+                problem = f"has non-finite {kind} effects ({shown}{more}); ranking would drop or misplace them"
+                fix = ("re-run path patching; under metric='relative_logit' a zero clean logit gives inf/NaN, "
+                       "so try metric='logit_diff'")
             raise ValueError(f"the patching result on {self.model.describe()} {problem}. Fix: {fix}.")
 
     def to_dataframe(self):
@@ -101,7 +101,8 @@ class PatchingResult(SavedResult):
         for layer in range(n_layers):
             for head in range(n_heads):
                 effect = float(self.head_effects[layer, head])
-                rows.append({"kind": "head", "layer": layer, "head": head, "component": f"L{layer}.H{head}", "effect": effect})
+                name = f"L{layer}.H{head}"
+                rows.append({"kind": "head", "layer": layer, "head": head, "component": name, "effect": effect})
             effect = float(self.mlp_effects[layer])
             rows.append({"kind": "mlp", "layer": layer, "head": -1, "component": f"MLP{layer}", "effect": effect})
         df = pd.DataFrame(rows)

@@ -29,7 +29,7 @@ from torch import Tensor
 from mathcircuits._io import SavedResult
 from mathcircuits.models.spec import ModelSpec, as_spec, check_model, heads_by_layer
 
-__all__ = ["KeyComponents", "SelectionError", "select_key_components", "RULES"]
+__all__ = ["RULES", "KeyComponents", "SelectionError", "select_key_components"]
 
 RULES = ("zscore", "threshold", "topk")
 
