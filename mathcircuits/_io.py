@@ -38,7 +38,7 @@ import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, ClassVar, Self, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 import torch
 
@@ -286,7 +286,7 @@ class SavedResult:
         return {"__kind__": _kind_of(type(self)), "__version__": type(self).VERSION, **encode_fields(self), **derived}
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any], source: str = "the given dict") -> Self:
+    def from_dict(cls: type[T], d: dict[str, Any], source: str = "the given dict") -> T:  # noqa: PYI019
         """Rebuild a value from :meth:`to_dict`; checks kind, version and fields like :meth:`load`.
 
         Args:
@@ -310,6 +310,6 @@ class SavedResult:
         return save_result(self, path)
 
     @classmethod
-    def load(cls, path: str | os.PathLike) -> Self:
+    def load(cls: type[T], path: str | os.PathLike) -> T:  # noqa: PYI019 - beartype cannot check Self here
         """Read a value written by :meth:`save`; errors name the file, the problem and the fix."""
         return load_result(cls, path)
