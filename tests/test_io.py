@@ -142,6 +142,10 @@ def test_files_of_the_unversioned_format_still_load(tmp_path):
           "rule_params": {"k": 2}, "source": {"operations": ["add"]}}
     (tmp_path / "key_v1.json").write_text(json.dumps(v1))
     assert KeyComponents.load(tmp_path / "key_v1.json") == key
+    torch.save({"__kind__": "HeadMeans", "fields": {"means": torch.ones(3, 2, 4), "n_prompts": 2, "source": "cf"}},
+               tmp_path / "means.pt")
+    means = HeadMeans.load(tmp_path / "means.pt")  # v1 recorded no model: loads without identity
+    assert means.model is None and means.n_prompts == 2
     torch.save({"__kind__": "KnockoutResult", "fields": {"ks": [0, 1]}}, tmp_path / "ko.pt")
     old_ko = r"older mathcircuits .*lacks field.*ranked_accuracy.*mathcircuits validate"
     with pytest.raises(ResultFileError, match=old_ko):

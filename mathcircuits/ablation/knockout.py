@@ -58,8 +58,20 @@ class HeadMeans(SavedResult):
                 "Fix: compute them with head_means() on a non-empty dataset."
             )
 
+    @classmethod
+    def upgrade(cls, version: int, fields: dict[str, Any]) -> dict[str, Any]:
+        """Version 1 did not record the model: such means load without identity (their shape is still checked)."""
+        return {"model": None, **fields}
+
     def check_model(self, model: Any) -> None:
-        """Refuse a model other than the one the means were taken on (name and shape)."""
+        """Refuse a model other than the one the means were taken on.
+
+        Args:
+            model: a hooked model or a ModelSpec.
+
+        Returns:
+            None; raises an error naming both models (or the shapes) and the fix.
+        """
         spec = as_spec(model)
         if self.model is not None:
             check_model(self.model, spec, "these head means", "compute head_means() on this model")

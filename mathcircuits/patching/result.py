@@ -58,7 +58,14 @@ class PatchingResult(SavedResult):
             )
 
     def check_model(self, model: Any) -> None:
-        """Refuse ``model`` (a hooked model or ModelSpec) unless it is the model these effects were computed on."""
+        """Refuse a model other than the one these effects were computed on.
+
+        Args:
+            model: a hooked model, a ModelSpec or a plain HF model.
+
+        Returns:
+            None; raises :class:`~mathcircuits.models.ModelMismatchError` naming both models and the fix.
+        """
         check_model(self.model, model, "this patching result", "path-patch this model first (mathcircuits identify)")
 
     def check_finite(self) -> None:
