@@ -1,33 +1,61 @@
-"""Atomic file writes and save/load for result values.
+"""Atomic file writes, and the one versioned save/load protocol of every result and spec.
 
 Every result in mathcircuits is a frozen dataclass whose fields are plain values
-(str, int, float, bool, lists/dicts/tuples of them) or tensors. ``save_result``
-writes such a value to one file atomically (a temporary file in the same
-folder, then ``os.replace``), so an interrupted run never leaves a half-written
-result behind.
+(str, int, float, bool, lists/tuples/dicts of them), tensors, or nested frozen
+dataclasses (a :class:`~mathcircuits.models.ModelSpec`, parameter slices).
+:class:`SavedResult` gives such a class ``save(path)``, ``Cls.load(path)``,
+``to_dict()`` and ``Cls.from_dict(d)``, all through one code path:
+
+* **Format by suffix.** ``*.json`` is written as indented JSON (small, human
+  readable values such as key components and slices; a tensor becomes
+  ``{"__tensor__": [...], "dtype": ..., "shape": [...]}``); any other suffix as
+  a ``torch.save`` file, read back with ``weights_only=True``. Loading sniffs the
+  content, so the suffix does not matter there. Writes are atomic (a temporary
+  file beside the target, then ``os.replace``).
+* **Header.** The saved dict is ``{"__kind__": "mathcircuits.<Class>",
+  "__version__": N, <field>: <value>, ...}``; loading checks the kind and the
+  version. Fields are encoded and decoded by their declared types, so tuples
+  come back as tuples and a field of the wrong type is caught.
+* **Strict fields.** An unknown or a missing field is an error that names the
+  file and the field. Every load error is a :class:`ResultFileError` (a
+  ``ValueError``) of the form "<file>: <problem>. Fix: <fix>.", including
+  truncated, empty and garbage files.
+* **Older files.** Version 1 is what mathcircuits wrote before this protocol
+  (unversioned ``.pt`` files with ``__kind__``/``fields``, and JSON with
+  ``kind``/``version: 1``). Such a file is read when its fields still fit (a
+  class can migrate them in :meth:`SavedResult.upgrade`); otherwise the error
+  says it was written by an older version and which stage to re-run.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import io
 import json
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 import torch
 
+from mathcircuits._codec import FieldError, decode_fields, encode_fields, from_plain, tensors_from_json, tensors_to_json
+
 __all__ = [
-    "atomic_path",
+    "FieldError",
+    "ResultFileError",
+    "SavedResult",
     "atomic_dir",
-    "write_json",
+    "atomic_path",
+    "decode_fields",
+    "encode_fields",
+    "load_result",
     "read_json",
     "save_result",
-    "load_result",
-    "SavedResult",
+    "write_json",
 ]
 
 T = TypeVar("T")
@@ -87,67 +115,201 @@ def write_json(path: str | os.PathLike, obj: Any) -> Path:
 
 
 def read_json(path: str | os.PathLike) -> Any:
+    """Read a JSON file; a missing or unparsable file is an error naming it.
+
+    Args:
+        path: the file.
+
+    Returns:
+        The parsed JSON value.
+    """
     path = Path(path)
     if not path.exists():
-        raise FileNotFoundError(f"{path} does not exist; check the path or run the stage that writes it.")
-    return json.loads(path.read_text())
+        raise FileNotFoundError(f"{path} does not exist. Fix: check the path, or run the stage that writes it.")
+    try:
+        return json.loads(path.read_text())
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise ResultFileError(
+            f"{path} is not valid JSON ({err}); it may be truncated or corrupted. "
+            "Fix: delete it and re-run the stage that writes it."
+        ) from err
 
 
-def _to_plain(value: Any) -> Any:
-    if isinstance(value, torch.Tensor):
-        return value.detach().cpu().clone()
-    if isinstance(value, tuple):
-        return {"__tuple__": [_to_plain(v) for v in value]}
-    if isinstance(value, list):
-        return [_to_plain(v) for v in value]
-    if isinstance(value, dict):
-        return {k: _to_plain(v) for k, v in value.items()}
-    return value
+class ResultFileError(ValueError):
+    """A saved file cannot be read as the value asked for; the message names the file, the problem and the fix."""
 
 
-def _from_plain(value: Any) -> Any:
-    if isinstance(value, dict):
-        if "__tuple__" in value:
-            return tuple(_from_plain(v) for v in value["__tuple__"])
-        return {k: _from_plain(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_from_plain(v) for v in value]
-    return value
+# ----------------------------------------------------------------------------- files
+
+
+def _kind_of(cls: type) -> str:
+    return f"mathcircuits.{cls.__name__}"
+
+
+def _rerun(cls: type) -> str:
+    stage = getattr(cls, "STAGE", "")
+    where = f"re-run `mathcircuits {stage} --force` on the run folder" if stage else "re-run the code that wrote it"
+    return f"{where} (or call {cls.__name__}.save() again) to write a fresh file"
+
+
+def _read_payload(cls: type, path: Path) -> Any:
+    name = cls.__name__
+    if not path.exists():
+        raise FileNotFoundError(f"{path} does not exist. Fix: check the path, or save a {name} there first.")
+    if path.is_dir():
+        raise ResultFileError(f"{path} is a folder, not a saved {name}. Fix: pass the file written by {name}.save().")
+    raw = path.read_bytes()
+    if not raw:
+        raise ResultFileError(f"{path} is empty (0 bytes), e.g. left by an interrupted copy. Fix: {_rerun(cls)}.")
+    if raw[:2] == b"PK":  # torch.save's zip format
+        try:
+            return torch.load(io.BytesIO(raw), map_location="cpu", weights_only=True)
+        except Exception as err:  # noqa: BLE001 - any failure to unpickle means a damaged file
+            reason = (str(err).strip().splitlines() or [type(err).__name__])[0].split(". ")[0][:160]
+            raise ResultFileError(
+                f"{path} is not a readable .pt file; it looks truncated or corrupted ({type(err).__name__}: {reason}). "
+                f"Fix: {_rerun(cls)}."
+            ) from None
+    try:
+        payload = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise ResultFileError(
+            f"{path} is neither a mathcircuits .pt file nor valid JSON ({err}); it may be truncated or not a "
+            f"{name} at all. Fix: pass the file written by {name}.save(), or {_rerun(cls)}."
+        ) from None
+    try:
+        return tensors_from_json(payload)
+    except (FieldError, TypeError, ValueError, RuntimeError) as err:
+        raise ResultFileError(f"{path} holds a malformed tensor ({err}). Fix: {_rerun(cls)}.") from None
+
+
+def _from_payload(cls: type[T], payload: Any, source: str) -> T:
+    """Check the header of a saved dict and decode its fields into ``cls`` (the one load path)."""
+    name = cls.__name__
+    if not isinstance(payload, dict):
+        raise ResultFileError(
+            f"{source} holds a {type(payload).__name__}, not a saved mathcircuits value. "
+            f"Fix: pass the file written by {name}.save()."
+        )
+    if "__kind__" in payload and "__version__" not in payload and set(payload) == {"__kind__", "fields"}:
+        kind, version, fields = payload["__kind__"], 1, from_plain(payload["fields"])  # unversioned .pt (v1)
+    elif "__kind__" in payload:
+        kind, version = payload["__kind__"], payload.get("__version__")
+        fields = {k: v for k, v in payload.items() if k not in ("__kind__", "__version__")}
+    elif str(payload.get("kind", "")).startswith("mathcircuits.") and "version" in payload:  # JSON of v1
+        kind, version = payload["kind"], payload["version"]
+        fields = {k: v for k, v in payload.items() if k not in ("kind", "version")}
+    else:
+        raise ResultFileError(
+            f"{source} is not a saved mathcircuits value (it has no kind/version header). "
+            f"Fix: pass the file written by {name}.save()."
+        )
+    kind = str(kind) if str(kind).startswith("mathcircuits.") else f"mathcircuits.{kind}"
+    if kind != _kind_of(cls):
+        other = kind.removeprefix("mathcircuits.")
+        raise ResultFileError(
+            f"{source} holds a {other}, not a {name}. Fix: load it with {other}.load(), or pass a {name} file."
+        )
+    latest = getattr(cls, "VERSION", 1)
+    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+        raise ResultFileError(f"{source} has the invalid format version {version!r}. Fix: {_rerun(cls)}.")
+    if version > latest:
+        raise ResultFileError(
+            f"{source} was written by a newer mathcircuits (format version {version}; this one reads up to "
+            f"{latest}). Fix: upgrade mathcircuits, or {_rerun(cls)}."
+        )
+    derived = {k: fields.pop(k) for k in getattr(cls, "DERIVED", ()) if k in fields}
+    try:
+        if version < latest:
+            fields = cls.upgrade(version, fields)  # type: ignore[attr-defined]
+        value = decode_fields(cls, fields)
+        for k, v in derived.items():
+            if getattr(value, k) != v:
+                raise FieldError(f"its {k} is {v!r}, but its fields give {getattr(value, k)!r} (edited by hand?)")
+        return value
+    except FieldError as err:
+        older = f"was written by an older mathcircuits (format version {version}) and " if version < latest else ""
+        raise ResultFileError(f"{source} {older}does not fit a {name}: {err}. Fix: {_rerun(cls)}.") from None
 
 
 def save_result(obj: Any, path: str | os.PathLike) -> Path:
-    """Save a result dataclass (tensors and plain fields) to one ``.pt`` file, atomically."""
-    if not dataclasses.is_dataclass(obj):
-        raise TypeError(f"save_result expects a dataclass instance, got {type(obj).__name__}.")
-    payload = {
-        "__kind__": type(obj).__name__,
-        "fields": {f.name: _to_plain(getattr(obj, f.name)) for f in dataclasses.fields(obj)},
-    }
+    """Save a result dataclass atomically: JSON for a ``.json`` path, else a ``torch.save`` file.
+
+    Args:
+        obj: a :class:`SavedResult` dataclass instance.
+        path: the target file.
+
+    Returns:
+        ``path`` as a Path.
+    """
+    if not (dataclasses.is_dataclass(obj) and isinstance(obj, SavedResult)):
+        raise TypeError(f"save_result expects a SavedResult dataclass, got {type(obj).__name__}.")
+    path = Path(path)
+    payload = obj.to_dict()
     with atomic_path(path) as tmp:
-        torch.save(payload, tmp)
-    return Path(path)
+        if path.suffix == ".json":
+            tmp.write_text(json.dumps(tensors_to_json(payload), indent=2) + "\n")
+        else:
+            torch.save(payload, tmp)
+    return path
 
 
 def load_result(cls: type[T], path: str | os.PathLike) -> T:
-    """Load a value saved by :func:`save_result`, checking it is of kind ``cls``."""
+    """Load a value saved by :func:`save_result` (either format), checking kind, version and fields.
+
+    Args:
+        cls: the class expected in the file.
+        path: the file.
+
+    Returns:
+        The value. Raises ``FileNotFoundError`` or :class:`ResultFileError` naming the file, the problem and the fix.
+    """
     path = Path(path)
-    if not path.exists():
-        raise FileNotFoundError(f"{path} does not exist; save a {cls.__name__} there first.")
-    payload = torch.load(path, map_location="cpu", weights_only=True)
-    kind = payload.get("__kind__")
-    if kind != cls.__name__:
-        raise ValueError(f"{path} holds a {kind}, not a {cls.__name__}; load it with {kind}.load().")
-    fields = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
-    data = {k: _from_plain(v) for k, v in payload["fields"].items() if k in fields}
-    return cls(**data)
+    return _from_payload(cls, _read_payload(cls, path), str(path))
 
 
 class SavedResult:
-    """Mixin for frozen result dataclasses: ``save(path)`` and ``Cls.load(path)`` via :func:`save_result`."""
+    """Mixin for frozen result dataclasses: one versioned save/load protocol (see the module docstring).
+
+    Class attributes a subclass may set: ``VERSION`` (bump it when fields change, and migrate older
+    files in :meth:`upgrade`), ``STAGE`` (the pipeline stage that writes it, named in error fixes) and
+    ``DERIVED`` (properties also written for human readers; on load they must equal the recomputed value).
+    """
+
+    VERSION: ClassVar[int] = 2
+    STAGE: ClassVar[str] = ""
+    DERIVED: ClassVar[tuple[str, ...]] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        """The value as ``{"__kind__", "__version__", <fields>, <derived>}`` (plain values and CPU tensors)."""
+        derived = {k: getattr(self, k) for k in type(self).DERIVED}
+        return {"__kind__": _kind_of(type(self)), "__version__": type(self).VERSION, **encode_fields(self), **derived}
+
+    @classmethod
+    def from_dict(cls: type[T], d: dict[str, Any], source: str = "the given dict") -> T:  # noqa: PYI019
+        """Rebuild a value from :meth:`to_dict`; checks kind, version and fields like :meth:`load`.
+
+        Args:
+            d: a dict made by :meth:`to_dict` (or read from a saved file).
+            source: what ``d`` is, for error messages.
+
+        Returns:
+            The value.
+        """
+        if isinstance(d, dict):
+            d = tensors_from_json(d)
+        return _from_payload(cls, d, source)
+
+    @classmethod
+    def upgrade(cls, version: int, fields: dict[str, Any]) -> dict[str, Any]:
+        """Migrate the fields of a file of an older format ``version`` (default: unchanged)."""
+        return fields
 
     def save(self, path: str | os.PathLike) -> Path:
+        """Write the value to ``path`` atomically (JSON for ``*.json``, else ``.pt``). Returns the path."""
         return save_result(self, path)
 
     @classmethod
-    def load(cls: type[T], path: str | os.PathLike) -> T:
+    def load(cls: type[T], path: str | os.PathLike) -> T:  # noqa: PYI019 - beartype cannot check Self here
+        """Read a value written by :meth:`save`; errors name the file, the problem and the fix."""
         return load_result(cls, path)

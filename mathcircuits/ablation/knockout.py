@@ -29,17 +29,58 @@ from torch import Tensor
 
 from mathcircuits._io import SavedResult
 from mathcircuits.data.filter import length_groups, score_pairs
+from mathcircuits.models.spec import ModelSpec, as_spec, check_model
 
 __all__ = ["HeadMeans", "KnockoutResult", "head_means", "ablated_model", "ablated_accuracy", "knockout_curve"]
 
 
 @dataclass(frozen=True)
 class HeadMeans(SavedResult):
-    """Mean ``hook_z`` per head over the counterfactual prompts: [layer, head, d_head]."""
+    """Mean ``hook_z`` per head over the counterfactual prompts: [layer, head, d_head].
+
+    ``model`` is the spec of the model the means were taken on (``None`` only for
+    means built by hand, which then cannot be checked against a model).
+    """
+
+    STAGE = "validate"
 
     means: Float[Tensor, "layer head d_head"]
     n_prompts: int
     source: str = "counterfactual prompts, all positions"
+    model: ModelSpec | dict[str, Any] | None = None
+
+    def __post_init__(self) -> None:
+        if self.model is not None:
+            object.__setattr__(self, "model", as_spec(self.model))
+        if not bool(torch.isfinite(self.means).all()):
+            raise ValueError(
+                "the head means hold NaN or infinity (e.g. taken over an empty dataset). "
+                "Fix: compute them with head_means() on a non-empty dataset."
+            )
+
+    @classmethod
+    def upgrade(cls, version: int, fields: dict[str, Any]) -> dict[str, Any]:
+        """Version 1 did not record the model: such means load without identity (their shape is still checked)."""
+        return {"model": None, **fields}
+
+    def check_model(self, model: Any) -> None:
+        """Refuse a model other than the one the means were taken on.
+
+        Args:
+            model: a hooked model or a ModelSpec.
+
+        Returns:
+            None; raises an error naming both models (or the shapes) and the fix.
+        """
+        spec = as_spec(model)
+        if self.model is not None:
+            check_model(self.model, spec, "these head means", "compute head_means() on this model")
+        want = (spec.n_layers, spec.n_heads, spec.d_head)
+        if tuple(self.means.shape) != want:
+            raise ValueError(
+                f"the head means have shape {tuple(self.means.shape)} but {spec.describe()} needs {want} "
+                "[layer, head, d_head]. Fix: compute head_means() on this model."
+            )
 
 
 
@@ -47,6 +88,7 @@ class HeadMeans(SavedResult):
 def head_means(model: Any, dataset: Any, column: str = "cf_tokens", batch_size: int = 32) -> HeadMeans:
     """Mean of every head's ``hook_z`` over the prompts in ``column``, all positions."""
     spec = model.spec
+    _check_dataset(dataset, (column,), "head_means")
     names = [f"blocks.{l}.attn.hook_z" for l in range(spec.n_layers)]
     total = torch.zeros(spec.n_layers, spec.n_heads, spec.d_head, dtype=torch.float64)
     count = 0
@@ -65,7 +107,7 @@ def head_means(model: Any, dataset: Any, column: str = "cf_tokens", batch_size: 
         for l in range(spec.n_layers):
             total[l] += sums[l]
         count += toks.numel()
-    return HeadMeans(means=(total / count).float(), n_prompts=len(seqs))
+    return HeadMeans(means=(total / count).float(), n_prompts=len(seqs), model=spec)
 
 
 def _hooks(model: Any, heads: Sequence[tuple[int, int]], means: HeadMeans, scope: str) -> list[tuple[str, Any]]:
@@ -102,8 +144,49 @@ def ablated_model(model: Any, heads: Sequence[tuple[int, int]], means: HeadMeans
     return run
 
 
-def ablated_accuracy(model: Any, dataset: Any, heads: Sequence[tuple[int, int]], means: HeadMeans, scope: str = "all", batch_size: int = 32) -> float:
-    """Share of pairs answered correctly with ``heads`` mean-ablated."""
+def _check_dataset(dataset: Any, needed: Sequence[str], caller: str) -> None:
+    """Refuse an empty dataset, or one without the columns ``caller`` reads, naming the dataset as the culprit."""
+    have = list(getattr(dataset, "column_names", None) or [])
+    missing = [c for c in needed if c not in have]
+    if missing:
+        raise ValueError(
+            f"{caller} got a dataset without the columns {missing} (it has {have}). "
+            "Fix: pass pairs built by mathcircuits.data.generate_pairs."
+        )
+    if len(dataset) == 0:
+        raise ValueError(
+            f"{caller} got an empty dataset (0 pairs), so there is nothing to average or score. "
+            "Fix: pass a dataset with pairs (e.g. the correct pairs of the identify stage); check filters upstream."
+        )
+
+
+def _as_heads(model: Any, heads: Any) -> list[tuple[int, int]]:
+    """Heads as ``[(layer, head)]``; a KeyComponents (anything with ``heads`` and ``check_model``) is checked."""
+    if hasattr(heads, "heads") and hasattr(heads, "check_model"):
+        heads.check_model(model.spec)
+        heads = heads.heads
+    return [(int(layer), int(head)) for layer, head in heads]
+
+
+def ablated_accuracy(
+    model: Any, dataset: Any, heads: Any, means: HeadMeans, scope: str = "all", batch_size: int = 32
+) -> float:
+    """Share of pairs answered correctly with ``heads`` mean-ablated.
+
+    Args:
+        model: the hooked model.
+        dataset: pairs with ``tokens``, ``answer_tokens`` and ``n_tokens`` (non-empty).
+        heads: a :class:`~mathcircuits.patching.KeyComponents` of this model, or ``[(layer, head), ...]``.
+        means: :class:`HeadMeans` taken on this model.
+        scope: ``"all"`` positions or only the ``"last"``.
+        batch_size: pairs per forward.
+
+    Returns:
+        The accuracy in [0, 1]. Heads or means of another model raise an error naming both models.
+    """
+    heads = _as_heads(model, heads)
+    means.check_model(model.spec)
+    _check_dataset(dataset, ("tokens", "answer_tokens", "n_tokens"), "ablated_accuracy")
     scored = score_pairs(ablated_model(model, heads, means, scope), dataset, batch_size=batch_size, device=model.device)
     return float(sum(scored["correct"]) / len(scored))
 
@@ -122,6 +205,7 @@ class KnockoutResult(SavedResult):
     scope: str = "all"
     seeds: list[int] = field(default_factory=list)
 
+    STAGE = "validate"
 
     def to_dataframe(self):
         import pandas as pd
@@ -150,13 +234,30 @@ def knockout_curve(
     scope: str = "all",
     progress: bool = False,
 ) -> KnockoutResult:
-    """Knock out 0..max_k heads in effect-rank order and in ``n_random`` random orders."""
+    """Knock out 0..max_k heads in effect-rank order and in ``n_random`` random orders.
+
+    Args:
+        model: the hooked model.
+        dataset: the pairs to score (non-empty, with ``tokens``, ``answer_tokens``, ``n_tokens``, ``cf_tokens``).
+        patching: a :class:`~mathcircuits.patching.PatchingResult` of this model (finite head effects).
+        max_k: knock out up to this many heads.
+        n_random: number of random orders.
+        seed: seed of the random orders.
+        means: :class:`HeadMeans` of this model (default: taken on ``dataset``'s counterfactual prompts).
+        scope: ``"all"`` positions or only the ``"last"``.
+        progress: show a progress bar.
+
+    Returns:
+        The :class:`KnockoutResult`.
+    """
     from tqdm.auto import tqdm
 
     spec = model.spec
-    if patching.model.get("name") != spec.name or tuple(patching.head_effects.shape) != (spec.n_layers, spec.n_heads):
-        raise ValueError(f"the patching result was computed on {patching.model.get('name')!r}, not {spec.name!r}. Fix: path-patch this model first.")
+    patching.check_model(spec)
+    patching.check_finite()
+    _check_dataset(dataset, ("tokens", "answer_tokens", "n_tokens"), "knockout_curve")
     means = means or head_means(model, dataset)
+    means.check_model(spec)
     ranked = [(l, h) for l, h, _ in patching.top_heads(max_k)]
     ks = list(range(0, len(ranked) + 1))
     all_heads = [(l, h) for l in range(spec.n_layers) for h in range(spec.n_heads)]

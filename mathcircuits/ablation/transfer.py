@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 from mathcircuits._io import SavedResult
-from mathcircuits.ablation.knockout import HeadMeans, ablated_accuracy
+from mathcircuits.ablation.knockout import HeadMeans, _as_heads, ablated_accuracy
 
 __all__ = ["TransferResult", "transfer"]
 
@@ -31,6 +31,7 @@ class TransferResult(SavedResult):
     scope: str = "all"
     notes: dict[str, Any] = field(default_factory=dict)
 
+    STAGE = "validate"
 
     def to_dataframe(self):
         import pandas as pd
@@ -41,19 +42,35 @@ class TransferResult(SavedResult):
 def transfer(
     model: Any,
     eval_sets: dict[str, Any],
-    key_heads: Sequence[tuple[int, int]],
+    key_heads: Any,
     means: HeadMeans,
     n_random: int = 3,
     seed: int = 0,
     scope: str = "all",
     progress: bool = False,
 ) -> TransferResult:
-    """Accuracy on each named dataset: clean, key heads ablated, random heads ablated (mean ± std)."""
+    """Accuracy on each named dataset: clean, key heads ablated, random heads ablated (mean ± std).
+
+    Args:
+        model: the hooked model.
+        eval_sets: name → pairs (empty sets are skipped).
+        key_heads: a :class:`~mathcircuits.patching.KeyComponents` of this model, or ``[(layer, head), ...]``.
+        means: :class:`HeadMeans` taken on this model.
+        n_random: random head sets per dataset.
+        seed: seed of the random head sets.
+        scope: ``"all"`` positions or only the ``"last"``.
+        progress: show a progress bar.
+
+    Returns:
+        The :class:`TransferResult`. Heads or means of another model raise an error naming both models.
+    """
     import statistics
 
     from tqdm.auto import tqdm
 
     spec = model.spec
+    key_heads = _as_heads(model, key_heads)
+    means.check_model(spec)
     all_heads = [(l, h) for l in range(spec.n_layers) for h in range(spec.n_heads)]
     rng = random.Random(seed)
     rows = []
@@ -62,7 +79,8 @@ def transfer(
             continue
         clean = ablated_accuracy(model, ds, [], means, scope)
         key = ablated_accuracy(model, ds, list(key_heads), means, scope)
-        rand = [ablated_accuracy(model, ds, rng.sample(all_heads, len(key_heads)), means, scope) for _ in range(n_random)]
+        rand = [ablated_accuracy(model, ds, rng.sample(all_heads, len(key_heads)), means, scope)
+                for _ in range(n_random)]
         rows.append(
             {
                 "dataset": name,

@@ -57,6 +57,7 @@ from torch import Tensor
 
 from mathcircuits._io import SavedResult
 from mathcircuits.analysis._common import as_heads, columns, iter_batches, operation_rows, spec_dict, token_strings
+from mathcircuits.models.spec import ModelSpec, as_spec
 
 __all__ = [
     "ROLES",
@@ -137,13 +138,16 @@ class AttentionByRole(SavedResult):
     operations: list[str]
     pair_ids: list[int]
     template_ids: list[str]
-    model: dict[str, Any]
+    model: ModelSpec | dict[str, Any]  # a dict from ModelSpec.to_dict() is converted
     roles: tuple[str, ...] = ROLES
     min_share: float = 0.2
     min_lift: float = 2.0
     settings: dict[str, Any] = field(default_factory=dict)
 
+    STAGE = "analyze"
+
     def __post_init__(self) -> None:
+        object.__setattr__(self, "model", as_spec(self.model))
         n = self.shares.shape[0]
         if not (len(self.operations) == len(self.pair_ids) == len(self.template_ids) == n):
             raise ValueError(f"AttentionByRole has {n} pairs of shares but {len(self.operations)} operations / {len(self.pair_ids)} pair ids.")
@@ -280,12 +284,16 @@ class HeadPatterns(SavedResult):
     patterns: list[Tensor]
     pair_ids: list[int]
     operations: list[str]
-    model: dict[str, Any]
+    model: ModelSpec | dict[str, Any]  # a dict from ModelSpec.to_dict() is converted
+
+    STAGE = "analyze"
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "model", as_spec(self.model))
 
     @property
     def labels(self) -> list[str]:
         return [f"L{l}.H{h}" for l, h in self.heads]
-
 
     def to_dataframe(self):
         """The last row of each pattern: one row per prompt x head x source token."""

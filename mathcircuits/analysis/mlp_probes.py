@@ -67,6 +67,7 @@ from torch import Tensor
 from mathcircuits._io import SavedResult
 from mathcircuits.analysis._common import columns, iter_batches, operation_rows, spec_dict, token_strings
 from mathcircuits.data.generate import answer_spacing
+from mathcircuits.models.spec import ModelSpec, as_spec
 
 __all__ = ["SPACES", "MLPProbeResult", "mlp_probes", "number_tokens"]
 
@@ -81,7 +82,9 @@ _PROBES = (  # the per-pair, per-layer fields; lens_prob last
 class MLPProbeResult(SavedResult):
     """Per-pair, per-layer probes of the MLPs against the unembedding (see the module docstring)."""
 
-    model: dict[str, Any]
+    STAGE = "analyze"
+
+    model: ModelSpec | dict[str, Any]  # a dict from ModelSpec.to_dict() is converted
     space: str
     input_sim_a: Float[Tensor, "pair layer"]
     input_sim_b: Float[Tensor, "pair layer"]
@@ -111,6 +114,7 @@ class MLPProbeResult(SavedResult):
     settings: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "model", as_spec(self.model))
         if self.space not in SPACES:
             raise ValueError(f"space {self.space!r} is unknown. Fix: use one of {SPACES}.")
 

@@ -30,15 +30,43 @@ def length_groups(lengths: list[int], batch_size: int) -> list[list[int]]:
 
 
 @torch.no_grad()
-def score_pairs(model: Callable[[torch.Tensor], torch.Tensor], dataset, batch_size: int = 32, device: str | torch.device = "cpu", progress: bool = False):
+def score_pairs(
+    model: Callable[[torch.Tensor], torch.Tensor],
+    dataset: Any,
+    batch_size: int = 32,
+    device: str | torch.device = "cpu",
+    progress: bool = False,
+) -> Any:
     """Add ``correct`` (bool), ``first_correct`` (bool) and ``p_answer`` (float) columns.
 
-    ``model`` maps a [batch, seq] token tensor to logits (a HookedModel or HF-like callable).
+    Args:
+        model: maps a [batch, seq] token tensor to logits (a HookedModel or HF-like callable).
+        dataset: a ``datasets.Dataset`` with ``tokens``, ``answer_tokens`` and ``n_tokens`` (non-empty).
+        batch_size: rows per forward.
+        device: where the token tensors go.
+        progress: show a progress bar.
+
+    Returns:
+        The dataset with the three columns added (replaced if present).
     """
     from tqdm.auto import tqdm
 
+    needed = ("tokens", "answer_tokens", "n_tokens")
+    have = getattr(dataset, "column_names", None)
+    if have is None:
+        raise TypeError(
+            f"score_pairs needs a datasets.Dataset, got a {type(dataset).__name__}. "
+            "Fix: pass the pairs built by mathcircuits.data.generate_pairs (or datasets.Dataset.from_list(rows))."
+        )
+    missing = [c for c in needed if c not in have]
+    if missing:
+        raise ValueError(
+            f"score_pairs got a dataset without the columns {missing} (it has {list(have)}). "
+            "Fix: pass pairs built by mathcircuits.data.generate_pairs, which records the prompt tokens, "
+            "their count and the answer tokens."
+        )
     if len(dataset) == 0:
-        raise ValueError("score_pairs got an empty dataset; generate pairs first.")
+        raise ValueError("score_pairs got an empty dataset (0 pairs). Fix: generate pairs first, or check the filters.")
     seqs = [list(t) + list(ans[:-1]) for t, ans in zip(dataset["tokens"], dataset["answer_tokens"])]
     n_prompt = list(dataset["n_tokens"])
     answers = list(dataset["answer_tokens"])

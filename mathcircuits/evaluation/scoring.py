@@ -79,6 +79,8 @@ class BenchmarkScore(SavedResult):
     ``option_scores`` the per-option scores used for the choice (choice).
     """
 
+    STAGE = "evaluate"
+
     benchmark: str
     kind: str
     uids: tuple[str, ...]

@@ -31,6 +31,8 @@ class EvalResult(SavedResult):
     ``settings`` records how the numbers were obtained (prompt style, shots, limit, ...).
     """
 
+    STAGE = "evaluate"
+
     label: str
     accuracy: dict[str, float]
     n: dict[str, int]

@@ -213,7 +213,8 @@ class HeadSliceAdapter(nn.Module):
     def from_pretrained(cls, model: nn.Module, path: str | Path, is_trainable: bool = False) -> "HeadSliceAdapter":
         """Wrap ``model`` (a plain HF model of the same architecture) with the adapter saved at ``path``."""
         cfg = cls.read_config(path)
-        adapter = cls(model, SliceSet.from_dict(cfg["slices"]), grad_scale=bool(cfg.get("grad_scale", True)), trainable=is_trainable)
+        slices = SliceSet.from_dict(cfg["slices"], source=f"the slices of {Path(path) / ADAPTER_CONFIG_NAME}")
+        adapter = cls(model, slices, grad_scale=bool(cfg.get("grad_scale", True)), trainable=is_trainable)
         adapter.load_weights(path)
         return adapter
 
@@ -226,7 +227,7 @@ class HeadSliceAdapter(nn.Module):
         if not file.exists():
             raise FileNotFoundError(f"{file} does not exist. Fix: pass a folder written by HeadSliceAdapter.save_pretrained.")
         saved = self.read_config(path)["slices"]
-        if SliceSet.from_dict(saved).slices != self.slices.slices:
+        if SliceSet.from_dict(saved, source=f"the slices of {path / ADAPTER_CONFIG_NAME}").slices != self.slices.slices:
             raise SliceError(f"the adapter at {path} tunes other slices than this adapter. Fix: build the adapter with HeadSliceAdapter.from_pretrained.")
         tensors = load_file(str(file))
         expected = {f"{s.name}.delta" for s in self.slices.slices} | {f"{s.name}.index" for s in self.slices.slices if not s.whole}

@@ -51,14 +51,14 @@ Usage::
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Iterable, Literal
 
 import torch
 from jaxtyping import Bool, Int
 from torch import Tensor
 
-from mathcircuits._io import read_json, write_json
+from mathcircuits._io import SavedResult, decode_fields, encode_fields
+from mathcircuits.models.spec import ModelSpec, as_spec, check_model, heads_by_layer
 from mathcircuits.patching.selection import KeyComponents, SelectionError
 
 __all__ = [
@@ -158,26 +158,13 @@ def resolve_layout(model: torch.nn.Module) -> AttentionLayout:
 
 
 def model_facts(model: torch.nn.Module, name: str | None = None) -> dict[str, Any]:
-    """Shape facts of an HF model in the keys of :class:`~mathcircuits.models.ModelSpec`.
+    """Deprecated: use ``ModelSpec.from_hf(model, name)``; this returns its ``to_dict()``.
 
-    ``name`` defaults to ``config.name_or_path``; pass the name the model had
-    when key components were selected (e.g. ``spec.name``) to check it too.
+    Kept so code that reads ``facts["n_heads"]`` or ``facts["model_type"]`` keeps working; the dict
+    has every key it had (name, model_type, architecture, n_layers, n_heads, n_kv_heads, d_head,
+    d_model) plus source, d_mlp and vocab_size.
     """
-    cfg = model.config
-    n_heads = int(cfg.num_attention_heads)
-    d_model = int(cfg.hidden_size)
-    n_kv = int(getattr(cfg, "num_key_value_heads", None) or n_heads)
-    d_head = int(getattr(cfg, "head_dim", None) or d_model // n_heads)
-    return {
-        "name": name if name is not None else str(getattr(cfg, "name_or_path", "") or type(model).__name__),
-        "model_type": str(cfg.model_type),
-        "architecture": type(model).__name__,
-        "n_layers": int(cfg.num_hidden_layers),
-        "n_heads": n_heads,
-        "n_kv_heads": n_kv,
-        "d_head": d_head,
-        "d_model": d_model,
-    }
+    return ModelSpec.from_hf(model, name).to_dict()
 
 
 # ----------------------------------------------------------------------------- values
@@ -241,37 +228,47 @@ class ParamSlice:
         return m
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "name": self.name, "module": self.module, "kind": self.kind, "shape": list(self.shape),
-            "axis": self.axis, "ranges": [list(r) for r in self.ranges], "feature": self.feature,
-            "weight_layout": self.weight_layout, "layer": self.layer, "roles": list(self.roles),
-            "n_params": self.n_params,
-        }
+        """The slice as a plain dict of its fields (saved inside a :class:`SliceSet`)."""
+        return encode_fields(self)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "ParamSlice":
-        return cls(
-            name=d["name"], module=d["module"], kind=d["kind"], shape=tuple(int(s) for s in d["shape"]),
-            axis=None if d["axis"] is None else int(d["axis"]), ranges=tuple((int(a), int(b)) for a, b in d["ranges"]),
-            feature=d["feature"], weight_layout=d["weight_layout"], layer=int(d["layer"]), roles=tuple(d["roles"]),
-        )
+        """Rebuild from :meth:`to_dict`; an unknown, missing or mistyped field is an error naming it."""
+        return decode_fields(cls, d, "a parameter slice")
 
 
 @dataclass(frozen=True)
-class SliceSet:
+class SliceSet(SavedResult):
     """Every parameter slice that precise SFT tunes for a selection, with counts.
 
     ``n_tuned`` counts tuned scalars, ``n_model_params`` all parameters of the
-    model (tied weights once), ``fraction`` their ratio.
+    model (tied weights once), ``fraction`` their ratio. ``model`` is the
+    :class:`~mathcircuits.models.ModelSpec` of the HF model the slices were made for
+    (a dict from ``ModelSpec.to_dict()`` is accepted and converted). Saved as JSON by
+    ``save("slices.json")``.
     """
 
-    model: dict[str, Any]  # model_facts(): name, model_type, n_layers, n_heads, n_kv_heads, d_head, d_model
+    STAGE = "finetune"
+    DERIVED = ("n_tuned",)
+
+    model: ModelSpec | dict[str, Any]
     heads: tuple[tuple[int, int], ...]
     mlps: tuple[int, ...]
     kv_policy: str
     slices: tuple[ParamSlice, ...]
     n_model_params: int
     kv_groups: tuple[tuple[int, int], ...] = field(default=())  # (layer, group) whose K/V are tuned
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "model", as_spec(self.model))
+
+    @classmethod
+    def upgrade(cls, version: int, fields: dict[str, Any]) -> dict[str, Any]:
+        """Version 1 also stored the derived per-slice ``n_params``: drop it."""
+        if isinstance(fields.get("slices"), list):
+            fields["slices"] = [{k: v for k, v in s.items() if k != "n_params"} if isinstance(s, dict) else s
+                                for s in fields["slices"]]
+        return fields
 
     @property
     def n_tuned(self) -> int:
@@ -282,15 +279,13 @@ class SliceSet:
         return self.n_tuned / self.n_model_params if self.n_model_params else float("nan")
 
     def heads_by_layer(self) -> dict[int, list[int]]:
-        out: dict[int, list[int]] = {}
-        for layer, head in self.heads:
-            out.setdefault(layer, []).append(head)
-        return out
+        """``{layer: [head, ...]}`` of the tuned heads."""
+        return heads_by_layer(self.heads)
 
     def grad_scales(self) -> dict[str, float]:
         """Paper's gradient rescaling: parameter name → ``H/h`` for attention slices of a layer
         with ``h`` key heads out of ``H`` (1.0 for MLP parameters)."""
-        n_heads = self.model["n_heads"]
+        n_heads = self.model.n_heads
         per_layer = {layer: len(hs) for layer, hs in self.heads_by_layer().items()}
         return {
             s.name: (n_heads / per_layer[s.layer] if "mlp" not in s.roles and per_layer.get(s.layer) else 1.0)
@@ -300,31 +295,6 @@ class SliceSet:
     def by_name(self) -> dict[str, ParamSlice]:
         return {s.name: s for s in self.slices}
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "kind": "mathcircuits.SliceSet", "version": 1, "model": dict(self.model),
-            "heads": [list(h) for h in self.heads], "mlps": list(self.mlps), "kv_policy": self.kv_policy,
-            "kv_groups": [list(g) for g in self.kv_groups], "n_model_params": self.n_model_params,
-            "n_tuned": self.n_tuned, "slices": [s.to_dict() for s in self.slices],
-        }
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "SliceSet":
-        if d.get("kind") != "mathcircuits.SliceSet":
-            raise SliceError("this JSON is not a mathcircuits slice set (missing kind). Fix: pass a file written by SliceSet.save().")
-        return cls(
-            model=dict(d["model"]), heads=tuple((int(l), int(h)) for l, h in d["heads"]), mlps=tuple(int(m) for m in d["mlps"]),
-            kv_policy=d["kv_policy"], slices=tuple(ParamSlice.from_dict(s) for s in d["slices"]),
-            n_model_params=int(d["n_model_params"]), kv_groups=tuple((int(l), int(g)) for l, g in d.get("kv_groups", [])),
-        )
-
-    def save(self, path: str | Path) -> Path:
-        return write_json(path, self.to_dict())
-
-    @classmethod
-    def load(cls, path: str | Path) -> "SliceSet":
-        return cls.from_dict(read_json(path))
-
     def to_dataframe(self):
         import pandas as pd
 
@@ -333,15 +303,19 @@ class SliceSet:
         return pd.DataFrame(rows, columns=["name", "layer", "roles", "axis", "ranges", "n_params"])
 
     def check_model(self, model: torch.nn.Module) -> None:
-        """Refuse a model whose shape or parameter shapes differ from the one the slices were made for."""
-        facts = model_facts(model)
-        keys = ("model_type", "n_layers", "n_heads", "n_kv_heads", "d_head", "d_model")
-        diff = {k: (self.model.get(k), facts[k]) for k in keys if self.model.get(k) != facts[k]}
-        if diff:
-            raise SliceError(
-                f"these slices were made for {self.model.get('name')!r} and do not fit this model "
-                f"(slices vs model: {diff}). Fix: map the key components onto this model with head_slices()."
-            )
+        """Refuse an HF model whose architecture or shape, or parameter shapes, differ from the slices' model.
+
+        Args:
+            model: a plain HF model (its load name is unknown, so names are not compared).
+
+        Returns:
+            None; raises :class:`SliceError` naming both models and the fix.
+        """
+        check_model(
+            self.model, ModelSpec.from_hf(model), "these slices",
+            "map the key components onto this model with head_slices()", compare_name=False, error=SliceError,
+            plural=True,
+        )
         params = dict(model.named_parameters(remove_duplicate=False))
         for s in self.slices:
             if s.name not in params:
@@ -399,10 +373,10 @@ def head_slices(
         raise SliceError(f"kv_policy={kv_policy!r} is unknown. Fix: use one of {KV_POLICIES} (see mathcircuits.finetune.slices).")
     layout = resolve_layout(model)
     facts = model_facts(model, model_name)
-    if isinstance(key, KeyComponents):
+    if isinstance(key, KeyComponents):  # without model_name, an HF model does not know its name: compare shapes
+        key.check_model(ModelSpec.from_hf(model, model_name), compare_name=model_name is not None)
         if model_name is None:
-            facts["name"] = key.model.get("name")  # compare shapes only
-        key.check_model(facts)
+            facts["name"] = key.model.name  # the slices carry the name the selection was made under
         heads = [tuple(h) for h in key.heads]
         mlp_layers = list(key.mlps) + list(mlps)
     else:

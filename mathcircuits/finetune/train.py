@@ -49,9 +49,10 @@ from typing import Any, Literal, Sequence
 import torch
 from torch import nn
 
-from mathcircuits._io import read_json, write_json
+from mathcircuits._io import SavedResult
 from mathcircuits.finetune.adapter import HeadSliceAdapter
-from mathcircuits.finetune.slices import KV_POLICIES, SliceSet, head_slices, model_facts
+from mathcircuits.finetune.slices import KV_POLICIES, SliceSet, head_slices
+from mathcircuits.models.spec import ModelSpec, as_spec
 from mathcircuits.patching.selection import KeyComponents
 
 __all__ = ["SFTConfig", "SFTResult", "train_sft", "pad_collate"]
@@ -117,12 +118,18 @@ class SFTConfig:
 
 
 @dataclass(frozen=True)
-class SFTResult:
-    """What one SFT run did: settings, tuned-parameter counts, loss history and speed."""
+class SFTResult(SavedResult):
+    """What one SFT run did: settings, tuned-parameter counts, loss history and speed.
+
+    ``model`` is the :class:`~mathcircuits.models.ModelSpec` of the tuned model (a dict from
+    ``ModelSpec.to_dict()`` is accepted and converted). Saved as JSON by ``save("sft_result.json")``.
+    """
+
+    STAGE = "finetune"
 
     mode: str
     config: dict[str, Any]
-    model: dict[str, Any]
+    model: ModelSpec | dict[str, Any]
     n_trainable: int
     n_model_params: int
     global_step: int
@@ -134,25 +141,8 @@ class SFTResult:
     resumed_from: str | None = None
     slices: dict[str, Any] = field(default_factory=dict)  # SliceSet.to_dict() for precise SFT
 
-    def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["loss_history"] = [list(x) for x in self.loss_history]
-        return {"kind": "mathcircuits.SFTResult", "version": 1, **d}
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "SFTResult":
-        if d.get("kind") != "mathcircuits.SFTResult":
-            raise ValueError("this JSON is not a mathcircuits SFT result. Fix: pass a file written by SFTResult.save().")
-        d = {k: v for k, v in d.items() if k in cls.__dataclass_fields__}
-        d["loss_history"] = tuple((int(s), float(l)) for s, l in d["loss_history"])
-        return cls(**d)
-
-    def save(self, path: str | Path) -> Path:
-        return write_json(path, self.to_dict())
-
-    @classmethod
-    def load(cls, path: str | Path) -> "SFTResult":
-        return cls.from_dict(read_json(path))
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "model", as_spec(self.model))
 
     def to_dataframe(self):
         import pandas as pd
@@ -369,7 +359,8 @@ def train_sft(
     history = tuple((int(e["step"]), float(e["loss"])) for e in trainer.state.log_history if "loss" in e)
     n_trainable = train_model.n_trainable if isinstance(train_model, HeadSliceAdapter) else sum(p.numel() for p in base.parameters() if p.requires_grad)
     result = SFTResult(
-        mode=config.mode, config=config.to_dict(), model=model_facts(base, model_name), n_trainable=int(n_trainable),
+        mode=config.mode, config=config.to_dict(), model=ModelSpec.from_hf(base, model_name),
+        n_trainable=int(n_trainable),
         n_model_params=int(sum(p.numel() for p in base.parameters())), global_step=int(trainer.state.global_step),
         train_loss=float(out.training_loss), loss_history=history, runtime_s=runtime,
         samples_per_second=float(out.metrics.get("train_samples_per_second", float("nan"))), output_dir=str(output_dir),

@@ -2,15 +2,20 @@
 
 from mathcircuits.models.embedded import EMBEDDED_NAME, convert_gguf, embedded_model_dir, find_embedded_gguf
 from mathcircuits.models.loading import HookedModel, ModelSpec, load_hf_model, load_model, resolve_source
+from mathcircuits.models.spec import ModelMismatchError, as_spec, check_model, heads_by_layer
 from mathcircuits.models.tiny import tiny_gpt2, tiny_llama, tiny_tokenizer
 
 __all__ = [
     "EMBEDDED_NAME",
     "HookedModel",
+    "ModelMismatchError",
     "ModelSpec",
+    "as_spec",
+    "check_model",
     "convert_gguf",
     "embedded_model_dir",
     "find_embedded_gguf",
+    "heads_by_layer",
     "load_hf_model",
     "load_model",
     "resolve_source",

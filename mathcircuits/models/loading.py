@@ -24,13 +24,14 @@ from __future__ import annotations
 import contextlib
 import io
 import logging
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from mathcircuits.models.embedded import EMBEDDED_NAME, cache_root, convert_gguf, embedded_model_dir
+from mathcircuits.models.spec import ModelSpec
 from mathcircuits.models.tiny import tiny_gpt2, tiny_llama
 
 __all__ = ["ModelSpec", "HookedModel", "load_model", "load_hf_model", "resolve_source"]
@@ -38,44 +39,6 @@ __all__ = ["ModelSpec", "HookedModel", "load_model", "load_hf_model", "resolve_s
 log = logging.getLogger(__name__)
 
 _TINY = {"tiny-llama": tiny_llama, "tiny-gpt2": tiny_gpt2}
-
-
-@dataclass(frozen=True)
-class ModelSpec:
-    """Identity and shape facts of a loaded model, as later stages need them."""
-
-    name: str
-    source: str
-    architecture: str
-    n_layers: int
-    n_heads: int
-    n_kv_heads: int
-    d_head: int
-    d_model: int
-    d_mlp: int
-    vocab_size: int
-
-    @property
-    def n_components(self) -> int:
-        return self.n_layers * self.n_heads + self.n_layers
-
-    @property
-    def group_size(self) -> int:
-        """Query heads per key/value head (1 without grouped-query attention)."""
-        return self.n_heads // self.n_kv_heads
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "ModelSpec":
-        return cls(**{k: d[k] for k in cls.__dataclass_fields__})
-
-    def check_head(self, layer: int, head: int) -> None:
-        if not 0 <= layer < self.n_layers:
-            raise IndexError(f"layer {layer} is out of range for {self.name}: it has layers 0..{self.n_layers - 1}.")
-        if not 0 <= head < self.n_heads:
-            raise IndexError(f"head {head} is out of range for {self.name}: each layer has heads 0..{self.n_heads - 1}.")
 
 
 @dataclass
@@ -205,5 +168,6 @@ def load_model(
         d_model=int(cfg.d_model),
         d_mlp=int(getattr(hf_cfg, "intermediate_size", None) or getattr(hf_cfg, "n_inner", None) or 4 * cfg.d_model),
         vocab_size=int(cfg.d_vocab),
+        model_type=str(getattr(hf_cfg, "model_type", "")),
     )
     return HookedModel(bridge=bridge, tokenizer=tok, spec=spec)

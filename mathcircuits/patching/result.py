@@ -10,8 +10,9 @@ from jaxtyping import Float
 from torch import Tensor
 
 from mathcircuits._io import SavedResult
+from mathcircuits.models.spec import ModelSpec, as_spec, check_model
 
-__all__ = ["PatchingResult", "METRICS"]
+__all__ = ["METRICS", "PatchingResult"]
 
 METRICS = ("relative_logit", "logit_diff", "prob_change")
 
@@ -25,34 +26,92 @@ class PatchingResult(SavedResult):
     raw logit (Zhang et al. 2024, Eq. 2), ``logit_diff`` = patched − clean, or
     ``prob_change`` = patched − clean probability of the answer. NaN marks senders
     that were not patched. ``per_pair_heads`` [pair, layer, head] and
-    ``per_pair_mlps`` [pair, layer] are kept when asked for.
+    ``per_pair_mlps`` [pair, layer] are kept when asked for. ``model`` is the
+    :class:`~mathcircuits.models.ModelSpec` of the patched model (a dict from
+    ``ModelSpec.to_dict()`` is accepted and converted).
     """
+
+    STAGE = "identify"
 
     head_effects: Float[Tensor, "layer head"]
     mlp_effects: Float[Tensor, " layer"]
     metric: str
     method: str
-    model: dict[str, Any]
+    model: ModelSpec | dict[str, Any]
     n_pairs: int
     pair_ids: list[int] = field(default_factory=list)
     operations: list[str] = field(default_factory=list)
     clean_logit_mean: float = float("nan")
-    per_pair_heads: Tensor | None = None
-    per_pair_mlps: Tensor | None = None
+    per_pair_heads: Float[Tensor, "pair layer head"] | None = None
+    per_pair_mlps: Float[Tensor, "pair layer"] | None = None
     seconds: float = float("nan")
     settings: dict[str, Any] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "model", as_spec(self.model))
+        shape = (self.model.n_layers, self.model.n_heads)
+        if tuple(self.head_effects.shape) != shape or tuple(self.mlp_effects.shape) != shape[:1]:
+            raise ValueError(
+                f"PatchingResult effects have shapes {tuple(self.head_effects.shape)} and "
+                f"{tuple(self.mlp_effects.shape)}, but {self.model.describe()} needs {shape} and {shape[:1]}. "
+                "Fix: build the result from path_patch() on that model."
+            )
+
+    def check_model(self, model: Any) -> None:
+        """Refuse a model other than the one these effects were computed on.
+
+        Args:
+            model: a hooked model, a ModelSpec or a plain HF model.
+
+        Returns:
+            None; raises :class:`~mathcircuits.models.ModelMismatchError` naming both models and the fix.
+        """
+        check_model(self.model, model, "this patching result", "path-patch this model first (mathcircuits identify)")
+
+    def check_finite(self) -> None:
+        """Refuse effects that cannot be ranked honestly.
+
+        NaN marks senders that were not patched, so a kind of sender (heads, MLPs) may be all NaN,
+        except the heads, which every selection needs. An infinity anywhere, or a NaN among finite
+        effects of the same kind (e.g. a zero clean logit under ``relative_logit``), raises
+        ``ValueError`` naming the senders.
+        """
+        n_heads = self.model.n_heads
+        for kind, eff in (("head", self.head_effects), ("MLP", self.mlp_effects)):
+            flat = eff.flatten()
+            nan, inf = torch.isnan(flat), torch.isinf(flat)
+            all_nan = bool(nan.all())
+            if kind == "MLP" and all_nan:
+                continue
+            bad = inf | (nan if not all_nan or kind == "head" else torch.zeros_like(nan))
+            if not bool(bad.any()):
+                continue
+            idx = bad.nonzero().flatten().tolist()
+            names = [f"L{i // n_heads}.H{i % n_heads}" if kind == "head" else f"MLP{i}" for i in idx]
+            shown = ", ".join(f"{n}={float(flat[i])}" for n, i in zip(names[:8], idx[:8]))
+            more = f" and {len(idx) - 8} more" if len(idx) > 8 else ""
+            if kind == "head" and all_nan:
+                problem = "has no head effects (all NaN: the heads were not patched)"
+                fix = "path-patch with senders=('heads', 'mlps') or ('heads',)"
+            else:
+                problem = f"has non-finite {kind} effects ({shown}{more}); ranking would drop or misplace them"
+                fix = ("re-run path patching; under metric='relative_logit' a zero clean logit gives inf/NaN, "
+                       "so try metric='logit_diff'")
+            raise ValueError(f"the patching result on {self.model.describe()} {problem}. Fix: {fix}.")
 
     def to_dataframe(self):
-        """One row per sender: kind (head|mlp), layer, head (−1 for MLPs), effect, rank by effect (most negative first)."""
+        """One row per sender: kind (head|mlp), layer, head (−1 for MLPs), effect, rank (most negative first)."""
         import pandas as pd
 
         rows = []
         n_layers, n_heads = self.head_effects.shape
         for layer in range(n_layers):
             for head in range(n_heads):
-                rows.append({"kind": "head", "layer": layer, "head": head, "component": f"L{layer}.H{head}", "effect": float(self.head_effects[layer, head])})
-            rows.append({"kind": "mlp", "layer": layer, "head": -1, "component": f"MLP{layer}", "effect": float(self.mlp_effects[layer])})
+                effect = float(self.head_effects[layer, head])
+                name = f"L{layer}.H{head}"
+                rows.append({"kind": "head", "layer": layer, "head": head, "component": name, "effect": effect})
+            effect = float(self.mlp_effects[layer])
+            rows.append({"kind": "mlp", "layer": layer, "head": -1, "component": f"MLP{layer}", "effect": effect})
         df = pd.DataFrame(rows)
         df["rank"] = df.groupby("kind")["effect"].rank(method="first").astype("Int64")
         return df

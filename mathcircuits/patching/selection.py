@@ -18,15 +18,18 @@ model fails clearly.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
-from pathlib import Path
+import math
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from jaxtyping import Float
+from torch import Tensor
 
-from mathcircuits._io import read_json, write_json
+from mathcircuits._io import SavedResult
+from mathcircuits.models.spec import ModelSpec, as_spec, check_model, heads_by_layer
 
-__all__ = ["KeyComponents", "SelectionError", "select_key_components", "RULES"]
+__all__ = ["RULES", "KeyComponents", "SelectionError", "select_key_components"]
 
 RULES = ("zscore", "threshold", "topk")
 
@@ -36,10 +39,16 @@ class SelectionError(ValueError):
 
 
 @dataclass(frozen=True)
-class KeyComponents:
-    """Key heads ``[(layer, head)]`` and key MLPs ``[layer]``, with their scores and provenance."""
+class KeyComponents(SavedResult):
+    """Key heads ``[(layer, head)]`` and key MLPs ``[layer]``, with their scores and provenance.
 
-    model: dict[str, Any]  # ModelSpec.to_dict(): name, architecture, n_layers, n_heads, n_kv_heads, d_head, ...
+    ``model`` is the :class:`~mathcircuits.models.ModelSpec` of the model they were selected on
+    (a dict from ``ModelSpec.to_dict()`` is accepted and converted). Saved as JSON by ``save("x.json")``.
+    """
+
+    STAGE = "identify"
+
+    model: ModelSpec | dict[str, Any]
     heads: tuple[tuple[int, int], ...]
     mlps: tuple[int, ...] = ()
     head_scores: tuple[float, ...] = ()
@@ -49,80 +58,69 @@ class KeyComponents:
     source: dict[str, Any] = field(default_factory=dict)  # data and patching settings it came from
 
     def __post_init__(self) -> None:
-        n_layers, n_heads = self.model["n_layers"], self.model["n_heads"]
+        object.__setattr__(self, "model", as_spec(self.model))
+        object.__setattr__(self, "heads", tuple((int(layer), int(head)) for layer, head in self.heads))
+        object.__setattr__(self, "mlps", tuple(int(layer) for layer in self.mlps))
+        spec = self.model
         for layer, head in self.heads:
-            if not (0 <= layer < n_layers and 0 <= head < n_heads):
-                raise SelectionError(f"head ({layer}, {head}) is out of range for {self.model['name']} ({n_layers} layers × {n_heads} heads).")
+            if not (0 <= layer < spec.n_layers and 0 <= head < spec.n_heads):
+                raise SelectionError(
+                    f"head ({layer}, {head}) is out of range for {spec.describe()}. "
+                    f"Fix: use layers 0..{spec.n_layers - 1} and heads 0..{spec.n_heads - 1}."
+                )
         for layer in self.mlps:
-            if not 0 <= layer < n_layers:
-                raise SelectionError(f"MLP {layer} is out of range for {self.model['name']} ({n_layers} layers).")
+            if not 0 <= layer < spec.n_layers:
+                raise SelectionError(
+                    f"MLP {layer} is out of range for {spec.describe()}. Fix: use layers 0..{spec.n_layers - 1}."
+                )
+        bad = [x for x in (*self.head_scores, *self.mlp_scores) if not math.isfinite(x)]
+        if bad:
+            raise SelectionError(f"scores {bad} are not finite. Fix: select from a result without NaN or infinity.")
 
     @property
     def head_fraction(self) -> float:
-        return len(self.heads) / (self.model["n_layers"] * self.model["n_heads"])
+        return len(self.heads) / (self.model.n_layers * self.model.n_heads)
 
     def heads_by_layer(self) -> dict[int, list[int]]:
-        out: dict[int, list[int]] = {}
-        for layer, head in self.heads:
-            out.setdefault(layer, []).append(head)
-        return out
+        """``{layer: [head, ...]}`` of the key heads."""
+        return heads_by_layer(self.heads)
 
-    def check_model(self, spec: Any) -> None:
-        """Refuse a selection made on another model (name or shape differs)."""
-        mine = {k: self.model.get(k) for k in ("name", "n_layers", "n_heads", "n_kv_heads", "d_head", "d_model")}
-        theirs = {k: getattr(spec, k, None) if not isinstance(spec, dict) else spec.get(k) for k in mine}
-        if mine != theirs:
-            diff = {k: (mine[k], theirs[k]) for k in mine if mine[k] != theirs[k]}
-            raise SelectionError(
-                f"this key-component selection was made on {mine['name']!r} and does not fit the model {theirs['name']!r} "
-                f"(selection vs model: {diff}). Fix: select key components on this model (mathcircuits identify)."
-            )
+    def check_model(self, model: Any, compare_name: bool = True) -> None:
+        """Refuse a model other than the one the selection was made on.
 
-    def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["heads"] = [list(h) for h in self.heads]
-        d["mlps"] = list(self.mlps)
-        d["head_scores"] = list(self.head_scores)
-        d["mlp_scores"] = list(self.mlp_scores)
-        return {"kind": "mathcircuits.KeyComponents", "version": 1, **d}
+        Args:
+            model: a hooked model, a ModelSpec, or a plain HF model.
+            compare_name: compare the names too (a plain HF model does not know its load name).
 
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "KeyComponents":
-        if d.get("kind") != "mathcircuits.KeyComponents":
-            raise SelectionError("this JSON is not a mathcircuits key-component selection (missing kind). Fix: pass a file written by KeyComponents.save().")
-        return cls(
-            model=d["model"], heads=tuple((int(l), int(h)) for l, h in d["heads"]), mlps=tuple(int(m) for m in d.get("mlps", [])),
-            head_scores=tuple(float(x) for x in d.get("head_scores", [])), mlp_scores=tuple(float(x) for x in d.get("mlp_scores", [])),
-            rule=d.get("rule", "zscore"), rule_params=d.get("rule_params", {}), source=d.get("source", {}),
+        Returns:
+            None; raises :class:`SelectionError` naming both models and the fix.
+        """
+        check_model(
+            self.model, model, "this key-component selection",
+            "select key components on this model (mathcircuits identify)", compare_name=compare_name,
+            error=SelectionError,
         )
-
-    def save(self, path: str | Path) -> Path:
-        return write_json(path, self.to_dict())
-
-    @classmethod
-    def load(cls, path: str | Path) -> "KeyComponents":
-        return cls.from_dict(read_json(path))
 
     def to_dataframe(self):
         import pandas as pd
 
-        rows = [{"kind": "head", "layer": l, "head": h, "score": s} for (l, h), s in zip(self.heads, self.head_scores or [float("nan")] * len(self.heads))]
-        rows += [{"kind": "mlp", "layer": l, "head": -1, "score": s} for l, s in zip(self.mlps, self.mlp_scores or [float("nan")] * len(self.mlps))]
+        nan_h, nan_m = [float("nan")] * len(self.heads), [float("nan")] * len(self.mlps)
+        rows = [{"kind": "head", "layer": layer, "head": head, "score": s}
+                for (layer, head), s in zip(self.heads, self.head_scores or nan_h)]
+        rows += [{"kind": "mlp", "layer": layer, "head": -1, "score": s}
+                 for layer, s in zip(self.mlps, self.mlp_scores or nan_m)]
         return pd.DataFrame(rows, columns=["kind", "layer", "head", "score"])
 
 
-def _pick(effects: torch.Tensor, rule: str, threshold: float, k: int, z: float, max_k: int) -> list[int]:
-    flat = effects.flatten().double()
-    finite = torch.isfinite(flat)
-    vals = torch.where(finite, flat, torch.full_like(flat, float("inf")))
-    order = torch.argsort(vals).tolist()
-    order = [i for i in order if finite[i]]
+def _pick(effects: Tensor, rule: str, threshold: float, k: int, z: float, max_k: int) -> list[int]:
+    flat = effects.flatten().double()  # finite: PatchingResult.check_finite ran first
+    order = torch.argsort(flat).tolist()
     if rule == "topk":
         return order[:k]
     if rule == "threshold":
         return [i for i in order if flat[i] < threshold]
     if rule == "zscore":
-        mu, sd = flat[finite].mean(), flat[finite].std()
+        mu, sd = flat.mean(), flat.std()
         cut = float(mu - z * sd)
         return [i for i in order if flat[i] < cut and flat[i] < 0][:max_k]
     raise SelectionError(f"rule {rule!r} is unknown. Fix: use one of {RULES}.")
@@ -144,22 +142,49 @@ def select_key_components(
     Effects are "more negative = more important" (patching the sender to the
     counterfactual lowers the correct answer's logit). ``mlp_rule`` defaults to
     ``"topk"`` with ``mlp_k`` MLPs, since there are few MLPs per model.
+
+    Non-finite effects are refused, never dropped (dropping one could hide the
+    strongest head): an infinity anywhere, or a NaN among otherwise finite head
+    or MLP effects, raises :class:`SelectionError` naming the senders (see
+    :meth:`PatchingResult.check_finite`). MLP effects that are all NaN mean the
+    MLPs were not patched (``senders=("heads",)``): the selection then has no MLPs.
+
+    Args:
+        result: the patching result to select from.
+        rule: ``"zscore"``, ``"threshold"`` or ``"topk"`` (see the module docstring).
+        threshold: effect cut of the ``"threshold"`` rule.
+        k: number of heads of the ``"topk"`` rule.
+        z: number of standard deviations below the mean of the ``"zscore"`` rule.
+        max_k: at most this many heads under ``"zscore"``.
+        mlp_rule: rule for the MLPs (default ``"topk"``).
+        mlp_k: number of MLPs under ``"topk"``.
+        source: extra provenance to record.
+
+    Returns:
+        The :class:`KeyComponents`, carrying the result's model spec.
     """
     if rule not in RULES:
         raise SelectionError(f"rule {rule!r} is unknown. Fix: use one of {RULES}.")
-    heads_eff = result.head_effects
+    if (mlp_rule or "topk") not in RULES:
+        raise SelectionError(f"mlp_rule {mlp_rule!r} is unknown. Fix: use one of {RULES}.")
+    try:
+        result.check_finite()
+    except ValueError as err:
+        raise SelectionError(str(err)) from None
+    heads_eff: Float[Tensor, "layer head"] = result.head_effects
     n_heads = heads_eff.shape[1]
     idx = _pick(heads_eff, rule, threshold, k, z, max_k)
     heads = tuple((i // n_heads, i % n_heads) for i in idx)
     mlps: tuple[int, ...] = ()
     mlp_scores: tuple[float, ...] = ()
-    if torch.isfinite(result.mlp_effects).any():
+    if torch.isfinite(result.mlp_effects).all():
         midx = _pick(result.mlp_effects, mlp_rule or "topk", threshold, mlp_k, z, max_k)
         mlps = tuple(int(i) for i in midx)
         mlp_scores = tuple(float(result.mlp_effects[i]) for i in midx)
+    params = {"threshold": threshold, "k": k, "z": z, "max_k": max_k, "mlp_rule": mlp_rule or "topk", "mlp_k": mlp_k}
+    provenance = {"metric": result.metric, "method": result.method, "n_pairs": result.n_pairs,
+                  "operations": list(result.operations), **(source or {})}
     return KeyComponents(
-        model=dict(result.model), heads=heads, mlps=mlps,
-        head_scores=tuple(float(heads_eff.flatten()[i]) for i in idx), mlp_scores=mlp_scores,
-        rule=rule, rule_params={"threshold": threshold, "k": k, "z": z, "max_k": max_k, "mlp_rule": mlp_rule or "topk", "mlp_k": mlp_k},
-        source={"metric": result.metric, "method": result.method, "n_pairs": result.n_pairs, "operations": list(result.operations), **(source or {})},
+        model=result.model, heads=heads, mlps=mlps, head_scores=tuple(float(heads_eff.flatten()[i]) for i in idx),
+        mlp_scores=mlp_scores, rule=rule, rule_params=params, source=provenance,
     )

@@ -131,16 +131,16 @@ def stage_identify(ctx: Context) -> dict[str, Any]:
 
     both = datasets.concatenate_datasets(used)
     # the overall result is the pair-weighted mean over operations
-    per_op = [torch.load(ctx.path("identify", f"patching_{op}.pt"), weights_only=True)["fields"] for op in ops]
     from mathcircuits.patching import PatchingResult
 
-    first = PatchingResult.load(ctx.path("identify", f"patching_{ops[0]}.pt"))
-    heads = torch.cat([f["per_pair_heads"] for f in per_op])
-    mlps = torch.cat([f["per_pair_mlps"] for f in per_op])
+    per_op = [PatchingResult.load(ctx.path("identify", f"patching_{op}.pt")) for op in ops]
+    first = per_op[0]
+    heads = torch.cat([f.per_pair_heads for f in per_op])
+    mlps = torch.cat([f.per_pair_mlps for f in per_op])
     overall = PatchingResult(
         head_effects=heads.mean(0), mlp_effects=mlps.mean(0), metric=first.metric, method=first.method, model=first.model,
         n_pairs=heads.shape[0], pair_ids=list(both["pair_id"]), operations=ops, clean_logit_mean=float("nan"),
-        per_pair_heads=heads, per_pair_mlps=mlps, seconds=sum(f["seconds"] for f in per_op), settings=first.settings,
+        per_pair_heads=heads, per_pair_mlps=mlps, seconds=sum(f.seconds for f in per_op), settings=first.settings,
     )
     overall.save(ctx.path("identify", "patching_all.pt"))
     key = select_key_components(overall, rule=s.rule, threshold=s.threshold, k=s.k, z=s.z, max_k=s.max_k, mlp_k=s.mlp_k, source={"operations": ops, "data": asdict(ctx.config.data)})

@@ -85,7 +85,7 @@ def patching_heatmap(
                 marker=dict(symbol="square-open", size=14, color="black", line=dict(width=2.5)),
                 text=[f"MLP{l}: {float(mlps[l]):.4f}" for l in key_mlps], hovertemplate="key %{text}<extra></extra>",
             ), row=1, col=2)
-    model_name = spec.get("name", "model") if isinstance(spec, Mapping) else str(spec)
+    model_name = spec.get("name", "model") if isinstance(spec, Mapping) else getattr(spec, "name", str(spec))
     fmt = ".1%" if result.metric == "relative_logit" else ".2g"
     fig.update_layout(
         title=title or f"Path patching — {label}<br><sup>{model_name}, {result.n_pairs} pairs; colour: {metric} (red = patching lowers the answer)</sup>",

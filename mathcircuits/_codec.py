@@ -1,0 +1,248 @@
+"""Encoding of dataclass fields by their declared types, for :mod:`mathcircuits._io`.
+
+A saved value is a dict of its fields. Each field is encoded by its annotation
+(tuples as lists, nested dataclasses as dicts of their fields, tensors as CPU
+tensors) and decoded back by the same annotation, which also checks it: an
+unknown, missing or mistyped field raises :class:`FieldError` naming the field.
+Fields annotated ``Any`` are encoded losslessly (tuples marked ``__tuple__``).
+JSON files hold tensors as ``{"__tensor__": [...], "dtype": ..., "shape": [...]}``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import types
+import typing
+from typing import Any, Literal, TypeVar, Union
+
+import torch
+from jaxtyping import AbstractArray
+
+__all__ = ["FieldError", "decode_fields", "encode_fields", "from_plain", "tensors_from_json", "tensors_to_json"]
+
+T = TypeVar("T")
+
+
+class FieldError(ValueError):
+    """The fields of a saved value do not fit its class (unknown, missing or mistyped field)."""
+
+
+# ----------------------------------------------------------------------------- encoding by declared type
+
+_NONE = type(None)
+
+
+@functools.cache
+def _hints(cls: type) -> dict[str, Any]:
+    try:
+        return typing.get_type_hints(cls)
+    except Exception:  # noqa: BLE001 - an annotation that cannot be resolved: treat it as Any (values stay as they are)
+        return {}
+
+
+def _is_tensor_type(tp: Any) -> bool:
+    return isinstance(tp, type) and (issubclass(tp, torch.Tensor) or issubclass(tp, AbstractArray))
+
+
+def _is_union(tp: Any) -> bool:
+    return typing.get_origin(tp) in (Union, types.UnionType)
+
+
+def _container_type(tp: Any, value: Any) -> Any:
+    """For a union annotation, the member that describes ``value``'s container (else ``tp``)."""
+    if not _is_union(tp):
+        return tp
+    for arg in typing.get_args(tp):
+        origin = typing.get_origin(arg) or arg
+        if isinstance(origin, type) and isinstance(value, origin):
+            return arg
+    return Any
+
+
+def _to_plain(value: Any) -> Any:
+    """Lossless encoding of an untyped (``Any``) value: tuples are marked, tensors copied to the CPU."""
+    if isinstance(value, torch.Tensor):
+        return value.detach().cpu().clone()
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return encode_fields(value)
+    if isinstance(value, tuple):
+        return {"__tuple__": [_to_plain(v) for v in value]}
+    if isinstance(value, list):
+        return [_to_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _to_plain(v) for k, v in value.items()}
+    return value
+
+
+def from_plain(value: Any) -> Any:
+    if isinstance(value, dict):
+        if set(value) == {"__tuple__"}:
+            return tuple(from_plain(v) for v in value["__tuple__"])
+        return {k: from_plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [from_plain(v) for v in value]
+    return value
+
+
+def _encode(value: Any, tp: Any) -> Any:
+    if value is None:
+        return None
+    if isinstance(value, torch.Tensor):
+        return value.detach().cpu().clone()
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return encode_fields(value)
+    tp = _container_type(tp, value)
+    if tp is Any or tp is object:
+        return _to_plain(value)
+    args = typing.get_args(tp)
+    if isinstance(value, (tuple, list)):
+        if typing.get_origin(tp) is tuple and args and args[-1] is not Ellipsis and len(args) == len(value):
+            return [_encode(v, a) for v, a in zip(value, args)]
+        elem = args[0] if args else Any
+        return [_encode(v, elem) for v in value]
+    if isinstance(value, dict):
+        vt = args[1] if len(args) == 2 else Any
+        return {k: _encode(v, vt) for k, v in value.items()}
+    return value
+
+
+def _show(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _decode(value: Any, tp: Any, where: str) -> Any:
+    """``value`` (as saved) turned into the declared type ``tp``; :class:`FieldError` if it does not fit."""
+    if tp is Any or tp is object:
+        return from_plain(value)
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if _is_union(tp):
+        if value is None and _NONE in args:
+            return None
+        records = [a for a in args if dataclasses.is_dataclass(a)]
+        if records and isinstance(value, dict):  # e.g. ModelSpec | dict: a saved dict is the record's fields
+            return _decode(value, records[0], where)
+        for arg in args:
+            if arg is _NONE:
+                continue
+            try:
+                return _decode(value, arg, where)
+            except FieldError:
+                continue
+        raise FieldError(f"field {where!r} is {_show(value)}, which is not a {tp}")
+    if origin is Literal:
+        if value in args:
+            return value
+        raise FieldError(f"field {where!r} is {_show(value)}, not one of {args}")
+    if _is_tensor_type(tp):
+        if not isinstance(value, torch.Tensor):
+            raise FieldError(f"field {where!r} should be a tensor but is a {type(value).__name__}")
+        return value
+    if origin in (tuple, list) or tp in (tuple, list):
+        if not isinstance(value, (list, tuple)):
+            raise FieldError(f"field {where!r} should be a list but is {_show(value)}")
+        if origin is tuple and args and args[-1] is not Ellipsis:
+            if len(value) != len(args):
+                raise FieldError(f"field {where!r} should have {len(args)} items but has {len(value)}")
+            items = [_decode(v, a, f"{where}[{i}]") for i, (v, a) in enumerate(zip(value, args))]
+        else:
+            elem = args[0] if args else Any
+            items = [_decode(v, elem, f"{where}[{i}]") for i, v in enumerate(value)]
+        return tuple(items) if (origin or tp) is tuple else items
+    if origin is dict or tp is dict:
+        if not isinstance(value, dict):
+            raise FieldError(f"field {where!r} should be a dict but is {_show(value)}")
+        kt, vt = args if len(args) == 2 else (Any, Any)
+        out = {}
+        for k, v in value.items():
+            key = int(k) if kt is int and isinstance(k, str) and k.lstrip("-").isdigit() else k
+            out[key] = _decode(v, vt, f"{where}[{k!r}]")
+        return out
+    if dataclasses.is_dataclass(tp):
+        if isinstance(value, tp):
+            return value
+        if not isinstance(value, dict):
+            raise FieldError(f"field {where!r} should be a {tp.__name__} (a dict of its fields) but is {_show(value)}")
+        from_dict = getattr(tp, "from_dict", None)
+        try:
+            # a nested value class may migrate its own fields in from_dict(d); saved results nest as plain fields
+            return from_dict(value) if callable(from_dict) and not hasattr(tp, "upgrade") else \
+                decode_fields(tp, value, where)
+        except FieldError as err:
+            raise FieldError(f"in field {where!r} ({tp.__name__}): {err}") from None
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise FieldError(f"field {where!r} should be a number but is {_show(value)}")
+        return float(value)
+    if tp in (int, bool, str):
+        if not isinstance(value, tp) or (tp is int and isinstance(value, bool)):
+            raise FieldError(f"field {where!r} should be of type {tp.__name__} but is {_show(value)}")
+        return value
+    return value
+
+
+def encode_fields(obj: Any) -> dict[str, Any]:
+    """The fields of dataclass ``obj`` as plain values and CPU tensors (nested dataclasses as dicts).
+
+    Args:
+        obj: a dataclass instance.
+
+    Returns:
+        ``{field name: encoded value}`` in field order.
+    """
+    hints = _hints(type(obj))
+    return {f.name: _encode(getattr(obj, f.name), hints.get(f.name, Any)) for f in dataclasses.fields(obj)}
+
+
+def decode_fields(cls: type[T], fields: Any, where: str = "") -> T:
+    """Build ``cls`` from the dict :func:`encode_fields` made; every field must be there, and no other.
+
+    Args:
+        cls: a dataclass.
+        fields: ``{field name: encoded value}``.
+        where: what ``fields`` is, for messages (e.g. ``"the model spec"``).
+
+    Returns:
+        The instance. Raises :class:`FieldError` naming an unknown, missing or mistyped field.
+    """
+    what = where or "it"
+    if not isinstance(fields, dict):
+        raise FieldError(f"{what} should be a dict of fields but is a {type(fields).__name__}")
+    names = [f.name for f in dataclasses.fields(cls) if f.init]  # type: ignore[arg-type]
+    unknown = [k for k in fields if k not in names]
+    missing = [n for n in names if n not in fields]
+    if unknown:
+        raise FieldError(f"{what} has unknown field(s) {unknown} (a {cls.__name__} has only {names})")
+    if missing:
+        raise FieldError(f"{what} lacks field(s) {missing} (a {cls.__name__} has {names})")
+    hints = _hints(cls)
+    kwargs = {n: _decode(fields[n], hints.get(n, Any), n) for n in names}
+    try:
+        return cls(**kwargs)
+    except (ValueError, TypeError, IndexError) as err:
+        raise FieldError(f"{what} holds values a {cls.__name__} refuses: {err}") from None
+
+
+def tensors_to_json(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        dtype = str(value.dtype).removeprefix("torch.")
+        return {"__tensor__": value.tolist(), "dtype": dtype, "shape": list(value.shape)}
+    if isinstance(value, dict):
+        return {k: tensors_to_json(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [tensors_to_json(v) for v in value]
+    return value
+
+
+def tensors_from_json(value: Any) -> Any:
+    if isinstance(value, dict):
+        if "__tensor__" in value and set(value) == {"__tensor__", "dtype", "shape"}:
+            dtype = getattr(torch, str(value["dtype"]), None)
+            if not isinstance(dtype, torch.dtype):
+                raise FieldError(f"a tensor has the unknown dtype {value['dtype']!r}")
+            return torch.tensor(value["__tensor__"], dtype=dtype).reshape(value["shape"])
+        return {k: tensors_from_json(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [tensors_from_json(v) for v in value]
+    return value
