@@ -27,8 +27,8 @@ class ConfigError(ValueError):
     """A configuration value is invalid; the message names the key, the problem and the fix."""
 
 
-def setting(default: Any, help: str = "", ge: float | None = None, gt: float | None = None,  # noqa: A002
-            le: float | None = None, lt: float | None = None) -> Any:
+def setting(default: Any, help: str = "", ge: int | float | None = None, gt: int | float | None = None,  # noqa: A002
+            le: int | float | None = None, lt: int | float | None = None) -> Any:
     """A dataclass field with a help line and an optional numeric range.
 
     Args:
