@@ -18,7 +18,7 @@ import types
 import typing
 from typing import Any, Literal, TypeVar, Union
 
-__all__ = ["ConfigError", "setting", "check_fields", "from_dict", "describe", "type_name", "project"]
+__all__ = ["ConfigError", "check_fields", "describe", "from_dict", "project", "setting", "type_name"]
 
 T = TypeVar("T")
 
@@ -27,8 +27,11 @@ class ConfigError(ValueError):
     """A configuration value is invalid; the message names the key, the problem and the fix."""
 
 
-def setting(default: Any, help: str = "", ge: int | float | None = None, gt: int | float | None = None,  # noqa: A002
-            le: int | float | None = None, lt: int | float | None = None) -> Any:
+Bound = int | float | None  # not `float | None`: beartype (under pytest) does not take an int for a float
+
+
+def setting(default: Any, help: str = "", ge: Bound = None, gt: Bound = None, le: Bound = None,
+            lt: Bound = None) -> Any:
     """A dataclass field with a help line and an optional numeric range.
 
     Args:
@@ -107,6 +110,15 @@ def _hint_fix(hint: Any) -> str:
     return f"give {name}"
 
 
+def _checked(f: dataclasses.Field, hint: Any, value: Any) -> Any:
+    """``value`` converted to ``hint`` (list → tuple, int → float) and range-checked; else ConfigError."""
+    ok, conv = _conform(value, hint)
+    if not ok:
+        raise ConfigError(f"{f.name}={value!r} is not {type_name(hint)}. Fix: {_hint_fix(hint)}.")
+    _check_range(f, conv)
+    return conv
+
+
 def check_fields(obj: Any) -> None:
     """Check (and normalise) every field of a frozen config dataclass against its type hint and range.
 
@@ -119,14 +131,9 @@ def check_fields(obj: Any) -> None:
     hints = typing.get_type_hints(type(obj))
     for f in dataclasses.fields(obj):
         value = getattr(obj, f.name)
-        ok, conv = _conform(value, hints[f.name])
-        if not ok:
-            raise ConfigError(
-                f"{f.name}={value!r} is not {type_name(hints[f.name])}. Fix: {_hint_fix(hints[f.name])}."
-            )
+        conv = _checked(f, hints[f.name], value)
         if conv is not value:
             object.__setattr__(obj, f.name, conv)
-        _check_range(f, conv)
 
 
 def _check_range(f: dataclasses.Field, value: Any) -> None:
@@ -144,7 +151,7 @@ def _range_text(meta: Any) -> str:
     return " and ".join(parts)
 
 
-def from_dict(cls: type[T], values: dict[str, Any] | None, hidden: tuple[str, ...] = ()) -> T:
+def from_dict(cls: type[T], values: Any, hidden: tuple[str, ...] = ()) -> T:
     """Build config ``cls`` from a mapping, refusing unknown (or ``hidden``) keys.
 
     Args:
@@ -162,6 +169,9 @@ def from_dict(cls: type[T], values: dict[str, Any] | None, hidden: tuple[str, ..
     bad = [k for k in values if k not in known]
     if bad:
         raise ConfigError(f"unknown keys {bad}. Fix: use only {known}.")
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    values = {k: _checked(fields[k], hints[k], v) for k, v in values.items()}  # before __init__'s own type check
     try:
         return cls(**values)
     except ConfigError:

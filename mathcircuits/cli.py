@@ -28,7 +28,7 @@ import yaml
 
 from mathcircuits.pipeline import STAGES, ConfigError, RunConfig, render_config, run_pipeline, stage_status
 
-__all__ = ["main", "build_parser"]
+__all__ = ["build_parser", "main"]
 
 EXIT_ERROR = 2
 EXIT_INTERRUPTED = 130
@@ -36,9 +36,9 @@ EXIT_INTERRUPTED = 130
 
 def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", type=Path,
-                   help="YAML or TOML run configuration (default: the run folder's config.yaml, else built-in defaults)")
+                   help="YAML or TOML run configuration (default: the run folder's config.yaml, else the defaults)")
     p.add_argument("--out", type=Path, default=Path("runs/default"), help="run folder (default: runs/default)")
-    p.add_argument("--model", help="override model.source: embedded | tiny-llama | tiny-gpt2 | HF folder | .gguf | Hub id")
+    p.add_argument("--model", help="override model.source: embedded, tiny-llama, tiny-gpt2, a folder, .gguf, hub id")
     p.add_argument("--force", action="store_true", help="re-run stages even when their inputs are unchanged")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
 

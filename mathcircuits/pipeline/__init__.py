@@ -12,7 +12,20 @@ from mathcircuits.pipeline.run import RunFolderError, check_run_folder, done_sum
 from mathcircuits.pipeline.stages import STAGES, Stage
 
 __all__ = [
-    "ConfigError", "Context", "RunConfig", "RunFolderError", "RunLock", "RunLockedError", "RunPaths", "STAGES",
-    "Stage", "StageSummary", "check_run_folder", "done_summary", "fingerprint", "render_config", "run_pipeline",
+    "STAGES",
+    "ConfigError",
+    "Context",
+    "RunConfig",
+    "RunFolderError",
+    "RunLock",
+    "RunLockedError",
+    "RunPaths",
+    "Stage",
+    "StageSummary",
+    "check_run_folder",
+    "done_summary",
+    "fingerprint",
+    "render_config",
+    "run_pipeline",
     "stage_status",
 ]

@@ -16,11 +16,11 @@ import dataclasses
 import hashlib
 import json
 import re
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
+import tomllib
 import yaml
 
 from mathcircuits._io import atomic_path
@@ -34,8 +34,18 @@ from mathcircuits.models import resolve_source
 from mathcircuits.patching.config import PatchingConfig, SelectionConfig
 
 __all__ = [
-    "RunConfig", "ModelSection", "DataSection", "PatchingSection", "SelectionSection", "ValidationSection",
-    "AnalysisSection", "FinetuneSection", "EvaluationSection", "ConfigError", "fingerprint", "render_config",
+    "AnalysisSection",
+    "ConfigError",
+    "DataSection",
+    "EvaluationSection",
+    "FinetuneSection",
+    "ModelSection",
+    "PatchingSection",
+    "RunConfig",
+    "SelectionSection",
+    "ValidationSection",
+    "fingerprint",
+    "render_config",
 ]
 
 _MODE = re.compile(r"^(precise|full|precise@[1-9][0-9]*(\+mlp)?)$")
@@ -131,11 +141,15 @@ class RunConfig:
         return {f.name: f.default_factory for f in dataclasses.fields(RunConfig)}  # type: ignore[misc]
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain values (tuples as lists), as written to config.yaml."""
-        return json.loads(json.dumps(dataclasses.asdict(self)))
+        """Plain values (tuples as lists) of the settable fields, as written to config.yaml."""
+        d = json.loads(json.dumps(dataclasses.asdict(self)))
+        for name, sec_cls in self.sections().items():
+            for hidden in getattr(sec_cls, "HIDDEN", ()):
+                d[name].pop(hidden)
+        return d
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any] | None) -> "RunConfig":
+    def from_dict(cls, d: Any) -> RunConfig:
         """Build and check a config; the error names the section and key.
 
         Args:
@@ -161,7 +175,7 @@ class RunConfig:
         return cls(**built)
 
     @classmethod
-    def load(cls, path: str | Path) -> "RunConfig":
+    def load(cls, path: str | Path) -> RunConfig:
         """Read a ``.yaml``/``.yml``/``.toml`` file and check it.
 
         Args:

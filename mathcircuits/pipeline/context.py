@@ -12,7 +12,7 @@ import dataclasses
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Self, TypeVar
 
 import datasets
 import pandas as pd
@@ -24,7 +24,7 @@ from mathcircuits.models import load_hf_model, load_model
 from mathcircuits.pipeline.config import RunConfig
 from mathcircuits.pipeline.paths import RunPaths
 
-__all__ = ["Context", "StageSummary", "save_dataset", "save_csv", "select_pairs"]
+__all__ = ["Context", "StageSummary", "save_csv", "save_dataset", "select_pairs"]
 
 S = TypeVar("S", bound="StageSummary")
 
@@ -40,7 +40,7 @@ class StageSummary:
         return json.loads(json.dumps(dataclasses.asdict(self)))
 
     @classmethod
-    def from_dict(cls: type[S], d: dict[str, Any], source: Path | str = "summary") -> S:
+    def from_dict(cls, d: dict[str, Any], source: Path | str = "summary") -> Self:
         """Rebuild from :meth:`to_dict`; unknown or missing fields are an error naming ``source``."""
         names = {f.name for f in dataclasses.fields(cls)}
         required = {f.name for f in dataclasses.fields(cls)

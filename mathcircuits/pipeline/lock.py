@@ -13,6 +13,7 @@ import logging
 import os
 from pathlib import Path
 from types import TracebackType
+from typing import Self
 
 __all__ = ["RunLock", "RunLockedError"]
 
@@ -75,7 +76,7 @@ class RunLock:
             self.path.unlink(missing_ok=True)
         self.held = False
 
-    def __enter__(self) -> "RunLock":
+    def __enter__(self) -> Self:
         if not self.held:
             self.acquire()
         return self

@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["RunPaths", "MARKER"]
+__all__ = ["MARKER", "RunPaths"]
 
 MARKER = ".done.json"
 
@@ -108,6 +108,10 @@ class RunPaths:
     def mode(self, mode: str) -> Path:
         """Output folder of one fine-tuning mode (checkpoints, final/, sft_result.json, log.jsonl)."""
         return self.root / "finetune" / mode
+
+    def checkpoints(self, mode: str) -> list[Path]:
+        """The ``checkpoint-N`` folders a mode's training left (to resume from)."""
+        return sorted(self.mode(mode).glob("checkpoint-*"))
 
     def final(self, mode: str) -> Path:
         return self.mode(mode) / "final"

@@ -19,8 +19,8 @@ import logging
 import os
 import platform
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import yaml
 
@@ -31,7 +31,7 @@ from mathcircuits.pipeline.lock import RunLock
 from mathcircuits.pipeline.paths import RunPaths
 from mathcircuits.pipeline.stages import STAGES
 
-__all__ = ["STAGES", "RunFolderError", "check_run_folder", "run_pipeline", "stage_status", "done_summary"]
+__all__ = ["STAGES", "RunFolderError", "check_run_folder", "done_summary", "run_pipeline", "stage_status"]
 
 log = logging.getLogger(__name__)
 

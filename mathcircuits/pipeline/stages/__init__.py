@@ -7,13 +7,13 @@ sub-commands and their help) and by the docs.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from mathcircuits.pipeline.context import Context, StageSummary
 from mathcircuits.pipeline.stages import analyze, data, evaluate, finetune, identify, report, validate
 
-__all__ = ["Stage", "STAGES"]
+__all__ = ["STAGES", "Stage"]
 
 
 @dataclass(frozen=True)

@@ -51,4 +51,5 @@ def run(ctx: Context) -> DataSummary:
     save_dataset(correct, paths.pairs_correct)
     save_csv(table, paths.accuracy_csv)
     per_op = table[table["template_id"] == "(all)"][["operation", "n", "accuracy", "mean_p_answer"]]
-    return DataSummary(n_pairs=len(scored), n_correct=len(correct), accuracy_by_operation=per_op.to_dict(orient="records"))
+    return DataSummary(n_pairs=len(scored), n_correct=len(correct),
+                       accuracy_by_operation=per_op.to_dict(orient="records"))

@@ -63,7 +63,8 @@ def run(ctx: Context) -> EvaluateSummary:
     e, paths = ctx.config.evaluation, ctx.paths
     if not e.enabled:
         return EvaluateSummary(skipped="evaluation.enabled is false")
-    modes = [m for m in ctx.config.finetune.modes if paths.final(m).exists()] if paths.marker("finetune").exists() else []
+    finetuned = paths.marker("finetune").exists()
+    modes = [m for m in ctx.config.finetune.modes if paths.final(m).exists()] if finetuned else []
     heldout = ctx.load_dataset(paths.heldout_pairs) if modes else None
     root = Path(e.root) if e.root else default_benchmark_root()
     benches = list(e.benchmarks) if root is not None else []

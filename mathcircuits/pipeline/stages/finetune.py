@@ -28,7 +28,7 @@ from mathcircuits.patching import KeyComponents, PatchingResult, select_key_comp
 from mathcircuits.pipeline.config import fingerprint
 from mathcircuits.pipeline.context import Context, StageSummary, save_dataset
 
-__all__ = ["FinetuneSummary", "run", "mode_components"]
+__all__ = ["FinetuneSummary", "mode_components", "run"]
 
 
 @dataclass(frozen=True)
@@ -114,7 +114,7 @@ def run(ctx: Context) -> FinetuneSummary:
         out.mkdir(parents=True, exist_ok=True)
         stamp.write_text(settings)
         model, tok = ctx.hf_model()
-        resume = any(out.glob("checkpoint-*"))
+        resume = bool(paths.checkpoints(mode))
         _, result = train_sft(model, tok, build_sft_dataset(tok, train, target="answer"), out, key=components[mode],
                               config=f.sft(mode, ctx.progress), resume_from_checkpoint=True if resume else None,
                               model_name=ctx.model.spec.name)

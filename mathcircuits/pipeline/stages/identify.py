@@ -30,15 +30,15 @@ class IdentifySummary(StageSummary):
     key_mlps: list[int] = field(default_factory=list)
     key_head_fraction: float = 0.0
     rule: str = ""
-    top_heads: list[list[float]] = field(default_factory=list)
+    top_heads: list[list[int | float]] = field(default_factory=list)  # [layer, head, effect]
 
     def lines(self) -> list[str]:
         top = ", ".join(f"L{l}.H{h} {e:+.3f}" for l, h, e in self.top_heads[:10])
         return [
             f"  patched operations: {self.patched_operations}  (correct pairs: {self.correct_pairs})",
             f"  top heads (layer, head, effect): {top}",
-            f"  key heads ({self.rule}): {self.key_heads}  = {100 * self.key_head_fraction:.1f}% of heads; "
-            f"key MLPs: {self.key_mlps}",
+            (f"  key heads ({self.rule}): {self.key_heads}  = {100 * self.key_head_fraction:.1f}% of heads; "
+             f"key MLPs: {self.key_mlps}"),
         ]
 
 
