@@ -22,10 +22,12 @@ from safetensors.torch import load_file
 
 from mathcircuits.cli import main
 from mathcircuits.pipeline import (
+    STAGES,
     RunConfig,
     RunFolderError,
     RunLockedError,
     check_run_folder,
+    done_summary,
     run_pipeline,
     stage_status,
 )
@@ -75,6 +77,10 @@ def test_reference_run_is_complete_and_clean(reference):
     assert not list(reference.rglob("cache-*.arrow")), "datasets cache files left in the run folder"
     assert not (reference / ".lock").exists()
     assert sorted(p.name for p in (reference / "evaluate").iterdir() if p.name != ".done.json") == ["table.csv"]
+    for name, stage in STAGES.items():  # every marker holds that stage's typed summary, which round-trips
+        summary = done_summary(reference, name)
+        assert type(summary) is stage.summary and summary.seconds >= 0 and str(summary).strip()
+        assert stage.summary.from_dict(json.loads(json.dumps(summary.to_dict()))) == summary
 
 
 def test_interrupted_run_resumes_to_the_outputs_of_an_uninterrupted_one(reference, tmp_path):

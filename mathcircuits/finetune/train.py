@@ -277,7 +277,7 @@ def _log_line_step(line: str) -> float:
         entry = json.loads(line)
     except json.JSONDecodeError:
         return float("inf")
-    return float("inf") if "train_runtime" in entry else entry.get("step", 0)
+    return float("inf") if "train_runtime" in entry else float(entry.get("step", 0))
 
 
 def _prepare_resume(output_dir: Path, checkpoint: str | bool | None, max_steps: int) -> int | None:

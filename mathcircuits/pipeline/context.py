@@ -12,7 +12,7 @@ import dataclasses
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Self, TypeVar
+from typing import Any, TypeVar
 
 import datasets
 import pandas as pd
@@ -40,7 +40,7 @@ class StageSummary:
         return json.loads(json.dumps(dataclasses.asdict(self)))
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any], source: Path | str = "summary") -> Self:
+    def from_dict(cls: type[S], d: dict[str, Any], source: Path | str = "summary") -> S:  # noqa: PYI019
         """Rebuild from :meth:`to_dict`; unknown or missing fields are an error naming ``source``."""
         names = {f.name for f in dataclasses.fields(cls)}
         required = {f.name for f in dataclasses.fields(cls)

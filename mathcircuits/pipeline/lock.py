@@ -13,7 +13,6 @@ import logging
 import os
 from pathlib import Path
 from types import TracebackType
-from typing import Self
 
 __all__ = ["RunLock", "RunLockedError"]
 
@@ -76,7 +75,7 @@ class RunLock:
             self.path.unlink(missing_ok=True)
         self.held = False
 
-    def __enter__(self) -> Self:
+    def __enter__(self) -> RunLock:  # noqa: PYI034 (beartype refuses Self outside decorated classes)
         if not self.held:
             self.acquire()
         return self
