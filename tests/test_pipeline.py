@@ -1,17 +1,56 @@
+"""The pipeline on tiny random models: config schema, stage registry, skipping, resuming, stage outputs."""
+
+import contextlib
+import dataclasses
+import inspect
+import io
 import json
-import subprocess
-import sys
+import re
+import typing
+from pathlib import Path
 
+import datasets
+import pandas as pd
 import pytest
+import yaml
 
-from mathcircuits.pipeline import ConfigError, RunConfig, run_pipeline, stage_status
+from mathcircuits.cli import main
+from mathcircuits.finetune import KV_POLICIES, SFTConfig
+from mathcircuits.patching import METRICS, RULES, select_key_components
+from mathcircuits.patching.config import PatchingConfig, SelectionConfig
+from mathcircuits.pipeline import (
+    STAGES,
+    ConfigError,
+    RunConfig,
+    done_summary,
+    render_config,
+    run_pipeline,
+    stage_status,
+)
+from mathcircuits.pipeline.config import FinetuneSection
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _cli(*args: str) -> str:
+    """The standard output of ``mathcircuits *args``, run in this process; it must succeed."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        try:
+            code = main(list(args))
+        except SystemExit as exc:  # --help
+            code = exc.code
+    assert code == 0, args
+    return out.getvalue()
 
 TINY = {
     "model": {"source": "tiny-llama"},
-    "data": {"operations": ["add"], "template_ids": ["add_eq_1", "add_eq_2"], "n_per_template": 3, "keep_only_correct": False},
+    "data": {"operations": ["add"], "template_ids": ["add_eq_1", "add_eq_2"], "n_per_template": 3,
+             "keep_only_correct": False},
     "patching": {"min_pairs": 1, "max_pairs": 6},
     "selection": {"rule": "topk", "k": 2},
-    "validation": {"knockout_max_k": 1, "n_random": 1, "max_pairs": 4, "transfer_templates": False, "transfer_multi_digit": False, "word_problem_sets": []},
+    "validation": {"knockout_max_k": 1, "n_random": 1, "max_pairs": 4, "transfer_templates": False,
+                   "transfer_multi_digit": False, "word_problem_sets": []},
     "analysis": {"max_pairs": 4, "static_formats": []},
     "finetune": {"enabled": False},
     "evaluation": {"enabled": False},
@@ -24,19 +63,81 @@ def test_config_round_trip_and_errors(tmp_path):
     assert back == cfg and back.data.template_ids == ("add_eq_1", "add_eq_2")
     (tmp_path / "c.toml").write_text('[model]\nsource = "tiny-gpt2"\n')
     assert RunConfig.load(tmp_path / "c.toml").model.source == "tiny-gpt2"
-    with pytest.raises(ConfigError, match="unknown keys"):
+    with pytest.raises(ConfigError, match=r"\[data\] unknown keys \['n_pairs'\]"):
         RunConfig.from_dict({"data": {"n_pairs": 3}})
     with pytest.raises(ConfigError, match="unknown config sections"):
         RunConfig.from_dict({"dataa": {}})
-    with pytest.raises(ConfigError, match="must be a number"):
+    with pytest.raises(ConfigError, match=r"\[patching\] max_pairs='many' is not int"):
         RunConfig.from_dict({"patching": {"max_pairs": "many"}})
+    with pytest.raises(ConfigError, match=r"\[finetune\] unknown keys \['mode'\]"):  # set per entry of `modes`
+        RunConfig.from_dict({"finetune": {"mode": "full"}})
+
+
+def test_config_sections_are_the_library_configs_with_one_default():
+    """Choices equal the library's own tables, and each setting has one default, the library's."""
+    hints = typing.get_type_hints(PatchingConfig)
+    assert set(typing.get_args(hints["metric"])) == set(METRICS)
+    assert set(typing.get_args(typing.get_type_hints(SelectionConfig)["rule"])) == set(RULES)
+    assert set(typing.get_args(typing.get_type_hints(SFTConfig)["kv_policy"])) == set(KV_POLICIES)
+    cfg = RunConfig()
+    sig = inspect.signature(select_key_components).parameters
+    for name in ("threshold", "k", "z", "max_k", "mlp_k"):
+        assert getattr(cfg.selection, name) == sig[name].default, name
+    assert isinstance(cfg.finetune, SFTConfig)
+    sft = SFTConfig()
+    for name in ("learning_rate", "batch_size", "max_steps", "save_steps", "epochs", "kv_policy"):
+        assert getattr(cfg.finetune, name) == getattr(sft, name), name
+    assert cfg.finetune.sft("precise@4", progress=False) == SFTConfig(progress_bar=False)
+    assert FinetuneSection(modes=("full",)).sft("full", True).mode == "full"
+
+
+def test_config_show_prints_every_field_and_loads_back(tmp_path):
+    shown = _cli("config", "--show")
+    assert RunConfig.from_dict(yaml.safe_load(shown)) == RunConfig()
+    for section, cls in RunConfig.sections().items():
+        names = [f.name for f in dataclasses.fields(cls) if f.name not in getattr(cls, "HIDDEN", ())]
+        block = shown.split(f"\n{section}:\n", 1)[1].split("\n\n")[0]
+        for name in names:
+            assert re.search(rf"^  {name}: .* # .*default", block, re.MULTILINE), f"{section}.{name} not shown"
+    assert "max_k: 32" in shown and "int, >= 1" in shown and "one of 'zscore', 'threshold', 'topk'" in shown
+    merged = _cli("config", "--config", str(ROOT / "configs" / "tiny.yaml"), "--show")
+    assert RunConfig.from_dict(yaml.safe_load(merged)) == RunConfig.load(ROOT / "configs" / "tiny.yaml")
+    assert "source: tiny-llama" in merged and yaml.safe_load(merged)["selection"]["k"] == 3
+    assert render_config(RunConfig.from_dict(TINY)).count("\n  ") == shown.count("\n  ")  # same fields, other values
+
+
+def test_registry_drives_cli_modules_and_docs():
+    assert list(STAGES) == ["data", "identify", "validate", "analyze", "finetune", "evaluate", "report"]
+    for name, stage in STAGES.items():
+        assert stage.run.__module__ == f"mathcircuits.pipeline.stages.{name}"
+        assert (ROOT / "mathcircuits" / "pipeline" / "stages" / f"{name}.py").exists()
+        assert all(list(STAGES).index(u) < list(STAGES).index(name) for u in stage.upstream)
+        helptext = _cli(name, "--help")
+        assert " ".join(stage.help.split()) in " ".join(helptext.split())
+    doc = (ROOT / "docs" / "howto" / "run-the-pipeline.md").read_text()
+    rows = re.findall(r"^\| `(\w+)` \| ([^|]+) \| ([^|]+) \|", doc, re.MULTILINE)
+    assert [r[0] for r in rows] == list(STAGES)
+    for name, sections, needs in rows:
+        assert re.findall(r"`(\w+)`", sections) == list(STAGES[name].sections), name
+        assert [n.strip() for n in needs.split(",") if n.strip() != "—"] == list(STAGES[name].upstream), name
+
+
+def test_no_run_folder_path_literals_outside_paths_module():
+    literal = re.compile(r"""["'][^"'\n]+\.(pt|csv|json|html|jsonl)["']|["'](pairs_correct|pairs_scored|checkpoint-)""")
+    for f in (ROOT / "mathcircuits" / "pipeline").rglob("*.py"):
+        if f.name != "paths.py":
+            hits = [line for line in f.read_text().splitlines()
+                    if literal.search(line) and "root /" not in line]  # a benchmark folder is not the run folder
+            assert not hits, f"{f}: {hits}"
 
 
 def test_pipeline_runs_skips_and_resumes(tmp_path):
     cfg = RunConfig.from_dict(TINY)
     out = tmp_path / "run"
-    run_pipeline(cfg, out, only=["data", "identify"], progress=False)
+    first = run_pipeline(cfg, out, only=["data", "identify"], progress=False)
     assert (out / "identify" / "key_components.json").exists()
+    assert done_summary(out, "identify") == first["identify"]  # the typed summary round-trips through the marker
+    assert "key heads (topk)" in str(first["identify"]) and "correct pairs kept: 6 of 6" in str(first["data"])
     status = stage_status(out, cfg)
     assert status["data"] == status["identify"] == "done" and status["validate"] == "todo"
     marker = (out / "identify" / ".done.json").stat().st_mtime_ns
@@ -49,13 +150,14 @@ def test_pipeline_runs_skips_and_resumes(tmp_path):
     html = (out / "report" / "report.html").read_text()
     assert "plotly" in html.lower() and "unpkg.com" not in html
     assert (out / "report" / "figures" / "patching_overall.html").exists()
-    # a changed section makes that stage and those after it stale
+    assert not list(out.rglob("cache-*.arrow")), "datasets cache files left in the run folder"
+    assert not (out / ".lock").exists()
     changed = RunConfig.from_dict({**TINY, "selection": {"rule": "topk", "k": 3}})
     st = stage_status(out, changed)
     assert st["data"] == "done" and st["identify"] == "stale"
     with pytest.raises(RuntimeError, match="stale"):
         run_pipeline(changed, out, only=["validate"], progress=False)
-    assert oct((out / "identify" / "key_components.json").stat().st_mode & 0o044) != "0o0"  # readable by others, not 0600
+    assert oct((out / "identify" / "key_components.json").stat().st_mode & 0o044) != "0o0"  # readable by others
     assert json.loads((out / "versions.json").read_text())["torch"]
 
 
@@ -64,49 +166,44 @@ def test_stage_needs_upstream(tmp_path):
         run_pipeline(RunConfig.from_dict(TINY), tmp_path / "r", only=["identify"], progress=False)
 
 
-def test_cli_help_and_config():
-    out = subprocess.run([sys.executable, "-m", "mathcircuits.cli", "--help"], capture_output=True, text=True, check=True).stdout
-    assert "identify" in out and "validate" in out
-    cfg = subprocess.run([sys.executable, "-m", "mathcircuits.cli", "config", "--show"], capture_output=True, text=True, check=True).stdout
-    assert "source: embedded" in cfg and "rule: zscore" in cfg
-    bad = subprocess.run([sys.executable, "-m", "mathcircuits.cli", "run", "--config", "/no/such.yaml"], capture_output=True, text=True)
-    assert bad.returncode == 2 and "does not exist" in bad.stderr
+def _bench(tmp_path):
+    bench = tmp_path / "bench" / "AddSub"
+    bench.mkdir(parents=True)
+    items = [{"instruction": f"What is {i} + 1?", "input": "", "output": "", "answer": str(i + 1)} for i in range(3)]
+    bench.joinpath("test.json").write_text(json.dumps(items))
+    return tmp_path / "bench"
 
 
 def test_finetune_and_evaluate_stages(tmp_path):
-    import pandas as pd
-
-    bench = tmp_path / "bench" / "AddSub"
-    bench.mkdir(parents=True)
-    bench.joinpath("test.json").write_text(json.dumps([{"instruction": f"What is {i} + 1?", "input": "", "output": "", "answer": str(i + 1)} for i in range(3)]))
-    cfg = RunConfig.from_dict(
-        {
-            **TINY,
-            "finetune": {"enabled": True, "max_steps": 2, "train_pairs_per_template": 2, "micro_batch_size": 2, "batch_size": 2, "save_steps": 0},
-            "evaluation": {"enabled": True, "heldout_pairs_per_template": 2, "benchmarks": ["AddSub"], "limit": 2, "n_shot": 0, "max_new_tokens": 4, "root": str(tmp_path / "bench")},
-        }
-    )
+    ft = {"enabled": True, "max_steps": 2, "train_pairs_per_template": 2, "micro_batch_size": 2, "batch_size": 2,
+          "save_steps": 0}
+    ev = {"enabled": True, "heldout_pairs_per_template": 2, "benchmarks": ["AddSub"], "limit": 2, "n_shot": 0,
+          "max_new_tokens": 4, "root": str(_bench(tmp_path))}
+    cfg = RunConfig.from_dict({**TINY, "finetune": ft, "evaluation": ev})
     out = tmp_path / "run"
     summaries = run_pipeline(cfg, out, only=["data", "identify", "finetune", "evaluate"], progress=False)
-    runs = summaries["finetune"]["runs"]
+    runs = summaries["finetune"].runs
     assert set(runs) == {"precise", "full"} and runs["precise"]["steps"] == runs["full"]["steps"] == 2
     assert 0 < runs["precise"]["n_trainable"] < runs["full"]["n_trainable"] == runs["full"]["n_model_params"]
     assert (out / "finetune" / "precise" / "final" / "adapter_config.json").exists()
-    train = set(__import__("datasets").load_from_disk(str(out / "finetune" / "train_pairs"))["prompt"])
-    held = set(__import__("datasets").load_from_disk(str(out / "finetune" / "heldout_pairs"))["prompt"])
+    train = set(datasets.load_from_disk(str(out / "finetune" / "train_pairs"))["prompt"])
+    held = set(datasets.load_from_disk(str(out / "finetune" / "heldout_pairs"))["prompt"])
     assert held and not (train & held)
     table = pd.read_csv(out / "evaluate" / "table.csv")
     assert list(table.iloc[:, 0]) == ["base", "precise", "full"]
     assert "held-out arithmetic %" in table.columns and "AddSub" in table.columns
+    # the docs promise evaluate/eval_<label>.pt when benchmarks are configured: one per model, as listed
+    written = sorted(Path(f).name for f in summaries["evaluate"].files)
+    assert written == ["eval_base.pt", "eval_full.pt", "eval_precise.pt", "table.csv"]
+    assert sorted(p.name for p in (out / "evaluate").iterdir() if not p.name.startswith(".")) == written
     # new settings: old checkpoints and final weights are discarded, not resumed
     stamp = (out / "finetune" / "precise" / ".settings").read_text()
-    lr_changed = RunConfig.from_dict({**TINY, "finetune": {**{"enabled": True, "max_steps": 2, "train_pairs_per_template": 2, "micro_batch_size": 2, "batch_size": 2, "save_steps": 1}, "lr": 1e-3, "modes": ["precise", "precise@3", "precise@3+mlp"]}, "evaluation": {"enabled": False}})
-    again = run_pipeline(lr_changed, out, only=["finetune"], progress=False)
-    assert again["finetune"]["runs"]["precise"]["steps"] == 2 and again["finetune"]["runs"]["precise"]["resumed_from"] is None
+    lr_changed = RunConfig.from_dict({**TINY, "finetune": {**ft, "save_steps": 1, "learning_rate": 1e-3,
+                                                           "modes": ["precise", "precise@3", "precise@3+mlp"]}})
+    again = run_pipeline(lr_changed, out, only=["finetune"], progress=False).get("finetune")
+    assert again.runs["precise"]["steps"] == 2 and again.runs["precise"]["resumed_from"] is None
     assert (out / "finetune" / "precise" / ".settings").read_text() != stamp
-    runs = again["finetune"]["runs"]
-    assert runs["precise@3"]["heads"] == runs["precise@3+mlp"]["heads"] == 3
-    assert runs["precise@3"]["n_trainable"] < runs["precise@3+mlp"]["n_trainable"]
-    bad = RunConfig.from_dict({**TINY, "finetune": {"enabled": True, "modes": ["precise@many"]}})
-    with pytest.raises(ValueError, match="precise@K"):
-        run_pipeline(bad, out, only=["finetune"], progress=False)
+    assert again.runs["precise@3"]["heads"] == again.runs["precise@3+mlp"]["heads"] == 3
+    assert again.runs["precise@3"]["n_trainable"] < again.runs["precise@3+mlp"]["n_trainable"]
+    with pytest.raises(ConfigError, match="precise@K"):
+        RunConfig.from_dict({**TINY, "finetune": {"enabled": True, "modes": ["precise@many"]}})

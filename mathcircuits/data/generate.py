@@ -25,8 +25,10 @@ import random
 import string
 from dataclasses import asdict, dataclass, field
 from fractions import Fraction
-from typing import Any
+from typing import Any, Literal
 
+from mathcircuits._schema import check_fields, setting
+from mathcircuits._schema import from_dict as config_from_dict
 from mathcircuits.data.templates import OPERATIONS, Template, TemplateSet
 
 __all__ = ["GenerationConfig", "PairError", "compute_answer", "answer_spacing", "render_pair", "generate_pairs"]
@@ -38,42 +40,36 @@ class PairError(ValueError):
 
 @dataclass(frozen=True)
 class GenerationConfig:
-    """How to build prompt pairs. Every field has a visible default."""
+    """How to build prompt pairs. Every field has a visible default, a type and a range (checked when built)."""
 
-    operations: tuple[str, ...] = ("add",)
-    template_ids: tuple[str, ...] | None = None  # None: every template of the chosen operations
-    n_per_template: int = 16
-    operand_range: tuple[int, int] = (1, 9)  # inclusive; for div it bounds divisor and quotient
-    fewshot: bool = True
-    allow_negative: bool = False
-    integer_only: bool = True
-    multi_token_answers: str = "first"  # "first": target the first token | "refuse": skip multi-token answers
-    seed: int = 0
+    operations: tuple[str, ...] = setting(("add",), "operations to build pairs for (add, sub, mul, div, pow)")
+    template_ids: tuple[str, ...] | None = setting(None, "template ids to use; null: every template of the operations")
+    n_per_template: int = setting(16, "pairs drawn per template", ge=1)
+    operand_range: tuple[int, int] = setting((1, 9), "inclusive operand range [low, high]; for div: divisor and quotient")
+    fewshot: bool = setting(True, "prefix the query with the template's few-shot examples")
+    allow_negative: bool = setting(False, "keep pairs whose answer is negative")
+    integer_only: bool = setting(True, "keep only integer answers (division)")
+    multi_token_answers: Literal["first", "refuse"] = setting(
+        "first", "first: target an answer's first token; refuse: skip multi-token answers")
+    seed: int = setting(0, "random seed of operands and word pools")
 
     def __post_init__(self) -> None:
+        check_fields(self)
         for op in self.operations:
             if op not in OPERATIONS:
                 raise PairError(f"operation {op!r} is unknown. Fix: use some of {OPERATIONS}.")
         lo, hi = self.operand_range
         if lo > hi or lo < 0:
-            raise PairError(f"operand_range {self.operand_range} is invalid. Fix: give (low, high) with 0 <= low <= high.")
-        if self.multi_token_answers not in ("first", "refuse"):
-            raise PairError(f"multi_token_answers={self.multi_token_answers!r}. Fix: use 'first' or 'refuse'.")
-        if self.n_per_template < 1:
-            raise PairError("n_per_template must be at least 1.")
+            raise PairError(
+                f"operand_range {self.operand_range} is invalid. Fix: give (low, high) with 0 <= low <= high.")
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "GenerationConfig":
-        d = dict(d)
-        for k in ("operations", "operand_range"):
-            if k in d and d[k] is not None:
-                d[k] = tuple(d[k])
-        if d.get("template_ids") is not None:
-            d["template_ids"] = tuple(d["template_ids"])
-        return cls(**d)
+        """Build from a mapping (lists are accepted for tuples); unknown keys are an error."""
+        return config_from_dict(cls, d)
 
 
 def compute_answer(operation: str, a: int, b: int, integer_only: bool = True, allow_negative: bool = False) -> str | None:

@@ -49,7 +49,9 @@ from typing import Any, Literal, Sequence
 import torch
 from torch import nn
 
-from mathcircuits._io import SavedResult
+from mathcircuits._io import SavedResult, read_json
+from mathcircuits._schema import check_fields, setting
+from mathcircuits._schema import from_dict as config_from_dict
 from mathcircuits.finetune.adapter import HeadSliceAdapter
 from mathcircuits.finetune.slices import KV_POLICIES, SliceSet, head_slices
 from mathcircuits.models.spec import ModelSpec, as_spec
@@ -64,41 +66,42 @@ log = logging.getLogger(__name__)
 class SFTConfig:
     """Settings of one SFT run (paper defaults). ``mode="full"`` is the full-SFT baseline."""
 
-    mode: Literal["precise", "full"] = "precise"
-    learning_rate: float = 2e-5
-    batch_size: int = 128  # effective: micro_batch_size × accumulation × devices
-    micro_batch_size: int = 8
-    epochs: float = 2.0
-    max_steps: int = -1  # > 0 overrides epochs (optimizer steps)
-    warmup_ratio: float = 0.02
-    weight_decay: float = 0.1
-    decay_mode: Literal["weights", "delta"] = "weights"
-    lr_scheduler: str = "linear"
-    max_grad_norm: float = 1.0
-    grad_scale: bool = True  # H/h per layer (precise only)
-    target_logits_only: bool = True  # vocabulary logits only at target positions (same loss, faster)
-    kv_policy: str = "group"
-    include_mlps: bool = True
-    seed: int = 0
-    logging_steps: int = 10
-    save_steps: int = 0  # 0: no intermediate checkpoints
-    save_total_limit: int | None = 2
-    save_final: bool = True
-    progress_bar: bool = True
-    bf16: bool = False
-    dataloader_num_workers: int = 0
+    mode: Literal["precise", "full"] = setting("precise", "precise: key components only; full: every parameter")
+    learning_rate: float = setting(2e-5, "peak learning rate (the paper's value)", gt=0)
+    batch_size: int = setting(128, "effective batch: micro_batch_size x accumulation x devices", ge=1)
+    micro_batch_size: int = setting(8, "examples per forward pass and device", ge=1)
+    epochs: float = setting(2.0, "passes over the training data (when max_steps is -1)", gt=0)
+    max_steps: int = setting(-1, "optimizer steps; -1: train for `epochs` instead", ge=-1)
+    warmup_ratio: float = setting(0.02, "fraction of the steps with a linear warm-up", ge=0, lt=1)
+    weight_decay: float = setting(0.1, "AdamW decoupled weight decay", ge=0)
+    decay_mode: Literal["weights", "delta"] = setting(
+        "weights", "weights: decay the effective tuned weights; delta: decay the change towards the base")
+    lr_scheduler: str = setting("linear", "transformers scheduler name")
+    max_grad_norm: float = setting(1.0, "gradient clipping (global norm)", gt=0)
+    grad_scale: bool = setting(True, "rescale a layer's tuned heads' gradient by H/h (precise only)")
+    target_logits_only: bool = setting(True, "vocabulary logits only at target positions (same loss, faster)")
+    kv_policy: Literal["group", "exclusive", "frozen"] = setting(
+        "group", "shared K/V under GQA: group (tune the group) | exclusive | frozen")
+    include_mlps: bool = setting(True, "also tune the key MLPs (precise)")
+    seed: int = setting(0, "training seed (data order, init)")
+    logging_steps: int = setting(10, "log the loss every N steps", ge=1)
+    save_steps: int = setting(0, "checkpoint every N steps so an interrupted run resumes; 0: none", ge=0)
+    save_total_limit: int | None = setting(2, "checkpoints kept; null: all", ge=1)
+    save_final: bool = setting(True, "write <output_dir>/final at the end")
+    progress_bar: bool = setting(True, "show the training progress bar")
+    bf16: bool = setting(False, "train in bfloat16 mixed precision")
+    dataloader_num_workers: int = setting(0, "data loader worker processes", ge=0)
 
     def __post_init__(self) -> None:
-        if self.mode not in ("precise", "full"):
-            raise ValueError(f"mode={self.mode!r}. Fix: use 'precise' (key components only) or 'full' (every parameter).")
-        if self.decay_mode not in ("weights", "delta"):
-            raise ValueError(f"decay_mode={self.decay_mode!r}. Fix: use 'weights' or 'delta'.")
+        check_fields(self)
         if self.kv_policy not in KV_POLICIES:
             raise ValueError(f"kv_policy={self.kv_policy!r}. Fix: use one of {KV_POLICIES}.")
-        if not 0 <= self.warmup_ratio < 1:
-            raise ValueError(f"warmup_ratio={self.warmup_ratio} must be in [0, 1).")
-        if self.batch_size < 1 or self.micro_batch_size < 1 or self.batch_size % self.micro_batch_size:
-            raise ValueError(f"batch_size={self.batch_size} must be a positive multiple of micro_batch_size={self.micro_batch_size}.")
+        if self.max_steps == 0:
+            raise ValueError("max_steps=0 trains nothing. Fix: give a positive number of steps, or -1 to use epochs.")
+        if self.batch_size % self.micro_batch_size:
+            raise ValueError(
+                f"batch_size={self.batch_size} must be a positive multiple of micro_batch_size={self.micro_batch_size}. "
+                "Fix: make batch_size a multiple of micro_batch_size.")
 
     def accumulation_steps(self, world_size: int = 1) -> int:
         per_step = self.micro_batch_size * world_size
@@ -114,7 +117,8 @@ class SFTConfig:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "SFTConfig":
-        return cls(**{k: v for k, v in d.items() if k in cls.__dataclass_fields__})
+        """Build from a mapping (lists are accepted for tuples); unknown keys are an error."""
+        return config_from_dict(cls, d)
 
 
 @dataclass(frozen=True)
@@ -257,6 +261,32 @@ def _effective_decay_hook(adapter: HeadSliceAdapter, weights: list, wd: float):
     return hook
 
 
+def _log_line_step(line: str) -> float:
+    """The step of a log.jsonl line; +inf for a run summary or a line cut short by a kill (both dropped)."""
+    try:
+        entry = json.loads(line)
+    except json.JSONDecodeError:
+        return float("inf")
+    return float("inf") if "train_runtime" in entry else float(entry.get("step", 0))
+
+
+def _prepare_resume(output_dir: Path, checkpoint: str | bool | None, max_steps: int) -> int | None:
+    """Before resuming: drop the killed run's log lines after the checkpoint; return its step if it is final.
+
+    Returns the checkpoint's global step when ``max_steps`` > 0 and the checkpoint already reached it (so
+    nothing is left to train), else None.
+    """
+    if checkpoint in (None, False):
+        return None
+    state = read_json(Path(str(checkpoint)) / "trainer_state.json")
+    step = int(state["global_step"])
+    log_file = output_dir / "log.jsonl"
+    if log_file.exists():
+        kept = [line for line in log_file.read_text().splitlines() if _log_line_step(line) <= step]
+        log_file.write_text("".join(f"{line}\n" for line in kept))
+    return step if 0 < max_steps <= step else None
+
+
 def train_sft(
     model: nn.Module,
     tokenizer: Any,
@@ -351,7 +381,17 @@ def train_sft(
         decay_mode=config.decay_mode,
     )
     t0 = time.perf_counter()
-    out = trainer.train(resume_from_checkpoint=resume_from_checkpoint)
+    done_step = _prepare_resume(output_dir, resume_from_checkpoint, config.max_steps)
+    if done_step is None:
+        out = trainer.train(resume_from_checkpoint=resume_from_checkpoint)
+        train_loss, samples_per_second = float(out.training_loss), float(out.metrics.get("train_samples_per_second", float("nan")))
+    else:  # the checkpoint already holds max_steps: load it, never train past max_steps
+        from transformers import TrainerState
+
+        trainer._load_from_checkpoint(str(resume_from_checkpoint))
+        trainer.state = TrainerState.load_from_json(str(Path(resume_from_checkpoint) / "trainer_state.json"))
+        losses = [float(e["loss"]) for e in trainer.state.log_history if "loss" in e]
+        train_loss, samples_per_second = (sum(losses) / len(losses) if losses else float("nan")), float("nan")
     runtime = time.perf_counter() - t0
     if config.save_final:
         trainer.save_model(str(output_dir / "final"))
@@ -362,8 +402,8 @@ def train_sft(
         mode=config.mode, config=config.to_dict(), model=ModelSpec.from_hf(base, model_name),
         n_trainable=int(n_trainable),
         n_model_params=int(sum(p.numel() for p in base.parameters())), global_step=int(trainer.state.global_step),
-        train_loss=float(out.training_loss), loss_history=history, runtime_s=runtime,
-        samples_per_second=float(out.metrics.get("train_samples_per_second", float("nan"))), output_dir=str(output_dir),
+        train_loss=train_loss, loss_history=history, runtime_s=runtime,
+        samples_per_second=samples_per_second, output_dir=str(output_dir),
         resumed_from=None if resume_from_checkpoint in (None, False) else str(resume_from_checkpoint),
         slices=train_model.slices.to_dict() if isinstance(train_model, HeadSliceAdapter) else {},
     )

@@ -1,6 +1,31 @@
-"""Stage 9 — pipeline: a run configuration and a resumable run directory."""
+"""The pipeline: a typed run configuration, one registry of stages, and a resumable, locked run folder.
 
-from mathcircuits.pipeline.config import ConfigError, RunConfig, fingerprint
-from mathcircuits.pipeline.run import STAGES, run_pipeline, stage_status
+Stages live in ``pipeline/stages/<name>.py``, named as the CLI names them; see
+``docs/architecture.md``.
+"""
 
-__all__ = ["ConfigError", "RunConfig", "STAGES", "fingerprint", "run_pipeline", "stage_status"]
+from mathcircuits.pipeline.config import ConfigError, RunConfig, fingerprint, render_config
+from mathcircuits.pipeline.context import Context, StageSummary
+from mathcircuits.pipeline.lock import RunLock, RunLockedError
+from mathcircuits.pipeline.paths import RunPaths
+from mathcircuits.pipeline.run import RunFolderError, check_run_folder, done_summary, run_pipeline, stage_status
+from mathcircuits.pipeline.stages import STAGES, Stage
+
+__all__ = [
+    "STAGES",
+    "ConfigError",
+    "Context",
+    "RunConfig",
+    "RunFolderError",
+    "RunLock",
+    "RunLockedError",
+    "RunPaths",
+    "Stage",
+    "StageSummary",
+    "check_run_folder",
+    "done_summary",
+    "fingerprint",
+    "render_config",
+    "run_pipeline",
+    "stage_status",
+]

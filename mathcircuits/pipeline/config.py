@@ -1,8 +1,13 @@
 """The run configuration: one value that describes a whole run, loadable from YAML or TOML.
 
-Every field has a visible default (``mathcircuits config --show`` prints them
-all). Sections map to pipeline stages; a stage re-runs only when its section
-(or an upstream stage) changes.
+Its sections *are* the library's config dataclasses (``patching`` is
+:class:`~mathcircuits.patching.config.PatchingConfig`, ``finetune`` is
+:class:`~mathcircuits.finetune.SFTConfig` plus the fields the stage needs, ...),
+so a stage hands its section to the library unchanged. Every field has a type,
+a range or a set of choices and one default, all checked when the config is
+built (:mod:`mathcircuits._schema`): a typo or a missing model path fails at
+load, before anything is written. ``mathcircuits config --show`` prints the
+whole schema.
 """
 
 from __future__ import annotations
@@ -10,183 +15,227 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar, Literal
 
-__all__ = ["RunConfig", "ModelSection", "DataSection", "PatchingSection", "SelectionSection", "ValidationSection", "AnalysisSection", "FinetuneSection", "EvaluationSection", "ConfigError", "fingerprint"]
+import tomllib
+import yaml
 
+from mathcircuits._io import atomic_path
+from mathcircuits._schema import ConfigError, check_fields, describe, from_dict, setting
+from mathcircuits.ablation.config import ValidationConfig
+from mathcircuits.analysis.config import AnalysisConfig
+from mathcircuits.data import GenerationConfig
+from mathcircuits.evaluation.config import EvaluationConfig
+from mathcircuits.finetune import SFTConfig
+from mathcircuits.models import resolve_source
+from mathcircuits.patching.config import PatchingConfig, SelectionConfig
 
-class ConfigError(ValueError):
-    """A configuration file or value is invalid; the message names the key and the fix."""
+__all__ = [
+    "AnalysisSection",
+    "ConfigError",
+    "DataSection",
+    "EvaluationSection",
+    "FinetuneSection",
+    "ModelSection",
+    "PatchingSection",
+    "RunConfig",
+    "SelectionSection",
+    "ValidationSection",
+    "fingerprint",
+    "render_config",
+]
+
+_MODE = re.compile(r"^(precise|full|precise@[1-9][0-9]*(\+mlp)?)$")
 
 
 @dataclass(frozen=True)
 class ModelSection:
-    source: str = "embedded"  # "embedded" | "tiny-llama" | "tiny-gpt2" | HF folder | .gguf file | Hub id
-    device: str = "cpu"
-    dtype: str = "float32"
-    threads: int = 0  # torch threads; 0 = leave torch's default
+    """Which model to load, where and how (``load_model``'s arguments)."""
+
+    source: str = setting("embedded", "embedded | tiny-llama | tiny-gpt2 | HF folder | .gguf file | Hub id")
+    device: str = setting("cpu", "torch device, e.g. cpu or cuda")
+    dtype: Literal["float32", "float16", "bfloat16"] = setting("float32", "weights' dtype")
+    threads: int = setting(0, "torch threads; 0: leave torch's default", ge=0)
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+        try:
+            resolve_source(self.source)  # a path that does not exist fails here, before any output
+        except FileNotFoundError as err:
+            raise ConfigError(
+                f"source={self.source!r}: {str(err).rstrip('.')}. "
+                "Fix: give an existing HF folder or .gguf file, or embedded / tiny-llama / tiny-gpt2."
+            ) from err
 
 
 @dataclass(frozen=True)
-class DataSection:
-    template_files: tuple[str, ...] = ()  # empty: every file in data_templates/
-    operations: tuple[str, ...] = ("add", "sub", "mul", "div")
-    template_ids: tuple[str, ...] = ()  # empty: all templates of the operations
-    n_per_template: int = 8
-    operand_range: tuple[int, int] = (1, 9)
-    fewshot: bool = True
-    multi_token_answers: str = "first"
-    keep_only_correct: bool = True  # the paper's filter; false only for random test models
-    seed: int = 0
+class DataSection(GenerationConfig):
+    """:class:`~mathcircuits.data.GenerationConfig` plus where templates come from and the correctness filter."""
+
+    template_files: tuple[str, ...] = setting((), "template files; empty: every file in data_templates/")
+    keep_only_correct: bool = setting(True, "the paper's filter; false only for random test models")
+
+    def generation(self) -> GenerationConfig:
+        """The library config alone (without the pipeline's extra fields)."""
+        fields = {f.name for f in dataclasses.fields(GenerationConfig)}
+        return GenerationConfig(**{k: getattr(self, k) for k in fields})
 
 
 @dataclass(frozen=True)
-class PatchingSection:
-    method: str = "exact"  # exact | reference | attribution
-    metric: str = "relative_logit"  # relative_logit | logit_diff | prob_change
-    senders: tuple[str, ...] = ("heads", "mlps")
-    max_pairs: int = 64  # per operation (correct pairs only)
-    min_pairs: int = 30  # an operation with fewer correct pairs is reported but not patched alone
-    batch_size: int = 16
+class FinetuneSection(SFTConfig):
+    """:class:`~mathcircuits.finetune.SFTConfig` plus the modes compared and their training data.
+
+    ``mode`` and ``progress_bar`` are set by the stage (one run per entry of ``modes``).
+    """
+
+    HIDDEN: ClassVar[tuple[str, ...]] = ("mode", "progress_bar")
+
+    enabled: bool = setting(True, "run the finetune stage")
+    modes: tuple[str, ...] = setting(
+        ("precise", "full"), "precise: key components; full: every parameter; precise@K[+mlp]: top-K heads")
+    train_pairs_per_template: int = setting(16, "training pairs per template", ge=1)
+    operand_range: tuple[int, int] = setting((1, 20), "operand range of the training pairs")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        bad = [m for m in self.modes if not _MODE.match(m)]
+        if bad:
+            raise ConfigError(
+                f"finetune modes {bad} are unknown. "
+                "Fix: use 'precise', 'full', 'precise@K' or 'precise@K+mlp' (K heads, e.g. precise@16)."
+            )
+
+    def sft(self, mode: str, progress: bool) -> SFTConfig:
+        """The library config of one mode's run."""
+        fields = {f.name for f in dataclasses.fields(SFTConfig)}
+        values = {k: getattr(self, k) for k in fields}
+        return SFTConfig(**{**values, "mode": "full" if mode == "full" else "precise", "progress_bar": progress})
 
 
-@dataclass(frozen=True)
-class SelectionSection:
-    rule: str = "zscore"  # zscore | threshold | topk
-    threshold: float = -0.05
-    k: int = 10
-    z: float = 3.0
-    max_k: int = 16
-    mlp_k: int = 2
-
-
-@dataclass(frozen=True)
-class ValidationSection:
-    knockout_max_k: int = 10
-    n_random: int = 3
-    scope: str = "all"  # all | last
-    max_pairs: int = 32
-    transfer_templates: bool = True
-    transfer_multi_digit: bool = True
-    word_problem_sets: tuple[str, ...] = ("SVAMP", "AddSub", "SingleEq")
-    word_problem_root: str = ""  # empty: $MATHCIRCUITS_BENCHMARKS or ../shared/data/benchmarks
-    word_problem_limit: int = 48
-
-
-@dataclass(frozen=True)
-class AnalysisSection:
-    max_pairs: int = 32
-    probe_prompt: str = ""  # empty: the first correct addition prompt
-    circuitsvis_prompts: int = 2
-    static_formats: tuple[str, ...] = ("png",)  # any of png, svg, pdf; empty: HTML only
-
-
-@dataclass(frozen=True)
-class FinetuneSection:
-    enabled: bool = True
-    modes: tuple[str, ...] = ("precise", "full")  # precise: key heads' slices (+ key MLPs); full: every parameter; precise@K[+mlp]: top-K heads
-    max_steps: int = 40  # optimizer steps (CPU budget); <= 0: train for `epochs`
-    train_pairs_per_template: int = 16
-    operand_range: tuple[int, int] = (1, 20)
-    lr: float = 2e-5  # the paper's value
-    batch_size: int = 8  # effective batch (micro_batch_size × accumulation)
-    micro_batch_size: int = 8
-    epochs: float = 2.0
-    warmup_ratio: float = 0.02
-    weight_decay: float = 0.1
-    kv_policy: str = "group"  # group | exclusive | frozen (shared K/V under GQA)
-    include_mlps: bool = True
-    save_steps: int = 20  # checkpoints, so an interrupted run resumes
-    seed: int = 0
-
-
-@dataclass(frozen=True)
-class EvaluationSection:
-    enabled: bool = True
-    heldout_pairs_per_template: int = 8  # arithmetic pairs never seen in training
-    benchmarks: tuple[str, ...] = ("AddSub", "SingleEq", "ARC-Easy")
-    limit: int = 20  # items per benchmark
-    n_shot: int = 2
-    max_new_tokens: int = 96
-    root: str = ""  # empty: $MATHCIRCUITS_BENCHMARKS or ../shared/data/benchmarks
+PatchingSection = PatchingConfig
+SelectionSection = SelectionConfig
+ValidationSection = ValidationConfig
+AnalysisSection = AnalysisConfig
+EvaluationSection = EvaluationConfig
 
 
 @dataclass(frozen=True)
 class RunConfig:
+    """One whole run: a section per concern, each a checked library config."""
+
     model: ModelSection = field(default_factory=ModelSection)
     data: DataSection = field(default_factory=DataSection)
-    patching: PatchingSection = field(default_factory=PatchingSection)
-    selection: SelectionSection = field(default_factory=SelectionSection)
-    validation: ValidationSection = field(default_factory=ValidationSection)
-    analysis: AnalysisSection = field(default_factory=AnalysisSection)
+    patching: PatchingConfig = field(default_factory=PatchingConfig)
+    selection: SelectionConfig = field(default_factory=SelectionConfig)
+    validation: ValidationConfig = field(default_factory=ValidationConfig)
+    analysis: AnalysisConfig = field(default_factory=AnalysisConfig)
     finetune: FinetuneSection = field(default_factory=FinetuneSection)
-    evaluation: EvaluationSection = field(default_factory=EvaluationSection)
+    evaluation: EvaluationConfig = field(default_factory=EvaluationConfig)
+
+    @staticmethod
+    def sections() -> dict[str, type]:
+        """Section name → its config class, in file order."""
+        return {f.name: f.default_factory for f in dataclasses.fields(RunConfig)}  # type: ignore[misc]
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        """Plain values (tuples as lists) of the settable fields, as written to config.yaml."""
+        d = json.loads(json.dumps(dataclasses.asdict(self)))
+        for name, sec_cls in self.sections().items():
+            for hidden in getattr(sec_cls, "HIDDEN", ()):
+                d[name].pop(hidden)
+        return d
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "RunConfig":
-        sections = {f.name: f for f in dataclasses.fields(cls)}
-        unknown = set(d) - set(sections)
+    def from_dict(cls, d: Any) -> RunConfig:
+        """Build and check a config; the error names the section and key.
+
+        Args:
+            d: section name → mapping of settings; missing sections and keys take their defaults.
+
+        Returns:
+            The checked config.
+        """
+        d = {} if d is None else d
+        if not isinstance(d, dict):
+            raise ConfigError(f"a config must be a mapping of sections, got {type(d).__name__}. "
+                              "Fix: start from `mathcircuits config --show`.")
+        sections = cls.sections()
+        unknown = [k for k in d if k not in sections]
         if unknown:
-            raise ConfigError(f"unknown config sections {sorted(unknown)}. Fix: use only {sorted(sections)}.")
-        kwargs = {}
-        for name, f in sections.items():
-            sec_cls = f.default_factory()  # type: ignore[misc]
-            values = d.get(name) or {}
-            known = {g.name: g for g in dataclasses.fields(sec_cls)}
-            bad = set(values) - set(known)
-            if bad:
-                raise ConfigError(f"unknown keys {sorted(bad)} in section [{name}]. Fix: use only {sorted(known)}.")
-            conv = {}
-            for k, v in values.items():
-                default = getattr(sec_cls, k)
-                if isinstance(default, tuple) and v is not None:
-                    v = tuple(v)
-                elif isinstance(default, bool) and not isinstance(v, bool):
-                    raise ConfigError(f"[{name}].{k} must be true or false, got {v!r}.")
-                elif isinstance(default, (int, float)) and not isinstance(default, bool) and not isinstance(v, (int, float)):
-                    raise ConfigError(f"[{name}].{k} must be a number, got {v!r}.")
-                conv[k] = v
-            kwargs[name] = type(sec_cls)(**{**dataclasses.asdict(sec_cls), **conv})
-        return cls(**kwargs)
+            raise ConfigError(f"unknown config sections {unknown}. Fix: use only {list(sections)}.")
+        built = {}
+        for name, sec_cls in sections.items():
+            try:
+                built[name] = from_dict(sec_cls, d.get(name), hidden=getattr(sec_cls, "HIDDEN", ()))
+            except ConfigError as err:
+                raise ConfigError(f"[{name}] {err}") from err
+        return cls(**built)
 
     @classmethod
-    def load(cls, path: str | Path) -> "RunConfig":
+    def load(cls, path: str | Path) -> RunConfig:
+        """Read a ``.yaml``/``.yml``/``.toml`` file and check it.
+
+        Args:
+            path: the file.
+
+        Returns:
+            The checked config. Raises :class:`ConfigError` naming the file for any problem.
+        """
         path = Path(path)
-        if not path.exists():
-            raise ConfigError(f"config file {path} does not exist. Fix: write one (mathcircuits config --show prints the defaults).")
-        text = path.read_text()
-        if path.suffix == ".toml":
-            import tomllib
-
-            data = tomllib.loads(text)
-        elif path.suffix in (".yaml", ".yml"):
-            import yaml
-
-            data = yaml.safe_load(text) or {}
-        else:
-            raise ConfigError(f"config file {path} must end in .yaml, .yml or .toml.")
-        return cls.from_dict(data)
+        if not path.is_file():
+            raise ConfigError(f"config file {path} does not exist or is not a file. "
+                              "Fix: write one (mathcircuits config --show prints the defaults).")
+        if path.suffix not in (".toml", ".yaml", ".yml"):
+            raise ConfigError(f"config file {path} must end in .yaml, .yml or .toml. Fix: rename it.")
+        try:
+            text = path.read_text()
+            data = tomllib.loads(text) if path.suffix == ".toml" else yaml.safe_load(text)
+        except (tomllib.TOMLDecodeError, yaml.YAMLError, UnicodeDecodeError) as err:
+            where = str(err).replace("\n", " ")
+            raise ConfigError(f"config file {path} is not valid {path.suffix[1:].upper()}: {where}. "
+                              "Fix: correct the syntax at the place named.") from err
+        try:
+            return cls.from_dict(data)
+        except ConfigError as err:
+            raise ConfigError(f"config file {path}: {err}") from err
 
     def save(self, path: str | Path) -> Path:
-        import yaml
+        """Write the config as YAML, atomically.
 
-        from mathcircuits._io import atomic_path
+        Args:
+            path: the target file.
 
-        def plain(x: Any) -> Any:
-            if isinstance(x, dict):
-                return {k: plain(v) for k, v in x.items()}
-            if isinstance(x, (list, tuple)):
-                return [plain(v) for v in x]
-            return x
-
+        Returns:
+            The path written.
+        """
         with atomic_path(path) as tmp:
-            tmp.write_text(yaml.safe_dump(plain(self.to_dict()), sort_keys=False))
+            tmp.write_text(yaml.safe_dump(self.to_dict(), sort_keys=False))
         return Path(path)
+
+
+def render_config(cfg: RunConfig | None = None) -> str:
+    """The config as YAML, each key annotated with its type, range or choices, default and help.
+
+    Args:
+        cfg: the config to show; None shows the defaults.
+
+    Returns:
+        YAML text that loads back to ``cfg`` (the annotations are comments).
+    """
+    cfg = cfg or RunConfig()
+    values = cfg.to_dict()
+    lines = ["# mathcircuits run configuration: every setting with its type, range and default"]
+    for name, sec_cls in RunConfig.sections().items():
+        lines.append(f"{name}:")
+        for row in describe(sec_cls, hidden=getattr(sec_cls, "HIDDEN", ())):
+            value = yaml.safe_dump({row["name"]: values[name][row["name"]]}, default_flow_style=True, width=10**6)
+            value = value.strip()[1:-1]  # "{key: value}" → "key: value"
+            rng = f", {row['range']}" if row["range"] else ""
+            lines.append(f"  {value:<40} # {row['type']}{rng}; default {row['default']}. {row['help']}")
+    return "\n".join(lines) + "\n"
 
 
 def fingerprint(*parts: Any) -> str:

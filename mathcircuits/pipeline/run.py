@@ -1,68 +1,131 @@
-"""Run the pipeline stages in order over one run directory, skipping finished ones."""
+"""Run the stages in registry order over one run folder, skipping those whose inputs are unchanged.
+
+Each stage writes its outputs atomically and then a ``.done.json`` marker with
+the fingerprint of its inputs (its config sections, the model section and its
+upstream markers) and its typed summary. A stage whose marker matches is
+skipped, so re-running a finished run is a no-op and an interrupted run
+resumes at the first unfinished stage; the marker of a stage is removed before
+it runs, so the partial outputs of an interrupted stage are never taken as done.
+
+Before anything is written the run folder is checked (a folder, writable, and
+not a finished run of another model), and the folder is locked for the run.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.metadata
 import logging
+import os
 import platform
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+
+import yaml
 
 from mathcircuits._io import read_json, write_json
-from mathcircuits.pipeline import stages as S
 from mathcircuits.pipeline.config import RunConfig, fingerprint
+from mathcircuits.pipeline.context import Context, StageSummary
+from mathcircuits.pipeline.lock import RunLock
+from mathcircuits.pipeline.paths import RunPaths
+from mathcircuits.pipeline.stages import STAGES
 
-__all__ = ["STAGES", "run_pipeline", "stage_status"]
+__all__ = ["STAGES", "RunFolderError", "check_run_folder", "done_summary", "run_pipeline", "stage_status"]
 
 log = logging.getLogger(__name__)
 
-# name → (function, config sections it reads, upstream stages)
-STAGES: dict[str, tuple[Callable[[S.Context], dict[str, Any]], tuple[str, ...], tuple[str, ...]]] = {
-    "data": (S.stage_data, ("model", "data"), ()),
-    "identify": (S.stage_identify, ("patching", "selection"), ("data",)),
-    "validate": (S.stage_validate, ("validation",), ("identify",)),
-}
+
+class RunFolderError(ValueError):
+    """The run folder cannot hold this run; the message says why and how to fix it."""
 
 
-def _register_optional() -> None:
-    """Stages after validation live in their own modules (kept small); add them in pipeline order."""
-    from mathcircuits.pipeline import improve_stages, later_stages
-
-    STAGES["analyze"] = later_stages.STAGES["analyze"]
-    STAGES.update(improve_stages.STAGES)
-    STAGES["report"] = later_stages.STAGES["report"]
-
-
-_register_optional()
-
-
-def _fingerprint(run_dir: Path, cfg: RunConfig, name: str) -> str:
-    _, sections, upstream = STAGES[name]
-    d = cfg.to_dict()
+def _fingerprint(paths: RunPaths, cfg: RunConfig, name: str) -> str:
+    stage, d = STAGES[name], cfg.to_dict()
     ups = []
-    for u in upstream:
-        marker = run_dir / u / ".done.json"
+    for u in stage.upstream:
+        marker = paths.marker(u)
         ups.append(read_json(marker)["fingerprint"] if marker.exists() else None)
-    return fingerprint(name, {s: d[s] for s in sections}, d["model"], ups)
+    return fingerprint(name, {s: d[s] for s in stage.sections}, d["model"], ups)
 
 
 def stage_status(run_dir: str | Path, cfg: RunConfig) -> dict[str, str]:
-    """For each stage: 'done' (marker matches), 'stale' (marker from other inputs) or 'todo'."""
-    run_dir = Path(run_dir)
+    """Each stage's state in a run folder.
+
+    Args:
+        run_dir: the run folder.
+        cfg: the config to compare with.
+
+    Returns:
+        Stage name → ``done`` (marker matches), ``stale`` (marker from other inputs) or ``todo``.
+    """
+    paths = RunPaths(Path(run_dir))
     out = {}
     for name in STAGES:
-        marker = run_dir / name / ".done.json"
-        if not marker.exists():
+        marker = paths.marker(name)
+        if not marker.is_file():
             out[name] = "todo"
         else:
-            out[name] = "done" if read_json(marker)["fingerprint"] == _fingerprint(run_dir, cfg, name) else "stale"
+            out[name] = "done" if read_json(marker)["fingerprint"] == _fingerprint(paths, cfg, name) else "stale"
     return out
+
+
+def done_summary(run_dir: str | Path, name: str) -> StageSummary:
+    """The typed summary a finished stage left in its marker.
+
+    Args:
+        run_dir: the run folder.
+        name: the stage.
+
+    Returns:
+        The stage's summary (its own :class:`StageSummary` subclass).
+    """
+    marker = RunPaths(Path(run_dir)).marker(name)
+    return STAGES[name].summary.from_dict(read_json(marker)["summary"], source=marker)
+
+
+def check_run_folder(run_dir: str | Path, cfg: RunConfig, force: bool = False) -> None:
+    """Refuse, before writing anything, a run folder that cannot take this run.
+
+    Args:
+        run_dir: the run folder (need not exist).
+        cfg: the run's config.
+        force: accept a folder holding a finished run of another model.
+
+    Returns:
+        None; raises :class:`RunFolderError` naming the problem and the fix.
+    """
+    run_dir = Path(run_dir)
+    if run_dir.exists() and not run_dir.is_dir():
+        raise RunFolderError(f"--out {run_dir} is a file, not a folder. Fix: give a folder path (it is created).")
+    existing = next(p for p in (run_dir, *run_dir.absolute().parents) if p.exists())
+    if not existing.is_dir():
+        raise RunFolderError(f"--out {run_dir} lies under {existing}, which is a file. Fix: give a folder path "
+                             "whose parents are folders.")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise RunFolderError(f"--out {run_dir} cannot be written ({existing} is read-only). "
+                             "Fix: choose a writable --out folder, or make it writable (chmod u+w).")
+    paths = RunPaths(run_dir)
+    finished = any(paths.marker(n).is_file() for n in STAGES)
+    if force or not finished or not paths.config.is_file():
+        return  # a folder with no finished stage takes any config (a failed first run does not block it)
+    try:
+        old_model = (yaml.safe_load(paths.config.read_text()) or {}).get("model") or {}
+    except yaml.YAMLError:
+        old_model = {}
+    new_model = cfg.to_dict()["model"]
+    # compare the model section only: the rest of an older config may use keys this version no longer has
+    if {k: old_model.get(k, v) for k, v in new_model.items()} != new_model:
+        raise RunFolderError(
+            f"{run_dir} holds a run of model {old_model.get('source')!r} ({old_model}), not {cfg.model.source!r}. "
+            "Fix: use another --out folder, or --force to overwrite."
+        )
 
 
 def _versions() -> dict[str, str]:
     out = {"python": platform.python_version()}
-    for pkg in ("mathcircuits", "torch", "transformers", "transformer-lens", "peft", "datasets", "circuitsvis", "plotly"):
+    for pkg in ("mathcircuits", "torch", "transformers", "transformer-lens", "peft", "datasets", "circuitsvis",
+                "plotly"):
         try:
             out[pkg] = importlib.metadata.version(pkg)
         except importlib.metadata.PackageNotFoundError:
@@ -77,48 +140,64 @@ def run_pipeline(
     force: bool = False,
     progress: bool = True,
     echo: Callable[[str], None] = log.info,
-) -> dict[str, Any]:
-    """Run every stage (or ``only`` those) whose inputs changed; return each stage's summary."""
-    run_dir = Path(run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    cfg_path = run_dir / "config.yaml"
-    if cfg_path.exists() and not force:
-        import yaml
+) -> dict[str, StageSummary]:
+    """Run every stage (or ``only`` those) whose inputs changed, in pipeline order.
 
-        # compare the model section only: the rest of an older config may use keys this version no longer has
-        old_model = (yaml.safe_load(cfg_path.read_text()) or {}).get("model") or {}
-        if {k: old_model.get(k, v) for k, v in cfg.to_dict()["model"].items()} != cfg.to_dict()["model"]:
-            raise ValueError(
-                f"{run_dir} holds a run of model {old_model.get('source')!r} ({old_model}), not {cfg.model.source!r}. Fix: use another --out folder, or --force to overwrite."
-            )
-    cfg.save(cfg_path)
-    write_json(run_dir / "versions.json", _versions())
+    Args:
+        cfg: the run configuration (already checked when built).
+        run_dir: the run folder (created if missing; locked while stages run).
+        only: stage names to run; None runs all.
+        force: re-run stages even when their inputs are unchanged.
+        progress: show progress bars.
+        echo: receives one line per stage start, skip and end.
+
+    Returns:
+        Stage name → its typed summary (read back from the marker for a skipped stage).
+    """
+    run_dir = Path(run_dir)
+    paths = RunPaths(run_dir)
     names = list(STAGES)
     if only:
         bad = [n for n in only if n not in STAGES]
         if bad:
             raise ValueError(f"unknown stages {bad}. Fix: use some of {names}.")
         names = [n for n in names if n in only]
-    ctx = S.Context(run_dir, cfg, progress=progress, force=force)
-    summaries: dict[str, Any] = {}
-    for name in names:
-        fn, _, upstream = STAGES[name]
-        for u in upstream:
-            if not (run_dir / u / ".done.json").exists():
-                raise RuntimeError(f"stage {name!r} needs stage {u!r} first. Fix: run `mathcircuits {u}` (or `mathcircuits run`).")
-            if u not in names and read_json(run_dir / u / ".done.json")["fingerprint"] != _fingerprint(run_dir, cfg, u):
-                raise RuntimeError(f"stage {name!r} needs stage {u!r}, whose outputs are stale for this config. Fix: run `mathcircuits run` (or `mathcircuits {u}` first).")
-        fp = _fingerprint(run_dir, cfg, name)
-        marker = run_dir / name / ".done.json"
-        if not force and marker.exists() and read_json(marker)["fingerprint"] == fp:
-            echo(f"[{name}] up to date, skipped")
-            summaries[name] = read_json(marker)["summary"]
-            continue
-        echo(f"[{name}] running ...")
-        t0 = time.perf_counter()
-        summary = fn(ctx)
-        summary["seconds"] = round(time.perf_counter() - t0, 1)
-        S.write_done(marker, fp, summary)
-        summaries[name] = summary
-        echo(f"[{name}] done in {summary['seconds']} s")
+    check_run_folder(run_dir, cfg, force)
+    lock = RunLock(paths.lock)
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        lock.acquire()
+    except OSError as err:
+        raise RunFolderError(f"--out {run_dir} cannot be written ({err.strerror or err}: {err.filename}). "
+                             "Fix: choose a writable --out folder, or make it writable (chmod u+w).") from err
+    with lock:
+        cfg.save(paths.config)
+        write_json(paths.versions, _versions())
+        ctx = Context(run_dir, cfg, progress=progress, force=force)
+        summaries: dict[str, StageSummary] = {}
+        for name in names:
+            summaries[name] = _run_stage(ctx, name, names, echo)
     return summaries
+
+
+def _run_stage(ctx: Context, name: str, names: list[str], echo: Callable[[str], None]) -> StageSummary:
+    stage, paths, cfg = STAGES[name], ctx.paths, ctx.config
+    for u in stage.upstream:
+        if not paths.marker(u).is_file():
+            raise RuntimeError(f"stage {name!r} needs stage {u!r} first. Fix: run `mathcircuits {u}` "
+                               "(or `mathcircuits run`).")
+        if u not in names and read_json(paths.marker(u))["fingerprint"] != _fingerprint(paths, cfg, u):
+            raise RuntimeError(f"stage {name!r} needs stage {u!r}, whose outputs are stale for this config. "
+                               f"Fix: run `mathcircuits run` (or `mathcircuits {u}` first).")
+    fp = _fingerprint(paths, cfg, name)
+    marker = paths.marker(name)
+    if not ctx.force and marker.is_file() and read_json(marker)["fingerprint"] == fp:
+        echo(f"[{name}] up to date, skipped")
+        return stage.summary.from_dict(read_json(marker)["summary"], source=marker)
+    marker.unlink(missing_ok=True)  # outputs of an interrupted re-run must not pass for done
+    echo(f"[{name}] running ...")
+    t0 = time.perf_counter()
+    summary = dataclasses.replace(stage.run(ctx), seconds=round(time.perf_counter() - t0, 1))
+    write_json(marker, {"fingerprint": fp, "summary": summary.to_dict()})
+    echo(f"[{name}] done in {summary.seconds} s")
+    return summary

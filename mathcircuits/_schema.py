@@ -1,0 +1,217 @@
+"""Typed, self-describing config dataclasses: checked when built, printable as a schema.
+
+Every config of the library (``GenerationConfig``, ``SFTConfig``, ``PatchingConfig`` ...)
+is a frozen dataclass whose type hints *are* the schema. :func:`check_fields`, called
+from ``__post_init__``, checks each value against its hint (``int``, ``float``, ``bool``,
+``str``, ``Literal[...]``, ``tuple[X, ...]``, ``tuple[X, Y]``, ``X | None``) and against
+the range in the field's metadata (:func:`setting`), so a typo fails when the config is
+built, not three stages later. :func:`from_dict` refuses unknown keys, and
+:func:`describe` lists every field with its type, range or choices, default and help
+(``mathcircuits config --show``). Lists are accepted where tuples belong (YAML has no
+tuples) and whole numbers where floats belong; a string is never taken for a list.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from typing import Any, Literal, TypeVar, Union
+
+__all__ = ["ConfigError", "check_fields", "describe", "from_dict", "project", "setting", "type_name"]
+
+T = TypeVar("T")
+
+
+class ConfigError(ValueError):
+    """A configuration value is invalid; the message names the key, the problem and the fix."""
+
+
+Bound = int | float | None  # not `float | None`: beartype (under pytest) does not take an int for a float
+
+
+def setting(default: Any, help: str = "", ge: Bound = None, gt: Bound = None, le: Bound = None,
+            lt: Bound = None) -> Any:
+    """A dataclass field with a help line and an optional numeric range.
+
+    Args:
+        default: the default value (immutable: tuples, not lists).
+        help: one line shown by ``mathcircuits config --show``.
+        ge, gt, le, lt: inclusive/exclusive bounds checked by :func:`check_fields`.
+
+    Returns:
+        A ``dataclasses.field`` carrying the metadata.
+    """
+    meta = {"help": help, **{k: v for k, v in {"ge": ge, "gt": gt, "le": le, "lt": lt}.items() if v is not None}}
+    return dataclasses.field(default=default, metadata=meta)
+
+
+def type_name(hint: Any) -> str:
+    """A short readable name of a type hint (``int``, ``list of str``, ``one of 'a', 'b'``)."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin is Literal:
+        return "one of " + ", ".join(repr(a) for a in args)
+    if origin in (Union, types.UnionType):
+        inner = [a for a in args if a is not type(None)]
+        return " or ".join(type_name(a) for a in inner) + (" or null" if len(inner) < len(args) else "")
+    if origin is tuple:
+        if len(args) == 2 and args[1] is Ellipsis:
+            return f"list of {type_name(args[0])}"
+        return "[" + ", ".join(type_name(a) for a in args) + "]"
+    if origin is dict:
+        return "mapping"
+    return getattr(hint, "__name__", str(hint))
+
+
+def _conform(value: Any, hint: Any) -> tuple[bool, Any]:
+    """(ok, value converted to the hint's exact type: list → tuple, int → float)."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if hint is Any:
+        return True, value
+    if origin is Literal:
+        return (not isinstance(value, bool) or bool in map(type, args)) and value in args, value
+    if origin in (Union, types.UnionType):
+        for a in args:
+            ok, v = (value is None, value) if a is type(None) else _conform(value, a)
+            if ok:
+                return True, v
+        return False, value
+    if origin is tuple:
+        if not isinstance(value, (list, tuple)):
+            return False, value
+        elems = [args[0]] * len(value) if len(args) == 2 and args[1] is Ellipsis else list(args)
+        if len(elems) != len(value):
+            return False, value
+        out = [_conform(v, h) for v, h in zip(value, elems)]
+        return all(ok for ok, _ in out), tuple(v for _, v in out)
+    if origin is dict or hint is dict:
+        return isinstance(value, dict), value
+    if hint is bool:
+        return isinstance(value, bool), value
+    if hint is int:
+        return isinstance(value, int) and not isinstance(value, bool), value
+    if hint is float:
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        return ok, float(value) if ok else value
+    if hint is str:
+        return isinstance(value, str), value
+    return True, value  # other hints (callables, classes) are not config values
+
+
+_PLAIN = {int: "a whole number, e.g. 4", float: "a number, e.g. 0.5", bool: "true or false", str: "a text value"}
+
+
+def _hint_fix(hint: Any) -> str:
+    if hint in _PLAIN:
+        return f"give {_PLAIN[hint]}"
+    name = type_name(hint)
+    if name.startswith("list of"):
+        return f"write a YAML list ({name}), e.g. [a, b], not a single value"
+    return f"give {name}"
+
+
+def _checked(f: dataclasses.Field, hint: Any, value: Any) -> Any:
+    """``value`` converted to ``hint`` (list → tuple, int → float) and range-checked; else ConfigError."""
+    ok, conv = _conform(value, hint)
+    if not ok:
+        raise ConfigError(f"{f.name}={value!r} is not {type_name(hint)}. Fix: {_hint_fix(hint)}.")
+    _check_range(f, conv)
+    return conv
+
+
+def check_fields(obj: Any) -> None:
+    """Check (and normalise) every field of a frozen config dataclass against its type hint and range.
+
+    Args:
+        obj: a dataclass instance; lists become tuples and ints become floats in place.
+
+    Returns:
+        None. Raises :class:`ConfigError` naming the first bad field.
+    """
+    hints = typing.get_type_hints(type(obj))
+    for f in dataclasses.fields(obj):
+        value = getattr(obj, f.name)
+        conv = _checked(f, hints[f.name], value)
+        if conv is not value:
+            object.__setattr__(obj, f.name, conv)
+
+
+def _check_range(f: dataclasses.Field, value: Any) -> None:
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return
+    m = f.metadata
+    bad = ("ge" in m and value < m["ge"]) or ("gt" in m and value <= m["gt"]) or \
+          ("le" in m and value > m["le"]) or ("lt" in m and value >= m["lt"])
+    if bad:
+        raise ConfigError(f"{f.name}={value!r} is out of range. Fix: use a value {_range_text(m)}.")
+
+
+def _range_text(meta: Any) -> str:
+    parts = [f"{op} {meta[k]}" for k, op in (("ge", ">="), ("gt", ">"), ("le", "<="), ("lt", "<")) if k in meta]
+    return " and ".join(parts)
+
+
+def from_dict(cls: type[T], values: Any, hidden: tuple[str, ...] = ()) -> T:
+    """Build config ``cls`` from a mapping, refusing unknown (or ``hidden``) keys.
+
+    Args:
+        cls: a config dataclass whose ``__post_init__`` calls :func:`check_fields`.
+        values: the mapping (e.g. one YAML section); None means all defaults.
+        hidden: fields that exist on ``cls`` but may not be set from a file.
+
+    Returns:
+        The checked instance.
+    """
+    values = {} if values is None else values
+    if not isinstance(values, dict):
+        raise ConfigError(f"expected a mapping of settings, got {values!r}. Fix: write `key: value` lines.")
+    known = [f.name for f in dataclasses.fields(cls) if f.init and f.name not in hidden]  # type: ignore[arg-type]
+    bad = [k for k in values if k not in known]
+    if bad:
+        raise ConfigError(f"unknown keys {bad}. Fix: use only {known}.")
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    values = {k: _checked(fields[k], hints[k], v) for k, v in values.items()}  # before __init__'s own type check
+    try:
+        return cls(**values)
+    except ConfigError:
+        raise
+    except (TypeError, ValueError) as err:  # a library config's own __post_init__ check
+        raise ConfigError(str(err)) from err
+
+
+def describe(cls: type, hidden: tuple[str, ...] = ()) -> list[dict[str, str]]:
+    """One row per settable field of ``cls``: name, type, range, default and help.
+
+    Args:
+        cls: a config dataclass.
+        hidden: fields to leave out.
+
+    Returns:
+        A list of dicts with keys ``name``, ``type``, ``range``, ``default``, ``help``.
+    """
+    hints = typing.get_type_hints(cls)
+    rows = []
+    for f in dataclasses.fields(cls):
+        if not f.init or f.name in hidden:
+            continue
+        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
+        rows.append({"name": f.name, "type": type_name(hints[f.name]), "range": _range_text(f.metadata),
+                     "default": repr(list(default) if isinstance(default, tuple) else default),
+                     "help": f.metadata.get("help", "")})
+    return rows
+
+
+def project(obj: Any, cls: type[T], **changes: Any) -> T:
+    """The fields of ``obj`` that ``cls`` has, as a ``cls`` (a pipeline section → its library config).
+
+    Args:
+        obj: a dataclass instance (typically a subclass of ``cls`` with extra fields).
+        cls: the target dataclass.
+        **changes: fields to override.
+
+    Returns:
+        A new ``cls`` instance.
+    """
+    names = {f.name for f in dataclasses.fields(cls) if f.init}  # type: ignore[arg-type]
+    return cls(**{**{n: getattr(obj, n) for n in names}, **changes})

@@ -1,0 +1,49 @@
+"""Settings of path patching and of key-component selection, as typed, self-checking configs.
+
+They are the ``patching`` and ``selection`` sections of a run configuration: the
+pipeline passes their fields to :func:`~mathcircuits.patching.path_patch` and
+:func:`~mathcircuits.patching.select_key_components` unchanged, and the choices
+here are those functions' own (a test keeps them equal to ``METRICS`` and ``RULES``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from mathcircuits._schema import check_fields, setting
+
+__all__ = ["PatchingConfig", "SelectionConfig"]
+
+
+@dataclass(frozen=True)
+class PatchingConfig:
+    """How to path-patch every head and MLP to the logits (paper §3.2)."""
+
+    method: Literal["exact", "reference", "attribution"] = setting(
+        "exact", "exact: last-position shortcut; reference: one forward per sender; attribution: gradient estimate")
+    metric: Literal["relative_logit", "logit_diff", "prob_change"] = setting(
+        "relative_logit", "effect measured on the correct answer at the last position")
+    senders: tuple[Literal["heads", "mlps"], ...] = setting(("heads", "mlps"), "which components to patch")
+    max_pairs: int = setting(64, "correct pairs patched per operation", ge=1)
+    min_pairs: int = setting(30, "an operation with fewer correct pairs is reported but not patched", ge=1)
+    batch_size: int = setting(16, "pairs per forward pass", ge=1)
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+
+
+@dataclass(frozen=True)
+class SelectionConfig:
+    """How to pick the key heads (and MLPs) from the patching effects."""
+
+    rule: Literal["zscore", "threshold", "topk"] = setting(
+        "zscore", "zscore: effects z below the mean; threshold: effect below `threshold`; topk: the k strongest")
+    threshold: float = setting(-0.05, "rule threshold: the paper's -5% of the correct logit")
+    k: int = setting(10, "rule topk: number of heads (also the fallback when a rule selects none)", ge=1)
+    z: float = setting(3.0, "rule zscore: standard deviations below the mean", gt=0)
+    max_k: int = setting(32, "at most this many heads for zscore/threshold", ge=1)
+    mlp_k: int = setting(2, "key MLPs (the strongest mlp_k)", ge=0)
+
+    def __post_init__(self) -> None:
+        check_fields(self)

@@ -1,0 +1,136 @@
+"""What every stage shares: the run :class:`Context`, the typed :class:`StageSummary` base and save helpers.
+
+Stages talk only through the run folder: each reads what upstream stages wrote
+(paths from :class:`~mathcircuits.pipeline.paths.RunPaths`) and writes its own
+sub-folder atomically. Datasets are loaded into memory, so the ``datasets``
+library never leaves ``cache-*.arrow`` files inside a saved dataset folder.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import datasets
+import pandas as pd
+import torch
+
+from mathcircuits._io import atomic_dir, atomic_path, read_json
+from mathcircuits.data import load_templates
+from mathcircuits.models import load_hf_model, load_model
+from mathcircuits.pipeline.config import RunConfig
+from mathcircuits.pipeline.paths import RunPaths
+
+__all__ = ["Context", "StageSummary", "save_csv", "save_dataset", "select_pairs"]
+
+S = TypeVar("S", bound="StageSummary")
+
+
+@dataclass(frozen=True)
+class StageSummary:
+    """What a stage did, in brief: a value that prints itself and round-trips through ``.done.json``."""
+
+    seconds: float = dataclasses.field(default=0.0, kw_only=True)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON values (tuples become lists)."""
+        return json.loads(json.dumps(dataclasses.asdict(self)))
+
+    @classmethod
+    def from_dict(cls: type[S], d: dict[str, Any], source: Path | str = "summary") -> S:  # noqa: PYI019
+        """Rebuild from :meth:`to_dict`; unknown or missing fields are an error naming ``source``."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        required = {f.name for f in dataclasses.fields(cls)
+                    if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING}
+        unknown, missing = set(d) - names, required - set(d)
+        if unknown or missing:
+            raise ValueError(
+                f"{source} holds a {cls.__name__} with unknown fields {sorted(unknown)} and missing fields "
+                f"{sorted(missing)}. Fix: re-run the stage with --force (it was written by another version)."
+            )
+        return cls(**d)
+
+    def lines(self) -> list[str]:
+        """The CLI summary, one string per line (subclasses say what matters)."""
+        return [f"  {k}: {v}" for k, v in self.to_dict().items() if k != "seconds"]
+
+    def __str__(self) -> str:
+        return "\n".join(self.lines())
+
+
+class Context:
+    """The run folder, its config and a lazily loaded model shared by the stages of one process."""
+
+    def __init__(self, run_dir: Path, config: RunConfig, progress: bool = True, force: bool = False) -> None:
+        self.run_dir = Path(run_dir)
+        self.paths = RunPaths(self.run_dir)
+        self.config = config
+        self.progress = progress
+        self.force = force
+        self._model: Any = None
+
+    @property
+    def model(self) -> Any:
+        """The hooked model (TransformerBridge), loaded on first use."""
+        if self._model is None:
+            m = self.config.model
+            if m.threads:
+                torch.set_num_threads(m.threads)
+            self._model = load_model(m.source, device=m.device, dtype=getattr(torch, m.dtype))
+        return self._model
+
+    def hf_model(self) -> tuple[Any, Any]:
+        """A fresh plain HF model and tokenizer (fine-tuning never touches the hooked model's weights)."""
+        m = self.config.model
+        return load_hf_model(m.source, dtype=getattr(torch, m.dtype), device=m.device)
+
+    def templates(self) -> list[Any]:
+        """The template sets of the data section (every bundled file when none is named)."""
+        files = self.config.data.template_files
+        return load_templates(list(files) if files else None)
+
+    def load_dataset(self, path: Path) -> datasets.Dataset:
+        """A saved dataset, in memory (so later filters write no cache files into the run folder)."""
+        if not path.exists():
+            raise FileNotFoundError(f"{path} is missing. Fix: run the stage that writes it first (mathcircuits run).")
+        return datasets.load_from_disk(str(path), keep_in_memory=True)
+
+    def summary(self, stage: str, cls: type[S]) -> S:
+        """The typed summary a finished upstream stage left in its marker."""
+        marker = self.paths.marker(stage)
+        return cls.from_dict(read_json(marker)["summary"], source=marker)
+
+
+def save_dataset(ds: datasets.Dataset, path: Path) -> None:
+    """Save a dataset folder atomically, without ``cache-*.arrow`` leftovers."""
+    with atomic_dir(path) as tmp:
+        ds.save_to_disk(str(tmp))
+        for cache in tmp.glob("cache-*.arrow"):
+            cache.unlink()
+
+
+def save_csv(df: pd.DataFrame, path: Path) -> None:
+    """Write a table atomically (no index column)."""
+    with atomic_path(path) as tmp:
+        df.to_csv(tmp, index=False)
+
+
+def select_pairs(ds: datasets.Dataset, operation: str | None, limit: int, seed: int = 0) -> datasets.Dataset:
+    """Up to ``limit`` rows (of one ``operation``, or any), in a seeded random order.
+
+    Args:
+        ds: prompt pairs with an ``operation`` column.
+        operation: keep only this operation; None keeps all.
+        limit: the most rows returned.
+        seed: shuffle seed.
+
+    Returns:
+        The selected rows.
+    """
+    if operation is not None:
+        ds = ds.filter(lambda r: r["operation"] == operation)
+    ds = ds.shuffle(seed=seed)
+    return ds.select(range(min(limit, len(ds))))

@@ -1,0 +1,140 @@
+"""Every path inside a run folder, in one place (no other module spells a run-folder path).
+
+Layout (one sub-folder per stage, each finished by a ``.done.json`` marker)::
+
+    config.yaml  versions.json  .lock
+    data/      pairs_scored/  pairs_correct/  accuracy.csv
+    identify/  patching_<op>.pt  patching_all.pt  key_components.json  effects_all.csv
+    validate/  head_means.pt  knockout_<op>.pt/.csv  transfer.pt/.csv
+    analyze/   attention_by_role.pt/.csv  mlp_probes.pt/.csv  head_patterns.pt
+    finetune/  train_pairs/  heldout_pairs/  <mode>/{checkpoint-N/, final/, sft_result.json, log.jsonl, .settings}
+    evaluate/  table.csv  eval_<label>.pt (one per model, only when benchmarks are configured)
+    report/    report.html  figures/
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = ["MARKER", "RunPaths"]
+
+MARKER = ".done.json"
+
+
+@dataclass(frozen=True)
+class RunPaths:
+    """The files of one run folder."""
+
+    root: Path
+
+    def stage(self, name: str) -> Path:
+        """The folder of stage ``name``."""
+        return self.root / name
+
+    def marker(self, name: str) -> Path:
+        """The marker a stage writes last: its inputs' fingerprint and its summary."""
+        return self.root / name / MARKER
+
+    @property
+    def config(self) -> Path:
+        return self.root / "config.yaml"
+
+    @property
+    def versions(self) -> Path:
+        return self.root / "versions.json"
+
+    @property
+    def lock(self) -> Path:
+        return self.root / ".lock"
+
+    # data
+    @property
+    def pairs_scored(self) -> Path:
+        return self.root / "data" / "pairs_scored"
+
+    @property
+    def pairs_correct(self) -> Path:
+        return self.root / "data" / "pairs_correct"
+
+    @property
+    def accuracy_csv(self) -> Path:
+        return self.root / "data" / "accuracy.csv"
+
+    # identify
+    def patching(self, operation: str) -> Path:
+        """Patching result of one operation, or of all patched operations (``"all"``)."""
+        return self.root / "identify" / f"patching_{operation}.pt"
+
+    @property
+    def key_components(self) -> Path:
+        return self.root / "identify" / "key_components.json"
+
+    @property
+    def effects_csv(self) -> Path:
+        return self.root / "identify" / "effects_all.csv"
+
+    # validate
+    @property
+    def head_means(self) -> Path:
+        return self.root / "validate" / "head_means.pt"
+
+    def knockout(self, operation: str, suffix: str = ".pt") -> Path:
+        return self.root / "validate" / f"knockout_{operation}{suffix}"
+
+    def transfer(self, suffix: str = ".pt") -> Path:
+        return self.root / "validate" / f"transfer{suffix}"
+
+    # analyze
+    def attention(self, suffix: str = ".pt") -> Path:
+        return self.root / "analyze" / f"attention_by_role{suffix}"
+
+    def probes(self, suffix: str = ".pt") -> Path:
+        return self.root / "analyze" / f"mlp_probes{suffix}"
+
+    @property
+    def patterns(self) -> Path:
+        return self.root / "analyze" / "head_patterns.pt"
+
+    # finetune
+    @property
+    def train_pairs(self) -> Path:
+        return self.root / "finetune" / "train_pairs"
+
+    @property
+    def heldout_pairs(self) -> Path:
+        return self.root / "finetune" / "heldout_pairs"
+
+    def mode(self, mode: str) -> Path:
+        """Output folder of one fine-tuning mode (checkpoints, final/, sft_result.json, log.jsonl)."""
+        return self.root / "finetune" / mode
+
+    def checkpoints(self, mode: str) -> list[Path]:
+        """The ``checkpoint-N`` folders a mode's training left (to resume from)."""
+        return sorted(self.mode(mode).glob("checkpoint-*"))
+
+    def final(self, mode: str) -> Path:
+        return self.mode(mode) / "final"
+
+    def sft_result(self, mode: str) -> Path:
+        return self.mode(mode) / "sft_result.json"
+
+    def settings_stamp(self, mode: str) -> Path:
+        return self.mode(mode) / ".settings"
+
+    # evaluate
+    def eval_result(self, label: str) -> Path:
+        return self.root / "evaluate" / f"eval_{label}.pt"
+
+    @property
+    def eval_table(self) -> Path:
+        return self.root / "evaluate" / "table.csv"
+
+    # report
+    @property
+    def report(self) -> Path:
+        return self.root / "report" / "report.html"
+
+    def figure(self, name: str) -> Path:
+        """A figure's path without extension (the saver adds .html, .png, ...)."""
+        return self.root / "report" / "figures" / name

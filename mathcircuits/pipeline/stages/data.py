@@ -1,0 +1,55 @@
+"""Stage ``data``: build reference/counterfactual pairs, score the model, keep the correct ones (paper §3.1).
+
+Reads the ``model`` and ``data`` sections; writes ``data/pairs_scored``,
+``data/pairs_correct`` and ``data/accuracy.csv``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from mathcircuits.data import accuracy_table, filter_correct, generate_pairs, score_pairs
+from mathcircuits.pipeline.context import Context, StageSummary, save_csv, save_dataset
+
+__all__ = ["DataSummary", "run"]
+
+
+@dataclass(frozen=True)
+class DataSummary(StageSummary):
+    """Pairs built and kept, and the model's accuracy per operation."""
+
+    n_pairs: int
+    n_correct: int
+    accuracy_by_operation: list[dict[str, Any]] = field(default_factory=list)
+
+    def lines(self) -> list[str]:
+        out = ["  accuracy by operation (all templates):"]
+        for row in self.accuracy_by_operation:
+            out.append(f"    {row['operation']:<5} n={row['n']:<4} accuracy={row['accuracy']:.3f}  "
+                       f"mean p(answer)={row['mean_p_answer']:.3f}")
+        out.append(f"  correct pairs kept: {self.n_correct} of {self.n_pairs}")
+        return out
+
+
+def run(ctx: Context) -> DataSummary:
+    """Build the prompt pairs, score the model on them, keep the correct ones.
+
+    Args:
+        ctx: the run context.
+
+    Returns:
+        The stage summary.
+    """
+    d, paths = ctx.config.data, ctx.paths
+    model = ctx.model
+    pairs = generate_pairs(model.tokenizer, ctx.templates(), d.generation())
+    scored = score_pairs(model, pairs, device=model.device, progress=ctx.progress)
+    correct = filter_correct(scored) if d.keep_only_correct else scored
+    table = accuracy_table(scored)
+    save_dataset(scored, paths.pairs_scored)
+    save_dataset(correct, paths.pairs_correct)
+    save_csv(table, paths.accuracy_csv)
+    per_op = table[table["template_id"] == "(all)"][["operation", "n", "accuracy", "mean_p_answer"]]
+    return DataSummary(n_pairs=len(scored), n_correct=len(correct),
+                       accuracy_by_operation=per_op.to_dict(orient="records"))

@@ -1,0 +1,103 @@
+"""Stage ``evaluate``: base vs tuned models on held-out arithmetic and benchmarks, as a Table-1-style table.
+
+Reads the ``evaluation`` section; writes ``evaluate/table.csv`` always and, when
+``evaluation.benchmarks`` names any benchmark (and a benchmark folder is found),
+``evaluate/eval_<label>.pt`` for ``base`` and each fine-tuned mode.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import torch
+from transformers import AutoModelForCausalLM
+
+from mathcircuits.data import default_benchmark_root, score_pairs
+from mathcircuits.evaluation import compare_table, evaluate_model
+from mathcircuits.finetune import HeadSliceAdapter, SFTResult
+from mathcircuits.pipeline.context import Context, StageSummary, save_csv
+
+__all__ = ["EvaluateSummary", "run"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class EvaluateSummary(StageSummary):
+    """The comparison table (one row per model) and the files written."""
+
+    skipped: str | None = None
+    table: list[dict[str, Any]] = field(default_factory=list)
+    files: list[str] = field(default_factory=list)
+
+    def lines(self) -> list[str]:
+        if self.skipped:
+            return [f"  skipped: {self.skipped}"]
+        return ["  " + line for line in pd.DataFrame(self.table).to_string(index=False).splitlines()]
+
+
+def _tuned(ctx: Context, mode: str) -> Any:
+    final = ctx.paths.final(mode)
+    if not final.exists():
+        raise FileNotFoundError(f"{final} is missing. Fix: run the finetune stage (mathcircuits finetune).")
+    if mode != "full":
+        base, _ = ctx.hf_model()
+        return HeadSliceAdapter.from_pretrained(base, final).merge_and_unload()
+    m = ctx.config.model
+    return AutoModelForCausalLM.from_pretrained(str(final), dtype=getattr(torch, m.dtype)).to(m.device).eval()
+
+
+def run(ctx: Context) -> EvaluateSummary:
+    """Base vs tuned models: held-out arithmetic accuracy and benchmark accuracy.
+
+    Args:
+        ctx: the run context.
+
+    Returns:
+        The stage summary.
+    """
+    e, paths = ctx.config.evaluation, ctx.paths
+    if not e.enabled:
+        return EvaluateSummary(skipped="evaluation.enabled is false")
+    finetuned = paths.marker("finetune").exists()
+    modes = [m for m in ctx.config.finetune.modes if paths.final(m).exists()] if finetuned else []
+    heldout = ctx.load_dataset(paths.heldout_pairs) if modes else None
+    root = Path(e.root) if e.root else default_benchmark_root()
+    benches = list(e.benchmarks) if root is not None else []
+    if root is None and e.benchmarks:
+        log.warning("no benchmark folder found (set MATHCIRCUITS_BENCHMARKS or evaluation.root): "
+                    "only held-out arithmetic is evaluated")
+    results, arith, speed, tuned, files = {}, {}, {}, {}, []
+    for label in ["base", *modes]:
+        model, tok = ctx.hf_model() if label == "base" else (_tuned(ctx, label), ctx.model.tokenizer)
+        if heldout is not None:
+
+            def logits(t: torch.Tensor, m: Any = model) -> torch.Tensor:
+                return m(t).logits
+
+            scored = score_pairs(logits, heldout, device=ctx.config.model.device)
+            arith[label] = 100.0 * sum(scored["correct"]) / len(scored)
+        if benches:
+            res = evaluate_model(model, tok, benches, label, path=root, limit=e.limit, n_shot=e.n_shot,
+                                 max_new_tokens=e.max_new_tokens, progress=ctx.progress)
+            res.save(paths.eval_result(label))
+            files.append(str(paths.eval_result(label)))
+            results[label] = res
+        if label != "base":
+            r = SFTResult.load(paths.sft_result(label))
+            speed[label], tuned[label] = round(r.samples_per_second, 2), r.n_trainable
+        else:
+            speed[label], tuned[label] = None, 0
+        del model
+    extra = {"held-out arithmetic %": arith, "train samples/s": speed, "tuned params": tuned}
+    if results:
+        table = compare_table(results, "base", extra_columns=extra).rename_axis("model").reset_index()
+    else:
+        table = pd.DataFrame({"model": list(arith), **{k: [v.get(lab) for lab in arith] for k, v in extra.items()}})
+    save_csv(table, paths.eval_table)
+    files.append(str(paths.eval_table))
+    return EvaluateSummary(table=table.round(2).to_dict(orient="records"), files=files)

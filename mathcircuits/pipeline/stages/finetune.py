@@ -1,0 +1,128 @@
+"""Stage ``finetune``: precise SFT of the key components vs full SFT, same data and settings (paper §5).
+
+Training pairs are generated fresh (their own seed, the finetune section's
+operand range); the held-out arithmetic set uses another seed and drops every
+prompt that also occurs in training. Modes: ``precise`` (the selected key
+components), ``full`` (every parameter), and ``precise@K`` / ``precise@K+mlp``
+(the top-K heads by path-patching effect, plus the key MLPs) for the paper's
+ablation on the number of tuned heads (Table 2).
+
+Each mode trains in ``finetune/<mode>/`` with checkpoints, so an interrupted
+run resumes; a ``.settings`` stamp makes sure checkpoints of other settings
+are discarded rather than resumed. Reads the ``finetune``, ``evaluation`` and
+``data`` sections.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+from dataclasses import dataclass, field
+from typing import Any
+
+import datasets
+
+from mathcircuits.data import GenerationConfig, generate_pairs
+from mathcircuits.finetune import build_sft_dataset, train_sft
+from mathcircuits.patching import KeyComponents, PatchingResult, select_key_components
+from mathcircuits.pipeline.config import fingerprint
+from mathcircuits.pipeline.context import Context, StageSummary, save_dataset
+
+__all__ = ["FinetuneSummary", "mode_components", "run"]
+
+
+@dataclass(frozen=True)
+class FinetuneSummary(StageSummary):
+    """Data sizes and, per mode, what was tuned and how training went."""
+
+    skipped: str | None = None
+    train_pairs: int = 0
+    heldout_pairs: int = 0
+    key_heads: list[list[int]] = field(default_factory=list)
+    key_mlps: list[int] = field(default_factory=list)
+    runs: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def lines(self) -> list[str]:
+        if self.skipped:
+            return [f"  skipped: {self.skipped}"]
+        out = [f"  train pairs {self.train_pairs}, held-out pairs {self.heldout_pairs}"]
+        out += [f"  {mode:<16} heads={r['heads']:<4} tuned params={r['n_trainable']:<10} steps={r['steps']:<4} "
+                f"loss={r['train_loss']}" for mode, r in self.runs.items()]
+        return out
+
+
+def _pairs(ctx: Context, per_template: int, seed: int) -> datasets.Dataset:
+    f, d = ctx.config.finetune, ctx.config.data
+    templates = ctx.templates()
+    ids = tuple(t.id for s in templates for t in s.templates
+                if t.operation in d.operations and t.form not in ("time_span", "accumulation"))
+    cfg = GenerationConfig(operations=d.operations, template_ids=ids, n_per_template=per_template,
+                           operand_range=f.operand_range, fewshot=d.fewshot, seed=seed)
+    return generate_pairs(ctx.model.tokenizer, templates, cfg)
+
+
+def mode_components(ctx: Context, mode: str, key: KeyComponents) -> KeyComponents | None:
+    """The key components a mode tunes (None for full SFT).
+
+    Args:
+        ctx: the run context (``precise@K`` reads ``identify/patching_all.pt``).
+        mode: ``precise``, ``full``, ``precise@K`` or ``precise@K+mlp`` (checked when the config loads).
+        key: the selected key components.
+
+    Returns:
+        The components to tune, or None for every parameter.
+    """
+    if mode == "full":
+        return None
+    if mode == "precise":
+        return key
+    spec = mode.split("@", 1)[1]
+    overall = PatchingResult.load(ctx.paths.patching("all"))
+    chosen = select_key_components(overall, rule="topk", k=int(spec.removesuffix("+mlp")), mlp_k=len(key.mlps),
+                                   source={"mode": mode})
+    return chosen if spec.endswith("+mlp") else dataclasses.replace(chosen, mlps=(), mlp_scores=())
+
+
+def run(ctx: Context) -> FinetuneSummary:
+    """Precise SFT of the key components and full SFT, same data and settings.
+
+    Args:
+        ctx: the run context.
+
+    Returns:
+        The stage summary.
+    """
+    f, e, paths = ctx.config.finetune, ctx.config.evaluation, ctx.paths
+    if not f.enabled:
+        return FinetuneSummary(skipped="finetune.enabled is false")
+    key = KeyComponents.load(paths.key_components)
+    key.check_model(ctx.model.spec)
+    train = _pairs(ctx, f.train_pairs_per_template, f.seed + 101)
+    heldout = _pairs(ctx, e.heldout_pairs_per_template, f.seed + 202)
+    seen = set(train["prompt"])
+    heldout = heldout.filter(lambda r: r["prompt"] not in seen)
+    save_dataset(train, paths.train_pairs)
+    save_dataset(heldout, paths.heldout_pairs)
+    d = ctx.config.to_dict()
+    settings = fingerprint(d["finetune"], d["data"], d["model"], key.to_dict())
+    components = {mode: mode_components(ctx, mode, key) for mode in f.modes}
+    runs: dict[str, dict[str, Any]] = {}
+    for mode in f.modes:
+        out, stamp = paths.mode(mode), paths.settings_stamp(mode)
+        if out.exists() and (ctx.force or not stamp.exists() or stamp.read_text() != settings):
+            shutil.rmtree(out)  # checkpoints of other settings must not be resumed
+        out.mkdir(parents=True, exist_ok=True)
+        stamp.write_text(settings)
+        model, tok = ctx.hf_model()
+        resume = bool(paths.checkpoints(mode))
+        _, result = train_sft(model, tok, build_sft_dataset(tok, train, target="answer"), out, key=components[mode],
+                              config=f.sft(mode, ctx.progress), resume_from_checkpoint=True if resume else None,
+                              model_name=ctx.model.spec.name)
+        runs[mode] = {
+            "heads": len(components[mode].heads) if components[mode] is not None else "all",
+            "n_trainable": result.n_trainable, "n_model_params": result.n_model_params, "steps": result.global_step,
+            "train_loss": round(result.train_loss, 4), "samples_per_second": round(result.samples_per_second, 3),
+            "runtime_s": round(result.runtime_s, 1), "resumed_from": result.resumed_from,
+        }
+    return FinetuneSummary(train_pairs=len(train), heldout_pairs=len(heldout), key_heads=[list(h) for h in key.heads],
+                           key_mlps=list(key.mlps), runs=runs)
