@@ -15,21 +15,15 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import torch
 
 from mathcircuits.evaluation.benchmarks import benchmark_spec, load_benchmark
-from mathcircuits.evaluation.scoring import (
-    CHOICE_TEMPLATE,
-    DEFAULT_STOP,
-    BenchmarkScore,
-    Normalization,
-    PromptStyle,
-    evaluate_choice,
-    evaluate_math,
-    select_exemplars,
-)
+from mathcircuits.evaluation.generation import DEFAULT_STOP
+from mathcircuits.evaluation.prompts import CHOICE_TEMPLATE, PromptStyle, select_exemplars
+from mathcircuits.evaluation.scoring import BenchmarkScore, Normalization, evaluate_choice, evaluate_math
 from mathcircuits.evaluation.table import EvalResult
 
 __all__ = ["evaluate_model", "score_benchmark"]

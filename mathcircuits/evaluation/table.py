@@ -15,8 +15,10 @@ Usage::
 
 from __future__ import annotations
 
+import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from mathcircuits._io import SavedResult
 
@@ -50,7 +52,7 @@ class EvalResult(SavedResult):
             )
 
     @classmethod
-    def from_scores(cls, label: str, scores: Sequence[Any], settings: dict[str, Any] | None = None) -> "EvalResult":
+    def from_scores(cls, label: str, scores: Sequence[Any], settings: dict[str, Any] | None = None) -> EvalResult:
         """Collect :class:`~mathcircuits.evaluation.scoring.BenchmarkScore` values into one result."""
         return cls(
             label=label,
@@ -87,8 +89,6 @@ def compare_table(
 
     Accuracies are in percent when ``percent`` is True. Missing values are NaN.
     """
-    import math
-
     import pandas as pd
 
     if baseline_label not in results:
@@ -119,11 +119,11 @@ def compare_table(
         for kind in sorted({kinds[b] for b in benchmarks if b in kinds}):
             members = [b for b in benchmarks if kinds.get(b) == kind]
             name = f"{kind} avg"
-            for label in rows:
-                vals = [rows[label][b] for b in members]
-                rows[label][name] = sum(vals) / len(vals)  # NaN if any is missing
-            for label in rows:
-                rows[label][f"{name} Δ"] = rows[label][name] - rows[baseline_label][name]
+            for row in rows.values():
+                vals = [row[b] for b in members]
+                row[name] = sum(vals) / len(vals)  # NaN if any is missing
+            for row in rows.values():
+                row[f"{name} Δ"] = row[name] - rows[baseline_label][name]
             cols += [name, f"{name} Δ"]
     df = pd.DataFrame.from_dict(rows, orient="index", columns=cols)
     df.index.name = "model"
@@ -144,9 +144,9 @@ def format_table(df, baseline_label: str | None = None, decimals: int = 1):
     deltas = [c for c in df.columns if c.endswith(" Δ") and c[:-2] in df.columns]
 
     def cell(label: str, acc: float, delta: float) -> str:
-        if acc != acc:  # NaN
+        if math.isnan(acc):
             return "–"
-        if label == base or delta != delta:
+        if label == base or math.isnan(delta):
             return f"{acc:.{decimals}f}"
         return f"{acc:.{decimals}f} ({delta:+.{decimals}f})"
 
