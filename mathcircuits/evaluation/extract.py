@@ -26,12 +26,13 @@ from __future__ import annotations
 import math
 import re
 
-__all__ = ["NUMBER_WORDS", "answers_match", "extract_number", "parse_number"]
+__all__ = ["extract_number", "parse_number", "answers_match", "NUMBER_WORDS"]
 
 NUMBER_WORDS = {
     w: i
     for i, w in enumerate(
-        ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve", "thirteen", "fourteen", "fifteen", "sixteen", "seventeen", "eighteen", "nineteen", "twenty"]
+        "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen "
+        "sixteen seventeen eighteen nineteen twenty".split()
     )
 }
 
@@ -115,7 +116,7 @@ def extract_number(text: str | None) -> float | None:
     return nums[-1][1] if nums else None
 
 
-def answers_match(pred: str | float | None, gold: str | float, tol: float = 1e-3) -> bool:
+def answers_match(pred: str | float | int | None, gold: str | float | int, tol: float = 1e-3) -> bool:
     """True when the number in ``pred`` is within ``tol`` (absolute) of the gold answer.
 
     Strings go through :func:`extract_number` (for the gold answer too, so ``"8.0"``,
