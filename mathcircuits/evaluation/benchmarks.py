@@ -82,7 +82,17 @@ _ALIASES = {"csqa": "CommonsenseQA", "commonsense_qa": "CommonsenseQA", "arc-e":
 
 
 def benchmark_spec(name: str) -> BenchmarkSpec:
-    """Registry entry by name (case-insensitive; folder names and a few aliases work too)."""
+    """The registry entry of a benchmark.
+
+    Args:
+        name: a registry name, a folder name or an alias (case-insensitive), e.g. ``"gsm8k"``, ``"csqa"``.
+
+    Returns:
+        Its :class:`BenchmarkSpec` (name, kind, loader, splits, description).
+
+    Raises:
+        KeyError: an unknown name (the message lists the known ones).
+    """
     key = name.strip().lower()
     for n, spec in BENCHMARKS.items():
         if n.lower() == key:
@@ -102,8 +112,23 @@ def load_benchmark(
     limit: int | None = None,
     seed: int = 0,
 ) -> list[BenchmarkItem]:
-    """Load a benchmark by registry name; ``split`` defaults to its first scoreable split
-    (``test``, or ``validation`` for CommonsenseQA); ``limit`` items are drawn with ``seed``."""
+    """Load a benchmark by name as a list of items.
+
+    Args:
+        name: a registry name or alias (see :func:`benchmark_spec`).
+        split: the split (None: its first scoreable split, ``test``, or ``validation`` for CommonsenseQA).
+        path: the root, the benchmark folder or the file (None: :func:`~mathcircuits.data.default_benchmark_root`,
+            else the Hub).
+        limit: keep this many items, drawn with ``seed`` (None: all).
+        seed: seed of the draw.
+
+    Returns:
+        The items, in file order.
+
+    Raises:
+        KeyError: an unknown benchmark.
+        FileNotFoundError: no such file under ``path``, and no download possible.
+    """
     spec = benchmark_spec(name)
     if split is None:
         split = "validation" if spec.name == "CommonsenseQA" else "test"

