@@ -127,19 +127,10 @@ def accuracy_table(dataset, by: tuple[str, ...] = ("operation", "template_id")) 
     if "correct" not in dataset.column_names:
         raise ValueError("accuracy_table needs a scored dataset. Fix: run score_pairs(model, dataset) first.")
     df = dataset.select_columns([*by, "correct", "first_correct", "p_answer"]).to_pandas()
-    table = (
-        df.groupby(list(by))
-        .agg(
-            n=("correct", "size"),
-            accuracy=("correct", "mean"),
-            first_token_accuracy=("first_correct", "mean"),
-            mean_p_answer=("p_answer", "mean"),
-        )
-        .reset_index()
-    )
-    if "operation" in by and len(by) > 1:
-        total = (
-            df.groupby("operation")
+
+    def summarize(keys: list[str]) -> Any:
+        return (
+            df.groupby(keys)
             .agg(
                 n=("correct", "size"),
                 accuracy=("correct", "mean"),
@@ -148,6 +139,10 @@ def accuracy_table(dataset, by: tuple[str, ...] = ("operation", "template_id")) 
             )
             .reset_index()
         )
+
+    table = summarize(list(by))
+    if "operation" in by and len(by) > 1:
+        total = summarize(["operation"])
         for col in by:
             if col != "operation":
                 total[col] = "(all)"
