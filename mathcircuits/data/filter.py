@@ -10,15 +10,24 @@ case. We also record the probability of the answer's first token.
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
-__all__ = ["score_pairs", "filter_correct", "accuracy_table", "length_groups"]
+__all__ = ["accuracy_table", "filter_correct", "length_groups", "score_pairs"]
 
 
 def length_groups(lengths: list[int], batch_size: int) -> list[list[int]]:
-    """Indices grouped by equal length, split into batches (no padding needed)."""
+    """Indices grouped by equal length, split into batches (so no batch needs padding).
+
+    Args:
+        lengths: the length of each item.
+        batch_size: the largest batch.
+
+    Returns:
+        Lists of indices, shortest lengths first; each list holds items of one length.
+    """
     by_len: dict[int, list[int]] = defaultdict(list)
     for i, n in enumerate(lengths):
         by_len[n].append(i)
@@ -37,17 +46,22 @@ def score_pairs(
     device: str | torch.device = "cpu",
     progress: bool = False,
 ) -> Any:
-    """Add ``correct`` (bool), ``first_correct`` (bool) and ``p_answer`` (float) columns.
+    """Score the model on each pair: is every answer token the greedy prediction (teacher-forced)?
 
     Args:
-        model: maps a [batch, seq] token tensor to logits (a HookedModel or HF-like callable).
-        dataset: a ``datasets.Dataset`` with ``tokens``, ``answer_tokens`` and ``n_tokens`` (non-empty).
-        batch_size: rows per forward.
-        device: where the token tensors go.
+        model: a callable from a ``[batch, seq]`` token tensor to logits (a HookedModel or an HF
+            model wrapped as ``lambda t: hf(t).logits``).
+        dataset: pairs with ``tokens``, ``answer_tokens`` and ``n_tokens``.
+        batch_size: pairs per forward pass.
+        device: where the tokens go.
         progress: show a progress bar.
 
     Returns:
-        The dataset with the three columns added (replaced if present).
+        The dataset with the columns ``correct`` (every answer token right), ``first_correct``
+        (the first one right) and ``p_answer`` (probability of the first answer token) added or replaced.
+
+    Raises:
+        ValueError: the dataset is empty.
     """
     from tqdm.auto import tqdm
 
@@ -92,24 +106,61 @@ def score_pairs(
 
 
 def filter_correct(dataset):
-    """Keep the rows the model answered correctly (needs :func:`score_pairs` first)."""
+    """Keep the rows the model answered correctly.
+
+    Args:
+        dataset: pairs scored by :func:`score_pairs`.
+
+    Returns:
+        The rows whose ``correct`` is True.
+
+    Raises:
+        ValueError: the dataset has no ``correct`` column.
+    """
     if "correct" not in dataset.column_names:
         raise ValueError("filter_correct needs a 'correct' column. Fix: run score_pairs(model, dataset) first.")
     return dataset.filter(lambda r: r["correct"])
 
 
 def accuracy_table(dataset, by: tuple[str, ...] = ("operation", "template_id")) -> Any:
-    """Accuracy and mean correct-answer probability per group, plus an 'all' row per operation."""
+    """Accuracy and mean correct-answer probability per group, plus an "(all)" row per operation.
+
+    Args:
+        dataset: pairs scored by :func:`score_pairs`.
+        by: the columns to group by.
+
+    Returns:
+        A pandas DataFrame with the group columns, ``n``, ``accuracy``, ``first_token_accuracy``
+        and ``mean_p_answer``.
+
+    Raises:
+        ValueError: the dataset is not scored.
+    """
     import pandas as pd
 
     if "correct" not in dataset.column_names:
         raise ValueError("accuracy_table needs a scored dataset. Fix: run score_pairs(model, dataset) first.")
     df = dataset.select_columns([*by, "correct", "first_correct", "p_answer"]).to_pandas()
-    table = df.groupby(list(by)).agg(n=("correct", "size"), accuracy=("correct", "mean"), first_token_accuracy=("first_correct", "mean"), mean_p_answer=("p_answer", "mean")).reset_index()
+
+    def summarize(keys: list[str]) -> Any:
+        return (
+            df.groupby(keys)
+            .agg(
+                n=("correct", "size"),
+                accuracy=("correct", "mean"),
+                first_token_accuracy=("first_correct", "mean"),
+                mean_p_answer=("p_answer", "mean"),
+            )
+            .reset_index()
+        )
+
+    table = summarize(list(by))
     if "operation" in by and len(by) > 1:
-        total = df.groupby("operation").agg(n=("correct", "size"), accuracy=("correct", "mean"), first_token_accuracy=("first_correct", "mean"), mean_p_answer=("p_answer", "mean")).reset_index()
+        total = summarize(["operation"])
         for col in by:
             if col != "operation":
                 total[col] = "(all)"
-        table = pd.concat([table, total[table.columns]], ignore_index=True).sort_values(["operation", *[c for c in by if c != "operation"]])
+        table = pd.concat([table, total[table.columns]], ignore_index=True).sort_values(
+            ["operation", *[c for c in by if c != "operation"]]
+        )
     return table.reset_index(drop=True)

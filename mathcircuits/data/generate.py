@@ -31,7 +31,7 @@ from mathcircuits._schema import check_fields, setting
 from mathcircuits._schema import from_dict as config_from_dict
 from mathcircuits.data.templates import OPERATIONS, Template, TemplateSet
 
-__all__ = ["GenerationConfig", "PairError", "compute_answer", "answer_spacing", "render_pair", "generate_pairs"]
+__all__ = ["GenerationConfig", "PairError", "answer_spacing", "compute_answer", "generate_pairs", "render_pair"]
 
 
 class PairError(ValueError):
@@ -61,7 +61,8 @@ class GenerationConfig:
         lo, hi = self.operand_range
         if lo > hi or lo < 0:
             raise PairError(
-                f"operand_range {self.operand_range} is invalid. Fix: give (low, high) with 0 <= low <= high.")
+                f"operand_range {self.operand_range} is invalid. Fix: give (low, high) with 0 <= low <= high."
+            )
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -72,8 +73,24 @@ class GenerationConfig:
         return config_from_dict(cls, d)
 
 
-def compute_answer(operation: str, a: int, b: int, integer_only: bool = True, allow_negative: bool = False) -> str | None:
-    """The answer string for ``a <op> b``, or None when the rule excludes the pair."""
+def compute_answer(
+    operation: str, a: int, b: int, integer_only: bool = True, allow_negative: bool = False
+) -> str | None:
+    """The answer string for ``a <op> b``, or None when the rule excludes the pair.
+
+    Args:
+        operation: one of :data:`OPERATIONS`.
+        a: the first operand.
+        b: the second operand.
+        integer_only: exclude divisions with a remainder (else two decimals).
+        allow_negative: keep negative results.
+
+    Returns:
+        The answer as text (e.g. ``"8"``, ``"2.5"``), or None for an excluded pair.
+
+    Raises:
+        PairError: an unknown operation.
+    """
     if operation == "add":
         value: Fraction | int = a + b
     elif operation == "sub":
@@ -102,9 +119,13 @@ def compute_answer(operation: str, a: int, b: int, integer_only: bool = True, al
 def answer_spacing(tokenizer) -> str:
     """Where the space before the answer goes for this tokenizer.
 
-    ``"prompt"``: the prompt ends with a space and the answer is bare digits
-    (tokenizers that split digits, e.g. SmolLM2: ``"= "`` then ``"8"``);
-    ``"answer"``: the answer carries the space (GPT-2: ``" 8"`` is one token).
+    Args:
+        tokenizer: an HF tokenizer.
+
+    Returns:
+        ``"prompt"``: the prompt ends with a space and the answer is bare digits (tokenizers that
+        split digits, e.g. SmolLM2: ``"= "`` then ``"8"``); ``"answer"``: the answer carries the
+        space (GPT-2: ``" 8"`` is one token).
     """
     for digit in "0123456789":
         base = tokenizer("x =", add_special_tokens=False)["input_ids"]
@@ -153,7 +174,30 @@ def render_pair(
     integer_only: bool = True,
     allow_negative: bool = False,
 ) -> dict[str, Any]:
-    """Build one reference/counterfactual record; raise PairError if the two are not token-aligned."""
+    """Build one reference/counterfactual record from a template and operands.
+
+    Args:
+        tokenizer: the model's tokenizer.
+        template: the template's set (for its few-shot examples and separator), or None without few-shot.
+        tpl: the template.
+        a: the first operand.
+        b: the second operand.
+        answer: the answer text (from :func:`compute_answer`).
+        cf_word: the word that replaces the operator in the counterfactual.
+        words: the words that fill the template's pools.
+        fewshot: put the set's few-shot examples before the query.
+        spacing: :func:`answer_spacing` of the tokenizer.
+        integer_only: the answer rule of the few-shot examples.
+        allow_negative: the answer rule of the few-shot examples.
+
+    Returns:
+        A dict with the prompts, their token ids, the answer's token ids and the token positions
+        of operand A, operand B, the operator and the last token (the columns of :func:`generate_pairs`).
+
+    Raises:
+        PairError: the two prompts differ in token length, the answer merges with the prompt's
+            last token, or the few-shot examples are missing or invalid.
+    """
     prefix = ""
     if fewshot and template is not None:
         examples = template.fewshot_examples.get(tpl.operation, ())
@@ -166,7 +210,9 @@ def render_pair(
         for x, y in examples:
             ans = compute_answer(tpl.operation, x, y, integer_only, allow_negative)
             if ans is None:
-                raise PairError(f"few-shot example {x}, {y} of {template.path} has no valid {tpl.operation} answer. Fix: change it.")
+                raise PairError(
+                    f"few-shot example {x}, {y} of {template.path} has no valid {tpl.operation} answer. Fix: change it."
+                )
             shots.append(_render(tpl, x, y, tpl.op, words).text + " " + ans)
         prefix = template.fewshot_separator.join(shots) + template.fewshot_separator
     tail = " " if spacing == "prompt" else ""
@@ -184,8 +230,11 @@ def render_pair(
     answer_text = answer if spacing == "prompt" else " " + answer
     full = tokenizer(prompt + answer_text, add_special_tokens=False)["input_ids"]
     if full[: len(ids)] != ids:
-        raise PairError(f"template {tpl.id!r}: the answer {answer!r} merges with the prompt's last token. Fix: end the template with a separator such as '=' or ':'.")
-    answer_ids = full[len(ids):]
+        raise PairError(
+            f"template {tpl.id!r}: the answer {answer!r} merges with the prompt's last token. "
+            "Fix: end the template with a separator such as '=' or ':'."
+        )
+    answer_ids = full[len(ids) :]
     shift = len(prefix)
     offsets = [(s, e) for s, e in enc["offset_mapping"]]
     pos = {k: _token_positions(offsets, (s + shift, e + shift)) for k, (s, e) in ref.spans.items()}
@@ -233,7 +282,22 @@ def _operand_pairs(op: str, cfg: GenerationConfig) -> list[tuple[int, int, str]]
 
 
 def generate_pairs(tokenizer, template_sets: list[TemplateSet], config: GenerationConfig = GenerationConfig()):
-    """Build a ``datasets.Dataset`` of token-aligned reference/counterfactual pairs."""
+    """Token-aligned reference/counterfactual prompt pairs from templates.
+
+    Args:
+        tokenizer: the model's tokenizer.
+        template_sets: template sets from :func:`load_templates`.
+        config: which operations, templates, operands and how many pairs (seeded).
+
+    Returns:
+        A ``datasets.Dataset`` with one row per pair: ``prompt``, ``cf_prompt``, ``tokens``,
+        ``cf_tokens``, ``answer``, ``answer_token``, ``answer_tokens``, the positions ``pos_a``,
+        ``pos_b``, ``pos_op``, ``pos_last`` and the pair's operation, template and operands.
+
+    Raises:
+        PairError: no template matches, an unknown template id, no counterfactual word aligns,
+            or a template gives no usable pair (the message says which and how to fix it).
+    """
     import datasets
 
     rng = random.Random(config.seed)
@@ -243,7 +307,10 @@ def generate_pairs(tokenizer, template_sets: list[TemplateSet], config: Generati
         known = {t.id for _, t in chosen}
         missing = [i for i in config.template_ids if i not in known]
         if missing:
-            raise PairError(f"template ids {missing} are not among the loaded templates of operations {config.operations}. Fix: choose from {sorted(known)}.")
+            raise PairError(
+                f"template ids {missing} are not among the loaded templates of operations {config.operations}. "
+                f"Fix: choose from {sorted(known)}."
+            )
         chosen = [(s, t) for s, t in chosen if t.id in config.template_ids]
     if not chosen:
         raise PairError(f"no template matches operations {config.operations}. Fix: load a template set that has them.")
@@ -254,7 +321,8 @@ def generate_pairs(tokenizer, template_sets: list[TemplateSet], config: Generati
         aligned = _aligned_vocab(tokenizer, tpl, vocab)
         if not aligned:
             raise PairError(
-                f"template {tpl.id!r}: no word of counterfactual vocabulary {tpl.cf_vocab!r} tokenizes to as many tokens as {tpl.op!r} "
+                f"template {tpl.id!r}: no word of counterfactual vocabulary {tpl.cf_vocab!r} tokenizes to as many "
+                f"tokens as {tpl.op!r} "
                 f"with this tokenizer. Fix: add such words to {tset.path}."
             )
         order = rng.sample(candidates, len(candidates))
@@ -268,7 +336,20 @@ def generate_pairs(tokenizer, template_sets: list[TemplateSet], config: Generati
             if i > len(order) and not tpl.pools:
                 break  # every operand pair used once and nothing else varies
             try:
-                rec = render_pair(tokenizer, tset, tpl, a, b, ans, rng.choice(aligned), words, config.fewshot, spacing, config.integer_only, config.allow_negative)
+                rec = render_pair(
+                    tokenizer,
+                    tset,
+                    tpl,
+                    a,
+                    b,
+                    ans,
+                    rng.choice(aligned),
+                    words,
+                    config.fewshot,
+                    spacing,
+                    config.integer_only,
+                    config.allow_negative,
+                )
             except PairError as err:  # e.g. a pool word that changes the token count; try another draw
                 last_error = err
                 continue
@@ -277,7 +358,10 @@ def generate_pairs(tokenizer, template_sets: list[TemplateSet], config: Generati
             records.append(rec)
             made += 1
         if made == 0:
-            raise PairError(f"template {tpl.id!r} gave no usable pair ({last_error}). Fix: widen operand_range or allow multi-token answers.")
+            raise PairError(
+                f"template {tpl.id!r} gave no usable pair ({last_error}). "
+                "Fix: widen operand_range or allow multi-token answers."
+            )
     for i, rec in enumerate(records):
         rec["pair_id"] = i
         rec["words"] = [f"{k}={v}" for k, v in rec["words"].items()]

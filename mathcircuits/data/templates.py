@@ -17,7 +17,15 @@ from typing import Any
 
 import yaml
 
-__all__ = ["OPERATIONS", "Template", "TemplateSet", "TemplateError", "default_template_dir", "load_template_set", "load_templates"]
+__all__ = [
+    "OPERATIONS",
+    "Template",
+    "TemplateError",
+    "TemplateSet",
+    "default_template_dir",
+    "load_template_set",
+    "load_templates",
+]
 
 OPERATIONS = ("add", "sub", "mul", "div", "pow")
 _OPERAND_SLOTS = ("A", "B", "OP")
@@ -61,7 +69,9 @@ class TemplateSet:
         for t in self.templates:
             if t.id == template_id:
                 return t
-        raise KeyError(f"template {template_id!r} is not in set {self.name!r}; its ids are {[t.id for t in self.templates]}.")
+        raise KeyError(
+            f"template {template_id!r} is not in set {self.name!r}; its ids are {[t.id for t in self.templates]}."
+        )
 
 
 def default_template_dir() -> Path:
@@ -74,14 +84,27 @@ def _fail(path: Path, where: str, problem: str, fix: str) -> TemplateError:
 
 
 def load_template_set(path: str | Path) -> TemplateSet:
-    """Load and validate one template file."""
+    """Load and validate one template file (the format is in ``data_templates/SCHEMA.md``).
+
+    Args:
+        path: a template YAML file.
+
+    Returns:
+        The :class:`TemplateSet`, every template checked.
+
+    Raises:
+        FileNotFoundError: the file does not exist.
+        TemplateError: the file is malformed (the message names the file, the template and the fix).
+    """
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"template file {path} does not exist; see data_templates/SCHEMA.md for the format.")
     try:
         raw: Any = yaml.safe_load(path.read_text())
     except yaml.YAMLError as err:
-        raise _fail(path, "file", f"is not valid YAML ({err})", "quote strings with special characters such as ^ @ % | > <") from err
+        raise _fail(
+            path, "file", f"is not valid YAML ({err})", "quote strings with special characters such as ^ @ % | > <"
+        ) from err
     if not isinstance(raw, dict):
         raise _fail(path, "file", "top level is not a mapping", "follow data_templates/SCHEMA.md")
     if raw.get("schema_version") != 1:
@@ -110,38 +133,84 @@ def load_template_set(path: str | Path) -> TemplateSet:
         if t["operation"] not in OPERATIONS:
             raise _fail(path, where, f"operation {t['operation']!r} is unknown", f"use one of {OPERATIONS}")
         tpl = Template(
-            id=str(tid), operation=t["operation"], form=str(t.get("form", "equation")), text=str(t["text"]),
-            op=str(t["op"]), cf_vocab=str(t["cf_vocab"]), set_name=str(raw["name"]),
+            id=str(tid),
+            operation=t["operation"],
+            form=str(t.get("form", "equation")),
+            text=str(t["text"]),
+            op=str(t["op"]),
+            cf_vocab=str(t["cf_vocab"]),
+            set_name=str(raw["name"]),
         )
         try:
             names = tpl.placeholders
         except ValueError as err:
-            raise _fail(path, where, f"text {tpl.text!r} has a broken placeholder ({err})", "use {A}, {B}, {OP} or {pool}") from err
+            raise _fail(
+                path, where, f"text {tpl.text!r} has a broken placeholder ({err})", "use {A}, {B}, {OP} or {pool}"
+            ) from err
         for slot in _OPERAND_SLOTS:
             n = names.count(slot)
             if n != 1:
-                raise _fail(path, where, f"text {tpl.text!r} has {n} {{{slot}}} placeholders", f"use {{{slot}}} exactly once")
+                raise _fail(
+                    path, where, f"text {tpl.text!r} has {n} {{{slot}}} placeholders", f"use {{{slot}}} exactly once"
+                )
         for pool in tpl.pools:
             if pool not in pools:
-                raise _fail(path, where, f"placeholder {{{pool}}} has no word pool", f"add word_pools.{pool}, or use one of {sorted(pools) or 'A, B, OP'}")
+                raise _fail(
+                    path,
+                    where,
+                    f"placeholder {{{pool}}} has no word pool",
+                    f"add word_pools.{pool}, or use one of {sorted(pools) or 'A, B, OP'}",
+                )
         if tpl.cf_vocab not in vocab or not vocab[tpl.cf_vocab]:
-            raise _fail(path, where, f"cf_vocab {tpl.cf_vocab!r} is not defined", f"use one of {sorted(vocab)} or add it to counterfactual_vocab")
+            raise _fail(
+                path,
+                where,
+                f"cf_vocab {tpl.cf_vocab!r} is not defined",
+                f"use one of {sorted(vocab)} or add it to counterfactual_vocab",
+            )
         if tpl.op in vocab[tpl.cf_vocab]:
-            raise _fail(path, where, f"the operator {tpl.op!r} is in its own counterfactual vocabulary", "remove it from the vocabulary")
+            raise _fail(
+                path,
+                where,
+                f"the operator {tpl.op!r} is in its own counterfactual vocabulary",
+                "remove it from the vocabulary",
+            )
         if tpl.text != tpl.text.strip():
-            raise _fail(path, where, "text has leading or trailing spaces", "strip it; the generator adds the space before the answer")
+            raise _fail(
+                path,
+                where,
+                "text has leading or trailing spaces",
+                "strip it; the generator adds the space before the answer",
+            )
         templates.append(tpl)
     if not templates:
         raise _fail(path, "templates", "is empty", "add at least one template")
     return TemplateSet(
-        name=str(raw["name"]), description=str(raw.get("description", "")), templates=tuple(templates),
-        counterfactual_vocab=vocab, word_pools=pools, fewshot_separator=str(fewshot.get("separator", "\n")),
-        fewshot_examples=examples, path=str(path),
+        name=str(raw["name"]),
+        description=str(raw.get("description", "")),
+        templates=tuple(templates),
+        counterfactual_vocab=vocab,
+        word_pools=pools,
+        fewshot_separator=str(fewshot.get("separator", "\n")),
+        fewshot_examples=examples,
+        path=str(path),
     )
 
 
 def load_templates(paths: list[str | Path] | str | Path | None = None) -> list[TemplateSet]:
-    """Load template sets: the given files/folders, or every ``*.yaml`` in ``data_templates/``."""
+    """Load template sets: the given files and folders, or every ``*.yaml`` in ``data_templates/``.
+
+    Args:
+        paths: files and/or folders (a folder contributes its ``*.yaml`` files, sorted); None:
+            :func:`default_template_dir`.
+
+    Returns:
+        One :class:`TemplateSet` per file, in order.
+
+    Raises:
+        FileNotFoundError: no template file found.
+        TemplateError: a file is malformed, or two files use the same template id.
+    """
     if paths is None:
         paths = [default_template_dir()]
     if isinstance(paths, (str, Path)):
@@ -156,6 +225,8 @@ def load_templates(paths: list[str | Path] | str | Path | None = None) -> list[T
     for s in sets:
         for t in s.templates:
             if t.id in ids:
-                raise TemplateError(f"template id {t.id!r} is in both {ids[t.id]} and {s.path}. Fix: rename one of them.")
+                raise TemplateError(
+                    f"template id {t.id!r} is in both {ids[t.id]} and {s.path}. Fix: rename one of them."
+                )
             ids[t.id] = s.path
     return sets

@@ -1,58 +1,76 @@
-"""Real word problems as direct-answer prompts (for transfer checks).
+"""Real word problems as direct-answer prompts (for transfer checks of the knockout).
 
-Reads the LLM-Adapters JSON format (a list of ``{"instruction", "input",
-"output", "answer"}``) used by SVAMP, AddSub, SingleEq and GSM8K in
-``../shared/data/benchmarks``. Each problem becomes a prompt
-``"Question: …\\nAnswer: The answer is"`` followed by the integer answer, so
-the same teacher-forced correctness check as for templates applies. Only
-problems with a non-negative integer answer are kept.
+Zhang et al. (ICML 2024, Sec. 3.3) ask whether the key heads found on templates
+also matter on real word problems. This module reads a benchmark file of the
+LLM-Adapters format (SVAMP, AddSub, SingleEq, GSM8K; read by
+:func:`mathcircuits.data.benchmark_files.read_word_problems`) and turns each
+problem into a prompt ``"Question: …\\nAnswer: The answer is"`` followed by the
+integer answer, so the same teacher-forced correctness check as for templates
+applies. Only problems with a non-negative integer answer are kept.
+
+Usage::
+
+    ds = word_problem_dataset(model.tokenizer, default_benchmark_root() / "SVAMP" / "test.json", limit=48, fewshot=1)
 """
 
 from __future__ import annotations
 
-import json
 import os
 import random
 from pathlib import Path
 from typing import Any
 
+from mathcircuits.data.benchmark_files import default_benchmark_root, read_word_problems, record_question
 from mathcircuits.data.generate import answer_spacing
 
+# default_benchmark_root is re-exported here for callers that import it from this module.
 __all__ = ["default_benchmark_root", "word_problem_dataset"]
 
 
-def default_benchmark_root() -> Path | None:
-    """``$MATHCIRCUITS_BENCHMARKS``, else ``../shared/data/benchmarks`` from the working folder, if it exists."""
-    env = os.environ.get("MATHCIRCUITS_BENCHMARKS")
-    for cand in ([Path(env)] if env else []) + [Path.cwd().parent / "shared" / "data" / "benchmarks", Path.cwd() / "shared" / "data" / "benchmarks"]:
-        if cand.exists():
-            return cand
-    return None
+def _integer_answer(answer: Any) -> str | None:
+    """``"12"`` / ``"12.0"`` / ``"1,200"`` → the integer as text; None for negative or fractional answers."""
+    try:
+        value = float(str(answer).replace(",", ""))
+    except ValueError:
+        return None
+    return str(int(value)) if value >= 0 and value == int(value) else None
 
 
-def word_problem_dataset(tokenizer, path: str | Path, limit: int | None = 64, seed: int = 0, fewshot: int = 0):
-    """A ``datasets.Dataset`` with ``tokens``, ``answer_tokens``, ``n_tokens`` (and prompt/answer text)."""
+def word_problem_dataset(
+    tokenizer: Any,
+    path: str | os.PathLike,
+    limit: int | None = 64,
+    seed: int = 0,
+    fewshot: int = 0,
+) -> Any:
+    """Word problems of one benchmark file as prompts with their answer tokens.
+
+    Args:
+        tokenizer: the model's tokenizer (decides whether the space before the answer
+            ends the prompt or starts the answer, see :func:`~mathcircuits.data.answer_spacing`).
+        path: an LLM-Adapters JSON file, e.g. ``<benchmarks>/SVAMP/test.json``.
+        limit: keep at most this many problems after the shuffle (None: all).
+        seed: seed of the shuffle that picks the problems and the few-shot examples.
+        fewshot: how many solved problems precede each question (taken from the shuffled
+            file, never also used as questions).
+
+    Returns:
+        A ``datasets.Dataset`` with ``prompt``, ``answer``, ``tokens``, ``answer_tokens``,
+        ``n_tokens``, ``operation`` (``"word_problem"``) and ``template_id`` (the benchmark folder).
+
+    Raises:
+        FileNotFoundError / ValueError: from the reader, when the file is missing or malformed.
+        ValueError: no problem of the file has a non-negative integer answer.
+    """
     import datasets
 
     path = Path(path)
-    if not path.exists():
-        raise FileNotFoundError(f"word-problem file {path} does not exist. Fix: pass a JSON file in the LLM-Adapters format (list of instruction/answer records).")
-    try:
-        records: Any = json.loads(path.read_text())
-    except json.JSONDecodeError as err:
-        raise ValueError(f"{path} is not valid JSON ({err}).") from err
-    if not isinstance(records, list) or (records and not {"instruction", "answer"} <= set(records[0])):
-        raise ValueError(f"{path} is not a list of records with 'instruction' and 'answer'. Fix: use the LLM-Adapters JSON format.")
     usable = []
-    for r in records:
-        try:
-            value = float(str(r["answer"]).replace(",", ""))
-        except ValueError:
-            continue
-        if value >= 0 and value == int(value):
-            usable.append((r["instruction"].strip(), str(int(value))))
-    rng = random.Random(seed)
-    rng.shuffle(usable)
+    for r in read_word_problems(path):
+        answer = _integer_answer(r["answer"])
+        if answer is not None:
+            usable.append((record_question(r), answer))
+    random.Random(seed).shuffle(usable)
     shots, items = usable[:fewshot], usable[fewshot:]
     if limit is not None:
         items = items[:limit]
@@ -65,7 +83,11 @@ def word_problem_dataset(tokenizer, path: str | Path, limit: int | None = 64, se
         full = tokenizer(prompt + (a if spacing == "prompt" else " " + a), add_special_tokens=False)["input_ids"]
         if full[: len(ids)] != ids:
             continue
-        rows.append({"prompt": prompt, "answer": a, "tokens": ids, "answer_tokens": full[len(ids):], "n_tokens": len(ids), "operation": "word_problem", "template_id": path.parent.name})
+        rows.append({"prompt": prompt, "answer": a, "tokens": ids, "answer_tokens": full[len(ids):],
+                     "n_tokens": len(ids), "operation": "word_problem", "template_id": path.parent.name})
     if not rows:
-        raise ValueError(f"{path}: no usable problems (integer answers) were found.")
+        raise ValueError(
+            f"{path}: no usable problem (a non-negative integer answer that tokenizes apart from the prompt). "
+            "Fix: pass a math word-problem file such as SVAMP/test.json."
+        )
     return datasets.Dataset.from_list(rows)

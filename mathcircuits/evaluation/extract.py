@@ -26,12 +26,12 @@ from __future__ import annotations
 import math
 import re
 
-__all__ = ["extract_number", "parse_number", "answers_match", "NUMBER_WORDS"]
+__all__ = ["NUMBER_WORDS", "answers_match", "extract_number", "parse_number"]
 
 NUMBER_WORDS = {
     w: i
     for i, w in enumerate(
-        "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen "
+        "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen "  # noqa: SIM905
         "sixteen seventeen eighteen nineteen twenty".split()
     )
 }
@@ -89,7 +89,14 @@ def _numbers(text: str) -> list[tuple[int, float]]:
 
 
 def parse_number(text: str) -> float | None:
-    """The first number in ``text`` (or a leading number word), or None."""
+    """The first number in ``text`` (or a leading number word up to "twenty").
+
+    Args:
+        text: any text.
+
+    Returns:
+        The value, or None when there is no number.
+    """
     w = _WORD_RE.match(text)
     if w:
         return float(NUMBER_WORDS[w.group(1).lower()])
@@ -98,7 +105,14 @@ def parse_number(text: str) -> float | None:
 
 
 def extract_number(text: str | None) -> float | None:
-    """The answer a model gave in ``text`` (see module docstring for the rules), or None."""
+    """The answer a model gave in ``text`` (see the module docstring for the rules).
+
+    Args:
+        text: a generation; None is allowed.
+
+    Returns:
+        The value, or None when ``text`` holds no number.
+    """
     if text is None:
         return None
     text = text.replace("\u2212", "-")
@@ -116,11 +130,26 @@ def extract_number(text: str | None) -> float | None:
     return nums[-1][1] if nums else None
 
 
-def answers_match(pred: str | float | int | None, gold: str | float | int, tol: float = 1e-3) -> bool:
+def answers_match(
+    pred: str | float | int | None,  # noqa: PYI041 (the beartype hook rejects an int for float)
+    gold: str | float | int,  # noqa: PYI041
+    tol: float = 1e-3,
+) -> bool:
     """True when the number in ``pred`` is within ``tol`` (absolute) of the gold answer.
 
     Strings go through :func:`extract_number` (for the gold answer too, so ``"8.0"``,
     ``"#### 8"`` and ``8`` are the same). A missing prediction never matches.
+
+    Args:
+        pred: a generation or a number (None: no answer).
+        gold: the gold answer, as text or number.
+        tol: the absolute tolerance (LLM-Adapters uses 1e-3).
+
+    Returns:
+        Whether the prediction matches.
+
+    Raises:
+        ValueError: the gold answer contains no number.
     """
     p = pred if isinstance(pred, (int, float)) else extract_number(pred)
     g = gold if isinstance(gold, (int, float)) else extract_number(gold)

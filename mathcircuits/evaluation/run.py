@@ -15,21 +15,15 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import torch
 
 from mathcircuits.evaluation.benchmarks import benchmark_spec, load_benchmark
-from mathcircuits.evaluation.scoring import (
-    CHOICE_TEMPLATE,
-    DEFAULT_STOP,
-    BenchmarkScore,
-    Normalization,
-    PromptStyle,
-    evaluate_choice,
-    evaluate_math,
-    select_exemplars,
-)
+from mathcircuits.evaluation.generation import DEFAULT_STOP
+from mathcircuits.evaluation.prompts import CHOICE_TEMPLATE, PromptStyle, select_exemplars
+from mathcircuits.evaluation.scoring import BenchmarkScore, Normalization, evaluate_choice, evaluate_math
 from mathcircuits.evaluation.table import EvalResult
 
 __all__ = ["evaluate_model", "score_benchmark"]
@@ -54,7 +48,31 @@ def score_benchmark(
     batch_size: int = 8,
     progress: bool = True,
 ) -> BenchmarkScore:
-    """Load benchmark ``name`` (``limit`` items drawn with ``seed``) and score it by its kind."""
+    """Load one benchmark and score it by its kind (math: generation; choice: log-likelihood).
+
+    Args:
+        model: an HF causal LM.
+        tokenizer: its tokenizer.
+        name: a benchmark name or alias (see :data:`BENCHMARKS`).
+        path: where its files are (None: the default root, else the Hub).
+        split: the split to score (None: ``test``, or ``validation`` for CommonsenseQA).
+        limit: score this many items, drawn with ``seed`` (None: all).
+        seed: seed of the item draw and of the exemplar draw.
+        n_shot: few-shot exemplars from the train split (math only).
+        style: math prompt style.
+        max_new_tokens: math generation budget.
+        stop: math stop strings.
+        choice_template: the context template of choice items.
+        normalization: choice score normalization.
+        batch_size: batch size of generation or scoring.
+        progress: show a progress bar.
+
+    Returns:
+        The benchmark's :class:`BenchmarkScore`.
+
+    Raises:
+        ValueError: ``n_shot > 0`` for a benchmark without a train split.
+    """
     spec = benchmark_spec(name)
     items = load_benchmark(spec.name, split=split, path=path, limit=limit, seed=seed)
     if spec.kind == "math":
@@ -84,7 +102,26 @@ def evaluate_model(
     batch_size: int = 8,
     progress: bool = True,
 ) -> EvalResult:
-    """Score ``model`` on each of ``benchmarks`` and return their accuracies as one :class:`EvalResult`."""
+    """Score ``model`` on each of ``benchmarks`` and collect their accuracies (the Table 1 protocol).
+
+    Args:
+        model: an HF causal LM.
+        tokenizer: its tokenizer.
+        benchmarks: benchmark names, e.g. ``["SVAMP", "ARC-Easy"]``.
+        label: the model's name in the result (e.g. ``"base"``, ``"precise SFT"``).
+        path: where the benchmark files are (None: the default root, else the Hub).
+        limit: items per benchmark, drawn with ``seed`` (None: all).
+        seed: seed of the item and exemplar draws.
+        n_shot: few-shot exemplars for math benchmarks.
+        style: math prompt style.
+        max_new_tokens: math generation budget.
+        normalization: choice score normalization.
+        batch_size: batch size.
+        progress: show progress bars.
+
+    Returns:
+        An :class:`EvalResult` with one accuracy per benchmark and the settings used.
+    """
     scores = []
     for name in benchmarks:
         score = score_benchmark(model, tokenizer, name, path=path, limit=limit, seed=seed, n_shot=n_shot, style=style,

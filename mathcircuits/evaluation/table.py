@@ -15,8 +15,10 @@ Usage::
 
 from __future__ import annotations
 
+import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from mathcircuits._io import SavedResult
 
@@ -52,7 +54,7 @@ class EvalResult(SavedResult):
             )
 
     @classmethod
-    def from_scores(cls, label: str, scores: Sequence[Any], settings: dict[str, Any] | None = None) -> "EvalResult":
+    def from_scores(cls, label: str, scores: Sequence[Any], settings: dict[str, Any] | None = None) -> EvalResult:
         """Collect :class:`~mathcircuits.evaluation.scoring.BenchmarkScore` values into one result."""
         return cls(
             label=label,
@@ -82,15 +84,26 @@ def compare_table(
     percent: bool = True,
     averages: bool = True,
 ):
-    """A Table-1-style DataFrame: one row per label (baseline first), for each benchmark its accuracy and
-    ``"<benchmark> Δ"`` (accuracy minus the baseline's), then per-kind averages
-    (``"math avg"``, ``"choice avg"``, over benchmarks every row has) and ``extra_columns``
-    (column name -> {label -> value}, e.g. train samples/s, tuned parameters).
+    """A Table-1-style comparison: one row per model, accuracies and their change against a baseline.
 
-    Accuracies are in percent when ``percent`` is True. Missing values are NaN.
+    For each benchmark the table has its accuracy and ``"<benchmark> Δ"`` (accuracy minus the
+    baseline's), then per-kind averages (``"math avg"``, ``"choice avg"``; NaN when a row lacks a
+    benchmark) and the ``extra_columns``.
+
+    Args:
+        results: label → :class:`EvalResult`.
+        baseline_label: the row the deltas are taken against (shown first).
+        benchmarks: which benchmarks, in order (None: all, in order of appearance).
+        extra_columns: column name → {label → value}, e.g. train samples/s, tuned parameters.
+        percent: accuracies in percent rather than fractions.
+        averages: add the per-kind averages.
+
+    Returns:
+        A pandas DataFrame indexed by model label; missing values are NaN.
+
+    Raises:
+        KeyError: the baseline is not among the results, or an extra column names unknown labels.
     """
-    import math
-
     import pandas as pd
 
     if baseline_label not in results:
@@ -121,11 +134,11 @@ def compare_table(
         for kind in sorted({kinds[b] for b in benchmarks if b in kinds}):
             members = [b for b in benchmarks if kinds.get(b) == kind]
             name = f"{kind} avg"
-            for label in rows:
-                vals = [rows[label][b] for b in members]
-                rows[label][name] = sum(vals) / len(vals)  # NaN if any is missing
-            for label in rows:
-                rows[label][f"{name} Δ"] = rows[label][name] - rows[baseline_label][name]
+            for row in rows.values():
+                vals = [row[b] for b in members]
+                row[name] = sum(vals) / len(vals)  # NaN if any is missing
+            for row in rows.values():
+                row[f"{name} Δ"] = row[name] - rows[baseline_label][name]
             cols += [name, f"{name} Δ"]
     df = pd.DataFrame.from_dict(rows, orient="index", columns=cols)
     df.index.name = "model"
@@ -139,16 +152,24 @@ def compare_table(
 
 
 def format_table(df, baseline_label: str | None = None, decimals: int = 1):
-    """Paper-style strings: ``"45.6 (+2.3)"`` (deltas folded into the accuracy cells; the
-    baseline row, by default the first one, shows accuracies only; missing values show "–")."""
+    """Paper-style strings: ``"45.6 (+2.3)"``, with each delta folded into its accuracy cell.
+
+    Args:
+        df: a table from :func:`compare_table`.
+        baseline_label: the row that shows accuracies only (None: the first row).
+        decimals: digits after the decimal point.
+
+    Returns:
+        A DataFrame of strings without the delta columns; missing values show "–".
+    """
     base = df.index[0] if baseline_label is None else baseline_label
     out = df.copy()
     deltas = [c for c in df.columns if c.endswith(" Δ") and c[:-2] in df.columns]
 
     def cell(label: str, acc: float, delta: float) -> str:
-        if acc != acc:  # NaN
+        if math.isnan(acc):
             return "–"
-        if label == base or delta != delta:
+        if label == base or math.isnan(delta):
             return f"{acc:.{decimals}f}"
         return f"{acc:.{decimals}f} ({delta:+.{decimals}f})"
 

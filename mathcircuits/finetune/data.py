@@ -25,34 +25,22 @@ prompt, so the loss covers only the answer):
 
 from __future__ import annotations
 
-import json
 import logging
 import re
-from pathlib import Path
-from typing import Any, Iterable, Literal, Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any, Literal
 
-__all__ = ["DEFAULT_PROMPT", "build_sft_dataset", "read_word_problems", "format_gold"]
+from mathcircuits.data.benchmark_files import read_word_problems, record_question
+
+# read_word_problems lives in mathcircuits.data (the one reader of benchmark files); re-exported here.
+__all__ = ["DEFAULT_PROMPT", "build_sft_dataset", "format_gold", "read_word_problems"]
 
 log = logging.getLogger(__name__)
 
 DEFAULT_PROMPT = "Question: {question}\nAnswer:"
 
 
-def read_word_problems(*paths: str | Path, limit: int | None = None) -> list[dict[str, Any]]:
-    """Concatenate LLM-Adapters-style JSON lists (``[{"instruction", "input", "output", "answer"}, ...]``)."""
-    records: list[dict[str, Any]] = []
-    for path in paths:
-        path = Path(path)
-        if not path.exists():
-            raise FileNotFoundError(f"{path} does not exist. Fix: pass a train.json such as <benchmarks>/SVAMP/train.json.")
-        data = json.loads(path.read_text())
-        if not isinstance(data, list) or (data and not {"instruction", "answer"} <= set(data[0])):
-            raise ValueError(f"{path} is not a list of {{instruction, output, answer}} records (LLM-Adapters format).")
-        records.extend({**r, "source": path.parent.name} for r in data)
-    return records[:limit] if limit is not None else records
-
-
-def format_gold(answer: str | float | int) -> str:
+def format_gold(answer: str | float) -> str:
     """``"64013.0"`` → ``"64013"``; ``"9.80"`` → ``"9.8"``; other strings unchanged."""
     text = str(answer).strip()
     try:
@@ -89,7 +77,9 @@ def build_sft_dataset(
 
     rows = list(records) if not isinstance(records, datasets.Dataset) else records
     if len(rows) == 0:
-        raise ValueError("build_sft_dataset got no records. Fix: pass generate_pairs(...) output or read_word_problems(...).")
+        raise ValueError(
+            "build_sft_dataset got no records. Fix: pass generate_pairs(...) output or read_word_problems(...)."
+        )
     columns = set(rows.column_names) if isinstance(rows, datasets.Dataset) else set(rows[0])
     if target not in ("rationale", "answer"):
         raise ValueError(f"target={target!r} is unknown. Fix: use 'rationale' or 'answer'.")
@@ -97,22 +87,28 @@ def build_sft_dataset(
     eos = tokenizer.eos_token_id
     if {"tokens", "answer_tokens"} <= columns:
         use_eos = bool(add_eos) if add_eos is not None else False
-        pairs: Iterable[tuple[Sequence[int], Sequence[int]]] = zip(rows["tokens"], rows["answer_tokens"]) if isinstance(rows, datasets.Dataset) else ((r["tokens"], r["answer_tokens"]) for r in rows)
+        pairs: Iterable[tuple[Sequence[int], Sequence[int]]] = (
+            zip(rows["tokens"], rows["answer_tokens"])
+            if isinstance(rows, datasets.Dataset)
+            else ((r["tokens"], r["answer_tokens"]) for r in rows)
+        )
     elif {"instruction", "answer"} <= columns:
         use_eos = bool(add_eos) if add_eos is not None else True
 
         def encode():
             for r in rows:
-                question = r["instruction"].strip() + (f"\n{r['input'].strip()}" if r.get("input") else "")
-                prompt = prompt_template.format(question=question)
-                text = " " + (_clean_rationale(r["output"]) if target == "rationale" else f"The answer is {format_gold(r['answer'])}.")
-                yield tokenizer(prompt, add_special_tokens=False)["input_ids"], tokenizer(text, add_special_tokens=False)["input_ids"]
+                prompt = prompt_template.format(question=record_question(r))
+                gold = f"The answer is {format_gold(r['answer'])}."
+                text = " " + (_clean_rationale(r["output"]) if target == "rationale" else gold)
+                yield (tokenizer(prompt, add_special_tokens=False)["input_ids"],
+                       tokenizer(text, add_special_tokens=False)["input_ids"])
 
         pairs = encode()
     else:
         raise ValueError(
             f"records have columns {sorted(columns)}; expected arithmetic pairs (tokens, answer_tokens) "
-            "or word problems (instruction, output, answer). Fix: pass generate_pairs(...) output or read_word_problems(...)."
+            "or word problems (instruction, output, answer). "
+            "Fix: pass generate_pairs(...) output or read_word_problems(...)."
         )
     dropped = 0
     for prompt_ids, target_ids in pairs:

@@ -1,0 +1,153 @@
+"""Benchmark files on disk: where they live, and the one reader of their JSON format.
+
+The math word problems (AddSub, SingleEq, SVAMP, GSM8K) and the multiple-choice
+sets (ARC, BoolQ, OpenBookQA) that Zhang et al. (ICML 2024, Sec. 5, Table 1) use
+come from LLM-Adapters (Hu et al., 2023) as ``<root>/<folder>/{train,test}.json``:
+a JSON list of ``{"instruction", "input", "output", "answer"}`` records. Three
+parts of the package read them, so they share this module, the lowest layer that
+needs it:
+
+* :mod:`mathcircuits.data.word_problems` turns problems into direct-answer
+  prompt pairs (knockout transfer);
+* :mod:`mathcircuits.evaluation` scores a model on them (Table 1);
+* :mod:`mathcircuits.finetune` trains on their rationales.
+
+The default root is found by :func:`default_benchmark_root` (one rule for the
+whole package): ``$MATHCIRCUITS_BENCHMARKS`` when set, else ``../shared/data/benchmarks``
+or ``./shared/data/benchmarks`` relative to the working folder.
+
+Usage::
+
+    root = default_benchmark_root()
+    records = read_word_problems(root / "SVAMP" / "train.json")
+    record_question(records[0])   # "Each pack of dvds costs 76 dollars. ..."
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "ENV_ROOT",
+    "default_benchmark_root",
+    "find_benchmark_file",
+    "read_word_problems",
+    "record_question",
+]
+
+ENV_ROOT = "MATHCIRCUITS_BENCHMARKS"
+_REQUIRED = frozenset({"instruction", "answer"})
+
+
+def default_benchmark_root() -> Path | None:
+    """The folder that holds the benchmark folders (``SVAMP/``, ``ARC-Easy/``, ...).
+
+    The rule, in order:
+
+    1. ``$MATHCIRCUITS_BENCHMARKS`` when it is set; it must name an existing folder;
+    2. the first existing of ``../shared/data/benchmarks`` and ``./shared/data/benchmarks``,
+       relative to the working folder;
+    3. None (the caller decides: skip word problems, or fetch from the Hub).
+
+    Returns:
+        The root folder, or None when nothing is set and no default folder exists.
+
+    Raises:
+        FileNotFoundError: ``$MATHCIRCUITS_BENCHMARKS`` names a folder that does not exist.
+    """
+    env = os.environ.get(ENV_ROOT)
+    if env:
+        root = Path(env).expanduser()
+        if not root.is_dir():
+            raise FileNotFoundError(
+                f"${ENV_ROOT} is {env!r}, which is not an existing folder. "
+                f"Fix: point ${ENV_ROOT} at the folder that holds SVAMP/, AddSub/, ... or unset it."
+            )
+        return root
+    for cand in (Path.cwd().parent / "shared" / "data" / "benchmarks", Path.cwd() / "shared" / "data" / "benchmarks"):
+        if cand.is_dir():
+            return cand
+    return None
+
+
+def find_benchmark_file(folder: str, split: str, path: str | os.PathLike | None = None) -> Path | None:
+    """Resolve ``<folder>/<split>.json`` from a file, a benchmark folder or a root folder.
+
+    Args:
+        folder: the benchmark's folder name under the root (e.g. ``"SVAMP"``, ``"gsm8k"``).
+        split: ``"train"`` or ``"test"``.
+        path: the JSON file itself, the benchmark folder, or the root; None: :func:`default_benchmark_root`.
+
+    Returns:
+        The first existing of ``path``, ``path/<split>.json`` and ``path/<folder>/<split>.json``,
+        or None when none exists (or no root is known).
+    """
+    root = Path(path).expanduser() if path is not None else default_benchmark_root()
+    if root is None:
+        return None
+    for cand in (root, root / f"{split}.json", root / folder / f"{split}.json"):
+        if cand.is_file():
+            return cand
+    return None
+
+
+def _read_one(path: Path) -> list[dict[str, Any]]:
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"benchmark file {path} does not exist. Fix: pass a JSON file in the LLM-Adapters format, "
+            f"such as <benchmarks>/SVAMP/train.json (the benchmarks root is ${ENV_ROOT})."
+        )
+    try:
+        data: Any = json.loads(path.read_text())
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{path} is not valid JSON ({err}). Fix: pass an LLM-Adapters JSON file.") from err
+    bad = not isinstance(data, list) or any(not isinstance(r, dict) or not _REQUIRED <= set(r) for r in data)
+    if bad:
+        raise ValueError(
+            f"{path} is not an LLM-Adapters JSON list of {{instruction, input, output, answer}} records. "
+            "Fix: point at such a file (or at the folder that holds it)."
+        )
+    return [{**r, "source": path.parent.name} for r in data]
+
+
+def read_word_problems(*paths: str | os.PathLike, limit: int | None = None) -> list[dict[str, Any]]:
+    """Read LLM-Adapters JSON files (``[{"instruction", "input", "output", "answer"}, ...]``), concatenated.
+
+    This is the package's one reader of that format; every record must have at least
+    ``instruction`` and ``answer``.
+
+    Args:
+        paths: one or more JSON files.
+        limit: keep the first ``limit`` records of the concatenation (None: all).
+
+    Returns:
+        The records as dicts, in file order, each with an added ``"source"``: the name of
+        the folder that holds its file (e.g. ``"SVAMP"``).
+
+    Raises:
+        FileNotFoundError: a file does not exist.
+        ValueError: a file is not valid JSON or not a list of such records.
+    """
+    if not paths:
+        raise ValueError("read_word_problems got no path. Fix: pass a file such as <benchmarks>/SVAMP/train.json.")
+    records: list[dict[str, Any]] = []
+    for p in paths:
+        records.extend(_read_one(Path(p).expanduser()))
+    return records[:limit] if limit is not None else records
+
+
+def record_question(record: dict[str, Any]) -> str:
+    """The question text of a record: its ``instruction``, then its ``input`` on a new line when not empty.
+
+    Args:
+        record: one record as returned by :func:`read_word_problems`.
+
+    Returns:
+        The stripped question text.
+    """
+    question = str(record.get("instruction", "")).strip()
+    extra = str(record.get("input", "") or "").strip()
+    return f"{question}\n{extra}" if extra else question

@@ -1,0 +1,66 @@
+"""Batching helpers shared by generation and log-likelihood scoring: left padding and model limits.
+
+Both protocols of :mod:`mathcircuits.evaluation` batch prompts of different lengths.
+Left padding keeps every row's last real token at the last position, so a
+causal LM's next-token logits for all rows sit in one column; the attention mask
+hides the padding.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from jaxtyping import Int
+from torch import Tensor
+
+__all__ = ["left_pad", "max_positions", "model_device", "pad_token_id"]
+
+
+def model_device(model: torch.nn.Module) -> torch.device:
+    """The device of the model's first parameter (where inputs must go)."""
+    return next(model.parameters()).device
+
+
+def max_positions(model: torch.nn.Module) -> int | None:
+    """The model's context length (``max_position_embeddings`` or ``n_positions``), or None if unknown."""
+    cfg = getattr(model, "config", None)
+    return getattr(cfg, "max_position_embeddings", None) or getattr(cfg, "n_positions", None)
+
+
+def pad_token_id(tokenizer: Any) -> int:
+    """The tokenizer's pad id, else its EOS id.
+
+    Raises:
+        ValueError: the tokenizer has neither.
+    """
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    if pad is None:
+        raise ValueError(
+            "the tokenizer has neither a pad nor an EOS token. Fix: set tokenizer.pad_token before scoring."
+        )
+    return int(pad)
+
+
+def left_pad(
+    seqs: Sequence[Sequence[int]], pad_id: int, device: torch.device
+) -> tuple[Int[Tensor, "batch seq"], Int[Tensor, "batch seq"]]:
+    """Token id lists as one left-padded batch.
+
+    Args:
+        seqs: token ids per row (an empty row stays all padding).
+        pad_id: the id written into padding positions.
+        device: where the tensors go.
+
+    Returns:
+        ``(input_ids, attention_mask)``, both ``[batch, max length]``; the mask is 1 on real tokens.
+    """
+    width = max(len(s) for s in seqs)
+    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(seqs), width), dtype=torch.long)
+    for i, s in enumerate(seqs):
+        if len(s):
+            ids[i, width - len(s):] = torch.tensor(list(s), dtype=torch.long)
+            mask[i, width - len(s):] = 1
+    return ids.to(device), mask.to(device)

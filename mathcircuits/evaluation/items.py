@@ -1,0 +1,101 @@
+"""The uniform evaluation item, and the two things done to a list of them (table, subsample).
+
+Zhang et al. (ICML 2024, Sec. 5, Table 1) score math word problems by generation
+and generic benchmarks by multiple choice. Every benchmark becomes a list of one
+value, :class:`BenchmarkItem`:
+
+* **math** items: ``question`` and a numeric gold ``answer`` string
+  (``rationale`` holds the data set's chain of thought, model-written and noisy);
+* **choice** items: ``question``, a tuple of ``choices`` and ``gold_index``.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any, Literal
+
+__all__ = ["BenchmarkItem", "Kind", "items_to_dataframe", "subsample"]
+
+Kind = Literal["math", "choice"]
+
+
+@dataclass(frozen=True)
+class BenchmarkItem:
+    """One evaluation item.
+
+    ``answer`` is the gold answer as text: a number for math items, the correct
+    option's text for choice items (whose index is ``gold_index`` into ``choices``).
+    """
+
+    benchmark: str
+    question: str
+    answer: str
+    choices: tuple[str, ...] = ()
+    gold_index: int = -1
+    rationale: str = ""
+    uid: str = ""
+
+    @property
+    def kind(self) -> Kind:
+        """``"choice"`` when the item has options, else ``"math"``."""
+        return "choice" if self.choices else "math"
+
+    def to_dict(self) -> dict[str, Any]:
+        """The fields as a JSON-able dict (``choices`` as a list)."""
+        d = asdict(self)
+        d["choices"] = list(self.choices)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> BenchmarkItem:
+        """The inverse of :meth:`to_dict` (unknown keys are ignored)."""
+        d = {k: d[k] for k in cls.__dataclass_fields__ if k in d}
+        d["choices"] = tuple(d.get("choices", ()))
+        return cls(**d)
+
+
+def items_to_dataframe(items: Sequence[BenchmarkItem]) -> Any:
+    """One row per item, for reading a benchmark at a glance.
+
+    Args:
+        items: benchmark items, e.g. from :func:`~mathcircuits.evaluation.load_benchmark`.
+
+    Returns:
+        A pandas DataFrame with columns benchmark, kind, uid, question, answer, choices
+        (joined by `` | ``), gold_index and rationale.
+    """
+    import pandas as pd
+
+    rows = []
+    for it in items:
+        d = it.to_dict()
+        d["choices"] = " | ".join(it.choices)
+        d["kind"] = it.kind
+        rows.append(d)
+    columns = ["benchmark", "kind", "uid", "question", "answer", "choices", "gold_index", "rationale"]
+    return pd.DataFrame(rows, columns=columns)
+
+
+def subsample(items: Sequence[BenchmarkItem], limit: int | None = None, seed: int = 0) -> list[BenchmarkItem]:
+    """A seeded random subset of the items, kept in their original order.
+
+    Args:
+        items: the items to draw from.
+        limit: how many to keep; None (or at least ``len(items)``) keeps all.
+        seed: seed of the draw; the same seed gives the same subset.
+
+    Returns:
+        The chosen items, in the order they had in ``items``.
+
+    Raises:
+        ValueError: ``limit`` is negative.
+    """
+    items = list(items)
+    if limit is None or limit >= len(items):
+        return items
+    if limit < 0:
+        raise ValueError(f"limit={limit} is negative. Fix: pass a positive number of items, or None for all.")
+    keep = sorted(random.Random(seed).sample(range(len(items)), limit))
+    return [items[i] for i in keep]
