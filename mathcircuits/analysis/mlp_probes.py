@@ -65,7 +65,8 @@ from jaxtyping import Float
 from torch import Tensor
 
 from mathcircuits._io import SavedResult
-from mathcircuits.analysis._common import columns, iter_batches, operation_rows, spec_dict, token_strings
+from mathcircuits.analysis._common import columns, operation_rows, spec_dict, token_strings
+from mathcircuits.data.batching import iter_batches
 from mathcircuits.data.generate import answer_spacing
 
 __all__ = ["SPACES", "MLPProbeResult", "mlp_probes", "number_tokens"]
@@ -275,7 +276,8 @@ def mlp_probes(
     out = {k: torch.zeros(n, n_layers) for k in _PROBES}
     case: dict[str, Any] = {}
     kinds = ["hook_resid_mid", "hook_mlp_out", "hook_resid_post"] + (["ln2.hook_out"] if space == "raw" else [])
-    for idx, toks in iter_batches(cols["tokens"], batch_size, model.device):
+    for idx, batch in iter_batches({"tokens": cols["tokens"]}, batch_size, model.device):
+        toks = batch["tokens"]
         store: dict[str, Tensor] = {}
 
         def grab(name: str):  # keyed by the name we asked for: the bridge reports aliases under their canonical names
