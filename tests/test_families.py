@@ -24,7 +24,8 @@ from mathcircuits.patching import last_position_caches, path_patch
 from mathcircuits.patching._common import attn_pre_norm_name, readout
 
 FAMILIES_UNDER_TEST = sorted(TINY_FAMILIES)
-# one family of each block shape: sequential+GQA, sandwich (pre+post norms), post norms only, parallel, shared-norm parallel
+# one family of each block shape: sequential+GQA, sandwich (pre+post norms), post norms only,
+# parallel, parallel with one shared norm
 SHAPES = ["llama", "gemma2", "olmo2", "gpt_neox_parallel", "phi"]
 
 
@@ -43,7 +44,8 @@ def _pairs(family):
 def test_every_tiny_family_is_described():
     described = {block_structure(_model(f)).family for f in FAMILIES_UNDER_TEST}
     assert described <= set(FAMILIES)
-    shapes = {(s.parallel, s.attn_out_norm is not None, s.mlp_in_norm) for s in map(block_structure, map(_model, SHAPES))}
+    structures = [block_structure(_model(f)) for f in SHAPES]
+    shapes = {(s.parallel, s.attn_out_norm is not None, s.mlp_in_norm) for s in structures}
     assert len(shapes) == len(SHAPES)  # the shape families really differ
 
 

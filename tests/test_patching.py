@@ -5,7 +5,14 @@ import torch
 
 from mathcircuits.data import GenerationConfig, generate_pairs
 from mathcircuits.models import load_model
-from mathcircuits.patching import KeyComponents, PatchingResult, SelectionError, compare_rankings, path_patch, select_key_components
+from mathcircuits.patching import (
+    KeyComponents,
+    PatchingResult,
+    SelectionError,
+    compare_rankings,
+    path_patch,
+    select_key_components,
+)
 
 
 @pytest.fixture(scope="module")

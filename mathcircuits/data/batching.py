@@ -7,7 +7,8 @@ patching methods and the analyses rely on.
 
 from __future__ import annotations
 
-from typing import Any, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
 
 import torch
 
@@ -25,7 +26,8 @@ def iter_batches(
     """Yield ``(row indices, {column: tensor})`` for groups of rows whose ``length_of`` column has equal length.
 
     Args:
-        columns: equal-length columns (lists of token lists, or of scalars), e.g. ``{"tokens": ..., "answer_token": ...}``.
+        columns: equal-length columns (lists of token lists, or of scalars),
+            e.g. ``{"tokens": ..., "answer_token": ...}``.
         batch_size: at most this many rows per batch.
         device: where the tensors go.
         length_of: the column whose per-row length groups the rows.
@@ -34,7 +36,9 @@ def iter_batches(
         An iterator of (indices into the columns, each column's rows stacked as a tensor).
     """
     if length_of not in columns:
-        raise KeyError(f"iter_batches groups by column {length_of!r}, which is not among {sorted(columns)}. Fix: pass it.")
+        raise KeyError(
+            f"iter_batches groups by column {length_of!r}, which is not among {sorted(columns)}. Fix: pass that column."
+        )
     if batch_size < 1:
         raise ValueError(f"batch_size is {batch_size}. Fix: use a positive batch size.")
     for idx in length_groups([len(t) for t in columns[length_of]], batch_size):

@@ -7,8 +7,8 @@ from mathcircuits.models.tiny import TINY_FAMILIES, tiny_gpt2, tiny_llama, tiny_
 
 __all__ = [
     "EMBEDDED_NAME",
-    "HookedModel",
     "TINY_FAMILIES",
+    "HookedModel",
     "ModelSpec",
     "convert_gguf",
     "embedded_model_dir",

@@ -15,8 +15,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Protocol, Sequence
+from typing import Any, Protocol
 
 import torch
 from jaxtyping import Float, Int
@@ -63,7 +64,7 @@ class Senders:
     mlps: bool = True
 
     @classmethod
-    def from_names(cls, names: Sequence[str]) -> "Senders":
+    def from_names(cls, names: Sequence[str]) -> Senders:
         bad = [s for s in names if s not in ("heads", "mlps")]
         if bad or not names:
             raise ValueError(

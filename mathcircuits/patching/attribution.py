@@ -90,7 +90,9 @@ def attribution_scan(
     B = answer.shape[0]
     head_eff = torch.full((B, L, H), float("nan"))
     mlp_eff = torch.full((B, L), float("nan"))
-    per_head = Readout(clean.logit.repeat_interleave(H), None if clean.prob is None else clean.prob.repeat_interleave(H))
+    per_head = Readout(  # the clean readout of each (pair, head) row
+        clean.logit.repeat_interleave(H), None if clean.prob is None else clean.prob.repeat_interleave(H)
+    )
     with torch.no_grad():
         W_O = model.bridge.W_O
         for layer in range(L):

@@ -14,7 +14,8 @@ and averages into a :class:`~mathcircuits.patching.result.PatchingResult`.
 from __future__ import annotations
 
 import time
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import torch
 from tqdm.auto import tqdm
@@ -70,7 +71,8 @@ def path_patch(
     all_heads = torch.full((n, spec.n_layers, spec.n_heads), float("nan"))
     all_mlps = torch.full((n, spec.n_layers), float("nan"))
     clean_sum = 0.0
-    for batch in tqdm(pair_batches(dataset, batch_size, model.device), disable=not progress, desc=f"path patching ({method})"):
+    batches = pair_batches(dataset, batch_size, model.device)
+    for batch in tqdm(batches, disable=not progress, desc=f"path patching ({method})"):
         eff = scan(model, batch, chosen, metric, chunk_rows=chunk_rows, progress=progress)
         all_heads[batch.idx] = eff.heads
         all_mlps[batch.idx] = eff.mlps

@@ -108,7 +108,8 @@ def exact_scan(
         nonlocal delta
         if delta.shape[0]:
             base = ref[hooks.sub(layer, structure.mlp_reads)][row_pair]
-            delta = delta + mlp_change(model, structure, layer, base, delta, ref[hooks.mlp_out(layer)][row_pair], chunk_rows)
+            mlp_ref = ref[hooks.mlp_out(layer)][row_pair]
+            delta = delta + mlp_change(model, structure, layer, base, delta, mlp_ref, chunk_rows)
 
     for layer in range(L):
         if structure.parallel:  # the MLP reads resid_pre: this layer's heads do not pass through it

@@ -32,7 +32,7 @@ class Readout:
     logit: Float[Tensor, " rows"]
     prob: Float[Tensor, " rows"] | None = None
 
-    def take(self, rows: Int[Tensor, " n"]) -> "Readout":
+    def take(self, rows: Int[Tensor, " n"]) -> Readout:
         """The readout of the given rows (e.g. the pair each patched row belongs to)."""
         return Readout(self.logit[rows], None if self.prob is None else self.prob[rows])
 
