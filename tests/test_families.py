@@ -152,21 +152,35 @@ def test_mlp_probes_lens_after_the_last_layer_is_the_models_output(family):
     assert torch.allclose(shares.sum(-1), torch.ones_like(shares.sum(-1)), atol=1e-5)
 
 
-def test_unknown_family_and_unsupported_flag_are_refused(tmp_path):
-    model = _model("llama")
-    model.hf_model.config.model_type = "cohere"
-    try:
-        with pytest.raises(UnsupportedFamilyError, match="family 'cohere' .* is not in .*FAMILIES"):
-            path_patch(model, _pairs("llama"))
-        with pytest.raises(UnsupportedFamilyError, match="'cohere'"):
-            mlp_probes(model, _pairs("llama"))
-    finally:
-        model.hf_model.config.model_type = "llama"
-    hf, tok = tiny_model("stablelm", use_parallel_residual=True)
-    hf.save_pretrained(tmp_path)
+def _saved(tmp_path, model, tok):
+    model.save_pretrained(tmp_path)
     tok.save_pretrained(tmp_path)
+    return load_model(str(tmp_path))
+
+
+def test_unknown_family_and_unsupported_flag_are_refused(tmp_path):
+    """Cohere (parallel block, shared norm, scaled logits) loads in the bridge but is not in the table: refused."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    tok = _model("llama").tokenizer
+    cfg = AutoConfig.for_model(
+        "cohere", vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, bos_token_id=1, eos_token_id=2, pad_token_id=2,
+    )
+    cohere = AutoModelForCausalLM.from_config(cfg, attn_implementation="eager")
+    cohere.config.architectures = [type(cohere).__name__]
+    model = _saved(tmp_path / "cohere", cohere, tok)
+    pairs = _pairs("llama")
+    for method in ("exact", "attribution"):
+        with pytest.raises(UnsupportedFamilyError, match="family 'cohere' .* is not in .*FAMILIES"):
+            path_patch(model, pairs, method=method)
+    with pytest.raises(UnsupportedFamilyError, match="'cohere'"):
+        mlp_probes(model, pairs)
+    ref = path_patch(model, pairs, method="reference", senders=("mlps",))  # the definition needs no table
+    assert torch.isfinite(ref.mlp_effects).all()
+    hf, tok = tiny_model("stablelm", use_parallel_residual=True)
     with pytest.raises(UnsupportedFamilyError, match="use_parallel_residual=True"):
-        path_patch(load_model(str(tmp_path)), _pairs("stablelm"))
+        path_patch(_saved(tmp_path / "stablelm", hf, tok), _pairs("stablelm"))
 
 
 def test_tiny_model_overrides_and_unknown_family():

@@ -268,8 +268,8 @@ def last_position_caches(
     model: Any,
     tokens: Int[Tensor, "batch seq"],
     cf_tokens: Int[Tensor, "batch seq"],
-    structure: BlockStructure | None = None,
     position: int = -1,
+    structure: BlockStructure | None = None,
 ) -> LastPositionCache:
     """The two forward passes of the method: reference and counterfactual activations at ``position``.
 
@@ -277,8 +277,8 @@ def last_position_caches(
         model: the hooked model.
         tokens: reference prompts.
         cf_tokens: counterfactual prompts, token-aligned with ``tokens``.
-        structure: the model's block structure (looked up when not given).
         position: the patched position.
+        structure: the model's block structure (looked up when not given).
 
     Returns:
         A :class:`LastPositionCache`.

@@ -63,7 +63,7 @@ def attribution_scan(
     structure = block_structure(model)
     spec = model.spec
     L, H = spec.n_layers, spec.n_heads
-    cache = last_position_caches(model, batch.tokens, batch.cf_tokens, structure)
+    cache = last_position_caches(model, batch.tokens, batch.cf_tokens, structure=structure)
     ref, cf = cache.ref, cache.cf
     answer = batch.answer
     clean = cache.clean(answer, metric.needs_probs)

@@ -76,7 +76,7 @@ def exact_scan(
         :class:`BatchEffects` with NaN for senders not scanned.
     """
     structure = block_structure(model)
-    cache = last_position_caches(model, batch.tokens, batch.cf_tokens, structure)
+    cache = last_position_caches(model, batch.tokens, batch.cf_tokens, structure=structure)
     spec = model.spec
     L, H = spec.n_layers, spec.n_heads
     ref, cf = cache.ref, cache.cf
