@@ -58,6 +58,7 @@ from torch import Tensor
 from mathcircuits._io import SavedResult
 from mathcircuits.analysis._common import as_heads, columns, operation_rows, spec_dict, token_strings
 from mathcircuits.data.batching import iter_batches
+from mathcircuits.models import hooks
 
 __all__ = [
     "ROLES",
@@ -257,7 +258,7 @@ def attention_by_role(
 
             return hook_fn
 
-        model.bridge.run_with_hooks(toks, fwd_hooks=[(f"blocks.{layer}.attn.hook_pattern", keep_last_row(layer)) for layer in by_layer])
+        model.bridge.run_with_hooks(toks, fwd_hooks=[(hooks.pattern(layer), keep_last_row(layer)) for layer in by_layer])
         for layer, head_idx in by_layer.items():
             for b, i in enumerate(idx):
                 shares[i, head_idx] = role_shares(rows[layer][b], masks[i])

@@ -70,6 +70,7 @@ from mathcircuits._io import SavedResult
 from mathcircuits.analysis._common import columns, operation_rows, spec_dict, token_strings
 from mathcircuits.data.batching import iter_batches
 from mathcircuits.data.generate import answer_spacing
+from mathcircuits.models import hooks
 from mathcircuits.models.families import block_structure
 
 __all__ = ["SPACES", "MLPProbeResult", "mlp_probes", "number_tokens"]
@@ -292,9 +293,9 @@ def mlp_probes(
 
             return hook_fn
 
-        names = [f"blocks.{l}.{k}" for l in range(n_layers) for k in kinds]
+        names = [hooks.sub(layer, k) for layer in range(n_layers) for k in kinds]
         bridge.run_with_hooks(toks, fwd_hooks=[(name, grab(name)) for name in names])
-        stack = {k: torch.stack([store[f"blocks.{l}.{k}"] for l in range(n_layers)], 1) for k in kinds}  # [B, L, d]
+        stack = {k: torch.stack([store[hooks.sub(layer, k)] for layer in range(n_layers)], 1) for k in kinds}  # [B, L, d]
         mid, upd, post = stack[reads], stack["hook_mlp_out"], stack["hook_resid_post"]
         x_in, x_upd = (phi(mid), phi(upd)) if space == "lens" else (stack["mlp.hook_in"], upd)
         ia, ib, ic = (torch.tensor([t[i] for i in idx], device=model.device) for t in (tok_a, tok_b, ans_tok))
