@@ -1,12 +1,14 @@
 """Stage 2 — models: load any supported model as a TransformerLens hooked model."""
 
+from mathcircuits.models import hooks
 from mathcircuits.models.embedded import EMBEDDED_NAME, convert_gguf, embedded_model_dir, find_embedded_gguf
 from mathcircuits.models.loading import HookedModel, ModelSpec, load_hf_model, load_model, resolve_source
 from mathcircuits.models.spec import ModelMismatchError, as_spec, check_model, heads_by_layer
-from mathcircuits.models.tiny import tiny_gpt2, tiny_llama, tiny_tokenizer
+from mathcircuits.models.tiny import TINY_FAMILIES, tiny_gpt2, tiny_llama, tiny_model, tiny_tokenizer
 
 __all__ = [
     "EMBEDDED_NAME",
+    "TINY_FAMILIES",
     "HookedModel",
     "ModelMismatchError",
     "ModelSpec",
@@ -16,10 +18,12 @@ __all__ = [
     "embedded_model_dir",
     "find_embedded_gguf",
     "heads_by_layer",
+    "hooks",
     "load_hf_model",
     "load_model",
     "resolve_source",
     "tiny_gpt2",
     "tiny_llama",
+    "tiny_model",
     "tiny_tokenizer",
 ]

@@ -11,10 +11,9 @@ from torch import Tensor
 
 from mathcircuits._io import SavedResult
 from mathcircuits.models.spec import ModelSpec, as_spec, check_model
+from mathcircuits.patching.metrics import METRICS
 
 __all__ = ["METRICS", "PatchingResult"]
-
-METRICS = ("relative_logit", "logit_diff", "prob_change")
 
 
 @dataclass(frozen=True)
