@@ -2,11 +2,12 @@
 
 from mathcircuits.models.embedded import EMBEDDED_NAME, convert_gguf, embedded_model_dir, find_embedded_gguf
 from mathcircuits.models.loading import HookedModel, ModelSpec, load_hf_model, load_model, resolve_source
-from mathcircuits.models.tiny import tiny_gpt2, tiny_llama, tiny_tokenizer
+from mathcircuits.models.tiny import TINY_FAMILIES, tiny_gpt2, tiny_llama, tiny_model, tiny_tokenizer
 
 __all__ = [
     "EMBEDDED_NAME",
     "HookedModel",
+    "TINY_FAMILIES",
     "ModelSpec",
     "convert_gguf",
     "embedded_model_dir",
@@ -16,5 +17,6 @@ __all__ = [
     "resolve_source",
     "tiny_gpt2",
     "tiny_llama",
+    "tiny_model",
     "tiny_tokenizer",
 ]

