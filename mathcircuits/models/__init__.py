@@ -3,6 +3,7 @@
 from mathcircuits.models.embedded import EMBEDDED_NAME, convert_gguf, embedded_model_dir, find_embedded_gguf
 from mathcircuits.models.loading import HookedModel, ModelSpec, load_hf_model, load_model, resolve_source
 from mathcircuits.models.tiny import TINY_FAMILIES, tiny_gpt2, tiny_llama, tiny_model, tiny_tokenizer
+from mathcircuits.models.wrap import from_bridge, from_hf, wrap
 
 __all__ = [
     "EMBEDDED_NAME",
@@ -10,6 +11,8 @@ __all__ = [
     "TINY_FAMILIES",
     "ModelSpec",
     "convert_gguf",
+    "from_bridge",
+    "from_hf",
     "embedded_model_dir",
     "find_embedded_gguf",
     "load_hf_model",
@@ -19,4 +22,5 @@ __all__ = [
     "tiny_llama",
     "tiny_model",
     "tiny_tokenizer",
+    "wrap",
 ]
