@@ -150,3 +150,10 @@ def test_unknown_family_is_refused_with_what_is_missing():
     bloom = BloomForCausalLM(BloomConfig(vocab_size=20, hidden_size=16, n_layer=1, n_head=2))
     with pytest.raises(SliceError, match=r"family 'bloom' .*no head-slice layout.*Fix: add a row"):
         head_slices(bloom, [(0, 1)])
+
+
+def test_a_model_inside_a_bridge_is_refused_with_the_plain_copy_as_fix():
+    hf, tok = tiny_model("llama")
+    _boot(hf, tok, "llama")
+    with pytest.raises(SliceError, match=r"inside a TransformerBridge.*plain_hf_model\(\)"):
+        head_slices(hf, [(0, 1)])

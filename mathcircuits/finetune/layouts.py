@@ -223,6 +223,12 @@ def resolve_layout(model: torch.nn.Module) -> AttentionLayout:
         Its :class:`AttentionLayout`.
     """
     model_type = getattr(getattr(model, "config", None), "model_type", None)
+    if any(name.endswith("._original_component") for name, _ in model.named_modules()):
+        raise SliceError(
+            f"this {type(model).__name__} is inside a TransformerBridge (booting replaced its modules in place), so "
+            "its parameters are not where the HF layout says. Fix: use hooked_model.plain_hf_model() or "
+            "load_hf_model(source) for a plain copy to fine-tune."
+        )
     if model_type not in LAYOUTS:
         raise SliceError(
             f"family {model_type!r} ({type(model).__name__}) has no head-slice layout: mathcircuits does not know "
