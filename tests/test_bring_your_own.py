@@ -36,8 +36,8 @@ def _threads():
 def _users_hf_model(model_type: str = "qwen2"):
     """What a user does in a notebook: a config, a model from it, a tokenizer they already have."""
     tok = tiny_tokenizer()
-    kw = dict(vocab_size=len(tok), pad_token_id=tok.pad_token_id, bos_token_id=tok.bos_token_id,
-              eos_token_id=tok.eos_token_id)
+    kw = {"vocab_size": len(tok), "pad_token_id": tok.pad_token_id, "bos_token_id": tok.bos_token_id,
+          "eos_token_id": tok.eos_token_id}
     if model_type == "gpt2":
         kw.update(n_embd=64, n_layer=3, n_head=4, n_positions=256)
     else:
@@ -164,7 +164,8 @@ def test_notebook_users_own_model_through_every_stage(held, tmp_path):
     heads = [(l, h) for l, h, _ in res.top_heads(2)]
     abr = attention_by_role(hm, pairs, heads)
     row = pairs[0]
-    _, cache = hm.bridge.run_with_cache(torch.tensor([row["tokens"]]), names_filter=lambda n: n.endswith("hook_pattern"))
+    _, cache = hm.bridge.run_with_cache(torch.tensor([row["tokens"]]),
+                                        names_filter=lambda n: n.endswith("hook_pattern"))
     masks = role_masks(row["n_tokens"], row["prefix_len"], row["pos_a"], row["pos_b"], row["pos_op"]).float()
     for i, (layer, head) in enumerate(heads):
         last_row = cache[f"blocks.{layer}.attn.hook_pattern"][0, head, row["pos_last"]]

@@ -45,8 +45,9 @@ head of the group, so tuning them changes the whole group (see ``kv_policy`` in
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Literal
+from typing import Any, Literal
 
 import torch
 from transformers.pytorch_utils import Conv1D

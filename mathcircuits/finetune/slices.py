@@ -37,9 +37,10 @@ Usage::
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Literal
+from typing import Any, Literal
 
 import torch
 from jaxtyping import Bool, Int
@@ -371,7 +372,7 @@ def head_slices(
     mlp_layers = mlp_layers if include_mlps else []
     _check_selection(heads, mlp_layers, facts)
     heads = sorted({(int(l), int(h)) for l, h in heads})
-    mlp_layers = sorted(set(int(m) for m in mlp_layers))
+    mlp_layers = sorted({int(m) for m in mlp_layers})
     roles = layout.check_roles(roles, facts["model_type"]) if heads else HEAD_ROLES
 
     pending = _Pending(model, layout, facts)
