@@ -36,7 +36,7 @@ def main() -> None:
     from mathcircuits.data import GenerationConfig, filter_correct, generate_pairs, load_templates, score_pairs
     from mathcircuits.models import load_model
     from mathcircuits.patching import last_position_caches, path_patch
-    from mathcircuits.patching._common import iter_batches
+    from mathcircuits.patching._common import pair_batches
 
     model = load_model(args.model)
     spec = model.spec
@@ -51,11 +51,11 @@ def main() -> None:
     # floor: the two forward passes + last-position MLP work, measured directly
     with torch.no_grad():
         t0 = time.perf_counter()
-        for b in iter_batches(pairs, args.batch_size, model.device):
+        for b in pair_batches(pairs, args.batch_size, model.device):
             last_position_caches(model, b.tokens, b.cf_tokens)
         t_fwd = time.perf_counter() - t0
         t0 = time.perf_counter()
-        for b in iter_batches(pairs, args.batch_size, model.device):
+        for b in pair_batches(pairs, args.batch_size, model.device):
             B = b.tokens.shape[0]
             for layer in range(spec.n_layers):
                 rows = B * (spec.n_heads * (layer + 1) + layer)

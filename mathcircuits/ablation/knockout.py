@@ -28,7 +28,9 @@ from jaxtyping import Float
 from torch import Tensor
 
 from mathcircuits._io import SavedResult
-from mathcircuits.data.filter import length_groups, score_pairs
+from mathcircuits.data.batching import iter_batches
+from mathcircuits.data.filter import score_pairs
+from mathcircuits.models import hooks
 
 __all__ = ["HeadMeans", "KnockoutResult", "head_means", "ablated_model", "ablated_accuracy", "knockout_curve"]
 
@@ -45,14 +47,24 @@ class HeadMeans(SavedResult):
 
 @torch.no_grad()
 def head_means(model: Any, dataset: Any, column: str = "cf_tokens", batch_size: int = 32) -> HeadMeans:
-    """Mean of every head's ``hook_z`` over the prompts in ``column``, all positions."""
+    """Mean of every head's ``hook_z`` over the prompts in ``column``, all positions.
+
+    Args:
+        model: the hooked model.
+        dataset: pairs with a ``column`` of token lists.
+        column: which prompts to average over (the counterfactual ones by default).
+        batch_size: prompts per forward.
+
+    Returns:
+        :class:`HeadMeans` with one ``d_head`` vector per head.
+    """
     spec = model.spec
-    names = [f"blocks.{l}.attn.hook_z" for l in range(spec.n_layers)]
+    names = [hooks.z(layer) for layer in range(spec.n_layers)]
     total = torch.zeros(spec.n_layers, spec.n_heads, spec.d_head, dtype=torch.float64)
     count = 0
     seqs = dataset[column]
-    for idx in length_groups([len(s) for s in seqs], batch_size):
-        toks = torch.tensor([seqs[i] for i in idx], device=model.device)
+    for _, batch in iter_batches({"tokens": seqs}, batch_size, model.device):
+        toks = batch["tokens"]
         sums: dict[int, Tensor] = {}
 
         def make(layer: int) -> Any:
@@ -61,9 +73,9 @@ def head_means(model: Any, dataset: Any, column: str = "cf_tokens", batch_size: 
 
             return hook
 
-        model.bridge.run_with_hooks(toks, fwd_hooks=[(n, make(l)) for l, n in enumerate(names)])
-        for l in range(spec.n_layers):
-            total[l] += sums[l]
+        model.bridge.run_with_hooks(toks, fwd_hooks=[(n, make(layer)) for layer, n in enumerate(names)])
+        for layer in range(spec.n_layers):
+            total[layer] += sums[layer]
         count += toks.numel()
     return HeadMeans(means=(total / count).float(), n_prompts=len(seqs))
 
@@ -73,7 +85,7 @@ def _hooks(model: Any, heads: Sequence[tuple[int, int]], means: HeadMeans, scope
     for l, h in heads:
         model.spec.check_head(l, h)
         by_layer.setdefault(l, []).append(h)
-    hooks = []
+    out = []  # hook_z is per query head on every family, so this touches exactly the ablated heads
     for layer, hs in by_layer.items():
         idx = torch.tensor(hs)
         value = means.means[layer, idx].to(model.device)
@@ -86,8 +98,8 @@ def _hooks(model: Any, heads: Sequence[tuple[int, int]], means: HeadMeans, scope
                 act[:, :, idx] = value.to(act.dtype)
             return act
 
-        hooks.append((f"blocks.{layer}.attn.hook_z", hook))
-    return hooks
+        out.append((hooks.z(layer), hook))
+    return out
 
 
 def ablated_model(model: Any, heads: Sequence[tuple[int, int]], means: HeadMeans, scope: str = "all"):

@@ -1,14 +1,12 @@
-"""Helpers shared by the analyses: head lists, dataset columns, equal-length batches."""
+"""Helpers shared by the analyses: head lists, dataset columns (batching is ``mathcircuits.data.batching``)."""
 
 from __future__ import annotations
 
-from typing import Any, Iterator, Sequence
+from typing import Any, Sequence
 
 import torch
 
-from mathcircuits.data.filter import length_groups
-
-__all__ = ["as_heads", "columns", "iter_batches", "operation_rows", "spec_dict", "token_strings"]
+__all__ = ["as_heads", "columns", "operation_rows", "spec_dict", "token_strings"]
 
 
 def spec_dict(model: Any) -> dict[str, Any]:
@@ -45,12 +43,6 @@ def columns(dataset: Any, names: Sequence[str]) -> dict[str, list[Any]]:
     if hasattr(dataset, "column_names"):
         return {n: list(dataset[n]) for n in names}
     return {n: [row[n] for row in dataset] for n in names}
-
-
-def iter_batches(tokens: list[list[int]], batch_size: int, device: torch.device | str) -> Iterator[tuple[list[int], torch.Tensor]]:
-    """Yield (row indices, [batch, seq] token tensor) for groups of equal length (no padding)."""
-    for idx in length_groups([len(t) for t in tokens], batch_size):
-        yield idx, torch.tensor([tokens[i] for i in idx], dtype=torch.long, device=device)
 
 
 def token_strings(tokenizer: Any, ids: Sequence[int]) -> list[str]:

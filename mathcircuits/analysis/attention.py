@@ -56,7 +56,9 @@ from jaxtyping import Bool, Float
 from torch import Tensor
 
 from mathcircuits._io import SavedResult
-from mathcircuits.analysis._common import as_heads, columns, iter_batches, operation_rows, spec_dict, token_strings
+from mathcircuits.analysis._common import as_heads, columns, operation_rows, spec_dict, token_strings
+from mathcircuits.data.batching import iter_batches
+from mathcircuits.models import hooks
 
 __all__ = [
     "ROLES",
@@ -246,7 +248,8 @@ def attention_by_role(
         masks.append(role_masks(cols["n_tokens"][i], cols["prefix_len"][i], cols["pos_a"][i], cols["pos_b"][i], cols["pos_op"][i]))
     shares = torch.zeros(n, len(heads_t), len(ROLES))
     baselines = torch.stack([m.float().sum(1) / m.shape[1] for m in masks])
-    for idx, toks in iter_batches(cols["tokens"], batch_size, model.device):
+    for idx, batch in iter_batches({"tokens": cols["tokens"]}, batch_size, model.device):
+        toks = batch["tokens"]
         rows: dict[int, Tensor] = {}
 
         def keep_last_row(layer: int):
@@ -255,7 +258,7 @@ def attention_by_role(
 
             return hook_fn
 
-        model.bridge.run_with_hooks(toks, fwd_hooks=[(f"blocks.{layer}.attn.hook_pattern", keep_last_row(layer)) for layer in by_layer])
+        model.bridge.run_with_hooks(toks, fwd_hooks=[(hooks.pattern(layer), keep_last_row(layer)) for layer in by_layer])
         for layer, head_idx in by_layer.items():
             for b, i in enumerate(idx):
                 shares[i, head_idx] = role_shares(rows[layer][b], masks[i])

@@ -17,8 +17,9 @@ Quantities (per pair *p*, layer *l*, at the last position):
 * ``update_sim_answer``: cosine of the MLP update ``u_l`` with ``W_U[:, C]``;
   ``update_sim_others``: its mean over the other candidate numbers (the first
   tokens of 0..``max_number``, excluding C's). The MLP update is the MLP's
-  output ``hook_mlp_out``, which equals MLP-output-minus-MLP-input in residual
-  terms: ``resid_post − resid_mid`` (checked in the tests);
+  output ``hook_mlp_out`` as added to the residual (after the post-feed-forward
+  norm on Gemma 2/3 and OLMo 2), which equals ``resid_post − resid_mid`` in
+  sequential blocks (checked in the tests);
 * ``update_direct_answer``: the update's *direct effect* on the answer's final
   logit, ``(LN_f(x_L) − LN_f(x_L − u_l)) · W_U[:, C]`` with ``x_L`` the final
   residual (exact, norm included), and ``update_direct_margin``: the same minus
@@ -30,14 +31,15 @@ Quantities (per pair *p*, layer *l*, at the last position):
 Which space (``space=``). Cosine ignores a vector's length, so the RMS or
 LayerNorm *scale* does not matter, but the norms' per-dimension *gains* do:
 
-* ``"lens"`` (default): both the MLP input (``resid_mid``) and the update are
+* ``"lens"`` (default): both the MLP input (the residual the MLP reads:
+  ``resid_mid``, or ``resid_pre`` in parallel blocks such as Pythia's) and the update are
   mapped by the final norm's linear part, ``phi(v) = LN_f(v) − LN_f(0)`` (its
   gain, and centring for LayerNorm), then compared with raw ``W_U`` columns.
   That is the space in which the unembedding actually reads the residual, so
   the cosines say how strongly a vector would promote a token under the logit
   lens. It works for any norm without reading its weights.
 * ``"raw"``: the paper's reading: the MLP input is what the MLP sees, the
-  output of ``ln2`` (``blocks.{l}.ln2.hook_out``, with ln2's gain), and the
+  output of its input norm (``blocks.{l}.mlp.hook_in``, with the norm's gain), and the
   update is ``hook_mlp_out`` as is, both against raw ``W_U`` columns. Gains can
   differ a lot between dimensions (SmolLM2), so raw cosines mix in dimensions
   the unembedding barely reads; we keep it for comparison with the paper.
@@ -65,8 +67,11 @@ from jaxtyping import Float
 from torch import Tensor
 
 from mathcircuits._io import SavedResult
-from mathcircuits.analysis._common import columns, iter_batches, operation_rows, spec_dict, token_strings
+from mathcircuits.analysis._common import columns, operation_rows, spec_dict, token_strings
+from mathcircuits.data.batching import iter_batches
 from mathcircuits.data.generate import answer_spacing
+from mathcircuits.models import hooks
+from mathcircuits.models.families import block_structure
 
 __all__ = ["SPACES", "MLPProbeResult", "mlp_probes", "number_tokens"]
 
@@ -274,8 +279,12 @@ def mlp_probes(
 
     out = {k: torch.zeros(n, n_layers) for k in _PROBES}
     case: dict[str, Any] = {}
-    kinds = ["hook_resid_mid", "hook_mlp_out", "hook_resid_post"] + (["ln2.hook_out"] if space == "raw" else [])
-    for idx, toks in iter_batches(cols["tokens"], batch_size, model.device):
+    structure = block_structure(model)
+    reads = structure.mlp_reads  # hook_resid_mid, or hook_resid_pre in parallel blocks
+    cap = structure.logit_softcap  # Gemma 2 soft-caps its logits: the lens after the last layer must too
+    kinds = [reads, "hook_mlp_out", "hook_resid_post"] + (["mlp.hook_in"] if space == "raw" else [])
+    for idx, batch in iter_batches({"tokens": cols["tokens"]}, batch_size, model.device):
+        toks = batch["tokens"]
         store: dict[str, Tensor] = {}
 
         def grab(name: str):  # keyed by the name we asked for: the bridge reports aliases under their canonical names
@@ -284,11 +293,11 @@ def mlp_probes(
 
             return hook_fn
 
-        names = [f"blocks.{l}.{k}" for l in range(n_layers) for k in kinds]
+        names = [hooks.sub(layer, k) for layer in range(n_layers) for k in kinds]
         bridge.run_with_hooks(toks, fwd_hooks=[(name, grab(name)) for name in names])
-        stack = {k: torch.stack([store[f"blocks.{l}.{k}"] for l in range(n_layers)], 1) for k in kinds}  # [B, L, d]
-        mid, upd, post = stack["hook_resid_mid"], stack["hook_mlp_out"], stack["hook_resid_post"]
-        x_in, x_upd = (phi(mid), phi(upd)) if space == "lens" else (stack["ln2.hook_out"], upd)
+        stack = {k: torch.stack([store[hooks.sub(layer, k)] for layer in range(n_layers)], 1) for k in kinds}  # [B, L, d]
+        mid, upd, post = stack[reads], stack["hook_mlp_out"], stack["hook_resid_post"]
+        x_in, x_upd = (phi(mid), phi(upd)) if space == "lens" else (stack["mlp.hook_in"], upd)
         ia, ib, ic = (torch.tensor([t[i] for i in idx], device=model.device) for t in (tok_a, tok_b, ans_tok))
         out["input_sim_a"][idx] = _cos(x_in, W_U[:, ia].T).cpu()
         out["input_sim_b"][idx] = _cos(x_in, W_U[:, ib].T).cpu()
@@ -308,6 +317,7 @@ def mlp_probes(
         out["update_direct_answer"][idx] = direct_ans.cpu()
         out["update_direct_margin"][idx] = (direct_ans - (direct * others[:, None]).sum(-1) / others.sum(-1)[:, None]).cpu()
         lens = bridge.ln_final(post) @ W_U + (b_U if b_U is not None else 0)  # [B, L, V]
+        lens = lens if cap is None else cap * torch.tanh(lens / cap)
         ans_logit = lens.gather(-1, ic[:, None, None].expand(-1, n_layers, 1))
         out["lens_rank"][idx] = (lens > ans_logit).sum(-1).float().cpu()
         out["lens_prob"][idx] = torch.softmax(lens, -1).gather(-1, ic[:, None, None].expand(-1, n_layers, 1))[..., 0].cpu()

@@ -1,5 +1,6 @@
 """Stage 2 — models: load any supported model as a TransformerLens hooked model."""
 
+from mathcircuits.models import hooks
 from mathcircuits.models.embedded import EMBEDDED_NAME, convert_gguf, embedded_model_dir, find_embedded_gguf
 from mathcircuits.models.loading import HookedModel, ModelSpec, load_hf_model, load_model, resolve_source
 from mathcircuits.models.tiny import TINY_FAMILIES, tiny_gpt2, tiny_llama, tiny_model, tiny_tokenizer
@@ -7,14 +8,15 @@ from mathcircuits.models.wrap import from_bridge, from_hf, wrap
 
 __all__ = [
     "EMBEDDED_NAME",
-    "HookedModel",
     "TINY_FAMILIES",
+    "HookedModel",
     "ModelSpec",
     "convert_gguf",
     "from_bridge",
     "from_hf",
     "embedded_model_dir",
     "find_embedded_gguf",
+    "hooks",
     "load_hf_model",
     "load_model",
     "resolve_source",

@@ -8,7 +8,6 @@ punctuation of the templates, so every template tokenizes without a download.
 from __future__ import annotations
 
 import string
-
 from typing import Any
 
 import torch

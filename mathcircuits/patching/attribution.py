@@ -4,17 +4,20 @@ Attribution patching (Nanda 2023; Syed et al. 2023) replaces each patch by a
 linear estimate, ``effect ≈ (a' − a) · ∂metric/∂a``. Here the gradient is taken
 along the *same path* that exact path patching measures: the last-position
 residual stream through the MLPs and norms, with every attention head frozen.
-We rebuild that chain from the reference run's cached activations, add a zero
-"probe" to the residual after each attention block and after each MLP, and
-one backward pass gives the gradient of the answer logit at every layer. Each
-head's estimate is its counterfactual change ``(z' − z) W_O`` dotted with the
-gradient at its layer; each MLP's is ``mlp' − mlp`` dotted with the gradient
-after it. Cost: the two forward passes plus one last-position chain forward
-and backward for all senders together.
+We rebuild that chain from the reference run's cached activations with the
+family's block structure (sequential or parallel, output norms, soft cap;
+see :mod:`mathcircuits.patching.exact`), add a zero "probe" to each layer's
+attention output (before its output norm, if any) and to the residual after
+each MLP block, and one backward pass gives the gradient of the answer's logit
+(or probability) at every probe. Each head's estimate is its counterfactual
+change ``(z' − z) W_O`` dotted with the gradient at its layer's attention
+probe; each MLP's is ``mlp' − mlp`` dotted with the gradient after it. Cost:
+the two forward passes plus one last-position chain forward and backward for
+all senders together.
 
-It is exact when the MLP chain is linear in the patch, and otherwise a ranking
-screen: :func:`compare_rankings` reports Spearman correlation and top-k
-overlap against the exact method.
+It is exact to first order in the patch, and otherwise a ranking screen:
+:func:`compare_rankings` reports Spearman correlation and top-k overlap
+against the exact method.
 """
 
 from __future__ import annotations
@@ -22,66 +25,99 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from torch import Tensor
+from scipy.stats import spearmanr
 
-from mathcircuits.patching._common import PairBatch
-from mathcircuits.patching.exact import _readout, last_position_caches
+from mathcircuits.models import hooks
+from mathcircuits.models.families import block_structure
+from mathcircuits.patching._common import (
+    BatchEffects,
+    PairBatch,
+    Senders,
+    attn_change,
+    attn_pre_norm_name,
+    last_position_caches,
+    mlp_change,
+    readout,
+)
+from mathcircuits.patching.metrics import Metric, Readout
 
-__all__ = ["attribution_scan_batch", "compare_rankings"]
+__all__ = ["attribution_scan", "compare_rankings"]
 
 
-def attribution_scan_batch(model: Any, batch: PairBatch, heads: bool, mlps: bool, metric: str, progress: bool = False) -> tuple[Tensor, Tensor, Tensor]:
-    bridge, spec = model.bridge, model.spec
+def attribution_scan(
+    model: Any, batch: PairBatch, senders: Senders, metric: Metric, *, chunk_rows: int = 8192, progress: bool = False
+) -> BatchEffects:
+    """First-order estimates of every sender's effect for one batch of equal-length pairs.
+
+    Args:
+        model: the hooked model.
+        batch: the pairs.
+        senders: heads, MLPs or both.
+        metric: the effect measure (the gradient is taken of its target, logit or probability).
+        chunk_rows: rows per MLP call.
+        progress: unused.
+
+    Returns:
+        :class:`BatchEffects` with NaN for senders not scanned.
+    """
+    structure = block_structure(model)
+    spec = model.spec
     L, H = spec.n_layers, spec.n_heads
-    caches = last_position_caches(model, batch.tokens, batch.cf_tokens)
-    ref, cf = caches["ref"], caches["cf"]
+    cache = last_position_caches(model, batch.tokens, batch.cf_tokens, structure=structure)
+    ref, cf = cache.ref, cache.cf
     answer = batch.answer
-    clean_logits = caches["logits"]
-    clean = clean_logits.gather(-1, answer[:, None])[:, 0]
-    need_probs = metric == "prob_change"
+    clean = cache.clean(answer, metric.needs_probs)
+    final_ref = ref[hooks.resid_post(L - 1)]
     with torch.enable_grad():
-        probes_attn = [torch.zeros_like(ref[f"blocks.{l}.hook_resid_mid"], requires_grad=True) for l in range(L)]
-        probes_mlp = [torch.zeros_like(ref[f"blocks.{l}.hook_resid_mid"], requires_grad=True) for l in range(L)]
-        delta = torch.zeros_like(ref["blocks.0.hook_resid_mid"])
-        for l in range(L):
-            delta = delta + probes_attn[l]
-            mid = ref[f"blocks.{l}.hook_resid_mid"] + delta
-            block = bridge.blocks[l]
-            delta = delta + block.mlp(block.ln2(mid)) - ref[f"blocks.{l}.hook_mlp_out"] + probes_mlp[l]
-        logit, prob = _readout(bridge, ref[f"blocks.{L - 1}.hook_resid_post"] + delta, answer, need_probs)
-        target = prob if need_probs else logit
-        grads = torch.autograd.grad(target.sum(), probes_attn + probes_mlp)
+        probes_attn = [torch.zeros_like(final_ref, requires_grad=True) for _ in range(L)]
+        probes_mlp = [torch.zeros_like(final_ref, requires_grad=True) for _ in range(L)]
+        delta = torch.zeros_like(final_ref)
+        for layer in range(L):
+            pre_name = attn_pre_norm_name(structure, layer)
+            pre = None if pre_name is None else ref[pre_name]
+            base = ref[hooks.sub(layer, structure.mlp_reads)]
+            mlp_ref = ref[hooks.mlp_out(layer)]
+            if structure.parallel:  # the MLP reads resid_pre, before this layer's heads
+                delta = delta + mlp_change(model, structure, layer, base, delta, mlp_ref, chunk_rows)
+                delta = delta + attn_change(model, structure, layer, pre, probes_attn[layer])
+            else:
+                delta = delta + attn_change(model, structure, layer, pre, probes_attn[layer])
+                delta = delta + mlp_change(model, structure, layer, base, delta, mlp_ref, chunk_rows)
+            delta = delta + probes_mlp[layer]
+        patched = readout(model, structure, final_ref + delta, answer, metric.needs_probs)
+        grads = torch.autograd.grad(patched.value(metric.target).sum(), probes_attn + probes_mlp)
     g_attn, g_mlp = grads[:L], grads[L:]
     B = answer.shape[0]
     head_eff = torch.full((B, L, H), float("nan"))
     mlp_eff = torch.full((B, L), float("nan"))
+    per_head = Readout(  # the clean readout of each (pair, head) row
+        clean.logit.repeat_interleave(H), None if clean.prob is None else clean.prob.repeat_interleave(H)
+    )
     with torch.no_grad():
-        W_O = bridge.W_O
-        clean_p = torch.softmax(clean_logits.float(), -1).gather(-1, answer[:, None])[:, 0]
-        for l in range(L):
-            if heads:
-                dz = cf[f"blocks.{l}.attn.hook_z"] - ref[f"blocks.{l}.attn.hook_z"]
-                d_resid = torch.einsum("bhd,hdm->bhm", dz, W_O[l])
-                est = torch.einsum("bhm,bm->bh", d_resid, g_attn[l])
-                head_eff[:, l] = _scale(est, metric, clean, clean_p).float().cpu()
-            if mlps:
-                dm = cf[f"blocks.{l}.hook_mlp_out"] - ref[f"blocks.{l}.hook_mlp_out"]
-                est = (dm * g_mlp[l]).sum(-1)
-                mlp_eff[:, l] = _scale(est, metric, clean[:, None] if est.ndim > 1 else clean, clean_p).float().cpu()
-    return head_eff, mlp_eff, clean
-
-
-def _scale(est: Tensor, metric: str, clean: Tensor, clean_p: Tensor) -> Tensor:
-    """Turn a first-order change of the logit (or probability) into the chosen metric."""
-    if metric == "relative_logit":
-        return est / (clean[:, None] if est.ndim > 1 and clean.ndim == 1 else clean)
-    return est
+        W_O = model.bridge.W_O
+        for layer in range(L):
+            if senders.heads:
+                dz = cf[hooks.z(layer)] - ref[hooks.z(layer)]
+                change = torch.einsum("bhd,hdm,bm->bh", dz, W_O[layer], g_attn[layer])
+                head_eff[:, layer] = metric.of_change(change.reshape(-1), per_head).reshape(B, H).float().cpu()
+            if senders.mlps:
+                change = ((cf[hooks.mlp_out(layer)] - ref[hooks.mlp_out(layer)]) * g_mlp[layer]).sum(-1)
+                mlp_eff[:, layer] = metric.of_change(change, clean).float().cpu()
+    return BatchEffects(heads=head_eff, mlps=mlp_eff, clean_logit=clean.logit)
 
 
 def compare_rankings(approx: Any, exact: Any, k: int = 10) -> dict[str, float]:
-    """Spearman correlation of head effects and top-k overlap between two PatchingResults."""
-    from scipy.stats import spearmanr
+    """Spearman correlation of head effects and top-k overlap between two PatchingResults.
 
+    Args:
+        approx: the screened result (e.g. attribution).
+        exact: the result to compare with.
+        k: how many most-negative heads the overlap compares.
+
+    Returns:
+        ``spearman_heads``, ``top{k}_overlap`` (share of the k heads found by both) and, with at least
+        three MLPs, ``spearman_mlps``.
+    """
     a = approx.head_effects.flatten()
     e = exact.head_effects.flatten()
     ok = torch.isfinite(a) & torch.isfinite(e)

@@ -4,8 +4,11 @@ For each sender we run the whole model on the reference prompt with hooks on
 every layer's ``hook_z`` that write back the reference values of all heads
 (freezing them), except that the sender head's value at the patched position
 comes from the counterfactual run; an MLP sender is patched on
-``hook_mlp_out``. MLPs and norms recompute. This is the textbook definition;
-:mod:`mathcircuits.patching.exact` must agree with it (tests check ≤ 1e-4).
+``hook_mlp_out`` (what the MLP block adds to the residual, after its output
+norm on Gemma 2/3 and OLMo 2). MLPs and norms recompute. This is the textbook
+definition and needs no knowledge of the block's shape, so it works on every
+family the bridge loads; :mod:`mathcircuits.patching.exact` must agree with it
+(tests check ≤ 1e-4 on every family).
 """
 
 from __future__ import annotations
@@ -15,31 +18,49 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from mathcircuits.patching._common import PairBatch, metric_from_logits
+from mathcircuits.models import hooks
+from mathcircuits.patching._common import BatchEffects, PairBatch, Senders, capture
+from mathcircuits.patching.metrics import Metric, Readout
 
-__all__ = ["reference_scan_batch"]
+__all__ = ["reference_scan"]
+
+
+def _readout(logits: Tensor, answer: Tensor, need_probs: bool) -> Readout:
+    logit = logits.gather(-1, answer[:, None])[:, 0]
+    prob = torch.softmax(logits.float(), -1).gather(-1, answer[:, None])[:, 0] if need_probs else None
+    return Readout(logit, prob)
 
 
 @torch.no_grad()
-def reference_scan_batch(model: Any, batch: PairBatch, heads: bool, mlps: bool, metric: str, position: int = -1, progress: bool = False) -> tuple[Tensor, Tensor, Tensor]:
+def reference_scan(
+    model: Any, batch: PairBatch, senders: Senders, metric: Metric, *, chunk_rows: int = 8192, progress: bool = False
+) -> BatchEffects:
+    """Effects of every sender for one batch, one hooked forward per sender.
+
+    Args:
+        model: the hooked model.
+        batch: the pairs.
+        senders: heads, MLPs or both.
+        metric: the effect measure.
+        chunk_rows: unused (the same signature as the other methods).
+        progress: unused.
+
+    Returns:
+        :class:`BatchEffects` with NaN for senders not scanned.
+    """
     bridge, spec = model.bridge, model.spec
     L, H = spec.n_layers, spec.n_heads
-    z_names = [f"blocks.{l}.attn.hook_z" for l in range(L)]
-    m_names = [f"blocks.{l}.hook_mlp_out" for l in range(L)]
-    filt = set(z_names + m_names)
-    clean_logits, ref = bridge.run_with_cache(batch.tokens, names_filter=lambda n: n in filt)
-    _, cf = bridge.run_with_cache(batch.cf_tokens, names_filter=lambda n: n in filt)
-    ans = batch.answer[:, None]
-    clean_last = clean_logits[:, position]
-    clean = clean_last.gather(-1, ans)[:, 0]
-    clean_p = torch.softmax(clean_last.float(), -1).gather(-1, ans)[:, 0]
+    position = -1
+    z_names = [hooks.z(layer) for layer in range(L)]
+    m_names = [hooks.mlp_out(layer) for layer in range(L)]
+    clean_logits, ref = capture(bridge, batch.tokens, z_names, position=None)
+    _, cf = capture(bridge, batch.cf_tokens, z_names + m_names, position=None)
+    clean = _readout(clean_logits[:, position], batch.answer, metric.needs_probs)
     B = batch.tokens.shape[0]
     head_eff = torch.full((B, L, H), float("nan"))
     mlp_eff = torch.full((B, L), float("nan"))
 
-    def run(sender: tuple[str, int, int]) -> Tensor:
-        kind, s_layer, s_head = sender
-
+    def run(kind: str, s_layer: int, s_head: int) -> Tensor:
         def freeze(layer: int) -> Any:
             name = z_names[layer]
 
@@ -56,16 +77,16 @@ def reference_scan_batch(model: Any, batch: PairBatch, heads: bool, mlps: bool, 
             new[:, position] = cf[m_names[s_layer]][:, position]
             return new
 
-        hooks: list[tuple[str, Any]] = [(z_names[l], freeze(l)) for l in range(L)]
+        fwd = [(z_names[layer], freeze(layer)) for layer in range(L)]
         if kind == "mlp":
-            hooks.append((m_names[s_layer], patch_mlp))
-        logits = bridge.run_with_hooks(batch.tokens, fwd_hooks=hooks)[:, position]
-        return metric_from_logits(metric, logits.gather(-1, ans)[:, 0], clean, torch.softmax(logits.float(), -1).gather(-1, ans)[:, 0], clean_p)
+            fwd.append((m_names[s_layer], patch_mlp))
+        logits = bridge.run_with_hooks(batch.tokens, fwd_hooks=fwd)[:, position]
+        return metric(_readout(logits, batch.answer, metric.needs_probs), clean).float().cpu()
 
     for layer in range(L):
-        if heads:
+        if senders.heads:
             for h in range(H):
-                head_eff[:, layer, h] = run(("head", layer, h)).float().cpu()
-        if mlps:
-            mlp_eff[:, layer] = run(("mlp", layer, -1)).float().cpu()
-    return head_eff, mlp_eff, clean
+                head_eff[:, layer, h] = run("head", layer, h)
+        if senders.mlps:
+            mlp_eff[:, layer] = run("mlp", layer, -1)
+    return BatchEffects(heads=head_eff, mlps=mlp_eff, clean_logit=clean.logit)

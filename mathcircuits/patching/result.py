@@ -10,10 +10,9 @@ from jaxtyping import Float
 from torch import Tensor
 
 from mathcircuits._io import SavedResult
+from mathcircuits.patching.metrics import METRICS
 
 __all__ = ["PatchingResult", "METRICS"]
-
-METRICS = ("relative_logit", "logit_diff", "prob_change")
 
 
 @dataclass(frozen=True)

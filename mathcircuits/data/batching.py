@@ -1,0 +1,45 @@
+"""Equal-length batches of dataset rows: the one batching helper of the toolkit.
+
+Prompts of a pair set have a few distinct token lengths. Grouping rows by
+length avoids padding, so position ``-1`` is every row's last token, which the
+patching methods and the analyses rely on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+import torch
+
+from mathcircuits.data.filter import length_groups
+
+__all__ = ["iter_batches"]
+
+
+def iter_batches(
+    columns: Mapping[str, Sequence[Any]],
+    batch_size: int,
+    device: torch.device | str = "cpu",
+    length_of: str = "tokens",
+) -> Iterator[tuple[list[int], dict[str, torch.Tensor]]]:
+    """Yield ``(row indices, {column: tensor})`` for groups of rows whose ``length_of`` column has equal length.
+
+    Args:
+        columns: equal-length columns (lists of token lists, or of scalars),
+            e.g. ``{"tokens": ..., "answer_token": ...}``.
+        batch_size: at most this many rows per batch.
+        device: where the tensors go.
+        length_of: the column whose per-row length groups the rows.
+
+    Returns:
+        An iterator of (indices into the columns, each column's rows stacked as a tensor).
+    """
+    if length_of not in columns:
+        raise KeyError(
+            f"iter_batches groups by column {length_of!r}, which is not among {sorted(columns)}. Fix: pass that column."
+        )
+    if batch_size < 1:
+        raise ValueError(f"batch_size is {batch_size}. Fix: use a positive batch size.")
+    for idx in length_groups([len(t) for t in columns[length_of]], batch_size):
+        yield idx, {name: torch.tensor([col[i] for i in idx], device=device) for name, col in columns.items()}

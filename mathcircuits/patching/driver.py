@@ -1,0 +1,96 @@
+"""``path_patch``: one driver for the three path-patching methods, dispatched by a table.
+
+Each method is a scan function with the one signature
+:class:`~mathcircuits.patching._common.ScanFn`: it takes a batch of
+equal-length pairs, the senders and a :class:`~mathcircuits.patching.metrics.Metric`
+and returns per-pair effects. The driver batches the dataset, calls the scan
+and averages into a :class:`~mathcircuits.patching.result.PatchingResult`.
+
+* ``"exact"`` (default): two cached forwards and the last-position chain (:mod:`.exact`);
+* ``"reference"``: one full hooked forward per sender, for checking (:mod:`.reference`);
+* ``"attribution"``: a first-order screen (:mod:`.attribution`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from tqdm.auto import tqdm
+
+from mathcircuits.patching._common import ScanFn, Senders, check_dataset, pair_batches
+from mathcircuits.patching.attribution import attribution_scan
+from mathcircuits.patching.exact import exact_scan
+from mathcircuits.patching.metrics import Metric, get_metric
+from mathcircuits.patching.reference import reference_scan
+from mathcircuits.patching.result import PatchingResult
+
+__all__ = ["METHODS", "path_patch"]
+
+METHODS: dict[str, ScanFn] = {"exact": exact_scan, "reference": reference_scan, "attribution": attribution_scan}
+
+
+def path_patch(
+    model: Any,
+    dataset: Any,
+    senders: Sequence[str] = ("heads", "mlps"),
+    metric: str | Metric = "relative_logit",
+    method: str = "exact",
+    batch_size: int = 16,
+    chunk_rows: int = 8192,
+    keep_per_pair: bool = False,
+    progress: bool = False,
+) -> PatchingResult:
+    """Path-patch every head and/or MLP to the logits at the last position.
+
+    Args:
+        model: the hooked model (:func:`mathcircuits.models.load_model`).
+        dataset: token-aligned pairs (:func:`mathcircuits.data.generate_pairs`).
+        senders: ``("heads",)``, ``("mlps",)`` or both.
+        metric: a name from :data:`~mathcircuits.patching.metrics.METRICS` or a :class:`Metric`.
+        method: a key of :data:`METHODS`: ``"exact"``, ``"reference"`` or ``"attribution"``.
+        batch_size: pairs per batch.
+        chunk_rows: rows per last-position MLP call (bounds memory).
+        keep_per_pair: also keep the per-pair effects.
+        progress: show a progress bar.
+
+    Returns:
+        A :class:`PatchingResult` (its ``metric`` is the metric's name).
+    """
+    metric = get_metric(metric)
+    chosen = Senders.from_names(senders)
+    if method not in METHODS:
+        raise ValueError(f"method {method!r} is unknown. Fix: use one of {list(METHODS)}.")
+    scan = METHODS[method]
+    check_dataset(dataset, model.spec)
+    spec = model.spec
+    t0 = time.perf_counter()
+    n = len(dataset)
+    all_heads = torch.full((n, spec.n_layers, spec.n_heads), float("nan"))
+    all_mlps = torch.full((n, spec.n_layers), float("nan"))
+    clean_sum = 0.0
+    batches = pair_batches(dataset, batch_size, model.device)
+    for batch in tqdm(batches, disable=not progress, desc=f"path patching ({method})"):
+        eff = scan(model, batch, chosen, metric, chunk_rows=chunk_rows, progress=progress)
+        all_heads[batch.idx] = eff.heads
+        all_mlps[batch.idx] = eff.mlps
+        clean_sum += float(eff.clean_logit.sum())
+    ops = sorted(set(dataset["operation"])) if "operation" in dataset.column_names else []
+    pair_ids = list(dataset["pair_id"]) if "pair_id" in dataset.column_names else list(range(n))
+    return PatchingResult(
+        head_effects=all_heads.mean(0),
+        mlp_effects=all_mlps.mean(0),
+        metric=metric.name,
+        method=method,
+        model=spec.to_dict(),
+        n_pairs=n,
+        pair_ids=pair_ids,
+        operations=ops,
+        clean_logit_mean=clean_sum / n,
+        per_pair_heads=all_heads if keep_per_pair else None,
+        per_pair_mlps=all_mlps if keep_per_pair else None,
+        seconds=time.perf_counter() - t0,
+        settings={"senders": list(senders), "batch_size": batch_size, "chunk_rows": chunk_rows},
+    )
