@@ -135,6 +135,12 @@ class HookedModel:
             The plain HF causal LM, on the hooked model's device, in eval mode with eager attention.
         """
         hf = self.hf_model
+        placed = set(map(str, (getattr(hf, "hf_device_map", None) or {}).values()))
+        if len(placed) > 1:
+            raise ValueError(
+                f"this model is spread over {sorted(placed)} by a device_map, and a plain copy would be put on one "
+                "device. Fix: load the plain copy from files with load_hf_model(source, device_map=...)."
+            )
         plain = AutoModelForCausalLM.from_config(hf.config, attn_implementation="eager", dtype=hf.dtype)
         wanted = plain.state_dict()
         state = {k.replace("._original_component", ""): v for k, v in hf.state_dict().items()}
