@@ -1,5 +1,6 @@
 """Stage 5 — finetune: precise SFT of the key heads and MLPs (Zhang et al. 2024, §5), and full SFT as baseline.
 
+* :mod:`~mathcircuits.finetune.layouts` says, per model family, where a head's features live (data);
 * :mod:`~mathcircuits.finetune.slices` maps key components to exact parameter slices;
 * :mod:`~mathcircuits.finetune.adapter` trains deltas on those slices only (PEFT-style artifact);
 * :mod:`~mathcircuits.finetune.data` builds SFT examples (loss on the answer only);
@@ -11,6 +12,7 @@ See docs/finetune.md.
 from mathcircuits.finetune.adapter import ADAPTER_CONFIG_NAME, ADAPTER_WEIGHTS_NAME, HeadSliceAdapter
 from mathcircuits.finetune.data import DEFAULT_PROMPT, build_sft_dataset, format_gold, read_word_problems
 from mathcircuits.finetune.slices import (
+    HEAD_ROLES,
     KV_POLICIES,
     LAYOUTS,
     AttentionLayout,
@@ -28,6 +30,7 @@ __all__ = [
     "ADAPTER_CONFIG_NAME",
     "ADAPTER_WEIGHTS_NAME",
     "DEFAULT_PROMPT",
+    "HEAD_ROLES",
     "KV_POLICIES",
     "LAYOUTS",
     "AttentionLayout",

@@ -3,41 +3,28 @@
 Background. Zhang et al. (ICML 2024, §5) fine-tune only the components that
 path patching found to matter for arithmetic ("precise SFT"). A key component
 is a unit of the *computation* (a query head, an MLP); what an optimizer moves
-are *parameters*. This module is the bridge: it maps a
+are *parameters*. This module maps a
 :class:`~mathcircuits.patching.selection.KeyComponents` selection to the rows
-and columns of the HF weights that compute those components.
+and columns of the HF weights that compute those components. Where each
+family keeps a head's features is data, in :mod:`mathcircuits.finetune.layouts`.
 
-Mapping. With ``d = d_head``, query head ``h`` of layer ``l`` and its KV group
-``g = h // (n_heads / n_kv_heads)``:
+A key head ``h`` of layer ``l`` tunes its query features and its output
+projection's input features; its KV group ``g`` tunes key and value features.
+Under grouped-query attention k and v are **shared** by every head of group
+``g``, so tuning them changes non-key heads too. ``kv_policy`` says what to do:
 
-* query:  output features ``[h·d, (h+1)·d)`` of the query projection (rows of
-  ``q_proj.weight`` and entries of ``q_proj.bias``);
-* output: input features ``[h·d, (h+1)·d)`` of the output projection (columns
-  of ``o_proj.weight``; its bias is shared by all heads and never tuned);
-* key / value: output features ``[g·d, (g+1)·d)`` of the key and value
-  projections. Under grouped-query attention they are **shared** by every head
-  of group ``g``, so tuning them changes non-key heads too. ``kv_policy`` says
-  what to do:
+* ``"group"`` (default): tune the group's K/V when any of its heads is key
+  (closest to the paper, which tuned q, k, v and o of each key head on
+  multi-head models, where every group has one head);
+* ``"exclusive"``: tune a group's K/V only when *all* its heads are key, so no
+  non-key head's computation changes (same as ``"group"`` without GQA);
+* ``"frozen"``: never tune K/V (query rows and output columns only).
 
-  - ``"group"`` (default): tune the group's K/V when any of its heads is key
-    (closest to the paper, which tuned q, k, v and o of each key head on
-    multi-head models, where every group has one head);
-  - ``"exclusive"``: tune a group's K/V only when *all* its heads are key, so no
-    non-key head's computation changes (same as ``"group"`` without GQA);
-  - ``"frozen"``: never tune K/V (query rows and output columns only).
+A key MLP ``l`` tunes every parameter of ``layers[l].mlp``, whole.
 
-* key MLP ``l``: every parameter of ``layers[l].mlp``, whole.
-
-Fused projections (GPT-2's ``c_attn`` Conv1D, Phi-3's ``qkv_proj``) hold q, k
-and v as consecutive blocks of output features; the block offsets come from the
-head counts. Weight orientation is per module kind: ``nn.Linear`` stores
-``[out, in]`` (``"out_in"``), GPT-2's ``Conv1D`` stores ``[in, out]``
-(``"in_out"``). Everything architecture-specific lives in :data:`LAYOUTS`,
-a table of module paths — add a row to support a new architecture.
-
-Not supported (refused with an error): architectures whose heads are not
-separable in the weights, e.g. GPT-NeoX (q, k, v interleaved per head) or
-OLMo-2 (a norm over all heads' queries couples them).
+``roles`` restricts which of q, k, v, o are tuned. Families whose q or k slices
+are not head-local (OLMo 2/3: one norm over all heads' queries and keys) are
+refused unless ``roles`` leaves those out, e.g. ``roles=("v", "o")``.
 
 Usage::
 
@@ -50,18 +37,32 @@ Usage::
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Literal
+from typing import Any, Literal
 
 import torch
 from jaxtyping import Bool, Int
 from torch import Tensor
 
 from mathcircuits._io import SavedResult, decode_fields, encode_fields
+from mathcircuits.finetune.layouts import (
+    HEAD_ROLES,
+    LAYOUTS,
+    AttentionLayout,
+    Projection,
+    SliceError,
+    kv_groups,
+    merge_ranges,
+    model_facts,
+    module_orientation,
+    resolve_layout,
+)
 from mathcircuits.models.spec import ModelSpec, as_spec, check_model, heads_by_layer
-from mathcircuits.patching.selection import KeyComponents, SelectionError
+from mathcircuits.patching.selection import KeyComponents
 
 __all__ = [
+    "HEAD_ROLES",
     "KV_POLICIES",
     "LAYOUTS",
     "AttentionLayout",
@@ -76,95 +77,6 @@ __all__ = [
 
 KVPolicy = Literal["group", "exclusive", "frozen"]
 KV_POLICIES: tuple[str, ...] = ("group", "exclusive", "frozen")
-
-
-class SliceError(SelectionError):
-    """A selection cannot be mapped onto this model's parameters; the message says why and how to fix it."""
-
-
-# ----------------------------------------------------------------------------- layouts (data)
-
-
-@dataclass(frozen=True)
-class Projection:
-    """One attention projection: its module path inside a decoder layer, weight orientation, and
-    (for fused q/k/v modules) which block of output features it is (0 = q, 1 = k, 2 = v)."""
-
-    module: str
-    weight: Literal["out_in", "in_out"] = "out_in"
-    block: int = 0
-
-
-@dataclass(frozen=True)
-class AttentionLayout:
-    """Where the attention projections and the MLP of decoder layer ``l`` live."""
-
-    layers: str  # path of the ModuleList of decoder layers
-    q: Projection
-    k: Projection
-    v: Projection
-    o: Projection
-    mlp: str
-
-
-_LLAMA = AttentionLayout(
-    layers="model.layers",
-    q=Projection("self_attn.q_proj"),
-    k=Projection("self_attn.k_proj"),
-    v=Projection("self_attn.v_proj"),
-    o=Projection("self_attn.o_proj"),
-    mlp="mlp",
-)
-_PHI3 = AttentionLayout(
-    layers="model.layers",
-    q=Projection("self_attn.qkv_proj", block=0),
-    k=Projection("self_attn.qkv_proj", block=1),
-    v=Projection("self_attn.qkv_proj", block=2),
-    o=Projection("self_attn.o_proj"),
-    mlp="mlp",
-)
-_GPT2 = AttentionLayout(
-    layers="transformer.h",
-    q=Projection("attn.c_attn", "in_out", block=0),
-    k=Projection("attn.c_attn", "in_out", block=1),
-    v=Projection("attn.c_attn", "in_out", block=2),
-    o=Projection("attn.c_proj", "in_out"),
-    mlp="mlp",
-)
-
-#: ``config.model_type`` → layout. Llama-family models (incl. SmolLM2) share one row.
-LAYOUTS: dict[str, AttentionLayout] = {
-    "llama": _LLAMA,
-    "mistral": _LLAMA,
-    "qwen2": _LLAMA,  # q/k/v carry biases: sliced like the weight rows
-    "qwen3": _LLAMA,  # q_norm/k_norm act per head on d_head features, shared by heads: not tuned
-    "gemma": _LLAMA,
-    "gemma2": _LLAMA,
-    "phi3": _PHI3,
-    "gpt2": _GPT2,
-}
-
-
-def resolve_layout(model: torch.nn.Module) -> AttentionLayout:
-    """The layout of ``model`` (an HF causal LM), or a clear error."""
-    model_type = getattr(getattr(model, "config", None), "model_type", None)
-    if model_type not in LAYOUTS:
-        raise SliceError(
-            f"architecture {model_type!r} ({type(model).__name__}) has no head-slice layout. "
-            f"Supported: {sorted(LAYOUTS)}. Fix: add a row to mathcircuits.finetune.slices.LAYOUTS "
-            "if its heads are separable (q/k/v/o as per-head blocks of features)."
-        )
-    return LAYOUTS[model_type]
-
-
-def model_facts(model: torch.nn.Module, name: str | None = None) -> dict[str, Any]:
-    """Deprecated: use ``ModelSpec.from_hf(model, name)``; this returns its ``to_dict()``.
-
-    Kept so code that reads ``facts["n_heads"]`` or ``facts["model_type"]`` keeps working; the dict
-    has every key it had (name, model_type, architecture, n_layers, n_heads, n_kv_heads, d_head,
-    d_model) plus source, d_mlp and vocab_size.
-    """
-    return ModelSpec.from_hf(model, name).to_dict()
 
 
 # ----------------------------------------------------------------------------- values
@@ -327,63 +239,7 @@ class SliceSet(SavedResult):
 # ----------------------------------------------------------------------------- mapping
 
 
-def _merge(ranges: Iterable[tuple[int, int]]) -> tuple[tuple[int, int], ...]:
-    out: list[list[int]] = []
-    for a, b in sorted(set(ranges)):
-        if out and a <= out[-1][1]:
-            out[-1][1] = max(out[-1][1], b)
-        else:
-            out.append([a, b])
-    return tuple((a, b) for a, b in out)
-
-
-def _block_offset(block: int, facts: dict[str, Any]) -> int:
-    widths = (facts["n_heads"] * facts["d_head"], facts["n_kv_heads"] * facts["d_head"], facts["n_kv_heads"] * facts["d_head"])
-    return sum(widths[:block])
-
-
-def _kv_groups(heads: list[tuple[int, int]], facts: dict[str, Any], kv_policy: str) -> list[tuple[int, int]]:
-    group_size = facts["n_heads"] // facts["n_kv_heads"]
-    chosen = set(heads)
-    groups = sorted({(l, h // group_size) for l, h in heads})
-    if kv_policy == "frozen":
-        return []
-    if kv_policy == "exclusive":
-        return [(l, g) for l, g in groups if all((l, g * group_size + i) in chosen for i in range(group_size))]
-    return groups
-
-
-def head_slices(
-    model: torch.nn.Module,
-    key: KeyComponents | Iterable[tuple[int, int]],
-    kv_policy: str = "group",  # one of KV_POLICIES
-    include_mlps: bool = True,
-    mlps: Iterable[int] = (),
-    model_name: str | None = None,
-) -> SliceSet:
-    """Map key heads (and MLPs) to the parameter slices of the HF model ``model``.
-
-    ``key`` is a :class:`KeyComponents` (checked against the model with
-    ``check_model``; give ``model_name`` to compare the name too, else only the
-    shape is compared) or a plain list of ``(layer, head)`` with ``mlps``.
-    ``kv_policy``: see the module docstring. ``include_mlps=False`` drops the
-    selection's MLPs.
-    """
-    if kv_policy not in KV_POLICIES:
-        raise SliceError(f"kv_policy={kv_policy!r} is unknown. Fix: use one of {KV_POLICIES} (see mathcircuits.finetune.slices).")
-    layout = resolve_layout(model)
-    facts = model_facts(model, model_name)
-    if isinstance(key, KeyComponents):  # without model_name, an HF model does not know its name: compare shapes
-        key.check_model(ModelSpec.from_hf(model, model_name), compare_name=model_name is not None)
-        if model_name is None:
-            facts["name"] = key.model.name  # the slices carry the name the selection was made under
-        heads = [tuple(h) for h in key.heads]
-        mlp_layers = list(key.mlps) + list(mlps)
-    else:
-        heads = [tuple(h) for h in key]
-        mlp_layers = list(mlps)
-    if not include_mlps:
-        mlp_layers = []
+def _check_selection(heads: list, mlp_layers: list, facts: dict[str, Any]) -> None:
     n_layers, n_heads = facts["n_layers"], facts["n_heads"]
     for item in heads:
         if len(item) != 2:
@@ -396,85 +252,133 @@ def head_slices(
             )
     for layer in mlp_layers:
         if not 0 <= layer < n_layers:
-            raise SliceError(f"MLP {layer} is out of range for {facts['name']!r} ({n_layers} layers). Fix: use layers 0..{n_layers - 1}.")
-    heads = sorted({(int(l), int(h)) for l, h in heads})
-    mlp_layers = sorted(set(int(m) for m in mlp_layers))
+            raise SliceError(
+                f"MLP {layer} is out of range for {facts['name']!r} ({n_layers} layers). Fix: use layers 0..{n_layers - 1}."
+            )
     if not heads and not mlp_layers:
         raise SliceError("the selection has no heads and no MLPs, so nothing would be tuned. Fix: select key components first.")
 
-    d = facts["d_head"]
-    params = dict(model.named_parameters(remove_duplicate=False))
-    modules = dict(model.named_modules())
-    # (param name) -> {"ranges": [...], "roles": set, ...}
-    pending: dict[str, dict[str, Any]] = {}
 
-    def add(layer: int, proj: Projection, role: str, lo: int, hi: int) -> None:
-        mod_name = f"{layout.layers}.{layer}.{proj.module}"
-        if mod_name not in modules:
-            raise SliceError(f"module {mod_name!r} is missing from {type(model).__name__}; the layout for {facts['model_type']!r} does not fit this model.")
-        feature = "out" if role in ("q", "k", "v") else "in"
-        off = _block_offset(proj.block, facts) if feature == "out" else 0
+class _Pending:
+    """Collects feature ranges per parameter while heads are mapped."""
+
+    def __init__(self, model: torch.nn.Module, layout: AttentionLayout, facts: dict[str, Any]) -> None:
+        self.model, self.layout, self.facts = model, layout, facts
+        self.params = dict(model.named_parameters(remove_duplicate=False))
+        self.modules = dict(model.named_modules())
+        self.entries: dict[str, dict[str, Any]] = {}
+
+    def add(self, layer: int, role: str, unit: int) -> None:
+        proj: Projection = self.layout.projection(role)  # type: ignore[arg-type]
+        mod_name = f"{self.layout.layers}.{layer}.{proj.module}"
+        if mod_name not in self.modules:
+            raise SliceError(
+                f"module {mod_name!r} is missing from {type(self.model).__name__}; the layout for "
+                f"{self.facts['model_type']!r} does not fit this model. Fix: correct its row in finetune/layouts.py."
+            )
+        feature = "in" if role == "o" else "out"
+        lo, hi = proj.feature_range(unit, self.facts)
         for kind in ("weight", "bias"):
             pname = f"{mod_name}.{kind}"
-            if pname not in params or params[pname] is None:
-                continue
-            if kind == "bias" and feature == "in":
-                continue  # the output projection's bias is shared by all heads
-            if kind == "weight":
-                axis = (0 if proj.weight == "out_in" else 1) if feature == "out" else (1 if proj.weight == "out_in" else 0)
-            else:
-                axis = 0
-            entry = pending.setdefault(pname, {"module": mod_name, "kind": kind, "axis": axis, "feature": feature,
-                                               "weight_layout": proj.weight, "layer": layer, "ranges": [], "roles": set()})
-            entry["ranges"].append((off + lo, off + hi))
+            if self.params.get(pname) is None or (kind == "bias" and feature == "in"):
+                continue  # no such parameter, or the output projection's bias (shared by all heads)
+            out_axis = 0 if proj.weight == "out_in" else 1
+            axis = 0 if kind == "bias" else (out_axis if feature == "out" else 1 - out_axis)
+            entry = self.entries.setdefault(pname, {
+                "module": mod_name, "kind": kind, "axis": axis, "feature": feature, "weight_layout": proj.weight,
+                "layer": layer, "ranges": [], "roles": set()})
+            entry["ranges"].append((lo, hi))
             entry["roles"].add(role)
 
-    for layer, head in heads:
-        add(layer, layout.q, "q", head * d, (head + 1) * d)
-        add(layer, layout.o, "o", head * d, (head + 1) * d)
-    kv_groups = _kv_groups(heads, facts, kv_policy)
-    for layer, g in kv_groups:
-        add(layer, layout.k, "k", g * d, (g + 1) * d)
-        add(layer, layout.v, "v", g * d, (g + 1) * d)
+    def slices(self) -> list[ParamSlice]:
+        return [ParamSlice(
+            name=pname, module=e["module"], kind=e["kind"], shape=tuple(self.params[pname].shape), axis=e["axis"],
+            ranges=merge_ranges(e["ranges"]), feature=e["feature"], weight_layout=e["weight_layout"], layer=e["layer"],
+            roles=tuple(r for r in HEAD_ROLES if r in e["roles"]),
+        ) for pname, e in self.entries.items()]
 
-    out: list[ParamSlice] = []
-    role_order = ("q", "k", "v", "o", "mlp")
-    for pname, e in pending.items():
-        out.append(ParamSlice(
-            name=pname, module=e["module"], kind=e["kind"], shape=tuple(params[pname].shape), axis=e["axis"],
-            ranges=_merge(e["ranges"]), feature=e["feature"], weight_layout=e["weight_layout"], layer=e["layer"],
-            roles=tuple(r for r in role_order if r in e["roles"]),
-        ))
-    for layer in mlp_layers:
-        prefix = f"{layout.layers}.{layer}.{layout.mlp}"
-        if prefix not in modules:
-            raise SliceError(f"MLP module {prefix!r} is missing from {type(model).__name__}; the layout for {facts['model_type']!r} does not fit this model.")
-        for mod_name, mod in modules[prefix].named_modules(prefix=prefix):
+    def mlp_slices(self, layer: int) -> list[ParamSlice]:
+        prefix = f"{self.layout.layers}.{layer}.{self.layout.mlp}"
+        if prefix not in self.modules:
+            raise SliceError(
+                f"MLP module {prefix!r} is missing from {type(self.model).__name__}; the layout for "
+                f"{self.facts['model_type']!r} does not fit this model. Fix: correct its row in finetune/layouts.py."
+            )
+        out = []
+        for mod_name, mod in self.modules[prefix].named_modules(prefix=prefix):
             for kind, p in mod.named_parameters(recurse=False):
                 if kind not in ("weight", "bias"):
-                    raise SliceError(f"MLP parameter {mod_name}.{kind} is neither a weight nor a bias; this MLP type is not supported.")
+                    raise SliceError(
+                        f"MLP parameter {mod_name}.{kind} is neither a weight nor a bias; this MLP type is not "
+                        "supported. Fix: select attention heads only (include_mlps=False)."
+                    )
                 out.append(ParamSlice(
                     name=f"{mod_name}.{kind}", module=mod_name, kind=kind, shape=tuple(p.shape), axis=None, ranges=(),
-                    feature="all", weight_layout=_orientation(mod), layer=layer, roles=("mlp",),
+                    feature="all", weight_layout=module_orientation(mod), layer=layer, roles=("mlp",),
                 ))
-    order = {name: i for i, name in enumerate(params)}
+        return out
+
+
+def head_slices(
+    model: torch.nn.Module,
+    key: KeyComponents | Iterable[tuple[int, int]],
+    kv_policy: str = "group",  # one of KV_POLICIES
+    include_mlps: bool = True,
+    mlps: Iterable[int] = (),
+    model_name: str | None = None,
+    roles: Iterable[str] = HEAD_ROLES,
+) -> SliceSet:
+    """Map key heads (and MLPs) to the parameter slices of the HF model ``model``.
+
+    Args:
+        model: a plain HF causal LM of a family in :data:`LAYOUTS`.
+        key: a :class:`KeyComponents` (checked against the model; give ``model_name`` to compare the name too,
+            else only the shape is compared) or a plain list of ``(layer, head)``.
+        kv_policy: one of :data:`KV_POLICIES` (module docstring).
+        include_mlps: ``False`` drops the selection's MLPs.
+        mlps: extra MLP layers to tune whole.
+        model_name: the name the selection was made on, to check it.
+        roles: which of ``"q"``, ``"k"``, ``"v"``, ``"o"`` to tune per head (k and v also per ``kv_policy``).
+
+    Returns:
+        The :class:`SliceSet` of every tuned parameter slice, in the model's parameter order.
+    """
+    if kv_policy not in KV_POLICIES:
+        raise SliceError(
+            f"kv_policy={kv_policy!r} is unknown. Fix: use one of {KV_POLICIES} (see mathcircuits.finetune.slices)."
+        )
+    layout = resolve_layout(model)
+    selected_on = key.model.name if isinstance(key, KeyComponents) else None
+    spec = ModelSpec.from_hf(model, model_name if model_name is not None else selected_on)
+    facts = model_facts(model, spec.name)
+    if isinstance(key, KeyComponents):  # without model_name an HF model does not know its name: compare shapes
+        key.check_model(spec, compare_name=model_name is not None)
+        heads, mlp_layers = [tuple(h) for h in key.heads], list(key.mlps) + list(mlps)
+    else:
+        heads, mlp_layers = [tuple(h) for h in key], list(mlps)
+    mlp_layers = mlp_layers if include_mlps else []
+    _check_selection(heads, mlp_layers, facts)
+    heads = sorted({(int(l), int(h)) for l, h in heads})
+    mlp_layers = sorted({int(m) for m in mlp_layers})
+    roles = layout.check_roles(roles, facts["model_type"]) if heads else HEAD_ROLES
+
+    pending = _Pending(model, layout, facts)
+    for layer, head in heads:
+        for role in ("q", "o"):
+            if role in roles:
+                pending.add(layer, role, head)
+    groups = kv_groups(heads, facts, kv_policy) if {"k", "v"} & set(roles) else []
+    for layer, g in groups:
+        for role in ("k", "v"):
+            if role in roles:
+                pending.add(layer, role, g)
+    out = pending.slices()
+    for layer in mlp_layers:
+        out += pending.mlp_slices(layer)
+    order = {name: i for i, name in enumerate(pending.params)}
     out.sort(key=lambda s: order[s.name])
     n_total = sum(p.numel() for p in model.parameters())
     return SliceSet(
-        model=facts, heads=tuple(heads), mlps=tuple(mlp_layers), kv_policy=kv_policy, slices=tuple(out),
-        n_model_params=n_total, kv_groups=tuple(kv_groups),
-    )
-
-
-def _orientation(module: torch.nn.Module) -> Literal["out_in", "in_out"]:
-    """``"in_out"`` for GPT-2's Conv1D (weight [in, out]), else ``"out_in"`` (nn.Linear)."""
-    if isinstance(module, torch.nn.Linear):
-        return "out_in"
-    from transformers.pytorch_utils import Conv1D
-
-    if isinstance(module, Conv1D):
-        return "in_out"
-    raise SliceError(
-        f"module {type(module).__name__} has parameters but is neither nn.Linear nor Conv1D; "
-        "precise SFT can only tune linear layers. Fix: select another MLP or extend mathcircuits.finetune.adapter."
+        model=spec, heads=tuple(heads), mlps=tuple(mlp_layers), kv_policy=kv_policy, slices=tuple(out),
+        n_model_params=n_total, kv_groups=tuple(groups),
     )

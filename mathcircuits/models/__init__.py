@@ -5,6 +5,7 @@ from mathcircuits.models.embedded import EMBEDDED_NAME, convert_gguf, embedded_m
 from mathcircuits.models.loading import HookedModel, ModelSpec, load_hf_model, load_model, resolve_source
 from mathcircuits.models.spec import ModelMismatchError, as_spec, check_model, heads_by_layer
 from mathcircuits.models.tiny import TINY_FAMILIES, tiny_gpt2, tiny_llama, tiny_model, tiny_tokenizer
+from mathcircuits.models.wrap import from_bridge, from_hf, wrap
 
 __all__ = [
     "EMBEDDED_NAME",
@@ -15,6 +16,8 @@ __all__ = [
     "as_spec",
     "check_model",
     "convert_gguf",
+    "from_bridge",
+    "from_hf",
     "embedded_model_dir",
     "find_embedded_gguf",
     "heads_by_layer",
@@ -26,4 +29,5 @@ __all__ = [
     "tiny_llama",
     "tiny_model",
     "tiny_tokenizer",
+    "wrap",
 ]

@@ -30,12 +30,22 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from transformer_lens.model_bridge import TransformerBridge
+from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from mathcircuits.models.embedded import EMBEDDED_NAME, cache_root, convert_gguf, embedded_model_dir
 from mathcircuits.models.spec import ModelSpec
 from mathcircuits.models.tiny import tiny_family_name, tiny_gpt2, tiny_llama, tiny_model
 
-__all__ = ["ModelSpec", "HookedModel", "load_model", "load_hf_model", "resolve_source"]
+__all__ = [
+    "HookedModel",
+    "ModelSpec",
+    "boot_bridge",
+    "load_hf_model",
+    "load_model",
+    "resolve_source",
+    "spec_from_bridge",
+]
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +86,43 @@ class HookedModel:
     def __call__(self, tokens: torch.Tensor, **kwargs: Any) -> torch.Tensor:
         return self.bridge(tokens, **kwargs)
 
+    def plain_hf_model(self) -> torch.nn.Module:
+        """A separate plain HF model with this model's current weights, for fine-tuning or ``save_pretrained``.
+
+        Booting the bridge replaced the HF model's modules in place (PEFT, :class:`HeadSliceAdapter` and
+        ``save_pretrained`` need plain modules), so this builds the architecture from its config and copies the
+        weights in: it costs one more copy of the model in memory. For models you can reload from files,
+        :func:`load_hf_model` does the same without the hooked model.
+
+        Returns:
+            The plain HF causal LM, on the hooked model's device, in eval mode with eager attention.
+        """
+        hf = self.hf_model
+        placed = set(map(str, (getattr(hf, "hf_device_map", None) or {}).values()))
+        if len(placed) > 1:
+            raise ValueError(
+                f"this model is spread over {sorted(placed)} by a device_map, and a plain copy would be put on one "
+                "device. Fix: load the plain copy from files with load_hf_model(source, device_map=...)."
+            )
+        plain = AutoModelForCausalLM.from_config(hf.config, attn_implementation="eager", dtype=hf.dtype)
+        wanted = plain.state_dict()
+        state = {k.replace("._original_component", ""): v for k, v in hf.state_dict().items()}
+        state = {k: v for k, v in state.items() if k in wanted}  # drop the bridge's alias entries
+        missing = [k for k in wanted if k not in state and not _is_tied(plain, k)]
+        if missing:
+            raise RuntimeError(
+                f"the bridged {type(hf).__name__} does not map back onto a plain one (missing {missing[:5]}). "
+                "Fix: load a plain copy from files with load_hf_model()."
+            )
+        plain.load_state_dict(state, strict=False)
+        plain.config.name_or_path = hf.config.name_or_path
+        return plain.to(self.device).eval()
+
+
+def _is_tied(model: torch.nn.Module, key: str) -> bool:
+    """Whether state-dict entry ``key`` is a tied weight (e.g. ``lm_head.weight`` tied to the embeddings)."""
+    return key.startswith("lm_head.") and getattr(model.config, "tie_word_embeddings", False)
+
 
 def resolve_source(source: str) -> tuple[str, str]:
     """Return (kind, location): kind is embedded | tiny | folder | gguf | hub."""
@@ -102,11 +149,32 @@ def resolve_source(source: str) -> tuple[str, str]:
     return "hub", source
 
 
-def load_hf_model(source: str = "embedded", dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu", seed: int = 0):
-    """Load a *plain* HF causal LM and its tokenizer (no bridge), e.g. for fine-tuning."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+def load_hf_model(
+    source: str = "embedded",
+    dtype: torch.dtype = torch.float32,
+    device: str | torch.device = "cpu",
+    seed: int = 0,
+    device_map: str | dict[str, Any] | None = None,
+):
+    """Load a *plain* HF causal LM and its tokenizer (no bridge), e.g. for fine-tuning.
 
+    Args:
+        source: see :func:`resolve_source`.
+        dtype: parameter dtype.
+        device: the one device to load on (ignored when ``device_map`` is given).
+        seed: seed of tiny random models.
+        device_map: passed to ``AutoModelForCausalLM.from_pretrained`` (accelerate places the layers; the model is
+            then not moved). Only for sources loaded from files, not for tiny models built in memory.
+
+    Returns:
+        ``(model, tokenizer)``, the model in eval mode with eager attention.
+    """
     kind, loc = resolve_source(source)
+    if device_map is not None and kind == "tiny":
+        raise ValueError(
+            f"device_map={device_map!r} needs a model loaded from files, but {source!r} is built in memory. "
+            "Fix: pass device= instead, or save_pretrained the model and load the folder with device_map."
+        )
     if kind == "tiny":
         model, tok = _TINY[loc](seed=seed) if loc in _TINY else tiny_model(loc[len("tiny-"):], seed=seed)
     else:
@@ -118,7 +186,8 @@ def load_hf_model(source: str = "embedded", dtype: torch.dtype = torch.float32, 
             folder = loc
         try:
             tok = AutoTokenizer.from_pretrained(folder)
-            model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype, attn_implementation="eager")
+            placement = {} if device_map is None else {"device_map": device_map}
+            model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype, attn_implementation="eager", **placement)
         except OSError as err:
             if kind == "hub":
                 raise OSError(
@@ -126,7 +195,7 @@ def load_hf_model(source: str = "embedded", dtype: torch.dtype = torch.float32, 
                     "Fix: pass a local HF folder or .gguf path, or use the embedded default model ('embedded')."
                 ) from err
             raise
-    model = model.to(device=device, dtype=dtype).eval()
+    model = (model.to(device=device, dtype=dtype) if device_map is None else model).eval()
     if tok.pad_token_id is None:
         tok.pad_token = tok.eos_token
     return model, tok
@@ -145,22 +214,54 @@ def load_model(
     device: str | torch.device = "cpu",
     dtype: torch.dtype = torch.float32,
     seed: int = 0,
+    device_map: str | dict[str, Any] | None = None,
 ) -> HookedModel:
-    """Load ``source`` as a hooked model (TransformerBridge, compatibility mode without weight processing)."""
-    from transformer_lens.model_bridge import TransformerBridge
+    """Load ``source`` as a hooked model (TransformerBridge, compatibility mode without weight processing).
 
-    hf_model, tok = load_hf_model(source, dtype=dtype, device=device, seed=seed)
+    Args:
+        source: see :func:`resolve_source`.
+        device: the one device to load on (ignored when ``device_map`` is given).
+        dtype: parameter dtype.
+        seed: seed of tiny random models.
+        device_map: passed to HF ``from_pretrained`` (accelerate), e.g. ``"auto"`` to split a model that does
+            not fit one device over several GPUs (see docs/howto/big-models-on-gpu.md).
+
+    Returns:
+        The :class:`HookedModel`.
+    """
+    hf_model, tok = load_hf_model(source, dtype=dtype, device=device, seed=seed, device_map=device_map)
     kind, loc = resolve_source(source)
     name = EMBEDDED_NAME if kind == "embedded" else loc
+    bridge = boot_bridge(hf_model, tok, name, device=None if device_map is not None else device)
+    return HookedModel(bridge=bridge, tokenizer=tok, spec=spec_from_bridge(bridge, name, source))
+
+
+def boot_bridge(hf_model: torch.nn.Module, tokenizer: Any, name: str, device: str | torch.device | None = None) -> Any:
+    """Wrap ``hf_model`` in place in a TransformerBridge with HookedTransformer hook names and raw weights.
+
+    Args:
+        hf_model: a plain HF causal LM (its modules are replaced by bridge components in place).
+        tokenizer: its tokenizer (passing it keeps the boot offline).
+        name: the name recorded in the bridge's config.
+        device: where to put the model; ``None`` keeps it where it is (e.g. spread by ``device_map``).
+
+    Returns:
+        The bridge, in eval mode, with ``enable_compatibility_mode(no_processing=True)``.
+    """
     with contextlib.redirect_stdout(io.StringIO()):
-        bridge = TransformerBridge.boot_transformers(name, hf_model=hf_model, tokenizer=tok, device=device)
+        bridge = TransformerBridge.boot_transformers(name, hf_model=hf_model, tokenizer=tokenizer, device=device)
         bridge.enable_compatibility_mode(no_processing=True)
-    bridge.eval()
+    return bridge.eval()
+
+
+def spec_from_bridge(bridge: Any, name: str, source: str) -> ModelSpec:
+    """The :class:`ModelSpec` of a booted bridge (shape facts from its config and the wrapped HF model's)."""
     cfg = bridge.cfg
+    hf_model = bridge.original_model
     hf_cfg = hf_model.config
     n_heads = int(cfg.n_heads)
     n_kv = int(getattr(cfg, "n_key_value_heads", None) or n_heads)
-    spec = ModelSpec(
+    return ModelSpec(
         name=name,
         source=source,
         architecture=type(hf_model).__name__,
@@ -173,4 +274,3 @@ def load_model(
         vocab_size=int(cfg.d_vocab),
         model_type=str(getattr(hf_cfg, "model_type", "")),
     )
-    return HookedModel(bridge=bridge, tokenizer=tok, spec=spec)

@@ -1,0 +1,311 @@
+"""Per-family head-slice layouts: where each attention head's weights live in an HF model, as data.
+
+Background. Precise SFT (Zhang et al., ICML 2024, §5) tunes only the key heads.
+A head is a unit of the computation; an optimizer moves parameters. This
+module says, for each model family, which features of which HF module belong
+to one head. It is a table in the spirit of TransformerLens' architecture
+adapters and PEFT's ``utils/constants.py``: code reads it, it does not branch on
+family names. Add a row to support a new family.
+
+Mapping. With ``d = d_head``, query head ``h`` and its KV group
+``g = h // (n_heads / n_kv_heads)``, the *unit* of a role is ``h`` for q and o,
+``g`` for k and v:
+
+* q, k, v: ``d`` output features of the projection (rows of an ``nn.Linear``
+  weight, columns of GPT-2's ``Conv1D``, and the same entries of the bias);
+* o: ``d`` input features of the output projection (its bias is shared by all
+  heads and never tuned).
+
+Where the ``d`` features of unit ``u`` sit depends on how q, k and v are stored
+(:attr:`Projection.fused`):
+
+* ``"none"`` — separate modules (Llama, Mistral, Qwen2/3, Gemma 1/2/3, OLMo 2):
+  ``[u·d, (u+1)·d)``;
+* ``"blocked"`` — one module holding all queries, then all keys, then all
+  values (GPT-2 ``c_attn``, Phi-3 ``qkv_proj``): the same range shifted by the
+  widths of the blocks before it (``n_heads·d`` for k, ``+ n_kv·d`` for v);
+* ``"per_head"`` — one module whose output is viewed as ``[n_heads, 3·d]`` and
+  split into q, k, v per head (GPT-NeoX/Pythia ``query_key_value``:
+  ``qkv.view(..., -1, 3·d).chunk(3, -1)`` in transformers' ``GPTNeoXAttention``):
+  ``[u·3d + b·d, u·3d + (b+1)·d)`` for block ``b`` (0 q, 1 k, 2 v).
+
+Slices that are not head-local are refused, never guessed. OLMo 2 (and OLMo 3)
+apply ``q_norm``/``k_norm``, an RMSNorm over the *whole* projection output
+(``n_heads·d`` features, across heads): changing one head's query rows changes
+the norm's scale and so every head's queries. Their layout lists q and k in
+:attr:`AttentionLayout.not_head_local`; their v rows and o columns stay exact.
+Qwen 3 and Gemma 3 normalise q and k per head (over ``d`` features), which is
+head-local.
+
+Grouped-query attention: k and v of group ``g`` are shared by every query
+head of the group, so tuning them changes the whole group (see ``kv_policy`` in
+:mod:`mathcircuits.finetune.slices`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import torch
+from transformers.pytorch_utils import Conv1D
+
+from mathcircuits.models.spec import ModelSpec
+from mathcircuits.patching.selection import SelectionError
+
+__all__ = [
+    "HEAD_ROLES",
+    "LAYOUTS",
+    "AttentionLayout",
+    "Projection",
+    "SliceError",
+    "kv_groups",
+    "merge_ranges",
+    "model_facts",
+    "module_orientation",
+    "resolve_layout",
+]
+
+Role = Literal["q", "k", "v", "o"]
+HEAD_ROLES: tuple[str, ...] = ("q", "k", "v", "o")
+
+
+
+class SliceError(SelectionError):
+    """A selection cannot be mapped onto this model's parameters; the message says why and how to fix it."""
+
+
+@dataclass(frozen=True)
+class Projection:
+    """One attention projection of a decoder layer.
+
+    Args:
+        module: path of the module inside a decoder layer, e.g. ``"self_attn.q_proj"``.
+        weight: ``"out_in"`` for ``nn.Linear`` (weight ``[out, in]``), ``"in_out"`` for GPT-2's ``Conv1D``.
+        block: for a fused q/k/v module, which of q (0), k (1), v (2) this projection is.
+        fused: how q, k, v share the module: ``"none"``, ``"blocked"`` or ``"per_head"`` (module docstring).
+    """
+
+    module: str
+    weight: Literal["out_in", "in_out"] = "out_in"
+    block: int = 0
+    fused: Literal["none", "blocked", "per_head"] = "none"
+
+    def feature_range(self, unit: int, facts: dict[str, Any]) -> tuple[int, int]:
+        """Half-open range of the features of ``unit`` (a head for q/o, a KV group for k/v) in this module.
+
+        Args:
+            unit: query head index (q, o) or KV group index (k, v).
+            facts: :func:`model_facts` of the model (``n_heads``, ``n_kv_heads``, ``d_head``).
+
+        Returns:
+            ``(start, stop)`` along the module's output features (q/k/v) or input features (o).
+        """
+        d = facts["d_head"]
+        if self.fused == "per_head":
+            if facts["n_kv_heads"] != facts["n_heads"]:
+                raise SliceError(
+                    f"a per-head fused q/k/v projection ({self.module}) with {facts['n_kv_heads']} KV heads for "
+                    f"{facts['n_heads']} query heads is not a known layout. Fix: add a layout row for this family."
+                )
+            start = unit * 3 * d + self.block * d
+            return start, start + d
+        offset = 0
+        if self.fused == "blocked":
+            widths = (facts["n_heads"] * d, facts["n_kv_heads"] * d, facts["n_kv_heads"] * d)
+            offset = sum(widths[: self.block])
+        return offset + unit * d, offset + (unit + 1) * d
+
+
+@dataclass(frozen=True)
+class AttentionLayout:
+    """Where the attention projections and the MLP of decoder layer ``l`` live, and what is not head-local.
+
+    Args:
+        layers: path of the ``ModuleList`` of decoder layers.
+        q, k, v, o: the four projections.
+        mlp: path of the MLP inside a decoder layer (tuned whole).
+        not_head_local: role → why its slice would change other heads too (such roles are refused).
+        gqa: whether the family can have fewer KV heads than query heads (``False``: a config's
+            ``num_key_value_heads`` is ignored by the model, and so by :func:`model_facts`).
+    """
+
+    layers: str
+    q: Projection
+    k: Projection
+    v: Projection
+    o: Projection
+    mlp: str
+    not_head_local: dict[str, str] = field(default_factory=dict, hash=False)
+    gqa: bool = True
+
+    def projection(self, role: Role) -> Projection:
+        return {"q": self.q, "k": self.k, "v": self.v, "o": self.o}[role]
+
+    def check_roles(self, roles: Iterable[str], model_type: str) -> tuple[str, ...]:
+        """``roles`` as a tuple, or an error if one is unknown or not head-local in this family.
+
+        Args:
+            roles: some of :data:`HEAD_ROLES`.
+            model_type: the family's name, for the message.
+
+        Returns:
+            The roles, in the order given.
+        """
+        roles = tuple(roles)
+        if not roles or any(r not in HEAD_ROLES for r in roles):
+            raise SliceError(
+                f"roles={roles!r} is not a non-empty subset of {HEAD_ROLES}. Fix: e.g. roles=('q', 'k', 'v', 'o')."
+            )
+        refused = {r: self.not_head_local[r] for r in roles if r in self.not_head_local}
+        if refused:
+            allowed = tuple(r for r in HEAD_ROLES if r not in self.not_head_local)
+            reasons = "; ".join(f"{r}: {why}" for r, why in refused.items())
+            raise SliceError(
+                f"the {sorted(refused)} slices of a {model_type!r} head are not head-local ({reasons}), so tuning "
+                f"them would not be precise SFT of that head. Fix: head_slices(model, key, roles={allowed!r}) and "
+                "pass the resulting SliceSet to train_sft as key."
+            )
+        return roles
+
+
+def _separate(layers: str = "model.layers", attn: str = "self_attn", out: str = "o_proj", **kw: Any) -> AttentionLayout:
+    return AttentionLayout(
+        layers=layers, q=Projection(f"{attn}.q_proj"), k=Projection(f"{attn}.k_proj"),
+        v=Projection(f"{attn}.v_proj"), o=Projection(f"{attn}.{out}"), mlp="mlp", **kw,
+    )
+
+
+def _fused(layers: str, qkv: str, out: str, fused: Literal["blocked", "per_head"],
+           weight: Literal["out_in", "in_out"] = "out_in") -> AttentionLayout:
+    q, k, v = (Projection(qkv, weight, block=b, fused=fused) for b in range(3))
+    return AttentionLayout(layers=layers, q=q, k=k, v=v, o=Projection(out, weight), mlp="mlp", gqa=fused == "blocked")
+
+
+_WHOLE_QK_NORM = (
+    "{family} applies {norm} as one RMSNorm over the whole projection output (all heads' features together), "
+    "so changing one head's {role} rows rescales every head's {what}"
+)
+_OLMO2 = _separate(not_head_local={
+    "q": _WHOLE_QK_NORM.format(family="OLMo 2/3", norm="q_norm", role="query", what="queries"),
+    "k": _WHOLE_QK_NORM.format(family="OLMo 2/3", norm="k_norm", role="key", what="keys"),
+})
+
+#: ``config.model_type`` → layout. Llama-style models (incl. SmolLM2) share one row.
+LAYOUTS: dict[str, AttentionLayout] = {
+    "llama": _separate(),
+    "mistral": _separate(),
+    "qwen2": _separate(),  # q/k/v carry biases: sliced like the weight rows
+    "qwen3": _separate(),  # q_norm/k_norm act per head on d_head features (head-local), shared weights not tuned
+    "gemma": _separate(),
+    "gemma2": _separate(),  # post-attention norm acts after o_proj: o columns still write only their head's part
+    "gemma3_text": _separate(),  # per-head q_norm/k_norm as Qwen 3, sandwich norms as Gemma 2
+    "olmo": _separate(),  # optional clip_qkv clamps element-wise: head-local
+    "olmo2": _OLMO2,
+    "olmo3": _OLMO2,
+    "stablelm": _separate(),  # optional qk_layernorm is one LayerNorm per head: head-local
+    "starcoder2": _separate(),
+    "phi": _separate(out="dense"),  # optional q/k LayerNorm over d_head features: head-local
+    "gptj": _separate(layers="transformer.h", attn="attn", out="out_proj", gqa=False),
+    "phi3": _fused("model.layers", "self_attn.qkv_proj", "self_attn.o_proj", "blocked"),
+    "gpt2": dataclasses.replace(_fused("transformer.h", "attn.c_attn", "attn.c_proj", "blocked", "in_out"), gqa=False),
+    "gpt_neox": _fused("gpt_neox.layers", "attention.query_key_value", "attention.dense", "per_head"),
+}
+
+
+def resolve_layout(model: torch.nn.Module) -> AttentionLayout:
+    """The layout of ``model`` (an HF causal LM), or an error naming the family and what is missing.
+
+    Args:
+        model: a plain HF causal LM (``config.model_type`` selects the row).
+
+    Returns:
+        Its :class:`AttentionLayout`.
+    """
+    model_type = getattr(getattr(model, "config", None), "model_type", None)
+    if any(name.endswith("._original_component") for name, _ in model.named_modules()):
+        raise SliceError(
+            f"this {type(model).__name__} is inside a TransformerBridge (booting replaced its modules in place), so "
+            "its parameters are not where the HF layout says. Fix: use hooked_model.plain_hf_model() or "
+            "load_hf_model(source) for a plain copy to fine-tune."
+        )
+    if model_type not in LAYOUTS:
+        raise SliceError(
+            f"family {model_type!r} ({type(model).__name__}) has no head-slice layout: mathcircuits does not know "
+            f"where its heads' q/k/v/o features are. Supported: {sorted(LAYOUTS)}. Fix: add a row to "
+            "mathcircuits.finetune.layouts.LAYOUTS (module paths and how q/k/v are fused), after checking that "
+            "each head's slice changes only that head (tests/test_slices_families.py)."
+        )
+    return LAYOUTS[model_type]
+
+
+def model_facts(model: torch.nn.Module, name: str | None = None) -> dict[str, Any]:
+    """The :class:`~mathcircuits.models.ModelSpec` of an HF model as a dict, as the slice mapping reads it.
+
+    Args:
+        model: a plain HF causal LM.
+        name: the name the model had when key components were selected (e.g. ``spec.name``); defaults to
+            ``config.name_or_path``.
+
+    Returns:
+        ``ModelSpec.from_hf(model, name).to_dict()``; a family whose layout has no grouped K/V
+        (``gqa=False``) reports one KV head per query head.
+    """
+    facts = ModelSpec.from_hf(model, name).to_dict()
+    layout = LAYOUTS.get(str(model.config.model_type))
+    if layout is not None and not layout.gqa:
+        facts["n_kv_heads"] = facts["n_heads"]
+    return facts
+
+
+def kv_groups(heads: list[tuple[int, int]], facts: dict[str, Any], kv_policy: str) -> list[tuple[int, int]]:
+    """The ``(layer, group)`` pairs whose shared K/V are tuned for ``heads`` under ``kv_policy``.
+
+    Args:
+        heads: sorted ``(layer, head)`` pairs.
+        facts: :func:`model_facts` of the model.
+        kv_policy: ``"group"``, ``"exclusive"`` or ``"frozen"`` (see :mod:`mathcircuits.finetune.slices`).
+
+    Returns:
+        Sorted ``(layer, group)`` pairs.
+    """
+    group_size = facts["n_heads"] // facts["n_kv_heads"]
+    chosen = set(heads)
+    groups = sorted({(l, h // group_size) for l, h in heads})
+    if kv_policy == "frozen":
+        return []
+    if kv_policy == "exclusive":
+        return [(l, g) for l, g in groups if all((l, g * group_size + i) in chosen for i in range(group_size))]
+    return groups
+
+
+def merge_ranges(ranges: Iterable[tuple[int, int]]) -> tuple[tuple[int, int], ...]:
+    """Half-open ranges sorted, with overlapping or touching ones merged (``[(0, 2), (2, 4)]`` → ``((0, 4),)``)."""
+    out: list[list[int]] = []
+    for a, b in sorted(set(ranges)):
+        if out and a <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], b)
+        else:
+            out.append([a, b])
+    return tuple((a, b) for a, b in out)
+
+
+def module_orientation(module: torch.nn.Module) -> Literal["out_in", "in_out"]:
+    """``"in_out"`` for GPT-2's ``Conv1D`` (weight ``[in, out]``), ``"out_in"`` for ``nn.Linear``.
+
+    Args:
+        module: a module with a weight that precise SFT would tune.
+
+    Returns:
+        The weight orientation; any other module type is refused.
+    """
+    if isinstance(module, torch.nn.Linear):
+        return "out_in"
+    if isinstance(module, Conv1D):
+        return "in_out"
+    raise SliceError(
+        f"module {type(module).__name__} has parameters but is neither nn.Linear nor Conv1D; "
+        "precise SFT can only tune linear layers. Fix: select another MLP or extend mathcircuits.finetune.adapter."
+    )

@@ -1,0 +1,171 @@
+"""Bring your own model object: an HF model or a TransformerBridge you already hold, as a :class:`HookedModel`.
+
+Why. Researchers come with the object already in their notebook. :func:`load_model`
+only takes a source name; these functions take the object itself and return the
+toolkit's model without copying weights:
+
+* :func:`from_hf` boots a TransformerBridge around an HF causal LM **in place** (its
+  modules become bridge components; the weights are shared, not copied);
+* :func:`from_bridge` takes a bridge as it is, after checking that its weights are raw;
+* :func:`wrap` dispatches on the type.
+
+What is refused, and why.
+
+* A bridge whose weights were processed (``enable_compatibility_mode()`` with its
+  default weight processing, or ``process_weights()``): folding norms and centring
+  the unembedding shift raw logits (by up to ~16 on SmolLM2), and the paper's
+  metric is the relative change of the raw correct-answer logit. Boot a fresh bridge
+  and call ``enable_compatibility_mode(no_processing=True)``.
+* A TransformerLens 3.x ``HookedTransformer``: TransformerLens 4 (which this package
+  needs) removed that class, and 3.x cannot be installed beside it. Its weights are
+  processed by default as well. Convert by booting the HF model with
+  ``TransformerBridge.boot_transformers(name, hf_model=..., tokenizer=...)`` and
+  ``enable_compatibility_mode(no_processing=True)``, or call :func:`from_hf`.
+
+Usage::
+
+    hf = AutoModelForCausalLM.from_pretrained(path, attn_implementation="eager")
+    tok = AutoTokenizer.from_pretrained(path)
+    model = from_hf(hf, tok)                  # hooked; hf is now wrapped in place
+    plain = model.plain_hf_model()            # a separate plain copy for precise SFT
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from transformer_lens.model_bridge import TransformerBridge
+from transformers import PreTrainedModel
+
+from mathcircuits.models.loading import HookedModel, boot_bridge, spec_from_bridge
+
+__all__ = ["from_bridge", "from_hf", "wrap"]
+
+_CONVERT = (
+    "Fix: boot the HF model with TransformerBridge.boot_transformers(name, hf_model=hf_model, tokenizer=tokenizer) "
+    "and call enable_compatibility_mode(no_processing=True) on it, or pass the plain HF model to "
+    "mathcircuits.models.from_hf(hf_model, tokenizer)."
+)
+
+
+def _is_hooked_transformer(obj: Any) -> bool:
+    cls = type(obj)
+    return any(c.__name__ == "HookedTransformer" or c.__module__.startswith("transformer_lens.HookedTransformer")
+               for c in cls.__mro__)
+
+
+def _name_of(hf_model: torch.nn.Module, name: str | None) -> str:
+    return name or str(getattr(hf_model.config, "name_or_path", "") or type(hf_model).__name__)
+
+
+def from_hf(model: torch.nn.Module, tokenizer: Any, name: str | None = None) -> HookedModel:
+    """Wrap an HF causal LM you hold as a :class:`HookedModel`, without copying its weights.
+
+    The model is booted into a TransformerBridge **in place**: its modules are replaced by bridge components
+    sharing the same parameters, and attention is set to eager. It stays on its device(s) (a ``device_map``
+    placement is kept) and in its dtype. Afterwards use :meth:`HookedModel.plain_hf_model` (a copy) for
+    fine-tuning or ``save_pretrained``.
+
+    Args:
+        model: an HF causal LM (``AutoModelForCausalLM`` or a concrete ``*ForCausalLM``).
+        tokenizer: its tokenizer (needed to boot offline, and by every stage).
+        name: the model's name in results; defaults to ``config.name_or_path``.
+
+    Returns:
+        The hooked model.
+    """
+    if _is_hooked_transformer(model) or isinstance(model, TransformerBridge):
+        return wrap(model, tokenizer, name)
+    if not isinstance(model, PreTrainedModel):
+        raise TypeError(
+            f"from_hf got a {type(model).__module__}.{type(model).__name__}, not an HF PreTrainedModel. "
+            "Fix: pass an AutoModelForCausalLM (or a TransformerBridge to from_bridge)."
+        )
+    if any(n.endswith("._original_component") for n, _ in model.named_modules()):
+        raise ValueError(
+            f"this {type(model).__name__} is already wrapped by a TransformerBridge (its modules are bridge "
+            "components). Fix: pass the bridge itself to from_bridge(bridge), or a fresh plain HF model."
+        )
+    if tokenizer is None:
+        raise ValueError(
+            f"from_hf needs the tokenizer of {type(model).__name__} (booting without one would go to the Hub). "
+            "Fix: from_hf(model, AutoTokenizer.from_pretrained(<the model's folder or id>))."
+        )
+    if not getattr(model.config, "architectures", None):
+        model.config.architectures = [type(model).__name__]  # from_config leaves it unset; the bridge needs it
+    label = _name_of(model, name)
+    bridge = boot_bridge(model, tokenizer, label, device=None)
+    return HookedModel(bridge=bridge, tokenizer=tokenizer, spec=spec_from_bridge(bridge, label, label))
+
+
+def from_bridge(bridge: Any, tokenizer: Any = None, name: str | None = None) -> HookedModel:
+    """Use a TransformerBridge you hold as a :class:`HookedModel`, if its weights are raw.
+
+    A bridge without compatibility mode gets ``enable_compatibility_mode(no_processing=True)`` (HookedTransformer
+    hook names; the weights are not touched). A bridge whose weights were processed is refused (module docstring).
+
+    Args:
+        bridge: a ``TransformerBridge`` booted from an HF causal LM.
+        tokenizer: defaults to ``bridge.tokenizer``.
+        name: the model's name in results; defaults to the bridge's ``cfg.model_name``.
+
+    Returns:
+        The hooked model, sharing the bridge.
+    """
+    if _is_hooked_transformer(bridge):
+        return wrap(bridge, tokenizer, name)
+    if not isinstance(bridge, TransformerBridge):
+        raise TypeError(
+            f"from_bridge got a {type(bridge).__module__}.{type(bridge).__name__}, not a TransformerBridge. "
+            "Fix: pass an HF model to from_hf(model, tokenizer), or use wrap(obj, tokenizer)."
+        )
+    folded = bool(getattr(bridge.cfg, "layer_norm_folding", False))
+    if getattr(bridge, "_weights_processed", False) or folded:
+        raise ValueError(
+            "this TransformerBridge's weights were processed (folded norms, centred writing weights and "
+            "unembedding, as enable_compatibility_mode() does by default). That changes raw logits, and "
+            "mathcircuits' metric is the relative change of the raw correct-answer logit (Zhang et al. 2024), so "
+            "every effect would mean something else. Fix: boot a fresh bridge with "
+            "TransformerBridge.boot_transformers(name, hf_model=..., tokenizer=...) and call "
+            "enable_compatibility_mode(no_processing=True)."
+        )
+    tok = tokenizer if tokenizer is not None else getattr(bridge, "tokenizer", None)
+    if tok is None:
+        raise ValueError("this TransformerBridge has no tokenizer. Fix: from_bridge(bridge, tokenizer).")
+    if not getattr(bridge, "compatibility_mode", False):
+        bridge.enable_compatibility_mode(no_processing=True)
+    bridge.eval()
+    label = name or str(getattr(bridge.cfg, "model_name", "") or type(bridge.original_model).__name__)
+    return HookedModel(bridge=bridge, tokenizer=tok, spec=spec_from_bridge(bridge, label, label))
+
+
+def wrap(obj: Any, tokenizer: Any = None, name: str | None = None) -> HookedModel:
+    """The :class:`HookedModel` of any supported object: HF model, TransformerBridge, or a HookedModel.
+
+    Args:
+        obj: an HF causal LM (→ :func:`from_hf`), a ``TransformerBridge`` (→ :func:`from_bridge`) or a
+            :class:`HookedModel` (returned as it is).
+        tokenizer: the tokenizer (required for an HF model).
+        name: the model's name in results.
+
+    Returns:
+        The hooked model.
+    """
+    if isinstance(obj, HookedModel):
+        return obj
+    if _is_hooked_transformer(obj):
+        raise TypeError(
+            f"a TransformerLens {type(obj).__name__} cannot be used: mathcircuits works on a TransformerBridge "
+            "around the HF model (TransformerLens 4 removed HookedTransformer), while a HookedTransformer holds "
+            "converted weights with no HF model behind it, processed by default (folded norms, centred "
+            f"unembedding), which changes the raw logits the paper's metric reads. {_CONVERT}"
+        )
+    if isinstance(obj, TransformerBridge):
+        return from_bridge(obj, tokenizer, name)
+    if isinstance(obj, PreTrainedModel):
+        return from_hf(obj, tokenizer, name)
+    raise TypeError(
+        f"wrap got a {type(obj).__module__}.{type(obj).__name__}. Fix: pass an HF AutoModelForCausalLM with its "
+        "tokenizer, a TransformerBridge, or a source name to load_model()."
+    )
