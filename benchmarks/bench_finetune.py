@@ -87,16 +87,35 @@ def worker(args: argparse.Namespace) -> dict:
     with torch.no_grad():  # safetensors weights are memory-mapped and paged in lazily: make them resident first,
         for prm in model.parameters():  # or the first forward would count the model itself as training memory
             prm.data = prm.data.clone()
-    pairs = generate_pairs(tok, load_templates(), GenerationConfig(operations=("add", "sub"), n_per_template=8, operand_range=(1, 50), fewshot=args.fewshot, seed=0))
+    pairs = generate_pairs(
+        tok,
+        load_templates(),
+        GenerationConfig(
+            operations=("add", "sub"), n_per_template=8, operand_range=(1, 50), fewshot=args.fewshot, seed=0
+        ),
+    )
     data = build_sft_dataset(tok, pairs).shuffle(seed=0)
     key = KeyComponents.load(args.key) if args.key else None
     slices = None
     if args.mode == "precise":
-        slices = head_slices(model, key if key is not None else _parse_heads(args.heads), kv_policy=args.kv_policy,
-                             mlps=[] if key is not None else [int(m) for m in args.mlps.split(",") if m])
+        slices = head_slices(
+            model,
+            key if key is not None else _parse_heads(args.heads),
+            kv_policy=args.kv_policy,
+            mlps=[] if key is not None else [int(m) for m in args.mlps.split(",") if m],
+        )
     n_steps = args.warmup_steps + args.steps
-    cfg = SFTConfig(mode=args.mode, micro_batch_size=args.micro_batch, batch_size=args.micro_batch * args.accum, max_steps=n_steps,
-                    kv_policy=args.kv_policy, logging_steps=10_000, save_final=False, progress_bar=False, warmup_ratio=0.0)
+    cfg = SFTConfig(
+        mode=args.mode,
+        micro_batch_size=args.micro_batch,
+        batch_size=args.micro_batch * args.accum,
+        max_steps=n_steps,
+        kv_policy=args.kv_policy,
+        logging_steps=10_000,
+        save_final=False,
+        progress_bar=False,
+        warmup_ratio=0.0,
+    )
     stamps: list[float] = []
 
     class Stamp(TrainerCallback):
@@ -111,14 +130,21 @@ def worker(args: argparse.Namespace) -> dict:
         base_gpu = torch.cuda.memory_allocated()
     with tempfile.TemporaryDirectory() as out, _PeakRSS() as rss:
         trained, result = train_sft(model, tok, data, out, key=slices, config=cfg, callbacks=[Stamp()])
-    timed = stamps[args.warmup_steps - 1:] if args.warmup_steps else stamps
+    timed = stamps[args.warmup_steps - 1 :] if args.warmup_steps else stamps
     samples = (len(timed) - 1) * args.micro_batch * args.accum
     report = {
-        "mode": args.mode, "model": args.model, "device": device, "threads": args.threads,
-        "micro_batch": args.micro_batch, "accum": args.accum, "timed_steps": len(timed) - 1,
+        "mode": args.mode,
+        "model": args.model,
+        "device": device,
+        "threads": args.threads,
+        "micro_batch": args.micro_batch,
+        "accum": args.accum,
+        "timed_steps": len(timed) - 1,
         "samples_per_s": samples / (timed[-1] - timed[0]),
-        "n_trainable": result.n_trainable, "n_model_params": result.n_model_params,
-        "rss_before_mb": rss.start / 2**20, "rss_peak_delta_mb": (rss.peak - rss.start) / 2**20,
+        "n_trainable": result.n_trainable,
+        "n_model_params": result.n_model_params,
+        "rss_before_mb": rss.start / 2**20,
+        "rss_peak_delta_mb": (rss.peak - rss.start) / 2**20,
         "ru_maxrss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "mean_seq_len": sum(len(x) for x in data["input_ids"]) / len(data),
         "final_loss": result.loss_history[-1][1] if result.loss_history else None,
@@ -154,38 +180,75 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     reports = {}
-    forwarded = ["--model", args.model, "--heads", args.heads, "--mlps", args.mlps, "--kv-policy", args.kv_policy,
-                 "--micro-batch", str(args.micro_batch), "--accum", str(args.accum), "--steps", str(args.steps),
-                 "--warmup-steps", str(args.warmup_steps), "--threads", str(args.threads)]
-    forwarded += (["--key", args.key] if args.key else []) + (["--fewshot"] if args.fewshot else []) + (["--cpu"] if args.cpu else [])
+    forwarded = [
+        "--model",
+        args.model,
+        "--heads",
+        args.heads,
+        "--mlps",
+        args.mlps,
+        "--kv-policy",
+        args.kv_policy,
+        "--micro-batch",
+        str(args.micro_batch),
+        "--accum",
+        str(args.accum),
+        "--steps",
+        str(args.steps),
+        "--warmup-steps",
+        str(args.warmup_steps),
+        "--threads",
+        str(args.threads),
+    ]
+    forwarded += (
+        (["--key", args.key] if args.key else [])
+        + (["--fewshot"] if args.fewshot else [])
+        + (["--cpu"] if args.cpu else [])
+    )
     env = {**os.environ, "OMP_NUM_THREADS": str(args.threads), "TOKENIZERS_PARALLELISM": "false"}
     runs: dict[str, list[dict]] = {"precise": [], "full": []}
     for _ in range(args.rounds):  # alternate the modes; on a shared machine keep each mode's best round
         for mode in ("precise", "full"):
             t0 = time.perf_counter()
-            proc = subprocess.run([sys.executable, __file__, *forwarded, "--worker", mode], capture_output=True, text=True, env=env)
+            proc = subprocess.run(
+                [sys.executable, __file__, *forwarded, "--worker", mode], capture_output=True, text=True, env=env
+            )
             lines = [l for l in proc.stdout.splitlines() if l.startswith("REPORT ")]
             if proc.returncode or not lines:
                 sys.stderr.write(proc.stdout[-3000:] + proc.stderr[-3000:])
                 raise SystemExit(f"{mode} worker failed (exit {proc.returncode})")
-            runs[mode].append({**json.loads(lines[-1][len("REPORT "):]), "wall_s": time.perf_counter() - t0})
+            runs[mode].append({**json.loads(lines[-1][len("REPORT ") :]), "wall_s": time.perf_counter() - t0})
     for mode, rs in runs.items():
-        reports[mode] = {**max(rs, key=lambda r: r["samples_per_s"]), "samples_per_s_rounds": [r["samples_per_s"] for r in rs]}
+        reports[mode] = {
+            **max(rs, key=lambda r: r["samples_per_s"]),
+            "samples_per_s_rounds": [r["samples_per_s"] for r in rs],
+        }
 
     pr, fu = reports["precise"], reports["full"]
     mem_key = "gpu_peak_delta_mb" if pr["device"] == "cuda" else "rss_peak_delta_mb"
     ratios = {
         "throughput_precise_over_full": pr["samples_per_s"] / fu["samples_per_s"],
         "train_memory_precise_over_full": pr[mem_key] / fu[mem_key] if fu[mem_key] > 0 else float("nan"),
-        "peak_memory_precise_over_full": (pr["gpu_peak_mb"] / fu["gpu_peak_mb"]) if pr["device"] == "cuda" else pr["ru_maxrss_mb"] / fu["ru_maxrss_mb"],
+        "peak_memory_precise_over_full": (pr["gpu_peak_mb"] / fu["gpu_peak_mb"])
+        if pr["device"] == "cuda"
+        else pr["ru_maxrss_mb"] / fu["ru_maxrss_mb"],
         "trainable_fraction": pr["n_trainable"] / pr["n_model_params"],
     }
-    rows = [("samples/s", "samples_per_s", "{:.2f}"), ("trainable params", "n_trainable", "{:,}"),
-            ("train memory (peak - before), MB", mem_key, "{:.0f}"), ("process peak, MB", "gpu_peak_mb" if pr["device"] == "cuda" else "ru_maxrss_mb", "{:.0f}"),
-            ("wall time of the run, s", "wall_s", "{:.0f}")]
-    print(f"model={pr['model']} device={pr['device']} threads={pr['threads']} micro_batch={pr['micro_batch']} accum={pr['accum']} "  # noqa: T201
-          f"timed_steps={pr['timed_steps']} mean_seq_len={pr['mean_seq_len']:.1f} rounds={args.rounds}")
-    print("samples/s per round: " + "  ".join(f"{m}: {', '.join(f'{x:.2f}' for x in reports[m]['samples_per_s_rounds'])}" for m in reports))  # noqa: T201
+    rows = [
+        ("samples/s", "samples_per_s", "{:.2f}"),
+        ("trainable params", "n_trainable", "{:,}"),
+        ("train memory (peak - before), MB", mem_key, "{:.0f}"),
+        ("process peak, MB", "gpu_peak_mb" if pr["device"] == "cuda" else "ru_maxrss_mb", "{:.0f}"),
+        ("wall time of the run, s", "wall_s", "{:.0f}"),
+    ]
+    print(
+        f"model={pr['model']} device={pr['device']} threads={pr['threads']} micro_batch={pr['micro_batch']} accum={pr['accum']} "  # noqa: T201
+        f"timed_steps={pr['timed_steps']} mean_seq_len={pr['mean_seq_len']:.1f} rounds={args.rounds}"
+    )
+    print(
+        "samples/s per round: "
+        + "  ".join(f"{m}: {', '.join(f'{x:.2f}' for x in reports[m]['samples_per_s_rounds'])}" for m in reports)
+    )  # noqa: T201
     print(f"{'':36s}{'precise':>14s}{'full':>14s}")  # noqa: T201
     for label, k, fmt in rows:
         print(f"{label:36s}{fmt.format(pr[k]):>14s}{fmt.format(fu[k]):>14s}")  # noqa: T201

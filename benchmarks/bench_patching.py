@@ -41,12 +41,18 @@ def main() -> None:
     model = load_model(args.model)
     spec = model.spec
     ids = tuple(f"add_{f}_{i}" for f in ("eq", "st", "qa") for i in (1, 2, 3))
-    pairs = generate_pairs(model.tokenizer, load_templates(), GenerationConfig(operations=("add",), template_ids=ids, n_per_template=max(12, args.pairs // 4)))
+    pairs = generate_pairs(
+        model.tokenizer,
+        load_templates(),
+        GenerationConfig(operations=("add",), template_ids=ids, n_per_template=max(12, args.pairs // 4)),
+    )
     pairs = filter_correct(score_pairs(model, pairs)).shuffle(seed=0)
     pairs = pairs.select(range(min(args.pairs, len(pairs))))
     n = len(pairs)
     senders = spec.n_layers * spec.n_heads + spec.n_layers
-    print(f"model {spec.name}: {spec.n_layers} layers x {spec.n_heads} heads + {spec.n_layers} MLPs = {senders} senders; {n} pairs; mean length {sum(pairs['n_tokens']) / n:.1f} tokens; {args.threads} thread(s)")
+    print(
+        f"model {spec.name}: {spec.n_layers} layers x {spec.n_heads} heads + {spec.n_layers} MLPs = {senders} senders; {n} pairs; mean length {sum(pairs['n_tokens']) / n:.1f} tokens; {args.threads} thread(s)"
+    )
 
     # floor: the two forward passes + last-position MLP work, measured directly
     with torch.no_grad():
@@ -71,7 +77,9 @@ def main() -> None:
     ref_pairs = pairs if not args.ref_pairs or args.ref_pairs >= n else pairs.select(range(args.ref_pairs))
     n_ref = len(ref_pairs)
     t0 = time.perf_counter()
-    ref = path_patch(model, ref_pairs, method="reference", keep_per_pair=True, batch_size=args.batch_size, progress=True)
+    ref = path_patch(
+        model, ref_pairs, method="reference", keep_per_pair=True, batch_size=args.batch_size, progress=True
+    )
     t_ref = time.perf_counter() - t0
 
     diff_h = float((exact.per_pair_heads[:n_ref] - ref.per_pair_heads).abs().max())
@@ -79,10 +87,16 @@ def main() -> None:
     per_exact = t_exact / (senders * n)
     per_ref = t_ref / (senders * n_ref)
     print(f"floor  : {floor:8.2f} s  (two cached forwards {t_fwd:.2f} s + last-position MLP work {t_mlp:.2f} s)")
-    print(f"exact  : {t_exact:8.2f} s  = {1e3 * per_exact:.3f} ms per (sender, pair)   ratio to floor {t_exact / floor:.2f}x  (goal <= 1.5x)")
-    print(f"reference ({n_ref} pairs{'' if n_ref == n else ', a subset of the same pairs'}): {t_ref:8.2f} s  = {1e3 * per_ref:.3f} ms per (sender, pair)")
+    print(
+        f"exact  : {t_exact:8.2f} s  = {1e3 * per_exact:.3f} ms per (sender, pair)   ratio to floor {t_exact / floor:.2f}x  (goal <= 1.5x)"
+    )
+    print(
+        f"reference ({n_ref} pairs{'' if n_ref == n else ', a subset of the same pairs'}): {t_ref:8.2f} s  = {1e3 * per_ref:.3f} ms per (sender, pair)"
+    )
     print(f"speed-up exact vs reference per (sender, pair): {per_ref / per_exact:.1f}x  (goal >= 100x)")
-    print(f"agreement on the shared pairs: max |exact - reference| heads {diff_h:.2e}, MLPs {diff_m:.2e}  (goal <= 1e-4)")
+    print(
+        f"agreement on the shared pairs: max |exact - reference| heads {diff_h:.2e}, MLPs {diff_m:.2e}  (goal <= 1e-4)"
+    )
     print("top heads:", ", ".join(f"L{l}.H{h} {e:+.4f}" for l, h, e in exact.top_heads(5)))
 
 

@@ -167,8 +167,11 @@ def _decode(value: Any, tp: Any, where: str) -> Any:
         from_dict = getattr(tp, "from_dict", None)
         try:
             # a nested value class may migrate its own fields in from_dict(d); saved results nest as plain fields
-            return from_dict(value) if callable(from_dict) and not hasattr(tp, "upgrade") else \
-                decode_fields(tp, value, where)
+            return (
+                from_dict(value)
+                if callable(from_dict) and not hasattr(tp, "upgrade")
+                else decode_fields(tp, value, where)
+            )
         except FieldError as err:
             raise FieldError(f"in field {where!r} ({tp.__name__}): {err}") from None
     if tp is float:

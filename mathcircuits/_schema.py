@@ -30,8 +30,9 @@ class ConfigError(ValueError):
 Bound = int | float | None  # not `float | None`: beartype (under pytest) does not take an int for a float
 
 
-def setting(default: Any, help: str = "", ge: Bound = None, gt: Bound = None, le: Bound = None,
-            lt: Bound = None) -> Any:
+def setting(
+    default: Any, help: str = "", ge: Bound = None, gt: Bound = None, le: Bound = None, lt: Bound = None
+) -> Any:
     """A dataclass field with a help line and an optional numeric range.
 
     Args:
@@ -140,8 +141,12 @@ def _check_range(f: dataclasses.Field, value: Any) -> None:
     if not isinstance(value, (int, float)) or isinstance(value, bool):
         return
     m = f.metadata
-    bad = ("ge" in m and value < m["ge"]) or ("gt" in m and value <= m["gt"]) or \
-          ("le" in m and value > m["le"]) or ("lt" in m and value >= m["lt"])
+    bad = (
+        ("ge" in m and value < m["ge"])
+        or ("gt" in m and value <= m["gt"])
+        or ("le" in m and value > m["le"])
+        or ("lt" in m and value >= m["lt"])
+    )
     if bad:
         raise ConfigError(f"{f.name}={value!r} is out of range. Fix: use a value {_range_text(m)}.")
 
@@ -196,9 +201,15 @@ def describe(cls: type, hidden: tuple[str, ...] = ()) -> list[dict[str, str]]:
         if not f.init or f.name in hidden:
             continue
         default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
-        rows.append({"name": f.name, "type": type_name(hints[f.name]), "range": _range_text(f.metadata),
-                     "default": repr(list(default) if isinstance(default, tuple) else default),
-                     "help": f.metadata.get("help", "")})
+        rows.append(
+            {
+                "name": f.name,
+                "type": type_name(hints[f.name]),
+                "range": _range_text(f.metadata),
+                "default": repr(list(default) if isinstance(default, tuple) else default),
+                "help": f.metadata.get("help", ""),
+            }
+        )
     return rows
 
 

@@ -35,8 +35,11 @@ EXIT_INTERRUPTED = 130
 
 
 def _add_common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--config", type=Path,
-                   help="YAML or TOML run configuration (default: the run folder's config.yaml, else the defaults)")
+    p.add_argument(
+        "--config",
+        type=Path,
+        help="YAML or TOML run configuration (default: the run folder's config.yaml, else the defaults)",
+    )
     p.add_argument("--out", type=Path, default=Path("runs/default"), help="run folder (default: runs/default)")
     p.add_argument("--model", help="override model.source: embedded, tiny-llama, tiny-gpt2, a folder, .gguf, hub id")
     p.add_argument("--force", action="store_true", help="re-run stages even when their inputs are unchanged")
@@ -51,23 +54,33 @@ def build_parser() -> argparse.ArgumentParser:
     """
     parser = argparse.ArgumentParser(
         prog="mathcircuits",
-        description="Find, explain and fine-tune the circuits LLMs use for arithmetic (Zhang et al., ICML 2024).")
+        description="Find, explain and fine-tune the circuits LLMs use for arithmetic (Zhang et al., ICML 2024).",
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("run", help="run every stage (skipping those already done with the same inputs)")
     _add_common(p)
-    p.add_argument("--only", nargs="+", metavar="STAGE", choices=list(STAGES),
-                   help=f"run only these stages, in pipeline order: {', '.join(STAGES)}")
+    p.add_argument(
+        "--only",
+        nargs="+",
+        metavar="STAGE",
+        choices=list(STAGES),
+        help=f"run only these stages, in pipeline order: {', '.join(STAGES)}",
+    )
     for stage in STAGES.values():
         upstream = f" (needs: {', '.join(stage.upstream)})" if stage.upstream else ""
-        sp = sub.add_parser(stage.name, help=stage.help,
-                            description=f"{stage.help}. Reads config sections: {', '.join(stage.sections)}{upstream}.")
+        sp = sub.add_parser(
+            stage.name,
+            help=stage.help,
+            description=f"{stage.help}. Reads config sections: {', '.join(stage.sections)}{upstream}.",
+        )
         _add_common(sp)
     s = sub.add_parser("status", help="show which stages of a run folder are done, stale or to do")
     _add_common(s)
     c = sub.add_parser("config", help="print the configuration (all defaults, or a file merged over them)")
     c.add_argument("--config", type=Path, help="a config file to merge over the defaults")
-    c.add_argument("--show", action="store_true",
-                   help="print every setting with its type, range or choices, default and help")
+    c.add_argument(
+        "--show", action="store_true", help="print every setting with its type, range or choices, default and help"
+    )
     return parser
 
 

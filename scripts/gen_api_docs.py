@@ -120,7 +120,7 @@ def signature(obj: Any, name: str, drop_self: bool = False) -> str | None:
             text += (" = " if p.annotation is not p.empty else "=") + (shown or _default(p.default))
         params.append(text)
     # keyword-only marker
-    kinds = [p.kind for p in sig.parameters.values()][1 if drop_self and sig.parameters else 0:]
+    kinds = [p.kind for p in sig.parameters.values()][1 if drop_self and sig.parameters else 0 :]
     if inspect.Parameter.KEYWORD_ONLY in kinds and inspect.Parameter.VAR_POSITIONAL not in kinds:
         params.insert(kinds.index(inspect.Parameter.KEYWORD_ONLY), "*")
     ret = ""

@@ -50,5 +50,9 @@ def embedded_add_pairs(embedded, template_sets):
     """Correct few-shot addition pairs of the embedded model (one template, all operand pairs)."""
     from mathcircuits.data import GenerationConfig, filter_correct, generate_pairs, score_pairs
 
-    ds = generate_pairs(embedded.tokenizer, template_sets, GenerationConfig(operations=("add",), template_ids=("add_eq_1",), n_per_template=81))
+    ds = generate_pairs(
+        embedded.tokenizer,
+        template_sets,
+        GenerationConfig(operations=("add",), template_ids=("add_eq_1",), n_per_template=81),
+    )
     return filter_correct(score_pairs(embedded, ds))

@@ -78,8 +78,8 @@ def _plant_copy_circuit(model) -> None:
                 q[rows] = rand(dh, spec.d_model)
                 o[noise, rows] = rand(30, dh)
                 if g not in planted_groups:  # K/V are shared by the heads of a group
-                    k[g * dh:(g + 1) * dh] = rand(dh, spec.d_model)
-                    v[g * dh:(g + 1) * dh] = rand(dh, spec.d_model)
+                    k[g * dh : (g + 1) * dh] = rand(dh, spec.d_model)
+                    v[g * dh : (g + 1) * dh] = rand(dh, spec.d_model)
             params[f"{pre}mlp.gate_proj.weight"].copy_(rand(spec.d_mlp, spec.d_model))
             params[f"{pre}mlp.up_proj.weight"].copy_(rand(spec.d_mlp, spec.d_model))
             params[f"{pre}mlp.down_proj.weight"][noise] = rand(30, spec.d_mlp)
@@ -95,9 +95,20 @@ def _copy_pairs(tokenizer, n: int = 24, seed: int = 0):
         prompt, cf = f"{pre}{d}{post}=", f"{pre}{other}{post}="
         ids, cf_ids = (tokenizer(t, add_special_tokens=False)["input_ids"] for t in (prompt, cf))
         answer = tokenizer(str(d), add_special_tokens=False)["input_ids"]
-        rows.append({"prompt": prompt, "cf_prompt": cf, "answer": str(d), "tokens": ids, "cf_tokens": cf_ids,
-                     "answer_token": answer[0], "answer_tokens": answer, "n_tokens": len(ids),
-                     "operation": "copy", "pair_id": i})
+        rows.append(
+            {
+                "prompt": prompt,
+                "cf_prompt": cf,
+                "answer": str(d),
+                "tokens": ids,
+                "cf_tokens": cf_ids,
+                "answer_token": answer[0],
+                "answer_tokens": answer,
+                "n_tokens": len(ids),
+                "operation": "copy",
+                "pair_id": i,
+            }
+        )
     return datasets.Dataset.from_list(rows)
 
 

@@ -32,7 +32,9 @@ def tiny(tiny_llama):
 def pairs(tiny, template_sets):
     from mathcircuits.data import GenerationConfig, generate_pairs
 
-    cfg = GenerationConfig(operations=("add", "sub"), template_ids=("add_eq_1", "add_qa_1", "sub_eq_1"), n_per_template=2)
+    cfg = GenerationConfig(
+        operations=("add", "sub"), template_ids=("add_eq_1", "add_qa_1", "sub_eq_1"), n_per_template=2
+    )
     return generate_pairs(tiny.tokenizer, template_sets, cfg)
 
 
@@ -92,7 +94,9 @@ def test_attention_by_role_matches_the_cached_pattern(tiny, pairs):
     assert torch.allclose(res.baselines.sum(-1), torch.ones(n), atol=1e-6)
     # recompute pair 3, head (2, 3) by hand from the full cached pattern
     row = pairs[3]
-    _, cache = tiny.bridge.run_with_cache(torch.tensor([row["tokens"]]), names_filter=lambda name: name == "blocks.2.attn.hook_pattern")
+    _, cache = tiny.bridge.run_with_cache(
+        torch.tensor([row["tokens"]]), names_filter=lambda name: name == "blocks.2.attn.hook_pattern"
+    )
     last = cache["blocks.2.attn.hook_pattern"][0, 3, -1]
     expected_a = float(last[row["pos_a"]].sum())
     expected_prefix = float(last[: row["prefix_len"]].sum())
@@ -159,7 +163,14 @@ def test_mlp_update_is_resid_post_minus_resid_mid(tiny, pairs):
 def test_mlp_probes_shapes_ranges_and_logit_lens(tiny, pairs):
     res = mlp_probes(tiny, pairs, case_row=1, top_k=3)
     n, n_layers = len(pairs), tiny.spec.n_layers
-    for name in ("input_sim_a", "input_sim_b", "input_sim_answer", "input_sim_others", "update_sim_answer", "update_sim_others"):
+    for name in (
+        "input_sim_a",
+        "input_sim_b",
+        "input_sim_answer",
+        "input_sim_others",
+        "update_sim_answer",
+        "update_sim_others",
+    ):
         t = getattr(res, name)
         assert t.shape == (n, n_layers)
         assert t.abs().max() <= 1 + 1e-5
@@ -200,7 +211,9 @@ def test_mlp_probes_lens_space_equals_effective_unembedding(tiny, pairs):
         raw = mlp_probes(tiny, pairs, space="raw")
         row = pairs[0]
         with torch.no_grad():
-            _, cache = tiny.bridge.run_with_cache(torch.tensor([row["tokens"]]), names_filter=lambda name: name.endswith("hook_resid_mid"))
+            _, cache = tiny.bridge.run_with_cache(
+                torch.tensor([row["tokens"]]), names_filter=lambda name: name.endswith("hook_resid_mid")
+            )
             g = tiny.bridge.ln_final.original_component.weight
             tok_a = number_tokens(tiny.tokenizer, [row["a"]], row["prompt"])[0]
             x = cache["blocks.1.hook_resid_mid"][0, -1]
@@ -208,7 +221,9 @@ def test_mlp_probes_lens_space_equals_effective_unembedding(tiny, pairs):
             without_gain = F.cosine_similarity(x, tiny.bridge.W_U[:, tok_a], dim=0)
     assert float(res.input_sim_a[0, 1]) == pytest.approx(float(expected), abs=1e-5)
     assert float(res.input_sim_a[0, 1]) != pytest.approx(float(without_gain), abs=1e-3)
-    assert not torch.allclose(raw.input_sim_a, res.input_sim_a, atol=1e-3)  # raw reads ln2's output, with ln2's own gain
+    assert not torch.allclose(
+        raw.input_sim_a, res.input_sim_a, atol=1e-3
+    )  # raw reads ln2's output, with ln2's own gain
     assert torch.equal(raw.lens_rank, res.lens_rank)  # the space only changes the cosines
 
 
@@ -219,7 +234,10 @@ def test_mlp_probes_tables_round_trip_and_errors(tiny, pairs, tmp_path):
     assert len(summary) == tiny.spec.n_layers and set(summary["operation"]) == {"add"}
     assert len(res.case_dataframe()) == tiny.spec.n_layers
     back = MLPProbeResult.load(res.save(tmp_path / "probe.pt"))
-    assert torch.equal(back.update_direct_margin, res.update_direct_margin) and back.case_top_numbers == res.case_top_numbers
+    assert (
+        torch.equal(back.update_direct_margin, res.update_direct_margin)
+        and back.case_top_numbers == res.case_top_numbers
+    )
     first = res.first_raising_layer(min_margin=-1e9)
     assert first == 0
     with pytest.raises(ValueError, match="space"):
@@ -232,7 +250,11 @@ def test_mlp_probes_and_roles_on_gpt2_layernorm(tiny_gpt2, template_sets):
     """GPT-2 (LayerNorm, learned positions, answers carry their space): the lens after the last layer is the output."""
     from mathcircuits.data import GenerationConfig, generate_pairs
 
-    ds = generate_pairs(tiny_gpt2.tokenizer, template_sets, GenerationConfig(operations=("add",), template_ids=("add_eq_1",), n_per_template=3))
+    ds = generate_pairs(
+        tiny_gpt2.tokenizer,
+        template_sets,
+        GenerationConfig(operations=("add",), template_ids=("add_eq_1",), n_per_template=3),
+    )
     res = mlp_probes(tiny_gpt2, ds)
     logits = torch.cat([tiny_gpt2(torch.tensor([t]))[:, -1] for t in ds["tokens"]])
     ans = torch.tensor(ds["answer_token"])

@@ -28,7 +28,10 @@ def test_every_public_name_has_an_entry():
     for modname in gen.public_modules():
         section = text.split(f"## `{modname}`\n", 1)[1].split("\n## `", 1)[0]
         for name in importlib.import_module(modname).__all__:
-            assert re.search(rf"^(### `{re.escape(name)}`|\| `{re.escape(name)}` \|)", section, re.MULTILINE), (modname, name)
+            assert re.search(rf"^(### `{re.escape(name)}`|\| `{re.escape(name)}` \|)", section, re.MULTILINE), (
+                modname,
+                name,
+            )
     # signatures show types and defaults as written, without memory addresses
     assert " at 0x" not in text
     assert "correct_pairs(\n    model: Any,\n    operation: str = 'add'," in text

@@ -36,13 +36,23 @@ def _threads():
 def _users_hf_model(model_type: str = "qwen2"):
     """What a user does in a notebook: a config, a model from it, a tokenizer they already have."""
     tok = tiny_tokenizer()
-    kw = {"vocab_size": len(tok), "pad_token_id": tok.pad_token_id, "bos_token_id": tok.bos_token_id,
-          "eos_token_id": tok.eos_token_id}
+    kw = {
+        "vocab_size": len(tok),
+        "pad_token_id": tok.pad_token_id,
+        "bos_token_id": tok.bos_token_id,
+        "eos_token_id": tok.eos_token_id,
+    }
     if model_type == "gpt2":
         kw.update(n_embd=64, n_layer=3, n_head=4, n_positions=256)
     else:
-        kw.update(hidden_size=64, intermediate_size=128, num_hidden_layers=3, num_attention_heads=4,
-                  num_key_value_heads=2, max_position_embeddings=256)
+        kw.update(
+            hidden_size=64,
+            intermediate_size=128,
+            num_hidden_layers=3,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            max_position_embeddings=256,
+        )
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_config(AutoConfig.for_model(model_type, **kw)).eval()
     with torch.no_grad():
@@ -136,16 +146,23 @@ def _sft_data(tok, n=16):
     records = []
     for _ in range(n):
         a, b = rng.randint(0, 9), rng.randint(0, 9)
-        records.append({"tokens": tok(f"{a} + {b} = ", add_special_tokens=False)["input_ids"],
-                        "answer_tokens": tok(str(a + b), add_special_tokens=False)["input_ids"]})
+        records.append(
+            {
+                "tokens": tok(f"{a} + {b} = ", add_special_tokens=False)["input_ids"],
+                "answer_tokens": tok(str(a + b), add_special_tokens=False)["input_ids"],
+            }
+        )
     return build_sft_dataset(tok, records)
 
 
 @pytest.mark.parametrize("held", ["hf_model", "bridge"])
 def test_notebook_users_own_model_through_every_stage(held, tmp_path):
     hm = from_hf(*_users_hf_model()) if held == "hf_model" else from_bridge(_users_bridge())
-    pairs = generate_pairs(hm.tokenizer, load_templates(),
-                           GenerationConfig(operations=("add",), template_ids=("add_eq_1",), n_per_template=6))
+    pairs = generate_pairs(
+        hm.tokenizer,
+        load_templates(),
+        GenerationConfig(operations=("add",), template_ids=("add_eq_1",), n_per_template=6),
+    )
 
     # identify: exact path patching equals one hooked forward per sender
     res = path_patch(hm, pairs, metric="logit_diff")
@@ -164,8 +181,9 @@ def test_notebook_users_own_model_through_every_stage(held, tmp_path):
     heads = [(l, h) for l, h, _ in res.top_heads(2)]
     abr = attention_by_role(hm, pairs, heads)
     row = pairs[0]
-    _, cache = hm.bridge.run_with_cache(torch.tensor([row["tokens"]]),
-                                        names_filter=lambda n: n.endswith("hook_pattern"))
+    _, cache = hm.bridge.run_with_cache(
+        torch.tensor([row["tokens"]]), names_filter=lambda n: n.endswith("hook_pattern")
+    )
     masks = role_masks(row["n_tokens"], row["prefix_len"], row["pos_a"], row["pos_b"], row["pos_op"]).float()
     for i, (layer, head) in enumerate(heads):
         last_row = cache[f"blocks.{layer}.attn.hook_pattern"][0, head, row["pos_last"]]
@@ -177,10 +195,19 @@ def test_notebook_users_own_model_through_every_stage(held, tmp_path):
     x = torch.tensor(pairs["tokens"][:2])
     torch.testing.assert_close(_logits(plain, x), hm(x), atol=1e-5, rtol=1e-5)
     key = select_key_components(res, rule="topk", k=2)
-    cfg = SFTConfig(learning_rate=1e-2, batch_size=8, micro_batch_size=4, max_steps=2, logging_steps=1,
-                    progress_bar=False, save_final=False, warmup_ratio=0.0)
-    adapter, result = train_sft(plain, hm.tokenizer, _sft_data(hm.tokenizer), tmp_path, key=key, config=cfg,
-                                model_name=hm.spec.name)
+    cfg = SFTConfig(
+        learning_rate=1e-2,
+        batch_size=8,
+        micro_batch_size=4,
+        max_steps=2,
+        logging_steps=1,
+        progress_bar=False,
+        save_final=False,
+        warmup_ratio=0.0,
+    )
+    adapter, result = train_sft(
+        plain, hm.tokenizer, _sft_data(hm.tokenizer), tmp_path, key=key, config=cfg, model_name=hm.spec.name
+    )
     assert result.global_step == 2 and 0 < result.n_trainable < result.n_model_params
     assert {(s.layer) for s in adapter.slices.slices if "q" in s.roles} == {l for l, _ in key.heads}
     assert all(d.abs().max() > 0 for _, d in adapter.named_deltas())

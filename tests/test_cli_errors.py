@@ -69,10 +69,12 @@ def test_bad_config_values_fail_at_load_and_write_nothing(tmp_path, section, val
 
 @pytest.mark.parametrize(
     ("name", "text", "needle"),
-    [("c.yaml", "model: {source: tiny-llama\ndata: [", "not valid YAML"),
-     ("c.toml", "[model\nsource = 1", "not valid TOML"),
-     ("c.yaml", "- just\n- a list\n", "mapping of sections"),
-     ("c.json", "{}", "must end in .yaml")],
+    [
+        ("c.yaml", "model: {source: tiny-llama\ndata: [", "not valid YAML"),
+        ("c.toml", "[model\nsource = 1", "not valid TOML"),
+        ("c.yaml", "- just\n- a list\n", "mapping of sections"),
+        ("c.json", "{}", "must end in .yaml"),
+    ],
 )
 def test_malformed_config_files(tmp_path, name, text, needle):
     (tmp_path / name).write_text(text)

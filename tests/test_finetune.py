@@ -58,14 +58,26 @@ def _toy_sft_data(tok, n: int = 32):
     records = []
     for _ in range(n):
         a, b = rng.randint(0, 9), rng.randint(0, 9)
-        records.append({"tokens": tok(f"{a}+{b}=", add_special_tokens=False)["input_ids"],
-                        "answer_tokens": tok(str(a + b), add_special_tokens=False)["input_ids"]})
+        records.append(
+            {
+                "tokens": tok(f"{a}+{b}=", add_special_tokens=False)["input_ids"],
+                "answer_tokens": tok(str(a + b), add_special_tokens=False)["input_ids"],
+            }
+        )
     return build_sft_dataset(tok, records)
 
 
 def _cfg(**kw) -> SFTConfig:
-    base = dict(learning_rate=1e-2, batch_size=8, micro_batch_size=4, max_steps=3, logging_steps=1,
-                progress_bar=False, save_final=False, warmup_ratio=0.0)
+    base = dict(
+        learning_rate=1e-2,
+        batch_size=8,
+        micro_batch_size=4,
+        max_steps=3,
+        logging_steps=1,
+        progress_bar=False,
+        save_final=False,
+        warmup_ratio=0.0,
+    )
     return SFTConfig(**{**base, **kw})
 
 
@@ -204,7 +216,9 @@ def test_bridge_gpt2_fused_q_and_o():
     pert = _bridge_cache("tiny-gpt2", lambda m: box.setdefault("n", _perturb_slice(o)(m)))
     assert _changed_heads(clean, pert, 1) == []
     expected = clean["blocks.1.attn.hook_z"][:, :, 1] @ box["n"]  # Conv1D weight is [in, out]: rows of head 1
-    torch.testing.assert_close(pert["blocks.1.hook_attn_out"] - clean["blocks.1.hook_attn_out"], expected, atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(
+        pert["blocks.1.hook_attn_out"] - clean["blocks.1.hook_attn_out"], expected, atol=1e-5, rtol=1e-4
+    )
 
 
 # ----------------------------------------------------------------------------- errors
@@ -342,8 +356,14 @@ def test_weight_decay_acts_on_the_effective_weights():
 
 def test_tiny_finetune_lowers_the_loss(tmp_path):
     model, tok = load_hf_model("tiny-gpt2")
-    _, result = train_sft(model, tok, _toy_sft_data(tok, 64), tmp_path, key=_key(model, [(0, 1), (1, 2), (1, 3)], mlps=[1]),
-                          config=_cfg(max_steps=16, learning_rate=2e-2, save_final=True))
+    _, result = train_sft(
+        model,
+        tok,
+        _toy_sft_data(tok, 64),
+        tmp_path,
+        key=_key(model, [(0, 1), (1, 2), (1, 3)], mlps=[1]),
+        config=_cfg(max_steps=16, learning_rate=2e-2, save_final=True),
+    )
     losses = [l for _, l in result.loss_history]
     assert sum(losses[-4:]) / 4 < 0.8 * losses[0]
     assert result.n_trainable < result.n_model_params and result.global_step == 16
@@ -357,7 +377,9 @@ def test_resume_from_checkpoint_reproduces_the_uninterrupted_run(tmp_path):
     cfg = _cfg(max_steps=4, save_steps=2, weight_decay=0.1, warmup_ratio=0.25)
     full_run, _ = train_sft(load_hf_model("tiny-llama")[0], tok, data, tmp_path / "a", key=key, config=cfg)
     shutil.copytree(tmp_path / "a" / "checkpoint-2", tmp_path / "b" / "checkpoint-2")  # as if run b died after step 2
-    resumed, result = train_sft(load_hf_model("tiny-llama")[0], tok, data, tmp_path / "b", key=key, config=cfg, resume_from_checkpoint=True)
+    resumed, result = train_sft(
+        load_hf_model("tiny-llama")[0], tok, data, tmp_path / "b", key=key, config=cfg, resume_from_checkpoint=True
+    )
     assert result.global_step == 4 and result.resumed_from == str(tmp_path / "b" / "checkpoint-2")
     new_logs = [json.loads(line) for line in (tmp_path / "b" / "log.jsonl").read_text().splitlines()]
     assert sorted({e["step"] for e in new_logs if "loss" in e}) == [3, 4]  # only the missing steps ran
@@ -374,7 +396,9 @@ def test_full_mode_trains_everything(tmp_path):
     with pytest.raises(ValueError, match="needs the key components"):
         train_sft(model, tok, _toy_sft_data(tok), tmp_path, config=_cfg())
     with pytest.raises(FileNotFoundError, match="no checkpoint"):
-        train_sft(model, tok, _toy_sft_data(tok), tmp_path / "empty", config=_cfg(mode="full"), resume_from_checkpoint=True)
+        train_sft(
+            model, tok, _toy_sft_data(tok), tmp_path / "empty", config=_cfg(mode="full"), resume_from_checkpoint=True
+        )
 
 
 @pytest.mark.parametrize("source", ["tiny-llama", "tiny-gpt2"])
@@ -393,7 +417,11 @@ def test_target_only_logits_give_the_same_loss_and_gradients(source):
         loss = adapter(**batch).loss
         loss.backward()
         out[target_only] = (loss.detach(), [d.grad.clone() for d in adapter.deltas.values()])
-    assert batch["logits_to_keep"].sum() == batch["shift_labels"].numel() == sum((torch.tensor(f["labels"]) != -100).sum() for f in features)
+    assert (
+        batch["logits_to_keep"].sum()
+        == batch["shift_labels"].numel()
+        == sum((torch.tensor(f["labels"]) != -100).sum() for f in features)
+    )
     torch.testing.assert_close(out[True][0], out[False][0], atol=1e-6, rtol=1e-6)
     for g_target, g_all in zip(out[True][1], out[False][1]):
         torch.testing.assert_close(g_target, g_all, atol=1e-6, rtol=1e-5)
@@ -404,11 +432,23 @@ def test_target_only_logits_give_the_same_loss_and_gradients(source):
 
 def test_sft_dataset_masks_the_prompt():
     _, tok = load_hf_model("tiny-llama")
-    wp = [{"instruction": "Tom has 3 pens. He buys 2. How many? ", "input": "", "output": "\nA: 3 + 2 = 5. The answer is 5.", "answer": "5.0"}]
+    wp = [
+        {
+            "instruction": "Tom has 3 pens. He buys 2. How many? ",
+            "input": "",
+            "output": "\nA: 3 + 2 = 5. The answer is 5.",
+            "answer": "5.0",
+        }
+    ]
     row = build_sft_dataset(tok, wp)[0]
-    n_prompt = len(tok("Question: Tom has 3 pens. He buys 2. How many?\nAnswer:", add_special_tokens=False)["input_ids"])
+    n_prompt = len(
+        tok("Question: Tom has 3 pens. He buys 2. How many?\nAnswer:", add_special_tokens=False)["input_ids"]
+    )
     assert row["labels"][:n_prompt] == [-100] * n_prompt
-    assert tok.decode(row["labels"][n_prompt:-1]) == " 3 + 2 = 5. The answer is 5." and row["labels"][-1] == tok.eos_token_id
+    assert (
+        tok.decode(row["labels"][n_prompt:-1]) == " 3 + 2 = 5. The answer is 5."
+        and row["labels"][-1] == tok.eos_token_id
+    )
     short = build_sft_dataset(tok, wp, target="answer", add_eos=False)[0]
     assert tok.decode(short["labels"][n_prompt:]) == " The answer is 5."
     pairs = build_sft_dataset(tok, [{"tokens": [5, 6, 7], "answer_tokens": [8, 9]}])[0]
@@ -449,6 +489,9 @@ def test_embedded_smollm2_key_heads_map_and_merge():
 def test_roles_restrict_what_a_head_tunes():
     model, _ = load_hf_model("tiny-llama")
     ss = head_slices(model, [(1, 2)], roles=("v", "o"))
-    assert {s.name for s in ss.slices} == {"model.layers.1.self_attn.v_proj.weight", "model.layers.1.self_attn.o_proj.weight"}
+    assert {s.name for s in ss.slices} == {
+        "model.layers.1.self_attn.v_proj.weight",
+        "model.layers.1.self_attn.o_proj.weight",
+    }
     assert ss.kv_groups == ((1, 1),)
     assert head_slices(model, [(1, 2)], roles=("q", "o")).kv_groups == ()  # no K/V role: no group is tuned

@@ -13,31 +13,65 @@ from mathcircuits.finetune import SliceSet, head_slices
 from mathcircuits.models import ModelSpec, load_hf_model
 from mathcircuits.patching import KeyComponents, PatchingResult
 
-SPEC = ModelSpec(name="toy", source="toy", architecture="ToyForCausalLM", n_layers=3, n_heads=2, n_kv_heads=1,
-                 d_head=4, d_model=8, d_mlp=16, vocab_size=20, model_type="toy")
+SPEC = ModelSpec(
+    name="toy",
+    source="toy",
+    architecture="ToyForCausalLM",
+    n_layers=3,
+    n_heads=2,
+    n_kv_heads=1,
+    d_head=4,
+    d_model=8,
+    d_mlp=16,
+    vocab_size=20,
+    model_type="toy",
+)
 
 
 def _patching(**over) -> PatchingResult:
     g = torch.Generator().manual_seed(0)
     fields = {
-        "head_effects": torch.randn(3, 2, generator=g), "mlp_effects": torch.randn(3, generator=g), "metric": "logit_diff",
-        "method": "exact", "model": SPEC, "n_pairs": 4, "pair_ids": [0, 1, 2, 3], "operations": ["add"],
-        "per_pair_heads": torch.randn(4, 3, 2, generator=g), "per_pair_mlps": None, "seconds": 1.5,
+        "head_effects": torch.randn(3, 2, generator=g),
+        "mlp_effects": torch.randn(3, generator=g),
+        "metric": "logit_diff",
+        "method": "exact",
+        "model": SPEC,
+        "n_pairs": 4,
+        "pair_ids": [0, 1, 2, 3],
+        "operations": ["add"],
+        "per_pair_heads": torch.randn(4, 3, 2, generator=g),
+        "per_pair_mlps": None,
+        "seconds": 1.5,
         "settings": {"senders": ["heads", "mlps"], "shape": (3, 2), "nested": {"pair": (1, "a")}},
     }
     return PatchingResult(**{**fields, **over})
 
 
 def _key() -> KeyComponents:
-    return KeyComponents(model=SPEC, heads=((2, 1), (0, 0)), mlps=(1,), head_scores=(-0.3, -0.1), mlp_scores=(-0.2,),
-                         rule="topk", rule_params={"k": 2}, source={"operations": ["add"]})
+    return KeyComponents(
+        model=SPEC,
+        heads=((2, 1), (0, 0)),
+        mlps=(1,),
+        head_scores=(-0.3, -0.1),
+        mlp_scores=(-0.2,),
+        rule="topk",
+        rule_params={"k": 2},
+        source={"operations": ["add"]},
+    )
 
 
 def _assert_same_patching(a: PatchingResult, b: PatchingResult) -> None:
     assert torch.equal(a.head_effects, b.head_effects) and torch.equal(a.mlp_effects, b.mlp_effects)
     assert torch.equal(a.per_pair_heads, b.per_pair_heads) and b.per_pair_mlps is None
-    assert (a.metric, a.method, a.model, a.n_pairs, a.pair_ids, a.operations, a.seconds) == \
-        (b.metric, b.method, b.model, b.n_pairs, b.pair_ids, b.operations, b.seconds)
+    assert (a.metric, a.method, a.model, a.n_pairs, a.pair_ids, a.operations, a.seconds) == (
+        b.metric,
+        b.method,
+        b.model,
+        b.n_pairs,
+        b.pair_ids,
+        b.operations,
+        b.seconds,
+    )
     assert a.settings == b.settings  # tuples inside untyped values come back as tuples
 
 
@@ -90,18 +124,31 @@ def _bad_files(tmp_path, good):
         ("no header", _write(tmp_path / "plain.json", b'{"heads": []}'), ["no kind/version header"]),
         ("not a dict", _write(tmp_path / "list.json", b"[1, 2]"), ["holds a list"]),
         ("wrong kind", other, ["holds a HeadMeans", "HeadMeans.load()"]),
-        ("newer version", _write(tmp_path / "newer.json", json.dumps({**d, "__version__": 99}).encode()),
-         ["newer mathcircuits", "version 99"]),
-        ("extra field", _write(tmp_path / "extra.json", json.dumps({**d, "colour": "red"}).encode()),
-         ["unknown field", "colour"]),
-        ("missing field", _write(tmp_path / "missing.json",
-                                 json.dumps({k: v for k, v in d.items() if k != "model"}).encode()),
-         ["lacks field", "model"]),
-        ("mistyped field", _write(tmp_path / "typed.json", json.dumps({**d, "n_pairs" if "n_pairs" in d else "rule":
-                                                                         [1]}).encode()),
-         ["should be"]),
-        ("bad model spec", _write(tmp_path / "spec.json", json.dumps({**d, "model": {**d["model"], "n_layers": "3"}})
-                                  .encode()), ["model", "n_layers", "should be of type int"]),
+        (
+            "newer version",
+            _write(tmp_path / "newer.json", json.dumps({**d, "__version__": 99}).encode()),
+            ["newer mathcircuits", "version 99"],
+        ),
+        (
+            "extra field",
+            _write(tmp_path / "extra.json", json.dumps({**d, "colour": "red"}).encode()),
+            ["unknown field", "colour"],
+        ),
+        (
+            "missing field",
+            _write(tmp_path / "missing.json", json.dumps({k: v for k, v in d.items() if k != "model"}).encode()),
+            ["lacks field", "model"],
+        ),
+        (
+            "mistyped field",
+            _write(tmp_path / "typed.json", json.dumps({**d, "n_pairs" if "n_pairs" in d else "rule": [1]}).encode()),
+            ["should be"],
+        ),
+        (
+            "bad model spec",
+            _write(tmp_path / "spec.json", json.dumps({**d, "model": {**d["model"], "n_layers": "3"}}).encode()),
+            ["model", "n_layers", "should be of type int"],
+        ),
     ]
 
 
@@ -127,23 +174,46 @@ def test_files_of_the_unversioned_format_still_load(tmp_path):
     """What the old ``save_result`` wrote: ``{"__kind__": name, "fields": {...}}`` with tuples marked."""
     res = _patching()
     fields = {
-        "head_effects": res.head_effects, "mlp_effects": res.mlp_effects, "metric": res.metric, "method": res.method,
-        "model": SPEC.to_dict() | {"model_type": ""}, "n_pairs": 4, "pair_ids": [0, 1, 2, 3], "operations": ["add"],
-        "clean_logit_mean": float("nan"), "per_pair_heads": res.per_pair_heads, "per_pair_mlps": None, "seconds": 1.5,
-        "settings": {"senders": ["heads", "mlps"], "shape": {"__tuple__": [3, 2]},
-                     "nested": {"pair": {"__tuple__": [1, "a"]}}},
+        "head_effects": res.head_effects,
+        "mlp_effects": res.mlp_effects,
+        "metric": res.metric,
+        "method": res.method,
+        "model": SPEC.to_dict() | {"model_type": ""},
+        "n_pairs": 4,
+        "pair_ids": [0, 1, 2, 3],
+        "operations": ["add"],
+        "clean_logit_mean": float("nan"),
+        "per_pair_heads": res.per_pair_heads,
+        "per_pair_mlps": None,
+        "seconds": 1.5,
+        "settings": {
+            "senders": ["heads", "mlps"],
+            "shape": {"__tuple__": [3, 2]},
+            "nested": {"pair": {"__tuple__": [1, "a"]}},
+        },
     }
     torch.save({"__kind__": "PatchingResult", "fields": fields}, tmp_path / "old.pt")
     back = PatchingResult.load(tmp_path / "old.pt")
     assert back.settings == res.settings and torch.equal(back.head_effects, res.head_effects)
     key = _key()
-    v1 = {"kind": "mathcircuits.KeyComponents", "version": 1, "model": SPEC.to_dict(),
-          "heads": [[2, 1], [0, 0]], "mlps": [1], "head_scores": [-0.3, -0.1], "mlp_scores": [-0.2], "rule": "topk",
-          "rule_params": {"k": 2}, "source": {"operations": ["add"]}}
+    v1 = {
+        "kind": "mathcircuits.KeyComponents",
+        "version": 1,
+        "model": SPEC.to_dict(),
+        "heads": [[2, 1], [0, 0]],
+        "mlps": [1],
+        "head_scores": [-0.3, -0.1],
+        "mlp_scores": [-0.2],
+        "rule": "topk",
+        "rule_params": {"k": 2},
+        "source": {"operations": ["add"]},
+    }
     (tmp_path / "key_v1.json").write_text(json.dumps(v1))
     assert KeyComponents.load(tmp_path / "key_v1.json") == key
-    torch.save({"__kind__": "HeadMeans", "fields": {"means": torch.ones(3, 2, 4), "n_prompts": 2, "source": "cf"}},
-               tmp_path / "means.pt")
+    torch.save(
+        {"__kind__": "HeadMeans", "fields": {"means": torch.ones(3, 2, 4), "n_prompts": 2, "source": "cf"}},
+        tmp_path / "means.pt",
+    )
     means = HeadMeans.load(tmp_path / "means.pt")  # v1 recorded no model: loads without identity
     assert means.model is None and means.n_prompts == 2
     torch.save({"__kind__": "KnockoutResult", "fields": {"ks": [0, 1]}}, tmp_path / "ko.pt")
@@ -157,10 +227,16 @@ def test_slices_of_the_old_format_ask_for_a_rerun_and_new_ones_check_their_count
     ss = head_slices(model, [(0, 1)], mlps=[2])
     d = ss.to_dict()
     assert d["n_tuned"] == ss.n_tuned and SliceSet.from_dict(d) == ss
-    facts = {k: d["model"][k] for k in ("name", "model_type", "architecture", "n_layers", "n_heads", "n_kv_heads",
-                                         "d_head", "d_model")}
-    old = {"kind": "mathcircuits.SliceSet", "version": 1, **{k: v for k, v in d.items() if not k.startswith("__")},
-           "model": facts}
+    facts = {
+        k: d["model"][k]
+        for k in ("name", "model_type", "architecture", "n_layers", "n_heads", "n_kv_heads", "d_head", "d_model")
+    }
+    old = {
+        "kind": "mathcircuits.SliceSet",
+        "version": 1,
+        **{k: v for k, v in d.items() if not k.startswith("__")},
+        "model": facts,
+    }
     (tmp_path / "old.json").write_text(json.dumps(old))
     with pytest.raises(ResultFileError, match=r"older mathcircuits.*lacks field.*d_mlp.*mathcircuits finetune --force"):
         SliceSet.load(tmp_path / "old.json")

@@ -26,8 +26,9 @@ def gpt2_key(tiny_gpt2):
 
 def _effects(spec, heads: torch.Tensor, mlps: torch.Tensor | None = None) -> PatchingResult:
     mlps = torch.linspace(-0.2, 0.1, spec.n_layers) if mlps is None else mlps
-    return PatchingResult(head_effects=heads, mlp_effects=mlps, metric="relative_logit", method="exact",
-                          model=spec, n_pairs=1)
+    return PatchingResult(
+        head_effects=heads, mlp_effects=mlps, metric="relative_logit", method="exact", model=spec, n_pairs=1
+    )
 
 
 def test_key_heads_of_another_model_are_refused_by_every_entry_point(tiny_llama, pairs, gpt2_key):
@@ -43,8 +44,11 @@ def test_key_heads_of_another_model_are_refused_by_every_entry_point(tiny_llama,
 
 
 def test_head_means_of_another_model_are_refused(tiny_llama, tiny_gpt2, pairs, template_sets):
-    gpt2_pairs = generate_pairs(tiny_gpt2.tokenizer, template_sets,
-                                GenerationConfig(operations=("add",), template_ids=("add_eq_1",), n_per_template=2))
+    gpt2_pairs = generate_pairs(
+        tiny_gpt2.tokenizer,
+        template_sets,
+        GenerationConfig(operations=("add",), template_ids=("add_eq_1",), n_per_template=2),
+    )
     gpt2_means = head_means(tiny_gpt2, gpt2_pairs)
     assert gpt2_means.model == tiny_gpt2.spec
     with pytest.raises(ModelMismatchError, match=r"'tiny-gpt2'.*'tiny-llama'"):

@@ -20,7 +20,12 @@ def test_shape_facts_and_hook_names(tiny_llama, tiny_gpt2):
     _, cache = tiny_llama.bridge.run_with_cache(tiny_llama.to_tokens("1 + 2 = "))
     assert cache["blocks.0.attn.hook_z"].shape == (1, 8, 4, 16)
     assert cache["blocks.2.attn.hook_pattern"].shape == (1, 4, 8, 8)
-    for name in ("blocks.1.hook_mlp_out", "blocks.1.hook_resid_pre", "blocks.1.hook_resid_mid", "blocks.1.hook_resid_post"):
+    for name in (
+        "blocks.1.hook_mlp_out",
+        "blocks.1.hook_resid_pre",
+        "blocks.1.hook_resid_mid",
+        "blocks.1.hook_resid_post",
+    ):
         assert cache[name].shape == (1, 8, 64)
     assert tiny_llama.hf_model is tiny_llama.bridge.original_model
 
@@ -56,7 +61,12 @@ def test_local_folder_round_trip(tmp_path):
 
 @pytest.mark.slow
 def test_embedded_model_loads_offline_and_matches_hf(embedded):
-    assert (embedded.spec.n_layers, embedded.spec.n_heads, embedded.spec.n_kv_heads, embedded.spec.d_head) == (30, 9, 3, 64)
+    assert (embedded.spec.n_layers, embedded.spec.n_heads, embedded.spec.n_kv_heads, embedded.spec.d_head) == (
+        30,
+        9,
+        3,
+        64,
+    )
     hf, _ = load_hf_model("embedded")
     tokens = embedded.to_tokens(["2 + 4 = 6\n3 + 5 = "])
     with torch.no_grad():

@@ -14,6 +14,8 @@ def test_notebook_executes(path):
     from nbclient import NotebookClient
 
     nb = nbformat.read(path, as_version=4)
-    assert all(not c.get("outputs") for c in nb.cells if c.cell_type == "code"), "commit notebooks with outputs stripped"
+    assert all(not c.get("outputs") for c in nb.cells if c.cell_type == "code"), (
+        "commit notebooks with outputs stripped"
+    )
     NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}}).execute()
     assert any(c.get("outputs") for c in nb.cells if c.cell_type == "code")

@@ -17,14 +17,24 @@ from mathcircuits.patching import (
 
 @pytest.fixture(scope="module")
 def pairs_llama(tiny_llama, template_sets):
-    return generate_pairs(tiny_llama.tokenizer, template_sets, GenerationConfig(operations=("add", "mul"), template_ids=("add_eq_1", "add_st_1", "mul_eq_1"), n_per_template=3))
+    return generate_pairs(
+        tiny_llama.tokenizer,
+        template_sets,
+        GenerationConfig(
+            operations=("add", "mul"), template_ids=("add_eq_1", "add_st_1", "mul_eq_1"), n_per_template=3
+        ),
+    )
 
 
 @pytest.mark.parametrize("metric", ["relative_logit", "logit_diff", "prob_change"])
 @pytest.mark.parametrize("model_name", ["tiny_llama", "tiny_gpt2"])
 def test_exact_equals_reference(request, template_sets, model_name, metric):
     model = request.getfixturevalue(model_name)
-    ds = generate_pairs(model.tokenizer, template_sets, GenerationConfig(operations=("add",), template_ids=("add_eq_1", "add_qa_1"), n_per_template=2))
+    ds = generate_pairs(
+        model.tokenizer,
+        template_sets,
+        GenerationConfig(operations=("add",), template_ids=("add_eq_1", "add_qa_1"), n_per_template=2),
+    )
     fast = path_patch(model, ds, metric=metric, keep_per_pair=True)
     ref = path_patch(model, ds, metric=metric, method="reference", keep_per_pair=True)
     assert torch.isfinite(fast.head_effects).all() and torch.isfinite(fast.mlp_effects).all()
@@ -58,7 +68,9 @@ def small_heads_llama():
     model = load_model("tiny-llama")
     with torch.no_grad():
         for name, p in model.hf_model.named_parameters():
-            if "o_proj" in name and name.endswith("weight"):  # the bridge wraps modules: o_proj._original_component.weight
+            if "o_proj" in name and name.endswith(
+                "weight"
+            ):  # the bridge wraps modules: o_proj._original_component.weight
                 p.mul_(1e-3)
     assert model.bridge.W_O.abs().max() < 1e-2  # the bridge shares the scaled weights
     return model
@@ -69,7 +81,9 @@ def test_attribution_equals_exact_to_first_order(small_heads_llama, pairs_llama,
     """Attribution is the first-order term of the same path: on small head patches it matches exact per pair."""
     ds = pairs_llama.select(range(4))
     exact = path_patch(small_heads_llama, ds, metric=metric, senders=("heads",), keep_per_pair=True)
-    approx = path_patch(small_heads_llama, ds, metric=metric, senders=("heads",), method="attribution", keep_per_pair=True)
+    approx = path_patch(
+        small_heads_llama, ds, metric=metric, senders=("heads",), method="attribution", keep_per_pair=True
+    )
     scale = exact.per_pair_heads.abs().max()
     assert scale > 0
     assert (approx.per_pair_heads - exact.per_pair_heads).abs().max() <= 0.01 * scale

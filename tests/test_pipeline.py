@@ -43,14 +43,25 @@ def _cli(*args: str) -> str:
     assert code == 0, args
     return out.getvalue()
 
+
 TINY = {
     "model": {"source": "tiny-llama"},
-    "data": {"operations": ["add"], "template_ids": ["add_eq_1", "add_eq_2"], "n_per_template": 3,
-             "keep_only_correct": False},
+    "data": {
+        "operations": ["add"],
+        "template_ids": ["add_eq_1", "add_eq_2"],
+        "n_per_template": 3,
+        "keep_only_correct": False,
+    },
     "patching": {"min_pairs": 1, "max_pairs": 6},
     "selection": {"rule": "topk", "k": 2},
-    "validation": {"knockout_max_k": 1, "n_random": 1, "max_pairs": 4, "transfer_templates": False,
-                   "transfer_multi_digit": False, "word_problem_sets": []},
+    "validation": {
+        "knockout_max_k": 1,
+        "n_random": 1,
+        "max_pairs": 4,
+        "transfer_templates": False,
+        "transfer_multi_digit": False,
+        "word_problem_sets": [],
+    },
     "analysis": {"max_pairs": 4, "static_formats": []},
     "finetune": {"enabled": False},
     "evaluation": {"enabled": False},
@@ -126,8 +137,9 @@ def test_no_run_folder_path_literals_outside_paths_module():
     literal = re.compile(r"""["'][^"'\n]+\.(pt|csv|json|html|jsonl)["']|["'](pairs_correct|pairs_scored|checkpoint-)""")
     for f in (ROOT / "mathcircuits" / "pipeline").rglob("*.py"):
         if f.name != "paths.py":
-            hits = [line for line in f.read_text().splitlines()
-                    if literal.search(line) and "root /" not in line]  # a benchmark folder is not the run folder
+            hits = [
+                line for line in f.read_text().splitlines() if literal.search(line) and "root /" not in line
+            ]  # a benchmark folder is not the run folder
             assert not hits, f"{f}: {hits}"
 
 
@@ -175,10 +187,23 @@ def _bench(tmp_path):
 
 
 def test_finetune_and_evaluate_stages(tmp_path):
-    ft = {"enabled": True, "max_steps": 2, "train_pairs_per_template": 2, "micro_batch_size": 2, "batch_size": 2,
-          "save_steps": 0}
-    ev = {"enabled": True, "heldout_pairs_per_template": 2, "benchmarks": ["AddSub"], "limit": 2, "n_shot": 0,
-          "max_new_tokens": 4, "root": str(_bench(tmp_path))}
+    ft = {
+        "enabled": True,
+        "max_steps": 2,
+        "train_pairs_per_template": 2,
+        "micro_batch_size": 2,
+        "batch_size": 2,
+        "save_steps": 0,
+    }
+    ev = {
+        "enabled": True,
+        "heldout_pairs_per_template": 2,
+        "benchmarks": ["AddSub"],
+        "limit": 2,
+        "n_shot": 0,
+        "max_new_tokens": 4,
+        "root": str(_bench(tmp_path)),
+    }
     cfg = RunConfig.from_dict({**TINY, "finetune": ft, "evaluation": ev})
     out = tmp_path / "run"
     summaries = run_pipeline(cfg, out, only=["data", "identify", "finetune", "evaluate"], progress=False)
@@ -198,8 +223,17 @@ def test_finetune_and_evaluate_stages(tmp_path):
     assert sorted(p.name for p in (out / "evaluate").iterdir() if not p.name.startswith(".")) == written
     # new settings: old checkpoints and final weights are discarded, not resumed
     stamp = (out / "finetune" / "precise" / ".settings").read_text()
-    lr_changed = RunConfig.from_dict({**TINY, "finetune": {**ft, "save_steps": 1, "learning_rate": 1e-3,
-                                                           "modes": ["precise", "precise@3", "precise@3+mlp"]}})
+    lr_changed = RunConfig.from_dict(
+        {
+            **TINY,
+            "finetune": {
+                **ft,
+                "save_steps": 1,
+                "learning_rate": 1e-3,
+                "modes": ["precise", "precise@3", "precise@3+mlp"],
+            },
+        }
+    )
     again = run_pipeline(lr_changed, out, only=["finetune"], progress=False).get("finetune")
     assert again.runs["precise"]["steps"] == 2 and again.runs["precise"]["resumed_from"] is None
     assert (out / "finetune" / "precise" / ".settings").read_text() != stamp

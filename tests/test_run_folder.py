@@ -54,11 +54,20 @@ def reference(tmp_path_factory) -> Path:
 
 def _assert_same_outputs(a: Path, b: Path) -> None:
     """Every numeric output of two runs of the tiny config is equal (timings aside)."""
-    for csv in ("data/accuracy.csv", "identify/effects_all.csv", "validate/knockout_add.csv", "validate/transfer.csv",
-                "analyze/attention_by_role.csv", "analyze/mlp_probes.csv"):
+    for csv in (
+        "data/accuracy.csv",
+        "identify/effects_all.csv",
+        "validate/knockout_add.csv",
+        "validate/transfer.csv",
+        "analyze/attention_by_role.csv",
+        "analyze/mlp_probes.csv",
+    ):
         pd.testing.assert_frame_equal(pd.read_csv(a / csv), pd.read_csv(b / csv), check_exact=True, obj=csv)
-    for pt, cls in (("identify/patching_all.pt", PatchingResult), ("validate/knockout_sub.pt", KnockoutResult),
-                    ("validate/head_means.pt", HeadMeans)):
+    for pt, cls in (
+        ("identify/patching_all.pt", PatchingResult),
+        ("validate/knockout_sub.pt", KnockoutResult),
+        ("validate/head_means.pt", HeadMeans),
+    ):
         fa, fb = (cls.load(r / pt).to_dict() for r in (a, b))
         for k, v in fa.items():
             if isinstance(v, torch.Tensor):
@@ -89,8 +98,13 @@ def test_reference_run_is_complete_and_clean(reference):
 def test_interrupted_run_resumes_to_the_outputs_of_an_uninterrupted_one(reference, tmp_path):
     out = tmp_path / "run"
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen([sys.executable, "-m", "mathcircuits.cli", "run", "--config", str(TINY_YAML), "--out",
-                             str(out), "--quiet"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "mathcircuits.cli", "run", "--config", str(TINY_YAML), "--out", str(out), "--quiet"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
     for line in proc.stdout:
         if line.startswith("[validate] running"):
             proc.send_signal(signal.SIGINT)

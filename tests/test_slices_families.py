@@ -105,8 +105,9 @@ def test_head_slices_change_only_their_own_heads_z(family):
         dw = _perturb(hf, o_slices)[w_slice.name]
         after = o_module(z)
     z_head = z.unflatten(-1, (facts["n_heads"], facts["d_head"]))[..., HEAD, :]
-    torch.testing.assert_close(after - before, z_head @ (dw if w_slice.weight_layout == "in_out" else dw.T),
-                               atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(
+        after - before, z_head @ (dw if w_slice.weight_layout == "in_out" else dw.T), atol=1e-5, rtol=1e-4
+    )
 
 
 @pytest.mark.parametrize("family", FAMILIES)
@@ -140,7 +141,7 @@ def test_olmo2_query_and_key_slices_are_refused_because_they_are_not_head_local(
     clean = _z_of(hf, tok, "olmo2")
     d = model_facts(hf)["d_head"]
     with torch.no_grad():
-        hf.get_parameter(f"model.layers.{LAYER}.self_attn.q_proj.weight")[HEAD * d:(HEAD + 1) * d] += 0.5
+        hf.get_parameter(f"model.layers.{LAYER}.self_attn.q_proj.weight")[HEAD * d : (HEAD + 1) * d] += 0.5
     assert _changed_heads(clean[LAYER], _z_of(hf, tok, "olmo2")[LAYER]) == [0, 1, 2, 3]
 
 

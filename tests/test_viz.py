@@ -34,8 +34,21 @@ from mathcircuits.viz import (
 )
 from mathcircuits.viz.circuits import circuitsvis_bundle, split_bundle
 
-SPEC = {"name": "toy", "source": "toy", "architecture": "Toy", "n_layers": 4, "n_heads": 3, "n_kv_heads": 3, "d_head": 8, "d_model": 24, "d_mlp": 48, "vocab_size": 50}
-needs_chromium = pytest.mark.skipif(find_chromium() is None, reason="no Chromium-based browser (apt-get install -y chromium, or set BROWSER_PATH)")
+SPEC = {
+    "name": "toy",
+    "source": "toy",
+    "architecture": "Toy",
+    "n_layers": 4,
+    "n_heads": 3,
+    "n_kv_heads": 3,
+    "d_head": 8,
+    "d_model": 24,
+    "d_mlp": 48,
+    "vocab_size": 50,
+}
+needs_chromium = pytest.mark.skipif(
+    find_chromium() is None, reason="no Chromium-based browser (apt-get install -y chromium, or set BROWSER_PATH)"
+)
 
 
 @dataclass(frozen=True)
@@ -54,8 +67,15 @@ def patching(op: str, seed: int, n_pairs: int = 6) -> PatchingResult:
     heads = torch.randn(4, 3, generator=g) * 0.02
     heads[2, 1] = -0.08
     heads[0, 2] = float("nan")  # a sender that was not patched
-    return PatchingResult(head_effects=heads, mlp_effects=torch.randn(4, generator=g) * 0.3, metric="relative_logit", method="test",
-                          model=SPEC, n_pairs=n_pairs, operations=[op])
+    return PatchingResult(
+        head_effects=heads,
+        mlp_effects=torch.randn(4, generator=g) * 0.3,
+        metric="relative_logit",
+        method="test",
+        model=SPEC,
+        n_pairs=n_pairs,
+        operations=[op],
+    )
 
 
 def key() -> KeyComponents:
@@ -64,16 +84,28 @@ def key() -> KeyComponents:
 
 def knockouts() -> list[Knockout]:
     rnd = torch.tensor([[0.9, 0.88, 0.85, 0.8], [0.9, 0.86, 0.84, 0.83], [0.9, 0.9, 0.8, 0.78]])
-    return [Knockout([0, 1, 2, 3], [0.9, 0.6, 0.3, 0.1], rnd, 0.9, "add"), Knockout([0, 1, 2, 3], [0.8, 0.7, 0.5, 0.4], rnd - 0.1, 0.8, "sub")]
+    return [
+        Knockout([0, 1, 2, 3], [0.9, 0.6, 0.3, 0.1], rnd, 0.9, "add"),
+        Knockout([0, 1, 2, 3], [0.8, 0.7, 0.5, 0.4], rnd - 0.1, 0.8, "sub"),
+    ]
 
 
 def attention() -> AttentionByRole:
     """Head 0 reads the operands, head 1 the operator, head 2 the prefix; 3 add pairs and 2 sub pairs."""
     per_head = torch.tensor([[0.3, 0.4, 0.05, 0.15, 0.1], [0.02, 0.03, 0.6, 0.25, 0.1], [0.01, 0.01, 0.01, 0.9, 0.07]])
-    shares = per_head[None].repeat(5, 1, 1) + torch.linspace(-0.01, 0.01, 5)[:, None, None] * torch.tensor([1.0, -1.0, 0, 0, 0])
+    shares = per_head[None].repeat(5, 1, 1) + torch.linspace(-0.01, 0.01, 5)[:, None, None] * torch.tensor(
+        [1.0, -1.0, 0, 0, 0]
+    )
     base = torch.tensor([0.05, 0.05, 0.05, 0.7, 0.15])[None].repeat(5, 1)
-    return AttentionByRole(heads=((2, 1), (3, 0), (1, 2)), shares=shares, baselines=base, operations=["add"] * 3 + ["sub"] * 2,
-                           pair_ids=list(range(5)), template_ids=["t1", "t2", "t1", "t3", "t3"], model=SPEC)
+    return AttentionByRole(
+        heads=((2, 1), (3, 0), (1, 2)),
+        shares=shares,
+        baselines=base,
+        operations=["add"] * 3 + ["sub"] * 2,
+        pair_ids=list(range(5)),
+        template_ids=["t1", "t2", "t1", "t3", "t3"],
+        model=SPEC,
+    )
 
 
 def probes() -> MLPProbeResult:
@@ -85,13 +117,33 @@ def probes() -> MLPProbeResult:
 
     scores = torch.tensor([[0.5, 0.2, 0.1], [0.9, 0.3, -0.1], [2.0, 0.5, 0.4], [3.0, 1.0, 0.2]])
     return MLPProbeResult(
-        model=SPEC, space="lens", input_sim_a=r(), input_sim_b=r(), input_sim_answer=r(), input_sim_others=r(), update_sim_answer=r(), update_sim_others=r(),
-        update_direct_answer=r(2.0), update_direct_margin=torch.tensor([[0.0, 0.1, 0.6, 1.2]]).repeat(n, 1), lens_rank=torch.tensor([[40.0, 12.0, 1.0, 0.0]]).repeat(n, 1),
-        lens_prob=torch.rand(n, L, generator=g), operations=["add"] * 3 + ["sub"] * 2, pair_ids=list(range(5)), answers=["7", "12", "9", "3", "5"],
-        candidate_numbers=list(range(10)), candidate_tokens=list(range(10, 20)), candidate_texts=[str(i) for i in range(10)],
-        case_row=0, case_prompt="2 + 4 = 6\n4 + 3 = ", case_answer="7", case_answer_label="7",
-        case_top_numbers=[["3", "4", "7"], ["4", "7", "3"], ["7", "8", "6"], ["7", "6", "8"]], case_top_number_scores=scores,
-        case_top_tokens=[["a", "b", "c"]] * L, case_top_token_scores=scores, case_lens_top=[" the", "4", "7", "7"],
+        model=SPEC,
+        space="lens",
+        input_sim_a=r(),
+        input_sim_b=r(),
+        input_sim_answer=r(),
+        input_sim_others=r(),
+        update_sim_answer=r(),
+        update_sim_others=r(),
+        update_direct_answer=r(2.0),
+        update_direct_margin=torch.tensor([[0.0, 0.1, 0.6, 1.2]]).repeat(n, 1),
+        lens_rank=torch.tensor([[40.0, 12.0, 1.0, 0.0]]).repeat(n, 1),
+        lens_prob=torch.rand(n, L, generator=g),
+        operations=["add"] * 3 + ["sub"] * 2,
+        pair_ids=list(range(5)),
+        answers=["7", "12", "9", "3", "5"],
+        candidate_numbers=list(range(10)),
+        candidate_tokens=list(range(10, 20)),
+        candidate_texts=[str(i) for i in range(10)],
+        case_row=0,
+        case_prompt="2 + 4 = 6\n4 + 3 = ",
+        case_answer="7",
+        case_answer_label="7",
+        case_top_numbers=[["3", "4", "7"], ["4", "7", "3"], ["7", "8", "6"], ["7", "6", "8"]],
+        case_top_number_scores=scores,
+        case_top_tokens=[["a", "b", "c"]] * L,
+        case_top_token_scores=scores,
+        case_lens_top=[" the", "4", "7", "7"],
     )
 
 
@@ -99,8 +151,16 @@ def patterns() -> HeadPatterns:
     tokens = ["4", " +", " 3", " =", " "]
     pat = torch.tril(torch.rand(2, 5, 5))
     pat = pat / pat.sum(-1, keepdim=True)
-    return HeadPatterns(heads=((2, 1), (3, 0)), prompts=["4 + 3 = "], tokens=[tokens], roles=[["operand_a", "operator", "operand_b", "other", "other"]],
-                        patterns=[pat], pair_ids=[0], operations=["add"], model=SPEC)
+    return HeadPatterns(
+        heads=((2, 1), (3, 0)),
+        prompts=["4 + 3 = "],
+        tokens=[tokens],
+        roles=[["operand_a", "operator", "operand_b", "other", "other"]],
+        patterns=[pat],
+        pair_ids=[0],
+        operations=["add"],
+        model=SPEC,
+    )
 
 
 # ---------------------------------------------------------------- heatmap
@@ -129,7 +189,9 @@ def test_patching_heatmaps_per_operation_and_weighted_overall():
     a, s = patching("add", 0, n_pairs=6), patching("sub", 1, n_pairs=2)
     figs = patching_heatmaps({"add": a, "sub": s}, key())
     assert list(figs) == ["add", "sub", "overall"]
-    z = torch.tensor([[float("nan") if v is None else v for v in row] for row in figs["overall"].to_dict()["data"][0]["z"]])
+    z = torch.tensor(
+        [[float("nan") if v is None else v for v in row] for row in figs["overall"].to_dict()["data"][0]["z"]]
+    )
     expected = 0.75 * a.head_effects + 0.25 * s.head_effects
     assert torch.allclose(z, expected, equal_nan=True)
     assert "weighted" in figs["overall"].layout.title.text
@@ -152,7 +214,10 @@ def test_knockout_curves_ranked_random_band_and_baseline():
     band = by_name["add: random ± std (3 seeds)"]
     assert list(band["y"][:4]) == pytest.approx((mean + std).clamp(max=1).tolist())
     assert list(band["y"][4:]) == pytest.approx((mean - std).flip(0).tolist())
-    assert d["layout"]["xaxis"]["title"]["text"].startswith("number of heads") and d["layout"]["yaxis"]["title"]["text"] == "accuracy"
+    assert (
+        d["layout"]["xaxis"]["title"]["text"].startswith("number of heads")
+        and d["layout"]["yaxis"]["title"]["text"] == "accuracy"
+    )
     assert {s["y0"] for s in d["layout"]["shapes"]} == {0.9, 0.8}
     assert len(knockout_curves(kos[0]).data) == 3  # a single result works too
 
@@ -160,14 +225,21 @@ def test_knockout_curves_ranked_random_band_and_baseline():
 def test_knockout_curves_take_the_ablation_stage_result():
     knockout = pytest.importorskip("mathcircuits.ablation.knockout")
     stand_in = knockouts()[0]
-    real = knockout.KnockoutResult(ks=stand_in.ks, ranked_accuracy=stand_in.ranked_accuracy, random_accuracy=stand_in.random_accuracy,
-                                   baseline_accuracy=stand_in.baseline_accuracy, operation="add")
+    real = knockout.KnockoutResult(
+        ks=stand_in.ks,
+        ranked_accuracy=stand_in.ranked_accuracy,
+        random_accuracy=stand_in.random_accuracy,
+        baseline_accuracy=stand_in.baseline_accuracy,
+        operation="add",
+    )
     ours = {t.name: t.y for t in knockout_curves(stand_in).data}
     theirs = {t.name: t.y for t in knockout_curves(real).data}
     assert ours.keys() == theirs.keys() and all(list(ours[k]) == list(theirs[k]) for k in ours)
     std = real.to_dataframe()["random_std"].tolist()  # the figure's band uses the same std as the result's table
     band = theirs["add: random ± std (3 seeds)"]
-    assert list(band[:4]) == pytest.approx([min(1.0, m + s) for m, s in zip(real.random_accuracy.mean(0).tolist(), std)])
+    assert list(band[:4]) == pytest.approx(
+        [min(1.0, m + s) for m, s in zip(real.random_accuracy.mean(0).tolist(), std)]
+    )
 
 
 # ---------------------------------------------------------------- attention by role
@@ -252,7 +324,9 @@ def test_html_export_is_atomic_and_offline(tmp_path):
     fig = patching_heatmap(patching("add", 0), key())
     [out] = save_figure(fig, tmp_path / "heat.html")
     text = out.read_text(encoding="utf-8")
-    assert not re.search(r"<script[^>]*\bsrc=", text) and len(text) > 1_000_000  # plotly.js inlined, no script loaded from a URL
+    assert (
+        not re.search(r"<script[^>]*\bsrc=", text) and len(text) > 1_000_000
+    )  # plotly.js inlined, no script loaded from a URL
     assert [p.name for p in tmp_path.iterdir()] == ["heat.html"]  # no temporary files left
     with pytest.raises(ValueError, match="suffix"):
         save_figure(fig, tmp_path / "heat.txt")
@@ -333,10 +407,17 @@ def _report_parts() -> dict:
     import pandas as pd
 
     return dict(
-        title="test report", model_spec=SPEC, data_summary={"pairs": 8, "operations": "add, sub"},
+        title="test report",
+        model_spec=SPEC,
+        data_summary={"pairs": 8, "operations": "add, sub"},
         accuracy_table=pd.DataFrame({"operation": ["add", "sub"], "n": [6, 2], "accuracy": [0.5, 1.0]}),
-        patching={"add": patching("add", 0), "sub": patching("sub", 1, 2)}, key_components=key(), knockout=knockouts(),
-        attention=attention(), probes=probes(), patterns=patterns(), notes="made by hand",
+        patching={"add": patching("add", 0), "sub": patching("sub", 1, 2)},
+        key_components=key(),
+        knockout=knockouts(),
+        attention=attention(),
+        probes=probes(),
+        patterns=patterns(),
+        notes="made by hand",
     )
 
 
@@ -346,7 +427,14 @@ def test_report_html_is_self_contained(tmp_path):
     assert not re.search(r"<script[^>]*\bsrc=", text) and "unpkg.com" not in text  # every script inline, no CDN import
     assert text.count(circuitsvis_bundle()[:5000]) == 1  # the CircuitsVis bundle is inlined once
     assert text.count("Plotly.newPlot(") == 8  # 3 heatmaps (add, sub, overall), knockout, 2 attention, 2 probe figures
-    for section in ("Path patching", "Knockout", "Attention of key heads", "MLP probes", "interactive", "Key components"):
+    for section in (
+        "Path patching",
+        "Knockout",
+        "Attention of key heads",
+        "MLP probes",
+        "interactive",
+        "Key components",
+    ):
         assert section in text
     minimal = build_report(tmp_path / "small.html", patching=patching("add", 0))
     small = minimal.read_text(encoding="utf-8")

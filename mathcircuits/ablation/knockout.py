@@ -85,7 +85,6 @@ class HeadMeans(SavedResult):
             )
 
 
-
 @torch.no_grad()
 def head_means(model: Any, dataset: Any, column: str = "cf_tokens", batch_size: int = 32) -> HeadMeans:
     """Mean of every head's ``hook_z`` over the prompts in ``column``, all positions.
@@ -289,6 +288,13 @@ def knockout_curve(
     bar.close()
     ops = sorted(set(dataset["operation"])) if "operation" in dataset.column_names else ["?"]
     return KnockoutResult(
-        ks=ks, ranked_accuracy=ranked_acc, random_accuracy=rand, baseline_accuracy=base, operation="+".join(ops),
-        ranked_heads=ranked, n_pairs=len(dataset), scope=scope, seeds=[seed],
+        ks=ks,
+        ranked_accuracy=ranked_acc,
+        random_accuracy=rand,
+        baseline_accuracy=base,
+        operation="+".join(ops),
+        ranked_heads=ranked,
+        n_pairs=len(dataset),
+        scope=scope,
+        seeds=[seed],
     )

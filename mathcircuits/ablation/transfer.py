@@ -79,8 +79,9 @@ def transfer(
             continue
         clean = ablated_accuracy(model, ds, [], means, scope)
         key = ablated_accuracy(model, ds, list(key_heads), means, scope)
-        rand = [ablated_accuracy(model, ds, rng.sample(all_heads, len(key_heads)), means, scope)
-                for _ in range(n_random)]
+        rand = [
+            ablated_accuracy(model, ds, rng.sample(all_heads, len(key_heads)), means, scope) for _ in range(n_random)
+        ]
         rows.append(
             {
                 "dataset": name,

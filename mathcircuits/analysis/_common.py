@@ -21,7 +21,9 @@ def as_heads(heads: Any, spec: Any) -> tuple[tuple[int, int], ...]:
         heads = heads.heads
     out = tuple((int(layer), int(head)) for layer, head in heads)
     if not out:
-        raise ValueError("no heads given. Fix: pass KeyComponents with at least one head, or a list such as [(14, 2), (18, 5)].")
+        raise ValueError(
+            "no heads given. Fix: pass KeyComponents with at least one head, or a list such as [(14, 2), (18, 5)]."
+        )
     for layer, head in out:
         spec.check_head(layer, head)
     if len(set(out)) != len(out):
@@ -31,7 +33,9 @@ def as_heads(heads: Any, spec: Any) -> tuple[tuple[int, int], ...]:
 
 def columns(dataset: Any, names: Sequence[str]) -> dict[str, list[Any]]:
     """Columns of a ``datasets.Dataset`` (or a list of row dicts), with a teaching error for missing ones."""
-    have = dataset.column_names if hasattr(dataset, "column_names") else (list(dataset[0].keys()) if len(dataset) else [])
+    have = (
+        dataset.column_names if hasattr(dataset, "column_names") else (list(dataset[0].keys()) if len(dataset) else [])
+    )
     missing = [n for n in names if n not in have]
     if missing:
         raise ValueError(

@@ -78,13 +78,17 @@ HEAD_CLASSES = ("operand", "operator", "neither")
 _A, _B, _OP, _PREFIX, _OTHER = range(5)
 
 
-def role_masks(n_tokens: int, prefix_len: int, pos_a: Sequence[int], pos_b: Sequence[int], pos_op: Sequence[int]) -> Bool[Tensor, "role seq"]:
+def role_masks(
+    n_tokens: int, prefix_len: int, pos_a: Sequence[int], pos_b: Sequence[int], pos_op: Sequence[int]
+) -> Bool[Tensor, "role seq"]:
     """One-hot role of each position (rows in :data:`ROLES` order); raises if roles overlap or fall outside the prompt."""
     masks = torch.zeros(len(ROLES), n_tokens, dtype=torch.bool)
     named = {"pos_a": (_A, pos_a), "pos_b": (_B, pos_b), "pos_op": (_OP, pos_op)}
     for name, (role, positions) in named.items():
         if len(positions) == 0:
-            raise ValueError(f"{name} is empty, so role {ROLES[role]!r} has no token. Fix: regenerate the pairs; the template must contain that placeholder.")
+            raise ValueError(
+                f"{name} is empty, so role {ROLES[role]!r} has no token. Fix: regenerate the pairs; the template must contain that placeholder."
+            )
         for p in positions:
             if not prefix_len <= p < n_tokens:
                 raise ValueError(
@@ -92,14 +96,18 @@ def role_masks(n_tokens: int, prefix_len: int, pos_a: Sequence[int], pos_b: Sequ
                     "Fix: regenerate the pairs with the same tokenizer as the model."
                 )
             if masks[:, p].any():
-                raise ValueError(f"position {p} belongs to two roles ({ROLES[int(masks[:, p].nonzero()[0])]} and {ROLES[role]}). Fix: check the template's placeholders.")
+                raise ValueError(
+                    f"position {p} belongs to two roles ({ROLES[int(masks[:, p].nonzero()[0])]} and {ROLES[role]}). Fix: check the template's placeholders."
+                )
             masks[role, p] = True
     masks[_PREFIX, :prefix_len] = True
     masks[_OTHER] = ~masks[:_OTHER].any(0)
     return masks
 
 
-def role_shares(pattern_rows: Float[Tensor, "*batch seq"], masks: Bool[Tensor, "role seq"]) -> Float[Tensor, "*batch role"]:
+def role_shares(
+    pattern_rows: Float[Tensor, "*batch seq"], masks: Bool[Tensor, "role seq"]
+) -> Float[Tensor, "*batch role"]:
     """Attention mass of each row on each role (the rows are attention from one query position)."""
     return pattern_rows.float() @ masks.float().T
 
@@ -152,7 +160,9 @@ class AttentionByRole(SavedResult):
         object.__setattr__(self, "model", as_spec(self.model))
         n = self.shares.shape[0]
         if not (len(self.operations) == len(self.pair_ids) == len(self.template_ids) == n):
-            raise ValueError(f"AttentionByRole has {n} pairs of shares but {len(self.operations)} operations / {len(self.pair_ids)} pair ids.")
+            raise ValueError(
+                f"AttentionByRole has {n} pairs of shares but {len(self.operations)} operations / {len(self.pair_ids)} pair ids."
+            )
         if self.shares.shape[1:] != (len(self.heads), len(self.roles)) or self.baselines.shape != (n, len(self.roles)):
             raise ValueError(
                 f"AttentionByRole shapes disagree: shares {tuple(self.shares.shape)} and baselines {tuple(self.baselines.shape)} "
@@ -173,10 +183,17 @@ class AttentionByRole(SavedResult):
         """Mean share per head and role over the pairs of ``operation`` (all pairs when None)."""
         return self.shares[self._rows(operation)].mean(0)
 
-    def classify(self, operation: str | None = None, min_share: float | None = None, min_lift: float | None = None) -> tuple[str, ...]:
+    def classify(
+        self, operation: str | None = None, min_share: float | None = None, min_lift: float | None = None
+    ) -> tuple[str, ...]:
         """Class of each head (:data:`HEAD_CLASSES`) over the pairs of ``operation`` (all when None)."""
         rows = self._rows(operation)
-        return classify_heads(self.shares[rows], self.baselines[rows], self.min_share if min_share is None else min_share, self.min_lift if min_lift is None else min_lift)
+        return classify_heads(
+            self.shares[rows],
+            self.baselines[rows],
+            self.min_share if min_share is None else min_share,
+            self.min_lift if min_lift is None else min_lift,
+        )
 
     def summary(self, by_operation: bool = True):
         """One row per head (and operation): mean share per role, baselines, lifts and class."""
@@ -189,10 +206,23 @@ class AttentionByRole(SavedResult):
             s, b = self.shares[idx].mean(0), self.baselines[idx].mean(0)
             classes = self.classify(op)
             for i, (layer, head) in enumerate(self.heads):
-                row: dict[str, Any] = {"operation": op or "all", "layer": layer, "head": head, "component": f"L{layer}.H{head}", "n_pairs": len(idx)}
+                row: dict[str, Any] = {
+                    "operation": op or "all",
+                    "layer": layer,
+                    "head": head,
+                    "component": f"L{layer}.H{head}",
+                    "n_pairs": len(idx),
+                }
                 row.update({r: float(s[i, j]) for j, r in enumerate(self.roles)})
                 s_ab, b_ab = float(s[i, _A] + s[i, _B]), float(b[_A] + b[_B])
-                row.update({"operands": s_ab, "lift_operands": s_ab / b_ab, "lift_operator": float(s[i, _OP] / b[_OP]), "class": classes[i]})
+                row.update(
+                    {
+                        "operands": s_ab,
+                        "lift_operands": s_ab / b_ab,
+                        "lift_operator": float(s[i, _OP] / b[_OP]),
+                        "class": classes[i],
+                    }
+                )
                 rows.append(row)
         return pd.DataFrame(rows)
 
@@ -204,22 +234,34 @@ class AttentionByRole(SavedResult):
         n_pairs, n_heads, n_roles = self.shares.shape
         p, h, r = torch.meshgrid(torch.arange(n_pairs), torch.arange(n_heads), torch.arange(n_roles), indexing="ij")
         p, h, r = p.flatten().tolist(), h.flatten().tolist(), r.flatten().tolist()
-        return pd.DataFrame({
-            "pair_id": [self.pair_ids[i] for i in p],
-            "operation": [self.operations[i] for i in p],
-            "template_id": [self.template_ids[i] for i in p],
-            "layer": [self.heads[i][0] for i in h],
-            "head": [self.heads[i][1] for i in h],
-            "component": [self.labels[i] for i in h],
-            "head_class": [classes[i] for i in h],
-            "role": [self.roles[i] for i in r],
-            "attention": self.shares.flatten().tolist(),
-            "baseline": self.baselines[p, r].tolist(),
-        })
+        return pd.DataFrame(
+            {
+                "pair_id": [self.pair_ids[i] for i in p],
+                "operation": [self.operations[i] for i in p],
+                "template_id": [self.template_ids[i] for i in p],
+                "layer": [self.heads[i][0] for i in h],
+                "head": [self.heads[i][1] for i in h],
+                "component": [self.labels[i] for i in h],
+                "head_class": [classes[i] for i in h],
+                "role": [self.roles[i] for i in r],
+                "attention": self.shares.flatten().tolist(),
+                "baseline": self.baselines[p, r].tolist(),
+            }
+        )
 
 
-
-_ROLE_COLUMNS = ("tokens", "n_tokens", "prefix_len", "pos_a", "pos_b", "pos_op", "pos_last", "operation", "pair_id", "template_id")
+_ROLE_COLUMNS = (
+    "tokens",
+    "n_tokens",
+    "prefix_len",
+    "pos_a",
+    "pos_b",
+    "pos_op",
+    "pos_last",
+    "operation",
+    "pair_id",
+    "template_id",
+)
 
 
 @torch.no_grad()
@@ -248,8 +290,14 @@ def attention_by_role(
     masks = []
     for i in range(n):
         if cols["pos_last"][i] != cols["n_tokens"][i] - 1:
-            raise ValueError(f"pair {cols['pair_id'][i]}: pos_last {cols['pos_last'][i]} is not the last token ({cols['n_tokens'][i] - 1}). Fix: regenerate the pairs.")
-        masks.append(role_masks(cols["n_tokens"][i], cols["prefix_len"][i], cols["pos_a"][i], cols["pos_b"][i], cols["pos_op"][i]))
+            raise ValueError(
+                f"pair {cols['pair_id'][i]}: pos_last {cols['pos_last'][i]} is not the last token ({cols['n_tokens'][i] - 1}). Fix: regenerate the pairs."
+            )
+        masks.append(
+            role_masks(
+                cols["n_tokens"][i], cols["prefix_len"][i], cols["pos_a"][i], cols["pos_b"][i], cols["pos_op"][i]
+            )
+        )
     shares = torch.zeros(n, len(heads_t), len(ROLES))
     baselines = torch.stack([m.float().sum(1) / m.shape[1] for m in masks])
     for idx, batch in iter_batches({"tokens": cols["tokens"]}, batch_size, model.device):
@@ -262,13 +310,23 @@ def attention_by_role(
 
             return hook_fn
 
-        model.bridge.run_with_hooks(toks, fwd_hooks=[(hooks.pattern(layer), keep_last_row(layer)) for layer in by_layer])
+        model.bridge.run_with_hooks(
+            toks, fwd_hooks=[(hooks.pattern(layer), keep_last_row(layer)) for layer in by_layer]
+        )
         for layer, head_idx in by_layer.items():
             for b, i in enumerate(idx):
                 shares[i, head_idx] = role_shares(rows[layer][b], masks[i])
     return AttentionByRole(
-        heads=heads_t, shares=shares, baselines=baselines, operations=list(cols["operation"]), pair_ids=[int(x) for x in cols["pair_id"]],
-        template_ids=list(cols["template_id"]), model=spec_dict(model), min_share=min_share, min_lift=min_lift, settings={"batch_size": batch_size},
+        heads=heads_t,
+        shares=shares,
+        baselines=baselines,
+        operations=list(cols["operation"]),
+        pair_ids=[int(x) for x in cols["pair_id"]],
+        template_ids=list(cols["template_id"]),
+        model=spec_dict(model),
+        min_share=min_share,
+        min_lift=min_lift,
+        settings={"batch_size": batch_size},
     )
 
 
@@ -306,12 +364,23 @@ class HeadPatterns(SavedResult):
         for k, pat in enumerate(self.patterns):
             for i, label in enumerate(self.labels):
                 for pos, (tok, role) in enumerate(zip(self.tokens[k], self.roles[k])):
-                    rows.append({"pair_id": self.pair_ids[k], "component": label, "position": pos, "token": tok, "role": role, "attention_from_last": float(pat[i, -1, pos])})
+                    rows.append(
+                        {
+                            "pair_id": self.pair_ids[k],
+                            "component": label,
+                            "position": pos,
+                            "token": tok,
+                            "role": role,
+                            "attention_from_last": float(pat[i, -1, pos]),
+                        }
+                    )
         return pd.DataFrame(rows)
 
 
 @torch.no_grad()
-def head_patterns(model: Any, dataset: Any, heads: Any, rows: Sequence[int] = (0,), drop_prefix: bool = False) -> HeadPatterns:
+def head_patterns(
+    model: Any, dataset: Any, heads: Any, rows: Sequence[int] = (0,), drop_prefix: bool = False
+) -> HeadPatterns:
     """Record the attention patterns of ``heads`` on the dataset rows ``rows``.
 
     ``drop_prefix=True`` keeps only the query (the few-shot prefix is cut from
@@ -328,9 +397,13 @@ def head_patterns(model: Any, dataset: Any, heads: Any, rows: Sequence[int] = (0
     out_tokens, out_roles, out_patterns = [], [], []
     for r in rows:
         toks = torch.tensor([cols["tokens"][r]], dtype=torch.long, device=model.device)
-        _, cache = model.bridge.run_with_cache(toks, names_filter=lambda name: name in {f"blocks.{l}.attn.hook_pattern" for l in layers})
+        _, cache = model.bridge.run_with_cache(
+            toks, names_filter=lambda name: name in {f"blocks.{l}.attn.hook_pattern" for l in layers}
+        )
         pat = torch.stack([cache[f"blocks.{l}.attn.hook_pattern"][0, h] for l, h in heads_t]).float().cpu()
-        masks = role_masks(cols["n_tokens"][r], cols["prefix_len"][r], cols["pos_a"][r], cols["pos_b"][r], cols["pos_op"][r])
+        masks = role_masks(
+            cols["n_tokens"][r], cols["prefix_len"][r], cols["pos_a"][r], cols["pos_b"][r], cols["pos_op"][r]
+        )
         role_of = [ROLES[int(masks[:, p].nonzero()[0])] for p in range(masks.shape[1])]
         strings = token_strings(model.tokenizer, cols["tokens"][r])
         start = cols["prefix_len"][r] if drop_prefix else 0
@@ -338,6 +411,12 @@ def head_patterns(model: Any, dataset: Any, heads: Any, rows: Sequence[int] = (0
         out_tokens.append(strings[start:])
         out_roles.append(role_of[start:])
     return HeadPatterns(
-        heads=heads_t, prompts=[cols["prompt"][r] for r in rows], tokens=out_tokens, roles=out_roles, patterns=out_patterns,
-        pair_ids=[int(cols["pair_id"][r]) for r in rows], operations=[cols["operation"][r] for r in rows], model=spec_dict(model),
+        heads=heads_t,
+        prompts=[cols["prompt"][r] for r in rows],
+        tokens=out_tokens,
+        roles=out_roles,
+        patterns=out_patterns,
+        pair_ids=[int(cols["pair_id"][r]) for r in rows],
+        operations=[cols["operation"][r] for r in rows],
+        model=spec_dict(model),
     )

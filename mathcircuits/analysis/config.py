@@ -21,7 +21,8 @@ class AnalysisConfig:
     probe_prompt: str | None = setting(None, "prompt of the MLP probe case study; null: the first correct addition")
     circuitsvis_prompts: int = setting(2, "prompts in the interactive attention view", ge=0)
     static_formats: tuple[Literal["png", "svg", "pdf"], ...] = setting(
-        ("png",), "static figure formats besides HTML (need a Chromium); empty: HTML only")
+        ("png",), "static figure formats besides HTML (need a Chromium); empty: HTML only"
+    )
 
     def __post_init__(self) -> None:
         check_fields(self)

@@ -78,8 +78,16 @@ __all__ = ["SPACES", "MLPProbeResult", "mlp_probes", "number_tokens"]
 
 SPACES = ("lens", "raw")
 _PROBES = (  # the per-pair, per-layer fields; lens_prob last
-    "input_sim_a", "input_sim_b", "input_sim_answer", "input_sim_others", "update_sim_answer", "update_sim_others",
-    "update_direct_answer", "update_direct_margin", "lens_rank", "lens_prob",
+    "input_sim_a",
+    "input_sim_b",
+    "input_sim_answer",
+    "input_sim_others",
+    "update_sim_answer",
+    "update_sim_others",
+    "update_direct_answer",
+    "update_direct_margin",
+    "lens_rank",
+    "lens_prob",
 )
 
 
@@ -185,17 +193,18 @@ class MLPProbeResult(SavedResult):
 
         rows = []
         for layer in range(self.n_layers):
-            rows.append({
-                "layer": layer,
-                "top_numbers": " ".join(self.case_top_numbers[layer]),
-                "top_number_effect": float(self.case_top_number_scores[layer, 0]),
-                "top_tokens": " | ".join(repr(t) for t in self.case_top_tokens[layer]),
-                "lens_top1": self.case_lens_top[layer],
-                "answer_lens_rank": int(self.lens_rank[self.case_row, layer]),
-                "answer_direct_effect": float(self.update_direct_answer[self.case_row, layer]),
-            })
+            rows.append(
+                {
+                    "layer": layer,
+                    "top_numbers": " ".join(self.case_top_numbers[layer]),
+                    "top_number_effect": float(self.case_top_number_scores[layer, 0]),
+                    "top_tokens": " | ".join(repr(t) for t in self.case_top_tokens[layer]),
+                    "lens_top1": self.case_lens_top[layer],
+                    "answer_lens_rank": int(self.lens_rank[self.case_row, layer]),
+                    "answer_direct_effect": float(self.update_direct_answer[self.case_row, layer]),
+                }
+            )
         return pd.DataFrame(rows)
-
 
 
 def number_tokens(tokenizer: Any, numbers: list[int], context: str) -> list[int]:
@@ -207,7 +216,9 @@ def number_tokens(tokenizer: Any, numbers: list[int], context: str) -> list[int]
         text = str(n) if spacing == "prompt" else " " + str(n)
         ids = tokenizer(context + text, add_special_tokens=False)["input_ids"]
         if ids[: len(base)] != base or len(ids) == len(base):
-            raise ValueError(f"the number {n} merges with the end of the prompt {context[-20:]!r}. Fix: use prompts that end with a separator such as '= '.")
+            raise ValueError(
+                f"the number {n} merges with the end of the prompt {context[-20:]!r}. Fix: use prompts that end with a separator such as '= '."
+            )
         out.append(ids[len(base)])
     return out
 
@@ -247,9 +258,13 @@ def mlp_probes(
     cols = columns(dataset, ("tokens", "prompt", "answer", "answer_token", "a", "b", "operation", "pair_id"))
     n = len(cols["tokens"])
     if isinstance(case_row, str):
-        matches = [i for i, p in enumerate(cols["prompt"]) if p.endswith(case_row) or p.rstrip().endswith(case_row.rstrip())]
+        matches = [
+            i for i, p in enumerate(cols["prompt"]) if p.endswith(case_row) or p.rstrip().endswith(case_row.rstrip())
+        ]
         if not matches:
-            raise ValueError(f"no prompt ends with {case_row!r}. Fix: pass a row index, or the end of a prompt in the dataset (e.g. {cols['prompt'][0][-12:]!r}).")
+            raise ValueError(
+                f"no prompt ends with {case_row!r}. Fix: pass a row index, or the end of a prompt in the dataset (e.g. {cols['prompt'][0][-12:]!r})."
+            )
         case_row = matches[0]
     if not 0 <= case_row < n:
         raise IndexError(f"case_row {case_row} is out of range for a dataset of {n} pairs. Fix: choose 0..{n - 1}.")
@@ -299,7 +314,9 @@ def mlp_probes(
 
         names = [hooks.sub(layer, k) for layer in range(n_layers) for k in kinds]
         bridge.run_with_hooks(toks, fwd_hooks=[(name, grab(name)) for name in names])
-        stack = {k: torch.stack([store[hooks.sub(layer, k)] for layer in range(n_layers)], 1) for k in kinds}  # [B, L, d]
+        stack = {
+            k: torch.stack([store[hooks.sub(layer, k)] for layer in range(n_layers)], 1) for k in kinds
+        }  # [B, L, d]
         mid, upd, post = stack[reads], stack["hook_mlp_out"], stack["hook_resid_post"]
         x_in, x_upd = (phi(mid), phi(upd)) if space == "lens" else (stack["mlp.hook_in"], upd)
         ia, ib, ic = (torch.tensor([t[i] for i in idx], device=model.device) for t in (tok_a, tok_b, ans_tok))
@@ -308,9 +325,13 @@ def mlp_probes(
         out["input_sim_answer"][idx] = _cos(x_in, W_U[:, ic].T).cpu()
         out["update_sim_answer"][idx] = _cos(x_upd, W_U[:, ic].T).cpu()
         w_c = F.normalize(W_U[:, cand], dim=0)  # [d, C]
-        not_abc = ((cand[None, :] != ia[:, None]) & (cand[None, :] != ib[:, None]) & (cand[None, :] != ic[:, None])).float()  # [B, C]
+        not_abc = (
+            (cand[None, :] != ia[:, None]) & (cand[None, :] != ib[:, None]) & (cand[None, :] != ic[:, None])
+        ).float()  # [B, C]
         cos_in = F.normalize(x_in, dim=-1) @ w_c  # [B, L, C]
-        out["input_sim_others"][idx] = ((cos_in * not_abc[:, None]).sum(-1) / not_abc.sum(-1).clamp(min=1)[:, None]).cpu()
+        out["input_sim_others"][idx] = (
+            (cos_in * not_abc[:, None]).sum(-1) / not_abc.sum(-1).clamp(min=1)[:, None]
+        ).cpu()
         cos_all = F.normalize(x_upd, dim=-1) @ w_c  # [B, L, C]
         others = (cand[None, :] != ic[:, None]).float()  # [B, C]
         out["update_sim_others"][idx] = ((cos_all * others[:, None]).sum(-1) / others.sum(-1)[:, None]).cpu()
@@ -319,12 +340,16 @@ def mlp_probes(
         direct = delta @ W_U[:, cand]  # [B, L, C]
         direct_ans = (delta * W_U[:, ic].T[:, None, :]).sum(-1)
         out["update_direct_answer"][idx] = direct_ans.cpu()
-        out["update_direct_margin"][idx] = (direct_ans - (direct * others[:, None]).sum(-1) / others.sum(-1)[:, None]).cpu()
+        out["update_direct_margin"][idx] = (
+            direct_ans - (direct * others[:, None]).sum(-1) / others.sum(-1)[:, None]
+        ).cpu()
         lens = bridge.ln_final(post) @ W_U + (b_U if b_U is not None else 0)  # [B, L, V]
         lens = lens if cap is None else cap * torch.tanh(lens / cap)
         ans_logit = lens.gather(-1, ic[:, None, None].expand(-1, n_layers, 1))
         out["lens_rank"][idx] = (lens > ans_logit).sum(-1).float().cpu()
-        out["lens_prob"][idx] = torch.softmax(lens, -1).gather(-1, ic[:, None, None].expand(-1, n_layers, 1))[..., 0].cpu()
+        out["lens_prob"][idx] = (
+            torch.softmax(lens, -1).gather(-1, ic[:, None, None].expand(-1, n_layers, 1))[..., 0].cpu()
+        )
         if case_row in idx:
             b = idx.index(case_row)
             k_num = min(top_k, len(cand_tokens))
@@ -341,9 +366,18 @@ def mlp_probes(
             }
     cand_labels = [str(first_of[t]) if first_of[t] >= 0 else tok.decode([t]) for t in cand_tokens]
     return MLPProbeResult(
-        model=spec_dict(model), space=space, **out,
-        operations=list(cols["operation"]), pair_ids=[int(x) for x in cols["pair_id"]], answers=[str(x) for x in cols["answer"]],
-        candidate_numbers=[first_of[t] for t in cand_tokens], candidate_tokens=cand_tokens, candidate_texts=cand_labels,
-        case_row=case_row, case_prompt=cols["prompt"][case_row], case_answer=str(cols["answer"][case_row]), **case,
+        model=spec_dict(model),
+        space=space,
+        **out,
+        operations=list(cols["operation"]),
+        pair_ids=[int(x) for x in cols["pair_id"]],
+        answers=[str(x) for x in cols["answer"]],
+        candidate_numbers=[first_of[t] for t in cand_tokens],
+        candidate_tokens=cand_tokens,
+        candidate_texts=cand_labels,
+        case_row=case_row,
+        case_prompt=cols["prompt"][case_row],
+        case_answer=str(cols["answer"][case_row]),
+        **case,
         settings={"max_number": top, "top_k": top_k, "batch_size": batch_size},
     )

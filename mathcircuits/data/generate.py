@@ -45,12 +45,15 @@ class GenerationConfig:
     operations: tuple[str, ...] = setting(("add",), "operations to build pairs for (add, sub, mul, div, pow)")
     template_ids: tuple[str, ...] | None = setting(None, "template ids to use; null: every template of the operations")
     n_per_template: int = setting(16, "pairs drawn per template", ge=1)
-    operand_range: tuple[int, int] = setting((1, 9), "inclusive operand range [low, high]; for div: divisor and quotient")
+    operand_range: tuple[int, int] = setting(
+        (1, 9), "inclusive operand range [low, high]; for div: divisor and quotient"
+    )
     fewshot: bool = setting(True, "prefix the query with the template's few-shot examples")
     allow_negative: bool = setting(False, "keep pairs whose answer is negative")
     integer_only: bool = setting(True, "keep only integer answers (division)")
     multi_token_answers: Literal["first", "refuse"] = setting(
-        "first", "first: target an answer's first token; refuse: skip multi-token answers")
+        "first", "first: target an answer's first token; refuse: skip multi-token answers"
+    )
     seed: int = setting(0, "random seed of operands and word pools")
 
     def __post_init__(self) -> None:

@@ -83,8 +83,17 @@ def word_problem_dataset(
         full = tokenizer(prompt + (a if spacing == "prompt" else " " + a), add_special_tokens=False)["input_ids"]
         if full[: len(ids)] != ids:
             continue
-        rows.append({"prompt": prompt, "answer": a, "tokens": ids, "answer_tokens": full[len(ids):],
-                     "n_tokens": len(ids), "operation": "word_problem", "template_id": path.parent.name})
+        rows.append(
+            {
+                "prompt": prompt,
+                "answer": a,
+                "tokens": ids,
+                "answer_tokens": full[len(ids) :],
+                "n_tokens": len(ids),
+                "operation": "word_problem",
+                "template_id": path.parent.name,
+            }
+        )
     if not rows:
         raise ValueError(
             f"{path}: no usable problem (a non-negative integer answer that tokenizes apart from the prompt). "

@@ -77,8 +77,15 @@ BENCHMARKS["CommonsenseQA"] = BenchmarkSpec(
 )
 MATH_BENCHMARKS = tuple(n for n, s in BENCHMARKS.items() if s.kind == "math")
 CHOICE_BENCHMARKS = tuple(n for n, s in BENCHMARKS.items() if s.kind == "choice")
-_ALIASES = {"csqa": "CommonsenseQA", "commonsense_qa": "CommonsenseQA", "arc-e": "ARC-Easy", "arc-c": "ARC-Challenge",
-            "obqa": "OpenBookQA", "arc_easy": "ARC-Easy", "arc_challenge": "ARC-Challenge"}
+_ALIASES = {
+    "csqa": "CommonsenseQA",
+    "commonsense_qa": "CommonsenseQA",
+    "arc-e": "ARC-Easy",
+    "arc-c": "ARC-Challenge",
+    "obqa": "OpenBookQA",
+    "arc_easy": "ARC-Easy",
+    "arc_challenge": "ARC-Challenge",
+}
 
 
 def benchmark_spec(name: str) -> BenchmarkSpec:

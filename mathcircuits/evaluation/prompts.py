@@ -98,8 +98,10 @@ def math_prompt(
         suffix = f"\n{instruction if instruction is not None else MATH_INSTRUCTION}".rstrip()
         messages: list[dict[str, str]] = []
         for ex in exemplars:
-            messages += [{"role": "user", "content": ex.question + suffix},
-                         {"role": "assistant", "content": _shot_answer(ex)}]
+            messages += [
+                {"role": "user", "content": ex.question + suffix},
+                {"role": "assistant", "content": _shot_answer(ex)},
+            ]
         messages.append({"role": "user", "content": question + suffix})
         return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
     raise ValueError(f"unknown prompt style {style!r}; use 'plain', 'alpaca' or 'chat'.")

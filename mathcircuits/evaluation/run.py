@@ -81,10 +81,26 @@ def score_benchmark(
             if "train" not in spec.splits:
                 raise ValueError(f"{spec.name} has no train split to draw {n_shot} exemplars from; use n_shot=0.")
             exemplars = select_exemplars(load_benchmark(spec.name, split="train", path=path), n_shot, seed)
-        return evaluate_math(model, tokenizer, items, exemplars=exemplars, style=style,
-                             max_new_tokens=max_new_tokens, batch_size=batch_size, stop=stop, progress=progress)
-    return evaluate_choice(model, tokenizer, items, template=choice_template, normalization=normalization,
-                           batch_size=batch_size, progress=progress)
+        return evaluate_math(
+            model,
+            tokenizer,
+            items,
+            exemplars=exemplars,
+            style=style,
+            max_new_tokens=max_new_tokens,
+            batch_size=batch_size,
+            stop=stop,
+            progress=progress,
+        )
+    return evaluate_choice(
+        model,
+        tokenizer,
+        items,
+        template=choice_template,
+        normalization=normalization,
+        batch_size=batch_size,
+        progress=progress,
+    )
 
 
 def evaluate_model(
@@ -124,11 +140,28 @@ def evaluate_model(
     """
     scores = []
     for name in benchmarks:
-        score = score_benchmark(model, tokenizer, name, path=path, limit=limit, seed=seed, n_shot=n_shot, style=style,
-                                max_new_tokens=max_new_tokens, normalization=normalization, batch_size=batch_size,
-                                progress=progress)
+        score = score_benchmark(
+            model,
+            tokenizer,
+            name,
+            path=path,
+            limit=limit,
+            seed=seed,
+            n_shot=n_shot,
+            style=style,
+            max_new_tokens=max_new_tokens,
+            normalization=normalization,
+            batch_size=batch_size,
+            progress=progress,
+        )
         log.info("%s on %s: accuracy %.3f over %d items", label, score.benchmark, score.accuracy, score.n)
         scores.append(score)
-    settings = {"limit": limit, "seed": seed, "n_shot": n_shot, "style": style, "max_new_tokens": max_new_tokens,
-                "normalization": normalization}
+    settings = {
+        "limit": limit,
+        "seed": seed,
+        "n_shot": n_shot,
+        "style": style,
+        "max_new_tokens": max_new_tokens,
+        "normalization": normalization,
+    }
     return EvalResult.from_scores(label, scores, settings)

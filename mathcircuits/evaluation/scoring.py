@@ -74,19 +74,24 @@ class BenchmarkScore(SavedResult):
     def accuracy(self) -> float:
         return sum(self.correct) / self.n if self.n else float("nan")
 
-
     def to_dataframe(self):
         """One row per item: uid, gold, prediction, correct (and extracted number / option scores)."""
         import pandas as pd
 
-        df = pd.DataFrame({"benchmark": self.benchmark, "uid": list(self.uids), "gold": list(self.golds),
-                           "prediction": list(self.predictions), "correct": list(self.correct)})
+        df = pd.DataFrame(
+            {
+                "benchmark": self.benchmark,
+                "uid": list(self.uids),
+                "gold": list(self.golds),
+                "prediction": list(self.predictions),
+                "correct": list(self.correct),
+            }
+        )
         if self.extracted:
             df["extracted"] = list(self.extracted)
         if self.option_scores:
             df["option_scores"] = [list(s) for s in self.option_scores]
         return df
-
 
 
 def evaluate_math(
@@ -141,21 +146,39 @@ def evaluate_math(
     if not kept:
         raise ValueError("every item is also a few-shot exemplar; draw exemplars from another split.")
     prompts = [math_prompt(it.question, exemplars, style, tokenizer, instruction) for it in kept]
-    gens = generate_greedy(model, tokenizer, prompts, max_new_tokens=max_new_tokens, batch_size=batch_size,
-                           stop=stop, stop_at_answer=stop_at_answer, add_special_tokens=style != "chat",
-                           progress=progress,
-                           desc=f"{kept[0].benchmark} (math)")
+    gens = generate_greedy(
+        model,
+        tokenizer,
+        prompts,
+        max_new_tokens=max_new_tokens,
+        batch_size=batch_size,
+        stop=stop,
+        stop_at_answer=stop_at_answer,
+        add_special_tokens=style != "chat",
+        progress=progress,
+        desc=f"{kept[0].benchmark} (math)",
+    )
     values = [extract_number(g) for g in gens]
     correct = [answers_match(v, it.answer, tol) for v, it in zip(values, kept)]
-    settings = {"style": style, "n_shot": len(exemplars), "max_new_tokens": max_new_tokens, "tol": tol,
-                "stop_at_answer": stop_at_answer,
-                "n_left_out": len(items) - len(kept), "exemplar_uids": [ex.uid for ex in exemplars]}
+    settings = {
+        "style": style,
+        "n_shot": len(exemplars),
+        "max_new_tokens": max_new_tokens,
+        "tol": tol,
+        "stop_at_answer": stop_at_answer,
+        "n_left_out": len(items) - len(kept),
+        "exemplar_uids": [ex.uid for ex in exemplars],
+    }
     return BenchmarkScore(
-        benchmark=kept[0].benchmark, kind="math", uids=tuple(it.uid for it in kept),
-        golds=tuple(it.answer for it in kept), predictions=tuple(gens), correct=tuple(correct),
-        extracted=tuple(values), settings=settings,
+        benchmark=kept[0].benchmark,
+        kind="math",
+        uids=tuple(it.uid for it in kept),
+        golds=tuple(it.answer for it in kept),
+        predictions=tuple(gens),
+        correct=tuple(correct),
+        extracted=tuple(values),
+        settings=settings,
     )
-
 
 
 def evaluate_choice(
@@ -201,8 +224,9 @@ def evaluate_choice(
             contexts.append(ctx)
             conts.append(" " + opt)
             owner.append(n)
-    sums, counts = continuation_logprobs(model, tokenizer, contexts, conts, batch_size, progress,
-                                         desc=f"{items[0].benchmark} (choice)")
+    sums, counts = continuation_logprobs(
+        model, tokenizer, contexts, conts, batch_size, progress, desc=f"{items[0].benchmark} (choice)"
+    )
     if normalization == "tokens":
         scores = sums / counts
     elif normalization == "chars":
@@ -214,8 +238,11 @@ def evaluate_choice(
         per_item[n].append(s)
     chosen = [max(range(len(s)), key=s.__getitem__) for s in per_item]  # first option wins ties
     return BenchmarkScore(
-        benchmark=items[0].benchmark, kind="choice", uids=tuple(it.uid for it in items),
-        golds=tuple(it.answer for it in items), predictions=tuple(it.choices[c] for it, c in zip(items, chosen)),
+        benchmark=items[0].benchmark,
+        kind="choice",
+        uids=tuple(it.uid for it in items),
+        golds=tuple(it.answer for it in items),
+        predictions=tuple(it.choices[c] for it, c in zip(items, chosen)),
         correct=tuple(c == it.gold_index for it, c in zip(items, chosen)),
         option_scores=tuple(tuple(s) for s in per_item),
         settings={"template": template, "normalization": normalization},

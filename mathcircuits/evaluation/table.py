@@ -64,14 +64,15 @@ class EvalResult(SavedResult):
             settings=dict(settings or {}) | {"per_benchmark": {s.benchmark: dict(s.settings) for s in scores}},
         )
 
-
     def to_dataframe(self):
         """One row per benchmark: label, benchmark, kind, accuracy, n."""
         import pandas as pd
 
         return pd.DataFrame(
-            [{"label": self.label, "benchmark": b, "kind": self.kinds.get(b, ""), "accuracy": a, "n": self.n[b]}
-             for b, a in self.accuracy.items()],
+            [
+                {"label": self.label, "benchmark": b, "kind": self.kinds.get(b, ""), "accuracy": a, "n": self.n[b]}
+                for b, a in self.accuracy.items()
+            ],
             columns=["label", "benchmark", "kind", "accuracy", "n"],
         )
 
@@ -145,8 +146,10 @@ def compare_table(
     for name, values in (extra_columns or {}).items():
         unknown = set(values) - set(results)
         if unknown:
-            raise KeyError(f"extra column {name!r} has labels {sorted(unknown)} that are not results; "
-                           f"use labels from {list(results)}.")
+            raise KeyError(
+                f"extra column {name!r} has labels {sorted(unknown)} that are not results; "
+                f"use labels from {list(results)}."
+            )
         df[name] = [values.get(label, math.nan) for label in df.index]
     return df
 

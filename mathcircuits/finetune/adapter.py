@@ -83,7 +83,9 @@ class HeadSliceAdapter(nn.Module):
         self.index = nn.Module()  # holds the index buffers so that .to(device) moves them
         for s in slices.slices:
             p = params[s.name]
-            self.deltas[_key(s.name)] = nn.Parameter(torch.zeros(s.slice_shape, dtype=p.dtype, device=p.device), requires_grad=trainable)
+            self.deltas[_key(s.name)] = nn.Parameter(
+                torch.zeros(s.slice_shape, dtype=p.dtype, device=p.device), requires_grad=trainable
+            )
             if not s.whole:
                 self.index.register_buffer(_key(s.name), s.indices().to(p.device), persistent=False)
         self._handles: list[Any] = []
@@ -101,13 +103,19 @@ class HeadSliceAdapter(nn.Module):
 
     # ------------------------------------------------------------------ forward
 
-    def _add_deltas(self, group: tuple[ParamSlice, ...], module: nn.Module, args: tuple, output: torch.Tensor) -> torch.Tensor:
+    def _add_deltas(
+        self, group: tuple[ParamSlice, ...], module: nn.Module, args: tuple, output: torch.Tensor
+    ) -> torch.Tensor:
         x = args[0]
         y = output
         for s in group:
             d = self.deltas[_key(s.name)]
             if s.kind == "bias":
-                y = y + d if s.whole else y.index_add(-1, getattr(self.index, _key(s.name)), d.expand(*y.shape[:-1], -1))
+                y = (
+                    y + d
+                    if s.whole
+                    else y.index_add(-1, getattr(self.index, _key(s.name)), d.expand(*y.shape[:-1], -1))
+                )
                 continue
             w = d if s.weight_layout == "in_out" else d.T  # [in, out] orientation
             if s.whole:
@@ -135,7 +143,10 @@ class HeadSliceAdapter(nn.Module):
         """Mirror the base model, so that HF Trainer normalises the loss under gradient accumulation."""
         if hasattr(self.base_model, "accepts_loss_kwargs"):
             return bool(self.base_model.accepts_loss_kwargs)
-        return any(p.kind == inspect.Parameter.VAR_KEYWORD for p in inspect.signature(self.base_model.forward).parameters.values())
+        return any(
+            p.kind == inspect.Parameter.VAR_KEYWORD
+            for p in inspect.signature(self.base_model.forward).parameters.values()
+        )
 
     def get_base_model(self) -> nn.Module:
         return self.base_model
@@ -147,7 +158,9 @@ class HeadSliceAdapter(nn.Module):
         try:
             return self.deltas[_key(name)]
         except KeyError:
-            raise KeyError(f"{name!r} is not tuned by this adapter; tuned: {[s.name for s in self.slices.slices]}") from None
+            raise KeyError(
+                f"{name!r} is not tuned by this adapter; tuned: {[s.name for s in self.slices.slices]}"
+            ) from None
 
     def base_values(self, name: str) -> Float[Tensor, "..."]:
         """The frozen base values of the slice of ``name`` (the shape of its delta)."""
@@ -167,9 +180,15 @@ class HeadSliceAdapter(nn.Module):
         per_role: dict[str, int] = defaultdict(int)
         for s in self.slices.slices:
             per_role["mlp" if "mlp" in s.roles else "+".join(s.roles)] += s.n_params
-        return {"n_tuned": self.slices.n_tuned, "n_model_params": self.slices.n_model_params,
-                "fraction": self.slices.fraction, "per_role": dict(per_role), "heads": len(self.slices.heads),
-                "mlps": len(self.slices.mlps), "kv_policy": self.slices.kv_policy}
+        return {
+            "n_tuned": self.slices.n_tuned,
+            "n_model_params": self.slices.n_model_params,
+            "fraction": self.slices.fraction,
+            "per_role": dict(per_role),
+            "heads": len(self.slices.heads),
+            "mlps": len(self.slices.mlps),
+            "kv_policy": self.slices.kv_policy,
+        }
 
     # ------------------------------------------------------------------ save / load
 
@@ -177,9 +196,13 @@ class HeadSliceAdapter(nn.Module):
         from mathcircuits import __version__
 
         return {
-            "adapter_type": ADAPTER_TYPE, "version": 1, "task_type": "CAUSAL_LM",
+            "adapter_type": ADAPTER_TYPE,
+            "version": 1,
+            "task_type": "CAUSAL_LM",
             "base_model_name_or_path": str(getattr(self.base_model.config, "name_or_path", "")),
-            "grad_scale": self.grad_scale, "mathcircuits_version": __version__, "slices": self.slices.to_dict(),
+            "grad_scale": self.grad_scale,
+            "mathcircuits_version": __version__,
+            "slices": self.slices.to_dict(),
         }
 
     def save_pretrained(self, save_directory: str | Path, **_: Any) -> Path:
@@ -225,12 +248,18 @@ class HeadSliceAdapter(nn.Module):
         path = Path(path)
         file = path / ADAPTER_WEIGHTS_NAME
         if not file.exists():
-            raise FileNotFoundError(f"{file} does not exist. Fix: pass a folder written by HeadSliceAdapter.save_pretrained.")
+            raise FileNotFoundError(
+                f"{file} does not exist. Fix: pass a folder written by HeadSliceAdapter.save_pretrained."
+            )
         saved = self.read_config(path)["slices"]
         if SliceSet.from_dict(saved, source=f"the slices of {path / ADAPTER_CONFIG_NAME}").slices != self.slices.slices:
-            raise SliceError(f"the adapter at {path} tunes other slices than this adapter. Fix: build the adapter with HeadSliceAdapter.from_pretrained.")
+            raise SliceError(
+                f"the adapter at {path} tunes other slices than this adapter. Fix: build the adapter with HeadSliceAdapter.from_pretrained."
+            )
         tensors = load_file(str(file))
-        expected = {f"{s.name}.delta" for s in self.slices.slices} | {f"{s.name}.index" for s in self.slices.slices if not s.whole}
+        expected = {f"{s.name}.delta" for s in self.slices.slices} | {
+            f"{s.name}.index" for s in self.slices.slices if not s.whole
+        }
         if set(tensors) != expected:
             raise SliceError(f"{file} holds tensors {sorted(set(tensors) ^ expected)} that do not match its config.")
         with torch.no_grad():

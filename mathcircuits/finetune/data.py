@@ -100,8 +100,10 @@ def build_sft_dataset(
                 prompt = prompt_template.format(question=record_question(r))
                 gold = f"The answer is {format_gold(r['answer'])}."
                 text = " " + (_clean_rationale(r["output"]) if target == "rationale" else gold)
-                yield (tokenizer(prompt, add_special_tokens=False)["input_ids"],
-                       tokenizer(text, add_special_tokens=False)["input_ids"])
+                yield (
+                    tokenizer(prompt, add_special_tokens=False)["input_ids"],
+                    tokenizer(text, add_special_tokens=False)["input_ids"],
+                )
 
         pairs = encode()
     else:

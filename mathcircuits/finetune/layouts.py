@@ -72,7 +72,6 @@ Role = Literal["q", "k", "v", "o"]
 HEAD_ROLES: tuple[str, ...] = ("q", "k", "v", "o")
 
 
-
 class SliceError(SelectionError):
     """A selection cannot be mapped onto this model's parameters; the message says why and how to fix it."""
 
@@ -173,13 +172,23 @@ class AttentionLayout:
 
 def _separate(layers: str = "model.layers", attn: str = "self_attn", out: str = "o_proj", **kw: Any) -> AttentionLayout:
     return AttentionLayout(
-        layers=layers, q=Projection(f"{attn}.q_proj"), k=Projection(f"{attn}.k_proj"),
-        v=Projection(f"{attn}.v_proj"), o=Projection(f"{attn}.{out}"), mlp="mlp", **kw,
+        layers=layers,
+        q=Projection(f"{attn}.q_proj"),
+        k=Projection(f"{attn}.k_proj"),
+        v=Projection(f"{attn}.v_proj"),
+        o=Projection(f"{attn}.{out}"),
+        mlp="mlp",
+        **kw,
     )
 
 
-def _fused(layers: str, qkv: str, out: str, fused: Literal["blocked", "per_head"],
-           weight: Literal["out_in", "in_out"] = "out_in") -> AttentionLayout:
+def _fused(
+    layers: str,
+    qkv: str,
+    out: str,
+    fused: Literal["blocked", "per_head"],
+    weight: Literal["out_in", "in_out"] = "out_in",
+) -> AttentionLayout:
     q, k, v = (Projection(qkv, weight, block=b, fused=fused) for b in range(3))
     return AttentionLayout(layers=layers, q=q, k=k, v=v, o=Projection(out, weight), mlp="mlp", gqa=fused == "blocked")
 
@@ -188,10 +197,12 @@ _WHOLE_QK_NORM = (
     "{family} applies {norm} as one RMSNorm over the whole projection output (all heads' features together), "
     "so changing one head's {role} rows rescales every head's {what}"
 )
-_OLMO2 = _separate(not_head_local={
-    "q": _WHOLE_QK_NORM.format(family="OLMo 2/3", norm="q_norm", role="query", what="queries"),
-    "k": _WHOLE_QK_NORM.format(family="OLMo 2/3", norm="k_norm", role="key", what="keys"),
-})
+_OLMO2 = _separate(
+    not_head_local={
+        "q": _WHOLE_QK_NORM.format(family="OLMo 2/3", norm="q_norm", role="query", what="queries"),
+        "k": _WHOLE_QK_NORM.format(family="OLMo 2/3", norm="k_norm", role="key", what="keys"),
+    }
+)
 
 #: ``config.model_type`` → layout. Llama-style models (incl. SmolLM2) share one row.
 LAYOUTS: dict[str, AttentionLayout] = {

@@ -178,8 +178,9 @@ class SliceSet(SavedResult):
     def upgrade(cls, version: int, fields: dict[str, Any]) -> dict[str, Any]:
         """Version 1 also stored the derived per-slice ``n_params``: drop it."""
         if isinstance(fields.get("slices"), list):
-            fields["slices"] = [{k: v for k, v in s.items() if k != "n_params"} if isinstance(s, dict) else s
-                                for s in fields["slices"]]
+            fields["slices"] = [
+                {k: v for k, v in s.items() if k != "n_params"} if isinstance(s, dict) else s for s in fields["slices"]
+            ]
         return fields
 
     @property
@@ -210,8 +211,17 @@ class SliceSet(SavedResult):
     def to_dataframe(self):
         import pandas as pd
 
-        rows = [{"name": s.name, "layer": s.layer, "roles": ",".join(s.roles), "axis": "all" if s.whole else s.axis,
-                 "ranges": s.ranges, "n_params": s.n_params} for s in self.slices]
+        rows = [
+            {
+                "name": s.name,
+                "layer": s.layer,
+                "roles": ",".join(s.roles),
+                "axis": "all" if s.whole else s.axis,
+                "ranges": s.ranges,
+                "n_params": s.n_params,
+            }
+            for s in self.slices
+        ]
         return pd.DataFrame(rows, columns=["name", "layer", "roles", "axis", "ranges", "n_params"])
 
     def check_model(self, model: torch.nn.Module) -> None:
@@ -224,16 +234,24 @@ class SliceSet(SavedResult):
             None; raises :class:`SliceError` naming both models and the fix.
         """
         check_model(
-            self.model, ModelSpec.from_hf(model), "these slices",
-            "map the key components onto this model with head_slices()", compare_name=False, error=SliceError,
+            self.model,
+            ModelSpec.from_hf(model),
+            "these slices",
+            "map the key components onto this model with head_slices()",
+            compare_name=False,
+            error=SliceError,
             plural=True,
         )
         params = dict(model.named_parameters(remove_duplicate=False))
         for s in self.slices:
             if s.name not in params:
-                raise SliceError(f"parameter {s.name!r} of the slices does not exist in {type(model).__name__}. Fix: use slices made for this architecture.")
+                raise SliceError(
+                    f"parameter {s.name!r} of the slices does not exist in {type(model).__name__}. Fix: use slices made for this architecture."
+                )
             if tuple(params[s.name].shape) != s.shape:
-                raise SliceError(f"parameter {s.name!r} has shape {tuple(params[s.name].shape)} but the slices expect {s.shape}.")
+                raise SliceError(
+                    f"parameter {s.name!r} has shape {tuple(params[s.name].shape)} but the slices expect {s.shape}."
+                )
 
 
 # ----------------------------------------------------------------------------- mapping
@@ -256,7 +274,9 @@ def _check_selection(heads: list, mlp_layers: list, facts: dict[str, Any]) -> No
                 f"MLP {layer} is out of range for {facts['name']!r} ({n_layers} layers). Fix: use layers 0..{n_layers - 1}."
             )
     if not heads and not mlp_layers:
-        raise SliceError("the selection has no heads and no MLPs, so nothing would be tuned. Fix: select key components first.")
+        raise SliceError(
+            "the selection has no heads and no MLPs, so nothing would be tuned. Fix: select key components first."
+        )
 
 
 class _Pending:
@@ -284,18 +304,38 @@ class _Pending:
                 continue  # no such parameter, or the output projection's bias (shared by all heads)
             out_axis = 0 if proj.weight == "out_in" else 1
             axis = 0 if kind == "bias" else (out_axis if feature == "out" else 1 - out_axis)
-            entry = self.entries.setdefault(pname, {
-                "module": mod_name, "kind": kind, "axis": axis, "feature": feature, "weight_layout": proj.weight,
-                "layer": layer, "ranges": [], "roles": set()})
+            entry = self.entries.setdefault(
+                pname,
+                {
+                    "module": mod_name,
+                    "kind": kind,
+                    "axis": axis,
+                    "feature": feature,
+                    "weight_layout": proj.weight,
+                    "layer": layer,
+                    "ranges": [],
+                    "roles": set(),
+                },
+            )
             entry["ranges"].append((lo, hi))
             entry["roles"].add(role)
 
     def slices(self) -> list[ParamSlice]:
-        return [ParamSlice(
-            name=pname, module=e["module"], kind=e["kind"], shape=tuple(self.params[pname].shape), axis=e["axis"],
-            ranges=merge_ranges(e["ranges"]), feature=e["feature"], weight_layout=e["weight_layout"], layer=e["layer"],
-            roles=tuple(r for r in HEAD_ROLES if r in e["roles"]),
-        ) for pname, e in self.entries.items()]
+        return [
+            ParamSlice(
+                name=pname,
+                module=e["module"],
+                kind=e["kind"],
+                shape=tuple(self.params[pname].shape),
+                axis=e["axis"],
+                ranges=merge_ranges(e["ranges"]),
+                feature=e["feature"],
+                weight_layout=e["weight_layout"],
+                layer=e["layer"],
+                roles=tuple(r for r in HEAD_ROLES if r in e["roles"]),
+            )
+            for pname, e in self.entries.items()
+        ]
 
     def mlp_slices(self, layer: int) -> list[ParamSlice]:
         prefix = f"{self.layout.layers}.{layer}.{self.layout.mlp}"
@@ -312,10 +352,20 @@ class _Pending:
                         f"MLP parameter {mod_name}.{kind} is neither a weight nor a bias; this MLP type is not "
                         "supported. Fix: select attention heads only (include_mlps=False)."
                     )
-                out.append(ParamSlice(
-                    name=f"{mod_name}.{kind}", module=mod_name, kind=kind, shape=tuple(p.shape), axis=None, ranges=(),
-                    feature="all", weight_layout=module_orientation(mod), layer=layer, roles=("mlp",),
-                ))
+                out.append(
+                    ParamSlice(
+                        name=f"{mod_name}.{kind}",
+                        module=mod_name,
+                        kind=kind,
+                        shape=tuple(p.shape),
+                        axis=None,
+                        ranges=(),
+                        feature="all",
+                        weight_layout=module_orientation(mod),
+                        layer=layer,
+                        roles=("mlp",),
+                    )
+                )
         return out
 
 
@@ -379,6 +429,11 @@ def head_slices(
     out.sort(key=lambda s: order[s.name])
     n_total = sum(p.numel() for p in model.parameters())
     return SliceSet(
-        model=spec, heads=tuple(heads), mlps=tuple(mlp_layers), kv_policy=kv_policy, slices=tuple(out),
-        n_model_params=n_total, kv_groups=tuple(groups),
+        model=spec,
+        heads=tuple(heads),
+        mlps=tuple(mlp_layers),
+        kv_policy=kv_policy,
+        slices=tuple(out),
+        n_model_params=n_total,
+        kv_groups=tuple(groups),
     )

@@ -75,13 +75,15 @@ class SFTConfig:
     warmup_ratio: float = setting(0.02, "fraction of the steps with a linear warm-up", ge=0, lt=1)
     weight_decay: float = setting(0.1, "AdamW decoupled weight decay", ge=0)
     decay_mode: Literal["weights", "delta"] = setting(
-        "weights", "weights: decay the effective tuned weights; delta: decay the change towards the base")
+        "weights", "weights: decay the effective tuned weights; delta: decay the change towards the base"
+    )
     lr_scheduler: str = setting("linear", "transformers scheduler name")
     max_grad_norm: float = setting(1.0, "gradient clipping (global norm)", gt=0)
     grad_scale: bool = setting(True, "rescale a layer's tuned heads' gradient by H/h (precise only)")
     target_logits_only: bool = setting(True, "vocabulary logits only at target positions (same loss, faster)")
     kv_policy: Literal["group", "exclusive", "frozen"] = setting(
-        "group", "shared K/V under GQA: group (tune the group) | exclusive | frozen")
+        "group", "shared K/V under GQA: group (tune the group) | exclusive | frozen"
+    )
     include_mlps: bool = setting(True, "also tune the key MLPs (precise)")
     seed: int = setting(0, "training seed (data order, init)")
     logging_steps: int = setting(10, "log the loss every N steps", ge=1)
@@ -101,7 +103,8 @@ class SFTConfig:
         if self.batch_size % self.micro_batch_size:
             raise ValueError(
                 f"batch_size={self.batch_size} must be a positive multiple of micro_batch_size={self.micro_batch_size}. "
-                "Fix: make batch_size a multiple of micro_batch_size.")
+                "Fix: make batch_size a multiple of micro_batch_size."
+            )
 
     def accumulation_steps(self, world_size: int = 1) -> int:
         per_step = self.micro_batch_size * world_size
@@ -217,8 +220,10 @@ def _trainer_classes():
             wd = self.args.weight_decay
             weights = [(s, d) for s, d in adapter.named_deltas() if d.requires_grad and s.kind == "weight"]
             biases = [d for s, d in adapter.named_deltas() if d.requires_grad and s.kind == "bias"]
-            groups = [{"params": [d for _, d in weights], "weight_decay": wd if self.decay_mode == "delta" else 0.0},
-                      {"params": biases, "weight_decay": 0.0}]
+            groups = [
+                {"params": [d for _, d in weights], "weight_decay": wd if self.decay_mode == "delta" else 0.0},
+                {"params": biases, "weight_decay": 0.0},
+            ]
             groups = [g for g in groups if g["params"]]
             cls, kwargs = self.get_optimizer_cls_and_kwargs(self.args, adapter)
             self.optimizer = cls(groups, **kwargs)
@@ -315,28 +320,44 @@ def train_sft(
     if config.mode == "precise":
         if isinstance(model, HeadSliceAdapter):
             if key is not None:
-                raise ValueError("train_sft got an adapter and a key selection; pass one of them (the adapter already fixes the slices).")
+                raise ValueError(
+                    "train_sft got an adapter and a key selection; pass one of them (the adapter already fixes the slices)."
+                )
             train_model: nn.Module = model
         else:
             if key is None:
-                raise ValueError("precise SFT needs the key components: pass key=KeyComponents (or a SliceSet), or use SFTConfig(mode='full').")
-            slices = key if isinstance(key, SliceSet) else head_slices(model, key, kv_policy=config.kv_policy, include_mlps=config.include_mlps, model_name=model_name)  # type: ignore[arg-type]
+                raise ValueError(
+                    "precise SFT needs the key components: pass key=KeyComponents (or a SliceSet), or use SFTConfig(mode='full')."
+                )
+            slices = (
+                key
+                if isinstance(key, SliceSet)
+                else head_slices(
+                    model, key, kv_policy=config.kv_policy, include_mlps=config.include_mlps, model_name=model_name
+                )
+            )  # type: ignore[arg-type]
             train_model = HeadSliceAdapter(model, slices, grad_scale=config.grad_scale)
     else:
         if isinstance(model, HeadSliceAdapter):
-            raise ValueError("full SFT got a HeadSliceAdapter. Fix: pass the plain HF model (adapter.merge_and_unload() or a fresh load_hf_model()).")
+            raise ValueError(
+                "full SFT got a HeadSliceAdapter. Fix: pass the plain HF model (adapter.merge_and_unload() or a fresh load_hf_model())."
+            )
         model.requires_grad_(True)
         train_model = model
     for column in ("input_ids", "labels"):
         if column not in train_dataset.column_names:
-            raise ValueError(f"train_dataset lacks {column!r} (has {train_dataset.column_names}). Fix: build it with build_sft_dataset().")
+            raise ValueError(
+                f"train_dataset lacks {column!r} (has {train_dataset.column_names}). Fix: build it with build_sft_dataset()."
+            )
 
     if resume_from_checkpoint is True:
         from transformers.trainer_utils import get_last_checkpoint
 
         last = get_last_checkpoint(str(output_dir)) if output_dir.is_dir() else None
         if last is None:
-            raise FileNotFoundError(f"resume_from_checkpoint=True but {output_dir} holds no checkpoint-N folder. Fix: pass a checkpoint path, or None to start afresh.")
+            raise FileNotFoundError(
+                f"resume_from_checkpoint=True but {output_dir} holds no checkpoint-N folder. Fix: pass a checkpoint path, or None to start afresh."
+            )
         resume_from_checkpoint = last
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
     args = TrainingArguments(
@@ -384,7 +405,10 @@ def train_sft(
     done_step = _prepare_resume(output_dir, resume_from_checkpoint, config.max_steps)
     if done_step is None:
         out = trainer.train(resume_from_checkpoint=resume_from_checkpoint)
-        train_loss, samples_per_second = float(out.training_loss), float(out.metrics.get("train_samples_per_second", float("nan")))
+        train_loss, samples_per_second = (
+            float(out.training_loss),
+            float(out.metrics.get("train_samples_per_second", float("nan"))),
+        )
     else:  # the checkpoint already holds max_steps: load it, never train past max_steps
         from transformers import TrainerState
 
@@ -397,13 +421,23 @@ def train_sft(
         trainer.save_model(str(output_dir / "final"))
     train_model.eval()
     history = tuple((int(e["step"]), float(e["loss"])) for e in trainer.state.log_history if "loss" in e)
-    n_trainable = train_model.n_trainable if isinstance(train_model, HeadSliceAdapter) else sum(p.numel() for p in base.parameters() if p.requires_grad)
+    n_trainable = (
+        train_model.n_trainable
+        if isinstance(train_model, HeadSliceAdapter)
+        else sum(p.numel() for p in base.parameters() if p.requires_grad)
+    )
     result = SFTResult(
-        mode=config.mode, config=config.to_dict(), model=ModelSpec.from_hf(base, model_name),
+        mode=config.mode,
+        config=config.to_dict(),
+        model=ModelSpec.from_hf(base, model_name),
         n_trainable=int(n_trainable),
-        n_model_params=int(sum(p.numel() for p in base.parameters())), global_step=int(trainer.state.global_step),
-        train_loss=train_loss, loss_history=history, runtime_s=runtime,
-        samples_per_second=samples_per_second, output_dir=str(output_dir),
+        n_model_params=int(sum(p.numel() for p in base.parameters())),
+        global_step=int(trainer.state.global_step),
+        train_loss=train_loss,
+        loss_history=history,
+        runtime_s=runtime,
+        samples_per_second=samples_per_second,
+        output_dir=str(output_dir),
         resumed_from=None if resume_from_checkpoint in (None, False) else str(resume_from_checkpoint),
         slices=train_model.slices.to_dict() if isinstance(train_model, HeadSliceAdapter) else {},
     )

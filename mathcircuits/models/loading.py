@@ -80,7 +80,9 @@ class HookedModel:
         ids = [self.tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
         lengths = {len(i) for i in ids}
         if len(lengths) != 1:
-            raise ValueError(f"to_tokens got texts of different token lengths {sorted(lengths)}; tokenize them one by one or pad.")
+            raise ValueError(
+                f"to_tokens got texts of different token lengths {sorted(lengths)}; tokenize them one by one or pad."
+            )
         return torch.tensor(ids, dtype=torch.long, device=self.device)
 
     def __call__(self, tokens: torch.Tensor, **kwargs: Any) -> torch.Tensor:
@@ -131,7 +133,7 @@ def resolve_source(source: str) -> tuple[str, str]:
     if source in _TINY:
         return "tiny", source
     if source.startswith("tiny-"):
-        return "tiny", "tiny-" + tiny_family_name(source[len("tiny-"):]).replace("_", "-")
+        return "tiny", "tiny-" + tiny_family_name(source[len("tiny-") :]).replace("_", "-")
     path = Path(source).expanduser()
     if source.endswith(".gguf"):
         if not path.exists():
@@ -176,7 +178,7 @@ def load_hf_model(
             "Fix: pass device= instead, or save_pretrained the model and load the folder with device_map."
         )
     if kind == "tiny":
-        model, tok = _TINY[loc](seed=seed) if loc in _TINY else tiny_model(loc[len("tiny-"):], seed=seed)
+        model, tok = _TINY[loc](seed=seed) if loc in _TINY else tiny_model(loc[len("tiny-") :], seed=seed)
     else:
         if kind == "embedded":
             folder: str = str(embedded_model_dir())

@@ -103,9 +103,17 @@ class ModelSpec:
         d_mlp = getattr(cfg, "intermediate_size", None) or getattr(cfg, "n_inner", None) or 4 * d_model
         name = name if name is not None else str(getattr(cfg, "name_or_path", "") or type(model).__name__)
         return cls(
-            name=name, source=source if source is not None else name, architecture=type(model).__name__,
-            n_layers=int(cfg.num_hidden_layers), n_heads=n_heads, n_kv_heads=n_kv, d_head=d_head, d_model=d_model,
-            d_mlp=int(d_mlp), vocab_size=int(cfg.vocab_size), model_type=str(cfg.model_type),
+            name=name,
+            source=source if source is not None else name,
+            architecture=type(model).__name__,
+            n_layers=int(cfg.num_hidden_layers),
+            n_heads=n_heads,
+            n_kv_heads=n_kv,
+            d_head=d_head,
+            d_model=d_model,
+            d_mlp=int(d_mlp),
+            vocab_size=int(cfg.vocab_size),
+            model_type=str(cfg.model_type),
         )
 
     def check_head(self, layer: int, head: int) -> None:

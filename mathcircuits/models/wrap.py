@@ -51,8 +51,10 @@ _CONVERT = (
 
 def _is_hooked_transformer(obj: Any) -> bool:
     cls = type(obj)
-    return any(c.__name__ == "HookedTransformer" or c.__module__.startswith("transformer_lens.HookedTransformer")
-               for c in cls.__mro__)
+    return any(
+        c.__name__ == "HookedTransformer" or c.__module__.startswith("transformer_lens.HookedTransformer")
+        for c in cls.__mro__
+    )
 
 
 def _name_of(hf_model: torch.nn.Module, name: str | None) -> str:

@@ -21,9 +21,11 @@ class PatchingConfig:
     """How to path-patch every head and MLP to the logits (paper §3.2)."""
 
     method: Literal["exact", "reference", "attribution"] = setting(
-        "exact", "exact: last-position shortcut; reference: one forward per sender; attribution: gradient estimate")
+        "exact", "exact: last-position shortcut; reference: one forward per sender; attribution: gradient estimate"
+    )
     metric: Literal["relative_logit", "logit_diff", "prob_change"] = setting(
-        "relative_logit", "effect measured on the correct answer at the last position")
+        "relative_logit", "effect measured on the correct answer at the last position"
+    )
     senders: tuple[Literal["heads", "mlps"], ...] = setting(("heads", "mlps"), "which components to patch")
     max_pairs: int = setting(64, "correct pairs patched per operation", ge=1)
     min_pairs: int = setting(30, "an operation with fewer correct pairs is reported but not patched", ge=1)
@@ -38,7 +40,8 @@ class SelectionConfig:
     """How to pick the key heads (and MLPs) from the patching effects."""
 
     rule: Literal["zscore", "threshold", "topk"] = setting(
-        "zscore", "zscore: effects z below the mean; threshold: effect below `threshold`; topk: the k strongest")
+        "zscore", "zscore: effects z below the mean; threshold: effect below `threshold`; topk: the k strongest"
+    )
     threshold: float = setting(-0.05, "rule threshold: the paper's -5% of the correct logit")
     k: int = setting(10, "rule topk: number of heads (also the fallback when a rule selects none)", ge=1)
     z: float = setting(3.0, "rule zscore: standard deviations below the mean", gt=0)

@@ -94,8 +94,10 @@ class PatchingResult(SavedResult):
                 fix = "path-patch with senders=('heads', 'mlps') or ('heads',)"
             else:
                 problem = f"has non-finite {kind} effects ({shown}{more}); ranking would drop or misplace them"
-                fix = ("re-run path patching; under metric='relative_logit' a zero clean logit gives inf/NaN, "
-                       "so try metric='logit_diff'")
+                fix = (
+                    "re-run path patching; under metric='relative_logit' a zero clean logit gives inf/NaN, "
+                    "so try metric='logit_diff'"
+                )
             raise ValueError(f"the patching result on {self.model.describe()} {problem}. Fix: {fix}.")
 
     def to_dataframe(self):

@@ -96,8 +96,11 @@ class KeyComponents(SavedResult):
             None; raises :class:`SelectionError` naming both models and the fix.
         """
         check_model(
-            self.model, model, "this key-component selection",
-            "select key components on this model (mathcircuits identify)", compare_name=compare_name,
+            self.model,
+            model,
+            "this key-component selection",
+            "select key components on this model (mathcircuits identify)",
+            compare_name=compare_name,
             error=SelectionError,
         )
 
@@ -105,10 +108,14 @@ class KeyComponents(SavedResult):
         import pandas as pd
 
         nan_h, nan_m = [float("nan")] * len(self.heads), [float("nan")] * len(self.mlps)
-        rows = [{"kind": "head", "layer": layer, "head": head, "score": s}
-                for (layer, head), s in zip(self.heads, self.head_scores or nan_h)]
-        rows += [{"kind": "mlp", "layer": layer, "head": -1, "score": s}
-                 for layer, s in zip(self.mlps, self.mlp_scores or nan_m)]
+        rows = [
+            {"kind": "head", "layer": layer, "head": head, "score": s}
+            for (layer, head), s in zip(self.heads, self.head_scores or nan_h)
+        ]
+        rows += [
+            {"kind": "mlp", "layer": layer, "head": -1, "score": s}
+            for layer, s in zip(self.mlps, self.mlp_scores or nan_m)
+        ]
         return pd.DataFrame(rows, columns=["kind", "layer", "head", "score"])
 
 
@@ -182,9 +189,20 @@ def select_key_components(
         mlps = tuple(int(i) for i in midx)
         mlp_scores = tuple(float(result.mlp_effects[i]) for i in midx)
     params = {"threshold": threshold, "k": k, "z": z, "max_k": max_k, "mlp_rule": mlp_rule or "topk", "mlp_k": mlp_k}
-    provenance = {"metric": result.metric, "method": result.method, "n_pairs": result.n_pairs,
-                  "operations": list(result.operations), **(source or {})}
+    provenance = {
+        "metric": result.metric,
+        "method": result.method,
+        "n_pairs": result.n_pairs,
+        "operations": list(result.operations),
+        **(source or {}),
+    }
     return KeyComponents(
-        model=result.model, heads=heads, mlps=mlps, head_scores=tuple(float(heads_eff.flatten()[i]) for i in idx),
-        mlp_scores=mlp_scores, rule=rule, rule_params=params, source=provenance,
+        model=result.model,
+        heads=heads,
+        mlps=mlps,
+        head_scores=tuple(float(heads_eff.flatten()[i]) for i in idx),
+        mlp_scores=mlp_scores,
+        rule=rule,
+        rule_params=params,
+        source=provenance,
     )

@@ -95,7 +95,8 @@ class FinetuneSection(SFTConfig):
 
     enabled: bool = setting(True, "run the finetune stage")
     modes: tuple[str, ...] = setting(
-        ("precise", "full"), "precise: key components; full: every parameter; precise@K[+mlp]: top-K heads")
+        ("precise", "full"), "precise: key components; full: every parameter; precise@K[+mlp]: top-K heads"
+    )
     train_pairs_per_template: int = setting(16, "training pairs per template", ge=1)
     operand_range: tuple[int, int] = setting((1, 20), "operand range of the training pairs")
 
@@ -160,8 +161,10 @@ class RunConfig:
         """
         d = {} if d is None else d
         if not isinstance(d, dict):
-            raise ConfigError(f"a config must be a mapping of sections, got {type(d).__name__}. "
-                              "Fix: start from `mathcircuits config --show`.")
+            raise ConfigError(
+                f"a config must be a mapping of sections, got {type(d).__name__}. "
+                "Fix: start from `mathcircuits config --show`."
+            )
         sections = cls.sections()
         unknown = [k for k in d if k not in sections]
         if unknown:
@@ -186,8 +189,10 @@ class RunConfig:
         """
         path = Path(path)
         if not path.is_file():
-            raise ConfigError(f"config file {path} does not exist or is not a file. "
-                              "Fix: write one (mathcircuits config --show prints the defaults).")
+            raise ConfigError(
+                f"config file {path} does not exist or is not a file. "
+                "Fix: write one (mathcircuits config --show prints the defaults)."
+            )
         if path.suffix not in (".toml", ".yaml", ".yml"):
             raise ConfigError(f"config file {path} must end in .yaml, .yml or .toml. Fix: rename it.")
         try:
@@ -195,8 +200,10 @@ class RunConfig:
             data = tomllib.loads(text) if path.suffix == ".toml" else yaml.safe_load(text)
         except (tomllib.TOMLDecodeError, yaml.YAMLError, UnicodeDecodeError) as err:
             where = str(err).replace("\n", " ")
-            raise ConfigError(f"config file {path} is not valid {path.suffix[1:].upper()}: {where}. "
-                              "Fix: correct the syntax at the place named.") from err
+            raise ConfigError(
+                f"config file {path} is not valid {path.suffix[1:].upper()}: {where}. "
+                "Fix: correct the syntax at the place named."
+            ) from err
         try:
             return cls.from_dict(data)
         except ConfigError as err:

@@ -43,8 +43,11 @@ class StageSummary:
     def from_dict(cls: type[S], d: dict[str, Any], source: Path | str = "summary") -> S:  # noqa: PYI019
         """Rebuild from :meth:`to_dict`; unknown or missing fields are an error naming ``source``."""
         names = {f.name for f in dataclasses.fields(cls)}
-        required = {f.name for f in dataclasses.fields(cls)
-                    if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING}
+        required = {
+            f.name
+            for f in dataclasses.fields(cls)
+            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+        }
         unknown, missing = set(d) - names, required - set(d)
         if unknown or missing:
             raise ValueError(

@@ -66,8 +66,10 @@ class RunLock:
                 f.write(f"{os.getpid()}\n")
             self.held = True
             return
-        raise RunLockedError(f"could not take the lock {self.path}: other processes keep taking it. "
-                             "Fix: run one mathcircuits process per run folder.")
+        raise RunLockedError(
+            f"could not take the lock {self.path}: other processes keep taking it. "
+            "Fix: run one mathcircuits process per run folder."
+        )
 
     def release(self) -> None:
         """Remove the lock file if we hold it."""
@@ -80,6 +82,7 @@ class RunLock:
             self.acquire()
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self.release()

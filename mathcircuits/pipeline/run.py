@@ -100,11 +100,15 @@ def check_run_folder(run_dir: str | Path, cfg: RunConfig, force: bool = False) -
         raise RunFolderError(f"--out {run_dir} is a file, not a folder. Fix: give a folder path (it is created).")
     existing = next(p for p in (run_dir, *run_dir.absolute().parents) if p.exists())
     if not existing.is_dir():
-        raise RunFolderError(f"--out {run_dir} lies under {existing}, which is a file. Fix: give a folder path "
-                             "whose parents are folders.")
+        raise RunFolderError(
+            f"--out {run_dir} lies under {existing}, which is a file. Fix: give a folder path "
+            "whose parents are folders."
+        )
     if not os.access(existing, os.W_OK | os.X_OK):
-        raise RunFolderError(f"--out {run_dir} cannot be written ({existing} is read-only). "
-                             "Fix: choose a writable --out folder, or make it writable (chmod u+w).")
+        raise RunFolderError(
+            f"--out {run_dir} cannot be written ({existing} is read-only). "
+            "Fix: choose a writable --out folder, or make it writable (chmod u+w)."
+        )
     paths = RunPaths(run_dir)
     finished = any(paths.marker(n).is_file() for n in STAGES)
     if force or not finished or not paths.config.is_file():
@@ -124,8 +128,16 @@ def check_run_folder(run_dir: str | Path, cfg: RunConfig, force: bool = False) -
 
 def _versions() -> dict[str, str]:
     out = {"python": platform.python_version()}
-    for pkg in ("mathcircuits", "torch", "transformers", "transformer-lens", "peft", "datasets", "circuitsvis",
-                "plotly"):
+    for pkg in (
+        "mathcircuits",
+        "torch",
+        "transformers",
+        "transformer-lens",
+        "peft",
+        "datasets",
+        "circuitsvis",
+        "plotly",
+    ):
         try:
             out[pkg] = importlib.metadata.version(pkg)
         except importlib.metadata.PackageNotFoundError:
@@ -168,8 +180,10 @@ def run_pipeline(
         run_dir.mkdir(parents=True, exist_ok=True)
         lock.acquire()
     except OSError as err:
-        raise RunFolderError(f"--out {run_dir} cannot be written ({err.strerror or err}: {err.filename}). "
-                             "Fix: choose a writable --out folder, or make it writable (chmod u+w).") from err
+        raise RunFolderError(
+            f"--out {run_dir} cannot be written ({err.strerror or err}: {err.filename}). "
+            "Fix: choose a writable --out folder, or make it writable (chmod u+w)."
+        ) from err
     with lock:
         cfg.save(paths.config)
         write_json(paths.versions, _versions())
@@ -184,11 +198,14 @@ def _run_stage(ctx: Context, name: str, names: list[str], echo: Callable[[str], 
     stage, paths, cfg = STAGES[name], ctx.paths, ctx.config
     for u in stage.upstream:
         if not paths.marker(u).is_file():
-            raise RuntimeError(f"stage {name!r} needs stage {u!r} first. Fix: run `mathcircuits {u}` "
-                               "(or `mathcircuits run`).")
+            raise RuntimeError(
+                f"stage {name!r} needs stage {u!r} first. Fix: run `mathcircuits {u}` (or `mathcircuits run`)."
+            )
         if u not in names and read_json(paths.marker(u))["fingerprint"] != _fingerprint(paths, cfg, u):
-            raise RuntimeError(f"stage {name!r} needs stage {u!r}, whose outputs are stale for this config. "
-                               f"Fix: run `mathcircuits run` (or `mathcircuits {u}` first).")
+            raise RuntimeError(
+                f"stage {name!r} needs stage {u!r}, whose outputs are stale for this config. "
+                f"Fix: run `mathcircuits run` (or `mathcircuits {u}` first)."
+            )
     fp = _fingerprint(paths, cfg, name)
     marker = paths.marker(name)
     if not ctx.force and marker.is_file() and read_json(marker)["fingerprint"] == fp:

@@ -6,7 +6,14 @@ HTML object; :mod:`mathcircuits.viz.export` writes them to HTML / PNG / SVG / PD
 
 from mathcircuits.viz.attention import attention_role_distributions, attention_role_means
 from mathcircuits.viz.circuits import OfflineHTML, attention_heads_view
-from mathcircuits.viz.export import ChromiumMissingError, find_chromium, require_chromium, save_figure, save_figures, screenshot_html
+from mathcircuits.viz.export import (
+    ChromiumMissingError,
+    find_chromium,
+    require_chromium,
+    save_figure,
+    save_figures,
+    screenshot_html,
+)
 from mathcircuits.viz.heatmap import patching_heatmap, patching_heatmaps
 from mathcircuits.viz.knockout import knockout_curves
 from mathcircuits.viz.probes import probe_case_trajectory, probe_similarity_curves

@@ -21,7 +21,9 @@ __all__ = ["attention_role_distributions", "attention_role_means"]
 _CLASS_TITLES = {"operand": "operand heads", "operator": "operator heads", "neither": "other key heads"}
 
 
-def attention_role_distributions(result: Any, *, kind: str = "box", classes: tuple[str, ...] | None = None, title: str | None = None) -> go.Figure:
+def attention_role_distributions(
+    result: Any, *, kind: str = "box", classes: tuple[str, ...] | None = None, title: str | None = None
+) -> go.Figure:
     """Per-class panels of attention share (last position -> role), one box/violin per role and operation.
 
     ``classes`` selects the panels (default: every class that has a head in some operation).
@@ -34,7 +36,9 @@ def attention_role_distributions(result: Any, *, kind: str = "box", classes: tup
     panels = list(classes) if classes is not None else present
     if not panels:
         raise ValueError("no head class to show. Fix: pass classes=('operand', 'operator', 'neither').")
-    members = {c: sorted({result.labels[i] for op in ops for i, k in enumerate(cls_by_op[op]) if k == c}) for c in panels}
+    members = {
+        c: sorted({result.labels[i] for op in ops for i, k in enumerate(cls_by_op[op]) if k == c}) for c in panels
+    }
     titles = [f"{_CLASS_TITLES.get(c, c)}: {', '.join(members[c]) or 'none'}" for c in panels]
     fig = make_subplots(rows=1, cols=len(panels), shared_yaxes=True, subplot_titles=titles, horizontal_spacing=0.04)
     roles = list(result.roles)
@@ -52,23 +56,55 @@ def attention_role_distributions(result: Any, *, kind: str = "box", classes: tup
                         ys.append(float(result.shares[p, i, r]))
                         text.append(f"{result.labels[i]} · pair {result.pair_ids[p]} · {result.template_ids[p]}")
             colour = palette[j % len(palette)]
-            common = dict(x=xs, y=ys, name=op, legendgroup=op, showlegend=col == 1, offsetgroup=op, marker=dict(color=colour), text=text,
-                          hovertemplate=f"{op} · %{{x}}<br>share %{{y:.3f}}<br>%{{text}}<extra></extra>")
+            common = dict(
+                x=xs,
+                y=ys,
+                name=op,
+                legendgroup=op,
+                showlegend=col == 1,
+                offsetgroup=op,
+                marker=dict(color=colour),
+                text=text,
+                hovertemplate=f"{op} · %{{x}}<br>share %{{y:.3f}}<br>%{{text}}<extra></extra>",
+            )
             if kind == "box":
                 fig.add_trace(trace(**common, boxpoints="outliers"), row=1, col=col)
             else:
-                fig.add_trace(trace(**common, points=False, scalemode="width", spanmode="hard", box_visible=True, meanline_visible=True), row=1, col=col)
+                fig.add_trace(
+                    trace(
+                        **common,
+                        points=False,
+                        scalemode="width",
+                        spanmode="hard",
+                        box_visible=True,
+                        meanline_visible=True,
+                    ),
+                    row=1,
+                    col=col,
+                )
         base = result.baselines.mean(0).tolist()
-        fig.add_trace(go.Scatter(
-            x=roles, y=base, mode="markers", name="uniform attention (token-count baseline)", legendgroup="baseline", showlegend=col == 1,
-            marker=dict(symbol="line-ew-open", size=30, color="black", line=dict(width=2)),
-            hovertemplate="%{x}<br>uniform-attention share %{y:.3f} (mean over all pairs)<extra></extra>",
-        ), row=1, col=col)
+        fig.add_trace(
+            go.Scatter(
+                x=roles,
+                y=base,
+                mode="markers",
+                name="uniform attention (token-count baseline)",
+                legendgroup="baseline",
+                showlegend=col == 1,
+                marker=dict(symbol="line-ew-open", size=30, color="black", line=dict(width=2)),
+                hovertemplate="%{x}<br>uniform-attention share %{y:.3f} (mean over all pairs)<extra></extra>",
+            ),
+            row=1,
+            col=col,
+        )
         fig.update_xaxes(title_text="token role", row=1, col=col)
     fig.update_yaxes(title_text="attention from the last position", range=[0, 1.02], row=1, col=1)
     fig.update_layout(
         title=title or "Where key heads look: attention from the last position by token role",
-        boxmode="group", violinmode="group", height=480, width=max(620, 420 * len(panels)),
+        boxmode="group",
+        violinmode="group",
+        height=480,
+        width=max(620, 420 * len(panels)),
         legend=dict(title="operation"),
     )
     return fig
@@ -80,13 +116,25 @@ def attention_role_means(result: Any, operation: str | None = None, *, title: st
     classes = result.classify(operation)
     rows = [f"{lab} ({c})" for lab, c in zip(result.labels, classes)]
     z = mean.tolist()
-    fig = go.Figure(go.Heatmap(
-        z=z, x=list(result.roles), y=rows, colorscale="Blues", zmin=0, zmax=1, text=[[f"{v:.2f}" for v in row] for row in z],
-        texttemplate="%{text}", hovertemplate="%{y}<br>%{x}: mean share %{z:.3f}<extra></extra>", colorbar=dict(title=dict(text="share")),
-    ))
+    fig = go.Figure(
+        go.Heatmap(
+            z=z,
+            x=list(result.roles),
+            y=rows,
+            colorscale="Blues",
+            zmin=0,
+            zmax=1,
+            text=[[f"{v:.2f}" for v in row] for row in z],
+            texttemplate="%{text}",
+            hovertemplate="%{y}<br>%{x}: mean share %{z:.3f}<extra></extra>",
+            colorbar=dict(title=dict(text="share")),
+        )
+    )
     fig.update_layout(
         title=title or f"Mean attention from the last position by role ({operation or 'all operations'})",
-        xaxis=dict(title="token role"), yaxis=dict(title="head (class)", autorange="reversed"),
-        height=max(300, 36 * len(rows) + 160), width=720,
+        xaxis=dict(title="token role"),
+        yaxis=dict(title="head (class)", autorange="reversed"),
+        height=max(300, 36 * len(rows) + 160),
+        width=720,
     )
     return fig

@@ -26,13 +26,16 @@ from mathcircuits._io import atomic_path
 
 __all__ = ["OfflineHTML", "attention_heads_view", "circuitsvis_bundle", "split_bundle"]
 
+
 def circuitsvis_bundle() -> str:
     """The CircuitsVis JavaScript bundle exactly as ``render_local`` inlines it."""
     import circuitsvis
 
     path = Path(circuitsvis.__file__).parent / "dist" / "cdn" / "iife.js"
     if not path.exists():
-        raise FileNotFoundError(f"{path} is missing, so CircuitsVis cannot render offline. Fix: pip install --force-reinstall circuitsvis.")
+        raise FileNotFoundError(
+            f"{path} is missing, so CircuitsVis cannot render offline. Fix: pip install --force-reinstall circuitsvis."
+        )
     return path.read_text(encoding="utf-8").replace("</script>", "")
 
 
@@ -56,8 +59,8 @@ class OfflineHTML:
 
     def page(self) -> str:
         return (
-            "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\">"
-            f"<title>{html.escape(self.title)}</title></head>\n<body style=\"font-family: sans-serif\">\n"
+            '<!DOCTYPE html>\n<html><head><meta charset="utf-8">'
+            f'<title>{html.escape(self.title)}</title></head>\n<body style="font-family: sans-serif">\n'
             f"<h2>{html.escape(self.title)}</h2>\n{self.fragment}\n</body></html>\n"
         )
 
@@ -67,7 +70,9 @@ class OfflineHTML:
         return Path(path)
 
 
-def attention_heads_view(patterns: Any, index: int = 0, heads: Sequence[tuple[int, int]] | None = None, *, title: str | None = None) -> OfflineHTML:
+def attention_heads_view(
+    patterns: Any, index: int = 0, heads: Sequence[tuple[int, int]] | None = None, *, title: str | None = None
+) -> OfflineHTML:
     """CircuitsVis ``AttentionHeads`` view of the heads in ``patterns`` (a HeadPatterns) on prompt ``index``.
 
     ``heads`` restricts the view to some of the recorded heads. Head names carry
@@ -79,15 +84,27 @@ def attention_heads_view(patterns: Any, index: int = 0, heads: Sequence[tuple[in
     n = len(patterns.patterns)
     if not 0 <= index < n:
         raise IndexError(f"prompt index {index} is out of range: these patterns hold {n} prompts. Fix: use 0..{n - 1}.")
-    chosen = list(range(len(patterns.heads))) if heads is None else [patterns.heads.index(tuple(h)) for h in heads if tuple(h) in patterns.heads]
+    chosen = (
+        list(range(len(patterns.heads)))
+        if heads is None
+        else [patterns.heads.index(tuple(h)) for h in heads if tuple(h) in patterns.heads]
+    )
     if not chosen:
-        raise ValueError(f"none of heads {heads} was recorded; these patterns hold {patterns.labels}. Fix: record them with head_patterns().")
+        raise ValueError(
+            f"none of heads {heads} was recorded; these patterns hold {patterns.labels}. Fix: record them with head_patterns()."
+        )
     pat = patterns.patterns[index][chosen].float()
     roles = patterns.roles[index]
     names = [f"{patterns.labels[i]} → {roles[int(pat[row, -1].argmax())]}" for row, i in enumerate(chosen)]
-    rendered = attention_heads(attention=pat, tokens=list(patterns.tokens[index]), attention_head_names=names, mask_upper_tri=True)
+    rendered = attention_heads(
+        attention=pat, tokens=list(patterns.tokens[index]), attention_head_names=names, mask_upper_tri=True
+    )
     # CircuitsVis writes its target as <div .../>, which HTML does not close: later content would land inside it and be
     # replaced when the view renders. Close it explicitly.
     fragment = re.sub(r'(<div id="circuits-vis-[^"]+"[^>]*?)\s*/>', r"\1></div>", rendered.local_src, count=1)
-    prompt_tail = patterns.prompts[index].splitlines()[-1] if patterns.prompts[index].strip() else patterns.prompts[index]
-    return OfflineHTML(fragment=fragment, title=title or f"Key-head attention on {prompt_tail!r} (pair {patterns.pair_ids[index]})")
+    prompt_tail = (
+        patterns.prompts[index].splitlines()[-1] if patterns.prompts[index].strip() else patterns.prompts[index]
+    )
+    return OfflineHTML(
+        fragment=fragment, title=title or f"Key-head attention on {prompt_tail!r} (pair {patterns.pair_ids[index]})"
+    )

@@ -22,7 +22,15 @@ from typing import Any, Iterable, Mapping
 
 from mathcircuits._io import atomic_path
 
-__all__ = ["STATIC_FORMATS", "ChromiumMissingError", "find_chromium", "require_chromium", "save_figure", "save_figures", "screenshot_html"]
+__all__ = [
+    "STATIC_FORMATS",
+    "ChromiumMissingError",
+    "find_chromium",
+    "require_chromium",
+    "save_figure",
+    "save_figures",
+    "screenshot_html",
+]
 
 STATIC_FORMATS = ("png", "svg", "pdf", "jpeg", "webp")
 _FORMATS = ("html",) + STATIC_FORMATS
@@ -75,14 +83,18 @@ def _targets(path: str | os.PathLike, formats: Iterable[str] | None) -> list[tup
     if formats is None:
         fmt = path.suffix.lstrip(".").lower()
         if fmt not in _FORMATS:
-            raise ValueError(f"cannot tell the format of {path} from its suffix. Fix: end it with one of {['.' + f for f in _FORMATS]} or pass formats=.")
+            raise ValueError(
+                f"cannot tell the format of {path} from its suffix. Fix: end it with one of {['.' + f for f in _FORMATS]} or pass formats=."
+            )
         return [(path, fmt)]
     out = []
     for fmt in formats:
         fmt = fmt.lower().lstrip(".")
         if fmt not in _FORMATS:
             raise ValueError(f"format {fmt!r} is not supported. Fix: use some of {_FORMATS}.")
-        out.append((path.with_suffix("." + fmt) if path.suffix.lstrip(".").lower() in _FORMATS else Path(f"{path}.{fmt}"), fmt))
+        out.append(
+            (path.with_suffix("." + fmt) if path.suffix.lstrip(".").lower() in _FORMATS else Path(f"{path}.{fmt}"), fmt)
+        )
     return out
 
 
@@ -118,12 +130,25 @@ def save_figures(
 
             figs = [f for f, _, _ in tmp_static]
             # write_images (unlike write_image) ignores the layout's size, so pass it explicitly
-            pio.write_images(figs, [str(t) for _, t, _ in tmp_static], format=[fmt for _, _, fmt in tmp_static], scale=scale,
-                             width=[f.layout.width for f in figs], height=[f.layout.height for f in figs])
+            pio.write_images(
+                figs,
+                [str(t) for _, t, _ in tmp_static],
+                format=[fmt for _, _, fmt in tmp_static],
+                scale=scale,
+                width=[f.layout.width for f in figs],
+                height=[f.layout.height for f in figs],
+            )
     return written
 
 
-def save_figure(fig: Any, path: str | os.PathLike, formats: Iterable[str] | None = None, *, scale: float = 2.0, include_plotlyjs: bool | str = True) -> list[Path]:
+def save_figure(
+    fig: Any,
+    path: str | os.PathLike,
+    formats: Iterable[str] | None = None,
+    *,
+    scale: float = 2.0,
+    include_plotlyjs: bool | str = True,
+) -> list[Path]:
     """Write one figure: to ``path`` in the format of its suffix, or to ``path.<fmt>`` for each of ``formats``."""
     return save_figures({path: fig}, formats, scale=scale, include_plotlyjs=include_plotlyjs)
 
@@ -146,20 +171,34 @@ def screenshot_html(
 
     browser = find_chromium()
     if browser is None:
-        raise ChromiumMissingError("a screenshot needs a Chromium-based browser and none was found. Fix: apt-get install -y chromium, or set BROWSER_PATH.")
+        raise ChromiumMissingError(
+            "a screenshot needs a Chromium-based browser and none was found. Fix: apt-get install -y chromium, or set BROWSER_PATH."
+        )
     html_path = Path(html_path).resolve()
     if not html_path.exists():
         raise FileNotFoundError(f"{html_path} does not exist; write the HTML first.")
     with atomic_path(png_path) as tmp:
         shot = tmp.with_suffix(".png")  # Chromium picks the image type from the suffix
-        cmd = [browser, "--headless", "--disable-gpu", "--hide-scrollbars", "--no-first-run", f"--force-device-scale-factor={scale}",
-               f"--window-size={width},{height}", f"--virtual-time-budget={wait_ms}", f"--screenshot={shot}", html_path.as_uri()]
+        cmd = [
+            browser,
+            "--headless",
+            "--disable-gpu",
+            "--hide-scrollbars",
+            "--no-first-run",
+            f"--force-device-scale-factor={scale}",
+            f"--window-size={width},{height}",
+            f"--virtual-time-budget={wait_ms}",
+            f"--screenshot={shot}",
+            html_path.as_uri(),
+        ]
         if hasattr(os, "geteuid") and os.geteuid() == 0:
             cmd.insert(1, "--no-sandbox")  # Chromium refuses to run as root with its sandbox
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
             if proc.returncode != 0 or not shot.exists() or shot.stat().st_size == 0:
-                raise RuntimeError(f"Chromium could not screenshot {html_path} (exit {proc.returncode}): {proc.stderr[-800:]}")
+                raise RuntimeError(
+                    f"Chromium could not screenshot {html_path} (exit {proc.returncode}): {proc.stderr[-800:]}"
+                )
             os.replace(shot, tmp)
         finally:
             shot.unlink(missing_ok=True)

@@ -60,39 +60,101 @@ def patching_heatmap(
     label = label or ", ".join(result.operations) or "all operations"
     z_h = zmax if zmax is not None else _zmax(heads)
     z_m = mlp_zmax if mlp_zmax is not None else _zmax(mlps)
-    fig = make_subplots(rows=1, cols=2, shared_yaxes=True, column_widths=[0.9, 0.1], horizontal_spacing=0.03, subplot_titles=("attention heads", "MLPs"))
+    fig = make_subplots(
+        rows=1,
+        cols=2,
+        shared_yaxes=True,
+        column_widths=[0.9, 0.1],
+        horizontal_spacing=0.03,
+        subplot_titles=("attention heads", "MLPs"),
+    )
     layers = list(range(n_layers))
-    fig.add_trace(go.Heatmap(
-        z=_grid(heads), x=list(range(n_heads)), y=layers, coloraxis="coloraxis", name="heads", xgap=1, ygap=1,
-        hovertemplate="L%{y}.H%{x}<br>effect %{z:" + (".2%" if result.metric == "relative_logit" else ".4f") + "}<extra></extra>",
-    ), row=1, col=1)
-    fig.add_trace(go.Heatmap(
-        z=_grid(mlps[:, None]), x=["MLP"], y=layers, coloraxis="coloraxis2", name="MLPs", xgap=1, ygap=1,
-        hovertemplate="MLP%{y}<br>effect %{z:" + (".2%" if result.metric == "relative_logit" else ".4f") + "}<extra></extra>",
-    ), row=1, col=2)
+    fig.add_trace(
+        go.Heatmap(
+            z=_grid(heads),
+            x=list(range(n_heads)),
+            y=layers,
+            coloraxis="coloraxis",
+            name="heads",
+            xgap=1,
+            ygap=1,
+            hovertemplate="L%{y}.H%{x}<br>effect %{z:"
+            + (".2%" if result.metric == "relative_logit" else ".4f")
+            + "}<extra></extra>",
+        ),
+        row=1,
+        col=1,
+    )
+    fig.add_trace(
+        go.Heatmap(
+            z=_grid(mlps[:, None]),
+            x=["MLP"],
+            y=layers,
+            coloraxis="coloraxis2",
+            name="MLPs",
+            xgap=1,
+            ygap=1,
+            hovertemplate="MLP%{y}<br>effect %{z:"
+            + (".2%" if result.metric == "relative_logit" else ".4f")
+            + "}<extra></extra>",
+        ),
+        row=1,
+        col=2,
+    )
     if key is not None:
         key_heads = list(getattr(key, "heads", ()))
         if key_heads:
-            fig.add_trace(go.Scatter(
-                x=[h for _, h in key_heads], y=[l for l, _ in key_heads], mode="markers", name="key heads",
-                marker=dict(symbol="square-open", size=14, color="black", line=dict(width=2.5)),
-                text=[f"L{l}.H{h}: {float(heads[l, h]):.4f}" for l, h in key_heads], hovertemplate="key head %{text}<extra></extra>",
-            ), row=1, col=1)
+            fig.add_trace(
+                go.Scatter(
+                    x=[h for _, h in key_heads],
+                    y=[l for l, _ in key_heads],
+                    mode="markers",
+                    name="key heads",
+                    marker=dict(symbol="square-open", size=14, color="black", line=dict(width=2.5)),
+                    text=[f"L{l}.H{h}: {float(heads[l, h]):.4f}" for l, h in key_heads],
+                    hovertemplate="key head %{text}<extra></extra>",
+                ),
+                row=1,
+                col=1,
+            )
         key_mlps = list(getattr(key, "mlps", ()))
         if key_mlps:
-            fig.add_trace(go.Scatter(
-                x=["MLP"] * len(key_mlps), y=key_mlps, mode="markers", name="key MLPs",
-                marker=dict(symbol="square-open", size=14, color="black", line=dict(width=2.5)),
-                text=[f"MLP{l}: {float(mlps[l]):.4f}" for l in key_mlps], hovertemplate="key %{text}<extra></extra>",
-            ), row=1, col=2)
+            fig.add_trace(
+                go.Scatter(
+                    x=["MLP"] * len(key_mlps),
+                    y=key_mlps,
+                    mode="markers",
+                    name="key MLPs",
+                    marker=dict(symbol="square-open", size=14, color="black", line=dict(width=2.5)),
+                    text=[f"MLP{l}: {float(mlps[l]):.4f}" for l in key_mlps],
+                    hovertemplate="key %{text}<extra></extra>",
+                ),
+                row=1,
+                col=2,
+            )
     model_name = spec.get("name", "model") if isinstance(spec, Mapping) else getattr(spec, "name", str(spec))
     fmt = ".1%" if result.metric == "relative_logit" else ".2g"
     fig.update_layout(
-        title=title or f"Path patching — {label}<br><sup>{model_name}, {result.n_pairs} pairs; colour: {metric} (red = patching lowers the answer)</sup>",
-        coloraxis=dict(colorscale=DIVERGING, cmin=-z_h, cmax=z_h, cmid=0.0, colorbar=dict(title=dict(text="heads"), x=1.02, len=0.85, thickness=14, tickformat=fmt)),
-        coloraxis2=dict(colorscale=DIVERGING, cmin=-z_m, cmax=z_m, cmid=0.0, colorbar=dict(title=dict(text="MLPs"), x=1.17, len=0.85, thickness=14, tickformat=fmt)),
-        height=max(480, 22 * n_layers + 240), width=max(700, 40 * n_heads + 380),
-        legend=dict(orientation="h", yanchor="top", y=-0.17, x=0), margin=dict(t=110, r=150, b=120),
+        title=title
+        or f"Path patching — {label}<br><sup>{model_name}, {result.n_pairs} pairs; colour: {metric} (red = patching lowers the answer)</sup>",
+        coloraxis=dict(
+            colorscale=DIVERGING,
+            cmin=-z_h,
+            cmax=z_h,
+            cmid=0.0,
+            colorbar=dict(title=dict(text="heads"), x=1.02, len=0.85, thickness=14, tickformat=fmt),
+        ),
+        coloraxis2=dict(
+            colorscale=DIVERGING,
+            cmin=-z_m,
+            cmax=z_m,
+            cmid=0.0,
+            colorbar=dict(title=dict(text="MLPs"), x=1.17, len=0.85, thickness=14, tickformat=fmt),
+        ),
+        height=max(480, 22 * n_layers + 240),
+        width=max(700, 40 * n_heads + 380),
+        legend=dict(orientation="h", yanchor="top", y=-0.17, x=0),
+        margin=dict(t=110, r=150, b=120),
         meta={"metric": result.metric, "operations": list(result.operations)},
     )
     fig.update_xaxes(title_text="head", dtick=1, row=1, col=1)
@@ -107,14 +169,22 @@ def _combine(results: Sequence[Any]) -> Any:
     weights = torch.tensor([float(r.n_pairs) for r in results])
     heads = torch.stack([r.head_effects.float() for r in results])
     mlps = torch.stack([r.mlp_effects.float() for r in results])
-    w = (weights / weights.sum())
+    w = weights / weights.sum()
     return replace(
-        results[0], head_effects=(heads * w[:, None, None]).sum(0), mlp_effects=(mlps * w[:, None]).sum(0), n_pairs=int(weights.sum()),
-        operations=[op for r in results for op in r.operations], per_pair_heads=None, per_pair_mlps=None, pair_ids=[p for r in results for p in r.pair_ids],
+        results[0],
+        head_effects=(heads * w[:, None, None]).sum(0),
+        mlp_effects=(mlps * w[:, None]).sum(0),
+        n_pairs=int(weights.sum()),
+        operations=[op for r in results for op in r.operations],
+        per_pair_heads=None,
+        per_pair_mlps=None,
+        pair_ids=[p for r in results for p in r.pair_ids],
     )
 
 
-def patching_heatmaps(results: Mapping[str, Any] | Sequence[Any], key: Any = None, overall: Any = None) -> dict[str, go.Figure]:
+def patching_heatmaps(
+    results: Mapping[str, Any] | Sequence[Any], key: Any = None, overall: Any = None
+) -> dict[str, go.Figure]:
     """One heatmap per operation and one overall, keyed by label ("add", ..., "overall").
 
     ``results`` maps a label to a PatchingResult (or is a list, labelled by
@@ -123,7 +193,11 @@ def patching_heatmaps(results: Mapping[str, Any] | Sequence[Any], key: Any = Non
     (equal to the overall mean of a per-pair metric), and the title says so.
     ``key`` outlines the same key components on every map.
     """
-    items = list(results.items()) if isinstance(results, Mapping) else [("+".join(r.operations) or f"run {i}", r) for i, r in enumerate(results)]
+    items = (
+        list(results.items())
+        if isinstance(results, Mapping)
+        else [("+".join(r.operations) or f"run {i}", r) for i, r in enumerate(results)]
+    )
     if not items and overall is None:
         raise ValueError("patching_heatmaps got no results. Fix: pass {operation: PatchingResult}.")
     figs = {label: patching_heatmap(r, key, label=label) for label, r in items}
@@ -131,5 +205,7 @@ def patching_heatmaps(results: Mapping[str, Any] | Sequence[Any], key: Any = Non
         figs["overall"] = patching_heatmap(overall, key, label="all operations")
     elif len(items) > 1:
         combined = _combine([r for _, r in items])
-        figs["overall"] = patching_heatmap(combined, key, label="all operations (pair-weighted mean of the per-operation maps)")
+        figs["overall"] = patching_heatmap(
+            combined, key, label="all operations (pair-weighted mean of the per-operation maps)"
+        )
     return figs

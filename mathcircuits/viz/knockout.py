@@ -40,34 +40,73 @@ def knockout_curves(results: Any | Sequence[Any], *, title: str | None = None) -
         ranked = [float(a) for a in res.ranked_accuracy]
         rnd = torch.as_tensor(res.random_accuracy, dtype=torch.float32).reshape(-1, len(ks))
         if len(ranked) != len(ks):
-            raise ValueError(f"knockout result for {res.operation!r} has {len(ks)} ks but {len(ranked)} ranked accuracies. Fix: rebuild it.")
+            raise ValueError(
+                f"knockout result for {res.operation!r} has {len(ks)} ks but {len(ranked)} ranked accuracies. Fix: rebuild it."
+            )
         mean = rnd.mean(0)
-        std = rnd.std(0) if rnd.shape[0] > 1 else torch.zeros_like(mean)  # sample std over seeds, as KnockoutResult.to_dataframe
+        std = (
+            rnd.std(0) if rnd.shape[0] > 1 else torch.zeros_like(mean)
+        )  # sample std over seeds, as KnockoutResult.to_dataframe
         upper, lower = (mean + std).clamp(max=1.0).tolist(), (mean - std).clamp(min=0.0).tolist()
         op = res.operation
         max_k = max(max_k, max(ks))
-        fig.add_trace(go.Scatter(
-            x=ks + ks[::-1], y=upper + lower[::-1], mode="lines", fill="toself", fillcolor=_rgba(colour, 0.18), line=dict(width=0),
-            name=f"{op}: random ± std ({rnd.shape[0]} seeds)", legendgroup=op, hoverinfo="skip",
-        ))
-        fig.add_trace(go.Scatter(
-            x=ks, y=mean.tolist(), mode="lines+markers", line=dict(color=colour, dash="dash"), marker=dict(size=5),
-            name=f"{op}: random rank (mean)", legendgroup=op, customdata=std.tolist(),
-            hovertemplate=f"{op}, random<br>k=%{{x}} heads<br>accuracy %{{y:.1%}} ± %{{customdata:.1%}}<extra></extra>",
-        ))
-        fig.add_trace(go.Scatter(
-            x=ks, y=ranked, mode="lines+markers", line=dict(color=colour, width=3), marker=dict(size=7),
-            name=f"{op}: effect rank", legendgroup=op, hovertemplate=f"{op}, top heads by effect<br>k=%{{x}} heads<br>accuracy %{{y:.1%}}<extra></extra>",
-        ))
+        fig.add_trace(
+            go.Scatter(
+                x=ks + ks[::-1],
+                y=upper + lower[::-1],
+                mode="lines",
+                fill="toself",
+                fillcolor=_rgba(colour, 0.18),
+                line=dict(width=0),
+                name=f"{op}: random ± std ({rnd.shape[0]} seeds)",
+                legendgroup=op,
+                hoverinfo="skip",
+            )
+        )
+        fig.add_trace(
+            go.Scatter(
+                x=ks,
+                y=mean.tolist(),
+                mode="lines+markers",
+                line=dict(color=colour, dash="dash"),
+                marker=dict(size=5),
+                name=f"{op}: random rank (mean)",
+                legendgroup=op,
+                customdata=std.tolist(),
+                hovertemplate=f"{op}, random<br>k=%{{x}} heads<br>accuracy %{{y:.1%}} ± %{{customdata:.1%}}<extra></extra>",
+            )
+        )
+        fig.add_trace(
+            go.Scatter(
+                x=ks,
+                y=ranked,
+                mode="lines+markers",
+                line=dict(color=colour, width=3),
+                marker=dict(size=7),
+                name=f"{op}: effect rank",
+                legendgroup=op,
+                hovertemplate=f"{op}, top heads by effect<br>k=%{{x}} heads<br>accuracy %{{y:.1%}}<extra></extra>",
+            )
+        )
         fig.add_hline(y=float(res.baseline_accuracy), line=dict(color=colour, dash="dot", width=1))
         baselines.setdefault(round(float(res.baseline_accuracy), 4), []).append(op)
     for value, names in baselines.items():  # one label per distinct baseline, so equal baselines do not overprint
-        fig.add_annotation(x=1, xref="paper", xanchor="right", y=value, yanchor="bottom", showarrow=False, text=f"baseline {value:.0%} ({', '.join(names)})")
+        fig.add_annotation(
+            x=1,
+            xref="paper",
+            xanchor="right",
+            y=value,
+            yanchor="bottom",
+            showarrow=False,
+            text=f"baseline {value:.0%} ({', '.join(names)})",
+        )
     ops = ", ".join(dict.fromkeys(r.operation for r in items))
     fig.update_layout(
         title=title or f"Knockout of heads — effect rank vs random rank ({ops})",
         xaxis=dict(title="number of heads knocked out (k)", range=[-0.5, max_k + 0.5]),
         yaxis=dict(title="accuracy", tickformat=".0%", range=[0, 1.05]),
-        height=460, width=760, hovermode="closest",
+        height=460,
+        width=760,
+        hovermode="closest",
     )
     return fig

@@ -27,14 +27,50 @@ def _rgba(hex_colour: str, alpha: float) -> str:
     return "rgba({},{},{},{})".format(*(int(h[i : i + 2], 16) for i in (0, 2, 4)), alpha)
 
 
-def _band(fig: go.Figure, layers: list[int], values: torch.Tensor, name: str, colour: str, row: int, col: int, dash: str | None = None, show: bool = True) -> None:
+def _band(
+    fig: go.Figure,
+    layers: list[int],
+    values: torch.Tensor,
+    name: str,
+    colour: str,
+    row: int,
+    col: int,
+    dash: str | None = None,
+    show: bool = True,
+) -> None:
     mean, std = values.mean(0), values.std(0, unbiased=False)
     up, lo = (mean + std).tolist(), (mean - std).tolist()
-    fig.add_trace(go.Scatter(x=layers + layers[::-1], y=up + lo[::-1], mode="lines", fill="toself", fillcolor=_rgba(colour, 0.15), line=dict(width=0),
-                             legendgroup=name, showlegend=False, hoverinfo="skip"), row=row, col=col)
-    fig.add_trace(go.Scatter(x=layers, y=mean.tolist(), mode="lines+markers", name=name, legendgroup=name, showlegend=show, marker=dict(size=4),
-                             line=dict(color=colour, dash=dash), customdata=std.tolist(),
-                             hovertemplate=f"{name}<br>layer %{{x}}: %{{y:.3f}} ± %{{customdata:.3f}}<extra></extra>"), row=row, col=col)
+    fig.add_trace(
+        go.Scatter(
+            x=layers + layers[::-1],
+            y=up + lo[::-1],
+            mode="lines",
+            fill="toself",
+            fillcolor=_rgba(colour, 0.15),
+            line=dict(width=0),
+            legendgroup=name,
+            showlegend=False,
+            hoverinfo="skip",
+        ),
+        row=row,
+        col=col,
+    )
+    fig.add_trace(
+        go.Scatter(
+            x=layers,
+            y=mean.tolist(),
+            mode="lines+markers",
+            name=name,
+            legendgroup=name,
+            showlegend=show,
+            marker=dict(size=4),
+            line=dict(color=colour, dash=dash),
+            customdata=std.tolist(),
+            hovertemplate=f"{name}<br>layer %{{x}}: %{{y:.3f}} ± %{{customdata:.3f}}<extra></extra>",
+        ),
+        row=row,
+        col=col,
+    )
 
 
 def probe_similarity_curves(result: Any, operation: str | None = None, *, title: str | None = None) -> go.Figure:
@@ -43,10 +79,18 @@ def probe_similarity_curves(result: Any, operation: str | None = None, *, title:
     layers = list(range(result.n_layers))
     c = qualitative.Plotly
     space = "final-norm (logit-lens) space" if result.space == "lens" else "raw space (ln2 output, raw update)"
-    fig = make_subplots(rows=2, cols=2, vertical_spacing=0.2, horizontal_spacing=0.1, subplot_titles=(
-        "MLP input vs W_U of operands", "MLP update vs W_U of the answer",
-        "direct effect of the update: answer − others", "logit lens: answer is top-1",
-    ))
+    fig = make_subplots(
+        rows=2,
+        cols=2,
+        vertical_spacing=0.2,
+        horizontal_spacing=0.1,
+        subplot_titles=(
+            "MLP input vs W_U of operands",
+            "MLP update vs W_U of the answer",
+            "direct effect of the update: answer − others",
+            "logit lens: answer is top-1",
+        ),
+    )
     _band(fig, layers, result.input_sim_a[idx], "input · A", c[0], 1, 1)
     _band(fig, layers, result.input_sim_b[idx], "input · B", c[1], 1, 1)
     _band(fig, layers, result.input_sim_others[idx], "input · other numbers", "#7f7f7f", 1, 1, dash="dot")
@@ -54,16 +98,44 @@ def probe_similarity_curves(result: Any, operation: str | None = None, *, title:
     _band(fig, layers, result.update_sim_others[idx], "update · other numbers", "#7f7f7f", 1, 2, dash="dash")
     margin = result.update_direct_margin[idx]
     mean_m, std_m = margin.mean(0), margin.std(0, unbiased=False)
-    fig.add_trace(go.Bar(x=layers, y=mean_m.tolist(), name="direct margin (logits)", marker_color=[c[2] if v > 0 else c[1] for v in mean_m.tolist()],
-                         error_y=dict(type="data", array=std_m.tolist(), thickness=1), customdata=std_m.tolist(),
-                         hovertemplate="layer %{x}: %{y:.3f} ± %{customdata:.3f} logits<extra></extra>"), row=2, col=1)
+    fig.add_trace(
+        go.Bar(
+            x=layers,
+            y=mean_m.tolist(),
+            name="direct margin (logits)",
+            marker_color=[c[2] if v > 0 else c[1] for v in mean_m.tolist()],
+            error_y=dict(type="data", array=std_m.tolist(), thickness=1),
+            customdata=std_m.tolist(),
+            hovertemplate="layer %{x}: %{y:.3f} ± %{customdata:.3f} logits<extra></extra>",
+        ),
+        row=2,
+        col=1,
+    )
     top1 = (result.lens_rank[idx] == 0).float().mean(0)
     median_rank = result.lens_rank[idx].median(0).values
-    fig.add_trace(go.Scatter(x=layers, y=top1.tolist(), mode="lines+markers", name="answer top-1 (logit lens)", line=dict(color=c[3]),
-                             customdata=median_rank.tolist(), hovertemplate="layer %{x}: top-1 for %{y:.0%} of pairs<br>median rank %{customdata:.0f}<extra></extra>"), row=2, col=2)
+    fig.add_trace(
+        go.Scatter(
+            x=layers,
+            y=top1.tolist(),
+            mode="lines+markers",
+            name="answer top-1 (logit lens)",
+            line=dict(color=c[3]),
+            customdata=median_rank.tolist(),
+            hovertemplate="layer %{x}: top-1 for %{y:.0%} of pairs<br>median rank %{customdata:.0f}<extra></extra>",
+        ),
+        row=2,
+        col=2,
+    )
     first = result.first_raising_layer(operation)
     if first is not None:
-        fig.add_vline(x=first, line=dict(dash="dot", color="black"), annotation_text=f"first layer with margin > 0.25: L{first}", annotation_position="top left", row=2, col=1)
+        fig.add_vline(
+            x=first,
+            line=dict(dash="dot", color="black"),
+            annotation_text=f"first layer with margin > 0.25: L{first}",
+            annotation_position="top left",
+            row=2,
+            col=1,
+        )
     dtick = 1 if len(layers) <= 12 else (2 if len(layers) <= 32 else 5)
     for r, col in ((1, 1), (1, 2), (2, 1), (2, 2)):
         fig.update_xaxes(title_text="layer" if r == 2 else None, dtick=dtick, row=r, col=col)
@@ -72,8 +144,12 @@ def probe_similarity_curves(result: Any, operation: str | None = None, *, title:
     fig.update_yaxes(title_text="logits", row=2, col=1)
     fig.update_yaxes(title_text="share of pairs", tickformat=".0%", range=[0, 1.05], row=2, col=2)
     fig.update_layout(
-        title=title or f"What MLPs read and write<br><sup>{operation or 'all operations'}, {len(idx)} pairs, mean ± std over pairs; cosines in {space}</sup>",
-        height=800, width=1100, legend=dict(orientation="h", yanchor="top", y=-0.1, x=0), margin=dict(t=110),
+        title=title
+        or f"What MLPs read and write<br><sup>{operation or 'all operations'}, {len(idx)} pairs, mean ± std over pairs; cosines in {space}</sup>",
+        height=800,
+        width=1100,
+        legend=dict(orientation="h", yanchor="top", y=-0.1, x=0),
+        margin=dict(t=110),
     )
     return fig
 
@@ -90,21 +166,72 @@ def probe_case_trajectory(result: Any, *, title: str | None = None) -> go.Figure
     z = scores.T.tolist()  # [rank, layer]
     text = [[labels[l][r] for l in layers] for r in range(k)]
     vocab = [" | ".join(repr(t) for t in result.case_top_tokens[l][:3]) for l in layers]
-    hover = [[f"layer {l}: #{r + 1} promoted number {labels[l][r]!r}<br>direct effect {scores[l, r]:.3f} logits<br>top vocabulary tokens: {vocab[l]}"
-              for l in layers] for r in range(k)]
-    fig = make_subplots(rows=2, cols=1, shared_xaxes=True, row_heights=[0.62, 0.38], vertical_spacing=0.08,
-                        subplot_titles=("numbers each MLP update promotes most (direct effect on the final logits)", "logit-lens rank of the answer after each layer"))
-    fig.add_trace(go.Heatmap(z=z, x=layers, y=[f"#{r + 1}" for r in range(k)], text=text, texttemplate="%{text}", customdata=hover,
-                             hovertemplate="%{customdata}<extra></extra>", colorscale="RdBu", zmid=0, zmin=-zmax, zmax=zmax,
-                             colorbar=dict(title=dict(text="logits<br>(blue =<br>promotes;<br>clipped)"), len=0.6, y=0.72), xgap=1, ygap=1), row=1, col=1)
+    hover = [
+        [
+            f"layer {l}: #{r + 1} promoted number {labels[l][r]!r}<br>direct effect {scores[l, r]:.3f} logits<br>top vocabulary tokens: {vocab[l]}"
+            for l in layers
+        ]
+        for r in range(k)
+    ]
+    fig = make_subplots(
+        rows=2,
+        cols=1,
+        shared_xaxes=True,
+        row_heights=[0.62, 0.38],
+        vertical_spacing=0.08,
+        subplot_titles=(
+            "numbers each MLP update promotes most (direct effect on the final logits)",
+            "logit-lens rank of the answer after each layer",
+        ),
+    )
+    fig.add_trace(
+        go.Heatmap(
+            z=z,
+            x=layers,
+            y=[f"#{r + 1}" for r in range(k)],
+            text=text,
+            texttemplate="%{text}",
+            customdata=hover,
+            hovertemplate="%{customdata}<extra></extra>",
+            colorscale="RdBu",
+            zmid=0,
+            zmin=-zmax,
+            zmax=zmax,
+            colorbar=dict(title=dict(text="logits<br>(blue =<br>promotes;<br>clipped)"), len=0.6, y=0.72),
+            xgap=1,
+            ygap=1,
+        ),
+        row=1,
+        col=1,
+    )
     hits = [(l, r) for l in layers for r in range(k) if labels[l][r] == answer]
     if hits:
-        fig.add_trace(go.Scatter(x=[l for l, _ in hits], y=[f"#{r + 1}" for _, r in hits], mode="markers", name=f"answer {answer!r}",
-                                 marker=dict(symbol="square-open", size=22, color="black", line=dict(width=2.5)),
-                                 hovertemplate="answer promoted at layer %{x}<extra></extra>"), row=1, col=1)
+        fig.add_trace(
+            go.Scatter(
+                x=[l for l, _ in hits],
+                y=[f"#{r + 1}" for _, r in hits],
+                mode="markers",
+                name=f"answer {answer!r}",
+                marker=dict(symbol="square-open", size=22, color="black", line=dict(width=2.5)),
+                hovertemplate="answer promoted at layer %{x}<extra></extra>",
+            ),
+            row=1,
+            col=1,
+        )
     ranks = result.lens_rank[result.case_row]
-    fig.add_trace(go.Scatter(x=layers, y=(ranks + 1).tolist(), mode="lines+markers", name="answer rank + 1", line=dict(color="black"),
-                             text=[repr(t) for t in result.case_lens_top], hovertemplate="layer %{x}: answer rank %{y} (1 = top)<br>lens top-1: %{text}<extra></extra>"), row=2, col=1)
+    fig.add_trace(
+        go.Scatter(
+            x=layers,
+            y=(ranks + 1).tolist(),
+            mode="lines+markers",
+            name="answer rank + 1",
+            line=dict(color="black"),
+            text=[repr(t) for t in result.case_lens_top],
+            hovertemplate="layer %{x}: answer rank %{y} (1 = top)<br>lens top-1: %{text}<extra></extra>",
+        ),
+        row=2,
+        col=1,
+    )
     fig.update_yaxes(autorange="reversed", title_text="promotion rank", row=1, col=1)
     top = float(ranks.max()) + 1
     ticks = [v for v in (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 20000, 50000) if v <= top * 2]
@@ -112,6 +239,10 @@ def probe_case_trajectory(result: Any, *, title: str | None = None) -> go.Figure
     fig.update_xaxes(range=[-0.5, n_layers - 0.5], row=1, col=1)
     fig.update_xaxes(title_text="layer", dtick=1 if n_layers <= 32 else 2, range=[-0.5, n_layers - 0.5], row=2, col=1)
     tail = result.case_prompt.splitlines()[-1] if result.case_prompt.strip() else result.case_prompt
-    fig.update_layout(title=title or f"One prompt through the MLPs: {tail!r} → {result.case_answer}", height=620, width=max(760, 34 * n_layers + 200),
-                      legend=dict(orientation="h", yanchor="top", y=-0.1, x=0))
+    fig.update_layout(
+        title=title or f"One prompt through the MLPs: {tail!r} → {result.case_answer}",
+        height=620,
+        width=max(760, 34 * n_layers + 200),
+        legend=dict(orientation="h", yanchor="top", y=-0.1, x=0),
+    )
     return fig

@@ -81,7 +81,13 @@ class _Page:
         import plotly.io as pio
 
         self.n_figs += 1
-        self.parts.append('<div class="fig">' + pio.to_html(fig, full_html=False, include_plotlyjs=False, div_id=f"fig{self.n_figs}", config={"displaylogo": False}) + "</div>")
+        self.parts.append(
+            '<div class="fig">'
+            + pio.to_html(
+                fig, full_html=False, include_plotlyjs=False, div_id=f"fig{self.n_figs}", config={"displaylogo": False}
+            )
+            + "</div>"
+        )
 
 
 def report_html(
@@ -115,30 +121,46 @@ def report_html(
             blocks.append("<div><h3>Data</h3>" + _kv_table(data_summary) + "</div>")
         page.add('<div class="row">' + "".join(blocks) + "</div>")
         if accuracy_table is not None:
-            page.add("<details open><summary>Accuracy by operation and template</summary>" + _table(accuracy_table) + "</details>")
+            page.add(
+                "<details open><summary>Accuracy by operation and template</summary>"
+                + _table(accuracy_table)
+                + "</details>"
+            )
     # 2. key components
     if key_components is not None:
         page.section("key", "Key components")
         kc = key_components
-        page.note(f"{len(kc.heads)} key heads ({kc.head_fraction:.1%} of all heads) and {len(kc.mlps)} key MLPs, rule {kc.rule!r} {kc.rule_params}.")
+        page.note(
+            f"{len(kc.heads)} key heads ({kc.head_fraction:.1%} of all heads) and {len(kc.mlps)} key MLPs, rule {kc.rule!r} {kc.rule_params}."
+        )
         page.add(_table(kc.to_dataframe()))
     # 3. path patching
     if patching is not None or patching_overall is not None:
         from mathcircuits.viz.heatmap import patching_heatmaps
 
         page.section("patching", "Path patching")
-        page.note("Mean effect of patching each head (left) and MLP (right) with its counterfactual activation on the correct answer; "
-                  "red = negative = the component matters. Outlined: key components.")
-        results = patching if isinstance(patching, (Mapping, list, tuple)) else ({"+".join(patching.operations) or "run": patching} if patching is not None else {})
+        page.note(
+            "Mean effect of patching each head (left) and MLP (right) with its counterfactual activation on the correct answer; "
+            "red = negative = the component matters. Outlined: key components."
+        )
+        results = (
+            patching
+            if isinstance(patching, (Mapping, list, tuple))
+            else ({"+".join(patching.operations) or "run": patching} if patching is not None else {})
+        )
         figs = patching_heatmaps(results, key_components, overall=patching_overall) if results else {}
         if not results and patching_overall is not None:
             from mathcircuits.viz.heatmap import patching_heatmap
 
             figs = {"overall": patching_heatmap(patching_overall, key_components, label="all operations")}
-        ordered = ([("overall", figs["overall"])] if "overall" in figs else []) + [(k, f) for k, f in figs.items() if k != "overall"]
+        ordered = ([("overall", figs["overall"])] if "overall" in figs else []) + [
+            (k, f) for k, f in figs.items() if k != "overall"
+        ]
         for _, fig in ordered:
             page.figure(fig)
-        top_source = patching_overall or (next(iter(results.values())) if isinstance(results, Mapping) and results else None)
+        top_source = patching_overall or (
+            next(iter(results.values())) if isinstance(results, Mapping) and results else None
+        )
         if top_source is not None:
             import pandas as pd
 
@@ -149,7 +171,11 @@ def report_html(
         from mathcircuits.viz.knockout import knockout_curves
 
         page.section("knockout", "Knockout")
-        items = list(knockout.values()) if isinstance(knockout, Mapping) else (list(knockout) if isinstance(knockout, (list, tuple)) else [knockout])
+        items = (
+            list(knockout.values())
+            if isinstance(knockout, Mapping)
+            else (list(knockout) if isinstance(knockout, (list, tuple)) else [knockout])
+        )
         page.figure(knockout_curves(items))
         import pandas as pd
 
@@ -157,18 +183,25 @@ def report_html(
         for ko in items:
             rnd = ko.random_accuracy
             for j, k in enumerate(ko.ks):
-                rows.append({
-                    "operation": ko.operation, "k": int(k), "effect rank": float(ko.ranked_accuracy[j]),
-                    "random mean": float(rnd[:, j].mean()), "random std": float(rnd[:, j].std()) if rnd.shape[0] > 1 else 0.0,
-                })
+                rows.append(
+                    {
+                        "operation": ko.operation,
+                        "k": int(k),
+                        "effect rank": float(ko.ranked_accuracy[j]),
+                        "random mean": float(rnd[:, j].mean()),
+                        "random std": float(rnd[:, j].std()) if rnd.shape[0] > 1 else 0.0,
+                    }
+                )
         page.add("<details><summary>Knockout accuracies</summary>" + _table(pd.DataFrame(rows)) + "</details>")
     # 5. attention by role
     if attention is not None:
         from mathcircuits.viz.attention import attention_role_distributions, attention_role_means
 
         page.section("attention", "Attention of key heads by token role")
-        page.note(f"Share of attention from the last position on each role; class rule: share ≥ {attention.min_share} and lift over uniform ≥ {attention.min_lift} "
-                  "(operands A+B vs operator, the larger lift wins).")
+        page.note(
+            f"Share of attention from the last position on each role; class rule: share ≥ {attention.min_share} and lift over uniform ≥ {attention.min_lift} "
+            "(operands A+B vs operator, the larger lift wins)."
+        )
         page.figure(attention_role_distributions(attention))
         page.figure(attention_role_means(attention))
         page.add("<details><summary>Per head and operation</summary>" + _table(attention.summary()) + "</details>")
@@ -178,19 +211,29 @@ def report_html(
 
         page.section("probes", "MLP probes")
         first = probes.first_raising_layer()
-        page.note(f"Space: {probes.space}. First layer whose MLP update raises the answer above the other numbers by > 0.25 logits (mean direct effect): "
-                  f"{'none' if first is None else f'L{first}'}.")
+        page.note(
+            f"Space: {probes.space}. First layer whose MLP update raises the answer above the other numbers by > 0.25 logits (mean direct effect): "
+            f"{'none' if first is None else f'L{first}'}."
+        )
         page.figure(probe_similarity_curves(probes))
         page.figure(probe_case_trajectory(probes))
         means = probes.layer_summary()
-        page.add("<details><summary>Per-layer means</summary>" + _table(means[[c for c in means.columns if not c.endswith("_std")]]) + "</details>")
-        page.add("<details><summary>Chosen prompt, per layer</summary>" + _table(probes.case_dataframe()) + "</details>")
+        page.add(
+            "<details><summary>Per-layer means</summary>"
+            + _table(means[[c for c in means.columns if not c.endswith("_std")]])
+            + "</details>"
+        )
+        page.add(
+            "<details><summary>Chosen prompt, per layer</summary>" + _table(probes.case_dataframe()) + "</details>"
+        )
     # 7. CircuitsVis views
     if patterns is not None:
         from mathcircuits.viz.circuits import attention_heads_view, split_bundle
 
         page.section("views", "Attention patterns of key heads (interactive)")
-        page.note("CircuitsVis view: pick a head to enlarge it; hover a token to see where it attends. Rows are destinations, columns sources.")
+        page.note(
+            "CircuitsVis view: pick a head to enlarge it; hover a token to see where it attends. Rows are destinations, columns sources."
+        )
         for i in range(len(patterns.patterns)):
             view = attention_heads_view(patterns, i)
             fragment, removed = split_bundle(view.fragment)
@@ -216,7 +259,8 @@ def report_html(
     return (
         f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>{_esc(title)}</title>\n<style>{_CSS}</style>\n{head_scripts}</head>\n'
         f'<body>\n<h1>{_esc(title)}</h1><div class="meta">generated {stamp} by mathcircuits · opens offline (scripts inlined)</div>\n<nav>{toc}</nav>\n'
-        + "\n".join(page.parts) + "\n</body></html>\n"
+        + "\n".join(page.parts)
+        + "\n</body></html>\n"
     )
 
 

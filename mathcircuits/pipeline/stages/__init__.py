@@ -37,19 +37,64 @@ class Stage:
     help: str
 
 
-STAGES: dict[str, Stage] = {s.name: s for s in (
-    Stage("data", data.run, data.DataSummary, ("model", "data"), (),
-          "build reference/counterfactual pairs, score the model, keep correct pairs, write the accuracy table"),
-    Stage("identify", identify.run, identify.IdentifySummary, ("patching", "selection"), ("data",),
-          "path-patch every head and MLP to the logits; select key components (key_components.json)"),
-    Stage("validate", validate.run, validate.ValidateSummary, ("validation",), ("identify",),
-          "mean-ablation knockout (key vs random heads) and transfer to other data"),
-    Stage("analyze", analyze.run, analyze.AnalyzeSummary, ("analysis",), ("identify",),
-          "attention of key heads by token role; MLP unembedding probes"),
-    Stage("finetune", finetune.run, finetune.FinetuneSummary, ("finetune", "evaluation", "data"), ("identify",),
-          "precise SFT of the key heads (and MLPs) vs full SFT"),
-    Stage("evaluate", evaluate.run, evaluate.EvaluateSummary, ("evaluation",), ("finetune",),
-          "accuracy of base / precise / full models on held-out arithmetic and benchmarks"),
-    Stage("report", report.run, report.ReportSummary, ("analysis",), ("validate", "analyze", "evaluate"),
-          "figures (HTML + static) and one offline HTML report"),
-)}
+STAGES: dict[str, Stage] = {
+    s.name: s
+    for s in (
+        Stage(
+            "data",
+            data.run,
+            data.DataSummary,
+            ("model", "data"),
+            (),
+            "build reference/counterfactual pairs, score the model, keep correct pairs, write the accuracy table",
+        ),
+        Stage(
+            "identify",
+            identify.run,
+            identify.IdentifySummary,
+            ("patching", "selection"),
+            ("data",),
+            "path-patch every head and MLP to the logits; select key components (key_components.json)",
+        ),
+        Stage(
+            "validate",
+            validate.run,
+            validate.ValidateSummary,
+            ("validation",),
+            ("identify",),
+            "mean-ablation knockout (key vs random heads) and transfer to other data",
+        ),
+        Stage(
+            "analyze",
+            analyze.run,
+            analyze.AnalyzeSummary,
+            ("analysis",),
+            ("identify",),
+            "attention of key heads by token role; MLP unembedding probes",
+        ),
+        Stage(
+            "finetune",
+            finetune.run,
+            finetune.FinetuneSummary,
+            ("finetune", "evaluation", "data"),
+            ("identify",),
+            "precise SFT of the key heads (and MLPs) vs full SFT",
+        ),
+        Stage(
+            "evaluate",
+            evaluate.run,
+            evaluate.EvaluateSummary,
+            ("evaluation",),
+            ("finetune",),
+            "accuracy of base / precise / full models on held-out arithmetic and benchmarks",
+        ),
+        Stage(
+            "report",
+            report.run,
+            report.ReportSummary,
+            ("analysis",),
+            ("validate", "analyze", "evaluate"),
+            "figures (HTML + static) and one offline HTML report",
+        ),
+    )
+}

@@ -26,8 +26,10 @@ class DataSummary(StageSummary):
     def lines(self) -> list[str]:
         out = ["  accuracy by operation (all templates):"]
         for row in self.accuracy_by_operation:
-            out.append(f"    {row['operation']:<5} n={row['n']:<4} accuracy={row['accuracy']:.3f}  "
-                       f"mean p(answer)={row['mean_p_answer']:.3f}")
+            out.append(
+                f"    {row['operation']:<5} n={row['n']:<4} accuracy={row['accuracy']:.3f}  "
+                f"mean p(answer)={row['mean_p_answer']:.3f}"
+            )
         out.append(f"  correct pairs kept: {self.n_correct} of {self.n_pairs}")
         return out
 
@@ -51,5 +53,6 @@ def run(ctx: Context) -> DataSummary:
     save_dataset(correct, paths.pairs_correct)
     save_csv(table, paths.accuracy_csv)
     per_op = table[table["template_id"] == "(all)"][["operation", "n", "accuracy", "mean_p_answer"]]
-    return DataSummary(n_pairs=len(scored), n_correct=len(correct),
-                       accuracy_by_operation=per_op.to_dict(orient="records"))
+    return DataSummary(
+        n_pairs=len(scored), n_correct=len(correct), accuracy_by_operation=per_op.to_dict(orient="records")
+    )

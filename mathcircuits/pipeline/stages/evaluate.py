@@ -69,8 +69,10 @@ def run(ctx: Context) -> EvaluateSummary:
     root = Path(e.root) if e.root else default_benchmark_root()
     benches = list(e.benchmarks) if root is not None else []
     if root is None and e.benchmarks:
-        log.warning("no benchmark folder found (set MATHCIRCUITS_BENCHMARKS or evaluation.root): "
-                    "only held-out arithmetic is evaluated")
+        log.warning(
+            "no benchmark folder found (set MATHCIRCUITS_BENCHMARKS or evaluation.root): "
+            "only held-out arithmetic is evaluated"
+        )
     results, arith, speed, tuned, files = {}, {}, {}, {}, []
     for label in ["base", *modes]:
         model, tok = ctx.hf_model() if label == "base" else (_tuned(ctx, label), ctx.model.tokenizer)
@@ -82,8 +84,17 @@ def run(ctx: Context) -> EvaluateSummary:
             scored = score_pairs(logits, heldout, device=ctx.config.model.device)
             arith[label] = 100.0 * sum(scored["correct"]) / len(scored)
         if benches:
-            res = evaluate_model(model, tok, benches, label, path=root, limit=e.limit, n_shot=e.n_shot,
-                                 max_new_tokens=e.max_new_tokens, progress=ctx.progress)
+            res = evaluate_model(
+                model,
+                tok,
+                benches,
+                label,
+                path=root,
+                limit=e.limit,
+                n_shot=e.n_shot,
+                max_new_tokens=e.max_new_tokens,
+                progress=ctx.progress,
+            )
             res.save(paths.eval_result(label))
             files.append(str(paths.eval_result(label)))
             results[label] = res

@@ -46,18 +46,31 @@ class FinetuneSummary(StageSummary):
         if self.skipped:
             return [f"  skipped: {self.skipped}"]
         out = [f"  train pairs {self.train_pairs}, held-out pairs {self.heldout_pairs}"]
-        out += [f"  {mode:<16} heads={r['heads']:<4} tuned params={r['n_trainable']:<10} steps={r['steps']:<4} "
-                f"loss={r['train_loss']}" for mode, r in self.runs.items()]
+        out += [
+            f"  {mode:<16} heads={r['heads']:<4} tuned params={r['n_trainable']:<10} steps={r['steps']:<4} "
+            f"loss={r['train_loss']}"
+            for mode, r in self.runs.items()
+        ]
         return out
 
 
 def _pairs(ctx: Context, per_template: int, seed: int) -> datasets.Dataset:
     f, d = ctx.config.finetune, ctx.config.data
     templates = ctx.templates()
-    ids = tuple(t.id for s in templates for t in s.templates
-                if t.operation in d.operations and t.form not in ("time_span", "accumulation"))
-    cfg = GenerationConfig(operations=d.operations, template_ids=ids, n_per_template=per_template,
-                           operand_range=f.operand_range, fewshot=d.fewshot, seed=seed)
+    ids = tuple(
+        t.id
+        for s in templates
+        for t in s.templates
+        if t.operation in d.operations and t.form not in ("time_span", "accumulation")
+    )
+    cfg = GenerationConfig(
+        operations=d.operations,
+        template_ids=ids,
+        n_per_template=per_template,
+        operand_range=f.operand_range,
+        fewshot=d.fewshot,
+        seed=seed,
+    )
     return generate_pairs(ctx.model.tokenizer, templates, cfg)
 
 
@@ -78,8 +91,9 @@ def mode_components(ctx: Context, mode: str, key: KeyComponents) -> KeyComponent
         return key
     spec = mode.split("@", 1)[1]
     overall = PatchingResult.load(ctx.paths.patching("all"))
-    chosen = select_key_components(overall, rule="topk", k=int(spec.removesuffix("+mlp")), mlp_k=len(key.mlps),
-                                   source={"mode": mode})
+    chosen = select_key_components(
+        overall, rule="topk", k=int(spec.removesuffix("+mlp")), mlp_k=len(key.mlps), source={"mode": mode}
+    )
     return chosen if spec.endswith("+mlp") else dataclasses.replace(chosen, mlps=(), mlp_scores=())
 
 
@@ -115,14 +129,30 @@ def run(ctx: Context) -> FinetuneSummary:
         stamp.write_text(settings)
         model, tok = ctx.hf_model()
         resume = bool(paths.checkpoints(mode))
-        _, result = train_sft(model, tok, build_sft_dataset(tok, train, target="answer"), out, key=components[mode],
-                              config=f.sft(mode, ctx.progress), resume_from_checkpoint=True if resume else None,
-                              model_name=ctx.model.spec.name)
+        _, result = train_sft(
+            model,
+            tok,
+            build_sft_dataset(tok, train, target="answer"),
+            out,
+            key=components[mode],
+            config=f.sft(mode, ctx.progress),
+            resume_from_checkpoint=True if resume else None,
+            model_name=ctx.model.spec.name,
+        )
         runs[mode] = {
             "heads": len(components[mode].heads) if components[mode] is not None else "all",
-            "n_trainable": result.n_trainable, "n_model_params": result.n_model_params, "steps": result.global_step,
-            "train_loss": round(result.train_loss, 4), "samples_per_second": round(result.samples_per_second, 3),
-            "runtime_s": round(result.runtime_s, 1), "resumed_from": result.resumed_from,
+            "n_trainable": result.n_trainable,
+            "n_model_params": result.n_model_params,
+            "steps": result.global_step,
+            "train_loss": round(result.train_loss, 4),
+            "samples_per_second": round(result.samples_per_second, 3),
+            "runtime_s": round(result.runtime_s, 1),
+            "resumed_from": result.resumed_from,
         }
-    return FinetuneSummary(train_pairs=len(train), heldout_pairs=len(heldout), key_heads=[list(h) for h in key.heads],
-                           key_mlps=list(key.mlps), runs=runs)
+    return FinetuneSummary(
+        train_pairs=len(train),
+        heldout_pairs=len(heldout),
+        key_heads=[list(h) for h in key.heads],
+        key_mlps=list(key.mlps),
+        runs=runs,
+    )

@@ -37,8 +37,10 @@ class IdentifySummary(StageSummary):
         return [
             f"  patched operations: {self.patched_operations}  (correct pairs: {self.correct_pairs})",
             f"  top heads (layer, head, effect): {top}",
-            (f"  key heads ({self.rule}): {self.key_heads}  = {100 * self.key_head_fraction:.1f}% of heads; "
-             f"key MLPs: {self.key_mlps}"),
+            (
+                f"  key heads ({self.rule}): {self.key_heads}  = {100 * self.key_head_fraction:.1f}% of heads; "
+                f"key MLPs: {self.key_mlps}"
+            ),
         ]
 
 
@@ -48,10 +50,19 @@ def _overall(per_op: list[PatchingResult], pair_ids: list[Any], ops: list[str]) 
     heads = torch.cat([r.per_pair_heads for r in per_op])
     mlps = torch.cat([r.per_pair_mlps for r in per_op])
     return PatchingResult(
-        head_effects=heads.mean(0), mlp_effects=mlps.mean(0), metric=first.metric, method=first.method,
-        model=first.model, n_pairs=heads.shape[0], pair_ids=pair_ids, operations=ops,
-        clean_logit_mean=float("nan"), per_pair_heads=heads, per_pair_mlps=mlps,
-        seconds=sum(r.seconds for r in per_op), settings=first.settings,
+        head_effects=heads.mean(0),
+        mlp_effects=mlps.mean(0),
+        metric=first.metric,
+        method=first.method,
+        model=first.model,
+        n_pairs=heads.shape[0],
+        pair_ids=pair_ids,
+        operations=ops,
+        clean_logit_mean=float("nan"),
+        per_pair_heads=heads,
+        per_pair_mlps=mlps,
+        seconds=sum(r.seconds for r in per_op),
+        settings=first.settings,
     )
 
 
@@ -78,23 +89,52 @@ def run(ctx: Context) -> IdentifySummary:
     for op in ops:
         sub = select_pairs(correct, op, p.max_pairs)
         used.append(sub)
-        res = path_patch(ctx.model, sub, senders=p.senders, metric=p.metric, method=p.method,
-                         batch_size=p.batch_size, keep_per_pair=True, progress=ctx.progress)
+        res = path_patch(
+            ctx.model,
+            sub,
+            senders=p.senders,
+            metric=p.metric,
+            method=p.method,
+            batch_size=p.batch_size,
+            keep_per_pair=True,
+            progress=ctx.progress,
+        )
         res.save(paths.patching(op))
         per_op.append(PatchingResult.load(paths.patching(op)))  # as saved, so the overall mean is bit-reproducible
-        results[op] = {"n_pairs": res.n_pairs, "seconds": round(res.seconds, 2),
-                       "top_heads": [[l, h, round(e, 5)] for l, h, e in res.top_heads(10)]}
+        results[op] = {
+            "n_pairs": res.n_pairs,
+            "seconds": round(res.seconds, 2),
+            "top_heads": [[l, h, round(e, 5)] for l, h, e in res.top_heads(10)],
+        }
     overall = _overall(per_op, list(datasets.concatenate_datasets(used)["pair_id"]), ops)
     overall.save(paths.patching("all"))
-    key = select_key_components(overall, rule=s.rule, threshold=s.threshold, k=s.k, z=s.z, max_k=s.max_k,
-                                mlp_k=s.mlp_k, source={"operations": ops, "data": asdict(ctx.config.data)})
+    key = select_key_components(
+        overall,
+        rule=s.rule,
+        threshold=s.threshold,
+        k=s.k,
+        z=s.z,
+        max_k=s.max_k,
+        mlp_k=s.mlp_k,
+        source={"operations": ops, "data": asdict(ctx.config.data)},
+    )
     if not key.heads:
-        key = select_key_components(overall, rule="topk", k=s.k, mlp_k=s.mlp_k,
-                                    source={"operations": ops, "fallback": f"rule {s.rule} selected no head"})
+        key = select_key_components(
+            overall,
+            rule="topk",
+            k=s.k,
+            mlp_k=s.mlp_k,
+            source={"operations": ops, "fallback": f"rule {s.rule} selected no head"},
+        )
     key.save(paths.key_components)
     save_csv(overall.to_dataframe(), paths.effects_csv)
     return IdentifySummary(
-        correct_pairs=counts, patched_operations=ops, results=results, key_heads=[list(h) for h in key.heads],
-        key_mlps=list(key.mlps), key_head_fraction=round(key.head_fraction, 4), rule=key.rule,
+        correct_pairs=counts,
+        patched_operations=ops,
+        results=results,
+        key_heads=[list(h) for h in key.heads],
+        key_mlps=list(key.mlps),
+        key_head_fraction=round(key.head_fraction, 4),
+        rule=key.rule,
         top_heads=[[l, h, round(e, 5)] for l, h, e in overall.top_heads(10)],
     )

@@ -78,9 +78,18 @@ def run(ctx: Context) -> ReportSummary:
         table = pd.read_csv(paths.eval_table).to_string(index=False)
         notes += f"\n\nPrecise SFT vs full SFT (Table-1 style; accuracies in %):\n{table}"
     report = build_report(
-        paths.report, title=f"mathcircuits run: {ctx.config.model.source}", model_spec=ctx.model.spec,
-        data_summary=ctx.summary("data", DataSummary).to_dict(), accuracy_table=pd.read_csv(paths.accuracy_csv),
-        patching=per_op, patching_overall=overall, key_components=key, knockout=knock, attention=att, probes=probes,
-        patterns=patterns, notes=notes,
+        paths.report,
+        title=f"mathcircuits run: {ctx.config.model.source}",
+        model_spec=ctx.model.spec,
+        data_summary=ctx.summary("data", DataSummary).to_dict(),
+        accuracy_table=pd.read_csv(paths.accuracy_csv),
+        patching=per_op,
+        patching_overall=overall,
+        key_components=key,
+        knockout=knock,
+        attention=att,
+        probes=probes,
+        patterns=patterns,
+        notes=notes,
     )
     return ReportSummary(report=str(report), figures=len(figs) + 1, static_formats=formats)

@@ -30,11 +30,16 @@ class ValidateSummary(StageSummary):
     transfer: list[dict[str, Any]] = field(default_factory=list)
 
     def lines(self) -> list[str]:
-        out = [f"  knockout {op}: top-{k['k']} heads {k['baseline']:.2f} -> {k['ranked_final']:.2f}; "
-               f"random {k['random_final_mean']:.2f} ± {k['random_final_std']:.2f}" for op, k in self.knockout.items()]
-        out += [f"  transfer {r['dataset']:<45} n={r['n']:<3} clean {r['clean_accuracy']:.2f}  key-ablated "
-                f"{r['key_ablated_accuracy']:.2f}  random-ablated {r['random_ablated_accuracy']:.2f}"
-                for r in self.transfer]
+        out = [
+            f"  knockout {op}: top-{k['k']} heads {k['baseline']:.2f} -> {k['ranked_final']:.2f}; "
+            f"random {k['random_final_mean']:.2f} ± {k['random_final_std']:.2f}"
+            for op, k in self.knockout.items()
+        ]
+        out += [
+            f"  transfer {r['dataset']:<45} n={r['n']:<3} clean {r['clean_accuracy']:.2f}  key-ablated "
+            f"{r['key_ablated_accuracy']:.2f}  random-ablated {r['random_ablated_accuracy']:.2f}"
+            for r in self.transfer
+        ]
         return out
 
 
@@ -49,11 +54,20 @@ def _transfer_sets(ctx: Context, correct: Any) -> dict[str, Any]:
     if v.transfer_templates:
         ids = tuple(t.id for s in templates for t in s.templates if t.form in ("time_span", "accumulation")) or None
         sets["add word templates (time span, accumulation)"] = generate_pairs(
-            tok, templates, GenerationConfig(operations=("add",), template_ids=ids, n_per_template=4, seed=d.seed + 1))
+            tok, templates, GenerationConfig(operations=("add",), template_ids=ids, n_per_template=4, seed=d.seed + 1)
+        )
     if v.transfer_multi_digit:
-        sets["add two-digit operands"] = generate_pairs(tok, templates, GenerationConfig(
-            operations=("add",), template_ids=("add_eq_1",), operand_range=(10, 99), n_per_template=v.max_pairs,
-            seed=d.seed + 2))
+        sets["add two-digit operands"] = generate_pairs(
+            tok,
+            templates,
+            GenerationConfig(
+                operations=("add",),
+                template_ids=("add_eq_1",),
+                operand_range=(10, 99),
+                n_per_template=v.max_pairs,
+                seed=d.seed + 2,
+            ),
+        )
     root = Path(v.word_problem_root) if v.word_problem_root else default_benchmark_root()
     if root is None:
         log.warning("no benchmark folder found: word-problem transfer skipped (set MATHCIRCUITS_BENCHMARKS)")
@@ -86,18 +100,35 @@ def run(ctx: Context) -> ValidateSummary:
     knockout: dict[str, dict[str, Any]] = {}
     for op in ops:
         res = PatchingResult.load(paths.patching(op))
-        ko = knockout_curve(model, select_pairs(correct, op, v.max_pairs), res, max_k=v.knockout_max_k,
-                            n_random=v.n_random, means=means, scope=v.scope, progress=ctx.progress)
+        ko = knockout_curve(
+            model,
+            select_pairs(correct, op, v.max_pairs),
+            res,
+            max_k=v.knockout_max_k,
+            n_random=v.n_random,
+            means=means,
+            scope=v.scope,
+            progress=ctx.progress,
+        )
         ko.save(paths.knockout(op))
         save_csv(ko.to_dataframe(), paths.knockout(op, ".csv"))
         finals = ko.random_accuracy[:, -1]
         knockout[op] = {
-            "baseline": ko.baseline_accuracy, "ranked_final": ko.ranked_accuracy[-1],
+            "baseline": ko.baseline_accuracy,
+            "ranked_final": ko.ranked_accuracy[-1],
             "random_final_mean": float(finals.mean()),
-            "random_final_std": float(finals.std()) if ko.random_accuracy.shape[0] > 1 else 0.0, "k": ko.ks[-1],
+            "random_final_std": float(finals.std()) if ko.random_accuracy.shape[0] > 1 else 0.0,
+            "k": ko.ks[-1],
         }
-    tr = transfer(model, _transfer_sets(ctx, correct), list(key.heads), means, n_random=v.n_random, scope=v.scope,
-                  progress=ctx.progress)
+    tr = transfer(
+        model,
+        _transfer_sets(ctx, correct),
+        list(key.heads),
+        means,
+        n_random=v.n_random,
+        scope=v.scope,
+        progress=ctx.progress,
+    )
     tr.save(paths.transfer())
     save_csv(tr.to_dataframe(), paths.transfer(".csv"))
     return ValidateSummary(knockout=knockout, transfer=list(tr.rows))
