@@ -51,7 +51,8 @@ def main() -> None:
     n = len(pairs)
     senders = spec.n_layers * spec.n_heads + spec.n_layers
     print(
-        f"model {spec.name}: {spec.n_layers} layers x {spec.n_heads} heads + {spec.n_layers} MLPs = {senders} senders; {n} pairs; mean length {sum(pairs['n_tokens']) / n:.1f} tokens; {args.threads} thread(s)"
+        f"model {spec.name}: {spec.n_layers} layers x {spec.n_heads} heads + {spec.n_layers} MLPs = {senders} senders; "
+        f"{n} pairs; mean length {sum(pairs['n_tokens']) / n:.1f} tokens; {args.threads} thread(s)"
     )
 
     # floor: the two forward passes + last-position MLP work, measured directly
@@ -88,10 +89,12 @@ def main() -> None:
     per_ref = t_ref / (senders * n_ref)
     print(f"floor  : {floor:8.2f} s  (two cached forwards {t_fwd:.2f} s + last-position MLP work {t_mlp:.2f} s)")
     print(
-        f"exact  : {t_exact:8.2f} s  = {1e3 * per_exact:.3f} ms per (sender, pair)   ratio to floor {t_exact / floor:.2f}x  (goal <= 1.5x)"
+        f"exact  : {t_exact:8.2f} s  = {1e3 * per_exact:.3f} ms per (sender, pair)   "
+        f"ratio to floor {t_exact / floor:.2f}x  (goal <= 1.5x)"
     )
     print(
-        f"reference ({n_ref} pairs{'' if n_ref == n else ', a subset of the same pairs'}): {t_ref:8.2f} s  = {1e3 * per_ref:.3f} ms per (sender, pair)"
+        f"reference ({n_ref} pairs{'' if n_ref == n else ', a subset of the same pairs'}): {t_ref:8.2f} s  "
+        f"= {1e3 * per_ref:.3f} ms per (sender, pair)"
     )
     print(f"speed-up exact vs reference per (sender, pair): {per_ref / per_exact:.1f}x  (goal >= 100x)")
     print(

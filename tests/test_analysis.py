@@ -189,7 +189,10 @@ def test_mlp_probes_shapes_ranges_and_logit_lens(tiny, pairs):
 
 @contextlib.contextmanager
 def _random_norm_gains(model):
-    """Give every RMSNorm a random gain (the tiny model's are all ones, which would hide a missing gain), then restore."""
+    """Give every RMSNorm a random gain, then restore it.
+
+    The tiny model's gains are all ones, which would hide a missing gain.
+    """
     norms = [model.bridge.ln_final.original_component] + [blk.ln2.original_component for blk in model.bridge.blocks]
     saved = [n.weight.detach().clone() for n in norms]
     gen = torch.Generator().manual_seed(5)

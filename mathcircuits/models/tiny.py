@@ -105,7 +105,7 @@ def _widen_init(model: torch.nn.Module, seed: int) -> None:
     everything nearly uniform, which would let bugs hide in tests)."""
     gen = torch.Generator().manual_seed(seed + 1)
     with torch.no_grad():
-        for name, p in model.named_parameters():
+        for p in model.parameters():
             if p.ndim >= 2:
                 p.copy_(torch.randn(p.shape, generator=gen) * (1.0 / p.shape[-1] ** 0.5) * 1.5)
 
