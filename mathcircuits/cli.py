@@ -22,6 +22,7 @@ import logging
 import sys
 import time
 from pathlib import Path
+from typing import NoReturn
 
 import datasets
 import yaml
@@ -46,17 +47,24 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quiet", action="store_true", help="no progress bars")
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, with usage errors in the house form ``error: <problem>. Fix: <fix>`` (exit code 2)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"error: {self.prog}: {message}. Fix: see `{self.prog} --help`.\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser; one sub-command per registered stage, with the registry's help line.
 
     Returns:
         The parser.
     """
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="mathcircuits",
         description="Find, explain and fine-tune the circuits LLMs use for arithmetic (Zhang et al., ICML 2024).",
     )
-    sub = parser.add_subparsers(dest="command", required=True)
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     p = sub.add_parser("run", help="run every stage (skipping those already done with the same inputs)")
     _add_common(p)
     p.add_argument(

@@ -115,5 +115,12 @@ def test_read_only_out(tmp_path):
 
 def test_unknown_stage_is_refused_by_the_parser(tmp_path):
     res = _cli("run", "--only", "identfy", "--out", str(tmp_path / "o"))
-    assert res.returncode == 2 and "invalid choice: 'identfy'" in res.stderr and "Traceback" not in res.stderr
+    _assert_clear_error(res, "invalid choice: 'identfy'", "--help")
     assert not (tmp_path / "o").exists()
+
+
+def test_stage_without_its_upstream_writes_nothing(tmp_path):
+    out = tmp_path / "o"
+    res = _cli("validate", "--config", str(ROOT / "configs" / "tiny.yaml"), "--out", str(out))
+    _assert_clear_error(res, "needs stage 'identify' first", "mathcircuits identify")
+    assert not out.exists() or not any(out.iterdir())

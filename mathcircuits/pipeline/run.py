@@ -175,6 +175,7 @@ def run_pipeline(
             raise ValueError(f"unknown stages {bad}. Fix: use some of {names}.")
         names = [n for n in names if n in only]
     check_run_folder(run_dir, cfg, force)
+    _check_upstream(paths, cfg, names)  # before anything is written: a refused stage leaves the folder as it was
     lock = RunLock(paths.lock)
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
@@ -190,22 +191,29 @@ def run_pipeline(
         ctx = Context(run_dir, cfg, progress=progress, force=force)
         summaries: dict[str, StageSummary] = {}
         for name in names:
-            summaries[name] = _run_stage(ctx, name, names, echo)
+            summaries[name] = _run_stage(ctx, name, echo)
     return summaries
 
 
-def _run_stage(ctx: Context, name: str, names: list[str], echo: Callable[[str], None]) -> StageSummary:
+def _check_upstream(paths: RunPaths, cfg: RunConfig, names: list[str]) -> None:
+    """Every upstream stage of ``names`` that is not itself run now must be done, for this config."""
+    for name in names:
+        for u in STAGES[name].upstream:
+            if u in names:
+                continue  # runs first, in pipeline order
+            if not paths.marker(u).is_file():
+                raise RuntimeError(
+                    f"stage {name!r} needs stage {u!r} first. Fix: run `mathcircuits {u}` (or `mathcircuits run`)."
+                )
+            if read_json(paths.marker(u))["fingerprint"] != _fingerprint(paths, cfg, u):
+                raise RuntimeError(
+                    f"stage {name!r} needs stage {u!r}, whose outputs are stale for this config. "
+                    f"Fix: run `mathcircuits run` (or `mathcircuits {u}` first)."
+                )
+
+
+def _run_stage(ctx: Context, name: str, echo: Callable[[str], None]) -> StageSummary:
     stage, paths, cfg = STAGES[name], ctx.paths, ctx.config
-    for u in stage.upstream:
-        if not paths.marker(u).is_file():
-            raise RuntimeError(
-                f"stage {name!r} needs stage {u!r} first. Fix: run `mathcircuits {u}` (or `mathcircuits run`)."
-            )
-        if u not in names and read_json(paths.marker(u))["fingerprint"] != _fingerprint(paths, cfg, u):
-            raise RuntimeError(
-                f"stage {name!r} needs stage {u!r}, whose outputs are stale for this config. "
-                f"Fix: run `mathcircuits run` (or `mathcircuits {u}` first)."
-            )
     fp = _fingerprint(paths, cfg, name)
     marker = paths.marker(name)
     if not ctx.force and marker.is_file() and read_json(marker)["fingerprint"] == fp:
