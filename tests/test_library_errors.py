@@ -115,6 +115,7 @@ def test_head_slices_names_both_models():
     msg = str(info.value)
     assert "'tiny-gpt2' (GPT2LMHeadModel" in msg and "(LlamaForCausalLM" in msg
     assert "'tiny-gpt2' and does not fit the model 'tiny-gpt2'" not in msg
+    assert "this model, 'tiny-gpt2'" not in msg  # the HF model must not be given the selection's name
     with pytest.raises(SliceError, match=r"slices were made on .*LlamaForCausalLM.*do not fit this model.*GPT2LMHead"):
         head_slices(llama, [(0, 1)]).check_model(gpt2)
 

@@ -37,6 +37,7 @@ Usage::
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -398,11 +399,13 @@ def head_slices(
             f"kv_policy={kv_policy!r} is unknown. Fix: use one of {KV_POLICIES} (see mathcircuits.finetune.slices)."
         )
     layout = resolve_layout(model)
-    selected_on = key.model.name if isinstance(key, KeyComponents) else None
-    spec = ModelSpec.from_hf(model, model_name if model_name is not None else selected_on)
-    facts = model_facts(model, spec.name)
+    spec = ModelSpec.from_hf(model, model_name)
     if isinstance(key, KeyComponents):  # without model_name an HF model does not know its name: compare shapes
         key.check_model(spec, compare_name=model_name is not None)
+        if model_name is None:  # it fits: the slices carry the name the selection was made under
+            spec = dataclasses.replace(spec, name=key.model.name)
+    facts = model_facts(model, spec.name)
+    if isinstance(key, KeyComponents):
         heads, mlp_layers = [tuple(h) for h in key.heads], list(key.mlps) + list(mlps)
     else:
         heads, mlp_layers = [tuple(h) for h in key], list(mlps)

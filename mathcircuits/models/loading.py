@@ -137,7 +137,9 @@ def resolve_source(source: str) -> tuple[str, str]:
     path = Path(source).expanduser()
     if source.endswith(".gguf"):
         if not path.exists():
-            raise FileNotFoundError(f"GGUF file {source!r} does not exist; give the path to a .gguf file.")
+            raise FileNotFoundError(
+                f"GGUF file {source!r} does not exist. Fix: give the path to an existing .gguf file."
+            )
         return "gguf", str(path.resolve())
     if path.exists():
         if not (path / "config.json").exists():
@@ -147,7 +149,10 @@ def resolve_source(source: str) -> tuple[str, str]:
             )
         return "folder", str(path.resolve())
     if source.startswith((".", "/", "~")):
-        raise FileNotFoundError(f"Model path {source!r} does not exist.")
+        raise FileNotFoundError(
+            f"Model path {source!r} does not exist. Fix: give an existing HF folder (with config.json) or .gguf "
+            "file, 'embedded', a 'tiny-<family>' name, or a Hub id."
+        )
     return "hub", source
 
 
