@@ -64,6 +64,13 @@ def path_patch(
     if method not in METHODS:
         raise ValueError(f"method {method!r} is unknown. Fix: use one of {list(METHODS)}.")
     scan = METHODS[method]
+    devices = {p.device for p in model.bridge.parameters()}
+    if len(devices) > 1:  # the last-position chains and the frozen-head hooks assume one device; not tested split
+        raise ValueError(
+            f"path patching needs the model on one device, but this one is spread over {sorted(map(str, devices))} "
+            "(device_map). Fix: load it on one device (e.g. device='cuda', dtype=torch.bfloat16); "
+            "docs/howto/big-models-on-gpu.md gives the memory each model needs."
+        )
     check_dataset(dataset, model.spec)
     spec = model.spec
     t0 = time.perf_counter()
