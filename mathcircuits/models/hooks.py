@@ -22,45 +22,109 @@ __all__ = ["attn_out", "mlp_in", "mlp_out", "pattern", "resid_mid", "resid_post"
 
 
 def sub(layer: int, name: str) -> str:
-    """The hook ``name`` of block ``layer`` (e.g. ``sub(3, "ln2.hook_out")`` → ``blocks.3.ln2.hook_out``)."""
+    """The hook ``name`` of block ``layer`` (e.g. ``sub(3, "ln2.hook_out")`` → ``blocks.3.ln2.hook_out``).
+
+    Args:
+        layer: Block index, 0-based.
+        name: Hook name relative to the block, e.g. ``"attn.hook_z"``.
+
+    Returns:
+        The full hook name ``blocks.{layer}.{name}``.
+    """
     return f"blocks.{layer}.{name}"
 
 
 def z(layer: int) -> str:
-    """Per-query-head attention output before the output projection."""
+    """Per-query-head attention output before the output projection.
+
+    Args:
+        layer: Block index, 0-based.
+
+    Returns:
+        The TransformerLens hook name in block ``layer`` (hooked tensor is [batch, seq, head, d_head]).
+    """
     return sub(layer, "attn.hook_z")
 
 
 def pattern(layer: int) -> str:
-    """Attention probabilities [batch, head, query, key]."""
+    """Attention probabilities [batch, head, query, key].
+
+    Args:
+        layer: Block index, 0-based.
+
+    Returns:
+        The TransformerLens hook name in block ``layer`` (hooked tensor is [batch, head, query, key]).
+    """
     return sub(layer, "attn.hook_pattern")
 
 
 def attn_out(layer: int) -> str:
-    """What the attention block adds to the residual stream (after its output norm, if any)."""
+    """What the attention block adds to the residual stream (after its output norm, if any).
+
+    Args:
+        layer: Block index, 0-based.
+
+    Returns:
+        The TransformerLens hook name in block ``layer`` (hooked tensor is [batch, seq, d_model]).
+    """
     return sub(layer, "hook_attn_out")
 
 
 def mlp_out(layer: int) -> str:
-    """What the MLP block adds to the residual stream (after its output norm, if any)."""
+    """What the MLP block adds to the residual stream (after its output norm, if any).
+
+    Args:
+        layer: Block index, 0-based.
+
+    Returns:
+        The TransformerLens hook name in block ``layer`` (hooked tensor is [batch, seq, d_model]).
+    """
     return sub(layer, "hook_mlp_out")
 
 
 def mlp_in(layer: int) -> str:
-    """What the MLP itself reads (after its input norm, if any)."""
+    """What the MLP itself reads (after its input norm, if any).
+
+    Args:
+        layer: Block index, 0-based.
+
+    Returns:
+        The TransformerLens hook name in block ``layer`` (hooked tensor is [batch, seq, d_model]).
+    """
     return sub(layer, "mlp.hook_in")
 
 
 def resid_pre(layer: int) -> str:
-    """Residual stream entering block ``layer``."""
+    """Residual stream entering block ``layer``.
+
+    Args:
+        layer: Block index, 0-based.
+
+    Returns:
+        The TransformerLens hook name in block ``layer`` (hooked tensor is [batch, seq, d_model]).
+    """
     return sub(layer, "hook_resid_pre")
 
 
 def resid_mid(layer: int) -> str:
-    """Residual stream between attention and MLP (sequential blocks only; parallel blocks have none)."""
+    """Residual stream between attention and MLP (sequential blocks only; parallel blocks have none).
+
+    Args:
+        layer: Block index, 0-based.
+
+    Returns:
+        The TransformerLens hook name in block ``layer`` (hooked tensor is [batch, seq, d_model]).
+    """
     return sub(layer, "hook_resid_mid")
 
 
 def resid_post(layer: int) -> str:
-    """Residual stream leaving block ``layer``."""
+    """Residual stream leaving block ``layer``.
+
+    Args:
+        layer: Block index, 0-based.
+
+    Returns:
+        The TransformerLens hook name in block ``layer`` (hooked tensor is [batch, seq, d_model]).
+    """
     return sub(layer, "hook_resid_post")
