@@ -76,6 +76,14 @@ def _to_plain(value: Any) -> Any:
 
 
 def from_plain(value: Any) -> Any:
+    """Undo the JSON-safe encoding of plain values: ``{"__tuple__": [...]}`` becomes a tuple again, recursively.
+
+    Args:
+        value: A value read from JSON (dict, list or scalar), possibly holding ``__tuple__`` markers.
+
+    Returns:
+        The same structure with every ``__tuple__`` marker turned back into a tuple.
+    """
     if isinstance(value, dict):
         if set(value) == {"__tuple__"}:
             return tuple(from_plain(v) for v in value["__tuple__"])
@@ -228,6 +236,15 @@ def decode_fields(cls: type[T], fields: Any, where: str = "") -> T:
 
 
 def tensors_to_json(value: Any) -> Any:
+    """Make tensors inside a nested value JSON-safe, recursively.
+
+    Args:
+        value: A tensor, or a dict/list/tuple that may hold tensors, or any other JSON-safe value.
+
+    Returns:
+        The same structure with each tensor as ``{"__tensor__": nested list, "dtype": name, "shape": [...]}``
+        and tuples as lists.
+    """
     if isinstance(value, torch.Tensor):
         dtype = str(value.dtype).removeprefix("torch.")
         return {"__tensor__": value.tolist(), "dtype": dtype, "shape": list(value.shape)}
@@ -239,6 +256,17 @@ def tensors_to_json(value: Any) -> Any:
 
 
 def tensors_from_json(value: Any) -> Any:
+    """Turn the ``__tensor__`` records written by :func:`tensors_to_json` back into tensors, recursively.
+
+    Args:
+        value: A value read from JSON.
+
+    Returns:
+        The same structure with each ``__tensor__`` record as a CPU tensor of its stored dtype and shape.
+
+    Raises:
+        FieldError: A tensor record names a dtype torch does not know.
+    """
     if isinstance(value, dict):
         if "__tensor__" in value and set(value) == {"__tensor__", "dtype", "shape"}:
             dtype = getattr(torch, str(value["dtype"]), None)

@@ -69,7 +69,14 @@ def _umask() -> int:
 
 @contextlib.contextmanager
 def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
-    """Yield a temporary path beside ``path``; move it into place only on success."""
+    """Yield a temporary path beside ``path``; move it into place only on success.
+
+    Args:
+        path: The file to write; it is replaced only when the ``with`` block succeeds.
+
+    Returns:
+        A context manager yielding the temporary file path to write.
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
@@ -86,7 +93,14 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
 
 @contextlib.contextmanager
 def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
-    """Yield a temporary folder beside ``path``; it replaces ``path`` only on success."""
+    """Yield a temporary folder beside ``path``; it replaces ``path`` only on success.
+
+    Args:
+        path: The folder to write; an existing folder there is replaced only when the ``with`` block succeeds.
+
+    Returns:
+        A context manager yielding the temporary folder to fill.
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
@@ -108,7 +122,15 @@ def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
 
 
 def write_json(path: str | os.PathLike, obj: Any) -> Path:
-    """Write ``obj`` as indented JSON, atomically."""
+    """Write ``obj`` as indented JSON, atomically.
+
+    Args:
+        path: The JSON file to write (replaced atomically).
+        obj: A JSON-serialisable value.
+
+    Returns:
+        ``path`` as a :class:`~pathlib.Path`.
+    """
     with atomic_path(path) as tmp:
         tmp.write_text(json.dumps(obj, indent=2, sort_keys=False) + "\n")
     return Path(path)

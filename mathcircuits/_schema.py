@@ -48,7 +48,14 @@ def setting(
 
 
 def type_name(hint: Any) -> str:
-    """A short readable name of a type hint (``int``, ``list of str``, ``one of 'a', 'b'``)."""
+    """A short readable name of a type hint (``int``, ``list of str``, ``one of 'a', 'b'``).
+
+    Args:
+        hint: A type hint, e.g. ``int``, ``list[str]`` or ``Literal["a", "b"]``.
+
+    Returns:
+        The name to show in config errors and help.
+    """
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     if origin is Literal:
         return "one of " + ", ".join(repr(a) for a in args)

@@ -75,7 +75,11 @@ class TemplateSet:
 
 
 def default_template_dir() -> Path:
-    """``data_templates/`` at the project root (beside the ``mathcircuits`` package)."""
+    """``data_templates/`` at the project root (beside the ``mathcircuits`` package).
+
+    Returns:
+        The absolute path of the template folder (it may not exist in an installed package).
+    """
     return Path(__file__).resolve().parents[2] / "data_templates"
 
 
