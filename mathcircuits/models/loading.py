@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from jaxtyping import Int
 from transformer_lens.model_bridge import TransformerBridge
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -73,8 +74,18 @@ class HookedModel:
     def device(self) -> torch.device:
         return next(self.bridge.parameters()).device
 
-    def to_tokens(self, texts: str | list[str]) -> torch.Tensor:
-        """Tokenize without adding a BOS token (the bridge's string path would prepend one)."""
+    def to_tokens(self, texts: str | list[str]) -> Int[torch.Tensor, "batch seq"]:
+        """Tokenize without adding a BOS token (the bridge's string path would prepend one).
+
+        Args:
+            texts: One text or several texts that tokenize to the same length.
+
+        Returns:
+            Token ids ``[batch, seq]`` (long, on the model's device); a single text gives batch 1.
+
+        Raises:
+            ValueError: the texts tokenize to different lengths.
+        """
         if isinstance(texts, str):
             texts = [texts]
         ids = [self.tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
@@ -127,7 +138,19 @@ def _is_tied(model: torch.nn.Module, key: str) -> bool:
 
 
 def resolve_source(source: str) -> tuple[str, str]:
-    """Return (kind, location): kind is embedded | tiny | folder | gguf | hub."""
+    """Return (kind, location): kind is embedded | tiny | folder | gguf | hub.
+
+    Args:
+        source: What the user named: ``"embedded"``, ``"tiny-<family>"``, a local folder, a ``.gguf`` file,
+            or a Hugging Face Hub id.
+
+    Returns:
+        ``(kind, location)``: the kind of source and its canonical location (resolved path, tiny name or hub id).
+
+    Raises:
+        FileNotFoundError: ``source`` looks like a local path that does not exist or holds no model.
+        KeyError: ``source`` names a tiny family that has no tiny model.
+    """
     if source in ("embedded", "default", EMBEDDED_NAME):
         return "embedded", EMBEDDED_NAME
     if source in _TINY:
@@ -262,7 +285,16 @@ def boot_bridge(hf_model: torch.nn.Module, tokenizer: Any, name: str, device: st
 
 
 def spec_from_bridge(bridge: Any, name: str, source: str) -> ModelSpec:
-    """The :class:`ModelSpec` of a booted bridge (shape facts from its config and the wrapped HF model's)."""
+    """The :class:`ModelSpec` of a booted bridge (shape facts from its config and the wrapped HF model's).
+
+    Args:
+        bridge: A booted TransformerLens ``TransformerBridge``.
+        name: The model's name to record in the spec.
+        source: Where the model came from (as given to the loader).
+
+    Returns:
+        The model's identity and shape facts (layers, heads, widths, family).
+    """
     cfg = bridge.cfg
     hf_model = bridge.original_model
     hf_cfg = hf_model.config

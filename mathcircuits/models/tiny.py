@@ -54,7 +54,19 @@ def tiny_llama(
     n_kv_heads: int = 2,
     d_mlp: int = 128,
 ):
-    """A random Llama-style model with grouped-query attention (eager attention)."""
+    """A random Llama-style model with grouped-query attention (eager attention).
+
+    Args:
+        seed: Torch seed for the random weights.
+        n_layers: Number of blocks.
+        d_model: Residual stream width.
+        n_heads: Query heads per layer.
+        n_kv_heads: Key/value heads per layer (divides ``n_heads``).
+        d_mlp: MLP hidden width.
+
+    Returns:
+        ``(model, tokenizer)``: the HF causal LM in eval mode and the character tokenizer.
+    """
     from transformers import LlamaConfig, LlamaForCausalLM
 
     tok = tiny_tokenizer()
@@ -79,7 +91,17 @@ def tiny_llama(
 
 
 def tiny_gpt2(seed: int = 0, n_layers: int = 2, d_model: int = 64, n_heads: int = 4):
-    """A random GPT-2-style model (fused QKV in a Conv1D, learned positions, LayerNorm)."""
+    """A random GPT-2-style model (fused QKV in a Conv1D, learned positions, LayerNorm).
+
+    Args:
+        seed: Torch seed for the random weights.
+        n_layers: Number of blocks.
+        d_model: Residual stream width.
+        n_heads: Attention heads per layer.
+
+    Returns:
+        ``(model, tokenizer)``: the HF causal LM in eval mode and the character tokenizer.
+    """
     from transformers import GPT2Config, GPT2LMHeadModel
 
     tok = tiny_tokenizer()
@@ -145,6 +167,12 @@ _OVERRIDE_KEYS = {
 
 def tiny_family_name(family: str) -> str:
     """The canonical tiny family for ``family`` ("gpt-neox-parallel", "gpt_neox" and "pythia" all name one).
+
+    Args:
+        family: A family name or alias, any case, hyphens or underscores.
+
+    Returns:
+        The key of the family in :data:`TINY_FAMILIES`.
 
     Raises:
         KeyError: the family has no tiny model; the message lists those that do.

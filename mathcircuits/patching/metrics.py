@@ -95,6 +95,12 @@ METRICS: dict[str, Metric] = {
 def get_metric(metric: str | Metric) -> Metric:
     """The :class:`Metric` of a name from :data:`METRICS`, or ``metric`` itself.
 
+    Args:
+        metric: A metric name (a key of :data:`METRICS`) or a :class:`Metric`.
+
+    Returns:
+        The metric to score patched runs with.
+
     Raises:
         ValueError: the name is unknown.
     """

@@ -246,6 +246,13 @@ def render_config(cfg: RunConfig | None = None) -> str:
 
 
 def fingerprint(*parts: Any) -> str:
-    """A stable hash of JSON-able parts (config sections and upstream fingerprints)."""
+    """A stable hash of JSON-able parts (config sections and upstream fingerprints).
+
+    Args:
+        *parts: JSON-able values; their order matters.
+
+    Returns:
+        A 16-character hex digest (a prefix of SHA-256) that changes whenever any part changes.
+    """
     blob = json.dumps(parts, sort_keys=True, default=str).encode()
     return hashlib.sha256(blob).hexdigest()[:16]

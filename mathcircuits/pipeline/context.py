@@ -108,7 +108,12 @@ class Context:
 
 
 def save_dataset(ds: datasets.Dataset, path: Path) -> None:
-    """Save a dataset folder atomically, without ``cache-*.arrow`` leftovers."""
+    """Save a dataset folder atomically, without ``cache-*.arrow`` leftovers.
+
+    Args:
+        ds: The dataset.
+        path: The dataset folder to write (replaced only on success).
+    """
     with atomic_dir(path) as tmp:
         ds.save_to_disk(str(tmp))
         for cache in tmp.glob("cache-*.arrow"):
@@ -116,7 +121,12 @@ def save_dataset(ds: datasets.Dataset, path: Path) -> None:
 
 
 def save_csv(df: pd.DataFrame, path: Path) -> None:
-    """Write a table atomically (no index column)."""
+    """Write a table atomically (no index column).
+
+    Args:
+        df: The table.
+        path: The CSV file to write (replaced only on success).
+    """
     with atomic_path(path) as tmp:
         df.to_csv(tmp, index=False)
 
