@@ -9,8 +9,10 @@
 """
 
 from mathcircuits.data.benchmark_files import (
+    decontaminate,
     default_benchmark_root,
     find_benchmark_file,
+    read_benchmark_split,
     read_word_problems,
     record_question,
 )
@@ -49,7 +51,9 @@ __all__ = [
     "default_benchmark_root",
     "default_template_dir",
     "filter_correct",
+    "decontaminate",
     "find_benchmark_file",
+    "read_benchmark_split",
     "generate_pairs",
     "length_groups",
     "load_template_set",

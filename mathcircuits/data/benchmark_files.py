@@ -16,8 +16,15 @@ The default root is found by :func:`default_benchmark_root` (one rule for the
 whole package): ``$MATHCIRCUITS_BENCHMARKS`` when set, else ``../shared/data/benchmarks``
 or ``./shared/data/benchmarks`` relative to the working folder.
 
+Decontamination: the folders' ``train.json`` files are contained in their
+``test.json`` files (SVAMP: all 800 train problems are among the 1000 test
+problems). :func:`read_benchmark_split` therefore drops from a test split every
+record whose question (whitespace- and case-normalised) also occurs in the
+folder's train split, so that a model fine-tuned on train is never scored on it.
+
 Usage::
 
+    test = read_benchmark_split("SVAMP", "test")   # 200 records: the 1000 minus the 800 of train.json
     root = default_benchmark_root()
     records = read_word_problems(root / "SVAMP" / "train.json")
     record_question(records[0])   # "Each pack of dvds costs 76 dollars. ..."
@@ -35,6 +42,8 @@ __all__ = [
     "default_benchmark_root",
     "find_benchmark_file",
     "read_word_problems",
+    "decontaminate",
+    "read_benchmark_split",
     "record_question",
 ]
 
@@ -151,3 +160,46 @@ def record_question(record: dict[str, Any]) -> str:
     question = str(record.get("instruction", "")).strip()
     extra = str(record.get("input", "") or "").strip()
     return f"{question}\n{extra}" if extra else question
+
+
+def _question_key(record: dict[str, Any]) -> str:
+    return " ".join(record_question(record).lower().split())
+
+
+def decontaminate(test: list[dict[str, Any]], train: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The test records whose question does not occur in ``train`` (whitespace- and case-normalised).
+
+    Args:
+        test: records of the split to score.
+        train: records a model may have been trained on.
+
+    Returns:
+        The records of ``test`` that do not overlap ``train``, in their order.
+    """
+    seen = {_question_key(r) for r in train}
+    return [r for r in test if _question_key(r) not in seen]
+
+
+def read_benchmark_split(
+    folder: str, split: str, path: str | os.PathLike | None = None, decontaminated: bool = True
+) -> list[dict[str, Any]] | None:
+    """Read ``<folder>/<split>.json``; a test split drops what the folder's train split holds.
+
+    Args:
+        folder: the benchmark's folder name (e.g. ``"SVAMP"``).
+        split: ``"train"`` or ``"test"``.
+        path: the file, the benchmark folder or the root (see :func:`find_benchmark_file`).
+        decontaminated: for ``split="test"``, drop records whose question occurs in the train split
+            of the same folder (when that file exists).
+
+    Returns:
+        The records, or None when no such file is found.
+    """
+    file = find_benchmark_file(folder, split, path)
+    if file is None:
+        return None
+    records = read_word_problems(file)
+    if split != "test" or not decontaminated:
+        return records
+    train = file.parent / "train.json"
+    return decontaminate(records, read_word_problems(train)) if train.is_file() and train != file else records

@@ -31,7 +31,7 @@ from mathcircuits.data.benchmark_files import (
     ENV_ROOT,
     default_benchmark_root,
     find_benchmark_file,
-    read_word_problems,
+    read_benchmark_split,
     record_question,
 )
 from mathcircuits.evaluation.items import BenchmarkItem, Kind
@@ -148,7 +148,7 @@ def load_llm_adapters(
     """
     file = find_benchmark_file(folder, split, path)
     if file is not None:
-        records, origin = read_word_problems(file), str(file)
+        records, origin = read_benchmark_split(folder, split, file) or [], str(file)
     elif path is None:
         records, origin = _llm_adapters_from_hub(name, folder, split), "hub"
     else:

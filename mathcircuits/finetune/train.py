@@ -38,7 +38,6 @@ Usage::
 from __future__ import annotations
 
 import inspect
-import json
 import logging
 import os
 import time
@@ -49,11 +48,12 @@ from typing import Any, Literal, Sequence
 import torch
 from torch import nn
 
-from mathcircuits._io import SavedResult, read_json
+from mathcircuits._io import SavedResult
 from mathcircuits._schema import check_fields, setting
 from mathcircuits._schema import from_dict as config_from_dict
 from mathcircuits.finetune.adapter import HeadSliceAdapter
 from mathcircuits.finetune.slices import KV_POLICIES, SliceSet, head_slices
+from mathcircuits.finetune.trainer import _prepare_resume, _trainer_classes, pad_collate
 from mathcircuits.models.spec import ModelSpec, as_spec
 from mathcircuits.patching.selection import KeyComponents
 
@@ -102,7 +102,8 @@ class SFTConfig:
             raise ValueError("max_steps=0 trains nothing. Fix: give a positive number of steps, or -1 to use epochs.")
         if self.batch_size % self.micro_batch_size:
             raise ValueError(
-                f"batch_size={self.batch_size} must be a positive multiple of micro_batch_size={self.micro_batch_size}. "
+                f"batch_size={self.batch_size} must be a positive multiple of "
+                f"micro_batch_size={self.micro_batch_size}. "
                 "Fix: make batch_size a multiple of micro_batch_size."
             )
 
@@ -157,141 +158,6 @@ class SFTResult(SavedResult):
         return pd.DataFrame(list(self.loss_history), columns=["step", "loss"])
 
 
-def pad_collate(pad_token_id: int, target_logits_only: bool = False):
-    """Right-pad ``input_ids`` (with ``pad_token_id``) and ``labels`` (with -100); build ``attention_mask``.
-
-    Right padding keeps absolute positions (GPT-2) equal to an unpadded run.
-    ``target_logits_only=True`` also passes ``logits_to_keep`` (a boolean
-    [batch, seq] mask of the positions that predict a target token) and the
-    matching flat ``shift_labels``, so the model projects onto the vocabulary
-    only where the loss needs it (transformers >= 5). The loss is the same;
-    the lm-head's forward and backward at prompt positions are skipped.
-    """
-
-    def collate(features: Sequence[dict[str, Any]]) -> dict[str, torch.Tensor]:
-        n = max(len(f["input_ids"]) for f in features)
-        ids = torch.full((len(features), n), pad_token_id, dtype=torch.long)
-        labels = torch.full((len(features), n), -100, dtype=torch.long)
-        mask = torch.zeros((len(features), n), dtype=torch.long)
-        for i, f in enumerate(features):
-            k = len(f["input_ids"])
-            ids[i, :k] = torch.as_tensor(f["input_ids"])
-            labels[i, :k] = torch.as_tensor(f["labels"])
-            mask[i, :k] = 1
-        batch = {"input_ids": ids, "labels": labels, "attention_mask": mask}
-        if target_logits_only:
-            shifted = torch.nn.functional.pad(labels[:, 1:], (0, 1), value=-100)  # position t predicts token t+1
-            keep = shifted != -100
-            batch["logits_to_keep"] = keep
-            batch["shift_labels"] = shifted[keep]
-        return batch
-
-    return collate
-
-
-def _trainer_classes():
-    """Build the Trainer subclass lazily (transformers is heavy to import)."""
-    from transformers import Trainer, TrainerCallback
-
-    class JsonlLog(TrainerCallback):
-        def __init__(self, path: Path) -> None:
-            self.path = path
-
-        def on_log(self, args, state, control, logs=None, **kwargs):  # noqa: ANN001
-            if state.is_world_process_zero and logs:
-                with open(self.path, "a") as f:
-                    f.write(json.dumps({"step": state.global_step, **logs}) + "\n")
-
-    class SFTTrainer(Trainer):
-        """``Trainer`` that optimises only the adapter's deltas and saves/loads adapter checkpoints."""
-
-        def __init__(self, *args: Any, decay_mode: str = "weights", **kwargs: Any) -> None:
-            self.decay_mode = decay_mode
-            super().__init__(*args, **kwargs)
-
-        def _adapter(self) -> HeadSliceAdapter | None:
-            m = self.accelerator.unwrap_model(self.model)
-            return m if isinstance(m, HeadSliceAdapter) else None
-
-        def create_optimizer(self, model=None):  # noqa: ANN001
-            adapter = self._adapter()
-            if adapter is None or self.optimizer is not None:
-                return super().create_optimizer(model)
-            wd = self.args.weight_decay
-            weights = [(s, d) for s, d in adapter.named_deltas() if d.requires_grad and s.kind == "weight"]
-            biases = [d for s, d in adapter.named_deltas() if d.requires_grad and s.kind == "bias"]
-            groups = [
-                {"params": [d for _, d in weights], "weight_decay": wd if self.decay_mode == "delta" else 0.0},
-                {"params": biases, "weight_decay": 0.0},
-            ]
-            groups = [g for g in groups if g["params"]]
-            cls, kwargs = self.get_optimizer_cls_and_kwargs(self.args, adapter)
-            self.optimizer = cls(groups, **kwargs)
-            if self.decay_mode == "weights" and wd > 0 and weights:
-                self.optimizer.register_step_pre_hook(_effective_decay_hook(adapter, weights, wd))
-            return self.optimizer
-
-        def _save(self, output_dir: str | None = None, state_dict: dict | None = None) -> None:
-            adapter = self._adapter()
-            if adapter is None:
-                return super()._save(output_dir, state_dict)
-            if not self.args.should_save:
-                return None
-            output_dir = output_dir or self.args.output_dir
-            adapter.save_pretrained(output_dir)
-            if self.processing_class is not None:
-                self.processing_class.save_pretrained(output_dir)
-            return None
-
-        def _load_from_checkpoint(self, resume_from_checkpoint: str, model: nn.Module | None = None) -> None:
-            adapter = self._adapter()
-            if adapter is None:
-                return super()._load_from_checkpoint(resume_from_checkpoint, model)
-            adapter.load_weights(resume_from_checkpoint)
-            return None
-
-    return SFTTrainer, JsonlLog
-
-
-def _effective_decay_hook(adapter: HeadSliceAdapter, weights: list, wd: float):
-    """Optimizer pre-step hook: AdamW's decoupled decay of the *effective* weight, ``Δ -= lr·wd·(W₀ + Δ)``."""
-
-    def hook(optimizer, args, kwargs):  # noqa: ANN001
-        lr = optimizer.param_groups[0]["lr"]
-        with torch.no_grad():
-            for s, d in weights:
-                if d.grad is not None:  # AdamW also skips parameters without a gradient
-                    d.sub_(lr * wd * (adapter.base_values(s.name).to(d.dtype) + d))
-
-    return hook
-
-
-def _log_line_step(line: str) -> float:
-    """The step of a log.jsonl line; +inf for a run summary or a line cut short by a kill (both dropped)."""
-    try:
-        entry = json.loads(line)
-    except json.JSONDecodeError:
-        return float("inf")
-    return float("inf") if "train_runtime" in entry else float(entry.get("step", 0))
-
-
-def _prepare_resume(output_dir: Path, checkpoint: str | bool | None, max_steps: int) -> int | None:
-    """Before resuming: drop the killed run's log lines after the checkpoint; return its step if it is final.
-
-    Returns the checkpoint's global step when ``max_steps`` > 0 and the checkpoint already reached it (so
-    nothing is left to train), else None.
-    """
-    if checkpoint in (None, False):
-        return None
-    state = read_json(Path(str(checkpoint)) / "trainer_state.json")
-    step = int(state["global_step"])
-    log_file = output_dir / "log.jsonl"
-    if log_file.exists():
-        kept = [line for line in log_file.read_text().splitlines() if _log_line_step(line) <= step]
-        log_file.write_text("".join(f"{line}\n" for line in kept))
-    return step if 0 < max_steps <= step else None
-
-
 def train_sft(
     model: nn.Module,
     tokenizer: Any,
@@ -321,13 +187,15 @@ def train_sft(
         if isinstance(model, HeadSliceAdapter):
             if key is not None:
                 raise ValueError(
-                    "train_sft got an adapter and a key selection; pass one of them (the adapter already fixes the slices)."
+                    "train_sft got an adapter and a key selection. "
+                    "Fix: pass one of them (the adapter already fixes the slices)."
                 )
             train_model: nn.Module = model
         else:
             if key is None:
                 raise ValueError(
-                    "precise SFT needs the key components: pass key=KeyComponents (or a SliceSet), or use SFTConfig(mode='full')."
+                    "precise SFT got no key components. "
+                    "Fix: pass key=KeyComponents (or a SliceSet), or use SFTConfig(mode='full')."
                 )
             slices = (
                 key
@@ -340,14 +208,16 @@ def train_sft(
     else:
         if isinstance(model, HeadSliceAdapter):
             raise ValueError(
-                "full SFT got a HeadSliceAdapter. Fix: pass the plain HF model (adapter.merge_and_unload() or a fresh load_hf_model())."
+                "full SFT got a HeadSliceAdapter. "
+                "Fix: pass the plain HF model (adapter.merge_and_unload() or a fresh load_hf_model())."
             )
         model.requires_grad_(True)
         train_model = model
     for column in ("input_ids", "labels"):
         if column not in train_dataset.column_names:
             raise ValueError(
-                f"train_dataset lacks {column!r} (has {train_dataset.column_names}). Fix: build it with build_sft_dataset()."
+                f"train_dataset lacks {column!r} (has {train_dataset.column_names}). "
+                "Fix: build it with build_sft_dataset()."
             )
 
     if resume_from_checkpoint is True:
@@ -356,7 +226,8 @@ def train_sft(
         last = get_last_checkpoint(str(output_dir)) if output_dir.is_dir() else None
         if last is None:
             raise FileNotFoundError(
-                f"resume_from_checkpoint=True but {output_dir} holds no checkpoint-N folder. Fix: pass a checkpoint path, or None to start afresh."
+                f"resume_from_checkpoint=True but {output_dir} holds no checkpoint-N folder. "
+                "Fix: pass a checkpoint path, or None to start afresh."
             )
         resume_from_checkpoint = last
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
