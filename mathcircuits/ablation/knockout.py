@@ -145,9 +145,7 @@ def _hooks(model: Any, heads: Sequence[tuple[int, int]], means: HeadMeans, scope
     return out
 
 
-def ablated_model(
-    model: Any, heads: Sequence[tuple[int, int]], means: HeadMeans, scope: str = "all"
-) -> PrefixRunner:
+def ablated_model(model: Any, heads: Sequence[tuple[int, int]], means: HeadMeans, scope: str = "all") -> PrefixRunner:
     """A callable tokens → logits with ``heads`` mean-ablated (for :func:`score_pairs`).
 
     Args:

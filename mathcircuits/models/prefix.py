@@ -71,6 +71,8 @@ class PrefixRunner:
             prefix and ``fwd_hooks`` on the suffix (true for an ablation at every position, with
             ``prefix_hooks=fwd_hooks``, and for one at the last position only, with ``prefix_hooks=None``).
         min_prefix: below this shared length the plain forward runs.
+        store: a dict of prefix KV caches to share with other runners that have the same ``prefix_hooks``
+            (e.g. the reference and counterfactual runs of path patching, whose prefixes are the same).
     """
 
     def __init__(
@@ -79,12 +81,13 @@ class PrefixRunner:
         fwd_hooks: Sequence[tuple[str, Any]] = (),
         prefix_hooks: Sequence[tuple[str, Any]] | None = None,
         min_prefix: int = MIN_PREFIX,
+        store: dict[tuple[int, ...], Any] | None = None,
     ) -> None:
         self.bridge = bridge
         self.fwd_hooks = list(fwd_hooks)
         self.prefix_hooks = list(prefix_hooks or [])
         self.min_prefix = min_prefix
-        self._caches: dict[tuple[int, ...], Any] = {}
+        self._caches: dict[tuple[int, ...], Any] = {} if store is None else store
 
     def _run(self, tokens: Tensor, hooks: list[tuple[str, Any]], **kwargs: Any) -> Any:
         if hooks:
