@@ -31,6 +31,7 @@ from mathcircuits._io import SavedResult
 from mathcircuits.data.batching import iter_batches
 from mathcircuits.data.filter import score_pairs
 from mathcircuits.models import hooks
+from mathcircuits.models.prefix import PrefixRunner
 from mathcircuits.models.spec import ModelSpec, as_spec, check_model
 
 __all__ = ["HeadMeans", "KnockoutResult", "head_means", "ablated_model", "ablated_accuracy", "knockout_curve"]
@@ -104,19 +105,20 @@ def head_means(model: Any, dataset: Any, column: str = "cf_tokens", batch_size: 
     total = torch.zeros(spec.n_layers, spec.n_heads, spec.d_head, dtype=torch.float64)
     count = 0
     seqs = dataset[column]
-    for _, batch in iter_batches({"tokens": seqs}, batch_size, model.device):
+    cols = {"tokens": seqs, "template_id": dataset["template_id"]} if "template_id" in dataset.column_names else None
+    for _, batch in iter_batches(cols or {"tokens": seqs}, batch_size, model.device, group_by="template_id"):
         toks = batch["tokens"]
-        sums: dict[int, Tensor] = {}
 
-        def make(layer: int) -> Any:
-            def hook(act: Tensor, hook: Any) -> None:
-                sums[layer] = act.double().sum(dim=(0, 1)).cpu()
+        def make(layer: int, weight: int) -> Any:
+            def hook(act: Tensor, hook: Any) -> None:  # the prefix run has one row standing for `weight` rows
+                total[layer] += weight * act.double().sum(dim=(0, 1)).cpu()
 
             return hook
 
-        model.bridge.run_with_hooks(toks, fwd_hooks=[(n, make(layer)) for layer, n in enumerate(names)])
-        for layer in range(spec.n_layers):
-            total[layer] += sums[layer]
+        # the shared prefix runs once (weighted by the batch size), then the suffixes
+        suffix_hooks = [(n, make(layer, 1)) for layer, n in enumerate(names)]
+        prefix_hooks = [(n, make(layer, toks.shape[0])) for layer, n in enumerate(names)]
+        PrefixRunner(model.bridge, suffix_hooks, prefix_hooks).logits_from(toks, toks.shape[1] - 1)
         count += toks.numel()
     return HeadMeans(means=(total / count).float(), n_prompts=len(seqs), model=spec)
 
@@ -143,16 +145,23 @@ def _hooks(model: Any, heads: Sequence[tuple[int, int]], means: HeadMeans, scope
     return out
 
 
-def ablated_model(model: Any, heads: Sequence[tuple[int, int]], means: HeadMeans, scope: str = "all"):
-    """A callable tokens → logits with ``heads`` mean-ablated (for :func:`score_pairs`)."""
+def ablated_model(model: Any, heads: Sequence[tuple[int, int]], means: HeadMeans, scope: str = "all") -> PrefixRunner:
+    """A callable tokens → logits with ``heads`` mean-ablated (for :func:`score_pairs`).
+
+    Args:
+        model: the hooked model.
+        heads: ``[(layer, head), ...]`` to ablate.
+        means: the replacement values.
+        scope: ``"all"`` positions or only the ``"last"``.
+
+    Returns:
+        A :class:`~mathcircuits.models.prefix.PrefixRunner`: the shared prefix runs once per batch, ablated
+        like every other position (scope ``"all"``) or clean (scope ``"last"``).
+    """
     if scope not in ("all", "last"):
         raise ValueError(f"scope {scope!r} is unknown. Fix: use 'all' or 'last'.")
     hooks = _hooks(model, heads, means, scope)
-
-    def run(tokens: Tensor) -> Tensor:
-        return model.bridge.run_with_hooks(tokens, fwd_hooks=hooks) if hooks else model.bridge(tokens)
-
-    return run
+    return PrefixRunner(model.bridge, fwd_hooks=hooks, prefix_hooks=hooks if scope == "all" else None)
 
 
 def _check_dataset(dataset: Any, needed: Sequence[str], caller: str) -> None:

@@ -6,7 +6,7 @@ from typing import Any, Sequence
 
 import torch
 
-__all__ = ["as_heads", "columns", "operation_rows", "spec_dict", "token_strings"]
+__all__ = ["as_heads", "columns", "operation_rows", "spec_dict", "template_keys", "token_strings"]
 
 
 def spec_dict(model: Any) -> dict[str, Any]:
@@ -62,3 +62,10 @@ def operation_rows(operations: Sequence[str], operation: str | None) -> torch.Te
     if not idx:
         raise KeyError(f"no pair of operation {operation!r}; this result has {list(dict.fromkeys(operations))}.")
     return torch.tensor(idx)
+
+
+def template_keys(dataset: Any) -> list[Any]:
+    """Each row's ``template_id`` (all equal when the dataset has none): batches grouped by it share their prefix."""
+    if hasattr(dataset, "column_names"):
+        return list(dataset["template_id"]) if "template_id" in dataset.column_names else [0] * len(dataset)
+    return [row.get("template_id", 0) for row in dataset]

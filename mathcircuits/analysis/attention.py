@@ -59,6 +59,7 @@ from mathcircuits._io import SavedResult
 from mathcircuits.analysis._common import as_heads, columns, operation_rows, spec_dict, token_strings
 from mathcircuits.data.batching import iter_batches
 from mathcircuits.models import hooks
+from mathcircuits.models.prefix import PrefixRunner
 from mathcircuits.models.spec import ModelSpec, as_spec
 
 __all__ = [
@@ -300,7 +301,8 @@ def attention_by_role(
         )
     shares = torch.zeros(n, len(heads_t), len(ROLES))
     baselines = torch.stack([m.float().sum(1) / m.shape[1] for m in masks])
-    for idx, batch in iter_batches({"tokens": cols["tokens"]}, batch_size, model.device):
+    by_template = {"tokens": cols["tokens"], "template_id": cols["template_id"]}
+    for idx, batch in iter_batches(by_template, batch_size, model.device, group_by="template_id"):
         toks = batch["tokens"]
         rows: dict[int, Tensor] = {}
 
@@ -310,9 +312,9 @@ def attention_by_role(
 
             return hook_fn
 
-        model.bridge.run_with_hooks(
-            toks, fwd_hooks=[(hooks.pattern(layer), keep_last_row(layer)) for layer in by_layer]
-        )
+        # only the last query row is read: the shared prefix runs once (its keys stay in the pattern's row)
+        fwd = [(hooks.pattern(layer), keep_last_row(layer)) for layer in by_layer]
+        PrefixRunner(model.bridge, fwd).logits_from(toks, toks.shape[1] - 1)
         for layer, head_idx in by_layer.items():
             for b, i in enumerate(idx):
                 shares[i, head_idx] = role_shares(rows[layer][b], masks[i])

@@ -67,11 +67,12 @@ from jaxtyping import Float
 from torch import Tensor
 
 from mathcircuits._io import SavedResult
-from mathcircuits.analysis._common import columns, operation_rows, spec_dict, token_strings
+from mathcircuits.analysis._common import columns, operation_rows, spec_dict, template_keys, token_strings
 from mathcircuits.data.batching import iter_batches
 from mathcircuits.data.generate import answer_spacing
 from mathcircuits.models import hooks
 from mathcircuits.models.families import block_structure
+from mathcircuits.models.prefix import PrefixRunner
 from mathcircuits.models.spec import ModelSpec, as_spec
 
 __all__ = ["SPACES", "MLPProbeResult", "mlp_probes", "number_tokens"]
@@ -302,7 +303,8 @@ def mlp_probes(
     reads = structure.mlp_reads  # hook_resid_mid, or hook_resid_pre in parallel blocks
     cap = structure.logit_softcap  # Gemma 2 soft-caps its logits: the lens after the last layer must too
     kinds = [reads, "hook_mlp_out", "hook_resid_post"] + (["mlp.hook_in"] if space == "raw" else [])
-    for idx, batch in iter_batches({"tokens": cols["tokens"]}, batch_size, model.device):
+    by_template = {"tokens": cols["tokens"], "template_id": template_keys(dataset)}
+    for idx, batch in iter_batches(by_template, batch_size, model.device, group_by="template_id"):
         toks = batch["tokens"]
         store: dict[str, Tensor] = {}
 
@@ -313,7 +315,8 @@ def mlp_probes(
             return hook_fn
 
         names = [hooks.sub(layer, k) for layer in range(n_layers) for k in kinds]
-        bridge.run_with_hooks(toks, fwd_hooks=[(name, grab(name)) for name in names])
+        # only the last position is read: the shared prefix runs once
+        PrefixRunner(bridge, [(name, grab(name)) for name in names]).logits_from(toks, toks.shape[1] - 1)
         stack = {
             k: torch.stack([store[hooks.sub(layer, k)] for layer in range(n_layers)], 1) for k in kinds
         }  # [B, L, d]

@@ -22,6 +22,7 @@ def iter_batches(
     batch_size: int,
     device: torch.device | str = "cpu",
     length_of: str = "tokens",
+    group_by: str | None = None,
 ) -> Iterator[tuple[list[int], dict[str, torch.Tensor]]]:
     """Yield ``(row indices, {column: tensor})`` for groups of rows whose ``length_of`` column has equal length.
 
@@ -31,6 +32,8 @@ def iter_batches(
         batch_size: at most this many rows per batch.
         device: where the tensors go.
         length_of: the column whose per-row length groups the rows.
+        group_by: a column that also groups the rows when present (e.g. ``"template_id"``, so a batch
+            shares its few-shot prefix); it does not become a tensor.
 
     Returns:
         An iterator of (indices into the columns, each column's rows stacked as a tensor).
@@ -41,5 +44,7 @@ def iter_batches(
         )
     if batch_size < 1:
         raise ValueError(f"batch_size is {batch_size}. Fix: use a positive batch size.")
-    for idx in length_groups([len(t) for t in columns[length_of]], batch_size):
-        yield idx, {name: torch.tensor([col[i] for i in idx], device=device) for name, col in columns.items()}
+    keys = list(columns[group_by]) if group_by is not None and group_by in columns else None
+    tensors = {name: col for name, col in columns.items() if name != group_by}
+    for idx in length_groups([len(t) for t in columns[length_of]], batch_size, keys):
+        yield idx, {name: torch.tensor([col[i] for i in idx], device=device) for name, col in tensors.items()}

@@ -18,19 +18,21 @@ import torch
 __all__ = ["accuracy_table", "filter_correct", "length_groups", "score_pairs"]
 
 
-def length_groups(lengths: list[int], batch_size: int) -> list[list[int]]:
-    """Indices grouped by equal length, split into batches (so no batch needs padding).
+def length_groups(lengths: list[int], batch_size: int, keys: list[Any] | None = None) -> list[list[int]]:
+    """Indices grouped by equal length (and equal key), split into batches (so no batch needs padding).
 
     Args:
         lengths: the length of each item.
         batch_size: the largest batch.
+        keys: an optional second grouping key per item, e.g. the template, so a batch shares its
+            few-shot prefix (which a prefix-cached forward runs once).
 
     Returns:
-        Lists of indices, shortest lengths first; each list holds items of one length.
+        Lists of indices, shortest lengths first; each list holds items of one length (and one key).
     """
-    by_len: dict[int, list[int]] = defaultdict(list)
+    by_len: dict[tuple[int, str], list[int]] = defaultdict(list)
     for i, n in enumerate(lengths):
-        by_len[n].append(i)
+        by_len[(n, "" if keys is None else str(keys[i]))].append(i)
     out = []
     for n in sorted(by_len):
         idx = by_len[n]
@@ -57,6 +59,10 @@ def score_pairs(
         progress: show a progress bar.
 
     Returns:
+        When ``model`` has ``logits_from(tokens, start)`` (a :class:`~mathcircuits.models.prefix.PrefixRunner`,
+        a HookedModel), only the logits from the first answer position on are computed, with the shared
+        few-shot prefix of each batch run once; batches are then grouped by ``template_id`` too.
+
         The dataset with the columns ``correct`` (every answer token right), ``first_correct``
         (the first one right) and ``p_answer`` (probability of the first answer token) added or replaced.
 
@@ -87,13 +93,17 @@ def score_pairs(
     correct = [False] * len(seqs)
     first = [False] * len(seqs)
     p_ans = [0.0] * len(seqs)
-    for batch in tqdm(length_groups([len(s) for s in seqs], batch_size), disable=not progress, desc="scoring"):
+    fast = hasattr(model, "logits_from")
+    keys = list(dataset["template_id"]) if fast and "template_id" in have else None
+    groups = length_groups([len(s) for s in seqs], batch_size, keys)
+    for batch in tqdm(groups, disable=not progress, desc="scoring"):
         toks = torch.tensor([seqs[i] for i in batch], device=device)
-        logits = model(toks)
+        offset = min(n_prompt[i] for i in batch) - 1 if fast else 0
+        logits = model.logits_from(toks, offset) if fast else model(toks)
         logits = logits.logits if hasattr(logits, "logits") else logits
         for row, i in enumerate(batch):
             k = len(answers[i])
-            start = n_prompt[i] - 1
+            start = n_prompt[i] - 1 - offset
             pred = logits[row, start : start + k].argmax(-1).tolist()
             correct[i] = pred == list(answers[i])
             first[i] = pred[0] == answers[i][0]

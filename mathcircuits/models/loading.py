@@ -35,6 +35,7 @@ from transformer_lens.model_bridge import TransformerBridge
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from mathcircuits.models.embedded import EMBEDDED_NAME, cache_root, convert_gguf, embedded_model_dir
+from mathcircuits.models.prefix import PrefixRunner
 from mathcircuits.models.spec import ModelSpec
 from mathcircuits.models.tiny import tiny_family_name, tiny_gpt2, tiny_llama, tiny_model
 
@@ -98,6 +99,10 @@ class HookedModel:
 
     def __call__(self, tokens: torch.Tensor, **kwargs: Any) -> torch.Tensor:
         return self.bridge(tokens, **kwargs)
+
+    def logits_from(self, tokens: torch.Tensor, start: int) -> torch.Tensor:
+        """Logits at positions ``start…`` with the batch's shared prefix run once (:class:`PrefixRunner`)."""
+        return PrefixRunner(self.bridge).logits_from(tokens, start)
 
     def plain_hf_model(self) -> torch.nn.Module:
         """A separate plain HF model with this model's current weights, for fine-tuning or ``save_pretrained``.

@@ -26,6 +26,7 @@ from torch import Tensor
 from mathcircuits.data.batching import iter_batches
 from mathcircuits.models import hooks
 from mathcircuits.models.families import BlockStructure, block_structure
+from mathcircuits.models.prefix import PrefixRunner
 from mathcircuits.patching.metrics import Metric, Readout
 
 __all__ = [
@@ -116,14 +117,32 @@ def check_dataset(dataset: Any, spec: Any) -> None:
 def pair_batches(dataset: Any, batch_size: int, device: torch.device | str) -> list[PairBatch]:
     """Batches of pairs with equal token length (no padding, so the last position is the same for all)."""
     cols = {"tokens": dataset["tokens"], "cf_tokens": dataset["cf_tokens"], "answer": dataset["answer_token"]}
-    return [PairBatch(idx=idx, **b) for idx, b in iter_batches(cols, batch_size, device)]
+    if "template_id" in dataset.column_names:  # one template per batch: its few-shot prefix runs once
+        cols["template_id"] = dataset["template_id"]
+    return [PairBatch(idx=idx, **b) for idx, b in iter_batches(cols, batch_size, device, group_by="template_id")]
 
 
 @torch.no_grad()
 def capture(
-    bridge: Any, tokens: Int[Tensor, "batch seq"], names: list[str], position: int | None = -1
+    bridge: Any,
+    tokens: Int[Tensor, "batch seq"],
+    names: list[str],
+    position: int | None = -1,
+    cache_store: dict[tuple[int, ...], Any] | None = None,
 ) -> tuple[Float[Tensor, "batch *pos vocab"], dict[str, Tensor]]:
-    """One forward; the logits and each named activation at ``position`` (every position when ``None``)."""
+    """One forward; the logits and each named activation at ``position`` (every position when ``None``).
+
+    Args:
+        bridge: the TransformerBridge.
+        tokens: the prompts.
+        names: hook names to read.
+        position: the position read (``-1``, the last), or ``None`` for every position.
+        cache_store: with ``position == -1``, a dict of clean prefix KV caches: the batch's shared prefix then
+            runs once (:class:`~mathcircuits.models.prefix.PrefixRunner`) and is reused by later calls.
+
+    Returns:
+        The logits at ``position`` and ``{name: activation at position}``.
+    """
     store: dict[str, Tensor] = {}
     where = slice(None) if position is None else position
 
@@ -134,9 +153,13 @@ def capture(
 
         return hook
 
+    fwd = [(n, make(n)) for n in names]
+    if position == -1 and cache_store is not None:
+        logits = PrefixRunner(bridge, fwd, store=cache_store).logits_from(tokens, tokens.shape[1] - 1)
+        return logits[:, -1], store
     # only the last position's logits are needed: skip the unembedding elsewhere
     extra = {"logits_to_keep": 1} if position == -1 else {}
-    logits = bridge.run_with_hooks(tokens, fwd_hooks=[(n, make(n)) for n in names], **extra)
+    logits = bridge.run_with_hooks(tokens, fwd_hooks=fwd, **extra)
     return (logits if position is None else logits[:, position]), store
 
 
@@ -270,6 +293,7 @@ def last_position_caches(
     cf_tokens: Int[Tensor, "batch seq"],
     position: int = -1,
     structure: BlockStructure | None = None,
+    share_prefix: bool = True,
 ) -> LastPositionCache:
     """The two forward passes of the method: reference and counterfactual activations at ``position``.
 
@@ -279,6 +303,8 @@ def last_position_caches(
         cf_tokens: counterfactual prompts, token-aligned with ``tokens``.
         position: the patched position.
         structure: the model's block structure (looked up when not given).
+        share_prefix: run the prefix that all reference and counterfactual prompts share once
+            (exact; ``False`` runs the two plain forwards, for checking).
 
     Returns:
         A :class:`LastPositionCache`.
@@ -291,7 +317,9 @@ def last_position_caches(
         pre = attn_pre_norm_name(structure, layer)
         if pre is not None:
             names.append(pre)
-    logits, ref = capture(model.bridge, tokens, names, position)
+    # reference and counterfactual prompts differ only in the query: one clean prefix cache serves both
+    caches: dict[tuple[int, ...], Any] | None = {} if share_prefix and position == -1 else None
+    logits, ref = capture(model.bridge, tokens, names, position, caches)
     cf_names = [n for layer in range(n_layers) for n in (hooks.z(layer), hooks.mlp_out(layer))]
-    _, cf = capture(model.bridge, cf_tokens, cf_names, position)
+    _, cf = capture(model.bridge, cf_tokens, cf_names, position, caches)
     return LastPositionCache(logits=logits, ref=ref, cf=cf, structure=structure)

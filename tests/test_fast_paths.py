@@ -1,0 +1,150 @@
+"""Every fast path equals the plain computation (issue #9): logits and hooked activations within 1e-5.
+
+The fast paths run the shared few-shot prefix once (``mathcircuits.models.prefix``)
+and compute vocabulary logits only where they are read. Each test runs the
+plain forward on the same inputs and compares, on tiny Llama (GQA) and GPT-2;
+one slow test repeats the check on the embedded model.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from mathcircuits.ablation import head_means
+from mathcircuits.ablation.knockout import ablated_model
+from mathcircuits.analysis import attention_by_role
+from mathcircuits.analysis.attention import role_masks, role_shares
+from mathcircuits.data import GenerationConfig, generate_pairs, score_pairs
+from mathcircuits.data.batching import iter_batches
+from mathcircuits.models import hooks
+from mathcircuits.models.prefix import PrefixRunner, shared_prefix_len
+from mathcircuits.patching import last_position_caches
+
+TOL = 1e-5
+MODELS = ["tiny_llama", "tiny_gpt2"]
+
+
+def _pairs(model, template_sets, n=4):
+    config = GenerationConfig(operations=("add",), template_ids=("add_eq_1", "add_st_1"), n_per_template=n)
+    return generate_pairs(model.tokenizer, template_sets, config)
+
+
+def _batch(ds, column="tokens"):
+    """The largest batch of one template and one length (rows that share their prefix)."""
+    cols = {"tokens": ds[column], "template_id": ds["template_id"]}
+    batches = list(iter_batches(cols, 64, "cpu", group_by="template_id"))
+    return max((b["tokens"] for _, b in batches), key=lambda t: t.shape[0])
+
+
+def test_shared_prefix_len():
+    t = torch.tensor([[1, 2, 3, 4, 5], [1, 2, 3, 9, 5], [1, 2, 3, 4, 7]])
+    assert shared_prefix_len(t) == 3
+    assert shared_prefix_len(t, limit=2) == 2
+    same = torch.tensor([[1, 2, 3], [1, 2, 3]])
+    assert shared_prefix_len(same) == 2  # the suffix keeps at least one position
+
+
+@pytest.mark.parametrize("model_name", MODELS)
+def test_prefix_logits_equal_plain(request, template_sets, model_name):
+    model = request.getfixturevalue(model_name)
+    toks = _batch(_pairs(model, template_sets))
+    assert toks.shape[0] > 1 and shared_prefix_len(toks) >= 4  # the fast path is really taken
+    plain = model.bridge(toks)
+    for start in (toks.shape[1] - 1, toks.shape[1] - 3):
+        fast = PrefixRunner(model.bridge).logits_from(toks, start)
+        assert fast.shape == plain[:, start:].shape
+        assert (fast - plain[:, start:]).abs().max() <= TOL
+
+
+@pytest.mark.parametrize("model_name", MODELS)
+@pytest.mark.parametrize("scope", ["all", "last"])
+def test_ablated_forward_equals_plain(request, template_sets, model_name, scope):
+    model = request.getfixturevalue(model_name)
+    ds = _pairs(model, template_sets)
+    means = head_means(model, ds)
+    heads = [(0, 1), (1, 0), (1, 3)]
+    runner = ablated_model(model, heads, means, scope)
+    toks = _batch(ds)
+    plain = runner(toks)  # the plain forward with the same hooks on every position
+    fast = runner.logits_from(toks, toks.shape[1] - 2)
+    assert (fast - plain[:, -2:]).abs().max() <= TOL
+    assert (plain - model.bridge(toks)).abs().max() > 1e-4  # the ablation changed something
+
+
+@pytest.mark.parametrize("model_name", MODELS)
+def test_head_means_equal_plain(request, template_sets, model_name):
+    model = request.getfixturevalue(model_name)
+    ds = _pairs(model, template_sets)
+    spec = model.spec
+    total = torch.zeros(spec.n_layers, spec.n_heads, spec.d_head, dtype=torch.float64)
+    count = 0
+    for seq in ds["cf_tokens"]:  # one plain forward per prompt
+        _, cache = model.bridge.run_with_cache(torch.tensor([seq]), names_filter=lambda n: n.endswith("hook_z"))
+        for layer in range(spec.n_layers):
+            total[layer] += cache[hooks.z(layer)][0].double().sum(0)
+        count += len(seq)
+    assert (head_means(model, ds).means - (total / count).float()).abs().max() <= TOL
+
+
+@pytest.mark.parametrize("model_name", MODELS)
+def test_score_pairs_equal_plain(request, template_sets, model_name):
+    model = request.getfixturevalue(model_name)
+    ds = _pairs(model, template_sets, n=6)
+    fast = score_pairs(model, ds)  # a HookedModel has logits_from: the prefix-cached path
+    plain = score_pairs(lambda t: model.bridge(t), ds)
+    assert fast["correct"] == plain["correct"] and fast["first_correct"] == plain["first_correct"]
+    assert max(abs(a - b) for a, b in zip(fast["p_answer"], plain["p_answer"])) <= TOL
+
+
+@pytest.mark.parametrize("model_name", MODELS)
+def test_last_position_caches_equal_plain(request, template_sets, model_name):
+    model = request.getfixturevalue(model_name)
+    ds = _pairs(model, template_sets)
+    toks, cf = _batch(ds), _batch(ds, "cf_tokens")
+    n = min(len(toks), len(cf))
+    toks, cf = toks[:n], cf[:n]
+    fast = last_position_caches(model, toks, cf)
+    plain = last_position_caches(model, toks, cf, share_prefix=False)
+    assert (fast.logits - plain.logits).abs().max() <= TOL
+    for side in ("ref", "cf"):
+        a, b = getattr(fast, side), getattr(plain, side)
+        assert a.keys() == b.keys() and len(a) > 0
+        for name in a:
+            assert (a[name] - b[name]).abs().max() <= TOL, name
+
+
+@pytest.mark.parametrize("model_name", MODELS)
+def test_attention_rows_equal_plain(request, template_sets, model_name):
+    model = request.getfixturevalue(model_name)
+    ds = _pairs(model, template_sets)
+    heads = [(0, 0), (1, 2), (1, 1)]
+    fast = attention_by_role(model, ds, heads)
+    for i, seq in enumerate(ds["tokens"]):  # one plain forward per prompt: the last query row of each head
+        _, cache = model.bridge.run_with_cache(torch.tensor([seq]), names_filter=lambda n: n.endswith("hook_pattern"))
+        rows = torch.stack([cache[hooks.pattern(layer)][0, head, -1] for layer, head in heads])
+        mask = role_masks(len(seq), ds["prefix_len"][i], ds["pos_a"][i], ds["pos_b"][i], ds["pos_op"][i])
+        assert (fast.shares[i] - role_shares(rows, mask)).abs().max() <= TOL
+
+
+@pytest.mark.slow
+def test_embedded_fast_paths_equal_plain(embedded, template_sets):
+    torch.set_num_threads(1)
+    ds = generate_pairs(
+        embedded.tokenizer,
+        template_sets,
+        GenerationConfig(operations=("add",), template_ids=("add_eq_1",), n_per_template=8),
+    )
+    toks, cf = _batch(ds), _batch(ds, "cf_tokens")
+    n = min(len(toks), len(cf))
+    fast = last_position_caches(embedded, toks[:n], cf[:n])
+    plain = last_position_caches(embedded, toks[:n], cf[:n], share_prefix=False)
+    assert (fast.logits - plain.logits).abs().max() <= TOL
+    for name in fast.ref:
+        assert (fast.ref[name] - plain.ref[name]).abs().max() <= TOL, name
+    for name in fast.cf:
+        assert (fast.cf[name] - plain.cf[name]).abs().max() <= TOL, name
+    scored_fast = score_pairs(embedded, ds)
+    scored_plain = score_pairs(lambda t: embedded.bridge(t), ds)
+    assert scored_fast["correct"] == scored_plain["correct"]
+    assert max(abs(a - b) for a, b in zip(scored_fast["p_answer"], scored_plain["p_answer"])) <= TOL
