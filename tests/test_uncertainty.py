@@ -1,5 +1,6 @@
 """Result intervals: saved and loaded with the result, and covering a known effect at ~their nominal rate."""
 
+import pytest
 import torch
 
 from mathcircuits.models.spec import ModelSpec
@@ -45,3 +46,19 @@ def test_patching_intervals_save_load_and_show_in_dataframe(tmp_path):
     heads = df[df.kind == "head"]
     assert (heads.effect_low <= heads.effect).all() and (heads.effect <= heads.effect_high).all()
     assert df[df.kind == "mlp"].effect_low.isna().all()  # no per-pair MLP effects, so no MLP interval
+
+
+def test_knockout_dataframe_carries_wilson_interval_and_random_spread():
+    from mathcircuits.ablation.knockout import KnockoutResult
+
+    r = KnockoutResult(
+        ks=[0, 1],
+        ranked_accuracy=[0.5, 0.25],
+        random_accuracy=torch.tensor([[0.5, 0.4], [0.5, 0.5]]),
+        baseline_accuracy=0.5,
+        operation="add",
+        n_pairs=8,
+    )
+    df = r.to_dataframe()
+    assert (df.ranked_low < df.ranked_accuracy).all() and (df.ranked_accuracy < df.ranked_high).all()
+    assert df.random_min.tolist() == pytest.approx([0.5, 0.4]) and df.random_max.tolist() == [0.5, 0.5]
