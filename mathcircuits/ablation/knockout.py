@@ -33,6 +33,7 @@ from mathcircuits.data.filter import score_pairs
 from mathcircuits.models import hooks
 from mathcircuits.models.prefix import PrefixRunner
 from mathcircuits.models.spec import ModelSpec, as_spec, check_model
+from mathcircuits.stats import wilson_interval
 
 __all__ = ["HeadMeans", "KnockoutResult", "head_means", "ablated_model", "ablated_accuracy", "knockout_curve"]
 
@@ -228,15 +229,22 @@ class KnockoutResult(SavedResult):
     STAGE = "validate"
 
     def to_dataframe(self):
+        """One row per k: ranked accuracy with its Wilson 95% interval over the ``n_pairs`` pairs
+        (ranked_low, ranked_high), the random orders' mean, std and range (random_min, random_max), and drops."""
         import pandas as pd
 
         rnd = self.random_accuracy
+        wilson = [wilson_interval(round(a * self.n_pairs), self.n_pairs) for a in self.ranked_accuracy]
         return pd.DataFrame(
             {
                 "k": self.ks,
                 "ranked_accuracy": self.ranked_accuracy,
+                "ranked_low": [w.low for w in wilson],
+                "ranked_high": [w.high for w in wilson],
                 "random_mean": rnd.mean(0).tolist(),
                 "random_std": (rnd.std(0) if rnd.shape[0] > 1 else torch.zeros(rnd.shape[1])).tolist(),
+                "random_min": rnd.min(0).values.tolist(),
+                "random_max": rnd.max(0).values.tolist(),
                 "ranked_drop": [a - self.baseline_accuracy for a in self.ranked_accuracy],
                 "random_drop": [float(a) - self.baseline_accuracy for a in rnd.mean(0)],
             }

@@ -1,4 +1,11 @@
-"""The value path patching returns: per-head and per-MLP effects."""
+"""The value path patching returns: per-head and per-MLP effects, each with a bootstrap interval.
+
+The interval of a sender's mean effect is a percentile bootstrap over prompt pairs
+(:func:`mathcircuits.stats.bootstrap_mean`): the pairs are resampled with replacement
+``ci_n_boot`` times (seed ``ci_seed``) and the mean effect recomputed on each resample.
+It is computed when the per-pair effects are kept (the identify stage keeps them) and saved
+with the result; without per-pair effects the bounds are ``None`` (NaN in the DataFrame).
+"""
 
 from __future__ import annotations
 
@@ -12,6 +19,7 @@ from torch import Tensor
 from mathcircuits._io import SavedResult
 from mathcircuits.models.spec import ModelSpec, as_spec, check_model
 from mathcircuits.patching.metrics import METRICS
+from mathcircuits.stats import DEFAULT_CONFIDENCE, DEFAULT_N_BOOT, bootstrap_mean
 
 __all__ = ["METRICS", "PatchingResult"]
 
@@ -28,9 +36,14 @@ class PatchingResult(SavedResult):
     ``per_pair_mlps`` [pair, layer] are kept when asked for. ``model`` is the
     :class:`~mathcircuits.models.ModelSpec` of the patched model (a dict from
     ``ModelSpec.to_dict()`` is accepted and converted).
+
+    ``head_low``/``head_high`` and ``mlp_low``/``mlp_high`` bound each mean effect at
+    ``confidence`` (bootstrap over pairs, ``ci_n_boot`` resamples, seed ``ci_seed``); they are
+    filled from the per-pair effects when not given, and stay ``None`` without them.
     """
 
     STAGE = "identify"
+    VERSION = 3
 
     head_effects: Float[Tensor, "layer head"]
     mlp_effects: Float[Tensor, " layer"]
@@ -45,9 +58,24 @@ class PatchingResult(SavedResult):
     per_pair_mlps: Float[Tensor, "pair layer"] | None = None
     seconds: float = float("nan")
     settings: dict[str, Any] = field(default_factory=dict)
+    head_low: Float[Tensor, "layer head"] | None = None
+    head_high: Float[Tensor, "layer head"] | None = None
+    mlp_low: Float[Tensor, " layer"] | None = None
+    mlp_high: Float[Tensor, " layer"] | None = None
+    confidence: float = DEFAULT_CONFIDENCE
+    ci_n_boot: int = DEFAULT_N_BOOT
+    ci_seed: int = 0
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "model", as_spec(self.model))
+        if self.head_low is None and self.per_pair_heads is not None and self.per_pair_heads.shape[0] > 0:
+            lo, hi = bootstrap_mean(self.per_pair_heads, self.ci_n_boot, self.ci_seed, self.confidence)
+            object.__setattr__(self, "head_low", lo)
+            object.__setattr__(self, "head_high", hi)
+        if self.mlp_low is None and self.per_pair_mlps is not None and self.per_pair_mlps.shape[0] > 0:
+            lo, hi = bootstrap_mean(self.per_pair_mlps, self.ci_n_boot, self.ci_seed, self.confidence)
+            object.__setattr__(self, "mlp_low", lo)
+            object.__setattr__(self, "mlp_high", hi)
         shape = (self.model.n_layers, self.model.n_heads)
         if tuple(self.head_effects.shape) != shape or tuple(self.mlp_effects.shape) != shape[:1]:
             raise ValueError(
@@ -55,6 +83,13 @@ class PatchingResult(SavedResult):
                 f"{tuple(self.mlp_effects.shape)}, but {self.model.describe()} needs {shape} and {shape[:1]}. "
                 "Fix: build the result from path_patch() on that model."
             )
+
+    @classmethod
+    def upgrade(cls, version: int, fields: dict[str, Any]) -> dict[str, Any]:
+        """Versions 1–2 had no intervals: they are recomputed from the per-pair effects when those were kept."""
+        new = {"head_low": None, "head_high": None, "mlp_low": None, "mlp_high": None}
+        new |= {"confidence": DEFAULT_CONFIDENCE, "ci_n_boot": DEFAULT_N_BOOT, "ci_seed": 0}
+        return {**new, **fields}
 
     def check_model(self, model: Any) -> None:
         """Refuse a model other than the one these effects were computed on.
@@ -101,18 +136,41 @@ class PatchingResult(SavedResult):
             raise ValueError(f"the patching result on {self.model.describe()} {problem}. Fix: {fix}.")
 
     def to_dataframe(self):
-        """One row per sender: kind (head|mlp), layer, head (−1 for MLPs), effect, rank (most negative first)."""
+        """One row per sender: kind (head|mlp), layer, head (−1 for MLPs), effect, its interval
+        (effect_low, effect_high; NaN without per-pair effects), rank (most negative first)."""
         import pandas as pd
+
+        nan = float("nan")
+
+        def bound(t: Tensor | None, *idx: int) -> float:
+            return nan if t is None else float(t[idx])
 
         rows = []
         n_layers, n_heads = self.head_effects.shape
         for layer in range(n_layers):
             for head in range(n_heads):
-                effect = float(self.head_effects[layer, head])
-                name = f"L{layer}.H{head}"
-                rows.append({"kind": "head", "layer": layer, "head": head, "component": name, "effect": effect})
-            effect = float(self.mlp_effects[layer])
-            rows.append({"kind": "mlp", "layer": layer, "head": -1, "component": f"MLP{layer}", "effect": effect})
+                rows.append(
+                    {
+                        "kind": "head",
+                        "layer": layer,
+                        "head": head,
+                        "component": f"L{layer}.H{head}",
+                        "effect": float(self.head_effects[layer, head]),
+                        "effect_low": bound(self.head_low, layer, head),
+                        "effect_high": bound(self.head_high, layer, head),
+                    }
+                )
+            rows.append(
+                {
+                    "kind": "mlp",
+                    "layer": layer,
+                    "head": -1,
+                    "component": f"MLP{layer}",
+                    "effect": float(self.mlp_effects[layer]),
+                    "effect_low": bound(self.mlp_low, layer),
+                    "effect_high": bound(self.mlp_high, layer),
+                }
+            )
         df = pd.DataFrame(rows)
         df["rank"] = df.groupby("kind")["effect"].rank(method="first").astype("Int64")
         return df

@@ -1,0 +1,288 @@
+"""Intervals for every number mathcircuits reports: bootstrap over pairs, Wilson, paired bootstrap.
+
+Method. A result averages something over prompt pairs or benchmark items; its uncertainty comes
+from which pairs/items were drawn. Three estimators cover every case:
+
+* **Percentile bootstrap of a mean** (Efron & Tibshirani 1993, ch. 13). Resample the ``n``
+  rows with replacement ``n_boot`` times, take the mean of each resample; the interval is the
+  ``(α/2, 1 − α/2)`` quantiles of those means. Works on a whole tensor at once (e.g. per-pair
+  effects [pair, layer, head] → one interval per head). NaN rows are ignored per cell.
+* **Wilson score interval** for a proportion ``k / n`` (Wilson 1927; Brown, Cai & DasGupta 2001):
+  ``(p̂ + z²/2n ± z·sqrt(p̂(1−p̂)/n + z²/4n²)) / (1 + z²/n)``. Good coverage at small ``n`` and
+  at 0 or 1, where the normal interval collapses.
+* **Paired bootstrap of a difference** (Koehn 2004): two models scored on the *same* items;
+  resample items, recompute ``mean(a) − mean(b)`` on the same resample, so item difficulty
+  cancels. Also gives the share of resamples where the sign flips.
+
+Every function takes an explicit ``seed`` and draws from its own ``torch.Generator``, so an
+interval is reproducible and the seed can be saved beside it. :func:`bootstrap_indices` exposes
+the resamples themselves (e.g. to re-run a selection on each, see
+:func:`mathcircuits.patching.selection.selection_stability`).
+
+Usage::
+
+    from mathcircuits.stats import bootstrap_mean, wilson_interval, paired_bootstrap
+
+    lo, hi = bootstrap_mean(per_pair_heads, n_boot=1000, seed=0)   # [layer, head] each
+    iv = wilson_interval(successes=37, n=50)                        # Interval(0.74, 0.61, 0.84)
+    d = paired_bootstrap(correct_a, correct_b, seed=0)             # Interval of acc_a − acc_b
+
+References: Efron & Tibshirani, *An Introduction to the Bootstrap* (1993); Wilson, JASA 22 (1927);
+Brown, Cai & DasGupta, Statistical Science 16 (2001); Koehn, EMNLP 2004.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from jaxtyping import Float
+from scipy.stats import norm
+from torch import Tensor
+
+__all__ = [
+    "DEFAULT_CONFIDENCE",
+    "DEFAULT_N_BOOT",
+    "Interval",
+    "binomial_band",
+    "bootstrap_indices",
+    "bootstrap_mean",
+    "bootstrap_statistic",
+    "coverage",
+    "paired_bootstrap",
+    "wilson_interval",
+]
+
+DEFAULT_N_BOOT = 1000
+DEFAULT_CONFIDENCE = 0.95
+
+
+@dataclass(frozen=True)
+class Interval:
+    """A point estimate with its interval: ``value`` in [``low``, ``high``] at ``confidence``.
+
+    ``n`` is the number of pairs/items behind it; ``method`` names the estimator
+    (``wilson``, ``bootstrap``, ``paired_bootstrap``); ``seed`` is the bootstrap seed (−1 when
+    none was drawn). NaN bounds mean "no data".
+    """
+
+    value: float
+    low: float
+    high: float
+    n: int
+    confidence: float = DEFAULT_CONFIDENCE
+    method: str = "bootstrap"
+    seed: int = -1
+
+    def contains(self, x: float) -> bool:
+        """Whether ``x`` lies inside [low, high] (False when the interval is NaN)."""
+        return bool(self.low <= x <= self.high)
+
+    def excludes(self, x: float) -> bool:
+        """Whether the interval lies wholly on one side of ``x`` (False when it is NaN)."""
+        return bool(self.high < x or self.low > x)
+
+    @property
+    def half_width(self) -> float:
+        """Half the interval's width."""
+        return (self.high - self.low) / 2
+
+    def format(self, fmt: str = "{:.3f}") -> str:
+        """``"0.740 [0.610, 0.840]"``; ``"n/a"`` when the value is NaN."""
+        if math.isnan(self.value):
+            return "n/a"
+        return f"{fmt.format(self.value)} [{fmt.format(self.low)}, {fmt.format(self.high)}]"
+
+
+def _check(confidence: float, n_boot: int) -> None:
+    if not 0.0 < confidence < 1.0:
+        raise ValueError(f"confidence={confidence} is not in (0, 1). Fix: pass e.g. confidence=0.95.")
+    if n_boot < 1:
+        raise ValueError(f"n_boot={n_boot} must be at least 1. Fix: pass e.g. n_boot=1000.")
+
+
+def _z(confidence: float) -> float:
+    return float(norm.ppf(0.5 + confidence / 2))
+
+
+def wilson_interval(successes: int, n: int, confidence: float = DEFAULT_CONFIDENCE) -> Interval:
+    """Wilson score interval of the proportion ``successes / n``.
+
+    Args:
+        successes: number of correct items (0 ≤ successes ≤ n).
+        n: number of items; 0 gives a NaN interval.
+        confidence: nominal coverage, e.g. 0.95.
+
+    Returns:
+        An :class:`Interval` with ``method="wilson"``.
+    """
+    _check(confidence, 1)
+    successes, n = int(successes), int(n)
+    if n < 0 or not 0 <= successes <= max(n, 0):
+        raise ValueError(
+            f"wilson_interval got successes={successes}, n={n}; need 0 ≤ successes ≤ n. "
+            "Fix: pass the count of correct items and the number of items."
+        )
+    if n == 0:
+        nan = float("nan")
+        return Interval(nan, nan, nan, 0, confidence, "wilson")
+    z = _z(confidence)
+    p = successes / n
+    denom = 1 + z * z / n
+    centre = (p + z * z / (2 * n)) / denom
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
+    return Interval(p, max(0.0, centre - half), min(1.0, centre + half), n, confidence, "wilson")
+
+
+def bootstrap_indices(n: int, n_boot: int = DEFAULT_N_BOOT, seed: int = 0) -> torch.Tensor:
+    """Row indices of ``n_boot`` bootstrap resamples of ``n`` rows, drawn with replacement.
+
+    Args:
+        n: number of rows (pairs, items); must be ≥ 1.
+        n_boot: number of resamples.
+        seed: seed of the generator; the same seed gives the same resamples.
+
+    Returns:
+        A long tensor [n_boot, n].
+    """
+    _check(DEFAULT_CONFIDENCE, n_boot)
+    if n < 1:
+        raise ValueError(f"cannot bootstrap {n} rows. Fix: pass at least one pair/item.")
+    gen = torch.Generator().manual_seed(int(seed))
+    return torch.randint(0, n, (n_boot, n), generator=gen)
+
+
+def _quantiles(stats: Tensor, confidence: float) -> tuple[Tensor, Tensor]:
+    alpha = 1 - confidence
+    q = torch.tensor([alpha / 2, 1 - alpha / 2], dtype=stats.dtype)
+    out = torch.nanquantile(stats, q, dim=0)
+    return out[0], out[1]
+
+
+def bootstrap_mean(
+    values: Float[Tensor, "row ..."] | Sequence[float],
+    n_boot: int = DEFAULT_N_BOOT,
+    seed: int = 0,
+    confidence: float = DEFAULT_CONFIDENCE,
+) -> tuple[Float[Tensor, "..."], Float[Tensor, "..."]]:
+    """Percentile-bootstrap interval of the mean over the first axis, for every cell at once.
+
+    Args:
+        values: per-row values [row, ...] (e.g. per-pair effects [pair, layer, head]); NaN
+            entries are left out of their cell's mean.
+        n_boot: number of resamples.
+        seed: bootstrap seed.
+        confidence: nominal coverage.
+
+    Returns:
+        ``(low, high)``, each shaped like one row. A cell with no finite value is NaN.
+    """
+    _check(confidence, n_boot)
+    x = torch.as_tensor(values, dtype=torch.float64)
+    if x.ndim == 0 or x.shape[0] == 0:
+        raise ValueError(f"bootstrap_mean needs at least one row, got shape {tuple(x.shape)}. Fix: pass [row, ...].")
+    idx = bootstrap_indices(x.shape[0], n_boot, seed)
+    flat = x.reshape(x.shape[0], -1)
+    means = []
+    for chunk in idx.split(max(1, 2_000_000 // max(1, flat.numel())), dim=0):
+        means.append(flat[chunk].nanmean(dim=1))  # [chunk, cells]
+    low, high = _quantiles(torch.cat(means), confidence)
+    shape = x.shape[1:]
+    return low.reshape(shape).float(), high.reshape(shape).float()
+
+
+def bootstrap_statistic(
+    values: Sequence[float] | Tensor,
+    statistic=None,
+    n_boot: int = DEFAULT_N_BOOT,
+    seed: int = 0,
+    confidence: float = DEFAULT_CONFIDENCE,
+) -> Interval:
+    """Percentile-bootstrap interval of a scalar statistic of one sample (default: the mean).
+
+    Args:
+        values: the sample [row] (or [row, ...] when ``statistic`` reduces it to a scalar).
+        statistic: callable from a resampled tensor to a float; default ``mean`` over rows.
+        n_boot: number of resamples.
+        seed: bootstrap seed.
+        confidence: nominal coverage.
+
+    Returns:
+        An :class:`Interval` with the statistic of the full sample as ``value``.
+    """
+    _check(confidence, n_boot)
+    x = torch.as_tensor(values, dtype=torch.float64)
+    if x.ndim == 0 or x.shape[0] == 0:
+        nan = float("nan")
+        return Interval(nan, nan, nan, 0, confidence, "bootstrap", seed)
+    stat = statistic or (lambda t: float(t.mean()))
+    boots = torch.tensor([stat(x[i]) for i in bootstrap_indices(x.shape[0], n_boot, seed)], dtype=torch.float64)
+    low, high = _quantiles(boots, confidence)
+    return Interval(float(stat(x)), float(low), float(high), int(x.shape[0]), confidence, "bootstrap", seed)
+
+
+def paired_bootstrap(
+    a: Sequence[float] | Tensor,
+    b: Sequence[float] | Tensor,
+    n_boot: int = DEFAULT_N_BOOT,
+    seed: int = 0,
+    confidence: float = DEFAULT_CONFIDENCE,
+) -> Interval:
+    """Paired-bootstrap interval of ``mean(a) − mean(b)`` over the same items.
+
+    Args:
+        a: per-item scores of model A (e.g. 0/1 correctness) [item].
+        b: per-item scores of model B on the same items, in the same order [item].
+        n_boot: number of resamples.
+        seed: bootstrap seed.
+        confidence: nominal coverage.
+
+    Returns:
+        An :class:`Interval` of the difference, ``method="paired_bootstrap"``.
+    """
+    ta, tb = torch.as_tensor(a, dtype=torch.float64), torch.as_tensor(b, dtype=torch.float64)
+    if ta.shape != tb.shape or ta.ndim != 1:
+        raise ValueError(
+            f"paired_bootstrap needs two 1-D score vectors over the same items, got shapes "
+            f"{tuple(ta.shape)} and {tuple(tb.shape)}. Fix: score both models on the same items, in the same order."
+        )
+    iv = bootstrap_statistic(ta - tb, None, n_boot, seed, confidence)
+    return Interval(iv.value, iv.low, iv.high, iv.n, confidence, "paired_bootstrap", seed)
+
+
+def coverage(lows: Sequence[float] | Tensor, highs: Sequence[float] | Tensor, truth: float | Tensor) -> float:
+    """Share of intervals [low, high] that contain ``truth`` (per-interval truths allowed).
+
+    Args:
+        lows: lower bounds [sim].
+        highs: upper bounds [sim].
+        truth: the known value, a scalar or [sim].
+
+    Returns:
+        The observed coverage in [0, 1].
+    """
+    lo, hi = torch.as_tensor(lows, dtype=torch.float64), torch.as_tensor(highs, dtype=torch.float64)
+    t = torch.as_tensor(truth, dtype=torch.float64)
+    return float(((lo <= t) & (t <= hi)).double().mean())
+
+
+def binomial_band(nominal: float, n_sims: int, confidence: float = 0.999) -> tuple[float, float]:
+    """The range an observed coverage falls in when the true coverage is ``nominal``.
+
+    Used by coverage tests: over ``n_sims`` independent simulations, the count of covering
+    intervals is Binomial(n_sims, nominal); this returns its central ``confidence`` range as
+    shares (normal approximation), so a test fails by chance with probability ≈ 1 − confidence.
+
+    Args:
+        nominal: the intervals' nominal coverage, e.g. 0.95.
+        n_sims: number of simulations.
+        confidence: how sure the band should be.
+
+    Returns:
+        ``(low, high)`` shares.
+    """
+    z = _z(confidence)
+    half = z * math.sqrt(nominal * (1 - nominal) / n_sims)
+    return max(0.0, nominal - half), min(1.0, nominal + half)

@@ -1,0 +1,78 @@
+"""Intervals cover known truths at about their nominal rate; estimators refuse bad input."""
+
+import pytest
+import torch
+
+from mathcircuits.stats import (
+    binomial_band,
+    bootstrap_indices,
+    bootstrap_mean,
+    bootstrap_statistic,
+    coverage,
+    paired_bootstrap,
+    wilson_interval,
+)
+
+N_SIMS = 300
+
+
+def test_wilson_matches_known_values_and_edges():
+    iv = wilson_interval(37, 50)
+    # Reference values (Wilson 1927 formula, z=1.95996): [0.6039, 0.8411]
+    assert iv.low == pytest.approx(0.6039, abs=1e-3) and iv.high == pytest.approx(0.8411, abs=1e-3)
+    zero = wilson_interval(0, 20)
+    assert zero.low == 0.0 and zero.high > 0.1  # not the degenerate [0, 0] of the normal interval
+    assert wilson_interval(0, 0).format() == "n/a"
+    with pytest.raises(ValueError, match="Fix:"):
+        wilson_interval(5, 3)
+
+
+def test_wilson_coverage_at_nominal_rate():
+    gen = torch.Generator().manual_seed(1)
+    p, n = 0.3, 40
+    ks = torch.binomial(torch.full((N_SIMS,), float(n)), torch.full((N_SIMS,), p), generator=gen)
+    ivs = [wilson_interval(int(k), n) for k in ks]
+    cov = coverage([i.low for i in ivs], [i.high for i in ivs], p)
+    lo, hi = binomial_band(0.95, N_SIMS)
+    assert lo <= cov <= hi, cov
+
+
+def test_bootstrap_mean_coverage_per_cell():
+    # Per-pair "effects" with known means per cell: bootstrap over rows must cover each at ~95%.
+    gen = torch.Generator().manual_seed(2)
+    truth = torch.tensor([[-0.5, 0.0], [0.2, 1.0]])
+    los, his = [], []
+    for s in range(N_SIMS):
+        x = truth + torch.randn(60, 2, 2, generator=gen)
+        lo, hi = bootstrap_mean(x, n_boot=300, seed=s)
+        assert lo.shape == (2, 2)
+        los.append(lo)
+        his.append(hi)
+    lo, hi = torch.stack(los), torch.stack(his)
+    cov = ((lo <= truth) & (truth <= hi)).double().mean().item()
+    band = binomial_band(0.95, N_SIMS * 4)
+    # percentile bootstrap under-covers slightly at n=60; allow 2 points below the band
+    assert band[0] - 0.02 <= cov <= band[1], cov
+
+
+def test_bootstrap_is_seeded_and_ignores_nan_rows():
+    x = torch.randn(30, 3)
+    assert torch.equal(bootstrap_indices(30, 10, seed=5), bootstrap_indices(30, 10, seed=5))
+    assert not torch.equal(bootstrap_indices(30, 10, seed=5), bootstrap_indices(30, 10, seed=6))
+    x[:, 2] = float("nan")
+    lo, hi = bootstrap_mean(x, n_boot=200, seed=0)
+    assert torch.isnan(lo[2]) and torch.isfinite(lo[:2]).all() and (lo[:2] <= hi[:2]).all()
+
+
+def test_paired_bootstrap_cancels_item_difficulty():
+    gen = torch.Generator().manual_seed(3)
+    difficulty = torch.rand(200, generator=gen)
+    a = (difficulty < 0.7).double()  # A solves every item B solves, plus 10% more
+    b = (difficulty < 0.6).double()
+    d = paired_bootstrap(a, b, n_boot=500, seed=0)
+    assert d.value == pytest.approx(float(a.mean() - b.mean()))
+    assert d.excludes(0.0)
+    unpaired = bootstrap_statistic(a, n_boot=500, seed=0)
+    assert d.half_width < unpaired.half_width  # pairing removes item variance
+    with pytest.raises(ValueError, match="same items"):
+        paired_bootstrap(a, b[:-1])
