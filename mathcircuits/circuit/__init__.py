@@ -5,14 +5,16 @@
 """
 
 from mathcircuits.circuit.components import Receiver, Sender, check_positions, upstream_senders
-from mathcircuits.circuit.edges import EdgeBatch, exact_edges, reference_edges
+from mathcircuits.circuit.edges import EdgeBatch, PairCache, exact_edges, pair_cache, reference_edges
 
 __all__ = [
     "EdgeBatch",
+    "PairCache",
     "Receiver",
     "Sender",
     "check_positions",
     "exact_edges",
+    "pair_cache",
     "reference_edges",
     "upstream_senders",
 ]

@@ -65,6 +65,8 @@ class Receiver:
         head: q: the query head; k/v: a query head of the KV group, allowed only with ``by_group=True``.
         group: k/v: the KV group.
         by_group: k/v named by ``head``: the caller knows the key/value is shared by the head's whole group.
+        position: q: the query's position (``None``: the last); MLP: the position its input is patched at
+            (``None``: every position); k/v: keys and values are patched at every position.
     """
 
     kind: Literal["logits", "q", "k", "v", "mlp"]
@@ -72,6 +74,14 @@ class Receiver:
     head: int = -1
     group: int = -1
     by_group: bool = False
+    position: int | None = None
+
+    def positions(self, seq_len: int) -> list[int]:
+        """The positions at which the receiver's input is replaced, for prompts of ``seq_len`` tokens."""
+        if self.kind in ("k", "v") or (self.kind == "mlp" and self.position is None):
+            return list(range(seq_len))
+        where = -1 if self.position is None else self.position
+        return check_positions([where], seq_len, f"receiver {self.name}")
 
     @property
     def index(self) -> int:
@@ -82,10 +92,11 @@ class Receiver:
     def name(self) -> str:
         if self.kind == "logits":
             return "logits"
+        at = "" if self.position is None else f"@{self.position}"
         if self.kind == "mlp":
-            return f"MLP{self.layer}.in"
+            return f"MLP{self.layer}.in{at}"
         if self.kind == "q":
-            return f"L{self.layer}.H{self.head}.q"
+            return f"L{self.layer}.H{self.head}.q{at}"
         return f"L{self.layer}.G{self.group}.{self.kind}"
 
     def hook(self) -> str:
@@ -113,10 +124,10 @@ class Receiver:
                 f"(layers 0..{spec.n_layers - 1}). Fix: name an existing layer."
             )
         if self.kind == "mlp":
-            return Receiver("mlp", self.layer)
+            return Receiver("mlp", self.layer, position=self.position)
         if self.kind == "q":
             spec.check_head(self.layer, self.head)
-            return Receiver("q", self.layer, head=self.head)
+            return Receiver("q", self.layer, head=self.head, position=self.position)
         if self.head >= 0:
             spec.check_head(self.layer, self.head)
             if not self.by_group and spec.group_size > 1:

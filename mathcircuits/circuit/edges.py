@@ -50,7 +50,64 @@ from mathcircuits.models.families import BlockStructure, UnsupportedFamilyError,
 from mathcircuits.patching._common import attn_change, attn_pre_norm_name, capture, mlp_change
 from mathcircuits.patching.metrics import Metric, Readout
 
-__all__ = ["EdgeBatch", "exact_edges", "reference_edges"]
+__all__ = ["EdgeBatch", "PairCache", "exact_edges", "pair_cache", "reference_edges"]
+
+
+@dataclass(frozen=True)
+class PairCache:
+    """One batch of equal-length pairs and its two cached runs (every position), shared by all receivers.
+
+    ``ref`` holds per layer ``hook_z``, ``hook_mlp_out``, ``hook_resid_pre``, the residual the MLP reads,
+    the attention output before a post-attention norm (where the family has one), ``hook_q/k/v`` and the
+    MLP's input; ``cf`` holds ``hook_z`` and ``hook_mlp_out`` of the counterfactual prompts.
+    """
+
+    tokens: Int[Tensor, "batch seq"]
+    cf_tokens: Int[Tensor, "batch seq"]
+    answer: Int[Tensor, " batch"]
+    ref: dict[str, Tensor]
+    cf: dict[str, Tensor]
+    clean: Readout
+    structure: BlockStructure
+
+
+@torch.no_grad()
+def pair_cache(
+    model: Any,
+    tokens: Int[Tensor, "batch seq"],
+    cf_tokens: Int[Tensor, "batch seq"],
+    answer: Int[Tensor, " batch"],
+    need_probs: bool = False,
+) -> PairCache:
+    """The reference and counterfactual runs of one batch, cached at every position.
+
+    Args:
+        model: the hooked model.
+        tokens: reference prompts.
+        cf_tokens: token-aligned counterfactual prompts.
+        answer: the answer's first token per pair.
+        need_probs: also read out the clean answer probability (for ``prob_change``).
+
+    Returns:
+        A :class:`PairCache`.
+    """
+    if tokens.shape != cf_tokens.shape:
+        raise ValueError(
+            f"reference tokens {tuple(tokens.shape)} and counterfactual tokens {tuple(cf_tokens.shape)} differ in "
+            "shape. Fix: pass token-aligned pairs of equal length (mathcircuits.data.generate_pairs)."
+        )
+    structure = block_structure(model)
+    names = []
+    for layer in range(model.spec.n_layers):
+        names += [hooks.z(layer), hooks.mlp_out(layer), hooks.resid_pre(layer), hooks.sub(layer, structure.mlp_reads)]
+        names += [hooks.sub(layer, f"attn.hook_{k}") for k in "qkv"] + [hooks.mlp_in(layer)]
+        pre = attn_pre_norm_name(structure, layer)
+        names += [pre] if pre is not None else []
+    logits, ref = capture(model.bridge, tokens, sorted(set(names)), position=None)
+    cf_names = [n for layer in range(model.spec.n_layers) for n in (hooks.z(layer), hooks.mlp_out(layer))]
+    _, cf = capture(model.bridge, cf_tokens, cf_names, position=None)
+    clean = _readout(logits[:, -1], answer, need_probs)
+    return PairCache(tokens, cf_tokens, answer, ref, cf, clean, structure)
 
 
 @dataclass(frozen=True)
@@ -65,10 +122,6 @@ def _readout(logits: Tensor, answer: Tensor, need_probs: bool) -> Readout:
     logit = logits.gather(-1, answer[:, None])[:, 0]
     prob = torch.softmax(logits.float(), -1).gather(-1, answer[:, None])[:, 0] if need_probs else None
     return Readout(logit, prob)
-
-
-def _recv_positions(receiver: Receiver, seq: int) -> list[int]:
-    return [seq - 1] if receiver.kind == "q" else list(range(seq))
 
 
 def _select(receiver: Receiver, act: Tensor) -> Tensor:
@@ -103,18 +156,10 @@ def _check(model: Any, receiver: Receiver, senders: Sequence[Sender], structure:
 
 
 def _step2(
-    model: Any,
-    tokens: Tensor,
-    answer: Tensor,
-    receiver: Receiver,
-    values: Tensor,
-    start: int,
-    metric: Metric,
-    clean: Readout,
-    chunk: int,
+    model: Any, cache: PairCache, receiver: Receiver, values: Tensor, start: int, metric: Metric, chunk: int
 ) -> Tensor:
     """Effects of the receiver's activation replaced by ``values`` [sender, batch, seq−start, ...] from ``start``."""
-    bridge = model.bridge
+    bridge, tokens, answer, clean = model.bridge, cache.tokens, cache.answer, cache.clean
     n_s, B = values.shape[:2]
     past = None
     if start > 0:
@@ -152,9 +197,7 @@ def _put_all(act: Tensor, rows: Tensor, index: int) -> Tensor:
 @torch.no_grad()
 def reference_edges(
     model: Any,
-    tokens: Int[Tensor, "batch seq"],
-    cf_tokens: Int[Tensor, "batch seq"],
-    answer: Int[Tensor, " batch"],
+    cache: PairCache,
     receiver: Receiver,
     senders: Sequence[Sender],
     positions: Sequence[int],
@@ -164,27 +207,23 @@ def reference_edges(
 
     Args:
         model: the hooked model.
-        tokens: reference prompts; cf_tokens: token-aligned counterfactual prompts.
-        answer: the answer's first token per pair.
+        cache: the batch and its cached runs (:func:`pair_cache`).
         receiver: a q/k/v/mlp :class:`Receiver`.
         senders: heads and MLPs upstream of the receiver.
-        positions: where each sender is patched.
+        positions: where each sender is patched (all of them at once).
         metric: the effect measure at the last position.
 
     Returns:
         :class:`EdgeBatch` of per-pair effects, one column per sender.
     """
-    structure = block_structure(model)
-    receiver = _check(model, receiver, senders, structure)
+    receiver = _check(model, receiver, senders, cache.structure)
     bridge, L = model.bridge, model.spec.n_layers
+    tokens, ref, cf = cache.tokens, cache.ref, cache.cf
     seq = tokens.shape[1]
     pos = check_positions(positions, seq, "sender")
-    rpos = _recv_positions(receiver, seq)
+    rpos = receiver.positions(seq)
     z_names = [hooks.z(layer) for layer in range(L)]
     m_names = [hooks.mlp_out(layer) for layer in range(L)]
-    clean_logits, ref = capture(bridge, tokens, z_names + [receiver.hook()], position=None)
-    _, cf = capture(bridge, cf_tokens, z_names + m_names, position=None)
-    clean = _readout(clean_logits[:, -1], answer, metric.needs_probs)
     out = torch.empty(tokens.shape[0], len(senders))
     for j, s in enumerate(senders):
         record: dict[str, Tensor] = {}
@@ -213,8 +252,8 @@ def reference_edges(
             return _put(receiver, act, value, rpos)
 
         logits = bridge.run_with_hooks(tokens, fwd_hooks=[(receiver.hook(), replace)])[:, -1]
-        out[:, j] = metric(_readout(logits, answer, metric.needs_probs), clean).float().cpu()
-    return EdgeBatch(effects=out, clean_logit=clean.logit)
+        out[:, j] = metric(_readout(logits, cache.answer, metric.needs_probs), cache.clean).float().cpu()
+    return EdgeBatch(effects=out, clean_logit=cache.clean.logit)
 
 
 def _receiver_input(model: Any, structure: BlockStructure, receiver: Receiver, resid: Tensor) -> Tensor:
@@ -229,81 +268,74 @@ def _receiver_input(model: Any, structure: BlockStructure, receiver: Receiver, r
     return proj.reshape(*proj.shape[:-1], -1, d_head) if proj.shape[-1] != d_head else proj
 
 
+def _delta(model: Any, cache: PairCache, s: Sender, P: Tensor, until: int) -> Tensor:
+    """The residual change at positions ``P`` [batch, |P|, d_model] that sender ``s`` causes before layer ``until``.
+
+    With every head frozen, only the MLPs (and norms) between sender and receiver carry it on.
+    """
+    structure, ref, cf = cache.structure, cache.ref, cache.cf
+
+    def at(name: str, store: dict[str, Tensor]) -> Tensor:
+        return store[name][:, P]
+
+    if s.kind == "head":
+        dz = at(hooks.z(s.layer), cf)[:, :, s.head] - at(hooks.z(s.layer), ref)[:, :, s.head]
+        pre_name = attn_pre_norm_name(structure, s.layer)
+        pre = None if pre_name is None else at(pre_name, ref)
+        delta = attn_change(model, structure, s.layer, pre, dz @ model.bridge.W_O[s.layer, s.head])
+        first = s.layer + 1 if structure.parallel else s.layer  # parallel: the head's own MLP does not read it
+    else:
+        delta = at(hooks.mlp_out(s.layer), cf) - at(hooks.mlp_out(s.layer), ref)
+        first = s.layer + 1
+    for m in range(first, until):
+        base = at(hooks.sub(m, structure.mlp_reads), ref)
+        delta = delta + mlp_change(model, structure, m, base, delta, at(hooks.mlp_out(m), ref))
+    return delta
+
+
 @torch.no_grad()
 def exact_edges(
     model: Any,
-    tokens: Int[Tensor, "batch seq"],
-    cf_tokens: Int[Tensor, "batch seq"],
-    answer: Int[Tensor, " batch"],
+    cache: PairCache,
     receiver: Receiver,
     senders: Sequence[Sender],
     positions: Sequence[int],
     metric: Metric,
     chunk_rows: int = 256,
 ) -> EdgeBatch:
-    """The same effects as :func:`reference_edges`, from cached activations and suffix-only forwards.
+    """The same effects as :func:`reference_edges`, from the cached runs and suffix-only forwards.
 
     Args:
-        model, tokens, cf_tokens, answer, receiver, senders, positions, metric: as in :func:`reference_edges`.
+        model, cache, receiver, senders, positions, metric: as in :func:`reference_edges`.
         chunk_rows: sender × pair rows per step-2 forward (bounds memory).
 
     Returns:
         :class:`EdgeBatch` of per-pair effects, one column per sender.
+
+    Raises:
+        UnsupportedFamilyError: the bridge's modules do not rebuild the receiver's input (use the reference).
     """
-    structure = block_structure(model)
+    structure, ref = cache.structure, cache.ref
     receiver = _check(model, receiver, senders, structure)
-    spec = model.spec
-    seq, B = tokens.shape[1], tokens.shape[0]
+    seq, B = cache.tokens.shape[1], cache.tokens.shape[0]
     pos = check_positions(positions, seq, "sender")
-    rpos = _recv_positions(receiver, seq)
-    changed = sorted(set(pos) & set(rpos))
+    changed = sorted(set(pos) & set(receiver.positions(seq)))
     lr = receiver.layer
-    reads = structure.mlp_reads if receiver.kind == "mlp" else "hook_resid_pre"
-    names = [hooks.sub(lr, reads), receiver.hook()]
-    for layer in range(lr + 1):
-        names += [hooks.z(layer), hooks.mlp_out(layer), hooks.sub(layer, structure.mlp_reads)]
-        pre = attn_pre_norm_name(structure, layer)
-        names += [pre] if pre is not None else []
-    clean_logits, ref = capture(model.bridge, tokens, sorted(set(names)), position=None)
-    _, cf = capture(
-        model.bridge, cf_tokens, [n for layer in range(lr + 1) for n in (hooks.z(layer), hooks.mlp_out(layer))], None
-    )
-    clean = _readout(clean_logits[:, -1], answer, metric.needs_probs)
-    own = _receiver_input(model, structure, receiver, ref[hooks.sub(lr, reads)])
+    reads = hooks.sub(lr, structure.mlp_reads if receiver.kind == "mlp" else "hook_resid_pre")
+    own = _receiver_input(model, structure, receiver, ref[reads])
     if (own - ref[receiver.hook()]).abs().max() > 1e-4:
         raise UnsupportedFamilyError(
-            f"on {spec.describe()} the receiver input rebuilt from the bridge's ln1/attn/MLP modules differs from "
-            f"{receiver.hook()}, so the fast method would be wrong. Fix: use method='reference' for this model."
+            f"on {model.spec.describe()} the receiver input rebuilt from the bridge's ln1/attn/MLP modules differs "
+            f"from {receiver.hook()}, so the fast method would be wrong. Fix: use method='reference' for this model."
         )
-    if not changed:  # the receiver never sees the patched positions
-        return EdgeBatch(effects=torch.zeros(B, len(senders)), clean_logit=clean.logit)
-    W_O = model.bridge.W_O
-    P = torch.tensor(pos)
-
-    def at(name: str, store: dict[str, Tensor]) -> Tensor:
-        return store[name][:, P]  # [B, |P|, ...]
-
-    deltas = []
-    for s in senders:
-        if s.kind == "head":
-            dz = at(hooks.z(s.layer), cf)[:, :, s.head] - at(hooks.z(s.layer), ref)[:, :, s.head]
-            pre_name = attn_pre_norm_name(structure, s.layer)
-            pre = None if pre_name is None else at(pre_name, ref)
-            delta = attn_change(model, structure, s.layer, pre, dz @ W_O[s.layer, s.head])
-            first = s.layer if not structure.parallel else s.layer + 1  # first MLP the change passes through
-        else:
-            delta = at(hooks.mlp_out(s.layer), cf) - at(hooks.mlp_out(s.layer), ref)
-            first = s.layer + 1
-        for m in range(first, lr):  # the MLPs between sender and receiver (an MLP receiver is not one of them)
-            base = at(hooks.sub(m, structure.mlp_reads), ref)
-            delta = delta + mlp_change(model, structure, m, base, delta, at(hooks.mlp_out(m), ref))
-        deltas.append(delta)
-    delta = torch.stack(deltas)  # [sender, B, |P|, d_model]
-    new = _receiver_input(model, structure, receiver, at(hooks.sub(lr, reads), ref)[None] + delta)
+    if not changed or not senders:  # the receiver never reads the patched positions: no effect, exactly
+        return EdgeBatch(effects=torch.zeros(B, len(senders)), clean_logit=cache.clean.logit)
+    C = torch.tensor(changed)
+    delta = torch.stack([_delta(model, cache, s, C, lr) for s in senders])  # [sender, B, |C|, d_model]
+    new = _select(receiver, _receiver_input(model, structure, receiver, ref[reads][:, C][None] + delta))
     start = changed[0]
     base = _select(receiver, ref[receiver.hook()])[:, start:]  # [B, S', ...]
     values = base[None].repeat(len(senders), *([1] * base.dim())).clone()
-    keep = [i for i, p in enumerate(pos) if p in changed]
-    values[:, :, [pos[i] - start for i in keep]] = _select(receiver, new)[:, :, keep]
-    effects = _step2(model, tokens, answer, receiver, values, start, metric, clean, chunk_rows)
-    return EdgeBatch(effects=effects.T.contiguous(), clean_logit=clean.logit)
+    values[:, :, [p - start for p in changed]] = new.to(values.dtype)
+    effects = _step2(model, cache, receiver, values, start, metric, chunk_rows)
+    return EdgeBatch(effects=effects.T.contiguous(), clean_logit=cache.clean.logit)
