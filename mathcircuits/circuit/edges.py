@@ -155,6 +155,7 @@ def _check(model: Any, receiver: Receiver, senders: Sequence[Sender], structure:
     return receiver
 
 
+@torch.no_grad()
 def _step2(
     model: Any, cache: PairCache, receiver: Receiver, values: Tensor, start: int, metric: Metric, chunk: int
 ) -> Tensor:
@@ -276,10 +277,11 @@ def _delta(model: Any, cache: PairCache, s: Sender, P: Tensor, until: int) -> Te
     structure, ref, cf = cache.structure, cache.ref, cache.cf
 
     def at(name: str, store: dict[str, Tensor]) -> Tensor:
-        return store[name][:, P]
+        x = store[name][:, P]
+        return x.reshape(-1, *x.shape[2:])  # rows = (pair, position): the MLP chain is position-wise
 
     if s.kind == "head":
-        dz = at(hooks.z(s.layer), cf)[:, :, s.head] - at(hooks.z(s.layer), ref)[:, :, s.head]
+        dz = at(hooks.z(s.layer), cf)[:, s.head] - at(hooks.z(s.layer), ref)[:, s.head]
         pre_name = attn_pre_norm_name(structure, s.layer)
         pre = None if pre_name is None else at(pre_name, ref)
         delta = attn_change(model, structure, s.layer, pre, dz @ model.bridge.W_O[s.layer, s.head])
@@ -290,7 +292,7 @@ def _delta(model: Any, cache: PairCache, s: Sender, P: Tensor, until: int) -> Te
     for m in range(first, until):
         base = at(hooks.sub(m, structure.mlp_reads), ref)
         delta = delta + mlp_change(model, structure, m, base, delta, at(hooks.mlp_out(m), ref))
-    return delta
+    return delta.reshape(-1, len(P), delta.shape[-1])
 
 
 @torch.no_grad()
