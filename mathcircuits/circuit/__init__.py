@@ -10,6 +10,7 @@
 """
 
 from mathcircuits.circuit.components import Receiver, Sender, check_positions, upstream_senders
+from mathcircuits.circuit.config import CircuitConfig
 from mathcircuits.circuit.discover import discover_circuit
 from mathcircuits.circuit.edges import EdgeBatch, PairCache, exact_edges, pair_cache, reference_edges
 from mathcircuits.circuit.faithfulness import answer_logprob, faithfulness
@@ -18,6 +19,7 @@ from mathcircuits.circuit.roles import label_roles
 
 __all__ = [
     "Circuit",
+    "CircuitConfig",
     "Edge",
     "EdgeBatch",
     "Faithfulness",
