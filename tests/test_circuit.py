@@ -228,3 +228,22 @@ def test_fast_equals_reference_on_the_embedded_model(embedded, embedded_add_pair
         fast = exact_edges(embedded, pc, receiver, senders, pos, METRIC)
         ref = reference_edges(embedded, pc, receiver, senders, pos, METRIC)
         assert (fast.effects - ref.effects).abs().max() <= 1e-4
+
+
+def test_circuit_graph_and_report_section(tmp_path):
+    from mathcircuits.viz import build_report
+    from mathcircuits.viz.circuit_graph import circuit_graph
+
+    model, ds, _ = _setup("tiny-llama")
+    circuit = label_roles(model, ds, _circuit("exact"))
+    fig = circuit_graph(circuit)
+    nodes = [t for t in fig.data if t.name in ("head", "mlp", "logits")]
+    assert sum(len(t.x) for t in nodes) == len(circuit.nodes)
+    edge_text = next(t for t in fig.data if t.name == "edges").hovertext
+    assert len(edge_text) == len(circuit.edges)
+    strongest = circuit.strongest_edges(1)[0]
+    assert any(f"{strongest.effect:+.4f}" in t and strongest.sender in t for t in edge_text)
+    widths = [t.line.width for t in fig.data if t.mode == "lines"]
+    assert max(widths) == pytest.approx(10) and min(widths) < max(widths)  # width follows |effect|
+    page = build_report(tmp_path / "r.html", circuit=circuit).read_text()
+    assert 'id="circuit"' in page and strongest.sender in page and '<script src="http' not in page

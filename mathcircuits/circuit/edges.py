@@ -25,6 +25,8 @@ sender. The fast method (:func:`exact_edges`) computes the same numbers with les
   (the bridge's own ``ln1``/``attn.q|k|v``/MLP modules compute this, so any family
   whose hooks agree works; this is checked on every batch against the captured
   activations and refused otherwise);
+* nothing to do for positions before the first token where the two prompts differ: with causal
+  attention both runs are identical there, so such a patch has no effect, exactly;
 * step 2 only from the first changed position: a q receiver changes nothing before the
   last position, a k/v/MLP receiver nothing before ``min(P)``, so the prefix runs once
   with a KV cache and each sender × pair row runs only the suffix, batched.
@@ -321,7 +323,9 @@ def exact_edges(
     receiver = _check(model, receiver, senders, structure)
     seq, B = cache.tokens.shape[1], cache.tokens.shape[0]
     pos = check_positions(positions, seq, "sender")
-    changed = sorted(set(pos) & set(receiver.positions(seq)))
+    differ = (cache.tokens != cache.cf_tokens).any(0).nonzero()
+    first_diff = int(differ[0]) if len(differ) else seq  # before it, both runs are identical (causal attention)
+    changed = sorted(p for p in set(pos) & set(receiver.positions(seq)) if p >= first_diff)
     lr = receiver.layer
     reads = hooks.sub(lr, structure.mlp_reads if receiver.kind == "mlp" else "hook_resid_pre")
     own = _receiver_input(model, structure, receiver, ref[reads])
@@ -330,7 +334,7 @@ def exact_edges(
             f"on {model.spec.describe()} the receiver input rebuilt from the bridge's ln1/attn/MLP modules differs "
             f"from {receiver.hook()}, so the fast method would be wrong. Fix: use method='reference' for this model."
         )
-    if not changed or not senders:  # the receiver never reads the patched positions: no effect, exactly
+    if not changed or not senders:  # nothing the receiver reads differs at the patched positions: no effect, exactly
         return EdgeBatch(effects=torch.zeros(B, len(senders)), clean_logit=cache.clean.logit)
     C = torch.tensor(changed)
     delta = torch.stack([_delta(model, cache, s, C, lr) for s in senders])  # [sender, B, |C|, d_model]
