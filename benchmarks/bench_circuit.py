@@ -57,7 +57,8 @@ def main() -> None:
     pos = pos % tokens.shape[1]
     n, S = len(ds), tokens.shape[1]
     print(f"{model.spec.describe()}: receiver {receiver.name} (shared by heads {receiver.shared_by(model.spec)}), ")
-    print(f"{len(senders)} senders at position {pos} ({args.position}), {n} pairs of {S} tokens")
+    where = args.position if args.receiver != "q" else "last"
+    print(f"{len(senders)} senders at position {pos} ({where}), {n} pairs of {S} tokens")
 
     t0 = time.perf_counter()
     fast = exact_edges(model, cache, receiver, senders, [pos], metric)
