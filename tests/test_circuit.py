@@ -247,3 +247,33 @@ def test_circuit_graph_and_report_section(tmp_path):
     assert max(widths) == pytest.approx(10) and min(widths) < max(widths)  # width follows |effect|
     page = build_report(tmp_path / "r.html", circuit=circuit).read_text()
     assert 'id="circuit"' in page and strongest.sender in page and '<script src="http' not in page
+
+
+def test_circuit_stage_writes_the_circuit_its_faithfulness_and_graph(tmp_path):
+    from mathcircuits.circuit import Faithfulness
+    from mathcircuits.pipeline import RunConfig, run_pipeline
+
+    cfg = RunConfig.from_dict(
+        {
+            "model": {"source": "tiny-llama"},
+            "data": {
+                "operations": ["add"],
+                "template_ids": ["add_eq_1"],
+                "n_per_template": 3,
+                "keep_only_correct": False,
+            },
+            "patching": {"min_pairs": 1, "max_pairs": 3},
+            "selection": {"rule": "topk", "k": 2},
+            "circuit": {"key_heads": 1, "max_pairs": 3, "faithfulness_pairs": 3, "n_random": 2, "n_boot": 50},
+            "finetune": {"enabled": False},
+            "evaluation": {"enabled": False},
+        }
+    )
+    out = tmp_path / "run"
+    summary = run_pipeline(cfg, out, only=["data", "identify", "circuit"], progress=False)["circuit"]
+    circuit = Circuit.load(out / "circuit" / "circuit_add.json")
+    faith = Faithfulness.load(out / "circuit" / "faithfulness_add.json")
+    assert circuit.settings["depth"] == 1 and len(circuit.settings["key_heads"]) == 1
+    assert faith.heads == tuple(circuit.heads) and len(faith.random) == 2
+    assert (out / "circuit" / "graph_add.html").read_text().count("plotly") > 0
+    assert "circuit add:" in str(summary) and f"{faith.faithfulness:.3f}" in str(summary)
