@@ -25,9 +25,14 @@ class CircuitSummary(StageSummary):
     """Per operation: nodes, edges and faithfulness with its interval."""
 
     circuits: dict[str, dict[str, Any]] = field(default_factory=dict)
+    skipped: dict[str, int] = field(default_factory=dict)
 
     def lines(self) -> list[str]:
-        return [
+        skipped = [
+            f"  circuit {op}: skipped, {n} correct pairs of one template (fewer than circuit.max_pairs)"
+            for op, n in self.skipped.items()
+        ]
+        return skipped + [
             f"  circuit {op}: {c['nodes']} nodes, {c['edges']} edges; faithfulness {c['faithfulness']:.3f} "
             f"[{c['low']:.3f}, {c['high']:.3f}], {c['random_below']:.0%} of random circuits below"
             for op, c in self.circuits.items()
@@ -49,11 +54,13 @@ def run(ctx: Context) -> CircuitSummary:
     key.check_model(model.spec)
     correct = ctx.load_dataset(paths.pairs_correct)
     out: dict[str, dict[str, Any]] = {}
+    skipped: dict[str, int] = {}
     for op in sorted(set(correct["operation"])):
         rows = correct.filter(lambda r, op=op: r["operation"] == op)
         template = Counter(rows["template_id"]).most_common(1)[0][0]
         rows = rows.filter(lambda r, t=template: r["template_id"] == t)
         if len(rows) < c.max_pairs:
+            skipped[op] = len(rows)
             continue
         found = discover_circuit(
             model, select_pairs(rows, None, c.max_pairs), list(key.heads[: c.key_heads]), **c.discover_kwargs()
@@ -72,4 +79,4 @@ def run(ctx: Context) -> CircuitSummary:
             "high": faith.high,
             "random_below": faith.random_share_below if faith.random else 0.0,
         }
-    return CircuitSummary(circuits=out)
+    return CircuitSummary(circuits=out, skipped=skipped)
