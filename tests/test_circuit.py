@@ -224,10 +224,11 @@ def test_fast_equals_reference_on_the_embedded_model(embedded, embedded_add_pair
     seq = pc.tokens.shape[1]
     for receiver in (Receiver("q", 14, head=2), Receiver("k", 14, head=2, by_group=True)):
         senders = upstream_senders(embedded.spec, receiver, False)[-12:]
-        pos = [seq - 1] if receiver.kind == "q" else [ds["pos_a"][0][-1]]
+        pos = [seq - 1] if receiver.kind == "q" else [ds["pos_b"][0][-1]]  # A precedes the operator: no effect
         fast = exact_edges(embedded, pc, receiver, senders, pos, METRIC)
         ref = reference_edges(embedded, pc, receiver, senders, pos, METRIC)
         assert (fast.effects - ref.effects).abs().max() <= 1e-4
+        assert ref.effects.abs().max() > 1e-5  # the compared effects are not all zero
 
 
 def test_circuit_graph_and_report_section(tmp_path):
