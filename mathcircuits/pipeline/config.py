@@ -27,6 +27,7 @@ from mathcircuits._io import atomic_path
 from mathcircuits._schema import ConfigError, check_fields, describe, from_dict, setting
 from mathcircuits.ablation.config import ValidationConfig
 from mathcircuits.analysis.config import AnalysisConfig
+from mathcircuits.circuit.config import CircuitConfig
 from mathcircuits.data import GenerationConfig
 from mathcircuits.evaluation.config import EvaluationConfig
 from mathcircuits.finetune import SFTConfig
@@ -133,6 +134,7 @@ class RunConfig:
     selection: SelectionConfig = field(default_factory=SelectionConfig)
     validation: ValidationConfig = field(default_factory=ValidationConfig)
     analysis: AnalysisConfig = field(default_factory=AnalysisConfig)
+    circuit: CircuitConfig = field(default_factory=CircuitConfig)
     finetune: FinetuneSection = field(default_factory=FinetuneSection)
     evaluation: EvaluationConfig = field(default_factory=EvaluationConfig)
 

@@ -7,6 +7,7 @@ Layout (one sub-folder per stage, each finished by a ``.done.json`` marker)::
     identify/  patching_<op>.pt  patching_all.pt  key_components.json  effects_all.csv
     validate/  head_means.pt  knockout_<op>.pt/.csv  transfer.pt/.csv
     analyze/   attention_by_role.pt/.csv  mlp_probes.pt/.csv  head_patterns.pt
+    circuit/   circuit_<op>.json  faithfulness_<op>.json  graph_<op>.html
     finetune/  train_pairs/  heldout_pairs/  <mode>/{checkpoint-N/, final/, sft_result.json, log.jsonl, .settings}
     evaluate/  table.csv  eval_<label>.pt (one per model, only when benchmarks are configured)
     report/    report.html  figures/
@@ -95,6 +96,16 @@ class RunPaths:
     @property
     def patterns(self) -> Path:
         return self.root / "analyze" / "head_patterns.pt"
+
+    # circuit
+    def circuit(self, operation: str) -> Path:
+        return self.root / "circuit" / f"circuit_{operation}.json"
+
+    def circuit_faithfulness(self, operation: str) -> Path:
+        return self.root / "circuit" / f"faithfulness_{operation}.json"
+
+    def circuit_graph(self, operation: str) -> Path:
+        return self.root / "circuit" / f"graph_{operation}.html"
 
     # finetune
     @property

@@ -5,6 +5,7 @@ HTML object; :mod:`mathcircuits.viz.export` writes them to HTML / PNG / SVG / PD
 """
 
 from mathcircuits.viz.attention import attention_role_distributions, attention_role_means
+from mathcircuits.viz.circuit_graph import circuit_graph
 from mathcircuits.viz.circuits import OfflineHTML, attention_heads_view
 from mathcircuits.viz.export import (
     ChromiumMissingError,
@@ -20,6 +21,7 @@ from mathcircuits.viz.probes import probe_case_trajectory, probe_similarity_curv
 from mathcircuits.viz.report import build_report, report_html
 
 __all__ = [
+    "circuit_graph",
     "ChromiumMissingError",
     "OfflineHTML",
     "attention_heads_view",

@@ -105,6 +105,8 @@ def report_html(
     patterns: Any = None,
     extra_figures: Mapping[str, Any] | None = None,
     notes: str | Sequence[str] | None = None,
+    circuit: Any = None,
+    circuit_faithfulness: Any = None,
 ) -> str:
     """The report as one HTML string (see :func:`build_report`)."""
     from plotly.offline import get_plotlyjs
@@ -239,6 +241,10 @@ def report_html(
             fragment, removed = split_bundle(view.fragment)
             page.has_views = page.has_views or removed
             page.add(f"<h3>{_esc(view.title)}</h3>" + f'<div class="cv">{fragment}</div>')
+    if circuit is not None:  # the whole circuit (issue #12); the section lives in viz/circuit_graph.py
+        from mathcircuits.viz.circuit_graph import add_circuit_section
+
+        add_circuit_section(page, circuit, circuit_faithfulness)
     # 8. extras
     if extra_figures:
         page.section("extra", "More figures")
@@ -272,7 +278,8 @@ def build_report(path: str | os.PathLike, **parts: Any) -> Path:
     (PatchingResult, or {label: PatchingResult}), ``patching_overall``,
     ``key_components``, ``knockout`` (one, a list or {label: result}),
     ``attention`` (AttentionByRole), ``probes`` (MLPProbeResult), ``patterns``
-    (HeadPatterns), ``extra_figures`` ({title: plotly figure}), ``notes``.
+    (HeadPatterns), ``extra_figures`` ({title: plotly figure}), ``notes``, ``circuit``
+    (Circuit) and ``circuit_faithfulness`` (Faithfulness).
     """
     text = report_html(**parts)
     with atomic_path(path) as tmp:

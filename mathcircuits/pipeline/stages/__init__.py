@@ -1,6 +1,6 @@
 """The pipeline's stages, one module each, named as the CLI names them, and their one ordered registry.
 
-``STAGES`` (data → identify → validate → analyze → finetune → evaluate → report)
+``STAGES`` (data → identify → validate → analyze → circuit → finetune → evaluate → report)
 is read by the runner (order, fingerprints, upstream checks), by the CLI (its
 sub-commands and their help) and by the docs.
 """
@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from mathcircuits.pipeline.context import Context, StageSummary
-from mathcircuits.pipeline.stages import analyze, data, evaluate, finetune, identify, report, validate
+from mathcircuits.pipeline.stages import analyze, circuit, data, evaluate, finetune, identify, report, validate
 
 __all__ = ["STAGES", "Stage"]
 
@@ -71,6 +71,14 @@ STAGES: dict[str, Stage] = {
             ("analysis",),
             ("identify",),
             "attention of key heads by token role; MLP unembedding probes",
+        ),
+        Stage(
+            "circuit",
+            circuit.run,
+            circuit.CircuitSummary,
+            ("circuit",),
+            ("identify",),
+            "the circuit behind the key heads (sender → q/k/v path patching), its faithfulness and graph",
         ),
         Stage(
             "finetune",

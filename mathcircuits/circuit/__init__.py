@@ -1,0 +1,39 @@
+"""Stage 3b — the whole circuit: sender → receiver path patching, circuit discovery, faithfulness.
+
+* :mod:`.components`: :class:`Sender`, :class:`Receiver` (logits, a head's q/k/v, an MLP's input; GQA groups);
+* :mod:`.edges`: :func:`exact_edges` (cached, suffix-only) and :func:`reference_edges` (two forwards per sender),
+  on a :class:`PairCache` of one batch;
+* :mod:`.discover`: :func:`discover_circuit`, iterated from the key heads into a :class:`Circuit`;
+* :mod:`.faithfulness`: :func:`faithfulness` (with minimality and random circuits of equal size);
+* :mod:`.roles`: :func:`label_roles`, what each node does;
+* :mod:`.config`: :class:`CircuitConfig`, the ``circuit`` section of a run.
+"""
+
+from mathcircuits.circuit.components import Receiver, Sender, check_positions, upstream_senders
+from mathcircuits.circuit.config import CircuitConfig
+from mathcircuits.circuit.discover import discover_circuit
+from mathcircuits.circuit.edges import EdgeBatch, PairCache, exact_edges, pair_cache, reference_edges
+from mathcircuits.circuit.faithfulness import answer_logprob, faithfulness
+from mathcircuits.circuit.result import Circuit, Edge, Faithfulness, Node
+from mathcircuits.circuit.roles import label_roles
+
+__all__ = [
+    "Circuit",
+    "CircuitConfig",
+    "Edge",
+    "EdgeBatch",
+    "Faithfulness",
+    "Node",
+    "PairCache",
+    "Receiver",
+    "Sender",
+    "answer_logprob",
+    "check_positions",
+    "discover_circuit",
+    "exact_edges",
+    "faithfulness",
+    "label_roles",
+    "pair_cache",
+    "reference_edges",
+    "upstream_senders",
+]

@@ -1,0 +1,189 @@
+"""Senders and receivers of sender → receiver path patching, and the checks that make them meaningful.
+
+A **sender** is an attention head or an MLP whose output is patched (replaced by its
+counterfactual value) at chosen token positions. A **receiver** is what the patch is
+measured through: the logits, the query, key or value input of one attention head, or
+an MLP's input (Wang et al. 2023; Zhang et al. 2024, App. B).
+
+Grouped-query attention: keys and values are computed once per *KV group* and shared by
+``n_heads / n_kv_heads`` query heads, so a key or value receiver is a group, not a head.
+Naming it by a query head is refused unless ``by_group=True`` says that the whole group
+is meant (``Receiver("k", 3, head=1, by_group=True)`` on a model with groups of 2 is
+``Receiver("k", 3, group=0)``, shared by heads 0 and 1). Receivers are immutable values; :meth:`Receiver.check` returns
+the resolved receiver (query head → KV group) and says which query heads share it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from mathcircuits.models import hooks
+
+__all__ = ["Receiver", "Sender", "check_positions", "upstream_senders"]
+
+RECEIVER_KINDS = ("logits", "q", "k", "v", "mlp")
+
+
+@dataclass(frozen=True, order=True)
+class Sender:
+    """An attention head ``(layer, head)`` or an MLP (``head == -1``).
+
+    Args:
+        kind: ``"head"`` or ``"mlp"``.
+        layer: its layer.
+        head: the query head (``-1`` for an MLP).
+    """
+
+    kind: Literal["head", "mlp"]
+    layer: int
+    head: int = -1
+
+    @property
+    def name(self) -> str:
+        return f"L{self.layer}.H{self.head}" if self.kind == "head" else f"MLP{self.layer}"
+
+    def check(self, spec: Any) -> None:
+        """Refuse a layer or head index outside the model."""
+        if self.kind == "head":
+            spec.check_head(self.layer, self.head)
+        elif not 0 <= self.layer < spec.n_layers:
+            raise ValueError(
+                f"sender {self.name}: layer {self.layer} is outside {spec.describe()} "
+                f"(layers 0..{spec.n_layers - 1}). Fix: name an existing MLP."
+            )
+
+
+@dataclass(frozen=True)
+class Receiver:
+    """Where a sender's patch is received: the logits, a head's q/k/v input, or an MLP's input.
+
+    Args:
+        kind: ``"logits"``, ``"q"``, ``"k"``, ``"v"`` or ``"mlp"``.
+        layer: the receiving layer (``-1`` for the logits).
+        head: q: the query head; k/v: a query head of the KV group, allowed only with ``by_group=True``.
+        group: k/v: the KV group.
+        by_group: k/v named by ``head``: the caller knows the key/value is shared by the head's whole group.
+        position: q: the query's position (``None``: the last); MLP: the position its input is patched at
+            (``None``: every position); k/v: keys and values are patched at every position.
+    """
+
+    kind: Literal["logits", "q", "k", "v", "mlp"]
+    layer: int = -1
+    head: int = -1
+    group: int = -1
+    by_group: bool = False
+    position: int | None = None
+
+    def positions(self, seq_len: int) -> list[int]:
+        """The positions at which the receiver's input is replaced, for prompts of ``seq_len`` tokens."""
+        if self.kind in ("k", "v") or (self.kind == "mlp" and self.position is None):
+            return list(range(seq_len))
+        where = -1 if self.position is None else self.position
+        return check_positions([where], seq_len, f"receiver {self.name}")
+
+    @property
+    def index(self) -> int:
+        """The query head (q) or the KV group (k, v) of a resolved receiver."""
+        return self.head if self.kind == "q" else self.group
+
+    @property
+    def name(self) -> str:
+        if self.kind == "logits":
+            return "logits"
+        at = "" if self.position is None else f"@{self.position}"
+        if self.kind == "mlp":
+            return f"MLP{self.layer}.in{at}"
+        if self.kind == "q":
+            return f"L{self.layer}.H{self.head}.q{at}"
+        return f"L{self.layer}.G{self.group}.{self.kind}"
+
+    def hook(self) -> str:
+        """The bridge hook whose value is the receiver's input (``hook_q/k/v``: a linear map of it)."""
+        if self.kind == "mlp":
+            return hooks.mlp_in(self.layer)
+        return hooks.sub(self.layer, f"attn.hook_{self.kind}")
+
+    def check(self, spec: Any) -> Receiver:
+        """The resolved receiver (k/v named by a query head → its KV group), or a clear error.
+
+        Args:
+            spec: the model's :class:`~mathcircuits.models.ModelSpec`.
+
+        Returns:
+            A receiver with ``head`` set for q and ``group`` set for k/v.
+        """
+        if self.kind not in RECEIVER_KINDS:
+            raise ValueError(f"receiver kind {self.kind!r} is unknown. Fix: use one of {list(RECEIVER_KINDS)}.")
+        if self.kind == "logits":
+            return self
+        if not 0 <= self.layer < spec.n_layers:
+            raise ValueError(
+                f"receiver {self.kind} at layer {self.layer} is outside {spec.describe()} "
+                f"(layers 0..{spec.n_layers - 1}). Fix: name an existing layer."
+            )
+        if self.kind == "mlp":
+            return Receiver("mlp", self.layer, position=self.position)
+        if self.kind == "q":
+            spec.check_head(self.layer, self.head)
+            return Receiver("q", self.layer, head=self.head, position=self.position)
+        if self.head >= 0:
+            spec.check_head(self.layer, self.head)
+            if not self.by_group and spec.group_size > 1:
+                raise ValueError(
+                    f"receiver {self.kind} of layer {self.layer} named by query head {self.head}: on {spec.describe()} "
+                    f"keys and values belong to KV groups of {spec.group_size} query heads, so patching head "
+                    f"{self.head}'s {self.kind} changes every head of group {self.head // spec.group_size}. "
+                    f"Fix: Receiver({self.kind!r}, {self.layer}, group={self.head // spec.group_size}), or "
+                    f"Receiver({self.kind!r}, {self.layer}, head={self.head}, by_group=True) to say so."
+                )
+            return Receiver(self.kind, self.layer, group=self.head // spec.group_size)
+        if not 0 <= self.group < spec.n_kv_heads:
+            raise ValueError(
+                f"receiver {self.kind} of layer {self.layer}: KV group {self.group} is outside {spec.describe()} "
+                f"(groups 0..{spec.n_kv_heads - 1}). Fix: name an existing group (or a query head with by_group=True)."
+            )
+        return Receiver(self.kind, self.layer, group=self.group)
+
+    def shared_by(self, spec: Any) -> list[int]:
+        """The query heads that read this receiver (one for q; the whole KV group for k/v; none otherwise)."""
+        if self.kind == "q":
+            return [self.index]
+        if self.kind in ("k", "v"):
+            g = spec.group_size
+            return list(range(self.index * g, (self.index + 1) * g))
+        return []
+
+    def is_downstream_of(self, sender: Sender, parallel: bool) -> bool:
+        """Whether ``sender``'s output can reach this receiver (it lies in an earlier layer, or before in the block)."""
+        if self.kind == "logits":
+            return True
+        if self.kind == "mlp" and sender.kind == "head" and not parallel:
+            return sender.layer <= self.layer  # sequential blocks: the MLP reads its own layer's attention
+        return sender.layer < self.layer
+
+
+def upstream_senders(
+    spec: Any, receiver: Receiver, parallel: bool, kinds: Sequence[str] = ("head", "mlp")
+) -> list[Sender]:
+    """Every head and/or MLP whose output can reach ``receiver``, in layer order."""
+    out = []
+    for layer in range(spec.n_layers):
+        if "head" in kinds:
+            out += [Sender("head", layer, h) for h in range(spec.n_heads)]
+        if "mlp" in kinds:
+            out.append(Sender("mlp", layer))
+    return [s for s in out if receiver.is_downstream_of(s, parallel)]
+
+
+def check_positions(positions: Sequence[int], seq_len: int, what: str) -> list[int]:
+    """Sorted, non-negative positions of a prompt of ``seq_len`` tokens (negative ones count from the end)."""
+    out = sorted({p + seq_len if p < 0 else p for p in positions})
+    bad = [p for p in positions if not -seq_len <= p < seq_len]
+    if bad or not out:
+        raise ValueError(
+            f"{what} positions {list(positions)} are out of range for prompts of {seq_len} tokens. "
+            f"Fix: use positions in 0..{seq_len - 1} (or -{seq_len}..-1), at least one."
+        )
+    return out

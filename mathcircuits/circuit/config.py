@@ -1,0 +1,47 @@
+"""Settings of circuit discovery and faithfulness, as a typed, self-checking config.
+
+Its fields are :func:`~mathcircuits.circuit.discover_circuit`'s and
+:func:`~mathcircuits.circuit.faithfulness`'s own, so a run passes them unchanged
+(:meth:`CircuitConfig.discover_kwargs`, :meth:`CircuitConfig.faithfulness_kwargs`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from mathcircuits._schema import check_fields, setting
+
+__all__ = ["CircuitConfig"]
+
+
+@dataclass(frozen=True)
+class CircuitConfig:
+    """How to find the circuit behind the key heads and how to score it."""
+
+    key_heads: int = setting(3, "start from this many strongest key heads", ge=1)
+    depth: int = setting(1, "rounds of 'which senders feed these nodes'", ge=0)
+    threshold: float = setting(0.01, "smallest |mean effect| of an edge (metric units)", ge=0)
+    top_k: int = setting(4, "at most this many edges per receiver", ge=1)
+    senders: tuple[Literal["head", "mlp"], ...] = setting(("head", "mlp"), "which components send")
+    receivers: tuple[Literal["q", "k", "v", "mlp"], ...] = setting(("q", "k", "v", "mlp"), "which inputs receive")
+    positions: Literal["roles", "suffix"] = setting("roles", "roles: A, B, op, last; suffix: every query token")
+    method: Literal["exact", "reference"] = setting("exact", "exact: cached and suffix-only; reference: 2 forwards")
+    metric: Literal["relative_logit", "logit_diff", "prob_change"] = setting("relative_logit", "edge effect measure")
+    max_pairs: int = setting(8, "correct pairs the edges are measured on", ge=2)
+    faithfulness_pairs: int = setting(24, "correct pairs faithfulness is scored on", ge=2)
+    n_random: int = setting(20, "random circuits of equal size", ge=0)
+    n_boot: int = setting(1000, "bootstrap resamples over pairs", ge=10)
+    batch_size: int = setting(8, "pairs per batch", ge=1)
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+
+    def discover_kwargs(self) -> dict[str, Any]:
+        """The keyword arguments of :func:`~mathcircuits.circuit.discover_circuit`."""
+        names = ("depth", "threshold", "top_k", "senders", "receivers", "positions", "method", "metric")
+        return {k: getattr(self, k) for k in names} | {"n_boot": self.n_boot, "batch_size": self.batch_size}
+
+    def faithfulness_kwargs(self) -> dict[str, Any]:
+        """The keyword arguments of :func:`~mathcircuits.circuit.faithfulness`."""
+        return {"n_random": self.n_random, "n_boot": self.n_boot, "batch_size": self.batch_size}

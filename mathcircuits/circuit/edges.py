@@ -1,0 +1,347 @@
+"""Exact sender → receiver path patching: the fast method and the plain reference.
+
+Method (Wang et al. 2023 §3; Goldowsky-Dill et al. 2023; Zhang et al. 2024, App. B, Alg. 1),
+for a sender ``s`` patched at positions ``P`` and a receiver ``r``:
+
+1. run the reference prompt with every attention head frozen at its reference ``hook_z``,
+   except ``s``, whose output at ``P`` is its counterfactual value; MLPs and norms recompute.
+   Record the receiver's input ``r̃`` (``hook_q``/``hook_k``/``hook_v`` of the head or KV
+   group, linear in the input; ``mlp.hook_in`` for an MLP);
+2. run the reference prompt with only the receiver's input replaced by ``r̃`` (q: at the
+   last position, the query that is read; k, v, MLP: every position); everything else
+   recomputes; the effect is ``metric(answer readout, clean readout)`` at the last position.
+
+The reference (:func:`reference_edges`) does exactly that: two full hooked forwards per
+sender. The fast method (:func:`exact_edges`) computes the same numbers with less work:
+
+* step 1 without forwards: with heads frozen, the change stays at the positions ``P``
+  and passes only through position-wise MLPs and norms, so, with ``δ`` the residual
+  change at ``P`` (as in :mod:`mathcircuits.patching.exact`)::
+
+      δ ← P1(a_l + (z'−z) W_O) − P1(a_l)   (head sender)    δ ← mlp' − mlp   (MLP sender)
+      δ ← δ + P2(MLP_m(N2(r_m + δ))) − mlp_m                (each MLP between sender and receiver)
+      r̃  = W_{q|k|v}(LN1(resid_pre + δ))  or  N2(resid_mid + δ)   at P
+
+  (the bridge's own ``ln1``/``attn.q|k|v``/MLP modules compute this, so any family
+  whose hooks agree works; this is checked on every batch against the captured
+  activations and refused otherwise);
+* nothing to do for positions before the first token where the two prompts differ: with causal
+  attention both runs are identical there, so such a patch has no effect, exactly;
+* step 2 only from the first changed position: a q receiver changes nothing before the
+  last position, a k/v/MLP receiver nothing before ``min(P)``, so the prefix runs once
+  with a KV cache and each sender × pair row runs only the suffix, batched.
+
+The unavoidable cost is step 2: for every sender, one forward over the changed suffix
+(one token for q receivers). ``benchmarks/bench_circuit.py`` prints both methods' times.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from jaxtyping import Float, Int
+from torch import Tensor
+
+from mathcircuits.circuit.components import Receiver, Sender, check_positions
+from mathcircuits.models import hooks
+from mathcircuits.models.families import BlockStructure, UnsupportedFamilyError, block_structure
+from mathcircuits.patching._common import attn_change, attn_pre_norm_name, capture, mlp_change
+from mathcircuits.patching.metrics import Metric, Readout
+
+__all__ = ["EdgeBatch", "PairCache", "exact_edges", "pair_cache", "reference_edges"]
+
+
+@dataclass(frozen=True)
+class PairCache:
+    """One batch of equal-length pairs and its two cached runs (every position), shared by all receivers.
+
+    ``ref`` holds per layer ``hook_z``, ``hook_mlp_out``, ``hook_resid_pre``, the residual the MLP reads,
+    the attention output before a post-attention norm (where the family has one), ``hook_q/k/v`` and the
+    MLP's input; ``cf`` holds ``hook_z`` and ``hook_mlp_out`` of the counterfactual prompts.
+    """
+
+    tokens: Int[Tensor, "batch seq"]
+    cf_tokens: Int[Tensor, "batch seq"]
+    answer: Int[Tensor, " batch"]
+    ref: dict[str, Tensor]
+    cf: dict[str, Tensor]
+    clean: Readout
+    structure: BlockStructure
+
+
+@torch.no_grad()
+def pair_cache(
+    model: Any,
+    tokens: Int[Tensor, "batch seq"],
+    cf_tokens: Int[Tensor, "batch seq"],
+    answer: Int[Tensor, " batch"],
+    need_probs: bool = False,
+) -> PairCache:
+    """The reference and counterfactual runs of one batch, cached at every position.
+
+    Args:
+        model: the hooked model.
+        tokens: reference prompts.
+        cf_tokens: token-aligned counterfactual prompts.
+        answer: the answer's first token per pair.
+        need_probs: also read out the clean answer probability (for ``prob_change``).
+
+    Returns:
+        A :class:`PairCache`.
+    """
+    if tokens.shape != cf_tokens.shape:
+        raise ValueError(
+            f"reference tokens {tuple(tokens.shape)} and counterfactual tokens {tuple(cf_tokens.shape)} differ in "
+            "shape. Fix: pass token-aligned pairs of equal length (mathcircuits.data.generate_pairs)."
+        )
+    structure = block_structure(model)
+    names = []
+    for layer in range(model.spec.n_layers):
+        names += [hooks.z(layer), hooks.mlp_out(layer), hooks.resid_pre(layer), hooks.sub(layer, structure.mlp_reads)]
+        names += [hooks.sub(layer, f"attn.hook_{k}") for k in "qkv"] + [hooks.mlp_in(layer)]
+        pre = attn_pre_norm_name(structure, layer)
+        names += [pre] if pre is not None else []
+    logits, ref = capture(model.bridge, tokens, sorted(set(names)), position=None)
+    cf_names = [n for layer in range(model.spec.n_layers) for n in (hooks.z(layer), hooks.mlp_out(layer))]
+    _, cf = capture(model.bridge, cf_tokens, cf_names, position=None)
+    clean = _readout(logits[:, -1], answer, need_probs)
+    return PairCache(tokens, cf_tokens, answer, ref, cf, clean, structure)
+
+
+@dataclass(frozen=True)
+class EdgeBatch:
+    """Per-pair effects of each sender on one receiver, for one batch of equal-length pairs."""
+
+    effects: Float[Tensor, "batch sender"]
+    clean_logit: Float[Tensor, " batch"]
+
+
+def _readout(logits: Tensor, answer: Tensor, need_probs: bool) -> Readout:
+    logit = logits.gather(-1, answer[:, None])[:, 0]
+    prob = torch.softmax(logits.float(), -1).gather(-1, answer[:, None])[:, 0] if need_probs else None
+    return Readout(logit, prob)
+
+
+def _select(receiver: Receiver, act: Tensor) -> Tensor:
+    """The receiver's slice of its hook's activation ``[..., pos, (head|group), d]``."""
+    return act if receiver.kind == "mlp" else act[..., receiver.index, :]
+
+
+def _put(receiver: Receiver, act: Tensor, value: Tensor, pos: Sequence[int]) -> Tensor:
+    act = act.clone()
+    if receiver.kind == "mlp":
+        act[:, pos] = value.to(act.dtype)
+    else:
+        act[:, pos, receiver.index] = value.to(act.dtype)
+    return act
+
+
+def _check(model: Any, receiver: Receiver, senders: Sequence[Sender], structure: BlockStructure) -> Receiver:
+    receiver = receiver.check(model.spec)
+    if receiver.kind == "logits":
+        raise ValueError(
+            "the receiver is the logits, which mathcircuits.patching.path_patch already scans at the cost floor. "
+            "Fix: use path_patch(model, dataset) for sender → logits, or a q/k/v/mlp receiver here."
+        )
+    for s in senders:
+        s.check(model.spec)
+        if not receiver.is_downstream_of(s, structure.parallel):
+            raise ValueError(
+                f"sender {s.name} lies at or after receiver {receiver.name}, so its output cannot reach it. "
+                "Fix: use senders in earlier layers (upstream_senders(spec, receiver, parallel) lists them)."
+            )
+    return receiver
+
+
+@torch.no_grad()
+def _step2(
+    model: Any, cache: PairCache, receiver: Receiver, values: Tensor, start: int, metric: Metric, chunk: int
+) -> Tensor:
+    """Effects of the receiver's activation replaced by ``values`` [sender, batch, seq−start, ...] from ``start``."""
+    bridge, tokens, answer, clean = model.bridge, cache.tokens, cache.answer, cache.clean
+    n_s, B = values.shape[:2]
+    past = None
+    if start > 0:
+        _, past = bridge(tokens[:, :start], return_type="logits_and_cache")
+    suffix = tokens[:, start:]
+    out = torch.empty(n_s, B)
+    per = max(1, chunk // B)  # senders per forward
+    for lo in range(0, n_s, per):
+        vals = values[lo : lo + per]  # [s, B, S', ...]
+        n = vals.shape[0]
+        rows = vals.transpose(0, 1).reshape(B * n, *vals.shape[2:])  # pair-major, as the cache repeats
+
+        def hook(act: Tensor, hook: Any, rows: Tensor = rows) -> Tensor:
+            return rows.to(act.dtype) if receiver.kind == "mlp" else _put_all(act, rows, receiver.index)
+
+        kv = None
+        if past is not None:
+            kv = copy.deepcopy(past)
+            kv.batch_repeat_interleave(n)
+        logits = bridge.run_with_hooks(
+            suffix.repeat_interleave(n, 0), fwd_hooks=[(receiver.hook(), hook)], past_key_values=kv
+        )[:, -1]
+        patched = _readout(logits, answer.repeat_interleave(n), metric.needs_probs)
+        eff = metric(patched, clean.take(torch.arange(B).repeat_interleave(n)))
+        out[lo : lo + n] = eff.float().cpu().reshape(B, n).T
+    return out
+
+
+def _put_all(act: Tensor, rows: Tensor, index: int) -> Tensor:
+    act = act.clone()
+    act[:, :, index] = rows.to(act.dtype)
+    return act
+
+
+@torch.no_grad()
+def reference_edges(
+    model: Any,
+    cache: PairCache,
+    receiver: Receiver,
+    senders: Sequence[Sender],
+    positions: Sequence[int],
+    metric: Metric,
+) -> EdgeBatch:
+    """Sender → receiver effects by the definition: two full hooked forwards per sender.
+
+    Args:
+        model: the hooked model.
+        cache: the batch and its cached runs (:func:`pair_cache`).
+        receiver: a q/k/v/mlp :class:`Receiver`.
+        senders: heads and MLPs upstream of the receiver.
+        positions: where each sender is patched (all of them at once).
+        metric: the effect measure at the last position.
+
+    Returns:
+        :class:`EdgeBatch` of per-pair effects, one column per sender.
+    """
+    receiver = _check(model, receiver, senders, cache.structure)
+    bridge, L = model.bridge, model.spec.n_layers
+    tokens, ref, cf = cache.tokens, cache.ref, cache.cf
+    seq = tokens.shape[1]
+    pos = check_positions(positions, seq, "sender")
+    rpos = receiver.positions(seq)
+    z_names = [hooks.z(layer) for layer in range(L)]
+    m_names = [hooks.mlp_out(layer) for layer in range(L)]
+    out = torch.empty(tokens.shape[0], len(senders))
+    for j, s in enumerate(senders):
+        record: dict[str, Tensor] = {}
+
+        def freeze(act: Tensor, hook: Any, layer: int = 0, s: Sender = s) -> Tensor:
+            new = ref[z_names[layer]].clone()
+            if s.kind == "head" and s.layer == layer:
+                new[:, pos, s.head] = cf[z_names[layer]][:, pos, s.head]
+            return new
+
+        def patch_mlp(act: Tensor, hook: Any, s: Sender = s) -> Tensor:
+            new = act.clone()
+            new[:, pos] = cf[m_names[s.layer]][:, pos]
+            return new
+
+        def keep(act: Tensor, hook: Any, record: dict[str, Tensor] = record) -> None:
+            record["r"] = act.detach().clone()
+
+        fwd = [(z_names[layer], lambda a, hook, layer=layer: freeze(a, hook, layer)) for layer in range(L)]
+        if s.kind == "mlp":
+            fwd.append((m_names[s.layer], patch_mlp))
+        bridge.run_with_hooks(tokens, fwd_hooks=fwd + [(receiver.hook(), keep)])
+        value = _select(receiver, record["r"])[:, rpos]
+
+        def replace(act: Tensor, hook: Any, value: Tensor = value) -> Tensor:
+            return _put(receiver, act, value, rpos)
+
+        logits = bridge.run_with_hooks(tokens, fwd_hooks=[(receiver.hook(), replace)])[:, -1]
+        out[:, j] = metric(_readout(logits, cache.answer, metric.needs_probs), cache.clean).float().cpu()
+    return EdgeBatch(effects=out, clean_logit=cache.clean.logit)
+
+
+def _receiver_input(model: Any, structure: BlockStructure, receiver: Receiver, resid: Tensor) -> Tensor:
+    """The receiver's hook value from the residual it reads (``resid_pre`` for q/k/v, the MLP's input residual)."""
+    block = model.bridge.blocks[receiver.layer]
+    if receiver.kind == "mlp":
+        return getattr(block, structure.mlp_in_norm)(resid) if structure.mlp_in_norm else resid
+    ln1 = getattr(block, "ln1", None)
+    x = ln1(resid) if ln1 is not None else resid
+    proj = getattr(block.attn, receiver.kind)(x)
+    d_head = model.spec.d_head
+    return proj.reshape(*proj.shape[:-1], -1, d_head) if proj.shape[-1] != d_head else proj
+
+
+def _delta(model: Any, cache: PairCache, s: Sender, P: Tensor, until: int) -> Tensor:
+    """The residual change at positions ``P`` [batch, |P|, d_model] that sender ``s`` causes before layer ``until``.
+
+    With every head frozen, only the MLPs (and norms) between sender and receiver carry it on.
+    """
+    structure, ref, cf = cache.structure, cache.ref, cache.cf
+
+    def at(name: str, store: dict[str, Tensor]) -> Tensor:
+        x = store[name][:, P]
+        return x.reshape(-1, *x.shape[2:])  # rows = (pair, position): the MLP chain is position-wise
+
+    if s.kind == "head":
+        dz = at(hooks.z(s.layer), cf)[:, s.head] - at(hooks.z(s.layer), ref)[:, s.head]
+        pre_name = attn_pre_norm_name(structure, s.layer)
+        pre = None if pre_name is None else at(pre_name, ref)
+        delta = attn_change(model, structure, s.layer, pre, dz @ model.bridge.W_O[s.layer, s.head])
+        first = s.layer + 1 if structure.parallel else s.layer  # parallel: the head's own MLP does not read it
+    else:
+        delta = at(hooks.mlp_out(s.layer), cf) - at(hooks.mlp_out(s.layer), ref)
+        first = s.layer + 1
+    for m in range(first, until):
+        base = at(hooks.sub(m, structure.mlp_reads), ref)
+        delta = delta + mlp_change(model, structure, m, base, delta, at(hooks.mlp_out(m), ref))
+    return delta.reshape(-1, len(P), delta.shape[-1])
+
+
+@torch.no_grad()
+def exact_edges(
+    model: Any,
+    cache: PairCache,
+    receiver: Receiver,
+    senders: Sequence[Sender],
+    positions: Sequence[int],
+    metric: Metric,
+    chunk_rows: int = 256,
+) -> EdgeBatch:
+    """The same effects as :func:`reference_edges`, from the cached runs and suffix-only forwards.
+
+    Args:
+        model, cache, receiver, senders, positions, metric: as in :func:`reference_edges`.
+        chunk_rows: sender × pair rows per step-2 forward (bounds memory).
+
+    Returns:
+        :class:`EdgeBatch` of per-pair effects, one column per sender.
+
+    Raises:
+        UnsupportedFamilyError: the bridge's modules do not rebuild the receiver's input (use the reference).
+    """
+    structure, ref = cache.structure, cache.ref
+    receiver = _check(model, receiver, senders, structure)
+    seq, B = cache.tokens.shape[1], cache.tokens.shape[0]
+    pos = check_positions(positions, seq, "sender")
+    differ = (cache.tokens != cache.cf_tokens).any(0).nonzero()
+    first_diff = int(differ[0]) if len(differ) else seq  # before it, both runs are identical (causal attention)
+    changed = sorted(p for p in set(pos) & set(receiver.positions(seq)) if p >= first_diff)
+    lr = receiver.layer
+    reads = hooks.sub(lr, structure.mlp_reads if receiver.kind == "mlp" else "hook_resid_pre")
+    own = _receiver_input(model, structure, receiver, ref[reads])
+    if (own - ref[receiver.hook()]).abs().max() > 1e-4:
+        raise UnsupportedFamilyError(
+            f"on {model.spec.describe()} the receiver input rebuilt from the bridge's ln1/attn/MLP modules differs "
+            f"from {receiver.hook()}, so the fast method would be wrong. Fix: use method='reference' for this model."
+        )
+    if not changed or not senders:  # nothing the receiver reads differs at the patched positions: no effect, exactly
+        return EdgeBatch(effects=torch.zeros(B, len(senders)), clean_logit=cache.clean.logit)
+    C = torch.tensor(changed)
+    delta = torch.stack([_delta(model, cache, s, C, lr) for s in senders])  # [sender, B, |C|, d_model]
+    new = _select(receiver, _receiver_input(model, structure, receiver, ref[reads][:, C][None] + delta))
+    start = changed[0]
+    base = _select(receiver, ref[receiver.hook()])[:, start:]  # [B, S', ...]
+    values = base[None].repeat(len(senders), *([1] * base.dim())).clone()
+    values[:, :, [p - start for p in changed]] = new.to(values.dtype)
+    effects = _step2(model, cache, receiver, values, start, metric, chunk_rows)
+    return EdgeBatch(effects=effects.T.contiguous(), clean_logit=cache.clean.logit)

@@ -1,0 +1,185 @@
+"""The values circuit discovery returns: a :class:`Circuit` of nodes and edges, and its :class:`Faithfulness`.
+
+A node is a component (head ``L14.H2`` or ``MLP3``) at a token position, named by the
+position's role in the prompt (``A``, ``B``, ``op``, ``last``) or by its offset from the
+end (``-3``); ``logits`` is the sink. An edge is a sender → receiver path-patching effect
+(mean over pairs, with a percentile bootstrap interval over pairs); ``via`` says which
+input of the receiver it enters (``q``, ``k``, ``v``, ``mlp``, or ``logits``). A key or value
+edge on a GQA model enters a KV group: ``shared_by`` lists the query heads reading it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from mathcircuits._io import SavedResult
+from mathcircuits.models.spec import ModelSpec, as_spec, check_model
+
+__all__ = ["Circuit", "Edge", "Faithfulness", "Node"]
+
+
+@dataclass(frozen=True)
+class Node:
+    """A component at a position.
+
+    Args:
+        kind: ``"head"``, ``"mlp"`` or ``"logits"``.
+        layer: its layer (``-1`` for the logits).
+        head: the query head (``-1`` otherwise).
+        position: the position's role (``A``, ``B``, ``op``, ``last``) or offset from the end (``"-3"``).
+        depth: 0 for the key components (senders to the logits), 1 for their senders, ...
+        role: a short reading of what it does (e.g. ``operand mover``), from its attention and edges.
+    """
+
+    kind: str
+    layer: int
+    head: int
+    position: str
+    depth: int = 0
+    role: str = ""
+
+    @property
+    def component(self) -> str:
+        if self.kind == "logits":
+            return "logits"
+        return f"L{self.layer}.H{self.head}" if self.kind == "head" else f"MLP{self.layer}"
+
+    @property
+    def name(self) -> str:
+        return "logits" if self.kind == "logits" else f"{self.component}@{self.position}"
+
+
+@dataclass(frozen=True)
+class Edge:
+    """A sender → receiver effect, averaged over pairs, with its bootstrap interval.
+
+    Args:
+        sender: the sending node's name; receiver: the receiving node's name.
+        via: which input of the receiver (``q``, ``k``, ``v``, ``mlp`` or ``logits``).
+        effect: mean effect over pairs under the circuit's metric; low, high: its interval.
+        shared_by: for k/v: the query heads of the KV group the edge enters.
+    """
+
+    sender: str
+    receiver: str
+    via: str
+    effect: float
+    low: float
+    high: float
+    shared_by: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class Circuit(SavedResult):
+    """Nodes and edges found by iterating sender → receiver path patching from the key components.
+
+    ``settings`` records how it was found (depth, threshold, top_k, positions, method, batch size,
+    bootstrap), ``data`` the pairs (operations, templates, pair ids), ``model`` the model's spec.
+    """
+
+    VERSION = 1
+    STAGE = "circuit"
+
+    model: ModelSpec | dict[str, Any]
+    nodes: tuple[Node, ...]
+    edges: tuple[Edge, ...]
+    metric: str
+    method: str
+    n_pairs: int
+    confidence: float = 0.95
+    data: dict[str, Any] = field(default_factory=dict)
+    settings: dict[str, Any] = field(default_factory=dict)
+    seconds: float = float("nan")
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "model", as_spec(self.model))
+        names = {n.name for n in self.nodes}
+        dangling = [e for e in self.edges if e.sender not in names or e.receiver not in names]
+        if dangling:
+            e = dangling[0]
+            raise ValueError(
+                f"edge {e.sender} → {e.receiver} names a node the circuit does not have. "
+                "Fix: build circuits with discover_circuit(), or list both nodes."
+            )
+
+    def check_model(self, model: Any) -> None:
+        """Refuse a model other than the one the circuit was found on."""
+        check_model(self.model, model, "this circuit", "discover the circuit on this model")
+
+    @property
+    def heads(self) -> list[tuple[int, int]]:
+        """The circuit's attention heads (any position), sorted."""
+        return sorted({(n.layer, n.head) for n in self.nodes if n.kind == "head"})
+
+    def node(self, name: str) -> Node:
+        """The node of a name; a clear error for an unknown one."""
+        for n in self.nodes:
+            if n.name == name:
+                return n
+        raise KeyError(f"the circuit has no node {name!r}. Fix: use one of {[n.name for n in self.nodes]}.")
+
+    def strongest_edges(self, k: int = 10) -> list[Edge]:
+        """The k edges with the largest absolute effect."""
+        return sorted(self.edges, key=lambda e: -abs(e.effect))[:k]
+
+    def to_dataframe(self):
+        """One row per edge: sender, receiver, via, effect, low, high, shared_by, sender and receiver roles."""
+        import pandas as pd
+
+        roles = {n.name: n.role for n in self.nodes}
+        rows = [
+            {
+                "sender": e.sender,
+                "receiver": e.receiver,
+                "via": e.via,
+                "effect": e.effect,
+                "low": e.low,
+                "high": e.high,
+                "shared_by": list(e.shared_by),
+                "sender_role": roles.get(e.sender, ""),
+                "receiver_role": roles.get(e.receiver, ""),
+            }
+            for e in self.edges
+        ]
+        cols = ["sender", "receiver", "via", "effect", "low", "high", "shared_by", "sender_role", "receiver_role"]
+        return pd.DataFrame(rows, columns=cols)
+
+
+@dataclass(frozen=True)
+class Faithfulness(SavedResult):
+    """How much of the task the circuit's heads carry, with every other head mean-ablated (Wang et al. 2023).
+
+    ``F(x)`` is the mean log-probability of the answer's first token. Faithfulness is
+    ``(F(circuit) − F(none)) / (F(full) − F(none))`` (1: the circuit alone does what the model
+    does; 0: no better than ablating every head), with a bootstrap interval over pairs.
+    ``minimality[node]`` is the faithfulness lost when that head is also ablated;
+    ``random`` are the faithfulness values of random head sets of the circuit's size.
+    """
+
+    VERSION = 1
+    STAGE = "circuit"
+
+    model: ModelSpec | dict[str, Any]
+    heads: tuple[tuple[int, int], ...]
+    faithfulness: float
+    low: float
+    high: float
+    f_full: float
+    f_circuit: float
+    f_none: float
+    minimality: dict[str, float] = field(default_factory=dict)
+    random: tuple[float, ...] = ()
+    n_pairs: int = 0
+    confidence: float = 0.95
+    settings: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "model", as_spec(self.model))
+
+    @property
+    def random_share_below(self) -> float:
+        """Share of random circuits of equal size whose faithfulness is below the circuit's."""
+        if not self.random:
+            return float("nan")
+        return sum(r < self.faithfulness for r in self.random) / len(self.random)

@@ -1,0 +1,147 @@
+"""The circuit as an interactive, offline graph, and its report section.
+
+Components are laid out by token position (x: the prompt's roles ``A``, ``op``, ``B``,
+``last``, or offsets from the end) and by layer (y; the logits on top). Heads sharing a
+layer and position sit side by side. Each edge is a line from sender to receiver whose
+width is ``|effect|`` and whose colour is its sign (red: the patch lowers the answer's
+metric, blue: raises it), dashed for key/value edges (they enter a KV group); hovering a
+node shows its role and depth, hovering an edge's midpoint shows the effect and its
+interval. ``fig.write_html(path)`` gives a standalone page;
+:func:`mathcircuits.viz.export.save_figure` a static PNG/SVG/PDF.
+
+Usage::
+
+    fig = circuit_graph(circuit, faith)
+    save_figure(fig, "circuit", formats=("html", "png"))
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import plotly.graph_objects as go
+
+__all__ = ["add_circuit_section", "circuit_graph"]
+
+_ORDER = {"A": 0, "op": 1, "B": 2, "last": 3}
+
+
+def _columns(circuit: Any) -> list[str]:
+    labels = {n.position for n in circuit.nodes if n.kind != "logits"}
+    return sorted(labels, key=lambda p: (_ORDER.get(p, 10), int(p) if p.lstrip("-").isdigit() else 0))
+
+
+def circuit_graph(circuit: Any, faith: Any = None, width: int = 900, height: int = 650) -> go.Figure:
+    """The circuit's nodes and edges as a Plotly figure.
+
+    Args:
+        circuit: a :class:`~mathcircuits.circuit.Circuit`.
+        faith: its :class:`~mathcircuits.circuit.Faithfulness` (shown in the title), or ``None``.
+        width, height: the figure's size in pixels.
+
+    Returns:
+        A ``go.Figure`` (``.write_html`` works offline).
+    """
+    cols = _columns(circuit)
+    L = circuit.model.n_layers
+    slots: dict[tuple[int, str], list[str]] = {}
+    for n in circuit.nodes:
+        if n.kind != "logits":
+            slots.setdefault((n.layer, n.position), []).append(n.name)
+    xy: dict[str, tuple[float, float]] = {"logits": ((len(cols) - 1) / 2, L + 0.5)}
+    for (layer, pos), names in slots.items():
+        for i, name in enumerate(sorted(names)):
+            offset = (i - (len(names) - 1) / 2) * 0.12
+            xy[name] = (cols.index(pos) + offset, layer + (0.3 if name.startswith("MLP") else 0))
+    top = max((abs(e.effect) for e in circuit.edges), default=1.0) or 1.0
+    fig = go.Figure()
+    mid_x, mid_y, mid_text = [], [], []
+    for e in circuit.edges:
+        (x0, y0), (x1, y1) = xy[e.sender], xy[e.receiver]
+        dash = "dash" if e.via in ("k", "v") else "solid"
+        colour = "rgba(200,40,40,0.7)" if e.effect < 0 else "rgba(40,80,200,0.7)"
+        fig.add_trace(
+            go.Scatter(
+                x=[x0, x1],
+                y=[y0, y1],
+                mode="lines",
+                line={"width": 1 + 9 * abs(e.effect) / top, "color": colour, "dash": dash},
+                hoverinfo="skip",
+                showlegend=False,
+            )
+        )
+        mid_x.append((x0 + x1) / 2)
+        mid_y.append((y0 + y1) / 2)
+        shared = f"<br>KV group shared by heads {list(e.shared_by)}" if e.shared_by else ""
+        mid_text.append(
+            f"{e.sender} → {e.receiver} ({e.via})<br>effect {e.effect:+.4f} "
+            f"[{e.low:+.4f}, {e.high:+.4f}] ({circuit.confidence:.0%}){shared}"
+        )
+    fig.add_trace(
+        go.Scatter(
+            x=mid_x, y=mid_y, mode="markers", marker={"size": 6, "color": "rgba(0,0,0,0.25)"},
+            hovertext=mid_text, hoverinfo="text", name="edges",
+        )
+    )  # fmt: skip
+    for kind, symbol, colour in (
+        ("head", "circle", "#2a9d8f"),
+        ("mlp", "square", "#e9c46a"),
+        ("logits", "star", "#000"),
+    ):
+        nodes = [n for n in circuit.nodes if n.kind == kind]
+        fig.add_trace(
+            go.Scatter(
+                x=[xy[n.name][0] for n in nodes],
+                y=[xy[n.name][1] for n in nodes],
+                mode="markers+text",
+                text=[n.component for n in nodes],
+                textposition="top center",
+                marker={"size": 16 if kind != "logits" else 22, "symbol": symbol, "color": colour},
+                hovertext=[f"{n.name}<br>role: {n.role or '?'}<br>depth {n.depth}" for n in nodes],
+                hoverinfo="text",
+                name=kind,
+            )
+        )
+    title = f"Circuit of {circuit.model.name}: {len(circuit.nodes) - 1} nodes, {len(circuit.edges)} edges"
+    if faith is not None:
+        title += f" · faithfulness {faith.faithfulness:.2f} [{faith.low:.2f}, {faith.high:.2f}]"
+    fig.update_layout(
+        title=title,
+        width=width,
+        height=height,
+        template="plotly_white",
+        xaxis={"tickvals": list(range(len(cols))), "ticktext": cols, "title": "token position"},
+        yaxis={"title": "layer", "range": [-0.5, L + 1]},
+        hovermode="closest",
+    )
+    return fig
+
+
+def add_circuit_section(page: Any, circuit: Any, faith: Any = None) -> None:
+    """Add the circuit section (graph, faithfulness, strongest edges) to a report page.
+
+    Args:
+        page: the report's page builder (``section``, ``add``, ``note``, ``figure``).
+        circuit: a :class:`~mathcircuits.circuit.Circuit`.
+        faith: its :class:`~mathcircuits.circuit.Faithfulness`, or ``None``.
+    """
+    import html
+
+    page.section("circuit", "Circuit")
+    page.note(
+        f"Sender → receiver path patching from the key heads ({circuit.method}, metric {circuit.metric}, "
+        f"{circuit.n_pairs} pairs, settings {circuit.settings}); intervals are {circuit.confidence:.0%} bootstrap "
+        "intervals over pairs. Dashed edges enter a key/value (a KV group under GQA)."
+    )
+    page.figure(circuit_graph(circuit, faith))
+    if faith is not None:
+        below = faith.random_share_below
+        page.note(
+            f"Faithfulness (every other head mean-ablated): {faith.faithfulness:.3f} "
+            f"[{faith.low:.3f}, {faith.high:.3f}]; random circuits of {len(faith.heads)} heads: "
+            f"{len(faith.random)} draws, {below:.0%} of them below the circuit."
+        )
+    df = circuit.to_dataframe().sort_values("effect", key=abs, ascending=False).head(20)
+    page.add(df.to_html(index=False, classes="tbl", float_format=lambda x: f"{x:+.4f}", escape=True))
+    roles = "".join(f"<li>{html.escape(n.name)}: {html.escape(n.role)}</li>" for n in circuit.nodes if n.role)
+    page.add(f"<details><summary>Node roles</summary><ul>{roles}</ul></details>")

@@ -1,0 +1,280 @@
+"""Sender → receiver path patching, circuit discovery and faithfulness.
+
+The fast method must equal the definition (two full hooked forwards per sender) on a GQA
+Llama and on GPT-2, for every receiver kind; GQA key/value receivers are KV groups; bad
+receivers and positions fail with errors that say the fix; circuits round-trip as JSON.
+"""
+
+from functools import cache
+
+import pytest
+import torch
+
+from mathcircuits.ablation import head_means
+from mathcircuits.circuit import (
+    Circuit,
+    Receiver,
+    Sender,
+    discover_circuit,
+    exact_edges,
+    faithfulness,
+    label_roles,
+    pair_cache,
+    reference_edges,
+    upstream_senders,
+)
+from mathcircuits.circuit._bootstrap import bootstrap_mean
+from mathcircuits.circuit.result import Edge, Node
+from mathcircuits.data import GenerationConfig, generate_pairs, load_templates
+from mathcircuits.models import hooks, load_model
+from mathcircuits.models.families import block_structure
+from mathcircuits.patching import get_metric
+
+METRIC = get_metric("relative_logit")
+
+
+@cache
+def _setup(name):
+    model = load_model(name)
+    cfg = GenerationConfig(operations=("add",), template_ids=("add_eq_1",), n_per_template=4)
+    ds = generate_pairs(model.tokenizer, load_templates(), cfg)
+    t = torch.tensor(ds["tokens"])
+    pc = pair_cache(model, t, torch.tensor(ds["cf_tokens"]), torch.tensor(ds["answer_token"]))
+    return model, ds, pc
+
+
+def _receivers(model):
+    L = model.spec.n_layers
+    return [
+        Receiver("q", L - 1, head=1),
+        Receiver("q", 1, head=2, position=-3),
+        Receiver("k", L - 1, group=0),
+        Receiver("v", 1, head=1, by_group=True),
+        Receiver("mlp", L - 1),
+        Receiver("mlp", 0, position=-2),
+    ]
+
+
+@pytest.mark.parametrize("name", ["tiny-llama", "tiny-gpt2"])
+def test_fast_equals_reference_for_every_receiver_kind(name):
+    model, ds, pc = _setup(name)
+    seq = pc.tokens.shape[1]
+    parallel = block_structure(model).parallel
+    suffix = list(range(ds["prefix_len"][0], seq))
+    biggest = 0.0
+    for receiver in _receivers(model):
+        senders = upstream_senders(model.spec, receiver, parallel)
+        for positions in (suffix, [seq - 3]):
+            fast = exact_edges(model, pc, receiver, senders, positions, METRIC)
+            ref = reference_edges(model, pc, receiver, senders, positions, METRIC)
+            assert fast.effects.shape == (len(ds), len(senders))
+            assert (fast.effects - ref.effects).abs().max() <= 1e-4, (receiver, positions)
+            biggest = max(biggest, float(ref.effects.abs().max()))
+    assert biggest > 1e-2  # the effects compared are not all zero
+
+
+def test_frozen_heads_confine_a_query_receiver_to_its_own_position():
+    """A q receiver at the last position sees no sender patched elsewhere (by the definition, not only the shortcut)."""
+    model, ds, pc = _setup("tiny-llama")
+    receiver = Receiver("q", 2, head=0)
+    senders = upstream_senders(model.spec, receiver, False)
+    seq = pc.tokens.shape[1]
+    ref = reference_edges(model, pc, receiver, senders, [seq - 2], METRIC)
+    assert ref.effects.abs().max() < 1e-6
+    assert reference_edges(model, pc, receiver, senders, [seq - 1], METRIC).effects.abs().max() > 1e-3
+
+
+def test_a_key_receiver_is_a_kv_group_shared_by_its_query_heads():
+    model, _, pc = _setup("tiny-llama")
+    spec = model.spec
+    assert spec.group_size == 2
+    with pytest.raises(ValueError, match=r"KV groups of 2 query heads.*Fix: Receiver\('k', 2, group=1\)"):
+        Receiver("k", 2, head=3).check(spec)
+    r = Receiver("k", 2, head=3, by_group=True).check(spec)
+    assert (r.group, r.shared_by(spec), r.name) == (1, [2, 3], "L2.G1.k")
+    # the claim is true of the model: changing group 1's keys changes exactly heads 2 and 3's outputs
+    store = {}
+
+    def bump(act, hook):
+        act = act.clone()
+        act[:, :, 1] += 1.0
+        return act
+
+    def keep(act, hook):
+        store["z"] = act.clone()
+
+    with torch.no_grad():
+        _, base = model.bridge.run_with_cache(pc.tokens, names_filter=hooks.z(2))
+        model.bridge.run_with_hooks(pc.tokens, fwd_hooks=[(r.hook(), bump), (hooks.z(2), keep)])
+    changed = (store["z"] - base[hooks.z(2)]).abs().amax(dim=(0, 1, 3)) > 1e-6
+    assert changed.tolist() == [False, False, True, True]
+
+
+def test_gpt2_keys_are_per_head():
+    model, _, _ = _setup("tiny-gpt2")
+    r = Receiver("k", 1, head=3).check(model.spec)  # no GQA: a head is its own group, no error
+    assert r.group == 3 and r.shared_by(model.spec) == [3]
+
+
+def test_bad_receivers_senders_and_positions_are_refused():
+    model, _, pc = _setup("tiny-llama")
+    with pytest.raises(ValueError, match=r"sender L2\.H0 lies at or after receiver L1\.H0\.q.*Fix"):
+        exact_edges(model, pc, Receiver("q", 1, head=0), [Sender("head", 2, 0)], [-1], METRIC)
+    with pytest.raises(ValueError, match=r"sender L1\.H0 lies at or after receiver L1\.G0\.v"):
+        reference_edges(model, pc, Receiver("v", 1, group=0), [Sender("head", 1, 0)], [-1], METRIC)
+    seq = pc.tokens.shape[1]
+    with pytest.raises(ValueError, match=rf"sender positions \[{seq}\] are out of range.*Fix"):
+        exact_edges(model, pc, Receiver("q", 2, head=0), [Sender("head", 0, 0)], [seq], METRIC)
+    with pytest.raises(ValueError, match=r"receiver L2\.H0\.q@99.*out of range"):
+        exact_edges(model, pc, Receiver("q", 2, head=0, position=99), [Sender("head", 0, 0)], [-1], METRIC)
+    with pytest.raises(ValueError, match=r"KV group 5 is outside"):
+        Receiver("v", 1, group=5).check(model.spec)
+    with pytest.raises(ValueError, match="receiver is the logits.*path_patch"):
+        exact_edges(model, pc, Receiver("logits"), [Sender("head", 0, 0)], [-1], METRIC)
+    # an MLP receiver reads its own layer's attention in sequential blocks: that head is upstream
+    assert Receiver("mlp", 1).is_downstream_of(Sender("head", 1, 0), parallel=False)
+    assert not Receiver("mlp", 1).is_downstream_of(Sender("head", 1, 0), parallel=True)
+
+
+@cache
+def _circuit(method):
+    model, ds, _ = _setup("tiny-llama")
+    return discover_circuit(model, ds, [(2, 1), (2, 3)], depth=2, threshold=0.01, top_k=3, method=method, n_boot=200)
+
+
+def test_discovery_is_the_same_by_both_methods_and_has_intervals():
+    fast, ref = _circuit("exact"), _circuit("reference")
+    assert [e.sender + e.receiver + e.via for e in fast.edges] == [e.sender + e.receiver + e.via for e in ref.edges]
+    assert max(abs(a.effect - b.effect) for a, b in zip(fast.edges, ref.edges)) <= 1e-4
+    assert len(fast.edges) > 2 and any(n.depth == 2 for n in fast.nodes)
+    for e in fast.edges:
+        assert e.low <= e.effect <= e.high
+        assert e.shared_by == ((0, 1) if e.receiver.startswith("L2.H1") else (2, 3)) or e.via not in ("k", "v")
+    assert all(abs(e.effect) >= 0.01 for e in fast.edges if e.receiver != "logits")
+
+
+def test_circuit_round_trips_as_json_and_turns_into_a_dataframe(tmp_path):
+    model, ds, _ = _setup("tiny-llama")
+    circuit = label_roles(model, ds, _circuit("exact"))
+    assert all(n.role for n in circuit.nodes)
+    path = circuit.save(tmp_path / "circuit.json")
+    assert path.read_text().lstrip().startswith("{")
+    back = Circuit.load(path)
+    assert back == circuit
+    df = back.to_dataframe()
+    assert len(df) == len(circuit.edges) and {"sender", "receiver", "via", "effect", "low", "high"} <= set(df.columns)
+    assert back.settings["depth"] == 2 and back.data["operations"] == ["add"]
+    with pytest.raises(ValueError, match="names a node the circuit does not have"):
+        Circuit(
+            model=model.spec,
+            nodes=(Node("logits", -1, -1, "logits"),),
+            edges=(Edge("x", "logits", "q", 0.0, 0.0, 0.0),),
+            metric="relative_logit",
+            method="exact",
+            n_pairs=1,
+        )
+
+
+def test_faithfulness_of_all_heads_is_one_and_of_none_is_zero():
+    model, ds, _ = _setup("tiny-llama")
+    means = head_means(model, ds)
+    spec = model.spec
+    every = [(l, h) for l in range(spec.n_layers) for h in range(spec.n_heads)]
+    base = _circuit("exact")
+    full = Circuit(
+        model=spec,
+        nodes=tuple(Node("head", l, h, "last") for l, h in every),
+        edges=(),
+        metric="relative_logit",
+        method="exact",
+        n_pairs=len(ds),
+    )
+    f = faithfulness(model, ds, full, means, n_random=2, n_boot=100)
+    assert abs(f.faithfulness - 1) < 1e-5 and f.low <= 1 + 1e-5 <= f.high + 2e-5
+    res = faithfulness(model, ds, base, means, n_random=5, n_boot=100)
+    assert len(res.random) == 5 and set(res.minimality) == {f"L{l}.H{h}" for l, h in base.heads}
+    assert res.low <= res.faithfulness <= res.high
+    one = Circuit(
+        model=spec,
+        nodes=(Node("head", 0, 0, "last"),),
+        edges=(),
+        metric="relative_logit",
+        method="exact",
+        n_pairs=len(ds),
+    )
+    # removing the only head leaves nothing: its minimality is its whole faithfulness
+    r1 = faithfulness(model, ds, one, means, n_random=1, n_boot=50)
+    assert abs(r1.minimality["L0.H0"] - r1.faithfulness) < 1e-6
+
+
+def test_bootstrap_interval():
+    mean, low, high = bootstrap_mean(torch.tensor([1.0, 2.0, 3.0, 4.0]), n_boot=500)
+    assert low <= mean == 2.5 <= high and low < high
+    assert bootstrap_mean(torch.full((5,), 0.3), n_boot=50)[1:] == pytest.approx((0.3, 0.3))
+    with pytest.raises(ValueError, match="at least 2 pairs"):
+        bootstrap_mean(torch.tensor([1.0]))
+
+
+@pytest.mark.slow
+def test_fast_equals_reference_on_the_embedded_model(embedded, embedded_add_pairs):
+    ds = embedded_add_pairs.select(range(4))
+    pc = pair_cache(
+        embedded, torch.tensor(ds["tokens"]), torch.tensor(ds["cf_tokens"]), torch.tensor(ds["answer_token"])
+    )
+    seq = pc.tokens.shape[1]
+    for receiver in (Receiver("q", 14, head=2), Receiver("k", 14, head=2, by_group=True)):
+        senders = upstream_senders(embedded.spec, receiver, False)[-12:]
+        pos = [seq - 1] if receiver.kind == "q" else [ds["pos_b"][0][-1]]  # A precedes the operator: no effect
+        fast = exact_edges(embedded, pc, receiver, senders, pos, METRIC)
+        ref = reference_edges(embedded, pc, receiver, senders, pos, METRIC)
+        assert (fast.effects - ref.effects).abs().max() <= 1e-4
+        assert ref.effects.abs().max() > 1e-5  # the compared effects are not all zero
+
+
+def test_circuit_graph_and_report_section(tmp_path):
+    from mathcircuits.viz import build_report
+    from mathcircuits.viz.circuit_graph import circuit_graph
+
+    model, ds, _ = _setup("tiny-llama")
+    circuit = label_roles(model, ds, _circuit("exact"))
+    fig = circuit_graph(circuit)
+    nodes = [t for t in fig.data if t.name in ("head", "mlp", "logits")]
+    assert sum(len(t.x) for t in nodes) == len(circuit.nodes)
+    edge_text = next(t for t in fig.data if t.name == "edges").hovertext
+    assert len(edge_text) == len(circuit.edges)
+    strongest = circuit.strongest_edges(1)[0]
+    assert any(f"{strongest.effect:+.4f}" in t and strongest.sender in t for t in edge_text)
+    widths = [t.line.width for t in fig.data if t.mode == "lines"]
+    assert max(widths) == pytest.approx(10) and min(widths) < max(widths)  # width follows |effect|
+    page = build_report(tmp_path / "r.html", circuit=circuit).read_text()
+    assert 'id="circuit"' in page and strongest.sender in page and '<script src="http' not in page
+
+
+def test_circuit_stage_writes_the_circuit_its_faithfulness_and_graph(tmp_path):
+    from mathcircuits.circuit import Faithfulness
+    from mathcircuits.pipeline import RunConfig, run_pipeline
+
+    cfg = RunConfig.from_dict(
+        {
+            "model": {"source": "tiny-llama"},
+            "data": {
+                "operations": ["add"],
+                "template_ids": ["add_eq_1"],
+                "n_per_template": 3,
+                "keep_only_correct": False,
+            },
+            "patching": {"min_pairs": 1, "max_pairs": 3},
+            "selection": {"rule": "topk", "k": 2},
+            "circuit": {"key_heads": 1, "max_pairs": 3, "faithfulness_pairs": 3, "n_random": 2, "n_boot": 50},
+            "finetune": {"enabled": False},
+            "evaluation": {"enabled": False},
+        }
+    )
+    out = tmp_path / "run"
+    summary = run_pipeline(cfg, out, only=["data", "identify", "circuit"], progress=False)["circuit"]
+    circuit = Circuit.load(out / "circuit" / "circuit_add.json")
+    faith = Faithfulness.load(out / "circuit" / "faithfulness_add.json")
+    assert circuit.settings["depth"] == 1 and len(circuit.settings["key_heads"]) == 1
+    assert faith.heads == tuple(circuit.heads) and len(faith.random) == 2
+    assert (out / "circuit" / "graph_add.html").read_text().count("plotly") > 0
+    assert "circuit add:" in str(summary) and f"{faith.faithfulness:.3f}" in str(summary)
