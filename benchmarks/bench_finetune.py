@@ -242,7 +242,8 @@ def main(argv: list[str] | None = None) -> int:
         ("wall time of the run, s", "wall_s", "{:.0f}"),
     ]
     print(
-        f"model={pr['model']} device={pr['device']} threads={pr['threads']} micro_batch={pr['micro_batch']} accum={pr['accum']} "  # noqa: T201
+        f"model={pr['model']} device={pr['device']} threads={pr['threads']} micro_batch={pr['micro_batch']} "
+        f"accum={pr['accum']} "  # noqa: T201
         f"timed_steps={pr['timed_steps']} mean_seq_len={pr['mean_seq_len']:.1f} rounds={args.rounds}"
     )
     print(

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from mathcircuits.analysis.attention import ROLES, AttentionByRole, HeadPatterns
+from mathcircuits.analysis import ROLES, AttentionByRole, HeadPatterns
 from mathcircuits.analysis.mlp_probes import MLPProbeResult
 from mathcircuits.patching.result import PatchingResult
 from mathcircuits.patching.selection import KeyComponents
@@ -110,7 +110,7 @@ def attention() -> AttentionByRole:
 
 def probes() -> MLPProbeResult:
     g = torch.Generator().manual_seed(1)
-    n, L, k = 5, 4, 3
+    n, L = 5, 4
 
     def r(scale: float = 0.2) -> torch.Tensor:
         return (torch.rand(n, L, generator=g) - 0.5) * scale
@@ -449,7 +449,8 @@ def test_report_renders_in_headless_chromium(tmp_path):
     shot = screenshot_html(path, tmp_path / "report.png", width=1280, height=2400, scale=0.5)
     img = _read_png(shot).astype(np.int16)
     assert img.shape[:2] == (1200, 640)
-    # the first heatmap sits below the model table and the key components; blank or failed scripts leave only grey text there
+    # the first heatmap sits below the model table and the key components;
+    # blank or failed scripts leave only grey text there
     region = img[400:900]
     saturated = (region.max(-1) - region.min(-1)) > 60
     colours = {tuple(px) for px in region[saturated].tolist()}

@@ -4,14 +4,13 @@ from mathcircuits.analysis.attention import (
     HEAD_CLASSES,
     ROLES,
     AttentionByRole,
-    HeadPatterns,
     attention_by_role,
     classify_heads,
-    head_patterns,
     role_masks,
     role_shares,
 )
 from mathcircuits.analysis.mlp_probes import SPACES, MLPProbeResult, mlp_probes, number_tokens
+from mathcircuits.analysis.patterns import HeadPatterns, head_patterns
 
 __all__ = [
     "HEAD_CLASSES",

@@ -40,7 +40,6 @@ Usage::
     res = attention_by_role(model, correct_pairs, key_components)
     res.classify()                    # ('operand', 'operator', 'neither', ...)
     res.summary()                     # mean share per head x role, lifts, class
-    pats = head_patterns(model, correct_pairs, key_components, rows=[0])  # for CircuitsVis
 
 Reference: W. Zhang et al., "Interpreting and Improving Large Language Models
 in Arithmetic Calculation", ICML 2024 (arXiv 2409.01659), §4.
@@ -56,7 +55,7 @@ from jaxtyping import Bool, Float
 from torch import Tensor
 
 from mathcircuits._io import SavedResult
-from mathcircuits.analysis._common import as_heads, columns, operation_rows, spec_dict, token_strings
+from mathcircuits.analysis._common import as_heads, columns, operation_rows, spec_dict
 from mathcircuits.data.batching import iter_batches
 from mathcircuits.models import hooks
 from mathcircuits.models.prefix import PrefixRunner
@@ -64,12 +63,11 @@ from mathcircuits.models.spec import ModelSpec, as_spec
 
 __all__ = [
     "ROLES",
+    "ROLE_COLUMNS",
     "HEAD_CLASSES",
     "AttentionByRole",
-    "HeadPatterns",
     "attention_by_role",
     "classify_heads",
-    "head_patterns",
     "role_masks",
     "role_shares",
 ]
@@ -82,13 +80,17 @@ _A, _B, _OP, _PREFIX, _OTHER = range(5)
 def role_masks(
     n_tokens: int, prefix_len: int, pos_a: Sequence[int], pos_b: Sequence[int], pos_op: Sequence[int]
 ) -> Bool[Tensor, "role seq"]:
-    """One-hot role of each position (rows in :data:`ROLES` order); raises if roles overlap or fall outside the prompt."""
+    """One-hot role of each position (rows in :data:`ROLES` order).
+
+    Raises if roles overlap or fall outside the prompt.
+    """
     masks = torch.zeros(len(ROLES), n_tokens, dtype=torch.bool)
     named = {"pos_a": (_A, pos_a), "pos_b": (_B, pos_b), "pos_op": (_OP, pos_op)}
     for name, (role, positions) in named.items():
         if len(positions) == 0:
             raise ValueError(
-                f"{name} is empty, so role {ROLES[role]!r} has no token. Fix: regenerate the pairs; the template must contain that placeholder."
+                f"{name} is empty, so role {ROLES[role]!r} has no token. Fix: regenerate the pairs; the template "
+                "must contain that placeholder."
             )
         for p in positions:
             if not prefix_len <= p < n_tokens:
@@ -98,7 +100,8 @@ def role_masks(
                 )
             if masks[:, p].any():
                 raise ValueError(
-                    f"position {p} belongs to two roles ({ROLES[int(masks[:, p].nonzero()[0])]} and {ROLES[role]}). Fix: check the template's placeholders."
+                    f"position {p} belongs to two roles ({ROLES[int(masks[:, p].nonzero()[0])]} and {ROLES[role]}). "
+                    "Fix: check the template's placeholders."
                 )
             masks[role, p] = True
     masks[_PREFIX, :prefix_len] = True
@@ -162,11 +165,13 @@ class AttentionByRole(SavedResult):
         n = self.shares.shape[0]
         if not (len(self.operations) == len(self.pair_ids) == len(self.template_ids) == n):
             raise ValueError(
-                f"AttentionByRole has {n} pairs of shares but {len(self.operations)} operations / {len(self.pair_ids)} pair ids."
+                f"AttentionByRole has {n} pairs of shares but {len(self.operations)} operations / "
+                f"{len(self.pair_ids)} pair ids."
             )
         if self.shares.shape[1:] != (len(self.heads), len(self.roles)) or self.baselines.shape != (n, len(self.roles)):
             raise ValueError(
-                f"AttentionByRole shapes disagree: shares {tuple(self.shares.shape)} and baselines {tuple(self.baselines.shape)} "
+                f"AttentionByRole shapes disagree: shares {tuple(self.shares.shape)} and baselines "
+                f"{tuple(self.baselines.shape)} "
                 f"for {n} pairs, {len(self.heads)} heads and {len(self.roles)} roles."
             )
 
@@ -228,7 +233,10 @@ class AttentionByRole(SavedResult):
         return pd.DataFrame(rows)
 
     def to_dataframe(self):
-        """Long form: one row per pair x head x role with the share, the uniform baseline and the head's overall class."""
+        """Long form: one row per pair x head x role.
+
+        Columns: the share, the uniform baseline and the head's overall class.
+        """
         import pandas as pd
 
         classes = self.classify()
@@ -251,7 +259,7 @@ class AttentionByRole(SavedResult):
         )
 
 
-_ROLE_COLUMNS = (
+ROLE_COLUMNS = (
     "tokens",
     "n_tokens",
     "prefix_len",
@@ -283,16 +291,17 @@ def attention_by_role(
     """
     spec = model.spec
     heads_t = as_heads(heads, spec)
-    cols = columns(dataset, _ROLE_COLUMNS)
+    cols = columns(dataset, ROLE_COLUMNS)
     n = len(cols["tokens"])
     by_layer: dict[int, list[int]] = {}
-    for i, (layer, head) in enumerate(heads_t):
+    for i, (layer, _head) in enumerate(heads_t):
         by_layer.setdefault(layer, []).append(i)
     masks = []
     for i in range(n):
         if cols["pos_last"][i] != cols["n_tokens"][i] - 1:
             raise ValueError(
-                f"pair {cols['pair_id'][i]}: pos_last {cols['pos_last'][i]} is not the last token ({cols['n_tokens'][i] - 1}). Fix: regenerate the pairs."
+                f"pair {cols['pair_id'][i]}: pos_last {cols['pos_last'][i]} is not the last token "
+                f"({cols['n_tokens'][i] - 1}). Fix: regenerate the pairs."
             )
         masks.append(
             role_masks(
@@ -306,7 +315,7 @@ def attention_by_role(
         toks = batch["tokens"]
         rows: dict[int, Tensor] = {}
 
-        def keep_last_row(layer: int):
+        def keep_last_row(layer: int, rows: dict[int, Tensor] = rows):  # bound now: the loop rebinds `rows`
             def hook_fn(pattern: Tensor, hook: Any) -> None:
                 rows[layer] = pattern[:, [heads_t[i][1] for i in by_layer[layer]], -1, :].detach().float().cpu()
 
@@ -329,96 +338,4 @@ def attention_by_role(
         min_share=min_share,
         min_lift=min_lift,
         settings={"batch_size": batch_size},
-    )
-
-
-@dataclass(frozen=True)
-class HeadPatterns(SavedResult):
-    """Full attention patterns of some heads on a few prompts, for the CircuitsVis views.
-
-    ``patterns[k]`` is ``[head, seq, seq]`` for prompt *k* (prompts may differ in length);
-    ``tokens[k]`` its token texts and ``roles[k]`` the role of each token.
-    """
-
-    heads: tuple[tuple[int, int], ...]
-    prompts: list[str]
-    tokens: list[list[str]]
-    roles: list[list[str]]
-    patterns: list[Tensor]
-    pair_ids: list[int]
-    operations: list[str]
-    model: ModelSpec | dict[str, Any]  # a dict from ModelSpec.to_dict() is converted
-
-    STAGE = "analyze"
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "model", as_spec(self.model))
-
-    @property
-    def labels(self) -> list[str]:
-        return [f"L{l}.H{h}" for l, h in self.heads]
-
-    def to_dataframe(self):
-        """The last row of each pattern: one row per prompt x head x source token."""
-        import pandas as pd
-
-        rows = []
-        for k, pat in enumerate(self.patterns):
-            for i, label in enumerate(self.labels):
-                for pos, (tok, role) in enumerate(zip(self.tokens[k], self.roles[k])):
-                    rows.append(
-                        {
-                            "pair_id": self.pair_ids[k],
-                            "component": label,
-                            "position": pos,
-                            "token": tok,
-                            "role": role,
-                            "attention_from_last": float(pat[i, -1, pos]),
-                        }
-                    )
-        return pd.DataFrame(rows)
-
-
-@torch.no_grad()
-def head_patterns(
-    model: Any, dataset: Any, heads: Any, rows: Sequence[int] = (0,), drop_prefix: bool = False
-) -> HeadPatterns:
-    """Record the attention patterns of ``heads`` on the dataset rows ``rows``.
-
-    ``drop_prefix=True`` keeps only the query (the few-shot prefix is cut from
-    both axes), which keeps the view readable for long prefixes.
-    """
-    spec = model.spec
-    heads_t = as_heads(heads, spec)
-    cols = columns(dataset, _ROLE_COLUMNS + ("prompt",))
-    n = len(cols["tokens"])
-    bad = [r for r in rows if not 0 <= r < n]
-    if bad:
-        raise IndexError(f"rows {bad} are out of range for a dataset of {n} pairs. Fix: choose rows in 0..{n - 1}.")
-    layers = sorted({l for l, _ in heads_t})
-    out_tokens, out_roles, out_patterns = [], [], []
-    for r in rows:
-        toks = torch.tensor([cols["tokens"][r]], dtype=torch.long, device=model.device)
-        _, cache = model.bridge.run_with_cache(
-            toks, names_filter=lambda name: name in {f"blocks.{l}.attn.hook_pattern" for l in layers}
-        )
-        pat = torch.stack([cache[f"blocks.{l}.attn.hook_pattern"][0, h] for l, h in heads_t]).float().cpu()
-        masks = role_masks(
-            cols["n_tokens"][r], cols["prefix_len"][r], cols["pos_a"][r], cols["pos_b"][r], cols["pos_op"][r]
-        )
-        role_of = [ROLES[int(masks[:, p].nonzero()[0])] for p in range(masks.shape[1])]
-        strings = token_strings(model.tokenizer, cols["tokens"][r])
-        start = cols["prefix_len"][r] if drop_prefix else 0
-        out_patterns.append(pat[:, start:, start:].contiguous())
-        out_tokens.append(strings[start:])
-        out_roles.append(role_of[start:])
-    return HeadPatterns(
-        heads=heads_t,
-        prompts=[cols["prompt"][r] for r in rows],
-        tokens=out_tokens,
-        roles=out_roles,
-        patterns=out_patterns,
-        pair_ids=[int(cols["pair_id"][r]) for r in rows],
-        operations=[cols["operation"][r] for r in rows],
-        model=spec_dict(model),
     )

@@ -152,7 +152,10 @@ class MLPProbeResult(SavedResult):
         return int(above[0]) if len(above) else None
 
     def lens_top1_layer(self, operation: str | None = None, min_share: float = 0.5) -> int | None:
-        """First layer after which the logit lens ranks the answer top-1 for at least ``min_share`` of the pairs; None if none."""
+        """First layer after which the logit lens ranks the answer top-1 for at least ``min_share`` of the pairs.
+
+        None if there is no such layer.
+        """
         share = (self.lens_rank[self.rows(operation)] == 0).float().mean(0)
         above = (share >= min_share).nonzero()
         return int(above[0]) if len(above) else None
@@ -218,7 +221,8 @@ def number_tokens(tokenizer: Any, numbers: list[int], context: str) -> list[int]
         ids = tokenizer(context + text, add_special_tokens=False)["input_ids"]
         if ids[: len(base)] != base or len(ids) == len(base):
             raise ValueError(
-                f"the number {n} merges with the end of the prompt {context[-20:]!r}. Fix: use prompts that end with a separator such as '= '."
+                f"the number {n} merges with the end of the prompt {context[-20:]!r}. Fix: use prompts that end with "
+                "a separator such as '= '."
             )
         out.append(ids[len(base)])
     return out
@@ -264,7 +268,8 @@ def mlp_probes(
         ]
         if not matches:
             raise ValueError(
-                f"no prompt ends with {case_row!r}. Fix: pass a row index, or the end of a prompt in the dataset (e.g. {cols['prompt'][0][-12:]!r})."
+                f"no prompt ends with {case_row!r}. Fix: pass a row index, or the end of a prompt in the dataset "
+                f"(e.g. {cols['prompt'][0][-12:]!r})."
             )
         case_row = matches[0]
     if not 0 <= case_row < n:
@@ -308,7 +313,8 @@ def mlp_probes(
         toks = batch["tokens"]
         store: dict[str, Tensor] = {}
 
-        def grab(name: str):  # keyed by the name we asked for: the bridge reports aliases under their canonical names
+        # keyed by the name we asked for: the bridge reports aliases under their canonical names
+        def grab(name: str, store: dict[str, Tensor] = store):  # bound now: the loop rebinds `store`
             def hook_fn(x: Tensor, hook: Any) -> None:
                 store[name] = x[:, -1].detach().float()
 

@@ -19,6 +19,7 @@ __all__ = ["CircuitConfig"]
 class CircuitConfig:
     """How to find the circuit behind the key heads and how to score it."""
 
+    enabled: bool = setting(True, "run the circuit stage (minutes per operation on a CPU)")
     key_heads: int = setting(3, "start from this many strongest key heads", ge=1)
     depth: int = setting(1, "rounds of 'which senders feed these nodes'", ge=0)
     threshold: float = setting(0.01, "smallest |mean effect| of an edge (metric units)", ge=0)

@@ -227,8 +227,10 @@ class HeadSliceAdapter(nn.Module):
         cfg = read_json(path / ADAPTER_CONFIG_NAME)
         if cfg.get("adapter_type") != ADAPTER_TYPE:
             raise SliceError(
-                f"{path / ADAPTER_CONFIG_NAME} is not a mathcircuits head-slice adapter (adapter_type={cfg.get('adapter_type')!r}). "
-                "Fix: a PEFT adapter loads with peft.PeftModel.from_pretrained; pass a folder written by HeadSliceAdapter.save_pretrained."
+                f"{path / ADAPTER_CONFIG_NAME} is not a mathcircuits head-slice adapter "
+                f"(adapter_type={cfg.get('adapter_type')!r}). "
+                "Fix: a PEFT adapter loads with peft.PeftModel.from_pretrained; pass a folder written by "
+                "HeadSliceAdapter.save_pretrained."
             )
         return cfg
 
@@ -254,7 +256,8 @@ class HeadSliceAdapter(nn.Module):
         saved = self.read_config(path)["slices"]
         if SliceSet.from_dict(saved, source=f"the slices of {path / ADAPTER_CONFIG_NAME}").slices != self.slices.slices:
             raise SliceError(
-                f"the adapter at {path} tunes other slices than this adapter. Fix: build the adapter with HeadSliceAdapter.from_pretrained."
+                f"the adapter at {path} tunes other slices than this adapter. Fix: build the adapter with "
+                "HeadSliceAdapter.from_pretrained."
             )
         tensors = load_file(str(file))
         expected = {f"{s.name}.delta" for s in self.slices.slices} | {

@@ -91,7 +91,8 @@ def attention_heads_view(
     )
     if not chosen:
         raise ValueError(
-            f"none of heads {heads} was recorded; these patterns hold {patterns.labels}. Fix: record them with head_patterns()."
+            f"none of heads {heads} was recorded; these patterns hold {patterns.labels}. Fix: record them with "
+            "head_patterns()."
         )
     pat = patterns.patterns[index][chosen].float()
     roles = patterns.roles[index]

@@ -65,7 +65,8 @@ def require_chromium() -> str:
     except ImportError as err:
         raise ChromiumMissingError(
             "static figure export (PNG/SVG/PDF) needs kaleido >= 1.0, which is not installed. "
-            "Fix: pip install 'mathcircuits[export]' (or pip install kaleido), and install Chromium (see below), or export HTML instead."
+            "Fix: pip install 'mathcircuits[export]' (or pip install kaleido), and install Chromium (see below), or "
+            "export HTML instead."
         ) from err
     path = find_chromium()
     if path is None:
@@ -84,7 +85,8 @@ def _targets(path: str | os.PathLike, formats: Iterable[str] | None) -> list[tup
         fmt = path.suffix.lstrip(".").lower()
         if fmt not in _FORMATS:
             raise ValueError(
-                f"cannot tell the format of {path} from its suffix. Fix: end it with one of {['.' + f for f in _FORMATS]} or pass formats=."
+                f"cannot tell the format of {path} from its suffix. Fix: end it with one of "
+                f"{['.' + f for f in _FORMATS]} or pass formats=."
             )
         return [(path, fmt)]
     out = []
@@ -172,7 +174,8 @@ def screenshot_html(
     browser = find_chromium()
     if browser is None:
         raise ChromiumMissingError(
-            "a screenshot needs a Chromium-based browser and none was found. Fix: apt-get install -y chromium, or set BROWSER_PATH."
+            "a screenshot needs a Chromium-based browser and none was found. Fix: apt-get install -y chromium, or "
+            "set BROWSER_PATH."
         )
     html_path = Path(html_path).resolve()
     if not html_path.exists():

@@ -136,7 +136,8 @@ def patching_heatmap(
     fmt = ".1%" if result.metric == "relative_logit" else ".2g"
     fig.update_layout(
         title=title
-        or f"Path patching — {label}<br><sup>{model_name}, {result.n_pairs} pairs; colour: {metric} (red = patching lowers the answer)</sup>",
+        or f"Path patching — {label}<br><sup>{model_name}, {result.n_pairs} pairs; colour: {metric} "
+        "(red = patching lowers the answer)</sup>",
         coloraxis=dict(
             colorscale=DIVERGING,
             cmin=-z_h,

@@ -41,7 +41,8 @@ def knockout_curves(results: Any | Sequence[Any], *, title: str | None = None) -
         rnd = torch.as_tensor(res.random_accuracy, dtype=torch.float32).reshape(-1, len(ks))
         if len(ranked) != len(ks):
             raise ValueError(
-                f"knockout result for {res.operation!r} has {len(ks)} ks but {len(ranked)} ranked accuracies. Fix: rebuild it."
+                f"knockout result for {res.operation!r} has {len(ks)} ks but {len(ranked)} ranked accuracies. Fix: "
+                "rebuild it."
             )
         mean = rnd.mean(0)
         std = (
@@ -73,7 +74,8 @@ def knockout_curves(results: Any | Sequence[Any], *, title: str | None = None) -
                 name=f"{op}: random rank (mean)",
                 legendgroup=op,
                 customdata=std.tolist(),
-                hovertemplate=f"{op}, random<br>k=%{{x}} heads<br>accuracy %{{y:.1%}} ± %{{customdata:.1%}}<extra></extra>",
+                hovertemplate=f"{op}, random<br>k=%{{x}} heads<br>"
+                "accuracy %{y:.1%} ± %{customdata:.1%}<extra></extra>",
             )
         )
         fig.add_trace(

@@ -145,7 +145,8 @@ def probe_similarity_curves(result: Any, operation: str | None = None, *, title:
     fig.update_yaxes(title_text="share of pairs", tickformat=".0%", range=[0, 1.05], row=2, col=2)
     fig.update_layout(
         title=title
-        or f"What MLPs read and write<br><sup>{operation or 'all operations'}, {len(idx)} pairs, mean ± std over pairs; cosines in {space}</sup>",
+        or f"What MLPs read and write<br><sup>{operation or 'all operations'}, {len(idx)} pairs, "
+        f"mean ± std over pairs; cosines in {space}</sup>",
         height=800,
         width=1100,
         legend=dict(orientation="h", yanchor="top", y=-0.1, x=0),
@@ -155,20 +156,30 @@ def probe_similarity_curves(result: Any, operation: str | None = None, *, title:
 
 
 def probe_case_trajectory(result: Any, *, title: str | None = None) -> go.Figure:
-    """For the chosen prompt: per layer, the top numbers its MLP update promotes (cells) and the answer's lens rank (line)."""
+    """For the chosen prompt, per layer: the top numbers its MLP update promotes (cells) and the answer's lens rank.
+
+    Args:
+        result: an :class:`~mathcircuits.analysis.MLPProbeResult` with its case prompt.
+        title: the figure title (default: one naming the prompt).
+
+    Returns:
+        A Plotly figure: a heatmap of direct effects with the answer's logit-lens rank as a line.
+    """
     scores = result.case_top_number_scores.float()
     n_layers, k = scores.shape
     layers = list(range(n_layers))
     labels = result.case_top_numbers
     answer = result.case_answer_label
-    # the last layers' updates can be ten times larger than the rest; clip the colours at the 90th percentile (hover shows true values)
+    # the last layers' updates can be ten times larger than the rest: clip the colours at the 90th percentile
+    # (hover shows the true values)
     zmax = float(scores.abs().flatten().quantile(0.9)) or float(scores.abs().max()) or 1.0
     z = scores.T.tolist()  # [rank, layer]
     text = [[labels[l][r] for l in layers] for r in range(k)]
     vocab = [" | ".join(repr(t) for t in result.case_top_tokens[l][:3]) for l in layers]
     hover = [
         [
-            f"layer {l}: #{r + 1} promoted number {labels[l][r]!r}<br>direct effect {scores[l, r]:.3f} logits<br>top vocabulary tokens: {vocab[l]}"
+            f"layer {l}: #{r + 1} promoted number {labels[l][r]!r}<br>direct effect {scores[l, r]:.3f} logits<br>top "
+            f"vocabulary tokens: {vocab[l]}"
             for l in layers
         ]
         for r in range(k)

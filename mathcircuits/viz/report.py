@@ -34,13 +34,16 @@ from mathcircuits._io import atomic_path
 __all__ = ["build_report", "report_html"]
 
 _CSS = """
-body { font-family: -apple-system, "Segoe UI", Helvetica, Arial, sans-serif; margin: 0 auto; max-width: 1240px; padding: 16px 28px; color: #222; background: #fff; }
+body { font-family: -apple-system, "Segoe UI", Helvetica, Arial, sans-serif; margin: 0 auto; max-width: 1240px;
+       padding: 16px 28px; color: #222; background: #fff; }
 h1 { margin-bottom: 4px; } h2 { border-bottom: 2px solid #ddd; padding-bottom: 4px; margin-top: 36px; }
-.meta { color: #666; font-size: 0.9em; } nav { font-size: 0.95em; margin: 10px 0 0; } nav a { margin-right: 14px; color: #444; }
+.meta { color: #666; font-size: 0.9em; }
+nav { font-size: 0.95em; margin: 10px 0 0; } nav a { margin-right: 14px; color: #444; }
 table.tbl { border-collapse: collapse; font-size: 0.86em; margin: 8px 0 14px; }
 table.tbl th, table.tbl td { border: 1px solid #ddd; padding: 3px 8px; text-align: right; }
 table.tbl th { background: #f3f3f3; } table.tbl td:first-child, table.tbl th:first-child { text-align: left; }
-.row { display: flex; flex-wrap: wrap; gap: 28px; align-items: flex-start; } .note { color: #555; font-size: 0.92em; max-width: 980px; }
+.row { display: flex; flex-wrap: wrap; gap: 28px; align-items: flex-start; }
+.note { color: #555; font-size: 0.92em; max-width: 980px; }
 .fig { margin: 10px 0 18px; } details { margin: 6px 0 14px; } summary { cursor: pointer; color: #333; }
 """
 
@@ -133,7 +136,8 @@ def report_html(
         page.section("key", "Key components")
         kc = key_components
         page.note(
-            f"{len(kc.heads)} key heads ({kc.head_fraction:.1%} of all heads) and {len(kc.mlps)} key MLPs, rule {kc.rule!r} {kc.rule_params}."
+            f"{len(kc.heads)} key heads ({kc.head_fraction:.1%} of all heads) and {len(kc.mlps)} key MLPs, rule "
+            f"{kc.rule!r} {kc.rule_params}."
         )
         page.add(_table(kc.to_dataframe()))
     # 3. path patching
@@ -142,7 +146,8 @@ def report_html(
 
         page.section("patching", "Path patching")
         page.note(
-            "Mean effect of patching each head (left) and MLP (right) with its counterfactual activation on the correct answer; "
+            "Mean effect of patching each head (left) and MLP (right) with its counterfactual activation on the "
+            "correct answer; "
             "red = negative = the component matters. Outlined: key components."
         )
         results = (
@@ -201,7 +206,8 @@ def report_html(
 
         page.section("attention", "Attention of key heads by token role")
         page.note(
-            f"Share of attention from the last position on each role; class rule: share ≥ {attention.min_share} and lift over uniform ≥ {attention.min_lift} "
+            f"Share of attention from the last position on each role; class rule: share ≥ {attention.min_share} and "
+            f"lift over uniform ≥ {attention.min_lift} "
             "(operands A+B vs operator, the larger lift wins)."
         )
         page.figure(attention_role_distributions(attention))
@@ -214,7 +220,8 @@ def report_html(
         page.section("probes", "MLP probes")
         first = probes.first_raising_layer()
         page.note(
-            f"Space: {probes.space}. First layer whose MLP update raises the answer above the other numbers by > 0.25 logits (mean direct effect): "
+            f"Space: {probes.space}. First layer whose MLP update raises the answer above the other numbers by > "
+            "0.25 logits (mean direct effect): "
             f"{'none' if first is None else f'L{first}'}."
         )
         page.figure(probe_similarity_curves(probes))
@@ -234,7 +241,8 @@ def report_html(
 
         page.section("views", "Attention patterns of key heads (interactive)")
         page.note(
-            "CircuitsVis view: pick a head to enlarge it; hover a token to see where it attends. Rows are destinations, columns sources."
+            "CircuitsVis view: pick a head to enlarge it; hover a token to see where it attends. Rows are "
+            "destinations, columns sources."
         )
         for i in range(len(patterns.patterns)):
             view = attention_heads_view(patterns, i)
@@ -263,10 +271,10 @@ def report_html(
     toc = " ".join(f'<a href="#{a}">{_esc(t)}</a>' for a, t in page.toc)
     stamp = _dt.datetime.now().strftime("%Y-%m-%d %H:%M")
     return (
-        f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>{_esc(title)}</title>\n<style>{_CSS}</style>\n{head_scripts}</head>\n'
-        f'<body>\n<h1>{_esc(title)}</h1><div class="meta">generated {stamp} by mathcircuits · opens offline (scripts inlined)</div>\n<nav>{toc}</nav>\n'
-        + "\n".join(page.parts)
-        + "\n</body></html>\n"
+        '<!DOCTYPE html>\n<html lang="en"><head><meta '
+        f'charset="utf-8"><title>{_esc(title)}</title>\n<style>{_CSS}</style>\n{head_scripts}</head>\n'
+        f'<body>\n<h1>{_esc(title)}</h1><div class="meta">generated {stamp} by mathcircuits · opens offline (scripts '
+        f"inlined)</div>\n<nav>{toc}</nav>\n" + "\n".join(page.parts) + "\n</body></html>\n"
     )
 
 

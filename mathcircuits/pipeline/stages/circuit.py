@@ -26,8 +26,11 @@ class CircuitSummary(StageSummary):
 
     circuits: dict[str, dict[str, Any]] = field(default_factory=dict)
     skipped: dict[str, int] = field(default_factory=dict)
+    disabled: bool = False
 
     def lines(self) -> list[str]:
+        if self.disabled:
+            return ["  circuit: skipped (circuit.enabled is false)"]
         skipped = [
             f"  circuit {op}: skipped, {n} correct pairs of one template (fewer than circuit.max_pairs)"
             for op, n in self.skipped.items()
@@ -49,6 +52,8 @@ def run(ctx: Context) -> CircuitSummary:
         The stage summary.
     """
     c, paths = ctx.config.circuit, ctx.paths
+    if not c.enabled:
+        return CircuitSummary(disabled=True)
     model = ctx.model
     key = KeyComponents.load(paths.key_components)
     key.check_model(model.spec)

@@ -1,0 +1,119 @@
+"""Full attention patterns of a few heads on a few prompts, for the CircuitsVis views.
+
+:func:`head_patterns` records, for the chosen dataset rows, each head's whole ``[seq, seq]``
+attention pattern together with the token texts and the token roles of
+:mod:`mathcircuits.analysis.attention` (operand A/B, operator, prefix, other), so a figure can
+colour the tokens by role. ``drop_prefix=True`` cuts the few-shot prefix from both axes.
+
+Usage::
+
+    pats = head_patterns(model, correct_pairs, key_components, rows=[0], drop_prefix=True)
+    mathcircuits.viz.attention_heads_view(pats)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import pandas as pd
+import torch
+from torch import Tensor
+
+from mathcircuits._io import SavedResult
+from mathcircuits.analysis._common import as_heads, columns, spec_dict, token_strings
+from mathcircuits.analysis.attention import ROLE_COLUMNS, ROLES, role_masks
+from mathcircuits.models import hooks
+from mathcircuits.models.spec import ModelSpec, as_spec
+
+__all__ = ["HeadPatterns", "head_patterns"]
+
+
+@dataclass(frozen=True)
+class HeadPatterns(SavedResult):
+    """Full attention patterns of some heads on a few prompts, for the CircuitsVis views.
+
+    ``patterns[k]`` is ``[head, seq, seq]`` for prompt *k* (prompts may differ in length);
+    ``tokens[k]`` its token texts and ``roles[k]`` the role of each token.
+    """
+
+    heads: tuple[tuple[int, int], ...]
+    prompts: list[str]
+    tokens: list[list[str]]
+    roles: list[list[str]]
+    patterns: list[Tensor]
+    pair_ids: list[int]
+    operations: list[str]
+    model: ModelSpec | dict[str, Any]  # a dict from ModelSpec.to_dict() is converted
+
+    STAGE = "analyze"
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "model", as_spec(self.model))
+
+    @property
+    def labels(self) -> list[str]:
+        return [f"L{l}.H{h}" for l, h in self.heads]
+
+    def to_dataframe(self):
+        """The last row of each pattern: one row per prompt x head x source token."""
+        rows = []
+        for k, pat in enumerate(self.patterns):
+            for i, label in enumerate(self.labels):
+                for pos, (tok, role) in enumerate(zip(self.tokens[k], self.roles[k])):
+                    rows.append(
+                        {
+                            "pair_id": self.pair_ids[k],
+                            "component": label,
+                            "position": pos,
+                            "token": tok,
+                            "role": role,
+                            "attention_from_last": float(pat[i, -1, pos]),
+                        }
+                    )
+        return pd.DataFrame(rows)
+
+
+@torch.no_grad()
+def head_patterns(
+    model: Any, dataset: Any, heads: Any, rows: Sequence[int] = (0,), drop_prefix: bool = False
+) -> HeadPatterns:
+    """Record the attention patterns of ``heads`` on the dataset rows ``rows``.
+
+    ``drop_prefix=True`` keeps only the query (the few-shot prefix is cut from
+    both axes), which keeps the view readable for long prefixes.
+    """
+    spec = model.spec
+    heads_t = as_heads(heads, spec)
+    cols = columns(dataset, ROLE_COLUMNS + ("prompt",))
+    n = len(cols["tokens"])
+    bad = [r for r in rows if not 0 <= r < n]
+    if bad:
+        raise IndexError(f"rows {bad} are out of range for a dataset of {n} pairs. Fix: choose rows in 0..{n - 1}.")
+    layers = sorted({l for l, _ in heads_t})
+    out_tokens, out_roles, out_patterns = [], [], []
+    for r in rows:
+        toks = torch.tensor([cols["tokens"][r]], dtype=torch.long, device=model.device)
+        _, cache = model.bridge.run_with_cache(
+            toks, names_filter=lambda name: name in {hooks.pattern(l) for l in layers}
+        )
+        pat = torch.stack([cache[hooks.pattern(l)][0, h] for l, h in heads_t]).float().cpu()
+        masks = role_masks(
+            cols["n_tokens"][r], cols["prefix_len"][r], cols["pos_a"][r], cols["pos_b"][r], cols["pos_op"][r]
+        )
+        role_of = [ROLES[int(masks[:, p].nonzero()[0])] for p in range(masks.shape[1])]
+        strings = token_strings(model.tokenizer, cols["tokens"][r])
+        start = cols["prefix_len"][r] if drop_prefix else 0
+        out_patterns.append(pat[:, start:, start:].contiguous())
+        out_tokens.append(strings[start:])
+        out_roles.append(role_of[start:])
+    return HeadPatterns(
+        heads=heads_t,
+        prompts=[cols["prompt"][r] for r in rows],
+        tokens=out_tokens,
+        roles=out_roles,
+        patterns=out_patterns,
+        pair_ids=[int(cols["pair_id"][r]) for r in rows],
+        operations=[cols["operation"][r] for r in rows],
+        model=spec_dict(model),
+    )
