@@ -23,9 +23,11 @@ import random
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
+import pandas as pd
 import torch
 from jaxtyping import Float
 from torch import Tensor
+from tqdm.auto import tqdm
 
 from mathcircuits._io import SavedResult
 from mathcircuits.data.batching import iter_batches
@@ -231,7 +233,6 @@ class KnockoutResult(SavedResult):
     def to_dataframe(self):
         """One row per k: ranked accuracy with its Wilson 95% interval over the ``n_pairs`` pairs
         (ranked_low, ranked_high), the random orders' mean, std and range (random_min, random_max), and drops."""
-        import pandas as pd
 
         rnd = self.random_accuracy
         wilson = [wilson_interval(round(a * self.n_pairs), self.n_pairs) for a in self.ranked_accuracy]
@@ -278,7 +279,6 @@ def knockout_curve(
     Returns:
         The :class:`KnockoutResult`.
     """
-    from tqdm.auto import tqdm
 
     spec = model.spec
     patching.check_model(spec)

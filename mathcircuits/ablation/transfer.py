@@ -12,8 +12,12 @@ counterfactual prompts), so every set is ablated the same way.
 from __future__ import annotations
 
 import random
+import statistics
 from dataclasses import dataclass, field
 from typing import Any
+
+import pandas as pd
+from tqdm.auto import tqdm
 
 from mathcircuits._io import SavedResult
 from mathcircuits.ablation.knockout import HeadMeans, _as_heads, ablated_accuracy
@@ -34,7 +38,6 @@ class TransferResult(SavedResult):
     STAGE = "validate"
 
     def to_dataframe(self):
-        import pandas as pd
 
         return pd.DataFrame(self.rows)
 
@@ -64,9 +67,6 @@ def transfer(
     Returns:
         The :class:`TransferResult`. Heads or means of another model raise an error naming both models.
     """
-    import statistics
-
-    from tqdm.auto import tqdm
 
     spec = model.spec
     key_heads = _as_heads(model, key_heads)

@@ -50,6 +50,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
+import pandas as pd
 import torch
 from jaxtyping import Bool, Float
 from torch import Tensor
@@ -203,7 +204,6 @@ class AttentionByRole(SavedResult):
 
     def summary(self, by_operation: bool = True):
         """One row per head (and operation): mean share per role, baselines, lifts and class."""
-        import pandas as pd
 
         groups: list[str | None] = [None] + (self.operation_names() if by_operation else [])
         rows = []
@@ -237,7 +237,6 @@ class AttentionByRole(SavedResult):
 
         Columns: the share, the uniform baseline and the head's overall class.
         """
-        import pandas as pd
 
         classes = self.classify()
         n_pairs, n_heads, n_roles = self.shares.shape

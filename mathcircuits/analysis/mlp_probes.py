@@ -61,6 +61,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+import pandas as pd
 import torch
 import torch.nn.functional as F
 from jaxtyping import Float
@@ -162,7 +163,6 @@ class MLPProbeResult(SavedResult):
 
     def layer_summary(self, operation: str | None = None):
         """One row per layer: means (and stds) over pairs of every probe, plus top-1 logit-lens accuracy."""
-        import pandas as pd
 
         idx = self.rows(operation)
         out: dict[str, Any] = {"layer": list(range(self.n_layers))}
@@ -177,7 +177,6 @@ class MLPProbeResult(SavedResult):
 
     def to_dataframe(self):
         """Long form: one row per pair x layer with every probe."""
-        import pandas as pd
 
         n_pairs, n_layers = self.input_sim_a.shape
         p = torch.arange(n_pairs).repeat_interleave(n_layers).tolist()
@@ -193,7 +192,6 @@ class MLPProbeResult(SavedResult):
 
     def case_dataframe(self):
         """The chosen pair: per layer, the top numbers / tokens its MLP update promotes and the answer's lens rank."""
-        import pandas as pd
 
         rows = []
         for layer in range(self.n_layers):

@@ -13,6 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+import pandas as pd
+
 from mathcircuits._io import SavedResult
 from mathcircuits.models.spec import ModelSpec, as_spec, check_model
 
@@ -125,7 +127,6 @@ class Circuit(SavedResult):
 
     def to_dataframe(self):
         """One row per edge: sender, receiver, via, effect, low, high, shared_by, sender and receiver roles."""
-        import pandas as pd
 
         roles = {n.name: n.role for n in self.nodes}
         rows = [

@@ -13,7 +13,9 @@ from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
 
+import pandas as pd
 import torch
+from tqdm.auto import tqdm
 
 __all__ = ["accuracy_table", "filter_correct", "length_groups", "score_pairs"]
 
@@ -69,7 +71,6 @@ def score_pairs(
     Raises:
         ValueError: the dataset is empty.
     """
-    from tqdm.auto import tqdm
 
     needed = ("tokens", "answer_tokens", "n_tokens")
     have = getattr(dataset, "column_names", None)
@@ -146,7 +147,6 @@ def accuracy_table(dataset, by: tuple[str, ...] = ("operation", "template_id")) 
     Raises:
         ValueError: the dataset is not scored.
     """
-    import pandas as pd
 
     if "correct" not in dataset.column_names:
         raise ValueError("accuracy_table needs a scored dataset. Fix: run score_pairs(model, dataset) first.")

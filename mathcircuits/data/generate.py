@@ -27,6 +27,8 @@ from dataclasses import asdict, dataclass, field
 from fractions import Fraction
 from typing import Any, Literal
 
+import datasets
+
 from mathcircuits._schema import check_fields, setting
 from mathcircuits._schema import from_dict as config_from_dict
 from mathcircuits.data.templates import OPERATIONS, Template, TemplateSet
@@ -301,7 +303,6 @@ def generate_pairs(tokenizer, template_sets: list[TemplateSet], config: Generati
         PairError: no template matches, an unknown template id, no counterfactual word aligns,
             or a template gives no usable pair (the message says which and how to fix it).
     """
-    import datasets
 
     rng = random.Random(config.seed)
     spacing = answer_spacing(tokenizer)

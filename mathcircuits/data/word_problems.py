@@ -20,6 +20,8 @@ import random
 from pathlib import Path
 from typing import Any
 
+import datasets
+
 from mathcircuits.data.benchmark_files import default_benchmark_root, read_word_problems, record_question
 from mathcircuits.data.generate import answer_spacing
 
@@ -62,7 +64,6 @@ def word_problem_dataset(
         FileNotFoundError / ValueError: from the reader, when the file is missing or malformed.
         ValueError: no problem of the file has a non-negative integer answer.
     """
-    import datasets
 
     path = Path(path)
     usable = []

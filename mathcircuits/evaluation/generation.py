@@ -13,6 +13,8 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
+from tqdm.auto import tqdm
+from transformers import GenerationConfig, StoppingCriteria, StoppingCriteriaList
 
 from mathcircuits.evaluation.batching import left_pad, max_positions, model_device, pad_token_id
 
@@ -36,7 +38,6 @@ def _is_done(text: str, stop: Sequence[str], stop_at_answer: bool) -> bool:
 
 
 def _stop_criteria(tokenizer: Any, stop: Sequence[str], stop_at_answer: bool, prompt_len: int):
-    from transformers import StoppingCriteria, StoppingCriteriaList
 
     class _StopStrings(StoppingCriteria):
         """Mark a row done once its decoded continuation holds a stop string or a finished answer."""
@@ -80,8 +81,6 @@ def generate_greedy(
     Raises:
         ValueError: a prompt is empty, or too long for the model's context with ``max_new_tokens``.
     """
-    from tqdm.auto import tqdm
-    from transformers import GenerationConfig
 
     if batch_size < 1 or max_new_tokens < 1:
         raise ValueError(f"batch_size={batch_size} and max_new_tokens={max_new_tokens} must both be >= 1.")

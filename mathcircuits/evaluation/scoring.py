@@ -29,6 +29,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+import pandas as pd
 import torch
 
 from mathcircuits._io import SavedResult
@@ -76,7 +77,6 @@ class BenchmarkScore(SavedResult):
 
     def to_dataframe(self):
         """One row per item: uid, gold, prediction, correct (and extracted number / option scores)."""
-        import pandas as pd
 
         df = pd.DataFrame(
             {

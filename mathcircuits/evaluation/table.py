@@ -20,6 +20,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import pandas as pd
+
 from mathcircuits._io import SavedResult
 
 __all__ = ["EvalResult", "compare_table", "format_table"]
@@ -66,7 +68,6 @@ class EvalResult(SavedResult):
 
     def to_dataframe(self):
         """One row per benchmark: label, benchmark, kind, accuracy, n."""
-        import pandas as pd
 
         return pd.DataFrame(
             [
@@ -105,7 +106,6 @@ def compare_table(
     Raises:
         KeyError: the baseline is not among the results, or an extra column names unknown labels.
     """
-    import pandas as pd
 
     if baseline_label not in results:
         raise KeyError(

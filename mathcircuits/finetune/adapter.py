@@ -45,8 +45,10 @@ from typing import Any
 
 import torch
 from jaxtyping import Float
+from safetensors.torch import load_file, save_file
 from torch import Tensor, nn
 
+from mathcircuits import __version__
 from mathcircuits._io import atomic_path, read_json, write_json
 from mathcircuits.finetune.slices import ParamSlice, SliceError, SliceSet
 
@@ -193,7 +195,6 @@ class HeadSliceAdapter(nn.Module):
     # ------------------------------------------------------------------ save / load
 
     def adapter_config(self) -> dict[str, Any]:
-        from mathcircuits import __version__
 
         return {
             "adapter_type": ADAPTER_TYPE,
@@ -207,7 +208,6 @@ class HeadSliceAdapter(nn.Module):
 
     def save_pretrained(self, save_directory: str | Path, **_: Any) -> Path:
         """Write ``adapter_config.json`` and ``adapter_model.safetensors`` (deltas and indices only)."""
-        from safetensors.torch import save_file
 
         out = Path(save_directory)
         out.mkdir(parents=True, exist_ok=True)
@@ -245,7 +245,6 @@ class HeadSliceAdapter(nn.Module):
 
     def load_weights(self, path: str | Path) -> None:
         """Load saved deltas into this adapter (same slices), e.g. to resume training."""
-        from safetensors.torch import load_file
 
         path = Path(path)
         file = path / ADAPTER_WEIGHTS_NAME

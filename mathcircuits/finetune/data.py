@@ -30,6 +30,8 @@ import re
 from collections.abc import Iterable, Sequence
 from typing import Any, Literal
 
+import datasets
+
 from mathcircuits.data.benchmark_files import read_word_problems, record_question
 
 # read_word_problems lives in mathcircuits.data (the one reader of benchmark files); re-exported here.
@@ -73,7 +75,6 @@ def build_sft_dataset(
     for word problems. Examples longer than ``max_length`` tokens are dropped
     (logged).
     """
-    import datasets
 
     rows = list(records) if not isinstance(records, datasets.Dataset) else records
     if len(rows) == 0:

@@ -45,8 +45,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Sequence
 
+import pandas as pd
 import torch
 from torch import nn
+from transformers import TrainerState, TrainingArguments
+from transformers.trainer_utils import get_last_checkpoint
 
 from mathcircuits._io import SavedResult
 from mathcircuits._schema import check_fields, setting
@@ -153,7 +156,6 @@ class SFTResult(SavedResult):
         object.__setattr__(self, "model", as_spec(self.model))
 
     def to_dataframe(self):
-        import pandas as pd
 
         return pd.DataFrame(list(self.loss_history), columns=["step", "loss"])
 
@@ -180,7 +182,6 @@ def train_sft(
     (also saved as ``<output_dir>/sft_result.json``; the final adapter or
     model goes to ``<output_dir>/final``).
     """
-    from transformers import TrainingArguments
 
     output_dir = Path(output_dir)
     if config.mode == "precise":
@@ -221,8 +222,6 @@ def train_sft(
             )
 
     if resume_from_checkpoint is True:
-        from transformers.trainer_utils import get_last_checkpoint
-
         last = get_last_checkpoint(str(output_dir)) if output_dir.is_dir() else None
         if last is None:
             raise FileNotFoundError(
@@ -281,8 +280,6 @@ def train_sft(
             float(out.metrics.get("train_samples_per_second", float("nan"))),
         )
     else:  # the checkpoint already holds max_steps: load it, never train past max_steps
-        from transformers import TrainerState
-
         trainer._load_from_checkpoint(str(resume_from_checkpoint))
         trainer.state = TrainerState.load_from_json(str(Path(resume_from_checkpoint) / "trainer_state.json"))
         losses = [float(e["loss"]) for e in trainer.state.log_history if "loss" in e]

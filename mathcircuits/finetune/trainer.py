@@ -17,6 +17,7 @@ from typing import Any, Sequence
 
 import torch
 from torch import nn
+from transformers import Trainer, TrainerCallback
 
 from mathcircuits._io import read_json
 from mathcircuits.finetune.adapter import HeadSliceAdapter
@@ -58,7 +59,6 @@ def pad_collate(pad_token_id: int, target_logits_only: bool = False):
 
 def _trainer_classes():
     """Build the Trainer subclass lazily (transformers is heavy to import)."""
-    from transformers import Trainer, TrainerCallback
 
     class JsonlLog(TrainerCallback):
         def __init__(self, path: Path) -> None:

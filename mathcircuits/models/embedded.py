@@ -17,6 +17,8 @@ import logging
 import os
 from pathlib import Path
 
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
 from mathcircuits._io import atomic_dir
 
 __all__ = ["EMBEDDED_NAME", "EMBEDDED_GGUF", "cache_root", "find_embedded_gguf", "embedded_model_dir", "convert_gguf"]
@@ -74,7 +76,6 @@ def convert_gguf(gguf_path: str | os.PathLike, out_dir: str | os.PathLike) -> Pa
     Raises:
         FileNotFoundError: ``gguf_path`` does not exist.
     """
-    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     gguf_path = Path(gguf_path)
     if not gguf_path.exists():

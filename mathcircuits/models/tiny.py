@@ -11,6 +11,18 @@ import string
 from typing import Any
 
 import torch
+from tokenizers import Regex, Tokenizer, decoders, pre_tokenizers
+from tokenizers import models as tokenizer_models
+from transformers import (
+    AutoConfig,
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    GPT2Config,
+    GPT2LMHeadModel,
+    LlamaConfig,
+    LlamaForCausalLM,
+    PreTrainedTokenizerFast,
+)
 
 from mathcircuits._io import atomic_dir
 from mathcircuits.models.embedded import cache_root
@@ -27,15 +39,11 @@ def tiny_tokenizer():
     It is saved to and loaded from a folder because TransformerLens re-opens a
     tokenizer by its ``name_or_path``.
     """
-    from transformers import AutoTokenizer
 
     folder = cache_root() / "tiny-char-tokenizer-v2"
     if not (folder / "tokenizer.json").exists():
-        from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
-        from transformers import PreTrainedTokenizerFast
-
         vocab = {tok: i for i, tok in enumerate(_SPECIAL + list(TINY_CHARS))}
-        core = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+        core = Tokenizer(tokenizer_models.WordLevel(vocab, unk_token="<unk>"))
         core.pre_tokenizer = pre_tokenizers.Split(Regex("."), "isolated")
         core.decoder = decoders.Fuse()  # characters join without spaces
         tok = PreTrainedTokenizerFast(
@@ -67,7 +75,6 @@ def tiny_llama(
     Returns:
         ``(model, tokenizer)``: the HF causal LM in eval mode and the character tokenizer.
     """
-    from transformers import LlamaConfig, LlamaForCausalLM
 
     tok = tiny_tokenizer()
     torch.manual_seed(seed)
@@ -102,7 +109,6 @@ def tiny_gpt2(seed: int = 0, n_layers: int = 2, d_model: int = 64, n_heads: int 
     Returns:
         ``(model, tokenizer)``: the HF causal LM in eval mode and the character tokenizer.
     """
-    from transformers import GPT2Config, GPT2LMHeadModel
 
     tok = tiny_tokenizer()
     torch.manual_seed(seed)
@@ -199,7 +205,6 @@ def tiny_model(family: str, seed: int = 0, **overrides: Any):
     Returns:
         ``(hf_model, tokenizer)``: the model in eval mode with eager attention, and :func:`tiny_tokenizer`.
     """
-    from transformers import AutoConfig, AutoModelForCausalLM
 
     model_type, extra = TINY_FAMILIES[tiny_family_name(family)]
     tok = tiny_tokenizer()

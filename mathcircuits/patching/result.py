@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+import pandas as pd
 import torch
 from jaxtyping import Float
 from torch import Tensor
@@ -138,7 +139,6 @@ class PatchingResult(SavedResult):
     def to_dataframe(self):
         """One row per sender: kind (head|mlp), layer, head (−1 for MLPs), effect, its interval
         (effect_low, effect_high; NaN without per-pair effects), rank (most negative first)."""
-        import pandas as pd
 
         nan = float("nan")
 

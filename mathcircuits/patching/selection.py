@@ -22,6 +22,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+import pandas as pd
 import torch
 from jaxtyping import Float
 from torch import Tensor
@@ -105,7 +106,6 @@ class KeyComponents(SavedResult):
         )
 
     def to_dataframe(self):
-        import pandas as pd
 
         nan_h, nan_m = [float("nan")] * len(self.heads), [float("nan")] * len(self.mlps)
         rows = [

@@ -17,6 +17,7 @@ Usage::
 
 from __future__ import annotations
 
+import html
 from typing import Any
 
 import plotly.graph_objects as go
@@ -125,7 +126,6 @@ def add_circuit_section(page: Any, circuit: Any, faith: Any = None) -> None:
         circuit: a :class:`~mathcircuits.circuit.Circuit`.
         faith: its :class:`~mathcircuits.circuit.Faithfulness`, or ``None``.
     """
-    import html
 
     page.section("circuit", "Circuit")
     page.note(

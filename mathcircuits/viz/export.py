@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import subprocess
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
@@ -169,7 +170,6 @@ def screenshot_html(
 
     ``wait_ms`` is Chromium's virtual-time budget for scripts (plotly, CircuitsVis) before the shot.
     """
-    import subprocess
 
     browser = find_chromium()
     if browser is None:

@@ -12,6 +12,7 @@ larger and would wash the heads out. Key heads and key MLPs (a
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import Any, Mapping, Sequence
 
 import plotly.graph_objects as go
@@ -165,7 +166,6 @@ def patching_heatmap(
 
 def _combine(results: Sequence[Any]) -> Any:
     """Pair-weighted mean of per-operation results (what one run over all their pairs would give)."""
-    from dataclasses import replace
 
     weights = torch.tensor([float(r.n_pairs) for r in results])
     heads = torch.stack([r.head_effects.float() for r in results])

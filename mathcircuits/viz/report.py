@@ -29,7 +29,15 @@ import os
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+import pandas as pd
+
 from mathcircuits._io import atomic_path
+from mathcircuits.viz.attention import attention_role_distributions, attention_role_means
+from mathcircuits.viz.circuit_graph import add_circuit_section
+from mathcircuits.viz.circuits import attention_heads_view, circuitsvis_bundle, split_bundle
+from mathcircuits.viz.heatmap import patching_heatmap, patching_heatmaps
+from mathcircuits.viz.knockout import knockout_curves
+from mathcircuits.viz.probes import probe_case_trajectory, probe_similarity_curves
 
 __all__ = ["build_report", "report_html"]
 
@@ -142,8 +150,6 @@ def report_html(
         page.add(_table(kc.to_dataframe()))
     # 3. path patching
     if patching is not None or patching_overall is not None:
-        from mathcircuits.viz.heatmap import patching_heatmaps
-
         page.section("patching", "Path patching")
         page.note(
             "Mean effect of patching each head (left) and MLP (right) with its counterfactual activation on the "
@@ -157,8 +163,6 @@ def report_html(
         )
         figs = patching_heatmaps(results, key_components, overall=patching_overall) if results else {}
         if not results and patching_overall is not None:
-            from mathcircuits.viz.heatmap import patching_heatmap
-
             figs = {"overall": patching_heatmap(patching_overall, key_components, label="all operations")}
         ordered = ([("overall", figs["overall"])] if "overall" in figs else []) + [
             (k, f) for k, f in figs.items() if k != "overall"
@@ -169,14 +173,10 @@ def report_html(
             next(iter(results.values())) if isinstance(results, Mapping) and results else None
         )
         if top_source is not None:
-            import pandas as pd
-
             top = pd.DataFrame(top_source.top_heads(10), columns=["layer", "head", "effect"])
             page.add("<details><summary>Top 10 heads by effect</summary>" + _table(top) + "</details>")
     # 4. knockout
     if knockout is not None:
-        from mathcircuits.viz.knockout import knockout_curves
-
         page.section("knockout", "Knockout")
         items = (
             list(knockout.values())
@@ -184,7 +184,6 @@ def report_html(
             else (list(knockout) if isinstance(knockout, (list, tuple)) else [knockout])
         )
         page.figure(knockout_curves(items))
-        import pandas as pd
 
         rows = []
         for ko in items:
@@ -202,8 +201,6 @@ def report_html(
         page.add("<details><summary>Knockout accuracies</summary>" + _table(pd.DataFrame(rows)) + "</details>")
     # 5. attention by role
     if attention is not None:
-        from mathcircuits.viz.attention import attention_role_distributions, attention_role_means
-
         page.section("attention", "Attention of key heads by token role")
         page.note(
             f"Share of attention from the last position on each role; class rule: share ≥ {attention.min_share} and "
@@ -215,8 +212,6 @@ def report_html(
         page.add("<details><summary>Per head and operation</summary>" + _table(attention.summary()) + "</details>")
     # 6. MLP probes
     if probes is not None:
-        from mathcircuits.viz.probes import probe_case_trajectory, probe_similarity_curves
-
         page.section("probes", "MLP probes")
         first = probes.first_raising_layer()
         page.note(
@@ -237,8 +232,6 @@ def report_html(
         )
     # 7. CircuitsVis views
     if patterns is not None:
-        from mathcircuits.viz.circuits import attention_heads_view, split_bundle
-
         page.section("views", "Attention patterns of key heads (interactive)")
         page.note(
             "CircuitsVis view: pick a head to enlarge it; hover a token to see where it attends. Rows are "
@@ -250,8 +243,6 @@ def report_html(
             page.has_views = page.has_views or removed
             page.add(f"<h3>{_esc(view.title)}</h3>" + f'<div class="cv">{fragment}</div>')
     if circuit is not None:  # the whole circuit (issue #12); the section lives in viz/circuit_graph.py
-        from mathcircuits.viz.circuit_graph import add_circuit_section
-
         add_circuit_section(page, circuit, circuit_faithfulness)
     # 8. extras
     if extra_figures:
@@ -265,8 +256,6 @@ def report_html(
             page.note(n)
     head_scripts = f'<script type="text/javascript">{get_plotlyjs()}</script>\n'
     if page.has_views:
-        from mathcircuits.viz.circuits import circuitsvis_bundle
-
         head_scripts += f'<script type="text/javascript">{circuitsvis_bundle()}</script>\n'
     toc = " ".join(f'<a href="#{a}">{_esc(t)}</a>' for a, t in page.toc)
     stamp = _dt.datetime.now().strftime("%Y-%m-%d %H:%M")
