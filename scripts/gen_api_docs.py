@@ -24,6 +24,7 @@ import inspect
 import pkgutil
 import re
 import sys
+import types
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -75,6 +76,8 @@ def _default(value: Any) -> str:
     """A deterministic text for a default value (no addresses, no logger state)."""
     if isinstance(value, enum.Enum):
         return f"{type(value).__name__}.{value.name}"
+    if isinstance(value, types.ModuleType):  # its repr holds the install path, which differs per checkout
+        return f"<module {value.__name__}>"
     if callable(value) and hasattr(value, "__qualname__"):
         return value.__qualname__
     return _ADDRESS.sub("", repr(value))
