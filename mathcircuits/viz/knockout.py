@@ -29,7 +29,7 @@ def knockout_curves(results: Any | Sequence[Any], *, title: str | None = None) -
     """One figure with a ranked curve, a random mean ± std band and a baseline per knockout result.
 
     Args:
-        results: a :class:`~mathcircuits.patching.KnockoutResult` or a list/tuple of them.
+        results: a :class:`~mathcircuits.ablation.KnockoutResult` or a list/tuple of them.
         title: the figure title (default: names the operations).
 
     Returns:
