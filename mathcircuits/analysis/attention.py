@@ -84,6 +84,20 @@ def role_masks(
     """One-hot role of each position (rows in :data:`ROLES` order).
 
     Raises if roles overlap or fall outside the prompt.
+
+    Args:
+        n_tokens: number of tokens in the prompt (few-shot prefix included).
+        prefix_len: number of few-shot prefix tokens (positions ``0..prefix_len-1``).
+        pos_a: positions of operand a's tokens.
+        pos_b: positions of operand b's tokens.
+        pos_op: positions of the operator's tokens.
+
+    Returns:
+        Boolean mask of shape ``[role, seq]`` (``[5, n_tokens]``): exactly one role is True per position;
+        positions that are neither prefix nor an operand/operator are ``"other"``.
+
+    Raises:
+        ValueError: if a role has no position, a position falls outside the query, or two roles share a position.
     """
     masks = torch.zeros(len(ROLES), n_tokens, dtype=torch.bool)
     named = {"pos_a": (_A, pos_a), "pos_b": (_B, pos_b), "pos_op": (_OP, pos_op)}
@@ -113,7 +127,15 @@ def role_masks(
 def role_shares(
     pattern_rows: Float[Tensor, "*batch seq"], masks: Bool[Tensor, "role seq"]
 ) -> Float[Tensor, "*batch role"]:
-    """Attention mass of each row on each role (the rows are attention from one query position)."""
+    """Attention mass of each row on each role (the rows are attention from one query position).
+
+    Args:
+        pattern_rows: attention weights from one query position over the keys, shape ``[*batch, seq]``.
+        masks: role masks from :func:`role_masks`, shape ``[role, seq]``.
+
+    Returns:
+        Float tensor of shape ``[*batch, role]``: the summed attention on each role's positions.
+    """
     return pattern_rows.float() @ masks.float().T
 
 
@@ -123,7 +145,17 @@ def classify_heads(
     min_share: float = 0.2,
     min_lift: float = 2.0,
 ) -> tuple[str, ...]:
-    """Operand / operator / neither for each head, by the rule in the module docstring."""
+    """Operand / operator / neither for each head, by the rule in the module docstring.
+
+    Args:
+        shares: attention share of each pair's last position on each role, shape ``[pair, head, role]``.
+        baselines: each role's share of the positions of each pair, shape ``[pair, role]``.
+        min_share: least mean share (operands a+b together, or operator) for a class (fraction, 0..1).
+        min_lift: least ratio of that mean share to the mean baseline.
+
+    Returns:
+        One of ``"operand"``, ``"operator"`` or ``"neither"`` per head, in the order of ``shares``' head axis.
+    """
     s = shares.mean(0)  # head role
     b = baselines.mean(0)  # role
     s_ab, s_op = s[:, _A] + s[:, _B], s[:, _OP]
@@ -287,6 +319,22 @@ def attention_by_role(
     columns of :func:`mathcircuits.data.generate_pairs` (usually its correct pairs);
     ``heads`` is a :class:`~mathcircuits.patching.selection.KeyComponents` or a list
     of ``(layer, head)``. Only the last query row of each pattern is kept.
+
+    Args:
+        model: the :class:`~mathcircuits.models.HookedModel` to run.
+        dataset: a ``datasets.Dataset`` (or list of row dicts) with the columns in ``ROLE_COLUMNS``.
+        heads: the heads to measure: a ``KeyComponents`` or a list of ``(layer, head)``.
+        batch_size: pairs per forward pass (batches are grouped by ``template_id``).
+        min_share: least mean attention share on a role for a head to be classed by it (fraction, 0..1).
+        min_lift: least ratio of that share to the role's uniform baseline share.
+
+    Returns:
+        An :class:`AttentionByRole` with ``shares`` of shape ``[pair, head, role]``, ``baselines`` of shape
+        ``[pair, role]`` (each role's share of the positions), and the heads, operations, pair and template ids.
+
+    Raises:
+        ValueError: if a pair's ``pos_last`` is not its last token, columns are missing or the dataset is empty,
+            ``heads`` is empty or has duplicates, or the role positions are invalid (see :func:`role_masks`).
     """
     spec = model.spec
     heads_t = as_heads(heads, spec)

@@ -210,7 +210,19 @@ class MLPProbeResult(SavedResult):
 
 
 def number_tokens(tokenizer: Any, numbers: list[int], context: str) -> list[int]:
-    """First token of each number as it would follow ``context`` (the prompt the answer follows)."""
+    """First token of each number as it would follow ``context`` (the prompt the answer follows).
+
+    Args:
+        tokenizer: the model's Hugging Face tokenizer.
+        numbers: the numbers to tokenize.
+        context: the prompt text the numbers follow.
+
+    Returns:
+        The id of each number's first token, in the order of ``numbers``.
+
+    Raises:
+        ValueError: if a number merges with the end of the prompt (the prompt's own tokens change).
+    """
     spacing = answer_spacing(tokenizer)
     base = tokenizer(context, add_special_tokens=False)["input_ids"]
     out = []
@@ -255,6 +267,27 @@ def mlp_probes(
     0..max_number (default: the largest operand or integer answer, at least 9).
     ``case_row`` picks the prompt traced layer by layer: a row index, or a
     string that the prompt ends with (e.g. ``"4 + 3 = "``; the first match).
+
+    Args:
+        model: the :class:`~mathcircuits.models.HookedModel` to run.
+        dataset: a ``datasets.Dataset`` (or list of row dicts) with ``tokens``, ``prompt``, ``answer``,
+            ``answer_token``, ``a``, ``b``, ``operation`` and ``pair_id`` columns.
+        space: ``"lens"`` (vectors through the final norm, as the logit lens sees them) or ``"raw"``
+            (the MLP's own input ``mlp.hook_in``).
+        case_row: the traced prompt: a row index, or the text the prompt ends with.
+        max_number: largest candidate number (None: from the data, at least 9).
+        top_k: how many top numbers and tokens to keep per layer for the traced prompt.
+        batch_size: pairs per forward pass (batches are grouped by template).
+
+    Returns:
+        An :class:`MLPProbeResult` whose per-probe fields (similarities, direct effects, lens rank and
+        probability) have shape ``[pair, layer]``, with the candidate numbers/tokens and the traced prompt's
+        top numbers and tokens per layer.
+
+    Raises:
+        ValueError: if ``space`` is unknown, no prompt ends with ``case_row``, columns are missing, the dataset
+            is empty, or a number merges with the end of the prompt.
+        IndexError: if ``case_row`` is an index out of range.
     """
     if space not in SPACES:
         raise ValueError(f"space {space!r} is unknown. Fix: use one of {SPACES}.")

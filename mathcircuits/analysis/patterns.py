@@ -82,6 +82,23 @@ def head_patterns(
 
     ``drop_prefix=True`` keeps only the query (the few-shot prefix is cut from
     both axes), which keeps the view readable for long prefixes.
+
+    Args:
+        model: the :class:`~mathcircuits.models.HookedModel` to run.
+        dataset: a ``datasets.Dataset`` (or list of row dicts) with the columns of
+            :func:`mathcircuits.data.generate_pairs` (``ROLE_COLUMNS`` and ``prompt``).
+        heads: the heads to record: a ``KeyComponents`` or a list of ``(layer, head)``.
+        rows: indices of the dataset rows to run, one prompt each.
+        drop_prefix: cut the few-shot prefix from both the query and key axes.
+
+    Returns:
+        A :class:`HeadPatterns` with, per row, a pattern tensor of shape ``[head, query, key]`` (square over the
+        kept positions) and each kept token's text and role, plus the prompts, pair ids and operations.
+
+    Raises:
+        IndexError: if a row is out of range for the dataset.
+        ValueError: if columns are missing or the dataset is empty, ``heads`` is empty or has duplicates, or the
+            role positions are invalid.
     """
     spec = model.spec
     heads_t = as_heads(heads, spec)

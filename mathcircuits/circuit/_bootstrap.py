@@ -53,8 +53,18 @@ def bootstrap_ratio(
 ) -> tuple[float, float, float]:
     """``mean(num) / mean(den)`` and its percentile bootstrap interval (pairs resampled jointly).
 
+    Args:
+        num: per-pair numerator values, shape ``[pair]``.
+        den: per-pair denominator values, shape ``[pair]`` (the same pairs as ``num``).
+        n_boot: number of bootstrap resamples.
+        confidence: coverage of the interval (e.g. 0.95).
+        generator: random generator for the resampling (None: torch's global one).
+
     Returns:
-        ``(ratio, low, high)``.
+        ``(ratio, low, high)``: the ratio of means and the interval's bounds, as floats.
+
+    Raises:
+        ValueError: if there are fewer than 2 pairs.
     """
     n, d = num.double().flatten(), den.double().flatten()
     idx = _indices(len(n), n_boot, generator)

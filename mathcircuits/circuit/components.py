@@ -167,7 +167,18 @@ class Receiver:
 def upstream_senders(
     spec: Any, receiver: Receiver, parallel: bool, kinds: Sequence[str] = ("head", "mlp")
 ) -> list[Sender]:
-    """Every head and/or MLP whose output can reach ``receiver``, in layer order."""
+    """Every head and/or MLP whose output can reach ``receiver``, in layer order.
+
+    Args:
+        spec: the model's spec (uses ``n_layers`` and ``n_heads``).
+        receiver: the :class:`Receiver` the senders must reach.
+        parallel: whether the blocks run attention and MLP in parallel (then an MLP does not read its own
+            layer's heads).
+        kinds: which senders to list: ``"head"``, ``"mlp"`` or both.
+
+    Returns:
+        The :class:`Sender` objects upstream of ``receiver``, by layer (a layer's heads before its MLP).
+    """
     out = []
     for layer in range(spec.n_layers):
         if "head" in kinds:
@@ -178,7 +189,19 @@ def upstream_senders(
 
 
 def check_positions(positions: Sequence[int], seq_len: int, what: str) -> list[int]:
-    """Sorted, non-negative positions of a prompt of ``seq_len`` tokens (negative ones count from the end)."""
+    """Sorted, non-negative positions of a prompt of ``seq_len`` tokens (negative ones count from the end).
+
+    Args:
+        positions: token positions; negative ones count from the end (``-1`` is the last token).
+        seq_len: number of tokens in the prompt.
+        what: what the positions are for, named in the error message.
+
+    Returns:
+        The distinct positions, made non-negative and sorted.
+
+    Raises:
+        ValueError: if a position is outside ``-seq_len..seq_len-1`` or ``positions`` is empty.
+    """
     out = sorted({p + seq_len if p < 0 else p for p in positions})
     bad = [p for p in positions if not -seq_len <= p < seq_len]
     if bad or not out:

@@ -19,18 +19,38 @@ __all__ = ["left_pad", "max_positions", "model_device", "pad_token_id"]
 
 
 def model_device(model: torch.nn.Module) -> torch.device:
-    """The device of the model's first parameter (where inputs must go)."""
+    """The device of the model's first parameter (where inputs must go).
+
+    Args:
+        model: a torch module with at least one parameter.
+
+    Returns:
+        The device of its first parameter.
+    """
     return next(model.parameters()).device
 
 
 def max_positions(model: torch.nn.Module) -> int | None:
-    """The model's context length (``max_position_embeddings`` or ``n_positions``), or None if unknown."""
+    """The model's context length (``max_position_embeddings`` or ``n_positions``), or None if unknown.
+
+    Args:
+        model: a Hugging Face model (its ``config`` is read).
+
+    Returns:
+        The context length in tokens, or None if the config has neither field.
+    """
     cfg = getattr(model, "config", None)
     return getattr(cfg, "max_position_embeddings", None) or getattr(cfg, "n_positions", None)
 
 
 def pad_token_id(tokenizer: Any) -> int:
     """The tokenizer's pad id, else its EOS id.
+
+    Args:
+        tokenizer: a Hugging Face tokenizer.
+
+    Returns:
+        The pad token id, or the EOS token id when there is no pad token.
 
     Raises:
         ValueError: the tokenizer has neither.

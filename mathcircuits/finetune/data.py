@@ -43,7 +43,15 @@ DEFAULT_PROMPT = "Question: {question}\nAnswer:"
 
 
 def format_gold(answer: str | float) -> str:
-    """``"64013.0"`` → ``"64013"``; ``"9.80"`` → ``"9.8"``; other strings unchanged."""
+    """``"64013.0"`` → ``"64013"``; ``"9.80"`` → ``"9.8"``; other strings unchanged.
+
+    Args:
+        answer: a gold answer, as a string or number (commas are ignored when parsing).
+
+    Returns:
+        The answer as text: integers without a decimal part, other numbers without trailing zeros (at most
+        6 decimals), and non-numeric strings stripped but otherwise unchanged.
+    """
     text = str(answer).strip()
     try:
         value = float(text.replace(",", ""))
@@ -74,6 +82,24 @@ def build_sft_dataset(
     pairs (their few-shot format continues with a separator, not EOS) and True
     for word problems. Examples longer than ``max_length`` tokens are dropped
     (logged).
+
+    Args:
+        tokenizer: the model's Hugging Face tokenizer.
+        records: arithmetic pairs (``tokens``, ``answer_tokens``) or word-problem records
+            (``instruction``, ``output``, ``answer``).
+        target: word problems: train on the rationale (``"rationale"``) or on ``"The answer is X."``
+            (``"answer"``).
+        prompt_template: word problems: the prompt, with a ``{question}`` placeholder.
+        add_eos: append the EOS token to each target (None: the default above).
+        max_length: longest example kept, in tokens (prompt plus target).
+
+    Returns:
+        A ``datasets.Dataset`` with ``input_ids`` and ``labels`` (token id lists; labels are ``-100`` on the
+        prompt).
+
+    Raises:
+        ValueError: if there are no records, ``target`` is unknown, the records have neither format's columns,
+            or every example is longer than ``max_length``.
     """
 
     rows = list(records) if not isinstance(records, datasets.Dataset) else records

@@ -293,7 +293,14 @@ def kv_groups(heads: list[tuple[int, int]], facts: dict[str, Any], kv_policy: st
 
 
 def merge_ranges(ranges: Iterable[tuple[int, int]]) -> tuple[tuple[int, int], ...]:
-    """Half-open ranges sorted, with overlapping or touching ones merged (``[(0, 2), (2, 4)]`` → ``((0, 4),)``)."""
+    """Half-open ranges sorted, with overlapping or touching ones merged (``[(0, 2), (2, 4)]`` → ``((0, 4),)``).
+
+    Args:
+        ranges: half-open ``(start, stop)`` ranges.
+
+    Returns:
+        The merged ranges, sorted by start.
+    """
     out: list[list[int]] = []
     for a, b in sorted(set(ranges)):
         if out and a <= out[-1][1]:

@@ -181,6 +181,26 @@ def train_sft(
     trained module (adapter or model, in eval mode) and an :class:`SFTResult`
     (also saved as ``<output_dir>/sft_result.json``; the final adapter or
     model goes to ``<output_dir>/final``).
+
+    Args:
+        model: a Hugging Face causal LM, or (precise mode) a ready :class:`HeadSliceAdapter`.
+        tokenizer: the model's tokenizer (its pad id, else EOS id, pads the batches).
+        train_dataset: a ``datasets.Dataset`` with ``input_ids`` and ``labels`` columns.
+        output_dir: folder for checkpoints, ``log.jsonl``, ``sft_result.json`` and ``final``.
+        key: precise mode: the components to train, a :class:`KeyComponents` or :class:`SliceSet`
+            (None when ``model`` is an adapter).
+        config: the :class:`SFTConfig` (mode, optimiser, schedule, batch sizes, saving).
+        resume_from_checkpoint: a checkpoint folder, True for the latest in ``output_dir``, or None to start afresh.
+        model_name: the model's name, recorded in the result's spec and used to map ``key`` to slices.
+        callbacks: extra ``transformers`` trainer callbacks.
+
+    Returns:
+        ``(trained_module, result)``: the trained adapter or model (in eval mode) and its :class:`SFTResult`.
+
+    Raises:
+        ValueError: if precise mode gets both an adapter and ``key``, or neither; full mode gets an adapter;
+            or ``train_dataset`` lacks ``input_ids`` or ``labels``.
+        FileNotFoundError: if ``resume_from_checkpoint=True`` but ``output_dir`` holds no checkpoint.
     """
 
     output_dir = Path(output_dir)

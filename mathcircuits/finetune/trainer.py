@@ -34,6 +34,15 @@ def pad_collate(pad_token_id: int, target_logits_only: bool = False):
     matching flat ``shift_labels``, so the model projects onto the vocabulary
     only where the loss needs it (transformers >= 5). The loss is the same;
     the lm-head's forward and backward at prompt positions are skipped.
+
+    Args:
+        pad_token_id: the id that pads ``input_ids``.
+        target_logits_only: also add ``logits_to_keep`` and ``shift_labels`` to each batch.
+
+    Returns:
+        A collate function from a list of ``{"input_ids", "labels"}`` features to a dict of long tensors
+        ``input_ids``, ``labels`` and ``attention_mask`` of shape ``[batch, seq]`` (plus ``logits_to_keep``,
+        bool ``[batch, seq]``, and ``shift_labels``, ``[n_target]``, when ``target_logits_only``).
     """
 
     def collate(features: Sequence[dict[str, Any]]) -> dict[str, torch.Tensor]:

@@ -92,7 +92,20 @@ class ScanFn(Protocol):
 
 
 def check_dataset(dataset: Any, spec: Any) -> None:
-    """Clear errors for datasets patching cannot use."""
+    """Clear errors for datasets patching cannot use.
+
+    Args:
+        dataset: a ``datasets.Dataset`` from :func:`mathcircuits.data.generate_pairs` (needs ``tokens``,
+            ``cf_tokens`` and ``answer_token``).
+        spec: the model's spec (its ``vocab_size`` bounds the answer tokens).
+
+    Returns:
+        None; it only raises.
+
+    Raises:
+        ValueError: if columns are missing, the dataset is empty, a pair's reference and counterfactual prompts
+            differ in token length, or an answer token is outside the vocabulary.
+    """
     missing = [c for c in _REQUIRED if c not in dataset.column_names]
     if missing:
         raise ValueError(f"the dataset lacks columns {missing}. Fix: build it with mathcircuits.data.generate_pairs.")
@@ -115,7 +128,18 @@ def check_dataset(dataset: Any, spec: Any) -> None:
 
 
 def pair_batches(dataset: Any, batch_size: int, device: torch.device | str) -> list[PairBatch]:
-    """Batches of pairs with equal token length (no padding, so the last position is the same for all)."""
+    """Batches of pairs with equal token length (no padding, so the last position is the same for all).
+
+    Args:
+        dataset: a ``datasets.Dataset`` with ``tokens``, ``cf_tokens`` and ``answer_token`` (and optionally
+            ``template_id``, so that a batch shares one template).
+        batch_size: at most this many pairs per batch.
+        device: where the batch tensors go.
+
+    Returns:
+        A list of :class:`PairBatch`: row indices, ``tokens`` and ``cf_tokens`` of shape ``[batch, seq]`` and
+        ``answer`` of shape ``[batch]``.
+    """
     cols = {"tokens": dataset["tokens"], "cf_tokens": dataset["cf_tokens"], "answer": dataset["answer_token"]}
     if "template_id" in dataset.column_names:  # one template per batch: its few-shot prefix runs once
         cols["template_id"] = dataset["template_id"]

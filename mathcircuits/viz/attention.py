@@ -27,6 +27,19 @@ def attention_role_distributions(
     """Per-class panels of attention share (last position -> role), one box/violin per role and operation.
 
     ``classes`` selects the panels (default: every class that has a head in some operation).
+
+    Args:
+        result: an :class:`~mathcircuits.analysis.AttentionByRole` from ``attention_by_role``.
+        kind: ``"box"`` or ``"violin"``.
+        classes: head classes to show, one panel each (``"operand"``, ``"operator"``, ``"neither"``).
+        title: the figure title (default: a description of the plot).
+
+    Returns:
+        A plotly figure: one panel per class, shares (0..1) per role and operation, with each role's uniform
+        baseline marked.
+
+    Raises:
+        ValueError: if ``kind`` is unknown or there is no class to show.
     """
     if kind not in ("box", "violin"):
         raise ValueError(f"kind {kind!r} is unknown. Fix: use 'box' or 'violin'.")
@@ -111,7 +124,19 @@ def attention_role_distributions(
 
 
 def attention_role_means(result: Any, operation: str | None = None, *, title: str | None = None) -> go.Figure:
-    """Heatmap: heads (rows, labelled with their class) x roles, mean attention share over pairs."""
+    """Heatmap: heads (rows, labelled with their class) x roles, mean attention share over pairs.
+
+    Args:
+        result: an :class:`~mathcircuits.analysis.AttentionByRole` from ``attention_by_role``.
+        operation: average over this operation's pairs only (None: all pairs).
+        title: the figure title (default: names the operation).
+
+    Returns:
+        A plotly heatmap figure of the mean shares (0..1), heads x roles.
+
+    Raises:
+        KeyError: if no pair has ``operation``.
+    """
     mean = result.mean(operation)
     classes = result.classify(operation)
     rows = [f"{lab} ({c})" for lab, c in zip(result.labels, classes)]

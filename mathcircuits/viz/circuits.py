@@ -28,7 +28,14 @@ __all__ = ["OfflineHTML", "attention_heads_view", "circuitsvis_bundle", "split_b
 
 
 def circuitsvis_bundle() -> str:
-    """The CircuitsVis JavaScript bundle exactly as ``render_local`` inlines it."""
+    """The CircuitsVis JavaScript bundle exactly as ``render_local`` inlines it.
+
+    Returns:
+        The bundle's JavaScript source, with ``</script>`` removed.
+
+    Raises:
+        FileNotFoundError: if the installed circuitsvis lacks its ``dist/cdn/iife.js`` bundle.
+    """
     import circuitsvis
 
     path = Path(circuitsvis.__file__).parent / "dist" / "cdn" / "iife.js"
@@ -40,7 +47,17 @@ def circuitsvis_bundle() -> str:
 
 
 def split_bundle(fragment: str) -> tuple[str, bool]:
-    """Remove the inlined bundle from a ``local_src`` fragment; returns (fragment, whether it was removed)."""
+    """Remove the inlined bundle from a ``local_src`` fragment; returns (fragment, whether it was removed).
+
+    Args:
+        fragment: HTML from CircuitsVis ``local_src`` (or an :class:`OfflineHTML` fragment).
+
+    Returns:
+        ``(fragment, removed)``: the fragment without the bundle, and whether the bundle was found in it.
+
+    Raises:
+        FileNotFoundError: if the installed circuitsvis lacks its bundle (see :func:`circuitsvis_bundle`).
+    """
     bundle = circuitsvis_bundle()
     if bundle in fragment:
         return fragment.replace(bundle, ""), True
@@ -78,6 +95,19 @@ def attention_heads_view(
     ``heads`` restricts the view to some of the recorded heads. Head names carry
     the head and, when known, the role of the token it attends to most from
     the last position.
+
+    Args:
+        patterns: a :class:`~mathcircuits.analysis.HeadPatterns` from ``head_patterns``.
+        index: which recorded prompt to show (``0..len(patterns.patterns)-1``).
+        heads: ``(layer, head)`` pairs to show (None: every recorded head); unrecorded ones are skipped.
+        title: the view's title (default: names the prompt's last line and its pair id).
+
+    Returns:
+        An :class:`OfflineHTML` with the view's fragment (bundle inlined) and title.
+
+    Raises:
+        IndexError: if ``index`` is out of range.
+        ValueError: if none of ``heads`` was recorded.
     """
     from circuitsvis.attention import attention_heads
 

@@ -42,7 +42,11 @@ class ChromiumMissingError(RuntimeError):
 
 
 def find_chromium() -> str | None:
-    """The browser kaleido would use, or None (same search as kaleido, plus ``PATH`` names as a fallback)."""
+    """The browser kaleido would use, or None (same search as kaleido, plus ``PATH`` names as a fallback).
+
+    Returns:
+        The browser's path (``$BROWSER_PATH`` if set and it exists), or None if none is found.
+    """
     env = os.environ.get("BROWSER_PATH")
     if env:
         return env if Path(env).exists() else None
@@ -60,7 +64,14 @@ def find_chromium() -> str | None:
 
 
 def require_chromium() -> str:
-    """Return the browser path or raise :class:`ChromiumMissingError` with the fix."""
+    """Return the browser path or raise :class:`ChromiumMissingError` with the fix.
+
+    Returns:
+        The path of the Chromium-based browser kaleido will use.
+
+    Raises:
+        ChromiumMissingError: if kaleido is not installed or no browser is found.
+    """
     try:
         import kaleido  # noqa: F401
     except ImportError as err:
@@ -113,6 +124,20 @@ def save_figures(
     All static images are rendered in one kaleido batch (one browser start).
     Every file is written to a temporary name beside its target and moved into
     place only when the whole export succeeded.
+
+    Args:
+        figures: ``{path: plotly figure}``; without ``formats`` each path's suffix gives its format.
+        formats: formats to write each figure in (``html``, ``png``, ``svg``, ``pdf``, ``jpeg``, ``webp``); a
+            path's known suffix is replaced, otherwise ``.<fmt>`` is appended.
+        scale: pixel scale of static images (2.0: twice the layout's size).
+        include_plotlyjs: HTML: plotly's ``include_plotlyjs`` (True inlines plotly.js, ``"cdn"`` links it).
+
+    Returns:
+        The paths written, in order.
+
+    Raises:
+        ValueError: if a format is unsupported or cannot be told from a path's suffix.
+        ChromiumMissingError: if a static format is asked for without kaleido or a browser.
     """
     jobs = [(fig, target, fmt) for path, fig in figures.items() for target, fmt in _targets(path, formats)]
     static = [(fig, target, fmt) for fig, target, fmt in jobs if fmt in STATIC_FORMATS]
@@ -152,7 +177,22 @@ def save_figure(
     scale: float = 2.0,
     include_plotlyjs: bool | str = True,
 ) -> list[Path]:
-    """Write one figure: to ``path`` in the format of its suffix, or to ``path.<fmt>`` for each of ``formats``."""
+    """Write one figure: to ``path`` in the format of its suffix, or to ``path.<fmt>`` for each of ``formats``.
+
+    Args:
+        fig: the plotly figure.
+        path: the target file (or stem when ``formats`` is given).
+        formats: formats to write (None: from the suffix of ``path``); see :func:`save_figures`.
+        scale: pixel scale of static images.
+        include_plotlyjs: HTML: plotly's ``include_plotlyjs``.
+
+    Returns:
+        The paths written.
+
+    Raises:
+        ValueError: if a format is unsupported or cannot be told from the suffix.
+        ChromiumMissingError: if a static format is asked for without kaleido or a browser.
+    """
     return save_figures({path: fig}, formats, scale=scale, include_plotlyjs=include_plotlyjs)
 
 
@@ -169,6 +209,23 @@ def screenshot_html(
     """Render an HTML file in headless Chromium and save a PNG of the first ``width`` x ``height`` CSS pixels.
 
     ``wait_ms`` is Chromium's virtual-time budget for scripts (plotly, CircuitsVis) before the shot.
+
+    Args:
+        html_path: the HTML file to render.
+        png_path: the PNG to write (atomically).
+        width: window width in CSS pixels.
+        height: window height in CSS pixels.
+        scale: device scale factor (the PNG is ``scale`` times the CSS size).
+        wait_ms: virtual-time budget for scripts, in milliseconds.
+        timeout_s: wall-clock limit for Chromium, in seconds.
+
+    Returns:
+        ``png_path`` as a :class:`~pathlib.Path`.
+
+    Raises:
+        ChromiumMissingError: if no Chromium-based browser is found.
+        FileNotFoundError: if ``html_path`` does not exist.
+        RuntimeError: if Chromium fails or writes no image.
     """
 
     browser = find_chromium()

@@ -52,6 +52,18 @@ def patching_heatmap(
 
     ``key`` (KeyComponents or None) outlines key heads and MLPs. ``zmax`` /
     ``mlp_zmax`` fix the colour ranges (default: the largest absolute effect).
+
+    Args:
+        result: a :class:`~mathcircuits.patching.PatchingResult` (``head_effects`` ``[layer, head]``,
+            ``mlp_effects`` ``[layer]``).
+        key: KeyComponents whose heads and MLPs are outlined, or None.
+        title: the figure title (default: names the label, model, pair count and metric).
+        label: what the map covers, used in the title (default: the result's operations).
+        zmax: half-width of the heads' symmetric colour range, in the metric's units.
+        mlp_zmax: half-width of the MLPs' colour range.
+
+    Returns:
+        A plotly figure with the heads' heatmap and the MLP column.
     """
     heads = result.head_effects.detach().float().cpu()
     mlps = result.mlp_effects.detach().float().cpu()
@@ -193,6 +205,18 @@ def patching_heatmaps(
     omitted and there are several results it is their pair-weighted mean
     (equal to the overall mean of a per-pair metric), and the title says so.
     ``key`` outlines the same key components on every map.
+
+    Args:
+        results: ``{label: PatchingResult}``, or a list of PatchingResults.
+        key: KeyComponents to outline on every map, or None.
+        overall: the PatchingResult over all pairs, or None.
+
+    Returns:
+        ``{label: figure}`` (see :func:`patching_heatmap`), with ``"overall"`` when ``overall`` is given or
+        there are several results.
+
+    Raises:
+        ValueError: if there are no results and no ``overall``.
     """
     items = (
         list(results.items())

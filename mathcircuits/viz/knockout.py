@@ -26,7 +26,18 @@ def _rgba(hex_colour: str, alpha: float) -> str:
 
 
 def knockout_curves(results: Any | Sequence[Any], *, title: str | None = None) -> go.Figure:
-    """One figure with a ranked curve, a random mean ± std band and a baseline per knockout result."""
+    """One figure with a ranked curve, a random mean ± std band and a baseline per knockout result.
+
+    Args:
+        results: a :class:`~mathcircuits.ablation.KnockoutResult` or a list/tuple of them.
+        title: the figure title (default: names the operations).
+
+    Returns:
+        A plotly figure of accuracy against the number of heads knocked out (k), per result.
+
+    Raises:
+        ValueError: if there are no results, or a result's ranked accuracies do not match its ``ks``.
+    """
     items = list(results) if isinstance(results, (list, tuple)) else [results]
     if not items:
         raise ValueError("knockout_curves got no results. Fix: pass a KnockoutResult or a list of them.")

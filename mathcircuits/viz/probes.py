@@ -74,7 +74,19 @@ def _band(
 
 
 def probe_similarity_curves(result: Any, operation: str | None = None, *, title: str | None = None) -> go.Figure:
-    """Four panels over layers: input cosines, update cosines, direct-effect margin, logit-lens top-1 share."""
+    """Four panels over layers: input cosines, update cosines, direct-effect margin, logit-lens top-1 share.
+
+    Args:
+        result: an :class:`~mathcircuits.analysis.MLPProbeResult` from ``mlp_probes``.
+        operation: use only this operation's pairs (None: all pairs).
+        title: the figure title (default: names the operation, pair count and space).
+
+    Returns:
+        A 2x2 plotly figure of per-layer means ± std over pairs.
+
+    Raises:
+        KeyError: if no pair has ``operation``.
+    """
     idx = result.rows(operation)
     layers = list(range(result.n_layers))
     c = qualitative.Plotly

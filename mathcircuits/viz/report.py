@@ -119,7 +119,29 @@ def report_html(
     circuit: Any = None,
     circuit_faithfulness: Any = None,
 ) -> str:
-    """The report as one HTML string (see :func:`build_report`)."""
+    """The report as one HTML string (see :func:`build_report`).
+
+    Args:
+        title: the page title.
+        model_spec: the model's spec (a ModelSpec or dict), shown as a table.
+        data_summary: facts about the data, shown as a table.
+        accuracy_table: a DataFrame of accuracy by operation and template.
+        patching: a PatchingResult, or a mapping/list of them (one heatmap each).
+        patching_overall: the PatchingResult over all pairs (default: combined from ``patching``).
+        key_components: the KeyComponents, listed and outlined on the heatmaps.
+        knockout: a KnockoutResult, a list of them or {label: result}.
+        attention: an AttentionByRole.
+        probes: an MLPProbeResult.
+        patterns: a HeadPatterns, shown as interactive CircuitsVis views.
+        extra_figures: more plotly figures, ``{title: figure}``.
+        notes: a note or a list of notes.
+        circuit: a Circuit, shown as a graph.
+        circuit_faithfulness: the circuit's Faithfulness, shown with it.
+
+    Returns:
+        A standalone HTML page (plotly and, when views are shown, CircuitsVis inlined) with a section per
+        part given.
+    """
     from plotly.offline import get_plotlyjs
 
     page = _Page()
@@ -277,6 +299,13 @@ def build_report(path: str | os.PathLike, **parts: Any) -> Path:
     ``attention`` (AttentionByRole), ``probes`` (MLPProbeResult), ``patterns``
     (HeadPatterns), ``extra_figures`` ({title: plotly figure}), ``notes``, ``circuit``
     (Circuit) and ``circuit_faithfulness`` (Faithfulness).
+
+    Args:
+        path: the HTML file to write.
+        **parts: the report's parts, as listed above (passed to :func:`report_html`).
+
+    Returns:
+        ``path`` as a :class:`~pathlib.Path`.
     """
     text = report_html(**parts)
     with atomic_path(path) as tmp:
