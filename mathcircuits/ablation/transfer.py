@@ -1,10 +1,26 @@
 """Transfer: do the key heads matter beyond the data they were found on? (Zhang et al. 2024, §3.4)
 
 For each evaluation set (other operations, other templates, multi-digit
-operands, real word problems) we measure accuracy with nothing ablated, with
-the key heads mean-ablated, and with as many random heads mean-ablated
-(several seeds). A large drop for key heads and a small one for random heads
-means the circuit transfers. The ablation mean is the one of
+operands, real word problems) we first score the clean model, then keep **only
+the items it answers correctly**, and on those measure accuracy with the key
+heads mean-ablated and with as many random heads mean-ablated (several seeds).
+A large drop for key heads and a small one for random heads means the circuit
+transfers. Items the clean model already gets wrong say nothing about what the
+heads do (an ablation cannot break an answer that was never right), so they
+are left out.
+
+A set is **measurable** when the clean model answers at least
+``min_clean_accuracy`` of its items (default 0.5) and at least ``min_correct``
+items (default 5). Below that the clean model is near chance on the set (on
+SmolLM2-135M: two-digit addition 0.06, word templates 0.19) and the row says
+*not measurable on this model* with its clean accuracy, never a transfer number.
+
+Intervals. Every accuracy is a count of correct items, so it carries a Wilson
+interval (:func:`mathcircuits.stats.wilson_interval`): the clean accuracy over
+all items, the key-ablated accuracy over the clean-correct items, and the
+random-ablated accuracy over the clean-correct items pooled over the random
+head sets, widened to include every single set's accuracy (the spread of the
+random draws). The ablation mean is the one of
 :mod:`mathcircuits.ablation.knockout` (computed on the identification data's
 counterfactual prompts), so every set is ablated the same way.
 """
@@ -12,34 +28,143 @@ counterfactual prompts), so every set is ablated the same way.
 from __future__ import annotations
 
 import random
-import statistics
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import pandas as pd
 from tqdm.auto import tqdm
 
+from mathcircuits._codec import FieldError
 from mathcircuits._io import SavedResult
-from mathcircuits.ablation.knockout import HeadMeans, _as_heads, ablated_accuracy
+from mathcircuits.ablation.knockout import HeadMeans, _as_heads, _check_dataset, ablated_model
+from mathcircuits.data.filter import score_pairs
+from mathcircuits.stats import DEFAULT_CONFIDENCE, wilson_interval
 
-__all__ = ["TransferResult", "transfer"]
+__all__ = ["MEASURED", "NOT_MEASURABLE", "TransferResult", "transfer", "transfer_row"]
+
+MEASURED = "measured"
+NOT_MEASURABLE = "not measurable on this model"
 
 
 @dataclass(frozen=True)
 class TransferResult(SavedResult):
-    """One row per evaluation set: clean, key-ablated and random-ablated accuracy."""
+    """One row per evaluation set (see :func:`transfer_row` for the columns).
+
+    ``min_clean_accuracy`` and ``min_correct`` are the thresholds below which a set is
+    *not measurable on this model*; ``confidence`` is the Wilson intervals' level.
+    """
 
     rows: list[dict[str, Any]]
     key_heads: list[tuple[int, int]]
     n_random: int
     scope: str = "all"
     notes: dict[str, Any] = field(default_factory=dict)
+    min_clean_accuracy: float = 0.5
+    min_correct: int = 5
+    confidence: float = DEFAULT_CONFIDENCE
+    seed: int = 0
 
     STAGE = "validate"
+    VERSION: ClassVar[int] = 3
+
+    @classmethod
+    def upgrade(cls, version: int, fields: dict[str, Any]) -> dict[str, Any]:
+        """Versions 1–2 measured transfer on every item, right or wrong: they cannot be read as transfer."""
+        raise FieldError(
+            "it measured transfer on every item (also those the clean model gets wrong) and has no intervals"
+        )
+
+    def measured(self) -> list[dict[str, Any]]:
+        """The rows whose set the clean model answers well enough to measure transfer on."""
+        return [r for r in self.rows if r["status"] == MEASURED]
 
     def to_dataframe(self):
+        """One row per set: status, clean accuracy and the key/random-ablated accuracies on the clean-correct
+        items, each with its Wilson interval (``*_low``, ``*_high``)."""
 
         return pd.DataFrame(self.rows)
+
+
+def _counts(scored: Any) -> list[int]:
+    return [int(bool(c)) for c in scored["correct"]]
+
+
+def transfer_row(
+    name: str,
+    clean: Sequence[int],
+    key: Sequence[int] | None,
+    random_sets: Sequence[Sequence[int]],
+    held_in: bool = False,
+    min_clean_accuracy: float = 0.5,
+    min_correct: int = 5,
+    confidence: float = DEFAULT_CONFIDENCE,
+) -> dict[str, Any]:
+    """One transfer row from per-item correctness (0/1), with Wilson intervals.
+
+    Args:
+        name: the set's name.
+        clean: correctness of the clean model on every item of the set.
+        key: correctness with the key heads ablated, on the clean-correct items only (None when not measured).
+        random_sets: per random head set, correctness on the clean-correct items.
+        held_in: whether the set's data was used to find the key heads.
+        min_clean_accuracy: least clean accuracy for the set to be measurable.
+        min_correct: least number of clean-correct items for the set to be measurable.
+        confidence: level of the Wilson intervals.
+
+    Returns:
+        A dict with ``dataset``, ``held_in``, ``status`` (:data:`MEASURED` or :data:`NOT_MEASURABLE`),
+        ``n`` (items), ``n_correct`` (clean-correct items), ``clean_accuracy`` (+``_low``/``_high``),
+        ``key_ablated_accuracy``, ``random_ablated_accuracy`` (each +``_low``/``_high``, over the
+        clean-correct items; NaN when not measurable), ``random_ablated_std`` (over the random sets),
+        ``key_drop`` and ``random_drop`` (ablated accuracy − 1, i.e. the share of clean-correct items lost).
+    """
+    nan = float("nan")
+    n, k = len(clean), int(sum(clean))
+    c = wilson_interval(k, n, confidence)
+    row: dict[str, Any] = {
+        "dataset": name,
+        "held_in": held_in,
+        "n": n,
+        "n_correct": k,
+        "clean_accuracy": c.value,
+        "clean_low": c.low,
+        "clean_high": c.high,
+    }
+    measurable = n > 0 and c.value >= min_clean_accuracy and k >= min_correct and key is not None
+    row["status"] = MEASURED if measurable else NOT_MEASURABLE
+    empty = dict.fromkeys(
+        (
+            "key_ablated_accuracy",
+            "key_low",
+            "key_high",
+            "random_ablated_accuracy",
+            "random_low",
+            "random_high",
+            "random_ablated_std",
+            "key_drop",
+            "random_drop",
+        ),
+        nan,
+    )
+    if not measurable:
+        return row | empty
+    kw = wilson_interval(int(sum(key)), len(key), confidence)
+    per_set = [sum(r) / len(r) for r in random_sets]
+    pooled = wilson_interval(sum(int(sum(r)) for r in random_sets), sum(len(r) for r in random_sets), confidence)
+    r_mean = sum(per_set) / len(per_set) if per_set else nan
+    r_std = (sum((x - r_mean) ** 2 for x in per_set) / len(per_set)) ** 0.5 if len(per_set) > 1 else 0.0
+    return row | {
+        "key_ablated_accuracy": kw.value,
+        "key_low": kw.low,
+        "key_high": kw.high,
+        "random_ablated_accuracy": r_mean,
+        "random_low": min([pooled.low, *per_set]) if per_set else nan,
+        "random_high": max([pooled.high, *per_set]) if per_set else nan,
+        "random_ablated_std": r_std,
+        "key_drop": kw.value - 1.0,
+        "random_drop": r_mean - 1.0,
+    }
 
 
 def transfer(
@@ -51,8 +176,12 @@ def transfer(
     seed: int = 0,
     scope: str = "all",
     progress: bool = False,
+    held_in: Sequence[str] = (),
+    min_clean_accuracy: float = 0.5,
+    min_correct: int = 5,
+    batch_size: int = 32,
 ) -> TransferResult:
-    """Accuracy on each named dataset: clean, key heads ablated, random heads ablated (mean ± std).
+    """Per dataset: clean accuracy, then key-ablated and random-ablated accuracy on the clean-correct items.
 
     Args:
         model: the hooked model.
@@ -63,6 +192,10 @@ def transfer(
         seed: seed of the random head sets.
         scope: ``"all"`` positions or only the ``"last"``.
         progress: show a progress bar.
+        held_in: names of the sets whose data found the key heads (marked ``held_in``; not evidence of transfer).
+        min_clean_accuracy: a set whose clean accuracy is below this is *not measurable on this model*.
+        min_correct: a set with fewer clean-correct items than this is *not measurable on this model*.
+        batch_size: pairs per forward.
 
     Returns:
         The :class:`TransferResult`. Heads or means of another model raise an error naming both models.
@@ -73,25 +206,35 @@ def transfer(
     means.check_model(spec)
     all_heads = [(l, h) for l in range(spec.n_layers) for h in range(spec.n_heads)]
     rng = random.Random(seed)
+
+    def correct(ds: Any, heads: Sequence[tuple[int, int]]) -> list[int]:
+        runner = ablated_model(model, list(heads), means, scope)
+        return _counts(score_pairs(runner, ds, batch_size=batch_size, device=model.device))
+
     rows = []
     for name, ds in tqdm(eval_sets.items(), disable=not progress, desc="transfer"):
         if len(ds) == 0:
             continue
-        clean = ablated_accuracy(model, ds, [], means, scope)
-        key = ablated_accuracy(model, ds, list(key_heads), means, scope)
-        rand = [
-            ablated_accuracy(model, ds, rng.sample(all_heads, len(key_heads)), means, scope) for _ in range(n_random)
-        ]
+        _check_dataset(ds, ("tokens", "answer_tokens", "n_tokens"), "transfer")
+        clean = correct(ds, [])
+        kept = [i for i, c in enumerate(clean) if c]
+        ok = len(kept) >= min_correct and len(kept) / len(clean) >= min_clean_accuracy
+        key = rand = None
+        if ok:
+            sub = ds.select(kept)
+            key = correct(sub, key_heads)
+            rand = [correct(sub, rng.sample(all_heads, len(key_heads))) for _ in range(n_random)]
         rows.append(
-            {
-                "dataset": name,
-                "n": len(ds),
-                "clean_accuracy": clean,
-                "key_ablated_accuracy": key,
-                "random_ablated_accuracy": statistics.mean(rand) if rand else float("nan"),
-                "random_ablated_std": statistics.pstdev(rand) if len(rand) > 1 else 0.0,
-                "key_drop": key - clean,
-                "random_drop": (statistics.mean(rand) - clean) if rand else float("nan"),
-            }
+            transfer_row(
+                name, clean, key, rand or [], name in set(held_in), min_clean_accuracy, min_correct, DEFAULT_CONFIDENCE
+            )
         )
-    return TransferResult(rows=rows, key_heads=[tuple(h) for h in key_heads], n_random=n_random, scope=scope)
+    return TransferResult(
+        rows=rows,
+        key_heads=[tuple(h) for h in key_heads],
+        n_random=n_random,
+        scope=scope,
+        min_clean_accuracy=min_clean_accuracy,
+        min_correct=min_correct,
+        seed=seed,
+    )

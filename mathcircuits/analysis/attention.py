@@ -35,6 +35,13 @@ at least twice what uniform attention would put there. Comparing lifts (not
 raw shares) keeps a one-token operator on equal terms with two operands. The
 rule is a summary; the per-pair shares are kept for the distributions.
 
+Intervals. Each head's mean share on a role, and its *excess* over the uniform
+baseline (``mean over pairs of share − baseline``, per pair so that prompt length
+cancels), carry a percentile-bootstrap interval over pairs
+(:func:`mathcircuits.stats.bootstrap_mean`; ``n_boot`` resamples, seed ``seed``).
+:meth:`AttentionByRole.summary` has them as ``<role>_low``/``<role>_high`` and
+``excess_operands``/``excess_operator`` with their bounds; claim C3 reads the excess.
+
 Usage::
 
     res = attention_by_role(model, correct_pairs, key_components)
@@ -61,6 +68,7 @@ from mathcircuits.data.batching import iter_batches
 from mathcircuits.models import hooks
 from mathcircuits.models.prefix import PrefixRunner
 from mathcircuits.models.spec import ModelSpec, as_spec
+from mathcircuits.stats import DEFAULT_CONFIDENCE, DEFAULT_N_BOOT, bootstrap_mean
 
 __all__ = [
     "ROLES",
@@ -234,14 +242,48 @@ class AttentionByRole(SavedResult):
             self.min_lift if min_lift is None else min_lift,
         )
 
-    def summary(self, by_operation: bool = True):
-        """One row per head (and operation): mean share per role, baselines, lifts and class."""
+    def grouped(self, idx: Tensor) -> Float[Tensor, "pair head target"]:
+        """Per pair and head: share on operands (A+B) and operator, and each minus its uniform baseline.
+
+        Args:
+            idx: the pair rows to take.
+
+        Returns:
+            ``[pair, head, 4]``: operands share, operator share, operands excess, operator excess.
+        """
+        s, b = self.shares[idx], self.baselines[idx]
+        ab, op = s[..., _A] + s[..., _B], s[..., _OP]
+        b_ab, b_op = (b[:, _A] + b[:, _B])[:, None], b[:, _OP][:, None]
+        return torch.stack([ab, op, ab - b_ab, op - b_op], -1)
+
+    def summary(
+        self,
+        by_operation: bool = True,
+        n_boot: int = DEFAULT_N_BOOT,
+        seed: int = 0,
+        confidence: float = DEFAULT_CONFIDENCE,
+    ):
+        """One row per head (and operation): mean share per role with its interval, baselines, lifts, the
+        excess over the uniform baseline on operands and operator with its interval, and the class.
+
+        Args:
+            by_operation: add rows per operation after the rows over all pairs.
+            n_boot: bootstrap resamples of the pairs for the intervals.
+            seed: bootstrap seed.
+            confidence: the intervals' level.
+
+        Returns:
+            A DataFrame; interval columns end in ``_low``/``_high``.
+        """
 
         groups: list[str | None] = [None] + (self.operation_names() if by_operation else [])
         rows = []
         for op in groups:
             idx = self._rows(op)
             s, b = self.shares[idx].mean(0), self.baselines[idx].mean(0)
+            s_lo, s_hi = bootstrap_mean(self.shares[idx], n_boot, seed, confidence)
+            grouped = self.grouped(idx)
+            g, (g_lo, g_hi) = grouped.mean(0), bootstrap_mean(grouped, n_boot, seed, confidence)
             classes = self.classify(op)
             for i, (layer, head) in enumerate(self.heads):
                 row: dict[str, Any] = {
@@ -251,11 +293,22 @@ class AttentionByRole(SavedResult):
                     "component": f"L{layer}.H{head}",
                     "n_pairs": len(idx),
                 }
-                row.update({r: float(s[i, j]) for j, r in enumerate(self.roles)})
+                for j, r in enumerate(self.roles):
+                    row.update({r: float(s[i, j]), f"{r}_low": float(s_lo[i, j]), f"{r}_high": float(s_hi[i, j])})
                 s_ab, b_ab = float(s[i, _A] + s[i, _B]), float(b[_A] + b[_B])
                 row.update(
                     {
                         "operands": s_ab,
+                        "operands_low": float(g_lo[i, 0]),
+                        "operands_high": float(g_hi[i, 0]),
+                        "baseline_operands": b_ab,
+                        "baseline_operator": float(b[_OP]),
+                        "excess_operands": float(g[i, 2]),
+                        "excess_operands_low": float(g_lo[i, 2]),
+                        "excess_operands_high": float(g_hi[i, 2]),
+                        "excess_operator": float(g[i, 3]),
+                        "excess_operator_low": float(g_lo[i, 3]),
+                        "excess_operator_high": float(g_hi[i, 3]),
                         "lift_operands": s_ab / b_ab,
                         "lift_operator": float(s[i, _OP] / b[_OP]),
                         "class": classes[i],

@@ -44,6 +44,13 @@ LayerNorm *scale* does not matter, but the norms' per-dimension *gains* do:
   differ a lot between dimensions (SmolLM2), so raw cosines mix in dimensions
   the unembedding barely reads; we keep it for comparison with the paper.
 
+Intervals. :meth:`MLPProbeResult.layer_summary` gives each layer's mean direct
+margin a percentile-bootstrap interval over pairs, and its logit-lens top-1 share a
+Wilson interval; :meth:`MLPProbeResult.layer_interval` bootstraps the pairs and
+recomputes :meth:`~MLPProbeResult.first_raising_layer` or
+:meth:`~MLPProbeResult.lens_top1_layer` on each resample, giving the layer itself
+an interval (a resample with no such layer counts as ``n_layers``).
+
 Numbers that tokenize to several tokens use their first token (digits are
 single tokens in SmolLM2 and Llama; the answer's first token is what path
 patching targets too).
@@ -75,6 +82,14 @@ from mathcircuits.models import hooks
 from mathcircuits.models.families import block_structure
 from mathcircuits.models.prefix import PrefixRunner
 from mathcircuits.models.spec import ModelSpec, as_spec
+from mathcircuits.stats import (
+    DEFAULT_CONFIDENCE,
+    DEFAULT_N_BOOT,
+    Interval,
+    bootstrap_indices,
+    bootstrap_mean,
+    wilson_interval,
+)
 
 __all__ = ["SPACES", "MLPProbeResult", "mlp_probes", "number_tokens"]
 
@@ -148,21 +163,58 @@ class MLPProbeResult(SavedResult):
 
         That is, mean ``update_direct_margin`` > ``min_margin`` (logits); None if no layer does.
         """
-        margin = self.update_direct_margin[self.rows(operation)].mean(0)
-        above = (margin > min_margin).nonzero()
-        return int(above[0]) if len(above) else None
+        return _first_raising(self.update_direct_margin[self.rows(operation)], min_margin)
 
     def lens_top1_layer(self, operation: str | None = None, min_share: float = 0.5) -> int | None:
         """First layer after which the logit lens ranks the answer top-1 for at least ``min_share`` of the pairs.
 
         None if there is no such layer.
         """
-        share = (self.lens_rank[self.rows(operation)] == 0).float().mean(0)
-        above = (share >= min_share).nonzero()
-        return int(above[0]) if len(above) else None
+        return _lens_top1(self.lens_rank[self.rows(operation)], min_share)
 
-    def layer_summary(self, operation: str | None = None):
-        """One row per layer: means (and stds) over pairs of every probe, plus top-1 logit-lens accuracy."""
+    def layer_interval(
+        self,
+        which: str,
+        operation: str | None = None,
+        n_boot: int = DEFAULT_N_BOOT,
+        seed: int = 0,
+        confidence: float = DEFAULT_CONFIDENCE,
+    ) -> Interval:
+        """Bootstrap interval of :meth:`first_raising_layer` (``which="raising"``) or :meth:`lens_top1_layer`
+        (``which="lens_top1"``), both at their default thresholds, resampling the pairs.
+
+        Args:
+            which: ``"raising"`` or ``"lens_top1"``.
+            operation: restrict to the pairs of one operation (None: all).
+            n_boot: bootstrap resamples.
+            seed: bootstrap seed.
+            confidence: the interval's level.
+
+        Returns:
+            An :class:`~mathcircuits.stats.Interval` in layers; "no such layer" counts as ``n_layers``
+            (in the value too).
+        """
+        fn = {"raising": (_first_raising, self.update_direct_margin), "lens_top1": (_lens_top1, self.lens_rank)}
+        if which not in fn:
+            raise ValueError(f"which={which!r} is unknown. Fix: use 'raising' or 'lens_top1'.")
+        f, data = fn[which]
+        data = data[self.rows(operation)]
+
+        def layer(x: Tensor) -> int:
+            got = f(x)
+            return self.n_layers if got is None else got
+
+        boots = torch.tensor([float(layer(data[i])) for i in bootstrap_indices(data.shape[0], n_boot, seed)])
+        alpha = 1 - confidence
+        q = torch.quantile(boots, torch.tensor([alpha / 2, 1 - alpha / 2], dtype=boots.dtype), interpolation="nearest")
+        return Interval(float(layer(data)), float(q[0]), float(q[1]), int(data.shape[0]), confidence, "bootstrap", seed)
+
+    def layer_summary(self, operation: str | None = None, n_boot: int = DEFAULT_N_BOOT, seed: int = 0):
+        """One row per layer: means (and stds) over pairs of every probe, plus top-1 logit-lens accuracy.
+
+        The direct margin and the update's cosine with the answer carry a bootstrap interval over pairs
+        (``_low``/``_high``; ``n_boot`` resamples, seed ``seed``), the top-1 share a Wilson interval.
+        """
 
         idx = self.rows(operation)
         out: dict[str, Any] = {"layer": list(range(self.n_layers))}
@@ -170,7 +222,13 @@ class MLPProbeResult(SavedResult):
             vals = getattr(self, name)[idx]
             out[name] = vals.mean(0).tolist()
             out[f"{name}_std"] = vals.std(0, unbiased=False).tolist()
-        out["lens_top1"] = (self.lens_rank[idx] == 0).float().mean(0).tolist()
+            if name in ("update_direct_margin", "update_sim_answer"):
+                lo, hi = bootstrap_mean(vals, n_boot, seed)
+                out[f"{name}_low"], out[f"{name}_high"] = lo.tolist(), hi.tolist()
+        top1 = (self.lens_rank[idx] == 0).sum(0).tolist()
+        wil = [wilson_interval(int(k), len(idx)) for k in top1]
+        out["lens_top1"] = [w.value for w in wil]
+        out["lens_top1_low"], out["lens_top1_high"] = [w.low for w in wil], [w.high for w in wil]
         df = pd.DataFrame(out)
         df.insert(0, "operation", operation or "all")
         return df
@@ -207,6 +265,16 @@ class MLPProbeResult(SavedResult):
                 }
             )
         return pd.DataFrame(rows)
+
+
+def _first_raising(margin: Float[Tensor, "pair layer"], min_margin: float = 0.25) -> int | None:
+    above = (margin.mean(0) > min_margin).nonzero()
+    return int(above[0]) if len(above) else None
+
+
+def _lens_top1(rank: Float[Tensor, "pair layer"], min_share: float = 0.5) -> int | None:
+    above = ((rank == 0).float().mean(0) >= min_share).nonzero()
+    return int(above[0]) if len(above) else None
 
 
 def number_tokens(tokenizer: Any, numbers: list[int], context: str) -> list[int]:

@@ -14,11 +14,22 @@ so a fixed threshold can select nothing. We therefore offer:
 
 The selection records the model identity and shape, so loading it for another
 model fails clearly.
+
+Stability (:func:`selection_stability`). The effects are means over prompt pairs, so
+which heads cross the rule's cut depends on which pairs were drawn. We resample the pairs
+with replacement (``n_boot`` times, the per-pair effects the identify stage keeps), recompute
+the mean effects and re-apply the same rule with the same parameters. A key head's
+*stability* is the share of resamples that select it again (1.0: every resample; 0.5: a coin
+flip). Heads outside the selection that resamples pick often are listed too, and the
+spread of the selection's size and depth gives the intervals of claim C1 (see ``docs/claims.md``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
+import statistics
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,8 +40,9 @@ from torch import Tensor
 
 from mathcircuits._io import SavedResult
 from mathcircuits.models.spec import ModelSpec, as_spec, check_model, heads_by_layer
+from mathcircuits.stats import bootstrap_indices
 
-__all__ = ["RULES", "KeyComponents", "SelectionError", "select_key_components"]
+__all__ = ["RULES", "KeyComponents", "SelectionError", "median_depth", "select_key_components", "selection_stability"]
 
 RULES = ("zscore", "threshold", "topk")
 
@@ -45,9 +57,17 @@ class KeyComponents(SavedResult):
 
     ``model`` is the :class:`~mathcircuits.models.ModelSpec` of the model they were selected on
     (a dict from ``ModelSpec.to_dict()`` is accepted and converted). Saved as JSON by ``save("x.json")``.
+
+    Stability (filled by :func:`selection_stability`; empty when not measured): ``stability[i]`` is
+    the share of ``stability_n_boot`` bootstrap resamples of the pairs (seed ``stability_seed``) that
+    select ``heads[i]`` again; ``stability_others`` maps other heads ("L3.H1") selected by at least
+    10% of the resamples to their share; ``stability_sizes`` and ``stability_depths`` are, per
+    resample, the number of heads selected and the median relative depth of their layers
+    (layer / (n_layers − 1); NaN when a resample selects none).
     """
 
     STAGE = "identify"
+    VERSION = 3
 
     model: ModelSpec | dict[str, Any]
     heads: tuple[tuple[int, int], ...]
@@ -57,6 +77,22 @@ class KeyComponents(SavedResult):
     rule: str = "zscore"
     rule_params: dict[str, Any] = field(default_factory=dict)
     source: dict[str, Any] = field(default_factory=dict)  # data and patching settings it came from
+    stability: tuple[float, ...] = ()
+    stability_others: dict[str, float] = field(default_factory=dict)
+    stability_sizes: tuple[int, ...] = ()
+    stability_depths: tuple[float, ...] = ()
+    stability_n_boot: int = 0
+    stability_seed: int = 0
+
+    @classmethod
+    def upgrade(cls, version: int, fields: dict[str, Any]) -> dict[str, Any]:
+        """Versions 1–2 had no stability: they load with none (re-run identify to measure it)."""
+        return fields
+
+    @property
+    def has_stability(self) -> bool:
+        """Whether :func:`selection_stability` filled the stability fields."""
+        return self.stability_n_boot > 0
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "model", as_spec(self.model))
@@ -106,17 +142,34 @@ class KeyComponents(SavedResult):
         )
 
     def to_dataframe(self):
+        """One row per key component: kind, layer, head (−1 for MLPs), score, and for heads the share of
+        bootstrap resamples that select it again (``stability``; NaN when not measured and for MLPs)."""
 
-        nan_h, nan_m = [float("nan")] * len(self.heads), [float("nan")] * len(self.mlps)
+        nan = float("nan")
+        nan_h, nan_m = [nan] * len(self.heads), [nan] * len(self.mlps)
+        stab = self.stability or nan_h
         rows = [
-            {"kind": "head", "layer": layer, "head": head, "score": s}
-            for (layer, head), s in zip(self.heads, self.head_scores or nan_h)
+            {"kind": "head", "layer": layer, "head": head, "score": s, "stability": st}
+            for (layer, head), s, st in zip(self.heads, self.head_scores or nan_h, stab)
         ]
         rows += [
-            {"kind": "mlp", "layer": layer, "head": -1, "score": s}
+            {"kind": "mlp", "layer": layer, "head": -1, "score": s, "stability": nan}
             for layer, s in zip(self.mlps, self.mlp_scores or nan_m)
         ]
-        return pd.DataFrame(rows, columns=["kind", "layer", "head", "score"])
+        return pd.DataFrame(rows, columns=["kind", "layer", "head", "score", "stability"])
+
+
+def median_depth(layers: Sequence[int], n_layers: int) -> float:
+    """Median of ``layers`` as a share of the depth, ``layer / (n_layers − 1)``; NaN for no layer.
+
+    Args:
+        layers: layer indices (e.g. of the key heads).
+        n_layers: the model's number of layers.
+
+    Returns:
+        A float in [0, 1], or NaN.
+    """
+    return statistics.median(layers) / max(1, n_layers - 1) if len(layers) else float("nan")
 
 
 def _pick(effects: Tensor, rule: str, threshold: float, k: int, z: float, max_k: int) -> list[int]:
@@ -205,4 +258,64 @@ def select_key_components(
         rule=rule,
         rule_params=params,
         source=provenance,
+    )
+
+
+def selection_stability(
+    result: Any, key: KeyComponents, n_boot: int = 200, seed: int = 0, min_share: float = 0.1
+) -> KeyComponents:
+    """How often each key head is selected again when the pairs are resampled (see the module docstring).
+
+    Args:
+        result: the :class:`~mathcircuits.patching.PatchingResult` the selection was made from, with its
+            per-pair head effects (``keep_per_pair=True``).
+        key: the selection, made by :func:`select_key_components` from ``result``; its rule and parameters
+            are re-applied to every resample.
+        n_boot: number of bootstrap resamples of the pairs.
+        seed: bootstrap seed (recorded in the result).
+        min_share: heads outside the selection are listed in ``stability_others`` when at least this share
+            of resamples selects them.
+
+    Returns:
+        ``key`` with the stability fields filled.
+    """
+    per_pair = result.per_pair_heads
+    if per_pair is None or per_pair.shape[0] == 0:
+        raise SelectionError(
+            "the patching result has no per-pair head effects, so the pairs cannot be resampled. "
+            "Fix: path-patch with keep_per_pair=True (the identify stage does)."
+        )
+    p = key.rule_params
+    n_layers, n_heads = per_pair.shape[1], per_pair.shape[2]
+    counts = torch.zeros(n_layers * n_heads)
+    sizes: list[int] = []
+    depths: list[float] = []
+    for idx in bootstrap_indices(per_pair.shape[0], n_boot, seed):
+        eff = per_pair[idx].double().nanmean(0)
+        picked = _pick(
+            eff.nan_to_num(nan=0.0),
+            key.rule,
+            float(p.get("threshold", -0.05)),
+            int(p.get("k", 10)),
+            float(p.get("z", 3.0)),
+            int(p.get("max_k", 32)),
+        )
+        counts[picked] += 1
+        sizes.append(len(picked))
+        depths.append(median_depth([i // n_heads for i in picked], n_layers))
+    share = counts / n_boot
+    chosen = {layer * n_heads + head for layer, head in key.heads}
+    others = {
+        f"L{i // n_heads}.H{i % n_heads}": round(float(share[i]), 4)
+        for i in torch.argsort(share, descending=True).tolist()
+        if i not in chosen and float(share[i]) >= min_share
+    }
+    return dataclasses.replace(
+        key,
+        stability=tuple(round(float(share[layer * n_heads + head]), 4) for layer, head in key.heads),
+        stability_others=others,
+        stability_sizes=tuple(sizes),
+        stability_depths=tuple(depths),
+        stability_n_boot=n_boot,
+        stability_seed=seed,
     )

@@ -10,7 +10,7 @@ Layout (one sub-folder per stage, each finished by a ``.done.json`` marker)::
     circuit/   circuit_<op>.json  faithfulness_<op>.json  graph_<op>.html
     finetune/  train_pairs/  heldout_pairs/  <mode>/{checkpoint-N/, final/, sft_result.json, log.jsonl, .settings}
     evaluate/  table.csv  eval_<label>.pt (one per model, only when benchmarks are configured)
-    report/    report.html  figures/
+    report/    report.html  claims.json  figures/
 """
 
 from __future__ import annotations
@@ -145,6 +145,11 @@ class RunPaths:
     @property
     def report(self) -> Path:
         return self.root / "report" / "report.html"
+
+    @property
+    def claims(self) -> Path:
+        """The claims card (C1–C6 with verdicts) the report stage writes."""
+        return self.root / "report" / "claims.json"
 
     def figure(self, name: str) -> Path:
         """A figure's path without extension (the saver adds .html, .png, ...)."""

@@ -19,7 +19,7 @@ import plotly.graph_objects as go
 import torch
 from plotly.subplots import make_subplots
 
-__all__ = ["patching_heatmap", "patching_heatmaps", "METRIC_LABELS"]
+__all__ = ["patching_top_heads", "patching_heatmap", "patching_heatmaps", "METRIC_LABELS"]
 
 METRIC_LABELS = {
     "relative_logit": "relative change of the correct logit",
@@ -37,6 +37,63 @@ def _zmax(values: torch.Tensor) -> float:
 
 def _grid(t: torch.Tensor) -> list[list[float | None]]:
     return [[None if not math.isfinite(v) else float(v) for v in row] for row in t.tolist()]
+
+
+def _bounds(low: Any, high: Any, shape: Any) -> list[list[str]]:
+    """Per cell, the interval as text for the hover ("n/a" without per-pair effects)."""
+    if low is None or high is None:
+        return [["n/a"] * shape[1] for _ in range(shape[0])]
+    lo, hi = low.float().cpu(), high.float().cpu()
+    return [[f"[{float(lo[i, j]):.4g}, {float(hi[i, j]):.4g}]" for j in range(shape[1])] for i in range(shape[0])]
+
+
+def patching_top_heads(result: Any, k: int = 15, key: Any = None, *, title: str | None = None) -> go.Figure:
+    """The ``k`` heads with the most negative effect, as bars with their bootstrap 95% intervals.
+
+    Args:
+        result: a :class:`~mathcircuits.patching.PatchingResult` (its intervals need per-pair effects).
+        k: how many heads.
+        key: the key components (their bars are dark), or None.
+        title: the figure title.
+
+    Returns:
+        A horizontal bar chart, strongest head on top; an error bar crossing 0 is an effect this sample
+        cannot tell from none.
+    """
+    top = result.top_heads(k)
+    names = [f"L{l}.H{h}" for l, h, _ in top]
+    eff = [e for _, _, e in top]
+    have = result.head_low is not None and result.head_high is not None
+    lo = [float(result.head_low[l, h]) for l, h, _ in top] if have else eff
+    hi = [float(result.head_high[l, h]) for l, h, _ in top] if have else eff
+    keyset = set(getattr(key, "heads", ()) or ())
+    fig = go.Figure(
+        go.Bar(
+            y=names,
+            x=eff,
+            orientation="h",
+            marker_color=["#b2182b" if (l, h) in keyset else "#f4a582" for l, h, _ in top],
+            error_x=dict(
+                type="data",
+                symmetric=False,
+                array=[b - e for b, e in zip(hi, eff)],
+                arrayminus=[e - a for a, e in zip(lo, eff)],
+            ),
+            customdata=list(zip(lo, hi)),
+            hovertemplate="%{y}: %{x:.4g} [%{customdata[0]:.4g}, %{customdata[1]:.4g}]<extra></extra>",
+        )
+    )
+    fig.add_vline(x=0, line=dict(color="black", width=1))
+    fmt = ".1%" if result.metric == "relative_logit" else ".2g"
+    fig.update_layout(
+        title=title
+        or f"Strongest heads with bootstrap 95% intervals<br><sup>{result.n_pairs} pairs; dark: key heads</sup>",
+        xaxis=dict(title=METRIC_LABELS.get(result.metric, result.metric), tickformat=fmt),
+        yaxis=dict(autorange="reversed"),
+        height=max(300, 24 * len(top) + 140),
+        width=640,
+    )
+    return fig
 
 
 def patching_heatmap(
@@ -91,9 +148,10 @@ def patching_heatmap(
             name="heads",
             xgap=1,
             ygap=1,
+            customdata=_bounds(result.head_low, result.head_high, heads.shape),
             hovertemplate="L%{y}.H%{x}<br>effect %{z:"
             + (".2%" if result.metric == "relative_logit" else ".4f")
-            + "}<extra></extra>",
+            + "}<br>95% interval %{customdata}<extra></extra>",
         ),
         row=1,
         col=1,

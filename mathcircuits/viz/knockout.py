@@ -3,7 +3,9 @@
 Takes knockout results (anything with ``ks``, ``ranked_accuracy``,
 ``random_accuracy`` [seed, k], ``baseline_accuracy`` and ``operation``). The
 effect-ranked curve is a solid line; the random-rank curve is the mean over
-seeds, dashed, with a band of ± one standard deviation. A steep drop of the
+seeds, dashed, with a band of ± one standard deviation (the spread of the
+random draws); the ranked curve carries Wilson 95% error bars over the
+result's ``n_pairs`` pairs (none when it has no ``n_pairs``). A steep drop of the
 ranked curve next to a flat random band is the paper's evidence that the few
 key heads carry the computation.
 """
@@ -15,6 +17,8 @@ from typing import Any, Sequence
 import plotly.graph_objects as go
 import torch
 from plotly.colors import qualitative
+
+from mathcircuits.stats import wilson_interval
 
 __all__ = ["knockout_curves"]
 
@@ -89,10 +93,23 @@ def knockout_curves(results: Any | Sequence[Any], *, title: str | None = None) -
                 "accuracy %{y:.1%} ± %{customdata:.1%}<extra></extra>",
             )
         )
+        n = int(getattr(res, "n_pairs", 0) or 0)
+        wil = [wilson_interval(round(a * n), n) for a in ranked] if n else []
+        err = (
+            dict(
+                type="data",
+                symmetric=False,
+                array=[w.high - a for w, a in zip(wil, ranked)],
+                arrayminus=[a - w.low for w, a in zip(wil, ranked)],
+            )
+            if wil
+            else None
+        )
         fig.add_trace(
             go.Scatter(
                 x=ks,
                 y=ranked,
+                error_y=err,
                 mode="lines+markers",
                 line=dict(color=colour, width=3),
                 marker=dict(size=7),

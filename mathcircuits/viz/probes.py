@@ -82,7 +82,8 @@ def probe_similarity_curves(result: Any, operation: str | None = None, *, title:
         title: the figure title (default: names the operation, pair count and space).
 
     Returns:
-        A 2x2 plotly figure of per-layer means ± std over pairs.
+        A 2x2 plotly figure: cosines as per-layer means ± std over pairs (their spread); the direct margin
+        with its bootstrap 95% interval and the top-1 share with its Wilson 95% interval (the uncertainty).
 
     Raises:
         KeyError: if no pair has ``operation``.
@@ -108,30 +109,34 @@ def probe_similarity_curves(result: Any, operation: str | None = None, *, title:
     _band(fig, layers, result.input_sim_others[idx], "input · other numbers", "#7f7f7f", 1, 1, dash="dot")
     _band(fig, layers, result.update_sim_answer[idx], "update · answer C", c[2], 1, 2)
     _band(fig, layers, result.update_sim_others[idx], "update · other numbers", "#7f7f7f", 1, 2, dash="dash")
-    margin = result.update_direct_margin[idx]
-    mean_m, std_m = margin.mean(0), margin.std(0, unbiased=False)
+    summ = result.layer_summary(operation)
+    mean_m = summ["update_direct_margin"]
+    lo_m, hi_m = summ["update_direct_margin_low"], summ["update_direct_margin_high"]
     fig.add_trace(
         go.Bar(
             x=layers,
             y=mean_m.tolist(),
-            name="direct margin (logits)",
+            name="direct margin (logits), 95% CI",
             marker_color=[c[2] if v > 0 else c[1] for v in mean_m.tolist()],
-            error_y=dict(type="data", array=std_m.tolist(), thickness=1),
-            customdata=std_m.tolist(),
-            hovertemplate="layer %{x}: %{y:.3f} ± %{customdata:.3f} logits<extra></extra>",
+            error_y=dict(
+                type="data", symmetric=False, array=(hi_m - mean_m).tolist(), arrayminus=(mean_m - lo_m).tolist()
+            ),
+            customdata=list(zip(lo_m.tolist(), hi_m.tolist())),
+            hovertemplate="layer %{x}: %{y:.3f} [%{customdata[0]:.3f}, %{customdata[1]:.3f}] logits<extra></extra>",
         ),
         row=2,
         col=1,
     )
-    top1 = (result.lens_rank[idx] == 0).float().mean(0)
+    top1, lo_t, hi_t = summ["lens_top1"], summ["lens_top1_low"], summ["lens_top1_high"]
     median_rank = result.lens_rank[idx].median(0).values
     fig.add_trace(
         go.Scatter(
             x=layers,
             y=top1.tolist(),
             mode="lines+markers",
-            name="answer top-1 (logit lens)",
+            name="answer top-1 (logit lens), Wilson 95% CI",
             line=dict(color=c[3]),
+            error_y=dict(type="data", symmetric=False, array=(hi_t - top1).tolist(), arrayminus=(top1 - lo_t).tolist()),
             customdata=median_rank.tolist(),
             hovertemplate="layer %{x}: top-1 for %{y:.0%} of pairs<br>median rank %{customdata:.0f}<extra></extra>",
         ),
@@ -158,7 +163,7 @@ def probe_similarity_curves(result: Any, operation: str | None = None, *, title:
     fig.update_layout(
         title=title
         or f"What MLPs read and write<br><sup>{operation or 'all operations'}, {len(idx)} pairs, "
-        f"mean ± std over pairs; cosines in {space}</sup>",
+        f"cosines: mean ± std over pairs, in {space}; margin and top-1: 95% intervals</sup>",
         height=800,
         width=1100,
         legend=dict(orientation="h", yanchor="top", y=-0.1, x=0),

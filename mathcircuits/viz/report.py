@@ -3,16 +3,17 @@
 The page inlines plotly.js once (in the head) and, when there are attention
 views, the CircuitsVis bundle once (a classic script defining the global
 ``CircuitsVis``); every figure is a ``<div>`` plus a small script. Sections
-appear only for the parts given:
+appear only for the parts given, findings first:
 
-1. model and data (model spec, data summary, accuracy table);
-2. key components (table, and the selection rule);
-3. path patching (one heatmap per operation and one overall, top heads);
-4. knockout curves;
-5. attention of key heads by role (distributions, means, summary table);
-6. MLP probes (similarity curves, one prompt's trajectory, tables);
-7. interactive attention views (CircuitsVis);
-8. extra figures and notes.
+1. the claims card (the paper's six claims, this run's measurement with its
+   interval, and a verdict), sized to fit the first screen of a laptop;
+2. one section per stage, each a figure with a one-paragraph reading: path
+   patching, key-head stability, knockout, transfer, attention by role, MLP
+   probes, the circuit (when given), fine-tuning and evaluation;
+3. interactive attention views (CircuitsVis) and extra figures;
+4. an appendix with the data tables (model, data, accuracies, and every
+   result's table). No value is shown as raw Python text: dicts become small
+   tables, lists comma-separated text.
 
 Usage::
 
@@ -32,19 +33,48 @@ from typing import Any, Mapping, Sequence
 import pandas as pd
 
 from mathcircuits._io import atomic_path
-from mathcircuits.viz.attention import attention_role_distributions, attention_role_means
-from mathcircuits.viz.circuit_graph import add_circuit_section
+from mathcircuits.viz.attention import attention_excess, attention_role_distributions, attention_role_means
+from mathcircuits.viz.circuit_graph import circuit_graph
 from mathcircuits.viz.circuits import attention_heads_view, circuitsvis_bundle, split_bundle
-from mathcircuits.viz.heatmap import patching_heatmap, patching_heatmaps
+from mathcircuits.viz.heatmap import patching_heatmap, patching_heatmaps, patching_top_heads
 from mathcircuits.viz.knockout import knockout_curves
 from mathcircuits.viz.probes import probe_case_trajectory, probe_similarity_curves
+from mathcircuits.viz.readings import (
+    reading_attention,
+    reading_knockout,
+    reading_patching,
+    reading_probes,
+    reading_stability,
+    reading_transfer,
+)
+from mathcircuits.viz.stability import selection_stability_bars
+from mathcircuits.viz.transfer import transfer_bars
 
-__all__ = ["build_report", "report_html"]
+__all__ = ["CARD_END_COLOUR", "build_report", "plain_text", "report_html"]
+
+CARD_END_COLOUR = "#5b2a86"  # the bar that closes the claims card (the screenshot test looks for it)
+_VERDICT_CLASS = {
+    "holds": "v-holds",
+    "does not hold": "v-fails",
+    "inconclusive at this sample size": "v-open",
+    "not measured": "v-none",
+}
 
 _CSS = """
 body { font-family: -apple-system, "Segoe UI", Helvetica, Arial, sans-serif; margin: 0 auto; max-width: 1240px;
-       padding: 16px 28px; color: #222; background: #fff; }
-h1 { margin-bottom: 4px; } h2 { border-bottom: 2px solid #ddd; padding-bottom: 4px; margin-top: 36px; }
+       padding: 8px 28px; color: #222; background: #fff; }
+h1 { margin: 6px 0 2px; font-size: 1.5em; }
+.card h2 { margin-top: 10px; font-size: 1.15em; }
+table.claims { border-collapse: collapse; font-size: 0.82em; width: 100%; }
+table.claims th, table.claims td { border-bottom: 1px solid #e3e3e3; padding: 4px 8px; text-align: left;
+       vertical-align: top; }
+table.claims th { background: #f3f3f3; } table.claims td.id { font-weight: 600; white-space: nowrap; }
+.verdict { display: inline-block; padding: 1px 7px; border-radius: 9px; font-weight: 600; white-space: nowrap; }
+.v-holds { background: #d9f2e1; color: #14532d; } .v-fails { background: #fadbd8; color: #7f1d1d; }
+.v-open { background: #fdf0cf; color: #6b4e00; } .v-none { background: #ececec; color: #555; }
+.card-end { height: 5px; background: #5b2a86; margin: 2px 0 6px; }
+.reading { max-width: 980px; line-height: 1.45; }
+h2 { border-bottom: 2px solid #ddd; padding-bottom: 4px; margin-top: 36px; }
 .meta { color: #666; font-size: 0.9em; }
 nav { font-size: 0.95em; margin: 10px 0 0; } nav a { margin-right: 14px; color: #444; }
 table.tbl { border-collapse: collapse; font-size: 0.86em; margin: 8px 0 14px; }
@@ -60,15 +90,45 @@ def _esc(x: Any) -> str:
     return html.escape(str(x))
 
 
-def _table(df: Any, max_rows: int = 200) -> str:
-    if len(df) > max_rows:
-        df = df.head(max_rows)
-    return df.to_html(index=False, border=0, classes="tbl", float_format=lambda v: f"{v:.4g}", na_rep="–")
+def plain_text(value: Any) -> str:
+    """A value as readable text for the report: never a Python ``repr`` of a dict, list or tuple.
+
+    Args:
+        value: any plain value (dicts become ``key: value; ...``, sequences ``a, b, c``, floats 4 digits).
+
+    Returns:
+        The text.
+    """
+    if isinstance(value, Mapping):
+        return "; ".join(f"{k}: {plain_text(v)}" for k, v in value.items()) or "none"
+    if isinstance(value, (list, tuple)):
+        if value and all(isinstance(v, int) for v in value) and len(value) == 2 and isinstance(value, tuple):
+            return f"L{value[0]}.H{value[1]}"
+        return ", ".join(plain_text(v) for v in value) or "none"
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)
+
+
+def _cell(v: Any) -> str:
+    if isinstance(v, (list, tuple)) and v and all(isinstance(x, Mapping) for x in v):
+        return _table(pd.DataFrame(list(v)))
+    return _esc(plain_text(v))
 
 
 def _kv_table(d: Mapping[str, Any]) -> str:
-    rows = "".join(f"<tr><th>{_esc(k)}</th><td>{_esc(v)}</td></tr>" for k, v in d.items())
+    rows = "".join(f"<tr><th>{_esc(k)}</th><td>{_cell(v)}</td></tr>" for k, v in d.items())
     return f'<table class="tbl">{rows}</table>'
+
+
+def _table(df: Any, max_rows: int = 200) -> str:
+    if len(df) > max_rows:
+        df = df.head(max_rows)
+    df = df.copy()
+    for col in df.columns:
+        if df[col].dtype == object:
+            df[col] = df[col].map(lambda v: plain_text(v) if isinstance(v, (Mapping, list, tuple)) else v)
+    return df.to_html(index=False, border=0, classes="tbl", float_format=lambda v: f"{v:.4g}", na_rep="–")
 
 
 class _Page:
@@ -88,6 +148,9 @@ class _Page:
     def note(self, text: str) -> None:
         self.parts.append(f'<p class="note">{_esc(text)}</p>')
 
+    def reading(self, text: str) -> None:
+        self.parts.append(f'<p class="reading">{_esc(text)}</p>')
+
     def figure(self, fig: Any) -> None:
         import plotly.io as pio
 
@@ -101,9 +164,64 @@ class _Page:
         )
 
 
+def _claims_card(card: Any) -> str:
+    """The claims card: one row per claim (claim, the paper's number, this run, verdict), closed by a bar."""
+    conf = getattr(card, "confidence", 0.95)
+    rows = []
+    for c in card.claims:
+        cls = _VERDICT_CLASS.get(c.verdict, "v-none")
+        rows.append(
+            f'<tr><td class="id" title="{_esc(c.statement)}">{_esc(c.id)} {_esc(c.title)}</td>'
+            f"<td>{_esc(c.paper)}</td><td>{_esc(c.measurement)}</td>"
+            f'<td><span class="verdict {cls}" title="{_esc(c.reason)}">{_esc(c.verdict)}</span></td></tr>'
+        )
+    head = (
+        "<tr><th>Claim (Zhang et al. 2024)</th><th>Paper</th>"
+        f"<th>This run ({conf:.0%} intervals)</th><th>Verdict</th></tr>"
+    )
+    return (
+        '<section class="card" id="claims"><h2>Claims card</h2>'
+        f'<table class="claims">{head}{"".join(rows)}</table><div class="card-end"></div>'
+        "<details><summary>Why each verdict (rules in docs/claims.md)</summary><ul>"
+        + "".join(f"<li>{_esc(c.id)}: {_esc(c.reason)}</li>" for c in card.claims)
+        + "</ul></details></section>"
+    )
+
+
+def _as_items(knockout: Any) -> list[Any]:
+    if isinstance(knockout, Mapping):
+        return list(knockout.values())
+    return list(knockout) if isinstance(knockout, (list, tuple)) else [knockout]
+
+
+def _knockout_table(items: list[Any]) -> Any:
+    frames = []
+    for ko in items:
+        if hasattr(ko, "to_dataframe"):
+            df = ko.to_dataframe()
+        else:
+            rnd = ko.random_accuracy
+            df = pd.DataFrame(
+                {"k": list(ko.ks), "ranked_accuracy": list(ko.ranked_accuracy), "random_mean": rnd.mean(0).tolist()}
+            )
+        df.insert(0, "operation", ko.operation)
+        frames.append(df)
+    return pd.concat(frames, ignore_index=True)
+
+
+def _as_circuits(circuit: Any, faith: Any) -> list[tuple[str, Any, Any]]:
+    if circuit is None:
+        return []
+    if isinstance(circuit, Mapping):
+        faiths = faith if isinstance(faith, Mapping) else {}
+        return [(op, c, faiths.get(op)) for op, c in circuit.items()]
+    return [("", circuit, faith)]
+
+
 def report_html(
     *,
     title: str = "mathcircuits report",
+    claims: Any = None,
     model_spec: Any = None,
     data_summary: Mapping[str, Any] | None = None,
     accuracy_table: Any = None,
@@ -111,9 +229,11 @@ def report_html(
     patching_overall: Any = None,
     key_components: Any = None,
     knockout: Any = None,
+    transfer: Any = None,
     attention: Any = None,
     probes: Any = None,
     patterns: Any = None,
+    evaluation: Any = None,
     extra_figures: Mapping[str, Any] | None = None,
     notes: str | Sequence[str] | None = None,
     circuit: Any = None,
@@ -123,61 +243,38 @@ def report_html(
 
     Args:
         title: the page title.
-        model_spec: the model's spec (a ModelSpec or dict), shown as a table.
-        data_summary: facts about the data, shown as a table.
+        claims: a :class:`~mathcircuits.claims.ClaimsCard`, shown first.
+        model_spec: the model's spec (a ModelSpec or dict), shown in the appendix.
+        data_summary: facts about the data, shown in the appendix.
         accuracy_table: a DataFrame of accuracy by operation and template.
         patching: a PatchingResult, or a mapping/list of them (one heatmap each).
         patching_overall: the PatchingResult over all pairs (default: combined from ``patching``).
-        key_components: the KeyComponents, listed and outlined on the heatmaps.
+        key_components: the KeyComponents, outlined on the heatmaps, with their selection stability.
         knockout: a KnockoutResult, a list of them or {label: result}.
+        transfer: a TransferResult.
         attention: an AttentionByRole.
         probes: an MLPProbeResult.
         patterns: a HeadPatterns, shown as interactive CircuitsVis views.
+        evaluation: the evaluation table (a DataFrame), shown in the appendix with a reading.
         extra_figures: more plotly figures, ``{title: figure}``.
         notes: a note or a list of notes.
-        circuit: a Circuit, shown as a graph.
-        circuit_faithfulness: the circuit's Faithfulness, shown with it.
+        circuit: a Circuit, or {operation: Circuit}, shown as a graph.
+        circuit_faithfulness: its Faithfulness (or {operation: Faithfulness}).
 
     Returns:
-        A standalone HTML page (plotly and, when views are shown, CircuitsVis inlined) with a section per
-        part given.
+        A standalone HTML page (plotly and, when views are shown, CircuitsVis inlined).
     """
     from plotly.offline import get_plotlyjs
 
     page = _Page()
-    # 1. model and data
-    if model_spec is not None or data_summary or accuracy_table is not None:
-        page.section("model", "Model and data")
-        spec = model_spec.to_dict() if hasattr(model_spec, "to_dict") else dict(model_spec or {})
-        blocks = []
-        if spec:
-            blocks.append("<div><h3>Model</h3>" + _kv_table(spec) + "</div>")
-        if data_summary:
-            blocks.append("<div><h3>Data</h3>" + _kv_table(data_summary) + "</div>")
-        page.add('<div class="row">' + "".join(blocks) + "</div>")
-        if accuracy_table is not None:
-            page.add(
-                "<details open><summary>Accuracy by operation and template</summary>"
-                + _table(accuracy_table)
-                + "</details>"
-            )
-    # 2. key components
-    if key_components is not None:
-        page.section("key", "Key components")
-        kc = key_components
-        page.note(
-            f"{len(kc.heads)} key heads ({kc.head_fraction:.1%} of all heads) and {len(kc.mlps)} key MLPs, rule "
-            f"{kc.rule!r} {kc.rule_params}."
-        )
-        page.add(_table(kc.to_dataframe()))
-    # 3. path patching
+    appendix: list[tuple[str, str]] = []
+    if claims is not None:
+        page.add(_claims_card(claims))
+        page.toc.append(("claims", "Claims"))
+    # path patching
+    results: Any = {}
     if patching is not None or patching_overall is not None:
-        page.section("patching", "Path patching")
-        page.note(
-            "Mean effect of patching each head (left) and MLP (right) with its counterfactual activation on the "
-            "correct answer; "
-            "red = negative = the component matters. Outlined: key components."
-        )
+        page.section("patching", "Path patching (identify)")
         results = (
             patching
             if isinstance(patching, (Mapping, list, tuple))
@@ -186,73 +283,99 @@ def report_html(
         figs = patching_heatmaps(results, key_components, overall=patching_overall) if results else {}
         if not results and patching_overall is not None:
             figs = {"overall": patching_heatmap(patching_overall, key_components, label="all operations")}
+        top_source = patching_overall
+        if top_source is None and isinstance(results, Mapping) and results:
+            top_source = next(iter(results.values()))
+        elif top_source is None and isinstance(results, (list, tuple)) and results:
+            top_source = results[0]
+        if top_source is not None:
+            page.reading(reading_patching(top_source, key_components))
+            page.figure(patching_top_heads(top_source, key=key_components))
         ordered = ([("overall", figs["overall"])] if "overall" in figs else []) + [
             (k, f) for k, f in figs.items() if k != "overall"
         ]
         for _, fig in ordered:
             page.figure(fig)
-        top_source = patching_overall or (
-            next(iter(results.values())) if isinstance(results, Mapping) and results else None
-        )
         if top_source is not None:
-            top = pd.DataFrame(top_source.top_heads(10), columns=["layer", "head", "effect"])
-            page.add("<details><summary>Top 10 heads by effect</summary>" + _table(top) + "</details>")
-    # 4. knockout
+            top = top_source.to_dataframe()
+            top = top[top.kind == "head"].sort_values("effect").head(20)
+            appendix.append(("Strongest 20 heads with intervals", _table(top)))
+    # key components and their stability
+    if key_components is not None:
+        kc = key_components
+        page.section("key", "Key heads and how stable the selection is")
+        page.reading(reading_stability(kc))
+        if getattr(kc, "stability_n_boot", 0):
+            page.figure(selection_stability_bars(kc))
+        params = plain_text(kc.rule_params) if getattr(kc, "rule_params", None) else "none"
+        appendix.append(
+            (
+                "Key components",
+                f'<p class="note">{len(kc.heads)} key heads ({kc.head_fraction:.1%} of all heads) and '
+                f"{len(kc.mlps)} key MLPs; rule {_esc(kc.rule)} ({_esc(params)}).</p>" + _table(kc.to_dataframe()),
+            )
+        )
+    # knockout
     if knockout is not None:
-        page.section("knockout", "Knockout")
-        items = (
-            list(knockout.values())
-            if isinstance(knockout, Mapping)
-            else (list(knockout) if isinstance(knockout, (list, tuple)) else [knockout])
-        )
+        items = _as_items(knockout)
+        page.section("knockout", "Knockout (validate)")
+        page.reading(reading_knockout(items))
         page.figure(knockout_curves(items))
-
-        rows = []
-        for ko in items:
-            rnd = ko.random_accuracy
-            for j, k in enumerate(ko.ks):
-                rows.append(
-                    {
-                        "operation": ko.operation,
-                        "k": int(k),
-                        "effect rank": float(ko.ranked_accuracy[j]),
-                        "random mean": float(rnd[:, j].mean()),
-                        "random std": float(rnd[:, j].std()) if rnd.shape[0] > 1 else 0.0,
-                    }
-                )
-        page.add("<details><summary>Knockout accuracies</summary>" + _table(pd.DataFrame(rows)) + "</details>")
-    # 5. attention by role
+        appendix.append(("Knockout accuracies", _table(_knockout_table(items))))
+    # transfer
+    if transfer is not None:
+        page.section("transfer", "Transfer to other data (validate)")
+        page.reading(reading_transfer(transfer))
+        if transfer.rows:
+            page.figure(transfer_bars(transfer))
+        appendix.append(("Transfer", _table(transfer.to_dataframe())))
+    # attention by role
     if attention is not None:
-        page.section("attention", "Attention of key heads by token role")
-        page.note(
-            f"Share of attention from the last position on each role; class rule: share ≥ {attention.min_share} and "
-            f"lift over uniform ≥ {attention.min_lift} "
-            "(operands A+B vs operator, the larger lift wins)."
-        )
+        page.section("attention", "Attention of key heads by token role (analyze)")
+        page.reading(reading_attention(attention))
+        page.figure(attention_excess(attention))
         page.figure(attention_role_distributions(attention))
         page.figure(attention_role_means(attention))
-        page.add("<details><summary>Per head and operation</summary>" + _table(attention.summary()) + "</details>")
-    # 6. MLP probes
+        appendix.append(("Attention per head and operation", _table(attention.summary())))
+    # MLP probes
     if probes is not None:
-        page.section("probes", "MLP probes")
-        first = probes.first_raising_layer()
-        page.note(
-            f"Space: {probes.space}. First layer whose MLP update raises the answer above the other numbers by > "
-            "0.25 logits (mean direct effect): "
-            f"{'none' if first is None else f'L{first}'}."
-        )
+        page.section("probes", "MLP probes (analyze)")
+        page.reading(reading_probes(probes))
         page.figure(probe_similarity_curves(probes))
         page.figure(probe_case_trajectory(probes))
         means = probes.layer_summary()
-        page.add(
-            "<details><summary>Per-layer means</summary>"
-            + _table(means[[c for c in means.columns if not c.endswith("_std")]])
-            + "</details>"
+        appendix.append(("MLP probes, per layer", _table(means[[c for c in means.columns if not c.endswith("_std")]])))
+        appendix.append(("MLP probes, the chosen prompt per layer", _table(probes.case_dataframe())))
+    # circuit (the figure is viz/circuit_graph.py's)
+    for op, circ, faith in _as_circuits(circuit, circuit_faithfulness):
+        anchor = f"circuit{('-' + op) if op else ''}"
+        page.section(anchor, f"Circuit{(' (' + op + ')') if op else ''}")
+        text = (
+            f"Sender → receiver path patching from the key heads ({circ.method}, metric {circ.metric}, "
+            f"{circ.n_pairs} pairs); edge intervals are {circ.confidence:.0%} bootstrap intervals over pairs. "
+            "Dashed edges enter a key/value."
         )
-        page.add(
-            "<details><summary>Chosen prompt, per layer</summary>" + _table(probes.case_dataframe()) + "</details>"
+        if faith is not None:
+            text += (
+                f" Faithfulness with every other head mean-ablated: {faith.faithfulness:.3f} "
+                f"[{faith.low:.3f}, {faith.high:.3f}]; {faith.random_share_below:.0%} of "
+                f"{len(faith.random)} random circuits of the same size fall below it."
+            )
+        page.reading(text)
+        page.figure(circuit_graph(circ, faith))
+        df = circ.to_dataframe().sort_values("effect", key=abs, ascending=False).head(30)
+        appendix.append((f"Circuit edges{(' (' + op + ')') if op else ''}", _table(df)))
+    # fine-tuning and evaluation
+    if evaluation is not None:
+        page.section("evaluation", "Fine-tuning and evaluation (evaluate)")
+        c6 = next((c for c in getattr(claims, "claims", ()) if c.id == "C6"), None)
+        page.reading(
+            "Accuracy of the base model and of the fine-tuned models (precise SFT of the key heads, full SFT) on "
+            "held-out arithmetic and the configured benchmarks; the table is in the appendix. "
+            + (f"Claim C6: {c6.measurement} ({c6.verdict})." if c6 is not None else "")
         )
-    # 7. CircuitsVis views
+        appendix.append(("Evaluation (Table-1 style)", _table(evaluation)))
+    # interactive views
     if patterns is not None:
         page.section("views", "Attention patterns of key heads (interactive)")
         page.note(
@@ -264,17 +387,27 @@ def report_html(
             fragment, removed = split_bundle(view.fragment)
             page.has_views = page.has_views or removed
             page.add(f"<h3>{_esc(view.title)}</h3>" + f'<div class="cv">{fragment}</div>')
-    if circuit is not None:  # the whole circuit (issue #12); the section lives in viz/circuit_graph.py
-        add_circuit_section(page, circuit, circuit_faithfulness)
-    # 8. extras
     if extra_figures:
         page.section("extra", "More figures")
         for name, fig in extra_figures.items():
             page.add(f"<h3>{_esc(name)}</h3>")
             page.figure(fig)
-    if notes:
-        page.section("notes", "Notes")
-        for n in [notes] if isinstance(notes, str) else notes:
+    # appendix: the data tables
+    spec = model_spec.to_dict() if hasattr(model_spec, "to_dict") else dict(model_spec or {})
+    front: list[tuple[str, str]] = []
+    if spec:
+        front.append(("Model", _kv_table(spec)))
+    if data_summary:
+        front.append(("Data", _kv_table(data_summary)))
+    if accuracy_table is not None:
+        front.append(("Accuracy by operation and template", _table(accuracy_table)))
+    if claims is not None:
+        front.append(("Claims, in full", _table(claims.to_dataframe())))
+    if front or appendix or notes:
+        page.section("appendix", "Appendix: data tables")
+        for name, body in front + appendix:
+            page.add(f"<details><summary>{_esc(name)}</summary>{body}</details>")
+        for n in [notes] if isinstance(notes, str) else list(notes or []):
             page.note(n)
     head_scripts = f'<script type="text/javascript">{get_plotlyjs()}</script>\n'
     if page.has_views:
@@ -283,9 +416,10 @@ def report_html(
     stamp = _dt.datetime.now().strftime("%Y-%m-%d %H:%M")
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta '
-        f'charset="utf-8"><title>{_esc(title)}</title>\n<style>{_CSS}</style>\n{head_scripts}</head>\n'
+        f'charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">'
+        f"<title>{_esc(title)}</title>\n<style>{_CSS}</style>\n{head_scripts}</head>\n"
         f'<body>\n<h1>{_esc(title)}</h1><div class="meta">generated {stamp} by mathcircuits · opens offline (scripts '
-        f"inlined)</div>\n<nav>{toc}</nav>\n" + "\n".join(page.parts) + "\n</body></html>\n"
+        f"inlined) · {toc and '<nav>' + toc + '</nav>'}</div>\n" + "\n".join(page.parts) + "\n</body></html>\n"
     )
 
 
@@ -298,7 +432,8 @@ def build_report(path: str | os.PathLike, **parts: Any) -> Path:
     ``key_components``, ``knockout`` (one, a list or {label: result}),
     ``attention`` (AttentionByRole), ``probes`` (MLPProbeResult), ``patterns``
     (HeadPatterns), ``extra_figures`` ({title: plotly figure}), ``notes``, ``circuit``
-    (Circuit) and ``circuit_faithfulness`` (Faithfulness).
+    (Circuit, or {operation: Circuit}), ``circuit_faithfulness`` (Faithfulness), ``claims``
+    (ClaimsCard), ``transfer`` (TransferResult) and ``evaluation`` (DataFrame).
 
     Args:
         path: the HTML file to write.

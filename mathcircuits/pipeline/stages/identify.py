@@ -14,6 +14,7 @@ import datasets
 import torch
 
 from mathcircuits.patching import PatchingResult, path_patch, select_key_components
+from mathcircuits.patching.selection import selection_stability
 from mathcircuits.pipeline.context import Context, StageSummary, save_csv, select_pairs
 
 __all__ = ["IdentifySummary", "run"]
@@ -31,6 +32,7 @@ class IdentifySummary(StageSummary):
     key_head_fraction: float = 0.0
     rule: str = ""
     top_heads: list[list[int | float]] = field(default_factory=list)  # [layer, head, effect]
+    stability: list[float] = field(default_factory=list)  # per key head: share of resamples selecting it
 
     def lines(self) -> list[str]:
         top = ", ".join(f"L{l}.H{h} {e:+.3f}" for l, h, e in self.top_heads[:10])
@@ -41,6 +43,8 @@ class IdentifySummary(StageSummary):
                 f"  key heads ({self.rule}): {self.key_heads}  = {100 * self.key_head_fraction:.1f}% of heads; "
                 f"key MLPs: {self.key_mlps}"
             ),
+            "  selected again in bootstrap resamples of the pairs: "
+            + (", ".join(f"L{l}.H{h} {s:.0%}" for (l, h), s in zip(self.key_heads, self.stability)) or "not measured"),
         ]
 
 
@@ -126,6 +130,7 @@ def run(ctx: Context) -> IdentifySummary:
             mlp_k=s.mlp_k,
             source={"operations": ops, "fallback": f"rule {s.rule} selected no head"},
         )
+    key = selection_stability(overall, key, seed=ctx.config.data.seed)
     key.save(paths.key_components)
     save_csv(overall.to_dataframe(), paths.effects_csv)
     return IdentifySummary(
@@ -137,4 +142,5 @@ def run(ctx: Context) -> IdentifySummary:
         key_head_fraction=round(key.head_fraction, 4),
         rule=key.rule,
         top_heads=[[l, h, round(e, 5)] for l, h, e in overall.top_heads(10)],
+        stability=list(key.stability),
     )

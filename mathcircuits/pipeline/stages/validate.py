@@ -35,11 +35,16 @@ class ValidateSummary(StageSummary):
             f"random {k['random_final_mean']:.2f} ± {k['random_final_std']:.2f}"
             for op, k in self.knockout.items()
         ]
-        out += [
-            f"  transfer {r['dataset']:<45} n={r['n']:<3} clean {r['clean_accuracy']:.2f}  key-ablated "
-            f"{r['key_ablated_accuracy']:.2f}  random-ablated {r['random_ablated_accuracy']:.2f}"
-            for r in self.transfer
-        ]
+        for r in self.transfer:
+            head = f"  transfer {r['dataset']:<45} n={r['n']:<3} clean {r['clean_accuracy']:.2f}"
+            if r.get("status", "measured") != "measured":
+                out.append(f"{head}  {r['status']} (too few items the clean model answers)")
+                continue
+            out.append(
+                f"{head}  on its {r.get('n_correct', r['n'])} correct items: key-ablated "
+                f"{r['key_ablated_accuracy']:.2f} [{r.get('key_low', float('nan')):.2f}, "
+                f"{r.get('key_high', float('nan')):.2f}]  random-ablated {r['random_ablated_accuracy']:.2f}"
+            )
         return out
 
 
@@ -120,14 +125,17 @@ def run(ctx: Context) -> ValidateSummary:
             "random_final_std": float(finals.std()) if ko.random_accuracy.shape[0] > 1 else 0.0,
             "k": ko.ks[-1],
         }
+    sets = _transfer_sets(ctx, correct)
+    found_on = set(key.source.get("operations", ops))
     tr = transfer(
         model,
-        _transfer_sets(ctx, correct),
+        sets,
         list(key.heads),
         means,
         n_random=v.n_random,
         scope=v.scope,
         progress=ctx.progress,
+        held_in=[f"{op} (identification templates, correct)" for op in found_on],
     )
     tr.save(paths.transfer())
     save_csv(tr.to_dataframe(), paths.transfer(".csv"))

@@ -1,0 +1,124 @@
+"""The claims card: the paper's six claims beside this run's measurement, each with a verdict.
+
+A :class:`Claim` is one row of the card: the paper's statement and number, what this run
+measured (a value with its interval, and a sentence saying it), the verdict and why.
+Verdicts are one of :data:`VERDICTS`; the rules that give them are in
+:mod:`mathcircuits.claims.rules` and written out in ``docs/claims.md``.
+:class:`ClaimsCard` holds the six rows, saves and loads itself (JSON), turns into a
+DataFrame and prints itself as the first lines of the CLI summary of the report stage.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
+
+from mathcircuits._io import SavedResult
+from mathcircuits.stats import DEFAULT_CONFIDENCE
+
+__all__ = ["FAILS", "HOLDS", "INCONCLUSIVE", "NOT_MEASURED", "VERDICTS", "Claim", "ClaimsCard"]
+
+HOLDS = "holds"
+FAILS = "does not hold"
+INCONCLUSIVE = "inconclusive at this sample size"
+NOT_MEASURED = "not measured"
+VERDICTS = (HOLDS, FAILS, INCONCLUSIVE, NOT_MEASURED)
+
+
+@dataclass(frozen=True)
+class Claim:
+    """One claim of Zhang et al. (2024) and this run's verdict on it.
+
+    Args:
+        id: ``"C1"`` .. ``"C6"``.
+        title: a few words naming the claim.
+        statement: the paper's claim, in one sentence.
+        paper: the paper's number and where it is shown (section / figure / table).
+        measurement: this run's measurement in words, with its interval (or why there is none).
+        value: the claim's main number as measured (NaN when not measured).
+        low: lower end of its interval (NaN when none).
+        high: upper end of its interval (NaN when none).
+        unit: what ``value`` is (e.g. "share of heads").
+        verdict: one of :data:`VERDICTS`.
+        reason: which rule gave the verdict, with the numbers it compared.
+        n: the number of pairs/items/resamples behind the measurement (0 when not measured).
+    """
+
+    id: str
+    title: str
+    statement: str
+    paper: str
+    measurement: str
+    value: float
+    low: float
+    high: float
+    unit: str
+    verdict: str
+    reason: str
+    n: int = 0
+
+    def __post_init__(self) -> None:
+        if self.verdict not in VERDICTS:
+            raise ValueError(f"claim {self.id}: verdict {self.verdict!r} is unknown. Fix: use one of {VERDICTS}.")
+
+
+@dataclass(frozen=True)
+class ClaimsCard(SavedResult):
+    """The six claims of the paper with this run's verdicts (see ``docs/claims.md`` for the rules).
+
+    ``confidence`` is the level of every interval and ``seed`` the bootstrap seed they were drawn with.
+    """
+
+    STAGE = "report"
+    VERSION = 2
+
+    claims: tuple[Claim, ...]
+    confidence: float = DEFAULT_CONFIDENCE
+    seed: int = 0
+    settings: dict[str, Any] = field(default_factory=dict)
+
+    def __getitem__(self, claim_id: str) -> Claim:
+        for c in self.claims:
+            if c.id == claim_id:
+                return c
+        raise KeyError(f"no claim {claim_id!r}; this card has {[c.id for c in self.claims]}.")
+
+    def to_dataframe(self):
+        """One row per claim: id, title, verdict, value, low, high, unit, n, measurement, paper, reason."""
+        cols = ["id", "title", "verdict", "value", "low", "high", "unit", "n", "measurement", "paper", "reason"]
+        return pd.DataFrame([{c: getattr(cl, c) for c in cols} for cl in self.claims], columns=cols)
+
+    def lines(self) -> list[str]:
+        """The card as a small text table (the first lines of the report stage's CLI summary)."""
+        out = [f"  claims (Zhang et al. 2024) — {self.confidence:.0%} intervals; rules in docs/claims.md"]
+        width = max((len(c.title) for c in self.claims), default=10)
+        for c in self.claims:
+            out.append(f"  {c.id} {c.title:<{width}}  {c.verdict:<32}  {c.measurement}")
+        return out
+
+
+def fmt_interval(value: float, low: float, high: float, pct: bool = False, digits: int = 2) -> str:
+    """``"0.42 [0.30, 0.55]"`` (or in percent: ``"42% [30%, 55%]"``); ``"n/a"`` for NaN.
+
+    Args:
+        value: the point estimate.
+        low: the interval's lower end (NaN: no interval shown).
+        high: the interval's upper end.
+        pct: show as percentages.
+        digits: decimals (of the percentage when ``pct``).
+
+    Returns:
+        The text.
+    """
+    if value is None or math.isnan(value):
+        return "n/a"
+
+    def f(x: float) -> str:
+        return f"{100 * x:.{digits}f}%" if pct else f"{x:.{digits}f}"
+
+    if math.isnan(low) or math.isnan(high):
+        return f(value)
+    return f"{f(value)} [{f(low)}, {f(high)}]"

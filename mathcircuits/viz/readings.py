@@ -1,0 +1,201 @@
+"""One-paragraph readings of each stage's figure, written from the result values (never recomputed).
+
+Every function takes a result and returns plain text for the report: what the figure shows on
+this run, with the numbers and their intervals, and how to read it. They are separate from the
+page layout (:mod:`mathcircuits.viz.report`) so the words can be checked on their own.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+
+__all__ = [
+    "reading_attention",
+    "reading_knockout",
+    "reading_patching",
+    "reading_probes",
+    "reading_stability",
+    "reading_transfer",
+]
+
+
+def _iv(v: float, lo: float, hi: float, pct: bool = True) -> str:
+    if any(math.isnan(x) for x in (v, lo, hi)):
+        return f"{100 * v:+.2f}%" if pct else f"{v:.3f}"
+    if pct:
+        return f"{100 * v:+.2f}% [{100 * lo:+.2f}, {100 * hi:+.2f}]"
+    return f"{v:.3f} [{lo:.3f}, {hi:.3f}]"
+
+
+def reading_patching(result: Any, key: Any = None) -> str:
+    """The strongest heads of a patching result with their intervals, and the key selection.
+
+    Args:
+        result: a :class:`~mathcircuits.patching.PatchingResult` (usually over all pairs).
+        key: the :class:`~mathcircuits.patching.KeyComponents`, or None.
+
+    Returns:
+        The paragraph.
+    """
+    top = result.top_heads(3)
+    parts = []
+    for l, h, e in top:
+        lo = float(result.head_low[l, h]) if result.head_low is not None else float("nan")
+        hi = float(result.head_high[l, h]) if result.head_high is not None else float("nan")
+        parts.append(f"L{l}.H{h} {_iv(e, lo, hi, pct=result.metric == 'relative_logit')}")
+    unit = "relative change of the answer's logit" if result.metric == "relative_logit" else result.metric
+    text = (
+        f"Each cell is the mean effect over {result.n_pairs} pairs of patching one head (or MLP) with its "
+        f"counterfactual activation ({unit}); red means the component carries the answer. "
+        f"The strongest heads are {', '.join(parts)} (95% bootstrap intervals over pairs). "
+        "An interval that includes 0 is not distinguishable from no effect at this sample size."
+    )
+    if key is not None:
+        text += (
+            f" {len(key.heads)} heads were selected as key heads by the rule '{key.rule}' "
+            f"({key.head_fraction:.1%} of all heads); they are outlined."
+        )
+    return text
+
+
+def reading_stability(key: Any) -> str:
+    """How to read the selection-stability figure, with this run's numbers.
+
+    Args:
+        key: the :class:`~mathcircuits.patching.KeyComponents` (with or without stability).
+
+    Returns:
+        The paragraph.
+    """
+    if not getattr(key, "stability_n_boot", 0):
+        return "Selection stability was not measured for these key components; re-run identify to measure it."
+    firm = [f"L{l}.H{h}" for (l, h), s in zip(key.heads, key.stability) if s >= 0.8]
+    loose = [f"L{l}.H{h} ({s:.0%})" for (l, h), s in zip(key.heads, key.stability) if s < 0.5]
+    text = (
+        f"The pairs were resampled {key.stability_n_boot} times and the rule '{key.rule}' re-applied to each "
+        "resample. A bar is the share of resamples that select the head again. "
+        f"Selected in at least 80% of resamples: {', '.join(firm) or 'none'}. "
+    )
+    if loose:
+        text += f"Selected in fewer than half: {', '.join(loose)}; these come and go with the sample. "
+    if key.stability_others:
+        others = ", ".join(f"{k} ({v:.0%})" for k, v in list(key.stability_others.items())[:5])
+        text += f"Heads outside the selection that resamples often pick: {others}. "
+    return text + "Read a head below about 50% as a candidate to confirm with more pairs, not as a finding."
+
+
+def reading_knockout(items: list[Any]) -> str:
+    """The knockout curves' endpoints with their Wilson intervals and the random spread.
+
+    Args:
+        items: the :class:`~mathcircuits.ablation.KnockoutResult` values (one per operation).
+
+    Returns:
+        The paragraph.
+    """
+    from mathcircuits.stats import wilson_interval
+
+    parts = []
+    for ko in items:
+        n = int(getattr(ko, "n_pairs", 0) or 0)
+        last = float(ko.ranked_accuracy[-1])
+        w = wilson_interval(round(last * n), n) if n else None
+        rnd = torch.as_tensor(ko.random_accuracy, dtype=torch.float32)[:, -1]
+        ranked = f"{last:.0%}" + (f" [{w.low:.0%}, {w.high:.0%}]" if w else "")
+        parts.append(
+            f"{ko.operation}: {ko.baseline_accuracy:.0%} with nothing removed → {ranked} with the top {ko.ks[-1]} "
+            f"heads removed, vs {float(rnd.mean()):.0%} (range {float(rnd.min()):.0%}–{float(rnd.max()):.0%}) for "
+            f"{rnd.numel()} random orders" + (f" (n={n})" if n else "")
+        )
+    return (
+        "Accuracy as heads are mean-ablated one by one, in effect-rank order (solid, with Wilson 95% error bars) "
+        "and in random orders (dashed, band = ± one std over the random orders). "
+        + "; ".join(parts)
+        + ". A collapse of the solid curve far below the random band means the top heads are necessary."
+    )
+
+
+def reading_transfer(result: Any) -> str:
+    """Which transfer sets were measurable and what ablating the key heads did on them.
+
+    Args:
+        result: a :class:`~mathcircuits.ablation.TransferResult`.
+
+    Returns:
+        The paragraph.
+    """
+    measured = [r for r in result.rows if r["status"] == "measured"]
+    skipped = [r for r in result.rows if r["status"] != "measured"]
+    text = (
+        "Transfer is measured only on the items the clean model answers correctly, so 100% means the ablation "
+        f"lost nothing. A set is measurable when the clean model answers at least {result.min_clean_accuracy:.0%} "
+        f"of it and at least {result.min_correct} items. "
+    )
+    if measured:
+        text += "Key heads ablated: " + "; ".join(
+            f"{r['dataset']} {r['key_ablated_accuracy']:.0%} [{r['key_low']:.0%}, {r['key_high']:.0%}] vs random "
+            f"{r['random_ablated_accuracy']:.0%}"
+            for r in measured
+        )
+        text += ". "
+    if skipped:
+        text += "Not measurable on this model: " + "; ".join(
+            f"{r['dataset']} (clean accuracy {r['clean_accuracy']:.0%} [{r['clean_low']:.0%}, {r['clean_high']:.0%}])"
+            for r in skipped
+        )
+        text += "."
+    return text
+
+
+def reading_attention(result: Any) -> str:
+    """Which key heads attend above uniform to operands or operator, with intervals.
+
+    Args:
+        result: an :class:`~mathcircuits.analysis.AttentionByRole`.
+
+    Returns:
+        The paragraph.
+    """
+    df = result.summary(by_operation=False)
+    parts = []
+    for r in df.itertuples():
+        parts.append(
+            f"{r.component} operands {_iv(r.excess_operands, r.excess_operands_low, r.excess_operands_high)}, "
+            f"operator {_iv(r.excess_operator, r.excess_operator_low, r.excess_operator_high)} ({r[-1]})"
+        )
+    return (
+        "Share of attention from the last position on the operands (A and B) and on the operator, minus the share "
+        f"a head attending uniformly would give, over {len(result.pair_ids)} pairs (95% bootstrap intervals): "
+        + "; ".join(parts[:6])
+        + (f"; and {len(parts) - 6} more" if len(parts) > 6 else "")
+        + ". A head attends there when its interval lies above 0. The class in brackets is the summary rule "
+        f"(share ≥ {result.min_share:.0%} and at least {result.min_lift:g}× uniform)."
+    )
+
+
+def reading_probes(result: Any) -> str:
+    """Where the MLPs start to write the answer, with the layer's bootstrap interval.
+
+    Args:
+        result: an :class:`~mathcircuits.analysis.MLPProbeResult`.
+
+    Returns:
+        The paragraph.
+    """
+    n = result.n_layers
+    rise = result.layer_interval("raising")
+    lens = result.layer_interval("lens_top1")
+
+    def name(x: float) -> str:
+        return "none" if x >= n else f"L{x:.0f}"
+
+    return (
+        f"Probes of each layer's MLP at the last position over {rise.n} pairs (space: {result.space}). "
+        f"The first layer whose MLP update raises the answer above the other numbers by more than 0.25 logits is "
+        f"{name(rise.value)} (95% bootstrap interval {name(rise.low)} to {name(rise.high)}); the logit lens ranks "
+        f"the answer top-1 for most pairs from {name(lens.value)} ({name(lens.low)} to {name(lens.high)}). "
+        "Bars carry bootstrap intervals, the top-1 share Wilson intervals; cosine panels show the spread (± std)."
+    )
