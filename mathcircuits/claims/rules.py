@@ -413,11 +413,11 @@ def claim_c5(transfer: Any, confidence: float = DEFAULT_CONFIDENCE, stage: str =
 # ----------------------------------------------------------------------------- C6
 
 
-def _items(res: Any, benches: Sequence[str]) -> list[int] | None:
+def _items(res: Any, benches: Sequence[str]) -> list[float] | None:
     per = getattr(res, "item_correct", None)
     if not per or any(b not in per for b in benches):
         return None
-    return [int(x) for b in benches for x in per[b]]
+    return [float(x) for b in benches for x in per[b]]
 
 
 def claim_c6(

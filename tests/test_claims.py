@@ -1,0 +1,287 @@
+"""The claims card: each rule on synthetic results whose verdict is known (holds / does not hold / inconclusive).
+
+Results are built by hand as real result values (no model), so every verdict below follows from the
+numbers alone; docs/claims.md states the rules these tests pin down.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import pandas as pd
+import pytest
+import torch
+
+from mathcircuits.ablation.knockout import KnockoutResult
+from mathcircuits.ablation.transfer import TransferResult, transfer_row
+from mathcircuits.analysis import ROLES, AttentionByRole
+from mathcircuits.analysis.mlp_probes import MLPProbeResult
+from mathcircuits.claims import (
+    FAILS,
+    HOLDS,
+    INCONCLUSIVE,
+    NOT_MEASURED,
+    ClaimsCard,
+    assess_claims,
+    claim_c1,
+    claim_c2,
+    claim_c3,
+    claim_c4,
+    claim_c5,
+    claim_c6,
+)
+from mathcircuits.evaluation import EvalResult
+from mathcircuits.models.spec import ModelSpec
+from mathcircuits.patching.result import PatchingResult
+from mathcircuits.patching.selection import KeyComponents, select_key_components, selection_stability
+
+BIG = ModelSpec(
+    "toy", "toy", "Toy", n_layers=20, n_heads=10, n_kv_heads=10, d_head=4, d_model=40, d_mlp=80, vocab_size=50
+)
+
+
+def key(heads, sizes, depths, rule="zscore", stability=None) -> KeyComponents:
+    return KeyComponents(
+        model=BIG,
+        heads=tuple(heads),
+        head_scores=tuple(-0.1 for _ in heads),
+        rule=rule,
+        stability=tuple(stability or [1.0] * len(heads)),
+        stability_sizes=tuple(sizes),
+        stability_depths=tuple(depths),
+        stability_n_boot=len(sizes),
+    )
+
+
+# ----------------------------------------------------------------------------- C1
+
+
+def test_c1_holds_fails_and_is_inconclusive_by_its_intervals():
+    mid = [(9, 1), (10, 2), (11, 3)]
+    holds = claim_c1(key(mid, [3] * 95 + [4] * 5, [0.5] * 100))
+    assert holds.verdict == HOLDS and holds.value == pytest.approx(3 / 200) and holds.high < 0.05
+    shallow = claim_c1(key([(0, 1), (1, 2), (1, 3)], [3] * 100, [0.05] * 100))
+    assert shallow.verdict == FAILS, "a depth interval below the middle band does not hold"
+    many = claim_c1(key([(10, h) for h in range(10)] + [(9, h) for h in range(5)], [15] * 100, [0.5] * 100))
+    assert many.verdict == FAILS and many.low >= 0.05, "15 of 200 heads (7.5%) are not sparse"
+    straddle = claim_c1(key(mid, [3] * 50 + [14] * 50, [0.5] * 100))
+    assert straddle.verdict == INCONCLUSIVE, "a share interval across 5% is inconclusive"
+    topk = claim_c1(key(mid, [3] * 100, [0.5] * 100, rule="topk"))
+    assert topk.verdict == NOT_MEASURED and "fixes the number" in topk.reason
+    assert claim_c1(None).measurement == "not measured (stage identify off)"
+
+
+def test_c1_reads_a_real_stability_measurement():
+    # 3 planted mid-depth heads stand out of 200; resampling the pairs selects them every time
+    gen = torch.Generator().manual_seed(0)
+    per_pair = 0.01 * torch.randn(30, 20, 10, generator=gen)
+    for l, h in [(9, 1), (10, 2), (11, 3)]:
+        per_pair[:, l, h] -= 0.3
+    res = PatchingResult(
+        head_effects=per_pair.mean(0),
+        mlp_effects=torch.zeros(20),
+        metric="relative_logit",
+        method="exact",
+        model=BIG,
+        n_pairs=30,
+        per_pair_heads=per_pair,
+        ci_n_boot=50,
+    )
+    k = selection_stability(res, select_key_components(res), n_boot=100, seed=1)
+    assert k.stability == (1.0, 1.0, 1.0) and k.stability_others == {}
+    assert claim_c1(k).verdict == HOLDS
+
+
+# ----------------------------------------------------------------------------- C2
+
+
+def knockout(ranked, random_rows, n, baseline=1.0) -> KnockoutResult:
+    return KnockoutResult(
+        ks=list(range(len(ranked))),
+        ranked_accuracy=[float(x) for x in ranked],
+        random_accuracy=torch.tensor(random_rows, dtype=torch.float32),
+        baseline_accuracy=baseline,
+        operation="add",
+        n_pairs=n,
+    )
+
+
+def test_c2_rule():
+    k3 = key([(9, 1), (10, 2)], [2] * 10, [0.5] * 10)
+    holds = claim_c2({"add": knockout([1, 0.6, 0.2], [[1, 1, 0.98], [1, 0.99, 0.97]], 50)}, k3)
+    assert holds.verdict == HOLDS and holds.value == pytest.approx(-0.8)
+    assert holds.low <= holds.value <= holds.high
+    flat = claim_c2({"add": knockout([1, 0.99, 0.98], [[1, 1, 0.98], [1, 1, 0.99]], 200)}, k3)
+    assert flat.verdict == FAILS, "a key drop whose upper end is below 10 points is no collapse"
+    small = claim_c2({"add": knockout([1, 0.9, 0.75], [[1, 1, 1], [1, 1, 1]], 8)}, k3)
+    assert small.verdict == INCONCLUSIVE, "8 pairs cannot separate a 25-point drop from the random one"
+    assert claim_c2({"add": knockout([0.1, 0.0, 0.0], [[0.1, 0.1, 0.1]], 20, 0.1)}).verdict == INCONCLUSIVE
+    assert claim_c2(None).verdict == NOT_MEASURED
+
+
+# ----------------------------------------------------------------------------- C3
+
+
+def attention(shares: torch.Tensor, baselines: torch.Tensor) -> AttentionByRole:
+    n, h, _ = shares.shape
+    return AttentionByRole(
+        heads=tuple((10, i) for i in range(h)),
+        shares=shares,
+        baselines=baselines,
+        operations=["add"] * n,
+        pair_ids=list(range(n)),
+        template_ids=["t"] * n,
+        model=BIG,
+    )
+
+
+def test_c3_rule():
+    base = torch.tensor([0.1, 0.1, 0.1, 0.2, 0.5]).expand(30, 5)  # uniform shares of the roles
+    on_operands = torch.tensor([0.35, 0.35, 0.05, 0.05, 0.2]).expand(30, 2, 5).clone()
+    assert claim_c3(attention(on_operands, base), n_boot=200).verdict == HOLDS
+    elsewhere = torch.tensor([0.0, 0.0, 0.0, 0.05, 0.95]).expand(30, 2, 5).clone()
+    assert claim_c3(attention(elsewhere, base), n_boot=200).verdict == FAILS
+    gen = torch.Generator().manual_seed(3)
+    noise = torch.zeros(6, 2, 5)
+    noise[..., 0] = 0.3 * torch.randn(6, 2, generator=gen)  # wide spread around the uniform share on A
+    noisy = (base[:6, None, :] + noise).clamp(min=0)
+    c = claim_c3(attention(noisy, base[:6]), n_boot=200)
+    assert c.verdict == INCONCLUSIVE and c.low <= c.value <= c.high
+
+
+# ----------------------------------------------------------------------------- C4
+
+
+def probes(margin: torch.Tensor, rank: torch.Tensor) -> MLPProbeResult:
+    n, layers = margin.shape
+    z = torch.zeros(n, layers)
+    return MLPProbeResult(
+        model=BIG,
+        space="lens",
+        input_sim_a=z,
+        input_sim_b=z,
+        input_sim_answer=z,
+        input_sim_others=z,
+        update_sim_answer=z,
+        update_sim_others=z,
+        update_direct_answer=margin,
+        update_direct_margin=margin,
+        lens_rank=rank,
+        lens_prob=z,
+        operations=["add"] * n,
+        pair_ids=list(range(n)),
+        answers=["7"] * n,
+        candidate_numbers=[7],
+        candidate_tokens=[7],
+        candidate_texts=["7"],
+        case_row=0,
+        case_prompt="3 + 4 = ",
+        case_answer="7",
+        case_answer_label="7",
+        case_top_numbers=[["7"]] * layers,
+        case_top_number_scores=torch.zeros(layers, 1),
+        case_top_tokens=[["7"]] * layers,
+        case_top_token_scores=torch.zeros(layers, 1),
+        case_lens_top=["7"] * layers,
+    )
+
+
+def test_c4_rule():
+    k = key([(9, 1), (10, 2)], [2] * 10, [0.5] * 10)  # median layer 9.5 → L9
+    rank = torch.full((40, 20), 50.0)
+    rank[:, 16:] = 0
+    late = torch.zeros(40, 20)
+    late[:, 14:] = 2.0
+    assert claim_c4(probes(late, rank), k, n_boot=200).verdict == HOLDS
+    early = torch.zeros(40, 20)
+    early[:, 2:] = 2.0
+    assert claim_c4(probes(early, rank), k, n_boot=200).verdict == FAILS
+    gen = torch.Generator().manual_seed(0)
+    weak = torch.zeros(8, 20)
+    weak[:, 12] = 0.3 + 0.6 * torch.randn(8, generator=gen)  # at L12 only, barely above the 0.25 line
+    c = claim_c4(probes(weak, rank[:8]), k, n_boot=200)
+    assert c.verdict == INCONCLUSIVE and c.high == 20, "some resamples find no raising layer"
+    assert claim_c4(probes(late, rank), None).verdict == NOT_MEASURED
+
+
+# ----------------------------------------------------------------------------- C5
+
+
+def test_c5_rule_uses_only_measurable_held_out_sets():
+    def row(name, clean, key_ok, rand_ok, held_in=False):
+        n_ok = sum(clean)
+        rand = [[1] * rand_ok + [0] * (n_ok - rand_ok)] * 3
+        return transfer_row(name, clean, [1] * key_ok + [0] * (n_ok - key_ok), rand, held_in)
+
+    good = [1] * 40
+    collapse = row("two-digit", good, 8, 39)
+    near_chance = row("word templates", [1] * 2 + [0] * 30, 0, 0)
+    held_in = row("add (identification templates, correct)", good, 0, 40, held_in=True)
+    assert near_chance["status"] == "not measurable on this model" and math.isnan(near_chance["key_ablated_accuracy"])
+
+    def card(*rows):
+        return claim_c5(TransferResult(rows=list(rows), key_heads=[(1, 1)], n_random=3))
+
+    c = card(held_in, collapse, near_chance)
+    assert c.verdict == HOLDS and "not measurable on this model: word templates (clean 0.06)" in c.measurement
+    assert card(held_in, row("other", good, 40, 40)).verdict == FAILS
+    assert card(held_in, row("few", [1] * 8, 5, 8)).verdict == INCONCLUSIVE
+    only_chance = card(held_in, near_chance)
+    assert only_chance.verdict == INCONCLUSIVE and "no set measurable" in only_chance.measurement
+    assert card(held_in).verdict == NOT_MEASURED
+
+
+# ----------------------------------------------------------------------------- C6
+
+
+@dataclasses.dataclass(frozen=True)
+class EvalWithItems(EvalResult):
+    """An EvalResult with the per-item correctness field the evaluation stage adds (``item_correct``)."""
+
+    item_correct: dict[str, list[int]] = dataclasses.field(default_factory=dict)
+
+
+def evals(precise_math, full_math, precise_gen, base_gen, items=True):
+    def res(label, m, g):
+        acc = {"SVAMP": sum(m) / len(m), "ARC": sum(g) / len(g)}
+        n, kinds = {"SVAMP": len(m), "ARC": len(g)}, {"SVAMP": "math", "ARC": "choice"}
+        if not items:
+            return EvalResult(label, acc, n, kinds)
+        return EvalWithItems(label, acc, n, kinds, item_correct={"SVAMP": m, "ARC": g})
+
+    return {
+        "base": res("base", full_math, base_gen),
+        "precise": res("precise", precise_math, precise_gen),
+        "full": res("full", full_math, base_gen),
+    }
+
+
+def test_c6_rule():
+    same = [1, 0] * 200
+    assert claim_c6(evals(same, same, same, same), n_boot=300).verdict == HOLDS
+    worse = [0] * 400
+    assert claim_c6(evals(worse, [1] * 400, same, same), n_boot=300).verdict == FAILS
+    g = torch.Generator().manual_seed(0)
+    few = torch.randint(0, 2, (20,), generator=g).tolist()
+    shifted = [1 - x if i < 3 else x for i, x in enumerate(few)]
+    assert claim_c6(evals(few, shifted, few, few), n_boot=300).verdict == INCONCLUSIVE
+    no_items = claim_c6(evals(same, same, same, same, items=False))
+    assert no_items.verdict == INCONCLUSIVE and "no per-item results" in no_items.reason
+    assert claim_c6(None).verdict == NOT_MEASURED
+
+
+# ----------------------------------------------------------------------------- the card
+
+
+def test_card_saves_loads_and_names_missing_stages(tmp_path):
+    card = assess_claims(key=key([(9, 1)], [1] * 20, [0.5] * 20), off={"attention": "analyze"})
+    back = ClaimsCard.load(card.save(tmp_path / "claims.json"))
+    pd.testing.assert_frame_equal(back.to_dataframe(), card.to_dataframe())  # NaN where not measured
+    assert [c.id for c in back.claims] == ["C1", "C2", "C3", "C4", "C5", "C6"]
+    assert back["C3"].measurement == "not measured (stage analyze off)"
+    assert back["C1"].verdict == HOLDS
+    df = back.to_dataframe()
+    assert list(df["id"]) == ["C1", "C2", "C3", "C4", "C5", "C6"] and {"low", "high", "verdict"} <= set(df.columns)
+    lines = back.lines()
+    assert lines[1].startswith("  C1 ") and "holds" in lines[1] and len(lines) == 7
