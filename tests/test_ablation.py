@@ -5,6 +5,7 @@ that the answer (a copy of the one digit in the prompt) reaches the logits throu
 known heads only, while the other heads and the MLPs write noise elsewhere.
 """
 
+import math
 import random
 
 import datasets
@@ -186,17 +187,57 @@ def test_planted_circuit_is_found_and_its_knockout_hurts_more_than_random_heads(
     assert ranked < float(random_k.min()) and float(random_k.mean()) >= 0.9
 
 
-def test_transfer_rows(tiny_llama, pairs, template_sets):
+def test_transfer_on_a_near_chance_model_is_not_measurable(tiny_llama, pairs, template_sets):
     means = head_means(tiny_llama, pairs)
     config = GenerationConfig(operations=("mul",), template_ids=("mul_eq_1",), n_per_template=4)
     other = generate_pairs(tiny_llama.tokenizer, template_sets, config)
     tr = transfer(tiny_llama, {"add": pairs, "mul": other}, [(0, 1), (2, 3)], means, n_random=2)
     df = tr.to_dataframe()
     assert list(df["dataset"]) == ["add", "mul"]
-    for row in tr.rows:
-        assert row["key_drop"] == pytest.approx(row["key_ablated_accuracy"] - row["clean_accuracy"])
+    for row in tr.rows:  # the random tiny model answers (almost) nothing, so no transfer is reported
+        clean = sum(score_pairs(tiny_llama, pairs if row["dataset"] == "add" else other)["correct"])
+        assert row["n_correct"] == clean and row["clean_low"] - 1e-12 <= row["clean_accuracy"] <= row["clean_high"]
+        assert row["status"] == "not measurable on this model" and math.isnan(row["key_ablated_accuracy"])
     with pytest.raises(IndexError):
         ablated_accuracy(tiny_llama, pairs, [(7, 0)], means)
+
+
+def test_transfer_is_measured_on_clean_correct_items_only(planted):
+    model, ds, _ = planted
+    means = head_means(model, ds)
+    digit = {model.tokenizer.convert_tokens_to_ids(str(d)): d for d in range(10)}
+    wrong = ds.map(  # the answer the model does not give: every item wrong for the clean model
+        lambda r: {"answer_tokens": [model.tokenizer.convert_tokens_to_ids(str((digit[r["answer_token"]] + 1) % 10))]}
+    )
+    n = len(ds)
+    mixed = datasets.concatenate_datasets([ds.select(range(n // 2 + 1)), wrong.select(range(n // 2 + 1, n))])
+    sets = {"copy": ds, "mixed": mixed, "wrong": wrong}
+    tr = transfer(model, sets, PLANTED, means, n_random=3, seed=0, held_in=["copy"], min_clean_accuracy=0.5)
+    rows = {r["dataset"]: r for r in tr.rows}
+    assert rows["copy"]["held_in"] and not rows["mixed"]["held_in"]
+    assert rows["wrong"]["status"] == "not measurable on this model" and rows["wrong"]["clean_accuracy"] == 0.0
+    m = rows["mixed"]
+    assert m["status"] == "measured" and m["n_correct"] == n // 2 + 1 and m["n"] == n
+    # key-ablated accuracy is over the clean-correct items only, where clean accuracy is 1 by construction
+    assert m["key_ablated_accuracy"] == pytest.approx(
+        ablated_accuracy(model, ds.select(range(n // 2 + 1)), PLANTED, means)
+    )
+    assert m["key_drop"] == pytest.approx(m["key_ablated_accuracy"] - 1.0)
+    for r in (rows["copy"], m):
+        assert r["key_low"] <= r["key_ablated_accuracy"] <= r["key_high"]
+        assert r["random_low"] <= r["random_ablated_accuracy"] <= r["random_high"]
+        assert r["key_high"] < r["random_low"], "ablating the planted heads loses far more than random heads"
+
+
+def test_old_transfer_files_ask_for_a_rerun(tmp_path):
+    import json
+
+    from mathcircuits._io import ResultFileError
+
+    old = {"__kind__": "mathcircuits.TransferResult", "__version__": 2, "rows": [], "key_heads": [], "n_random": 1}
+    (tmp_path / "t.json").write_text(json.dumps(old))
+    with pytest.raises(ResultFileError, match="re-run `mathcircuits validate"):
+        TransferResult.load(tmp_path / "t.json")
 
 
 def test_means_round_trip(tmp_path, tiny_llama, pairs):

@@ -285,3 +285,53 @@ def test_card_saves_loads_and_names_missing_stages(tmp_path):
     assert list(df["id"]) == ["C1", "C2", "C3", "C4", "C5", "C6"] and {"low", "high", "verdict"} <= set(df.columns)
     lines = back.lines()
     assert lines[1].startswith("  C1 ") and "holds" in lines[1] and len(lines) == 7
+
+
+# ----------------------------------------------------------------------------- coverage of the intervals the rules read
+
+
+def test_transfer_wilson_intervals_cover_a_known_accuracy_at_nominal_rate():
+    # per item, the key-ablated model keeps the answer with a known probability (the truth)
+    from mathcircuits.stats import binomial_band
+
+    gen = torch.Generator().manual_seed(0)
+    truth, n_items, n_sims = 0.3, 40, 400
+    hits = 0
+    for _ in range(n_sims):
+        key_ok = (torch.rand(n_items, generator=gen) < truth).int().tolist()
+        rand = [(torch.rand(n_items, generator=gen) < 0.9).int().tolist() for _ in range(3)]
+        r = transfer_row("synthetic", [1] * n_items, key_ok, rand)
+        hits += int(r["key_low"] <= truth <= r["key_high"])
+    lo, hi = binomial_band(0.95, n_sims)
+    assert lo - 0.02 <= hits / n_sims <= hi
+
+
+def test_attention_excess_intervals_cover_a_known_excess_at_nominal_rate():
+    from mathcircuits.stats import binomial_band
+
+    gen = torch.Generator().manual_seed(1)
+    base = torch.tensor([0.1, 0.1, 0.1, 0.2, 0.5])
+    truth = torch.tensor([0.2, -0.05])  # excess share on the operands (A+B) of two heads
+    hits, n_sims = 0, 150
+    for s in range(n_sims):
+        shares = base.expand(40, 2, 5).clone()
+        shares[..., 0] += truth + 0.15 * torch.randn(40, 2, generator=gen)
+        df = attention(shares, base.expand(40, 5)).summary(by_operation=False, n_boot=300, seed=s)
+        hits += int(((df.excess_operands_low <= truth.numpy()) & (truth.numpy() <= df.excess_operands_high)).sum())
+    lo, hi = binomial_band(0.95, 2 * n_sims)
+    assert lo - 0.02 <= hits / (2 * n_sims) <= hi
+
+
+def test_mlp_margin_intervals_cover_a_known_margin_at_nominal_rate():
+    from mathcircuits.stats import binomial_band
+
+    gen = torch.Generator().manual_seed(2)
+    truth = torch.linspace(-0.5, 1.5, 20)
+    hits, n_sims = 0, 100
+    for s in range(n_sims):
+        margin = truth + 0.8 * torch.randn(30, 20, generator=gen)
+        df = probes(margin, torch.zeros(30, 20)).layer_summary(n_boot=300, seed=s)
+        t = truth.numpy()
+        hits += int(((df.update_direct_margin_low <= t) & (t <= df.update_direct_margin_high)).sum())
+    lo, hi = binomial_band(0.95, 20 * n_sims)
+    assert lo - 0.02 <= hits / (20 * n_sims) <= hi
