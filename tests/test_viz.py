@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import html
 import math
 import re
 import struct
@@ -12,6 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from mathcircuits.ablation.transfer import TransferResult, transfer_row
 from mathcircuits.analysis import ROLES, AttentionByRole, HeadPatterns
 from mathcircuits.analysis.mlp_probes import MLPProbeResult
 from mathcircuits.patching.result import PatchingResult
@@ -32,7 +35,9 @@ from mathcircuits.viz import (
     save_figures,
     screenshot_html,
 )
+from mathcircuits.claims import assess_claims
 from mathcircuits.viz.circuits import circuitsvis_bundle, split_bundle
+from mathcircuits.viz.report import CARD_END_COLOUR
 
 SPEC = {
     "name": "toy",
@@ -279,8 +284,13 @@ def test_probe_similarity_curves_use_the_means():
     assert list(line["y"]) == pytest.approx(pr.input_sim_a[:3].mean(0).tolist())
     bars = next(t for t in d["data"] if t["type"] == "bar")
     assert list(bars["y"]) == pytest.approx([0.0, 0.1, 0.6, 1.2])
+    summ = pr.layer_summary("add")  # the bars' error bars are the bootstrap interval of the mean margin
+    assert list(bars["error_y"]["arrayminus"]) == pytest.approx(
+        (summ.update_direct_margin - summ.update_direct_margin_low).tolist()
+    )
     top1 = next(t for t in d["data"] if t.get("name") == "answer top-1 (logit lens)")
     assert list(top1["y"]) == [0, 0, 0, 1]
+    assert list(top1["error_y"]["array"]) == pytest.approx((summ.lens_top1_high - summ.lens_top1).tolist())
     assert pr.first_raising_layer() == 2 and any("L2" in a.get("text", "") for a in d["layout"]["annotations"])
     assert pr.lens_top1_layer() == 3 and pr.lens_top1_layer("sub", min_share=1.0) == 3
 
@@ -403,22 +413,57 @@ def _read_png(path: Path):
     return out.reshape(h, w, bpp)[..., :3]
 
 
+def _stable_key() -> KeyComponents:
+    return dataclasses.replace(
+        key(),
+        stability=(0.97, 0.41),
+        stability_others={"L1.H2": 0.35},
+        stability_sizes=(2,) * 50,
+        stability_depths=(0.8,) * 50,
+        stability_n_boot=50,
+    )
+
+
+def _transfer() -> TransferResult:
+    rows = [
+        transfer_row(
+            "add (identification templates, correct)", [1] * 20, [1] * 4 + [0] * 16, [[1] * 19 + [0]] * 3, True
+        ),
+        transfer_row("add two-digit operands", [1] * 2 + [0] * 30, None, []),
+    ]
+    return TransferResult(rows=rows, key_heads=[(2, 1), (3, 0)], n_random=3)
+
+
 def _report_parts() -> dict:
     import pandas as pd
 
+    k = _stable_key()
     return dict(
         title="test report",
+        claims=assess_claims(key=k, transfer=_transfer(), attention=attention(), probes=probes()),
         model_spec=SPEC,
-        data_summary={"pairs": 8, "operations": "add, sub"},
+        data_summary={  # as the data stage's summary: a list of dicts must not show as Python text
+            "pairs": 8,
+            "operations": "add, sub",
+            "accuracy_by_operation": [{"operation": "add", "n": 6, "accuracy": 0.5}, {"operation": "sub", "n": 2}],
+        },
         accuracy_table=pd.DataFrame({"operation": ["add", "sub"], "n": [6, 2], "accuracy": [0.5, 1.0]}),
         patching={"add": patching("add", 0), "sub": patching("sub", 1, 2)},
-        key_components=key(),
+        key_components=k,
         knockout=knockouts(),
+        transfer=_transfer(),
         attention=attention(),
         probes=probes(),
         patterns=patterns(),
+        evaluation=pd.DataFrame({"model": ["base", "precise"], "held-out arithmetic %": [10.0, 30.0]}),
         notes="made by hand",
     )
+
+
+def _visible_text(page: str) -> str:
+    """The page's text as a reader sees it: no scripts, styles or tags."""
+    page = re.sub(r"<(script|style)\b.*?</\1>", " ", page, flags=re.S)
+    return html.unescape(re.sub(r"<[^>]+>", " ", page))
 
 
 def test_report_html_is_self_contained(tmp_path):
@@ -426,19 +471,41 @@ def test_report_html_is_self_contained(tmp_path):
     text = path.read_text(encoding="utf-8")
     assert not re.search(r"<script[^>]*\bsrc=", text) and "unpkg.com" not in text  # every script inline, no CDN import
     assert text.count(circuitsvis_bundle()[:5000]) == 1  # the CircuitsVis bundle is inlined once
-    assert text.count("Plotly.newPlot(") == 8  # 3 heatmaps (add, sub, overall), knockout, 2 attention, 2 probe figures
+    # 3 heatmaps (add, sub, overall), top heads, stability, knockout, transfer, 3 attention, 2 probe figures
+    assert text.count("Plotly.newPlot(") == 12
     for section in (
         "Path patching",
         "Knockout",
+        "Transfer",
         "Attention of key heads",
         "MLP probes",
         "interactive",
-        "Key components",
+        "Key heads and how stable",
+        "Appendix",
     ):
         assert section in text
     minimal = build_report(tmp_path / "small.html", patching=patching("add", 0))
     small = minimal.read_text(encoding="utf-8")
-    assert small.count("Plotly.newPlot(") == 1 and "CircuitsVis" not in small
+    assert small.count("Plotly.newPlot(") == 2 and "CircuitsVis" not in small  # heatmap + top heads
+
+
+def test_report_leads_with_the_claims_card_and_ends_with_the_data_tables(tmp_path):
+    text = _visible_text(build_report(tmp_path / "report.html", **_report_parts()).read_text(encoding="utf-8"))
+    text = text[text.index("Claims card") :]  # after the title and the table of contents
+    order = [text.index(s) for s in ("Claims card", "Path patching (identify)", "Knockout (validate)", "Appendix")]
+    assert order == sorted(order)
+    card = text[order[0] : order[1]]
+    assert card.count("C") >= 6 and all(f"C{i} " in card for i in range(1, 7))
+    assert "not measured (stage validate off)" in card  # no knockout was given
+    assert "not measurable on this model" in text  # the near-chance transfer set says so
+    assert text.index("Model") > order[3], "the model table sits in the appendix, after the findings"
+
+
+def test_report_shows_no_raw_python_dict_or_list_text(tmp_path):
+    text = _visible_text(build_report(tmp_path / "report.html", **_report_parts()).read_text(encoding="utf-8"))
+    raw = re.findall(r"\{'|\['|\[\{|\[\(|\(\d+, \d+\)|': ", text)
+    assert not raw, f"raw Python text in the report: {raw[:5]}"
+    assert "accuracy_by_operation" in text and "add" in text  # the list of dicts is shown, as a table
 
 
 @needs_chromium
@@ -456,3 +523,17 @@ def test_report_renders_in_headless_chromium(tmp_path):
     colours = {tuple(px) for px in region[saturated].tolist()}
     assert saturated.mean() > 0.03, f"only {saturated.mean():.1%} coloured pixels: the figures did not render"
     assert len(colours) > 30, f"only {len(colours)} distinct colours in the heatmap region"
+
+
+@needs_chromium
+def test_claims_card_is_on_the_first_screen_of_a_laptop(tmp_path):
+    """At 1366x768 the whole card, down to the bar that closes it, shows without scrolling."""
+    import numpy as np
+
+    path = build_report(tmp_path / "report.html", **_report_parts())
+    img = _read_png(screenshot_html(path, tmp_path / "first.png", width=1366, height=768, scale=1.0))
+    assert img.shape[:2] == (768, 1366)
+    bar = np.array([int(CARD_END_COLOUR[i : i + 2], 16) for i in (1, 3, 5)])
+    rows = np.nonzero((np.abs(img.astype(int) - bar).max(-1) <= 2).sum(1) > 600)[0]
+    assert len(rows) >= 3, "the claims card's closing bar is not on the first screen"
+    assert rows.max() < 768 - 10

@@ -116,7 +116,7 @@ def probe_similarity_curves(result: Any, operation: str | None = None, *, title:
         go.Bar(
             x=layers,
             y=mean_m.tolist(),
-            name="direct margin (logits), 95% CI",
+            name="direct margin (logits)",
             marker_color=[c[2] if v > 0 else c[1] for v in mean_m.tolist()],
             error_y=dict(
                 type="data", symmetric=False, array=(hi_m - mean_m).tolist(), arrayminus=(mean_m - lo_m).tolist()
@@ -134,7 +134,7 @@ def probe_similarity_curves(result: Any, operation: str | None = None, *, title:
             x=layers,
             y=top1.tolist(),
             mode="lines+markers",
-            name="answer top-1 (logit lens), Wilson 95% CI",
+            name="answer top-1 (logit lens)",
             line=dict(color=c[3]),
             error_y=dict(type="data", symmetric=False, array=(hi_t - top1).tolist(), arrayminus=(top1 - lo_t).tolist()),
             customdata=median_rank.tolist(),
