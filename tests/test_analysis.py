@@ -111,6 +111,15 @@ def test_attention_by_role_tables_and_round_trip(tiny, pairs, tmp_path):
     summary = res.summary()
     assert set(summary["operation"]) == {"all", "add", "sub"}
     assert {"operand_a", "operator", "lift_operands", "lift_operator", "class"} <= set(summary.columns)
+    # each mean share and each excess over the uniform baseline carries its bootstrap interval
+    for col in ("operand_a", "operator", "operands", "excess_operands", "excess_operator"):
+        assert (summary[f"{col}_low"] <= summary[col] + 1e-6).all() and (
+            summary[col] <= summary[f"{col}_high"] + 1e-6
+        ).all()
+    overall = summary[summary.operation == "all"]
+    expected = (res.shares[..., 0] + res.shares[..., 1] - res.baselines[:, None, 0] - res.baselines[:, None, 1]).mean(0)
+    assert overall.excess_operands.tolist() == pytest.approx(expected.tolist(), abs=1e-6)
+    assert res.summary(seed=3).excess_operands_low.tolist() != summary.excess_operands_low.tolist()  # seeded
     df = res.to_dataframe()
     assert len(df) == len(pairs) * 2 * len(ROLES)
     assert df.groupby(["pair_id", "component"])["attention"].sum().round(4).eq(1).all()
@@ -243,6 +252,17 @@ def test_mlp_probes_tables_round_trip_and_errors(tiny, pairs, tmp_path):
     )
     first = res.first_raising_layer(min_margin=-1e9)
     assert first == 0
+    # intervals: bootstrap on the mean margin, Wilson on the top-1 share, and on the layers themselves
+    assert (summary.update_direct_margin_low <= summary.update_direct_margin + 1e-6).all()
+    assert (summary.update_direct_margin <= summary.update_direct_margin_high + 1e-6).all()
+    assert (summary.lens_top1_low <= summary.lens_top1 + 1e-9).all() and (summary.lens_top1_high <= 1).all()
+    for which, fn in (("raising", res.first_raising_layer), ("lens_top1", res.lens_top1_layer)):
+        iv = res.layer_interval(which, n_boot=100)
+        got = fn()
+        assert iv.value == (tiny.spec.n_layers if got is None else got) and iv.low <= iv.value <= iv.high
+        assert iv.n == len(pairs)
+    with pytest.raises(ValueError, match="which"):
+        res.layer_interval("first")
     with pytest.raises(ValueError, match="space"):
         mlp_probes(tiny, pairs, space="ln")
     with pytest.raises(IndexError, match="case_row"):

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import tempfile
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -335,3 +337,41 @@ def test_mlp_margin_intervals_cover_a_known_margin_at_nominal_rate():
         hits += int(((df.update_direct_margin_low <= t) & (t <= df.update_direct_margin_high)).sum())
     lo, hi = binomial_band(0.95, 20 * n_sims)
     assert lo - 0.02 <= hits / (20 * n_sims) <= hi
+
+
+def test_key_components_of_version_2_load_without_stability(tmp_path):
+    k = KeyComponents(model=BIG, heads=((9, 1),), head_scores=(-0.1,))
+    d = k.to_dict()
+    d["__version__"] = 2
+    for name in [f for f in d if f.startswith("stability")]:
+        del d[name]
+    old = KeyComponents.from_dict(d)
+    assert not old.has_stability and old.heads == ((9, 1),)
+    c = claim_c1(old)
+    assert c.verdict == INCONCLUSIVE and "re-run identify" in c.reason
+    assert math.isnan(old.to_dataframe().stability[0])
+
+
+def test_selection_stability_sees_a_head_that_comes_and_goes():
+    gen = torch.Generator().manual_seed(0)
+    per_pair = 0.05 * torch.randn(24, 20, 10, generator=gen)
+    per_pair[:, 10, 1] -= 0.5  # always far below the rest
+    per_pair[:12, 11, 2] -= 0.4  # strong on half the pairs only: mean −0.2, with a wide spread
+    res = PatchingResult(
+        head_effects=per_pair.mean(0),
+        mlp_effects=torch.zeros(20),
+        metric="relative_logit",
+        method="exact",
+        model=BIG,
+        n_pairs=24,
+        per_pair_heads=per_pair,
+        ci_n_boot=50,
+    )
+    k = selection_stability(res, select_key_components(res, rule="threshold", threshold=-0.2), n_boot=200, seed=0)
+    share = dict(zip(k.heads, k.stability))
+    others = {**{f"L{l}.H{h}": s for (l, h), s in share.items()}, **k.stability_others}
+    assert others["L10.H1"] == 1.0
+    assert 0.2 < others["L11.H2"] < 0.8, "a head near the cut is selected in some resamples only"
+    assert len(k.stability_sizes) == len(k.stability_depths) == 200
+    back = KeyComponents.load(k.save(Path(tempfile.mkdtemp()) / "k.json"))
+    assert back.stability == k.stability and back.stability_sizes == k.stability_sizes

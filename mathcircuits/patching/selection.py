@@ -87,7 +87,8 @@ class KeyComponents(SavedResult):
     @classmethod
     def upgrade(cls, version: int, fields: dict[str, Any]) -> dict[str, Any]:
         """Versions 1–2 had no stability: they load with none (re-run identify to measure it)."""
-        return fields
+        none = {"stability": (), "stability_others": {}, "stability_sizes": (), "stability_depths": ()}
+        return {**none, "stability_n_boot": 0, "stability_seed": 0, **fields}
 
     @property
     def has_stability(self) -> bool:
