@@ -17,7 +17,7 @@ import torch
 
 from mathcircuits.ablation.knockout import KnockoutResult
 from mathcircuits.ablation.transfer import TransferResult, transfer_row
-from mathcircuits.analysis import ROLES, AttentionByRole
+from mathcircuits.analysis import AttentionByRole
 from mathcircuits.analysis.mlp_probes import MLPProbeResult
 from mathcircuits.claims import (
     FAILS,

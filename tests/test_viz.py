@@ -17,6 +17,7 @@ import torch
 from mathcircuits.ablation.transfer import TransferResult, transfer_row
 from mathcircuits.analysis import ROLES, AttentionByRole, HeadPatterns
 from mathcircuits.analysis.mlp_probes import MLPProbeResult
+from mathcircuits.claims import assess_claims
 from mathcircuits.patching.result import PatchingResult
 from mathcircuits.patching.selection import KeyComponents
 from mathcircuits.viz import (
@@ -35,7 +36,6 @@ from mathcircuits.viz import (
     save_figures,
     screenshot_html,
 )
-from mathcircuits.claims import assess_claims
 from mathcircuits.viz.circuits import circuitsvis_bundle, split_bundle
 from mathcircuits.viz.report import CARD_END_COLOUR
 

@@ -1,4 +1,4 @@
-"""Stage 6 — claims: the paper's six claims beside this run's measurements, with verdicts.
+"""Claims: the paper's six claims beside this run's measurements, with verdicts.
 
 :func:`assess_claims` reads the saved results of a run (key components, knockout, transfer,
 attention, MLP probes, evaluation) and returns a :class:`ClaimsCard`: per claim the paper's

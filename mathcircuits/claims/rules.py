@@ -96,7 +96,7 @@ def _claim(cid: str, measurement: str, verdict: str, reason: str, **kw: Any) -> 
 
 
 def _off(cid: str, stage: str, what: str = "") -> Claim:
-    """"not measured (stage X off)"; ``stage`` may instead be a whole reason (it then has a space)."""
+    """ "not measured (stage X off)"; ``stage`` may instead be a whole reason (it then has a space)."""
     if " " in stage:
         text = f"not measured ({stage})"
     else:
