@@ -537,3 +537,32 @@ def test_claims_card_is_on_the_first_screen_of_a_laptop(tmp_path):
     rows = np.nonzero((np.abs(img.astype(int) - bar).max(-1) <= 2).sum(1) > 600)[0]
     assert len(rows) >= 3, "the claims card's closing bar is not on the first screen"
     assert rows.max() < 768 - 10
+
+
+def test_report_gives_a_circuit_its_own_section(tmp_path):
+    from mathcircuits.circuit import Circuit, Edge, Node
+
+    nodes = (
+        Node("logits", -1, -1, "logits"),
+        Node("head", 2, 1, "last", 0, "operand mover"),
+        Node("mlp", 1, -1, "last", 1),
+    )
+    edges = (
+        Edge("L2.H1@last", "logits", "logits", -0.3, -0.4, -0.2),
+        Edge("MLP1@last", "L2.H1@last", "v", -0.1, -0.2, 0.05),
+    )
+    circ = Circuit(
+        model=SPEC,
+        nodes=nodes,
+        edges=edges,
+        metric="relative_logit",
+        method="exact",
+        n_pairs=8,
+        settings={"depth": 2, "min_effect": 0.01},
+    )
+    parts = _report_parts() | {"circuit": {"add": circ}}
+    page = build_report(tmp_path / "report.html", **parts).read_text(encoding="utf-8")
+    text = _visible_text(page)
+    assert "Circuit (add)" in text and "Circuit edges (add)" in text
+    assert page.count("Plotly.newPlot(") == 13  # the circuit graph joins the 12 figures
+    assert not re.findall(r"\{'|': ", text), "the circuit's settings must not show as a Python dict"
