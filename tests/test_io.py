@@ -92,7 +92,7 @@ def test_round_trip_in_both_formats_keeps_types(tmp_path, suffix):
 def test_json_is_readable_and_headed(tmp_path):
     path = _key().save(tmp_path / "key.json")
     d = json.loads(path.read_text())
-    assert d["__kind__"] == "mathcircuits.KeyComponents" and d["__version__"] == SavedResult.VERSION
+    assert d["__kind__"] == "mathcircuits.KeyComponents" and d["__version__"] == KeyComponents.VERSION
     assert d["heads"] == [[2, 1], [0, 0]] and d["model"]["name"] == "toy"
 
 
