@@ -7,7 +7,7 @@ import json
 import pytest
 import torch
 
-from mathcircuits._io import ResultFileError, SavedResult
+from mathcircuits._io import ResultFileError
 from mathcircuits.ablation import HeadMeans, KnockoutResult
 from mathcircuits.finetune import SliceSet, head_slices
 from mathcircuits.models import ModelSpec, load_hf_model
