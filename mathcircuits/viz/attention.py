@@ -117,7 +117,7 @@ def attention_role_distributions(
         boxmode="group",
         violinmode="group",
         height=480,
-        width=max(620, 420 * len(panels)),
+        width=min(1180, max(620, 420 * len(panels))),
         legend=dict(title="operation"),
     )
     return fig
@@ -201,6 +201,6 @@ def attention_excess(result: Any, *, title: str | None = None) -> go.Figure:
         xaxis=dict(title="key head"),
         yaxis=dict(title="share − uniform baseline", tickformat="+.0%"),
         height=420,
-        width=max(520, 90 * len(df) + 220),
+        width=min(1180, max(520, 90 * len(df) + 220)),  # fits the report at laptop width
     )
     return fig

@@ -53,6 +53,6 @@ def selection_stability_bars(key: Any, *, title: str | None = None) -> go.Figure
         yaxis=dict(title="share of resamples selecting the head", tickformat=".0%", range=[0, 1.05]),
         xaxis=dict(title="head"),
         height=400,
-        width=max(520, 46 * len(names) + 240),
+        width=min(1180, max(520, 46 * len(names) + 240)),  # fits the report at laptop width
     )
     return fig

@@ -67,6 +67,6 @@ def transfer_bars(result: Any, *, title: str | None = None) -> go.Figure:
         barmode="group",
         yaxis=dict(title="accuracy on clean-correct items", tickformat=".0%", range=[0, 1.08]),
         height=460,
-        width=max(620, 190 * len(rows) + 200),
+        width=min(1180, max(620, 190 * len(rows) + 200)),  # fits the report at laptop width
     )
     return fig
