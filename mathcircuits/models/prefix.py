@@ -53,10 +53,38 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
-__all__ = ["MIN_PREFIX", "PrefixRunner", "blocks_from", "repeat_cache", "run_from_layer", "shared_prefix_len"]
+__all__ = [
+    "MIN_PREFIX",
+    "PrefixRunner",
+    "blocks_from",
+    "plain_forwards",
+    "repeat_cache",
+    "run_from_layer",
+    "shared_prefix_len",
+]
 
 MIN_PREFIX = 4
 """Shorter shared prefixes are not worth a second forward: the plain forward runs instead."""
+
+_PLAIN = [False]  # set by plain_forwards(): every PrefixRunner runs the whole plain forward
+
+
+@contextmanager
+def plain_forwards() -> Iterator[None]:
+    """Within the block, every :class:`PrefixRunner` runs the plain full forward (all logits, no prefix cache).
+
+    The reference against which the fast paths are checked and timed (``benchmarks/bench_pipeline.py``):
+    the same library code, with the forward it replaced.
+
+    Returns:
+        A context manager.
+    """
+    before = _PLAIN[0]
+    _PLAIN[0] = True
+    try:
+        yield
+    finally:
+        _PLAIN[0] = before
 
 
 def shared_prefix_len(tokens: Int[Tensor, "batch seq"], limit: int | None = None) -> int:
@@ -132,6 +160,8 @@ class PrefixRunner:
         seq = tokens.shape[1]
         if not 0 <= start < seq:
             raise ValueError(f"start {start} is outside the prompt of {seq} tokens. Fix: use 0 <= start < {seq}.")
+        if _PLAIN[0]:
+            return self._run(tokens, self.fwd_hooks)[:, start:]
         p = shared_prefix_len(tokens, start)
         if p < self.min_prefix:
             return self._run(tokens, self.fwd_hooks, logits_to_keep=seq - start)
@@ -214,8 +244,9 @@ def run_from_layer(
         **kwargs: passed to the bridge (e.g. ``logits_to_keep``).
 
     Returns:
-        The logits (of the last ``logits_to_keep`` positions when given), equal to the full forward's there when ``resid`` is the clean residual and
-        the hooks touch only blocks ``layer…`` (≤ 1e-5, ``tests/test_fast_paths.py``).
+        The logits (of the last ``logits_to_keep`` positions when given), equal to the full forward's there
+        when ``resid`` is the clean residual and the hooks touch only blocks ``layer…``
+        (≤ 1e-5, ``tests/test_fast_paths.py``).
     """
     extra = dict(kwargs)
     if past_key_values is not None:
