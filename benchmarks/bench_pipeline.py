@@ -56,6 +56,12 @@ def main() -> None:
     ap.add_argument("--ops", nargs="+", default=["add", "mul"])
     ap.add_argument("--ablations", nargs="+", default=["position_mean", "mean"])
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument(
+        "--skip-forms",
+        nargs="*",
+        default=["time_span", "accumulation"],
+        help="template forms left out (default: the word templates, as configs/default.yaml does)",
+    )
     ap.add_argument("--batch-size", type=int, default=32)
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
@@ -77,7 +83,10 @@ def main() -> None:
     spec = model.spec
     per_template = max(2, n_fast // 8)
     config = GenerationConfig(operations=tuple(args.ops), n_per_template=per_template, seed=args.seed)
-    pool = generate_pairs(model.tokenizer, load_templates(), config).shuffle(seed=args.seed)
+    pool = generate_pairs(model.tokenizer, load_templates(), config)
+    if args.skip_forms:
+        pool = pool.filter(lambda r: r["form"] not in args.skip_forms)
+    pool = pool.shuffle(seed=args.seed)
     ds = pool.select(range(min(n_fast, len(pool))))
     sub = ds.select(range(n_plain))  # the plain paths' subsample: the first pairs of the same set
     tokens = [len(t) for t in ds["tokens"]]
