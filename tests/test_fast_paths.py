@@ -123,6 +123,10 @@ def test_knockout_scorer_fast_equals_plain(request, template_sets, model_name, a
         assert max(float((a - b).abs().max()) for a, b in zip(fast, plain)) <= TOL, heads
     changed = max(float((a - b).abs().max()) for a, b in zip(scorer.logits([(0, 1), (1, 3)]), clean))
     assert changed > 1e-4  # the knockout did something
+    once = KnockoutScorer(model, ds, ablation, scope=scope, seed=3, batch_size=4, reuse_clean=False)
+    for heads in ([], [(1, 0), (1, 3)]):  # a single scoring runs every block of the suffix instead
+        fast, plain = once.logits(heads), scorer.logits(heads, fast=False)
+        assert max(float((a - b).abs().max()) for a, b in zip(fast, plain)) <= TOL, heads
     assert scorer.score([(0, 1)]) == scorer.score([(0, 1)], fast=False)
 
 

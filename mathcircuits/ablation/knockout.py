@@ -160,6 +160,9 @@ class KnockoutScorer:
         seed: seed of the resampling donors.
         batch_size: pairs per forward.
         source_column: the prompts the per-position means and donors come from (the counterfactual ones).
+        reuse_clean: keep the clean run of each batch (the residual entering every block) and resume each
+            knockout at its lowest ablated layer; worth it from the second scoring on. ``False`` (one scoring)
+            runs the ablated suffix through every block instead.
     """
 
     def __init__(
@@ -172,8 +175,10 @@ class KnockoutScorer:
         seed: int = 0,
         batch_size: int = 32,
         source_column: str = "cf_tokens",
+        reuse_clean: bool = True,
     ) -> None:
         _check_choice(ablation, scope)
+        self.reuse_clean = reuse_clean
         needed = ("tokens", "answer_tokens", "n_tokens") + (() if ablation == "mean" else (source_column,))
         _check_dataset(dataset, needed, "KnockoutScorer")
         self.model, self.ablation, self.scope = model, ablation, scope
@@ -325,29 +330,35 @@ class KnockoutScorer:
         return self._read(self.model.bridge.run_with_hooks(toks, fwd_hooks=fwd), rows, 0)
 
     def _fast(self, b: int, heads: list[tuple[int, int]]) -> list[Tensor]:
-        resid, clean = self._clean_batch(b)
-        if not heads:
-            return clean
+        reuse = self.reuse_clean or b in self._clean
+        if not heads and reuse:
+            return self._clean_batch(b)[1]
         g, rows = self.batches[b]
         p = self.groups[g].shared
         toks = torch.tensor([self.seqs[i] for i in rows], device=self.model.device)
-        values = self._values(g, rows, fast=True)
+        values = self._values(g, rows, fast=True) if heads else None
         cache = None
-        if p > 0 and self.ablation == "mean" and self.scope == "all":  # the prefix itself is ablated: run its row
+        if p > 0 and heads and self.ablation == "mean" and self.scope == "all":  # the prefix itself is ablated: run its row
             _, one = self.model.bridge.run_with_hooks(
                 toks[:1, :p], fwd_hooks=_z_hooks(self.model, heads, values, "all"), return_type="logits_and_cache"
             )
             cache = repeat_cache(one, len(rows))
         elif p > 0:
             cache = self._cache(toks, p)
-        k = min(l for l, _ in heads)
         keep = toks.shape[1] - min(self.n_prompt[i] for i in rows) + 1  # vocabulary logits only where read
+        fwd = _z_hooks(self.model, heads, values, self.scope) if heads else []
+        if not reuse:  # a single scoring: no clean run to resume from, so run every block of the suffix
+            kw = {"past_key_values": cache} if cache is not None else {}
+            logits = self.model.bridge.run_with_hooks(toks[:, p:], fwd_hooks=fwd, logits_to_keep=keep, **kw)
+            return self._read(logits, rows, toks.shape[1] - keep)
+        resid = self._clean_batch(b)[0]
+        k = min(l for l, _ in heads)
         logits = run_from_layer(
             self.model.bridge,
             resid[k],
             k,
             cache,
-            _z_hooks(self.model, heads, values, self.scope),
+            fwd,
             logits_to_keep=keep,
         )
         return self._read(logits, rows, toks.shape[1] - keep)
@@ -383,7 +394,7 @@ def ablated_accuracy(
     if means is not None:
         means.check_model(model.spec)
     _check_dataset(dataset, ("tokens", "answer_tokens", "n_tokens"), "ablated_accuracy")
-    scorer = KnockoutScorer(model, dataset, ablation, means, scope, seed, batch_size)
+    scorer = KnockoutScorer(model, dataset, ablation, means, scope, seed, batch_size, reuse_clean=False)
     return scorer.accuracy(heads)
 
 
