@@ -338,7 +338,7 @@ class KnockoutScorer:
         toks = torch.tensor([self.seqs[i] for i in rows], device=self.model.device)
         values = self._values(g, rows, fast=True) if heads else None
         cache = None
-        if p > 0 and heads and self.ablation == "mean" and self.scope == "all":  # the prefix itself is ablated: run its row
+        if p > 0 and heads and self.ablation == "mean" and self.scope == "all":  # the prefix is ablated: run its row
             _, one = self.model.bridge.run_with_hooks(
                 toks[:1, :p], fwd_hooks=_z_hooks(self.model, heads, values, "all"), return_type="logits_and_cache"
             )
