@@ -15,6 +15,7 @@ import torch
 from mathcircuits.ablation import (
     HeadMeans,
     KnockoutResult,
+    KnockoutScorer,
     TransferResult,
     ablated_accuracy,
     ablated_model,
@@ -185,6 +186,87 @@ def test_planted_circuit_is_found_and_its_knockout_hurts_more_than_random_heads(
     ranked, random_k = ko.ranked_accuracy[2], ko.random_accuracy[:, 2]
     assert ranked <= 0.3, f"knocking out the two top heads leaves accuracy {ranked}"
     assert ranked < float(random_k.min()) and float(random_k.mean()) >= 0.9
+
+
+def _max_diff(a, b):
+    return max(float((x - y).abs().max()) for x, y in zip(a, b))
+
+
+@pytest.mark.parametrize("scope", ["all", "last"])
+def test_resampling_from_the_prompt_itself_is_a_no_op(tiny_llama, pairs, scope):
+    scorer = KnockoutScorer(tiny_llama, pairs, "resample", scope=scope, source_column="tokens")
+    donors = [scorer.donor[i] for i in range(len(pairs))]
+    assert donors != list(range(len(pairs)))  # donors are other prompts of the group ...
+    same = datasets.Dataset.from_list([pairs[0]] * 6)  # ... so use a set of one repeated prompt
+    scorer = KnockoutScorer(tiny_llama, same, "resample", scope=scope, source_column="tokens")
+    heads = [(0, 1), (1, 2), (2, 3)]
+    assert _max_diff(scorer.logits(heads, fast=False), scorer.logits([])) <= 1e-5
+    # the same heads resampled from the real counterfactuals do change the logits
+    cf = KnockoutScorer(tiny_llama, pairs, "resample", scope=scope)
+    assert _max_diff(cf.logits(heads, fast=False), cf.logits([])) > 1e-4
+
+
+def test_position_mean_of_identical_prompts_is_a_no_op(tiny_llama, pairs):
+    same = datasets.Dataset.from_list([pairs[2]] * 5)
+    scorer = KnockoutScorer(tiny_llama, same, "position_mean", source_column="tokens")
+    heads = [(0, 0), (1, 2), (2, 1)]
+    assert _max_diff(scorer.logits(heads, fast=False), scorer.logits([])) <= 1e-5
+    # and the position-free mean of the same prompts is not a no-op (it averages over positions)
+    mean = KnockoutScorer(tiny_llama, same, "mean", means=head_means(tiny_llama, same, column="tokens"))
+    assert _max_diff(mean.logits(heads, fast=False), mean.logits([])) > 1e-4
+
+
+def test_position_mean_is_the_mean_of_aligned_counterfactual_z(tiny_llama, pairs):
+    scorer = KnockoutScorer(tiny_llama, pairs, "position_mean")
+    group = max(scorer.groups, key=lambda g: len(g.rows))
+    toks = torch.tensor([scorer.sources[i] for i in group.rows])
+    _, cache = tiny_llama.bridge.run_with_cache(toks, names_filter=lambda n: n.endswith("hook_z"))
+    want = cache["blocks.1.attn.hook_z"].mean(0)  # [pos, head, d_head], per aligned position
+    got = scorer._values(scorer.groups.index(group), group.rows, fast=False)[0, :, 1]
+    assert torch.allclose(got, want, atol=1e-6)
+    assert group.shared >= 4  # and on the shared prefix it is the clean activation, so the fast path skips it
+    _, clean = tiny_llama.bridge.run_with_cache(toks[:1], names_filter=lambda n: n.endswith("hook_z"))
+    assert torch.allclose(want[: group.shared], clean["blocks.1.attn.hook_z"][0, : group.shared], atol=1e-5)
+
+
+def test_resample_donors_are_seeded_and_stay_in_their_group(tiny_llama, pairs):
+    a, b = (KnockoutScorer(tiny_llama, pairs, "resample", seed=s) for s in (0, 0))
+    c = KnockoutScorer(tiny_llama, pairs, "resample", seed=1)
+    assert a.donor == b.donor and a.donor != c.donor
+    for group in a.groups:
+        assert {a.donor[i] for i in group.rows} == set(group.rows)  # a permutation within the group
+
+
+@pytest.mark.parametrize("ablation", ["position_mean", "resample"])
+def test_planted_circuit_knockout_with_aligned_ablations(planted, ablation):
+    model, ds, res = planted
+    ko = knockout_curve(model, ds, res, max_k=2, n_random=3, seed=0, ablation=ablation, ks=[2])
+    assert ko.ks == [0, 2] and ko.ablation == ablation
+    # a random pair of heads may hold one planted head (a resampled donor's digit then competes), but not all do
+    assert ko.ranked_accuracy[1] <= 0.3 and float(ko.random_accuracy[:, 1].max()) >= 0.9
+
+
+def test_knockout_result_of_version_2_loads_as_the_position_free_mean(tmp_path):
+    ko = KnockoutResult(
+        ks=[0, 1], ranked_accuracy=[1.0, 0.5], random_accuracy=torch.ones(2, 2), baseline_accuracy=1.0,
+        operation="add", ablation="resample",
+    )  # fmt: skip
+    path = ko.save(tmp_path / "ko.pt")
+    payload = torch.load(path, weights_only=True)
+    assert payload["__version__"] == 3 and payload["ablation"] == "resample"
+    del payload["ablation"]
+    payload["__version__"] = 2
+    torch.save(payload, path)
+    old = KnockoutResult.load(path)
+    assert old.ablation == "mean" and old.ranked_accuracy == [1.0, 0.5]
+
+
+def test_knockout_rejects_unknown_ablation_and_bad_ks(planted):
+    model, ds, res = planted
+    with pytest.raises(ValueError, match="ablation"):
+        knockout_curve(model, ds, res, max_k=2, ablation="zero")
+    with pytest.raises(ValueError, match="ks"):
+        knockout_curve(model, ds, res, max_k=2, ks=[5])
 
 
 def test_transfer_on_a_near_chance_model_is_not_measurable(tiny_llama, pairs, template_sets):

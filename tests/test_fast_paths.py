@@ -11,14 +11,14 @@ from __future__ import annotations
 import pytest
 import torch
 
-from mathcircuits.ablation import head_means
+from mathcircuits.ablation import KnockoutScorer, head_means
 from mathcircuits.ablation.knockout import ablated_model
 from mathcircuits.analysis import attention_by_role
 from mathcircuits.analysis.attention import role_masks, role_shares
 from mathcircuits.data import GenerationConfig, generate_pairs, score_pairs
 from mathcircuits.data.batching import iter_batches
 from mathcircuits.models import hooks
-from mathcircuits.models.prefix import PrefixRunner, shared_prefix_len
+from mathcircuits.models.prefix import PrefixRunner, repeat_cache, run_from_layer, shared_prefix_len
 from mathcircuits.patching import last_position_caches
 
 TOL = 1e-5
@@ -70,6 +70,64 @@ def test_ablated_forward_equals_plain(request, template_sets, model_name, scope)
     fast = runner.logits_from(toks, toks.shape[1] - 2)
     assert (fast - plain[:, -2:]).abs().max() <= TOL
     assert (plain - model.bridge(toks)).abs().max() > 1e-4  # the ablation changed something
+
+
+@pytest.mark.parametrize("model_name", MODELS)
+@torch.no_grad()
+def test_run_from_layer_equals_full_forward(request, template_sets, model_name):
+    """Blocks k… alone, fed the clean residual entering block k, give the full forward's logits and z."""
+    model = request.getfixturevalue(model_name)
+    toks = _batch(_pairs(model, template_sets))
+    p, last = shared_prefix_len(toks), model.spec.n_layers - 1
+
+    def zero_head(act, hook):
+        act = act.clone()
+        act[:, :, 1] = 0.0
+        return act
+
+    seen = {}
+
+    def grab(act, hook):
+        seen["z"] = act.clone()
+
+    ablate = [(hooks.z(last), zero_head), (hooks.z(last), grab)]
+    plain = model.bridge.run_with_hooks(toks, fwd_hooks=ablate)[:, p:]
+    z_plain = seen.pop("z")[:, p:]
+    _, one = model.bridge(toks[:1, :p], return_type="logits_and_cache")
+    model.bridge.run_with_hooks(
+        toks[:, p:],
+        fwd_hooks=[(hooks.resid_pre(last), lambda act, hook: seen.update(resid=act.clone()))],
+        past_key_values=repeat_cache(one, len(toks)),
+    )
+    called = []
+    first = (hooks.resid_pre(0), lambda act, hook: called.append(0))  # block 0 must not run
+    fast = run_from_layer(model.bridge, seen["resid"], last, repeat_cache(one, len(toks)), [*ablate, first])
+    assert called == [] and len(model.bridge.blocks) == model.spec.n_layers  # skipped, and the block list restored
+    assert (fast - plain).abs().max() <= TOL
+    assert (seen["z"] - z_plain).abs().max() <= TOL
+    assert (plain - model.bridge(toks)[:, p:]).abs().max() > 1e-4  # the ablation changed something
+
+
+@pytest.mark.parametrize("model_name", MODELS)
+@pytest.mark.parametrize("ablation", ["mean", "position_mean", "resample"])
+@pytest.mark.parametrize("scope", ["all", "last"])
+def test_knockout_scorer_fast_equals_plain(request, template_sets, model_name, ablation, scope):
+    """Prefix reuse + resuming at the lowest ablated layer = one full hooked forward per batch (logits ≤ 1e-5)."""
+    model = request.getfixturevalue(model_name)
+    ds = _pairs(model, template_sets, n=6)
+    scorer = KnockoutScorer(model, ds, ablation, scope=scope, seed=3, batch_size=4)
+    assert any(g.shared >= 4 for g in scorer.groups)  # the prefix path is really taken
+    clean = scorer.logits([])
+    for heads in ([(1, 0), (1, 3)], [(0, 1), (1, 3)], [(model.spec.n_layers - 1, 2)]):
+        fast, plain = scorer.logits(heads), scorer.logits(heads, fast=False)
+        assert max(float((a - b).abs().max()) for a, b in zip(fast, plain)) <= TOL, heads
+    changed = max(float((a - b).abs().max()) for a, b in zip(scorer.logits([(0, 1), (1, 3)]), clean))
+    assert changed > 1e-4  # the knockout did something
+    once = KnockoutScorer(model, ds, ablation, scope=scope, seed=3, batch_size=4, reuse_clean=False)
+    for heads in ([], [(1, 0), (1, 3)]):  # a single scoring runs every block of the suffix instead
+        fast, plain = once.logits(heads), scorer.logits(heads, fast=False)
+        assert max(float((a - b).abs().max()) for a, b in zip(fast, plain)) <= TOL, heads
+    assert scorer.score([(0, 1)]) == scorer.score([(0, 1)], fast=False)
 
 
 @pytest.mark.parametrize("model_name", MODELS)

@@ -1,18 +1,23 @@
-"""Stage 4 — ablation: mean-ablation knockout curves and transfer checks."""
+"""Stage 4 — ablation: knockout curves (mean, per-position mean or resampling) and transfer checks."""
 
 from mathcircuits.ablation.knockout import (
-    HeadMeans,
+    ABLATIONS,
+    Ablation,
     KnockoutResult,
+    KnockoutScorer,
     ablated_accuracy,
     ablated_model,
-    head_means,
     knockout_curve,
 )
+from mathcircuits.ablation.means import HeadMeans, head_means
 from mathcircuits.ablation.transfer import TransferResult, transfer
 
 __all__ = [
+    "ABLATIONS",
+    "Ablation",
     "HeadMeans",
     "KnockoutResult",
+    "KnockoutScorer",
     "TransferResult",
     "ablated_accuracy",
     "ablated_model",

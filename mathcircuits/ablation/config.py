@@ -1,4 +1,4 @@
-"""Settings of the validation of key heads: mean-ablation knockout and transfer to other data.
+"""Settings of the validation of key heads: knockout (three ablations) and transfer to other data.
 
 The ``validation`` section of a run configuration; its fields go unchanged to
 :func:`~mathcircuits.ablation.knockout_curve` and :func:`~mathcircuits.ablation.transfer`.
@@ -16,10 +16,28 @@ __all__ = ["ValidationConfig"]
 
 @dataclass(frozen=True)
 class ValidationConfig:
-    """Knockout curves (key vs random heads) and transfer sets (paper §4)."""
+    """Knockout curves (key vs random heads) and transfer sets (paper §4).
+
+    Args:
+        knockout_max_k: the curve knocks out up to the top K heads.
+        knockout_ks: the k values of the curve; empty: every k in 1..K. Each k costs (1 + n_random) scorings.
+        n_random: random head sets (seeds) per k, the control.
+        ablation: what a knocked-out head outputs. ``mean``: its mean over all counterfactual prompts and
+            positions (the paper); ``position_mean``: its mean over the counterfactual prompts of the same
+            template at each aligned position (IOI style; equals the clean activation on the shared few-shot
+            prefix); ``resample``: its output on one seeded counterfactual prompt of the same template.
+            See docs/howto/knock-out-a-circuit.md for the measured comparison. Transfer always uses ``mean``
+            (word problems have no aligned counterfactual prompt).
+        scope: positions ablated: all, or the last token only.
+        max_pairs: correct pairs per operation and per transfer set.
+    """
 
     knockout_max_k: int = setting(10, "knock out the top 1..K heads", ge=1)
+    knockout_ks: tuple[int, ...] = setting((), "k values of the knockout curve; empty: every k in 1..K")
     n_random: int = setting(3, "random head sets per K (the control)", ge=1)
+    ablation: Literal["mean", "position_mean", "resample"] = setting(
+        "position_mean", "knocked-out head's value: mean over all positions, per-position mean, or resampled"
+    )
     scope: Literal["all", "last"] = setting("all", "positions ablated: all, or the last token only")
     max_pairs: int = setting(32, "correct pairs per operation and per transfer set", ge=1)
     transfer_templates: bool = setting(True, "transfer to the time-span / accumulation word templates")
@@ -30,3 +48,9 @@ class ValidationConfig:
 
     def __post_init__(self) -> None:
         check_fields(self)
+        bad = [k for k in self.knockout_ks if not 1 <= k <= self.knockout_max_k]
+        if bad:
+            raise ValueError(
+                f"validation.knockout_ks has {bad}, outside 1..knockout_max_k ({self.knockout_max_k}). "
+                "Fix: list k values in that range, or leave it empty for every k."
+            )

@@ -23,6 +23,21 @@ Usage::
 ``logits_from`` is what :func:`mathcircuits.data.score_pairs` uses when the
 model it is given has it. Vocabulary logits are computed only from ``start`` on.
 
+Resuming mid-network. When an intervention touches only blocks ``k`` and above
+(a knockout whose lowest ablated head is in layer ``k``), blocks ``0…k−1`` compute
+the clean activations again. :func:`run_from_layer` instead feeds the clean
+residual entering block ``k`` (kept from one clean run) to blocks ``k…L−1`` only:
+
+    forward(x)  =  blocks[k:](resid_pre_k(x))      (with the prefix KV cache of every layer)
+
+TransformerLens 4's ``start_at_layer`` injects a residual at block ``k`` but still
+executes blocks ``0…k−1`` and discards their output (its docstring says so), so it
+saves nothing by itself. We therefore also hand the HF model, for the duration of
+the call, a ``ModuleList`` holding only blocks ``k…`` (the same module objects, so
+hooks, weights and each attention's ``layer_idx`` into the KV cache are unchanged).
+The list is found by identity (the one whose first element is ``bridge.blocks[0]``),
+so no family's attribute path is spelled here.
+
 References: the KV cache of HF ``transformers`` (``DynamicCache``); verified on
 TransformerLens 4 in ``/work/shared/docs/transformerlens4-notes.md``.
 """
@@ -30,17 +45,46 @@ TransformerLens 4 in ``/work/shared/docs/transformerlens4-notes.md``.
 from __future__ import annotations
 
 import copy
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
-__all__ = ["MIN_PREFIX", "PrefixRunner", "shared_prefix_len"]
+__all__ = [
+    "MIN_PREFIX",
+    "PrefixRunner",
+    "blocks_from",
+    "plain_forwards",
+    "repeat_cache",
+    "run_from_layer",
+    "shared_prefix_len",
+]
 
 MIN_PREFIX = 4
 """Shorter shared prefixes are not worth a second forward: the plain forward runs instead."""
+
+_PLAIN = [False]  # set by plain_forwards(): every PrefixRunner runs the whole plain forward
+
+
+@contextmanager
+def plain_forwards() -> Iterator[None]:
+    """Within the block, every :class:`PrefixRunner` runs the plain full forward (all logits, no prefix cache).
+
+    The reference against which the fast paths are checked and timed (``benchmarks/bench_pipeline.py``):
+    the same library code, with the forward it replaced.
+
+    Returns:
+        A context manager.
+    """
+    before = _PLAIN[0]
+    _PLAIN[0] = True
+    try:
+        yield
+    finally:
+        _PLAIN[0] = before
 
 
 def shared_prefix_len(tokens: Int[Tensor, "batch seq"], limit: int | None = None) -> int:
@@ -116,6 +160,8 @@ class PrefixRunner:
         seq = tokens.shape[1]
         if not 0 <= start < seq:
             raise ValueError(f"start {start} is outside the prompt of {seq} tokens. Fix: use 0 <= start < {seq}.")
+        if _PLAIN[0]:
+            return self._run(tokens, self.fwd_hooks)[:, start:]
         p = shared_prefix_len(tokens, start)
         if p < self.min_prefix:
             return self._run(tokens, self.fwd_hooks, logits_to_keep=seq - start)
@@ -127,3 +173,83 @@ class PrefixRunner:
     def __call__(self, tokens: Int[Tensor, "batch seq"]) -> Float[Tensor, "batch seq vocab"]:
         """Logits at every position: the plain forward with ``fwd_hooks`` (the contract of a model callable)."""
         return self._run(tokens, self.fwd_hooks)
+
+
+def repeat_cache(cache: Any, batch: int) -> Any:
+    """A copy of a one-row KV cache repeated over ``batch`` rows (the stored cache is left as it is).
+
+    Args:
+        cache: the HF cache of one prefix row.
+        batch: the rows wanted.
+
+    Returns:
+        The repeated copy.
+    """
+    out = copy.deepcopy(cache)
+    out.batch_repeat_interleave(batch)
+    return out
+
+
+def _block_list(bridge: Any) -> tuple[torch.nn.Module, str, torch.nn.ModuleList]:
+    """The HF module holding the decoder blocks, the attribute name and the list (found by identity)."""
+    first = bridge.blocks[0]
+    for module in bridge.original_model.modules():
+        for name, child in module.named_children():
+            if isinstance(child, torch.nn.ModuleList) and len(child) == len(bridge.blocks) and child[0] is first:
+                return module, name, child
+    raise RuntimeError(
+        f"no ModuleList of the {type(bridge.original_model).__name__} holds the bridge's {len(bridge.blocks)} blocks, "
+        "so a forward cannot resume mid-network. Fix: run the whole forward (start layer 0)."
+    )
+
+
+@contextmanager
+def blocks_from(bridge: Any, layer: int) -> Iterator[None]:
+    """Within the block, the HF model runs only blocks ``layer…`` (restored afterwards, also on errors).
+
+    Args:
+        bridge: the TransformerBridge.
+        layer: the first block that runs.
+
+    Returns:
+        A context manager.
+    """
+    owner, name, full = _block_list(bridge)
+    if not 0 <= layer < len(full):
+        raise ValueError(f"layer {layer} is outside the model's {len(full)} blocks. Fix: use 0 <= layer < {len(full)}.")
+    setattr(owner, name, torch.nn.ModuleList(list(full)[layer:]))
+    try:
+        yield
+    finally:
+        setattr(owner, name, full)
+
+
+@torch.no_grad()
+def run_from_layer(
+    bridge: Any,
+    resid: Float[Tensor, "batch pos d_model"],
+    layer: int,
+    past_key_values: Any = None,
+    fwd_hooks: Sequence[tuple[str, Any]] = (),
+    **kwargs: Any,
+) -> Float[Tensor, "batch kept vocab"]:
+    """Logits of a forward that starts at block ``layer`` from the residual ``resid`` entering it.
+
+    Args:
+        bridge: the TransformerBridge.
+        resid: the residual stream entering block ``layer`` (``hook_resid_pre`` of a clean run).
+        layer: the first block to run; ``0`` runs every block.
+        past_key_values: the KV cache of the positions before ``resid`` (every layer), or ``None``.
+        fwd_hooks: hooks of blocks ``layer…`` and of the unembedding (hooks of lower blocks do not fire).
+        **kwargs: passed to the bridge (e.g. ``logits_to_keep``).
+
+    Returns:
+        The logits (of the last ``logits_to_keep`` positions when given), equal to the full forward's there
+        when ``resid`` is the clean residual and the hooks touch only blocks ``layer…``
+        (≤ 1e-5, ``tests/test_fast_paths.py``).
+    """
+    extra = dict(kwargs)
+    if past_key_values is not None:
+        extra["past_key_values"] = past_key_values
+    with blocks_from(bridge, layer):
+        return bridge.run_with_hooks(resid, fwd_hooks=list(fwd_hooks), start_at_layer=layer, **extra)

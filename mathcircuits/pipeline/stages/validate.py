@@ -114,6 +114,8 @@ def run(ctx: Context) -> ValidateSummary:
             means=means,
             scope=v.scope,
             progress=ctx.progress,
+            ablation=v.ablation,
+            ks=v.knockout_ks or None,
         )
         ko.save(paths.knockout(op))
         save_csv(ko.to_dataframe(), paths.knockout(op, ".csv"))

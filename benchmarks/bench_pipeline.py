@@ -1,0 +1,170 @@
+"""Benchmark: every stage's fast path against today's plain path, on the same inputs, in one run.
+
+    .venv/bin/python benchmarks/bench_pipeline.py --quick             # tiny random Llama: a smoke check (~1 min)
+    .venv/bin/python benchmarks/bench_pipeline.py                     # the embedded model (SmolLM2-135M)
+    .venv/bin/python benchmarks/bench_pipeline.py --pairs 64 --plain-pairs 16 --threads 1
+
+Stages (an *item* is a pair, or a pair × knockout point for knockout):
+
+* ``scoring`` — :func:`mathcircuits.data.score_pairs` (teacher-forced answer tokens);
+* ``patching forwards`` — the reference and counterfactual forwards of exact path patching
+  (:func:`mathcircuits.patching.last_position_caches`; ``share_prefix=False`` is the plain path);
+* ``head means`` — :func:`mathcircuits.ablation.head_means` over the counterfactual prompts;
+* ``knockout <ablation>`` — :class:`mathcircuits.ablation.KnockoutScorer` over a fixed list of head sets
+  (the fast path reuses the clean prefix and the clean blocks below the lowest ablated layer; its first
+  call's clean work is included in its time); ``fast=False`` is one full hooked forward per batch;
+* ``attention`` / ``mlp probes`` — :func:`mathcircuits.analysis.attention_by_role` and
+  :func:`mathcircuits.analysis.mlp_probes`.
+
+The plain path of scoring, head means and the analyses is the same library code inside
+:func:`mathcircuits.models.prefix.plain_forwards` (every prefix-cached forward becomes the whole plain
+forward, all logits). The plain path runs on the first ``--plain-pairs`` pairs only (it is slow; cost is
+linear in pairs), so times are compared **per item**; the largest numeric difference is taken on the pairs
+both paths ran. Prints one row per stage: items and seconds per item of each path, their ratio, the difference.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import time
+from typing import Any, Callable
+
+import torch
+
+
+def _timed(fn: Callable[[], Any]) -> tuple[Any, float]:
+    t0 = time.perf_counter()
+    out = fn()
+    return out, time.perf_counter() - t0
+
+
+def _maxdiff(a: Any, b: Any) -> float:
+    if isinstance(a, torch.Tensor):
+        return float((a.float() - b.float()).abs().max()) if a.numel() else 0.0
+    if isinstance(a, dict):
+        return max((_maxdiff(a[k], b[k]) for k in a), default=0.0)
+    return max((_maxdiff(x, y) for x, y in zip(a, b)), default=0.0)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="tiny random Llama, few pairs (a smoke check)")
+    ap.add_argument("--model", default=None, help="model source (default: embedded; tiny-llama with --quick)")
+    ap.add_argument("--pairs", type=int, default=None, help="pairs for the fast paths (default 64; 16 with --quick)")
+    ap.add_argument("--plain-pairs", type=int, default=None, help="pairs for the plain paths (default 16; 8 quick)")
+    ap.add_argument("--ops", nargs="+", default=["add", "mul"])
+    ap.add_argument("--ablations", nargs="+", default=["position_mean", "mean"])
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument(
+        "--skip-forms",
+        nargs="*",
+        default=["time_span", "accumulation"],
+        help="template forms left out (default: the word templates, as configs/default.yaml does)",
+    )
+    ap.add_argument("--batch-size", type=int, default=32)
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(args.seed)
+    model_name = args.model or ("tiny-llama" if args.quick else "embedded")
+    n_fast = args.pairs or (16 if args.quick else 64)
+    n_plain = min(args.plain_pairs or (8 if args.quick else 16), n_fast)
+
+    from mathcircuits.ablation import KnockoutScorer, head_means
+    from mathcircuits.analysis import attention_by_role, mlp_probes
+    from mathcircuits.data import GenerationConfig, generate_pairs, load_templates, score_pairs
+    from mathcircuits.models import load_model
+    from mathcircuits.models.prefix import plain_forwards
+    from mathcircuits.patching import last_position_caches
+    from mathcircuits.patching._common import pair_batches
+
+    model = load_model(model_name)
+    spec = model.spec
+    per_template = max(2, n_fast // 8)
+    config = GenerationConfig(operations=tuple(args.ops), n_per_template=per_template, seed=args.seed)
+    pool = generate_pairs(model.tokenizer, load_templates(), config)
+    if args.skip_forms:
+        pool = pool.filter(lambda r: r["form"] not in args.skip_forms)
+    pool = pool.shuffle(seed=args.seed)
+    ds = pool.select(range(min(n_fast, len(pool))))
+    sub = ds.select(range(n_plain))  # the plain paths' subsample: the first pairs of the same set
+    tokens = [len(t) for t in ds["tokens"]]
+    print(
+        f"model {spec.describe()}; {len(ds)} pairs ({', '.join(args.ops)}; mean {sum(tokens) / len(tokens):.1f} "
+        f"tokens), plain paths on the first {len(sub)}; {args.threads} thread(s); batch {args.batch_size}"
+    )
+    rows: list[tuple[str, int, float, int, float, float]] = []
+
+    def add(stage: str, fast_items: int, fast_s: float, plain_items: int, plain_s: float, diff: float) -> None:
+        rows.append((stage, fast_items, fast_s / fast_items, plain_items, plain_s / plain_items, diff))
+        r = rows[-1]
+        print(f"  {stage:<22} fast {r[2] * 1e3:9.1f} ms/item   plain {r[4] * 1e3:9.1f} ms/item   diff {diff:.2e}")
+
+    # scoring
+    fast, t_fast = _timed(lambda: score_pairs(model, ds, batch_size=args.batch_size))
+    with plain_forwards():
+        plain, t_plain = _timed(lambda: score_pairs(model, sub, batch_size=args.batch_size))
+    diff = max(abs(a - b) for a, b in zip(fast["p_answer"][:n_plain], plain["p_answer"]))
+    assert fast["correct"][:n_plain] == plain["correct"], "scoring: fast and plain disagree on correctness"
+    add("scoring", len(ds), t_fast, len(sub), t_plain, diff)
+
+    # the two forwards of path patching
+    def forwards(dataset: Any, share: bool) -> list[Any]:
+        return [
+            last_position_caches(model, b.tokens, b.cf_tokens, share_prefix=share)
+            for b in pair_batches(dataset, args.batch_size, model.device)
+        ]
+
+    fast_c, t_fast = _timed(lambda: forwards(ds, True))
+    plain_c, t_plain = _timed(lambda: forwards(sub, False))
+    same = forwards(sub, True)  # untimed: the fast path on the subsample, for the difference
+    diff = max(_maxdiff([c.logits, c.ref, c.cf], [p.logits, p.ref, p.cf]) for c, p in zip(same, plain_c))
+    add("patching forwards", len(ds), t_fast, len(sub), t_plain, diff)
+
+    # head means
+    fast_m, t_fast = _timed(lambda: head_means(model, ds, batch_size=args.batch_size))
+    with plain_forwards():
+        plain_m, t_plain = _timed(lambda: head_means(model, sub, batch_size=args.batch_size))
+    diff = _maxdiff(head_means(model, sub, batch_size=args.batch_size).means, plain_m.means)
+    add("head means", len(ds), t_fast, len(sub), t_plain, diff)
+
+    # knockout: a fixed list of head sets, like one ranked order and random orders of a curve
+    rng = random.Random(args.seed)
+    all_heads = [(l, h) for l in range(spec.n_layers) for h in range(spec.n_heads)]
+    upper = [(l, h) for l, h in all_heads if l >= spec.n_layers // 2]
+    k_max = min(10, len(upper))
+    sets = [upper[:k] for k in (1, k_max // 2, k_max)] + [rng.sample(all_heads, k) for k in (1, k_max // 2, k_max)]
+    for ablation in args.ablations:
+        means = fast_m if ablation == "mean" else None
+        scorer = KnockoutScorer(model, ds, ablation, means=means, seed=args.seed, batch_size=args.batch_size)
+        small = KnockoutScorer(model, sub, ablation, means=means, seed=args.seed, batch_size=args.batch_size)
+        _, t_fast = _timed(lambda sc=scorer: [sc.score(s) for s in [[], *sets]])
+        plain_l, t_plain = _timed(lambda sc=small: [sc.logits(s, fast=False) for s in [[], *sets]])
+        fast_l = [small.logits(s) for s in [[], *sets]]
+        points = 1 + len(sets)
+        add(f"knockout {ablation}", len(ds) * points, t_fast, len(sub) * points, t_plain, _maxdiff(fast_l, plain_l))
+
+    # analyses
+    heads = sets[2]
+    fast_a, t_fast = _timed(lambda: attention_by_role(model, ds, heads, batch_size=args.batch_size))
+    with plain_forwards():
+        plain_a, t_plain = _timed(lambda: attention_by_role(model, sub, heads, batch_size=args.batch_size))
+    add("attention", len(ds), t_fast, len(sub), t_plain, _maxdiff(fast_a.shares[:n_plain], plain_a.shares))
+    fast_p, t_fast = _timed(lambda: mlp_probes(model, ds, batch_size=args.batch_size))
+    with plain_forwards():
+        plain_p, t_plain = _timed(lambda: mlp_probes(model, sub, batch_size=args.batch_size))
+    same_p = mlp_probes(model, sub, batch_size=args.batch_size)
+    fields = ["input_sim_a", "input_sim_answer", "update_sim_answer", "update_direct_answer", "lens_prob"]
+    diff = _maxdiff([getattr(same_p, f) for f in fields], [getattr(plain_p, f) for f in fields])
+    add("mlp probes", len(ds), t_fast, len(sub), t_plain, diff)
+
+    print(f"\n{'stage':<22} {'fast items':>10} {'fast ms/item':>13} {'plain items':>11} {'plain ms/item':>14} "
+          f"{'plain/fast':>10} {'max |diff|':>11}")  # fmt: skip
+    for stage, nf, sf, np_, sp, d in rows:
+        print(f"{stage:<22} {nf:>10} {sf * 1e3:>13.1f} {np_:>11} {sp * 1e3:>14.1f} {sp / sf:>9.2f}x {d:>11.2e}")
+    print(f"(plain paths ran on {len(sub)} of the {len(ds)} pairs; compare per item)")
+
+
+if __name__ == "__main__":
+    main()
