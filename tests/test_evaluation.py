@@ -447,6 +447,63 @@ def test_compare_table_deltas():
         compare_table(results, "base", extra_columns={"params": {"full SFT": 1}})
 
 
+def _with_items(label, outcomes):
+    """An EvalResult from per-item 0/1 outcomes per benchmark (SVAMP is math, the rest choice)."""
+    return EvalResult(
+        label,
+        {b: sum(x) / len(x) for b, x in outcomes.items()},
+        {b: len(x) for b, x in outcomes.items()},
+        kinds={b: "math" if b == "SVAMP" else "choice" for b in outcomes},
+        item_correct={b: list(x) for b, x in outcomes.items()},
+    )
+
+
+def test_eval_result_item_correct_round_trip_and_old_files(tmp_path):
+    s = BenchmarkScore("SVAMP", "math", ("a", "b", "c"), ("1", "2", "3"), ("1", "3", "3"), (True, False, True))
+    r = EvalResult.from_scores("m", [s])
+    assert r.item_correct == {"SVAMP": [1, 0, 1]}
+    assert EvalResult.load(r.save(tmp_path / "r.json")) == r
+    old = r.to_dict() | {"__version__": 2}
+    del old["item_correct"]
+    back = EvalResult.from_dict(old)
+    assert back.item_correct == {} and back.accuracy == r.accuracy
+    with pytest.raises(ValueError, match="one 0/1 outcome per scored item"):
+        EvalResult("x", {"SVAMP": 0.5}, {"SVAMP": 2}, item_correct={"SVAMP": [1]})
+    with pytest.raises(ValueError, match="from the same scores"):
+        EvalResult("x", {"SVAMP": 0.5}, {"SVAMP": 2}, item_correct={"SVAMP": [1, 1]})
+
+
+def test_compare_table_intervals_are_paired_bootstrap_and_wilson():
+    from mathcircuits.stats import paired_bootstrap, wilson_interval
+
+    gen = torch.Generator().manual_seed(0)
+    base_s, base_a = torch.rand(200, generator=gen) < 0.3, torch.rand(120, generator=gen) < 0.5
+    tuned_s = base_s | (torch.rand(200, generator=gen) < 0.3)  # strictly better on math
+    tuned_a = base_a ^ (torch.rand(120, generator=gen) < 0.1)  # noise on choice
+    results = {
+        "base": _with_items("base", {"SVAMP": base_s.int().tolist(), "ARC-Easy": base_a.int().tolist()}),
+        "tuned": _with_items("tuned", {"SVAMP": tuned_s.int().tolist(), "ARC-Easy": tuned_a.int().tolist()}),
+        "old": _result("old", 0.3, 0.5, n=200),  # no per-item outcomes
+    }
+    df = compare_table(results, "base", n_boot=500, seed=3)
+    d = paired_bootstrap(tuned_s.double(), base_s.double(), 500, 3)
+    assert df.loc["tuned", "SVAMP Δ low"] == pytest.approx(100 * d.low)
+    assert df.loc["tuned", "SVAMP Δ high"] == pytest.approx(100 * d.high)
+    assert df.loc["tuned", "SVAMP Δ low"] > 0  # a strict improvement on 200 items is significant
+    assert df.loc["tuned", "ARC-Easy Δ low"] < df.loc["tuned", "ARC-Easy Δ"] < df.loc["tuned", "ARC-Easy Δ high"]
+    w = wilson_interval(int(tuned_a.sum()), 120)
+    assert df.loc["tuned", "ARC-Easy low"] == pytest.approx(100 * w.low)
+    assert df.loc["old", "SVAMP low"] < 30.0 < df.loc["old", "SVAMP high"]  # Wilson needs no items
+    assert math.isnan(df.loc["old", "SVAMP Δ low"]) and math.isnan(df.loc["old", "math avg Δ low"])
+    # one benchmark per kind: the stratified average interval is that benchmark's paired interval
+    assert df.loc["tuned", "math avg Δ low"] == pytest.approx(df.loc["tuned", "SVAMP Δ low"])
+    pretty = format_table(df)
+    lo, hi = df.loc["tuned", "SVAMP Δ low"], df.loc["tuned", "SVAMP Δ high"]
+    acc, delta = df.loc["tuned", "SVAMP"], df.loc["tuned", "SVAMP Δ"]
+    assert pretty.loc["tuned", "SVAMP"] == f"{acc:.1f} ({delta:+.1f} [{lo:+.1f}, {hi:+.1f}])"
+    assert "SVAMP low" not in pretty.columns and "SVAMP Δ high" not in pretty.columns
+
+
 @pytest.mark.slow
 @needs_real
 def test_embedded_choice_scores_equal_direct_computation():
