@@ -11,6 +11,7 @@ See docs/finetune.md.
 """
 
 from mathcircuits.finetune.adapter import ADAPTER_CONFIG_NAME, ADAPTER_WEIGHTS_NAME, HeadSliceAdapter
+from mathcircuits.finetune.compare import SFTComparison, SweepRun, compare_sft, load_tuned
 from mathcircuits.finetune.data import DEFAULT_PROMPT, build_sft_dataset, format_gold, read_word_problems
 from mathcircuits.finetune.slices import (
     HEAD_ROLES,
@@ -25,7 +26,6 @@ from mathcircuits.finetune.slices import (
     model_facts,
     resolve_layout,
 )
-from mathcircuits.finetune.compare import SFTComparison, SweepRun, compare_sft, load_tuned
 from mathcircuits.finetune.train import SFTConfig, SFTResult, lora_model, pad_collate, train_sft
 
 __all__ = [

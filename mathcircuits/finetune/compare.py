@@ -52,6 +52,7 @@ import torch
 from torch import nn
 
 from mathcircuits._io import SavedResult
+from mathcircuits._schema import ConfigError, check_fields, setting
 from mathcircuits.data import score_pairs
 from mathcircuits.finetune.adapter import HeadSliceAdapter
 from mathcircuits.finetune.layouts import model_facts
@@ -61,6 +62,7 @@ from mathcircuits.patching.selection import KeyComponents
 
 __all__ = [
     "MODE_PATTERN",
+    "CompareConfig",
     "SFTComparison",
     "SweepRun",
     "check_modes",
@@ -74,6 +76,37 @@ __all__ = [
 ]
 
 MODE_PATTERN = re.compile(r"^(base|precise|precise\+mlp|precise@[1-9][0-9]*(\+mlp)?|random|lora|full)$")
+
+
+@dataclass(frozen=True)
+class CompareConfig:
+    """What the comparison sweeps (the shared training settings are an :class:`SFTConfig`).
+
+    Args:
+        enabled: run the ``compare`` stage.
+        modes: the modes compared (:data:`MODE_PATTERN`); ``base`` is the reference row.
+        learning_rates: the sweep, the same for every trained mode.
+        validation_pairs: arithmetic pairs the rate is selected on (disjoint from training and test).
+        random_seed: seed of the ``random`` heads.
+    """
+
+    enabled: bool = setting(False, "run the compare stage (a learning-rate sweep per mode: slow)")
+    modes: tuple[str, ...] = setting(
+        ("base", "precise", "precise+mlp", "precise@4", "precise@8", "random", "lora", "full"),
+        "base | precise | precise+mlp | precise@K[+mlp] | random (as many non-key heads) | lora | full",
+    )
+    learning_rates: tuple[float, ...] = setting((1e-5, 1e-4, 3e-4, 1e-3), "the sweep, shared by every mode")
+    validation_pairs: int = setting(64, "validation pairs the rate is chosen on", ge=1)
+    random_seed: int = setting(0, "seed of the random-heads control")
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+        try:
+            check_modes(self.modes)
+        except ValueError as err:
+            raise ConfigError(str(err)) from err
+        if not self.learning_rates or any(not lr > 0 for lr in self.learning_rates):
+            raise ConfigError(f"learning_rates={list(self.learning_rates)}. Fix: give at least one positive rate.")
 
 
 def check_modes(modes: Sequence[str]) -> tuple[str, ...]:
