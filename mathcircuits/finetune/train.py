@@ -315,6 +315,8 @@ def train_sft(
         remove_unused_columns=False,
         dataloader_num_workers=config.dataloader_num_workers,
         dataloader_pin_memory=torch.cuda.is_available(),
+        use_cpu=not torch.cuda.is_available(),  # under torchrun on a CPU this makes accelerate set up DDP (gloo)
+        ddp_backend=None if torch.cuda.is_available() or world_size == 1 else "gloo",
     )
     base = train_model.base_model if isinstance(train_model, HeadSliceAdapter) else train_model
     if config.mode == "lora":
