@@ -144,9 +144,25 @@ class RunPaths:
         return self.root / "evaluate" / "table.csv"
 
     # compare
-    def compare_file(self, name: str) -> Path:
-        """A file or folder of the ``compare`` stage (``comparison.json``, ``sweep.csv``, ``table.csv``, ...)."""
-        return self.root / "compare" / name
+    def compare_pairs(self, split: str) -> Path:
+        """The ``train``, ``validation`` or ``test`` pairs of the comparison (HF dataset folder)."""
+        return self.root / "compare" / f"{split}_pairs"
+
+    @property
+    def compare_settings(self) -> Path:
+        return self.root / "compare" / ".settings"
+
+    @property
+    def comparison(self) -> Path:
+        return self.root / "compare" / "comparison.json"
+
+    @property
+    def compare_sweep(self) -> Path:
+        return self.root / "compare" / "sweep.csv"
+
+    @property
+    def compare_table(self) -> Path:
+        return self.root / "compare" / "table.csv"
 
     @property
     def compare_runs(self) -> Path:
@@ -157,8 +173,8 @@ class RunPaths:
         return self.root / "compare" / f"eval_{mode}.json"
 
     def compare_figure(self, name: str) -> Path:
-        """A comparison figure's path without extension."""
-        return self.root / "compare" / "figures" / name
+        """A comparison figure (``sweep``, ``deltas``) as HTML."""
+        return self.root / "compare" / "figures" / f"{name}.html"
 
     # report
     @property

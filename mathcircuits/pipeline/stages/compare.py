@@ -95,11 +95,11 @@ def run(ctx: Context) -> CompareSummary:
     test = _pairs(ctx, e.heldout_pairs_per_template, f.seed + 202).filter(lambda r: r["prompt"] not in seen)
     pool = _pairs(ctx, e.heldout_pairs_per_template, f.seed + 303).filter(lambda r: r["prompt"] not in seen)
     val = split_validation(pool, test, c.validation_pairs, seed=f.seed)
-    for name, ds in (("train_pairs", train), ("validation_pairs", val), ("test_pairs", test)):
-        save_dataset(ds, paths.compare_file(name))
+    for split, ds in (("train", train), ("validation", val), ("test", test)):
+        save_dataset(ds, paths.compare_pairs(split))
     d = ctx.config.to_dict()
     settings = fingerprint(d["compare"], d["finetune"], d["data"], d["model"], key.to_dict())
-    stamp = paths.compare_file(".settings")
+    stamp = paths.compare_settings
     if paths.compare_runs.exists() and (ctx.force or not stamp.exists() or stamp.read_text() != settings):
         shutil.rmtree(paths.compare_runs)  # runs of other settings must not be reused
     paths.compare_runs.mkdir(parents=True, exist_ok=True)
@@ -122,9 +122,9 @@ def run(ctx: Context) -> CompareSummary:
         seed=c.random_seed,
         model_name=ctx.model.spec.name,
     )
-    cmp.save(paths.compare_file("comparison.json"))
+    cmp.save(paths.comparison)
     sweep = cmp.to_dataframe()
-    save_csv(sweep, paths.compare_file("sweep.csv"))
+    save_csv(sweep, paths.compare_sweep)
     root = Path(e.root) if e.root else default_benchmark_root()
     benches = list(e.benchmarks) if root is not None else []
     results: dict[str, EvalResult] = {}
@@ -158,10 +158,10 @@ def run(ctx: Context) -> CompareSummary:
         "validation %": {m: 100 * cmp.run(m).val_accuracy for m in cmp.modes},
     }
     table = compare_table(results, "base", extra_columns=extra)
-    save_csv(table.rename_axis("model").reset_index(), paths.compare_file("table.csv"))
-    files = [str(paths.compare_file(n)) for n in ("comparison.json", "sweep.csv", "table.csv")]
-    files += [str(p) for p in save_figure(sft_sweep_curves(sweep), paths.compare_figure("sweep.html"))]
-    files += [str(p) for p in save_figure(sft_delta_bars(table), paths.compare_figure("deltas.html"))]
+    save_csv(table.rename_axis("model").reset_index(), paths.compare_table)
+    files = [str(p) for p in (paths.comparison, paths.compare_sweep, paths.compare_table)]
+    files += [str(p) for p in save_figure(sft_sweep_curves(sweep), paths.compare_figure("sweep"))]
+    files += [str(p) for p in save_figure(sft_delta_bars(table), paths.compare_figure("deltas"))]
     return CompareSummary(
         train_pairs=len(train),
         validation_pairs=len(val),
