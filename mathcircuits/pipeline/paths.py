@@ -10,6 +10,8 @@ Layout (one sub-folder per stage, each finished by a ``.done.json`` marker)::
     circuit/   circuit_<op>.json  faithfulness_<op>.json  graph_<op>.html
     finetune/  train_pairs/  heldout_pairs/  <mode>/{checkpoint-N/, final/, sft_result.json, log.jsonl, .settings}
     evaluate/  table.csv  eval_<label>.pt (one per model, only when benchmarks are configured)
+    compare/   train_pairs/ validation_pairs/ test_pairs/  runs/<mode>/lr_<rate>/{final/, sweep_run.json}
+               comparison.json  sweep.csv  eval_<mode>.json  table.csv  figures/{sweep,deltas}.html
     report/    report.html  claims.json  figures/
 """
 
@@ -140,6 +142,39 @@ class RunPaths:
     @property
     def eval_table(self) -> Path:
         return self.root / "evaluate" / "table.csv"
+
+    # compare
+    def compare_pairs(self, split: str) -> Path:
+        """The ``train``, ``validation`` or ``test`` pairs of the comparison (HF dataset folder)."""
+        return self.root / "compare" / f"{split}_pairs"
+
+    @property
+    def compare_settings(self) -> Path:
+        return self.root / "compare" / ".settings"
+
+    @property
+    def comparison(self) -> Path:
+        return self.root / "compare" / "comparison.json"
+
+    @property
+    def compare_sweep(self) -> Path:
+        return self.root / "compare" / "sweep.csv"
+
+    @property
+    def compare_table(self) -> Path:
+        return self.root / "compare" / "table.csv"
+
+    @property
+    def compare_runs(self) -> Path:
+        """Where the sweep's runs live (``<mode>/lr_<rate>/``)."""
+        return self.root / "compare" / "runs"
+
+    def compare_eval(self, mode: str) -> Path:
+        return self.root / "compare" / f"eval_{mode}.json"
+
+    def compare_figure(self, name: str) -> Path:
+        """A comparison figure (``sweep``, ``deltas``) as HTML."""
+        return self.root / "compare" / "figures" / f"{name}.html"
 
     # report
     @property

@@ -1,6 +1,6 @@
 """The pipeline's stages, one module each, named as the CLI names them, and their one ordered registry.
 
-``STAGES`` (data → identify → validate → analyze → circuit → finetune → evaluate → report)
+``STAGES`` (data → identify → validate → analyze → circuit → finetune → evaluate → compare → report)
 is read by the runner (order, fingerprints, upstream checks), by the CLI (its
 sub-commands and their help) and by the docs.
 """
@@ -11,7 +11,17 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from mathcircuits.pipeline.context import Context, StageSummary
-from mathcircuits.pipeline.stages import analyze, circuit, data, evaluate, finetune, identify, report, validate
+from mathcircuits.pipeline.stages import (
+    analyze,
+    circuit,
+    compare,
+    data,
+    evaluate,
+    finetune,
+    identify,
+    report,
+    validate,
+)
 
 __all__ = ["STAGES", "Stage"]
 
@@ -95,6 +105,14 @@ STAGES: dict[str, Stage] = {
             ("evaluation",),
             ("finetune",),
             "accuracy of base / precise / full models on held-out arithmetic and benchmarks",
+        ),
+        Stage(
+            "compare",
+            compare.run,
+            compare.CompareSummary,
+            ("compare", "finetune", "evaluation", "data"),
+            ("identify",),
+            "every fine-tuning mode at its own best learning rate (validation sweep), with intervals",
         ),
         Stage(
             "report",

@@ -1,0 +1,172 @@
+"""Stage ``compare``: every fine-tuning mode at its own best learning rate, same data, steps and batch (issue #11).
+
+Protocol (:func:`mathcircuits.finetune.compare_sft`): the training pairs of the finetune stage's
+settings; a held-out test set (another seed, no training prompt); a validation set (a third seed,
+no training or test prompt). Every mode of ``compare.modes`` is trained at every rate of
+``compare.learning_rates`` with the ``finetune`` section's steps, batch and schedule; each mode's
+rate is the one with the best validation accuracy. The selected models are then scored on the test
+pairs and on ``evaluation.benchmarks`` (``evaluation.limit`` items each), and the table gives every
+accuracy with its Wilson interval and every difference to base with its paired-bootstrap interval.
+
+Writes ``compare/``: ``comparison.json`` and ``sweep.csv`` (the sweep, for the appendix figure),
+``eval_<mode>.json`` (per-item outcomes), ``table.csv``, ``figures/sweep.html`` and
+``figures/deltas.html``. Runs resume: a finished run of the sweep is read back, not retrained.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from mathcircuits.data import default_benchmark_root
+from mathcircuits.evaluation import EvalResult, compare_table, evaluate_model
+from mathcircuits.finetune import build_sft_dataset
+from mathcircuits.finetune.compare import compare_sft, load_tuned, score_arithmetic, split_validation
+from mathcircuits.patching import KeyComponents, PatchingResult, select_key_components
+from mathcircuits.pipeline.config import fingerprint
+from mathcircuits.pipeline.context import Context, StageSummary, save_csv, save_dataset
+from mathcircuits.pipeline.stages.finetune import _pairs
+from mathcircuits.viz.export import save_figure
+from mathcircuits.viz.sft_compare import sft_delta_bars, sft_sweep_curves
+
+__all__ = ["CompareSummary", "run"]
+
+log = logging.getLogger(__name__)
+
+ARITHMETIC = "held-out arithmetic"
+
+
+@dataclass(frozen=True)
+class CompareSummary(StageSummary):
+    """Data sizes, each mode's selected rate and the comparison table."""
+
+    skipped: str | None = None
+    train_pairs: int = 0
+    validation_pairs: int = 0
+    test_pairs: int = 0
+    selected: dict[str, float] = field(default_factory=dict)
+    table: list[dict[str, Any]] = field(default_factory=list)
+    files: list[str] = field(default_factory=list)
+
+    def lines(self) -> list[str]:
+        if self.skipped:
+            return [f"  skipped: {self.skipped}"]
+        out = [f"  pairs: train {self.train_pairs}, validation {self.validation_pairs}, test {self.test_pairs}"]
+        out += [f"  {mode:<14} selected lr {lr:g}" for mode, lr in self.selected.items()]
+        cols = ["model", ARITHMETIC, f"{ARITHMETIC} Δ", f"{ARITHMETIC} Δ low", f"{ARITHMETIC} Δ high"]
+        df = pd.DataFrame(self.table)
+        if set(cols) <= set(df.columns):
+            out += ["  " + line for line in df[cols].round(1).to_string(index=False).splitlines()]
+        return out
+
+
+def _ranking(ctx: Context, modes: tuple[str, ...], key: KeyComponents) -> list[tuple[int, int]]:
+    ks = [int(m.split("@", 1)[1].removesuffix("+mlp")) for m in modes if m.startswith("precise@")]
+    if not ks:
+        return []
+    chosen = select_key_components(PatchingResult.load(ctx.paths.patching("all")), rule="topk", k=max(ks), mlp_k=0)
+    order = sorted(range(len(chosen.heads)), key=lambda i: -chosen.head_scores[i]) if chosen.head_scores else None
+    return [chosen.heads[i] for i in order] if order else list(chosen.heads)
+
+
+def run(ctx: Context) -> CompareSummary:
+    """Train every mode at every rate, select on validation, evaluate the selected models on test items.
+
+    Args:
+        ctx: the run context.
+
+    Returns:
+        The stage summary.
+    """
+    c, f, e, paths = ctx.config.compare, ctx.config.finetune, ctx.config.evaluation, ctx.paths
+    if not c.enabled:
+        return CompareSummary(skipped="compare.enabled is false")
+    key = KeyComponents.load(paths.key_components)
+    key.check_model(ctx.model.spec)
+    tok = ctx.model.tokenizer
+    train = _pairs(ctx, f.train_pairs_per_template, f.seed + 101)
+    seen = set(train["prompt"])
+    test = _pairs(ctx, e.heldout_pairs_per_template, f.seed + 202).filter(lambda r: r["prompt"] not in seen)
+    pool = _pairs(ctx, e.heldout_pairs_per_template, f.seed + 303).filter(lambda r: r["prompt"] not in seen)
+    val = split_validation(pool, test, c.validation_pairs, seed=f.seed)
+    for split, ds in (("train", train), ("validation", val), ("test", test)):
+        save_dataset(ds, paths.compare_pairs(split))
+    d = ctx.config.to_dict()
+    settings = fingerprint(d["compare"], d["finetune"], d["data"], d["model"], key.to_dict())
+    stamp = paths.compare_settings
+    if paths.compare_runs.exists() and (ctx.force or not stamp.exists() or stamp.read_text() != settings):
+        shutil.rmtree(paths.compare_runs)  # runs of other settings must not be reused
+    paths.compare_runs.mkdir(parents=True, exist_ok=True)
+    stamp.write_text(settings)
+
+    def fresh() -> Any:
+        return ctx.hf_model()[0]
+
+    cmp = compare_sft(
+        fresh,
+        tok,
+        build_sft_dataset(tok, train, target="answer"),
+        val,
+        key,
+        paths.compare_runs,
+        modes=c.modes,
+        learning_rates=c.learning_rates,
+        config=f.sft("precise", ctx.progress),
+        head_ranking=_ranking(ctx, c.modes, key),
+        seed=c.random_seed,
+        model_name=ctx.model.spec.name,
+    )
+    cmp.save(paths.comparison)
+    sweep = cmp.to_dataframe()
+    save_csv(sweep, paths.compare_sweep)
+    root = Path(e.root) if e.root else default_benchmark_root()
+    benches = list(e.benchmarks) if root is not None else []
+    results: dict[str, EvalResult] = {}
+    for mode in cmp.modes:
+        run = cmp.run(mode)
+        model = load_tuned(fresh, run)
+        arith = score_arithmetic(model, test)
+        res = (
+            evaluate_model(
+                model, tok, benches, mode, path=root, limit=e.limit, n_shot=e.n_shot,
+                max_new_tokens=e.max_new_tokens, progress=ctx.progress,
+            )
+            if benches
+            else EvalResult(mode, {}, {})
+        )  # fmt: skip
+        res = EvalResult(
+            label=mode,
+            accuracy={ARITHMETIC: sum(arith) / len(arith), **res.accuracy},
+            n={ARITHMETIC: len(arith), **res.n},
+            kinds={ARITHMETIC: "arithmetic", **res.kinds},
+            settings=res.settings | {"learning_rate": run.learning_rate},
+            item_correct={ARITHMETIC: arith, **res.item_correct},
+        )
+        res.save(paths.compare_eval(mode))
+        results[mode] = res
+        del model
+    extra = {
+        "learning rate": {m: (math.nan if m == "base" else cmp.selected[m]) for m in cmp.modes},
+        "tuned params": {m: cmp.run(m).n_trainable for m in cmp.modes},
+        "train samples/s": {m: cmp.run(m).samples_per_second for m in cmp.modes},
+        "validation %": {m: 100 * cmp.run(m).val_accuracy for m in cmp.modes},
+    }
+    table = compare_table(results, "base", extra_columns=extra)
+    save_csv(table.rename_axis("model").reset_index(), paths.compare_table)
+    files = [str(p) for p in (paths.comparison, paths.compare_sweep, paths.compare_table)]
+    files += [str(p) for p in save_figure(sft_sweep_curves(sweep), paths.compare_figure("sweep"))]
+    files += [str(p) for p in save_figure(sft_delta_bars(table), paths.compare_figure("deltas"))]
+    return CompareSummary(
+        train_pairs=len(train),
+        validation_pairs=len(val),
+        test_pairs=len(test),
+        selected=dict(cmp.selected),
+        table=table.rename_axis("model").reset_index().round(3).to_dict(orient="records"),
+        files=files,
+    )
