@@ -23,12 +23,12 @@ from mathcircuits.circuit import (
     reference_edges,
     upstream_senders,
 )
-from mathcircuits.circuit._bootstrap import bootstrap_mean
 from mathcircuits.circuit.result import Edge, Node
 from mathcircuits.data import GenerationConfig, generate_pairs, load_templates
 from mathcircuits.models import hooks, load_model
 from mathcircuits.models.families import block_structure
-from mathcircuits.patching import get_metric
+from mathcircuits.patching import get_metric, path_patch
+from mathcircuits.stats import bootstrap_statistic
 
 METRIC = get_metric("relative_logit")
 
@@ -207,12 +207,14 @@ def test_faithfulness_of_all_heads_is_one_and_of_none_is_zero():
     assert abs(r1.minimality["L0.H0"] - r1.faithfulness) < 1e-6
 
 
-def test_bootstrap_interval():
-    mean, low, high = bootstrap_mean(torch.tensor([1.0, 2.0, 3.0, 4.0]), n_boot=500)
-    assert low <= mean == 2.5 <= high and low < high
-    assert bootstrap_mean(torch.full((5,), 0.3), n_boot=50)[1:] == pytest.approx((0.3, 0.3))
-    with pytest.raises(ValueError, match="at least 2 pairs"):
-        bootstrap_mean(torch.tensor([1.0]))
+def test_edge_intervals_are_bootstrap_intervals_of_the_per_pair_effects():
+    model, ds, _ = _setup("tiny-llama")
+    c = discover_circuit(model, ds, [(1, 0)], depth=0, n_boot=200, seed=3)
+    per_pair = path_patch(model, ds, senders=("heads",), metric=METRIC, keep_per_pair=True).per_pair_heads[:, 1, 0]
+    iv = bootstrap_statistic(per_pair, n_boot=200, seed=3)
+    (edge,) = c.edges
+    assert (edge.effect, edge.low, edge.high) == pytest.approx((iv.value, iv.low, iv.high), abs=1e-6)
+    assert edge.low < edge.effect < edge.high
 
 
 @pytest.mark.slow

@@ -15,7 +15,7 @@ receiver) become edges, and new senders become nodes of the next round, to ``dep
 rounds. The scanned positions are the token roles of the prompt (``A``, ``B``, ``op``,
 ``last``; ``positions="roles"``) or every position after the few-shot prefix
 (``positions="suffix"``). Effects are per pair; an edge's interval is a percentile
-bootstrap over pairs (:mod:`._bootstrap`).
+bootstrap over pairs (:func:`mathcircuits.stats.bootstrap_statistic`).
 
 Usage::
 
@@ -33,13 +33,13 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
-from mathcircuits.circuit._bootstrap import bootstrap_mean
 from mathcircuits.circuit.components import Receiver, upstream_senders
 from mathcircuits.circuit.edges import PairCache, exact_edges, pair_cache, reference_edges
 from mathcircuits.circuit.result import Circuit, Edge, Node
 from mathcircuits.data.batching import iter_batches
 from mathcircuits.patching import get_metric, path_patch
 from mathcircuits.patching._common import check_dataset
+from mathcircuits.stats import bootstrap_statistic
 
 __all__ = ["ROLES", "discover_circuit", "scan_positions"]
 
@@ -149,10 +149,10 @@ def discover_circuit(
         batches.append((cache, scan_positions(b, positions, b["tokens"].shape[1])))
     labels = list(batches[0][1])
     parallel = batches[0][0].structure.parallel
-    gen = torch.Generator().manual_seed(seed)
 
     def interval(per_pair: torch.Tensor) -> tuple[float, float, float]:
-        return bootstrap_mean(per_pair, n_boot=n_boot, confidence=confidence, generator=gen)
+        iv = bootstrap_statistic(per_pair, n_boot=n_boot, seed=seed, confidence=confidence)
+        return iv.value, iv.low, iv.high
 
     # round 0: key heads → logits, from the exact logits scan (per pair)
     logits_scan = path_patch(model, dataset, senders=("heads",), metric=m, batch_size=batch_size, keep_per_pair=True)
