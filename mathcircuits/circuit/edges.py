@@ -52,7 +52,7 @@ from mathcircuits.models.families import BlockStructure, UnsupportedFamilyError,
 from mathcircuits.patching._common import attn_change, attn_pre_norm_name, capture, mlp_change
 from mathcircuits.patching.metrics import Metric, Readout
 
-__all__ = ["EdgeBatch", "PairCache", "exact_edges", "pair_cache", "reference_edges"]
+__all__ = ["EdgeBatch", "PairCache", "exact_edges", "pair_cache", "patched_inputs", "reference_edges"]
 
 
 @dataclass(frozen=True)
@@ -319,9 +319,41 @@ def exact_edges(
     Raises:
         UnsupportedFamilyError: the bridge's modules do not rebuild the receiver's input (use the reference).
     """
+    receiver = _check(model, receiver, senders, cache.structure)
+    B = cache.tokens.shape[0]
+    changed, new = patched_inputs(model, cache, receiver, senders, positions)
+    if not changed:  # nothing the receiver reads differs at the patched positions: no effect, exactly
+        return EdgeBatch(effects=torch.zeros(B, len(senders)), clean_logit=cache.clean.logit)
+    start = changed[0]
+    base = _select(receiver, cache.ref[receiver.hook()])[:, start:]  # [B, S', ...]
+    values = base[None].repeat(len(senders), *([1] * base.dim())).clone()
+    values[:, :, [p - start for p in changed]] = new.to(values.dtype)
+    effects = _step2(model, cache, receiver, values, start, metric, chunk_rows)
+    return EdgeBatch(effects=effects.T.contiguous(), clean_logit=cache.clean.logit)
+
+
+@torch.no_grad()
+def patched_inputs(
+    model: Any, cache: PairCache, receiver: Receiver, senders: Sequence[Sender], positions: Sequence[int]
+) -> tuple[list[int], Tensor | None]:
+    """Step 1 without forwards: the receiver's input at the positions a sender patch changes.
+
+    Args:
+        model: the hooked model.
+        cache: the batch and its cached runs.
+        receiver: a resolved q/k/v/mlp receiver downstream of every sender.
+        senders: the senders.
+        positions: where each sender is patched.
+
+    Returns:
+        ``(changed, new)``: the changed positions (sorted; empty when the patch cannot reach the receiver)
+        and the receiver's new input there, ``[sender, batch, |changed|, ...]`` (None when nothing changes).
+
+    Raises:
+        UnsupportedFamilyError: the bridge's modules do not rebuild the receiver's input (use the reference).
+    """
     structure, ref = cache.structure, cache.ref
-    receiver = _check(model, receiver, senders, structure)
-    seq, B = cache.tokens.shape[1], cache.tokens.shape[0]
+    seq = cache.tokens.shape[1]
     pos = check_positions(positions, seq, "sender")
     differ = (cache.tokens != cache.cf_tokens).any(0).nonzero()
     first_diff = int(differ[0]) if len(differ) else seq  # before it, both runs are identical (causal attention)
@@ -334,14 +366,8 @@ def exact_edges(
             f"on {model.spec.describe()} the receiver input rebuilt from the bridge's ln1/attn/MLP modules differs "
             f"from {receiver.hook()}, so the fast method would be wrong. Fix: use method='reference' for this model."
         )
-    if not changed or not senders:  # nothing the receiver reads differs at the patched positions: no effect, exactly
-        return EdgeBatch(effects=torch.zeros(B, len(senders)), clean_logit=cache.clean.logit)
+    if not changed or not senders:
+        return [], None
     C = torch.tensor(changed)
     delta = torch.stack([_delta(model, cache, s, C, lr) for s in senders])  # [sender, B, |C|, d_model]
-    new = _select(receiver, _receiver_input(model, structure, receiver, ref[reads][:, C][None] + delta))
-    start = changed[0]
-    base = _select(receiver, ref[receiver.hook()])[:, start:]  # [B, S', ...]
-    values = base[None].repeat(len(senders), *([1] * base.dim())).clone()
-    values[:, :, [p - start for p in changed]] = new.to(values.dtype)
-    effects = _step2(model, cache, receiver, values, start, metric, chunk_rows)
-    return EdgeBatch(effects=effects.T.contiguous(), clean_logit=cache.clean.logit)
+    return changed, _select(receiver, _receiver_input(model, structure, receiver, ref[reads][:, C][None] + delta))
