@@ -10,7 +10,7 @@ linearises step 2 (attribution patching, Nanda 2023; Syed et al. 2023)::
 
 over the positions ``p`` the patch changes, with ``target`` the answer's logit (or probability) at the
 last position. One forward and one backward per receiver and batch give every sender's estimate. It
-is exact to first order in ``r̃ − r`` (tested with ``W_O`` scaled down) and otherwise a ranking screen:
+is exact to first order in ``r̃ − r`` (tested against the exact step 2's slope) and otherwise a ranking screen:
 :func:`screen_agreement` gives the Spearman correlation and top-k overlap with the exact edges, each
 with a bootstrap interval over pairs.
 

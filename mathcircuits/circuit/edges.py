@@ -271,10 +271,11 @@ def _receiver_input(model: Any, structure: BlockStructure, receiver: Receiver, r
     return proj.reshape(*proj.shape[:-1], -1, d_head) if proj.shape[-1] != d_head else proj
 
 
-def _delta(model: Any, cache: PairCache, s: Sender, P: Tensor, until: int) -> Tensor:
+def _delta(model: Any, cache: PairCache, s: Sender, P: Tensor, until: int, W_O: Tensor) -> Tensor:
     """The residual change at positions ``P`` [batch, |P|, d_model] that sender ``s`` causes before layer ``until``.
 
-    With every head frozen, only the MLPs (and norms) between sender and receiver carry it on.
+    With every head frozen, only the MLPs (and norms) between sender and receiver carry it on. ``W_O``: the
+    bridge's ``[layer, head, d_head, d_model]`` output weights.
     """
     structure, ref, cf = cache.structure, cache.ref, cache.cf
 
@@ -286,7 +287,7 @@ def _delta(model: Any, cache: PairCache, s: Sender, P: Tensor, until: int) -> Te
         dz = at(hooks.z(s.layer), cf)[:, s.head] - at(hooks.z(s.layer), ref)[:, s.head]
         pre_name = attn_pre_norm_name(structure, s.layer)
         pre = None if pre_name is None else at(pre_name, ref)
-        delta = attn_change(model, structure, s.layer, pre, dz @ model.bridge.W_O[s.layer, s.head])
+        delta = attn_change(model, structure, s.layer, pre, dz @ W_O[s.layer, s.head])
         first = s.layer + 1 if structure.parallel else s.layer  # parallel: the head's own MLP does not read it
     else:
         delta = at(hooks.mlp_out(s.layer), cf) - at(hooks.mlp_out(s.layer), ref)
@@ -369,5 +370,6 @@ def patched_inputs(
     if not changed or not senders:
         return [], None
     C = torch.tensor(changed)
-    delta = torch.stack([_delta(model, cache, s, C, lr) for s in senders])  # [sender, B, |C|, d_model]
+    W_O = model.bridge.W_O  # the bridge stacks it from every layer on each access: read it once
+    delta = torch.stack([_delta(model, cache, s, C, lr, W_O) for s in senders])  # [sender, B, |C|, d_model]
     return changed, _select(receiver, _receiver_input(model, structure, receiver, ref[reads][:, C][None] + delta))
