@@ -16,7 +16,7 @@ and every upstream head and MLP, patched at one token role's position, this time
 It prints the ratios, the agreement on the shared senders (goal ≤ 1e-4), and the screen's Spearman
 correlation and top-k overlap with the exact edges (bootstrap intervals over pairs).
 
-    python benchmarks/bench_circuit.py --model embedded --pairs 8 --ref-senders 12 --receiver k --position A
+    python benchmarks/bench_circuit.py --model embedded --pairs 6 --ref-senders 6 --receiver k --position B
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ def main() -> None:
     ap.add_argument("--pairs", type=int, default=8)
     ap.add_argument("--ref-senders", type=int, default=12)
     ap.add_argument("--receiver", choices=["q", "k", "v"], default="k")
-    ap.add_argument("--position", choices=list(ROLES), default="A")
+    ap.add_argument("--position", choices=list(ROLES), default="B", help="A precedes the operator: no effect")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--top-k", type=int, default=10, help="top-k size of the screen's overlap with the exact edges")
     args = ap.parse_args()
