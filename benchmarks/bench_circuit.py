@@ -10,9 +10,13 @@ and every upstream head and MLP, patched at one token role's position, this time
 * the floor: step 2 alone, i.e. one suffix forward per (sender, pair) row, which any exact method
   must run because the receiver's new input changes everything after it.
 
-It prints the ratios and the agreement on the shared senders (goal ≤ 1e-4).
+* the attribution screen (:func:`mathcircuits.circuit.attribute_edges`): step 1 exact, step 2 linearised
+  (one forward and one backward for all senders).
 
-    python benchmarks/bench_circuit.py --model embedded --pairs 8 --ref-senders 12 --receiver k --position A
+It prints the ratios, the agreement on the shared senders (goal ≤ 1e-4), and the screen's Spearman
+correlation and top-k overlap with the exact edges (bootstrap intervals over pairs).
+
+    python benchmarks/bench_circuit.py --model embedded --pairs 6 --ref-senders 6 --receiver k --position B
 """
 
 from __future__ import annotations
@@ -22,7 +26,15 @@ import time
 
 import torch
 
-from mathcircuits.circuit import Receiver, exact_edges, pair_cache, reference_edges, upstream_senders
+from mathcircuits.circuit import (
+    Receiver,
+    attribute_edges,
+    exact_edges,
+    pair_cache,
+    reference_edges,
+    screen_agreement,
+    upstream_senders,
+)
 from mathcircuits.circuit.discover import ROLES
 from mathcircuits.circuit.edges import _step2
 from mathcircuits.data import correct_pairs
@@ -37,8 +49,9 @@ def main() -> None:
     ap.add_argument("--pairs", type=int, default=8)
     ap.add_argument("--ref-senders", type=int, default=12)
     ap.add_argument("--receiver", choices=["q", "k", "v"], default="k")
-    ap.add_argument("--position", choices=list(ROLES), default="A")
+    ap.add_argument("--position", choices=list(ROLES), default="B", help="A precedes the operator: no effect")
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--top-k", type=int, default=10, help="top-k size of the screen's overlap with the exact edges")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     model = load_model(args.model)
@@ -84,6 +97,12 @@ def main() -> None:
     print(f"reference ({len(sub)} senders): {t_ref:8.2f} s  = {1e3 * per_ref:.1f} ms per sender")
     print(f"speed-up fast vs reference per sender: {per_ref / per_fast:.1f}x")
     print(f"agreement on the shared senders: max |fast - reference| = {diff:.2e}  (goal <= 1e-4)")
+    t0 = time.perf_counter()
+    screen = attribute_edges(model, cache, receiver, senders, [pos], metric)
+    t_screen = time.perf_counter() - t0
+    print(f"attribution screen  : {t_screen:8.2f} s  = {t_fast / t_screen:.1f}x faster than fast exact")
+    agree = screen_agreement(screen.effects, fast.effects, k=min(args.top_k, len(senders)))
+    print(f"screen vs exact ({n} pairs, 95% bootstrap intervals): {agree.format()}")
 
 
 if __name__ == "__main__":

@@ -23,12 +23,14 @@ from mathcircuits.circuit import (
     reference_edges,
     upstream_senders,
 )
-from mathcircuits.circuit._bootstrap import bootstrap_mean
+from mathcircuits.circuit.attribution import attribute_edges, screen_agreement
+from mathcircuits.circuit.edges import _step2, patched_inputs
 from mathcircuits.circuit.result import Edge, Node
 from mathcircuits.data import GenerationConfig, generate_pairs, load_templates
 from mathcircuits.models import hooks, load_model
 from mathcircuits.models.families import block_structure
-from mathcircuits.patching import get_metric
+from mathcircuits.patching import get_metric, path_patch
+from mathcircuits.stats import bootstrap_statistic
 
 METRIC = get_metric("relative_logit")
 
@@ -207,12 +209,14 @@ def test_faithfulness_of_all_heads_is_one_and_of_none_is_zero():
     assert abs(r1.minimality["L0.H0"] - r1.faithfulness) < 1e-6
 
 
-def test_bootstrap_interval():
-    mean, low, high = bootstrap_mean(torch.tensor([1.0, 2.0, 3.0, 4.0]), n_boot=500)
-    assert low <= mean == 2.5 <= high and low < high
-    assert bootstrap_mean(torch.full((5,), 0.3), n_boot=50)[1:] == pytest.approx((0.3, 0.3))
-    with pytest.raises(ValueError, match="at least 2 pairs"):
-        bootstrap_mean(torch.tensor([1.0]))
+def test_edge_intervals_are_bootstrap_intervals_of_the_per_pair_effects():
+    model, ds, _ = _setup("tiny-llama")
+    c = discover_circuit(model, ds, [(1, 0)], depth=0, n_boot=200, seed=3)
+    per_pair = path_patch(model, ds, senders=("heads",), metric=METRIC, keep_per_pair=True).per_pair_heads[:, 1, 0]
+    iv = bootstrap_statistic(per_pair, n_boot=200, seed=3)
+    (edge,) = c.edges
+    assert (edge.effect, edge.low, edge.high) == pytest.approx((iv.value, iv.low, iv.high), abs=1e-6)
+    assert edge.low < edge.effect < edge.high
 
 
 @pytest.mark.slow
@@ -278,3 +282,80 @@ def test_circuit_stage_writes_the_circuit_its_faithfulness_and_graph(tmp_path):
     assert faith.heads == tuple(circuit.heads) and len(faith.random) == 2
     assert (out / "circuit" / "graph_add.html").read_text().count("plotly") > 0
     assert "circuit add:" in str(summary) and f"{faith.faithfulness:.3f}" in str(summary)
+
+
+def _o_proj_weights(model):
+    return [p for n, p in model.bridge.named_parameters() if ("o_proj" in n or "attn.o." in n) and n.endswith("weight")]
+
+
+@pytest.mark.parametrize("name", ["tiny-llama", "tiny-gpt2"])
+def test_attribution_screen_is_the_first_order_term_of_the_exact_edge(name):
+    """Along r + ε(r̃ − r), the exact step 2's central difference at ε → 0 is the screen's estimate."""
+    model, ds, pc = _setup(name)
+    L = model.spec.n_layers
+    op = ds["pos_op"][0][-1] if isinstance(ds["pos_op"][0], list) else ds["pos_op"][0]
+    for receiver, pos in [(Receiver("q", L - 1, head=1), [-1]), (Receiver("k", L - 1, group=0), [op])]:
+        r = receiver.check(model.spec)
+        senders = upstream_senders(model.spec, r, block_structure(model).parallel, ("head",))
+        screen = attribute_edges(model, pc, r, senders, pos, METRIC).effects
+        changed, new = patched_inputs(model, pc, r, senders, pos)
+        start = changed[0]
+        base = pc.ref[r.hook()][:, start:, r.index]
+        old = base[:, [p - start for p in changed]]
+
+        def along(eps, base=base, new=new, old=old, changed=changed, start=start, r=r, senders=senders):
+            values = base[None].repeat(len(senders), *([1] * base.dim())).clone()
+            values[:, :, [p - start for p in changed]] = old[None] + eps * (new - old[None])
+            return _step2(model, pc, r, values, start, METRIC, 256).T
+
+        eps = 0.05
+        slope = (along(eps) - along(-eps)) / (2 * eps)
+        assert (slope - screen).abs().max() <= 0.02 * slope.abs().max(), (r.name, slope, screen)
+
+
+def test_attribution_screen_ranks_a_planted_edge_first():
+    model = load_model("tiny-llama")  # a fresh copy: its weights are changed below
+    _, ds, _ = _setup("tiny-llama")
+    with torch.no_grad():  # every head writes weakly except L0.H2, whose output is 30× stronger than the others'
+        for layer, w in enumerate(_o_proj_weights(model)):
+            keep = w[:, 2 * model.spec.d_head : 3 * model.spec.d_head].clone()
+            w.mul_(0.1)
+            if layer == 0:
+                w[:, 2 * model.spec.d_head : 3 * model.spec.d_head] = 3 * keep
+    pc = pair_cache(model, torch.tensor(ds["tokens"]), torch.tensor(ds["cf_tokens"]), torch.tensor(ds["answer_token"]))
+    L = model.spec.n_layers
+    for receiver in (Receiver("q", L - 1, head=1), Receiver("mlp", 1, position=-1)):
+        senders = upstream_senders(model.spec, receiver, False, ("head",))
+        exact = exact_edges(model, pc, receiver, senders, [-1], METRIC).effects
+        screen = attribute_edges(model, pc, receiver, senders, [-1], METRIC).effects
+        assert senders[int(exact.mean(0).abs().argmax())] == Sender("head", 0, 2)
+        assert senders[int(screen.mean(0).abs().argmax())] == Sender("head", 0, 2)
+        agree = screen_agreement(screen, exact, k=1, n_boot=200)
+        assert agree.top_k_overlap.value == 1.0 and agree.spearman.value > 0.5
+
+
+def test_screen_agreement_counts_rank_matches_and_refuses_a_top_k_beyond_the_edges():
+    exact = torch.tensor([[1.0, -4.0, 2.0, 0.5], [1.2, -3.8, 2.2, 0.4], [0.8, -4.2, 1.8, 0.6]])
+    same = screen_agreement(exact * 0.5, exact, k=2, n_boot=100)
+    assert same.spearman.value == pytest.approx(1.0) and same.top_k_overlap.value == 1.0
+    flipped = screen_agreement(-exact, exact, k=2, n_boot=100)  # the same sizes, the opposite order
+    assert flipped.spearman.value == pytest.approx(-1.0) and flipped.top_k_overlap.value == 1.0
+    elsewhere = torch.tensor([[3.0, 0.1, 0.2, -3.0]]).repeat(3, 1)  # its two largest are the exact's two smallest
+    assert screen_agreement(elsewhere, exact, k=2, n_boot=100).top_k_overlap.value == 0.0
+    with pytest.raises(ValueError, match="lower k"):
+        screen_agreement(exact, exact, k=5)
+
+
+def test_discover_with_the_screen_patches_only_the_screened_senders():
+    model, ds, _ = _setup("tiny-llama")
+    kw = {"depth": 1, "threshold": 0.0, "top_k": 2, "receivers": ("q",), "n_boot": 50}
+    full = discover_circuit(model, ds, [(2, 1)], **kw)
+    screened = discover_circuit(model, ds, [(2, 1)], screen=4, **kw)
+    top = {(e.sender, e.receiver) for e in full.edges}
+    assert {(e.sender, e.receiver) for e in screened.edges} == top  # the strongest exact edges survive the screen
+    assert screened.settings["screen"] == 4
+    for a, b in zip(
+        sorted(full.edges, key=lambda e: (e.sender, e.receiver)),
+        sorted(screened.edges, key=lambda e: (e.sender, e.receiver)),
+    ):
+        assert a.effect == pytest.approx(b.effect, abs=1e-6)  # and are measured exactly

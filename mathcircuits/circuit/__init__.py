@@ -3,12 +3,15 @@
 * :mod:`.components`: :class:`Sender`, :class:`Receiver` (logits, a head's q/k/v, an MLP's input; GQA groups);
 * :mod:`.edges`: :func:`exact_edges` (cached, suffix-only) and :func:`reference_edges` (two forwards per sender),
   on a :class:`PairCache` of one batch;
+* :mod:`.attribution`: :func:`attribute_edges`, a first-order screen of the same edges, and :func:`screen_agreement`
+  (Spearman correlation and top-k overlap with the exact edges);
 * :mod:`.discover`: :func:`discover_circuit`, iterated from the key heads into a :class:`Circuit`;
 * :mod:`.faithfulness`: :func:`faithfulness` (with minimality and random circuits of equal size);
 * :mod:`.roles`: :func:`label_roles`, what each node does;
 * :mod:`.config`: :class:`CircuitConfig`, the ``circuit`` section of a run.
 """
 
+from mathcircuits.circuit.attribution import ScreenAgreement, attribute_edges, screen_agreement
 from mathcircuits.circuit.components import Receiver, Sender, check_positions, upstream_senders
 from mathcircuits.circuit.config import CircuitConfig
 from mathcircuits.circuit.discover import discover_circuit
@@ -26,8 +29,10 @@ __all__ = [
     "Node",
     "PairCache",
     "Receiver",
+    "ScreenAgreement",
     "Sender",
     "answer_logprob",
+    "attribute_edges",
     "check_positions",
     "discover_circuit",
     "exact_edges",
@@ -35,5 +40,6 @@ __all__ = [
     "label_roles",
     "pair_cache",
     "reference_edges",
+    "screen_agreement",
     "upstream_senders",
 ]

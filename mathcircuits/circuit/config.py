@@ -28,6 +28,11 @@ class CircuitConfig:
     receivers: tuple[Literal["q", "k", "v", "mlp"], ...] = setting(("q", "k", "v", "mlp"), "which inputs receive")
     positions: Literal["roles", "suffix"] = setting("roles", "roles: A, B, op, last; suffix: every query token")
     method: Literal["exact", "reference"] = setting("exact", "exact: cached and suffix-only; reference: 2 forwards")
+    screen: int | None = setting(
+        None,
+        "measure exactly only this many senders per receiver that the attribution screen ranks first; null: all",
+        ge=1,
+    )
     metric: Literal["relative_logit", "logit_diff", "prob_change"] = setting("relative_logit", "edge effect measure")
     max_pairs: int = setting(8, "correct pairs the edges are measured on", ge=2)
     faithfulness_pairs: int = setting(24, "correct pairs faithfulness is scored on", ge=2)
@@ -40,7 +45,7 @@ class CircuitConfig:
 
     def discover_kwargs(self) -> dict[str, Any]:
         """The keyword arguments of :func:`~mathcircuits.circuit.discover_circuit`."""
-        names = ("depth", "threshold", "top_k", "senders", "receivers", "positions", "method", "metric")
+        names = ("depth", "threshold", "top_k", "senders", "receivers", "positions", "method", "screen", "metric")
         return {k: getattr(self, k) for k in names} | {"n_boot": self.n_boot, "batch_size": self.batch_size}
 
     def faithfulness_kwargs(self) -> dict[str, Any]:

@@ -15,7 +15,7 @@ receiver) become edges, and new senders become nodes of the next round, to ``dep
 rounds. The scanned positions are the token roles of the prompt (``A``, ``B``, ``op``,
 ``last``; ``positions="roles"``) or every position after the few-shot prefix
 (``positions="suffix"``). Effects are per pair; an edge's interval is a percentile
-bootstrap over pairs (:mod:`._bootstrap`).
+bootstrap over pairs (:func:`mathcircuits.stats.bootstrap_statistic`).
 
 Usage::
 
@@ -33,13 +33,14 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
-from mathcircuits.circuit._bootstrap import bootstrap_mean
-from mathcircuits.circuit.components import Receiver, upstream_senders
+from mathcircuits.circuit.attribution import attribute_edges
+from mathcircuits.circuit.components import Receiver, Sender, upstream_senders
 from mathcircuits.circuit.edges import PairCache, exact_edges, pair_cache, reference_edges
 from mathcircuits.circuit.result import Circuit, Edge, Node
 from mathcircuits.data.batching import iter_batches
 from mathcircuits.patching import get_metric, path_patch
 from mathcircuits.patching._common import check_dataset
+from mathcircuits.stats import bootstrap_statistic
 
 __all__ = ["ROLES", "discover_circuit", "scan_positions"]
 
@@ -87,6 +88,40 @@ def _receivers(node: Node, spec: Any, kinds: Sequence[str]) -> list[tuple[Receiv
     return out
 
 
+def _measure(
+    model: Any,
+    batches: list[tuple[PairCache, dict[str, int]]],
+    receiver: Receiver,
+    at: str,
+    label: str,
+    senders: list[Sender],
+    metric: Any,
+    edge_fn: Any,
+    screen: int | None,
+) -> list[tuple[Sender, torch.Tensor]]:
+    """Per-pair effects of senders patched at ``label`` on the receiver (read at ``at`` for q/MLP), over all batches.
+
+    With ``screen``, every sender is first estimated by the attribution screen and only the ``screen``
+    with the largest ``|mean estimate|`` are measured by ``edge_fn``.
+    """
+
+    def run(fn: Any, chosen: list[Sender]) -> torch.Tensor:
+        per_pair = []
+        for cache, where in batches:
+            r = receiver
+            if receiver.kind in ("q", "mlp"):
+                r = Receiver(receiver.kind, receiver.layer, receiver.head, position=where[at])
+            per_pair.append(fn(model, cache, r, chosen, [where[label]], metric).effects)
+        return torch.cat(per_pair)  # [pair, sender]
+
+    if screen is not None and screen < len(senders):
+        estimate = run(attribute_edges, senders).mean(0).abs()
+        keep = sorted(torch.topk(estimate, screen).indices.tolist())
+        senders = [senders[i] for i in keep]
+    eff = run(edge_fn, senders)
+    return [(s, eff[:, j]) for j, s in enumerate(senders)]
+
+
 @torch.no_grad()
 def discover_circuit(
     model: Any,
@@ -100,6 +135,7 @@ def discover_circuit(
     positions: str = "roles",
     metric: str = "relative_logit",
     method: str = "exact",
+    screen: int | None = None,
     batch_size: int = 8,
     n_boot: int = 1000,
     confidence: float = 0.95,
@@ -120,6 +156,9 @@ def discover_circuit(
         positions: ``"roles"`` or ``"suffix"`` (see :func:`scan_positions`).
         metric: a metric name of :data:`~mathcircuits.patching.METRICS`.
         method: ``"exact"`` (fast) or ``"reference"`` (two forwards per sender).
+        screen: if given, estimate every edge with the attribution screen
+            (:func:`~mathcircuits.circuit.attribution.attribute_edges`, one forward and backward per receiver)
+            and measure only this many senders per receiver and position by ``method``; None measures all.
         batch_size: pairs per batch.
         n_boot, confidence, seed: the percentile bootstrap over pairs.
         progress: show a progress bar per round.
@@ -132,6 +171,10 @@ def discover_circuit(
     check_dataset(dataset, spec)
     if method not in EDGE_METHODS:
         raise ValueError(f"method {method!r} is unknown. Fix: use one of {list(EDGE_METHODS)}.")
+    if screen is not None and screen < top_k:
+        raise ValueError(
+            f"screen={screen} is below top_k={top_k}, so too few edges would be measured. Fix: screen ≥ top_k."
+        )
     if depth < 0 or top_k < 1:
         raise ValueError(f"depth={depth}, top_k={top_k}: need depth ≥ 0 and top_k ≥ 1. Fix: pass such values.")
     for layer, head in key_heads:
@@ -149,17 +192,17 @@ def discover_circuit(
         batches.append((cache, scan_positions(b, positions, b["tokens"].shape[1])))
     labels = list(batches[0][1])
     parallel = batches[0][0].structure.parallel
-    gen = torch.Generator().manual_seed(seed)
 
     def interval(per_pair: torch.Tensor) -> tuple[float, float, float]:
-        return bootstrap_mean(per_pair, n_boot=n_boot, confidence=confidence, generator=gen)
+        iv = bootstrap_statistic(per_pair, n_boot=n_boot, seed=seed, confidence=confidence)
+        return iv.value, iv.low, iv.high
 
     # round 0: key heads → logits, from the exact logits scan (per pair)
     logits_scan = path_patch(model, dataset, senders=("heads",), metric=m, batch_size=batch_size, keep_per_pair=True)
     sink = Node("logits", -1, -1, "logits")
     nodes: dict[str, Node] = {sink.name: sink}
     edges: list[Edge] = []
-    memo: dict[tuple[str, str, str], torch.Tensor] = {}
+    memo: dict[tuple[str, str, str], list[tuple[Sender, torch.Tensor]]] = {}
     frontier = []
     for layer, head in key_heads:
         node = Node("head", layer, head, "last" if positions == "roles" else "-1", depth=0)
@@ -179,18 +222,9 @@ def discover_circuit(
                 for label in scan:
                     key = (receiver.name, node.position if not all_positions else "*", label)
                     if key not in memo:  # a KV group is one receiver for all the query heads that share it
-                        per_pair = []
-                        for cache, where in batches:
-                            r = receiver
-                            if receiver.kind in ("q", "mlp"):
-                                r = Receiver(
-                                    receiver.kind, receiver.layer, receiver.head, position=where[node.position]
-                                )
-                            per_pair.append(edge_fn(model, cache, r, chosen, [where[label]], m).effects)
-                        memo[key] = torch.cat(per_pair)  # [pair, sender]
-                    eff = memo[key]
-                    for j, s in enumerate(chosen):
-                        cands.append((float(eff[:, j].mean()), s, label, eff[:, j]))
+                        memo[key] = _measure(model, batches, receiver, node.position, label, chosen, m, edge_fn, screen)
+                    for s, per in memo[key]:
+                        cands.append((float(per.mean()), s, label, per))
                 cands = [c for c in cands if abs(c[0]) >= threshold]
                 for _, s, label, per in sorted(cands, key=lambda c: -abs(c[0]))[:top_k]:
                     sender = Node(s.kind, s.layer, s.head, label, depth=d)
@@ -222,6 +256,7 @@ def discover_circuit(
             "senders": list(senders),
             "receivers": list(receivers),
             "positions": positions,
+            "screen": screen,
             "batch_size": batch_size,
             "n_boot": n_boot,
             "seed": seed,

@@ -52,7 +52,7 @@ from mathcircuits.models.families import BlockStructure, UnsupportedFamilyError,
 from mathcircuits.patching._common import attn_change, attn_pre_norm_name, capture, mlp_change
 from mathcircuits.patching.metrics import Metric, Readout
 
-__all__ = ["EdgeBatch", "PairCache", "exact_edges", "pair_cache", "reference_edges"]
+__all__ = ["EdgeBatch", "PairCache", "exact_edges", "pair_cache", "patched_inputs", "reference_edges"]
 
 
 @dataclass(frozen=True)
@@ -271,10 +271,11 @@ def _receiver_input(model: Any, structure: BlockStructure, receiver: Receiver, r
     return proj.reshape(*proj.shape[:-1], -1, d_head) if proj.shape[-1] != d_head else proj
 
 
-def _delta(model: Any, cache: PairCache, s: Sender, P: Tensor, until: int) -> Tensor:
+def _delta(model: Any, cache: PairCache, s: Sender, P: Tensor, until: int, W_O: Tensor) -> Tensor:
     """The residual change at positions ``P`` [batch, |P|, d_model] that sender ``s`` causes before layer ``until``.
 
-    With every head frozen, only the MLPs (and norms) between sender and receiver carry it on.
+    With every head frozen, only the MLPs (and norms) between sender and receiver carry it on. ``W_O``: the
+    bridge's ``[layer, head, d_head, d_model]`` output weights.
     """
     structure, ref, cf = cache.structure, cache.ref, cache.cf
 
@@ -286,7 +287,7 @@ def _delta(model: Any, cache: PairCache, s: Sender, P: Tensor, until: int) -> Te
         dz = at(hooks.z(s.layer), cf)[:, s.head] - at(hooks.z(s.layer), ref)[:, s.head]
         pre_name = attn_pre_norm_name(structure, s.layer)
         pre = None if pre_name is None else at(pre_name, ref)
-        delta = attn_change(model, structure, s.layer, pre, dz @ model.bridge.W_O[s.layer, s.head])
+        delta = attn_change(model, structure, s.layer, pre, dz @ W_O[s.layer, s.head])
         first = s.layer + 1 if structure.parallel else s.layer  # parallel: the head's own MLP does not read it
     else:
         delta = at(hooks.mlp_out(s.layer), cf) - at(hooks.mlp_out(s.layer), ref)
@@ -319,9 +320,41 @@ def exact_edges(
     Raises:
         UnsupportedFamilyError: the bridge's modules do not rebuild the receiver's input (use the reference).
     """
+    receiver = _check(model, receiver, senders, cache.structure)
+    B = cache.tokens.shape[0]
+    changed, new = patched_inputs(model, cache, receiver, senders, positions)
+    if not changed:  # nothing the receiver reads differs at the patched positions: no effect, exactly
+        return EdgeBatch(effects=torch.zeros(B, len(senders)), clean_logit=cache.clean.logit)
+    start = changed[0]
+    base = _select(receiver, cache.ref[receiver.hook()])[:, start:]  # [B, S', ...]
+    values = base[None].repeat(len(senders), *([1] * base.dim())).clone()
+    values[:, :, [p - start for p in changed]] = new.to(values.dtype)
+    effects = _step2(model, cache, receiver, values, start, metric, chunk_rows)
+    return EdgeBatch(effects=effects.T.contiguous(), clean_logit=cache.clean.logit)
+
+
+@torch.no_grad()
+def patched_inputs(
+    model: Any, cache: PairCache, receiver: Receiver, senders: Sequence[Sender], positions: Sequence[int]
+) -> tuple[list[int], Tensor | None]:
+    """Step 1 without forwards: the receiver's input at the positions a sender patch changes.
+
+    Args:
+        model: the hooked model.
+        cache: the batch and its cached runs.
+        receiver: a resolved q/k/v/mlp receiver downstream of every sender.
+        senders: the senders.
+        positions: where each sender is patched.
+
+    Returns:
+        ``(changed, new)``: the changed positions (sorted; empty when the patch cannot reach the receiver)
+        and the receiver's new input there, ``[sender, batch, |changed|, ...]`` (None when nothing changes).
+
+    Raises:
+        UnsupportedFamilyError: the bridge's modules do not rebuild the receiver's input (use the reference).
+    """
     structure, ref = cache.structure, cache.ref
-    receiver = _check(model, receiver, senders, structure)
-    seq, B = cache.tokens.shape[1], cache.tokens.shape[0]
+    seq = cache.tokens.shape[1]
     pos = check_positions(positions, seq, "sender")
     differ = (cache.tokens != cache.cf_tokens).any(0).nonzero()
     first_diff = int(differ[0]) if len(differ) else seq  # before it, both runs are identical (causal attention)
@@ -334,14 +367,9 @@ def exact_edges(
             f"on {model.spec.describe()} the receiver input rebuilt from the bridge's ln1/attn/MLP modules differs "
             f"from {receiver.hook()}, so the fast method would be wrong. Fix: use method='reference' for this model."
         )
-    if not changed or not senders:  # nothing the receiver reads differs at the patched positions: no effect, exactly
-        return EdgeBatch(effects=torch.zeros(B, len(senders)), clean_logit=cache.clean.logit)
+    if not changed or not senders:
+        return [], None
     C = torch.tensor(changed)
-    delta = torch.stack([_delta(model, cache, s, C, lr) for s in senders])  # [sender, B, |C|, d_model]
-    new = _select(receiver, _receiver_input(model, structure, receiver, ref[reads][:, C][None] + delta))
-    start = changed[0]
-    base = _select(receiver, ref[receiver.hook()])[:, start:]  # [B, S', ...]
-    values = base[None].repeat(len(senders), *([1] * base.dim())).clone()
-    values[:, :, [p - start for p in changed]] = new.to(values.dtype)
-    effects = _step2(model, cache, receiver, values, start, metric, chunk_rows)
-    return EdgeBatch(effects=effects.T.contiguous(), clean_logit=cache.clean.logit)
+    W_O = model.bridge.W_O  # the bridge stacks it from every layer on each access: read it once
+    delta = torch.stack([_delta(model, cache, s, C, lr, W_O) for s in senders])  # [sender, B, |C|, d_model]
+    return changed, _select(receiver, _receiver_input(model, structure, receiver, ref[reads][:, C][None] + delta))

@@ -28,10 +28,10 @@ from jaxtyping import Float
 from torch import Tensor
 
 from mathcircuits.ablation import HeadMeans, ablated_model, head_means
-from mathcircuits.circuit._bootstrap import bootstrap_ratio
 from mathcircuits.circuit.result import Circuit, Faithfulness
 from mathcircuits.data.batching import iter_batches
 from mathcircuits.patching._common import check_dataset
+from mathcircuits.stats import bootstrap_statistic
 
 __all__ = ["answer_logprob", "faithfulness"]
 
@@ -59,6 +59,10 @@ def answer_logprob(
         logits = run(b["tokens"])[:, -1].float()
         out[idx] = torch.log_softmax(logits, -1).gather(-1, b["answer"][:, None])[:, 0].cpu()
     return out
+
+
+def _ratio_of_means(rows: Tensor) -> float:
+    return float(rows[:, 0].mean() / rows[:, 1].mean())
 
 
 def faithfulness(
@@ -93,7 +97,6 @@ def faithfulness(
     spec = model.spec
     every = [(layer, head) for layer in range(spec.n_layers) for head in range(spec.n_heads)]
     kept = circuit.heads
-    gen = torch.Generator().manual_seed(seed)
 
     def outside(heads: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
         keep = set(heads)
@@ -113,7 +116,9 @@ def faithfulness(
         return float((f - f_none).mean() / gap.mean()), f
 
     value, f_c = share(kept)
-    _, low, high = bootstrap_ratio(f_c - f_none, gap, n_boot=n_boot, confidence=confidence, generator=gen)
+    joint = torch.stack([f_c - f_none, gap], 1)  # pairs resampled jointly: one interval of the ratio of means
+    iv = bootstrap_statistic(joint, _ratio_of_means, n_boot=n_boot, seed=seed, confidence=confidence)
+    low, high = iv.low, iv.high
     minimality = {
         f"L{layer}.H{head}": value - share([h for h in kept if h != (layer, head)])[0] for layer, head in kept
     }
