@@ -8,9 +8,12 @@ from pathlib import Path
 import datasets
 import pandas as pd
 
+from mathcircuits.claims.card import NOT_MEASURED
+from mathcircuits.claims.rules import claim_c6
 from mathcircuits.evaluation import EvalResult
 from mathcircuits.finetune import SFTComparison
 from mathcircuits.pipeline import RunConfig, run_pipeline
+from mathcircuits.viz.report import report_html
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -57,6 +60,12 @@ def test_compare_stage_writes_the_table_with_intervals(tmp_path):
     assert (out / "compare" / "figures" / "sweep.html").exists() and (
         out / "compare" / "figures" / "deltas.html"
     ).exists()
+    # the report shows the comparison, and C6 can be read from the compare stage's evaluations
+    sweep = pd.read_csv(out / "compare" / "sweep.csv")
+    html = report_html(comparison_sweep=sweep, comparison_table=table)
+    assert 'id="compare"' in html and "Learning-rate sweep" in html and "precise@1" in html
+    fair = {m: EvalResult.load(out / "compare" / f"eval_{m}.json") for m in ("base", "precise", "full")}
+    assert claim_c6(fair).verdict != NOT_MEASURED
 
 
 def test_sft_compare_config_loads():

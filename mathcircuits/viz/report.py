@@ -47,6 +47,7 @@ from mathcircuits.viz.readings import (
     reading_stability,
     reading_transfer,
 )
+from mathcircuits.viz.sft_compare import sft_delta_bars, sft_sweep_curves
 from mathcircuits.viz.stability import selection_stability_bars
 from mathcircuits.viz.transfer import transfer_bars
 
@@ -238,6 +239,8 @@ def report_html(
     notes: str | Sequence[str] | None = None,
     circuit: Any = None,
     circuit_faithfulness: Any = None,
+    comparison_sweep: Any = None,
+    comparison_table: Any = None,
 ) -> str:
     """The report as one HTML string (see :func:`build_report`).
 
@@ -260,6 +263,8 @@ def report_html(
         notes: a note or a list of notes.
         circuit: a Circuit, or {operation: Circuit}, shown as a graph.
         circuit_faithfulness: its Faithfulness (or {operation: Faithfulness}).
+        comparison_sweep: the fair SFT comparison's sweep (a DataFrame, ``compare/sweep.csv``).
+        comparison_table: its table at each mode's selected rate (a ``compare_table`` DataFrame).
 
     Returns:
         A standalone HTML page (plotly and, when views are shown, CircuitsVis inlined).
@@ -375,6 +380,20 @@ def report_html(
             + (f"Claim C6: {c6.measurement} ({c6.verdict})." if c6 is not None else "")
         )
         appendix.append(("Evaluation (Table-1 style)", _table(evaluation)))
+    # the fair SFT comparison (compare stage)
+    if comparison_table is not None:
+        page.section("compare", "Fine-tuning compared at each mode's best learning rate (compare)")
+        page.reading(
+            "Every mode trained on the same data, steps and batch; each at the learning rate that scored best on a "
+            "validation split disjoint from the test items. Bars are differences to the base model with "
+            "paired-bootstrap intervals on the same items; the sweep is in the second figure and the table in "
+            "the appendix."
+        )
+        page.figure(sft_delta_bars(comparison_table))
+        if comparison_sweep is not None:
+            page.figure(sft_sweep_curves(comparison_sweep))
+            appendix.append(("Learning-rate sweep", _table(comparison_sweep)))
+        appendix.append(("Fine-tuning comparison", _table(comparison_table.reset_index())))
     # interactive views
     if patterns is not None:
         page.section("views", "Attention patterns of key heads (interactive)")

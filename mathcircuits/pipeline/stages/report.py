@@ -4,7 +4,8 @@ Reads the ``analysis`` section (``static_formats``); writes ``report/claims.json
 :class:`~mathcircuits.claims.ClaimsCard`), ``report/report.html`` and ``report/figures/``.
 Every result is optional: a stage that was off (or a file from an older version) leaves its
 claim "not measured" and its section out. The circuit gets a section when the circuit stage
-wrote one; the fine-tuning table when the evaluate stage wrote one.
+wrote one; the fine-tuning table when the evaluate stage wrote one; the fair comparison (and C6 from it)
+when the compare stage wrote one.
 """
 
 from __future__ import annotations
@@ -98,6 +99,10 @@ def run(ctx: Context) -> ReportSummary:
     probes = _load(MLPProbeResult, paths.probes(), "analyze", off, "probes")
     patterns = _load(HeadPatterns, paths.patterns, "analyze", off, "patterns")
     evals = {m: r for m in ("base", "precise", "full") if (r := _load(EvalResult, paths.eval_result(m), "", {}, ""))}
+    # the compare stage's results, when it ran, are the fair test of C6 (each mode at its selected rate)
+    fair = {m: r for m in ("base", "precise", "full") if (r := _load(EvalResult, paths.compare_eval(m), "", {}, ""))}
+    if len(fair) == 3:
+        evals = fair
     if not evals and paths.marker("evaluate").exists():
         off["evals"] = "no benchmark results: evaluation.benchmarks is empty or no benchmark folder was found"
     circuits = {op: c for op in ops if (c := _load(Circuit, paths.circuit(op), "circuit", {}, "circuit"))}
@@ -153,6 +158,10 @@ def run(ctx: Context) -> ReportSummary:
         evaluation=pd.read_csv(paths.eval_table) if paths.eval_table.exists() else None,
         circuit=circuits or None,
         circuit_faithfulness=faiths or None,
+        comparison_sweep=pd.read_csv(paths.compare_sweep) if paths.compare_sweep.exists() else None,
+        comparison_table=(
+            pd.read_csv(paths.compare_table, index_col=0) if paths.compare_table.exists() else None
+        ),
     )
     return ReportSummary(
         report=str(report),
