@@ -159,9 +159,7 @@ def run(ctx: Context) -> ReportSummary:
         circuit=circuits or None,
         circuit_faithfulness=faiths or None,
         comparison_sweep=pd.read_csv(paths.compare_sweep) if paths.compare_sweep.exists() else None,
-        comparison_table=(
-            pd.read_csv(paths.compare_table, index_col=0) if paths.compare_table.exists() else None
-        ),
+        comparison_table=(pd.read_csv(paths.compare_table, index_col=0) if paths.compare_table.exists() else None),
     )
     return ReportSummary(
         report=str(report),
