@@ -130,6 +130,29 @@ def test_knockout_scorer_fast_equals_plain(request, template_sets, model_name, a
     assert scorer.score([(0, 1)]) == scorer.score([(0, 1)], fast=False)
 
 
+def test_knockout_on_a_bridge_without_start_at_layer_runs_every_block(tiny_llama, template_sets, monkeypatch):
+    """TransformerLens 3.9's bridge raises NotImplementedError for start_at_layer: same numbers, every block run."""
+    ds = _pairs(tiny_llama, template_sets, n=6)
+    scorer = KnockoutScorer(tiny_llama, ds, "position_mean", seed=3, batch_size=4)
+    heads = [(1, 0), (1, 3)]
+    plain = scorer.logits(heads, fast=False)
+    bridge = tiny_llama.bridge
+    original = bridge.run_with_hooks
+    calls = []
+
+    def no_mid_start(*args, start_at_layer=None, **kwargs):
+        calls.append(start_at_layer)
+        if start_at_layer is not None:
+            raise NotImplementedError("start_at_layer is not supported in TransformerBridge.")
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(bridge, "run_with_hooks", no_mid_start)
+    fresh = KnockoutScorer(tiny_llama, ds, "position_mean", seed=3, batch_size=4)
+    fast = fresh.logits(heads)
+    assert max(float((a - b).abs().max()) for a, b in zip(fast, plain)) <= TOL
+    assert 1 in calls and not fresh._mid_ok  # it tried to resume at layer 1, then ran every block
+
+
 @pytest.mark.parametrize("model_name", MODELS)
 def test_head_means_equal_plain(request, template_sets, model_name):
     model = request.getfixturevalue(model_name)

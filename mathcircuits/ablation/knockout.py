@@ -40,6 +40,7 @@ mean and spread), as in the paper's Figure 3.
 
 from __future__ import annotations
 
+import logging
 import random
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -57,6 +58,8 @@ from mathcircuits.data.filter import length_groups
 from mathcircuits.models import hooks
 from mathcircuits.models.prefix import PrefixRunner, repeat_cache, run_from_layer, shared_prefix_len
 from mathcircuits.stats import wilson_interval
+
+log = logging.getLogger(__name__)
 
 __all__ = [
     "ABLATIONS",
@@ -150,6 +153,9 @@ class _Group:
 class KnockoutScorer:
     """Scores one dataset under many knockouts, reusing every clean computation between them.
 
+    A bridge without ``start_at_layer`` (TransformerLens 3.9's) runs every block instead of resuming at the
+    lowest ablated layer: the same numbers, at more cost.
+
     Args:
         model: the hooked model.
         dataset: pairs with ``tokens``, ``answer_tokens``, ``n_tokens`` (and ``source_column`` unless
@@ -164,6 +170,8 @@ class KnockoutScorer:
             knockout at its lowest ablated layer; worth it from the second scoring on. ``False`` (one scoring)
             runs the ablated suffix through every block instead.
     """
+
+    _mid_ok = True  # set False on a bridge that cannot start mid-network
 
     def __init__(
         self,
@@ -347,20 +355,18 @@ class KnockoutScorer:
             cache = self._cache(toks, p)
         keep = toks.shape[1] - min(self.n_prompt[i] for i in rows) + 1  # vocabulary logits only where read
         fwd = _z_hooks(self.model, heads, values, self.scope) if heads else []
-        if not reuse:  # a single scoring: no clean run to resume from, so run every block of the suffix
-            kw = {"past_key_values": cache} if cache is not None else {}
-            logits = self.model.bridge.run_with_hooks(toks[:, p:], fwd_hooks=fwd, logits_to_keep=keep, **kw)
-            return self._read(logits, rows, toks.shape[1] - keep)
-        resid = self._clean_batch(b)[0]
-        k = min(l for l, _ in heads)
-        logits = run_from_layer(
-            self.model.bridge,
-            resid[k],
-            k,
-            cache,
-            fwd,
-            logits_to_keep=keep,
-        )
+        if reuse and self._mid_ok:
+            resid = self._clean_batch(b)[0]
+            k = min(l for l, _ in heads)
+            try:
+                logits = run_from_layer(self.model.bridge, resid[k], k, cache, fwd, logits_to_keep=keep)
+                return self._read(logits, rows, toks.shape[1] - keep)
+            except NotImplementedError:  # TransformerLens 3.9's bridge cannot start mid-network
+                log.info("this bridge has no start_at_layer: knockout runs every block (exact, slower)")
+                self._mid_ok = False
+        # a single scoring, or a bridge that cannot resume mid-network: run every block of the suffix
+        kw = {"past_key_values": cache} if cache is not None else {}
+        logits = self.model.bridge.run_with_hooks(toks[:, p:], fwd_hooks=fwd, logits_to_keep=keep, **kw)
         return self._read(logits, rows, toks.shape[1] - keep)
 
 
