@@ -44,7 +44,7 @@ import logging
 import random
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Any, Literal, Sequence
+from typing import Any, Literal, Sequence, get_args
 
 import pandas as pd
 import torch
@@ -74,7 +74,7 @@ __all__ = [
 ]
 
 Ablation = Literal["mean", "position_mean", "resample"]
-ABLATIONS: tuple[str, ...] = ("mean", "position_mean", "resample")
+ABLATIONS: tuple[str, ...] = get_args(Ablation)  # the choices, read off the Literal (one list)
 
 
 def _check_choice(ablation: str, scope: str) -> None:
