@@ -311,6 +311,25 @@ def test_transfer_is_measured_on_clean_correct_items_only(planted):
         assert r["key_high"] < r["random_low"], "ablating the planted heads loses far more than random heads"
 
 
+def test_transfer_uses_the_knockout_ablation_and_mean_where_no_counterfactual(planted):
+    model, ds, _ = planted
+    means = head_means(model, ds)
+    no_cf = ds.remove_columns(["cf_tokens"])
+    tr = transfer(model, {"cf": ds, "no cf": no_cf}, PLANTED, means, n_random=2, ablation="position_mean")
+    rows = {r["dataset"]: r for r in tr.rows}
+    assert rows["cf"]["ablation"] == "position_mean" and rows["no cf"]["ablation"] == "mean"
+    # each row equals the plain (unsaved, every block) knockout of its own ablation on the clean-correct items
+    for name, data, ablation in (("cf", ds, "position_mean"), ("no cf", no_cf, "mean")):
+        scorer = KnockoutScorer(model, data, ablation, means)
+        clean = scorer.score([], fast=False)[0]
+        kept = [i for i, c in enumerate(clean) if c]
+        key = scorer.score(PLANTED, fast=False)[0]
+        assert rows[name]["n_correct"] == len(kept)
+        assert rows[name]["key_ablated_accuracy"] == pytest.approx(sum(key[i] for i in kept) / len(kept))
+    with pytest.raises(ValueError, match="ablation"):
+        transfer(model, {"cf": ds}, PLANTED, means, ablation="zero")
+
+
 def test_old_transfer_files_ask_for_a_rerun(tmp_path):
     import json
 

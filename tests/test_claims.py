@@ -6,7 +6,6 @@ numbers alone; docs/claims.md states the rules these tests pin down.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import tempfile
 from pathlib import Path
@@ -33,7 +32,7 @@ from mathcircuits.claims import (
     claim_c5,
     claim_c6,
 )
-from mathcircuits.evaluation import EvalResult
+from mathcircuits.evaluation import ARITHMETIC, EvalResult
 from mathcircuits.models.spec import ModelSpec
 from mathcircuits.patching.result import PatchingResult
 from mathcircuits.patching.selection import KeyComponents, select_key_components, selection_stability
@@ -237,20 +236,13 @@ def test_c5_rule_uses_only_measurable_held_out_sets():
 # ----------------------------------------------------------------------------- C6
 
 
-@dataclasses.dataclass(frozen=True)
-class EvalWithItems(EvalResult):
-    """An EvalResult with the per-item correctness field the evaluation stage adds (``item_correct``)."""
-
-    item_correct: dict[str, list[int]] = dataclasses.field(default_factory=dict)
-
-
 def evals(precise_math, full_math, precise_gen, base_gen, items=True):
     def res(label, m, g):
         acc = {"SVAMP": sum(m) / len(m), "ARC": sum(g) / len(g)}
         n, kinds = {"SVAMP": len(m), "ARC": len(g)}, {"SVAMP": "math", "ARC": "choice"}
         if not items:
             return EvalResult(label, acc, n, kinds)
-        return EvalWithItems(label, acc, n, kinds, item_correct={"SVAMP": m, "ARC": g})
+        return EvalResult(label, acc, n, kinds, item_correct={"SVAMP": m, "ARC": g})
 
     return {
         "base": res("base", full_math, base_gen),
@@ -271,6 +263,22 @@ def test_c6_rule():
     no_items = claim_c6(evals(same, same, same, same, items=False))
     assert no_items.verdict == INCONCLUSIVE and "no per-item results" in no_items.reason
     assert claim_c6(None).verdict == NOT_MEASURED
+
+
+def test_c6_counts_heldout_arithmetic_as_math():
+    same, worse = [1, 0] * 200, [0] * 400
+    arith = {"base": worse, "precise": same, "full": same}
+    only = {m: EvalResult(m, {}, {}).with_benchmark(ARITHMETIC, "arithmetic", xs) for m, xs in arith.items()}
+    c = claim_c6(only, n_boot=300)  # math alone: "keeps generic ability" stays open
+    assert c.verdict == INCONCLUSIVE and ARITHMETIC in c.measurement and "generic" in c.reason
+    assert c.value == pytest.approx(0.0)
+    arith["precise"] = worse
+    both = {m: r.with_benchmark(ARITHMETIC, "arithmetic", arith[m]) for m, r in evals(same, same, same, same).items()}
+    assert "SVAMP" in claim_c6(both, n_boot=300).measurement and claim_c6(both, n_boot=300).verdict == FAILS
+    no_math = {m: EvalResult(m, {"ARC": 0.5}, {"ARC": 2}, {"ARC": "choice"}) for m in arith}
+    assert claim_c6(no_math).verdict == NOT_MEASURED
+    with pytest.raises(ValueError, match="cannot add"):
+        only["base"].with_benchmark(ARITHMETIC, "arithmetic", [1])
 
 
 # ----------------------------------------------------------------------------- the card

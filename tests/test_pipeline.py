@@ -183,6 +183,22 @@ def test_pipeline_runs_skips_and_resumes(tmp_path):
     assert json.loads((out / "versions.json").read_text())["torch"]
 
 
+def test_heldout_templates_stay_out_of_identification_and_become_transfer_sets(tmp_path):
+    cfg = RunConfig.from_dict({**TINY, "data": {**TINY["data"], "heldout_templates": ["add_eq_2"]}})
+    out = tmp_path / "run"
+    summaries = run_pipeline(cfg, out, only=["data", "identify", "validate"], progress=False)
+    correct = datasets.load_from_disk(str(out / "data" / "pairs_correct"))
+    assert set(correct["template_id"]) == {"add_eq_1"}, "a held-out template reached identification"
+    assert "3 pairs of held-out templates kept for transfer" in str(summaries["data"])
+    rows = {r["dataset"]: r for r in summaries["validate"].transfer}
+    held = rows["add held-out templates (add_eq_2)"]
+    assert held["n"] == 3 and not held["held_in"] and held["ablation"] == "position_mean"
+    with pytest.raises(ConfigError, match="heldout_templates"):
+        RunConfig.from_dict({**TINY, "data": {**TINY["data"], "heldout_templates": ["add_qa_1"]}})
+    with pytest.raises(ConfigError, match="every template"):
+        RunConfig.from_dict({**TINY, "data": {**TINY["data"], "heldout_templates": ["add_eq_1", "add_eq_2"]}})
+
+
 def test_stage_needs_upstream(tmp_path):
     with pytest.raises(RuntimeError, match="needs stage 'data' first"):
         run_pipeline(RunConfig.from_dict(TINY), tmp_path / "r", only=["identify"], progress=False)
@@ -226,7 +242,7 @@ def test_finetune_and_evaluate_stages(tmp_path):
     assert held and not (train & held)
     table = pd.read_csv(out / "evaluate" / "table.csv")
     assert list(table.iloc[:, 0]) == ["base", "precise", "full"]
-    assert "held-out arithmetic %" in table.columns and "AddSub" in table.columns
+    assert {"held-out arithmetic", "held-out arithmetic Δ low", "AddSub"} <= set(table.columns)
     # the docs promise evaluate/eval_<label>.pt when benchmarks are configured: one per model, as listed
     written = sorted(Path(f).name for f in summaries["evaluate"].files)
     assert written == ["eval_base.pt", "eval_full.pt", "eval_precise.pt", "table.csv"]

@@ -26,8 +26,8 @@ class ValidationConfig:
             positions (the paper); ``position_mean``: its mean over the counterfactual prompts of the same
             template at each aligned position (IOI style; equals the clean activation on the shared few-shot
             prefix); ``resample``: its output on one seeded counterfactual prompt of the same template.
-            See docs/howto/knock-out-a-circuit.md for the measured comparison. Transfer always uses ``mean``
-            (word problems have no aligned counterfactual prompt).
+            See docs/howto/knock-out-a-circuit.md for the measured comparison. Transfer uses the same
+            ablation, except on sets without aligned counterfactual prompts (real word problems): ``mean``.
         scope: positions ablated: all, or the last token only.
         max_pairs: correct pairs per operation and per transfer set.
     """

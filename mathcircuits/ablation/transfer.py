@@ -20,9 +20,15 @@ interval (:func:`mathcircuits.stats.wilson_interval`): the clean accuracy over
 all items, the key-ablated accuracy over the clean-correct items, and the
 random-ablated accuracy over the clean-correct items pooled over the random
 head sets, widened to include every single set's accuracy (the spread of the
-random draws). The ablation mean is the one of
-:mod:`mathcircuits.ablation.knockout` (computed on the identification data's
-counterfactual prompts), so every set is ablated the same way.
+random draws).
+
+Ablation. Each set is scored by one :class:`~mathcircuits.ablation.KnockoutScorer`
+(clean prefix and clean blocks below the lowest ablated layer reused between the
+clean, key and random scorings; exact), with the knockout's ``ablation``. A set
+without aligned counterfactual prompts (no ``cf_tokens`` column: real word
+problems) cannot take a per-position mean or a donor, so it is ablated with the
+position-free ``"mean"`` of the identification data; each row records the
+ablation it used.
 """
 
 from __future__ import annotations
@@ -37,8 +43,8 @@ from tqdm.auto import tqdm
 
 from mathcircuits._codec import FieldError
 from mathcircuits._io import SavedResult
-from mathcircuits.ablation.knockout import HeadMeans, _as_heads, _check_dataset, ablated_model
-from mathcircuits.data.filter import score_pairs
+from mathcircuits.ablation.knockout import KnockoutScorer, _as_heads, _check_choice
+from mathcircuits.ablation.means import HeadMeans, _check_dataset
 from mathcircuits.stats import DEFAULT_CONFIDENCE, wilson_interval
 
 __all__ = ["MEASURED", "NOT_MEASURABLE", "TransferResult", "transfer", "transfer_row"]
@@ -49,7 +55,8 @@ NOT_MEASURABLE = "not measurable on this model"
 
 @dataclass(frozen=True)
 class TransferResult(SavedResult):
-    """One row per evaluation set (see :func:`transfer_row` for the columns).
+    """One row per evaluation set (see :func:`transfer_row` for the columns; :func:`transfer` adds
+    ``ablation``, the ablation the set was scored with).
 
     ``min_clean_accuracy`` and ``min_correct`` are the thresholds below which a set is
     *not measurable on this model*; ``confidence`` is the Wilson intervals' level.
@@ -84,10 +91,6 @@ class TransferResult(SavedResult):
         items, each with its Wilson interval (``*_low``, ``*_high``)."""
 
         return pd.DataFrame(self.rows)
-
-
-def _counts(scored: Any) -> list[int]:
-    return [int(bool(c)) for c in scored["correct"]]
 
 
 def transfer_row(
@@ -180,6 +183,7 @@ def transfer(
     min_clean_accuracy: float = 0.5,
     min_correct: int = 5,
     batch_size: int = 32,
+    ablation: str = "mean",
 ) -> TransferResult:
     """Per dataset: clean accuracy, then key-ablated and random-ablated accuracy on the clean-correct items.
 
@@ -187,48 +191,50 @@ def transfer(
         model: the hooked model.
         eval_sets: name → pairs (empty sets are skipped).
         key_heads: a :class:`~mathcircuits.patching.KeyComponents` of this model, or ``[(layer, head), ...]``.
-        means: :class:`HeadMeans` taken on this model.
+        means: :class:`HeadMeans` taken on this model (the ``"mean"`` ablation, and sets without ``cf_tokens``).
         n_random: random head sets per dataset.
-        seed: seed of the random head sets.
+        seed: seed of the random head sets (and of the resampling donors).
         scope: ``"all"`` positions or only the ``"last"``.
         progress: show a progress bar.
         held_in: names of the sets whose data found the key heads (marked ``held_in``; not evidence of transfer).
         min_clean_accuracy: a set whose clean accuracy is below this is *not measurable on this model*.
         min_correct: a set with fewer clean-correct items than this is *not measurable on this model*.
         batch_size: pairs per forward.
+        ablation: ``"mean"``, ``"position_mean"`` or ``"resample"``, as in the knockout (module docstring).
 
     Returns:
-        The :class:`TransferResult`. Heads or means of another model raise an error naming both models.
+        The :class:`TransferResult`; each row's ``ablation`` says how its set was ablated. Heads or means
+        of another model raise an error naming both models.
     """
 
     spec = model.spec
+    _check_choice(ablation, scope)
     key_heads = _as_heads(model, key_heads)
     means.check_model(spec)
     all_heads = [(l, h) for l in range(spec.n_layers) for h in range(spec.n_heads)]
     rng = random.Random(seed)
-
-    def correct(ds: Any, heads: Sequence[tuple[int, int]]) -> list[int]:
-        runner = ablated_model(model, list(heads), means, scope)
-        return _counts(score_pairs(runner, ds, batch_size=batch_size, device=model.device))
-
     rows = []
     for name, ds in tqdm(eval_sets.items(), disable=not progress, desc="transfer"):
         if len(ds) == 0:
             continue
         _check_dataset(ds, ("tokens", "answer_tokens", "n_tokens"), "transfer")
-        clean = correct(ds, [])
+        used = ablation if ablation == "mean" or "cf_tokens" in ds.column_names else "mean"
+        scorer = KnockoutScorer(model, ds, used, means, scope, seed, batch_size)
+        clean = [int(c) for c in scorer.score([])[0]]
         kept = [i for i, c in enumerate(clean) if c]
-        ok = len(kept) >= min_correct and len(kept) / len(clean) >= min_clean_accuracy
         key = rand = None
-        if ok:
-            sub = ds.select(kept)
-            key = correct(sub, key_heads)
-            rand = [correct(sub, rng.sample(all_heads, len(key_heads))) for _ in range(n_random)]
-        rows.append(
-            transfer_row(
-                name, clean, key, rand or [], name in set(held_in), min_clean_accuracy, min_correct, DEFAULT_CONFIDENCE
-            )
+        if len(kept) >= min_correct and len(kept) / len(clean) >= min_clean_accuracy:
+
+            def on_kept(heads: Sequence[tuple[int, int]], scorer: KnockoutScorer = scorer) -> list[int]:
+                correct = scorer.score(heads)[0]
+                return [int(correct[i]) for i in kept]  # noqa: B023 (called within this iteration)
+
+            key = on_kept(key_heads)
+            rand = [on_kept(rng.sample(all_heads, len(key_heads))) for _ in range(n_random)]
+        row = transfer_row(
+            name, clean, key, rand or [], name in set(held_in), min_clean_accuracy, min_correct, DEFAULT_CONFIDENCE
         )
+        rows.append(row | {"ablation": used})
     return TransferResult(
         rows=rows,
         key_heads=[tuple(h) for h in key_heads],

@@ -450,10 +450,10 @@ def claim_c6(
     for r in evals.values():
         kinds.update(r.kinds)
     common = set.intersection(*(set(r.accuracy) for r in evals.values()))
-    math_b = sorted(b for b in common if kinds.get(b) == "math")
+    math_b = sorted(b for b in common if kinds.get(b) in ("math", "arithmetic"))  # word problems + held-out pairs
     gen_b = sorted(b for b in common if kinds.get(b) == "choice")
     if not math_b:
-        return _off("C6", "no math benchmark evaluated (evaluation.benchmarks)")
+        return _off("C6", "no math evaluated: no held-out arithmetic and no math benchmark in evaluation.benchmarks")
     items = {m: (_items(evals[m], math_b), _items(evals[m], gen_b)) for m in ("base", "precise", "full")}
     if any(v[0] is None for v in items.values()):
         return _claim(

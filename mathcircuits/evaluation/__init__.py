@@ -49,9 +49,10 @@ from mathcircuits.evaluation.prompts import (
 )
 from mathcircuits.evaluation.run import evaluate_model, score_benchmark
 from mathcircuits.evaluation.scoring import BenchmarkScore, evaluate_math
-from mathcircuits.evaluation.table import EvalResult, compare_table, format_table
+from mathcircuits.evaluation.table import ARITHMETIC, EvalResult, compare_table, format_table
 
 __all__ = [
+    "ARITHMETIC",
     "ALPACA_TEMPLATE",
     "BENCHMARKS",
     "CHOICE_BENCHMARKS",

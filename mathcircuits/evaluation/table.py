@@ -21,6 +21,7 @@ Usage::
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -39,7 +40,9 @@ from mathcircuits.stats import (
     wilson_interval,
 )
 
-__all__ = ["EvalResult", "compare_table", "format_table"]
+__all__ = ["ARITHMETIC", "EvalResult", "compare_table", "format_table"]
+
+ARITHMETIC = "held-out arithmetic"  # the benchmark name of the held-out arithmetic pairs (kind "arithmetic")
 
 
 @dataclass(frozen=True)
@@ -119,6 +122,34 @@ class EvalResult(SavedResult):
             kinds={s.benchmark: s.kind for s in scores},
             settings=dict(settings or {}) | {"per_benchmark": {s.benchmark: dict(s.settings) for s in scores}},
             item_correct={s.benchmark: [int(bool(c)) for c in s.correct] for s in scores},
+        )
+
+    def with_benchmark(self, benchmark: str, kind: str, correct: Sequence[int]) -> EvalResult:
+        """This result with one more benchmark scored per item (e.g. :data:`ARITHMETIC`), listed first.
+
+        Args:
+            benchmark: its name (not already in this result).
+            kind: "math", "choice" or "arithmetic".
+            correct: one 0/1 outcome per item.
+
+        Returns:
+            A new :class:`EvalResult`.
+
+        Raises:
+            ValueError: the benchmark is already there, or it has no items.
+        """
+        if benchmark in self.accuracy or not correct:
+            raise ValueError(
+                f"EvalResult {self.label!r}: cannot add {benchmark!r} with {len(correct)} items "
+                f"(it has {sorted(self.accuracy)}); add a new benchmark with at least one item."
+            )
+        xs = [int(bool(c)) for c in correct]
+        return dataclasses.replace(
+            self,
+            accuracy={benchmark: sum(xs) / len(xs), **self.accuracy},
+            n={benchmark: len(xs), **self.n},
+            kinds={benchmark: kind, **self.kinds},
+            item_correct={benchmark: xs, **self.item_correct},
         )
 
     def to_dataframe(self):

@@ -80,6 +80,24 @@ class DataSection(GenerationConfig):
 
     template_files: tuple[str, ...] = setting((), "template files; empty: every file in data_templates/")
     keep_only_correct: bool = setting(True, "the paper's filter; false only for random test models")
+    heldout_templates: tuple[str, ...] = setting(
+        (), "templates scored but never used to find key heads; validate measures transfer to them (claim C5)"
+    )
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        ids = self.template_ids
+        missing = [t for t in self.heldout_templates if ids is not None and t not in ids]
+        if missing:
+            raise ConfigError(
+                f"data.heldout_templates has {missing}, which data.template_ids does not generate. "
+                "Fix: add them to data.template_ids, or remove them from data.heldout_templates."
+            )
+        if ids is not None and set(ids) <= set(self.heldout_templates):
+            raise ConfigError(
+                "data.heldout_templates holds out every template, so none is left to find key heads on. "
+                "Fix: hold out fewer templates."
+            )
 
     def generation(self) -> GenerationConfig:
         """The library config alone (without the pipeline's extra fields)."""

@@ -15,6 +15,7 @@ Writes ``compare/``: ``comparison.json`` and ``sweep.csv`` (the sweep, for the a
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import shutil
@@ -25,7 +26,7 @@ from typing import Any
 import pandas as pd
 
 from mathcircuits.data import default_benchmark_root
-from mathcircuits.evaluation import EvalResult, compare_table, evaluate_model
+from mathcircuits.evaluation import ARITHMETIC, EvalResult, compare_table, evaluate_model
 from mathcircuits.finetune import build_sft_dataset
 from mathcircuits.finetune.compare import compare_sft, load_tuned, score_arithmetic, split_validation
 from mathcircuits.patching import KeyComponents, PatchingResult, select_key_components
@@ -38,8 +39,6 @@ from mathcircuits.viz.sft_compare import sft_delta_bars, sft_sweep_curves
 __all__ = ["CompareSummary", "run"]
 
 log = logging.getLogger(__name__)
-
-ARITHMETIC = "held-out arithmetic"
 
 
 @dataclass(frozen=True)
@@ -140,13 +139,9 @@ def run(ctx: Context) -> CompareSummary:
             if benches
             else EvalResult(mode, {}, {})
         )  # fmt: skip
-        res = EvalResult(
-            label=mode,
-            accuracy={ARITHMETIC: sum(arith) / len(arith), **res.accuracy},
-            n={ARITHMETIC: len(arith), **res.n},
-            kinds={ARITHMETIC: "arithmetic", **res.kinds},
+        res = dataclasses.replace(
+            res.with_benchmark(ARITHMETIC, "arithmetic", arith),
             settings=res.settings | {"learning_rate": run.learning_rate},
-            item_correct={ARITHMETIC: arith, **res.item_correct},
         )
         res.save(paths.compare_eval(mode))
         results[mode] = res

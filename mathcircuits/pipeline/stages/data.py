@@ -1,7 +1,8 @@
 """Stage ``data``: build reference/counterfactual pairs, score the model, keep the correct ones (paper §3.1).
 
-Reads the ``model`` and ``data`` sections; writes ``data/pairs_scored``,
-``data/pairs_correct`` and ``data/accuracy.csv``.
+Reads the ``model`` and ``data`` sections; writes ``data/pairs_scored`` (every pair, scored),
+``data/pairs_correct`` (the correct pairs of the identification templates: every template except
+``data.heldout_templates``, which validate keeps for transfer) and ``data/accuracy.csv``.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ class DataSummary(StageSummary):
 
     n_pairs: int
     n_correct: int
+    n_heldout: int = 0
     accuracy_by_operation: list[dict[str, Any]] = field(default_factory=list)
 
     def lines(self) -> list[str]:
@@ -30,7 +32,8 @@ class DataSummary(StageSummary):
                 f"    {row['operation']:<5} n={row['n']:<4} accuracy={row['accuracy']:.3f}  "
                 f"mean p(answer)={row['mean_p_answer']:.3f}"
             )
-        out.append(f"  correct pairs kept: {self.n_correct} of {self.n_pairs}")
+        held = f" ({self.n_heldout} pairs of held-out templates kept for transfer)" if self.n_heldout else ""
+        out.append(f"  correct pairs kept: {self.n_correct} of {self.n_pairs}{held}")
         return out
 
 
@@ -47,12 +50,23 @@ def run(ctx: Context) -> DataSummary:
     model = ctx.model
     pairs = generate_pairs(model.tokenizer, ctx.templates(), d.generation())
     scored = score_pairs(model, pairs, device=model.device, progress=ctx.progress)
-    correct = filter_correct(scored) if d.keep_only_correct else scored
+    held = set(d.heldout_templates)
+    unknown = held - set(scored["template_id"])
+    if unknown:
+        raise ValueError(
+            f"data.heldout_templates names {sorted(unknown)}, which no generated pair uses. "
+            "Fix: name templates of data.operations (their ids are in data_templates/*.yaml)."
+        )
+    found_on = scored.filter(lambda r: r["template_id"] not in held) if held else scored
+    correct = filter_correct(found_on) if d.keep_only_correct else found_on
     table = accuracy_table(scored)
     save_dataset(scored, paths.pairs_scored)
     save_dataset(correct, paths.pairs_correct)
     save_csv(table, paths.accuracy_csv)
     per_op = table[table["template_id"] == "(all)"][["operation", "n", "accuracy", "mean_p_answer"]]
     return DataSummary(
-        n_pairs=len(scored), n_correct=len(correct), accuracy_by_operation=per_op.to_dict(orient="records")
+        n_pairs=len(scored),
+        n_correct=len(correct),
+        n_heldout=len(scored) - len(found_on),
+        accuracy_by_operation=per_op.to_dict(orient="records"),
     )

@@ -1,8 +1,10 @@
 """Stage ``evaluate``: base vs tuned models on held-out arithmetic and benchmarks, as a Table-1-style table.
 
-Reads the ``evaluation`` section; writes ``evaluate/table.csv`` always and, when
-``evaluation.benchmarks`` names any benchmark (and a benchmark folder is found),
-``evaluate/eval_<label>.pt`` for ``base`` and each fine-tuned mode.
+Reads the ``evaluation`` section; writes ``evaluate/table.csv`` always and
+``evaluate/eval_<label>.pt`` for ``base`` and each fine-tuned mode: the held-out arithmetic pairs
+(benchmark ``"held-out arithmetic"``, kind ``"arithmetic"``, when finetune ran) and the
+``evaluation.benchmarks`` (when a benchmark folder is found), each per item, so the table carries
+Wilson intervals and paired-bootstrap differences to ``base``.
 """
 
 from __future__ import annotations
@@ -16,9 +18,10 @@ import pandas as pd
 import torch
 from transformers import AutoModelForCausalLM
 
-from mathcircuits.data import default_benchmark_root, score_pairs
-from mathcircuits.evaluation import compare_table, evaluate_model
+from mathcircuits.data import default_benchmark_root
+from mathcircuits.evaluation import ARITHMETIC, EvalResult, compare_table, evaluate_model
 from mathcircuits.finetune import HeadSliceAdapter, SFTResult
+from mathcircuits.finetune.compare import score_arithmetic
 from mathcircuits.pipeline.context import Context, StageSummary, save_csv
 
 __all__ = ["EvaluateSummary", "run"]
@@ -73,28 +76,20 @@ def run(ctx: Context) -> EvaluateSummary:
             "no benchmark folder found (set MATHCIRCUITS_BENCHMARKS or evaluation.root): "
             "only held-out arithmetic is evaluated"
         )
-    results, arith, speed, tuned, files = {}, {}, {}, {}, []
+    results, speed, tuned, files = {}, {}, {}, []
     for label in ["base", *modes]:
         model, tok = ctx.hf_model() if label == "base" else (_tuned(ctx, label), ctx.model.tokenizer)
-        if heldout is not None:
-
-            def logits(t: torch.Tensor, m: Any = model) -> torch.Tensor:
-                return m(t).logits
-
-            scored = score_pairs(logits, heldout, device=ctx.config.model.device)
-            arith[label] = 100.0 * sum(scored["correct"]) / len(scored)
-        if benches:
-            res = evaluate_model(
-                model,
-                tok,
-                benches,
-                label,
-                path=root,
-                limit=e.limit,
-                n_shot=e.n_shot,
-                max_new_tokens=e.max_new_tokens,
-                progress=ctx.progress,
+        res = (
+            evaluate_model(
+                model, tok, benches, label, path=root, limit=e.limit, n_shot=e.n_shot,
+                max_new_tokens=e.max_new_tokens, progress=ctx.progress,
             )
+            if benches
+            else EvalResult(label, {}, {})
+        )  # fmt: skip
+        if heldout is not None:  # per item, so the table and claim C6 get intervals and paired differences
+            res = res.with_benchmark(ARITHMETIC, "arithmetic", score_arithmetic(model, heldout))
+        if res.accuracy:
             res.save(paths.eval_result(label))
             files.append(str(paths.eval_result(label)))
             results[label] = res
@@ -104,11 +99,11 @@ def run(ctx: Context) -> EvaluateSummary:
         else:
             speed[label], tuned[label] = None, 0
         del model
-    extra = {"held-out arithmetic %": arith, "train samples/s": speed, "tuned params": tuned}
+    extra = {"train samples/s": speed, "tuned params": tuned}
     if results:
         table = compare_table(results, "base", extra_columns=extra).rename_axis("model").reset_index()
     else:
-        table = pd.DataFrame({"model": list(arith), **{k: [v.get(lab) for lab in arith] for k, v in extra.items()}})
+        table = pd.DataFrame({"model": list(speed), **{k: [v.get(lab) for lab in speed] for k, v in extra.items()}})
     save_csv(table, paths.eval_table)
     files.append(str(paths.eval_table))
     return EvaluateSummary(table=table.round(2).to_dict(orient="records"), files=files)

@@ -55,6 +55,11 @@ def _transfer_sets(ctx: Context, correct: Any) -> dict[str, Any]:
     sets: dict[str, Any] = {}
     for op in sorted(set(correct["operation"])):
         sets[f"{op} (identification templates, correct)"] = select_pairs(correct, op, v.max_pairs)
+    if d.heldout_templates:  # scored in the data stage, never seen by identify: right and wrong items
+        held = ctx.load_dataset(ctx.paths.pairs_scored).filter(lambda r: r["template_id"] in d.heldout_templates)
+        for op in sorted(set(held["operation"])):
+            ids = sorted({t for t, o in zip(held["template_id"], held["operation"]) if o == op})
+            sets[f"{op} held-out templates ({', '.join(ids)})"] = select_pairs(held, op, v.max_pairs)
     templates = ctx.templates()
     if v.transfer_templates:
         ids = tuple(t.id for s in templates for t in s.templates if t.form in ("time_span", "accumulation")) or None
@@ -138,6 +143,7 @@ def run(ctx: Context) -> ValidateSummary:
         scope=v.scope,
         progress=ctx.progress,
         held_in=[f"{op} (identification templates, correct)" for op in found_on],
+        ablation=v.ablation,
     )
     tr.save(paths.transfer())
     save_csv(tr.to_dataframe(), paths.transfer(".csv"))
