@@ -17,6 +17,7 @@ from mathcircuits.analysis import attention_by_role
 from mathcircuits.analysis.attention import role_masks, role_shares
 from mathcircuits.data import GenerationConfig, generate_pairs, score_pairs
 from mathcircuits.data.batching import iter_batches
+from mathcircuits.data.filter import padded_groups
 from mathcircuits.models import hooks
 from mathcircuits.models.prefix import PrefixRunner, repeat_cache, run_from_layer, shared_prefix_len
 from mathcircuits.patching import last_position_caches
@@ -176,6 +177,28 @@ def test_score_pairs_equal_plain(request, template_sets, model_name):
     plain = score_pairs(lambda t: model.bridge(t), ds)
     assert fast["correct"] == plain["correct"] and fast["first_correct"] == plain["first_correct"]
     assert max(abs(a - b) for a, b in zip(fast["p_answer"], plain["p_answer"])) <= TOL
+
+
+@pytest.mark.parametrize("model_name", MODELS)
+def test_right_padded_scoring_equals_one_row_at_a_time(request, template_sets, model_name):
+    model = request.getfixturevalue(model_name)
+    # one-digit operands: the prompts have one length, the answers one or two tokens, so the scored
+    # sequences (prompt + answer[:-1]) differ in length and a one-token answer is read mid-batch
+    config = GenerationConfig(operations=("add",), template_ids=("add_eq_1",), operand_range=(1, 9), n_per_template=16)
+    ds = generate_pairs(model.tokenizer, template_sets, config)
+    lengths = [len(t) + len(a) - 1 for t, a in zip(ds["tokens"], ds["answer_tokens"])]
+    assert len(set(lengths)) > 1 and len(padded_groups(lengths, 64, list(ds["template_id"]))) == 1  # one mixed batch
+    every = [(l, h) for l in range(model.spec.n_layers) for h in range(model.spec.n_heads)]
+    runners = {
+        "prefix-cached": model,
+        "plain": lambda t: model.bridge(t),
+        # a hook at the last position must not land on padding: such a runner keeps equal-length batches
+        "hooked, last position": ablated_model(model, every, head_means(model, ds), "last"),
+    }
+    for name, runner in runners.items():
+        batched, single = score_pairs(runner, ds), score_pairs(runner, ds, batch_size=1)
+        assert batched["correct"] == single["correct"], name
+        assert max(abs(a - b) for a, b in zip(batched["p_answer"], single["p_answer"])) <= TOL, name
 
 
 @pytest.mark.parametrize("model_name", MODELS)

@@ -442,7 +442,7 @@ def claim_c6(
         The claim; its value is precise − full accuracy on the math benchmarks.
     """
     if not evals:
-        return _off("C6", stage, "or no benchmark in evaluation.benchmarks")
+        return _off("C6", stage, "or finetune off, so no tuned model was evaluated")
     missing = [m for m in ("base", "precise", "full") if m not in evals]
     if missing:
         return _off("C6", f"no {', '.join(missing)} model evaluated: finetune.modes lacks it or finetune is off")

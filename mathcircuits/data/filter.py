@@ -17,7 +17,7 @@ import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
-__all__ = ["accuracy_table", "filter_correct", "length_groups", "score_pairs"]
+__all__ = ["accuracy_table", "filter_correct", "length_groups", "padded_groups", "score_pairs"]
 
 
 def length_groups(lengths: list[int], batch_size: int, keys: list[Any] | None = None) -> list[list[int]]:
@@ -38,6 +38,30 @@ def length_groups(lengths: list[int], batch_size: int, keys: list[Any] | None = 
     out = []
     for n in sorted(by_len):
         idx = by_len[n]
+        out.extend(idx[j : j + batch_size] for j in range(0, len(idx), batch_size))
+    return out
+
+
+def padded_groups(lengths: list[int], batch_size: int, keys: list[Any] | None = None) -> list[list[int]]:
+    """Indices grouped by key only (lengths may differ), sorted by length inside a key, split into batches.
+
+    For right-padded batches of a causal LM: a row's real tokens come first and attend only to earlier
+    positions, so the padding after them changes none of their logits and needs no attention mask.
+
+    Args:
+        lengths: the length of each item.
+        batch_size: the largest batch.
+        keys: an optional grouping key per item, e.g. the template, so a batch shares its few-shot prefix.
+
+    Returns:
+        Lists of indices; each list holds items of one key, shortest first.
+    """
+    by_key: dict[str, list[int]] = defaultdict(list)
+    for i in range(len(lengths)):
+        by_key["" if keys is None else str(keys[i])].append(i)
+    out = []
+    for k in sorted(by_key):
+        idx = sorted(by_key[k], key=lambda i: lengths[i])
         out.extend(idx[j : j + batch_size] for j in range(0, len(idx), batch_size))
     return out
 
@@ -63,7 +87,9 @@ def score_pairs(
     Returns:
         When ``model`` has ``logits_from(tokens, start)`` (a :class:`~mathcircuits.models.prefix.PrefixRunner`,
         a HookedModel), only the logits from the first answer position on are computed, with the shared
-        few-shot prefix of each batch run once; batches are then grouped by ``template_id`` too.
+        few-shot prefix of each batch run once; batches are then grouped by ``template_id`` too. Rows of
+        different lengths share a batch, right-padded (:func:`padded_groups`), unless ``model`` carries
+        ``fwd_hooks`` (equal-length batches then).
 
         The dataset with the columns ``correct`` (every answer token right), ``first_correct``
         (the first one right) and ``p_answer`` (probability of the first answer token) added or replaced.
@@ -96,9 +122,12 @@ def score_pairs(
     p_ans = [0.0] * len(seqs)
     fast = hasattr(model, "logits_from")
     keys = list(dataset["template_id"]) if fast and "template_id" in have else None
-    groups = length_groups([len(s) for s in seqs], batch_size, keys)
-    for batch in tqdm(groups, disable=not progress, desc="scoring"):
-        toks = torch.tensor([seqs[i] for i in batch], device=device)
+    # right padding (token 0) is exact for a causal LM without a mask; a runner with hooks keeps equal
+    # lengths, since a hook may address positions from the end (e.g. a last-position ablation)
+    group = length_groups if getattr(model, "fwd_hooks", None) else padded_groups
+    for batch in tqdm(group([len(s) for s in seqs], batch_size, keys), disable=not progress, desc="scoring"):
+        width = max(len(seqs[i]) for i in batch)
+        toks = torch.tensor([seqs[i] + [0] * (width - len(seqs[i])) for i in batch], device=device)
         offset = min(n_prompt[i] for i in batch) - 1 if fast else 0
         logits = model.logits_from(toks, offset) if fast else model(toks)
         logits = logits.logits if hasattr(logits, "logits") else logits
