@@ -18,8 +18,10 @@ from mathcircuits.analysis.attention import role_masks, role_shares
 from mathcircuits.data import GenerationConfig, generate_pairs, score_pairs
 from mathcircuits.data.batching import iter_batches
 from mathcircuits.data.filter import padded_groups
+from mathcircuits.finetune.compare import score_arithmetic
 from mathcircuits.models import hooks
-from mathcircuits.models.prefix import PrefixRunner, repeat_cache, run_from_layer, shared_prefix_len
+from mathcircuits.models.prefix import HFForward, PrefixRunner, repeat_cache, run_from_layer, shared_prefix_len
+from mathcircuits.models.tiny import TINY_FAMILIES, tiny_model
 from mathcircuits.patching import last_position_caches
 
 TOL = 1e-5
@@ -252,3 +254,18 @@ def test_embedded_fast_paths_equal_plain(embedded, template_sets):
     scored_plain = score_pairs(lambda t: embedded.bridge(t), ds)
     assert scored_fast["correct"] == scored_plain["correct"]
     assert max(abs(a - b) for a, b in zip(scored_fast["p_answer"], scored_plain["p_answer"])) <= TOL
+
+
+@pytest.mark.parametrize("family", sorted(TINY_FAMILIES))
+def test_hf_prefix_scoring_equals_plain(template_sets, family):
+    """A plain HF model (e.g. a fine-tuned one) scored through PrefixRunner(HFForward) equals its full forward."""
+    hf, tok = tiny_model(family)
+    config = GenerationConfig(operations=("add",), template_ids=("add_eq_1", "add_st_1"), n_per_template=6)
+    ds = generate_pairs(tok, template_sets, config)
+    fast = score_pairs(PrefixRunner(HFForward(hf)), ds)
+    plain = score_pairs(lambda t: hf(t).logits, ds, batch_size=1)
+    assert fast["correct"] == plain["correct"] and fast["first_correct"] == plain["first_correct"]
+    assert max(abs(a - b) for a, b in zip(fast["p_answer"], plain["p_answer"])) <= TOL
+    assert score_arithmetic(hf, ds) == [int(c) for c in plain["correct"]]
+    with pytest.raises(ValueError, match="no hook points"):
+        HFForward(hf).run_with_hooks(torch.tensor(ds["tokens"][:1]), fwd_hooks=[("x", None)])

@@ -58,6 +58,7 @@ from mathcircuits.finetune.adapter import HeadSliceAdapter
 from mathcircuits.finetune.layouts import model_facts
 from mathcircuits.finetune.slices import head_slices
 from mathcircuits.finetune.train import SFTConfig, lora_targets, train_sft
+from mathcircuits.models.prefix import HFForward, PrefixRunner
 from mathcircuits.patching.selection import KeyComponents
 
 __all__ = [
@@ -242,6 +243,9 @@ def split_validation(
 def score_arithmetic(model: nn.Module, pairs: datasets.Dataset, batch_size: int = 32) -> list[int]:
     """0/1 per pair: is every answer token the model's greedy prediction (teacher-forced)?
 
+    Each template's few-shot prefix runs once (:class:`~mathcircuits.models.prefix.PrefixRunner` over
+    :class:`~mathcircuits.models.prefix.HFForward`); equal to the plain forward within 1e-5 (tested).
+
     Args:
         model: an HF causal LM (eval mode).
         pairs: arithmetic pairs (``tokens``, ``answer_tokens``, ``n_tokens``).
@@ -251,8 +255,8 @@ def score_arithmetic(model: nn.Module, pairs: datasets.Dataset, batch_size: int 
         One 0/1 value per pair, in the pairs' order.
     """
     device = next(model.parameters()).device
-    with torch.no_grad():
-        scored = score_pairs(lambda t: model(t).logits, pairs, batch_size=batch_size, device=device)
+    with torch.no_grad():  # the prefix-cached forward: each template's few-shot prefix runs once
+        scored = score_pairs(PrefixRunner(HFForward(model)), pairs, batch_size=batch_size, device=device)
     return [int(bool(c)) for c in scored["correct"]]
 
 

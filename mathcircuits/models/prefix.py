@@ -18,6 +18,7 @@ ablation at every position) go to the prefix run as ``prefix_hooks``.
 Usage::
 
     runner = PrefixRunner(model.bridge, fwd_hooks=hooks, prefix_hooks=hooks)
+    runner = PrefixRunner(HFForward(hf_model))   # a plain (e.g. fine-tuned) HF model, no hooks
     logits = runner.logits_from(tokens, start)   # logits of positions start…S−1
 
 ``logits_from`` is what :func:`mathcircuits.data.score_pairs` uses when the
@@ -55,6 +56,7 @@ from torch import Tensor
 
 __all__ = [
     "MIN_PREFIX",
+    "HFForward",
     "PrefixRunner",
     "blocks_from",
     "plain_forwards",
@@ -102,6 +104,42 @@ def shared_prefix_len(tokens: Int[Tensor, "batch seq"], limit: int | None = None
     same = (tokens == tokens[:1]).all(0)
     differ = (~same[:limit]).nonzero()
     return int(differ[0]) if len(differ) else max(limit, 0)
+
+
+class HFForward:
+    """A plain HF causal LM with the calling convention :class:`PrefixRunner` uses for a bridge (no hooks).
+
+    So a fine-tuned model, which has no TransformerBridge, gets the same prefix-cached scoring.
+
+    Args:
+        model: an HF causal LM (``input_ids``, ``past_key_values``, ``logits_to_keep``).
+    """
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        self.model = model
+
+    def __call__(
+        self,
+        tokens: Int[Tensor, "batch seq"],
+        past_key_values: Any = None,
+        return_type: str = "logits",
+        logits_to_keep: int = 0,
+    ) -> Any:
+        """Logits (or ``(logits, KV cache)`` for ``return_type="logits_and_cache"``) of ``tokens``."""
+        cached = return_type == "logits_and_cache"
+        out = self.model(
+            input_ids=tokens,
+            past_key_values=past_key_values,
+            use_cache=cached or past_key_values is not None,
+            logits_to_keep=logits_to_keep,
+        )
+        return (out.logits, out.past_key_values) if cached else out.logits
+
+    def run_with_hooks(self, tokens: Int[Tensor, "batch seq"], fwd_hooks: Sequence[Any] = (), **kwargs: Any) -> Any:
+        """The forward; hooks need a hooked model (a TransformerBridge)."""
+        if fwd_hooks:
+            raise ValueError("HFForward runs a plain HF model: it has no hook points. Fix: use the hooked model.")
+        return self(tokens, **kwargs)
 
 
 class PrefixRunner:
