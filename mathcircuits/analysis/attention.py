@@ -411,6 +411,7 @@ def attention_by_role(
     shares = torch.zeros(n, len(heads_t), len(ROLES))
     baselines = torch.stack([m.float().sum(1) / m.shape[1] for m in masks])
     by_template = {"tokens": cols["tokens"], "template_id": cols["template_id"]}
+    prefixes: dict[tuple[int, ...], Any] = {}  # clean prefix KV caches, shared by the batches of a template
     for idx, batch in iter_batches(by_template, batch_size, model.device, group_by="template_id"):
         toks = batch["tokens"]
         rows: dict[int, Tensor] = {}
@@ -423,7 +424,7 @@ def attention_by_role(
 
         # only the last query row is read: the shared prefix runs once (its keys stay in the pattern's row)
         fwd = [(hooks.pattern(layer), keep_last_row(layer)) for layer in by_layer]
-        PrefixRunner(model.bridge, fwd).logits_from(toks, toks.shape[1] - 1)
+        PrefixRunner(model.bridge, fwd, store=prefixes).logits_from(toks, toks.shape[1] - 1)
         for layer, head_idx in by_layer.items():
             for b, i in enumerate(idx):
                 shares[i, head_idx] = role_shares(rows[layer][b], masks[i])

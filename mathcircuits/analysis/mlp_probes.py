@@ -408,6 +408,7 @@ def mlp_probes(
     cap = structure.logit_softcap  # Gemma 2 soft-caps its logits: the lens after the last layer must too
     kinds = [reads, "hook_mlp_out", "hook_resid_post"] + (["mlp.hook_in"] if space == "raw" else [])
     by_template = {"tokens": cols["tokens"], "template_id": template_keys(dataset)}
+    prefixes: dict[tuple[int, ...], Any] = {}  # clean prefix KV caches, shared by the batches of a template
     for idx, batch in iter_batches(by_template, batch_size, model.device, group_by="template_id"):
         toks = batch["tokens"]
         store: dict[str, Tensor] = {}
@@ -421,7 +422,9 @@ def mlp_probes(
 
         names = [hooks.sub(layer, k) for layer in range(n_layers) for k in kinds]
         # only the last position is read: the shared prefix runs once
-        PrefixRunner(bridge, [(name, grab(name)) for name in names]).logits_from(toks, toks.shape[1] - 1)
+        PrefixRunner(bridge, [(name, grab(name)) for name in names], store=prefixes).logits_from(
+            toks, toks.shape[1] - 1
+        )
         stack = {
             k: torch.stack([store[hooks.sub(layer, k)] for layer in range(n_layers)], 1) for k in kinds
         }  # [B, L, d]
