@@ -372,7 +372,11 @@ def claim_c5(transfer: Any, confidence: float = DEFAULT_CONFIDENCE, stage: str =
         return _off("C5", stage)
     out = [r for r in transfer.rows if not r["held_in"]]
     if not out:
-        return _off("C5", "no transfer set beyond the identification data: validation.transfer_* off, no benchmarks")
+        return _off(
+            "C5",
+            "no transfer set beyond the identification data: "
+            "no data.heldout_templates, validation.transfer_* off, no benchmarks",
+        )
     measured = [r for r in out if r["status"] == MEASURED]
     skipped = [f"{r['dataset']} (clean {r['clean_accuracy']:.2f})" for r in out if r["status"] != MEASURED]
     if not measured:
