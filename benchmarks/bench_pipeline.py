@@ -19,7 +19,8 @@ Stages (an *item* is a pair, or a pair × knockout point for knockout):
   builds them (``--gen-shots`` exemplars, ``--gen-max-new`` tokens, batch 8, stop at the answer); an item is
   one prompt. The fast path runs the shared exemplar prefix once (``prefix_cache=True``), the plain path
   left-pads and runs each whole prompt. Both run on the same ``--gen-items`` prompts; the difference is
-  the largest first-step logit difference, and the row is followed by how many texts differ.
+  the largest first-step logit difference, and the row is followed by how many texts differ. The row
+  ``generation 1st step`` times the first step alone (the prompt prefill, what the cache shortens).
   ``--generation-only`` runs just this row.
 
 The plain path of scoring, head means and the analyses is the same library code inside
@@ -118,11 +119,15 @@ def _generation_row(args: argparse.Namespace, model_name: str, add: Callable[...
     kw = dict(max_new_tokens=max_new, batch_size=8, stop_at_answer=True)
     fast, t_fast = _timed(lambda: generate_greedy(model, tok, prompts, **kw))
     plain, t_plain = _timed(lambda: generate_greedy(model, tok, prompts, prefix_cache=False, **kw))
-    diff = _maxdiff(first_step_logits(model, tok, prompts), first_step_logits(model, tok, prompts, prefix_cache=False))
+    # the first step alone (max_new_tokens=1): the prompt prefill, the part the prefix cache shortens
+    first_fast, t_first_fast = _timed(lambda: first_step_logits(model, tok, prompts))
+    first_plain, t_first_plain = _timed(lambda: first_step_logits(model, tok, prompts, prefix_cache=False))
+    diff = _maxdiff(first_fast, first_plain)
     n_tok = [len(tok(p)["input_ids"]) for p in prompts]
     print(f"generation: {len(prompts)} AddSub prompts, {n_shot}-shot, mean {sum(n_tok) / len(n_tok):.0f} "
           f"tokens, max_new_tokens {max_new}, batch 8")  # fmt: skip
     add("generation", len(prompts), t_fast, len(prompts), t_plain, diff)
+    add("generation 1st step", len(prompts), t_first_fast, len(prompts), t_first_plain, diff)
     print(f"  generation: texts differ: {sum(a != b for a, b in zip(fast, plain))} of {len(prompts)}")
 
 
