@@ -14,7 +14,14 @@ Stages (an *item* is a pair, or a pair × knockout point for knockout):
   (the fast path reuses the clean prefix and the clean blocks below the lowest ablated layer; its first
   call's clean work is included in its time); ``fast=False`` is one full hooked forward per batch;
 * ``attention`` / ``mlp probes`` — :func:`mathcircuits.analysis.attention_by_role` and
-  :func:`mathcircuits.analysis.mlp_probes`.
+  :func:`mathcircuits.analysis.mlp_probes`;
+* ``generation`` — :func:`mathcircuits.evaluation.generate_greedy` on AddSub prompts as the evaluate stage
+  builds them (``--gen-shots`` exemplars, ``--gen-max-new`` tokens, batch 8, stop at the answer); an item is
+  one prompt. The fast path runs the shared exemplar prefix once (``prefix_cache=True``), the plain path
+  left-pads and runs each whole prompt. Both run on the same ``--gen-items`` prompts; the difference is
+  the largest first-step logit difference, and the row is followed by how many texts differ. The row
+  ``generation 1st step`` times the first step alone (the prompt prefill, what the cache shortens).
+  ``--generation-only`` runs just this row.
 
 The plain path of scoring, head means and the analyses is the same library code inside
 :func:`mathcircuits.models.prefix.plain_forwards` (every prefix-cached forward becomes the whole plain
@@ -64,6 +71,12 @@ def main() -> None:
     )
     ap.add_argument("--batch-size", type=int, default=32)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--gen-items", type=int, default=None, help="AddSub prompts for generation (default 32; 8 quick)")
+    ap.add_argument(
+        "--gen-shots", type=int, default=None, help="few-shot exemplars in the prompts (default 2; 0 quick)"
+    )
+    ap.add_argument("--gen-max-new", type=int, default=None, help="generation budget (default 96; 16 quick)")
+    ap.add_argument("--generation-only", action="store_true", help="run only the generation row")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
@@ -71,6 +84,57 @@ def main() -> None:
     n_fast = args.pairs or (16 if args.quick else 64)
     n_plain = min(args.plain_pairs or (8 if args.quick else 16), n_fast)
 
+    rows: list[tuple[str, int, float, int, float, float]] = []
+
+    def add(stage: str, fast_items: int, fast_s: float, plain_items: int, plain_s: float, diff: float) -> None:
+        rows.append((stage, fast_items, fast_s / fast_items, plain_items, plain_s / plain_items, diff))
+        r = rows[-1]
+        print(f"  {stage:<22} fast {r[2] * 1e3:9.1f} ms/item   plain {r[4] * 1e3:9.1f} ms/item   diff {diff:.2e}")
+
+    if not args.generation_only:
+        _pair_stages(args, model_name, n_fast, n_plain, add)
+    _generation_row(args, model_name, add)
+
+    print(f"\n{'stage':<22} {'fast items':>10} {'fast ms/item':>13} {'plain items':>11} {'plain ms/item':>14} "
+          f"{'plain/fast':>10} {'max |diff|':>11}")  # fmt: skip
+    for stage, nf, sf, np_, sp, d in rows:
+        print(f"{stage:<22} {nf:>10} {sf * 1e3:>13.1f} {np_:>11} {sp * 1e3:>14.1f} {sp / sf:>9.2f}x {d:>11.2e}")
+    if not args.generation_only:
+        print(f"(pair stages: plain paths ran on {n_plain} of the {n_fast} pairs; compare per item)")
+
+
+def _generation_row(args: argparse.Namespace, model_name: str, add: Callable[..., None]) -> None:
+    """Greedy generation on AddSub prompts, with and without the prefix KV cache, on the same prompts."""
+    from mathcircuits.evaluation import load_benchmark, math_prompt, select_exemplars
+    from mathcircuits.evaluation.generation import first_step_logits, generate_greedy
+    from mathcircuits.models import load_hf_model
+
+    n_items = args.gen_items or (8 if args.quick else 32)
+    max_new = args.gen_max_new or (16 if args.quick else 96)
+    n_shot = args.gen_shots if args.gen_shots is not None else (0 if args.quick else 2)  # tiny: 1 char = 1 token
+    model, tok = load_hf_model(model_name)
+    items = load_benchmark("AddSub", limit=n_items, seed=args.seed)
+    shots = select_exemplars(load_benchmark("AddSub", split="train"), n_shot, args.seed)
+    prompts = [math_prompt(it.question, shots) for it in items]
+    kw = dict(max_new_tokens=max_new, batch_size=8, stop_at_answer=True)
+    fast, t_fast = _timed(lambda: generate_greedy(model, tok, prompts, **kw))
+    plain, t_plain = _timed(lambda: generate_greedy(model, tok, prompts, prefix_cache=False, **kw))
+    # the first step alone (max_new_tokens=1): the prompt prefill, the part the prefix cache shortens
+    first_fast, t_first_fast = _timed(lambda: first_step_logits(model, tok, prompts))
+    first_plain, t_first_plain = _timed(lambda: first_step_logits(model, tok, prompts, prefix_cache=False))
+    diff = _maxdiff(first_fast, first_plain)
+    n_tok = [len(tok(p)["input_ids"]) for p in prompts]
+    print(f"generation: {len(prompts)} AddSub prompts, {n_shot}-shot, mean {sum(n_tok) / len(n_tok):.0f} "
+          f"tokens, max_new_tokens {max_new}, batch 8")  # fmt: skip
+    add("generation", len(prompts), t_fast, len(prompts), t_plain, diff)
+    add("generation 1st step", len(prompts), t_first_fast, len(prompts), t_first_plain, diff)
+    print(f"  generation: texts differ: {sum(a != b for a, b in zip(fast, plain))} of {len(prompts)}")
+
+
+def _pair_stages(
+    args: argparse.Namespace, model_name: str, n_fast: int, n_plain: int, add: Callable[..., None]
+) -> None:
+    """The pair stages: scoring, patching forwards, head means, knockout, the analyses."""
     from mathcircuits.ablation import KnockoutScorer, head_means
     from mathcircuits.analysis import attention_by_role, mlp_probes
     from mathcircuits.data import GenerationConfig, generate_pairs, load_templates, score_pairs
@@ -94,13 +158,6 @@ def main() -> None:
         f"model {spec.describe()}; {len(ds)} pairs ({', '.join(args.ops)}; mean {sum(tokens) / len(tokens):.1f} "
         f"tokens), plain paths on the first {len(sub)}; {args.threads} thread(s); batch {args.batch_size}"
     )
-    rows: list[tuple[str, int, float, int, float, float]] = []
-
-    def add(stage: str, fast_items: int, fast_s: float, plain_items: int, plain_s: float, diff: float) -> None:
-        rows.append((stage, fast_items, fast_s / fast_items, plain_items, plain_s / plain_items, diff))
-        r = rows[-1]
-        print(f"  {stage:<22} fast {r[2] * 1e3:9.1f} ms/item   plain {r[4] * 1e3:9.1f} ms/item   diff {diff:.2e}")
-
     # scoring
     fast, t_fast = _timed(lambda: score_pairs(model, ds, batch_size=args.batch_size))
     with plain_forwards():
@@ -158,12 +215,6 @@ def main() -> None:
     fields = ["input_sim_a", "input_sim_answer", "update_sim_answer", "update_direct_answer", "lens_prob"]
     diff = _maxdiff([getattr(same_p, f) for f in fields], [getattr(plain_p, f) for f in fields])
     add("mlp probes", len(ds), t_fast, len(sub), t_plain, diff)
-
-    print(f"\n{'stage':<22} {'fast items':>10} {'fast ms/item':>13} {'plain items':>11} {'plain ms/item':>14} "
-          f"{'plain/fast':>10} {'max |diff|':>11}")  # fmt: skip
-    for stage, nf, sf, np_, sp, d in rows:
-        print(f"{stage:<22} {nf:>10} {sf * 1e3:>13.1f} {np_:>11} {sp * 1e3:>14.1f} {sp / sf:>9.2f}x {d:>11.2e}")
-    print(f"(plain paths ran on {len(sub)} of the {len(ds)} pairs; compare per item)")
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ import torch
 from jaxtyping import Int
 from torch import Tensor
 
-__all__ = ["left_pad", "max_positions", "model_device", "pad_token_id"]
+__all__ = ["common_prefix_length", "left_pad", "max_positions", "model_device", "pad_token_id"]
 
 
 def model_device(model: torch.nn.Module) -> torch.device:
@@ -84,3 +84,28 @@ def left_pad(
             ids[i, width - len(s) :] = torch.tensor(list(s), dtype=torch.long)
             mask[i, width - len(s) :] = 1
     return ids.to(device), mask.to(device)
+
+
+def common_prefix_length(seqs: Sequence[Sequence[int]]) -> int:
+    """The length of the longest token prefix all of ``seqs`` share, leaving at least one token of each outside.
+
+    Computed on token ids, not text: a shared text prefix whose last word the tokenizer merges with
+    what follows differently per prompt shares only the tokens before that word.
+
+    Args:
+        seqs: token ids per row (at least one row, none empty).
+
+    Returns:
+        ``P`` with ``seqs[i][:P]`` equal for every ``i`` and ``P < len(seqs[i])`` for every ``i``.
+
+    Raises:
+        ValueError: no rows, or an empty row.
+    """
+    if not seqs or min(len(s) for s in seqs) == 0:
+        raise ValueError("common_prefix_length needs at least one row and no empty row; drop empty prompts first.")
+    first = seqs[0]
+    limit = min(len(s) for s in seqs) - 1  # every row keeps >= 1 token to run after the prefix
+    n = 0
+    while n < limit and all(s[n] == first[n] for s in seqs):
+        n += 1
+    return n
