@@ -97,9 +97,9 @@ def test_c1_reads_a_real_stability_measurement():
 # ----------------------------------------------------------------------------- C2
 
 
-def knockout(ranked, random_rows, n, baseline=1.0) -> KnockoutResult:
+def knockout(ranked, random_rows, n, baseline=1.0, ks=None) -> KnockoutResult:
     return KnockoutResult(
-        ks=list(range(len(ranked))),
+        ks=list(range(len(ranked))) if ks is None else ks,
         ranked_accuracy=[float(x) for x in ranked],
         random_accuracy=torch.tensor(random_rows, dtype=torch.float32),
         baseline_accuracy=baseline,
@@ -119,6 +119,21 @@ def test_c2_rule():
     assert small.verdict == INCONCLUSIVE, "8 pairs cannot separate a 25-point drop from the random one"
     assert claim_c2({"add": knockout([0.1, 0.0, 0.0], [[0.1, 0.1, 0.1]], 20, 0.1)}).verdict == INCONCLUSIVE
     assert claim_c2(None).verdict == NOT_MEASURED
+
+
+def test_c2_reads_the_curve_at_the_number_of_key_heads():
+    two = key([(9, 1), (10, 2)], [2] * 10, [0.5] * 10)
+    rand = [[1, 1, 1, 0.9], [1, 1, 1, 0.9]]
+    # a sparse curve k = 0, 2, 3, 10: two key heads -> k = 2, whatever the index
+    c = claim_c2({"add": knockout([1, 0.3, 0.2, 0.1], rand, 50, ks=[0, 2, 3, 10])}, two)
+    assert c.value == pytest.approx(-0.7) and "2" in c.measurement
+    # without k = 2 the next larger k is read (3), not the third point
+    c = claim_c2({"add": knockout([1, 0.2, 0.1], [r[1:] for r in rand], 50, ks=[0, 3, 10])}, two)
+    assert c.value == pytest.approx(-0.8)
+    # no key heads given: the largest k
+    assert claim_c2({"add": knockout([1, 0.2, 0.1], [r[1:] for r in rand], 50, ks=[0, 3, 10])}).value == pytest.approx(
+        -0.9
+    )
 
 
 # ----------------------------------------------------------------------------- C3

@@ -14,6 +14,7 @@ import pandas as pd
 import pytest
 import yaml
 
+from mathcircuits.ablation import KnockoutResult
 from mathcircuits.cli import main
 from mathcircuits.finetune import KV_POLICIES, SFTConfig
 from mathcircuits.patching import METRICS, RULES, select_key_components
@@ -184,15 +185,22 @@ def test_pipeline_runs_skips_and_resumes(tmp_path):
 
 
 def test_heldout_templates_stay_out_of_identification_and_become_transfer_sets(tmp_path):
-    cfg = RunConfig.from_dict({**TINY, "data": {**TINY["data"], "heldout_templates": ["add_eq_2"]}})
+    data = {**TINY["data"], "heldout_templates": ["add_eq_2"]}
+    validation = {**TINY["validation"], "transfer_held_in": False, "knockout_max_k": 2, "knockout_ks": [2]}
+    cfg = RunConfig.from_dict(
+        {**TINY, "data": data, "validation": validation, "selection": {"rule": "topk", "k": 1, "mlp_k": 0}}
+    )
     out = tmp_path / "run"
     summaries = run_pipeline(cfg, out, only=["data", "identify", "validate"], progress=False)
     correct = datasets.load_from_disk(str(out / "data" / "pairs_correct"))
     assert set(correct["template_id"]) == {"add_eq_1"}, "a held-out template reached identification"
     assert "3 pairs of held-out templates kept for transfer" in str(summaries["data"])
     rows = {r["dataset"]: r for r in summaries["validate"].transfer}
+    assert list(rows) == ["add held-out templates (add_eq_2)"], "transfer_held_in=False still scored found-on data"
     held = rows["add held-out templates (add_eq_2)"]
     assert held["n"] == 3 and not held["held_in"] and held["ablation"] == "position_mean"
+    # the curve also measures k = the number of key heads (1), the point claim C2 reads
+    assert KnockoutResult.load(out / "validate" / "knockout_add.pt").ks == [0, 1, 2]
     with pytest.raises(ConfigError, match="heldout_templates"):
         RunConfig.from_dict({**TINY, "data": {**TINY["data"], "heldout_templates": ["add_qa_1"]}})
     with pytest.raises(ConfigError, match="every template"):

@@ -21,6 +21,7 @@ class ValidationConfig:
     Args:
         knockout_max_k: the curve knocks out up to the top K heads.
         knockout_ks: the k values of the curve; empty: every k in 1..K. Each k costs (1 + n_random) scorings.
+            The validate stage adds k = the number of key heads (the point claim C2 reads).
         n_random: random head sets (seeds) per k, the control.
         ablation: what a knocked-out head outputs. ``mean``: its mean over all counterfactual prompts and
             positions (the paper); ``position_mean``: its mean over the counterfactual prompts of the same
@@ -30,6 +31,10 @@ class ValidationConfig:
             ablation, except on sets without aligned counterfactual prompts (real word problems): ``mean``.
         scope: positions ablated: all, or the last token only.
         max_pairs: correct pairs per operation and per transfer set.
+        transfer_held_in: add each operation's identification pairs to the transfer sets (marked
+            ``held_in``): the key heads' drop where they were found, beside their drop on held-out data.
+            Knockout measures the same pairs (with each operation's own ranking), so this row is a
+            reference, never evidence of transfer; it costs 7 scorings per operation.
     """
 
     knockout_max_k: int = setting(10, "knock out the top 1..K heads", ge=1)
@@ -40,6 +45,9 @@ class ValidationConfig:
     )
     scope: Literal["all", "last"] = setting("all", "positions ablated: all, or the last token only")
     max_pairs: int = setting(32, "correct pairs per operation and per transfer set", ge=1)
+    transfer_held_in: bool = setting(
+        True, "also score the identification data as transfer sets (the same heads' reference; not evidence of C5)"
+    )
     transfer_templates: bool = setting(True, "transfer to the time-span / accumulation word templates")
     transfer_multi_digit: bool = setting(True, "transfer to two-digit operands")
     word_problem_sets: tuple[str, ...] = setting(("SVAMP", "AddSub", "SingleEq"), "benchmark word-problem sets")

@@ -195,6 +195,13 @@ def drop_verdict(d_key: tuple[float, float, float], d_rand: tuple[float, float, 
     return INCONCLUSIVE, "the key and random drop intervals overlap, or the ratio is uncertain"
 
 
+def _k_index(ks: Sequence[int], n_key: int | None) -> int:
+    """Index in a knockout's ``ks`` of the point C2 reads: k = the number of key heads, else the smallest
+    measured k above it, else the largest k (also when ``n_key`` is None)."""
+    above = [i for i, k in enumerate(ks) if n_key is not None and k >= max(n_key, 1)]
+    return above[0] if above else len(ks) - 1
+
+
 def claim_c2(
     knockout: Mapping[str, Any] | None,
     key: Any = None,
@@ -218,7 +225,7 @@ def claim_c2(
     per_seed: list[float] = []
     ks = []
     for ko in knockout.values():
-        j = len(ko.ks) - 1 if key is None else min(len(key.heads), len(ko.ks) - 1)
+        j = _k_index(ko.ks, None if key is None else len(key.heads))
         ks.append(ko.ks[j])
         m = ko.n_pairs
         base_s += round(ko.baseline_accuracy * m)

@@ -53,7 +53,7 @@ def _transfer_sets(ctx: Context, correct: Any) -> dict[str, Any]:
     v, d = ctx.config.validation, ctx.config.data
     tok = ctx.model.tokenizer
     sets: dict[str, Any] = {}
-    for op in sorted(set(correct["operation"])):
+    for op in sorted(set(correct["operation"])) if v.transfer_held_in else []:
         sets[f"{op} (identification templates, correct)"] = select_pairs(correct, op, v.max_pairs)
     if d.heldout_templates:  # scored in the data stage, never seen by identify: right and wrong items
         held = ctx.load_dataset(ctx.paths.pairs_scored).filter(lambda r: r["template_id"] in d.heldout_templates)
@@ -108,6 +108,9 @@ def run(ctx: Context) -> ValidateSummary:
     means = head_means(model, select_pairs(means_src, None, 4 * v.max_pairs))
     means.save(paths.head_means)
     knockout: dict[str, dict[str, Any]] = {}
+    # claim C2 reads the curve at k = the number of key heads: measure that k too
+    n_key = min(len(key.heads), v.knockout_max_k)
+    ks = sorted(set(v.knockout_ks) | ({n_key} if n_key else set())) if v.knockout_ks else None
     for op in ops:
         res = PatchingResult.load(paths.patching(op))
         ko = knockout_curve(
@@ -120,7 +123,7 @@ def run(ctx: Context) -> ValidateSummary:
             scope=v.scope,
             progress=ctx.progress,
             ablation=v.ablation,
-            ks=v.knockout_ks or None,
+            ks=ks,
         )
         ko.save(paths.knockout(op))
         save_csv(ko.to_dataframe(), paths.knockout(op, ".csv"))
