@@ -19,7 +19,7 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from mathcircuits.data import default_benchmark_root
-from mathcircuits.evaluation import ARITHMETIC, EvalResult, compare_table, evaluate_model
+from mathcircuits.evaluation import ARITHMETIC, EvalResult, compare_table, evaluate_model, format_table
 from mathcircuits.finetune import HeadSliceAdapter, SFTResult
 from mathcircuits.finetune.compare import score_arithmetic
 from mathcircuits.pipeline.context import Context, StageSummary, save_csv
@@ -40,7 +40,10 @@ class EvaluateSummary(StageSummary):
     def lines(self) -> list[str]:
         if self.skipped:
             return [f"  skipped: {self.skipped}"]
-        return ["  " + line for line in pd.DataFrame(self.table).to_string(index=False).splitlines()]
+        df = pd.DataFrame(self.table).set_index("model")
+        if any(str(c).endswith(" Δ") for c in df.columns):  # accuracy (change vs base [95% interval])
+            df = format_table(df)
+        return ["  " + line for line in df.to_string().splitlines()]
 
 
 def _tuned(ctx: Context, mode: str) -> Any:
