@@ -201,6 +201,7 @@ def test_heldout_templates_stay_out_of_identification_and_become_transfer_sets(t
     assert held["n"] == 3 and not held["held_in"] and held["ablation"] == "position_mean"
     # the curve also measures k = the number of key heads (1), the point claim C2 reads
     assert KnockoutResult.load(out / "validate" / "knockout_add.pt").ks == [0, 1, 2]
+    assert not (out / "validate" / "head_means.pt").exists(), "position-free means computed though nothing uses them"
     with pytest.raises(ConfigError, match="heldout_templates"):
         RunConfig.from_dict({**TINY, "data": {**TINY["data"], "heldout_templates": ["add_qa_1"]}})
     with pytest.raises(ConfigError, match="every template"):

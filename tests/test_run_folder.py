@@ -20,7 +20,7 @@ import torch
 import yaml
 from safetensors.torch import load_file
 
-from mathcircuits.ablation import HeadMeans, KnockoutResult
+from mathcircuits.ablation import KnockoutResult
 from mathcircuits.cli import main
 from mathcircuits.patching import PatchingResult
 from mathcircuits.pipeline import (
@@ -66,7 +66,6 @@ def _assert_same_outputs(a: Path, b: Path) -> None:
     for pt, cls in (
         ("identify/patching_all.pt", PatchingResult),
         ("validate/knockout_sub.pt", KnockoutResult),
-        ("validate/head_means.pt", HeadMeans),
     ):
         fa, fb = (cls.load(r / pt).to_dict() for r in (a, b))
         for k, v in fa.items():

@@ -174,7 +174,7 @@ def transfer(
     model: Any,
     eval_sets: dict[str, Any],
     key_heads: Any,
-    means: HeadMeans,
+    means: HeadMeans | None,
     n_random: int = 3,
     seed: int = 0,
     scope: str = "all",
@@ -191,7 +191,8 @@ def transfer(
         model: the hooked model.
         eval_sets: name → pairs (empty sets are skipped).
         key_heads: a :class:`~mathcircuits.patching.KeyComponents` of this model, or ``[(layer, head), ...]``.
-        means: :class:`HeadMeans` taken on this model (the ``"mean"`` ablation, and sets without ``cf_tokens``).
+        means: :class:`HeadMeans` taken on this model, for the ``"mean"`` ablation and sets without ``cf_tokens``
+            (None: no set may need them).
         n_random: random head sets per dataset.
         seed: seed of the random head sets (and of the resampling donors).
         scope: ``"all"`` positions or only the ``"last"``.
@@ -210,7 +211,8 @@ def transfer(
     spec = model.spec
     _check_choice(ablation, scope)
     key_heads = _as_heads(model, key_heads)
-    means.check_model(spec)
+    if means is not None:
+        means.check_model(spec)
     all_heads = [(l, h) for l in range(spec.n_layers) for h in range(spec.n_heads)]
     rng = random.Random(seed)
     rows = []
@@ -219,6 +221,12 @@ def transfer(
             continue
         _check_dataset(ds, ("tokens", "answer_tokens", "n_tokens"), "transfer")
         used = ablation if ablation == "mean" or "cf_tokens" in ds.column_names else "mean"
+        if used == "mean" and means is None:
+            why = "ablation 'mean'" if ablation == "mean" else "it has no cf_tokens"
+            raise ValueError(
+                f"transfer set {name!r} needs the position-free mean ({why}) but means is None. "
+                "Fix: pass head_means(model, counterfactual pairs)."
+            )
         scorer = KnockoutScorer(model, ds, used, means, scope, seed, batch_size)
         clean = [int(c) for c in scorer.score([])[0]]
         kept = [i for i, c in enumerate(clean) if c]

@@ -1,7 +1,9 @@
 """Stage ``validate``: mean-ablation knockout (key vs random heads) and transfer to other data (paper §4).
 
-Reads the ``validation`` section; writes ``validate/head_means.pt``,
-``validate/knockout_<op>.pt/.csv`` and ``validate/transfer.pt/.csv``.
+Reads the ``validation`` section; writes ``validate/knockout_<op>.pt/.csv``,
+``validate/transfer.pt/.csv`` and, when the position-free mean is used (``validation.ablation:
+mean``, or a transfer set without counterfactual prompts such as real word problems),
+``validate/head_means.pt``.
 """
 
 from __future__ import annotations
@@ -104,9 +106,12 @@ def run(ctx: Context) -> ValidateSummary:
     key.check_model(model.spec)
     correct = ctx.load_dataset(paths.pairs_correct)
     ops = ctx.summary("identify", IdentifySummary).patched_operations
-    means_src = correct.filter(lambda r: r["operation"] in ops)
-    means = head_means(model, select_pairs(means_src, None, 4 * v.max_pairs))
-    means.save(paths.head_means)
+    sets = _transfer_sets(ctx, correct)
+    means = None  # the position-free means: for ablation "mean", and sets without counterfactual prompts
+    if v.ablation == "mean" or any("cf_tokens" not in ds.column_names for ds in sets.values()):
+        means_src = correct.filter(lambda r: r["operation"] in ops)
+        means = head_means(model, select_pairs(means_src, None, 4 * v.max_pairs))
+        means.save(paths.head_means)
     knockout: dict[str, dict[str, Any]] = {}
     # claim C2 reads the curve at k = the number of key heads: measure that k too
     n_key = min(len(key.heads), v.knockout_max_k)
@@ -135,7 +140,6 @@ def run(ctx: Context) -> ValidateSummary:
             "random_final_std": float(finals.std()) if ko.random_accuracy.shape[0] > 1 else 0.0,
             "k": ko.ks[-1],
         }
-    sets = _transfer_sets(ctx, correct)
     found_on = set(key.source.get("operations", ops))
     tr = transfer(
         model,
