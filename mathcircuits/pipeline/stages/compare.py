@@ -20,18 +20,17 @@ import logging
 import math
 import shutil
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from mathcircuits.data import default_benchmark_root
-from mathcircuits.evaluation import ARITHMETIC, EvalResult, compare_table, evaluate_model
+from mathcircuits.evaluation import ARITHMETIC, EvalResult, compare_table
 from mathcircuits.finetune import build_sft_dataset
-from mathcircuits.finetune.compare import compare_sft, load_tuned, score_arithmetic, split_validation
+from mathcircuits.finetune.compare import compare_sft, load_tuned, split_validation
 from mathcircuits.patching import KeyComponents, PatchingResult, select_key_components
 from mathcircuits.pipeline.config import fingerprint
 from mathcircuits.pipeline.context import Context, StageSummary, save_csv, save_dataset
+from mathcircuits.pipeline.stages.evaluate import evaluate_one
 from mathcircuits.pipeline.stages.finetune import _pairs
 from mathcircuits.viz.export import save_figure
 from mathcircuits.viz.sft_compare import sft_delta_bars, sft_sweep_curves
@@ -124,25 +123,12 @@ def run(ctx: Context) -> CompareSummary:
     cmp.save(paths.comparison)
     sweep = cmp.to_dataframe()
     save_csv(sweep, paths.compare_sweep)
-    root = Path(e.root) if e.root else default_benchmark_root()
-    benches = list(e.benchmarks) if root is not None else []
     results: dict[str, EvalResult] = {}
     for mode in cmp.modes:
         run = cmp.run(mode)
         model = load_tuned(fresh, run)
-        arith = score_arithmetic(model, test)
-        res = (
-            evaluate_model(
-                model, tok, benches, mode, path=root, limit=e.limit, n_shot=e.n_shot,
-                max_new_tokens=e.max_new_tokens, progress=ctx.progress,
-            )
-            if benches
-            else EvalResult(mode, {}, {})
-        )  # fmt: skip
-        res = dataclasses.replace(
-            res.with_benchmark(ARITHMETIC, "arithmetic", arith),
-            settings=res.settings | {"learning_rate": run.learning_rate},
-        )
+        res = evaluate_one(ctx, model, tok, mode, test)
+        res = dataclasses.replace(res, settings=res.settings | {"learning_rate": run.learning_rate})
         res.save(paths.compare_eval(mode))
         results[mode] = res
         del model

@@ -24,7 +24,7 @@ from mathcircuits.finetune import HeadSliceAdapter, SFTResult
 from mathcircuits.finetune.compare import score_arithmetic
 from mathcircuits.pipeline.context import Context, StageSummary, save_csv
 
-__all__ = ["EvaluateSummary", "run"]
+__all__ = ["EvaluateSummary", "evaluate_one", "run"]
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +57,43 @@ def _tuned(ctx: Context, mode: str) -> Any:
     return AutoModelForCausalLM.from_pretrained(str(final), dtype=getattr(torch, m.dtype)).to(m.device).eval()
 
 
+def evaluate_one(ctx: Context, model: Any, tok: Any, label: str, arithmetic: Any = None) -> EvalResult:
+    """One model on ``evaluation.benchmarks`` (when a benchmark folder is found) and, per item, on arithmetic pairs.
+
+    Shared by this stage and the ``compare`` stage.
+
+    Args:
+        ctx: the run context (its ``evaluation`` section).
+        model: an HF causal LM.
+        tok: its tokenizer.
+        label: the model's name in the result.
+        arithmetic: held-out arithmetic pairs, scored per item as the benchmark :data:`ARITHMETIC` (None: none).
+
+    Returns:
+        The model's :class:`EvalResult`.
+    """
+    e = ctx.config.evaluation
+    root = Path(e.root) if e.root else default_benchmark_root()
+    if root is None and e.benchmarks:
+        log.warning(
+            "no benchmark folder found (set MATHCIRCUITS_BENCHMARKS or evaluation.root): %s is evaluated on "
+            "held-out arithmetic only",
+            label,
+        )
+    benches = list(e.benchmarks) if root is not None else []
+    res = (
+        evaluate_model(
+            model, tok, benches, label, path=root, limit=e.limit, n_shot=e.n_shot,
+            max_new_tokens=e.max_new_tokens, progress=ctx.progress,
+        )
+        if benches
+        else EvalResult(label, {}, {})
+    )  # fmt: skip
+    if arithmetic is not None:  # per item, so tables and claim C6 get intervals and paired differences
+        res = res.with_benchmark(ARITHMETIC, "arithmetic", score_arithmetic(model, arithmetic))
+    return res
+
+
 def run(ctx: Context) -> EvaluateSummary:
     """Base vs tuned models: held-out arithmetic accuracy and benchmark accuracy.
 
@@ -72,26 +109,10 @@ def run(ctx: Context) -> EvaluateSummary:
     finetuned = paths.marker("finetune").exists()
     modes = [m for m in ctx.config.finetune.modes if paths.final(m).exists()] if finetuned else []
     heldout = ctx.load_dataset(paths.heldout_pairs) if modes else None
-    root = Path(e.root) if e.root else default_benchmark_root()
-    benches = list(e.benchmarks) if root is not None else []
-    if root is None and e.benchmarks:
-        log.warning(
-            "no benchmark folder found (set MATHCIRCUITS_BENCHMARKS or evaluation.root): "
-            "only held-out arithmetic is evaluated"
-        )
     results, speed, tuned, files = {}, {}, {}, []
     for label in ["base", *modes]:
         model, tok = ctx.hf_model() if label == "base" else (_tuned(ctx, label), ctx.model.tokenizer)
-        res = (
-            evaluate_model(
-                model, tok, benches, label, path=root, limit=e.limit, n_shot=e.n_shot,
-                max_new_tokens=e.max_new_tokens, progress=ctx.progress,
-            )
-            if benches
-            else EvalResult(label, {}, {})
-        )  # fmt: skip
-        if heldout is not None:  # per item, so the table and claim C6 get intervals and paired differences
-            res = res.with_benchmark(ARITHMETIC, "arithmetic", score_arithmetic(model, heldout))
+        res = evaluate_one(ctx, model, tok, label, heldout)
         if res.accuracy:
             res.save(paths.eval_result(label))
             files.append(str(paths.eval_result(label)))
