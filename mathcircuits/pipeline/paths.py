@@ -9,7 +9,7 @@ Layout (one sub-folder per stage, each finished by a ``.done.json`` marker)::
     analyze/   attention_by_role.pt/.csv  mlp_probes.pt/.csv  head_patterns.pt
     circuit/   circuit_<op>.json  faithfulness_<op>.json  graph_<op>.html
     finetune/  train_pairs/  heldout_pairs/  <mode>/{checkpoint-N/, final/, sft_result.json, log.jsonl, .settings}
-    evaluate/  table.csv  eval_<label>.pt (one per model, only when benchmarks are configured)
+    evaluate/  table.csv  eval_<label>.pt (one per model: held-out arithmetic, benchmarks)
     compare/   train_pairs/ validation_pairs/ test_pairs/  runs/<mode>/lr_<rate>/{final/, sweep_run.json}
                comparison.json  sweep.csv  eval_<mode>.json  table.csv  figures/{sweep,deltas}.html
     report/    report.html  claims.json  figures/
