@@ -455,9 +455,18 @@ def _report_parts() -> dict:
         attention=attention(),
         probes=probes(),
         patterns=patterns(),
-        evaluation=pd.DataFrame({"model": ["base", "precise"], "held-out arithmetic %": [10.0, 30.0]}),
+        evaluation=_evaluation(),
         notes="made by hand",
     )
+
+
+def _evaluation() -> pd.DataFrame:
+    """The evaluate stage's table as it is saved: held-out arithmetic per item, base and precise."""
+    from mathcircuits.evaluation import ARITHMETIC, EvalResult, compare_table
+
+    items = {"base": [0, 1] * 20, "precise": [1, 1, 0, 1] * 10}
+    res = {m: EvalResult(m, {}, {}).with_benchmark(ARITHMETIC, "arithmetic", xs) for m, xs in items.items()}
+    return compare_table(res, "base", n_boot=200).rename_axis("model").reset_index()
 
 
 def _visible_text(page: str) -> str:
@@ -471,8 +480,9 @@ def test_report_html_is_self_contained(tmp_path):
     text = path.read_text(encoding="utf-8")
     assert not re.search(r"<script[^>]*\bsrc=", text) and "unpkg.com" not in text  # every script inline, no CDN import
     assert text.count(circuitsvis_bundle()[:5000]) == 1  # the CircuitsVis bundle is inlined once
-    # 3 heatmaps (add, sub, overall), top heads, stability, knockout, transfer, 3 attention, 2 probe figures
-    assert text.count("Plotly.newPlot(") == 12
+    # 3 heatmaps (add, sub, overall), top heads, stability, knockout, transfer, 3 attention, 2 probe figures,
+    # and the evaluation's changes against base with their paired-bootstrap intervals
+    assert text.count("Plotly.newPlot(") == 13 and "Change against base" in text
     for section in (
         "Path patching",
         "Knockout",
@@ -564,5 +574,5 @@ def test_report_gives_a_circuit_its_own_section(tmp_path):
     page = build_report(tmp_path / "report.html", **parts).read_text(encoding="utf-8")
     text = _visible_text(page)
     assert "Circuit (add)" in text and "Circuit edges (add)" in text
-    assert page.count("Plotly.newPlot(") == 13  # the circuit graph joins the 12 figures
+    assert page.count("Plotly.newPlot(") == 14  # the circuit graph joins the 13 figures
     assert not re.findall(r"\{'|': ", text), "the circuit's settings must not show as a Python dict"

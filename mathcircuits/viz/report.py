@@ -376,9 +376,12 @@ def report_html(
         c6 = next((c for c in getattr(claims, "claims", ()) if c.id == "C6"), None)
         page.reading(
             "Accuracy of the base model and of the fine-tuned models (precise SFT of the key heads, full SFT) on "
-            "held-out arithmetic and the configured benchmarks; the table is in the appendix. "
+            "held-out arithmetic and the configured benchmarks; the bars are changes against the base model with "
+            "95% paired-bootstrap intervals over the same items; the table is in the appendix. "
             + (f"Claim C6: {c6.measurement} ({c6.verdict})." if c6 is not None else "")
         )
+        if any(str(c).endswith(" Δ low") for c in evaluation.columns):  # changes vs base with their intervals
+            page.figure(sft_delta_bars(evaluation.set_index(evaluation.columns[0])))
         appendix.append(("Evaluation (Table-1 style)", _table(evaluation)))
     # the fair SFT comparison (compare stage)
     if comparison_table is not None:
