@@ -460,7 +460,7 @@ def _report_parts() -> dict:
     )
 
 
-def _evaluation() -> pd.DataFrame:
+def _evaluation():
     """The evaluate stage's table as it is saved: held-out arithmetic per item, base and precise."""
     from mathcircuits.evaluation import ARITHMETIC, EvalResult, compare_table
 
