@@ -103,8 +103,15 @@ def run(ctx: Context) -> ReportSummary:
     fair = {m: r for m in ("base", "precise", "full") if (r := _load(EvalResult, paths.compare_eval(m), "", {}, ""))}
     if len(fair) == 3:
         evals = fair
-    if not evals and paths.marker("evaluate").exists():
-        off["evals"] = "no benchmark results: evaluation.benchmarks is empty or no benchmark folder was found"
+    if not evals and paths.marker("evaluate").exists():  # the stage ran, but wrote no model's results
+        e, f = ctx.config.evaluation, ctx.config.finetune
+        off["evals"] = (
+            "stage evaluate off: evaluation.enabled is false"
+            if not e.enabled
+            else "no model evaluated: finetune off or no fine-tuned model, and no benchmark folder found"
+            if not f.enabled
+            else "no evaluation results written: re-run evaluate"
+        )
     circuits = {op: c for op in ops if (c := _load(Circuit, paths.circuit(op), "circuit", {}, "circuit"))}
     faiths = {op: f for op in circuits if (f := _load(Faithfulness, paths.circuit_faithfulness(op), "", {}, ""))}
     card = assess_claims(
