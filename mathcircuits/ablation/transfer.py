@@ -232,13 +232,9 @@ def transfer(
         kept = [i for i, c in enumerate(clean) if c]
         key = rand = None
         if len(kept) >= min_correct and len(kept) / len(clean) >= min_clean_accuracy:
-
-            def on_kept(heads: Sequence[tuple[int, int]], scorer: KnockoutScorer = scorer) -> list[int]:
-                correct = scorer.score(heads)[0]
-                return [int(correct[i]) for i in kept]  # noqa: B023 (called within this iteration)
-
-            key = on_kept(key_heads)
-            rand = [on_kept(rng.sample(all_heads, len(key_heads))) for _ in range(n_random)]
+            head_sets = [key_heads] + [rng.sample(all_heads, len(key_heads)) for _ in range(n_random)]
+            on_kept = [[int(c[i]) for i in kept] for c in (scorer.score(h)[0] for h in head_sets)]
+            key, rand = on_kept[0], on_kept[1:]
         row = transfer_row(
             name, clean, key, rand or [], name in set(held_in), min_clean_accuracy, min_correct, DEFAULT_CONFIDENCE
         )
