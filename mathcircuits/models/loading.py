@@ -34,6 +34,7 @@ from jaxtyping import Int
 from transformer_lens.model_bridge import TransformerBridge
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from mathcircuits.models.compat import check_versions, install_cache_alias
 from mathcircuits.models.embedded import EMBEDDED_NAME, cache_root, convert_gguf, embedded_model_dir
 from mathcircuits.models.prefix import PrefixRunner
 from mathcircuits.models.spec import ModelSpec
@@ -282,11 +283,15 @@ def boot_bridge(hf_model: torch.nn.Module, tokenizer: Any, name: str, device: st
 
     Returns:
         The bridge, in eval mode, with ``enable_compatibility_mode(no_processing=True)``.
+
+    Raises:
+        UnsupportedVersionError: transformers / TransformerLens / torch / peft outside the tested ranges.
     """
+    check_versions()
     with contextlib.redirect_stdout(io.StringIO()):
         bridge = TransformerBridge.boot_transformers(name, hf_model=hf_model, tokenizer=tokenizer, device=device)
         bridge.enable_compatibility_mode(no_processing=True)
-    return bridge.eval()
+    return install_cache_alias(bridge).eval()
 
 
 def spec_from_bridge(bridge: Any, name: str, source: str) -> ModelSpec:

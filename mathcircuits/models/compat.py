@@ -1,0 +1,158 @@
+"""Dependency versions: the ranges we compute exactly under, and the one shim a version needs.
+
+Why this exists. mathcircuits reaches into two fast-moving libraries: HF
+``transformers`` (the KV cache the prefix fast path reuses) and TransformerLens 4
+(the bridge whose hook points every method reads). A new release can change what
+a fast path computes without raising anything. ``transformers 5.24`` did: it
+renamed the cache argument that decoder layers hand their attention from
+``past_key_values`` to ``cache``, while TransformerLens 4.3's attention bridge
+still reads ``past_key_values`` (``AttentionBridge._update_kv_cache``). The
+bridge then skips the cache update, so a suffix run attends to itself alone and
+the prefix-cached logits were off by up to 3.8 on tiny Llama, with no warning.
+
+So, as data:
+
+* :data:`SUPPORTED` gives, per distribution, the range whose releases the test
+  suite passed with (the lock file pins one point in it); :func:`check_versions`
+  refuses anything outside, before a run writes a file.
+* :data:`CACHE_KWARG_SINCE` is the transformers release from which decoder
+  layers pass ``cache=``; :func:`install_cache_alias` hands the bridge's
+  attention the same object under the old name too. It is a no-op where the old
+  name is already passed, and the run-time checks of
+  :mod:`mathcircuits.models.integrity` verify its effect on the user's own model
+  (prefix-cached logits equal the plain forward's).
+
+Nothing here guesses: a version outside :data:`SUPPORTED` is refused with the
+installed version, the range, and the way to install the locked versions.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from packaging.version import Version
+
+__all__ = [
+    "CACHE_KWARG_SINCE",
+    "SUPPORTED",
+    "UnsupportedVersionError",
+    "VersionRange",
+    "check_versions",
+    "install_cache_alias",
+    "installed_versions",
+]
+
+
+class UnsupportedVersionError(RuntimeError):
+    """An installed dependency lies outside the range mathcircuits was tested with."""
+
+
+@dataclass(frozen=True)
+class VersionRange:
+    """Releases ``lowest ≤ v < below`` of one distribution.
+
+    Args:
+        lowest: the oldest release the suite passed with.
+        below: the first release not yet tested (exclusive upper bound).
+    """
+
+    lowest: str
+    below: str
+
+    def __contains__(self, version: str) -> bool:
+        v = Version(version).release  # local builds (torch 2.13.0+cpu) compare by their release
+        return Version(self.lowest).release <= v < Version(self.below).release
+
+    def __str__(self) -> str:
+        return f">={self.lowest},<{self.below}"
+
+
+SUPPORTED: dict[str, VersionRange] = {
+    "transformers": VersionRange("4.57", "5.25"),
+    "transformer-lens": VersionRange("4.3", "4.4"),
+    "torch": VersionRange("2.2", "2.15"),
+    "peft": VersionRange("0.13", "0.22"),
+}
+"""Distribution → the releases the suite passed with. ``pyproject.toml`` states the same bounds."""
+
+CACHE_KWARG_SINCE = "5.24"
+"""From this transformers release on, decoder layers pass the KV cache to attention as ``cache=``."""
+
+_ALIAS_FLAG = "_mathcircuits_cache_alias"
+ENV_SKIP = "MATHCIRCUITS_ALLOW_UNTESTED_VERSIONS"
+"""Set to 1 to run outside :data:`SUPPORTED` anyway (for ``scripts/check-latest.sh``; the run-time checks stay on)."""
+
+
+def installed_versions(names: tuple[str, ...] = ("mathcircuits", *SUPPORTED, "datasets", "lm_eval")) -> dict[str, str]:
+    """Installed version of each distribution (``"not installed"`` when absent).
+
+    Args:
+        names: distribution names.
+
+    Returns:
+        Name → version string.
+    """
+    out = {}
+    for name in names:
+        try:
+            out[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            out[name] = "not installed"
+    return out
+
+
+def check_versions() -> dict[str, str]:
+    """Refuse installed versions outside :data:`SUPPORTED` (unless ``MATHCIRCUITS_ALLOW_UNTESTED_VERSIONS=1``).
+
+    Returns:
+        The installed versions of the checked distributions.
+
+    Raises:
+        UnsupportedVersionError: naming each version, its supported range and how to install the lock.
+    """
+    found = installed_versions(tuple(SUPPORTED))
+    bad = [
+        f"{name} {v} (supported {SUPPORTED[name]})"
+        for name, v in found.items()
+        if v != "not installed" and v not in SUPPORTED[name]
+    ]
+    if bad and os.environ.get(ENV_SKIP) != "1":
+        raise UnsupportedVersionError(
+            f"installed {', '.join(bad)}: mathcircuits has not been tested with this release, and a new release "
+            "has changed what its fast paths compute before (transformers 5.24 renamed the KV-cache argument). "
+            "Fix: install the locked versions (bash scripts/setup.sh, or pip install -r requirements.lock), "
+            f"or set {ENV_SKIP}=1 to run anyway with the run-time checks (fast_paths stays verified)."
+        )
+    return found
+
+
+def _alias_cache(module: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    if kwargs.get("cache") is not None and kwargs.get("past_key_values") is None:
+        return args, {**kwargs, "past_key_values": kwargs["cache"]}
+    return None
+
+
+def install_cache_alias(bridge: Any) -> Any:
+    """Let the bridge's attention see the KV cache under ``past_key_values`` when HF passes it as ``cache``.
+
+    Idempotent (a flag on the bridge). Components that hand the call on to HF's own attention keep
+    ``cache`` as well, so they update the cache exactly once, as before.
+
+    Args:
+        bridge: a TransformerBridge.
+
+    Returns:
+        The same bridge.
+    """
+    if getattr(bridge, _ALIAS_FLAG, False):
+        return bridge
+    for block in getattr(bridge, "blocks", []):
+        attn = getattr(block, "attn", None)
+        if isinstance(attn, torch.nn.Module):
+            attn.register_forward_pre_hook(_alias_cache, with_kwargs=True)
+    setattr(bridge, _ALIAS_FLAG, True)
+    return bridge
