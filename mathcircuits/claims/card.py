@@ -64,6 +64,11 @@ class Claim:
         if self.verdict not in VERDICTS:
             raise ValueError(f"claim {self.id}: verdict {self.verdict!r} is unknown. Fix: use one of {VERDICTS}.")
 
+    @property
+    def beyond_paper(self) -> bool:
+        """Whether the claim goes beyond Zhang et al. (the N rows: how numbers are represented, docs/claims.md)."""
+        return not self.id.startswith("C")
+
 
 @dataclass(frozen=True)
 class ClaimsCard(SavedResult):
@@ -96,7 +101,12 @@ class ClaimsCard(SavedResult):
         out = [f"  claims (Zhang et al. 2024) — {self.confidence:.0%} intervals; rules in docs/claims.md"]
         width = max((len(c.title) for c in self.claims), default=10)
         for c in self.claims:
-            out.append(f"  {c.id} {c.title:<{width}}  {c.verdict:<32}  {c.measurement}")
+            mark = "+" if c.beyond_paper else " "
+            out.append(f" {mark}{c.id} {c.title:<{width}}  {c.verdict:<32}  {c.measurement}")
+        if any(c.beyond_paper for c in self.claims):
+            out.append(
+                "  + beyond the paper: Zhou et al. 2024, Fu et al. 2026, Kantamneni & Tegmark 2025, Nikankin et al."
+            )
         return out
 
 

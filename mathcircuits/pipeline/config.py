@@ -33,6 +33,7 @@ from mathcircuits.evaluation.config import EvaluationConfig
 from mathcircuits.finetune import SFTConfig
 from mathcircuits.finetune.compare import CompareConfig
 from mathcircuits.models import resolve_source
+from mathcircuits.numbers import NumbersConfig
 from mathcircuits.patching.config import PatchingConfig, SelectionConfig
 
 __all__ = [
@@ -43,6 +44,7 @@ __all__ = [
     "EvaluationSection",
     "FinetuneSection",
     "ModelSection",
+    "NumbersSection",
     "PatchingSection",
     "RunConfig",
     "SelectionSection",
@@ -143,6 +145,7 @@ ValidationSection = ValidationConfig
 AnalysisSection = AnalysisConfig
 EvaluationSection = EvaluationConfig
 CompareSection = CompareConfig
+NumbersSection = NumbersConfig
 
 
 @dataclass(frozen=True)
@@ -156,6 +159,7 @@ class RunConfig:
     validation: ValidationConfig = field(default_factory=ValidationConfig)
     analysis: AnalysisConfig = field(default_factory=AnalysisConfig)
     circuit: CircuitConfig = field(default_factory=CircuitConfig)
+    numbers: NumbersConfig = field(default_factory=NumbersConfig)
     finetune: FinetuneSection = field(default_factory=FinetuneSection)
     evaluation: EvaluationConfig = field(default_factory=EvaluationConfig)
     compare: CompareConfig = field(default_factory=CompareConfig)

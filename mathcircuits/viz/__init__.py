@@ -17,12 +17,30 @@ from mathcircuits.viz.export import (
 )
 from mathcircuits.viz.heatmap import patching_heatmap, patching_heatmaps, patching_top_heads
 from mathcircuits.viz.knockout import knockout_curves
+from mathcircuits.viz.numbers import (
+    grid_heatmaps,
+    helix_patch_bars,
+    helix_planes,
+    neuron_topk_curves,
+    numbers_figures,
+    probe_curves,
+    reading_numbers,
+    spectrum_lines,
+)
 from mathcircuits.viz.probes import probe_case_trajectory, probe_similarity_curves
 from mathcircuits.viz.report import build_report, plain_text, report_html
 from mathcircuits.viz.stability import selection_stability_bars
 from mathcircuits.viz.transfer import transfer_bars
 
 __all__ = [
+    "spectrum_lines",
+    "reading_numbers",
+    "probe_curves",
+    "numbers_figures",
+    "neuron_topk_curves",
+    "helix_planes",
+    "helix_patch_bars",
+    "grid_heatmaps",
     "circuit_graph",
     "ChromiumMissingError",
     "OfflineHTML",

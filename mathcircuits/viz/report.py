@@ -38,6 +38,7 @@ from mathcircuits.viz.circuit_graph import circuit_graph
 from mathcircuits.viz.circuits import attention_heads_view, circuitsvis_bundle, split_bundle
 from mathcircuits.viz.heatmap import patching_heatmap, patching_heatmaps, patching_top_heads
 from mathcircuits.viz.knockout import knockout_curves
+from mathcircuits.viz.numbers import numbers_figures, reading_numbers
 from mathcircuits.viz.probes import probe_case_trajectory, probe_similarity_curves
 from mathcircuits.viz.readings import (
     reading_attention,
@@ -172,7 +173,8 @@ def _claims_card(card: Any) -> str:
     for c in card.claims:
         cls = _VERDICT_CLASS.get(c.verdict, "v-none")
         rows.append(
-            f'<tr><td class="id" title="{_esc(c.statement)}">{_esc(c.id)} {_esc(c.title)}</td>'
+            f'<tr><td class="id" title="{_esc(c.statement)}">{_esc(c.id)} {_esc(c.title)}'
+            f"{'<br><small>beyond the paper</small>' if getattr(c, 'beyond_paper', False) else ''}</td>"
             f"<td>{_esc(c.paper)}</td><td>{_esc(c.measurement)}</td>"
             f'<td><span class="verdict {cls}" title="{_esc(c.reason)}">{_esc(c.verdict)}</span></td></tr>'
         )
@@ -241,6 +243,7 @@ def report_html(
     circuit_faithfulness: Any = None,
     comparison_sweep: Any = None,
     comparison_table: Any = None,
+    numbers: Mapping[str, Any] | None = None,
 ) -> str:
     """The report as one HTML string (see :func:`build_report`).
 
@@ -265,6 +268,8 @@ def report_html(
         circuit_faithfulness: its Faithfulness (or {operation: Faithfulness}).
         comparison_sweep: the fair SFT comparison's sweep (a DataFrame, ``compare/sweep.csv``).
         comparison_table: its table at each mode's selected rate (a ``compare_table`` DataFrame).
+        numbers: the numbers stage's results by name (``spectra``, ``logit_spectra``, ``probes``, ``helix``,
+            ``helix_patch``, ``neurons``; any may be missing).
 
     Returns:
         A standalone HTML page (plotly and, when views are shown, CircuitsVis inlined).
@@ -370,6 +375,18 @@ def report_html(
         page.figure(circuit_graph(circ, faith))
         df = circ.to_dataframe().sort_values("effect", key=abs, ascending=False).head(30)
         appendix.append((f"Circuit edges{(' (' + op + ')') if op else ''}", _table(df)))
+    # how numbers are represented (beyond the paper)
+    if numbers and any(v is not None for v in numbers.values()):
+        page.section("numbers", "How numbers are represented and combined (numbers; beyond the paper)")
+        page.reading(reading_numbers(dict(numbers)))
+        for fig in numbers_figures(dict(numbers)).values():
+            page.figure(fig)
+        if numbers.get("neurons") is not None:
+            appendix.append(("Heuristic neuron types per layer (top-k)", _table(numbers["neurons"].type_table())))
+        if numbers.get("helix") is not None:
+            appendix.append(("Helix vs PCA per depth", _table(numbers["helix"].to_dataframe())))
+        if numbers.get("helix_patch") is not None:
+            appendix.append(("Helix patch", _table(numbers["helix_patch"].to_dataframe())))
     # fine-tuning and evaluation
     if evaluation is not None:
         page.section("evaluation", "Fine-tuning and evaluation (evaluate)")

@@ -4,8 +4,9 @@ Reads the ``analysis`` section (``static_formats``); writes ``report/claims.json
 :class:`~mathcircuits.claims.ClaimsCard`), ``report/report.html`` and ``report/figures/``.
 Every result is optional: a stage that was off (or a file from an older version) leaves its
 claim "not measured" and its section out. The circuit gets a section when the circuit stage
-wrote one; the fine-tuning table when the evaluate stage wrote one; the fair comparison (and C6 from it)
-when the compare stage wrote one.
+wrote one; the numbers stage (claims N1–N3, beyond the paper) when it ran; the fine-tuning
+table when the evaluate stage wrote one; the fair comparison (and C6 from it) when the compare
+stage wrote one.
 """
 
 from __future__ import annotations
@@ -21,12 +22,14 @@ from mathcircuits._io import ResultFileError
 from mathcircuits.ablation import KnockoutResult, TransferResult
 from mathcircuits.analysis import AttentionByRole, HeadPatterns, MLPProbeResult
 from mathcircuits.circuit import Circuit, Faithfulness
-from mathcircuits.claims import assess_claims
+from mathcircuits.claims import assess_claims, with_number_claims
 from mathcircuits.evaluation import EvalResult
+from mathcircuits.numbers import HelixPatchResult, HelixResult, NeuronResult, ProbeResult, Spectrum
 from mathcircuits.patching import KeyComponents, PatchingResult
 from mathcircuits.pipeline.context import Context, StageSummary
 from mathcircuits.pipeline.stages.data import DataSummary
 from mathcircuits.pipeline.stages.identify import IdentifySummary
+from mathcircuits.pipeline.stages.numbers import NumbersSummary
 from mathcircuits.viz import (
     attention_excess,
     attention_heads_view,
@@ -34,6 +37,7 @@ from mathcircuits.viz import (
     build_report,
     find_chromium,
     knockout_curves,
+    numbers_figures,
     patching_heatmaps,
     patching_top_heads,
     probe_case_trajectory,
@@ -58,10 +62,16 @@ class ReportSummary(StageSummary):
     claims: list[dict[str, Any]] = field(default_factory=list)
 
     def lines(self) -> list[str]:
-        card = [f"  {c['id']} {c['title']:<38}  {c['verdict']:<32}  {c['measurement']}" for c in self.claims] or [
-            "  claims: none (re-run report)"
-        ]
-        head = ["  claims (Zhang et al. 2024; 95% intervals; rules in docs/claims.md):"] if self.claims else []
+        card = [
+            f" {'+' if c['id'].startswith('N') else ' '}{c['id']} {c['title']:<38}  {c['verdict']:<32}  "
+            f"{c['measurement']}"
+            for c in self.claims
+        ] or ["  claims: none (re-run report)"]
+        head = (
+            ["  claims (Zhang et al. 2024; + beyond the paper; 95% intervals; rules in docs/claims.md):"]
+            if self.claims
+            else []
+        )
         return head + card + [f"  report: {self.report}", f"  figures: {self.figures}"]
 
 
@@ -76,6 +86,24 @@ def _load(cls: type, path: Path, stage: str, off: dict[str, str], name: str) -> 
         log.warning("%s", err)
         off[name] = f"{stage}: its file is from an older version, re-run `mathcircuits {stage} --force`"
         return None
+
+
+_NUMBERS = (("spectra", Spectrum), ("logit_spectra", Spectrum), ("probes", ProbeResult), ("helix", HelixResult),
+            ("helix_patch", HelixPatchResult), ("neurons", NeuronResult))  # fmt: skip
+
+
+def _numbers_off(ctx: Context) -> dict[str, str]:
+    """Why a number claim (N1–N3) is not measured: the stage was off, or it skipped a part the model cannot pass."""
+    if not ctx.paths.marker("numbers").exists():
+        return {}
+    summary = ctx.summary("numbers", NumbersSummary)
+    if summary.disabled:
+        return {n: "stage numbers off: numbers.enabled is false" for n in ("N1", "N2", "N3")}
+    out = {}
+    for part, claim in (("helix patch", "N2"), ("neurons", "N3")):
+        if part in summary.skipped:
+            out[claim] = summary.skipped[part].split(". Fix")[0]
+    return out
 
 
 def run(ctx: Context) -> ReportSummary:
@@ -124,6 +152,9 @@ def run(ctx: Context) -> ReportSummary:
         off=off,
         seed=ctx.config.data.seed,
     )
+    nums = {name: _load(cls, paths.numbers(name), "numbers", {}, "") for name, cls in _NUMBERS}
+    card = with_number_claims(card, **{k: nums[k] for k in ("spectra", "probes", "helix", "neurons")},
+                              patch=nums["helix_patch"], off=_numbers_off(ctx))  # fmt: skip
     card.save(paths.claims)
     figs: dict[str, Any] = {}
     for label, fig in patching_heatmaps(per_op, key, overall=overall).items():
@@ -141,6 +172,8 @@ def run(ctx: Context) -> ReportSummary:
     if probes is not None:
         figs[str(paths.figure("mlp_probe_curves"))] = probe_similarity_curves(probes)
         figs[str(paths.figure("mlp_probe_case"))] = probe_case_trajectory(probes)
+    for stem, fig in numbers_figures(nums).items():
+        figs[str(paths.figure(stem))] = fig
     formats = list(ctx.config.analysis.static_formats)
     if formats and find_chromium() is None:
         formats = []
@@ -167,6 +200,7 @@ def run(ctx: Context) -> ReportSummary:
         circuit_faithfulness=faiths or None,
         comparison_sweep=pd.read_csv(paths.compare_sweep) if paths.compare_sweep.exists() else None,
         comparison_table=(pd.read_csv(paths.compare_table, index_col=0) if paths.compare_table.exists() else None),
+        numbers=nums,
     )
     return ReportSummary(
         report=str(report),

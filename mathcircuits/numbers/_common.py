@@ -1,0 +1,109 @@
+"""What the number analyses share: how a tokenizer writes numbers, depth labels, null quantiles, result display.
+
+Reading a number. Tokenizers differ: GPT-2, GPT-J and Llama 3 have one token for
+each number up to several hundred; SmolLM2, Llama 2 and Gemma split numbers into
+digits. Every analysis here reads a number **at its last token** (for a digit-split
+tokenizer: the units digit, where the model must gather the tens digit by
+attention). :func:`number_reading` finds how many tokens each number takes in a
+context and says so in one sentence that every result stores.
+
+Depths. ``depth d`` is the residual stream after ``d`` blocks at that token:
+depth 0 is the token embedding (what enters block 0), depth ``L`` the final
+residual. A probe or spectrum "at depth 0" is therefore a baseline that knows only
+the token itself.
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Sequence
+from typing import Any, Literal
+
+import torch
+from torch import Tensor
+
+__all__ = [
+    "TooFewCorrect",
+    "Tokenization",
+    "ShowResult",
+    "depth_labels",
+    "number_reading",
+    "number_token_counts",
+    "quantile",
+]
+
+Tokenization = Literal["single-token", "multi-token"]
+
+
+class TooFewCorrect(ValueError):
+    """The model answers too few prompts correctly for a causal analysis; the message says which and the fix."""
+
+
+def number_token_counts(tokenizer: Any, context: str, numbers: Sequence[int]) -> list[int]:
+    """How many tokens each number takes when written right after ``context``.
+
+    Args:
+        tokenizer: the model's tokenizer.
+        context: the text before the number.
+        numbers: the numbers.
+
+    Returns:
+        One count per number: the tokens whose characters overlap the number's digits.
+    """
+    out = []
+    for n in numbers:
+        text = context + str(n)
+        enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+        lo, hi = len(context), len(text)
+        out.append(sum(1 for s, e in enc["offset_mapping"] if e > lo and s < hi and e > s))
+    return out
+
+
+def number_reading(counts: Sequence[int], numbers: Sequence[int]) -> tuple[Tokenization, str]:
+    """The tokenization kind and the sentence that states where numbers are read.
+
+    Args:
+        counts: tokens per number (:func:`number_token_counts`).
+        numbers: the numbers.
+
+    Returns:
+        ``("single-token" | "multi-token", sentence)``.
+    """
+    lo, hi = min(numbers), max(numbers)
+    if max(counts) == 1:
+        return "single-token", (f"each number {lo}–{hi} is one token here; it is read at that token (its last token)")
+    return "multi-token", (
+        f"this tokenizer writes the numbers {lo}–{hi} as {min(counts)}–{max(counts)} tokens (digits); each number "
+        "is read at its last token, i.e. the units digit, where the model must gather the other digits by attention"
+    )
+
+
+def depth_labels(n_layers: int) -> tuple[str, ...]:
+    """``("emb", "1", …, "L")``: the residual after ``d`` blocks (``emb`` = the token embedding)."""
+    return ("emb", *(str(d) for d in range(1, n_layers + 1)))
+
+
+def quantile(x: Tensor, q: float, dim: int = 0) -> Tensor:
+    """``torch.quantile`` in float64 along ``dim`` (NaN-aware)."""
+    return torch.nanquantile(x.double(), q, dim=dim).float()
+
+
+class ShowResult:
+    """A short ``repr`` and an HTML view for result dataclasses (declare them with ``repr=False``).
+
+    Subclasses give :meth:`headline` (one line) and ``to_dataframe()`` (the table shown in Jupyter).
+    """
+
+    def headline(self) -> str:  # pragma: no cover - every subclass overrides it
+        return type(self).__name__
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.headline()})"
+
+    def _repr_html_(self) -> str:
+        df = self.to_dataframe()  # type: ignore[attr-defined]
+        more = f"<p><i>first 30 of {len(df)} rows; .to_dataframe() has all</i></p>" if len(df) > 30 else ""
+        return (
+            f"<div><b>{html.escape(type(self).__name__)}</b>: {html.escape(self.headline())}"
+            f"{df.head(30).to_html(index=False, float_format=lambda v: f'{v:.3f}')}{more}</div>"
+        )
