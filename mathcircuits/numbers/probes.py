@@ -24,11 +24,11 @@ Baselines. Depth 0 (the token embedding) is the tokenizer baseline for a
 digit-split tokenizer: the last token *is* the units digit, so ``mod 2, 5, 10`` are
 perfect there. (For single-token numbers depth 0 is the learned embedding, part of
 what is measured, so it is reported but not used as a baseline.) The **control
-task** (Hewitt & Liang 2019) fits the same probe to labels of a random
-relabelling of the numbers (``π(n) mod T``, the digits of ``π(n)``): it shows how much a probe can read from number *identity* alone. A
-probe over the whole residual on random directions would be the same probe (a
-rotation changes nothing), so it is no null; the control task is the baseline that
-answers "random directions" here.
+task** (Hewitt & Liang 2019) fits the same probe to labels of a random relabelling
+of the numbers (``π(n) mod T``, the digits of ``π(n)``): it shows how much a probe
+can read from number *identity* alone. A probe over the whole residual on random
+directions would be the same probe (a rotation changes nothing), so it is no null;
+the control task is the baseline that answers "random directions" here.
 
 Usage::
 
