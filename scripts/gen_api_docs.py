@@ -33,7 +33,19 @@ ROOT = Path(__file__).resolve().parents[1]
 API_MD = ROOT / "docs" / "api.md"
 PACKAGE = "mathcircuits"
 # Pipeline order (the import layers, low to high); subpackages not listed here follow, sorted.
-LAYER_ORDER = ("data", "models", "patching", "ablation", "analysis", "viz", "finetune", "evaluation", "pipeline", "cli")
+LAYER_ORDER = (
+    "data",
+    "models",
+    "patching",
+    "ablation",
+    "analysis",
+    "numbers",
+    "viz",
+    "finetune",
+    "evaluation",
+    "pipeline",
+    "cli",
+)
 SECTIONS = ("Args", "Arguments", "Returns", "Yields", "Raises")
 ONE_LINE = 96  # longer signatures get one parameter per line
 _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")

@@ -39,12 +39,12 @@ def number_tokenizer(folder: Path):
     return AutoTokenizer.from_pretrained(str(folder))
 
 
-def _llama(vocab: int, n_layers: int, seed: int, rope_theta: float = 10000.0) -> LlamaForCausalLM:
+def _llama(vocab: int, n_layers: int, seed: int, rope_theta: float = 10000.0, d_mlp: int = 128) -> LlamaForCausalLM:
     torch.manual_seed(seed)
     cfg = LlamaConfig(
         vocab_size=vocab,
         hidden_size=64,
-        intermediate_size=128,
+        intermediate_size=d_mlp,
         num_hidden_layers=n_layers,
         num_attention_heads=4,
         num_key_value_heads=2,
@@ -97,10 +97,11 @@ def _silu(z: float) -> float:
     return z / (1 + math.exp(-z))
 
 
-def adder_model(parity: bool = True):
-    """The hand-wired single-digit adder described in the module docstring (character tokenizer)."""
+def adder_model(parity: bool = True, d_mlp: int = 128):
+    """The hand-wired single-digit adder described in the module docstring (character tokenizer); ``d_mlp`` neurons
+    per layer, of which 12 are wired (the rest never fire)."""
     tok = tiny_tokenizer()
-    model = _llama(len(tok), 2, seed=0, rope_theta=10.0)
+    model = _llama(len(tok), 2, seed=0, rope_theta=10.0, d_mlp=d_mlp)
     digit = [tok.convert_tokens_to_ids(str(d)) for d in range(10)]
     with torch.no_grad():
         for p in model.parameters():

@@ -91,7 +91,7 @@ def claim_n1(spectra: Any, probes: Any, why_missing: str = "stage numbers off") 
         k = min(range(len(spectra.periods)), key=lambda i: abs(spectra.periods[i] - t))
         for d in range(1, len(probes.depths)):
             total += 1
-            above = bool(spectra.above[d, k])
+            above = bool(spectra.above[spectra.row_index(probes.depths[d]), k])  # the same depth, by its label
             in_base = round(float(t), 6) in base
             probe = probes.beats_baselines(f"mod {t}", d)
             iv = probes.interval(f"mod {t}", d)

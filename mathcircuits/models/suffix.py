@@ -57,7 +57,7 @@ class SuffixRunner:
         model: the hooked model.
         tokens: prompts of equal length ``S`` that share at least positions ``0…start−1`` in structure
             (they may differ there; the shared prefix is found and run once).
-        start: the first position that is run again (``0 < start < S``).
+        start: the first position that is run again (``0 <= start < S``; 0 caches nothing).
         capture: hook names whose clean activations at positions ``start…`` are kept in :attr:`clean`.
         check: compare the clean logits with the plain prefix-cached forward (see the module docstring).
 
@@ -75,16 +75,19 @@ class SuffixRunner:
         check: bool = True,
     ) -> None:
         seq = tokens.shape[1]
-        if not 0 < start < seq:
+        if not 0 <= start < seq:
             raise ValueError(
-                f"start {start} is outside 1…{seq - 1} of these {seq}-token prompts. Fix: pick a position."
+                f"start {start} is outside 0…{seq - 1} of these {seq}-token prompts. Fix: pick a position."
             )
         self.model, self.tokens, self.start = model, tokens, start
         self.n_layers = model.spec.n_layers
         bridge = model.bridge
         p = shared_prefix_len(tokens, start)
+        self.cache: Any = None  # start 0: nothing before the rerun positions
         with torch.no_grad():
-            if p > 0:
+            if start == 0:
+                pass
+            elif p > 0:
                 self.cache = repeat_cache(PrefixRunner(bridge).prefix_cache(tokens[0, :p]), tokens.shape[0])
                 if start > p:
                     bridge(tokens[:, p:start], past_key_values=self.cache, logits_to_keep=1)
@@ -129,7 +132,7 @@ class SuffixRunner:
 
     def _restore(self) -> None:
         """Cut every layer's cache back to ``start`` positions (a run from block k grows only layers k…)."""
-        for layer in self.cache.layers:
+        for layer in self.cache.layers if self.cache is not None else ():
             extra = layer.get_seq_length() - self.start
             if extra > 0:
                 layer.crop(-extra)  # a negative count removes that many positions

@@ -23,7 +23,7 @@ from mathcircuits.numbers.grid import GridCapture, capture_grid, operand_grid
 from mathcircuits.numbers.helix import HelixResult, fit_helix, helix_basis
 from mathcircuits.numbers.heuristics import HEURISTIC_KINDS, Heuristic, heuristic_library, match_patterns
 from mathcircuits.numbers.neurons import LayerTopK, NeuronKnockout, NeuronResult, heuristic_neurons
-from mathcircuits.numbers.patch import HelixPatchResult, helix_patch, patch_pairs
+from mathcircuits.numbers.patch import HelixPatchResult, helix_patch, patch_pairs, subspace_shifts
 from mathcircuits.numbers.probes import ProbeResult, cohen_kappa, mod_probes
 from mathcircuits.numbers.spectra import Spectrum, frequency_spectrum, logit_spectra, number_spectra, spectrum
 from mathcircuits.numbers.states import NumberStates, number_contexts, number_states
@@ -59,4 +59,5 @@ __all__ = [
     "operand_grid",
     "patch_pairs",
     "spectrum",
+    "subspace_shifts",
 ]

@@ -57,7 +57,7 @@ from mathcircuits.numbers._common import ShowResult, TooFewCorrect, quantile
 from mathcircuits.numbers.helix import HelixResult, random_subspace
 from mathcircuits.stats import DEFAULT_CONFIDENCE, DEFAULT_N_BOOT, bootstrap_indices
 
-__all__ = ["CONDITIONS", "HelixPatchResult", "helix_patch", "patch_pairs"]
+__all__ = ["CONDITIONS", "HelixPatchResult", "helix_patch", "patch_pairs", "subspace_shifts"]
 
 CONDITIONS = ("full", "helix", "pca", "random")
 
@@ -257,29 +257,59 @@ def helix_patch(
             "too few to patch. Fix: use a template and operands the model solves (e.g. smaller b_values)."
         )
     gen = torch.Generator().manual_seed(seed)
-    k = helix.k
-    rand = {d: [random_subspace(model.spec.d_model, k, gen) for _ in range(n_random)] for d in depths}
-    shifts = torch.zeros(len(keep), len(depths), 3 + n_random)
-    for chunk in _groups(cands, keep, batch_size):
-        ref = SuffixRunner(model, _tokens(cands, chunk, "tokens", model), cands[chunk[0]]["pos_a"])
-        src = SuffixRunner(model, _tokens(cands, chunk, "tokens2", model), cands[chunk[0]]["pos_a"], check=False)
-        ans = torch.tensor([cands[i]["answer"] for i in chunk], device=model.device)
-        ans2 = torch.tensor([cands[i]["answer2"] for i in chunk], device=model.device)
+    d_model = model.spec.d_model
+    subspaces = {
+        d: [
+            None,
+            helix.subspace(d),
+            helix.pca_subspaces[d],
+            *(random_subspace(d_model, helix.k, gen) for _ in range(n_random)),
+        ]
+        for d in depths
+    }
+    shifts = subspace_shifts(model, [cands[i] for i in keep], subspaces, batch_size)
+    kept = [cands[i] for i in keep]
+    return _summarise(shifts, depths, helix.k, kept, template_id, helix.reading, n_random, n_boot, seed, confidence)
+
+
+@torch.no_grad()
+def subspace_shifts(
+    model: HookedModel,
+    pairs: Sequence[dict[str, Any]],
+    subspaces: dict[int, Sequence[Tensor | None]],
+    batch_size: int = 16,
+) -> Float[Tensor, "pair depth subspace"]:
+    """The answer shift of patching a → a′ at ``a``'s last token inside each subspace, per pair and depth.
+
+    Args:
+        model: the hooked model.
+        pairs: rows of :func:`patch_pairs` (``tokens``, ``tokens2``, ``pos_a``, ``answer``, ``answer2``).
+        subspaces: depth → a list of orthonormal bases ``[d_model, k]`` (``None``: the full component).
+        batch_size: pairs per forward.
+
+    Returns:
+        ``logit(a′+b) − logit(a+b)`` patched minus clean, ``[pair, depth, subspace]``.
+    """
+    depths = list(subspaces)
+    width = max(len(v) for v in subspaces.values())
+    shifts = torch.full((len(pairs), len(depths), width), float("nan"))
+    for chunk in _groups(pairs, range(len(pairs)), batch_size):
+        ref = SuffixRunner(model, _tokens(pairs, chunk, "tokens", model), pairs[chunk[0]]["pos_a"])
+        src = SuffixRunner(model, _tokens(pairs, chunk, "tokens2", model), pairs[chunk[0]]["pos_a"], check=False)
+        ans = torch.tensor([pairs[i]["answer"] for i in chunk], device=model.device)
+        ans2 = torch.tensor([pairs[i]["answer2"] for i in chunk], device=model.device)
         clean = _ld(ref.logits, ans, ans2)
-        rows = [keep.index(i) for i in chunk]
         for di, d in enumerate(depths):
             x, delta = ref.resid_pre(d), src.resid_pre(d)[:, 0] - ref.resid_pre(d)[:, 0]
-            qs = [None, helix.subspace(d), helix.pca_subspaces[d], *rand[d]]
-            for ci, q in enumerate(qs):
+            for ci, q in enumerate(subspaces[d]):
                 step = delta if q is None else (delta @ q.to(delta)) @ q.to(delta).T
                 patched = x.clone()
                 patched[:, 0] += step
-                shifts[rows, di, ci] = (_ld(ref.run(from_layer=d, resid=patched), ans, ans2) - clean).cpu()
-    kept = [cands[i] for i in keep]
-    return _summarise(shifts, depths, k, kept, template_id, helix.reading, n_random, n_boot, seed, confidence)
+                shifts[chunk, di, ci] = (_ld(ref.run(from_layer=d, resid=patched), ans, ans2) - clean).cpu()
+    return shifts
 
 
-def _groups(cands: list[dict[str, Any]], rows: Sequence[int], batch_size: int) -> list[list[int]]:
+def _groups(cands: Sequence[dict[str, Any]], rows: Sequence[int], batch_size: int) -> list[list[int]]:
     """``rows`` in batches of equal prompt length and operand position (so a batch shares its positions)."""
     by: dict[tuple[int, int], list[int]] = defaultdict(list)
     for i in rows:
@@ -297,7 +327,7 @@ def _correct(model: HookedModel, cands: list[dict[str, Any]], batch_size: int) -
     return sorted(good)
 
 
-def _tokens(cands: list[dict[str, Any]], rows: list[int], key: str, model: HookedModel) -> Tensor:
+def _tokens(cands: Sequence[dict[str, Any]], rows: list[int], key: str, model: HookedModel) -> Tensor:
     return torch.tensor([cands[i][key] for i in rows], device=model.device)
 
 

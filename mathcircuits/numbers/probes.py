@@ -264,8 +264,9 @@ def mod_probes(
     n_boot: int = DEFAULT_N_BOOT,
     seed: int = 0,
     confidence: float = DEFAULT_CONFIDENCE,
+    depths: Sequence[int] | None = None,
 ) -> ProbeResult:
-    """Fit the mod-T and circular digit probes at every depth, with the control task.
+    """Fit the mod-T and circular digit probes at every depth (or some), with the control task.
 
     Args:
         states: number states with at least two contexts (folds hold out whole contexts).
@@ -274,11 +275,16 @@ def mod_probes(
         n_boot: bootstrap resamples of the items.
         seed: seed of the control relabelling and of the bootstrap.
         confidence: level of the intervals.
+        depths: the depths to probe (indices; depth 0, the baseline, is always included); None: all.
 
     Returns:
         The :class:`ProbeResult`.
     """
-    c, n, d, _ = states.states.shape
+    c, n, n_depths, _ = states.states.shape
+    chosen = sorted({0, *(range(n_depths) if depths is None else depths)})
+    if chosen[-1] >= n_depths or chosen[0] < 0:
+        raise ValueError(f"depths {list(depths or [])} are outside 0…{n_depths - 1}. Fix: pick depths of these states.")
+    d = len(chosen)
     if c < 2:
         raise ValueError(
             "the probes hold out whole contexts, and these states have one. "
@@ -303,8 +309,8 @@ def mod_probes(
         k: torch.full((n_t, d), float("nan"))
         for k in ("score", "low", "high", "control", "control_low", "control_high")
     }
-    for depth in range(d):
-        x = states.states[:, :, depth].reshape(c * n, -1).double().numpy()
+    for depth, src in enumerate(chosen):
+        x = states.states[:, :, src].reshape(c * n, -1).double().numpy()
         pred = np.zeros_like(y)
         for train, test in splits:
             scaler = StandardScaler().fit(x[train])
@@ -314,8 +320,8 @@ def mod_probes(
             for t, (kind, size, cols, labels) in enumerate(targets):
                 p = pred[:, offset + cols.start : offset + cols.stop]
                 if kind == "mod":
-                    boots = cohen_kappa(labels, p.argmax(1), size, weights)
-                    value = float(cohen_kappa(labels, p.argmax(1), size))
+                    yt, yp = torch.as_tensor(labels), torch.as_tensor(p.argmax(1))
+                    boots, value = cohen_kappa(yt, yp, size, weights), float(cohen_kappa(yt, yp, size))
                 else:
                     err = torch.as_tensor(_circular_error(np.arctan2(p[:, 1], p[:, 0]), labels))
                     boots, value = (weights @ err) / weights.sum(1), float(err.mean())
@@ -327,7 +333,7 @@ def mod_probes(
         targets=tuple(names),
         metrics=tuple("kappa" if kind == "mod" else "circular error" for kind, *_ in spec),
         chance=tuple(0.0 if kind == "mod" else 2.5 for kind, *_ in spec),
-        depths=states.depths,
+        depths=tuple(states.depths[i] for i in chosen),
         **out,
         n_items=len(nums),
         n_contexts=c,
