@@ -317,3 +317,20 @@ def test_figures_of_every_result(embedded_models, adder_runs):
     assert "last token" in reading_numbers(parts) and "Makelov" in reading_numbers(parts)
     assert 'id="numbers"' in report_html(numbers=parts)
     assert math.isfinite(float(parts["helix"].r2[0]))
+
+
+def test_fast_and_plain_paths_give_the_same_numbers(templates, adder_runs):
+    from mathcircuits.models import fast_paths
+    from mathcircuits.numbers import capture_grid
+
+    model, grid, _ = adder_runs[(True, 128)]
+    pairs = patch_pairs(model.tokenizer, templates, "add_eq_1", range(5), range(5), 6, fewshot=False)
+    subspaces = {1: [None, torch.eye(64)[:, :10]]}
+    fast = subspace_shifts(model, pairs, subspaces)
+    cap = capture_grid(model, grid, [1], [(1, 0)])
+    with fast_paths(False):
+        plain = subspace_shifts(model, pairs, subspaces)
+        cap_plain = capture_grid(model, grid, [1], [(1, 0)])
+    assert torch.allclose(fast, plain, atol=1e-4)
+    assert torch.allclose(cap.acts, cap_plain.acts, atol=1e-4) and torch.allclose(cap.grads, cap_plain.grads, atol=1e-4)
+    assert torch.equal(cap.correct, cap_plain.correct)

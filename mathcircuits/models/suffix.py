@@ -17,10 +17,12 @@ so the next run sees the same past. With ``s = S − 1`` one intervention costs 
 token through ``L − k`` blocks, which is what makes neuron ablations over an
 operand grid affordable on a CPU.
 
-The runner checks itself when built: its clean last-position logits must equal
-those of the plain prefix-cached forward (:meth:`PrefixRunner.logits_from`) to
-``1e-3`` relative; a dependency upgrade that breaks the cache path fails there,
-on the user's own model, instead of giving wrong effects.
+The path proves itself on the user's model before its first use
+(:func:`~mathcircuits.models.integrity.verify_once`, path ``"suffix rerun"``): on a
+probe batch, a rerun from a middle block with a hook, and the clean logits, must equal
+the plain forward's (:func:`check_suffix`). With fast paths off
+(``model.fast_paths: off``) every run is the plain full forward, the hooks seeing
+positions ``s…`` through a slice of the full activation.
 
 Usage::
 
@@ -42,10 +44,11 @@ from jaxtyping import Float, Int
 from torch import Tensor
 
 from mathcircuits.models import hooks
+from mathcircuits.models.integrity import compare, fast_paths_enabled, model_dtype, probe_tokens, verify_once
 from mathcircuits.models.loading import HookedModel
 from mathcircuits.models.prefix import PrefixRunner, blocks_from, repeat_cache, shared_prefix_len
 
-__all__ = ["SuffixRunner"]
+__all__ = ["SuffixRunner", "check_suffix"]
 
 Hook = tuple[str, Any]
 
@@ -81,18 +84,20 @@ class SuffixRunner:
             )
         self.model, self.tokens, self.start = model, tokens, start
         self.n_layers = model.spec.n_layers
+        self.fast = fast_paths_enabled()
+        if self.fast and check:
+            verify_once(model.bridge, "suffix rerun", lambda: check_suffix(model))
         bridge = model.bridge
-        p = shared_prefix_len(tokens, start)
-        self.cache: Any = None  # start 0: nothing before the rerun positions
-        with torch.no_grad():
-            if start == 0:
-                pass
-            elif p > 0:
-                self.cache = repeat_cache(PrefixRunner(bridge).prefix_cache(tokens[0, :p]), tokens.shape[0])
-                if start > p:
-                    bridge(tokens[:, p:start], past_key_values=self.cache, logits_to_keep=1)
-            else:
-                _, self.cache = bridge(tokens[:, :start], return_type="logits_and_cache", logits_to_keep=1)
+        self.cache: Any = None  # start 0, or fast paths off: nothing is cached
+        if self.fast and start > 0:
+            p = shared_prefix_len(tokens, start)
+            with torch.no_grad():
+                if p > 0:
+                    self.cache = repeat_cache(PrefixRunner(bridge).prefix_cache(tokens[0, :p]), tokens.shape[0])
+                    if start > p:
+                        bridge(tokens[:, p:start], past_key_values=self.cache, logits_to_keep=1)
+                else:
+                    _, self.cache = bridge(tokens[:, :start], return_type="logits_and_cache", logits_to_keep=1)
         names = list(dict.fromkeys([*capture, *(hooks.resid_pre(l) for l in range(self.n_layers))]))
         self.clean: dict[str, Tensor] = {}
 
@@ -102,25 +107,32 @@ class SuffixRunner:
 
             return hook
 
-        self.logits = self._forward(tokens[:, start:], [(n, grab(n)) for n in names], 0)
-        missing = [n for n in names if n not in self.clean]
-        if missing:
-            raise KeyError(f"the model has no hook {missing[0]!r}. Fix: use a name of mathcircuits.models.hooks.")
-        if check:
-            self._check()
+        self.logits = self._forward(None, [(n, grab(n)) for n in names], 0)
 
-    def _forward(self, x: Tensor, fwd_hooks: Sequence[Hook], layer: int, grad: bool = False) -> Tensor:
-        """Logits at the last position of a run of positions ``start…`` entering block ``layer`` (cache restored)."""
+    def _forward(
+        self, resid: Tensor | None, fwd_hooks: Sequence[Hook], layer: int, grad: bool = False
+    ) -> Float[Tensor, "batch vocab"]:
+        """Logits at the last position of a run of positions ``start…`` from block ``layer`` (cache restored).
+
+        ``resid`` replaces the residual entering block ``layer`` at positions ``start…`` (None: the clean one).
+        """
+        if not self.fast:
+            return self._plain(resid, fwd_hooks, layer, grad)
+        if resid is None:
+            resid = self.resid_pre(layer) if layer > 0 else None
         try:
             with torch.set_grad_enabled(grad):
-                if layer == 0 and x.dtype == torch.long:
+                if resid is None:
                     out = self.model.bridge.run_with_hooks(
-                        x, fwd_hooks=list(fwd_hooks), past_key_values=self.cache, logits_to_keep=1
+                        self.tokens[:, self.start :],
+                        fwd_hooks=list(fwd_hooks),
+                        past_key_values=self.cache,
+                        logits_to_keep=1,
                     )
                 else:  # run_from_layer, without its no_grad (attribution differentiates through this run)
                     with blocks_from(self.model.bridge, layer):
                         out = self.model.bridge.run_with_hooks(
-                            x,
+                            resid,
                             fwd_hooks=list(fwd_hooks),
                             start_at_layer=layer,
                             past_key_values=self.cache,
@@ -130,23 +142,33 @@ class SuffixRunner:
             self._restore()
         return out[:, -1]
 
+    def _plain(self, resid: Tensor | None, fwd_hooks: Sequence[Hook], layer: int, grad: bool) -> Tensor:
+        """The reference path: one full forward; each hook sees (and may replace) positions ``start…`` only."""
+        s = self.start
+
+        def sliced(fn: Any) -> Any:
+            def hook(act: Tensor, hook: Any) -> Tensor:
+                out = fn(act[:, s:], hook)
+                if out is None:
+                    return act
+                act = act.clone()
+                act[:, s:] = out
+                return act
+
+            return hook
+
+        wrapped = [(n, sliced(fn)) for n, fn in fwd_hooks]
+        if resid is not None:
+            wrapped.insert(0, (hooks.resid_pre(layer), sliced(lambda act, hook: resid)))
+        with torch.set_grad_enabled(grad):
+            return self.model.bridge.run_with_hooks(self.tokens, fwd_hooks=wrapped)[:, -1]
+
     def _restore(self) -> None:
         """Cut every layer's cache back to ``start`` positions (a run from block k grows only layers k…)."""
         for layer in self.cache.layers if self.cache is not None else ():
             extra = layer.get_seq_length() - self.start
             if extra > 0:
                 layer.crop(-extra)  # a negative count removes that many positions
-
-    def _check(self) -> None:
-        plain = PrefixRunner(self.model.bridge).logits_from(self.tokens, self.tokens.shape[1] - 1)[:, -1]
-        err = float((plain - self.logits).abs().max())
-        scale = float(plain.abs().max()) or 1.0
-        if err > 1e-3 * scale:
-            raise RuntimeError(
-                f"the cached suffix path gives logits {err:.3g} away from the plain forward (scale {scale:.3g}) on "
-                "this model, so its interventions would be wrong. Fix: check the transformers / TransformerLens "
-                "versions (mathcircuits.models.compat) or report the model; the plain path is PrefixRunner."
-            )
 
     def resid_pre(self, layer: int) -> Float[Tensor, "batch pos d_model"]:
         """The clean residual entering block ``layer`` at positions ``start…``."""
@@ -162,7 +184,7 @@ class SuffixRunner:
 
         Args:
             fwd_hooks: ``(hook name, fn)`` pairs; they see positions ``start…`` only. Hooks below
-                ``from_layer`` do not fire.
+                ``from_layer`` do not fire (and are refused).
             from_layer: the lowest block a hook touches (blocks below it are taken from the clean run).
             resid: the residual entering block ``from_layer`` at positions ``start…`` (default: the clean one);
                 needs ``from_layer >= 1``.
@@ -170,19 +192,51 @@ class SuffixRunner:
         Returns:
             ``[batch, vocab]`` logits.
         """
-        return self._forward(self._input(from_layer, resid), fwd_hooks, from_layer)
+        return self._forward(self._checked(from_layer, resid, fwd_hooks), fwd_hooks, from_layer)
 
     def run_with_grad(
         self, fwd_hooks: Sequence[Hook] = (), from_layer: int = 0, resid: Tensor | None = None
     ) -> Float[Tensor, "batch vocab"]:
         """As :meth:`run`, with autograd on (hooks may mark activations to differentiate, e.g. attribution)."""
-        return self._forward(self._input(from_layer, resid), fwd_hooks, from_layer, grad=True)
+        return self._forward(self._checked(from_layer, resid, fwd_hooks), fwd_hooks, from_layer, grad=True)
 
-    def _input(self, from_layer: int, resid: Tensor | None) -> Tensor:
+    def _checked(self, from_layer: int, resid: Tensor | None, fwd_hooks: Sequence[Hook]) -> Tensor | None:
         if not 0 <= from_layer < self.n_layers:
             raise ValueError(f"from_layer {from_layer} is outside 0…{self.n_layers - 1}. Fix: pick a block.")
         if resid is not None and from_layer == 0:
             raise ValueError("a replacement residual enters a block >= 1. Fix: pass from_layer >= 1, or use a hook.")
-        if resid is not None:
-            return resid
-        return self.tokens[:, self.start :] if from_layer == 0 else self.resid_pre(from_layer)
+        below = [
+            str(n) for n, _ in fwd_hooks if str(n).startswith("blocks.") and int(str(n).split(".")[1]) < from_layer
+        ]
+        if below:
+            raise ValueError(
+                f"hooks {below[:3]} sit below block {from_layer}, which does not run again. Fix: lower from_layer."
+            )
+        return resid
+
+
+def check_suffix(model: HookedModel) -> tuple[float, float]:
+    """A rerun of the last three positions from the middle block, with a hook, against the plain forward (run-time
+    check of the ``"suffix rerun"`` fast path on a probe batch).
+
+    Args:
+        model: the hooked model.
+
+    Returns:
+        ``(largest difference, tolerance)`` (:func:`mathcircuits.models.integrity.compare`).
+    """
+    toks = probe_tokens(model.spec.vocab_size, model.device)
+    layer = max(1, model.spec.n_layers // 2)
+    start = toks.shape[1] - 3
+
+    def scale(act: Tensor, hook: Any) -> Tensor:
+        act = act.clone()
+        act[:, -1] = act[:, -1] * 0.5
+        return act
+
+    name = hooks.resid_pre(layer)
+    run = SuffixRunner(model, toks, start)  # the check runs inside verify_once, which does not recurse
+    fast = torch.stack([run.logits, run.run([(name, scale)], from_layer=layer)])
+    bridge = model.bridge
+    plain = torch.stack([bridge(toks)[:, -1], bridge.run_with_hooks(toks, fwd_hooks=[(name, scale)])[:, -1]])
+    return compare(fast, plain, model_dtype(model))
