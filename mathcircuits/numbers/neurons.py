@@ -39,7 +39,6 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import datasets
 import pandas as pd
@@ -50,45 +49,15 @@ from torch import Tensor
 from mathcircuits._io import SavedResult
 from mathcircuits.models import HookedModel
 from mathcircuits.models.suffix import SuffixRunner
-from mathcircuits.numbers._common import ShowResult, TooFewCorrect, quantile
-from mathcircuits.numbers.grid import GridCapture, capture_grid, grid_batches, mlp_post
+from mathcircuits.numbers._common import ShowResult, TooFewCorrect
+from mathcircuits.numbers.ablation import LayerTopK, NeuronKnockout, ablate, random_like, summarise_knockout
+from mathcircuits.numbers.grid import GridCapture, capture_grid, grid_batches
 from mathcircuits.numbers.heuristics import HEURISTIC_KINDS, heuristic_library, match_patterns, null_classified
-from mathcircuits.stats import DEFAULT_CONFIDENCE, DEFAULT_N_BOOT, paired_bootstrap, wilson_interval
+from mathcircuits.stats import DEFAULT_CONFIDENCE, DEFAULT_N_BOOT, wilson_interval
 
-__all__ = ["DEFAULT_FRACTIONS", "LayerTopK", "NeuronKnockout", "NeuronResult", "heuristic_neurons"]
+__all__ = ["DEFAULT_FRACTIONS", "NeuronResult", "heuristic_neurons"]
 
 DEFAULT_FRACTIONS = (0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5)
-
-
-@dataclass(frozen=True)
-class LayerTopK:
-    """Accuracy of one layer with only its top-``k`` neurons kept, per tried ``k``; ``chosen`` is the sufficient k
-    (the layer's width when no tried k keeps accuracy within the margin)."""
-
-    layer: int
-    ks: tuple[int, ...]
-    accuracy: tuple[float, ...]
-    low: tuple[float, ...]
-    high: tuple[float, ...]
-    chosen: int
-
-
-@dataclass(frozen=True)
-class NeuronKnockout:
-    """Associated-neuron knockout against layer-matched random knockouts (module docstring, point 4)."""
-
-    n_prompts: int
-    mean_associated: float
-    associated_accuracy: float
-    associated_low: float
-    associated_high: float
-    random_accuracy: float
-    random_low: float
-    random_high: float
-    extra_drop: float
-    drop_low: float
-    drop_high: float
-    n_random: int
 
 
 @dataclass(frozen=True, repr=False)
@@ -199,21 +168,6 @@ class NeuronResult(SavedResult, ShowResult):
         return table
 
 
-def _ablate(masks: dict[int, Tensor], means: dict[int, Tensor]) -> list[tuple[str, Any]]:
-    """Hooks that replace, at the last position, the neurons where ``masks[layer]`` is True by their means."""
-
-    def make(layer: int) -> Any:
-        def hook(act: Tensor, hook: Any) -> Tensor:
-            act = act.clone()
-            m = masks[layer].to(act.device)
-            act[:, -1] = torch.where(m, means[layer].to(act), act[:, -1])
-            return act
-
-        return hook
-
-    return [(mlp_post(l), make(l)) for l in masks]
-
-
 def _maps(values: Tensor, cap: GridCapture, a_vals: list[int], b_vals: list[int]) -> Tensor:
     out = torch.full((values.shape[0], len(a_vals), len(b_vals)), float("nan"))
     ai = torch.tensor([a_vals.index(int(x)) for x in cap.a])
@@ -308,7 +262,7 @@ def heuristic_neurons(
             for ki, k in enumerate(ks):
                 drop = torch.ones(d_mlp, dtype=torch.bool)
                 drop[order[j, :k]] = False
-                logits = run.run(_ablate({l: drop}, mean_of), from_layer=l)
+                logits = run.run(ablate({l: drop}, mean_of), from_layer=l)
                 hits[j, ki] += float((logits.argmax(-1) == ans).sum())
         runners.append((rows, run, ans))
     topk = []
@@ -335,23 +289,23 @@ def heuristic_neurons(
     per_prompt = {"assoc": [], "random": []}
     for rows, run, ans in runners:
         first = min(layers)
-        logits = run.run(_ablate({l: ~keep[l] for l in layers}, mean_of), from_layer=first)
+        logits = run.run(ablate({l: ~keep[l] for l in layers}, mean_of), from_layer=first)
         combined_hits += float((logits.argmax(-1) == ans).sum())
         a_mask = assoc[rows]  # [batch, layer, neuron]
         with_any = a_mask.flatten(1).any(1)
         if not bool(with_any.any()):
             continue
         sub = with_any.nonzero()[:, 0]
-        got = run.run(_ablate({l: a_mask[:, j] for j, l in enumerate(layers)}, mean_of), from_layer=first)
+        got = run.run(ablate({l: a_mask[:, j] for j, l in enumerate(layers)}, mean_of), from_layer=first)
         per_prompt["assoc"].append(((got.argmax(-1) == ans).float().cpu()[sub], a_mask[sub].sum((1, 2)).float()))
         draws = torch.zeros(len(rows), n_random)
         for r in range(n_random):
-            rand = _random_like(a_mask, gen)
-            got = run.run(_ablate({l: rand[:, j] for j, l in enumerate(layers)}, mean_of), from_layer=first)
+            rand = random_like(a_mask, gen)
+            got = run.run(ablate({l: rand[:, j] for j, l in enumerate(layers)}, mean_of), from_layer=first)
             draws[:, r] = (got.argmax(-1) == ans).float().cpu()
         per_prompt["random"].append(draws[sub])
     cb = wilson_interval(int(combined_hits), len(evals), confidence)
-    knockout = _knockout(per_prompt, n_random, n_boot, seed, confidence) if per_prompt["assoc"] else None
+    knockout = summarise_knockout(per_prompt, n_random, n_boot, seed, confidence) if per_prompt["assoc"] else None
     a_vals, b_vals = sorted(set(cap.a.tolist())), sorted(set(cap.b.tolist()))
     classified = [(float(attribution[j, i]), j, i) for j in range(len(layers)) for i in range(d_mlp) if best[j, i] >= 0]
     examples = [(j, i) for _, j, i in sorted(classified, reverse=True)[:n_examples]]
@@ -389,36 +343,4 @@ def heuristic_neurons(
         reading="neuron activations (the input of W_out) at the prompt's last position; answers scored on their "
         "first token",
         seed=seed,
-    )
-
-
-def _random_like(assoc: Tensor, gen: torch.Generator) -> Tensor:
-    """Per prompt and layer, as many random neurons as ``assoc`` marks, drawn from the layer's other neurons."""
-    scores = torch.rand(assoc.shape, generator=gen).masked_fill(assoc, -1.0)  # associated neurons are never drawn
-    counts = assoc.sum(-1, keepdim=True)
-    rank = scores.argsort(-1, descending=True).argsort(-1)
-    return rank < counts
-
-
-def _knockout(per: dict[str, list[Any]], n_random: int, n_boot: int, seed: int, confidence: float) -> NeuronKnockout:
-    assoc = torch.cat([a for a, _ in per["assoc"]])
-    count = torch.cat([c for _, c in per["assoc"]])
-    rand = torch.cat(per["random"])  # [prompt, draw]
-    a_iv = wilson_interval(int(assoc.sum()), len(assoc), confidence)
-    draws = rand.mean(0)
-    alpha = 1 - confidence
-    d = paired_bootstrap(rand.mean(1), assoc, n_boot, seed, confidence)
-    return NeuronKnockout(
-        n_prompts=len(assoc),
-        mean_associated=float(count.mean()),
-        associated_accuracy=a_iv.value,
-        associated_low=a_iv.low,
-        associated_high=a_iv.high,
-        random_accuracy=float(draws.mean()),
-        random_low=float(quantile(draws, alpha / 2)),
-        random_high=float(quantile(draws, 1 - alpha / 2)),
-        extra_drop=d.value,
-        drop_low=d.low,
-        drop_high=d.high,
-        n_random=n_random,
     )

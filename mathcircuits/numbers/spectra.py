@@ -30,7 +30,8 @@ Usage::
 
     spec = number_spectra(states)                 # rows: depths 0 … L
     spec.periods_above("emb"), spec.bands()       # periods above the null, per layer band
-    logit_spectra(model, capture_grid(model, grid, heads=[(14, 2)], mlps=[20]))   # Zhou et al.'s view
+
+What heads and MLPs write to the answer logits, transformed the same way, is :mod:`.components`.
 
 References: Zhou et al., "Pre-trained Large Language Models Use Fourier Features to Compute
 Addition" (NeurIPS 2024), §3; Fu et al., "Convergent evolution" (2026).
@@ -48,13 +49,11 @@ from jaxtyping import Bool, Float
 from torch import Tensor
 
 from mathcircuits._io import SavedResult
-from mathcircuits.models import HookedModel
 from mathcircuits.numbers._common import ShowResult, quantile
-from mathcircuits.numbers.grid import GridCapture, answer_first_token
 from mathcircuits.numbers.states import NumberStates
 from mathcircuits.stats import DEFAULT_CONFIDENCE, DEFAULT_N_BOOT, bootstrap_indices
 
-__all__ = ["Spectrum", "column_power", "frequency_spectrum", "logit_spectra", "number_spectra", "spectrum"]
+__all__ = ["Spectrum", "column_power", "frequency_spectrum", "number_spectra", "spectrum"]
 
 
 def _dft(n: int) -> Tensor:
@@ -376,55 +375,6 @@ def number_spectra(
         reading=states.reading,
         baseline_periods=base,
         baseline=what,
-        n_shuffles=n_shuffles,
-        n_boot=n_boot,
-        seed=seed,
-        confidence=confidence,
-    )
-
-
-def logit_spectra(
-    model: HookedModel,
-    capture: GridCapture,
-    n_shuffles: int = 200,
-    n_boot: int = DEFAULT_N_BOOT,
-    seed: int = 0,
-    confidence: float = DEFAULT_CONFIDENCE,
-) -> Spectrum:
-    """Zhou et al.'s spectrum: what each captured head or MLP writes to the candidate answers' logits, per prompt.
-
-    The candidates are the first answer tokens of the numbers ``0, 1, …``: every number up to the grid's largest
-    answer when each is one token, else the ten digits (a digit-split tokenizer's first answer tokens). A
-    component's direct effect on them (:meth:`GridCapture.direct_effect`) is transformed along the candidate axis
-    for each prompt of the grid; the columns resampled are the prompts.
-
-    Args:
-        model: the hooked model.
-        capture: a :class:`GridCapture` with components (heads, MLPs).
-        n_shuffles: shuffled candidate orders per component.
-        n_boot: bootstrap resamples of the prompts.
-        seed: seed.
-        confidence: level.
-
-    Returns:
-        A :class:`Spectrum` with one row per component.
-    """
-    if not capture.components:
-        raise ValueError("the capture has no heads or MLPs. Fix: capture_grid(..., heads=..., mlps=...).")
-    top = int(capture.result.max())
-    tokens = [answer_first_token(model.tokenizer, n) for n in range(max(top, 9) + 1)]
-    single = len(set(tokens)) == len(tokens)
-    if not single:
-        tokens = tokens[:10]
-    effect = capture.direct_effect(model, tokens)  # [prompt, component, candidate]
-    what = f"numbers 0–{len(tokens) - 1}" if single else "the digits 0–9 (first answer tokens)"
-    return spectrum(
-        [effect[:, c].T for c in range(effect.shape[1])],
-        list(capture.components),
-        source="direct effect on the candidate answers' logits at the last position",
-        axis=f"candidate answers: {what}",
-        reading="the component's output at the prompt's last position, through the final norm and unembedding",
-        baseline="none (the candidates are tokens, not a model's numbers)",
         n_shuffles=n_shuffles,
         n_boot=n_boot,
         seed=seed,
