@@ -26,6 +26,7 @@ Usage::
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -129,6 +130,15 @@ class GridCapture:
     components: tuple[str, ...]
     outputs: Float[Tensor, "prompt component d_model"]
     final: Float[Tensor, "prompt d_model"]
+
+    def select(self, layers: Sequence[int]) -> GridCapture:
+        """The same capture restricted to some of its neuron layers (e.g. the ones that matter most)."""
+        missing = [l for l in layers if l not in self.layers]
+        if missing:
+            raise ValueError(f"layers {missing} were not captured (this capture has {self.layers}). Fix: capture them.")
+        keep = sorted({int(l) for l in layers})
+        idx = [self.layers.index(l) for l in keep]
+        return dataclasses.replace(self, layers=tuple(keep), acts=self.acts[:, idx], grads=self.grads[:, idx])
 
     def direct_effect(self, model: HookedModel, tokens: Sequence[int]) -> Float[Tensor, "prompt component token"]:
         """Each component's exact direct effect on the logits of ``tokens``: ``(LN(x) − LN(x − c)) · W_U``."""

@@ -250,7 +250,7 @@ def helix_patch(
     if bad or not depths:
         raise ValueError(f"depths {bad or depths} are outside 1…{n_layers - 1}. Fix: patch after at least one block.")
     cands = patch_pairs(model.tokenizer, template_sets, template_id, helix.numbers, b_values, 8 * n_pairs, seed)
-    keep = _correct(model, cands, batch_size)[:n_pairs]
+    keep = _correct(model, cands, batch_size, n_pairs)
     if len(keep) < 2:
         raise TooFewCorrect(
             f"the model answers only {len(keep)} of {len(cands)} candidate prompts of {template_id!r} correctly, "
@@ -317,14 +317,20 @@ def _groups(cands: Sequence[dict[str, Any]], rows: Sequence[int], batch_size: in
     return [g[j : j + batch_size] for g in by.values() for j in range(0, len(g), batch_size)]
 
 
-def _correct(model: HookedModel, cands: list[dict[str, Any]], batch_size: int) -> list[int]:
-    """The candidates whose clean prompt the model answers correctly (first answer token), in draw order."""
-    good: set[int] = set()
-    for chunk in _groups(cands, range(len(cands)), 4 * batch_size):
-        toks = _tokens(cands, chunk, "tokens", model)
-        pred = PrefixRunner(model.bridge).logits_from(toks, toks.shape[1] - 1)[:, -1].argmax(-1).tolist()
-        good |= {i for i, p in zip(chunk, pred) if p == cands[i]["answer"]}
-    return sorted(good)
+def _correct(model: HookedModel, cands: list[dict[str, Any]], batch_size: int, wanted: int) -> list[int]:
+    """The first ``wanted`` candidates (in draw order) whose clean prompt the model answers correctly (first answer
+    token); candidates are scored in draw-order chunks until enough are found."""
+    good: list[int] = []
+    step = 4 * batch_size
+    for lo in range(0, len(cands), step):
+        chunk_rows = list(range(lo, min(lo + step, len(cands))))
+        for chunk in _groups(cands, chunk_rows, step):
+            toks = _tokens(cands, chunk, "tokens", model)
+            pred = PrefixRunner(model.bridge).logits_from(toks, toks.shape[1] - 1)[:, -1].argmax(-1).tolist()
+            good += [i for i, p in zip(chunk, pred) if p == cands[i]["answer"]]
+        if len(good) >= wanted:
+            break
+    return sorted(good)[:wanted]
 
 
 def _tokens(cands: Sequence[dict[str, Any]], rows: list[int], key: str, model: HookedModel) -> Tensor:
