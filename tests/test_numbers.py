@@ -334,3 +334,32 @@ def test_fast_and_plain_paths_give_the_same_numbers(templates, adder_runs):
     assert torch.allclose(fast, plain, atol=1e-4)
     assert torch.allclose(cap.acts, cap_plain.acts, atol=1e-4) and torch.allclose(cap.grads, cap_plain.grads, atol=1e-4)
     assert torch.equal(cap.correct, cap_plain.correct)
+
+
+def test_the_numbers_stage_writes_its_results_and_says_what_it_skipped(tmp_path):
+    from mathcircuits.pipeline import RunConfig, run_pipeline
+    from mathcircuits.pipeline.paths import RunPaths
+
+    cfg = RunConfig.from_dict(
+        {
+            "model": {"source": "tiny-llama", "threads": 1},
+            "data": {"operations": ["add"], "template_ids": ["add_eq_1"], "n_per_template": 4,
+                     "keep_only_correct": False},
+            "patching": {"min_pairs": 1, "max_pairs": 4},
+            "selection": {"rule": "topk", "k": 2},
+            "numbers": {"enabled": True, "contexts": 2, "numbers": [0, 39], "n_shuffles": 20, "n_boot": 20,
+                        "grid": [0, 3], "patch_pairs": 4, "n_random_subspaces": 1},
+        }
+    )  # fmt: skip
+    summary = run_pipeline(cfg, tmp_path / "run", only=["data", "identify", "numbers"], progress=False)["numbers"]
+    paths = RunPaths(tmp_path / "run")
+    for name in ("spectra", "probes", "helix", "logit_spectra"):
+        assert paths.numbers(name).exists() and paths.numbers(name, ".csv").exists(), name
+    assert not paths.numbers("neurons").exists()  # a random model answers nothing: the causal parts are skipped
+    assert set(summary.skipped) == {"helix patch", "neurons"} and "too few" in summary.skipped["neurons"]
+    assert "last token" in summary.reading and set(summary.timings) >= {"states", "spectra", "probes", "helix"}
+    lines = summary.lines()
+    assert any(line.startswith("  skipped neurons: ") and "too few" in line for line in lines)
+    assert any(line.startswith("  probe mod 2: ") for line in lines) and "numbers.enabled is false" not in lines[0]
+    off = RunConfig.from_dict({"model": {"source": "tiny-llama"}})
+    assert off.numbers.enabled is False

@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from mathcircuits.claims.card import FAILS, HOLDS, INCONCLUSIVE, NOT_MEASURED, Claim, ClaimsCard
+from mathcircuits.numbers import HelixPatchResult, HelixResult, NeuronResult, ProbeResult, Spectrum
 
 __all__ = ["N1_MIN_CYCLES", "N3_MAX_SHARE", "PAPER_N", "claim_n1", "claim_n2", "claim_n3", "with_number_claims"]
 
@@ -65,7 +66,7 @@ def _off(cid: str, why: str) -> Claim:
 # ----------------------------------------------------------------------------- N1
 
 
-def claim_n1(spectra: Any, probes: Any, why_missing: str = "stage numbers off") -> Claim:
+def claim_n1(spectra: Spectrum | None, probes: ProbeResult | None, why_missing: str = "stage numbers off") -> Claim:
     """N1: some period ``T`` (≥ 4 cycles on the axis) is above the shuffled null and outside the tokenizer baseline
     in the spectrum, *and* its mod-T probe beats its baselines, at the same depth (docs/claims.md).
 
@@ -136,7 +137,9 @@ def claim_n1(spectra: Any, probes: Any, why_missing: str = "stage numbers off") 
 # ----------------------------------------------------------------------------- N2
 
 
-def claim_n2(helix: Any, patch: Any, why_missing: str = "stage numbers off") -> Claim:
+def claim_n2(
+    helix: HelixResult | None, patch: HelixPatchResult | None, why_missing: str = "stage numbers off"
+) -> Claim:
     """N2: at the depth where the full patch moves the answer most, the helix subspace patch moves it more than the
     PCA subspace (paired interval above 0) and more than random subspaces, and the helix fit beats its null.
 
@@ -203,7 +206,7 @@ def claim_n2(helix: Any, patch: Any, why_missing: str = "stage numbers off") -> 
 # ----------------------------------------------------------------------------- N3
 
 
-def claim_n3(neurons: Any, why_missing: str = "stage numbers off") -> Claim:
+def claim_n3(neurons: NeuronResult | None, why_missing: str = "stage numbers off") -> Claim:
     """N3: every analysed layer keeps accuracy (≥ 1 − margin) with at most 5% of its neurons, and knocking out a
     prompt's associated neurons drops accuracy more than layer-matched random neurons (paired interval above 0).
 
@@ -261,11 +264,11 @@ def claim_n3(neurons: Any, why_missing: str = "stage numbers off") -> Claim:
 def with_number_claims(
     card: ClaimsCard,
     *,
-    spectra: Any = None,
-    probes: Any = None,
-    helix: Any = None,
-    patch: Any = None,
-    neurons: Any = None,
+    spectra: Spectrum | None = None,
+    probes: ProbeResult | None = None,
+    helix: HelixResult | None = None,
+    patch: HelixPatchResult | None = None,
+    neurons: NeuronResult | None = None,
     off: Mapping[str, str] | None = None,
 ) -> ClaimsCard:
     """The card with N1–N3 appended (after the paper's claims).

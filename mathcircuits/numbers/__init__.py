@@ -1,6 +1,6 @@
 """How numbers are represented and combined: Fourier spectra, mod-T and digit probes, the helix, heuristic neurons.
 
-Each analysis reads numbers at their last token (:mod:`._common` says why) and
+Each analysis reads numbers at their last token (:mod:`.reading` says why) and
 reports every statistic against a null with an interval:
 
 * :mod:`.states` — the residual stream at a number's last token, per context and depth;
@@ -19,7 +19,6 @@ The stage ``mathcircuits numbers`` (section ``numbers``, :class:`NumbersConfig`)
 explains the methods and docs/claims.md the claims N1–N3.
 """
 
-from mathcircuits.numbers._common import TooFewCorrect
 from mathcircuits.numbers.ablation import LayerTopK, NeuronKnockout
 from mathcircuits.numbers.components import logit_spectra
 from mathcircuits.numbers.config import NumbersConfig
@@ -29,6 +28,7 @@ from mathcircuits.numbers.heuristics import HEURISTIC_KINDS, Heuristic, heuristi
 from mathcircuits.numbers.neurons import NeuronResult, heuristic_neurons
 from mathcircuits.numbers.patch import HelixPatchResult, helix_patch, patch_pairs, subspace_shifts
 from mathcircuits.numbers.probes import ProbeResult, cohen_kappa, mod_probes
+from mathcircuits.numbers.results import TooFewCorrect
 from mathcircuits.numbers.spectra import Spectrum, frequency_spectrum, number_spectra, spectrum
 from mathcircuits.numbers.states import NumberStates, number_contexts, number_states
 

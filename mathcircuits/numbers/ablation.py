@@ -17,8 +17,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from mathcircuits.numbers._common import quantile
 from mathcircuits.numbers.grid import mlp_post
+from mathcircuits.numbers.results import quantile
 from mathcircuits.stats import paired_bootstrap, wilson_interval
 
 __all__ = ["LayerTopK", "NeuronKnockout", "ablate", "random_like", "summarise_knockout"]

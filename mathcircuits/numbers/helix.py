@@ -50,7 +50,7 @@ from jaxtyping import Float
 from torch import Tensor
 
 from mathcircuits._io import SavedResult
-from mathcircuits.numbers._common import ShowResult, quantile
+from mathcircuits.numbers.results import ShowResult, quantile
 from mathcircuits.numbers.states import NumberStates
 from mathcircuits.stats import DEFAULT_CONFIDENCE, DEFAULT_N_BOOT, bootstrap_indices
 

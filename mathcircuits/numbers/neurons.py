@@ -49,10 +49,10 @@ from torch import Tensor
 from mathcircuits._io import SavedResult
 from mathcircuits.models import HookedModel
 from mathcircuits.models.suffix import SuffixRunner
-from mathcircuits.numbers._common import ShowResult, TooFewCorrect
 from mathcircuits.numbers.ablation import LayerTopK, NeuronKnockout, ablate, random_like, summarise_knockout
 from mathcircuits.numbers.grid import GridCapture, capture_grid, grid_batches
 from mathcircuits.numbers.heuristics import HEURISTIC_KINDS, heuristic_library, match_patterns, null_classified
+from mathcircuits.numbers.results import ShowResult, TooFewCorrect
 from mathcircuits.stats import DEFAULT_CONFIDENCE, DEFAULT_N_BOOT, wilson_interval
 
 __all__ = ["DEFAULT_FRACTIONS", "NeuronResult", "heuristic_neurons"]

@@ -53,8 +53,8 @@ from mathcircuits.data.templates import TemplateSet
 from mathcircuits.models import HookedModel
 from mathcircuits.models.prefix import PrefixRunner
 from mathcircuits.models.suffix import SuffixRunner
-from mathcircuits.numbers._common import ShowResult, TooFewCorrect, quantile
 from mathcircuits.numbers.helix import HelixResult, random_subspace
+from mathcircuits.numbers.results import ShowResult, TooFewCorrect, quantile
 from mathcircuits.stats import DEFAULT_CONFIDENCE, DEFAULT_N_BOOT, bootstrap_indices
 
 __all__ = ["CONDITIONS", "HelixPatchResult", "helix_patch", "patch_pairs", "subspace_shifts"]

@@ -56,7 +56,8 @@ from sklearn.preprocessing import StandardScaler
 from torch import Tensor
 
 from mathcircuits._io import SavedResult
-from mathcircuits.numbers._common import ShowResult, Tokenization, quantile
+from mathcircuits.numbers.reading import Tokenization
+from mathcircuits.numbers.results import ShowResult, quantile
 from mathcircuits.numbers.states import NumberStates
 from mathcircuits.stats import DEFAULT_CONFIDENCE, DEFAULT_N_BOOT, Interval, bootstrap_indices
 

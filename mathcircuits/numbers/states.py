@@ -39,7 +39,8 @@ from mathcircuits.data import answer_spacing, compute_answer, render_pair
 from mathcircuits.data.templates import TemplateSet
 from mathcircuits.models import HookedModel, ModelSpec, as_spec, hooks
 from mathcircuits.models.prefix import PrefixRunner
-from mathcircuits.numbers._common import ShowResult, Tokenization, depth_labels, number_reading, number_token_counts
+from mathcircuits.numbers.reading import Tokenization, depth_labels, number_reading, number_token_counts
+from mathcircuits.numbers.results import ShowResult
 
 __all__ = ["NumberStates", "number_contexts", "number_states"]
 

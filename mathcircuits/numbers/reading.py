@@ -1,4 +1,4 @@
-"""What the number analyses share: how a tokenizer writes numbers, depth labels, null quantiles, result display.
+"""How numbers are read: how a tokenizer writes them, at which token they are read, and the depth labels.
 
 Reading a number. Tokenizers differ: GPT-2, GPT-J and Llama 3 have one token for
 each number up to several hundred; SmolLM2, Llama 2 and Gemma split numbers into
@@ -15,28 +15,12 @@ the token itself.
 
 from __future__ import annotations
 
-import html
 from collections.abc import Sequence
 from typing import Any, Literal
 
-import torch
-from torch import Tensor
-
-__all__ = [
-    "TooFewCorrect",
-    "Tokenization",
-    "ShowResult",
-    "depth_labels",
-    "number_reading",
-    "number_token_counts",
-    "quantile",
-]
+__all__ = ["Tokenization", "depth_labels", "number_reading", "number_token_counts"]
 
 Tokenization = Literal["single-token", "multi-token"]
-
-
-class TooFewCorrect(ValueError):
-    """The model answers too few prompts correctly for a causal analysis; the message says which and the fix."""
 
 
 def number_token_counts(tokenizer: Any, context: str, numbers: Sequence[int]) -> list[int]:
@@ -81,29 +65,3 @@ def number_reading(counts: Sequence[int], numbers: Sequence[int]) -> tuple[Token
 def depth_labels(n_layers: int) -> tuple[str, ...]:
     """``("emb", "1", …, "L")``: the residual after ``d`` blocks (``emb`` = the token embedding)."""
     return ("emb", *(str(d) for d in range(1, n_layers + 1)))
-
-
-def quantile(x: Tensor, q: float, dim: int = 0) -> Tensor:
-    """``torch.quantile`` in float64 along ``dim`` (NaN-aware)."""
-    return torch.nanquantile(x.double(), q, dim=dim).float()
-
-
-class ShowResult:
-    """A short ``repr`` and an HTML view for result dataclasses (declare them with ``repr=False``).
-
-    Subclasses give :meth:`headline` (one line) and ``to_dataframe()`` (the table shown in Jupyter).
-    """
-
-    def headline(self) -> str:  # pragma: no cover - every subclass overrides it
-        return type(self).__name__
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}({self.headline()})"
-
-    def _repr_html_(self) -> str:
-        df = self.to_dataframe()  # type: ignore[attr-defined]
-        more = f"<p><i>first 30 of {len(df)} rows; .to_dataframe() has all</i></p>" if len(df) > 30 else ""
-        return (
-            f"<div><b>{html.escape(type(self).__name__)}</b>: {html.escape(self.headline())}"
-            f"{df.head(30).to_html(index=False, float_format=lambda v: f'{v:.3f}')}{more}</div>"
-        )
