@@ -11,17 +11,20 @@ from __future__ import annotations
 import pytest
 import torch
 
-from mathcircuits.ablation import KnockoutScorer, head_means
-from mathcircuits.ablation.knockout import ablated_model
-from mathcircuits.analysis import attention_by_role
-from mathcircuits.analysis.attention import role_masks, role_shares
-from mathcircuits.data import GenerationConfig, generate_pairs, score_pairs
-from mathcircuits.data.batching import iter_batches
-from mathcircuits.data.filter import padded_groups
-from mathcircuits.finetune.compare import score_arithmetic
-from mathcircuits.models import hooks
-from mathcircuits.models.prefix import HFForward, PrefixRunner, repeat_cache, run_from_layer, shared_prefix_len
-from mathcircuits.models.tiny import TINY_FAMILIES, tiny_model
+from mathcircuits.ablation import KnockoutScorer, ablated_model, head_means
+from mathcircuits.analysis import attention_by_role, role_masks, role_shares
+from mathcircuits.data import GenerationConfig, generate_pairs, iter_batches, padded_groups, score_pairs
+from mathcircuits.finetune import score_arithmetic
+from mathcircuits.models import (
+    TINY_FAMILIES,
+    HFForward,
+    PrefixRunner,
+    hooks,
+    repeat_cache,
+    run_from_layer,
+    shared_prefix_len,
+    tiny_model,
+)
 from mathcircuits.patching import last_position_caches
 
 TOL = 1e-5

@@ -2,7 +2,6 @@
 
 import contextlib
 import dataclasses
-import inspect
 import io
 import json
 import re
@@ -16,19 +15,18 @@ import yaml
 
 from mathcircuits.ablation import KnockoutResult
 from mathcircuits.cli import main
-from mathcircuits.finetune import KV_POLICIES, SFTConfig
-from mathcircuits.patching import METRICS, RULES, select_key_components
-from mathcircuits.patching.config import PatchingConfig, SelectionConfig
+from mathcircuits.finetune import KV_POLICIES, Mode, SFTConfig
+from mathcircuits.patching import METRICS, RULES, PatchingConfig, SelectionConfig
 from mathcircuits.pipeline import (
     STAGES,
     ConfigError,
+    FinetuneSection,
     RunConfig,
     done_summary,
     render_config,
     run_pipeline,
     stage_status,
 )
-from mathcircuits.pipeline.config import FinetuneSection
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -86,21 +84,21 @@ def test_config_round_trip_and_errors(tmp_path):
 
 
 def test_config_sections_are_the_library_configs_with_one_default():
-    """Choices equal the library's own tables, and each setting has one default, the library's."""
+    """Choices equal the library's own tables, and each setting has one default, the library's.
+
+    The selection's defaults live only in SelectionConfig (select_key_components takes one, or overrides of it).
+    """
     hints = typing.get_type_hints(PatchingConfig)
     assert set(typing.get_args(hints["metric"])) == set(METRICS)
     assert set(typing.get_args(typing.get_type_hints(SelectionConfig)["rule"])) == set(RULES)
     assert set(typing.get_args(typing.get_type_hints(SFTConfig)["kv_policy"])) == set(KV_POLICIES)
     cfg = RunConfig()
-    sig = inspect.signature(select_key_components).parameters
-    for name in ("threshold", "k", "z", "max_k", "mlp_k"):
-        assert getattr(cfg.selection, name) == sig[name].default, name
     assert isinstance(cfg.finetune, SFTConfig)
     sft = SFTConfig()
     for name in ("learning_rate", "batch_size", "max_steps", "save_steps", "epochs", "kv_policy"):
         assert getattr(cfg.finetune, name) == getattr(sft, name), name
     assert cfg.finetune.sft("precise@4", progress=False) == SFTConfig(progress_bar=False)
-    assert FinetuneSection(modes=("full",)).sft("full", True).mode == "full"
+    assert FinetuneSection(modes=(Mode.parse("full"),)).sft("full", True).mode == "full"
 
 
 def test_config_show_prints_every_field_and_loads_back(tmp_path):

@@ -15,17 +15,36 @@ from mathcircuits.circuit.attribution import ScreenAgreement, attribute_edges, s
 from mathcircuits.circuit.components import Receiver, Sender, check_positions, upstream_senders
 from mathcircuits.circuit.config import CircuitConfig
 from mathcircuits.circuit.discover import discover_circuit
-from mathcircuits.circuit.edges import EdgeBatch, PairCache, exact_edges, pair_cache, reference_edges
+from mathcircuits.circuit.edges import (
+    EdgeBatch,
+    PairCache,
+    exact_edges,
+    pair_cache,
+    patched_inputs,
+    receiver_effects,
+    reference_edges,
+)
 from mathcircuits.circuit.faithfulness import answer_logprob, faithfulness
-from mathcircuits.circuit.result import Circuit, Edge, Faithfulness, Node
+from mathcircuits.circuit.result import (
+    Circuit,
+    CircuitData,
+    CircuitSettings,
+    Edge,
+    Faithfulness,
+    FaithfulnessSettings,
+    Node,
+)
 from mathcircuits.circuit.roles import label_roles
 
 __all__ = [
     "Circuit",
+    "CircuitData",
+    "CircuitSettings",
     "CircuitConfig",
     "Edge",
     "EdgeBatch",
     "Faithfulness",
+    "FaithfulnessSettings",
     "Node",
     "PairCache",
     "Receiver",
@@ -39,6 +58,8 @@ __all__ = [
     "faithfulness",
     "label_roles",
     "pair_cache",
+    "patched_inputs",
+    "receiver_effects",
     "reference_edges",
     "screen_agreement",
     "upstream_senders",

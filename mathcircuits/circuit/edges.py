@@ -47,12 +47,22 @@ from jaxtyping import Float, Int
 from torch import Tensor
 
 from mathcircuits.circuit.components import Receiver, Sender, check_positions
-from mathcircuits.models import hooks
+from mathcircuits.models import HookedModel, hooks
+from mathcircuits.models.capture import capture
+from mathcircuits.models.changes import attn_change, attn_pre_norm_name, mlp_change
 from mathcircuits.models.families import BlockStructure, UnsupportedFamilyError, block_structure
-from mathcircuits.patching._common import attn_change, attn_pre_norm_name, capture, mlp_change
-from mathcircuits.patching.metrics import Metric, Readout
+from mathcircuits.models.readout import Readout
+from mathcircuits.patching import Metric
 
-__all__ = ["EdgeBatch", "PairCache", "exact_edges", "pair_cache", "patched_inputs", "reference_edges"]
+__all__ = [
+    "EdgeBatch",
+    "PairCache",
+    "exact_edges",
+    "pair_cache",
+    "patched_inputs",
+    "receiver_effects",
+    "reference_edges",
+]
 
 
 @dataclass(frozen=True)
@@ -75,7 +85,7 @@ class PairCache:
 
 @torch.no_grad()
 def pair_cache(
-    model: Any,
+    model: HookedModel,
     tokens: Int[Tensor, "batch seq"],
     cf_tokens: Int[Tensor, "batch seq"],
     answer: Int[Tensor, " batch"],
@@ -108,7 +118,7 @@ def pair_cache(
     logits, ref = capture(model.bridge, tokens, sorted(set(names)), position=None)
     cf_names = [n for layer in range(model.spec.n_layers) for n in (hooks.z(layer), hooks.mlp_out(layer))]
     _, cf = capture(model.bridge, cf_tokens, cf_names, position=None)
-    clean = _readout(logits[:, -1], answer, need_probs)
+    clean = Readout.from_logits(logits[:, -1], answer, need_probs)
     return PairCache(tokens, cf_tokens, answer, ref, cf, clean, structure)
 
 
@@ -118,12 +128,6 @@ class EdgeBatch:
 
     effects: Float[Tensor, "batch sender"]
     clean_logit: Float[Tensor, " batch"]
-
-
-def _readout(logits: Tensor, answer: Tensor, need_probs: bool) -> Readout:
-    logit = logits.gather(-1, answer[:, None])[:, 0]
-    prob = torch.softmax(logits.float(), -1).gather(-1, answer[:, None])[:, 0] if need_probs else None
-    return Readout(logit, prob)
 
 
 def _select(receiver: Receiver, act: Tensor) -> Tensor:
@@ -140,7 +144,7 @@ def _put(receiver: Receiver, act: Tensor, value: Tensor, pos: Sequence[int]) -> 
     return act
 
 
-def _check(model: Any, receiver: Receiver, senders: Sequence[Sender], structure: BlockStructure) -> Receiver:
+def _check(model: HookedModel, receiver: Receiver, senders: Sequence[Sender], structure: BlockStructure) -> Receiver:
     receiver = receiver.check(model.spec)
     if receiver.kind == "logits":
         raise ValueError(
@@ -158,10 +162,30 @@ def _check(model: Any, receiver: Receiver, senders: Sequence[Sender], structure:
 
 
 @torch.no_grad()
-def _step2(
-    model: Any, cache: PairCache, receiver: Receiver, values: Tensor, start: int, metric: Metric, chunk: int
-) -> Tensor:
-    """Effects of the receiver's activation replaced by ``values`` [sender, batch, seq−start, ...] from ``start``."""
+def receiver_effects(
+    model: HookedModel,
+    cache: PairCache,
+    receiver: Receiver,
+    values: Tensor,
+    start: int,
+    metric: Metric,
+    chunk: int = 8192,
+) -> Float[Tensor, "sender batch"]:
+    """Step 2 of the method: the effect on the answer of the receiver's input replaced by ``values``.
+
+    Args:
+        model: the hooked model.
+        cache: the batch's two cached runs.
+        receiver: the receiver whose input is replaced.
+        values: one replacement per sender, ``[sender, batch, seq − start, ...]`` (the receiver's hook's
+            slice from position ``start`` on).
+        start: the first position replaced; the prefix before it runs once with a KV cache.
+        metric: the effect measure.
+        chunk: rows per forward (bounds memory).
+
+    Returns:
+        The effect of each sender's replacement on each pair.
+    """
     bridge, tokens, answer, clean = model.bridge, cache.tokens, cache.answer, cache.clean
     n_s, B = values.shape[:2]
     past = None
@@ -185,7 +209,7 @@ def _step2(
         logits = bridge.run_with_hooks(
             suffix.repeat_interleave(n, 0), fwd_hooks=[(receiver.hook(), hook)], past_key_values=kv
         )[:, -1]
-        patched = _readout(logits, answer.repeat_interleave(n), metric.needs_probs)
+        patched = Readout.from_logits(logits, answer.repeat_interleave(n), metric.needs_probs)
         eff = metric(patched, clean.take(torch.arange(B).repeat_interleave(n)))
         out[lo : lo + n] = eff.float().cpu().reshape(B, n).T
     return out
@@ -199,7 +223,7 @@ def _put_all(act: Tensor, rows: Tensor, index: int) -> Tensor:
 
 @torch.no_grad()
 def reference_edges(
-    model: Any,
+    model: HookedModel,
     cache: PairCache,
     receiver: Receiver,
     senders: Sequence[Sender],
@@ -255,11 +279,11 @@ def reference_edges(
             return _put(receiver, act, value, rpos)
 
         logits = bridge.run_with_hooks(tokens, fwd_hooks=[(receiver.hook(), replace)])[:, -1]
-        out[:, j] = metric(_readout(logits, cache.answer, metric.needs_probs), cache.clean).float().cpu()
+        out[:, j] = metric(Readout.from_logits(logits, cache.answer, metric.needs_probs), cache.clean).float().cpu()
     return EdgeBatch(effects=out, clean_logit=cache.clean.logit)
 
 
-def _receiver_input(model: Any, structure: BlockStructure, receiver: Receiver, resid: Tensor) -> Tensor:
+def _receiver_input(model: HookedModel, structure: BlockStructure, receiver: Receiver, resid: Tensor) -> Tensor:
     """The receiver's hook value from the residual it reads (``resid_pre`` for q/k/v, the MLP's input residual)."""
     block = model.bridge.blocks[receiver.layer]
     if receiver.kind == "mlp":
@@ -271,7 +295,7 @@ def _receiver_input(model: Any, structure: BlockStructure, receiver: Receiver, r
     return proj.reshape(*proj.shape[:-1], -1, d_head) if proj.shape[-1] != d_head else proj
 
 
-def _delta(model: Any, cache: PairCache, s: Sender, P: Tensor, until: int, W_O: Tensor) -> Tensor:
+def _delta(model: HookedModel, cache: PairCache, s: Sender, P: Tensor, until: int, W_O: Tensor) -> Tensor:
     """The residual change at positions ``P`` [batch, |P|, d_model] that sender ``s`` causes before layer ``until``.
 
     With every head frozen, only the MLPs (and norms) between sender and receiver carry it on. ``W_O``: the
@@ -300,7 +324,7 @@ def _delta(model: Any, cache: PairCache, s: Sender, P: Tensor, until: int, W_O: 
 
 @torch.no_grad()
 def exact_edges(
-    model: Any,
+    model: HookedModel,
     cache: PairCache,
     receiver: Receiver,
     senders: Sequence[Sender],
@@ -329,13 +353,13 @@ def exact_edges(
     base = _select(receiver, cache.ref[receiver.hook()])[:, start:]  # [B, S', ...]
     values = base[None].repeat(len(senders), *([1] * base.dim())).clone()
     values[:, :, [p - start for p in changed]] = new.to(values.dtype)
-    effects = _step2(model, cache, receiver, values, start, metric, chunk_rows)
+    effects = receiver_effects(model, cache, receiver, values, start, metric, chunk_rows)
     return EdgeBatch(effects=effects.T.contiguous(), clean_logit=cache.clean.logit)
 
 
 @torch.no_grad()
 def patched_inputs(
-    model: Any, cache: PairCache, receiver: Receiver, senders: Sequence[Sender], positions: Sequence[int]
+    model: HookedModel, cache: PairCache, receiver: Receiver, senders: Sequence[Sender], positions: Sequence[int]
 ) -> tuple[list[int], Tensor | None]:
     """Step 1 without forwards: the receiver's input at the positions a sender patch changes.
 

@@ -36,7 +36,7 @@ from typing import Any
 
 import torch
 from transformer_lens.model_bridge import TransformerBridge
-from transformers import PreTrainedModel
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from mathcircuits.models.compat import check_versions, install_cache_alias
 from mathcircuits.models.loading import HookedModel, boot_bridge, spec_from_bridge
@@ -62,7 +62,7 @@ def _name_of(hf_model: torch.nn.Module, name: str | None) -> str:
     return name or str(getattr(hf_model.config, "name_or_path", "") or type(hf_model).__name__)
 
 
-def from_hf(model: torch.nn.Module, tokenizer: Any, name: str | None = None) -> HookedModel:
+def from_hf(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, name: str | None = None) -> HookedModel:
     """Wrap an HF causal LM you hold as a :class:`HookedModel`, without copying its weights.
 
     The model is booted into a TransformerBridge **in place**: its modules are replaced by bridge components
@@ -102,7 +102,9 @@ def from_hf(model: torch.nn.Module, tokenizer: Any, name: str | None = None) -> 
     return HookedModel(bridge=bridge, tokenizer=tokenizer, spec=spec_from_bridge(bridge, label, label))
 
 
-def from_bridge(bridge: Any, tokenizer: Any = None, name: str | None = None) -> HookedModel:
+def from_bridge(
+    bridge: TransformerBridge, tokenizer: PreTrainedTokenizerBase | None = None, name: str | None = None
+) -> HookedModel:
     """Use a TransformerBridge you hold as a :class:`HookedModel`, if its weights are raw.
 
     A bridge without compatibility mode gets ``enable_compatibility_mode(no_processing=True)`` (HookedTransformer
@@ -144,7 +146,11 @@ def from_bridge(bridge: Any, tokenizer: Any = None, name: str | None = None) -> 
     return HookedModel(bridge=bridge, tokenizer=tok, spec=spec_from_bridge(bridge, label, label))
 
 
-def wrap(obj: Any, tokenizer: Any = None, name: str | None = None) -> HookedModel:
+def wrap(
+    obj: PreTrainedModel | TransformerBridge | HookedModel,
+    tokenizer: PreTrainedTokenizerBase | None = None,
+    name: str | None = None,
+) -> HookedModel:
     """The :class:`HookedModel` of any supported object: HF model, TransformerBridge, or a HookedModel.
 
     Args:

@@ -29,22 +29,36 @@ from __future__ import annotations
 import dataclasses
 import math
 import statistics
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, get_args
 
 import pandas as pd
 import torch
 from jaxtyping import Float
-from torch import Tensor
+from torch import Tensor, nn
 
 from mathcircuits._io import SavedResult
-from mathcircuits.models.spec import ModelSpec, as_spec, check_model, heads_by_layer
+from mathcircuits.data import GenerationConfig
+from mathcircuits.models import HookedModel
+from mathcircuits.models.heads import Head, check_heads
+from mathcircuits.models.spec import ModelSpec, check_model, heads_by_layer
+from mathcircuits.patching.config import Rule, SelectionConfig
+from mathcircuits.patching.result import PatchingResult
 from mathcircuits.stats import bootstrap_indices
 
-__all__ = ["RULES", "KeyComponents", "SelectionError", "median_depth", "select_key_components", "selection_stability"]
+__all__ = [
+    "RULES",
+    "KeyComponents",
+    "SelectionError",
+    "SelectionSource",
+    "median_depth",
+    "resolve_heads",
+    "select_key_components",
+    "selection_stability",
+]
 
-RULES = ("zscore", "threshold", "topk")
+RULES: tuple[str, ...] = get_args(Rule)  # the choices, read off the Literal the config shares
 
 
 class SelectionError(ValueError):
@@ -52,11 +66,36 @@ class SelectionError(ValueError):
 
 
 @dataclass(frozen=True)
+class SelectionSource:
+    """Where a selection came from.
+
+    Args:
+        metric: the patching metric the effects were measured with.
+        method: the path-patching method.
+        n_pairs: the number of pairs the effects are means over.
+        operations: the operations of those pairs.
+        data: how the pairs were generated (when known).
+        fallback: why the selection is not the configured rule's (e.g. the rule selected no head).
+        note: how a selection that no rule made came about (e.g. ``"random heads, seed 0"``).
+    """
+
+    metric: str = ""
+    method: str = ""
+    n_pairs: int = 0
+    operations: tuple[str, ...] = ()
+    data: GenerationConfig | None = None
+    fallback: str | None = None
+    note: str | None = None
+
+
+@dataclass(frozen=True)
 class KeyComponents(SavedResult):
     """Key heads ``[(layer, head)]`` and key MLPs ``[layer]``, with their scores and provenance.
 
-    ``model`` is the :class:`~mathcircuits.models.ModelSpec` of the model they were selected on
-    (a dict from ``ModelSpec.to_dict()`` is accepted and converted). Saved as JSON by ``save("x.json")``.
+    ``model`` is the :class:`~mathcircuits.models.ModelSpec` of the model they were selected on;
+    ``selection`` the rule and settings that chose them (a :class:`~mathcircuits.patching.SelectionConfig`,
+    the ``selection`` section of a run), or ``None`` for heads no rule chose (drawn at random, or
+    picked by hand); ``source`` where the effects came from. Saved as JSON by ``save("x.json")``.
 
     Stability (filled by :func:`selection_stability`; empty when not measured): ``stability[i]`` is
     the share of ``stability_n_boot`` bootstrap resamples of the pairs (seed ``stability_seed``) that
@@ -67,16 +106,15 @@ class KeyComponents(SavedResult):
     """
 
     STAGE = "identify"
-    VERSION = 3
+    VERSION = 4
 
-    model: ModelSpec | dict[str, Any]
+    model: ModelSpec
     heads: tuple[tuple[int, int], ...]
     mlps: tuple[int, ...] = ()
     head_scores: tuple[float, ...] = ()
     mlp_scores: tuple[float, ...] = ()
-    rule: str = "zscore"
-    rule_params: dict[str, Any] = field(default_factory=dict)
-    source: dict[str, Any] = field(default_factory=dict)  # data and patching settings it came from
+    selection: SelectionConfig | None = SelectionConfig()
+    source: SelectionSource = SelectionSource()
     stability: tuple[float, ...] = ()
     stability_others: dict[str, float] = field(default_factory=dict)
     stability_sizes: tuple[int, ...] = ()
@@ -86,9 +124,38 @@ class KeyComponents(SavedResult):
 
     @classmethod
     def upgrade(cls, version: int, fields: dict[str, Any]) -> dict[str, Any]:
-        """Versions 1–2 had no stability: they load with none (re-run identify to measure it)."""
+        """Versions 1–2 had no stability: they load with none (re-run identify to measure it). Versions 1–3 kept
+        the rule and its parameters apart (``rule``, ``rule_params``) and the source as a free dict."""
         none = {"stability": (), "stability_others": {}, "stability_sizes": (), "stability_depths": ()}
-        return {**none, "stability_n_boot": 0, "stability_seed": 0, **fields}
+        fields = {**none, "stability_n_boot": 0, "stability_seed": 0, **fields}
+        if "selection" not in fields:  # the rule's name and its parameters → the SelectionConfig (defaults filled)
+            rule, params = fields.pop("rule", "zscore"), dict(fields.pop("rule_params", {}) or {})
+            known = {f.name for f in dataclasses.fields(SelectionConfig)}
+            chosen = {k: v for k, v in params.items() if k in known and k != "rule"}
+            fields["selection"] = (
+                dataclasses.asdict(SelectionConfig()) | {"rule": rule} | chosen if rule in RULES else None
+            )
+        src = fields.get("source")
+        if isinstance(src, dict) and set(src) != {f.name for f in dataclasses.fields(SelectionSource)}:
+            gen = {f.name for f in dataclasses.fields(GenerationConfig)}
+            data = src.get("data")
+            src = {**src, "data": {k: v for k, v in data.items() if k in gen} if isinstance(data, dict) else None}
+            fields["source"] = dataclasses.asdict(SelectionSource()) | {
+                k: v for k, v in src.items() if k in {f.name for f in dataclasses.fields(SelectionSource)}
+            }
+        return fields
+
+    @property
+    def rule(self) -> str:
+        """The selection rule's name (``"none"`` when no rule chose these heads)."""
+        return self.selection.rule if self.selection is not None else "none"
+
+    @property
+    def rule_params(self) -> dict[str, float | int]:
+        """The rule's settings besides its name (empty when no rule chose these heads)."""
+        if self.selection is None:
+            return {}
+        return {f.name: getattr(self.selection, f.name) for f in dataclasses.fields(self.selection) if f.name != "rule"}
 
     @property
     def has_stability(self) -> bool:
@@ -96,8 +163,7 @@ class KeyComponents(SavedResult):
         return self.stability_n_boot > 0
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "model", as_spec(self.model))
-        object.__setattr__(self, "heads", tuple((int(layer), int(head)) for layer, head in self.heads))
+        object.__setattr__(self, "heads", tuple(Head.of(h) for h in self.heads))
         object.__setattr__(self, "mlps", tuple(int(layer) for layer in self.mlps))
         spec = self.model
         for layer, head in self.heads:
@@ -123,7 +189,7 @@ class KeyComponents(SavedResult):
         """``{layer: [head, ...]}`` of the key heads."""
         return heads_by_layer(self.heads)
 
-    def check_model(self, model: Any, compare_name: bool = True) -> None:
+    def check_model(self, model: ModelSpec | HookedModel | nn.Module, compare_name: bool = True) -> None:
         """Refuse a model other than the one the selection was made on.
 
         Args:
@@ -173,36 +239,38 @@ def median_depth(layers: Sequence[int], n_layers: int) -> float:
     return statistics.median(layers) / max(1, n_layers - 1) if len(layers) else float("nan")
 
 
-def _pick(effects: Tensor, rule: str, threshold: float, k: int, z: float, max_k: int) -> list[int]:
+def _pick(effects: Tensor, sel: SelectionConfig) -> list[int]:
     flat = effects.flatten().double()  # finite: PatchingResult.check_finite ran first
     order = torch.argsort(flat).tolist()
-    if rule == "topk":
-        return order[:k]
-    if rule == "threshold":
-        return [i for i in order if flat[i] < threshold]
-    if rule == "zscore":
+    if sel.rule == "topk":
+        return order[: sel.k]
+    if sel.rule == "threshold":
+        return [i for i in order if flat[i] < sel.threshold]
+    if sel.rule == "zscore":
         mu, sd = flat.mean(), flat.std()
-        cut = float(mu - z * sd)
-        return [i for i in order if flat[i] < cut and flat[i] < 0][:max_k]
-    raise SelectionError(f"rule {rule!r} is unknown. Fix: use one of {RULES}.")
+        cut = float(mu - sel.z * sd)
+        return [i for i in order if flat[i] < cut and flat[i] < 0][: sel.max_k]
+    raise SelectionError(f"rule {sel.rule!r} is unknown. Fix: use one of {RULES}.")
 
 
 def select_key_components(
-    result: Any,
-    rule: str = "zscore",
-    threshold: float = -0.05,
-    k: int = 10,
-    z: float = 3.0,
-    max_k: int = 32,
-    mlp_rule: str | None = None,
-    mlp_k: int = 2,
-    source: dict[str, Any] | None = None,
+    result: PatchingResult,
+    selection: SelectionConfig | None = None,
+    *,
+    rule: Rule | None = None,
+    threshold: float | None = None,
+    k: int | None = None,
+    z: float | None = None,
+    max_k: int | None = None,
+    mlp_k: int | None = None,
+    data: GenerationConfig | None = None,
+    fallback: str | None = None,
 ) -> KeyComponents:
     """Select key heads (and MLPs) from a :class:`~mathcircuits.patching.PatchingResult`.
 
     Effects are "more negative = more important" (patching the sender to the
-    counterfactual lowers the correct answer's logit). ``mlp_rule`` defaults to
-    ``"topk"`` with ``mlp_k`` MLPs, since there are few MLPs per model.
+    counterfactual lowers the correct answer's logit). The heads follow the rule
+    of the selection; the MLPs are the ``mlp_k`` strongest, since there are few MLPs per model.
 
     Non-finite effects are refused, never dropped (dropping one could hide the
     strongest head): an infinity anywhere, or a NaN among otherwise finite head
@@ -212,65 +280,66 @@ def select_key_components(
 
     Args:
         result: the patching result to select from.
-        rule: ``"zscore"``, ``"threshold"`` or ``"topk"`` (see the module docstring).
-        threshold: effect cut of the ``"threshold"`` rule.
-        k: number of heads of the ``"topk"`` rule.
-        z: number of standard deviations below the mean of the ``"zscore"`` rule.
-        max_k: at most this many heads under ``"zscore"``.
-        mlp_rule: rule for the MLPs (default ``"topk"``).
-        mlp_k: number of MLPs under ``"topk"``.
-        source: extra provenance to record.
+        selection: the rule and its settings (the ``selection`` section of a run); default ``SelectionConfig()``.
+        rule: ``"zscore"``, ``"threshold"`` or ``"topk"`` (see the module docstring), replacing the selection's.
+        threshold: effect cut of the ``"threshold"`` rule, replacing the selection's.
+        k: number of heads of the ``"topk"`` rule, replacing the selection's.
+        z: number of standard deviations below the mean of the ``"zscore"`` rule, replacing the selection's.
+        max_k: at most this many heads under ``"zscore"``, replacing the selection's.
+        mlp_k: number of key MLPs, replacing the selection's.
+        data: how the patched pairs were generated, recorded in the source.
+        fallback: why this selection replaces the configured one, recorded in the source.
 
     Returns:
-        The :class:`KeyComponents`, carrying the result's model spec.
+        The :class:`KeyComponents`, carrying the result's model spec and the selection it was made with.
     """
-    if rule not in RULES:
-        raise SelectionError(f"rule {rule!r} is unknown. Fix: use one of {RULES}.")
-    if (mlp_rule or "topk") not in RULES:
-        raise SelectionError(f"mlp_rule {mlp_rule!r} is unknown. Fix: use one of {RULES}.")
+    given = {"rule": rule, "threshold": threshold, "k": k, "z": z, "max_k": max_k, "mlp_k": mlp_k}
+    changes = {name: value for name, value in given.items() if value is not None}
+    if changes.get("rule", "topk") not in RULES:
+        raise SelectionError(f"rule {changes['rule']!r} is unknown. Fix: use one of {RULES}.")
+    sel = dataclasses.replace(selection or SelectionConfig(), **changes)
     try:
         result.check_finite()
     except ValueError as err:
         raise SelectionError(str(err)) from None
     heads_eff: Float[Tensor, "layer head"] = result.head_effects
     n_heads = heads_eff.shape[1]
-    idx = _pick(heads_eff, rule, threshold, k, z, max_k)
-    heads = tuple((i // n_heads, i % n_heads) for i in idx)
+    idx = _pick(heads_eff, sel)
+    heads = tuple(Head(i // n_heads, i % n_heads) for i in idx)
     mlps: tuple[int, ...] = ()
     mlp_scores: tuple[float, ...] = ()
     if torch.isfinite(result.mlp_effects).all():
-        midx = _pick(result.mlp_effects, mlp_rule or "topk", threshold, mlp_k, z, max_k)
+        midx = _pick(result.mlp_effects, SelectionConfig(rule="topk", k=max(sel.mlp_k, 1)))[: sel.mlp_k]
         mlps = tuple(int(i) for i in midx)
         mlp_scores = tuple(float(result.mlp_effects[i]) for i in midx)
-    params = {"threshold": threshold, "k": k, "z": z, "max_k": max_k, "mlp_rule": mlp_rule or "topk", "mlp_k": mlp_k}
-    provenance = {
-        "metric": result.metric,
-        "method": result.method,
-        "n_pairs": result.n_pairs,
-        "operations": list(result.operations),
-        **(source or {}),
-    }
+    source = SelectionSource(
+        metric=result.metric,
+        method=result.method,
+        n_pairs=result.n_pairs,
+        operations=tuple(result.operations),
+        data=data,
+        fallback=fallback,
+    )
     return KeyComponents(
         model=result.model,
         heads=heads,
         mlps=mlps,
         head_scores=tuple(float(heads_eff.flatten()[i]) for i in idx),
         mlp_scores=mlp_scores,
-        rule=rule,
-        rule_params=params,
-        source=provenance,
+        selection=sel,
+        source=source,
     )
 
 
 def selection_stability(
-    result: Any, key: KeyComponents, n_boot: int = 200, seed: int = 0, min_share: float = 0.1
+    result: PatchingResult, key: KeyComponents, n_boot: int = 200, seed: int = 0, min_share: float = 0.1
 ) -> KeyComponents:
     """How often each key head is selected again when the pairs are resampled (see the module docstring).
 
     Args:
         result: the :class:`~mathcircuits.patching.PatchingResult` the selection was made from, with its
             per-pair head effects (``keep_per_pair=True``).
-        key: the selection, made by :func:`select_key_components` from ``result``; its rule and parameters
+        key: the selection, made by :func:`select_key_components` from ``result``; its rule and settings
             are re-applied to every resample.
         n_boot: number of bootstrap resamples of the pairs.
         seed: bootstrap seed (recorded in the result).
@@ -286,28 +355,25 @@ def selection_stability(
             "the patching result has no per-pair head effects, so the pairs cannot be resampled. "
             "Fix: path-patch with keep_per_pair=True (the identify stage does)."
         )
-    p = key.rule_params
+    if key.selection is None:
+        raise SelectionError(
+            "these key components were not chosen by a rule (key.selection is None), so there is no rule to "
+            "re-apply to resamples. Fix: select them with select_key_components()."
+        )
     n_layers, n_heads = per_pair.shape[1], per_pair.shape[2]
     counts = torch.zeros(n_layers * n_heads)
     sizes: list[int] = []
     depths: list[float] = []
     for idx in bootstrap_indices(per_pair.shape[0], n_boot, seed):
         eff = per_pair[idx].double().nanmean(0)
-        picked = _pick(
-            eff.nan_to_num(nan=0.0),
-            key.rule,
-            float(p.get("threshold", -0.05)),
-            int(p.get("k", 10)),
-            float(p.get("z", 3.0)),
-            int(p.get("max_k", 32)),
-        )
+        picked = _pick(eff.nan_to_num(nan=0.0), key.selection)
         counts[picked] += 1
         sizes.append(len(picked))
         depths.append(median_depth([i // n_heads for i in picked], n_layers))
     share = counts / n_boot
     chosen = {layer * n_heads + head for layer, head in key.heads}
     others = {
-        f"L{i // n_heads}.H{i % n_heads}": round(float(share[i]), 4)
+        str(Head(i // n_heads, i % n_heads)): round(float(share[i]), 4)
         for i in torch.argsort(share, descending=True).tolist()
         if i not in chosen and float(share[i]) >= min_share
     }
@@ -320,3 +386,27 @@ def selection_stability(
         stability_n_boot=n_boot,
         stability_seed=seed,
     )
+
+
+def resolve_heads(
+    heads: KeyComponents | Iterable[tuple[int, int]], spec: ModelSpec, *, allow_empty: bool = False
+) -> tuple[Head, ...]:
+    """The heads to act on: a selection's heads (after checking it was made on this model), or the heads given.
+
+    Args:
+        heads: a :class:`KeyComponents` or ``[(layer, head), ...]``.
+        spec: the model's spec (``model.spec``).
+        allow_empty: accept no head (e.g. a knockout of nothing: the clean model).
+
+    Returns:
+        The heads as :class:`~mathcircuits.models.Head` values, in the given order.
+
+    Raises:
+        SelectionError: a selection made on another model.
+        ValueError: no head (unless ``allow_empty``), or a repeated head.
+        IndexError: a head out of range.
+    """
+    if isinstance(heads, KeyComponents):
+        heads.check_model(spec)
+        heads = heads.heads
+    return check_heads(heads, spec, allow_empty=allow_empty)

@@ -15,7 +15,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Literal
@@ -24,14 +23,13 @@ import tomllib
 import yaml
 
 from mathcircuits._io import atomic_path
-from mathcircuits._schema import ConfigError, check_fields, describe, from_dict, setting
+from mathcircuits._schema import ConfigError, check_fields, describe, from_dict, plain, setting
 from mathcircuits.ablation.config import ValidationConfig
 from mathcircuits.analysis.config import AnalysisConfig
 from mathcircuits.circuit.config import CircuitConfig
 from mathcircuits.data import GenerationConfig
 from mathcircuits.evaluation.config import EvaluationConfig
-from mathcircuits.finetune import SFTConfig
-from mathcircuits.finetune.compare import CompareConfig
+from mathcircuits.finetune import CompareConfig, Mode, SFTConfig
 from mathcircuits.models import resolve_source
 from mathcircuits.patching.config import PatchingConfig, SelectionConfig
 
@@ -50,8 +48,6 @@ __all__ = [
     "fingerprint",
     "render_config",
 ]
-
-_MODE = re.compile(r"^(precise|full|precise@[1-9][0-9]*(\+mlp)?)$")
 
 
 @dataclass(frozen=True)
@@ -115,26 +111,27 @@ class FinetuneSection(SFTConfig):
     HIDDEN: ClassVar[tuple[str, ...]] = ("mode", "progress_bar")
 
     enabled: bool = setting(True, "run the finetune stage")
-    modes: tuple[str, ...] = setting(
-        ("precise", "full"), "precise: key components; full: every parameter; precise@K[+mlp]: top-K heads"
+    modes: tuple[Mode, ...] = setting(
+        (Mode("precise"), Mode("full")),
+        "precise: key components; full: every parameter; precise@K[+mlp]: top-K heads",
     )
     train_pairs_per_template: int = setting(16, "training pairs per template", ge=1)
     operand_range: tuple[int, int] = setting((1, 20), "operand range of the training pairs")
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        bad = [m for m in self.modes if not _MODE.match(m)]
+        bad = [str(m) for m in self.modes if m.kind not in ("precise", "full") or (m.mlps and m.top_k is None)]
         if bad:
             raise ConfigError(
                 f"finetune modes {bad} are unknown. "
                 "Fix: use 'precise', 'full', 'precise@K' or 'precise@K+mlp' (K heads, e.g. precise@16)."
             )
 
-    def sft(self, mode: str, progress: bool) -> SFTConfig:
-        """The library config of one mode's run."""
+    def sft(self, mode: Mode | str, progress: bool) -> SFTConfig:
+        """The library config of one mode's run (its SFT method, and this section's training settings)."""
         fields = {f.name for f in dataclasses.fields(SFTConfig)}
         values = {k: getattr(self, k) for k in fields}
-        return SFTConfig(**{**values, "mode": "full" if mode == "full" else "precise", "progress_bar": progress})
+        return SFTConfig(**{**values, "mode": Mode.parse(mode).method, "progress_bar": progress})
 
 
 PatchingSection = PatchingConfig
@@ -167,7 +164,7 @@ class RunConfig:
 
     def to_dict(self) -> dict[str, Any]:
         """Plain values (tuples as lists) of the settable fields, as written to config.yaml."""
-        d = json.loads(json.dumps(dataclasses.asdict(self)))
+        d = plain(self)
         for name, sec_cls in self.sections().items():
             for hidden in getattr(sec_cls, "HIDDEN", ()):
                 d[name].pop(hidden)

@@ -17,10 +17,11 @@ from typing import Any, TypeVar
 import datasets
 import pandas as pd
 import torch
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from mathcircuits._io import atomic_dir, atomic_path, read_json
 from mathcircuits.data import load_templates
-from mathcircuits.models import load_hf_model, load_model
+from mathcircuits.models import HookedModel, load_hf_model, load_model
 from mathcircuits.pipeline.config import RunConfig
 from mathcircuits.pipeline.paths import RunPaths
 
@@ -73,10 +74,10 @@ class Context:
         self.config = config
         self.progress = progress
         self.force = force
-        self._model: Any = None
+        self._model: HookedModel | None = None
 
     @property
-    def model(self) -> Any:
+    def model(self) -> HookedModel:
         """The hooked model (TransformerBridge), loaded on first use."""
         if self._model is None:
             m = self.config.model
@@ -85,7 +86,7 @@ class Context:
             self._model = load_model(m.source, device=m.device, dtype=getattr(torch, m.dtype))
         return self._model
 
-    def hf_model(self) -> tuple[Any, Any]:
+    def hf_model(self) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
         """A fresh plain HF model and tokenizer (fine-tuning never touches the hooked model's weights)."""
         m = self.config.model
         return load_hf_model(m.source, dtype=getattr(torch, m.dtype), device=m.device)

@@ -23,12 +23,12 @@ from typing import Any
 import datasets
 
 from mathcircuits.data import GenerationConfig, generate_pairs
-from mathcircuits.finetune import build_sft_dataset, train_sft
-from mathcircuits.patching import KeyComponents, PatchingResult, select_key_components
+from mathcircuits.finetune import Mode, build_sft_dataset, train_sft
+from mathcircuits.patching import KeyComponents, PatchingResult, SelectionConfig, select_key_components
 from mathcircuits.pipeline.config import fingerprint
 from mathcircuits.pipeline.context import Context, StageSummary, save_dataset
 
-__all__ = ["FinetuneSummary", "mode_components", "run"]
+__all__ = ["FinetuneSummary", "arithmetic_pairs", "mode_components", "run"]
 
 
 @dataclass(frozen=True)
@@ -54,7 +54,19 @@ class FinetuneSummary(StageSummary):
         return out
 
 
-def _pairs(ctx: Context, per_template: int, seed: int) -> datasets.Dataset:
+def arithmetic_pairs(ctx: Context, per_template: int, seed: int) -> datasets.Dataset:
+    """Arithmetic pairs of the data section's operations and plain templates, with the finetune operand range.
+
+    Shared by this stage and the ``compare`` stage (training, held-out and validation pairs, by seed).
+
+    Args:
+        ctx: the run context.
+        per_template: pairs per template.
+        seed: the generation seed.
+
+    Returns:
+        The pairs.
+    """
     f, d = ctx.config.finetune, ctx.config.data
     templates = ctx.templates()
     ids = tuple(
@@ -74,7 +86,7 @@ def _pairs(ctx: Context, per_template: int, seed: int) -> datasets.Dataset:
     return generate_pairs(ctx.model.tokenizer, templates, cfg)
 
 
-def mode_components(ctx: Context, mode: str, key: KeyComponents) -> KeyComponents | None:
+def mode_components(ctx: Context, mode: Mode, key: KeyComponents) -> KeyComponents | None:
     """The key components a mode tunes (None for full SFT).
 
     Args:
@@ -85,16 +97,13 @@ def mode_components(ctx: Context, mode: str, key: KeyComponents) -> KeyComponent
     Returns:
         The components to tune, or None for every parameter.
     """
-    if mode == "full":
+    if mode.kind == "full":
         return None
-    if mode == "precise":
+    if mode.top_k is None:
         return key
-    spec = mode.split("@", 1)[1]
     overall = PatchingResult.load(ctx.paths.patching("all"))
-    chosen = select_key_components(
-        overall, rule="topk", k=int(spec.removesuffix("+mlp")), mlp_k=len(key.mlps), source={"mode": mode}
-    )
-    return chosen if spec.endswith("+mlp") else dataclasses.replace(chosen, mlps=(), mlp_scores=())
+    chosen = select_key_components(overall, SelectionConfig(rule="topk", k=mode.top_k, mlp_k=len(key.mlps)))
+    return chosen if mode.mlps else dataclasses.replace(chosen, mlps=(), mlp_scores=())
 
 
 def run(ctx: Context) -> FinetuneSummary:
@@ -111,8 +120,8 @@ def run(ctx: Context) -> FinetuneSummary:
         return FinetuneSummary(skipped="finetune.enabled is false")
     key = KeyComponents.load(paths.key_components)
     key.check_model(ctx.model.spec)
-    train = _pairs(ctx, f.train_pairs_per_template, f.seed + 101)
-    heldout = _pairs(ctx, e.heldout_pairs_per_template, f.seed + 202)
+    train = arithmetic_pairs(ctx, f.train_pairs_per_template, f.seed + 101)
+    heldout = arithmetic_pairs(ctx, e.heldout_pairs_per_template, f.seed + 202)
     seen = set(train["prompt"])
     heldout = heldout.filter(lambda r: r["prompt"] not in seen)
     save_dataset(train, paths.train_pairs)
@@ -139,7 +148,7 @@ def run(ctx: Context) -> FinetuneSummary:
             resume_from_checkpoint=True if resume else None,
             model_name=ctx.model.spec.name,
         )
-        runs[mode] = {
+        runs[str(mode)] = {
             "heads": len(components[mode].heads) if components[mode] is not None else "all",
             "n_trainable": result.n_trainable,
             "n_model_params": result.n_model_params,

@@ -7,14 +7,18 @@ Reads the ``patching`` and ``selection`` sections; writes ``identify/patching_<o
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 import datasets
-import torch
 
-from mathcircuits.patching import PatchingResult, path_patch, select_key_components
-from mathcircuits.patching.selection import selection_stability
+from mathcircuits.patching import (
+    PatchingResult,
+    SelectionConfig,
+    path_patch,
+    select_key_components,
+    selection_stability,
+)
 from mathcircuits.pipeline.context import Context, StageSummary, save_csv, select_pairs
 
 __all__ = ["IdentifySummary", "run"]
@@ -46,28 +50,6 @@ class IdentifySummary(StageSummary):
             "  selected again in bootstrap resamples of the pairs: "
             + (", ".join(f"L{l}.H{h} {s:.0%}" for (l, h), s in zip(self.key_heads, self.stability)) or "not measured"),
         ]
-
-
-def _overall(per_op: list[PatchingResult], pair_ids: list[Any], ops: list[str]) -> PatchingResult:
-    """The pair-weighted mean of the per-operation results (their per-pair effects concatenated)."""
-    first = per_op[0]
-    heads = torch.cat([r.per_pair_heads for r in per_op])
-    mlps = torch.cat([r.per_pair_mlps for r in per_op])
-    return PatchingResult(
-        head_effects=heads.mean(0),
-        mlp_effects=mlps.mean(0),
-        metric=first.metric,
-        method=first.method,
-        model=first.model,
-        n_pairs=heads.shape[0],
-        pair_ids=pair_ids,
-        operations=ops,
-        clean_logit_mean=float("nan"),
-        per_pair_heads=heads,
-        per_pair_mlps=mlps,
-        seconds=sum(r.seconds for r in per_op),
-        settings=first.settings,
-    )
 
 
 def run(ctx: Context) -> IdentifySummary:
@@ -110,26 +92,12 @@ def run(ctx: Context) -> IdentifySummary:
             "seconds": round(res.seconds, 2),
             "top_heads": [[l, h, round(e, 5)] for l, h, e in res.top_heads(10)],
         }
-    overall = _overall(per_op, list(datasets.concatenate_datasets(used)["pair_id"]), ops)
+    overall = PatchingResult.merge(per_op, pair_ids=list(datasets.concatenate_datasets(used)["pair_id"]))
     overall.save(paths.patching("all"))
-    key = select_key_components(
-        overall,
-        rule=s.rule,
-        threshold=s.threshold,
-        k=s.k,
-        z=s.z,
-        max_k=s.max_k,
-        mlp_k=s.mlp_k,
-        source={"operations": ops, "data": asdict(ctx.config.data)},
-    )
-    if not key.heads:
-        key = select_key_components(
-            overall,
-            rule="topk",
-            k=s.k,
-            mlp_k=s.mlp_k,
-            source={"operations": ops, "fallback": f"rule {s.rule} selected no head"},
-        )
+    key = select_key_components(overall, s, data=ctx.config.data.generation())
+    if not key.heads:  # the topk rule with the configured k (its other settings at their defaults)
+        fallback = SelectionConfig(rule="topk", k=s.k, mlp_k=s.mlp_k)
+        key = select_key_components(overall, fallback, fallback=f"rule {s.rule} selected no head")
     key = selection_stability(overall, key, seed=ctx.config.data.seed)
     key.save(paths.key_components)
     save_csv(overall.to_dataframe(), paths.effects_csv)

@@ -140,7 +140,7 @@ def run(ctx: Context) -> ValidateSummary:
             "random_final_std": float(finals.std()) if ko.random_accuracy.shape[0] > 1 else 0.0,
             "k": ko.ks[-1],
         }
-    found_on = set(key.source.get("operations", ops))
+    found_on = set(key.source.operations or ops)
     tr = transfer(
         model,
         sets,
@@ -154,4 +154,4 @@ def run(ctx: Context) -> ValidateSummary:
     )
     tr.save(paths.transfer())
     save_csv(tr.to_dataframe(), paths.transfer(".csv"))
-    return ValidateSummary(knockout=knockout, transfer=list(tr.rows))
+    return ValidateSummary(knockout=knockout, transfer=[r.to_dict() for r in tr.rows])
