@@ -29,10 +29,9 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from mathcircuits._io import ResultFileError
-
 if TYPE_CHECKING:
     from mathcircuits import viz
+    from mathcircuits._io import ResultFileError
     from mathcircuits.ablation import knockout_curve
     from mathcircuits.analysis import attention_by_role
     from mathcircuits.circuit import discover_circuit
@@ -53,6 +52,7 @@ _VERBS = {
     "attention_by_role": "mathcircuits.analysis",
     "discover_circuit": "mathcircuits.circuit",
     "run_pipeline": "mathcircuits.pipeline",
+    "ResultFileError": "mathcircuits._io",  # what every load raises for a file it cannot read
 }
 
 __all__ = [

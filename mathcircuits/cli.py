@@ -8,8 +8,10 @@ Examples::
     mathcircuits config --show                    # every setting with its type, range and default
 
 The sub-commands and their help come from the stage registry
-(:data:`mathcircuits.pipeline.STAGES`). Every failure ends as
-``error: <problem>. Fix: <fix>`` with exit code 2, and Ctrl-C as
+(:data:`mathcircuits.pipeline.STAGES`). A bad input ends as
+``error: <problem>. Fix: <fix>`` with exit code 2; a failure no input explains
+as ``error: internal error in stage <name>: <message>`` with exit code 3 (the
+traceback is kept in the run folder's ``logs/``); Ctrl-C as
 ``interrupted; rerun to resume`` with exit code 130: finished stages are kept
 and the interrupted one runs again next time.
 """
@@ -21,17 +23,27 @@ import dataclasses
 import logging
 import sys
 import time
+import traceback
 from pathlib import Path
 from typing import NoReturn
 
-import datasets
 import yaml
 
-from mathcircuits.pipeline import STAGES, ConfigError, RunConfig, render_config, run_pipeline, stage_status
+from mathcircuits.pipeline import (
+    STAGES,
+    ConfigError,
+    RunConfig,
+    RunPaths,
+    render_config,
+    run_pipeline,
+    stage_status,
+)
+from mathcircuits.pipeline.run import InternalError, is_input_error
 
 __all__ = ["build_parser", "main"]
 
 EXIT_ERROR = 2
+EXIT_INTERNAL = 3
 EXIT_INTERRUPTED = 130
 
 
@@ -96,6 +108,15 @@ def _load_config(args: argparse.Namespace) -> RunConfig:
     out = getattr(args, "out", None)
     if args.config is not None:
         cfg = RunConfig.load(args.config)
+    elif out is not None and RunPaths(out).identity.is_file():  # a run folder: its own config, which must be there
+        own = RunPaths(out).config
+        if not own.is_file() or not own.read_text().strip():
+            raise ConfigError(
+                f"{out} holds a run, but its config.yaml is {'missing' if not own.is_file() else 'empty'}, so the "
+                "settings its results were made with are unknown. Fix: pass --config with the run's config "
+                "(or restore config.yaml), or use a new --out folder."
+            )
+        cfg = RunConfig.load(own)
     elif out is not None and (out / "config.yaml").is_file():
         cfg = RunConfig.load(out / "config.yaml")
     else:
@@ -109,7 +130,7 @@ def _load_config(args: argparse.Namespace) -> RunConfig:
 
 
 def _message(err: BaseException) -> str:
-    """``<problem>. Fix: <fix>`` for any error (library errors already say their fix)."""
+    """``<problem>. Fix: <fix>`` for an input or OS error (the toolkit's errors already say their fix)."""
     if isinstance(err, OSError) and err.strerror:
         text = f"{err.strerror}: {err.filename}" if err.filename else err.strerror
     else:
@@ -117,8 +138,7 @@ def _message(err: BaseException) -> str:
     text = " ".join(text.split())
     if "Fix:" in text:
         return text
-    fix = "check the path and its permissions" if isinstance(err, OSError) else "correct the input named above"
-    return f"{text.rstrip('.')}. Fix: {fix}."
+    return f"{text.rstrip('.')}. Fix: check the path and its permissions."
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -128,10 +148,8 @@ def _run(args: argparse.Namespace) -> int:
         return 0
     if args.command == "status":
         for name, state in stage_status(args.out, cfg).items():
-            print(f"{name:<10} {state}")
+            print(f"{name:<10} {state}")  # done / todo / stale (why)
         return 0
-    if args.quiet:
-        datasets.disable_progress_bars()
     only = args.only if args.command == "run" else [args.command]
     t0 = time.perf_counter()
     summaries = run_pipeline(cfg, args.out, only=only, force=args.force, progress=not args.quiet, echo=print)
@@ -158,9 +176,20 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted; rerun to resume", file=sys.stderr)
         return EXIT_INTERRUPTED
-    except (ValueError, RuntimeError, OSError) as err:  # ConfigError, RunFolderError, library errors
-        print(f"error: {_message(err)}", file=sys.stderr)
-        return EXIT_ERROR
+    except InternalError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return EXIT_INTERNAL
+    except Exception as err:
+        if is_input_error(err):  # ConfigError, RunFolderError, IntegrityError, library input checks, OS errors
+            print(f"error: {_message(err)}", file=sys.stderr)
+            return EXIT_ERROR
+        print("".join(traceback.format_exception(err)), file=sys.stderr, end="")
+        print(
+            f"error: internal error: {' '.join(str(err).split()) or type(err).__name__}\n  this is a bug in "
+            "mathcircuits or a dependency (traceback above).",
+            file=sys.stderr,
+        )
+        return EXIT_INTERNAL
 
 
 if __name__ == "__main__":  # pragma: no cover

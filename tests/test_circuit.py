@@ -256,6 +256,7 @@ def test_circuit_graph_and_report_section(tmp_path):
     assert 'id="circuit"' in page and strongest.sender in page and '<script src="http' not in page
 
 
+@pytest.mark.integration
 def test_circuit_stage_writes_the_circuit_its_faithfulness_and_graph(tmp_path):
     from mathcircuits.circuit import Faithfulness
     from mathcircuits.pipeline import RunConfig, run_pipeline

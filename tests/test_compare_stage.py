@@ -7,6 +7,7 @@ from pathlib import Path
 
 import datasets
 import pandas as pd
+import pytest
 
 from mathcircuits.claims import Verdict, claim_c6
 from mathcircuits.evaluation import EvalResult
@@ -17,6 +18,7 @@ from mathcircuits.report import ReportParts, report_html
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.integration
 def test_compare_stage_writes_the_table_with_intervals(tmp_path):
     bench = tmp_path / "bench" / "AddSub"
     bench.mkdir(parents=True)

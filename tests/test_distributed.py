@@ -24,6 +24,8 @@ from mathcircuits.finetune import HeadSliceAdapter, SFTConfig, build_sft_dataset
 from mathcircuits.models import load_hf_model
 from mathcircuits.patching import KeyComponents
 
+pytestmark = pytest.mark.integration  # two processes (torchrun, gloo)
+
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = dict(
     learning_rate=1e-2,

@@ -342,6 +342,7 @@ def test_static_export_explains_a_missing_chromium(tmp_path, monkeypatch):
     assert not list(tmp_path.iterdir())
 
 
+@pytest.mark.integration
 @needs_chromium
 def test_static_export_png_svg_pdf_in_one_batch(tmp_path):
     fig = knockout_curves(knockouts())
@@ -511,6 +512,7 @@ def test_report_shows_no_raw_python_dict_or_list_text(tmp_path):
     assert "accuracy_by_operation" in text and "add" in text  # the list of dicts is shown, as a table
 
 
+@pytest.mark.integration
 @needs_chromium
 def test_report_renders_in_headless_chromium(tmp_path):
     import numpy as np
@@ -528,6 +530,7 @@ def test_report_renders_in_headless_chromium(tmp_path):
     assert len(colours) > 30, f"only {len(colours)} distinct colours in the heatmap region"
 
 
+@pytest.mark.integration
 @needs_chromium
 def test_claims_card_is_on_the_first_screen_of_a_laptop(tmp_path):
     """At 1366x768 the whole card, down to the bar that closes it, shows without scrolling."""

@@ -27,7 +27,7 @@ from mathcircuits.ablation.result import (
     TransferRow,
     TransferStatus,
 )
-from mathcircuits.ablation.scorer import KnockoutScorer
+from mathcircuits.ablation.scorer import KnockoutScorer, check_knockout
 from mathcircuits.ablation.transfer import transfer, transfer_row
 
 __all__ = [
@@ -45,6 +45,7 @@ __all__ = [
     "TransferStatus",
     "ablated_accuracy",
     "ablated_model",
+    "check_knockout",
     "head_means",
     "knockout_curve",
     "mean_ablation_hooks",

@@ -27,7 +27,7 @@ from mathcircuits.models.spec import ModelSpec, as_spec, check_model
 __all__ = ["HeadMeans", "head_means"]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class HeadMeans(SavedResult):
     """Mean ``hook_z`` per head over the counterfactual prompts: [layer, head, d_head].
 
@@ -72,6 +72,15 @@ class HeadMeans(SavedResult):
                 f"the head means have shape {tuple(self.means.shape)} but {spec.describe()} needs {want} "
                 "[layer, head, d_head]. Fix: compute head_means() on this model."
             )
+
+    def summary_items(self) -> list[tuple[str, str]]:
+        """Model, prompts averaged over, and the means' shape [layer, head, d_head]."""
+        return [
+            ("model", self.model.name if self.model is not None else "?"),
+            ("prompts", str(self.n_prompts)),
+            ("means", f"tensor{list(self.means.shape)}"),
+            ("source", self.source),
+        ]
 
 
 @torch.no_grad()

@@ -21,6 +21,7 @@ from torch import Tensor
 from mathcircuits._codec import FieldError
 from mathcircuits._io import SavedResult
 from mathcircuits.ablation.hooks import Ablation, Scope
+from mathcircuits.models.heads import Head
 from mathcircuits.stats import DEFAULT_CONFIDENCE, wilson_interval
 
 __all__ = ["MEASURED", "NOT_MEASURABLE", "KnockoutResult", "TransferResult", "TransferRow", "TransferStatus"]
@@ -31,7 +32,7 @@ NOT_MEASURABLE = "not measurable on this model"
 TransferStatus: TypeAlias = Literal["measured", "not measurable on this model"]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class KnockoutResult(SavedResult):
     """Accuracy as heads are knocked out: in effect-rank order and in random orders."""
 
@@ -74,6 +75,20 @@ class KnockoutResult(SavedResult):
                 "random_drop": [float(a) - self.baseline_accuracy for a in rnd.mean(0)],
             }
         )
+
+    def summary_items(self) -> list[tuple[str, str]]:
+        """Operation, pairs, ablation, and accuracy with nothing, the top k and k random heads removed."""
+        rnd = float(self.random_accuracy[:, -1].mean()) if self.random_accuracy.numel() else float("nan")
+        return [
+            ("operation", self.operation),
+            ("pairs", str(self.n_pairs)),
+            ("ablation", f"{self.ablation}, {self.scope}"),
+            (
+                "accuracy",
+                f"{self.baseline_accuracy:.0%} → top {self.ks[-1]} removed {self.ranked_accuracy[-1]:.0%} "
+                f"(random {rnd:.0%})",
+            ),
+        ]
 
 
 @dataclass(frozen=True)
@@ -125,7 +140,7 @@ class TransferRow:
         return asdict(self)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class TransferResult(SavedResult):
     """One :class:`TransferRow` per evaluation set.
 
@@ -162,3 +177,13 @@ class TransferResult(SavedResult):
         items, each with its Wilson interval (``*_low``, ``*_high``)."""
 
         return pd.DataFrame([r.to_dict() for r in self.rows], columns=[f.name for f in fields(TransferRow)])
+
+    def summary_items(self) -> list[tuple[str, str]]:
+        """The sets, how many were measurable, and the key heads' accuracy on each measured one."""
+        measured = "; ".join(f"{r.dataset} {r.key_ablated_accuracy:.0%}" for r in self.measured()) or "none"
+        return [
+            ("sets", str(len(self.rows))),
+            ("measurable", str(len(self.measured()))),
+            ("key heads", ", ".join(str(Head.of(h)) for h in self.key_heads)),
+            ("key-ablated", measured),
+        ]

@@ -35,12 +35,13 @@ from mathcircuits.ablation.hooks import Ablation, Scope, check_choice, z_ablatio
 from mathcircuits.ablation.means import HeadMeans, head_means
 from mathcircuits.data.filter import length_groups
 from mathcircuits.data.pairs import PairSet, check_columns
-from mathcircuits.models import HookedModel, hooks
+from mathcircuits.models import HookedModel, fast_paths_enabled, hooks
+from mathcircuits.models.integrity import compare, model_dtype, probe_pairs, verify_once
 from mathcircuits.models.prefix import PrefixRunner, repeat_cache, run_from_layer, shared_prefix_len
 
 log = logging.getLogger(__name__)
 
-__all__ = ["KnockoutScorer"]
+__all__ = ["KnockoutScorer", "check_knockout"]
 
 
 @dataclass(frozen=True)
@@ -182,7 +183,8 @@ class KnockoutScorer:
             g, rows = self.batches[b]
             p, spec = self.groups[g].shared, self.model.spec
             toks = torch.tensor([self.seqs[i] for i in rows], device=self.model.device)
-            resid = torch.zeros(spec.n_layers, len(rows), toks.shape[1] - p, spec.d_model)
+            dtype = next(self.model.bridge.parameters()).dtype  # the model's own (a bf16 model reads bf16)
+            resid = torch.zeros(spec.n_layers, len(rows), toks.shape[1] - p, spec.d_model, dtype=dtype)
 
             def grab(act: Tensor, hook: Any) -> None:
                 resid[int(hook.name.split(".")[1])] = act.detach()
@@ -207,6 +209,10 @@ class KnockoutScorer:
         heads = [(int(l), int(h)) for l, h in heads]
         for l, h in heads:
             self.model.spec.check_head(l, h)
+        fast = fast and fast_paths_enabled()
+        if fast:
+            path = f"knockout ({self.ablation}, scope {self.scope})"
+            verify_once(self.model.bridge, path, lambda: check_knockout(self.model, self.ablation, self.scope))
         out: list[Tensor] = [torch.empty(0)] * len(self.seqs)
         for b, (g, rows) in enumerate(self.batches):
             for i, row in zip(rows, self._fast(b, heads) if fast else self._plain(g, rows, heads)):
@@ -271,3 +277,27 @@ class KnockoutScorer:
         kw = {"past_key_values": cache} if cache is not None else {}
         logits = self.model.bridge.run_with_hooks(toks[:, p:], fwd_hooks=fwd, logits_to_keep=keep, **kw)
         return self._read(logits, rows, toks.shape[1] - keep)
+
+
+def check_knockout(model: HookedModel, ablation: Ablation, scope: Scope) -> tuple[float, float]:
+    """Fast knockout logits (shared prefix, resumed mid-network) against plain forwards, on probe pairs.
+
+    The run-time check of :meth:`KnockoutScorer.logits` (:mod:`mathcircuits.models.integrity`): the clean model and
+    two knockouts (a middle-layer head, then one middle and one last-layer head), both ways.
+
+    Args:
+        model: the hooked model.
+        ablation: the ablation checked.
+        scope: ``"all"`` or ``"last"``.
+
+    Returns:
+        ``(largest difference, tolerance)``.
+    """
+    spec = model.spec
+    probe = probe_pairs(spec.vocab_size)
+    scorer = KnockoutScorer(model, probe, ablation, scope=scope, batch_size=len(probe))
+    mid = max(1, spec.n_layers // 2)
+    sets: list[list[tuple[int, int]]] = [[], [(mid, 0)], [(mid, 0), (spec.n_layers - 1, spec.n_heads - 1)]]
+    fast = torch.cat([torch.cat(scorer.logits(s, fast=True)) for s in sets])
+    plain = torch.cat([torch.cat(scorer.logits(s, fast=False)) for s in sets])
+    return compare(fast, plain, model_dtype(model))

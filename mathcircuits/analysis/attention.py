@@ -55,7 +55,7 @@ class AttentionSettings:
     batch_size: int = 16
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class AttentionByRole(SavedResult):
     """Attention of key heads from the last position to each token role, per pair.
 
@@ -217,6 +217,11 @@ class AttentionByRole(SavedResult):
                 "baseline": self.baselines[p, r].tolist(),
             }
         )
+
+    def summary_items(self) -> list[tuple[str, str]]:
+        """Model, pairs, and each head with its class (operand / operator / neither)."""
+        classes = ", ".join(f"{label} {c}" for label, c in zip(self.labels, self.classify()))
+        return [("model", self.model.name), ("pairs", str(len(self.pair_ids))), ("heads", classes)]
 
 
 ROLE_COLUMNS = (

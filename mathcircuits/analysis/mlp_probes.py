@@ -203,7 +203,7 @@ def mlp_probes(
             first_of[t] = -1
     cand = torch.tensor(cand_tokens, device=model.device)
 
-    W_U = bridge.W_U
+    W_U = bridge.W_U.float()  # activations are read as float32 (also from a bf16 model)
     d_model = W_U.shape[0]
     structure = block_structure(model)  # the final norm and soft cap come from the family table
     zero_img = final_norm(model, structure, torch.zeros(1, 1, d_model, device=W_U.device, dtype=W_U.dtype))[0, 0]

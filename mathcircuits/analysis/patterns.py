@@ -32,7 +32,7 @@ from mathcircuits.patching import KeyComponents, resolve_heads
 __all__ = ["HeadPatterns", "head_patterns"]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class HeadPatterns(SavedResult):
     """Full attention patterns of some heads on a few prompts, for the CircuitsVis views.
 
@@ -75,6 +75,10 @@ class HeadPatterns(SavedResult):
                         }
                     )
         return pd.DataFrame(rows)
+
+    def summary_items(self) -> list[tuple[str, str]]:
+        """Model, heads and prompts recorded."""
+        return [("model", self.model.name), ("heads", ", ".join(self.labels)), ("prompts", str(len(self.prompts)))]
 
 
 @torch.no_grad()

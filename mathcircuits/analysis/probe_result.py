@@ -57,7 +57,7 @@ class ProbeSettings:
     batch_size: int = 16
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class MLPProbeResult(SavedResult):
     """Per-pair, per-layer probes of the MLPs against the unembedding (see the module docstring)."""
 
@@ -213,6 +213,17 @@ class MLPProbeResult(SavedResult):
                 }
             )
         return pd.DataFrame(rows)
+
+    def summary_items(self) -> list[tuple[str, str]]:
+        """Model, pairs, layers, space, and the first layer whose MLP raises the answer."""
+        rise = self.first_raising_layer()
+        return [
+            ("model", self.model.name),
+            ("pairs", str(len(self.pair_ids))),
+            ("layers", str(self.n_layers)),
+            ("space", self.space),
+            ("answer first raised by", "none" if rise is None else f"MLP{rise}"),
+        ]
 
 
 def _first_raising(margin: Float[Tensor, "pair layer"], min_margin: float = 0.25) -> int | None:

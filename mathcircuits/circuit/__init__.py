@@ -1,4 +1,4 @@
-"""Stage 3b — the whole circuit: sender → receiver path patching, circuit discovery, faithfulness.
+"""Stage ``circuit`` — the whole circuit: sender → receiver path patching, circuit discovery, faithfulness.
 
 * :mod:`.components`: :class:`Sender`, :class:`Receiver` (logits, a head's q/k/v, an MLP's input; GQA groups);
 * :mod:`.edges`: :func:`exact_edges` (cached, suffix-only) and :func:`reference_edges` (two forwards per sender),

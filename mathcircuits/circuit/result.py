@@ -43,6 +43,10 @@ class Node:
     depth: int = 0
     role: str = ""
 
+    def __post_init__(self) -> None:
+        if self.kind not in ("head", "mlp", "logits"):
+            raise ValueError(f"circuit node kind {self.kind!r} is unknown. Fix: use 'head', 'mlp' or 'logits'.")
+
     @property
     def component(self) -> str:
         if self.kind == "logits":
@@ -110,7 +114,7 @@ class FaithfulnessSettings:
     means: str = ""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class Circuit(SavedResult):
     """Nodes and edges found by iterating sender → receiver path patching from the key components.
 
@@ -133,6 +137,15 @@ class Circuit(SavedResult):
     seconds: float = float("nan")
 
     def __post_init__(self) -> None:
+        spec = self.model
+        for n in self.nodes:
+            if n.kind == "head":
+                spec.check_head(n.layer, n.head)
+            elif n.kind == "mlp" and not 0 <= n.layer < spec.n_layers:
+                raise ValueError(
+                    f"circuit node {n.name}: layer {n.layer} is outside {spec.describe()} "
+                    f"(layers 0..{spec.n_layers - 1}). Fix: name existing components."
+                )
         names = {n.name for n in self.nodes}
         dangling = [e for e in self.edges if e.sender not in names or e.receiver not in names]
         if dangling:
@@ -183,8 +196,20 @@ class Circuit(SavedResult):
         cols = ["sender", "receiver", "via", "effect", "low", "high", "shared_by", "sender_role", "receiver_role"]
         return pd.DataFrame(rows, columns=cols)
 
+    def summary_items(self) -> list[tuple[str, str]]:
+        """Model, nodes, edges, pairs and the strongest edge."""
+        top = self.strongest_edges(1)
+        edge = f"{top[0].sender} → {top[0].receiver} {top[0].effect:+.3g}" if top else "none"
+        return [
+            ("model", self.model.name),
+            ("nodes", str(len(self.nodes))),
+            ("edges", str(len(self.edges))),
+            ("pairs", str(self.n_pairs)),
+            ("strongest edge", edge),
+        ]
 
-@dataclass(frozen=True)
+
+@dataclass(frozen=True, repr=False)
 class Faithfulness(SavedResult):
     """How much of the task the circuit's heads carry, with every other head mean-ablated (Wang et al. 2023).
 
@@ -218,3 +243,12 @@ class Faithfulness(SavedResult):
         if not self.random:
             return float("nan")
         return sum(r < self.faithfulness for r in self.random) / len(self.random)
+
+    def summary_items(self) -> list[tuple[str, str]]:
+        """Model, the circuit's heads and its faithfulness with the interval."""
+        return [
+            ("model", self.model.name),
+            ("heads", str(len(self.heads))),
+            ("pairs", str(self.n_pairs)),
+            ("faithfulness", f"{self.faithfulness:.3f} [{self.low:.3f}, {self.high:.3f}]"),
+        ]

@@ -3,7 +3,8 @@
 A :class:`Claim` is one row of the card: the paper's statement and number, what this run
 measured (a value with its interval, and a sentence saying it), the verdict and why.
 A verdict is a :class:`Verdict`; the rules that give them are in
-:mod:`mathcircuits.claims` (``paper``, ``components``, ``knockout``, ``finetune``) and written out in ``docs/claims.md``.
+:mod:`mathcircuits.claims` (``paper``, ``components``, ``knockout``, ``finetune``) and written out in
+``docs/claims.md``.
 :class:`ClaimsCard` holds the six rows, saves and loads itself (JSON), turns into a
 DataFrame and prints itself as the first lines of the CLI summary of the report stage.
 """
@@ -86,7 +87,7 @@ class CardSettings:
     n_boot: int = 1000
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class ClaimsCard(SavedResult):
     """The six claims of the paper with this run's verdicts (see ``docs/claims.md`` for the rules).
 
@@ -119,6 +120,10 @@ class ClaimsCard(SavedResult):
         for c in self.claims:
             out.append(f"  {c.id} {c.title:<{width}}  {c.verdict:<32}  {c.measurement}")
         return out
+
+    def summary_items(self) -> list[tuple[str, str]]:
+        """Each claim's verdict."""
+        return [(c.id, str(c.verdict)) for c in self.claims]
 
 
 def fmt_interval(value: float, low: float, high: float, pct: bool = False, digits: int = 2) -> str:

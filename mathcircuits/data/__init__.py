@@ -1,4 +1,4 @@
-"""Stage 1 — data: template sets, token-aligned prompt pairs, correctness filter, benchmark files.
+"""Stage ``data`` — template sets, token-aligned prompt pairs, correctness filter, benchmark files.
 
 * :mod:`~mathcircuits.data.templates` — template YAML files;
 * :mod:`~mathcircuits.data.generate` — reference/counterfactual prompt pairs;

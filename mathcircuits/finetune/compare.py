@@ -89,6 +89,10 @@ class CompareConfig:
 
     def __post_init__(self) -> None:
         check_fields(self)
+        if not self.modes:
+            raise ConfigError(
+                "compare.modes is empty, so nothing would be compared. Fix: list modes, e.g. [base, precise, full]."
+            )
         try:
             check_modes(self.modes)
         except ValueError as err:
@@ -143,7 +147,7 @@ class CompareSettings:
     components: dict[str, list[list[int | str]]] = field(default_factory=dict)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class SweepRun(SavedResult):
     """One (mode, learning rate) run of the sweep and its validation outcome.
 
@@ -166,8 +170,17 @@ class SweepRun(SavedResult):
     def val_accuracy(self) -> float:
         return sum(self.val_correct) / len(self.val_correct) if self.val_correct else math.nan
 
+    def summary_items(self) -> list[tuple[str, str]]:
+        """Mode, learning rate, validation accuracy, steps."""
+        return [
+            ("mode", str(self.mode)),
+            ("learning rate", f"{self.learning_rate:g}"),
+            ("validation accuracy", f"{self.val_accuracy:.1%}"),
+            ("steps", str(self.global_step)),
+        ]
 
-@dataclass(frozen=True)
+
+@dataclass(frozen=True, repr=False)
 class SFTComparison(SavedResult):
     """The whole sweep, and per mode the selected learning rate (best validation accuracy).
 
@@ -209,6 +222,10 @@ class SFTComparison(SavedResult):
                 }
             )
         return pd.DataFrame(rows)
+
+    def summary_items(self) -> list[tuple[str, str]]:
+        """The modes and each one's selected learning rate."""
+        return [("modes", ", ".join(map(str, self.modes)))] + [(m, f"lr {lr:g}") for m, lr in self.selected.items()]
 
 
 def _select(runs: Sequence[SweepRun]) -> float:

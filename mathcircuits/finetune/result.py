@@ -15,7 +15,7 @@ from mathcircuits.models import ModelSpec
 __all__ = ["SFTResult"]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class SFTResult(SavedResult):
     """What one SFT run did: settings, tuned-parameter counts, loss history and speed.
 
@@ -50,3 +50,13 @@ class SFTResult(SavedResult):
     def to_dataframe(self) -> pd.DataFrame:
 
         return pd.DataFrame(list(self.loss_history), columns=["step", "loss"])
+
+    def summary_items(self) -> list[tuple[str, str]]:
+        """Method, model, steps, loss and tuned parameters."""
+        return [
+            ("mode", self.mode),
+            ("model", self.model.name),
+            ("steps", str(self.global_step)),
+            ("train loss", f"{self.train_loss:.4g}"),
+            ("tuned params", f"{self.n_trainable:,}"),
+        ]

@@ -63,9 +63,6 @@ from mathcircuits.patching.selection import KeyComponents
 __all__ = ["head_slices"]
 
 
-# ----------------------------------------------------------------------------- values
-
-
 def _check_selection(heads: list, mlp_layers: list, facts: ModelSpec) -> None:
     n_layers, n_heads = facts.n_layers, facts.n_heads
     for item in heads:

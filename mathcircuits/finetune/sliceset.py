@@ -89,7 +89,7 @@ class ParamSlice:
         return decode_fields(cls, d, "a parameter slice")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class SliceSet(SavedResult):
     """Every parameter slice that precise SFT tunes for a selection, with counts.
 
@@ -189,5 +189,12 @@ class SliceSet(SavedResult):
                     f"parameter {s.name!r} has shape {tuple(params[s.name].shape)} but the slices expect {s.shape}."
                 )
 
-
-# ----------------------------------------------------------------------------- mapping
+    def summary_items(self) -> list[tuple[str, str]]:
+        """Model, heads, MLPs, K/V policy and tuned parameters."""
+        return [
+            ("model", self.model.name),
+            ("heads", str(len(self.heads))),
+            ("MLPs", str(len(self.mlps))),
+            ("kv_policy", self.kv_policy),
+            ("tuned", f"{self.n_tuned:,} ({self.fraction:.2%})"),
+        ]

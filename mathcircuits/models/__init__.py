@@ -8,15 +8,19 @@
 * :mod:`.readout` — the answer readout (final norm → unembedding → soft cap);
 * :mod:`.changes` — how a block's contribution changes (attention output, MLP input);
 * :mod:`.prefix` — prefix-cached forwards (the shared few-shot prefix runs once);
+* :mod:`.compat` / :mod:`.integrity` — the dependency versions computed under, and every fast path checked
+  against its plain path on the user's model at run time;
 * :mod:`.tiny` / :mod:`.embedded` — tiny random models of every family; the embedded SmolLM2.
 """
 
 from mathcircuits.models import hooks
 from mathcircuits.models.capture import capture
 from mathcircuits.models.changes import attn_change, attn_pre_norm_name, mlp_change
+from mathcircuits.models.compat import UnsupportedVersionError, check_versions
 from mathcircuits.models.embedded import EMBEDDED_NAME, convert_gguf, embedded_model_dir, find_embedded_gguf
 from mathcircuits.models.families import FAMILIES, BlockStructure, UnsupportedFamilyError, block_structure
 from mathcircuits.models.heads import Head, check_heads
+from mathcircuits.models.integrity import IntegrityError, checks_run, fast_paths, fast_paths_enabled, probe_pairs
 from mathcircuits.models.loading import HookedModel, load_hf_model, load_model, resolve_source
 from mathcircuits.models.prefix import HFForward, PrefixRunner, repeat_cache, run_from_layer, shared_prefix_len
 from mathcircuits.models.readout import Readout, final_norm, readout, soft_cap, vocab_logits
@@ -32,11 +36,13 @@ __all__ = [
     "HFForward",
     "Head",
     "HookedModel",
+    "IntegrityError",
     "ModelMismatchError",
     "ModelSpec",
     "PrefixRunner",
     "Readout",
     "UnsupportedFamilyError",
+    "UnsupportedVersionError",
     "as_spec",
     "attn_change",
     "attn_pre_norm_name",
@@ -44,8 +50,12 @@ __all__ = [
     "capture",
     "check_heads",
     "check_model",
+    "check_versions",
+    "checks_run",
     "convert_gguf",
     "embedded_model_dir",
+    "fast_paths",
+    "fast_paths_enabled",
     "final_norm",
     "find_embedded_gguf",
     "from_bridge",
@@ -54,6 +64,7 @@ __all__ = [
     "hooks",
     "load_hf_model",
     "load_model",
+    "probe_pairs",
     "mlp_change",
     "readout",
     "repeat_cache",

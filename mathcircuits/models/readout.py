@@ -100,7 +100,8 @@ def vocab_logits(
     """Logits over the whole vocabulary from residual vectors: final norm, unembedding, soft cap.
 
     On the last block's output this is the model's own logits; on an earlier layer's residual it is
-    the logit lens.
+    the logit lens. The unembedding is applied in the residual's dtype (float32 activations of a bf16
+    model are read out in float32).
 
     Args:
         model: the hooked model.
@@ -110,7 +111,13 @@ def vocab_logits(
     Returns:
         The logits.
     """
-    return soft_cap(model.bridge.unembed(final_norm(model, structure, resid)), structure)
+    normed = final_norm(model, structure, resid)
+    bridge = model.bridge
+    logits = normed @ bridge.W_U.to(normed.dtype)
+    b_u = getattr(bridge, "b_U", None)
+    if b_u is not None and torch.is_tensor(b_u):
+        logits = logits + b_u.to(normed.dtype)
+    return soft_cap(logits, structure)
 
 
 def readout(

@@ -13,6 +13,7 @@ and averages into a :class:`~mathcircuits.patching.result.PatchingResult`.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Sequence
 
@@ -20,8 +21,10 @@ import torch
 from tqdm.auto import tqdm
 
 from mathcircuits.data.pairs import PairSet, check_token_aligned, pair_batches
-from mathcircuits.models import HookedModel
+from mathcircuits.models import HookedModel, fast_paths_enabled
+from mathcircuits.models.integrity import verify_once
 from mathcircuits.patching.attribution import attribution_scan
+from mathcircuits.patching.checks import check_exact
 from mathcircuits.patching.exact import exact_scan
 from mathcircuits.patching.metrics import Metric, MetricName, get_metric
 from mathcircuits.patching.reference import reference_scan
@@ -29,6 +32,8 @@ from mathcircuits.patching.result import PatchingResult, PatchSettings
 from mathcircuits.patching.scan import Method, ScanFn, SenderKind, Senders
 
 __all__ = ["METHODS", "path_patch"]
+
+log = logging.getLogger(__name__)
 
 METHODS: dict[Method, ScanFn] = {"exact": exact_scan, "reference": reference_scan, "attribution": attribution_scan}
 
@@ -73,6 +78,11 @@ def path_patch(
             "docs/howto/big-models-on-gpu.md gives the memory each model needs."
         )
     check_token_aligned(dataset, model.spec.vocab_size)
+    if method == "exact" and not fast_paths_enabled():
+        log.info("fast paths are off: path patching runs the reference scan (one hooked forward per sender)")
+        method, scan = "reference", METHODS["reference"]
+    if method == "exact":
+        verify_once(model.bridge, "exact path patching", lambda: check_exact(model))
     spec = model.spec
     t0 = time.perf_counter()
     n = len(dataset)

@@ -37,7 +37,7 @@ class PatchSettings:
     chunk_rows: int = 8192
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class PatchingResult(SavedResult):
     """Effects of patching each sender (head or MLP) to the logits, averaged over pairs.
 
@@ -252,3 +252,16 @@ class PatchingResult(SavedResult):
         idx = torch.argsort(flat)[:k]
         n_heads = self.head_effects.shape[1]
         return [(int(i) // n_heads, int(i) % n_heads, float(flat[i])) for i in idx]
+
+    def summary_items(self) -> list[tuple[str, str]]:
+        """Model, metric, method, pairs, operations and the three strongest heads (for ``repr``)."""
+        top = ", ".join(f"{Head(l, h)} {e:+.3g}" for l, h, e in self.top_heads(3)) or "none patched"
+        ops = ", ".join(dict.fromkeys(self.operations)) or "?"
+        return [
+            ("model", self.model.name),
+            ("metric", self.metric),
+            ("method", self.method),
+            ("pairs", str(self.n_pairs)),
+            ("operations", ops),
+            ("top heads", top),
+        ]

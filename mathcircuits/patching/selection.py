@@ -88,7 +88,7 @@ class SelectionSource:
     note: str | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class KeyComponents(SavedResult):
     """Key heads ``[(layer, head)]`` and key MLPs ``[layer]``, with their scores and provenance.
 
@@ -224,6 +224,18 @@ class KeyComponents(SavedResult):
             for layer, s in zip(self.mlps, self.mlp_scores or nan_m)
         ]
         return pd.DataFrame(rows, columns=["kind", "layer", "head", "score", "stability"])
+
+    def summary_items(self) -> list[tuple[str, str]]:
+        """Model, rule, the key heads and MLPs, and how often resamples select them again (for ``repr``)."""
+        heads = ", ".join(str(Head.of(h)) for h in self.heads[:6]) + (" …" if len(self.heads) > 6 else "")
+        stab = f"{min(self.stability):.0%}–{max(self.stability):.0%}" if self.stability else "not measured"
+        return [
+            ("model", self.model.name),
+            ("rule", self.rule),
+            (f"{len(self.heads)} heads", heads or "none"),
+            ("MLPs", ", ".join(map(str, self.mlps)) or "none"),
+            ("selected again", stab),
+        ]
 
 
 def median_depth(layers: Sequence[int], n_layers: int) -> float:
