@@ -63,7 +63,8 @@ The public names of the package's front door (`import mathcircuits as mc`: the v
 and of each subpackage, which are exactly the `__all__` of its `__init__.py` (and of `mathcircuits/cli.py`).
 For each name: its signature, the first paragraph of its docstring and its Args / Returns / Raises sections;
 for classes, their public members. Import from the subpackage (or from the front door), for example
-`from mathcircuits.patching import path_patch`; the modules below it are implementation detail. If this page and the code disagree, the code wins: `help(mathcircuits.patching.path_patch)`.
+`from mathcircuits.patching import path_patch`; the modules below it are implementation detail. If this page
+and the code disagree, the code wins: `help(mathcircuits.patching.path_patch)`.
 
 Conventions:
 * **Results are values.** Each stage returns a frozen dataclass that can save and load itself and
