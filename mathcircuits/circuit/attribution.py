@@ -37,7 +37,8 @@ from scipy.stats import spearmanr
 from torch import Tensor
 
 from mathcircuits.circuit.components import Receiver, Sender
-from mathcircuits.circuit.edges import EdgeBatch, PairCache, _check, _select, patched_inputs
+from mathcircuits.circuit.edges import patched_inputs
+from mathcircuits.circuit.pair_cache import EdgeBatch, PairCache, check_request, receiver_slice
 from mathcircuits.models import HookedModel
 from mathcircuits.models.readout import Readout
 from mathcircuits.patching import Metric
@@ -68,7 +69,7 @@ def receiver_gradient(model: HookedModel, cache: PairCache, receiver: Receiver, 
         logits = model.bridge.run_with_hooks(cache.tokens, fwd_hooks=[(receiver.hook(), leaf)])[:, -1]
         target = Readout.from_logits(logits, cache.answer, metric.needs_probs).value(metric.target)
         (grad,) = torch.autograd.grad(target.sum(), box["a"])  # pairs are independent rows: one backward
-    return _select(receiver, grad.detach())
+    return receiver_slice(receiver, grad.detach())
 
 
 @torch.no_grad()
@@ -88,13 +89,13 @@ def attribute_edges(
     Returns:
         :class:`~.edges.EdgeBatch` of per-pair estimates, one column per sender.
     """
-    receiver = _check(model, receiver, senders, cache.structure)
+    receiver = check_request(model, receiver, senders, cache.structure)
     B = cache.tokens.shape[0]
     changed, new = patched_inputs(model, cache, receiver, senders, positions)
     if not changed:
         return EdgeBatch(effects=torch.zeros(B, len(senders)), clean_logit=cache.clean.logit)
     grad = receiver_gradient(model, cache, receiver, metric)[:, changed]  # [B, |C|, ...]
-    old = _select(receiver, cache.ref[receiver.hook()])[:, changed]
+    old = receiver_slice(receiver, cache.ref[receiver.hook()])[:, changed]
     change = ((new - old[None]).float() * grad[None].float()).flatten(2).sum(-1)  # [sender, B]
     rows = torch.arange(B).repeat(len(senders))  # sender-major rows
     eff = metric.of_change(change.reshape(-1), cache.clean.take(rows)).reshape(len(senders), B)

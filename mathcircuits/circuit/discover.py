@@ -36,7 +36,9 @@ from tqdm.auto import tqdm
 from mathcircuits.circuit.attribution import attribute_edges
 from mathcircuits.circuit.components import SENDER_KINDS, Receiver, Sender, upstream_senders
 from mathcircuits.circuit.config import EdgeMethod, EdgeSender, ReceiverKind, ScanPositions
-from mathcircuits.circuit.edges import PairCache, exact_edges, pair_cache, reference_edges
+from mathcircuits.circuit.edges import exact_edges
+from mathcircuits.circuit.pair_cache import PairCache, pair_cache
+from mathcircuits.circuit.reference import reference_edges
 from mathcircuits.circuit.result import Circuit, CircuitData, CircuitSettings, Edge, Node
 from mathcircuits.data.batching import iter_batches
 from mathcircuits.data.pairs import PairSet, check_token_aligned

@@ -53,7 +53,7 @@ import torch
 from transformers.pytorch_utils import Conv1D
 
 from mathcircuits.models.spec import ModelSpec
-from mathcircuits.patching.selection import SelectionError
+from mathcircuits.patching import SelectionError
 
 __all__ = [
     "HEAD_ROLES",

@@ -58,7 +58,7 @@ from mathcircuits.finetune.layouts import (
 )
 from mathcircuits.finetune.sliceset import ParamSlice, SliceSet
 from mathcircuits.models.spec import ModelSpec
-from mathcircuits.patching.selection import KeyComponents
+from mathcircuits.patching import KeyComponents
 
 __all__ = ["head_slices"]
 

@@ -12,19 +12,18 @@ from mathcircuits.patching.attribution import compare_rankings
 from mathcircuits.patching.cache import LastPositionCache, last_position_caches
 from mathcircuits.patching.config import PatchingConfig, Rule, SelectionConfig
 from mathcircuits.patching.driver import METHODS, path_patch
-from mathcircuits.patching.metrics import METRICS, Metric, MetricName, get_metric
-from mathcircuits.patching.result import PatchingResult, PatchSettings
-from mathcircuits.patching.scan import SENDER_KINDS, Method, SenderKind
-from mathcircuits.patching.selection import (
+from mathcircuits.patching.key_components import (
     RULES,
     KeyComponents,
     SelectionError,
     SelectionSource,
     median_depth,
     resolve_heads,
-    select_key_components,
-    selection_stability,
 )
+from mathcircuits.patching.metrics import METRICS, Metric, MetricName, get_metric
+from mathcircuits.patching.result import PatchingResult, PatchSettings
+from mathcircuits.patching.scan import SENDER_KINDS, Method, SenderKind
+from mathcircuits.patching.selection import select_key_components, selection_stability
 
 __all__ = [
     "KeyComponents",
