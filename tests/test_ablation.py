@@ -224,7 +224,7 @@ def test_position_mean_is_the_mean_of_aligned_counterfactual_z(tiny_llama, pairs
     toks = torch.tensor([scorer.sources[i] for i in group.rows])
     _, cache = tiny_llama.bridge.run_with_cache(toks, names_filter=lambda n: n.endswith("hook_z"))
     want = cache["blocks.1.attn.hook_z"].mean(0)  # [pos, head, d_head], per aligned position
-    got = scorer._values(scorer.groups.index(group), group.rows, fast=False)[0, :, 1]
+    got = scorer.replacement_z(scorer.groups.index(group))[0, :, 1]
     assert torch.allclose(got, want, atol=1e-6)
     assert group.shared >= 4  # and on the shared prefix it is the clean activation, so the fast path skips it
     _, clean = tiny_llama.bridge.run_with_cache(toks[:1], names_filter=lambda n: n.endswith("hook_z"))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import importlib
 import re
 import subprocess
 import sys
@@ -78,6 +79,7 @@ def test_readme_example_is_short_and_uses_the_front_door():
 def test_every_saved_result_prints_briefly(tiny_llama, template_sets):
     """repr is one short line naming what matters (no tensor values); _repr_html_ a small table."""
     from mathcircuits.data import GenerationConfig, generate_pairs
+    from mathcircuits.models import Head
 
     pairs = generate_pairs(
         tiny_llama.tokenizer, template_sets, GenerationConfig(operations=("add",), n_per_template=2)
@@ -92,18 +94,18 @@ def test_every_saved_result_prints_briefly(tiny_llama, template_sets):
         page = value._repr_html_()
         assert page.startswith("<table>") and "tensor(" not in page
     assert "pairs=4" in repr(result) and "top heads=L" in repr(result)
-    assert str(mc.models.Head(*key.heads[0])) in repr(key) and "rule=topk" in repr(key)
+    assert str(Head(*key.heads[0])) in repr(key) and "rule=topk" in repr(key)
 
 
 def test_every_saved_result_class_says_what_matters():
     """Each result class names its own summary (not the field-by-field default)."""
-    from mathcircuits._io import SavedResult
-
     seen = set()
-    for pkg in (mc.ablation, mc.analysis, mc.circuit, mc.claims, mc.evaluation, mc.finetune, mc.patching):
+    for sub in ("ablation", "analysis", "circuit", "claims", "evaluation", "finetune", "patching"):
+        pkg = importlib.import_module(f"mathcircuits.{sub}")
         for name in pkg.__all__:
             obj = getattr(pkg, name)
-            if isinstance(obj, type) and issubclass(obj, SavedResult) and dataclasses.is_dataclass(obj):
+            saved = isinstance(obj, type) and hasattr(obj, "load") and hasattr(obj, "summary_items")
+            if saved and dataclasses.is_dataclass(obj):
                 seen.add(obj)
                 assert "summary_items" in vars(obj), f"{obj.__name__} has no summary of its own"
                 assert "__repr__" not in vars(obj), f"{obj.__name__} prints its fields (dataclass repr)"

@@ -169,6 +169,14 @@ class KnockoutScorer:
         local = {i: n for n, i in enumerate(self.groups[g].rows)}
         return src[[local[self.donor[i]] for i in rows]]
 
+    def replacement_z(self, group: int) -> Tensor:
+        """What a knocked-out head's ``hook_z`` becomes on the rows of ``self.groups[group]``, every position.
+
+        Returns:
+            ``[rows|1, pos|1, layer, head, d_head]`` (a size-1 axis is shared by every row or position).
+        """
+        return self._values(group, self.groups[group].rows, fast=False)
+
     def _read(self, logits: Tensor, rows: list[int], offset: int) -> list[Tensor]:
         """Each row's logits at its answer positions ``[answer_len, vocab]``; ``logits`` start at ``offset``."""
         out = []
