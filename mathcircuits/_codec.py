@@ -22,7 +22,15 @@ from typing import Any, Literal, TypeVar, Union
 import torch
 from jaxtyping import AbstractArray
 
-__all__ = ["FieldError", "decode_fields", "encode_fields", "from_plain", "tensors_from_json", "tensors_to_json"]
+__all__ = [
+    "FieldError",
+    "decode_fields",
+    "decode_value",
+    "encode_fields",
+    "from_plain",
+    "tensors_from_json",
+    "tensors_to_json",
+]
 
 T = TypeVar("T")
 
@@ -220,6 +228,23 @@ def _decode(value: Any, tp: Any, where: str) -> Any:
             raise FieldError(f"field {where!r} should be of type {tp.__name__} but is {_show(value)}")
         return value
     return value
+
+
+def decode_value(value: Any, tp: Any, where: str = "value") -> Any:
+    """One plain value (as JSON holds it) turned into the declared type ``tp``, checked on the way.
+
+    Nested dataclasses are rebuilt from their dicts, lists become tuples where ``tp`` says tuple, enums and
+    parsed value types come back from their text.
+
+    Args:
+        value: the plain value.
+        tp: its annotation (e.g. ``dict[str, KnockoutBrief]``).
+        where: what it is, for messages.
+
+    Returns:
+        The typed value. Raises :class:`FieldError` naming ``where`` if it does not fit.
+    """
+    return _decode(value, tp, where)
 
 
 def encode_fields(obj: Any) -> dict[str, Any]:

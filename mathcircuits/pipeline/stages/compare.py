@@ -20,7 +20,6 @@ import logging
 import math
 import shutil
 from dataclasses import dataclass, field
-from typing import Any
 
 import pandas as pd
 from transformers import PreTrainedModel
@@ -29,7 +28,7 @@ from mathcircuits.evaluation import ARITHMETIC, EvalResult, EvalSettings, compar
 from mathcircuits.finetune import Mode, build_sft_dataset, compare_sft, load_tuned, split_validation
 from mathcircuits.patching import KeyComponents, PatchingResult, SelectionConfig, select_key_components
 from mathcircuits.pipeline.config import fingerprint
-from mathcircuits.pipeline.context import Context, StageSummary, save_csv, save_dataset
+from mathcircuits.pipeline.context import Context, StageSummary, TableRow, save_csv, save_dataset
 from mathcircuits.pipeline.stages.evaluate import evaluate_one
 from mathcircuits.pipeline.stages.finetune import arithmetic_pairs
 from mathcircuits.viz import save_figure, sft_delta_bars, sft_sweep_curves
@@ -48,7 +47,7 @@ class CompareSummary(StageSummary):
     validation_pairs: int = 0
     test_pairs: int = 0
     selected: dict[str, float] = field(default_factory=dict)
-    table: list[dict[str, Any]] = field(default_factory=list)
+    table: list[TableRow] = field(default_factory=list)
     files: list[str] = field(default_factory=list)
 
     def lines(self) -> list[str]:

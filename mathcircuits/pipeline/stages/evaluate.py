@@ -12,7 +12,6 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import pandas as pd
 import torch
@@ -21,7 +20,7 @@ from transformers import AutoModelForCausalLM, PreTrainedModel, PreTrainedTokeni
 from mathcircuits.data import PairSet, default_benchmark_root
 from mathcircuits.evaluation import ARITHMETIC, EvalResult, compare_table, evaluate_model, format_table
 from mathcircuits.finetune import HeadSliceAdapter, Mode, SFTResult, score_arithmetic
-from mathcircuits.pipeline.context import Context, StageSummary, save_csv
+from mathcircuits.pipeline.context import Context, StageSummary, TableRow, save_csv
 
 __all__ = ["EvaluateSummary", "evaluate_one", "run"]
 
@@ -33,7 +32,7 @@ class EvaluateSummary(StageSummary):
     """The comparison table (one row per model) and the files written."""
 
     skipped: str | None = None
-    table: list[dict[str, Any]] = field(default_factory=list)
+    table: list[TableRow] = field(default_factory=list)
     files: list[str] = field(default_factory=list)
 
     def lines(self) -> list[str]:

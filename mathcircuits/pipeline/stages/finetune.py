@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Literal
 
 import datasets
 
@@ -26,7 +26,21 @@ from mathcircuits.finetune import Mode, build_sft_dataset, train_sft
 from mathcircuits.patching import KeyComponents, PatchingResult, SelectionConfig, select_key_components
 from mathcircuits.pipeline.context import Context, StageSummary, save_dataset
 
-__all__ = ["FinetuneSummary", "arithmetic_pairs", "mode_components", "run"]
+__all__ = ["FinetuneSummary", "TrainingBrief", "arithmetic_pairs", "mode_components", "run"]
+
+
+@dataclass(frozen=True)
+class TrainingBrief:
+    """One mode's fine-tuning, in brief: the heads tuned (``"all"`` for full SFT), sizes and how training went."""
+
+    heads: int | Literal["all"]
+    n_trainable: int
+    n_model_params: int
+    steps: int
+    train_loss: float
+    samples_per_second: float
+    runtime_s: float
+    resumed_from: str | None
 
 
 @dataclass(frozen=True)
@@ -38,15 +52,14 @@ class FinetuneSummary(StageSummary):
     heldout_pairs: int = 0
     key_heads: list[list[int]] = field(default_factory=list)
     key_mlps: list[int] = field(default_factory=list)
-    runs: dict[str, dict[str, Any]] = field(default_factory=dict)
+    runs: dict[str, TrainingBrief] = field(default_factory=dict)
 
     def lines(self) -> list[str]:
         if self.skipped:
             return [f"  skipped: {self.skipped}"]
         out = [f"  train pairs {self.train_pairs}, held-out pairs {self.heldout_pairs}"]
         out += [
-            f"  {mode:<16} heads={r['heads']:<4} tuned params={r['n_trainable']:<10} steps={r['steps']:<4} "
-            f"loss={r['train_loss']}"
+            f"  {mode:<16} heads={r.heads:<4} tuned params={r.n_trainable:<10} steps={r.steps:<4} loss={r.train_loss}"
             for mode, r in self.runs.items()
         ]
         return out
@@ -125,7 +138,7 @@ def run(ctx: Context) -> FinetuneSummary:
     save_dataset(train, paths.train_pairs)
     save_dataset(heldout, paths.heldout_pairs)
     components = {mode: mode_components(ctx, mode, key) for mode in f.modes}
-    runs: dict[str, dict[str, Any]] = {}
+    runs: dict[str, TrainingBrief] = {}
     for mode in f.modes:
         out = paths.mode(mode)  # checkpoints here are of these settings: the runner cleared the folder otherwise
         out.mkdir(parents=True, exist_ok=True)
@@ -141,16 +154,16 @@ def run(ctx: Context) -> FinetuneSummary:
             resume_from_checkpoint=True if resume else None,
             model_name=ctx.model.spec.name,
         )
-        runs[str(mode)] = {
-            "heads": len(components[mode].heads) if components[mode] is not None else "all",
-            "n_trainable": result.n_trainable,
-            "n_model_params": result.n_model_params,
-            "steps": result.global_step,
-            "train_loss": round(result.train_loss, 4),
-            "samples_per_second": round(result.samples_per_second, 3),
-            "runtime_s": round(result.runtime_s, 1),
-            "resumed_from": result.resumed_from,
-        }
+        runs[str(mode)] = TrainingBrief(
+            heads=len(components[mode].heads) if components[mode] is not None else "all",
+            n_trainable=result.n_trainable,
+            n_model_params=result.n_model_params,
+            steps=result.global_step,
+            train_loss=round(result.train_loss, 4),
+            samples_per_second=round(result.samples_per_second, 3),
+            runtime_s=round(result.runtime_s, 1),
+            resumed_from=result.resumed_from,
+        )
     return FinetuneSummary(
         train_pairs=len(train),
         heldout_pairs=len(heldout),

@@ -8,7 +8,6 @@ Reads the ``patching`` and ``selection`` sections; writes ``identify/patching_<o
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 import datasets
 
@@ -21,7 +20,16 @@ from mathcircuits.patching import (
 )
 from mathcircuits.pipeline.context import Context, StageSummary, save_csv, select_pairs
 
-__all__ = ["IdentifySummary", "run"]
+__all__ = ["IdentifySummary", "PatchedOperation", "run"]
+
+
+@dataclass(frozen=True)
+class PatchedOperation:
+    """One operation's patching, in brief: its pairs, time and strongest heads ``(layer, head, effect)``."""
+
+    n_pairs: int
+    seconds: float
+    top_heads: list[tuple[int, int, float]]
 
 
 @dataclass(frozen=True)
@@ -30,7 +38,7 @@ class IdentifySummary(StageSummary):
 
     correct_pairs: dict[str, int]
     patched_operations: list[str]
-    results: dict[str, dict[str, Any]] = field(default_factory=dict)
+    results: dict[str, PatchedOperation] = field(default_factory=dict)
     key_heads: list[list[int]] = field(default_factory=list)
     key_mlps: list[int] = field(default_factory=list)
     key_head_fraction: float = 0.0
@@ -70,7 +78,7 @@ def run(ctx: Context) -> IdentifySummary:
             f"no operation has at least {p.min_pairs} correct pairs (counts: {counts}). "
             "Fix: raise data.n_per_template, or lower patching.min_pairs."
         )
-    results: dict[str, dict[str, Any]] = {}
+    results: dict[str, PatchedOperation] = {}
     used, per_op = [], []
     for op in ops:
         sub = select_pairs(correct, op, p.max_pairs)
@@ -87,11 +95,11 @@ def run(ctx: Context) -> IdentifySummary:
         )
         res.save(paths.patching(op))
         per_op.append(PatchingResult.load(paths.patching(op)))  # as saved, so the overall mean is bit-reproducible
-        results[op] = {
-            "n_pairs": res.n_pairs,
-            "seconds": round(res.seconds, 2),
-            "top_heads": [[l, h, round(e, 5)] for l, h, e in res.top_heads(10)],
-        }
+        results[op] = PatchedOperation(
+            n_pairs=res.n_pairs,
+            seconds=round(res.seconds, 2),
+            top_heads=[(l, h, round(e, 5)) for l, h, e in res.top_heads(10)],
+        )
     overall = PatchingResult.merge(per_op, pair_ids=list(datasets.concatenate_datasets(used)["pair_id"]))
     overall.save(paths.patching("all"))
     key = select_key_components(overall, s, data=ctx.config.data.generation())

@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import pandas as pd
 
@@ -21,7 +21,7 @@ from mathcircuits._io import ResultFileError, SavedResult
 from mathcircuits.ablation import KnockoutResult, TransferResult
 from mathcircuits.analysis import AttentionByRole, HeadPatterns, MLPProbeResult
 from mathcircuits.circuit import Circuit, Faithfulness
-from mathcircuits.claims import assess_claims
+from mathcircuits.claims import Verdict, assess_claims
 from mathcircuits.evaluation import EvalResult
 from mathcircuits.patching import KeyComponents, PatchingResult
 from mathcircuits.pipeline.context import Context, StageSummary
@@ -30,7 +30,7 @@ from mathcircuits.pipeline.stages.identify import IdentifySummary
 from mathcircuits.report import ReportParts, build_report, report_figures
 from mathcircuits.viz import attention_heads_view, find_chromium, save_figures
 
-__all__ = ["ReportSummary", "run"]
+__all__ = ["ClaimLine", "ReportSummary", "run"]
 
 log = logging.getLogger(__name__)
 
@@ -50,16 +50,26 @@ SAVED_FIGURES = (
 
 
 @dataclass(frozen=True)
+class ClaimLine:
+    """One claim of the card, as the CLI prints it."""
+
+    id: str
+    title: str
+    verdict: Verdict
+    measurement: str
+
+
+@dataclass(frozen=True)
 class ReportSummary(StageSummary):
     """The claims card (first), where the report is and how many figures it holds."""
 
     report: str
     figures: int
     static_formats: list[str] = field(default_factory=list)
-    claims: list[dict[str, Any]] = field(default_factory=list)
+    claims: list[ClaimLine] = field(default_factory=list)
 
     def lines(self) -> list[str]:
-        card = [f"  {c['id']} {c['title']:<38}  {c['verdict']:<32}  {c['measurement']}" for c in self.claims] or [
+        card = [f"  {c.id} {c.title:<38}  {c.verdict:<32}  {c.measurement}" for c in self.claims] or [
             "  claims: none (re-run report)"
         ]
         head = ["  claims (Zhang et al. 2024; 95% intervals; rules in docs/claims.md):"] if self.claims else []
@@ -172,7 +182,5 @@ def run(ctx: Context) -> ReportSummary:
         report=str(report),
         figures=len(saved) + (patterns is not None),
         static_formats=formats,
-        claims=[
-            {"id": c.id, "title": c.title, "verdict": c.verdict, "measurement": c.measurement} for c in card.claims
-        ],
+        claims=[ClaimLine(c.id, c.title, c.verdict, c.measurement) for c in card.claims],
     )
