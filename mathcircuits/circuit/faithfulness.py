@@ -30,7 +30,7 @@ from mathcircuits.ablation import HeadMeans, ablated_model, head_means
 from mathcircuits.circuit.result import Circuit, Faithfulness, FaithfulnessSettings
 from mathcircuits.data.batching import iter_batches
 from mathcircuits.data.pairs import PairSet, check_token_aligned
-from mathcircuits.models import HookedModel
+from mathcircuits.models import Head, HookedModel
 from mathcircuits.stats import bootstrap_statistic
 
 __all__ = ["answer_logprob", "faithfulness"]
@@ -119,9 +119,7 @@ def faithfulness(
     joint = torch.stack([f_c - f_none, gap], 1)  # pairs resampled jointly: one interval of the ratio of means
     iv = bootstrap_statistic(joint, _ratio_of_means, n_boot=n_boot, seed=seed, confidence=confidence)
     low, high = iv.low, iv.high
-    minimality = {
-        f"L{layer}.H{head}": value - share([h for h in kept if h != (layer, head)])[0] for layer, head in kept
-    }
+    minimality = {str(Head(*h)): value - share([k for k in kept if k != h])[0] for h in kept}
     rng = random.Random(seed)
     rand = tuple(share(rng.sample(every, len(kept)))[0] for _ in range(n_random))
     return Faithfulness(

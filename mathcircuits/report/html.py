@@ -16,6 +16,7 @@ from collections.abc import Mapping
 import pandas as pd
 import plotly.graph_objects as go
 
+from mathcircuits.models import Head
 from mathcircuits.viz import OfflineHTML, circuitsvis_bundle, split_bundle
 
 __all__ = ["CARD_END_COLOUR", "CSS", "Page", "esc", "kv_table", "plain_text", "table"]
@@ -67,7 +68,7 @@ def plain_text(value: object) -> str:
         return "; ".join(f"{k}: {plain_text(v)}" for k, v in value.items()) or "none"
     if isinstance(value, (list, tuple)):
         if value and all(isinstance(v, int) for v in value) and len(value) == 2 and isinstance(value, tuple):
-            return f"L{value[0]}.H{value[1]}"
+            return str(Head(*value))
         return ", ".join(plain_text(v) for v in value) or "none"
     if isinstance(value, float):
         return f"{value:.4g}"

@@ -17,21 +17,23 @@ Usage::
 
 from __future__ import annotations
 
-from typing import Any
-
 import plotly.graph_objects as go
+
+from mathcircuits.circuit import Circuit, Faithfulness
 
 __all__ = ["circuit_graph"]
 
 _ORDER = {"A": 0, "op": 1, "B": 2, "last": 3}
 
 
-def _columns(circuit: Any) -> list[str]:
+def _columns(circuit: Circuit) -> list[str]:
     labels = {n.position for n in circuit.nodes if n.kind != "logits"}
     return sorted(labels, key=lambda p: (_ORDER.get(p, 10), int(p) if p.lstrip("-").isdigit() else 0))
 
 
-def circuit_graph(circuit: Any, faith: Any = None, width: int = 900, height: int = 650) -> go.Figure:
+def circuit_graph(
+    circuit: Circuit, faith: Faithfulness | None = None, width: int = 900, height: int = 650
+) -> go.Figure:
     """The circuit's nodes and edges as a Plotly figure.
 
     Args:

@@ -72,7 +72,7 @@ def patching_top_heads(
     have = result.head_low is not None and result.head_high is not None
     lo = [float(result.head_low[l, h]) for l, h, _ in top] if have else eff
     hi = [float(result.head_high[l, h]) for l, h, _ in top] if have else eff
-    keyset = set(getattr(key, "heads", ()) or ())
+    keyset = set(key.heads) if key is not None else set()
     fig = go.Figure(
         go.Bar(
             y=names,
@@ -179,7 +179,7 @@ def patching_heatmap(
         col=2,
     )
     if key is not None:
-        key_heads = list(getattr(key, "heads", ()))
+        key_heads = list(key.heads)
         if key_heads:
             fig.add_trace(
                 go.Scatter(
@@ -194,7 +194,7 @@ def patching_heatmap(
                 row=1,
                 col=1,
             )
-        key_mlps = list(getattr(key, "mlps", ()))
+        key_mlps = list(key.mlps)
         if key_mlps:
             fig.add_trace(
                 go.Scatter(
@@ -209,7 +209,7 @@ def patching_heatmap(
                 row=1,
                 col=2,
             )
-    model_name = spec.get("name", "model") if isinstance(spec, Mapping) else getattr(spec, "name", str(spec))
+    model_name = spec.name
     fmt = ".1%" if result.metric == "relative_logit" else ".2g"
     fig.update_layout(
         title=title

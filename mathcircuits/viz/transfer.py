@@ -8,15 +8,15 @@ its clean accuracy in the label: *not measurable on this model*.
 
 from __future__ import annotations
 
-from typing import Any
-
 import plotly.graph_objects as go
 from plotly.colors import qualitative
+
+from mathcircuits.ablation import TransferResult
 
 __all__ = ["transfer_bars"]
 
 
-def transfer_bars(result: Any, *, title: str | None = None) -> go.Figure:
+def transfer_bars(result: TransferResult, *, title: str | None = None) -> go.Figure:
     """Key- vs random-ablated accuracy per transfer set, with 95% intervals.
 
     Args:

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 import datasets
 
+from mathcircuits.models import Head
 from mathcircuits.patching import (
     PatchingResult,
     SelectionConfig,
@@ -47,7 +48,7 @@ class IdentifySummary(StageSummary):
     stability: list[float] = field(default_factory=list)  # per key head: share of resamples selecting it
 
     def lines(self) -> list[str]:
-        top = ", ".join(f"L{l}.H{h} {e:+.3f}" for l, h, e in self.top_heads[:10])
+        top = ", ".join(f"{Head(l, h)} {e:+.3f}" for l, h, e in self.top_heads[:10])
         return [
             f"  patched operations: {self.patched_operations}  (correct pairs: {self.correct_pairs})",
             f"  top heads (layer, head, effect): {top}",
@@ -56,7 +57,7 @@ class IdentifySummary(StageSummary):
                 f"key MLPs: {self.key_mlps}"
             ),
             "  selected again in bootstrap resamples of the pairs: "
-            + (", ".join(f"L{l}.H{h} {s:.0%}" for (l, h), s in zip(self.key_heads, self.stability)) or "not measured"),
+            + (", ".join(f"{Head(*h)} {s:.0%}" for h, s in zip(self.key_heads, self.stability)) or "not measured"),
         ]
 
 
