@@ -22,7 +22,7 @@ from tokenizers import models as tokenizer_models
 from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 from mathcircuits.models import from_hf, tiny_tokenizer
-from mathcircuits.numbers.helix import helix_basis
+from mathcircuits.numbers import helix_basis
 
 SYMBOLS = [" ", "+", "-", "*", "/", "=", "\n", ":", "x", "y", "z"]
 

@@ -10,11 +10,9 @@ import pytest
 import torch
 from planted_numbers import adder_model, planted_embedding_model
 
-from mathcircuits._schema import ConfigError
-from mathcircuits.claims import FAILS, HOLDS, INCONCLUSIVE, NOT_MEASURED, claim_n1, claim_n2, claim_n3
+from mathcircuits.claims import Verdict, claim_n1, claim_n2, claim_n3
 from mathcircuits.data import load_templates
-from mathcircuits.models import load_model
-from mathcircuits.models.suffix import SuffixRunner
+from mathcircuits.models import SuffixRunner, hooks, load_model
 from mathcircuits.numbers import (
     HelixPatchResult,
     HelixResult,
@@ -35,7 +33,7 @@ from mathcircuits.numbers import (
     patch_pairs,
     subspace_shifts,
 )
-from mathcircuits.numbers.grid import mlp_post
+from mathcircuits.pipeline import ConfigError
 
 CONTEXTS = ("", "x ", "y = ")
 
@@ -81,12 +79,12 @@ def test_suffix_runner_equals_the_plain_forward_from_every_block(family):
         act[:, -1, :5] = 0
         return act
 
-    hooked = model.bridge.run_with_hooks(toks, fwd_hooks=[(mlp_post(last), zero)])[:, -1]
+    hooked = model.bridge.run_with_hooks(toks, fwd_hooks=[(hooks.sub(last, "mlp.hook_post"), zero)])[:, -1]
     for start in (toks.shape[1] - 1, toks.shape[1] - 5):
         run = SuffixRunner(model, toks, start)
         for layer in range(model.spec.n_layers):
             assert torch.allclose(run.run(from_layer=layer), plain, atol=1e-4)
-        assert torch.allclose(run.run([(mlp_post(last), zero)], from_layer=last), hooked, atol=1e-4)
+        assert torch.allclose(run.run([(hooks.sub(last, "mlp.hook_post"), zero)], from_layer=last), hooked, atol=1e-4)
         assert not torch.allclose(hooked, plain, atol=1e-3)  # the hook does something, so the check means something
         assert run.cache.get_seq_length() == start  # the cache is back to the prefix after every run
 
@@ -231,11 +229,11 @@ def test_neurons_refuse_a_model_that_answers_nothing(templates):
 def test_claim_n1_holds_on_a_planted_period_and_not_on_a_digit_split_random_model(embedded_models):
     states = embedded_models["period10"][1]
     n1 = claim_n1(number_spectra(states, n_shuffles=100, n_boot=200), mod_probes(states, (2, 5, 10), 3, n_boot=200))
-    assert n1.verdict == HOLDS and "T=10" in n1.reason and n1.beyond_paper
+    assert n1.verdict == Verdict.HOLDS and "T=10" in n1.reason and n1.beyond_paper
     tiny = number_states(load_model("tiny-llama"), range(100), CONTEXTS)
     off = claim_n1(number_spectra(tiny, n_shuffles=100, n_boot=100), mod_probes(tiny, (2, 5, 10), 3, n_boot=100))
-    assert off.verdict == FAILS
-    assert claim_n1(None, None).verdict == NOT_MEASURED
+    assert off.verdict == Verdict.FAILS
+    assert claim_n1(None, None).verdict == Verdict.NOT_MEASURED
 
 
 def _patch(helix_pca: tuple[float, float, float], helix: tuple[float, float, float], full: float = 2.0):
@@ -252,24 +250,24 @@ def _patch(helix_pca: tuple[float, float, float], helix: tuple[float, float, flo
 
 def test_claim_n2_can_hold_fail_and_flag_a_subspace_illusion(embedded_models):
     hx = fit_helix(embedded_models["helix"][1], folds=4, n_random=3, n_shuffles=10, n_boot=100)
-    assert claim_n2(hx, _patch((0.5, 0.2, 0.8), (1.5, 1.2, 1.8))).verdict == HOLDS
-    assert claim_n2(hx, _patch((-0.5, -0.8, -0.2), (1.0, 0.8, 1.2))).verdict == FAILS
-    assert claim_n2(hx, _patch((0.1, -0.2, 0.4), (1.0, 0.8, 1.2))).verdict == INCONCLUSIVE
+    assert claim_n2(hx, _patch((0.5, 0.2, 0.8), (1.5, 1.2, 1.8))).verdict == Verdict.HOLDS
+    assert claim_n2(hx, _patch((-0.5, -0.8, -0.2), (1.0, 0.8, 1.2))).verdict == Verdict.FAILS
+    assert claim_n2(hx, _patch((0.1, -0.2, 0.4), (1.0, 0.8, 1.2))).verdict == Verdict.INCONCLUSIVE
     illusion = claim_n2(hx, _patch((2.0, 1.5, 2.5), (3.0, 2.6, 3.4)))
-    assert illusion.verdict == INCONCLUSIVE and "Makelov" in illusion.reason
+    assert illusion.verdict == Verdict.INCONCLUSIVE and "Makelov" in illusion.reason
     null_fit = fit_helix(embedded_models[None][1], folds=4, n_random=3, n_shuffles=10, n_boot=100)
-    assert claim_n2(null_fit, _patch((0.5, 0.2, 0.8), (1.5, 1.2, 1.8))).verdict == FAILS  # no helix to patch
+    assert claim_n2(null_fit, _patch((0.5, 0.2, 0.8), (1.5, 1.2, 1.8))).verdict == Verdict.FAILS  # no helix to patch
 
 
 def test_claim_n3_holds_with_few_neurons_and_fails_when_a_layer_needs_more(adder_runs):
     wide = claim_n3(adder_runs[(True, 512)][2])  # 8 of 512 neurons carry the sums: 2%
-    assert wide.verdict == HOLDS and wide.low > 0
+    assert wide.verdict == Verdict.HOLDS and wide.low > 0
     narrow = claim_n3(adder_runs[(True, 128)][2])  # the same 8 neurons are 6% of 128
-    assert narrow.verdict == FAILS and "5%" in narrow.reason
+    assert narrow.verdict == Verdict.FAILS and "5%" in narrow.reason
     res = adder_runs[(True, 512)][2]
     no_effect = dataclasses.replace(res, knockout=dataclasses.replace(res.knockout, drop_low=-0.1, drop_high=0.0))
-    assert claim_n3(no_effect).verdict == FAILS
-    assert claim_n3(None).verdict == NOT_MEASURED
+    assert claim_n3(no_effect).verdict == Verdict.FAILS
+    assert claim_n3(None).verdict == Verdict.NOT_MEASURED
 
 
 # ----------------------------------------------------------------------------- values, configs, figures
@@ -299,8 +297,8 @@ def test_numbers_config_checks_itself():
 
 
 def test_figures_of_every_result(embedded_models, adder_runs):
+    from mathcircuits.report import NumberResults, ReportParts, report_figures, report_html
     from mathcircuits.viz import numbers_figures, reading_numbers
-    from mathcircuits.viz.report import report_html
 
     states = embedded_models["period10"][1]
     parts = {
@@ -315,7 +313,9 @@ def test_figures_of_every_result(embedded_models, adder_runs):
                          "numbers_grid_heatmaps", "numbers_neuron_topk"}  # fmt: skip
     assert all(len(f.data) > 0 for f in figs.values())
     assert "last token" in reading_numbers(parts) and "Makelov" in reading_numbers(parts)
-    assert 'id="numbers"' in report_html(numbers=parts)
+    report = ReportParts(numbers=NumberResults(**parts))
+    assert 'id="numbers"' in report_html(report) and set(figs) <= set(report_figures(report))
+    assert 'id="numbers"' not in report_html(ReportParts())  # no results, no section
     assert math.isfinite(float(parts["helix"].r2[0]))
 
 
@@ -336,9 +336,9 @@ def test_fast_and_plain_paths_give_the_same_numbers(templates, adder_runs):
     assert torch.equal(cap.correct, cap_plain.correct)
 
 
+@pytest.mark.integration  # a whole pipeline run into a run folder
 def test_the_numbers_stage_writes_its_results_and_says_what_it_skipped(tmp_path):
-    from mathcircuits.pipeline import RunConfig, run_pipeline
-    from mathcircuits.pipeline.paths import RunPaths
+    from mathcircuits.pipeline import RunConfig, RunPaths, run_pipeline
 
     cfg = RunConfig.from_dict(
         {

@@ -21,7 +21,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-from mathcircuits.claims.card import FAILS, HOLDS, INCONCLUSIVE, NOT_MEASURED, Claim, ClaimsCard
+from mathcircuits.claims.card import Claim, ClaimsCard, Verdict
 from mathcircuits.numbers import HelixPatchResult, HelixResult, NeuronResult, ProbeResult, Spectrum
 
 __all__ = ["N1_MIN_CYCLES", "N3_MAX_SHARE", "PAPER_N", "claim_n1", "claim_n2", "claim_n3", "with_number_claims"]
@@ -51,7 +51,7 @@ PAPER_N: dict[str, tuple[str, str, str]] = {
 }
 
 
-def _claim(cid: str, measurement: str, verdict: str, reason: str, **kw: Any) -> Claim:
+def _claim(cid: str, measurement: str, verdict: Verdict, reason: str, **kw: Any) -> Claim:
     title, statement, paper = PAPER_N[cid]
     nan = float("nan")
     fields = {"value": nan, "low": nan, "high": nan, "unit": "", "n": 0} | kw
@@ -60,7 +60,7 @@ def _claim(cid: str, measurement: str, verdict: str, reason: str, **kw: Any) -> 
 
 def _off(cid: str, why: str) -> Claim:
     text = f"not measured ({why})"
-    return _claim(cid, text, NOT_MEASURED, text)
+    return _claim(cid, text, Verdict.NOT_MEASURED, text)
 
 
 # ----------------------------------------------------------------------------- N1
@@ -113,10 +113,10 @@ def claim_n1(spectra: Spectrum | None, probes: ProbeResult | None, why_missing: 
     )
     if held:
         where = ", ".join(f"T={t} at depth {d}" for t, d in held[:6])
-        verdict, reason = HOLDS, f"above the null and beyond the baselines in both tests: {where}"
+        verdict, reason = Verdict.HOLDS, f"above the null and beyond the baselines in both tests: {where}"
     elif failed == total:
         verdict, reason = (
-            FAILS,
+            Verdict.FAILS,
             (
                 f"for every period T in {cands} and depth, the spectrum is not above the shuffled null, or the period "
                 "is the tokenizer baseline's, or the mod-T probe does not beat its baselines (depth 0 / control)"
@@ -124,7 +124,7 @@ def claim_n1(spectra: Spectrum | None, probes: ProbeResult | None, why_missing: 
         )
     else:
         verdict, reason = (
-            INCONCLUSIVE,
+            Verdict.INCONCLUSIVE,
             "some period is above the null in one test while the other test's intervals overlap",
         )
         if any(round(float(t), 6) in base for t in cands):
@@ -166,17 +166,23 @@ def claim_n2(
         f"[{diff[1]:+.2f}, {diff[2]:+.2f}]; fit R² {float(helix.r2[d]):.2f} (null {float(helix.null_r2[d]):.2f})"
     )
     if not full[1] > 0:
-        verdict, reason = INCONCLUSIVE, "the full-component patch itself does not surely move the answer at any depth"
+        verdict, reason = (
+            Verdict.INCONCLUSIVE,
+            "the full-component patch itself does not surely move the answer at any depth",
+        )
     elif frac[1] > 1:
         verdict, reason = (
-            INCONCLUSIVE,
+            Verdict.INCONCLUSIVE,
             (
                 "the helix subspace moves the answer more than the whole residual does: a possible subspace-patching "
                 "illusion (Makelov et al. 2023), not evidence"
             ),
         )
     elif diff[1] > 0 and hx[1] > rand_hi and fit_ok:
-        verdict, reason = HOLDS, "helix − PCA interval above 0, helix above every random subspace, fit above its null"
+        verdict, reason = (
+            Verdict.HOLDS,
+            "helix − PCA interval above 0, helix above every random subspace, fit above its null",
+        )
     elif diff[2] < 0 or hx[2] <= rand_hi or not fit_ok:
         parts = [
             p
@@ -187,9 +193,9 @@ def claim_n2(
             )
             if bad
         ]
-        verdict, reason = FAILS, "; ".join(parts)
+        verdict, reason = Verdict.FAILS, "; ".join(parts)
     else:
-        verdict, reason = INCONCLUSIVE, "the helix − PCA interval straddles 0"
+        verdict, reason = Verdict.INCONCLUSIVE, "the helix − PCA interval straddles 0"
     return _claim(
         "N2",
         text,
@@ -240,7 +246,10 @@ def claim_n3(neurons: NeuronResult | None, why_missing: str = "stage numbers off
     if ko is not None:
         fields |= {"value": ko.extra_drop, "low": ko.drop_low, "high": ko.drop_high, "n": ko.n_prompts}
     if small and ko is not None and ko.drop_low > 0:
-        verdict, reason = HOLDS, f"every layer needs <= {N3_MAX_SHARE:.0%} of its neurons; extra drop interval above 0"
+        verdict, reason = (
+            Verdict.HOLDS,
+            f"every layer needs <= {N3_MAX_SHARE:.0%} of its neurons; extra drop interval above 0",
+        )
     elif too_big or (ko is not None and ko.drop_high <= 0):
         parts = []
         if too_big:
@@ -250,11 +259,11 @@ def claim_n3(neurons: NeuronResult | None, why_missing: str = "stage numbers off
             )
         if ko is not None and ko.drop_high <= 0:
             parts.append("associated neurons hurt no more than matched random ones")
-        verdict, reason = FAILS, "; ".join(parts)
+        verdict, reason = Verdict.FAILS, "; ".join(parts)
     elif ko is None:
-        verdict, reason = INCONCLUSIVE, "no prompt has an associated neuron (no classified neuron in the top-k)"
+        verdict, reason = Verdict.INCONCLUSIVE, "no prompt has an associated neuron (no classified neuron in the top-k)"
     else:
-        verdict, reason = INCONCLUSIVE, "a share or the knockout interval is not decided at this sample size"
+        verdict, reason = Verdict.INCONCLUSIVE, "a share or the knockout interval is not decided at this sample size"
     return _claim("N3", text, verdict, reason, **fields)
 
 
