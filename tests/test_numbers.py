@@ -10,7 +10,7 @@ import pytest
 import torch
 from planted_numbers import adder_model, planted_embedding_model
 
-from mathcircuits.claims import Verdict, claim_n1, claim_n2, claim_n3
+from mathcircuits.claims import ClaimsCard, Verdict, claim_n1, claim_n2, claim_n3
 from mathcircuits.data import load_templates
 from mathcircuits.models import SuffixRunner, hooks, load_model
 from mathcircuits.numbers import (
@@ -347,6 +347,11 @@ def test_the_numbers_stage_writes_its_results_and_says_what_it_skipped(tmp_path)
                      "keep_only_correct": False},
             "patching": {"min_pairs": 1, "max_pairs": 4},
             "selection": {"rule": "topk", "k": 2},
+            "validation": {"knockout_max_k": 1, "n_random": 1, "max_pairs": 4, "transfer_templates": False,
+                           "transfer_multi_digit": False, "word_problem_sets": []},
+            "analysis": {"max_pairs": 4, "static_formats": []},
+            "finetune": {"enabled": False},
+            "evaluation": {"enabled": False},
             "numbers": {"enabled": True, "contexts": 2, "numbers": [0, 39], "n_shuffles": 20, "n_boot": 20,
                         "grid": [0, 3], "patch_pairs": 4, "n_random_subspaces": 1},
         }
@@ -361,5 +366,11 @@ def test_the_numbers_stage_writes_its_results_and_says_what_it_skipped(tmp_path)
     lines = summary.lines()
     assert any(line.startswith("  skipped neurons: ") and "too few" in line for line in lines)
     assert any(line.startswith("  probe mod 2: ") for line in lines) and "numbers.enabled is false" not in lines[0]
+    run_pipeline(cfg, tmp_path / "run", progress=False)  # the rest, to the report: N1-N3 on the card
+    card = ClaimsCard.load(paths.claims)
+    assert card["N1"].verdict in (Verdict.FAILS, Verdict.INCONCLUSIVE) and card["N1"].beyond_paper
+    for cid in ("N2", "N3"):  # skipped parts: "not measured", with the stage's reason
+        assert card[cid].verdict == Verdict.NOT_MEASURED and "too few" in card[cid].reason, card[cid]
+    assert 'id="numbers"' in paths.report.read_text() and paths.figure("numbers_spectrum").with_suffix(".html").exists()
     off = RunConfig.from_dict({"model": {"source": "tiny-llama"}})
     assert off.numbers.enabled is False
