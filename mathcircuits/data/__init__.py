@@ -24,6 +24,7 @@ from mathcircuits.data.generate import (
     answer_spacing,
     compute_answer,
     generate_pairs,
+    prompt_start,
     render_pair,
 )
 from mathcircuits.data.templates import (
@@ -59,6 +60,7 @@ __all__ = [
     "load_template_set",
     "load_templates",
     "read_word_problems",
+    "prompt_start",
     "record_question",
     "render_pair",
     "score_pairs",

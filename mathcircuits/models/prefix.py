@@ -205,8 +205,9 @@ class PrefixRunner:
             return self._run(tokens, self.fwd_hooks, logits_to_keep=seq - start)
         cache = copy.deepcopy(self.prefix_cache(tokens[0, :p]))
         cache.batch_repeat_interleave(tokens.shape[0])
-        logits = self._run(tokens[:, p:], self.fwd_hooks, past_key_values=cache)
-        return logits[:, start - p :]
+        # vocabulary logits only from `start` on: with Gemma 3's 262k-token vocabulary the unembedding of every
+        # suffix position would cost more than the blocks
+        return self._run(tokens[:, p:], self.fwd_hooks, past_key_values=cache, logits_to_keep=seq - start)
 
     def __call__(self, tokens: Int[Tensor, "batch seq"]) -> Float[Tensor, "batch seq vocab"]:
         """Logits at every position: the plain forward with ``fwd_hooks`` (the contract of a model callable)."""
