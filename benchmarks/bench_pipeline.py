@@ -24,7 +24,7 @@ Stages (an *item* is a pair, or a pair × knockout point for knockout):
   ``--generation-only`` runs just this row.
 
 The plain path of scoring, head means and the analyses is the same library code inside
-:func:`mathcircuits.models.prefix.plain_forwards` (every prefix-cached forward becomes the whole plain
+``mathcircuits.models.integrity.fast_paths(False)`` (every prefix-cached forward becomes the whole plain
 forward, all logits). The plain path runs on the first ``--plain-pairs`` pairs only (it is slow; cost is
 linear in pairs), so times are compared **per item**; the largest numeric difference is taken on the pairs
 both paths ran. Prints one row per stage: items and seconds per item of each path, their ratio, the difference.
@@ -139,7 +139,7 @@ def _pair_stages(
     from mathcircuits.analysis import attention_by_role, mlp_probes
     from mathcircuits.data import GenerationConfig, generate_pairs, load_templates, score_pairs
     from mathcircuits.models import load_model
-    from mathcircuits.models.prefix import plain_forwards
+    from mathcircuits.models.integrity import fast_paths
     from mathcircuits.patching import last_position_caches
     from mathcircuits.patching._common import pair_batches
 
@@ -160,7 +160,7 @@ def _pair_stages(
     )
     # scoring
     fast, t_fast = _timed(lambda: score_pairs(model, ds, batch_size=args.batch_size))
-    with plain_forwards():
+    with fast_paths(False):
         plain, t_plain = _timed(lambda: score_pairs(model, sub, batch_size=args.batch_size))
     diff = max(abs(a - b) for a, b in zip(fast["p_answer"][:n_plain], plain["p_answer"]))
     assert fast["correct"][:n_plain] == plain["correct"], "scoring: fast and plain disagree on correctness"
@@ -181,7 +181,7 @@ def _pair_stages(
 
     # head means
     fast_m, t_fast = _timed(lambda: head_means(model, ds, batch_size=args.batch_size))
-    with plain_forwards():
+    with fast_paths(False):
         plain_m, t_plain = _timed(lambda: head_means(model, sub, batch_size=args.batch_size))
     diff = _maxdiff(head_means(model, sub, batch_size=args.batch_size).means, plain_m.means)
     add("head means", len(ds), t_fast, len(sub), t_plain, diff)
@@ -205,11 +205,11 @@ def _pair_stages(
     # analyses
     heads = sets[2]
     fast_a, t_fast = _timed(lambda: attention_by_role(model, ds, heads, batch_size=args.batch_size))
-    with plain_forwards():
+    with fast_paths(False):
         plain_a, t_plain = _timed(lambda: attention_by_role(model, sub, heads, batch_size=args.batch_size))
     add("attention", len(ds), t_fast, len(sub), t_plain, _maxdiff(fast_a.shares[:n_plain], plain_a.shares))
     fast_p, t_fast = _timed(lambda: mlp_probes(model, ds, batch_size=args.batch_size))
-    with plain_forwards():
+    with fast_paths(False):
         plain_p, t_plain = _timed(lambda: mlp_probes(model, sub, batch_size=args.batch_size))
     same_p = mlp_probes(model, sub, batch_size=args.batch_size)
     fields = ["input_sim_a", "input_sim_answer", "update_sim_answer", "update_direct_answer", "lens_prob"]

@@ -9,8 +9,10 @@ Examples::
     mathcircuits compare-models runs/smollm2 runs/gemma3 --out runs/smollm2-vs-gemma3   # two models, one page
 
 The sub-commands and their help come from the stage registry
-(:data:`mathcircuits.pipeline.STAGES`). Every failure ends as
-``error: <problem>. Fix: <fix>`` with exit code 2, and Ctrl-C as
+(:data:`mathcircuits.pipeline.STAGES`). A bad input ends as
+``error: <problem>. Fix: <fix>`` with exit code 2; a failure no input explains
+as ``error: internal error in stage <name>: <message>`` with exit code 3 (the
+traceback is kept in the run folder's ``logs/``); Ctrl-C as
 ``interrupted; rerun to resume`` with exit code 130: finished stages are kept
 and the interrupted one runs again next time.
 """
@@ -22,18 +24,20 @@ import dataclasses
 import logging
 import sys
 import time
+import traceback
 from pathlib import Path
 from typing import NoReturn
 
-import datasets
 import yaml
 
 from mathcircuits.pipeline import STAGES, ConfigError, RunConfig, render_config, run_pipeline, stage_status
 from mathcircuits.pipeline.compare_models import compare_model_runs
+from mathcircuits.pipeline.run import InternalError, is_input_error
 
 __all__ = ["build_parser", "main"]
 
 EXIT_ERROR = 2
+EXIT_INTERNAL = 3
 EXIT_INTERRUPTED = 130
 
 
@@ -125,7 +129,7 @@ def _load_config(args: argparse.Namespace) -> RunConfig:
 
 
 def _message(err: BaseException) -> str:
-    """``<problem>. Fix: <fix>`` for any error (library errors already say their fix)."""
+    """``<problem>. Fix: <fix>`` for an input or OS error (the toolkit's errors already say their fix)."""
     if isinstance(err, OSError) and err.strerror:
         text = f"{err.strerror}: {err.filename}" if err.filename else err.strerror
     else:
@@ -133,8 +137,7 @@ def _message(err: BaseException) -> str:
     text = " ".join(text.split())
     if "Fix:" in text:
         return text
-    fix = "check the path and its permissions" if isinstance(err, OSError) else "correct the input named above"
-    return f"{text.rstrip('.')}. Fix: {fix}."
+    return f"{text.rstrip('.')}. Fix: check the path and its permissions."
 
 
 def _compare_models(args: argparse.Namespace) -> int:
@@ -158,8 +161,6 @@ def _run(args: argparse.Namespace) -> int:
         for name, state in stage_status(args.out, cfg).items():
             print(f"{name:<10} {state}")
         return 0
-    if args.quiet:
-        datasets.disable_progress_bars()
     only = args.only if args.command == "run" else [args.command]
     t0 = time.perf_counter()
     summaries = run_pipeline(cfg, args.out, only=only, force=args.force, progress=not args.quiet, echo=print)
@@ -186,9 +187,20 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted; rerun to resume", file=sys.stderr)
         return EXIT_INTERRUPTED
-    except (ValueError, RuntimeError, OSError) as err:  # ConfigError, RunFolderError, library errors
-        print(f"error: {_message(err)}", file=sys.stderr)
-        return EXIT_ERROR
+    except InternalError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return EXIT_INTERNAL
+    except Exception as err:
+        if is_input_error(err):  # ConfigError, RunFolderError, IntegrityError, library input checks, OS errors
+            print(f"error: {_message(err)}", file=sys.stderr)
+            return EXIT_ERROR
+        print("".join(traceback.format_exception(err)), file=sys.stderr, end="")
+        print(
+            f"error: internal error: {' '.join(str(err).split()) or type(err).__name__}\n  this is a bug in "
+            "mathcircuits or a dependency (traceback above).",
+            file=sys.stderr,
+        )
+        return EXIT_INTERNAL
 
 
 if __name__ == "__main__":  # pragma: no cover

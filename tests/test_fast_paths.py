@@ -102,10 +102,17 @@ def test_run_from_layer_equals_full_forward(request, template_sets, model_name):
         fwd_hooks=[(hooks.resid_pre(last), lambda act, hook: seen.update(resid=act.clone()))],
         past_key_values=repeat_cache(one, len(toks)),
     )
+    run_from_layer(model.bridge, seen["resid"], last, repeat_cache(one, len(toks)))  # its run-time check runs first
     called = []
-    first = (hooks.resid_pre(0), lambda act, hook: called.append(0))  # block 0 must not run
-    fast = run_from_layer(model.bridge, seen["resid"], last, repeat_cache(one, len(toks)), [*ablate, first])
+    handle = model.bridge.blocks[0].register_forward_hook(lambda *a: called.append(0))  # block 0 must not run
+    try:
+        fast = run_from_layer(model.bridge, seen["resid"], last, repeat_cache(one, len(toks)), ablate)
+    finally:
+        handle.remove()
     assert called == [] and len(model.bridge.blocks) == model.spec.n_layers  # skipped, and the block list restored
+    first = (hooks.resid_pre(0), lambda act, hook: None)  # a hook of a block that does not run would never fire
+    with pytest.raises(ValueError, match="never fire"):
+        run_from_layer(model.bridge, seen["resid"], last, repeat_cache(one, len(toks)), [*ablate, first])
     assert (fast - plain).abs().max() <= TOL
     assert (seen["z"] - z_plain).abs().max() <= TOL
     assert (plain - model.bridge(toks)[:, p:]).abs().max() > 1e-4  # the ablation changed something

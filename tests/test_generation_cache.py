@@ -40,6 +40,7 @@ def test_common_prefix_length_on_token_ids():
 def test_cached_generation_equals_plain(family):
     model, tok = tiny_model(family)
     assert prefix_cache_supported(model, 200)
+    generate_greedy(model, tok, PROMPTS[:2], max_new_tokens=1)  # the cached path's run-time check runs on first use
     seen, handle = _count_tokens(model)
     try:
         cached = generate_greedy(model, tok, PROMPTS, max_new_tokens=10, batch_size=3, stop=())

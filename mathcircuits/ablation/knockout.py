@@ -55,7 +55,8 @@ from tqdm.auto import tqdm
 from mathcircuits._io import SavedResult
 from mathcircuits.ablation.means import HeadMeans, _check_dataset, head_means
 from mathcircuits.data.filter import length_groups
-from mathcircuits.models import hooks
+from mathcircuits.models import fast_paths_enabled, hooks
+from mathcircuits.models.integrity import compare, probe_pairs, verify_once
 from mathcircuits.models.prefix import PrefixRunner, repeat_cache, run_from_layer, shared_prefix_len
 from mathcircuits.stats import wilson_interval
 
@@ -68,6 +69,7 @@ __all__ = [
     "KnockoutResult",
     "KnockoutScorer",
     "ablated_accuracy",
+    "check_knockout",
     "ablated_model",
     "head_means",
     "knockout_curve",
@@ -309,6 +311,10 @@ class KnockoutScorer:
         heads = [(int(l), int(h)) for l, h in heads]
         for l, h in heads:
             self.model.spec.check_head(l, h)
+        fast = fast and fast_paths_enabled()
+        if fast:
+            path = f"knockout ({self.ablation}, scope {self.scope})"
+            verify_once(self.model.bridge, path, lambda: check_knockout(self.model, self.ablation, self.scope))
         out: list[Tensor] = [torch.empty(0)] * len(self.seqs)
         for b, (g, rows) in enumerate(self.batches):
             for i, row in zip(rows, self._fast(b, heads) if fast else self._plain(g, rows, heads)):
@@ -371,6 +377,30 @@ class KnockoutScorer:
         kw = {"past_key_values": cache} if cache is not None else {}
         logits = self.model.bridge.run_with_hooks(toks[:, p:], fwd_hooks=fwd, logits_to_keep=keep, **kw)
         return self._read(logits, rows, toks.shape[1] - keep)
+
+
+def check_knockout(model: Any, ablation: str, scope: str) -> tuple[float, float]:
+    """Fast knockout logits (shared prefix, resumed mid-network) against plain forwards, on probe pairs.
+
+    The run-time check of :meth:`KnockoutScorer.logits` (:mod:`mathcircuits.models.integrity`): the clean model and
+    two knockouts (a middle-layer head, then one middle and one last-layer head), both ways.
+
+    Args:
+        model: the hooked model.
+        ablation: the ablation checked.
+        scope: ``"all"`` or ``"last"``.
+
+    Returns:
+        ``(largest difference, tolerance)``.
+    """
+    spec = model.spec
+    probe = probe_pairs(spec.vocab_size)
+    scorer = KnockoutScorer(model, probe, ablation, scope=scope, batch_size=len(probe))
+    mid = max(1, spec.n_layers // 2)
+    sets: list[list[tuple[int, int]]] = [[], [(mid, 0)], [(mid, 0), (spec.n_layers - 1, spec.n_heads - 1)]]
+    fast = torch.cat([torch.cat(scorer.logits(s, fast=True)) for s in sets])
+    plain = torch.cat([torch.cat(scorer.logits(s, fast=False)) for s in sets])
+    return compare(fast, plain)
 
 
 def ablated_accuracy(

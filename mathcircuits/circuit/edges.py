@@ -47,12 +47,13 @@ from jaxtyping import Float, Int
 from torch import Tensor
 
 from mathcircuits.circuit.components import Receiver, Sender, check_positions
-from mathcircuits.models import hooks
+from mathcircuits.models import fast_paths_enabled, hooks
 from mathcircuits.models.families import BlockStructure, UnsupportedFamilyError, block_structure
+from mathcircuits.models.integrity import compare, probe_pairs, verify_once
 from mathcircuits.patching._common import attn_change, attn_pre_norm_name, capture, mlp_change
-from mathcircuits.patching.metrics import Metric, Readout
+from mathcircuits.patching.metrics import METRICS, Metric, Readout
 
-__all__ = ["EdgeBatch", "PairCache", "exact_edges", "pair_cache", "patched_inputs", "reference_edges"]
+__all__ = ["EdgeBatch", "PairCache", "check_edges", "exact_edges", "pair_cache", "patched_inputs", "reference_edges"]
 
 
 @dataclass(frozen=True)
@@ -320,6 +321,9 @@ def exact_edges(
     Raises:
         UnsupportedFamilyError: the bridge's modules do not rebuild the receiver's input (use the reference).
     """
+    if not fast_paths_enabled():
+        return reference_edges(model, cache, receiver, senders, positions, metric)
+    verify_once(model.bridge, "circuit edges", lambda: check_edges(model))
     receiver = _check(model, receiver, senders, cache.structure)
     B = cache.tokens.shape[0]
     changed, new = patched_inputs(model, cache, receiver, senders, positions)
@@ -373,3 +377,36 @@ def patched_inputs(
     W_O = model.bridge.W_O  # the bridge stacks it from every layer on each access: read it once
     delta = torch.stack([_delta(model, cache, s, C, lr, W_O) for s in senders])  # [sender, B, |C|, d_model]
     return changed, _select(receiver, _receiver_input(model, structure, receiver, ref[reads][:, C][None] + delta))
+
+
+def check_edges(model: Any) -> tuple[float, float]:
+    """Exact against reference sender → receiver effects on probe pairs (the run-time check of :func:`exact_edges`).
+
+    Three receivers of the last layer (a head's query, its KV group's values, the MLP's input) and three senders
+    below them (a first-layer head, a middle-layer head, the first MLP), patched where the prompts differ and
+    at the last position; effects in raw answer logits.
+
+    Args:
+        model: the hooked model.
+
+    Returns:
+        ``(largest difference, tolerance)``.
+    """
+    spec = model.spec
+    if spec.n_layers < 2:  # no sender lies below a receiver
+        return 0.0, 0.0
+    probe = probe_pairs(spec.vocab_size)
+    dev = model.device
+    toks, cf = torch.tensor(probe["tokens"], device=dev), torch.tensor(probe["cf_tokens"], device=dev)
+    cache = pair_cache(model, toks, cf, torch.tensor(probe["answer_token"], device=dev))
+    last, seq = spec.n_layers - 1, toks.shape[1]
+    senders = [Sender("head", 0, 0), Sender("head", last // 2, spec.n_heads - 1), Sender("mlp", 0)]
+    receivers = [Receiver("q", last, 0), Receiver("v", last, 0, by_group=True), Receiver("mlp", last)]
+    metric = METRICS["logit_diff"]
+    fast, plain = [], []
+    for r in receivers:
+        a = exact_edges(model, cache, r, senders, [seq - 3, seq - 1], metric)
+        b = reference_edges(model, cache, r, senders, [seq - 3, seq - 1], metric)
+        fast.append(a.effects + a.clean_logit[:, None])
+        plain.append(b.effects + b.clean_logit[:, None])
+    return compare(torch.cat(fast), torch.cat(plain))

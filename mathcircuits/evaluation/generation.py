@@ -57,9 +57,17 @@ from mathcircuits.evaluation.batching import (
     model_device,
     pad_token_id,
 )
+from mathcircuits.models import fast_paths_enabled
+from mathcircuits.models.integrity import compare, probe_tokens, verify_once
 from mathcircuits.models.prefix import MIN_PREFIX, repeat_cache
 
-__all__ = ["DEFAULT_STOP", "first_step_logits", "generate_greedy", "prefix_cache_supported"]
+__all__ = [
+    "DEFAULT_STOP",
+    "check_generation_cache",
+    "first_step_logits",
+    "generate_greedy",
+    "prefix_cache_supported",
+]
 
 DEFAULT_STOP = ("\nQuestion:", "\n\nQ:", "### Instruction", "\n\n\n")
 # A finished "The answer is N." sentence (the period or newline must be followed by
@@ -141,7 +149,9 @@ def _greedy(
     batches = [order[s : s + batch_size] for s in range(0, n, batch_size)]
     p = common_prefix_length(encoded)
     longest = max(len(e) for e in encoded) + gen_cfg.max_new_tokens
-    cached = prefix_cache and p >= MIN_PREFIX and prefix_cache_supported(model, longest)
+    cached = prefix_cache and fast_paths_enabled() and p >= MIN_PREFIX and prefix_cache_supported(model, longest)
+    if cached:
+        verify_once(model, "generation prefix cache", lambda: check_generation_cache(model, tokenizer))
     with torch.inference_mode():
         if cached:
             prefix = torch.tensor([encoded[0][:p]], dtype=torch.long, device=device)
@@ -199,6 +209,30 @@ def first_step_logits(
     gen_cfg = _generation_config(model, tokenizer, 1)
     _, first = _greedy(model, tokenizer, encoded, gen_cfg, batch_size, (), False, prefix_cache, keep_first_logits=True)
     return torch.stack(first)
+
+
+def check_generation_cache(model: torch.nn.Module, tokenizer: Any) -> tuple[float, float]:
+    """First-step logits with the prefix cache against the plain left-padded path, on probe prompts.
+
+    The run-time check of :func:`generate_greedy` (:mod:`mathcircuits.models.integrity`): three prompts that
+    share 8 tokens and end at different lengths, so the cached path pads between prefix and suffix.
+
+    Args:
+        model: an HF causal LM.
+        tokenizer: its tokenizer (for the pad and EOS ids).
+
+    Returns:
+        ``(largest difference, tolerance)``.
+    """
+    vocab = int(getattr(model.config, "vocab_size", 0) or len(tokenizer))
+    toks = probe_tokens(vocab).tolist()
+    encoded = [toks[0], toks[1][:-1], toks[2][:-2]]
+    if not prefix_cache_supported(model, max(len(e) for e in encoded) + 1):
+        return 0.0, 0.0
+    gen_cfg = _generation_config(model, tokenizer, 1)
+    _, fast = _greedy(model, tokenizer, encoded, gen_cfg, 3, (), False, True, keep_first_logits=True)
+    _, plain = _greedy(model, tokenizer, encoded, gen_cfg, 3, (), False, False, keep_first_logits=True)
+    return compare(torch.stack(fast), torch.stack(plain))
 
 
 def _encode(

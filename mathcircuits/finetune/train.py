@@ -336,6 +336,15 @@ def train_sft(
         callbacks=[jsonl_log(output_dir / "log.jsonl"), *callbacks],
         decay_mode=config.decay_mode,
     )
+    if config.progress_bar:  # one bar; the losses go to log.jsonl rather than between the bar's redraws
+        from transformers.trainer_callback import ProgressCallback
+
+        class _BarOnly(ProgressCallback):
+            def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, **kwargs: Any) -> None:
+                return None
+
+        trainer.remove_callback(ProgressCallback)
+        trainer.add_callback(_BarOnly())
     t0 = time.perf_counter()
     done_step = _prepare_resume(output_dir, resume_from_checkpoint, config.max_steps)
     if done_step is None:

@@ -38,6 +38,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from mathcircuits.models.compat import check_versions, install_cache_alias
 from mathcircuits.models.embedded import EMBEDDED, cache_root, convert_gguf, embedded_model_dir, embedded_source
+from mathcircuits.models.integrity import instrument_hooks
 from mathcircuits.models.prefix import PrefixRunner
 from mathcircuits.models.spec import ModelSpec
 from mathcircuits.models.tiny import tiny_family_name, tiny_gpt2, tiny_llama, tiny_model
@@ -298,7 +299,7 @@ def boot_bridge(hf_model: torch.nn.Module, tokenizer: Any, name: str, device: st
     with contextlib.redirect_stdout(io.StringIO()):
         bridge = TransformerBridge.boot_transformers(name, hf_model=hf_model, tokenizer=tokenizer, device=device)
         bridge.enable_compatibility_mode(no_processing=True)
-    return install_cache_alias(bridge).eval()
+    return instrument_hooks(install_cache_alias(bridge)).eval()
 
 
 def spec_from_bridge(bridge: Any, name: str, source: str) -> ModelSpec:

@@ -54,12 +54,16 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
+from mathcircuits.models.hooks import resid_pre
+from mathcircuits.models.integrity import compare, fast_paths_enabled, probe_tokens, verify_once
+
 __all__ = [
     "MIN_PREFIX",
     "HFForward",
     "PrefixRunner",
     "blocks_from",
-    "plain_forwards",
+    "check_prefix_cache",
+    "check_resume",
     "repeat_cache",
     "run_from_layer",
     "shared_prefix_len",
@@ -67,26 +71,6 @@ __all__ = [
 
 MIN_PREFIX = 4
 """Shorter shared prefixes are not worth a second forward: the plain forward runs instead."""
-
-_PLAIN = [False]  # set by plain_forwards(): every PrefixRunner runs the whole plain forward
-
-
-@contextmanager
-def plain_forwards() -> Iterator[None]:
-    """Within the block, every :class:`PrefixRunner` runs the plain full forward (all logits, no prefix cache).
-
-    The reference against which the fast paths are checked and timed (``benchmarks/bench_pipeline.py``):
-    the same library code, with the forward it replaced.
-
-    Returns:
-        A context manager.
-    """
-    before = _PLAIN[0]
-    _PLAIN[0] = True
-    try:
-        yield
-    finally:
-        _PLAIN[0] = before
 
 
 def shared_prefix_len(tokens: Int[Tensor, "batch seq"], limit: int | None = None) -> int:
@@ -198,16 +182,23 @@ class PrefixRunner:
         seq = tokens.shape[1]
         if not 0 <= start < seq:
             raise ValueError(f"start {start} is outside the prompt of {seq} tokens. Fix: use 0 <= start < {seq}.")
-        if _PLAIN[0]:
+        if not fast_paths_enabled():
             return self._run(tokens, self.fwd_hooks)[:, start:]
         p = shared_prefix_len(tokens, start)
         if p < self.min_prefix:
             return self._run(tokens, self.fwd_hooks, logits_to_keep=seq - start)
+        verify_once(_module(self.bridge), "prefix cache", lambda: check_prefix_cache(self.bridge))
+        return self._suffix_logits(tokens, p, keep=seq - start)
+
+    def _suffix_logits(
+        self, tokens: Int[Tensor, "batch seq"], p: int, keep: int = 0
+    ) -> Float[Tensor, "batch suffix vocab"]:
+        """Logits of positions ``p…`` (of the last ``keep`` only, when given) from the suffix run on the repeated
+        prefix KV cache (the fast path). With Gemma 3's 262k-token vocabulary the unembedding of every suffix
+        position would cost more than the blocks, so callers keep only the positions they read."""
         cache = copy.deepcopy(self.prefix_cache(tokens[0, :p]))
         cache.batch_repeat_interleave(tokens.shape[0])
-        # vocabulary logits only from `start` on: with Gemma 3's 262k-token vocabulary the unembedding of every
-        # suffix position would cost more than the blocks
-        return self._run(tokens[:, p:], self.fwd_hooks, past_key_values=cache, logits_to_keep=seq - start)
+        return self._run(tokens[:, p:], self.fwd_hooks, past_key_values=cache, logits_to_keep=keep)
 
     def __call__(self, tokens: Int[Tensor, "batch seq"]) -> Float[Tensor, "batch seq vocab"]:
         """Logits at every position: the plain forward with ``fwd_hooks`` (the contract of a model callable)."""
@@ -279,7 +270,8 @@ def run_from_layer(
         resid: the residual stream entering block ``layer`` (``hook_resid_pre`` of a clean run).
         layer: the first block to run; ``0`` runs every block.
         past_key_values: the KV cache of the positions before ``resid`` (every layer), or ``None``.
-        fwd_hooks: hooks of blocks ``layer…`` and of the unembedding (hooks of lower blocks do not fire).
+        fwd_hooks: hooks of blocks ``layer…`` and of the unembedding (a hook of a lower block is refused: it
+            would never fire).
         **kwargs: passed to the bridge (e.g. ``logits_to_keep``).
 
     Returns:
@@ -287,8 +279,72 @@ def run_from_layer(
         when ``resid`` is the clean residual and the hooks touch only blocks ``layer…``
         (≤ 1e-5, ``tests/test_fast_paths.py``).
     """
+    below = [str(n) for n, _ in fwd_hooks if str(n).startswith("blocks.") and int(str(n).split(".")[1]) < layer]
+    if below:
+        raise ValueError(
+            f"hooks {below[:3]} sit in blocks below the start layer {layer}, which do not run, so they would never "
+            f"fire. Fix: start at layer {min(int(n.split('.')[1]) for n in below)} or drop those hooks."
+        )
+    if layer > 0:
+        verify_once(bridge, "resume at a layer", lambda: check_resume(bridge))
     extra = dict(kwargs)
     if past_key_values is not None:
         extra["past_key_values"] = past_key_values
     with blocks_from(bridge, layer):
         return bridge.run_with_hooks(resid, fwd_hooks=list(fwd_hooks), start_at_layer=layer, **extra)
+
+
+def _module(bridge: Any) -> torch.nn.Module:
+    return bridge.model if isinstance(bridge, HFForward) else bridge
+
+
+def _vocab(bridge: Any) -> int:
+    cfg = getattr(bridge, "cfg", None)
+    return int(getattr(cfg, "d_vocab", 0) or _module(bridge).config.vocab_size)
+
+
+def _device(bridge: Any) -> torch.device:
+    return next(iter(_module(bridge).parameters())).device
+
+
+def check_prefix_cache(bridge: Any) -> tuple[float, float]:
+    """Prefix-cached logits against the plain forward's on a probe batch (run-time check).
+
+    Args:
+        bridge: a TransformerBridge, or an :class:`HFForward`.
+
+    Returns:
+        ``(largest difference, tolerance)`` (:func:`mathcircuits.models.integrity.compare`).
+    """
+    toks = probe_tokens(_vocab(bridge), _device(bridge))
+    plain = bridge(toks)[:, -3:]
+    fast = PrefixRunner(bridge).logits_from(toks, toks.shape[1] - 3)
+    return compare(fast, plain)
+
+
+def check_resume(bridge: Any) -> tuple[float, float]:
+    """A forward resumed at the middle block (with a prefix KV cache) against the plain forward (run-time check).
+
+    Args:
+        bridge: a TransformerBridge.
+
+    Returns:
+        ``(largest difference, tolerance)``.
+    """
+    toks = probe_tokens(_vocab(bridge), _device(bridge))
+    layer = max(1, int(bridge.cfg.n_layers) // 2)
+    p = shared_prefix_len(toks)
+    grabbed: dict[str, Tensor] = {}
+
+    def grab(act: Tensor, hook: Any) -> None:
+        grabbed["resid"] = act.detach()
+
+    _, one = bridge(toks[:1, :p], return_type="logits_and_cache")
+    plain = bridge.run_with_hooks(
+        toks[:, p:], fwd_hooks=[(resid_pre(layer), grab)], past_key_values=repeat_cache(one, toks.shape[0])
+    )
+    fast = run_from_layer(bridge, grabbed["resid"], layer, repeat_cache(one, toks.shape[0]))
+    full = bridge(toks)[:, p:]
+    d1, t1 = compare(fast, plain)
+    d2, t2 = compare(plain, full)
+    return max(d1, d2), min(t1, t2)

@@ -39,6 +39,7 @@ from transformer_lens.model_bridge import TransformerBridge
 from transformers import PreTrainedModel
 
 from mathcircuits.models.compat import check_versions, install_cache_alias
+from mathcircuits.models.integrity import instrument_hooks
 from mathcircuits.models.loading import HookedModel, boot_bridge, spec_from_bridge
 
 __all__ = ["from_bridge", "from_hf", "wrap"]
@@ -139,7 +140,7 @@ def from_bridge(bridge: Any, tokenizer: Any = None, name: str | None = None) -> 
     check_versions()
     if not getattr(bridge, "compatibility_mode", False):
         bridge.enable_compatibility_mode(no_processing=True)
-    install_cache_alias(bridge).eval()
+    instrument_hooks(install_cache_alias(bridge)).eval()
     label = name or str(getattr(bridge.cfg, "model_name", "") or type(bridge.original_model).__name__)
     return HookedModel(bridge=bridge, tokenizer=tok, spec=spec_from_bridge(bridge, label, label))
 

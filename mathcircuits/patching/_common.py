@@ -59,10 +59,20 @@ class PairBatch:
 
 @dataclass(frozen=True)
 class Senders:
-    """Which senders a scan patches: every head, every MLP, or both."""
+    """Which senders a scan patches: every head, every MLP, or both (``only`` narrows the reference scan).
+
+    ``only`` — ``{("head", layer, head), ("mlp", layer, -1), ...}``: the reference scan runs just these
+    senders (NaN elsewhere); the exact scan computes every sender anyway, at the cost of two forwards.
+    """
 
     heads: bool = True
     mlps: bool = True
+    only: frozenset[tuple[str, int, int]] | None = None
+
+    def wants(self, kind: str, layer: int, head: int = -1) -> bool:
+        """Whether the sender ``(kind, layer, head)`` is scanned."""
+        chosen = self.heads if kind == "head" else self.mlps
+        return chosen and (self.only is None or (kind, layer, head) in self.only)
 
     @classmethod
     def from_names(cls, names: Sequence[str]) -> Senders:

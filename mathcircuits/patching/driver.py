@@ -13,6 +13,7 @@ and averages into a :class:`~mathcircuits.patching.result.PatchingResult`.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -20,14 +21,19 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
+from mathcircuits.models import fast_paths_enabled
+from mathcircuits.models.integrity import verify_once
 from mathcircuits.patching._common import ScanFn, Senders, check_dataset, pair_batches
 from mathcircuits.patching.attribution import attribution_scan
+from mathcircuits.patching.checks import check_exact
 from mathcircuits.patching.exact import exact_scan
 from mathcircuits.patching.metrics import Metric, get_metric
 from mathcircuits.patching.reference import reference_scan
 from mathcircuits.patching.result import PatchingResult
 
 __all__ = ["METHODS", "path_patch"]
+
+log = logging.getLogger(__name__)
 
 METHODS: dict[str, ScanFn] = {"exact": exact_scan, "reference": reference_scan, "attribution": attribution_scan}
 
@@ -72,6 +78,11 @@ def path_patch(
             "docs/howto/big-models-on-gpu.md gives the memory each model needs."
         )
     check_dataset(dataset, model.spec)
+    if method == "exact" and not fast_paths_enabled():
+        log.info("fast paths are off: path patching runs the reference scan (one hooked forward per sender)")
+        method, scan = "reference", METHODS["reference"]
+    if method == "exact":
+        verify_once(model.bridge, "exact path patching", lambda: check_exact(model))
     spec = model.spec
     t0 = time.perf_counter()
     n = len(dataset)

@@ -86,9 +86,9 @@ def reference_scan(
         return metric(_readout(logits, batch.answer, metric.needs_probs), clean).float().cpu()
 
     for layer in range(L):
-        if senders.heads:
-            for h in range(H):
+        for h in range(H):
+            if senders.wants("head", layer, h):
                 head_eff[:, layer, h] = run("head", layer, h)
-        if senders.mlps:
+        if senders.wants("mlp", layer):
             mlp_eff[:, layer] = run("mlp", layer, -1)
     return BatchEffects(heads=head_eff, mlps=mlp_eff, clean_logit=clean.logit)

@@ -64,6 +64,9 @@ class ModelSection:
     device: str = setting("cpu", "torch device, e.g. cpu or cuda")
     dtype: Literal["float32", "float16", "bfloat16"] = setting("float32", "weights' dtype")
     threads: int = setting(0, "torch threads; 0: leave torch's default", ge=0)
+    fast_paths: Literal["on", "off"] = setting(
+        "on", "on: fast paths, each checked against its plain path on this model first; off: plain paths only"
+    )
 
     def __post_init__(self) -> None:
         check_fields(self)

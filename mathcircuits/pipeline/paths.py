@@ -3,6 +3,7 @@
 Layout (one sub-folder per stage, each finished by a ``.done.json`` marker)::
 
     config.yaml  versions.json  .lock
+    logs/      warnings.log (dependencies' warnings and log lines)  traceback-<stage>.txt (internal errors)
     data/      pairs_scored/  pairs_correct/  accuracy.csv
     identify/  patching_<op>.pt  patching_all.pt  key_components.json  effects_all.csv
     validate/  head_means.pt  knockout_<op>.pt/.csv  transfer.pt/.csv
@@ -50,6 +51,18 @@ class RunPaths:
     @property
     def lock(self) -> Path:
         return self.root / ".lock"
+
+    @property
+    def logs(self) -> Path:
+        return self.root / "logs"
+
+    @property
+    def warnings_log(self) -> Path:
+        return self.logs / "warnings.log"
+
+    def traceback(self, stage: str) -> Path:
+        """Where the traceback of an internal error in ``stage`` is kept."""
+        return self.logs / f"traceback-{stage}.txt"
 
     # data
     @property

@@ -8,36 +8,90 @@ resumes at the first unfinished stage; the marker of a stage is removed before
 it runs, so the partial outputs of an interrupted stage are never taken as done.
 
 Before anything is written the run folder is checked (a folder, writable, and
-not a finished run of another model), and the folder is locked for the run.
+not a finished run of another model), the installed dependency versions are
+checked against the tested ranges (:mod:`mathcircuits.models.compat`), and the
+folder is locked for the run.
+
+While the stages run, fast paths are on or off as ``model.fast_paths`` says, and
+each fast path checks itself on the model before its first use
+(:mod:`mathcircuits.models.integrity`); the checks a stage ran are recorded in its
+marker. An exception that no input caused (any error without the toolkit's
+``Fix:`` form) ends as :class:`InternalError` naming the stage, with the
+traceback kept in ``logs/traceback-<stage>.txt``.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import importlib.metadata
 import logging
 import os
 import platform
 import time
+import traceback
 from collections.abc import Callable
 from pathlib import Path
 
 import yaml
 
-from mathcircuits._io import read_json, write_json
+from mathcircuits._io import atomic_path, read_json, write_json
+from mathcircuits.models import check_versions, checks_run, fast_paths
+from mathcircuits.models.compat import installed_versions
 from mathcircuits.pipeline.config import RunConfig, fingerprint
+from mathcircuits.pipeline.console import quiet_dependencies
 from mathcircuits.pipeline.context import Context, StageSummary
 from mathcircuits.pipeline.lock import RunLock
 from mathcircuits.pipeline.paths import RunPaths
 from mathcircuits.pipeline.stages import STAGES
 
-__all__ = ["STAGES", "RunFolderError", "check_run_folder", "done_summary", "run_pipeline", "stage_status"]
+__all__ = [
+    "STAGES",
+    "InternalError",
+    "RunFolderError",
+    "check_run_folder",
+    "done_summary",
+    "is_input_error",
+    "run_pipeline",
+    "stage_status",
+]
 
 log = logging.getLogger(__name__)
 
 
 class RunFolderError(ValueError):
     """The run folder cannot hold this run; the message says why and how to fix it."""
+
+
+class InternalError(RuntimeError):
+    """A stage failed for a reason no input explains: a bug in mathcircuits or in a dependency.
+
+    Args:
+        stage: the stage that failed.
+        message: the original error's text.
+        traceback_file: where its traceback was written.
+    """
+
+    def __init__(self, stage: str, message: str, traceback_file: Path) -> None:
+        self.stage, self.traceback_file = stage, traceback_file
+        super().__init__(
+            f"internal error in stage {stage}: {message}\n"
+            f"  this is a bug in mathcircuits or a dependency; the versions are in versions.json and the "
+            f"traceback is in {traceback_file}"
+        )
+
+
+def is_input_error(err: BaseException) -> bool:
+    """Whether an error is one the toolkit raises for a bad input (or environment) and words as such.
+
+    The toolkit's own checks end their message with ``Fix: <what to do>``; an ``OSError`` (missing file,
+    permissions, full disk) concerns the environment. Anything else is internal.
+
+    Args:
+        err: the exception.
+
+    Returns:
+        True for the toolkit's worded errors and OS errors.
+    """
+    return isinstance(err, OSError) or "Fix:" in str(err)
 
 
 def _fingerprint(paths: RunPaths, cfg: RunConfig, name: str) -> str:
@@ -127,22 +181,8 @@ def check_run_folder(run_dir: str | Path, cfg: RunConfig, force: bool = False) -
 
 
 def _versions() -> dict[str, str]:
-    out = {"python": platform.python_version()}
-    for pkg in (
-        "mathcircuits",
-        "torch",
-        "transformers",
-        "transformer-lens",
-        "peft",
-        "datasets",
-        "circuitsvis",
-        "plotly",
-    ):
-        try:
-            out[pkg] = importlib.metadata.version(pkg)
-        except importlib.metadata.PackageNotFoundError:
-            out[pkg] = "not installed"
-    return out
+    names = ("mathcircuits", "torch", "transformers", "transformer-lens", "peft", "datasets", "accelerate", "lm_eval")
+    return {"python": platform.python_version(), **installed_versions(names + ("circuitsvis", "plotly"))}
 
 
 def run_pipeline(
@@ -174,6 +214,7 @@ def run_pipeline(
         if bad:
             raise ValueError(f"unknown stages {bad}. Fix: use some of {names}.")
         names = [n for n in names if n in only]
+    check_versions()
     check_run_folder(run_dir, cfg, force)
     _check_upstream(paths, cfg, names)  # before anything is written: a refused stage leaves the folder as it was
     lock = RunLock(paths.lock)
@@ -185,7 +226,7 @@ def run_pipeline(
             f"--out {run_dir} cannot be written ({err.strerror or err}: {err.filename}). "
             "Fix: choose a writable --out folder, or make it writable (chmod u+w)."
         ) from err
-    with lock:
+    with lock, fast_paths(cfg.model.fast_paths == "on"), quiet_dependencies(paths.warnings_log):
         cfg.save(paths.config)
         write_json(paths.versions, _versions())
         ctx = Context(run_dir, cfg, progress=progress, force=force)
@@ -222,7 +263,23 @@ def _run_stage(ctx: Context, name: str, echo: Callable[[str], None]) -> StageSum
     marker.unlink(missing_ok=True)  # outputs of an interrupted re-run must not pass for done
     echo(f"[{name}] running ...")
     t0 = time.perf_counter()
-    summary = dataclasses.replace(stage.run(ctx), seconds=round(time.perf_counter() - t0, 1))
-    write_json(marker, {"fingerprint": fp, "summary": summary.to_dict()})
+    checks_run(clear=True)
+    try:
+        result = stage.run(ctx)
+    except Exception as err:
+        if is_input_error(err):
+            raise
+        path = paths.traceback(name)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with atomic_path(path) as tmp:
+            tmp.write_text("".join(traceback.format_exception(err)))
+        raise InternalError(name, " ".join(str(err).split()) or type(err).__name__, path) from err
+    summary = dataclasses.replace(result, seconds=round(time.perf_counter() - t0, 1))
+    checks = [c.to_dict() for c in checks_run(clear=True)]
+    for c in checks:
+        echo(
+            f"[{name}] fast path checked: {c['path']} equals its plain path (largest difference {c['difference']:.1e})"
+        )
+    write_json(marker, {"fingerprint": fp, "summary": summary.to_dict(), "checks": checks})
     echo(f"[{name}] done in {summary.seconds} s")
     return summary

@@ -1,0 +1,318 @@
+"""Run-time integrity: every fast path proves itself on the user's own model, once per model and process.
+
+Why. The toolkit's speed comes from fast paths that are exact in exact
+arithmetic: the few-shot prefix run once and its KV cache reused; the exact
+scan's last-position chain and readout; knockout resumed at the lowest ablated
+layer; generation with a cached prefix; exact sender → receiver edges. Each was
+tested against its plain computation, but a dependency release can change what
+a fast path computes without raising anything (``transformers 5.24`` did,
+:mod:`mathcircuits.models.compat`). So before a fast path first runs on a model,
+it runs once on a small probe batch of that model both ways and compares:
+
+    max |fast − plain|  ≤  rtol(dtype) · max(1, max |plain|)
+
+A mismatch stops with :class:`IntegrityError`, naming the path, the difference,
+the library versions and the setting that turns fast paths off
+(``model.fast_paths: off`` in a config; :func:`fast_paths` in Python), under
+which every method runs its plain path. Hooks are checked as they run: a hook a
+method registers that never fires (a hook point a new release stopped calling)
+stops the run too (:func:`instrument_hooks`).
+
+Usage (each fast path calls this itself; nothing to do for users)::
+
+    verify_once(bridge, "prefix cache", lambda: compare(fast, plain))
+    with fast_paths(False):       # everything on plain paths
+        ...
+    checks_run()                  # what was verified, with the measured differences
+
+References: TransformerLens issues on hooks that silently never fired
+(#1257, #1527, #1625, #1680); issue #20 of this project.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import weakref
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import datasets
+import torch
+from jaxtyping import Int
+from torch import Tensor
+
+from mathcircuits.models.compat import installed_versions
+
+__all__ = [
+    "CheckRecord",
+    "IntegrityError",
+    "RTOL",
+    "checks_run",
+    "compare",
+    "fast_paths",
+    "fast_paths_enabled",
+    "instrument_hooks",
+    "probe_pairs",
+    "probe_tokens",
+    "set_fast_paths",
+    "verify_once",
+]
+
+RTOL: dict[torch.dtype, float] = {torch.float32: 1e-4, torch.float64: 1e-8, torch.bfloat16: 3e-2, torch.float16: 1e-2}
+"""Relative tolerance of a fast path against its plain path, by the compared tensors' dtype.
+
+Float32 fast paths differ from plain ones by summation order only (measured ≤ 2e-5 on logits of the
+embedded model); the defects this guards against moved logits by 0.1–4."""
+
+OFF_HINT = (
+    "Fix: set `model.fast_paths: off` in the config (in Python: `with mathcircuits.models.fast_paths(False):`) "
+    "to run every method on its plain path, or install the locked versions (bash scripts/setup.sh)."
+)
+
+
+class IntegrityError(RuntimeError):
+    """A fast path disagreed with its plain path on a probe batch, or a registered hook never fired."""
+
+
+@dataclass(frozen=True)
+class CheckRecord:
+    """One run-time check: which path, on which model, the measured difference and the tolerance."""
+
+    path: str
+    model: str
+    difference: float
+    tolerance: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"path": self.path, "model": self.model, "difference": self.difference, "tolerance": self.tolerance}
+
+
+_STATE = threading.local()
+_VERIFIED: weakref.WeakKeyDictionary[Any, dict[str, CheckRecord]] = weakref.WeakKeyDictionary()
+_RUNNING: set[tuple[int, str]] = set()
+_RECORDS: list[CheckRecord] = []
+
+
+def fast_paths_enabled() -> bool:
+    """Whether fast paths run (default) or every method takes its plain path."""
+    return getattr(_STATE, "on", True)
+
+
+def set_fast_paths(on: bool) -> None:
+    """Turn fast paths on or off for this thread (the pipeline's ``model.fast_paths`` setting).
+
+    Args:
+        on: True runs fast paths (each verified once per model); False runs plain paths everywhere.
+    """
+    _STATE.on = bool(on)
+
+
+@contextmanager
+def fast_paths(on: bool) -> Iterator[None]:
+    """Within the block, fast paths are on or off (restored afterwards, also on errors).
+
+    Args:
+        on: as in :func:`set_fast_paths`.
+
+    Returns:
+        A context manager.
+    """
+    before = fast_paths_enabled()
+    set_fast_paths(on)
+    try:
+        yield
+    finally:
+        set_fast_paths(before)
+
+
+def _versions_text() -> str:
+    v = installed_versions(("transformers", "transformer-lens", "torch", "peft"))
+    return ", ".join(f"{k} {x}" for k, x in v.items())
+
+
+def _model_name(owner: Any) -> str:
+    cfg = getattr(owner, "cfg", None) or getattr(owner, "config", None)
+    name = getattr(cfg, "model_name", None) or getattr(cfg, "_name_or_path", None)
+    return str(name or type(owner).__name__)
+
+
+def compare(fast: Tensor, plain: Tensor) -> tuple[float, float]:
+    """The largest difference between a fast and a plain result, and the tolerance it must stay within.
+
+    Args:
+        fast: the fast path's values.
+        plain: the plain path's values on the same inputs (same shape).
+
+    Returns:
+        ``(difference, tolerance)``; a shape mismatch or a non-finite value gives difference ``inf``.
+    """
+    if fast.shape != plain.shape:
+        return math.inf, 0.0
+    a, b = fast.detach().double(), plain.detach().double()
+    diff = float((a - b).abs().max()) if a.numel() else 0.0
+    scale = float(b.abs().max()) if b.numel() else 0.0
+    tol = RTOL.get(fast.dtype, 1e-4) * max(1.0, scale)
+    return (diff if math.isfinite(diff) else math.inf), tol
+
+
+def verify_once(owner: Any, path: str, check: Callable[[], tuple[float, float]]) -> CheckRecord | None:
+    """Run ``check`` the first time ``path`` is used on ``owner``; raise :class:`IntegrityError` if it fails.
+
+    Args:
+        owner: the model object the fast path runs on (a bridge or an HF model); results are kept per object.
+        path: the fast path's name, as the error and the run folder's record show it.
+        check: runs the fast and the plain path on a probe batch; returns ``(difference, tolerance)``.
+
+    Returns:
+        The record of the check (``None`` when fast paths are off or the check is already running).
+
+    Raises:
+        IntegrityError: the difference exceeds the tolerance.
+    """
+    if not fast_paths_enabled():
+        return None
+    try:
+        done = _VERIFIED.setdefault(owner, {})
+    except TypeError:  # an owner that cannot be weakly referenced: check every time
+        done = {}
+    if path in done:
+        return done[path]
+    key = (id(owner), path)
+    if key in _RUNNING:  # the check itself runs the fast path
+        return None
+    _RUNNING.add(key)
+    try:
+        with torch.no_grad():
+            diff, tol = check()
+    finally:
+        _RUNNING.discard(key)
+    record = CheckRecord(path, _model_name(owner), diff, tol)
+    if not diff <= tol:
+        raise IntegrityError(
+            f"run-time check failed: the {path} fast path differs from its plain path by {diff:.3g} "
+            f"(tolerance {tol:.2g}) on a probe batch of {record.model}. Its results would be wrong, so the run "
+            f"stops here. Installed: {_versions_text()}. This is a bug in mathcircuits or a change in a "
+            f"dependency, not in your input. {OFF_HINT}"
+        )
+    done[path] = record
+    _RECORDS.append(record)
+    return record
+
+
+def checks_run(clear: bool = False) -> list[CheckRecord]:
+    """The checks passed in this process so far, oldest first.
+
+    Args:
+        clear: forget the list afterwards (each pipeline stage records its own).
+
+    Returns:
+        The records.
+    """
+    out = list(_RECORDS)
+    if clear:
+        _RECORDS.clear()
+    return out
+
+
+def probe_tokens(
+    vocab: int, device: torch.device | str = "cpu", rows: int = 3, seq: int = 12, shared: int = 8, seed: int = 0
+) -> Int[Tensor, "rows seq"]:
+    """A deterministic probe batch: ``rows`` prompts of ``seq`` random tokens sharing their first ``shared``.
+
+    Args:
+        vocab: token ids are drawn from ``0 … min(vocab, 5000) − 1``.
+        device: where the tokens go.
+        rows: prompts.
+        seq: tokens per prompt.
+        shared: length of the prefix every prompt shares (the prefix fast paths need ≥ 4).
+        seed: the generator's seed.
+
+    Returns:
+        Token ids ``[rows, seq]``.
+    """
+    g = torch.Generator().manual_seed(seed)
+    toks = torch.randint(1, max(2, min(vocab, 5000)), (rows, seq), generator=g)
+    toks[:, :shared] = toks[0, :shared]
+    return toks.to(device)
+
+
+def probe_pairs(vocab: int, rows: int = 4, seq: int = 12, shared: int = 8, seed: int = 0) -> datasets.Dataset:
+    """Token-aligned probe pairs for the checks of patching, knockout and edges.
+
+    The counterfactual differs from the prompt at position ``seq − 3`` (after the shared prefix); each answer
+    has two tokens, so teacher-forced scoring reads two positions.
+
+    Args:
+        vocab: token ids are drawn below ``min(vocab, 5000)``.
+        rows: pairs.
+        seq: prompt tokens.
+        shared: the prefix every prompt shares.
+        seed: the generator's seed.
+
+    Returns:
+        A dataset with ``tokens``, ``cf_tokens``, ``answer_token``, ``answer_tokens``, ``n_tokens``,
+        ``template_id``, ``operation`` and ``pair_id``.
+    """
+    toks = probe_tokens(vocab, "cpu", rows, seq, shared, seed)
+    g = torch.Generator().manual_seed(seed + 1)
+    top = max(2, min(vocab, 5000))
+    cf = toks.clone()
+    cf[:, seq - 3] = (toks[:, seq - 3] + 1 + torch.randint(0, top - 2, (rows,), generator=g)) % top
+    answers = torch.randint(1, top, (rows, 2), generator=g)
+    return datasets.Dataset.from_dict(
+        {
+            "tokens": toks.tolist(),
+            "cf_tokens": cf.tolist(),
+            "answer_token": answers[:, 0].tolist(),
+            "answer_tokens": answers.tolist(),
+            "n_tokens": [seq] * rows,
+            "template_id": ["probe"] * rows,
+            "operation": ["probe"] * rows,
+            "pair_id": list(range(rows)),
+        }
+    )
+
+
+def _checked(name: str, fn: Callable[..., Any], fired: set[int], k: int) -> Callable[..., Any]:
+    def hook(*args: Any, **kwargs: Any) -> Any:
+        fired.add(k)
+        return fn(*args, **kwargs)
+
+    return hook
+
+
+def instrument_hooks(bridge: Any) -> Any:
+    """Make ``bridge.run_with_hooks`` stop with :class:`IntegrityError` when a hook it was given never fired.
+
+    Idempotent. The cost is one set insertion per hook call.
+
+    Args:
+        bridge: a TransformerBridge.
+
+    Returns:
+        The same bridge.
+    """
+    if getattr(bridge, "_mathcircuits_hooks_checked", False):
+        return bridge
+    original = bridge.run_with_hooks
+
+    def run_with_hooks(*args: Any, fwd_hooks: Sequence[tuple[Any, Callable[..., Any]]] = (), **kwargs: Any) -> Any:
+        fired: set[int] = set()
+        wrapped = [(name, _checked(str(name), fn, fired, k)) for k, (name, fn) in enumerate(fwd_hooks)]
+        out = original(*args, fwd_hooks=wrapped, **kwargs)
+        missing = [str(fwd_hooks[k][0]) for k in range(len(wrapped)) if k not in fired]
+        if missing:
+            raise IntegrityError(
+                f"run-time check failed: hooks {missing[:5]}{' …' if len(missing) > 5 else ''} were registered but "
+                f"never fired during the forward, so the intervention they carry was silently skipped. Installed: "
+                f"{_versions_text()}. This is a bug in mathcircuits or a change in a dependency, not in your input. "
+                f"{OFF_HINT}"
+            )
+        return out
+
+    bridge.run_with_hooks = run_with_hooks
+    bridge._mathcircuits_hooks_checked = True
+    return bridge
