@@ -27,7 +27,7 @@ from mathcircuits.circuit.attribution import attribute_edges, screen_agreement
 from mathcircuits.circuit.edges import _step2, patched_inputs
 from mathcircuits.circuit.result import Edge, Node
 from mathcircuits.data import GenerationConfig, generate_pairs, load_templates
-from mathcircuits.models import hooks, load_model
+from mathcircuits.models import from_hf, hooks, load_model, tiny_model
 from mathcircuits.models.families import block_structure
 from mathcircuits.patching import get_metric, path_patch
 from mathcircuits.stats import bootstrap_statistic
@@ -35,9 +35,15 @@ from mathcircuits.stats import bootstrap_statistic
 METRIC = get_metric("relative_logit")
 
 
+def _model(name):
+    if name == "tiny-gemma3-mqa":  # one key/value head for all query heads (as Gemma 3 270M): K/V width = d_head
+        return from_hf(*tiny_model("gemma3", n_kv_heads=1))
+    return load_model(name)
+
+
 @cache
 def _setup(name):
-    model = load_model(name)
+    model = _model(name)
     cfg = GenerationConfig(operations=("add",), template_ids=("add_eq_1",), n_per_template=4)
     ds = generate_pairs(model.tokenizer, load_templates(), cfg)
     t = torch.tensor(ds["tokens"])
@@ -57,7 +63,7 @@ def _receivers(model):
     ]
 
 
-@pytest.mark.parametrize("name", ["tiny-llama", "tiny-gpt2"])
+@pytest.mark.parametrize("name", ["tiny-llama", "tiny-gpt2", "tiny-gemma3-mqa"])
 def test_fast_equals_reference_for_every_receiver_kind(name):
     model, ds, pc = _setup(name)
     seq = pc.tokens.shape[1]

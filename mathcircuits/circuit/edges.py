@@ -268,8 +268,9 @@ def _receiver_input(model: Any, structure: BlockStructure, receiver: Receiver, r
     ln1 = getattr(block, "ln1", None)
     x = ln1(resid) if ln1 is not None else resid
     proj = getattr(block.attn, receiver.kind)(x)
-    d_head = model.spec.d_head
-    return proj.reshape(*proj.shape[:-1], -1, d_head) if proj.shape[-1] != d_head else proj
+    # [..., heads·d_head] → [..., heads, d_head]; the test is on the rank, not the width, because with a single
+    # key/value head (multi-query attention, e.g. Gemma 3 270M) the K/V width *is* d_head
+    return proj.reshape(*proj.shape[:-1], -1, model.spec.d_head) if proj.dim() == resid.dim() else proj
 
 
 def _delta(model: Any, cache: PairCache, s: Sender, P: Tensor, until: int, W_O: Tensor) -> Tensor:
