@@ -17,6 +17,7 @@ from mathcircuits.analysis import AttentionByRole, MLPProbeResult
 from mathcircuits.claims import assess_claims
 from mathcircuits.cli import main
 from mathcircuits.crossmodel import ModelComparison, RunResults, compare_runs, separation, write_comparison
+from mathcircuits.crossmodel.measures import depth_interval
 from mathcircuits.models import ModelSpec
 from mathcircuits.patching import KeyComponents
 from mathcircuits.pipeline import ConfigError, RunConfig, run_pipeline
@@ -46,6 +47,15 @@ def _iv(lo: float, hi: float) -> Interval:
 )
 def test_separation_rule(a, b, expected):
     assert separation(_iv(*a), _iv(*b)) == expected
+
+
+def test_depths_are_layer_bins():
+    def at(layer: float, n: int) -> Interval:
+        return depth_interval(Interval(float(layer), float(layer), float(layer), 50), n)
+
+    assert separation(at(12, 18), at(21, 30)) == "overlap"  # 0.706 vs 0.724: neither places its layer finer
+    assert separation(at(5, 18), at(21, 30)) == "B higher"
+    assert at(18, 18).high == math.inf and at(0, 18).low == -0.5 / 17
 
 
 def _spec(name: str, layers: int, heads: int) -> ModelSpec:

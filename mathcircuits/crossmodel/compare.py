@@ -17,6 +17,7 @@ import math
 from mathcircuits.claims import Claim
 from mathcircuits.crossmodel.measures import (
     attention_excess,
+    depth_interval,
     key_depth,
     key_share,
     knockout_point,
@@ -35,12 +36,7 @@ def _claim_interval(c: Claim, spec: ModelSpec) -> Interval:
     if math.isnan(c.value):
         return no_interval(c.n)
     if c.unit == "layer":  # C4: a layer of this model, as relative depth ("none" = n_layers → +inf)
-        n = spec.n_layers
-
-        def rel(x: float) -> float:
-            return x if math.isnan(x) else (math.inf if x >= n else x / max(1, n - 1))
-
-        return Interval(rel(c.value), rel(c.low), rel(c.high), c.n, DEFAULT_CONFIDENCE, "claim")
+        return depth_interval(Interval(c.value, c.low, c.high, c.n, DEFAULT_CONFIDENCE, "claim"), spec.n_layers)
     return Interval(c.value, c.low, c.high, c.n, DEFAULT_CONFIDENCE, "claim")
 
 

@@ -15,8 +15,12 @@ Non-overlap of two 95% intervals is a conservative test (its level is about 99.5
 widths), so a marked difference is a strong one; an "overlap" is not evidence of equality.
 
 Depths are compared as *relative depth*, ``layer / (n_layers − 1)``, so 18 layers (Gemma 3 270M)
-and 30 layers (SmolLM2-135M) share one scale. "No such layer" (no MLP raises the answer in a
-resample) is depth ``+inf``, which sorts after every real layer.
+and 30 layers (SmolLM2-135M) share one scale. A layer is a bin of that scale, not a point: layer
+``l`` stands for ``[(l − ½), (l + ½)] / (n_layers − 1)``, so every depth interval is widened by half
+a layer on each side (:func:`depth_interval`). Without it two bootstrap intervals that each sit on
+one layer ("L12 [L12, L12]" of 18 vs "L21 [L21, L21]" of 30: 0.706 vs 0.724) would count as
+separated although neither model can place its layer more finely. "No such layer" (no MLP raises
+the answer in a resample) is depth ``+inf``, which sorts after every real layer.
 
 Usage::
 
@@ -41,6 +45,7 @@ __all__ = [
     "SEPARATIONS",
     "Separation",
     "attention_excess",
+    "depth_interval",
     "key_depth",
     "key_share",
     "knockout_point",
@@ -88,6 +93,29 @@ def _quantile_interval(value: float, xs: list[float], n: int, confidence: float,
     return Interval(value, float(q[0]), float(q[1]), n, confidence, method)
 
 
+def depth_interval(layers: Interval, n_layers: int) -> Interval:
+    """A layer interval as relative depth, widened by half a layer each side (see the module docstring).
+
+    Args:
+        layers: an interval in layer units (its value and bounds may be fractional, e.g. a median; a bound of
+            ``n_layers`` or more means "no such layer").
+        n_layers: the model's number of layers.
+
+    Returns:
+        ``[(low − ½), (high + ½)] / (n_layers − 1)`` around ``value / (n_layers − 1)``; ``+inf`` for "no such
+        layer"; NaN stays NaN.
+    """
+    scale = max(1, n_layers - 1)
+
+    def rel(layer: float, shift: float) -> float:
+        if math.isnan(layer) or layer >= n_layers:
+            return layer if math.isnan(layer) else math.inf
+        return (layer + shift) / scale
+
+    return Interval(rel(layers.value, 0.0), rel(layers.low, -0.5), rel(layers.high, 0.5), layers.n,
+                    layers.confidence, layers.method, layers.seed)  # fmt: skip
+
+
 def key_share(key: KeyComponents, confidence: float = DEFAULT_CONFIDENCE) -> Interval:
     """Share of all heads that are key heads, with the selection-stability resamples' interval (claim C1).
 
@@ -111,10 +139,15 @@ def key_depth(key: KeyComponents, confidence: float = DEFAULT_CONFIDENCE) -> Int
         confidence: the interval's level.
 
     Returns:
-        ``median(layer) / (n_layers − 1)`` and its percentile interval over the resamples.
+        ``median(layer) / (n_layers − 1)`` and its percentile interval over the resamples, widened by half a
+        layer each side (:func:`depth_interval`).
     """
-    depth = median_depth([layer for layer, _ in key.heads], key.model.n_layers)
-    return _quantile_interval(depth, list(key.stability_depths), key.stability_n_boot, confidence, "bootstrap")
+    n = key.model.n_layers
+    scale = max(1, n - 1)
+    depth = median_depth([layer for layer, _ in key.heads], n)
+    iv = _quantile_interval(depth, list(key.stability_depths), key.stability_n_boot, confidence, "bootstrap")
+    in_layers = Interval(iv.value * scale, iv.low * scale, iv.high * scale, iv.n, iv.confidence, iv.method)
+    return depth_interval(in_layers, n)
 
 
 def knockout_point(
@@ -189,13 +222,9 @@ def mlp_depth(
         confidence: the interval's level.
 
     Returns:
-        ``layer / (n_layers − 1)`` with its bootstrap interval (claim C4 reads the same layers); ``+inf`` for
-        "no such layer".
+        ``layer / (n_layers − 1)`` with its bootstrap interval widened by half a layer each side (claim C4 reads
+        the same layers); ``+inf`` for "no such layer".
     """
-    iv = probes.layer_interval(which, n_boot=n_boot, seed=seed, confidence=confidence)
-    n = probes.n_layers
-
-    def rel(layer: float) -> float:
-        return math.inf if layer >= n else layer / max(1, n - 1)
-
-    return Interval(rel(iv.value), rel(iv.low), rel(iv.high), iv.n, confidence, iv.method, seed)
+    return depth_interval(
+        probes.layer_interval(which, n_boot=n_boot, seed=seed, confidence=confidence), probes.n_layers
+    )
