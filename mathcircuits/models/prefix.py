@@ -247,11 +247,21 @@ def blocks_from(bridge: Any, layer: int) -> Iterator[None]:
     owner, name, full = _block_list(bridge)
     if not 0 <= layer < len(full):
         raise ValueError(f"layer {layer} is outside the model's {len(full)} blocks. Fix: use 0 <= layer < {len(full)}.")
+    # Families with per-layer attention types (Gemma 2/3: sliding vs full attention, each with its own rotary
+    # base; Qwen 2/3 and OLMo 3 with sliding layers) look a block's type up as `config.layer_types[i]`, i its
+    # index in the list: the shortened list must come with the types of the blocks it holds.
+    config = getattr(owner, "config", None)
+    types = getattr(config, "layer_types", None)
+    sliced = isinstance(types, (list, tuple)) and len(types) == len(full)
     setattr(owner, name, torch.nn.ModuleList(list(full)[layer:]))
+    if sliced:
+        config.layer_types = list(types)[layer:]
     try:
         yield
     finally:
         setattr(owner, name, full)
+        if sliced:
+            config.layer_types = types
 
 
 @torch.no_grad()
@@ -290,6 +300,8 @@ def run_from_layer(
     extra = dict(kwargs)
     if past_key_values is not None:
         extra["past_key_values"] = past_key_values
+    else:  # a cache the model made itself would follow the shortened block list (see blocks_from): none is needed
+        extra.setdefault("use_cache", False)
     with blocks_from(bridge, layer):
         return bridge.run_with_hooks(resid, fwd_hooks=list(fwd_hooks), start_at_layer=layer, **extra)
 
