@@ -251,7 +251,8 @@ def _from_payload(cls: type[T], payload: Any, source: str) -> T:
         return value
     except FieldError as err:
         older = f"was written by an older mathcircuits (format version {version}) and " if version < latest else ""
-        raise ResultFileError(f"{source} {older}does not fit a {name}: {err}. Fix: {_rerun(cls)}.") from None
+        problem = str(err).split(" Fix:")[0].rstrip(". ")  # the file's fix is to re-run, not the field's own fix
+        raise ResultFileError(f"{source} {older}does not fit a {name}: {problem}. Fix: {_rerun(cls)}.") from None
 
 
 def save_result(obj: Any, path: str | os.PathLike) -> Path:

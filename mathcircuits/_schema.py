@@ -8,12 +8,15 @@ the range in the field's metadata (:func:`setting`), so a typo fails when the co
 built, not three stages later. :func:`from_dict` refuses unknown keys, and
 :func:`describe` lists every field with its type, range or choices, default and help
 (``mathcircuits config --show``). Lists are accepted where tuples belong (YAML has no
-tuples) and whole numbers where floats belong; a string is never taken for a list.
+tuples), whole numbers where floats belong, and number strings such as ``"1e-4"`` (PyYAML reads
+``1e-4`` without a dot as a string) where floats belong; a float must be finite; a string is never
+taken for a list.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 import types
 import typing
 from typing import Any, Literal, TypeVar, Union
@@ -99,21 +102,34 @@ def _conform(value: Any, hint: Any) -> tuple[bool, Any]:
     if hint is int:
         return isinstance(value, int) and not isinstance(value, bool), value
     if hint is float:
-        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        if isinstance(value, str):
+            try:
+                value = float(value)
+            except ValueError:
+                return False, value
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
         return ok, float(value) if ok else value
     if hint is str:
         return isinstance(value, str), value
     return True, value  # other hints (callables, classes) are not config values
 
 
-_PLAIN = {int: "a whole number, e.g. 4", float: "a number, e.g. 0.5", bool: "true or false", str: "a text value"}
+_PLAIN = {
+    int: "a whole number, e.g. 4",
+    float: "a finite number, e.g. 0.5 or 1.0e-4",
+    bool: "true or false",
+    str: "a text value",
+}
 
 
-def _hint_fix(hint: Any) -> str:
+def _hint_fix(hint: Any, value: Any = None) -> str:
     if hint in _PLAIN:
         return f"give {_PLAIN[hint]}"
     name = type_name(hint)
     if name.startswith("list of"):
+        if isinstance(value, (list, tuple)):
+            elem = typing.get_args(hint)[0]
+            return f"make every element {_PLAIN.get(elem, type_name(elem))}"
         return f"write a YAML list ({name}), e.g. [a, b], not a single value"
     return f"give {name}"
 
@@ -122,7 +138,7 @@ def _checked(f: dataclasses.Field, hint: Any, value: Any) -> Any:
     """``value`` converted to ``hint`` (list → tuple, int → float) and range-checked; else ConfigError."""
     ok, conv = _conform(value, hint)
     if not ok:
-        raise ConfigError(f"{f.name}={value!r} is not {type_name(hint)}. Fix: {_hint_fix(hint)}.")
+        raise ConfigError(f"{f.name}={value!r} is not {type_name(hint)}. Fix: {_hint_fix(hint, value)}.")
     _check_range(f, conv)
     return conv
 

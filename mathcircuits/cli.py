@@ -30,7 +30,15 @@ from typing import NoReturn
 
 import yaml
 
-from mathcircuits.pipeline import STAGES, ConfigError, RunConfig, render_config, run_pipeline, stage_status
+from mathcircuits.pipeline import (
+    STAGES,
+    ConfigError,
+    RunConfig,
+    RunPaths,
+    render_config,
+    run_pipeline,
+    stage_status,
+)
 from mathcircuits.pipeline.compare_models import compare_model_runs
 from mathcircuits.pipeline.run import InternalError, is_input_error
 
@@ -116,6 +124,15 @@ def _load_config(args: argparse.Namespace) -> RunConfig:
     out = getattr(args, "out", None)
     if args.config is not None:
         cfg = RunConfig.load(args.config)
+    elif out is not None and RunPaths(out).identity.is_file():  # a run folder: its own config, which must be there
+        own = RunPaths(out).config
+        if not own.is_file() or not own.read_text().strip():
+            raise ConfigError(
+                f"{out} holds a run, but its config.yaml is {'missing' if not own.is_file() else 'empty'}, so the "
+                "settings its results were made with are unknown. Fix: pass --config with the run's config "
+                "(or restore config.yaml), or use a new --out folder."
+            )
+        cfg = RunConfig.load(own)
     elif out is not None and (out / "config.yaml").is_file():
         cfg = RunConfig.load(out / "config.yaml")
     else:
@@ -159,7 +176,7 @@ def _run(args: argparse.Namespace) -> int:
         return 0
     if args.command == "status":
         for name, state in stage_status(args.out, cfg).items():
-            print(f"{name:<10} {state}")
+            print(f"{name:<10} {state}")  # done / todo / stale (why)
         return 0
     only = args.only if args.command == "run" else [args.command]
     t0 = time.perf_counter()

@@ -122,5 +122,5 @@ def test_unknown_stage_is_refused_by_the_parser(tmp_path):
 def test_stage_without_its_upstream_writes_nothing(tmp_path):
     out = tmp_path / "o"
     res = _cli("validate", "--config", str(ROOT / "configs" / "tiny.yaml"), "--out", str(out))
-    _assert_clear_error(res, "needs stage 'identify' first", "mathcircuits identify")
+    _assert_clear_error(res, "needs stage 'data' first", "mathcircuits data")
     assert not out.exists() or not any(out.iterdir())

@@ -187,6 +187,8 @@ def test_supported_ranges_match_pyproject():
         assert bounds[name] == (rng.lowest, rng.below), name
     assert "5.24.0" in compat.SUPPORTED["transformers"] and "5.25.0" not in compat.SUPPORTED["transformers"]
     assert "2.13.0+cpu" in compat.SUPPORTED["torch"]
+    tl = compat.SUPPORTED["transformer-lens"]  # 4.3 (the lock) and 3.9 (scripts/test-tl3.sh) only
+    assert "4.3.0" in tl and "3.9.0" in tl and "3.8.0" not in tl and "4.4.0" not in tl and "4.2.1" not in tl
 
 
 def test_internal_error_is_reported_as_internal(tmp_path, capsys, monkeypatch):

@@ -162,7 +162,7 @@ def test_pipeline_runs_skips_and_resumes(tmp_path):
     assert done_summary(out, "identify") == first["identify"]  # the typed summary round-trips through the marker
     assert "key heads (topk)" in str(first["identify"]) and "correct pairs kept: 6 of 6" in str(first["data"])
     status = stage_status(out, cfg)
-    assert status["data"] == status["identify"] == "done" and status["validate"] == "todo"
+    assert status["data"].state == status["identify"].state == "done" and status["validate"].state == "todo"
     marker = (out / "identify" / ".done.json").stat().st_mtime_ns
     lines = []
     run_pipeline(cfg, out, only=["data", "identify", "validate"], progress=False, echo=lines.append)
@@ -177,8 +177,9 @@ def test_pipeline_runs_skips_and_resumes(tmp_path):
     assert not (out / ".lock").exists()
     changed = RunConfig.from_dict({**TINY, "selection": {"rule": "topk", "k": 3}})
     st = stage_status(out, changed)
-    assert st["data"] == "done" and st["identify"] == "stale"
-    with pytest.raises(RuntimeError, match="stale"):
+    assert st["data"].state == "done" and st["identify"].state == "stale"
+    assert "config sections" in st["identify"].reason and st["validate"].reason == "upstream stage identify is stale"
+    with pytest.raises(ConfigError, match="stale"):
         run_pipeline(changed, out, only=["validate"], progress=False)
     assert oct((out / "identify" / "key_components.json").stat().st_mode & 0o044) != "0o0"  # readable by others
     assert json.loads((out / "versions.json").read_text())["torch"]
@@ -209,7 +210,7 @@ def test_heldout_templates_stay_out_of_identification_and_become_transfer_sets(t
 
 
 def test_stage_needs_upstream(tmp_path):
-    with pytest.raises(RuntimeError, match="needs stage 'data' first"):
+    with pytest.raises(ConfigError, match="needs stage 'data' first"):
         run_pipeline(RunConfig.from_dict(TINY), tmp_path / "r", only=["identify"], progress=False)
 
 
@@ -257,7 +258,7 @@ def test_finetune_and_evaluate_stages(tmp_path):
     assert written == ["eval_base.pt", "eval_full.pt", "eval_precise.pt", "table.csv"]
     assert sorted(p.name for p in (out / "evaluate").iterdir() if not p.name.startswith(".")) == written
     # new settings: old checkpoints and final weights are discarded, not resumed
-    stamp = (out / "finetune" / "precise" / ".settings").read_text()
+    old_final = (out / "finetune" / "full" / "final").exists()
     lr_changed = RunConfig.from_dict(
         {
             **TINY,
@@ -271,7 +272,7 @@ def test_finetune_and_evaluate_stages(tmp_path):
     )
     again = run_pipeline(lr_changed, out, only=["finetune"], progress=False).get("finetune")
     assert again.runs["precise"]["steps"] == 2 and again.runs["precise"]["resumed_from"] is None
-    assert (out / "finetune" / "precise" / ".settings").read_text() != stamp
+    assert old_final and not (out / "finetune" / "full").exists()  # a mode no longer run leaves nothing behind
     assert again.runs["precise@3"]["heads"] == again.runs["precise@3+mlp"]["heads"] == 3
     assert again.runs["precise@3"]["n_trainable"] < again.runs["precise@3+mlp"]["n_trainable"]
     with pytest.raises(ConfigError, match="precise@K"):

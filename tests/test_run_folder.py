@@ -84,7 +84,7 @@ def _assert_same_outputs(a: Path, b: Path) -> None:
 
 
 def test_reference_run_is_complete_and_clean(reference):
-    assert set(stage_status(reference, RunConfig.load(TINY_YAML)).values()) == {"done"}
+    assert {s.state for s in stage_status(reference, RunConfig.load(TINY_YAML)).values()} == {"done"}
     assert not list(reference.rglob("cache-*.arrow")), "datasets cache files left in the run folder"
     assert not (reference / ".lock").exists()
     # held-out arithmetic per model (no benchmarks in the tiny config), and the table
@@ -116,7 +116,7 @@ def test_interrupted_run_resumes_to_the_outputs_of_an_uninterrupted_one(referenc
     assert not (out / ".lock").exists() and not (out / "validate" / ".done.json").exists()
     assert (out / "identify" / ".done.json").exists()
     code, printed, _ = _cli("run", "--out", str(out), "--quiet")  # the folder's own config.yaml
-    assert code == 0 and "[identify] up to date, skipped" in printed and "[validate] running ..." in printed
+    assert code == 0 and "[identify] up to date, skipped" in printed and "[validate] resuming ..." in printed
     assert "== finetune" in printed and "precise          heads=3" in printed  # typed summaries print themselves
     _assert_same_outputs(reference, out)
 
@@ -128,10 +128,16 @@ def test_finetune_resume_never_trains_past_max_steps(reference, tmp_path):
         shutil.rmtree(out / "finetune" / mode / "final")
         with open(out / "finetune" / mode / "log.jsonl", "a") as f:
             f.write(json.dumps({"step": 7, "loss": 9.9}) + "\n" + '{"step": 8, "lo')  # a killed run's lines
-    (out / "finetune" / ".done.json").unlink()
+    marker = out / "finetune" / ".done.json"  # a killed stage left its running fingerprint, and no marker
+    (out / "finetune" / ".running.json").write_text(
+        json.dumps({"fingerprint": json.loads(marker.read_text())["fingerprint"]})
+    )
+    marker.unlink()
     runs = run_pipeline(RunConfig.load(TINY_YAML), out, only=["finetune"], progress=False)["finetune"].runs
+    ref = done_summary(reference, "finetune").runs
     for mode in ("precise", "full"):
         assert runs[mode]["steps"] == 2 and runs[mode]["resumed_from"].endswith("checkpoint-2"), runs[mode]
+        assert runs[mode]["train_loss"] == ref[mode]["train_loss"]  # every step's loss, not only the logged ones
         steps = [json.loads(line)["step"] for line in (out / "finetune" / mode / "log.jsonl").read_text().splitlines()]
         assert steps and max(steps) <= 2, steps
     _assert_same_outputs(reference, out)

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from mathcircuits._schema import check_fields, setting
+from mathcircuits.data.benchmark_files import WORD_PROBLEM_SETS
 
 __all__ = ["ValidationConfig"]
 
@@ -56,6 +57,12 @@ class ValidationConfig:
 
     def __post_init__(self) -> None:
         check_fields(self)
+        unknown = [n for n in self.word_problem_sets if n not in WORD_PROBLEM_SETS]
+        if unknown:
+            raise ValueError(
+                f"validation.word_problem_sets has {unknown}, which are not word-problem sets. "
+                f"Fix: use some of {list(WORD_PROBLEM_SETS)} (folder names under the benchmark folder)."
+            )
         bad = [k for k in self.knockout_ks if not 1 <= k <= self.knockout_max_k]
         if bad:
             raise ValueError(

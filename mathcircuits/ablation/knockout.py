@@ -56,7 +56,7 @@ from mathcircuits._io import SavedResult
 from mathcircuits.ablation.means import HeadMeans, _check_dataset, head_means
 from mathcircuits.data.filter import length_groups
 from mathcircuits.models import fast_paths_enabled, hooks
-from mathcircuits.models.integrity import compare, probe_pairs, verify_once
+from mathcircuits.models.integrity import compare, model_dtype, probe_pairs, verify_once
 from mathcircuits.models.prefix import PrefixRunner, repeat_cache, run_from_layer, shared_prefix_len
 from mathcircuits.stats import wilson_interval
 
@@ -285,7 +285,8 @@ class KnockoutScorer:
             g, rows = self.batches[b]
             p, spec = self.groups[g].shared, self.model.spec
             toks = torch.tensor([self.seqs[i] for i in rows], device=self.model.device)
-            resid = torch.zeros(spec.n_layers, len(rows), toks.shape[1] - p, spec.d_model)
+            dtype = next(self.model.bridge.parameters()).dtype  # the model's own (a bf16 model reads bf16)
+            resid = torch.zeros(spec.n_layers, len(rows), toks.shape[1] - p, spec.d_model, dtype=dtype)
 
             def grab(act: Tensor, hook: Any) -> None:
                 resid[int(hook.name.split(".")[1])] = act.detach()
@@ -400,7 +401,7 @@ def check_knockout(model: Any, ablation: str, scope: str) -> tuple[float, float]
     sets: list[list[tuple[int, int]]] = [[], [(mid, 0)], [(mid, 0), (spec.n_layers - 1, spec.n_heads - 1)]]
     fast = torch.cat([torch.cat(scorer.logits(s, fast=True)) for s in sets])
     plain = torch.cat([torch.cat(scorer.logits(s, fast=False)) for s in sets])
-    return compare(fast, plain)
+    return compare(fast, plain, model_dtype(model))
 
 
 def ablated_accuracy(

@@ -393,7 +393,7 @@ def mlp_probes(
             first_of[t] = -1
     cand = torch.tensor(cand_tokens, device=model.device)
 
-    W_U = bridge.W_U
+    W_U = bridge.W_U.float()  # activations are read as float32 (also from a bf16 model)
     b_U = getattr(bridge, "b_U", None)
     d_model = W_U.shape[0]
     zero_img = bridge.ln_final(torch.zeros(1, 1, d_model, device=W_U.device, dtype=W_U.dtype))[0, 0]

@@ -24,6 +24,7 @@ from mathcircuits.models import hooks
 __all__ = ["Receiver", "Sender", "check_positions", "upstream_senders"]
 
 RECEIVER_KINDS = ("logits", "q", "k", "v", "mlp")
+SENDER_KINDS = ("head", "mlp")
 
 
 @dataclass(frozen=True, order=True)
@@ -39,6 +40,15 @@ class Sender:
     kind: Literal["head", "mlp"]
     layer: int
     head: int = -1
+
+    def __post_init__(self) -> None:
+        if self.kind not in SENDER_KINDS:
+            raise ValueError(f"sender kind {self.kind!r} is unknown. Fix: use one of {list(SENDER_KINDS)}.")
+        if (self.kind == "head") != (self.head >= 0):
+            raise ValueError(
+                f"sender {self.kind} at layer {self.layer} with head={self.head}: a head sender names its query head "
+                "(>= 0), an MLP sender none (-1). Fix: Sender('head', layer, head) or Sender('mlp', layer)."
+            )
 
     @property
     def name(self) -> str:
@@ -75,6 +85,10 @@ class Receiver:
     group: int = -1
     by_group: bool = False
     position: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.kind not in RECEIVER_KINDS:
+            raise ValueError(f"receiver kind {self.kind!r} is unknown. Fix: use one of {list(RECEIVER_KINDS)}.")
 
     def positions(self, seq_len: int) -> list[int]:
         """The positions at which the receiver's input is replaced, for prompts of ``seq_len`` tokens."""
@@ -179,6 +193,11 @@ def upstream_senders(
     Returns:
         The :class:`Sender` objects upstream of ``receiver``, by layer (a layer's heads before its MLP).
     """
+    unknown = [k for k in kinds if k not in SENDER_KINDS]
+    if unknown or not kinds:
+        raise ValueError(
+            f"sender kinds {list(kinds)}: {unknown or 'none given'}. Fix: use some of {list(SENDER_KINDS)}."
+        )
     out = []
     for layer in range(spec.n_layers):
         if "head" in kinds:

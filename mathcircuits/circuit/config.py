@@ -42,6 +42,16 @@ class CircuitConfig:
 
     def __post_init__(self) -> None:
         check_fields(self)
+        if not self.senders or not self.receivers:
+            raise ValueError(
+                f"circuit.senders={list(self.senders)} and circuit.receivers={list(self.receivers)}: both must name "
+                "at least one kind, or nothing would be measured. Fix: e.g. senders [head, mlp], receivers [q, k, v]."
+            )
+        if self.screen is not None and self.screen < self.top_k:
+            raise ValueError(
+                f"circuit.screen={self.screen} is below circuit.top_k={self.top_k}, so fewer edges would be measured "
+                "exactly than are kept. Fix: set screen >= top_k, or null to measure every sender."
+            )
 
     def discover_kwargs(self) -> dict[str, Any]:
         """The keyword arguments of :func:`~mathcircuits.circuit.discover_circuit`."""

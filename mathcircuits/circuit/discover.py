@@ -34,7 +34,7 @@ import torch
 from tqdm.auto import tqdm
 
 from mathcircuits.circuit.attribution import attribute_edges
-from mathcircuits.circuit.components import Receiver, Sender, upstream_senders
+from mathcircuits.circuit.components import SENDER_KINDS, Receiver, Sender, upstream_senders
 from mathcircuits.circuit.edges import PairCache, exact_edges, pair_cache, reference_edges
 from mathcircuits.circuit.result import Circuit, Edge, Node
 from mathcircuits.data.batching import iter_batches
@@ -171,6 +171,12 @@ def discover_circuit(
     check_dataset(dataset, spec)
     if method not in EDGE_METHODS:
         raise ValueError(f"method {method!r} is unknown. Fix: use one of {list(EDGE_METHODS)}.")
+    bad = [k for k in receivers if k not in ("q", "k", "v", "mlp")]
+    if bad or not receivers or not senders or any(k not in SENDER_KINDS for k in senders):
+        raise ValueError(
+            f"senders {list(senders)} and receivers {list(receivers)}: both need at least one known kind. "
+            "Fix: senders from ('head', 'mlp'), receivers from ('q', 'k', 'v', 'mlp')."
+        )
     if screen is not None and screen < top_k:
         raise ValueError(
             f"screen={screen} is below top_k={top_k}, so too few edges would be measured. Fix: screen ≥ top_k."

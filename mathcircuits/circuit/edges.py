@@ -49,7 +49,7 @@ from torch import Tensor
 from mathcircuits.circuit.components import Receiver, Sender, check_positions
 from mathcircuits.models import fast_paths_enabled, hooks
 from mathcircuits.models.families import BlockStructure, UnsupportedFamilyError, block_structure
-from mathcircuits.models.integrity import compare, probe_pairs, verify_once
+from mathcircuits.models.integrity import compare, model_dtype, probe_pairs, verify_once
 from mathcircuits.patching._common import attn_change, attn_pre_norm_name, capture, mlp_change
 from mathcircuits.patching.metrics import METRICS, Metric, Readout
 
@@ -410,4 +410,4 @@ def check_edges(model: Any) -> tuple[float, float]:
         b = reference_edges(model, cache, r, senders, [seq - 3, seq - 1], metric)
         fast.append(a.effects + a.clean_logit[:, None])
         plain.append(b.effects + b.clean_logit[:, None])
-    return compare(torch.cat(fast), torch.cat(plain))
+    return compare(torch.cat(fast), torch.cat(plain), model_dtype(model))

@@ -41,6 +41,10 @@ class Node:
     depth: int = 0
     role: str = ""
 
+    def __post_init__(self) -> None:
+        if self.kind not in ("head", "mlp", "logits"):
+            raise ValueError(f"circuit node kind {self.kind!r} is unknown. Fix: use 'head', 'mlp' or 'logits'.")
+
     @property
     def component(self) -> str:
         if self.kind == "logits":
@@ -96,6 +100,15 @@ class Circuit(SavedResult):
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "model", as_spec(self.model))
+        spec = self.model
+        for n in self.nodes:
+            if n.kind == "head":
+                spec.check_head(n.layer, n.head)
+            elif n.kind == "mlp" and not 0 <= n.layer < spec.n_layers:
+                raise ValueError(
+                    f"circuit node {n.name}: layer {n.layer} is outside {spec.describe()} "
+                    f"(layers 0..{spec.n_layers - 1}). Fix: name existing components."
+                )
         names = {n.name for n in self.nodes}
         dangling = [e for e in self.edges if e.sender not in names or e.receiver not in names]
         if dangling:

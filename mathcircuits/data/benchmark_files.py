@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 __all__ = [
+    "WORD_PROBLEM_SETS",
     "ENV_ROOT",
     "default_benchmark_root",
     "find_benchmark_file",
@@ -48,6 +49,8 @@ __all__ = [
 ]
 
 ENV_ROOT = "MATHCIRCUITS_BENCHMARKS"
+WORD_PROBLEM_SETS = ("AddSub", "SingleEq", "SVAMP", "gsm8k")
+"""The LLM-Adapters math word-problem folders (each with ``test.json``) that knockout transfer can read."""
 _REQUIRED = frozenset({"instruction", "answer"})
 
 

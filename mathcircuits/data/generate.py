@@ -84,6 +84,13 @@ class GenerationConfig:
             raise PairError(
                 f"operand_range {self.operand_range} is invalid. Fix: give (low, high) with 0 <= low <= high."
             )
+        empty = [op for op in self.operations if not _operand_pairs(op, self)]
+        if empty:
+            raise PairError(
+                f"operand_range {list(self.operand_range)} gives no valid operand pair for {empty} "
+                f"(allow_negative={self.allow_negative}, integer_only={self.integer_only}). "
+                "Fix: widen operand_range, or allow negative or non-integer answers."
+            )
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

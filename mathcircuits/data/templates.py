@@ -102,7 +102,10 @@ def load_template_set(path: str | Path) -> TemplateSet:
     """
     path = Path(path)
     if not path.exists():
-        raise FileNotFoundError(f"template file {path} does not exist; see data_templates/SCHEMA.md for the format.")
+        raise FileNotFoundError(
+            f"template file {path} does not exist. "
+            "Fix: give an existing file (data_templates/SCHEMA.md has the format)."
+        )
     try:
         raw: Any = yaml.safe_load(path.read_text())
     except yaml.YAMLError as err:
@@ -122,7 +125,12 @@ def load_template_set(path: str | Path) -> TemplateSet:
         if not v:
             raise _fail(path, f"word_pools.{k}", "is empty", "give it at least one word")
     fewshot = raw.get("fewshot") or {}
-    examples = {op: tuple((int(a), int(b)) for a, b in ex) for op, ex in (fewshot.get("examples") or {}).items()}
+    try:
+        examples = {op: tuple((int(a), int(b)) for a, b in ex) for op, ex in (fewshot.get("examples") or {}).items()}
+    except (TypeError, ValueError) as err:
+        raise _fail(
+            path, "fewshot.examples", f"are not pairs of whole numbers ({err})", "write e.g. [[2, 4], [7, 1]]"
+        ) from err
     templates: list[Template] = []
     seen: set[str] = set()
     for i, t in enumerate(raw["templates"] or []):

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from mathcircuits._schema import check_fields, setting
+from mathcircuits._schema import ConfigError, check_fields, setting
+from mathcircuits.evaluation.benchmarks import BENCHMARKS, benchmark_spec
 
 __all__ = ["EvaluationConfig"]
 
@@ -27,3 +28,14 @@ class EvaluationConfig:
 
     def __post_init__(self) -> None:
         check_fields(self)
+        unknown = []
+        for name in self.benchmarks:
+            try:
+                benchmark_spec(name)
+            except KeyError:
+                unknown.append(name)
+        if unknown:
+            raise ConfigError(
+                f"evaluation.benchmarks has {unknown}, which are not known benchmarks. "
+                f"Fix: use some of {sorted(BENCHMARKS)} (or an empty list for none)."
+            )

@@ -102,6 +102,10 @@ class CompareConfig:
 
     def __post_init__(self) -> None:
         check_fields(self)
+        if not self.modes:
+            raise ConfigError(
+                "compare.modes is empty, so nothing would be compared. Fix: list modes, e.g. [base, precise, full]."
+            )
         try:
             check_modes(self.modes)
         except ValueError as err:

@@ -336,28 +336,29 @@ def train_sft(
         callbacks=[jsonl_log(output_dir / "log.jsonl"), *callbacks],
         decay_mode=config.decay_mode,
     )
-    if config.progress_bar:  # one bar; the losses go to log.jsonl rather than between the bar's redraws
-        from transformers.trainer_callback import ProgressCallback
+    from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
-        class _BarOnly(ProgressCallback):
-            def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, **kwargs: Any) -> None:
-                return None
+    class _BarOnly(ProgressCallback):  # one bar; the losses go to log.jsonl, not between the bar's redraws
+        def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, **kwargs: Any) -> None:
+            return None
 
-        trainer.remove_callback(ProgressCallback)
+    trainer.remove_callback(PrinterCallback)  # with the bar off it would print every log dict
+    trainer.remove_callback(ProgressCallback)
+    if config.progress_bar:
         trainer.add_callback(_BarOnly())
     t0 = time.perf_counter()
     done_step = _prepare_resume(output_dir, resume_from_checkpoint, config.max_steps)
+    if resume_from_checkpoint not in (None, False):
+        trainer.restore_loss_sum(str(resume_from_checkpoint))
     if done_step is None:
         out = trainer.train(resume_from_checkpoint=resume_from_checkpoint)
-        train_loss, samples_per_second = (
-            float(out.training_loss),
-            float(out.metrics.get("train_samples_per_second", float("nan"))),
-        )
+        samples_per_second = float(out.metrics.get("train_samples_per_second", float("nan")))
     else:  # the checkpoint already holds max_steps: load it, never train past max_steps
         trainer._load_from_checkpoint(str(resume_from_checkpoint))
         trainer.state = TrainerState.load_from_json(str(Path(resume_from_checkpoint) / "trainer_state.json"))
-        losses = [float(e["loss"]) for e in trainer.state.log_history if "loss" in e]
-        train_loss, samples_per_second = (sum(losses) / len(losses) if losses else float("nan")), float("nan")
+        samples_per_second = float("nan")
+    # every step's loss, before and after a resume (Trainer's own training_loss restarts at the resume)
+    train_loss = trainer.loss_sum / trainer.state.global_step if trainer.state.global_step else float("nan")
     runtime = time.perf_counter() - t0
     if config.save_final:
         trainer.save_model(str(output_dir / "final"))

@@ -22,7 +22,10 @@ from transformers import Trainer, TrainerCallback
 from mathcircuits._io import read_json
 from mathcircuits.finetune.adapter import HeadSliceAdapter
 
-__all__ = ["pad_collate"]
+__all__ = ["LOSS_FILE", "pad_collate"]
+
+LOSS_FILE = "loss_sum.json"
+"""Saved in each checkpoint: the sum of every optimizer step's training loss so far (for the mean after a resume)."""
 
 
 def pad_collate(pad_token_id: int, target_logits_only: bool = False):
@@ -83,7 +86,24 @@ def _trainer_classes():
 
         def __init__(self, *args: Any, decay_mode: str = "weights", **kwargs: Any) -> None:
             self.decay_mode = decay_mode
+            self.loss_sum = 0.0  # every optimizer step's loss since step 0, also across a resume
             super().__init__(*args, **kwargs)
+
+        def training_step(self, *args: Any, **kwargs: Any) -> torch.Tensor:
+            loss = super().training_step(*args, **kwargs)
+            self.loss_sum += float(loss)  # what Trainer adds to its own running loss, kept through checkpoints
+            return loss
+
+        def _save_checkpoint(self, model: Any, trial: Any) -> None:
+            super()._save_checkpoint(model, trial)
+            if self.args.should_save:
+                folder = Path(self.args.output_dir) / f"checkpoint-{self.state.global_step}"
+                (folder / LOSS_FILE).write_text(json.dumps({"loss_sum": self.loss_sum}))
+
+        def restore_loss_sum(self, checkpoint: str) -> None:
+            """The running loss saved with ``checkpoint`` (0 for a checkpoint of an older version)."""
+            f = Path(checkpoint) / LOSS_FILE
+            self.loss_sum = float(json.loads(f.read_text())["loss_sum"]) if f.is_file() else float("nan")
 
         def _adapter(self) -> HeadSliceAdapter | None:
             m = self.accelerator.unwrap_model(self.model)

@@ -55,6 +55,7 @@ __all__ = [
     "fast_paths",
     "fast_paths_enabled",
     "instrument_hooks",
+    "model_dtype",
     "probe_pairs",
     "probe_tokens",
     "set_fast_paths",
@@ -139,12 +140,14 @@ def _model_name(owner: Any) -> str:
     return str(name or type(owner).__name__)
 
 
-def compare(fast: Tensor, plain: Tensor) -> tuple[float, float]:
+def compare(fast: Tensor, plain: Tensor, dtype: torch.dtype | None = None) -> tuple[float, float]:
     """The largest difference between a fast and a plain result, and the tolerance it must stay within.
 
     Args:
         fast: the fast path's values.
         plain: the plain path's values on the same inputs (same shape).
+        dtype: the precision they were computed in (default: ``fast``'s dtype); a bfloat16 model's results
+            cast to float32 still carry bfloat16 rounding.
 
     Returns:
         ``(difference, tolerance)``; a shape mismatch or a non-finite value gives difference ``inf``.
@@ -154,7 +157,7 @@ def compare(fast: Tensor, plain: Tensor) -> tuple[float, float]:
     a, b = fast.detach().double(), plain.detach().double()
     diff = float((a - b).abs().max()) if a.numel() else 0.0
     scale = float(b.abs().max()) if b.numel() else 0.0
-    tol = RTOL.get(fast.dtype, 1e-4) * max(1.0, scale)
+    tol = RTOL.get(dtype or fast.dtype, 1e-4) * max(1.0, scale)
     return (diff if math.isfinite(diff) else math.inf), tol
 
 
@@ -274,6 +277,15 @@ def probe_pairs(vocab: int, rows: int = 4, seq: int = 12, shared: int = 8, seed:
             "pair_id": list(range(rows)),
         }
     )
+
+
+def model_dtype(model: Any) -> torch.dtype:
+    """The dtype of a model's (first floating) parameters: the precision its forwards run in."""
+    module = getattr(model, "bridge", model)
+    for p in module.parameters():
+        if p.is_floating_point():
+            return p.dtype
+    return torch.float32
 
 
 def _checked(name: str, fn: Callable[..., Any], fired: set[int], k: int) -> Callable[..., Any]:

@@ -36,7 +36,7 @@ from typing import Any
 
 import torch
 from transformer_lens.model_bridge import TransformerBridge
-from transformers import PreTrainedModel
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from mathcircuits.models.compat import check_versions, install_cache_alias
 from mathcircuits.models.integrity import instrument_hooks
@@ -61,6 +61,47 @@ def _is_hooked_transformer(obj: Any) -> bool:
 
 def _name_of(hf_model: torch.nn.Module, name: str | None) -> str:
     return name or str(getattr(hf_model.config, "name_or_path", "") or type(hf_model).__name__)
+
+
+def _check_tokenizer(tokenizer: Any) -> None:
+    if not isinstance(tokenizer, PreTrainedTokenizerBase):
+        hint = f" (the string {tokenizer!r} names one; load it first)" if isinstance(tokenizer, str) else ""
+        raise TypeError(
+            f"the tokenizer is a {type(tokenizer).__name__}{hint}, not an HF tokenizer. "
+            "Fix: pass AutoTokenizer.from_pretrained(<the model's folder or id>)."
+        )
+
+
+def check_causal_lm(model: torch.nn.Module, tokenizer: Any) -> None:
+    """Refuse a model the toolkit cannot read answers from, before it is booted.
+
+    Args:
+        model: an HF model.
+        tokenizer: its tokenizer.
+
+    Raises:
+        TypeError: no tokenizer object, or no language-model head.
+        ValueError: weights on the ``meta`` device, or a vocabulary smaller than the tokenizer's.
+    """
+    _check_tokenizer(tokenizer)
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    if head is None:
+        raise TypeError(
+            f"{type(model).__name__} has no language-model head, so no answer logits can be read. "
+            "Fix: load it with AutoModelForCausalLM (e.g. LlamaForCausalLM, not LlamaModel)."
+        )
+    meta = [n for n, p in model.named_parameters() if p.device.type == "meta"]
+    if meta:
+        raise ValueError(
+            f"{type(model).__name__} has {len(meta)} parameters on the meta device (e.g. {meta[0]}): it holds no "
+            "weights yet. Fix: load it with weights (from_pretrained without init_empty_weights / device_map='meta')."
+        )
+    vocab = int(head.weight.shape[0])
+    if len(tokenizer) > vocab:
+        raise ValueError(
+            f"the tokenizer has {len(tokenizer)} tokens but {type(model).__name__}'s head only {vocab}: some token ids "
+            "would index past the logits. Fix: pass the model's own tokenizer (or resize_token_embeddings)."
+        )
 
 
 def from_hf(model: torch.nn.Module, tokenizer: Any, name: str | None = None) -> HookedModel:
@@ -96,6 +137,7 @@ def from_hf(model: torch.nn.Module, tokenizer: Any, name: str | None = None) -> 
             f"from_hf needs the tokenizer of {type(model).__name__} (booting without one would go to the Hub). "
             "Fix: from_hf(model, AutoTokenizer.from_pretrained(<the model's folder or id>))."
         )
+    check_causal_lm(model, tokenizer)
     if not getattr(model.config, "architectures", None):
         model.config.architectures = [type(model).__name__]  # from_config leaves it unset; the bridge needs it
     label = _name_of(model, name)
@@ -137,6 +179,7 @@ def from_bridge(bridge: Any, tokenizer: Any = None, name: str | None = None) -> 
     tok = tokenizer if tokenizer is not None else getattr(bridge, "tokenizer", None)
     if tok is None:
         raise ValueError("this TransformerBridge has no tokenizer. Fix: from_bridge(bridge, tokenizer).")
+    check_causal_lm(bridge.original_model, tok)
     check_versions()
     if not getattr(bridge, "compatibility_mode", False):
         bridge.enable_compatibility_mode(no_processing=True)

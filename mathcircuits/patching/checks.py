@@ -23,7 +23,7 @@ import random
 import torch
 
 from mathcircuits.models import HookedModel
-from mathcircuits.models.integrity import compare, probe_pairs
+from mathcircuits.models.integrity import compare, model_dtype, probe_pairs
 from mathcircuits.patching._common import PairBatch, Senders, pair_batches
 from mathcircuits.patching.exact import exact_scan
 from mathcircuits.patching.metrics import METRICS
@@ -65,4 +65,4 @@ def check_exact(model: HookedModel) -> tuple[float, float]:
     plain += [clean] * (spec.n_layers * spec.n_heads)
     fast.append(null_ref.heads[:, 0, 0] + null_ref.clean_logit)
     plain.append(null_ref.clean_logit)
-    return compare(torch.stack(fast), torch.stack(plain))
+    return compare(torch.stack(fast), torch.stack(plain), model_dtype(model))

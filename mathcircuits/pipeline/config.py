@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 import tomllib
+import torch
 import yaml
 
 from mathcircuits._io import atomic_path
@@ -28,11 +29,11 @@ from mathcircuits._schema import ConfigError, check_fields, describe, from_dict,
 from mathcircuits.ablation.config import ValidationConfig
 from mathcircuits.analysis.config import AnalysisConfig
 from mathcircuits.circuit.config import CircuitConfig
-from mathcircuits.data import GenerationConfig
+from mathcircuits.data import GenerationConfig, load_templates
 from mathcircuits.evaluation.config import EvaluationConfig
 from mathcircuits.finetune import SFTConfig
 from mathcircuits.finetune.compare import CompareConfig
-from mathcircuits.models import resolve_source
+from mathcircuits.models import ModelSpec, resolve_source
 from mathcircuits.patching.config import PatchingConfig, SelectionConfig
 
 __all__ = [
@@ -54,6 +55,26 @@ __all__ = [
 _MODE = re.compile(r"^(precise|full|precise@[1-9][0-9]*(\+mlp)?)$")
 
 
+def _check_device(device: str) -> None:
+    """Refuse a device this torch cannot use (e.g. ``cuda`` on a CPU build), naming what is available."""
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError) as err:
+        raise ConfigError(f"model.device={device!r} is not a torch device. Fix: use cpu, cuda or cuda:N.") from err
+    available = {"cpu": True, "cuda": torch.cuda.is_available(), "mps": torch.backends.mps.is_available()}
+    if not available.get(dev.type, False):
+        have = [d for d, ok in available.items() if ok]
+        raise ConfigError(
+            f"model.device={device!r}, but this torch ({torch.__version__}) has no usable {dev.type} device. "
+            f"Fix: use one of {have}."
+        )
+    if dev.type == "cuda" and dev.index is not None and dev.index >= torch.cuda.device_count():
+        raise ConfigError(
+            f"model.device={device!r}, but only {torch.cuda.device_count()} CUDA devices are visible. "
+            f"Fix: use cuda:0 … cuda:{torch.cuda.device_count() - 1}."
+        )
+
+
 @dataclass(frozen=True)
 class ModelSection:
     """Which model to load, where and how (``load_model``'s arguments)."""
@@ -70,11 +91,12 @@ class ModelSection:
 
     def __post_init__(self) -> None:
         check_fields(self)
+        _check_device(self.device)
         try:
             resolve_source(self.source)  # a path that does not exist fails here, before any output
         except FileNotFoundError as err:
             raise ConfigError(
-                f"source={self.source!r}: {str(err).rstrip('.')}. "
+                f"source={self.source!r}: {str(err).split(' Fix:')[0].rstrip('. ')}. "
                 "Fix: give an existing HF folder or .gguf file, or embedded / gemma3-270m / tiny-llama / tiny-gpt2."
             ) from err
 
@@ -91,6 +113,18 @@ class DataSection(GenerationConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        # the templates exist and make pairs of these operations (checked now, not when the data stage runs)
+        try:
+            loaded = load_templates(list(self.template_files) if self.template_files else None)
+        except (OSError, ValueError) as err:
+            raise ConfigError(f"data.template_files: {' '.join(str(err).split())}") from err
+        known = {t.id for s in loaded for t in s.templates if t.operation in self.operations}
+        unknown = [t for t in (*(self.template_ids or ()), *self.heldout_templates) if t not in known]
+        if unknown:
+            raise ConfigError(
+                f"data.template_ids / heldout_templates name {unknown}, which are not templates of operations "
+                f"{list(self.operations)}. Fix: choose from {sorted(known)}."
+            )
         ids = self.template_ids
         missing = [t for t in self.heldout_templates if ids is not None and t not in ids]
         if missing:
@@ -128,6 +162,8 @@ class FinetuneSection(SFTConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        if self.enabled and not self.modes:
+            raise ConfigError("finetune.modes is empty. Fix: list modes, e.g. [precise, full], or set enabled: false.")
         bad = [m for m in self.modes if not _MODE.match(m)]
         if bad:
             raise ConfigError(
@@ -237,6 +273,25 @@ class RunConfig:
             return cls.from_dict(data)
         except ConfigError as err:
             raise ConfigError(f"config file {path}: {err}") from err
+
+    def check_model(self, spec: ModelSpec) -> None:
+        """Refuse settings that the model cannot take (checked before a run writes anything).
+
+        Args:
+            spec: the loaded model's spec.
+
+        Raises:
+            ConfigError: a head count ``K`` (``precise@K``) above the model's heads.
+        """
+        total = spec.n_layers * spec.n_heads
+        for section, modes in (("finetune", self.finetune.modes), ("compare", self.compare.modes)):
+            for m in modes:
+                k = re.match(r"precise@(\d+)", m)
+                if k and int(k.group(1)) > total:
+                    raise ConfigError(
+                        f"{section}.modes has {m!r}, but {spec.describe()} has {total} heads. "
+                        f"Fix: use precise@K with K <= {total}."
+                    )
 
     def save(self, path: str | Path) -> Path:
         """Write the config as YAML, atomically.

@@ -2,7 +2,7 @@
 
 Layout (one sub-folder per stage, each finished by a ``.done.json`` marker)::
 
-    config.yaml  versions.json  .lock
+    config.yaml  versions.json  .lock  .run.json (the folder's identity: the model it was created for)
     logs/      warnings.log (dependencies' warnings and log lines)  traceback-<stage>.txt (internal errors)
     data/      pairs_scored/  pairs_correct/  accuracy.csv
     identify/  patching_<op>.pt  patching_all.pt  key_components.json  effects_all.csv
@@ -21,9 +21,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["MARKER", "RunPaths"]
+__all__ = ["MARKER", "RUNNING", "RunPaths"]
 
 MARKER = ".done.json"
+RUNNING = ".running.json"  # the fingerprint a stage is running for, while it runs (resume or clear)
 
 
 @dataclass(frozen=True)
@@ -40,6 +41,10 @@ class RunPaths:
         """The marker a stage writes last: its inputs' fingerprint and its summary."""
         return self.root / name / MARKER
 
+    def running(self, name: str) -> Path:
+        """The file a running stage keeps its fingerprint in (removed when it finishes)."""
+        return self.root / name / RUNNING
+
     @property
     def config(self) -> Path:
         return self.root / "config.yaml"
@@ -51,6 +56,10 @@ class RunPaths:
     @property
     def lock(self) -> Path:
         return self.root / ".lock"
+
+    @property
+    def identity(self) -> Path:
+        return self.root / ".run.json"
 
     @property
     def logs(self) -> Path:
@@ -144,9 +153,6 @@ class RunPaths:
 
     def sft_result(self, mode: str) -> Path:
         return self.mode(mode) / "sft_result.json"
-
-    def settings_stamp(self, mode: str) -> Path:
-        return self.mode(mode) / ".settings"
 
     # evaluate
     def eval_result(self, label: str) -> Path:

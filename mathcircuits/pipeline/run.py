@@ -1,16 +1,17 @@
-"""Run the stages in registry order over one run folder, skipping those whose inputs are unchanged.
+"""Run the stages in registry order over one run folder, skipping those that are done.
 
-Each stage writes its outputs atomically and then a ``.done.json`` marker with
-the fingerprint of its inputs (its config sections, the model section and its
-upstream markers) and its typed summary. A stage whose marker matches is
-skipped, so re-running a finished run is a no-op and an interrupted run
-resumes at the first unfinished stage; the marker of a stage is removed before
-it runs, so the partial outputs of an interrupted stage are never taken as done.
+Each stage writes its outputs atomically and then a ``.done.json`` marker with the
+fingerprint of its inputs, the hashes of its outputs and its typed summary
+(:mod:`~mathcircuits.pipeline.markers`). A stage that is done (same fingerprint, intact
+outputs) is skipped, so re-running a finished run is a no-op; an interrupted run resumes at
+the first unfinished stage; a stage that runs for another fingerprint first clears its
+folder, so outputs of an earlier configuration never mix into a new one.
 
-Before anything is written the run folder is checked (a folder, writable, and
-not a finished run of another model), the installed dependency versions are
-checked against the tested ranges (:mod:`mathcircuits.models.compat`), and the
-folder is locked for the run.
+Before anything is written the run folder is checked (a folder, writable, and not a
+finished run of another model: its identity file), the installed dependency versions are
+checked against the tested ranges (:mod:`mathcircuits.models.compat`), the upstream stages
+of the requested ones must be done, and the config is checked against the loaded model;
+then the folder is locked for the run and ``config.yaml`` written.
 
 While the stages run, fast paths are on or off as ``model.fast_paths`` says, and
 each fast path checks itself on the model before its first use
@@ -30,16 +31,26 @@ import time
 import traceback
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import yaml
 
 from mathcircuits._io import atomic_path, read_json, write_json
 from mathcircuits.models import check_versions, checks_run, fast_paths
 from mathcircuits.models.compat import installed_versions
-from mathcircuits.pipeline.config import RunConfig, fingerprint
+from mathcircuits.pipeline.config import ConfigError, RunConfig, fingerprint
 from mathcircuits.pipeline.console import quiet_dependencies
 from mathcircuits.pipeline.context import Context, StageSummary
 from mathcircuits.pipeline.lock import RunLock
+from mathcircuits.pipeline.markers import (
+    StageState,
+    clear_stage_folder,
+    outputs_digest,
+    read_marker,
+    states,
+    verify_outputs,
+    write_marker,
+)
 from mathcircuits.pipeline.paths import RunPaths
 from mathcircuits.pipeline.stages import STAGES
 
@@ -94,34 +105,42 @@ def is_input_error(err: BaseException) -> bool:
     return isinstance(err, OSError) or "Fix:" in str(err)
 
 
-def _fingerprint(paths: RunPaths, cfg: RunConfig, name: str) -> str:
+def _model_section(d: dict[str, Any]) -> dict[str, Any]:
+    """The model section as fingerprints see it: ``fast_paths`` is left out, since fast and plain paths give
+    the same numbers (each fast path is checked against its plain one at run time)."""
+    return {k: v for k, v in d["model"].items() if k != "fast_paths"}
+
+
+def _fingerprint(paths: RunPaths, cfg: RunConfig, name: str, markers: dict[str, dict[str, Any]] | None = None) -> str:
     stage, d = STAGES[name], cfg.to_dict()
     ups = []
     for u in stage.upstream:
-        marker = paths.marker(u)
-        ups.append(read_json(marker)["fingerprint"] if marker.exists() else None)
-    return fingerprint(name, {s: d[s] for s in stage.sections}, d["model"], ups)
+        m = markers.get(u) if markers is not None else read_marker(paths.marker(u))
+        ups.append(None if m is None else [m["fingerprint"], outputs_digest(m.get("outputs", {}))])
+    return fingerprint(name, {s: d[s] for s in stage.sections}, _model_section(d), ups)
 
 
-def stage_status(run_dir: str | Path, cfg: RunConfig) -> dict[str, str]:
-    """Each stage's state in a run folder.
+def stage_status(run_dir: str | Path, cfg: RunConfig, verify: bool = True) -> dict[str, StageState]:
+    """Each stage's state in a run folder, with the reason when it is stale.
 
     Args:
         run_dir: the run folder.
         cfg: the config to compare with.
+        verify: hash the output files against the markers (False trusts them; faster on big folders).
 
     Returns:
-        Stage name → ``done`` (marker matches), ``stale`` (marker from other inputs) or ``todo``.
+        Stage name → :class:`~mathcircuits.pipeline.markers.StageState`: ``done`` (marker matches the config,
+        outputs intact, upstream done), ``stale`` (with the reason) or ``todo``.
     """
     paths = RunPaths(Path(run_dir))
-    out = {}
-    for name in STAGES:
-        marker = paths.marker(name)
-        if not marker.is_file():
-            out[name] = "todo"
-        else:
-            out[name] = "done" if read_json(marker)["fingerprint"] == _fingerprint(paths, cfg, name) else "stale"
-    return out
+    return states(
+        list(STAGES),
+        lambda n: STAGES[n].upstream,
+        paths.stage,
+        paths.marker,
+        lambda n, markers: _fingerprint(paths, cfg, n, markers),
+        verify=verify,
+    )
 
 
 def done_summary(run_dir: str | Path, name: str) -> StageSummary:
@@ -138,8 +157,26 @@ def done_summary(run_dir: str | Path, name: str) -> StageSummary:
     return STAGES[name].summary.from_dict(read_json(marker)["summary"], source=marker)
 
 
+def _identity_model(paths: RunPaths) -> dict[str, Any] | None:
+    """The model section the folder was created for (its identity file; older folders: config.yaml)."""
+    if paths.identity.is_file():
+        try:
+            return dict(read_json(paths.identity)["model"])
+        except (ValueError, KeyError, TypeError, OSError):
+            return None
+    if paths.config.is_file():
+        try:
+            return (yaml.safe_load(paths.config.read_text()) or {}).get("model") or None
+        except yaml.YAMLError:
+            return None
+    return None
+
+
 def check_run_folder(run_dir: str | Path, cfg: RunConfig, force: bool = False) -> None:
     """Refuse, before writing anything, a run folder that cannot take this run.
+
+    The folder's identity (the model it was created for) lives in ``.run.json``, which the user is not meant to
+    edit; a finished run of another model is refused unless ``force``.
 
     Args:
         run_dir: the run folder (need not exist).
@@ -165,13 +202,10 @@ def check_run_folder(run_dir: str | Path, cfg: RunConfig, force: bool = False) -
         )
     paths = RunPaths(run_dir)
     finished = any(paths.marker(n).is_file() for n in STAGES)
-    if force or not finished or not paths.config.is_file():
+    old_model = _identity_model(paths)
+    if force or not finished or old_model is None:
         return  # a folder with no finished stage takes any config (a failed first run does not block it)
-    try:
-        old_model = (yaml.safe_load(paths.config.read_text()) or {}).get("model") or {}
-    except yaml.YAMLError:
-        old_model = {}
-    new_model = cfg.to_dict()["model"]
+    new_model = _model_section(cfg.to_dict())
     # compare the model section only: the rest of an older config may use keys this version no longer has
     if {k: old_model.get(k, v) for k, v in new_model.items()} != new_model:
         raise RunFolderError(
@@ -193,7 +227,10 @@ def run_pipeline(
     progress: bool = True,
     echo: Callable[[str], None] = log.info,
 ) -> dict[str, StageSummary]:
-    """Run every stage (or ``only`` those) whose inputs changed, in pipeline order.
+    """Run every stage (or ``only`` those) whose inputs changed or whose outputs were damaged, in pipeline order.
+
+    Nothing is written before the config has been checked against the model (head counts, ...), the dependency
+    versions and the folder have been checked, and the upstream stages of ``only`` are done.
 
     Args:
         cfg: the run configuration (already checked when built).
@@ -212,11 +249,16 @@ def run_pipeline(
     if only:
         bad = [n for n in only if n not in STAGES]
         if bad:
-            raise ValueError(f"unknown stages {bad}. Fix: use some of {names}.")
+            raise ConfigError(f"unknown stages {bad}. Fix: use some of {names}.")
         names = [n for n in names if n in only]
     check_versions()
     check_run_folder(run_dir, cfg, force)
-    _check_upstream(paths, cfg, names)  # before anything is written: a refused stage leaves the folder as it was
+    current = stage_status(run_dir, cfg)
+    _check_upstream(current, names)  # before anything is written: a refused stage leaves the folder as it was
+    ctx = Context(run_dir, cfg, progress=progress, force=force)
+    if force or any(current[n].state != "done" for n in names):
+        with fast_paths(cfg.model.fast_paths == "on"), quiet_dependencies(Path(os.devnull)):
+            cfg.check_model(ctx.model.spec)  # e.g. precise@K within the model's heads; loads the model once
     lock = RunLock(paths.lock)
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
@@ -227,41 +269,60 @@ def run_pipeline(
             "Fix: choose a writable --out folder, or make it writable (chmod u+w)."
         ) from err
     with lock, fast_paths(cfg.model.fast_paths == "on"), quiet_dependencies(paths.warnings_log):
+        previous = paths.config.read_text() if paths.config.is_file() else None
         cfg.save(paths.config)
+        if force or not paths.identity.is_file() or not any(paths.marker(n).is_file() for n in STAGES):
+            write_json(paths.identity, {"model": _model_section(cfg.to_dict()), "created_by": _versions()})
         write_json(paths.versions, _versions())
-        ctx = Context(run_dir, cfg, progress=progress, force=force)
         summaries: dict[str, StageSummary] = {}
-        for name in names:
-            summaries[name] = _run_stage(ctx, name, echo)
+        try:
+            for name in names:
+                summaries[name] = _run_stage(ctx, name, echo, current[name])
+        except BaseException:
+            if previous is not None and not summaries:  # a call that finished no stage leaves the config as it was
+                with atomic_path(paths.config) as tmp:
+                    tmp.write_text(previous)
+            raise
     return summaries
 
 
-def _check_upstream(paths: RunPaths, cfg: RunConfig, names: list[str]) -> None:
+def _check_upstream(current: dict[str, StageState], names: list[str]) -> None:
     """Every upstream stage of ``names`` that is not itself run now must be done, for this config."""
     for name in names:
         for u in STAGES[name].upstream:
             if u in names:
                 continue  # runs first, in pipeline order
-            if not paths.marker(u).is_file():
-                raise RuntimeError(
+            if current[u].state == "todo":
+                raise ConfigError(
                     f"stage {name!r} needs stage {u!r} first. Fix: run `mathcircuits {u}` (or `mathcircuits run`)."
                 )
-            if read_json(paths.marker(u))["fingerprint"] != _fingerprint(paths, cfg, u):
-                raise RuntimeError(
-                    f"stage {name!r} needs stage {u!r}, whose outputs are stale for this config. "
+            if current[u].state == "stale":
+                raise ConfigError(
+                    f"stage {name!r} needs stage {u!r}, whose outputs are stale: {current[u].reason}. "
                     f"Fix: run `mathcircuits run` (or `mathcircuits {u}` first)."
                 )
 
 
-def _run_stage(ctx: Context, name: str, echo: Callable[[str], None]) -> StageSummary:
+def _run_stage(ctx: Context, name: str, echo: Callable[[str], None], before: StageState) -> StageSummary:
     stage, paths, cfg = STAGES[name], ctx.paths, ctx.config
     fp = _fingerprint(paths, cfg, name)
-    marker = paths.marker(name)
-    if not ctx.force and marker.is_file() and read_json(marker)["fingerprint"] == fp:
-        echo(f"[{name}] up to date, skipped")
-        return stage.summary.from_dict(read_json(marker)["summary"], source=marker)
-    marker.unlink(missing_ok=True)  # outputs of an interrupted re-run must not pass for done
-    echo(f"[{name}] running ...")
+    marker, folder = paths.marker(name), paths.stage(name)
+    done = read_marker(marker)
+    if not ctx.force and done is not None and done["fingerprint"] == fp:
+        damaged = verify_outputs(folder, done.get("outputs", {}))
+        if not damaged:
+            echo(f"[{name}] up to date, skipped")
+            return stage.summary.from_dict(done["summary"], source=marker)
+        before = StageState("stale", damaged)
+    running = read_marker(paths.running(name))
+    resume = not ctx.force and running is not None and running["fingerprint"] == fp
+    if resume:
+        marker.unlink(missing_ok=True)  # an interrupted run of the same inputs: keep its checkpoints
+    else:
+        clear_stage_folder(folder)  # no output of an earlier configuration survives into this one
+    write_json(paths.running(name), {"fingerprint": fp})
+    why = f" ({before.reason})" if before.state == "stale" and not resume else ""
+    echo(f"[{name}] {'resuming' if resume else 'running'} ...{why}")
     t0 = time.perf_counter()
     checks_run(clear=True)
     try:
@@ -280,6 +341,7 @@ def _run_stage(ctx: Context, name: str, echo: Callable[[str], None]) -> StageSum
         echo(
             f"[{name}] fast path checked: {c['path']} equals its plain path (largest difference {c['difference']:.1e})"
         )
-    write_json(marker, {"fingerprint": fp, "summary": summary.to_dict(), "checks": checks})
+    write_marker(marker, fp, summary.to_dict(), checks)
+    paths.running(name).unlink(missing_ok=True)
     echo(f"[{name}] done in {summary.seconds} s")
     return summary

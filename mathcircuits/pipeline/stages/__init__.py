@@ -71,7 +71,7 @@ STAGES: dict[str, Stage] = {
             validate.run,
             validate.ValidateSummary,
             ("validation",),
-            ("identify",),
+            ("data", "identify"),
             "mean-ablation knockout (key vs random heads) and transfer to other data",
         ),
         Stage(
@@ -79,7 +79,7 @@ STAGES: dict[str, Stage] = {
             analyze.run,
             analyze.AnalyzeSummary,
             ("analysis",),
-            ("identify",),
+            ("data", "identify"),
             "attention of key heads by token role; MLP unembedding probes",
         ),
         Stage(
@@ -87,7 +87,7 @@ STAGES: dict[str, Stage] = {
             circuit.run,
             circuit.CircuitSummary,
             ("circuit",),
-            ("identify",),
+            ("data", "identify"),
             "the circuit behind the key heads (sender → q/k/v path patching), its faithfulness and graph",
         ),
         Stage(
@@ -118,8 +118,8 @@ STAGES: dict[str, Stage] = {
             "report",
             report.run,
             report.ReportSummary,
-            ("analysis",),
-            ("validate", "analyze", "evaluate"),
+            ("analysis", "data", "evaluation", "finetune"),
+            ("data", "identify", "validate", "analyze", "circuit", "evaluate", "compare"),
             "figures (HTML + static) and one offline HTML report",
         ),
     )

@@ -35,9 +35,14 @@ class CircuitSummary(StageSummary):
             f"  circuit {op}: skipped, {n} correct pairs of one template (fewer than circuit.max_pairs)"
             for op, n in self.skipped.items()
         ]
+
+        def random(c: dict[str, Any]) -> str:
+            n = c.get("n_random", 1)
+            return f"{c['random_below']:.0%} of {n} random circuits below" if n else "no random circuits drawn"
+
         return skipped + [
             f"  circuit {op}: {c['nodes']} nodes, {c['edges']} edges; faithfulness {c['faithfulness']:.3f} "
-            f"[{c['low']:.3f}, {c['high']:.3f}], {c['random_below']:.0%} of random circuits below"
+            f"[{c['low']:.3f}, {c['high']:.3f}], {random(c)}"
             for op, c in self.circuits.items()
         ]
 
@@ -83,5 +88,6 @@ def run(ctx: Context) -> CircuitSummary:
             "low": faith.low,
             "high": faith.high,
             "random_below": faith.random_share_below if faith.random else 0.0,
+            "n_random": len(faith.random),
         }
     return CircuitSummary(circuits=out, skipped=skipped)

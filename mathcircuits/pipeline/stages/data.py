@@ -7,6 +7,7 @@ Reads the ``model`` and ``data`` sections; writes ``data/pairs_scored`` (every p
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,6 +25,8 @@ class DataSummary(StageSummary):
     n_correct: int
     n_heldout: int = 0
     accuracy_by_operation: list[dict[str, Any]] = field(default_factory=list)
+    requested_per_template: int = 0
+    fewer_than_requested: dict[str, int] = field(default_factory=dict)
 
     def lines(self) -> list[str]:
         out = ["  accuracy by operation (all templates):"]
@@ -34,6 +37,12 @@ class DataSummary(StageSummary):
             )
         held = f" ({self.n_heldout} pairs of held-out templates kept for transfer)" if self.n_heldout else ""
         out.append(f"  correct pairs kept: {self.n_correct} of {self.n_pairs}{held}")
+        if self.fewer_than_requested:
+            few = ", ".join(f"{t} {n}" for t, n in sorted(self.fewer_than_requested.items()))
+            out.append(
+                f"  note: {len(self.fewer_than_requested)} templates gave fewer than the "
+                f"{self.requested_per_template} pairs asked for (data.operand_range holds no more): {few}"
+            )
         return out
 
 
@@ -49,6 +58,8 @@ def run(ctx: Context) -> DataSummary:
     d, paths = ctx.config.data, ctx.paths
     model = ctx.model
     pairs = generate_pairs(model.tokenizer, ctx.templates(), d.generation())
+    made = Counter(pairs["template_id"])
+    fewer = {t: n for t, n in made.items() if n < d.n_per_template}
     scored = score_pairs(model, pairs, device=model.device, progress=ctx.progress)
     held = set(d.heldout_templates)
     unknown = held - set(scored["template_id"])
@@ -69,4 +80,6 @@ def run(ctx: Context) -> DataSummary:
         n_correct=len(correct),
         n_heldout=len(scored) - len(found_on),
         accuracy_by_operation=per_op.to_dict(orient="records"),
+        requested_per_template=d.n_per_template,
+        fewer_than_requested=fewer,
     )

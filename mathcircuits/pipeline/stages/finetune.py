@@ -8,15 +8,14 @@ components), ``full`` (every parameter), and ``precise@K`` / ``precise@K+mlp``
 ablation on the number of tuned heads (Table 2).
 
 Each mode trains in ``finetune/<mode>/`` with checkpoints, so an interrupted
-run resumes; a ``.settings`` stamp makes sure checkpoints of other settings
-are discarded rather than resumed. Reads the ``finetune``, ``evaluation`` and
-``data`` sections.
+run resumes (the runner clears the folder first when the settings changed, so
+checkpoints of other settings are never resumed). Reads the ``finetune``,
+``evaluation`` and ``data`` sections.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import shutil
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,7 +24,6 @@ import datasets
 from mathcircuits.data import GenerationConfig, generate_pairs
 from mathcircuits.finetune import build_sft_dataset, train_sft
 from mathcircuits.patching import KeyComponents, PatchingResult, select_key_components
-from mathcircuits.pipeline.config import fingerprint
 from mathcircuits.pipeline.context import Context, StageSummary, save_dataset
 
 __all__ = ["FinetuneSummary", "mode_components", "run"]
@@ -117,16 +115,11 @@ def run(ctx: Context) -> FinetuneSummary:
     heldout = heldout.filter(lambda r: r["prompt"] not in seen)
     save_dataset(train, paths.train_pairs)
     save_dataset(heldout, paths.heldout_pairs)
-    d = ctx.config.to_dict()
-    settings = fingerprint(d["finetune"], d["data"], d["model"], key.to_dict())
     components = {mode: mode_components(ctx, mode, key) for mode in f.modes}
     runs: dict[str, dict[str, Any]] = {}
     for mode in f.modes:
-        out, stamp = paths.mode(mode), paths.settings_stamp(mode)
-        if out.exists() and (ctx.force or not stamp.exists() or stamp.read_text() != settings):
-            shutil.rmtree(out)  # checkpoints of other settings must not be resumed
+        out = paths.mode(mode)  # checkpoints here are of these settings: the runner cleared the folder otherwise
         out.mkdir(parents=True, exist_ok=True)
-        stamp.write_text(settings)
         model, tok = ctx.hf_model()
         resume = bool(paths.checkpoints(mode))
         _, result = train_sft(

@@ -88,6 +88,8 @@ def _transfer_sets(ctx: Context, correct: Any) -> dict[str, Any]:
         f = root / name / "test.json"
         if f.exists():
             sets[f"{name} word problems"] = word_problem_dataset(tok, f, limit=v.word_problem_limit, fewshot=1)
+        else:
+            log.warning("word-problem set %s: %s is missing, so its transfer is skipped", name, f)
     return sets
 
 
