@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from mathcircuits.ablation import head_means
+from mathcircuits.ablation import KnockoutScorer, head_means
 from mathcircuits.ablation.knockout import ablated_model
 from mathcircuits.data import GenerationConfig, filter_correct, generate_pairs, score_pairs
 from mathcircuits.finetune import head_slices
@@ -93,6 +93,15 @@ def test_knockout_changes_exactly_the_ablated_heads(gemma, pairs):
         assert not torch.allclose(ablated_model(gemma, [(LAYER, 0)], means)(toks), gemma.bridge(toks))
 
 
+def test_knockout_resumed_mid_network_equals_the_plain_forward_on_gemma(gemma, pairs):
+    """Layers 5, 11 and 17 use full attention with another rotary base than the sliding layers: a knockout
+    resumed at the lowest ablated layer must keep each block's type (it did not, before blocks_from sliced them)."""
+    scorer = KnockoutScorer(gemma, pairs.select(range(3)), "position_mean")
+    heads = [(LAYER, 0), (15, 2)]
+    fast, plain = scorer.logits(heads), scorer.logits(heads, fast=False)
+    assert max(float((f - p).abs().max()) for f, p in zip(fast, plain)) <= 1e-3
+
+
 def _params(gemma):
     return {n.replace("._original_component", ""): p for n, p in gemma.hf_model.named_parameters()}
 
@@ -122,10 +131,14 @@ def test_a_head_slice_changes_only_its_own_head_and_kv_changes_the_whole_layer(g
     def changed(z):
         return [h for h, x in enumerate((z - clean).abs().amax(dim=(0, 1, 3)).tolist()) if x > 1e-6]
 
+    k_full = _params(gemma)[pre + "k_proj.weight"].shape
+    assert tuple(by[pre + "k_proj.weight"].slice_shape) == tuple(k_full)  # the KV group's slice is the whole K
     z_q, _ = _with_noise(gemma, by[pre + "q_proj.weight"], lambda: _z(gemma, toks)[hooks.z(LAYER)])
     assert changed(z_q) == [1]
     z_k, _ = _with_noise(gemma, by[pre + "k_proj.weight"], lambda: _z(gemma, toks)[hooks.z(LAYER)])
     assert changed(z_k) == [0, 1, 2, 3]  # one KV head: its group is every head of the layer
+    z_v, _ = _with_noise(gemma, by[pre + "v_proj.weight"], lambda: _z(gemma, toks)[hooks.z(LAYER)])
+    assert changed(z_v) == [0, 1, 2, 3]  # the V slice too: all four query heads read the one value head
     seen = {}
 
     def run():
