@@ -10,8 +10,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from mathcircuits.ablation import KnockoutScorer, head_means
-from mathcircuits.ablation.knockout import ablated_model
+from mathcircuits.ablation import KnockoutScorer, ablated_model, head_means, mean_ablation_hooks
 from mathcircuits.data import GenerationConfig, filter_correct, generate_pairs, score_pairs
 from mathcircuits.finetune import head_slices
 from mathcircuits.models import hooks, load_model
@@ -77,12 +76,10 @@ def _z(gemma, toks, fwd_hooks=()):
 
 
 def test_knockout_changes_exactly_the_ablated_heads(gemma, pairs):
-    from mathcircuits.ablation.knockout import _hooks
-
     means = head_means(gemma, pairs)
     toks = torch.tensor(pairs["tokens"][:2])
     clean = _z(gemma, toks)
-    ablated = _z(gemma, toks, _hooks(gemma, [(LAYER, 0), (LAYER, 2)], means, "all"))
+    ablated = _z(gemma, toks, mean_ablation_hooks(gemma, [(LAYER, 0), (LAYER, 2)], means, "all"))
     for layer in range(LAYER):
         assert torch.equal(ablated[hooks.z(layer)], clean[hooks.z(layer)])
     z, z0 = ablated[hooks.z(LAYER)], clean[hooks.z(LAYER)]

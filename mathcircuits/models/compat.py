@@ -35,6 +35,7 @@ from typing import Any
 
 import torch
 from packaging.version import Version
+from transformer_lens.model_bridge import TransformerBridge
 
 __all__ = [
     "CACHE_KWARG_SINCE",
@@ -142,7 +143,7 @@ def _alias_cache(module: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[st
     return None
 
 
-def install_cache_alias(bridge: Any) -> Any:
+def install_cache_alias(bridge: TransformerBridge) -> TransformerBridge:
     """Let the bridge's attention see the KV cache under ``past_key_values`` when HF passes it as ``cache``.
 
     Idempotent (a flag on the bridge). Components that hand the call on to HF's own attention keep
