@@ -19,7 +19,7 @@ from mathcircuits.cli import main
 from mathcircuits.crossmodel import ModelComparison, RunResults, compare_runs, separation, write_comparison
 from mathcircuits.crossmodel.measures import depth_interval
 from mathcircuits.models import ModelSpec
-from mathcircuits.patching import KeyComponents
+from mathcircuits.patching import KeyComponents, SelectionConfig
 from mathcircuits.pipeline import ConfigError, RunConfig, run_pipeline
 from mathcircuits.pipeline.compare_models import check_same_config, load_run_results
 from mathcircuits.stats import Interval
@@ -73,7 +73,7 @@ def _run(name: str, layers: int, heads: int, *, key_acc: float, depth: int, exce
         model=spec,
         heads=key_heads,
         head_scores=(-0.08, -0.06, -0.05),
-        rule="zscore",
+        selection=SelectionConfig(rule="zscore"),
         stability=(1.0, 1.0, 0.9),
         stability_sizes=tuple(3 + int(x) for x in torch.randint(0, 2, (200,), generator=g)),
         stability_depths=tuple(rel + 0.02 * float(x) for x in torch.randn(200, generator=g)),

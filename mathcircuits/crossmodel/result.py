@@ -32,7 +32,7 @@ import pandas as pd
 from mathcircuits._io import SavedResult
 from mathcircuits.ablation import KnockoutResult
 from mathcircuits.analysis import AttentionByRole, MLPProbeResult
-from mathcircuits.claims import ClaimsCard
+from mathcircuits.claims import ClaimsCard, Verdict
 from mathcircuits.crossmodel.measures import Separation
 from mathcircuits.models import ModelSpec
 from mathcircuits.patching import KeyComponents
@@ -77,8 +77,8 @@ class ClaimPair:
     id: str
     title: str
     unit: str
-    verdict_a: str
-    verdict_b: str
+    verdict_a: Verdict
+    verdict_b: Verdict
     measurement_a: str
     measurement_b: str
     a: Interval
@@ -146,8 +146,8 @@ class ModelComparison(SavedResult):
                 {
                     "claim": c.id,
                     "title": c.title,
-                    f"verdict {a}": c.verdict_a,
-                    f"verdict {b}": c.verdict_b,
+                    f"verdict {a}": str(c.verdict_a),
+                    f"verdict {b}": str(c.verdict_b),
                     "verdicts agree": c.agree,
                     f"{a}": _fmt(c.a, c.unit),
                     f"{b}": _fmt(c.b, c.unit),
