@@ -35,11 +35,11 @@ from mathcircuits.pipeline import (
     ConfigError,
     RunConfig,
     RunPaths,
+    compare_model_runs,
     render_config,
     run_pipeline,
     stage_status,
 )
-from mathcircuits.pipeline.compare_models import compare_model_runs
 from mathcircuits.pipeline.run import InternalError, is_input_error
 
 __all__ = ["build_parser", "main"]

@@ -16,12 +16,17 @@ from mathcircuits.ablation import KnockoutResult
 from mathcircuits.analysis import AttentionByRole, MLPProbeResult
 from mathcircuits.claims import assess_claims
 from mathcircuits.cli import main
-from mathcircuits.crossmodel import ModelComparison, RunResults, compare_runs, separation, write_comparison
-from mathcircuits.crossmodel.measures import depth_interval
+from mathcircuits.crossmodel import (
+    ModelComparison,
+    RunResults,
+    compare_runs,
+    depth_interval,
+    separation,
+    write_comparison,
+)
 from mathcircuits.models import ModelSpec
 from mathcircuits.patching import KeyComponents, SelectionConfig
-from mathcircuits.pipeline import ConfigError, RunConfig, run_pipeline
-from mathcircuits.pipeline.compare_models import check_same_config, load_run_results
+from mathcircuits.pipeline import ConfigError, RunConfig, check_same_config, load_run_results, run_pipeline
 from mathcircuits.stats import Interval
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -178,6 +183,7 @@ def test_configs_must_match_outside_the_model_section():
         check_same_config(base, other_data, ("a", "b"))
 
 
+@pytest.mark.integration  # two whole pipeline runs into run folders
 def test_compare_models_cli_on_two_tiny_runs(tmp_path):
     for src in ("tiny-llama", "tiny-qwen2"):
         run_pipeline(RunConfig.from_dict({**TINY, "model": {"source": src}}), tmp_path / src, progress=False)

@@ -8,7 +8,7 @@ separate); :func:`write_comparison` writes its page, tables and figures. The CLI
 
 from mathcircuits.crossmodel.compare import compare_runs
 from mathcircuits.crossmodel.figures import comparison_figures
-from mathcircuits.crossmodel.measures import SEPARATIONS, Separation, separation
+from mathcircuits.crossmodel.measures import SEPARATIONS, Separation, depth_interval, separation
 from mathcircuits.crossmodel.page import comparison_html, write_comparison
 from mathcircuits.crossmodel.result import ClaimPair, ComparedValue, KeyHeadRow, ModelComparison, RunResults
 
@@ -23,6 +23,7 @@ __all__ = [
     "compare_runs",
     "comparison_figures",
     "comparison_html",
+    "depth_interval",
     "separation",
     "write_comparison",
 ]

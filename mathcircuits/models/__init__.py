@@ -33,7 +33,7 @@ from mathcircuits.models.loading import HookedModel, load_hf_model, load_model, 
 from mathcircuits.models.prefix import HFForward, PrefixRunner, repeat_cache, run_from_layer, shared_prefix_len
 from mathcircuits.models.readout import Readout, final_norm, readout, soft_cap, vocab_logits
 from mathcircuits.models.spec import ModelMismatchError, ModelSpec, as_spec, check_model, heads_by_layer
-from mathcircuits.models.tiny import TINY_FAMILIES, tiny_gpt2, tiny_llama, tiny_model, tiny_tokenizer
+from mathcircuits.models.tiny import TINY_CHARS, TINY_FAMILIES, tiny_gpt2, tiny_llama, tiny_model, tiny_tokenizer
 from mathcircuits.models.wrap import from_bridge, from_hf, wrap
 
 __all__ = [
@@ -41,6 +41,7 @@ __all__ = [
     "EMBEDDED_NAME",
     "EmbeddedSource",
     "FAMILIES",
+    "TINY_CHARS",
     "TINY_FAMILIES",
     "BlockStructure",
     "HFForward",
