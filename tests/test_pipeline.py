@@ -17,8 +17,9 @@ import yaml
 from mathcircuits.ablation import KnockoutResult
 from mathcircuits.cli import main
 from mathcircuits.finetune import KV_POLICIES, SFTConfig
-from mathcircuits.patching import METRICS, RULES, select_key_components
+from mathcircuits.patching import RULES, select_key_components
 from mathcircuits.patching.config import PatchingConfig, SelectionConfig
+from mathcircuits.patching.metrics import LAST_POSITION_METRICS
 from mathcircuits.pipeline import (
     STAGES,
     ConfigError,
@@ -88,7 +89,7 @@ def test_config_round_trip_and_errors(tmp_path):
 def test_config_sections_are_the_library_configs_with_one_default():
     """Choices equal the library's own tables, and each setting has one default, the library's."""
     hints = typing.get_type_hints(PatchingConfig)
-    assert set(typing.get_args(hints["metric"])) == set(METRICS)
+    assert set(typing.get_args(hints["metric"])) == set(LAST_POSITION_METRICS)
     assert set(typing.get_args(typing.get_type_hints(SelectionConfig)["rule"])) == set(RULES)
     assert set(typing.get_args(typing.get_type_hints(SFTConfig)["kv_policy"])) == set(KV_POLICIES)
     cfg = RunConfig()

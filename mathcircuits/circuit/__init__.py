@@ -1,45 +1,68 @@
-"""Stage 3b — the whole circuit: sender → receiver path patching, circuit discovery, faithfulness.
+"""Stage 3b — the whole circuit: sender → receiver path patching, discovery to saturation, faithfulness curves.
 
 * :mod:`.components`: :class:`Sender`, :class:`Receiver` (logits, a head's q/k/v, an MLP's input; GQA groups);
-* :mod:`.edges`: :func:`exact_edges` (cached, suffix-only) and :func:`reference_edges` (two forwards per sender),
-  on a :class:`PairCache` of one batch;
-* :mod:`.attribution`: :func:`attribute_edges`, a first-order screen of the same edges, and :func:`screen_agreement`
-  (Spearman correlation and top-k overlap with the exact edges);
-* :mod:`.discover`: :func:`discover_circuit`, iterated from the key heads into a :class:`Circuit`;
-* :mod:`.faithfulness`: :func:`faithfulness` (with minimality and random circuits of equal size);
+* :mod:`.batches`: teacher-forced batches of pairs and the labels of their positions (roles, offsets, answers);
+* :mod:`.cache`, :mod:`.edges`: :func:`exact_edges` (cached, suffix-only; the logits without a forward) and
+  :func:`reference_edges` (two forwards per sender), on a :class:`PairCache` of one batch;
+* :mod:`.attribution`: :func:`attribute_edges`, a first-order screen of the same edges, and :func:`screen_agreement`;
+* :mod:`.discover`: :func:`discover_circuit`, from the logits round by round until faithfulness saturates;
+* :mod:`.intervene`: the circuit run (node or edge level; resample or position-mean ablation);
+* :mod:`.pool`: position-aligned means over a counterfactual pool;
+* :mod:`.subcircuits`: top-n circuits and depth-matched random circuits of the same shape;
+* :mod:`.faithfulness`, :mod:`.curve`: :func:`faithfulness` → :class:`Faithfulness` (the curve, its random band,
+  necessity, completeness, minimality, the denominator and the ill-conditioned rule);
 * :mod:`.roles`: :func:`label_roles`, what each node does;
 * :mod:`.config`: :class:`CircuitConfig`, the ``circuit`` section of a run.
 """
 
 from mathcircuits.circuit.attribution import ScreenAgreement, attribute_edges, screen_agreement
+from mathcircuits.circuit.batches import CircuitBatch, circuit_batches
+from mathcircuits.circuit.cache import PairCache, pair_cache
 from mathcircuits.circuit.components import Receiver, Sender, check_positions, upstream_senders
 from mathcircuits.circuit.config import CircuitConfig
+from mathcircuits.circuit.curve import CompletenessRow, CurvePoint, Faithfulness
 from mathcircuits.circuit.discover import discover_circuit
-from mathcircuits.circuit.edges import EdgeBatch, PairCache, exact_edges, pair_cache, reference_edges
-from mathcircuits.circuit.faithfulness import answer_logprob, faithfulness
-from mathcircuits.circuit.result import Circuit, Edge, Faithfulness, Node
+from mathcircuits.circuit.edges import EdgeBatch, exact_edges, reference_edges
+from mathcircuits.circuit.faithfulness import faithfulness
+from mathcircuits.circuit.intervene import AblationValues, Wiring, circuit_logprob, resample_values
+from mathcircuits.circuit.pool import PoolMeans, pool_means
+from mathcircuits.circuit.result import Circuit, Edge, Node
 from mathcircuits.circuit.roles import label_roles
+from mathcircuits.circuit.subcircuits import edge_order, random_wiring, top_wiring, wiring_of
 
 __all__ = [
+    "AblationValues",
     "Circuit",
+    "CircuitBatch",
     "CircuitConfig",
+    "CompletenessRow",
+    "CurvePoint",
     "Edge",
     "EdgeBatch",
     "Faithfulness",
     "Node",
     "PairCache",
+    "PoolMeans",
     "Receiver",
     "ScreenAgreement",
     "Sender",
-    "answer_logprob",
+    "Wiring",
     "attribute_edges",
     "check_positions",
+    "circuit_batches",
+    "circuit_logprob",
     "discover_circuit",
+    "edge_order",
     "exact_edges",
     "faithfulness",
     "label_roles",
     "pair_cache",
+    "pool_means",
+    "random_wiring",
     "reference_edges",
+    "resample_values",
     "screen_agreement",
+    "top_wiring",
     "upstream_senders",
+    "wiring_of",
 ]

@@ -43,74 +43,27 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from jaxtyping import Float, Int
+from jaxtyping import Float
 from torch import Tensor
 
+from mathcircuits.circuit.cache import (
+    PairCache,
+    _put,
+    _readout,
+    _select,
+    pair_cache,
+    position_scores,
+    readout_of,
+    unembed,
+)
 from mathcircuits.circuit.components import Receiver, Sender, check_positions
-from mathcircuits.models import fast_paths_enabled, hooks
-from mathcircuits.models.families import BlockStructure, UnsupportedFamilyError, block_structure
+from mathcircuits.models import HookedModel, fast_paths_enabled, hooks
+from mathcircuits.models.families import BlockStructure, UnsupportedFamilyError
 from mathcircuits.models.integrity import compare, model_dtype, probe_pairs, verify_once
-from mathcircuits.patching._common import attn_change, attn_pre_norm_name, capture, mlp_change
-from mathcircuits.patching.metrics import METRICS, Metric, Readout
+from mathcircuits.patching._common import attn_change, attn_pre_norm_name, mlp_change
+from mathcircuits.patching.metrics import METRICS, Metric
 
 __all__ = ["EdgeBatch", "PairCache", "check_edges", "exact_edges", "pair_cache", "patched_inputs", "reference_edges"]
-
-
-@dataclass(frozen=True)
-class PairCache:
-    """One batch of equal-length pairs and its two cached runs (every position), shared by all receivers.
-
-    ``ref`` holds per layer ``hook_z``, ``hook_mlp_out``, ``hook_resid_pre``, the residual the MLP reads,
-    the attention output before a post-attention norm (where the family has one), ``hook_q/k/v`` and the
-    MLP's input; ``cf`` holds ``hook_z`` and ``hook_mlp_out`` of the counterfactual prompts.
-    """
-
-    tokens: Int[Tensor, "batch seq"]
-    cf_tokens: Int[Tensor, "batch seq"]
-    answer: Int[Tensor, " batch"]
-    ref: dict[str, Tensor]
-    cf: dict[str, Tensor]
-    clean: Readout
-    structure: BlockStructure
-
-
-@torch.no_grad()
-def pair_cache(
-    model: Any,
-    tokens: Int[Tensor, "batch seq"],
-    cf_tokens: Int[Tensor, "batch seq"],
-    answer: Int[Tensor, " batch"],
-    need_probs: bool = False,
-) -> PairCache:
-    """The reference and counterfactual runs of one batch, cached at every position.
-
-    Args:
-        model: the hooked model.
-        tokens: reference prompts.
-        cf_tokens: token-aligned counterfactual prompts.
-        answer: the answer's first token per pair.
-        need_probs: also read out the clean answer probability (for ``prob_change``).
-
-    Returns:
-        A :class:`PairCache`.
-    """
-    if tokens.shape != cf_tokens.shape:
-        raise ValueError(
-            f"reference tokens {tuple(tokens.shape)} and counterfactual tokens {tuple(cf_tokens.shape)} differ in "
-            "shape. Fix: pass token-aligned pairs of equal length (mathcircuits.data.generate_pairs)."
-        )
-    structure = block_structure(model)
-    names = []
-    for layer in range(model.spec.n_layers):
-        names += [hooks.z(layer), hooks.mlp_out(layer), hooks.resid_pre(layer), hooks.sub(layer, structure.mlp_reads)]
-        names += [hooks.sub(layer, f"attn.hook_{k}") for k in "qkv"] + [hooks.mlp_in(layer)]
-        pre = attn_pre_norm_name(structure, layer)
-        names += [pre] if pre is not None else []
-    logits, ref = capture(model.bridge, tokens, sorted(set(names)), position=None)
-    cf_names = [n for layer in range(model.spec.n_layers) for n in (hooks.z(layer), hooks.mlp_out(layer))]
-    _, cf = capture(model.bridge, cf_tokens, cf_names, position=None)
-    clean = _readout(logits[:, -1], answer, need_probs)
-    return PairCache(tokens, cf_tokens, answer, ref, cf, clean, structure)
 
 
 @dataclass(frozen=True)
@@ -121,33 +74,8 @@ class EdgeBatch:
     clean_logit: Float[Tensor, " batch"]
 
 
-def _readout(logits: Tensor, answer: Tensor, need_probs: bool) -> Readout:
-    logit = logits.gather(-1, answer[:, None])[:, 0]
-    prob = torch.softmax(logits.float(), -1).gather(-1, answer[:, None])[:, 0] if need_probs else None
-    return Readout(logit, prob)
-
-
-def _select(receiver: Receiver, act: Tensor) -> Tensor:
-    """The receiver's slice of its hook's activation ``[..., pos, (head|group), d]``."""
-    return act if receiver.kind == "mlp" else act[..., receiver.index, :]
-
-
-def _put(receiver: Receiver, act: Tensor, value: Tensor, pos: Sequence[int]) -> Tensor:
-    act = act.clone()
-    if receiver.kind == "mlp":
-        act[:, pos] = value.to(act.dtype)
-    else:
-        act[:, pos, receiver.index] = value.to(act.dtype)
-    return act
-
-
-def _check(model: Any, receiver: Receiver, senders: Sequence[Sender], structure: BlockStructure) -> Receiver:
+def _check(model: HookedModel, receiver: Receiver, senders: Sequence[Sender], structure: BlockStructure) -> Receiver:
     receiver = receiver.check(model.spec)
-    if receiver.kind == "logits":
-        raise ValueError(
-            "the receiver is the logits, which mathcircuits.patching.path_patch already scans at the cost floor. "
-            "Fix: use path_patch(model, dataset) for sender → logits, or a q/k/v/mlp receiver here."
-        )
     for s in senders:
         s.check(model.spec)
         if not receiver.is_downstream_of(s, structure.parallel):
@@ -160,11 +88,18 @@ def _check(model: Any, receiver: Receiver, senders: Sequence[Sender], structure:
 
 @torch.no_grad()
 def _step2(
-    model: Any, cache: PairCache, receiver: Receiver, values: Tensor, start: int, metric: Metric, chunk: int
+    model: HookedModel,
+    cache: PairCache,
+    receiver: Receiver,
+    values: Tensor,
+    start: int,
+    metric: Metric,
+    chunk: int,
 ) -> Tensor:
     """Effects of the receiver's activation replaced by ``values`` [sender, batch, seq−start, ...] from ``start``."""
-    bridge, tokens, answer, clean = model.bridge, cache.tokens, cache.answer, cache.clean
+    bridge, tokens, answers, clean = model.bridge, cache.tokens, cache.all_answers, cache.clean
     n_s, B = values.shape[:2]
+    n_ans = answers.shape[1]
     past = None
     if start > 0:
         _, past = bridge(tokens[:, :start], return_type="logits_and_cache")
@@ -185,8 +120,8 @@ def _step2(
             kv.batch_repeat_interleave(n)
         logits = bridge.run_with_hooks(
             suffix.repeat_interleave(n, 0), fwd_hooks=[(receiver.hook(), hook)], past_key_values=kv
-        )[:, -1]
-        patched = _readout(logits, answer.repeat_interleave(n), metric.needs_probs)
+        )[:, -n_ans:]
+        patched = _readout(logits, answers.repeat_interleave(n, 0), metric)
         eff = metric(patched, clean.take(torch.arange(B).repeat_interleave(n)))
         out[lo : lo + n] = eff.float().cpu().reshape(B, n).T
     return out
@@ -200,22 +135,22 @@ def _put_all(act: Tensor, rows: Tensor, index: int) -> Tensor:
 
 @torch.no_grad()
 def reference_edges(
-    model: Any,
+    model: HookedModel,
     cache: PairCache,
     receiver: Receiver,
     senders: Sequence[Sender],
     positions: Sequence[int],
     metric: Metric,
 ) -> EdgeBatch:
-    """Sender → receiver effects by the definition: two full hooked forwards per sender.
+    """Sender → receiver effects by the definition: two full hooked forwards per sender (one for the logits).
 
     Args:
         model: the hooked model.
         cache: the batch and its cached runs (:func:`pair_cache`).
-        receiver: a q/k/v/mlp :class:`Receiver`.
+        receiver: a q/k/v/mlp :class:`Receiver`, or the logits (the frozen run's own readout).
         senders: heads and MLPs upstream of the receiver.
         positions: where each sender is patched (all of them at once).
-        metric: the effect measure at the last position.
+        metric: the effect measure at the answer positions.
 
     Returns:
         :class:`EdgeBatch` of per-pair effects, one column per sender.
@@ -223,9 +158,9 @@ def reference_edges(
     receiver = _check(model, receiver, senders, cache.structure)
     bridge, L = model.bridge, model.spec.n_layers
     tokens, ref, cf = cache.tokens, cache.ref, cache.cf
-    seq = tokens.shape[1]
+    answers = cache.all_answers
+    seq, n_ans = tokens.shape[1], answers.shape[1]
     pos = check_positions(positions, seq, "sender")
-    rpos = receiver.positions(seq)
     z_names = [hooks.z(layer) for layer in range(L)]
     m_names = [hooks.mlp_out(layer) for layer in range(L)]
     out = torch.empty(tokens.shape[0], len(senders))
@@ -249,18 +184,22 @@ def reference_edges(
         fwd = [(z_names[layer], lambda a, hook, layer=layer: freeze(a, hook, layer)) for layer in range(L)]
         if s.kind == "mlp":
             fwd.append((m_names[s.layer], patch_mlp))
-        bridge.run_with_hooks(tokens, fwd_hooks=fwd + [(receiver.hook(), keep)])
-        value = _select(receiver, record["r"])[:, rpos]
+        if receiver.kind == "logits":  # the frozen run's own answer readout
+            logits = bridge.run_with_hooks(tokens, fwd_hooks=fwd)[:, -n_ans:]
+        else:
+            bridge.run_with_hooks(tokens, fwd_hooks=fwd + [(receiver.hook(), keep)])
+            rpos = receiver.positions(seq)
+            value = _select(receiver, record["r"])[:, rpos]
 
-        def replace(act: Tensor, hook: Any, value: Tensor = value) -> Tensor:
-            return _put(receiver, act, value, rpos)
+            def replace(act: Tensor, hook: Any, value: Tensor = value, rpos: list[int] = rpos) -> Tensor:
+                return _put(receiver, act, value, rpos)
 
-        logits = bridge.run_with_hooks(tokens, fwd_hooks=[(receiver.hook(), replace)])[:, -1]
-        out[:, j] = metric(_readout(logits, cache.answer, metric.needs_probs), cache.clean).float().cpu()
+            logits = bridge.run_with_hooks(tokens, fwd_hooks=[(receiver.hook(), replace)])[:, -n_ans:]
+        out[:, j] = metric(_readout(logits, answers, metric), cache.clean).float().cpu()
     return EdgeBatch(effects=out, clean_logit=cache.clean.logit)
 
 
-def _receiver_input(model: Any, structure: BlockStructure, receiver: Receiver, resid: Tensor) -> Tensor:
+def _receiver_input(model: HookedModel, structure: BlockStructure, receiver: Receiver, resid: Tensor) -> Tensor:
     """The receiver's hook value from the residual it reads (``resid_pre`` for q/k/v, the MLP's input residual)."""
     block = model.bridge.blocks[receiver.layer]
     if receiver.kind == "mlp":
@@ -272,7 +211,7 @@ def _receiver_input(model: Any, structure: BlockStructure, receiver: Receiver, r
     return proj.reshape(*proj.shape[:-1], -1, d_head) if proj.shape[-1] != d_head else proj
 
 
-def _delta(model: Any, cache: PairCache, s: Sender, P: Tensor, until: int, W_O: Tensor) -> Tensor:
+def _delta(model: HookedModel, cache: PairCache, s: Sender, P: Tensor, until: int, W_O: Tensor) -> Tensor:
     """The residual change at positions ``P`` [batch, |P|, d_model] that sender ``s`` causes before layer ``until``.
 
     With every head frozen, only the MLPs (and norms) between sender and receiver carry it on. ``W_O``: the
@@ -301,7 +240,7 @@ def _delta(model: Any, cache: PairCache, s: Sender, P: Tensor, until: int, W_O: 
 
 @torch.no_grad()
 def exact_edges(
-    model: Any,
+    model: HookedModel,
     cache: PairCache,
     receiver: Receiver,
     senders: Sequence[Sender],
@@ -310,6 +249,9 @@ def exact_edges(
     chunk_rows: int = 256,
 ) -> EdgeBatch:
     """The same effects as :func:`reference_edges`, from the cached runs and suffix-only forwards.
+
+    A logits receiver needs no forward at all: the sender's change at its positions passes the MLPs to the final
+    residual (heads frozen), where only the readout at those positions changes.
 
     Args:
         model, cache, receiver, senders, positions, metric: as in :func:`reference_edges`.
@@ -326,10 +268,12 @@ def exact_edges(
     verify_once(model.bridge, "circuit edges", lambda: check_edges(model))
     receiver = _check(model, receiver, senders, cache.structure)
     B = cache.tokens.shape[0]
+    if receiver.kind == "logits":
+        return _logits_edges(model, cache, senders, positions, metric, chunk_rows)
     changed, new = patched_inputs(model, cache, receiver, senders, positions)
     if not changed:  # nothing the receiver reads differs at the patched positions: no effect, exactly
         return EdgeBatch(effects=torch.zeros(B, len(senders)), clean_logit=cache.clean.logit)
-    start = changed[0]
+    start = min(changed[0], cache.readout_positions[0])  # the suffix run must reach every answer position
     base = _select(receiver, cache.ref[receiver.hook()])[:, start:]  # [B, S', ...]
     values = base[None].repeat(len(senders), *([1] * base.dim())).clone()
     values[:, :, [p - start for p in changed]] = new.to(values.dtype)
@@ -337,9 +281,53 @@ def exact_edges(
     return EdgeBatch(effects=effects.T.contiguous(), clean_logit=cache.clean.logit)
 
 
+def _first_diff(cache: PairCache) -> int:
+    differ = (cache.tokens != cache.cf_tokens).any(0).nonzero()
+    return int(differ[0]) if len(differ) else cache.tokens.shape[1]
+
+
+@torch.no_grad()
+def _logits_edges(
+    model: HookedModel,
+    cache: PairCache,
+    senders: Sequence[Sender],
+    positions: Sequence[int],
+    metric: Metric,
+    chunk: int,
+) -> EdgeBatch:
+    """Sender → logits effects: δ through the MLPs to the final residual at the patched readout positions."""
+    seq, B = cache.tokens.shape[1], cache.tokens.shape[0]
+    readout = cache.readout_positions
+    pos = check_positions(positions, seq, "sender")
+    changed = sorted(p for p in pos if p in readout and p >= _first_diff(cache))
+    out = torch.zeros(B, len(senders))
+    if not changed or not senders:
+        return EdgeBatch(effects=out, clean_logit=cache.clean.logit)
+    C = torch.tensor(changed)
+    cols = [readout.index(p) for p in changed]
+    W_O = model.bridge.W_O
+    L = model.spec.n_layers
+    final = cache.ref[hooks.resid_post(L - 1)][:, C]  # [B, |C|, d]
+    answers = cache.all_answers
+    per = max(1, chunk // B)
+    for lo in range(0, len(senders), per):
+        group = senders[lo : lo + per]
+        delta = torch.stack([_delta(model, cache, s, C, L, W_O) for s in group])  # [s, B, |C|, d]
+        logit_c, logp_c = position_scores(
+            unembed(model, cache.structure, final[None] + delta).flatten(0, 1),
+            answers[:, cols].repeat(len(group), 1),
+        )
+        logit = cache.clean_logit.repeat(len(group), 1).clone()
+        logp = cache.clean_logp.repeat(len(group), 1).clone()
+        logit[:, cols], logp[:, cols] = logit_c.to(logit.dtype), logp_c
+        eff = metric(readout_of(logit, logp, metric), cache.clean.take(torch.arange(B).repeat(len(group))))
+        out[:, lo : lo + len(group)] = eff.float().cpu().reshape(len(group), B).T
+    return EdgeBatch(effects=out, clean_logit=cache.clean.logit)
+
+
 @torch.no_grad()
 def patched_inputs(
-    model: Any, cache: PairCache, receiver: Receiver, senders: Sequence[Sender], positions: Sequence[int]
+    model: HookedModel, cache: PairCache, receiver: Receiver, senders: Sequence[Sender], positions: Sequence[int]
 ) -> tuple[list[int], Tensor | None]:
     """Step 1 without forwards: the receiver's input at the positions a sender patch changes.
 
@@ -360,8 +348,7 @@ def patched_inputs(
     structure, ref = cache.structure, cache.ref
     seq = cache.tokens.shape[1]
     pos = check_positions(positions, seq, "sender")
-    differ = (cache.tokens != cache.cf_tokens).any(0).nonzero()
-    first_diff = int(differ[0]) if len(differ) else seq  # before it, both runs are identical (causal attention)
+    first_diff = _first_diff(cache)  # before it, both runs are identical (causal attention)
     changed = sorted(p for p in set(pos) & set(receiver.positions(seq)) if p >= first_diff)
     lr = receiver.layer
     reads = hooks.sub(lr, structure.mlp_reads if receiver.kind == "mlp" else "hook_resid_pre")
@@ -379,12 +366,13 @@ def patched_inputs(
     return changed, _select(receiver, _receiver_input(model, structure, receiver, ref[reads][:, C][None] + delta))
 
 
-def check_edges(model: Any) -> tuple[float, float]:
+def check_edges(model: HookedModel) -> tuple[float, float]:
     """Exact against reference sender → receiver effects on probe pairs (the run-time check of :func:`exact_edges`).
 
-    Three receivers of the last layer (a head's query, its KV group's values, the MLP's input) and three senders
-    below them (a first-layer head, a middle-layer head, the first MLP), patched where the prompts differ and
-    at the last position; effects in raw answer logits.
+    Four receivers (the last layer's first query head, its KV group's values, its MLP's input, and the logits)
+    and three senders below them (a first-layer head, a middle-layer head, the first MLP), patched where the
+    prompts differ and at the last positions; two-token answers read at both answer positions; effects in raw
+    answer logits and in the whole answer's log-probability.
 
     Args:
         model: the hooked model.
@@ -398,15 +386,23 @@ def check_edges(model: Any) -> tuple[float, float]:
     probe = probe_pairs(spec.vocab_size)
     dev = model.device
     toks, cf = torch.tensor(probe["tokens"], device=dev), torch.tensor(probe["cf_tokens"], device=dev)
-    cache = pair_cache(model, toks, cf, torch.tensor(probe["answer_token"], device=dev))
-    last, seq = spec.n_layers - 1, toks.shape[1]
+    answers = torch.tensor(probe["answer_tokens"], device=dev)
+    cache = pair_cache(model, toks, cf, answers[:, 0], answers=answers)
+    last, seq = spec.n_layers - 1, cache.tokens.shape[1]
     senders = [Sender("head", 0, 0), Sender("head", last // 2, spec.n_heads - 1), Sender("mlp", 0)]
-    receivers = [Receiver("q", last, 0), Receiver("v", last, 0, by_group=True), Receiver("mlp", last)]
-    metric = METRICS["logit_diff"]
+    receivers = [
+        Receiver("q", last, 0),
+        Receiver("v", last, 0, by_group=True),
+        Receiver("mlp", last),
+        Receiver("logits"),
+    ]
     fast, plain = [], []
-    for r in receivers:
-        a = exact_edges(model, cache, r, senders, [seq - 3, seq - 1], metric)
-        b = reference_edges(model, cache, r, senders, [seq - 3, seq - 1], metric)
-        fast.append(a.effects + a.clean_logit[:, None])
-        plain.append(b.effects + b.clean_logit[:, None])
+    for metric in (METRICS["logit_diff"], METRICS["answer_logprob"]):
+        for r in receivers:
+            where = [seq - 4, seq - 2, seq - 1]  # the differing token, the last prompt token, the answer position
+            a = exact_edges(model, cache, r, senders, where, metric)
+            b = reference_edges(model, cache, r, senders, where, metric)
+            base = cache.clean.value(metric.target)[:, None]
+            fast.append(a.effects + base)
+            plain.append(b.effects + base)
     return compare(torch.cat(fast), torch.cat(plain), model_dtype(model))

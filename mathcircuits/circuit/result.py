@@ -1,8 +1,9 @@
-"""The values circuit discovery returns: a :class:`Circuit` of nodes and edges, and its :class:`Faithfulness`.
+"""The value circuit discovery returns: a :class:`Circuit` of nodes and edges.
 
 A node is a component (head ``L14.H2`` or ``MLP3``) at a token position, named by the
-position's role in the prompt (``A``, ``B``, ``op``, ``last``) or by its offset from the
-end (``-3``); ``logits`` is the sink. An edge is a sender → receiver path-patching effect
+position's role in the prompt (``A``, ``B``, ``op``, ``last``), by its offset from the
+end of the prompt (``-3``) or by its place in the teacher-forced answer (``ans1``: the
+position holding the answer's first token); ``logits`` is the sink. An edge is a sender → receiver path-patching effect
 (mean over pairs, with a percentile bootstrap interval over pairs); ``via`` says which
 input of the receiver it enters (``q``, ``k``, ``v``, ``mlp``, or ``logits``). A key or value
 edge on a GQA model enters a KV group: ``shared_by`` lists the query heads reading it.
@@ -18,7 +19,7 @@ import pandas as pd
 from mathcircuits._io import SavedResult
 from mathcircuits.models.spec import ModelSpec, as_spec, check_model
 
-__all__ = ["Circuit", "Edge", "Faithfulness", "Node"]
+__all__ = ["Circuit", "Edge", "Node"]
 
 
 @dataclass(frozen=True)
@@ -29,8 +30,8 @@ class Node:
         kind: ``"head"``, ``"mlp"`` or ``"logits"``.
         layer: its layer (``-1`` for the logits).
         head: the query head (``-1`` otherwise).
-        position: the position's role (``A``, ``B``, ``op``, ``last``) or offset from the end (``"-3"``).
-        depth: 0 for the key components (senders to the logits), 1 for their senders, ...
+        position: the position's label (``A``, ``B``, ``op``, ``last``, an offset ``"-3"``, or ``ans1``, ...).
+        depth: 1 for the senders to the logits (0 for key heads given by hand), 2 for their senders, ...
         role: a short reading of what it does (e.g. ``operand mover``), from its attention and edges.
     """
 
@@ -118,6 +119,21 @@ class Circuit(SavedResult):
                 "Fix: build circuits with discover_circuit(), or list both nodes."
             )
 
+    def __repr__(self) -> str:
+        heads = sum(n.kind == "head" for n in self.nodes)
+        mlps = sum(n.kind == "mlp" for n in self.nodes)
+        return (
+            f"Circuit({self.model.name}: {heads} head nodes, {mlps} MLP nodes, {len(self.edges)} edges; "
+            f"{self.method}, metric {self.metric}, {self.n_pairs} pairs)"
+        )
+
+    def _repr_html_(self) -> str:
+        top = "".join(
+            f"<li>{e.sender} → {e.receiver} ({e.via}): {e.effect:+.3f} [{e.low:+.3f}, {e.high:+.3f}]</li>"
+            for e in self.strongest_edges(5)
+        )
+        return f"<b>{repr(self)}</b><ul>{top}</ul>"
+
     def check_model(self, model: Any) -> None:
         """Refuse a model other than the one the circuit was found on."""
         check_model(self.model, model, "this circuit", "discover the circuit on this model")
@@ -158,42 +174,3 @@ class Circuit(SavedResult):
         ]
         cols = ["sender", "receiver", "via", "effect", "low", "high", "shared_by", "sender_role", "receiver_role"]
         return pd.DataFrame(rows, columns=cols)
-
-
-@dataclass(frozen=True)
-class Faithfulness(SavedResult):
-    """How much of the task the circuit's heads carry, with every other head mean-ablated (Wang et al. 2023).
-
-    ``F(x)`` is the mean log-probability of the answer's first token. Faithfulness is
-    ``(F(circuit) − F(none)) / (F(full) − F(none))`` (1: the circuit alone does what the model
-    does; 0: no better than ablating every head), with a bootstrap interval over pairs.
-    ``minimality[node]`` is the faithfulness lost when that head is also ablated;
-    ``random`` are the faithfulness values of random head sets of the circuit's size.
-    """
-
-    VERSION = 1
-    STAGE = "circuit"
-
-    model: ModelSpec | dict[str, Any]
-    heads: tuple[tuple[int, int], ...]
-    faithfulness: float
-    low: float
-    high: float
-    f_full: float
-    f_circuit: float
-    f_none: float
-    minimality: dict[str, float] = field(default_factory=dict)
-    random: tuple[float, ...] = ()
-    n_pairs: int = 0
-    confidence: float = 0.95
-    settings: dict[str, Any] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "model", as_spec(self.model))
-
-    @property
-    def random_share_below(self) -> float:
-        """Share of random circuits of equal size whose faithfulness is below the circuit's."""
-        if not self.random:
-            return float("nan")
-        return sum(r < self.faithfulness for r in self.random) / len(self.random)

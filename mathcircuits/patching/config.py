@@ -3,7 +3,7 @@
 They are the ``patching`` and ``selection`` sections of a run configuration: the
 pipeline passes their fields to :func:`~mathcircuits.patching.path_patch` and
 :func:`~mathcircuits.patching.select_key_components` unchanged, and the choices
-here are those functions' own (a test keeps them equal to ``METRICS`` and ``RULES``).
+here are those functions' own (a test keeps them equal to ``LAST_POSITION_METRICS`` and ``RULES``).
 """
 
 from __future__ import annotations

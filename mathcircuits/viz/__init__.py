@@ -15,6 +15,7 @@ from mathcircuits.viz.export import (
     save_figures,
     screenshot_html,
 )
+from mathcircuits.viz.faithfulness_curve import faithfulness_curve
 from mathcircuits.viz.heatmap import patching_heatmap, patching_heatmaps, patching_top_heads
 from mathcircuits.viz.knockout import knockout_curves
 from mathcircuits.viz.probes import probe_case_trajectory, probe_similarity_curves
@@ -24,6 +25,7 @@ from mathcircuits.viz.transfer import transfer_bars
 
 __all__ = [
     "circuit_graph",
+    "faithfulness_curve",
     "ChromiumMissingError",
     "OfflineHTML",
     "attention_excess",

@@ -1,7 +1,8 @@
 """The circuit as an interactive, offline graph, and its report section.
 
 Components are laid out by token position (x: the prompt's roles ``A``, ``op``, ``B``,
-``last``, or offsets from the end) and by layer (y; the logits on top). Heads sharing a
+``last``, offsets from the end of the prompt, and the answer positions ``ans1``, …) and by
+layer (y; the logits on top). Heads sharing a
 layer and position sit side by side. Each edge is a line from sender to receiver whose
 width is ``|effect|`` and whose colour is its sign (red: the patch lowers the answer's
 metric, blue: raises it), dashed for key/value edges (they enter a KV group); hovering a
@@ -18,26 +19,30 @@ Usage::
 from __future__ import annotations
 
 import html
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import plotly.graph_objects as go
 
+from mathcircuits.circuit.batches import label_order
+
+if TYPE_CHECKING:
+    from mathcircuits.circuit import Circuit, Faithfulness
+
 __all__ = ["add_circuit_section", "circuit_graph"]
 
-_ORDER = {"A": 0, "op": 1, "B": 2, "last": 3}
+
+def _columns(circuit: Circuit) -> list[str]:
+    return sorted({n.position for n in circuit.nodes if n.kind != "logits"}, key=label_order)
 
 
-def _columns(circuit: Any) -> list[str]:
-    labels = {n.position for n in circuit.nodes if n.kind != "logits"}
-    return sorted(labels, key=lambda p: (_ORDER.get(p, 10), int(p) if p.lstrip("-").isdigit() else 0))
-
-
-def circuit_graph(circuit: Any, faith: Any = None, width: int = 900, height: int = 650) -> go.Figure:
+def circuit_graph(
+    circuit: Circuit, faith: Faithfulness | None = None, width: int = 900, height: int = 650
+) -> go.Figure:
     """The circuit's nodes and edges as a Plotly figure.
 
     Args:
-        circuit: a :class:`~mathcircuits.circuit.Circuit`.
-        faith: its :class:`~mathcircuits.circuit.Faithfulness` (shown in the title), or ``None``.
+        circuit: a :class:`~mathcircuits.circuit.Circuit` (e.g. the plateau circuit, ``top_circuit``).
+        faith: its :class:`~mathcircuits.circuit.Faithfulness` (the plateau's value goes in the title), or ``None``.
         width, height: the figure's size in pixels.
 
     Returns:
@@ -104,8 +109,11 @@ def circuit_graph(circuit: Any, faith: Any = None, width: int = 900, height: int
             )
         )
     title = f"Circuit of {circuit.model.name}: {len(circuit.nodes) - 1} nodes, {len(circuit.edges)} edges"
-    if faith is not None:
-        title += f" · faithfulness {faith.faithfulness:.2f} [{faith.low:.2f}, {faith.high:.2f}]"
+    if faith is not None and faith.ill_conditioned:
+        title += " · faithfulness ill-conditioned"
+    elif faith is not None and faith.plateau is not None:
+        iv = faith.plateau.faithfulness[faith.primary]
+        title += f" · plateau F = {iv.value:.2f} [{iv.low:.2f}, {iv.high:.2f}] ({faith.primary})"
     fig.update_layout(
         title=title,
         width=width,
@@ -118,7 +126,7 @@ def circuit_graph(circuit: Any, faith: Any = None, width: int = 900, height: int
     return fig
 
 
-def add_circuit_section(page: Any, circuit: Any, faith: Any = None) -> None:
+def add_circuit_section(page: Any, circuit: Circuit, faith: Faithfulness | None = None) -> None:
     """Add the circuit section (graph, faithfulness, strongest edges) to a report page.
 
     Args:
@@ -129,18 +137,14 @@ def add_circuit_section(page: Any, circuit: Any, faith: Any = None) -> None:
 
     page.section("circuit", "Circuit")
     page.note(
-        f"Sender → receiver path patching from the key heads ({circuit.method}, metric {circuit.metric}, "
-        f"{circuit.n_pairs} pairs, settings {circuit.settings}); intervals are {circuit.confidence:.0%} bootstrap "
-        "intervals over pairs. Dashed edges enter a key/value (a KV group under GQA)."
+        f"Sender → receiver path patching from the logits ({circuit.method}, metric {circuit.metric}, "
+        f"{circuit.n_pairs} pairs, stopped: {circuit.settings.get('stopped', '?')}); intervals are "
+        f"{circuit.confidence:.0%} bootstrap intervals over pairs. Dashed edges enter a key/value "
+        "(a KV group under GQA)."
     )
     page.figure(circuit_graph(circuit, faith))
     if faith is not None:
-        below = faith.random_share_below
-        page.note(
-            f"Faithfulness (every other head mean-ablated): {faith.faithfulness:.3f} "
-            f"[{faith.low:.3f}, {faith.high:.3f}]; random circuits of {len(faith.heads)} heads: "
-            f"{len(faith.random)} draws, {below:.0%} of them below the circuit."
-        )
+        page.note(faith.summary())
     df = circuit.to_dataframe().sort_values("effect", key=abs, ascending=False).head(20)
     page.add(df.to_html(index=False, classes="tbl", float_format=lambda x: f"{x:+.4f}", escape=True))
     roles = "".join(f"<li>{html.escape(n.name)}: {html.escape(n.role)}</li>" for n in circuit.nodes if n.role)

@@ -33,9 +33,11 @@ from typing import Any, Mapping, Sequence
 import pandas as pd
 
 from mathcircuits._io import atomic_path
+from mathcircuits.circuit.subcircuits import top_circuit
 from mathcircuits.viz.attention import attention_excess, attention_role_distributions, attention_role_means
 from mathcircuits.viz.circuit_graph import circuit_graph
 from mathcircuits.viz.circuits import attention_heads_view, circuitsvis_bundle, split_bundle
+from mathcircuits.viz.faithfulness_curve import faithfulness_curve
 from mathcircuits.viz.heatmap import patching_heatmap, patching_heatmaps, patching_top_heads
 from mathcircuits.viz.knockout import knockout_curves
 from mathcircuits.viz.probes import probe_case_trajectory, probe_similarity_curves
@@ -261,8 +263,8 @@ def report_html(
         evaluation: the evaluation table (a DataFrame), shown in the appendix with a reading.
         extra_figures: more plotly figures, ``{title: figure}``.
         notes: a note or a list of notes.
-        circuit: a Circuit, or {operation: Circuit}, shown as a graph.
-        circuit_faithfulness: its Faithfulness (or {operation: Faithfulness}).
+        circuit: a Circuit, or {operation: Circuit}, shown as the graph of its plateau circuit.
+        circuit_faithfulness: its Faithfulness (or {operation: Faithfulness}), shown as the curve with its band.
         comparison_sweep: the fair SFT comparison's sweep (a DataFrame, ``compare/sweep.csv``).
         comparison_table: its table at each mode's selected rate (a ``compare_table`` DataFrame).
 
@@ -351,25 +353,31 @@ def report_html(
         means = probes.layer_summary()
         appendix.append(("MLP probes, per layer", _table(means[[c for c in means.columns if not c.endswith("_std")]])))
         appendix.append(("MLP probes, the chosen prompt per layer", _table(probes.case_dataframe())))
-    # circuit (the figure is viz/circuit_graph.py's)
+    # circuit: the faithfulness curve with its random band, and the graph of the plateau circuit
     for op, circ, faith in _as_circuits(circuit, circuit_faithfulness):
         anchor = f"circuit{('-' + op) if op else ''}"
         page.section(anchor, f"Circuit{(' (' + op + ')') if op else ''}")
+        rounds = circ.settings.get("rounds", [])
         text = (
-            f"Sender → receiver path patching from the key heads ({circ.method}, metric {circ.metric}, "
-            f"{circ.n_pairs} pairs); edge intervals are {circ.confidence:.0%} bootstrap intervals over pairs. "
-            "Dashed edges enter a key/value."
+            f"Sender → receiver path patching from the logits ({circ.method}, metric {circ.metric}, {circ.n_pairs} "
+            f"discovery pairs): {len(circ.nodes) - 1} nodes, {len(circ.edges)} edges after {max(0, len(rounds) - 1)} "
+            f"rounds ({circ.settings.get('stopped', '?')}). Edge intervals are {circ.confidence:.0%} bootstrap "
+            "intervals over pairs; dashed edges enter a key/value."
         )
         if faith is not None:
             text += (
-                f" Faithfulness with every other head mean-ablated: {faith.faithfulness:.3f} "
-                f"[{faith.low:.3f}, {faith.high:.3f}]; {faith.random_share_below:.0%} of "
-                f"{len(faith.random)} random circuits of the same size fall below it."
+                " Faithfulness F = (m(C) − m(cf)) / (m(M) − m(cf)) on other pairs, m the whole answer's "
+                "log-probability, nodes outside the circuit ablated at the query positions: " + faith.summary() + "."
             )
         page.reading(text)
-        page.figure(circuit_graph(circ, faith))
+        if faith is not None:
+            page.figure(faithfulness_curve(faith))
+        shown = top_circuit(circ, faith.plateau_size) if faith is not None and faith.curve else circ
+        page.figure(circuit_graph(shown, faith))
         df = circ.to_dataframe().sort_values("effect", key=abs, ascending=False).head(30)
         appendix.append((f"Circuit edges{(' (' + op + ')') if op else ''}", _table(df)))
+        if faith is not None and faith.curve:
+            appendix.append((f"Faithfulness curve{(' (' + op + ')') if op else ''}", _table(faith.curve_frame())))
     # fine-tuning and evaluation
     if evaluation is not None:
         page.section("evaluation", "Fine-tuning and evaluation (evaluate)")

@@ -1,0 +1,160 @@
+"""One batch of pairs and its two cached runs, shared by every receiver of sender → receiver path patching.
+
+The reference run (the prompt) is cached at every position: per layer ``hook_z``, ``hook_mlp_out``,
+``hook_resid_pre``, the residual the MLP reads, ``hook_q/k/v``, the MLP's input, the attention output
+before a post-attention norm (where the family has one), and the last block's ``hook_resid_post``.
+The counterfactual run is cached at ``hook_z`` and ``hook_mlp_out``.
+
+When the answer's tokens are given, both sequences are extended by them (teacher forcing, all but the
+last token), and the readout is taken at every answer position, so a metric can score the whole
+answer (``answer_logprob``, :mod:`mathcircuits.patching.metrics`); without them the readout is the
+first answer token at the last position, as before.
+
+Usage::
+
+    cache = pair_cache(model, tokens, cf_tokens, answer_tokens[:, 0], answers=answer_tokens)
+    cache.clean.logprob         # log p(answer) per pair
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from jaxtyping import Float, Int
+from torch import Tensor
+
+from mathcircuits.circuit.components import Receiver
+from mathcircuits.models import HookedModel, hooks
+from mathcircuits.models.families import BlockStructure, block_structure
+from mathcircuits.patching._common import _apply_cap, attn_pre_norm_name, capture
+from mathcircuits.patching.metrics import Metric, Readout, answer_readout
+
+__all__ = ["PairCache", "pair_cache", "position_scores", "readout_of", "unembed"]
+
+
+@dataclass(frozen=True)
+class PairCache:
+    """One batch of equal-length pairs and its two cached runs (every position), shared by all receivers.
+
+    ``tokens``/``cf_tokens`` are the prompts, extended by the answer's tokens but the last when ``answers``
+    has several; ``answer`` is the answer's first token; ``clean`` the unpatched readout at the answer
+    positions; ``clean_logit``/``clean_logp`` the answer token's logit and log-probability at each of them.
+    """
+
+    tokens: Int[Tensor, "batch seq"]
+    cf_tokens: Int[Tensor, "batch seq"]
+    answer: Int[Tensor, " batch"]
+    ref: dict[str, Tensor]
+    cf: dict[str, Tensor]
+    clean: Readout
+    structure: BlockStructure
+    answers: Int[Tensor, "batch n_answer"] | None = None
+    clean_logit: Float[Tensor, "batch n_answer"] | None = None
+    clean_logp: Float[Tensor, "batch n_answer"] | None = None
+
+    @property
+    def all_answers(self) -> Int[Tensor, "batch n_answer"]:
+        """The answer's tokens (its first token alone when the cache was built without them)."""
+        return self.answer[:, None] if self.answers is None else self.answers
+
+    @property
+    def readout_positions(self) -> list[int]:
+        """The positions whose logits predict the answer's tokens (the last ``n_answer`` positions)."""
+        seq, n = self.tokens.shape[1], self.all_answers.shape[1]
+        return list(range(seq - n, seq))
+
+
+def unembed(model: HookedModel, structure: BlockStructure, resid: Float[Tensor, "... d_model"]) -> Tensor:
+    """Logits from final residual vectors: final norm, unembedding, soft cap (as the model computes them)."""
+    bridge = model.bridge
+    return _apply_cap(bridge.unembed(getattr(bridge, structure.final_norm)(resid)), structure)
+
+
+def position_scores(
+    logits: Float[Tensor, "rows n vocab"], answers: Int[Tensor, "rows n"]
+) -> tuple[Float[Tensor, "rows n"], Float[Tensor, "rows n"]]:
+    """The answer token's raw logit and log-probability at each readout position."""
+    logit = logits.gather(-1, answers[..., None])[..., 0]
+    logp = torch.log_softmax(logits.float(), -1).gather(-1, answers[..., None])[..., 0]
+    return logit, logp
+
+
+def readout_of(logit: Tensor, logp: Tensor, metric: Metric | None) -> Readout:
+    """A :class:`Readout` from per-position scores ``[rows, n_answer]`` (first token: logit, probability)."""
+    if metric is not None and not metric.needs_probs:
+        return Readout(logit[:, 0])
+    return Readout(logit[:, 0], logp[:, 0].exp(), logp.sum(-1))
+
+
+def _readout(logits: Float[Tensor, "rows n vocab"], answers: Int[Tensor, "rows n"], metric: Metric) -> Readout:
+    """The readout from the logits at the answer positions, as ``metric`` needs it."""
+    return answer_readout(logits, answers, metric)
+
+
+def _select(receiver: Receiver, act: Tensor) -> Tensor:
+    """The receiver's slice of its hook's activation ``[..., pos, (head|group), d]``."""
+    return act if receiver.kind == "mlp" else act[..., receiver.index, :]
+
+
+def _put(receiver: Receiver, act: Tensor, value: Tensor, pos: Sequence[int]) -> Tensor:
+    act = act.clone()
+    if receiver.kind == "mlp":
+        act[:, pos] = value.to(act.dtype)
+    else:
+        act[:, pos, receiver.index] = value.to(act.dtype)
+    return act
+
+
+@torch.no_grad()
+def pair_cache(
+    model: HookedModel,
+    tokens: Int[Tensor, "batch seq"],
+    cf_tokens: Int[Tensor, "batch seq"],
+    answer: Int[Tensor, " batch"],
+    need_probs: bool = False,
+    answers: Int[Tensor, "batch n_answer"] | None = None,
+) -> PairCache:
+    """The reference and counterfactual runs of one batch, cached at every position.
+
+    Args:
+        model: the hooked model.
+        tokens: reference prompts.
+        cf_tokens: token-aligned counterfactual prompts.
+        answer: the answer's first token per pair.
+        need_probs: also read out the clean answer probability (for ``prob_change``).
+        answers: every answer token per pair (teacher forcing: both prompts are extended by all but the last,
+            and every answer position is read out); None: the first token at the last position only.
+
+    Returns:
+        A :class:`PairCache`.
+    """
+    if tokens.shape != cf_tokens.shape:
+        raise ValueError(
+            f"reference tokens {tuple(tokens.shape)} and counterfactual tokens {tuple(cf_tokens.shape)} differ in "
+            "shape. Fix: pass token-aligned pairs of equal length (mathcircuits.data.generate_pairs)."
+        )
+    if answers is not None:
+        if answers.dim() != 2 or answers.shape[0] != tokens.shape[0] or not bool((answers[:, 0] == answer).all()):
+            raise ValueError(
+                f"answers {tuple(answers.shape)} must be [batch, n_answer] and start with `answer`. "
+                "Fix: pass the pairs' answer_tokens (equal length within the batch)."
+            )
+        tokens = torch.cat([tokens, answers[:, :-1]], 1)
+        cf_tokens = torch.cat([cf_tokens, answers[:, :-1]], 1)
+    structure = block_structure(model)
+    L = model.spec.n_layers
+    names = [hooks.resid_post(L - 1)]
+    for layer in range(L):
+        names += [hooks.z(layer), hooks.mlp_out(layer), hooks.resid_pre(layer), hooks.sub(layer, structure.mlp_reads)]
+        names += [hooks.sub(layer, f"attn.hook_{k}") for k in "qkv"] + [hooks.mlp_in(layer)]
+        pre = attn_pre_norm_name(structure, layer)
+        names += [pre] if pre is not None else []
+    logits, ref = capture(model.bridge, tokens, sorted(set(names)), position=None)
+    cf_names = [n for layer in range(L) for n in (hooks.z(layer), hooks.mlp_out(layer))]
+    _, cf = capture(model.bridge, cf_tokens, cf_names, position=None)
+    every = answer[:, None] if answers is None else answers
+    logit, logp = position_scores(logits[:, -every.shape[1] :], every)
+    clean = readout_of(logit, logp, None) if need_probs or answers is not None else Readout(logit[:, 0])
+    return PairCache(tokens, cf_tokens, answer, ref, cf, clean, structure, answers, logit, logp)
