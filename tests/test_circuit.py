@@ -24,7 +24,8 @@ from mathcircuits.circuit import (
     upstream_senders,
 )
 from mathcircuits.circuit.attribution import attribute_edges, screen_agreement
-from mathcircuits.circuit.edges import _step2, patched_inputs
+from mathcircuits.circuit.chain import patched_inputs
+from mathcircuits.circuit.edges import _step2
 from mathcircuits.circuit.result import Edge, Node
 from mathcircuits.data import GenerationConfig, generate_pairs, load_templates
 from mathcircuits.models import hooks, load_model

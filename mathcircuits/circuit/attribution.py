@@ -37,8 +37,9 @@ from scipy.stats import spearmanr
 from torch import Tensor
 
 from mathcircuits.circuit.cache import PairCache, _readout, _select
+from mathcircuits.circuit.chain import patched_inputs
 from mathcircuits.circuit.components import Receiver, Sender
-from mathcircuits.circuit.edges import EdgeBatch, _check, patched_inputs
+from mathcircuits.circuit.edges import EdgeBatch, _check
 from mathcircuits.models import HookedModel
 from mathcircuits.patching.metrics import Metric
 from mathcircuits.stats import DEFAULT_CONFIDENCE, Interval, bootstrap_statistic
@@ -101,12 +102,15 @@ def attribute_edges(
     positions: Sequence[int],
     metric: Metric,
     gradient: Tensor | None = None,
+    delta: Tensor | None = None,
 ) -> EdgeBatch:
     """First-order estimates of the effects :func:`~.edges.exact_edges` computes, for every sender at once.
 
     Args:
         model, cache, receiver, senders, positions, metric: as in :func:`~.edges.exact_edges` (q/k/v/mlp receivers).
         gradient: the receiver hook's gradient (from :func:`hook_gradients`, whole hook); None computes it.
+        delta: the senders' residual change as the receiver sees it (:func:`~.chain.delta_snapshots`); None
+            computes it.
 
     Returns:
         :class:`~.edges.EdgeBatch` of per-pair estimates, one column per sender.
@@ -118,7 +122,7 @@ def attribute_edges(
             "forward. Fix: use exact_edges for the logits."
         )
     B = cache.tokens.shape[0]
-    changed, new = patched_inputs(model, cache, receiver, senders, positions)
+    changed, new = patched_inputs(model, cache, receiver, senders, positions, delta)
     if not changed:
         return EdgeBatch(effects=torch.zeros(B, len(senders)), clean_logit=cache.clean.logit)
     full = receiver_gradient(model, cache, receiver, metric) if gradient is None else _select(receiver, gradient)

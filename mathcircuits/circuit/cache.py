@@ -19,7 +19,8 @@ Usage::
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 from jaxtyping import Float, Int
@@ -53,6 +54,13 @@ class PairCache:
     answers: Int[Tensor, "batch n_answer"] | None = None
     clean_logit: Float[Tensor, "batch n_answer"] | None = None
     clean_logp: Float[Tensor, "batch n_answer"] | None = None
+    prefix_kv: dict[int, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    def kv(self, model: HookedModel, start: int) -> Any:
+        """The clean run's KV cache of the first ``start`` positions (computed once per batch and length)."""
+        if start not in self.prefix_kv:
+            _, self.prefix_kv[start] = model.bridge(self.tokens[:, :start], return_type="logits_and_cache")
+        return self.prefix_kv[start]
 
     @property
     def all_answers(self) -> Int[Tensor, "batch n_answer"]:

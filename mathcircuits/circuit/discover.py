@@ -46,6 +46,7 @@ from tqdm.auto import tqdm
 from mathcircuits.circuit.attribution import attribute_edges, hook_gradients
 from mathcircuits.circuit.batches import POSITIONS, ROLES, CircuitBatch, circuit_batches, label_order
 from mathcircuits.circuit.cache import PairCache, pair_cache
+from mathcircuits.circuit.chain import delta_snapshots
 from mathcircuits.circuit.components import SENDER_KINDS, Receiver, Sender, upstream_senders
 from mathcircuits.circuit.edges import exact_edges, reference_edges
 from mathcircuits.circuit.faithfulness import Scorer
@@ -76,6 +77,10 @@ class _Batches:
         for b in self.batches:
             self.offsets.append(self.offsets[-1] + len(b.idx))
         self.grads: dict[int, dict[str, torch.Tensor]] = {}
+        self.snaps: dict[tuple[int, int], dict[int, torch.Tensor]] = {}
+        parallel = self.caches[0].structure.parallel
+        self.all_senders = upstream_senders(model.spec, Receiver("logits"), parallel)
+        self.sender_index = {s: j for j, s in enumerate(self.all_senders)}
         self.labels = sorted({lab for b in self.batches for lab in b.where}, key=label_order)
         self.answer_labels = sorted({lab for b in self.batches for lab in b.answer_labels}, key=label_order)
 
@@ -86,6 +91,12 @@ class _Batches:
             if label in b.where and at in b.where and b.where[label] <= b.where[at]:
                 out[self.offsets[i] : self.offsets[i + 1]] = True
         return out
+
+    def screen_delta(self, i: int, position: int, layer: int, senders: list[Sender]) -> torch.Tensor:
+        """The senders' change at ``position`` as a receiver at ``layer`` sees it (one MLP pass per batch, position)."""
+        if (i, position) not in self.snaps:
+            self.snaps[(i, position)] = delta_snapshots(self.model, self.caches[i], self.all_senders, position)
+        return self.snaps[(i, position)][layer][[self.sender_index[s] for s in senders]]
 
     def gradient(self, i: int, metric: Any) -> dict[str, torch.Tensor]:
         """Every receiver hook's gradient for batch ``i`` (one forward and backward, kept)."""
@@ -124,7 +135,8 @@ def _measure(
             r = receiver if at is None else Receiver(receiver.kind, receiver.layer, receiver.head, position=b.where[at])
             if estimate:
                 grad = data.gradient(i, metric)[r.hook()]
-                eff = attribute_edges(data.model, cache, r, chosen, [p], metric, gradient=grad).effects
+                delta = data.screen_delta(i, p, r.layer, chosen)
+                eff = attribute_edges(data.model, cache, r, chosen, [p], metric, gradient=grad, delta=delta).effects
             else:
                 eff = edge_fn(data.model, cache, r, chosen, [p], metric).effects
             out[data.offsets[i] : data.offsets[i + 1]] = eff
@@ -277,7 +289,11 @@ def discover_circuit(
     stopped = "depth budget"
     for d in range(1, depth + 1):
         new_frontier = []
+        out_of_time = False
         for node in tqdm(frontier, disable=not progress, desc=f"circuit round {d}"):
+            if max_seconds is not None and time.perf_counter() - t0 >= max_seconds:
+                out_of_time = True  # the rest of this round's nodes stay unexpanded
+                break
             for receiver, every in _receivers(node, spec, receivers):
                 chosen = upstream_senders(spec, receiver, parallel, senders)
                 if not chosen:
@@ -306,6 +322,9 @@ def discover_circuit(
         rounds.append({"round": d, "nodes": len(nodes) - 1, "edges": len(edges), "faithfulness": score(),
                        "seconds": time.perf_counter() - t0})  # fmt: skip
         gain = rounds[-1]["faithfulness"] - rounds[-2]["faithfulness"]
+        if out_of_time:
+            stopped = f"time budget ({max_seconds:.0f} s, during round {d})"
+            break
         if saturation_tol is not None and gain < saturation_tol:
             stopped = f"saturated (round {d} added {gain:+.3f} < {saturation_tol})"
             break

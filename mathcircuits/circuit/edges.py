@@ -52,15 +52,12 @@ from mathcircuits.circuit.cache import (
     _readout,
     _select,
     pair_cache,
-    position_scores,
-    readout_of,
-    unembed,
 )
+from mathcircuits.circuit.chain import logits_effects, patched_inputs
 from mathcircuits.circuit.components import Receiver, Sender, check_positions
 from mathcircuits.models import HookedModel, fast_paths_enabled, hooks
-from mathcircuits.models.families import BlockStructure, UnsupportedFamilyError
+from mathcircuits.models.families import BlockStructure
 from mathcircuits.models.integrity import compare, model_dtype, probe_pairs, verify_once
-from mathcircuits.patching._common import attn_change, attn_pre_norm_name, mlp_change
 from mathcircuits.patching.metrics import METRICS, Metric
 
 __all__ = ["EdgeBatch", "PairCache", "check_edges", "exact_edges", "pair_cache", "patched_inputs", "reference_edges"]
@@ -100,9 +97,7 @@ def _step2(
     bridge, tokens, answers, clean = model.bridge, cache.tokens, cache.all_answers, cache.clean
     n_s, B = values.shape[:2]
     n_ans = answers.shape[1]
-    past = None
-    if start > 0:
-        _, past = bridge(tokens[:, :start], return_type="logits_and_cache")
+    past = cache.kv(model, start) if start > 0 else None
     suffix = tokens[:, start:]
     out = torch.empty(n_s, B)
     per = max(1, chunk // B)  # senders per forward
@@ -199,45 +194,6 @@ def reference_edges(
     return EdgeBatch(effects=out, clean_logit=cache.clean.logit)
 
 
-def _receiver_input(model: HookedModel, structure: BlockStructure, receiver: Receiver, resid: Tensor) -> Tensor:
-    """The receiver's hook value from the residual it reads (``resid_pre`` for q/k/v, the MLP's input residual)."""
-    block = model.bridge.blocks[receiver.layer]
-    if receiver.kind == "mlp":
-        return getattr(block, structure.mlp_in_norm)(resid) if structure.mlp_in_norm else resid
-    ln1 = getattr(block, "ln1", None)
-    x = ln1(resid) if ln1 is not None else resid
-    proj = getattr(block.attn, receiver.kind)(x)
-    d_head = model.spec.d_head
-    return proj.reshape(*proj.shape[:-1], -1, d_head) if proj.shape[-1] != d_head else proj
-
-
-def _delta(model: HookedModel, cache: PairCache, s: Sender, P: Tensor, until: int, W_O: Tensor) -> Tensor:
-    """The residual change at positions ``P`` [batch, |P|, d_model] that sender ``s`` causes before layer ``until``.
-
-    With every head frozen, only the MLPs (and norms) between sender and receiver carry it on. ``W_O``: the
-    bridge's ``[layer, head, d_head, d_model]`` output weights.
-    """
-    structure, ref, cf = cache.structure, cache.ref, cache.cf
-
-    def at(name: str, store: dict[str, Tensor]) -> Tensor:
-        x = store[name][:, P]
-        return x.reshape(-1, *x.shape[2:])  # rows = (pair, position): the MLP chain is position-wise
-
-    if s.kind == "head":
-        dz = at(hooks.z(s.layer), cf)[:, s.head] - at(hooks.z(s.layer), ref)[:, s.head]
-        pre_name = attn_pre_norm_name(structure, s.layer)
-        pre = None if pre_name is None else at(pre_name, ref)
-        delta = attn_change(model, structure, s.layer, pre, dz @ W_O[s.layer, s.head])
-        first = s.layer + 1 if structure.parallel else s.layer  # parallel: the head's own MLP does not read it
-    else:
-        delta = at(hooks.mlp_out(s.layer), cf) - at(hooks.mlp_out(s.layer), ref)
-        first = s.layer + 1
-    for m in range(first, until):
-        base = at(hooks.sub(m, structure.mlp_reads), ref)
-        delta = delta + mlp_change(model, structure, m, base, delta, at(hooks.mlp_out(m), ref))
-    return delta.reshape(-1, len(P), delta.shape[-1])
-
-
 @torch.no_grad()
 def exact_edges(
     model: HookedModel,
@@ -269,7 +225,7 @@ def exact_edges(
     receiver = _check(model, receiver, senders, cache.structure)
     B = cache.tokens.shape[0]
     if receiver.kind == "logits":
-        return _logits_edges(model, cache, senders, positions, metric, chunk_rows)
+        return EdgeBatch(logits_effects(model, cache, senders, positions, metric, chunk_rows), cache.clean.logit)
     changed, new = patched_inputs(model, cache, receiver, senders, positions)
     if not changed:  # nothing the receiver reads differs at the patched positions: no effect, exactly
         return EdgeBatch(effects=torch.zeros(B, len(senders)), clean_logit=cache.clean.logit)
@@ -279,91 +235,6 @@ def exact_edges(
     values[:, :, [p - start for p in changed]] = new.to(values.dtype)
     effects = _step2(model, cache, receiver, values, start, metric, chunk_rows)
     return EdgeBatch(effects=effects.T.contiguous(), clean_logit=cache.clean.logit)
-
-
-def _first_diff(cache: PairCache) -> int:
-    differ = (cache.tokens != cache.cf_tokens).any(0).nonzero()
-    return int(differ[0]) if len(differ) else cache.tokens.shape[1]
-
-
-@torch.no_grad()
-def _logits_edges(
-    model: HookedModel,
-    cache: PairCache,
-    senders: Sequence[Sender],
-    positions: Sequence[int],
-    metric: Metric,
-    chunk: int,
-) -> EdgeBatch:
-    """Sender → logits effects: δ through the MLPs to the final residual at the patched readout positions."""
-    seq, B = cache.tokens.shape[1], cache.tokens.shape[0]
-    readout = cache.readout_positions
-    pos = check_positions(positions, seq, "sender")
-    changed = sorted(p for p in pos if p in readout and p >= _first_diff(cache))
-    out = torch.zeros(B, len(senders))
-    if not changed or not senders:
-        return EdgeBatch(effects=out, clean_logit=cache.clean.logit)
-    C = torch.tensor(changed)
-    cols = [readout.index(p) for p in changed]
-    W_O = model.bridge.W_O
-    L = model.spec.n_layers
-    final = cache.ref[hooks.resid_post(L - 1)][:, C]  # [B, |C|, d]
-    answers = cache.all_answers
-    per = max(1, chunk // B)
-    for lo in range(0, len(senders), per):
-        group = senders[lo : lo + per]
-        delta = torch.stack([_delta(model, cache, s, C, L, W_O) for s in group])  # [s, B, |C|, d]
-        logit_c, logp_c = position_scores(
-            unembed(model, cache.structure, final[None] + delta).flatten(0, 1),
-            answers[:, cols].repeat(len(group), 1),
-        )
-        logit = cache.clean_logit.repeat(len(group), 1).clone()
-        logp = cache.clean_logp.repeat(len(group), 1).clone()
-        logit[:, cols], logp[:, cols] = logit_c.to(logit.dtype), logp_c
-        eff = metric(readout_of(logit, logp, metric), cache.clean.take(torch.arange(B).repeat(len(group))))
-        out[:, lo : lo + len(group)] = eff.float().cpu().reshape(len(group), B).T
-    return EdgeBatch(effects=out, clean_logit=cache.clean.logit)
-
-
-@torch.no_grad()
-def patched_inputs(
-    model: HookedModel, cache: PairCache, receiver: Receiver, senders: Sequence[Sender], positions: Sequence[int]
-) -> tuple[list[int], Tensor | None]:
-    """Step 1 without forwards: the receiver's input at the positions a sender patch changes.
-
-    Args:
-        model: the hooked model.
-        cache: the batch and its cached runs.
-        receiver: a resolved q/k/v/mlp receiver downstream of every sender.
-        senders: the senders.
-        positions: where each sender is patched.
-
-    Returns:
-        ``(changed, new)``: the changed positions (sorted; empty when the patch cannot reach the receiver)
-        and the receiver's new input there, ``[sender, batch, |changed|, ...]`` (None when nothing changes).
-
-    Raises:
-        UnsupportedFamilyError: the bridge's modules do not rebuild the receiver's input (use the reference).
-    """
-    structure, ref = cache.structure, cache.ref
-    seq = cache.tokens.shape[1]
-    pos = check_positions(positions, seq, "sender")
-    first_diff = _first_diff(cache)  # before it, both runs are identical (causal attention)
-    changed = sorted(p for p in set(pos) & set(receiver.positions(seq)) if p >= first_diff)
-    lr = receiver.layer
-    reads = hooks.sub(lr, structure.mlp_reads if receiver.kind == "mlp" else "hook_resid_pre")
-    own = _receiver_input(model, structure, receiver, ref[reads])
-    if (own - ref[receiver.hook()]).abs().max() > 1e-4:
-        raise UnsupportedFamilyError(
-            f"on {model.spec.describe()} the receiver input rebuilt from the bridge's ln1/attn/MLP modules differs "
-            f"from {receiver.hook()}, so the fast method would be wrong. Fix: use method='reference' for this model."
-        )
-    if not changed or not senders:
-        return [], None
-    C = torch.tensor(changed)
-    W_O = model.bridge.W_O  # the bridge stacks it from every layer on each access: read it once
-    delta = torch.stack([_delta(model, cache, s, C, lr, W_O) for s in senders])  # [sender, B, |C|, d_model]
-    return changed, _select(receiver, _receiver_input(model, structure, receiver, ref[reads][:, C][None] + delta))
 
 
 def check_edges(model: HookedModel) -> tuple[float, float]:

@@ -52,8 +52,8 @@ from mathcircuits.circuit.intervene import (
     ABLATION_KINDS,
     AblationValues,
     Wiring,
-    _prefix_kv,
     circuit_logprob,
+    prefix_kv,
     resample_values,
 )
 from mathcircuits.circuit.pool import pool_means, scored_operands
@@ -109,7 +109,7 @@ class Scorer:
     @torch.no_grad()
     def _plain(self, tokens: torch.Tensor, b: CircuitBatch) -> torch.Tensor:
         start, n = b.prefix_len, b.answers.shape[1]
-        kv = repeat_cache(_prefix_kv(self.model, b.tokens, start, self.store), tokens.shape[0]) if start > 0 else None
+        kv = repeat_cache(prefix_kv(self.model, b.tokens, start, self.store), tokens.shape[0]) if start > 0 else None
         logits = (
             self.model.bridge(tokens[:, start:], past_key_values=kv) if kv is not None else self.model.bridge(tokens)
         )

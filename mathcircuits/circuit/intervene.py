@@ -44,8 +44,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any, Literal, get_args
+from typing import Any
 
 import torch
 from jaxtyping import Float
@@ -53,8 +52,21 @@ from torch import Tensor
 
 from mathcircuits.circuit.batches import CircuitBatch
 from mathcircuits.circuit.cache import position_scores
+from mathcircuits.circuit.chain import receiver_input
 from mathcircuits.circuit.components import Receiver, Sender
-from mathcircuits.circuit.edges import _receiver_input
+from mathcircuits.circuit.wiring import (
+    ABLATION_KINDS,
+    LOGITS,
+    MLP_MODES,
+    AblationKind,
+    AblationValues,
+    MLPMode,
+    NodeKey,
+    Wiring,
+    prefix_kv,
+    record_values,
+    resample_values,
+)
 from mathcircuits.models import HookedModel, fast_paths_enabled, hooks
 from mathcircuits.models.families import UnsupportedFamilyError, block_structure
 from mathcircuits.models.integrity import compare, model_dtype, probe_pairs, verify_once
@@ -72,87 +84,6 @@ __all__ = [
     "circuit_logprob",
     "resample_values",
 ]
-
-AblationKind = Literal["resample", "position_mean"]
-ABLATION_KINDS: tuple[str, ...] = get_args(AblationKind)
-MLPMode = Literal["ablate", "keep"]
-MLP_MODES: tuple[str, ...] = get_args(MLPMode)
-NodeKey = tuple[str, int, int, str]  # (kind, layer, head, position label); the logits: ("logits", -1, -1, "")
-LOGITS: NodeKey = ("logits", -1, -1, "")
-
-
-@dataclass(frozen=True)
-class Wiring:
-    """What a circuit run keeps: nodes and, for an edge-level run, the edges between them.
-
-    Args:
-        nodes: ``(kind, layer, head, label)`` of each kept head or MLP.
-        edges: ``(sender, receiver, via)`` with receiver a node or :data:`LOGITS` and via ``q``/``k``/``v``/``mlp``/
-            ``logits``; None: a node-level run (every node reads every other).
-        complement: the nodes are the ones *ablated* and everything else computes (the model without them,
-            ``M \\ K``; node level only).
-    """
-
-    nodes: frozenset[NodeKey]
-    edges: frozenset[tuple[NodeKey, NodeKey, str]] | None = None
-    complement: bool = False
-
-    def __post_init__(self) -> None:
-        if self.complement and self.edges is not None:
-            raise ValueError("a complement wiring (the model without some nodes) is node level. Fix: edges=None.")
-
-
-@dataclass(frozen=True)
-class AblationValues:
-    """The values ablated components take at the query positions ``start…`` of one batch.
-
-    ``z`` is ``[rows, pos, layer, head, d_head]`` and ``mlp`` ``[rows, pos, layer, d_model]``, rows one per pair
-    (resample) or one shared by all (a mean).
-    """
-
-    z: Float[Tensor, "rows pos layer head d_head"]
-    mlp: Float[Tensor, "rows pos layer d_model"]
-    start: int
-
-
-def _prefix_kv(model: HookedModel, tokens: Tensor, start: int, store: dict[tuple[int, ...], Any]) -> Any:
-    key = tuple(tokens[0, :start].tolist())
-    if key not in store:
-        _, store[key] = model.bridge(tokens[:1, :start], return_type="logits_and_cache")
-    return store[key]
-
-
-@torch.no_grad()
-def _record(model: HookedModel, tokens: Tensor, start: int, store: dict[tuple[int, ...], Any]) -> AblationValues:
-    """``hook_z`` and ``hook_mlp_out`` of every layer at positions ``start…`` of ``tokens`` (whose prefix is shared)."""
-    spec = model.spec
-    B, S = tokens.shape[0], tokens.shape[1] - start
-    z = torch.empty(B, S, spec.n_layers, spec.n_heads, spec.d_head)
-    mlp = torch.empty(B, S, spec.n_layers, spec.d_model)
-
-    def grab_z(act: Tensor, hook: Any, layer: int = 0) -> None:
-        z[:, :, layer] = act[:, -S:].float().cpu()
-
-    def grab_m(act: Tensor, hook: Any, layer: int = 0) -> None:
-        mlp[:, :, layer] = act[:, -S:].float().cpu()
-
-    fwd = []
-    for layer in range(spec.n_layers):
-        fwd += [(hooks.z(layer), lambda a, hook, layer=layer: grab_z(a, hook, layer))]
-        fwd += [(hooks.mlp_out(layer), lambda a, hook, layer=layer: grab_m(a, hook, layer))]
-    if start > 0:
-        kv = repeat_cache(_prefix_kv(model, tokens, start, store), B)
-        model.bridge.run_with_hooks(tokens[:, start:], fwd_hooks=fwd, past_key_values=kv)
-    else:
-        model.bridge.run_with_hooks(tokens, fwd_hooks=fwd)
-    return AblationValues(z, mlp, start)
-
-
-def resample_values(
-    model: HookedModel, batch: CircuitBatch, store: dict[tuple[int, ...], Any] | None = None
-) -> AblationValues:
-    """Each pair's own counterfactual run (its prompt + the same answer tokens) at the query positions."""
-    return _record(model, batch.cf_tokens, batch.prefix_len, {} if store is None else store)
 
 
 def _upstream(s: NodeKey, r: NodeKey, parallel: bool) -> bool:
@@ -273,7 +204,7 @@ class _Run:
     def _input(self, receiver: Receiver, x: Tensor) -> Tensor:
         self.busy = True
         try:
-            return _receiver_input(self.model, self.structure, receiver, x)
+            return receiver_input(self.model, self.structure, receiver, x)
         finally:
             self.busy = False
 
@@ -434,7 +365,7 @@ def circuit_logprob(
         run.set_mlp_mode(mlps)
         toks = batch.tokens.repeat(len(chunk), 1)
         if start > 0:
-            kv = repeat_cache(_prefix_kv(model, batch.tokens, start, store), toks.shape[0])
+            kv = repeat_cache(prefix_kv(model, batch.tokens, start, store), toks.shape[0])
             logits = model.bridge.run_with_hooks(toks[:, start:], fwd_hooks=run.hooks(), past_key_values=kv)
         else:
             logits = model.bridge.run_with_hooks(toks, fwd_hooks=run.hooks())
@@ -477,7 +408,7 @@ def check_circuit_run(model: HookedModel) -> tuple[float, float]:
     wirings = [Wiring(frozenset({a, b, m}), None)]
     if block_structure(model).attn_out_norm is None and spec.n_layers > 1:
         wirings.append(Wiring(frozenset({a, b, m}), frozenset({(a, b, "v"), (b, LOGITS, "logits")})))
-    recorded = _record(model, cf, 0, {})
+    recorded = record_values(model, cf, 0, {})
     values = AblationValues(recorded.z[:, 8:], recorded.mlp[:, 8:], 8)
     fast = circuit_logprob(model, batch, values, wirings, fast=True)
     plain = circuit_logprob(model, batch, values, wirings, fast=False)

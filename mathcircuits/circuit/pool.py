@@ -26,7 +26,7 @@ from typing import Any
 import torch
 
 from mathcircuits.circuit.batches import CircuitBatch, circuit_batches
-from mathcircuits.circuit.intervene import AblationValues, _record
+from mathcircuits.circuit.wiring import AblationValues, record_values
 from mathcircuits.models import HookedModel
 
 __all__ = ["PoolMeans", "pool_means", "scored_operands"]
@@ -87,7 +87,7 @@ def pool_means(
     store: dict[tuple[int, ...], Any] = {}
     for b in circuit_batches(model, pool, "suffix", batch_size, rows=rows):
         key = (b.templates[0], b.n_prompt, b.answers.shape[1])
-        v = _record(model, b.cf_tokens, b.prefix_len, store)
+        v = record_values(model, b.cf_tokens, b.prefix_len, store)
         z, m = v.z.double().sum(0), v.mlp.double().sum(0)
         if key in sums:
             z0, m0, n0, start = sums[key]
