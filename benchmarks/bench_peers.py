@@ -23,7 +23,7 @@ It prints time per edge (per scored quantity) for each, the agreement of each wi
 difference in nats; Spearman correlation where the quantities differ), what each refuses, and the
 machine's load before and after.
 
-    python benchmarks/bench_peers.py --model embedded --pairs 6 --receivers 3 --senders 3
+    python benchmarks/bench_peers.py --model embedded --pairs 4 --receivers 3 --senders 2
 """
 
 from __future__ import annotations
@@ -66,9 +66,9 @@ def main() -> None:
     ap.add_argument("--model", default="embedded")
     ap.add_argument("--operation", default="add")
     ap.add_argument("--template", default="add_eq_1")
-    ap.add_argument("--pairs", type=int, default=6)
+    ap.add_argument("--pairs", type=int, default=4)
     ap.add_argument("--receivers", type=int, default=3)
-    ap.add_argument("--senders", type=int, default=3, help="senders run through the reference and TransformerLens")
+    ap.add_argument("--senders", type=int, default=2, help="senders run through the reference and TransformerLens")
     ap.add_argument("--threads", type=int, default=1)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
@@ -121,8 +121,10 @@ def main() -> None:
         rec = Receiver("q", r.layer, r.head, position=last)
         t = time.perf_counter()
         base = cache.ref[hooks.resid_pre(r.layer)][:, last]
-        writes = torch.stack([(cache.cf[hooks.z(s.layer)][:, last, s.head] - cache.ref[hooks.z(s.layer)][:, last, s.head])
-                              @ W_O[s.layer, s.head] for s in chosen])  # fmt: skip
+        dz = [
+            cache.cf[hooks.z(s.layer)][:, last, s.head] - cache.ref[hooks.z(s.layer)][:, last, s.head] for s in chosen
+        ]
+        writes = torch.stack([d @ W_O[s.layer, s.head] for d, s in zip(dz, chosen)])
         q_new = receiver_input(model, cache.structure, rec, base[None] + writes)[..., r.head, :]  # [s, B, d_head]
         vals = cache.ref[rec.hook()][:, last:, r.head][None].repeat(len(chosen), 1, 1, 1).clone()
         vals[:, :, 0] = q_new
@@ -189,7 +191,8 @@ def main() -> None:
     print("|---|---|---|---|---|")
     print(
         f"| ours, exact (`exact_edges`) | sender → q, direct + through MLPs, heads frozen | "
-        f"{1e3 * t_exact / n_exact:.1f} ms ({n_exact} edges) | max diff {gap_ref:.1e} nats | nothing (k/v as KV groups) |"
+        f"{1e3 * t_exact / n_exact:.1f} ms ({n_exact} edges) | max diff {gap_ref:.1e} nats | "
+        "nothing (k/v as KV groups) |"
     )
     print(
         f"| ours, reference (`reference_edges`) | the same, by definition (2 forwards per sender) | "

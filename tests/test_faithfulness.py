@@ -8,10 +8,8 @@ random circuits of its shape near 0; a counterfactual that changes nothing leave
 explain, which must read "ill-conditioned", not a ratio.
 """
 
-import random
 from functools import cache
 
-import datasets
 import pytest
 import torch
 
@@ -28,99 +26,21 @@ from mathcircuits.circuit import (
 )
 from mathcircuits.circuit.cache import position_scores
 from mathcircuits.circuit.intervene import LOGITS, check_circuit_run
+from mathcircuits.circuit.planted import MOVER, READER, copy_pairs, plant_two_step
 from mathcircuits.circuit.subcircuits import edge_order, size_grid, top_wiring
 from mathcircuits.models import load_model
-
-MOVER, READER = (0, 1), (2, 2)  # (layer, head): the digit is moved to the marker, then read at the last token
-TEMPLATES = {"t1": "{p}{A}{q}x{r}=", "t2": "{p}{q}{A}x{r}="}
-
-
-def _plant(model) -> None:
-    """Overwrite a tiny Llama (3 layers, 4 heads, 2 KV groups, d_model 64) with the two-step circuit.
-
-    Residual dims: 0-9 the digit, 10 "is a digit", 11 "is the marker", 12 "is '='", 63 a constant; 40-49 the
-    moved digit; 20-29 the answer (read by the unembedding); 30-39 noise. Attention is by content: queries and
-    keys use the slowest rotary pair, which turns by < 0.01 rad over these prompts.
-    """
-    params = {n.replace("._original_component", ""): p for n, p in model.hf_model.named_parameters()}
-    spec = model.spec
-    dh, group = spec.d_head, spec.n_heads // spec.n_kv_heads
-    slow = dh // 2 - 1
-    tok = model.tokenizer
-    digits = tok.convert_tokens_to_ids(list("0123456789"))
-    gen = torch.Generator().manual_seed(0)
-    noise = slice(30, 40)
-
-    def rand(*shape, scale=0.3):
-        return torch.randn(*shape, generator=gen) * scale
-
-    with torch.no_grad():
-        for name, p in params.items():
-            p.copy_(torch.ones_like(p) if name.endswith("norm.weight") else torch.zeros_like(p))
-        emb = params["model.embed_tokens.weight"]
-        emb[:, 63] = 1.0
-        emb[tok.convert_tokens_to_ids("x"), 11] = 1.0
-        emb[tok.convert_tokens_to_ids("="), 12] = 1.0
-        for j, t in enumerate(digits):
-            emb[t, j] = emb[t, 10] = 1.0
-            params["lm_head.weight"][t, 20 + j] = 3.0
-        for layer in range(spec.n_layers):
-            pre = f"model.layers.{layer}."
-            q, k, v, o = (params[f"{pre}self_attn.{x}_proj.weight"] for x in "qkvo")
-            planted = {(layer, h) for h in range(spec.n_heads)} & {MOVER, READER}
-            planted_groups = {h // group for _, h in planted}
-            for h in range(spec.n_heads):
-                g, rows = h // group, slice(h * dh, (h + 1) * dh)
-                if (layer, h) == MOVER:  # at the marker: attend to the digit, write its identity to 40-49
-                    q[h * dh + slow, 11] = 4.0
-                    k[g * dh + slow, 10] = 4.0
-                    for j in range(10):
-                        v[g * dh + j, j] = 1.0
-                        o[40 + j, h * dh + j] = 1.0
-                    continue
-                if (layer, h) == READER:  # at '=': attend to the marker, copy 40-49 into the answer dims
-                    q[h * dh + slow, 12] = 8.0
-                    k[g * dh + slow, 11] = 8.0
-                    for j in range(10):
-                        v[g * dh + j, 40 + j] = 1.0
-                        o[20 + j, h * dh + j] = 4.0
-                    continue
-                q[rows] = rand(dh, spec.d_model)
-                o[noise, rows] = rand(10, dh, scale=0.05)
-                if g not in planted_groups:
-                    k[g * dh : (g + 1) * dh] = rand(dh, spec.d_model)
-                    v[g * dh : (g + 1) * dh] = rand(dh, spec.d_model)
-            params[f"{pre}mlp.gate_proj.weight"].copy_(rand(spec.d_mlp, spec.d_model))
-            params[f"{pre}mlp.up_proj.weight"].copy_(rand(spec.d_mlp, spec.d_model))
-            params[f"{pre}mlp.down_proj.weight"][noise] = rand(10, spec.d_mlp, scale=0.05)
-
-
-def _pairs(tokenizer, n: int, seed: int, same: bool = False) -> datasets.Dataset:
-    """Copy-the-digit prompts of two layouts; the counterfactual has another digit (``same``: the same prompt)."""
-    rng = random.Random(seed)
-    rows = []
-    for i in range(n):
-        tid = ("t1", "t2")[i % 2]
-        d, other = rng.sample(range(10), 2)
-        p, q, r = rng.choices("abcdefgh", k=3)
-        prompt = TEMPLATES[tid].format(p=p, q=q, r=r, A=d)
-        cf = prompt if same else TEMPLATES[tid].format(p=p, q=q, r=r, A=other)
-        ids, cf_ids = (tokenizer(t, add_special_tokens=False)["input_ids"] for t in (prompt, cf))
-        ans = tokenizer(str(d), add_special_tokens=False)["input_ids"]
-        rows.append({
-            "prompt": prompt, "cf_prompt": cf, "answer": str(d), "tokens": ids, "cf_tokens": cf_ids,
-            "answer_token": ans[0], "answer_tokens": ans, "n_tokens": len(ids), "operation": "copy",
-            "template_id": tid, "a": d, "b": seed * 1000 + i, "prefix_len": 0, "pos_a": prompt.index(str(d)),
-            "pos_op": prompt.index("x"), "pos_b": prompt.index("x") + 1, "pos_last": len(ids) - 1, "pair_id": i,
-        })  # fmt: skip
-    return datasets.Dataset.from_list(rows)
 
 
 @cache
 def planted():
     model = load_model("tiny-llama")
-    _plant(model)
-    return model, _pairs(model.tokenizer, 8, 0), _pairs(model.tokenizer, 12, 1), _pairs(model.tokenizer, 40, 2)
+    plant_two_step(model)
+    return (
+        model,
+        copy_pairs(model.tokenizer, 8, 0),
+        copy_pairs(model.tokenizer, 12, 1),
+        copy_pairs(model.tokenizer, 40, 2),
+    )
 
 
 @cache
@@ -166,7 +86,7 @@ def test_planted_circuit_is_faithful_and_random_circuits_of_its_shape_are_not():
 
 def test_a_counterfactual_that_changes_nothing_is_ill_conditioned_not_a_ratio(tmp_path):
     model, _, _, pool = planted()
-    same = _pairs(model.tokenizer, 8, 3, same=True)
+    same = copy_pairs(model.tokenizer, 8, 3, same=True)
     faith = faithfulness(model, same, found(), pool=pool, n_random=2, n_boot=100)
     assert faith.ill_conditioned and faith.curve == () and "ill-conditioned" in faith.summary()
     assert faith.denominator.value == pytest.approx(0.0, abs=1e-6)

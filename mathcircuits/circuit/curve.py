@@ -135,10 +135,11 @@ class Faithfulness(SavedResult):
         p = self.plateau
         assert p is not None
         mean, lo, hi = p.band(self.confidence)
+        rand = f"random {mean:.2f} [{lo:.2f}, {hi:.2f}]" if p.random else "no random circuits drawn"
+        unit = "edges" if self.primary.endswith("edges") else "nodes"
         return (
-            f"plateau at {p.size} edges / {p.n_nodes} nodes: F = {p.faithfulness[self.primary].format('{:.2f}')} "
-            f"({self.primary}; random {mean:.2f} [{lo:.2f}, {hi:.2f}]); whole circuit "
-            f"{self.whole.format('{:.2f}')}; m(M) - m(cf) = {gap} nats"
+            f"plateau at {p.size} {unit} / {p.n_nodes} nodes: F = {p.faithfulness[self.primary].format('{:.2f}')} "
+            f"({self.primary}; {rand}); whole circuit {self.whole.format('{:.2f}')}; m(M) - m(cf) = {gap} nats"
         )
 
     def curve_frame(self) -> pd.DataFrame:
