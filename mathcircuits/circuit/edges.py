@@ -242,8 +242,8 @@ def check_edges(model: HookedModel) -> tuple[float, float]:
 
     Four receivers (the last layer's first query head, its KV group's values, its MLP's input, and the logits)
     and three senders below them (a first-layer head, a middle-layer head, the first MLP), patched where the
-    prompts differ and at the last positions; two-token answers read at both answer positions; effects in raw
-    answer logits and in the whole answer's log-probability.
+    prompts differ and at the last positions; two-token answers read at both answer positions; effects in the
+    whole answer's log-probability (a function of the logits at every answer position).
 
     Args:
         model: the hooked model.
@@ -267,13 +267,13 @@ def check_edges(model: HookedModel) -> tuple[float, float]:
         Receiver("mlp", last),
         Receiver("logits"),
     ]
+    metric = METRICS["answer_logprob"]  # every answer position read: the first-token metrics read a subset of it
     fast, plain = [], []
-    for metric in (METRICS["logit_diff"], METRICS["answer_logprob"]):
-        for r in receivers:
-            where = [seq - 4, seq - 2, seq - 1]  # the differing token, the last prompt token, the answer position
-            a = exact_edges(model, cache, r, senders, where, metric)
-            b = reference_edges(model, cache, r, senders, where, metric)
-            base = cache.clean.value(metric.target)[:, None]
-            fast.append(a.effects + base)
-            plain.append(b.effects + base)
+    for r in receivers:
+        where = [seq - 4, seq - 2, seq - 1]  # the differing token, the last prompt token, the answer position
+        a = exact_edges(model, cache, r, senders, where, metric)
+        b = reference_edges(model, cache, r, senders, where, metric)
+        base = cache.clean.value(metric.target)[:, None]
+        fast.append(a.effects + base)
+        plain.append(b.effects + base)
     return compare(torch.cat(fast), torch.cat(plain), model_dtype(model))

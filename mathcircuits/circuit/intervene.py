@@ -25,9 +25,8 @@ same template, prompt length and answer length (``position_mean``; Wang et al. 2
 distribution). With ``mlps="keep"`` the MLPs always compute (Wang et al.'s IOI circuit); with
 ``"ablate"`` they are nodes like the heads (Hanna et al. 2024).
 
-The score is the whole answer's log-probability (teacher-forced, every answer token). An empty circuit
-under ``resample`` is the counterfactual run at the readout positions exactly: every head (and MLP)
-there outputs its counterfactual value.
+The score is the whole answer's log-probability (teacher-forced). An empty circuit under ``resample``
+is the counterfactual run at the readout positions exactly.
 
 The run executes only the query suffix on the prefix's KV cache (the prefix is clean in every row);
 :func:`check_circuit_run` compares it with the plain full forward on probe pairs before first use.
@@ -53,7 +52,7 @@ from torch import Tensor
 from mathcircuits.circuit.batches import CircuitBatch
 from mathcircuits.circuit.cache import position_scores
 from mathcircuits.circuit.chain import receiver_input
-from mathcircuits.circuit.components import Receiver, Sender
+from mathcircuits.circuit.components import Receiver
 from mathcircuits.circuit.wiring import (
     ABLATION_KINDS,
     LOGITS,
@@ -66,6 +65,8 @@ from mathcircuits.circuit.wiring import (
     prefix_kv,
     record_values,
     resample_values,
+    upstream,
+    without_mlps,
 )
 from mathcircuits.models import HookedModel, fast_paths_enabled, hooks
 from mathcircuits.models.families import UnsupportedFamilyError, block_structure
@@ -84,13 +85,6 @@ __all__ = [
     "circuit_logprob",
     "resample_values",
 ]
-
-
-def _upstream(s: NodeKey, r: NodeKey, parallel: bool) -> bool:
-    if r == LOGITS:
-        return True
-    sender = Sender("head", s[1], s[2]) if s[0] == "head" else Sender("mlp", s[1])
-    return Receiver("mlp" if r[0] == "mlp" else "q", r[1]).is_downstream_of(sender, parallel)
 
 
 class _Run:
@@ -190,7 +184,7 @@ class _Run:
         for n, q in self.nodes[w]:
             if q != p or n in senders_ok or (w, n) not in self.delta:
                 continue
-            if not _upstream(n, receiver, self.structure.parallel):
+            if not upstream(n, receiver, self.structure.parallel):
                 continue
             total = self.delta[(w, n)] if total is None else total + self.delta[(w, n)]
         return total
@@ -359,7 +353,7 @@ def circuit_logprob(
     out = torch.empty(len(wirings), B)
     n_ans = batch.answers.shape[1]
     for lo in range(0, len(wirings), per):
-        chunk = [_filtered(w, mlps) for w in wirings[lo : lo + per]]
+        chunk = [(w if mlps == "ablate" else without_mlps(w)) for w in wirings[lo : lo + per]]
         run = _Run(model, batch, values, chunk, start)
         run.ablate_mlps = [mlps == "ablate"] * len(chunk)
         run.set_mlp_mode(mlps)
@@ -372,15 +366,6 @@ def circuit_logprob(
         _, logp = position_scores(logits[:, -n_ans:], batch.answers.repeat(len(chunk), 1))
         out[lo : lo + len(chunk)] = logp.sum(-1).float().cpu().reshape(len(chunk), B)
     return out
-
-
-def _filtered(wiring: Wiring, mlps: str) -> Wiring:
-    """With ``mlps="keep"`` MLPs are no nodes: they always compute and every receiver reads them."""
-    if mlps == "ablate":
-        return wiring
-    nodes = frozenset(n for n in wiring.nodes if n[0] != "mlp")
-    edges = None if wiring.edges is None else frozenset(e for e in wiring.edges if e[0] in nodes and e[1][0] != "mlp")
-    return Wiring(nodes, edges)
 
 
 def check_circuit_run(model: HookedModel) -> tuple[float, float]:

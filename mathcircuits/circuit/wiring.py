@@ -17,6 +17,7 @@ from jaxtyping import Float
 from torch import Tensor
 
 from mathcircuits.circuit.batches import CircuitBatch
+from mathcircuits.circuit.components import Receiver, Sender
 from mathcircuits.models import HookedModel, hooks
 from mathcircuits.models.prefix import repeat_cache
 
@@ -31,6 +32,8 @@ __all__ = [
     "Wiring",
     "prefix_kv",
     "record_values",
+    "upstream",
+    "without_mlps",
     "resample_values",
 ]
 
@@ -114,3 +117,18 @@ def resample_values(
 ) -> AblationValues:
     """Each pair's own counterfactual run (its prompt + the same answer tokens) at the query positions."""
     return record_values(model, batch.cf_tokens, batch.prefix_len, {} if store is None else store)
+
+
+def upstream(s: NodeKey, r: NodeKey, parallel: bool) -> bool:
+    """Whether node ``s``'s output can reach node ``r``'s input (``r`` may be the logits)."""
+    if r == LOGITS:
+        return True
+    sender = Sender("head", s[1], s[2]) if s[0] == "head" else Sender("mlp", s[1])
+    return Receiver("mlp" if r[0] == "mlp" else "q", r[1]).is_downstream_of(sender, parallel)
+
+
+def without_mlps(wiring: Wiring) -> Wiring:
+    """The wiring for ``mlps="keep"``: MLPs are no nodes, they always compute and every receiver reads them."""
+    nodes = frozenset(n for n in wiring.nodes if n[0] != "mlp")
+    edges = None if wiring.edges is None else frozenset(e for e in wiring.edges if e[0] in nodes and e[1][0] != "mlp")
+    return Wiring(nodes, edges)
