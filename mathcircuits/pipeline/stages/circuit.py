@@ -7,8 +7,8 @@ disjoint discovery and evaluation pairs, stratified by template. It writes
 ``circuit/circuit_<op>.json`` (the circuit, with roles and the rounds of discovery),
 ``circuit/faithfulness_<op>.json`` (the curve, the random band, the plateau circuit's necessity,
 completeness and minimality, the denominator), ``circuit/graph_<op>.html`` (the plateau circuit) and
-``circuit/curve_<op>.html``. An operation whose two files exist is not measured again (an interrupted
-stage resumes with the next operation; the folder is cleared when the settings change).
+``circuit/curve_<op>.html``. A saved file is not computed again: an interrupted stage resumes with the
+faithfulness of a circuit it found, or with the next operation (the folder is cleared when the settings change).
 """
 
 from __future__ import annotations
@@ -121,12 +121,15 @@ def run(ctx: Context) -> CircuitSummary:
         disc_rows, eval_rows = split_pairs(correct, c.discovery_pairs, c.eval_pairs, ctx.config.data.seed)
         disc, ev = correct.select(disc_rows), correct.select(eval_rows)
         try:
-            found, faith = Circuit.load(paths.circuit(op)), Faithfulness.load(paths.circuit_faithfulness(op))
+            found = Circuit.load(paths.circuit(op))
         except (FileNotFoundError, ResultFileError):
             found = discover_circuit(model, disc, **c.discover_kwargs(), progress=ctx.progress)
             found = label_roles(model, disc, found)
             found = replace(found, data={**found.data, "eval_pair_ids": list(ev["pair_id"])})
             found.save(paths.circuit(op))
+        try:
+            faith = Faithfulness.load(paths.circuit_faithfulness(op))
+        except (FileNotFoundError, ResultFileError):
             pool = _pairs(ctx, op, c.pool_per_template, ctx.config.data.seed + 1)
             faith = faithfulness(model, ev, found, pool=pool, **c.faithfulness_kwargs(), seed=ctx.config.data.seed)
             faith.save(paths.circuit_faithfulness(op))
