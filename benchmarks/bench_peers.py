@@ -44,7 +44,7 @@ from mathcircuits.circuit import (
     upstream_senders,
 )
 from mathcircuits.circuit.chain import receiver_input
-from mathcircuits.circuit.edges import _step2
+from mathcircuits.circuit.edges import receiver_effects
 from mathcircuits.data import GenerationConfig, filter_correct, generate_pairs, load_templates, score_pairs
 from mathcircuits.models import hooks, load_model
 from mathcircuits.patching import get_metric
@@ -128,7 +128,7 @@ def main() -> None:
         q_new = receiver_input(model, cache.structure, rec, base[None] + writes)[..., r.head, :]  # [s, B, d_head]
         vals = cache.ref[rec.hook()][:, last:, r.head][None].repeat(len(chosen), 1, 1, 1).clone()
         vals[:, :, 0] = q_new
-        direct[r] = _step2(model, cache, rec, vals, last, metric, 256).mean(1)
+        direct[r] = receiver_effects(model, cache, rec, vals, last, metric, 256).mean(1)
         t_direct += time.perf_counter() - t
 
     # TransformerLens: direct path patching (noising form, the last prompt position only)

@@ -26,13 +26,11 @@ def summarise(circuit: Circuit, faith: Faithfulness, op: str) -> list[str]:
     """The Markdown lines of one operation."""
     s = circuit.settings
     out = [f"### {op}", ""]
-    rounds = ", ".join(
-        f"round {r['round']}: {r['nodes']} nodes, F={r['faithfulness']:.3f}" for r in s.get("rounds", [])
-    )
+    rounds = ", ".join(f"round {r.round}: {r.nodes} nodes, F={r.faithfulness:.3f}" for r in s.rounds)
     out.append(
-        f"Discovery on {circuit.n_pairs} pairs ({', '.join(circuit.data.get('templates', []))}), metric "
-        f"{circuit.metric}, positions {s.get('positions')}, screen {s.get('screen')}: {rounds}; stopped: "
-        f"{s.get('stopped')}; {circuit.seconds:.0f} s."
+        f"Discovery on {circuit.n_pairs} pairs ({', '.join(circuit.data.templates)}), metric "
+        f"{circuit.metric}, positions {s.positions}, screen {s.screen}: {rounds}; stopped: "
+        f"{s.stopped}; {circuit.seconds:.0f} s."
     )
     out.append(
         f"Evaluation on {faith.n_pairs} other pairs ({len(faith.templates)} templates, intervals over "
@@ -53,7 +51,7 @@ def summarise(circuit: Circuit, faith: Faithfulness, op: str) -> list[str]:
     roles = {n.name: n.role for n in circuit.nodes}
     small = top_circuit(circuit, faith.plateau_size)
     out += ["", f"Plateau circuit: {faith.plateau_size} edges, {plateau.n_nodes} nodes "
-            f"(the smallest within {faith.settings.get('plateau_tol')} of the curve's maximum, {faith.primary}); "
+            f"(the smallest within {faith.settings.plateau_tol} of the curve's maximum, {faith.primary}); "
             f"F = {_iv(plateau.faithfulness[faith.primary])}.", "", "Nodes: " + "; ".join(
                 f"{n} ({roles.get(n, '?')})" for n in faith.plateau_nodes)]  # fmt: skip
     out.append(

@@ -12,24 +12,25 @@ import torch
 
 from mathcircuits.circuit import (
     Circuit,
+    Edge,
+    Node,
     Receiver,
     Sender,
+    attribute_edges,
     circuit_batches,
     discover_circuit,
     exact_edges,
     faithfulness,
     label_roles,
     pair_cache,
+    patched_inputs,
+    receiver_effects,
     reference_edges,
+    screen_agreement,
     upstream_senders,
 )
-from mathcircuits.circuit.attribution import attribute_edges, screen_agreement
-from mathcircuits.circuit.chain import patched_inputs
-from mathcircuits.circuit.edges import _step2
-from mathcircuits.circuit.result import Edge, Node
 from mathcircuits.data import GenerationConfig, generate_pairs, load_templates
-from mathcircuits.models import hooks, load_model
-from mathcircuits.models.families import block_structure
+from mathcircuits.models import block_structure, hooks, load_model
 from mathcircuits.patching import get_metric, path_patch
 from mathcircuits.stats import bootstrap_statistic
 
@@ -195,7 +196,7 @@ def test_circuit_round_trips_as_json_and_turns_into_a_dataframe(tmp_path):
     assert back == circuit
     df = back.to_dataframe()
     assert len(df) == len(circuit.edges) and {"sender", "receiver", "via", "effect", "low", "high"} <= set(df.columns)
-    assert back.settings["depth"] == 2 and back.data["operations"] == ["add"]
+    assert back.settings.depth == 2 and back.data.operations == ["add"]
     with pytest.raises(ValueError, match="names a node the circuit does not have"):
         Circuit(
             model=model.spec,
@@ -268,8 +269,8 @@ def test_fast_equals_reference_on_the_embedded_model(embedded, embedded_add_pair
 
 
 def test_circuit_graph_and_report_section(tmp_path):
-    from mathcircuits.viz import build_report
-    from mathcircuits.viz.circuit_graph import circuit_graph
+    from mathcircuits.report import ReportParts, build_report
+    from mathcircuits.viz import circuit_graph
 
     model, ds, _ = _setup("tiny-llama")
     circuit = label_roles(model, ds, _circuit("exact"))
@@ -282,10 +283,11 @@ def test_circuit_graph_and_report_section(tmp_path):
     assert any(f"{strongest.effect:+.4f}" in t and strongest.sender in t for t in edge_text)
     widths = [t.line.width for t in fig.data if t.mode == "lines"]
     assert max(widths) == pytest.approx(10) and min(widths) < max(widths)  # width follows |effect|
-    page = build_report(tmp_path / "r.html", circuit=circuit).read_text()
+    page = build_report(tmp_path / "r.html", ReportParts.of(circuit=circuit)).read_text()
     assert 'id="circuit"' in page and strongest.sender in page and '<script src="http' not in page
 
 
+@pytest.mark.integration
 def test_circuit_stage_writes_the_circuit_its_curve_and_graph(tmp_path):
     from mathcircuits.circuit import Faithfulness
     from mathcircuits.pipeline import RunConfig, run_pipeline
@@ -306,8 +308,8 @@ def test_circuit_stage_writes_the_circuit_its_curve_and_graph(tmp_path):
     summary = run_pipeline(cfg, out, only=["data", "circuit"], progress=False)["circuit"]
     circuit = Circuit.load(out / "circuit" / "circuit_add.json")
     faith = Faithfulness.load(out / "circuit" / "faithfulness_add.json")
-    assert circuit.settings["depth"] == 1 and circuit.settings["positions"] == "query"
-    assert not set(circuit.data["pair_ids"]) & set(circuit.data["eval_pair_ids"]), "discovery and evaluation disjoint"
+    assert circuit.settings.depth == 1 and circuit.settings.positions == "query"
+    assert not set(circuit.data.pair_ids) & set(circuit.data.eval_pair_ids), "discovery and evaluation disjoint"
     assert faith.n_pairs == 4 and set(faith.templates) == {"add_eq_1", "add_eq_2"}
     assert all(len(p.random) == 2 for p in faith.curve if p.size > 0)
     assert (out / "circuit" / "graph_add.html").read_text().count("plotly") > 0
@@ -337,7 +339,7 @@ def test_attribution_screen_is_the_first_order_term_of_the_exact_edge(name):
         def along(eps, base=base, new=new, old=old, changed=changed, start=start, r=r, senders=senders):
             values = base[None].repeat(len(senders), *([1] * base.dim())).clone()
             values[:, :, [p - start for p in changed]] = old[None] + eps * (new - old[None])
-            return _step2(model, pc, r, values, start, METRIC, 256).T
+            return receiver_effects(model, pc, r, values, start, METRIC, 256).T
 
         eps = 0.05
         slope = (along(eps) - along(-eps)) / (2 * eps)
@@ -384,7 +386,7 @@ def test_discover_with_the_screen_patches_only_the_screened_senders():
     screened = discover_circuit(model, ds, [(2, 1)], screen=4, **kw)
     top = {(e.sender, e.receiver) for e in full.edges}
     assert {(e.sender, e.receiver) for e in screened.edges} == top  # the strongest exact edges survive the screen
-    assert screened.settings["screen"] == 4
+    assert screened.settings.screen == 4
     for a, b in zip(
         sorted(full.edges, key=lambda e: (e.sender, e.receiver)),
         sorted(screened.edges, key=lambda e: (e.sender, e.receiver)),

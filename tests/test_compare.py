@@ -7,18 +7,21 @@ import pytest
 import torch
 
 from mathcircuits.data import GenerationConfig, generate_pairs, load_templates
-from mathcircuits.finetune import SFTConfig, build_sft_dataset, head_slices, model_facts
-from mathcircuits.finetune.compare import (
+from mathcircuits.finetune import (
     SFTComparison,
+    SFTConfig,
+    build_sft_dataset,
     check_modes,
     compare_sft,
+    head_slices,
     load_tuned,
     lora_rank_for_budget,
+    model_facts,
     random_heads,
     split_validation,
 )
 from mathcircuits.models import load_hf_model
-from mathcircuits.patching.selection import KeyComponents
+from mathcircuits.patching import KeyComponents
 
 
 def _fresh():
@@ -115,9 +118,9 @@ def test_compare_sft_protocol(setup, tmp_path):
     assert cmp.run("precise").n_trainable == budget
     _, per_rank = lora_rank_for_budget(model, budget)
     assert abs(cmp.run("lora").n_trainable - budget) <= per_rank / 2  # LoRA on the same budget
-    random_set = cmp.settings["components"]["random"]
+    random_set = cmp.settings.components["random"]
     assert len(random_set) == len(key.heads) and not {tuple(h) for h in random_set} & set(key.heads)
-    assert cmp.settings["components"]["precise@1"] == [[1, 2]]
+    assert cmp.settings.components["precise@1"] == [[1, 2]]
     back = SFTComparison.load(tmp_path / "comparison.json")
     assert back.selected == cmp.selected
     pd.testing.assert_frame_equal(back.to_dataframe(), df)  # runs round-trip (NaN rates of base included)

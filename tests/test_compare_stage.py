@@ -7,17 +7,18 @@ from pathlib import Path
 
 import datasets
 import pandas as pd
+import pytest
 
-from mathcircuits.claims.card import NOT_MEASURED
-from mathcircuits.claims.rules import claim_c6
+from mathcircuits.claims import Verdict, claim_c6
 from mathcircuits.evaluation import EvalResult
-from mathcircuits.finetune import SFTComparison
+from mathcircuits.finetune import Mode, SFTComparison
 from mathcircuits.pipeline import RunConfig, run_pipeline
-from mathcircuits.viz.report import report_html
+from mathcircuits.report import ReportParts, report_html
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.integration
 def test_compare_stage_writes_the_table_with_intervals(tmp_path):
     bench = tmp_path / "bench" / "AddSub"
     bench.mkdir(parents=True)
@@ -47,7 +48,7 @@ def test_compare_stage_writes_the_table_with_intervals(tmp_path):
     train = set(datasets.load_from_disk(str(out / "compare" / "train_pairs"))["prompt"])
     assert val and test and not (val & test) and not (val & train) and not (test & train)
     cmp = SFTComparison.load(out / "compare" / "comparison.json")
-    assert len(cmp.runs) == 1 + 5 * 2 and all(r.global_step == 2 for r in cmp.runs if r.mode != "base")
+    assert len(cmp.runs) == 1 + 5 * 2 and all(r.global_step == 2 for r in cmp.runs if r.mode.kind != "base")
     table = pd.read_csv(out / "compare" / "table.csv").set_index("model")
     assert list(table.index) == ["base", "precise", "precise@1", "random", "lora", "full"]
     for col in ("held-out arithmetic", "AddSub"):
@@ -62,13 +63,13 @@ def test_compare_stage_writes_the_table_with_intervals(tmp_path):
     ).exists()
     # the report shows the comparison, and C6 can be read from the compare stage's evaluations
     sweep = pd.read_csv(out / "compare" / "sweep.csv")
-    html = report_html(comparison_sweep=sweep, comparison_table=table)
+    html = report_html(ReportParts(comparison_sweep=sweep, comparison_table=table))
     assert 'id="compare"' in html and "Learning-rate sweep" in html and "precise@1" in html
     fair = {m: EvalResult.load(out / "compare" / f"eval_{m}.json") for m in ("base", "precise", "full")}
-    assert claim_c6(fair).verdict != NOT_MEASURED
+    assert claim_c6(fair).verdict != Verdict.NOT_MEASURED
 
 
 def test_sft_compare_config_loads():
     cfg = RunConfig.load(ROOT / "configs" / "sft-compare.yaml")
-    assert cfg.compare.enabled and "lora" in cfg.compare.modes and "random" in cfg.compare.modes
+    assert cfg.compare.enabled and Mode.parse("lora") in cfg.compare.modes and Mode.parse("random") in cfg.compare.modes
     assert len(cfg.compare.learning_rates) == 4 and cfg.evaluation.limit >= 500

@@ -24,8 +24,8 @@ from mathcircuits.circuit import (
     pool_means,
     resample_values,
 )
-from mathcircuits.circuit.cache import position_scores
 from mathcircuits.circuit.intervene import LOGITS, check_circuit_run
+from mathcircuits.circuit.pair_cache import position_scores
 from mathcircuits.circuit.planted import MOVER, READER, copy_pairs, plant_two_step
 from mathcircuits.circuit.subcircuits import edge_order, size_grid, top_wiring
 from mathcircuits.models import load_model
@@ -62,8 +62,8 @@ def test_discovery_finds_the_planted_heads_first_and_stops_when_saturated():
     order = edge_order(circuit)
     assert (order[0].sender, order[0].receiver) == ("L2.H2@last", "logits")
     assert (order[1].sender, order[1].receiver, order[1].via) == ("L0.H1@op", "L2.H2@last", "v")
-    rounds = circuit.settings["rounds"]
-    assert rounds[1]["faithfulness"] > 0.9 and circuit.settings["stopped"].startswith(("saturated", "no new"))
+    rounds = circuit.settings.rounds
+    assert rounds[1].faithfulness > 0.9 and circuit.settings.stopped.startswith(("saturated", "no new"))
     assert len(rounds) <= 3, "the plant needs two rounds; the third adds nothing"
 
 

@@ -4,16 +4,16 @@ import pytest
 import torch
 
 from mathcircuits.stats import (
-    binomial_band,
     bootstrap_indices,
     bootstrap_mean,
     bootstrap_statistic,
     cluster_bootstrap,
     cluster_bootstrap_indices,
-    coverage,
     paired_bootstrap,
     wilson_interval,
 )
+
+from helpers import binomial_band, coverage
 
 N_SIMS = 300
 

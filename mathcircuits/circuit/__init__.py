@@ -1,9 +1,10 @@
-"""Stage 3b — the whole circuit: sender → receiver path patching, discovery to saturation, faithfulness curves.
+"""Stage ``circuit`` — the whole circuit: sender → receiver path patching, discovery to saturation, faithfulness curves.
 
 * :mod:`.components`: :class:`Sender`, :class:`Receiver` (logits, a head's q/k/v, an MLP's input; GQA groups);
 * :mod:`.batches`: teacher-forced batches of pairs and the labels of their positions (roles, offsets, answers);
-* :mod:`.cache`, :mod:`.edges`: :func:`exact_edges` (cached, suffix-only; the logits without a forward) and
-  :func:`reference_edges` (two forwards per sender), on a :class:`PairCache` of one batch;
+* :mod:`.pair_cache`: a :class:`PairCache` of one batch (both runs, every position, the answer's tokens);
+* :mod:`.chain`, :mod:`.edges`: :func:`exact_edges` (cached, suffix-only; the logits without a forward), checked
+  at run time against :mod:`.reference`'s :func:`reference_edges` (two forwards per sender);
 * :mod:`.attribution`: :func:`attribute_edges`, a first-order screen of the same edges, and :func:`screen_agreement`;
 * :mod:`.discover`: :func:`discover_circuit`, from the logits round by round until faithfulness saturates;
 * :mod:`.intervene`: the circuit run (node or edge level; resample or position-mean ablation);
@@ -17,16 +18,17 @@
 
 from mathcircuits.circuit.attribution import ScreenAgreement, attribute_edges, screen_agreement
 from mathcircuits.circuit.batches import CircuitBatch, circuit_batches
-from mathcircuits.circuit.cache import PairCache, pair_cache
 from mathcircuits.circuit.components import Receiver, Sender, check_positions, upstream_senders
 from mathcircuits.circuit.config import CircuitConfig
 from mathcircuits.circuit.curve import CompletenessRow, CurvePoint, Faithfulness
 from mathcircuits.circuit.discover import discover_circuit
-from mathcircuits.circuit.edges import EdgeBatch, exact_edges, reference_edges
+from mathcircuits.circuit.edges import check_edges, exact_edges, patched_inputs, receiver_effects
 from mathcircuits.circuit.faithfulness import faithfulness
 from mathcircuits.circuit.intervene import AblationValues, Wiring, circuit_logprob, resample_values
+from mathcircuits.circuit.pair_cache import EdgeBatch, PairCache, pair_cache
 from mathcircuits.circuit.pool import PoolMeans, pool_means
-from mathcircuits.circuit.result import Circuit, Edge, Node
+from mathcircuits.circuit.reference import reference_edges
+from mathcircuits.circuit.result import Circuit, CircuitData, CircuitSettings, DiscoveryRound, Edge, Node
 from mathcircuits.circuit.roles import label_roles
 from mathcircuits.circuit.subcircuits import edge_order, random_wiring, top_wiring, wiring_of
 
@@ -34,12 +36,16 @@ __all__ = [
     "AblationValues",
     "Circuit",
     "CircuitBatch",
+    "CircuitData",
+    "CircuitSettings",
     "CircuitConfig",
     "CompletenessRow",
     "CurvePoint",
+    "DiscoveryRound",
     "Edge",
     "EdgeBatch",
     "Faithfulness",
+    "FaithfulnessSettings",
     "Node",
     "PairCache",
     "PoolMeans",
@@ -48,6 +54,8 @@ __all__ = [
     "Sender",
     "Wiring",
     "attribute_edges",
+    "check_edges",
+    "check_edges",
     "check_positions",
     "circuit_batches",
     "circuit_logprob",
@@ -57,8 +65,10 @@ __all__ = [
     "faithfulness",
     "label_roles",
     "pair_cache",
+    "patched_inputs",
     "pool_means",
     "random_wiring",
+    "receiver_effects",
     "reference_edges",
     "resample_values",
     "screen_agreement",

@@ -36,12 +36,11 @@ from jaxtyping import Float
 from scipy.stats import spearmanr
 from torch import Tensor
 
-from mathcircuits.circuit.cache import PairCache, _readout, _select
 from mathcircuits.circuit.chain import patched_inputs
 from mathcircuits.circuit.components import Receiver, Sender
-from mathcircuits.circuit.edges import EdgeBatch, _check
+from mathcircuits.circuit.pair_cache import EdgeBatch, PairCache, check_request, receiver_slice
 from mathcircuits.models import HookedModel
-from mathcircuits.patching.metrics import Metric
+from mathcircuits.patching.metrics import Metric, answer_readout
 from mathcircuits.stats import DEFAULT_CONFIDENCE, Interval, bootstrap_statistic
 
 __all__ = ["ScreenAgreement", "attribute_edges", "hook_gradients", "receiver_gradient", "screen_agreement"]
@@ -73,7 +72,7 @@ def hook_gradients(model: HookedModel, cache: PairCache, metric: Metric, names: 
     with torch.enable_grad():
         fwd = [(n, lambda a, hook, n=n: leaf(a, hook, n)) for n in names]
         logits = model.bridge.run_with_hooks(cache.tokens, fwd_hooks=fwd)[:, -n_ans:]
-        target = _readout(logits, cache.all_answers, metric).value(metric.target)
+        target = answer_readout(logits, cache.all_answers, metric).value(metric.target)
         grads = torch.autograd.grad(target.sum(), [zeros[n] for n in names])  # pairs are independent rows
     return {n: g.detach() for n, g in zip(names, grads)}
 
@@ -90,7 +89,7 @@ def receiver_gradient(model: HookedModel, cache: PairCache, receiver: Receiver, 
     Returns:
         ``[batch, seq, ...]``: the receiver's slice (its head or KV group) of the hook's gradient.
     """
-    return _select(receiver, hook_gradients(model, cache, metric, [receiver.hook()])[receiver.hook()])
+    return receiver_slice(receiver, hook_gradients(model, cache, metric, [receiver.hook()])[receiver.hook()])
 
 
 @torch.no_grad()
@@ -115,7 +114,7 @@ def attribute_edges(
     Returns:
         :class:`~.edges.EdgeBatch` of per-pair estimates, one column per sender.
     """
-    receiver = _check(model, receiver, senders, cache.structure)
+    receiver = check_request(model, receiver, senders, cache.structure)
     if receiver.kind == "logits":
         raise ValueError(
             "the attribution screen estimates q/k/v/MLP receivers; sender → logits edges are exact without a "
@@ -125,9 +124,9 @@ def attribute_edges(
     changed, new = patched_inputs(model, cache, receiver, senders, positions, delta)
     if not changed:
         return EdgeBatch(effects=torch.zeros(B, len(senders)), clean_logit=cache.clean.logit)
-    full = receiver_gradient(model, cache, receiver, metric) if gradient is None else _select(receiver, gradient)
+    full = receiver_gradient(model, cache, receiver, metric) if gradient is None else receiver_slice(receiver, gradient)
     grad = full[:, changed]  # [B, |C|, ...]
-    old = _select(receiver, cache.ref[receiver.hook()])[:, changed]
+    old = receiver_slice(receiver, cache.ref[receiver.hook()])[:, changed]
     change = ((new - old[None]).float() * grad[None].float()).flatten(2).sum(-1)  # [sender, B]
     rows = torch.arange(B).repeat(len(senders))  # sender-major rows
     eff = metric.of_change(change.reshape(-1), cache.clean.take(rows)).reshape(len(senders), B)

@@ -33,19 +33,20 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, get_args
+from typing import Any, get_args
 
 import torch
 from jaxtyping import Int
 from torch import Tensor
 
+from mathcircuits.circuit.config import ScanPositions
 from mathcircuits.data.batching import iter_batches
 from mathcircuits.models import HookedModel
 from mathcircuits.models.prefix import shared_prefix_len
 
 __all__ = ["POSITIONS", "ROLES", "CircuitBatch", "Positions", "circuit_batches", "label_order", "scan_positions"]
 
-Positions = Literal["roles", "query", "suffix"]
+Positions = ScanPositions  # the one definition is in circuit.config
 POSITIONS: tuple[str, ...] = get_args(Positions)
 ROLES = {"A": "pos_a", "B": "pos_b", "op": "pos_op", "last": "pos_last"}
 _NEEDED = ("tokens", "cf_tokens", "answer_tokens", "prefix_len", *ROLES.values())

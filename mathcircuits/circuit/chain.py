@@ -15,11 +15,11 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-from mathcircuits.circuit.cache import PairCache, _select, position_scores, readout_of, unembed
 from mathcircuits.circuit.components import Receiver, Sender, check_positions
+from mathcircuits.circuit.pair_cache import PairCache, position_scores, readout_of, receiver_slice, unembed
 from mathcircuits.models import HookedModel, hooks
+from mathcircuits.models.changes import attn_change, attn_pre_norm_name, mlp_change
 from mathcircuits.models.families import BlockStructure, UnsupportedFamilyError
-from mathcircuits.patching._common import attn_change, attn_pre_norm_name, mlp_change
 from mathcircuits.patching.metrics import Metric
 
 __all__ = ["delta_snapshots", "first_diff", "logits_effects", "patched_inputs", "receiver_input"]
@@ -218,4 +218,4 @@ def patched_inputs(
         W_O = model.bridge.W_O  # the bridge stacks it from every layer on each access: read it once
         delta = _deltas(model, cache, senders, C, lr, W_O)  # [sender, B, |C|, d_model]
     delta = delta.to(ref[reads].dtype)
-    return changed, _select(receiver, receiver_input(model, structure, receiver, ref[reads][:, C][None] + delta))
+    return changed, receiver_slice(receiver, receiver_input(model, structure, receiver, ref[reads][:, C][None] + delta))

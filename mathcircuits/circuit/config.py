@@ -10,11 +10,39 @@ counterfactual prompts for the position-mean ablation.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, TypeAlias
 
 from mathcircuits._schema import check_fields, setting
+from mathcircuits.data.generate import Counterfactual
+from mathcircuits.patching import MetricName
 
-__all__ = ["CircuitConfig"]
+__all__ = [
+    "AblationKind",
+    "CircuitConfig",
+    "Counterfactual",
+    "EdgeMethod",
+    "EdgeSender",
+    "EvalLevel",
+    "MLPMode",
+    "ReceiverKind",
+    "ScanPositions",
+]
+
+#: Which components send edges (the ``senders`` choices of ``discover_circuit`` and ``CircuitConfig``).
+EdgeSender: TypeAlias = Literal["head", "mlp"]
+#: Which inputs of a node receive them.
+ReceiverKind: TypeAlias = Literal["q", "k", "v", "mlp"]
+#: Which positions are scanned: every position from the first difference, the prompt's token roles, or every
+#: query token.
+ScanPositions: TypeAlias = Literal["query", "roles", "suffix"]
+#: How an edge is measured: the cached suffix-only method, or two plain forwards.
+EdgeMethod: TypeAlias = Literal["exact", "reference"]
+#: What a node outside the circuit takes: its paired counterfactual value, or a position-aligned pool mean.
+AblationKind: TypeAlias = Literal["resample", "position_mean"]
+#: MLPs outside the circuit: ablated like heads, or kept (recomputed).
+MLPMode: TypeAlias = Literal["ablate", "keep"]
+#: The primary evaluation: edge-level when edges were found (auto), or edge- or node-level.
+EvalLevel: TypeAlias = Literal["auto", "edges", "nodes"]
 
 
 @dataclass(frozen=True)
@@ -22,7 +50,7 @@ class CircuitConfig:
     """How to find each operation's circuit and how to measure its faithfulness curve."""
 
     enabled: bool = setting(True, "run the circuit stage (tens of minutes per operation on a CPU)")
-    counterfactual: Literal["operands", "operator"] = setting(
+    counterfactual: Counterfactual = setting(
         "operands", "operands: other operands, another answer (operand paths findable); operator: the paper's"
     )
     template_ids: tuple[str, ...] | None = setting(
@@ -42,25 +70,25 @@ class CircuitConfig:
     threshold: float = setting(0.0, "smallest |mean effect| of an edge (metric units)", ge=0)
     top_k: int = setting(3, "at most this many edges per receiver", ge=1)
     logits_top_k: int = setting(6, "round 0: at most this many senders per answer position", ge=1)
-    senders: tuple[Literal["head", "mlp"], ...] = setting(("head", "mlp"), "which components send")
-    receivers: tuple[Literal["q", "k", "v", "mlp"], ...] = setting(("q", "k", "v", "mlp"), "which inputs receive")
-    positions: Literal["query", "roles", "suffix"] = setting(
+    senders: tuple[EdgeSender, ...] = setting(("head", "mlp"), "which components send")
+    receivers: tuple[ReceiverKind, ...] = setting(("q", "k", "v", "mlp"), "which inputs receive")
+    positions: ScanPositions = setting(
         "query", "query: every position from the first difference; roles: A, B, op, last; suffix: after the prefix"
     )
-    method: Literal["exact", "reference"] = setting("exact", "exact: cached and suffix-only; reference: 2 forwards")
+    method: EdgeMethod = setting("exact", "exact: cached and suffix-only; reference: 2 forwards")
     screen: int | None = setting(
         10,
         "measure exactly only this many senders per receiver that the attribution screen ranks first; null: all",
         ge=1,
     )
-    metric: Literal["answer_logprob", "relative_logit", "logit_diff", "prob_change"] = setting(
+    metric: MetricName = setting(
         "answer_logprob", "edge effect: the whole answer's log-probability (offset-free), or a first-token metric"
     )
-    mlps: Literal["ablate", "keep"] = setting("ablate", "MLPs outside the circuit: ablated like heads, or kept")
-    ablations: tuple[Literal["resample", "position_mean"], ...] = setting(
+    mlps: MLPMode = setting("ablate", "MLPs outside the circuit: ablated like heads, or kept")
+    ablations: tuple[AblationKind, ...] = setting(
         ("resample", "position_mean"), "ablations side by side; the first is the primary one"
     )
-    level: Literal["auto", "edges", "nodes"] = setting("auto", "primary evaluation: edges when edges were found")
+    level: EvalLevel = setting("auto", "primary evaluation: edges when edges were found")
     points: int = setting(10, "at most this many circuit sizes on the curve", ge=2)
     n_random: int = setting(20, "depth-matched random circuits per size", ge=0)
     plateau_tol: float = setting(0.05, "the plateau circuit is the smallest within this of the curve's maximum", ge=0)

@@ -10,15 +10,34 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
 
 import pandas as pd
 
 from mathcircuits._io import SavedResult
-from mathcircuits.models.spec import ModelSpec, as_spec
+from mathcircuits.circuit.config import AblationKind, MLPMode, ScanPositions
+from mathcircuits.models.spec import ModelSpec
 from mathcircuits.stats import Interval
 
-__all__ = ["CompletenessRow", "CurvePoint", "Faithfulness"]
+__all__ = ["CompletenessRow", "CurvePoint", "Faithfulness", "FaithfulnessSettings"]
+
+
+@dataclass(frozen=True)
+class FaithfulnessSettings:
+    """How a faithfulness curve was measured (the arguments of :func:`~mathcircuits.circuit.faithfulness`)."""
+
+    ablations: list[AblationKind] = field(default_factory=list)
+    level: str = "edges"
+    mlps: MLPMode = "ablate"
+    points: int = 0
+    n_random: int = 0
+    plateau_tol: float = 0.0
+    min_gap: float = 0.0
+    completeness_sets: int = 0
+    minimality_nodes: int = 0
+    n_boot: int = 0
+    seed: int = 0
+    positions: ScanPositions = "query"
+    metric: str = "answer_logprob"
 
 
 @dataclass(frozen=True)
@@ -66,7 +85,7 @@ class CompletenessRow:
     difference: Interval
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class Faithfulness(SavedResult):
     """The faithfulness curve of a circuit, its random band, and necessity, completeness and minimality.
 
@@ -90,7 +109,7 @@ class Faithfulness(SavedResult):
     VERSION = 2
     STAGE = "circuit"
 
-    model: ModelSpec | dict[str, Any]
+    model: ModelSpec
     operations: tuple[str, ...]
     templates: tuple[str, ...]
     n_pairs: int
@@ -109,11 +128,8 @@ class Faithfulness(SavedResult):
     minimality: dict[str, dict[str, Interval]] = field(default_factory=dict)
     interval_over: str = "templates"
     confidence: float = 0.95
-    settings: dict[str, Any] = field(default_factory=dict)
+    settings: FaithfulnessSettings = FaithfulnessSettings()
     seconds: float = float("nan")
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "model", as_spec(self.model))
 
     @property
     def whole(self) -> Interval:
@@ -156,8 +172,11 @@ class Faithfulness(SavedResult):
                 )  # fmt: skip
         return pd.DataFrame(rows)
 
-    def __repr__(self) -> str:
-        return f"Faithfulness({', '.join(self.operations)}, {self.n_pairs} pairs: {self.summary()})"
-
-    def _repr_html_(self) -> str:
-        return f"<b>Faithfulness</b> ({', '.join(self.operations)}, {self.n_pairs} pairs): {self.summary()}"
+    def summary_items(self) -> list[tuple[str, str]]:
+        """Model, operations, pairs, the denominator and the plateau circuit against its random band."""
+        return [
+            ("model", self.model.name),
+            ("operations", ", ".join(self.operations)),
+            ("pairs", str(self.n_pairs)),
+            ("faithfulness", self.summary()),
+        ]

@@ -21,7 +21,7 @@ patching confirms what it keeps.
 **Deep enough.** After each round the whole circuit is scored on the discovery pairs (resample
 ablation at edge level, :mod:`.faithfulness`); discovery stops when a round adds less than
 ``saturation_tol`` faithfulness, or at a stated budget (``depth`` rounds, ``max_nodes``,
-``max_seconds``). ``settings["rounds"]`` records each round and ``settings["stopped"]`` why it ended.
+``max_seconds``). ``settings.rounds`` records each round and ``settings.stopped`` why it ended.
 
 The metric is the whole answer's log-probability by default (``answer_logprob``): positions are the
 teacher-forced sequence's (:mod:`.batches`), pairs may come from several templates (a label absent
@@ -31,7 +31,7 @@ An edge's interval is a percentile bootstrap over those pairs.
 Usage::
 
     circuit = discover_circuit(model, pairs, depth=6, screen=12, saturation_tol=0.02)
-    circuit.settings["rounds"], circuit.settings["stopped"]
+    circuit.settings.rounds, circuit.settings.stopped
 """
 
 from __future__ import annotations
@@ -45,16 +45,18 @@ from tqdm.auto import tqdm
 
 from mathcircuits.circuit.attribution import attribute_edges, hook_gradients
 from mathcircuits.circuit.batches import POSITIONS, ROLES, CircuitBatch, circuit_batches, label_order
-from mathcircuits.circuit.cache import PairCache, pair_cache
 from mathcircuits.circuit.chain import delta_snapshots
 from mathcircuits.circuit.components import SENDER_KINDS, Receiver, Sender, upstream_senders
-from mathcircuits.circuit.edges import exact_edges, reference_edges
+from mathcircuits.circuit.config import EdgeMethod, EdgeSender, MLPMode, ReceiverKind, ScanPositions
+from mathcircuits.circuit.edges import exact_edges
 from mathcircuits.circuit.faithfulness import Scorer
-from mathcircuits.circuit.result import Circuit, Edge, Node
+from mathcircuits.circuit.pair_cache import EdgeBatch, PairCache, pair_cache
+from mathcircuits.circuit.reference import reference_edges
+from mathcircuits.circuit.result import Circuit, CircuitData, CircuitSettings, DiscoveryRound, Edge, Node
 from mathcircuits.circuit.subcircuits import wiring_of
-from mathcircuits.models import HookedModel, hooks
-from mathcircuits.patching import get_metric
-from mathcircuits.patching._common import check_dataset
+from mathcircuits.data.pairs import PairSet, check_token_aligned
+from mathcircuits.models import HookedModel, ModelSpec, hooks
+from mathcircuits.patching import Metric, MetricName, get_metric
 from mathcircuits.stats import bootstrap_statistic
 
 __all__ = ["ROLES", "discover_circuit"]
@@ -65,7 +67,9 @@ EDGE_METHODS = {"exact": exact_edges, "reference": reference_edges}
 class _Batches:
     """The discovery pairs: per batch its cache, labels and (lazily) the gradients the screen needs."""
 
-    def __init__(self, model: HookedModel, dataset: Any, positions: str, batch_size: int, need_probs: bool) -> None:
+    def __init__(
+        self, model: HookedModel, dataset: PairSet, positions: ScanPositions, batch_size: int, need_probs: bool
+    ) -> None:
         self.model = model
         self.batches: list[CircuitBatch] = circuit_batches(model, dataset, positions, batch_size)
         self.caches: list[PairCache] = []
@@ -98,7 +102,7 @@ class _Batches:
             self.snaps[(i, position)] = delta_snapshots(self.model, self.caches[i], self.all_senders, position)
         return self.snaps[(i, position)][layer][[self.sender_index[s] for s in senders]]
 
-    def gradient(self, i: int, metric: Any) -> dict[str, torch.Tensor]:
+    def gradient(self, i: int, metric: Metric) -> dict[str, torch.Tensor]:
         """Every receiver hook's gradient for batch ``i`` (one forward and backward, kept)."""
         if i not in self.grads:
             names = [hooks.sub(layer, f"attn.hook_{k}") for layer in range(self.model.spec.n_layers) for k in "qkv"]
@@ -113,8 +117,8 @@ def _measure(
     at: str | None,
     label: str,
     senders: list[Sender],
-    metric: Any,
-    edge_fn: Callable[..., Any],
+    metric: Metric,
+    edge_fn: Callable[..., EdgeBatch],
     screen: int | None,
 ) -> list[tuple[Sender, torch.Tensor]]:
     """Per-pair effects (NaN where a batch lacks the label) of senders patched at ``label`` on the receiver.
@@ -150,7 +154,7 @@ def _measure(
     return [(s, eff[:, j]) for j, s in enumerate(senders)]
 
 
-def _receivers(node: Node, spec: Any, kinds: Sequence[str]) -> list[tuple[Receiver, bool]]:
+def _receivers(node: Node, spec: ModelSpec, kinds: Sequence[str]) -> list[tuple[Receiver, bool]]:
     """The receivers of a node and whether each reads every position (k/v) or only the node's."""
     if node.kind == "mlp":
         return [(Receiver("mlp", node.layer), False)] if "mlp" in kinds else []
@@ -162,7 +166,7 @@ def _receivers(node: Node, spec: Any, kinds: Sequence[str]) -> list[tuple[Receiv
     return out
 
 
-def _check_args(spec: Any, kw: dict[str, Any]) -> None:
+def _check_args(spec: ModelSpec, kw: dict[str, Any]) -> None:
     if kw["method"] not in EDGE_METHODS:
         raise ValueError(f"method {kw['method']!r} is unknown. Fix: use one of {list(EDGE_METHODS)}.")
     if kw["positions"] not in POSITIONS:
@@ -192,20 +196,20 @@ def _check_args(spec: Any, kw: dict[str, Any]) -> None:
 @torch.no_grad()
 def discover_circuit(
     model: HookedModel,
-    dataset: Any,
+    dataset: PairSet,
     key_heads: Sequence[tuple[int, int]] | None = None,
     depth: int = 4,
     threshold: float = 0.0,
     top_k: int = 4,
     logits_top_k: int = 8,
-    senders: Sequence[str] = ("head", "mlp"),
-    receivers: Sequence[str] = ("q", "k", "v", "mlp"),
-    positions: str = "query",
-    metric: str = "answer_logprob",
-    method: str = "exact",
+    senders: Sequence[EdgeSender] = ("head", "mlp"),
+    receivers: Sequence[ReceiverKind] = ("q", "k", "v", "mlp"),
+    positions: ScanPositions = "query",
+    metric: MetricName | Metric = "answer_logprob",
+    method: EdgeMethod = "exact",
     screen: int | None = None,
     saturation_tol: float | None = 0.02,
-    mlps: str = "ablate",
+    mlps: MLPMode = "ablate",
     max_nodes: int | None = None,
     max_seconds: float | None = None,
     batch_size: int = 8,
@@ -238,11 +242,11 @@ def discover_circuit(
         progress: show a progress bar per round.
 
     Returns:
-        A :class:`Circuit`; ``settings["rounds"]`` has each round's size and faithfulness on these pairs.
+        A :class:`Circuit`; ``settings.rounds`` has each round's size and faithfulness on these pairs.
     """
     t0 = time.perf_counter()
     spec = model.spec
-    check_dataset(dataset, spec)
+    check_token_aligned(dataset, spec.vocab_size)
     _check_args(spec, locals())
     m = get_metric(metric)
     edge_fn = EDGE_METHODS[method]
@@ -281,11 +285,10 @@ def discover_circuit(
 
     def score() -> float:
         c = Circuit(model=spec, nodes=tuple(nodes.values()), edges=tuple(edges), metric=m.name, method=method,
-                    n_pairs=len(dataset), settings={"positions": positions})  # fmt: skip
+                    n_pairs=len(dataset), settings=CircuitSettings(positions=positions))  # fmt: skip
         return float((scorer.score("resample", [wiring_of(c)])[0] - scorer.cf).mean() / gap) if gap else float("nan")
 
-    rounds = [{"round": 0, "nodes": len(nodes) - 1, "edges": len(edges), "faithfulness": score(),
-               "seconds": time.perf_counter() - t0}]  # fmt: skip
+    rounds = [DiscoveryRound(0, len(nodes) - 1, len(edges), score(), time.perf_counter() - t0)]
     stopped = "depth budget"
     for d in range(1, depth + 1):
         new_frontier = []
@@ -319,9 +322,8 @@ def discover_circuit(
                     shared = tuple(receiver.shared_by(spec)) if receiver.kind in ("k", "v") else ()
                     edges.append(Edge(sender.name, node.name, receiver.kind, *interval(per), shared))
         frontier = new_frontier
-        rounds.append({"round": d, "nodes": len(nodes) - 1, "edges": len(edges), "faithfulness": score(),
-                       "seconds": time.perf_counter() - t0})  # fmt: skip
-        gain = rounds[-1]["faithfulness"] - rounds[-2]["faithfulness"]
+        rounds.append(DiscoveryRound(d, len(nodes) - 1, len(edges), score(), time.perf_counter() - t0))
+        gain = rounds[-1].faithfulness - rounds[-2].faithfulness
         if out_of_time:
             stopped = f"time budget ({max_seconds:.0f} s, during round {d})"
             break
@@ -345,30 +347,30 @@ def discover_circuit(
         method=method,
         n_pairs=len(dataset),
         confidence=confidence,
-        data={
-            "operations": sorted(set(dataset["operation"])) if "operation" in dataset.column_names else [],
-            "templates": sorted(set(dataset["template_id"])) if "template_id" in dataset.column_names else [],
-            "pair_ids": list(dataset["pair_id"]) if "pair_id" in dataset.column_names else [],
-        },
-        settings={
-            "key_heads": None if key_heads is None else [list(h) for h in key_heads],
-            "depth": depth,
-            "threshold": threshold,
-            "top_k": top_k,
-            "logits_top_k": logits_top_k,
-            "senders": list(senders),
-            "receivers": list(receivers),
-            "positions": positions,
-            "screen": screen,
-            "saturation_tol": saturation_tol,
-            "mlps": mlps,
-            "max_nodes": max_nodes,
-            "max_seconds": max_seconds,
-            "batch_size": batch_size,
-            "n_boot": n_boot,
-            "seed": seed,
-            "rounds": rounds,
-            "stopped": stopped,
-        },  # fmt: skip
+        data=CircuitData(
+            operations=sorted(set(dataset["operation"])) if "operation" in dataset.column_names else [],
+            templates=sorted(set(dataset["template_id"])) if "template_id" in dataset.column_names else [],
+            pair_ids=list(dataset["pair_id"]) if "pair_id" in dataset.column_names else [],
+        ),
+        settings=CircuitSettings(
+            key_heads=None if key_heads is None else [list(h) for h in key_heads],
+            depth=depth,
+            threshold=threshold,
+            top_k=top_k,
+            logits_top_k=logits_top_k,
+            senders=list(senders),
+            receivers=list(receivers),
+            positions=positions,
+            screen=screen,
+            saturation_tol=saturation_tol,
+            mlps=mlps,
+            max_nodes=max_nodes,
+            max_seconds=max_seconds,
+            batch_size=batch_size,
+            n_boot=n_boot,
+            seed=seed,
+            rounds=rounds,
+            stopped=stopped,
+        ),
         seconds=time.perf_counter() - t0,
     )

@@ -39,61 +39,48 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 from jaxtyping import Float
 from torch import Tensor
 
-from mathcircuits.circuit.cache import (
-    PairCache,
-    _put,
-    _readout,
-    _select,
-    pair_cache,
-)
 from mathcircuits.circuit.chain import logits_effects, patched_inputs
-from mathcircuits.circuit.components import Receiver, Sender, check_positions
-from mathcircuits.models import HookedModel, fast_paths_enabled, hooks
-from mathcircuits.models.families import BlockStructure
+from mathcircuits.circuit.components import Receiver, Sender
+from mathcircuits.circuit.pair_cache import EdgeBatch, PairCache, check_request, pair_cache, receiver_slice
+from mathcircuits.circuit.reference import reference_edges
+from mathcircuits.models import HookedModel, fast_paths_enabled
 from mathcircuits.models.integrity import compare, model_dtype, probe_pairs, verify_once
-from mathcircuits.patching.metrics import METRICS, Metric
+from mathcircuits.patching.metrics import METRICS, Metric, answer_readout
 
-__all__ = ["EdgeBatch", "PairCache", "check_edges", "exact_edges", "pair_cache", "patched_inputs", "reference_edges"]
-
-
-@dataclass(frozen=True)
-class EdgeBatch:
-    """Per-pair effects of each sender on one receiver, for one batch of equal-length pairs."""
-
-    effects: Float[Tensor, "batch sender"]
-    clean_logit: Float[Tensor, " batch"]
-
-
-def _check(model: HookedModel, receiver: Receiver, senders: Sequence[Sender], structure: BlockStructure) -> Receiver:
-    receiver = receiver.check(model.spec)
-    for s in senders:
-        s.check(model.spec)
-        if not receiver.is_downstream_of(s, structure.parallel):
-            raise ValueError(
-                f"sender {s.name} lies at or after receiver {receiver.name}, so its output cannot reach it. "
-                "Fix: use senders in earlier layers (upstream_senders(spec, receiver, parallel) lists them)."
-            )
-    return receiver
+__all__ = ["check_edges", "exact_edges", "patched_inputs", "receiver_effects"]
 
 
 @torch.no_grad()
-def _step2(
+def receiver_effects(
     model: HookedModel,
     cache: PairCache,
     receiver: Receiver,
     values: Tensor,
     start: int,
     metric: Metric,
-    chunk: int,
-) -> Tensor:
-    """Effects of the receiver's activation replaced by ``values`` [sender, batch, seq−start, ...] from ``start``."""
+    chunk: int = 8192,
+) -> Float[Tensor, "sender batch"]:
+    """Step 2 of the method: the effect on the answer of the receiver's input replaced by ``values``.
+
+    Args:
+        model: the hooked model.
+        cache: the batch's two cached runs.
+        receiver: the receiver whose input is replaced.
+        values: one replacement per sender, ``[sender, batch, seq − start, ...]`` (the receiver's hook's
+            slice from position ``start`` on).
+        start: the first position replaced; the prefix before it runs once with a KV cache.
+        metric: the effect measure (read at every answer position).
+        chunk: rows per forward (bounds memory).
+
+    Returns:
+        The effect of each sender's replacement on each pair.
+    """
     bridge, tokens, answers, clean = model.bridge, cache.tokens, cache.all_answers, cache.clean
     n_s, B = values.shape[:2]
     n_ans = answers.shape[1]
@@ -116,7 +103,7 @@ def _step2(
         logits = bridge.run_with_hooks(
             suffix.repeat_interleave(n, 0), fwd_hooks=[(receiver.hook(), hook)], past_key_values=kv
         )[:, -n_ans:]
-        patched = _readout(logits, answers.repeat_interleave(n, 0), metric)
+        patched = answer_readout(logits, answers.repeat_interleave(n, 0), metric)
         eff = metric(patched, clean.take(torch.arange(B).repeat_interleave(n)))
         out[lo : lo + n] = eff.float().cpu().reshape(B, n).T
     return out
@@ -126,72 +113,6 @@ def _put_all(act: Tensor, rows: Tensor, index: int) -> Tensor:
     act = act.clone()
     act[:, :, index] = rows.to(act.dtype)
     return act
-
-
-@torch.no_grad()
-def reference_edges(
-    model: HookedModel,
-    cache: PairCache,
-    receiver: Receiver,
-    senders: Sequence[Sender],
-    positions: Sequence[int],
-    metric: Metric,
-) -> EdgeBatch:
-    """Sender → receiver effects by the definition: two full hooked forwards per sender (one for the logits).
-
-    Args:
-        model: the hooked model.
-        cache: the batch and its cached runs (:func:`pair_cache`).
-        receiver: a q/k/v/mlp :class:`Receiver`, or the logits (the frozen run's own readout).
-        senders: heads and MLPs upstream of the receiver.
-        positions: where each sender is patched (all of them at once).
-        metric: the effect measure at the answer positions.
-
-    Returns:
-        :class:`EdgeBatch` of per-pair effects, one column per sender.
-    """
-    receiver = _check(model, receiver, senders, cache.structure)
-    bridge, L = model.bridge, model.spec.n_layers
-    tokens, ref, cf = cache.tokens, cache.ref, cache.cf
-    answers = cache.all_answers
-    seq, n_ans = tokens.shape[1], answers.shape[1]
-    pos = check_positions(positions, seq, "sender")
-    z_names = [hooks.z(layer) for layer in range(L)]
-    m_names = [hooks.mlp_out(layer) for layer in range(L)]
-    out = torch.empty(tokens.shape[0], len(senders))
-    for j, s in enumerate(senders):
-        record: dict[str, Tensor] = {}
-
-        def freeze(act: Tensor, hook: Any, layer: int = 0, s: Sender = s) -> Tensor:
-            new = ref[z_names[layer]].clone()
-            if s.kind == "head" and s.layer == layer:
-                new[:, pos, s.head] = cf[z_names[layer]][:, pos, s.head]
-            return new
-
-        def patch_mlp(act: Tensor, hook: Any, s: Sender = s) -> Tensor:
-            new = act.clone()
-            new[:, pos] = cf[m_names[s.layer]][:, pos]
-            return new
-
-        def keep(act: Tensor, hook: Any, record: dict[str, Tensor] = record) -> None:
-            record["r"] = act.detach().clone()
-
-        fwd = [(z_names[layer], lambda a, hook, layer=layer: freeze(a, hook, layer)) for layer in range(L)]
-        if s.kind == "mlp":
-            fwd.append((m_names[s.layer], patch_mlp))
-        if receiver.kind == "logits":  # the frozen run's own answer readout
-            logits = bridge.run_with_hooks(tokens, fwd_hooks=fwd)[:, -n_ans:]
-        else:
-            bridge.run_with_hooks(tokens, fwd_hooks=fwd + [(receiver.hook(), keep)])
-            rpos = receiver.positions(seq)
-            value = _select(receiver, record["r"])[:, rpos]
-
-            def replace(act: Tensor, hook: Any, value: Tensor = value, rpos: list[int] = rpos) -> Tensor:
-                return _put(receiver, act, value, rpos)
-
-            logits = bridge.run_with_hooks(tokens, fwd_hooks=[(receiver.hook(), replace)])[:, -n_ans:]
-        out[:, j] = metric(_readout(logits, answers, metric), cache.clean).float().cpu()
-    return EdgeBatch(effects=out, clean_logit=cache.clean.logit)
 
 
 @torch.no_grad()
@@ -222,7 +143,7 @@ def exact_edges(
     if not fast_paths_enabled():
         return reference_edges(model, cache, receiver, senders, positions, metric)
     verify_once(model.bridge, "circuit edges", lambda: check_edges(model))
-    receiver = _check(model, receiver, senders, cache.structure)
+    receiver = check_request(model, receiver, senders, cache.structure)
     B = cache.tokens.shape[0]
     if receiver.kind == "logits":
         return EdgeBatch(logits_effects(model, cache, senders, positions, metric, chunk_rows), cache.clean.logit)
@@ -230,10 +151,10 @@ def exact_edges(
     if not changed:  # nothing the receiver reads differs at the patched positions: no effect, exactly
         return EdgeBatch(effects=torch.zeros(B, len(senders)), clean_logit=cache.clean.logit)
     start = min(changed[0], cache.readout_positions[0])  # the suffix run must reach every answer position
-    base = _select(receiver, cache.ref[receiver.hook()])[:, start:]  # [B, S', ...]
+    base = receiver_slice(receiver, cache.ref[receiver.hook()])[:, start:]  # [B, S', ...]
     values = base[None].repeat(len(senders), *([1] * base.dim())).clone()
     values[:, :, [p - start for p in changed]] = new.to(values.dtype)
-    effects = _step2(model, cache, receiver, values, start, metric, chunk_rows)
+    effects = receiver_effects(model, cache, receiver, values, start, metric, chunk_rows)
     return EdgeBatch(effects=effects.T.contiguous(), clean_logit=cache.clean.logit)
 
 

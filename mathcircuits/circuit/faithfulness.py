@@ -46,8 +46,8 @@ import torch
 from tqdm.auto import tqdm
 
 from mathcircuits.circuit.batches import CircuitBatch, circuit_batches
-from mathcircuits.circuit.cache import position_scores
-from mathcircuits.circuit.curve import CompletenessRow, CurvePoint, Faithfulness
+from mathcircuits.circuit.config import AblationKind, EvalLevel, MLPMode, ScanPositions
+from mathcircuits.circuit.curve import CompletenessRow, CurvePoint, Faithfulness, FaithfulnessSettings
 from mathcircuits.circuit.intervene import (
     ABLATION_KINDS,
     AblationValues,
@@ -56,9 +56,11 @@ from mathcircuits.circuit.intervene import (
     prefix_kv,
     resample_values,
 )
+from mathcircuits.circuit.pair_cache import position_scores
 from mathcircuits.circuit.pool import pool_means, scored_operands
 from mathcircuits.circuit.result import Circuit
 from mathcircuits.circuit.subcircuits import edge_order, random_wiring, size_grid, top_wiring
+from mathcircuits.data.pairs import PairSet
 from mathcircuits.models import HookedModel
 from mathcircuits.models.families import block_structure
 from mathcircuits.models.prefix import repeat_cache
@@ -75,11 +77,11 @@ class Scorer:
     def __init__(
         self,
         model: HookedModel,
-        dataset: Any,
-        positions: str,
-        ablations: Sequence[str],
-        pool: Any = None,
-        mlps: str = "ablate",
+        dataset: PairSet,
+        positions: ScanPositions,
+        ablations: Sequence[AblationKind],
+        pool: PairSet | None = None,
+        mlps: MLPMode = "ablate",
         batch_size: int = 8,
     ) -> None:
         bad = [a for a in ablations if a not in ABLATION_KINDS]
@@ -115,7 +117,7 @@ class Scorer:
         )
         return position_scores(logits[:, -n:], b.answers)[1].sum(-1).float().cpu()
 
-    def score(self, ablation: str, wirings: Sequence[Wiring]) -> torch.Tensor:
+    def score(self, ablation: AblationKind, wirings: Sequence[Wiring]) -> torch.Tensor:
         """``[wiring, pair]`` log-probabilities, pairs in :attr:`rows` order."""
         if not wirings:
             return torch.empty(0, len(self.rows))
@@ -166,12 +168,12 @@ def _name(key: tuple[str, int, int, str]) -> str:
 
 def faithfulness(
     model: HookedModel,
-    dataset: Any,
+    dataset: PairSet,
     circuit: Circuit,
-    pool: Any = None,
-    ablations: Sequence[str] = ("resample", "position_mean"),
-    level: str = "auto",
-    mlps: str = "ablate",
+    pool: PairSet | None = None,
+    ablations: Sequence[AblationKind] = ("resample", "position_mean"),
+    level: EvalLevel = "auto",
+    mlps: MLPMode = "ablate",
     points: int = 12,
     n_random: int = 20,
     plateau_tol: float = 0.05,
@@ -189,7 +191,7 @@ def faithfulness(
     Args:
         model: the hooked model the circuit was found on.
         dataset: the scored pairs (keep them disjoint from the pairs that found the circuit).
-        circuit: a :class:`~mathcircuits.circuit.Circuit` (its ``settings["positions"]`` names the node labels).
+        circuit: a :class:`~mathcircuits.circuit.Circuit` (its ``settings.positions`` names the node labels).
         pool: counterfactual prompts of the scored templates for ``position_mean`` (pairs with the scored pairs'
             operands are left out); needed only for that ablation.
         ablations: ``"resample"`` and/or ``"position_mean"``; the first is the primary one.
@@ -212,7 +214,7 @@ def faithfulness(
     circuit.check_model(model)
     if level not in ("auto", "edges", "nodes"):
         raise ValueError(f"level {level!r} is unknown. Fix: use 'auto', 'edges' or 'nodes'.")
-    positions = circuit.settings.get("positions", "roles")
+    positions = circuit.settings.positions
     scorer = Scorer(model, dataset, positions, list(ablations), pool, mlps, batch_size)
     resamples, over = _resamples(scorer, n_boot, seed)
     gap = scorer.clean - scorer.cf
@@ -227,12 +229,11 @@ def faithfulness(
         n_pairs=len(scorer.rows), denominator=denominator, clean=float(scorer.clean.mean()),
         counterfactual=float(scorer.cf.mean()), rule=rule, primary=primary, interval_over=over, confidence=confidence,
     )  # fmt: skip
-    settings = {
-        "ablations": list(ablations), "level": lvl, "mlps": mlps, "points": points, "n_random": n_random,
-        "plateau_tol": plateau_tol, "min_gap": min_gap, "completeness_sets": completeness_sets,
-        "minimality_nodes": minimality_nodes, "n_boot": n_boot,
-        "seed": seed, "positions": positions, "metric": "answer_logprob",
-    }  # fmt: skip
+    settings = FaithfulnessSettings(
+        ablations=list(ablations), level=lvl, mlps=mlps, points=points, n_random=n_random, plateau_tol=plateau_tol,
+        min_gap=min_gap, completeness_sets=completeness_sets, minimality_nodes=minimality_nodes, n_boot=n_boot,
+        seed=seed, positions=positions, metric="answer_logprob",
+    )  # fmt: skip
     if abs(den.value) < min_gap or den.low <= 0 <= den.high:
         return Faithfulness(**base, ill_conditioned=True, settings=settings, seconds=time.perf_counter() - t0)
 

@@ -50,9 +50,9 @@ from jaxtyping import Float
 from torch import Tensor
 
 from mathcircuits.circuit.batches import CircuitBatch
-from mathcircuits.circuit.cache import position_scores
 from mathcircuits.circuit.chain import receiver_input
 from mathcircuits.circuit.components import Receiver
+from mathcircuits.circuit.pair_cache import position_scores
 from mathcircuits.circuit.wiring import (
     ABLATION_KINDS,
     LOGITS,

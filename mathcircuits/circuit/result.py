@@ -12,14 +12,16 @@ edge on a GQA model enters a KV group: ``shared_by`` lists the query heads readi
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 import pandas as pd
+from torch import nn
 
 from mathcircuits._io import SavedResult
-from mathcircuits.models.spec import ModelSpec, as_spec, check_model
+from mathcircuits.circuit.config import EdgeSender, MLPMode, ReceiverKind, ScanPositions
+from mathcircuits.models import Head, HookedModel
+from mathcircuits.models.spec import ModelSpec, check_model
 
-__all__ = ["Circuit", "Edge", "Node"]
+__all__ = ["Circuit", "CircuitData", "CircuitSettings", "DiscoveryRound", "Edge", "Node"]
 
 
 @dataclass(frozen=True)
@@ -50,7 +52,7 @@ class Node:
     def component(self) -> str:
         if self.kind == "logits":
             return "logits"
-        return f"L{self.layer}.H{self.head}" if self.kind == "head" else f"MLP{self.layer}"
+        return str(Head(self.layer, self.head)) if self.kind == "head" else f"MLP{self.layer}"
 
     @property
     def name(self) -> str:
@@ -78,6 +80,52 @@ class Edge:
 
 
 @dataclass(frozen=True)
+class CircuitData:
+    """The pairs a circuit was found on (operations, templates, pair ids), and the pairs kept for its evaluation."""
+
+    operations: list[str] = field(default_factory=list)
+    templates: list[str] = field(default_factory=list)
+    pair_ids: list[int] = field(default_factory=list)
+    eval_pair_ids: list[int] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class DiscoveryRound:
+    """One round of discovery: the circuit's size after it, its faithfulness on the discovery pairs, the time so far."""
+
+    round: int
+    nodes: int
+    edges: int
+    faithfulness: float
+    seconds: float
+
+
+@dataclass(frozen=True)
+class CircuitSettings:
+    """How a circuit was found (the arguments of :func:`~mathcircuits.circuit.discover_circuit`), its rounds and why
+    it stopped."""
+
+    key_heads: list[list[int]] | None = None
+    depth: int = 2
+    threshold: float = 0.0
+    top_k: int = 0
+    logits_top_k: int = 0
+    senders: list[EdgeSender] = field(default_factory=list)
+    receivers: list[ReceiverKind] = field(default_factory=list)
+    positions: ScanPositions = "roles"
+    screen: int | None = None
+    saturation_tol: float | None = None
+    mlps: MLPMode = "ablate"
+    max_nodes: int | None = None
+    max_seconds: float | None = None
+    batch_size: int = 16
+    n_boot: int = 0
+    seed: int = 0
+    rounds: list[DiscoveryRound] = field(default_factory=list)
+    stopped: str = ""
+
+
+@dataclass(frozen=True, repr=False)
 class Circuit(SavedResult):
     """Nodes and edges found by iterating sender → receiver path patching from the key components.
 
@@ -88,19 +136,18 @@ class Circuit(SavedResult):
     VERSION = 1
     STAGE = "circuit"
 
-    model: ModelSpec | dict[str, Any]
+    model: ModelSpec
     nodes: tuple[Node, ...]
     edges: tuple[Edge, ...]
     metric: str
     method: str
     n_pairs: int
     confidence: float = 0.95
-    data: dict[str, Any] = field(default_factory=dict)
-    settings: dict[str, Any] = field(default_factory=dict)
+    data: CircuitData = CircuitData()
+    settings: CircuitSettings = CircuitSettings()
     seconds: float = float("nan")
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "model", as_spec(self.model))
         spec = self.model
         for n in self.nodes:
             if n.kind == "head":
@@ -119,22 +166,7 @@ class Circuit(SavedResult):
                 "Fix: build circuits with discover_circuit(), or list both nodes."
             )
 
-    def __repr__(self) -> str:
-        heads = sum(n.kind == "head" for n in self.nodes)
-        mlps = sum(n.kind == "mlp" for n in self.nodes)
-        return (
-            f"Circuit({self.model.name}: {heads} head nodes, {mlps} MLP nodes, {len(self.edges)} edges; "
-            f"{self.method}, metric {self.metric}, {self.n_pairs} pairs)"
-        )
-
-    def _repr_html_(self) -> str:
-        top = "".join(
-            f"<li>{e.sender} → {e.receiver} ({e.via}): {e.effect:+.3f} [{e.low:+.3f}, {e.high:+.3f}]</li>"
-            for e in self.strongest_edges(5)
-        )
-        return f"<b>{repr(self)}</b><ul>{top}</ul>"
-
-    def check_model(self, model: Any) -> None:
+    def check_model(self, model: ModelSpec | HookedModel | nn.Module) -> None:
         """Refuse a model other than the one the circuit was found on."""
         check_model(self.model, model, "this circuit", "discover the circuit on this model")
 
@@ -174,3 +206,15 @@ class Circuit(SavedResult):
         ]
         cols = ["sender", "receiver", "via", "effect", "low", "high", "shared_by", "sender_role", "receiver_role"]
         return pd.DataFrame(rows, columns=cols)
+
+    def summary_items(self) -> list[tuple[str, str]]:
+        """Model, nodes, edges, pairs and the strongest edge."""
+        top = self.strongest_edges(1)
+        edge = f"{top[0].sender} → {top[0].receiver} {top[0].effect:+.3g}" if top else "none"
+        return [
+            ("model", self.model.name),
+            ("nodes", str(len(self.nodes))),
+            ("edges", str(len(self.edges))),
+            ("pairs", str(self.n_pairs)),
+            ("strongest edge", edge),
+        ]

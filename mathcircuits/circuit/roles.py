@@ -12,14 +12,14 @@ the node's position).
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
 
 import torch
 
 from mathcircuits.circuit.batches import circuit_batches
 from mathcircuits.circuit.result import Circuit
+from mathcircuits.data.pairs import PairSet
 from mathcircuits.models import HookedModel, hooks
-from mathcircuits.patching._common import capture
+from mathcircuits.models.capture import capture
 
 __all__ = ["label_roles"]
 
@@ -27,7 +27,7 @@ _NAMES = ("operand mover", "operator reader", "few-shot reader", "local", "answe
 
 
 @torch.no_grad()
-def label_roles(model: HookedModel, dataset: Any, circuit: Circuit, batch_size: int = 16) -> Circuit:
+def label_roles(model: HookedModel, dataset: PairSet, circuit: Circuit, batch_size: int = 16) -> Circuit:
     """The circuit with each node's ``role`` filled in.
 
     Args:
@@ -40,7 +40,7 @@ def label_roles(model: HookedModel, dataset: Any, circuit: Circuit, batch_size: 
         A copy of the circuit with roles.
     """
     circuit.check_model(model)
-    positions = circuit.settings.get("positions", "roles")
+    positions = circuit.settings.positions
     layers = sorted({n.layer for n in circuit.nodes if n.kind == "head"})
     heads = [n for n in circuit.nodes if n.kind == "head"]
     sums = {n.name: torch.zeros(len(_NAMES)) for n in heads}

@@ -10,7 +10,7 @@ paired counterfactual run's own values (:func:`resample_values`) or a pool's pos
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal, get_args
+from typing import Any, get_args
 
 import torch
 from jaxtyping import Float
@@ -18,6 +18,7 @@ from torch import Tensor
 
 from mathcircuits.circuit.batches import CircuitBatch
 from mathcircuits.circuit.components import Receiver, Sender
+from mathcircuits.circuit.config import AblationKind, MLPMode
 from mathcircuits.models import HookedModel, hooks
 from mathcircuits.models.prefix import repeat_cache
 
@@ -37,9 +38,7 @@ __all__ = [
     "resample_values",
 ]
 
-AblationKind = Literal["resample", "position_mean"]
 ABLATION_KINDS: tuple[str, ...] = get_args(AblationKind)
-MLPMode = Literal["ablate", "keep"]
 MLP_MODES: tuple[str, ...] = get_args(MLPMode)
 NodeKey = tuple[str, int, int, str]  # (kind, layer, head, position label); the logits: ("logits", -1, -1, "")
 LOGITS: NodeKey = ("logits", -1, -1, "")

@@ -31,7 +31,7 @@ import random
 import string
 from dataclasses import asdict, dataclass, field
 from fractions import Fraction
-from typing import Any, Literal
+from typing import Any, Literal, TypeAlias
 
 import datasets
 
@@ -39,7 +39,18 @@ from mathcircuits._schema import check_fields, setting
 from mathcircuits._schema import from_dict as config_from_dict
 from mathcircuits.data.templates import OPERATIONS, Template, TemplateSet
 
-__all__ = ["GenerationConfig", "PairError", "answer_spacing", "compute_answer", "generate_pairs", "render_pair"]
+__all__ = [
+    "Counterfactual",
+    "GenerationConfig",
+    "PairError",
+    "answer_spacing",
+    "compute_answer",
+    "generate_pairs",
+    "render_pair",
+]
+
+#: The counterfactual prompt of a pair: the operator swapped (the paper's), or other operands and another answer.
+Counterfactual: TypeAlias = Literal["operator", "operands"]
 
 
 class PairError(ValueError):
@@ -62,7 +73,7 @@ class GenerationConfig:
     multi_token_answers: Literal["first", "refuse"] = setting(
         "first", "first: target an answer's first token; refuse: skip multi-token answers"
     )
-    counterfactual: Literal["operator", "operands"] = setting(
+    counterfactual: Counterfactual = setting(
         "operator",
         "operator: the operator replaced by a non-arithmetic word; operands: other operands, another answer",
     )

@@ -16,7 +16,7 @@ Protocol (:func:`compare_sft`):
    first in sweep order). Only the selected runs are evaluated on test items, by the caller
    (:func:`load_tuned` rebuilds a selected model from its folder).
 
-Modes (:data:`MODE_PATTERN`):
+Modes (:class:`~mathcircuits.finetune.Mode`; what each tunes is :func:`~mathcircuits.finetune.mode_components`):
 
 * ``base`` — no training (the reference row);
 * ``precise`` — the key heads (q/k/v/o slices, see :mod:`~mathcircuits.finetune.slices`);
@@ -25,7 +25,7 @@ Modes (:data:`MODE_PATTERN`):
 * ``random`` — as many heads as ``precise``, drawn uniformly (seeded) from the non-key heads: the
   control the paper lacks;
 * ``lora`` — PEFT LoRA on every attention projection with the rank whose parameter count is nearest
-  to ``precise``'s (:func:`lora_rank_for_budget`; it is within half of one rank's parameters);
+  to ``precise``'s (:func:`~mathcircuits.finetune.lora_rank_for_budget`; within half of one rank's parameters);
 * ``full`` — every parameter.
 
 Usage::
@@ -40,43 +40,27 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import datasets
 import pandas as pd
-import torch
 from torch import nn
+from transformers import PreTrainedTokenizerBase
 
 from mathcircuits._io import SavedResult
 from mathcircuits._schema import ConfigError, check_fields, setting
-from mathcircuits.data import score_pairs
 from mathcircuits.finetune.adapter import HeadSliceAdapter
-from mathcircuits.finetune.layouts import model_facts
+from mathcircuits.finetune.components import lora_rank_for_budget, mode_components
+from mathcircuits.finetune.config import SFTConfig
+from mathcircuits.finetune.modes import Mode
+from mathcircuits.finetune.sft import train_sft
 from mathcircuits.finetune.slices import head_slices
-from mathcircuits.finetune.train import SFTConfig, lora_targets, train_sft
-from mathcircuits.models.prefix import HFForward, PrefixRunner
-from mathcircuits.patching.selection import KeyComponents
+from mathcircuits.finetune.validation import score_arithmetic
+from mathcircuits.patching import KeyComponents
 
-__all__ = [
-    "MODE_PATTERN",
-    "CompareConfig",
-    "SFTComparison",
-    "SweepRun",
-    "check_modes",
-    "compare_sft",
-    "load_tuned",
-    "lora_rank_for_budget",
-    "mode_components",
-    "random_heads",
-    "score_arithmetic",
-    "split_validation",
-]
-
-MODE_PATTERN = re.compile(r"^(base|precise|precise\+mlp|precise@[1-9][0-9]*(\+mlp)?|random|lora|full)$")
+__all__ = ["CompareConfig", "CompareSettings", "SFTComparison", "SweepRun", "check_modes", "compare_sft", "load_tuned"]
 
 
 @dataclass(frozen=True)
@@ -85,15 +69,18 @@ class CompareConfig:
 
     Args:
         enabled: run the ``compare`` stage.
-        modes: the modes compared (:data:`MODE_PATTERN`); ``base`` is the reference row.
+        modes: the modes compared (:class:`~mathcircuits.finetune.Mode`); ``base`` is the reference row.
         learning_rates: the sweep, the same for every trained mode.
         validation_pairs: arithmetic pairs the rate is selected on (disjoint from training and test).
         random_seed: seed of the ``random`` heads.
     """
 
     enabled: bool = setting(False, "run the compare stage (a learning-rate sweep per mode: slow)")
-    modes: tuple[str, ...] = setting(
-        ("base", "precise", "precise+mlp", "precise@4", "precise@8", "random", "lora", "full"),
+    modes: tuple[Mode, ...] = setting(
+        tuple(
+            Mode.parse(m)
+            for m in ("base", "precise", "precise+mlp", "precise@4", "precise@8", "random", "lora", "full")
+        ),
         "base | precise | precise+mlp | precise@K[+mlp] | random (as many non-key heads) | lora | full",
     )
     learning_rates: tuple[float, ...] = setting((1e-5, 1e-4, 3e-4, 1e-3), "the sweep, shared by every mode")
@@ -114,157 +101,53 @@ class CompareConfig:
             raise ConfigError(f"learning_rates={list(self.learning_rates)}. Fix: give at least one positive rate.")
 
 
-def check_modes(modes: Sequence[str]) -> tuple[str, ...]:
-    """Check mode names against :data:`MODE_PATTERN`.
+def check_modes(modes: Sequence[Mode | str]) -> tuple[Mode, ...]:
+    """The modes of a comparison, parsed; each may appear once.
 
     Args:
-        modes: mode names, e.g. ``("base", "precise", "precise@4", "random", "lora", "full")``.
+        modes: modes or their text, e.g. ``("base", "precise", "precise@4", "random", "lora", "full")``.
 
     Returns:
-        The modes as a tuple.
+        The modes as a tuple of :class:`~mathcircuits.finetune.Mode`.
 
     Raises:
         ValueError: an unknown or repeated mode.
     """
-    bad = [m for m in modes if not MODE_PATTERN.match(m)]
-    if bad or len(set(modes)) != len(modes):
+    parsed, bad = [], []
+    for m in modes:
+        try:
+            parsed.append(Mode.parse(m))
+        except ValueError:
+            bad.append(str(m))
+    if bad or len(set(parsed)) != len(parsed):
         raise ValueError(
-            f"comparison modes {list(modes)}: {bad or 'repeated names'} not allowed. Fix: use each of base, "
-            "precise, precise+mlp, precise@K, precise@K+mlp, random, lora, full at most once."
+            f"comparison modes {[str(m) for m in modes]}: {bad or 'repeated names'} not allowed. Fix: use each of "
+            "base, precise, precise+mlp, precise@K, precise@K+mlp, random, lora, full at most once."
         )
-    return tuple(modes)
-
-
-def random_heads(
-    n_layers: int, n_heads: int, count: int, exclude: Sequence[tuple[int, int]] = (), seed: int = 0
-) -> tuple[tuple[int, int], ...]:
-    """``count`` heads drawn uniformly without replacement from those not in ``exclude`` (seeded).
-
-    Args:
-        n_layers: layers of the model.
-        n_heads: query heads per layer.
-        count: how many heads.
-        exclude: heads never drawn (the key heads).
-        seed: seed of the draw.
-
-    Returns:
-        The heads, sorted by (layer, head).
-
-    Raises:
-        ValueError: fewer than ``count`` heads are left to draw from.
-    """
-    pool = [(layer, h) for layer in range(n_layers) for h in range(n_heads) if (layer, h) not in set(exclude)]
-    if count > len(pool):
-        raise ValueError(f"cannot draw {count} random heads from the {len(pool)} non-key heads. Fix: tune fewer.")
-    order = torch.randperm(len(pool), generator=torch.Generator().manual_seed(seed))[:count]
-    return tuple(sorted(pool[i] for i in order.tolist()))
-
-
-def mode_components(
-    model: nn.Module,
-    mode: str,
-    key: KeyComponents,
-    head_ranking: Sequence[tuple[int, int]] = (),
-    seed: int = 0,
-) -> KeyComponents | None:
-    """The components a head mode tunes (None for ``base``, ``lora`` and ``full``).
-
-    Args:
-        model: the HF model (for its shape).
-        mode: a mode name (see :data:`MODE_PATTERN`).
-        key: the selected key components (heads and MLPs).
-        head_ranking: every head, best first, for ``precise@K`` (e.g. by path-patching effect).
-        seed: seed of the ``random`` draw.
-
-    Returns:
-        The components; MLPs only for the ``+mlp`` modes.
-    """
-    if mode in ("base", "lora", "full"):
-        return None
-    facts = model_facts(model)
-    if mode == "random":
-        heads = random_heads(facts["n_layers"], facts["n_heads"], len(key.heads), key.heads, seed)
-        return KeyComponents(model=key.model, heads=heads, rule="random", rule_params={"seed": seed})
-    with_mlps = mode.endswith("+mlp")
-    if mode.startswith("precise@"):
-        k = int(mode.split("@", 1)[1].removesuffix("+mlp"))
-        if len(head_ranking) < k:
-            raise ValueError(
-                f"mode {mode!r} needs a ranking of at least {k} heads, got {len(head_ranking)}. "
-                "Fix: pass head_ranking (every head by path-patching effect)."
-            )
-        heads = tuple(tuple(h) for h in head_ranking[:k])
-    else:
-        heads = key.heads
-    return KeyComponents(
-        model=key.model, heads=heads, mlps=key.mlps if with_mlps else (), rule="topk", rule_params={"mode": mode}
-    )
-
-
-def lora_rank_for_budget(model: nn.Module, budget: int) -> tuple[int, int]:
-    """The LoRA rank on the attention projections whose parameter count is nearest to ``budget``.
-
-    A rank-``r`` LoRA of an ``[out, in]`` weight has ``r·(in + out)`` parameters, so the count is
-    ``r`` times one rank's worth; the nearest rank (at least 1) is within half of one rank's worth
-    of ``budget`` (unless ``budget`` is below half a rank).
-
-    Args:
-        model: a plain HF causal LM.
-        budget: the parameter count to match (e.g. precise SFT's ``n_trainable``).
-
-    Returns:
-        ``(rank, parameters per rank)``.
-    """
-    suffixes = lora_targets(model)
-    per_rank = 0
-    for name, module in model.named_modules():
-        if any(name.endswith("." + s) for s in suffixes):
-            per_rank += sum(module.weight.shape)
-    if per_rank == 0:
-        raise ValueError(f"no module of {type(model).__name__} matches the LoRA targets {suffixes}.")
-    return max(1, round(budget / per_rank)), per_rank
-
-
-def split_validation(
-    pool: datasets.Dataset, test: datasets.Dataset, n_validation: int, seed: int = 0
-) -> datasets.Dataset:
-    """A validation split drawn from ``pool``, without any prompt that is also a test prompt.
-
-    Args:
-        pool: candidate pairs (generated apart from training, and already without training prompts).
-        test: the held-out test pairs (their ``prompt`` column).
-        n_validation: how many pairs to keep (fewer when the pool is smaller).
-        seed: seed of the draw.
-
-    Returns:
-        The validation pairs.
-    """
-    seen = set(test["prompt"])
-    kept = pool.filter(lambda r: r["prompt"] not in seen).shuffle(seed=seed)
-    return kept.select(range(min(n_validation, len(kept))))
-
-
-def score_arithmetic(model: nn.Module, pairs: datasets.Dataset, batch_size: int = 32) -> list[int]:
-    """0/1 per pair: is every answer token the model's greedy prediction (teacher-forced)?
-
-    Each template's few-shot prefix runs once (:class:`~mathcircuits.models.prefix.PrefixRunner` over
-    :class:`~mathcircuits.models.prefix.HFForward`); equal to the plain forward within 1e-5 (tested).
-
-    Args:
-        model: an HF causal LM (eval mode).
-        pairs: arithmetic pairs (``tokens``, ``answer_tokens``, ``n_tokens``).
-        batch_size: pairs per forward pass.
-
-    Returns:
-        One 0/1 value per pair, in the pairs' order.
-    """
-    device = next(model.parameters()).device
-    with torch.no_grad():  # the prefix-cached forward: each template's few-shot prefix runs once
-        scored = score_pairs(PrefixRunner(HFForward(model)), pairs, batch_size=batch_size, device=device)
-    return [int(bool(c)) for c in scored["correct"]]
+    return tuple(parsed)
 
 
 @dataclass(frozen=True)
+class CompareSettings:
+    """The training settings every mode of a comparison shares, the data sizes and what each mode tuned.
+
+    ``components`` maps a head mode to its heads (``[layer, head]``) and MLPs (``["mlp", layer]``).
+    """
+
+    max_steps: int
+    epochs: float
+    batch_size: int
+    train_seed: int
+    random_heads_seed: int
+    n_train: int
+    n_validation: int
+    precise_budget: int
+    lora_rank: int
+    lora_params_per_rank: int
+    components: dict[str, list[list[int | str]]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, repr=False)
 class SweepRun(SavedResult):
     """One (mode, learning rate) run of the sweep and its validation outcome.
 
@@ -273,7 +156,7 @@ class SweepRun(SavedResult):
 
     STAGE = "compare"
 
-    mode: str
+    mode: Mode
     learning_rate: float
     val_correct: tuple[int, ...]
     n_trainable: int
@@ -287,28 +170,39 @@ class SweepRun(SavedResult):
     def val_accuracy(self) -> float:
         return sum(self.val_correct) / len(self.val_correct) if self.val_correct else math.nan
 
+    def summary_items(self) -> list[tuple[str, str]]:
+        """Mode, learning rate, validation accuracy, steps."""
+        return [
+            ("mode", str(self.mode)),
+            ("learning rate", f"{self.learning_rate:g}"),
+            ("validation accuracy", f"{self.val_accuracy:.1%}"),
+            ("steps", str(self.global_step)),
+        ]
 
-@dataclass(frozen=True)
+
+@dataclass(frozen=True, repr=False)
 class SFTComparison(SavedResult):
     """The whole sweep, and per mode the selected learning rate (best validation accuracy).
 
-    ``settings`` records the shared training settings (steps, batch, seed, data sizes).
+    ``selected`` maps each trained mode (its text) to the chosen rate; ``settings`` records the shared training
+    settings (steps, batch, seed, data sizes).
     """
 
     STAGE = "compare"
 
-    modes: tuple[str, ...]
+    modes: tuple[Mode, ...]
     learning_rates: tuple[float, ...]
     runs: tuple[SweepRun, ...]
     selected: dict[str, float]
-    settings: dict[str, Any] = field(default_factory=dict)
+    settings: CompareSettings | None = None
 
-    def run(self, mode: str) -> SweepRun:
+    def run(self, mode: Mode | str) -> SweepRun:
         """The selected run of ``mode`` (its best rate on validation; the only run of ``base``)."""
+        mode = Mode.parse(mode)
         for r in self.runs:
-            if r.mode == mode and (mode == "base" or r.learning_rate == self.selected[mode]):
+            if r.mode == mode and (mode.kind == "base" or r.learning_rate == self.selected[str(mode)]):
                 return r
-        raise KeyError(f"no run of mode {mode!r}; the comparison has {list(self.modes)}.")
+        raise KeyError(f"no run of mode {str(mode)!r}; the comparison has {[str(m) for m in self.modes]}.")
 
     def to_dataframe(self) -> pd.DataFrame:
         """One row per run: mode, learning rate, validation accuracy and n, selected, tuned params, steps, loss."""
@@ -316,11 +210,11 @@ class SFTComparison(SavedResult):
         for r in self.runs:
             rows.append(
                 {
-                    "mode": r.mode,
+                    "mode": str(r.mode),
                     "learning_rate": r.learning_rate,
                     "val_accuracy": r.val_accuracy,
                     "val_n": len(r.val_correct),
-                    "selected": r.mode == "base" or self.selected.get(r.mode) == r.learning_rate,
+                    "selected": r.mode.kind == "base" or self.selected.get(str(r.mode)) == r.learning_rate,
                     "n_trainable": r.n_trainable,
                     "global_step": r.global_step,
                     "train_loss": r.train_loss,
@@ -328,6 +222,10 @@ class SFTComparison(SavedResult):
                 }
             )
         return pd.DataFrame(rows)
+
+    def summary_items(self) -> list[tuple[str, str]]:
+        """The modes and each one's selected learning rate."""
+        return [("modes", ", ".join(map(str, self.modes)))] + [(m, f"lr {lr:g}") for m, lr in self.selected.items()]
 
 
 def _select(runs: Sequence[SweepRun]) -> float:
@@ -337,12 +235,12 @@ def _select(runs: Sequence[SweepRun]) -> float:
 
 def compare_sft(
     model_factory: Callable[[], nn.Module],
-    tokenizer: Any,
+    tokenizer: PreTrainedTokenizerBase,
     train_dataset: datasets.Dataset,
     validation_pairs: datasets.Dataset,
     key: KeyComponents,
     output_dir: str | Path,
-    modes: Sequence[str] = ("base", "precise", "precise+mlp", "random", "lora", "full"),
+    modes: Sequence[Mode | str] = ("base", "precise", "precise+mlp", "random", "lora", "full"),
     learning_rates: Sequence[float] = (1e-5, 1e-4, 3e-4, 1e-3),
     config: SFTConfig | None = None,
     head_ranking: Sequence[tuple[int, int]] = (),
@@ -362,7 +260,7 @@ def compare_sft(
         validation_pairs: arithmetic pairs the rate is chosen on (disjoint from test; :func:`split_validation`).
         key: the key components (heads and MLPs) from path patching.
         output_dir: folder of the runs.
-        modes: which modes (:data:`MODE_PATTERN`).
+        modes: which modes (:class:`~mathcircuits.finetune.Mode` or their text).
         learning_rates: the sweep, shared by every trained mode.
         config: shared settings (steps, batch, schedule, decay; None: 100 steps of batch 8); its ``mode``,
             ``learning_rate``, ``include_mlps`` and ``lora_rank`` are set per run.
@@ -382,25 +280,25 @@ def compare_sft(
     score = score or (lambda m: score_arithmetic(m, validation_pairs))
     probe = model_factory()
     components = {m: mode_components(probe, m, key, head_ranking, seed) for m in modes}
-    precise_key = KeyComponents(model=key.model, heads=key.heads)
+    precise_key = KeyComponents(model=key.model, heads=key.heads, selection=None)
     budget = head_slices(probe, precise_key, kv_policy=config.kv_policy, include_mlps=False).n_tuned
-    lora_rank, per_rank = lora_rank_for_budget(probe, budget) if "lora" in modes else (config.lora_rank, 0)
+    lora_rank, per_rank = lora_rank_for_budget(probe, budget) if Mode("lora") in modes else (config.lora_rank, 0)
     del probe
     runs: list[SweepRun] = []
     for mode in modes:
-        for lr in [math.nan] if mode == "base" else list(learning_rates):
-            run_dir = output_dir / mode / ("base" if mode == "base" else f"lr_{lr:g}")
+        for lr in [math.nan] if mode.kind == "base" else list(learning_rates):
+            run_dir = output_dir / str(mode) / ("base" if mode.kind == "base" else f"lr_{lr:g}")
             record = run_dir / "sweep_run.json"
             if record.exists():
                 runs.append(SweepRun.load(record))
                 continue
             model = model_factory()
-            if mode == "base":
+            if mode.method is None:  # base: not trained
                 trained, n_trainable, step, loss, rt, sps = model.eval(), 0, 0, math.nan, 0.0, math.nan
             else:
                 cfg = dataclasses.replace(
                     config,
-                    mode="full" if mode == "full" else "lora" if mode == "lora" else "precise",
+                    mode=mode.method,
                     learning_rate=lr,
                     include_mlps=True,
                     lora_rank=lora_rank,
@@ -416,27 +314,27 @@ def compare_sft(
             run.save(record)
             runs.append(run)
             del model, trained
-    selected = {m: _select([r for r in runs if r.mode == m]) for m in modes if m != "base"}
+    selected = {str(m): _select([r for r in runs if r.mode == m]) for m in modes if m.kind != "base"}
     comparison = SFTComparison(
         modes=modes,
         learning_rates=tuple(float(x) for x in learning_rates),
         runs=tuple(runs),
         selected=selected,
-        settings={
-            "max_steps": config.max_steps,
-            "epochs": config.epochs,
-            "batch_size": config.batch_size,
-            "train_seed": config.seed,
-            "random_heads_seed": seed,
-            "n_train": len(train_dataset),
-            "n_validation": len(validation_pairs),
-            "precise_budget": int(budget),
-            "lora_rank": int(lora_rank),
-            "lora_params_per_rank": int(per_rank),
-            "components": {
-                m: [list(h) for h in c.heads] + [["mlp", x] for x in c.mlps] for m, c in components.items() if c
+        settings=CompareSettings(
+            max_steps=config.max_steps,
+            epochs=config.epochs,
+            batch_size=config.batch_size,
+            train_seed=config.seed,
+            random_heads_seed=seed,
+            n_train=len(train_dataset),
+            n_validation=len(validation_pairs),
+            precise_budget=int(budget),
+            lora_rank=int(lora_rank),
+            lora_params_per_rank=int(per_rank),
+            components={
+                str(m): [list(h) for h in c.heads] + [["mlp", x] for x in c.mlps] for m, c in components.items() if c
             },
-        },
+        ),
     )
     comparison.save(output_dir / "comparison.json")
     return comparison
@@ -453,18 +351,18 @@ def load_tuned(model_factory: Callable[[], nn.Module], run: SweepRun) -> nn.Modu
         The tuned HF model (the base model for ``base``).
     """
     final = Path(run.output_dir) / "final"
-    if run.mode != "base" and not final.exists():
+    if run.mode.kind != "base" and not final.exists():
         raise FileNotFoundError(f"{final} is missing. Fix: re-run the comparison (the run folder was removed).")
     base = model_factory()
-    if run.mode == "base":
+    if run.mode.kind == "base":
         return base.eval()
-    if run.mode == "full":
+    if run.mode.kind == "full":
         from transformers import AutoModelForCausalLM
 
         dtype = next(base.parameters()).dtype
         device = next(base.parameters()).device
         return AutoModelForCausalLM.from_pretrained(str(final), dtype=dtype).to(device).eval()
-    if run.mode == "lora":
+    if run.mode.kind == "lora":
         from peft import PeftModel
 
         return PeftModel.from_pretrained(base, str(final)).merge_and_unload().eval()

@@ -1,6 +1,6 @@
 """What a patch is measured by: the answer's readout and the metrics, as values.
 
-A :class:`Readout` holds the correct answer's raw logit (and, when a metric
+A :class:`~mathcircuits.models.Readout` holds the correct answer's raw logit (and, when a metric
 needs it, its probability, or the log-probability of the whole answer) at the
 patched position, one value per row. A :class:`Metric` turns a patched and a
 clean readout into an effect; the four the toolkit knows are registered in
@@ -29,49 +29,29 @@ Every method calls the same metric object; attribution, which estimates the
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, TypeAlias
 
 import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
-__all__ = ["LAST_POSITION_METRICS", "METRICS", "Metric", "MetricName", "Readout", "answer_readout", "get_metric"]
+from mathcircuits.models.readout import Readout, Target
 
-MetricName = Literal["relative_logit", "logit_diff", "prob_change", "answer_logprob"]
-Target = Literal["logit", "prob", "logprob"]
+__all__ = [
+    "LAST_POSITION_METRICS",
+    "METRICS",
+    "LastPositionMetric",
+    "Metric",
+    "MetricName",
+    "answer_readout",
+    "get_metric",
+]
 
-
-@dataclass(frozen=True)
-class Readout:
-    """The answer's first-token logit and, when asked for, its probability and the whole answer's log-probability.
-
-    ``logprob`` is ``Σ_j log p(answer_j | prompt, answer_<j)`` (teacher-forced), one value per row.
-    """
-
-    logit: Float[Tensor, " rows"]
-    prob: Float[Tensor, " rows"] | None = None
-    logprob: Float[Tensor, " rows"] | None = None
-
-    def take(self, rows: Int[Tensor, " n"]) -> Readout:
-        """The readout of the given rows (e.g. the pair each patched row belongs to)."""
-        pick = lambda t: None if t is None else t[rows]  # noqa: E731
-        return Readout(self.logit[rows], pick(self.prob), pick(self.logprob))
-
-    def value(self, target: Target) -> Float[Tensor, " rows"]:
-        """The logit, the probability or the answer's log-probability; a clear error when it was not read out."""
-        if target == "logit":
-            return self.logit
-        if target == "prob":
-            if self.prob is None:
-                raise ValueError("this readout has no probabilities. Fix: read out with need_probs=True.")
-            return self.prob
-        if self.logprob is None:
-            raise ValueError(
-                "this readout has no answer log-probability: it was read at the last prompt position only. "
-                "Fix: read the logits at every answer position (answer_readout), or use a last-position metric "
-                "(relative_logit, logit_diff, prob_change)."
-            )
-        return self.logprob
+#: The metrics read at the last prompt position alone (the ``metric`` choices of ``path_patch`` and
+#: ``PatchingConfig``).
+LastPositionMetric: TypeAlias = Literal["relative_logit", "logit_diff", "prob_change"]
+#: The names of the metrics in :data:`METRICS`.
+MetricName: TypeAlias = Literal[LastPositionMetric, "answer_logprob"]
 
 
 @dataclass(frozen=True)
@@ -169,7 +149,7 @@ def answer_readout(
     return Readout(first, logp[:, 0].exp(), logp.sum(-1))
 
 
-def get_metric(metric: str | Metric) -> Metric:
+def get_metric(metric: MetricName | Metric) -> Metric:
     """The :class:`Metric` of a name from :data:`METRICS`, or ``metric`` itself.
 
     Args:

@@ -18,17 +18,12 @@ Usage::
 
 from __future__ import annotations
 
-import html
-from typing import TYPE_CHECKING, Any
-
 import plotly.graph_objects as go
 
+from mathcircuits.circuit import Circuit, Faithfulness
 from mathcircuits.circuit.batches import label_order
 
-if TYPE_CHECKING:
-    from mathcircuits.circuit import Circuit, Faithfulness
-
-__all__ = ["add_circuit_section", "circuit_graph"]
+__all__ = ["circuit_graph"]
 
 
 def _columns(circuit: Circuit) -> list[str]:
@@ -124,28 +119,3 @@ def circuit_graph(
         hovermode="closest",
     )
     return fig
-
-
-def add_circuit_section(page: Any, circuit: Circuit, faith: Faithfulness | None = None) -> None:
-    """Add the circuit section (graph, faithfulness, strongest edges) to a report page.
-
-    Args:
-        page: the report's page builder (``section``, ``add``, ``note``, ``figure``).
-        circuit: a :class:`~mathcircuits.circuit.Circuit`.
-        faith: its :class:`~mathcircuits.circuit.Faithfulness`, or ``None``.
-    """
-
-    page.section("circuit", "Circuit")
-    page.note(
-        f"Sender → receiver path patching from the logits ({circuit.method}, metric {circuit.metric}, "
-        f"{circuit.n_pairs} pairs, stopped: {circuit.settings.get('stopped', '?')}); intervals are "
-        f"{circuit.confidence:.0%} bootstrap intervals over pairs. Dashed edges enter a key/value "
-        "(a KV group under GQA)."
-    )
-    page.figure(circuit_graph(circuit, faith))
-    if faith is not None:
-        page.note(faith.summary())
-    df = circuit.to_dataframe().sort_values("effect", key=abs, ascending=False).head(20)
-    page.add(df.to_html(index=False, classes="tbl", float_format=lambda x: f"{x:+.4f}", escape=True))
-    roles = "".join(f"<li>{html.escape(n.name)}: {html.escape(n.role)}</li>" for n in circuit.nodes if n.role)
-    page.add(f"<details><summary>Node roles</summary><ul>{roles}</ul></details>")

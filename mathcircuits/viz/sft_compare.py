@@ -10,8 +10,8 @@ tables' own intervals (Wilson for an accuracy, paired bootstrap for a difference
 from __future__ import annotations
 
 import math
-from typing import Any
 
+import pandas as pd
 import plotly.graph_objects as go
 from plotly.colors import qualitative
 
@@ -20,7 +20,7 @@ from mathcircuits.stats import wilson_interval
 __all__ = ["sft_delta_bars", "sft_sweep_curves"]
 
 
-def sft_sweep_curves(sweep: Any, *, title: str = "Learning-rate sweep (validation accuracy)") -> go.Figure:
+def sft_sweep_curves(sweep: pd.DataFrame, *, title: str = "Learning-rate sweep (validation accuracy)") -> go.Figure:
     """Validation accuracy against learning rate, one line per mode, Wilson bars; the selected rate is a star.
 
     Args:
@@ -75,7 +75,7 @@ def sft_sweep_curves(sweep: Any, *, title: str = "Learning-rate sweep (validatio
     return fig
 
 
-def sft_delta_bars(table: Any, benchmarks: list[str] | None = None, *, title: str | None = None) -> go.Figure:
+def sft_delta_bars(table: pd.DataFrame, benchmarks: list[str] | None = None, *, title: str | None = None) -> go.Figure:
     """Change against base per mode and benchmark, with the paired-bootstrap intervals of the table.
 
     Args:

@@ -16,24 +16,38 @@ from __future__ import annotations
 import random
 from collections import defaultdict
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 from mathcircuits._io import ResultFileError, atomic_path
 from mathcircuits.circuit import Circuit, Faithfulness, discover_circuit, faithfulness, label_roles
 from mathcircuits.circuit.subcircuits import top_circuit
 from mathcircuits.data import GenerationConfig, filter_correct, generate_pairs, score_pairs
+from mathcircuits.data.pairs import PairSet
 from mathcircuits.pipeline.context import Context, StageSummary
 from mathcircuits.viz.circuit_graph import circuit_graph
 from mathcircuits.viz.faithfulness_curve import faithfulness_curve
 
-__all__ = ["CircuitSummary", "run", "split_pairs"]
+__all__ = ["CircuitBrief", "CircuitSummary", "run", "split_pairs"]
+
+
+@dataclass(frozen=True)
+class CircuitBrief:
+    """One operation's circuit, in brief: its size, why discovery stopped, the pairs, the time and its curve."""
+
+    nodes: int
+    edges: int
+    stopped: str
+    discovery_pairs: int
+    eval_pairs: int
+    seconds: float
+    faith: str  # Faithfulness.summary(): the plateau against its random band, the denominator
+    ill_conditioned: bool
 
 
 @dataclass(frozen=True)
 class CircuitSummary(StageSummary):
     """Per operation: the circuit's size, the denominator, the plateau and the whole circuit's faithfulness."""
 
-    circuits: dict[str, dict[str, Any]] = field(default_factory=dict)
+    circuits: dict[str, CircuitBrief] = field(default_factory=dict)
     skipped: dict[str, int] = field(default_factory=dict)
     disabled: bool = False
 
@@ -46,14 +60,13 @@ class CircuitSummary(StageSummary):
         ]
         for op, c in self.circuits.items():
             out.append(
-                f"  circuit {op}: {c['nodes']} nodes, {c['edges']} edges ({c['stopped']}), "
-                f"{c['discovery_pairs']} discovery / {c['eval_pairs']} evaluation pairs, {c['seconds']:.0f} s; "
-                f"{c['faith']}"
+                f"  circuit {op}: {c.nodes} nodes, {c.edges} edges ({c.stopped}), "
+                f"{c.discovery_pairs} discovery / {c.eval_pairs} evaluation pairs, {c.seconds:.0f} s; {c.faith}"
             )
         return out
 
 
-def split_pairs(dataset: Any, n_discovery: int, n_eval: int, seed: int) -> tuple[list[int], list[int]]:
+def split_pairs(dataset: PairSet, n_discovery: int, n_eval: int, seed: int) -> tuple[list[int], list[int]]:
     """Disjoint discovery and evaluation rows, each spread over the templates (round-robin in a seeded order).
 
     Args:
@@ -85,7 +98,7 @@ def _templates(ctx: Context, op: str) -> list[str]:
     return [t for t in known if not ids or t in ids]
 
 
-def _pairs(ctx: Context, op: str, n: int, seed: int) -> Any:
+def _pairs(ctx: Context, op: str, n: int, seed: int) -> PairSet:
     d, c = ctx.config.data, ctx.config.circuit
     gen = GenerationConfig(
         operations=(op,), template_ids=tuple(_templates(ctx, op)), n_per_template=n, operand_range=d.operand_range,
@@ -108,7 +121,7 @@ def run(ctx: Context) -> CircuitSummary:
     if not c.enabled:
         return CircuitSummary(disabled=True)
     model = ctx.model
-    out: dict[str, dict[str, Any]] = {}
+    out: dict[str, CircuitBrief] = {}
     skipped: dict[str, int] = {}
     for op in ctx.config.data.operations:
         if not _templates(ctx, op):
@@ -125,7 +138,7 @@ def run(ctx: Context) -> CircuitSummary:
         except (FileNotFoundError, ResultFileError):
             found = discover_circuit(model, disc, **c.discover_kwargs(), progress=ctx.progress)
             found = label_roles(model, disc, found)
-            found = replace(found, data={**found.data, "eval_pair_ids": list(ev["pair_id"])})
+            found = replace(found, data=replace(found.data, eval_pair_ids=list(ev["pair_id"])))
             found.save(paths.circuit(op))
         try:
             faith = Faithfulness.load(paths.circuit_faithfulness(op))
@@ -139,14 +152,14 @@ def run(ctx: Context) -> CircuitSummary:
             )
         with atomic_path(paths.circuit_curve(op)) as tmp:
             faithfulness_curve(faith).write_html(str(tmp), include_plotlyjs=True)
-        out[op] = {
-            "nodes": len(found.nodes) - 1,
-            "edges": len(found.edges),
-            "stopped": found.settings.get("stopped", ""),
-            "discovery_pairs": len(disc),
-            "eval_pairs": len(ev),
-            "seconds": found.seconds + faith.seconds,
-            "faith": faith.summary(),
-            "ill_conditioned": faith.ill_conditioned,
-        }
+        out[op] = CircuitBrief(
+            nodes=len(found.nodes) - 1,
+            edges=len(found.edges),
+            stopped=found.settings.stopped,
+            discovery_pairs=len(disc),
+            eval_pairs=len(ev),
+            seconds=found.seconds + faith.seconds,
+            faith=faith.summary(),
+            ill_conditioned=faith.ill_conditioned,
+        )
     return CircuitSummary(circuits=out, skipped=skipped)

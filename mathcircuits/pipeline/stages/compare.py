@@ -20,20 +20,18 @@ import logging
 import math
 import shutil
 from dataclasses import dataclass, field
-from typing import Any
 
 import pandas as pd
+from transformers import PreTrainedModel
 
-from mathcircuits.evaluation import ARITHMETIC, EvalResult, compare_table
-from mathcircuits.finetune import build_sft_dataset
-from mathcircuits.finetune.compare import compare_sft, load_tuned, split_validation
-from mathcircuits.patching import KeyComponents, PatchingResult, select_key_components
+from mathcircuits.evaluation import ARITHMETIC, EvalResult, EvalSettings, compare_table
+from mathcircuits.finetune import Mode, build_sft_dataset, compare_sft, load_tuned, split_validation
+from mathcircuits.patching import KeyComponents, PatchingResult, SelectionConfig, select_key_components
 from mathcircuits.pipeline.config import fingerprint
-from mathcircuits.pipeline.context import Context, StageSummary, save_csv, save_dataset
+from mathcircuits.pipeline.context import Context, StageSummary, TableRow, save_csv, save_dataset
 from mathcircuits.pipeline.stages.evaluate import evaluate_one
-from mathcircuits.pipeline.stages.finetune import _pairs
-from mathcircuits.viz.export import save_figure
-from mathcircuits.viz.sft_compare import sft_delta_bars, sft_sweep_curves
+from mathcircuits.pipeline.stages.finetune import arithmetic_pairs
+from mathcircuits.viz import save_figure, sft_delta_bars, sft_sweep_curves
 
 __all__ = ["CompareSummary", "run"]
 
@@ -49,7 +47,7 @@ class CompareSummary(StageSummary):
     validation_pairs: int = 0
     test_pairs: int = 0
     selected: dict[str, float] = field(default_factory=dict)
-    table: list[dict[str, Any]] = field(default_factory=list)
+    table: list[TableRow] = field(default_factory=list)
     files: list[str] = field(default_factory=list)
 
     def lines(self) -> list[str]:
@@ -64,11 +62,12 @@ class CompareSummary(StageSummary):
         return out
 
 
-def _ranking(ctx: Context, modes: tuple[str, ...], key: KeyComponents) -> list[tuple[int, int]]:
-    ks = [int(m.split("@", 1)[1].removesuffix("+mlp")) for m in modes if m.startswith("precise@")]
+def _ranking(ctx: Context, modes: tuple[Mode, ...], key: KeyComponents) -> list[tuple[int, int]]:
+    ks = [m.top_k for m in modes if m.top_k is not None]
     if not ks:
         return []
-    chosen = select_key_components(PatchingResult.load(ctx.paths.patching("all")), rule="topk", k=max(ks), mlp_k=0)
+    topk = SelectionConfig(rule="topk", k=max(ks), mlp_k=0)
+    chosen = select_key_components(PatchingResult.load(ctx.paths.patching("all")), topk)
     order = sorted(range(len(chosen.heads)), key=lambda i: -chosen.head_scores[i]) if chosen.head_scores else None
     return [chosen.heads[i] for i in order] if order else list(chosen.heads)
 
@@ -88,10 +87,10 @@ def run(ctx: Context) -> CompareSummary:
     key = KeyComponents.load(paths.key_components)
     key.check_model(ctx.model.spec)
     tok = ctx.model.tokenizer
-    train = _pairs(ctx, f.train_pairs_per_template, f.seed + 101)
+    train = arithmetic_pairs(ctx, f.train_pairs_per_template, f.seed + 101)
     seen = set(train["prompt"])
-    test = _pairs(ctx, e.heldout_pairs_per_template, f.seed + 202).filter(lambda r: r["prompt"] not in seen)
-    pool = _pairs(ctx, e.heldout_pairs_per_template, f.seed + 303).filter(lambda r: r["prompt"] not in seen)
+    test = arithmetic_pairs(ctx, e.heldout_pairs_per_template, f.seed + 202).filter(lambda r: r["prompt"] not in seen)
+    pool = arithmetic_pairs(ctx, e.heldout_pairs_per_template, f.seed + 303).filter(lambda r: r["prompt"] not in seen)
     val = split_validation(pool, test, c.validation_pairs, seed=f.seed)
     for split, ds in (("train", train), ("validation", val), ("test", test)):
         save_dataset(ds, paths.compare_pairs(split))
@@ -103,7 +102,7 @@ def run(ctx: Context) -> CompareSummary:
     paths.compare_runs.mkdir(parents=True, exist_ok=True)
     stamp.write_text(settings)
 
-    def fresh() -> Any:
+    def fresh() -> PreTrainedModel:
         return ctx.hf_model()[0]
 
     cmp = compare_sft(
@@ -127,16 +126,18 @@ def run(ctx: Context) -> CompareSummary:
     for mode in cmp.modes:
         run = cmp.run(mode)
         model = load_tuned(fresh, run)
-        res = evaluate_one(ctx, model, tok, mode, test)
-        res = dataclasses.replace(res, settings=res.settings | {"learning_rate": run.learning_rate})
-        res.save(paths.compare_eval(mode))
-        results[mode] = res
+        res = evaluate_one(ctx, model, tok, str(mode), test)
+        res = dataclasses.replace(
+            res, settings=dataclasses.replace(res.settings or EvalSettings(), learning_rate=run.learning_rate)
+        )
+        res.save(paths.compare_eval(str(mode)))
+        results[str(mode)] = res
         del model
     extra = {
-        "learning rate": {m: (math.nan if m == "base" else cmp.selected[m]) for m in cmp.modes},
-        "tuned params": {m: cmp.run(m).n_trainable for m in cmp.modes},
-        "train samples/s": {m: cmp.run(m).samples_per_second for m in cmp.modes},
-        "validation %": {m: 100 * cmp.run(m).val_accuracy for m in cmp.modes},
+        "learning rate": {str(m): (math.nan if m.kind == "base" else cmp.selected[str(m)]) for m in cmp.modes},
+        "tuned params": {str(m): cmp.run(m).n_trainable for m in cmp.modes},
+        "train samples/s": {str(m): cmp.run(m).samples_per_second for m in cmp.modes},
+        "validation %": {str(m): 100 * cmp.run(m).val_accuracy for m in cmp.modes},
     }
     table = compare_table(results, "base", extra_columns=extra)
     save_csv(table.rename_axis("model").reset_index(), paths.compare_table)

@@ -1,4 +1,4 @@
-"""One batch of pairs and its two cached runs, shared by every receiver of sender → receiver path patching.
+"""One batch of pairs cached for sender → receiver path patching, and what the methods share about a receiver.
 
 The reference run (the prompt) is cached at every position: per layer ``hook_z``, ``hook_mlp_out``,
 ``hook_resid_pre``, the residual the MLP reads, ``hook_q/k/v``, the MLP's input, the attention output
@@ -9,6 +9,9 @@ When the answer's tokens are given, both sequences are extended by them (teacher
 last token), and the readout is taken at every answer position, so a metric can score the whole
 answer (``answer_logprob``, :mod:`mathcircuits.patching.metrics`); without them the readout is the
 first answer token at the last position, as before.
+
+:func:`receiver_slice`, :func:`put_receiver` and :func:`check_request` say how a receiver's input is
+read, replaced and checked; an :class:`EdgeBatch` is what both edge methods return.
 
 Usage::
 
@@ -26,13 +29,25 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
-from mathcircuits.circuit.components import Receiver
+from mathcircuits.circuit.components import Receiver, Sender
 from mathcircuits.models import HookedModel, hooks
+from mathcircuits.models.capture import capture
+from mathcircuits.models.changes import attn_pre_norm_name
 from mathcircuits.models.families import BlockStructure, block_structure
-from mathcircuits.patching._common import _apply_cap, attn_pre_norm_name, capture
-from mathcircuits.patching.metrics import Metric, Readout, answer_readout
+from mathcircuits.models.readout import Readout, final_norm, soft_cap
+from mathcircuits.patching.metrics import Metric
 
-__all__ = ["PairCache", "pair_cache", "position_scores", "readout_of", "unembed"]
+__all__ = [
+    "EdgeBatch",
+    "PairCache",
+    "check_request",
+    "pair_cache",
+    "position_scores",
+    "put_receiver",
+    "readout_of",
+    "receiver_slice",
+    "unembed",
+]
 
 
 @dataclass(frozen=True)
@@ -76,8 +91,7 @@ class PairCache:
 
 def unembed(model: HookedModel, structure: BlockStructure, resid: Float[Tensor, "... d_model"]) -> Tensor:
     """Logits from final residual vectors: final norm, unembedding, soft cap (as the model computes them)."""
-    bridge = model.bridge
-    return _apply_cap(bridge.unembed(getattr(bridge, structure.final_norm)(resid)), structure)
+    return soft_cap(model.bridge.unembed(final_norm(model, structure, resid)), structure)
 
 
 def position_scores(
@@ -96,23 +110,42 @@ def readout_of(logit: Tensor, logp: Tensor, metric: Metric | None) -> Readout:
     return Readout(logit[:, 0], logp[:, 0].exp(), logp.sum(-1))
 
 
-def _readout(logits: Float[Tensor, "rows n vocab"], answers: Int[Tensor, "rows n"], metric: Metric) -> Readout:
-    """The readout from the logits at the answer positions, as ``metric`` needs it."""
-    return answer_readout(logits, answers, metric)
+@dataclass(frozen=True)
+class EdgeBatch:
+    """Per-pair effects of each sender on one receiver, for one batch of equal-length pairs."""
+
+    effects: Float[Tensor, "batch sender"]
+    clean_logit: Float[Tensor, " batch"]
 
 
-def _select(receiver: Receiver, act: Tensor) -> Tensor:
+def receiver_slice(receiver: Receiver, act: Tensor) -> Tensor:
     """The receiver's slice of its hook's activation ``[..., pos, (head|group), d]``."""
     return act if receiver.kind == "mlp" else act[..., receiver.index, :]
 
 
-def _put(receiver: Receiver, act: Tensor, value: Tensor, pos: Sequence[int]) -> Tensor:
+def put_receiver(receiver: Receiver, act: Tensor, value: Tensor, pos: Sequence[int]) -> Tensor:
+    """A copy of the receiver's hook activation with its slice replaced by ``value`` at positions ``pos``."""
     act = act.clone()
     if receiver.kind == "mlp":
         act[:, pos] = value.to(act.dtype)
     else:
         act[:, pos, receiver.index] = value.to(act.dtype)
     return act
+
+
+def check_request(
+    model: HookedModel, receiver: Receiver, senders: Sequence[Sender], structure: BlockStructure
+) -> Receiver:
+    """The receiver, checked against the model; refused when a sender cannot reach it."""
+    receiver = receiver.check(model.spec)
+    for s in senders:
+        s.check(model.spec)
+        if not receiver.is_downstream_of(s, structure.parallel):
+            raise ValueError(
+                f"sender {s.name} lies at or after receiver {receiver.name}, so its output cannot reach it. "
+                "Fix: use senders in earlier layers (upstream_senders(spec, receiver, parallel) lists them)."
+            )
+    return receiver
 
 
 @torch.no_grad()
