@@ -14,20 +14,26 @@ import pytest
 import torch
 
 from mathcircuits.circuit import (
+    LOGITS,
+    MOVER,
+    READER,
     Circuit,
     Faithfulness,
     Wiring,
+    check_circuit_run,
     circuit_batches,
     circuit_logprob,
+    copy_pairs,
     discover_circuit,
+    edge_order,
     faithfulness,
+    plant_two_step,
     pool_means,
+    position_scores,
     resample_values,
+    size_grid,
+    top_wiring,
 )
-from mathcircuits.circuit.intervene import LOGITS, check_circuit_run
-from mathcircuits.circuit.pair_cache import position_scores
-from mathcircuits.circuit.planted import MOVER, READER, copy_pairs, plant_two_step
-from mathcircuits.circuit.subcircuits import edge_order, size_grid, top_wiring
 from mathcircuits.models import load_model
 
 
@@ -92,6 +98,14 @@ def test_a_counterfactual_that_changes_nothing_is_ill_conditioned_not_a_ratio(tm
     assert faith.denominator.value == pytest.approx(0.0, abs=1e-6)
     back = Faithfulness.load(faith.save(tmp_path / "f.json"))
     assert back.ill_conditioned and back.denominator == faith.denominator
+
+
+def test_the_same_analysis_without_the_plant_finds_no_behaviour_to_explain():
+    _, _, ev, pool = planted()
+    plain = load_model("tiny-llama")  # the same random model, not planted: it does not copy the digit
+    faith = faithfulness(plain, ev, found(), pool=pool, n_random=2, n_boot=100, completeness_sets=0)
+    assert faith.ill_conditioned and faith.curve == (), "no behaviour to explain, so no ratio"
+    assert faith.denominator.low <= 0 <= faith.denominator.high or abs(faith.denominator.value) < 0.1
 
 
 def test_edge_level_run_keeps_only_the_edges_and_every_run_equals_its_plain_forward():

@@ -159,7 +159,7 @@ def test_exact_equals_reference_on_embedded(embedded, embedded_add_pairs):
 
 
 def test_answer_logprob_scores_every_answer_token_and_ignores_offsets():
-    from mathcircuits.patching.metrics import METRICS, answer_readout
+    from mathcircuits.patching import METRICS, answer_readout
 
     gen = torch.Generator().manual_seed(0)
     logits = torch.randn(3, 2, 11, generator=gen)

@@ -20,25 +20,30 @@ from mathcircuits.circuit.attribution import ScreenAgreement, attribute_edges, s
 from mathcircuits.circuit.batches import CircuitBatch, circuit_batches
 from mathcircuits.circuit.components import Receiver, Sender, check_positions, upstream_senders
 from mathcircuits.circuit.config import CircuitConfig
-from mathcircuits.circuit.curve import CompletenessRow, CurvePoint, Faithfulness
+from mathcircuits.circuit.curve import CompletenessRow, CurvePoint, Faithfulness, FaithfulnessSettings
 from mathcircuits.circuit.discover import discover_circuit
 from mathcircuits.circuit.edges import check_edges, exact_edges, patched_inputs, receiver_effects
 from mathcircuits.circuit.faithfulness import faithfulness
-from mathcircuits.circuit.intervene import AblationValues, Wiring, circuit_logprob, resample_values
-from mathcircuits.circuit.pair_cache import EdgeBatch, PairCache, pair_cache
+from mathcircuits.circuit.intervene import AblationValues, Wiring, check_circuit_run, circuit_logprob, resample_values
+from mathcircuits.circuit.pair_cache import EdgeBatch, PairCache, pair_cache, position_scores
+from mathcircuits.circuit.planted import MOVER, READER, copy_pairs, plant_two_step
 from mathcircuits.circuit.pool import PoolMeans, pool_means
 from mathcircuits.circuit.reference import reference_edges
 from mathcircuits.circuit.result import Circuit, CircuitData, CircuitSettings, DiscoveryRound, Edge, Node
 from mathcircuits.circuit.roles import label_roles
-from mathcircuits.circuit.subcircuits import edge_order, random_wiring, top_wiring, wiring_of
+from mathcircuits.circuit.subcircuits import edge_order, random_wiring, size_grid, top_wiring, wiring_of
+from mathcircuits.circuit.wiring import LOGITS
 
 __all__ = [
+    "LOGITS",
+    "MOVER",
+    "READER",
     "AblationValues",
     "Circuit",
     "CircuitBatch",
+    "CircuitConfig",
     "CircuitData",
     "CircuitSettings",
-    "CircuitConfig",
     "CompletenessRow",
     "CurvePoint",
     "DiscoveryRound",
@@ -54,11 +59,12 @@ __all__ = [
     "Sender",
     "Wiring",
     "attribute_edges",
-    "check_edges",
+    "check_circuit_run",
     "check_edges",
     "check_positions",
     "circuit_batches",
     "circuit_logprob",
+    "copy_pairs",
     "discover_circuit",
     "edge_order",
     "exact_edges",
@@ -66,12 +72,15 @@ __all__ = [
     "label_roles",
     "pair_cache",
     "patched_inputs",
+    "plant_two_step",
     "pool_means",
+    "position_scores",
     "random_wiring",
     "receiver_effects",
     "reference_edges",
     "resample_values",
     "screen_agreement",
+    "size_grid",
     "top_wiring",
     "upstream_senders",
     "wiring_of",
