@@ -88,6 +88,7 @@ def test_lora_rank_matches_the_budget_within_half_a_rank(setup):
         assert abs(rank * per_rank - budget) <= per_rank / 2
 
 
+@pytest.mark.slow  # the whole protocol: a learning-rate sweep of every mode, then the test runs (about 7 s of CPU)
 def test_compare_sft_protocol(setup, tmp_path):
     model, tok, train, _, val, key = setup
     cfg = SFTConfig(max_steps=2, batch_size=4, micro_batch_size=4, progress_bar=False, warmup_ratio=0.0)
