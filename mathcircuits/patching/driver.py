@@ -26,7 +26,7 @@ from mathcircuits.models.integrity import verify_once
 from mathcircuits.patching.attribution import attribution_scan
 from mathcircuits.patching.checks import check_exact
 from mathcircuits.patching.exact import exact_scan
-from mathcircuits.patching.metrics import LastPositionMetric, Metric, get_metric
+from mathcircuits.patching.metrics import Metric, MetricName, get_metric
 from mathcircuits.patching.reference import reference_scan
 from mathcircuits.patching.result import PatchingResult, PatchSettings
 from mathcircuits.patching.scan import Method, ScanFn, SenderKind, Senders
@@ -42,7 +42,7 @@ def path_patch(
     model: HookedModel,
     dataset: PairSet,
     senders: Sequence[SenderKind] = ("heads", "mlps"),
-    metric: LastPositionMetric | Metric = "relative_logit",
+    metric: MetricName | Metric = "relative_logit",
     method: Method = "exact",
     batch_size: int = 16,
     chunk_rows: int = 8192,
