@@ -16,6 +16,7 @@ from mathcircuits.viz.export import (
     save_figures,
     screenshot_html,
 )
+from mathcircuits.viz.faithfulness_curve import faithfulness_curve
 from mathcircuits.viz.heatmap import patching_heatmap, patching_heatmaps, patching_top_heads
 from mathcircuits.viz.knockout import knockout_curves
 from mathcircuits.viz.probes import probe_case_trajectory, probe_similarity_curves
@@ -32,6 +33,7 @@ __all__ = [
     "attention_role_means",
     "circuit_graph",
     "circuitsvis_bundle",
+    "faithfulness_curve",
     "find_chromium",
     "knockout_curves",
     "patching_heatmap",
