@@ -71,7 +71,7 @@ def _shift(value: float = 0.5):
 @pytest.mark.integration
 def test_broken_prefix_cache_stops_the_run(tmp_path, capsys, monkeypatch):
     original = PrefixRunner._suffix_logits
-    monkeypatch.setattr(PrefixRunner, "_suffix_logits", lambda self, t, p: original(self, t, p) + 0.5)
+    monkeypatch.setattr(PrefixRunner, "_suffix_logits", lambda self, t, p, **kw: original(self, t, p, **kw) + 0.5)
     code, err, out = _run(tmp_path, capsys)
     _assert_stopped(code, err, out, "prefix cache", "data")
 
@@ -97,8 +97,8 @@ def test_broken_knockout_resume_stops_the_run(tmp_path, capsys, monkeypatch):
 def test_broken_circuit_edges_stop_the_run(tmp_path, capsys, monkeypatch):
     original = edges.receiver_effects
     monkeypatch.setattr(edges, "receiver_effects", lambda *a, **k: original(*a, **k) + 0.5)
-    circuit = {"enabled": True, "key_heads": 2, "depth": 1, "max_pairs": 4, "faithfulness_pairs": 4, "n_random": 1,
-               "n_boot": 10}  # fmt: skip
+    circuit = {"enabled": True, "depth": 1, "discovery_pairs": 2, "eval_pairs": 2, "min_pairs": 4, "n_random": 1,
+               "n_boot": 10, "points": 2, "completeness_sets": 0, "screen": None}  # fmt: skip
     code, err, out = _run(tmp_path, capsys, circuit=circuit)
     _assert_stopped(code, err, out, "circuit edges", "circuit")
 
@@ -124,7 +124,7 @@ def test_broken_generation_cache_stops_generation(monkeypatch):
 @pytest.mark.integration
 def test_fast_paths_off_runs_plain_paths_only(tmp_path, capsys, monkeypatch):
     original = PrefixRunner._suffix_logits
-    monkeypatch.setattr(PrefixRunner, "_suffix_logits", lambda self, t, p: original(self, t, p) + 0.5)
+    monkeypatch.setattr(PrefixRunner, "_suffix_logits", lambda self, t, p, **kw: original(self, t, p, **kw) + 0.5)
     monkeypatch.setattr(exact, "readout", lambda *a, **k: pytest.fail("the exact scan ran with fast paths off"))
     code, err, out = _run(tmp_path, capsys, "--only", "data", "identify", model={"fast_paths": "off"})
     assert code == 0, err

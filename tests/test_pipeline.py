@@ -16,7 +16,7 @@ import yaml
 from mathcircuits.ablation import KnockoutResult
 from mathcircuits.cli import main
 from mathcircuits.finetune import KV_POLICIES, Mode, SFTConfig
-from mathcircuits.patching import METRICS, RULES, PatchingConfig, SelectionConfig
+from mathcircuits.patching import LAST_POSITION_METRICS, RULES, PatchingConfig, SelectionConfig
 from mathcircuits.pipeline import (
     STAGES,
     ConfigError,
@@ -89,7 +89,7 @@ def test_config_sections_are_the_library_configs_with_one_default():
     The selection's defaults live only in SelectionConfig (select_key_components takes one, or overrides of it).
     """
     hints = typing.get_type_hints(PatchingConfig)
-    assert set(typing.get_args(hints["metric"])) == set(METRICS)
+    assert set(typing.get_args(hints["metric"])) == set(LAST_POSITION_METRICS)
     assert set(typing.get_args(typing.get_type_hints(SelectionConfig)["rule"])) == set(RULES)
     assert set(typing.get_args(typing.get_type_hints(SFTConfig)["kv_policy"])) == set(KV_POLICIES)
     cfg = RunConfig()
@@ -231,8 +231,9 @@ SUMMARIES = {
                                "random_low": NAN, "random_high": NAN, "random_ablated_std": NAN,
                                "key_drop": NAN, "random_drop": NAN, "ablation": "position_mean"}]},
     "circuit": {"seconds": 0.1, "skipped": {"sub": 4}, "disabled": False,
-                "circuits": {"add": {"nodes": 5, "edges": 7, "faithfulness": 0.8, "low": 0.6, "high": 0.9,
-                                     "random_below": 1.0, "n_random": 20}}},
+                "circuits": {"add": {"nodes": 5, "edges": 7, "stopped": "saturated", "discovery_pairs": 12,
+                                     "eval_pairs": 32, "seconds": 9.5, "faith": "plateau at 4 edges",
+                                     "ill_conditioned": False}}},
     "finetune": {"seconds": 4.0, "skipped": None, "train_pairs": 36, "heldout_pairs": 36, "key_heads": [[2, 2]],
                  "key_mlps": [1],
                  "runs": {"precise": {"heads": 3, "n_trainable": 61440, "n_model_params": 122944, "steps": 2,

@@ -26,6 +26,7 @@ from mathcircuits.data.generate import (
     answer_spacing,
     compute_answer,
     generate_pairs,
+    prompt_start,
     render_pair,
 )
 from mathcircuits.data.pairs import (
@@ -81,6 +82,7 @@ __all__ = [
     "pair_columns",
     "read_benchmark_split",
     "read_word_problems",
+    "prompt_start",
     "record_question",
     "render_pair",
     "score_pairs",

@@ -8,7 +8,7 @@ Layout (one sub-folder per stage, each finished by a ``.done.json`` marker)::
     identify/  patching_<op>.pt  patching_all.pt  key_components.json  effects_all.csv
     validate/  head_means.pt  knockout_<op>.pt/.csv  transfer.pt/.csv
     analyze/   attention_by_role.pt/.csv  mlp_probes.pt/.csv  head_patterns.pt
-    circuit/   circuit_<op>.json  faithfulness_<op>.json  graph_<op>.html
+    circuit/   circuit_<op>.json  faithfulness_<op>.json  graph_<op>.html  curve_<op>.html
     numbers/   spectra.pt/.csv  logit_spectra.pt/.csv  probes.pt/.csv  helix.pt/.csv  helix_patch.pt/.csv
                neurons.pt/.csv  neuron_types.csv
     finetune/  train_pairs/  heldout_pairs/  <mode>/{checkpoint-N/, final/, sft_result.json, log.jsonl, .settings}
@@ -134,6 +134,9 @@ class RunPaths:
 
     def circuit_graph(self, operation: str) -> Path:
         return self.root / "circuit" / f"graph_{operation}.html"
+
+    def circuit_curve(self, operation: str) -> Path:
+        return self.root / "circuit" / f"curve_{operation}.html"
 
     # numbers
     def numbers(self, name: str, suffix: str = ".pt") -> Path:
