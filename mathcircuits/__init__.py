@@ -20,7 +20,7 @@ imports no model library)::
 
 Every result prints briefly and renders in a notebook; the figures of :mod:`mathcircuits.viz` take
 them (``mc.viz.patching_heatmap(result, key)``). The subpackages, in the order imports flow:
-data → models → patching → ablation / analysis → circuit → viz, finetune, evaluation → claims →
+data → models → patching → ablation / analysis / numbers → circuit → viz, finetune, evaluation → claims →
 report → pipeline → cli (``docs/architecture.md``).
 """
 

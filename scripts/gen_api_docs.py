@@ -39,6 +39,7 @@ LAYER_ORDER = (
     "patching",
     "ablation",
     "analysis",
+    "numbers",
     "circuit",
     "viz",
     "finetune",

@@ -123,6 +123,7 @@ def test_registry_drives_cli_modules_and_docs():
         "validate",
         "analyze",
         "circuit",
+        "numbers",
         "finetune",
         "evaluate",
         "compare",

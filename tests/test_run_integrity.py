@@ -137,8 +137,8 @@ def test_a_failed_call_leaves_config_yaml_as_it_was(tmp_path, capsys):
 def test_half_precision_runs_every_stage(tmp_path, dtype):
     out = tmp_path / "run"
     summaries = run_pipeline(_cfg(model={"dtype": dtype}, circuit=CIRCUIT), out, progress=False)
-    assert set(summaries) == {"data", "identify", "validate", "analyze", "circuit", "finetune", "evaluate", "compare",
-                              "report"}  # fmt: skip
+    assert set(summaries) == {"data", "identify", "validate", "analyze", "circuit", "numbers", "finetune", "evaluate",
+                              "compare", "report"}  # fmt: skip
     assert (out / "report" / "report.html").exists()
 
 

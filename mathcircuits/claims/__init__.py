@@ -10,7 +10,8 @@ the rules, written out in ``docs/claims.md``:
 * :mod:`.components` — C1 (sparse, mid-depth key heads), C3 (attention), C4 (MLPs);
 * :mod:`.knockout` — C2 and C5, through one knockout rule (:func:`drop_verdict`);
 * :mod:`.finetune` — C6 (precise vs full SFT);
-* :mod:`.assess` — the card from a run's results.
+* :mod:`.assess` — the card from a run's results;
+* :mod:`.numbers` — N1–N3, beyond the paper: how numbers are represented and combined.
 
 The card sits above the analyses and below the report, which shows it first.
 """
@@ -20,6 +21,7 @@ from mathcircuits.claims.card import CardSettings, Claim, ClaimsCard, Verdict, f
 from mathcircuits.claims.components import claim_c1, claim_c3, claim_c4
 from mathcircuits.claims.finetune import claim_c6
 from mathcircuits.claims.knockout import claim_c2, claim_c5, drop_verdict
+from mathcircuits.claims.numbers import claim_n1, claim_n2, claim_n3, with_number_claims
 from mathcircuits.claims.paper import PAPER
 
 __all__ = [
@@ -35,6 +37,10 @@ __all__ = [
     "claim_c4",
     "claim_c5",
     "claim_c6",
+    "claim_n1",
+    "claim_n2",
+    "claim_n3",
     "drop_verdict",
     "fmt_interval",
+    "with_number_claims",
 ]

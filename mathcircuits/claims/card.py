@@ -79,6 +79,11 @@ class Claim:
                 f"claim {self.id}: verdict {self.verdict!r} is unknown. Fix: use one of {choices}."
             ) from None
 
+    @property
+    def beyond_paper(self) -> bool:
+        """Whether the claim goes beyond Zhang et al. (the N rows: how numbers are represented, docs/claims.md)."""
+        return not self.id.startswith("C")
+
 
 @dataclass(frozen=True)
 class CardSettings:
@@ -118,7 +123,12 @@ class ClaimsCard(SavedResult):
         out = [f"  claims (Zhang et al. 2024) — {self.confidence:.0%} intervals; rules in docs/claims.md"]
         width = max((len(c.title) for c in self.claims), default=10)
         for c in self.claims:
-            out.append(f"  {c.id} {c.title:<{width}}  {c.verdict:<32}  {c.measurement}")
+            mark = "+" if c.beyond_paper else " "
+            out.append(f" {mark}{c.id} {c.title:<{width}}  {c.verdict:<32}  {c.measurement}")
+        if any(c.beyond_paper for c in self.claims):
+            out.append(
+                "  + beyond the paper: Zhou et al. 2024, Fu et al. 2026, Kantamneni & Tegmark 2025, Nikankin et al."
+            )
         return out
 
     def summary_items(self) -> list[tuple[str, str]]:

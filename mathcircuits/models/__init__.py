@@ -7,7 +7,8 @@
 * :mod:`.capture` — one forward, activations at the last position;
 * :mod:`.readout` — the answer readout (final norm → unembedding → soft cap);
 * :mod:`.changes` — how a block's contribution changes (attention output, MLP input);
-* :mod:`.prefix` — prefix-cached forwards (the shared few-shot prefix runs once);
+* :mod:`.prefix` — prefix-cached forwards (the shared few-shot prefix runs once); :mod:`.suffix` — reruns of a
+  prompt's tail from a block on, with the rest cached;
 * :mod:`.compat` / :mod:`.integrity` — the dependency versions computed under, and every fast path checked
   against its plain path on the user's model at run time;
 * :mod:`.tiny` / :mod:`.embedded` — tiny random models of every family; the embedded models (SmolLM2, Gemma 3 270M).
@@ -33,6 +34,7 @@ from mathcircuits.models.loading import HookedModel, load_hf_model, load_model, 
 from mathcircuits.models.prefix import HFForward, PrefixRunner, repeat_cache, run_from_layer, shared_prefix_len
 from mathcircuits.models.readout import Readout, final_norm, readout, soft_cap, vocab_logits
 from mathcircuits.models.spec import ModelMismatchError, ModelSpec, as_spec, check_model, heads_by_layer
+from mathcircuits.models.suffix import SuffixRunner
 from mathcircuits.models.tiny import TINY_CHARS, TINY_FAMILIES, tiny_gpt2, tiny_llama, tiny_model, tiny_tokenizer
 from mathcircuits.models.wrap import from_bridge, from_hf, wrap
 
@@ -51,6 +53,7 @@ __all__ = [
     "ModelMismatchError",
     "ModelSpec",
     "PrefixRunner",
+    "SuffixRunner",
     "Readout",
     "UnsupportedFamilyError",
     "UnsupportedVersionError",

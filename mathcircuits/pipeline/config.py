@@ -32,6 +32,7 @@ from mathcircuits.data import GenerationConfig, load_templates
 from mathcircuits.evaluation.config import EvaluationConfig
 from mathcircuits.finetune import CompareConfig, Mode, SFTConfig
 from mathcircuits.models import ModelSpec, resolve_source
+from mathcircuits.numbers import NumbersConfig
 from mathcircuits.patching.config import PatchingConfig, SelectionConfig
 
 __all__ = [
@@ -180,6 +181,7 @@ class RunConfig:
     validation: ValidationConfig = field(default_factory=ValidationConfig)
     analysis: AnalysisConfig = field(default_factory=AnalysisConfig)
     circuit: CircuitConfig = field(default_factory=CircuitConfig)
+    numbers: NumbersConfig = field(default_factory=NumbersConfig)
     finetune: FinetuneSection = field(default_factory=FinetuneSection)
     evaluation: EvaluationConfig = field(default_factory=EvaluationConfig)
     compare: CompareConfig = field(default_factory=CompareConfig)
@@ -264,8 +266,10 @@ class RunConfig:
             spec: the loaded model's spec.
 
         Raises:
-            ConfigError: a head count ``K`` (``precise@K``) above the model's heads.
+            ConfigError: a head count ``K`` (``precise@K``) above the model's heads; numbers layers or depths
+                outside the model, or a numbers template that is not loaded.
         """
+        self._check_numbers(spec)
         total = spec.n_layers * spec.n_heads
         for section, modes in (("finetune", self.finetune.modes), ("compare", self.compare.modes)):
             for m in modes:
@@ -274,6 +278,28 @@ class RunConfig:
                         f"{section}.modes has {str(m)!r}, but {spec.describe()} has {total} heads. "
                         f"Fix: use precise@K with K <= {total}."
                     )
+
+    def _check_numbers(self, spec: ModelSpec) -> None:
+        n = self.numbers
+        if not n.enabled:
+            return
+        bad = [l for l in n.neuron_layers or () if not 0 <= l < spec.n_layers]
+        if bad:
+            raise ConfigError(
+                f"numbers.neuron_layers has {bad}, outside the {spec.n_layers} layers of {spec.describe()}. "
+                f"Fix: use layers 0…{spec.n_layers - 1}."
+            )
+        deep = [d for d in n.patch_depths if d >= spec.n_layers]
+        if deep:
+            raise ConfigError(
+                f"numbers.patch_depths has {deep}; a patch needs a block after it, and {spec.describe()} has "
+                f"{spec.n_layers}. Fix: use depths 1…{spec.n_layers - 1}."
+            )
+        loaded = load_templates(list(self.data.template_files) if self.data.template_files else None)
+        if n.template not in {t.id for s in loaded for t in s.templates}:
+            raise ConfigError(
+                f"numbers.template={n.template!r} is not a loaded template. Fix: name one, e.g. add_eq_1."
+            )
 
     def save(self, path: str | Path) -> Path:
         """Write the config as YAML, atomically.

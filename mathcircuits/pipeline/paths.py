@@ -9,6 +9,8 @@ Layout (one sub-folder per stage, each finished by a ``.done.json`` marker)::
     validate/  head_means.pt  knockout_<op>.pt/.csv  transfer.pt/.csv
     analyze/   attention_by_role.pt/.csv  mlp_probes.pt/.csv  head_patterns.pt
     circuit/   circuit_<op>.json  faithfulness_<op>.json  graph_<op>.html  curve_<op>.html
+    numbers/   spectra.pt/.csv  logit_spectra.pt/.csv  probes.pt/.csv  helix.pt/.csv  helix_patch.pt/.csv
+               neurons.pt/.csv  neuron_types.csv
     finetune/  train_pairs/  heldout_pairs/  <mode>/{checkpoint-N/, final/, sft_result.json, log.jsonl, .settings}
     evaluate/  table.csv  eval_<label>.pt (one per model: held-out arithmetic, benchmarks)
     compare/   train_pairs/ validation_pairs/ test_pairs/  runs/<mode>/lr_<rate>/{final/, sweep_run.json}
@@ -135,6 +137,12 @@ class RunPaths:
 
     def circuit_curve(self, operation: str) -> Path:
         return self.root / "circuit" / f"curve_{operation}.html"
+
+    # numbers
+    def numbers(self, name: str, suffix: str = ".pt") -> Path:
+        """A result of the numbers stage: ``spectra``, ``logit_spectra``, ``probes``, ``helix``, ``helix_patch``,
+        ``neurons`` (``.pt``), their tables (``.csv``) and ``neuron_types.csv``."""
+        return self.root / "numbers" / f"{name}{suffix}"
 
     # finetune
     @property

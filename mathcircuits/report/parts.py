@@ -20,6 +20,7 @@ from mathcircuits.circuit.subcircuits import top_circuit
 from mathcircuits.claims import ClaimsCard
 from mathcircuits.models import ModelSpec
 from mathcircuits.patching import KeyComponents, PatchingResult
+from mathcircuits.report.numbers import NumberResults
 from mathcircuits.viz import (
     attention_excess,
     attention_role_distributions,
@@ -27,6 +28,7 @@ from mathcircuits.viz import (
     circuit_graph,
     faithfulness_curve,
     knockout_curves,
+    numbers_figures,
     patching_heatmap,
     patching_heatmaps,
     patching_top_heads,
@@ -74,6 +76,7 @@ class ReportParts:
         circuit_faithfulness: ``{operation: Faithfulness}``, shown as the curve with its random band.
         comparison_sweep: the fair SFT comparison's sweep (``compare/sweep.csv``).
         comparison_table: its table at each mode's selected rate.
+        numbers: the numbers stage's results (:class:`~mathcircuits.report.numbers.NumberResults`).
         extra_figures: more figures, ``{title: figure}``.
         notes: notes after the appendix.
     """
@@ -96,6 +99,7 @@ class ReportParts:
     circuit_faithfulness: Mapping[str, Faithfulness] = field(default_factory=dict)
     comparison_sweep: pd.DataFrame | None = None
     comparison_table: pd.DataFrame | None = None
+    numbers: NumberResults = field(default_factory=NumberResults)
     extra_figures: Mapping[str, go.Figure] = field(default_factory=dict)
     notes: Sequence[str] = ()
 
@@ -159,7 +163,8 @@ def report_figures(parts: ReportParts) -> dict[str, go.Figure]:
     Names: ``patching_<label>`` (one heatmap per operation, ``patching_overall``), ``patching_top_heads``,
     ``selection_stability``, ``knockout``, ``transfer``, ``attention_roles``, ``attention_excess``,
     ``attention_means``, ``mlp_probe_curves``, ``mlp_probe_case``, ``circuit_<operation>`` (the plateau circuit),
-    ``circuit_curve_<operation>``, ``evaluation``, ``compare``, ``compare_sweep``; only those whose results are given.
+    ``circuit_curve_<operation>``, ``evaluation``, ``compare``, ``compare_sweep``, ``numbers_*``
+    (:func:`~mathcircuits.viz.numbers_figures`); only those whose results are given.
 
     Args:
         parts: the report's results.
@@ -202,4 +207,6 @@ def report_figures(parts: ReportParts) -> dict[str, go.Figure]:
         figs["compare"] = sft_delta_bars(parts.comparison_table)
         if parts.comparison_sweep is not None:
             figs["compare_sweep"] = sft_sweep_curves(parts.comparison_sweep)
+    if parts.numbers:
+        figs.update(numbers_figures(parts.numbers.as_dict()))
     return figs

@@ -3,8 +3,9 @@
 Each renderer adds its section to a :class:`~mathcircuits.report.html.Page` from the results it
 is given and the figures :func:`~mathcircuits.report.parts.report_figures` built once (never a
 figure of its own), in the order of the page: the claims card, path patching, key heads,
-knockout, transfer, attention, MLP probes, circuits, fine-tuning and evaluation, the fair SFT
-comparison, interactive views, extra figures. :func:`render_sections` calls them in that order.
+knockout, transfer, attention, MLP probes, circuits, how numbers are represented (:mod:`.numbers`),
+fine-tuning and evaluation, the fair SFT comparison, interactive views, extra figures. :func:`render_sections`
+calls them in that order.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from mathcircuits.circuit import Circuit, Faithfulness
 from mathcircuits.claims import Claim, ClaimsCard, Verdict
 from mathcircuits.patching import KeyComponents, PatchingResult
 from mathcircuits.report.html import Page, esc, plain_text, table
+from mathcircuits.report.numbers import numbers_section
 from mathcircuits.report.parts import ReportParts
 from mathcircuits.report.readings import (
     reading_attention,
@@ -63,7 +65,8 @@ def claims_card(page: Page, card: ClaimsCard) -> None:
     rows = []
     for c in card.claims:
         rows.append(
-            f'<tr><td class="id" title="{esc(c.statement)}">{esc(c.id)} {esc(c.title)}</td>'
+            f'<tr><td class="id" title="{esc(c.statement)}">{esc(c.id)} {esc(c.title)}'
+            f"{'<br><small>beyond the paper</small>' if c.beyond_paper else ''}</td>"
             f"<td>{esc(c.paper)}</td><td>{esc(c.measurement)}</td>"
             f'<td><span class="verdict {VERDICT_CLASS[c.verdict]}" title="{esc(c.reason)}">{esc(c.verdict)}</span>'
             "</td></tr>"
@@ -247,6 +250,8 @@ def render_sections(page: Page, parts: ReportParts, figs: Figures) -> None:
         probes_section(page, parts.probes, figs)
     for op, circ in parts.circuit.items():
         circuit_section(page, op, circ, parts.circuit_faithfulness.get(op), figs)
+    if parts.numbers:
+        numbers_section(page, parts.numbers, figs)
     if parts.evaluation is not None:
         c6 = next((c for c in parts.claims.claims if c.id == "C6"), None) if parts.claims is not None else None
         evaluation_section(page, parts.evaluation, c6, figs)

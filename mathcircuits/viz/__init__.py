@@ -19,6 +19,16 @@ from mathcircuits.viz.export import (
 from mathcircuits.viz.faithfulness_curve import faithfulness_curve
 from mathcircuits.viz.heatmap import patching_heatmap, patching_heatmaps, patching_top_heads
 from mathcircuits.viz.knockout import knockout_curves
+from mathcircuits.viz.numbers import (
+    grid_heatmaps,
+    helix_patch_bars,
+    helix_planes,
+    neuron_topk_curves,
+    numbers_figures,
+    probe_curves,
+    reading_numbers,
+    spectrum_lines,
+)
 from mathcircuits.viz.probes import probe_case_trajectory, probe_similarity_curves
 from mathcircuits.viz.sft_compare import sft_delta_bars, sft_sweep_curves
 from mathcircuits.viz.stability import selection_stability_bars
@@ -35,12 +45,19 @@ __all__ = [
     "circuitsvis_bundle",
     "faithfulness_curve",
     "find_chromium",
+    "grid_heatmaps",
+    "helix_patch_bars",
+    "helix_planes",
     "knockout_curves",
+    "neuron_topk_curves",
+    "numbers_figures",
     "patching_heatmap",
     "patching_heatmaps",
     "patching_top_heads",
     "probe_case_trajectory",
+    "probe_curves",
     "probe_similarity_curves",
+    "reading_numbers",
     "require_chromium",
     "save_figure",
     "save_figures",
@@ -48,6 +65,7 @@ __all__ = [
     "selection_stability_bars",
     "sft_delta_bars",
     "sft_sweep_curves",
+    "spectrum_lines",
     "split_bundle",
     "transfer_bars",
 ]

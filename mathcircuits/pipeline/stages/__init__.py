@@ -1,6 +1,6 @@
 """The pipeline's stages, one module each, named as the CLI names them, and their one ordered registry.
 
-``STAGES`` (data → identify → validate → analyze → circuit → finetune → evaluate → compare → report)
+``STAGES`` (data → identify → validate → analyze → circuit → numbers → finetune → evaluate → compare → report)
 is read by the runner (order, fingerprints, upstream checks), by the CLI (its
 sub-commands and their help) and by the docs.
 """
@@ -19,6 +19,7 @@ from mathcircuits.pipeline.stages import (
     evaluate,
     finetune,
     identify,
+    numbers,
     report,
     validate,
 )
@@ -91,6 +92,14 @@ STAGES: dict[str, Stage] = {
             "each operation's circuit (sender → receiver path patching to saturation) and its faithfulness curve",
         ),
         Stage(
+            "numbers",
+            numbers.run,
+            numbers.NumbersSummary,
+            ("numbers",),
+            ("identify",),
+            "how numbers are represented: Fourier spectra, mod-T probes, helix and its patch, heuristic neurons",
+        ),
+        Stage(
             "finetune",
             finetune.run,
             finetune.FinetuneSummary,
@@ -119,7 +128,7 @@ STAGES: dict[str, Stage] = {
             report.run,
             report.ReportSummary,
             ("analysis", "data", "evaluation", "finetune"),
-            ("data", "identify", "validate", "analyze", "circuit", "evaluate", "compare"),
+            ("data", "identify", "validate", "analyze", "circuit", "numbers", "evaluate", "compare"),
             "figures (HTML + static) and one offline HTML report",
         ),
     )

@@ -4,8 +4,8 @@ Reads the ``analysis`` section (``static_formats``); writes ``report/claims.json
 :class:`~mathcircuits.claims.ClaimsCard`), ``report/report.html`` and ``report/figures/``.
 Every result is optional: a stage that was off (or a file from an older version) leaves its
 claim "not measured" and its section out. The circuit gets a section when the circuit stage
-wrote one; the fine-tuning table when the evaluate stage wrote one; the fair comparison (and C6 from it)
-when the compare stage wrote one.
+wrote one; the numbers stage (claims N1–N3, beyond the paper) when it ran; the fine-tuning table when
+the evaluate stage wrote one; the fair comparison (and C6 from it) when the compare stage wrote one.
 """
 
 from __future__ import annotations
@@ -21,13 +21,15 @@ from mathcircuits._io import ResultFileError, SavedResult
 from mathcircuits.ablation import KnockoutResult, TransferResult
 from mathcircuits.analysis import AttentionByRole, HeadPatterns, MLPProbeResult
 from mathcircuits.circuit import Circuit, Faithfulness
-from mathcircuits.claims import Verdict, assess_claims
+from mathcircuits.claims import Verdict, assess_claims, with_number_claims
 from mathcircuits.evaluation import EvalResult
+from mathcircuits.numbers import HelixPatchResult, HelixResult, NeuronResult, ProbeResult, Spectrum
 from mathcircuits.patching import KeyComponents, PatchingResult
 from mathcircuits.pipeline.context import Context, StageSummary
 from mathcircuits.pipeline.stages.data import DataSummary
 from mathcircuits.pipeline.stages.identify import IdentifySummary
-from mathcircuits.report import ReportParts, build_report, report_figures
+from mathcircuits.pipeline.stages.numbers import NumbersSummary
+from mathcircuits.report import NumberResults, ReportParts, build_report, report_figures
 from mathcircuits.viz import attention_heads_view, find_chromium, save_figures
 
 __all__ = ["ClaimLine", "ReportSummary", "run"]
@@ -69,10 +71,15 @@ class ReportSummary(StageSummary):
     claims: list[ClaimLine] = field(default_factory=list)
 
     def lines(self) -> list[str]:
-        card = [f"  {c.id} {c.title:<38}  {c.verdict:<32}  {c.measurement}" for c in self.claims] or [
-            "  claims: none (re-run report)"
-        ]
-        head = ["  claims (Zhang et al. 2024; 95% intervals; rules in docs/claims.md):"] if self.claims else []
+        card = [
+            f" {'+' if c.id.startswith('N') else ' '}{c.id} {c.title:<38}  {c.verdict:<32}  {c.measurement}"
+            for c in self.claims
+        ] or ["  claims: none (re-run report)"]
+        head = (
+            ["  claims (Zhang et al. 2024; + beyond the paper; 95% intervals; rules in docs/claims.md):"]
+            if self.claims
+            else []
+        )
         return head + card + [f"  report: {self.report}", f"  figures: {self.figures}"]
 
 
@@ -97,6 +104,33 @@ class _Loader:
                     f"{stage}: its file is from an older version, re-run `mathcircuits {stage} --force`"
                 )
             return None
+
+
+def _numbers_off(ctx: Context) -> dict[str, str]:
+    """Why a number claim (N1–N3) is not measured: the stage was off, or it skipped a part the model cannot pass."""
+    if not ctx.paths.marker("numbers").exists():
+        return {}
+    summary = ctx.summary("numbers", NumbersSummary)
+    if summary.disabled:
+        return {n: "stage numbers off: numbers.enabled is false" for n in ("N1", "N2", "N3")}
+    out = {}
+    for part, claim in (("helix patch", "N2"), ("neurons", "N3")):
+        if part in summary.skipped:
+            out[claim] = summary.skipped[part].split(". Fix")[0]
+    return out
+
+
+def _numbers(got: _Loader, ctx: Context) -> NumberResults:
+    """The numbers stage's saved results (each None when the stage was off or skipped it)."""
+    p = ctx.paths.numbers
+    return NumberResults(
+        spectra=got.load(Spectrum, p("spectra"), "numbers"),
+        logit_spectra=got.load(Spectrum, p("logit_spectra"), "numbers"),
+        probes=got.load(ProbeResult, p("probes"), "numbers"),
+        helix=got.load(HelixResult, p("helix"), "numbers"),
+        helix_patch=got.load(HelixPatchResult, p("helix_patch"), "numbers"),
+        neurons=got.load(NeuronResult, p("neurons"), "numbers"),
+    )
 
 
 def run(ctx: Context) -> ReportSummary:
@@ -148,6 +182,16 @@ def run(ctx: Context) -> ReportSummary:
         reasons=got.reasons,
         seed=ctx.config.data.seed,
     )
+    nums = _numbers(got, ctx)
+    card = with_number_claims(
+        card,
+        spectra=nums.spectra,
+        probes=nums.probes,
+        helix=nums.helix,
+        patch=nums.helix_patch,
+        neurons=nums.neurons,
+        off=_numbers_off(ctx),
+    )
     card.save(paths.claims)
     parts = ReportParts(
         title=f"mathcircuits run: {ctx.config.model.source}",
@@ -168,9 +212,14 @@ def run(ctx: Context) -> ReportSummary:
         circuit_faithfulness=faiths,
         comparison_sweep=pd.read_csv(paths.compare_sweep) if paths.compare_sweep.exists() else None,
         comparison_table=(pd.read_csv(paths.compare_table, index_col=0) if paths.compare_table.exists() else None),
+        numbers=nums,
     )
     figures = report_figures(parts)  # built once: saved as files and embedded in the page
-    saved = {name: fig for name, fig in figures.items() if name.startswith("patching_") or name in SAVED_FIGURES}
+    saved = {
+        name: fig
+        for name, fig in figures.items()
+        if name.startswith(("patching_", "numbers_")) or name in SAVED_FIGURES
+    }
     formats = list(ctx.config.analysis.static_formats)
     if formats and find_chromium() is None:
         formats = []

@@ -1,0 +1,301 @@
+"""Claims N1–N3, beyond the paper: how numbers are represented and combined, each against its null.
+
+Zhang et al. (2024) ask which heads and MLPs matter; N1–N3 ask *how* the numbers are
+carried and combined, after Zhou et al. (2024), Fu et al. (2026), Kantamneni & Tegmark
+(2025) and Nikankin et al. (2025). Each rule reads saved results of the numbers stage
+(values, never a model), compares intervals with a null, and can come out "does not
+hold". The rules and thresholds are written out in ``docs/claims.md``.
+
+* **N1** periodic structure beyond the null (spectra + mod-T probes);
+* **N2** the helix beats equal-dimension PCA and patches causally;
+* **N3** a small share of neurons per layer suffices, and associated neurons matter more than matched random ones.
+
+Usage::
+
+    card = with_number_claims(card, spectra=sp, probes=pr, helix=hx, patch=hp, neurons=nr)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+from mathcircuits.claims.card import Claim, ClaimsCard, Verdict
+from mathcircuits.numbers import HelixPatchResult, HelixResult, NeuronResult, ProbeResult, Spectrum
+
+__all__ = ["N1_MIN_CYCLES", "N3_MAX_SHARE", "PAPER_N", "claim_n1", "claim_n2", "claim_n3", "with_number_claims"]
+
+N1_MIN_CYCLES = 4  # a period counts as periodic structure when the number axis holds at least 4 cycles of it
+N3_MAX_SHARE = 0.05  # "a small share": at most 5% of a layer's neurons (Nikankin et al. find about 1.5%)
+
+PAPER_N: dict[str, tuple[str, str, str]] = {
+    "N1": (
+        "periodic structure beyond the null",
+        "Numbers carry periodic features (n mod T) beyond what shuffled order and the tokenizer give.",
+        "beyond the paper: Zhou et al. 2024 (spectra, periods 2, 2.5, 5, 10); Fu et al. 2026 (mod-T probes, "
+        "κ ≈ 0.96 at T = 2)",
+    ),
+    "N2": (
+        "helix beats PCA, patches causally",
+        "A generalised helix fits numbers, and patching its subspace moves the answer more than PCA or random "
+        "subspaces of equal dimension.",
+        "beyond the paper: Kantamneni & Tegmark 2025 (helix with T = 2, 5, 10, 100; activation patching vs PCA)",
+    ),
+    "N3": (
+        "few heuristic neurons per layer suffice",
+        "A small share of each layer's MLP neurons keeps accuracy, and knocking out a prompt's associated neurons "
+        "hurts more than as many matched random neurons.",
+        "beyond the paper: Nikankin et al. ICLR 2025 (about 1.5% of neurons per layer; associated vs random)",
+    ),
+}
+
+
+def _claim(cid: str, measurement: str, verdict: Verdict, reason: str, **kw: Any) -> Claim:
+    title, statement, paper = PAPER_N[cid]
+    nan = float("nan")
+    fields = {"value": nan, "low": nan, "high": nan, "unit": "", "n": 0} | kw
+    return Claim(cid, title, statement, paper, measurement, verdict=verdict, reason=reason, **fields)
+
+
+def _off(cid: str, why: str) -> Claim:
+    text = f"not measured ({why})"
+    return _claim(cid, text, Verdict.NOT_MEASURED, text)
+
+
+# ----------------------------------------------------------------------------- N1
+
+
+def claim_n1(spectra: Spectrum | None, probes: ProbeResult | None, why_missing: str = "stage numbers off") -> Claim:
+    """N1: some period ``T`` (≥ 4 cycles on the axis) is above the shuffled null and outside the tokenizer baseline
+    in the spectrum, *and* its mod-T probe beats its baselines, at the same depth (docs/claims.md).
+
+    Args:
+        spectra: the number :class:`~mathcircuits.numbers.Spectrum` (rows: depths).
+        probes: the :class:`~mathcircuits.numbers.ProbeResult`.
+        why_missing: the reason named when an input is missing.
+
+    Returns:
+        The claim; its value is the best candidate's κ with its interval.
+    """
+    if spectra is None or probes is None:
+        return _off("N1", why_missing)
+    n_axis = round(spectra.periods[0])
+    periods = [int(t.split()[1]) for t in probes.targets if t.startswith("mod ")]
+    cands = [t for t in periods if t * N1_MIN_CYCLES <= n_axis and any(abs(p - t) < 1e-6 for p in spectra.periods)]
+    if not cands:
+        return _off("N1", f"no probe period with >= {N1_MIN_CYCLES} cycles on the {n_axis}-number axis")
+    base = {round(p, 6) for p in spectra.baseline_periods}
+    held, failed, best = [], 0, None
+    total = 0
+    for t in cands:
+        k = min(range(len(spectra.periods)), key=lambda i: abs(spectra.periods[i] - t))
+        for d in range(1, len(probes.depths)):
+            total += 1
+            above = bool(spectra.above[spectra.row_index(probes.depths[d]), k])  # the same depth, by its label
+            in_base = round(float(t), 6) in base
+            probe = probes.beats_baselines(f"mod {t}", d)
+            iv = probes.interval(f"mod {t}", d)
+            if above and not in_base and probe is True:
+                held.append((t, probes.depths[d]))
+                if best is None or iv.value > best[1].value:
+                    best = (t, iv)
+            elif probe is False or not above:
+                failed += 1
+    if best is None:  # report the best-scoring candidate at its best depth
+        t = max(cands, key=lambda t: probes.interval(f"mod {t}", probes.best_depth(f"mod {t}")).value)
+        best = (t, probes.interval(f"mod {t}", probes.best_depth(f"mod {t}")))
+    t, iv = best
+    b0 = "; depth 0 is a baseline (digit-split tokenizer)" if probes.tokenization == "multi-token" else ""
+    text = (
+        f"mod {t} κ {iv.format('{:.2f}')}; tokenizer-baseline periods "
+        f"{', '.join(f'{p:g}' for p in spectra.baseline_periods) or 'none'}{b0}"
+    )
+    if held:
+        where = ", ".join(f"T={t} at depth {d}" for t, d in held[:6])
+        verdict, reason = Verdict.HOLDS, f"above the null and beyond the baselines in both tests: {where}"
+    elif failed == total:
+        verdict, reason = (
+            Verdict.FAILS,
+            (
+                f"for every period T in {cands} and depth, the spectrum is not above the shuffled null, or the period "
+                "is the tokenizer baseline's, or the mod-T probe does not beat its baselines (depth 0 / control)"
+            ),
+        )
+    else:
+        verdict, reason = (
+            Verdict.INCONCLUSIVE,
+            "some period is above the null in one test while the other test's intervals overlap",
+        )
+        if any(round(float(t), 6) in base for t in cands):
+            reason += " (or the period is in the tokenizer / token-frequency baseline)"
+    return _claim(
+        "N1", text, verdict, reason, value=iv.value, low=iv.low, high=iv.high, unit=f"Cohen's κ of mod {t}", n=iv.n
+    )
+
+
+# ----------------------------------------------------------------------------- N2
+
+
+def claim_n2(
+    helix: HelixResult | None, patch: HelixPatchResult | None, why_missing: str = "stage numbers off"
+) -> Claim:
+    """N2: at the depth where the full patch moves the answer most, the helix subspace patch moves it more than the
+    PCA subspace (paired interval above 0) and more than random subspaces, and the helix fit beats its null.
+
+    Args:
+        helix: the :class:`~mathcircuits.numbers.HelixResult`.
+        patch: the :class:`~mathcircuits.numbers.HelixPatchResult`.
+        why_missing: the reason named when an input is missing.
+
+    Returns:
+        The claim; its value is the helix patch's share of the full patch's shift, with its interval.
+    """
+    if helix is None or patch is None:
+        return _off("N2", why_missing)
+    d = patch.strongest_depth()
+    i = patch.depths.index(d)
+    full, hx, pca = patch.cell(d, "full"), patch.cell(d, "helix"), patch.cell(d, "pca")
+    rand_hi = float(patch.random_draws[i].max()) if patch.random_draws.shape[1] else float("nan")
+    frac = (float(patch.fraction[i, 1]), float(patch.fraction_low[i, 1]), float(patch.fraction_high[i, 1]))
+    diff = (float(patch.helix_minus_pca[i]), float(patch.diff_low[i]), float(patch.diff_high[i]))
+    fit_ok = helix.above_null(d)
+    text = (
+        f"depth {d}: helix {hx[0]:+.2f} [{hx[1]:+.2f}, {hx[2]:+.2f}], PCA {pca[0]:+.2f}, full {full[0]:+.2f} "
+        f"[{full[1]:+.2f}, {full[2]:+.2f}], random ≤ {rand_hi:+.2f} logits; helix − PCA {diff[0]:+.2f} "
+        f"[{diff[1]:+.2f}, {diff[2]:+.2f}]; fit R² {float(helix.r2[d]):.2f} (null {float(helix.null_r2[d]):.2f})"
+    )
+    if not full[1] > 0:
+        verdict, reason = (
+            Verdict.INCONCLUSIVE,
+            "the full-component patch itself does not surely move the answer at any depth",
+        )
+    elif frac[1] > 1:
+        verdict, reason = (
+            Verdict.INCONCLUSIVE,
+            (
+                "the helix subspace moves the answer more than the whole residual does: a possible subspace-patching "
+                "illusion (Makelov et al. 2023), not evidence"
+            ),
+        )
+    elif diff[1] > 0 and hx[1] > rand_hi and fit_ok:
+        verdict, reason = (
+            Verdict.HOLDS,
+            "helix − PCA interval above 0, helix above every random subspace, fit above its null",
+        )
+    elif diff[2] < 0 or hx[2] <= rand_hi or not fit_ok:
+        parts = [
+            p
+            for p, bad in (
+                ("PCA moves the answer more (helix − PCA interval below 0)", diff[2] < 0),
+                ("the helix is no better than a random subspace", hx[2] <= rand_hi),
+                ("the helix fit does not beat its shuffled-label null", not fit_ok),
+            )
+            if bad
+        ]
+        verdict, reason = Verdict.FAILS, "; ".join(parts)
+    else:
+        verdict, reason = Verdict.INCONCLUSIVE, "the helix − PCA interval straddles 0"
+    return _claim(
+        "N2",
+        text,
+        verdict,
+        reason,
+        value=frac[0],
+        low=frac[1],
+        high=frac[2],
+        unit="helix patch / full patch (answer shift)",
+        n=len(patch.pairs),
+    )
+
+
+# ----------------------------------------------------------------------------- N3
+
+
+def claim_n3(neurons: NeuronResult | None, why_missing: str = "stage numbers off") -> Claim:
+    """N3: every analysed layer keeps accuracy (≥ 1 − margin) with at most 5% of its neurons, and knocking out a
+    prompt's associated neurons drops accuracy more than layer-matched random neurons (paired interval above 0).
+
+    Args:
+        neurons: the :class:`~mathcircuits.numbers.NeuronResult`.
+        why_missing: the reason named when it is missing.
+
+    Returns:
+        The claim; its value is the knockout's extra drop (random − associated accuracy), with its interval.
+    """
+    if neurons is None:
+        return _off("N3", why_missing)
+    d = neurons.d_mlp
+    shares = {t.layer: t.chosen / d for t in neurons.topk}
+    small = all(s <= N3_MAX_SHARE for s in shares.values())
+    too_big = []
+    for t in neurons.topk:
+        tried = [j for j, k in enumerate(t.ks) if k / d <= N3_MAX_SHARE]
+        if t.chosen / d > N3_MAX_SHARE and tried and t.high[tried[-1]] < 1 - neurons.margin:
+            too_big.append(t.layer)
+    ko = neurons.knockout
+    share_text = ", ".join(f"L{l} {s:.1%}" for l, s in shares.items())
+    text = f"sufficient share per layer: {share_text} (margin {neurons.margin:.0%})"
+    if ko is not None:
+        text += (
+            f"; associated knockout accuracy {ko.associated_accuracy:.2f}, random {ko.random_accuracy:.2f} "
+            f"[{ko.random_low:.2f}, {ko.random_high:.2f}], extra drop {ko.extra_drop:+.2f} "
+            f"[{ko.drop_low:+.2f}, {ko.drop_high:+.2f}] ({ko.n_prompts} prompts, {ko.n_random} draws)"
+        )
+    fields: dict[str, Any] = {"unit": "extra accuracy drop (random − associated knockout)"}
+    if ko is not None:
+        fields |= {"value": ko.extra_drop, "low": ko.drop_low, "high": ko.drop_high, "n": ko.n_prompts}
+    if small and ko is not None and ko.drop_low > 0:
+        verdict, reason = (
+            Verdict.HOLDS,
+            f"every layer needs <= {N3_MAX_SHARE:.0%} of its neurons; extra drop interval above 0",
+        )
+    elif too_big or (ko is not None and ko.drop_high <= 0):
+        parts = []
+        if too_big:
+            parts.append(
+                f"layers {too_big} lose accuracy with {N3_MAX_SHARE:.0%} of their neurons (interval below "
+                f"1 − {neurons.margin:.2f})"
+            )
+        if ko is not None and ko.drop_high <= 0:
+            parts.append("associated neurons hurt no more than matched random ones")
+        verdict, reason = Verdict.FAILS, "; ".join(parts)
+    elif ko is None:
+        verdict, reason = Verdict.INCONCLUSIVE, "no prompt has an associated neuron (no classified neuron in the top-k)"
+    else:
+        verdict, reason = Verdict.INCONCLUSIVE, "a share or the knockout interval is not decided at this sample size"
+    return _claim("N3", text, verdict, reason, **fields)
+
+
+# ----------------------------------------------------------------------------- the card
+
+
+def with_number_claims(
+    card: ClaimsCard,
+    *,
+    spectra: Spectrum | None = None,
+    probes: ProbeResult | None = None,
+    helix: HelixResult | None = None,
+    patch: HelixPatchResult | None = None,
+    neurons: NeuronResult | None = None,
+    off: Mapping[str, str] | None = None,
+) -> ClaimsCard:
+    """The card with N1–N3 appended (after the paper's claims).
+
+    Args:
+        card: the paper's claims card.
+        spectra: number spectra; probes: probe result; helix, patch: helix fit and patch; neurons: neuron result.
+        off: claim id → why it is not measured (e.g. ``{"N2": "the model answers too few prompts"}``); default:
+            "stage numbers off" for a missing input.
+
+    Returns:
+        A new :class:`ClaimsCard`.
+    """
+    off = dict(off or {})
+    rows = (
+        claim_n1(spectra, probes, off.get("N1", "stage numbers off")),
+        claim_n2(helix, patch, off.get("N2", "stage numbers off")),
+        claim_n3(neurons, off.get("N3", "stage numbers off")),
+    )
+    kept = tuple(c for c in card.claims if not c.id.startswith("N"))
+    return dataclasses.replace(card, claims=kept + rows)

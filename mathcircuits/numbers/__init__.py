@@ -1,0 +1,67 @@
+"""How numbers are represented and combined: Fourier spectra, mod-T and digit probes, the helix, heuristic neurons.
+
+Each analysis reads numbers at their last token (:mod:`.reading` says why) and
+reports every statistic against a null with an interval:
+
+* :mod:`.states` — the residual stream at a number's last token, per context and depth;
+* :mod:`.spectra` — Fourier spectra along the number axis (Zhou et al. 2024) against shuffled order and the
+  tokenizer / token-frequency baseline (Fu et al. 2026); :mod:`.components` — the same for what key heads and
+  MLPs write to the answer logits;
+* :mod:`.probes` — cross-validated ``n mod T`` probes (Cohen's κ) and circular digit probes (Levy & Geva 2025),
+  against depth 0 and a control task;
+* :mod:`.helix` — the generalised helix (Kantamneni & Tegmark 2025) against equal-dimension PCA and random
+  subspaces; :mod:`.patch` — its causal test, with the full-component patch beside it;
+* :mod:`.grid`, :mod:`.heuristics`, :mod:`.neurons`, :mod:`.ablation` — heuristic neurons over an operand grid
+  (Nikankin et al. 2025): types, the smallest sufficient top-k per layer, associated vs layer-matched random
+  knockout.
+
+The stage ``mathcircuits numbers`` (section ``numbers``, :class:`NumbersConfig`) runs them all; docs/numbers.md
+explains the methods and docs/claims.md the claims N1–N3.
+"""
+
+from mathcircuits.numbers.ablation import LayerTopK, NeuronKnockout
+from mathcircuits.numbers.components import logit_spectra
+from mathcircuits.numbers.config import NumbersConfig
+from mathcircuits.numbers.grid import GridCapture, capture_grid, operand_grid
+from mathcircuits.numbers.helix import HelixResult, fit_helix, helix_basis
+from mathcircuits.numbers.heuristics import HEURISTIC_KINDS, Heuristic, heuristic_library, match_patterns
+from mathcircuits.numbers.neurons import NeuronResult, heuristic_neurons
+from mathcircuits.numbers.patch import HelixPatchResult, helix_patch, patch_pairs, subspace_shifts
+from mathcircuits.numbers.probes import ProbeResult, cohen_kappa, mod_probes
+from mathcircuits.numbers.results import TooFewCorrect
+from mathcircuits.numbers.spectra import Spectrum, frequency_spectrum, number_spectra, spectrum
+from mathcircuits.numbers.states import NumberStates, number_contexts, number_states
+
+__all__ = [
+    "HEURISTIC_KINDS",
+    "GridCapture",
+    "HelixPatchResult",
+    "HelixResult",
+    "Heuristic",
+    "LayerTopK",
+    "NeuronKnockout",
+    "NeuronResult",
+    "NumberStates",
+    "NumbersConfig",
+    "ProbeResult",
+    "Spectrum",
+    "TooFewCorrect",
+    "capture_grid",
+    "cohen_kappa",
+    "fit_helix",
+    "frequency_spectrum",
+    "helix_basis",
+    "helix_patch",
+    "heuristic_library",
+    "heuristic_neurons",
+    "logit_spectra",
+    "match_patterns",
+    "mod_probes",
+    "number_contexts",
+    "number_spectra",
+    "number_states",
+    "operand_grid",
+    "patch_pairs",
+    "spectrum",
+    "subspace_shifts",
+]

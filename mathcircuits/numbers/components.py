@@ -1,0 +1,77 @@
+"""Zhou et al.'s view: what each key head and MLP writes to the candidate answers' logits, along the number axis.
+
+Background. Zhou et al. (2024) project the output of each MLP and attention layer
+through the unembedding onto the number tokens and find, along that axis, Fourier
+components of periods 2, 2.5, 5 and 10. Here the projection is a component's exact
+*direct effect* at the prompt's last position, through the model's own final norm
+(:meth:`~mathcircuits.numbers.grid.GridCapture.direct_effect`), onto the first answer
+tokens of the numbers ``0, 1, …`` (the ten digits for a digit-split tokenizer), for every
+prompt of an operand grid. The spectrum, its interval (resampling prompts) and its
+shuffled-order null are those of :func:`~mathcircuits.numbers.spectra.spectrum`.
+
+Usage::
+
+    cap = capture_grid(model, grid, heads=[(14, 2)], mlps=[20])
+    logit_spectra(model, cap).periods_above("L14.H2")
+
+Reference: Zhou et al., "Pre-trained Large Language Models Use Fourier Features to Compute Addition"
+(NeurIPS 2024), §3.
+"""
+
+from __future__ import annotations
+
+from mathcircuits.models import HookedModel
+from mathcircuits.numbers.grid import GridCapture, answer_first_token
+from mathcircuits.numbers.spectra import Spectrum, spectrum
+from mathcircuits.stats import DEFAULT_CONFIDENCE, DEFAULT_N_BOOT
+
+__all__ = ["logit_spectra"]
+
+
+def logit_spectra(
+    model: HookedModel,
+    capture: GridCapture,
+    n_shuffles: int = 200,
+    n_boot: int = DEFAULT_N_BOOT,
+    seed: int = 0,
+    confidence: float = DEFAULT_CONFIDENCE,
+) -> Spectrum:
+    """Zhou et al.'s spectrum: what each captured head or MLP writes to the candidate answers' logits, per prompt.
+
+    The candidates are the first answer tokens of the numbers ``0, 1, …``: every number up to the grid's largest
+    answer when each is one token, else the ten digits (a digit-split tokenizer's first answer tokens). A
+    component's direct effect on them (:meth:`GridCapture.direct_effect`) is transformed along the candidate axis
+    for each prompt of the grid; the columns resampled are the prompts.
+
+    Args:
+        model: the hooked model.
+        capture: a :class:`GridCapture` with components (heads, MLPs).
+        n_shuffles: shuffled candidate orders per component.
+        n_boot: bootstrap resamples of the prompts.
+        seed: seed.
+        confidence: level.
+
+    Returns:
+        A :class:`Spectrum` with one row per component.
+    """
+    if not capture.components:
+        raise ValueError("the capture has no heads or MLPs. Fix: capture_grid(..., heads=..., mlps=...).")
+    top = int(capture.result.max())
+    tokens = [answer_first_token(model.tokenizer, n) for n in range(max(top, 9) + 1)]
+    single = len(set(tokens)) == len(tokens)
+    if not single:
+        tokens = tokens[:10]
+    effect = capture.direct_effect(model, tokens)  # [prompt, component, candidate]
+    what = f"numbers 0–{len(tokens) - 1}" if single else "the digits 0–9 (first answer tokens)"
+    return spectrum(
+        [effect[:, c].T for c in range(effect.shape[1])],
+        list(capture.components),
+        source="direct effect on the candidate answers' logits at the last position",
+        axis=f"candidate answers: {what}",
+        reading="the component's output at the prompt's last position, through the final norm and unembedding",
+        baseline="none (the candidates are tokens, not a model's numbers)",
+        n_shuffles=n_shuffles,
+        n_boot=n_boot,
+        seed=seed,
+        confidence=confidence,
+    )

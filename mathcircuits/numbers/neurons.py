@@ -1,0 +1,346 @@
+"""Heuristic neurons (Nikankin et al., ICLR 2025): types, the smallest sufficient top-k per layer, matched knockout.
+
+Background. Nikankin et al. find that about 1% of the MLP neurons per layer explain
+a model's arithmetic, each a simple heuristic (:mod:`.heuristics`), and that
+knocking out the neurons *associated* with a prompt hurts it more than knocking
+out as many other neurons. This module measures the three on one operation's
+operand grid, at the last position (:mod:`.grid`).
+
+1. **Attribution.** Each neuron's effect on the correct answer's logit if it were
+   mean-ablated, linearised (attribution patching): ``|∂logit/∂act · (mean − act)|``,
+   averaged over the prompts the model answers correctly. The mean is the neuron's
+   mean activation over the whole grid.
+2. **Types.** Every neuron of the analysed layers is matched to the heuristic
+   patterns by the rule of :mod:`.heuristics`; the type table counts them among each
+   layer's sufficient top-k, beside the count the rule gives on shuffled activations.
+3. **Smallest sufficient top-k.** For each layer alone, keep its ``k`` neurons of
+   highest attribution and mean-ablate the rest (at the last position); the smallest
+   ``k`` of the tried ones whose accuracy on the correct prompts stays at or above
+   ``1 − margin`` (default margin 0.05) is the layer's sufficient ``k``. Accuracy is the
+   first answer token (Wilson interval).
+4. **Associated vs random knockout.** A prompt's associated neurons are those of the
+   layers' sufficient top-k whose heuristic applies to it (it fires on the pattern and
+   the prompt matches, or fires off it and the prompt does not). Mean-ablating them in
+   all layers at once is compared with ablating, per prompt and layer, as many random
+   neurons of the same layer that are not associated with it (``n_random ≥ 20`` draws).
+   The extra drop (random accuracy − associated accuracy, per prompt) gets a paired
+   bootstrap interval over prompts; the random draws' accuracies give a band.
+
+Usage::
+
+    res = heuristic_neurons(model, grid, layers=[18, 20, 22])
+    res.type_table(), res.topk, res.knockout
+
+Reference: Nikankin, Reusch, Mueller & Belinkov, "Arithmetic Without Algorithms" (ICLR 2025), §3–5.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import datasets
+import pandas as pd
+import torch
+from jaxtyping import Float, Int
+from torch import Tensor
+
+from mathcircuits._io import SavedResult
+from mathcircuits.models import HookedModel
+from mathcircuits.models.suffix import SuffixRunner
+from mathcircuits.numbers.ablation import LayerTopK, NeuronKnockout, ablate, random_like, summarise_knockout
+from mathcircuits.numbers.grid import GridCapture, capture_grid, grid_batches
+from mathcircuits.numbers.heuristics import HEURISTIC_KINDS, heuristic_library, match_patterns, null_classified
+from mathcircuits.numbers.results import ShowResult, TooFewCorrect
+from mathcircuits.stats import DEFAULT_CONFIDENCE, DEFAULT_N_BOOT, wilson_interval
+
+__all__ = ["DEFAULT_FRACTIONS", "NeuronResult", "heuristic_neurons"]
+
+DEFAULT_FRACTIONS = (0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5)
+
+
+@dataclass(frozen=True, repr=False)
+class NeuronResult(SavedResult, ShowResult):
+    """Heuristic neurons of one operation's grid (see the module docstring).
+
+    Args:
+        operation: the grid's operation.
+        template: the grid's template.
+        a_values: the first operand's values (heatmap rows).
+        b_values: the second operand's values (heatmap columns).
+        layers: the analysed MLP layers.
+        d_mlp: neurons per layer.
+        n_prompts: grid prompts.
+        n_correct: prompts the model answers correctly (first answer token).
+        clean_accuracy: ``n_correct / n_prompts``.
+        attribution: mean |attribution| ``[layer, neuron]``.
+        pattern: index into ``labels`` of each neuron's heuristic, −1 when unclassified ``[layer, neuron]``.
+        corr: the correlation with its best pattern ``[layer, neuron]``.
+        labels: the heuristics any neuron implements; ``label_kinds`` their kinds, ``label_operands`` their operands.
+        null_counts: neurons the rule classifies on shuffled activations, per layer.
+        min_corr: the rule's threshold.
+        margin: the accuracy margin of the sufficient top-k.
+        topk: one :class:`LayerTopK` per layer.
+        combined: accuracy with every layer at its sufficient top-k at once ``(value, low, high)``.
+        knockout: the :class:`NeuronKnockout` (None when no prompt has an associated neuron).
+        example_neurons: ``(layer, neuron)`` of the heatmap examples; ``example_labels`` their heuristics.
+        example_maps: their activations over the grid ``[example, a, b]`` (NaN where the grid has no prompt).
+        head_labels: heads whose direct logit contribution is mapped; ``head_maps`` the maps ``[head, a, b]``.
+        reading: where activations are read.
+        seed: seed of the random draws and the bootstrap.
+    """
+
+    operation: str
+    template: str
+    a_values: tuple[int, ...]
+    b_values: tuple[int, ...]
+    layers: tuple[int, ...]
+    d_mlp: int
+    n_prompts: int
+    n_correct: int
+    clean_accuracy: float
+    attribution: Float[Tensor, "layer neuron"]
+    pattern: Int[Tensor, "layer neuron"]
+    corr: Float[Tensor, "layer neuron"]
+    labels: tuple[str, ...]
+    label_kinds: tuple[str, ...]
+    label_operands: tuple[str, ...]
+    null_counts: Float[Tensor, " layer"]
+    min_corr: float
+    margin: float
+    topk: tuple[LayerTopK, ...]
+    combined: tuple[float, float, float]
+    knockout: NeuronKnockout | None
+    example_neurons: tuple[tuple[int, int], ...]
+    example_labels: tuple[str, ...]
+    example_maps: Float[Tensor, "example a b"]
+    head_labels: tuple[str, ...]
+    head_maps: Float[Tensor, "head a b"]
+    reading: str
+    seed: int = 0
+
+    STAGE = "numbers"
+
+    def top(self, j: int) -> Tensor:
+        """Indices of layer ``layers[j]``'s sufficient top-k neurons (by attribution)."""
+        return self.attribution[j].argsort(descending=True)[: self.topk[j].chosen]
+
+    def type_table(self, top_only: bool = True) -> pd.DataFrame:
+        """Neuron counts per layer and heuristic kind, among each layer's sufficient top-k (or all neurons).
+
+        Columns: ``layer``, ``k``, one per kind (``range`` split by operand), ``unclassified``, and
+        ``null classified`` (all neurons, shuffled activations).
+        """
+        cols = ["range a", "range b", "range result", *[k for k in HEURISTIC_KINDS if k != "range"], "unclassified"]
+        recs = []
+        for j, layer in enumerate(self.layers):
+            idx = self.top(j) if top_only else torch.arange(self.d_mlp)
+            row = {"layer": layer, "k": len(idx), **{c: 0 for c in cols}}
+            for p in self.pattern[j, idx].tolist():
+                if p < 0:
+                    row["unclassified"] += 1
+                elif self.label_kinds[p] == "range":
+                    row[f"range {self.label_operands[p]}"] += 1
+                else:
+                    row[self.label_kinds[p]] += 1
+            row["null classified"] = float(self.null_counts[j])
+            recs.append(row)
+        return pd.DataFrame(recs)
+
+    def headline(self) -> str:
+        ks = ", ".join(f"L{t.layer}:{t.chosen}" for t in self.topk)
+        ko = self.knockout
+        drop = f"; extra drop {ko.extra_drop:+.2f} [{ko.drop_low:+.2f}, {ko.drop_high:+.2f}]" if ko else ""
+        return (
+            f"{self.operation} grid {len(self.a_values)}x{len(self.b_values)}; sufficient k {ks} of {self.d_mlp}{drop}"
+        )
+
+    def to_dataframe(self) -> pd.DataFrame:
+        """One row per layer: sufficient k, its share and accuracy, and the type counts among the top-k."""
+        table = self.type_table()
+        table["share"] = table["k"] / self.d_mlp
+        accs = []
+        for t in self.topk:
+            i = t.ks.index(t.chosen) if t.chosen in t.ks else None
+            accs.append((t.accuracy[i], t.low[i], t.high[i]) if i is not None else (math.nan,) * 3)
+        table["accuracy"], table["low"], table["high"] = zip(*accs)
+        return table
+
+
+def _maps(values: Tensor, cap: GridCapture, a_vals: list[int], b_vals: list[int]) -> Tensor:
+    out = torch.full((values.shape[0], len(a_vals), len(b_vals)), float("nan"))
+    ai = torch.tensor([a_vals.index(int(x)) for x in cap.a])
+    bi = torch.tensor([b_vals.index(int(x)) for x in cap.b])
+    out[:, ai, bi] = values.float()
+    return out
+
+
+def heuristic_neurons(
+    model: HookedModel,
+    grid: datasets.Dataset,
+    layers: Sequence[int],
+    heads: Sequence[tuple[int, int]] = (),
+    fractions: Sequence[float] = DEFAULT_FRACTIONS,
+    margin: float = 0.05,
+    min_corr: float = 0.5,
+    n_random: int = 20,
+    eval_prompts: int = 256,
+    batch_size: int = 32,
+    n_examples: int = 4,
+    capture: GridCapture | None = None,
+    seed: int = 0,
+    n_boot: int = DEFAULT_N_BOOT,
+    confidence: float = DEFAULT_CONFIDENCE,
+) -> NeuronResult:
+    """Attribution, heuristic types, the sufficient top-k per layer and matched knockout on an operand grid.
+
+    Args:
+        model: the hooked model.
+        grid: rows of :func:`~mathcircuits.numbers.grid.operand_grid`.
+        layers: MLP layers to analyse (e.g. the key MLPs of the identify stage).
+        heads: heads whose direct logit contribution is mapped over the grid.
+        fractions: the shares of a layer's neurons tried as top-k.
+        margin: the sufficient top-k keeps accuracy at or above ``1 − margin``.
+        min_corr: the heuristic rule's threshold.
+        n_random: random knockout draws (at least 20).
+        eval_prompts: at most this many correct prompts score the ablations.
+        batch_size: prompts per forward.
+        n_examples: neurons shown as heatmaps (highest attribution among the classified).
+        capture: a :class:`GridCapture` of this grid with ``layers`` and ``heads`` (else it is run here).
+        seed: seed.
+        n_boot: bootstrap resamples.
+        confidence: level.
+
+    Returns:
+        The :class:`NeuronResult`.
+    """
+    if n_random < 20:
+        raise ValueError(f"n_random={n_random}: the random knockout needs at least 20 draws. Fix: n_random >= 20.")
+    layers = tuple(sorted({int(l) for l in layers}))
+    if not layers:
+        raise ValueError("no MLP layers to analyse. Fix: pass layers, e.g. the key MLPs of the identify stage.")
+    cap = capture or capture_grid(model, grid, layers, heads, batch_size=batch_size)
+    if cap.layers != layers:
+        raise ValueError(f"the capture holds layers {cap.layers}, not {layers}. Fix: capture the same layers.")
+    d_mlp, n = model.spec.d_mlp, len(cap.a)
+    correct = cap.correct.nonzero()[:, 0]
+    if len(correct) < 5:
+        raise TooFewCorrect(
+            f"the model answers only {len(correct)} of {n} grid prompts correctly, too few to ablate. "
+            "Fix: use operands the model solves (a smaller operand range)."
+        )
+    means = cap.acts.mean(0)  # [layer, neuron]
+    attribution = (cap.grads * (means - cap.acts)).abs()[correct].mean(0)
+    lib = heuristic_library(cap.a, cap.b, cap.result)
+    masks = torch.stack([h.mask(cap.a, cap.b, cap.result) for h in lib])
+    best = torch.full((len(layers), d_mlp), -1, dtype=torch.long)
+    corr = torch.zeros(len(layers), d_mlp)
+    null = torch.zeros(len(layers))
+    for j in range(len(layers)):
+        b, r = match_patterns(cap.acts[:, j].T, masks)
+        best[j], corr[j] = torch.where(r.abs() >= min_corr, b, -1), r
+        null[j] = null_classified(cap.acts[:, j].T, masks, min_corr, seed=seed + j)
+    used = sorted({int(p) for p in best.flatten() if p >= 0})
+    remap = torch.full((len(lib) + 1,), -1, dtype=torch.long)
+    remap[torch.tensor(used, dtype=torch.long)] = torch.arange(len(used))
+    pattern = torch.where(best >= 0, remap[best.clamp_min(0)], -1)
+    gen = torch.Generator().manual_seed(seed)
+    evals = correct[torch.randperm(len(correct), generator=gen)[:eval_prompts]].sort().values.tolist()
+    ks = sorted({min(d_mlp, max(1, math.ceil(f * d_mlp))) for f in fractions})
+    order = attribution.argsort(1, descending=True)
+    mean_of = {l: means[j] for j, l in enumerate(layers)}
+    # 3. per layer and k: accuracy with only the top-k kept
+    hits = torch.zeros(len(layers), len(ks))
+    batches = grid_batches(grid, evals, batch_size)
+    runners = []
+    for bi, rows in enumerate(batches):
+        toks = torch.tensor([grid[i]["tokens"] for i in rows], device=model.device)
+        run = SuffixRunner(model, toks, toks.shape[1] - 1, check=bi == 0)
+        ans = cap.answer[rows].to(model.device)
+        for j, l in enumerate(layers):
+            for ki, k in enumerate(ks):
+                drop = torch.ones(d_mlp, dtype=torch.bool)
+                drop[order[j, :k]] = False
+                logits = run.run(ablate({l: drop}, mean_of), from_layer=l)
+                hits[j, ki] += float((logits.argmax(-1) == ans).sum())
+        runners.append((rows, run, ans))
+    topk = []
+    for j, l in enumerate(layers):
+        ivs = [wilson_interval(int(h), len(evals), confidence) for h in hits[j].tolist()]
+        ok = [k for k, iv in zip(ks, ivs) if iv.value >= 1 - margin]
+        topk.append(
+            LayerTopK(
+                l,
+                tuple(ks),
+                tuple(iv.value for iv in ivs),
+                tuple(iv.low for iv in ivs),
+                tuple(iv.high for iv in ivs),
+                ok[0] if ok else d_mlp,
+            )
+        )
+    keep = {l: torch.zeros(d_mlp, dtype=torch.bool) for l in layers}
+    for j, l in enumerate(layers):
+        keep[l][order[j, : topk[j].chosen]] = True
+    # 4. every layer at its sufficient k at once, and the associated vs random knockout
+    fires = (masks[best.clamp_min(0)] == (corr > 0)[..., None]) & (best >= 0)[..., None]  # [layer, neuron, cell]
+    assoc = fires.permute(2, 0, 1) & torch.stack([keep[l] for l in layers])[None]  # [cell, layer, neuron]
+    combined_hits = 0.0
+    per_prompt = {"assoc": [], "random": []}
+    for rows, run, ans in runners:
+        first = min(layers)
+        logits = run.run(ablate({l: ~keep[l] for l in layers}, mean_of), from_layer=first)
+        combined_hits += float((logits.argmax(-1) == ans).sum())
+        a_mask = assoc[rows]  # [batch, layer, neuron]
+        with_any = a_mask.flatten(1).any(1)
+        if not bool(with_any.any()):
+            continue
+        sub = with_any.nonzero()[:, 0]
+        got = run.run(ablate({l: a_mask[:, j] for j, l in enumerate(layers)}, mean_of), from_layer=first)
+        per_prompt["assoc"].append(((got.argmax(-1) == ans).float().cpu()[sub], a_mask[sub].sum((1, 2)).float()))
+        draws = torch.zeros(len(rows), n_random)
+        for r in range(n_random):
+            rand = random_like(a_mask, gen)
+            got = run.run(ablate({l: rand[:, j] for j, l in enumerate(layers)}, mean_of), from_layer=first)
+            draws[:, r] = (got.argmax(-1) == ans).float().cpu()
+        per_prompt["random"].append(draws[sub])
+    cb = wilson_interval(int(combined_hits), len(evals), confidence)
+    knockout = summarise_knockout(per_prompt, n_random, n_boot, seed, confidence) if per_prompt["assoc"] else None
+    a_vals, b_vals = sorted(set(cap.a.tolist())), sorted(set(cap.b.tolist()))
+    classified = [(float(attribution[j, i]), j, i) for j in range(len(layers)) for i in range(d_mlp) if best[j, i] >= 0]
+    examples = [(j, i) for _, j, i in sorted(classified, reverse=True)[:n_examples]]
+    ex_maps = _maps(
+        torch.stack([cap.acts[:, j, i] for j, i in examples]) if examples else torch.zeros(0, n), cap, a_vals, b_vals
+    )
+    heads_effect = cap.answer_effect(model)[:, : len(heads)] if heads else torch.zeros(n, 0)
+    return NeuronResult(
+        operation=str(grid[0]["operation"]),
+        template=str(grid[0]["template_id"]),
+        a_values=tuple(a_vals),
+        b_values=tuple(b_vals),
+        layers=layers,
+        d_mlp=d_mlp,
+        n_prompts=n,
+        n_correct=len(correct),
+        clean_accuracy=len(correct) / n,
+        attribution=attribution,
+        pattern=pattern,
+        corr=corr,
+        labels=tuple(lib[p].label for p in used),
+        label_kinds=tuple(lib[p].kind for p in used),
+        label_operands=tuple(lib[p].operand for p in used),
+        null_counts=null,
+        min_corr=min_corr,
+        margin=margin,
+        topk=tuple(topk),
+        combined=(cb.value, cb.low, cb.high),
+        knockout=knockout,
+        example_neurons=tuple((layers[j], i) for j, i in examples),
+        example_labels=tuple(lib[int(best[j, i])].label for j, i in examples),
+        example_maps=ex_maps,
+        head_labels=tuple(cap.components[: len(heads)]),
+        head_maps=_maps(heads_effect.T, cap, a_vals, b_vals),
+        reading="neuron activations (the input of W_out) at the prompt's last position; answers scored on their "
+        "first token",
+        seed=seed,
+    )

@@ -1,0 +1,385 @@
+"""The causal test of the helix: patch only a subspace of a number's state (a → a′), against PCA and random subspaces.
+
+Background. A good fit is not a mechanism. Kantamneni & Tegmark (2025) test the
+helix causally: they replace the representation of ``a`` by that of ``a′`` and
+watch the answer move from ``a + b`` to ``a′ + b``. Here the replacement is
+restricted to a subspace ``S`` (orthonormal basis ``Q``) at depth ``d`` and at ``a``'s
+last token:
+
+    x ← x_a + Q Qᵀ (x_a′ − x_a)
+
+for ``S`` = the fitted helix subspace, the top-``k`` PCA subspace and random
+``k``-dimensional subspaces (``k`` = the helix's dimension), and, for comparison,
+the **full component** (``Q Qᵀ = I``: the whole residual at that token and depth).
+
+Measure. ``LD = logit(first token of a′ + b) − logit(first token of a + b)`` at the
+last position; the *shift* of a patch is ``LD_patched − LD_clean`` (logits; positive
+means the answer moved toward ``a′ + b``). Pairs are prompts the model answers
+correctly whose two answers start with different tokens (``a′`` has as many tokens
+as ``a``). Each condition's mean shift gets a percentile-bootstrap interval over
+pairs, and so does its fraction of the full patch's shift (same resamples).
+
+Caution (Makelov, Lange & Nanda 2023). A subspace patch can produce an effect the
+full component does not have: the patched direction may be dormant in the clean
+model and activated by the patch, an "interpretability illusion". Compare every
+subspace effect with the full-component effect: a subspace that moves the answer
+*more* than the whole residual does is a warning sign, not a discovery.
+
+Usage::
+
+    hp = helix_patch(model, helix, template_sets, template_id="add_eq_1", depths=(helix.best_depth,))
+    hp.to_dataframe()
+
+References: Kantamneni & Tegmark (2025), §4.3; Makelov, Lange & Nanda, "Is This the Subspace You Are Looking
+For?" (ICLR 2024).
+"""
+
+from __future__ import annotations
+
+import random
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
+import torch
+from jaxtyping import Float
+from torch import Tensor
+
+from mathcircuits._io import SavedResult
+from mathcircuits.data import answer_spacing, compute_answer, render_pair
+from mathcircuits.data.templates import TemplateSet
+from mathcircuits.models import HookedModel
+from mathcircuits.models.prefix import PrefixRunner
+from mathcircuits.models.suffix import SuffixRunner
+from mathcircuits.numbers.helix import HelixResult, random_subspace
+from mathcircuits.numbers.results import ShowResult, TooFewCorrect, quantile
+from mathcircuits.stats import DEFAULT_CONFIDENCE, DEFAULT_N_BOOT, bootstrap_indices
+
+__all__ = ["CONDITIONS", "HelixPatchResult", "helix_patch", "patch_pairs", "subspace_shifts"]
+
+CONDITIONS = ("full", "helix", "pca", "random")
+
+
+@dataclass(frozen=True, repr=False)
+class HelixPatchResult(SavedResult, ShowResult):
+    """Mean answer shifts of subspace patches per depth (see the module docstring).
+
+    Args:
+        depths: the patched depths (residual after ``d`` blocks, ``d >= 1``).
+        conditions: ``("full", "helix", "pca", "random")``.
+        shift: mean shift ``[depth, condition]`` (random: over all draws and pairs).
+        low: lower end of the bootstrap interval over pairs.
+        high: upper end.
+        fraction: mean shift as a share of the full patch's ``[depth, condition]``.
+        fraction_low: lower end.
+        fraction_high: upper end.
+        random_draws: each random subspace's mean shift ``[depth, draw]``.
+        helix_minus_pca: the helix patch's mean shift minus the PCA patch's ``[depth]`` (paired over pairs).
+        diff_low: lower end of its paired-bootstrap interval.
+        diff_high: upper end.
+        k: the subspaces' dimension.
+        pairs: ``(a, a′, b)`` of each pair.
+        template: the prompts' template.
+        reading: where numbers were read and patched.
+        seed: seed of pairs, random subspaces and bootstrap.
+        n_boot: bootstrap resamples.
+        confidence: level.
+    """
+
+    depths: tuple[int, ...]
+    conditions: tuple[str, ...]
+    shift: Float[Tensor, "depth condition"]
+    low: Float[Tensor, "depth condition"]
+    high: Float[Tensor, "depth condition"]
+    fraction: Float[Tensor, "depth condition"]
+    fraction_low: Float[Tensor, "depth condition"]
+    fraction_high: Float[Tensor, "depth condition"]
+    random_draws: Float[Tensor, "depth draw"]
+    helix_minus_pca: Float[Tensor, " depth"]
+    diff_low: Float[Tensor, " depth"]
+    diff_high: Float[Tensor, " depth"]
+    k: int
+    pairs: tuple[tuple[int, int, int], ...]
+    template: str
+    reading: str
+    seed: int = 0
+    n_boot: int = DEFAULT_N_BOOT
+    confidence: float = DEFAULT_CONFIDENCE
+
+    STAGE = "numbers"
+
+    def cell(self, depth: int, condition: str) -> tuple[float, float, float]:
+        """``(mean shift, low, high)`` of one condition at a patched depth."""
+        i, j = self.depths.index(depth), self.conditions.index(condition)
+        return float(self.shift[i, j]), float(self.low[i, j]), float(self.high[i, j])
+
+    def strongest_depth(self) -> int:
+        """The patched depth where the full-component patch moves the answer most (chosen without the subspaces)."""
+        return self.depths[int(self.shift[:, 0].argmax())]
+
+    def headline(self) -> str:
+        d = self.strongest_depth()
+        parts = [f"{c} {self.cell(d, c)[0]:+.2f}" for c in self.conditions]
+        return f"{len(self.pairs)} pairs, k={self.k}; depth {d}: " + ", ".join(parts) + " logits"
+
+    def to_dataframe(self) -> pd.DataFrame:
+        """One row per (depth, condition): mean shift with interval, and its share of the full patch's."""
+        recs = []
+        for i, d in enumerate(self.depths):
+            for j, c in enumerate(self.conditions):
+                recs.append(
+                    {
+                        "depth": d,
+                        "condition": c,
+                        "shift": float(self.shift[i, j]),
+                        "low": float(self.low[i, j]),
+                        "high": float(self.high[i, j]),
+                        "fraction_of_full": float(self.fraction[i, j]),
+                        "fraction_low": float(self.fraction_low[i, j]),
+                        "fraction_high": float(self.fraction_high[i, j]),
+                    }
+                )
+        return pd.DataFrame(recs)
+
+
+def patch_pairs(
+    tokenizer: Any,
+    template_sets: Sequence[TemplateSet],
+    template_id: str,
+    numbers: Sequence[int],
+    b_values: Sequence[int],
+    n: int,
+    seed: int = 0,
+    fewshot: bool = True,
+) -> list[dict[str, Any]]:
+    """Candidate pairs ``(a, b)`` → ``(a′, b)`` whose answers start with different tokens, rendered from a template.
+
+    Args:
+        tokenizer: the model's tokenizer.
+        template_sets: template sets holding ``template_id``.
+        template_id: the template (its operation gives the answers).
+        numbers: the values of ``a`` and ``a′``.
+        b_values: the values of ``b``.
+        n: how many pairs to draw (fewer when not enough exist).
+        seed: seed of the draw.
+        fewshot: prefix the template's few-shot examples.
+
+    Returns:
+        Dicts with ``a``, ``a2``, ``b``, ``tokens``, ``tokens2``, ``pos_a``, ``answer``, ``answer2`` (first tokens).
+    """
+    found = [(s, t) for s in template_sets for t in s.templates if t.id == template_id]
+    if not found:
+        raise ValueError(f"template {template_id!r} is not loaded. Fix: name a template of the loaded sets.")
+    tset, tpl = found[0]
+    spacing = answer_spacing(tokenizer)
+    rng = random.Random(seed)
+    cache: dict[tuple[int, int], dict[str, Any] | None] = {}
+
+    def render(a: int, b: int) -> dict[str, Any] | None:
+        if (a, b) not in cache:
+            ans = compute_answer(tpl.operation, a, b)
+            cache[(a, b)] = (
+                None if ans is None else render_pair(tokenizer, tset, tpl, a, b, ans, tpl.op, {}, fewshot, spacing)
+            )
+        return cache[(a, b)]
+
+    out: list[dict[str, Any]] = []
+    for _ in range(50 * n):
+        if len(out) == n:
+            break
+        a, a2, b = rng.choice(numbers), rng.choice(numbers), rng.choice(b_values)
+        r1, r2 = render(a, b), render(a2, b) if a2 != a else None
+        if r1 is None or r2 is None or len(r1["pos_a"]) != len(r2["pos_a"]) or r1["pos_a"] != r2["pos_a"]:
+            continue
+        if len(r1["tokens"]) != len(r2["tokens"]) or r1["answer_token"] == r2["answer_token"]:
+            continue
+        out.append(
+            {
+                "a": a,
+                "a2": a2,
+                "b": b,
+                "tokens": r1["tokens"],
+                "tokens2": r2["tokens"],
+                "pos_a": r1["pos_a"][-1],
+                "answer": r1["answer_token"],
+                "answer2": r2["answer_token"],
+            }
+        )
+    return out
+
+
+@torch.no_grad()
+def helix_patch(
+    model: HookedModel,
+    helix: HelixResult,
+    template_sets: Sequence[TemplateSet],
+    template_id: str = "add_eq_1",
+    depths: Sequence[int] | None = None,
+    n_pairs: int = 48,
+    b_values: Sequence[int] = range(1, 10),
+    n_random: int = 10,
+    batch_size: int = 16,
+    n_boot: int = DEFAULT_N_BOOT,
+    seed: int = 0,
+    confidence: float = DEFAULT_CONFIDENCE,
+) -> HelixPatchResult:
+    """Patch a → a′ in the helix, PCA, random and full subspaces at ``a``'s last token; measure the answer's shift.
+
+    Args:
+        model: the hooked model.
+        helix: the :class:`HelixResult` (its subspaces per depth).
+        template_sets: template sets holding ``template_id``.
+        template_id: the prompts' template (its context should be one of the helix's).
+        depths: depths to patch (``1 … L−1``); None: the helix's best depth.
+        n_pairs: pairs the clean model answers correctly (drawn from 8x as many candidates).
+        b_values: the second operands.
+        n_random: random subspaces per depth.
+        batch_size: pairs per forward.
+        n_boot: bootstrap resamples of pairs.
+        seed: seed.
+        confidence: level.
+
+    Returns:
+        The :class:`HelixPatchResult`.
+    """
+    n_layers = model.spec.n_layers
+    depths = tuple(int(d) for d in (depths if depths is not None else (helix.best_depth,)))
+    bad = [d for d in depths if not 1 <= d <= n_layers - 1]
+    if bad or not depths:
+        raise ValueError(f"depths {bad or depths} are outside 1…{n_layers - 1}. Fix: patch after at least one block.")
+    cands = patch_pairs(model.tokenizer, template_sets, template_id, helix.numbers, b_values, 8 * n_pairs, seed)
+    keep = _correct(model, cands, batch_size, n_pairs)
+    if len(keep) < 2:
+        raise TooFewCorrect(
+            f"the model answers only {len(keep)} of {len(cands)} candidate prompts of {template_id!r} correctly, "
+            "too few to patch. Fix: use a template and operands the model solves (e.g. smaller b_values)."
+        )
+    gen = torch.Generator().manual_seed(seed)
+    d_model = model.spec.d_model
+    subspaces = {
+        d: [
+            None,
+            helix.subspace(d),
+            helix.pca_subspaces[d],
+            *(random_subspace(d_model, helix.k, gen) for _ in range(n_random)),
+        ]
+        for d in depths
+    }
+    shifts = subspace_shifts(model, [cands[i] for i in keep], subspaces, batch_size)
+    kept = [cands[i] for i in keep]
+    return _summarise(shifts, depths, helix.k, kept, template_id, helix.reading, n_random, n_boot, seed, confidence)
+
+
+@torch.no_grad()
+def subspace_shifts(
+    model: HookedModel,
+    pairs: Sequence[dict[str, Any]],
+    subspaces: dict[int, Sequence[Tensor | None]],
+    batch_size: int = 16,
+) -> Float[Tensor, "pair depth subspace"]:
+    """The answer shift of patching a → a′ at ``a``'s last token inside each subspace, per pair and depth.
+
+    Args:
+        model: the hooked model.
+        pairs: rows of :func:`patch_pairs` (``tokens``, ``tokens2``, ``pos_a``, ``answer``, ``answer2``).
+        subspaces: depth → a list of orthonormal bases ``[d_model, k]`` (``None``: the full component).
+        batch_size: pairs per forward.
+
+    Returns:
+        ``logit(a′+b) − logit(a+b)`` patched minus clean, ``[pair, depth, subspace]``.
+    """
+    depths = list(subspaces)
+    width = max(len(v) for v in subspaces.values())
+    shifts = torch.full((len(pairs), len(depths), width), float("nan"))
+    for chunk in _groups(pairs, range(len(pairs)), batch_size):
+        ref = SuffixRunner(model, _tokens(pairs, chunk, "tokens", model), pairs[chunk[0]]["pos_a"])
+        src = SuffixRunner(model, _tokens(pairs, chunk, "tokens2", model), pairs[chunk[0]]["pos_a"], check=False)
+        ans = torch.tensor([pairs[i]["answer"] for i in chunk], device=model.device)
+        ans2 = torch.tensor([pairs[i]["answer2"] for i in chunk], device=model.device)
+        clean = _ld(ref.logits, ans, ans2)
+        for di, d in enumerate(depths):
+            x, delta = ref.resid_pre(d), src.resid_pre(d)[:, 0] - ref.resid_pre(d)[:, 0]
+            for ci, q in enumerate(subspaces[d]):
+                step = delta if q is None else (delta @ q.to(delta)) @ q.to(delta).T
+                patched = x.clone()
+                patched[:, 0] += step
+                shifts[chunk, di, ci] = (_ld(ref.run(from_layer=d, resid=patched), ans, ans2) - clean).cpu()
+    return shifts
+
+
+def _groups(cands: Sequence[dict[str, Any]], rows: Sequence[int], batch_size: int) -> list[list[int]]:
+    """``rows`` in batches of equal prompt length and operand position (so a batch shares its positions)."""
+    by: dict[tuple[int, int], list[int]] = defaultdict(list)
+    for i in rows:
+        by[(len(cands[i]["tokens"]), cands[i]["pos_a"])].append(i)
+    return [g[j : j + batch_size] for g in by.values() for j in range(0, len(g), batch_size)]
+
+
+def _correct(model: HookedModel, cands: list[dict[str, Any]], batch_size: int, wanted: int) -> list[int]:
+    """The first ``wanted`` candidates (in draw order) whose clean prompt the model answers correctly (first answer
+    token); candidates are scored in draw-order chunks until enough are found."""
+    good: list[int] = []
+    step = 4 * batch_size
+    for lo in range(0, len(cands), step):
+        chunk_rows = list(range(lo, min(lo + step, len(cands))))
+        for chunk in _groups(cands, chunk_rows, step):
+            toks = _tokens(cands, chunk, "tokens", model)
+            pred = PrefixRunner(model.bridge).logits_from(toks, toks.shape[1] - 1)[:, -1].argmax(-1).tolist()
+            good += [i for i, p in zip(chunk, pred) if p == cands[i]["answer"]]
+        if len(good) >= wanted:
+            break
+    return sorted(good)[:wanted]
+
+
+def _tokens(cands: Sequence[dict[str, Any]], rows: list[int], key: str, model: HookedModel) -> Tensor:
+    return torch.tensor([cands[i][key] for i in rows], device=model.device)
+
+
+def _ld(logits: Tensor, ans: Tensor, ans2: Tensor) -> Tensor:
+    """``logit(a′ + b) − logit(a + b)`` per row."""
+    return (logits.gather(-1, ans2[:, None]) - logits.gather(-1, ans[:, None]))[:, 0].float()
+
+
+def _summarise(
+    s: Tensor,
+    depths: tuple[int, ...],
+    k: int,
+    pairs: list[dict[str, Any]],
+    template: str,
+    reading: str,
+    n_random: int,
+    n_boot: int,
+    seed: int,
+    confidence: float,
+) -> HelixPatchResult:
+    """Means, bootstrap intervals and fractions of the full patch from per-pair shifts ``[pair, depth, cond]``."""
+    per = torch.cat([s[..., :3], s[..., 3:].mean(-1, keepdim=True) if n_random else s[..., :1] * float("nan")], -1)
+    idx = bootstrap_indices(per.shape[0], n_boot, seed)
+    boots = per[idx].mean(1)  # [boot, depth, cond]
+    frac_boot = boots / boots[..., :1]
+    a = 1 - confidence
+    mean = per.mean(0)
+    diff = boots[..., 1] - boots[..., 2]
+    return HelixPatchResult(
+        depths=depths,
+        conditions=CONDITIONS,
+        shift=mean,
+        low=quantile(boots, a / 2),
+        high=quantile(boots, 1 - a / 2),
+        fraction=mean / mean[:, :1],
+        fraction_low=quantile(frac_boot, a / 2),
+        fraction_high=quantile(frac_boot, 1 - a / 2),
+        random_draws=s[..., 3:].mean(0) if n_random else torch.zeros(len(depths), 0),
+        helix_minus_pca=mean[:, 1] - mean[:, 2],
+        diff_low=quantile(diff, a / 2),
+        diff_high=quantile(diff, 1 - a / 2),
+        k=k,
+        pairs=tuple((p["a"], p["a2"], p["b"]) for p in pairs),
+        template=template,
+        reading=reading + "; patched at a's last token",
+        seed=seed,
+        n_boot=n_boot,
+        confidence=confidence,
+    )

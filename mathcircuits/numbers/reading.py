@@ -1,0 +1,67 @@
+"""How numbers are read: how a tokenizer writes them, at which token they are read, and the depth labels.
+
+Reading a number. Tokenizers differ: GPT-2, GPT-J and Llama 3 have one token for
+each number up to several hundred; SmolLM2, Llama 2 and Gemma split numbers into
+digits. Every analysis here reads a number **at its last token** (for a digit-split
+tokenizer: the units digit, where the model must gather the tens digit by
+attention). :func:`number_reading` finds how many tokens each number takes in a
+context and says so in one sentence that every result stores.
+
+Depths. ``depth d`` is the residual stream after ``d`` blocks at that token:
+depth 0 is the token embedding (what enters block 0), depth ``L`` the final
+residual. A probe or spectrum "at depth 0" is therefore a baseline that knows only
+the token itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Literal
+
+__all__ = ["Tokenization", "depth_labels", "number_reading", "number_token_counts"]
+
+Tokenization = Literal["single-token", "multi-token"]
+
+
+def number_token_counts(tokenizer: Any, context: str, numbers: Sequence[int]) -> list[int]:
+    """How many tokens each number takes when written right after ``context``.
+
+    Args:
+        tokenizer: the model's tokenizer.
+        context: the text before the number.
+        numbers: the numbers.
+
+    Returns:
+        One count per number: the tokens whose characters overlap the number's digits.
+    """
+    out = []
+    for n in numbers:
+        text = context + str(n)
+        enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+        lo, hi = len(context), len(text)
+        out.append(sum(1 for s, e in enc["offset_mapping"] if e > lo and s < hi and e > s))
+    return out
+
+
+def number_reading(counts: Sequence[int], numbers: Sequence[int]) -> tuple[Tokenization, str]:
+    """The tokenization kind and the sentence that states where numbers are read.
+
+    Args:
+        counts: tokens per number (:func:`number_token_counts`).
+        numbers: the numbers.
+
+    Returns:
+        ``("single-token" | "multi-token", sentence)``.
+    """
+    lo, hi = min(numbers), max(numbers)
+    if max(counts) == 1:
+        return "single-token", (f"each number {lo}–{hi} is one token here; it is read at that token (its last token)")
+    return "multi-token", (
+        f"this tokenizer writes the numbers {lo}–{hi} as {min(counts)}–{max(counts)} tokens (digits); each number "
+        "is read at its last token, i.e. the units digit, where the model must gather the other digits by attention"
+    )
+
+
+def depth_labels(n_layers: int) -> tuple[str, ...]:
+    """``("emb", "1", …, "L")``: the residual after ``d`` blocks (``emb`` = the token embedding)."""
+    return ("emb", *(str(d) for d in range(1, n_layers + 1)))
