@@ -25,6 +25,7 @@ import torch
 
 from mathcircuits.ablation.transfer import MEASURED
 from mathcircuits.claims.card import FAILS, HOLDS, INCONCLUSIVE, NOT_MEASURED, Claim, ClaimsCard, fmt_interval
+from mathcircuits.claims.improve import C6_MARGIN, NO_EFFECT, PAPER_C6, c6_verdict
 from mathcircuits.patching.selection import median_depth
 from mathcircuits.stats import DEFAULT_CONFIDENCE, DEFAULT_N_BOOT, paired_bootstrap, wilson_interval
 
@@ -51,7 +52,6 @@ C2_MIN_RATIO = 3.0  # the key drop must be at least 3× the random drop
 C2_MIN_DROP = 0.10  # a drop whose upper end stays below 10 points is no collapse
 C2_MIN_BASELINE = 0.5  # below this clean accuracy a knockout cannot show a collapse
 C2_RANDOM_FLOOR = 0.01  # random drops below 1 point count as 1 point in the ratio
-C6_MARGIN = 0.05  # "matches" / "keeps": not worse by more than 5 accuracy points
 
 # (title, the paper's statement, the paper's number and where it is shown)
 PAPER: dict[str, tuple[str, str, str]] = {
@@ -80,11 +80,7 @@ PAPER: dict[str, tuple[str, str, str]] = {
         "The same heads matter for operations and formats not used to find them.",
         "large drops on other operations, formats and word problems (§3.4)",
     ),
-    "C6": (
-        "precise SFT matches full SFT",
-        "Fine-tuning only the key heads matches full fine-tuning on math and keeps generic ability.",
-        "on par with full SFT on math; generic benchmarks kept (Table 1, §5)",
-    ),
+    "C6": PAPER_C6,
 }
 
 
@@ -437,9 +433,10 @@ def claim_c6(
     seed: int = 0,
     confidence: float = DEFAULT_CONFIDENCE,
     stage: str = "evaluate",
+    precise: str = "",
 ) -> Claim:
-    """C6: precise SFT is within 5 points of full SFT on math and of the base model on generic benchmarks
-    (paired bootstrap over the same items; docs/claims.md).
+    """C6: full SFT beats base on math; then precise is within 5 points of full on math and of base on generic
+    benchmarks (paired bootstrap over the same items; the rule of :func:`~mathcircuits.claims.improve.c6_verdict`).
 
     Args:
         evals: label → :class:`~mathcircuits.evaluation.EvalResult`, with labels ``base``, ``precise``, ``full``
@@ -448,6 +445,8 @@ def claim_c6(
         seed: bootstrap seed.
         confidence: level of the intervals.
         stage: the stage named when ``evals`` is missing.
+        precise: what "precise" tuned in this run (:func:`~mathcircuits.claims.improve.precise_definition`),
+            printed first in the claim's text.
 
     Returns:
         The claim; its value is precise − full accuracy on the math benchmarks.
@@ -474,21 +473,19 @@ def claim_c6(
             "no per-item results (EvalResult.item_correct), so no paired interval; re-run evaluate",
             unit="accuracy difference",
         )
+    d_fb = paired_bootstrap(items["full"][0], items["base"][0], n_boot, seed + 2, confidence)
     d_math = paired_bootstrap(items["precise"][0], items["full"][0], n_boot, seed, confidence)
-    text = f"precise − full on math ({', '.join(math_b)}): {d_math.format('{:+.3f}')}"
+    text = f"full − base on math {d_fb.format('{:+.3f}')}; "
+    text += f"precise − full on math ({', '.join(math_b)}): {d_math.format('{:+.3f}')}"
     d_gen = None
     if gen_b and all(v[1] is not None for v in items.values()):
         d_gen = paired_bootstrap(items["precise"][1], items["base"][1], n_boot, seed + 1, confidence)
         text += f"; precise − base on generic ({', '.join(gen_b)}): {d_gen.format('{:+.3f}')}"
-    m = -C6_MARGIN
-    if d_math.high < m or (d_gen is not None and d_gen.high < m):
-        verdict, reason = FAILS, f"an interval lies wholly below {m:+.2f}"
-    elif d_math.low >= m and d_gen is not None and d_gen.low >= m:
-        verdict, reason = HOLDS, f"both intervals lie at or above {m:+.2f}"
-    elif d_gen is None:
-        verdict, reason = INCONCLUSIVE, "no generic benchmark with per-item results, so 'keeps generic ability' is open"
-    else:
-        verdict, reason = INCONCLUSIVE, f"an interval straddles {m:+.2f}"
+    verdict, reason = c6_verdict(d_fb, d_math, d_gen)
+    if precise:
+        text = f"{precise}. {text}"
+    if verdict == INCONCLUSIVE and reason.startswith(NO_EFFECT):
+        text = f"{NO_EFFECT}. {text}"
     return _claim(
         "C6",
         text,
@@ -514,6 +511,7 @@ def assess_claims(
     probes: Any = None,
     evals: Mapping[str, Any] | None = None,
     off: Mapping[str, str] | None = None,
+    precise: str = "",
     n_boot: int = DEFAULT_N_BOOT,
     seed: int = 0,
     confidence: float = DEFAULT_CONFIDENCE,
@@ -529,6 +527,7 @@ def assess_claims(
         evals: label (``base``, ``precise``, ``full``) → evaluation result.
         off: input name (``key``, ``knockout``, ``transfer``, ``attention``, ``probes``, ``evals``) → the stage
             to name when it is missing (default: the stage that writes it).
+        precise: what "precise" tuned in this run, printed in C6.
         n_boot: bootstrap resamples.
         seed: bootstrap seed.
         confidence: level of every interval.
@@ -544,6 +543,6 @@ def assess_claims(
         claim_c3(attention, n_boot, seed, confidence, o["attention"]),
         claim_c4(probes, key, n_boot, seed, confidence, o["probes"]),
         claim_c5(transfer, confidence, o["transfer"]),
-        claim_c6(evals, n_boot, seed, confidence, o["evals"]),
+        claim_c6(evals, n_boot, seed, confidence, o["evals"], precise),
     )
     return ClaimsCard(claims=claims, confidence=confidence, seed=seed, settings={"n_boot": n_boot})

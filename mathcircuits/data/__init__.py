@@ -3,6 +3,7 @@
 * :mod:`~mathcircuits.data.templates` — template YAML files;
 * :mod:`~mathcircuits.data.generate` — reference/counterfactual prompt pairs;
 * :mod:`~mathcircuits.data.filter` — score a model on pairs, keep the correct ones;
+* :mod:`~mathcircuits.data.facts` — the ``(operation, a, b)`` of a pair, and splits that share no fact;
 * :mod:`~mathcircuits.data.correct` — all three for one operation in one call;
 * :mod:`~mathcircuits.data.benchmark_files` — where benchmark files are, and their one reader;
 * :mod:`~mathcircuits.data.word_problems` — word problems as direct-answer prompts.
@@ -17,6 +18,7 @@ from mathcircuits.data.benchmark_files import (
     record_question,
 )
 from mathcircuits.data.correct import correct_pairs
+from mathcircuits.data.facts import Fact, drop_facts, fact_of, facts_of, split_facts
 from mathcircuits.data.filter import accuracy_table, filter_correct, length_groups, score_pairs
 from mathcircuits.data.generate import (
     GenerationConfig,
@@ -24,6 +26,7 @@ from mathcircuits.data.generate import (
     answer_spacing,
     compute_answer,
     generate_pairs,
+    operand_pairs,
     render_pair,
 )
 from mathcircuits.data.templates import (
@@ -39,6 +42,7 @@ from mathcircuits.data.word_problems import word_problem_dataset
 
 __all__ = [
     "OPERATIONS",
+    "Fact",
     "GenerationConfig",
     "PairError",
     "Template",
@@ -52,15 +56,20 @@ __all__ = [
     "default_template_dir",
     "filter_correct",
     "decontaminate",
+    "drop_facts",
+    "fact_of",
+    "facts_of",
     "find_benchmark_file",
     "read_benchmark_split",
     "generate_pairs",
     "length_groups",
+    "operand_pairs",
     "load_template_set",
     "load_templates",
     "read_word_problems",
     "record_question",
     "render_pair",
     "score_pairs",
+    "split_facts",
     "word_problem_dataset",
 ]

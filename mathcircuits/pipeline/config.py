@@ -52,7 +52,7 @@ __all__ = [
     "render_config",
 ]
 
-_MODE = re.compile(r"^(precise|full|precise@[1-9][0-9]*(\+mlp)?)$")
+_MODE = re.compile(r"^(precise(\+mlp)?|full|precise@[1-9][0-9]*(\+mlp)?)$")
 
 
 def _check_device(device: str) -> None:
@@ -146,14 +146,17 @@ class DataSection(GenerationConfig):
 class FinetuneSection(SFTConfig):
     """:class:`~mathcircuits.finetune.SFTConfig` plus the modes compared and their training data.
 
-    ``mode`` and ``progress_bar`` are set by the stage (one run per entry of ``modes``).
+    ``mode``, ``include_mlps`` and ``progress_bar`` are set by the stage (one run per entry of ``modes``):
+    one definition of "precise" everywhere — ``precise`` and ``precise@K`` tune heads only, a ``+mlp``
+    suffix adds the key MLPs (and says so in every table and claim).
     """
 
-    HIDDEN: ClassVar[tuple[str, ...]] = ("mode", "progress_bar")
+    HIDDEN: ClassVar[tuple[str, ...]] = ("mode", "include_mlps", "progress_bar")
 
     enabled: bool = setting(True, "run the finetune stage")
     modes: tuple[str, ...] = setting(
-        ("precise", "full"), "precise: key components; full: every parameter; precise@K[+mlp]: top-K heads"
+        ("precise", "full"),
+        "precise: key heads only; precise+mlp: key heads and key MLPs; full: every parameter; precise@K[+mlp]: top-K",
     )
     train_pairs_per_template: int = setting(16, "training pairs per template", ge=1)
     operand_range: tuple[int, int] = setting((1, 20), "operand range of the training pairs")
@@ -166,14 +169,21 @@ class FinetuneSection(SFTConfig):
         if bad:
             raise ConfigError(
                 f"finetune modes {bad} are unknown. "
-                "Fix: use 'precise', 'full', 'precise@K' or 'precise@K+mlp' (K heads, e.g. precise@16)."
+                "Fix: use 'precise', 'precise+mlp', 'full', 'precise@K' or 'precise@K+mlp' (K heads, e.g. precise@16)."
             )
 
     def sft(self, mode: str, progress: bool) -> SFTConfig:
         """The library config of one mode's run."""
         fields = {f.name for f in dataclasses.fields(SFTConfig)}
         values = {k: getattr(self, k) for k in fields}
-        return SFTConfig(**{**values, "mode": "full" if mode == "full" else "precise", "progress_bar": progress})
+        return SFTConfig(
+            **{
+                **values,
+                "mode": "full" if mode == "full" else "precise",
+                "include_mlps": mode.endswith("+mlp"),
+                "progress_bar": progress,
+            }
+        )
 
 
 PatchingSection = PatchingConfig

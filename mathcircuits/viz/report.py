@@ -37,6 +37,7 @@ from mathcircuits.viz.attention import attention_excess, attention_role_distribu
 from mathcircuits.viz.circuit_graph import circuit_graph
 from mathcircuits.viz.circuits import attention_heads_view, circuitsvis_bundle, split_bundle
 from mathcircuits.viz.heatmap import patching_heatmap, patching_heatmaps, patching_top_heads
+from mathcircuits.viz.improve import pareto_plot
 from mathcircuits.viz.knockout import knockout_curves
 from mathcircuits.viz.probes import probe_case_trajectory, probe_similarity_curves
 from mathcircuits.viz.readings import (
@@ -241,6 +242,8 @@ def report_html(
     circuit_faithfulness: Any = None,
     comparison_sweep: Any = None,
     comparison_table: Any = None,
+    comparison_points: Any = None,
+    comparison_power: str = "",
 ) -> str:
     """The report as one HTML string (see :func:`build_report`).
 
@@ -264,7 +267,10 @@ def report_html(
         circuit: a Circuit, or {operation: Circuit}, shown as a graph.
         circuit_faithfulness: its Faithfulness (or {operation: Faithfulness}).
         comparison_sweep: the fair SFT comparison's sweep (a DataFrame, ``compare/sweep.csv``).
-        comparison_table: its table at each mode's selected rate (a ``compare_table`` DataFrame).
+        comparison_table: per mode at its chosen rate: change against base with intervals over items and seeds
+            (:func:`~mathcircuits.finetune.effects_table`, indexed by mode).
+        comparison_points: one row per trained unit (:func:`~mathcircuits.finetune.pareto_points`): the Pareto figure.
+        comparison_power: the comparison's power statement (the smallest precise − full difference it detects).
 
     Returns:
         A standalone HTML page (plotly and, when views are shown, CircuitsVis inlined).
@@ -386,13 +392,20 @@ def report_html(
     # the fair SFT comparison (compare stage)
     if comparison_table is not None:
         page.section("compare", "Fine-tuning compared at each mode's best learning rate (compare)")
+        c6b = [c for c in getattr(claims, "claims", ()) if c.id in ("C6", "C6b")]
         page.reading(
-            "Every mode trained on the same data, steps and batch; each at the learning rate that scored best on a "
-            "validation split disjoint from the test items. Bars are differences to the base model with "
-            "paired-bootstrap intervals on the same items; the sweep is in the second figure and the table in "
-            "the appendix."
+            "Every mode trained on the same data, steps and batch; each at the learning rate that scored best on "
+            "validation facts, then trained longer with several seeds. Math is held-out arithmetic on facts "
+            "(operation, a, b) never trained in any wording; generic ability is likelihood benchmarks through "
+            "lm-eval. The Pareto figure has one point per (mode, rate, seed): open markers are the sweep, filled "
+            "ones the chosen rate per seed, crosses each mode's mean with 95% intervals over items and seeds. "
+            + (f"{comparison_power}. " if comparison_power else "")
+            + " ".join(f"Claim {c.id}: {c.verdict}." for c in c6b)
         )
-        page.figure(sft_delta_bars(comparison_table))
+        if comparison_points is not None and len(comparison_points):
+            page.figure(pareto_plot(comparison_points, comparison_table))
+        bars = ["math", "generic"] if "math Δ low" in comparison_table.columns else None
+        page.figure(sft_delta_bars(comparison_table, bars))
         if comparison_sweep is not None:
             page.figure(sft_sweep_curves(comparison_sweep))
             appendix.append(("Learning-rate sweep", _table(comparison_sweep)))

@@ -2,10 +2,15 @@
 
 Training pairs are generated fresh (their own seed, the finetune section's
 operand range); the held-out arithmetic set uses another seed and drops every
-prompt that also occurs in training. Modes: ``precise`` (the selected key
-components), ``full`` (every parameter), and ``precise@K`` / ``precise@K+mlp``
-(the top-K heads by path-patching effect, plus the key MLPs) for the paper's
-ablation on the number of tuned heads (Table 2).
+pair whose fact ``(operation, a, b)`` also occurs in training, in any template
+(:func:`~mathcircuits.data.drop_facts`; deduplicating by prompt string kept
+facts trained in another wording). Modes, one definition of "precise"
+everywhere: ``precise`` (the key heads only), ``precise+mlp`` (the key heads
+and the key MLPs), ``full`` (every parameter), and ``precise@K`` /
+``precise@K+mlp`` (the top-K heads by path-patching effect, without / with the
+key MLPs) for the paper's ablation on the number of tuned heads (Table 2).
+Under ``kv_policy: group`` a key head's K/V slice changes its whole KV group:
+the summary counts the non-key heads so changed (``kv-shared heads``).
 
 Each mode trains in ``finetune/<mode>/`` with checkpoints, so an interrupted
 run resumes (the runner clears the folder first when the settings changed, so
@@ -21,8 +26,9 @@ from typing import Any
 
 import datasets
 
-from mathcircuits.data import GenerationConfig, generate_pairs
-from mathcircuits.finetune import build_sft_dataset, train_sft
+from mathcircuits.data import GenerationConfig, drop_facts, facts_of, generate_pairs
+from mathcircuits.finetune import SliceSet, build_sft_dataset, train_sft
+from mathcircuits.finetune.matched import kv_shared_heads
 from mathcircuits.patching import KeyComponents, PatchingResult, select_key_components
 from mathcircuits.pipeline.context import Context, StageSummary, save_dataset
 
@@ -45,8 +51,9 @@ class FinetuneSummary(StageSummary):
             return [f"  skipped: {self.skipped}"]
         out = [f"  train pairs {self.train_pairs}, held-out pairs {self.heldout_pairs}"]
         out += [
-            f"  {mode:<16} heads={r['heads']:<4} tuned params={r['n_trainable']:<10} steps={r['steps']:<4} "
-            f"loss={r['train_loss']}"
+            f"  {mode:<16} heads={r['heads']:<4} MLPs={r.get('mlps', 0):<3} "
+            f"kv-shared heads={r.get('kv_shared_heads', 0):<3} tuned params={r['n_trainable']:<10} "
+            f"steps={r['steps']:<4} loss={r['train_loss']}"
             for mode, r in self.runs.items()
         ]
         return out
@@ -77,7 +84,7 @@ def mode_components(ctx: Context, mode: str, key: KeyComponents) -> KeyComponent
 
     Args:
         ctx: the run context (``precise@K`` reads ``identify/patching_all.pt``).
-        mode: ``precise``, ``full``, ``precise@K`` or ``precise@K+mlp`` (checked when the config loads).
+        mode: ``precise``, ``precise+mlp``, ``full``, ``precise@K`` or ``precise@K+mlp`` (checked at config load).
         key: the selected key components.
 
     Returns:
@@ -85,8 +92,8 @@ def mode_components(ctx: Context, mode: str, key: KeyComponents) -> KeyComponent
     """
     if mode == "full":
         return None
-    if mode == "precise":
-        return key
+    if mode in ("precise", "precise+mlp"):
+        return key if mode == "precise+mlp" else dataclasses.replace(key, mlps=(), mlp_scores=())
     spec = mode.split("@", 1)[1]
     overall = PatchingResult.load(ctx.paths.patching("all"))
     chosen = select_key_components(
@@ -111,8 +118,7 @@ def run(ctx: Context) -> FinetuneSummary:
     key.check_model(ctx.model.spec)
     train = _pairs(ctx, f.train_pairs_per_template, f.seed + 101)
     heldout = _pairs(ctx, e.heldout_pairs_per_template, f.seed + 202)
-    seen = set(train["prompt"])
-    heldout = heldout.filter(lambda r: r["prompt"] not in seen)
+    heldout = drop_facts(heldout, facts_of(train))  # no trained fact, in any wording
     save_dataset(train, paths.train_pairs)
     save_dataset(heldout, paths.heldout_pairs)
     components = {mode: mode_components(ctx, mode, key) for mode in f.modes}
@@ -134,6 +140,8 @@ def run(ctx: Context) -> FinetuneSummary:
         )
         runs[mode] = {
             "heads": len(components[mode].heads) if components[mode] is not None else "all",
+            "mlps": len(components[mode].mlps) if components[mode] is not None else "all",
+            "kv_shared_heads": len(kv_shared_heads(SliceSet.from_dict(result.slices))) if result.slices else 0,
             "n_trainable": result.n_trainable,
             "n_model_params": result.n_model_params,
             "steps": result.global_step,

@@ -4,8 +4,9 @@ Reads the ``analysis`` section (``static_formats``); writes ``report/claims.json
 :class:`~mathcircuits.claims.ClaimsCard`), ``report/report.html`` and ``report/figures/``.
 Every result is optional: a stage that was off (or a file from an older version) leaves its
 claim "not measured" and its section out. The circuit gets a section when the circuit stage
-wrote one; the fine-tuning table when the evaluate stage wrote one; the fair comparison (and C6 from it)
-when the compare stage wrote one.
+wrote one; the fine-tuning table when the evaluate stage wrote one; the fair comparison (C6 from it, C6b
+beside it, the table and the Pareto figure) when the compare stage wrote one. C6 names what "precise"
+tuned (heads only; the non-key heads changed through shared K/V).
 """
 
 from __future__ import annotations
@@ -17,12 +18,14 @@ from typing import Any
 
 import pandas as pd
 
-from mathcircuits._io import ResultFileError
+from mathcircuits._io import ResultFileError, read_json
 from mathcircuits.ablation import KnockoutResult, TransferResult
 from mathcircuits.analysis import AttentionByRole, HeadPatterns, MLPProbeResult
 from mathcircuits.circuit import Circuit, Faithfulness
 from mathcircuits.claims import assess_claims
+from mathcircuits.claims.improve import precise_definition, with_unit_claims
 from mathcircuits.evaluation import EvalResult
+from mathcircuits.finetune import SFTResult, SliceSet, UnitComparison, kv_shared_heads
 from mathcircuits.patching import KeyComponents, PatchingResult
 from mathcircuits.pipeline.context import Context, StageSummary
 from mathcircuits.pipeline.stages.data import DataSummary
@@ -99,10 +102,15 @@ def run(ctx: Context) -> ReportSummary:
     probes = _load(MLPProbeResult, paths.probes(), "analyze", off, "probes")
     patterns = _load(HeadPatterns, paths.patterns, "analyze", off, "patterns")
     evals = {m: r for m in ("base", "precise", "full") if (r := _load(EvalResult, paths.eval_result(m), "", {}, ""))}
-    # the compare stage's results, when it ran, are the fair test of C6 (each mode at its selected rate)
-    fair = {m: r for m in ("base", "precise", "full") if (r := _load(EvalResult, paths.compare_eval(m), "", {}, ""))}
-    if len(fair) == 3:
-        evals = fair
+    sft = _load(SFTResult, paths.sft_result("precise"), "", {}, "") if evals else None
+    precise = ""
+    if sft is not None and sft.slices:
+        sl = SliceSet.from_dict(sft.slices)
+        precise = precise_definition(len(sl.heads), len(kv_shared_heads(sl)), sft.n_trainable)
+        if sl.mlps:
+            precise += f" + the key MLPs {list(sl.mlps)} (that is precise+mlp)"
+    # the compare stage's units, when it ran, are the fair test of C6 (each mode at its chosen rate, several seeds)
+    cmp = _load(UnitComparison, paths.comparison, "", {}, "")
     if not evals and paths.marker("evaluate").exists():  # the stage ran, but wrote no model's results
         e, f = ctx.config.evaluation, ctx.config.finetune
         off["evals"] = (
@@ -122,8 +130,11 @@ def run(ctx: Context) -> ReportSummary:
         probes=probes,
         evals=evals or None,
         off=off,
+        precise=precise,
         seed=ctx.config.data.seed,
     )
+    if cmp is not None:
+        card = with_unit_claims(card, cmp)
     card.save(paths.claims)
     figs: dict[str, Any] = {}
     for label, fig in patching_heatmaps(per_op, key, overall=overall).items():
@@ -167,6 +178,8 @@ def run(ctx: Context) -> ReportSummary:
         circuit_faithfulness=faiths or None,
         comparison_sweep=pd.read_csv(paths.compare_sweep) if paths.compare_sweep.exists() else None,
         comparison_table=(pd.read_csv(paths.compare_table, index_col=0) if paths.compare_table.exists() else None),
+        comparison_points=pd.read_csv(paths.compare_points) if paths.compare_points.exists() else None,
+        comparison_power=read_json(paths.compare_power)["statement"] if paths.compare_power.exists() else "",
     )
     return ReportSummary(
         report=str(report),
