@@ -45,10 +45,11 @@ from mathcircuits.stats import DEFAULT_CONFIDENCE, DEFAULT_N_BOOT, Interval, boo
 
 __all__ = ["Power", "detectable_difference", "planned_detectable_difference", "seed_item_bootstrap"]
 
-Scores = Float[Tensor, "seed item"] | Sequence[Sequence[float]]
+ScoresA = Float[Tensor, "seed_a item"] | Sequence[Sequence[float]]
+ScoresB = Float[Tensor, "seed_b item"] | Sequence[Sequence[float]]
 
 
-def _matrix(x: Scores, name: str) -> Tensor:
+def _matrix(x: ScoresA | ScoresB, name: str) -> Tensor:
     t = torch.as_tensor(x, dtype=torch.float64)
     if t.ndim == 1:
         t = t[None]
@@ -61,8 +62,8 @@ def _matrix(x: Scores, name: str) -> Tensor:
 
 
 def seed_item_bootstrap(
-    a: Scores,
-    b: Scores,
+    a: ScoresA,
+    b: ScoresB,
     n_boot: int = DEFAULT_N_BOOT,
     seed: int = 0,
     confidence: float = DEFAULT_CONFIDENCE,
@@ -185,7 +186,7 @@ def planned_detectable_difference(
     return Power(_z(alpha, power) * se, se, item_sd, seed_sd_a, seed_sd_b, n_items, n_seeds_a, n_seeds_b, alpha, power)
 
 
-def detectable_difference(a: Scores, b: Scores, alpha: float = 0.05, power: float = 0.8) -> Power:
+def detectable_difference(a: ScoresA, b: ScoresB, alpha: float = 0.05, power: float = 0.8) -> Power:
     """The MDD of a finished comparison, from its own variance components.
 
     Args:
