@@ -16,6 +16,7 @@ import yaml
 
 from mathcircuits.ablation import KnockoutResult
 from mathcircuits.cli import main
+from mathcircuits.data import facts_of
 from mathcircuits.finetune import KV_POLICIES, SFTConfig
 from mathcircuits.patching import METRICS, RULES, select_key_components
 from mathcircuits.patching.config import PatchingConfig, SelectionConfig
@@ -248,8 +249,12 @@ def test_finetune_and_evaluate_stages(tmp_path):
     assert 0 < runs["precise"]["n_trainable"] < runs["full"]["n_trainable"] == runs["full"]["n_model_params"]
     assert (out / "finetune" / "precise" / "final" / "adapter_config.json").exists()
     train = set(datasets.load_from_disk(str(out / "finetune" / "train_pairs"))["prompt"])
-    held = set(datasets.load_from_disk(str(out / "finetune" / "heldout_pairs"))["prompt"])
+    held_pairs = datasets.load_from_disk(str(out / "finetune" / "heldout_pairs"))
+    held = set(held_pairs["prompt"])
     assert held and not (train & held)
+    train_facts = facts_of(datasets.load_from_disk(str(out / "finetune" / "train_pairs")))
+    assert not facts_of(held_pairs) & train_facts  # no trained fact (operation, a, b), in any wording
+    assert runs["precise"]["mlps"] == 0 and "kv_shared_heads" in runs["precise"]  # precise = key heads only
     table = pd.read_csv(out / "evaluate" / "table.csv")
     assert list(table.iloc[:, 0]) == ["base", "precise", "full"]
     assert {"held-out arithmetic", "held-out arithmetic Δ low", "AddSub"} <= set(table.columns)

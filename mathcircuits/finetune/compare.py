@@ -80,7 +80,8 @@ class CompareConfig:
         sweep_steps: optimizer steps of a sweep unit (the final units train ``finetune.max_steps``).
         seeds: training seeds of each mode at its chosen rate (``random``: one draw per seed).
         sweep_generic: generic items per benchmark a sweep unit is scored on (for the Pareto figure; 0: none).
-        kv_sensitivity: also train ``precise`` with ``kv_policy: exclusive`` at its chosen rate.
+        kv_sensitivity: also train ``precise`` with ``kv_policy: exclusive`` at its chosen rate (when ``precise``
+            is among the modes).
         select_on: the validation score a rate is chosen on (mean answer log-probability, or accuracy).
         validation_pairs_per_template: pairs per template of the validation facts.
         test_pairs_per_template: pairs per template of the test facts.
@@ -101,7 +102,9 @@ class CompareConfig:
     sweep_steps: int = setting(20, "optimizer steps of a sweep unit", ge=1)
     seeds: int = setting(3, "training seeds per mode at its chosen rate (random: one draw each)", ge=1)
     sweep_generic: int = setting(50, "generic items per benchmark scored by a sweep unit (0: none)", ge=0)
-    kv_sensitivity: bool = setting(True, "also train precise with kv_policy exclusive at its chosen rate")
+    kv_sensitivity: bool = setting(
+        True, "also train precise with kv_policy exclusive at its chosen rate (when precise is a mode)"
+    )
     select_on: Literal["logp", "accuracy"] = setting("logp", "validation score the rate is chosen on")
     validation_pairs_per_template: int = setting(8, "pairs per template of the validation facts", ge=1)
     test_pairs_per_template: int = setting(24, "pairs per template of the test facts", ge=1)
@@ -118,7 +121,9 @@ class CompareConfig:
         except ValueError as err:
             raise ConfigError(str(err)) from err
         if not self.trained_modes:
-            raise ConfigError("compare.modes trains nothing. Fix: list modes, e.g. [precise, random, lora, full].")
+            raise ConfigError(
+                "compare.modes is empty (base alone trains nothing). Fix: list modes, e.g. [precise, random, lora, full]."
+            )
         for name in ("learning_rates", "sparse_learning_rates"):
             rates = getattr(self, name)
             if not rates or any(not (lr > 0 and math.isfinite(lr)) for lr in rates):
@@ -127,8 +132,6 @@ class CompareConfig:
             raise ConfigError(
                 f"compare.fact_shares={list(self.fact_shares)}. Fix: three positive shares summing to at most 1."
             )
-        if self.kv_sensitivity and "precise" not in self.modes:
-            raise ConfigError("compare.kv_sensitivity needs the mode precise. Fix: add it, or set it false.")
 
     @property
     def trained_modes(self) -> tuple[str, ...]:
@@ -157,7 +160,7 @@ class CompareConfig:
             steps=final_steps,
             seeds=tuple(range(self.seeds)),
             sweep_generic=self.sweep_generic,
-            kv_sensitivity=self.kv_sensitivity,
+            kv_sensitivity=self.kv_sensitivity and "precise" in self.trained_modes,
             select_on=self.select_on,
         )
 
