@@ -122,7 +122,8 @@ class CompareConfig:
             raise ConfigError(str(err)) from err
         if not self.trained_modes:
             raise ConfigError(
-                "compare.modes is empty (base alone trains nothing). Fix: list modes, e.g. [precise, random, lora, full]."
+                "compare.modes is empty (base alone trains nothing). "
+                "Fix: list modes, e.g. [precise, random, lora, full]."
             )
         for name in ("learning_rates", "sparse_learning_rates"):
             rates = getattr(self, name)
