@@ -20,7 +20,7 @@ from transformers import AutoModelForCausalLM
 
 from mathcircuits.data import default_benchmark_root
 from mathcircuits.evaluation import ARITHMETIC, EvalResult, compare_table, evaluate_model, format_table
-from mathcircuits.finetune import HeadSliceAdapter, SFTResult
+from mathcircuits.finetune import HeadSliceAdapter, SFTResult, SliceSet, kv_shared_heads
 from mathcircuits.finetune.compare import score_arithmetic
 from mathcircuits.pipeline.context import Context, StageSummary, save_csv
 
@@ -109,7 +109,7 @@ def run(ctx: Context) -> EvaluateSummary:
     finetuned = paths.marker("finetune").exists()
     modes = [m for m in ctx.config.finetune.modes if paths.final(m).exists()] if finetuned else []
     heldout = ctx.load_dataset(paths.heldout_pairs) if modes else None
-    results, speed, tuned, files = {}, {}, {}, []
+    results, speed, tuned, shared, files = {}, {}, {}, {}, []
     for label in ["base", *modes]:
         model, tok = ctx.hf_model() if label == "base" else (_tuned(ctx, label), ctx.model.tokenizer)
         res = evaluate_one(ctx, model, tok, label, heldout)
@@ -120,10 +120,11 @@ def run(ctx: Context) -> EvaluateSummary:
         if label != "base":
             r = SFTResult.load(paths.sft_result(label))
             speed[label], tuned[label] = round(r.samples_per_second, 2), r.n_trainable
+            shared[label] = len(kv_shared_heads(SliceSet.from_dict(r.slices))) if r.slices else 0
         else:
-            speed[label], tuned[label] = None, 0
+            speed[label], tuned[label], shared[label] = None, 0, 0
         del model
-    extra = {"train samples/s": speed, "tuned params": tuned}
+    extra = {"train samples/s": speed, "tuned params": tuned, "kv-shared heads": shared}
     if results:
         table = compare_table(results, "base", extra_columns=extra).rename_axis("model").reset_index()
     else:
