@@ -100,7 +100,8 @@ def test_config_sections_are_the_library_configs_with_one_default():
     sft = SFTConfig()
     for name in ("learning_rate", "batch_size", "max_steps", "save_steps", "epochs", "kv_policy"):
         assert getattr(cfg.finetune, name) == getattr(sft, name), name
-    assert cfg.finetune.sft("precise@4", progress=False) == SFTConfig(progress_bar=False)
+    assert cfg.finetune.sft("precise@4", progress=False) == SFTConfig(progress_bar=False, include_mlps=False)
+    assert cfg.finetune.sft("precise+mlp", progress=False).include_mlps  # MLPs only when the mode says +mlp
     assert FinetuneSection(modes=("full",)).sft("full", True).mode == "full"
 
 
