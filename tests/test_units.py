@@ -28,7 +28,7 @@ from mathcircuits.finetune import (
     matched_random_heads,
     model_facts,
 )
-from mathcircuits.finetune.units import choose_rates, units_remaining
+from mathcircuits.finetune.protocol import choose_rates, units_remaining
 from mathcircuits.models import load_hf_model
 from mathcircuits.patching import KeyComponents
 from mathcircuits.power import detectable_difference, planned_detectable_difference, seed_item_bootstrap

@@ -6,7 +6,8 @@
 * :mod:`~mathcircuits.finetune.data` builds SFT examples (loss on the answer only);
 * :mod:`~mathcircuits.finetune.train` runs precise, LoRA or full SFT through HF ``Trainer``;
 * :mod:`~mathcircuits.finetune.compare` — the fair comparison's settings (same data and steps, a rate sweep each);
-* :mod:`~mathcircuits.finetune.units` runs it as resumable (mode, rate, seed) units, :mod:`.run_unit` trains one;
+* :mod:`~mathcircuits.finetune.units` — resumable (mode, rate, seed) units; :mod:`.protocol` runs them (sweep, choice,
+  seeds), :mod:`.run_unit` trains one;
 * :mod:`~mathcircuits.finetune.matched` — the depth- and parameter-matched random-heads control, K/V side effects;
 * :mod:`~mathcircuits.finetune.effects` — each mode's change against base, with intervals over items and seeds.
 
@@ -18,6 +19,7 @@ from mathcircuits.finetune.compare import CompareConfig
 from mathcircuits.finetune.data import DEFAULT_PROMPT, build_sft_dataset, format_gold, read_word_problems
 from mathcircuits.finetune.effects import difference, effects_table, pareto_points
 from mathcircuits.finetune.matched import MatchedDraw, kv_shared_heads, matched_random_heads
+from mathcircuits.finetune.protocol import compare_units, units_remaining
 from mathcircuits.finetune.run_unit import Scorers, execute_unit
 from mathcircuits.finetune.slices import (
     HEAD_ROLES,
@@ -40,8 +42,6 @@ from mathcircuits.finetune.units import (
     UnitComparison,
     UnitPlan,
     UnitRecord,
-    compare_units,
-    units_remaining,
 )
 
 __all__ = [

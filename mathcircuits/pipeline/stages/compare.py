@@ -1,6 +1,6 @@
 """Stage ``compare``: every fine-tuning mode at its own best learning rate, several seeds each, as resumable units.
 
-Protocol (:mod:`mathcircuits.finetune.units`, settings :class:`~mathcircuits.finetune.CompareConfig`):
+Protocol (:mod:`mathcircuits.finetune.protocol`, settings :class:`~mathcircuits.finetune.CompareConfig`):
 
 * **Facts, not prompts, are split.** The facts ``(operation, a, b)`` of ``finetune.operand_range`` are
   cut into disjoint train / validation / test parts (``compare.fact_shares``); each part is rendered in
