@@ -137,11 +137,10 @@ def _pair_stages(
     """The pair stages: scoring, patching forwards, head means, knockout, the analyses."""
     from mathcircuits.ablation import KnockoutScorer, head_means
     from mathcircuits.analysis import attention_by_role, mlp_probes
-    from mathcircuits.data import GenerationConfig, generate_pairs, load_templates, score_pairs
+    from mathcircuits.data import GenerationConfig, generate_pairs, load_templates, pair_batches, score_pairs
     from mathcircuits.models import load_model
     from mathcircuits.models.integrity import fast_paths
     from mathcircuits.patching import last_position_caches
-    from mathcircuits.patching._common import pair_batches
 
     model = load_model(model_name)
     spec = model.spec

@@ -1,8 +1,85 @@
 """mathcircuits: find, explain and fine-tune the circuits LLMs use for arithmetic.
 
-Pipeline (one subpackage per stage, imports flow downwards only):
-data -> models -> patching / ablation / analysis -> viz, finetune, evaluation -> pipeline -> cli.
+The front door: the verbs a notebook needs, loaded on first use (``import mathcircuits`` itself
+imports no model library)::
+
+    import mathcircuits as mc
+    model = mc.load_model("embedded")
+    pairs = mc.correct_pairs(model, "add", n=16)
+    result = mc.path_patch(model, pairs)
+    key = mc.select_key_components(result, rule="topk", k=5)
+
+* :func:`load_model` — a hooked model (``"embedded"``, ``"tiny-llama"``, an HF folder, a .gguf file);
+* :func:`correct_pairs` — token-aligned prompt pairs the model answers correctly;
+* :func:`path_patch` — every head's and MLP's effect on the answer (a ``PatchingResult``);
+* :func:`select_key_components` — the key heads and MLPs (a ``KeyComponents``);
+* :func:`knockout_curve` — accuracy as the top heads are knocked out, beside random heads;
+* :func:`attention_by_role` — where the key heads attend (operands, operator, ...);
+* :func:`discover_circuit` — the circuit behind the key heads;
+* :func:`run_pipeline` — every stage into a run folder (what ``mathcircuits run`` does).
+
+Every result prints briefly and renders in a notebook; the figures of :mod:`mathcircuits.viz` take
+them (``mc.viz.patching_heatmap(result, key)``). The subpackages, in the order imports flow:
+data → models → patching → ablation / analysis → circuit → viz, finetune, evaluation → claims →
+report → pipeline → cli (``docs/architecture.md``).
 """
 
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from mathcircuits import viz
+    from mathcircuits._io import ResultFileError
+    from mathcircuits.ablation import knockout_curve
+    from mathcircuits.analysis import attention_by_role
+    from mathcircuits.circuit import discover_circuit
+    from mathcircuits.data import correct_pairs
+    from mathcircuits.models import load_model
+    from mathcircuits.patching import path_patch, select_key_components
+    from mathcircuits.pipeline import run_pipeline
+
 __version__ = "0.1.0"
-__all__ = ["__version__"]
+
+#: verb → the subpackage that defines it (imported on first use).
+_VERBS = {
+    "load_model": "mathcircuits.models",
+    "correct_pairs": "mathcircuits.data",
+    "path_patch": "mathcircuits.patching",
+    "select_key_components": "mathcircuits.patching",
+    "knockout_curve": "mathcircuits.ablation",
+    "attention_by_role": "mathcircuits.analysis",
+    "discover_circuit": "mathcircuits.circuit",
+    "run_pipeline": "mathcircuits.pipeline",
+    "ResultFileError": "mathcircuits._io",  # what every load raises for a file it cannot read
+}
+
+__all__ = [
+    "ResultFileError",
+    "__version__",
+    "attention_by_role",
+    "correct_pairs",
+    "discover_circuit",
+    "knockout_curve",
+    "load_model",
+    "path_patch",
+    "run_pipeline",
+    "select_key_components",
+    "viz",
+]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _VERBS:
+        value = getattr(importlib.import_module(_VERBS[name]), name)
+    elif name == "viz":
+        value = importlib.import_module("mathcircuits.viz")
+    else:
+        raise AttributeError(f"module 'mathcircuits' has no attribute {name!r}")
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -2,8 +2,10 @@
 
 A saved value is a dict of its fields. Each field is encoded by its annotation
 (tuples as lists, nested dataclasses as dicts of their fields, tensors as CPU
-tensors) and decoded back by the same annotation, which also checks it: an
-unknown, missing or mistyped field raises :class:`FieldError` naming the field.
+tensors, enums as their values, a value type with ``parse`` — such as a
+fine-tuning ``Mode`` — as its text) and decoded back by the same annotation, which
+also checks it: an unknown, missing or mistyped field raises :class:`FieldError`
+naming the field.
 Fields annotated ``Any`` are encoded losslessly (tuples marked ``__tuple__``).
 JSON files hold tensors as ``{"__tensor__": [...], "dtype": ..., "shape": [...]}``.
 """
@@ -11,6 +13,7 @@ JSON files hold tensors as ``{"__tensor__": [...], "dtype": ..., "shape": [...]}
 from __future__ import annotations
 
 import dataclasses
+import enum
 import functools
 import types
 import typing
@@ -19,7 +22,15 @@ from typing import Any, Literal, TypeVar, Union
 import torch
 from jaxtyping import AbstractArray
 
-__all__ = ["FieldError", "decode_fields", "encode_fields", "from_plain", "tensors_from_json", "tensors_to_json"]
+__all__ = [
+    "FieldError",
+    "decode_fields",
+    "decode_value",
+    "encode_fields",
+    "from_plain",
+    "tensors_from_json",
+    "tensors_to_json",
+]
 
 T = TypeVar("T")
 
@@ -45,6 +56,12 @@ def _is_tensor_type(tp: Any) -> bool:
     return isinstance(tp, type) and (issubclass(tp, torch.Tensor) or issubclass(tp, AbstractArray))
 
 
+def _is_parsed(tp: Any) -> bool:
+    """A value type saved as its text: it has ``parse(text)`` and ``str()`` gives the text back (named tuples
+    such as ``Head`` have ``parse`` too but are saved by their fields)."""
+    return isinstance(tp, type) and callable(getattr(tp, "parse", None)) and not issubclass(tp, tuple)
+
+
 def _is_union(tp: Any) -> bool:
     return typing.get_origin(tp) in (Union, types.UnionType)
 
@@ -64,6 +81,10 @@ def _to_plain(value: Any) -> Any:
     """Lossless encoding of an untyped (``Any``) value: tuples are marked, tensors copied to the CPU."""
     if isinstance(value, torch.Tensor):
         return value.detach().cpu().clone()
+    if isinstance(value, enum.Enum):
+        return value.value
+    if _is_parsed(type(value)):
+        return str(value)
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return encode_fields(value)
     if isinstance(value, tuple):
@@ -98,6 +119,10 @@ def _encode(value: Any, tp: Any) -> Any:
         return None
     if isinstance(value, torch.Tensor):
         return value.detach().cpu().clone()
+    if isinstance(value, enum.Enum):
+        return value.value
+    if _is_parsed(type(value)):
+        return str(value)
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return encode_fields(value)
     tp = _container_type(tp, value)
@@ -143,6 +168,18 @@ def _decode(value: Any, tp: Any, where: str) -> Any:
         if value in args:
             return value
         raise FieldError(f"field {where!r} is {_show(value)}, not one of {args}")
+    if isinstance(tp, type) and issubclass(tp, enum.Enum):
+        try:
+            return tp(value)
+        except ValueError:
+            raise FieldError(f"field {where!r} is {_show(value)}, not one of {[m.value for m in tp]}") from None
+    if _is_parsed(tp):
+        if isinstance(value, tp):
+            return value
+        try:
+            return tp.parse(value)
+        except (TypeError, ValueError) as err:
+            raise FieldError(f"field {where!r} is {_show(value)}, which is not a {tp.__name__}: {err}") from None
     if _is_tensor_type(tp):
         if not isinstance(value, torch.Tensor):
             raise FieldError(f"field {where!r} should be a tensor but is a {type(value).__name__}")
@@ -191,6 +228,23 @@ def _decode(value: Any, tp: Any, where: str) -> Any:
             raise FieldError(f"field {where!r} should be of type {tp.__name__} but is {_show(value)}")
         return value
     return value
+
+
+def decode_value(value: Any, tp: Any, where: str = "value") -> Any:
+    """One plain value (as JSON holds it) turned into the declared type ``tp``, checked on the way.
+
+    Nested dataclasses are rebuilt from their dicts, lists become tuples where ``tp`` says tuple, enums and
+    parsed value types come back from their text.
+
+    Args:
+        value: the plain value.
+        tp: its annotation (e.g. ``dict[str, KnockoutBrief]``).
+        where: what it is, for messages.
+
+    Returns:
+        The typed value. Raises :class:`FieldError` naming ``where`` if it does not fit.
+    """
+    return _decode(value, tp, where)
 
 
 def encode_fields(obj: Any) -> dict[str, Any]:

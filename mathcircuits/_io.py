@@ -20,6 +20,9 @@ dataclasses (a :class:`~mathcircuits.models.ModelSpec`, parameter slices).
   file and the field. Every load error is a :class:`ResultFileError` (a
   ``ValueError``) of the form "<file>: <problem>. Fix: <fix>.", including
   truncated, empty and garbage files.
+* **Printing.** ``repr(result)`` is one short line and, in a notebook, ``_repr_html_`` a small
+  table: the items of :meth:`SavedResult.summary_items` (each result says what matters: top
+  heads, pairs, metric ...), never a tensor's values.
 * **Older files.** Version 1 is what mathcircuits wrote before this protocol
   (unversioned ``.pt`` files with ``__kind__``/``fields``, and JSON with
   ``kind``/``version: 1``). Such a file is read when its fields still fit (a
@@ -31,6 +34,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import html
 import io
 import json
 import os
@@ -50,6 +54,7 @@ __all__ = [
     "SavedResult",
     "atomic_dir",
     "atomic_path",
+    "brief",
     "decode_fields",
     "encode_fields",
     "load_result",
@@ -336,3 +341,57 @@ class SavedResult:
     def load(cls: type[T], path: str | os.PathLike) -> T:  # noqa: PYI019 - beartype cannot check Self here
         """Read a value written by :meth:`save`; errors name the file, the problem and the fix."""
         return load_result(cls, path)
+
+    # ------------------------------------------------------------------------- printing
+
+    def summary_items(self) -> list[tuple[str, str]]:
+        """What this value is, in a few ``(label, text)`` items (subclasses name what matters).
+
+        The default describes each field briefly: a tensor by its shape, a collection by its length, a
+        nested record by its class; a subclass overrides it to say, e.g., its top heads.
+
+        Returns:
+            ``[(label, text), ...]``, a handful of short items.
+        """
+        return [(f.name, brief(getattr(self, f.name))) for f in dataclasses.fields(self)][:8]  # type: ignore[arg-type]
+
+    def __repr__(self) -> str:
+        items = ", ".join(f"{k}={v}" for k, v in self.summary_items())
+        return f"{type(self).__name__}({items})"
+
+    def _repr_html_(self) -> str:
+        rows = "".join(
+            f"<tr><th style='text-align:left'>{html.escape(k)}</th><td style='text-align:left'>{html.escape(v)}</td>"
+            "</tr>"
+            for k, v in self.summary_items()
+        )
+        return f"<table><caption style='text-align:left'><b>{type(self).__name__}</b></caption>{rows}</table>"
+
+
+def brief(value: Any, limit: int = 60) -> str:
+    """A value in a few characters for a summary: tensors by shape, collections by length, records by class.
+
+    Args:
+        value: any field value.
+        limit: the longest text kept (longer text is cut with "…").
+
+    Returns:
+        The text.
+    """
+    if isinstance(value, torch.Tensor):
+        return f"tensor{list(value.shape)}"
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        name = getattr(value, "name", None)
+        return str(name) if isinstance(name, str) and name else type(value).__name__
+    if isinstance(value, dict):
+        return f"{len(value)} entries"
+    if isinstance(value, (list, tuple)):
+        if len(value) <= 4 and all(isinstance(v, (int, float, str, bool)) for v in value):
+            text = ", ".join(str(v) for v in value)
+        else:
+            return f"{len(value)} items"
+    elif isinstance(value, float):
+        text = f"{value:.4g}"
+    else:
+        text = str(value)
+    return text if len(text) <= limit else text[: limit - 1] + "…"

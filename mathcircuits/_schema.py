@@ -10,7 +10,8 @@ built, not three stages later. :func:`from_dict` refuses unknown keys, and
 (``mathcircuits config --show``). Lists are accepted where tuples belong (YAML has no
 tuples), whole numbers where floats belong, and number strings such as ``"1e-4"`` (PyYAML reads
 ``1e-4`` without a dot as a string) where floats belong; a float must be finite; a string is never
-taken for a list.
+taken for a list. A *value type* (a class with ``parse(text)`` whose ``str`` writes the text back,
+such as a fine-tuning ``Mode``) is written as its text and parsed when the config is built.
 """
 
 from __future__ import annotations
@@ -21,7 +22,17 @@ import types
 import typing
 from typing import Any, Literal, TypeVar, Union
 
-__all__ = ["ConfigError", "check_fields", "describe", "from_dict", "project", "setting", "type_name"]
+__all__ = [
+    "ConfigError",
+    "check_fields",
+    "describe",
+    "from_dict",
+    "is_value_type",
+    "plain",
+    "project",
+    "setting",
+    "type_name",
+]
 
 T = TypeVar("T")
 
@@ -50,6 +61,31 @@ def setting(
     return dataclasses.field(default=default, metadata=meta)
 
 
+def is_value_type(hint: Any) -> bool:
+    """Whether ``hint`` is a value type written as text: a class with ``parse(text)`` (not a record or tuple)."""
+    return isinstance(hint, type) and callable(getattr(hint, "parse", None)) and not issubclass(hint, tuple)
+
+
+def plain(value: Any) -> Any:
+    """A config value as plain YAML/JSON data: dataclasses as dicts, value types as their text, tuples as lists.
+
+    Args:
+        value: a config (or any value inside one).
+
+    Returns:
+        Dicts, lists and scalars only.
+    """
+    if is_value_type(type(value)):
+        return str(value)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, (list, tuple)):
+        return [plain(v) for v in value]
+    if isinstance(value, dict):
+        return {k: plain(v) for k, v in value.items()}
+    return value
+
+
 def type_name(hint: Any) -> str:
     """A short readable name of a type hint (``int``, ``list of str``, ``one of 'a', 'b'``).
 
@@ -71,6 +107,8 @@ def type_name(hint: Any) -> str:
         return "[" + ", ".join(type_name(a) for a in args) + "]"
     if origin is dict:
         return "mapping"
+    if is_value_type(hint):
+        return getattr(hint, "__name__", str(hint)).lower()
     return getattr(hint, "__name__", str(hint))
 
 
@@ -79,6 +117,15 @@ def _conform(value: Any, hint: Any) -> tuple[bool, Any]:
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     if hint is Any:
         return True, value
+    if is_value_type(hint):
+        if isinstance(value, hint):
+            return True, value
+        if not isinstance(value, str):
+            return False, value
+        try:
+            return True, hint.parse(value)
+        except ValueError as err:
+            raise ConfigError(str(err)) from None
     if origin is Literal:
         return (not isinstance(value, bool) or bool in map(type, args)) and value in args, value
     if origin in (Union, types.UnionType):
@@ -136,7 +183,10 @@ def _hint_fix(hint: Any, value: Any = None) -> str:
 
 def _checked(f: dataclasses.Field, hint: Any, value: Any) -> Any:
     """``value`` converted to ``hint`` (list → tuple, int → float) and range-checked; else ConfigError."""
-    ok, conv = _conform(value, hint)
+    try:
+        ok, conv = _conform(value, hint)
+    except ConfigError as err:  # a value type's own message says what its text should be
+        raise ConfigError(f"{f.name}={value!r}: {err}") from None
     if not ok:
         raise ConfigError(f"{f.name}={value!r} is not {type_name(hint)}. Fix: {_hint_fix(hint, value)}.")
     _check_range(f, conv)
@@ -229,7 +279,7 @@ def describe(cls: type, hidden: tuple[str, ...] = ()) -> list[dict[str, str]]:
                 "name": f.name,
                 "type": type_name(hints[f.name]),
                 "range": _range_text(f.metadata),
-                "default": repr(list(default) if isinstance(default, tuple) else default),
+                "default": repr(plain(default)),
                 "help": f.metadata.get("help", ""),
             }
         )

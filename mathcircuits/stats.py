@@ -46,11 +46,9 @@ __all__ = [
     "DEFAULT_CONFIDENCE",
     "DEFAULT_N_BOOT",
     "Interval",
-    "binomial_band",
     "bootstrap_indices",
     "bootstrap_mean",
     "bootstrap_statistic",
-    "coverage",
     "paired_bootstrap",
     "wilson_interval",
 ]
@@ -250,39 +248,3 @@ def paired_bootstrap(
         )
     iv = bootstrap_statistic(ta - tb, None, n_boot, seed, confidence)
     return Interval(iv.value, iv.low, iv.high, iv.n, confidence, "paired_bootstrap", seed)
-
-
-def coverage(lows: Sequence[float] | Tensor, highs: Sequence[float] | Tensor, truth: float | Tensor) -> float:
-    """Share of intervals [low, high] that contain ``truth`` (per-interval truths allowed).
-
-    Args:
-        lows: lower bounds [sim].
-        highs: upper bounds [sim].
-        truth: the known value, a scalar or [sim].
-
-    Returns:
-        The observed coverage in [0, 1].
-    """
-    lo, hi = torch.as_tensor(lows, dtype=torch.float64), torch.as_tensor(highs, dtype=torch.float64)
-    t = torch.as_tensor(truth, dtype=torch.float64)
-    return float(((lo <= t) & (t <= hi)).double().mean())
-
-
-def binomial_band(nominal: float, n_sims: int, confidence: float = 0.999) -> tuple[float, float]:
-    """The range an observed coverage falls in when the true coverage is ``nominal``.
-
-    Used by coverage tests: over ``n_sims`` independent simulations, the count of covering
-    intervals is Binomial(n_sims, nominal); this returns its central ``confidence`` range as
-    shares (normal approximation), so a test fails by chance with probability ≈ 1 − confidence.
-
-    Args:
-        nominal: the intervals' nominal coverage, e.g. 0.95.
-        n_sims: number of simulations.
-        confidence: how sure the band should be.
-
-    Returns:
-        ``(low, high)`` shares.
-    """
-    z = _z(confidence)
-    half = z * math.sqrt(nominal * (1 - nominal) / n_sims)
-    return max(0.0, nominal - half), min(1.0, nominal + half)

@@ -21,11 +21,14 @@ from mathcircuits.ablation import (
     ablated_model,
     head_means,
     knockout_curve,
+    mean_ablation_hooks,
     transfer,
 )
 from mathcircuits.data import GenerationConfig, generate_pairs, score_pairs
 from mathcircuits.models import load_model
 from mathcircuits.patching import path_patch
+
+from helpers import unchecked
 
 PLANTED = [(1, 2), (2, 1)]  # (layer, head) of the two heads that copy the digit to the last position
 
@@ -135,7 +138,6 @@ def test_head_means_are_means_of_counterfactual_z(tiny_llama, pairs):
 
 
 def test_ablation_replaces_only_chosen_heads(tiny_llama, pairs):
-    from mathcircuits.ablation.knockout import _hooks
 
     means = head_means(tiny_llama, pairs)
     toks = torch.tensor(pairs["tokens"][:2])
@@ -145,7 +147,7 @@ def test_ablation_replaces_only_chosen_heads(tiny_llama, pairs):
     def grab(act, hook):
         seen["z"] = act.clone()
 
-    hooks = _hooks(tiny_llama, [(1, 2)], means, "all") + [("blocks.1.attn.hook_z", grab)]
+    hooks = mean_ablation_hooks(tiny_llama, [(1, 2)], means, "all") + [("blocks.1.attn.hook_z", grab)]
     tiny_llama.bridge.run_with_hooks(toks, fwd_hooks=hooks)
     z, z0 = seen["z"], clean["blocks.1.attn.hook_z"]
     assert torch.allclose(z[:, :, 2], means.means[1, 2].expand_as(z[:, :, 2]))
@@ -222,7 +224,7 @@ def test_position_mean_is_the_mean_of_aligned_counterfactual_z(tiny_llama, pairs
     toks = torch.tensor([scorer.sources[i] for i in group.rows])
     _, cache = tiny_llama.bridge.run_with_cache(toks, names_filter=lambda n: n.endswith("hook_z"))
     want = cache["blocks.1.attn.hook_z"].mean(0)  # [pos, head, d_head], per aligned position
-    got = scorer._values(scorer.groups.index(group), group.rows, fast=False)[0, :, 1]
+    got = scorer.replacement_z(scorer.groups.index(group))[0, :, 1]
     assert torch.allclose(got, want, atol=1e-6)
     assert group.shared >= 4  # and on the shared prefix it is the clean activation, so the fast path skips it
     _, clean = tiny_llama.bridge.run_with_cache(toks[:1], names_filter=lambda n: n.endswith("hook_z"))
@@ -263,7 +265,9 @@ def test_knockout_result_of_version_2_loads_as_the_position_free_mean(tmp_path):
 
 def test_knockout_rejects_unknown_ablation_and_bad_ks(planted):
     model, ds, res = planted
-    with pytest.raises(ValueError, match="ablation"):
+    with unchecked(), pytest.raises(ValueError, match="ablation"):
+        knockout_curve(model, ds, res, max_k=2, ablation="zero")
+    with pytest.raises(TypeError, match="ablation"):  # a type checker refuses it first
         knockout_curve(model, ds, res, max_k=2, ablation="zero")
     with pytest.raises(ValueError, match="ks"):
         knockout_curve(model, ds, res, max_k=2, ks=[5])
@@ -277,9 +281,9 @@ def test_transfer_on_a_near_chance_model_is_not_measurable(tiny_llama, pairs, te
     df = tr.to_dataframe()
     assert list(df["dataset"]) == ["add", "mul"]
     for row in tr.rows:  # the random tiny model answers (almost) nothing, so no transfer is reported
-        clean = sum(score_pairs(tiny_llama, pairs if row["dataset"] == "add" else other)["correct"])
-        assert row["n_correct"] == clean and row["clean_low"] - 1e-12 <= row["clean_accuracy"] <= row["clean_high"]
-        assert row["status"] == "not measurable on this model" and math.isnan(row["key_ablated_accuracy"])
+        clean = sum(score_pairs(tiny_llama, pairs if row.dataset == "add" else other)["correct"])
+        assert row.n_correct == clean and row.clean_low - 1e-12 <= row.clean_accuracy <= row.clean_high
+        assert row.status == "not measurable on this model" and math.isnan(row.key_ablated_accuracy)
     with pytest.raises(IndexError):
         ablated_accuracy(tiny_llama, pairs, [(7, 0)], means)
 
@@ -295,20 +299,20 @@ def test_transfer_is_measured_on_clean_correct_items_only(planted):
     mixed = datasets.concatenate_datasets([ds.select(range(n // 2 + 1)), wrong.select(range(n // 2 + 1, n))])
     sets = {"copy": ds, "mixed": mixed, "wrong": wrong}
     tr = transfer(model, sets, PLANTED, means, n_random=3, seed=0, held_in=["copy"], min_clean_accuracy=0.5)
-    rows = {r["dataset"]: r for r in tr.rows}
-    assert rows["copy"]["held_in"] and not rows["mixed"]["held_in"]
-    assert rows["wrong"]["status"] == "not measurable on this model" and rows["wrong"]["clean_accuracy"] == 0.0
+    rows = {r.dataset: r for r in tr.rows}
+    assert rows["copy"].held_in and not rows["mixed"].held_in
+    assert rows["wrong"].status == "not measurable on this model" and rows["wrong"].clean_accuracy == 0.0
     m = rows["mixed"]
-    assert m["status"] == "measured" and m["n_correct"] == n // 2 + 1 and m["n"] == n
+    assert m.status == "measured" and m.n_correct == n // 2 + 1 and m.n == n
     # key-ablated accuracy is over the clean-correct items only, where clean accuracy is 1 by construction
-    assert m["key_ablated_accuracy"] == pytest.approx(
+    assert m.key_ablated_accuracy == pytest.approx(
         ablated_accuracy(model, ds.select(range(n // 2 + 1)), PLANTED, means)
     )
-    assert m["key_drop"] == pytest.approx(m["key_ablated_accuracy"] - 1.0)
+    assert m.key_drop == pytest.approx(m.key_ablated_accuracy - 1.0)
     for r in (rows["copy"], m):
-        assert r["key_low"] <= r["key_ablated_accuracy"] <= r["key_high"]
-        assert r["random_low"] <= r["random_ablated_accuracy"] <= r["random_high"]
-        assert r["key_high"] < r["random_low"], "ablating the planted heads loses far more than random heads"
+        assert r.key_low <= r.key_ablated_accuracy <= r.key_high
+        assert r.random_low <= r.random_ablated_accuracy <= r.random_high
+        assert r.key_high < r.random_low, "ablating the planted heads loses far more than random heads"
 
 
 def test_transfer_uses_the_knockout_ablation_and_mean_where_no_counterfactual(planted):
@@ -316,24 +320,24 @@ def test_transfer_uses_the_knockout_ablation_and_mean_where_no_counterfactual(pl
     means = head_means(model, ds)
     no_cf = ds.remove_columns(["cf_tokens"])
     tr = transfer(model, {"cf": ds, "no cf": no_cf}, PLANTED, means, n_random=2, ablation="position_mean")
-    rows = {r["dataset"]: r for r in tr.rows}
-    assert rows["cf"]["ablation"] == "position_mean" and rows["no cf"]["ablation"] == "mean"
+    rows = {r.dataset: r for r in tr.rows}
+    assert rows["cf"].ablation == "position_mean" and rows["no cf"].ablation == "mean"
     # each row equals the plain (unsaved, every block) knockout of its own ablation on the clean-correct items
     for name, data, ablation in (("cf", ds, "position_mean"), ("no cf", no_cf, "mean")):
         scorer = KnockoutScorer(model, data, ablation, means)
         clean = scorer.score([], fast=False)[0]
         kept = [i for i, c in enumerate(clean) if c]
         key = scorer.score(PLANTED, fast=False)[0]
-        assert rows[name]["n_correct"] == len(kept)
-        assert rows[name]["key_ablated_accuracy"] == pytest.approx(sum(key[i] for i in kept) / len(kept))
-    with pytest.raises(ValueError, match="ablation"):
+        assert rows[name].n_correct == len(kept)
+        assert rows[name].key_ablated_accuracy == pytest.approx(sum(key[i] for i in kept) / len(kept))
+    with unchecked(), pytest.raises(ValueError, match="ablation"):
         transfer(model, {"cf": ds}, PLANTED, means, ablation="zero")
 
 
 def test_old_transfer_files_ask_for_a_rerun(tmp_path):
     import json
 
-    from mathcircuits._io import ResultFileError
+    from mathcircuits import ResultFileError
 
     old = {"__kind__": "mathcircuits.TransferResult", "__version__": 2, "rows": [], "key_heads": [], "n_random": 1}
     (tmp_path / "t.json").write_text(json.dumps(old))
@@ -344,4 +348,4 @@ def test_old_transfer_files_ask_for_a_rerun(tmp_path):
 def test_means_round_trip(tmp_path, tiny_llama, pairs):
     m = head_means(tiny_llama, pairs)
     assert torch.equal(HeadMeans.load(m.save(tmp_path / "m.pt")).means, m.means)
-    assert TransferResult(rows=[], key_heads=[], n_random=0).to_dataframe().empty
+    assert TransferResult(rows=(), key_heads=[], n_random=0).to_dataframe().empty

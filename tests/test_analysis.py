@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 
 import pytest
 import torch
@@ -21,6 +22,8 @@ from mathcircuits.analysis import (
     role_masks,
     role_shares,
 )
+
+from helpers import unchecked
 
 
 @pytest.fixture(scope="module")
@@ -130,13 +133,13 @@ def test_attention_by_role_tables_and_round_trip(tiny, pairs, tmp_path):
 
 
 def test_attention_by_role_accepts_key_components_and_refuses_bad_heads(tiny, pairs):
-    from mathcircuits.patching.selection import KeyComponents
+    from mathcircuits.patching import KeyComponents
 
-    key = KeyComponents(model=tiny.spec.to_dict(), heads=((1, 2),))
+    key = KeyComponents(model=tiny.spec, heads=((1, 2),))
     assert attention_by_role(tiny, pairs, key).heads == ((1, 2),)
     with pytest.raises(IndexError, match="out of range"):
         attention_by_role(tiny, pairs, [(7, 0)])
-    other = KeyComponents(model={**tiny.spec.to_dict(), "name": "another"}, heads=((1, 2),))
+    other = KeyComponents(model=dataclasses.replace(tiny.spec, name="another"), heads=((1, 2),))
     with pytest.raises(ValueError, match="another"):
         attention_by_role(tiny, pairs, other)
 
@@ -263,7 +266,7 @@ def test_mlp_probes_tables_round_trip_and_errors(tiny, pairs, tmp_path):
         assert iv.n == len(pairs)
     with pytest.raises(ValueError, match="which"):
         res.layer_interval("first")
-    with pytest.raises(ValueError, match="space"):
+    with unchecked(), pytest.raises(ValueError, match="space"):
         mlp_probes(tiny, pairs, space="ln")
     with pytest.raises(IndexError, match="case_row"):
         mlp_probes(tiny, pairs, case_row=999)

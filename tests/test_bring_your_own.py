@@ -20,11 +20,13 @@ from transformer_lens.model_bridge import TransformerBridge
 from transformers import AutoConfig, AutoModelForCausalLM
 
 from mathcircuits.ablation import knockout_curve
-from mathcircuits.analysis.attention import attention_by_role, role_masks
+from mathcircuits.analysis import attention_by_role, role_masks
 from mathcircuits.data import GenerationConfig, generate_pairs, load_templates, score_pairs
 from mathcircuits.finetune import SFTConfig, build_sft_dataset, train_sft
 from mathcircuits.models import HookedModel, from_bridge, from_hf, load_hf_model, load_model, tiny_tokenizer, wrap
 from mathcircuits.patching import path_patch, select_key_components
+
+from helpers import unchecked
 
 
 @pytest.fixture(autouse=True)
@@ -91,12 +93,14 @@ def test_from_hf_shares_the_weights_and_keeps_the_logits():
 
 def test_from_hf_needs_the_tokenizer_and_an_hf_model():
     hf, _ = _users_hf_model()
-    with pytest.raises(ValueError, match="needs the tokenizer.*Fix: from_hf"):
+    with unchecked(), pytest.raises(ValueError, match="needs the tokenizer.*Fix: from_hf"):
         from_hf(hf, None)
-    with pytest.raises(TypeError, match="not an HF PreTrainedModel"):
+    with unchecked(), pytest.raises(TypeError, match="not an HF PreTrainedModel"):
         from_hf(torch.nn.Linear(2, 2), tiny_tokenizer())
-    with pytest.raises(TypeError, match="wrap got a torch.nn.modules.linear.Linear"):
+    with unchecked(), pytest.raises(TypeError, match="wrap got a torch.nn.modules.linear.Linear"):
         wrap(torch.nn.Linear(2, 2))
+    with pytest.raises(TypeError, match="model"):  # under a type checker the annotation refuses it first
+        from_hf(torch.nn.Linear(2, 2), tiny_tokenizer())
 
 
 def test_from_bridge_refuses_processed_weights_and_accepts_raw_ones():
@@ -122,7 +126,7 @@ def test_a_transformerlens3_hooked_transformer_is_refused_with_the_conversion():
         pytest.skip("TransformerLens 4 has no HookedTransformer; this test runs in the TL 3.x environment")
     cfg = HookedTransformerConfig(n_layers=1, d_model=16, n_ctx=8, d_head=4, n_heads=4, d_vocab=20, act_fn="gelu")
     for entry in (wrap, from_bridge, lambda m: from_hf(m, tiny_tokenizer())):
-        with pytest.raises(TypeError, match=r"HookedTransformer.*boot_transformers.*no_processing=True"):
+        with unchecked(), pytest.raises(TypeError, match=r"HookedTransformer.*boot_transformers.*no_processing=True"):
             entry(HookedTransformer(cfg))
 
 

@@ -13,22 +13,24 @@ import torch
 from mathcircuits.ablation import head_means
 from mathcircuits.circuit import (
     Circuit,
+    Edge,
+    Node,
     Receiver,
     Sender,
+    attribute_edges,
     discover_circuit,
     exact_edges,
     faithfulness,
     label_roles,
     pair_cache,
+    patched_inputs,
+    receiver_effects,
     reference_edges,
+    screen_agreement,
     upstream_senders,
 )
-from mathcircuits.circuit.attribution import attribute_edges, screen_agreement
-from mathcircuits.circuit.edges import _step2, patched_inputs
-from mathcircuits.circuit.result import Edge, Node
 from mathcircuits.data import GenerationConfig, generate_pairs, load_templates
-from mathcircuits.models import hooks, load_model
-from mathcircuits.models.families import block_structure
+from mathcircuits.models import block_structure, hooks, load_model
 from mathcircuits.patching import get_metric, path_patch
 from mathcircuits.stats import bootstrap_statistic
 
@@ -165,7 +167,7 @@ def test_circuit_round_trips_as_json_and_turns_into_a_dataframe(tmp_path):
     assert back == circuit
     df = back.to_dataframe()
     assert len(df) == len(circuit.edges) and {"sender", "receiver", "via", "effect", "low", "high"} <= set(df.columns)
-    assert back.settings["depth"] == 2 and back.data["operations"] == ["add"]
+    assert back.settings.depth == 2 and back.data.operations == ["add"]
     with pytest.raises(ValueError, match="names a node the circuit does not have"):
         Circuit(
             model=model.spec,
@@ -236,8 +238,8 @@ def test_fast_equals_reference_on_the_embedded_model(embedded, embedded_add_pair
 
 
 def test_circuit_graph_and_report_section(tmp_path):
-    from mathcircuits.viz import build_report
-    from mathcircuits.viz.circuit_graph import circuit_graph
+    from mathcircuits.report import ReportParts, build_report
+    from mathcircuits.viz import circuit_graph
 
     model, ds, _ = _setup("tiny-llama")
     circuit = label_roles(model, ds, _circuit("exact"))
@@ -250,10 +252,11 @@ def test_circuit_graph_and_report_section(tmp_path):
     assert any(f"{strongest.effect:+.4f}" in t and strongest.sender in t for t in edge_text)
     widths = [t.line.width for t in fig.data if t.mode == "lines"]
     assert max(widths) == pytest.approx(10) and min(widths) < max(widths)  # width follows |effect|
-    page = build_report(tmp_path / "r.html", circuit=circuit).read_text()
+    page = build_report(tmp_path / "r.html", ReportParts.of(circuit=circuit)).read_text()
     assert 'id="circuit"' in page and strongest.sender in page and '<script src="http' not in page
 
 
+@pytest.mark.integration
 def test_circuit_stage_writes_the_circuit_its_faithfulness_and_graph(tmp_path):
     from mathcircuits.circuit import Faithfulness
     from mathcircuits.pipeline import RunConfig, run_pipeline
@@ -278,7 +281,7 @@ def test_circuit_stage_writes_the_circuit_its_faithfulness_and_graph(tmp_path):
     summary = run_pipeline(cfg, out, only=["data", "identify", "circuit"], progress=False)["circuit"]
     circuit = Circuit.load(out / "circuit" / "circuit_add.json")
     faith = Faithfulness.load(out / "circuit" / "faithfulness_add.json")
-    assert circuit.settings["depth"] == 1 and len(circuit.settings["key_heads"]) == 1
+    assert circuit.settings.depth == 1 and len(circuit.settings.key_heads) == 1
     assert faith.heads == tuple(circuit.heads) and len(faith.random) == 2
     assert (out / "circuit" / "graph_add.html").read_text().count("plotly") > 0
     assert "circuit add:" in str(summary) and f"{faith.faithfulness:.3f}" in str(summary)
@@ -306,7 +309,7 @@ def test_attribution_screen_is_the_first_order_term_of_the_exact_edge(name):
         def along(eps, base=base, new=new, old=old, changed=changed, start=start, r=r, senders=senders):
             values = base[None].repeat(len(senders), *([1] * base.dim())).clone()
             values[:, :, [p - start for p in changed]] = old[None] + eps * (new - old[None])
-            return _step2(model, pc, r, values, start, METRIC, 256).T
+            return receiver_effects(model, pc, r, values, start, METRIC, 256).T
 
         eps = 0.05
         slope = (along(eps) - along(-eps)) / (2 * eps)
@@ -353,7 +356,7 @@ def test_discover_with_the_screen_patches_only_the_screened_senders():
     screened = discover_circuit(model, ds, [(2, 1)], screen=4, **kw)
     top = {(e.sender, e.receiver) for e in full.edges}
     assert {(e.sender, e.receiver) for e in screened.edges} == top  # the strongest exact edges survive the screen
-    assert screened.settings["screen"] == 4
+    assert screened.settings.screen == 4
     for a, b in zip(
         sorted(full.edges, key=lambda e: (e.sender, e.receiver)),
         sorted(screened.edges, key=lambda e: (e.sender, e.receiver)),

@@ -11,11 +11,25 @@ from pathlib import Path
 
 import torch
 
-from mathcircuits.claims import ClaimsCard, assess_claims
-from mathcircuits.claims.card import FAILS, HOLDS, INCONCLUSIVE, NOT_MEASURED
-from mathcircuits.claims.improve import NO_EFFECT, claim_c6_units, claim_c6b, with_unit_claims
-from mathcircuits.finetune import ItemScores, Unit, UnitComparison, UnitPlan, UnitRecord, compare_units
-from mathcircuits.finetune.effects import effects_table, pareto_points
+from mathcircuits.claims import (
+    NO_EFFECT,
+    ClaimsCard,
+    Verdict,
+    assess_claims,
+    claim_c6_units,
+    claim_c6b,
+    with_unit_claims,
+)
+from mathcircuits.finetune import (
+    ItemScores,
+    Unit,
+    UnitComparison,
+    UnitPlan,
+    UnitRecord,
+    compare_units,
+    effects_table,
+    pareto_points,
+)
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -57,38 +71,39 @@ def comparison(math: dict[str, float], generic: dict[str, float] | None = None) 
 
 def test_c6_holds_fails_and_needs_an_effect():
     holds = claim_c6_units(comparison({"base": 0.2, "precise": 0.6, "full": 0.6}), n_boot=300)
-    assert holds.verdict == HOLDS and "precise = the 2 key heads' q/k/v/o slices only, no MLPs" in holds.measurement
+    assert holds.verdict == Verdict.HOLDS
+    assert "precise = the 2 key heads' q/k/v/o slices only, no MLPs" in holds.measurement
     assert "also changes 1 non-key heads" in holds.measurement  # the K/V side effect is printed
     worse = claim_c6_units(comparison({"base": 0.2, "precise": 0.3, "full": 0.6}), n_boot=300)
-    assert worse.verdict == FAILS and worse.high < -0.05
+    assert worse.verdict == Verdict.FAILS and worse.high < -0.05
     forgets = comparison({"base": 0.2, "precise": 0.6, "full": 0.6}, {"base": 0.6, "precise": 0.3, "full": 0.6})
-    assert claim_c6_units(forgets, n_boot=300).verdict == FAILS  # generic ability lost
+    assert claim_c6_units(forgets, n_boot=300).verdict == Verdict.FAILS  # generic ability lost
     idle = claim_c6_units(comparison({"base": 0.4, "precise": 0.4, "full": 0.4}), n_boot=300)
-    assert idle.verdict == INCONCLUSIVE and idle.reason.startswith(NO_EFFECT)  # the old rule: "holds"
+    assert idle.verdict == Verdict.INCONCLUSIVE and idle.reason.startswith(NO_EFFECT)  # the old rule: "holds"
     assert idle.measurement.startswith(NO_EFFECT)
     close = claim_c6_units(comparison({"base": 0.2, "precise": 0.56, "full": 0.6}), n_boot=300)
-    assert close.verdict == INCONCLUSIVE and close.low < -0.05 < close.high
-    assert claim_c6_units(None).verdict == NOT_MEASURED
-    assert claim_c6_units(comparison({"base": 0.2, "precise": 0.6})).verdict == NOT_MEASURED
+    assert close.verdict == Verdict.INCONCLUSIVE and close.low < -0.05 < close.high
+    assert claim_c6_units(None).verdict == Verdict.NOT_MEASURED
+    assert claim_c6_units(comparison({"base": 0.2, "precise": 0.6})).verdict == Verdict.NOT_MEASURED
 
 
 def test_c6b_holds_fails_and_needs_an_effect():
     beats = claim_c6b(comparison({"base": 0.2, "precise": 0.6, "random": 0.3, "full": 0.6}), n_boot=300)
-    assert beats.verdict == HOLDS and beats.id == "C6b" and "3 draws" in beats.measurement
+    assert beats.verdict == Verdict.HOLDS and beats.id == "C6b" and "3 draws" in beats.measurement
     same = claim_c6b(comparison({"base": 0.2, "precise": 0.5, "random": 0.62, "full": 0.6}), n_boot=300)
-    assert same.verdict == FAILS and same.high <= 0  # random heads do as well or better
+    assert same.verdict == Verdict.FAILS and same.high <= 0  # random heads do as well or better
     idle = claim_c6b(comparison({"base": 0.4, "precise": 0.4, "random": 0.4}), n_boot=300)
-    assert idle.verdict == INCONCLUSIVE and idle.reason.startswith(NO_EFFECT)
+    assert idle.verdict == Verdict.INCONCLUSIVE and idle.reason.startswith(NO_EFFECT)
     tie = claim_c6b(comparison({"base": 0.2, "precise": 0.5, "random": 0.49}), n_boot=300)
-    assert tie.verdict == INCONCLUSIVE and tie.low < 0 < tie.high
-    assert claim_c6b(comparison({"base": 0.2, "precise": 0.5})).verdict == NOT_MEASURED
+    assert tie.verdict == Verdict.INCONCLUSIVE and tie.low < 0 < tie.high
+    assert claim_c6b(comparison({"base": 0.2, "precise": 0.5})).verdict == Verdict.NOT_MEASURED
 
 
 def test_card_table_and_pareto_points():
     cmp = comparison({"base": 0.2, "precise": 0.6, "random": 0.3, "full": 0.6}, {"full": 0.4})
     card = with_unit_claims(assess_claims(), cmp, n_boot=200)
     assert [c.id for c in card.claims] == ["C1", "C2", "C3", "C4", "C5", "C6", "C6b"]
-    assert card["C6"].verdict == HOLDS and card["C6b"].verdict == HOLDS
+    assert card["C6"].verdict == Verdict.HOLDS and card["C6b"].verdict == Verdict.HOLDS
     assert ClaimsCard.from_dict(card.to_dict())["C6b"].measurement == card["C6b"].measurement
     table = effects_table(cmp, n_boot=200)
     assert list(table.index) == ["base", "precise", "random", "full"] and table.loc["precise", "seeds"] == 3
@@ -103,4 +118,4 @@ def test_c6_on_tiny_units_that_cannot_learn(tmp_path):
     plan, execute = units_job.setup(grids={"precise": (1e-12,), "full": (1e-12,)}, seeds=(0, 1))
     cmp = compare_units(plan, tmp_path, execute)
     c6 = claim_c6_units(cmp, n_boot=200)
-    assert c6.verdict == INCONCLUSIVE and c6.reason.startswith(NO_EFFECT)
+    assert c6.verdict == Verdict.INCONCLUSIVE and c6.reason.startswith(NO_EFFECT)

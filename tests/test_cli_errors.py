@@ -98,6 +98,7 @@ def test_out_that_is_a_file_or_lies_under_a_file(tmp_path):
     assert f.read_text() == "keep me"
 
 
+@pytest.mark.integration
 def test_read_only_out(tmp_path):
     if os.geteuid() != 0:
         ro = tmp_path / "ro"

@@ -5,12 +5,20 @@ from __future__ import annotations
 import pytest
 import torch
 
-from mathcircuits._schema import ConfigError
-from mathcircuits.finetune import CompareConfig, Unit, head_slices, model_facts
-from mathcircuits.finetune.compare import check_modes, lora_rank_for_budget, random_heads
-from mathcircuits.finetune.run_unit import unit_components
+from mathcircuits.finetune import (
+    CompareConfig,
+    Mode,
+    Unit,
+    check_modes,
+    head_slices,
+    lora_rank_for_budget,
+    model_facts,
+    random_heads,
+    unit_components,
+)
 from mathcircuits.models import load_hf_model
-from mathcircuits.patching.selection import KeyComponents
+from mathcircuits.patching import KeyComponents
+from mathcircuits.pipeline import ConfigError
 
 
 @pytest.fixture(scope="module")
@@ -60,14 +68,15 @@ def test_one_definition_of_precise(setup):
 
 
 def test_compare_config_checks_and_plans():
-    cfg = CompareConfig(enabled=True, modes=("base", "precise", "full"), seeds=2, kv_sensitivity=True)
+    modes = tuple(map(Mode.parse, ("base", "precise", "full")))
+    cfg = CompareConfig(enabled=True, modes=modes, seeds=2, kv_sensitivity=True)
     plan = cfg.plan(final_steps=10)
     assert plan.modes == ("precise", "full") and plan.grids["full"] == cfg.grid("full")
     assert plan.grids["precise"] == tuple(sorted(cfg.sparse_learning_rates)) and plan.seeds == (0, 1)
     assert plan.n_units == 1 + 4 + 5 + 3 * 2  # base, the sweep, 2 modes + the kv sensitivity run at 2 seeds
     with pytest.raises(ConfigError, match="empty"):
-        CompareConfig(modes=("base",))
-    assert not CompareConfig(modes=("full",), kv_sensitivity=True).plan(10).kv_sensitivity  # only with precise
+        CompareConfig(modes=(Mode("base"),))
+    assert not CompareConfig(modes=(Mode("full"),), kv_sensitivity=True).plan(10).kv_sensitivity  # only with precise
     with pytest.raises(ConfigError, match="fact_shares"):
         CompareConfig(fact_shares=(0.6, 0.3, 0.3))
     with pytest.raises(ConfigError, match="positive, finite"):

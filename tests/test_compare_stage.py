@@ -7,6 +7,7 @@ from pathlib import Path
 
 import datasets
 import pandas as pd
+import pytest
 
 from mathcircuits.claims import ClaimsCard
 from mathcircuits.data import facts_of
@@ -16,6 +17,7 @@ from mathcircuits.pipeline import RunConfig, run_pipeline
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.integration
 def test_compare_stage_writes_the_table_pareto_and_claims(tmp_path):
     bench = tmp_path / "bench" / "ARC-Easy"
     bench.mkdir(parents=True)
@@ -73,7 +75,8 @@ def test_sft_compare_and_cpu_preset_configs_load():
     gpu = RunConfig.load(ROOT / "configs" / "sft-compare.yaml")
     cpu = RunConfig.load(ROOT / "configs" / "improve-cpu.yaml")
     for cfg in (gpu, cpu):
-        assert cfg.compare.enabled and {"precise", "precise+mlp", "random", "lora", "full"} <= set(cfg.compare.modes)
+        assert cfg.compare.enabled
+        assert {"precise", "precise+mlp", "random", "lora", "full"} <= {str(m) for m in cfg.compare.modes}
         assert cfg.compare.seeds >= 3 and max(cfg.compare.sparse_learning_rates) >= 1e-3
     assert cpu.compare.niceness == 19 and cpu.compare.bare_prompts and cpu.model.threads == 1
     assert len(cpu.evaluation.benchmarks) in (2, 3) and gpu.evaluation.limit >= 500

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from mathcircuits.data import decontaminate, default_benchmark_root, read_benchmark_split, record_question
-from mathcircuits.evaluation.benchmarks import load_benchmark
+from mathcircuits.evaluation import load_benchmark
 
 
 def _write(folder, name, questions):

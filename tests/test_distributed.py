@@ -22,7 +22,9 @@ import torch
 
 from mathcircuits.finetune import HeadSliceAdapter, SFTConfig, build_sft_dataset, model_facts, train_sft
 from mathcircuits.models import load_hf_model
-from mathcircuits.patching.selection import KeyComponents
+from mathcircuits.patching import KeyComponents
+
+pytestmark = pytest.mark.integration  # two processes (torchrun, gloo)
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = dict(

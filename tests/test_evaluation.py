@@ -15,6 +15,8 @@ from mathcircuits.evaluation import (
     BenchmarkItem,
     BenchmarkScore,
     EvalResult,
+    EvalSettings,
+    ScoreSettings,
     answers_match,
     benchmark_spec,
     compare_table,
@@ -337,7 +339,7 @@ def test_evaluate_math_scores_against_gold(hf_llama):
     # a few-shot exemplar that is also an evaluated item is left out
     shot = BenchmarkItem("toy", questions[1], golds[1], rationale=f"The answer is {golds[1]}.")
     score2 = evaluate_math(model, tok, items, exemplars=[shot], max_new_tokens=4, progress=False)
-    assert score2.n == 3 and score2.settings["n_left_out"] == 1 and score2.settings["n_shot"] == 1
+    assert score2.n == 3 and score2.settings.n_left_out == 1 and score2.settings.n_shot == 1
 
 
 def _direct_logprob(model, tok, context, continuation):
@@ -377,7 +379,7 @@ def test_lm_eval_choice_task_equals_direct_computation(hf_tiny):
     assert got.correct == tuple(acc) and got.accuracy == sum(acc) / len(acc) == 0.5  # argmax right on half
     for mine, theirs in zip(scores, got.option_scores):
         assert theirs == pytest.approx(mine, abs=1e-4)
-    assert got.settings["harness"] == "lm-eval" and got.settings["metric"] == "acc"
+    assert got.settings.harness == "lm-eval" and got.settings.metric == "acc"
     normed = evaluate_lm_eval(model, tok, items, normalization="chars")
     assert normed.correct == tuple(acc_norm)
     back = BenchmarkScore.load(got.save(Path(tempfile.mkdtemp()) / "score.pt"))
@@ -421,14 +423,14 @@ def _result(label, svamp, arc, n=50):
         {"SVAMP": svamp, "ARC-Easy": arc},
         {"SVAMP": n, "ARC-Easy": n},
         kinds={"SVAMP": "math", "ARC-Easy": "choice"},
-        settings={"n_shot": 4},
+        settings=EvalSettings(n_shot=4),
     )
 
 
 def test_eval_result_round_trip(tmp_path):
     r = _result("base", 0.25, 0.5)
     back = EvalResult.load(r.save(tmp_path / "r.pt"))
-    assert back == r and back.settings == {"n_shot": 4}
+    assert back == r and back.settings == EvalSettings(n_shot=4)
     df = r.to_dataframe()
     assert df.set_index("benchmark")["accuracy"].to_dict() == {"SVAMP": 0.25, "ARC-Easy": 0.5}
     with pytest.raises(ValueError, match="not percent"):
@@ -440,10 +442,12 @@ def test_eval_result_round_trip(tmp_path):
 
 
 def test_eval_result_from_scores():
-    s = BenchmarkScore("SVAMP", "math", ("a", "b"), ("1", "2"), ("1", "3"), (True, False), settings={"n_shot": 0})
-    r = EvalResult.from_scores("m", [s], {"limit": 2})
+    s = BenchmarkScore(
+        "SVAMP", "math", ("a", "b"), ("1", "2"), ("1", "3"), (True, False), settings=ScoreSettings(n_shot=0)
+    )
+    r = EvalResult.from_scores("m", [s], EvalSettings(limit=2))
     assert r.accuracy == {"SVAMP": 0.5} and r.n == {"SVAMP": 2} and r.kinds == {"SVAMP": "math"}
-    assert r.settings["limit"] == 2 and r.settings["per_benchmark"]["SVAMP"] == {"n_shot": 0}
+    assert r.settings.limit == 2 and r.settings.per_benchmark["SVAMP"] == ScoreSettings(n_shot=0)
 
 
 def test_compare_table_deltas():

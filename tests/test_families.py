@@ -14,14 +14,22 @@ from functools import cache
 import pytest
 import torch
 
-from mathcircuits.ablation import head_means
-from mathcircuits.ablation.knockout import _hooks
+from mathcircuits.ablation import head_means, mean_ablation_hooks
 from mathcircuits.analysis import attention_by_role, mlp_probes
 from mathcircuits.data import GenerationConfig, generate_pairs, load_templates
-from mathcircuits.models import TINY_FAMILIES, hooks, load_hf_model, load_model, tiny_model
-from mathcircuits.models.families import FAMILIES, UnsupportedFamilyError, block_structure
+from mathcircuits.models import (
+    FAMILIES,
+    TINY_FAMILIES,
+    UnsupportedFamilyError,
+    attn_pre_norm_name,
+    block_structure,
+    hooks,
+    load_hf_model,
+    load_model,
+    readout,
+    tiny_model,
+)
 from mathcircuits.patching import last_position_caches, path_patch
-from mathcircuits.patching._common import attn_pre_norm_name, readout
 
 FAMILIES_UNDER_TEST = sorted(TINY_FAMILIES)
 # one family of each block shape: sequential+GQA, sandwich (pre+post norms), post norms only,
@@ -129,7 +137,7 @@ def test_knockout_hook_changes_exactly_the_ablated_heads(family):
 
     with torch.no_grad():
         model.bridge.run_with_hooks(toks, fwd_hooks=grab(clean))
-        model.bridge.run_with_hooks(toks, fwd_hooks=_hooks(model, [(1, 2)], means, "all") + grab(seen))
+        model.bridge.run_with_hooks(toks, fwd_hooks=mean_ablation_hooks(model, [(1, 2)], means, "all") + grab(seen))
     z, z0 = seen[hooks.z(1)], clean[hooks.z(1)]
     assert torch.equal(z[:, :, [0, 1, 3]], z0[:, :, [0, 1, 3]])
     assert torch.allclose(z[:, :, 2], means.means[1, 2].expand_as(z[:, :, 2]))

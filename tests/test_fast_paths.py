@@ -11,17 +11,20 @@ from __future__ import annotations
 import pytest
 import torch
 
-from mathcircuits.ablation import KnockoutScorer, head_means
-from mathcircuits.ablation.knockout import ablated_model
-from mathcircuits.analysis import attention_by_role
-from mathcircuits.analysis.attention import role_masks, role_shares
-from mathcircuits.data import GenerationConfig, generate_pairs, score_pairs
-from mathcircuits.data.batching import iter_batches
-from mathcircuits.data.filter import padded_groups
-from mathcircuits.finetune.compare import score_arithmetic
-from mathcircuits.models import hooks
-from mathcircuits.models.prefix import HFForward, PrefixRunner, repeat_cache, run_from_layer, shared_prefix_len
-from mathcircuits.models.tiny import TINY_FAMILIES, tiny_model
+from mathcircuits.ablation import KnockoutScorer, ablated_model, head_means
+from mathcircuits.analysis import attention_by_role, role_masks, role_shares
+from mathcircuits.data import GenerationConfig, generate_pairs, iter_batches, padded_groups, score_pairs
+from mathcircuits.finetune import score_arithmetic
+from mathcircuits.models import (
+    TINY_FAMILIES,
+    HFForward,
+    PrefixRunner,
+    hooks,
+    repeat_cache,
+    run_from_layer,
+    shared_prefix_len,
+    tiny_model,
+)
 from mathcircuits.patching import last_position_caches
 
 TOL = 1e-5
@@ -160,7 +163,11 @@ def test_knockout_on_a_bridge_without_start_at_layer_runs_every_block(tiny_llama
     fresh = KnockoutScorer(tiny_llama, ds, "position_mean", seed=3, batch_size=4)
     fast = fresh.logits(heads)
     assert max(float((a - b).abs().max()) for a, b in zip(fast, plain)) <= TOL
-    assert 1 in calls and not fresh._mid_ok  # it tried to resume at layer 1, then ran every block
+    assert 1 in calls  # it tried to resume at layer 1, then ran every block
+    calls.clear()
+    again = fresh.logits(heads)
+    assert max(float((a - b).abs().max()) for a, b in zip(again, plain)) <= TOL
+    assert calls and set(calls) == {None}  # and does not try again
 
 
 @pytest.mark.parametrize("model_name", MODELS)

@@ -6,9 +6,8 @@ import pytest
 import torch
 
 import mathcircuits.evaluation.generation as generation
-from mathcircuits.evaluation.batching import common_prefix_length
-from mathcircuits.evaluation.generation import first_step_logits, generate_greedy, prefix_cache_supported
-from mathcircuits.models.tiny import TINY_FAMILIES, tiny_model
+from mathcircuits.evaluation import common_prefix_length, first_step_logits, generate_greedy, prefix_cache_supported
+from mathcircuits.models import TINY_FAMILIES, tiny_model
 
 SHARED = "Question: 12 + 3 = ?\nAnswer: 15.\n\nQuestion: 7 + 1 = ?\nAnswer: 8.\n\nQuestion: "
 # suffixes of different lengths, so every batch pads between the prefix and the suffixes
@@ -81,8 +80,7 @@ def test_short_attention_window_falls_back_to_plain(family, monkeypatch):
 
 @pytest.mark.slow
 def test_cached_generation_equals_plain_on_embedded():
-    from mathcircuits.evaluation import math_prompt
-    from mathcircuits.evaluation.items import BenchmarkItem
+    from mathcircuits.evaluation import BenchmarkItem, math_prompt
     from mathcircuits.models import load_hf_model
 
     model, tok = load_hf_model("embedded")

@@ -17,19 +17,24 @@ import tomllib
 import torch
 import yaml
 
-import mathcircuits.ablation.knockout as knockout
+import mathcircuits.ablation.scorer as scorer
 import mathcircuits.circuit.edges as edges
 import mathcircuits.evaluation.generation as generation
 import mathcircuits.models.compat as compat
 import mathcircuits.patching.exact as exact
 from mathcircuits.cli import main
-from mathcircuits.models import IntegrityError, fast_paths, hooks, load_model
-from mathcircuits.models.integrity import probe_pairs
-from mathcircuits.models.prefix import PrefixRunner
-from mathcircuits.models.tiny import tiny_model
+from mathcircuits.models import (
+    IntegrityError,
+    PrefixRunner,
+    Readout,
+    fast_paths,
+    hooks,
+    load_model,
+    probe_pairs,
+    tiny_model,
+)
 from mathcircuits.patching import PatchingResult, path_patch
-from mathcircuits.patching.metrics import Readout
-from mathcircuits.pipeline.paths import RunPaths
+from mathcircuits.pipeline import RunPaths
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = yaml.safe_load((ROOT / "configs" / "tiny.yaml").read_text())
@@ -63,6 +68,7 @@ def _shift(value: float = 0.5):
     return lambda t: t + value
 
 
+@pytest.mark.integration
 def test_broken_prefix_cache_stops_the_run(tmp_path, capsys, monkeypatch):
     original = PrefixRunner._suffix_logits
     monkeypatch.setattr(PrefixRunner, "_suffix_logits", lambda self, t, p: original(self, t, p) + 0.5)
@@ -70,6 +76,7 @@ def test_broken_prefix_cache_stops_the_run(tmp_path, capsys, monkeypatch):
     _assert_stopped(code, err, out, "prefix cache", "data")
 
 
+@pytest.mark.integration
 def test_broken_exact_readout_stops_the_run(tmp_path, capsys, monkeypatch):
     original = exact.readout
     monkeypatch.setattr(exact, "readout", lambda *a, **k: Readout(original(*a, **k).logit + 0.5))
@@ -78,16 +85,18 @@ def test_broken_exact_readout_stops_the_run(tmp_path, capsys, monkeypatch):
     assert RunPaths(out).marker("data").exists()  # stages before it are kept
 
 
+@pytest.mark.integration
 def test_broken_knockout_resume_stops_the_run(tmp_path, capsys, monkeypatch):
-    original = knockout.run_from_layer
-    monkeypatch.setattr(knockout, "run_from_layer", lambda *a, **k: original(*a, **k) + 0.5)
+    original = scorer.run_from_layer
+    monkeypatch.setattr(scorer, "run_from_layer", lambda *a, **k: original(*a, **k) + 0.5)
     code, err, out = _run(tmp_path, capsys)
     _assert_stopped(code, err, out, "knockout (position_mean, scope all)", "validate")
 
 
+@pytest.mark.integration
 def test_broken_circuit_edges_stop_the_run(tmp_path, capsys, monkeypatch):
-    original = edges._step2
-    monkeypatch.setattr(edges, "_step2", lambda *a, **k: original(*a, **k) + 0.5)
+    original = edges.receiver_effects
+    monkeypatch.setattr(edges, "receiver_effects", lambda *a, **k: original(*a, **k) + 0.5)
     circuit = {"enabled": True, "key_heads": 2, "depth": 1, "max_pairs": 4, "faithfulness_pairs": 4, "n_random": 1,
                "n_boot": 10}  # fmt: skip
     code, err, out = _run(tmp_path, capsys, circuit=circuit)
@@ -112,6 +121,7 @@ def test_broken_generation_cache_stops_generation(monkeypatch):
         assert len(generation.generate_greedy(model, tok, prompts, max_new_tokens=2)) == 2
 
 
+@pytest.mark.integration
 def test_fast_paths_off_runs_plain_paths_only(tmp_path, capsys, monkeypatch):
     original = PrefixRunner._suffix_logits
     monkeypatch.setattr(PrefixRunner, "_suffix_logits", lambda self, t, p: original(self, t, p) + 0.5)
@@ -123,6 +133,7 @@ def test_fast_paths_off_runs_plain_paths_only(tmp_path, capsys, monkeypatch):
     assert PatchingResult.load(RunPaths(out).patching("add")).method == "reference"
 
 
+@pytest.mark.integration
 def test_checks_are_recorded_in_the_stage_markers(tmp_path, capsys):
     code, err, out = _run(tmp_path, capsys, "--only", "data", "identify")
     assert code == 0, err
@@ -187,8 +198,11 @@ def test_supported_ranges_match_pyproject():
         assert bounds[name] == (rng.lowest, rng.below), name
     assert "5.24.0" in compat.SUPPORTED["transformers"] and "5.25.0" not in compat.SUPPORTED["transformers"]
     assert "2.13.0+cpu" in compat.SUPPORTED["torch"]
+    tl = compat.SUPPORTED["transformer-lens"]  # 4.3 (the lock) and 3.9 (scripts/test-tl3.sh) only
+    assert "4.3.0" in tl and "3.9.0" in tl and "3.8.0" not in tl and "4.4.0" not in tl and "4.2.1" not in tl
 
 
+@pytest.mark.integration
 def test_internal_error_is_reported_as_internal(tmp_path, capsys, monkeypatch):
     import mathcircuits.pipeline.stages.identify as identify
 
@@ -211,6 +225,7 @@ def test_input_errors_keep_their_fix(tmp_path, capsys):
     assert code == 2 and "Fix:" in err and "internal error" not in err
 
 
+@pytest.mark.integration
 def test_dependency_warnings_go_to_the_run_log(tmp_path, capsys):
     code, err, out = _run(tmp_path, capsys, "--only", "data")
     assert code == 0

@@ -7,11 +7,11 @@ import json
 import pytest
 import torch
 
-from mathcircuits._io import ResultFileError
+from mathcircuits import ResultFileError
 from mathcircuits.ablation import HeadMeans, KnockoutResult
 from mathcircuits.finetune import SliceSet, head_slices
 from mathcircuits.models import ModelSpec, load_hf_model
-from mathcircuits.patching import KeyComponents, PatchingResult
+from mathcircuits.patching import KeyComponents, PatchingResult, PatchSettings, SelectionConfig, SelectionSource
 
 SPEC = ModelSpec(
     name="toy",
@@ -42,7 +42,7 @@ def _patching(**over) -> PatchingResult:
         "per_pair_heads": torch.randn(4, 3, 2, generator=g),
         "per_pair_mlps": None,
         "seconds": 1.5,
-        "settings": {"senders": ["heads", "mlps"], "shape": (3, 2), "nested": {"pair": (1, "a")}},
+        "settings": PatchSettings(senders=("heads", "mlps"), batch_size=4, chunk_rows=64),
     }
     return PatchingResult(**{**fields, **over})
 
@@ -54,9 +54,8 @@ def _key() -> KeyComponents:
         mlps=(1,),
         head_scores=(-0.3, -0.1),
         mlp_scores=(-0.2,),
-        rule="topk",
-        rule_params={"k": 2},
-        source={"operations": ["add"]},
+        selection=SelectionConfig(rule="topk", k=2),
+        source=SelectionSource(operations=("add",)),
     )
 
 
@@ -72,7 +71,7 @@ def _assert_same_patching(a: PatchingResult, b: PatchingResult) -> None:
         b.operations,
         b.seconds,
     )
-    assert a.settings == b.settings  # tuples inside untyped values come back as tuples
+    assert a.settings == b.settings  # nested records and their tuples come back as they were
 
 
 @pytest.mark.parametrize("suffix", [".pt", ".json"])
@@ -80,7 +79,7 @@ def test_round_trip_in_both_formats_keeps_types(tmp_path, suffix):
     res = _patching()
     back = PatchingResult.load(res.save(tmp_path / f"res{suffix}"))
     _assert_same_patching(res, back)
-    assert isinstance(back.model, ModelSpec) and isinstance(back.settings["shape"], tuple)
+    assert isinstance(back.model, ModelSpec) and isinstance(back.settings.senders, tuple)
     key = _key()
     again = KeyComponents.load(key.save(tmp_path / f"key{suffix}"))
     assert again == key and isinstance(again.heads[0], tuple)
@@ -141,7 +140,10 @@ def _bad_files(tmp_path, good):
         ),
         (
             "mistyped field",
-            _write(tmp_path / "typed.json", json.dumps({**d, "n_pairs" if "n_pairs" in d else "rule": [1]}).encode()),
+            _write(
+                tmp_path / "typed.json",
+                json.dumps({**d, "n_pairs" if "n_pairs" in d else "stability_seed": [1]}).encode(),
+            ),
             ["should be"],
         ),
         (
@@ -186,11 +188,7 @@ def test_files_of_the_unversioned_format_still_load(tmp_path):
         "per_pair_heads": res.per_pair_heads,
         "per_pair_mlps": None,
         "seconds": 1.5,
-        "settings": {
-            "senders": ["heads", "mlps"],
-            "shape": {"__tuple__": [3, 2]},
-            "nested": {"pair": {"__tuple__": [1, "a"]}},
-        },
+        "settings": {"senders": {"__tuple__": ["heads", "mlps"]}, "batch_size": 4, "chunk_rows": 64},
     }
     torch.save({"__kind__": "PatchingResult", "fields": fields}, tmp_path / "old.pt")
     back = PatchingResult.load(tmp_path / "old.pt")

@@ -14,6 +14,8 @@ from mathcircuits.patching import (
     select_key_components,
 )
 
+from helpers import unchecked
+
 
 @pytest.fixture(scope="module")
 def pairs_llama(tiny_llama, template_sets):
@@ -109,10 +111,12 @@ def test_unequal_pairs_are_refused(tiny_llama, pairs_llama):
 
 
 def test_bad_arguments(tiny_llama, pairs_llama):
-    with pytest.raises(ValueError, match="metric"):
+    with unchecked(), pytest.raises(ValueError, match="metric"):
         path_patch(tiny_llama, pairs_llama, metric="accuracy")
-    with pytest.raises(ValueError, match="senders"):
+    with unchecked(), pytest.raises(ValueError, match="senders"):
         path_patch(tiny_llama, pairs_llama, senders=("neurons",))
+    with pytest.raises(TypeError, match="metric"):  # a type checker refuses it first
+        path_patch(tiny_llama, pairs_llama, metric="accuracy")
 
 
 def test_selection_rules_and_json_round_trip(tmp_path, tiny_llama, pairs_llama):
@@ -142,7 +146,7 @@ def test_selection_from_another_model_is_refused(tiny_llama, tiny_gpt2, pairs_ll
 
 def test_head_index_out_of_range_is_refused(tiny_llama):
     with pytest.raises(SelectionError, match="out of range"):
-        KeyComponents(model=tiny_llama.spec.to_dict(), heads=((0, 9),))
+        KeyComponents(model=tiny_llama.spec, heads=((0, 9),))
 
 
 @pytest.mark.slow

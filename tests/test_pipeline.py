@@ -2,7 +2,6 @@
 
 import contextlib
 import dataclasses
-import inspect
 import io
 import json
 import re
@@ -17,19 +16,18 @@ import yaml
 from mathcircuits.ablation import KnockoutResult
 from mathcircuits.cli import main
 from mathcircuits.data import facts_of
-from mathcircuits.finetune import KV_POLICIES, SFTConfig
-from mathcircuits.patching import METRICS, RULES, select_key_components
-from mathcircuits.patching.config import PatchingConfig, SelectionConfig
+from mathcircuits.finetune import KV_POLICIES, Mode, SFTConfig
+from mathcircuits.patching import METRICS, RULES, PatchingConfig, SelectionConfig
 from mathcircuits.pipeline import (
     STAGES,
     ConfigError,
+    FinetuneSection,
     RunConfig,
     done_summary,
     render_config,
     run_pipeline,
     stage_status,
 )
-from mathcircuits.pipeline.config import FinetuneSection
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -87,22 +85,22 @@ def test_config_round_trip_and_errors(tmp_path):
 
 
 def test_config_sections_are_the_library_configs_with_one_default():
-    """Choices equal the library's own tables, and each setting has one default, the library's."""
+    """Choices equal the library's own tables, and each setting has one default, the library's.
+
+    The selection's defaults live only in SelectionConfig (select_key_components takes one, or overrides of it).
+    """
     hints = typing.get_type_hints(PatchingConfig)
     assert set(typing.get_args(hints["metric"])) == set(METRICS)
     assert set(typing.get_args(typing.get_type_hints(SelectionConfig)["rule"])) == set(RULES)
     assert set(typing.get_args(typing.get_type_hints(SFTConfig)["kv_policy"])) == set(KV_POLICIES)
     cfg = RunConfig()
-    sig = inspect.signature(select_key_components).parameters
-    for name in ("threshold", "k", "z", "max_k", "mlp_k"):
-        assert getattr(cfg.selection, name) == sig[name].default, name
     assert isinstance(cfg.finetune, SFTConfig)
     sft = SFTConfig()
     for name in ("learning_rate", "batch_size", "max_steps", "save_steps", "epochs", "kv_policy"):
         assert getattr(cfg.finetune, name) == getattr(sft, name), name
     assert cfg.finetune.sft("precise@4", progress=False) == SFTConfig(progress_bar=False, include_mlps=False)
     assert cfg.finetune.sft("precise+mlp", progress=False).include_mlps  # MLPs only when the mode says +mlp
-    assert FinetuneSection(modes=("full",)).sft("full", True).mode == "full"
+    assert FinetuneSection(modes=(Mode.parse("full"),)).sft("full", True).mode == "full"
 
 
 def test_config_show_prints_every_field_and_loads_back(tmp_path):
@@ -156,6 +154,7 @@ def test_no_run_folder_path_literals_outside_paths_module():
             assert not hits, f"{f}: {hits}"
 
 
+@pytest.mark.integration
 def test_pipeline_runs_skips_and_resumes(tmp_path):
     cfg = RunConfig.from_dict(TINY)
     out = tmp_path / "run"
@@ -187,6 +186,7 @@ def test_pipeline_runs_skips_and_resumes(tmp_path):
     assert json.loads((out / "versions.json").read_text())["torch"]
 
 
+@pytest.mark.integration
 def test_heldout_templates_stay_out_of_identification_and_become_transfer_sets(tmp_path):
     data = {**TINY["data"], "heldout_templates": ["add_eq_2"]}
     validation = {**TINY["validation"], "transfer_held_in": False, "knockout_max_k": 2, "knockout_ks": [2]}
@@ -198,10 +198,10 @@ def test_heldout_templates_stay_out_of_identification_and_become_transfer_sets(t
     correct = datasets.load_from_disk(str(out / "data" / "pairs_correct"))
     assert set(correct["template_id"]) == {"add_eq_1"}, "a held-out template reached identification"
     assert "3 pairs of held-out templates kept for transfer" in str(summaries["data"])
-    rows = {r["dataset"]: r for r in summaries["validate"].transfer}
+    rows = {r.dataset: r for r in summaries["validate"].transfer}
     assert list(rows) == ["add held-out templates (add_eq_2)"], "transfer_held_in=False still scored found-on data"
     held = rows["add held-out templates (add_eq_2)"]
-    assert held["n"] == 3 and not held["held_in"] and held["ablation"] == "position_mean"
+    assert held.n == 3 and not held.held_in and held.ablation == "position_mean"
     # the curve also measures k = the number of key heads (1), the point claim C2 reads
     assert KnockoutResult.load(out / "validate" / "knockout_add.pt").ks == [0, 1, 2]
     assert not (out / "validate" / "head_means.pt").exists(), "position-free means computed though nothing uses them"
@@ -209,6 +209,72 @@ def test_heldout_templates_stay_out_of_identification_and_become_transfer_sets(t
         RunConfig.from_dict({**TINY, "data": {**TINY["data"], "heldout_templates": ["add_qa_1"]}})
     with pytest.raises(ConfigError, match="every template"):
         RunConfig.from_dict({**TINY, "data": {**TINY["data"], "heldout_templates": ["add_eq_1", "add_eq_2"]}})
+
+
+NAN = float("nan")  # JSON holds an unmeasured accuracy as NaN
+
+# what the stages of configs/tiny.yaml left in their markers (trimmed): the records between stages, as JSON holds them
+SUMMARIES = {
+    "data": {"seconds": 0.8, "n_pairs": 12, "n_correct": 12, "n_heldout": 0, "requested_per_template": 4,
+             "accuracy_by_operation": [{"operation": "add", "n": 8, "accuracy": 0.0, "mean_p_answer": 0.0093}],
+             "fewer_than_requested": {}},
+    "identify": {"seconds": 1.3, "correct_pairs": {"add": 8}, "patched_operations": ["add"],
+                 "results": {"add": {"n_pairs": 8, "seconds": 0.27, "top_heads": [[2, 2, -0.1119], [1, 3, 0.0]]}},
+                 "key_heads": [[2, 2]], "key_mlps": [1], "key_head_fraction": 0.25, "rule": "topk",
+                 "top_heads": [[2, 2, -0.10877]], "stability": [0.795]},
+    "validate": {"seconds": 3.1,
+                 "knockout": {"add": {"baseline": 0.5, "ranked_final": 0.0, "random_final_mean": 0.25,
+                                      "random_final_std": 0.1, "k": 2}},
+                 "transfer": [{"dataset": "add two-digit operands", "held_in": False, "n": 6, "n_correct": 0,
+                               "clean_accuracy": 0.0, "clean_low": 0.0, "clean_high": 0.39,
+                               "status": "not measurable on this model", "key_ablated_accuracy": NAN,
+                               "key_low": NAN, "key_high": NAN, "random_ablated_accuracy": NAN,
+                               "random_low": NAN, "random_high": NAN, "random_ablated_std": NAN,
+                               "key_drop": NAN, "random_drop": NAN, "ablation": "position_mean"}]},
+    "circuit": {"seconds": 0.1, "skipped": {"sub": 4}, "disabled": False,
+                "circuits": {"add": {"nodes": 5, "edges": 7, "faithfulness": 0.8, "low": 0.6, "high": 0.9,
+                                     "random_below": 1.0, "n_random": 20}}},
+    "finetune": {"seconds": 4.0, "skipped": None, "train_pairs": 36, "heldout_pairs": 36, "key_heads": [[2, 2]],
+                 "key_mlps": [1],
+                 "runs": {"precise": {"heads": 3, "mlps": 0, "kv_shared_heads": 1, "n_trainable": 61440,
+                                      "n_model_params": 122944, "steps": 2,
+                                      "train_loss": 6.0648, "samples_per_second": 12.964, "runtime_s": 1.3,
+                                      "resumed_from": None},
+                          "full": {"heads": "all", "mlps": "all", "kv_shared_heads": 0, "n_trainable": 122944,
+                                   "n_model_params": 122944, "steps": 2,
+                                   "train_loss": 6.0648, "samples_per_second": 7.534, "runtime_s": 1.6,
+                                   "resumed_from": "run/finetune/full/checkpoint-2"}}},
+    "evaluate": {"seconds": 1.9, "skipped": None, "files": ["eval_base.pt"],
+                 "table": [{"model": "base", "held-out arithmetic": 0.0, "train samples/s": NAN, "tuned params": 0}]},
+    "compare": {"seconds": 60.0, "skipped": None, "train_pairs": 36, "validation_pairs": 8, "test_pairs": 12,
+                "selected": {"precise": 0.01, "full": 1e-4}, "at_edge": {"precise": "largest"},
+                "table": [{"mode": "precise", "seeds": 2, "math Δ": 4.2, "math Δ low": -1.0, "math Δ high": 9.5}],
+                "power": "MDD 8 points", "units": 11, "cpu_s": 120.5, "files": ["compare/table.csv"],
+                "claims": [{"id": "C6b", "title": "precise SFT beats random heads", "verdict": "does not hold",
+                            "measurement": "precise − random −0.01 [−0.05, 0.02]"}]},
+    "report": {"seconds": 4.6, "report": "report.html", "figures": 12, "static_formats": [],
+               "claims": [{"id": "C1", "title": "key heads are sparse, mid-depth", "verdict": "not measured",
+                           "measurement": "3 of 12 heads"}]},
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("stage", sorted(SUMMARIES))
+def test_stage_summaries_are_typed_records_that_round_trip(stage):
+    """A summary's records come back as values (not dicts), checked by their types, and save as they were."""
+    d = json.loads(json.dumps(SUMMARIES[stage]))
+    summary = STAGES[stage].summary.from_dict(d)
+    assert json.dumps(summary.to_dict(), sort_keys=True) == json.dumps(d, sort_keys=True)
+    records = [v for f in dataclasses.fields(summary) for v in _records(getattr(summary, f.name))]
+    assert all(not isinstance(r, dict) or stage in ("evaluate", "compare") for r in records), records  # table rows
+    assert str(summary)  # every line renders from the typed records
+    with pytest.raises(ValueError, match="does not fit"):
+        STAGES[stage].summary.from_dict({**d, "seconds": "slow"})
+
+
+def _records(value):
+    if isinstance(value, dict):
+        return list(value.values())
+    return list(value) if isinstance(value, list) else []
 
 
 def test_stage_needs_upstream(tmp_path):
@@ -224,6 +290,7 @@ def _bench(tmp_path):
     return tmp_path / "bench"
 
 
+@pytest.mark.integration
 def test_finetune_and_evaluate_stages(tmp_path):
     ft = {
         "enabled": True,
@@ -246,8 +313,8 @@ def test_finetune_and_evaluate_stages(tmp_path):
     out = tmp_path / "run"
     summaries = run_pipeline(cfg, out, only=["data", "identify", "finetune", "evaluate"], progress=False)
     runs = summaries["finetune"].runs
-    assert set(runs) == {"precise", "full"} and runs["precise"]["steps"] == runs["full"]["steps"] == 2
-    assert 0 < runs["precise"]["n_trainable"] < runs["full"]["n_trainable"] == runs["full"]["n_model_params"]
+    assert set(runs) == {"precise", "full"} and runs["precise"].steps == runs["full"].steps == 2
+    assert 0 < runs["precise"].n_trainable < runs["full"].n_trainable == runs["full"].n_model_params
     assert (out / "finetune" / "precise" / "final" / "adapter_config.json").exists()
     train = set(datasets.load_from_disk(str(out / "finetune" / "train_pairs"))["prompt"])
     held_pairs = datasets.load_from_disk(str(out / "finetune" / "heldout_pairs"))
@@ -255,7 +322,7 @@ def test_finetune_and_evaluate_stages(tmp_path):
     assert held and not (train & held)
     train_facts = facts_of(datasets.load_from_disk(str(out / "finetune" / "train_pairs")))
     assert not facts_of(held_pairs) & train_facts  # no trained fact (operation, a, b), in any wording
-    assert runs["precise"]["mlps"] == 0 and "kv_shared_heads" in runs["precise"]  # precise = key heads only
+    assert runs["precise"].mlps == 0 and runs["precise"].kv_shared_heads >= 0  # precise = key heads only
     table = pd.read_csv(out / "evaluate" / "table.csv")
     assert list(table.iloc[:, 0]) == ["base", "precise", "full"]
     assert {"held-out arithmetic", "held-out arithmetic Δ low", "AddSub"} <= set(table.columns)
@@ -277,9 +344,9 @@ def test_finetune_and_evaluate_stages(tmp_path):
         }
     )
     again = run_pipeline(lr_changed, out, only=["finetune"], progress=False).get("finetune")
-    assert again.runs["precise"]["steps"] == 2 and again.runs["precise"]["resumed_from"] is None
+    assert again.runs["precise"].steps == 2 and again.runs["precise"].resumed_from is None
     assert old_final and not (out / "finetune" / "full").exists()  # a mode no longer run leaves nothing behind
-    assert again.runs["precise@3"]["heads"] == again.runs["precise@3+mlp"]["heads"] == 3
-    assert again.runs["precise@3"]["n_trainable"] < again.runs["precise@3+mlp"]["n_trainable"]
+    assert again.runs["precise@3"].heads == again.runs["precise@3+mlp"].heads == 3
+    assert again.runs["precise@3"].n_trainable < again.runs["precise@3+mlp"].n_trainable
     with pytest.raises(ConfigError, match="precise@K"):
         RunConfig.from_dict({**TINY, "finetune": {"enabled": True, "modes": ["precise@many"]}})

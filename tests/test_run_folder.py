@@ -34,6 +34,8 @@ from mathcircuits.pipeline import (
     stage_status,
 )
 
+pytestmark = pytest.mark.integration  # whole pipeline runs, the CLI in a subprocess, a lock held by another process
+
 ROOT = Path(__file__).resolve().parents[1]
 TINY_YAML = ROOT / "configs" / "tiny.yaml"
 
@@ -136,8 +138,8 @@ def test_finetune_resume_never_trains_past_max_steps(reference, tmp_path):
     runs = run_pipeline(RunConfig.load(TINY_YAML), out, only=["finetune"], progress=False)["finetune"].runs
     ref = done_summary(reference, "finetune").runs
     for mode in ("precise", "full"):
-        assert runs[mode]["steps"] == 2 and runs[mode]["resumed_from"].endswith("checkpoint-2"), runs[mode]
-        assert runs[mode]["train_loss"] == ref[mode]["train_loss"]  # every step's loss, not only the logged ones
+        assert runs[mode].steps == 2 and runs[mode].resumed_from.endswith("checkpoint-2"), runs[mode]
+        assert runs[mode].train_loss == ref[mode].train_loss  # every step's loss, not only the logged ones
         steps = [json.loads(line)["step"] for line in (out / "finetune" / mode / "log.jsonl").read_text().splitlines()]
         assert steps and max(steps) <= 2, steps
     _assert_same_outputs(reference, out)

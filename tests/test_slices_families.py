@@ -19,7 +19,7 @@ import torch
 from transformer_lens.model_bridge import TransformerBridge
 
 from mathcircuits.finetune import LAYOUTS, HeadSliceAdapter, SliceError, head_slices, model_facts, resolve_layout
-from mathcircuits.models.tiny import TINY_FAMILIES, tiny_model
+from mathcircuits.models import TINY_FAMILIES, tiny_model
 
 LAYER, HEAD = 1, 2
 FAMILIES = sorted(TINY_FAMILIES)
@@ -82,7 +82,7 @@ def test_every_tiny_family_has_a_layout():
 def test_head_slices_change_only_their_own_heads_z(family):
     hf, tok = tiny_model(family)
     facts, layout = model_facts(hf), resolve_layout(hf)
-    group = facts["n_heads"] // facts["n_kv_heads"]
+    group = facts.n_heads // facts.n_kv_heads
     kv_heads = list(range(HEAD // group * group, (HEAD // group + 1) * group))
     assert (len(kv_heads) == 2) == (family not in ("gpt2", "gpt_neox_parallel", "gpt_neox_sequential", "gptj", "phi"))
     clean = _z_of(hf, tok, family)
@@ -99,12 +99,12 @@ def test_head_slices_change_only_their_own_heads_z(family):
     o_slices = head_slices(hf, [(LAYER, HEAD)], roles=("o",))
     (w_slice,) = o_slices.slices
     o_module = hf.get_submodule(w_slice.module)
-    z = torch.randn(2, 5, facts["n_heads"] * facts["d_head"], generator=torch.Generator().manual_seed(4))
+    z = torch.randn(2, 5, facts.n_heads * facts.d_head, generator=torch.Generator().manual_seed(4))
     with torch.no_grad():
         before = o_module(z)
         dw = _perturb(hf, o_slices)[w_slice.name]
         after = o_module(z)
-    z_head = z.unflatten(-1, (facts["n_heads"], facts["d_head"]))[..., HEAD, :]
+    z_head = z.unflatten(-1, (facts.n_heads, facts.d_head))[..., HEAD, :]
     torch.testing.assert_close(
         after - before, z_head @ (dw if w_slice.weight_layout == "in_out" else dw.T), atol=1e-5, rtol=1e-4
     )
@@ -139,7 +139,7 @@ def test_olmo2_query_and_key_slices_are_refused_because_they_are_not_head_local(
         head_slices(hf, [(LAYER, HEAD)], roles=("k",))
     # why: q_norm normalises all heads' queries together, so head 2's query rows move every head's z
     clean = _z_of(hf, tok, "olmo2")
-    d = model_facts(hf)["d_head"]
+    d = model_facts(hf).d_head
     with torch.no_grad():
         hf.get_parameter(f"model.layers.{LAYER}.self_attn.q_proj.weight")[HEAD * d : (HEAD + 1) * d] += 0.5
     assert _changed_heads(clean[LAYER], _z_of(hf, tok, "olmo2")[LAYER]) == [0, 1, 2, 3]

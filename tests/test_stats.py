@@ -4,14 +4,14 @@ import pytest
 import torch
 
 from mathcircuits.stats import (
-    binomial_band,
     bootstrap_indices,
     bootstrap_mean,
     bootstrap_statistic,
-    coverage,
     paired_bootstrap,
     wilson_interval,
 )
+
+from helpers import binomial_band, coverage
 
 N_SIMS = 300
 

@@ -3,9 +3,10 @@
 import pytest
 import torch
 
-from mathcircuits.models.spec import ModelSpec
-from mathcircuits.patching.result import PatchingResult
-from mathcircuits.stats import binomial_band
+from mathcircuits.models import ModelSpec
+from mathcircuits.patching import PatchingResult
+
+from helpers import binomial_band
 
 SPEC = ModelSpec(
     "toy", "toy", "ToyForCausalLM", n_layers=3, n_heads=2, n_kv_heads=2, d_head=4, d_model=8, d_mlp=16, vocab_size=11
@@ -49,7 +50,7 @@ def test_patching_intervals_save_load_and_show_in_dataframe(tmp_path):
 
 
 def test_knockout_dataframe_carries_wilson_interval_and_random_spread():
-    from mathcircuits.ablation.knockout import KnockoutResult
+    from mathcircuits.ablation import KnockoutResult
 
     r = KnockoutResult(
         ks=[0, 1],

@@ -22,14 +22,15 @@ from mathcircuits.finetune import (
     ItemScores,
     Unit,
     UnitRecord,
+    choose_rates,
     compare_units,
     head_slices,
     kv_shared_heads,
     matched_random_heads,
     model_facts,
+    units_remaining,
 )
-from mathcircuits.finetune.protocol import choose_rates, units_remaining
-from mathcircuits.models import load_hf_model
+from mathcircuits.models import ModelSpec, load_hf_model
 from mathcircuits.patching import KeyComponents
 from mathcircuits.power import detectable_difference, planned_detectable_difference, seed_item_bootstrap
 from mathcircuits.stats import paired_bootstrap
@@ -125,7 +126,7 @@ def test_fact_splits_share_no_fact(template_sets):
 
 
 def test_matched_random_heads_match_depth_and_parameters():
-    smol = {"n_layers": 30, "n_heads": 9, "n_kv_heads": 3}
+    smol = ModelSpec("smol", "smol", "LlamaForCausalLM", 30, 9, 3, 64, 576, 1536, 49152, "llama")
     key = ((13, 6), (14, 1), (14, 2), (18, 5))  # KV groups (13,2) (14,0) (18,1)
     draws = [matched_random_heads(smol, key, "group", seed=s) for s in range(5)]
     for d in draws:

@@ -8,24 +8,23 @@ import math
 import re
 import struct
 import zlib
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 import torch
 
-from mathcircuits.ablation.transfer import TransferResult, transfer_row
-from mathcircuits.analysis import ROLES, AttentionByRole, HeadPatterns
-from mathcircuits.analysis.mlp_probes import MLPProbeResult
+from mathcircuits.ablation import KnockoutResult, TransferResult, transfer_row
+from mathcircuits.analysis import ROLES, AttentionByRole, HeadPatterns, MLPProbeResult
 from mathcircuits.claims import assess_claims
-from mathcircuits.patching.result import PatchingResult
-from mathcircuits.patching.selection import KeyComponents
+from mathcircuits.models import ModelSpec
+from mathcircuits.patching import KeyComponents, PatchingResult
+from mathcircuits.report import CARD_END_COLOUR, ReportParts, build_report
 from mathcircuits.viz import (
     ChromiumMissingError,
     attention_heads_view,
     attention_role_distributions,
     attention_role_means,
-    build_report,
+    circuitsvis_bundle,
     find_chromium,
     knockout_curves,
     patching_heatmap,
@@ -35,36 +34,27 @@ from mathcircuits.viz import (
     save_figure,
     save_figures,
     screenshot_html,
+    split_bundle,
 )
-from mathcircuits.viz.circuits import circuitsvis_bundle, split_bundle
-from mathcircuits.viz.report import CARD_END_COLOUR
 
-SPEC = {
-    "name": "toy",
-    "source": "toy",
-    "architecture": "Toy",
-    "n_layers": 4,
-    "n_heads": 3,
-    "n_kv_heads": 3,
-    "d_head": 8,
-    "d_model": 24,
-    "d_mlp": 48,
-    "vocab_size": 50,
-}
+SPEC = ModelSpec(
+    name="toy",
+    source="toy",
+    architecture="Toy",
+    n_layers=4,
+    n_heads=3,
+    n_kv_heads=3,
+    d_head=8,
+    d_model=24,
+    d_mlp=48,
+    vocab_size=50,
+)
 needs_chromium = pytest.mark.skipif(
     find_chromium() is None, reason="no Chromium-based browser (apt-get install -y chromium, or set BROWSER_PATH)"
 )
 
 
-@dataclass(frozen=True)
-class Knockout:
-    """Stand-in with the fields of the ablation stage's KnockoutResult."""
-
-    ks: list[int]
-    ranked_accuracy: list[float]
-    random_accuracy: torch.Tensor
-    baseline_accuracy: float
-    operation: str
+Knockout = KnockoutResult  # the ablation stage's result, with the fields these figures read
 
 
 def patching(op: str, seed: int, n_pairs: int = 6) -> PatchingResult:
@@ -228,9 +218,8 @@ def test_knockout_curves_ranked_random_band_and_baseline():
 
 
 def test_knockout_curves_take_the_ablation_stage_result():
-    knockout = pytest.importorskip("mathcircuits.ablation.knockout")
     stand_in = knockouts()[0]
-    real = knockout.KnockoutResult(
+    real = KnockoutResult(
         ks=stand_in.ks,
         ranked_accuracy=stand_in.ranked_accuracy,
         random_accuracy=stand_in.random_accuracy,
@@ -353,6 +342,7 @@ def test_static_export_explains_a_missing_chromium(tmp_path, monkeypatch):
     assert not list(tmp_path.iterdir())
 
 
+@pytest.mark.integration
 @needs_chromium
 def test_static_export_png_svg_pdf_in_one_batch(tmp_path):
     fig = knockout_curves(knockouts())
@@ -431,7 +421,11 @@ def _transfer() -> TransferResult:
         ),
         transfer_row("add two-digit operands", [1] * 2 + [0] * 30, None, []),
     ]
-    return TransferResult(rows=rows, key_heads=[(2, 1), (3, 0)], n_random=3)
+    return TransferResult(rows=tuple(rows), key_heads=[(2, 1), (3, 0)], n_random=3)
+
+
+def _report() -> ReportParts:
+    return ReportParts.of(**_report_parts())
 
 
 def _report_parts() -> dict:
@@ -476,7 +470,7 @@ def _visible_text(page: str) -> str:
 
 
 def test_report_html_is_self_contained(tmp_path):
-    path = build_report(tmp_path / "report.html", **_report_parts())
+    path = build_report(tmp_path / "report.html", _report())
     text = path.read_text(encoding="utf-8")
     assert not re.search(r"<script[^>]*\bsrc=", text) and "unpkg.com" not in text  # every script inline, no CDN import
     assert text.count(circuitsvis_bundle()[:5000]) == 1  # the CircuitsVis bundle is inlined once
@@ -494,13 +488,13 @@ def test_report_html_is_self_contained(tmp_path):
         "Appendix",
     ):
         assert section in text
-    minimal = build_report(tmp_path / "small.html", patching=patching("add", 0))
+    minimal = build_report(tmp_path / "small.html", ReportParts.of(patching=patching("add", 0)))
     small = minimal.read_text(encoding="utf-8")
     assert small.count("Plotly.newPlot(") == 2 and "CircuitsVis" not in small  # heatmap + top heads
 
 
 def test_report_leads_with_the_claims_card_and_ends_with_the_data_tables(tmp_path):
-    text = _visible_text(build_report(tmp_path / "report.html", **_report_parts()).read_text(encoding="utf-8"))
+    text = _visible_text(build_report(tmp_path / "report.html", _report()).read_text(encoding="utf-8"))
     text = text[text.index("Claims card") :]  # after the title and the table of contents
     order = [text.index(s) for s in ("Claims card", "Path patching (identify)", "Knockout (validate)", "Appendix")]
     assert order == sorted(order)
@@ -512,17 +506,18 @@ def test_report_leads_with_the_claims_card_and_ends_with_the_data_tables(tmp_pat
 
 
 def test_report_shows_no_raw_python_dict_or_list_text(tmp_path):
-    text = _visible_text(build_report(tmp_path / "report.html", **_report_parts()).read_text(encoding="utf-8"))
+    text = _visible_text(build_report(tmp_path / "report.html", _report()).read_text(encoding="utf-8"))
     raw = re.findall(r"\{'|\['|\[\{|\[\(|\(\d+, \d+\)|': ", text)
     assert not raw, f"raw Python text in the report: {raw[:5]}"
     assert "accuracy_by_operation" in text and "add" in text  # the list of dicts is shown, as a table
 
 
+@pytest.mark.integration
 @needs_chromium
 def test_report_renders_in_headless_chromium(tmp_path):
     import numpy as np
 
-    path = build_report(tmp_path / "report.html", **_report_parts())
+    path = build_report(tmp_path / "report.html", _report())
     shot = screenshot_html(path, tmp_path / "report.png", width=1280, height=2400, scale=0.5)
     img = _read_png(shot).astype(np.int16)
     assert img.shape[:2] == (1200, 640)
@@ -535,12 +530,13 @@ def test_report_renders_in_headless_chromium(tmp_path):
     assert len(colours) > 30, f"only {len(colours)} distinct colours in the heatmap region"
 
 
+@pytest.mark.integration
 @needs_chromium
 def test_claims_card_is_on_the_first_screen_of_a_laptop(tmp_path):
     """At 1366x768 the whole card, down to the bar that closes it, shows without scrolling."""
     import numpy as np
 
-    path = build_report(tmp_path / "report.html", **_report_parts())
+    path = build_report(tmp_path / "report.html", _report())
     img = _read_png(screenshot_html(path, tmp_path / "first.png", width=1366, height=768, scale=1.0))
     assert img.shape[:2] == (768, 1366)
     bar = np.array([int(CARD_END_COLOUR[i : i + 2], 16) for i in (1, 3, 5)])
@@ -550,7 +546,7 @@ def test_claims_card_is_on_the_first_screen_of_a_laptop(tmp_path):
 
 
 def test_report_gives_a_circuit_its_own_section(tmp_path):
-    from mathcircuits.circuit import Circuit, Edge, Node
+    from mathcircuits.circuit import Circuit, CircuitSettings, Edge, Node
 
     nodes = (
         Node("logits", -1, -1, "logits"),
@@ -568,10 +564,10 @@ def test_report_gives_a_circuit_its_own_section(tmp_path):
         metric="relative_logit",
         method="exact",
         n_pairs=8,
-        settings={"depth": 2, "min_effect": 0.01},
+        settings=CircuitSettings(depth=2, threshold=0.01),
     )
     parts = _report_parts() | {"circuit": {"add": circ}}
-    page = build_report(tmp_path / "report.html", **parts).read_text(encoding="utf-8")
+    page = build_report(tmp_path / "report.html", ReportParts.of(**parts)).read_text(encoding="utf-8")
     text = _visible_text(page)
     assert "Circuit (add)" in text and "Circuit edges (add)" in text
     assert page.count("Plotly.newPlot(") == 14  # the circuit graph joins the 13 figures

@@ -23,9 +23,8 @@ from mathcircuits.finetune import (
     execute_unit,
     model_facts,
 )
-from mathcircuits.models import load_hf_model
-from mathcircuits.models.prefix import HFForward, PrefixRunner
-from mathcircuits.patching.selection import KeyComponents
+from mathcircuits.models import HFForward, PrefixRunner, load_hf_model
+from mathcircuits.patching import KeyComponents
 
 
 def setup(grids: dict[str, tuple[float, ...]] | None = None, seeds: tuple[int, ...] = (0, 1)):

@@ -1,27 +1,55 @@
-"""Stage 4 — ablation: knockout curves (mean, per-position mean or resampling) and transfer checks."""
+"""Stage ``validate`` — ablation: knockout curves (mean, per-position mean or resampling) and transfer checks.
 
-from mathcircuits.ablation.knockout import (
+* :mod:`.means` — :func:`head_means`, the position-free mean of every head's output;
+* :mod:`.hooks` — the ablation choices and the hooks that replace a head's ``hook_z``;
+* :mod:`.scorer` — :class:`KnockoutScorer`, one pair set under many knockouts (exact savings);
+* :mod:`.knockout` — :func:`knockout_curve` and :func:`ablated_accuracy`;
+* :mod:`.transfer` — :func:`transfer`, the key heads on data not used to find them;
+* :mod:`.result` — :class:`KnockoutResult`, :class:`TransferRow`, :class:`TransferResult`.
+"""
+
+from mathcircuits.ablation.hooks import (
     ABLATIONS,
+    SCOPES,
     Ablation,
-    KnockoutResult,
-    KnockoutScorer,
-    ablated_accuracy,
+    Scope,
     ablated_model,
-    knockout_curve,
+    mean_ablation_hooks,
+    z_ablation_hooks,
 )
+from mathcircuits.ablation.knockout import ablated_accuracy, knockout_curve
 from mathcircuits.ablation.means import HeadMeans, head_means
-from mathcircuits.ablation.transfer import TransferResult, transfer
+from mathcircuits.ablation.result import (
+    MEASURED,
+    NOT_MEASURABLE,
+    KnockoutResult,
+    TransferResult,
+    TransferRow,
+    TransferStatus,
+)
+from mathcircuits.ablation.scorer import KnockoutScorer, check_knockout
+from mathcircuits.ablation.transfer import transfer, transfer_row
 
 __all__ = [
     "ABLATIONS",
+    "MEASURED",
+    "NOT_MEASURABLE",
+    "SCOPES",
     "Ablation",
     "HeadMeans",
     "KnockoutResult",
     "KnockoutScorer",
+    "Scope",
     "TransferResult",
+    "TransferRow",
+    "TransferStatus",
     "ablated_accuracy",
     "ablated_model",
+    "check_knockout",
     "head_means",
     "knockout_curve",
+    "mean_ablation_hooks",
     "transfer",
+    "transfer_row",
+    "z_ablation_hooks",
 ]

@@ -11,22 +11,23 @@ instead (:class:`mathcircuits.ablation.KnockoutScorer`).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 import torch
 from jaxtyping import Float
-from torch import Tensor
+from torch import Tensor, nn
 
 from mathcircuits._io import SavedResult
 from mathcircuits.data.batching import iter_batches
-from mathcircuits.models import hooks
+from mathcircuits.data.pairs import PairSet, check_columns
+from mathcircuits.models import HookedModel, hooks
 from mathcircuits.models.prefix import PrefixRunner
 from mathcircuits.models.spec import ModelSpec, as_spec, check_model
 
 __all__ = ["HeadMeans", "head_means"]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class HeadMeans(SavedResult):
     """Mean ``hook_z`` per head over the counterfactual prompts: [layer, head, d_head].
 
@@ -39,11 +40,9 @@ class HeadMeans(SavedResult):
     means: Float[Tensor, "layer head d_head"]
     n_prompts: int
     source: str = "counterfactual prompts, all positions"
-    model: ModelSpec | dict[str, Any] | None = None
+    model: ModelSpec | None = None
 
     def __post_init__(self) -> None:
-        if self.model is not None:
-            object.__setattr__(self, "model", as_spec(self.model))
         if not bool(torch.isfinite(self.means).all()):
             raise ValueError(
                 "the head means hold NaN or infinity (e.g. taken over an empty dataset). "
@@ -55,7 +54,7 @@ class HeadMeans(SavedResult):
         """Version 1 did not record the model: such means load without identity (their shape is still checked)."""
         return {"model": None, **fields}
 
-    def check_model(self, model: Any) -> None:
+    def check_model(self, model: ModelSpec | HookedModel | nn.Module) -> None:
         """Refuse a model other than the one the means were taken on.
 
         Args:
@@ -74,9 +73,18 @@ class HeadMeans(SavedResult):
                 "[layer, head, d_head]. Fix: compute head_means() on this model."
             )
 
+    def summary_items(self) -> list[tuple[str, str]]:
+        """Model, prompts averaged over, and the means' shape [layer, head, d_head]."""
+        return [
+            ("model", self.model.name if self.model is not None else "?"),
+            ("prompts", str(self.n_prompts)),
+            ("means", f"tensor{list(self.means.shape)}"),
+            ("source", self.source),
+        ]
+
 
 @torch.no_grad()
-def head_means(model: Any, dataset: Any, column: str = "cf_tokens", batch_size: int = 32) -> HeadMeans:
+def head_means(model: HookedModel, dataset: PairSet, column: str = "cf_tokens", batch_size: int = 32) -> HeadMeans:
     """Mean of every head's ``hook_z`` over the prompts in ``column``, all positions.
 
     Args:
@@ -89,7 +97,7 @@ def head_means(model: Any, dataset: Any, column: str = "cf_tokens", batch_size: 
         :class:`HeadMeans` with one ``d_head`` vector per head.
     """
     spec = model.spec
-    _check_dataset(dataset, (column,), "head_means")
+    check_columns(dataset, (column,), "head_means")
     names = [hooks.z(layer) for layer in range(spec.n_layers)]
     total = torch.zeros(spec.n_layers, spec.n_heads, spec.d_head, dtype=torch.float64)
     count = 0
@@ -110,19 +118,3 @@ def head_means(model: Any, dataset: Any, column: str = "cf_tokens", batch_size: 
         PrefixRunner(model.bridge, suffix_hooks, prefix_hooks).logits_from(toks, toks.shape[1] - 1)
         count += toks.numel()
     return HeadMeans(means=(total / count).float(), n_prompts=len(seqs), model=spec)
-
-
-def _check_dataset(dataset: Any, needed: Sequence[str], caller: str) -> None:
-    """Refuse an empty dataset, or one without the columns ``caller`` reads, naming the dataset as the culprit."""
-    have = list(getattr(dataset, "column_names", None) or [])
-    missing = [c for c in needed if c not in have]
-    if missing:
-        raise ValueError(
-            f"{caller} got a dataset without the columns {missing} (it has {have}). "
-            "Fix: pass pairs built by mathcircuits.data.generate_pairs."
-        )
-    if len(dataset) == 0:
-        raise ValueError(
-            f"{caller} got an empty dataset (0 pairs), so there is nothing to average or score. "
-            "Fix: pass a dataset with pairs (e.g. the correct pairs of the identify stage); check filters upstream."
-        )

@@ -33,64 +33,22 @@ ablation it used.
 
 from __future__ import annotations
 
+import dataclasses
 import random
-from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from collections.abc import Mapping, Sequence
 
-import pandas as pd
 from tqdm.auto import tqdm
 
-from mathcircuits._codec import FieldError
-from mathcircuits._io import SavedResult
-from mathcircuits.ablation.knockout import KnockoutScorer, _as_heads, _check_choice
-from mathcircuits.ablation.means import HeadMeans, _check_dataset
+from mathcircuits.ablation.hooks import Ablation, Scope, check_choice
+from mathcircuits.ablation.means import HeadMeans
+from mathcircuits.ablation.result import MEASURED, NOT_MEASURABLE, TransferResult, TransferRow
+from mathcircuits.ablation.scorer import KnockoutScorer
+from mathcircuits.data.pairs import PairSet, check_columns
+from mathcircuits.models import HookedModel
+from mathcircuits.patching import KeyComponents, resolve_heads
 from mathcircuits.stats import DEFAULT_CONFIDENCE, wilson_interval
 
-__all__ = ["MEASURED", "NOT_MEASURABLE", "TransferResult", "transfer", "transfer_row"]
-
-MEASURED = "measured"
-NOT_MEASURABLE = "not measurable on this model"
-
-
-@dataclass(frozen=True)
-class TransferResult(SavedResult):
-    """One row per evaluation set (see :func:`transfer_row` for the columns; :func:`transfer` adds
-    ``ablation``, the ablation the set was scored with).
-
-    ``min_clean_accuracy`` and ``min_correct`` are the thresholds below which a set is
-    *not measurable on this model*; ``confidence`` is the Wilson intervals' level.
-    """
-
-    rows: list[dict[str, Any]]
-    key_heads: list[tuple[int, int]]
-    n_random: int
-    scope: str = "all"
-    notes: dict[str, Any] = field(default_factory=dict)
-    min_clean_accuracy: float = 0.5
-    min_correct: int = 5
-    confidence: float = DEFAULT_CONFIDENCE
-    seed: int = 0
-
-    STAGE = "validate"
-    VERSION: ClassVar[int] = 3
-
-    @classmethod
-    def upgrade(cls, version: int, fields: dict[str, Any]) -> dict[str, Any]:
-        """Versions 1–2 measured transfer on every item, right or wrong: they cannot be read as transfer."""
-        raise FieldError(
-            "it measured transfer on every item (also those the clean model gets wrong) and has no intervals"
-        )
-
-    def measured(self) -> list[dict[str, Any]]:
-        """The rows whose set the clean model answers well enough to measure transfer on."""
-        return [r for r in self.rows if r["status"] == MEASURED]
-
-    def to_dataframe(self):
-        """One row per set: status, clean accuracy and the key/random-ablated accuracies on the clean-correct
-        items, each with its Wilson interval (``*_low``, ``*_high``)."""
-
-        return pd.DataFrame(self.rows)
+__all__ = ["transfer", "transfer_row"]
 
 
 def transfer_row(
@@ -102,7 +60,8 @@ def transfer_row(
     min_clean_accuracy: float = 0.5,
     min_correct: int = 5,
     confidence: float = DEFAULT_CONFIDENCE,
-) -> dict[str, Any]:
+    ablation: Ablation = "mean",
+) -> TransferRow:
     """One transfer row from per-item correctness (0/1), with Wilson intervals.
 
     Args:
@@ -114,76 +73,63 @@ def transfer_row(
         min_clean_accuracy: least clean accuracy for the set to be measurable.
         min_correct: least number of clean-correct items for the set to be measurable.
         confidence: level of the Wilson intervals.
+        ablation: how the set was ablated (recorded in the row).
 
     Returns:
-        A dict with ``dataset``, ``held_in``, ``status`` (:data:`MEASURED` or :data:`NOT_MEASURABLE`),
-        ``n`` (items), ``n_correct`` (clean-correct items), ``clean_accuracy`` (+``_low``/``_high``),
-        ``key_ablated_accuracy``, ``random_ablated_accuracy`` (each +``_low``/``_high``, over the
-        clean-correct items; NaN when not measurable), ``random_ablated_std`` (over the random sets),
-        ``key_drop`` and ``random_drop`` (ablated accuracy − 1, i.e. the share of clean-correct items lost).
+        The :class:`~mathcircuits.ablation.TransferRow`: status :data:`MEASURED` or :data:`NOT_MEASURABLE`, the
+        clean accuracy and, when measurable, the key- and random-ablated accuracies on the clean-correct
+        items with their intervals, the random sets' std and the drops (ablated accuracy − 1).
     """
     nan = float("nan")
     n, k = len(clean), int(sum(clean))
     c = wilson_interval(k, n, confidence)
-    row: dict[str, Any] = {
-        "dataset": name,
-        "held_in": held_in,
-        "n": n,
-        "n_correct": k,
-        "clean_accuracy": c.value,
-        "clean_low": c.low,
-        "clean_high": c.high,
-    }
     measurable = n > 0 and c.value >= min_clean_accuracy and k >= min_correct and key is not None
-    row["status"] = MEASURED if measurable else NOT_MEASURABLE
-    empty = dict.fromkeys(
-        (
-            "key_ablated_accuracy",
-            "key_low",
-            "key_high",
-            "random_ablated_accuracy",
-            "random_low",
-            "random_high",
-            "random_ablated_std",
-            "key_drop",
-            "random_drop",
-        ),
-        nan,
+    row = TransferRow(
+        dataset=name,
+        held_in=held_in,
+        n=n,
+        n_correct=k,
+        clean_accuracy=c.value,
+        clean_low=c.low,
+        clean_high=c.high,
+        status=MEASURED if measurable else NOT_MEASURABLE,
+        ablation=ablation,
     )
     if not measurable:
-        return row | empty
+        return row
     kw = wilson_interval(int(sum(key)), len(key), confidence)
     per_set = [sum(r) / len(r) for r in random_sets]
     pooled = wilson_interval(sum(int(sum(r)) for r in random_sets), sum(len(r) for r in random_sets), confidence)
     r_mean = sum(per_set) / len(per_set) if per_set else nan
     r_std = (sum((x - r_mean) ** 2 for x in per_set) / len(per_set)) ** 0.5 if len(per_set) > 1 else 0.0
-    return row | {
-        "key_ablated_accuracy": kw.value,
-        "key_low": kw.low,
-        "key_high": kw.high,
-        "random_ablated_accuracy": r_mean,
-        "random_low": min([pooled.low, *per_set]) if per_set else nan,
-        "random_high": max([pooled.high, *per_set]) if per_set else nan,
-        "random_ablated_std": r_std,
-        "key_drop": kw.value - 1.0,
-        "random_drop": r_mean - 1.0,
-    }
+    return dataclasses.replace(
+        row,
+        key_ablated_accuracy=kw.value,
+        key_low=kw.low,
+        key_high=kw.high,
+        random_ablated_accuracy=r_mean,
+        random_low=min([pooled.low, *per_set]) if per_set else nan,
+        random_high=max([pooled.high, *per_set]) if per_set else nan,
+        random_ablated_std=r_std,
+        key_drop=kw.value - 1.0,
+        random_drop=r_mean - 1.0,
+    )
 
 
 def transfer(
-    model: Any,
-    eval_sets: dict[str, Any],
-    key_heads: Any,
+    model: HookedModel,
+    eval_sets: Mapping[str, PairSet],
+    key_heads: KeyComponents | Sequence[tuple[int, int]],
     means: HeadMeans | None,
     n_random: int = 3,
     seed: int = 0,
-    scope: str = "all",
+    scope: Scope = "all",
     progress: bool = False,
     held_in: Sequence[str] = (),
     min_clean_accuracy: float = 0.5,
     min_correct: int = 5,
     batch_size: int = 32,
-    ablation: str = "mean",
+    ablation: Ablation = "mean",
 ) -> TransferResult:
     """Per dataset: clean accuracy, then key-ablated and random-ablated accuracy on the clean-correct items.
 
@@ -209,8 +155,8 @@ def transfer(
     """
 
     spec = model.spec
-    _check_choice(ablation, scope)
-    key_heads = _as_heads(model, key_heads)
+    check_choice(ablation, scope)
+    key_heads = list(resolve_heads(key_heads, spec, allow_empty=True))
     if means is not None:
         means.check_model(spec)
     all_heads = [(l, h) for l in range(spec.n_layers) for h in range(spec.n_heads)]
@@ -219,7 +165,7 @@ def transfer(
     for name, ds in tqdm(eval_sets.items(), disable=not progress, desc="transfer"):
         if len(ds) == 0:
             continue
-        _check_dataset(ds, ("tokens", "answer_tokens", "n_tokens"), "transfer")
+        check_columns(ds, ("tokens", "answer_tokens", "n_tokens"), "transfer")
         used = ablation if ablation == "mean" or "cf_tokens" in ds.column_names else "mean"
         if used == "mean" and means is None:
             why = "ablation 'mean'" if ablation == "mean" else "it has no cf_tokens"
@@ -235,12 +181,21 @@ def transfer(
             head_sets = [key_heads] + [rng.sample(all_heads, len(key_heads)) for _ in range(n_random)]
             on_kept = [[int(c[i]) for i in kept] for c in (scorer.score(h)[0] for h in head_sets)]
             key, rand = on_kept[0], on_kept[1:]
-        row = transfer_row(
-            name, clean, key, rand or [], name in set(held_in), min_clean_accuracy, min_correct, DEFAULT_CONFIDENCE
+        rows.append(
+            transfer_row(
+                name,
+                clean,
+                key,
+                rand or [],
+                name in set(held_in),
+                min_clean_accuracy,
+                min_correct,
+                DEFAULT_CONFIDENCE,
+                used,
+            )
         )
-        rows.append(row | {"ablation": used})
     return TransferResult(
-        rows=rows,
+        rows=tuple(rows),
         key_heads=[tuple(h) for h in key_heads],
         n_random=n_random,
         scope=scope,

@@ -1,24 +1,28 @@
-"""Stage 3c — analysis: what key heads attend to, what MLPs read and write (values, not pictures)."""
+"""Stage ``analyze`` — what key heads attend to, what MLPs read and write (values, not pictures).
 
-from mathcircuits.analysis.attention import (
-    HEAD_CLASSES,
-    ROLES,
-    AttentionByRole,
-    attention_by_role,
-    classify_heads,
-    role_masks,
-    role_shares,
-)
-from mathcircuits.analysis.mlp_probes import SPACES, MLPProbeResult, mlp_probes, number_tokens
+* :mod:`.roles` — token roles of a prompt and the operand / operator head rule;
+* :mod:`.attention` — :func:`attention_by_role`, the key heads' attention by role (:class:`AttentionByRole`);
+* :mod:`.patterns` — :func:`head_patterns`, whole attention patterns for the interactive views;
+* :mod:`.mlp_probes` — :func:`mlp_probes`, the MLPs against the unembedding (:mod:`.probe_result`).
+"""
+
+from mathcircuits.analysis.attention import ROLE_COLUMNS, AttentionByRole, AttentionSettings, attention_by_role
+from mathcircuits.analysis.mlp_probes import mlp_probes, number_tokens
 from mathcircuits.analysis.patterns import HeadPatterns, head_patterns
+from mathcircuits.analysis.probe_result import SPACES, MLPProbeResult, ProbeSettings, Space
+from mathcircuits.analysis.roles import HEAD_CLASSES, ROLES, classify_heads, role_masks, role_shares
 
 __all__ = [
     "HEAD_CLASSES",
     "ROLES",
+    "ROLE_COLUMNS",
     "SPACES",
     "AttentionByRole",
+    "AttentionSettings",
     "HeadPatterns",
     "MLPProbeResult",
+    "ProbeSettings",
+    "Space",
     "attention_by_role",
     "classify_heads",
     "head_patterns",

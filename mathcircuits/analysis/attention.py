@@ -7,34 +7,6 @@ heads and operator heads. This module measures that for any set of heads on
 any template, using the token positions the data stage recorded for each
 prompt (``pos_a``, ``pos_b``, ``pos_op``, ``prefix_len``).
 
-Roles. Every position the last token can see (all of them: attention is
-causal and the last token is last) gets exactly one role:
-
-* ``operand_a``, ``operand_b``: the tokens of A and B in the query;
-* ``operator``: the tokens of the operator word or symbol (``{OP}``);
-* ``prefix``: the few-shot examples before the query (``0 .. prefix_len-1``);
-* ``other``: everything else (template words, ``=``, the last token itself).
-
-For pair *p* and head *h*, ``share[p, h, r]`` is the attention mass of the last
-position on the tokens of role *r*; the five shares sum to 1.
-
-Classification rule (per head, over the pairs of one operation or all pairs).
-Let ``s_AB`` be the mean share on ``operand_a`` + ``operand_b`` and ``s_OP`` the
-mean share on ``operator``; let ``b_AB`` and ``b_OP`` be the mean *token-count
-baselines*, the shares a head attending uniformly over the visible positions
-would give (``n_role / n_visible``), and ``lift = s / b``. Then a head is
-
-* an **operand head** when ``s_AB >= min_share`` and ``lift_AB >= min_lift``
-  and ``lift_AB >= lift_OP``;
-* an **operator head** when ``s_OP >= min_share`` and ``lift_OP >= min_lift``
-  and ``lift_OP > lift_AB``;
-* **neither** otherwise.
-
-Defaults ``min_share = 0.2``, ``min_lift = 2``: a fifth of the head's attention,
-at least twice what uniform attention would put there. Comparing lifts (not
-raw shares) keeps a one-token operator on equal terms with two operands. The
-rule is a summary; the per-pair shares are kept for the distributions.
-
 Intervals. Each head's mean share on a role, and its *excess* over the uniform
 baseline (``mean over pairs of share − baseline``, per pair so that prompt length
 cancels), carry a percentile-bootstrap interval over pairs
@@ -54,132 +26,36 @@ in Arithmetic Calculation", ICML 2024 (arXiv 2409.01659), §4.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any, Sequence
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
 
 import pandas as pd
 import torch
-from jaxtyping import Bool, Float
+from jaxtyping import Float
 from torch import Tensor
 
 from mathcircuits._io import SavedResult
-from mathcircuits.analysis._common import as_heads, columns, operation_rows, spec_dict
+from mathcircuits.analysis.roles import OP, ROLES, A, B, classify_heads, role_masks, role_shares
 from mathcircuits.data.batching import iter_batches
-from mathcircuits.models import hooks
+from mathcircuits.data.pairs import PairSet, operation_rows, pair_columns
+from mathcircuits.models import Head, HookedModel, hooks
 from mathcircuits.models.prefix import PrefixRunner
-from mathcircuits.models.spec import ModelSpec, as_spec
+from mathcircuits.models.spec import ModelSpec
+from mathcircuits.patching import KeyComponents, resolve_heads
 from mathcircuits.stats import DEFAULT_CONFIDENCE, DEFAULT_N_BOOT, bootstrap_mean
 
-__all__ = [
-    "ROLES",
-    "ROLE_COLUMNS",
-    "HEAD_CLASSES",
-    "AttentionByRole",
-    "attention_by_role",
-    "classify_heads",
-    "role_masks",
-    "role_shares",
-]
-
-ROLES = ("operand_a", "operand_b", "operator", "prefix", "other")
-HEAD_CLASSES = ("operand", "operator", "neither")
-_A, _B, _OP, _PREFIX, _OTHER = range(5)
-
-
-def role_masks(
-    n_tokens: int, prefix_len: int, pos_a: Sequence[int], pos_b: Sequence[int], pos_op: Sequence[int]
-) -> Bool[Tensor, "role seq"]:
-    """One-hot role of each position (rows in :data:`ROLES` order).
-
-    Raises if roles overlap or fall outside the prompt.
-
-    Args:
-        n_tokens: number of tokens in the prompt (few-shot prefix included).
-        prefix_len: number of few-shot prefix tokens (positions ``0..prefix_len-1``).
-        pos_a: positions of operand a's tokens.
-        pos_b: positions of operand b's tokens.
-        pos_op: positions of the operator's tokens.
-
-    Returns:
-        Boolean mask of shape ``[role, seq]`` (``[5, n_tokens]``): exactly one role is True per position;
-        positions that are neither prefix nor an operand/operator are ``"other"``.
-
-    Raises:
-        ValueError: if a role has no position, a position falls outside the query, or two roles share a position.
-    """
-    masks = torch.zeros(len(ROLES), n_tokens, dtype=torch.bool)
-    named = {"pos_a": (_A, pos_a), "pos_b": (_B, pos_b), "pos_op": (_OP, pos_op)}
-    for name, (role, positions) in named.items():
-        if len(positions) == 0:
-            raise ValueError(
-                f"{name} is empty, so role {ROLES[role]!r} has no token. Fix: regenerate the pairs; the template "
-                "must contain that placeholder."
-            )
-        for p in positions:
-            if not prefix_len <= p < n_tokens:
-                raise ValueError(
-                    f"{name} holds position {p}, outside the query (positions {prefix_len}..{n_tokens - 1}). "
-                    "Fix: regenerate the pairs with the same tokenizer as the model."
-                )
-            if masks[:, p].any():
-                raise ValueError(
-                    f"position {p} belongs to two roles ({ROLES[int(masks[:, p].nonzero()[0])]} and {ROLES[role]}). "
-                    "Fix: check the template's placeholders."
-                )
-            masks[role, p] = True
-    masks[_PREFIX, :prefix_len] = True
-    masks[_OTHER] = ~masks[:_OTHER].any(0)
-    return masks
-
-
-def role_shares(
-    pattern_rows: Float[Tensor, "*batch seq"], masks: Bool[Tensor, "role seq"]
-) -> Float[Tensor, "*batch role"]:
-    """Attention mass of each row on each role (the rows are attention from one query position).
-
-    Args:
-        pattern_rows: attention weights from one query position over the keys, shape ``[*batch, seq]``.
-        masks: role masks from :func:`role_masks`, shape ``[role, seq]``.
-
-    Returns:
-        Float tensor of shape ``[*batch, role]``: the summed attention on each role's positions.
-    """
-    return pattern_rows.float() @ masks.float().T
-
-
-def classify_heads(
-    shares: Float[Tensor, "pair head role"],
-    baselines: Float[Tensor, "pair role"],
-    min_share: float = 0.2,
-    min_lift: float = 2.0,
-) -> tuple[str, ...]:
-    """Operand / operator / neither for each head, by the rule in the module docstring.
-
-    Args:
-        shares: attention share of each pair's last position on each role, shape ``[pair, head, role]``.
-        baselines: each role's share of the positions of each pair, shape ``[pair, role]``.
-        min_share: least mean share (operands a+b together, or operator) for a class (fraction, 0..1).
-        min_lift: least ratio of that mean share to the mean baseline.
-
-    Returns:
-        One of ``"operand"``, ``"operator"`` or ``"neither"`` per head, in the order of ``shares``' head axis.
-    """
-    s = shares.mean(0)  # head role
-    b = baselines.mean(0)  # role
-    s_ab, s_op = s[:, _A] + s[:, _B], s[:, _OP]
-    lift_ab, lift_op = s_ab / (b[_A] + b[_B]), s_op / b[_OP]
-    out = []
-    for h in range(s.shape[0]):
-        if s_ab[h] >= min_share and lift_ab[h] >= min_lift and lift_ab[h] >= lift_op[h]:
-            out.append("operand")
-        elif s_op[h] >= min_share and lift_op[h] >= min_lift and lift_op[h] > lift_ab[h]:
-            out.append("operator")
-        else:
-            out.append("neither")
-    return tuple(out)
+__all__ = ["ROLE_COLUMNS", "AttentionByRole", "AttentionSettings", "attention_by_role"]
 
 
 @dataclass(frozen=True)
+class AttentionSettings:
+    """How the attention was measured: pairs per forward pass."""
+
+    batch_size: int = 16
+
+
+@dataclass(frozen=True, repr=False)
 class AttentionByRole(SavedResult):
     """Attention of key heads from the last position to each token role, per pair.
 
@@ -193,16 +69,16 @@ class AttentionByRole(SavedResult):
     operations: list[str]
     pair_ids: list[int]
     template_ids: list[str]
-    model: ModelSpec | dict[str, Any]  # a dict from ModelSpec.to_dict() is converted
+    model: ModelSpec
     roles: tuple[str, ...] = ROLES
     min_share: float = 0.2
     min_lift: float = 2.0
-    settings: dict[str, Any] = field(default_factory=dict)
+    settings: AttentionSettings = AttentionSettings()
 
     STAGE = "analyze"
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "model", as_spec(self.model))
+        object.__setattr__(self, "heads", tuple(Head.of(h) for h in self.heads))
         n = self.shares.shape[0]
         if not (len(self.operations) == len(self.pair_ids) == len(self.template_ids) == n):
             raise ValueError(
@@ -218,7 +94,7 @@ class AttentionByRole(SavedResult):
 
     @property
     def labels(self) -> list[str]:
-        return [f"L{l}.H{h}" for l, h in self.heads]
+        return [str(h) for h in self.heads]
 
     def operation_names(self) -> list[str]:
         return list(dict.fromkeys(self.operations))
@@ -252,8 +128,8 @@ class AttentionByRole(SavedResult):
             ``[pair, head, 4]``: operands share, operator share, operands excess, operator excess.
         """
         s, b = self.shares[idx], self.baselines[idx]
-        ab, op = s[..., _A] + s[..., _B], s[..., _OP]
-        b_ab, b_op = (b[:, _A] + b[:, _B])[:, None], b[:, _OP][:, None]
+        ab, op = s[..., A] + s[..., B], s[..., OP]
+        b_ab, b_op = (b[:, A] + b[:, B])[:, None], b[:, OP][:, None]
         return torch.stack([ab, op, ab - b_ab, op - b_op], -1)
 
     def summary(
@@ -290,19 +166,19 @@ class AttentionByRole(SavedResult):
                     "operation": op or "all",
                     "layer": layer,
                     "head": head,
-                    "component": f"L{layer}.H{head}",
+                    "component": str(Head(layer, head)),
                     "n_pairs": len(idx),
                 }
                 for j, r in enumerate(self.roles):
                     row.update({r: float(s[i, j]), f"{r}_low": float(s_lo[i, j]), f"{r}_high": float(s_hi[i, j])})
-                s_ab, b_ab = float(s[i, _A] + s[i, _B]), float(b[_A] + b[_B])
+                s_ab, b_ab = float(s[i, A] + s[i, B]), float(b[A] + b[B])
                 row.update(
                     {
                         "operands": s_ab,
                         "operands_low": float(g_lo[i, 0]),
                         "operands_high": float(g_hi[i, 0]),
                         "baseline_operands": b_ab,
-                        "baseline_operator": float(b[_OP]),
+                        "baseline_operator": float(b[OP]),
                         "excess_operands": float(g[i, 2]),
                         "excess_operands_low": float(g_lo[i, 2]),
                         "excess_operands_high": float(g_hi[i, 2]),
@@ -310,7 +186,7 @@ class AttentionByRole(SavedResult):
                         "excess_operator_low": float(g_lo[i, 3]),
                         "excess_operator_high": float(g_hi[i, 3]),
                         "lift_operands": s_ab / b_ab,
-                        "lift_operator": float(s[i, _OP] / b[_OP]),
+                        "lift_operator": float(s[i, OP] / b[OP]),
                         "class": classes[i],
                     }
                 )
@@ -342,6 +218,11 @@ class AttentionByRole(SavedResult):
             }
         )
 
+    def summary_items(self) -> list[tuple[str, str]]:
+        """Model, pairs, and each head with its class (operand / operator / neither)."""
+        classes = ", ".join(f"{label} {c}" for label, c in zip(self.labels, self.classify()))
+        return [("model", self.model.name), ("pairs", str(len(self.pair_ids))), ("heads", classes)]
+
 
 ROLE_COLUMNS = (
     "tokens",
@@ -359,9 +240,9 @@ ROLE_COLUMNS = (
 
 @torch.no_grad()
 def attention_by_role(
-    model: Any,
-    dataset: Any,
-    heads: Any,
+    model: HookedModel,
+    dataset: PairSet | Sequence[dict[str, Any]],
+    heads: KeyComponents | Sequence[tuple[int, int]],
     batch_size: int = 16,
     min_share: float = 0.2,
     min_lift: float = 2.0,
@@ -390,8 +271,8 @@ def attention_by_role(
             ``heads`` is empty or has duplicates, or the role positions are invalid (see :func:`role_masks`).
     """
     spec = model.spec
-    heads_t = as_heads(heads, spec)
-    cols = columns(dataset, ROLE_COLUMNS)
+    heads_t = resolve_heads(heads, spec)
+    cols = pair_columns(dataset, ROLE_COLUMNS, "attention_by_role")
     n = len(cols["tokens"])
     by_layer: dict[int, list[int]] = {}
     for i, (layer, _head) in enumerate(heads_t):
@@ -435,8 +316,8 @@ def attention_by_role(
         operations=list(cols["operation"]),
         pair_ids=[int(x) for x in cols["pair_id"]],
         template_ids=list(cols["template_id"]),
-        model=spec_dict(model),
+        model=spec,
         min_share=min_share,
         min_lift=min_lift,
-        settings={"batch_size": batch_size},
+        settings=AttentionSettings(batch_size=batch_size),
     )

@@ -65,219 +65,27 @@ in Arithmetic Calculation", ICML 2024 (arXiv 2409.01659), §4.2.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Sequence
 from typing import Any
 
-import pandas as pd
 import torch
 import torch.nn.functional as F
-from jaxtyping import Float
 from torch import Tensor
+from transformers import PreTrainedTokenizerBase
 
-from mathcircuits._io import SavedResult
-from mathcircuits.analysis._common import columns, operation_rows, spec_dict, template_keys, token_strings
+from mathcircuits.analysis.probe_result import PROBES, SPACES, MLPProbeResult, ProbeSettings, Space
 from mathcircuits.data.batching import iter_batches
 from mathcircuits.data.generate import answer_spacing
-from mathcircuits.models import hooks
+from mathcircuits.data.pairs import PairSet, pair_columns, template_keys, token_strings
+from mathcircuits.models import HookedModel, hooks
 from mathcircuits.models.families import block_structure
 from mathcircuits.models.prefix import PrefixRunner
-from mathcircuits.models.spec import ModelSpec, as_spec
-from mathcircuits.stats import (
-    DEFAULT_CONFIDENCE,
-    DEFAULT_N_BOOT,
-    Interval,
-    bootstrap_indices,
-    bootstrap_mean,
-    wilson_interval,
-)
+from mathcircuits.models.readout import final_norm, vocab_logits
 
-__all__ = ["SPACES", "MLPProbeResult", "mlp_probes", "number_tokens"]
-
-SPACES = ("lens", "raw")
-_PROBES = (  # the per-pair, per-layer fields; lens_prob last
-    "input_sim_a",
-    "input_sim_b",
-    "input_sim_answer",
-    "input_sim_others",
-    "update_sim_answer",
-    "update_sim_others",
-    "update_direct_answer",
-    "update_direct_margin",
-    "lens_rank",
-    "lens_prob",
-)
+__all__ = ["mlp_probes", "number_tokens"]
 
 
-@dataclass(frozen=True)
-class MLPProbeResult(SavedResult):
-    """Per-pair, per-layer probes of the MLPs against the unembedding (see the module docstring)."""
-
-    STAGE = "analyze"
-
-    model: ModelSpec | dict[str, Any]  # a dict from ModelSpec.to_dict() is converted
-    space: str
-    input_sim_a: Float[Tensor, "pair layer"]
-    input_sim_b: Float[Tensor, "pair layer"]
-    input_sim_answer: Float[Tensor, "pair layer"]
-    input_sim_others: Float[Tensor, "pair layer"]
-    update_sim_answer: Float[Tensor, "pair layer"]
-    update_sim_others: Float[Tensor, "pair layer"]
-    update_direct_answer: Float[Tensor, "pair layer"]
-    update_direct_margin: Float[Tensor, "pair layer"]
-    lens_rank: Float[Tensor, "pair layer"]
-    lens_prob: Float[Tensor, "pair layer"]
-    operations: list[str]
-    pair_ids: list[int]
-    answers: list[str]
-    candidate_numbers: list[int]
-    candidate_tokens: list[int]
-    candidate_texts: list[str]
-    case_row: int
-    case_prompt: str
-    case_answer: str
-    case_answer_label: str
-    case_top_numbers: list[list[str]]
-    case_top_number_scores: Float[Tensor, "layer k_num"]
-    case_top_tokens: list[list[str]]
-    case_top_token_scores: Float[Tensor, "layer k_tok"]
-    case_lens_top: list[str]
-    settings: dict[str, Any] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "model", as_spec(self.model))
-        if self.space not in SPACES:
-            raise ValueError(f"space {self.space!r} is unknown. Fix: use one of {SPACES}.")
-
-    @property
-    def n_layers(self) -> int:
-        return int(self.input_sim_a.shape[1])
-
-    def operation_names(self) -> list[str]:
-        return list(dict.fromkeys(self.operations))
-
-    def rows(self, operation: str | None = None) -> Tensor:
-        return operation_rows(self.operations, operation)
-
-    def first_raising_layer(self, operation: str | None = None, min_margin: float = 0.25) -> int | None:
-        """First layer whose MLP update, on average over pairs, raises the answer above the other numbers.
-
-        That is, mean ``update_direct_margin`` > ``min_margin`` (logits); None if no layer does.
-        """
-        return _first_raising(self.update_direct_margin[self.rows(operation)], min_margin)
-
-    def lens_top1_layer(self, operation: str | None = None, min_share: float = 0.5) -> int | None:
-        """First layer after which the logit lens ranks the answer top-1 for at least ``min_share`` of the pairs.
-
-        None if there is no such layer.
-        """
-        return _lens_top1(self.lens_rank[self.rows(operation)], min_share)
-
-    def layer_interval(
-        self,
-        which: str,
-        operation: str | None = None,
-        n_boot: int = DEFAULT_N_BOOT,
-        seed: int = 0,
-        confidence: float = DEFAULT_CONFIDENCE,
-    ) -> Interval:
-        """Bootstrap interval of :meth:`first_raising_layer` (``which="raising"``) or :meth:`lens_top1_layer`
-        (``which="lens_top1"``), both at their default thresholds, resampling the pairs.
-
-        Args:
-            which: ``"raising"`` or ``"lens_top1"``.
-            operation: restrict to the pairs of one operation (None: all).
-            n_boot: bootstrap resamples.
-            seed: bootstrap seed.
-            confidence: the interval's level.
-
-        Returns:
-            An :class:`~mathcircuits.stats.Interval` in layers; "no such layer" counts as ``n_layers``
-            (in the value too).
-        """
-        fn = {"raising": (_first_raising, self.update_direct_margin), "lens_top1": (_lens_top1, self.lens_rank)}
-        if which not in fn:
-            raise ValueError(f"which={which!r} is unknown. Fix: use 'raising' or 'lens_top1'.")
-        f, data = fn[which]
-        data = data[self.rows(operation)]
-
-        def layer(x: Tensor) -> int:
-            got = f(x)
-            return self.n_layers if got is None else got
-
-        boots = torch.tensor([float(layer(data[i])) for i in bootstrap_indices(data.shape[0], n_boot, seed)])
-        alpha = 1 - confidence
-        q = torch.quantile(boots, torch.tensor([alpha / 2, 1 - alpha / 2], dtype=boots.dtype), interpolation="nearest")
-        return Interval(float(layer(data)), float(q[0]), float(q[1]), int(data.shape[0]), confidence, "bootstrap", seed)
-
-    def layer_summary(self, operation: str | None = None, n_boot: int = DEFAULT_N_BOOT, seed: int = 0):
-        """One row per layer: means (and stds) over pairs of every probe, plus top-1 logit-lens accuracy.
-
-        The direct margin and the update's cosine with the answer carry a bootstrap interval over pairs
-        (``_low``/``_high``; ``n_boot`` resamples, seed ``seed``), the top-1 share a Wilson interval.
-        """
-
-        idx = self.rows(operation)
-        out: dict[str, Any] = {"layer": list(range(self.n_layers))}
-        for name in _PROBES[:-1]:
-            vals = getattr(self, name)[idx]
-            out[name] = vals.mean(0).tolist()
-            out[f"{name}_std"] = vals.std(0, unbiased=False).tolist()
-            if name in ("update_direct_margin", "update_sim_answer"):
-                lo, hi = bootstrap_mean(vals, n_boot, seed)
-                out[f"{name}_low"], out[f"{name}_high"] = lo.tolist(), hi.tolist()
-        top1 = (self.lens_rank[idx] == 0).sum(0).tolist()
-        wil = [wilson_interval(int(k), len(idx)) for k in top1]
-        out["lens_top1"] = [w.value for w in wil]
-        out["lens_top1_low"], out["lens_top1_high"] = [w.low for w in wil], [w.high for w in wil]
-        df = pd.DataFrame(out)
-        df.insert(0, "operation", operation or "all")
-        return df
-
-    def to_dataframe(self):
-        """Long form: one row per pair x layer with every probe."""
-
-        n_pairs, n_layers = self.input_sim_a.shape
-        p = torch.arange(n_pairs).repeat_interleave(n_layers).tolist()
-        data: dict[str, Any] = {
-            "pair_id": [self.pair_ids[i] for i in p],
-            "operation": [self.operations[i] for i in p],
-            "answer": [self.answers[i] for i in p],
-            "layer": list(range(n_layers)) * n_pairs,
-        }
-        for name in _PROBES:
-            data[name] = getattr(self, name).flatten().tolist()
-        return pd.DataFrame(data)
-
-    def case_dataframe(self):
-        """The chosen pair: per layer, the top numbers / tokens its MLP update promotes and the answer's lens rank."""
-
-        rows = []
-        for layer in range(self.n_layers):
-            rows.append(
-                {
-                    "layer": layer,
-                    "top_numbers": " ".join(self.case_top_numbers[layer]),
-                    "top_number_effect": float(self.case_top_number_scores[layer, 0]),
-                    "top_tokens": " | ".join(repr(t) for t in self.case_top_tokens[layer]),
-                    "lens_top1": self.case_lens_top[layer],
-                    "answer_lens_rank": int(self.lens_rank[self.case_row, layer]),
-                    "answer_direct_effect": float(self.update_direct_answer[self.case_row, layer]),
-                }
-            )
-        return pd.DataFrame(rows)
-
-
-def _first_raising(margin: Float[Tensor, "pair layer"], min_margin: float = 0.25) -> int | None:
-    above = (margin.mean(0) > min_margin).nonzero()
-    return int(above[0]) if len(above) else None
-
-
-def _lens_top1(rank: Float[Tensor, "pair layer"], min_share: float = 0.5) -> int | None:
-    above = ((rank == 0).float().mean(0) >= min_share).nonzero()
-    return int(above[0]) if len(above) else None
-
-
-def number_tokens(tokenizer: Any, numbers: list[int], context: str) -> list[int]:
+def number_tokens(tokenizer: PreTrainedTokenizerBase, numbers: list[int], context: str) -> list[int]:
     """First token of each number as it would follow ``context`` (the prompt the answer follows).
 
     Args:
@@ -320,9 +128,9 @@ def _cos(x: Tensor, w: Tensor) -> Tensor:
 
 @torch.no_grad()
 def mlp_probes(
-    model: Any,
-    dataset: Any,
-    space: str = "lens",
+    model: HookedModel,
+    dataset: PairSet | Sequence[dict[str, Any]],
+    space: Space = "lens",
     case_row: int | str = 0,
     max_number: int | None = None,
     top_k: int = 5,
@@ -359,7 +167,9 @@ def mlp_probes(
     """
     if space not in SPACES:
         raise ValueError(f"space {space!r} is unknown. Fix: use one of {SPACES}.")
-    cols = columns(dataset, ("tokens", "prompt", "answer", "answer_token", "a", "b", "operation", "pair_id"))
+    cols = pair_columns(
+        dataset, ("tokens", "prompt", "answer", "answer_token", "a", "b", "operation", "pair_id"), "mlp_probes"
+    )
     n = len(cols["tokens"])
     if isinstance(case_row, str):
         matches = [
@@ -394,18 +204,16 @@ def mlp_probes(
     cand = torch.tensor(cand_tokens, device=model.device)
 
     W_U = bridge.W_U.float()  # activations are read as float32 (also from a bf16 model)
-    b_U = getattr(bridge, "b_U", None)
     d_model = W_U.shape[0]
-    zero_img = bridge.ln_final(torch.zeros(1, 1, d_model, device=W_U.device, dtype=W_U.dtype))[0, 0]
+    structure = block_structure(model)  # the final norm and soft cap come from the family table
+    zero_img = final_norm(model, structure, torch.zeros(1, 1, d_model, device=W_U.device, dtype=W_U.dtype))[0, 0]
 
     def phi(v: Tensor) -> Tensor:
-        return bridge.ln_final(v) - zero_img
+        return final_norm(model, structure, v) - zero_img
 
-    out = {k: torch.zeros(n, n_layers) for k in _PROBES}
+    out = {k: torch.zeros(n, n_layers) for k in PROBES}
     case: dict[str, Any] = {}
-    structure = block_structure(model)
     reads = structure.mlp_reads  # hook_resid_mid, or hook_resid_pre in parallel blocks
-    cap = structure.logit_softcap  # Gemma 2 soft-caps its logits: the lens after the last layer must too
     kinds = [reads, "hook_mlp_out", "hook_resid_post"] + (["mlp.hook_in"] if space == "raw" else [])
     by_template = {"tokens": cols["tokens"], "template_id": template_keys(dataset)}
     prefixes: dict[tuple[int, ...], Any] = {}  # clean prefix KV caches, shared by the batches of a template
@@ -447,15 +255,16 @@ def mlp_probes(
         others = (cand[None, :] != ic[:, None]).float()  # [B, C]
         out["update_sim_others"][idx] = ((cos_all * others[:, None]).sum(-1) / others.sum(-1)[:, None]).cpu()
         final = post[:, -1]  # [B, d], the input of the final norm
-        delta = bridge.ln_final(final[:, None, :]) - bridge.ln_final(final[:, None, :] - upd)  # [B, L, d]
+        delta = final_norm(model, structure, final[:, None, :]) - final_norm(
+            model, structure, final[:, None, :] - upd
+        )  # [B, L, d]
         direct = delta @ W_U[:, cand]  # [B, L, C]
         direct_ans = (delta * W_U[:, ic].T[:, None, :]).sum(-1)
         out["update_direct_answer"][idx] = direct_ans.cpu()
         out["update_direct_margin"][idx] = (
             direct_ans - (direct * others[:, None]).sum(-1) / others.sum(-1)[:, None]
         ).cpu()
-        lens = bridge.ln_final(post) @ W_U + (b_U if b_U is not None else 0)  # [B, L, V]
-        lens = lens if cap is None else cap * torch.tanh(lens / cap)
+        lens = vocab_logits(model, structure, post)  # [B, L, V]: the logit lens, soft-capped like the model
         ans_logit = lens.gather(-1, ic[:, None, None].expand(-1, n_layers, 1))
         out["lens_rank"][idx] = (lens > ans_logit).sum(-1).float().cpu()
         out["lens_prob"][idx] = (
@@ -477,7 +286,7 @@ def mlp_probes(
             }
     cand_labels = [str(first_of[t]) if first_of[t] >= 0 else tok.decode([t]) for t in cand_tokens]
     return MLPProbeResult(
-        model=spec_dict(model),
+        model=model.spec,
         space=space,
         **out,
         operations=list(cols["operation"]),
@@ -490,5 +299,5 @@ def mlp_probes(
         case_prompt=cols["prompt"][case_row],
         case_answer=str(cols["answer"][case_row]),
         **case,
-        settings={"max_number": top, "top_k": top_k, "batch_size": batch_size},
+        settings=ProbeSettings(max_number=top, top_k=top_k, batch_size=batch_size),
     )

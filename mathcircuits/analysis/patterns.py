@@ -13,23 +13,26 @@ Usage::
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 import pandas as pd
 import torch
 from torch import Tensor
 
 from mathcircuits._io import SavedResult
-from mathcircuits.analysis._common import as_heads, columns, spec_dict, token_strings
-from mathcircuits.analysis.attention import ROLE_COLUMNS, ROLES, role_masks
-from mathcircuits.models import hooks
-from mathcircuits.models.spec import ModelSpec, as_spec
+from mathcircuits.analysis.attention import ROLE_COLUMNS
+from mathcircuits.analysis.roles import ROLES, role_masks
+from mathcircuits.data.pairs import PairSet, pair_columns, token_strings
+from mathcircuits.models import Head, HookedModel, hooks
+from mathcircuits.models.spec import ModelSpec
+from mathcircuits.patching import KeyComponents, resolve_heads
 
 __all__ = ["HeadPatterns", "head_patterns"]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class HeadPatterns(SavedResult):
     """Full attention patterns of some heads on a few prompts, for the CircuitsVis views.
 
@@ -44,16 +47,16 @@ class HeadPatterns(SavedResult):
     patterns: list[Tensor]
     pair_ids: list[int]
     operations: list[str]
-    model: ModelSpec | dict[str, Any]  # a dict from ModelSpec.to_dict() is converted
+    model: ModelSpec
 
     STAGE = "analyze"
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "model", as_spec(self.model))
+        object.__setattr__(self, "heads", tuple(Head.of(h) for h in self.heads))
 
     @property
     def labels(self) -> list[str]:
-        return [f"L{l}.H{h}" for l, h in self.heads]
+        return [str(h) for h in self.heads]
 
     def to_dataframe(self):
         """The last row of each pattern: one row per prompt x head x source token."""
@@ -73,10 +76,18 @@ class HeadPatterns(SavedResult):
                     )
         return pd.DataFrame(rows)
 
+    def summary_items(self) -> list[tuple[str, str]]:
+        """Model, heads and prompts recorded."""
+        return [("model", self.model.name), ("heads", ", ".join(self.labels)), ("prompts", str(len(self.prompts)))]
+
 
 @torch.no_grad()
 def head_patterns(
-    model: Any, dataset: Any, heads: Any, rows: Sequence[int] = (0,), drop_prefix: bool = False
+    model: HookedModel,
+    dataset: PairSet | Sequence[dict[str, Any]],
+    heads: KeyComponents | Sequence[tuple[int, int]],
+    rows: Sequence[int] = (0,),
+    drop_prefix: bool = False,
 ) -> HeadPatterns:
     """Record the attention patterns of ``heads`` on the dataset rows ``rows``.
 
@@ -101,8 +112,8 @@ def head_patterns(
             role positions are invalid.
     """
     spec = model.spec
-    heads_t = as_heads(heads, spec)
-    cols = columns(dataset, ROLE_COLUMNS + ("prompt",))
+    heads_t = resolve_heads(heads, spec)
+    cols = pair_columns(dataset, ROLE_COLUMNS + ("prompt",), "head_patterns")
     n = len(cols["tokens"])
     bad = [r for r in rows if not 0 <= r < n]
     if bad:
@@ -132,5 +143,5 @@ def head_patterns(
         patterns=out_patterns,
         pair_ids=[int(cols["pair_id"][r]) for r in rows],
         operations=[cols["operation"][r] for r in rows],
-        model=spec_dict(model),
+        model=spec,
     )

@@ -37,14 +37,17 @@ from scipy.stats import spearmanr
 from torch import Tensor
 
 from mathcircuits.circuit.components import Receiver, Sender
-from mathcircuits.circuit.edges import EdgeBatch, PairCache, _check, _readout, _select, patched_inputs
-from mathcircuits.patching.metrics import Metric
+from mathcircuits.circuit.edges import patched_inputs
+from mathcircuits.circuit.pair_cache import EdgeBatch, PairCache, check_request, receiver_slice
+from mathcircuits.models import HookedModel
+from mathcircuits.models.readout import Readout
+from mathcircuits.patching import Metric
 from mathcircuits.stats import DEFAULT_CONFIDENCE, Interval, bootstrap_statistic
 
 __all__ = ["ScreenAgreement", "attribute_edges", "receiver_gradient", "screen_agreement"]
 
 
-def receiver_gradient(model: Any, cache: PairCache, receiver: Receiver, metric: Metric) -> Tensor:
+def receiver_gradient(model: HookedModel, cache: PairCache, receiver: Receiver, metric: Metric) -> Tensor:
     """Gradient of each pair's answer target at the last position with respect to the receiver's input.
 
     Args:
@@ -64,14 +67,14 @@ def receiver_gradient(model: Any, cache: PairCache, receiver: Receiver, metric: 
 
     with torch.enable_grad():
         logits = model.bridge.run_with_hooks(cache.tokens, fwd_hooks=[(receiver.hook(), leaf)])[:, -1]
-        target = _readout(logits, cache.answer, metric.needs_probs).value(metric.target)
+        target = Readout.from_logits(logits, cache.answer, metric.needs_probs).value(metric.target)
         (grad,) = torch.autograd.grad(target.sum(), box["a"])  # pairs are independent rows: one backward
-    return _select(receiver, grad.detach())
+    return receiver_slice(receiver, grad.detach())
 
 
 @torch.no_grad()
 def attribute_edges(
-    model: Any,
+    model: HookedModel,
     cache: PairCache,
     receiver: Receiver,
     senders: Sequence[Sender],
@@ -86,13 +89,13 @@ def attribute_edges(
     Returns:
         :class:`~.edges.EdgeBatch` of per-pair estimates, one column per sender.
     """
-    receiver = _check(model, receiver, senders, cache.structure)
+    receiver = check_request(model, receiver, senders, cache.structure)
     B = cache.tokens.shape[0]
     changed, new = patched_inputs(model, cache, receiver, senders, positions)
     if not changed:
         return EdgeBatch(effects=torch.zeros(B, len(senders)), clean_logit=cache.clean.logit)
     grad = receiver_gradient(model, cache, receiver, metric)[:, changed]  # [B, |C|, ...]
-    old = _select(receiver, cache.ref[receiver.hook()])[:, changed]
+    old = receiver_slice(receiver, cache.ref[receiver.hook()])[:, changed]
     change = ((new - old[None]).float() * grad[None].float()).flatten(2).sum(-1)  # [sender, B]
     rows = torch.arange(B).repeat(len(senders))  # sender-major rows
     eff = metric.of_change(change.reshape(-1), cache.clean.take(rows)).reshape(len(senders), B)

@@ -17,14 +17,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
-from mathcircuits.models import hooks
+from mathcircuits.circuit.config import EdgeSender
+from mathcircuits.models import Head, hooks
 
 __all__ = ["Receiver", "Sender", "check_positions", "upstream_senders"]
 
 RECEIVER_KINDS = ("logits", "q", "k", "v", "mlp")
-SENDER_KINDS = ("head", "mlp")
+SENDER_KINDS: tuple[str, ...] = get_args(EdgeSender)
 
 
 @dataclass(frozen=True, order=True)
@@ -52,7 +53,7 @@ class Sender:
 
     @property
     def name(self) -> str:
-        return f"L{self.layer}.H{self.head}" if self.kind == "head" else f"MLP{self.layer}"
+        return str(Head(self.layer, self.head)) if self.kind == "head" else f"MLP{self.layer}"
 
     def check(self, spec: Any) -> None:
         """Refuse a layer or head index outside the model."""
@@ -110,7 +111,7 @@ class Receiver:
         if self.kind == "mlp":
             return f"MLP{self.layer}.in{at}"
         if self.kind == "q":
-            return f"L{self.layer}.H{self.head}.q{at}"
+            return f"{Head(self.layer, self.head)}.q{at}"
         return f"L{self.layer}.G{self.group}.{self.kind}"
 
     def hook(self) -> str:

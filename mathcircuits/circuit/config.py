@@ -8,11 +8,21 @@ Its fields are :func:`~mathcircuits.circuit.discover_circuit`'s and
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, TypeAlias
 
 from mathcircuits._schema import check_fields, setting
+from mathcircuits.patching import MetricName
 
-__all__ = ["CircuitConfig"]
+__all__ = ["CircuitConfig", "EdgeMethod", "EdgeSender", "ReceiverKind", "ScanPositions"]
+
+#: Which components send edges (the ``senders`` choices of ``discover_circuit`` and ``CircuitConfig``).
+EdgeSender: TypeAlias = Literal["head", "mlp"]
+#: Which inputs of a node receive them.
+ReceiverKind: TypeAlias = Literal["q", "k", "v", "mlp"]
+#: Which positions are scanned: the prompt's token roles, or every query token.
+ScanPositions: TypeAlias = Literal["roles", "suffix"]
+#: How an edge is measured: the cached suffix-only method, or two plain forwards.
+EdgeMethod: TypeAlias = Literal["exact", "reference"]
 
 
 @dataclass(frozen=True)
@@ -24,16 +34,16 @@ class CircuitConfig:
     depth: int = setting(1, "rounds of 'which senders feed these nodes'", ge=0)
     threshold: float = setting(0.01, "smallest |mean effect| of an edge (metric units)", ge=0)
     top_k: int = setting(4, "at most this many edges per receiver", ge=1)
-    senders: tuple[Literal["head", "mlp"], ...] = setting(("head", "mlp"), "which components send")
-    receivers: tuple[Literal["q", "k", "v", "mlp"], ...] = setting(("q", "k", "v", "mlp"), "which inputs receive")
-    positions: Literal["roles", "suffix"] = setting("roles", "roles: A, B, op, last; suffix: every query token")
-    method: Literal["exact", "reference"] = setting("exact", "exact: cached and suffix-only; reference: 2 forwards")
+    senders: tuple[EdgeSender, ...] = setting(("head", "mlp"), "which components send")
+    receivers: tuple[ReceiverKind, ...] = setting(("q", "k", "v", "mlp"), "which inputs receive")
+    positions: ScanPositions = setting("roles", "roles: A, B, op, last; suffix: every query token")
+    method: EdgeMethod = setting("exact", "exact: cached and suffix-only; reference: 2 forwards")
     screen: int | None = setting(
         None,
         "measure exactly only this many senders per receiver that the attribution screen ranks first; null: all",
         ge=1,
     )
-    metric: Literal["relative_logit", "logit_diff", "prob_change"] = setting("relative_logit", "edge effect measure")
+    metric: MetricName = setting("relative_logit", "edge effect measure")
     max_pairs: int = setting(8, "correct pairs the edges are measured on", ge=2)
     faithfulness_pairs: int = setting(24, "correct pairs faithfulness is scored on", ge=2)
     n_random: int = setting(20, "random circuits of equal size", ge=0)

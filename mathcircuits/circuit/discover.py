@@ -35,11 +35,15 @@ from tqdm.auto import tqdm
 
 from mathcircuits.circuit.attribution import attribute_edges
 from mathcircuits.circuit.components import SENDER_KINDS, Receiver, Sender, upstream_senders
-from mathcircuits.circuit.edges import PairCache, exact_edges, pair_cache, reference_edges
-from mathcircuits.circuit.result import Circuit, Edge, Node
+from mathcircuits.circuit.config import EdgeMethod, EdgeSender, ReceiverKind, ScanPositions
+from mathcircuits.circuit.edges import exact_edges
+from mathcircuits.circuit.pair_cache import PairCache, pair_cache
+from mathcircuits.circuit.reference import reference_edges
+from mathcircuits.circuit.result import Circuit, CircuitData, CircuitSettings, Edge, Node
 from mathcircuits.data.batching import iter_batches
-from mathcircuits.patching import get_metric, path_patch
-from mathcircuits.patching._common import check_dataset
+from mathcircuits.data.pairs import PairSet, check_token_aligned
+from mathcircuits.models import HookedModel
+from mathcircuits.patching import Metric, MetricName, get_metric, path_patch
 from mathcircuits.stats import bootstrap_statistic
 
 __all__ = ["ROLES", "discover_circuit", "scan_positions"]
@@ -89,7 +93,7 @@ def _receivers(node: Node, spec: Any, kinds: Sequence[str]) -> list[tuple[Receiv
 
 
 def _measure(
-    model: Any,
+    model: HookedModel,
     batches: list[tuple[PairCache, dict[str, int]]],
     receiver: Receiver,
     at: str,
@@ -124,17 +128,17 @@ def _measure(
 
 @torch.no_grad()
 def discover_circuit(
-    model: Any,
-    dataset: Any,
+    model: HookedModel,
+    dataset: PairSet,
     key_heads: Sequence[tuple[int, int]],
     depth: int = 2,
     threshold: float = 0.01,
     top_k: int = 4,
-    senders: Sequence[str] = ("head", "mlp"),
-    receivers: Sequence[str] = ("q", "k", "v", "mlp"),
-    positions: str = "roles",
-    metric: str = "relative_logit",
-    method: str = "exact",
+    senders: Sequence[EdgeSender] = ("head", "mlp"),
+    receivers: Sequence[ReceiverKind] = ("q", "k", "v", "mlp"),
+    positions: ScanPositions = "roles",
+    metric: MetricName | Metric = "relative_logit",
+    method: EdgeMethod = "exact",
     screen: int | None = None,
     batch_size: int = 8,
     n_boot: int = 1000,
@@ -168,7 +172,7 @@ def discover_circuit(
     """
     t0 = time.perf_counter()
     spec = model.spec
-    check_dataset(dataset, spec)
+    check_token_aligned(dataset, spec.vocab_size)
     if method not in EDGE_METHODS:
         raise ValueError(f"method {method!r} is unknown. Fix: use one of {list(EDGE_METHODS)}.")
     bad = [k for k in receivers if k not in ("q", "k", "v", "mlp")]
@@ -249,23 +253,23 @@ def discover_circuit(
         method=method,
         n_pairs=len(dataset),
         confidence=confidence,
-        data={
-            "operations": sorted(set(dataset["operation"])) if "operation" in dataset.column_names else [],
-            "templates": sorted(set(dataset["template_id"])) if "template_id" in dataset.column_names else [],
-            "pair_ids": list(dataset["pair_id"]) if "pair_id" in dataset.column_names else [],
-        },
-        settings={
-            "key_heads": [list(h) for h in key_heads],
-            "depth": depth,
-            "threshold": threshold,
-            "top_k": top_k,
-            "senders": list(senders),
-            "receivers": list(receivers),
-            "positions": positions,
-            "screen": screen,
-            "batch_size": batch_size,
-            "n_boot": n_boot,
-            "seed": seed,
-        },
+        data=CircuitData(
+            operations=sorted(set(dataset["operation"])) if "operation" in dataset.column_names else [],
+            templates=sorted(set(dataset["template_id"])) if "template_id" in dataset.column_names else [],
+            pair_ids=list(dataset["pair_id"]) if "pair_id" in dataset.column_names else [],
+        ),
+        settings=CircuitSettings(
+            key_heads=[list(h) for h in key_heads],
+            depth=depth,
+            threshold=threshold,
+            top_k=top_k,
+            senders=list(senders),
+            receivers=list(receivers),
+            positions=positions,
+            screen=screen,
+            batch_size=batch_size,
+            n_boot=n_boot,
+            seed=seed,
+        ),
         seconds=time.perf_counter() - t0,
     )

@@ -39,130 +39,50 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import torch
-from jaxtyping import Float, Int
+from jaxtyping import Float
 from torch import Tensor
 
 from mathcircuits.circuit.components import Receiver, Sender, check_positions
-from mathcircuits.models import fast_paths_enabled, hooks
-from mathcircuits.models.families import BlockStructure, UnsupportedFamilyError, block_structure
+from mathcircuits.circuit.pair_cache import EdgeBatch, PairCache, check_request, pair_cache, receiver_slice
+from mathcircuits.circuit.reference import reference_edges
+from mathcircuits.models import HookedModel, fast_paths_enabled, hooks
+from mathcircuits.models.changes import attn_change, attn_pre_norm_name, mlp_change
+from mathcircuits.models.families import BlockStructure, UnsupportedFamilyError
 from mathcircuits.models.integrity import compare, model_dtype, probe_pairs, verify_once
-from mathcircuits.patching._common import attn_change, attn_pre_norm_name, capture, mlp_change
-from mathcircuits.patching.metrics import METRICS, Metric, Readout
+from mathcircuits.models.readout import Readout
+from mathcircuits.patching import METRICS, Metric
 
-__all__ = ["EdgeBatch", "PairCache", "check_edges", "exact_edges", "pair_cache", "patched_inputs", "reference_edges"]
-
-
-@dataclass(frozen=True)
-class PairCache:
-    """One batch of equal-length pairs and its two cached runs (every position), shared by all receivers.
-
-    ``ref`` holds per layer ``hook_z``, ``hook_mlp_out``, ``hook_resid_pre``, the residual the MLP reads,
-    the attention output before a post-attention norm (where the family has one), ``hook_q/k/v`` and the
-    MLP's input; ``cf`` holds ``hook_z`` and ``hook_mlp_out`` of the counterfactual prompts.
-    """
-
-    tokens: Int[Tensor, "batch seq"]
-    cf_tokens: Int[Tensor, "batch seq"]
-    answer: Int[Tensor, " batch"]
-    ref: dict[str, Tensor]
-    cf: dict[str, Tensor]
-    clean: Readout
-    structure: BlockStructure
+__all__ = ["check_edges", "exact_edges", "patched_inputs", "receiver_effects"]
 
 
 @torch.no_grad()
-def pair_cache(
-    model: Any,
-    tokens: Int[Tensor, "batch seq"],
-    cf_tokens: Int[Tensor, "batch seq"],
-    answer: Int[Tensor, " batch"],
-    need_probs: bool = False,
-) -> PairCache:
-    """The reference and counterfactual runs of one batch, cached at every position.
+def receiver_effects(
+    model: HookedModel,
+    cache: PairCache,
+    receiver: Receiver,
+    values: Tensor,
+    start: int,
+    metric: Metric,
+    chunk: int = 8192,
+) -> Float[Tensor, "sender batch"]:
+    """Step 2 of the method: the effect on the answer of the receiver's input replaced by ``values``.
 
     Args:
         model: the hooked model.
-        tokens: reference prompts.
-        cf_tokens: token-aligned counterfactual prompts.
-        answer: the answer's first token per pair.
-        need_probs: also read out the clean answer probability (for ``prob_change``).
+        cache: the batch's two cached runs.
+        receiver: the receiver whose input is replaced.
+        values: one replacement per sender, ``[sender, batch, seq − start, ...]`` (the receiver's hook's
+            slice from position ``start`` on).
+        start: the first position replaced; the prefix before it runs once with a KV cache.
+        metric: the effect measure.
+        chunk: rows per forward (bounds memory).
 
     Returns:
-        A :class:`PairCache`.
+        The effect of each sender's replacement on each pair.
     """
-    if tokens.shape != cf_tokens.shape:
-        raise ValueError(
-            f"reference tokens {tuple(tokens.shape)} and counterfactual tokens {tuple(cf_tokens.shape)} differ in "
-            "shape. Fix: pass token-aligned pairs of equal length (mathcircuits.data.generate_pairs)."
-        )
-    structure = block_structure(model)
-    names = []
-    for layer in range(model.spec.n_layers):
-        names += [hooks.z(layer), hooks.mlp_out(layer), hooks.resid_pre(layer), hooks.sub(layer, structure.mlp_reads)]
-        names += [hooks.sub(layer, f"attn.hook_{k}") for k in "qkv"] + [hooks.mlp_in(layer)]
-        pre = attn_pre_norm_name(structure, layer)
-        names += [pre] if pre is not None else []
-    logits, ref = capture(model.bridge, tokens, sorted(set(names)), position=None)
-    cf_names = [n for layer in range(model.spec.n_layers) for n in (hooks.z(layer), hooks.mlp_out(layer))]
-    _, cf = capture(model.bridge, cf_tokens, cf_names, position=None)
-    clean = _readout(logits[:, -1], answer, need_probs)
-    return PairCache(tokens, cf_tokens, answer, ref, cf, clean, structure)
-
-
-@dataclass(frozen=True)
-class EdgeBatch:
-    """Per-pair effects of each sender on one receiver, for one batch of equal-length pairs."""
-
-    effects: Float[Tensor, "batch sender"]
-    clean_logit: Float[Tensor, " batch"]
-
-
-def _readout(logits: Tensor, answer: Tensor, need_probs: bool) -> Readout:
-    logit = logits.gather(-1, answer[:, None])[:, 0]
-    prob = torch.softmax(logits.float(), -1).gather(-1, answer[:, None])[:, 0] if need_probs else None
-    return Readout(logit, prob)
-
-
-def _select(receiver: Receiver, act: Tensor) -> Tensor:
-    """The receiver's slice of its hook's activation ``[..., pos, (head|group), d]``."""
-    return act if receiver.kind == "mlp" else act[..., receiver.index, :]
-
-
-def _put(receiver: Receiver, act: Tensor, value: Tensor, pos: Sequence[int]) -> Tensor:
-    act = act.clone()
-    if receiver.kind == "mlp":
-        act[:, pos] = value.to(act.dtype)
-    else:
-        act[:, pos, receiver.index] = value.to(act.dtype)
-    return act
-
-
-def _check(model: Any, receiver: Receiver, senders: Sequence[Sender], structure: BlockStructure) -> Receiver:
-    receiver = receiver.check(model.spec)
-    if receiver.kind == "logits":
-        raise ValueError(
-            "the receiver is the logits, which mathcircuits.patching.path_patch already scans at the cost floor. "
-            "Fix: use path_patch(model, dataset) for sender → logits, or a q/k/v/mlp receiver here."
-        )
-    for s in senders:
-        s.check(model.spec)
-        if not receiver.is_downstream_of(s, structure.parallel):
-            raise ValueError(
-                f"sender {s.name} lies at or after receiver {receiver.name}, so its output cannot reach it. "
-                "Fix: use senders in earlier layers (upstream_senders(spec, receiver, parallel) lists them)."
-            )
-    return receiver
-
-
-@torch.no_grad()
-def _step2(
-    model: Any, cache: PairCache, receiver: Receiver, values: Tensor, start: int, metric: Metric, chunk: int
-) -> Tensor:
-    """Effects of the receiver's activation replaced by ``values`` [sender, batch, seq−start, ...] from ``start``."""
     bridge, tokens, answer, clean = model.bridge, cache.tokens, cache.answer, cache.clean
     n_s, B = values.shape[:2]
     past = None
@@ -186,7 +106,7 @@ def _step2(
         logits = bridge.run_with_hooks(
             suffix.repeat_interleave(n, 0), fwd_hooks=[(receiver.hook(), hook)], past_key_values=kv
         )[:, -1]
-        patched = _readout(logits, answer.repeat_interleave(n), metric.needs_probs)
+        patched = Readout.from_logits(logits, answer.repeat_interleave(n), metric.needs_probs)
         eff = metric(patched, clean.take(torch.arange(B).repeat_interleave(n)))
         out[lo : lo + n] = eff.float().cpu().reshape(B, n).T
     return out
@@ -198,69 +118,7 @@ def _put_all(act: Tensor, rows: Tensor, index: int) -> Tensor:
     return act
 
 
-@torch.no_grad()
-def reference_edges(
-    model: Any,
-    cache: PairCache,
-    receiver: Receiver,
-    senders: Sequence[Sender],
-    positions: Sequence[int],
-    metric: Metric,
-) -> EdgeBatch:
-    """Sender → receiver effects by the definition: two full hooked forwards per sender.
-
-    Args:
-        model: the hooked model.
-        cache: the batch and its cached runs (:func:`pair_cache`).
-        receiver: a q/k/v/mlp :class:`Receiver`.
-        senders: heads and MLPs upstream of the receiver.
-        positions: where each sender is patched (all of them at once).
-        metric: the effect measure at the last position.
-
-    Returns:
-        :class:`EdgeBatch` of per-pair effects, one column per sender.
-    """
-    receiver = _check(model, receiver, senders, cache.structure)
-    bridge, L = model.bridge, model.spec.n_layers
-    tokens, ref, cf = cache.tokens, cache.ref, cache.cf
-    seq = tokens.shape[1]
-    pos = check_positions(positions, seq, "sender")
-    rpos = receiver.positions(seq)
-    z_names = [hooks.z(layer) for layer in range(L)]
-    m_names = [hooks.mlp_out(layer) for layer in range(L)]
-    out = torch.empty(tokens.shape[0], len(senders))
-    for j, s in enumerate(senders):
-        record: dict[str, Tensor] = {}
-
-        def freeze(act: Tensor, hook: Any, layer: int = 0, s: Sender = s) -> Tensor:
-            new = ref[z_names[layer]].clone()
-            if s.kind == "head" and s.layer == layer:
-                new[:, pos, s.head] = cf[z_names[layer]][:, pos, s.head]
-            return new
-
-        def patch_mlp(act: Tensor, hook: Any, s: Sender = s) -> Tensor:
-            new = act.clone()
-            new[:, pos] = cf[m_names[s.layer]][:, pos]
-            return new
-
-        def keep(act: Tensor, hook: Any, record: dict[str, Tensor] = record) -> None:
-            record["r"] = act.detach().clone()
-
-        fwd = [(z_names[layer], lambda a, hook, layer=layer: freeze(a, hook, layer)) for layer in range(L)]
-        if s.kind == "mlp":
-            fwd.append((m_names[s.layer], patch_mlp))
-        bridge.run_with_hooks(tokens, fwd_hooks=fwd + [(receiver.hook(), keep)])
-        value = _select(receiver, record["r"])[:, rpos]
-
-        def replace(act: Tensor, hook: Any, value: Tensor = value) -> Tensor:
-            return _put(receiver, act, value, rpos)
-
-        logits = bridge.run_with_hooks(tokens, fwd_hooks=[(receiver.hook(), replace)])[:, -1]
-        out[:, j] = metric(_readout(logits, cache.answer, metric.needs_probs), cache.clean).float().cpu()
-    return EdgeBatch(effects=out, clean_logit=cache.clean.logit)
-
-
-def _receiver_input(model: Any, structure: BlockStructure, receiver: Receiver, resid: Tensor) -> Tensor:
+def _receiver_input(model: HookedModel, structure: BlockStructure, receiver: Receiver, resid: Tensor) -> Tensor:
     """The receiver's hook value from the residual it reads (``resid_pre`` for q/k/v, the MLP's input residual)."""
     block = model.bridge.blocks[receiver.layer]
     if receiver.kind == "mlp":
@@ -272,7 +130,7 @@ def _receiver_input(model: Any, structure: BlockStructure, receiver: Receiver, r
     return proj.reshape(*proj.shape[:-1], -1, d_head) if proj.shape[-1] != d_head else proj
 
 
-def _delta(model: Any, cache: PairCache, s: Sender, P: Tensor, until: int, W_O: Tensor) -> Tensor:
+def _delta(model: HookedModel, cache: PairCache, s: Sender, P: Tensor, until: int, W_O: Tensor) -> Tensor:
     """The residual change at positions ``P`` [batch, |P|, d_model] that sender ``s`` causes before layer ``until``.
 
     With every head frozen, only the MLPs (and norms) between sender and receiver carry it on. ``W_O``: the
@@ -301,7 +159,7 @@ def _delta(model: Any, cache: PairCache, s: Sender, P: Tensor, until: int, W_O: 
 
 @torch.no_grad()
 def exact_edges(
-    model: Any,
+    model: HookedModel,
     cache: PairCache,
     receiver: Receiver,
     senders: Sequence[Sender],
@@ -324,22 +182,22 @@ def exact_edges(
     if not fast_paths_enabled():
         return reference_edges(model, cache, receiver, senders, positions, metric)
     verify_once(model.bridge, "circuit edges", lambda: check_edges(model))
-    receiver = _check(model, receiver, senders, cache.structure)
+    receiver = check_request(model, receiver, senders, cache.structure)
     B = cache.tokens.shape[0]
     changed, new = patched_inputs(model, cache, receiver, senders, positions)
     if not changed:  # nothing the receiver reads differs at the patched positions: no effect, exactly
         return EdgeBatch(effects=torch.zeros(B, len(senders)), clean_logit=cache.clean.logit)
     start = changed[0]
-    base = _select(receiver, cache.ref[receiver.hook()])[:, start:]  # [B, S', ...]
+    base = receiver_slice(receiver, cache.ref[receiver.hook()])[:, start:]  # [B, S', ...]
     values = base[None].repeat(len(senders), *([1] * base.dim())).clone()
     values[:, :, [p - start for p in changed]] = new.to(values.dtype)
-    effects = _step2(model, cache, receiver, values, start, metric, chunk_rows)
+    effects = receiver_effects(model, cache, receiver, values, start, metric, chunk_rows)
     return EdgeBatch(effects=effects.T.contiguous(), clean_logit=cache.clean.logit)
 
 
 @torch.no_grad()
 def patched_inputs(
-    model: Any, cache: PairCache, receiver: Receiver, senders: Sequence[Sender], positions: Sequence[int]
+    model: HookedModel, cache: PairCache, receiver: Receiver, senders: Sequence[Sender], positions: Sequence[int]
 ) -> tuple[list[int], Tensor | None]:
     """Step 1 without forwards: the receiver's input at the positions a sender patch changes.
 
@@ -376,10 +234,12 @@ def patched_inputs(
     C = torch.tensor(changed)
     W_O = model.bridge.W_O  # the bridge stacks it from every layer on each access: read it once
     delta = torch.stack([_delta(model, cache, s, C, lr, W_O) for s in senders])  # [sender, B, |C|, d_model]
-    return changed, _select(receiver, _receiver_input(model, structure, receiver, ref[reads][:, C][None] + delta))
+    return changed, receiver_slice(
+        receiver, _receiver_input(model, structure, receiver, ref[reads][:, C][None] + delta)
+    )
 
 
-def check_edges(model: Any) -> tuple[float, float]:
+def check_edges(model: HookedModel) -> tuple[float, float]:
     """Exact against reference sender → receiver effects on probe pairs (the run-time check of :func:`exact_edges`).
 
     Three receivers of the last layer (a head's query, its KV group's values, the MLP's input) and three senders

@@ -21,16 +21,16 @@ from __future__ import annotations
 
 import random
 from collections.abc import Sequence
-from typing import Any
 
 import torch
 from jaxtyping import Float
 from torch import Tensor
 
 from mathcircuits.ablation import HeadMeans, ablated_model, head_means
-from mathcircuits.circuit.result import Circuit, Faithfulness
+from mathcircuits.circuit.result import Circuit, Faithfulness, FaithfulnessSettings
 from mathcircuits.data.batching import iter_batches
-from mathcircuits.patching._common import check_dataset
+from mathcircuits.data.pairs import PairSet, check_token_aligned
+from mathcircuits.models import Head, HookedModel
 from mathcircuits.stats import bootstrap_statistic
 
 __all__ = ["answer_logprob", "faithfulness"]
@@ -38,7 +38,7 @@ __all__ = ["answer_logprob", "faithfulness"]
 
 @torch.no_grad()
 def answer_logprob(
-    model: Any, dataset: Any, ablate: Sequence[tuple[int, int]], means: HeadMeans, batch_size: int = 16
+    model: HookedModel, dataset: PairSet, ablate: Sequence[tuple[int, int]], means: HeadMeans, batch_size: int = 16
 ) -> Float[Tensor, " pair"]:
     """Log-probability of each pair's answer token at the last position, with ``ablate`` mean-ablated.
 
@@ -66,8 +66,8 @@ def _ratio_of_means(rows: Tensor) -> float:
 
 
 def faithfulness(
-    model: Any,
-    dataset: Any,
+    model: HookedModel,
+    dataset: PairSet,
     circuit: Circuit,
     means: HeadMeans | None = None,
     n_random: int = 20,
@@ -91,7 +91,7 @@ def faithfulness(
         A :class:`Faithfulness`.
     """
     circuit.check_model(model)
-    check_dataset(dataset, model.spec)
+    check_token_aligned(dataset, model.spec.vocab_size)
     means = means if means is not None else head_means(model, dataset)
     means.check_model(model)
     spec = model.spec
@@ -119,9 +119,7 @@ def faithfulness(
     joint = torch.stack([f_c - f_none, gap], 1)  # pairs resampled jointly: one interval of the ratio of means
     iv = bootstrap_statistic(joint, _ratio_of_means, n_boot=n_boot, seed=seed, confidence=confidence)
     low, high = iv.low, iv.high
-    minimality = {
-        f"L{layer}.H{head}": value - share([h for h in kept if h != (layer, head)])[0] for layer, head in kept
-    }
+    minimality = {str(Head(*h)): value - share([k for k in kept if k != h])[0] for h in kept}
     rng = random.Random(seed)
     rand = tuple(share(rng.sample(every, len(kept)))[0] for _ in range(n_random))
     return Faithfulness(
@@ -137,5 +135,5 @@ def faithfulness(
         random=rand,
         n_pairs=len(dataset),
         confidence=confidence,
-        settings={"n_random": n_random, "n_boot": n_boot, "seed": seed, "means": means.source},
+        settings=FaithfulnessSettings(n_random=n_random, n_boot=n_boot, seed=seed, means=means.source),
     )

@@ -11,14 +11,16 @@ edge on a GQA model enters a KV group: ``shared_by`` lists the query heads readi
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 import pandas as pd
+from torch import nn
 
 from mathcircuits._io import SavedResult
-from mathcircuits.models.spec import ModelSpec, as_spec, check_model
+from mathcircuits.circuit.config import EdgeSender, ReceiverKind, ScanPositions
+from mathcircuits.models import Head, HookedModel
+from mathcircuits.models.spec import ModelSpec, check_model
 
-__all__ = ["Circuit", "Edge", "Faithfulness", "Node"]
+__all__ = ["Circuit", "CircuitData", "CircuitSettings", "Edge", "Faithfulness", "FaithfulnessSettings", "Node"]
 
 
 @dataclass(frozen=True)
@@ -49,7 +51,7 @@ class Node:
     def component(self) -> str:
         if self.kind == "logits":
             return "logits"
-        return f"L{self.layer}.H{self.head}" if self.kind == "head" else f"MLP{self.layer}"
+        return str(Head(self.layer, self.head)) if self.kind == "head" else f"MLP{self.layer}"
 
     @property
     def name(self) -> str:
@@ -77,6 +79,42 @@ class Edge:
 
 
 @dataclass(frozen=True)
+class CircuitData:
+    """The pairs a circuit was found on: their operations, templates and pair ids."""
+
+    operations: list[str] = field(default_factory=list)
+    templates: list[str] = field(default_factory=list)
+    pair_ids: list[int] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class CircuitSettings:
+    """How a circuit was found (the arguments of :func:`~mathcircuits.circuit.discover_circuit`)."""
+
+    key_heads: list[list[int]] = field(default_factory=list)
+    depth: int = 2
+    threshold: float = 0.0
+    top_k: int = 0
+    senders: list[EdgeSender] = field(default_factory=list)
+    receivers: list[ReceiverKind] = field(default_factory=list)
+    positions: ScanPositions = "roles"
+    screen: int | None = None
+    batch_size: int = 16
+    n_boot: int = 0
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class FaithfulnessSettings:
+    """How faithfulness was measured: random circuits drawn, bootstrap resamples, seed, and the head means used."""
+
+    n_random: int = 0
+    n_boot: int = 0
+    seed: int = 0
+    means: str = ""
+
+
+@dataclass(frozen=True, repr=False)
 class Circuit(SavedResult):
     """Nodes and edges found by iterating sender → receiver path patching from the key components.
 
@@ -87,19 +125,18 @@ class Circuit(SavedResult):
     VERSION = 1
     STAGE = "circuit"
 
-    model: ModelSpec | dict[str, Any]
+    model: ModelSpec
     nodes: tuple[Node, ...]
     edges: tuple[Edge, ...]
     metric: str
     method: str
     n_pairs: int
     confidence: float = 0.95
-    data: dict[str, Any] = field(default_factory=dict)
-    settings: dict[str, Any] = field(default_factory=dict)
+    data: CircuitData = CircuitData()
+    settings: CircuitSettings = CircuitSettings()
     seconds: float = float("nan")
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "model", as_spec(self.model))
         spec = self.model
         for n in self.nodes:
             if n.kind == "head":
@@ -118,7 +155,7 @@ class Circuit(SavedResult):
                 "Fix: build circuits with discover_circuit(), or list both nodes."
             )
 
-    def check_model(self, model: Any) -> None:
+    def check_model(self, model: ModelSpec | HookedModel | nn.Module) -> None:
         """Refuse a model other than the one the circuit was found on."""
         check_model(self.model, model, "this circuit", "discover the circuit on this model")
 
@@ -159,8 +196,20 @@ class Circuit(SavedResult):
         cols = ["sender", "receiver", "via", "effect", "low", "high", "shared_by", "sender_role", "receiver_role"]
         return pd.DataFrame(rows, columns=cols)
 
+    def summary_items(self) -> list[tuple[str, str]]:
+        """Model, nodes, edges, pairs and the strongest edge."""
+        top = self.strongest_edges(1)
+        edge = f"{top[0].sender} → {top[0].receiver} {top[0].effect:+.3g}" if top else "none"
+        return [
+            ("model", self.model.name),
+            ("nodes", str(len(self.nodes))),
+            ("edges", str(len(self.edges))),
+            ("pairs", str(self.n_pairs)),
+            ("strongest edge", edge),
+        ]
 
-@dataclass(frozen=True)
+
+@dataclass(frozen=True, repr=False)
 class Faithfulness(SavedResult):
     """How much of the task the circuit's heads carry, with every other head mean-ablated (Wang et al. 2023).
 
@@ -174,7 +223,7 @@ class Faithfulness(SavedResult):
     VERSION = 1
     STAGE = "circuit"
 
-    model: ModelSpec | dict[str, Any]
+    model: ModelSpec
     heads: tuple[tuple[int, int], ...]
     faithfulness: float
     low: float
@@ -186,10 +235,7 @@ class Faithfulness(SavedResult):
     random: tuple[float, ...] = ()
     n_pairs: int = 0
     confidence: float = 0.95
-    settings: dict[str, Any] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "model", as_spec(self.model))
+    settings: FaithfulnessSettings = FaithfulnessSettings()
 
     @property
     def random_share_below(self) -> float:
@@ -197,3 +243,12 @@ class Faithfulness(SavedResult):
         if not self.random:
             return float("nan")
         return sum(r < self.faithfulness for r in self.random) / len(self.random)
+
+    def summary_items(self) -> list[tuple[str, str]]:
+        """Model, the circuit's heads and its faithfulness with the interval."""
+        return [
+            ("model", self.model.name),
+            ("heads", str(len(self.heads))),
+            ("pairs", str(self.n_pairs)),
+            ("faithfulness", f"{self.faithfulness:.3f} [{self.low:.3f}, {self.high:.3f}]"),
+        ]

@@ -10,15 +10,15 @@ node is named by its position (e.g. *MLP at op*). The label carries the attentio
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
 
 import torch
 
 from mathcircuits.circuit.discover import ROLES, scan_positions
 from mathcircuits.circuit.result import Circuit
 from mathcircuits.data.batching import iter_batches
-from mathcircuits.models import hooks
-from mathcircuits.patching._common import capture
+from mathcircuits.data.pairs import PairSet
+from mathcircuits.models import HookedModel, hooks
+from mathcircuits.models.capture import capture
 
 __all__ = ["label_roles"]
 
@@ -26,7 +26,7 @@ _NAMES = {"operands": "operand mover", "op": "operator reader", "prefix": "few-s
 
 
 @torch.no_grad()
-def label_roles(model: Any, dataset: Any, circuit: Circuit, batch_size: int = 16) -> Circuit:
+def label_roles(model: HookedModel, dataset: PairSet, circuit: Circuit, batch_size: int = 16) -> Circuit:
     """The circuit with each node's ``role`` filled in.
 
     Args:
@@ -39,7 +39,7 @@ def label_roles(model: Any, dataset: Any, circuit: Circuit, batch_size: int = 16
         A copy of the circuit with roles.
     """
     circuit.check_model(model)
-    positions = circuit.settings.get("positions", "roles")
+    positions = circuit.settings.positions
     layers = sorted({n.layer for n in circuit.nodes if n.kind == "head"})
     heads = [n for n in circuit.nodes if n.kind == "head"]
     sums = {n.name: torch.zeros(4) for n in heads}  # operands, op, prefix, local

@@ -2,36 +2,36 @@
 
 :func:`assess_claims` reads the saved results of a run (key components, knockout, transfer,
 attention, MLP probes, evaluation) and returns a :class:`ClaimsCard`: per claim the paper's
-statement and number, this run's measurement with its interval, and a verdict (*holds*,
-*does not hold*, *inconclusive at this sample size*, or *not measured*) given by the rules
-of :mod:`.rules`, written out in ``docs/claims.md``. The card sits above the analyses and
-below the pipeline: the report stage builds it, the report shows it first. :mod:`.improve` holds the
-C6 rule and C6b (precise beats random heads), read from the ``compare`` stage's units when it ran.
+statement and number, this run's measurement with its interval, and a :class:`Verdict`
+(*holds*, *does not hold*, *inconclusive at this sample size*, or *not measured*) given by
+the rules, written out in ``docs/claims.md``:
+
+* :mod:`.paper` — the claims as the paper states them, and the rules' thresholds;
+* :mod:`.components` — C1 (sparse, mid-depth key heads), C3 (attention), C4 (MLPs);
+* :mod:`.knockout` — C2 and C5, through one knockout rule (:func:`drop_verdict`);
+* :mod:`.finetune` — C6 (precise vs full SFT) from the ``evaluate`` stage;
+* :mod:`.improve` — the C6 rule (full must beat base first), C6 and C6b (precise beats matched random heads)
+  from the ``compare`` stage's units, when it ran;
+* :mod:`.assess` — the card from a run's results.
+
+The card sits above the analyses and below the report, which shows it first.
 """
 
-from mathcircuits.claims.card import FAILS, HOLDS, INCONCLUSIVE, NOT_MEASURED, VERDICTS, Claim, ClaimsCard
-from mathcircuits.claims.improve import claim_c6_units, claim_c6b, precise_definition, with_unit_claims
-from mathcircuits.claims.rules import (
-    PAPER,
-    assess_claims,
-    claim_c1,
-    claim_c2,
-    claim_c3,
-    claim_c4,
-    claim_c5,
-    claim_c6,
-    drop_verdict,
-)
+from mathcircuits.claims.assess import assess_claims
+from mathcircuits.claims.card import CardSettings, Claim, ClaimsCard, Verdict, fmt_interval
+from mathcircuits.claims.components import claim_c1, claim_c3, claim_c4
+from mathcircuits.claims.finetune import claim_c6
+from mathcircuits.claims.improve import NO_EFFECT, claim_c6_units, claim_c6b, precise_definition, with_unit_claims
+from mathcircuits.claims.knockout import claim_c2, claim_c5, drop_verdict
+from mathcircuits.claims.paper import PAPER
 
 __all__ = [
-    "FAILS",
-    "HOLDS",
-    "INCONCLUSIVE",
-    "NOT_MEASURED",
+    "NO_EFFECT",
     "PAPER",
-    "VERDICTS",
+    "CardSettings",
     "Claim",
     "ClaimsCard",
+    "Verdict",
     "assess_claims",
     "claim_c1",
     "claim_c2",
@@ -42,6 +42,7 @@ __all__ = [
     "claim_c6_units",
     "claim_c6b",
     "drop_verdict",
+    "fmt_interval",
     "precise_definition",
     "with_unit_claims",
 ]

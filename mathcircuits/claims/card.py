@@ -2,30 +2,40 @@
 
 A :class:`Claim` is one row of the card: the paper's statement and number, what this run
 measured (a value with its interval, and a sentence saying it), the verdict and why.
-Verdicts are one of :data:`VERDICTS`; the rules that give them are in
-:mod:`mathcircuits.claims.rules` and written out in ``docs/claims.md``.
+A verdict is a :class:`Verdict`; the rules that give them are in
+:mod:`mathcircuits.claims` (``paper``, ``components``, ``knockout``, ``finetune``) and written out in
+``docs/claims.md``.
 :class:`ClaimsCard` holds the six rows, saves and loads itself (JSON), turns into a
 DataFrame and prints itself as the first lines of the CLI summary of the report stage.
 """
 
 from __future__ import annotations
 
+import enum
 import math
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
 
 import pandas as pd
 
 from mathcircuits._io import SavedResult
 from mathcircuits.stats import DEFAULT_CONFIDENCE
 
-__all__ = ["FAILS", "HOLDS", "INCONCLUSIVE", "NOT_MEASURED", "VERDICTS", "Claim", "ClaimsCard"]
+__all__ = ["CardSettings", "Claim", "ClaimsCard", "Verdict"]
 
-HOLDS = "holds"
-FAILS = "does not hold"
-INCONCLUSIVE = "inconclusive at this sample size"
-NOT_MEASURED = "not measured"
-VERDICTS = (HOLDS, FAILS, INCONCLUSIVE, NOT_MEASURED)
+
+class Verdict(str, enum.Enum):
+    """What a rule concludes about a claim; its value is the text the card and the report show."""
+
+    HOLDS = "holds"
+    FAILS = "does not hold"
+    INCONCLUSIVE = "inconclusive at this sample size"
+    NOT_MEASURED = "not measured"
+
+    def __str__(self) -> str:
+        return self.value
+
+    def __format__(self, spec: str) -> str:
+        return format(self.value, spec)
 
 
 @dataclass(frozen=True)
@@ -42,7 +52,7 @@ class Claim:
         low: lower end of its interval (NaN when none).
         high: upper end of its interval (NaN when none).
         unit: what ``value`` is (e.g. "share of heads").
-        verdict: one of :data:`VERDICTS`.
+        verdict: the :class:`Verdict`.
         reason: which rule gave the verdict, with the numbers it compared.
         n: the number of pairs/items/resamples behind the measurement (0 when not measured).
     """
@@ -56,16 +66,28 @@ class Claim:
     low: float
     high: float
     unit: str
-    verdict: str
+    verdict: Verdict
     reason: str
     n: int = 0
 
     def __post_init__(self) -> None:
-        if self.verdict not in VERDICTS:
-            raise ValueError(f"claim {self.id}: verdict {self.verdict!r} is unknown. Fix: use one of {VERDICTS}.")
+        try:
+            object.__setattr__(self, "verdict", Verdict(self.verdict))
+        except ValueError:
+            choices = [v.value for v in Verdict]
+            raise ValueError(
+                f"claim {self.id}: verdict {self.verdict!r} is unknown. Fix: use one of {choices}."
+            ) from None
 
 
 @dataclass(frozen=True)
+class CardSettings:
+    """How the card's intervals were drawn: bootstrap resamples (the level and seed are the card's)."""
+
+    n_boot: int = 1000
+
+
+@dataclass(frozen=True, repr=False)
 class ClaimsCard(SavedResult):
     """The six claims of the paper with this run's verdicts (see ``docs/claims.md`` for the rules).
 
@@ -78,7 +100,7 @@ class ClaimsCard(SavedResult):
     claims: tuple[Claim, ...]
     confidence: float = DEFAULT_CONFIDENCE
     seed: int = 0
-    settings: dict[str, Any] = field(default_factory=dict)
+    settings: CardSettings = CardSettings()
 
     def __getitem__(self, claim_id: str) -> Claim:
         for c in self.claims:
@@ -98,6 +120,10 @@ class ClaimsCard(SavedResult):
         for c in self.claims:
             out.append(f"  {c.id} {c.title:<{width}}  {c.verdict:<32}  {c.measurement}")
         return out
+
+    def summary_items(self) -> list[tuple[str, str]]:
+        """Each claim's verdict."""
+        return [(c.id, str(c.verdict)) for c in self.claims]
 
 
 def fmt_interval(value: float, low: float, high: float, pct: bool = False, digits: int = 2) -> str:

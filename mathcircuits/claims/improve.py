@@ -11,7 +11,7 @@ Two things make that claim testable rather than true by default:
   can do nearly as well as localised ones. C6b — precise beats random heads matched in depth and
   parameters, each at its own best rate — is the localisation claim, a row of its own.
 
-Rules (constants :data:`C6_MARGIN`; written out in ``docs/claims.md``):
+Rules (:data:`~mathcircuits.claims.paper.C6_MARGIN`; written out in ``docs/claims.md``):
 
 * C6 (:func:`c6_verdict`): with ``d_fb`` = full − base on math, ``d_pf`` = precise − full on math,
   ``d_g`` = precise − base on generic (accuracy, 95% intervals): *inconclusive (training had no
@@ -36,36 +36,15 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from mathcircuits.claims.card import FAILS, HOLDS, INCONCLUSIVE, NOT_MEASURED, Claim, ClaimsCard
+from mathcircuits.claims.card import Claim, ClaimsCard, Verdict
+from mathcircuits.claims.paper import C6_MARGIN, claim, not_measured
 from mathcircuits.finetune.effects import difference
 from mathcircuits.finetune.units import UnitComparison
 from mathcircuits.stats import DEFAULT_N_BOOT, Interval
 
-__all__ = [
-    "C6_MARGIN",
-    "NO_EFFECT",
-    "PAPER_C6",
-    "PAPER_C6B",
-    "c6_verdict",
-    "claim_c6_units",
-    "claim_c6b",
-    "precise_definition",
-    "with_unit_claims",
-]
+__all__ = ["NO_EFFECT", "c6_verdict", "claim_c6_units", "claim_c6b", "precise_definition", "with_unit_claims"]
 
-C6_MARGIN = 0.05  # "matches" / "keeps": not worse by more than 5 accuracy points
 NO_EFFECT = "training had no effect"
-
-PAPER_C6 = (
-    "precise SFT matches full SFT",
-    "Fine-tuning only the key heads matches full fine-tuning on math and keeps generic ability.",
-    "on par with full SFT on math; generic benchmarks kept (Table 1, §5)",
-)
-PAPER_C6B = (
-    "precise SFT beats random heads",
-    "The key heads are where arithmetic is learned: tuning them beats tuning as many random heads.",
-    "implied by §5 (no random-heads control in the paper; Wang & Veitch 2025 find random heads nearly as good)",
-)
 
 
 def precise_definition(n_heads: int, n_kv_shared: int, n_params: int | None = None) -> str:
@@ -85,7 +64,7 @@ def precise_definition(n_heads: int, n_kv_shared: int, n_params: int | None = No
     return f"precise = the {n_heads} key heads' q/k/v/o slices only, no MLPs{params}{shared}"
 
 
-def c6_verdict(d_full_base: Interval, d_precise_full: Interval, d_generic: Interval | None) -> tuple[str, str]:
+def c6_verdict(d_full_base: Interval, d_precise_full: Interval, d_generic: Interval | None) -> tuple[Verdict, str]:
     """The C6 rule on three intervals (accuracy differences; see the module docstring).
 
     Args:
@@ -98,29 +77,22 @@ def c6_verdict(d_full_base: Interval, d_precise_full: Interval, d_generic: Inter
     """
     m = -C6_MARGIN
     if not d_full_base.low > 0:
-        return INCONCLUSIVE, (
+        return Verdict.INCONCLUSIVE, (
             f"{NO_EFFECT}: full − base on math {d_full_base.format('{:+.3f}')} does not lie above 0, "
             "so 'precise matches full' would hold trivially"
         )
     if d_precise_full.high < m or (d_generic is not None and d_generic.high < m):
-        return FAILS, f"full beats base, and an interval (precise − full, or generic) lies wholly below {m:+.2f}"
+        why = f"full beats base, and an interval (precise − full, or generic) lies wholly below {m:+.2f}"
+        return Verdict.FAILS, why
     if d_precise_full.low >= m and d_generic is not None and d_generic.low >= m:
-        return HOLDS, f"full beats base, and both intervals lie at or above {m:+.2f}"
+        return Verdict.HOLDS, f"full beats base, and both intervals lie at or above {m:+.2f}"
     if d_generic is None:
-        return INCONCLUSIVE, "no generic benchmark with per-item results, so 'keeps generic ability' is open"
-    return INCONCLUSIVE, f"full beats base, but an interval straddles {m:+.2f}"
+        return Verdict.INCONCLUSIVE, "no generic benchmark with per-item results, so 'keeps generic ability' is open"
+    return Verdict.INCONCLUSIVE, f"full beats base, but an interval straddles {m:+.2f}"
 
 
-def _claim(cid: str, paper: tuple[str, str, str], text: str, verdict: str, reason: str, d: Interval) -> Claim:
-    title, statement, number = paper
-    return Claim(cid, title, statement, number, text, d.value, d.low, d.high, "accuracy difference", verdict, reason,
-                 d.n)  # fmt: skip
-
-
-def _missing(cid: str, paper: tuple[str, str, str], what: str) -> Claim:
-    nan = math.nan
-    text = f"not measured ({what})"
-    return Claim(cid, *paper, text, nan, nan, nan, "", NOT_MEASURED, text, 0)
+def _claim(cid: str, text: str, verdict: Verdict, reason: str, d: Interval) -> Claim:
+    return claim(cid, text, verdict, reason, value=d.value, low=d.low, high=d.high, unit="accuracy difference", n=d.n)
 
 
 def _definition(cmp: UnitComparison) -> str:
@@ -143,10 +115,10 @@ def claim_c6_units(cmp: UnitComparison | None, n_boot: int = DEFAULT_N_BOOT, see
         The claim; its value is precise − full accuracy on the held-out test facts.
     """
     if cmp is None:
-        return _missing("C6", PAPER_C6, "stage compare off")
+        return not_measured("C6", "compare")
     missing = [m for m in ("base", "precise", "full") if not cmp.final(m)]
     if missing:
-        return _missing("C6", PAPER_C6, f"compare.modes lacks {', '.join(missing)}")
+        return not_measured("C6", reason=f"compare.modes lacks {', '.join(missing)}")
     d_fb = difference(cmp, "full", "base", "math", n_boot=n_boot, seed=seed)
     d_pf = difference(cmp, "precise", "full", "math", n_boot=n_boot, seed=seed + 1)
     d_g = difference(cmp, "precise", "base", "generic", n_boot=n_boot, seed=seed + 2)
@@ -159,9 +131,9 @@ def claim_c6_units(cmp: UnitComparison | None, n_boot: int = DEFAULT_N_BOOT, see
         + ("" if gen is None else f"; precise − base on generic {d_g.format('{:+.3f}')}")
         + f" ({seeds} seeds per mode, each at its chosen rate; intervals over items and seeds)"
     )
-    if verdict == INCONCLUSIVE and reason.startswith(NO_EFFECT):
+    if verdict == Verdict.INCONCLUSIVE and reason.startswith(NO_EFFECT):
         text = f"{NO_EFFECT}. " + text
-    return _claim("C6", PAPER_C6, text, verdict, reason, d_pf)
+    return _claim("C6", text, verdict, reason, d_pf)
 
 
 def claim_c6b(cmp: UnitComparison | None, n_boot: int = DEFAULT_N_BOOT, seed: int = 0) -> Claim:
@@ -176,27 +148,28 @@ def claim_c6b(cmp: UnitComparison | None, n_boot: int = DEFAULT_N_BOOT, seed: in
         The claim; its value is precise − random accuracy on the held-out test facts.
     """
     if cmp is None:
-        return _missing("C6b", PAPER_C6B, "stage compare off")
+        return not_measured("C6b", "compare")
     missing = [m for m in ("precise", "random") if not cmp.final(m)]
     if missing:
-        return _missing("C6b", PAPER_C6B, f"compare.modes lacks {', '.join(missing)}")
+        return not_measured("C6b", reason=f"compare.modes lacks {', '.join(missing)}")
     d = difference(cmp, "precise", "random", "math", n_boot=n_boot, seed=seed + 3)
     d_r = difference(cmp, "random", "base", "math", n_boot=n_boot, seed=seed + 4)
     d_p = difference(cmp, "precise", "base", "math", n_boot=n_boot, seed=seed + 5)
     if not (d_p.low > 0 or d_r.low > 0):
         verdict, reason = (
-            INCONCLUSIVE,
+            Verdict.INCONCLUSIVE,
             (
                 f"{NO_EFFECT}: neither precise − base {d_p.format('{:+.3f}')} nor random − base "
                 f"{d_r.format('{:+.3f}')} lies above 0, so neither set of heads learned anything to compare"
             ),
         )
     elif d.low > 0:
-        verdict, reason = HOLDS, "the precise − random interval lies above 0"
+        verdict, reason = Verdict.HOLDS, "the precise − random interval lies above 0"
     elif d.high <= 0:
-        verdict, reason = FAILS, "the precise − random interval lies at or below 0: random heads do as well or better"
+        verdict = Verdict.FAILS
+        reason = "the precise − random interval lies at or below 0: random heads do as well or better"
     else:
-        verdict, reason = INCONCLUSIVE, "the precise − random interval straddles 0"
+        verdict, reason = Verdict.INCONCLUSIVE, "the precise − random interval straddles 0"
     n_draws = len(cmp.final("random"))
     text = (
         f"{_definition(cmp)}; random = as many non-key heads per layer, tuning as many KV groups ({n_draws} draws). "
@@ -205,7 +178,7 @@ def claim_c6b(cmp: UnitComparison | None, n_boot: int = DEFAULT_N_BOOT, seed: in
     )
     if reason.startswith(NO_EFFECT):
         text = f"{NO_EFFECT}. " + text
-    return _claim("C6b", PAPER_C6B, text, verdict, reason, d)
+    return _claim("C6b", text, verdict, reason, d)
 
 
 def with_unit_claims(card: ClaimsCard, cmp: UnitComparison, n_boot: int = DEFAULT_N_BOOT) -> ClaimsCard:

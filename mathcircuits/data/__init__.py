@@ -1,14 +1,16 @@
-"""Stage 1 — data: template sets, token-aligned prompt pairs, correctness filter, benchmark files.
+"""Stage ``data`` — template sets, token-aligned prompt pairs, correctness filter, benchmark files.
 
 * :mod:`~mathcircuits.data.templates` — template YAML files;
 * :mod:`~mathcircuits.data.generate` — reference/counterfactual prompt pairs;
 * :mod:`~mathcircuits.data.filter` — score a model on pairs, keep the correct ones;
 * :mod:`~mathcircuits.data.facts` — the ``(operation, a, b)`` of a pair, and splits that share no fact;
 * :mod:`~mathcircuits.data.correct` — all three for one operation in one call;
+* :mod:`~mathcircuits.data.pairs` — the pair set (:data:`PairSet`), its one column check, equal-length batches;
 * :mod:`~mathcircuits.data.benchmark_files` — where benchmark files are, and their one reader;
 * :mod:`~mathcircuits.data.word_problems` — word problems as direct-answer prompts.
 """
 
+from mathcircuits.data.batching import iter_batches
 from mathcircuits.data.benchmark_files import (
     decontaminate,
     default_benchmark_root,
@@ -19,7 +21,7 @@ from mathcircuits.data.benchmark_files import (
 )
 from mathcircuits.data.correct import correct_pairs
 from mathcircuits.data.facts import Fact, drop_facts, fact_of, facts_of, split_facts
-from mathcircuits.data.filter import accuracy_table, filter_correct, length_groups, score_pairs
+from mathcircuits.data.filter import accuracy_table, filter_correct, length_groups, padded_groups, score_pairs
 from mathcircuits.data.generate import (
     GenerationConfig,
     PairError,
@@ -28,6 +30,17 @@ from mathcircuits.data.generate import (
     generate_pairs,
     operand_pairs,
     render_pair,
+)
+from mathcircuits.data.pairs import (
+    PairBatch,
+    PairSet,
+    check_columns,
+    check_token_aligned,
+    operation_rows,
+    pair_batches,
+    pair_columns,
+    template_keys,
+    token_strings,
 )
 from mathcircuits.data.templates import (
     OPERATIONS,
@@ -41,35 +54,46 @@ from mathcircuits.data.templates import (
 from mathcircuits.data.word_problems import word_problem_dataset
 
 __all__ = [
-    "OPERATIONS",
     "Fact",
     "GenerationConfig",
+    "OPERATIONS",
+    "PairBatch",
     "PairError",
+    "PairSet",
     "Template",
     "TemplateError",
     "TemplateSet",
     "accuracy_table",
     "answer_spacing",
+    "check_columns",
+    "check_token_aligned",
     "compute_answer",
     "correct_pairs",
+    "decontaminate",
     "default_benchmark_root",
     "default_template_dir",
     "filter_correct",
-    "decontaminate",
     "drop_facts",
     "fact_of",
     "facts_of",
     "find_benchmark_file",
-    "read_benchmark_split",
     "generate_pairs",
+    "iter_batches",
     "length_groups",
     "operand_pairs",
     "load_template_set",
     "load_templates",
+    "operation_rows",
+    "padded_groups",
+    "pair_batches",
+    "pair_columns",
+    "read_benchmark_split",
     "read_word_problems",
     "record_question",
     "render_pair",
     "score_pairs",
     "split_facts",
+    "template_keys",
+    "token_strings",
     "word_problem_dataset",
 ]

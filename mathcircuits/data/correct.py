@@ -16,17 +16,21 @@ Usage::
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
 from mathcircuits.data.filter import filter_correct, score_pairs
 from mathcircuits.data.generate import GenerationConfig, PairError, generate_pairs
+from mathcircuits.data.pairs import PairSet
 from mathcircuits.data.templates import TemplateSet, load_templates
+
+if TYPE_CHECKING:  # the data layer sits below models: the hooked model is named for the signature only
+    from mathcircuits.models import HookedModel
 
 __all__ = ["correct_pairs"]
 
 
 def correct_pairs(
-    model: Any,
+    model: HookedModel,
     operation: str = "add",
     n: int | None = 12,
     templates: Sequence[TemplateSet] | None = None,
@@ -35,12 +39,11 @@ def correct_pairs(
     seed: int = 0,
     fewshot: bool = True,
     batch_size: int = 32,
-) -> Any:
+) -> PairSet:
     """The first ``n`` pairs of one operation that ``model`` answers correctly.
 
     Args:
-        model: a hooked model from :func:`mathcircuits.models.load_model` (anything with
-            ``tokenizer``, ``device`` and a call from a ``[batch, seq]`` token tensor to logits).
+        model: a hooked model from :func:`mathcircuits.models.load_model`.
         operation: one of :data:`~mathcircuits.data.OPERATIONS`, e.g. ``"add"``.
         n: how many correct pairs to return, in generation order; None: all of them.
         templates: template sets to draw from; None: every file of ``data_templates/``.

@@ -22,11 +22,10 @@ from typing import Any
 
 import datasets
 
-from mathcircuits.data.benchmark_files import default_benchmark_root, read_word_problems, record_question
+from mathcircuits.data.benchmark_files import read_word_problems, record_question
 from mathcircuits.data.generate import answer_spacing
 
-# default_benchmark_root is re-exported here for callers that import it from this module.
-__all__ = ["default_benchmark_root", "word_problem_dataset"]
+__all__ = ["word_problem_dataset"]
 
 
 def _integer_answer(answer: Any) -> str | None:

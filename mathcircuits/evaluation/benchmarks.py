@@ -5,7 +5,7 @@ arithmetic heads improves math word problems (GSM8K, AddSub, SingleEq, SVAMP)
 while keeping generic ability (MMLU, CommonsenseQA, ARC, BoolQ, OpenBookQA).
 :data:`BENCHMARKS` names each with its kind, splits and loader:
 
-* the eight LLM-Adapters sets (:mod:`~mathcircuits.evaluation.llm_adapters`);
+* the eight LLM-Adapters sets (:mod:`~mathcircuits.evaluation.llm_adapters_files`);
 * MMLU and CommonsenseQA (:mod:`~mathcircuits.evaluation.mmlu_csqa`).
 
 The data root defaults to :func:`mathcircuits.data.default_benchmark_root`
@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from mathcircuits.evaluation.items import BenchmarkItem, Kind, subsample
-from mathcircuits.evaluation.llm_adapters import load_llm_adapters
+from mathcircuits.evaluation.llm_adapters_files import load_llm_adapters
 from mathcircuits.evaluation.mmlu_csqa import load_commonsense_qa, load_mmlu
 
 __all__ = [

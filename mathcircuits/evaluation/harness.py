@@ -40,7 +40,7 @@ import torch
 import yaml
 
 from mathcircuits.evaluation.items import BenchmarkItem
-from mathcircuits.evaluation.scoring import BenchmarkScore
+from mathcircuits.evaluation.scoring import BenchmarkScore, ScoreSettings
 
 __all__ = ["LM_EVAL_BENCHMARKS", "evaluate_lm_eval", "lm_eval_task_config"]
 
@@ -202,14 +202,14 @@ def evaluate_lm_eval(
         golds=tuple(it.answer for it in items),
         predictions=tuple(predictions),
         correct=tuple(correct),
-        settings={
-            "harness": "lm-eval",
-            "lm_eval_version": _version(),
-            "task": cfg["task"],
-            "metric": "acc" if items[0].kind == "choice" and normalization == "none" else
+        settings=ScoreSettings(
+            harness="lm-eval",
+            lm_eval_version=_version(),
+            task=cfg["task"],
+            metric="acc" if items[0].kind == "choice" and normalization == "none" else
             "acc_norm" if items[0].kind == "choice" else "exact_match (flexible-extract)",
-            "n_shot": len(exemplars),
-        },
+            n_shot=len(exemplars),
+        ),
         **extra,
     )  # fmt: skip
 

@@ -27,7 +27,7 @@ from mathcircuits.evaluation.generation import DEFAULT_STOP
 from mathcircuits.evaluation.harness import LM_EVAL_BENCHMARKS, evaluate_lm_eval
 from mathcircuits.evaluation.prompts import PromptStyle, select_exemplars
 from mathcircuits.evaluation.scoring import BenchmarkScore, Normalization, evaluate_math
-from mathcircuits.evaluation.table import EvalResult
+from mathcircuits.evaluation.table import EvalResult, EvalSettings
 
 __all__ = ["evaluate_model", "score_benchmark"]
 
@@ -161,12 +161,12 @@ def evaluate_model(
         )
         log.info("%s on %s: accuracy %.3f over %d items", label, score.benchmark, score.accuracy, score.n)
         scores.append(score)
-    settings = {
-        "limit": limit,
-        "seed": seed,
-        "n_shot": n_shot,
-        "style": style,
-        "max_new_tokens": max_new_tokens,
-        "normalization": normalization,
-    }
+    settings = EvalSettings(
+        limit=limit,
+        seed=seed,
+        n_shot=n_shot,
+        style=style,
+        max_new_tokens=max_new_tokens,
+        normalization=normalization,
+    )
     return EvalResult.from_scores(label, scores, settings)

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import pandas as pd
@@ -42,6 +42,35 @@ Normalization = Literal["none", "chars"]  # lm-eval's acc and acc_norm
 
 
 @dataclass(frozen=True)
+class ScoreSettings:
+    """How one benchmark was scored. Direct math scoring fills the prompt fields; lm-evaluation-harness the
+    ``harness`` fields; a field that does not apply is ``None``.
+
+    Args:
+        style: the prompt style (direct scoring).
+        n_shot: solved examples before each question.
+        max_new_tokens: the generation budget (math).
+        tol: the tolerance of a numeric answer (math).
+        stop_at_answer: generation stopped once an answer was read (math).
+        n_left_out: items left out (e.g. too long).
+        exemplar_uids: the few-shot examples' ids.
+        harness: ``"lm-eval"`` when lm-evaluation-harness scored it; its ``lm_eval_version``, ``task`` and ``metric``.
+    """
+
+    style: str | None = None
+    n_shot: int | None = None
+    max_new_tokens: int | None = None
+    tol: float | None = None
+    stop_at_answer: bool | None = None
+    n_left_out: int | None = None
+    exemplar_uids: list[str] | None = None
+    harness: str | None = None
+    lm_eval_version: str | None = None
+    task: str | None = None
+    metric: str | None = None
+
+
+@dataclass(frozen=True, repr=False)
 class BenchmarkScore(SavedResult):
     """Per-item outcome of one benchmark run.
 
@@ -60,7 +89,7 @@ class BenchmarkScore(SavedResult):
     correct: tuple[bool, ...]
     extracted: tuple[float | None, ...] = ()
     option_scores: tuple[tuple[float, ...], ...] = ()
-    settings: dict[str, Any] = field(default_factory=dict)
+    settings: ScoreSettings = ScoreSettings()
 
     @property
     def n(self) -> int:
@@ -87,6 +116,15 @@ class BenchmarkScore(SavedResult):
         if self.option_scores:
             df["option_scores"] = [list(s) for s in self.option_scores]
         return df
+
+    def summary_items(self) -> list[tuple[str, str]]:
+        """Benchmark, kind, items and accuracy."""
+        return [
+            ("benchmark", self.benchmark),
+            ("kind", self.kind),
+            ("items", str(self.n)),
+            ("accuracy", f"{self.accuracy:.1%}"),
+        ]
 
 
 def evaluate_math(
@@ -155,15 +193,15 @@ def evaluate_math(
     )
     values = [extract_number(g) for g in gens]
     correct = [answers_match(v, it.answer, tol) for v, it in zip(values, kept)]
-    settings = {
-        "style": style,
-        "n_shot": len(exemplars),
-        "max_new_tokens": max_new_tokens,
-        "tol": tol,
-        "stop_at_answer": stop_at_answer,
-        "n_left_out": len(items) - len(kept),
-        "exemplar_uids": [ex.uid for ex in exemplars],
-    }
+    settings = ScoreSettings(
+        style=style,
+        n_shot=len(exemplars),
+        max_new_tokens=max_new_tokens,
+        tol=tol,
+        stop_at_answer=stop_at_answer,
+        n_left_out=len(items) - len(kept),
+        exemplar_uids=[ex.uid for ex in exemplars],
+    )
     return BenchmarkScore(
         benchmark=kept[0].benchmark,
         kind="math",

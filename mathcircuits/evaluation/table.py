@@ -32,6 +32,7 @@ import torch
 from torch import Tensor
 
 from mathcircuits._io import SavedResult
+from mathcircuits.evaluation.scoring import BenchmarkScore, ScoreSettings
 from mathcircuits.stats import (
     DEFAULT_CONFIDENCE,
     DEFAULT_N_BOOT,
@@ -46,24 +47,41 @@ ARITHMETIC = "held-out arithmetic"  # the benchmark name of the held-out arithme
 
 
 @dataclass(frozen=True)
+class EvalSettings:
+    """How a model's benchmarks were scored (the arguments of :func:`~mathcircuits.evaluation.evaluate_model`),
+    each benchmark's own :class:`~mathcircuits.evaluation.ScoreSettings`, and the learning rate of a tuned model
+    when a comparison selected one."""
+
+    limit: int | None = None
+    seed: int = 0
+    n_shot: int | None = None
+    style: str | None = None
+    max_new_tokens: int | None = None
+    normalization: str | None = None
+    per_benchmark: dict[str, ScoreSettings] = field(default_factory=dict)
+    learning_rate: float | None = None
+
+
+@dataclass(frozen=True, repr=False)
 class EvalResult(SavedResult):
     """Accuracies of one model: ``accuracy[benchmark]`` in [0, 1] over ``n[benchmark]`` items.
 
     ``kinds[benchmark]`` is "math" or "choice" (used for the per-kind averages);
-    ``settings`` records how the numbers were obtained (prompt style, shots, limit, ...);
+    ``settings`` records how the numbers were obtained (prompt style, shots, limit, ...; None when no
+    benchmark was scored);
     ``item_correct[benchmark]`` is the 0/1 outcome per item, in the benchmark's item order (the
     same order for every model scored with the same settings, so that differences can be paired).
     Files of version 2 (before per-item outcomes) load with an empty ``item_correct``.
     """
 
     STAGE = "evaluate"
-    VERSION = 3
+    VERSION = 4
 
     label: str
     accuracy: dict[str, float]
     n: dict[str, int]
     kinds: dict[str, str] = field(default_factory=dict)
-    settings: dict[str, Any] = field(default_factory=dict)
+    settings: EvalSettings | None = None
     item_correct: dict[str, list[int]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -96,8 +114,11 @@ class EvalResult(SavedResult):
 
     @classmethod
     def upgrade(cls, version: int, fields: dict[str, Any]) -> dict[str, Any]:
-        """Version 2 files had no per-item outcomes: they load with an empty ``item_correct``."""
-        return {"item_correct": {}} | dict(fields)
+        """Version 2 files had no per-item outcomes: they load with an empty ``item_correct``. Versions 2–3 kept the
+        settings as a free dict (``{}`` when none)."""
+        fields = {"item_correct": {}} | dict(fields)
+        fields["settings"] = fields.get("settings") or None
+        return fields
 
     def interval(self, benchmark: str, confidence: float = DEFAULT_CONFIDENCE):
         """The Wilson interval of one benchmark's accuracy (an :class:`~mathcircuits.stats.Interval`).
@@ -113,14 +134,26 @@ class EvalResult(SavedResult):
         return wilson_interval(round(self.accuracy[benchmark] * n), n, confidence)
 
     @classmethod
-    def from_scores(cls, label: str, scores: Sequence[Any], settings: dict[str, Any] | None = None) -> EvalResult:
-        """Collect :class:`~mathcircuits.evaluation.scoring.BenchmarkScore` values into one result."""
+    def from_scores(
+        cls, label: str, scores: Sequence[BenchmarkScore], settings: EvalSettings | None = None
+    ) -> EvalResult:
+        """Collect :class:`~mathcircuits.evaluation.BenchmarkScore` values into one result.
+
+        Args:
+            label: the model's name in the result.
+            scores: one per benchmark.
+            settings: how they were scored (each score's own settings are added per benchmark).
+
+        Returns:
+            The result.
+        """
+        per = {s.benchmark: s.settings for s in scores}
         return cls(
             label=label,
             accuracy={s.benchmark: float(s.accuracy) for s in scores},
             n={s.benchmark: int(s.n) for s in scores},
             kinds={s.benchmark: s.kind for s in scores},
-            settings=dict(settings or {}) | {"per_benchmark": {s.benchmark: dict(s.settings) for s in scores}},
+            settings=dataclasses.replace(settings or EvalSettings(), per_benchmark=per),
             item_correct={s.benchmark: [int(bool(c)) for c in s.correct] for s in scores},
         )
 
@@ -162,6 +195,10 @@ class EvalResult(SavedResult):
             ],
             columns=["label", "benchmark", "kind", "accuracy", "n"],
         )
+
+    def summary_items(self) -> list[tuple[str, str]]:
+        """The model's label and its accuracy on each benchmark (with the number of items)."""
+        return [("model", self.label)] + [(b, f"{a:.1%} (n={self.n[b]})") for b, a in self.accuracy.items()]
 
 
 def _stratified_means(items: Mapping[str, Tensor], n_boot: int, seed: int) -> tuple[Tensor, Tensor]:

@@ -1,11 +1,16 @@
-"""Stage 5 — finetune: precise SFT of the key heads and MLPs (Zhang et al. 2024, §5), and full SFT as baseline.
+"""Stage ``finetune`` — precise SFT of the key heads and MLPs (Zhang et al. 2024, §5), LoRA and full SFT as baselines.
 
 * :mod:`~mathcircuits.finetune.layouts` says, per model family, where a head's features live (data);
-* :mod:`~mathcircuits.finetune.slices` maps key components to exact parameter slices;
+* :mod:`~mathcircuits.finetune.slices` maps key components to exact parameter slices (:mod:`.sliceset`);
 * :mod:`~mathcircuits.finetune.adapter` trains deltas on those slices only (PEFT-style artifact);
 * :mod:`~mathcircuits.finetune.data` builds SFT examples (loss on the answer only);
-* :mod:`~mathcircuits.finetune.train` runs precise, LoRA or full SFT through HF ``Trainer``;
-* :mod:`~mathcircuits.finetune.compare` — the fair comparison's settings (same data and steps, a rate sweep each);
+* :mod:`~mathcircuits.finetune.modes` — what a run tunes, as a :class:`Mode` value (``precise@4+mlp``);
+* :mod:`~mathcircuits.finetune.config` / :mod:`.result` — :class:`SFTConfig` and :class:`SFTResult`;
+* :mod:`~mathcircuits.finetune.methods` — one strategy per SFT method (:data:`METHODS`);
+* :mod:`~mathcircuits.finetune.sft` — :func:`train_sft`, any method through HF ``Trainer``
+  (:mod:`.hf_trainer` holds the ``Trainer`` glue);
+* :mod:`~mathcircuits.finetune.compare` — the fair comparison's settings (same data and steps, a rate sweep each),
+  with :mod:`.components` (what each mode tunes, the LoRA budget) and :mod:`.validation` (arithmetic scoring);
 * :mod:`~mathcircuits.finetune.units` — resumable (mode, rate, seed) units; :mod:`.protocol` runs them (sweep, choice,
   seeds), :mod:`.run_unit` trains one;
 * :mod:`~mathcircuits.finetune.matched` — the depth- and parameter-matched random-heads control, K/V side effects;
@@ -15,26 +20,32 @@ See docs/finetune.md.
 """
 
 from mathcircuits.finetune.adapter import ADAPTER_CONFIG_NAME, ADAPTER_WEIGHTS_NAME, HeadSliceAdapter
-from mathcircuits.finetune.compare import CompareConfig
-from mathcircuits.finetune.data import DEFAULT_PROMPT, build_sft_dataset, format_gold, read_word_problems
+from mathcircuits.finetune.compare import CompareConfig, check_modes
+from mathcircuits.finetune.components import lora_rank_for_budget, mode_components, random_heads
+from mathcircuits.finetune.config import SFTConfig
+from mathcircuits.finetune.data import DEFAULT_PROMPT, build_sft_dataset, format_gold
 from mathcircuits.finetune.effects import difference, effects_table, pareto_points
-from mathcircuits.finetune.matched import MatchedDraw, kv_shared_heads, matched_random_heads
-from mathcircuits.finetune.protocol import compare_units, units_remaining
-from mathcircuits.finetune.run_unit import Scorers, execute_unit
-from mathcircuits.finetune.slices import (
+from mathcircuits.finetune.hf_trainer import effective_decay_hook, pad_collate
+from mathcircuits.finetune.layouts import (
     HEAD_ROLES,
     KV_POLICIES,
     LAYOUTS,
     AttentionLayout,
-    ParamSlice,
+    KVPolicy,
     Projection,
     SliceError,
-    SliceSet,
-    head_slices,
     model_facts,
     resolve_layout,
 )
-from mathcircuits.finetune.train import SFTConfig, SFTResult, lora_model, pad_collate, train_sft
+from mathcircuits.finetune.matched import MatchedDraw, kv_shared_heads, matched_random_heads
+from mathcircuits.finetune.methods import METHODS, lora_model, lora_targets
+from mathcircuits.finetune.modes import Mode, ModeKind, SFTMethod
+from mathcircuits.finetune.protocol import choose_rates, compare_units, units_remaining
+from mathcircuits.finetune.result import SFTResult
+from mathcircuits.finetune.run_unit import Scorers, execute_unit, unit_components
+from mathcircuits.finetune.sft import train_sft
+from mathcircuits.finetune.slices import head_slices
+from mathcircuits.finetune.sliceset import ParamSlice, SliceSet
 from mathcircuits.finetune.units import (
     ItemScores,
     RateChoice,
@@ -43,6 +54,7 @@ from mathcircuits.finetune.units import (
     UnitPlan,
     UnitRecord,
 )
+from mathcircuits.finetune.validation import score_arithmetic, split_validation
 
 __all__ = [
     "ADAPTER_CONFIG_NAME",
@@ -51,15 +63,20 @@ __all__ = [
     "HEAD_ROLES",
     "KV_POLICIES",
     "LAYOUTS",
+    "METHODS",
     "AttentionLayout",
     "CompareConfig",
     "HeadSliceAdapter",
     "ItemScores",
+    "KVPolicy",
     "MatchedDraw",
+    "Mode",
+    "ModeKind",
     "ParamSlice",
     "Projection",
     "RateChoice",
     "SFTConfig",
+    "SFTMethod",
     "SFTResult",
     "Scorers",
     "SliceError",
@@ -69,20 +86,29 @@ __all__ = [
     "UnitPlan",
     "UnitRecord",
     "build_sft_dataset",
+    "check_modes",
+    "choose_rates",
     "compare_units",
     "difference",
+    "effective_decay_hook",
     "effects_table",
     "execute_unit",
     "format_gold",
     "head_slices",
     "kv_shared_heads",
     "lora_model",
+    "lora_rank_for_budget",
+    "lora_targets",
     "matched_random_heads",
+    "mode_components",
     "model_facts",
     "pad_collate",
     "pareto_points",
-    "read_word_problems",
+    "random_heads",
     "resolve_layout",
+    "score_arithmetic",
+    "split_validation",
     "train_sft",
+    "unit_components",
     "units_remaining",
 ]

@@ -13,10 +13,10 @@ sweep on few steps, each mode's best rate on a validation split, then that rate 
 several seeds); :mod:`~mathcircuits.finetune.run_unit` trains one unit;
 :mod:`~mathcircuits.finetune.effects` turns the units into changes against base with intervals over
 items and seeds. This module holds the settings (:class:`CompareConfig`, the ``compare`` section of a
-run config) and the helpers: the mode names (:data:`MODE_PATTERN`), uniform random heads, the LoRA
-rank on precise's budget, and teacher-forced arithmetic scoring.
+run config) and :func:`check_modes`; what each mode tunes and the LoRA rank on precise's budget are
+:mod:`~mathcircuits.finetune.components`, teacher-forced arithmetic scoring :mod:`~mathcircuits.finetune.validation`.
 
-Modes (:data:`MODE_PATTERN`; one definition of "precise" everywhere):
+Modes (:class:`~mathcircuits.finetune.Mode`; one definition of "precise" everywhere):
 
 * ``base`` — no training (the reference row, always scored);
 * ``precise`` — the key heads only (q/k/v/o slices, see :mod:`~mathcircuits.finetune.slices`);
@@ -25,43 +25,27 @@ Modes (:data:`MODE_PATTERN`; one definition of "precise" everywhere):
 * ``random`` — as many non-key heads per layer as the key heads, tuning as many KV groups
   (:func:`~mathcircuits.finetune.matched.matched_random_heads`; one draw per seed);
 * ``lora`` — PEFT LoRA on every attention projection with the rank whose parameter count is nearest
-  to ``precise``'s (:func:`lora_rank_for_budget`);
+  to ``precise``'s (:func:`~mathcircuits.finetune.lora_rank_for_budget`);
 * ``full`` — every parameter.
 
 Usage::
 
-    cfg = CompareConfig(enabled=True, modes=("precise", "random", "lora", "full"), seeds=3)
+    cfg = CompareConfig(enabled=True, modes=tuple(map(Mode.parse, ("precise", "random", "lora", "full"))), seeds=3)
     plan = cfg.plan(final_steps=60)       # a UnitPlan: grids per mode, steps, seeds
 """
 
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-import datasets
-import torch
-from torch import nn
-
 from mathcircuits._schema import ConfigError, check_fields, setting
-from mathcircuits.data import score_pairs
-from mathcircuits.finetune.train import lora_targets
+from mathcircuits.finetune.modes import Mode
 from mathcircuits.finetune.units import UnitPlan
-from mathcircuits.models.prefix import HFForward, PrefixRunner
 
-__all__ = [
-    "MODE_PATTERN",
-    "CompareConfig",
-    "check_modes",
-    "lora_rank_for_budget",
-    "random_heads",
-    "score_arithmetic",
-]
-
-MODE_PATTERN = re.compile(r"^(base|precise|precise\+mlp|precise@[1-9][0-9]*(\+mlp)?|random|lora|full)$")
+__all__ = ["CompareConfig", "check_modes"]
 
 
 @dataclass(frozen=True)
@@ -74,7 +58,7 @@ class CompareConfig:
 
     Args:
         enabled: run the ``compare`` stage.
-        modes: the trained modes (:data:`MODE_PATTERN`); ``base`` is always scored.
+        modes: the trained modes (:class:`~mathcircuits.finetune.Mode`); ``base`` is always scored.
         learning_rates: the grid of ``full`` SFT.
         sparse_learning_rates: the grid of the head modes and LoRA (sparse updates want larger rates).
         sweep_steps: optimizer steps of a sweep unit (the final units train ``finetune.max_steps``).
@@ -91,8 +75,8 @@ class CompareConfig:
     """
 
     enabled: bool = setting(False, "run the compare stage (a learning-rate sweep per mode, then seeds: slow)")
-    modes: tuple[str, ...] = setting(
-        ("precise", "precise+mlp", "random", "lora", "full"),
+    modes: tuple[Mode, ...] = setting(
+        tuple(Mode.parse(m) for m in ("precise", "precise+mlp", "random", "lora", "full")),
         "precise | precise+mlp | precise@K[+mlp] | random (matched heads) | lora | full; base is always scored",
     )
     learning_rates: tuple[float, ...] = setting((1e-5, 3e-5, 1e-4, 3e-4), "learning-rate grid of full SFT")
@@ -135,13 +119,14 @@ class CompareConfig:
             )
 
     @property
-    def trained_modes(self) -> tuple[str, ...]:
+    def trained_modes(self) -> tuple[Mode, ...]:
         """The modes that train (every mode but ``base``)."""
-        return tuple(m for m in self.modes if m != "base")
+        return tuple(m for m in self.modes if m.kind != "base")
 
-    def grid(self, mode: str) -> tuple[float, ...]:
+    def grid(self, mode: Mode | str) -> tuple[float, ...]:
         """The learning-rate grid of ``mode``, ascending."""
-        return tuple(sorted(self.learning_rates if mode == "full" else self.sparse_learning_rates))
+        full = Mode.parse(mode).kind == "full"
+        return tuple(sorted(self.learning_rates if full else self.sparse_learning_rates))
 
     def plan(self, final_steps: int) -> UnitPlan:
         """The :class:`~mathcircuits.finetune.units.UnitPlan` of these settings.
@@ -154,103 +139,40 @@ class CompareConfig:
         """
         if final_steps < 1:
             raise ConfigError(f"finetune.max_steps={final_steps}: the compare stage needs a positive number of steps.")
+        modes = tuple(str(m) for m in self.trained_modes)  # units keep a mode as its text
         return UnitPlan(
-            modes=self.trained_modes,
-            grids={m: self.grid(m) for m in self.trained_modes},
+            modes=modes,
+            grids={str(m): self.grid(m) for m in self.trained_modes},
             sweep_steps=self.sweep_steps,
             steps=final_steps,
             seeds=tuple(range(self.seeds)),
             sweep_generic=self.sweep_generic,
-            kv_sensitivity=self.kv_sensitivity and "precise" in self.trained_modes,
+            kv_sensitivity=self.kv_sensitivity and "precise" in modes,
             select_on=self.select_on,
         )
 
 
-def check_modes(modes: Sequence[str]) -> tuple[str, ...]:
-    """Check mode names against :data:`MODE_PATTERN`.
+def check_modes(modes: Sequence[Mode | str]) -> tuple[Mode, ...]:
+    """The modes of a comparison, parsed; each may appear once.
 
     Args:
-        modes: mode names, e.g. ``("base", "precise", "precise@4", "random", "lora", "full")``.
+        modes: modes or their text, e.g. ``("base", "precise", "precise@4", "random", "lora", "full")``.
 
     Returns:
-        The modes as a tuple.
+        The modes as a tuple of :class:`~mathcircuits.finetune.Mode`.
 
     Raises:
         ValueError: an unknown or repeated mode.
     """
-    bad = [m for m in modes if not MODE_PATTERN.match(m)]
-    if bad or len(set(modes)) != len(modes):
+    parsed, bad = [], []
+    for m in modes:
+        try:
+            parsed.append(Mode.parse(m))
+        except ValueError:
+            bad.append(str(m))
+    if bad or len(set(parsed)) != len(parsed):
         raise ValueError(
-            f"comparison modes {list(modes)}: {bad or 'repeated names'} not allowed. Fix: use each of base, "
-            "precise, precise+mlp, precise@K, precise@K+mlp, random, lora, full at most once."
+            f"comparison modes {[str(m) for m in modes]}: {bad or 'repeated names'} not allowed. Fix: use each of "
+            "base, precise, precise+mlp, precise@K, precise@K+mlp, random, lora, full at most once."
         )
-    return tuple(modes)
-
-
-def random_heads(
-    n_layers: int, n_heads: int, count: int, exclude: Sequence[tuple[int, int]] = (), seed: int = 0
-) -> tuple[tuple[int, int], ...]:
-    """``count`` heads drawn uniformly without replacement from those not in ``exclude`` (seeded).
-
-    Args:
-        n_layers: layers of the model.
-        n_heads: query heads per layer.
-        count: how many heads.
-        exclude: heads never drawn (the key heads).
-        seed: seed of the draw.
-
-    Returns:
-        The heads, sorted by (layer, head).
-
-    Raises:
-        ValueError: fewer than ``count`` heads are left to draw from.
-    """
-    pool = [(layer, h) for layer in range(n_layers) for h in range(n_heads) if (layer, h) not in set(exclude)]
-    if count > len(pool):
-        raise ValueError(f"cannot draw {count} random heads from the {len(pool)} non-key heads. Fix: tune fewer.")
-    order = torch.randperm(len(pool), generator=torch.Generator().manual_seed(seed))[:count]
-    return tuple(sorted(pool[i] for i in order.tolist()))
-
-
-def lora_rank_for_budget(model: nn.Module, budget: int) -> tuple[int, int]:
-    """The LoRA rank on the attention projections whose parameter count is nearest to ``budget``.
-
-    A rank-``r`` LoRA of an ``[out, in]`` weight has ``r·(in + out)`` parameters, so the count is
-    ``r`` times one rank's worth; the nearest rank (at least 1) is within half of one rank's worth
-    of ``budget`` (unless ``budget`` is below half a rank).
-
-    Args:
-        model: a plain HF causal LM.
-        budget: the parameter count to match (e.g. precise SFT's ``n_trainable``).
-
-    Returns:
-        ``(rank, parameters per rank)``.
-    """
-    suffixes = lora_targets(model)
-    per_rank = 0
-    for name, module in model.named_modules():
-        if any(name.endswith("." + s) for s in suffixes):
-            per_rank += sum(module.weight.shape)
-    if per_rank == 0:
-        raise ValueError(f"no module of {type(model).__name__} matches the LoRA targets {suffixes}.")
-    return max(1, round(budget / per_rank)), per_rank
-
-
-def score_arithmetic(model: nn.Module, pairs: datasets.Dataset, batch_size: int = 32) -> list[int]:
-    """0/1 per pair: is every answer token the model's greedy prediction (teacher-forced)?
-
-    Each template's few-shot prefix runs once (:class:`~mathcircuits.models.prefix.PrefixRunner` over
-    :class:`~mathcircuits.models.prefix.HFForward`); equal to the plain forward within 1e-5 (tested).
-
-    Args:
-        model: an HF causal LM (eval mode).
-        pairs: arithmetic pairs (``tokens``, ``answer_tokens``, ``n_tokens``).
-        batch_size: pairs per forward pass.
-
-    Returns:
-        One 0/1 value per pair, in the pairs' order.
-    """
-    device = next(model.parameters()).device
-    with torch.no_grad():  # the prefix-cached forward: each template's few-shot prefix runs once
-        scored = score_pairs(PrefixRunner(HFForward(model)), pairs, batch_size=batch_size, device=device)
-    return [int(bool(c)) for c in scored["correct"]]
+    return tuple(parsed)

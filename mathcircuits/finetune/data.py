@@ -32,10 +32,9 @@ from typing import Any, Literal
 
 import datasets
 
-from mathcircuits.data.benchmark_files import read_word_problems, record_question
+from mathcircuits.data.benchmark_files import record_question
 
-# read_word_problems lives in mathcircuits.data (the one reader of benchmark files); re-exported here.
-__all__ = ["DEFAULT_PROMPT", "build_sft_dataset", "format_gold", "read_word_problems"]
+__all__ = ["DEFAULT_PROMPT", "build_sft_dataset", "format_gold"]
 
 log = logging.getLogger(__name__)
 
@@ -78,7 +77,7 @@ def build_sft_dataset(
 
     ``records`` is a pairs dataset from ``generate_pairs`` (uses ``tokens`` and
     ``answer_tokens``) or a list of word-problem records (see
-    :func:`read_word_problems`). ``add_eos`` defaults to False for arithmetic
+    :func:`mathcircuits.data.read_word_problems`). ``add_eos`` defaults to False for arithmetic
     pairs (their few-shot format continues with a separator, not EOS) and True
     for word problems. Examples longer than ``max_length`` tokens are dropped
     (logged).

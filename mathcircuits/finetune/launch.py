@@ -43,9 +43,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     import datasets
     import torch
 
-    from mathcircuits.finetune.train import SFTConfig, train_sft
+    from mathcircuits.finetune import SFTConfig, train_sft
     from mathcircuits.models import load_hf_model
-    from mathcircuits.patching.selection import KeyComponents
+    from mathcircuits.patching import KeyComponents
 
     p = argparse.ArgumentParser(prog="python -m mathcircuits.finetune.launch", description=__doc__.split("\n")[0])
     p.add_argument("--model", required=True, help="model source (embedded, tiny-llama, HF folder, Hub id)")

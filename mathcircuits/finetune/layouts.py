@@ -47,18 +47,20 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, TypeAlias, get_args
 
 import torch
 from transformers.pytorch_utils import Conv1D
 
 from mathcircuits.models.spec import ModelSpec
-from mathcircuits.patching.selection import SelectionError
+from mathcircuits.patching import SelectionError
 
 __all__ = [
     "HEAD_ROLES",
+    "KV_POLICIES",
     "LAYOUTS",
     "AttentionLayout",
+    "KVPolicy",
     "Projection",
     "SliceError",
     "kv_groups",
@@ -67,6 +69,11 @@ __all__ = [
     "module_orientation",
     "resolve_layout",
 ]
+
+#: What precise SFT does with a head's key/value weights when K/V are shared by a group (GQA): see
+#: :mod:`mathcircuits.finetune.slices`.
+KVPolicy: TypeAlias = Literal["group", "exclusive", "frozen"]
+KV_POLICIES: tuple[str, ...] = get_args(KVPolicy)
 
 Role = Literal["q", "k", "v", "o"]
 HEAD_ROLES: tuple[str, ...] = ("q", "k", "v", "o")
@@ -92,7 +99,7 @@ class Projection:
     block: int = 0
     fused: Literal["none", "blocked", "per_head"] = "none"
 
-    def feature_range(self, unit: int, facts: dict[str, Any]) -> tuple[int, int]:
+    def feature_range(self, unit: int, facts: ModelSpec) -> tuple[int, int]:
         """Half-open range of the features of ``unit`` (a head for q/o, a KV group for k/v) in this module.
 
         Args:
@@ -102,18 +109,18 @@ class Projection:
         Returns:
             ``(start, stop)`` along the module's output features (q/k/v) or input features (o).
         """
-        d = facts["d_head"]
+        d = facts.d_head
         if self.fused == "per_head":
-            if facts["n_kv_heads"] != facts["n_heads"]:
+            if facts.n_kv_heads != facts.n_heads:
                 raise SliceError(
-                    f"a per-head fused q/k/v projection ({self.module}) with {facts['n_kv_heads']} KV heads for "
-                    f"{facts['n_heads']} query heads is not a known layout. Fix: add a layout row for this family."
+                    f"a per-head fused q/k/v projection ({self.module}) with {facts.n_kv_heads} KV heads for "
+                    f"{facts.n_heads} query heads is not a known layout. Fix: add a layout row for this family."
                 )
             start = unit * 3 * d + self.block * d
             return start, start + d
         offset = 0
         if self.fused == "blocked":
-            widths = (facts["n_heads"] * d, facts["n_kv_heads"] * d, facts["n_kv_heads"] * d)
+            widths = (facts.n_heads * d, facts.n_kv_heads * d, facts.n_kv_heads * d)
             offset = sum(widths[: self.block])
         return offset + unit * d, offset + (unit + 1) * d
 
@@ -252,8 +259,8 @@ def resolve_layout(model: torch.nn.Module) -> AttentionLayout:
     return LAYOUTS[model_type]
 
 
-def model_facts(model: torch.nn.Module, name: str | None = None) -> dict[str, Any]:
-    """The :class:`~mathcircuits.models.ModelSpec` of an HF model as a dict, as the slice mapping reads it.
+def model_facts(model: torch.nn.Module, name: str | None = None) -> ModelSpec:
+    """The :class:`~mathcircuits.models.ModelSpec` of an HF model, as the slice mapping reads it.
 
     Args:
         model: a plain HF causal LM.
@@ -261,17 +268,17 @@ def model_facts(model: torch.nn.Module, name: str | None = None) -> dict[str, An
             ``config.name_or_path``.
 
     Returns:
-        ``ModelSpec.from_hf(model, name).to_dict()``; a family whose layout has no grouped K/V
+        ``ModelSpec.from_hf(model, name)``; a family whose layout has no grouped K/V
         (``gqa=False``) reports one KV head per query head.
     """
-    facts = ModelSpec.from_hf(model, name).to_dict()
+    facts = ModelSpec.from_hf(model, name)
     layout = LAYOUTS.get(str(model.config.model_type))
     if layout is not None and not layout.gqa:
-        facts["n_kv_heads"] = facts["n_heads"]
+        facts = dataclasses.replace(facts, n_kv_heads=facts.n_heads)
     return facts
 
 
-def kv_groups(heads: list[tuple[int, int]], facts: dict[str, Any], kv_policy: str) -> list[tuple[int, int]]:
+def kv_groups(heads: list[tuple[int, int]], facts: ModelSpec, kv_policy: KVPolicy) -> list[tuple[int, int]]:
     """The ``(layer, group)`` pairs whose shared K/V are tuned for ``heads`` under ``kv_policy``.
 
     Args:
@@ -282,7 +289,7 @@ def kv_groups(heads: list[tuple[int, int]], facts: dict[str, Any], kv_policy: st
     Returns:
         Sorted ``(layer, group)`` pairs.
     """
-    group_size = facts["n_heads"] // facts["n_kv_heads"]
+    group_size = facts.n_heads // facts.n_kv_heads
     chosen = set(heads)
     groups = sorted({(l, h // group_size) for l, h in heads})
     if kv_policy == "frozen":

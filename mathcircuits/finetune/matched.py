@@ -33,12 +33,12 @@ optimal edits at random heads can be as effective as at localised ones; Zhang et
 from __future__ import annotations
 
 import random
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
-from mathcircuits.finetune.layouts import kv_groups
+from mathcircuits.finetune.layouts import KVPolicy, kv_groups
 from mathcircuits.finetune.sliceset import SliceSet
+from mathcircuits.models import ModelSpec
 
 __all__ = ["MatchedDraw", "kv_shared_heads", "matched_random_heads"]
 
@@ -65,16 +65,16 @@ class MatchedDraw:
 
 
 def matched_random_heads(
-    facts: Mapping[str, Any],
+    facts: ModelSpec,
     key_heads: Sequence[Head],
-    kv_policy: str = "group",
+    kv_policy: KVPolicy = "group",
     seed: int = 0,
     max_tries: int = 2000,
 ) -> MatchedDraw:
     """Random non-key heads with the key heads' count per layer and KV-group count per layer.
 
     Args:
-        facts: :func:`~mathcircuits.finetune.model_facts` of the model (``n_layers``, ``n_heads``, ``n_kv_heads``).
+        facts: :func:`~mathcircuits.finetune.model_facts` of the model (its ``n_layers``, ``n_heads``, ``n_kv_heads``).
         key_heads: the key heads.
         kv_policy: ``"group"``, ``"exclusive"`` or ``"frozen"`` (as the precise run it controls for).
         seed: seed of the draw.
@@ -86,8 +86,8 @@ def matched_random_heads(
     Raises:
         ValueError: a key head is out of range, or a layer has fewer non-key heads than key heads.
     """
-    n_layers, n_heads = int(facts["n_layers"]), int(facts["n_heads"])
-    size = n_heads // int(facts["n_kv_heads"])
+    n_layers, n_heads = facts.n_layers, facts.n_heads
+    size = facts.group_size
     key = sorted({(int(l), int(h)) for l, h in key_heads})
     bad = [h for h in key if not (0 <= h[0] < n_layers and 0 <= h[1] < n_heads)]
     if bad:
@@ -97,7 +97,7 @@ def matched_random_heads(
     exact = outside = True
     for layer in sorted({l for l, _ in key}):
         mine = [h for l, h in key if l == layer]
-        target = len(kv_groups([(layer, h) for h in mine], dict(facts), kv_policy))
+        target = len(kv_groups([(layer, h) for h in mine], facts, kv_policy))
         free = [h for h in range(n_heads) if h not in mine]
         if len(free) < len(mine):
             raise ValueError(
@@ -111,7 +111,7 @@ def matched_random_heads(
         for pool in pools:
             for _ in range(max_tries):
                 pick = sorted(rng.sample(pool, len(mine)))
-                miss = abs(len(kv_groups([(layer, h) for h in pick], dict(facts), kv_policy)) - target)
+                miss = abs(len(kv_groups([(layer, h) for h in pick], facts, kv_policy)) - target)
                 if best is None or miss < best[0]:
                     best = (miss, pick, pool is away)
                 if miss == 0:
@@ -123,7 +123,7 @@ def matched_random_heads(
         outside &= best[2]
         heads += [(layer, h) for h in best[1]]
     heads.sort()
-    groups = kv_groups(heads, dict(facts), kv_policy)
+    groups = kv_groups(heads, facts, kv_policy)
     return MatchedDraw(tuple(heads), tuple(groups), exact, outside, seed)
 
 
@@ -136,7 +136,7 @@ def kv_shared_heads(slices: SliceSet) -> tuple[Head, ...]:
     Returns:
         Sorted ``(layer, head)`` pairs; empty without GQA, under ``kv_policy="exclusive"`` or ``"frozen"``.
     """
-    size = slices.model.n_heads // slices.model.n_kv_heads
+    size = slices.model.group_size
     tuned = set(slices.heads)
     return tuple(
         sorted((l, g * size + i) for l, g in slices.kv_groups for i in range(size) if (l, g * size + i) not in tuned)

@@ -12,7 +12,7 @@ What each mode tunes (one definition of "precise", shared by every table and cla
 * ``random`` — as many non-key heads per layer as the key heads, tuning as many KV groups
   (:func:`~mathcircuits.finetune.matched.matched_random_heads`; the unit's seed is the draw);
 * ``lora`` — LoRA on every attention projection, at the rank whose parameter count is nearest to
-  ``precise``'s (:func:`~mathcircuits.finetune.compare.lora_rank_for_budget`);
+  ``precise``'s (:func:`~mathcircuits.finetune.lora_rank_for_budget`);
 * ``full`` — every parameter.
 
 The trained model is merged into a plain HF model, scored by the given scorers (held-out
@@ -39,13 +39,15 @@ from typing import Any
 from torch import nn
 
 from mathcircuits.finetune.adapter import HeadSliceAdapter
-from mathcircuits.finetune.compare import MODE_PATTERN, lora_rank_for_budget
+from mathcircuits.finetune.components import lora_rank_for_budget
+from mathcircuits.finetune.config import SFTConfig
 from mathcircuits.finetune.layouts import model_facts
 from mathcircuits.finetune.matched import kv_shared_heads, matched_random_heads
+from mathcircuits.finetune.modes import Mode
+from mathcircuits.finetune.sft import train_sft
 from mathcircuits.finetune.slices import head_slices
-from mathcircuits.finetune.train import SFTConfig, train_sft
 from mathcircuits.finetune.units import ItemScores, Unit, UnitRecord
-from mathcircuits.patching.selection import KeyComponents
+from mathcircuits.patching import KeyComponents, SelectionSource
 
 __all__ = ["Scorers", "execute_unit", "unit_components"]
 
@@ -80,24 +82,25 @@ def unit_components(
     Returns:
         The components: key heads (``precise``), plus key MLPs (``+mlp``), the top-K heads, or a matched random draw.
     """
-    if not MODE_PATTERN.match(unit.mode):
-        raise ValueError(f"unit mode {unit.mode!r} is unknown. Fix: use a mode of MODE_PATTERN, e.g. precise.")
-    if unit.mode in ("base", "lora", "full"):
+    mode = Mode.parse(unit.mode)
+    if mode.kind in ("base", "lora", "full"):
         return None
-    if unit.mode == "random":
+    if mode.kind == "random":
         draw = matched_random_heads(model_facts(model, key.model.name), key.heads, unit.kv_policy, seed=unit.seed)
-        return KeyComponents(model=key.model, heads=draw.heads, rule="random", rule_params={"seed": unit.seed})
-    mlps = key.mlps if unit.mode.endswith("+mlp") else ()
+        note = f"matched random heads, seed {unit.seed}"
+        return KeyComponents(model=key.model, heads=draw.heads, selection=None, source=SelectionSource(note=note))
+    mlps = key.mlps if mode.mlps else ()
     heads = key.heads
-    if unit.mode.startswith("precise@"):
-        k = int(unit.mode.split("@", 1)[1].removesuffix("+mlp"))
-        if len(ranking) < k:
+    if mode.top_k is not None:
+        if len(ranking) < mode.top_k:
             raise ValueError(
-                f"mode {unit.mode!r} needs a ranking of at least {k} heads, got {len(ranking)}. "
+                f"mode {unit.mode!r} needs a ranking of at least {mode.top_k} heads, got {len(ranking)}. "
                 "Fix: pass ranking (every head by path-patching effect)."
             )
-        heads = tuple((int(l), int(h)) for l, h in ranking[:k])
-    return KeyComponents(model=key.model, heads=heads, mlps=mlps, rule=key.rule, rule_params={"mode": unit.mode})
+        heads = tuple((int(l), int(h)) for l, h in ranking[: mode.top_k])
+    return KeyComponents(
+        model=key.model, heads=heads, mlps=mlps, selection=None, source=SelectionSource(note=f"mode {mode}")
+    )
 
 
 def execute_unit(
@@ -138,10 +141,11 @@ def execute_unit(
     mlps: tuple[int, ...] = comps.mlps if comps is not None else ()
     shared: tuple[tuple[int, int], ...] = ()
     n_trainable, step, loss, rank = 0, 0, math.nan, 0
-    if unit.mode != "base":
-        method = "full" if unit.mode == "full" else "lora" if unit.mode == "lora" else "precise"
+    method = Mode.parse(unit.mode).method
+    if method is not None:  # base is not trained
         if method == "lora":
-            budget = head_slices(model, KeyComponents(model=key.model, heads=key.heads), kv_policy="group").n_tuned
+            precise = KeyComponents(model=key.model, heads=key.heads, selection=None)
+            budget = head_slices(model, precise, kv_policy="group").n_tuned
             rank = lora_rank_for_budget(model, budget)[0]
         cfg = dataclasses.replace(
             config,

@@ -39,14 +39,15 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable
-from typing import Any, Literal
+from typing import Any
 
 import torch
 
 from mathcircuits.finetune.layouts import (
     HEAD_ROLES,
-    LAYOUTS,
+    KV_POLICIES,
     AttentionLayout,
+    KVPolicy,
     Projection,
     SliceError,
     kv_groups,
@@ -57,44 +58,26 @@ from mathcircuits.finetune.layouts import (
 )
 from mathcircuits.finetune.sliceset import ParamSlice, SliceSet
 from mathcircuits.models.spec import ModelSpec
-from mathcircuits.patching.selection import KeyComponents
+from mathcircuits.patching import KeyComponents
 
-__all__ = [
-    "HEAD_ROLES",
-    "KV_POLICIES",
-    "LAYOUTS",
-    "AttentionLayout",
-    "ParamSlice",
-    "Projection",
-    "SliceError",
-    "SliceSet",
-    "head_slices",
-    "model_facts",
-    "resolve_layout",
-]
-
-KVPolicy = Literal["group", "exclusive", "frozen"]
-KV_POLICIES: tuple[str, ...] = ("group", "exclusive", "frozen")
+__all__ = ["head_slices"]
 
 
-# ----------------------------------------------------------------------------- values
-
-
-def _check_selection(heads: list, mlp_layers: list, facts: dict[str, Any]) -> None:
-    n_layers, n_heads = facts["n_layers"], facts["n_heads"]
+def _check_selection(heads: list, mlp_layers: list, facts: ModelSpec) -> None:
+    n_layers, n_heads = facts.n_layers, facts.n_heads
     for item in heads:
         if len(item) != 2:
             raise SliceError(f"head {item!r} is not a (layer, head) pair. Fix: pass heads as [(layer, head), ...].")
         layer, head = int(item[0]), int(item[1])
         if not (0 <= layer < n_layers and 0 <= head < n_heads):
             raise SliceError(
-                f"head ({layer}, {head}) is out of range for {facts['name']!r} ({n_layers} layers × {n_heads} heads). "
+                f"head ({layer}, {head}) is out of range for {facts.name!r} ({n_layers} layers × {n_heads} heads). "
                 f"Fix: use layers 0..{n_layers - 1} and heads 0..{n_heads - 1}."
             )
     for layer in mlp_layers:
         if not 0 <= layer < n_layers:
             raise SliceError(
-                f"MLP {layer} is out of range for {facts['name']!r} ({n_layers} layers). Fix: use layers "
+                f"MLP {layer} is out of range for {facts.name!r} ({n_layers} layers). Fix: use layers "
                 f"0..{n_layers - 1}."
             )
     if not heads and not mlp_layers:
@@ -106,7 +89,7 @@ def _check_selection(heads: list, mlp_layers: list, facts: dict[str, Any]) -> No
 class _Pending:
     """Collects feature ranges per parameter while heads are mapped."""
 
-    def __init__(self, model: torch.nn.Module, layout: AttentionLayout, facts: dict[str, Any]) -> None:
+    def __init__(self, model: torch.nn.Module, layout: AttentionLayout, facts: ModelSpec) -> None:
         self.model, self.layout, self.facts = model, layout, facts
         self.params = dict(model.named_parameters(remove_duplicate=False))
         self.modules = dict(model.named_modules())
@@ -118,7 +101,7 @@ class _Pending:
         if mod_name not in self.modules:
             raise SliceError(
                 f"module {mod_name!r} is missing from {type(self.model).__name__}; the layout for "
-                f"{self.facts['model_type']!r} does not fit this model. Fix: correct its row in finetune/layouts.py."
+                f"{self.facts.model_type!r} does not fit this model. Fix: correct its row in finetune/layouts.py."
             )
         feature = "in" if role == "o" else "out"
         lo, hi = proj.feature_range(unit, self.facts)
@@ -166,7 +149,7 @@ class _Pending:
         if prefix not in self.modules:
             raise SliceError(
                 f"MLP module {prefix!r} is missing from {type(self.model).__name__}; the layout for "
-                f"{self.facts['model_type']!r} does not fit this model. Fix: correct its row in finetune/layouts.py."
+                f"{self.facts.model_type!r} does not fit this model. Fix: correct its row in finetune/layouts.py."
             )
         out = []
         for mod_name, mod in self.modules[prefix].named_modules(prefix=prefix):
@@ -196,7 +179,7 @@ class _Pending:
 def head_slices(
     model: torch.nn.Module,
     key: KeyComponents | Iterable[tuple[int, int]],
-    kv_policy: str = "group",  # one of KV_POLICIES
+    kv_policy: KVPolicy = "group",
     include_mlps: bool = True,
     mlps: Iterable[int] = (),
     model_name: str | None = None,
@@ -236,7 +219,7 @@ def head_slices(
     _check_selection(heads, mlp_layers, facts)
     heads = sorted({(int(l), int(h)) for l, h in heads})
     mlp_layers = sorted({int(m) for m in mlp_layers})
-    roles = layout.check_roles(roles, facts["model_type"]) if heads else HEAD_ROLES
+    roles = layout.check_roles(roles, facts.model_type) if heads else HEAD_ROLES
 
     pending = _Pending(model, layout, facts)
     for layer, head in heads:

@@ -16,8 +16,8 @@ from jaxtyping import Bool, Int
 from torch import Tensor
 
 from mathcircuits._io import SavedResult, decode_fields, encode_fields
-from mathcircuits.finetune.layouts import SliceError
-from mathcircuits.models.spec import ModelSpec, as_spec, check_model, heads_by_layer
+from mathcircuits.finetune.layouts import KVPolicy, SliceError
+from mathcircuits.models.spec import ModelSpec, check_model, heads_by_layer
 
 __all__ = ["ParamSlice", "SliceSet"]
 
@@ -89,30 +89,26 @@ class ParamSlice:
         return decode_fields(cls, d, "a parameter slice")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class SliceSet(SavedResult):
     """Every parameter slice that precise SFT tunes for a selection, with counts.
 
     ``n_tuned`` counts tuned scalars, ``n_model_params`` all parameters of the
     model (tied weights once), ``fraction`` their ratio. ``model`` is the
-    :class:`~mathcircuits.models.ModelSpec` of the HF model the slices were made for
-    (a dict from ``ModelSpec.to_dict()`` is accepted and converted). Saved as JSON by
+    :class:`~mathcircuits.models.ModelSpec` of the HF model the slices were made for. Saved as JSON by
     ``save("slices.json")``.
     """
 
     STAGE = "finetune"
     DERIVED = ("n_tuned",)
 
-    model: ModelSpec | dict[str, Any]
+    model: ModelSpec
     heads: tuple[tuple[int, int], ...]
     mlps: tuple[int, ...]
-    kv_policy: str
+    kv_policy: KVPolicy
     slices: tuple[ParamSlice, ...]
     n_model_params: int
     kv_groups: tuple[tuple[int, int], ...] = field(default=())  # (layer, group) whose K/V are tuned
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "model", as_spec(self.model))
 
     @classmethod
     def upgrade(cls, version: int, fields: dict[str, Any]) -> dict[str, Any]:
@@ -193,5 +189,12 @@ class SliceSet(SavedResult):
                     f"parameter {s.name!r} has shape {tuple(params[s.name].shape)} but the slices expect {s.shape}."
                 )
 
-
-# ----------------------------------------------------------------------------- mapping
+    def summary_items(self) -> list[tuple[str, str]]:
+        """Model, heads, MLPs, K/V policy and tuned parameters."""
+        return [
+            ("model", self.model.name),
+            ("heads", str(len(self.heads))),
+            ("MLPs", str(len(self.mlps))),
+            ("kv_policy", self.kv_policy),
+            ("tuned", f"{self.n_tuned:,} ({self.fraction:.2%})"),
+        ]

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from mathcircuits._io import SavedResult
-from mathcircuits.finetune.slices import KVPolicy
+from mathcircuits.finetune.layouts import KVPolicy
 
 __all__ = ["ItemScores", "Phase", "RateChoice", "SelectOn", "Unit", "UnitComparison", "UnitPlan", "UnitRecord"]
 
@@ -88,7 +88,7 @@ class ItemScores:
         return sum(self.logp) / len(self.logp) if self.logp else math.nan
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class UnitRecord(SavedResult):
     """What one unit tuned, how training went, what it cost, and its per-item scores.
 
@@ -129,12 +129,11 @@ class UnitRecord(SavedResult):
     def cpu_s(self) -> float:
         return self.train_cpu_s + self.eval_cpu_s
 
-    def __repr__(self) -> str:
-        scores = ", ".join(f"{split} {100 * s.accuracy:.1f}%" for split, s in self.math.items())
-        return f"UnitRecord({self.unit.key}: {self.n_trainable} params, math {scores}, {self.cpu_s:.0f} CPU s)"
-
-    def _repr_html_(self) -> str:
-        return f"<code>{html.escape(repr(self))}</code>"
+    def summary_items(self) -> list[tuple[str, str]]:
+        """The unit, its tuned parameters, math accuracy per split and its CPU time."""
+        items = [("unit", self.unit.key), ("tuned params", str(self.n_trainable))]
+        items += [(f"math {split}", f"{100 * s.accuracy:.1f}%") for split, s in self.math.items()]
+        return items + [("CPU s", f"{self.cpu_s:.0f}")]
 
 
 @dataclass(frozen=True)
@@ -212,7 +211,7 @@ class RateChoice:
         return bool(self.edge)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class UnitComparison(SavedResult):
     """The whole comparison: its plan, every unit's record, and each mode's chosen rate."""
 
@@ -249,9 +248,10 @@ class UnitComparison(SavedResult):
             out.append((label, lr, len(recs), acc))
         return out
 
-    def __repr__(self) -> str:
-        rows = "; ".join(f"{label} (lr {lr}, {n} seeds) {acc}" for label, lr, n, acc in self._rows())
-        return f"UnitComparison({len(self.records)} units; test math: {rows})"
+    def summary_items(self) -> list[tuple[str, str]]:
+        """Units and CPU hours, then per mode its chosen rate, seeds and test math accuracy."""
+        items = [("units", str(len(self.records))), ("CPU hours", f"{self.cpu_s / 3600:.2f}")]
+        return items + [(label, f"lr {lr or '-'}, {n} seeds, test math {acc}") for label, lr, n, acc in self._rows()]
 
     def _repr_html_(self) -> str:
         head = "<tr><th>mode</th><th>chosen rate</th><th>seeds</th><th>test math accuracy</th></tr>"

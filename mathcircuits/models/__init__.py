@@ -1,41 +1,81 @@
-"""Stage 2 — models: load any supported model as a TransformerLens hooked model."""
+"""Models: load any supported model as a TransformerLens hooked model, and the mechanics every method shares.
+
+* :mod:`.loading` / :mod:`.wrap` — :func:`load_model` (a source name) and :func:`wrap` (an object you hold)
+  give a :class:`HookedModel`; :class:`ModelSpec` is its identity (:mod:`.spec`);
+* :mod:`.families` — each family's block shape as data (:data:`FAMILIES`);
+* :mod:`.hooks` — hook names; :mod:`.heads` — :class:`Head`, ``L{layer}.H{head}``;
+* :mod:`.capture` — one forward, activations at the last position;
+* :mod:`.readout` — the answer readout (final norm → unembedding → soft cap);
+* :mod:`.changes` — how a block's contribution changes (attention output, MLP input);
+* :mod:`.prefix` — prefix-cached forwards (the shared few-shot prefix runs once);
+* :mod:`.compat` / :mod:`.integrity` — the dependency versions computed under, and every fast path checked
+  against its plain path on the user's model at run time;
+* :mod:`.tiny` / :mod:`.embedded` — tiny random models of every family; the embedded SmolLM2.
+"""
 
 from mathcircuits.models import hooks
+from mathcircuits.models.capture import capture
+from mathcircuits.models.changes import attn_change, attn_pre_norm_name, mlp_change
 from mathcircuits.models.compat import UnsupportedVersionError, check_versions
 from mathcircuits.models.embedded import EMBEDDED_NAME, convert_gguf, embedded_model_dir, find_embedded_gguf
-from mathcircuits.models.integrity import IntegrityError, checks_run, fast_paths, fast_paths_enabled
-from mathcircuits.models.loading import HookedModel, ModelSpec, load_hf_model, load_model, resolve_source
-from mathcircuits.models.spec import ModelMismatchError, as_spec, check_model, heads_by_layer
+from mathcircuits.models.families import FAMILIES, BlockStructure, UnsupportedFamilyError, block_structure
+from mathcircuits.models.heads import Head, check_heads
+from mathcircuits.models.integrity import IntegrityError, checks_run, fast_paths, fast_paths_enabled, probe_pairs
+from mathcircuits.models.loading import HookedModel, load_hf_model, load_model, resolve_source
+from mathcircuits.models.prefix import HFForward, PrefixRunner, repeat_cache, run_from_layer, shared_prefix_len
+from mathcircuits.models.readout import Readout, final_norm, readout, soft_cap, vocab_logits
+from mathcircuits.models.spec import ModelMismatchError, ModelSpec, as_spec, check_model, heads_by_layer
 from mathcircuits.models.tiny import TINY_FAMILIES, tiny_gpt2, tiny_llama, tiny_model, tiny_tokenizer
 from mathcircuits.models.wrap import from_bridge, from_hf, wrap
 
 __all__ = [
     "EMBEDDED_NAME",
+    "FAMILIES",
     "TINY_FAMILIES",
+    "BlockStructure",
+    "HFForward",
+    "Head",
     "HookedModel",
     "IntegrityError",
     "ModelMismatchError",
     "ModelSpec",
+    "PrefixRunner",
+    "Readout",
+    "UnsupportedFamilyError",
     "UnsupportedVersionError",
     "as_spec",
+    "attn_change",
+    "attn_pre_norm_name",
+    "block_structure",
+    "capture",
+    "check_heads",
     "check_model",
     "check_versions",
     "checks_run",
     "convert_gguf",
+    "embedded_model_dir",
     "fast_paths",
     "fast_paths_enabled",
+    "final_norm",
+    "find_embedded_gguf",
     "from_bridge",
     "from_hf",
-    "embedded_model_dir",
-    "find_embedded_gguf",
     "heads_by_layer",
     "hooks",
     "load_hf_model",
     "load_model",
+    "probe_pairs",
+    "mlp_change",
+    "readout",
+    "repeat_cache",
     "resolve_source",
+    "run_from_layer",
+    "shared_prefix_len",
+    "soft_cap",
     "tiny_gpt2",
     "tiny_llama",
     "tiny_model",
     "tiny_tokenizer",
+    "vocab_logits",
     "wrap",
 ]

@@ -35,6 +35,7 @@ from typing import Any
 
 import torch
 from packaging.version import Version
+from transformer_lens.model_bridge import TransformerBridge
 
 __all__ = [
     "CACHE_KWARG_SINCE",
@@ -53,27 +54,33 @@ class UnsupportedVersionError(RuntimeError):
 
 @dataclass(frozen=True)
 class VersionRange:
-    """Releases ``lowest ≤ v < below`` of one distribution.
+    """Releases ``lowest ≤ v < below`` of one distribution, or any of several such intervals.
 
     Args:
         lowest: the oldest release the suite passed with.
         below: the first release not yet tested (exclusive upper bound).
+        also: further intervals the suite passed with, as ``(lowest, below)`` pairs (TransformerLens 3.9 is the
+            second test environment, ``scripts/test-tl3.sh``).
     """
 
     lowest: str
     below: str
+    also: tuple[tuple[str, str], ...] = ()
+
+    def _intervals(self) -> tuple[tuple[str, str], ...]:
+        return ((self.lowest, self.below), *self.also)
 
     def __contains__(self, version: str) -> bool:
         v = Version(version).release  # local builds (torch 2.13.0+cpu) compare by their release
-        return Version(self.lowest).release <= v < Version(self.below).release
+        return any(Version(lo).release <= v < Version(hi).release for lo, hi in self._intervals())
 
     def __str__(self) -> str:
-        return f">={self.lowest},<{self.below}"
+        return " or ".join(f">={lo},<{hi}" for lo, hi in self._intervals())
 
 
 SUPPORTED: dict[str, VersionRange] = {
     "transformers": VersionRange("4.57", "5.25"),
-    "transformer-lens": VersionRange("4.3", "4.4"),
+    "transformer-lens": VersionRange("4.3", "4.4", also=(("3.9", "3.10"),)),
     "torch": VersionRange("2.2", "2.15"),
     "peft": VersionRange("0.13", "0.22"),
 }
@@ -136,7 +143,7 @@ def _alias_cache(module: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[st
     return None
 
 
-def install_cache_alias(bridge: Any) -> Any:
+def install_cache_alias(bridge: TransformerBridge) -> TransformerBridge:
     """Let the bridge's attention see the KV cache under ``past_key_values`` when HF passes it as ``cache``.
 
     Idempotent (a flag on the bridge). Components that hand the call on to HF's own attention keep

@@ -36,6 +36,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from mathcircuits.models.loading import HookedModel
+
 __all__ = ["FAMILIES", "BlockStructure", "UnsupportedFamilyError", "block_structure"]
 
 
@@ -109,11 +111,11 @@ FAMILIES: dict[str, BlockStructure] = {
 }
 
 
-def block_structure(model: Any) -> BlockStructure:
+def block_structure(model: HookedModel) -> BlockStructure:
     """The resolved block structure of a loaded model (a :class:`~mathcircuits.models.HookedModel`).
 
     Args:
-        model: an object with ``hf_model`` (its ``config.model_type`` names the family) and ``bridge``.
+        model: the hooked model (its HF model's ``config.model_type`` names the family).
 
     Returns:
         The family's :class:`BlockStructure`, with ``parallel`` and ``logit_softcap`` read from the config.

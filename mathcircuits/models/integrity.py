@@ -37,14 +37,18 @@ import weakref
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import datasets
 import torch
 from jaxtyping import Int
 from torch import Tensor
+from transformer_lens.model_bridge import TransformerBridge
 
 from mathcircuits.models.compat import installed_versions
+
+if TYPE_CHECKING:  # loading imports this module: the hooked model is named for signatures only
+    from mathcircuits.models.loading import HookedModel
 
 __all__ = [
     "CheckRecord",
@@ -279,9 +283,9 @@ def probe_pairs(vocab: int, rows: int = 4, seq: int = 12, shared: int = 8, seed:
     )
 
 
-def model_dtype(model: Any) -> torch.dtype:
+def model_dtype(model: HookedModel | torch.nn.Module) -> torch.dtype:
     """The dtype of a model's (first floating) parameters: the precision its forwards run in."""
-    module = getattr(model, "bridge", model)
+    module = model if isinstance(model, torch.nn.Module) else model.bridge
     for p in module.parameters():
         if p.is_floating_point():
             return p.dtype
@@ -296,7 +300,7 @@ def _checked(name: str, fn: Callable[..., Any], fired: set[int], k: int) -> Call
     return hook
 
 
-def instrument_hooks(bridge: Any) -> Any:
+def instrument_hooks(bridge: TransformerBridge) -> TransformerBridge:
     """Make ``bridge.run_with_hooks`` stop with :class:`IntegrityError` when a hook it was given never fired.
 
     Idempotent. The cost is one set insertion per hook call.

@@ -32,7 +32,7 @@ from typing import Any
 import torch
 from jaxtyping import Int
 from transformer_lens.model_bridge import TransformerBridge
-from transformers import AutoModelForCausalLM, AutoTokenizer
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from mathcircuits.models.compat import check_versions, install_cache_alias
 from mathcircuits.models.embedded import EMBEDDED_NAME, cache_root, convert_gguf, embedded_model_dir
@@ -43,7 +43,6 @@ from mathcircuits.models.tiny import tiny_family_name, tiny_gpt2, tiny_llama, ti
 
 __all__ = [
     "HookedModel",
-    "ModelSpec",
     "boot_bridge",
     "load_hf_model",
     "load_model",
@@ -65,8 +64,8 @@ class HookedModel:
     place: for fine-tuning use :func:`load_hf_model` to get a separate plain copy.
     """
 
-    bridge: Any
-    tokenizer: Any
+    bridge: TransformerBridge
+    tokenizer: PreTrainedTokenizerBase
     spec: ModelSpec
 
     @property
@@ -273,7 +272,12 @@ def load_model(
     return HookedModel(bridge=bridge, tokenizer=tok, spec=spec_from_bridge(bridge, name, source))
 
 
-def boot_bridge(hf_model: torch.nn.Module, tokenizer: Any, name: str, device: str | torch.device | None = None) -> Any:
+def boot_bridge(
+    hf_model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    name: str,
+    device: str | torch.device | None = None,
+) -> TransformerBridge:
     """Wrap ``hf_model`` in place in a TransformerBridge with HookedTransformer hook names and raw weights.
 
     Args:
@@ -295,7 +299,7 @@ def boot_bridge(hf_model: torch.nn.Module, tokenizer: Any, name: str, device: st
     return instrument_hooks(install_cache_alias(bridge)).eval()
 
 
-def spec_from_bridge(bridge: Any, name: str, source: str) -> ModelSpec:
+def spec_from_bridge(bridge: TransformerBridge, name: str, source: str) -> ModelSpec:
     """The :class:`ModelSpec` of a booted bridge (shape facts from its config and the wrapped HF model's).
 
     Args:

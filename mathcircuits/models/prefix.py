@@ -53,6 +53,7 @@ from typing import Any
 import torch
 from jaxtyping import Float, Int
 from torch import Tensor
+from transformer_lens.model_bridge import TransformerBridge
 
 from mathcircuits.models.hooks import resid_pre
 from mathcircuits.models.integrity import compare, fast_paths_enabled, probe_tokens, verify_once
@@ -143,7 +144,7 @@ class PrefixRunner:
 
     def __init__(
         self,
-        bridge: Any,
+        bridge: TransformerBridge | HFForward,
         fwd_hooks: Sequence[tuple[str, Any]] = (),
         prefix_hooks: Sequence[tuple[str, Any]] | None = None,
         min_prefix: int = MIN_PREFIX,
@@ -216,7 +217,7 @@ def repeat_cache(cache: Any, batch: int) -> Any:
     return out
 
 
-def _block_list(bridge: Any) -> tuple[torch.nn.Module, str, torch.nn.ModuleList]:
+def _block_list(bridge: TransformerBridge) -> tuple[torch.nn.Module, str, torch.nn.ModuleList]:
     """The HF module holding the decoder blocks, the attribute name and the list (found by identity)."""
     first = bridge.blocks[0]
     for module in bridge.original_model.modules():
@@ -230,7 +231,7 @@ def _block_list(bridge: Any) -> tuple[torch.nn.Module, str, torch.nn.ModuleList]
 
 
 @contextmanager
-def blocks_from(bridge: Any, layer: int) -> Iterator[None]:
+def blocks_from(bridge: TransformerBridge, layer: int) -> Iterator[None]:
     """Within the block, the HF model runs only blocks ``layer…`` (restored afterwards, also on errors).
 
     Args:
@@ -252,7 +253,7 @@ def blocks_from(bridge: Any, layer: int) -> Iterator[None]:
 
 @torch.no_grad()
 def run_from_layer(
-    bridge: Any,
+    bridge: TransformerBridge,
     resid: Float[Tensor, "batch pos d_model"],
     layer: int,
     past_key_values: Any = None,

@@ -18,9 +18,14 @@ with a plain HF model can leave the name out (``compare_name=False``).
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from torch import nn
 
 from mathcircuits._io import decode_fields
+
+if TYPE_CHECKING:  # loading imports this module: the hooked model is named for signatures only
+    from mathcircuits.models.loading import HookedModel
 
 __all__ = ["IDENTITY_KEYS", "ModelMismatchError", "ModelSpec", "as_spec", "check_model", "heads_by_layer"]
 
@@ -84,7 +89,7 @@ class ModelSpec:
         return decode_fields(cls, d, "the model spec")
 
     @classmethod
-    def from_hf(cls, model: Any, name: str | None = None, source: str | None = None) -> ModelSpec:
+    def from_hf(cls, model: nn.Module, name: str | None = None, source: str | None = None) -> ModelSpec:
         """The spec of a plain HF causal LM, read from its config.
 
         Args:
@@ -130,7 +135,7 @@ class ModelSpec:
         return f"{self.name!r} ({self.architecture}, {self.n_layers} layers × {self.n_heads} heads)"
 
 
-def as_spec(value: Any) -> ModelSpec:
+def as_spec(value: ModelSpec | dict[str, Any] | HookedModel | nn.Module) -> ModelSpec:
     """The :class:`ModelSpec` of ``value``.
 
     Args:
@@ -156,7 +161,7 @@ def as_spec(value: Any) -> ModelSpec:
 
 def check_model(
     stored: ModelSpec,
-    model: Any,
+    model: ModelSpec | HookedModel | nn.Module,
     what: str,
     fix: str,
     compare_name: bool = True,

@@ -63,7 +63,7 @@ def _name_of(hf_model: torch.nn.Module, name: str | None) -> str:
     return name or str(getattr(hf_model.config, "name_or_path", "") or type(hf_model).__name__)
 
 
-def _check_tokenizer(tokenizer: Any) -> None:
+def _check_tokenizer(tokenizer: object) -> None:
     if not isinstance(tokenizer, PreTrainedTokenizerBase):
         hint = f" (the string {tokenizer!r} names one; load it first)" if isinstance(tokenizer, str) else ""
         raise TypeError(
@@ -72,7 +72,7 @@ def _check_tokenizer(tokenizer: Any) -> None:
         )
 
 
-def check_causal_lm(model: torch.nn.Module, tokenizer: Any) -> None:
+def check_causal_lm(model: torch.nn.Module, tokenizer: object) -> None:
     """Refuse a model the toolkit cannot read answers from, before it is booted.
 
     Args:
@@ -104,7 +104,7 @@ def check_causal_lm(model: torch.nn.Module, tokenizer: Any) -> None:
         )
 
 
-def from_hf(model: torch.nn.Module, tokenizer: Any, name: str | None = None) -> HookedModel:
+def from_hf(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, name: str | None = None) -> HookedModel:
     """Wrap an HF causal LM you hold as a :class:`HookedModel`, without copying its weights.
 
     The model is booted into a TransformerBridge **in place**: its modules are replaced by bridge components
@@ -145,7 +145,9 @@ def from_hf(model: torch.nn.Module, tokenizer: Any, name: str | None = None) -> 
     return HookedModel(bridge=bridge, tokenizer=tokenizer, spec=spec_from_bridge(bridge, label, label))
 
 
-def from_bridge(bridge: Any, tokenizer: Any = None, name: str | None = None) -> HookedModel:
+def from_bridge(
+    bridge: TransformerBridge, tokenizer: PreTrainedTokenizerBase | None = None, name: str | None = None
+) -> HookedModel:
     """Use a TransformerBridge you hold as a :class:`HookedModel`, if its weights are raw.
 
     A bridge without compatibility mode gets ``enable_compatibility_mode(no_processing=True)`` (HookedTransformer
@@ -188,7 +190,11 @@ def from_bridge(bridge: Any, tokenizer: Any = None, name: str | None = None) -> 
     return HookedModel(bridge=bridge, tokenizer=tok, spec=spec_from_bridge(bridge, label, label))
 
 
-def wrap(obj: Any, tokenizer: Any = None, name: str | None = None) -> HookedModel:
+def wrap(
+    obj: PreTrainedModel | TransformerBridge | HookedModel,
+    tokenizer: PreTrainedTokenizerBase | None = None,
+    name: str | None = None,
+) -> HookedModel:
     """The :class:`HookedModel` of any supported object: HF model, TransformerBridge, or a HookedModel.
 
     Args:

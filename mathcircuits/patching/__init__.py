@@ -1,32 +1,54 @@
-"""Stage 3 — patching: path patching from heads/MLPs to the logits, and key components.
+"""Stage ``identify`` — path patching from heads/MLPs to the logits, and key components.
 
 ``path_patch(model, dataset)`` is the entry point (exact last-position method by
 default; ``method="reference"`` and ``method="attribution"`` for checking and
-screening), in :mod:`.driver`. The methods share one core (:mod:`._common`):
-a last-position cache with its readout, and :class:`Metric` values
-(:mod:`.metrics`). ``select_key_components`` turns a result into a :class:`KeyComponents`.
+screening), in :mod:`.driver`. The methods share the two cached forwards of
+:mod:`.cache` (capture, readout and the block chain live in :mod:`mathcircuits.models`)
+and :class:`Metric` values (:mod:`.metrics`). ``select_key_components`` turns a result
+into a :class:`KeyComponents`.
 """
 
-from mathcircuits.patching._common import LastPositionCache, last_position_caches
 from mathcircuits.patching.attribution import compare_rankings
+from mathcircuits.patching.cache import LastPositionCache, last_position_caches
+from mathcircuits.patching.config import PatchingConfig, Rule, SelectionConfig
 from mathcircuits.patching.driver import METHODS, path_patch
-from mathcircuits.patching.metrics import METRICS, Metric, Readout, get_metric
-from mathcircuits.patching.result import PatchingResult
-from mathcircuits.patching.selection import RULES, KeyComponents, SelectionError, select_key_components
+from mathcircuits.patching.key_components import (
+    RULES,
+    KeyComponents,
+    SelectionError,
+    SelectionSource,
+    median_depth,
+    resolve_heads,
+)
+from mathcircuits.patching.metrics import METRICS, Metric, MetricName, get_metric
+from mathcircuits.patching.result import PatchingResult, PatchSettings
+from mathcircuits.patching.scan import SENDER_KINDS, Method, SenderKind
+from mathcircuits.patching.selection import select_key_components, selection_stability
 
 __all__ = [
-    "METHODS",
-    "METRICS",
-    "RULES",
     "KeyComponents",
     "LastPositionCache",
+    "METHODS",
+    "METRICS",
+    "Method",
     "Metric",
+    "MetricName",
+    "PatchSettings",
+    "PatchingConfig",
     "PatchingResult",
-    "Readout",
+    "Rule",
+    "RULES",
+    "SENDER_KINDS",
+    "SelectionConfig",
     "SelectionError",
+    "SelectionSource",
+    "SenderKind",
     "compare_rankings",
     "get_metric",
     "last_position_caches",
+    "median_depth",
     "path_patch",
+    "resolve_heads",
     "select_key_components",
+    "selection_stability",
 ]

@@ -22,30 +22,30 @@ against the exact method.
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 from scipy.stats import spearmanr
 
-from mathcircuits.models import hooks
+from mathcircuits.data.pairs import PairBatch
+from mathcircuits.models import HookedModel, hooks
+from mathcircuits.models.changes import attn_change, attn_pre_norm_name, mlp_change
 from mathcircuits.models.families import block_structure
-from mathcircuits.patching._common import (
-    BatchEffects,
-    PairBatch,
-    Senders,
-    attn_change,
-    attn_pre_norm_name,
-    last_position_caches,
-    mlp_change,
-    readout,
-)
-from mathcircuits.patching.metrics import Metric, Readout
+from mathcircuits.models.readout import Readout, readout
+from mathcircuits.patching.cache import last_position_caches
+from mathcircuits.patching.metrics import Metric
+from mathcircuits.patching.result import PatchingResult
+from mathcircuits.patching.scan import BatchEffects, Senders
 
 __all__ = ["attribution_scan", "compare_rankings"]
 
 
 def attribution_scan(
-    model: Any, batch: PairBatch, senders: Senders, metric: Metric, *, chunk_rows: int = 8192, progress: bool = False
+    model: HookedModel,
+    batch: PairBatch,
+    senders: Senders,
+    metric: Metric,
+    *,
+    chunk_rows: int = 8192,
+    progress: bool = False,
 ) -> BatchEffects:
     """First-order estimates of every sender's effect for one batch of equal-length pairs.
 
@@ -106,7 +106,7 @@ def attribution_scan(
     return BatchEffects(heads=head_eff, mlps=mlp_eff, clean_logit=clean.logit)
 
 
-def compare_rankings(approx: Any, exact: Any, k: int = 10) -> dict[str, float]:
+def compare_rankings(approx: PatchingResult, exact: PatchingResult, k: int = 10) -> dict[str, float]:
     """Spearman correlation of head effects and top-k overlap between two PatchingResults.
 
     Args:

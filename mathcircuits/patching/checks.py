@@ -22,12 +22,13 @@ import random
 
 import torch
 
+from mathcircuits.data.pairs import PairBatch, pair_batches
 from mathcircuits.models import HookedModel
 from mathcircuits.models.integrity import compare, model_dtype, probe_pairs
-from mathcircuits.patching._common import PairBatch, Senders, pair_batches
 from mathcircuits.patching.exact import exact_scan
 from mathcircuits.patching.metrics import METRICS
 from mathcircuits.patching.reference import reference_scan
+from mathcircuits.patching.scan import Senders
 
 __all__ = ["check_exact"]
 

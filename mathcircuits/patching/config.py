@@ -3,30 +3,34 @@
 They are the ``patching`` and ``selection`` sections of a run configuration: the
 pipeline passes their fields to :func:`~mathcircuits.patching.path_patch` and
 :func:`~mathcircuits.patching.select_key_components` unchanged, and the choices
-here are those functions' own (a test keeps them equal to ``METRICS`` and ``RULES``).
+here are those functions' own: the same ``Literal`` aliases type both (``Method``, ``MetricName``,
+``SenderKind``, ``Rule``), and one default per setting lives here.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, TypeAlias
 
 from mathcircuits._schema import check_fields, setting
+from mathcircuits.patching.metrics import MetricName
+from mathcircuits.patching.scan import Method, SenderKind
 
-__all__ = ["PatchingConfig", "SelectionConfig"]
+__all__ = ["PatchingConfig", "Rule", "SelectionConfig"]
+
+#: The key-head selection rules (the ``rule`` choices of ``select_key_components`` and ``SelectionConfig``).
+Rule: TypeAlias = Literal["zscore", "threshold", "topk"]
 
 
 @dataclass(frozen=True)
 class PatchingConfig:
     """How to path-patch every head and MLP to the logits (paper §3.2)."""
 
-    method: Literal["exact", "reference", "attribution"] = setting(
+    method: Method = setting(
         "exact", "exact: last-position shortcut; reference: one forward per sender; attribution: gradient estimate"
     )
-    metric: Literal["relative_logit", "logit_diff", "prob_change"] = setting(
-        "relative_logit", "effect measured on the correct answer at the last position"
-    )
-    senders: tuple[Literal["heads", "mlps"], ...] = setting(("heads", "mlps"), "which components to patch")
+    metric: MetricName = setting("relative_logit", "effect measured on the correct answer at the last position")
+    senders: tuple[SenderKind, ...] = setting(("heads", "mlps"), "which components to patch")
     max_pairs: int = setting(64, "correct pairs patched per operation", ge=1)
     min_pairs: int = setting(30, "an operation with fewer correct pairs is reported but not patched", ge=1)
     batch_size: int = setting(16, "pairs per forward pass", ge=1)
@@ -39,7 +43,7 @@ class PatchingConfig:
 class SelectionConfig:
     """How to pick the key heads (and MLPs) from the patching effects."""
 
-    rule: Literal["zscore", "threshold", "topk"] = setting(
+    rule: Rule = setting(
         "zscore", "zscore: effects z below the mean; threshold: effect below `threshold`; topk: the k strongest"
     )
     threshold: float = setting(-0.05, "rule threshold: the paper's -5% of the correct logit")

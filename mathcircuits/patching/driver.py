@@ -1,7 +1,7 @@
 """``path_patch``: one driver for the three path-patching methods, dispatched by a table.
 
 Each method is a scan function with the one signature
-:class:`~mathcircuits.patching._common.ScanFn`: it takes a batch of
+:class:`~mathcircuits.patching.scan.ScanFn`: it takes a batch of
 equal-length pairs, the senders and a :class:`~mathcircuits.patching.metrics.Metric`
 and returns per-pair effects. The driver batches the dataset, calls the scan
 and averages into a :class:`~mathcircuits.patching.result.PatchingResult`.
@@ -16,34 +16,34 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Sequence
-from typing import Any
 
 import torch
 from tqdm.auto import tqdm
 
-from mathcircuits.models import fast_paths_enabled
+from mathcircuits.data.pairs import PairSet, check_token_aligned, pair_batches
+from mathcircuits.models import HookedModel, fast_paths_enabled
 from mathcircuits.models.integrity import verify_once
-from mathcircuits.patching._common import ScanFn, Senders, check_dataset, pair_batches
 from mathcircuits.patching.attribution import attribution_scan
 from mathcircuits.patching.checks import check_exact
 from mathcircuits.patching.exact import exact_scan
-from mathcircuits.patching.metrics import Metric, get_metric
+from mathcircuits.patching.metrics import Metric, MetricName, get_metric
 from mathcircuits.patching.reference import reference_scan
-from mathcircuits.patching.result import PatchingResult
+from mathcircuits.patching.result import PatchingResult, PatchSettings
+from mathcircuits.patching.scan import Method, ScanFn, SenderKind, Senders
 
 __all__ = ["METHODS", "path_patch"]
 
 log = logging.getLogger(__name__)
 
-METHODS: dict[str, ScanFn] = {"exact": exact_scan, "reference": reference_scan, "attribution": attribution_scan}
+METHODS: dict[Method, ScanFn] = {"exact": exact_scan, "reference": reference_scan, "attribution": attribution_scan}
 
 
 def path_patch(
-    model: Any,
-    dataset: Any,
-    senders: Sequence[str] = ("heads", "mlps"),
-    metric: str | Metric = "relative_logit",
-    method: str = "exact",
+    model: HookedModel,
+    dataset: PairSet,
+    senders: Sequence[SenderKind] = ("heads", "mlps"),
+    metric: MetricName | Metric = "relative_logit",
+    method: Method = "exact",
     batch_size: int = 16,
     chunk_rows: int = 8192,
     keep_per_pair: bool = False,
@@ -77,7 +77,7 @@ def path_patch(
             "(device_map). Fix: load it on one device (e.g. device='cuda', dtype=torch.bfloat16); "
             "docs/howto/big-models-on-gpu.md gives the memory each model needs."
         )
-    check_dataset(dataset, model.spec)
+    check_token_aligned(dataset, model.spec.vocab_size)
     if method == "exact" and not fast_paths_enabled():
         log.info("fast paths are off: path patching runs the reference scan (one hooked forward per sender)")
         method, scan = "reference", METHODS["reference"]
@@ -102,7 +102,7 @@ def path_patch(
         mlp_effects=all_mlps.mean(0),
         metric=metric.name,
         method=method,
-        model=spec.to_dict(),
+        model=spec,
         n_pairs=n,
         pair_ids=pair_ids,
         operations=ops,
@@ -110,5 +110,5 @@ def path_patch(
         per_pair_heads=all_heads if keep_per_pair else None,
         per_pair_mlps=all_mlps if keep_per_pair else None,
         seconds=time.perf_counter() - t0,
-        settings={"senders": list(senders), "batch_size": batch_size, "chunk_rows": chunk_rows},
+        settings=PatchSettings(senders=tuple(senders), batch_size=batch_size, chunk_rows=chunk_rows),
     )

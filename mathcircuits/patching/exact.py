@@ -36,31 +36,30 @@ tested on every family in ``tests/test_families.py`` (max abs difference ≤ 1e-
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 from torch import Tensor
 
-from mathcircuits.models import hooks
+from mathcircuits.data.pairs import PairBatch
+from mathcircuits.models import HookedModel, hooks
+from mathcircuits.models.changes import attn_change, attn_pre_norm_name, mlp_change
 from mathcircuits.models.families import block_structure
-from mathcircuits.patching._common import (
-    BatchEffects,
-    PairBatch,
-    Senders,
-    attn_change,
-    attn_pre_norm_name,
-    last_position_caches,
-    mlp_change,
-    readout,
-)
+from mathcircuits.models.readout import readout
+from mathcircuits.patching.cache import last_position_caches
 from mathcircuits.patching.metrics import Metric
+from mathcircuits.patching.scan import BatchEffects, Senders
 
 __all__ = ["exact_scan"]
 
 
 @torch.no_grad()
 def exact_scan(
-    model: Any, batch: PairBatch, senders: Senders, metric: Metric, *, chunk_rows: int = 8192, progress: bool = False
+    model: HookedModel,
+    batch: PairBatch,
+    senders: Senders,
+    metric: Metric,
+    *,
+    chunk_rows: int = 8192,
+    progress: bool = False,
 ) -> BatchEffects:
     """Effects of every sender for one batch of equal-length pairs, from two cached forwards.
 

@@ -1,6 +1,6 @@
 """What a patch is measured by: the answer's readout and the metrics, as values.
 
-A :class:`Readout` holds the correct answer's raw logit (and, when a metric
+A :class:`~mathcircuits.models.Readout` holds the correct answer's raw logit (and, when a metric
 needs it, its probability) at the patched position, one value per row. A
 :class:`Metric` turns a patched and a clean readout into an effect; the three
 the toolkit knows are registered in :data:`METRICS` by name:
@@ -17,32 +17,17 @@ Every method calls the same metric object; attribution, which estimates the
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, TypeAlias
 
-from jaxtyping import Float, Int
+from jaxtyping import Float
 from torch import Tensor
 
-__all__ = ["METRICS", "Metric", "Readout", "get_metric"]
+from mathcircuits.models.readout import Readout
 
+__all__ = ["METRICS", "Metric", "MetricName", "get_metric"]
 
-@dataclass(frozen=True)
-class Readout:
-    """The correct answer's logit and (when asked for) probability, one value per row."""
-
-    logit: Float[Tensor, " rows"]
-    prob: Float[Tensor, " rows"] | None = None
-
-    def take(self, rows: Int[Tensor, " n"]) -> Readout:
-        """The readout of the given rows (e.g. the pair each patched row belongs to)."""
-        return Readout(self.logit[rows], None if self.prob is None else self.prob[rows])
-
-    def value(self, target: Literal["logit", "prob"]) -> Float[Tensor, " rows"]:
-        """The logit or the probability; a clear error when the probability was not read out."""
-        if target == "logit":
-            return self.logit
-        if self.prob is None:
-            raise ValueError("this readout has no probabilities. Fix: read out with need_probs=True.")
-        return self.prob
+#: The names of the metrics in :data:`METRICS` (the ``metric`` choices of ``path_patch`` and ``PatchingConfig``).
+MetricName: TypeAlias = Literal["relative_logit", "logit_diff", "prob_change"]
 
 
 @dataclass(frozen=True)
@@ -92,7 +77,7 @@ METRICS: dict[str, Metric] = {
 }
 
 
-def get_metric(metric: str | Metric) -> Metric:
+def get_metric(metric: MetricName | Metric) -> Metric:
     """The :class:`Metric` of a name from :data:`METRICS`, or ``metric`` itself.
 
     Args:

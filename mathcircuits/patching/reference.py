@@ -18,22 +18,25 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from mathcircuits.models import hooks
-from mathcircuits.patching._common import BatchEffects, PairBatch, Senders, capture
-from mathcircuits.patching.metrics import Metric, Readout
+from mathcircuits.data.pairs import PairBatch
+from mathcircuits.models import HookedModel, hooks
+from mathcircuits.models.capture import capture
+from mathcircuits.models.readout import Readout
+from mathcircuits.patching.metrics import Metric
+from mathcircuits.patching.scan import BatchEffects, Senders
 
 __all__ = ["reference_scan"]
 
 
-def _readout(logits: Tensor, answer: Tensor, need_probs: bool) -> Readout:
-    logit = logits.gather(-1, answer[:, None])[:, 0]
-    prob = torch.softmax(logits.float(), -1).gather(-1, answer[:, None])[:, 0] if need_probs else None
-    return Readout(logit, prob)
-
-
 @torch.no_grad()
 def reference_scan(
-    model: Any, batch: PairBatch, senders: Senders, metric: Metric, *, chunk_rows: int = 8192, progress: bool = False
+    model: HookedModel,
+    batch: PairBatch,
+    senders: Senders,
+    metric: Metric,
+    *,
+    chunk_rows: int = 8192,
+    progress: bool = False,
 ) -> BatchEffects:
     """Effects of every sender for one batch, one hooked forward per sender.
 
@@ -55,7 +58,7 @@ def reference_scan(
     m_names = [hooks.mlp_out(layer) for layer in range(L)]
     clean_logits, ref = capture(bridge, batch.tokens, z_names, position=None)
     _, cf = capture(bridge, batch.cf_tokens, z_names + m_names, position=None)
-    clean = _readout(clean_logits[:, position], batch.answer, metric.needs_probs)
+    clean = Readout.from_logits(clean_logits[:, position], batch.answer, metric.needs_probs)
     B = batch.tokens.shape[0]
     head_eff = torch.full((B, L, H), float("nan"))
     mlp_eff = torch.full((B, L), float("nan"))
@@ -81,7 +84,7 @@ def reference_scan(
         if kind == "mlp":
             fwd.append((m_names[s_layer], patch_mlp))
         logits = bridge.run_with_hooks(batch.tokens, fwd_hooks=fwd)[:, position]
-        return metric(_readout(logits, batch.answer, metric.needs_probs), clean).float().cpu()
+        return metric(Readout.from_logits(logits, batch.answer, metric.needs_probs), clean).float().cpu()
 
     for layer in range(L):
         for h in range(H):

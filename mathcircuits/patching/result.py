@@ -9,23 +9,35 @@ with the result; without per-pair effects the bounds are ``None`` (NaN in the Da
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import pandas as pd
 import torch
 from jaxtyping import Float
-from torch import Tensor
+from torch import Tensor, nn
 
 from mathcircuits._io import SavedResult
-from mathcircuits.models.spec import ModelSpec, as_spec, check_model
-from mathcircuits.patching.metrics import METRICS
+from mathcircuits.models import HookedModel
+from mathcircuits.models.heads import Head
+from mathcircuits.models.spec import ModelSpec, check_model
+from mathcircuits.patching.scan import SenderKind
 from mathcircuits.stats import DEFAULT_CONFIDENCE, DEFAULT_N_BOOT, bootstrap_mean
 
-__all__ = ["METRICS", "PatchingResult"]
+__all__ = ["PatchSettings", "PatchingResult"]
 
 
 @dataclass(frozen=True)
+class PatchSettings:
+    """How a patching result was computed (besides its metric and method): senders, batch, chunk size."""
+
+    senders: tuple[SenderKind, ...] = ("heads", "mlps")
+    batch_size: int = 16
+    chunk_rows: int = 8192
+
+
+@dataclass(frozen=True, repr=False)
 class PatchingResult(SavedResult):
     """Effects of patching each sender (head or MLP) to the logits, averaged over pairs.
 
@@ -35,8 +47,7 @@ class PatchingResult(SavedResult):
     ``prob_change`` = patched − clean probability of the answer. NaN marks senders
     that were not patched. ``per_pair_heads`` [pair, layer, head] and
     ``per_pair_mlps`` [pair, layer] are kept when asked for. ``model`` is the
-    :class:`~mathcircuits.models.ModelSpec` of the patched model (a dict from
-    ``ModelSpec.to_dict()`` is accepted and converted).
+    :class:`~mathcircuits.models.ModelSpec` of the patched model.
 
     ``head_low``/``head_high`` and ``mlp_low``/``mlp_high`` bound each mean effect at
     ``confidence`` (bootstrap over pairs, ``ci_n_boot`` resamples, seed ``ci_seed``); they are
@@ -50,7 +61,7 @@ class PatchingResult(SavedResult):
     mlp_effects: Float[Tensor, " layer"]
     metric: str
     method: str
-    model: ModelSpec | dict[str, Any]
+    model: ModelSpec
     n_pairs: int
     pair_ids: list[int] = field(default_factory=list)
     operations: list[str] = field(default_factory=list)
@@ -58,7 +69,7 @@ class PatchingResult(SavedResult):
     per_pair_heads: Float[Tensor, "pair layer head"] | None = None
     per_pair_mlps: Float[Tensor, "pair layer"] | None = None
     seconds: float = float("nan")
-    settings: dict[str, Any] = field(default_factory=dict)
+    settings: PatchSettings | None = None
     head_low: Float[Tensor, "layer head"] | None = None
     head_high: Float[Tensor, "layer head"] | None = None
     mlp_low: Float[Tensor, " layer"] | None = None
@@ -68,7 +79,6 @@ class PatchingResult(SavedResult):
     ci_seed: int = 0
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "model", as_spec(self.model))
         if self.head_low is None and self.per_pair_heads is not None and self.per_pair_heads.shape[0] > 0:
             lo, hi = bootstrap_mean(self.per_pair_heads, self.ci_n_boot, self.ci_seed, self.confidence)
             object.__setattr__(self, "head_low", lo)
@@ -90,9 +100,62 @@ class PatchingResult(SavedResult):
         """Versions 1–2 had no intervals: they are recomputed from the per-pair effects when those were kept."""
         new = {"head_low": None, "head_high": None, "mlp_low": None, "mlp_high": None}
         new |= {"confidence": DEFAULT_CONFIDENCE, "ci_n_boot": DEFAULT_N_BOOT, "ci_seed": 0}
-        return {**new, **fields}
+        return {**new, **fields, "settings": fields.get("settings") or None}
 
-    def check_model(self, model: Any) -> None:
+    @classmethod
+    def merge(cls, parts: Sequence[PatchingResult], pair_ids: Sequence[int] | None = None) -> PatchingResult:
+        """One result over the pairs of several (e.g. one per operation): what one run over all of them gives.
+
+        With every part's per-pair effects, they are concatenated and averaged again (bit for bit the mean of
+        one run over the same pairs) and the intervals are recomputed; otherwise the means are averaged with
+        each part's number of pairs as its weight, and the merged result has no per-pair effects or intervals.
+
+        Args:
+            parts: results of the same model, metric and method.
+            pair_ids: the merged pairs' ids (default: the parts' ids, concatenated).
+
+        Returns:
+            The merged result: operations and pair ids in the parts' order, ``seconds`` summed, the first part's
+            settings; its ``clean_logit_mean`` is NaN (the parts' pairs were scored apart).
+
+        Raises:
+            ValueError: no parts, or parts of different models, metrics or methods.
+        """
+        if not parts:
+            raise ValueError("PatchingResult.merge got no results. Fix: pass at least one PatchingResult.")
+        first = parts[0]
+        odd = [p for p in parts if (p.model, p.metric, p.method) != (first.model, first.metric, first.method)]
+        if odd:
+            raise ValueError(
+                f"PatchingResult.merge got results of different models, metrics or methods "
+                f"({first.model.name}/{first.metric}/{first.method} vs {odd[0].model.name}/{odd[0].metric}/"
+                f"{odd[0].method}). Fix: merge results of one model, metric and method."
+            )
+        ids = list(pair_ids) if pair_ids is not None else [i for p in parts for i in p.pair_ids]
+        ops = [op for p in parts for op in p.operations]
+        common = dict(metric=first.metric, method=first.method, model=first.model, pair_ids=ids, operations=ops)
+        common |= dict(clean_logit_mean=float("nan"), seconds=sum(p.seconds for p in parts), settings=first.settings)
+        if all(p.per_pair_heads is not None and p.per_pair_mlps is not None for p in parts):
+            heads = torch.cat([p.per_pair_heads for p in parts])
+            mlps = torch.cat([p.per_pair_mlps for p in parts])
+            return cls(
+                head_effects=heads.mean(0),
+                mlp_effects=mlps.mean(0),
+                n_pairs=heads.shape[0],
+                per_pair_heads=heads,
+                per_pair_mlps=mlps,
+                **common,
+            )
+        weights = torch.tensor([float(p.n_pairs) for p in parts])
+        w = weights / weights.sum()
+        return cls(
+            head_effects=(torch.stack([p.head_effects.float() for p in parts]) * w[:, None, None]).sum(0),
+            mlp_effects=(torch.stack([p.mlp_effects.float() for p in parts]) * w[:, None]).sum(0),
+            n_pairs=int(weights.sum()),
+            **common,
+        )
+
+    def check_model(self, model: ModelSpec | HookedModel | nn.Module) -> None:
         """Refuse a model other than the one these effects were computed on.
 
         Args:
@@ -122,7 +185,7 @@ class PatchingResult(SavedResult):
             if not bool(bad.any()):
                 continue
             idx = bad.nonzero().flatten().tolist()
-            names = [f"L{i // n_heads}.H{i % n_heads}" if kind == "head" else f"MLP{i}" for i in idx]
+            names = [str(Head(i // n_heads, i % n_heads)) if kind == "head" else f"MLP{i}" for i in idx]
             shown = ", ".join(f"{n}={float(flat[i])}" for n, i in zip(names[:8], idx[:8]))
             more = f" and {len(idx) - 8} more" if len(idx) > 8 else ""
             if kind == "head" and all_nan:
@@ -154,7 +217,7 @@ class PatchingResult(SavedResult):
                         "kind": "head",
                         "layer": layer,
                         "head": head,
-                        "component": f"L{layer}.H{head}",
+                        "component": str(Head(layer, head)),
                         "effect": float(self.head_effects[layer, head]),
                         "effect_low": bound(self.head_low, layer, head),
                         "effect_high": bound(self.head_high, layer, head),
@@ -176,9 +239,29 @@ class PatchingResult(SavedResult):
         return df
 
     def top_heads(self, k: int = 10) -> list[tuple[int, int, float]]:
-        """The k heads with the most negative effect: (layer, head, effect)."""
+        """The k heads with the most negative effect: ``(layer, head, effect)``.
+
+        Args:
+            k: how many heads (fewer when fewer have a finite effect).
+
+        Returns:
+            ``[(layer, head, effect), ...]``, most negative first.
+        """
         flat = self.head_effects.flatten().nan_to_num(nan=float("inf"))
         k = min(k, int(torch.isfinite(flat).sum()))
         idx = torch.argsort(flat)[:k]
         n_heads = self.head_effects.shape[1]
         return [(int(i) // n_heads, int(i) % n_heads, float(flat[i])) for i in idx]
+
+    def summary_items(self) -> list[tuple[str, str]]:
+        """Model, metric, method, pairs, operations and the three strongest heads (for ``repr``)."""
+        top = ", ".join(f"{Head(l, h)} {e:+.3g}" for l, h, e in self.top_heads(3)) or "none patched"
+        ops = ", ".join(dict.fromkeys(self.operations)) or "?"
+        return [
+            ("model", self.model.name),
+            ("metric", self.metric),
+            ("method", self.method),
+            ("pairs", str(self.n_pairs)),
+            ("operations", ops),
+            ("top heads", top),
+        ]

@@ -4,7 +4,7 @@ Stages live in ``pipeline/stages/<name>.py``, named as the CLI names them; see
 ``docs/architecture.md``.
 """
 
-from mathcircuits.pipeline.config import ConfigError, RunConfig, fingerprint, render_config
+from mathcircuits.pipeline.config import ConfigError, FinetuneSection, RunConfig, fingerprint, render_config
 from mathcircuits.pipeline.context import Context, StageSummary
 from mathcircuits.pipeline.lock import RunLock, RunLockedError
 from mathcircuits.pipeline.paths import RunPaths
@@ -15,6 +15,7 @@ __all__ = [
     "STAGES",
     "ConfigError",
     "Context",
+    "FinetuneSection",
     "RunConfig",
     "RunFolderError",
     "RunLock",

@@ -15,7 +15,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Literal
@@ -25,34 +24,25 @@ import torch
 import yaml
 
 from mathcircuits._io import atomic_path
-from mathcircuits._schema import ConfigError, check_fields, describe, from_dict, setting
+from mathcircuits._schema import ConfigError, check_fields, describe, from_dict, plain, setting
 from mathcircuits.ablation.config import ValidationConfig
 from mathcircuits.analysis.config import AnalysisConfig
 from mathcircuits.circuit.config import CircuitConfig
 from mathcircuits.data import GenerationConfig, load_templates
 from mathcircuits.evaluation.config import EvaluationConfig
-from mathcircuits.finetune import SFTConfig
-from mathcircuits.finetune.compare import CompareConfig
+from mathcircuits.finetune import CompareConfig, Mode, SFTConfig
 from mathcircuits.models import ModelSpec, resolve_source
 from mathcircuits.patching.config import PatchingConfig, SelectionConfig
 
 __all__ = [
-    "AnalysisSection",
-    "CompareSection",
     "ConfigError",
     "DataSection",
-    "EvaluationSection",
     "FinetuneSection",
     "ModelSection",
-    "PatchingSection",
     "RunConfig",
-    "SelectionSection",
-    "ValidationSection",
     "fingerprint",
     "render_config",
 ]
-
-_MODE = re.compile(r"^(precise(\+mlp)?|full|precise@[1-9][0-9]*(\+mlp)?)$")
 
 
 def _check_device(device: str) -> None:
@@ -154,8 +144,8 @@ class FinetuneSection(SFTConfig):
     HIDDEN: ClassVar[tuple[str, ...]] = ("mode", "include_mlps", "progress_bar")
 
     enabled: bool = setting(True, "run the finetune stage")
-    modes: tuple[str, ...] = setting(
-        ("precise", "full"),
+    modes: tuple[Mode, ...] = setting(
+        (Mode("precise"), Mode("full")),
         "precise: key heads only; precise+mlp: key heads and key MLPs; full: every parameter; precise@K[+mlp]: top-K",
     )
     train_pairs_per_template: int = setting(16, "training pairs per template", ge=1)
@@ -165,33 +155,19 @@ class FinetuneSection(SFTConfig):
         super().__post_init__()
         if self.enabled and not self.modes:
             raise ConfigError("finetune.modes is empty. Fix: list modes, e.g. [precise, full], or set enabled: false.")
-        bad = [m for m in self.modes if not _MODE.match(m)]
+        bad = [str(m) for m in self.modes if m.kind not in ("precise", "full")]
         if bad:
             raise ConfigError(
                 f"finetune modes {bad} are unknown. "
                 "Fix: use 'precise', 'precise+mlp', 'full', 'precise@K' or 'precise@K+mlp' (K heads, e.g. precise@16)."
             )
 
-    def sft(self, mode: str, progress: bool) -> SFTConfig:
-        """The library config of one mode's run."""
+    def sft(self, mode: Mode | str, progress: bool) -> SFTConfig:
+        """The library config of one mode's run (its SFT method, and this section's training settings)."""
         fields = {f.name for f in dataclasses.fields(SFTConfig)}
         values = {k: getattr(self, k) for k in fields}
-        return SFTConfig(
-            **{
-                **values,
-                "mode": "full" if mode == "full" else "precise",
-                "include_mlps": mode.endswith("+mlp"),
-                "progress_bar": progress,
-            }
-        )
-
-
-PatchingSection = PatchingConfig
-SelectionSection = SelectionConfig
-ValidationSection = ValidationConfig
-AnalysisSection = AnalysisConfig
-EvaluationSection = EvaluationConfig
-CompareSection = CompareConfig
+        mode = Mode.parse(mode)
+        return SFTConfig(**{**values, "mode": mode.method, "include_mlps": mode.mlps, "progress_bar": progress})
 
 
 @dataclass(frozen=True)
@@ -216,7 +192,7 @@ class RunConfig:
 
     def to_dict(self) -> dict[str, Any]:
         """Plain values (tuples as lists) of the settable fields, as written to config.yaml."""
-        d = json.loads(json.dumps(dataclasses.asdict(self)))
+        d = plain(self)
         for name, sec_cls in self.sections().items():
             for hidden in getattr(sec_cls, "HIDDEN", ()):
                 d[name].pop(hidden)
@@ -294,10 +270,9 @@ class RunConfig:
         total = spec.n_layers * spec.n_heads
         for section, modes in (("finetune", self.finetune.modes), ("compare", self.compare.modes)):
             for m in modes:
-                k = re.match(r"precise@(\d+)", m)
-                if k and int(k.group(1)) > total:
+                if m.top_k is not None and m.top_k > total:
                     raise ConfigError(
-                        f"{section}.modes has {m!r}, but {spec.describe()} has {total} heads. "
+                        f"{section}.modes has {str(m)!r}, but {spec.describe()} has {total} heads. "
                         f"Fix: use precise@K with K <= {total}."
                     )
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import typing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -17,21 +18,30 @@ from typing import Any, TypeVar
 import datasets
 import pandas as pd
 import torch
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from mathcircuits._codec import FieldError, decode_value
 from mathcircuits._io import atomic_dir, atomic_path, read_json
 from mathcircuits.data import load_templates
-from mathcircuits.models import load_hf_model, load_model
+from mathcircuits.models import HookedModel, load_hf_model, load_model
 from mathcircuits.pipeline.config import RunConfig
 from mathcircuits.pipeline.paths import RunPaths
 
-__all__ = ["Context", "StageSummary", "save_csv", "save_dataset", "select_pairs"]
+__all__ = ["Context", "StageSummary", "TableRow", "save_csv", "save_dataset", "select_pairs"]
+
+#: one row of a results table whose columns the config chooses (benchmarks, modes): column → value.
+TableRow = dict[str, str | int | float]
 
 S = TypeVar("S", bound="StageSummary")
 
 
 @dataclass(frozen=True)
 class StageSummary:
-    """What a stage did, in brief: a value that prints itself and round-trips through ``.done.json``."""
+    """What a stage did, in brief: a value that prints itself and round-trips through ``.done.json``.
+
+    Every field is typed (records between stages are small frozen dataclasses, not dicts), and
+    :meth:`from_dict` rebuilds and checks them by their annotations.
+    """
 
     seconds: float = dataclasses.field(default=0.0, kw_only=True)
 
@@ -41,7 +51,7 @@ class StageSummary:
 
     @classmethod
     def from_dict(cls: type[S], d: dict[str, Any], source: Path | str = "summary") -> S:  # noqa: PYI019
-        """Rebuild from :meth:`to_dict`; unknown or missing fields are an error naming ``source``."""
+        """Rebuild from :meth:`to_dict`; unknown, missing or mistyped fields are an error naming ``source``."""
         names = {f.name for f in dataclasses.fields(cls)}
         required = {
             f.name
@@ -54,7 +64,14 @@ class StageSummary:
                 f"{source} holds a {cls.__name__} with unknown fields {sorted(unknown)} and missing fields "
                 f"{sorted(missing)}. Fix: re-run the stage with --force (it was written by another version)."
             )
-        return cls(**d)
+        hints = typing.get_type_hints(cls)
+        try:
+            return cls(**{k: decode_value(v, hints[k], k) for k, v in d.items()})
+        except FieldError as err:
+            raise ValueError(
+                f"{source} holds a {cls.__name__} that does not fit its fields: {err}. "
+                "Fix: re-run the stage with --force (it was written by another version)."
+            ) from None
 
     def lines(self) -> list[str]:
         """The CLI summary, one string per line (subclasses say what matters)."""
@@ -73,10 +90,10 @@ class Context:
         self.config = config
         self.progress = progress
         self.force = force
-        self._model: Any = None
+        self._model: HookedModel | None = None
 
     @property
-    def model(self) -> Any:
+    def model(self) -> HookedModel:
         """The hooked model (TransformerBridge), loaded on first use."""
         if self._model is None:
             m = self.config.model
@@ -85,7 +102,7 @@ class Context:
             self._model = load_model(m.source, device=m.device, dtype=getattr(torch, m.dtype))
         return self._model
 
-    def hf_model(self) -> tuple[Any, Any]:
+    def hf_model(self) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
         """A fresh plain HF model and tokenizer (fine-tuning never touches the hooked model's weights)."""
         m = self.config.model
         return load_hf_model(m.source, dtype=getattr(torch, m.dtype), device=m.device)

@@ -22,6 +22,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from mathcircuits.finetune import Mode
+
 __all__ = ["MARKER", "RUNNING", "RunPaths"]
 
 MARKER = ".done.json"
@@ -141,18 +143,18 @@ class RunPaths:
     def heldout_pairs(self) -> Path:
         return self.root / "finetune" / "heldout_pairs"
 
-    def mode(self, mode: str) -> Path:
+    def mode(self, mode: Mode | str) -> Path:
         """Output folder of one fine-tuning mode (checkpoints, final/, sft_result.json, log.jsonl)."""
-        return self.root / "finetune" / mode
+        return self.root / "finetune" / str(mode)
 
-    def checkpoints(self, mode: str) -> list[Path]:
+    def checkpoints(self, mode: Mode | str) -> list[Path]:
         """The ``checkpoint-N`` folders a mode's training left (to resume from)."""
         return sorted(self.mode(mode).glob("checkpoint-*"))
 
-    def final(self, mode: str) -> Path:
+    def final(self, mode: Mode | str) -> Path:
         return self.mode(mode) / "final"
 
-    def sft_result(self, mode: str) -> Path:
+    def sft_result(self, mode: Mode | str) -> Path:
         return self.mode(mode) / "sft_result.json"
 
     # evaluate

@@ -1,12 +1,13 @@
-"""Stage 4 — figures (Plotly), interactive views (CircuitsVis) and the HTML report.
+"""Figures (Plotly) and interactive views (CircuitsVis) of the results.
 
-Every function takes result values (never a model) and returns a figure or an
-HTML object; :mod:`mathcircuits.viz.export` writes them to HTML / PNG / SVG / PDF.
+Every function takes result values (never a model) and returns a figure or an HTML object;
+:mod:`mathcircuits.viz.export` writes them to HTML / PNG / SVG / PDF. The report that puts
+them on one page is :mod:`mathcircuits.report`.
 """
 
 from mathcircuits.viz.attention import attention_excess, attention_role_distributions, attention_role_means
 from mathcircuits.viz.circuit_graph import circuit_graph
-from mathcircuits.viz.circuits import OfflineHTML, attention_heads_view
+from mathcircuits.viz.circuitsvis import OfflineHTML, attention_heads_view, circuitsvis_bundle, split_bundle
 from mathcircuits.viz.export import (
     ChromiumMissingError,
     find_chromium,
@@ -16,34 +17,37 @@ from mathcircuits.viz.export import (
     screenshot_html,
 )
 from mathcircuits.viz.heatmap import patching_heatmap, patching_heatmaps, patching_top_heads
+from mathcircuits.viz.improve import pareto_plot
 from mathcircuits.viz.knockout import knockout_curves
 from mathcircuits.viz.probes import probe_case_trajectory, probe_similarity_curves
-from mathcircuits.viz.report import build_report, plain_text, report_html
+from mathcircuits.viz.sft_compare import sft_delta_bars, sft_sweep_curves
 from mathcircuits.viz.stability import selection_stability_bars
 from mathcircuits.viz.transfer import transfer_bars
 
 __all__ = [
-    "circuit_graph",
     "ChromiumMissingError",
     "OfflineHTML",
     "attention_excess",
     "attention_heads_view",
     "attention_role_distributions",
     "attention_role_means",
-    "build_report",
+    "circuit_graph",
+    "circuitsvis_bundle",
     "find_chromium",
     "knockout_curves",
+    "pareto_plot",
     "patching_heatmap",
     "patching_heatmaps",
     "patching_top_heads",
-    "plain_text",
     "probe_case_trajectory",
     "probe_similarity_curves",
-    "report_html",
     "require_chromium",
     "save_figure",
     "save_figures",
     "screenshot_html",
     "selection_stability_bars",
+    "sft_delta_bars",
+    "sft_sweep_curves",
+    "split_bundle",
     "transfer_bars",
 ]

@@ -10,11 +10,11 @@ attention) as a marker; a head's class is decided per operation.
 
 from __future__ import annotations
 
-from typing import Any
-
 import plotly.graph_objects as go
 from plotly.colors import qualitative
 from plotly.subplots import make_subplots
+
+from mathcircuits.analysis import AttentionByRole
 
 __all__ = ["attention_role_distributions", "attention_role_means"]
 
@@ -22,7 +22,7 @@ _CLASS_TITLES = {"operand": "operand heads", "operator": "operator heads", "neit
 
 
 def attention_role_distributions(
-    result: Any, *, kind: str = "box", classes: tuple[str, ...] | None = None, title: str | None = None
+    result: AttentionByRole, *, kind: str = "box", classes: tuple[str, ...] | None = None, title: str | None = None
 ) -> go.Figure:
     """Per-class panels of attention share (last position -> role), one box/violin per role and operation.
 
@@ -123,7 +123,9 @@ def attention_role_distributions(
     return fig
 
 
-def attention_role_means(result: Any, operation: str | None = None, *, title: str | None = None) -> go.Figure:
+def attention_role_means(
+    result: AttentionByRole, operation: str | None = None, *, title: str | None = None
+) -> go.Figure:
     """Heatmap: heads (rows, labelled with their class) x roles, mean attention share over pairs.
 
     Args:
@@ -165,7 +167,7 @@ def attention_role_means(result: Any, operation: str | None = None, *, title: st
     return fig
 
 
-def attention_excess(result: Any, *, title: str | None = None) -> go.Figure:
+def attention_excess(result: AttentionByRole, *, title: str | None = None) -> go.Figure:
     """Bars per key head: attention share on operands (A+B) and on the operator minus the uniform baseline,
     with bootstrap 95% intervals over pairs (from :meth:`AttentionByRole.summary`).
 

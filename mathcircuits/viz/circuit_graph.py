@@ -17,22 +17,23 @@ Usage::
 
 from __future__ import annotations
 
-import html
-from typing import Any
-
 import plotly.graph_objects as go
 
-__all__ = ["add_circuit_section", "circuit_graph"]
+from mathcircuits.circuit import Circuit, Faithfulness
+
+__all__ = ["circuit_graph"]
 
 _ORDER = {"A": 0, "op": 1, "B": 2, "last": 3}
 
 
-def _columns(circuit: Any) -> list[str]:
+def _columns(circuit: Circuit) -> list[str]:
     labels = {n.position for n in circuit.nodes if n.kind != "logits"}
     return sorted(labels, key=lambda p: (_ORDER.get(p, 10), int(p) if p.lstrip("-").isdigit() else 0))
 
 
-def circuit_graph(circuit: Any, faith: Any = None, width: int = 900, height: int = 650) -> go.Figure:
+def circuit_graph(
+    circuit: Circuit, faith: Faithfulness | None = None, width: int = 900, height: int = 650
+) -> go.Figure:
     """The circuit's nodes and edges as a Plotly figure.
 
     Args:
@@ -116,32 +117,3 @@ def circuit_graph(circuit: Any, faith: Any = None, width: int = 900, height: int
         hovermode="closest",
     )
     return fig
-
-
-def add_circuit_section(page: Any, circuit: Any, faith: Any = None) -> None:
-    """Add the circuit section (graph, faithfulness, strongest edges) to a report page.
-
-    Args:
-        page: the report's page builder (``section``, ``add``, ``note``, ``figure``).
-        circuit: a :class:`~mathcircuits.circuit.Circuit`.
-        faith: its :class:`~mathcircuits.circuit.Faithfulness`, or ``None``.
-    """
-
-    page.section("circuit", "Circuit")
-    page.note(
-        f"Sender → receiver path patching from the key heads ({circuit.method}, metric {circuit.metric}, "
-        f"{circuit.n_pairs} pairs, settings {circuit.settings}); intervals are {circuit.confidence:.0%} bootstrap "
-        "intervals over pairs. Dashed edges enter a key/value (a KV group under GQA)."
-    )
-    page.figure(circuit_graph(circuit, faith))
-    if faith is not None:
-        below = faith.random_share_below
-        page.note(
-            f"Faithfulness (every other head mean-ablated): {faith.faithfulness:.3f} "
-            f"[{faith.low:.3f}, {faith.high:.3f}]; random circuits of {len(faith.heads)} heads: "
-            f"{len(faith.random)} draws, {below:.0%} of them below the circuit."
-        )
-    df = circuit.to_dataframe().sort_values("effect", key=abs, ascending=False).head(20)
-    page.add(df.to_html(index=False, classes="tbl", float_format=lambda x: f"{x:+.4f}", escape=True))
-    roles = "".join(f"<li>{html.escape(n.name)}: {html.escape(n.role)}</li>" for n in circuit.nodes if n.role)
-    page.add(f"<details><summary>Node roles</summary><ul>{roles}</ul></details>")

@@ -19,7 +19,9 @@ import os
 import shutil
 import subprocess
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Iterable, Mapping
+
+import plotly.graph_objects as go
 
 from mathcircuits._io import atomic_path
 
@@ -113,7 +115,7 @@ def _targets(path: str | os.PathLike, formats: Iterable[str] | None) -> list[tup
 
 
 def save_figures(
-    figures: Mapping[str | os.PathLike, Any],
+    figures: Mapping[str | os.PathLike, go.Figure],
     formats: Iterable[str] | None = None,
     *,
     scale: float = 2.0,
@@ -170,7 +172,7 @@ def save_figures(
 
 
 def save_figure(
-    fig: Any,
+    fig: go.Figure,
     path: str | os.PathLike,
     formats: Iterable[str] | None = None,
     *,

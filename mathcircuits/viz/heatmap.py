@@ -11,13 +11,17 @@ larger and would wash the heads out. Key heads and key MLPs (a
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from dataclasses import replace
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 import plotly.graph_objects as go
 import torch
 from plotly.subplots import make_subplots
+from torch import Tensor
+
+from mathcircuits.models.heads import Head
+from mathcircuits.patching import KeyComponents, PatchingResult
 
 __all__ = ["patching_top_heads", "patching_heatmap", "patching_heatmaps", "METRIC_LABELS"]
 
@@ -39,7 +43,7 @@ def _grid(t: torch.Tensor) -> list[list[float | None]]:
     return [[None if not math.isfinite(v) else float(v) for v in row] for row in t.tolist()]
 
 
-def _bounds(low: Any, high: Any, shape: Any) -> list[list[str]]:
+def _bounds(low: Tensor | None, high: Tensor | None, shape: tuple[int, ...]) -> list[list[str]]:
     """Per cell, the interval as text for the hover ("n/a" without per-pair effects)."""
     if low is None or high is None:
         return [["n/a"] * shape[1] for _ in range(shape[0])]
@@ -47,7 +51,9 @@ def _bounds(low: Any, high: Any, shape: Any) -> list[list[str]]:
     return [[f"[{float(lo[i, j]):.4g}, {float(hi[i, j]):.4g}]" for j in range(shape[1])] for i in range(shape[0])]
 
 
-def patching_top_heads(result: Any, k: int = 15, key: Any = None, *, title: str | None = None) -> go.Figure:
+def patching_top_heads(
+    result: PatchingResult, k: int = 15, key: KeyComponents | None = None, *, title: str | None = None
+) -> go.Figure:
     """The ``k`` heads with the most negative effect, as bars with their bootstrap 95% intervals.
 
     Args:
@@ -61,12 +67,12 @@ def patching_top_heads(result: Any, k: int = 15, key: Any = None, *, title: str 
         cannot tell from none.
     """
     top = result.top_heads(k)
-    names = [f"L{l}.H{h}" for l, h, _ in top]
+    names = [str(Head(l, h)) for l, h, _ in top]
     eff = [e for _, _, e in top]
     have = result.head_low is not None and result.head_high is not None
     lo = [float(result.head_low[l, h]) for l, h, _ in top] if have else eff
     hi = [float(result.head_high[l, h]) for l, h, _ in top] if have else eff
-    keyset = set(getattr(key, "heads", ()) or ())
+    keyset = set(key.heads) if key is not None else set()
     fig = go.Figure(
         go.Bar(
             y=names,
@@ -97,8 +103,8 @@ def patching_top_heads(result: Any, k: int = 15, key: Any = None, *, title: str 
 
 
 def patching_heatmap(
-    result: Any,
-    key: Any = None,
+    result: PatchingResult,
+    key: KeyComponents | None = None,
     *,
     title: str | None = None,
     label: str | None = None,
@@ -173,7 +179,7 @@ def patching_heatmap(
         col=2,
     )
     if key is not None:
-        key_heads = list(getattr(key, "heads", ()))
+        key_heads = list(key.heads)
         if key_heads:
             fig.add_trace(
                 go.Scatter(
@@ -182,13 +188,13 @@ def patching_heatmap(
                     mode="markers",
                     name="key heads",
                     marker=dict(symbol="square-open", size=14, color="black", line=dict(width=2.5)),
-                    text=[f"L{l}.H{h}: {float(heads[l, h]):.4f}" for l, h in key_heads],
+                    text=[f"{Head(l, h)}: {float(heads[l, h]):.4f}" for l, h in key_heads],
                     hovertemplate="key head %{text}<extra></extra>",
                 ),
                 row=1,
                 col=1,
             )
-        key_mlps = list(getattr(key, "mlps", ()))
+        key_mlps = list(key.mlps)
         if key_mlps:
             fig.add_trace(
                 go.Scatter(
@@ -203,7 +209,7 @@ def patching_heatmap(
                 row=1,
                 col=2,
             )
-    model_name = spec.get("name", "model") if isinstance(spec, Mapping) else getattr(spec, "name", str(spec))
+    model_name = spec.name
     fmt = ".1%" if result.metric == "relative_logit" else ".2g"
     fig.update_layout(
         title=title
@@ -234,27 +240,10 @@ def patching_heatmap(
     return fig
 
 
-def _combine(results: Sequence[Any]) -> Any:
-    """Pair-weighted mean of per-operation results (what one run over all their pairs would give)."""
-
-    weights = torch.tensor([float(r.n_pairs) for r in results])
-    heads = torch.stack([r.head_effects.float() for r in results])
-    mlps = torch.stack([r.mlp_effects.float() for r in results])
-    w = weights / weights.sum()
-    return replace(
-        results[0],
-        head_effects=(heads * w[:, None, None]).sum(0),
-        mlp_effects=(mlps * w[:, None]).sum(0),
-        n_pairs=int(weights.sum()),
-        operations=[op for r in results for op in r.operations],
-        per_pair_heads=None,
-        per_pair_mlps=None,
-        pair_ids=[p for r in results for p in r.pair_ids],
-    )
-
-
 def patching_heatmaps(
-    results: Mapping[str, Any] | Sequence[Any], key: Any = None, overall: Any = None
+    results: Mapping[str, PatchingResult] | Sequence[PatchingResult],
+    key: KeyComponents | None = None,
+    overall: PatchingResult | None = None,
 ) -> dict[str, go.Figure]:
     """One heatmap per operation and one overall, keyed by label ("add", ..., "overall").
 
@@ -287,7 +276,7 @@ def patching_heatmaps(
     if overall is not None:
         figs["overall"] = patching_heatmap(overall, key, label="all operations")
     elif len(items) > 1:
-        combined = _combine([r for _, r in items])
+        combined = PatchingResult.merge([dataclasses.replace(r, per_pair_heads=None) for _, r in items])
         figs["overall"] = patching_heatmap(
             combined, key, label="all operations (pair-weighted mean of the per-operation maps)"
         )

@@ -1,23 +1,24 @@
 """Knockout curves: accuracy as the top-k heads are removed, in effect order vs at random (Zhang et al. 2024, Fig. 3).
 
-Takes knockout results (anything with ``ks``, ``ranked_accuracy``,
-``random_accuracy`` [seed, k], ``baseline_accuracy`` and ``operation``). The
+Takes knockout results (:class:`~mathcircuits.ablation.KnockoutResult`: ``ks``, ``ranked_accuracy``,
+``random_accuracy`` [seed, k], ``baseline_accuracy``, ``operation``, ``n_pairs``). The
 effect-ranked curve is a solid line; the random-rank curve is the mean over
 seeds, dashed, with a band of ± one standard deviation (the spread of the
 random draws); the ranked curve carries Wilson 95% error bars over the
-result's ``n_pairs`` pairs (none when it has no ``n_pairs``). A steep drop of the
+result's ``n_pairs`` pairs (none when ``n_pairs`` is 0). A steep drop of the
 ranked curve next to a flat random band is the paper's evidence that the few
 key heads carry the computation.
 """
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
 
 import plotly.graph_objects as go
 import torch
 from plotly.colors import qualitative
 
+from mathcircuits.ablation import KnockoutResult
 from mathcircuits.stats import wilson_interval
 
 __all__ = ["knockout_curves"]
@@ -29,7 +30,7 @@ def _rgba(hex_colour: str, alpha: float) -> str:
     return f"rgba({r},{g},{b},{alpha})"
 
 
-def knockout_curves(results: Any | Sequence[Any], *, title: str | None = None) -> go.Figure:
+def knockout_curves(results: KnockoutResult | Sequence[KnockoutResult], *, title: str | None = None) -> go.Figure:
     """One figure with a ranked curve, a random mean ± std band and a baseline per knockout result.
 
     Args:
@@ -93,7 +94,7 @@ def knockout_curves(results: Any | Sequence[Any], *, title: str | None = None) -
                 "accuracy %{y:.1%} ± %{customdata:.1%}<extra></extra>",
             )
         )
-        n = int(getattr(res, "n_pairs", 0) or 0)
+        n = res.n_pairs
         wil = [wilson_interval(round(a * n), n) for a in ranked] if n else []
         err = (
             dict(

@@ -12,12 +12,12 @@ and the answer's logit-lens rank per layer.
 
 from __future__ import annotations
 
-from typing import Any
-
 import plotly.graph_objects as go
 import torch
 from plotly.colors import qualitative
 from plotly.subplots import make_subplots
+
+from mathcircuits.analysis import MLPProbeResult
 
 __all__ = ["probe_similarity_curves", "probe_case_trajectory"]
 
@@ -73,7 +73,9 @@ def _band(
     )
 
 
-def probe_similarity_curves(result: Any, operation: str | None = None, *, title: str | None = None) -> go.Figure:
+def probe_similarity_curves(
+    result: MLPProbeResult, operation: str | None = None, *, title: str | None = None
+) -> go.Figure:
     """Four panels over layers: input cosines, update cosines, direct-effect margin, logit-lens top-1 share.
 
     Args:
@@ -172,7 +174,7 @@ def probe_similarity_curves(result: Any, operation: str | None = None, *, title:
     return fig
 
 
-def probe_case_trajectory(result: Any, *, title: str | None = None) -> go.Figure:
+def probe_case_trajectory(result: MLPProbeResult, *, title: str | None = None) -> go.Figure:
     """For the chosen prompt, per layer: the top numbers its MLP update promotes (cells) and the answer's lens rank.
 
     Args:

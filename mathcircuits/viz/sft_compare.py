@@ -1,17 +1,17 @@
 """Figures of the fine-tuning comparison: the learning-rate sweep (appendix) and accuracy per mode with intervals.
 
-Takes the values the ``compare`` stage writes: the sweep table
-(:meth:`mathcircuits.finetune.SFTComparison.to_dataframe`: mode, learning_rate, val_accuracy,
-val_n, selected) and the comparison table (:func:`mathcircuits.evaluation.compare_table`: per
-benchmark ``b``, ``b low``/``b high`` and ``b Δ``/``b Δ low``/``b Δ high``). Error bars are the
+Takes the values the ``compare`` stage writes: the sweep table (``compare/sweep.csv``: mode,
+learning_rate, val_accuracy, val_n, selected) and a comparison table (per column ``b``: ``b Δ``/``b Δ low``/
+``b Δ high``, e.g. :func:`mathcircuits.finetune.effects_table` or :func:`mathcircuits.evaluation.compare_table`,
+which also has ``b low``/``b high``). Error bars are the
 tables' own intervals (Wilson for an accuracy, paired bootstrap for a difference to base).
 """
 
 from __future__ import annotations
 
 import math
-from typing import Any
 
+import pandas as pd
 import plotly.graph_objects as go
 from plotly.colors import qualitative
 
@@ -20,7 +20,7 @@ from mathcircuits.stats import wilson_interval
 __all__ = ["sft_delta_bars", "sft_sweep_curves"]
 
 
-def sft_sweep_curves(sweep: Any, *, title: str = "Learning-rate sweep (validation accuracy)") -> go.Figure:
+def sft_sweep_curves(sweep: pd.DataFrame, *, title: str = "Learning-rate sweep (validation accuracy)") -> go.Figure:
     """Validation accuracy against learning rate, one line per mode, Wilson bars; the selected rate is a star.
 
     Args:
@@ -75,7 +75,7 @@ def sft_sweep_curves(sweep: Any, *, title: str = "Learning-rate sweep (validatio
     return fig
 
 
-def sft_delta_bars(table: Any, benchmarks: list[str] | None = None, *, title: str | None = None) -> go.Figure:
+def sft_delta_bars(table: pd.DataFrame, benchmarks: list[str] | None = None, *, title: str | None = None) -> go.Figure:
     """Change against base per mode and benchmark, with the paired-bootstrap intervals of the table.
 
     Args:

@@ -7,15 +7,16 @@ should be read as a candidate, not a finding (``docs/claims.md``).
 
 from __future__ import annotations
 
-from typing import Any
-
 import plotly.graph_objects as go
 from plotly.colors import qualitative
+
+from mathcircuits.models import Head
+from mathcircuits.patching import KeyComponents
 
 __all__ = ["selection_stability_bars"]
 
 
-def selection_stability_bars(key: Any, *, title: str | None = None) -> go.Figure:
+def selection_stability_bars(key: KeyComponents, *, title: str | None = None) -> go.Figure:
     """Selection frequency of the key heads and of other often-selected heads.
 
     Args:
@@ -28,12 +29,12 @@ def selection_stability_bars(key: Any, *, title: str | None = None) -> go.Figure
     Raises:
         ValueError: if the key components carry no stability (re-run identify).
     """
-    if not getattr(key, "stability_n_boot", 0):
+    if not key.stability_n_boot:
         raise ValueError(
             "these key components carry no selection stability. Fix: re-run identify (it measures it), or call "
             "mathcircuits.patching.selection.selection_stability()."
         )
-    names = [f"L{l}.H{h}" for l, h in key.heads] + list(key.stability_others)
+    names = [str(Head(*h)) for h in key.heads] + list(key.stability_others)
     shares = list(key.stability) + list(key.stability_others.values())
     colours = [qualitative.Plotly[1]] * len(key.heads) + ["#bbbbbb"] * len(key.stability_others)
     fig = go.Figure(

@@ -8,15 +8,15 @@ its clean accuracy in the label: *not measurable on this model*.
 
 from __future__ import annotations
 
-from typing import Any
-
 import plotly.graph_objects as go
 from plotly.colors import qualitative
+
+from mathcircuits.ablation import TransferResult
 
 __all__ = ["transfer_bars"]
 
 
-def transfer_bars(result: Any, *, title: str | None = None) -> go.Figure:
+def transfer_bars(result: TransferResult, *, title: str | None = None) -> go.Figure:
     """Key- vs random-ablated accuracy per transfer set, with 95% intervals.
 
     Args:
@@ -30,20 +30,20 @@ def transfer_bars(result: Any, *, title: str | None = None) -> go.Figure:
     rows = list(result.rows)
     labels = []
     for r in rows:
-        tag = " (found the heads)" if r.get("held_in") else ""
-        if r["status"] != "measured":
-            tag += f"<br>not measurable: clean {r['clean_accuracy']:.0%}"
+        tag = " (found the heads)" if r.held_in else ""
+        if r.status != "measured":
+            tag += f"<br>not measurable: clean {r.clean_accuracy:.0%}"
         else:
-            tag += f"<br>{r['n_correct']} clean-correct items"
-        labels.append(f"{r['dataset']}{tag}")
+            tag += f"<br>{r.n_correct} clean-correct items"
+        labels.append(f"{r.dataset}{tag}")
     fig = go.Figure()
     for key, name, colour in (
         ("key", "key heads ablated", qualitative.Plotly[1]),
         ("random", f"{result.n_random} random head sets ablated", qualitative.Plotly[0]),
     ):
-        acc = [r[f"{key}_ablated_accuracy"] for r in rows]
-        lo = [r[f"{key}_low"] for r in rows]
-        hi = [r[f"{key}_high"] for r in rows]
+        acc = [getattr(r, f"{key}_ablated_accuracy") for r in rows]
+        lo = [getattr(r, f"{key}_low") for r in rows]
+        hi = [getattr(r, f"{key}_high") for r in rows]
         fig.add_trace(
             go.Bar(
                 x=labels,

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from mathcircuits.analysis import attention_by_role, head_patterns, mlp_probes
+from mathcircuits.models import Head
 from mathcircuits.patching import KeyComponents
 from mathcircuits.pipeline.context import Context, StageSummary, save_csv, select_pairs
 
@@ -51,7 +52,7 @@ def run(ctx: Context) -> AnalyzeSummary:
     patterns.save(paths.patterns)
     op = "add" if len(adds) else None
     return AnalyzeSummary(
-        head_classes={f"L{l}.H{h}": c for (l, h), c in zip(att.heads, att.classify())},
+        head_classes={str(Head(*h)): c for h, c in zip(att.heads, att.classify())},
         first_raising_layer=probes.first_raising_layer(op) if op else None,
         lens_top1_layer=probes.lens_top1_layer(op) if op else None,
     )

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
 
 from mathcircuits._io import atomic_path
 from mathcircuits.circuit import discover_circuit, faithfulness, label_roles
@@ -17,14 +16,27 @@ from mathcircuits.patching import KeyComponents
 from mathcircuits.pipeline.context import Context, StageSummary, select_pairs
 from mathcircuits.viz.circuit_graph import circuit_graph
 
-__all__ = ["CircuitSummary", "run"]
+__all__ = ["CircuitBrief", "CircuitSummary", "run"]
+
+
+@dataclass(frozen=True)
+class CircuitBrief:
+    """One operation's circuit, in brief: its size, faithfulness [95% interval] and the random baseline."""
+
+    nodes: int
+    edges: int
+    faithfulness: float
+    low: float
+    high: float
+    random_below: float  # share of random circuits of the same size less faithful
+    n_random: int
 
 
 @dataclass(frozen=True)
 class CircuitSummary(StageSummary):
     """Per operation: nodes, edges and faithfulness with its interval."""
 
-    circuits: dict[str, dict[str, Any]] = field(default_factory=dict)
+    circuits: dict[str, CircuitBrief] = field(default_factory=dict)
     skipped: dict[str, int] = field(default_factory=dict)
     disabled: bool = False
 
@@ -36,13 +48,13 @@ class CircuitSummary(StageSummary):
             for op, n in self.skipped.items()
         ]
 
-        def random(c: dict[str, Any]) -> str:
-            n = c.get("n_random", 1)
-            return f"{c['random_below']:.0%} of {n} random circuits below" if n else "no random circuits drawn"
+        def random(c: CircuitBrief) -> str:
+            n = c.n_random
+            return f"{c.random_below:.0%} of {n} random circuits below" if n else "no random circuits drawn"
 
         return skipped + [
-            f"  circuit {op}: {c['nodes']} nodes, {c['edges']} edges; faithfulness {c['faithfulness']:.3f} "
-            f"[{c['low']:.3f}, {c['high']:.3f}], {random(c)}"
+            f"  circuit {op}: {c.nodes} nodes, {c.edges} edges; faithfulness {c.faithfulness:.3f} "
+            f"[{c.low:.3f}, {c.high:.3f}], {random(c)}"
             for op, c in self.circuits.items()
         ]
 
@@ -63,7 +75,7 @@ def run(ctx: Context) -> CircuitSummary:
     key = KeyComponents.load(paths.key_components)
     key.check_model(model.spec)
     correct = ctx.load_dataset(paths.pairs_correct)
-    out: dict[str, dict[str, Any]] = {}
+    out: dict[str, CircuitBrief] = {}
     skipped: dict[str, int] = {}
     for op in sorted(set(correct["operation"])):
         rows = correct.filter(lambda r, op=op: r["operation"] == op)
@@ -81,13 +93,13 @@ def run(ctx: Context) -> CircuitSummary:
         faith.save(paths.circuit_faithfulness(op))
         with atomic_path(paths.circuit_graph(op)) as tmp:
             circuit_graph(found, faith).write_html(str(tmp), include_plotlyjs=True)
-        out[op] = {
-            "nodes": len(found.nodes) - 1,
-            "edges": len(found.edges),
-            "faithfulness": faith.faithfulness,
-            "low": faith.low,
-            "high": faith.high,
-            "random_below": faith.random_share_below if faith.random else 0.0,
-            "n_random": len(faith.random),
-        }
+        out[op] = CircuitBrief(
+            nodes=len(found.nodes) - 1,
+            edges=len(found.edges),
+            faithfulness=faith.faithfulness,
+            low=faith.low,
+            high=faith.high,
+            random_below=faith.random_share_below if faith.random else 0.0,
+            n_random=len(faith.random),
+        )
     return CircuitSummary(circuits=out, skipped=skipped)

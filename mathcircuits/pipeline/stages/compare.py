@@ -24,32 +24,31 @@ has it).
 from __future__ import annotations
 
 import logging
-import math
 import os
 import random
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any
 
+import datasets
 import pandas as pd
 import torch
+from transformers import PreTrainedModel
 
 from mathcircuits._io import write_json
 from mathcircuits.claims.improve import claim_c6_units, claim_c6b
 from mathcircuits.data import GenerationConfig, default_benchmark_root, generate_pairs, score_pairs, split_facts
-from mathcircuits.evaluation import load_benchmark
+from mathcircuits.evaluation import BenchmarkItem, load_benchmark
 from mathcircuits.evaluation.benchmarks import benchmark_spec
 from mathcircuits.evaluation.harness import evaluate_lm_eval
-from mathcircuits.finetune import ItemScores, Scorers, build_sft_dataset, compare_units, execute_unit
+from mathcircuits.finetune import ItemScores, Mode, Scorers, build_sft_dataset, compare_units, execute_unit
 from mathcircuits.finetune.effects import effects_table, pareto_points, scores_matrix
-from mathcircuits.models.prefix import HFForward, PrefixRunner
-from mathcircuits.patching import KeyComponents, PatchingResult, select_key_components
-from mathcircuits.pipeline.context import Context, StageSummary, save_csv, save_dataset
+from mathcircuits.models import HFForward, PrefixRunner
+from mathcircuits.patching import KeyComponents, PatchingResult, SelectionConfig, select_key_components
+from mathcircuits.pipeline.context import Context, StageSummary, TableRow, save_csv, save_dataset
+from mathcircuits.pipeline.stages.report import ClaimLine
 from mathcircuits.power import detectable_difference
-from mathcircuits.viz import find_chromium
-from mathcircuits.viz.export import save_figures
+from mathcircuits.viz import find_chromium, save_figures, sft_delta_bars, sft_sweep_curves
 from mathcircuits.viz.improve import pareto_plot
-from mathcircuits.viz.sft_compare import sft_delta_bars, sft_sweep_curves
 
 __all__ = ["CompareSummary", "run"]
 
@@ -68,9 +67,9 @@ class CompareSummary(StageSummary):
     test_pairs: int = 0
     selected: dict[str, float] = field(default_factory=dict)
     at_edge: dict[str, str] = field(default_factory=dict)
-    table: list[dict[str, Any]] = field(default_factory=list)
+    table: list[TableRow] = field(default_factory=list)
     power: str = ""
-    claims: list[dict[str, str]] = field(default_factory=list)
+    claims: list[ClaimLine] = field(default_factory=list)
     units: int = 0
     cpu_s: float = 0.0
     files: list[str] = field(default_factory=list)
@@ -90,11 +89,11 @@ class CompareSummary(StageSummary):
             out += ["  " + line for line in df[cols].round(1).to_string(index=False).splitlines()]
         if self.power:
             out.append(f"  power: {self.power}")
-        out += [f"  {c['id']} {c['verdict']}: {c['measurement']}" for c in self.claims]
+        out += [f"  {c.id} {c.verdict}: {c.measurement}" for c in self.claims]
         return out
 
 
-def _fact_pairs(ctx: Context, facts: frozenset, per_template: int, seed: int) -> Any:
+def _fact_pairs(ctx: Context, facts: frozenset[tuple[str, int, int]], per_template: int, seed: int) -> datasets.Dataset:
     f, d, c = ctx.config.finetune, ctx.config.data, ctx.config.compare
     templates = ctx.templates()
     ids = tuple(
@@ -114,16 +113,17 @@ def _fact_pairs(ctx: Context, facts: frozenset, per_template: int, seed: int) ->
     return generate_pairs(ctx.model.tokenizer, templates, cfg, facts=facts)
 
 
-def _ranking(ctx: Context, modes: tuple[str, ...]) -> list[tuple[int, int]]:
-    ks = [int(m.split("@", 1)[1].removesuffix("+mlp")) for m in modes if m.startswith("precise@")]
+def _ranking(ctx: Context, modes: tuple[Mode, ...]) -> list[tuple[int, int]]:
+    ks = [m.top_k for m in modes if m.top_k is not None]
     if not ks:
         return []
-    chosen = select_key_components(PatchingResult.load(ctx.paths.patching("all")), rule="topk", k=max(ks), mlp_k=0)
+    topk = SelectionConfig(rule="topk", k=max(ks), mlp_k=0)
+    chosen = select_key_components(PatchingResult.load(ctx.paths.patching("all")), topk)
     order = sorted(range(len(chosen.heads)), key=lambda i: -chosen.head_scores[i]) if chosen.head_scores else None
     return [chosen.heads[i] for i in order] if order else list(chosen.heads)
 
 
-def _generic_items(ctx: Context) -> dict[str, list[Any]]:
+def _generic_items(ctx: Context) -> dict[str, list[BenchmarkItem]]:
     e = ctx.config.evaluation
     root = e.root or default_benchmark_root()
     if root is None or not e.benchmarks:
@@ -145,15 +145,15 @@ def _generic_items(ctx: Context) -> dict[str, list[Any]]:
     return out
 
 
-def _scorers(ctx: Context, pairs: dict[str, Any], items: dict[str, list[Any]]) -> Scorers:
+def _scorers(ctx: Context, pairs: dict[str, datasets.Dataset], items: dict[str, list[BenchmarkItem]]) -> Scorers:
     tok = ctx.model.tokenizer
 
-    def math_scores(model: Any, split: str) -> ItemScores:
+    def math_scores(model: PreTrainedModel, split: str) -> ItemScores:
         with torch.no_grad():
             s = score_pairs(PrefixRunner(HFForward(model)), pairs[split], batch_size=32)
         return ItemScores(tuple(int(c) for c in s["correct"]), tuple(float(x) for x in s["logp_answer"]))
 
-    def generic_scores(model: Any, n: int | None) -> dict[str, ItemScores]:
+    def generic_scores(model: PreTrainedModel, n: int | None) -> dict[str, ItemScores]:
         out = {}
         for name, its in items.items():
             score = evaluate_lm_eval(model, tok, its[:n], batch_size=16)
@@ -252,9 +252,9 @@ def run(ctx: Context) -> CompareSummary:
         test_pairs=len(pairs["test"]),
         selected={m: ch.learning_rate for m, ch in cmp.choices.items()},
         at_edge={m: ch.edge for m, ch in cmp.choices.items() if ch.at_edge},
-        table=table.reset_index().round(4).replace({math.nan: None}).to_dict(orient="records"),
+        table=[{k: v for k, v in r.items() if v is not None} for r in table.reset_index().round(4).to_dict("records")],
         power=power,
-        claims=[{"id": cl.id, "verdict": str(cl.verdict), "measurement": cl.measurement} for cl in claims],
+        claims=[ClaimLine(cl.id, cl.title, cl.verdict, cl.measurement) for cl in claims],
         units=len(cmp.records),
         cpu_s=cmp.cpu_s,
         files=[str(p) for p in (paths.compare_table, paths.compare_points, paths.compare_sweep)] + files,

@@ -9,12 +9,21 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
 
 from mathcircuits.data import accuracy_table, filter_correct, generate_pairs, score_pairs
 from mathcircuits.pipeline.context import Context, StageSummary, save_csv, save_dataset
 
-__all__ = ["DataSummary", "run"]
+__all__ = ["DataSummary", "OperationAccuracy", "run"]
+
+
+@dataclass(frozen=True)
+class OperationAccuracy:
+    """The model's accuracy on one operation's pairs (all templates)."""
+
+    operation: str
+    n: int
+    accuracy: float
+    mean_p_answer: float
 
 
 @dataclass(frozen=True)
@@ -24,7 +33,7 @@ class DataSummary(StageSummary):
     n_pairs: int
     n_correct: int
     n_heldout: int = 0
-    accuracy_by_operation: list[dict[str, Any]] = field(default_factory=list)
+    accuracy_by_operation: list[OperationAccuracy] = field(default_factory=list)
     requested_per_template: int = 0
     fewer_than_requested: dict[str, int] = field(default_factory=dict)
 
@@ -32,8 +41,8 @@ class DataSummary(StageSummary):
         out = ["  accuracy by operation (all templates):"]
         for row in self.accuracy_by_operation:
             out.append(
-                f"    {row['operation']:<5} n={row['n']:<4} accuracy={row['accuracy']:.3f}  "
-                f"mean p(answer)={row['mean_p_answer']:.3f}"
+                f"    {row.operation:<5} n={row.n:<4} accuracy={row.accuracy:.3f}  "
+                f"mean p(answer)={row.mean_p_answer:.3f}"
             )
         held = f" ({self.n_heldout} pairs of held-out templates kept for transfer)" if self.n_heldout else ""
         out.append(f"  correct pairs kept: {self.n_correct} of {self.n_pairs}{held}")
@@ -79,7 +88,7 @@ def run(ctx: Context) -> DataSummary:
         n_pairs=len(scored),
         n_correct=len(correct),
         n_heldout=len(scored) - len(found_on),
-        accuracy_by_operation=per_op.to_dict(orient="records"),
+        accuracy_by_operation=[OperationAccuracy(**r) for r in per_op.to_dict(orient="records")],
         requested_per_template=d.n_per_template,
         fewer_than_requested=fewer,
     )

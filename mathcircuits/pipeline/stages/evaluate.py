@@ -12,17 +12,15 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import pandas as pd
 import torch
-from transformers import AutoModelForCausalLM
+from transformers import AutoModelForCausalLM, PreTrainedModel, PreTrainedTokenizerBase
 
-from mathcircuits.data import default_benchmark_root
+from mathcircuits.data import PairSet, default_benchmark_root
 from mathcircuits.evaluation import ARITHMETIC, EvalResult, compare_table, evaluate_model, format_table
-from mathcircuits.finetune import HeadSliceAdapter, SFTResult, SliceSet, kv_shared_heads
-from mathcircuits.finetune.compare import score_arithmetic
-from mathcircuits.pipeline.context import Context, StageSummary, save_csv
+from mathcircuits.finetune import HeadSliceAdapter, Mode, SFTResult, kv_shared_heads, score_arithmetic
+from mathcircuits.pipeline.context import Context, StageSummary, TableRow, save_csv
 
 __all__ = ["EvaluateSummary", "evaluate_one", "run"]
 
@@ -34,7 +32,7 @@ class EvaluateSummary(StageSummary):
     """The comparison table (one row per model) and the files written."""
 
     skipped: str | None = None
-    table: list[dict[str, Any]] = field(default_factory=list)
+    table: list[TableRow] = field(default_factory=list)
     files: list[str] = field(default_factory=list)
 
     def lines(self) -> list[str]:
@@ -46,18 +44,24 @@ class EvaluateSummary(StageSummary):
         return ["  " + line for line in df.to_string().splitlines()]
 
 
-def _tuned(ctx: Context, mode: str) -> Any:
+def _tuned(ctx: Context, mode: Mode) -> PreTrainedModel:
     final = ctx.paths.final(mode)
     if not final.exists():
         raise FileNotFoundError(f"{final} is missing. Fix: run the finetune stage (mathcircuits finetune).")
-    if mode != "full":
+    if mode.kind != "full":
         base, _ = ctx.hf_model()
         return HeadSliceAdapter.from_pretrained(base, final).merge_and_unload()
     m = ctx.config.model
     return AutoModelForCausalLM.from_pretrained(str(final), dtype=getattr(torch, m.dtype)).to(m.device).eval()
 
 
-def evaluate_one(ctx: Context, model: Any, tok: Any, label: str, arithmetic: Any = None) -> EvalResult:
+def evaluate_one(
+    ctx: Context,
+    model: PreTrainedModel,
+    tok: PreTrainedTokenizerBase,
+    label: str,
+    arithmetic: PairSet | None = None,
+) -> EvalResult:
     """One model on ``evaluation.benchmarks`` (when a benchmark folder is found) and, per item, on arithmetic pairs.
 
     Shared by this stage and the ``compare`` stage.
@@ -110,8 +114,9 @@ def run(ctx: Context) -> EvaluateSummary:
     modes = [m for m in ctx.config.finetune.modes if paths.final(m).exists()] if finetuned else []
     heldout = ctx.load_dataset(paths.heldout_pairs) if modes else None
     results, speed, tuned, shared, files = {}, {}, {}, {}, []
-    for label in ["base", *modes]:
-        model, tok = ctx.hf_model() if label == "base" else (_tuned(ctx, label), ctx.model.tokenizer)
+    for mode in [None, *modes]:
+        label = "base" if mode is None else str(mode)
+        model, tok = ctx.hf_model() if mode is None else (_tuned(ctx, mode), ctx.model.tokenizer)
         res = evaluate_one(ctx, model, tok, label, heldout)
         if res.accuracy:
             res.save(paths.eval_result(label))
@@ -120,7 +125,7 @@ def run(ctx: Context) -> EvaluateSummary:
         if label != "base":
             r = SFTResult.load(paths.sft_result(label))
             speed[label], tuned[label] = round(r.samples_per_second, 2), r.n_trainable
-            shared[label] = len(kv_shared_heads(SliceSet.from_dict(r.slices))) if r.slices else 0
+            shared[label] = len(kv_shared_heads(r.slices)) if r.slices is not None else 0
         else:
             speed[label], tuned[label], shared[label] = None, 0, 0
         del model

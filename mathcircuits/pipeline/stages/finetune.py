@@ -22,17 +22,33 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Literal
 
 import datasets
 
 from mathcircuits.data import GenerationConfig, drop_facts, facts_of, generate_pairs
-from mathcircuits.finetune import SliceSet, build_sft_dataset, train_sft
-from mathcircuits.finetune.matched import kv_shared_heads
-from mathcircuits.patching import KeyComponents, PatchingResult, select_key_components
+from mathcircuits.finetune import Mode, build_sft_dataset, kv_shared_heads, train_sft
+from mathcircuits.patching import KeyComponents, PatchingResult, SelectionConfig, select_key_components
 from mathcircuits.pipeline.context import Context, StageSummary, save_dataset
 
-__all__ = ["FinetuneSummary", "mode_components", "run"]
+__all__ = ["FinetuneSummary", "TrainingBrief", "arithmetic_pairs", "mode_components", "run"]
+
+
+@dataclass(frozen=True)
+class TrainingBrief:
+    """One mode's fine-tuning, in brief: the heads and MLPs tuned (``"all"`` for full SFT), the non-key heads whose
+    K/V changed through a shared KV group, sizes and how training went."""
+
+    heads: int | Literal["all"]
+    mlps: int | Literal["all"]
+    kv_shared_heads: int
+    n_trainable: int
+    n_model_params: int
+    steps: int
+    train_loss: float
+    samples_per_second: float
+    runtime_s: float
+    resumed_from: str | None
 
 
 @dataclass(frozen=True)
@@ -44,22 +60,33 @@ class FinetuneSummary(StageSummary):
     heldout_pairs: int = 0
     key_heads: list[list[int]] = field(default_factory=list)
     key_mlps: list[int] = field(default_factory=list)
-    runs: dict[str, dict[str, Any]] = field(default_factory=dict)
+    runs: dict[str, TrainingBrief] = field(default_factory=dict)
 
     def lines(self) -> list[str]:
         if self.skipped:
             return [f"  skipped: {self.skipped}"]
         out = [f"  train pairs {self.train_pairs}, held-out pairs {self.heldout_pairs}"]
         out += [
-            f"  {mode:<16} heads={r['heads']:<4} MLPs={r.get('mlps', 0):<3} "
-            f"kv-shared heads={r.get('kv_shared_heads', 0):<3} tuned params={r['n_trainable']:<10} "
-            f"steps={r['steps']:<4} loss={r['train_loss']}"
+            f"  {mode:<16} heads={r.heads:<4} MLPs={r.mlps:<3} kv-shared heads={r.kv_shared_heads:<3} "
+            f"tuned params={r.n_trainable:<10} steps={r.steps:<4} loss={r.train_loss}"
             for mode, r in self.runs.items()
         ]
         return out
 
 
-def _pairs(ctx: Context, per_template: int, seed: int) -> datasets.Dataset:
+def arithmetic_pairs(ctx: Context, per_template: int, seed: int) -> datasets.Dataset:
+    """Arithmetic pairs of the data section's operations and plain templates, with the finetune operand range.
+
+    Shared by this stage and the ``compare`` stage (training, held-out and validation pairs, by seed).
+
+    Args:
+        ctx: the run context.
+        per_template: pairs per template.
+        seed: the generation seed.
+
+    Returns:
+        The pairs.
+    """
     f, d = ctx.config.finetune, ctx.config.data
     templates = ctx.templates()
     ids = tuple(
@@ -79,7 +106,7 @@ def _pairs(ctx: Context, per_template: int, seed: int) -> datasets.Dataset:
     return generate_pairs(ctx.model.tokenizer, templates, cfg)
 
 
-def mode_components(ctx: Context, mode: str, key: KeyComponents) -> KeyComponents | None:
+def mode_components(ctx: Context, mode: Mode, key: KeyComponents) -> KeyComponents | None:
     """The key components a mode tunes (None for full SFT).
 
     Args:
@@ -90,16 +117,13 @@ def mode_components(ctx: Context, mode: str, key: KeyComponents) -> KeyComponent
     Returns:
         The components to tune, or None for every parameter.
     """
-    if mode == "full":
+    if mode.kind == "full":
         return None
-    if mode in ("precise", "precise+mlp"):
-        return key if mode == "precise+mlp" else dataclasses.replace(key, mlps=(), mlp_scores=())
-    spec = mode.split("@", 1)[1]
+    if mode.top_k is None:  # precise: the key heads only; precise+mlp: and the key MLPs
+        return key if mode.mlps else dataclasses.replace(key, mlps=(), mlp_scores=())
     overall = PatchingResult.load(ctx.paths.patching("all"))
-    chosen = select_key_components(
-        overall, rule="topk", k=int(spec.removesuffix("+mlp")), mlp_k=len(key.mlps), source={"mode": mode}
-    )
-    return chosen if spec.endswith("+mlp") else dataclasses.replace(chosen, mlps=(), mlp_scores=())
+    chosen = select_key_components(overall, SelectionConfig(rule="topk", k=mode.top_k, mlp_k=len(key.mlps)))
+    return chosen if mode.mlps else dataclasses.replace(chosen, mlps=(), mlp_scores=())
 
 
 def run(ctx: Context) -> FinetuneSummary:
@@ -116,13 +140,13 @@ def run(ctx: Context) -> FinetuneSummary:
         return FinetuneSummary(skipped="finetune.enabled is false")
     key = KeyComponents.load(paths.key_components)
     key.check_model(ctx.model.spec)
-    train = _pairs(ctx, f.train_pairs_per_template, f.seed + 101)
-    heldout = _pairs(ctx, e.heldout_pairs_per_template, f.seed + 202)
+    train = arithmetic_pairs(ctx, f.train_pairs_per_template, f.seed + 101)
+    heldout = arithmetic_pairs(ctx, e.heldout_pairs_per_template, f.seed + 202)
     heldout = drop_facts(heldout, facts_of(train))  # no trained fact, in any wording
     save_dataset(train, paths.train_pairs)
     save_dataset(heldout, paths.heldout_pairs)
     components = {mode: mode_components(ctx, mode, key) for mode in f.modes}
-    runs: dict[str, dict[str, Any]] = {}
+    runs: dict[str, TrainingBrief] = {}
     for mode in f.modes:
         out = paths.mode(mode)  # checkpoints here are of these settings: the runner cleared the folder otherwise
         out.mkdir(parents=True, exist_ok=True)
@@ -138,18 +162,18 @@ def run(ctx: Context) -> FinetuneSummary:
             resume_from_checkpoint=True if resume else None,
             model_name=ctx.model.spec.name,
         )
-        runs[mode] = {
-            "heads": len(components[mode].heads) if components[mode] is not None else "all",
-            "mlps": len(components[mode].mlps) if components[mode] is not None else "all",
-            "kv_shared_heads": len(kv_shared_heads(SliceSet.from_dict(result.slices))) if result.slices else 0,
-            "n_trainable": result.n_trainable,
-            "n_model_params": result.n_model_params,
-            "steps": result.global_step,
-            "train_loss": round(result.train_loss, 4),
-            "samples_per_second": round(result.samples_per_second, 3),
-            "runtime_s": round(result.runtime_s, 1),
-            "resumed_from": result.resumed_from,
-        }
+        runs[str(mode)] = TrainingBrief(
+            heads=len(components[mode].heads) if components[mode] is not None else "all",
+            mlps=len(components[mode].mlps) if components[mode] is not None else "all",
+            kv_shared_heads=len(kv_shared_heads(result.slices)) if result.slices is not None else 0,
+            n_trainable=result.n_trainable,
+            n_model_params=result.n_model_params,
+            steps=result.global_step,
+            train_loss=round(result.train_loss, 4),
+            samples_per_second=round(result.samples_per_second, 3),
+            runtime_s=round(result.runtime_s, 1),
+            resumed_from=result.resumed_from,
+        )
     return FinetuneSummary(
         train_pairs=len(train),
         heldout_pairs=len(heldout),

@@ -7,17 +7,30 @@ Reads the ``patching`` and ``selection`` sections; writes ``identify/patching_<o
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from dataclasses import dataclass, field
 
 import datasets
-import torch
 
-from mathcircuits.patching import PatchingResult, path_patch, select_key_components
-from mathcircuits.patching.selection import selection_stability
+from mathcircuits.models import Head
+from mathcircuits.patching import (
+    PatchingResult,
+    SelectionConfig,
+    path_patch,
+    select_key_components,
+    selection_stability,
+)
 from mathcircuits.pipeline.context import Context, StageSummary, save_csv, select_pairs
 
-__all__ = ["IdentifySummary", "run"]
+__all__ = ["IdentifySummary", "PatchedOperation", "run"]
+
+
+@dataclass(frozen=True)
+class PatchedOperation:
+    """One operation's patching, in brief: its pairs, time and strongest heads ``(layer, head, effect)``."""
+
+    n_pairs: int
+    seconds: float
+    top_heads: list[tuple[int, int, float]]
 
 
 @dataclass(frozen=True)
@@ -26,7 +39,7 @@ class IdentifySummary(StageSummary):
 
     correct_pairs: dict[str, int]
     patched_operations: list[str]
-    results: dict[str, dict[str, Any]] = field(default_factory=dict)
+    results: dict[str, PatchedOperation] = field(default_factory=dict)
     key_heads: list[list[int]] = field(default_factory=list)
     key_mlps: list[int] = field(default_factory=list)
     key_head_fraction: float = 0.0
@@ -35,7 +48,7 @@ class IdentifySummary(StageSummary):
     stability: list[float] = field(default_factory=list)  # per key head: share of resamples selecting it
 
     def lines(self) -> list[str]:
-        top = ", ".join(f"L{l}.H{h} {e:+.3f}" for l, h, e in self.top_heads[:10])
+        top = ", ".join(f"{Head(l, h)} {e:+.3f}" for l, h, e in self.top_heads[:10])
         return [
             f"  patched operations: {self.patched_operations}  (correct pairs: {self.correct_pairs})",
             f"  top heads (layer, head, effect): {top}",
@@ -44,30 +57,8 @@ class IdentifySummary(StageSummary):
                 f"key MLPs: {self.key_mlps}"
             ),
             "  selected again in bootstrap resamples of the pairs: "
-            + (", ".join(f"L{l}.H{h} {s:.0%}" for (l, h), s in zip(self.key_heads, self.stability)) or "not measured"),
+            + (", ".join(f"{Head(*h)} {s:.0%}" for h, s in zip(self.key_heads, self.stability)) or "not measured"),
         ]
-
-
-def _overall(per_op: list[PatchingResult], pair_ids: list[Any], ops: list[str]) -> PatchingResult:
-    """The pair-weighted mean of the per-operation results (their per-pair effects concatenated)."""
-    first = per_op[0]
-    heads = torch.cat([r.per_pair_heads for r in per_op])
-    mlps = torch.cat([r.per_pair_mlps for r in per_op])
-    return PatchingResult(
-        head_effects=heads.mean(0),
-        mlp_effects=mlps.mean(0),
-        metric=first.metric,
-        method=first.method,
-        model=first.model,
-        n_pairs=heads.shape[0],
-        pair_ids=pair_ids,
-        operations=ops,
-        clean_logit_mean=float("nan"),
-        per_pair_heads=heads,
-        per_pair_mlps=mlps,
-        seconds=sum(r.seconds for r in per_op),
-        settings=first.settings,
-    )
 
 
 def run(ctx: Context) -> IdentifySummary:
@@ -88,7 +79,7 @@ def run(ctx: Context) -> IdentifySummary:
             f"no operation has at least {p.min_pairs} correct pairs (counts: {counts}). "
             "Fix: raise data.n_per_template, or lower patching.min_pairs."
         )
-    results: dict[str, dict[str, Any]] = {}
+    results: dict[str, PatchedOperation] = {}
     used, per_op = [], []
     for op in ops:
         sub = select_pairs(correct, op, p.max_pairs)
@@ -105,31 +96,17 @@ def run(ctx: Context) -> IdentifySummary:
         )
         res.save(paths.patching(op))
         per_op.append(PatchingResult.load(paths.patching(op)))  # as saved, so the overall mean is bit-reproducible
-        results[op] = {
-            "n_pairs": res.n_pairs,
-            "seconds": round(res.seconds, 2),
-            "top_heads": [[l, h, round(e, 5)] for l, h, e in res.top_heads(10)],
-        }
-    overall = _overall(per_op, list(datasets.concatenate_datasets(used)["pair_id"]), ops)
-    overall.save(paths.patching("all"))
-    key = select_key_components(
-        overall,
-        rule=s.rule,
-        threshold=s.threshold,
-        k=s.k,
-        z=s.z,
-        max_k=s.max_k,
-        mlp_k=s.mlp_k,
-        source={"operations": ops, "data": asdict(ctx.config.data)},
-    )
-    if not key.heads:
-        key = select_key_components(
-            overall,
-            rule="topk",
-            k=s.k,
-            mlp_k=s.mlp_k,
-            source={"operations": ops, "fallback": f"rule {s.rule} selected no head"},
+        results[op] = PatchedOperation(
+            n_pairs=res.n_pairs,
+            seconds=round(res.seconds, 2),
+            top_heads=[(l, h, round(e, 5)) for l, h, e in res.top_heads(10)],
         )
+    overall = PatchingResult.merge(per_op, pair_ids=list(datasets.concatenate_datasets(used)["pair_id"]))
+    overall.save(paths.patching("all"))
+    key = select_key_components(overall, s, data=ctx.config.data.generation())
+    if not key.heads:  # the topk rule with the configured k (its other settings at their defaults)
+        fallback = SelectionConfig(rule="topk", k=s.k, mlp_k=s.mlp_k)
+        key = select_key_components(overall, fallback, fallback=f"rule {s.rule} selected no head")
     key = selection_stability(overall, key, seed=ctx.config.data.seed)
     key.save(paths.key_components)
     save_csv(overall.to_dataframe(), paths.effects_csv)

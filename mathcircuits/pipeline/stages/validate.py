@@ -11,50 +11,66 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
-from mathcircuits.ablation import head_means, knockout_curve, transfer
-from mathcircuits.data import GenerationConfig, default_benchmark_root, generate_pairs, word_problem_dataset
+from mathcircuits.ablation import TransferRow, head_means, knockout_curve, transfer
+from mathcircuits.data import (
+    GenerationConfig,
+    PairSet,
+    default_benchmark_root,
+    generate_pairs,
+    word_problem_dataset,
+)
 from mathcircuits.patching import KeyComponents, PatchingResult
 from mathcircuits.pipeline.context import Context, StageSummary, save_csv, select_pairs
 from mathcircuits.pipeline.stages.identify import IdentifySummary
 
-__all__ = ["ValidateSummary", "run"]
+__all__ = ["KnockoutBrief", "ValidateSummary", "run"]
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class KnockoutBrief:
+    """One operation's knockout curve at its largest k: accuracy before, after the top-k heads, after random ones."""
+
+    baseline: float
+    ranked_final: float
+    random_final_mean: float
+    random_final_std: float
+    k: int
 
 
 @dataclass(frozen=True)
 class ValidateSummary(StageSummary):
     """Final knockout accuracies per operation and the transfer table."""
 
-    knockout: dict[str, dict[str, Any]] = field(default_factory=dict)
-    transfer: list[dict[str, Any]] = field(default_factory=list)
+    knockout: dict[str, KnockoutBrief] = field(default_factory=dict)
+    transfer: list[TransferRow] = field(default_factory=list)
 
     def lines(self) -> list[str]:
         out = [
-            f"  knockout {op}: top-{k['k']} heads {k['baseline']:.2f} -> {k['ranked_final']:.2f}; "
-            f"random {k['random_final_mean']:.2f} ± {k['random_final_std']:.2f}"
+            f"  knockout {op}: top-{k.k} heads {k.baseline:.2f} -> {k.ranked_final:.2f}; "
+            f"random {k.random_final_mean:.2f} ± {k.random_final_std:.2f}"
             for op, k in self.knockout.items()
         ]
         for r in self.transfer:
-            head = f"  transfer {r['dataset']:<45} n={r['n']:<3} clean {r['clean_accuracy']:.2f}"
-            if r.get("status", "measured") != "measured":
-                out.append(f"{head}  {r['status']} (too few items the clean model answers)")
+            head = f"  transfer {r.dataset:<45} n={r.n:<3} clean {r.clean_accuracy:.2f}"
+            if not r.measured:
+                out.append(f"{head}  {r.status} (too few items the clean model answers)")
                 continue
             out.append(
-                f"{head}  on its {r.get('n_correct', r['n'])} correct items: key-ablated "
-                f"{r['key_ablated_accuracy']:.2f} [{r.get('key_low', float('nan')):.2f}, "
-                f"{r.get('key_high', float('nan')):.2f}]  random-ablated {r['random_ablated_accuracy']:.2f}"
+                f"{head}  on its {r.n_correct} correct items: key-ablated "
+                f"{r.key_ablated_accuracy:.2f} [{r.key_low:.2f}, {r.key_high:.2f}]  "
+                f"random-ablated {r.random_ablated_accuracy:.2f}"
             )
         return out
 
 
-def _transfer_sets(ctx: Context, correct: Any) -> dict[str, Any]:
+def _transfer_sets(ctx: Context, correct: PairSet) -> dict[str, PairSet]:
     """The data the key heads should (or should not) matter for: other templates, operands, word problems."""
     v, d = ctx.config.validation, ctx.config.data
     tok = ctx.model.tokenizer
-    sets: dict[str, Any] = {}
+    sets: dict[str, PairSet] = {}
     for op in sorted(set(correct["operation"])) if v.transfer_held_in else []:
         sets[f"{op} (identification templates, correct)"] = select_pairs(correct, op, v.max_pairs)
     if d.heldout_templates:  # scored in the data stage, never seen by identify: right and wrong items
@@ -114,7 +130,7 @@ def run(ctx: Context) -> ValidateSummary:
         means_src = correct.filter(lambda r: r["operation"] in ops)
         means = head_means(model, select_pairs(means_src, None, 4 * v.max_pairs))
         means.save(paths.head_means)
-    knockout: dict[str, dict[str, Any]] = {}
+    knockout: dict[str, KnockoutBrief] = {}
     # claim C2 reads the curve at k = the number of key heads: measure that k too
     n_key = min(len(key.heads), v.knockout_max_k)
     ks = sorted(set(v.knockout_ks) | ({n_key} if n_key else set())) if v.knockout_ks else None
@@ -135,14 +151,14 @@ def run(ctx: Context) -> ValidateSummary:
         ko.save(paths.knockout(op))
         save_csv(ko.to_dataframe(), paths.knockout(op, ".csv"))
         finals = ko.random_accuracy[:, -1]
-        knockout[op] = {
-            "baseline": ko.baseline_accuracy,
-            "ranked_final": ko.ranked_accuracy[-1],
-            "random_final_mean": float(finals.mean()),
-            "random_final_std": float(finals.std()) if ko.random_accuracy.shape[0] > 1 else 0.0,
-            "k": ko.ks[-1],
-        }
-    found_on = set(key.source.get("operations", ops))
+        knockout[op] = KnockoutBrief(
+            baseline=ko.baseline_accuracy,
+            ranked_final=ko.ranked_accuracy[-1],
+            random_final_mean=float(finals.mean()),
+            random_final_std=float(finals.std()) if ko.random_accuracy.shape[0] > 1 else 0.0,
+            k=ko.ks[-1],
+        )
+    found_on = set(key.source.operations or ops)
     tr = transfer(
         model,
         sets,

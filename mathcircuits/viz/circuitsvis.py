@@ -20,9 +20,10 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Sequence
 
 from mathcircuits._io import atomic_path
+from mathcircuits.analysis import HeadPatterns
 
 __all__ = ["OfflineHTML", "attention_heads_view", "circuitsvis_bundle", "split_bundle"]
 
@@ -88,7 +89,7 @@ class OfflineHTML:
 
 
 def attention_heads_view(
-    patterns: Any, index: int = 0, heads: Sequence[tuple[int, int]] | None = None, *, title: str | None = None
+    patterns: HeadPatterns, index: int = 0, heads: Sequence[tuple[int, int]] | None = None, *, title: str | None = None
 ) -> OfflineHTML:
     """CircuitsVis ``AttentionHeads`` view of the heads in ``patterns`` (a HeadPatterns) on prompt ``index``.
 

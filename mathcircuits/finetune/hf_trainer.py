@@ -1,4 +1,4 @@
-"""The ``Trainer`` machinery of SFT: batch collation, the adapter-aware ``Trainer`` subclass, resume helpers.
+"""The HF ``Trainer`` glue of SFT: batch collation, the adapter-aware ``Trainer`` subclass, resume helpers.
 
 Method: :class:`~transformers.Trainer` optimises only a :class:`HeadSliceAdapter`'s deltas and saves
 adapter-only checkpoints; AdamW's decoupled decay is applied to the *effective* weight,
@@ -22,7 +22,7 @@ from transformers import Trainer, TrainerCallback
 from mathcircuits._io import read_json
 from mathcircuits.finetune.adapter import HeadSliceAdapter
 
-__all__ = ["LOSS_FILE", "pad_collate"]
+__all__ = ["LOSS_FILE", "effective_decay_hook", "pad_collate", "prepare_resume", "trainer_classes"]
 
 LOSS_FILE = "loss_sum.json"
 """Saved in each checkpoint: the sum of every optimizer step's training loss so far (for the mean after a resume)."""
@@ -69,7 +69,7 @@ def pad_collate(pad_token_id: int, target_logits_only: bool = False):
     return collate
 
 
-def _trainer_classes():
+def trainer_classes() -> tuple[type, type]:
     """Build the Trainer subclass lazily (transformers is heavy to import)."""
 
     class JsonlLog(TrainerCallback):
@@ -94,7 +94,7 @@ def _trainer_classes():
             self.loss_sum += float(loss)  # what Trainer adds to its own running loss, kept through checkpoints
             return loss
 
-        def _save_checkpoint(self, model: Any, trial: Any) -> None:
+        def _save_checkpoint(self, model: nn.Module, trial: Any) -> None:
             super()._save_checkpoint(model, trial)
             if self.args.should_save:
                 folder = Path(self.args.output_dir) / f"checkpoint-{self.state.global_step}"
@@ -124,7 +124,7 @@ def _trainer_classes():
             cls, kwargs = self.get_optimizer_cls_and_kwargs(self.args, adapter)
             self.optimizer = cls(groups, **kwargs)
             if self.decay_mode == "weights" and wd > 0 and weights:
-                self.optimizer.register_step_pre_hook(_effective_decay_hook(adapter, weights, wd))
+                self.optimizer.register_step_pre_hook(effective_decay_hook(adapter, weights, wd))
             return self.optimizer
 
         def _save(self, output_dir: str | None = None, state_dict: dict | None = None) -> None:
@@ -149,7 +149,7 @@ def _trainer_classes():
     return SFTTrainer, JsonlLog
 
 
-def _effective_decay_hook(adapter: HeadSliceAdapter, weights: list, wd: float):
+def effective_decay_hook(adapter: HeadSliceAdapter, weights: list, wd: float):
     """Optimizer pre-step hook: AdamW's decoupled decay of the *effective* weight, ``Δ -= lr·wd·(W₀ + Δ)``."""
 
     def hook(optimizer, args, kwargs):  # noqa: ANN001
@@ -171,7 +171,7 @@ def _log_line_step(line: str) -> float:
     return float("inf") if "train_runtime" in entry else float(entry.get("step", 0))
 
 
-def _prepare_resume(output_dir: Path, checkpoint: str | bool | None, max_steps: int) -> int | None:
+def prepare_resume(output_dir: Path, checkpoint: str | bool | None, max_steps: int) -> int | None:
     """Before resuming: drop the killed run's log lines after the checkpoint; return its step if it is final.
 
     Returns the checkpoint's global step when ``max_steps`` > 0 and the checkpoint already reached it (so

@@ -2,15 +2,22 @@
 
 Every function takes a result and returns plain text for the report: what the figure shows on
 this run, with the numbers and their intervals, and how to read it. They are separate from the
-page layout (:mod:`mathcircuits.viz.report`) so the words can be checked on their own.
+page layout (:mod:`mathcircuits.report.sections`) so the words can be checked on their own
+(``tests/test_readings.py`` fails a reading that contradicts its numbers).
 """
 
 from __future__ import annotations
 
 import math
-from typing import Any
+from collections.abc import Sequence
 
 import torch
+
+from mathcircuits.ablation import KnockoutResult, TransferResult
+from mathcircuits.analysis import AttentionByRole, MLPProbeResult
+from mathcircuits.models import Head
+from mathcircuits.patching import KeyComponents, PatchingResult
+from mathcircuits.stats import wilson_interval
 
 __all__ = [
     "reading_attention",
@@ -30,7 +37,7 @@ def _iv(v: float, lo: float, hi: float, pct: bool = True) -> str:
     return f"{v:.3f} [{lo:.3f}, {hi:.3f}]"
 
 
-def reading_patching(result: Any, key: Any = None) -> str:
+def reading_patching(result: PatchingResult, key: KeyComponents | None = None) -> str:
     """The strongest heads of a patching result with their intervals, and the key selection.
 
     Args:
@@ -45,7 +52,7 @@ def reading_patching(result: Any, key: Any = None) -> str:
     for l, h, e in top:
         lo = float(result.head_low[l, h]) if result.head_low is not None else float("nan")
         hi = float(result.head_high[l, h]) if result.head_high is not None else float("nan")
-        parts.append(f"L{l}.H{h} {_iv(e, lo, hi, pct=result.metric == 'relative_logit')}")
+        parts.append(f"{Head(l, h)} {_iv(e, lo, hi, pct=result.metric == 'relative_logit')}")
     unit = "relative change of the answer's logit" if result.metric == "relative_logit" else result.metric
     text = (
         f"Each cell is the mean effect over {result.n_pairs} pairs of patching one head (or MLP) with its "
@@ -61,7 +68,7 @@ def reading_patching(result: Any, key: Any = None) -> str:
     return text
 
 
-def reading_stability(key: Any) -> str:
+def reading_stability(key: KeyComponents) -> str:
     """How to read the selection-stability figure, with this run's numbers.
 
     Args:
@@ -70,10 +77,10 @@ def reading_stability(key: Any) -> str:
     Returns:
         The paragraph.
     """
-    if not getattr(key, "stability_n_boot", 0):
+    if not key.has_stability:
         return "Selection stability was not measured for these key components; re-run identify to measure it."
-    firm = [f"L{l}.H{h}" for (l, h), s in zip(key.heads, key.stability) if s >= 0.8]
-    loose = [f"L{l}.H{h} ({s:.0%})" for (l, h), s in zip(key.heads, key.stability) if s < 0.5]
+    firm = [str(Head(l, h)) for (l, h), s in zip(key.heads, key.stability) if s >= 0.8]
+    loose = [f"{Head(l, h)} ({s:.0%})" for (l, h), s in zip(key.heads, key.stability) if s < 0.5]
     text = (
         f"The pairs were resampled {key.stability_n_boot} times and the rule '{key.rule}' re-applied to each "
         "resample. A bar is the share of resamples that select the head again. "
@@ -87,7 +94,7 @@ def reading_stability(key: Any) -> str:
     return text + "Read a head below about 50% as a candidate to confirm with more pairs, not as a finding."
 
 
-def reading_knockout(items: list[Any]) -> str:
+def reading_knockout(items: Sequence[KnockoutResult]) -> str:
     """The knockout curves' endpoints with their Wilson intervals and the random spread.
 
     Args:
@@ -96,11 +103,9 @@ def reading_knockout(items: list[Any]) -> str:
     Returns:
         The paragraph.
     """
-    from mathcircuits.stats import wilson_interval
-
     parts = []
     for ko in items:
-        n = int(getattr(ko, "n_pairs", 0) or 0)
+        n = ko.n_pairs
         last = float(ko.ranked_accuracy[-1])
         w = wilson_interval(round(last * n), n) if n else None
         rnd = torch.as_tensor(ko.random_accuracy, dtype=torch.float32)[:, -1]
@@ -118,7 +123,7 @@ def reading_knockout(items: list[Any]) -> str:
     )
 
 
-def reading_transfer(result: Any) -> str:
+def reading_transfer(result: TransferResult) -> str:
     """Which transfer sets were measurable and what ablating the key heads did on them.
 
     Args:
@@ -127,8 +132,8 @@ def reading_transfer(result: Any) -> str:
     Returns:
         The paragraph.
     """
-    measured = [r for r in result.rows if r["status"] == "measured"]
-    skipped = [r for r in result.rows if r["status"] != "measured"]
+    measured = [r for r in result.rows if r.status == "measured"]
+    skipped = [r for r in result.rows if r.status != "measured"]
     text = (
         "Transfer is measured only on the items the clean model answers correctly, so 100% means the ablation "
         f"lost nothing. A set is measurable when the clean model answers at least {result.min_clean_accuracy:.0%} "
@@ -136,21 +141,21 @@ def reading_transfer(result: Any) -> str:
     )
     if measured:
         text += "Key heads ablated: " + "; ".join(
-            f"{r['dataset']} {r['key_ablated_accuracy']:.0%} [{r['key_low']:.0%}, {r['key_high']:.0%}] vs random "
-            f"{r['random_ablated_accuracy']:.0%}"
+            f"{r.dataset} {r.key_ablated_accuracy:.0%} [{r.key_low:.0%}, {r.key_high:.0%}] vs random "
+            f"{r.random_ablated_accuracy:.0%}"
             for r in measured
         )
         text += ". "
     if skipped:
         text += "Not measurable on this model: " + "; ".join(
-            f"{r['dataset']} (clean accuracy {r['clean_accuracy']:.0%} [{r['clean_low']:.0%}, {r['clean_high']:.0%}])"
+            f"{r.dataset} (clean accuracy {r.clean_accuracy:.0%} [{r.clean_low:.0%}, {r.clean_high:.0%}])"
             for r in skipped
         )
         text += "."
     return text
 
 
-def reading_attention(result: Any) -> str:
+def reading_attention(result: AttentionByRole) -> str:
     """Which key heads attend above uniform to operands or operator, with intervals.
 
     Args:
@@ -176,7 +181,7 @@ def reading_attention(result: Any) -> str:
     )
 
 
-def reading_probes(result: Any) -> str:
+def reading_probes(result: MLPProbeResult) -> str:
     """Where the MLPs start to write the answer, with the layer's bootstrap interval.
 
     Args:

@@ -1,0 +1,134 @@
+"""What a knocked-out head outputs: the ablation choices and the hooks that replace a head's ``hook_z``.
+
+A knocked-out head's output ``hook_z`` (per query head, before ``W_O``) is replaced by a
+value that keeps the head's typical output but removes what it computes about *this*
+prompt's arithmetic (Zhang et al. 2024, §3.3). :data:`Ablation` names the three
+replacements (``mean``, ``position_mean``, ``resample``; see
+:mod:`mathcircuits.ablation.knockout`), :data:`Scope` the positions replaced (``all``, or
+only the ``last``). :func:`z_ablation_hooks` builds the forward hooks for a set of heads
+and replacement values; :func:`ablated_model` is a model with heads mean-ablated, as a
+callable from tokens to logits.
+
+Usage::
+
+    run = ablated_model(model, [(1, 2), (2, 0)], head_means(model, pairs))
+    logits = run(tokens)
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from typing import Any, Literal, TypeAlias, get_args
+
+import torch
+from jaxtyping import Float
+from torch import Tensor
+
+from mathcircuits.ablation.means import HeadMeans
+from mathcircuits.models import HookedModel, hooks
+from mathcircuits.models.prefix import PrefixRunner
+
+__all__ = [
+    "ABLATIONS",
+    "SCOPES",
+    "Ablation",
+    "Scope",
+    "ablated_model",
+    "check_choice",
+    "mean_ablation_hooks",
+    "z_ablation_hooks",
+]
+
+#: What a knocked-out head outputs (the ``ablation`` choices of the knockout, transfer and ``ValidationConfig``).
+Ablation: TypeAlias = Literal["mean", "position_mean", "resample"]
+ABLATIONS: tuple[str, ...] = get_args(Ablation)
+#: Which positions a knockout replaces (the ``scope`` choices).
+Scope: TypeAlias = Literal["all", "last"]
+SCOPES: tuple[str, ...] = get_args(Scope)
+
+Hook: TypeAlias = tuple[str, Any]
+
+
+def check_choice(ablation: Ablation, scope: Scope) -> None:
+    """Refuse an unknown ablation or scope with the choices (for callers without a type checker).
+
+    Args:
+        ablation: one of :data:`ABLATIONS`.
+        scope: one of :data:`SCOPES`.
+
+    Returns:
+        None; raises ``ValueError`` naming the value and the choices.
+    """
+    if ablation not in ABLATIONS:
+        raise ValueError(f"ablation {ablation!r} is unknown. Fix: use one of {list(ABLATIONS)}.")
+    if scope not in SCOPES:
+        raise ValueError(f"scope {scope!r} is unknown. Fix: use 'all' or 'last'.")
+
+
+def z_ablation_hooks(
+    model: HookedModel,
+    heads: Sequence[tuple[int, int]],
+    values: Float[Tensor, "batch pos layer head d_head"],
+    scope: Scope,
+    layer_index: dict[int, int] | None = None,
+) -> list[Hook]:
+    """Hooks replacing ``hook_z`` of ``heads`` by ``values`` ``[batch|1, pos|1, layer, head, d_head]``.
+
+    Args:
+        model: the hooked model (checks each head is in range).
+        heads: ``[(layer, head), ...]`` to replace.
+        values: the replacement values; size-1 batch or position axes broadcast.
+        scope: ``"all"`` positions or only the ``"last"``.
+        layer_index: maps a model layer to its index in ``values``' layer axis (default: the same).
+
+    Returns:
+        ``[(hook name, hook function), ...]`` for ``run_with_hooks``; ``hook_z`` is per query head on every
+        family, so these touch exactly the ablated heads.
+    """
+    by_layer: dict[int, list[int]] = defaultdict(list)
+    for l, h in heads:
+        model.spec.check_head(l, h)
+        by_layer[l].append(h)
+    out = []
+    for layer, hs in by_layer.items():
+        idx = torch.tensor(hs)
+        value = values[:, :, (layer_index or {}).get(layer, layer)][:, :, idx].to(model.device)
+
+        def hook(act: Tensor, hook: Any, idx: Tensor = idx, value: Tensor = value) -> Tensor:
+            act = act.clone()
+            if scope == "last":
+                act[:, -1, idx] = value[:, -1].to(act.dtype)
+            else:
+                act[:, :, idx] = value.expand(act.shape[0], act.shape[1], -1, -1).to(act.dtype)
+            return act
+
+        out.append((hooks.z(layer), hook))
+    return out
+
+
+def mean_ablation_hooks(
+    model: HookedModel, heads: Sequence[tuple[int, int]], means: HeadMeans, scope: Scope
+) -> list[Hook]:
+    """Hooks of the position-free mean ablation of ``heads`` (:func:`z_ablation_hooks` with the means)."""
+    return z_ablation_hooks(model, heads, means.means[None, None], scope)
+
+
+def ablated_model(
+    model: HookedModel, heads: Sequence[tuple[int, int]], means: HeadMeans, scope: Scope = "all"
+) -> PrefixRunner:
+    """A callable tokens → logits with ``heads`` mean-ablated (position-free mean; for :func:`score_pairs`).
+
+    Args:
+        model: the hooked model.
+        heads: ``[(layer, head), ...]`` to ablate.
+        means: the replacement values.
+        scope: ``"all"`` positions or only the ``"last"``.
+
+    Returns:
+        A :class:`~mathcircuits.models.prefix.PrefixRunner`: the shared prefix runs once per batch, ablated
+        like every other position (scope ``"all"``) or clean (scope ``"last"``).
+    """
+    check_choice("mean", scope)
+    hooks_ = mean_ablation_hooks(model, heads, means, scope)
+    return PrefixRunner(model.bridge, fwd_hooks=hooks_, prefix_hooks=hooks_ if scope == "all" else None)

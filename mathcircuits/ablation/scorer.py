@@ -1,0 +1,311 @@
+"""Score one pair set under many knockouts, reusing every clean computation between them (exact).
+
+:class:`KnockoutScorer` is what the knockout curve and the transfer checks call for each
+set of ablated heads. Within a group of one template and length, the positions every
+prompt and counterfactual share run once (a clean KV cache, kept for every knockout
+point); the clean residual entering each block is kept per batch, and a knockout whose
+lowest ablated head is in layer ``k`` runs only blocks ``k…``
+(:func:`~mathcircuits.models.prefix.run_from_layer`). With ``"mean"`` at every position the
+prefix itself is ablated, so its one row is run again with the hooks for each knockout
+point. Each saving is tested equal to the plain forward in ``tests/test_fast_paths.py``.
+
+Accuracy is the full-answer criterion of :func:`mathcircuits.data.score_pairs` (every
+answer token greedy, teacher-forced); the first-token criterion is kept beside it.
+
+Usage::
+
+    scorer = KnockoutScorer(model, pairs, ablation="position_mean")
+    scorer.accuracy([])            # the clean model
+    scorer.accuracy([(1, 2)])      # with L1.H2 knocked out
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from jaxtyping import Float
+from torch import Tensor
+
+from mathcircuits.ablation.hooks import Ablation, Scope, check_choice, z_ablation_hooks
+from mathcircuits.ablation.means import HeadMeans, head_means
+from mathcircuits.data.filter import length_groups
+from mathcircuits.data.pairs import PairSet, check_columns
+from mathcircuits.models import HookedModel, fast_paths_enabled, hooks
+from mathcircuits.models.integrity import compare, model_dtype, probe_pairs, verify_once
+from mathcircuits.models.prefix import PrefixRunner, repeat_cache, run_from_layer, shared_prefix_len
+
+log = logging.getLogger(__name__)
+
+__all__ = ["KnockoutScorer", "check_knockout"]
+
+
+@dataclass(frozen=True)
+class _Group:
+    """Rows of one template and one scored length, with the positions every prompt and source share."""
+
+    rows: list[int]
+    shared: int  # positions 0…shared−1: the same tokens in every prompt and every source sequence of the group
+
+
+class KnockoutScorer:
+    """Scores one dataset under many knockouts, reusing every clean computation between them.
+
+    A bridge without ``start_at_layer`` (TransformerLens 3.9's) runs every block instead of resuming at the
+    lowest ablated layer: the same numbers, at more cost.
+
+    Args:
+        model: the hooked model.
+        dataset: pairs with ``tokens``, ``answer_tokens``, ``n_tokens`` (and ``source_column`` unless
+            ``ablation="mean"``); ``template_id`` groups them when present.
+        ablation: ``"mean"``, ``"position_mean"`` or ``"resample"`` (see the module docstring).
+        means: :class:`HeadMeans` of this model, for ``"mean"`` (default: taken on ``dataset``).
+        scope: ``"all"`` positions or only the ``"last"``.
+        seed: seed of the resampling donors.
+        batch_size: pairs per forward.
+        source_column: the prompts the per-position means and donors come from (the counterfactual ones).
+        reuse_clean: keep the clean run of each batch (the residual entering every block) and resume each
+            knockout at its lowest ablated layer; worth it from the second scoring on. ``False`` (one scoring)
+            runs the ablated suffix through every block instead.
+    """
+
+    _mid_ok = True  # set False on a bridge that cannot start mid-network
+
+    def __init__(
+        self,
+        model: HookedModel,
+        dataset: PairSet,
+        ablation: Ablation = "mean",
+        means: HeadMeans | None = None,
+        scope: Scope = "all",
+        seed: int = 0,
+        batch_size: int = 32,
+        source_column: str = "cf_tokens",
+        reuse_clean: bool = True,
+    ) -> None:
+        check_choice(ablation, scope)
+        self.reuse_clean = reuse_clean
+        needed = ("tokens", "answer_tokens", "n_tokens") + (() if ablation == "mean" else (source_column,))
+        check_columns(dataset, needed, "KnockoutScorer")
+        self.model, self.ablation, self.scope = model, ablation, scope
+        if ablation == "mean":
+            means = means if means is not None else head_means(model, dataset)
+            means.check_model(model.spec)
+        self.means = means
+        answers = [list(a) for a in dataset["answer_tokens"]]
+        self.answers = answers
+        self.seqs = [list(t) + a[:-1] for t, a in zip(dataset["tokens"], answers)]
+        self.n_prompt = list(dataset["n_tokens"])
+        self.sources = None
+        if ablation != "mean":
+            self.sources = [list(t) + a[:-1] for t, a in zip(dataset[source_column], answers)]
+            bad = [i for i, (s, q) in enumerate(zip(self.sources, self.seqs)) if len(s) != len(q)]
+            if bad:
+                raise ValueError(
+                    f"pair {bad[0]} has a {source_column} of {len(self.sources[bad[0]]) - len(answers[bad[0]]) + 1} "
+                    f"tokens but a prompt of {self.n_prompt[bad[0]]}, so positions do not align for "
+                    f"ablation {ablation!r}. Fix: use pairs of equal token length, or ablation='mean'."
+                )
+        keys = list(dataset["template_id"]) if "template_id" in dataset.column_names else None
+        self.groups = []
+        for rows in length_groups([len(s) for s in self.seqs], len(self.seqs), keys):
+            seqs = [self.seqs[i] for i in rows] + ([self.sources[i] for i in rows] if self.sources else [])
+            limit = min(self.n_prompt[i] for i in rows) - 1  # the first position whose logits are read
+            self.groups.append(_Group(rows, shared_prefix_len(torch.tensor(seqs), limit)))
+        self.batches = [(g, grp.rows[j : j + batch_size]) for g, grp in enumerate(self.groups)
+                        for j in range(0, len(grp.rows), batch_size)]  # fmt: skip
+        rng = random.Random(seed)
+        self.donor = list(range(len(self.seqs)))  # resample: row i takes its source from row donor[i]
+        for grp in self.groups:
+            for i, j in zip(grp.rows, rng.sample(grp.rows, len(grp.rows))):
+                self.donor[i] = j
+        self._prefix: dict[tuple[int, ...], Any] = {}  # clean KV caches of the shared prefixes
+        self._clean: dict[int, tuple[Tensor, list[Tensor]]] = {}  # batch → (resid_pre stack, answer logits)
+        self._src: dict[tuple[int, bool], Tensor] = {}  # (group, fast) → source z [rows, pos, layer, head, d_head]
+
+    # --- clean pieces, computed once ---------------------------------------------------------------------
+    def _prefix_cache(self, prefix: list[int]) -> Any:
+        key = tuple(prefix)
+        if key not in self._prefix:
+            runner = PrefixRunner(self.model.bridge, store=self._prefix)
+            runner.prefix_cache(torch.tensor(prefix, device=self.model.device))
+        return self._prefix[key]
+
+    def _cache(self, tokens: Tensor, p: int) -> Any:
+        return repeat_cache(self._prefix_cache(tokens[0, :p].tolist()), tokens.shape[0]) if p > 0 else None
+
+    def _run(self, tokens: Tensor, p: int, fwd_hooks: list[tuple[str, Any]], cache: Any = None) -> Tensor:
+        kw = {"past_key_values": cache if cache is not None else self._cache(tokens, p)} if p > 0 else {}
+        return self.model.bridge.run_with_hooks(tokens[:, p:], fwd_hooks=fwd_hooks, **kw)
+
+    def _source_z(self, g: int, fast: bool) -> Tensor:
+        """The source sequences' clean ``hook_z`` of every layer: from the shared position on (fast) or all."""
+        if (g, fast) not in self._src:
+            grp, spec = self.groups[g], self.model.spec
+            p = grp.shared if fast else 0
+            toks = torch.tensor([self.sources[i] for i in grp.rows], device=self.model.device)
+            out = torch.zeros(len(grp.rows), toks.shape[1] - p, spec.n_layers, spec.n_heads, spec.d_head)
+            for j in range(0, len(grp.rows), 32):
+
+                def grab(act: Tensor, hook: Any, j: int = j) -> None:
+                    out[j : j + act.shape[0], :, int(hook.name.split(".")[1])] = act.detach().float().cpu()
+
+                names = [(hooks.z(layer), grab) for layer in range(spec.n_layers)]
+                self._run(toks[j : j + 32], p, names)
+            self._src[(g, fast)] = out
+        return self._src[(g, fast)]
+
+    def _values(self, g: int, rows: list[int], fast: bool) -> Tensor:
+        """Replacement ``hook_z`` of a batch: ``[batch|1, pos|1, layer, head, d_head]``."""
+        if self.ablation == "mean":
+            return self.means.means[None, None]
+        src = self._source_z(g, fast)
+        if self.ablation == "position_mean":
+            return src.mean(0, keepdim=True)
+        local = {i: n for n, i in enumerate(self.groups[g].rows)}
+        return src[[local[self.donor[i]] for i in rows]]
+
+    def replacement_z(self, group: int) -> Tensor:
+        """What a knocked-out head's ``hook_z`` becomes on the rows of ``self.groups[group]``, every position.
+
+        Returns:
+            ``[rows|1, pos|1, layer, head, d_head]`` (a size-1 axis is shared by every row or position).
+        """
+        return self._values(group, self.groups[group].rows, fast=False)
+
+    def _read(self, logits: Tensor, rows: list[int], offset: int) -> list[Tensor]:
+        """Each row's logits at its answer positions ``[answer_len, vocab]``; ``logits`` start at ``offset``."""
+        out = []
+        for r, i in enumerate(rows):
+            start = self.n_prompt[i] - 1 - offset
+            out.append(logits[r, start : start + len(self.answers[i])].float().cpu())
+        return out
+
+    def _clean_batch(self, b: int) -> tuple[Tensor, list[Tensor]]:
+        """The clean run of batch ``b`` from its shared position on: residual entering each block, and scores."""
+        if b not in self._clean:
+            g, rows = self.batches[b]
+            p, spec = self.groups[g].shared, self.model.spec
+            toks = torch.tensor([self.seqs[i] for i in rows], device=self.model.device)
+            dtype = next(self.model.bridge.parameters()).dtype  # the model's own (a bf16 model reads bf16)
+            resid = torch.zeros(spec.n_layers, len(rows), toks.shape[1] - p, spec.d_model, dtype=dtype)
+
+            def grab(act: Tensor, hook: Any) -> None:
+                resid[int(hook.name.split(".")[1])] = act.detach()
+
+            logits = self._run(toks, p, [(hooks.resid_pre(layer), grab) for layer in range(spec.n_layers)])
+            self._clean[b] = (resid, self._read(logits, rows, p))
+        return self._clean[b]
+
+    # --- scoring -------------------------------------------------------------------------------------------
+    @torch.no_grad()
+    def logits(self, heads: Sequence[tuple[int, int]], fast: bool = True) -> list[Float[Tensor, "answer vocab"]]:
+        """Each pair's logits at its answer positions with ``heads`` knocked out.
+
+        Args:
+            heads: ``[(layer, head), ...]`` to knock out (empty: the clean model).
+            fast: reuse the clean prefix and the clean blocks below the lowest ablated layer (exact);
+                ``False`` runs one plain full forward per batch with the hooks at every position (the reference).
+
+        Returns:
+            One ``[len(answer_tokens), vocab]`` tensor per pair, in dataset order (teacher-forced).
+        """
+        heads = [(int(l), int(h)) for l, h in heads]
+        for l, h in heads:
+            self.model.spec.check_head(l, h)
+        fast = fast and fast_paths_enabled()
+        if fast:
+            path = f"knockout ({self.ablation}, scope {self.scope})"
+            verify_once(self.model.bridge, path, lambda: check_knockout(self.model, self.ablation, self.scope))
+        out: list[Tensor] = [torch.empty(0)] * len(self.seqs)
+        for b, (g, rows) in enumerate(self.batches):
+            for i, row in zip(rows, self._fast(b, heads) if fast else self._plain(g, rows, heads)):
+                out[i] = row
+        return out
+
+    def score(self, heads: Sequence[tuple[int, int]], fast: bool = True) -> tuple[list[bool], list[bool]]:
+        """Correctness of every pair with ``heads`` knocked out.
+
+        Args:
+            heads: ``[(layer, head), ...]`` to knock out (empty: the clean model).
+            fast: as in :meth:`logits`.
+
+        Returns:
+            ``(correct, first_correct)``: per pair, every answer token greedy / the first one.
+        """
+        preds = [row.argmax(-1).tolist() for row in self.logits(heads, fast)]
+        correct = [p == a for p, a in zip(preds, self.answers)]
+        return correct, [p[0] == a[0] for p, a in zip(preds, self.answers)]
+
+    def accuracy(self, heads: Sequence[tuple[int, int]], first_token: bool = False) -> float:
+        """Share of pairs answered correctly with ``heads`` knocked out (full answer, or its first token)."""
+        correct, first = self.score(heads)
+        chosen = first if first_token else correct
+        return sum(chosen) / len(chosen)
+
+    def _plain(self, g: int, rows: list[int], heads: list[tuple[int, int]]) -> list[Tensor]:
+        toks = torch.tensor([self.seqs[i] for i in rows], device=self.model.device)
+        fwd = z_ablation_hooks(self.model, heads, self._values(g, rows, fast=False), self.scope) if heads else []
+        return self._read(self.model.bridge.run_with_hooks(toks, fwd_hooks=fwd), rows, 0)
+
+    def _fast(self, b: int, heads: list[tuple[int, int]]) -> list[Tensor]:
+        reuse = self.reuse_clean or b in self._clean
+        if not heads and reuse:
+            return self._clean_batch(b)[1]
+        g, rows = self.batches[b]
+        p = self.groups[g].shared
+        toks = torch.tensor([self.seqs[i] for i in rows], device=self.model.device)
+        values = self._values(g, rows, fast=True) if heads else None
+        cache = None
+        if p > 0 and heads and self.ablation == "mean" and self.scope == "all":  # the prefix is ablated: run its row
+            _, one = self.model.bridge.run_with_hooks(
+                toks[:1, :p],
+                fwd_hooks=z_ablation_hooks(self.model, heads, values, "all"),
+                return_type="logits_and_cache",
+            )
+            cache = repeat_cache(one, len(rows))
+        elif p > 0:
+            cache = self._cache(toks, p)
+        keep = toks.shape[1] - min(self.n_prompt[i] for i in rows) + 1  # vocabulary logits only where read
+        fwd = z_ablation_hooks(self.model, heads, values, self.scope) if heads else []
+        if reuse and self._mid_ok:
+            resid = self._clean_batch(b)[0]
+            k = min(l for l, _ in heads)
+            try:
+                logits = run_from_layer(self.model.bridge, resid[k], k, cache, fwd, logits_to_keep=keep)
+                return self._read(logits, rows, toks.shape[1] - keep)
+            except NotImplementedError:  # TransformerLens 3.9's bridge cannot start mid-network
+                log.info("this bridge has no start_at_layer: knockout runs every block (exact, slower)")
+                self._mid_ok = False
+        # a single scoring, or a bridge that cannot resume mid-network: run every block of the suffix
+        kw = {"past_key_values": cache} if cache is not None else {}
+        logits = self.model.bridge.run_with_hooks(toks[:, p:], fwd_hooks=fwd, logits_to_keep=keep, **kw)
+        return self._read(logits, rows, toks.shape[1] - keep)
+
+
+def check_knockout(model: HookedModel, ablation: Ablation, scope: Scope) -> tuple[float, float]:
+    """Fast knockout logits (shared prefix, resumed mid-network) against plain forwards, on probe pairs.
+
+    The run-time check of :meth:`KnockoutScorer.logits` (:mod:`mathcircuits.models.integrity`): the clean model and
+    two knockouts (a middle-layer head, then one middle and one last-layer head), both ways.
+
+    Args:
+        model: the hooked model.
+        ablation: the ablation checked.
+        scope: ``"all"`` or ``"last"``.
+
+    Returns:
+        ``(largest difference, tolerance)``.
+    """
+    spec = model.spec
+    probe = probe_pairs(spec.vocab_size)
+    scorer = KnockoutScorer(model, probe, ablation, scope=scope, batch_size=len(probe))
+    mid = max(1, spec.n_layers // 2)
+    sets: list[list[tuple[int, int]]] = [[], [(mid, 0)], [(mid, 0), (spec.n_layers - 1, spec.n_heads - 1)]]
+    fast = torch.cat([torch.cat(scorer.logits(s, fast=True)) for s in sets])
+    plain = torch.cat([torch.cat(scorer.logits(s, fast=False)) for s in sets])
+    return compare(fast, plain, model_dtype(model))

@@ -1,0 +1,140 @@
+"""Token roles of a prompt and the rule that classes a head by the roles it attends to (Zhang et al. 2024, §4.1).
+
+Roles. Every position the last token can see (all of them: attention is
+causal and the last token is last) gets exactly one role:
+
+* ``operand_a``, ``operand_b``: the tokens of A and B in the query;
+* ``operator``: the tokens of the operator word or symbol (``{OP}``);
+* ``prefix``: the few-shot examples before the query (``0 .. prefix_len-1``);
+* ``other``: everything else (template words, ``=``, the last token itself).
+
+For pair *p* and head *h*, ``share[p, h, r]`` is the attention mass of the last
+position on the tokens of role *r*; the five shares sum to 1.
+
+Classification rule (per head, over the pairs of one operation or all pairs).
+Let ``s_AB`` be the mean share on ``operand_a`` + ``operand_b`` and ``s_OP`` the
+mean share on ``operator``; let ``b_AB`` and ``b_OP`` be the mean *token-count
+baselines*, the shares a head attending uniformly over the visible positions
+would give (``n_role / n_visible``), and ``lift = s / b``. Then a head is
+
+* an **operand head** when ``s_AB >= min_share`` and ``lift_AB >= min_lift``
+  and ``lift_AB >= lift_OP``;
+* an **operator head** when ``s_OP >= min_share`` and ``lift_OP >= min_lift``
+  and ``lift_OP > lift_AB``;
+* **neither** otherwise.
+
+Defaults ``min_share = 0.2``, ``min_lift = 2``: a fifth of the head's attention,
+at least twice what uniform attention would put there. Comparing lifts (not
+raw shares) keeps a one-token operator on equal terms with two operands. The
+rule is a summary; the per-pair shares are kept for the distributions.
+
+Reference: W. Zhang et al., "Interpreting and Improving Large Language Models
+in Arithmetic Calculation", ICML 2024 (arXiv 2409.01659), §4.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from jaxtyping import Bool, Float
+from torch import Tensor
+
+__all__ = ["HEAD_CLASSES", "ROLES", "classify_heads", "role_masks", "role_shares"]
+
+ROLES = ("operand_a", "operand_b", "operator", "prefix", "other")
+HEAD_CLASSES = ("operand", "operator", "neither")
+A, B, OP, PREFIX, OTHER = range(5)  # the rows of ROLES
+
+
+def role_masks(
+    n_tokens: int, prefix_len: int, pos_a: Sequence[int], pos_b: Sequence[int], pos_op: Sequence[int]
+) -> Bool[Tensor, "role seq"]:
+    """One-hot role of each position (rows in :data:`ROLES` order).
+
+    Raises if roles overlap or fall outside the prompt.
+
+    Args:
+        n_tokens: number of tokens in the prompt (few-shot prefix included).
+        prefix_len: number of few-shot prefix tokens (positions ``0..prefix_len-1``).
+        pos_a: positions of operand a's tokens.
+        pos_b: positions of operand b's tokens.
+        pos_op: positions of the operator's tokens.
+
+    Returns:
+        Boolean mask of shape ``[role, seq]`` (``[5, n_tokens]``): exactly one role is True per position;
+        positions that are neither prefix nor an operand/operator are ``"other"``.
+
+    Raises:
+        ValueError: if a role has no position, a position falls outside the query, or two roles share a position.
+    """
+    masks = torch.zeros(len(ROLES), n_tokens, dtype=torch.bool)
+    named = {"pos_a": (A, pos_a), "pos_b": (B, pos_b), "pos_op": (OP, pos_op)}
+    for name, (role, positions) in named.items():
+        if len(positions) == 0:
+            raise ValueError(
+                f"{name} is empty, so role {ROLES[role]!r} has no token. Fix: regenerate the pairs; the template "
+                "must contain that placeholder."
+            )
+        for p in positions:
+            if not prefix_len <= p < n_tokens:
+                raise ValueError(
+                    f"{name} holds position {p}, outside the query (positions {prefix_len}..{n_tokens - 1}). "
+                    "Fix: regenerate the pairs with the same tokenizer as the model."
+                )
+            if masks[:, p].any():
+                raise ValueError(
+                    f"position {p} belongs to two roles ({ROLES[int(masks[:, p].nonzero()[0])]} and {ROLES[role]}). "
+                    "Fix: check the template's placeholders."
+                )
+            masks[role, p] = True
+    masks[PREFIX, :prefix_len] = True
+    masks[OTHER] = ~masks[:OTHER].any(0)
+    return masks
+
+
+def role_shares(
+    pattern_rows: Float[Tensor, "*batch seq"], masks: Bool[Tensor, "role seq"]
+) -> Float[Tensor, "*batch role"]:
+    """Attention mass of each row on each role (the rows are attention from one query position).
+
+    Args:
+        pattern_rows: attention weights from one query position over the keys, shape ``[*batch, seq]``.
+        masks: role masks from :func:`role_masks`, shape ``[role, seq]``.
+
+    Returns:
+        Float tensor of shape ``[*batch, role]``: the summed attention on each role's positions.
+    """
+    return pattern_rows.float() @ masks.float().T
+
+
+def classify_heads(
+    shares: Float[Tensor, "pair head role"],
+    baselines: Float[Tensor, "pair role"],
+    min_share: float = 0.2,
+    min_lift: float = 2.0,
+) -> tuple[str, ...]:
+    """Operand / operator / neither for each head, by the rule in the module docstring.
+
+    Args:
+        shares: attention share of each pair's last position on each role, shape ``[pair, head, role]``.
+        baselines: each role's share of the positions of each pair, shape ``[pair, role]``.
+        min_share: least mean share (operands a+b together, or operator) for a class (fraction, 0..1).
+        min_lift: least ratio of that mean share to the mean baseline.
+
+    Returns:
+        One of ``"operand"``, ``"operator"`` or ``"neither"`` per head, in the order of ``shares``' head axis.
+    """
+    s = shares.mean(0)  # head role
+    b = baselines.mean(0)  # role
+    s_ab, s_op = s[:, A] + s[:, B], s[:, OP]
+    lift_ab, lift_op = s_ab / (b[A] + b[B]), s_op / b[OP]
+    out = []
+    for h in range(s.shape[0]):
+        if s_ab[h] >= min_share and lift_ab[h] >= min_lift and lift_ab[h] >= lift_op[h]:
+            out.append("operand")
+        elif s_op[h] >= min_share and lift_op[h] >= min_lift and lift_op[h] > lift_ab[h]:
+            out.append("operator")
+        else:
+            out.append("neither")
+    return tuple(out)

@@ -1,0 +1,103 @@
+"""The fine-tuning claim: precise SFT of the key heads matches full SFT on math and keeps generic ability (C6).
+
+A paired bootstrap over the same items of the ``evaluate`` stage's models, under the rule of
+:func:`~mathcircuits.claims.improve.c6_verdict` (full SFT must beat base on math first; ``docs/claims.md``).
+The ``compare`` stage's units, when they ran, decide C6 instead (:mod:`mathcircuits.claims.improve`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from mathcircuits.claims.card import Claim, Verdict
+from mathcircuits.claims.improve import NO_EFFECT, c6_verdict
+from mathcircuits.claims.paper import claim, not_measured
+from mathcircuits.evaluation import EvalResult
+from mathcircuits.stats import DEFAULT_CONFIDENCE, DEFAULT_N_BOOT, paired_bootstrap
+
+__all__ = ["claim_c6"]
+
+
+def _items(res: EvalResult, benches: Sequence[str]) -> list[float] | None:
+    per = res.item_correct
+    if not per or any(b not in per for b in benches):
+        return None
+    return [float(x) for b in benches for x in per[b]]
+
+
+def claim_c6(
+    evals: Mapping[str, EvalResult] | None,
+    n_boot: int = DEFAULT_N_BOOT,
+    seed: int = 0,
+    confidence: float = DEFAULT_CONFIDENCE,
+    stage: str = "evaluate",
+    why_missing: str | None = None,
+    precise: str = "",
+) -> Claim:
+    """C6: full SFT beats base on math; then precise is within 5 points of full on math and of base on generic
+    benchmarks (paired bootstrap over the same items; the rule of :func:`~mathcircuits.claims.improve.c6_verdict`).
+
+    Args:
+        evals: label → :class:`~mathcircuits.evaluation.EvalResult`, with labels ``base``, ``precise``, ``full``
+            (None or empty: not measured).
+        n_boot: bootstrap resamples of the items.
+        seed: bootstrap seed.
+        confidence: level of the intervals.
+        stage: the stage named when ``evals`` is missing.
+        why_missing: the whole reason instead, when the input is missing for another reason than its stage being off.
+        precise: what "precise" tuned in this run (:func:`~mathcircuits.claims.improve.precise_definition`),
+            printed first in the claim's text.
+
+    Returns:
+        The claim; its value is precise − full accuracy on the math benchmarks.
+    """
+    if not evals:
+        return not_measured("C6", stage, "or finetune off, so no tuned model was evaluated", why_missing)
+    missing = [m for m in ("base", "precise", "full") if m not in evals]
+    if missing:
+        return not_measured(
+            "C6", reason=f"no {', '.join(missing)} model evaluated: finetune.modes lacks it or finetune is off"
+        )
+    kinds: dict[str, str] = {}
+    for r in evals.values():
+        kinds.update(r.kinds)
+    common = set.intersection(*(set(r.accuracy) for r in evals.values()))
+    math_b = sorted(b for b in common if kinds.get(b) in ("math", "arithmetic"))  # word problems + held-out pairs
+    gen_b = sorted(b for b in common if kinds.get(b) == "choice")
+    if not math_b:
+        return not_measured(
+            "C6", reason="no math evaluated: no held-out arithmetic and no math benchmark in evaluation.benchmarks"
+        )
+    items = {m: (_items(evals[m], math_b), _items(evals[m], gen_b)) for m in ("base", "precise", "full")}
+    if any(v[0] is None for v in items.values()):
+        return claim(
+            "C6",
+            "accuracies only; no per-item results",
+            Verdict.INCONCLUSIVE,
+            "no per-item results (EvalResult.item_correct), so no paired interval; re-run evaluate",
+            unit="accuracy difference",
+        )
+    d_fb = paired_bootstrap(items["full"][0], items["base"][0], n_boot, seed + 2, confidence)
+    d_math = paired_bootstrap(items["precise"][0], items["full"][0], n_boot, seed, confidence)
+    text = f"full − base on math {d_fb.format('{:+.3f}')}; "
+    text += f"precise − full on math ({', '.join(math_b)}): {d_math.format('{:+.3f}')}"
+    d_gen = None
+    if gen_b and all(v[1] is not None for v in items.values()):
+        d_gen = paired_bootstrap(items["precise"][1], items["base"][1], n_boot, seed + 1, confidence)
+        text += f"; precise − base on generic ({', '.join(gen_b)}): {d_gen.format('{:+.3f}')}"
+    verdict, reason = c6_verdict(d_fb, d_math, d_gen)
+    if precise:
+        text = f"{precise}. {text}"
+    if verdict == Verdict.INCONCLUSIVE and reason.startswith(NO_EFFECT):
+        text = f"{NO_EFFECT}. {text}"
+    return claim(
+        "C6",
+        text,
+        verdict,
+        reason,
+        value=d_math.value,
+        low=d_math.low,
+        high=d_math.high,
+        unit="accuracy difference",
+        n=d_math.n,
+    )

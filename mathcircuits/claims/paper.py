@@ -1,0 +1,126 @@
+"""The paper's claims (six, and C6b: C6's localisation control) as data, the rules' thresholds, how a row is made.
+
+:data:`PAPER` holds, per claim of Zhang et al. (ICML 2024), its title, the paper's statement and
+the paper's number with where it is shown; the constants are the thresholds of the rules in
+:mod:`.components`, :mod:`.knockout` and :mod:`.finetune`, written out in ``docs/claims.md``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from mathcircuits.claims.card import Claim, Verdict
+
+__all__ = [
+    "C1_BAND",
+    "C1_MAX_FRACTION",
+    "C2_MIN_BASELINE",
+    "C2_MIN_DROP",
+    "C2_MIN_RATIO",
+    "C2_RANDOM_FLOOR",
+    "C6_MARGIN",
+    "PAPER",
+    "claim",
+    "not_measured",
+    "quantiles",
+]
+
+C1_MAX_FRACTION = 0.05  # key heads are "sparse" below 5% of all heads (paper §3.2)
+C1_BAND = (0.25, 0.75)  # the "middle band" of relative depth, layer / (n_layers − 1)
+C2_MIN_RATIO = 3.0  # the key drop must be at least 3× the random drop
+C2_MIN_DROP = 0.10  # a drop whose upper end stays below 10 points is no collapse
+C2_MIN_BASELINE = 0.5  # below this clean accuracy a knockout cannot show a collapse
+C2_RANDOM_FLOOR = 0.01  # random drops below 1 point count as 1 point in the ratio
+C6_MARGIN = 0.05  # "matches" / "keeps": not worse by more than 5 accuracy points
+
+# (title, the paper's statement, the paper's number and where it is shown)
+PAPER: dict[str, tuple[str, str, str]] = {
+    "C1": (
+        "key heads are sparse, mid-depth",
+        "A few attention heads matter for arithmetic, and they lie in a middle band of layers.",
+        "< 5% of heads; middle layers (path-patching heatmap, §3.2)",
+    ),
+    "C2": (
+        "knocking them out collapses accuracy",
+        "Mean-ablating the key heads collapses accuracy, while as many random heads barely matter.",
+        "about −70% accuracy for key heads; random heads within 2% (knockout curves, §3.3, Fig. 3)",
+    ),
+    "C3": (
+        "they attend to operands and operator",
+        "The key heads attend from the last position to the operands or to the operator.",
+        "operand heads and operator heads (attention patterns, §4.1)",
+    ),
+    "C4": (
+        "later MLPs write the answer",
+        "MLPs after the key heads turn the moved information into the answer.",
+        "answer rises in MLP updates of later layers (unembedding probes, §4.2)",
+    ),
+    "C5": (
+        "the heads transfer",
+        "The same heads matter for operations and formats not used to find them.",
+        "large drops on other operations, formats and word problems (§3.4)",
+    ),
+    "C6": (
+        "precise SFT matches full SFT",
+        "Fine-tuning only the key heads matches full fine-tuning on math and keeps generic ability.",
+        "on par with full SFT on math; generic benchmarks kept (Table 1, §5)",
+    ),
+    "C6b": (
+        "precise SFT beats random heads",
+        "The key heads are where arithmetic is learned: tuning them beats tuning as many random heads.",
+        "implied by §5 (no random-heads control in the paper; Wang & Veitch 2025 find random heads nearly as good)",
+    ),
+}
+
+
+def claim(cid: str, measurement: str, verdict: Verdict, reason: str, **kw: Any) -> Claim:
+    """A :class:`Claim` of the card: the paper's title, statement and number for ``cid``, and this run's reading.
+
+    Args:
+        cid: ``"C1"`` .. ``"C6"``, ``"C6b"``.
+        measurement: this run's measurement in words.
+        verdict: the rule's verdict.
+        reason: which rule gave it.
+        **kw: ``value``, ``low``, ``high``, ``unit``, ``n`` (NaN / "" / 0 when not given).
+
+    Returns:
+        The claim.
+    """
+    title, statement, paper = PAPER[cid]
+    nan = float("nan")
+    fields = {"value": nan, "low": nan, "high": nan, "unit": "", "n": 0} | kw
+    return Claim(cid, title, statement, paper, measurement, verdict=verdict, reason=reason, **fields)
+
+
+def not_measured(cid: str, stage: str = "", what: str = "", reason: str | None = None) -> Claim:
+    """The claim when its input is missing: ``not measured (stage X off[, what])``, or ``not measured (reason)``.
+
+    Args:
+        cid: the claim's id.
+        stage: the stage whose output is missing (its being off is the reason).
+        what: a few words added after the stage.
+        reason: the whole reason instead (e.g. "no transfer set beyond the identification data").
+
+    Returns:
+        The claim with verdict :attr:`Verdict.NOT_MEASURED`.
+    """
+    text = (
+        f"not measured ({reason})"
+        if reason is not None
+        else f"not measured (stage {stage} off{', ' + what if what else ''})"
+    )
+    return claim(cid, text, Verdict.NOT_MEASURED, text)
+
+
+def quantiles(xs: Sequence[float], confidence: float) -> tuple[float, float]:
+    """The central ``confidence`` range of resampled values (NaNs left out); NaNs when there are none."""
+    t = torch.tensor([x for x in xs if not math.isnan(x)], dtype=torch.float64)
+    if t.numel() == 0:
+        return float("nan"), float("nan")
+    a = 1 - confidence
+    q = torch.quantile(t, torch.tensor([a / 2, 1 - a / 2], dtype=torch.float64))
+    return float(q[0]), float(q[1])

@@ -1,0 +1,122 @@
+"""What each fine-tuning mode tunes, and the budgets that make the modes comparable.
+
+* :func:`mode_components` — the heads (and MLPs) of a head mode: the key heads (``precise``), the
+  top-K of a ranking (``precise@K``), or as many random non-key heads (``random``, seeded);
+* :func:`random_heads` — that draw;
+* :func:`lora_rank_for_budget` — the LoRA rank whose parameter count is nearest to precise SFT's.
+
+Usage::
+
+    comps = mode_components(model, Mode.parse("precise@4+mlp"), key, head_ranking=ranking)
+    rank, per_rank = lora_rank_for_budget(model, budget=comps_slices.n_tuned)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import nn
+
+from mathcircuits.finetune.layouts import model_facts
+from mathcircuits.finetune.methods import lora_targets
+from mathcircuits.finetune.modes import Mode
+from mathcircuits.patching import KeyComponents, SelectionSource
+
+__all__ = ["lora_rank_for_budget", "mode_components", "random_heads"]
+
+
+def random_heads(
+    n_layers: int, n_heads: int, count: int, exclude: Sequence[tuple[int, int]] = (), seed: int = 0
+) -> tuple[tuple[int, int], ...]:
+    """``count`` heads drawn uniformly without replacement from those not in ``exclude`` (seeded).
+
+    Args:
+        n_layers: layers of the model.
+        n_heads: query heads per layer.
+        count: how many heads.
+        exclude: heads never drawn (the key heads).
+        seed: seed of the draw.
+
+    Returns:
+        The heads, sorted by (layer, head).
+
+    Raises:
+        ValueError: fewer than ``count`` heads are left to draw from.
+    """
+    pool = [(layer, h) for layer in range(n_layers) for h in range(n_heads) if (layer, h) not in set(exclude)]
+    if count > len(pool):
+        raise ValueError(f"cannot draw {count} random heads from the {len(pool)} non-key heads. Fix: tune fewer.")
+    order = torch.randperm(len(pool), generator=torch.Generator().manual_seed(seed))[:count]
+    return tuple(sorted(pool[i] for i in order.tolist()))
+
+
+def mode_components(
+    model: nn.Module,
+    mode: Mode | str,
+    key: KeyComponents,
+    head_ranking: Sequence[tuple[int, int]] = (),
+    seed: int = 0,
+) -> KeyComponents | None:
+    """The components a head mode tunes (None for ``base``, ``lora`` and ``full``).
+
+    Args:
+        model: the HF model (for its shape).
+        mode: a :class:`~mathcircuits.finetune.Mode` (or its text).
+        key: the selected key components (heads and MLPs).
+        head_ranking: every head, best first, for ``precise@K`` (e.g. by path-patching effect).
+        seed: seed of the ``random`` draw.
+
+    Returns:
+        The components (chosen by no rule: ``selection`` is None, ``source.note`` names the mode); MLPs only
+        for the ``+mlp`` modes.
+    """
+    mode = Mode.parse(mode)
+    if mode.kind in ("base", "lora", "full"):
+        return None
+    facts = model_facts(model)
+    if mode.kind == "random":
+        heads = random_heads(facts.n_layers, facts.n_heads, len(key.heads), key.heads, seed)
+        return KeyComponents(
+            model=key.model, heads=heads, selection=None, source=SelectionSource(note=f"random heads, seed {seed}")
+        )
+    if mode.top_k is not None:
+        if len(head_ranking) < mode.top_k:
+            raise ValueError(
+                f"mode {str(mode)!r} needs a ranking of at least {mode.top_k} heads, got {len(head_ranking)}. "
+                "Fix: pass head_ranking (every head by path-patching effect)."
+            )
+        heads = tuple(tuple(h) for h in head_ranking[: mode.top_k])
+    else:
+        heads = key.heads
+    return KeyComponents(
+        model=key.model,
+        heads=heads,
+        mlps=key.mlps if mode.mlps else (),
+        selection=None,
+        source=SelectionSource(note=f"mode {mode}"),
+    )
+
+
+def lora_rank_for_budget(model: nn.Module, budget: int) -> tuple[int, int]:
+    """The LoRA rank on the attention projections whose parameter count is nearest to ``budget``.
+
+    A rank-``r`` LoRA of an ``[out, in]`` weight has ``r·(in + out)`` parameters, so the count is
+    ``r`` times one rank's worth; the nearest rank (at least 1) is within half of one rank's worth
+    of ``budget`` (unless ``budget`` is below half a rank).
+
+    Args:
+        model: a plain HF causal LM.
+        budget: the parameter count to match (e.g. precise SFT's ``n_trainable``).
+
+    Returns:
+        ``(rank, parameters per rank)``.
+    """
+    suffixes = lora_targets(model)
+    per_rank = 0
+    for name, module in model.named_modules():
+        if any(name.endswith("." + s) for s in suffixes):
+            per_rank += sum(module.weight.shape)
+    if per_rank == 0:
+        raise ValueError(f"no module of {type(model).__name__} matches the LoRA targets {suffixes}.")
+    return max(1, round(budget / per_rank)), per_rank

@@ -1,0 +1,115 @@
+"""How each SFT method prepares the model it trains: one strategy per method, in the table :data:`METHODS`.
+
+:func:`~mathcircuits.finetune.train_sft` looks the configured method up here and trains what
+the strategy returns; everything else about a run (data, optimizer, schedule, checkpoints) is
+the same for every method.
+
+* ``precise`` — a :class:`~mathcircuits.finetune.HeadSliceAdapter` on the weight slices of the key
+  heads (and MLPs): only those entries move (Zhang et al. 2024, §5);
+* ``lora`` — PEFT LoRA on every attention projection (:func:`lora_model`);
+* ``full`` — every parameter of the model.
+
+Usage::
+
+    trainable = METHODS["precise"](model, key, config, "SmolLM2-135M-Instruct")
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TypeAlias
+
+from torch import nn
+
+from mathcircuits.finetune.adapter import HeadSliceAdapter
+from mathcircuits.finetune.config import SFTConfig
+from mathcircuits.finetune.layouts import resolve_layout
+from mathcircuits.finetune.modes import SFTMethod
+from mathcircuits.finetune.slices import head_slices
+from mathcircuits.finetune.sliceset import SliceSet
+from mathcircuits.patching import KeyComponents
+
+__all__ = ["METHODS", "Prepare", "lora_model", "lora_targets"]
+
+#: A method's strategy: (model, key components or slices, config, model name) → the module to train.
+Prepare: TypeAlias = Callable[[nn.Module, KeyComponents | SliceSet | None, SFTConfig, str | None], nn.Module]
+
+
+def lora_targets(model: nn.Module) -> tuple[str, ...]:
+    """The attention projections LoRA adapts: the q, k, v, o modules of the model's layout (as PEFT suffixes).
+
+    Args:
+        model: a plain HF causal LM of a family in :data:`~mathcircuits.finetune.LAYOUTS`.
+
+    Returns:
+        Module-name suffixes, e.g. ``("self_attn.q_proj", ..., "self_attn.o_proj")``.
+    """
+    layout = resolve_layout(model)
+    return tuple(dict.fromkeys(layout.projection(r).module for r in ("q", "k", "v", "o")))
+
+
+def lora_model(model: nn.Module, rank: int, alpha: float = 16.0, dropout: float = 0.0) -> nn.Module:
+    """Wrap ``model`` in a PEFT LoRA model on its attention projections (:func:`lora_targets`).
+
+    Args:
+        model: a plain HF causal LM.
+        rank: LoRA rank ``r`` (each adapted ``[out, in]`` weight gains ``r·(in + out)`` parameters).
+        alpha: scaling numerator (the update is ``alpha / r · B A``).
+        dropout: LoRA dropout (0: deterministic, as the other modes).
+
+    Returns:
+        The PEFT model; only its LoRA matrices require gradients.
+    """
+    from peft import LoraConfig, get_peft_model  # heavy, optional at import
+
+    cfg = LoraConfig(r=rank, lora_alpha=alpha, lora_dropout=dropout, target_modules=list(lora_targets(model)))
+    return get_peft_model(model, cfg)
+
+
+def _precise(
+    model: nn.Module, key: KeyComponents | SliceSet | None, config: SFTConfig, model_name: str | None
+) -> nn.Module:
+    if isinstance(model, HeadSliceAdapter):
+        if key is not None:
+            raise ValueError(
+                "train_sft got an adapter and a key selection. "
+                "Fix: pass one of them (the adapter already fixes the slices)."
+            )
+        return model
+    if key is None:
+        raise ValueError(
+            "precise SFT got no key components. "
+            "Fix: pass key=KeyComponents (or a SliceSet), or use SFTConfig(mode='full')."
+        )
+    slices = (
+        key
+        if isinstance(key, SliceSet)
+        else head_slices(
+            model, key, kv_policy=config.kv_policy, include_mlps=config.include_mlps, model_name=model_name
+        )
+    )
+    return HeadSliceAdapter(model, slices, grad_scale=config.grad_scale)
+
+
+def _lora(
+    model: nn.Module, key: KeyComponents | SliceSet | None, config: SFTConfig, model_name: str | None
+) -> nn.Module:
+    if isinstance(model, HeadSliceAdapter):
+        raise ValueError("LoRA SFT got a HeadSliceAdapter. Fix: pass the plain HF model.")
+    return lora_model(model, config.lora_rank, config.lora_alpha)
+
+
+def _full(
+    model: nn.Module, key: KeyComponents | SliceSet | None, config: SFTConfig, model_name: str | None
+) -> nn.Module:
+    if isinstance(model, HeadSliceAdapter):
+        raise ValueError(
+            "full SFT got a HeadSliceAdapter. "
+            "Fix: pass the plain HF model (adapter.merge_and_unload() or a fresh load_hf_model())."
+        )
+    model.requires_grad_(True)
+    return model
+
+
+#: Each SFT method's strategy (the ``mode`` of :class:`~mathcircuits.finetune.SFTConfig` is the key).
+METHODS: dict[SFTMethod, Prepare] = {"precise": _precise, "lora": _lora, "full": _full}

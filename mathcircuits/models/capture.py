@@ -1,0 +1,68 @@
+"""Capture activations at one position: one hooked forward, the logits and each named hook's value.
+
+Background. Every method that reads a model at the answer position (path patching's two
+cached runs, circuit edges, node roles) needs the same thing: run the prompts once, keep
+a handful of hooks' values at the last position, and the logits there. With the last
+position only, the few-shot prefix that every prompt of a batch shares can run once
+(:class:`~mathcircuits.models.prefix.PrefixRunner`, exact), and the unembedding is
+needed at one position (``logits_to_keep=1``).
+
+Usage::
+
+    logits, acts = capture(model.bridge, tokens, [hooks.z(3), hooks.mlp_out(3)])
+    acts[hooks.z(3)]          # [batch, n_heads, d_head], the last position's value
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from jaxtyping import Float, Int
+from torch import Tensor
+from transformer_lens.model_bridge import TransformerBridge
+
+from mathcircuits.models.prefix import PrefixRunner
+
+__all__ = ["capture"]
+
+
+@torch.no_grad()
+def capture(
+    bridge: TransformerBridge,
+    tokens: Int[Tensor, "batch seq"],
+    names: list[str],
+    position: int | None = -1,
+    cache_store: dict[tuple[int, ...], Any] | None = None,
+) -> tuple[Float[Tensor, "batch *pos vocab"], dict[str, Tensor]]:
+    """One forward; the logits and each named activation at ``position`` (every position when ``None``).
+
+    Args:
+        bridge: the TransformerBridge (``model.bridge``).
+        tokens: the prompts.
+        names: hook names to read (:mod:`mathcircuits.models.hooks`).
+        position: the position read (``-1``, the last), or ``None`` for every position.
+        cache_store: with ``position == -1``, a dict of clean prefix KV caches: the batch's shared prefix then
+            runs once (:class:`~mathcircuits.models.prefix.PrefixRunner`) and is reused by later calls.
+
+    Returns:
+        The logits at ``position`` and ``{name: activation at position}``.
+    """
+    store: dict[str, Tensor] = {}
+    where = slice(None) if position is None else position
+
+    def make(name: str) -> Any:
+        # keyed by the requested name: the bridge may report an aliased hook.name
+        def hook(act: Tensor, hook: Any) -> None:
+            store[name] = act[:, where].detach().clone()
+
+        return hook
+
+    fwd = [(n, make(n)) for n in names]
+    if position == -1 and cache_store is not None:
+        logits = PrefixRunner(bridge, fwd, store=cache_store).logits_from(tokens, tokens.shape[1] - 1)
+        return logits[:, -1], store
+    # only the last position's logits are needed: skip the unembedding elsewhere
+    extra = {"logits_to_keep": 1} if position == -1 else {}
+    logits = bridge.run_with_hooks(tokens, fwd_hooks=fwd, **extra)
+    return (logits if position is None else logits[:, position]), store

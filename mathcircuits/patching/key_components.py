@@ -1,0 +1,246 @@
+"""The value a key-component selection is: :class:`KeyComponents`, where it came from, and the heads it names.
+
+:class:`KeyComponents` holds the key heads and MLPs, their scores, the
+:class:`~mathcircuits.patching.SelectionConfig` that chose them (the ``selection`` section of a
+run), where the effects came from (:class:`SelectionSource`) and, once measured, how stable the
+selection is under resampling of the pairs (:func:`~mathcircuits.patching.selection_stability`).
+It records the model identity and shape, so using it with another model fails clearly
+(:func:`resolve_heads` is the one check). Saved as JSON.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import statistics
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, get_args
+
+import pandas as pd
+from torch import nn
+
+from mathcircuits._io import SavedResult
+from mathcircuits.data import GenerationConfig
+from mathcircuits.models import HookedModel
+from mathcircuits.models.heads import Head, check_heads
+from mathcircuits.models.spec import ModelSpec, check_model, heads_by_layer
+from mathcircuits.patching.config import Rule, SelectionConfig
+
+__all__ = ["RULES", "KeyComponents", "SelectionError", "SelectionSource", "median_depth", "resolve_heads"]
+
+RULES: tuple[str, ...] = get_args(Rule)  # the choices, read off the Literal the config shares
+
+
+class SelectionError(ValueError):
+    """A key-component selection does not fit the model or the request."""
+
+
+@dataclass(frozen=True)
+class SelectionSource:
+    """Where a selection came from.
+
+    Args:
+        metric: the patching metric the effects were measured with.
+        method: the path-patching method.
+        n_pairs: the number of pairs the effects are means over.
+        operations: the operations of those pairs.
+        data: how the pairs were generated (when known).
+        fallback: why the selection is not the configured rule's (e.g. the rule selected no head).
+        note: how a selection that no rule made came about (e.g. ``"random heads, seed 0"``).
+    """
+
+    metric: str = ""
+    method: str = ""
+    n_pairs: int = 0
+    operations: tuple[str, ...] = ()
+    data: GenerationConfig | None = None
+    fallback: str | None = None
+    note: str | None = None
+
+
+@dataclass(frozen=True, repr=False)
+class KeyComponents(SavedResult):
+    """Key heads ``[(layer, head)]`` and key MLPs ``[layer]``, with their scores and provenance.
+
+    ``model`` is the :class:`~mathcircuits.models.ModelSpec` of the model they were selected on;
+    ``selection`` the rule and settings that chose them (a :class:`~mathcircuits.patching.SelectionConfig`,
+    the ``selection`` section of a run), or ``None`` for heads no rule chose (drawn at random, or
+    picked by hand); ``source`` where the effects came from. Saved as JSON by ``save("x.json")``.
+
+    Stability (filled by :func:`selection_stability`; empty when not measured): ``stability[i]`` is
+    the share of ``stability_n_boot`` bootstrap resamples of the pairs (seed ``stability_seed``) that
+    select ``heads[i]`` again; ``stability_others`` maps other heads ("L3.H1") selected by at least
+    10% of the resamples to their share; ``stability_sizes`` and ``stability_depths`` are, per
+    resample, the number of heads selected and the median relative depth of their layers
+    (layer / (n_layers − 1); NaN when a resample selects none).
+    """
+
+    STAGE = "identify"
+    VERSION = 4
+
+    model: ModelSpec
+    heads: tuple[tuple[int, int], ...]
+    mlps: tuple[int, ...] = ()
+    head_scores: tuple[float, ...] = ()
+    mlp_scores: tuple[float, ...] = ()
+    selection: SelectionConfig | None = SelectionConfig()
+    source: SelectionSource = SelectionSource()
+    stability: tuple[float, ...] = ()
+    stability_others: dict[str, float] = field(default_factory=dict)
+    stability_sizes: tuple[int, ...] = ()
+    stability_depths: tuple[float, ...] = ()
+    stability_n_boot: int = 0
+    stability_seed: int = 0
+
+    @classmethod
+    def upgrade(cls, version: int, fields: dict[str, Any]) -> dict[str, Any]:
+        """Versions 1–2 had no stability: they load with none (re-run identify to measure it). Versions 1–3 kept
+        the rule and its parameters apart (``rule``, ``rule_params``) and the source as a free dict."""
+        none = {"stability": (), "stability_others": {}, "stability_sizes": (), "stability_depths": ()}
+        fields = {**none, "stability_n_boot": 0, "stability_seed": 0, **fields}
+        if "selection" not in fields:  # the rule's name and its parameters → the SelectionConfig (defaults filled)
+            rule, params = fields.pop("rule", "zscore"), dict(fields.pop("rule_params", {}) or {})
+            known = {f.name for f in dataclasses.fields(SelectionConfig)}
+            chosen = {k: v for k, v in params.items() if k in known and k != "rule"}
+            fields["selection"] = (
+                dataclasses.asdict(SelectionConfig()) | {"rule": rule} | chosen if rule in RULES else None
+            )
+        src = fields.get("source")
+        if isinstance(src, dict) and set(src) != {f.name for f in dataclasses.fields(SelectionSource)}:
+            gen = {f.name for f in dataclasses.fields(GenerationConfig)}
+            data = src.get("data")
+            src = {**src, "data": {k: v for k, v in data.items() if k in gen} if isinstance(data, dict) else None}
+            fields["source"] = dataclasses.asdict(SelectionSource()) | {
+                k: v for k, v in src.items() if k in {f.name for f in dataclasses.fields(SelectionSource)}
+            }
+        return fields
+
+    @property
+    def rule(self) -> str:
+        """The selection rule's name (``"none"`` when no rule chose these heads)."""
+        return self.selection.rule if self.selection is not None else "none"
+
+    @property
+    def rule_params(self) -> dict[str, float | int]:
+        """The rule's settings besides its name (empty when no rule chose these heads)."""
+        if self.selection is None:
+            return {}
+        return {f.name: getattr(self.selection, f.name) for f in dataclasses.fields(self.selection) if f.name != "rule"}
+
+    @property
+    def has_stability(self) -> bool:
+        """Whether :func:`selection_stability` filled the stability fields."""
+        return self.stability_n_boot > 0
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "heads", tuple(Head.of(h) for h in self.heads))
+        object.__setattr__(self, "mlps", tuple(int(layer) for layer in self.mlps))
+        spec = self.model
+        for layer, head in self.heads:
+            if not (0 <= layer < spec.n_layers and 0 <= head < spec.n_heads):
+                raise SelectionError(
+                    f"head ({layer}, {head}) is out of range for {spec.describe()}. "
+                    f"Fix: use layers 0..{spec.n_layers - 1} and heads 0..{spec.n_heads - 1}."
+                )
+        for layer in self.mlps:
+            if not 0 <= layer < spec.n_layers:
+                raise SelectionError(
+                    f"MLP {layer} is out of range for {spec.describe()}. Fix: use layers 0..{spec.n_layers - 1}."
+                )
+        bad = [x for x in (*self.head_scores, *self.mlp_scores) if not math.isfinite(x)]
+        if bad:
+            raise SelectionError(f"scores {bad} are not finite. Fix: select from a result without NaN or infinity.")
+
+    @property
+    def head_fraction(self) -> float:
+        return len(self.heads) / (self.model.n_layers * self.model.n_heads)
+
+    def heads_by_layer(self) -> dict[int, list[int]]:
+        """``{layer: [head, ...]}`` of the key heads."""
+        return heads_by_layer(self.heads)
+
+    def check_model(self, model: ModelSpec | HookedModel | nn.Module, compare_name: bool = True) -> None:
+        """Refuse a model other than the one the selection was made on.
+
+        Args:
+            model: a hooked model, a ModelSpec, or a plain HF model.
+            compare_name: compare the names too (a plain HF model does not know its load name).
+
+        Returns:
+            None; raises :class:`SelectionError` naming both models and the fix.
+        """
+        check_model(
+            self.model,
+            model,
+            "this key-component selection",
+            "select key components on this model (mathcircuits identify)",
+            compare_name=compare_name,
+            error=SelectionError,
+        )
+
+    def to_dataframe(self):
+        """One row per key component: kind, layer, head (−1 for MLPs), score, and for heads the share of
+        bootstrap resamples that select it again (``stability``; NaN when not measured and for MLPs)."""
+
+        nan = float("nan")
+        nan_h, nan_m = [nan] * len(self.heads), [nan] * len(self.mlps)
+        stab = self.stability or nan_h
+        rows = [
+            {"kind": "head", "layer": layer, "head": head, "score": s, "stability": st}
+            for (layer, head), s, st in zip(self.heads, self.head_scores or nan_h, stab)
+        ]
+        rows += [
+            {"kind": "mlp", "layer": layer, "head": -1, "score": s, "stability": nan}
+            for layer, s in zip(self.mlps, self.mlp_scores or nan_m)
+        ]
+        return pd.DataFrame(rows, columns=["kind", "layer", "head", "score", "stability"])
+
+    def summary_items(self) -> list[tuple[str, str]]:
+        """Model, rule, the key heads and MLPs, and how often resamples select them again (for ``repr``)."""
+        heads = ", ".join(str(Head.of(h)) for h in self.heads[:6]) + (" …" if len(self.heads) > 6 else "")
+        stab = f"{min(self.stability):.0%}–{max(self.stability):.0%}" if self.stability else "not measured"
+        return [
+            ("model", self.model.name),
+            ("rule", self.rule),
+            (f"{len(self.heads)} heads", heads or "none"),
+            ("MLPs", ", ".join(map(str, self.mlps)) or "none"),
+            ("selected again", stab),
+        ]
+
+
+def median_depth(layers: Sequence[int], n_layers: int) -> float:
+    """Median of ``layers`` as a share of the depth, ``layer / (n_layers − 1)``; NaN for no layer.
+
+    Args:
+        layers: layer indices (e.g. of the key heads).
+        n_layers: the model's number of layers.
+
+    Returns:
+        A float in [0, 1], or NaN.
+    """
+    return statistics.median(layers) / max(1, n_layers - 1) if len(layers) else float("nan")
+
+
+def resolve_heads(
+    heads: KeyComponents | Iterable[tuple[int, int]], spec: ModelSpec, *, allow_empty: bool = False
+) -> tuple[Head, ...]:
+    """The heads to act on: a selection's heads (after checking it was made on this model), or the heads given.
+
+    Args:
+        heads: a :class:`KeyComponents` or ``[(layer, head), ...]``.
+        spec: the model's spec (``model.spec``).
+        allow_empty: accept no head (e.g. a knockout of nothing: the clean model).
+
+    Returns:
+        The heads as :class:`~mathcircuits.models.Head` values, in the given order.
+
+    Raises:
+        SelectionError: a selection made on another model.
+        ValueError: no head (unless ``allow_empty``), or a repeated head.
+        IndexError: a head out of range.
+    """
+    if isinstance(heads, KeyComponents):
+        heads.check_model(spec)
+        heads = heads.heads
+    return check_heads(heads, spec, allow_empty=allow_empty)

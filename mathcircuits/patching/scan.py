@@ -1,0 +1,77 @@
+"""What a path-patching method scans and returns: :class:`Senders`, :class:`BatchEffects` and :class:`ScanFn`.
+
+The three methods (``exact``, ``reference``, ``attribution``) each provide one scan function
+with the signature :class:`ScanFn`: one batch of equal-length pairs
+(:class:`~mathcircuits.data.PairBatch`), the senders to patch and a
+:class:`~mathcircuits.patching.metrics.Metric` in, per-pair effects out. The driver
+(:func:`~mathcircuits.patching.path_patch`) dispatches by a table of them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal, Protocol, TypeAlias, get_args
+
+from jaxtyping import Float
+from torch import Tensor
+
+from mathcircuits.data.pairs import PairBatch
+from mathcircuits.patching.metrics import Metric
+
+if TYPE_CHECKING:
+    from mathcircuits.models import HookedModel
+
+__all__ = ["SENDER_KINDS", "BatchEffects", "Method", "ScanFn", "SenderKind", "Senders"]
+
+#: The path-patching methods (the keys of ``driver.METHODS``; the ``method`` choices of ``PatchingConfig``).
+Method: TypeAlias = Literal["exact", "reference", "attribution"]
+
+#: Which kind of component a scan patches (the ``senders`` choices of ``path_patch`` and ``PatchingConfig``).
+SenderKind: TypeAlias = Literal["heads", "mlps"]
+SENDER_KINDS: tuple[str, ...] = get_args(SenderKind)
+
+
+@dataclass(frozen=True)
+class Senders:
+    """Which senders a scan patches: every head, every MLP, or both (``only`` narrows the reference scan).
+
+    ``only`` — ``{("head", layer, head), ("mlp", layer, -1), ...}``: the reference scan runs just these
+    senders (NaN elsewhere); the exact scan computes every sender anyway, at the cost of two forwards.
+    """
+
+    heads: bool = True
+    mlps: bool = True
+    only: frozenset[tuple[str, int, int]] | None = None
+
+    def wants(self, kind: Literal["head", "mlp"], layer: int, head: int = -1) -> bool:
+        """Whether the sender ``(kind, layer, head)`` is scanned."""
+        chosen = self.heads if kind == "head" else self.mlps
+        return chosen and (self.only is None or (kind, layer, head) in self.only)
+
+    @classmethod
+    def from_names(cls, names: Sequence[SenderKind]) -> Senders:
+        """The senders named ``("heads",)``, ``("mlps",)`` or both; anything else is an error with the fix."""
+        bad = [s for s in names if s not in SENDER_KINDS]
+        if bad or not names:
+            raise ValueError(
+                f"senders {list(names)} are not understood. Fix: use ('heads',), ('mlps',) or ('heads', 'mlps')."
+            )
+        return cls(heads="heads" in names, mlps="mlps" in names)
+
+
+@dataclass(frozen=True)
+class BatchEffects:
+    """One batch's effects (NaN for senders not scanned) and the clean answer logits."""
+
+    heads: Float[Tensor, "batch layer head"]
+    mlps: Float[Tensor, "batch layer"]
+    clean_logit: Float[Tensor, " batch"]
+
+
+class ScanFn(Protocol):
+    """The one signature of the three methods' scan functions."""
+
+    def __call__(
+        self, model: HookedModel, batch: PairBatch, senders: Senders, metric: Metric, *, chunk_rows: int, progress: bool
+    ) -> BatchEffects: ...

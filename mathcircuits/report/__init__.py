@@ -1,0 +1,40 @@
+"""The report of a run: one offline HTML page, above the claims card it shows first.
+
+* :mod:`.parts` — :class:`ReportParts` (the results a report shows) and :func:`report_figures`
+  (every figure of them, built once);
+* :mod:`.readings` — the paragraph above each figure, written from the result values;
+* :mod:`.sections` — one renderer per section, typed results in;
+* :mod:`.html` — the page builder, its style, values as readable text and tables;
+* :mod:`.build` — :func:`report_html` and :func:`build_report`.
+"""
+
+from mathcircuits.report.build import build_report, report_html
+from mathcircuits.report.html import CARD_END_COLOUR, Page, plain_text
+from mathcircuits.report.parts import ReportParts, report_figures
+from mathcircuits.report.readings import (
+    reading_attention,
+    reading_knockout,
+    reading_patching,
+    reading_probes,
+    reading_stability,
+    reading_transfer,
+)
+from mathcircuits.report.sections import VERDICT_CLASS, render_sections
+
+__all__ = [
+    "CARD_END_COLOUR",
+    "VERDICT_CLASS",
+    "Page",
+    "ReportParts",
+    "build_report",
+    "plain_text",
+    "reading_attention",
+    "reading_knockout",
+    "reading_patching",
+    "reading_probes",
+    "reading_stability",
+    "reading_transfer",
+    "render_sections",
+    "report_figures",
+    "report_html",
+]

@@ -1,0 +1,183 @@
+"""The report page as HTML: its builder, its style, and how values become readable text and tables.
+
+A :class:`Page` collects the sections the renderers of :mod:`mathcircuits.report.sections` add
+(headings, readings, figures, interactive views, appendix tables); :meth:`Page.html` writes one
+self-contained page: plotly.js inlined once in the head, the CircuitsVis bundle once when there
+are attention views, every figure a ``<div>`` plus a small script. No value is shown as raw
+Python text (:func:`plain_text`): dicts become small tables, lists comma-separated text.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import html
+from collections.abc import Mapping
+
+import pandas as pd
+import plotly.graph_objects as go
+
+from mathcircuits.models import Head
+from mathcircuits.viz import OfflineHTML, circuitsvis_bundle, split_bundle
+
+__all__ = ["CARD_END_COLOUR", "CSS", "Page", "esc", "kv_table", "plain_text", "table"]
+
+CARD_END_COLOUR = "#5b2a86"  # the bar that closes the claims card (the screenshot test looks for it)
+
+CSS = """
+body { font-family: -apple-system, "Segoe UI", Helvetica, Arial, sans-serif; margin: 0 auto; max-width: 1240px;
+       padding: 8px 28px; color: #222; background: #fff; }
+h1 { margin: 6px 0 2px; font-size: 1.5em; }
+.card h2 { margin-top: 10px; font-size: 1.15em; }
+table.claims { border-collapse: collapse; font-size: 0.82em; width: 100%; }
+table.claims th, table.claims td { border-bottom: 1px solid #e3e3e3; padding: 4px 8px; text-align: left;
+       vertical-align: top; }
+table.claims th { background: #f3f3f3; } table.claims td.id { font-weight: 600; white-space: nowrap; }
+.verdict { display: inline-block; padding: 1px 7px; border-radius: 9px; font-weight: 600; white-space: nowrap; }
+.v-holds { background: #d9f2e1; color: #14532d; } .v-fails { background: #fadbd8; color: #7f1d1d; }
+.v-open { background: #fdf0cf; color: #6b4e00; } .v-none { background: #ececec; color: #555; }
+.card-end { height: 5px; background: #5b2a86; margin: 2px 0 6px; }
+.reading { max-width: 980px; line-height: 1.45; }
+h2 { border-bottom: 2px solid #ddd; padding-bottom: 4px; margin-top: 36px; }
+.meta { color: #666; font-size: 0.9em; }
+nav { font-size: 0.95em; margin: 10px 0 0; } nav a { margin-right: 14px; color: #444; }
+table.tbl { border-collapse: collapse; font-size: 0.86em; margin: 8px 0 14px; }
+table.tbl th, table.tbl td { border: 1px solid #ddd; padding: 3px 8px; text-align: right; }
+table.tbl th { background: #f3f3f3; } table.tbl td:first-child, table.tbl th:first-child { text-align: left; }
+.row { display: flex; flex-wrap: wrap; gap: 28px; align-items: flex-start; }
+.note { color: #555; font-size: 0.92em; max-width: 980px; }
+.fig { margin: 10px 0 18px; } details { margin: 6px 0 14px; } summary { cursor: pointer; color: #333; }
+"""
+
+
+def esc(x: object) -> str:
+    """``x`` as escaped HTML text."""
+    return html.escape(str(x))
+
+
+def plain_text(value: object) -> str:
+    """A value as readable text for the report: never a Python ``repr`` of a dict, list or tuple.
+
+    Args:
+        value: any plain value (dicts become ``key: value; ...``, sequences ``a, b, c``, floats 4 digits,
+            a ``(layer, head)`` pair ``L{layer}.H{head}``).
+
+    Returns:
+        The text.
+    """
+    if isinstance(value, Mapping):
+        return "; ".join(f"{k}: {plain_text(v)}" for k, v in value.items()) or "none"
+    if isinstance(value, (list, tuple)):
+        if value and all(isinstance(v, int) for v in value) and len(value) == 2 and isinstance(value, tuple):
+            return str(Head(*value))
+        return ", ".join(plain_text(v) for v in value) or "none"
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)
+
+
+def _cell(v: object) -> str:
+    if isinstance(v, (list, tuple)) and v and all(isinstance(x, Mapping) for x in v):
+        return table(pd.DataFrame(list(v)))
+    return esc(plain_text(v))
+
+
+def kv_table(d: Mapping[str, object]) -> str:
+    """A two-column table of a mapping (one row per key)."""
+    rows = "".join(f"<tr><th>{esc(k)}</th><td>{_cell(v)}</td></tr>" for k, v in d.items())
+    return f'<table class="tbl">{rows}</table>'
+
+
+def table(df: pd.DataFrame, max_rows: int = 200) -> str:
+    """A DataFrame as an HTML table (at most ``max_rows`` rows; lists and dicts in cells as plain text)."""
+    if len(df) > max_rows:
+        df = df.head(max_rows)
+    df = df.copy()
+    for col in df.columns:
+        if df[col].dtype == object:
+            df[col] = df[col].map(lambda v: plain_text(v) if isinstance(v, (Mapping, list, tuple)) else v)
+    return df.to_html(index=False, border=0, classes="tbl", float_format=lambda v: f"{v:.4g}", na_rep="–")
+
+
+class Page:
+    """The report being built: its parts in order, its table of contents and its appendix tables."""
+
+    def __init__(self) -> None:
+        self.parts: list[str] = []
+        self.toc: list[tuple[str, str]] = []
+        self.appendix: list[tuple[str, str]] = []
+        self.n_figs = 0
+        self.has_views = False
+
+    def section(self, anchor: str, title: str) -> None:
+        """Start a section (a heading in the page and an entry in the table of contents)."""
+        self.toc.append((anchor, title))
+        self.parts.append(f'<h2 id="{anchor}">{esc(title)}</h2>')
+
+    def add(self, text: str) -> None:
+        """Add raw HTML."""
+        self.parts.append(text)
+
+    def note(self, text: str) -> None:
+        """Add a note (small grey text)."""
+        self.parts.append(f'<p class="note">{esc(text)}</p>')
+
+    def reading(self, text: str) -> None:
+        """Add the reading of a section (the paragraph above its figure)."""
+        self.parts.append(f'<p class="reading">{esc(text)}</p>')
+
+    def figure(self, fig: go.Figure) -> None:
+        """Add a plotly figure (plotly.js itself is inlined once, in the head)."""
+        import plotly.io as pio
+
+        self.n_figs += 1
+        self.parts.append(
+            '<div class="fig">'
+            + pio.to_html(
+                fig, full_html=False, include_plotlyjs=False, div_id=f"fig{self.n_figs}", config={"displaylogo": False}
+            )
+            + "</div>"
+        )
+
+    def view(self, view: OfflineHTML) -> None:
+        """Add an interactive CircuitsVis view (its bundle is inlined once, in the head)."""
+        fragment, removed = split_bundle(view.fragment)
+        self.has_views = self.has_views or removed
+        self.add(f"<h3>{esc(view.title)}</h3>" + f'<div class="cv">{fragment}</div>')
+
+    def table(self, name: str, body: str) -> None:
+        """Add a table to the appendix (shown folded, in the order added)."""
+        self.appendix.append((name, body))
+
+    def html(self, title: str, front: list[tuple[str, str]], notes: list[str]) -> str:
+        """The whole page: head (style, plotly.js, CircuitsVis when needed), the parts, then the appendix.
+
+        Args:
+            title: the page title.
+            front: appendix tables that come before those the sections added (model, data, accuracies).
+            notes: notes after the appendix.
+
+        Returns:
+            A standalone HTML page.
+        """
+        from plotly.offline import get_plotlyjs
+
+        if front or self.appendix or notes:
+            self.section("appendix", "Appendix: data tables")
+            for name, body in front + self.appendix:
+                self.add(f"<details><summary>{esc(name)}</summary>{body}</details>")
+            for n in notes:
+                self.note(n)
+        head_scripts = f'<script type="text/javascript">{get_plotlyjs()}</script>\n'
+        if self.has_views:
+            head_scripts += f'<script type="text/javascript">{circuitsvis_bundle()}</script>\n'
+        toc = " ".join(f'<a href="#{a}">{esc(t)}</a>' for a, t in self.toc)
+        stamp = _dt.datetime.now().strftime("%Y-%m-%d %H:%M")
+        return (
+            '<!DOCTYPE html>\n<html lang="en"><head><meta '
+            f'charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">'
+            f"<title>{esc(title)}</title>\n<style>{CSS}</style>\n{head_scripts}</head>\n"
+            f'<body>\n<h1>{esc(title)}</h1><div class="meta">generated {stamp} by mathcircuits · opens offline '
+            f"(scripts inlined) · {toc and '<nav>' + toc + '</nav>'}</div>\n"
+            + "\n".join(self.parts)
+            + "\n</body></html>\n"
+        )

@@ -1,0 +1,208 @@
+"""What a report is built from: a run's results as one typed value, and every figure of them, built once.
+
+:class:`ReportParts` holds the results a report shows (each optional: a stage that was off leaves
+its part ``None`` and its section out). :func:`report_figures` builds every figure of them once,
+by name; the report stage saves them as files and the page embeds the same objects.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import pandas as pd
+import plotly.graph_objects as go
+
+from mathcircuits.ablation import KnockoutResult, TransferResult
+from mathcircuits.analysis import AttentionByRole, HeadPatterns, MLPProbeResult
+from mathcircuits.circuit import Circuit, Faithfulness
+from mathcircuits.claims import ClaimsCard
+from mathcircuits.models import ModelSpec
+from mathcircuits.patching import KeyComponents, PatchingResult
+from mathcircuits.viz import (
+    attention_excess,
+    attention_role_distributions,
+    attention_role_means,
+    circuit_graph,
+    knockout_curves,
+    pareto_plot,
+    patching_heatmap,
+    patching_heatmaps,
+    patching_top_heads,
+    probe_case_trajectory,
+    probe_similarity_curves,
+    selection_stability_bars,
+    sft_delta_bars,
+    sft_sweep_curves,
+    transfer_bars,
+)
+
+__all__ = ["ReportParts", "report_figures"]
+
+
+def _mapping(value: object, label: str) -> dict[str, object]:
+    if value is None:
+        return {}
+    if isinstance(value, Mapping):
+        return dict(value)
+    if isinstance(value, (list, tuple)):
+        return {str(i): v for i, v in enumerate(value)}
+    return {label: value}
+
+
+@dataclass(frozen=True)
+class ReportParts:
+    """The results one report shows; every part is optional.
+
+    Args:
+        title: the page title.
+        claims: the claims card, shown first.
+        model_spec: the model's spec (read from a saved result, e.g. ``patching_overall.model``), in the appendix.
+        data_summary: facts about the data, in the appendix.
+        accuracy_table: accuracy by operation and template.
+        patching: per-operation patching results, ``{operation: result}`` (one heatmap each).
+        patching_overall: the result over all pairs (default: merged from ``patching``).
+        key_components: the key components, outlined on the heatmaps, with their selection stability.
+        knockout: knockout results, ``{operation: result}``.
+        transfer: the transfer result.
+        attention: attention of the key heads by token role.
+        probes: the MLP probes.
+        patterns: full attention patterns, shown as interactive CircuitsVis views.
+        evaluation: the evaluation table (``evaluate/table.csv``).
+        circuit: ``{operation: Circuit}``, each shown as a graph.
+        circuit_faithfulness: ``{operation: Faithfulness}``.
+        comparison_sweep: the fair SFT comparison's sweep (``compare/sweep.csv``).
+        comparison_table: per mode at its chosen rate: change against base with intervals over items and seeds
+            (:func:`~mathcircuits.finetune.effects_table`, indexed by mode).
+        comparison_points: one row per trained unit (:func:`~mathcircuits.finetune.pareto_points`): the Pareto figure.
+        comparison_power: the comparison's power statement (the smallest precise − full difference it detects).
+        extra_figures: more figures, ``{title: figure}``.
+        notes: notes after the appendix.
+    """
+
+    title: str = "mathcircuits report"
+    claims: ClaimsCard | None = None
+    model_spec: ModelSpec | None = None
+    data_summary: Mapping[str, object] | None = None
+    accuracy_table: pd.DataFrame | None = None
+    patching: Mapping[str, PatchingResult] = field(default_factory=dict)
+    patching_overall: PatchingResult | None = None
+    key_components: KeyComponents | None = None
+    knockout: Mapping[str, KnockoutResult] = field(default_factory=dict)
+    transfer: TransferResult | None = None
+    attention: AttentionByRole | None = None
+    probes: MLPProbeResult | None = None
+    patterns: HeadPatterns | None = None
+    evaluation: pd.DataFrame | None = None
+    circuit: Mapping[str, Circuit] = field(default_factory=dict)
+    circuit_faithfulness: Mapping[str, Faithfulness] = field(default_factory=dict)
+    comparison_sweep: pd.DataFrame | None = None
+    comparison_table: pd.DataFrame | None = None
+    comparison_points: pd.DataFrame | None = None
+    comparison_power: str = ""
+    extra_figures: Mapping[str, go.Figure] = field(default_factory=dict)
+    notes: Sequence[str] = ()
+
+    @classmethod
+    def of(
+        cls,
+        *,
+        patching: PatchingResult | Mapping[str, PatchingResult] | Sequence[PatchingResult] | None = None,
+        knockout: KnockoutResult | Mapping[str, KnockoutResult] | Sequence[KnockoutResult] | None = None,
+        circuit: Circuit | Mapping[str, Circuit] | None = None,
+        circuit_faithfulness: Faithfulness | Mapping[str, Faithfulness] | None = None,
+        notes: str | Sequence[str] | None = None,
+        extra_figures: Mapping[str, go.Figure] | None = None,
+        **parts: object,
+    ) -> ReportParts:
+        """The parts from looser forms: one result or a list where a mapping belongs, one note as a string.
+
+        A single patching result is labelled by its operations; a list by each result's operations;
+        one circuit (and its faithfulness) by the empty label.
+
+        Args:
+            patching: one result, a list, or ``{label: result}``.
+            knockout: one result, a list, or ``{label: result}``.
+            circuit: one circuit or ``{operation: circuit}``.
+            circuit_faithfulness: its faithfulness, or ``{operation: faithfulness}``.
+            notes: a note or a list of notes.
+            extra_figures: ``{title: figure}``.
+            **parts: the other fields of :class:`ReportParts`.
+
+        Returns:
+            The parts.
+        """
+        if isinstance(patching, PatchingResult):
+            patching = {"+".join(patching.operations) or "run": patching}
+        elif isinstance(patching, (list, tuple)):
+            patching = {"+".join(r.operations) or f"run {i}": r for i, r in enumerate(patching)}
+        faith = circuit_faithfulness
+        if circuit is not None and not isinstance(circuit, Mapping):
+            circuit, faith = {"": circuit}, ({"": faith} if faith is not None else {})
+        return cls(
+            patching=dict(patching or {}),
+            knockout=_mapping(knockout, "run"),  # type: ignore[arg-type]
+            circuit=dict(circuit or {}),
+            circuit_faithfulness=dict(faith or {}) if isinstance(faith, Mapping) or faith is None else {},
+            notes=[notes] if isinstance(notes, str) else list(notes or []),
+            extra_figures=dict(extra_figures or {}),
+            **parts,  # type: ignore[arg-type]
+        )
+
+    @property
+    def top_source(self) -> PatchingResult | None:
+        """The patching result the strongest heads are read from: over all pairs, else the first operation's."""
+        if self.patching_overall is not None:
+            return self.patching_overall
+        return next(iter(self.patching.values()), None)
+
+
+def report_figures(parts: ReportParts) -> dict[str, go.Figure]:
+    """Every figure of the report, built once and named (the report stage saves them under these names).
+
+    Names: ``patching_<label>`` (one heatmap per operation, ``patching_overall``), ``patching_top_heads``,
+    ``selection_stability``, ``knockout``, ``transfer``, ``attention_roles``, ``attention_excess``,
+    ``attention_means``, ``mlp_probe_curves``, ``mlp_probe_case``, ``circuit_<operation>``, ``evaluation``,
+    ``compare``, ``compare_sweep``; only those whose results are given.
+
+    Args:
+        parts: the report's results.
+
+    Returns:
+        ``{name: figure}``.
+    """
+    figs: dict[str, go.Figure] = {}
+    key = parts.key_components
+    if parts.patching:
+        for label, fig in patching_heatmaps(parts.patching, key, overall=parts.patching_overall).items():
+            figs[f"patching_{label}"] = fig
+    elif parts.patching_overall is not None:
+        figs["patching_overall"] = patching_heatmap(parts.patching_overall, key, label="all operations")
+    if parts.top_source is not None:
+        figs["patching_top_heads"] = patching_top_heads(parts.top_source, key=key)
+    if key is not None and key.has_stability:
+        figs["selection_stability"] = selection_stability_bars(key)
+    if parts.knockout:
+        figs["knockout"] = knockout_curves(list(parts.knockout.values()))
+    if parts.transfer is not None and parts.transfer.rows:
+        figs["transfer"] = transfer_bars(parts.transfer)
+    if parts.attention is not None:
+        figs["attention_roles"] = attention_role_distributions(parts.attention)
+        figs["attention_excess"] = attention_excess(parts.attention)
+        figs["attention_means"] = attention_role_means(parts.attention)
+    if parts.probes is not None:
+        figs["mlp_probe_curves"] = probe_similarity_curves(parts.probes)
+        figs["mlp_probe_case"] = probe_case_trajectory(parts.probes)
+    for op, circ in parts.circuit.items():
+        figs[f"circuit_{op}" if op else "circuit"] = circuit_graph(circ, parts.circuit_faithfulness.get(op))
+    ev = parts.evaluation
+    if ev is not None and any(str(c).endswith(" Δ low") for c in ev.columns):  # changes vs base with intervals
+        figs["evaluation"] = sft_delta_bars(ev.set_index(ev.columns[0]))
+    if parts.comparison_table is not None:
+        if parts.comparison_points is not None and len(parts.comparison_points):
+            figs["compare_pareto"] = pareto_plot(parts.comparison_points, parts.comparison_table)
+        bars = ["math", "generic"] if "math Δ low" in parts.comparison_table.columns else None
+        figs["compare"] = sft_delta_bars(parts.comparison_table, bars)
+        if parts.comparison_sweep is not None:
+            figs["compare_sweep"] = sft_sweep_curves(parts.comparison_sweep)
+    return figs

@@ -1,0 +1,68 @@
+"""Helpers of the test suite (not part of the library): interval coverage checks and the user's view of errors.
+
+* :func:`coverage` and :func:`binomial_band` check that intervals cover a known truth as often as they
+  claim: over ``n`` simulations the number of covering intervals is Binomial(n, nominal), so an
+  observed coverage outside :func:`binomial_band` fails by chance with probability about 0.001.
+* :func:`unchecked` runs code without the runtime type checks this suite installs
+  (``--jaxtyping-packages``), as a user without a type checker runs it: a wrong value then reaches
+  the library's own check, whose message (problem and fix) the test reads. With the checks on, the same
+  value is refused earlier by the type checker (a ``TypeError`` naming the parameter).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Iterator, Sequence
+
+import jaxtyping
+import torch
+from scipy.stats import norm
+from torch import Tensor
+
+
+def coverage(lows: Sequence[float] | Tensor, highs: Sequence[float] | Tensor, truth: float | Tensor) -> float:
+    """Share of intervals [low, high] that contain ``truth`` (per-interval truths allowed).
+
+    Args:
+        lows: lower bounds [sim].
+        highs: upper bounds [sim].
+        truth: the known value, a scalar or [sim].
+
+    Returns:
+        The observed coverage in [0, 1].
+    """
+    lo, hi = torch.as_tensor(lows, dtype=torch.float64), torch.as_tensor(highs, dtype=torch.float64)
+    t = torch.as_tensor(truth, dtype=torch.float64)
+    return float(((lo <= t) & (t <= hi)).double().mean())
+
+
+def binomial_band(nominal: float, n_sims: int, confidence: float = 0.999) -> tuple[float, float]:
+    """The range an observed coverage falls in when the true coverage is ``nominal``.
+
+    Over ``n_sims`` independent simulations, the count of covering intervals is Binomial(n_sims, nominal);
+    this returns its central ``confidence`` range as shares (normal approximation), so a test fails by chance
+    with probability ≈ 1 − confidence.
+
+    Args:
+        nominal: the intervals' nominal coverage, e.g. 0.95.
+        n_sims: number of simulations.
+        confidence: how sure the band should be.
+
+    Returns:
+        ``(low, high)`` shares.
+    """
+    z = float(norm.ppf(0.5 + confidence / 2))
+    half = z * math.sqrt(nominal * (1 - nominal) / n_sims)
+    return max(0.0, nominal - half), min(1.0, nominal + half)
+
+
+@contextlib.contextmanager
+def unchecked() -> Iterator[None]:
+    """Inside the block, the library runs without the suite's runtime type checks (as a user's code does)."""
+    before = jaxtyping.config.jaxtyping_disable
+    jaxtyping.config.update("jaxtyping_disable", True)
+    try:
+        yield
+    finally:
+        jaxtyping.config.update("jaxtyping_disable", before)
