@@ -7,6 +7,9 @@
   (``--jaxtyping-packages``), as a user without a type checker runs it: a wrong value then reaches
   the library's own check, whose message (problem and fix) the test reads. With the checks on, the same
   value is refused earlier by the type checker (a ``TypeError`` naming the parameter).
+* :func:`tiered` splits a test matrix between the tiers: the fast loop (``-m "not slow and not integration"``)
+  runs a representative part, the whole matrix runs with the slow tier (CI runs every tier).
+  :data:`FAST_FAMILIES` is that part of the family matrix.
 """
 
 from __future__ import annotations
@@ -16,9 +19,31 @@ import math
 from collections.abc import Iterator, Sequence
 
 import jaxtyping
+import pytest
 import torch
 from scipy.stats import norm
 from torch import Tensor
+
+#: the family matrix's fast part: one family per block shape (sequential + GQA, sandwich norms, post norms
+#: only, parallel, parallel with one shared norm) and GPT-2 (Conv1D weights, learned positions).
+FAST_FAMILIES = ("llama", "gemma2", "olmo2", "gpt_neox_parallel", "phi", "gpt2")
+
+
+def tiered(values: Sequence, fast: Sequence) -> list:
+    """Parameters of a test matrix: those in ``fast`` run in every tier, the others only in the slow tier.
+
+    Args:
+        values: every parameter (or tuple of parameters) of the matrix.
+        fast: the representative ones the fast loop runs.
+
+    Returns:
+        ``values`` with the others wrapped as ``pytest.param(..., marks=pytest.mark.slow)``.
+    """
+    unknown = [v for v in fast if v not in values]
+    assert not unknown, f"fast parameters {unknown} are not in the matrix"
+    return [
+        v if v in fast else pytest.param(*(v if isinstance(v, tuple) else (v,)), marks=pytest.mark.slow) for v in values
+    ]
 
 
 def coverage(lows: Sequence[float] | Tensor, highs: Sequence[float] | Tensor, truth: float | Tensor) -> float:

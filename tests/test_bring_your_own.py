@@ -159,6 +159,7 @@ def _sft_data(tok, n=16):
     return build_sft_dataset(tok, records)
 
 
+@pytest.mark.integration  # every stage of the pipeline, in process
 @pytest.mark.parametrize("held", ["hf_model", "bridge"])
 def test_notebook_users_own_model_through_every_stage(held, tmp_path):
     hm = from_hf(*_users_hf_model()) if held == "hf_model" else from_bridge(_users_bridge())

@@ -34,6 +34,8 @@ from mathcircuits.models import block_structure, hooks, load_model
 from mathcircuits.patching import get_metric, path_patch
 from mathcircuits.stats import bootstrap_statistic
 
+from helpers import tiered
+
 METRIC = get_metric("relative_logit")
 
 
@@ -59,7 +61,7 @@ def _receivers(model):
     ]
 
 
-@pytest.mark.parametrize("name", ["tiny-llama", "tiny-gpt2"])
+@pytest.mark.parametrize("name", tiered(["tiny-llama", "tiny-gpt2"], ["tiny-llama"]))
 def test_fast_equals_reference_for_every_receiver_kind(name):
     model, ds, pc = _setup(name)
     seq = pc.tokens.shape[1]
@@ -146,6 +148,7 @@ def _circuit(method):
     return discover_circuit(model, ds, [(2, 1), (2, 3)], depth=2, threshold=0.01, top_k=3, method=method, n_boot=200)
 
 
+@pytest.mark.slow  # two full discoveries with 200 bootstrap draws (about 11 s of CPU)
 def test_discovery_is_the_same_by_both_methods_and_has_intervals():
     fast, ref = _circuit("exact"), _circuit("reference")
     assert [e.sender + e.receiver + e.via for e in fast.edges] == [e.sender + e.receiver + e.via for e in ref.edges]

@@ -9,6 +9,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 
 from mathcircuits.claims import (
@@ -114,6 +115,7 @@ def test_card_table_and_pareto_points():
     assert len(pts) == 9 and pts["chosen"].all() and set(pts["mode"]) == {"precise", "random", "full"}
 
 
+@pytest.mark.slow  # trains tiny units end to end (about 7 s of CPU)
 def test_c6_on_tiny_units_that_cannot_learn(tmp_path):
     plan, execute = units_job.setup(grids={"precise": (1e-12,), "full": (1e-12,)}, seeds=(0, 1))
     cmp = compare_units(plan, tmp_path, execute)

@@ -31,6 +31,8 @@ from mathcircuits.models import (
 )
 from mathcircuits.patching import last_position_caches, path_patch
 
+from helpers import FAST_FAMILIES, tiered
+
 FAMILIES_UNDER_TEST = sorted(TINY_FAMILIES)
 # one family of each block shape: sequential+GQA, sandwich (pre+post norms), post norms only,
 # parallel, parallel with one shared norm
@@ -57,7 +59,7 @@ def test_every_tiny_family_is_described():
     assert len(shapes) == len(SHAPES)  # the shape families really differ
 
 
-@pytest.mark.parametrize("family", FAMILIES_UNDER_TEST)
+@pytest.mark.parametrize("family", tiered(FAMILIES_UNDER_TEST, FAST_FAMILIES))
 def test_bridge_equals_hf(family):
     hooked = _model(family)
     hf, _ = load_hf_model(f"tiny-{family}")
@@ -69,7 +71,7 @@ def test_bridge_equals_hf(family):
     assert hooked.spec.n_layers == hf.config.num_hidden_layers == (2 if family == "gpt2" else 3)
 
 
-@pytest.mark.parametrize("family", FAMILIES_UNDER_TEST)
+@pytest.mark.parametrize("family", tiered(FAMILIES_UNDER_TEST, FAST_FAMILIES))
 def test_readout_of_the_final_residual_is_the_models_output(family):
     """Final norm, unembedding and (Gemma 2) logit soft cap, rebuilt from the last residual, give the model's logits."""
     model, ds = _model(family), _pairs(family)
@@ -83,7 +85,7 @@ def test_readout_of_the_final_residual_is_the_models_output(family):
     assert (got.logit - want.logit).abs().max() < 1e-5 and (got.prob - want.prob).abs().max() < 1e-6
 
 
-@pytest.mark.parametrize("family", FAMILIES_UNDER_TEST)
+@pytest.mark.parametrize("family", tiered(FAMILIES_UNDER_TEST, FAST_FAMILIES))
 def test_exact_equals_reference(family):
     model, ds = _model(family), _pairs(family)
     fast = path_patch(model, ds, metric="logit_diff", keep_per_pair=True)
@@ -122,7 +124,7 @@ def test_attribution_runs_and_ranks_like_exact(family):
     assert compare_rankings(approx, exact, k=3)["spearman_heads"] > 0.5
 
 
-@pytest.mark.parametrize("family", FAMILIES_UNDER_TEST)
+@pytest.mark.parametrize("family", tiered(FAMILIES_UNDER_TEST, FAST_FAMILIES))
 def test_knockout_hook_changes_exactly_the_ablated_heads(family):
     model, ds = _model(family), _pairs(family)
     means = head_means(model, ds)

@@ -21,6 +21,8 @@ from transformer_lens.model_bridge import TransformerBridge
 from mathcircuits.finetune import LAYOUTS, HeadSliceAdapter, SliceError, head_slices, model_facts, resolve_layout
 from mathcircuits.models import TINY_FAMILIES, tiny_model
 
+from helpers import FAST_FAMILIES, tiered
+
 LAYER, HEAD = 1, 2
 FAMILIES = sorted(TINY_FAMILIES)
 
@@ -78,7 +80,7 @@ def test_every_tiny_family_has_a_layout():
     assert models <= set(LAYOUTS), sorted(models - set(LAYOUTS))
 
 
-@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("family", tiered(FAMILIES, FAST_FAMILIES))
 def test_head_slices_change_only_their_own_heads_z(family):
     hf, tok = tiny_model(family)
     facts, layout = model_facts(hf), resolve_layout(hf)
@@ -110,7 +112,7 @@ def test_head_slices_change_only_their_own_heads_z(family):
     )
 
 
-@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("family", tiered(FAMILIES, FAST_FAMILIES))
 def test_precise_sft_adapter_merges_to_its_forward(family):
     hf, _ = tiny_model(family)
     layout = resolve_layout(hf)

@@ -46,6 +46,7 @@ def job():
     return units_job.setup()
 
 
+@pytest.mark.integration  # kills a child process part-way
 def test_units_resume_after_sigkill(tmp_path, job):
     root = tmp_path / "units"
     root.mkdir()
@@ -75,6 +76,7 @@ def test_units_resume_after_sigkill(tmp_path, job):
     assert not list(root.glob("**/work"))  # no partial training left behind
 
 
+@pytest.mark.slow  # a whole tiny comparison: 2 modes x (2 rates + 2 seeds) + base (about 7 s of CPU)
 def test_seeds_differ_and_the_edge_flag_fires(tmp_path, job):
     plan, execute = job
     cmp = compare_units(plan, tmp_path, execute)
