@@ -24,6 +24,7 @@ has it).
 from __future__ import annotations
 
 import logging
+import math
 import os
 import random
 from dataclasses import dataclass, field
@@ -35,6 +36,7 @@ import torch
 from transformers import PreTrainedModel
 
 from mathcircuits._io import write_json
+from mathcircuits.claims import Verdict
 from mathcircuits.claims.improve import claim_c6_units, claim_c6b
 from mathcircuits.data import GenerationConfig, default_benchmark_root, generate_pairs, score_pairs, split_facts
 from mathcircuits.evaluation import BenchmarkItem, load_benchmark
@@ -44,8 +46,7 @@ from mathcircuits.finetune import ItemScores, Mode, Scorers, build_sft_dataset, 
 from mathcircuits.finetune.effects import effects_table, pareto_points, scores_matrix
 from mathcircuits.models import HFForward, PrefixRunner
 from mathcircuits.patching import KeyComponents, PatchingResult, SelectionConfig, select_key_components
-from mathcircuits.pipeline.context import Context, StageSummary, TableRow, save_csv, save_dataset
-from mathcircuits.pipeline.stages.report import ClaimLine
+from mathcircuits.pipeline.context import Context, StageSummary, save_csv, save_dataset
 from mathcircuits.power import detectable_difference
 from mathcircuits.viz import find_chromium, save_figures, sft_delta_bars, sft_sweep_curves
 from mathcircuits.viz.improve import pareto_plot
@@ -55,6 +56,19 @@ __all__ = ["CompareSummary", "run"]
 log = logging.getLogger(__name__)
 
 SPLITS = ("train", "validation", "test")
+
+
+#: one row of the effects table (``compare/table.csv``): column → value; None where a value is undefined (NaN).
+CompareRow = dict[str, str | int | float | None]
+
+
+@dataclass(frozen=True)
+class CompareClaim:
+    """A claim the comparison decides (C6, C6b), as the CLI prints it."""
+
+    id: str
+    verdict: Verdict
+    measurement: str
 
 
 @dataclass(frozen=True)
@@ -67,9 +81,9 @@ class CompareSummary(StageSummary):
     test_pairs: int = 0
     selected: dict[str, float] = field(default_factory=dict)
     at_edge: dict[str, str] = field(default_factory=dict)
-    table: list[TableRow] = field(default_factory=list)
+    table: list[CompareRow] = field(default_factory=list)
     power: str = ""
-    claims: list[ClaimLine] = field(default_factory=list)
+    claims: list[CompareClaim] = field(default_factory=list)
     units: int = 0
     cpu_s: float = 0.0
     files: list[str] = field(default_factory=list)
@@ -252,9 +266,9 @@ def run(ctx: Context) -> CompareSummary:
         test_pairs=len(pairs["test"]),
         selected={m: ch.learning_rate for m, ch in cmp.choices.items()},
         at_edge={m: ch.edge for m, ch in cmp.choices.items() if ch.at_edge},
-        table=[{k: v for k, v in r.items() if v is not None} for r in table.reset_index().round(4).to_dict("records")],
+        table=table.reset_index().round(4).replace({math.nan: None}).to_dict(orient="records"),
         power=power,
-        claims=[ClaimLine(cl.id, cl.title, cl.verdict, cl.measurement) for cl in claims],
+        claims=[CompareClaim(cl.id, cl.verdict, cl.measurement) for cl in claims],
         units=len(cmp.records),
         cpu_s=cmp.cpu_s,
         files=[str(p) for p in (paths.compare_table, paths.compare_points, paths.compare_sweep)] + files,
