@@ -36,7 +36,7 @@ from mathcircuits.circuit import (
     upstream_senders,
 )
 from mathcircuits.circuit.discover import ROLES
-from mathcircuits.circuit.edges import _step2
+from mathcircuits.circuit.edges import receiver_effects
 from mathcircuits.data import correct_pairs
 from mathcircuits.models import load_model
 from mathcircuits.models.families import block_structure
@@ -80,7 +80,7 @@ def main() -> None:
     values = torch.zeros(len(senders), n, S - start, *cache.ref[receiver.hook()].shape[3:])
     values += cache.ref[receiver.hook()][:, start:, receiver.index][None] if receiver.kind != "mlp" else 0
     t0 = time.perf_counter()
-    _step2(model, cache, receiver, values, start, metric, 256)
+    receiver_effects(model, cache, receiver, values, start, metric, 256)
     t_floor = time.perf_counter() - t0
     sub = senders[:: max(1, len(senders) // args.ref_senders)][: args.ref_senders]
     t0 = time.perf_counter()

@@ -13,6 +13,11 @@ from which pairs/items were drawn. Three estimators cover every case:
 * **Paired bootstrap of a difference** (Koehn 2004): two models scored on the *same* items;
   resample items, recompute ``mean(a) − mean(b)`` on the same resample, so item difficulty
   cancels. Also gives the share of resamples where the sign flips.
+* **Cluster bootstrap** (Davison & Hinkley 1997, §3.8; Field & Welsh 2007): pairs of one
+  template share a few-shot prefix and wording, so they are not independent. Resample whole
+  clusters (templates) with replacement, within each stratum (operation) when pooled, keep every
+  row of a drawn cluster, and take the statistic of the concatenated rows. The interval then
+  reflects the variation between templates, which the bootstrap over pairs ignores.
 
 Every function takes an explicit ``seed`` and draws from its own ``torch.Generator``, so an
 interval is reproducible and the seed can be saved beside it. :func:`bootstrap_indices` exposes
@@ -27,8 +32,11 @@ Usage::
     iv = wilson_interval(successes=37, n=50)                        # Interval(0.74, 0.61, 0.84)
     d = paired_bootstrap(correct_a, correct_b, seed=0)             # Interval of acc_a − acc_b
 
+    iv = cluster_bootstrap(per_pair, clusters=templates, strata=operations)  # over templates
+
 References: Efron & Tibshirani, *An Introduction to the Bootstrap* (1993); Wilson, JASA 22 (1927);
-Brown, Cai & DasGupta, Statistical Science 16 (2001); Koehn, EMNLP 2004.
+Brown, Cai & DasGupta, Statistical Science 16 (2001); Koehn, EMNLP 2004; Davison & Hinkley,
+*Bootstrap Methods and their Application* (1997); Field & Welsh, JRSS B 69 (2007).
 """
 
 from __future__ import annotations
@@ -49,6 +57,8 @@ __all__ = [
     "bootstrap_indices",
     "bootstrap_mean",
     "bootstrap_statistic",
+    "cluster_bootstrap",
+    "cluster_bootstrap_indices",
     "paired_bootstrap",
     "wilson_interval",
 ]
@@ -248,3 +258,93 @@ def paired_bootstrap(
         )
     iv = bootstrap_statistic(ta - tb, None, n_boot, seed, confidence)
     return Interval(iv.value, iv.low, iv.high, iv.n, confidence, "paired_bootstrap", seed)
+
+
+def cluster_bootstrap_indices(
+    clusters: Sequence[object],
+    strata: Sequence[object] | None = None,
+    n_boot: int = DEFAULT_N_BOOT,
+    seed: int = 0,
+) -> list[Tensor]:
+    """Row indices of ``n_boot`` cluster-bootstrap resamples (whole clusters drawn with replacement per stratum).
+
+    Args:
+        clusters: the cluster of each row (e.g. its template id).
+        strata: the stratum of each row (e.g. its operation); each cluster must lie in one stratum. None: one stratum.
+        n_boot: number of resamples.
+        seed: seed of the generator.
+
+    Returns:
+        ``n_boot`` long tensors of row indices (their lengths vary with the drawn clusters' sizes).
+
+    Raises:
+        ValueError: no rows, mismatched lengths, a cluster in two strata, or a stratum with fewer than two clusters
+            (whose between-cluster variation cannot be estimated).
+    """
+    _check(DEFAULT_CONFIDENCE, n_boot)
+    n = len(clusters)
+    strata = list(strata) if strata is not None else [0] * n
+    if n == 0 or len(strata) != n:
+        raise ValueError(
+            f"cluster_bootstrap got {n} cluster labels and {len(strata)} strata labels. "
+            "Fix: pass one cluster (and stratum) label per row, at least one row."
+        )
+    members: dict[object, dict[object, list[int]]] = {}
+    home: dict[object, object] = {}
+    for i, (c, s) in enumerate(zip(clusters, strata)):
+        if home.setdefault(c, s) != s:
+            raise ValueError(
+                f"cluster {c!r} has rows in strata {home[c]!r} and {s!r}. Fix: nest clusters in strata "
+                "(e.g. template ids within operations)."
+            )
+        members.setdefault(s, {}).setdefault(c, []).append(i)
+    small = {s: len(cs) for s, cs in members.items() if len(cs) < 2}
+    if small:
+        raise ValueError(
+            f"strata {sorted(map(str, small))} have fewer than two clusters, so the variation between clusters "
+            "cannot be estimated. Fix: use rows from several templates, or bootstrap over pairs (bootstrap_statistic)."
+        )
+    gen = torch.Generator().manual_seed(int(seed))
+    groups = [[torch.tensor(rows) for rows in cs.values()] for cs in members.values()]
+    out = []
+    for _ in range(n_boot):
+        drawn = []
+        for cs in groups:
+            pick = torch.randint(0, len(cs), (len(cs),), generator=gen)
+            drawn += [cs[int(j)] for j in pick]
+        out.append(torch.cat(drawn))
+    return out
+
+
+def cluster_bootstrap(
+    values: Sequence[float] | Tensor,
+    clusters: Sequence[object],
+    statistic=None,
+    strata: Sequence[object] | None = None,
+    n_boot: int = DEFAULT_N_BOOT,
+    seed: int = 0,
+    confidence: float = DEFAULT_CONFIDENCE,
+) -> Interval:
+    """Percentile interval of a scalar statistic, resampling whole clusters (templates) within strata (operations).
+
+    Args:
+        values: the rows [row] (or [row, ...] when ``statistic`` reduces them to a scalar).
+        clusters: the cluster of each row (e.g. ``dataset["template_id"]``).
+        statistic: callable from a resampled tensor to a float; default the mean over rows.
+        strata: the stratum of each row (e.g. ``dataset["operation"]``), or None.
+        n_boot, seed, confidence: resamples, seed and nominal coverage.
+
+    Returns:
+        An :class:`Interval` with ``method="cluster_bootstrap"`` and the statistic of all rows as ``value``.
+    """
+    _check(confidence, n_boot)
+    x = torch.as_tensor(values, dtype=torch.float64)
+    if x.ndim == 0 or x.shape[0] != len(clusters):
+        raise ValueError(
+            f"cluster_bootstrap got {tuple(x.shape)} values for {len(clusters)} cluster labels. "
+            "Fix: pass one row of values per cluster label."
+        )
+    stat = statistic or (lambda t: float(t.mean()))
+    boots = torch.tensor([stat(x[i]) for i in cluster_bootstrap_indices(clusters, strata, n_boot, seed)])
+    low, high = _quantiles(boots.double(), confidence)
+    return Interval(float(stat(x)), float(low), float(high), int(x.shape[0]), confidence, "cluster_bootstrap", seed)

@@ -10,14 +10,15 @@ from functools import cache
 import pytest
 import torch
 
-from mathcircuits.ablation import head_means
 from mathcircuits.circuit import (
     Circuit,
+    CircuitSettings,
     Edge,
     Node,
     Receiver,
     Sender,
     attribute_edges,
+    circuit_batches,
     discover_circuit,
     exact_edges,
     faithfulness,
@@ -135,17 +136,46 @@ def test_bad_receivers_senders_and_positions_are_refused():
         exact_edges(model, pc, Receiver("q", 2, head=0, position=99), [Sender("head", 0, 0)], [-1], METRIC)
     with pytest.raises(ValueError, match=r"KV group 5 is outside"):
         Receiver("v", 1, group=5).check(model.spec)
-    with pytest.raises(ValueError, match="receiver is the logits.*path_patch"):
-        exact_edges(model, pc, Receiver("logits"), [Sender("head", 0, 0)], [-1], METRIC)
     # an MLP receiver reads its own layer's attention in sequential blocks: that head is upstream
     assert Receiver("mlp", 1).is_downstream_of(Sender("head", 1, 0), parallel=False)
     assert not Receiver("mlp", 1).is_downstream_of(Sender("head", 1, 0), parallel=True)
 
 
+@pytest.mark.parametrize("name", ["tiny-llama", "tiny-gpt2"])
+def test_logits_edges_need_no_forward_and_equal_the_definition_and_path_patch(name):
+    """Sender → logits, heads frozen: the change passes the MLPs to the final residual at its own position only."""
+    model, ds, pc = _setup(name)
+    senders = upstream_senders(model.spec, Receiver("logits"), block_structure(model).parallel)
+    answers = torch.tensor([(a + a)[:2] for a in ds["answer_tokens"]])  # two answer tokens per pair
+    two = pair_cache(model, pc.tokens, pc.cf_tokens, answers[:, 0], answers=answers)
+    seq = two.tokens.shape[1]
+    for metric in (METRIC, get_metric("answer_logprob")):
+        for where in ([seq - 2], [seq - 1], [seq - 2, seq - 1]):
+            fast = exact_edges(model, two, Receiver("logits"), senders, where, metric)
+            ref = reference_edges(model, two, Receiver("logits"), senders, where, metric)
+            assert (fast.effects - ref.effects).abs().max() <= 1e-4, (metric.name, where)
+    scan = path_patch(model, ds, senders=("heads", "mlps"), metric=METRIC, keep_per_pair=True)
+    ours = exact_edges(model, pc, Receiver("logits"), senders, [-1], METRIC).effects
+    heads, mlps = scan.per_pair_heads, scan.per_pair_mlps
+    theirs = torch.stack([heads[:, s.layer, s.head] if s.kind == "head" else mlps[:, s.layer] for s in senders], 1)
+    assert (ours - theirs).abs().max() <= 1e-4
+
+
 @cache
 def _circuit(method):
     model, ds, _ = _setup("tiny-llama")
-    return discover_circuit(model, ds, [(2, 1), (2, 3)], depth=2, threshold=0.01, top_k=3, method=method, n_boot=200)
+    return discover_circuit(
+        model,
+        ds,
+        [(2, 1), (2, 3)],
+        depth=2,
+        threshold=0.01,
+        top_k=3,
+        method=method,
+        n_boot=200,
+        saturation_tol=None,
+        positions="roles",
+    )
 
 
 @pytest.mark.slow  # two full discoveries with 200 bootstrap draws (about 11 s of CPU)
@@ -182,45 +212,47 @@ def test_circuit_round_trips_as_json_and_turns_into_a_dataframe(tmp_path):
         )
 
 
-def test_faithfulness_of_all_heads_is_one_and_of_none_is_zero():
-    model, ds, _ = _setup("tiny-llama")
-    means = head_means(model, ds)
+def test_a_circuit_of_every_node_scores_one_and_the_empty_circuit_zero():
+    model, _, _ = _setup("tiny-llama")
+    cfg = GenerationConfig(
+        operations=("add",), template_ids=("add_eq_1", "add_eq_2"), n_per_template=3, seed=5, counterfactual="operands"
+    )
+    ds = generate_pairs(model.tokenizer, load_templates(), cfg)
+    pool = generate_pairs(
+        model.tokenizer, load_templates(), GenerationConfig(**{**cfg.to_dict(), "n_per_template": 12})
+    )
     spec = model.spec
-    every = [(l, h) for l in range(spec.n_layers) for h in range(spec.n_heads)]
-    base = _circuit("exact")
-    full = Circuit(
-        model=spec,
-        nodes=tuple(Node("head", l, h, "last") for l, h in every),
-        edges=(),
-        metric="relative_logit",
-        method="exact",
-        n_pairs=len(ds),
+    labels = {lab for b in circuit_batches(model, ds, "suffix", 8) for lab in b.where}
+    nodes = [Node("head", l, h, lab) for lab in labels for l in range(spec.n_layers) for h in range(spec.n_heads)]
+    nodes += [Node("mlp", l, -1, lab) for lab in labels for l in range(spec.n_layers)]
+    every = Circuit(model=spec, nodes=tuple(nodes), edges=(), metric="answer_logprob", method="exact", n_pairs=len(ds),
+                    settings=CircuitSettings(positions="suffix"))  # fmt: skip
+    f = faithfulness(
+        model,
+        ds,
+        every,
+        pool=pool,
+        points=2,
+        n_random=0,
+        n_boot=100,
+        completeness_sets=0,
+        min_gap=0.0,
+        minimality_nodes=0,
     )
-    f = faithfulness(model, ds, full, means, n_random=2, n_boot=100)
-    assert abs(f.faithfulness - 1) < 1e-5 and f.low <= 1 + 1e-5 <= f.high + 2e-5
-    res = faithfulness(model, ds, base, means, n_random=5, n_boot=100)
-    assert len(res.random) == 5 and set(res.minimality) == {f"L{l}.H{h}" for l, h in base.heads}
-    assert res.low <= res.faithfulness <= res.high
-    one = Circuit(
-        model=spec,
-        nodes=(Node("head", 0, 0, "last"),),
-        edges=(),
-        metric="relative_logit",
-        method="exact",
-        n_pairs=len(ds),
-    )
-    # removing the only head leaves nothing: its minimality is its whole faithfulness
-    r1 = faithfulness(model, ds, one, means, n_random=1, n_boot=50)
-    assert abs(r1.minimality["L0.H0"] - r1.faithfulness) < 1e-6
+    top, empty = f.curve[-1], f.curve[0]
+    for a in ("resample", "position_mean"):
+        assert top.faithfulness[f"{a}/nodes"].value == pytest.approx(1.0, abs=1e-5), a
+    assert empty.faithfulness["resample/nodes"].value == pytest.approx(0.0, abs=1e-5)
+    assert f.interval_over == "templates" and f.primary == "resample/nodes"
 
 
 def test_edge_intervals_are_bootstrap_intervals_of_the_per_pair_effects():
     model, ds, _ = _setup("tiny-llama")
-    c = discover_circuit(model, ds, [(1, 0)], depth=0, n_boot=200, seed=3)
+    c = discover_circuit(model, ds, [(1, 0)], depth=0, n_boot=200, seed=3, metric="relative_logit")
     per_pair = path_patch(model, ds, senders=("heads",), metric=METRIC, keep_per_pair=True).per_pair_heads[:, 1, 0]
     iv = bootstrap_statistic(per_pair, n_boot=200, seed=3)
     (edge,) = c.edges
-    assert (edge.effect, edge.low, edge.high) == pytest.approx((iv.value, iv.low, iv.high), abs=1e-6)
+    assert (edge.effect, edge.low, edge.high) == pytest.approx((iv.value, iv.low, iv.high), abs=1e-5)  # float32
     assert edge.low < edge.effect < edge.high
 
 
@@ -260,34 +292,33 @@ def test_circuit_graph_and_report_section(tmp_path):
 
 
 @pytest.mark.integration
-def test_circuit_stage_writes_the_circuit_its_faithfulness_and_graph(tmp_path):
+def test_circuit_stage_writes_the_circuit_its_curve_and_graph(tmp_path):
     from mathcircuits.circuit import Faithfulness
     from mathcircuits.pipeline import RunConfig, run_pipeline
 
     cfg = RunConfig.from_dict(
         {
             "model": {"source": "tiny-llama"},
-            "data": {
-                "operations": ["add"],
-                "template_ids": ["add_eq_1"],
-                "n_per_template": 3,
-                "keep_only_correct": False,
-            },
-            "patching": {"min_pairs": 1, "max_pairs": 3},
-            "selection": {"rule": "topk", "k": 2},
-            "circuit": {"key_heads": 1, "max_pairs": 3, "faithfulness_pairs": 3, "n_random": 2, "n_boot": 50},
+            "data": {"operations": ["add"], "template_ids": ["add_eq_1", "add_eq_2"], "n_per_template": 3,
+                     "keep_only_correct": False},
+            "circuit": {"n_per_template": 4, "min_pairs": 6, "discovery_pairs": 4, "eval_pairs": 4,
+                        "pool_per_template": 8, "depth": 1, "n_random": 2, "n_boot": 50, "points": 3,
+                        "completeness_sets": 1, "screen": None, "logits_top_k": 2, "top_k": 1},
             "finetune": {"enabled": False},
             "evaluation": {"enabled": False},
         }
-    )
+    )  # fmt: skip
     out = tmp_path / "run"
-    summary = run_pipeline(cfg, out, only=["data", "identify", "circuit"], progress=False)["circuit"]
+    summary = run_pipeline(cfg, out, only=["data", "circuit"], progress=False)["circuit"]
     circuit = Circuit.load(out / "circuit" / "circuit_add.json")
     faith = Faithfulness.load(out / "circuit" / "faithfulness_add.json")
-    assert circuit.settings.depth == 1 and len(circuit.settings.key_heads) == 1
-    assert faith.heads == tuple(circuit.heads) and len(faith.random) == 2
+    assert circuit.settings.depth == 1 and circuit.settings.positions == "query"
+    assert not set(circuit.data.pair_ids) & set(circuit.data.eval_pair_ids), "discovery and evaluation disjoint"
+    assert faith.n_pairs == 4 and set(faith.templates) == {"add_eq_1", "add_eq_2"}
+    assert all(len(p.random) == 2 for p in faith.curve if p.size > 0)
     assert (out / "circuit" / "graph_add.html").read_text().count("plotly") > 0
-    assert "circuit add:" in str(summary) and f"{faith.faithfulness:.3f}" in str(summary)
+    assert (out / "circuit" / "curve_add.html").exists()
+    assert "circuit add:" in str(summary) and "m(M) - m(cf)" in str(summary)
 
 
 def _o_proj_weights(model):

@@ -300,3 +300,20 @@ def test_word_problem_dataset_keeps_non_negative_integer_answers(bench_root):
     assert set(ds["template_id"]) == {"SVAMP"}
     shot = word_problem_dataset(tok, bench_root / "SVAMP" / "test.json", limit=None, seed=0, fewshot=1)
     assert len(shot) == 1 and shot["prompt"][0].count("Question:") == 2
+
+
+def test_operand_counterfactuals_change_both_operands_and_the_answer_and_stay_aligned(template_sets):
+    tok = tiny_tokenizer()
+    cfg = GenerationConfig(operations=("add", "mul"), n_per_template=4, counterfactual="operands")
+    ds = generate_pairs(tok, template_sets, cfg)
+    for r in ds:
+        assert r["counterfactual"] == "operands" and len(r["tokens"]) == len(r["cf_tokens"])
+        assert r["cf_a"] != r["a"] and r["cf_b"] != r["b"] and r["cf_answer"] != r["answer"]
+        assert r["cf_answer"] == compute_answer(r["operation"], r["cf_a"], r["cf_b"])
+        a_at = r["pos_a"][-1]
+        assert r["tokens"][a_at] != r["cf_tokens"][a_at], "operand A differs at its position"
+        assert r["tokens"][: r["prefix_len"]] == r["cf_tokens"][: r["prefix_len"]], "the few-shot prefix is shared"
+    op = generate_pairs(tok, template_sets, GenerationConfig(operations=("add",), n_per_template=4))
+    assert "cf_a" not in op.column_names, "the operator counterfactual is unchanged"
+    with pytest.raises(Exception, match="counterfactual"):
+        GenerationConfig(counterfactual="numbers")

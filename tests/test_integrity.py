@@ -97,8 +97,8 @@ def test_broken_knockout_resume_stops_the_run(tmp_path, capsys, monkeypatch):
 def test_broken_circuit_edges_stop_the_run(tmp_path, capsys, monkeypatch):
     original = edges.receiver_effects
     monkeypatch.setattr(edges, "receiver_effects", lambda *a, **k: original(*a, **k) + 0.5)
-    circuit = {"enabled": True, "key_heads": 2, "depth": 1, "max_pairs": 4, "faithfulness_pairs": 4, "n_random": 1,
-               "n_boot": 10}  # fmt: skip
+    circuit = {"enabled": True, "depth": 1, "discovery_pairs": 2, "eval_pairs": 2, "min_pairs": 4, "n_random": 1,
+               "n_boot": 10, "points": 2, "completeness_sets": 0, "screen": None}  # fmt: skip
     code, err, out = _run(tmp_path, capsys, circuit=circuit)
     _assert_stopped(code, err, out, "circuit edges", "circuit")
 

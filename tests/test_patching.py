@@ -156,3 +156,28 @@ def test_exact_equals_reference_on_embedded(embedded, embedded_add_pairs):
     ref = path_patch(embedded, sub, method="reference", keep_per_pair=True)
     assert (fast.per_pair_heads - ref.per_pair_heads).abs().max() <= 1e-4
     assert (fast.per_pair_mlps - ref.per_pair_mlps).abs().max() <= 1e-4
+
+
+def test_answer_logprob_scores_every_answer_token_and_ignores_offsets():
+    from mathcircuits.patching import METRICS, answer_readout
+
+    gen = torch.Generator().manual_seed(0)
+    logits = torch.randn(3, 2, 11, generator=gen)
+    answers = torch.tensor([[1, 2], [3, 4], [5, 6]])
+    r = answer_readout(logits, answers)
+    manual = sum(torch.log_softmax(logits[:, j], -1)[torch.arange(3), answers[:, j]] for j in range(2))
+    assert torch.allclose(r.logprob, manual) and torch.allclose(r.logit, logits[:, 0][torch.arange(3), answers[:, 0]])
+    shifted = answer_readout(logits + 16.0, answers)  # an offset every raw logit carries
+    m = METRICS["answer_logprob"]
+    assert torch.allclose(m(shifted, r), torch.zeros(3), atol=1e-5)
+    assert not torch.allclose(METRICS["relative_logit"](shifted, r), torch.zeros(3)), "the paper's ratio moves"
+    short = answer_readout(logits, answers, valid=torch.tensor([1, 2, 2]))
+    assert torch.allclose(short.logprob[0], torch.log_softmax(logits[0, 0], -1)[1])
+
+
+def test_path_patch_refuses_a_metric_over_every_answer_token(tiny_llama, template_sets):
+    from mathcircuits.data import GenerationConfig, generate_pairs
+
+    ds = generate_pairs(tiny_llama.tokenizer, template_sets, GenerationConfig(n_per_template=2))
+    with pytest.raises(ValueError, match="reads every answer token.*Fix"):
+        path_patch(tiny_llama, ds, metric="answer_logprob")

@@ -17,13 +17,14 @@ from mathcircuits.ablation import KnockoutResult
 from mathcircuits.cli import main
 from mathcircuits.data import facts_of
 from mathcircuits.finetune import KV_POLICIES, Mode, SFTConfig
-from mathcircuits.patching import METRICS, RULES, PatchingConfig, SelectionConfig
+from mathcircuits.patching import LAST_POSITION_METRICS, RULES, PatchingConfig, SelectionConfig
 from mathcircuits.pipeline import (
     STAGES,
     ConfigError,
     FinetuneSection,
     RunConfig,
     done_summary,
+    fingerprint,
     render_config,
     run_pipeline,
     stage_status,
@@ -90,7 +91,7 @@ def test_config_sections_are_the_library_configs_with_one_default():
     The selection's defaults live only in SelectionConfig (select_key_components takes one, or overrides of it).
     """
     hints = typing.get_type_hints(PatchingConfig)
-    assert set(typing.get_args(hints["metric"])) == set(METRICS)
+    assert set(typing.get_args(hints["metric"])) == set(LAST_POSITION_METRICS)
     assert set(typing.get_args(typing.get_type_hints(SelectionConfig)["rule"])) == set(RULES)
     assert set(typing.get_args(typing.get_type_hints(SFTConfig)["kv_policy"])) == set(KV_POLICIES)
     cfg = RunConfig()
@@ -232,8 +233,9 @@ SUMMARIES = {
                                "random_low": NAN, "random_high": NAN, "random_ablated_std": NAN,
                                "key_drop": NAN, "random_drop": NAN, "ablation": "position_mean"}]},
     "circuit": {"seconds": 0.1, "skipped": {"sub": 4}, "disabled": False,
-                "circuits": {"add": {"nodes": 5, "edges": 7, "faithfulness": 0.8, "low": 0.6, "high": 0.9,
-                                     "random_below": 1.0, "n_random": 20}}},
+                "circuits": {"add": {"nodes": 5, "edges": 7, "stopped": "saturated", "discovery_pairs": 12,
+                                     "eval_pairs": 32, "seconds": 9.5, "faith": "plateau at 4 edges",
+                                     "ill_conditioned": False}}},
     "finetune": {"seconds": 4.0, "skipped": None, "train_pairs": 36, "heldout_pairs": 36, "key_heads": [[2, 2]],
                  "key_mlps": [1],
                  "runs": {"precise": {"heads": 3, "mlps": 0, "kv_shared_heads": 1, "n_trainable": 61440,
@@ -351,3 +353,24 @@ def test_finetune_and_evaluate_stages(tmp_path):
     assert again.runs["precise@3"].n_trainable < again.runs["precise@3+mlp"].n_trainable
     with pytest.raises(ConfigError, match="precise@K"):
         RunConfig.from_dict({**TINY, "finetune": {"enabled": True, "modes": ["precise@many"]}})
+
+
+@pytest.mark.integration
+def test_a_setting_added_later_keeps_older_run_folders_valid_at_its_earlier_value(tmp_path):
+    """``data.counterfactual`` came after run folders existed: at ``operator`` (what runs did before) it leaves
+    every fingerprint as it was, so the stages stay done; another value makes them stale."""
+    cfg = RunConfig.from_dict(TINY)
+    assert cfg.data.counterfactual == "operator"
+    run_pipeline(cfg, tmp_path / "r", only=["data"], progress=False)
+    marker = json.loads((tmp_path / "r" / "data" / ".done.json").read_text())
+    old = {**cfg.to_dict()}
+    old["data"] = {k: v for k, v in old["data"].items() if k != "counterfactual"}  # the config before the setting
+    assert marker["fingerprint"] == fingerprint(
+        "data",
+        {"model": old["model"], "data": old["data"]},
+        {k: v for k, v in old["model"].items() if k != "fast_paths"},
+        [],
+    )
+    assert stage_status(tmp_path / "r", cfg)["data"].state == "done"
+    other = RunConfig.from_dict({**TINY, "data": {**TINY["data"], "counterfactual": "operands"}})
+    assert stage_status(tmp_path / "r", other)["data"].state == "stale"

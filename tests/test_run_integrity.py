@@ -20,8 +20,8 @@ pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = yaml.safe_load((ROOT / "configs" / "tiny.yaml").read_text())
-CIRCUIT = {"enabled": True, "key_heads": 1, "depth": 1, "max_pairs": 2, "faithfulness_pairs": 2, "n_random": 1,
-           "n_boot": 10}  # fmt: skip
+CIRCUIT = {"enabled": True, "depth": 1, "discovery_pairs": 2, "eval_pairs": 2, "min_pairs": 4, "n_random": 1,
+           "n_boot": 10, "points": 2, "completeness_sets": 0}  # fmt: skip
 
 
 def _cfg(**sections) -> RunConfig:
@@ -152,6 +152,6 @@ def test_more_pairs_than_exist_is_said_in_the_summary(tmp_path):
 
 def test_no_random_circuits_is_said_plainly(tmp_path):
     out = tmp_path / "run"
-    s = run_pipeline(_cfg(circuit={**CIRCUIT, "n_random": 0}), out, only=["data", "identify", "circuit"],
+    s = run_pipeline(_cfg(circuit={**CIRCUIT, "n_random": 0}), out, only=["data", "circuit"],
                      progress=False)["circuit"]  # fmt: skip
     assert "no random circuits drawn" in str(s) and "0% of" not in str(s)

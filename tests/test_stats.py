@@ -7,6 +7,8 @@ from mathcircuits.stats import (
     bootstrap_indices,
     bootstrap_mean,
     bootstrap_statistic,
+    cluster_bootstrap,
+    cluster_bootstrap_indices,
     paired_bootstrap,
     wilson_interval,
 )
@@ -76,3 +78,24 @@ def test_paired_bootstrap_cancels_item_difficulty():
     assert d.half_width < unpaired.half_width  # pairing removes item variance
     with pytest.raises(ValueError, match="same items"):
         paired_bootstrap(a, b[:-1])
+
+
+def test_cluster_bootstrap_resamples_whole_clusters_within_strata():
+    # 6 templates whose pairs share a template offset: pairs look independent, clusters do not
+    gen = torch.Generator().manual_seed(0)
+    offsets = torch.tensor([-2.0, -1.0, 0.0, 0.5, 1.5, 3.0])
+    clusters = [t for t in range(6) for _ in range(20)]
+    values = offsets[clusters] + 0.1 * torch.randn(120, generator=gen)
+    over_pairs = bootstrap_statistic(values, n_boot=500, seed=1)
+    over_templates = cluster_bootstrap(values, clusters, n_boot=500, seed=1)
+    assert over_templates.method == "cluster_bootstrap" and over_templates.value == pytest.approx(float(values.mean()))
+    assert over_templates.half_width > 3 * over_pairs.half_width, "between-template variation widens the interval"
+    strata = ["add" if t < 3 else "mul" for t in clusters]
+    for idx in cluster_bootstrap_indices(clusters, strata, n_boot=50, seed=2):
+        drawn = [clusters[i] for i in idx.tolist()]
+        assert sum(c < 3 for c in drawn) == 60 and sum(c >= 3 for c in drawn) == 60, "three clusters per stratum"
+        assert all(drawn.count(c) % 20 == 0 for c in set(drawn)), "a cluster comes whole"
+    with pytest.raises(ValueError, match="fewer than two clusters.*Fix"):
+        cluster_bootstrap(values[:20], clusters[:20])
+    with pytest.raises(ValueError, match="has rows in strata.*Fix"):
+        cluster_bootstrap_indices([0, 0, 1, 1], ["a", "b", "a", "a"])

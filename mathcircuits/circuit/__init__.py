@@ -1,62 +1,87 @@
-"""Stage ``circuit`` — the whole circuit: sender → receiver path patching, circuit discovery, faithfulness.
+"""Stage ``circuit`` — the whole circuit: sender → receiver path patching, discovery to saturation, faithfulness curves.
 
 * :mod:`.components`: :class:`Sender`, :class:`Receiver` (logits, a head's q/k/v, an MLP's input; GQA groups);
-* :mod:`.pair_cache`: a :class:`PairCache` of one batch (both runs, every position);
-* :mod:`.edges`: :func:`exact_edges` (cached, suffix-only), checked at run time against :mod:`.reference`'s
-  :func:`reference_edges` (two forwards per sender);
-* :mod:`.attribution`: :func:`attribute_edges`, a first-order screen of the same edges, and :func:`screen_agreement`
-  (Spearman correlation and top-k overlap with the exact edges);
-* :mod:`.discover`: :func:`discover_circuit`, iterated from the key heads into a :class:`Circuit`;
-* :mod:`.faithfulness`: :func:`faithfulness` (with minimality and random circuits of equal size);
+* :mod:`.batches`: teacher-forced batches of pairs and the labels of their positions (roles, offsets, answers);
+* :mod:`.pair_cache`: a :class:`PairCache` of one batch (both runs, every position, the answer's tokens);
+* :mod:`.chain`, :mod:`.edges`: :func:`exact_edges` (cached, suffix-only; the logits without a forward), checked
+  at run time against :mod:`.reference`'s :func:`reference_edges` (two forwards per sender);
+* :mod:`.attribution`: :func:`attribute_edges`, a first-order screen of the same edges, and :func:`screen_agreement`;
+* :mod:`.discover`: :func:`discover_circuit`, from the logits round by round until faithfulness saturates;
+* :mod:`.intervene`: the circuit run (node or edge level; resample or position-mean ablation);
+* :mod:`.pool`: position-aligned means over a counterfactual pool;
+* :mod:`.subcircuits`: top-n circuits and depth-matched random circuits of the same shape;
+* :mod:`.faithfulness`, :mod:`.curve`: :func:`faithfulness` → :class:`Faithfulness` (the curve, its random band,
+  necessity, completeness, minimality, the denominator and the ill-conditioned rule);
 * :mod:`.roles`: :func:`label_roles`, what each node does;
 * :mod:`.config`: :class:`CircuitConfig`, the ``circuit`` section of a run.
 """
 
 from mathcircuits.circuit.attribution import ScreenAgreement, attribute_edges, screen_agreement
+from mathcircuits.circuit.batches import CircuitBatch, circuit_batches
 from mathcircuits.circuit.components import Receiver, Sender, check_positions, upstream_senders
 from mathcircuits.circuit.config import CircuitConfig
+from mathcircuits.circuit.curve import CompletenessRow, CurvePoint, Faithfulness, FaithfulnessSettings
 from mathcircuits.circuit.discover import discover_circuit
 from mathcircuits.circuit.edges import check_edges, exact_edges, patched_inputs, receiver_effects
-from mathcircuits.circuit.faithfulness import answer_logprob, faithfulness
-from mathcircuits.circuit.pair_cache import EdgeBatch, PairCache, pair_cache
+from mathcircuits.circuit.faithfulness import faithfulness
+from mathcircuits.circuit.intervene import AblationValues, Wiring, check_circuit_run, circuit_logprob, resample_values
+from mathcircuits.circuit.pair_cache import EdgeBatch, PairCache, pair_cache, position_scores
+from mathcircuits.circuit.planted import MOVER, READER, copy_pairs, plant_two_step
+from mathcircuits.circuit.pool import PoolMeans, pool_means
 from mathcircuits.circuit.reference import reference_edges
-from mathcircuits.circuit.result import (
-    Circuit,
-    CircuitData,
-    CircuitSettings,
-    Edge,
-    Faithfulness,
-    FaithfulnessSettings,
-    Node,
-)
+from mathcircuits.circuit.result import Circuit, CircuitData, CircuitSettings, DiscoveryRound, Edge, Node
 from mathcircuits.circuit.roles import label_roles
+from mathcircuits.circuit.subcircuits import edge_order, random_wiring, size_grid, top_wiring, wiring_of
+from mathcircuits.circuit.wiring import LOGITS
 
 __all__ = [
+    "LOGITS",
+    "MOVER",
+    "READER",
+    "AblationValues",
     "Circuit",
+    "CircuitBatch",
+    "CircuitConfig",
     "CircuitData",
     "CircuitSettings",
-    "CircuitConfig",
+    "CompletenessRow",
+    "CurvePoint",
+    "DiscoveryRound",
     "Edge",
     "EdgeBatch",
     "Faithfulness",
     "FaithfulnessSettings",
     "Node",
     "PairCache",
+    "PoolMeans",
     "Receiver",
     "ScreenAgreement",
     "Sender",
-    "answer_logprob",
+    "Wiring",
     "attribute_edges",
+    "check_circuit_run",
     "check_edges",
     "check_positions",
+    "circuit_batches",
+    "circuit_logprob",
+    "copy_pairs",
     "discover_circuit",
+    "edge_order",
     "exact_edges",
     "faithfulness",
     "label_roles",
     "pair_cache",
     "patched_inputs",
+    "plant_two_step",
+    "pool_means",
+    "position_scores",
+    "random_wiring",
     "receiver_effects",
     "reference_edges",
+    "resample_values",
     "screen_agreement",
+    "size_grid",
+    "top_wiring",
     "upstream_senders",
+    "wiring_of",
 ]

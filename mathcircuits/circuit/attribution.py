@@ -36,40 +36,60 @@ from jaxtyping import Float
 from scipy.stats import spearmanr
 from torch import Tensor
 
+from mathcircuits.circuit.chain import patched_inputs
 from mathcircuits.circuit.components import Receiver, Sender
-from mathcircuits.circuit.edges import patched_inputs
 from mathcircuits.circuit.pair_cache import EdgeBatch, PairCache, check_request, receiver_slice
 from mathcircuits.models import HookedModel
-from mathcircuits.models.readout import Readout
-from mathcircuits.patching import Metric
+from mathcircuits.patching.metrics import Metric, answer_readout
 from mathcircuits.stats import DEFAULT_CONFIDENCE, Interval, bootstrap_statistic
 
-__all__ = ["ScreenAgreement", "attribute_edges", "receiver_gradient", "screen_agreement"]
+__all__ = ["ScreenAgreement", "attribute_edges", "hook_gradients", "receiver_gradient", "screen_agreement"]
+
+
+def hook_gradients(model: HookedModel, cache: PairCache, metric: Metric, names: Sequence[str]) -> dict[str, Tensor]:
+    """Gradients of each pair's answer target with respect to several hooks' activations, from one backward.
+
+    A zero tensor that requires a gradient is added at each hook, so the values do not change and each
+    zero's gradient is the total derivative of the target with respect to that activation (every downstream
+    path included), the quantity the screen needs for every receiver at once.
+
+    Args:
+        model: the hooked model.
+        cache: the batch and its cached runs.
+        metric: whose ``target`` (answer logit, probability or the whole answer's log-probability) is differentiated.
+        names: hook names (e.g. every layer's ``hook_q``, ``hook_k``, ``hook_v`` and MLP input).
+
+    Returns:
+        ``{name: gradient [batch, seq, ...]}``.
+    """
+    zeros: dict[str, Tensor] = {}
+
+    def leaf(act: Tensor, hook: Any, name: str = "") -> Tensor:
+        zeros[name] = torch.zeros_like(act, requires_grad=True)
+        return act + zeros[name]
+
+    n_ans = cache.all_answers.shape[1]
+    with torch.enable_grad():
+        fwd = [(n, lambda a, hook, n=n: leaf(a, hook, n)) for n in names]
+        logits = model.bridge.run_with_hooks(cache.tokens, fwd_hooks=fwd)[:, -n_ans:]
+        target = answer_readout(logits, cache.all_answers, metric).value(metric.target)
+        grads = torch.autograd.grad(target.sum(), [zeros[n] for n in names])  # pairs are independent rows
+    return {n: g.detach() for n, g in zip(names, grads)}
 
 
 def receiver_gradient(model: HookedModel, cache: PairCache, receiver: Receiver, metric: Metric) -> Tensor:
-    """Gradient of each pair's answer target at the last position with respect to the receiver's input.
+    """Gradient of each pair's answer target at the answer positions with respect to the receiver's input.
 
     Args:
         model: the hooked model.
         cache: the batch and its cached runs.
         receiver: a resolved q/k/v/mlp receiver.
-        metric: whose ``target`` (answer logit or probability) is differentiated.
+        metric: whose ``target`` is differentiated.
 
     Returns:
         ``[batch, seq, ...]``: the receiver's slice (its head or KV group) of the hook's gradient.
     """
-    box: dict[str, Tensor] = {}
-
-    def leaf(act: Tensor, hook: Any) -> Tensor:
-        box["a"] = act.detach().requires_grad_(True)
-        return box["a"]
-
-    with torch.enable_grad():
-        logits = model.bridge.run_with_hooks(cache.tokens, fwd_hooks=[(receiver.hook(), leaf)])[:, -1]
-        target = Readout.from_logits(logits, cache.answer, metric.needs_probs).value(metric.target)
-        (grad,) = torch.autograd.grad(target.sum(), box["a"])  # pairs are independent rows: one backward
-    return receiver_slice(receiver, grad.detach())
+    return receiver_slice(receiver, hook_gradients(model, cache, metric, [receiver.hook()])[receiver.hook()])
 
 
 @torch.no_grad()
@@ -80,21 +100,32 @@ def attribute_edges(
     senders: Sequence[Sender],
     positions: Sequence[int],
     metric: Metric,
+    gradient: Tensor | None = None,
+    delta: Tensor | None = None,
 ) -> EdgeBatch:
     """First-order estimates of the effects :func:`~.edges.exact_edges` computes, for every sender at once.
 
     Args:
-        model, cache, receiver, senders, positions, metric: as in :func:`~.edges.exact_edges`.
+        model, cache, receiver, senders, positions, metric: as in :func:`~.edges.exact_edges` (q/k/v/mlp receivers).
+        gradient: the receiver hook's gradient (from :func:`hook_gradients`, whole hook); None computes it.
+        delta: the senders' residual change as the receiver sees it (:func:`~.chain.delta_snapshots`); None
+            computes it.
 
     Returns:
         :class:`~.edges.EdgeBatch` of per-pair estimates, one column per sender.
     """
     receiver = check_request(model, receiver, senders, cache.structure)
+    if receiver.kind == "logits":
+        raise ValueError(
+            "the attribution screen estimates q/k/v/MLP receivers; sender → logits edges are exact without a "
+            "forward. Fix: use exact_edges for the logits."
+        )
     B = cache.tokens.shape[0]
-    changed, new = patched_inputs(model, cache, receiver, senders, positions)
+    changed, new = patched_inputs(model, cache, receiver, senders, positions, delta)
     if not changed:
         return EdgeBatch(effects=torch.zeros(B, len(senders)), clean_logit=cache.clean.logit)
-    grad = receiver_gradient(model, cache, receiver, metric)[:, changed]  # [B, |C|, ...]
+    full = receiver_gradient(model, cache, receiver, metric) if gradient is None else receiver_slice(receiver, gradient)
+    grad = full[:, changed]  # [B, |C|, ...]
     old = receiver_slice(receiver, cache.ref[receiver.hook()])[:, changed]
     change = ((new - old[None]).float() * grad[None].float()).flatten(2).sum(-1)  # [sender, B]
     rows = torch.arange(B).repeat(len(senders))  # sender-major rows

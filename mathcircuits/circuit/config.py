@@ -1,8 +1,10 @@
-"""Settings of circuit discovery and faithfulness, as a typed, self-checking config.
+"""Settings of circuit discovery and of the faithfulness curve, as a typed, self-checking config.
 
-Its fields are :func:`~mathcircuits.circuit.discover_circuit`'s and
-:func:`~mathcircuits.circuit.faithfulness`'s own, so a run passes them unchanged
-(:meth:`CircuitConfig.discover_kwargs`, :meth:`CircuitConfig.faithfulness_kwargs`).
+Its fields are :func:`~mathcircuits.circuit.discover_circuit`'s and :func:`~mathcircuits.circuit.faithfulness`'s
+own (:meth:`CircuitConfig.discover_kwargs`, :meth:`CircuitConfig.faithfulness_kwargs`), plus how the ``circuit``
+stage draws its pairs: per operation, correct pairs of the identification templates with the chosen
+counterfactual, split into disjoint discovery and evaluation pairs (stratified by template), and a pool of
+counterfactual prompts for the position-mean ablation.
 """
 
 from __future__ import annotations
@@ -11,63 +13,117 @@ from dataclasses import dataclass
 from typing import Any, Literal, TypeAlias
 
 from mathcircuits._schema import check_fields, setting
+from mathcircuits.data.generate import Counterfactual
 from mathcircuits.patching import MetricName
 
-__all__ = ["CircuitConfig", "EdgeMethod", "EdgeSender", "ReceiverKind", "ScanPositions"]
+__all__ = [
+    "AblationKind",
+    "CircuitConfig",
+    "Counterfactual",
+    "EdgeMethod",
+    "EdgeSender",
+    "EvalLevel",
+    "MLPMode",
+    "ReceiverKind",
+    "ScanPositions",
+]
 
 #: Which components send edges (the ``senders`` choices of ``discover_circuit`` and ``CircuitConfig``).
 EdgeSender: TypeAlias = Literal["head", "mlp"]
 #: Which inputs of a node receive them.
 ReceiverKind: TypeAlias = Literal["q", "k", "v", "mlp"]
-#: Which positions are scanned: the prompt's token roles, or every query token.
-ScanPositions: TypeAlias = Literal["roles", "suffix"]
+#: Which positions are scanned: every position from the first difference, the prompt's token roles, or every
+#: query token.
+ScanPositions: TypeAlias = Literal["query", "roles", "suffix"]
 #: How an edge is measured: the cached suffix-only method, or two plain forwards.
 EdgeMethod: TypeAlias = Literal["exact", "reference"]
+#: What a node outside the circuit takes: its paired counterfactual value, or a position-aligned pool mean.
+AblationKind: TypeAlias = Literal["resample", "position_mean"]
+#: MLPs outside the circuit: ablated like heads, or kept (recomputed).
+MLPMode: TypeAlias = Literal["ablate", "keep"]
+#: The primary evaluation: edge-level when edges were found (auto), or edge- or node-level.
+EvalLevel: TypeAlias = Literal["auto", "edges", "nodes"]
 
 
 @dataclass(frozen=True)
 class CircuitConfig:
-    """How to find the circuit behind the key heads and how to score it."""
+    """How to find each operation's circuit and how to measure its faithfulness curve."""
 
-    enabled: bool = setting(True, "run the circuit stage (minutes per operation on a CPU)")
-    key_heads: int = setting(3, "start from this many strongest key heads", ge=1)
-    depth: int = setting(1, "rounds of 'which senders feed these nodes'", ge=0)
-    threshold: float = setting(0.01, "smallest |mean effect| of an edge (metric units)", ge=0)
-    top_k: int = setting(4, "at most this many edges per receiver", ge=1)
+    enabled: bool = setting(True, "run the circuit stage (tens of minutes per operation on a CPU)")
+    counterfactual: Counterfactual = setting(
+        "operands", "operands: other operands, another answer (operand paths findable); operator: the paper's"
+    )
+    template_ids: tuple[str, ...] | None = setting(
+        None, "templates the pairs come from; null: the data section's, without its held-out templates"
+    )
+    n_per_template: int = setting(24, "pairs generated per template before keeping the correct ones", ge=1)
+    min_pairs: int = setting(30, "an operation with fewer correct pairs is skipped", ge=2)
+    discovery_pairs: int = setting(16, "correct pairs the circuit is found on (spread over the templates)", ge=2)
+    eval_pairs: int = setting(48, "other correct pairs the faithfulness curve is measured on (at most)", ge=2)
+    pool_per_template: int = setting(48, "counterfactual prompts per template averaged by position_mean", ge=2)
+    depth: int = setting(6, "budget: the most rounds after round 0 (saturation may stop earlier)", ge=0)
+    saturation_tol: float | None = setting(
+        0.02, "stop when a round adds less faithfulness; null: run every round", ge=0
+    )
+    max_nodes: int | None = setting(80, "budget: stop once the circuit has this many nodes; null: none", ge=1)
+    max_seconds: float | None = setting(None, "budget: stop starting rounds after this many seconds; null: none", gt=0)
+    threshold: float = setting(0.0, "smallest |mean effect| of an edge (metric units)", ge=0)
+    top_k: int = setting(3, "at most this many edges per receiver", ge=1)
+    logits_top_k: int = setting(6, "round 0: at most this many senders per answer position", ge=1)
     senders: tuple[EdgeSender, ...] = setting(("head", "mlp"), "which components send")
     receivers: tuple[ReceiverKind, ...] = setting(("q", "k", "v", "mlp"), "which inputs receive")
-    positions: ScanPositions = setting("roles", "roles: A, B, op, last; suffix: every query token")
+    positions: ScanPositions = setting(
+        "query", "query: every position from the first difference; roles: A, B, op, last; suffix: after the prefix"
+    )
     method: EdgeMethod = setting("exact", "exact: cached and suffix-only; reference: 2 forwards")
     screen: int | None = setting(
-        None,
+        10,
         "measure exactly only this many senders per receiver that the attribution screen ranks first; null: all",
         ge=1,
     )
-    metric: MetricName = setting("relative_logit", "edge effect measure")
-    max_pairs: int = setting(8, "correct pairs the edges are measured on", ge=2)
-    faithfulness_pairs: int = setting(24, "correct pairs faithfulness is scored on", ge=2)
-    n_random: int = setting(20, "random circuits of equal size", ge=0)
-    n_boot: int = setting(1000, "bootstrap resamples over pairs", ge=10)
+    metric: MetricName = setting(
+        "answer_logprob", "edge effect: the whole answer's log-probability (offset-free), or a first-token metric"
+    )
+    mlps: MLPMode = setting("ablate", "MLPs outside the circuit: ablated like heads, or kept")
+    ablations: tuple[AblationKind, ...] = setting(
+        ("resample", "position_mean"), "ablations side by side; the first is the primary one"
+    )
+    level: EvalLevel = setting("auto", "primary evaluation: edges when edges were found")
+    points: int = setting(10, "at most this many circuit sizes on the curve", ge=2)
+    n_random: int = setting(20, "depth-matched random circuits per size", ge=0)
+    plateau_tol: float = setting(0.05, "the plateau circuit is the smallest within this of the curve's maximum", ge=0)
+    min_gap: float = setting(0.1, "m(M) - m(cf) below this many nats is ill-conditioned", ge=0)
+    completeness_sets: int = setting(8, "random removed sets K of the completeness test", ge=0)
+    n_boot: int = setting(1000, "bootstrap resamples", ge=10)
     batch_size: int = setting(8, "pairs per batch", ge=1)
 
     def __post_init__(self) -> None:
         check_fields(self)
-        if not self.senders or not self.receivers:
+        if not self.senders or not self.receivers or not self.ablations:
             raise ValueError(
-                f"circuit.senders={list(self.senders)} and circuit.receivers={list(self.receivers)}: both must name "
-                "at least one kind, or nothing would be measured. Fix: e.g. senders [head, mlp], receivers [q, k, v]."
+                f"circuit.senders={list(self.senders)}, circuit.receivers={list(self.receivers)} and "
+                f"circuit.ablations={list(self.ablations)} must each name at least one kind. "
+                "Fix: e.g. senders [head, mlp], receivers [q, k, v, mlp], ablations [resample, position_mean]."
             )
         if self.screen is not None and self.screen < self.top_k:
             raise ValueError(
                 f"circuit.screen={self.screen} is below circuit.top_k={self.top_k}, so fewer edges would be measured "
                 "exactly than are kept. Fix: set screen >= top_k, or null to measure every sender."
             )
+        if self.discovery_pairs + 2 > self.min_pairs:
+            raise ValueError(
+                f"circuit.min_pairs={self.min_pairs} leaves fewer than 2 evaluation pairs after "
+                f"circuit.discovery_pairs={self.discovery_pairs}. Fix: raise min_pairs or lower discovery_pairs."
+            )
 
     def discover_kwargs(self) -> dict[str, Any]:
         """The keyword arguments of :func:`~mathcircuits.circuit.discover_circuit`."""
-        names = ("depth", "threshold", "top_k", "senders", "receivers", "positions", "method", "screen", "metric")
-        return {k: getattr(self, k) for k in names} | {"n_boot": self.n_boot, "batch_size": self.batch_size}
+        names = ("depth", "threshold", "top_k", "logits_top_k", "senders", "receivers", "positions", "method", "screen",
+                 "metric", "saturation_tol", "mlps", "max_nodes", "max_seconds", "n_boot", "batch_size")  # fmt: skip
+        return {k: getattr(self, k) for k in names}
 
     def faithfulness_kwargs(self) -> dict[str, Any]:
         """The keyword arguments of :func:`~mathcircuits.circuit.faithfulness`."""
-        return {"n_random": self.n_random, "n_boot": self.n_boot, "batch_size": self.batch_size}
+        names = ("ablations", "level", "mlps", "points", "n_random", "plateau_tol", "min_gap", "completeness_sets",
+                 "n_boot", "batch_size")  # fmt: skip
+        return {k: getattr(self, k) for k in names}

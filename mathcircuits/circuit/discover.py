@@ -1,86 +1,160 @@
-"""Circuit discovery: iterate sender → receiver path patching back from the key components.
+"""Circuit discovery: iterate sender → receiver path patching back from the logits until the circuit saturates.
 
-Method (Wang et al. 2023 §3; Zhang et al. 2024, App. B): start from the key heads (the
-senders that matter to the logits, found by :func:`~mathcircuits.patching.path_patch`).
-For each node at position ``t`` ask which senders matter to its inputs:
+Method (Wang et al. 2023 §3; Zhang et al. 2024, App. B). Round 0 asks which heads and MLPs, at the
+positions whose logits predict the answer (``last``, ``ans1``, …), change the answer through the
+logits directly (heads frozen; exact without a forward). Each later round asks, for every node found
+in the round before, which senders change its inputs:
 
-* a head's query at ``t``: only senders at ``t`` can change it (heads are frozen, so a
-  patch elsewhere never reaches ``t``), so they are patched at ``t``;
-* the key and value of its KV group: patched at each scanned position ``p`` separately,
-  so an edge says which token's key/value carries the information;
+* a head's query at ``t``: only senders at ``t`` can change it (heads are frozen, so a patch elsewhere
+  never reaches ``t``);
+* the key and value of its KV group: senders patched at each earlier labelled position ``p``
+  separately, so an edge says which token's key/value carries the information;
 * an MLP's input at ``t``: senders at ``t``.
 
-Senders whose mean effect has ``|effect| ≥ threshold`` (the ``top_k`` strongest per
-receiver) become edges, and new senders become nodes of the next round, to ``depth``
-rounds. The scanned positions are the token roles of the prompt (``A``, ``B``, ``op``,
-``last``; ``positions="roles"``) or every position after the few-shot prefix
-(``positions="suffix"``). Effects are per pair; an edge's interval is a percentile
-bootstrap over pairs (:func:`mathcircuits.stats.bootstrap_statistic`).
+Senders with ``|mean effect| ≥ threshold`` (the ``top_k`` strongest per receiver; ``logits_top_k`` in
+round 0) become edges, and new senders become nodes of the next round. Every edge is measured
+exactly (:func:`~.edges.exact_edges`, equal to the two-forward definition); with ``screen`` the
+attribution screen (one forward and backward per batch for every receiver) first ranks the senders
+and only the ``screen`` strongest are measured exactly, so the screen keeps the cost down and exact
+patching confirms what it keeps.
+
+**Deep enough.** After each round the whole circuit is scored on the discovery pairs (resample
+ablation at edge level, :mod:`.faithfulness`); discovery stops when a round adds less than
+``saturation_tol`` faithfulness, or at a stated budget (``depth`` rounds, ``max_nodes``,
+``max_seconds``). ``settings.rounds`` records each round and ``settings.stopped`` why it ended.
+
+The metric is the whole answer's log-probability by default (``answer_logprob``): positions are the
+teacher-forced sequence's (:mod:`.batches`), pairs may come from several templates (a label absent
+from a template's batches has no effect there: its effect is averaged over the pairs that have it).
+An edge's interval is a percentile bootstrap over those pairs.
 
 Usage::
 
-    key = select_key_components(path_patch(model, ds))
-    circuit = discover_circuit(model, ds, key.heads[:5], depth=2)
-    circuit.to_dataframe()
+    circuit = discover_circuit(model, pairs, depth=6, screen=12, saturation_tol=0.02)
+    circuit.settings.rounds, circuit.settings.stopped
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
 from tqdm.auto import tqdm
 
-from mathcircuits.circuit.attribution import attribute_edges
+from mathcircuits.circuit.attribution import attribute_edges, hook_gradients
+from mathcircuits.circuit.batches import POSITIONS, ROLES, CircuitBatch, circuit_batches, label_order
+from mathcircuits.circuit.chain import delta_snapshots
 from mathcircuits.circuit.components import SENDER_KINDS, Receiver, Sender, upstream_senders
-from mathcircuits.circuit.config import EdgeMethod, EdgeSender, ReceiverKind, ScanPositions
+from mathcircuits.circuit.config import EdgeMethod, EdgeSender, MLPMode, ReceiverKind, ScanPositions
 from mathcircuits.circuit.edges import exact_edges
-from mathcircuits.circuit.pair_cache import PairCache, pair_cache
+from mathcircuits.circuit.faithfulness import Scorer
+from mathcircuits.circuit.pair_cache import EdgeBatch, PairCache, pair_cache
 from mathcircuits.circuit.reference import reference_edges
-from mathcircuits.circuit.result import Circuit, CircuitData, CircuitSettings, Edge, Node
-from mathcircuits.data.batching import iter_batches
+from mathcircuits.circuit.result import Circuit, CircuitData, CircuitSettings, DiscoveryRound, Edge, Node
+from mathcircuits.circuit.subcircuits import wiring_of
 from mathcircuits.data.pairs import PairSet, check_token_aligned
-from mathcircuits.models import HookedModel
-from mathcircuits.patching import Metric, MetricName, get_metric, path_patch
+from mathcircuits.models import HookedModel, ModelSpec, hooks
+from mathcircuits.patching import Metric, MetricName, get_metric
 from mathcircuits.stats import bootstrap_statistic
 
-__all__ = ["ROLES", "discover_circuit", "scan_positions"]
+__all__ = ["ROLES", "discover_circuit"]
 
-ROLES = {"A": "pos_a", "B": "pos_b", "op": "pos_op", "last": "pos_last"}
 EDGE_METHODS = {"exact": exact_edges, "reference": reference_edges}
 
 
-def scan_positions(batch: dict[str, torch.Tensor], positions: str, seq: int) -> dict[str, int]:
-    """Label → absolute position for one batch of equal-length pairs.
+class _Batches:
+    """The discovery pairs: per batch its cache, labels and (lazily) the gradients the screen needs."""
 
-    Args:
-        batch: the batch's columns (``pos_a``, ``pos_b``, ``pos_op``, ``pos_last``, ``prefix_len``).
-        positions: ``"roles"`` (the prompt's token roles) or ``"suffix"`` (every position after the prefix).
-        seq: the prompts' token length.
+    def __init__(
+        self, model: HookedModel, dataset: PairSet, positions: ScanPositions, batch_size: int, need_probs: bool
+    ) -> None:
+        self.model = model
+        self.batches: list[CircuitBatch] = circuit_batches(model, dataset, positions, batch_size)
+        self.caches: list[PairCache] = []
+        for b in self.batches:
+            prompt, cf = b.tokens[:, : b.n_prompt], b.cf_tokens[:, : b.n_prompt]
+            self.caches.append(pair_cache(model, prompt, cf, b.answers[:, 0], need_probs, answers=b.answers))
+        self.n = sum(len(b.idx) for b in self.batches)
+        self.offsets = [0]
+        for b in self.batches:
+            self.offsets.append(self.offsets[-1] + len(b.idx))
+        self.grads: dict[int, dict[str, torch.Tensor]] = {}
+        self.snaps: dict[tuple[int, int], dict[int, torch.Tensor]] = {}
+        parallel = self.caches[0].structure.parallel
+        self.all_senders = upstream_senders(model.spec, Receiver("logits"), parallel)
+        self.sender_index = {s: j for j, s in enumerate(self.all_senders)}
+        self.labels = sorted({lab for b in self.batches for lab in b.where}, key=label_order)
+        self.answer_labels = sorted({lab for b in self.batches for lab in b.answer_labels}, key=label_order)
 
-    Returns:
-        ``{"A": 31, "B": 33, ...}`` or ``{"-8": 30, ..., "-1": 37}``.
-    """
-    if positions == "roles":
-        out = {}
-        for label, col in ROLES.items():
-            vals = set(batch[col].tolist())
-            if len(vals) != 1:
-                raise ValueError(
-                    f"the pairs of one length have their {label} token at different positions {sorted(vals)}. "
-                    "Fix: use pairs of one template, or positions='suffix'."
-                )
-            out[label] = vals.pop() % seq
+    def readable(self, label: str, at: str) -> torch.Tensor:
+        """Per pair: whether a key/value at ``label`` is read by a node at ``at`` (both present, not later)."""
+        out = torch.zeros(self.n, dtype=torch.bool)
+        for i, b in enumerate(self.batches):
+            if label in b.where and at in b.where and b.where[label] <= b.where[at]:
+                out[self.offsets[i] : self.offsets[i + 1]] = True
         return out
-    if positions == "suffix":
-        start = int(batch["prefix_len"].min())
-        return {str(p - seq): p for p in range(start, seq)}
-    raise ValueError(f"positions {positions!r} is unknown. Fix: use 'roles' or 'suffix'.")
+
+    def screen_delta(self, i: int, position: int, layer: int, senders: list[Sender]) -> torch.Tensor:
+        """The senders' change at ``position`` as a receiver at ``layer`` sees it (one MLP pass per batch, position)."""
+        if (i, position) not in self.snaps:
+            self.snaps[(i, position)] = delta_snapshots(self.model, self.caches[i], self.all_senders, position)
+        return self.snaps[(i, position)][layer][[self.sender_index[s] for s in senders]]
+
+    def gradient(self, i: int, metric: Metric) -> dict[str, torch.Tensor]:
+        """Every receiver hook's gradient for batch ``i`` (one forward and backward, kept)."""
+        if i not in self.grads:
+            names = [hooks.sub(layer, f"attn.hook_{k}") for layer in range(self.model.spec.n_layers) for k in "qkv"]
+            names += [hooks.mlp_in(layer) for layer in range(self.model.spec.n_layers)]
+            self.grads[i] = hook_gradients(self.model, self.caches[i], metric, names)
+        return self.grads[i]
 
 
-def _receivers(node: Node, spec: Any, kinds: Sequence[str]) -> list[tuple[Receiver, bool]]:
+def _measure(
+    data: _Batches,
+    receiver: Receiver,
+    at: str | None,
+    label: str,
+    senders: list[Sender],
+    metric: Metric,
+    edge_fn: Callable[..., EdgeBatch],
+    screen: int | None,
+) -> list[tuple[Sender, torch.Tensor]]:
+    """Per-pair effects (NaN where a batch lacks the label) of senders patched at ``label`` on the receiver.
+
+    ``at``: the q/MLP receiver's own label (None for k/v and the logits). With ``screen``, the attribution screen
+    ranks the senders first.
+    """
+
+    def run(estimate: bool, chosen: list[Sender]) -> torch.Tensor:
+        out = torch.full((data.n, len(chosen)), float("nan"))
+        for i, (b, cache) in enumerate(zip(data.batches, data.caches)):
+            if label not in b.where or (at is not None and at not in b.where):
+                continue
+            p = b.where[label]
+            if p < b.first_diff:
+                out[data.offsets[i] : data.offsets[i + 1]] = 0.0  # identical in both runs: no effect, exactly
+                continue
+            r = receiver if at is None else Receiver(receiver.kind, receiver.layer, receiver.head, position=b.where[at])
+            if estimate:
+                grad = data.gradient(i, metric)[r.hook()]
+                delta = data.screen_delta(i, p, r.layer, chosen)
+                eff = attribute_edges(data.model, cache, r, chosen, [p], metric, gradient=grad, delta=delta).effects
+            else:
+                eff = edge_fn(data.model, cache, r, chosen, [p], metric).effects
+            out[data.offsets[i] : data.offsets[i + 1]] = eff
+        return out
+
+    if screen is not None and screen < len(senders) and receiver.kind != "logits":
+        estimate = run(True, senders).nanmean(0).abs().nan_to_num(0.0)
+        keep = sorted(torch.topk(estimate, screen).indices.tolist())
+        senders = [senders[i] for i in keep]
+    eff = run(False, senders)
+    return [(s, eff[:, j]) for j, s in enumerate(senders)]
+
+
+def _receivers(node: Node, spec: ModelSpec, kinds: Sequence[str]) -> list[tuple[Receiver, bool]]:
     """The receivers of a node and whether each reads every position (k/v) or only the node's."""
     if node.kind == "mlp":
         return [(Receiver("mlp", node.layer), False)] if "mlp" in kinds else []
@@ -92,159 +166,179 @@ def _receivers(node: Node, spec: Any, kinds: Sequence[str]) -> list[tuple[Receiv
     return out
 
 
-def _measure(
-    model: HookedModel,
-    batches: list[tuple[PairCache, dict[str, int]]],
-    receiver: Receiver,
-    at: str,
-    label: str,
-    senders: list[Sender],
-    metric: Any,
-    edge_fn: Any,
-    screen: int | None,
-) -> list[tuple[Sender, torch.Tensor]]:
-    """Per-pair effects of senders patched at ``label`` on the receiver (read at ``at`` for q/MLP), over all batches.
-
-    With ``screen``, every sender is first estimated by the attribution screen and only the ``screen``
-    with the largest ``|mean estimate|`` are measured by ``edge_fn``.
-    """
-
-    def run(fn: Any, chosen: list[Sender]) -> torch.Tensor:
-        per_pair = []
-        for cache, where in batches:
-            r = receiver
-            if receiver.kind in ("q", "mlp"):
-                r = Receiver(receiver.kind, receiver.layer, receiver.head, position=where[at])
-            per_pair.append(fn(model, cache, r, chosen, [where[label]], metric).effects)
-        return torch.cat(per_pair)  # [pair, sender]
-
-    if screen is not None and screen < len(senders):
-        estimate = run(attribute_edges, senders).mean(0).abs()
-        keep = sorted(torch.topk(estimate, screen).indices.tolist())
-        senders = [senders[i] for i in keep]
-    eff = run(edge_fn, senders)
-    return [(s, eff[:, j]) for j, s in enumerate(senders)]
+def _check_args(spec: ModelSpec, kw: dict[str, Any]) -> None:
+    if kw["method"] not in EDGE_METHODS:
+        raise ValueError(f"method {kw['method']!r} is unknown. Fix: use one of {list(EDGE_METHODS)}.")
+    if kw["positions"] not in POSITIONS:
+        raise ValueError(f"positions {kw['positions']!r} is unknown. Fix: use one of {list(POSITIONS)}.")
+    bad = [k for k in kw["receivers"] if k not in ("q", "k", "v", "mlp")]
+    if bad or not kw["receivers"] or not kw["senders"] or any(k not in SENDER_KINDS for k in kw["senders"]):
+        raise ValueError(
+            f"senders {list(kw['senders'])} and receivers {list(kw['receivers'])}: both need at least one known kind. "
+            "Fix: senders from ('head', 'mlp'), receivers from ('q', 'k', 'v', 'mlp')."
+        )
+    if kw["screen"] is not None and kw["screen"] < kw["top_k"]:
+        raise ValueError(
+            f"screen={kw['screen']} is below top_k={kw['top_k']}, so too few edges would be measured. "
+            "Fix: screen ≥ top_k."
+        )
+    if kw["depth"] < 0 or kw["top_k"] < 1 or kw["logits_top_k"] < 1:
+        raise ValueError(
+            f"depth={kw['depth']}, top_k={kw['top_k']}, logits_top_k={kw['logits_top_k']}: need depth ≥ 0 and "
+            "both top-k ≥ 1. Fix: pass such values."
+        )
+    for layer, head in kw["key_heads"] or ():
+        spec.check_head(layer, head)
+    if kw["key_heads"] is not None and not kw["key_heads"]:
+        raise ValueError("key_heads is empty. Fix: pass None (scan the logits) or some (layer, head) pairs.")
 
 
 @torch.no_grad()
 def discover_circuit(
     model: HookedModel,
     dataset: PairSet,
-    key_heads: Sequence[tuple[int, int]],
-    depth: int = 2,
-    threshold: float = 0.01,
+    key_heads: Sequence[tuple[int, int]] | None = None,
+    depth: int = 4,
+    threshold: float = 0.0,
     top_k: int = 4,
+    logits_top_k: int = 8,
     senders: Sequence[EdgeSender] = ("head", "mlp"),
     receivers: Sequence[ReceiverKind] = ("q", "k", "v", "mlp"),
-    positions: ScanPositions = "roles",
-    metric: MetricName | Metric = "relative_logit",
+    positions: ScanPositions = "query",
+    metric: MetricName | Metric = "answer_logprob",
     method: EdgeMethod = "exact",
     screen: int | None = None,
+    saturation_tol: float | None = 0.02,
+    mlps: MLPMode = "ablate",
+    max_nodes: int | None = None,
+    max_seconds: float | None = None,
     batch_size: int = 8,
     n_boot: int = 1000,
     confidence: float = 0.95,
     seed: int = 0,
     progress: bool = False,
 ) -> Circuit:
-    """Find the circuit behind the key heads by iterated sender → receiver path patching.
+    """Find the circuit behind the answer by iterated sender → receiver path patching (see the module docstring).
 
     Args:
         model: the hooked model.
-        dataset: token-aligned pairs (:func:`mathcircuits.data.generate_pairs`), with token-role columns.
-        key_heads: the heads that write the answer (e.g. ``select_key_components(...).heads``).
-        depth: rounds of "which senders feed these nodes".
+        dataset: token-aligned pairs (:func:`mathcircuits.data.generate_pairs`) with token-role columns.
+        key_heads: round 0's senders given by hand (each at the last prompt position, all kept); None scans every
+            head and MLP at every answer position and keeps the ``logits_top_k`` strongest.
+        depth: the most rounds after round 0 (a budget; ``saturation_tol`` may stop earlier).
         threshold: smallest ``|mean effect|`` an edge needs (in the metric's units).
-        top_k: at most this many edges per receiver.
+        top_k: at most this many edges per receiver; logits_top_k: per answer readout in round 0.
         senders: ``"head"`` and/or ``"mlp"``.
-        receivers: which inputs are scanned: ``"q"``, ``"k"``, ``"v"``, ``"mlp"``.
-        positions: ``"roles"`` or ``"suffix"`` (see :func:`scan_positions`).
-        metric: a metric name of :data:`~mathcircuits.patching.METRICS`.
+        receivers: which inputs are scanned (``"q"``, ``"k"``, ``"v"``, ``"mlp"``).
+        positions: ``"query"``, ``"roles"`` or ``"suffix"`` (:mod:`.batches`).
+        metric: a metric name of :data:`~mathcircuits.patching.METRICS` (default: the whole answer's log-probability).
         method: ``"exact"`` (fast) or ``"reference"`` (two forwards per sender).
-        screen: if given, estimate every edge with the attribution screen
-            (:func:`~mathcircuits.circuit.attribution.attribute_edges`, one forward and backward per receiver)
-            and measure only this many senders per receiver and position by ``method``; None measures all.
+        screen: if given, rank every sender with the attribution screen and measure only this many exactly.
+        saturation_tol: stop when a round adds less faithfulness than this (None: run all ``depth`` rounds).
+        mlps: how the saturation check treats MLPs outside the circuit (``"ablate"`` or ``"keep"``).
+        max_nodes, max_seconds: further budgets (None: none).
         batch_size: pairs per batch.
         n_boot, confidence, seed: the percentile bootstrap over pairs.
         progress: show a progress bar per round.
 
     Returns:
-        A :class:`Circuit`.
+        A :class:`Circuit`; ``settings.rounds`` has each round's size and faithfulness on these pairs.
     """
     t0 = time.perf_counter()
     spec = model.spec
     check_token_aligned(dataset, spec.vocab_size)
-    if method not in EDGE_METHODS:
-        raise ValueError(f"method {method!r} is unknown. Fix: use one of {list(EDGE_METHODS)}.")
-    bad = [k for k in receivers if k not in ("q", "k", "v", "mlp")]
-    if bad or not receivers or not senders or any(k not in SENDER_KINDS for k in senders):
-        raise ValueError(
-            f"senders {list(senders)} and receivers {list(receivers)}: both need at least one known kind. "
-            "Fix: senders from ('head', 'mlp'), receivers from ('q', 'k', 'v', 'mlp')."
-        )
-    if screen is not None and screen < top_k:
-        raise ValueError(
-            f"screen={screen} is below top_k={top_k}, so too few edges would be measured. Fix: screen ≥ top_k."
-        )
-    if depth < 0 or top_k < 1:
-        raise ValueError(f"depth={depth}, top_k={top_k}: need depth ≥ 0 and top_k ≥ 1. Fix: pass such values.")
-    for layer, head in key_heads:
-        spec.check_head(layer, head)
-    if not key_heads:
-        raise ValueError("no key heads given. Fix: pass select_key_components(path_patch(model, ds)).heads.")
+    _check_args(spec, locals())
     m = get_metric(metric)
     edge_fn = EDGE_METHODS[method]
-    cols = {c: dataset[c] for c in ("tokens", "cf_tokens", "answer_token", "prefix_len")}
-    for col in ROLES.values():  # a role spanning several tokens (a two-digit operand) is read at its last token
-        cols[col] = [p[-1] if isinstance(p, (list, tuple)) else p for p in dataset[col]]
-    batches: list[tuple[PairCache, dict[str, int]]] = []
-    for _, b in iter_batches(cols, batch_size, model.device):
-        cache = pair_cache(model, b["tokens"], b["cf_tokens"], b["answer_token"], m.needs_probs)
-        batches.append((cache, scan_positions(b, positions, b["tokens"].shape[1])))
-    labels = list(batches[0][1])
-    parallel = batches[0][0].structure.parallel
+    data = _Batches(model, dataset, positions, batch_size, m.needs_probs)
+    parallel = data.caches[0].structure.parallel
+    scorer = Scorer(model, dataset, positions, ["resample"], mlps=mlps, batch_size=batch_size)
+    gap = float((scorer.clean - scorer.cf).mean())
+
+    rows = torch.tensor([i for b in data.batches for i in b.idx])
 
     def interval(per_pair: torch.Tensor) -> tuple[float, float, float]:
-        iv = bootstrap_statistic(per_pair, n_boot=n_boot, seed=seed, confidence=confidence)
+        in_order = torch.empty_like(per_pair)
+        in_order[rows] = per_pair  # dataset order: the interval does not depend on how pairs were batched
+        iv = bootstrap_statistic(in_order[~in_order.isnan()], n_boot=n_boot, seed=seed, confidence=confidence)
         return iv.value, iv.low, iv.high
 
-    # round 0: key heads → logits, from the exact logits scan (per pair)
-    logits_scan = path_patch(model, dataset, senders=("heads",), metric=m, batch_size=batch_size, keep_per_pair=True)
     sink = Node("logits", -1, -1, "logits")
     nodes: dict[str, Node] = {sink.name: sink}
     edges: list[Edge] = []
-    memo: dict[tuple[str, str, str], list[tuple[Sender, torch.Tensor]]] = {}
+    memo: dict[tuple[str, str], list[tuple[Sender, torch.Tensor]]] = {}
+    # round 0: senders → logits at every answer readout position
+    cands = []
+    first = [Sender("head", l, h) for l, h in key_heads] if key_heads is not None else None
+    for label in data.answer_labels if first is None else [lab for lab in data.answer_labels if lab in ("last", "-1")]:
+        chosen = first or upstream_senders(spec, Receiver("logits"), parallel, senders)
+        found = _measure(data, Receiver("logits"), None, label, chosen, m, edge_fn, None)
+        ranked = sorted(found, key=lambda c: -abs(float(c[1].nanmean())))
+        keep = ranked if first else [c for c in ranked if abs(float(c[1].nanmean())) >= threshold][:logits_top_k]
+        cands += [(s, label, per) for s, per in keep]
     frontier = []
-    for layer, head in key_heads:
-        node = Node("head", layer, head, "last" if positions == "roles" else "-1", depth=0)
-        nodes[node.name] = node
+    for s, label, per in cands:
+        node = Node(s.kind, s.layer, s.head, label, depth=0)
+        nodes.setdefault(node.name, node)
         frontier.append(node)
-        eff, lo, hi = interval(logits_scan.per_pair_heads[:, layer, head])
-        edges.append(Edge(node.name, sink.name, "logits", eff, lo, hi))
+        edges.append(Edge(node.name, sink.name, "logits", *interval(per)))
+
+    def score() -> float:
+        c = Circuit(model=spec, nodes=tuple(nodes.values()), edges=tuple(edges), metric=m.name, method=method,
+                    n_pairs=len(dataset), settings=CircuitSettings(positions=positions))  # fmt: skip
+        return float((scorer.score("resample", [wiring_of(c)])[0] - scorer.cf).mean() / gap) if gap else float("nan")
+
+    rounds = [DiscoveryRound(0, len(nodes) - 1, len(edges), score(), time.perf_counter() - t0)]
+    stopped = "depth budget"
     for d in range(1, depth + 1):
         new_frontier = []
+        out_of_time = False
         for node in tqdm(frontier, disable=not progress, desc=f"circuit round {d}"):
-            for receiver, all_positions in _receivers(node, spec, receivers):
+            if max_seconds is not None and time.perf_counter() - t0 >= max_seconds:
+                out_of_time = True  # the rest of this round's nodes stay unexpanded
+                break
+            for receiver, every in _receivers(node, spec, receivers):
                 chosen = upstream_senders(spec, receiver, parallel, senders)
                 if not chosen:
                     continue
-                scan = labels if all_positions else [node.position]
-                cands = []
-                for label in scan:
-                    key = (receiver.name, node.position if not all_positions else "*", label)
+                found = []
+                for label in data.labels if every else [node.position]:
+                    key = (receiver.name, label if every else f"{label}@{node.position}")
+                    if every and not bool(data.readable(label, node.position).any()):
+                        continue  # a key/value after the node's own position is never read by it
                     if key not in memo:  # a KV group is one receiver for all the query heads that share it
-                        memo[key] = _measure(model, batches, receiver, node.position, label, chosen, m, edge_fn, screen)
+                        at = None if every else node.position
+                        memo[key] = _measure(data, receiver, at, label, chosen, m, edge_fn, screen)
+                    mask = data.readable(label, node.position) if every else torch.ones(data.n, dtype=torch.bool)
                     for s, per in memo[key]:
-                        cands.append((float(per.mean()), s, label, per))
-                cands = [c for c in cands if abs(c[0]) >= threshold]
-                for _, s, label, per in sorted(cands, key=lambda c: -abs(c[0]))[:top_k]:
+                        per = torch.where(mask, per, torch.full_like(per, float("nan")))
+                        found.append((float(per.nanmean()), s, label, per))
+                found = [c for c in found if abs(c[0]) >= threshold and c[0] == c[0]]
+                for _, s, label, per in sorted(found, key=lambda c: -abs(c[0]))[:top_k]:
                     sender = Node(s.kind, s.layer, s.head, label, depth=d)
                     if sender.name not in nodes:
                         nodes[sender.name] = sender
                         new_frontier.append(sender)
-                    eff, lo, hi = interval(per)
                     shared = tuple(receiver.shared_by(spec)) if receiver.kind in ("k", "v") else ()
-                    edges.append(Edge(sender.name, node.name, receiver.kind, eff, lo, hi, shared))
+                    edges.append(Edge(sender.name, node.name, receiver.kind, *interval(per), shared))
         frontier = new_frontier
+        rounds.append(DiscoveryRound(d, len(nodes) - 1, len(edges), score(), time.perf_counter() - t0))
+        gain = rounds[-1].faithfulness - rounds[-2].faithfulness
+        if out_of_time:
+            stopped = f"time budget ({max_seconds:.0f} s, during round {d})"
+            break
+        if saturation_tol is not None and gain < saturation_tol:
+            stopped = f"saturated (round {d} added {gain:+.3f} < {saturation_tol})"
+            break
+        if not frontier:
+            stopped = "no new nodes"
+            break
+        if max_nodes is not None and len(nodes) - 1 >= max_nodes:
+            stopped = f"node budget ({max_nodes})"
+            break
+        if max_seconds is not None and time.perf_counter() - t0 >= max_seconds:
+            stopped = f"time budget ({max_seconds:.0f} s)"
+            break
     return Circuit(
         model=spec,
         nodes=tuple(nodes.values()),
@@ -259,17 +353,24 @@ def discover_circuit(
             pair_ids=list(dataset["pair_id"]) if "pair_id" in dataset.column_names else [],
         ),
         settings=CircuitSettings(
-            key_heads=[list(h) for h in key_heads],
+            key_heads=None if key_heads is None else [list(h) for h in key_heads],
             depth=depth,
             threshold=threshold,
             top_k=top_k,
+            logits_top_k=logits_top_k,
             senders=list(senders),
             receivers=list(receivers),
             positions=positions,
             screen=screen,
+            saturation_tol=saturation_tol,
+            mlps=mlps,
+            max_nodes=max_nodes,
+            max_seconds=max_seconds,
             batch_size=batch_size,
             n_boot=n_boot,
             seed=seed,
+            rounds=rounds,
+            stopped=stopped,
         ),
         seconds=time.perf_counter() - t0,
     )

@@ -45,15 +45,13 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
-from mathcircuits.circuit.components import Receiver, Sender, check_positions
+from mathcircuits.circuit.chain import logits_effects, patched_inputs
+from mathcircuits.circuit.components import Receiver, Sender
 from mathcircuits.circuit.pair_cache import EdgeBatch, PairCache, check_request, pair_cache, receiver_slice
 from mathcircuits.circuit.reference import reference_edges
-from mathcircuits.models import HookedModel, fast_paths_enabled, hooks
-from mathcircuits.models.changes import attn_change, attn_pre_norm_name, mlp_change
-from mathcircuits.models.families import BlockStructure, UnsupportedFamilyError
+from mathcircuits.models import HookedModel, fast_paths_enabled
 from mathcircuits.models.integrity import compare, model_dtype, probe_pairs, verify_once
-from mathcircuits.models.readout import Readout
-from mathcircuits.patching import METRICS, Metric
+from mathcircuits.patching.metrics import METRICS, Metric, answer_readout
 
 __all__ = ["check_edges", "exact_edges", "patched_inputs", "receiver_effects"]
 
@@ -77,17 +75,16 @@ def receiver_effects(
         values: one replacement per sender, ``[sender, batch, seq − start, ...]`` (the receiver's hook's
             slice from position ``start`` on).
         start: the first position replaced; the prefix before it runs once with a KV cache.
-        metric: the effect measure.
+        metric: the effect measure (read at every answer position).
         chunk: rows per forward (bounds memory).
 
     Returns:
         The effect of each sender's replacement on each pair.
     """
-    bridge, tokens, answer, clean = model.bridge, cache.tokens, cache.answer, cache.clean
+    bridge, tokens, answers, clean = model.bridge, cache.tokens, cache.all_answers, cache.clean
     n_s, B = values.shape[:2]
-    past = None
-    if start > 0:
-        _, past = bridge(tokens[:, :start], return_type="logits_and_cache")
+    n_ans = answers.shape[1]
+    past = cache.kv(model, start) if start > 0 else None
     suffix = tokens[:, start:]
     out = torch.empty(n_s, B)
     per = max(1, chunk // B)  # senders per forward
@@ -105,8 +102,8 @@ def receiver_effects(
             kv.batch_repeat_interleave(n)
         logits = bridge.run_with_hooks(
             suffix.repeat_interleave(n, 0), fwd_hooks=[(receiver.hook(), hook)], past_key_values=kv
-        )[:, -1]
-        patched = Readout.from_logits(logits, answer.repeat_interleave(n), metric.needs_probs)
+        )[:, -n_ans:]
+        patched = answer_readout(logits, answers.repeat_interleave(n, 0), metric)
         eff = metric(patched, clean.take(torch.arange(B).repeat_interleave(n)))
         out[lo : lo + n] = eff.float().cpu().reshape(B, n).T
     return out
@@ -116,45 +113,6 @@ def _put_all(act: Tensor, rows: Tensor, index: int) -> Tensor:
     act = act.clone()
     act[:, :, index] = rows.to(act.dtype)
     return act
-
-
-def _receiver_input(model: HookedModel, structure: BlockStructure, receiver: Receiver, resid: Tensor) -> Tensor:
-    """The receiver's hook value from the residual it reads (``resid_pre`` for q/k/v, the MLP's input residual)."""
-    block = model.bridge.blocks[receiver.layer]
-    if receiver.kind == "mlp":
-        return getattr(block, structure.mlp_in_norm)(resid) if structure.mlp_in_norm else resid
-    ln1 = getattr(block, "ln1", None)
-    x = ln1(resid) if ln1 is not None else resid
-    proj = getattr(block.attn, receiver.kind)(x)
-    d_head = model.spec.d_head
-    return proj.reshape(*proj.shape[:-1], -1, d_head) if proj.shape[-1] != d_head else proj
-
-
-def _delta(model: HookedModel, cache: PairCache, s: Sender, P: Tensor, until: int, W_O: Tensor) -> Tensor:
-    """The residual change at positions ``P`` [batch, |P|, d_model] that sender ``s`` causes before layer ``until``.
-
-    With every head frozen, only the MLPs (and norms) between sender and receiver carry it on. ``W_O``: the
-    bridge's ``[layer, head, d_head, d_model]`` output weights.
-    """
-    structure, ref, cf = cache.structure, cache.ref, cache.cf
-
-    def at(name: str, store: dict[str, Tensor]) -> Tensor:
-        x = store[name][:, P]
-        return x.reshape(-1, *x.shape[2:])  # rows = (pair, position): the MLP chain is position-wise
-
-    if s.kind == "head":
-        dz = at(hooks.z(s.layer), cf)[:, s.head] - at(hooks.z(s.layer), ref)[:, s.head]
-        pre_name = attn_pre_norm_name(structure, s.layer)
-        pre = None if pre_name is None else at(pre_name, ref)
-        delta = attn_change(model, structure, s.layer, pre, dz @ W_O[s.layer, s.head])
-        first = s.layer + 1 if structure.parallel else s.layer  # parallel: the head's own MLP does not read it
-    else:
-        delta = at(hooks.mlp_out(s.layer), cf) - at(hooks.mlp_out(s.layer), ref)
-        first = s.layer + 1
-    for m in range(first, until):
-        base = at(hooks.sub(m, structure.mlp_reads), ref)
-        delta = delta + mlp_change(model, structure, m, base, delta, at(hooks.mlp_out(m), ref))
-    return delta.reshape(-1, len(P), delta.shape[-1])
 
 
 @torch.no_grad()
@@ -168,6 +126,9 @@ def exact_edges(
     chunk_rows: int = 256,
 ) -> EdgeBatch:
     """The same effects as :func:`reference_edges`, from the cached runs and suffix-only forwards.
+
+    A logits receiver needs no forward at all: the sender's change at its positions passes the MLPs to the final
+    residual (heads frozen), where only the readout at those positions changes.
 
     Args:
         model, cache, receiver, senders, positions, metric: as in :func:`reference_edges`.
@@ -184,10 +145,12 @@ def exact_edges(
     verify_once(model.bridge, "circuit edges", lambda: check_edges(model))
     receiver = check_request(model, receiver, senders, cache.structure)
     B = cache.tokens.shape[0]
+    if receiver.kind == "logits":
+        return EdgeBatch(logits_effects(model, cache, senders, positions, metric, chunk_rows), cache.clean.logit)
     changed, new = patched_inputs(model, cache, receiver, senders, positions)
     if not changed:  # nothing the receiver reads differs at the patched positions: no effect, exactly
         return EdgeBatch(effects=torch.zeros(B, len(senders)), clean_logit=cache.clean.logit)
-    start = changed[0]
+    start = min(changed[0], cache.readout_positions[0])  # the suffix run must reach every answer position
     base = receiver_slice(receiver, cache.ref[receiver.hook()])[:, start:]  # [B, S', ...]
     values = base[None].repeat(len(senders), *([1] * base.dim())).clone()
     values[:, :, [p - start for p in changed]] = new.to(values.dtype)
@@ -195,56 +158,13 @@ def exact_edges(
     return EdgeBatch(effects=effects.T.contiguous(), clean_logit=cache.clean.logit)
 
 
-@torch.no_grad()
-def patched_inputs(
-    model: HookedModel, cache: PairCache, receiver: Receiver, senders: Sequence[Sender], positions: Sequence[int]
-) -> tuple[list[int], Tensor | None]:
-    """Step 1 without forwards: the receiver's input at the positions a sender patch changes.
-
-    Args:
-        model: the hooked model.
-        cache: the batch and its cached runs.
-        receiver: a resolved q/k/v/mlp receiver downstream of every sender.
-        senders: the senders.
-        positions: where each sender is patched.
-
-    Returns:
-        ``(changed, new)``: the changed positions (sorted; empty when the patch cannot reach the receiver)
-        and the receiver's new input there, ``[sender, batch, |changed|, ...]`` (None when nothing changes).
-
-    Raises:
-        UnsupportedFamilyError: the bridge's modules do not rebuild the receiver's input (use the reference).
-    """
-    structure, ref = cache.structure, cache.ref
-    seq = cache.tokens.shape[1]
-    pos = check_positions(positions, seq, "sender")
-    differ = (cache.tokens != cache.cf_tokens).any(0).nonzero()
-    first_diff = int(differ[0]) if len(differ) else seq  # before it, both runs are identical (causal attention)
-    changed = sorted(p for p in set(pos) & set(receiver.positions(seq)) if p >= first_diff)
-    lr = receiver.layer
-    reads = hooks.sub(lr, structure.mlp_reads if receiver.kind == "mlp" else "hook_resid_pre")
-    own = _receiver_input(model, structure, receiver, ref[reads])
-    if (own - ref[receiver.hook()]).abs().max() > 1e-4:
-        raise UnsupportedFamilyError(
-            f"on {model.spec.describe()} the receiver input rebuilt from the bridge's ln1/attn/MLP modules differs "
-            f"from {receiver.hook()}, so the fast method would be wrong. Fix: use method='reference' for this model."
-        )
-    if not changed or not senders:
-        return [], None
-    C = torch.tensor(changed)
-    W_O = model.bridge.W_O  # the bridge stacks it from every layer on each access: read it once
-    delta = torch.stack([_delta(model, cache, s, C, lr, W_O) for s in senders])  # [sender, B, |C|, d_model]
-    return changed, receiver_slice(
-        receiver, _receiver_input(model, structure, receiver, ref[reads][:, C][None] + delta)
-    )
-
-
 def check_edges(model: HookedModel) -> tuple[float, float]:
     """Exact against reference sender → receiver effects on probe pairs (the run-time check of :func:`exact_edges`).
 
-    Three receivers of the last layer (a head's query, its KV group's values, the MLP's input) and three senders
-    below them (a first-layer head, a middle-layer head, the first MLP), patched where the prompts differ and
-    at the last position; effects in raw answer logits.
+    Four receivers (the last layer's first query head, its KV group's values, its MLP's input, and the logits)
+    and three senders below them (a first-layer head, a middle-layer head, the first MLP), patched where the
+    prompts differ and at the last positions; two-token answers read at both answer positions; effects in the
+    whole answer's log-probability (a function of the logits at every answer position).
 
     Args:
         model: the hooked model.
@@ -258,15 +178,23 @@ def check_edges(model: HookedModel) -> tuple[float, float]:
     probe = probe_pairs(spec.vocab_size)
     dev = model.device
     toks, cf = torch.tensor(probe["tokens"], device=dev), torch.tensor(probe["cf_tokens"], device=dev)
-    cache = pair_cache(model, toks, cf, torch.tensor(probe["answer_token"], device=dev))
-    last, seq = spec.n_layers - 1, toks.shape[1]
+    answers = torch.tensor(probe["answer_tokens"], device=dev)
+    cache = pair_cache(model, toks, cf, answers[:, 0], answers=answers)
+    last, seq = spec.n_layers - 1, cache.tokens.shape[1]
     senders = [Sender("head", 0, 0), Sender("head", last // 2, spec.n_heads - 1), Sender("mlp", 0)]
-    receivers = [Receiver("q", last, 0), Receiver("v", last, 0, by_group=True), Receiver("mlp", last)]
-    metric = METRICS["logit_diff"]
+    receivers = [
+        Receiver("q", last, 0),
+        Receiver("v", last, 0, by_group=True),
+        Receiver("mlp", last),
+        Receiver("logits"),
+    ]
+    metric = METRICS["answer_logprob"]  # every answer position read: the first-token metrics read a subset of it
     fast, plain = [], []
     for r in receivers:
-        a = exact_edges(model, cache, r, senders, [seq - 3, seq - 1], metric)
-        b = reference_edges(model, cache, r, senders, [seq - 3, seq - 1], metric)
-        fast.append(a.effects + a.clean_logit[:, None])
-        plain.append(b.effects + b.clean_logit[:, None])
+        where = [seq - 4, seq - 2, seq - 1]  # the differing token, the last prompt token, the answer position
+        a = exact_edges(model, cache, r, senders, where, metric)
+        b = reference_edges(model, cache, r, senders, where, metric)
+        base = cache.clean.value(metric.target)[:, None]
+        fast.append(a.effects + base)
+        plain.append(b.effects + base)
     return compare(torch.cat(fast), torch.cat(plain), model_dtype(model))

@@ -1,139 +1,316 @@
-"""Faithfulness and minimality of a circuit (Wang et al. 2023, §4), and random circuits of equal size.
+"""Faithfulness measured the way the circuit was found: a curve over circuit sizes, against random circuits.
 
-Every head outside the circuit is mean-ablated (its ``hook_z`` replaced, at every position, by its
-mean over the counterfactual prompts: :func:`mathcircuits.ablation.head_means`); MLPs stay. With
-``F`` the mean log-probability of the answer's first token at the last position::
+Method (Wang et al. 2023, §4; Hanna et al. 2024; Miller et al. 2024 on why each choice matters). With
+``m`` the whole answer's log-probability (every answer token, teacher-forced; mean over pairs), ``M``
+the model and ``cf`` the counterfactual run::
 
-    faithfulness(C) = (F(C) − F(∅)) / (F(M) − F(∅))
+    F(C) = (m(C) − m(cf)) / (m(M) − m(cf))
 
-where ``M`` is the full model and ``∅`` ablates every head. The interval resamples pairs (one
-bootstrap of the ratio of means). Minimality: for each head ``v`` of the circuit, the drop
-``faithfulness(C) − faithfulness(C \\ {v})``. Random circuits: ``n_random`` head sets of the
-circuit's size drawn uniformly from all heads, each scored the same way.
+``m(C)`` is the circuit run (:mod:`.intervene`): outside the circuit, (component, position) nodes take
+their **ablated value** at the query positions (the few-shot prefix is the same in both prompts), circuit
+nodes compute at their own positions only, and at **edge level** each circuit node reads only the circuit
+nodes it has edges from. Two ablations side by side: ``resample`` (each pair's own counterfactual, the
+intervention discovery used: the empty circuit *is* the counterfactual run, so ``F(∅) = 0`` exactly) and
+``position_mean`` (a position-aligned mean over a pool of counterfactual prompts of the same template,
+:mod:`.pool`; its empty circuit need not score 0, and the curve shows where it starts).
+
+* **The denominator** ``m(M) − m(cf)`` is reported with its interval. When its interval reaches 0, or it is
+  below ``min_gap`` nats (default 0.1: the counterfactual moves the answer's probability by under ~10%),
+  the behaviour is too small to divide by: the result says ``ill-conditioned`` and gives no ratio.
+* **The curve**: ``F`` of the top-n circuit (:mod:`.subcircuits`) for n from 0 to the whole circuit (about
+  geometric steps), at edge and node level, for each ablation; and ``n_random`` depth-matched random circuits
+  of each size and shape (the random band, under the primary evaluation).
+* **The plateau circuit**: the smallest n whose primary ``F`` is within ``plateau_tol`` of the curve's
+  maximum. For it, per ablation: necessity ``F(M \\ C)`` (only the circuit ablated; low = necessary),
+  completeness ``F(C \\ K)`` against ``F(M \\ K)`` for random subsets ``K`` of its nodes (Wang et al.: a
+  complete circuit loses what the model loses), and minimality ``F(C) − F(C \\ {v})`` for each node ``v``.
+
+Intervals: percentile bootstrap of the ratio of means, resampling whole templates within operations
+(:func:`mathcircuits.stats.cluster_bootstrap_indices`) when the pairs come from at least two templates
+per operation, else pairs; the same resamples for every quantity, so differences are paired.
 
 Usage::
 
-    faith = faithfulness(model, ds, circuit, means=head_means(model, ds))
-    faith.faithfulness, (faith.low, faith.high), faith.random_share_below
+    faith = faithfulness(model, eval_pairs, circuit, pool=pool_pairs)
+    faith.summary(); faith.curve_frame()
 """
 
 from __future__ import annotations
 
 import random
+import time
 from collections.abc import Sequence
+from typing import Any
 
 import torch
-from jaxtyping import Float
-from torch import Tensor
+from tqdm.auto import tqdm
 
-from mathcircuits.ablation import HeadMeans, ablated_model, head_means
-from mathcircuits.circuit.result import Circuit, Faithfulness, FaithfulnessSettings
-from mathcircuits.data.batching import iter_batches
-from mathcircuits.data.pairs import PairSet, check_token_aligned
-from mathcircuits.models import Head, HookedModel
-from mathcircuits.stats import bootstrap_statistic
+from mathcircuits.circuit.batches import CircuitBatch, circuit_batches
+from mathcircuits.circuit.config import AblationKind, EvalLevel, MLPMode, ScanPositions
+from mathcircuits.circuit.curve import CompletenessRow, CurvePoint, Faithfulness, FaithfulnessSettings
+from mathcircuits.circuit.intervene import (
+    ABLATION_KINDS,
+    AblationValues,
+    Wiring,
+    circuit_logprob,
+    prefix_kv,
+    resample_values,
+)
+from mathcircuits.circuit.pair_cache import position_scores
+from mathcircuits.circuit.pool import pool_means, scored_operands
+from mathcircuits.circuit.result import Circuit
+from mathcircuits.circuit.subcircuits import edge_order, random_wiring, size_grid, top_wiring
+from mathcircuits.data.pairs import PairSet
+from mathcircuits.models import HookedModel
+from mathcircuits.models.families import block_structure
+from mathcircuits.models.prefix import repeat_cache
+from mathcircuits.stats import Interval, bootstrap_indices, cluster_bootstrap_indices
 
-__all__ = ["answer_logprob", "faithfulness"]
+__all__ = ["Scorer", "faithfulness", "ratio_intervals"]
 
-
-@torch.no_grad()
-def answer_logprob(
-    model: HookedModel, dataset: PairSet, ablate: Sequence[tuple[int, int]], means: HeadMeans, batch_size: int = 16
-) -> Float[Tensor, " pair"]:
-    """Log-probability of each pair's answer token at the last position, with ``ablate`` mean-ablated.
-
-    Args:
-        model: the hooked model.
-        dataset: pairs with ``tokens`` and ``answer_token``.
-        ablate: heads to mean-ablate at every position.
-        means: their means (:func:`mathcircuits.ablation.head_means`).
-        batch_size: prompts per forward.
-
-    Returns:
-        One value per pair, in dataset order.
-    """
-    run = ablated_model(model, list(ablate), means)
-    out = torch.empty(len(dataset))
-    cols = {"tokens": dataset["tokens"], "answer": dataset["answer_token"]}
-    for idx, b in iter_batches(cols, batch_size, model.device):
-        logits = run(b["tokens"])[:, -1].float()
-        out[idx] = torch.log_softmax(logits, -1).gather(-1, b["answer"][:, None])[:, 0].cpu()
-    return out
+RULE = "ill-conditioned when m(M) - m(cf) < {min_gap} nats or its interval reaches 0"
 
 
-def _ratio_of_means(rows: Tensor) -> float:
-    return float(rows[:, 0].mean() / rows[:, 1].mean())
+class Scorer:
+    """The scored pairs in batches, their clean and counterfactual runs, and the ablated values per ablation."""
+
+    def __init__(
+        self,
+        model: HookedModel,
+        dataset: PairSet,
+        positions: ScanPositions,
+        ablations: Sequence[AblationKind],
+        pool: PairSet | None = None,
+        mlps: MLPMode = "ablate",
+        batch_size: int = 8,
+    ) -> None:
+        bad = [a for a in ablations if a not in ABLATION_KINDS]
+        if bad or not ablations:
+            raise ValueError(f"ablations {list(ablations)}: {bad or 'none'}. Fix: use some of {list(ABLATION_KINDS)}.")
+        self.model, self.mlps = model, mlps
+        self.batches = circuit_batches(model, dataset, positions, batch_size)
+        self.rows = [i for b in self.batches for i in b.idx]
+        self.store: dict[tuple[int, ...], Any] = {}
+        self.clean = torch.cat([self._plain(b.tokens, b) for b in self.batches])
+        self.cf = torch.cat([self._plain(b.cf_tokens, b) for b in self.batches])
+        self.values: dict[str, list[AblationValues]] = {}
+        for a in ablations:
+            if a == "resample":
+                self.values[a] = [resample_values(model, b, self.store) for b in self.batches]
+            else:
+                if pool is None:
+                    raise ValueError(
+                        "ablation 'position_mean' needs a pool of counterfactual prompts of the scored templates. "
+                        "Fix: pass pool=generate_pairs(...) with the same templates (more pairs than are scored)."
+                    )
+                means = pool_means(model, pool, exclude=scored_operands(dataset))
+                self.values[a] = [means.values(b) for b in self.batches]
+        self.templates = [t for b in self.batches for t in b.templates]
+        self.operations = [o for b in self.batches for o in b.operations]
+
+    @torch.no_grad()
+    def _plain(self, tokens: torch.Tensor, b: CircuitBatch) -> torch.Tensor:
+        start, n = b.prefix_len, b.answers.shape[1]
+        kv = repeat_cache(prefix_kv(self.model, b.tokens, start, self.store), tokens.shape[0]) if start > 0 else None
+        logits = (
+            self.model.bridge(tokens[:, start:], past_key_values=kv) if kv is not None else self.model.bridge(tokens)
+        )
+        return position_scores(logits[:, -n:], b.answers)[1].sum(-1).float().cpu()
+
+    def score(self, ablation: AblationKind, wirings: Sequence[Wiring]) -> torch.Tensor:
+        """``[wiring, pair]`` log-probabilities, pairs in :attr:`rows` order."""
+        if not wirings:
+            return torch.empty(0, len(self.rows))
+        parts = [
+            circuit_logprob(self.model, b, v, wirings, self.mlps, store=self.store)
+            for b, v in zip(self.batches, self.values[ablation])
+        ]
+        return torch.cat(parts, 1)
+
+
+def _resamples(scorer: Scorer, n_boot: int, seed: int) -> tuple[list[torch.Tensor], str]:
+    """Cluster (template) resamples within operations when possible, else resamples of pairs."""
+    per_op: dict[str, set[str]] = {}
+    for t, o in zip(scorer.templates, scorer.operations):
+        per_op.setdefault(o, set()).add(t)
+    if all(len(ts) >= 2 for ts in per_op.values()):
+        return cluster_bootstrap_indices(scorer.templates, scorer.operations, n_boot, seed), "templates"
+    return list(bootstrap_indices(len(scorer.rows), n_boot, seed)), "pairs"
+
+
+def ratio_intervals(
+    num: torch.Tensor, den: torch.Tensor, resamples: Sequence[torch.Tensor], confidence: float
+) -> list[Interval]:
+    """Intervals of ``mean(num[q]) / mean(den)`` for each row ``q`` of ``num`` [Q, pair], on shared resamples."""
+    value = num.double().mean(1) / den.double().mean()
+    boots = torch.stack([num[:, i].double().mean(1) / den[i].double().mean() for i in resamples])  # [boot, Q]
+    alpha = 1 - confidence
+    qs = torch.quantile(boots, torch.tensor([alpha / 2, 1 - alpha / 2], dtype=boots.dtype), dim=0)
+    n = num.shape[1]
+    return [
+        Interval(float(value[q]), float(qs[0, q]), float(qs[1, q]), n, confidence, "ratio_bootstrap")
+        for q in range(num.shape[0])
+    ]
+
+
+def _remove(wiring: Wiring, drop: set[tuple[str, int, int, str]]) -> Wiring:
+    nodes = frozenset(n for n in wiring.nodes if n not in drop)
+    edges = (
+        None if wiring.edges is None else frozenset(e for e in wiring.edges if e[0] not in drop and e[1] not in drop)
+    )
+    return Wiring(nodes, edges)
+
+
+def _name(key: tuple[str, int, int, str]) -> str:
+    kind, layer, head, label = key
+    return (f"L{layer}.H{head}" if kind == "head" else f"MLP{layer}") + f"@{label}"
 
 
 def faithfulness(
     model: HookedModel,
     dataset: PairSet,
     circuit: Circuit,
-    means: HeadMeans | None = None,
+    pool: PairSet | None = None,
+    ablations: Sequence[AblationKind] = ("resample", "position_mean"),
+    level: EvalLevel = "auto",
+    mlps: MLPMode = "ablate",
+    points: int = 12,
     n_random: int = 20,
+    plateau_tol: float = 0.05,
+    min_gap: float = 0.1,
+    completeness_sets: int = 8,
+    minimality_nodes: int = 100,
     n_boot: int = 1000,
     confidence: float = 0.95,
     seed: int = 0,
-    batch_size: int = 16,
+    batch_size: int = 8,
+    progress: bool = False,
 ) -> Faithfulness:
-    """Faithfulness of the circuit's heads, each head's minimality, and random circuits of the same size.
+    """The faithfulness curve of ``circuit`` on ``dataset`` (see the module docstring).
 
     Args:
         model: the hooked model the circuit was found on.
-        dataset: the pairs to score on (e.g. the ones the circuit was found with, or held-out ones).
-        circuit: a :class:`Circuit`.
-        means: head means (taken over ``dataset``'s counterfactual prompts when not given).
-        n_random: random circuits of equal size.
-        n_boot, confidence, seed: the bootstrap over pairs and the random draws.
-        batch_size: prompts per forward.
+        dataset: the scored pairs (keep them disjoint from the pairs that found the circuit).
+        circuit: a :class:`~mathcircuits.circuit.Circuit` (its ``settings.positions`` names the node labels).
+        pool: counterfactual prompts of the scored templates for ``position_mean`` (pairs with the scored pairs'
+            operands are left out); needed only for that ablation.
+        ablations: ``"resample"`` and/or ``"position_mean"``; the first is the primary one.
+        level: ``"edges"``, ``"nodes"``, or ``"auto"`` (edges when the circuit has edges): the primary evaluation.
+        mlps: ``"ablate"`` (MLPs outside the circuit are ablated too) or ``"keep"`` (MLPs always compute).
+        points: at most this many sizes on the curve.
+        n_random: depth-matched random circuits per size.
+        plateau_tol: the plateau circuit is the smallest within this much of the curve's maximum (faithfulness units).
+        min_gap: the smallest ``m(M) − m(cf)`` (nats) that is divided by.
+        completeness_sets: random removed sets ``K`` for the completeness test.
+        minimality_nodes: minimality is measured when the plateau circuit has at most this many nodes.
+        n_boot, confidence, seed: the bootstrap (and the random draws' seed).
+        batch_size: pairs per batch.
+        progress: show progress bars.
 
     Returns:
-        A :class:`Faithfulness`.
+        A :class:`~mathcircuits.circuit.curve.Faithfulness`.
     """
+    t0 = time.perf_counter()
     circuit.check_model(model)
-    check_token_aligned(dataset, model.spec.vocab_size)
-    means = means if means is not None else head_means(model, dataset)
-    means.check_model(model)
+    if level not in ("auto", "edges", "nodes"):
+        raise ValueError(f"level {level!r} is unknown. Fix: use 'auto', 'edges' or 'nodes'.")
+    positions = circuit.settings.positions
+    scorer = Scorer(model, dataset, positions, list(ablations), pool, mlps, batch_size)
+    resamples, over = _resamples(scorer, n_boot, seed)
+    gap = scorer.clean - scorer.cf
+    den = ratio_intervals(gap[None], torch.ones_like(gap), resamples, confidence)[0]
+    denominator = Interval(den.value, den.low, den.high, len(gap), confidence, f"bootstrap over {over}")
+    lvl = ("edges" if circuit.edges else "nodes") if level == "auto" else level
+    primary = f"{ablations[0]}/{lvl}"
+    rule = RULE.format(min_gap=min_gap)
+    base = dict(
+        model=model.spec, operations=tuple(sorted(set(scorer.operations))),
+        templates=tuple(sorted(set(scorer.templates))),
+        n_pairs=len(scorer.rows), denominator=denominator, clean=float(scorer.clean.mean()),
+        counterfactual=float(scorer.cf.mean()), rule=rule, primary=primary, interval_over=over, confidence=confidence,
+    )  # fmt: skip
+    settings = FaithfulnessSettings(
+        ablations=list(ablations), level=lvl, mlps=mlps, points=points, n_random=n_random, plateau_tol=plateau_tol,
+        min_gap=min_gap, completeness_sets=completeness_sets, minimality_nodes=minimality_nodes, n_boot=n_boot,
+        seed=seed, positions=positions, metric="answer_logprob",
+    )  # fmt: skip
+    if abs(den.value) < min_gap or den.low <= 0 <= den.high:
+        return Faithfulness(**base, ill_conditioned=True, settings=settings, seconds=time.perf_counter() - t0)
+
+    order = edge_order(circuit)
+    n_max = len(order) if order else len([n for n in circuit.nodes if n.kind != "logits"])
+    sizes = size_grid(n_max, points)
+    levels = ["edges", "nodes"] if order else ["nodes"]
+    parallel = block_structure(model).parallel
     spec = model.spec
-    every = [(layer, head) for layer in range(spec.n_layers) for head in range(spec.n_heads)]
-    kept = circuit.heads
-
-    def outside(heads: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
-        keep = set(heads)
-        return [h for h in every if h not in keep]
-
-    f_full = answer_logprob(model, dataset, [], means, batch_size)
-    f_none = answer_logprob(model, dataset, every, means, batch_size)
-    gap = f_full - f_none
-    if abs(float(gap.mean())) < 1e-6:
-        raise ValueError(
-            "ablating every head leaves the answer's log-probability unchanged, so faithfulness is undefined. "
-            "Fix: check the head means (they should come from counterfactual prompts) and the dataset."
-        )
-
-    def share(heads: Sequence[tuple[int, int]]) -> tuple[float, Tensor]:
-        f = answer_logprob(model, dataset, outside(heads), means, batch_size)
-        return float((f - f_none).mean() / gap.mean()), f
-
-    value, f_c = share(kept)
-    joint = torch.stack([f_c - f_none, gap], 1)  # pairs resampled jointly: one interval of the ratio of means
-    iv = bootstrap_statistic(joint, _ratio_of_means, n_boot=n_boot, seed=seed, confidence=confidence)
-    low, high = iv.low, iv.high
-    minimality = {str(Head(*h)): value - share([k for k in kept if k != h])[0] for h in kept}
     rng = random.Random(seed)
-    rand = tuple(share(rng.sample(every, len(kept)))[0] for _ in range(n_random))
+    keys = [f"{a}/{lv}" for a in ablations for lv in levels]
+    values: dict[str, list[Interval]] = {}
+    random_vals: list[tuple[float, ...]] = []
+    for a in tqdm(ablations, disable=not progress, desc="faithfulness curve"):
+        for lv in levels:
+            scores = scorer.score(a, [top_wiring(circuit, order, n, lv) for n in sizes])
+            values[f"{a}/{lv}"] = ratio_intervals(scores - scorer.cf, gap, resamples, confidence)
+    a0 = ablations[0]
+    for n in tqdm(sizes, disable=not progress, desc="random circuits"):
+        if n == 0 or n_random == 0:
+            random_vals.append(())
+            continue
+        draws = [
+            random_wiring(circuit, order, n, lvl, rng, parallel, spec.n_heads, spec.n_layers) for _ in range(n_random)
+        ]
+        scores = scorer.score(a0, draws)
+        random_vals.append(tuple(float(x) for x in ((scores - scorer.cf).mean(1) / gap.mean()).tolist()))
+    curve = tuple(
+        CurvePoint(
+            size=n,
+            n_nodes=len(top_wiring(circuit, order, n, lvl).nodes),
+            faithfulness={k: values[k][i] for k in keys},
+            random=random_vals[i],
+            random_key=primary,
+        )
+        for i, n in enumerate(sizes)
+    )
+    best = max(p.faithfulness[primary].value for p in curve)
+    plateau = next(p for p in curve if p.faithfulness[primary].value >= best - plateau_tol)
+    whole = top_wiring(circuit, order, plateau.size, lvl)
+    node_list = sorted(whole.nodes)
+    plateau_nodes = tuple(_name(v) for v in node_list)
+    mini = node_list if len(node_list) <= minimality_nodes else []
+    necessity: dict[str, Interval] = {}
+    minimality: dict[str, dict[str, Interval]] = {}
+    completeness: list[CompletenessRow] = []
+    subsets = []
+    for _ in range(completeness_sets if len(node_list) > 1 else 0):
+        k = [n for n in node_list if rng.random() < 0.5] or [rng.choice(node_list)]
+        subsets.append(set(k))
+    for a in ablations:
+        wirings = [whole, Wiring(whole.nodes, None, complement=True)]
+        wirings += [_remove(whole, {v}) for v in mini]
+        wirings += [w for K in subsets for w in (_remove(whole, K), Wiring(frozenset(K), None, complement=True))]
+        scores = scorer.score(a, wirings)
+        necessity[a] = ratio_intervals(scores[1:2] - scorer.cf, gap, resamples, confidence)[0]
+        drop = scores[2 : 2 + len(mini)]
+        diffs = ratio_intervals(scores[:1] - drop, gap, resamples, confidence) if mini else []
+        minimality[a] = {_name(v): d for v, d in zip(mini, diffs)}
+        rest = scores[2 + len(mini) :]
+        for j, K in enumerate(subsets):
+            c_k, m_k = rest[2 * j], rest[2 * j + 1]
+            pair = ratio_intervals(
+                torch.stack([c_k - scorer.cf, m_k - scorer.cf, c_k - m_k]), gap, resamples, confidence
+            )
+            completeness.append(CompletenessRow(tuple(sorted(_name(v) for v in K)), a, *pair))
+    edges_named = tuple(f"{e.sender} → {e.receiver} ({e.via})" for e in order[: plateau.size])
     return Faithfulness(
-        model=spec,
-        heads=tuple(kept),
-        faithfulness=value,
-        low=low,
-        high=high,
-        f_full=float(f_full.mean()),
-        f_circuit=float(f_c.mean()),
-        f_none=float(f_none.mean()),
+        **base,
+        ill_conditioned=False,
+        curve=curve,
+        plateau_size=plateau.size,
+        plateau_nodes=plateau_nodes,
+        plateau_edges=edges_named,
+        necessity=necessity,
+        completeness=tuple(completeness),
         minimality=minimality,
-        random=rand,
-        n_pairs=len(dataset),
-        confidence=confidence,
-        settings=FaithfulnessSettings(n_random=n_random, n_boot=n_boot, seed=seed, means=means.source),
+        settings=settings,
+        seconds=time.perf_counter() - t0,
     )

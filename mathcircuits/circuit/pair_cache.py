@@ -1,15 +1,29 @@
 """One batch of pairs cached for sender → receiver path patching, and what the methods share about a receiver.
 
-:func:`pair_cache` runs the reference and the counterfactual prompts of a batch once each and keeps,
-at every position, what both edge methods read (:class:`PairCache`); an :class:`EdgeBatch` is what they
-return. :func:`receiver_slice`, :func:`put_receiver` and :func:`check_request` say how a receiver's
-input is read, replaced and checked.
+The reference run (the prompt) is cached at every position: per layer ``hook_z``, ``hook_mlp_out``,
+``hook_resid_pre``, the residual the MLP reads, ``hook_q/k/v``, the MLP's input, the attention output
+before a post-attention norm (where the family has one), and the last block's ``hook_resid_post``.
+The counterfactual run is cached at ``hook_z`` and ``hook_mlp_out``.
+
+When the answer's tokens are given, both sequences are extended by them (teacher forcing, all but the
+last token), and the readout is taken at every answer position, so a metric can score the whole
+answer (``answer_logprob``, :mod:`mathcircuits.patching.metrics`); without them the readout is the
+first answer token at the last position, as before.
+
+:func:`receiver_slice`, :func:`put_receiver` and :func:`check_request` say how a receiver's input is
+read, replaced and checked; an :class:`EdgeBatch` is what both edge methods return.
+
+Usage::
+
+    cache = pair_cache(model, tokens, cf_tokens, answer_tokens[:, 0], answers=answer_tokens)
+    cache.clean.logprob         # log p(answer) per pair
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 from jaxtyping import Float, Int
@@ -20,18 +34,29 @@ from mathcircuits.models import HookedModel, hooks
 from mathcircuits.models.capture import capture
 from mathcircuits.models.changes import attn_pre_norm_name
 from mathcircuits.models.families import BlockStructure, block_structure
-from mathcircuits.models.readout import Readout
+from mathcircuits.models.readout import Readout, final_norm, soft_cap
+from mathcircuits.patching.metrics import Metric
 
-__all__ = ["EdgeBatch", "PairCache", "check_request", "pair_cache", "put_receiver", "receiver_slice"]
+__all__ = [
+    "EdgeBatch",
+    "PairCache",
+    "check_request",
+    "pair_cache",
+    "position_scores",
+    "put_receiver",
+    "readout_of",
+    "receiver_slice",
+    "unembed",
+]
 
 
 @dataclass(frozen=True)
 class PairCache:
     """One batch of equal-length pairs and its two cached runs (every position), shared by all receivers.
 
-    ``ref`` holds per layer ``hook_z``, ``hook_mlp_out``, ``hook_resid_pre``, the residual the MLP reads,
-    the attention output before a post-attention norm (where the family has one), ``hook_q/k/v`` and the
-    MLP's input; ``cf`` holds ``hook_z`` and ``hook_mlp_out`` of the counterfactual prompts.
+    ``tokens``/``cf_tokens`` are the prompts, extended by the answer's tokens but the last when ``answers``
+    has several; ``answer`` is the answer's first token; ``clean`` the unpatched readout at the answer
+    positions; ``clean_logit``/``clean_logp`` the answer token's logit and log-probability at each of them.
     """
 
     tokens: Int[Tensor, "batch seq"]
@@ -41,45 +66,48 @@ class PairCache:
     cf: dict[str, Tensor]
     clean: Readout
     structure: BlockStructure
+    answers: Int[Tensor, "batch n_answer"] | None = None
+    clean_logit: Float[Tensor, "batch n_answer"] | None = None
+    clean_logp: Float[Tensor, "batch n_answer"] | None = None
+    prefix_kv: dict[int, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    def kv(self, model: HookedModel, start: int) -> Any:
+        """The clean run's KV cache of the first ``start`` positions (computed once per batch and length)."""
+        if start not in self.prefix_kv:
+            _, self.prefix_kv[start] = model.bridge(self.tokens[:, :start], return_type="logits_and_cache")
+        return self.prefix_kv[start]
+
+    @property
+    def all_answers(self) -> Int[Tensor, "batch n_answer"]:
+        """The answer's tokens (its first token alone when the cache was built without them)."""
+        return self.answer[:, None] if self.answers is None else self.answers
+
+    @property
+    def readout_positions(self) -> list[int]:
+        """The positions whose logits predict the answer's tokens (the last ``n_answer`` positions)."""
+        seq, n = self.tokens.shape[1], self.all_answers.shape[1]
+        return list(range(seq - n, seq))
 
 
-@torch.no_grad()
-def pair_cache(
-    model: HookedModel,
-    tokens: Int[Tensor, "batch seq"],
-    cf_tokens: Int[Tensor, "batch seq"],
-    answer: Int[Tensor, " batch"],
-    need_probs: bool = False,
-) -> PairCache:
-    """The reference and counterfactual runs of one batch, cached at every position.
+def unembed(model: HookedModel, structure: BlockStructure, resid: Float[Tensor, "... d_model"]) -> Tensor:
+    """Logits from final residual vectors: final norm, unembedding, soft cap (as the model computes them)."""
+    return soft_cap(model.bridge.unembed(final_norm(model, structure, resid)), structure)
 
-    Args:
-        model: the hooked model.
-        tokens: reference prompts.
-        cf_tokens: token-aligned counterfactual prompts.
-        answer: the answer's first token per pair.
-        need_probs: also read out the clean answer probability (for ``prob_change``).
 
-    Returns:
-        A :class:`PairCache`.
-    """
-    if tokens.shape != cf_tokens.shape:
-        raise ValueError(
-            f"reference tokens {tuple(tokens.shape)} and counterfactual tokens {tuple(cf_tokens.shape)} differ in "
-            "shape. Fix: pass token-aligned pairs of equal length (mathcircuits.data.generate_pairs)."
-        )
-    structure = block_structure(model)
-    names = []
-    for layer in range(model.spec.n_layers):
-        names += [hooks.z(layer), hooks.mlp_out(layer), hooks.resid_pre(layer), hooks.sub(layer, structure.mlp_reads)]
-        names += [hooks.sub(layer, f"attn.hook_{k}") for k in "qkv"] + [hooks.mlp_in(layer)]
-        pre = attn_pre_norm_name(structure, layer)
-        names += [pre] if pre is not None else []
-    logits, ref = capture(model.bridge, tokens, sorted(set(names)), position=None)
-    cf_names = [n for layer in range(model.spec.n_layers) for n in (hooks.z(layer), hooks.mlp_out(layer))]
-    _, cf = capture(model.bridge, cf_tokens, cf_names, position=None)
-    clean = Readout.from_logits(logits[:, -1], answer, need_probs)
-    return PairCache(tokens, cf_tokens, answer, ref, cf, clean, structure)
+def position_scores(
+    logits: Float[Tensor, "rows n vocab"], answers: Int[Tensor, "rows n"]
+) -> tuple[Float[Tensor, "rows n"], Float[Tensor, "rows n"]]:
+    """The answer token's raw logit and log-probability at each readout position."""
+    logit = logits.gather(-1, answers[..., None])[..., 0]
+    logp = torch.log_softmax(logits.float(), -1).gather(-1, answers[..., None])[..., 0]
+    return logit, logp
+
+
+def readout_of(logit: Tensor, logp: Tensor, metric: Metric | None) -> Readout:
+    """A :class:`Readout` from per-position scores ``[rows, n_answer]`` (first token: logit, probability)."""
+    if metric is not None and not metric.needs_probs:
+        return Readout(logit[:, 0])
+    return Readout(logit[:, 0], logp[:, 0].exp(), logp.sum(-1))
 
 
 @dataclass(frozen=True)
@@ -108,13 +136,8 @@ def put_receiver(receiver: Receiver, act: Tensor, value: Tensor, pos: Sequence[i
 def check_request(
     model: HookedModel, receiver: Receiver, senders: Sequence[Sender], structure: BlockStructure
 ) -> Receiver:
-    """The receiver, checked against the model; refused when it is the logits or a sender cannot reach it."""
+    """The receiver, checked against the model; refused when a sender cannot reach it."""
     receiver = receiver.check(model.spec)
-    if receiver.kind == "logits":
-        raise ValueError(
-            "the receiver is the logits, which mathcircuits.patching.path_patch already scans at the cost floor. "
-            "Fix: use path_patch(model, dataset) for sender → logits, or a q/k/v/mlp receiver here."
-        )
     for s in senders:
         s.check(model.spec)
         if not receiver.is_downstream_of(s, structure.parallel):
@@ -123,3 +146,56 @@ def check_request(
                 "Fix: use senders in earlier layers (upstream_senders(spec, receiver, parallel) lists them)."
             )
     return receiver
+
+
+@torch.no_grad()
+def pair_cache(
+    model: HookedModel,
+    tokens: Int[Tensor, "batch seq"],
+    cf_tokens: Int[Tensor, "batch seq"],
+    answer: Int[Tensor, " batch"],
+    need_probs: bool = False,
+    answers: Int[Tensor, "batch n_answer"] | None = None,
+) -> PairCache:
+    """The reference and counterfactual runs of one batch, cached at every position.
+
+    Args:
+        model: the hooked model.
+        tokens: reference prompts.
+        cf_tokens: token-aligned counterfactual prompts.
+        answer: the answer's first token per pair.
+        need_probs: also read out the clean answer probability (for ``prob_change``).
+        answers: every answer token per pair (teacher forcing: both prompts are extended by all but the last,
+            and every answer position is read out); None: the first token at the last position only.
+
+    Returns:
+        A :class:`PairCache`.
+    """
+    if tokens.shape != cf_tokens.shape:
+        raise ValueError(
+            f"reference tokens {tuple(tokens.shape)} and counterfactual tokens {tuple(cf_tokens.shape)} differ in "
+            "shape. Fix: pass token-aligned pairs of equal length (mathcircuits.data.generate_pairs)."
+        )
+    if answers is not None:
+        if answers.dim() != 2 or answers.shape[0] != tokens.shape[0] or not bool((answers[:, 0] == answer).all()):
+            raise ValueError(
+                f"answers {tuple(answers.shape)} must be [batch, n_answer] and start with `answer`. "
+                "Fix: pass the pairs' answer_tokens (equal length within the batch)."
+            )
+        tokens = torch.cat([tokens, answers[:, :-1]], 1)
+        cf_tokens = torch.cat([cf_tokens, answers[:, :-1]], 1)
+    structure = block_structure(model)
+    L = model.spec.n_layers
+    names = [hooks.resid_post(L - 1)]
+    for layer in range(L):
+        names += [hooks.z(layer), hooks.mlp_out(layer), hooks.resid_pre(layer), hooks.sub(layer, structure.mlp_reads)]
+        names += [hooks.sub(layer, f"attn.hook_{k}") for k in "qkv"] + [hooks.mlp_in(layer)]
+        pre = attn_pre_norm_name(structure, layer)
+        names += [pre] if pre is not None else []
+    logits, ref = capture(model.bridge, tokens, sorted(set(names)), position=None)
+    cf_names = [n for layer in range(L) for n in (hooks.z(layer), hooks.mlp_out(layer))]
+    _, cf = capture(model.bridge, cf_tokens, cf_names, position=None)
+    every = answer[:, None] if answers is None else answers
+    logit, logp = position_scores(logits[:, -every.shape[1] :], every)
+    clean = readout_of(logit, logp, None) if need_probs or answers is not None else Readout(logit[:, 0])
+    return PairCache(tokens, cf_tokens, answer, ref, cf, clean, structure, answers, logit, logp)

@@ -1,10 +1,17 @@
-"""Sender → receiver path patching by its definition: two full hooked forwards per sender (slow, plainly correct).
+"""Sender → receiver path patching by the definition: two full hooked forwards per sender.
 
-For a sender ``s`` patched at positions ``P`` and a receiver ``r``: run the reference prompt
-with every head frozen at its reference ``hook_z`` except ``s`` (counterfactual at ``P``), record
-the receiver's input; then run the reference prompt with only that input replaced and read the
-answer at the last position. :func:`mathcircuits.circuit.exact_edges` must agree with it; the
-run-time check compares them on the user's model.
+The plain reference that the fast method (:func:`mathcircuits.circuit.exact_edges`) is checked against
+(:mod:`mathcircuits.circuit.edges` states the method, Wang et al. 2023 §3):
+
+1. run the reference prompt with every attention head frozen at its reference ``hook_z``, except the
+   sender, whose output at the patched positions is its counterfactual value; record the receiver's input;
+2. run the reference prompt with only the receiver's input replaced by the recorded one; the effect is the
+   metric at the answer positions. A logits receiver reads the frozen run's own answer readout.
+
+Usage::
+
+    cache = pair_cache(model, tokens, cf_tokens, answers[:, 0], answers=answers)
+    batch = reference_edges(model, cache, Receiver("q", 20, 8), senders, [seq - 1], METRICS["answer_logprob"])
 """
 
 from __future__ import annotations
@@ -18,8 +25,7 @@ from torch import Tensor
 from mathcircuits.circuit.components import Receiver, Sender, check_positions
 from mathcircuits.circuit.pair_cache import EdgeBatch, PairCache, check_request, put_receiver, receiver_slice
 from mathcircuits.models import HookedModel, hooks
-from mathcircuits.models.readout import Readout
-from mathcircuits.patching import Metric
+from mathcircuits.patching.metrics import Metric, answer_readout
 
 __all__ = ["reference_edges"]
 
@@ -33,15 +39,15 @@ def reference_edges(
     positions: Sequence[int],
     metric: Metric,
 ) -> EdgeBatch:
-    """Sender → receiver effects by the definition: two full hooked forwards per sender.
+    """Sender → receiver effects by the definition: two full hooked forwards per sender (one for the logits).
 
     Args:
         model: the hooked model.
         cache: the batch and its cached runs (:func:`pair_cache`).
-        receiver: a q/k/v/mlp :class:`Receiver`.
+        receiver: a q/k/v/mlp :class:`Receiver`, or the logits (the frozen run's own readout).
         senders: heads and MLPs upstream of the receiver.
         positions: where each sender is patched (all of them at once).
-        metric: the effect measure at the last position.
+        metric: the effect measure at the answer positions.
 
     Returns:
         :class:`EdgeBatch` of per-pair effects, one column per sender.
@@ -49,9 +55,9 @@ def reference_edges(
     receiver = check_request(model, receiver, senders, cache.structure)
     bridge, L = model.bridge, model.spec.n_layers
     tokens, ref, cf = cache.tokens, cache.ref, cache.cf
-    seq = tokens.shape[1]
+    answers = cache.all_answers
+    seq, n_ans = tokens.shape[1], answers.shape[1]
     pos = check_positions(positions, seq, "sender")
-    rpos = receiver.positions(seq)
     z_names = [hooks.z(layer) for layer in range(L)]
     m_names = [hooks.mlp_out(layer) for layer in range(L)]
     out = torch.empty(tokens.shape[0], len(senders))
@@ -75,12 +81,16 @@ def reference_edges(
         fwd = [(z_names[layer], lambda a, hook, layer=layer: freeze(a, hook, layer)) for layer in range(L)]
         if s.kind == "mlp":
             fwd.append((m_names[s.layer], patch_mlp))
-        bridge.run_with_hooks(tokens, fwd_hooks=fwd + [(receiver.hook(), keep)])
-        value = receiver_slice(receiver, record["r"])[:, rpos]
+        if receiver.kind == "logits":  # the frozen run's own answer readout
+            logits = bridge.run_with_hooks(tokens, fwd_hooks=fwd)[:, -n_ans:]
+        else:
+            bridge.run_with_hooks(tokens, fwd_hooks=fwd + [(receiver.hook(), keep)])
+            rpos = receiver.positions(seq)
+            value = receiver_slice(receiver, record["r"])[:, rpos]
 
-        def replace(act: Tensor, hook: Any, value: Tensor = value) -> Tensor:
-            return put_receiver(receiver, act, value, rpos)
+            def replace(act: Tensor, hook: Any, value: Tensor = value, rpos: list[int] = rpos) -> Tensor:
+                return put_receiver(receiver, act, value, rpos)
 
-        logits = bridge.run_with_hooks(tokens, fwd_hooks=[(receiver.hook(), replace)])[:, -1]
-        out[:, j] = metric(Readout.from_logits(logits, cache.answer, metric.needs_probs), cache.clean).float().cpu()
+            logits = bridge.run_with_hooks(tokens, fwd_hooks=[(receiver.hook(), replace)])[:, -n_ans:]
+        out[:, j] = metric(answer_readout(logits, answers, metric), cache.clean).float().cpu()
     return EdgeBatch(effects=out, clean_logit=cache.clean.logit)

@@ -1,8 +1,9 @@
-"""The values circuit discovery returns: a :class:`Circuit` of nodes and edges, and its :class:`Faithfulness`.
+"""The value circuit discovery returns: a :class:`Circuit` of nodes and edges.
 
 A node is a component (head ``L14.H2`` or ``MLP3``) at a token position, named by the
-position's role in the prompt (``A``, ``B``, ``op``, ``last``) or by its offset from the
-end (``-3``); ``logits`` is the sink. An edge is a sender → receiver path-patching effect
+position's role in the prompt (``A``, ``B``, ``op``, ``last``), by its offset from the
+end of the prompt (``-3``) or by its place in the teacher-forced answer (``ans1``: the
+position holding the answer's first token); ``logits`` is the sink. An edge is a sender → receiver path-patching effect
 (mean over pairs, with a percentile bootstrap interval over pairs); ``via`` says which
 input of the receiver it enters (``q``, ``k``, ``v``, ``mlp``, or ``logits``). A key or value
 edge on a GQA model enters a KV group: ``shared_by`` lists the query heads reading it.
@@ -16,11 +17,11 @@ import pandas as pd
 from torch import nn
 
 from mathcircuits._io import SavedResult
-from mathcircuits.circuit.config import EdgeSender, ReceiverKind, ScanPositions
+from mathcircuits.circuit.config import EdgeSender, MLPMode, ReceiverKind, ScanPositions
 from mathcircuits.models import Head, HookedModel
 from mathcircuits.models.spec import ModelSpec, check_model
 
-__all__ = ["Circuit", "CircuitData", "CircuitSettings", "Edge", "Faithfulness", "FaithfulnessSettings", "Node"]
+__all__ = ["Circuit", "CircuitData", "CircuitSettings", "DiscoveryRound", "Edge", "Node"]
 
 
 @dataclass(frozen=True)
@@ -31,8 +32,8 @@ class Node:
         kind: ``"head"``, ``"mlp"`` or ``"logits"``.
         layer: its layer (``-1`` for the logits).
         head: the query head (``-1`` otherwise).
-        position: the position's role (``A``, ``B``, ``op``, ``last``) or offset from the end (``"-3"``).
-        depth: 0 for the key components (senders to the logits), 1 for their senders, ...
+        position: the position's label (``A``, ``B``, ``op``, ``last``, an offset ``"-3"``, or ``ans1``, ...).
+        depth: 1 for the senders to the logits (0 for key heads given by hand), 2 for their senders, ...
         role: a short reading of what it does (e.g. ``operand mover``), from its attention and edges.
     """
 
@@ -80,38 +81,48 @@ class Edge:
 
 @dataclass(frozen=True)
 class CircuitData:
-    """The pairs a circuit was found on: their operations, templates and pair ids."""
+    """The pairs a circuit was found on (operations, templates, pair ids), and the pairs kept for its evaluation."""
 
     operations: list[str] = field(default_factory=list)
     templates: list[str] = field(default_factory=list)
     pair_ids: list[int] = field(default_factory=list)
+    eval_pair_ids: list[int] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class DiscoveryRound:
+    """One round of discovery: the circuit's size after it, its faithfulness on the discovery pairs, the time so far."""
+
+    round: int
+    nodes: int
+    edges: int
+    faithfulness: float
+    seconds: float
 
 
 @dataclass(frozen=True)
 class CircuitSettings:
-    """How a circuit was found (the arguments of :func:`~mathcircuits.circuit.discover_circuit`)."""
+    """How a circuit was found (the arguments of :func:`~mathcircuits.circuit.discover_circuit`), its rounds and why
+    it stopped."""
 
-    key_heads: list[list[int]] = field(default_factory=list)
+    key_heads: list[list[int]] | None = None
     depth: int = 2
     threshold: float = 0.0
     top_k: int = 0
+    logits_top_k: int = 0
     senders: list[EdgeSender] = field(default_factory=list)
     receivers: list[ReceiverKind] = field(default_factory=list)
     positions: ScanPositions = "roles"
     screen: int | None = None
+    saturation_tol: float | None = None
+    mlps: MLPMode = "ablate"
+    max_nodes: int | None = None
+    max_seconds: float | None = None
     batch_size: int = 16
     n_boot: int = 0
     seed: int = 0
-
-
-@dataclass(frozen=True)
-class FaithfulnessSettings:
-    """How faithfulness was measured: random circuits drawn, bootstrap resamples, seed, and the head means used."""
-
-    n_random: int = 0
-    n_boot: int = 0
-    seed: int = 0
-    means: str = ""
+    rounds: list[DiscoveryRound] = field(default_factory=list)
+    stopped: str = ""
 
 
 @dataclass(frozen=True, repr=False)
@@ -206,49 +217,4 @@ class Circuit(SavedResult):
             ("edges", str(len(self.edges))),
             ("pairs", str(self.n_pairs)),
             ("strongest edge", edge),
-        ]
-
-
-@dataclass(frozen=True, repr=False)
-class Faithfulness(SavedResult):
-    """How much of the task the circuit's heads carry, with every other head mean-ablated (Wang et al. 2023).
-
-    ``F(x)`` is the mean log-probability of the answer's first token. Faithfulness is
-    ``(F(circuit) − F(none)) / (F(full) − F(none))`` (1: the circuit alone does what the model
-    does; 0: no better than ablating every head), with a bootstrap interval over pairs.
-    ``minimality[node]`` is the faithfulness lost when that head is also ablated;
-    ``random`` are the faithfulness values of random head sets of the circuit's size.
-    """
-
-    VERSION = 1
-    STAGE = "circuit"
-
-    model: ModelSpec
-    heads: tuple[tuple[int, int], ...]
-    faithfulness: float
-    low: float
-    high: float
-    f_full: float
-    f_circuit: float
-    f_none: float
-    minimality: dict[str, float] = field(default_factory=dict)
-    random: tuple[float, ...] = ()
-    n_pairs: int = 0
-    confidence: float = 0.95
-    settings: FaithfulnessSettings = FaithfulnessSettings()
-
-    @property
-    def random_share_below(self) -> float:
-        """Share of random circuits of equal size whose faithfulness is below the circuit's."""
-        if not self.random:
-            return float("nan")
-        return sum(r < self.faithfulness for r in self.random) / len(self.random)
-
-    def summary_items(self) -> list[tuple[str, str]]:
-        """Model, the circuit's heads and its faithfulness with the interval."""
-        return [
-            ("model", self.model.name),
-            ("heads", str(len(self.heads))),
-            ("pairs", str(self.n_pairs)),
-            ("faithfulness", f"{self.faithfulness:.3f} [{self.low:.3f}, {self.high:.3f}]"),
         ]

@@ -5,7 +5,13 @@ For each template we draw operands (seeded), fill word pools, and build
 * the reference prompt, e.g. ``"3 + 5 ="``, whose answer is ``8``;
 * the counterfactual prompt, identical except that the operator ``{OP}`` is
   replaced by a word of the template's counterfactual vocabulary
-  (``"3 < 5 ="``), chosen so that both prompts tokenize to the same length.
+  (``"3 < 5 ="``), chosen so that both prompts tokenize to the same length
+  (``counterfactual="operator"``, the paper's); or, with
+  ``counterfactual="operands"``, the same operator with other operands whose
+  answer differs (``"6 + 2 ="``: both operands change, so paths from operand A
+  and from operand B can be found; Wang et al. 2023's ABC-style counterfactual).
+  The operand counterfactual stores ``counterfactual`` (``"operands"``), ``cf_a``,
+  ``cf_b``, ``cf_answer`` and ``cf_answer_tokens`` too.
 
 An optional few-shot prefix, built from the same template with the operand
 pairs listed in the template file, precedes the query (small models need it).
@@ -26,7 +32,7 @@ import string
 from collections.abc import Collection
 from dataclasses import asdict, dataclass, field
 from fractions import Fraction
-from typing import Any, Literal
+from typing import Any, Literal, TypeAlias
 
 import datasets
 
@@ -35,6 +41,7 @@ from mathcircuits._schema import from_dict as config_from_dict
 from mathcircuits.data.templates import OPERATIONS, Template, TemplateSet
 
 __all__ = [
+    "Counterfactual",
     "GenerationConfig",
     "PairError",
     "answer_spacing",
@@ -43,6 +50,9 @@ __all__ = [
     "operand_pairs",
     "render_pair",
 ]
+
+#: The counterfactual prompt of a pair: the operator swapped (the paper's), or other operands and another answer.
+Counterfactual: TypeAlias = Literal["operator", "operands"]
 
 
 class PairError(ValueError):
@@ -64,6 +74,10 @@ class GenerationConfig:
     integer_only: bool = setting(True, "keep only integer answers (division)")
     multi_token_answers: Literal["first", "refuse"] = setting(
         "first", "first: target an answer's first token; refuse: skip multi-token answers"
+    )
+    counterfactual: Counterfactual = setting(
+        "operator",
+        "operator: the operator replaced by a non-arithmetic word; operands: other operands, another answer",
     )
     seed: int = setting(0, "random seed of operands and word pools")
 
@@ -194,6 +208,7 @@ def render_pair(
     spacing: str,
     integer_only: bool = True,
     allow_negative: bool = False,
+    cf_operands: tuple[int, int] | None = None,
 ) -> dict[str, Any]:
     """Build one reference/counterfactual record from a template and operands.
 
@@ -210,6 +225,8 @@ def render_pair(
         spacing: :func:`answer_spacing` of the tokenizer.
         integer_only: the answer rule of the few-shot examples.
         allow_negative: the answer rule of the few-shot examples.
+        cf_operands: ``(a', b')`` for an operand counterfactual (the operator stays, ``cf_word`` is ignored);
+            None: the operator counterfactual (``cf_word`` replaces the operator).
 
     Returns:
         A dict with the prompts, their token ids, the answer's token ids and the token positions
@@ -238,7 +255,7 @@ def render_pair(
         prefix = template.fewshot_separator.join(shots) + template.fewshot_separator
     tail = " " if spacing == "prompt" else ""
     ref = _render(tpl, a, b, tpl.op, words)
-    cf = _render(tpl, a, b, cf_word, words)
+    cf = _render(tpl, a, b, cf_word, words) if cf_operands is None else _render(tpl, *cf_operands, tpl.op, words)
     prompt, cf_prompt = prefix + ref.text + tail, prefix + cf.text + tail
     enc = tokenizer(prompt, add_special_tokens=False, return_offsets_mapping=True)
     cf_ids = tokenizer(cf_prompt, add_special_tokens=False)["input_ids"]
@@ -256,6 +273,24 @@ def render_pair(
             "Fix: end the template with a separator such as '=' or ':'."
         )
     answer_ids = full[len(ids) :]
+    extra: dict[str, Any] = {}
+    if cf_operands is not None:
+        cf_answer = compute_answer(tpl.operation, *cf_operands, integer_only, allow_negative)
+        if cf_answer is None or cf_answer == answer:
+            raise PairError(
+                f"operands {cf_operands} give no valid {tpl.operation} answer different from {answer!r}. "
+                "Fix: draw other counterfactual operands."
+            )
+        cf_full = tokenizer(
+            cf_prompt + (cf_answer if spacing == "prompt" else " " + cf_answer), add_special_tokens=False
+        )
+        extra = {
+            "counterfactual": "operands",
+            "cf_a": cf_operands[0],
+            "cf_b": cf_operands[1],
+            "cf_answer": cf_answer,
+            "cf_answer_tokens": cf_full["input_ids"][len(cf_ids) :],
+        }
     shift = len(prefix)
     offsets = [(s, e) for s, e in enc["offset_mapping"]]
     pos = {k: _token_positions(offsets, (s + shift, e + shift)) for k, (s, e) in ref.spans.items()}
@@ -282,6 +317,7 @@ def render_pair(
         "pos_b": pos["B"],
         "pos_op": pos["OP"],
         "pos_last": len(ids) - 1,
+        **extra,
     }
 
 
@@ -379,6 +415,13 @@ def generate_pairs(
             words = {p: rng.choice(tset.word_pools[p]) for p in tpl.pools}
             if i > len(order) and not tpl.pools:
                 break  # every operand pair used once and nothing else varies
+            cf_operands = None
+            if config.counterfactual == "operands":  # other operands (both differ), another answer
+                others = [(x, y) for x, y, z in candidates if x != a and y != b and z != ans]
+                if not others:
+                    last_error = f"no operand pair differs from ({a}, {b}) in both operands and the answer"
+                    continue
+                cf_operands = rng.choice(others)
             try:
                 rec = render_pair(
                     tokenizer,
@@ -393,6 +436,7 @@ def generate_pairs(
                     spacing,
                     config.integer_only,
                     config.allow_negative,
+                    cf_operands,
                 )
             except PairError as err:  # e.g. a pool word that changes the token count; try another draw
                 last_error = err

@@ -24,7 +24,7 @@ Usage::
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, TypeAlias
 
 import torch
 from jaxtyping import Float, Int
@@ -33,15 +33,24 @@ from torch import Tensor
 from mathcircuits.models.families import BlockStructure
 from mathcircuits.models.loading import HookedModel
 
-__all__ = ["Readout", "final_norm", "readout", "soft_cap", "vocab_logits"]
+__all__ = ["Readout", "Target", "final_norm", "readout", "soft_cap", "vocab_logits"]
+
+
+#: What a metric reads off a :class:`Readout`: the first answer token's logit or probability, or the whole
+#: answer's log-probability.
+Target: TypeAlias = Literal["logit", "prob", "logprob"]
 
 
 @dataclass(frozen=True)
 class Readout:
-    """The correct answer's logit and (when asked for) probability, one value per row."""
+    """The answer's first-token logit and, when asked for, its probability and the whole answer's log-probability.
+
+    ``logprob`` is ``Σ_j log p(answer_j | prompt, answer_<j)`` (teacher-forced), one value per row.
+    """
 
     logit: Float[Tensor, " rows"]
     prob: Float[Tensor, " rows"] | None = None
+    logprob: Float[Tensor, " rows"] | None = None
 
     @classmethod
     def from_logits(
@@ -63,15 +72,24 @@ class Readout:
 
     def take(self, rows: Int[Tensor, " n"]) -> Readout:
         """The readout of the given rows (e.g. the pair each patched row belongs to)."""
-        return Readout(self.logit[rows], None if self.prob is None else self.prob[rows])
+        pick = lambda t: None if t is None else t[rows]  # noqa: E731
+        return Readout(self.logit[rows], pick(self.prob), pick(self.logprob))
 
-    def value(self, target: Literal["logit", "prob"]) -> Float[Tensor, " rows"]:
-        """The logit or the probability; a clear error when the probability was not read out."""
+    def value(self, target: Target) -> Float[Tensor, " rows"]:
+        """The logit, the probability or the answer's log-probability; a clear error when it was not read out."""
         if target == "logit":
             return self.logit
-        if self.prob is None:
-            raise ValueError("this readout has no probabilities. Fix: read out with need_probs=True.")
-        return self.prob
+        if target == "prob":
+            if self.prob is None:
+                raise ValueError("this readout has no probabilities. Fix: read out with need_probs=True.")
+            return self.prob
+        if self.logprob is None:
+            raise ValueError(
+                "this readout has no answer log-probability: it was read at the last prompt position only. "
+                "Fix: read the logits at every answer position (mathcircuits.patching.answer_readout), or use a "
+                "last-position metric (relative_logit, logit_diff, prob_change)."
+            )
+        return self.logprob
 
 
 def soft_cap(logits: Tensor, structure: BlockStructure) -> Tensor:

@@ -20,14 +20,24 @@ from mathcircuits.patching.key_components import (
     median_depth,
     resolve_heads,
 )
-from mathcircuits.patching.metrics import METRICS, Metric, MetricName, get_metric
+from mathcircuits.patching.metrics import (
+    LAST_POSITION_METRICS,
+    METRICS,
+    LastPositionMetric,
+    Metric,
+    MetricName,
+    answer_readout,
+    get_metric,
+)
 from mathcircuits.patching.result import PatchingResult, PatchSettings
 from mathcircuits.patching.scan import SENDER_KINDS, Method, SenderKind
 from mathcircuits.patching.selection import select_key_components, selection_stability
 
 __all__ = [
     "KeyComponents",
+    "LAST_POSITION_METRICS",
     "LastPositionCache",
+    "LastPositionMetric",
     "METHODS",
     "METRICS",
     "Method",
@@ -43,6 +53,7 @@ __all__ = [
     "SelectionError",
     "SelectionSource",
     "SenderKind",
+    "answer_readout",
     "compare_rankings",
     "get_metric",
     "last_position_caches",

@@ -3,8 +3,9 @@
 They are the ``patching`` and ``selection`` sections of a run configuration: the
 pipeline passes their fields to :func:`~mathcircuits.patching.path_patch` and
 :func:`~mathcircuits.patching.select_key_components` unchanged, and the choices
-here are those functions' own: the same ``Literal`` aliases type both (``Method``, ``MetricName``,
-``SenderKind``, ``Rule``), and one default per setting lives here.
+here are those functions' own: the same ``Literal`` aliases type both (``Method``, ``LastPositionMetric``,
+``SenderKind``, ``Rule``), and one default per setting lives here. A test keeps the metric choices equal to
+``LAST_POSITION_METRICS`` and the rules to ``RULES``.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from dataclasses import dataclass
 from typing import Literal, TypeAlias
 
 from mathcircuits._schema import check_fields, setting
-from mathcircuits.patching.metrics import MetricName
+from mathcircuits.patching.metrics import LastPositionMetric
 from mathcircuits.patching.scan import Method, SenderKind
 
 __all__ = ["PatchingConfig", "Rule", "SelectionConfig"]
@@ -29,7 +30,7 @@ class PatchingConfig:
     method: Method = setting(
         "exact", "exact: last-position shortcut; reference: one forward per sender; attribution: gradient estimate"
     )
-    metric: MetricName = setting("relative_logit", "effect measured on the correct answer at the last position")
+    metric: LastPositionMetric = setting("relative_logit", "effect measured on the correct answer at the last position")
     senders: tuple[SenderKind, ...] = setting(("heads", "mlps"), "which components to patch")
     max_pairs: int = setting(64, "correct pairs patched per operation", ge=1)
     min_pairs: int = setting(30, "an operation with fewer correct pairs is reported but not patched", ge=1)

@@ -66,6 +66,12 @@ def path_patch(
         A :class:`PatchingResult` (its ``metric`` is the metric's name).
     """
     metric = get_metric(metric)
+    if metric.every_answer_token:
+        raise ValueError(
+            f"metric {metric.name!r} reads every answer token, but path_patch reads the last prompt position only. "
+            "Fix: use relative_logit, logit_diff or prob_change here; the circuit functions "
+            "(mathcircuits.circuit) read every answer token."
+        )
     chosen = Senders.from_names(senders)
     if method not in METHODS:
         raise ValueError(f"method {method!r} is unknown. Fix: use one of {list(METHODS)}.")

@@ -1,14 +1,26 @@
 """What a patch is measured by: the answer's readout and the metrics, as values.
 
 A :class:`~mathcircuits.models.Readout` holds the correct answer's raw logit (and, when a metric
-needs it, its probability) at the patched position, one value per row. A
-:class:`Metric` turns a patched and a clean readout into an effect; the three
-the toolkit knows are registered in :data:`METRICS` by name:
+needs it, its probability, or the log-probability of the whole answer) at the
+patched position, one value per row. A :class:`Metric` turns a patched and a
+clean readout into an effect; the four the toolkit knows are registered in
+:data:`METRICS` by name:
 
-* ``relative_logit``: (patched − clean) / clean of the raw answer logit, the
-  paper's measure (Zhang et al. 2024, Eq. 2);
-* ``logit_diff``: patched − clean answer logit;
-* ``prob_change``: patched − clean answer probability.
+* ``relative_logit``: (patched − clean) / clean of the raw answer logit of the
+  answer's first token, the paper's measure (Zhang et al. 2024, Eq. 2). Raw
+  logits carry an offset that softmax ignores, so this ratio depends on it;
+* ``logit_diff``: patched − clean answer logit (first token);
+* ``prob_change``: patched − clean answer probability (first token);
+* ``answer_logprob``: patched − clean log-probability of the **whole answer**,
+  teacher-forced over every answer token (SmolLM2 writes "12" as "1", "2")::
+
+      log p(answer) = Σ_j log softmax(logits[t_j])[answer_j],   t_j = last prompt position + j
+
+  Offset-free (log-softmax ignores a constant added to every logit) and the same
+  target for every analysis that reads it. It needs the logits at every answer
+  position, so the sequence is the prompt followed by the answer's tokens but the
+  last (:func:`answer_readout`); the last-position scans of
+  :func:`~mathcircuits.patching.path_patch` refuse it.
 
 Every method calls the same metric object; attribution, which estimates the
 *change* of the target quantity to first order, uses :meth:`Metric.of_change`.
@@ -19,15 +31,27 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal, TypeAlias
 
-from jaxtyping import Float
+import torch
+from jaxtyping import Float, Int
 from torch import Tensor
 
-from mathcircuits.models.readout import Readout
+from mathcircuits.models.readout import Readout, Target
 
-__all__ = ["METRICS", "Metric", "MetricName", "get_metric"]
+__all__ = [
+    "LAST_POSITION_METRICS",
+    "METRICS",
+    "LastPositionMetric",
+    "Metric",
+    "MetricName",
+    "answer_readout",
+    "get_metric",
+]
 
-#: The names of the metrics in :data:`METRICS` (the ``metric`` choices of ``path_patch`` and ``PatchingConfig``).
-MetricName: TypeAlias = Literal["relative_logit", "logit_diff", "prob_change"]
+#: The metrics read at the last prompt position alone (the ``metric`` choices of ``path_patch`` and
+#: ``PatchingConfig``).
+LastPositionMetric: TypeAlias = Literal["relative_logit", "logit_diff", "prob_change"]
+#: The names of the metrics in :data:`METRICS`.
+MetricName: TypeAlias = Literal[LastPositionMetric, "answer_logprob"]
 
 
 @dataclass(frozen=True)
@@ -36,19 +60,26 @@ class Metric:
 
     Args:
         name: the name results are saved under.
-        target: which quantity of the readout changes (``"logit"`` or ``"prob"``).
+        target: which quantity of the readout changes (``"logit"`` or ``"prob"`` of the first answer token,
+            ``"logprob"`` of the whole answer).
         relative: divide the change by the clean value (the paper's relative logit change).
         description: one line for docs and reports.
     """
 
     name: str
-    target: Literal["logit", "prob"]
+    target: Target
     relative: bool = False
     description: str = ""
 
     @property
     def needs_probs(self) -> bool:
-        return self.target == "prob"
+        """Whether the readout needs a softmax over the vocabulary (a probability or a log-probability)."""
+        return self.target in ("prob", "logprob")
+
+    @property
+    def every_answer_token(self) -> bool:
+        """Whether the metric reads every answer token (the logits at every answer position), not the first."""
+        return self.target == "logprob"
 
     def of_change(self, change: Float[Tensor, " rows"], clean: Readout) -> Float[Tensor, " rows"]:
         """The metric for a given change of the target quantity (used by first-order attribution).
@@ -73,8 +104,49 @@ METRICS: dict[str, Metric] = {
         Metric("relative_logit", "logit", relative=True, description="(patched − clean) / clean answer logit"),
         Metric("logit_diff", "logit", description="patched − clean answer logit"),
         Metric("prob_change", "prob", description="patched − clean answer probability"),
+        Metric(
+            "answer_logprob",
+            "logprob",
+            description="patched − clean log-probability of the whole answer (every token, teacher-forced)",
+        ),
     )
 }
+LAST_POSITION_METRICS: tuple[str, ...] = tuple(m.name for m in METRICS.values() if not m.every_answer_token)
+
+
+def answer_readout(
+    logits: Float[Tensor, "rows n_answer vocab"],
+    answers: Int[Tensor, "rows n_answer"],
+    metric: Metric | None = None,
+    valid: Int[Tensor, " rows"] | None = None,
+) -> Readout:
+    """The readout of each row from its logits at the answer positions (teacher-forced).
+
+    Args:
+        logits: the logits at the last prompt position and at each answer token but the last, i.e. at the
+            positions that predict ``answers[:, 0]``, ``answers[:, 1]``, ...
+        answers: the answer's tokens.
+        metric: what the readout is for (``None``: everything: logit, probability and log-probability).
+        valid: the number of answer tokens of each row when rows of one batch have answers of different
+            lengths (the rest of ``answers`` is padding); None: every row uses all ``n_answer`` tokens.
+
+    Returns:
+        The :class:`Readout`: the first token's logit (and probability), the whole answer's log-probability.
+    """
+    if logits.shape[:2] != answers.shape:
+        raise ValueError(
+            f"logits {tuple(logits.shape)} and answer tokens {tuple(answers.shape)} do not match: one logit row per "
+            "answer token is needed. Fix: read the logits at the last prompt position and every answer position."
+        )
+    first = logits[:, 0].gather(-1, answers[:, :1])[:, 0]
+    needs = metric is None or metric.needs_probs
+    if not needs:
+        return Readout(first)
+    logp = torch.log_softmax(logits.float(), -1).gather(-1, answers[..., None])[..., 0]  # [rows, n_answer]
+    if valid is not None:
+        keep = torch.arange(answers.shape[1], device=answers.device)[None] < valid[:, None]
+        logp = logp * keep
+    return Readout(first, logp[:, 0].exp(), logp.sum(-1))
 
 
 def get_metric(metric: MetricName | Metric) -> Metric:

@@ -8,7 +8,7 @@ Layout (one sub-folder per stage, each finished by a ``.done.json`` marker)::
     identify/  patching_<op>.pt  patching_all.pt  key_components.json  effects_all.csv
     validate/  head_means.pt  knockout_<op>.pt/.csv  transfer.pt/.csv
     analyze/   attention_by_role.pt/.csv  mlp_probes.pt/.csv  head_patterns.pt
-    circuit/   circuit_<op>.json  faithfulness_<op>.json  graph_<op>.html
+    circuit/   circuit_<op>.json  faithfulness_<op>.json  graph_<op>.html  curve_<op>.html
     finetune/  train_pairs/  heldout_pairs/  <mode>/{checkpoint-N/, final/, sft_result.json, log.jsonl, .settings}
     evaluate/  table.csv  eval_<label>.pt (one per model: held-out arithmetic, benchmarks)
     compare/   train_pairs/ validation_pairs/ test_pairs/  units/{base, sweep/.., final/..}/unit.json
@@ -133,6 +133,9 @@ class RunPaths:
 
     def circuit_graph(self, operation: str) -> Path:
         return self.root / "circuit" / f"graph_{operation}.html"
+
+    def circuit_curve(self, operation: str) -> Path:
+        return self.root / "circuit" / f"curve_{operation}.html"
 
     # finetune
     @property

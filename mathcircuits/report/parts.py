@@ -16,6 +16,7 @@ import plotly.graph_objects as go
 from mathcircuits.ablation import KnockoutResult, TransferResult
 from mathcircuits.analysis import AttentionByRole, HeadPatterns, MLPProbeResult
 from mathcircuits.circuit import Circuit, Faithfulness
+from mathcircuits.circuit.subcircuits import top_circuit
 from mathcircuits.claims import ClaimsCard
 from mathcircuits.models import ModelSpec
 from mathcircuits.patching import KeyComponents, PatchingResult
@@ -24,6 +25,7 @@ from mathcircuits.viz import (
     attention_role_distributions,
     attention_role_means,
     circuit_graph,
+    faithfulness_curve,
     knockout_curves,
     pareto_plot,
     patching_heatmap,
@@ -69,8 +71,8 @@ class ReportParts:
         probes: the MLP probes.
         patterns: full attention patterns, shown as interactive CircuitsVis views.
         evaluation: the evaluation table (``evaluate/table.csv``).
-        circuit: ``{operation: Circuit}``, each shown as a graph.
-        circuit_faithfulness: ``{operation: Faithfulness}``.
+        circuit: ``{operation: Circuit}``, each shown as the graph of its plateau circuit.
+        circuit_faithfulness: ``{operation: Faithfulness}``, shown as the curve with its random band.
         comparison_sweep: the fair SFT comparison's sweep (``compare/sweep.csv``).
         comparison_table: per mode at its chosen rate: change against base with intervals over items and seeds
             (:func:`~mathcircuits.finetune.effects_table`, indexed by mode).
@@ -162,8 +164,8 @@ def report_figures(parts: ReportParts) -> dict[str, go.Figure]:
 
     Names: ``patching_<label>`` (one heatmap per operation, ``patching_overall``), ``patching_top_heads``,
     ``selection_stability``, ``knockout``, ``transfer``, ``attention_roles``, ``attention_excess``,
-    ``attention_means``, ``mlp_probe_curves``, ``mlp_probe_case``, ``circuit_<operation>``, ``evaluation``,
-    ``compare``, ``compare_sweep``; only those whose results are given.
+    ``attention_means``, ``mlp_probe_curves``, ``mlp_probe_case``, ``circuit_<operation>`` (the plateau circuit),
+    ``circuit_curve_<operation>``, ``evaluation``, ``compare``, ``compare_sweep``; only those whose results are given.
 
     Args:
         parts: the report's results.
@@ -194,7 +196,11 @@ def report_figures(parts: ReportParts) -> dict[str, go.Figure]:
         figs["mlp_probe_curves"] = probe_similarity_curves(parts.probes)
         figs["mlp_probe_case"] = probe_case_trajectory(parts.probes)
     for op, circ in parts.circuit.items():
-        figs[f"circuit_{op}" if op else "circuit"] = circuit_graph(circ, parts.circuit_faithfulness.get(op))
+        faith = parts.circuit_faithfulness.get(op)
+        shown = top_circuit(circ, faith.plateau_size) if faith is not None and faith.curve else circ
+        figs[f"circuit_{op}" if op else "circuit"] = circuit_graph(shown, faith)  # the plateau circuit
+        if faith is not None and faith.curve:
+            figs[f"circuit_curve_{op}" if op else "circuit_curve"] = faithfulness_curve(faith)
     ev = parts.evaluation
     if ev is not None and any(str(c).endswith(" Δ low") for c in ev.columns):  # changes vs base with intervals
         figs["evaluation"] = sft_delta_bars(ev.set_index(ev.columns[0]))

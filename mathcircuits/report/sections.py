@@ -157,23 +157,29 @@ def probes_section(page: Page, probes: MLPProbeResult, figs: Figures) -> None:
 
 
 def circuit_section(page: Page, op: str, circ: Circuit, faith: Faithfulness | None, figs: Figures) -> None:
-    """One circuit: how it was found, its faithfulness, its graph and strongest edges."""
+    """One circuit: how it was found, its faithfulness curve with the random band, the plateau circuit's graph."""
     page.section(f"circuit{('-' + op) if op else ''}", f"Circuit{(' (' + op + ')') if op else ''}")
+    rounds = circ.settings.rounds
     text = (
-        f"Sender → receiver path patching from the key heads ({circ.method}, metric {circ.metric}, "
-        f"{circ.n_pairs} pairs); edge intervals are {circ.confidence:.0%} bootstrap intervals over pairs. "
-        "Dashed edges enter a key/value."
+        f"Sender → receiver path patching from the logits ({circ.method}, metric {circ.metric}, {circ.n_pairs} "
+        f"discovery pairs): {len(circ.nodes) - 1} nodes, {len(circ.edges)} edges after {max(0, len(rounds) - 1)} "
+        f"rounds ({circ.settings.stopped or '?'}). Edge intervals are {circ.confidence:.0%} bootstrap "
+        "intervals over pairs; dashed edges enter a key/value."
     )
     if faith is not None:
         text += (
-            f" Faithfulness with every other head mean-ablated: {faith.faithfulness:.3f} "
-            f"[{faith.low:.3f}, {faith.high:.3f}]; {faith.random_share_below:.0%} of "
-            f"{len(faith.random)} random circuits of the same size fall below it."
+            " Faithfulness F = (m(C) − m(cf)) / (m(M) − m(cf)) on other pairs, m the whole answer's "
+            "log-probability, nodes outside the circuit ablated at the query positions: " + faith.summary() + "."
         )
     page.reading(text)
+    curve = f"circuit_curve_{op}" if op else "circuit_curve"
+    if curve in figs:
+        page.figure(figs[curve])
     page.figure(figs[f"circuit_{op}" if op else "circuit"])
     df = circ.to_dataframe().sort_values("effect", key=abs, ascending=False).head(30)
     page.table(f"Circuit edges{(' (' + op + ')') if op else ''}", table(df))
+    if faith is not None and faith.curve:
+        page.table(f"Faithfulness curve{(' (' + op + ')') if op else ''}", table(faith.curve_frame()))
 
 
 def evaluation_section(page: Page, evaluation: pd.DataFrame, c6: Claim | None, figs: Figures) -> None:

@@ -16,6 +16,7 @@ from mathcircuits.viz.export import (
     save_figures,
     screenshot_html,
 )
+from mathcircuits.viz.faithfulness_curve import faithfulness_curve
 from mathcircuits.viz.heatmap import patching_heatmap, patching_heatmaps, patching_top_heads
 from mathcircuits.viz.improve import pareto_plot
 from mathcircuits.viz.knockout import knockout_curves
@@ -33,6 +34,7 @@ __all__ = [
     "attention_role_means",
     "circuit_graph",
     "circuitsvis_bundle",
+    "faithfulness_curve",
     "find_chromium",
     "knockout_curves",
     "pareto_plot",

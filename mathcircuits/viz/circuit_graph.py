@@ -1,7 +1,8 @@
 """The circuit as an interactive, offline graph, and its report section.
 
 Components are laid out by token position (x: the prompt's roles ``A``, ``op``, ``B``,
-``last``, or offsets from the end) and by layer (y; the logits on top). Heads sharing a
+``last``, offsets from the end of the prompt, and the answer positions ``ans1``, …) and by
+layer (y; the logits on top). Heads sharing a
 layer and position sit side by side. Each edge is a line from sender to receiver whose
 width is ``|effect|`` and whose colour is its sign (red: the patch lowers the answer's
 metric, blue: raises it), dashed for key/value edges (they enter a KV group); hovering a
@@ -20,15 +21,13 @@ from __future__ import annotations
 import plotly.graph_objects as go
 
 from mathcircuits.circuit import Circuit, Faithfulness
+from mathcircuits.circuit.batches import label_order
 
 __all__ = ["circuit_graph"]
 
-_ORDER = {"A": 0, "op": 1, "B": 2, "last": 3}
-
 
 def _columns(circuit: Circuit) -> list[str]:
-    labels = {n.position for n in circuit.nodes if n.kind != "logits"}
-    return sorted(labels, key=lambda p: (_ORDER.get(p, 10), int(p) if p.lstrip("-").isdigit() else 0))
+    return sorted({n.position for n in circuit.nodes if n.kind != "logits"}, key=label_order)
 
 
 def circuit_graph(
@@ -37,8 +36,8 @@ def circuit_graph(
     """The circuit's nodes and edges as a Plotly figure.
 
     Args:
-        circuit: a :class:`~mathcircuits.circuit.Circuit`.
-        faith: its :class:`~mathcircuits.circuit.Faithfulness` (shown in the title), or ``None``.
+        circuit: a :class:`~mathcircuits.circuit.Circuit` (e.g. the plateau circuit, ``top_circuit``).
+        faith: its :class:`~mathcircuits.circuit.Faithfulness` (the plateau's value goes in the title), or ``None``.
         width, height: the figure's size in pixels.
 
     Returns:
@@ -105,8 +104,11 @@ def circuit_graph(
             )
         )
     title = f"Circuit of {circuit.model.name}: {len(circuit.nodes) - 1} nodes, {len(circuit.edges)} edges"
-    if faith is not None:
-        title += f" · faithfulness {faith.faithfulness:.2f} [{faith.low:.2f}, {faith.high:.2f}]"
+    if faith is not None and faith.ill_conditioned:
+        title += " · faithfulness ill-conditioned"
+    elif faith is not None and faith.plateau is not None:
+        iv = faith.plateau.faithfulness[faith.primary]
+        title += f" · plateau F = {iv.value:.2f} [{iv.low:.2f}, {iv.high:.2f}] ({faith.primary})"
     fig.update_layout(
         title=title,
         width=width,

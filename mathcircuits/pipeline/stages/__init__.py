@@ -86,9 +86,9 @@ STAGES: dict[str, Stage] = {
             "circuit",
             circuit.run,
             circuit.CircuitSummary,
-            ("circuit",),
-            ("data", "identify"),
-            "the circuit behind the key heads (sender → q/k/v path patching), its faithfulness and graph",
+            ("circuit", "data"),
+            ("data",),
+            "each operation's circuit (sender → receiver path patching to saturation) and its faithfulness curve",
         ),
         Stage(
             "finetune",

@@ -1,40 +1,51 @@
-"""Stage ``circuit``: the circuit behind the key heads, its faithfulness and its graph (issue #12).
+"""Stage ``circuit``: each operation's circuit, found until it saturates, and its faithfulness curve.
 
-Reads the ``circuit`` section; for each operation with at least ``circuit.max_pairs`` correct
-pairs (of its most frequent template, so the token roles sit at the same positions) writes
-``circuit/circuit_<op>.json``, ``circuit/faithfulness_<op>.json`` and ``circuit/graph_<op>.html``.
+Reads the ``circuit`` and ``data`` sections. For each operation it generates pairs of the identification
+templates with the chosen counterfactual (operand counterfactuals by default, so operand paths can be
+found), keeps the correct ones, and — when there are at least ``circuit.min_pairs`` — splits them into
+disjoint discovery and evaluation pairs, stratified by template. It writes
+``circuit/circuit_<op>.json`` (the circuit, with roles and the rounds of discovery),
+``circuit/faithfulness_<op>.json`` (the curve, the random band, the plateau circuit's necessity,
+completeness and minimality, the denominator), ``circuit/graph_<op>.html`` (the plateau circuit) and
+``circuit/curve_<op>.html``. A saved file is not computed again: an interrupted stage resumes with the
+faithfulness of a circuit it found, or with the next operation (the folder is cleared when the settings change).
 """
 
 from __future__ import annotations
 
-from collections import Counter
-from dataclasses import dataclass, field
+import random
+from collections import defaultdict
+from dataclasses import dataclass, field, replace
 
-from mathcircuits._io import atomic_path
-from mathcircuits.circuit import discover_circuit, faithfulness, label_roles
-from mathcircuits.patching import KeyComponents
-from mathcircuits.pipeline.context import Context, StageSummary, select_pairs
+from mathcircuits._io import ResultFileError, atomic_path
+from mathcircuits.circuit import Circuit, Faithfulness, discover_circuit, faithfulness, label_roles
+from mathcircuits.circuit.subcircuits import top_circuit
+from mathcircuits.data import GenerationConfig, filter_correct, generate_pairs, score_pairs
+from mathcircuits.data.pairs import PairSet
+from mathcircuits.pipeline.context import Context, StageSummary
 from mathcircuits.viz.circuit_graph import circuit_graph
+from mathcircuits.viz.faithfulness_curve import faithfulness_curve
 
-__all__ = ["CircuitBrief", "CircuitSummary", "run"]
+__all__ = ["CircuitBrief", "CircuitSummary", "run", "split_pairs"]
 
 
 @dataclass(frozen=True)
 class CircuitBrief:
-    """One operation's circuit, in brief: its size, faithfulness [95% interval] and the random baseline."""
+    """One operation's circuit, in brief: its size, why discovery stopped, the pairs, the time and its curve."""
 
     nodes: int
     edges: int
-    faithfulness: float
-    low: float
-    high: float
-    random_below: float  # share of random circuits of the same size less faithful
-    n_random: int
+    stopped: str
+    discovery_pairs: int
+    eval_pairs: int
+    seconds: float
+    faith: str  # Faithfulness.summary(): the plateau against its random band, the denominator
+    ill_conditioned: bool
 
 
 @dataclass(frozen=True)
 class CircuitSummary(StageSummary):
-    """Per operation: nodes, edges and faithfulness with its interval."""
+    """Per operation: the circuit's size, the denominator, the plateau and the whole circuit's faithfulness."""
 
     circuits: dict[str, CircuitBrief] = field(default_factory=dict)
     skipped: dict[str, int] = field(default_factory=dict)
@@ -43,24 +54,62 @@ class CircuitSummary(StageSummary):
     def lines(self) -> list[str]:
         if self.disabled:
             return ["  circuit: skipped (circuit.enabled is false)"]
-        skipped = [
-            f"  circuit {op}: skipped, {n} correct pairs of one template (fewer than circuit.max_pairs)"
+        out = [
+            f"  circuit {op}: skipped, {n} correct pairs (fewer than circuit.min_pairs)"
             for op, n in self.skipped.items()
         ]
+        for op, c in self.circuits.items():
+            out.append(
+                f"  circuit {op}: {c.nodes} nodes, {c.edges} edges ({c.stopped}), "
+                f"{c.discovery_pairs} discovery / {c.eval_pairs} evaluation pairs, {c.seconds:.0f} s; {c.faith}"
+            )
+        return out
 
-        def random(c: CircuitBrief) -> str:
-            n = c.n_random
-            return f"{c.random_below:.0%} of {n} random circuits below" if n else "no random circuits drawn"
 
-        return skipped + [
-            f"  circuit {op}: {c.nodes} nodes, {c.edges} edges; faithfulness {c.faithfulness:.3f} "
-            f"[{c.low:.3f}, {c.high:.3f}], {random(c)}"
-            for op, c in self.circuits.items()
-        ]
+def split_pairs(dataset: PairSet, n_discovery: int, n_eval: int, seed: int) -> tuple[list[int], list[int]]:
+    """Disjoint discovery and evaluation rows, each spread over the templates (round-robin in a seeded order).
+
+    Args:
+        dataset: pairs with ``template_id``.
+        n_discovery: discovery rows wanted; n_eval: at most this many evaluation rows.
+        seed: the shuffle's seed.
+
+    Returns:
+        ``(discovery rows, evaluation rows)``, disjoint.
+    """
+    rng = random.Random(seed)
+    by_t: dict[str, list[int]] = defaultdict(list)
+    for i, t in enumerate(dataset["template_id"]):
+        by_t[t].append(i)
+    queues = [rng.sample(rows, len(rows)) for _, rows in sorted(by_t.items())]
+    order = []
+    while any(queues):
+        for q in queues:
+            if q:
+                order.append(q.pop())
+    return sorted(order[:n_discovery]), sorted(order[n_discovery : n_discovery + n_eval])
+
+
+def _templates(ctx: Context, op: str) -> list[str]:
+    c, d = ctx.config.circuit, ctx.config.data
+    ids = c.template_ids or tuple(t for t in (d.template_ids or ()) if t not in d.heldout_templates)
+    sets = ctx.templates()
+    known = [t.id for s in sets for t in s.templates if t.operation == op]
+    return [t for t in known if not ids or t in ids]
+
+
+def _pairs(ctx: Context, op: str, n: int, seed: int) -> PairSet:
+    d, c = ctx.config.data, ctx.config.circuit
+    gen = GenerationConfig(
+        operations=(op,), template_ids=tuple(_templates(ctx, op)), n_per_template=n, operand_range=d.operand_range,
+        fewshot=d.fewshot, allow_negative=d.allow_negative, integer_only=d.integer_only,
+        multi_token_answers=d.multi_token_answers, counterfactual=c.counterfactual, seed=seed,
+    )  # fmt: skip
+    return generate_pairs(ctx.model.tokenizer, ctx.templates(), gen)
 
 
 def run(ctx: Context) -> CircuitSummary:
-    """Discover each operation's circuit from the key heads and score its faithfulness.
+    """Find each operation's circuit and measure its faithfulness curve.
 
     Args:
         ctx: the run context.
@@ -72,34 +121,45 @@ def run(ctx: Context) -> CircuitSummary:
     if not c.enabled:
         return CircuitSummary(disabled=True)
     model = ctx.model
-    key = KeyComponents.load(paths.key_components)
-    key.check_model(model.spec)
-    correct = ctx.load_dataset(paths.pairs_correct)
     out: dict[str, CircuitBrief] = {}
     skipped: dict[str, int] = {}
-    for op in sorted(set(correct["operation"])):
-        rows = correct.filter(lambda r, op=op: r["operation"] == op)
-        template = Counter(rows["template_id"]).most_common(1)[0][0]
-        rows = rows.filter(lambda r, t=template: r["template_id"] == t)
-        if len(rows) < c.max_pairs:
-            skipped[op] = len(rows)
+    for op in ctx.config.data.operations:
+        if not _templates(ctx, op):
             continue
-        found = discover_circuit(
-            model, select_pairs(rows, None, c.max_pairs), list(key.heads[: c.key_heads]), **c.discover_kwargs()
-        )
-        found = label_roles(model, select_pairs(rows, None, c.max_pairs), found)
-        found.save(paths.circuit(op))
-        faith = faithfulness(model, select_pairs(rows, None, c.faithfulness_pairs), found, **c.faithfulness_kwargs())
-        faith.save(paths.circuit_faithfulness(op))
+        scored = score_pairs(model, _pairs(ctx, op, c.n_per_template, ctx.config.data.seed), device=model.device)
+        correct = filter_correct(scored) if ctx.config.data.keep_only_correct else scored
+        if len(correct) < c.min_pairs:
+            skipped[op] = len(correct)
+            continue
+        disc_rows, eval_rows = split_pairs(correct, c.discovery_pairs, c.eval_pairs, ctx.config.data.seed)
+        disc, ev = correct.select(disc_rows), correct.select(eval_rows)
+        try:
+            found = Circuit.load(paths.circuit(op))
+        except (FileNotFoundError, ResultFileError):
+            found = discover_circuit(model, disc, **c.discover_kwargs(), progress=ctx.progress)
+            found = label_roles(model, disc, found)
+            found = replace(found, data=replace(found.data, eval_pair_ids=list(ev["pair_id"])))
+            found.save(paths.circuit(op))
+        try:
+            faith = Faithfulness.load(paths.circuit_faithfulness(op))
+        except (FileNotFoundError, ResultFileError):
+            pool = _pairs(ctx, op, c.pool_per_template, ctx.config.data.seed + 1)
+            faith = faithfulness(model, ev, found, pool=pool, **c.faithfulness_kwargs(), seed=ctx.config.data.seed)
+            faith.save(paths.circuit_faithfulness(op))
         with atomic_path(paths.circuit_graph(op)) as tmp:
-            circuit_graph(found, faith).write_html(str(tmp), include_plotlyjs=True)
+            circuit_graph(top_circuit(found, faith.plateau_size) if faith.curve else found, faith).write_html(
+                str(tmp), include_plotlyjs=True
+            )
+        with atomic_path(paths.circuit_curve(op)) as tmp:
+            faithfulness_curve(faith).write_html(str(tmp), include_plotlyjs=True)
         out[op] = CircuitBrief(
             nodes=len(found.nodes) - 1,
             edges=len(found.edges),
-            faithfulness=faith.faithfulness,
-            low=faith.low,
-            high=faith.high,
-            random_below=faith.random_share_below if faith.random else 0.0,
-            n_random=len(faith.random),
+            stopped=found.settings.stopped,
+            discovery_pairs=len(disc),
+            eval_pairs=len(ev),
+            seconds=found.seconds + faith.seconds,
+            faith=faith.summary(),
+            ill_conditioned=faith.ill_conditioned,
         )
     return CircuitSummary(circuits=out, skipped=skipped)

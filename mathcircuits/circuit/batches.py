@@ -1,0 +1,210 @@
+"""What the circuit functions read from a pair dataset: teacher-forced batches and their labelled positions.
+
+Every circuit function scores the **whole answer** (the ``answer_logprob`` metric): the sequence is
+the prompt followed by the answer's tokens but the last, on the reference and on the counterfactual
+side alike, so that the logits at the last prompt position and at each answer position predict the
+answer's tokens (teacher forcing; SmolLM2 writes "12" as "1", "2")::
+
+    tokens    = prompt    + answer[:-1]        readout positions  n_prompt − 1 … seq − 1
+    cf_tokens = cf_prompt + answer[:-1]
+
+A batch holds pairs of one template, one prompt length and one answer length, so every position
+means the same thing in every row and the few-shot prefix is shared. Its positions carry labels,
+the names circuit nodes use:
+
+* ``"roles"``: the prompt's token roles ``A``, ``B``, ``op``, ``last`` (a role of several tokens,
+  e.g. a two-digit operand, is read at its last token);
+* ``"query"``: every position from the first one where the two prompts differ to the last prompt
+  token, labelled by its role where it has one and otherwise by its offset from the end of the
+  prompt (``"-2"``: the token before ``last``);
+* ``"suffix"``: every position after the few-shot prefix, labelled by its offset (``"-1"`` is ``last``).
+
+In every mode the answer positions are ``ans1``, ``ans2``, … (the position holding the answer's
+first token, which predicts the second, …). Positions before the first difference carry the same
+activations in both runs (causal attention), so nothing there can have an effect.
+
+Usage::
+
+    batches = circuit_batches(model, dataset, positions="query", batch_size=8)
+    batches[0].where            # {"op": 31, "-4": 32, "B": 33, "-2": 34, "last": 35, "ans1": 36}
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, get_args
+
+import torch
+from jaxtyping import Int
+from torch import Tensor
+
+from mathcircuits.circuit.config import ScanPositions
+from mathcircuits.data.batching import iter_batches
+from mathcircuits.models import HookedModel
+from mathcircuits.models.prefix import shared_prefix_len
+
+__all__ = ["POSITIONS", "ROLES", "CircuitBatch", "Positions", "circuit_batches", "label_order", "scan_positions"]
+
+Positions = ScanPositions  # the one definition is in circuit.config
+POSITIONS: tuple[str, ...] = get_args(Positions)
+ROLES = {"A": "pos_a", "B": "pos_b", "op": "pos_op", "last": "pos_last"}
+_NEEDED = ("tokens", "cf_tokens", "answer_tokens", "prefix_len", *ROLES.values())
+
+
+@dataclass(frozen=True)
+class CircuitBatch:
+    """Teacher-forced pairs of one template, prompt length and answer length, with labelled positions.
+
+    Args:
+        idx: the rows of the dataset.
+        tokens: prompt + answer tokens but the last.
+        cf_tokens: counterfactual prompt + the same answer tokens.
+        answers: the answer's tokens.
+        n_prompt: prompt tokens.
+        prefix_len: tokens of the few-shot prefix every row (reference and counterfactual) shares.
+        first_diff: the first position where some row's prompts differ (``seq`` when none does).
+        where: label → position (see the module docstring).
+        roles: the token roles' positions (``A``, ``B``, ``op``, ``last``), whatever the labelling.
+        templates: each row's template id; operations: each row's operation.
+    """
+
+    idx: list[int]
+    tokens: Int[Tensor, "batch seq"]
+    cf_tokens: Int[Tensor, "batch seq"]
+    answers: Int[Tensor, "batch n_answer"]
+    n_prompt: int
+    prefix_len: int
+    first_diff: int
+    where: dict[str, int]
+    roles: dict[str, int]
+    templates: list[str]
+    operations: list[str]
+
+    @property
+    def readout(self) -> list[int]:
+        """The positions whose logits predict the answer's tokens."""
+        return list(range(self.n_prompt - 1, self.tokens.shape[1]))
+
+    @property
+    def answer_labels(self) -> list[str]:
+        """Labels of the positions whose logits are read: ``last``-position label first, then ``ans1``, …"""
+        at = {p: lab for lab, p in self.where.items()}
+        return [at[p] for p in self.readout if p in at]
+
+
+def _last(p: Any) -> int:
+    return int(p[-1]) if isinstance(p, (list, tuple)) else int(p)
+
+
+def scan_positions(
+    roles: dict[str, int], n_prompt: int, n_answer: int, prefix_len: int, first_diff: int, positions: str
+) -> dict[str, int]:
+    """Label → position for one batch (see the module docstring).
+
+    Args:
+        roles: ``{"A": pos, "B": pos, "op": pos, "last": pos}`` of the batch.
+        n_prompt: prompt tokens; n_answer: answer tokens.
+        prefix_len: the shared few-shot prefix's length.
+        first_diff: the first position where the two prompts differ.
+        positions: ``"roles"``, ``"query"`` or ``"suffix"``.
+
+    Returns:
+        The labelled positions, in position order.
+    """
+    if positions not in POSITIONS:
+        raise ValueError(f"positions {positions!r} is unknown. Fix: use one of {list(POSITIONS)}.")
+    if positions == "roles":
+        out = dict(roles)
+    else:
+        start = prefix_len if positions == "suffix" else min(first_diff, n_prompt - 1)
+        by_pos = {p: lab for lab, p in roles.items()} if positions == "query" else {}
+        out = {by_pos.get(p, str(p - n_prompt)): p for p in range(start, n_prompt)}
+    for j in range(1, n_answer):
+        out[f"ans{j}"] = n_prompt - 1 + j
+    return dict(sorted(out.items(), key=lambda kv: kv[1]))
+
+
+def label_order(label: str) -> tuple[int, int]:
+    """A sort key that puts labels in reading order across templates: offsets and roles, then answers."""
+    if label.startswith("ans"):
+        return (2, int(label[3:]))
+    named = {"A": -90, "op": -80, "B": -70, "last": -1}
+    return (1, named[label] if label in named else int(label) if label.lstrip("-").isdigit() else 0)
+
+
+def circuit_batches(
+    model: HookedModel, dataset: Any, positions: str = "query", batch_size: int = 8, rows: Sequence[int] | None = None
+) -> list[CircuitBatch]:
+    """Teacher-forced batches of a pair dataset, grouped by template, prompt length and answer length.
+
+    Args:
+        model: the hooked model (its device).
+        dataset: pairs from :func:`mathcircuits.data.generate_pairs` (``tokens``, ``cf_tokens``, ``answer_tokens``,
+            the role columns and ``prefix_len``).
+        positions: how positions are labelled (``"roles"``, ``"query"``, ``"suffix"``).
+        batch_size: at most this many pairs per batch.
+        rows: only these rows of the dataset (None: all).
+
+    Returns:
+        The :class:`CircuitBatch` list.
+    """
+    missing = [c for c in _NEEDED if c not in dataset.column_names]
+    if missing:
+        raise ValueError(
+            f"the dataset lacks columns {missing}, which circuit functions read. "
+            "Fix: build it with mathcircuits.data.generate_pairs."
+        )
+    if len(dataset) == 0:
+        raise ValueError("the dataset is empty. Fix: pass pairs the model answers correctly.")
+    keep = list(range(len(dataset))) if rows is None else list(rows)
+    col = {c: list(dataset[c]) for c in _NEEDED}  # read each column once (a datasets column access copies it)
+    answers = [list(col["answer_tokens"][i]) for i in keep]
+    toks = [list(col["tokens"][i]) + a[:-1] for i, a in zip(keep, answers)]
+    cf = [list(col["cf_tokens"][i]) + a[:-1] for i, a in zip(keep, answers)]
+    bad = [keep[j] for j, (t, c) in enumerate(zip(toks, cf)) if len(t) != len(c)]
+    if bad:
+        raise ValueError(
+            f"pair {bad[0]}: the prompt and the counterfactual differ in token length. "
+            "Fix: use token-aligned pairs (mathcircuits.data.generate_pairs)."
+        )
+    templates = list(dataset["template_id"]) if "template_id" in dataset.column_names else ["?"] * len(dataset)
+    ops = list(dataset["operation"]) if "operation" in dataset.column_names else ["?"] * len(dataset)
+    n_prompt = [len(col["tokens"][i]) for i in keep]
+    group = [f"{templates[i]}|{n}|{len(a)}" for i, n, a in zip(keep, n_prompt, answers)]
+    cols = {"tokens": toks, "cf_tokens": cf, "answers": answers, "group": group}
+    out = []
+    for local, b in iter_batches(cols, batch_size, model.device, group_by="group"):
+        rows_ = [keep[j] for j in local]
+        t, c = b["tokens"], b["cf_tokens"]
+        np_ = n_prompt[local[0]]
+        differ = (t != c).any(0).nonzero()
+        first = int(differ[0]) if len(differ) else t.shape[1]
+        # the few-shot prefix every row shares (templates with word pools render their examples per row)
+        prefix = min(min(int(col["prefix_len"][i]) for i in rows_), shared_prefix_len(torch.cat([t, c]), np_ - 1))
+        roles = {}
+        for label, name in ROLES.items():
+            vals = {_last(col[name][i]) % np_ for i in rows_}
+            if len(vals) != 1:
+                raise ValueError(
+                    f"the pairs of template {templates[rows_[0]]} have their {label} token at different positions "
+                    f"{sorted(vals)}. Fix: regenerate the pairs (one template, one length share the roles' positions)."
+                )
+            roles[label] = vals.pop()
+        where = scan_positions(roles, np_, b["answers"].shape[1], prefix, first, positions)
+        out.append(
+            CircuitBatch(
+                idx=rows_,
+                tokens=t,
+                cf_tokens=c,
+                answers=b["answers"],
+                n_prompt=np_,
+                prefix_len=prefix,
+                first_diff=first,
+                where=where,
+                roles=roles,
+                templates=[templates[i] for i in rows_],
+                operations=[ops[i] for i in rows_],
+            )
+        )
+    return out

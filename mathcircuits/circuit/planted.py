@@ -1,0 +1,119 @@
+"""A tiny Llama with a planted two-step circuit: the known answer that circuit analyses must recover.
+
+The task: copy the prompt's one digit (``"a6hxd="`` → ``6``). The plant: a layer-0 head at the marker ``x``
+attends to the digit and writes its identity into the marker's residual (:data:`MOVER`); a layer-2 head at
+the last token attends to the marker and writes the digit into the answer (:data:`READER`). Every other head
+and MLP writes only into noise dimensions the unembedding ignores. Operand counterfactuals (another digit)
+change the answer; discovery from the logits must find the reader, then the mover through the reader's
+value at the marker; the two-head circuit carries the whole behaviour.
+
+Usage::
+
+    model = load_model("tiny-llama"); plant_two_step(model)
+    pairs = copy_pairs(model.tokenizer, 16, seed=0)
+"""
+
+from __future__ import annotations
+
+import random
+
+import datasets
+import torch
+
+from mathcircuits.models import HookedModel
+
+__all__ = ["MOVER", "READER", "TEMPLATES", "copy_pairs", "plant_two_step"]
+
+MOVER, READER = (0, 1), (2, 2)  # (layer, head): the digit is moved to the marker, then read at the last token
+TEMPLATES = {"t1": "{p}{A}{q}x{r}=", "t2": "{p}{q}{A}x{r}="}
+
+
+def plant_two_step(model: HookedModel) -> None:
+    """Overwrite a tiny Llama (``load_model("tiny-llama")``: 3 layers, 4 heads, 2 KV groups, d_model 64) in place.
+
+    Residual dims: 0-9 the digit, 10 "is a digit", 11 "is the marker", 12 "is '='", 63 a constant; 40-49 the
+    moved digit; 20-29 the answer (read by the unembedding); 30-39 noise. Attention is by content: queries and
+    keys use the slowest rotary pair, which turns by < 0.01 rad over these prompts.
+    """
+    params = {n.replace("._original_component", ""): p for n, p in model.hf_model.named_parameters()}
+    spec = model.spec
+    dh, group = spec.d_head, spec.n_heads // spec.n_kv_heads
+    slow = dh // 2 - 1
+    tok = model.tokenizer
+    digits = tok.convert_tokens_to_ids(list("0123456789"))
+    gen = torch.Generator().manual_seed(0)
+    noise = slice(30, 40)
+
+    def rand(*shape, scale=0.3):
+        return torch.randn(*shape, generator=gen) * scale
+
+    with torch.no_grad():
+        for name, p in params.items():
+            p.copy_(torch.ones_like(p) if name.endswith("norm.weight") else torch.zeros_like(p))
+        emb = params["model.embed_tokens.weight"]
+        emb[:, 63] = 1.0
+        emb[tok.convert_tokens_to_ids("x"), 11] = 1.0
+        emb[tok.convert_tokens_to_ids("="), 12] = 1.0
+        for j, t in enumerate(digits):
+            emb[t, j] = emb[t, 10] = 1.0
+            params["lm_head.weight"][t, 20 + j] = 3.0
+        for layer in range(spec.n_layers):
+            pre = f"model.layers.{layer}."
+            q, k, v, o = (params[f"{pre}self_attn.{x}_proj.weight"] for x in "qkvo")
+            planted = {(layer, h) for h in range(spec.n_heads)} & {MOVER, READER}
+            planted_groups = {h // group for _, h in planted}
+            for h in range(spec.n_heads):
+                g, rows = h // group, slice(h * dh, (h + 1) * dh)
+                if (layer, h) == MOVER:  # at the marker: attend to the digit, write its identity to 40-49
+                    q[h * dh + slow, 11] = 4.0
+                    k[g * dh + slow, 10] = 4.0
+                    for j in range(10):
+                        v[g * dh + j, j] = 1.0
+                        o[40 + j, h * dh + j] = 1.0
+                    continue
+                if (layer, h) == READER:  # at '=': attend to the marker, copy 40-49 into the answer dims
+                    q[h * dh + slow, 12] = 8.0
+                    k[g * dh + slow, 11] = 8.0
+                    for j in range(10):
+                        v[g * dh + j, 40 + j] = 1.0
+                        o[20 + j, h * dh + j] = 4.0
+                    continue
+                q[rows] = rand(dh, spec.d_model)
+                o[noise, rows] = rand(10, dh, scale=0.05)
+                if g not in planted_groups:
+                    k[g * dh : (g + 1) * dh] = rand(dh, spec.d_model)
+                    v[g * dh : (g + 1) * dh] = rand(dh, spec.d_model)
+            params[f"{pre}mlp.gate_proj.weight"].copy_(rand(spec.d_mlp, spec.d_model))
+            params[f"{pre}mlp.up_proj.weight"].copy_(rand(spec.d_mlp, spec.d_model))
+            params[f"{pre}mlp.down_proj.weight"][noise] = rand(10, spec.d_mlp, scale=0.05)
+
+
+def copy_pairs(tokenizer, n: int, seed: int, same: bool = False) -> datasets.Dataset:
+    """Copy-the-digit prompts of two layouts (templates ``t1``, ``t2``) with the columns circuit functions read.
+
+    Args:
+        tokenizer: the tiny model's tokenizer.
+        n: pairs.
+        seed: the draw's seed.
+        same: the counterfactual is the prompt itself (nothing changes: a denominator of zero).
+
+    Returns:
+        A dataset like :func:`mathcircuits.data.generate_pairs`'s (roles ``A`` = the digit, ``op`` = the marker).
+    """
+    rng = random.Random(seed)
+    rows = []
+    for i in range(n):
+        tid = ("t1", "t2")[i % 2]
+        d, other = rng.sample(range(10), 2)
+        p, q, r = rng.choices("abcdefgh", k=3)
+        prompt = TEMPLATES[tid].format(p=p, q=q, r=r, A=d)
+        cf = prompt if same else TEMPLATES[tid].format(p=p, q=q, r=r, A=other)
+        ids, cf_ids = (tokenizer(t, add_special_tokens=False)["input_ids"] for t in (prompt, cf))
+        ans = tokenizer(str(d), add_special_tokens=False)["input_ids"]
+        rows.append({
+            "prompt": prompt, "cf_prompt": cf, "answer": str(d), "tokens": ids, "cf_tokens": cf_ids,
+            "answer_token": ans[0], "answer_tokens": ans, "n_tokens": len(ids), "operation": "copy",
+            "template_id": tid, "a": d, "b": seed * 1000 + i, "prefix_len": 0, "pos_a": prompt.index(str(d)),
+            "pos_op": prompt.index("x"), "pos_b": prompt.index("x") + 1, "pos_last": len(ids) - 1, "pair_id": i,
+        })  # fmt: skip
+    return datasets.Dataset.from_list(rows)
