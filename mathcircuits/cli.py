@@ -6,6 +6,7 @@ Examples::
     mathcircuits identify --out runs/default      # one stage (its upstream stages must be done)
     mathcircuits status --out runs/default
     mathcircuits config --show                    # every setting with its type, range and default
+    mathcircuits compare-models runs/smollm2 runs/gemma3 --out runs/smollm2-vs-gemma3   # two models, one page
 
 The sub-commands and their help come from the stage registry
 (:data:`mathcircuits.pipeline.STAGES`). A bad input ends as
@@ -35,6 +36,7 @@ from mathcircuits.pipeline import (
     ConfigError,
     RunConfig,
     RunPaths,
+    compare_model_runs,
     render_config,
     run_pipeline,
     stage_status,
@@ -55,7 +57,11 @@ def _add_common(p: argparse.ArgumentParser) -> None:
         help="YAML or TOML run configuration (default: the run folder's config.yaml, else the defaults)",
     )
     p.add_argument("--out", type=Path, default=Path("runs/default"), help="run folder (default: runs/default)")
-    p.add_argument("--model", help="override model.source: embedded, tiny-llama, tiny-gpt2, a folder, .gguf, hub id")
+    p.add_argument(
+        "--model",
+        help="override model.source: embedded (SmolLM2-135M-Instruct), gemma3-270m (Gemma 3 270M base), "
+        "tiny-llama, tiny-gpt2, a folder, .gguf, hub id",
+    )
     p.add_argument("--force", action="store_true", help="re-run stages even when their inputs are unchanged")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
 
@@ -97,6 +103,16 @@ def build_parser() -> argparse.ArgumentParser:
         _add_common(sp)
     s = sub.add_parser("status", help="show which stages of a run folder are done, stale or to do")
     _add_common(s)
+    cm = sub.add_parser(
+        "compare-models",
+        help="two run folders of one config on two models: claims side by side, one comparison page",
+        description="Compare two finished run folders made with the same config on two models (e.g. --model "
+        "embedded and --model gemma3-270m): claims card side by side, key heads by relative depth, knockout, "
+        "attention roles and MLPs; a difference is marked only where the intervals separate.",
+    )
+    cm.add_argument("run_a", type=Path, help="model A's run folder")
+    cm.add_argument("run_b", type=Path, help="model B's run folder")
+    cm.add_argument("--out", type=Path, required=True, help="output folder (comparison.html, tables, figures)")
     c = sub.add_parser("config", help="print the configuration (all defaults, or a file merged over them)")
     c.add_argument("--config", type=Path, help="a config file to merge over the defaults")
     c.add_argument(
@@ -142,7 +158,19 @@ def _message(err: BaseException) -> str:
     return f"{text.rstrip('.')}. Fix: check the path and its permissions."
 
 
+def _compare_models(args: argparse.Namespace) -> int:
+    cmp = compare_model_runs(args.run_a, args.run_b, args.out)
+    print(repr(cmp))
+    print(cmp.claims_table().to_string(index=False))
+    sep = cmp.separated()
+    print("separated differences: " + ("; ".join(sep) if sep else "none"))
+    print(f"comparison page: {args.out / 'comparison.html'}")
+    return 0
+
+
 def _run(args: argparse.Namespace) -> int:
+    if args.command == "compare-models":
+        return _compare_models(args)
     cfg = _load_config(args)
     if args.command == "config":
         print(render_config(cfg) if args.show else yaml.safe_dump(cfg.to_dict(), sort_keys=False), end="")

@@ -31,7 +31,7 @@ from mathcircuits.circuit import (
     upstream_senders,
 )
 from mathcircuits.data import GenerationConfig, generate_pairs, load_templates
-from mathcircuits.models import block_structure, hooks, load_model
+from mathcircuits.models import block_structure, from_hf, hooks, load_model, tiny_model
 from mathcircuits.patching import get_metric, path_patch
 from mathcircuits.stats import bootstrap_statistic
 
@@ -40,9 +40,15 @@ from helpers import tiered
 METRIC = get_metric("relative_logit")
 
 
+def _model(name):
+    if name == "tiny-gemma3-mqa":  # one key/value head for all query heads (as Gemma 3 270M): K/V width = d_head
+        return from_hf(*tiny_model("gemma3", n_kv_heads=1))
+    return load_model(name)
+
+
 @cache
 def _setup(name):
-    model = load_model(name)
+    model = _model(name)
     cfg = GenerationConfig(operations=("add",), template_ids=("add_eq_1",), n_per_template=4)
     ds = generate_pairs(model.tokenizer, load_templates(), cfg)
     t = torch.tensor(ds["tokens"])
@@ -62,7 +68,9 @@ def _receivers(model):
     ]
 
 
-@pytest.mark.parametrize("name", tiered(["tiny-llama", "tiny-gpt2"], ["tiny-llama"]))
+@pytest.mark.parametrize(
+    "name", tiered(["tiny-llama", "tiny-gpt2", "tiny-gemma3-mqa"], ["tiny-llama", "tiny-gemma3-mqa"])
+)
 def test_fast_equals_reference_for_every_receiver_kind(name):
     model, ds, pc = _setup(name)
     seq = pc.tokens.shape[1]

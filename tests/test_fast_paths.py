@@ -293,3 +293,24 @@ def test_hf_prefix_scoring_equals_plain(template_sets, family):
     assert score_arithmetic(hf, ds) == [int(c) for c in plain["correct"]]
     with pytest.raises(ValueError, match="no hook points"):
         HFForward(hf).run_with_hooks(torch.tensor(ds["tokens"][:1]), fwd_hooks=[("x", None)])
+
+
+@pytest.mark.parametrize("start", [1, 2, 3])
+def test_resuming_mid_network_keeps_each_blocks_attention_type(start):
+    """Gemma 3 mixes sliding and full attention layers, each with its own rotary base, looked up by block index:
+    a forward resumed at block ``start`` must still give each block its own type (as Gemma 3 270M: L5, L11, L17)."""
+    from mathcircuits.models import from_hf
+
+    types = ["sliding_attention", "full_attention", "sliding_attention", "full_attention"]
+    model = from_hf(*tiny_model("gemma3", n_layers=4, layer_types=types))
+    toks = torch.randint(5, 60, (1, 9), generator=torch.Generator().manual_seed(0)).repeat(2, 1)
+    toks[1, 6:] = torch.tensor([7, 8, 9])  # a shared prefix, then rows that differ
+    name = hooks.resid_pre(start)
+    with torch.no_grad():
+        full, cache = model.bridge.run_with_cache(toks, names_filter=lambda n: n == name)
+        resumed = run_from_layer(model.bridge, cache[name], start)
+        _, prefix = model.bridge(toks[:1, :4], return_type="logits_and_cache")  # and on a prefix KV cache
+        suffix = run_from_layer(model.bridge, cache[name][:, 4:], start, repeat_cache(prefix, 2))
+    assert (resumed - full).abs().max() <= TOL
+    assert (suffix - full[:, 4:]).abs().max() <= TOL
+    assert model.hf_model.config.layer_types == types  # restored after the call

@@ -71,7 +71,7 @@ def _shift(value: float = 0.5):
 @pytest.mark.integration
 def test_broken_prefix_cache_stops_the_run(tmp_path, capsys, monkeypatch):
     original = PrefixRunner._suffix_logits
-    monkeypatch.setattr(PrefixRunner, "_suffix_logits", lambda self, t, p: original(self, t, p) + 0.5)
+    monkeypatch.setattr(PrefixRunner, "_suffix_logits", lambda self, t, p, **kw: original(self, t, p, **kw) + 0.5)
     code, err, out = _run(tmp_path, capsys)
     _assert_stopped(code, err, out, "prefix cache", "data")
 
@@ -124,7 +124,7 @@ def test_broken_generation_cache_stops_generation(monkeypatch):
 @pytest.mark.integration
 def test_fast_paths_off_runs_plain_paths_only(tmp_path, capsys, monkeypatch):
     original = PrefixRunner._suffix_logits
-    monkeypatch.setattr(PrefixRunner, "_suffix_logits", lambda self, t, p: original(self, t, p) + 0.5)
+    monkeypatch.setattr(PrefixRunner, "_suffix_logits", lambda self, t, p, **kw: original(self, t, p, **kw) + 0.5)
     monkeypatch.setattr(exact, "readout", lambda *a, **k: pytest.fail("the exact scan ran with fast paths off"))
     code, err, out = _run(tmp_path, capsys, "--only", "data", "identify", model={"fast_paths": "off"})
     assert code == 0, err

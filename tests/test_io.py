@@ -208,6 +208,11 @@ def test_files_of_the_unversioned_format_still_load(tmp_path):
     }
     (tmp_path / "key_v1.json").write_text(json.dumps(v1))
     assert KeyComponents.load(tmp_path / "key_v1.json") == key
+    data = {"operations": {"__tuple__": ["add", "sub"]}, "template_ids": {"__tuple__": ["add_eq_1"]}, "seed": 3}
+    v3 = {**v1, "version": 3, "source": {"operations": ["add"], "data": data}}  # a run folder of before #22
+    (tmp_path / "key_v3.json").write_text(json.dumps(v3))
+    got = KeyComponents.load(tmp_path / "key_v3.json").source.data
+    assert (got.operations, got.template_ids, got.seed) == (("add", "sub"), ("add_eq_1",), 3)
     torch.save(
         {"__kind__": "HeadMeans", "fields": {"means": torch.ones(3, 2, 4), "n_prompts": 2, "source": "cf"}},
         tmp_path / "means.pt",

@@ -138,9 +138,11 @@ class KnockoutScorer:
     def _cache(self, tokens: Tensor, p: int) -> Any:
         return repeat_cache(self._prefix_cache(tokens[0, :p].tolist()), tokens.shape[0]) if p > 0 else None
 
-    def _run(self, tokens: Tensor, p: int, fwd_hooks: list[tuple[str, Any]], cache: Any = None) -> Tensor:
-        kw = {"past_key_values": cache if cache is not None else self._cache(tokens, p)} if p > 0 else {}
-        return self.model.bridge.run_with_hooks(tokens[:, p:], fwd_hooks=fwd_hooks, **kw)
+    def _run(self, tokens: Tensor, p: int, fwd_hooks: list[tuple[str, Any]], keep: int = 1) -> Tensor:
+        """Hooked forward of ``tokens[:, p:]`` after the clean prefix; vocabulary logits of the last ``keep``
+        positions only (a 262k-token unembedding costs more than the blocks)."""
+        kw = {"past_key_values": self._cache(tokens, p)} if p > 0 else {}
+        return self.model.bridge.run_with_hooks(tokens[:, p:], fwd_hooks=fwd_hooks, logits_to_keep=keep, **kw)
 
     def _source_z(self, g: int, fast: bool) -> Tensor:
         """The source sequences' clean ``hook_z`` of every layer: from the shared position on (fast) or all."""
@@ -197,8 +199,9 @@ class KnockoutScorer:
             def grab(act: Tensor, hook: Any) -> None:
                 resid[int(hook.name.split(".")[1])] = act.detach()
 
-            logits = self._run(toks, p, [(hooks.resid_pre(layer), grab) for layer in range(spec.n_layers)])
-            self._clean[b] = (resid, self._read(logits, rows, p))
+            keep = toks.shape[1] - min(self.n_prompt[i] for i in rows) + 1
+            logits = self._run(toks, p, [(hooks.resid_pre(layer), grab) for layer in range(spec.n_layers)], keep)
+            self._clean[b] = (resid, self._read(logits, rows, toks.shape[1] - keep))
         return self._clean[b]
 
     # --- scoring -------------------------------------------------------------------------------------------

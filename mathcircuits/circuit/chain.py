@@ -34,7 +34,9 @@ def receiver_input(model: HookedModel, structure: BlockStructure, receiver: Rece
     x = ln1(resid) if ln1 is not None else resid
     proj = getattr(block.attn, receiver.kind)(x)
     d_head = model.spec.d_head
-    return proj.reshape(*proj.shape[:-1], -1, d_head) if proj.shape[-1] != d_head else proj
+    # [..., heads·d_head] → [..., heads, d_head]; the test is on the rank, not the width, because with a single
+    # key/value head (multi-query attention, e.g. Gemma 3 270M) the K/V width *is* d_head
+    return proj.reshape(*proj.shape[:-1], -1, d_head) if proj.dim() == resid.dim() else proj
 
 
 def _deltas(

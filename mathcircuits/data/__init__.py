@@ -29,6 +29,7 @@ from mathcircuits.data.generate import (
     compute_answer,
     generate_pairs,
     operand_pairs,
+    prompt_start,
     render_pair,
 )
 from mathcircuits.data.pairs import (
@@ -89,6 +90,7 @@ __all__ = [
     "pair_columns",
     "read_benchmark_split",
     "read_word_problems",
+    "prompt_start",
     "record_question",
     "render_pair",
     "score_pairs",

@@ -23,6 +23,14 @@ SmolLM2) make "12" two tokens. The target of patching is the answer's *first*
 token (``answer_token``); the whole answer is kept in ``answer_tokens`` and
 the correctness filter checks every token (teacher-forced greedy decoding).
 Set ``multi_token_answers="refuse"`` to keep single-token answers only.
+
+Start of text: a prompt begins as the model's tokenizer begins any text
+(:func:`prompt_start`). Tokenizers that add a BOS token by default (Gemma, Llama)
+get it at the front of the prompt's *text* (``"<bos>2 + 4 = 6\n..."``), so every
+later tokenization of the prompt (fine-tuning data, probes) keeps it; a base
+model like Gemma 3 270M answers few-shot arithmetic near chance without it
+(8% vs 83% on ``add_eq_1``). Tokenizers that add nothing (SmolLM2, GPT-2) give
+the same prompts as before.
 """
 
 from __future__ import annotations
@@ -48,6 +56,7 @@ __all__ = [
     "compute_answer",
     "generate_pairs",
     "operand_pairs",
+    "prompt_start",
     "render_pair",
 ]
 
@@ -170,6 +179,36 @@ def answer_spacing(tokenizer) -> str:
     return "answer"
 
 
+def prompt_start(tokenizer) -> str:
+    """The special tokens this tokenizer puts before any text by default, as text (``"<bos>"`` or ``""``).
+
+    Prompts are tokenized with ``add_special_tokens=False`` throughout (so a prompt and its counterfactual
+    align token by token); prompts that begin with this text start as the model saw text in training.
+
+    Args:
+        tokenizer: an HF tokenizer.
+
+    Returns:
+        The text of the leading special tokens (``""`` when the tokenizer adds none, e.g. SmolLM2, GPT-2).
+
+    Raises:
+        PairError: the leading tokens do not survive a round trip through text (the tokenizer splits
+            special tokens), so prompts cannot carry them.
+    """
+    bare = tokenizer("7", add_special_tokens=False)["input_ids"]
+    full = tokenizer("7", add_special_tokens=True)["input_ids"]
+    if len(full) <= len(bare) or full[len(full) - len(bare) :] != bare:
+        return ""
+    lead = full[: len(full) - len(bare)]
+    text = "".join(tokenizer.convert_ids_to_tokens(lead))
+    if tokenizer(text + "7", add_special_tokens=False)["input_ids"] != full:
+        raise PairError(
+            f"the tokenizer starts every text with {lead} but does not read {text!r} back as those tokens. "
+            "Fix: load the tokenizer with split_special_tokens=False."
+        )
+    return text
+
+
 @dataclass
 class _Rendered:
     text: str
@@ -236,7 +275,7 @@ def render_pair(
         PairError: the two prompts differ in token length, the answer merges with the prompt's
             last token, or the few-shot examples are missing or invalid.
     """
-    prefix = ""
+    prefix = prompt_start(tokenizer)
     if fewshot and template is not None:
         examples = template.fewshot_examples.get(tpl.operation, ())
         if not examples:
@@ -252,7 +291,7 @@ def render_pair(
                     f"few-shot example {x}, {y} of {template.path} has no valid {tpl.operation} answer. Fix: change it."
                 )
             shots.append(_render(tpl, x, y, tpl.op, words).text + " " + ans)
-        prefix = template.fewshot_separator.join(shots) + template.fewshot_separator
+        prefix += template.fewshot_separator.join(shots) + template.fewshot_separator
     tail = " " if spacing == "prompt" else ""
     ref = _render(tpl, a, b, tpl.op, words)
     cf = _render(tpl, a, b, cf_word, words) if cf_operands is None else _render(tpl, *cf_operands, tpl.op, words)

@@ -23,7 +23,7 @@ from typing import Any
 import datasets
 
 from mathcircuits.data.benchmark_files import read_word_problems, record_question
-from mathcircuits.data.generate import answer_spacing
+from mathcircuits.data.generate import answer_spacing, prompt_start
 
 __all__ = ["word_problem_dataset"]
 
@@ -75,7 +75,7 @@ def word_problem_dataset(
     if limit is not None:
         items = items[:limit]
     spacing = answer_spacing(tokenizer)
-    prefix = "".join(f"Question: {q}\nAnswer: The answer is {a}\n\n" for q, a in shots)
+    prefix = prompt_start(tokenizer) + "".join(f"Question: {q}\nAnswer: The answer is {a}\n\n" for q, a in shots)
     rows = []
     for q, a in items:
         prompt = prefix + f"Question: {q}\nAnswer: The answer is" + (" " if spacing == "prompt" else "")

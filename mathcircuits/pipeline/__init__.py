@@ -4,6 +4,7 @@ Stages live in ``pipeline/stages/<name>.py``, named as the CLI names them; see
 ``docs/architecture.md``.
 """
 
+from mathcircuits.pipeline.compare_models import check_same_config, compare_model_runs, load_run_results
 from mathcircuits.pipeline.config import ConfigError, FinetuneSection, RunConfig, fingerprint, render_config
 from mathcircuits.pipeline.context import Context, StageSummary
 from mathcircuits.pipeline.lock import RunLock, RunLockedError
@@ -24,8 +25,11 @@ __all__ = [
     "Stage",
     "StageSummary",
     "check_run_folder",
+    "check_same_config",
+    "compare_model_runs",
     "done_summary",
     "fingerprint",
+    "load_run_results",
     "render_config",
     "run_pipeline",
     "stage_status",

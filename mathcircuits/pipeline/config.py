@@ -69,7 +69,9 @@ def _check_device(device: str) -> None:
 class ModelSection:
     """Which model to load, where and how (``load_model``'s arguments)."""
 
-    source: str = setting("embedded", "embedded | tiny-llama | tiny-gpt2 | HF folder | .gguf file | Hub id")
+    source: str = setting(
+        "embedded", "embedded | gemma3-270m | tiny-llama | tiny-<family> | HF folder | .gguf file | Hub id"
+    )
     device: str = setting("cpu", "torch device, e.g. cpu or cuda")
     dtype: Literal["float32", "float16", "bfloat16"] = setting("float32", "weights' dtype")
     threads: int = setting(0, "torch threads; 0: leave torch's default", ge=0)
@@ -85,7 +87,7 @@ class ModelSection:
         except FileNotFoundError as err:
             raise ConfigError(
                 f"source={self.source!r}: {str(err).split(' Fix:')[0].rstrip('. ')}. "
-                "Fix: give an existing HF folder or .gguf file, or embedded / tiny-llama / tiny-gpt2."
+                "Fix: give an existing HF folder or .gguf file, or embedded / gemma3-270m / tiny-llama / tiny-gpt2."
             ) from err
 
 

@@ -1,0 +1,195 @@
+"""Compare two runs of one configuration on two models: :func:`compare_runs` builds the :class:`ModelComparison`.
+
+Each claim of the card and each quantity of :mod:`~mathcircuits.crossmodel.measures` is read on both
+runs with its interval, layers turned into relative depths, and the separation rule decides whether a
+difference is marked. The key heads of both models are listed with their depth, effect, stability and,
+when the analyze stage ran, their attention role.
+
+Usage::
+
+    cmp = compare_runs(run_a, run_b)      # RunResults of each run folder
+"""
+
+from __future__ import annotations
+
+import math
+
+from mathcircuits.claims import Claim
+from mathcircuits.crossmodel.measures import (
+    attention_excess,
+    depth_interval,
+    key_depth,
+    key_share,
+    knockout_point,
+    mlp_depth,
+    no_interval,
+    separation,
+)
+from mathcircuits.crossmodel.result import ClaimPair, ComparedValue, KeyHeadRow, ModelComparison, RunResults
+from mathcircuits.models import ModelSpec
+from mathcircuits.stats import DEFAULT_CONFIDENCE, DEFAULT_N_BOOT, Interval
+
+__all__ = ["compare_runs"]
+
+
+def _claim_interval(c: Claim, spec: ModelSpec) -> Interval:
+    if math.isnan(c.value):
+        return no_interval(c.n)
+    if c.unit == "layer":  # C4: a layer of this model, as relative depth ("none" = n_layers → +inf)
+        return depth_interval(Interval(c.value, c.low, c.high, c.n, DEFAULT_CONFIDENCE, "claim"), spec.n_layers)
+    return Interval(c.value, c.low, c.high, c.n, DEFAULT_CONFIDENCE, "claim")
+
+
+def _pair(section: str, quantity: str, unit: str, a: Interval, b: Interval, note: str = "") -> ComparedValue:
+    return ComparedValue(section, quantity, unit, a, b, separation(a, b), note)
+
+
+def compare_runs(a: RunResults, b: RunResults, n_boot: int = DEFAULT_N_BOOT, seed: int = 0) -> ModelComparison:
+    """Compare two runs of one configuration on two models (see the module docstring).
+
+    Args:
+        a: model A's results.
+        b: model B's results.
+        n_boot: bootstrap resamples for the attention and MLP intervals.
+        seed: bootstrap seed.
+
+    Returns:
+        The :class:`ModelComparison`.
+
+    Raises:
+        ValueError: the two cards hold different claims, or both runs are of the same model.
+    """
+    if [c.id for c in a.claims.claims] != [c.id for c in b.claims.claims]:
+        raise ValueError(
+            f"the claims cards of {a.folder} and {b.folder} hold different claims. "
+            "Fix: re-run the report stage of both runs with the same mathcircuits version."
+        )
+    if a.model == b.model:
+        raise ValueError(
+            f"{a.folder} and {b.folder} are runs of the same model ({a.model.describe()}). "
+            "Fix: compare runs of two different models."
+        )
+    conf = a.claims.confidence
+    claims = []
+    for ca, cb in zip(a.claims.claims, b.claims.claims):
+        ia, ib = _claim_interval(ca, a.model), _claim_interval(cb, b.model)
+        unit = "relative depth" if ca.unit == "layer" else ca.unit
+        claims.append(
+            ClaimPair(
+                ca.id,
+                ca.title,
+                unit,
+                ca.verdict,
+                cb.verdict,
+                ca.measurement,
+                cb.measurement,
+                ia,
+                ib,
+                separation(ia, ib),
+            )
+        )
+    values: list[ComparedValue] = []
+    if a.key is not None and b.key is not None:
+        values.append(
+            _pair(
+                "key heads",
+                "share of heads that are key heads",
+                "share of heads",
+                key_share(a.key, conf),
+                key_share(b.key, conf),
+            )
+        )
+        values.append(
+            _pair(
+                "key heads",
+                "median relative depth of the key heads",
+                "relative depth",
+                key_depth(a.key, conf),
+                key_depth(b.key, conf),
+            )
+        )
+    for op in [o for o in a.knockout if o in b.knockout]:
+        ka, ra, rra = knockout_point(a.knockout[op], None if a.key is None else len(a.key.heads), conf)
+        kb, rb, rrb = knockout_point(b.knockout[op], None if b.key is None else len(b.key.heads), conf)
+        note = f"k = {ka} of {a.model.n_layers * a.model.n_heads} heads vs {kb} of {b.model.n_layers * b.model.n_heads}"
+        values.append(_pair("knockout", f"{op}: accuracy, key heads ablated", "accuracy", ra, rb, note))
+        values.append(_pair("knockout", f"{op}: accuracy, as many random heads ablated", "accuracy", rra, rrb, note))
+    if a.attention is not None and b.attention is not None:
+        for target in ("operands", "operator"):
+            values.append(
+                _pair(
+                    "attention",
+                    f"key heads' excess attention on the {target}",
+                    "share",
+                    attention_excess(a.attention, target, n_boot, seed, conf),
+                    attention_excess(b.attention, target, n_boot, seed, conf),
+                    "share of the last position's attention above uniform, mean over key heads",
+                )
+            )
+    if a.probes is not None and b.probes is not None:
+        for which, what in (
+            ("raising", "first MLP that raises the answer"),
+            ("lens_top1", "first layer the logit lens ranks the answer top-1"),
+        ):
+            values.append(
+                _pair(
+                    "MLPs",
+                    what,
+                    "relative depth",
+                    mlp_depth(a.probes, which, n_boot, seed, conf),
+                    mlp_depth(b.probes, which, n_boot, seed, conf),
+                    "layer / (n_layers − 1); none: no such layer",
+                )
+            )
+    heads = [r for run in (a, b) for r in _key_head_rows(run, n_boot, seed, conf)]
+    return ModelComparison(
+        labels=(a.label, b.label),
+        models=(a.model, b.model),
+        folders=(a.folder, b.folder),
+        claims=tuple(claims),
+        values=tuple(values),
+        key_heads=tuple(heads),
+        confidence=conf,
+        seed=seed,
+    )
+
+
+def _key_head_rows(run: RunResults, n_boot: int, seed: int, confidence: float) -> list[KeyHeadRow]:
+    if run.key is None:
+        return []
+    key, n = run.key, run.model.n_layers
+    roles: dict[tuple[int, int], tuple[str, Interval, Interval]] = {}
+    if run.attention is not None:
+        df = run.attention.summary(by_operation=False, n_boot=n_boot, seed=seed, confidence=confidence)
+        for r in df.to_dict("records"):
+            iv = {
+                t: Interval(
+                    r[f"excess_{t}"],
+                    r[f"excess_{t}_low"],
+                    r[f"excess_{t}_high"],
+                    int(r["n_pairs"]),
+                    confidence,
+                    "bootstrap",
+                    seed,
+                )
+                for t in ("operands", "operator")
+            }
+            roles[(int(r["layer"]), int(r["head"]))] = (str(r["class"]), iv["operands"], iv["operator"])
+    nan = float("nan")
+    rows = []
+    for i, (layer, head) in enumerate(key.heads):
+        role, ex_ab, ex_op = roles.get((layer, head), ("", no_interval(), no_interval()))
+        rows.append(
+            KeyHeadRow(
+                model=run.label,
+                layer=layer,
+                head=head,
+                relative_depth=layer / max(1, n - 1),
+                effect=key.head_scores[i] if i < len(key.head_scores) else nan,
+                stability=key.stability[i] if i < len(key.stability) else nan,
+                role=role,
+                excess_operands=ex_ab,
+                excess_operator=ex_op,
+            )
+        )
+    return rows

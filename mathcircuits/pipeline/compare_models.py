@@ -1,0 +1,142 @@
+"""``mathcircuits compare-models RUN_A RUN_B --out DIR``: two run folders of one config on two models, one page.
+
+Reads each run folder's saved results as typed values (:class:`~mathcircuits.crossmodel.RunResults`:
+the claims card, key components, knockout per operation, attention by role, MLP probes), checks that
+the two runs used the same configuration apart from the ``model`` section, and writes the comparison
+(:func:`~mathcircuits.crossmodel.write_comparison`) to ``DIR``. Unlike the pipeline's stages it owns
+no run folder: its output folder is its own.
+
+Usage::
+
+    mathcircuits run --config configs/default.yaml --out runs/smollm2
+    mathcircuits run --config configs/default.yaml --model gemma3-270m --out runs/gemma3
+    mathcircuits compare-models runs/smollm2 runs/gemma3 --out runs/smollm2-vs-gemma3
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from mathcircuits._io import ResultFileError
+from mathcircuits.ablation import KnockoutResult
+from mathcircuits.analysis import AttentionByRole, MLPProbeResult
+from mathcircuits.claims import ClaimsCard
+from mathcircuits.crossmodel import ModelComparison, RunResults, compare_runs, write_comparison
+from mathcircuits.patching import KeyComponents
+from mathcircuits.pipeline.config import ConfigError, RunConfig
+from mathcircuits.pipeline.paths import RunPaths
+from mathcircuits.pipeline.run import done_summary
+from mathcircuits.pipeline.stages.identify import IdentifySummary
+from mathcircuits.viz import find_chromium
+
+__all__ = ["check_same_config", "compare_model_runs", "load_run_results"]
+
+
+def _flat(d: Any, prefix: str = "") -> dict[str, Any]:
+    if not isinstance(d, dict):
+        return {prefix: d}
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        out |= _flat(v, f"{prefix}.{k}" if prefix else k)
+    return out
+
+
+def check_same_config(a: RunConfig, b: RunConfig, where: tuple[str, str]) -> None:
+    """Refuse two runs whose configurations differ outside the ``model`` section.
+
+    Args:
+        a: run A's config.
+        b: run B's config.
+        where: the two run folders, for the message.
+
+    Returns:
+        None; raises :class:`ConfigError` naming the differing settings.
+    """
+    fa, fb = (_flat({k: v for k, v in c.to_dict().items() if k != "model"}) for c in (a, b))
+    diff = sorted(k for k in fa.keys() | fb.keys() if fa.get(k) != fb.get(k))
+    if diff:
+        shown = "; ".join(f"{k}: {fa.get(k)!r} vs {fb.get(k)!r}" for k in diff[:6])
+        raise ConfigError(
+            f"{where[0]} and {where[1]} were run with different configs ({shown}"
+            f"{'; …' if len(diff) > 6 else ''}), so their claims are not comparable. "
+            "Fix: run both models with the same config file; only the model section (--model) may differ."
+        )
+
+
+def _optional(cls: type, path: Path) -> Any:
+    return cls.load(path) if path.exists() else None
+
+
+def load_run_results(folder: str | Path) -> tuple[RunResults, RunConfig]:
+    """One run folder's results as typed values, and its config.
+
+    Args:
+        folder: a run folder whose ``identify`` and ``report`` stages are done.
+
+    Returns:
+        ``(results, config)``; stages that were off leave their fields empty.
+
+    Raises:
+        FileNotFoundError: not a run folder, or its identify or report stage has not run.
+    """
+    paths = RunPaths(Path(folder))
+    if not paths.config.is_file():
+        raise FileNotFoundError(
+            f"{folder} is not a run folder (no config.yaml). Fix: pass a folder written by `mathcircuits run`."
+        )
+    for stage, path in (("identify", paths.key_components), ("report", paths.claims)):
+        if not path.exists():
+            raise FileNotFoundError(
+                f"{folder} has no {path.name}: its {stage} stage has not run. "
+                f"Fix: mathcircuits run --out {folder} (or mathcircuits {stage} --out {folder})."
+            )
+    cfg = RunConfig.load(paths.config)
+    key = KeyComponents.load(paths.key_components)
+    ops = done_summary(paths.root, "identify")
+    if not isinstance(ops, IdentifySummary):
+        raise FileNotFoundError(
+            f"{folder}: the identify stage's marker holds no identify summary. Fix: re-run identify."
+        )
+    knockout = {op: KnockoutResult.load(p) for op in ops.patched_operations if (p := paths.knockout(op)).exists()}
+    try:
+        results = RunResults(
+            label=key.model.name,
+            folder=str(folder),
+            model=key.model,
+            claims=ClaimsCard.load(paths.claims),
+            key=key,
+            knockout=knockout,
+            attention=_optional(AttentionByRole, paths.attention()),
+            probes=_optional(MLPProbeResult, paths.probes()),
+        )
+    except ResultFileError as err:
+        raise ResultFileError(f"{err} (in run folder {folder}; re-run it with `mathcircuits run --force`)") from err
+    return results, cfg
+
+
+def compare_model_runs(run_a: str | Path, run_b: str | Path, out: str | Path) -> ModelComparison:
+    """Compare two run folders of one config on two models and write the page to ``out``.
+
+    Args:
+        run_a: model A's run folder.
+        run_b: model B's run folder.
+        out: the output folder (``comparison.html``, ``comparison.json``, CSV tables, ``figures/``).
+
+    Returns:
+        The :class:`~mathcircuits.crossmodel.ModelComparison`.
+
+    Raises:
+        FileNotFoundError: a folder is not a finished run.
+        ConfigError: the two runs' configs differ outside the model section, or ``out`` is one of the run folders.
+    """
+    out = Path(out)
+    for run in (run_a, run_b):
+        if out.resolve() == Path(run).resolve():
+            raise ConfigError(f"--out {out} is the run folder {run}. Fix: write the comparison to a folder of its own.")
+    (a, cfg_a), (b, cfg_b) = load_run_results(run_a), load_run_results(run_b)
+    check_same_config(cfg_a, cfg_b, (str(run_a), str(run_b)))
+    cmp = compare_runs(a, b, seed=cfg_a.data.seed)
+    formats = list(cfg_a.analysis.static_formats) if find_chromium() is not None else []
+    write_comparison(cmp, (a, b), out, formats=formats)
+    return cmp
