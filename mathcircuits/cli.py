@@ -30,6 +30,7 @@ from typing import NoReturn
 
 import yaml
 
+from mathcircuits._io import read_json
 from mathcircuits.pipeline import (
     STAGES,
     ConfigError,
@@ -175,8 +176,13 @@ def _run(args: argparse.Namespace) -> int:
         print(render_config(cfg) if args.show else yaml.safe_dump(cfg.to_dict(), sort_keys=False), end="")
         return 0
     if args.command == "status":
+        progress = RunPaths(args.out).compare_units / "progress.json"
         for name, state in stage_status(args.out, cfg).items():
-            print(f"{name:<10} {state}")  # done / todo / stale (why)
+            units = ""
+            if name == "compare" and progress.is_file():  # the comparison's units: resumable, so partly done
+                p = read_json(progress)
+                units = f"  (units: {p['done']} of {p['total']} done, {p['remaining']} remain)"
+            print(f"{name:<10} {state}{units}")  # done / todo / stale (why)
         return 0
     only = args.only if args.command == "run" else [args.command]
     t0 = time.perf_counter()

@@ -251,7 +251,7 @@ def test_c5_rule_uses_only_measurable_held_out_sets():
 # ----------------------------------------------------------------------------- C6
 
 
-def evals(precise_math, full_math, precise_gen, base_gen, items=True):
+def evals(precise_math, full_math, precise_gen, base_gen, items=True, base_math=None):
     def res(label, m, g):
         acc = {"SVAMP": sum(m) / len(m), "ARC": sum(g) / len(g)}
         n, kinds = {"SVAMP": len(m), "ARC": len(g)}, {"SVAMP": "math", "ARC": "choice"}
@@ -260,21 +260,24 @@ def evals(precise_math, full_math, precise_gen, base_gen, items=True):
         return EvalResult(label, acc, n, kinds, item_correct={"SVAMP": m, "ARC": g})
 
     return {
-        "base": res("base", full_math, base_gen),
+        "base": res("base", full_math if base_math is None else base_math, base_gen),
         "precise": res("precise", precise_math, precise_gen),
         "full": res("full", full_math, base_gen),
     }
 
 
 def test_c6_rule():
-    same = [1, 0] * 200
-    assert claim_c6(evals(same, same, same, same), n_boot=300).verdict == Verdict.HOLDS
-    worse = [0] * 400
-    assert claim_c6(evals(worse, [1] * 400, same, same), n_boot=300).verdict == Verdict.FAILS
+    same, worse = [1, 0] * 200, [0] * 400
+    assert claim_c6(evals(same, same, same, same, base_math=worse), n_boot=300).verdict == Verdict.HOLDS
+    # full no better than base: "precise matches full" would hold trivially (the old rule said "holds")
+    idle = claim_c6(evals(same, same, same, same), n_boot=300, precise="precise = the 2 key heads")
+    assert idle.verdict == Verdict.INCONCLUSIVE and idle.measurement.startswith("training had no effect")
+    assert "precise = the 2 key heads" in idle.measurement  # the card says what precise tuned
+    assert claim_c6(evals(worse, [1] * 400, same, same, base_math=worse), n_boot=300).verdict == Verdict.FAILS
     g = torch.Generator().manual_seed(0)
     few = torch.randint(0, 2, (20,), generator=g).tolist()
     shifted = [1 - x if i < 3 else x for i, x in enumerate(few)]
-    assert claim_c6(evals(few, shifted, few, few), n_boot=300).verdict == Verdict.INCONCLUSIVE
+    assert claim_c6(evals(few, shifted, few, few, base_math=[0] * 20), n_boot=300).verdict == Verdict.INCONCLUSIVE
     no_items = claim_c6(evals(same, same, same, same, items=False))
     assert no_items.verdict == Verdict.INCONCLUSIVE and "no per-item results" in no_items.reason
     assert claim_c6(None).verdict == Verdict.NOT_MEASURED

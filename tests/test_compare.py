@@ -1,71 +1,32 @@
-"""The fine-tuning comparison protocol (mathcircuits.finetune.compare) on a tiny random Llama, offline."""
+"""The fine-tuning comparison's modes and helpers (mathcircuits.finetune.compare / run_unit) on tiny-llama, offline."""
 
 from __future__ import annotations
 
-import pandas as pd
 import pytest
 import torch
 
-from mathcircuits.data import GenerationConfig, generate_pairs, load_templates
 from mathcircuits.finetune import (
-    SFTComparison,
-    SFTConfig,
-    build_sft_dataset,
+    CompareConfig,
+    Mode,
+    Unit,
     check_modes,
-    compare_sft,
     head_slices,
-    load_tuned,
     lora_rank_for_budget,
     model_facts,
     random_heads,
-    split_validation,
+    unit_components,
 )
 from mathcircuits.models import load_hf_model
 from mathcircuits.patching import KeyComponents
-
-
-def _fresh():
-    return load_hf_model("tiny-llama")[0]
+from mathcircuits.pipeline import ConfigError
 
 
 @pytest.fixture(scope="module")
 def setup():
     torch.set_num_threads(1)
-    model, tok = load_hf_model("tiny-llama")
-    tpl = load_templates()
-
-    def pairs(seed: int, n: int):
-        cfg = GenerationConfig(operations=("add",), template_ids=("add_eq_1",), n_per_template=n, seed=seed)
-        return generate_pairs(tok, tpl, cfg)
-
-    train = pairs(1, 32)
-    seen = set(train["prompt"])
-    test = pairs(2, 40).filter(lambda r: r["prompt"] not in seen)
-    pool = pairs(3, 40).filter(lambda r: r["prompt"] not in seen)
-    val = split_validation(pool, test, 20, seed=0)
+    model, _ = load_hf_model("tiny-llama")
     key = KeyComponents(model=model_facts(model), heads=((0, 1), (1, 2)), mlps=(1,))
-    return model, tok, train, test, val, key
-
-
-def _margin_score(val):
-    """0/1 per validation pair: is the answer token's logit above the median logit (varies with training)?"""
-
-    def score(model):
-        out = []
-        with torch.no_grad():
-            for tokens, n, answer in zip(val["tokens"], val["n_tokens"], val["answer_tokens"]):
-                logits = model(torch.tensor([tokens[:n]])).logits[0, -1]
-                out.append(int(logits[answer[0]] > logits.median()))
-        return out
-
-    return score
-
-
-def test_validation_split_is_disjoint_from_test_and_train(setup):
-    _, _, train, test, val, _ = setup
-    assert len(val) > 0 and len(test) > 0
-    assert not set(val["prompt"]) & set(test["prompt"])
-    assert not set(val["prompt"]) & set(train["prompt"])
+    return model, key
 
 
 def test_random_heads_have_the_key_count_and_avoid_key_heads():
@@ -82,53 +43,41 @@ def test_random_heads_have_the_key_count_and_avoid_key_heads():
 
 
 def test_lora_rank_matches_the_budget_within_half_a_rank(setup):
-    model, *_ = setup
+    model, _ = setup
     for budget in (1000, 8192, 30000):
         rank, per_rank = lora_rank_for_budget(model, budget)
         assert abs(rank * per_rank - budget) <= per_rank / 2
 
 
-@pytest.mark.slow  # the whole protocol: a learning-rate sweep of every mode, then the test runs (about 7 s of CPU)
-def test_compare_sft_protocol(setup, tmp_path):
-    model, tok, train, _, val, key = setup
-    cfg = SFTConfig(max_steps=2, batch_size=4, micro_batch_size=4, progress_bar=False, warmup_ratio=0.0)
-    modes = ("base", "precise", "precise@1", "random", "lora", "full")
-    score = _margin_score(val)
-    cmp = compare_sft(
-        _fresh,
-        tok,
-        build_sft_dataset(tok, train),
-        val,
-        key,
-        tmp_path,
-        modes=modes,
-        learning_rates=(1e-3, 3e-2),
-        config=cfg,
-        head_ranking=[(1, 2), (0, 1), (0, 0)],
-        score=score,
-    )
-    df = cmp.to_dataframe()
-    assert len(df) == 1 + 5 * 2  # base once, every trained mode at every rate
-    assert (df.loc[df["mode"] != "base", "global_step"] == 2).all()  # same number of optimizer steps
-    for mode in modes[1:]:
-        rows = df[df["mode"] == mode]
-        best = rows["val_accuracy"].max()
-        assert cmp.selected[mode] == rows.loc[rows["val_accuracy"] == best, "learning_rate"].min()
-    assert len({tuple(df.loc[df["mode"] == m, "val_accuracy"]) for m in modes}) > 1  # the score does vary
-    budget = head_slices(model, KeyComponents(model=key.model, heads=key.heads)).n_tuned
-    assert cmp.run("precise").n_trainable == budget
-    _, per_rank = lora_rank_for_budget(model, budget)
-    assert abs(cmp.run("lora").n_trainable - budget) <= per_rank / 2  # LoRA on the same budget
-    random_set = cmp.settings.components["random"]
-    assert len(random_set) == len(key.heads) and not {tuple(h) for h in random_set} & set(key.heads)
-    assert cmp.settings.components["precise@1"] == [[1, 2]]
-    back = SFTComparison.load(tmp_path / "comparison.json")
-    assert back.selected == cmp.selected
-    pd.testing.assert_frame_equal(back.to_dataframe(), df)  # runs round-trip (NaN rates of base included)
-    for mode in ("precise", "lora", "full"):  # the selected model rebuilt from its folder scores the same
-        assert score(load_tuned(_fresh, cmp.run(mode))) == list(cmp.run(mode).val_correct)
-    again = compare_sft(
-        _fresh, tok, build_sft_dataset(tok, train), val, key, tmp_path, modes=modes, learning_rates=(1e-3, 3e-2),
-        config=cfg, head_ranking=[(1, 2), (0, 1), (0, 0)], score=lambda m: pytest.fail("retrained a finished run"),
-    )  # fmt: skip
-    assert again.selected == cmp.selected
+def test_one_definition_of_precise(setup):
+    model, key = setup
+    precise = unit_components(model, Unit("precise", 1e-3), key)
+    assert precise.heads == key.heads and precise.mlps == ()  # heads only
+    with_mlps = unit_components(model, Unit("precise+mlp", 1e-3), key)
+    assert with_mlps.heads == key.heads and with_mlps.mlps == (1,)  # labelled +mlp
+    top = unit_components(model, Unit("precise@1+mlp", 1e-3), key, ranking=[(1, 3), (0, 0)])
+    assert top.heads == ((1, 3),) and top.mlps == (1,)
+    with pytest.raises(ValueError, match="ranking of at least 2"):
+        unit_components(model, Unit("precise@2", 1e-3), key, ranking=[(1, 3)])
+    draws = [unit_components(model, Unit("random", 1e-3, seed=s), key) for s in range(4)]
+    n = head_slices(model, KeyComponents(model=key.model, heads=key.heads)).n_tuned
+    for d in draws:  # depth- and parameter-matched, never a key head
+        assert sorted(layer for layer, _ in d.heads) == [0, 1] and not set(d.heads) & set(key.heads)
+        assert head_slices(model, d).n_tuned == n
+    assert unit_components(model, Unit("full", 1e-3), key) is None
+
+
+def test_compare_config_checks_and_plans():
+    modes = tuple(map(Mode.parse, ("base", "precise", "full")))
+    cfg = CompareConfig(enabled=True, modes=modes, seeds=2, kv_sensitivity=True)
+    plan = cfg.plan(final_steps=10)
+    assert plan.modes == ("precise", "full") and plan.grids["full"] == cfg.grid("full")
+    assert plan.grids["precise"] == tuple(sorted(cfg.sparse_learning_rates)) and plan.seeds == (0, 1)
+    assert plan.n_units == 1 + 4 + 5 + 3 * 2  # base, the sweep, 2 modes + the kv sensitivity run at 2 seeds
+    with pytest.raises(ConfigError, match="empty"):
+        CompareConfig(modes=(Mode("base"),))
+    assert not CompareConfig(modes=(Mode("full"),), kv_sensitivity=True).plan(10).kv_sensitivity  # only with precise
+    with pytest.raises(ConfigError, match="fact_shares"):
+        CompareConfig(fact_shares=(0.6, 0.3, 0.3))
+    with pytest.raises(ConfigError, match="positive, finite"):
+        CompareConfig(sparse_learning_rates=(1e-3, -1e-3))

@@ -1,4 +1,4 @@
-"""The ``compare`` stage on a tiny random Llama: sweep, selection, disjoint splits, table with intervals, figures."""
+"""The ``compare`` stage on a tiny random Llama: fact splits, units, table with intervals, Pareto figure, C6/C6b."""
 
 from __future__ import annotations
 
@@ -9,20 +9,24 @@ import datasets
 import pandas as pd
 import pytest
 
-from mathcircuits.claims import Verdict, claim_c6
-from mathcircuits.evaluation import EvalResult
-from mathcircuits.finetune import Mode, SFTComparison
+from mathcircuits.claims import ClaimsCard
+from mathcircuits.data import facts_of
+from mathcircuits.finetune import UnitComparison
 from mathcircuits.pipeline import RunConfig, run_pipeline
-from mathcircuits.report import ReportParts, report_html
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.integration
-def test_compare_stage_writes_the_table_with_intervals(tmp_path):
-    bench = tmp_path / "bench" / "AddSub"
+def test_compare_stage_writes_the_table_pareto_and_claims(tmp_path):
+    bench = tmp_path / "bench" / "ARC-Easy"
     bench.mkdir(parents=True)
-    items = [{"instruction": f"What is {i} + 1?", "input": "", "output": "", "answer": str(i + 1)} for i in range(3)]
+    items = [
+        {"instruction": f"Please choose the correct answer to the question: Is {i} small?\n\nAnswer1: yes. "
+         f"Answer2: no. Answer3: maybe {i}. Answer4: never.\n\nAnswer format: answer1/answer2/answer3/answer4",
+         "input": "", "output": "", "answer": f"answer{1 + i % 4}"}
+        for i in range(8)
+    ]  # fmt: skip
     bench.joinpath("test.json").write_text(json.dumps(items))
     cfg = RunConfig.from_dict(
         {
@@ -31,45 +35,48 @@ def test_compare_stage_writes_the_table_with_intervals(tmp_path):
                      "keep_only_correct": False},
             "patching": {"min_pairs": 1, "max_pairs": 6},
             "selection": {"rule": "topk", "k": 2},
-            "finetune": {"enabled": False, "max_steps": 2, "train_pairs_per_template": 4, "batch_size": 2,
-                         "micro_batch_size": 2, "save_steps": 0},
-            "evaluation": {"enabled": False, "heldout_pairs_per_template": 6, "benchmarks": ["AddSub"], "limit": 3,
-                           "n_shot": 0, "max_new_tokens": 4, "root": str(tmp_path / "bench")},
-            "compare": {"enabled": True, "modes": ["base", "precise", "precise@1", "random", "lora", "full"],
-                        "learning_rates": [1e-3, 1e-2], "validation_pairs": 8},
+            "validation": {"n_random": 1, "max_pairs": 4, "knockout_max_k": 2, "transfer_templates": False,
+                           "transfer_multi_digit": False, "word_problem_sets": []},
+            "analysis": {"max_pairs": 4, "static_formats": []},
+            "finetune": {"enabled": False, "max_steps": 2, "train_pairs_per_template": 6, "batch_size": 4,
+                         "micro_batch_size": 4, "operand_range": [1, 9]},
+            "evaluation": {"enabled": False, "benchmarks": ["ARC-Easy"], "limit": 6, "root": str(tmp_path / "bench")},
+            "compare": {"enabled": True, "modes": ["precise", "random", "full"], "learning_rates": [1e-3],
+                        "sparse_learning_rates": [1e-2, 3e-2], "sweep_steps": 1, "seeds": 2, "sweep_generic": 3,
+                        "kv_sensitivity": False, "validation_pairs_per_template": 4, "test_pairs_per_template": 6},
         }
     )  # fmt: skip
     out = tmp_path / "run"
-    summaries = run_pipeline(cfg, out, only=["data", "identify", "compare"], progress=False)
+    summaries = run_pipeline(cfg, out, progress=False)
     s = summaries["compare"]
-    assert set(s.selected) == {"precise", "precise@1", "random", "lora", "full"}
-    val = set(datasets.load_from_disk(str(out / "compare" / "validation_pairs"))["prompt"])
-    test = set(datasets.load_from_disk(str(out / "compare" / "test_pairs"))["prompt"])
-    train = set(datasets.load_from_disk(str(out / "compare" / "train_pairs"))["prompt"])
-    assert val and test and not (val & test) and not (val & train) and not (test & train)
-    cmp = SFTComparison.load(out / "compare" / "comparison.json")
-    assert len(cmp.runs) == 1 + 5 * 2 and all(r.global_step == 2 for r in cmp.runs if r.mode.kind != "base")
-    table = pd.read_csv(out / "compare" / "table.csv").set_index("model")
-    assert list(table.index) == ["base", "precise", "precise@1", "random", "lora", "full"]
-    for col in ("held-out arithmetic", "AddSub"):
-        for suffix in (" low", " high", " Δ", " Δ low", " Δ high"):
-            assert table[col + suffix].notna().all(), col + suffix
-        assert (table[f"{col} Δ low"] <= table[f"{col} Δ"] + 1e-9).all()
-    assert table.loc["precise", "learning rate"] == s.selected["precise"]
-    base, full = (EvalResult.load(out / "compare" / f"eval_{m}.json") for m in ("base", "full"))
-    assert len(base.item_correct["held-out arithmetic"]) == len(full.item_correct["held-out arithmetic"]) == len(test)
-    assert (out / "compare" / "figures" / "sweep.html").exists() and (
-        out / "compare" / "figures" / "deltas.html"
-    ).exists()
-    # the report shows the comparison, and C6 can be read from the compare stage's evaluations
-    sweep = pd.read_csv(out / "compare" / "sweep.csv")
-    html = report_html(ReportParts(comparison_sweep=sweep, comparison_table=table))
-    assert 'id="compare"' in html and "Learning-rate sweep" in html and "precise@1" in html
-    fair = {m: EvalResult.load(out / "compare" / f"eval_{m}.json") for m in ("base", "precise", "full")}
-    assert claim_c6(fair).verdict != Verdict.NOT_MEASURED
+    assert set(s.selected) == {"precise", "random", "full"}
+    assert "full" not in s.at_edge  # a one-rate grid has no edge
+    splits = {k: datasets.load_from_disk(str(out / "compare" / f"{k}_pairs")) for k in ("train", "validation", "test")}
+    facts = {k: facts_of(v) for k, v in splits.items()}
+    assert not facts["train"] & facts["test"] and not facts["validation"] & facts["test"]
+    assert not any(p.startswith(("2 + 4", "7 + 1")) for p in splits["test"]["prompt"])  # bare: no few-shot prefix
+    cmp = UnitComparison.load(out / "compare" / "units" / "comparison.json")
+    assert len(cmp.records) == cfg.compare.plan(cfg.finetune.max_steps).n_units == 1 + 5 + 3 * 2
+    table = pd.read_csv(out / "compare" / "table.csv").set_index("mode")
+    assert list(table.index) == ["base", "precise", "random", "full"]
+    for col in ("math Δ", "generic Δ"):
+        assert table[col + " low"].notna().all() and (table[col + " low"] <= table[col] + 1e-9).all()
+    assert table.loc["precise", "kv-shared heads"] == 2 and table.loc["precise", "seeds"] == 2
+    pts = pd.read_csv(out / "compare" / "pareto.csv")
+    assert len(pts) == len(cmp.records) - 1 and set(pts["phase"]) == {"sweep", "final"}
+    assert (out / "compare" / "figures" / "pareto.html").exists() and "MDD" in s.power
+    card = ClaimsCard.load(out / "report" / "claims.json")
+    assert [c.id for c in card.claims][-2:] == ["C6", "C6b"] and "precise = the 2 key heads" in card["C6"].measurement
+    html = (out / "report" / "report.html").read_text()
+    assert 'id="compare"' in html and "Math gain against generic change" in html
 
 
-def test_sft_compare_config_loads():
-    cfg = RunConfig.load(ROOT / "configs" / "sft-compare.yaml")
-    assert cfg.compare.enabled and Mode.parse("lora") in cfg.compare.modes and Mode.parse("random") in cfg.compare.modes
-    assert len(cfg.compare.learning_rates) == 4 and cfg.evaluation.limit >= 500
+def test_sft_compare_and_cpu_preset_configs_load():
+    gpu = RunConfig.load(ROOT / "configs" / "sft-compare.yaml")
+    cpu = RunConfig.load(ROOT / "configs" / "improve-cpu.yaml")
+    for cfg in (gpu, cpu):
+        assert cfg.compare.enabled
+        assert {"precise", "precise+mlp", "random", "lora", "full"} <= {str(m) for m in cfg.compare.modes}
+        assert cfg.compare.seeds >= 3 and max(cfg.compare.sparse_learning_rates) >= 1e-3
+    assert cpu.compare.niceness == 19 and cpu.compare.bare_prompts and cpu.model.threads == 1
+    assert len(cpu.evaluation.benchmarks) in (2, 3) and gpu.evaluation.limit >= 500

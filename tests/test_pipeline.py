@@ -15,6 +15,7 @@ import yaml
 
 from mathcircuits.ablation import KnockoutResult
 from mathcircuits.cli import main
+from mathcircuits.data import facts_of
 from mathcircuits.finetune import KV_POLICIES, Mode, SFTConfig
 from mathcircuits.patching import LAST_POSITION_METRICS, RULES, PatchingConfig, SelectionConfig
 from mathcircuits.pipeline import (
@@ -23,6 +24,7 @@ from mathcircuits.pipeline import (
     FinetuneSection,
     RunConfig,
     done_summary,
+    fingerprint,
     render_config,
     run_pipeline,
     stage_status,
@@ -97,7 +99,8 @@ def test_config_sections_are_the_library_configs_with_one_default():
     sft = SFTConfig()
     for name in ("learning_rate", "batch_size", "max_steps", "save_steps", "epochs", "kv_policy"):
         assert getattr(cfg.finetune, name) == getattr(sft, name), name
-    assert cfg.finetune.sft("precise@4", progress=False) == SFTConfig(progress_bar=False)
+    assert cfg.finetune.sft("precise@4", progress=False) == SFTConfig(progress_bar=False, include_mlps=False)
+    assert cfg.finetune.sft("precise+mlp", progress=False).include_mlps  # MLPs only when the mode says +mlp
     assert FinetuneSection(modes=(Mode.parse("full"),)).sft("full", True).mode == "full"
 
 
@@ -236,14 +239,23 @@ SUMMARIES = {
                                      "ill_conditioned": False}}},
     "finetune": {"seconds": 4.0, "skipped": None, "train_pairs": 36, "heldout_pairs": 36, "key_heads": [[2, 2]],
                  "key_mlps": [1],
-                 "runs": {"precise": {"heads": 3, "n_trainable": 61440, "n_model_params": 122944, "steps": 2,
+                 "runs": {"precise": {"heads": 3, "mlps": 0, "kv_shared_heads": 1, "n_trainable": 61440,
+                                      "n_model_params": 122944, "steps": 2,
                                       "train_loss": 6.0648, "samples_per_second": 12.964, "runtime_s": 1.3,
                                       "resumed_from": None},
-                          "full": {"heads": "all", "n_trainable": 122944, "n_model_params": 122944, "steps": 2,
+                          "full": {"heads": "all", "mlps": "all", "kv_shared_heads": 0, "n_trainable": 122944,
+                                   "n_model_params": 122944, "steps": 2,
                                    "train_loss": 6.0648, "samples_per_second": 7.534, "runtime_s": 1.6,
                                    "resumed_from": "run/finetune/full/checkpoint-2"}}},
     "evaluate": {"seconds": 1.9, "skipped": None, "files": ["eval_base.pt"],
                  "table": [{"model": "base", "held-out arithmetic": 0.0, "train samples/s": NAN, "tuned params": 0}]},
+    "compare": {"seconds": 60.0, "skipped": None, "train_pairs": 36, "validation_pairs": 8, "test_pairs": 12,
+                "selected": {"precise": 0.01, "full": 1e-4}, "at_edge": {"precise": "largest"},
+                "table": [{"mode": "precise", "seeds": 2, "math Δ": 4.2, "math Δ low": -1.0, "math Δ high": 9.5},
+                          {"mode": "base", "learning rate": None, "rate at grid edge": "", "math Δ": 0.0}],
+                "power": "MDD 8 points", "units": 11, "cpu_s": 120.5, "files": ["compare/table.csv"],
+                "claims": [{"id": "C6b", "verdict": "does not hold",
+                            "measurement": "precise − random −0.01 [−0.05, 0.02]"}]},
     "report": {"seconds": 4.6, "report": "report.html", "figures": 12, "static_formats": [],
                "claims": [{"id": "C1", "title": "key heads are sparse, mid-depth", "verdict": "not measured",
                            "measurement": "3 of 12 heads"}]},
@@ -257,7 +269,7 @@ def test_stage_summaries_are_typed_records_that_round_trip(stage):
     summary = STAGES[stage].summary.from_dict(d)
     assert json.dumps(summary.to_dict(), sort_keys=True) == json.dumps(d, sort_keys=True)
     records = [v for f in dataclasses.fields(summary) for v in _records(getattr(summary, f.name))]
-    assert all(not isinstance(r, dict) or stage == "evaluate" for r in records), records
+    assert all(not isinstance(r, dict) or stage in ("evaluate", "compare") for r in records), records  # table rows
     assert str(summary)  # every line renders from the typed records
     with pytest.raises(ValueError, match="does not fit"):
         STAGES[stage].summary.from_dict({**d, "seconds": "slow"})
@@ -309,8 +321,12 @@ def test_finetune_and_evaluate_stages(tmp_path):
     assert 0 < runs["precise"].n_trainable < runs["full"].n_trainable == runs["full"].n_model_params
     assert (out / "finetune" / "precise" / "final" / "adapter_config.json").exists()
     train = set(datasets.load_from_disk(str(out / "finetune" / "train_pairs"))["prompt"])
-    held = set(datasets.load_from_disk(str(out / "finetune" / "heldout_pairs"))["prompt"])
+    held_pairs = datasets.load_from_disk(str(out / "finetune" / "heldout_pairs"))
+    held = set(held_pairs["prompt"])
     assert held and not (train & held)
+    train_facts = facts_of(datasets.load_from_disk(str(out / "finetune" / "train_pairs")))
+    assert not facts_of(held_pairs) & train_facts  # no trained fact (operation, a, b), in any wording
+    assert runs["precise"].mlps == 0 and runs["precise"].kv_shared_heads >= 0  # precise = key heads only
     table = pd.read_csv(out / "evaluate" / "table.csv")
     assert list(table.iloc[:, 0]) == ["base", "precise", "full"]
     assert {"held-out arithmetic", "held-out arithmetic Δ low", "AddSub"} <= set(table.columns)
@@ -338,3 +354,24 @@ def test_finetune_and_evaluate_stages(tmp_path):
     assert again.runs["precise@3"].n_trainable < again.runs["precise@3+mlp"].n_trainable
     with pytest.raises(ConfigError, match="precise@K"):
         RunConfig.from_dict({**TINY, "finetune": {"enabled": True, "modes": ["precise@many"]}})
+
+
+@pytest.mark.integration
+def test_a_setting_added_later_keeps_older_run_folders_valid_at_its_earlier_value(tmp_path):
+    """``data.counterfactual`` came after run folders existed: at ``operator`` (what runs did before) it leaves
+    every fingerprint as it was, so the stages stay done; another value makes them stale."""
+    cfg = RunConfig.from_dict(TINY)
+    assert cfg.data.counterfactual == "operator"
+    run_pipeline(cfg, tmp_path / "r", only=["data"], progress=False)
+    marker = json.loads((tmp_path / "r" / "data" / ".done.json").read_text())
+    old = {**cfg.to_dict()}
+    old["data"] = {k: v for k, v in old["data"].items() if k != "counterfactual"}  # the config before the setting
+    assert marker["fingerprint"] == fingerprint(
+        "data",
+        {"model": old["model"], "data": old["data"]},
+        {k: v for k, v in old["model"].items() if k != "fast_paths"},
+        [],
+    )
+    assert stage_status(tmp_path / "r", cfg)["data"].state == "done"
+    other = RunConfig.from_dict({**TINY, "data": {**TINY["data"], "counterfactual": "operands"}})
+    assert stage_status(tmp_path / "r", other)["data"].state == "stale"

@@ -9,7 +9,9 @@ the rules, written out in ``docs/claims.md``:
 * :mod:`.paper` — the claims as the paper states them, and the rules' thresholds;
 * :mod:`.components` — C1 (sparse, mid-depth key heads), C3 (attention), C4 (MLPs);
 * :mod:`.knockout` — C2 and C5, through one knockout rule (:func:`drop_verdict`);
-* :mod:`.finetune` — C6 (precise vs full SFT);
+* :mod:`.finetune` — C6 (precise vs full SFT) from the ``evaluate`` stage;
+* :mod:`.improve` — the C6 rule (full must beat base first), C6 and C6b (precise beats matched random heads)
+  from the ``compare`` stage's units, when it ran;
 * :mod:`.assess` — the card from a run's results;
 * :mod:`.numbers` — N1–N3, beyond the paper: how numbers are represented and combined.
 
@@ -20,11 +22,13 @@ from mathcircuits.claims.assess import assess_claims
 from mathcircuits.claims.card import CardSettings, Claim, ClaimsCard, Verdict, fmt_interval
 from mathcircuits.claims.components import claim_c1, claim_c3, claim_c4
 from mathcircuits.claims.finetune import claim_c6
+from mathcircuits.claims.improve import NO_EFFECT, claim_c6_units, claim_c6b, precise_definition, with_unit_claims
 from mathcircuits.claims.knockout import claim_c2, claim_c5, drop_verdict
 from mathcircuits.claims.numbers import claim_n1, claim_n2, claim_n3, with_number_claims
 from mathcircuits.claims.paper import PAPER
 
 __all__ = [
+    "NO_EFFECT",
     "PAPER",
     "CardSettings",
     "Claim",
@@ -37,10 +41,14 @@ __all__ = [
     "claim_c4",
     "claim_c5",
     "claim_c6",
+    "claim_c6_units",
+    "claim_c6b",
     "claim_n1",
     "claim_n2",
     "claim_n3",
     "drop_verdict",
     "fmt_interval",
+    "precise_definition",
     "with_number_claims",
+    "with_unit_claims",
 ]

@@ -34,6 +34,7 @@ def assess_claims(
     evals: Mapping[str, EvalResult] | None = None,
     off: Mapping[str, str] | None = None,
     reasons: Mapping[str, str] | None = None,
+    precise: str = "",
     n_boot: int = DEFAULT_N_BOOT,
     seed: int = 0,
     confidence: float = DEFAULT_CONFIDENCE,
@@ -51,6 +52,7 @@ def assess_claims(
             to name when it is missing (default: the stage that writes it).
         reasons: input name → the whole reason it is missing, when that is not its stage being off
             (e.g. its file was written by an older version); takes precedence over ``off``.
+        precise: what "precise" tuned in this run, printed in C6.
         n_boot: bootstrap resamples.
         seed: bootstrap seed.
         confidence: level of every interval.
@@ -67,6 +69,6 @@ def assess_claims(
         claim_c3(attention, n_boot, seed, confidence, o["attention"], why.get("attention")),
         claim_c4(probes, key, n_boot, seed, confidence, o["probes"], why.get("probes")),
         claim_c5(transfer, confidence, o["transfer"], why.get("transfer")),
-        claim_c6(evals, n_boot, seed, confidence, o["evals"], why.get("evals")),
+        claim_c6(evals, n_boot, seed, confidence, o["evals"], why.get("evals"), precise),
     )
     return ClaimsCard(claims=claims, confidence=confidence, seed=seed, settings=CardSettings(n_boot=n_boot))

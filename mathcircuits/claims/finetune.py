@@ -1,6 +1,8 @@
 """The fine-tuning claim: precise SFT of the key heads matches full SFT on math and keeps generic ability (C6).
 
-A paired bootstrap over the same items (``docs/claims.md``).
+A paired bootstrap over the same items of the ``evaluate`` stage's models, under the rule of
+:func:`~mathcircuits.claims.improve.c6_verdict` (full SFT must beat base on math first; ``docs/claims.md``).
+The ``compare`` stage's units, when they ran, decide C6 instead (:mod:`mathcircuits.claims.improve`).
 """
 
 from __future__ import annotations
@@ -8,7 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from mathcircuits.claims.card import Claim, Verdict
-from mathcircuits.claims.paper import C6_MARGIN, claim, not_measured
+from mathcircuits.claims.improve import NO_EFFECT, c6_verdict
+from mathcircuits.claims.paper import claim, not_measured
 from mathcircuits.evaluation import EvalResult
 from mathcircuits.stats import DEFAULT_CONFIDENCE, DEFAULT_N_BOOT, paired_bootstrap
 
@@ -29,9 +32,10 @@ def claim_c6(
     confidence: float = DEFAULT_CONFIDENCE,
     stage: str = "evaluate",
     why_missing: str | None = None,
+    precise: str = "",
 ) -> Claim:
-    """C6: precise SFT is within 5 points of full SFT on math and of the base model on generic benchmarks
-    (paired bootstrap over the same items; docs/claims.md).
+    """C6: full SFT beats base on math; then precise is within 5 points of full on math and of base on generic
+    benchmarks (paired bootstrap over the same items; the rule of :func:`~mathcircuits.claims.improve.c6_verdict`).
 
     Args:
         evals: label → :class:`~mathcircuits.evaluation.EvalResult`, with labels ``base``, ``precise``, ``full``
@@ -41,6 +45,8 @@ def claim_c6(
         confidence: level of the intervals.
         stage: the stage named when ``evals`` is missing.
         why_missing: the whole reason instead, when the input is missing for another reason than its stage being off.
+        precise: what "precise" tuned in this run (:func:`~mathcircuits.claims.improve.precise_definition`),
+            printed first in the claim's text.
 
     Returns:
         The claim; its value is precise − full accuracy on the math benchmarks.
@@ -71,27 +77,19 @@ def claim_c6(
             "no per-item results (EvalResult.item_correct), so no paired interval; re-run evaluate",
             unit="accuracy difference",
         )
+    d_fb = paired_bootstrap(items["full"][0], items["base"][0], n_boot, seed + 2, confidence)
     d_math = paired_bootstrap(items["precise"][0], items["full"][0], n_boot, seed, confidence)
-    text = f"precise − full on math ({', '.join(math_b)}): {d_math.format('{:+.3f}')}"
+    text = f"full − base on math {d_fb.format('{:+.3f}')}; "
+    text += f"precise − full on math ({', '.join(math_b)}): {d_math.format('{:+.3f}')}"
     d_gen = None
     if gen_b and all(v[1] is not None for v in items.values()):
         d_gen = paired_bootstrap(items["precise"][1], items["base"][1], n_boot, seed + 1, confidence)
         text += f"; precise − base on generic ({', '.join(gen_b)}): {d_gen.format('{:+.3f}')}"
-    m = -C6_MARGIN
-    if d_math.high < m or (d_gen is not None and d_gen.high < m):
-        verdict = Verdict.FAILS
-        reason = f"an interval lies wholly below {m:+.2f}"
-    elif d_math.low >= m and d_gen is not None and d_gen.low >= m:
-        verdict = Verdict.HOLDS
-        reason = f"both intervals lie at or above {m:+.2f}"
-    elif d_gen is None:
-        verdict, reason = (
-            Verdict.INCONCLUSIVE,
-            "no generic benchmark with per-item results, so 'keeps generic ability' is open",
-        )
-    else:
-        verdict = Verdict.INCONCLUSIVE
-        reason = f"an interval straddles {m:+.2f}"
+    verdict, reason = c6_verdict(d_fb, d_math, d_gen)
+    if precise:
+        text = f"{precise}. {text}"
+    if verdict == Verdict.INCONCLUSIVE and reason.startswith(NO_EFFECT):
+        text = f"{NO_EFFECT}. {text}"
     return claim(
         "C6",
         text,

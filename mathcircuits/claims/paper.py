@@ -1,4 +1,4 @@
-"""The paper's six claims as data, the thresholds of the verdict rules, and how a card row is made.
+"""The paper's claims (six, and C6b: C6's localisation control) as data, the rules' thresholds, how a row is made.
 
 :data:`PAPER` holds, per claim of Zhang et al. (ICML 2024), its title, the paper's statement and
 the paper's number with where it is shown; the constants are the thresholds of the rules in
@@ -69,6 +69,11 @@ PAPER: dict[str, tuple[str, str, str]] = {
         "Fine-tuning only the key heads matches full fine-tuning on math and keeps generic ability.",
         "on par with full SFT on math; generic benchmarks kept (Table 1, §5)",
     ),
+    "C6b": (
+        "precise SFT beats random heads",
+        "The key heads are where arithmetic is learned: tuning them beats tuning as many random heads.",
+        "implied by §5 (no random-heads control in the paper; Wang & Veitch 2025 find random heads nearly as good)",
+    ),
 }
 
 
@@ -76,7 +81,7 @@ def claim(cid: str, measurement: str, verdict: Verdict, reason: str, **kw: Any) 
     """A :class:`Claim` of the card: the paper's title, statement and number for ``cid``, and this run's reading.
 
     Args:
-        cid: ``"C1"`` .. ``"C6"``.
+        cid: ``"C1"`` .. ``"C6"``, ``"C6b"``.
         measurement: this run's measurement in words.
         verdict: the rule's verdict.
         reason: which rule gave it.

@@ -3,6 +3,7 @@
 * :mod:`~mathcircuits.data.templates` — template YAML files;
 * :mod:`~mathcircuits.data.generate` — reference/counterfactual prompt pairs;
 * :mod:`~mathcircuits.data.filter` — score a model on pairs, keep the correct ones;
+* :mod:`~mathcircuits.data.facts` — the ``(operation, a, b)`` of a pair, and splits that share no fact;
 * :mod:`~mathcircuits.data.correct` — all three for one operation in one call;
 * :mod:`~mathcircuits.data.pairs` — the pair set (:data:`PairSet`), its one column check, equal-length batches;
 * :mod:`~mathcircuits.data.benchmark_files` — where benchmark files are, and their one reader;
@@ -19,6 +20,7 @@ from mathcircuits.data.benchmark_files import (
     record_question,
 )
 from mathcircuits.data.correct import correct_pairs
+from mathcircuits.data.facts import Fact, drop_facts, fact_of, facts_of, split_facts
 from mathcircuits.data.filter import accuracy_table, filter_correct, length_groups, padded_groups, score_pairs
 from mathcircuits.data.generate import (
     GenerationConfig,
@@ -26,6 +28,7 @@ from mathcircuits.data.generate import (
     answer_spacing,
     compute_answer,
     generate_pairs,
+    operand_pairs,
     prompt_start,
     render_pair,
 )
@@ -52,6 +55,7 @@ from mathcircuits.data.templates import (
 from mathcircuits.data.word_problems import word_problem_dataset
 
 __all__ = [
+    "Fact",
     "GenerationConfig",
     "OPERATIONS",
     "PairBatch",
@@ -70,10 +74,14 @@ __all__ = [
     "default_benchmark_root",
     "default_template_dir",
     "filter_correct",
+    "drop_facts",
+    "fact_of",
+    "facts_of",
     "find_benchmark_file",
     "generate_pairs",
     "iter_batches",
     "length_groups",
+    "operand_pairs",
     "load_template_set",
     "load_templates",
     "operation_rows",
@@ -86,6 +94,7 @@ __all__ = [
     "record_question",
     "render_pair",
     "score_pairs",
+    "split_facts",
     "template_keys",
     "token_strings",
     "word_problem_dataset",

@@ -92,7 +92,8 @@ def score_pairs(
         ``fwd_hooks`` (equal-length batches then).
 
         The dataset with the columns ``correct`` (every answer token right), ``first_correct``
-        (the first one right) and ``p_answer`` (probability of the first answer token) added or replaced.
+        (the first one right), ``p_answer`` (probability of the first answer token) and ``logp_answer``
+        (teacher-forced log-probability of the whole answer: the sum over its tokens) added or replaced.
 
     Raises:
         ValueError: the dataset is empty.
@@ -120,6 +121,7 @@ def score_pairs(
     correct = [False] * len(seqs)
     first = [False] * len(seqs)
     p_ans = [0.0] * len(seqs)
+    logp = [0.0] * len(seqs)
     fast = hasattr(model, "logits_from")
     keys = list(dataset["template_id"]) if fast and "template_id" in have else None
     # right padding (token 0) is exact for a causal LM without a mask; a runner with hooks keeps equal
@@ -137,8 +139,10 @@ def score_pairs(
             pred = logits[row, start : start + k].argmax(-1).tolist()
             correct[i] = pred == list(answers[i])
             first[i] = pred[0] == answers[i][0]
-            p_ans[i] = float(torch.softmax(logits[row, start].float(), -1)[answers[i][0]])
-    for name, col in (("correct", correct), ("first_correct", first), ("p_answer", p_ans)):
+            lp = torch.log_softmax(logits[row, start : start + k].float(), -1)
+            p_ans[i] = float(lp[0, answers[i][0]].exp())
+            logp[i] = float(lp.gather(-1, torch.as_tensor(answers[i], device=lp.device)[:, None]).sum())
+    for name, col in (("correct", correct), ("first_correct", first), ("p_answer", p_ans), ("logp_answer", logp)):
         if name in dataset.column_names:
             dataset = dataset.remove_columns(name)
         dataset = dataset.add_column(name, col)

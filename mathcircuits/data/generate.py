@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import random
 import string
+from collections.abc import Collection
 from dataclasses import asdict, dataclass, field
 from fractions import Fraction
 from typing import Any, Literal, TypeAlias
@@ -54,6 +55,7 @@ __all__ = [
     "answer_spacing",
     "compute_answer",
     "generate_pairs",
+    "operand_pairs",
     "prompt_start",
     "render_pair",
 ]
@@ -98,7 +100,7 @@ class GenerationConfig:
             raise PairError(
                 f"operand_range {self.operand_range} is invalid. Fix: give (low, high) with 0 <= low <= high."
             )
-        empty = [op for op in self.operations if not _operand_pairs(op, self)]
+        empty = [op for op in self.operations if not operand_pairs(op, self)]
         if empty:
             raise PairError(
                 f"operand_range {list(self.operand_range)} gives no valid operand pair for {empty} "
@@ -358,7 +360,16 @@ def render_pair(
     }
 
 
-def _operand_pairs(op: str, cfg: GenerationConfig) -> list[tuple[int, int, str]]:
+def operand_pairs(op: str, cfg: GenerationConfig) -> list[tuple[int, int, str]]:
+    """Every ``(a, b, answer)`` of operation ``op`` that ``cfg``'s operand range and answer rules allow.
+
+    Args:
+        op: one of :data:`OPERATIONS`.
+        cfg: the generation settings (``operand_range``, ``integer_only``, ``allow_negative``).
+
+    Returns:
+        The operand pairs with their answers, in a fixed order (division: divisor and quotient in range).
+    """
     lo, hi = cfg.operand_range
     out = []
     if op == "div" and cfg.integer_only:
@@ -375,13 +386,20 @@ def _operand_pairs(op: str, cfg: GenerationConfig) -> list[tuple[int, int, str]]
     return out
 
 
-def generate_pairs(tokenizer, template_sets: list[TemplateSet], config: GenerationConfig = GenerationConfig()):
+def generate_pairs(
+    tokenizer,
+    template_sets: list[TemplateSet],
+    config: GenerationConfig = GenerationConfig(),
+    facts: Collection[tuple[str, int, int]] | None = None,
+):
     """Token-aligned reference/counterfactual prompt pairs from templates.
 
     Args:
         tokenizer: the model's tokenizer.
         template_sets: template sets from :func:`load_templates`.
         config: which operations, templates, operands and how many pairs (seeded).
+        facts: draw operands only from these ``(operation, a, b)`` facts (None: every fact of the operand range);
+            see :mod:`mathcircuits.data.facts` for splits that share no fact.
 
     Returns:
         A ``datasets.Dataset`` with one row per pair: ``prompt``, ``cf_prompt``, ``tokens``,
@@ -409,7 +427,15 @@ def generate_pairs(tokenizer, template_sets: list[TemplateSet], config: Generati
         raise PairError(f"no template matches operations {config.operations}. Fix: load a template set that has them.")
     records: list[dict[str, Any]] = []
     for tset, tpl in chosen:
-        candidates = _operand_pairs(tpl.operation, config)
+        candidates = operand_pairs(tpl.operation, config)
+        if facts is not None:
+            allowed = facts if isinstance(facts, (set, frozenset)) else set(facts)
+            candidates = [(a, b, ans) for a, b, ans in candidates if (tpl.operation, a, b) in allowed]
+            if not candidates:
+                raise PairError(
+                    f"template {tpl.id!r}: none of the given facts is a {tpl.operation} fact of operand_range "
+                    f"{list(config.operand_range)}. Fix: pass facts of this operation and range (split_facts)."
+                )
         vocab = list(tset.counterfactual_vocab[tpl.cf_vocab])
         aligned = _aligned_vocab(tokenizer, tpl, vocab)
         if not aligned:

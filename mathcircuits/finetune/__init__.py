@@ -9,25 +9,22 @@
 * :mod:`~mathcircuits.finetune.methods` — one strategy per SFT method (:data:`METHODS`);
 * :mod:`~mathcircuits.finetune.sft` — :func:`train_sft`, any method through HF ``Trainer``
   (:mod:`.hf_trainer` holds the ``Trainer`` glue);
-* :mod:`~mathcircuits.finetune.compare` compares modes fairly (same data and steps, a learning-rate sweep each),
-  with :mod:`.components` (what each mode tunes) and :mod:`.validation` (the split rates are chosen on).
+* :mod:`~mathcircuits.finetune.compare` — the fair comparison's settings (same data and steps, a rate sweep each),
+  with :mod:`.components` (what each mode tunes, the LoRA budget) and :mod:`.validation` (arithmetic scoring);
+* :mod:`~mathcircuits.finetune.units` — resumable (mode, rate, seed) units; :mod:`.protocol` runs them (sweep, choice,
+  seeds), :mod:`.run_unit` trains one;
+* :mod:`~mathcircuits.finetune.matched` — the depth- and parameter-matched random-heads control, K/V side effects;
+* :mod:`~mathcircuits.finetune.effects` — each mode's change against base, with intervals over items and seeds.
 
 See docs/finetune.md.
 """
 
 from mathcircuits.finetune.adapter import ADAPTER_CONFIG_NAME, ADAPTER_WEIGHTS_NAME, HeadSliceAdapter
-from mathcircuits.finetune.compare import (
-    CompareConfig,
-    CompareSettings,
-    SFTComparison,
-    SweepRun,
-    check_modes,
-    compare_sft,
-    load_tuned,
-)
+from mathcircuits.finetune.compare import CompareConfig, check_modes
 from mathcircuits.finetune.components import lora_rank_for_budget, mode_components, random_heads
 from mathcircuits.finetune.config import SFTConfig
 from mathcircuits.finetune.data import DEFAULT_PROMPT, build_sft_dataset, format_gold
+from mathcircuits.finetune.effects import difference, effects_table, pareto_points
 from mathcircuits.finetune.hf_trainer import effective_decay_hook, pad_collate
 from mathcircuits.finetune.layouts import (
     HEAD_ROLES,
@@ -40,12 +37,23 @@ from mathcircuits.finetune.layouts import (
     model_facts,
     resolve_layout,
 )
+from mathcircuits.finetune.matched import MatchedDraw, kv_shared_heads, matched_random_heads
 from mathcircuits.finetune.methods import METHODS, lora_model, lora_targets
 from mathcircuits.finetune.modes import Mode, ModeKind, SFTMethod
+from mathcircuits.finetune.protocol import choose_rates, compare_units, units_remaining
 from mathcircuits.finetune.result import SFTResult
+from mathcircuits.finetune.run_unit import Scorers, execute_unit, unit_components
 from mathcircuits.finetune.sft import train_sft
 from mathcircuits.finetune.slices import head_slices
 from mathcircuits.finetune.sliceset import ParamSlice, SliceSet
+from mathcircuits.finetune.units import (
+    ItemScores,
+    RateChoice,
+    Unit,
+    UnitComparison,
+    UnitPlan,
+    UnitRecord,
+)
 from mathcircuits.finetune.validation import score_arithmetic, split_validation
 
 __all__ = [
@@ -58,36 +66,49 @@ __all__ = [
     "METHODS",
     "AttentionLayout",
     "CompareConfig",
-    "CompareSettings",
     "HeadSliceAdapter",
+    "ItemScores",
     "KVPolicy",
+    "MatchedDraw",
     "Mode",
     "ModeKind",
     "ParamSlice",
     "Projection",
-    "SFTComparison",
+    "RateChoice",
     "SFTConfig",
     "SFTMethod",
     "SFTResult",
+    "Scorers",
     "SliceError",
     "SliceSet",
-    "SweepRun",
+    "Unit",
+    "UnitComparison",
+    "UnitPlan",
+    "UnitRecord",
     "build_sft_dataset",
     "check_modes",
-    "compare_sft",
+    "choose_rates",
+    "compare_units",
+    "difference",
     "effective_decay_hook",
+    "effects_table",
+    "execute_unit",
     "format_gold",
     "head_slices",
-    "load_tuned",
+    "kv_shared_heads",
     "lora_model",
     "lora_rank_for_budget",
     "lora_targets",
+    "matched_random_heads",
     "mode_components",
     "model_facts",
     "pad_collate",
+    "pareto_points",
     "random_heads",
     "resolve_layout",
     "score_arithmetic",
     "split_validation",
     "train_sft",
+    "unit_components",
+    "units_remaining",
 ]

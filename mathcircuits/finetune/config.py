@@ -44,7 +44,7 @@ class SFTConfig:
     target_logits_only: bool = setting(True, "vocabulary logits only at target positions (same loss, faster)")
     kv_policy: KVPolicy = setting("group", "shared K/V under GQA: group (tune the group) | exclusive | frozen")
     include_mlps: bool = setting(True, "also tune the key MLPs (precise)")
-    lora_rank: int = setting(8, "LoRA rank (lora mode; see finetune.compare.lora_rank_for_budget)", ge=1)
+    lora_rank: int = setting(8, "LoRA rank (lora mode; see finetune.lora_rank_for_budget)", ge=1)
     lora_alpha: float = setting(16.0, "LoRA scaling numerator alpha (update scaled by alpha/rank)", gt=0)
     seed: int = setting(0, "training seed (data order, init)")
     logging_steps: int = setting(10, "log the loss every N steps", ge=1)

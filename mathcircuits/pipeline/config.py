@@ -139,15 +139,17 @@ class DataSection(GenerationConfig):
 class FinetuneSection(SFTConfig):
     """:class:`~mathcircuits.finetune.SFTConfig` plus the modes compared and their training data.
 
-    ``mode`` and ``progress_bar`` are set by the stage (one run per entry of ``modes``).
+    ``mode``, ``include_mlps`` and ``progress_bar`` are set by the stage (one run per entry of ``modes``):
+    one definition of "precise" everywhere — ``precise`` and ``precise@K`` tune heads only, a ``+mlp``
+    suffix adds the key MLPs (and says so in every table and claim).
     """
 
-    HIDDEN: ClassVar[tuple[str, ...]] = ("mode", "progress_bar")
+    HIDDEN: ClassVar[tuple[str, ...]] = ("mode", "include_mlps", "progress_bar")
 
     enabled: bool = setting(True, "run the finetune stage")
     modes: tuple[Mode, ...] = setting(
         (Mode("precise"), Mode("full")),
-        "precise: key components; full: every parameter; precise@K[+mlp]: top-K heads",
+        "precise: key heads only; precise+mlp: key heads and key MLPs; full: every parameter; precise@K[+mlp]: top-K",
     )
     train_pairs_per_template: int = setting(16, "training pairs per template", ge=1)
     operand_range: tuple[int, int] = setting((1, 20), "operand range of the training pairs")
@@ -156,18 +158,19 @@ class FinetuneSection(SFTConfig):
         super().__post_init__()
         if self.enabled and not self.modes:
             raise ConfigError("finetune.modes is empty. Fix: list modes, e.g. [precise, full], or set enabled: false.")
-        bad = [str(m) for m in self.modes if m.kind not in ("precise", "full") or (m.mlps and m.top_k is None)]
+        bad = [str(m) for m in self.modes if m.kind not in ("precise", "full")]
         if bad:
             raise ConfigError(
                 f"finetune modes {bad} are unknown. "
-                "Fix: use 'precise', 'full', 'precise@K' or 'precise@K+mlp' (K heads, e.g. precise@16)."
+                "Fix: use 'precise', 'precise+mlp', 'full', 'precise@K' or 'precise@K+mlp' (K heads, e.g. precise@16)."
             )
 
     def sft(self, mode: Mode | str, progress: bool) -> SFTConfig:
         """The library config of one mode's run (its SFT method, and this section's training settings)."""
         fields = {f.name for f in dataclasses.fields(SFTConfig)}
         values = {k: getattr(self, k) for k in fields}
-        return SFTConfig(**{**values, "mode": Mode.parse(mode).method, "progress_bar": progress})
+        mode = Mode.parse(mode)
+        return SFTConfig(**{**values, "mode": mode.method, "include_mlps": mode.mlps, "progress_bar": progress})
 
 
 @dataclass(frozen=True)

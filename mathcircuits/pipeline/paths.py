@@ -13,8 +13,9 @@ Layout (one sub-folder per stage, each finished by a ``.done.json`` marker)::
                neurons.pt/.csv  neuron_types.csv
     finetune/  train_pairs/  heldout_pairs/  <mode>/{checkpoint-N/, final/, sft_result.json, log.jsonl, .settings}
     evaluate/  table.csv  eval_<label>.pt (one per model: held-out arithmetic, benchmarks)
-    compare/   train_pairs/ validation_pairs/ test_pairs/  runs/<mode>/lr_<rate>/{final/, sweep_run.json}
-               comparison.json  sweep.csv  eval_<mode>.json  table.csv  figures/{sweep,deltas}.html
+    compare/   train_pairs/ validation_pairs/ test_pairs/  units/{base, sweep/.., final/..}/unit.json
+               units/{comparison.json, progress.json}  sweep.csv  table.csv  pareto.csv  power.json
+               figures/{pareto,deltas,sweep}.{html,png}
     report/    report.html  claims.json  figures/
 """
 
@@ -181,12 +182,13 @@ class RunPaths:
         return self.root / "compare" / f"{split}_pairs"
 
     @property
-    def compare_settings(self) -> Path:
-        return self.root / "compare" / ".settings"
+    def compare_units(self) -> Path:
+        """The units (``<phase>/<mode>/lr_<rate>/seed_<s>/unit.json``), ``comparison.json`` and ``progress.json``."""
+        return self.root / "compare" / "units"
 
     @property
     def comparison(self) -> Path:
-        return self.root / "compare" / "comparison.json"
+        return self.compare_units / "comparison.json"
 
     @property
     def compare_sweep(self) -> Path:
@@ -197,15 +199,16 @@ class RunPaths:
         return self.root / "compare" / "table.csv"
 
     @property
-    def compare_runs(self) -> Path:
-        """Where the sweep's runs live (``<mode>/lr_<rate>/``)."""
-        return self.root / "compare" / "runs"
+    def compare_points(self) -> Path:
+        """One row per trained unit: math gain and generic change against base (the Pareto figure's data)."""
+        return self.root / "compare" / "pareto.csv"
 
-    def compare_eval(self, mode: str) -> Path:
-        return self.root / "compare" / f"eval_{mode}.json"
+    @property
+    def compare_power(self) -> Path:
+        return self.root / "compare" / "power.json"
 
     def compare_figure(self, name: str) -> Path:
-        """A comparison figure (``sweep``, ``deltas``) as HTML."""
+        """A comparison figure (``pareto``, ``deltas``, ``sweep``) as HTML (static formats beside it)."""
         return self.root / "compare" / "figures" / f"{name}.html"
 
     # report

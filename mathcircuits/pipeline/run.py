@@ -111,8 +111,26 @@ def _model_section(d: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in d["model"].items() if k != "fast_paths"}
 
 
+#: settings added after run folders existed, with the value that reproduces what runs did before them: at that
+#: value a setting is left out of the fingerprints, so folders made before it was added stay valid.
+LATER_SETTINGS: dict[str, dict[str, Any]] = {"data": {"counterfactual": "operator"}}
+
+
+def _without_later_defaults(d: dict[str, Any]) -> dict[str, Any]:
+    """The config dict as fingerprints see it: settings of :data:`LATER_SETTINGS` at their earlier value left out."""
+    return {
+        s: {k: v for k, v in sec.items() if LATER_SETTINGS.get(s, {}).get(k, _ABSENT) != v}
+        if s in LATER_SETTINGS
+        else sec
+        for s, sec in d.items()
+    }
+
+
+_ABSENT = object()
+
+
 def _fingerprint(paths: RunPaths, cfg: RunConfig, name: str, markers: dict[str, dict[str, Any]] | None = None) -> str:
-    stage, d = STAGES[name], cfg.to_dict()
+    stage, d = STAGES[name], _without_later_defaults(cfg.to_dict())
     ups = []
     for u in stage.upstream:
         m = markers.get(u) if markers is not None else read_marker(paths.marker(u))

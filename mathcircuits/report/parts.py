@@ -29,6 +29,7 @@ from mathcircuits.viz import (
     faithfulness_curve,
     knockout_curves,
     numbers_figures,
+    pareto_plot,
     patching_heatmap,
     patching_heatmaps,
     patching_top_heads,
@@ -75,8 +76,11 @@ class ReportParts:
         circuit: ``{operation: Circuit}``, each shown as the graph of its plateau circuit.
         circuit_faithfulness: ``{operation: Faithfulness}``, shown as the curve with its random band.
         comparison_sweep: the fair SFT comparison's sweep (``compare/sweep.csv``).
-        comparison_table: its table at each mode's selected rate.
+        comparison_table: per mode at its chosen rate: change against base with intervals over items and seeds
+            (:func:`~mathcircuits.finetune.effects_table`, indexed by mode).
         numbers: the numbers stage's results (:class:`~mathcircuits.report.numbers.NumberResults`).
+        comparison_points: one row per trained unit (:func:`~mathcircuits.finetune.pareto_points`): the Pareto figure.
+        comparison_power: the comparison's power statement (the smallest precise − full difference it detects).
         extra_figures: more figures, ``{title: figure}``.
         notes: notes after the appendix.
     """
@@ -100,6 +104,8 @@ class ReportParts:
     comparison_sweep: pd.DataFrame | None = None
     comparison_table: pd.DataFrame | None = None
     numbers: NumberResults = field(default_factory=NumberResults)
+    comparison_points: pd.DataFrame | None = None
+    comparison_power: str = ""
     extra_figures: Mapping[str, go.Figure] = field(default_factory=dict)
     notes: Sequence[str] = ()
 
@@ -204,7 +210,10 @@ def report_figures(parts: ReportParts) -> dict[str, go.Figure]:
     if ev is not None and any(str(c).endswith(" Δ low") for c in ev.columns):  # changes vs base with intervals
         figs["evaluation"] = sft_delta_bars(ev.set_index(ev.columns[0]))
     if parts.comparison_table is not None:
-        figs["compare"] = sft_delta_bars(parts.comparison_table)
+        if parts.comparison_points is not None and len(parts.comparison_points):
+            figs["compare_pareto"] = pareto_plot(parts.comparison_points, parts.comparison_table)
+        bars = ["math", "generic"] if "math Δ low" in parts.comparison_table.columns else None
+        figs["compare"] = sft_delta_bars(parts.comparison_table, bars)
         if parts.comparison_sweep is not None:
             figs["compare_sweep"] = sft_sweep_curves(parts.comparison_sweep)
     if parts.numbers:

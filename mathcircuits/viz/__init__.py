@@ -18,6 +18,7 @@ from mathcircuits.viz.export import (
 )
 from mathcircuits.viz.faithfulness_curve import faithfulness_curve
 from mathcircuits.viz.heatmap import patching_heatmap, patching_heatmaps, patching_top_heads
+from mathcircuits.viz.improve import pareto_plot
 from mathcircuits.viz.knockout import knockout_curves
 from mathcircuits.viz.numbers import (
     grid_heatmaps,
@@ -51,6 +52,7 @@ __all__ = [
     "knockout_curves",
     "neuron_topk_curves",
     "numbers_figures",
+    "pareto_plot",
     "patching_heatmap",
     "patching_heatmaps",
     "patching_top_heads",

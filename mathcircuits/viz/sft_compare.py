@@ -1,9 +1,9 @@
 """Figures of the fine-tuning comparison: the learning-rate sweep (appendix) and accuracy per mode with intervals.
 
-Takes the values the ``compare`` stage writes: the sweep table
-(:meth:`mathcircuits.finetune.SFTComparison.to_dataframe`: mode, learning_rate, val_accuracy,
-val_n, selected) and the comparison table (:func:`mathcircuits.evaluation.compare_table`: per
-benchmark ``b``, ``b low``/``b high`` and ``b Δ``/``b Δ low``/``b Δ high``). Error bars are the
+Takes the values the ``compare`` stage writes: the sweep table (``compare/sweep.csv``: mode,
+learning_rate, val_accuracy, val_n, selected) and a comparison table (per column ``b``: ``b Δ``/``b Δ low``/
+``b Δ high``, e.g. :func:`mathcircuits.finetune.effects_table` or :func:`mathcircuits.evaluation.compare_table`,
+which also has ``b low``/``b high``). Error bars are the
 tables' own intervals (Wilson for an accuracy, paired bootstrap for a difference to base).
 """
 

@@ -1,68 +1,133 @@
-"""Stage ``compare``: every fine-tuning mode at its own best learning rate, same data, steps and batch (issue #11).
+"""Stage ``compare``: every fine-tuning mode at its own best learning rate, several seeds each, as resumable units.
 
-Protocol (:func:`mathcircuits.finetune.compare_sft`): the training pairs of the finetune stage's
-settings; a held-out test set (another seed, no training prompt); a validation set (a third seed,
-no training or test prompt). Every mode of ``compare.modes`` is trained at every rate of
-``compare.learning_rates`` with the ``finetune`` section's steps, batch and schedule; each mode's
-rate is the one with the best validation accuracy. The selected models are then scored on the test
-pairs and on ``evaluation.benchmarks`` (``evaluation.limit`` items each), and the table gives every
-accuracy with its Wilson interval and every difference to base with its paired-bootstrap interval.
+Protocol (:mod:`mathcircuits.finetune.protocol`, settings :class:`~mathcircuits.finetune.CompareConfig`):
 
-Writes ``compare/``: ``comparison.json`` and ``sweep.csv`` (the sweep, for the appendix figure),
-``eval_<mode>.json`` (per-item outcomes), ``table.csv``, ``figures/sweep.html`` and
-``figures/deltas.html``. Runs resume: a finished run of the sweep is read back, not retrained.
+* **Facts, not prompts, are split.** The facts ``(operation, a, b)`` of ``finetune.operand_range`` are
+  cut into disjoint train / validation / test parts (``compare.fact_shares``); each part is rendered in
+  every arithmetic template, so no test item holds a trained fact in any wording. With
+  ``compare.bare_prompts`` the prompts are the bare problem (``"3 + 5 = "``), no few-shot prefix.
+* **Units.** base; a sweep of every mode over its grid (``compare.sweep_steps`` steps, seed 0);
+  each mode's rate chosen on the validation facts; that rate trained ``finetune.max_steps`` steps with
+  ``compare.seeds`` seeds; precise with ``kv_policy: exclusive`` as a sensitivity run. A unit saved is
+  skipped on a rerun, so an interrupted stage resumes; ``compare.niceness`` lowers the process's priority.
+* **Scores.** Math: teacher-forced answer log-probability and accuracy on the held-out facts (one forward
+  per item). Generic: ``evaluation.benchmarks`` (likelihood benchmarks) through lm-eval, on the first
+  ``compare.sweep_generic`` items (sweep) or ``evaluation.limit`` items (base, final units).
+
+Writes ``compare/``: the pairs of each split; ``units/`` (one ``unit.json`` per unit, ``comparison.json``,
+``progress.json``); ``table.csv`` (per mode: change against base, intervals over items and seeds);
+``pareto.csv``; ``sweep.csv``; ``power.json`` (the smallest precise − full difference on math this run
+detects at 80% power); ``figures/{pareto,deltas,sweep}.html`` (and ``.png`` when ``analysis.static_formats``
+has it).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import math
-import shutil
+import os
+import random
 from dataclasses import dataclass, field
+from functools import partial
 
+import datasets
 import pandas as pd
+import torch
 from transformers import PreTrainedModel
 
-from mathcircuits.evaluation import ARITHMETIC, EvalResult, EvalSettings, compare_table
-from mathcircuits.finetune import Mode, build_sft_dataset, compare_sft, load_tuned, split_validation
+from mathcircuits._io import write_json
+from mathcircuits.claims import Verdict
+from mathcircuits.claims.improve import claim_c6_units, claim_c6b
+from mathcircuits.data import GenerationConfig, default_benchmark_root, generate_pairs, score_pairs, split_facts
+from mathcircuits.evaluation import BenchmarkItem, load_benchmark
+from mathcircuits.evaluation.benchmarks import benchmark_spec
+from mathcircuits.evaluation.harness import evaluate_lm_eval
+from mathcircuits.finetune import ItemScores, Mode, Scorers, build_sft_dataset, compare_units, execute_unit
+from mathcircuits.finetune.effects import effects_table, pareto_points, scores_matrix
+from mathcircuits.models import HFForward, PrefixRunner
 from mathcircuits.patching import KeyComponents, PatchingResult, SelectionConfig, select_key_components
-from mathcircuits.pipeline.config import fingerprint
-from mathcircuits.pipeline.context import Context, StageSummary, TableRow, save_csv, save_dataset
-from mathcircuits.pipeline.stages.evaluate import evaluate_one
-from mathcircuits.pipeline.stages.finetune import arithmetic_pairs
-from mathcircuits.viz import save_figure, sft_delta_bars, sft_sweep_curves
+from mathcircuits.pipeline.context import Context, StageSummary, save_csv, save_dataset
+from mathcircuits.power import detectable_difference
+from mathcircuits.viz import find_chromium, save_figures, sft_delta_bars, sft_sweep_curves
+from mathcircuits.viz.improve import pareto_plot
 
 __all__ = ["CompareSummary", "run"]
 
 log = logging.getLogger(__name__)
 
+SPLITS = ("train", "validation", "test")
+
+
+#: one row of the effects table (``compare/table.csv``): column → value; None where a value is undefined (NaN).
+CompareRow = dict[str, str | int | float | None]
+
+
+@dataclass(frozen=True)
+class CompareClaim:
+    """A claim the comparison decides (C6, C6b), as the CLI prints it."""
+
+    id: str
+    verdict: Verdict
+    measurement: str
+
 
 @dataclass(frozen=True)
 class CompareSummary(StageSummary):
-    """Data sizes, each mode's selected rate and the comparison table."""
+    """Data sizes, each mode's chosen rate (and whether it is at its grid's edge), the table, power and C6/C6b."""
 
     skipped: str | None = None
     train_pairs: int = 0
     validation_pairs: int = 0
     test_pairs: int = 0
     selected: dict[str, float] = field(default_factory=dict)
-    table: list[TableRow] = field(default_factory=list)
+    at_edge: dict[str, str] = field(default_factory=dict)
+    table: list[CompareRow] = field(default_factory=list)
+    power: str = ""
+    claims: list[CompareClaim] = field(default_factory=list)
+    units: int = 0
+    cpu_s: float = 0.0
     files: list[str] = field(default_factory=list)
 
     def lines(self) -> list[str]:
         if self.skipped:
             return [f"  skipped: {self.skipped}"]
         out = [f"  pairs: train {self.train_pairs}, validation {self.validation_pairs}, test {self.test_pairs}"]
-        out += [f"  {mode:<14} selected lr {lr:g}" for mode, lr in self.selected.items()]
-        cols = ["model", ARITHMETIC, f"{ARITHMETIC} Δ", f"{ARITHMETIC} Δ low", f"{ARITHMETIC} Δ high"]
+        out += [f"  {self.units} units, {self.cpu_s / 3600:.2f} CPU hours"]
+        for mode, lr in self.selected.items():
+            edge = self.at_edge.get(mode, "")
+            out.append(f"  {mode:<14} chosen lr {lr:g}" + (f"  (the {edge} of its grid: widen it)" if edge else ""))
         df = pd.DataFrame(self.table)
+        cols = ["mode", "tuned params", "kv-shared heads", "math Δ", "math Δ low", "math Δ high", "generic Δ",
+                "generic Δ low", "generic Δ high"]  # fmt: skip
         if set(cols) <= set(df.columns):
             out += ["  " + line for line in df[cols].round(1).to_string(index=False).splitlines()]
+        if self.power:
+            out.append(f"  power: {self.power}")
+        out += [f"  {c.id} {c.verdict}: {c.measurement}" for c in self.claims]
         return out
 
 
-def _ranking(ctx: Context, modes: tuple[Mode, ...], key: KeyComponents) -> list[tuple[int, int]]:
+def _fact_pairs(ctx: Context, facts: frozenset[tuple[str, int, int]], per_template: int, seed: int) -> datasets.Dataset:
+    f, d, c = ctx.config.finetune, ctx.config.data, ctx.config.compare
+    templates = ctx.templates()
+    ids = tuple(
+        t.id
+        for s in templates
+        for t in s.templates
+        if t.operation in d.operations and t.form not in ("time_span", "accumulation")
+    )
+    cfg = GenerationConfig(
+        operations=d.operations,
+        template_ids=ids,
+        n_per_template=per_template,
+        operand_range=f.operand_range,
+        fewshot=d.fewshot and not c.bare_prompts,
+        seed=seed,
+    )
+    return generate_pairs(ctx.model.tokenizer, templates, cfg, facts=facts)
+
+
+def _ranking(ctx: Context, modes: tuple[Mode, ...]) -> list[tuple[int, int]]:
     ks = [m.top_k for m in modes if m.top_k is not None]
     if not ks:
         return []
@@ -72,8 +137,59 @@ def _ranking(ctx: Context, modes: tuple[Mode, ...], key: KeyComponents) -> list[
     return [chosen.heads[i] for i in order] if order else list(chosen.heads)
 
 
+def _generic_items(ctx: Context) -> dict[str, list[BenchmarkItem]]:
+    e = ctx.config.evaluation
+    root = e.root or default_benchmark_root()
+    if root is None or not e.benchmarks:
+        if e.benchmarks:
+            log.warning("no benchmark folder found (evaluation.root, MATHCIRCUITS_BENCHMARKS): no generic scores")
+        return {}
+    not_choice = [b for b in e.benchmarks if benchmark_spec(b).kind != "choice"]
+    if not_choice:
+        raise ValueError(
+            f"evaluation.benchmarks has {not_choice}, which are not likelihood (multiple-choice) benchmarks; the "
+            "compare stage scores math on held-out facts and generic ability by likelihood. "
+            "Fix: list choice benchmarks only (ARC-Easy, ARC-Challenge, BoolQ, OpenBookQA, MMLU, CommonsenseQA)."
+        )
+    out = {}
+    for name in e.benchmarks:
+        items = load_benchmark(name, path=root, limit=e.limit, seed=ctx.config.data.seed)
+        random.Random(ctx.config.data.seed).shuffle(items)  # any prefix (the sweep's items) is a random subset
+        out[benchmark_spec(name).name] = items
+    return out
+
+
+def _scorers(ctx: Context, pairs: dict[str, datasets.Dataset], items: dict[str, list[BenchmarkItem]]) -> Scorers:
+    tok = ctx.model.tokenizer
+
+    def math_scores(model: PreTrainedModel, split: str) -> ItemScores:
+        with torch.no_grad():
+            s = score_pairs(PrefixRunner(HFForward(model)), pairs[split], batch_size=32)
+        return ItemScores(tuple(int(c) for c in s["correct"]), tuple(float(x) for x in s["logp_answer"]))
+
+    def generic_scores(model: PreTrainedModel, n: int | None) -> dict[str, ItemScores]:
+        out = {}
+        for name, its in items.items():
+            score = evaluate_lm_eval(model, tok, its[:n], batch_size=16)
+            logp = []
+            for opts, it in zip(score.option_scores, its):
+                t = torch.tensor(opts, dtype=torch.float64)
+                logp.append(float(t[it.gold_index] - torch.logsumexp(t, 0)))
+            out[name] = ItemScores(tuple(int(c) for c in score.correct), tuple(logp))
+        return out
+
+    return Scorers(math_scores, generic_scores, ctx.config.compare.sweep_generic)
+
+
+def _lower_priority(level: int) -> None:
+    if level > 0 and hasattr(os, "nice"):
+        now = os.nice(0)
+        if level > now:
+            os.nice(level - now)
+
+
 def run(ctx: Context) -> CompareSummary:
-    """Train every mode at every rate, select on validation, evaluate the selected models on test items.
+    """Run (or resume) every unit; write the table, the Pareto points and figures, the power statement, C6/C6b.
 
     Args:
         ctx: the run context.
@@ -81,74 +197,79 @@ def run(ctx: Context) -> CompareSummary:
     Returns:
         The stage summary.
     """
-    c, f, e, paths = ctx.config.compare, ctx.config.finetune, ctx.config.evaluation, ctx.paths
+    c, f, paths = ctx.config.compare, ctx.config.finetune, ctx.paths
     if not c.enabled:
         return CompareSummary(skipped="compare.enabled is false")
+    _lower_priority(c.niceness)
+    if ctx.config.model.threads:
+        torch.set_num_threads(ctx.config.model.threads)
     key = KeyComponents.load(paths.key_components)
     key.check_model(ctx.model.spec)
     tok = ctx.model.tokenizer
-    train = arithmetic_pairs(ctx, f.train_pairs_per_template, f.seed + 101)
-    seen = set(train["prompt"])
-    test = arithmetic_pairs(ctx, e.heldout_pairs_per_template, f.seed + 202).filter(lambda r: r["prompt"] not in seen)
-    pool = arithmetic_pairs(ctx, e.heldout_pairs_per_template, f.seed + 303).filter(lambda r: r["prompt"] not in seen)
-    val = split_validation(pool, test, c.validation_pairs, seed=f.seed)
-    for split, ds in (("train", train), ("validation", val), ("test", test)):
+    gen = GenerationConfig(operations=ctx.config.data.operations, operand_range=f.operand_range)
+    parts = split_facts(gen, dict(zip(SPLITS, c.fact_shares)), seed=f.seed)
+    sizes = {"train": f.train_pairs_per_template, "validation": c.validation_pairs_per_template,
+             "test": c.test_pairs_per_template}  # fmt: skip
+    pairs = {s: _fact_pairs(ctx, parts[s], sizes[s], f.seed + 101 * (i + 1)) for i, s in enumerate(SPLITS)}
+    for split, ds in pairs.items():
         save_dataset(ds, paths.compare_pairs(split))
-    d = ctx.config.to_dict()
-    settings = fingerprint(d["compare"], d["finetune"], d["data"], d["model"], key.to_dict())
-    stamp = paths.compare_settings
-    if paths.compare_runs.exists() and (ctx.force or not stamp.exists() or stamp.read_text() != settings):
-        shutil.rmtree(paths.compare_runs)  # runs of other settings must not be reused
-    paths.compare_runs.mkdir(parents=True, exist_ok=True)
-    stamp.write_text(settings)
-
-    def fresh() -> PreTrainedModel:
-        return ctx.hf_model()[0]
-
-    cmp = compare_sft(
-        fresh,
-        tok,
-        build_sft_dataset(tok, train, target="answer"),
-        val,
-        key,
-        paths.compare_runs,
-        modes=c.modes,
-        learning_rates=c.learning_rates,
-        config=f.sft("precise", ctx.progress),
-        head_ranking=_ranking(ctx, c.modes, key),
-        seed=c.random_seed,
+    items = _generic_items(ctx)
+    plan = c.plan(f.max_steps)
+    execute = partial(
+        execute_unit,
+        factory=lambda: ctx.hf_model()[0],
+        tokenizer=tok,
+        train_dataset=build_sft_dataset(tok, pairs["train"], target="answer"),
+        key=key,
+        config=f.sft("precise", progress=False),
+        scorers=_scorers(ctx, pairs, items),
         model_name=ctx.model.spec.name,
+        ranking=_ranking(ctx, c.modes),
     )
-    cmp.save(paths.comparison)
-    sweep = cmp.to_dataframe()
+    cmp = compare_units(plan, paths.compare_units, execute, echo=print if ctx.progress else log.info)
+    table = effects_table(cmp, seed=ctx.config.data.seed)
+    points = pareto_points(cmp)
+    sweep = pd.DataFrame(
+        [
+            {
+                "mode": r.unit.mode,
+                "learning_rate": r.unit.learning_rate,
+                "val_accuracy": r.math["validation"].accuracy,
+                "val_logp": r.math["validation"].mean_logp,
+                "val_n": len(r.math["validation"].correct),
+                "selected": cmp.choices[r.unit.mode].learning_rate == r.unit.learning_rate,
+                "at_edge": cmp.choices[r.unit.mode].edge,
+            }
+            for r in cmp.records
+            if r.unit.phase == "sweep"
+        ]
+    )
+    save_csv(table.reset_index(), paths.compare_table)
+    save_csv(points, paths.compare_points)
     save_csv(sweep, paths.compare_sweep)
-    results: dict[str, EvalResult] = {}
-    for mode in cmp.modes:
-        run = cmp.run(mode)
-        model = load_tuned(fresh, run)
-        res = evaluate_one(ctx, model, tok, str(mode), test)
-        res = dataclasses.replace(
-            res, settings=dataclasses.replace(res.settings or EvalSettings(), learning_rate=run.learning_rate)
-        )
-        res.save(paths.compare_eval(str(mode)))
-        results[str(mode)] = res
-        del model
-    extra = {
-        "learning rate": {str(m): (math.nan if m.kind == "base" else cmp.selected[str(m)]) for m in cmp.modes},
-        "tuned params": {str(m): cmp.run(m).n_trainable for m in cmp.modes},
-        "train samples/s": {str(m): cmp.run(m).samples_per_second for m in cmp.modes},
-        "validation %": {str(m): 100 * cmp.run(m).val_accuracy for m in cmp.modes},
+    power = ""
+    if cmp.final("precise") and cmp.final("full"):
+        p = detectable_difference(scores_matrix(cmp.final("precise"), "math"), scores_matrix(cmp.final("full"), "math"))
+        power = "smallest precise − full difference on math detected at 80% power: " + p.describe()
+        write_json(paths.compare_power, {"statement": power, **{k: getattr(p, k) for k in p.__dataclass_fields__}})
+    figs = {
+        paths.compare_figure("pareto"): pareto_plot(points, table),
+        paths.compare_figure("deltas"): sft_delta_bars(table, ["math", "generic"]),
+        paths.compare_figure("sweep"): sft_sweep_curves(sweep),
     }
-    table = compare_table(results, "base", extra_columns=extra)
-    save_csv(table.rename_axis("model").reset_index(), paths.compare_table)
-    files = [str(p) for p in (paths.comparison, paths.compare_sweep, paths.compare_table)]
-    files += [str(p) for p in save_figure(sft_sweep_curves(sweep), paths.compare_figure("sweep"))]
-    files += [str(p) for p in save_figure(sft_delta_bars(table), paths.compare_figure("deltas"))]
+    formats = [x for x in ctx.config.analysis.static_formats if x == "png"] if find_chromium() else []
+    files = [str(p) for p in save_figures({str(k): v for k, v in figs.items()}, formats=["html", *formats])]
+    claims = [claim_c6_units(cmp, seed=ctx.config.data.seed), claim_c6b(cmp, seed=ctx.config.data.seed)]
     return CompareSummary(
-        train_pairs=len(train),
-        validation_pairs=len(val),
-        test_pairs=len(test),
-        selected=dict(cmp.selected),
-        table=table.rename_axis("model").reset_index().round(3).to_dict(orient="records"),
-        files=files,
+        train_pairs=len(pairs["train"]),
+        validation_pairs=len(pairs["validation"]),
+        test_pairs=len(pairs["test"]),
+        selected={m: ch.learning_rate for m, ch in cmp.choices.items()},
+        at_edge={m: ch.edge for m, ch in cmp.choices.items() if ch.at_edge},
+        table=table.reset_index().round(4).replace({math.nan: None}).to_dict(orient="records"),
+        power=power,
+        claims=[CompareClaim(cl.id, cl.verdict, cl.measurement) for cl in claims],
+        units=len(cmp.records),
+        cpu_s=cmp.cpu_s,
+        files=[str(p) for p in (paths.compare_table, paths.compare_points, paths.compare_sweep)] + files,
     )

@@ -19,7 +19,7 @@ from transformers import AutoModelForCausalLM, PreTrainedModel, PreTrainedTokeni
 
 from mathcircuits.data import PairSet, default_benchmark_root
 from mathcircuits.evaluation import ARITHMETIC, EvalResult, compare_table, evaluate_model, format_table
-from mathcircuits.finetune import HeadSliceAdapter, Mode, SFTResult, score_arithmetic
+from mathcircuits.finetune import HeadSliceAdapter, Mode, SFTResult, kv_shared_heads, score_arithmetic
 from mathcircuits.pipeline.context import Context, StageSummary, TableRow, save_csv
 
 __all__ = ["EvaluateSummary", "evaluate_one", "run"]
@@ -113,7 +113,7 @@ def run(ctx: Context) -> EvaluateSummary:
     finetuned = paths.marker("finetune").exists()
     modes = [m for m in ctx.config.finetune.modes if paths.final(m).exists()] if finetuned else []
     heldout = ctx.load_dataset(paths.heldout_pairs) if modes else None
-    results, speed, tuned, files = {}, {}, {}, []
+    results, speed, tuned, shared, files = {}, {}, {}, {}, []
     for mode in [None, *modes]:
         label = "base" if mode is None else str(mode)
         model, tok = ctx.hf_model() if mode is None else (_tuned(ctx, mode), ctx.model.tokenizer)
@@ -125,10 +125,11 @@ def run(ctx: Context) -> EvaluateSummary:
         if label != "base":
             r = SFTResult.load(paths.sft_result(label))
             speed[label], tuned[label] = round(r.samples_per_second, 2), r.n_trainable
+            shared[label] = len(kv_shared_heads(r.slices)) if r.slices is not None else 0
         else:
-            speed[label], tuned[label] = None, 0
+            speed[label], tuned[label], shared[label] = None, 0, 0
         del model
-    extra = {"train samples/s": speed, "tuned params": tuned}
+    extra = {"train samples/s": speed, "tuned params": tuned, "kv-shared heads": shared}
     if results:
         table = compare_table(results, "base", extra_columns=extra).rename_axis("model").reset_index()
     else:

@@ -2,10 +2,15 @@
 
 Training pairs are generated fresh (their own seed, the finetune section's
 operand range); the held-out arithmetic set uses another seed and drops every
-prompt that also occurs in training. Modes: ``precise`` (the selected key
-components), ``full`` (every parameter), and ``precise@K`` / ``precise@K+mlp``
-(the top-K heads by path-patching effect, plus the key MLPs) for the paper's
-ablation on the number of tuned heads (Table 2).
+pair whose fact ``(operation, a, b)`` also occurs in training, in any template
+(:func:`~mathcircuits.data.drop_facts`; deduplicating by prompt string kept
+facts trained in another wording). Modes, one definition of "precise"
+everywhere: ``precise`` (the key heads only), ``precise+mlp`` (the key heads
+and the key MLPs), ``full`` (every parameter), and ``precise@K`` /
+``precise@K+mlp`` (the top-K heads by path-patching effect, without / with the
+key MLPs) for the paper's ablation on the number of tuned heads (Table 2).
+Under ``kv_policy: group`` a key head's K/V slice changes its whole KV group:
+the summary counts the non-key heads so changed (``kv-shared heads``).
 
 Each mode trains in ``finetune/<mode>/`` with checkpoints, so an interrupted
 run resumes (the runner clears the folder first when the settings changed, so
@@ -21,8 +26,8 @@ from typing import Literal
 
 import datasets
 
-from mathcircuits.data import GenerationConfig, generate_pairs
-from mathcircuits.finetune import Mode, build_sft_dataset, train_sft
+from mathcircuits.data import GenerationConfig, drop_facts, facts_of, generate_pairs
+from mathcircuits.finetune import Mode, build_sft_dataset, kv_shared_heads, train_sft
 from mathcircuits.patching import KeyComponents, PatchingResult, SelectionConfig, select_key_components
 from mathcircuits.pipeline.context import Context, StageSummary, save_dataset
 
@@ -31,9 +36,12 @@ __all__ = ["FinetuneSummary", "TrainingBrief", "arithmetic_pairs", "mode_compone
 
 @dataclass(frozen=True)
 class TrainingBrief:
-    """One mode's fine-tuning, in brief: the heads tuned (``"all"`` for full SFT), sizes and how training went."""
+    """One mode's fine-tuning, in brief: the heads and MLPs tuned (``"all"`` for full SFT), the non-key heads whose
+    K/V changed through a shared KV group, sizes and how training went."""
 
     heads: int | Literal["all"]
+    mlps: int | Literal["all"]
+    kv_shared_heads: int
     n_trainable: int
     n_model_params: int
     steps: int
@@ -59,7 +67,8 @@ class FinetuneSummary(StageSummary):
             return [f"  skipped: {self.skipped}"]
         out = [f"  train pairs {self.train_pairs}, held-out pairs {self.heldout_pairs}"]
         out += [
-            f"  {mode:<16} heads={r.heads:<4} tuned params={r.n_trainable:<10} steps={r.steps:<4} loss={r.train_loss}"
+            f"  {mode:<16} heads={r.heads:<4} MLPs={r.mlps:<3} kv-shared heads={r.kv_shared_heads:<3} "
+            f"tuned params={r.n_trainable:<10} steps={r.steps:<4} loss={r.train_loss}"
             for mode, r in self.runs.items()
         ]
         return out
@@ -102,7 +111,7 @@ def mode_components(ctx: Context, mode: Mode, key: KeyComponents) -> KeyComponen
 
     Args:
         ctx: the run context (``precise@K`` reads ``identify/patching_all.pt``).
-        mode: ``precise``, ``full``, ``precise@K`` or ``precise@K+mlp`` (checked when the config loads).
+        mode: ``precise``, ``precise+mlp``, ``full``, ``precise@K`` or ``precise@K+mlp`` (checked at config load).
         key: the selected key components.
 
     Returns:
@@ -110,8 +119,8 @@ def mode_components(ctx: Context, mode: Mode, key: KeyComponents) -> KeyComponen
     """
     if mode.kind == "full":
         return None
-    if mode.top_k is None:
-        return key
+    if mode.top_k is None:  # precise: the key heads only; precise+mlp: and the key MLPs
+        return key if mode.mlps else dataclasses.replace(key, mlps=(), mlp_scores=())
     overall = PatchingResult.load(ctx.paths.patching("all"))
     chosen = select_key_components(overall, SelectionConfig(rule="topk", k=mode.top_k, mlp_k=len(key.mlps)))
     return chosen if mode.mlps else dataclasses.replace(chosen, mlps=(), mlp_scores=())
@@ -133,8 +142,7 @@ def run(ctx: Context) -> FinetuneSummary:
     key.check_model(ctx.model.spec)
     train = arithmetic_pairs(ctx, f.train_pairs_per_template, f.seed + 101)
     heldout = arithmetic_pairs(ctx, e.heldout_pairs_per_template, f.seed + 202)
-    seen = set(train["prompt"])
-    heldout = heldout.filter(lambda r: r["prompt"] not in seen)
+    heldout = drop_facts(heldout, facts_of(train))  # no trained fact, in any wording
     save_dataset(train, paths.train_pairs)
     save_dataset(heldout, paths.heldout_pairs)
     components = {mode: mode_components(ctx, mode, key) for mode in f.modes}
@@ -156,6 +164,8 @@ def run(ctx: Context) -> FinetuneSummary:
         )
         runs[str(mode)] = TrainingBrief(
             heads=len(components[mode].heads) if components[mode] is not None else "all",
+            mlps=len(components[mode].mlps) if components[mode] is not None else "all",
+            kv_shared_heads=len(kv_shared_heads(result.slices)) if result.slices is not None else 0,
             n_trainable=result.n_trainable,
             n_model_params=result.n_model_params,
             steps=result.global_step,

@@ -5,7 +5,9 @@ Reads the ``analysis`` section (``static_formats``); writes ``report/claims.json
 Every result is optional: a stage that was off (or a file from an older version) leaves its
 claim "not measured" and its section out. The circuit gets a section when the circuit stage
 wrote one; the numbers stage (claims N1–N3, beyond the paper) when it ran; the fine-tuning table when
-the evaluate stage wrote one; the fair comparison (and C6 from it) when the compare stage wrote one.
+the evaluate stage wrote one; the fair comparison (C6 from it, C6b beside it, the table and the Pareto
+figure) when the compare stage wrote one. C6 names what "precise" tuned (heads only; the non-key heads
+changed through shared K/V).
 """
 
 from __future__ import annotations
@@ -17,12 +19,13 @@ from typing import TypeVar
 
 import pandas as pd
 
-from mathcircuits._io import ResultFileError, SavedResult
+from mathcircuits._io import ResultFileError, SavedResult, read_json
 from mathcircuits.ablation import KnockoutResult, TransferResult
 from mathcircuits.analysis import AttentionByRole, HeadPatterns, MLPProbeResult
 from mathcircuits.circuit import Circuit, Faithfulness
-from mathcircuits.claims import Verdict, assess_claims, with_number_claims
+from mathcircuits.claims import Verdict, assess_claims, precise_definition, with_number_claims, with_unit_claims
 from mathcircuits.evaluation import EvalResult
+from mathcircuits.finetune import SFTResult, UnitComparison, kv_shared_heads
 from mathcircuits.numbers import HelixPatchResult, HelixResult, NeuronResult, ProbeResult, Spectrum
 from mathcircuits.patching import KeyComponents, PatchingResult
 from mathcircuits.pipeline.context import Context, StageSummary
@@ -156,10 +159,15 @@ def run(ctx: Context) -> ReportSummary:
     probes = got.load(MLPProbeResult, paths.probes(), "analyze", "probes")
     patterns = got.load(HeadPatterns, paths.patterns, "analyze", "patterns")
     evals = {m: r for m in ("base", "precise", "full") if (r := got.load(EvalResult, paths.eval_result(m)))}
-    # the compare stage's results, when it ran, are the fair test of C6 (each mode at its selected rate)
-    fair = {m: r for m in ("base", "precise", "full") if (r := got.load(EvalResult, paths.compare_eval(m)))}
-    if len(fair) == 3:
-        evals = fair
+    sft = got.load(SFTResult, paths.sft_result("precise")) if evals else None
+    precise = ""
+    if sft is not None and sft.slices is not None:
+        sl = sft.slices
+        precise = precise_definition(len(sl.heads), len(kv_shared_heads(sl)), sft.n_trainable)
+        if sl.mlps:
+            precise += f" + the key MLPs {list(sl.mlps)} (that is precise+mlp)"
+    # the compare stage's units, when it ran, are the fair test of C6 (each mode at its chosen rate, several seeds)
+    cmp = got.load(UnitComparison, paths.comparison)
     if not evals and paths.marker("evaluate").exists():  # the stage ran, but wrote no model's results
         e, f = ctx.config.evaluation, ctx.config.finetune
         got.reasons["evals"] = (
@@ -180,6 +188,7 @@ def run(ctx: Context) -> ReportSummary:
         evals=evals or None,
         off=got.off,
         reasons=got.reasons,
+        precise=precise,
         seed=ctx.config.data.seed,
     )
     nums = _numbers(got, ctx)
@@ -192,6 +201,8 @@ def run(ctx: Context) -> ReportSummary:
         neurons=nums.neurons,
         off=_numbers_off(ctx),
     )
+    if cmp is not None:
+        card = with_unit_claims(card, cmp)
     card.save(paths.claims)
     parts = ReportParts(
         title=f"mathcircuits run: {ctx.config.model.source}",
@@ -213,6 +224,8 @@ def run(ctx: Context) -> ReportSummary:
         comparison_sweep=pd.read_csv(paths.compare_sweep) if paths.compare_sweep.exists() else None,
         comparison_table=(pd.read_csv(paths.compare_table, index_col=0) if paths.compare_table.exists() else None),
         numbers=nums,
+        comparison_points=pd.read_csv(paths.compare_points) if paths.compare_points.exists() else None,
+        comparison_power=read_json(paths.compare_power)["statement"] if paths.compare_power.exists() else "",
     )
     figures = report_figures(parts)  # built once: saved as files and embedded in the page
     saved = {

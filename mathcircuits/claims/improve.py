@@ -1,0 +1,199 @@
+"""Claims C6 and C6b: precise SFT matches full SFT (and keeps generic ability); precise beats random heads.
+
+Background. Zhang et al. (ICML 2024, §5, Table 1) report that fine-tuning only the key heads
+("precise SFT") improves math about as much as full SFT without harming generic benchmarks.
+Two things make that claim testable rather than true by default:
+
+* **Training must have had an effect.** With too few steps nothing learns, and "precise ≈ full"
+  then holds trivially. So C6 can hold only when full SFT beats base on math (interval above 0);
+  otherwise it is *inconclusive: training had no effect* (issue #23, item 6).
+* **Localisation needs a control.** Wang & Veitch (2025) find that optimally tuned *random* heads
+  can do nearly as well as localised ones. C6b — precise beats random heads matched in depth and
+  parameters, each at its own best rate — is the localisation claim, a row of its own.
+
+Rules (:data:`~mathcircuits.claims.paper.C6_MARGIN`; written out in ``docs/claims.md``):
+
+* C6 (:func:`c6_verdict`): with ``d_fb`` = full − base on math, ``d_pf`` = precise − full on math,
+  ``d_g`` = precise − base on generic (accuracy, 95% intervals): *inconclusive (training had no
+  effect)* unless ``low(d_fb) > 0``; then *holds* when ``low(d_pf) ≥ −m`` and ``low(d_g) ≥ −m``;
+  *does not hold* when ``high(d_pf) < −m`` or ``high(d_g) < −m``; else *inconclusive*.
+* C6b (:func:`claim_c6b`): *inconclusive (training had no effect)* unless precise or random beats
+  base on math (an interval above 0); then, with ``d_pr`` = precise − random on math: *holds* when
+  ``low(d_pr) > 0``; *does not hold* when ``high(d_pr) ≤ 0`` (random heads do at least as well);
+  else *inconclusive*.
+
+:func:`claim_c6_units` and :func:`claim_c6b` read a :class:`~mathcircuits.finetune.UnitComparison`
+(the ``compare`` stage), whose intervals include seed variance; :func:`with_unit_claims` puts them
+on a card. Both print the one definition of "precise" (:func:`precise_definition`).
+
+Usage::
+
+    card = with_unit_claims(assess_claims(...), UnitComparison.load("runs/x/compare/units/comparison.json"))
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+from mathcircuits.claims.card import Claim, ClaimsCard, Verdict
+from mathcircuits.claims.paper import C6_MARGIN, claim, not_measured
+from mathcircuits.finetune.effects import difference
+from mathcircuits.finetune.units import UnitComparison
+from mathcircuits.stats import DEFAULT_N_BOOT, Interval
+
+__all__ = ["NO_EFFECT", "c6_verdict", "claim_c6_units", "claim_c6b", "precise_definition", "with_unit_claims"]
+
+NO_EFFECT = "training had no effect"
+
+
+def precise_definition(n_heads: int, n_kv_shared: int, n_params: int | None = None) -> str:
+    """The one definition of "precise", as the card and the tables print it.
+
+    Args:
+        n_heads: key heads tuned.
+        n_kv_shared: non-key heads whose keys and values change through shared K/V (``kv_policy="group"``).
+        n_params: tuned parameters (None: not shown).
+
+    Returns:
+        E.g. ``"precise = the 12 key heads' q/k/v/o slices only, no MLPs (812k params); their shared K/V also
+        changes 22 non-key heads"``.
+    """
+    params = "" if n_params is None else f" ({n_params / 1e3:.0f}k params)"
+    shared = f"; their shared K/V also changes {n_kv_shared} non-key heads" if n_kv_shared else ""
+    return f"precise = the {n_heads} key heads' q/k/v/o slices only, no MLPs{params}{shared}"
+
+
+def c6_verdict(d_full_base: Interval, d_precise_full: Interval, d_generic: Interval | None) -> tuple[Verdict, str]:
+    """The C6 rule on three intervals (accuracy differences; see the module docstring).
+
+    Args:
+        d_full_base: full − base on math.
+        d_precise_full: precise − full on math.
+        d_generic: precise − base on generic benchmarks (None: none measured).
+
+    Returns:
+        ``(verdict, reason)``.
+    """
+    m = -C6_MARGIN
+    if not d_full_base.low > 0:
+        return Verdict.INCONCLUSIVE, (
+            f"{NO_EFFECT}: full − base on math {d_full_base.format('{:+.3f}')} does not lie above 0, "
+            "so 'precise matches full' would hold trivially"
+        )
+    if d_precise_full.high < m or (d_generic is not None and d_generic.high < m):
+        why = f"full beats base, and an interval (precise − full, or generic) lies wholly below {m:+.2f}"
+        return Verdict.FAILS, why
+    if d_precise_full.low >= m and d_generic is not None and d_generic.low >= m:
+        return Verdict.HOLDS, f"full beats base, and both intervals lie at or above {m:+.2f}"
+    if d_generic is None:
+        return Verdict.INCONCLUSIVE, "no generic benchmark with per-item results, so 'keeps generic ability' is open"
+    return Verdict.INCONCLUSIVE, f"full beats base, but an interval straddles {m:+.2f}"
+
+
+def _claim(cid: str, text: str, verdict: Verdict, reason: str, d: Interval) -> Claim:
+    return claim(cid, text, verdict, reason, value=d.value, low=d.low, high=d.high, unit="accuracy difference", n=d.n)
+
+
+def _definition(cmp: UnitComparison) -> str:
+    recs = cmp.final("precise")
+    if not recs:
+        return "precise not trained"
+    r = recs[0]
+    return precise_definition(len(r.heads), len(r.kv_shared_heads), r.n_trainable)
+
+
+def claim_c6_units(cmp: UnitComparison | None, n_boot: int = DEFAULT_N_BOOT, seed: int = 0) -> Claim:
+    """C6 from a unit comparison: precise vs full on math, precise vs base on generic (seed-and-item intervals).
+
+    Args:
+        cmp: the comparison (None: not measured).
+        n_boot: bootstrap resamples.
+        seed: bootstrap seed.
+
+    Returns:
+        The claim; its value is precise − full accuracy on the held-out test facts.
+    """
+    if cmp is None:
+        return not_measured("C6", "compare")
+    missing = [m for m in ("base", "precise", "full") if not cmp.final(m)]
+    if missing:
+        return not_measured("C6", reason=f"compare.modes lacks {', '.join(missing)}")
+    d_fb = difference(cmp, "full", "base", "math", n_boot=n_boot, seed=seed)
+    d_pf = difference(cmp, "precise", "full", "math", n_boot=n_boot, seed=seed + 1)
+    d_g = difference(cmp, "precise", "base", "generic", n_boot=n_boot, seed=seed + 2)
+    gen = None if math.isnan(d_g.value) else d_g
+    verdict, reason = c6_verdict(d_fb, d_pf, gen)
+    seeds = len(cmp.final("precise"))
+    text = (
+        f"{_definition(cmp)}. On held-out facts: full − base {d_fb.format('{:+.3f}')}; precise − full "
+        f"{d_pf.format('{:+.3f}')}"
+        + ("" if gen is None else f"; precise − base on generic {d_g.format('{:+.3f}')}")
+        + f" ({seeds} seeds per mode, each at its chosen rate; intervals over items and seeds)"
+    )
+    if verdict == Verdict.INCONCLUSIVE and reason.startswith(NO_EFFECT):
+        text = f"{NO_EFFECT}. " + text
+    return _claim("C6", text, verdict, reason, d_pf)
+
+
+def claim_c6b(cmp: UnitComparison | None, n_boot: int = DEFAULT_N_BOOT, seed: int = 0) -> Claim:
+    """C6b: precise beats depth- and parameter-matched random heads on math (each at its own chosen rate).
+
+    Args:
+        cmp: the comparison (None: not measured).
+        n_boot: bootstrap resamples.
+        seed: bootstrap seed.
+
+    Returns:
+        The claim; its value is precise − random accuracy on the held-out test facts.
+    """
+    if cmp is None:
+        return not_measured("C6b", "compare")
+    missing = [m for m in ("precise", "random") if not cmp.final(m)]
+    if missing:
+        return not_measured("C6b", reason=f"compare.modes lacks {', '.join(missing)}")
+    d = difference(cmp, "precise", "random", "math", n_boot=n_boot, seed=seed + 3)
+    d_r = difference(cmp, "random", "base", "math", n_boot=n_boot, seed=seed + 4)
+    d_p = difference(cmp, "precise", "base", "math", n_boot=n_boot, seed=seed + 5)
+    if not (d_p.low > 0 or d_r.low > 0):
+        verdict, reason = (
+            Verdict.INCONCLUSIVE,
+            (
+                f"{NO_EFFECT}: neither precise − base {d_p.format('{:+.3f}')} nor random − base "
+                f"{d_r.format('{:+.3f}')} lies above 0, so neither set of heads learned anything to compare"
+            ),
+        )
+    elif d.low > 0:
+        verdict, reason = Verdict.HOLDS, "the precise − random interval lies above 0"
+    elif d.high <= 0:
+        verdict = Verdict.FAILS
+        reason = "the precise − random interval lies at or below 0: random heads do as well or better"
+    else:
+        verdict, reason = Verdict.INCONCLUSIVE, "the precise − random interval straddles 0"
+    n_draws = len(cmp.final("random"))
+    text = (
+        f"{_definition(cmp)}; random = as many non-key heads per layer, tuning as many KV groups ({n_draws} draws). "
+        f"On held-out facts: precise − random {d.format('{:+.3f}')}; precise − base {d_p.format('{:+.3f}')}; "
+        f"random − base {d_r.format('{:+.3f}')}"
+    )
+    if reason.startswith(NO_EFFECT):
+        text = f"{NO_EFFECT}. " + text
+    return _claim("C6b", text, verdict, reason, d)
+
+
+def with_unit_claims(card: ClaimsCard, cmp: UnitComparison, n_boot: int = DEFAULT_N_BOOT) -> ClaimsCard:
+    """The card with C6 read from the unit comparison and C6b added after it.
+
+    Args:
+        card: the card from :func:`~mathcircuits.claims.assess_claims`.
+        cmp: the comparison of the ``compare`` stage.
+        n_boot: bootstrap resamples.
+
+    Returns:
+        A new card.
+    """
+    c6, c6b = claim_c6_units(cmp, n_boot, card.seed), claim_c6b(cmp, n_boot, card.seed)
+    claims = [c for c in card.claims if c.id not in ("C6", "C6b")]
+    at = next((i for i, c in enumerate(card.claims) if c.id == "C6"), len(claims))
+    claims[at:at] = [c6, c6b]
+    return dataclasses.replace(card, claims=tuple(claims))

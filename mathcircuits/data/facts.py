@@ -1,0 +1,109 @@
+"""Arithmetic facts: the ``(operation, a, b)`` behind a prompt, and splits that share no fact.
+
+Background. A held-out test of fine-tuning must not hold a fact the model was trained on. The
+templates render one fact in many wordings (``"3 + 5 ="``, ``"The sum of 3 and 5 is"``), so a
+held-out set deduplicated by prompt string still holds facts trained in another wording (issue
+#23, item 8: about 27% of the addition and 46% of the subtraction test items of the default run).
+The unit of a split is therefore the fact, not the prompt.
+
+Method. The fact space ``F = {(op, a, b)}`` is every operand pair of the operand range that the
+answer rules allow (:func:`~mathcircuits.data.generate.operand_pairs`). A seeded permutation of
+each operation's facts is cut into consecutive parts by the given shares, so every part has the
+operations in the same proportions and no two parts share a fact. Pairs of a part are drawn with
+``generate_pairs(..., facts=part)``; :func:`drop_facts` removes, from any pair set, the facts of
+another (the finetune stage's held-out set against its training set).
+
+Usage::
+
+    parts = split_facts(GenerationConfig(operations=("add", "sub"), operand_range=(1, 20)),
+                        {"train": 0.5, "validation": 0.2, "test": 0.3}, seed=0)
+    test = generate_pairs(tok, templates, cfg, facts=parts["test"])
+    heldout = drop_facts(heldout, facts_of(train))
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Collection, Mapping
+from typing import Any
+
+from mathcircuits.data.generate import GenerationConfig, operand_pairs
+
+__all__ = ["Fact", "drop_facts", "fact_of", "facts_of", "split_facts"]
+
+Fact = tuple[str, int, int]
+"""An arithmetic fact: ``(operation, a, b)``."""
+
+
+def fact_of(row: Mapping[str, Any]) -> Fact:
+    """The fact of one pair (a row of :func:`~mathcircuits.data.generate_pairs`)."""
+    return (str(row["operation"]), int(row["a"]), int(row["b"]))
+
+
+def facts_of(pairs: Any) -> frozenset[Fact]:
+    """Every fact of a pair set (a ``datasets.Dataset`` with ``operation``, ``a`` and ``b``)."""
+    _check(pairs)
+    return frozenset(zip(pairs["operation"], (int(a) for a in pairs["a"]), (int(b) for b in pairs["b"])))
+
+
+def drop_facts(pairs: Any, facts: Collection[Fact]) -> Any:
+    """The pairs whose fact is not in ``facts`` (e.g. a held-out set without any trained fact).
+
+    Args:
+        pairs: a ``datasets.Dataset`` with ``operation``, ``a`` and ``b``.
+        facts: the facts to remove.
+
+    Returns:
+        The remaining pairs, in their order.
+    """
+    _check(pairs)
+    seen = facts if isinstance(facts, (set, frozenset)) else set(facts)
+    return pairs.filter(lambda r: fact_of(r) not in seen)
+
+
+def split_facts(config: GenerationConfig, shares: Mapping[str, float], seed: int = 0) -> dict[str, frozenset[Fact]]:
+    """Cut the fact space of ``config`` into disjoint parts, each operation in the same proportions.
+
+    Args:
+        config: the operations, operand range and answer rules (``GenerationConfig``).
+        shares: part name → share of each operation's facts, e.g. ``{"train": 0.5, "test": 0.3}``;
+            the shares must be positive and sum to at most 1 (the rest is left out).
+        seed: seed of the permutation.
+
+    Returns:
+        Part name → its facts; no fact is in two parts.
+
+    Raises:
+        ValueError: a share is not positive, the shares sum to more than 1, or a part would be empty.
+    """
+    if not shares or any(not s > 0 for s in shares.values()) or sum(shares.values()) > 1 + 1e-9:
+        raise ValueError(
+            f"split_facts got shares {dict(shares)}. Fix: give positive shares that sum to at most 1, "
+            "e.g. {'train': 0.5, 'validation': 0.2, 'test': 0.3}."
+        )
+    rng = random.Random(seed)
+    parts: dict[str, set[Fact]] = {name: set() for name in shares}
+    for op in config.operations:
+        facts = [(op, a, b) for a, b, _ in operand_pairs(op, config)]
+        rng.shuffle(facts)
+        start = 0
+        for name, share in shares.items():
+            stop = start + int(round(share * len(facts)))
+            parts[name].update(facts[start:stop])
+            start = stop
+    empty = [name for name, part in parts.items() if not part]
+    if empty:
+        raise ValueError(
+            f"split_facts: parts {empty} get no fact from operand_range {list(config.operand_range)}. "
+            "Fix: widen the operand range or raise their shares."
+        )
+    return {name: frozenset(part) for name, part in parts.items()}
+
+
+def _check(pairs: Any) -> None:
+    missing = [c for c in ("operation", "a", "b") if c not in getattr(pairs, "column_names", ())]
+    if missing:
+        raise ValueError(
+            f"a pair set without the columns {missing} has no facts. "
+            "Fix: pass pairs built by mathcircuits.data.generate_pairs."
+        )

@@ -1,0 +1,209 @@
+"""What a fine-tuning comparison found: each mode's change against base, with intervals over items and seeds.
+
+Reads a :class:`~mathcircuits.finetune.units.UnitComparison` (values only, no model):
+
+* :func:`scores_matrix` — one mode's per-seed, per-item scores [seed, item] on held-out math
+  (a split) or the generic benchmarks (pooled: every benchmark's items, in name order);
+* :func:`difference` — ``mean(A) − mean(B)`` with the two-level paired bootstrap of
+  :func:`mathcircuits.power.seed_item_bootstrap` (items shared, seeds resampled per mode);
+* :func:`effects_table` — per mode (final units at its chosen rate): tuned parameters, K/V side
+  effects, chosen rate and edge flag, math and generic accuracy and their changes against base
+  (points, 95% intervals that include seed variance), answer log-probability change, CPU time;
+* :func:`pareto_points` — one row per trained unit (sweep and final): math gain against generic
+  change, each against base on the same items, for the Pareto figure.
+
+Usage::
+
+    table = effects_table(cmp)                      # a DataFrame, index: mode label
+    d = difference(cmp, "precise", "full", "math")  # Interval, accuracy difference on test facts
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Literal
+
+import pandas as pd
+import torch
+from torch import Tensor
+
+from mathcircuits.finetune.units import UnitComparison, UnitRecord
+from mathcircuits.power import seed_item_bootstrap
+from mathcircuits.stats import DEFAULT_N_BOOT, Interval
+
+__all__ = ["Kind", "Metric", "difference", "effects_table", "pareto_points", "scores_matrix"]
+
+Kind = Literal["math", "generic"]
+Metric = Literal["correct", "logp"]
+
+
+def _row(record: UnitRecord, kind: Kind, metric: Metric, split: str, n: dict[str, int] | None) -> list[float]:
+    if kind == "math":
+        s = record.math.get(split)
+        if s is None:
+            raise KeyError(f"unit {record.unit.key} has no {split!r} math scores.")
+        return [float(x) for x in getattr(s, metric)]
+    out: list[float] = []
+    for bench in sorted(n if n is not None else record.generic):
+        if bench not in record.generic:
+            raise KeyError(f"unit {record.unit.key} lacks the generic benchmark {bench!r}.")
+        out += [float(x) for x in getattr(record.generic[bench], metric)[: None if n is None else n[bench]]]
+    return out
+
+
+def _generic_n(records: list[UnitRecord]) -> dict[str, int]:
+    benches = set.intersection(*(set(r.generic) for r in records)) if records else set()
+    return {b: min(len(r.generic[b].correct) for r in records) for b in benches}
+
+
+def scores_matrix(
+    records: list[UnitRecord] | tuple[UnitRecord, ...],
+    kind: Kind,
+    metric: Metric = "correct",
+    split: str = "test",
+    n: dict[str, int] | None = None,
+) -> Tensor:
+    """Per-seed, per-item scores [seed, item] of some units (one row per unit).
+
+    Args:
+        records: units of one mode (its seeds), or one unit.
+        kind: ``math`` (the held-out facts of ``split``) or ``generic`` (every benchmark, pooled).
+        metric: ``correct`` (0/1) or ``logp``.
+        split: the math split.
+        n: generic: benchmark → items to use (a prefix); None: as many as every record has.
+
+    Returns:
+        A float64 tensor [unit, item].
+    """
+    records = list(records)
+    if not records:
+        raise ValueError("scores_matrix got no units. Fix: pass the final units of a mode (UnitComparison.final).")
+    if kind == "generic":
+        n = n or _generic_n(records)
+        records = [r for r in records if r.generic]
+        if not records or not n:
+            return torch.zeros(0, 0, dtype=torch.float64)
+    return torch.tensor([_row(r, kind, metric, split, n) for r in records], dtype=torch.float64)
+
+
+def difference(
+    cmp: UnitComparison,
+    a: str,
+    b: str,
+    kind: Kind,
+    metric: Metric = "correct",
+    n_boot: int = DEFAULT_N_BOOT,
+    seed: int = 0,
+) -> Interval:
+    """``mean(a) − mean(b)`` over the final units of two mode labels, with the seed-and-item interval.
+
+    Args:
+        cmp: the comparison.
+        a: a mode label (e.g. ``precise``).
+        b: another (e.g. ``full`` or ``base``).
+        kind: ``math`` (test facts) or ``generic`` (pooled benchmarks).
+        metric: ``correct`` or ``logp``.
+        n_boot: bootstrap resamples.
+        seed: bootstrap seed.
+
+    Returns:
+        The :class:`~mathcircuits.stats.Interval` (NaN when a side has no scores).
+    """
+    ra, rb = cmp.final(a), cmp.final(b)
+    if not ra or not rb:
+        nan = math.nan
+        return Interval(nan, nan, nan, 0, method="seed_item_bootstrap")
+    n = _generic_n([*ra, *rb]) if kind == "generic" else None
+    ma, mb = scores_matrix(ra, kind, metric, n=n), scores_matrix(rb, kind, metric, n=n)
+    if ma.numel() == 0 or mb.numel() == 0:
+        nan = math.nan
+        return Interval(nan, nan, nan, 0, method="seed_item_bootstrap")
+    return seed_item_bootstrap(ma, mb, n_boot, seed)
+
+
+def effects_table(cmp: UnitComparison, n_boot: int = DEFAULT_N_BOOT, seed: int = 0) -> pd.DataFrame:
+    """Per mode label: what it tuned, its chosen rate, and its math and generic change against base.
+
+    Columns: ``learning rate``, ``rate at grid edge``, ``seeds``, ``tuned params``, ``heads``, ``MLPs``,
+    ``kv-shared heads`` (non-key heads whose K/V changed), ``math %`` and ``math Δ`` / ``Δ low`` /
+    ``Δ high`` (points), ``math logp Δ`` (nats per item), ``generic %`` and its ``Δ`` columns,
+    ``generic logp Δ``, ``train CPU s`` (mean per unit).
+
+    Args:
+        cmp: the comparison.
+        n_boot: bootstrap resamples.
+        seed: bootstrap seed.
+
+    Returns:
+        A DataFrame indexed by mode label, base first.
+    """
+    rows = []
+    for label in cmp.labels:
+        recs = cmp.final(label)
+        mode = recs[0].unit.mode
+        choice = cmp.choices.get(mode)
+        row: dict[str, object] = {
+            "mode": label,
+            "learning rate": recs[0].unit.learning_rate,
+            "rate at grid edge": (choice.edge or "no") if choice is not None else "",
+            "seeds": len(recs),
+            "tuned params": recs[0].n_trainable,
+            "heads": len(recs[0].heads),
+            "MLPs": len(recs[0].mlps),
+            "kv-shared heads": len(recs[0].kv_shared_heads),
+            "math %": 100 * float(scores_matrix(recs, "math").mean()),
+            "generic %": _mean_pct(recs),
+            "train CPU s": sum(r.train_cpu_s for r in recs) / len(recs),
+        }
+        for kind in ("math", "generic"):
+            d = difference(cmp, label, "base", kind, "correct", n_boot, seed)  # type: ignore[arg-type]
+            row |= {f"{kind} Δ": 100 * d.value, f"{kind} Δ low": 100 * d.low, f"{kind} Δ high": 100 * d.high}
+            row[f"{kind} logp Δ"] = difference(cmp, label, "base", kind, "logp", 1, seed).value  # type: ignore[arg-type]
+        rows.append(row)
+    return pd.DataFrame(rows).set_index("mode")
+
+
+def _mean_pct(recs: tuple[UnitRecord, ...]) -> float:
+    m = scores_matrix(recs, "generic")
+    return 100 * float(m.mean()) if m.numel() else math.nan
+
+
+def pareto_points(cmp: UnitComparison) -> pd.DataFrame:
+    """One row per trained unit: its math gain and generic change against base, on the items it was scored on.
+
+    Sweep units are scored on the validation facts and the first items of each generic benchmark, final
+    units on the test facts and every generic item; each is compared with base on the same items.
+
+    Returns:
+        A DataFrame with ``mode``, ``phase``, ``learning_rate``, ``seed``, ``math_split``, ``math_gain``,
+        ``generic_change`` (points), ``math_logp_gain`` and ``chosen`` (a final unit at the chosen rate).
+    """
+    base = cmp.final("base")
+    if not base:
+        return pd.DataFrame()
+    b = base[0]
+    rows = []
+    for r in cmp.records:
+        if r.unit.phase == "base":
+            continue
+        split = "validation" if r.unit.phase == "sweep" else "test"
+        gain = r.math[split].accuracy - b.math[split].accuracy
+        lp = r.math[split].mean_logp - b.math[split].mean_logp
+        gen = math.nan
+        if r.generic and b.generic:
+            n = _generic_n([r, b])
+            gen = float(scores_matrix([r], "generic", n=n).mean() - scores_matrix([b], "generic", n=n).mean())
+        rows.append(
+            {
+                "mode": r.unit.label,
+                "phase": r.unit.phase,
+                "learning_rate": r.unit.learning_rate,
+                "seed": r.unit.seed,
+                "math_split": split,
+                "math_gain": 100 * gain,
+                "generic_change": 100 * gen,
+                "math_logp_gain": lp,
+                "chosen": r.unit.phase == "final",
+            }
+        )
+    return pd.DataFrame(rows)

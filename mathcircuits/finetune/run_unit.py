@@ -1,0 +1,193 @@
+"""Train and score one unit of a fine-tuning comparison (:mod:`mathcircuits.finetune.units`).
+
+What each mode tunes (one definition of "precise", shared by every table and claim):
+
+* ``base`` — nothing;
+* ``precise`` — the key heads only: each key head's q rows and o columns and, under GQA, its KV
+  group's k and v rows (``kv_policy="group"``: that also changes the group's other heads' keys and
+  values, listed as :attr:`~mathcircuits.finetune.units.UnitRecord.kv_shared_heads`;
+  ``"exclusive"``: only groups whose heads are all key heads);
+* ``precise+mlp`` — the key heads and the key MLPs (whole MLPs: on SmolLM2 most of its parameters);
+* ``precise@K`` / ``precise@K+mlp`` — the top-K heads of a ranking (without / with the key MLPs);
+* ``random`` — as many non-key heads per layer as the key heads, tuning as many KV groups
+  (:func:`~mathcircuits.finetune.matched.matched_random_heads`; the unit's seed is the draw);
+* ``lora`` — LoRA on every attention projection, at the rank whose parameter count is nearest to
+  ``precise``'s (:func:`~mathcircuits.finetune.lora_rank_for_budget`);
+* ``full`` — every parameter.
+
+The trained model is merged into a plain HF model, scored by the given scorers (held-out
+arithmetic per split; generic benchmarks on the first ``n`` items) and dropped: a unit keeps its
+scores, not its weights. CPU time is the process's (``time.process_time``), split into training
+and scoring.
+
+Usage::
+
+    record = execute_unit(unit, work, factory=lambda: load_hf_model("embedded")[0], tokenizer=tok,
+                          train_dataset=data, key=key, config=SFTConfig(batch_size=16), scorers=scorers)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from torch import nn
+
+from mathcircuits.finetune.adapter import HeadSliceAdapter
+from mathcircuits.finetune.components import lora_rank_for_budget
+from mathcircuits.finetune.config import SFTConfig
+from mathcircuits.finetune.layouts import model_facts
+from mathcircuits.finetune.matched import kv_shared_heads, matched_random_heads
+from mathcircuits.finetune.modes import Mode
+from mathcircuits.finetune.sft import train_sft
+from mathcircuits.finetune.slices import head_slices
+from mathcircuits.finetune.units import ItemScores, Unit, UnitRecord
+from mathcircuits.patching import KeyComponents, SelectionSource
+
+__all__ = ["Scorers", "execute_unit", "unit_components"]
+
+
+@dataclass(frozen=True)
+class Scorers:
+    """How a unit's model is scored.
+
+    Args:
+        math: ``(model, split) → ItemScores`` on that split's held-out arithmetic facts.
+        generic: ``(model, n) → benchmark → ItemScores`` on the first ``n`` items of each benchmark
+            (None: every item).
+        sweep_generic: ``n`` for sweep units (0: no generic scoring in the sweep).
+    """
+
+    math: Callable[[nn.Module, str], ItemScores]
+    generic: Callable[[nn.Module, int | None], dict[str, ItemScores]]
+    sweep_generic: int = 0
+
+
+def unit_components(
+    model: nn.Module, unit: Unit, key: KeyComponents, ranking: Sequence[tuple[int, int]] = ()
+) -> KeyComponents | None:
+    """The heads (and MLPs) a head mode tunes; None for ``base``, ``lora`` and ``full``.
+
+    Args:
+        model: the plain HF model (for its shape).
+        unit: the unit.
+        key: the key components (heads and MLPs) from path patching.
+        ranking: every head, best first, for ``precise@K``.
+
+    Returns:
+        The components: key heads (``precise``), plus key MLPs (``+mlp``), the top-K heads, or a matched random draw.
+    """
+    mode = Mode.parse(unit.mode)
+    if mode.kind in ("base", "lora", "full"):
+        return None
+    if mode.kind == "random":
+        draw = matched_random_heads(model_facts(model, key.model.name), key.heads, unit.kv_policy, seed=unit.seed)
+        note = f"matched random heads, seed {unit.seed}"
+        return KeyComponents(model=key.model, heads=draw.heads, selection=None, source=SelectionSource(note=note))
+    mlps = key.mlps if mode.mlps else ()
+    heads = key.heads
+    if mode.top_k is not None:
+        if len(ranking) < mode.top_k:
+            raise ValueError(
+                f"mode {unit.mode!r} needs a ranking of at least {mode.top_k} heads, got {len(ranking)}. "
+                "Fix: pass ranking (every head by path-patching effect)."
+            )
+        heads = tuple((int(l), int(h)) for l, h in ranking[: mode.top_k])
+    return KeyComponents(
+        model=key.model, heads=heads, mlps=mlps, selection=None, source=SelectionSource(note=f"mode {mode}")
+    )
+
+
+def execute_unit(
+    unit: Unit,
+    work: Path,
+    *,
+    factory: Callable[[], nn.Module],
+    tokenizer: Any,
+    train_dataset: Any,
+    key: KeyComponents,
+    config: SFTConfig,
+    scorers: Scorers,
+    model_name: str | None = None,
+    ranking: Sequence[tuple[int, int]] = (),
+) -> UnitRecord:
+    """Train ``unit`` (in ``work``), score the merged model, and return its record (the caller saves it).
+
+    Args:
+        unit: what to train.
+        work: a scratch folder for the trainer (no checkpoints or final weights are written).
+        factory: returns a fresh copy of the base HF model.
+        tokenizer: its tokenizer.
+        train_dataset: SFT examples (``input_ids``, ``labels``).
+        key: the key components.
+        config: the shared training settings (batch, schedule, decay); mode, rate, seed, steps, kv policy
+            and MLPs are set from the unit.
+        scorers: how the model is scored.
+        model_name: the model's name, to check ``key`` against.
+        ranking: every head, best first, for ``precise@K``.
+
+    Returns:
+        The :class:`UnitRecord`.
+    """
+    t0, c0 = time.perf_counter(), time.process_time()
+    model = factory()
+    comps = unit_components(model, unit, key, ranking)
+    heads: tuple[tuple[int, int], ...] = comps.heads if comps is not None else ()
+    mlps: tuple[int, ...] = comps.mlps if comps is not None else ()
+    shared: tuple[tuple[int, int], ...] = ()
+    n_trainable, step, loss, rank = 0, 0, math.nan, 0
+    method = Mode.parse(unit.mode).method
+    if method is not None:  # base is not trained
+        if method == "lora":
+            precise = KeyComponents(model=key.model, heads=key.heads, selection=None)
+            budget = head_slices(model, precise, kv_policy="group").n_tuned
+            rank = lora_rank_for_budget(model, budget)[0]
+        cfg = dataclasses.replace(
+            config,
+            mode=method,
+            learning_rate=unit.learning_rate,
+            seed=unit.seed,
+            max_steps=unit.steps,
+            kv_policy=unit.kv_policy,
+            include_mlps=bool(mlps),
+            lora_rank=rank or config.lora_rank,
+            save_final=False,
+            save_steps=0,
+        )
+        work.mkdir(parents=True, exist_ok=True)
+        trained, result = train_sft(model, tokenizer, train_dataset, work, key=comps, config=cfg, model_name=model_name)
+        if isinstance(trained, HeadSliceAdapter):
+            shared = kv_shared_heads(trained.slices)
+            model = trained.merge_and_unload()
+        elif method == "lora":
+            model = trained.merge_and_unload()
+        else:
+            model = trained
+        n_trainable, step, loss = result.n_trainable, result.global_step, result.train_loss
+    model.eval()
+    c1 = time.process_time()
+    splits = ("validation", "test") if unit.phase == "base" else ("validation",) if unit.phase == "sweep" else ("test",)
+    math_scores = {s: scorers.math(model, s) for s in splits}
+    n_generic = scorers.sweep_generic if unit.phase == "sweep" else None
+    generic = scorers.generic(model, n_generic) if n_generic != 0 else {}
+    c2 = time.process_time()
+    return UnitRecord(
+        unit=unit,
+        heads=tuple(tuple(h) for h in heads),  # type: ignore[misc]
+        mlps=tuple(mlps),
+        kv_shared_heads=shared,
+        n_trainable=int(n_trainable),
+        global_step=int(step),
+        train_loss=float(loss),
+        train_cpu_s=c1 - c0,
+        eval_cpu_s=c2 - c1,
+        wall_s=time.perf_counter() - t0,
+        math=math_scores,
+        generic=generic,
+        lora_rank=rank,
+    )

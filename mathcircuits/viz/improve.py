@@ -1,0 +1,98 @@
+"""Figures of the fine-tuning comparison in units: the Pareto plot of math gain against generic change.
+
+Takes the values :mod:`mathcircuits.finetune.effects` computes: :func:`~mathcircuits.finetune.effects.pareto_points`
+(one row per trained unit: ``mode``, ``phase``, ``learning_rate``, ``seed``, ``math_gain``,
+``generic_change`` in points against base on the same items, ``chosen``) and the effects table
+(per mode: ``math Δ``/``generic Δ`` with ``low``/``high``). A point up and to the right improved
+math and kept (or raised) generic ability; base sits at the origin.
+
+Sweep units (open markers, validation facts, the first generic items) show where each rate lands;
+final units at each mode's chosen rate (filled markers, test facts, every generic item, one per
+seed) show the spread over seeds; a cross marks each mode's mean over seeds with its 95% intervals
+(items and seeds) from the effects table.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+import plotly.graph_objects as go
+from plotly.colors import qualitative
+
+__all__ = ["pareto_plot"]
+
+
+def pareto_plot(points: pd.DataFrame, table: pd.DataFrame | None = None, *, title: str | None = None) -> go.Figure:
+    """Math gain (y) against generic change (x), one point per (mode, rate, seed); chosen points filled.
+
+    Args:
+        points: :func:`~mathcircuits.finetune.effects.pareto_points`.
+        table: :func:`~mathcircuits.finetune.effects.effects_table` (None: no means with intervals).
+        title: the figure title.
+
+    Returns:
+        A plotly figure.
+    """
+    fig = go.Figure()
+    palette = qualitative.Plotly
+    modes = list(dict.fromkeys(points["mode"])) if len(points) else []
+    for i, mode in enumerate(modes):
+        colour = palette[i % len(palette)]
+        rows = points[points["mode"] == mode]
+        for phase, filled in (("sweep", False), ("final", True)):
+            sel = rows[rows["phase"] == phase]
+            if sel.empty:
+                continue
+            text = [f"{mode} lr {lr:g} seed {s}" for lr, s in zip(sel["learning_rate"], sel["seed"])]
+            fig.add_trace(
+                go.Scatter(
+                    x=list(sel["generic_change"].fillna(0.0)),
+                    y=list(sel["math_gain"]),
+                    mode="markers",
+                    name=f"{mode} ({'chosen rate, per seed' if filled else 'sweep'})",
+                    legendgroup=mode,
+                    text=text,
+                    hovertemplate="%{text}<br>math %{y:+.1f}<br>generic %{x:+.1f}<extra></extra>",
+                    marker={
+                        "color": colour if filled else "rgba(0,0,0,0)",
+                        "line": {"color": colour, "width": 2},
+                        "size": 11 if filled else 9,
+                        "symbol": "circle",
+                    },
+                )
+            )
+        if table is not None and mode in table.index:
+            r = table.loc[mode]
+            x = 0.0 if math.isnan(float(r["generic Δ"])) else float(r["generic Δ"])
+            fig.add_trace(
+                go.Scatter(
+                    x=[x],
+                    y=[float(r["math Δ"])],
+                    mode="markers",
+                    name=f"{mode} (mean, 95% interval)",
+                    legendgroup=mode,
+                    marker={"symbol": "x", "size": 14, "color": colour},
+                    error_y=_bar(r, "math"),
+                    error_x=_bar(r, "generic"),
+                )
+            )
+    base = {"symbol": "diamond", "size": 12, "color": "black"}
+    fig.add_trace(go.Scatter(x=[0], y=[0], mode="markers", name="base", marker=base))
+    fig.add_hline(y=0, line_dash="dot", line_color="grey")
+    fig.add_vline(x=0, line_dash="dot", line_color="grey")
+    fig.update_layout(
+        title=title or "Math gain against generic change, per (mode, learning rate, seed)",
+        xaxis={"title": "generic benchmarks: change against base (accuracy points)"},
+        yaxis={"title": "held-out arithmetic: gain against base (accuracy points)"},
+        width=900,
+        height=600,
+    )
+    return fig
+
+
+def _bar(row: pd.Series, kind: str) -> dict[str, object]:
+    v, lo, hi = (float(row[f"{kind} Δ{s}"]) for s in ("", " low", " high"))
+    if any(math.isnan(x) for x in (v, lo, hi)):
+        return {"visible": False}
+    return {"type": "data", "symmetric": False, "array": [hi - v], "arrayminus": [v - lo]}

@@ -1,0 +1,123 @@
+"""Claims C6 and C6b read from a comparison in units: each rule holds, fails and refuses where it must.
+
+The comparisons are built as real values (per-seed, per-item outcomes of each mode), so each verdict
+follows from the numbers; one comparison comes from tiny-llama units whose training cannot move anything.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from mathcircuits.claims import (
+    NO_EFFECT,
+    ClaimsCard,
+    Verdict,
+    assess_claims,
+    claim_c6_units,
+    claim_c6b,
+    with_unit_claims,
+)
+from mathcircuits.finetune import (
+    ItemScores,
+    Unit,
+    UnitComparison,
+    UnitPlan,
+    UnitRecord,
+    compare_units,
+    effects_table,
+    pareto_points,
+)
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import units_job  # noqa: E402
+
+N = 400
+
+
+def outcomes(acc: float, seed: int, kind: int) -> tuple[int, ...]:
+    """0/1 per item: item ``i`` is right when its difficulty (shared by every model) is below ``acc``, jittered per
+    seed, so two models of equal accuracy agree on most items, as trained models do."""
+    difficulty = torch.rand(N, generator=torch.Generator().manual_seed(kind))
+    jitter = 0.02 * torch.randn(N, generator=torch.Generator().manual_seed(seed))
+    return tuple(int(x) for x in (difficulty + jitter < acc).tolist())
+
+
+def record(mode: str, seed: int, math_acc: float, gen_acc: float, phase: str = "final") -> UnitRecord:
+    unit = Unit(mode, float("nan") if mode == "base" else 1e-3, seed, phase, steps=0 if mode == "base" else 8)  # type: ignore[arg-type]
+    m = outcomes(math_acc, 1000 * seed + 1, kind=1)
+    g = outcomes(gen_acc, 1000 * seed + 2, kind=2)
+    scores = {"test": ItemScores(m, tuple(float(-3 + 2 * x) for x in m))}
+    if phase == "base":
+        scores["validation"] = scores["test"]
+    heads = ((3, 1), (4, 2)) if mode in ("precise", "random") else ()
+    return UnitRecord(unit, heads, (), ((3, 0),) if mode == "precise" else (), 10, 8, 0.5, 1.0, 1.0, 2.0, scores,
+                      {"ARC-Easy": ItemScores(g, tuple(float(-1 + x) for x in g))})  # fmt: skip
+
+
+def comparison(math: dict[str, float], generic: dict[str, float] | None = None) -> UnitComparison:
+    generic = generic or {}
+    recs = [record("base", 0, math["base"], generic.get("base", 0.5), "base")]
+    for mode in (m for m in math if m != "base"):
+        # same items for every model: seed 0's draw with a per-seed nudge, as retraining would give
+        recs += [record(mode, s, math[mode] + 0.005 * (s - 1), generic.get(mode, 0.5)) for s in range(3)]
+    modes = tuple(m for m in math if m != "base")
+    plan = UnitPlan(modes=modes, grids={m: (1e-3,) for m in modes}, sweep_steps=1, steps=8)
+    return UnitComparison(plan, tuple(recs), {})
+
+
+def test_c6_holds_fails_and_needs_an_effect():
+    holds = claim_c6_units(comparison({"base": 0.2, "precise": 0.6, "full": 0.6}), n_boot=300)
+    assert holds.verdict == Verdict.HOLDS
+    assert "precise = the 2 key heads' q/k/v/o slices only, no MLPs" in holds.measurement
+    assert "also changes 1 non-key heads" in holds.measurement  # the K/V side effect is printed
+    worse = claim_c6_units(comparison({"base": 0.2, "precise": 0.3, "full": 0.6}), n_boot=300)
+    assert worse.verdict == Verdict.FAILS and worse.high < -0.05
+    forgets = comparison({"base": 0.2, "precise": 0.6, "full": 0.6}, {"base": 0.6, "precise": 0.3, "full": 0.6})
+    assert claim_c6_units(forgets, n_boot=300).verdict == Verdict.FAILS  # generic ability lost
+    idle = claim_c6_units(comparison({"base": 0.4, "precise": 0.4, "full": 0.4}), n_boot=300)
+    assert idle.verdict == Verdict.INCONCLUSIVE and idle.reason.startswith(NO_EFFECT)  # the old rule: "holds"
+    assert idle.measurement.startswith(NO_EFFECT)
+    close = claim_c6_units(comparison({"base": 0.2, "precise": 0.56, "full": 0.6}), n_boot=300)
+    assert close.verdict == Verdict.INCONCLUSIVE and close.low < -0.05 < close.high
+    assert claim_c6_units(None).verdict == Verdict.NOT_MEASURED
+    assert claim_c6_units(comparison({"base": 0.2, "precise": 0.6})).verdict == Verdict.NOT_MEASURED
+
+
+def test_c6b_holds_fails_and_needs_an_effect():
+    beats = claim_c6b(comparison({"base": 0.2, "precise": 0.6, "random": 0.3, "full": 0.6}), n_boot=300)
+    assert beats.verdict == Verdict.HOLDS and beats.id == "C6b" and "3 draws" in beats.measurement
+    same = claim_c6b(comparison({"base": 0.2, "precise": 0.5, "random": 0.62, "full": 0.6}), n_boot=300)
+    assert same.verdict == Verdict.FAILS and same.high <= 0  # random heads do as well or better
+    idle = claim_c6b(comparison({"base": 0.4, "precise": 0.4, "random": 0.4}), n_boot=300)
+    assert idle.verdict == Verdict.INCONCLUSIVE and idle.reason.startswith(NO_EFFECT)
+    tie = claim_c6b(comparison({"base": 0.2, "precise": 0.5, "random": 0.49}), n_boot=300)
+    assert tie.verdict == Verdict.INCONCLUSIVE and tie.low < 0 < tie.high
+    assert claim_c6b(comparison({"base": 0.2, "precise": 0.5})).verdict == Verdict.NOT_MEASURED
+
+
+def test_card_table_and_pareto_points():
+    cmp = comparison({"base": 0.2, "precise": 0.6, "random": 0.3, "full": 0.6}, {"full": 0.4})
+    card = with_unit_claims(assess_claims(), cmp, n_boot=200)
+    assert [c.id for c in card.claims] == ["C1", "C2", "C3", "C4", "C5", "C6", "C6b"]
+    assert card["C6"].verdict == Verdict.HOLDS and card["C6b"].verdict == Verdict.HOLDS
+    assert ClaimsCard.from_dict(card.to_dict())["C6b"].measurement == card["C6b"].measurement
+    table = effects_table(cmp, n_boot=200)
+    assert list(table.index) == ["base", "precise", "random", "full"] and table.loc["precise", "seeds"] == 3
+    assert table.loc["precise", "math Δ low"] < table.loc["precise", "math Δ"] < table.loc["precise", "math Δ high"]
+    assert abs(table.loc["precise", "math Δ"] - 40) < 6 and table.loc["full", "generic Δ"] < -5
+    assert table.loc["precise", "kv-shared heads"] == 1 and table.loc["base", "math Δ"] == 0
+    pts = pareto_points(cmp)
+    assert len(pts) == 9 and pts["chosen"].all() and set(pts["mode"]) == {"precise", "random", "full"}
+
+
+@pytest.mark.slow  # trains tiny units end to end (about 7 s of CPU)
+def test_c6_on_tiny_units_that_cannot_learn(tmp_path):
+    plan, execute = units_job.setup(grids={"precise": (1e-12,), "full": (1e-12,)}, seeds=(0, 1))
+    cmp = compare_units(plan, tmp_path, execute)
+    c6 = claim_c6_units(cmp, n_boot=200)
+    assert c6.verdict == Verdict.INCONCLUSIVE and c6.reason.startswith(NO_EFFECT)
