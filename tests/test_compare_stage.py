@@ -66,7 +66,9 @@ def test_compare_stage_writes_the_table_pareto_and_claims(tmp_path):
     assert len(pts) == len(cmp.records) - 1 and set(pts["phase"]) == {"sweep", "final"}
     assert (out / "compare" / "figures" / "pareto.html").exists() and "MDD" in s.power
     card = ClaimsCard.load(out / "report" / "claims.json")
-    assert [c.id for c in card.claims][-2:] == ["C6", "C6b"] and "precise = the 2 key heads" in card["C6"].measurement
+    ids = [c.id for c in card.claims]  # the paper's claims, C6b after C6, then N1-N3 (beyond the paper)
+    assert ids[ids.index("C6") : ids.index("C6") + 2] == ["C6", "C6b"] and ids[-3:] == ["N1", "N2", "N3"]
+    assert "precise = the 2 key heads" in card["C6"].measurement
     html = (out / "report" / "report.html").read_text()
     assert 'id="compare"' in html and "Math gain against generic change" in html
 

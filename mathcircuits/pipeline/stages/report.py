@@ -191,6 +191,8 @@ def run(ctx: Context) -> ReportSummary:
         precise=precise,
         seed=ctx.config.data.seed,
     )
+    if cmp is not None:  # the paper's claims first (C6 from the units, C6b beside it), then N1–N3
+        card = with_unit_claims(card, cmp)
     nums = _numbers(got, ctx)
     card = with_number_claims(
         card,
@@ -201,8 +203,6 @@ def run(ctx: Context) -> ReportSummary:
         neurons=nums.neurons,
         off=_numbers_off(ctx),
     )
-    if cmp is not None:
-        card = with_unit_claims(card, cmp)
     card.save(paths.claims)
     parts = ReportParts(
         title=f"mathcircuits run: {ctx.config.model.source}",
