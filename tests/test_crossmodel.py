@@ -194,7 +194,10 @@ def test_compare_models_cli_on_two_tiny_runs(tmp_path):
         )
     assert code == 0 and "separated differences" in out.getvalue()
     cmp = ModelComparison.load(tmp_path / "c" / "comparison.json")
-    assert cmp.labels == ("tiny-llama", "tiny-qwen2") and len(cmp.claims) == 6
+    card = json.loads((tmp_path / "tiny-llama" / "report" / "claims.json").read_text())
+    ids = [c.id for c in cmp.claims]  # every row of the two cards, side by side: C1-C6, then N1-N3 (numbers off)
+    assert cmp.labels == ("tiny-llama", "tiny-qwen2") and ids == [*(f"C{i}" for i in range(1, 7)), "N1", "N2", "N3"]
+    assert len(ids) == len(card["claims"])
     results, _ = load_run_results(tmp_path / "tiny-llama")
     assert set(results.knockout) == {"add"} and results.attention is not None and results.probes is not None
     err = io.StringIO()
