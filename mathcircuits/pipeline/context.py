@@ -112,6 +112,16 @@ class Context:
         files = self.config.data.template_files
         return load_templates(list(files) if files else None)
 
+    def arithmetic_template_ids(self) -> tuple[str, ...]:
+        """Ids of the templates of the data section's operations, word forms (time span, accumulation) left out."""
+        ops = self.config.data.operations
+        return tuple(
+            t.id
+            for s in self.templates()
+            for t in s.templates
+            if t.operation in ops and t.form not in ("time_span", "accumulation")
+        )
+
     def load_dataset(self, path: Path) -> datasets.Dataset:
         """A saved dataset, in memory (so later filters write no cache files into the run folder)."""
         if not path.exists():

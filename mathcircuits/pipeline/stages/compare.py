@@ -109,13 +109,7 @@ class CompareSummary(StageSummary):
 
 def _fact_pairs(ctx: Context, facts: frozenset[tuple[str, int, int]], per_template: int, seed: int) -> datasets.Dataset:
     f, d, c = ctx.config.finetune, ctx.config.data, ctx.config.compare
-    templates = ctx.templates()
-    ids = tuple(
-        t.id
-        for s in templates
-        for t in s.templates
-        if t.operation in d.operations and t.form not in ("time_span", "accumulation")
-    )
+    ids = ctx.arithmetic_template_ids()
     cfg = GenerationConfig(
         operations=d.operations,
         template_ids=ids,
@@ -124,7 +118,7 @@ def _fact_pairs(ctx: Context, facts: frozenset[tuple[str, int, int]], per_templa
         fewshot=d.fewshot and not c.bare_prompts,
         seed=seed,
     )
-    return generate_pairs(ctx.model.tokenizer, templates, cfg, facts=facts)
+    return generate_pairs(ctx.model.tokenizer, ctx.templates(), cfg, facts=facts)
 
 
 def _ranking(ctx: Context, modes: tuple[Mode, ...]) -> list[tuple[int, int]]:

@@ -88,13 +88,7 @@ def arithmetic_pairs(ctx: Context, per_template: int, seed: int) -> datasets.Dat
         The pairs.
     """
     f, d = ctx.config.finetune, ctx.config.data
-    templates = ctx.templates()
-    ids = tuple(
-        t.id
-        for s in templates
-        for t in s.templates
-        if t.operation in d.operations and t.form not in ("time_span", "accumulation")
-    )
+    ids = ctx.arithmetic_template_ids()
     cfg = GenerationConfig(
         operations=d.operations,
         template_ids=ids,
@@ -103,7 +97,7 @@ def arithmetic_pairs(ctx: Context, per_template: int, seed: int) -> datasets.Dat
         fewshot=d.fewshot,
         seed=seed,
     )
-    return generate_pairs(ctx.model.tokenizer, templates, cfg)
+    return generate_pairs(ctx.model.tokenizer, ctx.templates(), cfg)
 
 
 def mode_components(ctx: Context, mode: Mode, key: KeyComponents) -> KeyComponents | None:
