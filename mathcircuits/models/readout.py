@@ -33,7 +33,7 @@ from torch import Tensor
 from mathcircuits.models.families import BlockStructure
 from mathcircuits.models.loading import HookedModel
 
-__all__ = ["Readout", "Target", "final_norm", "readout", "soft_cap", "vocab_logits"]
+__all__ = ["Readout", "Target", "final_norm", "readout", "soft_cap", "token_scores", "vocab_logits"]
 
 
 #: What a metric reads off a :class:`Readout`: the first answer token's logit or probability, or the whole
@@ -170,3 +170,37 @@ def readout(
     if b_u is not None and torch.is_tensor(b_u):
         out = out + b_u[answer]
     return Readout(soft_cap(out, structure))
+
+
+def token_scores(
+    model: HookedModel,
+    structure: BlockStructure,
+    resid: Float[Tensor, "rows d_model"],
+    tokens: Int[Tensor, " rows"],
+    chunk_rows: int = 512,
+) -> tuple[Float[Tensor, " rows"], Float[Tensor, " rows"]]:
+    """Each row's token's raw logit and log-probability from final residual vectors (in chunks of rows).
+
+    The log-probability needs the whole vocabulary's logits (its log-sum-exp), so this costs one
+    unembedding per row; ``chunk_rows`` bounds the memory (``chunk_rows × vocab`` floats at a time).
+
+    Args:
+        model: the hooked model.
+        structure: its block structure.
+        resid: the residual stream after the last block, one row per readout.
+        tokens: the token scored in each row.
+        chunk_rows: rows per unembedding call.
+
+    Returns:
+        ``(logit, logp)``, one value per row each (``logp`` in float32).
+    """
+    logit, logp = [], []
+    for lo in range(0, resid.shape[0], max(1, chunk_rows)):
+        logits = vocab_logits(model, structure, resid[lo : lo + chunk_rows])
+        tok = tokens[lo : lo + chunk_rows, None]
+        logit.append(logits.gather(-1, tok)[:, 0])
+        logp.append(torch.log_softmax(logits.float(), -1).gather(-1, tok)[:, 0])
+    if not logit:
+        empty = resid.new_zeros(0)
+        return empty, empty.float()
+    return torch.cat(logit), torch.cat(logp)

@@ -1,7 +1,7 @@
 """Stage ``identify`` — path patching from heads/MLPs to the logits, and key components.
 
-``path_patch(model, dataset)`` is the entry point (exact last-position method by
-default; ``method="reference"`` and ``method="attribution"`` for checking and
+``path_patch(model, dataset)`` is the entry point (exact method by default, scoring the whole
+answer's teacher-forced log-probability, ``metric="answer_logprob"``; ``method="reference"`` and ``method="attribution"`` for checking and
 screening), in :mod:`.driver`. The methods share the two cached forwards of
 :mod:`.cache` (capture, readout and the block chain live in :mod:`mathcircuits.models`)
 and :class:`Metric` values (:mod:`.metrics`). ``select_key_components`` turns a result
@@ -10,7 +10,7 @@ into a :class:`KeyComponents`.
 
 from mathcircuits.patching.attribution import compare_rankings
 from mathcircuits.patching.cache import LastPositionCache, last_position_caches
-from mathcircuits.patching.config import PatchingConfig, Rule, SelectionConfig
+from mathcircuits.patching.config import PatchingConfig, Rule, SelectionConfig, ThresholdOf
 from mathcircuits.patching.driver import METHODS, path_patch
 from mathcircuits.patching.key_components import (
     RULES,
@@ -23,8 +23,10 @@ from mathcircuits.patching.key_components import (
 from mathcircuits.patching.metrics import (
     LAST_POSITION_METRICS,
     METRICS,
+    RELATIVE_MIN_CLEAN,
     LastPositionMetric,
     Metric,
+    MetricFn,
     MetricName,
     answer_readout,
     get_metric,
@@ -42,10 +44,12 @@ __all__ = [
     "METRICS",
     "Method",
     "Metric",
+    "MetricFn",
     "MetricName",
     "PatchSettings",
     "PatchingConfig",
     "PatchingResult",
+    "RELATIVE_MIN_CLEAN",
     "Rule",
     "RULES",
     "SENDER_KINDS",
@@ -53,6 +57,7 @@ __all__ = [
     "SelectionError",
     "SelectionSource",
     "SenderKind",
+    "ThresholdOf",
     "answer_readout",
     "compare_rankings",
     "get_metric",

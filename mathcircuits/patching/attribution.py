@@ -60,6 +60,12 @@ def attribution_scan(
     Returns:
         :class:`BatchEffects` with NaN for senders not scanned.
     """
+    if metric.every_answer_token or metric.fn is not None:
+        raise ValueError(
+            f"metric {metric.name!r} is not a first-token metric, which the attribution screen differentiates "
+            "(it estimates the change at the last prompt position). "
+            "Fix: screen with metric='logit_diff' (or relative_logit, prob_change), or use method='exact'."
+        )
     structure = block_structure(model)
     spec = model.spec
     L, H = spec.n_layers, spec.n_heads
@@ -103,7 +109,10 @@ def attribution_scan(
             if senders.mlps:
                 change = ((cf[hooks.mlp_out(layer)] - ref[hooks.mlp_out(layer)]) * g_mlp[layer]).sum(-1)
                 mlp_eff[:, layer] = metric.of_change(change, clean).float().cpu()
-    return BatchEffects(heads=head_eff, mlps=mlp_eff, clean_logit=clean.logit)
+    total = metric(Readout.from_logits(cache.cf_logits, answer, metric.needs_probs), clean).float().cpu()
+    return BatchEffects(
+        heads=head_eff, mlps=mlp_eff, clean_logit=clean.logit, total=total, excluded=metric.excluded(clean).cpu()
+    )
 
 
 def compare_rankings(approx: PatchingResult, exact: PatchingResult, k: int = 10) -> dict[str, float]:

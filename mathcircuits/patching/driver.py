@@ -26,7 +26,7 @@ from mathcircuits.models.integrity import verify_once
 from mathcircuits.patching.attribution import attribution_scan
 from mathcircuits.patching.checks import check_exact
 from mathcircuits.patching.exact import exact_scan
-from mathcircuits.patching.metrics import Metric, MetricName, get_metric
+from mathcircuits.patching.metrics import Metric, MetricFn, MetricName, get_metric
 from mathcircuits.patching.reference import reference_scan
 from mathcircuits.patching.result import PatchingResult, PatchSettings
 from mathcircuits.patching.scan import Method, ScanFn, SenderKind, Senders
@@ -42,20 +42,28 @@ def path_patch(
     model: HookedModel,
     dataset: PairSet,
     senders: Sequence[SenderKind] = ("heads", "mlps"),
-    metric: MetricName | Metric = "relative_logit",
+    metric: MetricName | Metric | MetricFn = "answer_logprob",
     method: Method = "exact",
     batch_size: int = 16,
     chunk_rows: int = 8192,
     keep_per_pair: bool = False,
     progress: bool = False,
 ) -> PatchingResult:
-    """Path-patch every head and/or MLP to the logits at the last position.
+    """Path-patch every head and/or MLP to the logits at the last position (and every answer position).
+
+    Besides each sender's effect, the result holds each pair's *total effect*: the metric of the
+    counterfactual prompt itself against the clean one, so that a head's effect can be read as a share
+    of it (:meth:`PatchingResult.head_shares`). Pairs the metric refuses (``relative_logit`` with a clean
+    logit ≤ :data:`~mathcircuits.patching.metrics.RELATIVE_MIN_CLEAN`) are left out of every mean and
+    counted in ``n_excluded``, with a warning.
 
     Args:
         model: the hooked model (:func:`mathcircuits.models.load_model`).
         dataset: token-aligned pairs (:func:`mathcircuits.data.generate_pairs`).
         senders: ``("heads",)``, ``("mlps",)`` or both.
-        metric: a name from :data:`~mathcircuits.patching.metrics.METRICS` or a :class:`Metric`.
+        metric: a name from :data:`~mathcircuits.patching.metrics.METRICS` (default ``answer_logprob``: the
+            whole answer's teacher-forced log-probability), a :class:`Metric`, or a callable
+            ``fn(patched: Readout, clean: Readout) -> Tensor[rows]`` (:data:`~mathcircuits.patching.MetricFn`).
         method: a key of :data:`METHODS`: ``"exact"``, ``"reference"`` or ``"attribution"``.
         batch_size: pairs per batch.
         chunk_rows: rows per last-position MLP call (bounds memory).
@@ -66,12 +74,6 @@ def path_patch(
         A :class:`PatchingResult` (its ``metric`` is the metric's name).
     """
     metric = get_metric(metric)
-    if metric.every_answer_token:
-        raise ValueError(
-            f"metric {metric.name!r} reads every answer token, but path_patch reads the last prompt position only. "
-            "Fix: use relative_logit, logit_diff or prob_change here; the circuit functions "
-            "(mathcircuits.circuit) read every answer token."
-        )
     chosen = Senders.from_names(senders)
     if method not in METHODS:
         raise ValueError(f"method {method!r} is unknown. Fix: use one of {list(METHODS)}.")
@@ -89,23 +91,39 @@ def path_patch(
         method, scan = "reference", METHODS["reference"]
     if method == "exact":
         verify_once(model.bridge, "exact path patching", lambda: check_exact(model))
+        if metric.every_answer_token:
+            verify_once(model.bridge, "exact path patching (answer tokens)", lambda: check_exact(model, answers=True))
     spec = model.spec
     t0 = time.perf_counter()
     n = len(dataset)
     all_heads = torch.full((n, spec.n_layers, spec.n_heads), float("nan"))
     all_mlps = torch.full((n, spec.n_layers), float("nan"))
+    totals = torch.full((n,), float("nan"))
+    excluded = torch.zeros(n, dtype=torch.bool)
     clean_sum = 0.0
-    batches = pair_batches(dataset, batch_size, model.device)
+    batches = pair_batches(dataset, batch_size, model.device, answers=metric.every_answer_token)
     for batch in tqdm(batches, disable=not progress, desc=f"path patching ({method})"):
         eff = scan(model, batch, chosen, metric, chunk_rows=chunk_rows, progress=progress)
         all_heads[batch.idx] = eff.heads
         all_mlps[batch.idx] = eff.mlps
         clean_sum += float(eff.clean_logit.sum())
+        if eff.total is not None:
+            totals[batch.idx] = eff.total
+        if eff.excluded is not None:
+            excluded[batch.idx] = eff.excluded
+    n_excluded = int(excluded.sum())
+    if n_excluded:  # never silently: the count is in the result and the identify summary too
+        log.warning(
+            "metric %s excluded %d of %d pairs (clean value at or below its guard %s): their effects are left out "
+            "of every mean", metric.name, n_excluded, n, metric.min_clean,
+        )
+        all_heads[excluded], all_mlps[excluded], totals[excluded] = float("nan"), float("nan"), float("nan")
     ops = sorted(set(dataset["operation"])) if "operation" in dataset.column_names else []
     pair_ids = list(dataset["pair_id"]) if "pair_id" in dataset.column_names else list(range(n))
+    column = lambda c: [str(x) for x in dataset[c]] if c in dataset.column_names else []  # noqa: E731
     return PatchingResult(
-        head_effects=all_heads.mean(0),
-        mlp_effects=all_mlps.mean(0),
+        head_effects=all_heads.nanmean(0),
+        mlp_effects=all_mlps.nanmean(0),
         metric=metric.name,
         method=method,
         model=spec,
@@ -117,4 +135,8 @@ def path_patch(
         per_pair_mlps=all_mlps if keep_per_pair else None,
         seconds=time.perf_counter() - t0,
         settings=PatchSettings(senders=tuple(senders), batch_size=batch_size, chunk_rows=chunk_rows),
+        per_pair_total=totals,
+        n_excluded=n_excluded,
+        pair_templates=column("template_id"),
+        pair_operations=column("operation"),
     )

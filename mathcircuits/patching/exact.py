@@ -32,6 +32,14 @@ not matter here: ``hook_z`` is per query head, and ``W_O`` maps each query head.
 
 Equality with one full hooked forward per sender (:mod:`.reference`) is
 tested on every family in ``tests/test_families.py`` (max abs difference ≤ 1e-4).
+
+Every answer token (``answer_logprob``). Both prompts are extended by the answer's tokens but the
+last (teacher forcing) and the sender is patched at the last prompt position and at every answer
+position, each from the counterfactual run over the same answer tokens. Attention is frozen, so a
+change at one position never reaches another: each (pair, position) is its own chain above, and the
+cost is ``n_answer`` times the rows of the last-position chain plus one unembedding per row (for the
+log-softmax), not more forward passes. The patched log-probability of the answer is the sum over the
+positions.
 """
 
 from __future__ import annotations
@@ -43,8 +51,8 @@ from mathcircuits.data.pairs import PairBatch
 from mathcircuits.models import HookedModel, hooks
 from mathcircuits.models.changes import attn_change, attn_pre_norm_name, mlp_change
 from mathcircuits.models.families import block_structure
-from mathcircuits.models.readout import readout
-from mathcircuits.patching.cache import last_position_caches
+from mathcircuits.models.readout import Readout, readout, token_scores
+from mathcircuits.patching.cache import LastPositionCache, last_position_caches
 from mathcircuits.patching.metrics import Metric
 from mathcircuits.patching.scan import BatchEffects, Senders
 
@@ -75,20 +83,27 @@ def exact_scan(
         :class:`BatchEffects` with NaN for senders not scanned.
     """
     structure = block_structure(model)
-    cache = last_position_caches(model, batch.tokens, batch.cf_tokens, structure=structure)
+    answers = batch.answers if metric.every_answer_token else None
+    if metric.every_answer_token and answers is None:
+        raise ValueError(
+            f"metric {metric.name!r} reads every answer token, but the batch has only the first. "
+            "Fix: build the batches with pair_batches(..., answers=True) (path_patch does)."
+        )
+    cache = last_position_caches(model, batch.tokens, batch.cf_tokens, structure=structure, answers=answers)
     spec = model.spec
     L, H = spec.n_layers, spec.n_heads
     ref, cf = cache.ref, cache.cf
     answer = batch.answer
     B = answer.shape[0]
     device = answer.device
-    pairs = torch.arange(B, device=device)
+    R = B * cache.positions  # the chain's rows: (pair, position), row = pair · positions + position
+    pairs = torch.arange(R, device=device)
     W_O = model.bridge.W_O  # [layer, head, d_head, d_model]
 
     # live rows: the change δ of the last-position residual, and which pair / sender each row belongs to
     delta = torch.zeros(0, spec.d_model, dtype=cache.logits.dtype, device=device)
     row_pair = torch.zeros(0, dtype=torch.long, device=device)
-    row_sender: list[tuple[str, int, int]] = []  # (kind, layer, head), one per block of B rows
+    row_sender: list[tuple[str, int, int]] = []  # (kind, layer, head), one per block of R rows
 
     def add_rows(new: Tensor, n_blocks: int) -> None:
         nonlocal delta, row_pair
@@ -96,8 +111,8 @@ def exact_scan(
         row_pair = torch.cat([row_pair, pairs.repeat(n_blocks)])
 
     def add_heads(layer: int) -> None:
-        dz = cf[hooks.z(layer)] - ref[hooks.z(layer)]  # [B, H, d_head]
-        change = torch.einsum("bhd,hdm->hbm", dz, W_O[layer]).reshape(H * B, -1)
+        dz = cf[hooks.z(layer)] - ref[hooks.z(layer)]  # [R, H, d_head]
+        change = torch.einsum("bhd,hdm->hbm", dz, W_O[layer]).reshape(H * R, -1)
         pre_name = attn_pre_norm_name(structure, layer)
         pre = None if pre_name is None else ref[pre_name].repeat(H, 1)
         add_rows(attn_change(model, structure, layer, pre, change), H)
@@ -124,9 +139,15 @@ def exact_scan(
             row_sender.append(("mlp", layer, -1))
 
     final = ref[hooks.resid_post(L - 1)][row_pair] + delta
-    clean = cache.clean(answer, metric.needs_probs)
-    patched = readout(model, structure, final, answer[row_pair], metric.needs_probs)
-    eff = metric(patched, clean.take(row_pair)).float().cpu()
+    if answers is None:
+        clean = cache.clean(answer, metric.needs_probs)
+        patched = readout(model, structure, final, answer[row_pair], metric.needs_probs)
+        total = metric(Readout.from_logits(cache.cf_logits, answer, metric.needs_probs), clean)
+        eff = metric(patched, clean.take(row_pair)).float().cpu()
+    else:
+        clean, patched = answer_scores(model, cache, final, row_pair, answers, chunk_rows)
+        total = metric(cache.counterfactual(answers), clean)
+        eff = metric(patched, clean.take(torch.arange(B, device=device).repeat(len(row_sender)))).float().cpu()
     head_eff = torch.full((B, L, H), float("nan"))
     mlp_eff = torch.full((B, L), float("nan"))
     for k, (kind, layer, head) in enumerate(row_sender):
@@ -135,4 +156,29 @@ def exact_scan(
             head_eff[:, layer, head] = block
         else:
             mlp_eff[:, layer] = block
-    return BatchEffects(heads=head_eff, mlps=mlp_eff, clean_logit=clean.logit)
+    return BatchEffects(
+        heads=head_eff, mlps=mlp_eff, clean_logit=clean.logit, total=total.float().cpu(),
+        excluded=metric.excluded(clean).cpu(),
+    )
+
+
+def answer_scores(
+    model: HookedModel,
+    cache: LastPositionCache,
+    final: Tensor,
+    row_pair: Tensor,
+    answers: Tensor,
+    chunk_rows: int,
+) -> tuple[Readout, Readout]:
+    """The clean readout of each pair and the patched readout of each (sender, pair), over every answer token.
+
+    ``final`` holds one patched final residual per chain row, blocks of ``pairs × positions`` rows per sender
+    (``row_pair`` is each row's (pair, position) row of the cache); the patched log-probability of the answer
+    is the sum of its tokens' log-probabilities over the positions.
+    """
+    B, k = answers.shape
+    tokens = answers.reshape(-1)[row_pair]
+    logit, logp = token_scores(model, cache.structure, final, tokens, max(1, min(chunk_rows, 1024)))
+    logit, logp = logit.reshape(-1, B, k), logp.reshape(-1, B, k)
+    patched = Readout(logit[..., 0].reshape(-1), logp[..., 0].exp().reshape(-1), logp.sum(-1).reshape(-1))
+    return cache.clean_answers(answers), patched
