@@ -113,17 +113,24 @@ def _model_section(d: dict[str, Any]) -> dict[str, Any]:
 
 #: settings added after run folders existed, with the value that reproduces what runs did before them: at that
 #: value a setting is left out of the fingerprints, so folders made before it was added stay valid.
-LATER_SETTINGS: dict[str, dict[str, Any]] = {"data": {"counterfactual": "operator"}}
+LATER_SETTINGS: dict[str, dict[str, Any]] = {"data": {"counterfactual": "operator", "fewshot_operations": "same"}}
+#: settings added later that only one choice of another setting reads: (section, setting) → (setting, value).
+#: Under any other value they change nothing, so they are left out of the fingerprints (``threshold_of`` is read
+#: by the threshold rule alone; the zscore and topk rules select the same heads whatever it says).
+READ_ONLY_WHEN: dict[tuple[str, str], tuple[str, Any]] = {("selection", "threshold_of"): ("rule", "threshold")}
 
 
 def _without_later_defaults(d: dict[str, Any]) -> dict[str, Any]:
-    """The config dict as fingerprints see it: settings of :data:`LATER_SETTINGS` at their earlier value left out."""
-    return {
-        s: {k: v for k, v in sec.items() if LATER_SETTINGS.get(s, {}).get(k, _ABSENT) != v}
-        if s in LATER_SETTINGS
-        else sec
-        for s, sec in d.items()
-    }
+    """The config dict as fingerprints see it: settings of :data:`LATER_SETTINGS` at their earlier value left out,
+    and those of :data:`READ_ONLY_WHEN` where the setting that reads them has another value."""
+
+    def kept(s: str, k: str, v: Any, sec: dict[str, Any]) -> bool:
+        if LATER_SETTINGS.get(s, {}).get(k, _ABSENT) == v:
+            return False
+        when = READ_ONLY_WHEN.get((s, k))
+        return when is None or sec.get(when[0]) == when[1]
+
+    return {s: {k: v for k, v in sec.items() if kept(s, k, v, sec)} for s, sec in d.items()}
 
 
 _ABSENT = object()

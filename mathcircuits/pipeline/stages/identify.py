@@ -3,6 +3,10 @@
 Reads the ``patching`` and ``selection`` sections; writes ``identify/patching_<op>.pt``,
 ``identify/patching_all.pt`` (the pair-weighted mean over operations),
 ``identify/effects_all.csv`` and ``identify/key_components.json``.
+
+The summary gives, per operation, the **total effect** (the counterfactual prompt against the clean one,
+under the same metric) with its interval, the strongest heads' effects as a share of it, and the pairs the
+metric refused (``relative_logit``'s guard). Intervals resample templates within operations.
 """
 
 from __future__ import annotations
@@ -26,11 +30,20 @@ __all__ = ["IdentifySummary", "PatchedOperation", "run"]
 
 @dataclass(frozen=True)
 class PatchedOperation:
-    """One operation's patching, in brief: its pairs, time and strongest heads ``(layer, head, effect)``."""
+    """One operation's patching, in brief: its pairs, time and strongest heads ``(layer, head, effect)``.
+
+    ``total_effect`` is ``[mean, low, high]`` of the counterfactual's total effect (``interval`` names the
+    bootstrap); ``top_shares`` the strongest heads' effects as a share of it; ``n_excluded`` the pairs the
+    metric refused.
+    """
 
     n_pairs: int
     seconds: float
     top_heads: list[tuple[int, int, float]]
+    total_effect: list[float] = field(default_factory=list)
+    top_shares: list[float] = field(default_factory=list)
+    n_excluded: int = 0
+    interval: str = ""
 
 
 @dataclass(frozen=True)
@@ -46,12 +59,27 @@ class IdentifySummary(StageSummary):
     rule: str = ""
     top_heads: list[list[int | float]] = field(default_factory=list)  # [layer, head, effect]
     stability: list[float] = field(default_factory=list)  # per key head: share of resamples selecting it
+    metric: str = ""
 
     def lines(self) -> list[str]:
         top = ", ".join(f"{Head(l, h)} {e:+.3f}" for l, h, e in self.top_heads[:10])
-        return [
+        totals = []
+        for op, r in self.results.items():
+            if len(r.total_effect) == 3:
+                v, lo, hi = r.total_effect
+                share = f"; top head {r.top_shares[0]:+.1%} of it" if r.top_shares else ""
+                totals.append(f"{op} {v:+.3f} [{lo:+.3f}, {hi:+.3f}]{share}")
+        excluded = {op: r.n_excluded for op, r in self.results.items() if r.n_excluded}
+        out = [
             f"  patched operations: {self.patched_operations}  (correct pairs: {self.correct_pairs})",
-            f"  top heads (layer, head, effect): {top}",
+            f"  top heads (layer, head, effect in {self.metric or 'the metric'}): {top}",
+        ]
+        if totals:
+            interval = next(iter(self.results.values())).interval or "bootstrap"
+            out.append(f"  total effect (counterfactual vs clean, 95% {interval}): " + "; ".join(totals))
+        if excluded:
+            out.append(f"  WARNING: pairs excluded by the metric's guard (clean logit too small): {excluded}")
+        return out + [
             (
                 f"  key heads ({self.rule}): {self.key_heads}  = {100 * self.key_head_fraction:.1f}% of heads; "
                 f"key MLPs: {self.key_mlps}"
@@ -96,10 +124,16 @@ def run(ctx: Context) -> IdentifySummary:
         )
         res.save(paths.patching(op))
         per_op.append(PatchingResult.load(paths.patching(op)))  # as saved, so the overall mean is bit-reproducible
+        total = res.total_interval()
+        usable = total.n > 0 and abs(total.value) > 1e-12
         results[op] = PatchedOperation(
             n_pairs=res.n_pairs,
             seconds=round(res.seconds, 2),
             top_heads=[(l, h, round(e, 5)) for l, h, e in res.top_heads(10)],
+            total_effect=[round(x, 5) for x in (total.value, total.low, total.high)] if total.n else [],
+            top_shares=[round(e / abs(total.value), 5) for *_, e in res.top_heads(10)] if usable else [],
+            n_excluded=res.n_excluded,
+            interval=total.method,
         )
     overall = PatchingResult.merge(per_op, pair_ids=list(datasets.concatenate_datasets(used)["pair_id"]))
     overall.save(paths.patching("all"))
@@ -120,4 +154,5 @@ def run(ctx: Context) -> IdentifySummary:
         rule=key.rule,
         top_heads=[[l, h, round(e, 5)] for l, h, e in overall.top_heads(10)],
         stability=list(key.stability),
+        metric=overall.metric,
     )
