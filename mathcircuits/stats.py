@@ -61,6 +61,7 @@ __all__ = [
     "cluster_bootstrap",
     "cluster_bootstrap_indices",
     "cluster_bootstrap_mean",
+    "mean_interval",
     "paired_bootstrap",
     "wilson_interval",
 ]
@@ -393,3 +394,37 @@ def cluster_bootstrap_mean(
         means.append(m if den is None else m / den[idx].nanmean().abs())
     low, high = _quantiles(torch.stack(means), confidence)
     return low.reshape(x.shape[1:]).float(), high.reshape(x.shape[1:]).float()
+
+
+def mean_interval(
+    values: Float[Tensor, "row ..."],
+    clusters: Sequence[object] | None = None,
+    strata: Sequence[object] | None = None,
+    n_boot: int = DEFAULT_N_BOOT,
+    seed: int = 0,
+    confidence: float = DEFAULT_CONFIDENCE,
+) -> tuple[Float[Tensor, "..."], Float[Tensor, "..."], str]:
+    """The interval of per-row means that every analysis should use: over clusters when it can, else over rows.
+
+    Rows of one template are not independent, so with each row's cluster (template) given and at least two
+    clusters in every stratum (operation), this is :func:`cluster_bootstrap_mean`; otherwise (no clusters, or a
+    stratum with one template) :func:`bootstrap_mean`, and the returned method says so.
+
+    Args:
+        values: per-row values [row, ...].
+        clusters: each row's cluster (e.g. template id), or None.
+        strata: each row's stratum (e.g. operation), or None.
+        n_boot, seed, confidence: resamples, seed and nominal coverage.
+
+    Returns:
+        ``(low, high, method)`` with ``method`` ``"cluster_bootstrap"`` or ``"bootstrap"``.
+    """
+    if clusters is not None and len(clusters) == len(values):
+        groups: dict[object, set[object]] = {}
+        for c, s in zip(clusters, strata if strata is not None else [0] * len(clusters)):
+            groups.setdefault(s, set()).add(c)
+        if all(len(cs) >= 2 for cs in groups.values()):
+            lo, hi = cluster_bootstrap_mean(values, clusters, strata, n_boot, seed, confidence)
+            return lo, hi, "cluster_bootstrap"
+    lo, hi = bootstrap_mean(values, n_boot, seed, confidence)
+    return lo, hi, "bootstrap"

@@ -81,8 +81,9 @@ def test_the_guard_flags_negative_and_near_zero_clean_logits():
 def test_path_patch_excludes_and_counts_the_guarded_pairs(tiny_llama, pairs, caplog):
     with caplog.at_level(logging.WARNING, logger="mathcircuits.patching.driver"):
         res = path_patch(tiny_llama, pairs, metric="relative_logit", keep_per_pair=True)
-    clean = torch.tensor([float(tiny_llama.bridge(torch.tensor([t]))[0, -1, a]) for t, a in
-                          zip(pairs["tokens"], pairs["answer_token"])])
+    clean = torch.tensor(
+        [float(tiny_llama.bridge(torch.tensor([t]))[0, -1, a]) for t, a in zip(pairs["tokens"], pairs["answer_token"])]
+    )
     expected = clean <= RELATIVE_MIN_CLEAN
     assert 0 < int(expected.sum()) < len(pairs), "the tiny model has pairs on both sides of the guard"
     assert res.n_excluded == int(expected.sum())
@@ -151,9 +152,16 @@ def planted_result(tiny_llama, total: float) -> PatchingResult:
     per = torch.full((n, spec.n_layers, spec.n_heads), -0.01)
     per[:, 0, 0], per[:, 0, 1] = -0.6, -0.2
     return PatchingResult(
-        head_effects=per.mean(0), mlp_effects=torch.zeros(spec.n_layers), metric="answer_logprob", method="exact",
-        model=spec, n_pairs=n, per_pair_heads=per, per_pair_mlps=torch.zeros(n, spec.n_layers),
-        per_pair_total=torch.full((n,), total), pair_templates=[f"t{i % 3}" for i in range(n)],
+        head_effects=per.mean(0),
+        mlp_effects=torch.zeros(spec.n_layers),
+        metric="answer_logprob",
+        method="exact",
+        model=spec,
+        n_pairs=n,
+        per_pair_heads=per,
+        per_pair_mlps=torch.zeros(n, spec.n_layers),
+        per_pair_total=torch.full((n,), total),
+        pair_templates=[f"t{i % 3}" for i in range(n)],
         pair_operations=["add"] * n,
     )
 
@@ -192,8 +200,11 @@ def test_mixed_prefix_without_matching_templates_is_refused(tiny_llama, template
 
     arith = next(s for s in template_sets if any(t.id == "add_eq_1" for t in s.templates))
     only_add = TemplateSet(
-        name="only-add", description="", templates=tuple(t for t in arith.templates if t.operation == "add"),
-        counterfactual_vocab=arith.counterfactual_vocab, fewshot_examples={"add": arith.fewshot_examples["add"]},
+        name="only-add",
+        description="",
+        templates=tuple(t for t in arith.templates if t.operation == "add"),
+        counterfactual_vocab=arith.counterfactual_vocab,
+        fewshot_examples={"add": arith.fewshot_examples["add"]},
     )
     cfg = GenerationConfig(template_ids=("add_eq_1",), n_per_template=2, fewshot_operations="mixed")
     with pytest.raises(PairError, match="mixed prefix.*Fix"):

@@ -136,8 +136,9 @@ def test_selection_rules_and_json_round_trip(tmp_path, tiny_llama, pairs_llama):
     assert len(top.heads) == 3 and list(top.heads) == [(l, h) for l, h, _ in res.top_heads(3)]
     flat = res.head_effects.flatten()
     cut = float(flat.median())  # a threshold from the data, so that some heads fall below it
-    thr = select_key_components(res, dataclasses.replace(SelectionConfig(), threshold_of="effect"), rule="threshold",
-                                threshold=cut)
+    thr = select_key_components(
+        res, dataclasses.replace(SelectionConfig(), threshold_of="effect"), rule="threshold", threshold=cut
+    )
     below = {(i // 4, i % 4) for i in range(len(flat)) if flat[i] < cut}
     assert below and set(thr.heads) == below
     z = select_key_components(res, rule="zscore", z=0.5)

@@ -152,9 +152,7 @@ class PairBatch:
     answers: Int[Tensor, "batch n_answer"] | None = None
 
 
-def pair_batches(
-    pairs: PairSet, batch_size: int, device: torch.device | str, answers: bool = False
-) -> list[PairBatch]:
+def pair_batches(pairs: PairSet, batch_size: int, device: torch.device | str, answers: bool = False) -> list[PairBatch]:
     """Batches of pairs with equal token length (no padding, so the last position is the same for all).
 
     Args:

@@ -145,6 +145,7 @@ def weights_note(model_name: str) -> str:
     """
     return next((s.weights for s in EMBEDDED.values() if model_name in (s.name, s.key)), "")
 
+
 EMBEDDED_NAME = EMBEDDED["embedded"].name
 EMBEDDED_GGUF = EMBEDDED["embedded"].gguf_file
 

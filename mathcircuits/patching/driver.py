@@ -115,7 +115,11 @@ def path_patch(
     if n_excluded:  # never silently: the count is in the result and the identify summary too
         log.warning(
             "metric %s excluded %d of %d pairs (clean value at or below its guard %s): their effects are left out "
-            "of every mean", metric.name, n_excluded, n, metric.min_clean,
+            "of every mean",
+            metric.name,
+            n_excluded,
+            n,
+            metric.min_clean,
         )
         all_heads[excluded], all_mlps[excluded], totals[excluded] = float("nan"), float("nan"), float("nan")
     ops = sorted(set(dataset["operation"])) if "operation" in dataset.column_names else []

@@ -157,7 +157,10 @@ def exact_scan(
         else:
             mlp_eff[:, layer] = block
     return BatchEffects(
-        heads=head_eff, mlps=mlp_eff, clean_logit=clean.logit, total=total.float().cpu(),
+        heads=head_eff,
+        mlps=mlp_eff,
+        clean_logit=clean.logit,
+        total=total.float().cpu(),
         excluded=metric.excluded(clean).cpu(),
     )
 

@@ -173,7 +173,7 @@ METRICS: dict[str, Metric] = {
             "relative_logit",
             "logit",
             relative=True,
-            description=f"(patched − clean) / clean answer logit; rows with clean logit ≤ {RELATIVE_MIN_CLEAN} excluded",
+            description=f"(patched − clean) / clean answer logit; clean logit ≤ {RELATIVE_MIN_CLEAN}: row excluded",
             min_clean=RELATIVE_MIN_CLEAN,
         ),
         Metric("logit_diff", "logit", description="patched − clean answer logit"),

@@ -167,8 +167,12 @@ class PatchingResult(SavedResult):
             strata = self._strata()
             try:
                 return cluster_bootstrap(
-                    t[ok], [self.pair_templates[i] for i in keep], None,
-                    None if strata is None else [strata[i] for i in keep], self.ci_n_boot, self.ci_seed,
+                    t[ok],
+                    [self.pair_templates[i] for i in keep],
+                    None,
+                    None if strata is None else [strata[i] for i in keep],
+                    self.ci_n_boot,
+                    self.ci_seed,
                     self.confidence,
                 )
             except ValueError:  # the excluded pairs left an operation with one template
@@ -378,7 +382,10 @@ class PatchingResult(SavedResult):
             ("model", self.model.name),
             ("metric", self.metric),
             ("method", self.method),
-            ("pairs", str(self.n_pairs) + (f" ({self.n_excluded} excluded by the metric's guard)" if self.n_excluded else "")),
+            (
+                "pairs",
+                str(self.n_pairs) + (f" ({self.n_excluded} excluded by the metric's guard)" if self.n_excluded else ""),
+            ),
             ("total effect", total.format("{:+.3g}") + (f" ({total.method})" if total.n else "")),
             ("operations", ops),
             ("top heads", top),

@@ -58,9 +58,7 @@ def reading_patching(result: PatchingResult, key: KeyComponents | None = None) -
         "answer_logprob": "change of the whole answer's log-probability, teacher-forced over every answer token",
     }
     unit = units.get(result.metric, result.metric)
-    over = (
-        "templates resampled within operations" if result.ci_method == "cluster_bootstrap" else "pairs resampled"
-    )
+    over = "templates resampled within operations" if result.ci_method == "cluster_bootstrap" else "pairs resampled"
     text = (
         f"Each cell is the mean effect over {result.n_pairs} pairs of patching one head (or MLP) with its "
         f"counterfactual activation ({unit}); red means the component carries the answer. "

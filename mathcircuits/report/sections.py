@@ -19,9 +19,9 @@ from mathcircuits.ablation import KnockoutResult, TransferResult
 from mathcircuits.analysis import AttentionByRole, HeadPatterns, MLPProbeResult
 from mathcircuits.circuit import Circuit, Faithfulness
 from mathcircuits.claims import Claim, ClaimsCard, Verdict
-from mathcircuits.patching import KeyComponents, PatchingResult
 from mathcircuits.models import ModelSpec
 from mathcircuits.models.embedded import weights_note
+from mathcircuits.patching import KeyComponents, PatchingResult
 from mathcircuits.report.html import Page, esc, plain_text, table
 from mathcircuits.report.numbers import numbers_section
 from mathcircuits.report.parts import ReportParts
