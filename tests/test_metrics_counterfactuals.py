@@ -8,10 +8,8 @@ import logging
 import pytest
 import torch
 
-from mathcircuits.data import GenerationConfig, generate_pairs
-from mathcircuits.data.generate import PairError
-from mathcircuits.models import Readout
-from mathcircuits.models.embedded import EMBEDDED, weights_note
+from mathcircuits.data import GenerationConfig, PairError, TemplateSet, generate_pairs
+from mathcircuits.models import EMBEDDED, Readout, weights_note
 from mathcircuits.patching import (
     METRICS,
     RELATIVE_MIN_CLEAN,
@@ -196,8 +194,6 @@ def test_mixed_prefix_shows_every_operation_and_stays_token_aligned(tiny_llama, 
 
 
 def test_mixed_prefix_without_matching_templates_is_refused(tiny_llama, template_sets):
-    from mathcircuits.data.templates import TemplateSet
-
     arith = next(s for s in template_sets if any(t.id == "add_eq_1" for t in s.templates))
     only_add = TemplateSet(
         name="only-add",
@@ -239,13 +235,13 @@ def test_the_embedded_models_name_their_quantisation():
     assert "Q4_1" in weights_note(EMBEDDED["embedded"].name) and weights_note("tiny-llama") == ""
 
 
-def test_threshold_of_changes_fingerprints_only_under_the_threshold_rule():
-    from mathcircuits.pipeline.config import RunConfig
-    from mathcircuits.pipeline.run import _without_later_defaults
+def test_an_identify_summary_written_before_the_totals_still_loads():
+    """Run folders made before issue #23 (e.g. a resumed configs/improve-cpu.yaml run) keep their identify marker."""
+    from mathcircuits.pipeline import STAGES
 
-    def seen(rule: str, of: str) -> dict:
-        cfg = RunConfig.from_dict({"selection": {"rule": rule, "threshold_of": of}})
-        return _without_later_defaults(cfg.to_dict())["selection"]
-
-    assert seen("zscore", "share") == seen("zscore", "effect")
-    assert seen("threshold", "share") != seen("threshold", "effect")
+    old = {"seconds": 1.3, "correct_pairs": {"add": 8}, "patched_operations": ["add"],
+           "results": {"add": {"n_pairs": 8, "seconds": 0.27, "top_heads": [[2, 2, -0.1119]]}},
+           "key_heads": [[2, 2]], "key_mlps": [1], "key_head_fraction": 0.25, "rule": "topk",
+           "top_heads": [[2, 2, -0.10877]], "stability": [0.795]}  # fmt: skip
+    summary = STAGES["identify"].summary.from_dict(old)
+    assert summary.totals == {} and "total effect" not in str(summary)

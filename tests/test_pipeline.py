@@ -17,7 +17,7 @@ from mathcircuits.ablation import KnockoutResult
 from mathcircuits.cli import main
 from mathcircuits.data import facts_of
 from mathcircuits.finetune import KV_POLICIES, Mode, SFTConfig
-from mathcircuits.patching import LAST_POSITION_METRICS, RULES, PatchingConfig, SelectionConfig
+from mathcircuits.patching import METRICS, RULES, PatchingConfig, SelectionConfig
 from mathcircuits.pipeline import (
     STAGES,
     ConfigError,
@@ -91,7 +91,7 @@ def test_config_sections_are_the_library_configs_with_one_default():
     The selection's defaults live only in SelectionConfig (select_key_components takes one, or overrides of it).
     """
     hints = typing.get_type_hints(PatchingConfig)
-    assert set(typing.get_args(hints["metric"])) == set(LAST_POSITION_METRICS)
+    assert set(typing.get_args(hints["metric"])) == set(METRICS)  # every metric: path patching reads every answer token
     assert set(typing.get_args(typing.get_type_hints(SelectionConfig)["rule"])) == set(RULES)
     assert set(typing.get_args(typing.get_type_hints(SFTConfig)["kv_policy"])) == set(KV_POLICIES)
     cfg = RunConfig()
@@ -223,7 +223,9 @@ SUMMARIES = {
     "identify": {"seconds": 1.3, "correct_pairs": {"add": 8}, "patched_operations": ["add"],
                  "results": {"add": {"n_pairs": 8, "seconds": 0.27, "top_heads": [[2, 2, -0.1119], [1, 3, 0.0]]}},
                  "key_heads": [[2, 2]], "key_mlps": [1], "key_head_fraction": 0.25, "rule": "topk",
-                 "top_heads": [[2, 2, -0.10877]], "stability": [0.795]},
+                 "top_heads": [[2, 2, -0.10877]], "stability": [0.795], "metric": "answer_logprob",
+                 "totals": {"add": {"effect": [-1.2, -1.9, -0.6], "interval": "cluster_bootstrap",
+                                    "top_shares": [-0.093, 0.0], "n_excluded": 0}}},
     "validate": {"seconds": 3.1,
                  "knockout": {"add": {"baseline": 0.5, "ranked_final": 0.0, "random_final_mean": 0.25,
                                       "random_final_std": 0.1, "k": 2}},

@@ -26,6 +26,7 @@ from mathcircuits.models.embedded import (
     embedded_model_dir,
     embedded_source,
     find_embedded_gguf,
+    weights_note,
 )
 from mathcircuits.models.families import FAMILIES, BlockStructure, UnsupportedFamilyError, block_structure
 from mathcircuits.models.heads import Head, check_heads
@@ -93,4 +94,5 @@ __all__ = [
     "tiny_tokenizer",
     "vocab_logits",
     "wrap",
+    "weights_note",
 ]

@@ -25,25 +25,31 @@ from mathcircuits.patching import (
 )
 from mathcircuits.pipeline.context import Context, StageSummary, save_csv, select_pairs
 
-__all__ = ["IdentifySummary", "PatchedOperation", "run"]
+__all__ = ["IdentifySummary", "OperationTotal", "PatchedOperation", "run"]
 
 
 @dataclass(frozen=True)
 class PatchedOperation:
-    """One operation's patching, in brief: its pairs, time and strongest heads ``(layer, head, effect)``.
-
-    ``total_effect`` is ``[mean, low, high]`` of the counterfactual's total effect (``interval`` names the
-    bootstrap); ``top_shares`` the strongest heads' effects as a share of it; ``n_excluded`` the pairs the
-    metric refused.
-    """
+    """One operation's patching, in brief: its pairs, time and strongest heads ``(layer, head, effect)``."""
 
     n_pairs: int
     seconds: float
     top_heads: list[tuple[int, int, float]]
-    total_effect: list[float] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class OperationTotal:
+    """One operation's total effect (counterfactual vs clean prompt, the patching metric) and what it says.
+
+    ``effect`` is ``[mean, low, high]`` (``interval`` names the bootstrap); ``top_shares`` the strongest heads'
+    effects (in the order of ``PatchedOperation.top_heads``) as a share of the mean; ``n_excluded`` the pairs
+    the metric refused (``relative_logit``'s guard).
+    """
+
+    effect: list[float]
+    interval: str
     top_shares: list[float] = field(default_factory=list)
     n_excluded: int = 0
-    interval: str = ""
 
 
 @dataclass(frozen=True)
@@ -60,22 +66,23 @@ class IdentifySummary(StageSummary):
     top_heads: list[list[int | float]] = field(default_factory=list)  # [layer, head, effect]
     stability: list[float] = field(default_factory=list)  # per key head: share of resamples selecting it
     metric: str = ""
+    totals: dict[str, OperationTotal] = field(default_factory=dict)  # summaries before issue #23 have none
 
     def lines(self) -> list[str]:
         top = ", ".join(f"{Head(l, h)} {e:+.3f}" for l, h, e in self.top_heads[:10])
         totals = []
-        for op, r in self.results.items():
-            if len(r.total_effect) == 3:
-                v, lo, hi = r.total_effect
-                share = f"; top head {r.top_shares[0]:+.1%} of it" if r.top_shares else ""
+        for op, t in self.totals.items():
+            if len(t.effect) == 3:
+                v, lo, hi = t.effect
+                share = f"; top head {t.top_shares[0]:+.1%} of it" if t.top_shares else ""
                 totals.append(f"{op} {v:+.3f} [{lo:+.3f}, {hi:+.3f}]{share}")
-        excluded = {op: r.n_excluded for op, r in self.results.items() if r.n_excluded}
+        excluded = {op: t.n_excluded for op, t in self.totals.items() if t.n_excluded}
         out = [
             f"  patched operations: {self.patched_operations}  (correct pairs: {self.correct_pairs})",
             f"  top heads (layer, head, effect in {self.metric or 'the metric'}): {top}",
         ]
         if totals:
-            interval = next(iter(self.results.values())).interval or "bootstrap"
+            interval = next(iter(self.totals.values())).interval or "bootstrap"
             out.append(f"  total effect (counterfactual vs clean, 95% {interval}): " + "; ".join(totals))
         if excluded:
             out.append(f"  WARNING: pairs excluded by the metric's guard (clean logit too small): {excluded}")
@@ -108,6 +115,7 @@ def run(ctx: Context) -> IdentifySummary:
             "Fix: raise data.n_per_template, or lower patching.min_pairs."
         )
     results: dict[str, PatchedOperation] = {}
+    totals: dict[str, OperationTotal] = {}
     used, per_op = [], []
     for op in ops:
         sub = select_pairs(correct, op, p.max_pairs)
@@ -124,16 +132,18 @@ def run(ctx: Context) -> IdentifySummary:
         )
         res.save(paths.patching(op))
         per_op.append(PatchingResult.load(paths.patching(op)))  # as saved, so the overall mean is bit-reproducible
-        total = res.total_interval()
-        usable = total.n > 0 and abs(total.value) > 1e-12
         results[op] = PatchedOperation(
             n_pairs=res.n_pairs,
             seconds=round(res.seconds, 2),
             top_heads=[(l, h, round(e, 5)) for l, h, e in res.top_heads(10)],
-            total_effect=[round(x, 5) for x in (total.value, total.low, total.high)] if total.n else [],
+        )
+        total = res.total_interval()
+        usable = total.n > 0 and abs(total.value) > 1e-12
+        totals[op] = OperationTotal(
+            effect=[round(x, 5) for x in (total.value, total.low, total.high)] if total.n else [],
+            interval=total.method,
             top_shares=[round(e / abs(total.value), 5) for *_, e in res.top_heads(10)] if usable else [],
             n_excluded=res.n_excluded,
-            interval=total.method,
         )
     overall = PatchingResult.merge(per_op, pair_ids=list(datasets.concatenate_datasets(used)["pair_id"]))
     overall.save(paths.patching("all"))
@@ -155,4 +165,5 @@ def run(ctx: Context) -> IdentifySummary:
         top_heads=[[l, h, round(e, 5)] for l, h, e in overall.top_heads(10)],
         stability=list(key.stability),
         metric=overall.metric,
+        totals=totals,
     )
