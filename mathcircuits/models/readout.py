@@ -197,9 +197,9 @@ def token_scores(
     logit, logp = [], []
     for lo in range(0, resid.shape[0], max(1, chunk_rows)):
         logits = vocab_logits(model, structure, resid[lo : lo + chunk_rows])
-        tok = tokens[lo : lo + chunk_rows, None]
-        logit.append(logits.gather(-1, tok)[:, 0])
-        logp.append(torch.log_softmax(logits.float(), -1).gather(-1, tok)[:, 0])
+        tok = logits.gather(-1, tokens[lo : lo + chunk_rows, None])[:, 0]
+        logit.append(tok)
+        logp.append(tok.float() - torch.logsumexp(logits.float(), -1))  # log-softmax of one column, one pass
     if not logit:
         empty = resid.new_zeros(0)
         return empty, empty.float()

@@ -112,6 +112,12 @@ def path_patch(
         if eff.excluded is not None:
             excluded[batch.idx] = eff.excluded
     n_excluded = int(excluded.sum())
+    if n_excluded == n:
+        raise ValueError(
+            f"metric {metric.name!r} refused every one of the {n} pairs: each clean answer logit is at or below its "
+            f"guard {metric.min_clean} (negative or near zero), where the ratio flips sign or explodes. "
+            "Fix: use metric='answer_logprob' (offset-free), or 'logit_diff'."
+        )
     if n_excluded:  # never silently: the count is in the result and the identify summary too
         log.warning(
             "metric %s excluded %d of %d pairs (clean value at or below its guard %s): their effects are left out "
