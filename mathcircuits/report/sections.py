@@ -80,8 +80,10 @@ def claims_card(page: Page, card: ClaimsCard, model: ModelSpec | None = None) ->
         "<tr><th>Claim (Zhang et al. 2024)</th><th>Paper</th>"
         f"<th>This run ({card.confidence:.0%} intervals)</th><th>Verdict</th></tr>"
     )
-    weights = weights_note(model.name) if model is not None else ""
-    about = f"<p>Measured on {esc(model.name)}{esc(f' ({weights})' if weights else '')}.</p>" if model is not None else ""
+    about = ""
+    if model is not None:
+        weights = weights_note(model.name)
+        about = f"<p>Measured on {esc(model.name)}{esc(f' ({weights})' if weights else '')}.</p>"
     page.add(
         f'<section class="card" id="claims"><h2>Claims card</h2>{about}'
         f'<table class="claims">{head}{"".join(rows)}</table><div class="card-end"></div>'
