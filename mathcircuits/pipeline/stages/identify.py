@@ -91,7 +91,7 @@ class IdentifySummary(StageSummary):
                 f"  key heads ({self.rule}): {self.key_heads}  = {100 * self.key_head_fraction:.1f}% of heads; "
                 f"key MLPs: {self.key_mlps}"
             ),
-            "  selected again in bootstrap resamples of the pairs: "
+            "  selected again in bootstrap resamples (templates within operations, or pairs): "
             + (", ".join(f"{Head(*h)} {s:.0%}" for h, s in zip(self.key_heads, self.stability)) or "not measured"),
         ]
 
