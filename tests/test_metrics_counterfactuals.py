@@ -20,7 +20,7 @@ from mathcircuits.patching import (
     path_patch,
     select_key_components,
 )
-from mathcircuits.stats import bootstrap_mean, cluster_bootstrap_mean
+from mathcircuits.stats import bootstrap_mean, cluster_bootstrap_mean, mean_interval
 
 
 @pytest.fixture(scope="module")
@@ -137,6 +137,9 @@ def test_total_effect_interval_and_shares(tiny_llama, pairs):
     share, lo, hi = res.head_shares()
     assert torch.allclose(share, res.head_effects / abs(total.value))
     assert lo is not None and bool((lo <= share + 1e-6).all() and (share - 1e-6 <= hi).all())
+    df = res.to_dataframe()
+    heads = df[df["kind"] == "head"]
+    assert heads["share"].to_numpy() == pytest.approx(share.flatten().numpy(), rel=1e-5, abs=1e-7)
     back = PatchingResult.load(res.save(__import__("tempfile").mkdtemp() + "/p.pt"))
     assert back.total_interval() == total and back.pair_templates == res.pair_templates
     merged = PatchingResult.merge([res, res])
@@ -228,6 +231,9 @@ def test_cluster_bootstrap_is_wider_than_pairs_on_clustered_data():
     assert 0.5 < float((hi_c - lo_c) / (hi_i - lo_i)) < 2.0
     with pytest.raises(ValueError, match="fewer than two clusters.*Fix"):
         cluster_bootstrap_mean(x[:25], clusters[:25], strata[:25])
+    assert mean_interval(x, clusters, strata, n_boot=50)[2] == "cluster_bootstrap"
+    assert mean_interval(x[:50], clusters[:50], ["add"] * 25 + ["mul"] * 25, n_boot=50)[2] == "bootstrap"  # 1 + 1
+    assert mean_interval(x, None, None, n_boot=50)[2] == "bootstrap"
 
 
 def test_the_embedded_models_name_their_quantisation():
@@ -245,3 +251,13 @@ def test_an_identify_summary_written_before_the_totals_still_loads():
            "top_heads": [[2, 2, -0.10877]], "stability": [0.795]}  # fmt: skip
     summary = STAGES["identify"].summary.from_dict(old)
     assert summary.totals == {} and "total effect" not in str(summary)
+
+
+def test_identify_takes_operand_counterfactuals(tiny_llama, template_sets):
+    """data.counterfactual: operands reaches path patching: other operands, the same operator, another answer."""
+    cfg = GenerationConfig(operations=("add",), template_ids=("add_eq_1", "add_st_1"), n_per_template=3,
+                           counterfactual="operands")  # fmt: skip
+    ds = generate_pairs(tiny_llama.tokenizer, template_sets, cfg)
+    assert all(c != a for c, a in zip(ds["cf_answer"], ds["answer"]))
+    res = path_patch(tiny_llama, ds, keep_per_pair=True)
+    assert torch.isfinite(res.head_effects).all() and res.per_pair_total.abs().min() > 0

@@ -321,7 +321,8 @@ class PatchingResult(SavedResult):
 
     def to_dataframe(self):
         """One row per sender: kind (head|mlp), layer, head (−1 for MLPs), effect, its interval
-        (effect_low, effect_high; NaN without per-pair effects), rank (most negative first)."""
+        (effect_low, effect_high; NaN without per-pair effects), rank (most negative first), and ``share``:
+        the effect as a share of the total effect, ``effect / |total|`` (NaN without a usable total)."""
 
         nan = float("nan")
 
@@ -356,6 +357,8 @@ class PatchingResult(SavedResult):
             )
         df = pd.DataFrame(rows)
         df["rank"] = df.groupby("kind")["effect"].rank(method="first").astype("Int64")
+        total = self.total_interval().value
+        df["share"] = df["effect"] / abs(total) if total == total and abs(total) > 1e-12 else nan
         return df
 
     def top_heads(self, k: int = 10) -> list[tuple[int, int, float]]:
