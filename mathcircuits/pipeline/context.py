@@ -182,4 +182,4 @@ def select_pairs(
     if operation is not None:
         ds = ds.filter(lambda r: r["operation"] == operation)
     ds = ds.shuffle(seed=seed)
-    return ds.select(range(min(skip, len(ds)), min(skip + limit, len(ds))))
+    return ds.select(list(range(min(skip, len(ds)), min(skip + limit, len(ds)))))  # a list: may be empty
