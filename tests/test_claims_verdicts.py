@@ -178,3 +178,25 @@ def test_c5_holds_for_the_circuit_and_not_for_noise_heads():
     assert claim_c5(good).verdict == Verdict.HOLDS
     bad = transfer(m, held_out, NOISE, None, n_random=30, ablation="position_mean")
     assert claim_c5(bad).verdict == Verdict.FAILS
+
+
+# --- fresh pairs: identify and validate never share a pair -----------------------------------------------------
+def test_identify_and_validate_pairs_are_disjoint_and_cover_the_order():
+    import datasets
+
+    from mathcircuits.pipeline.context import select_pairs
+
+    ds = datasets.Dataset.from_list(
+        [{"pair_id": i, "operation": ("add", "mul")[i % 2]} for i in range(50)]
+    )
+    ident = select_pairs(ds, "add", 10)
+    fresh = select_pairs(ds, "add", 12, skip=10)
+    assert len(ident) == 10 and len(fresh) == 12
+    assert not set(ident["pair_id"]) & set(fresh["pair_id"])
+    assert set(fresh["operation"]) == {"add"}
+    assert list(select_pairs(ds, "add", 30)["pair_id"]) == list(ident["pair_id"]) + list(
+        select_pairs(ds, "add", 20, skip=10)["pair_id"]
+    )  # the same seeded order, cut in two
+    assert len(select_pairs(ds, "add", 5, skip=25)) == 0  # nothing left after identify: empty, no error
+    with pytest.raises(ValueError, match="skip"):
+        select_pairs(ds, "add", 5, skip=-1)

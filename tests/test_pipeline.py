@@ -13,11 +13,11 @@ import pandas as pd
 import pytest
 import yaml
 
-from mathcircuits.ablation import KnockoutResult
+from mathcircuits.ablation import KnockoutResult, RandomControl
 from mathcircuits.cli import main
 from mathcircuits.data import facts_of
 from mathcircuits.finetune import KV_POLICIES, Mode, SFTConfig
-from mathcircuits.patching import LAST_POSITION_METRICS, RULES, PatchingConfig, SelectionConfig
+from mathcircuits.patching import LAST_POSITION_METRICS, RULES, PatchingConfig, PatchingResult, SelectionConfig
 from mathcircuits.pipeline import (
     STAGES,
     ConfigError,
@@ -174,6 +174,11 @@ def test_pipeline_runs_skips_and_resumes(tmp_path):
     assert "[data] up to date, skipped" in lines and "[identify] up to date, skipped" in lines
     assert (out / "identify" / ".done.json").stat().st_mtime_ns == marker
     assert (out / "validate" / "knockout_add.csv").exists()
+    # the knockout pairs are fresh: none of them chose the heads
+    scored = RandomControl.load(out / "validate" / "control.pt")
+    used = PatchingResult.load(out / "identify" / "patching_add.pt").pair_ids
+    assert scored.identification_overlap == 0 and not set(scored.pair_ids) & set(used) and len(scored.pair_ids) == 4
+    assert done_summary(out, "validate").overlap == {"add": 0}
     run_pipeline(cfg, out, progress=False)  # the remaining stages: analyze, finetune/evaluate (disabled here), report
     html = (out / "report" / "report.html").read_text()
     assert "plotly" in html.lower() and "unpkg.com" not in html
