@@ -186,9 +186,7 @@ def test_identify_and_validate_pairs_are_disjoint_and_cover_the_order():
 
     from mathcircuits.pipeline.context import select_pairs
 
-    ds = datasets.Dataset.from_list(
-        [{"pair_id": i, "operation": ("add", "mul")[i % 2]} for i in range(50)]
-    )
+    ds = datasets.Dataset.from_list([{"pair_id": i, "operation": ("add", "mul")[i % 2]} for i in range(50)])
     ident = select_pairs(ds, "add", 10)
     fresh = select_pairs(ds, "add", 12, skip=10)
     assert len(ident) == 10 and len(fresh) == 12
