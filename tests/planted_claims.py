@@ -21,9 +21,7 @@ from collections.abc import Sequence
 
 import torch
 
-from mathcircuits.models import HookedModel
-from mathcircuits.models.loading import boot_bridge, spec_from_bridge
-from mathcircuits.models.tiny import tiny_llama
+from mathcircuits.models import HookedModel, from_hf, tiny_llama
 
 MOVER = (0, 1)
 
@@ -36,8 +34,7 @@ def planted_model(
 ) -> HookedModel:
     """A tiny Llama (4 heads in 2 KV groups per layer, d_model 64) with the chosen plant."""
     hf, tok = tiny_llama(seed=0, n_layers=n_layers)
-    bridge = boot_bridge(hf, tok, f"planted-{n_layers}")
-    model = HookedModel(bridge=bridge, tokenizer=tok, spec=spec_from_bridge(bridge, f"planted-{n_layers}", "tiny"))
+    model = from_hf(hf, tok, name=f"planted-{n_layers}")
     _plant(model, [tuple(r) for r in readers], mlp_writer, diffuse)
     return model
 

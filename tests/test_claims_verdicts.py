@@ -12,6 +12,7 @@ from functools import cache
 
 import pytest
 import torch
+from planted_claims import MOVER, planted_model
 
 from mathcircuits.ablation import (
     RandomControl,
@@ -24,7 +25,6 @@ from mathcircuits.analysis import attention_by_role
 from mathcircuits.circuit import copy_pairs
 from mathcircuits.claims import Verdict, claim_c1, claim_c2, claim_c3, claim_c4, claim_c5, concentration
 from mathcircuits.patching import KeyComponents, path_patch
-from tests.planted_claims import MOVER, planted_model
 
 READER = (2, 2)
 NOISE = [(0, 0), (2, 0)]  # heads that write only noise, at the circuit's depths
@@ -184,7 +184,7 @@ def test_c5_holds_for_the_circuit_and_not_for_noise_heads():
 def test_identify_and_validate_pairs_are_disjoint_and_cover_the_order():
     import datasets
 
-    from mathcircuits.pipeline.context import select_pairs
+    from mathcircuits.pipeline import select_pairs
 
     ds = datasets.Dataset.from_list([{"pair_id": i, "operation": ("add", "mul")[i % 2]} for i in range(50)])
     ident = select_pairs(ds, "add", 10)

@@ -210,7 +210,8 @@ def test_heldout_templates_stay_out_of_identification_and_become_transfer_sets(t
     rows = {r.dataset: r for r in summaries["validate"].transfer}
     assert list(rows) == ["add held-out templates (add_eq_2)"], "transfer_held_in=False still scored found-on data"
     held = rows["add held-out templates (add_eq_2)"]
-    assert held.n == 4 and not held.held_in  # 5 held-out pairs, capped at validation.max_pairs and held.ablation == "position_mean"
+    # 5 held-out pairs, capped at validation.max_pairs
+    assert held.n == 4 and not held.held_in and held.ablation == "position_mean"
     # the curve also measures k = the number of key heads (1), the point claim C2 reads
     assert KnockoutResult.load(out / "validate" / "knockout_add.pt").ks == [0, 1, 2]
     assert not (out / "validate" / "head_means.pt").exists(), "position-free means computed though nothing uses them"
