@@ -198,3 +198,28 @@ def test_identify_and_validate_pairs_are_disjoint_and_cover_the_order():
     assert len(select_pairs(ds, "add", 5, skip=25)) == 0  # nothing left after identify: empty, no error
     with pytest.raises(ValueError, match="skip"):
         select_pairs(ds, "add", 5, skip=-1)
+
+
+# --- position_mean from a large pool, leaving the scored pair out ------------------------------------------------
+def test_position_pool_mean_leaves_the_scored_pairs_own_counterfactual_out():
+    from mathcircuits.ablation import KnockoutScorer
+    from mathcircuits.models import hooks
+
+    m = shallow()
+    pool = pairs(m, 40, seed=0)
+    scored = pool.select(range(6))  # the scored pairs are in the pool: each must leave its own counterfactual out
+    scorer = KnockoutScorer(m, scored, "position_mean", pool=pool)
+    values = scorer.replacement_z(0)  # [rows, pos, layer, head, d_head]
+    rows = scorer.groups[0].rows
+    names = [hooks.z(layer) for layer in range(m.spec.n_layers)]
+    _, cache = m.bridge.run_with_cache(torch.tensor(pool["cf_tokens"]), names_filter=lambda n: n in names)
+    z = torch.stack([cache[n] for n in names], 2)  # [pool, pos, layer, head, d_head]
+    tid = pool["template_id"]
+    for r, i in enumerate(rows):
+        others = [j for j in range(len(pool)) if tid[j] == tid[i] and j != i]
+        assert torch.allclose(values[r], z[others].mean(0), atol=1e-5)
+        assert not torch.allclose(values[r], z[[j for j in range(len(pool)) if tid[j] == tid[i]]].mean(0), atol=1e-6)
+    assert not scorer.pool_fallbacks
+    lonely = KnockoutScorer(m, scored, "position_mean", pool=scored.select([0]))  # no other item: group mean
+    lonely.replacement_z(0)
+    assert lonely.pool_fallbacks

@@ -137,6 +137,7 @@ def transfer(
     min_correct: int = 5,
     batch_size: int = 32,
     ablation: Ablation = "mean",
+    pool: PairSet | None = None,
 ) -> TransferResult:
     """Per dataset: clean accuracy, then key-ablated and random-ablated accuracy on the clean-correct items.
 
@@ -155,6 +156,8 @@ def transfer(
         min_correct: a set with fewer clean-correct items than this is *not measurable on this model*.
         batch_size: pairs per forward.
         ablation: ``"mean"``, ``"position_mean"`` or ``"resample"``, as in the knockout (module docstring).
+        pool: for ``"position_mean"``: counterfactual prompts to average over, leaving each item's own out (used
+            for sets with ``template_id`` and ``pair_id``).
 
     Returns:
         The :class:`TransferResult`; each row's ``ablation`` says how its set was ablated. Heads or means
@@ -178,7 +181,8 @@ def transfer(
                 f"transfer set {name!r} needs the position-free mean ({why}) but means is None. "
                 "Fix: pass head_means(model, counterfactual pairs)."
             )
-        scorer = KnockoutScorer(model, ds, used, means, scope, seed, batch_size)
+        pooled = pool if {"template_id", "pair_id"} <= set(ds.column_names) else None
+        scorer = KnockoutScorer(model, ds, used, means, scope, seed, batch_size, pool=pooled)
         clean = [int(c) for c in scorer.score([])[0]]
         kept = [i for i, c in enumerate(clean) if c]
         key = rand = None

@@ -198,6 +198,9 @@ def run(ctx: Context) -> ValidateSummary:
         means_src = correct.filter(lambda r: r["operation"] in ops)
         means = head_means(model, select_pairs(means_src, None, 4 * v.max_pairs))
         means.save(paths.head_means)
+    # position_mean: each head's per-position mean over every generated counterfactual prompt of the template,
+    # leaving the scored pair's own out (not over the few scored pairs of that template)
+    pool = ctx.load_dataset(paths.pairs_scored) if v.ablation == "position_mean" else None
     knockout: dict[str, KnockoutBrief] = {}
     fresh: dict[str, datasets.Dataset] = {}
     overlap: dict[str, int] = {}
@@ -227,6 +230,7 @@ def run(ctx: Context) -> ValidateSummary:
             progress=ctx.progress,
             ablation=v.ablation,
             ks=ks,
+            pool=pool,
         )
         ko.save(paths.knockout(op))
         save_csv(ko.to_dataframe(), paths.knockout(op, ".csv"))
@@ -244,7 +248,7 @@ def run(ctx: Context) -> ValidateSummary:
         pooled = datasets.concatenate_datasets(
             [fresh[op].select(range(min(v.control_pairs, len(fresh[op])))) for op in scored]
         )
-        scorer = KnockoutScorer(model, pooled, v.ablation, means, v.scope, ctx.config.data.seed)
+        scorer = KnockoutScorer(model, pooled, v.ablation, means, v.scope, ctx.config.data.seed, pool=pool)
         control = random_control(
             model,
             pooled,
@@ -283,7 +287,8 @@ def run(ctx: Context) -> ValidateSummary:
             for op in scored
         }
         scorers = {
-            op: KnockoutScorer(model, fresh[op], v.ablation, means, v.scope, ctx.config.data.seed) for op in scored
+            op: KnockoutScorer(model, fresh[op], v.ablation, means, v.scope, ctx.config.data.seed, pool=pool)
+            for op in scored
         }
         cross = cross_operation(scorers, own)
         cross.save(paths.cross_operation())
@@ -299,6 +304,7 @@ def run(ctx: Context) -> ValidateSummary:
         progress=ctx.progress,
         held_in=[f"{op} (identification templates, correct)" for op in found_on],
         ablation=v.ablation,
+        pool=pool,
     )
     tr.save(paths.transfer())
     save_csv(tr.to_dataframe(), paths.transfer(".csv"))
