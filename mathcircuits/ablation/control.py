@@ -200,6 +200,7 @@ def random_control(
     identification_overlap: int = -1,
     progress: bool = False,
     scorer: KnockoutScorer | None = None,
+    pool: PairSet | None = None,
 ) -> RandomControl:
     """Knock out the key set and ``n_draws`` depth-matched random sets of non-key heads on the same pairs.
 
@@ -219,6 +220,8 @@ def random_control(
         identification_overlap: how many of the pairs chose the key heads (saved; -1 unknown).
         progress: show a progress bar.
         scorer: a :class:`KnockoutScorer` already built on ``dataset`` (reuses its clean runs); default a new one.
+        pool: for ``"position_mean"``: counterfactual prompts to average over, leaving each scored pair's own out
+            (a new scorer's ``pool``).
 
     Returns:
         The :class:`RandomControl`.
@@ -230,7 +233,7 @@ def random_control(
         raise ValueError("random_control got no pairs. Fix: pass the fresh pairs of at least one operation.")
     key = [(int(l), int(h)) for l, h in key_heads]
     draws = depth_matched_draws(key, model.spec, n_draws, seed)
-    scorer = scorer or KnockoutScorer(model, dataset, ablation, means, scope, seed, batch_size)
+    scorer = scorer or KnockoutScorer(model, dataset, ablation, means, scope, seed, batch_size, pool=pool)
 
     def correct(heads: list[tuple[int, int]]) -> Tensor:
         return torch.tensor(scorer.score(heads)[0], dtype=torch.float32)
