@@ -202,13 +202,13 @@ def test_identify_and_validate_pairs_are_disjoint_and_cover_the_order():
 
 # --- position_mean from a large pool, leaving the scored pair out ------------------------------------------------
 def test_position_pool_mean_leaves_the_scored_pairs_own_counterfactual_out():
-    from mathcircuits.ablation import KnockoutScorer
+    from mathcircuits.ablation import KnockoutScorer, PositionPool
     from mathcircuits.models import hooks
 
     m = shallow()
     pool = pairs(m, 40, seed=0)
     scored = pool.select(range(6))  # the scored pairs are in the pool: each must leave its own counterfactual out
-    scorer = KnockoutScorer(m, scored, "position_mean", pool=pool)
+    scorer = KnockoutScorer(m, scored, "position_mean", pool=PositionPool(m, pool))
     values = scorer.replacement_z(0)  # [rows, pos, layer, head, d_head]
     rows = scorer.groups[0].rows
     names = [hooks.z(layer) for layer in range(m.spec.n_layers)]
@@ -220,6 +220,8 @@ def test_position_pool_mean_leaves_the_scored_pairs_own_counterfactual_out():
         assert torch.allclose(values[r], z[others].mean(0), atol=1e-5)
         assert not torch.allclose(values[r], z[[j for j in range(len(pool)) if tid[j] == tid[i]]].mean(0), atol=1e-6)
     assert not scorer.pool_fallbacks
-    lonely = KnockoutScorer(m, scored, "position_mean", pool=scored.select([0]))  # no other item: group mean
+    fast = scorer.logits([READER], fast=True)  # the fast path (from the shared position) reads the same values
+    assert all(torch.allclose(a, b, atol=1e-4) for a, b in zip(fast, scorer.logits([READER], fast=False)))
+    lonely = KnockoutScorer(m, scored, "position_mean", pool=PositionPool(m, scored.select([0])))  # group mean
     lonely.replacement_z(0)
     assert lonely.pool_fallbacks

@@ -23,7 +23,7 @@ from mathcircuits.ablation.hooks import (
     z_ablation_hooks,
 )
 from mathcircuits.ablation.knockout import ablated_accuracy, knockout_curve
-from mathcircuits.ablation.means import HeadMeans, head_means
+from mathcircuits.ablation.means import HeadMeans, PoolKey, PositionPool, head_means
 from mathcircuits.ablation.mlp_margin import MLPMargin, mlp_margin
 from mathcircuits.ablation.result import (
     MEASURED,
@@ -40,6 +40,8 @@ __all__ = [
     "ABLATIONS",
     "MEASURED",
     "NOT_MEASURABLE",
+    "PoolKey",
+    "PositionPool",
     "SCOPES",
     "Ablation",
     "HeadMeans",

@@ -38,7 +38,7 @@ from tqdm.auto import tqdm
 
 from mathcircuits._io import SavedResult
 from mathcircuits.ablation.hooks import Ablation, Scope
-from mathcircuits.ablation.means import HeadMeans
+from mathcircuits.ablation.means import HeadMeans, PositionPool
 from mathcircuits.ablation.scorer import KnockoutScorer
 from mathcircuits.data.pairs import PairSet, check_columns
 from mathcircuits.models import HookedModel
@@ -200,7 +200,7 @@ def random_control(
     identification_overlap: int = -1,
     progress: bool = False,
     scorer: KnockoutScorer | None = None,
-    pool: PairSet | None = None,
+    pool: PositionPool | None = None,
 ) -> RandomControl:
     """Knock out the key set and ``n_draws`` depth-matched random sets of non-key heads on the same pairs.
 

@@ -44,7 +44,7 @@ import torch
 from tqdm.auto import tqdm
 
 from mathcircuits.ablation.hooks import Ablation, Scope, check_choice
-from mathcircuits.ablation.means import HeadMeans, head_means
+from mathcircuits.ablation.means import HeadMeans, PositionPool, head_means
 from mathcircuits.ablation.result import KnockoutResult
 from mathcircuits.ablation.scorer import KnockoutScorer
 from mathcircuits.data.pairs import PairSet, check_columns
@@ -100,7 +100,7 @@ def knockout_curve(
     progress: bool = False,
     ablation: Ablation = "mean",
     ks: Sequence[int] | None = None,
-    pool: PairSet | None = None,
+    pool: PositionPool | None = None,
 ) -> KnockoutResult:
     """Knock out the top-k heads in effect-rank order and ``n_random`` random orders, for each k.
 

@@ -10,6 +10,7 @@ instead (:class:`mathcircuits.ablation.KnockoutScorer`).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -128,52 +129,46 @@ class PositionPool:
 
     The ``position_mean`` ablation replaces a head's output at each position by its mean over counterfactual
     prompts whose positions align with the scored prompt's: the same template, prompt length and answer length
-    (the sequence is the counterfactual prompt followed by its own teacher-forced answer, less the last token).
-    Averaging over only the few scored pairs of a template makes the mean close to the scored pair's own
-    counterfactual (a group of one *is* the identification patch), so the mean is taken over a large pool, by
-    default every counterfactual prompt the data stage generated, and the scored pair's own counterfactual is left
-    out (:meth:`value`). Positions every sequence of a key shares (the few-shot prefix) hold the same ``hook_z``
-    in every sequence, so they are stored once.
+    (:data:`PoolKey`; the sequence is the counterfactual prompt followed by its own teacher-forced answer, less
+    the last token). Averaging over only the few scored pairs of a template makes the mean close to the scored
+    pair's own counterfactual (a group of one *is* the identification patch), so the mean is taken over a large
+    pool, by default every counterfactual prompt the data stage generated, and the scored pair's own
+    counterfactual is left out (:meth:`value`). Positions every sequence of a key shares (the few-shot prefix)
+    hold the same ``hook_z`` in every sequence, so they are stored once. A key is computed on first use and kept,
+    so one pool serves every scorer of a stage.
 
     Args:
         model: the hooked model.
         pool: pairs with ``cf_tokens``, ``answer_tokens``, ``n_tokens``, ``template_id`` and ``pair_id``.
-        keys: the keys to average (the scored rows' keys; others are skipped).
-        shared: per key, how many leading positions every sequence of the key shares (at most; the pool's own
-            shared prefix is used when shorter).
-        keep: pair ids whose own ``hook_z`` is kept, so :meth:`value` can leave them out.
         batch_size: sequences per forward.
     """
 
-    def __init__(
-        self,
-        model: HookedModel,
-        pool: PairSet,
-        keys: set[PoolKey],
-        shared: dict[PoolKey, int],
-        keep: set[int],
-        batch_size: int = 32,
-    ) -> None:
+    def __init__(self, model: HookedModel, pool: PairSet, batch_size: int = 32) -> None:
         check_columns(pool, ("cf_tokens", "answer_tokens", "n_tokens", "template_id", "pair_id"), "PositionPool")
-        spec = model.spec
-        by_key: dict[PoolKey, list[tuple[int, list[int]]]] = {}
+        self.model, self.batch_size = model, batch_size
+        self.items: dict[PoolKey, list[tuple[int, tuple[int, ...]]]] = {}
         for tid, n, ans, cf, pid in zip(
             pool["template_id"], pool["n_tokens"], pool["answer_tokens"], pool["cf_tokens"], pool["pair_id"]
         ):
-            k = (str(tid), int(n), len(ans))
-            if k in keys and len(cf) == int(n):
-                by_key.setdefault(k, []).append((int(pid), list(cf) + list(ans)[:-1]))
-        self.head: dict[PoolKey, Tensor] = {}  # [q, layer, head, d_head]: the shared positions
-        self.sums: dict[PoolKey, Tensor] = {}  # [pos − q, layer, head, d_head], float64
-        self.counts: dict[PoolKey, int] = {}
-        self.own: dict[tuple[PoolKey, int], Tensor] = {}
-        names = [hooks.z(layer) for layer in range(spec.n_layers)]
-        for k, items in by_key.items():
-            toks_all = torch.tensor([s for _, s in items], device=model.device)
-            q = min(shared.get(k, toks_all.shape[1] - 1), shared_prefix_len(toks_all, k[1] - 1))
+            if len(cf) == int(n):
+                k = (str(tid), int(n), len(ans))
+                self.items.setdefault(k, []).append((int(pid), tuple(cf) + tuple(ans)[:-1]))
+        self._stats: dict[PoolKey, tuple[Tensor, Tensor, int, dict[int, tuple[int, ...]]]] = {}
+
+    def __len__(self) -> int:
+        return sum(len(v) for v in self.items.values())
+
+    def _compute(self, k: PoolKey) -> tuple[Tensor, Tensor, int, dict[int, tuple[int, ...]]]:
+        """(head [q, layer, head, d_head], tail sum [pos − q, ...] float64, count, pair id → sequence) of ``k``."""
+        if k not in self._stats:
+            spec, items = self.model.spec, self.items[k]
+            names = [hooks.z(layer) for layer in range(spec.n_layers)]
+            toks_all = torch.tensor([s for _, s in items], device=self.model.device)
+            q = shared_prefix_len(toks_all, k[1] - 1)
             total = torch.zeros(toks_all.shape[1] - q, spec.n_layers, spec.n_heads, spec.d_head, dtype=torch.float64)
-            for j in range(0, len(items), batch_size):
-                toks = toks_all[j : j + batch_size]
+            head = None
+            for j in range(0, len(items), self.batch_size):
+                toks = toks_all[j : j + self.batch_size]
                 pre: dict[int, Tensor] = {}
                 suf: dict[int, Tensor] = {}
 
@@ -184,33 +179,49 @@ class PositionPool:
                     return fn
 
                 runner = PrefixRunner(
-                    model.bridge,
+                    self.model.bridge,
                     [(n, grab(layer, suf, False)) for layer, n in enumerate(names)],
                     [(n, grab(layer, pre, True)) for layer, n in enumerate(names)],
                 )
                 runner.logits_from(toks, toks.shape[1] - 1)
-                s = torch.stack([suf[layer] for layer in range(spec.n_layers)], 2)  # [B, S − p, layer, head, d]
-                p = toks.shape[1] - s.shape[1]
+                z = torch.stack([suf[layer] for layer in range(spec.n_layers)], 2)  # [B, S − p, layer, head, d]
+                p = toks.shape[1] - z.shape[1]
                 if p > 0:
                     prefix = torch.stack([pre[layer] for layer in range(spec.n_layers)], 1)  # [p, layer, head, d]
-                    s = torch.cat([prefix[None].expand(s.shape[0], -1, -1, -1, -1), s], 1)
-                if k not in self.head:
-                    self.head[k] = s[0, :q].clone()
-                tail = s[:, q:]
-                total += tail.double().sum(0)
-                for r, (pid, _) in enumerate(items[j : j + batch_size]):
-                    if pid in keep:
-                        self.own[(k, pid)] = tail[r].clone()
-            self.sums[k], self.counts[k] = total, len(items)
+                    z = torch.cat([prefix[None].expand(z.shape[0], -1, -1, -1, -1), z], 1)
+                if head is None:
+                    head = z[0, :q].clone()
+                total += z[:, q:].double().sum(0)
+            self._stats[k] = (head, total, len(items), dict(items))
+        return self._stats[k]
 
-    def value(self, key: PoolKey, pair_id: int) -> Tensor | None:
-        """The mean ``hook_z`` at every position ``[pos, layer, head, d_head]`` over the pool items of ``key``
-        other than ``pair_id``; None when no other item has the key."""
-        if key not in self.sums:
+    def value(
+        self, key: PoolKey, pair_id: int, seq: Sequence[int], own: Tensor | None, start: int = 0
+    ) -> Tensor | None:
+        """The mean ``hook_z`` from position ``start`` on ``[pos − start, layer, head, d_head]`` over the pool items
+        of ``key``, leaving out the item with ``pair_id`` when it is the same sequence ``seq``.
+
+        Args:
+            key: the scored sequence's key.
+            pair_id: its pair id.
+            seq: its counterfactual sequence (left out only if the pool's item of that id is this sequence).
+            own: its counterfactual's ``hook_z`` from ``start`` on (needed when it is in the pool).
+            start: the first position returned.
+
+        Returns:
+            The mean, or None when the pool has no other item of ``key``.
+        """
+        if key not in self.items:
             return None
-        own = self.own.get((key, pair_id))
-        n = self.counts[key] - (own is not None)
-        if n < 1:
+        head, total, n, ids = self._compute(key)
+        q = head.shape[0]
+        inside = ids.get(pair_id) == tuple(seq)
+        if n - inside < 1:
             return None
-        tail = (self.sums[key] - (own.double() if own is not None else 0)) / n
-        return torch.cat([self.head[key], tail.float()], 0)
+        tail = total[max(0, start - q) :]
+        if inside:
+            if own is None:
+                raise ValueError("PositionPool.value needs the scored pair's own hook_z to leave it out.")
+            tail = tail - own[max(0, q - start) :].double()
+        tail = (tail / (n - inside)).float()
+        return torch.cat([head[start:], tail], 0) if start < q else tail

@@ -68,12 +68,12 @@ class KnockoutScorer:
         seed: seed of the resampling donors.
         batch_size: pairs per forward.
         source_column: the prompts the per-position means and donors come from (the counterfactual ones).
-        pool: for ``"position_mean"``: a large set of counterfactual prompts (pairs with ``cf_tokens``,
-            ``answer_tokens``, ``n_tokens``, ``template_id``, ``pair_id``; e.g. every pair the data stage
-            generated) whose per-position mean replaces the head, per template, prompt length and answer
-            length, **leaving the scored pair's own counterfactual out** (:class:`~mathcircuits.ablation.means.
-            PositionPool`). A row whose key has no other pool item falls back to the mean over the scored rows of
-            its group (counted in :attr:`pool_fallbacks`). None: the mean over the scored rows of the group.
+        pool: for ``"position_mean"``: a :class:`~mathcircuits.ablation.PositionPool` over a large set of
+            counterfactual prompts (e.g. every pair the data stage generated) whose per-position mean replaces
+            the head, per template, prompt length and answer length, **leaving the scored pair's own
+            counterfactual out**; ``dataset`` then needs ``template_id`` and ``pair_id``. A row whose key has no
+            other pool item falls back to the mean over the scored rows of its group (listed in
+            :attr:`pool_fallbacks`). None: the mean over the scored rows of the group.
         reuse_clean: keep the clean run of each batch (the residual entering every block) and resume each
             knockout at its lowest ablated layer; worth it from the second scoring on. ``False`` (one scoring)
             runs the ablated suffix through every block instead.
@@ -92,7 +92,7 @@ class KnockoutScorer:
         batch_size: int = 32,
         source_column: str = "cf_tokens",
         reuse_clean: bool = True,
-        pool: PairSet | None = None,
+        pool: PositionPool | None = None,
     ) -> None:
         check_choice(ablation, scope)
         self.reuse_clean = reuse_clean
@@ -133,11 +133,10 @@ class KnockoutScorer:
         self._prefix: dict[tuple[int, ...], Any] = {}  # clean KV caches of the shared prefixes
         self._clean: dict[int, tuple[Tensor, list[Tensor]]] = {}  # batch → (resid_pre stack, answer logits)
         self._src: dict[tuple[int, bool], Tensor] = {}  # (group, fast) → source z [rows, pos, layer, head, d_head]
-        self._pool_data = pool if ablation == "position_mean" else None
-        self._pool: PositionPool | None = None
+        self._pool = pool if ablation == "position_mean" else None
         self._pooled_values: dict[tuple[int, tuple[int, ...], bool], Tensor] = {}
         self.pool_fallbacks: set[int] = set()  # rows whose key had no other pool item
-        if self._pool_data is not None:
+        if self._pool is not None:
             check_columns(dataset, ("template_id", "pair_id"), "KnockoutScorer (pool)")
             self.pair_ids = [int(x) for x in dataset["pair_id"]]
             self.keys: list[PoolKey] = [
@@ -184,7 +183,7 @@ class KnockoutScorer:
             return self.means.means[None, None]
         src = self._source_z(g, fast)
         if self.ablation == "position_mean":
-            return self._pooled(g, rows, fast, src) if self._pool_data is not None else src.mean(0, keepdim=True)
+            return self._pooled(g, rows, fast, src) if self._pool is not None else src.mean(0, keepdim=True)
         local = {i: n for n, i in enumerate(self.groups[g].rows)}
         return src[[local[self.donor[i]] for i in rows]]
 
@@ -192,24 +191,17 @@ class KnockoutScorer:
         """Per row: the pool's per-position mean of its key without its own counterfactual ``[rows, pos, ...]``."""
         ck = (g, tuple(rows), fast)
         if ck not in self._pooled_values:
-            if self._pool is None:
-                keys = set(self.keys)
-                shared = {}
-                for k in keys:
-                    idx = [i for i in range(len(self.seqs)) if self.keys[i] == k]
-                    seqs = [self.seqs[i] for i in idx] + [self.sources[i] for i in idx]
-                    shared[k] = shared_prefix_len(torch.tensor(seqs), k[1] - 1)
-                self._pool = PositionPool(self.model, self._pool_data, keys, shared, set(self.pair_ids))
-            p = self.groups[g].shared if fast else 0
+            assert self._pool is not None and self.sources is not None
+            start = self.groups[g].shared if fast else 0
+            local = {i: n for n, i in enumerate(self.groups[g].rows)}
             group_mean = src.mean(0)
             out = []
             for i in rows:
-                v = self._pool.value(self.keys[i], self.pair_ids[i])
+                v = self._pool.value(self.keys[i], self.pair_ids[i], self.sources[i], src[local[i]], start)
                 if v is None:
                     self.pool_fallbacks.add(i)
-                    out.append(group_mean)
-                else:
-                    out.append(v[p:])
+                    v = group_mean
+                out.append(v)
             self._pooled_values[ck] = torch.stack(out)
         return self._pooled_values[ck]
 

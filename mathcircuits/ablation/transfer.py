@@ -42,7 +42,7 @@ from tqdm.auto import tqdm
 
 from mathcircuits.ablation.control import depth_matched_draws
 from mathcircuits.ablation.hooks import Ablation, Scope, check_choice
-from mathcircuits.ablation.means import HeadMeans
+from mathcircuits.ablation.means import HeadMeans, PositionPool
 from mathcircuits.ablation.result import MEASURED, NOT_MEASURABLE, TransferResult, TransferRow
 from mathcircuits.ablation.scorer import KnockoutScorer
 from mathcircuits.data.pairs import PairSet, check_columns
@@ -137,7 +137,7 @@ def transfer(
     min_correct: int = 5,
     batch_size: int = 32,
     ablation: Ablation = "mean",
-    pool: PairSet | None = None,
+    pool: PositionPool | None = None,
 ) -> TransferResult:
     """Per dataset: clean accuracy, then key-ablated and random-ablated accuracy on the clean-correct items.
 
@@ -181,7 +181,7 @@ def transfer(
                 f"transfer set {name!r} needs the position-free mean ({why}) but means is None. "
                 "Fix: pass head_means(model, counterfactual pairs)."
             )
-        pooled = pool if {"template_id", "pair_id"} <= set(ds.column_names) else None
+        pooled = pool if {"template_id", "pair_id"} <= set(ds.column_names) else None  # else: group means
         scorer = KnockoutScorer(model, ds, used, means, scope, seed, batch_size, pool=pooled)
         clean = [int(c) for c in scorer.score([])[0]]
         kept = [i for i, c in enumerate(clean) if c]

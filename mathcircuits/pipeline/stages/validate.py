@@ -24,6 +24,7 @@ import datasets
 
 from mathcircuits.ablation import (
     KnockoutScorer,
+    PositionPool,
     TransferRow,
     cross_operation,
     head_means,
@@ -200,7 +201,7 @@ def run(ctx: Context) -> ValidateSummary:
         means.save(paths.head_means)
     # position_mean: each head's per-position mean over every generated counterfactual prompt of the template,
     # leaving the scored pair's own out (not over the few scored pairs of that template)
-    pool = ctx.load_dataset(paths.pairs_scored) if v.ablation == "position_mean" else None
+    pool = PositionPool(model, ctx.load_dataset(paths.pairs_scored)) if v.ablation == "position_mean" else None
     knockout: dict[str, KnockoutBrief] = {}
     fresh: dict[str, datasets.Dataset] = {}
     overlap: dict[str, int] = {}
