@@ -225,3 +225,20 @@ def test_position_pool_mean_leaves_the_scored_pairs_own_counterfactual_out():
     lonely = KnockoutScorer(m, scored, "position_mean", pool=PositionPool(m, scored.select([0])))  # group mean
     lonely.replacement_z(0)
     assert lonely.pool_fallbacks
+
+
+def test_mlp_margin_fast_path_equals_every_position():
+    m = through_mlp()
+    prefix = m.tokenizer("ab", add_special_tokens=False)["input_ids"]  # a shared prefix the fast path runs once
+    shifted = pairs(m).map(
+        lambda r: {
+            "tokens": prefix + r["tokens"],
+            "cf_tokens": prefix + r["cf_tokens"],
+            "n_tokens": r["n_tokens"] + len(prefix),
+        }
+    )
+    fast = mlp_margin(m, shifted, [READER], [1, 2])
+    plain = mlp_margin(m, shifted, [READER], [1, 2], fast=False)
+    assert torch.allclose(fast.clean_margin, plain.clean_margin, atol=1e-4)
+    assert torch.allclose(fast.ablated_margin, plain.ablated_margin, atol=1e-4)
+    assert fast.drop() > 1.0

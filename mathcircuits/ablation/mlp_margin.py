@@ -34,7 +34,7 @@ from mathcircuits.ablation.hooks import Ablation, Scope, z_ablation_hooks
 from mathcircuits.ablation.means import HeadMeans
 from mathcircuits.ablation.scorer import KnockoutScorer
 from mathcircuits.data.pairs import PairSet, check_columns
-from mathcircuits.models import HookedModel, hooks
+from mathcircuits.models import HookedModel, fast_paths_enabled, hooks
 from mathcircuits.models.families import block_structure
 from mathcircuits.models.readout import final_norm
 
@@ -99,6 +99,7 @@ def mlp_margin(
     seed: int = 0,
     batch_size: int = 32,
     scorer: KnockoutScorer | None = None,
+    fast: bool = True,
 ) -> MLPMargin:
     """The summed direct answer margin of the MLPs in ``layers``, clean and with ``key_heads`` knocked out.
 
@@ -114,6 +115,8 @@ def mlp_margin(
         batch_size: pairs per forward.
         scorer: a :class:`KnockoutScorer` built on ``dataset`` with the same ablation (reuses its replacement
             values); default a new one.
+        fast: run the positions every prompt of a template shares once, clean, and only the rest per batch (exact;
+            ``False`` runs every position, the reference).
 
     Returns:
         The :class:`MLPMargin`.
@@ -131,14 +134,16 @@ def mlp_margin(
     cand = torch.tensor(sorted(set(answer)), device=W_U.device)
     n = len(scorer.seqs)
     out = {False: torch.zeros(n), True: torch.zeros(n)}
+    # the shared prefix runs once, clean (not with the position-free mean at every position: that ablates it too)
+    fast = fast and fast_paths_enabled() and not (scorer.ablation == "mean" and scorer.scope == "all")
     for g, grp in enumerate(scorer.groups):
-        values = scorer.replacement_z(g)
+        p = grp.shared if fast else 0
         rows = grp.rows
         for j in range(0, len(rows), batch_size):
             part = rows[j : j + batch_size]
             toks = torch.tensor([scorer.seqs[i] for i in part], device=model.device)
-            pos = torch.tensor([scorer.n_prompt[i] - 1 for i in part])
-            vals = values if values.shape[0] == 1 else values[j : j + batch_size]
+            pos = torch.tensor([scorer.n_prompt[i] - 1 - p for i in part])
+            vals = scorer._values(g, part, fast=p > 0)
             for ablated in (False, True):
                 store: dict[int, Tensor] = {}
 
@@ -152,7 +157,7 @@ def mlp_margin(
                 fwd = z_ablation_hooks(model, heads, vals, scope) if ablated and heads else []
                 fwd = fwd + [(hooks.mlp_out(l), grab(l)) for l in layers]
                 fwd += [(hooks.resid_post(spec.n_layers - 1), grab(-1))]
-                model.bridge.run_with_hooks(toks, fwd_hooks=fwd)
+                scorer._run(toks, p, fwd)
                 final = store[-1][:, None, :]  # [B, 1, d]
                 upd = torch.stack([store[l] for l in layers], 1)  # [B, L, d]
                 delta = final_norm(model, structure, final) - final_norm(model, structure, final - upd)
