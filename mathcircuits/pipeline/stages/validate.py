@@ -83,6 +83,7 @@ class ValidateSummary(StageSummary):
     fresh_pairs: dict[str, int] = field(default_factory=dict)
     overlap: dict[str, int] = field(default_factory=dict)  # per operation: fresh pairs that identify also used
     control: ControlBrief | None = None
+    cross_operation: list[str] = field(default_factory=list)  # per source operation: its key set on every operation
 
     def lines(self) -> list[str]:
         out = []
@@ -99,6 +100,7 @@ class ValidateSummary(StageSummary):
                 f"key set at percentile {c.percentile:.0f} (p = {c.p_value:.3f}); "
                 f"later MLPs' answer margin drop {c.mlp_margin_drop:+.2f} logits"
             )
+        out += self.cross_operation
         out += [
             f"  knockout {op}: top-{k.k} heads {k.baseline:.2f} -> {k.ranked_final:.2f}; "
             f"random {k.random_final_mean:.2f} ± {k.random_final_std:.2f}"
@@ -244,6 +246,7 @@ def run(ctx: Context) -> ValidateSummary:
             k=ko.ks[-1],
         )
     brief = None
+    cross_lines: list[str] = []
     if key.heads and scored:
         # claim C2: the pooled key set itself against depth-matched random sets of non-key heads, on fresh pairs
         pooled = datasets.concatenate_datasets(
@@ -293,7 +296,16 @@ def run(ctx: Context) -> ValidateSummary:
         }
         cross = cross_operation(scorers, own)
         cross.save(paths.cross_operation())
-        save_csv(cross.to_dataframe(), paths.cross_operation(".csv"))
+        df = cross.to_dataframe()
+        save_csv(df, paths.cross_operation(".csv"))
+        for src, rows in df.groupby("source", sort=False):
+            cross_lines.append(
+                f"  key set of {src} ({int(rows.source_heads.iloc[0])} heads) knocked out: "
+                + ", ".join(
+                    f"{r.target} {r.drop:+.2f} (shares {r.shared} heads, Jaccard {r.jaccard:.2f})"
+                    for r in rows.itertuples()
+                )
+            )
     found_on = set(key.source.operations or ops)
     tr = transfer(
         model,
@@ -315,4 +327,5 @@ def run(ctx: Context) -> ValidateSummary:
         fresh_pairs={op: len(fresh[op]) for op in ops},
         overlap=overlap,
         control=brief,
+        cross_operation=cross_lines,
     )
