@@ -158,19 +158,28 @@ def save_csv(df: pd.DataFrame, path: Path) -> None:
         df.to_csv(tmp, index=False)
 
 
-def select_pairs(ds: datasets.Dataset, operation: str | None, limit: int, seed: int = 0) -> datasets.Dataset:
-    """Up to ``limit`` rows (of one ``operation``, or any), in a seeded random order.
+def select_pairs(
+    ds: datasets.Dataset, operation: str | None, limit: int, seed: int = 0, skip: int = 0
+) -> datasets.Dataset:
+    """Up to ``limit`` rows (of one ``operation``, or any), in a seeded random order, after the first ``skip``.
+
+    The order depends only on ``ds``, ``operation`` and ``seed``, so two calls with the same three and
+    ``skip`` of the first equal to its ``limit`` return disjoint rows: the identify stage takes the first
+    ``patching.max_pairs`` of each operation, the validate stage the rows after them (fresh pairs).
 
     Args:
         ds: prompt pairs with an ``operation`` column.
         operation: keep only this operation; None keeps all.
         limit: the most rows returned.
         seed: shuffle seed.
+        skip: leave out the first ``skip`` rows of the seeded order (those another stage used).
 
     Returns:
-        The selected rows.
+        The selected rows (fewer than ``limit``, possibly none, when the operation has too few rows).
     """
+    if skip < 0:
+        raise ValueError(f"select_pairs got skip={skip}. Fix: pass the number of rows another stage used (>= 0).")
     if operation is not None:
         ds = ds.filter(lambda r: r["operation"] == operation)
     ds = ds.shuffle(seed=seed)
-    return ds.select(range(min(limit, len(ds))))
+    return ds.select(list(range(min(skip, len(ds)), min(skip + limit, len(ds)))))  # a list: may be empty
