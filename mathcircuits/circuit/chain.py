@@ -20,6 +20,7 @@ from mathcircuits.circuit.pair_cache import PairCache, position_scores, readout_
 from mathcircuits.models import HookedModel, hooks
 from mathcircuits.models.changes import attn_change, attn_pre_norm_name, mlp_change
 from mathcircuits.models.families import BlockStructure, UnsupportedFamilyError
+from mathcircuits.models.placement import HeadOutWeights, head_out_weights
 from mathcircuits.patching.metrics import Metric
 
 __all__ = ["delta_snapshots", "first_diff", "logits_effects", "patched_inputs", "receiver_input"]
@@ -45,7 +46,7 @@ def _deltas(
     senders: Sequence[Sender],
     P: Tensor,
     until: int,
-    W_O: Tensor,
+    W_O: Tensor | HeadOutWeights,
     snapshots: dict[int, Tensor] | None = None,
 ) -> Tensor:
     """The residual change at positions ``P`` that each sender causes before layer ``until``: [sender, B, |P|, d].
@@ -121,7 +122,7 @@ def delta_snapshots(
     chain runs once per batch and position instead of once per receiver. Exact edges recompute their own.
     """
     out: dict[int, Tensor] = {}
-    _deltas(model, cache, senders, torch.tensor([position]), model.spec.n_layers, model.bridge.W_O, out)
+    _deltas(model, cache, senders, torch.tensor([position]), model.spec.n_layers, head_out_weights(model), out)
     return out
 
 
@@ -153,7 +154,7 @@ def logits_effects(
         return out
     C = torch.tensor(changed)
     cols = [readout.index(p) for p in changed]
-    W_O = model.bridge.W_O
+    W_O = head_out_weights(model)
     L = model.spec.n_layers
     final = cache.ref[hooks.resid_post(L - 1)][:, C]  # [B, |C|, d]
     answers = cache.all_answers
@@ -217,7 +218,7 @@ def patched_inputs(
         return [], None
     C = torch.tensor(changed)
     if delta is None:
-        W_O = model.bridge.W_O  # the bridge stacks it from every layer on each access: read it once
+        W_O = head_out_weights(model)  # the bridge stacks it from every layer on each access: read it once
         delta = _deltas(model, cache, senders, C, lr, W_O)  # [sender, B, |C|, d_model]
     delta = delta.to(ref[reads].dtype)
     return changed, receiver_slice(receiver, receiver_input(model, structure, receiver, ref[reads][:, C][None] + delta))

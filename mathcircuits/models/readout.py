@@ -32,8 +32,12 @@ from torch import Tensor
 
 from mathcircuits.models.families import BlockStructure
 from mathcircuits.models.loading import HookedModel
+from mathcircuits.models.placement import execution_device, output_device, unembed_columns
 
-__all__ = ["Readout", "Target", "final_norm", "readout", "soft_cap", "vocab_logits"]
+__all__ = ["VOCAB_CHUNK", "Readout", "Target", "final_norm", "log_normalizer", "readout", "soft_cap", "vocab_logits"]
+
+#: Vocabulary columns per matrix product when a readout needs the whole vocabulary (the probability's normaliser).
+VOCAB_CHUNK = 32768
 
 
 #: What a metric reads off a :class:`Readout`: the first answer token's logit or probability, or the whole
@@ -66,8 +70,9 @@ class Readout:
         Returns:
             The readout of each row.
         """
-        logit = logits.gather(-1, answer[:, None])[:, 0]
-        prob = torch.softmax(logits.float(), -1).gather(-1, answer[:, None])[:, 0] if need_probs else None
+        index = answer[:, None].to(logits.device)
+        logit = logits.gather(-1, index)[:, 0].float()
+        prob = torch.softmax(logits.float(), -1).gather(-1, index)[:, 0] if need_probs else None
         return cls(logit, prob)
 
     def take(self, rows: Int[Tensor, " n"]) -> Readout:
@@ -109,7 +114,8 @@ def final_norm(model: HookedModel, structure: BlockStructure, resid: Float[Tenso
     Returns:
         ``N_f(resid)``, the same shape.
     """
-    return getattr(model.bridge, structure.final_norm)(resid)
+    norm = getattr(model.bridge, structure.final_norm)
+    return norm(resid.to(execution_device(norm)))
 
 
 def vocab_logits(
@@ -119,7 +125,7 @@ def vocab_logits(
 
     On the last block's output this is the model's own logits; on an earlier layer's residual it is
     the logit lens. The unembedding is applied in the residual's dtype (float32 activations of a bf16
-    model are read out in float32).
+    model are read out in float32), on the unembedding's device (offloaded weights loaded for the call).
 
     Args:
         model: the hooked model.
@@ -127,15 +133,46 @@ def vocab_logits(
         resid: residual vectors (any leading shape).
 
     Returns:
-        The logits.
+        The logits, on the unembedding's device.
     """
-    normed = final_norm(model, structure, resid)
-    bridge = model.bridge
-    logits = normed @ bridge.W_U.to(normed.dtype)
-    b_u = getattr(bridge, "b_U", None)
-    if b_u is not None and torch.is_tensor(b_u):
+    normed = final_norm(model, structure, resid.to(output_device(model)))
+    w_u, b_u = unembed_columns(model, slice(None))
+    logits = normed @ w_u.to(normed.dtype)
+    if b_u is not None:
         logits = logits + b_u.to(normed.dtype)
     return soft_cap(logits, structure)
+
+
+def log_normalizer(
+    model: HookedModel,
+    structure: BlockStructure,
+    normed: Float[Tensor, "rows d_model"],
+    vocab_chunk: int = VOCAB_CHUNK,
+) -> Float[Tensor, " rows"]:
+    """``log Σ_v exp(logit_v)`` of each row, in float32, from the final-normed residual, chunked over the vocabulary.
+
+    Only ``rows × vocab_chunk`` logits exist at a time (the whole ``rows × vocab`` matrix would be 43 GB for
+    83,200 rows of a 128k vocabulary in float32), and the running log-sum-exp is exact up to float32 rounding.
+
+    Args:
+        model: the hooked model.
+        structure: its block structure (soft cap).
+        normed: the final norm's output, one row per readout (on the unembedding's device).
+        vocab_chunk: vocabulary columns per matrix product.
+
+    Returns:
+        The log normaliser of each row.
+    """
+    vocab = int(model.spec.vocab_size)
+    x = normed.float()
+    total = torch.full((x.shape[0],), float("-inf"), device=x.device)
+    for lo in range(0, vocab, vocab_chunk):
+        w_u, b_u = unembed_columns(model, slice(lo, min(lo + vocab_chunk, vocab)))
+        logits = x @ w_u.float()
+        if b_u is not None:
+            logits = logits + b_u.float()
+        total = torch.logaddexp(total, torch.logsumexp(soft_cap(logits, structure), -1))
+    return total
 
 
 def readout(
@@ -144,29 +181,36 @@ def readout(
     resid: Float[Tensor, "rows d_model"],
     answer: Int[Tensor, " rows"],
     need_probs: bool,
+    vocab_chunk: int = VOCAB_CHUNK,
 ) -> Readout:
     """The answer's logit (and probability) from final residual vectors: final norm, unembedding, soft cap.
 
-    Without probabilities only the answer's column of the unembedding is computed.
+    The final norm runs in the model's dtype (it is the model's module); the unembedding's product and
+    everything after it run in float32, so a bf16 model's readout is not rounded to bf16 steps (0.125 at a
+    logit of 20). Only the columns of the answers that occur are read; the probability's normaliser is
+    accumulated over vocabulary chunks (:func:`log_normalizer`), so memory stays bounded. The clean and
+    the patched values of every method come from this one function, so no offset between two code paths
+    enters an effect.
 
     Args:
         model: the hooked model.
         structure: its block structure (final norm module and logit soft cap).
-        resid: the residual stream after the last block, one row per readout.
+        resid: the residual stream after the last block, one row per readout (any device).
         answer: the answer token of each row.
-        need_probs: also compute the probability (a softmax over the whole vocabulary).
+        need_probs: also compute the probability.
+        vocab_chunk: vocabulary columns per matrix product of the normaliser.
 
     Returns:
-        The :class:`Readout` of each row.
+        The :class:`Readout` of each row (float32, on the unembedding's device).
     """
-    bridge = model.bridge
-    normed = final_norm(model, structure, resid)
-    if need_probs:
-        logits = soft_cap(bridge.unembed(normed), structure)
-        probs = torch.softmax(logits.float(), -1)
-        return Readout(logits.gather(-1, answer[:, None])[:, 0], probs.gather(-1, answer[:, None])[:, 0])
-    out = (normed * bridge.W_U[:, answer].T).sum(-1)  # only the answer's column of the unembedding
-    b_u = getattr(bridge, "b_U", None)
-    if b_u is not None and torch.is_tensor(b_u):
-        out = out + b_u[answer]
-    return Readout(soft_cap(out, structure))
+    dev = output_device(model)
+    normed = final_norm(model, structure, resid.to(dev))
+    tokens, which = torch.unique(answer.to(dev), return_inverse=True)
+    w_u, b_u = unembed_columns(model, tokens)  # [d_model, distinct answers]
+    per_token = normed.float() @ w_u.float()
+    if b_u is not None:
+        per_token = per_token + b_u.float()
+    logit = soft_cap(per_token.gather(-1, which[:, None])[:, 0], structure)
+    if not need_probs:
+        return Readout(logit)
+    return Readout(logit, torch.exp(logit - log_normalizer(model, structure, normed, vocab_chunk)))

@@ -9,7 +9,8 @@ runs on a model, :func:`check_exact` compares them on probe pairs
 
 * the senders with the largest effects, a seeded random head and two MLPs: exact = reference;
 * the null patch (counterfactual = clean prompt): the exact scan's readout of the unpatched
-  residual equals the bridge's clean logits, and a reference forward with every head
+  residual (its clean value, read by the same function as every patched one) equals the bridge's
+  clean logits, and a reference forward with every head
   frozen at its clean value reproduces them.
 
 Both are measured in raw logits (``logit_diff`` added back to the clean logit), so the
@@ -65,5 +66,7 @@ def check_exact(model: HookedModel) -> tuple[float, float]:
     fast += [null_exact.heads[:, l, h] + clean for l in range(spec.n_layers) for h in range(spec.n_heads)]
     plain += [clean] * (spec.n_layers * spec.n_heads)
     fast.append(null_ref.heads[:, 0, 0] + null_ref.clean_logit)
+    plain.append(null_ref.clean_logit)
+    fast.append(null_exact.clean_logit)  # the scan's readout of the clean residual against the bridge's logits
     plain.append(null_ref.clean_logit)
     return compare(torch.stack(fast), torch.stack(plain), model_dtype(model))

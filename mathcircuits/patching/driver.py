@@ -23,6 +23,7 @@ from tqdm.auto import tqdm
 from mathcircuits.data.pairs import PairSet, check_token_aligned, pair_batches
 from mathcircuits.models import HookedModel, fast_paths_enabled
 from mathcircuits.models.integrity import verify_once
+from mathcircuits.models.placement import unloadable_parameters
 from mathcircuits.patching.attribution import attribution_scan
 from mathcircuits.patching.checks import check_exact
 from mathcircuits.patching.exact import exact_scan
@@ -76,12 +77,12 @@ def path_patch(
     if method not in METHODS:
         raise ValueError(f"method {method!r} is unknown. Fix: use one of {list(METHODS)}.")
     scan = METHODS[method]
-    devices = {p.device for p in model.bridge.parameters()}
-    if len(devices) > 1:  # the last-position chains and the frozen-head hooks assume one device; not tested split
+    empty = unloadable_parameters(model.hf_model)  # a split or offloaded model runs; one without weights cannot
+    if empty:
         raise ValueError(
-            f"path patching needs the model on one device, but this one is spread over {sorted(map(str, devices))} "
-            "(device_map). Fix: load it on one device (e.g. device='cuda', dtype=torch.bfloat16); "
-            "docs/howto/big-models-on-gpu.md gives the memory each model needs."
+            f"this model has {len(empty)} parameters on the meta device that no offload hook loads (e.g. {empty[0]}), "
+            "so its forwards would fail or read no weights. Fix: load it with its weights, on one device or split "
+            "with device_map (accelerate's offload to 'cpu'/'disk' is fine); docs/howto/big-models-on-gpu.md."
         )
     check_token_aligned(dataset, model.spec.vocab_size)
     if method == "exact" and not fast_paths_enabled():
@@ -100,7 +101,7 @@ def path_patch(
         eff = scan(model, batch, chosen, metric, chunk_rows=chunk_rows, progress=progress)
         all_heads[batch.idx] = eff.heads
         all_mlps[batch.idx] = eff.mlps
-        clean_sum += float(eff.clean_logit.sum())
+        clean_sum += float(eff.clean_logit.float().sum())
     ops = sorted(set(dataset["operation"])) if "operation" in dataset.column_names else []
     pair_ids = list(dataset["pair_id"]) if "pair_id" in dataset.column_names else list(range(n))
     return PatchingResult(

@@ -43,6 +43,7 @@ from mathcircuits.data.pairs import PairBatch
 from mathcircuits.models import HookedModel, hooks
 from mathcircuits.models.changes import attn_change, attn_pre_norm_name, mlp_change
 from mathcircuits.models.families import block_structure
+from mathcircuits.models.placement import head_out_weight, layer_device
 from mathcircuits.models.readout import readout
 from mathcircuits.patching.cache import last_position_caches
 from mathcircuits.patching.metrics import Metric
@@ -81,23 +82,23 @@ def exact_scan(
     ref, cf = cache.ref, cache.cf
     answer = batch.answer
     B = answer.shape[0]
-    device = answer.device
+    # live rows: the change δ of the last-position residual, and which pair / sender each row belongs to. They
+    # follow the chain from block to block: on a split model they move to each block's device, while the cached
+    # activations stay on the device of the layer that made them.
+    device = layer_device(model, 0)
     pairs = torch.arange(B, device=device)
-    W_O = model.bridge.W_O  # [layer, head, d_head, d_model]
-
-    # live rows: the change δ of the last-position residual, and which pair / sender each row belongs to
-    delta = torch.zeros(0, spec.d_model, dtype=cache.logits.dtype, device=device)
+    delta = torch.zeros(0, spec.d_model, dtype=ref[hooks.resid_post(L - 1)].dtype, device=device)
     row_pair = torch.zeros(0, dtype=torch.long, device=device)
     row_sender: list[tuple[str, int, int]] = []  # (kind, layer, head), one per block of B rows
 
     def add_rows(new: Tensor, n_blocks: int) -> None:
         nonlocal delta, row_pair
-        delta = torch.cat([delta, new])
+        delta = torch.cat([delta, new.to(device)])
         row_pair = torch.cat([row_pair, pairs.repeat(n_blocks)])
 
     def add_heads(layer: int) -> None:
         dz = cf[hooks.z(layer)] - ref[hooks.z(layer)]  # [B, H, d_head]
-        change = torch.einsum("bhd,hdm->hbm", dz, W_O[layer]).reshape(H * B, -1)
+        change = torch.einsum("bhd,hdm->hbm", dz, head_out_weight(model, layer)).reshape(H * B, -1)
         pre_name = attn_pre_norm_name(structure, layer)
         pre = None if pre_name is None else ref[pre_name].repeat(H, 1)
         add_rows(attn_change(model, structure, layer, pre, change), H)
@@ -108,9 +109,12 @@ def exact_scan(
         if delta.shape[0]:
             base = ref[hooks.sub(layer, structure.mlp_reads)][row_pair]
             mlp_ref = ref[hooks.mlp_out(layer)][row_pair]
-            delta = delta + mlp_change(model, structure, layer, base, delta, mlp_ref, chunk_rows)
+            delta = delta + mlp_change(model, structure, layer, base, delta, mlp_ref, chunk_rows).to(device)
 
     for layer in range(L):
+        if layer_device(model, layer) != device:  # a split model: the rows move to this block's device
+            device = layer_device(model, layer)
+            delta, row_pair, pairs = delta.to(device), row_pair.to(device), pairs.to(device)
         if structure.parallel:  # the MLP reads resid_pre: this layer's heads do not pass through it
             through_mlp(layer)
             if senders.heads:
@@ -123,10 +127,13 @@ def exact_scan(
             add_rows(cf[hooks.mlp_out(layer)] - ref[hooks.mlp_out(layer)], 1)
             row_sender.append(("mlp", layer, -1))
 
-    final = ref[hooks.resid_post(L - 1)][row_pair] + delta
-    clean = cache.clean(answer, metric.needs_probs)
-    patched = readout(model, structure, final, answer[row_pair], metric.needs_probs)
-    eff = metric(patched, clean.take(row_pair)).float().cpu()
+    final_ref = ref[hooks.resid_post(L - 1)]
+    final = final_ref[row_pair] + delta
+    # the clean and the patched answer come from the same readout (final norm, float32 unembedding), so in bf16
+    # no offset between the bridge's logits and this readout enters the effects
+    clean = readout(model, structure, final_ref, answer, metric.needs_probs)
+    patched = readout(model, structure, final, answer.to(device)[row_pair], metric.needs_probs)
+    eff = metric(patched, clean.take(row_pair.to(clean.logit.device))).float().cpu()
     head_eff = torch.full((B, L, H), float("nan"))
     mlp_eff = torch.full((B, L), float("nan"))
     for k, (kind, layer, head) in enumerate(row_sender):
@@ -135,4 +142,4 @@ def exact_scan(
             head_eff[:, layer, head] = block
         else:
             mlp_eff[:, layer] = block
-    return BatchEffects(heads=head_eff, mlps=mlp_eff, clean_logit=clean.logit)
+    return BatchEffects(heads=head_eff, mlps=mlp_eff, clean_logit=clean.logit.cpu())

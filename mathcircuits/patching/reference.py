@@ -94,4 +94,4 @@ def reference_scan(
                 head_eff[:, layer, h] = run("head", layer, h)
         if senders.wants("mlp", layer):
             mlp_eff[:, layer] = run("mlp", layer, -1)
-    return BatchEffects(heads=head_eff, mlps=mlp_eff, clean_logit=clean.logit)
+    return BatchEffects(heads=head_eff, mlps=mlp_eff, clean_logit=clean.logit.cpu())

@@ -1,0 +1,173 @@
+"""Big models: a model split by accelerate, offloaded layers, bf16, and memory-bounded scans.
+
+A tiny model dispatched with accelerate's ``dispatch_model`` (every other block, the final norm and the
+unembedding offloaded to disk: their parameters are ``meta`` and a hook loads them at each forward) must
+give the same effects as the same model held whole, for each stage's core computation: path patching
+(exact, attribution, reference), head means and the knockout curve, attention by role, circuit edges.
+On this CPU-only machine every execution device is the CPU; what the split exercises is the offload
+(weights read through the hooks, never directly) and the device bookkeeping of the chains.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+
+import pytest
+import torch
+from accelerate import dispatch_model
+from accelerate.utils import has_offloaded_params
+
+from mathcircuits.ablation import head_means, knockout_curve
+from mathcircuits.analysis import attention_by_role
+from mathcircuits.circuit import Receiver, exact_edges, pair_cache, upstream_senders
+from mathcircuits.data import GenerationConfig, PairBatch, generate_pairs, load_templates, pair_batches
+from mathcircuits.models import block_structure, from_hf, hooks, readout, tiny_model
+from mathcircuits.models.placement import (
+    head_out_weight,
+    is_split,
+    materialized,
+    offloaded_parameters,
+    unloadable_parameters,
+)
+from mathcircuits.patching import METHODS, get_metric, path_patch
+from mathcircuits.patching.cache import last_position_caches
+from mathcircuits.patching.scan import Senders
+
+FAMILIES = ["llama", "gemma2"]  # sequential + GQA; sandwich norms and a logit soft cap
+
+
+def _block_list_name(hf: torch.nn.Module) -> str:
+    n = hf.config.num_hidden_layers
+    return next(name for name, m in hf.named_modules() if isinstance(m, torch.nn.ModuleList) and len(m) == n)
+
+
+def offload_map(hf: torch.nn.Module) -> dict[str, str]:
+    """Every other block, the final norm and an untied unembedding on "disk"; the rest on the CPU."""
+    blocks = _block_list_name(hf)
+    out = {f"{blocks}.{i}": ("disk" if i % 2 else "cpu") for i in range(hf.config.num_hidden_layers)}
+    path = blocks.split(".")
+    for depth in range(len(path)):  # the siblings of every module on the way down to the block list
+        parent = hf.get_submodule(".".join(path[:depth])) if depth else hf
+        for name, _ in parent.named_children():
+            full = ".".join([*path[:depth], name])
+            if full != ".".join(path[: depth + 1]):
+                out[full] = "disk" if name in ("lm_head", "norm", "final_norm", "ln_f") else "cpu"
+    if getattr(hf.config, "tie_word_embeddings", False):  # a tied unembedding is the embedding's (on the CPU):
+        out["lm_head"] = "cpu"  # TransformerLens refuses a "disk" entry whose weights are not meta
+    return out
+
+
+@cache
+def _models(family: str):
+    whole = from_hf(*tiny_model(family, seed=0))
+    hf, tok = tiny_model(family, seed=0)
+    import tempfile
+
+    split = from_hf(dispatch_model(hf, device_map=offload_map(hf), offload_dir=tempfile.mkdtemp()), tok)
+    cfg = GenerationConfig(operations=("add",), template_ids=("add_eq_1",), n_per_template=4)
+    ds = generate_pairs(whole.tokenizer, load_templates(), cfg)
+    return whole, split, ds
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_the_split_model_really_has_offloaded_layers(family):
+    whole, split, _ = _models(family)
+    assert is_split(split) and not is_split(whole)
+    assert offloaded_parameters(split.hf_model) and not unloadable_parameters(split.hf_model)
+    meta = [n for n, p in split.hf_model.named_parameters() if p.is_meta]
+    assert any(".1." in n for n in meta) and not any(".0." in n for n in meta)  # block 1 offloaded, block 0 not
+    attn = split.bridge.blocks[1].attn
+    with pytest.raises(Exception, match="meta"):
+        _ = attn.W_O  # a direct read of an offloaded weight fails: the scans must not do it
+    with materialized(attn):
+        assert not any(p.is_meta for p in attn.parameters())
+    assert any(p.is_meta for p in attn.parameters())  # back to meta afterwards
+    assert torch.equal(head_out_weight(split, 1), whole.bridge.W_O[1])
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("method", sorted(METHODS))
+def test_path_patching_of_a_split_model_equals_the_whole_model(family, method):
+    whole, split, ds = _models(family)
+    metrics = ["relative_logit", "prob_change"] if method != "reference" else ["relative_logit"]
+    for metric in metrics:
+        a = path_patch(whole, ds, method=method, metric=metric, keep_per_pair=True)
+        b = path_patch(split, ds, method=method, metric=metric, keep_per_pair=True)
+        assert torch.allclose(a.per_pair_heads, b.per_pair_heads, atol=1e-6, equal_nan=True), (method, metric)
+        assert torch.allclose(a.per_pair_mlps, b.per_pair_mlps, atol=1e-7, equal_nan=True)
+        assert a.head_effects.abs().max() > 1e-5  # not 0 = 0 (prob_change effects of a random model are ~1e-4)
+
+
+def test_knockout_and_attention_of_a_split_model_equal_the_whole_model():
+    whole, split, ds = _models("llama")
+    ma, mb = head_means(whole, ds), head_means(split, ds)
+    assert torch.allclose(ma.means, mb.means, atol=1e-6)
+    res = path_patch(whole, ds)
+    ka = knockout_curve(whole, ds, res, max_k=3, n_random=2, seed=0)
+    kb = knockout_curve(split, ds, res, max_k=3, n_random=2, seed=0)
+    assert ka.ranked_accuracy == kb.ranked_accuracy
+    assert torch.equal(ka.random_accuracy, kb.random_accuracy)
+    heads = [(0, 1), (1, 2), (2, 3)]
+    sa, sb = attention_by_role(whole, ds, heads).shares, attention_by_role(split, ds, heads).shares
+    assert torch.allclose(sa, sb, atol=1e-6) and sa.abs().sum() > 0
+
+
+def test_circuit_edges_of_a_split_model_equal_the_whole_model():
+    whole, split, ds = _models("llama")
+    metric = get_metric("relative_logit")
+    args = (torch.tensor(ds["tokens"]), torch.tensor(ds["cf_tokens"]), torch.tensor(ds["answer_token"]))
+    pa, pb = pair_cache(whole, *args), pair_cache(split, *args)
+    L = whole.spec.n_layers
+    for receiver in (Receiver("q", L - 1, head=1), Receiver("mlp", L - 1), Receiver("v", 1, head=1, by_group=True)):
+        senders = upstream_senders(whole.spec, receiver, False)
+        ea = exact_edges(whole, pa, receiver, senders, [-1], metric)
+        eb = exact_edges(split, pb, receiver, senders, [-1], metric)
+        assert torch.allclose(ea.effects, eb.effects, atol=1e-9, rtol=1e-5), receiver
+        assert ea.effects.abs().max() > 1e-5  # a random model: small, but not 0 = 0
+
+
+def test_a_model_without_weights_is_refused_but_an_offloaded_one_is_not():
+    from accelerate import init_empty_weights
+    from transformers import AutoModelForCausalLM
+
+    hf, tok = tiny_model("llama", seed=0)
+    with init_empty_weights():
+        empty = AutoModelForCausalLM.from_config(hf.config)
+    with pytest.raises(ValueError, match="no offload hook loads.*Fix:"):
+        from_hf(empty, tok)
+    assert any(has_offloaded_params(m) for m in _models("llama")[1].hf_model.modules())
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_bf16_null_patch_is_exactly_zero(family):
+    """Clean and patched answers come from one readout: with the counterfactual equal to the prompt every effect is 0.
+
+    With the clean value read off the bridge's bf16 logits and the patched one off the scan's readout (the old
+    code), the two differ by rounding and every effect would carry that offset.
+    """
+    hf, tok = tiny_model(family, seed=0)
+    model = from_hf(hf.to(torch.bfloat16), tok)
+    _, _, ds = _models(family)
+    batch = pair_batches(ds, 8, model.device)[0]
+    null = PairBatch(batch.idx, batch.tokens, batch.tokens, batch.answer)
+    for name in ("relative_logit", "prob_change"):
+        for method in ("exact", "attribution"):
+            eff = METHODS[method](model, null, Senders(), get_metric(name), chunk_rows=64, progress=False)
+            assert torch.count_nonzero(eff.heads) == 0 and torch.count_nonzero(eff.mlps) == 0, (name, method)
+            assert eff.heads.dtype == torch.float32
+
+
+def test_readout_runs_in_float32_and_its_probability_normaliser_is_chunked():
+    hf, tok = tiny_model("gemma2", seed=0)  # with a logit soft cap
+    model = from_hf(hf, tok)
+    _, _, ds = _models("gemma2")
+    toks, cf = torch.tensor(ds["tokens"][:3]), torch.tensor(ds["cf_tokens"][:3])
+    answer = torch.tensor(ds["answer_token"][:3])
+    c = last_position_caches(model, toks, cf)
+    final = c.ref[hooks.resid_post(model.spec.n_layers - 1)]
+    structure = block_structure(model)
+    whole = readout(model, structure, final, answer, need_probs=True)
+    chunked = readout(model, structure, final, answer, need_probs=True, vocab_chunk=7)  # 7 does not divide vocab
+    assert whole.logit.dtype == torch.float32
+    torch.testing.assert_close(chunked.prob, whole.prob, atol=1e-7, rtol=1e-6)
+    torch.testing.assert_close(whole.prob, c.clean(answer, need_probs=True).prob, atol=1e-6, rtol=1e-5)
