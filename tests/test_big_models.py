@@ -21,17 +21,32 @@ from mathcircuits.ablation import head_means, knockout_curve
 from mathcircuits.analysis import attention_by_role
 from mathcircuits.circuit import Receiver, exact_edges, pair_cache, upstream_senders
 from mathcircuits.data import GenerationConfig, PairBatch, generate_pairs, load_templates, pair_batches
-from mathcircuits.models import block_structure, from_hf, hooks, readout, tiny_model
-from mathcircuits.models.placement import (
+from mathcircuits.models import (
+    MemoryMeter,
+    PeakMemory,
+    block_structure,
+    check_trainable_placement,
+    from_hf,
     head_out_weight,
+    hooks,
     is_split,
     materialized,
     offloaded_parameters,
+    readout,
+    tiny_model,
     unloadable_parameters,
 )
-from mathcircuits.patching import METHODS, get_metric, path_patch
-from mathcircuits.patching.cache import last_position_caches
-from mathcircuits.patching.scan import Senders
+from mathcircuits.patching import (
+    METHODS,
+    Senders,
+    get_metric,
+    last_position_caches,
+    parse_bytes,
+    path_patch,
+    plan_scan,
+    scan_bytes,
+)
+from mathcircuits.pipeline import ConfigError, ModelSection, StageSummary
 
 FAMILIES = ["llama", "gemma2"]  # sequential + GQA; sandwich norms and a logit soft cap
 
@@ -171,3 +186,74 @@ def test_readout_runs_in_float32_and_its_probability_normaliser_is_chunked():
     assert whole.logit.dtype == torch.float32
     torch.testing.assert_close(chunked.prob, whole.prob, atol=1e-7, rtol=1e-6)
     torch.testing.assert_close(whole.prob, c.clean(answer, need_probs=True).prob, atol=1e-6, rtol=1e-5)
+
+
+# --- memory: the planner, the meter, the stage summaries ------------------------------------------------------
+
+
+def test_the_plan_fits_its_budget_and_shrinks_the_batch_only_when_it_must():
+    whole, _, _ = _models("llama")
+    spec = whole.spec
+    plans = [plan_scan(spec, torch.float32, budget, needs_probs=True) for budget in ("100MB", "5MB", "2MB", "1MB")]
+    assert all(p.estimated_bytes <= p.budget_bytes for p in plans)
+    sizes = [p.batch_size for p in plans]
+    assert sizes == sorted(sizes, reverse=True) and sizes[0] == 16 and sizes[-1] < 16
+    for p in plans:  # the largest batch that fits: one pair more would not
+        if p.batch_size < 16:
+            assert scan_bytes(spec, torch.float32, p.batch_size + 1, 1024, True) > p.budget_bytes
+    assert scan_bytes(spec, torch.bfloat16, 8, 1024, False) < scan_bytes(spec, torch.float32, 8, 1024, False)
+    with pytest.raises(ValueError, match="below the .* needs .*Fix: raise max_memory"):
+        plan_scan(spec, torch.float32, "10KB", needs_probs=False)
+    assert parse_bytes("8GB") == 8 * 10**9 and parse_bytes("512MiB") == 512 * 2**20 and parse_bytes(123) == 123
+    for bad in ("eight GB", "-1GB", "0"):
+        with pytest.raises(ValueError, match="Fix:"):
+            parse_bytes(bad)
+
+
+def test_path_patch_under_a_memory_budget_gives_the_same_effects_with_the_planned_batches():
+    whole, _, ds = _models("llama")
+    free = path_patch(whole, ds, keep_per_pair=True)
+    planned = path_patch(whole, ds, keep_per_pair=True, max_memory="1.2MB")
+    assert planned.settings.batch_size < free.settings.batch_size  # the budget did change the batches
+    torch.testing.assert_close(planned.per_pair_heads, free.per_pair_heads, atol=1e-6, rtol=1e-5)
+
+
+def test_the_meter_sees_a_peak_inside_its_block_and_not_outside():
+    with MemoryMeter() as big:
+        x = torch.ones(64 * 2**20 // 4)  # 64 MiB, touched
+        del x
+    with MemoryMeter() as small:
+        y = torch.ones(16)
+        del y
+    assert big.peak.how == "cpu_rss" and big.peak.devices == "cpu"
+    assert 56 * 2**20 <= big.peak.bytes < 256 * 2**20, big.peak
+    assert small.peak.bytes < 16 * 2**20, small.peak
+    assert "MiB above the start" in str(big.peak)
+
+
+def test_a_stage_summary_keeps_its_peak_memory_through_the_marker():
+    import dataclasses
+
+    @dataclasses.dataclass(frozen=True)
+    class Brief(StageSummary):
+        n: int = 0
+
+    s = Brief(n=3, seconds=1.5, peak_memory=PeakMemory(123, "cpu_rss", "cpu", True))
+    back = Brief.from_dict(s.to_dict())
+    assert back == s and isinstance(back.peak_memory, PeakMemory)
+    assert Brief.from_dict({"n": 1, "seconds": 0.0}).peak_memory is None  # markers written before the field
+    assert all("peak_memory" not in line for line in s.lines())
+
+
+def test_fine_tuning_a_split_model_is_refused_with_the_alternative():
+    _, split, _ = _models("llama")
+    with pytest.raises(ValueError, match="split by a device_map.*Fix: train data-parallel.*FSDP"):
+        check_trainable_placement(split.hf_model)
+    check_trainable_placement(tiny_model("llama", seed=0)[0])  # a model on one device is fine
+
+
+def test_a_device_map_needs_a_model_from_files():
+    with pytest.raises(ConfigError, match="device_map='auto' needs a model loaded from files.*Fix:"):
+        ModelSection(source="tiny-llama", device_map="auto")
+    with pytest.raises(Exception, match="device_map"):
+        ModelSection(source="embedded", device_map="everywhere")

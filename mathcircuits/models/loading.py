@@ -196,6 +196,7 @@ def load_hf_model(
     device: str | torch.device = "cpu",
     seed: int = 0,
     device_map: str | dict[str, Any] | None = None,
+    offload_folder: str | Path | None = None,
 ):
     """Load a *plain* HF causal LM and its tokenizer (no bridge), e.g. for fine-tuning.
 
@@ -206,6 +207,7 @@ def load_hf_model(
         seed: seed of tiny random models.
         device_map: passed to ``AutoModelForCausalLM.from_pretrained`` (accelerate places the layers; the model is
             then not moved). Only for sources loaded from files, not for tiny models built in memory.
+        offload_folder: where accelerate writes the layers ``device_map`` puts on ``"disk"``.
 
     Returns:
         ``(model, tokenizer)``, the model in eval mode with eager attention.
@@ -228,6 +230,8 @@ def load_hf_model(
         try:
             tok = AutoTokenizer.from_pretrained(folder)
             placement = {} if device_map is None else {"device_map": device_map}
+            if device_map is not None and offload_folder is not None:
+                placement["offload_folder"] = str(offload_folder)
             model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype, attn_implementation="eager", **placement)
         except OSError as err:
             if kind == "hub":
@@ -256,6 +260,7 @@ def load_model(
     dtype: torch.dtype = torch.float32,
     seed: int = 0,
     device_map: str | dict[str, Any] | None = None,
+    offload_folder: str | Path | None = None,
 ) -> HookedModel:
     """Load ``source`` as a hooked model (TransformerBridge, compatibility mode without weight processing).
 
@@ -265,12 +270,16 @@ def load_model(
         dtype: parameter dtype.
         seed: seed of tiny random models.
         device_map: passed to HF ``from_pretrained`` (accelerate), e.g. ``"auto"`` to split a model that does
-            not fit one device over several GPUs (see docs/howto/big-models-on-gpu.md).
+            not fit one device over several GPUs, offloading what does not fit to CPU memory or disk (every stage
+            runs on such a model; see docs/howto/big-models-on-gpu.md).
+        offload_folder: where accelerate writes the layers ``device_map`` puts on ``"disk"``.
 
     Returns:
         The :class:`HookedModel`.
     """
-    hf_model, tok = load_hf_model(source, dtype=dtype, device=device, seed=seed, device_map=device_map)
+    hf_model, tok = load_hf_model(
+        source, dtype=dtype, device=device, seed=seed, device_map=device_map, offload_folder=offload_folder
+    )
     kind, loc = resolve_source(source)
     name = loc
     embedded = embedded_source(loc) if kind == "embedded" else None

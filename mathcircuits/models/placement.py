@@ -44,6 +44,7 @@ if TYPE_CHECKING:
     from mathcircuits.models.loading import HookedModel
 
 __all__ = [
+    "check_trainable_placement",
     "devices_of",
     "execution_device",
     "HeadOutWeights",
@@ -232,3 +233,29 @@ def head_out_weights(model: HookedModel) -> Tensor | HeadOutWeights:
         :class:`HeadOutWeights` with the same indexing.
     """
     return HeadOutWeights(model) if is_split(model) else model.bridge.W_O
+
+
+def check_trainable_placement(hf_model: torch.nn.Module) -> None:
+    """Refuse to fine-tune a model split by a ``device_map`` or with offloaded weights, naming the alternative.
+
+    Training a split model layer by layer (naive model parallelism) leaves every GPU but one idle, and offloaded
+    weights are reloaded from CPU or disk at every forward and backward and cannot be updated in place; the
+    fine-tuning code (:func:`mathcircuits.finetune.train_sft`) has not been run that way.
+
+    Args:
+        hf_model: the plain HF model to be trained.
+
+    Raises:
+        ValueError: the model is on several devices or has offloaded weights.
+    """
+    placed = sorted({str(v) for v in (getattr(hf_model, "hf_device_map", None) or {}).values()})
+    offloaded = offloaded_parameters(hf_model)
+    if len(placed) > 1 or offloaded:
+        where = f"spread over {placed}" if len(placed) > 1 else f"{len(offloaded)} offloaded parameters"
+        raise ValueError(
+            f"fine-tuning a model split by a device_map ({where}) is not supported: its layers would train one "
+            "device at a time and offloaded weights cannot be updated in place. Fix: train data-parallel with a "
+            "whole copy per GPU (torchrun / accelerate launch -m mathcircuits.finetune.launch, DDP), or shard the "
+            "frozen base with FSDP or DeepSpeed ZeRO-3 through accelerate (docs/howto/big-models-on-gpu.md); "
+            "the identification stages do run on a split model."
+        )

@@ -22,12 +22,13 @@ from tqdm.auto import tqdm
 
 from mathcircuits.data.pairs import PairSet, check_token_aligned, pair_batches
 from mathcircuits.models import HookedModel, fast_paths_enabled
-from mathcircuits.models.integrity import verify_once
+from mathcircuits.models.integrity import model_dtype, verify_once
 from mathcircuits.models.placement import unloadable_parameters
 from mathcircuits.patching.attribution import attribution_scan
 from mathcircuits.patching.checks import check_exact
 from mathcircuits.patching.exact import exact_scan
 from mathcircuits.patching.metrics import Metric, MetricName, get_metric
+from mathcircuits.patching.plan import plan_scan
 from mathcircuits.patching.reference import reference_scan
 from mathcircuits.patching.result import PatchingResult, PatchSettings
 from mathcircuits.patching.scan import Method, ScanFn, SenderKind, Senders
@@ -49,6 +50,7 @@ def path_patch(
     chunk_rows: int = 8192,
     keep_per_pair: bool = False,
     progress: bool = False,
+    max_memory: int | str | None = None,
 ) -> PatchingResult:
     """Path-patch every head and/or MLP to the logits at the last position.
 
@@ -62,6 +64,9 @@ def path_patch(
         chunk_rows: rows per last-position MLP call (bounds memory).
         keep_per_pair: also keep the per-pair effects.
         progress: show a progress bar.
+        max_memory: the working memory the exact or attribution scan may use beyond the weights (bytes, or a
+            text like ``"8GB"``); when given, :func:`~mathcircuits.patching.plan.plan_scan` picks the pairs per
+            batch (at most ``batch_size``) and ``chunk_rows`` to fit it, and the result's settings record them.
 
     Returns:
         A :class:`PatchingResult` (its ``metric`` is the metric's name).
@@ -91,6 +96,13 @@ def path_patch(
     if method == "exact":
         verify_once(model.bridge, "exact path patching", lambda: check_exact(model))
     spec = model.spec
+    if max_memory is not None and method != "reference":  # the reference scan holds one forward at a time
+        seq = max(len(t) for t in dataset["tokens"]) if len(dataset) else 1
+        plan = plan_scan(
+            spec, model_dtype(model), max_memory, metric.needs_probs, batch_size, seq, chosen.heads, chosen.mlps
+        )
+        log.info("memory plan: %s", plan)
+        batch_size, chunk_rows = plan.batch_size, plan.chunk_rows
     t0 = time.perf_counter()
     n = len(dataset)
     all_heads = torch.full((n, spec.n_layers, spec.n_heads), float("nan"))
