@@ -39,6 +39,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, P
 from mathcircuits.models.compat import check_versions, install_cache_alias
 from mathcircuits.models.embedded import EMBEDDED, cache_root, convert_gguf, embedded_model_dir, embedded_source
 from mathcircuits.models.integrity import instrument_hooks
+from mathcircuits.models.placement import execution_device
 from mathcircuits.models.prefix import PrefixRunner
 from mathcircuits.models.spec import ModelSpec
 from mathcircuits.models.tiny import tiny_family_name, tiny_gpt2, tiny_llama, tiny_model
@@ -76,7 +77,8 @@ class HookedModel:
 
     @property
     def device(self) -> torch.device:
-        return next(self.bridge.parameters()).device
+        """Where inputs go: the embedding's execution device (on a model split by accelerate, not ``meta``)."""
+        return execution_device(getattr(self.bridge, "embed", self.bridge))
 
     def to_tokens(self, texts: str | list[str]) -> Int[torch.Tensor, "batch seq"]:
         """Tokenize without adding a BOS token (the bridge's string path would prepend one).
