@@ -34,10 +34,21 @@ from mathcircuits.models.families import BlockStructure
 from mathcircuits.models.loading import HookedModel
 from mathcircuits.models.placement import execution_device, output_device, unembed_columns
 
-__all__ = ["VOCAB_CHUNK", "Readout", "Target", "final_norm", "log_normalizer", "readout", "soft_cap", "vocab_logits"]
+__all__ = ["CHUNK_ELEMENTS", "VOCAB_CHUNK", "vocab_chunk_for", "Readout", "Target", "final_norm", "log_normalizer", "readout", "soft_cap", "vocab_logits"]
 
-#: Vocabulary columns per matrix product when a readout needs the whole vocabulary (the probability's normaliser).
+#: The most vocabulary columns per matrix product when a readout needs the whole vocabulary (the probability's
+#: normaliser); fewer with many rows, so that one chunk of float32 logits stays within :data:`CHUNK_ELEMENTS`.
 VOCAB_CHUNK = 32768
+#: Float32 logits one vocabulary chunk may hold (2**28: 1 GiB), whatever the number of rows.
+CHUNK_ELEMENTS = 1 << 28
+
+
+def vocab_chunk_for(rows: int, vocab_chunk: int | None = None) -> int:
+    """Vocabulary columns per chunk for ``rows`` readout rows: ``vocab_chunk`` if given, else the most (at most
+    :data:`VOCAB_CHUNK`, at least 256) that keep ``rows × columns`` within :data:`CHUNK_ELEMENTS`."""
+    if vocab_chunk is not None:
+        return vocab_chunk
+    return max(256, min(VOCAB_CHUNK, CHUNK_ELEMENTS // max(rows, 1)))
 
 
 #: What a metric reads off a :class:`Readout`: the first answer token's logit or probability, or the whole
@@ -147,24 +158,26 @@ def log_normalizer(
     model: HookedModel,
     structure: BlockStructure,
     normed: Float[Tensor, "rows d_model"],
-    vocab_chunk: int = VOCAB_CHUNK,
+    vocab_chunk: int | None = None,
 ) -> Float[Tensor, " rows"]:
     """``log Σ_v exp(logit_v)`` of each row, in float32, from the final-normed residual, chunked over the vocabulary.
 
     Only ``rows × vocab_chunk`` logits exist at a time (the whole ``rows × vocab`` matrix would be 43 GB for
-    83,200 rows of a 128k vocabulary in float32), and the running log-sum-exp is exact up to float32 rounding.
+    83,200 rows of a 128k vocabulary in float32; by default a chunk holds at most 2**28 of them, 1 GiB), and
+    the running log-sum-exp is exact up to float32 rounding.
 
     Args:
         model: the hooked model.
         structure: its block structure (soft cap).
         normed: the final norm's output, one row per readout (on the unembedding's device).
-        vocab_chunk: vocabulary columns per matrix product.
+        vocab_chunk: vocabulary columns per matrix product (``None``: :func:`vocab_chunk_for` the rows).
 
     Returns:
         The log normaliser of each row.
     """
     vocab = int(model.spec.vocab_size)
     x = normed.float()
+    vocab_chunk = vocab_chunk_for(x.shape[0], vocab_chunk)
     total = torch.full((x.shape[0],), float("-inf"), device=x.device)
     for lo in range(0, vocab, vocab_chunk):
         w_u, b_u = unembed_columns(model, slice(lo, min(lo + vocab_chunk, vocab)))
@@ -181,7 +194,7 @@ def readout(
     resid: Float[Tensor, "rows d_model"],
     answer: Int[Tensor, " rows"],
     need_probs: bool,
-    vocab_chunk: int = VOCAB_CHUNK,
+    vocab_chunk: int | None = None,
 ) -> Readout:
     """The answer's logit (and probability) from final residual vectors: final norm, unembedding, soft cap.
 
@@ -198,7 +211,8 @@ def readout(
         resid: the residual stream after the last block, one row per readout (any device).
         answer: the answer token of each row.
         need_probs: also compute the probability.
-        vocab_chunk: vocabulary columns per matrix product of the normaliser.
+        vocab_chunk: vocabulary columns per matrix product of the normaliser (``None``: bounded by
+            :data:`CHUNK_ELEMENTS`).
 
     Returns:
         The :class:`Readout` of each row (float32, on the unembedding's device).

@@ -9,7 +9,7 @@ estimate, in bytes, with ``b`` the model's bytes per number::
 
     rows      = 5 · R · d_model · b
     mlp       = chunk_rows · (d_model + 3 · d_mlp) · b                (input, gate, up, product)
-    readout   = R · d_model · 4 + [prob_change] R · vocab_chunk · 4 · 2
+    readout   = R · d_model · 4 + [prob_change] R · vocab_chunk · 4 · 2     (vocab_chunk · R ≤ 2**28 by default)
     forwards  = 2 · B · L · (H · d_head + 4 · d_model) · b            (the cached values at the last position)
               + B · T · (4 · d_model + 2 · d_mlp) · b + B · H · T² · b · 2 + B · vocab · 4   (one live forward)
 
@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 import torch
 
-from mathcircuits.models.readout import VOCAB_CHUNK
+from mathcircuits.models.readout import vocab_chunk_for
 from mathcircuits.models.spec import ModelSpec
 
 __all__ = ["ScanPlan", "parse_bytes", "plan_scan", "scan_bytes"]
@@ -77,7 +77,7 @@ def scan_bytes(
     seq: int = 128,
     heads: bool = True,
     mlps: bool = True,
-    vocab_chunk: int = VOCAB_CHUNK,
+    vocab_chunk: int | None = None,
 ) -> int:
     """The estimated working memory of one batch of the exact scan (module docstring), in bytes."""
     b = torch.empty(0, dtype=dtype).element_size()
@@ -85,7 +85,7 @@ def scan_bytes(
     R = B * L * ((H if heads else 0) + (1 if mlps else 0))
     rows = 5 * R * d * b
     mlp = min(chunk_rows, max(R, 1)) * (d + 3 * spec.d_mlp) * b
-    readout = R * d * 4 + (R * min(vocab_chunk, spec.vocab_size) * 4 * 2 if needs_probs else 0)
+    readout = R * d * 4 + (R * min(vocab_chunk_for(R, vocab_chunk), spec.vocab_size) * 4 * 2 if needs_probs else 0)
     cached = 2 * B * L * (H * spec.d_head + 4 * d) * b
     forward = B * seq * (4 * d + 2 * spec.d_mlp) * b + 2 * B * H * seq * seq * b + B * spec.vocab_size * 4
     return int(rows + mlp + readout + cached + forward)
