@@ -34,7 +34,18 @@ from mathcircuits.models.families import BlockStructure
 from mathcircuits.models.loading import HookedModel
 from mathcircuits.models.placement import execution_device, output_device, unembed_columns
 
-__all__ = ["CHUNK_ELEMENTS", "VOCAB_CHUNK", "vocab_chunk_for", "Readout", "Target", "final_norm", "log_normalizer", "readout", "soft_cap", "vocab_logits"]
+__all__ = [
+    "CHUNK_ELEMENTS",
+    "VOCAB_CHUNK",
+    "vocab_chunk_for",
+    "Readout",
+    "Target",
+    "final_norm",
+    "log_normalizer",
+    "readout",
+    "soft_cap",
+    "vocab_logits",
+]
 
 #: The most vocabulary columns per matrix product when a readout needs the whole vocabulary (the probability's
 #: normaliser); fewer with many rows, so that one chunk of float32 logits stays within :data:`CHUNK_ELEMENTS`.
