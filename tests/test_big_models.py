@@ -287,3 +287,14 @@ def test_bf16_path_patching_of_the_embedded_model_agrees_with_float32(embedded):
     assert float(diff.max()) <= 0.15 * scale and float(diff.mean()) <= 0.05 * scale, (diff.max(), diff.mean(), scale)
     assert select_key_components(full).heads == select_key_components(half).heads
     assert [(l, h) for l, h, _ in full.top_heads(2)] == [(l, h) for l, h, _ in half.top_heads(2)]
+
+
+def test_a_meter_inside_another_keeps_the_outer_peak():
+    with MemoryMeter() as outer:
+        x = torch.ones(64 * 2**20 // 4)
+        del x
+        with MemoryMeter() as inner:  # resets the kernel's high-water mark on Linux
+            y = torch.ones(16)
+            del y
+    assert inner.peak.bytes < 16 * 2**20 and outer.peak.bytes >= 56 * 2**20, (inner.peak, outer.peak)
+    assert outer.peak.exact
