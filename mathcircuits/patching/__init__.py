@@ -31,11 +31,17 @@ from mathcircuits.patching.metrics import (
     answer_readout,
     get_metric,
 )
+from mathcircuits.patching.plan import ScanPlan, parse_bytes, plan_scan, scan_bytes
 from mathcircuits.patching.result import PatchingResult, PatchSettings
-from mathcircuits.patching.scan import SENDER_KINDS, Method, SenderKind
+from mathcircuits.patching.scan import SENDER_KINDS, Method, SenderKind, Senders
 from mathcircuits.patching.selection import select_key_components, selection_stability
 
 __all__ = [
+    "ScanPlan",
+    "Senders",
+    "parse_bytes",
+    "plan_scan",
+    "scan_bytes",
     "KeyComponents",
     "LAST_POSITION_METRICS",
     "LastPositionCache",

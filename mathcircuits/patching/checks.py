@@ -9,7 +9,8 @@ runs on a model, :func:`check_exact` compares them on probe pairs
 
 * the senders with the largest effects, a seeded random head and two MLPs: exact = reference;
 * the null patch (counterfactual = clean prompt): the exact scan's readout of the unpatched
-  residual equals the bridge's clean logits, and a reference forward with every head
+  residual (its clean value, read by the same function as every patched one) equals the bridge's
+  clean logits, and a reference forward with every head
   frozen at its clean value reproduces them.
 
 Both are measured in raw logits (``logit_diff`` added back to the clean logit), so the
@@ -29,10 +30,10 @@ import random
 import torch
 
 from mathcircuits.data.pairs import PairBatch, pair_batches
-from mathcircuits.models import HookedModel
+from mathcircuits.models import HookedModel, hooks
 from mathcircuits.models.integrity import compare, model_dtype, probe_pairs
 from mathcircuits.patching.cache import last_position_caches
-from mathcircuits.patching.exact import exact_scan
+from mathcircuits.patching.exact import chain_readout, exact_scan
 from mathcircuits.patching.metrics import METRICS
 from mathcircuits.patching.reference import reference_scan
 from mathcircuits.patching.scan import Senders
@@ -61,9 +62,13 @@ def check_exact(model: HookedModel, answers: bool = False) -> tuple[float, float
     chosen.add(("head", rng.randrange(spec.n_layers), rng.randrange(spec.n_heads)))
     chosen |= {("mlp", int(exact.mlps.abs().mean(0).argmax()), -1), ("mlp", spec.n_layers - 1, -1)}
     ref = reference_scan(model, batch, Senders(only=frozenset(chosen)), metric)
-    if answers:  # effects are log-probability changes: add back the clean log-probability
+    if answers:  # effects are log-probability changes: add back each method's own clean log-probability
         lp = last_position_caches(model, batch.tokens, batch.cf_tokens, answers=batch.answers)
-        clean_ex = clean_ref = lp.clean_answers(batch.answers).value("logprob").float().cpu()
+        final = lp.ref[hooks.resid_post(spec.n_layers - 1)]
+        rows = torch.arange(final.shape[0], device=final.device)
+        scan_clean = chain_readout(model, lp.structure, final, rows, batch, batch.answers, metric)
+        clean_ex = scan_clean.value("logprob").float().cpu()  # the scan's readout of the clean residual
+        clean_ref = lp.clean_answers(batch.answers).value("logprob").float().cpu()  # the bridge's logits
     else:
         clean_ex, clean_ref = exact.clean_logit, ref.clean_logit
     fast, plain = [], []
@@ -82,5 +87,8 @@ def check_exact(model: HookedModel, answers: bool = False) -> tuple[float, float
     fast += [null_exact.heads[:, l, h] + clean for l in range(spec.n_layers) for h in range(spec.n_heads)]
     plain += [clean] * (spec.n_layers * spec.n_heads)
     fast.append(null_ref.heads[:, 0, 0] + (clean_ref if answers else null_ref.clean_logit))
+    plain.append(clean_ref if answers else null_ref.clean_logit)
+    # the scan's readout of the clean residual against the bridge's logits (a readout offset shows up here)
+    fast.append(clean_ex if answers else null_exact.clean_logit)
     plain.append(clean_ref if answers else null_ref.clean_logit)
     return compare(torch.stack(fast), torch.stack(plain), model_dtype(model))

@@ -15,6 +15,7 @@ from typing import Literal, TypeAlias
 
 from mathcircuits._schema import check_fields, setting
 from mathcircuits.patching.metrics import MetricName
+from mathcircuits.patching.plan import parse_bytes
 from mathcircuits.patching.scan import Method, SenderKind
 
 __all__ = ["PatchingConfig", "Rule", "SelectionConfig", "ThresholdOf"]
@@ -43,9 +44,14 @@ class PatchingConfig:
     max_pairs: int = setting(64, "correct pairs patched per operation", ge=1)
     min_pairs: int = setting(30, "an operation with fewer correct pairs is reported but not patched", ge=1)
     batch_size: int = setting(16, "pairs per forward pass", ge=1)
+    max_memory: str = setting(
+        "", "working memory the scan may use beyond the weights, e.g. '8GB': picks batch and MLP chunk ('': off)"
+    )
 
     def __post_init__(self) -> None:
         check_fields(self)
+        if self.max_memory:
+            parse_bytes(self.max_memory)  # a typo fails when the config loads
 
 
 @dataclass(frozen=True)

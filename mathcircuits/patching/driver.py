@@ -22,11 +22,13 @@ from tqdm.auto import tqdm
 
 from mathcircuits.data.pairs import PairSet, check_token_aligned, pair_batches
 from mathcircuits.models import HookedModel, fast_paths_enabled
-from mathcircuits.models.integrity import verify_once
+from mathcircuits.models.integrity import model_dtype, verify_once
+from mathcircuits.models.placement import unloadable_parameters
 from mathcircuits.patching.attribution import attribution_scan
 from mathcircuits.patching.checks import check_exact
 from mathcircuits.patching.exact import exact_scan
 from mathcircuits.patching.metrics import Metric, MetricFn, MetricName, get_metric
+from mathcircuits.patching.plan import plan_scan
 from mathcircuits.patching.reference import reference_scan
 from mathcircuits.patching.result import PatchingResult, PatchSettings
 from mathcircuits.patching.scan import Method, ScanFn, SenderKind, Senders
@@ -48,6 +50,7 @@ def path_patch(
     chunk_rows: int = 8192,
     keep_per_pair: bool = False,
     progress: bool = False,
+    max_memory: int | str | None = None,
 ) -> PatchingResult:
     """Path-patch every head and/or MLP to the logits at the last position (and every answer position).
 
@@ -69,6 +72,9 @@ def path_patch(
         chunk_rows: rows per last-position MLP call (bounds memory).
         keep_per_pair: also keep the per-pair effects.
         progress: show a progress bar.
+        max_memory: the working memory the exact or attribution scan may use beyond the weights (bytes, or a
+            text like ``"8GB"``); when given, :func:`~mathcircuits.patching.plan.plan_scan` picks the pairs per
+            batch (at most ``batch_size``) and ``chunk_rows`` to fit it, and the result's settings record them.
 
     Returns:
         A :class:`PatchingResult` (its ``metric`` is the metric's name).
@@ -78,12 +84,12 @@ def path_patch(
     if method not in METHODS:
         raise ValueError(f"method {method!r} is unknown. Fix: use one of {list(METHODS)}.")
     scan = METHODS[method]
-    devices = {p.device for p in model.bridge.parameters()}
-    if len(devices) > 1:  # the last-position chains and the frozen-head hooks assume one device; not tested split
+    empty = unloadable_parameters(model.hf_model)  # a split or offloaded model runs; one without weights cannot
+    if empty:
         raise ValueError(
-            f"path patching needs the model on one device, but this one is spread over {sorted(map(str, devices))} "
-            "(device_map). Fix: load it on one device (e.g. device='cuda', dtype=torch.bfloat16); "
-            "docs/howto/big-models-on-gpu.md gives the memory each model needs."
+            f"this model has {len(empty)} parameters on the meta device that no offload hook loads (e.g. {empty[0]}), "
+            "so its forwards would fail or read no weights. Fix: load it with its weights, on one device or split "
+            "with device_map (accelerate's offload to 'cpu'/'disk' is fine); docs/howto/big-models-on-gpu.md."
         )
     check_token_aligned(dataset, model.spec.vocab_size)
     if method == "exact" and not fast_paths_enabled():
@@ -94,6 +100,24 @@ def path_patch(
         if metric.every_answer_token:
             verify_once(model.bridge, "exact path patching (answer tokens)", lambda: check_exact(model, answers=True))
     spec = model.spec
+    if max_memory is not None and method != "reference":  # the reference scan holds one forward at a time
+        seq = max(len(t) for t in dataset["tokens"]) if len(dataset) else 1
+        # teacher forcing reads every answer position: the longest answer's tokens per pair
+        teacher = metric.every_answer_token and "answer_tokens" in dataset.column_names
+        positions = max((len(a) for a in dataset["answer_tokens"]), default=1) if teacher else 1
+        plan = plan_scan(
+            spec,
+            model_dtype(model),
+            max_memory,
+            metric.needs_probs,
+            batch_size,
+            seq,
+            chosen.heads,
+            chosen.mlps,
+            positions=positions,
+        )
+        log.info("memory plan: %s", plan)
+        batch_size, chunk_rows = plan.batch_size, plan.chunk_rows
     t0 = time.perf_counter()
     n = len(dataset)
     all_heads = torch.full((n, spec.n_layers, spec.n_heads), float("nan"))
@@ -106,7 +130,7 @@ def path_patch(
         eff = scan(model, batch, chosen, metric, chunk_rows=chunk_rows, progress=progress)
         all_heads[batch.idx] = eff.heads
         all_mlps[batch.idx] = eff.mlps
-        clean_sum += float(eff.clean_logit.sum())
+        clean_sum += float(eff.clean_logit.float().sum())
         if eff.total is not None:
             totals[batch.idx] = eff.total
         if eff.excluded is not None:

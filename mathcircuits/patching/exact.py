@@ -37,9 +37,9 @@ Every answer token (``answer_logprob``). Both prompts are extended by the answer
 last (teacher forcing) and the sender is patched at the last prompt position and at every answer
 position, each from the counterfactual run over the same answer tokens. Attention is frozen, so a
 change at one position never reaches another: each (pair, position) is its own chain above, and the
-cost is ``n_answer`` times the rows of the last-position chain plus one unembedding per row (for the
-log-softmax), not more forward passes. The patched log-probability of the answer is the sum over the
-positions.
+cost is ``n_answer`` times the rows of the last-position chain plus one readout per row (its
+log-softmax normaliser chunked over the vocabulary), not more forward passes. The patched
+log-probability of the answer is the sum over the positions.
 """
 
 from __future__ import annotations
@@ -50,9 +50,10 @@ from torch import Tensor
 from mathcircuits.data.pairs import PairBatch
 from mathcircuits.models import HookedModel, hooks
 from mathcircuits.models.changes import attn_change, attn_pre_norm_name, mlp_change
-from mathcircuits.models.families import block_structure
+from mathcircuits.models.families import BlockStructure, block_structure
+from mathcircuits.models.placement import head_out_weight, layer_device
 from mathcircuits.models.readout import Readout, readout, token_scores
-from mathcircuits.patching.cache import LastPositionCache, last_position_caches
+from mathcircuits.patching.cache import last_position_caches
 from mathcircuits.patching.metrics import Metric
 from mathcircuits.patching.scan import BatchEffects, Senders
 
@@ -95,24 +96,24 @@ def exact_scan(
     ref, cf = cache.ref, cache.cf
     answer = batch.answer
     B = answer.shape[0]
-    device = answer.device
     R = B * cache.positions  # the chain's rows: (pair, position), row = pair · positions + position
+    # live rows: the change δ of the last-position residual, and which (pair, position) row / sender each row
+    # belongs to. They follow the chain from block to block: on a split model they move to each block's device,
+    # while the cached activations stay on the device of the layer that made them.
+    device = layer_device(model, 0)
     pairs = torch.arange(R, device=device)
-    W_O = model.bridge.W_O  # [layer, head, d_head, d_model]
-
-    # live rows: the change δ of the last-position residual, and which pair / sender each row belongs to
-    delta = torch.zeros(0, spec.d_model, dtype=cache.logits.dtype, device=device)
+    delta = torch.zeros(0, spec.d_model, dtype=ref[hooks.resid_post(L - 1)].dtype, device=device)
     row_pair = torch.zeros(0, dtype=torch.long, device=device)
     row_sender: list[tuple[str, int, int]] = []  # (kind, layer, head), one per block of R rows
 
     def add_rows(new: Tensor, n_blocks: int) -> None:
         nonlocal delta, row_pair
-        delta = torch.cat([delta, new])
+        delta = torch.cat([delta, new.to(device)])
         row_pair = torch.cat([row_pair, pairs.repeat(n_blocks)])
 
     def add_heads(layer: int) -> None:
         dz = cf[hooks.z(layer)] - ref[hooks.z(layer)]  # [R, H, d_head]
-        change = torch.einsum("bhd,hdm->hbm", dz, W_O[layer]).reshape(H * R, -1)
+        change = torch.einsum("bhd,hdm->hbm", dz, head_out_weight(model, layer)).reshape(H * R, -1)
         pre_name = attn_pre_norm_name(structure, layer)
         pre = None if pre_name is None else ref[pre_name].repeat(H, 1)
         add_rows(attn_change(model, structure, layer, pre, change), H)
@@ -123,9 +124,12 @@ def exact_scan(
         if delta.shape[0]:
             base = ref[hooks.sub(layer, structure.mlp_reads)][row_pair]
             mlp_ref = ref[hooks.mlp_out(layer)][row_pair]
-            delta = delta + mlp_change(model, structure, layer, base, delta, mlp_ref, chunk_rows)
+            delta = delta + mlp_change(model, structure, layer, base, delta, mlp_ref, chunk_rows).to(device)
 
     for layer in range(L):
+        if layer_device(model, layer) != device:  # a split model: the rows move to this block's device
+            device = layer_device(model, layer)
+            delta, row_pair, pairs = delta.to(device), row_pair.to(device), pairs.to(device)
         if structure.parallel:  # the MLP reads resid_pre: this layer's heads do not pass through it
             through_mlp(layer)
             if senders.heads:
@@ -138,16 +142,17 @@ def exact_scan(
             add_rows(cf[hooks.mlp_out(layer)] - ref[hooks.mlp_out(layer)], 1)
             row_sender.append(("mlp", layer, -1))
 
-    final = ref[hooks.resid_post(L - 1)][row_pair] + delta
-    if answers is None:
-        clean = cache.clean(answer, metric.needs_probs)
-        patched = readout(model, structure, final, answer[row_pair], metric.needs_probs)
-        total = metric(Readout.from_logits(cache.cf_logits, answer, metric.needs_probs), clean)
-        eff = metric(patched, clean.take(row_pair)).float().cpu()
-    else:
-        clean, patched = answer_scores(model, cache, final, row_pair, answers, chunk_rows)
-        total = metric(cache.counterfactual(answers), clean)
-        eff = metric(patched, clean.take(torch.arange(B, device=device).repeat(len(row_sender)))).float().cpu()
+    final_ref = ref[hooks.resid_post(L - 1)]
+    final = final_ref[row_pair] + delta
+    # the clean, the patched and the counterfactual answer come from the same readout (final norm, float32
+    # unembedding), so in bf16 no offset between the bridge's logits and this readout enters an effect
+    every = torch.arange(R, device=device)
+    clean = chain_readout(model, structure, final_ref, every, batch, answers, metric)
+    patched = chain_readout(model, structure, final, row_pair, batch, answers, metric)
+    counterfactual = chain_readout(model, structure, cf[hooks.resid_post(L - 1)], every, batch, answers, metric)
+    total = metric(counterfactual, clean)  # the counterfactual prompt's own effect
+    eff = metric(patched, clean.take(torch.arange(B, device=clean.logit.device).repeat(len(row_sender))))
+    eff = eff.float().cpu()
     head_eff = torch.full((B, L, H), float("nan"))
     mlp_eff = torch.full((B, L), float("nan"))
     for k, (kind, layer, head) in enumerate(row_sender):
@@ -159,29 +164,33 @@ def exact_scan(
     return BatchEffects(
         heads=head_eff,
         mlps=mlp_eff,
-        clean_logit=clean.logit,
+        clean_logit=clean.logit.cpu(),
         total=total.float().cpu(),
         excluded=metric.excluded(clean).cpu(),
     )
 
 
-def answer_scores(
+def chain_readout(
     model: HookedModel,
-    cache: LastPositionCache,
+    structure: BlockStructure,
     final: Tensor,
-    row_pair: Tensor,
-    answers: Tensor,
-    chunk_rows: int,
-) -> tuple[Readout, Readout]:
-    """The clean readout of each pair and the patched readout of each (sender, pair), over every answer token.
+    rows: Tensor,
+    batch: PairBatch,
+    answers: Tensor | None,
+    metric: Metric,
+) -> Readout:
+    """The readout of final residuals, one per chain row, each row's pair's answer read the one way every scan does.
 
-    ``final`` holds one patched final residual per chain row, blocks of ``pairs × positions`` rows per sender
-    (``row_pair`` is each row's (pair, position) row of the cache); the patched log-probability of the answer
-    is the sum of its tokens' log-probabilities over the positions.
+    ``rows`` is each residual's row of the cache: a pair at the last prompt position, or with ``answers``
+    (teacher forcing) a (pair, position), ``pair · n_answer + j``, in blocks of ``pairs × n_answer`` rows
+    per sender. With ``answers`` the readout of each block's pair holds the first token's logit and
+    probability and the whole answer's log-probability, the sum over the positions
+    (:func:`~mathcircuits.models.readout.token_scores`); without, the first token's
+    (:func:`~mathcircuits.models.readout.readout`).
     """
+    if answers is None:
+        return readout(model, structure, final, batch.answer.to(rows.device)[rows], metric.needs_probs)
     B, k = answers.shape
-    tokens = answers.reshape(-1)[row_pair]
-    logit, logp = token_scores(model, cache.structure, final, tokens, max(1, min(chunk_rows, 1024)))
-    logit, logp = logit.reshape(-1, B, k), logp.reshape(-1, B, k)
-    patched = Readout(logit[..., 0].reshape(-1), logp[..., 0].exp().reshape(-1), logp.sum(-1).reshape(-1))
-    return cache.clean_answers(answers), patched
+    logit, logp = token_scores(model, structure, final, answers.reshape(-1).to(rows.device)[rows])
+    logit, logp = logit.reshape(-1, B, k), torch.as_tensor(logp).reshape(-1, B, k)
+    return Readout(logit[..., 0].reshape(-1), logp[..., 0].exp().reshape(-1), logp.sum(-1).reshape(-1))

@@ -207,13 +207,14 @@ def answer_readout(
             f"logits {tuple(logits.shape)} and answer tokens {tuple(answers.shape)} do not match: one logit row per "
             "answer token is needed. Fix: read the logits at the last prompt position and every answer position."
         )
+    answers = answers.to(logits.device)  # a split model's logits are on the unembedding's device
     first = logits[:, 0].gather(-1, answers[:, :1])[:, 0]
     needs = metric is None or metric.needs_probs
     if not needs:
         return Readout(first)
     logp = torch.log_softmax(logits.float(), -1).gather(-1, answers[..., None])[..., 0]  # [rows, n_answer]
     if valid is not None:
-        keep = torch.arange(answers.shape[1], device=answers.device)[None] < valid[:, None]
+        keep = torch.arange(answers.shape[1], device=answers.device)[None] < valid.to(answers.device)[:, None]
         logp = logp * keep
     return Readout(first, logp[:, 0].exp(), logp.sum(-1))
 

@@ -117,5 +117,5 @@ def reference_scan(
             mlp_eff[:, layer] = run("mlp", layer, -1)
     total = metric(read(cf_logits), clean).float().cpu()
     return BatchEffects(
-        heads=head_eff, mlps=mlp_eff, clean_logit=clean.logit, total=total, excluded=metric.excluded(clean).cpu()
+        heads=head_eff, mlps=mlp_eff, clean_logit=clean.logit.cpu(), total=total, excluded=metric.excluded(clean).cpu()
     )

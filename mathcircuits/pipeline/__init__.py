@@ -5,7 +5,14 @@ Stages live in ``pipeline/stages/<name>.py``, named as the CLI names them; see
 """
 
 from mathcircuits.pipeline.compare_models import check_same_config, compare_model_runs, load_run_results
-from mathcircuits.pipeline.config import ConfigError, FinetuneSection, RunConfig, fingerprint, render_config
+from mathcircuits.pipeline.config import (
+    ConfigError,
+    FinetuneSection,
+    ModelSection,
+    RunConfig,
+    fingerprint,
+    render_config,
+)
 from mathcircuits.pipeline.context import Context, StageSummary, select_pairs
 from mathcircuits.pipeline.lock import RunLock, RunLockedError
 from mathcircuits.pipeline.paths import RunPaths
@@ -15,6 +22,7 @@ from mathcircuits.pipeline.stages import STAGES, Stage
 __all__ = [
     "STAGES",
     "ConfigError",
+    "ModelSection",
     "Context",
     "FinetuneSection",
     "RunConfig",

@@ -75,6 +75,11 @@ class RunPaths:
     def warnings_log(self) -> Path:
         return self.logs / "warnings.log"
 
+    @property
+    def offload(self) -> Path:
+        """Where accelerate keeps the layers a ``model.device_map`` offloads to disk (re-made at each load)."""
+        return self.root / "offload"
+
     def traceback(self, stage: str) -> Path:
         """Where the traceback of an internal error in ``stage`` is kept."""
         return self.logs / f"traceback-{stage}.txt"

@@ -129,6 +129,7 @@ def run(ctx: Context) -> IdentifySummary:
             batch_size=p.batch_size,
             keep_per_pair=True,
             progress=ctx.progress,
+            max_memory=p.max_memory or None,
         )
         res.save(paths.patching(op))
         per_op.append(PatchingResult.load(paths.patching(op)))  # as saved, so the overall mean is bit-reproducible
