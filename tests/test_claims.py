@@ -437,7 +437,10 @@ def test_selection_stability_sees_a_head_that_comes_and_goes():
         per_pair_heads=per_pair,
         ci_n_boot=50,
     )
-    k = selection_stability(res, select_key_components(res, rule="threshold", threshold=-0.2), n_boot=200, seed=0)
+    by_effect = SelectionConfig(threshold_of="effect")  # the cut in the metric's units (this result has no total)
+    k = selection_stability(
+        res, select_key_components(res, by_effect, rule="threshold", threshold=-0.2), n_boot=200, seed=0
+    )
     share = dict(zip(k.heads, k.stability))
     others = {**{f"L{l}.H{h}": s for (l, h), s in share.items()}, **k.stability_others}
     assert others["L10.H1"] == 1.0

@@ -61,13 +61,13 @@ def attribution_scan(
     Returns:
         :class:`BatchEffects` with NaN for senders not scanned.
     """
+    structure = block_structure(model)  # an unsupported family is the first thing to say
     if metric.every_answer_token or metric.fn is not None:
         raise ValueError(
             f"metric {metric.name!r} is not a first-token metric, which the attribution screen differentiates "
             "(it estimates the change at the last prompt position). "
             "Fix: screen with metric='logit_diff' (or relative_logit, prob_change), or use method='exact'."
         )
-    structure = block_structure(model)
     spec = model.spec
     L, H = spec.n_layers, spec.n_heads
     cache = last_position_caches(model, batch.tokens, batch.cf_tokens, structure=structure)
