@@ -49,8 +49,9 @@ class LastPositionCache:
     ``ref`` holds, per layer, ``hook_z``, ``hook_mlp_out``, the residual the MLP
     reads and (with post-attention norms) the attention output before that norm,
     plus the last block's ``hook_resid_post``; ``cf`` holds ``hook_z``,
-    ``hook_mlp_out`` and the last block's ``hook_resid_post``. ``logits`` and ``cf_logits`` are the reference and counterfactual runs' logits at the
-    position. With ``positions`` > 1 (teacher forcing) every row is a (pair, position): ``pair · positions + j``.
+    ``hook_mlp_out`` and the last block's ``hook_resid_post``. ``logits`` and ``cf_logits`` are the
+    reference and counterfactual runs' logits at the position. With ``positions`` > 1 (teacher forcing)
+    every row is a (pair, position): ``pair · positions + j``.
     """
 
     logits: Float[Tensor, "rows vocab"]
@@ -122,7 +123,7 @@ def last_position_caches(
     caches: dict[tuple[int, ...], Any] | None = {} if share_prefix and position == -1 else None
     logits, ref = capture(model.bridge, tokens, names, position, caches, last=last)
     cf_names = [n for layer in range(n_layers) for n in (hooks.z(layer), hooks.mlp_out(layer))]
-    cf_names.append(hooks.resid_post(n_layers - 1))  # the counterfactual's own answer (total effect), read as all
+    cf_names.append(hooks.resid_post(n_layers - 1))  # the counterfactual's own answer (the total effect)
     cf_logits, cf = capture(model.bridge, cf_tokens, cf_names, position, caches, last=last)
     if last is None:
         return LastPositionCache(logits=logits, ref=ref, cf=cf, structure=structure, cf_logits=cf_logits)

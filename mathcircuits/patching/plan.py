@@ -15,10 +15,11 @@ estimate, in bytes, with ``b`` the model's bytes per number::
     forwards  = 2 · B · P · L · (H · d_head + 4 · d_model) · b        (the cached values at the read positions)
               + B · T · (4 · d_model + 2 · d_mlp) · b + B · H · T² · b · 2 + B · P · vocab · 4   (one live forward)
 
-with ``T`` the sequence length (the prompt, plus the answer's tokens but the last when ``P`` > 1). :func:`plan_scan` returns the largest batch (up to the one asked for), with
-the largest MLP chunk (up to 8192 rows), whose estimate fits the budget. The weights are not in the budget:
-it is the memory the scan may use *beyond* them. The estimate is checked against a measured peak in
-``docs/howto/big-models-on-gpu.md`` (embedded model, CPU).
+with ``T`` the sequence length (the prompt, plus the answer's tokens but the last when ``P`` > 1).
+:func:`plan_scan` returns the largest batch (up to the one asked for), with the largest MLP chunk (up to
+8192 rows), whose estimate fits the budget. The weights are not in the budget: it is the memory the scan
+may use *beyond* them. The estimate is checked against a measured peak in ``docs/howto/big-models-on-gpu.md``
+(embedded model, CPU).
 
 Usage::
 
@@ -146,6 +147,6 @@ def plan_scan(
     need = est(1, 64)
     raise ValueError(
         f"max_memory={max_memory!r} ({budget / 1e9:.3g} GB) is below the {need / 1e9:.3g} GB the exact scan of one "
-        f"pair of {seq} tokens ({positions} read positions) needs on {spec.name}. Fix: raise max_memory, use shorter prompts, or split the "
-        "model over more devices (device_map)."
+        f"pair of {seq} tokens ({positions} read positions) needs on {spec.name}. Fix: raise max_memory, use "
+        "shorter prompts, or split the model over more devices (device_map)."
     )
