@@ -245,7 +245,7 @@ SUMMARIES = {
                  "fresh_pairs": {"add": 4}, "overlap": {"add": 0},
                  "control": {"n_pairs": 4, "draws": 3, "baseline": 0.5, "key_drop": 0.5, "random_drop_mean": 0.0,
                              "percentile": 100.0, "p_value": 0.25, "mlp_margin_drop": 0.3},
-                 "cross_operation": ["  key set of add (2 heads) knocked out: add +0.25 (shares 2 heads, Jaccard 1.00)"]},
+                 "cross_operation": ["  key set of add (2 heads) knocked out: add +0.25 (shares 2 heads, Jaccard 1)"]},
     "circuit": {"seconds": 0.1, "skipped": {"sub": 4}, "disabled": False,
                 "circuits": {"add": {"nodes": 5, "edges": 7, "stopped": "saturated", "discovery_pairs": 12,
                                      "eval_pairs": 32, "seconds": 9.5, "faith": "plateau at 4 edges",
