@@ -33,6 +33,7 @@ Usage::
     d = paired_bootstrap(correct_a, correct_b, seed=0)             # Interval of acc_a − acc_b
 
     iv = cluster_bootstrap(per_pair, clusters=templates, strata=operations)  # over templates
+    lo, hi = cluster_bootstrap_mean(per_pair_heads, templates, operations)    # [layer, head] each, over templates
 
 References: Efron & Tibshirani, *An Introduction to the Bootstrap* (1993); Wilson, JASA 22 (1927);
 Brown, Cai & DasGupta, Statistical Science 16 (2001); Koehn, EMNLP 2004; Davison & Hinkley,
@@ -59,6 +60,8 @@ __all__ = [
     "bootstrap_statistic",
     "cluster_bootstrap",
     "cluster_bootstrap_indices",
+    "cluster_bootstrap_mean",
+    "mean_interval",
     "paired_bootstrap",
     "wilson_interval",
 ]
@@ -348,3 +351,80 @@ def cluster_bootstrap(
     boots = torch.tensor([stat(x[i]) for i in cluster_bootstrap_indices(clusters, strata, n_boot, seed)])
     low, high = _quantiles(boots.double(), confidence)
     return Interval(float(stat(x)), float(low), float(high), int(x.shape[0]), confidence, "cluster_bootstrap", seed)
+
+
+def cluster_bootstrap_mean(
+    values: Float[Tensor, "row ..."],
+    clusters: Sequence[object],
+    strata: Sequence[object] | None = None,
+    n_boot: int = DEFAULT_N_BOOT,
+    seed: int = 0,
+    confidence: float = DEFAULT_CONFIDENCE,
+    divide_by: Float[Tensor, " row"] | None = None,
+) -> tuple[Float[Tensor, "..."], Float[Tensor, "..."]]:
+    """Cluster-bootstrap interval of the mean over the first axis, for every cell at once.
+
+    The tensor form of :func:`cluster_bootstrap` (as :func:`bootstrap_mean` is of :func:`bootstrap_statistic`):
+    each resample draws whole clusters (templates) with replacement within each stratum (operation) and takes
+    every cell's mean over the drawn rows (NaN entries left out of their cell).
+
+    Args:
+        values: per-row values [row, ...] (e.g. per-pair effects [pair, layer, head]).
+        clusters: the cluster of each row (e.g. its template id).
+        strata: the stratum of each row (e.g. its operation), or None.
+        n_boot, seed, confidence: resamples, seed and nominal coverage.
+        divide_by: per-row denominators [row]: the interval is then that of ``mean(values) / |mean(divide_by)|``
+            on each resample (a ratio of means, e.g. a head's effect as a share of the total effect).
+
+    Returns:
+        ``(low, high)``, each shaped like one row.
+    """
+    _check(confidence, n_boot)
+    x = torch.as_tensor(values, dtype=torch.float64)
+    if x.ndim == 0 or x.shape[0] != len(clusters):
+        raise ValueError(
+            f"cluster_bootstrap_mean got values of shape {tuple(x.shape)} for {len(clusters)} cluster labels. "
+            "Fix: pass one row of values per cluster label."
+        )
+    flat = x.reshape(x.shape[0], -1)
+    den = None if divide_by is None else torch.as_tensor(divide_by, dtype=torch.float64)
+    means = []
+    for idx in cluster_bootstrap_indices(clusters, strata, n_boot, seed):
+        m = flat[idx].nanmean(dim=0)
+        means.append(m if den is None else m / den[idx].nanmean().abs())
+    low, high = _quantiles(torch.stack(means), confidence)
+    return low.reshape(x.shape[1:]).float(), high.reshape(x.shape[1:]).float()
+
+
+def mean_interval(
+    values: Float[Tensor, "row ..."],
+    clusters: Sequence[object] | None = None,
+    strata: Sequence[object] | None = None,
+    n_boot: int = DEFAULT_N_BOOT,
+    seed: int = 0,
+    confidence: float = DEFAULT_CONFIDENCE,
+) -> tuple[Float[Tensor, "..."], Float[Tensor, "..."], str]:
+    """The interval of per-row means that every analysis should use: over clusters when it can, else over rows.
+
+    Rows of one template are not independent, so with each row's cluster (template) given and at least two
+    clusters in every stratum (operation), this is :func:`cluster_bootstrap_mean`; otherwise (no clusters, or a
+    stratum with one template) :func:`bootstrap_mean`, and the returned method says so.
+
+    Args:
+        values: per-row values [row, ...].
+        clusters: each row's cluster (e.g. template id), or None.
+        strata: each row's stratum (e.g. operation), or None.
+        n_boot, seed, confidence: resamples, seed and nominal coverage.
+
+    Returns:
+        ``(low, high, method)`` with ``method`` ``"cluster_bootstrap"`` or ``"bootstrap"``.
+    """
+    if clusters is not None and len(clusters) == len(values):
+        groups: dict[object, set[object]] = {}
+        for c, s in zip(clusters, strata if strata is not None else [0] * len(clusters)):
+            groups.setdefault(s, set()).add(c)
+        if all(len(cs) >= 2 for cs in groups.values()):
+            lo, hi = cluster_bootstrap_mean(values, clusters, strata, n_boot, seed, confidence)
+            return lo, hi, "cluster_bootstrap"
+    lo, hi = bootstrap_mean(values, n_boot, seed, confidence)
+    return lo, hi, "bootstrap"

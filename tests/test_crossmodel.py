@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from mathcircuits.ablation import KnockoutResult
+from mathcircuits.ablation import KnockoutResult, MLPMargin, RandomControl
 from mathcircuits.analysis import AttentionByRole, MLPProbeResult
 from mathcircuits.claims import assess_claims
 from mathcircuits.cli import main
@@ -126,7 +126,38 @@ def _run(name: str, layers: int, heads: int, *, key_acc: float, depth: int, exce
         case_top_number_scores=torch.zeros(layers, 1), case_top_tokens=[["8"]] * layers,
         case_top_token_scores=torch.zeros(layers, 1), case_lens_top=["8"] * layers,
     )  # fmt: skip
-    card = assess_claims(key=key, knockout={"add": knock}, attention=att, probes=probes)
+    # the claims read the random control, the key layers' heads and the later MLPs' margin (docs/claims.md)
+    control = RandomControl(
+        key_heads=list(key_heads),
+        draws=[[(depth, 2), (depth, 3), (depth + 1, 1)]] * 100,
+        clean_correct=torch.ones(n),
+        key_correct=(torch.arange(n) < key_acc * n).float(),
+        random_correct=(torch.arange(n) < 0.97 * n).float().expand(100, n).clone(),
+        operations=["add"] * n,
+        template_ids=[f"add_eq_{1 + i % 3}" for i in range(n)],
+        pair_ids=list(range(n)),
+    )
+    mates = torch.cat([shares, base[:, None, :].expand(pairs, 2, 5)], 1)  # two non-key heads of the same layers
+    layers_att = AttentionByRole(
+        heads=(*key_heads, (depth, 2), (depth + 1, 1)),
+        shares=mates,
+        baselines=base.clone(),
+        operations=["add"] * pairs,
+        pair_ids=list(range(pairs)),
+        template_ids=[f"add_eq_{1 + i % 3}" for i in range(pairs)],
+        model=spec,
+    )
+    clean = 3.0 + 0.1 * torch.randn(pairs, generator=g)
+    mlp = MLPMargin(
+        key_heads=list(key_heads),
+        layers=list(range(depth, layers)),
+        clean_margin=clean,
+        ablated_margin=clean - rise / 10 + 0.1 * torch.randn(pairs, generator=g),
+        operations=["add"] * pairs,
+        template_ids=[f"add_eq_{1 + i % 3}" for i in range(pairs)],
+        pair_ids=list(range(pairs)),
+    )
+    card = assess_claims(key=key, control=control, attention=layers_att, margin=mlp)
     return RunResults(name, f"runs/{name}", spec, card, key, {"add": knock}, att, probes)
 
 
@@ -141,8 +172,8 @@ def test_planted_differences_are_marked_and_nothing_else():
     assert by["key heads' excess attention on the operands"] == "A higher"
     assert by["first MLP that raises the answer"] == "A higher"  # 20/29 vs 5/17 of the depth
     claims = {c.id: c for c in cmp.claims}
-    assert claims["C2"].difference == "B higher" and claims["C4"].unit == "relative depth"
-    assert claims["C4"].difference == "A higher" and claims["C3"].verdict_a == "holds"
+    assert claims["C2"].difference == "B higher" and claims["C4"].unit == "logits"
+    assert claims["C4"].difference == "A higher" and claims["C3"].verdict_a == "holds"  # A's MLPs lose more
     assert "deep higher" in "; ".join(cmp.separated())
     assert "verdicts agree" in repr(cmp) and "<table" in cmp._repr_html_()
 
@@ -179,7 +210,7 @@ def test_configs_must_match_outside_the_model_section():
     other_model = RunConfig.from_dict({**TINY, "model": {"source": "tiny-qwen2", "threads": 1}})
     check_same_config(base, other_model, ("a", "b"))
     other_data = RunConfig.from_dict({**TINY, "data": {**TINY["data"], "n_per_template": 4}})
-    with pytest.raises(ConfigError, match="data.n_per_template: 3 vs 4"):
+    with pytest.raises(ConfigError, match="data.n_per_template: 5 vs 4"):
         check_same_config(base, other_data, ("a", "b"))
 
 

@@ -9,6 +9,7 @@ hook against ``hook_z`` and the attention output, the MLP probes' logit lens
 against the model's output.
 """
 
+import dataclasses
 from functools import cache
 
 import pytest
@@ -29,7 +30,7 @@ from mathcircuits.models import (
     readout,
     tiny_model,
 )
-from mathcircuits.patching import last_position_caches, path_patch
+from mathcircuits.patching import METRICS, last_position_caches, path_patch
 
 from helpers import FAST_FAMILIES, tiered
 
@@ -101,13 +102,18 @@ def test_exact_equals_reference_all_metrics(family):
     with torch.no_grad():
         logits = model(torch.tensor(ds["tokens"]))[:, -1]
     clean = logits.gather(1, torch.tensor(ds["answer_token"])[:, None])  # [pair, 1]
-    for metric in ("relative_logit", "prob_change"):
+    for name in ("relative_logit", "prob_change", "answer_logprob"):
+        # relative_logit without its guard: a random model's clean logits are near 0, where the guard refuses pairs
+        metric = dataclasses.replace(METRICS[name], min_clean=None)
         fast = path_patch(model, ds, metric=metric, keep_per_pair=True)
         ref = path_patch(model, ds, metric=metric, method="reference", keep_per_pair=True)
         d_heads, d_mlps = fast.per_pair_heads - ref.per_pair_heads, fast.per_pair_mlps - ref.per_pair_mlps
-        if metric == "relative_logit":  # back to logit units: a random model's clean logit can be near 0
+        if name == "relative_logit":  # back to logit units: a random model's clean logit can be near 0
             d_heads, d_mlps = d_heads * clean[:, :, None].abs(), d_mlps * clean.abs()
             assert d_heads.abs().max() <= 1e-4 and d_mlps.abs().max() <= 1e-4
+        elif name == "answer_logprob":  # every answer token, teacher-forced: log-probabilities
+            assert d_heads.abs().max() <= 1e-4 and d_mlps.abs().max() <= 1e-4
+            assert (fast.per_pair_total - ref.per_pair_total).abs().max() <= 1e-4
         else:
             assert d_heads.abs().max() <= 1e-6 and d_mlps.abs().max() <= 1e-6
         assert ref.per_pair_heads.abs().max() > 1e-5

@@ -13,11 +13,11 @@ import pandas as pd
 import pytest
 import yaml
 
-from mathcircuits.ablation import KnockoutResult
+from mathcircuits.ablation import KnockoutResult, RandomControl
 from mathcircuits.cli import main
 from mathcircuits.data import facts_of
 from mathcircuits.finetune import KV_POLICIES, Mode, SFTConfig
-from mathcircuits.patching import LAST_POSITION_METRICS, RULES, PatchingConfig, SelectionConfig
+from mathcircuits.patching import METRICS, RULES, PatchingConfig, PatchingResult, SelectionConfig
 from mathcircuits.pipeline import (
     STAGES,
     ConfigError,
@@ -50,14 +50,16 @@ TINY = {
     "data": {
         "operations": ["add"],
         "template_ids": ["add_eq_1", "add_eq_2"],
-        "n_per_template": 3,
+        "n_per_template": 5,
         "keep_only_correct": False,
     },
-    "patching": {"min_pairs": 1, "max_pairs": 6},
+    "patching": {"min_pairs": 1, "max_pairs": 3},  # identify takes 3 pairs; validate scores the rest (fresh pairs)
     "selection": {"rule": "topk", "k": 2},
     "validation": {
         "knockout_max_k": 1,
         "n_random": 1,
+        "control_draws": 3,
+        "transfer_draws": 2,
         "max_pairs": 4,
         "transfer_templates": False,
         "transfer_multi_digit": False,
@@ -91,7 +93,7 @@ def test_config_sections_are_the_library_configs_with_one_default():
     The selection's defaults live only in SelectionConfig (select_key_components takes one, or overrides of it).
     """
     hints = typing.get_type_hints(PatchingConfig)
-    assert set(typing.get_args(hints["metric"])) == set(LAST_POSITION_METRICS)
+    assert set(typing.get_args(hints["metric"])) == set(METRICS)  # every metric: path patching reads every answer token
     assert set(typing.get_args(typing.get_type_hints(SelectionConfig)["rule"])) == set(RULES)
     assert set(typing.get_args(typing.get_type_hints(SFTConfig)["kv_policy"])) == set(KV_POLICIES)
     cfg = RunConfig()
@@ -163,7 +165,7 @@ def test_pipeline_runs_skips_and_resumes(tmp_path):
     first = run_pipeline(cfg, out, only=["data", "identify"], progress=False)
     assert (out / "identify" / "key_components.json").exists()
     assert done_summary(out, "identify") == first["identify"]  # the typed summary round-trips through the marker
-    assert "key heads (topk)" in str(first["identify"]) and "correct pairs kept: 6 of 6" in str(first["data"])
+    assert "key heads (topk)" in str(first["identify"]) and "correct pairs kept: 10 of 10" in str(first["data"])
     status = stage_status(out, cfg)
     assert status["data"].state == status["identify"].state == "done" and status["validate"].state == "todo"
     marker = (out / "identify" / ".done.json").stat().st_mtime_ns
@@ -172,6 +174,11 @@ def test_pipeline_runs_skips_and_resumes(tmp_path):
     assert "[data] up to date, skipped" in lines and "[identify] up to date, skipped" in lines
     assert (out / "identify" / ".done.json").stat().st_mtime_ns == marker
     assert (out / "validate" / "knockout_add.csv").exists()
+    # the knockout pairs are fresh: none of them chose the heads
+    scored = RandomControl.load(out / "validate" / "control.pt")
+    used = PatchingResult.load(out / "identify" / "patching_add.pt").pair_ids
+    assert scored.identification_overlap == 0 and not set(scored.pair_ids) & set(used) and len(scored.pair_ids) == 4
+    assert done_summary(out, "validate").overlap == {"add": 0}
     run_pipeline(cfg, out, progress=False)  # the remaining stages: analyze, finetune/evaluate (disabled here), report
     html = (out / "report" / "report.html").read_text()
     assert "plotly" in html.lower() and "unpkg.com" not in html
@@ -199,11 +206,12 @@ def test_heldout_templates_stay_out_of_identification_and_become_transfer_sets(t
     summaries = run_pipeline(cfg, out, only=["data", "identify", "validate"], progress=False)
     correct = datasets.load_from_disk(str(out / "data" / "pairs_correct"))
     assert set(correct["template_id"]) == {"add_eq_1"}, "a held-out template reached identification"
-    assert "3 pairs of held-out templates kept for transfer" in str(summaries["data"])
+    assert "5 pairs of held-out templates kept for transfer" in str(summaries["data"])
     rows = {r.dataset: r for r in summaries["validate"].transfer}
     assert list(rows) == ["add held-out templates (add_eq_2)"], "transfer_held_in=False still scored found-on data"
     held = rows["add held-out templates (add_eq_2)"]
-    assert held.n == 3 and not held.held_in and held.ablation == "position_mean"
+    # 5 held-out pairs, capped at validation.max_pairs
+    assert held.n == 4 and not held.held_in and held.ablation == "position_mean"
     # the curve also measures k = the number of key heads (1), the point claim C2 reads
     assert KnockoutResult.load(out / "validate" / "knockout_add.pt").ks == [0, 1, 2]
     assert not (out / "validate" / "head_means.pt").exists(), "position-free means computed though nothing uses them"
@@ -220,10 +228,13 @@ SUMMARIES = {
     "data": {"seconds": 0.8, "n_pairs": 12, "n_correct": 12, "n_heldout": 0, "requested_per_template": 4,
              "accuracy_by_operation": [{"operation": "add", "n": 8, "accuracy": 0.0, "mean_p_answer": 0.0093}],
              "fewer_than_requested": {}},
-    "identify": {"seconds": 1.3, "correct_pairs": {"add": 8}, "patched_operations": ["add"],
+    "identify": {"seconds": 1.3, "peak_memory": {"bytes": 52428800, "how": "cpu_rss", "devices": "cpu", "exact": True},
+                 "correct_pairs": {"add": 8}, "patched_operations": ["add"],
                  "results": {"add": {"n_pairs": 8, "seconds": 0.27, "top_heads": [[2, 2, -0.1119], [1, 3, 0.0]]}},
                  "key_heads": [[2, 2]], "key_mlps": [1], "key_head_fraction": 0.25, "rule": "topk",
-                 "top_heads": [[2, 2, -0.10877]], "stability": [0.795]},
+                 "top_heads": [[2, 2, -0.10877]], "stability": [0.795], "metric": "answer_logprob",
+                 "totals": {"add": {"effect": [-1.2, -1.9, -0.6], "interval": "cluster_bootstrap",
+                                    "top_shares": [-0.093, 0.0], "n_excluded": 0}}},
     "validate": {"seconds": 3.1,
                  "knockout": {"add": {"baseline": 0.5, "ranked_final": 0.0, "random_final_mean": 0.25,
                                       "random_final_std": 0.1, "k": 2}},
@@ -232,7 +243,12 @@ SUMMARIES = {
                                "status": "not measurable on this model", "key_ablated_accuracy": NAN,
                                "key_low": NAN, "key_high": NAN, "random_ablated_accuracy": NAN,
                                "random_low": NAN, "random_high": NAN, "random_ablated_std": NAN,
-                               "key_drop": NAN, "random_drop": NAN, "ablation": "position_mean"}]},
+                               "key_drop": NAN, "random_drop": NAN, "ablation": "position_mean",
+                               "p_value": NAN, "n_draws": 0}],
+                 "fresh_pairs": {"add": 4}, "overlap": {"add": 0},
+                 "control": {"n_pairs": 4, "draws": 3, "baseline": 0.5, "key_drop": 0.5, "random_drop_mean": 0.0,
+                             "percentile": 100.0, "p_value": 0.25, "mlp_margin_drop": 0.3},
+                 "cross_operation": ["  key set of add (2 heads) knocked out: add +0.25 (shares 2 heads, Jaccard 1)"]},
     "circuit": {"seconds": 0.1, "skipped": {"sub": 4}, "disabled": False,
                 "circuits": {"add": {"nodes": 5, "edges": 7, "stopped": "saturated", "discovery_pairs": 12,
                                      "eval_pairs": 32, "seconds": 9.5, "faith": "plateau at 4 edges",

@@ -5,9 +5,14 @@
 * :mod:`.scorer` — :class:`KnockoutScorer`, one pair set under many knockouts (exact savings);
 * :mod:`.knockout` — :func:`knockout_curve` and :func:`ablated_accuracy`;
 * :mod:`.transfer` — :func:`transfer`, the key heads on data not used to find them;
+* :mod:`.cross` — :func:`cross_operation`, each operation's key set knocked out on every operation;
+* :mod:`.control` — :func:`random_control`, the key set against ≥ 100 depth-matched random sets of non-key heads;
+* :mod:`.mlp_margin` — :func:`mlp_margin`, the later MLPs' answer margin with the key heads knocked out (C4);
 * :mod:`.result` — :class:`KnockoutResult`, :class:`TransferRow`, :class:`TransferResult`.
 """
 
+from mathcircuits.ablation.control import RandomControl, depth_matched_draws, random_control
+from mathcircuits.ablation.cross import CrossOperation, cross_operation, jaccard
 from mathcircuits.ablation.hooks import (
     ABLATIONS,
     SCOPES,
@@ -18,7 +23,8 @@ from mathcircuits.ablation.hooks import (
     z_ablation_hooks,
 )
 from mathcircuits.ablation.knockout import ablated_accuracy, knockout_curve
-from mathcircuits.ablation.means import HeadMeans, head_means
+from mathcircuits.ablation.means import HeadMeans, PoolKey, PositionPool, head_means
+from mathcircuits.ablation.mlp_margin import MLPMargin, mlp_margin
 from mathcircuits.ablation.result import (
     MEASURED,
     NOT_MEASURABLE,
@@ -34,11 +40,16 @@ __all__ = [
     "ABLATIONS",
     "MEASURED",
     "NOT_MEASURABLE",
+    "PoolKey",
+    "PositionPool",
     "SCOPES",
     "Ablation",
     "HeadMeans",
+    "CrossOperation",
     "KnockoutResult",
     "KnockoutScorer",
+    "MLPMargin",
+    "RandomControl",
     "Scope",
     "TransferResult",
     "TransferRow",
@@ -46,9 +57,14 @@ __all__ = [
     "ablated_accuracy",
     "ablated_model",
     "check_knockout",
+    "cross_operation",
+    "depth_matched_draws",
     "head_means",
     "knockout_curve",
+    "jaccard",
     "mean_ablation_hooks",
+    "mlp_margin",
+    "random_control",
     "transfer",
     "transfer_row",
     "z_ablation_hooks",

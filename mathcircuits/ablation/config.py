@@ -23,7 +23,14 @@ class ValidationConfig:
         knockout_max_k: the curve knocks out up to the top K heads.
         knockout_ks: the k values of the curve; empty: every k in 1..K. Each k costs (1 + n_random) scorings.
             The validate stage adds k = the number of key heads (the point claim C2 reads).
-        n_random: random head sets (seeds) per k, the control.
+        n_random: random head sets (seeds) per k of the knockout curve (drawn from all heads, as in the paper's
+            figure; the claims read the control below instead).
+        control_draws: depth-matched random sets of non-key heads knocked out beside the pooled key set on the
+            fresh pairs (claim C2's null: the key set's percentile and p-value). Each draw costs one scoring of
+            the fresh pairs from the key set's lowest layer on.
+        control_pairs: fresh pairs per operation that the control (and the MLP margin of C4) scores: the first
+            ``control_pairs`` of the knockout pairs, pooled over operations.
+        transfer_draws: depth-matched random sets per transfer set (claim C5's null).
         ablation: what a knocked-out head outputs. ``mean``: its mean over all counterfactual prompts and
             positions (the paper); ``position_mean``: its mean over the counterfactual prompts of the same
             template at each aligned position (IOI style; equals the clean activation on the shared few-shot
@@ -31,7 +38,8 @@ class ValidationConfig:
             See docs/howto/knock-out-a-circuit.md for the measured comparison. Transfer uses the same
             ablation, except on sets without aligned counterfactual prompts (real word problems): ``mean``.
         scope: positions ablated: all, or the last token only.
-        max_pairs: correct pairs per operation and per transfer set.
+        max_pairs: correct pairs per operation and per transfer set. The knockout pairs of an operation are
+            *fresh*: the rows after the ``patching.max_pairs`` that identify used, in the same seeded order.
         transfer_held_in: add each operation's identification pairs to the transfer sets (marked
             ``held_in``): the key heads' drop where they were found, beside their drop on held-out data.
             Knockout measures the same pairs (with each operation's own ranking), so this row is a
@@ -41,6 +49,9 @@ class ValidationConfig:
     knockout_max_k: int = setting(10, "knock out the top 1..K heads", ge=1)
     knockout_ks: tuple[int, ...] = setting((), "k values of the knockout curve; empty: every k in 1..K")
     n_random: int = setting(3, "random head sets per K (the control)", ge=1)
+    control_draws: int = setting(100, "depth-matched random non-key sets beside the key set (C2's null)", ge=1)
+    control_pairs: int = setting(24, "fresh pairs per operation scored by every control draw (C2, C4)", ge=1)
+    transfer_draws: int = setting(20, "depth-matched random non-key sets per transfer set (C5's null)", ge=1)
     ablation: Literal["mean", "position_mean", "resample"] = setting(
         "position_mean", "knocked-out head's value: mean over all positions, per-position mean, or resampled"
     )

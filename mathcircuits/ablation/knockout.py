@@ -9,7 +9,9 @@ computes about *this* prompt's arithmetic. Three replacements (``ablation``):
   vector per head at every position: the paper's mean ablation.
 * ``"position_mean"`` — at each position, the head's mean over the counterfactual
   prompts of the same template and length (aligned positions; Wang et al. 2022,
-  IOI). On the shared few-shot prefix every counterfactual prompt carries the
+  IOI): over a large ``pool`` of them when given, leaving the scored pair's own
+  counterfactual out (the validate stage passes every generated pair), else over
+  the scored pairs of the template. On the shared few-shot prefix every counterfactual prompt carries the
   same tokens as the prompt, so the mean there *is* the clean activation and the
   ablation changes only the query positions.
 * ``"resample"`` — each prompt takes the head's output from one counterfactual
@@ -42,7 +44,7 @@ import torch
 from tqdm.auto import tqdm
 
 from mathcircuits.ablation.hooks import Ablation, Scope, check_choice
-from mathcircuits.ablation.means import HeadMeans, head_means
+from mathcircuits.ablation.means import HeadMeans, PositionPool, head_means
 from mathcircuits.ablation.result import KnockoutResult
 from mathcircuits.ablation.scorer import KnockoutScorer
 from mathcircuits.data.pairs import PairSet, check_columns
@@ -98,6 +100,7 @@ def knockout_curve(
     progress: bool = False,
     ablation: Ablation = "mean",
     ks: Sequence[int] | None = None,
+    pool: PositionPool | None = None,
 ) -> KnockoutResult:
     """Knock out the top-k heads in effect-rank order and ``n_random`` random orders, for each k.
 
@@ -113,6 +116,8 @@ def knockout_curve(
         progress: show a progress bar.
         ablation: ``"mean"``, ``"position_mean"`` or ``"resample"`` (module docstring).
         ks: the k values of the curve (default every k in 1…max_k; 0, the clean model, is always included).
+        pool: for ``"position_mean"``: counterfactual prompts to average over, leaving each scored pair's own out
+            (:class:`KnockoutScorer`); None: the scored pairs of each template.
 
     Returns:
         The :class:`KnockoutResult`.
@@ -135,7 +140,7 @@ def knockout_curve(
     all_heads = [(l, h) for l in range(spec.n_layers) for h in range(spec.n_heads)]
     rng = random.Random(seed)
     orders = [rng.sample(all_heads, len(ranked)) for _ in range(n_random)]
-    scorer = KnockoutScorer(model, dataset, ablation, means, scope, seed)
+    scorer = KnockoutScorer(model, dataset, ablation, means, scope, seed, pool=pool)
     bar = tqdm(total=len(ks) * (1 + n_random), disable=not progress, desc="knockout")
     base = scorer.accuracy([])
     ranked_acc = []

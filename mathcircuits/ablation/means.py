@@ -10,6 +10,7 @@ instead (:class:`mathcircuits.ablation.KnockoutScorer`).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,10 +22,10 @@ from mathcircuits._io import SavedResult
 from mathcircuits.data.batching import iter_batches
 from mathcircuits.data.pairs import PairSet, check_columns
 from mathcircuits.models import HookedModel, hooks
-from mathcircuits.models.prefix import PrefixRunner
+from mathcircuits.models.prefix import PrefixRunner, shared_prefix_len
 from mathcircuits.models.spec import ModelSpec, as_spec, check_model
 
-__all__ = ["HeadMeans", "head_means"]
+__all__ = ["HeadMeans", "PoolKey", "PositionPool", "head_means"]
 
 
 @dataclass(frozen=True, repr=False)
@@ -118,3 +119,109 @@ def head_means(model: HookedModel, dataset: PairSet, column: str = "cf_tokens", 
         PrefixRunner(model.bridge, suffix_hooks, prefix_hooks).logits_from(toks, toks.shape[1] - 1)
         count += toks.numel()
     return HeadMeans(means=(total / count).float(), n_prompts=len(seqs), model=spec)
+
+
+PoolKey = tuple[str, int, int]  # (template id, prompt tokens, answer tokens): sequences whose positions align
+
+
+class PositionPool:
+    """Per-position means of ``hook_z`` over a large pool of counterfactual sequences, leaving one item out.
+
+    The ``position_mean`` ablation replaces a head's output at each position by its mean over counterfactual
+    prompts whose positions align with the scored prompt's: the same template, prompt length and answer length
+    (:data:`PoolKey`; the sequence is the counterfactual prompt followed by its own teacher-forced answer, less
+    the last token). Averaging over only the few scored pairs of a template makes the mean close to the scored
+    pair's own counterfactual (a group of one *is* the identification patch), so the mean is taken over a large
+    pool, by default every counterfactual prompt the data stage generated, and the scored pair's own
+    counterfactual is left out (:meth:`value`). Positions every sequence of a key shares (the few-shot prefix)
+    hold the same ``hook_z`` in every sequence, so they are stored once. A key is computed on first use and kept,
+    so one pool serves every scorer of a stage.
+
+    Args:
+        model: the hooked model.
+        pool: pairs with ``cf_tokens``, ``answer_tokens``, ``n_tokens``, ``template_id`` and ``pair_id``.
+        batch_size: sequences per forward.
+    """
+
+    def __init__(self, model: HookedModel, pool: PairSet, batch_size: int = 32) -> None:
+        check_columns(pool, ("cf_tokens", "answer_tokens", "n_tokens", "template_id", "pair_id"), "PositionPool")
+        self.model, self.batch_size = model, batch_size
+        self.items: dict[PoolKey, list[tuple[int, tuple[int, ...]]]] = {}
+        for tid, n, ans, cf, pid in zip(
+            pool["template_id"], pool["n_tokens"], pool["answer_tokens"], pool["cf_tokens"], pool["pair_id"]
+        ):
+            if len(cf) == int(n):
+                k = (str(tid), int(n), len(ans))
+                self.items.setdefault(k, []).append((int(pid), tuple(cf) + tuple(ans)[:-1]))
+        self._stats: dict[PoolKey, tuple[Tensor, Tensor, int, dict[int, tuple[int, ...]]]] = {}
+
+    def __len__(self) -> int:
+        return sum(len(v) for v in self.items.values())
+
+    def _compute(self, k: PoolKey) -> tuple[Tensor, Tensor, int, dict[int, tuple[int, ...]]]:
+        """(head [q, layer, head, d_head], tail sum [pos − q, ...] float64, count, pair id → sequence) of ``k``."""
+        if k not in self._stats:
+            spec, items = self.model.spec, self.items[k]
+            names = [hooks.z(layer) for layer in range(spec.n_layers)]
+            toks_all = torch.tensor([s for _, s in items], device=self.model.device)
+            q = shared_prefix_len(toks_all, k[1] - 1)
+            total = torch.zeros(toks_all.shape[1] - q, spec.n_layers, spec.n_heads, spec.d_head, dtype=torch.float64)
+            head = None
+            for j in range(0, len(items), self.batch_size):
+                toks = toks_all[j : j + self.batch_size]
+                pre: dict[int, Tensor] = {}
+                suf: dict[int, Tensor] = {}
+
+                def grab(layer: int, store: dict[int, Tensor], first: bool) -> Any:
+                    def fn(act: Tensor, hook: Any) -> None:
+                        store[layer] = (act[0] if first else act).detach().float().cpu()
+
+                    return fn
+
+                runner = PrefixRunner(
+                    self.model.bridge,
+                    [(n, grab(layer, suf, False)) for layer, n in enumerate(names)],
+                    [(n, grab(layer, pre, True)) for layer, n in enumerate(names)],
+                )
+                runner.logits_from(toks, toks.shape[1] - 1)
+                z = torch.stack([suf[layer] for layer in range(spec.n_layers)], 2)  # [B, S − p, layer, head, d]
+                p = toks.shape[1] - z.shape[1]
+                if p > 0:
+                    prefix = torch.stack([pre[layer] for layer in range(spec.n_layers)], 1)  # [p, layer, head, d]
+                    z = torch.cat([prefix[None].expand(z.shape[0], -1, -1, -1, -1), z], 1)
+                if head is None:
+                    head = z[0, :q].clone()
+                total += z[:, q:].double().sum(0)
+            self._stats[k] = (head, total, len(items), dict(items))
+        return self._stats[k]
+
+    def value(
+        self, key: PoolKey, pair_id: int, seq: Sequence[int], own: Tensor | None, start: int = 0
+    ) -> Tensor | None:
+        """The mean ``hook_z`` from position ``start`` on ``[pos − start, layer, head, d_head]`` over the pool items
+        of ``key``, leaving out the item with ``pair_id`` when it is the same sequence ``seq``.
+
+        Args:
+            key: the scored sequence's key.
+            pair_id: its pair id.
+            seq: its counterfactual sequence (left out only if the pool's item of that id is this sequence).
+            own: its counterfactual's ``hook_z`` from ``start`` on (needed when it is in the pool).
+            start: the first position returned.
+
+        Returns:
+            The mean, or None when the pool has no other item of ``key``.
+        """
+        if key not in self.items:
+            return None
+        head, total, n, ids = self._compute(key)
+        q = head.shape[0]
+        inside = ids.get(pair_id) == tuple(seq)
+        if n - inside < 1:
+            return None
+        tail = total[max(0, start - q) :]
+        if inside:
+            if own is None:
+                raise ValueError("PositionPool.value needs the scored pair's own hook_z to leave it out.")
+            tail = tail - own[max(0, q - start) :].double()
+        tail = (tail / (n - inside)).float()
+        return torch.cat([head[start:], tail], 0) if start < q else tail

@@ -109,6 +109,9 @@ class TransferRow:
         key_drop: ``key_ablated_accuracy − 1``, the share of clean-correct items lost.
         random_drop: ``random_ablated_accuracy − 1``.
         ablation: how the set was ablated (``mean`` for sets without counterfactual prompts).
+        p_value: the key set's empirical p-value among the ``n_draws`` depth-matched random sets of non-key
+            heads, ``(1 + #{random accuracy ≤ key accuracy}) / (1 + n_draws)`` (NaN when not measurable).
+        n_draws: how many random sets.
     """
 
     dataset: str
@@ -129,6 +132,8 @@ class TransferRow:
     key_drop: float = math.nan
     random_drop: float = math.nan
     ablation: Ablation = "mean"
+    p_value: float = math.nan
+    n_draws: int = 0
 
     @property
     def measured(self) -> bool:
@@ -159,11 +164,14 @@ class TransferResult(SavedResult):
     seed: int = 0
 
     STAGE = "validate"
-    VERSION: ClassVar[int] = 3
+    VERSION: ClassVar[int] = 4
 
     @classmethod
     def upgrade(cls, version: int, fields: dict[str, Any]) -> dict[str, Any]:
-        """Versions 1–2 measured transfer on every item, right or wrong: they cannot be read as transfer."""
+        """Versions 1–2 measured transfer on every item, right or wrong; version 3 drew random heads anywhere
+        (key heads included, any depth): none can be read against the depth-matched null."""
+        if version == 3:
+            raise FieldError("its random heads were drawn from all heads at any depth (no depth-matched null)")
         raise FieldError(
             "it measured transfer on every item (also those the clean model gets wrong) and has no intervals"
         )

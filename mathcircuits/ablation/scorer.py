@@ -32,7 +32,7 @@ from jaxtyping import Float
 from torch import Tensor
 
 from mathcircuits.ablation.hooks import Ablation, Scope, check_choice, z_ablation_hooks
-from mathcircuits.ablation.means import HeadMeans, head_means
+from mathcircuits.ablation.means import HeadMeans, PoolKey, PositionPool, head_means
 from mathcircuits.data.filter import length_groups
 from mathcircuits.data.pairs import PairSet, check_columns
 from mathcircuits.models import HookedModel, fast_paths_enabled, hooks
@@ -68,6 +68,12 @@ class KnockoutScorer:
         seed: seed of the resampling donors.
         batch_size: pairs per forward.
         source_column: the prompts the per-position means and donors come from (the counterfactual ones).
+        pool: for ``"position_mean"``: a :class:`~mathcircuits.ablation.PositionPool` over a large set of
+            counterfactual prompts (e.g. every pair the data stage generated) whose per-position mean replaces
+            the head, per template, prompt length and answer length, **leaving the scored pair's own
+            counterfactual out**; ``dataset`` then needs ``template_id`` and ``pair_id``. A row whose key has no
+            other pool item falls back to the mean over the scored rows of its group (listed in
+            :attr:`pool_fallbacks`). None: the mean over the scored rows of the group.
         reuse_clean: keep the clean run of each batch (the residual entering every block) and resume each
             knockout at its lowest ablated layer; worth it from the second scoring on. ``False`` (one scoring)
             runs the ablated suffix through every block instead.
@@ -86,6 +92,7 @@ class KnockoutScorer:
         batch_size: int = 32,
         source_column: str = "cf_tokens",
         reuse_clean: bool = True,
+        pool: PositionPool | None = None,
     ) -> None:
         check_choice(ablation, scope)
         self.reuse_clean = reuse_clean
@@ -126,6 +133,15 @@ class KnockoutScorer:
         self._prefix: dict[tuple[int, ...], Any] = {}  # clean KV caches of the shared prefixes
         self._clean: dict[int, tuple[Tensor, list[Tensor]]] = {}  # batch → (resid_pre stack, answer logits)
         self._src: dict[tuple[int, bool], Tensor] = {}  # (group, fast) → source z [rows, pos, layer, head, d_head]
+        self._pool = pool if ablation == "position_mean" else None
+        self._pooled_values: dict[tuple[int, tuple[int, ...], bool], Tensor] = {}
+        self.pool_fallbacks: set[int] = set()  # rows whose key had no other pool item
+        if self._pool is not None:
+            check_columns(dataset, ("template_id", "pair_id"), "KnockoutScorer (pool)")
+            self.pair_ids = [int(x) for x in dataset["pair_id"]]
+            self.keys: list[PoolKey] = [
+                (str(t), n, len(a)) for t, n, a in zip(dataset["template_id"], self.n_prompt, answers)
+            ]
 
     # --- clean pieces, computed once ---------------------------------------------------------------------
     def _prefix_cache(self, prefix: list[int]) -> Any:
@@ -167,9 +183,27 @@ class KnockoutScorer:
             return self.means.means[None, None]
         src = self._source_z(g, fast)
         if self.ablation == "position_mean":
-            return src.mean(0, keepdim=True)
+            return self._pooled(g, rows, fast, src) if self._pool is not None else src.mean(0, keepdim=True)
         local = {i: n for n, i in enumerate(self.groups[g].rows)}
         return src[[local[self.donor[i]] for i in rows]]
+
+    def _pooled(self, g: int, rows: list[int], fast: bool, src: Tensor) -> Tensor:
+        """Per row: the pool's per-position mean of its key without its own counterfactual ``[rows, pos, ...]``."""
+        ck = (g, tuple(rows), fast)
+        if ck not in self._pooled_values:
+            assert self._pool is not None and self.sources is not None
+            start = self.groups[g].shared if fast else 0
+            local = {i: n for n, i in enumerate(self.groups[g].rows)}
+            group_mean = src.mean(0)
+            out = []
+            for i in rows:
+                v = self._pool.value(self.keys[i], self.pair_ids[i], self.sources[i], src[local[i]], start)
+                if v is None:
+                    self.pool_fallbacks.add(i)
+                    v = group_mean
+                out.append(v)
+            self._pooled_values[ck] = torch.stack(out)
+        return self._pooled_values[ck]
 
     def replacement_z(self, group: int) -> Tensor:
         """What a knocked-out head's ``hook_z`` becomes on the rows of ``self.groups[group]``, every position.

@@ -3,7 +3,9 @@
 For each evaluation set (other operations, other templates, multi-digit
 operands, real word problems) we first score the clean model, then keep **only
 the items it answers correctly**, and on those measure accuracy with the key
-heads mean-ablated and with as many random heads mean-ablated (several seeds).
+heads mean-ablated and with depth-matched random sets of non-key heads (the same layer
+multiset as the key set, :func:`~mathcircuits.ablation.depth_matched_draws`; ``n_random`` draws), whose
+accuracies give the key set an empirical p-value per set.
 A large drop for key heads and a small one for random heads means the circuit
 transfers. Items the clean model already gets wrong say nothing about what the
 heads do (an ablation cannot break an answer that was never right), so they
@@ -34,13 +36,13 @@ ablation it used.
 from __future__ import annotations
 
 import dataclasses
-import random
 from collections.abc import Mapping, Sequence
 
 from tqdm.auto import tqdm
 
+from mathcircuits.ablation.control import depth_matched_draws
 from mathcircuits.ablation.hooks import Ablation, Scope, check_choice
-from mathcircuits.ablation.means import HeadMeans
+from mathcircuits.ablation.means import HeadMeans, PositionPool
 from mathcircuits.ablation.result import MEASURED, NOT_MEASURABLE, TransferResult, TransferRow
 from mathcircuits.ablation.scorer import KnockoutScorer
 from mathcircuits.data.pairs import PairSet, check_columns
@@ -102,6 +104,9 @@ def transfer_row(
     pooled = wilson_interval(sum(int(sum(r)) for r in random_sets), sum(len(r) for r in random_sets), confidence)
     r_mean = sum(per_set) / len(per_set) if per_set else nan
     r_std = (sum((x - r_mean) ** 2 for x in per_set) / len(per_set)) ** 0.5 if len(per_set) > 1 else 0.0
+    key_acc = sum(key) / len(key)
+    # the key set's empirical p-value: random sets that lose at least as much (accuracy at most the key set's)
+    p = (1 + sum(a <= key_acc + 1e-12 for a in per_set)) / (1 + len(per_set))
     return dataclasses.replace(
         row,
         key_ablated_accuracy=kw.value,
@@ -113,6 +118,8 @@ def transfer_row(
         random_ablated_std=r_std,
         key_drop=kw.value - 1.0,
         random_drop=r_mean - 1.0,
+        p_value=p,
+        n_draws=len(per_set),
     )
 
 
@@ -130,6 +137,7 @@ def transfer(
     min_correct: int = 5,
     batch_size: int = 32,
     ablation: Ablation = "mean",
+    pool: PositionPool | None = None,
 ) -> TransferResult:
     """Per dataset: clean accuracy, then key-ablated and random-ablated accuracy on the clean-correct items.
 
@@ -139,7 +147,7 @@ def transfer(
         key_heads: a :class:`~mathcircuits.patching.KeyComponents` of this model, or ``[(layer, head), ...]``.
         means: :class:`HeadMeans` taken on this model, for the ``"mean"`` ablation and sets without ``cf_tokens``
             (None: no set may need them).
-        n_random: random head sets per dataset.
+        n_random: depth-matched random sets of non-key heads per dataset (the null of the key set's p-value).
         seed: seed of the random head sets (and of the resampling donors).
         scope: ``"all"`` positions or only the ``"last"``.
         progress: show a progress bar.
@@ -148,6 +156,8 @@ def transfer(
         min_correct: a set with fewer clean-correct items than this is *not measurable on this model*.
         batch_size: pairs per forward.
         ablation: ``"mean"``, ``"position_mean"`` or ``"resample"``, as in the knockout (module docstring).
+        pool: for ``"position_mean"``: counterfactual prompts to average over, leaving each item's own out (used
+            for sets with ``template_id`` and ``pair_id``).
 
     Returns:
         The :class:`TransferResult`; each row's ``ablation`` says how its set was ablated. Heads or means
@@ -159,10 +169,8 @@ def transfer(
     key_heads = list(resolve_heads(key_heads, spec, allow_empty=True))
     if means is not None:
         means.check_model(spec)
-    all_heads = [(l, h) for l in range(spec.n_layers) for h in range(spec.n_heads)]
-    rng = random.Random(seed)
     rows = []
-    for name, ds in tqdm(eval_sets.items(), disable=not progress, desc="transfer"):
+    for s, (name, ds) in enumerate(tqdm(eval_sets.items(), disable=not progress, desc="transfer")):
         if len(ds) == 0:
             continue
         check_columns(ds, ("tokens", "answer_tokens", "n_tokens"), "transfer")
@@ -173,12 +181,14 @@ def transfer(
                 f"transfer set {name!r} needs the position-free mean ({why}) but means is None. "
                 "Fix: pass head_means(model, counterfactual pairs)."
             )
-        scorer = KnockoutScorer(model, ds, used, means, scope, seed, batch_size)
+        pooled = pool if {"template_id", "pair_id"} <= set(ds.column_names) else None  # else: group means
+        scorer = KnockoutScorer(model, ds, used, means, scope, seed, batch_size, pool=pooled)
         clean = [int(c) for c in scorer.score([])[0]]
         kept = [i for i, c in enumerate(clean) if c]
         key = rand = None
         if len(kept) >= min_correct and len(kept) / len(clean) >= min_clean_accuracy:
-            head_sets = [key_heads] + [rng.sample(all_heads, len(key_heads)) for _ in range(n_random)]
+            draws = depth_matched_draws(key_heads, spec, n_random, seed + s) if key_heads else []
+            head_sets = [key_heads, *draws]
             on_kept = [[int(c[i]) for i in kept] for c in (scorer.score(h)[0] for h in head_sets)]
             key, rand = on_kept[0], on_kept[1:]
         rows.append(

@@ -43,7 +43,7 @@ from mathcircuits.models import Head, HookedModel, hooks
 from mathcircuits.models.prefix import PrefixRunner
 from mathcircuits.models.spec import ModelSpec
 from mathcircuits.patching import KeyComponents, resolve_heads
-from mathcircuits.stats import DEFAULT_CONFIDENCE, DEFAULT_N_BOOT, bootstrap_mean
+from mathcircuits.stats import DEFAULT_CONFIDENCE, DEFAULT_N_BOOT, mean_interval
 
 __all__ = ["ROLE_COLUMNS", "AttentionByRole", "AttentionSettings", "attention_by_role"]
 
@@ -144,7 +144,8 @@ class AttentionByRole(SavedResult):
 
         Args:
             by_operation: add rows per operation after the rows over all pairs.
-            n_boot: bootstrap resamples of the pairs for the intervals.
+            n_boot: bootstrap resamples for the intervals (of templates within operations when each operation has
+                two or more, else of pairs: :func:`~mathcircuits.stats.mean_interval`; column ``interval``).
             seed: bootstrap seed.
             confidence: the intervals' level.
 
@@ -157,9 +158,12 @@ class AttentionByRole(SavedResult):
         for op in groups:
             idx = self._rows(op)
             s, b = self.shares[idx].mean(0), self.baselines[idx].mean(0)
-            s_lo, s_hi = bootstrap_mean(self.shares[idx], n_boot, seed, confidence)
+            templates = [self.template_ids[i] for i in idx.tolist()]
+            ops = [self.operations[i] for i in idx.tolist()]
+            s_lo, s_hi, method = mean_interval(self.shares[idx], templates, ops, n_boot, seed, confidence)
             grouped = self.grouped(idx)
-            g, (g_lo, g_hi) = grouped.mean(0), bootstrap_mean(grouped, n_boot, seed, confidence)
+            g_lo, g_hi, _ = mean_interval(grouped, templates, ops, n_boot, seed, confidence)
+            g = grouped.mean(0)
             classes = self.classify(op)
             for i, (layer, head) in enumerate(self.heads):
                 row: dict[str, Any] = {
@@ -168,6 +172,7 @@ class AttentionByRole(SavedResult):
                     "head": head,
                     "component": str(Head(layer, head)),
                     "n_pairs": len(idx),
+                    "interval": method,
                 }
                 for j, r in enumerate(self.roles):
                     row.update({r: float(s[i, j]), f"{r}_low": float(s_lo[i, j]), f"{r}_high": float(s_hi[i, j])})

@@ -79,6 +79,7 @@ from mathcircuits.data.generate import answer_spacing
 from mathcircuits.data.pairs import PairSet, pair_columns, template_keys, token_strings
 from mathcircuits.models import HookedModel, hooks
 from mathcircuits.models.families import block_structure
+from mathcircuits.models.placement import unembed_columns
 from mathcircuits.models.prefix import PrefixRunner
 from mathcircuits.models.readout import final_norm, vocab_logits
 
@@ -203,7 +204,7 @@ def mlp_probes(
             first_of[t] = -1
     cand = torch.tensor(cand_tokens, device=model.device)
 
-    W_U = bridge.W_U.float()  # activations are read as float32 (also from a bf16 model)
+    W_U = unembed_columns(model, slice(None))[0].float()  # read as float32 (also from a bf16 model); offload-safe
     d_model = W_U.shape[0]
     structure = block_structure(model)  # the final norm and soft cap come from the family table
     zero_img = final_norm(model, structure, torch.zeros(1, 1, d_model, device=W_U.device, dtype=W_U.dtype))[0, 0]

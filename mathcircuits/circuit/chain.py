@@ -20,6 +20,7 @@ from mathcircuits.circuit.pair_cache import PairCache, position_scores, readout_
 from mathcircuits.models import HookedModel, hooks
 from mathcircuits.models.changes import attn_change, attn_pre_norm_name, mlp_change
 from mathcircuits.models.families import BlockStructure, UnsupportedFamilyError
+from mathcircuits.models.placement import HeadOutWeights, head_out_weights, layer_device
 from mathcircuits.patching.metrics import Metric
 
 __all__ = ["delta_snapshots", "first_diff", "logits_effects", "patched_inputs", "receiver_input"]
@@ -45,7 +46,7 @@ def _deltas(
     senders: Sequence[Sender],
     P: Tensor,
     until: int,
-    W_O: Tensor,
+    W_O: Tensor | HeadOutWeights,
     snapshots: dict[int, Tensor] | None = None,
 ) -> Tensor:
     """The residual change at positions ``P`` that each sender causes before layer ``until``: [sender, B, |P|, d].
@@ -69,7 +70,7 @@ def _deltas(
 
     def start(idx: list[int], layer: int) -> Tensor:
         heads = [j for j in idx if senders[j].kind == "head"]
-        out = torch.empty(len(idx), B * n_p, W_O.shape[-1], dtype=W_O.dtype)
+        out = torch.empty(len(idx), B * n_p, W_O.shape[-1], dtype=W_O.dtype, device=layer_device(model, layer))
         if heads:
             hs = torch.tensor([senders[j].head for j in heads])
             dz = (at(hooks.z(layer), cf) - at(hooks.z(layer), ref))[:, hs].transpose(0, 1)  # [h, R, d_head]
@@ -86,19 +87,23 @@ def _deltas(
     by_layer: dict[int, list[int]] = {}
     for j, s in enumerate(senders):
         by_layer.setdefault(s.layer, []).append(j)
-    result = torch.empty(len(senders), B * n_p, W_O.shape[-1], dtype=W_O.dtype)
+    # the rows live on the device of the block they pass (a model split by accelerate moves them along), the
+    # cached activations on the device of the layer that made them; the result where the last block ran
+    last = layer_device(model, min(until, model.spec.n_layers - 1))
+    result = torch.empty(len(senders), B * n_p, W_O.shape[-1], dtype=W_O.dtype, device=last)
     live: list[int] = []
-    delta = torch.empty(0, B * n_p, W_O.shape[-1], dtype=W_O.dtype)
+    delta = torch.empty(0, B * n_p, W_O.shape[-1], dtype=W_O.dtype, device=layer_device(model, 0))
     for m in range(until + 1):
+        delta = delta.to(layer_device(model, min(m, model.spec.n_layers - 1)))
         for layer, idx in sorted(by_layer.items()):
             new = [j for j in idx if entry(senders[j]) == m or (m == until and entry(senders[j]) >= until)]
             new = [j for j in new if j not in live]
             if new:
                 live += new
-                delta = torch.cat([delta, start(new, layer).to(delta.dtype)])
+                delta = torch.cat([delta, start(new, layer).to(delta.device, delta.dtype)])
         if snapshots is not None:
             snap = torch.zeros(len(senders), B * n_p, W_O.shape[-1], dtype=torch.bfloat16)
-            snap[live] = delta.to(snap.dtype)
+            snap[live] = delta.to("cpu", snap.dtype)
             snapshots[m] = snap.reshape(len(senders), B, n_p, -1)
         if m == until or not live:
             continue
@@ -106,7 +111,7 @@ def _deltas(
         mlp_ref = at(hooks.mlp_out(m), ref).repeat(len(live), 1)
         flat = delta.reshape(-1, delta.shape[-1])
         delta = (flat + mlp_change(model, structure, m, base, flat.to(base.dtype), mlp_ref)).reshape(delta.shape)
-    result[live] = delta.to(result.dtype)
+    result[live] = delta.to(result.device, result.dtype)
     return result.reshape(len(senders), B, n_p, -1)
 
 
@@ -121,7 +126,7 @@ def delta_snapshots(
     chain runs once per batch and position instead of once per receiver. Exact edges recompute their own.
     """
     out: dict[int, Tensor] = {}
-    _deltas(model, cache, senders, torch.tensor([position]), model.spec.n_layers, model.bridge.W_O, out)
+    _deltas(model, cache, senders, torch.tensor([position]), model.spec.n_layers, head_out_weights(model), out)
     return out
 
 
@@ -153,7 +158,7 @@ def logits_effects(
         return out
     C = torch.tensor(changed)
     cols = [readout.index(p) for p in changed]
-    W_O = model.bridge.W_O
+    W_O = head_out_weights(model)
     L = model.spec.n_layers
     final = cache.ref[hooks.resid_post(L - 1)][:, C]  # [B, |C|, d]
     answers = cache.all_answers
@@ -217,7 +222,7 @@ def patched_inputs(
         return [], None
     C = torch.tensor(changed)
     if delta is None:
-        W_O = model.bridge.W_O  # the bridge stacks it from every layer on each access: read it once
+        W_O = head_out_weights(model)  # the bridge stacks it from every layer on each access: read it once
         delta = _deltas(model, cache, senders, C, lr, W_O)  # [sender, B, |C|, d_model]
     delta = delta.to(ref[reads].dtype)
     return changed, receiver_slice(receiver, receiver_input(model, structure, receiver, ref[reads][:, C][None] + delta))

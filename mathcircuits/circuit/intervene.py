@@ -71,6 +71,7 @@ from mathcircuits.circuit.wiring import (
 from mathcircuits.models import HookedModel, fast_paths_enabled, hooks
 from mathcircuits.models.families import UnsupportedFamilyError, block_structure
 from mathcircuits.models.integrity import compare, model_dtype, probe_pairs, verify_once
+from mathcircuits.models.placement import head_out_weights
 from mathcircuits.models.prefix import repeat_cache
 
 __all__ = [
@@ -122,7 +123,7 @@ class _Run:
         self.wirings = list(wirings)
         self.delta: dict[tuple[int, NodeKey], Tensor] = {}  # (wiring, node) → Δ at its position [B, d_model]
         self.resid: dict[str, Tensor] = {}
-        self.W_O = model.bridge.W_O if any(w.edges is not None for w in wirings) else None
+        self.W_O = head_out_weights(model) if any(w.edges is not None for w in wirings) else None
         self.busy = False  # inside our own call of a receiver's input map, whose hooks must pass through
 
     def set_mlp_mode(self, mlps: str) -> None:

@@ -7,8 +7,9 @@ statement and number, this run's measurement with its interval, and a :class:`Ve
 the rules, written out in ``docs/claims.md``:
 
 * :mod:`.paper` — the claims as the paper states them, and the rules' thresholds;
-* :mod:`.components` — C1 (sparse, mid-depth key heads), C3 (attention), C4 (MLPs);
-* :mod:`.knockout` — C2 and C5, through one knockout rule (:func:`drop_verdict`);
+* :mod:`.components` — C1 (concentration vs a sign-flip null, depth vs random heads), C3 (attention vs the
+  same layers' other heads), C4 (the later MLPs' margin with the key heads knocked out);
+* :mod:`.knockout` — C2 and C5, through one knockout rule (:func:`drop_verdict`: a floor and a random-set null);
 * :mod:`.finetune` — C6 (precise vs full SFT) from the ``evaluate`` stage;
 * :mod:`.improve` — the C6 rule (full must beat base first), C6 and C6b (precise beats matched random heads)
   from the ``compare`` stage's units, when it ran;
@@ -20,7 +21,7 @@ The card sits above the analyses and below the report, which shows it first.
 
 from mathcircuits.claims.assess import assess_claims
 from mathcircuits.claims.card import CardSettings, Claim, ClaimsCard, Verdict, fmt_interval
-from mathcircuits.claims.components import claim_c1, claim_c3, claim_c4
+from mathcircuits.claims.components import claim_c1, claim_c3, claim_c4, concentration, depth_distance
 from mathcircuits.claims.finetune import claim_c6
 from mathcircuits.claims.improve import NO_EFFECT, claim_c6_units, claim_c6b, precise_definition, with_unit_claims
 from mathcircuits.claims.knockout import claim_c2, claim_c5, drop_verdict
@@ -46,6 +47,8 @@ __all__ = [
     "claim_n1",
     "claim_n2",
     "claim_n3",
+    "concentration",
+    "depth_distance",
     "drop_verdict",
     "fmt_interval",
     "precise_definition",

@@ -2,8 +2,8 @@
 
 Usage::
 
-    card = assess_claims(key=key, knockout={"add": ko}, transfer=tr, attention=att, probes=probes,
-                         evals={"base": base, "precise": precise, "full": full})
+    card = assess_claims(patching=overall, key=key, control=control, transfer=tr, attention=att,
+                         margin=margin, evals={"base": base, "precise": precise, "full": full})
     print("\\n".join(card.lines()))
 """
 
@@ -11,14 +11,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from mathcircuits.ablation import KnockoutResult, TransferResult
-from mathcircuits.analysis import AttentionByRole, MLPProbeResult
+from mathcircuits.ablation import MLPMargin, RandomControl, TransferResult
+from mathcircuits.analysis import AttentionByRole
 from mathcircuits.claims.card import CardSettings, ClaimsCard
 from mathcircuits.claims.components import claim_c1, claim_c3, claim_c4
 from mathcircuits.claims.finetune import claim_c6
 from mathcircuits.claims.knockout import claim_c2, claim_c5
 from mathcircuits.evaluation import EvalResult
-from mathcircuits.patching import KeyComponents
+from mathcircuits.patching import KeyComponents, PatchingResult
 from mathcircuits.stats import DEFAULT_CONFIDENCE, DEFAULT_N_BOOT
 
 __all__ = ["assess_claims"]
@@ -26,11 +26,12 @@ __all__ = ["assess_claims"]
 
 def assess_claims(
     *,
+    patching: PatchingResult | None = None,
     key: KeyComponents | None = None,
-    knockout: Mapping[str, KnockoutResult] | None = None,
+    control: RandomControl | None = None,
     transfer: TransferResult | None = None,
     attention: AttentionByRole | None = None,
-    probes: MLPProbeResult | None = None,
+    margin: MLPMargin | None = None,
     evals: Mapping[str, EvalResult] | None = None,
     off: Mapping[str, str] | None = None,
     reasons: Mapping[str, str] | None = None,
@@ -42,14 +43,15 @@ def assess_claims(
     """The claims card C1–C6 from a run's saved results; a missing input makes its claim "not measured".
 
     Args:
-        key: the key components (with their selection stability).
-        knockout: operation → knockout result.
-        transfer: the transfer result.
-        attention: the attention-by-role result of the key heads.
-        probes: the MLP probe result.
+        patching: the pooled patching result with per-pair head effects (C1).
+        key: the key components.
+        control: the key set's knockout against depth-matched random sets on fresh pairs (C2).
+        transfer: the transfer result (C5).
+        attention: the attention-by-role result of the key heads and the other heads of their layers (C3).
+        margin: the later MLPs' answer margin, clean and with the key heads knocked out (C4).
         evals: label (``base``, ``precise``, ``full``) → evaluation result.
-        off: input name (``key``, ``knockout``, ``transfer``, ``attention``, ``probes``, ``evals``) → the stage
-            to name when it is missing (default: the stage that writes it).
+        off: input name (``patching``, ``key``, ``control``, ``transfer``, ``attention``, ``margin``, ``evals``) →
+            the stage to name when it is missing (default: the stage that writes it).
         reasons: input name → the whole reason it is missing, when that is not its stage being off
             (e.g. its file was written by an older version); takes precedence over ``off``.
         precise: what "precise" tuned in this run, printed in C6.
@@ -60,14 +62,14 @@ def assess_claims(
     Returns:
         The :class:`ClaimsCard`.
     """
-    o = {"key": "identify", "knockout": "validate", "transfer": "validate", "attention": "analyze"}
-    o |= {"probes": "analyze", "evals": "evaluate"} | dict(off or {})
+    o = {"patching": "identify", "key": "identify", "control": "validate", "transfer": "validate"}
+    o |= {"attention": "analyze", "margin": "validate", "evals": "evaluate"} | dict(off or {})
     why = dict(reasons or {})
     claims = (
-        claim_c1(key, confidence, o["key"], why.get("key")),
-        claim_c2(knockout, key, confidence, o["knockout"], why.get("knockout")),
-        claim_c3(attention, n_boot, seed, confidence, o["attention"], why.get("attention")),
-        claim_c4(probes, key, n_boot, seed, confidence, o["probes"], why.get("probes")),
+        claim_c1(patching, key, n_boot, seed, confidence, o["patching"], why.get("patching")),
+        claim_c2(control, n_boot, seed, confidence, o["control"], why.get("control")),
+        claim_c3(attention, key, n_boot, seed, confidence, o["attention"], why.get("attention")),
+        claim_c4(margin, n_boot, seed, confidence, o["margin"], why.get("margin")),
         claim_c5(transfer, confidence, o["transfer"], why.get("transfer")),
         claim_c6(evals, n_boot, seed, confidence, o["evals"], why.get("evals"), precise),
     )

@@ -1,160 +1,151 @@
-"""The claims about the key components themselves: where the key heads are (C1), what they attend to (C3), and
-which MLPs write the answer (C4).
+"""The claims about the key components themselves: a few mid-depth heads carry the effect (C1), they attend to
+operands and operator more than their layer-mates (C3), and the later MLPs write the answer because of them (C4).
 
-Each rule reads saved results (never a model) and compares intervals, not point estimates;
-``docs/claims.md`` writes the rules out.
+Each rule reads saved results (never a model), compares an interval with a null or a floor, and can say
+"does not hold"; ``docs/claims.md`` writes the rules and their nulls out.
 """
 
 from __future__ import annotations
 
 import math
 
-from mathcircuits.analysis import AttentionByRole, MLPProbeResult
-from mathcircuits.claims.card import Claim, Verdict, fmt_interval
-from mathcircuits.claims.paper import C1_BAND, C1_MAX_FRACTION, claim, not_measured, quantiles
-from mathcircuits.patching import KeyComponents, median_depth
-from mathcircuits.stats import DEFAULT_CONFIDENCE, DEFAULT_N_BOOT, Interval
+import torch
+from torch import Tensor
 
-__all__ = ["claim_c1", "claim_c3", "claim_c4"]
+from mathcircuits.ablation import MLPMargin
+from mathcircuits.analysis import AttentionByRole
+from mathcircuits.claims.card import Claim, Verdict, fmt_interval
+from mathcircuits.claims.paper import (
+    C1_BAND,
+    C1_MAX_FRACTION,
+    C1_N_NULL,
+    C_ALPHA,
+    C_NO_BETTER,
+    claim,
+    not_measured,
+    pair_interval,
+)
+from mathcircuits.patching import KeyComponents, PatchingResult
+from mathcircuits.stats import DEFAULT_CONFIDENCE, DEFAULT_N_BOOT, bootstrap_statistic
+
+__all__ = ["claim_c1", "claim_c3", "claim_c4", "concentration", "depth_distance"]
+
+
+def concentration(per_pair: Tensor, m: int) -> float:
+    """Share of the total |mean effect| held by the ``m`` heads of largest |mean effect|.
+
+    Args:
+        per_pair: per-pair head effects ``[pair, head]`` (heads flattened).
+        m: how many top heads.
+
+    Returns:
+        ``sum(top-m |mean|) / sum(|mean|)`` in [0, 1] (NaN when every mean is 0).
+    """
+    a = per_pair.mean(0).abs()
+    total = float(a.sum())
+    return float(a.topk(m).values.sum()) / total if total > 0 else float("nan")
+
+
+def depth_distance(layers: Tensor, n_layers: int) -> Tensor:
+    """Distance of each layer's relative depth from the middle, ``|2·l/(n_layers − 1) − 1|`` (0 middle, 1 ends)."""
+    return (2 * layers.double() / max(1, n_layers - 1) - 1).abs()
 
 
 def claim_c1(
-    key: KeyComponents | None,
+    patching: PatchingResult | None,
+    key: KeyComponents | None = None,
+    n_boot: int = DEFAULT_N_BOOT,
+    seed: int = 0,
     confidence: float = DEFAULT_CONFIDENCE,
     stage: str = "identify",
     why_missing: str | None = None,
+    n_null: int = C1_N_NULL,
 ) -> Claim:
-    """C1: key heads are < 5% of all heads and their median layer lies in the middle band (docs/claims.md).
+    """C1: the top 5% of heads hold more of the effect than noise would, and sit nearer the middle than random heads.
 
     Args:
-        key: the :class:`~mathcircuits.patching.KeyComponents` with its stability (None: not measured).
-        confidence: level of the intervals (the bootstrap resamples' quantiles).
-        stage: the stage named when ``key`` is missing.
+        patching: the pooled :class:`~mathcircuits.patching.PatchingResult` with per-pair head effects
+            (None: not measured).
+        key: the key components (only named in the text: the statistic does not depend on the selection rule).
+        n_boot: bootstrap resamples of the pairs (the concentration's interval).
+        seed: seed of the bootstrap and of both nulls.
+        confidence: level of the interval; ``1 − confidence`` is also the null quantile compared with.
+        stage: the stage named when ``patching`` is missing.
         why_missing: the whole reason instead, when the input is missing for another reason than its stage being off.
+        n_null: draws of each null (sign flips; random head sets).
 
     Returns:
-        The claim.
+        The claim; its value is the concentration (share of total |effect| in the top 5% of heads).
     """
-    if key is None:
+    if patching is None:
         return not_measured("C1", stage, reason=why_missing)
-    spec = key.model
-    total = spec.n_layers * spec.n_heads
-    frac = len(key.heads) / total
-    depth = median_depth([l for l, _ in key.heads], spec.n_layers)
-    if key.selection is None:
-        why = f"no rule chose these {len(key.heads)} heads ({key.source.note or 'given by hand'})"
+    spec = patching.model
+    n_heads = spec.n_layers * spec.n_heads
+    m = max(1, math.ceil(C1_MAX_FRACTION * n_heads))
+    if patching.per_pair_heads is None:
         return claim(
             "C1",
-            f"{len(key.heads)} of {total} heads ({frac:.1%}), median depth {depth:.2f}; sparsity not tested",
-            Verdict.NOT_MEASURED,
-            f"not measured: {why}; select with rule 'zscore' or 'threshold' to test sparsity",
-            value=frac,
-            unit="share of heads",
-        )
-    if key.rule == "topk" or key.source.fallback is not None:
-        why = f"rule 'topk' fixes the number of key heads at {len(key.heads)}"
-        if key.source.fallback is not None:
-            why += f" ({key.source.fallback})"
-        return claim(
-            "C1",
-            f"{len(key.heads)} of {total} heads ({frac:.1%}), median depth {depth:.2f}; sparsity not tested",
-            Verdict.NOT_MEASURED,
-            f"not measured: {why}; select with rule 'zscore' or 'threshold' to test sparsity",
-            value=frac,
-            unit="share of heads",
-        )
-    if not key.has_stability:
-        return claim(
-            "C1",
-            f"{len(key.heads)} of {total} heads ({frac:.1%}), median depth {depth:.2f}; no resamples",
+            "no per-pair head effects saved with the patching result",
             Verdict.INCONCLUSIVE,
-            "no selection stability saved with the key components, so no interval; re-run identify",
-            value=frac,
-            unit="share of heads",
+            "the concentration needs per-pair effects for its null; re-run identify (keep_per_pair=True)",
+            unit="share of |effect|",
         )
-    f_lo, f_hi = quantiles([s / total for s in key.stability_sizes], confidence)
-    d_lo, d_hi = quantiles(list(key.stability_depths), confidence)
-    lo_band, hi_band = C1_BAND
+    e = patching.per_pair_heads.reshape(patching.per_pair_heads.shape[0], -1).double()
+    e = e[torch.isfinite(e).all(1)]
+    if e.shape[0] < 2:
+        return claim(
+            "C1", f"{e.shape[0]} finite pairs", Verdict.INCONCLUSIVE, "too few pairs", unit="share of |effect|"
+        )
+    s_obs = concentration(e, m)
+    iv = bootstrap_statistic(e, lambda t: concentration(t, m), n_boot, seed, confidence)
+    gen = torch.Generator().manual_seed(int(seed))
+    signs = torch.randint(0, 2, (n_null, e.shape[0]), generator=gen).double() * 2 - 1
+    flipped = (signs @ e / e.shape[0]).abs()  # [draw, head]: mean effects with no direction shared by the pairs
+    s_null = flipped.topk(m, dim=1).values.sum(1) / flipped.sum(1).clamp(min=1e-30)
+    q = float(torch.quantile(s_null, confidence))
+    p_conc = float((1 + (s_null >= s_obs).sum()) / (1 + n_null))
+    top = e.mean(0).abs().topk(m).indices
+    layers = top // spec.n_heads
+    d_obs = float(depth_distance(layers, spec.n_layers).mean())
+    all_d = depth_distance(torch.arange(n_heads) // spec.n_heads, spec.n_layers)
+    picks = torch.rand(n_null, n_heads, generator=gen).argsort(1)[:, :m]
+    d_null = all_d[picks].mean(1)
+    p_depth = float((1 + (d_null <= d_obs + 1e-12).sum()) / (1 + n_null))
+    rel = float((layers.double() / max(1, spec.n_layers - 1)).median())
+    chosen = f"; {len(key.heads)} key heads selected ({key.rule})" if key is not None else ""
     text = (
-        f"{len(key.heads)} of {total} heads = {fmt_interval(frac, f_lo, f_hi, pct=True, digits=1)}; "
-        f"median depth {fmt_interval(depth, d_lo, d_hi)} (band {lo_band}–{hi_band})"
+        f"top {m} of {n_heads} heads (5%) hold {fmt_interval(s_obs, iv.low, iv.high, pct=True, digits=0)} of the "
+        f"total |effect| (sign-flip null, {confidence:.0%} quantile: {q:.0%}; p = {p_conc:.3f}); their median depth "
+        f"{rel:.2f} (band {C1_BAND[0]}–{C1_BAND[1]}), nearer the middle than random sets of {m} heads: "
+        f"p = {p_depth:.3f}"
+        f"{chosen}"
     )
-    if f_hi < C1_MAX_FRACTION and f_lo > 0 and lo_band <= d_lo and d_hi <= hi_band:
+    if iv.low > q and p_depth <= C_ALPHA:
         verdict, reason = (
             Verdict.HOLDS,
-            f"share interval below {C1_MAX_FRACTION:.0%} and depth interval inside the band",
+            (f"concentration interval above the null's {confidence:.0%} quantile, and depth p ≤ {C_ALPHA}"),
         )
-    elif f_lo >= C1_MAX_FRACTION or (not math.isnan(d_hi) and (d_hi < lo_band or d_lo > hi_band)):
+    elif iv.high <= q or p_depth >= C_NO_BETTER:
         verdict, reason = (
             Verdict.FAILS,
-            f"share interval at or above {C1_MAX_FRACTION:.0%}, or depth interval outside band",
+            (
+                "the top heads hold no more of the effect than sign-flipped noise"
+                if iv.high <= q
+                else f"the top heads sit no nearer the middle than random heads (depth p = {p_depth:.2f})"
+            ),
         )
     else:
         verdict, reason = (
             Verdict.INCONCLUSIVE,
-            "an interval straddles the 5% line or the band's edge (or resamples pick none)",
+            "the concentration interval straddles the null's quantile, or depth p is between the lines",
         )
     return claim(
-        "C1", text, verdict, reason, value=frac, low=f_lo, high=f_hi, unit="share of heads", n=key.stability_n_boot
+        "C1", text, verdict, reason, value=s_obs, low=iv.low, high=iv.high, unit="share of |effect|", n=int(e.shape[0])
     )
 
 
 def claim_c3(
     attention: AttentionByRole | None,
-    n_boot: int = DEFAULT_N_BOOT,
-    seed: int = 0,
-    confidence: float = DEFAULT_CONFIDENCE,
-    stage: str = "analyze",
-    why_missing: str | None = None,
-) -> Claim:
-    """C3: the key heads attend to operands or operator more than uniform attention would (docs/claims.md).
-
-    Args:
-        attention: the :class:`~mathcircuits.analysis.AttentionByRole` of the key heads (None: not measured).
-        n_boot: bootstrap resamples of the pairs.
-        seed: bootstrap seed.
-        confidence: level of the intervals.
-        stage: the stage named when ``attention`` is missing.
-        why_missing: the whole reason instead, when the input is missing for another reason than its stage being off.
-
-    Returns:
-        The claim; its value is the share of key heads whose excess interval is above 0, and its
-        interval runs from that share to the share that may attend (not surely at or below uniform).
-    """
-    if attention is None:
-        return not_measured("C3", stage, reason=why_missing)
-    df = attention.summary(by_operation=False, n_boot=n_boot, seed=seed, confidence=confidence)
-    attends = (df.excess_operands_low > 0) | (df.excess_operator_low > 0)
-    ignores = (df.excess_operands_high <= 0) & (df.excess_operator_high <= 0)
-    h = len(df)
-    a, i = int(attends.sum()), int(ignores.sum())
-    best = [
-        f"{r.component} {'operands' if r.excess_operands >= r.excess_operator else 'operator'} "
-        + (
-            fmt_interval(r.excess_operands, r.excess_operands_low, r.excess_operands_high, pct=True, digits=0)
-            if r.excess_operands >= r.excess_operator
-            else fmt_interval(r.excess_operator, r.excess_operator_low, r.excess_operator_high, pct=True, digits=0)
-        )
-        for r in df.itertuples()
-    ]
-    text = f"{a} of {h} key heads attend above uniform (excess share: {'; '.join(best[:4])}" + (
-        f"; +{h - 4} more)" if h > 4 else ")"
-    )
-    if a > h / 2:
-        verdict = Verdict.HOLDS
-        reason = f"{a}/{h} heads have an excess interval above 0 on operands or operator"
-    elif i >= h / 2:
-        verdict = Verdict.FAILS
-        reason = f"{i}/{h} heads have both excess intervals at or below 0"
-    else:
-        verdict = Verdict.INCONCLUSIVE
-        reason = f"{a} heads surely attend, {i} surely do not, {h - a - i} undecided"
-    n = len(attention.pair_ids)
-    return claim("C3", text, verdict, reason, value=a / h, low=a / h, high=(h - i) / h, unit="share of heads", n=n)
-
-
-def claim_c4(
-    probes: MLPProbeResult | None,
     key: KeyComponents | None = None,
     n_boot: int = DEFAULT_N_BOOT,
     seed: int = 0,
@@ -162,43 +153,96 @@ def claim_c4(
     stage: str = "analyze",
     why_missing: str | None = None,
 ) -> Claim:
-    """C4: the first layer whose MLP raises the answer, and the logit lens's top-1 layer, come at or after the
-    key heads' median layer (docs/claims.md).
+    """C3: the key heads attend to operands and operator more than the non-key heads of the same layers.
 
     Args:
-        probes: the :class:`~mathcircuits.analysis.MLPProbeResult` (None: not measured).
-        key: the key components (None: not measured).
-        n_boot: bootstrap resamples of the pairs.
+        attention: an :class:`~mathcircuits.analysis.AttentionByRole` of the key heads **and** the other heads of
+            their layers (None: not measured).
+        key: the key components (which of the measured heads are key heads; None: not measured).
+        n_boot: bootstrap resamples (over templates within operations, or over pairs).
         seed: bootstrap seed.
-        confidence: level of the intervals.
-        stage: the stage named when ``probes`` is missing.
+        confidence: level of the interval.
+        stage: the stage named when ``attention`` is missing.
         why_missing: the whole reason instead, when the input is missing for another reason than its stage being off.
 
     Returns:
-        The claim; its value is the first raising layer (``n_layers`` = none).
+        The claim; its value is the mean share on operands + operator of the key heads minus that of their
+        layer-mates, per pair, averaged.
     """
-    if probes is None:
-        return not_measured("C4", stage, reason=why_missing)
-    if key is None:
-        return not_measured("C4", "identify", "no key heads to compare with")
-    n_layers = probes.n_layers
-    ref = int(math.floor(median_depth([l for l, _ in key.heads], n_layers) * max(1, n_layers - 1)))
-    rise = probes.layer_interval("raising", n_boot=n_boot, seed=seed, confidence=confidence)
-    lens = probes.layer_interval("lens_top1", n_boot=n_boot, seed=seed, confidence=confidence)
-
-    def show(iv: Interval) -> str:
-        name = "none" if iv.value >= n_layers else f"L{iv.value:.0f}"
-        hi = "none" if iv.high >= n_layers else f"L{iv.high:.0f}"
-        return f"{name} [L{iv.low:.0f}, {hi}]"
-
-    text = f"answer first raised by MLP {show(rise)}; logit lens top-1 from {show(lens)}; key heads' median L{ref}"
-    if rise.low >= ref and rise.high < n_layers and lens.low >= ref and lens.high < n_layers:
-        verdict = Verdict.HOLDS
-        reason = f"both layer intervals lie at or after L{ref} and exist in the resamples"
-    elif rise.high < ref or rise.low >= n_layers:
-        verdict = Verdict.FAILS
-        reason = f"the answer is raised before L{ref}, or no MLP raises it in the resamples"
+    if attention is None:
+        return not_measured("C3", stage, reason=why_missing)
+    if key is None or not key.heads:
+        return not_measured("C3", "identify", "no key heads")
+    keys = {tuple(h) for h in key.heads}
+    layers = {l for l, _ in keys}
+    heads = [tuple(h) for h in attention.heads]
+    is_key = torch.tensor([h in keys for h in heads])
+    mates = torch.tensor([h not in keys and h[0] in layers for h in heads])
+    if not bool(is_key.any()) or not bool(mates.any()):
+        return claim(
+            "C3",
+            "the attention was measured on the key heads only",
+            Verdict.NOT_MEASURED,
+            "not measured: no non-key head of the key heads' layers was measured; re-run analyze",
+            unit="share difference",
+        )
+    g = attention.grouped(torch.arange(len(attention.pair_ids)))  # [pair, head, 4]
+    role = g[..., 0] + g[..., 1]  # operands + operator share
+    diff = role[:, is_key].mean(1) - role[:, mates].mean(1)
+    iv = pair_interval(diff, attention.template_ids, attention.operations, n_boot, seed, confidence)
+    k_share, m_share = float(role[:, is_key].mean()), float(role[:, mates].mean())
+    text = (
+        f"{int(is_key.sum())} key heads put {k_share:.0%} of their attention on operands + operator, "
+        f"{int(mates.sum())} other heads of the same layers {m_share:.0%}: difference "
+        f"{fmt_interval(iv.value, iv.low, iv.high, pct=True, digits=0)}"
+    )
+    if iv.low > 0:
+        verdict, reason = Verdict.HOLDS, "the difference's interval lies above 0"
+    elif iv.high <= 0:
+        verdict, reason = Verdict.FAILS, "the difference's interval lies at or below 0: layer-mates attend as much"
     else:
-        verdict = Verdict.INCONCLUSIVE
-        reason = f"a layer interval straddles L{ref} or includes 'none'"
-    return claim("C4", text, verdict, reason, value=rise.value, low=rise.low, high=rise.high, unit="layer", n=rise.n)
+        verdict, reason = Verdict.INCONCLUSIVE, "the difference's interval straddles 0"
+    return claim("C3", text, verdict, reason, value=iv.value, low=iv.low, high=iv.high, unit="share difference", n=iv.n)
+
+
+def claim_c4(
+    margin: MLPMargin | None,
+    n_boot: int = DEFAULT_N_BOOT,
+    seed: int = 0,
+    confidence: float = DEFAULT_CONFIDENCE,
+    stage: str = "validate",
+    why_missing: str | None = None,
+) -> Claim:
+    """C4 (causal): knocking out the key heads lowers the later MLPs' direct answer margin.
+
+    Args:
+        margin: the :class:`~mathcircuits.ablation.MLPMargin` of the later MLPs, clean and with the key heads
+            knocked out (None: not measured).
+        n_boot: bootstrap resamples (over templates within operations, or over pairs).
+        seed: bootstrap seed.
+        confidence: level of the interval.
+        stage: the stage named when ``margin`` is missing.
+        why_missing: the whole reason instead, when the input is missing for another reason than its stage being off.
+
+    Returns:
+        The claim; its value is the mean drop of the summed margin (logits).
+    """
+    if margin is None:
+        return not_measured("C4", stage, reason=why_missing)
+    iv = pair_interval(margin.drops, margin.template_ids, margin.operations, n_boot, seed, confidence)
+    span = f"L{min(margin.layers)}–L{max(margin.layers)}"
+    text = (
+        f"MLPs {span} raise the answer by {float(margin.clean_margin.mean()):.2f} logits over the other numbers; "
+        f"with the {len(margin.key_heads)} key heads knocked out by {float(margin.ablated_margin.mean()):.2f}: "
+        f"drop {fmt_interval(iv.value, iv.low, iv.high, digits=2)}"
+    )
+    if iv.low > 0:
+        verdict, reason = Verdict.HOLDS, "the margin's drop has an interval above 0"
+    elif iv.high <= 0:
+        verdict, reason = (
+            Verdict.FAILS,
+            "the margin's drop has an interval at or below 0: the MLPs do not need the key heads",
+        )
+    else:
+        verdict, reason = Verdict.INCONCLUSIVE, "the margin's drop has an interval containing 0"
+    return claim("C4", text, verdict, reason, value=iv.value, low=iv.low, high=iv.high, unit="logits", n=iv.n)

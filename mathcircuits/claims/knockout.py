@@ -1,96 +1,85 @@
 """The knockout claims: knocking out the key heads collapses accuracy (C2), also on data not used to find them (C5).
 
-Both read accuracy *drops* with their intervals through one rule, :func:`drop_verdict`;
-``docs/claims.md`` writes it out.
+Both read an accuracy *drop* with its interval beside the drops of depth-matched random sets of non-key heads
+(:class:`~mathcircuits.ablation.RandomControl`) through one rule, :func:`drop_verdict`: a floor on the drop
+("collapse") and the key set's empirical p-value in the null. ``docs/claims.md`` writes it out.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-
-from mathcircuits.ablation import MEASURED, KnockoutResult, TransferResult
+from mathcircuits.ablation import MEASURED, RandomControl, TransferResult
 from mathcircuits.claims.card import Claim, Verdict, fmt_interval
 from mathcircuits.claims.paper import (
     C2_MIN_BASELINE,
-    C2_MIN_DROP,
-    C2_MIN_RATIO,
-    C2_RANDOM_FLOOR,
+    C2_MIN_COLLAPSE,
+    C2_MIN_DRAWS,
+    C_ALPHA,
+    C_NO_BETTER,
     claim,
     not_measured,
+    pair_interval,
 )
-from mathcircuits.patching import KeyComponents
-from mathcircuits.stats import DEFAULT_CONFIDENCE, wilson_interval
+from mathcircuits.stats import DEFAULT_CONFIDENCE, DEFAULT_N_BOOT, wilson_interval
 
 __all__ = ["claim_c2", "claim_c5", "drop_verdict"]
 
 
-def drop_verdict(d_key: tuple[float, float, float], d_rand: tuple[float, float, float]) -> tuple[Verdict, str]:
-    """The knockout rule shared by C2 and C5, on accuracy *drops* (positive = accuracy lost).
+def drop_verdict(d_key: tuple[float, float, float], p_value: float, n_draws: int) -> tuple[Verdict, str]:
+    """The knockout rule shared by C2 and C5, on an accuracy *drop* (positive = accuracy lost).
 
     Args:
         d_key: (drop, low, high) with the key heads ablated.
-        d_rand: (drop, low, high) with as many random heads ablated.
+        p_value: the key set's empirical p-value among the depth-matched random sets
+            (``(1 + #{random drop ≥ key drop}) / (1 + n_draws)``).
+        n_draws: how many random sets.
 
     Returns:
-        (verdict, reason).
+        (verdict, reason): **holds** when the drop's interval lies at or above :data:`C2_MIN_COLLAPSE` and
+        ``p ≤`` :data:`C_ALPHA`; **does not hold** when even the drop's upper end is below the floor, or
+        ``p ≥`` :data:`C_NO_BETTER` (the key set hurts no more than a typical random set); else inconclusive.
     """
-    k, k_lo, k_hi = d_key
-    r, _r_lo, r_hi = d_rand
-    need = C2_MIN_RATIO * max(r, C2_RANDOM_FLOOR)
-    if k_lo > r_hi and k >= need:
-        return Verdict.HOLDS, f"key drop interval above the random one and {k:.2f} ≥ {C2_MIN_RATIO:g}× random"
-    if k_hi < max(C2_MIN_DROP, need):
-        return Verdict.FAILS, f"even the key drop's upper end {k_hi:.2f} is below {max(C2_MIN_DROP, need):.2f}"
-    return Verdict.INCONCLUSIVE, "the key and random drop intervals overlap, or the ratio is uncertain"
-
-
-def _k_index(ks: Sequence[int], n_key: int | None) -> int:
-    """Index in a knockout's ``ks`` of the point C2 reads: k = the number of key heads, else the smallest
-    measured k above it, else the largest k (also when ``n_key`` is None)."""
-    above = [i for i, k in enumerate(ks) if n_key is not None and k >= max(n_key, 1)]
-    return above[0] if above else len(ks) - 1
+    _k, k_lo, k_hi = d_key
+    floor = C2_MIN_COLLAPSE
+    if k_hi < floor:
+        return Verdict.FAILS, f"even the key drop's upper end {k_hi:.2f} is below the collapse floor {floor:.2f}"
+    if p_value >= C_NO_BETTER:
+        return Verdict.FAILS, f"p = {p_value:.2f}: the key set drops accuracy no more than a typical random set"
+    if k_lo >= floor and p_value <= C_ALPHA:
+        return (
+            Verdict.HOLDS,
+            f"drop interval at or above {floor:.2f} and p = {p_value:.3f} ≤ {C_ALPHA} among {n_draws} random sets",
+        )
+    few = f"; only {n_draws} random sets (p ≥ {1 / (1 + n_draws):.2f})" if 1 / (1 + n_draws) > C_ALPHA else ""
+    return Verdict.INCONCLUSIVE, f"drop interval straddles {floor:.2f} or p = {p_value:.3f} is between the lines{few}"
 
 
 def claim_c2(
-    knockout: Mapping[str, KnockoutResult] | None,
-    key: KeyComponents | None = None,
+    control: RandomControl | None,
+    n_boot: int = DEFAULT_N_BOOT,
+    seed: int = 0,
     confidence: float = DEFAULT_CONFIDENCE,
     stage: str = "validate",
     why_missing: str | None = None,
 ) -> Claim:
-    """C2: knocking out the key heads collapses accuracy while random heads do not (docs/claims.md).
+    """C2: knocking out the key set collapses accuracy on fresh pairs while depth-matched random sets do not.
 
     Args:
-        knockout: operation → :class:`~mathcircuits.ablation.KnockoutResult` (None: not measured).
-        key: the key components; k = their number (capped by the knockout's largest k).
-        confidence: level of the Wilson intervals.
-        stage: the stage named when ``knockout`` is missing.
+        control: the :class:`~mathcircuits.ablation.RandomControl` of the pooled key set on pairs that did not
+            choose it (None: not measured).
+        n_boot: bootstrap resamples of the drop's interval (over templates within operations when there are
+            two or more per operation, else over pairs).
+        seed: bootstrap seed.
+        confidence: level of the interval.
+        stage: the stage named when ``control`` is missing.
         why_missing: the whole reason instead, when the input is missing for another reason than its stage being off.
 
     Returns:
-        The claim; its value is the key heads' accuracy change (negative = a drop), pooled over operations.
+        The claim; its value is the key set's accuracy change (negative = a drop), pooled over operations.
     """
-    if not knockout:
+    if control is None:
         return not_measured("C2", stage, reason=why_missing)
-    base_s = key_s = rand_s = n = rand_n = 0
-    per_seed: list[float] = []
-    ks = []
-    for ko in knockout.values():
-        j = _k_index(ko.ks, None if key is None else len(key.heads))
-        ks.append(ko.ks[j])
-        m = ko.n_pairs
-        base_s += round(ko.baseline_accuracy * m)
-        key_s += round(ko.ranked_accuracy[j] * m)
-        rnd = ko.random_accuracy[:, j]
-        rand_s += round(float(rnd.sum()) * m)
-        rand_n += rnd.shape[0] * m
-        per_seed += [float(x) for x in rnd]
-        n += m
-    if n == 0:
-        return claim(
-            "C2", "no pairs were knocked out", Verdict.INCONCLUSIVE, "the knockout has 0 pairs", unit="accuracy"
-        )
-    base = base_s / n
+    n = control.n_pairs
+    base = control.baseline()
     if base < C2_MIN_BASELINE:
         return claim(
             "C2",
@@ -101,20 +90,21 @@ def claim_c2(
             unit="accuracy change",
             n=n,
         )
-    kw = wilson_interval(key_s, n, confidence)
-    rw = wilson_interval(rand_s, rand_n, confidence)
-    r_lo, r_hi = min([rw.low, *per_seed]), max([rw.high, *per_seed])
-    d_key = (base - kw.value, base - kw.high, base - kw.low)
-    d_rand = (base - rw.value, base - r_hi, base - r_lo)
-    verdict, reason = drop_verdict(d_key, d_rand)
-    k_txt = "/".join(str(k) for k in dict.fromkeys(ks))
+    drops = control.clean_correct - control.key_correct
+    iv = pair_interval(drops, control.template_ids, control.operations, n_boot, seed, confidence)
+    p, pct, m = control.p_value(), control.percentile(), len(control.draws)
+    verdict, reason = drop_verdict((iv.value, iv.low, iv.high), p, m)
+    null = control.random_drops()
+    overlap = control.identification_overlap
     text = (
-        f"top {k_txt} heads: accuracy {fmt_interval(-d_key[0], -d_key[2], -d_key[1], pct=True, digits=0)}; "
-        f"random: {fmt_interval(-d_rand[0], -d_rand[2], -d_rand[1], pct=True, digits=0)} (n={n})"
+        f"{len(control.key_heads)} key heads: accuracy "
+        f"{fmt_interval(-iv.value, -iv.high, -iv.low, pct=True, digits=0)}; "
+        f"{m} depth-matched random sets: {-float(null.mean()):+.0%} on average, key set at percentile {pct:.0f} "
+        f"(p = {p:.3f}); n={n} fresh pairs (overlap with identification: {overlap if overlap >= 0 else '?'})"
     )
-    return claim(
-        "C2", text, verdict, reason, value=-d_key[0], low=-d_key[2], high=-d_key[1], unit="accuracy change", n=n
-    )
+    if m < C2_MIN_DRAWS:
+        reason += f" (fewer than {C2_MIN_DRAWS} random sets: raise validation.control_draws)"
+    return claim("C2", text, verdict, reason, value=-iv.value, low=-iv.high, high=-iv.low, unit="accuracy change", n=n)
 
 
 def claim_c5(
@@ -157,13 +147,12 @@ def claim_c5(
     verdicts = []
     for r in measured:
         d_key = (1 - r.key_ablated_accuracy, 1 - r.key_high, 1 - r.key_low)
-        d_rand = (1 - r.random_ablated_accuracy, 1 - r.random_high, 1 - r.random_low)
-        verdicts.append(drop_verdict(d_key, d_rand)[0])
+        verdicts.append(drop_verdict(d_key, r.p_value, r.n_draws)[0])
     n = sum(r.n_correct for r in measured)
     kw = wilson_interval(round(sum(r.key_ablated_accuracy * r.n_correct for r in measured)), n, confidence)
     per = "; ".join(
         f"{r.dataset}: {fmt_interval(r.key_drop, r.key_low - 1, r.key_high - 1, pct=True, digits=0)} "
-        f"vs random {r.random_drop:+.0%} ({v})"
+        f"vs random {r.random_drop:+.0%}, p = {r.p_value:.3f} ({v})"
         for r, v in zip(measured, verdicts)
     )
     if skipped:

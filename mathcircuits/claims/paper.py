@@ -14,27 +14,33 @@ from typing import Any
 import torch
 
 from mathcircuits.claims.card import Claim, Verdict
+from mathcircuits.stats import Interval, bootstrap_statistic, cluster_bootstrap
 
 __all__ = [
     "C1_BAND",
     "C1_MAX_FRACTION",
+    "C1_N_NULL",
     "C2_MIN_BASELINE",
-    "C2_MIN_DROP",
-    "C2_MIN_RATIO",
-    "C2_RANDOM_FLOOR",
+    "C2_MIN_COLLAPSE",
+    "C2_MIN_DRAWS",
+    "C_ALPHA",
+    "C_NO_BETTER",
     "C6_MARGIN",
     "PAPER",
     "claim",
     "not_measured",
+    "pair_interval",
     "quantiles",
 ]
 
-C1_MAX_FRACTION = 0.05  # key heads are "sparse" below 5% of all heads (paper §3.2)
-C1_BAND = (0.25, 0.75)  # the "middle band" of relative depth, layer / (n_layers − 1)
-C2_MIN_RATIO = 3.0  # the key drop must be at least 3× the random drop
-C2_MIN_DROP = 0.10  # a drop whose upper end stays below 10 points is no collapse
+C1_MAX_FRACTION = 0.05  # "a few heads": the top 5% of all heads (paper §3.2); the concentration statistic's set
+C1_N_NULL = 1000  # sign-flip draws of the concentration null, and random head sets of the depth null
+C1_BAND = (0.25, 0.75)  # the "middle band" of relative depth, layer / (n_layers − 1), shown beside the depth test
+C_ALPHA = 0.05  # a null is rejected when the empirical p-value is at most this
+C_NO_BETTER = 0.5  # ... and confirmed ("does not hold") when p is at least this: no better than a typical draw
+C2_MIN_COLLAPSE = 0.20  # "collapse": the key drop's interval must lie at or above 20 accuracy points
+C2_MIN_DRAWS = 100  # random control draws the claims ask for (fewer can still fail, but say so)
 C2_MIN_BASELINE = 0.5  # below this clean accuracy a knockout cannot show a collapse
-C2_RANDOM_FLOOR = 0.01  # random drops below 1 point count as 1 point in the ratio
 C6_MARGIN = 0.05  # "matches" / "keeps": not worse by more than 5 accuracy points
 
 # (title, the paper's statement, the paper's number and where it is shown)
@@ -124,3 +130,22 @@ def quantiles(xs: Sequence[float], confidence: float) -> tuple[float, float]:
     a = 1 - confidence
     q = torch.quantile(t, torch.tensor([a / 2, 1 - a / 2], dtype=torch.float64))
     return float(q[0]), float(q[1])
+
+
+def pair_interval(
+    values: Sequence[float] | torch.Tensor,
+    clusters: Sequence[str],
+    strata: Sequence[str],
+    n_boot: int,
+    seed: int,
+    confidence: float,
+) -> Interval:
+    """Interval of the mean of per-pair values: a cluster bootstrap over templates within operations
+    (:func:`mathcircuits.stats.cluster_bootstrap`) when every operation has at least two templates, else a
+    bootstrap over pairs (its ``method`` says which)."""
+    per: dict[str, set[str]] = {}
+    for c, s in zip(clusters, strata):
+        per.setdefault(s, set()).add(c)
+    if per and all(len(cs) >= 2 for cs in per.values()):
+        return cluster_bootstrap(values, list(clusters), None, list(strata), n_boot, seed, confidence)
+    return bootstrap_statistic(values, None, n_boot, seed, confidence)

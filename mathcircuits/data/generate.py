@@ -15,6 +15,12 @@ For each template we draw operands (seeded), fill word pools, and build
 
 An optional few-shot prefix, built from the same template with the operand
 pairs listed in the template file, precedes the query (small models need it).
+With ``fewshot_operations="mixed"`` the prefix holds the examples of every operation of the
+template's set, each in its own operation's matching template (same form, same place in the
+file: ``add_eq_1`` ↔ ``mul_eq_1``), interleaved ("2 + 4 = 6", "9 - 4 = 5", "2 * 3 = 6", ...):
+after a prefix of additions the query's operator is redundant, after a mixed one it is necessary,
+so the operator counterfactual measures what the operator token does rather than what the
+prefix already says. Reference and counterfactual share the prefix, so they stay token-aligned.
 Each record also stores the token positions of operand A, operand B, the
 operator and the last token, and the answer's token ids.
 
@@ -50,6 +56,7 @@ from mathcircuits.data.templates import OPERATIONS, Template, TemplateSet
 
 __all__ = [
     "Counterfactual",
+    "FewshotOperations",
     "GenerationConfig",
     "PairError",
     "answer_spacing",
@@ -62,6 +69,8 @@ __all__ = [
 
 #: The counterfactual prompt of a pair: the operator swapped (the paper's), or other operands and another answer.
 Counterfactual: TypeAlias = Literal["operator", "operands"]
+#: Which operations the few-shot examples show: the query's own (the paper's), or every operation of the set.
+FewshotOperations: TypeAlias = Literal["same", "mixed"]
 
 
 class PairError(ValueError):
@@ -79,6 +88,11 @@ class GenerationConfig:
         (1, 9), "inclusive operand range [low, high]; for div: divisor and quotient"
     )
     fewshot: bool = setting(True, "prefix the query with the template's few-shot examples")
+    fewshot_operations: FewshotOperations = setting(
+        "same",
+        "same: the examples use the query's operation (the paper's); mixed: the examples of every operation of "
+        "the template set, interleaved, so the query's operator is needed to answer",
+    )
     allow_negative: bool = setting(False, "keep pairs whose answer is negative")
     integer_only: bool = setting(True, "keep only integer answers (division)")
     multi_token_answers: Literal["first", "refuse"] = setting(
@@ -248,6 +262,7 @@ def render_pair(
     integer_only: bool = True,
     allow_negative: bool = False,
     cf_operands: tuple[int, int] | None = None,
+    fewshot_operations: FewshotOperations = "same",
 ) -> dict[str, Any]:
     """Build one reference/counterfactual record from a template and operands.
 
@@ -266,6 +281,8 @@ def render_pair(
         allow_negative: the answer rule of the few-shot examples.
         cf_operands: ``(a', b')`` for an operand counterfactual (the operator stays, ``cf_word`` is ignored);
             None: the operator counterfactual (``cf_word`` replaces the operator).
+        fewshot_operations: ``"same"``: the examples of the query's operation; ``"mixed"``: those of every
+            operation of the set, each in its matching template (see the module docstring).
 
     Returns:
         A dict with the prompts, their token ids, the answer's token ids and the token positions
@@ -284,13 +301,14 @@ def render_pair(
                 f"Fix: add fewshot.examples.{tpl.operation} to {template.path}, or generate with fewshot=False."
             )
         shots = []
-        for x, y in examples:
-            ans = compute_answer(tpl.operation, x, y, integer_only, allow_negative)
+        for shot, x, y in _shots(template, tpl, words, fewshot_operations):
+            ans = compute_answer(shot.operation, x, y, integer_only, allow_negative)
             if ans is None:
                 raise PairError(
-                    f"few-shot example {x}, {y} of {template.path} has no valid {tpl.operation} answer. Fix: change it."
+                    f"few-shot example {x}, {y} of {template.path} has no valid {shot.operation} answer. "
+                    "Fix: change it."
                 )
-            shots.append(_render(tpl, x, y, tpl.op, words).text + " " + ans)
+            shots.append(_render(shot, x, y, shot.op, words).text + " " + ans)
         prefix += template.fewshot_separator.join(shots) + template.fewshot_separator
     tail = " " if spacing == "prompt" else ""
     ref = _render(tpl, a, b, tpl.op, words)
@@ -358,6 +376,40 @@ def render_pair(
         "pos_last": len(ids) - 1,
         **extra,
     }
+
+
+def _shots(
+    template: TemplateSet, tpl: Template, words: dict[str, str], fewshot_operations: FewshotOperations
+) -> list[tuple[Template, int, int]]:
+    """The few-shot examples as ``(template, a, b)``: the query's template only, or every operation's match."""
+    if fewshot_operations == "same":
+        return [(tpl, x, y) for x, y in template.fewshot_examples[tpl.operation]]
+    if fewshot_operations != "mixed":
+        raise PairError(f"fewshot_operations {fewshot_operations!r} is unknown. Fix: use 'same' or 'mixed'.")
+
+    def rank(t: Template) -> int:  # the template's place among its operation's templates of its form
+        return [u.id for u in template.templates if (u.operation, u.form) == (t.operation, t.form)].index(t.id)
+
+    matches = []
+    for op in template.fewshot_examples:
+        same_form = [u for u in template.templates if (u.operation, u.form) == (op, tpl.form)]
+        if op == tpl.operation:
+            matches.append(tpl)
+        elif len(same_form) > rank(tpl) and set(same_form[rank(tpl)].pools) <= set(words):
+            matches.append(same_form[rank(tpl)])
+    if len(matches) < 2:
+        raise PairError(
+            f"template {tpl.id!r}: the set {template.name!r} has no template of another operation in the form "
+            f"{tpl.form!r} with few-shot examples, so a mixed prefix cannot be built. "
+            "Fix: use fewshot_operations='same', or add such templates and examples to the set."
+        )
+    longest = max(len(template.fewshot_examples[t.operation]) for t in matches)
+    return [
+        (t, *template.fewshot_examples[t.operation][i])
+        for i in range(longest)
+        for t in matches
+        if i < len(template.fewshot_examples[t.operation])
+    ]
 
 
 def operand_pairs(op: str, cfg: GenerationConfig) -> list[tuple[int, int, str]]:
@@ -476,6 +528,7 @@ def generate_pairs(
                     config.integer_only,
                     config.allow_negative,
                     cf_operands,
+                    config.fewshot_operations,
                 )
             except PairError as err:  # e.g. a pool word that changes the token count; try another draw
                 last_error = err

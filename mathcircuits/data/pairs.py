@@ -139,15 +139,20 @@ def check_token_aligned(pairs: PairSet, vocab_size: int) -> None:
 
 @dataclass(frozen=True)
 class PairBatch:
-    """Pairs of equal token length: reference and counterfactual tokens, the answer's first token."""
+    """Pairs of equal token length: reference and counterfactual tokens, the answer's first token.
+
+    ``answers`` (when the batch was built with ``answers=True``) holds every answer token; the pairs of one
+    batch then also have answers of equal length, so teacher forcing appends the same number of positions.
+    """
 
     idx: list[int]
     tokens: Int[Tensor, "batch seq"]
     cf_tokens: Int[Tensor, "batch seq"]
     answer: Int[Tensor, " batch"]
+    answers: Int[Tensor, "batch n_answer"] | None = None
 
 
-def pair_batches(pairs: PairSet, batch_size: int, device: torch.device | str) -> list[PairBatch]:
+def pair_batches(pairs: PairSet, batch_size: int, device: torch.device | str, answers: bool = False) -> list[PairBatch]:
     """Batches of pairs with equal token length (no padding, so the last position is the same for all).
 
     Args:
@@ -155,15 +160,20 @@ def pair_batches(pairs: PairSet, batch_size: int, device: torch.device | str) ->
             ``template_id``, so that a batch shares one template).
         batch_size: at most this many pairs per batch.
         device: where the batch tensors go.
+        answers: also batch every answer token (``answer_tokens``; a batch then has one answer length).
 
     Returns:
         A list of :class:`PairBatch`: row indices, ``tokens`` and ``cf_tokens`` of shape ``[batch, seq]`` and
-        ``answer`` of shape ``[batch]``.
+        ``answer`` of shape ``[batch]`` (and ``answers`` ``[batch, n_answer]``).
     """
     cols = {"tokens": pairs["tokens"], "cf_tokens": pairs["cf_tokens"], "answer": pairs["answer_token"]}
-    if "template_id" in pairs.column_names:  # one template per batch: its few-shot prefix runs once
-        cols["template_id"] = pairs["template_id"]
-    return [PairBatch(idx=idx, **b) for idx, b in iter_batches(cols, batch_size, device, group_by="template_id")]
+    keys = list(pairs["template_id"]) if "template_id" in pairs.column_names else [0] * len(pairs)
+    if answers:
+        check_columns(pairs, ("answer_tokens",), "teacher-forced path patching")
+        cols["answers"] = pairs["answer_tokens"]
+        keys = [f"{k}|{len(a)}" for k, a in zip(keys, cols["answers"])]
+    cols["group"] = keys  # one template per batch: its few-shot prefix runs once
+    return [PairBatch(idx=idx, **b) for idx, b in iter_batches(cols, batch_size, device, group_by="group")]
 
 
 def template_keys(pairs: PairSet | Sequence[Mapping[str, Any]]) -> list[Any]:

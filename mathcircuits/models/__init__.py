@@ -5,7 +5,9 @@
 * :mod:`.families` — each family's block shape as data (:data:`FAMILIES`);
 * :mod:`.hooks` — hook names; :mod:`.heads` — :class:`Head`, ``L{layer}.H{head}``;
 * :mod:`.capture` — one forward, activations at the last position;
-* :mod:`.readout` — the answer readout (final norm → unembedding → soft cap);
+* :mod:`.readout` — the answer readout (final norm → unembedding → soft cap), in float32, vocabulary chunked;
+* :mod:`.placement` — a model split or offloaded by accelerate: where each block runs, weights read through the
+  offload hooks; :mod:`.memory` — the peak memory of a piece of work (CUDA allocated, or CPU RSS);
 * :mod:`.changes` — how a block's contribution changes (attention output, MLP input);
 * :mod:`.prefix` — prefix-cached forwards (the shared few-shot prefix runs once); :mod:`.suffix` — reruns of a
   prompt's tail from a block on, with the rest cached;
@@ -26,11 +28,28 @@ from mathcircuits.models.embedded import (
     embedded_model_dir,
     embedded_source,
     find_embedded_gguf,
+    weights_note,
 )
 from mathcircuits.models.families import FAMILIES, BlockStructure, UnsupportedFamilyError, block_structure
 from mathcircuits.models.heads import Head, check_heads
 from mathcircuits.models.integrity import IntegrityError, checks_run, fast_paths, fast_paths_enabled, probe_pairs
 from mathcircuits.models.loading import HookedModel, load_hf_model, load_model, resolve_source
+from mathcircuits.models.memory import MemoryHow, MemoryMeter, PeakMemory, cuda_devices
+from mathcircuits.models.placement import (
+    HeadOutWeights,
+    check_trainable_placement,
+    devices_of,
+    execution_device,
+    head_out_weight,
+    head_out_weights,
+    is_split,
+    layer_device,
+    materialized,
+    offloaded_parameters,
+    output_device,
+    unembed_columns,
+    unloadable_parameters,
+)
 from mathcircuits.models.prefix import HFForward, PrefixRunner, repeat_cache, run_from_layer, shared_prefix_len
 from mathcircuits.models.readout import Readout, final_norm, readout, soft_cap, vocab_logits
 from mathcircuits.models.spec import ModelMismatchError, ModelSpec, as_spec, check_model, heads_by_layer
@@ -39,6 +58,23 @@ from mathcircuits.models.tiny import TINY_CHARS, TINY_FAMILIES, tiny_gpt2, tiny_
 from mathcircuits.models.wrap import from_bridge, from_hf, wrap
 
 __all__ = [
+    "HeadOutWeights",
+    "MemoryHow",
+    "MemoryMeter",
+    "PeakMemory",
+    "check_trainable_placement",
+    "cuda_devices",
+    "devices_of",
+    "execution_device",
+    "head_out_weight",
+    "head_out_weights",
+    "is_split",
+    "layer_device",
+    "materialized",
+    "offloaded_parameters",
+    "output_device",
+    "unembed_columns",
+    "unloadable_parameters",
     "EMBEDDED",
     "EMBEDDED_NAME",
     "EmbeddedSource",
@@ -93,4 +129,5 @@ __all__ = [
     "tiny_tokenizer",
     "vocab_logits",
     "wrap",
+    "weights_note",
 ]

@@ -34,6 +34,7 @@ def capture(
     names: list[str],
     position: int | None = -1,
     cache_store: dict[tuple[int, ...], Any] | None = None,
+    last: int | None = None,
 ) -> tuple[Float[Tensor, "batch *pos vocab"], dict[str, Tensor]]:
     """One forward; the logits and each named activation at ``position`` (every position when ``None``).
 
@@ -44,12 +45,19 @@ def capture(
         position: the position read (``-1``, the last), or ``None`` for every position.
         cache_store: with ``position == -1``, a dict of clean prefix KV caches: the batch's shared prefix then
             runs once (:class:`~mathcircuits.models.prefix.PrefixRunner`) and is reused by later calls.
+        last: read the last ``last`` positions instead of ``position`` (teacher forcing reads the last prompt
+            position and each answer position); the logits and activations keep a position axis of that length,
+            and the prefix cache is used as with ``position == -1``.
 
     Returns:
         The logits at ``position`` and ``{name: activation at position}``.
     """
     store: dict[str, Tensor] = {}
-    where = slice(None) if position is None else position
+    if last is not None:
+        if not 1 <= last <= tokens.shape[1]:
+            raise ValueError(f"last={last} positions of {tokens.shape[1]} tokens. Fix: use 1 <= last <= seq.")
+        position = -1
+    where = slice(None) if position is None else (slice(-last, None) if last is not None else position)
 
     def make(name: str) -> Any:
         # keyed by the requested name: the bridge may report an aliased hook.name
@@ -60,9 +68,11 @@ def capture(
 
     fwd = [(n, make(n)) for n in names]
     if position == -1 and cache_store is not None:
-        logits = PrefixRunner(bridge, fwd, store=cache_store).logits_from(tokens, tokens.shape[1] - 1)
-        return logits[:, -1], store
+        logits = PrefixRunner(bridge, fwd, store=cache_store).logits_from(tokens, tokens.shape[1] - (last or 1))
+        return (logits[:, -last:] if last is not None else logits[:, -1]), store
     # only the last position's logits are needed: skip the unembedding elsewhere
-    extra = {"logits_to_keep": 1} if position == -1 else {}
+    extra = {"logits_to_keep": last or 1} if position == -1 else {}
     logits = bridge.run_with_hooks(tokens, fwd_hooks=fwd, **extra)
+    if last is not None:
+        return logits[:, -last:], store
     return (logits if position is None else logits[:, position]), store

@@ -53,6 +53,7 @@ __all__ = [
     "embedded_model_dir",
     "embedded_source",
     "find_embedded_gguf",
+    "weights_note",
 ]
 
 log = logging.getLogger(__name__)
@@ -76,6 +77,8 @@ class EmbeddedSource:
         aliases: other names ``load_model`` accepts for it.
         official_id: the model's Hub id, given to TransformerLens as the bridge's name (it warns on other
             spellings of models it knows); ``None``: the bridge gets ``name``.
+        weights: what the weights are, for every report made on the model (its quantisation: the results are
+            those of this copy, not of the original checkpoint).
     """
 
     key: str
@@ -89,6 +92,7 @@ class EmbeddedSource:
     sha256: str | None = None
     aliases: tuple[str, ...] = ()
     official_id: str | None = None
+    weights: str = ""
 
     @property
     def install_hint(self) -> str:
@@ -110,6 +114,7 @@ EMBEDDED: dict[str, EmbeddedSource] = {
         gguf_file="SmolLM2-135M-Instruct.Q4_1.gguf",
         cache_name="smollm2-135m-instruct-q4_1",
         aliases=("default",),
+        weights="GGUF Q4_1 (4-bit) copy dequantised to fp32, not the original checkpoint",
     ),
     "gemma3-270m": EmbeddedSource(
         key="gemma3-270m",
@@ -123,8 +128,23 @@ EMBEDDED: dict[str, EmbeddedSource] = {
         sha256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
         aliases=("gemma-3-270m",),
         official_id="google/gemma-3-270m",
+        weights="GGUF Q4_K_M (4-bit) copy dequantised to fp32, not the original checkpoint",
     ),
 }
+
+
+def weights_note(model_name: str) -> str:
+    """What an embedded model's weights are (its quantisation), by the model name results record; ``""`` otherwise.
+
+    Args:
+        model_name: :attr:`~mathcircuits.models.ModelSpec.name` of a result's model.
+
+    Returns:
+        E.g. ``"GGUF Q4_1 (4-bit) copy dequantised to fp32, not the original checkpoint"``, or ``""`` for a
+        model that is not embedded (loaded as its checkpoint is).
+    """
+    return next((s.weights for s in EMBEDDED.values() if model_name in (s.name, s.key)), "")
+
 
 EMBEDDED_NAME = EMBEDDED["embedded"].name
 EMBEDDED_GGUF = EMBEDDED["embedded"].gguf_file

@@ -39,6 +39,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, P
 from mathcircuits.models.compat import check_versions, install_cache_alias
 from mathcircuits.models.embedded import EMBEDDED, cache_root, convert_gguf, embedded_model_dir, embedded_source
 from mathcircuits.models.integrity import instrument_hooks
+from mathcircuits.models.placement import execution_device
 from mathcircuits.models.prefix import PrefixRunner
 from mathcircuits.models.spec import ModelSpec
 from mathcircuits.models.tiny import tiny_family_name, tiny_gpt2, tiny_llama, tiny_model
@@ -76,7 +77,8 @@ class HookedModel:
 
     @property
     def device(self) -> torch.device:
-        return next(self.bridge.parameters()).device
+        """Where inputs go: the embedding's execution device (on a model split by accelerate, not ``meta``)."""
+        return execution_device(getattr(self.bridge, "embed", self.bridge))
 
     def to_tokens(self, texts: str | list[str]) -> Int[torch.Tensor, "batch seq"]:
         """Tokenize without adding a BOS token (the bridge's string path would prepend one).
@@ -196,6 +198,7 @@ def load_hf_model(
     device: str | torch.device = "cpu",
     seed: int = 0,
     device_map: str | dict[str, Any] | None = None,
+    offload_folder: str | Path | None = None,
 ):
     """Load a *plain* HF causal LM and its tokenizer (no bridge), e.g. for fine-tuning.
 
@@ -206,6 +209,7 @@ def load_hf_model(
         seed: seed of tiny random models.
         device_map: passed to ``AutoModelForCausalLM.from_pretrained`` (accelerate places the layers; the model is
             then not moved). Only for sources loaded from files, not for tiny models built in memory.
+        offload_folder: where accelerate writes the layers ``device_map`` puts on ``"disk"``.
 
     Returns:
         ``(model, tokenizer)``, the model in eval mode with eager attention.
@@ -228,6 +232,8 @@ def load_hf_model(
         try:
             tok = AutoTokenizer.from_pretrained(folder)
             placement = {} if device_map is None else {"device_map": device_map}
+            if device_map is not None and offload_folder is not None:
+                placement["offload_folder"] = str(offload_folder)
             model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype, attn_implementation="eager", **placement)
         except OSError as err:
             if kind == "hub":
@@ -256,6 +262,7 @@ def load_model(
     dtype: torch.dtype = torch.float32,
     seed: int = 0,
     device_map: str | dict[str, Any] | None = None,
+    offload_folder: str | Path | None = None,
 ) -> HookedModel:
     """Load ``source`` as a hooked model (TransformerBridge, compatibility mode without weight processing).
 
@@ -265,12 +272,16 @@ def load_model(
         dtype: parameter dtype.
         seed: seed of tiny random models.
         device_map: passed to HF ``from_pretrained`` (accelerate), e.g. ``"auto"`` to split a model that does
-            not fit one device over several GPUs (see docs/howto/big-models-on-gpu.md).
+            not fit one device over several GPUs, offloading what does not fit to CPU memory or disk (every stage
+            runs on such a model; see docs/howto/big-models-on-gpu.md).
+        offload_folder: where accelerate writes the layers ``device_map`` puts on ``"disk"``.
 
     Returns:
         The :class:`HookedModel`.
     """
-    hf_model, tok = load_hf_model(source, dtype=dtype, device=device, seed=seed, device_map=device_map)
+    hf_model, tok = load_hf_model(
+        source, dtype=dtype, device=device, seed=seed, device_map=device_map, offload_folder=offload_folder
+    )
     kind, loc = resolve_source(source)
     name = loc
     embedded = embedded_source(loc) if kind == "embedded" else None

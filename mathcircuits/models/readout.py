@@ -17,6 +17,7 @@ Usage::
 
     structure = block_structure(model)
     r = readout(model, structure, resid_final, answer, need_probs=False)     # from residuals
+    logit, logp = token_scores(model, structure, resid_final, tokens)        # any token per row, float32
     r = Readout.from_logits(logits, answer, need_probs=True)                 # from the model's logits
     lens = vocab_logits(model, structure, resid_post_of_every_layer)          # the logit lens
 """
@@ -32,8 +33,35 @@ from torch import Tensor
 
 from mathcircuits.models.families import BlockStructure
 from mathcircuits.models.loading import HookedModel
+from mathcircuits.models.placement import execution_device, output_device, unembed_columns
 
-__all__ = ["Readout", "Target", "final_norm", "readout", "soft_cap", "vocab_logits"]
+__all__ = [
+    "CHUNK_ELEMENTS",
+    "VOCAB_CHUNK",
+    "vocab_chunk_for",
+    "Readout",
+    "Target",
+    "final_norm",
+    "log_normalizer",
+    "readout",
+    "soft_cap",
+    "token_scores",
+    "vocab_logits",
+]
+
+#: The most vocabulary columns per matrix product when a readout needs the whole vocabulary (the probability's
+#: normaliser); fewer with many rows, so that one chunk of float32 logits stays within :data:`CHUNK_ELEMENTS`.
+VOCAB_CHUNK = 32768
+#: Float32 logits one vocabulary chunk may hold (2**28: 1 GiB), whatever the number of rows.
+CHUNK_ELEMENTS = 1 << 28
+
+
+def vocab_chunk_for(rows: int, vocab_chunk: int | None = None) -> int:
+    """Vocabulary columns per chunk for ``rows`` readout rows: ``vocab_chunk`` if given, else the most (at most
+    :data:`VOCAB_CHUNK`, at least 256) that keep ``rows × columns`` within :data:`CHUNK_ELEMENTS`."""
+    if vocab_chunk is not None:
+        return vocab_chunk
+    return max(256, min(VOCAB_CHUNK, CHUNK_ELEMENTS // max(rows, 1)))
 
 
 #: What a metric reads off a :class:`Readout`: the first answer token's logit or probability, or the whole
@@ -66,8 +94,9 @@ class Readout:
         Returns:
             The readout of each row.
         """
-        logit = logits.gather(-1, answer[:, None])[:, 0]
-        prob = torch.softmax(logits.float(), -1).gather(-1, answer[:, None])[:, 0] if need_probs else None
+        index = answer[:, None].to(logits.device)
+        logit = logits.gather(-1, index)[:, 0].float()
+        prob = torch.softmax(logits.float(), -1).gather(-1, index)[:, 0] if need_probs else None
         return cls(logit, prob)
 
     def take(self, rows: Int[Tensor, " n"]) -> Readout:
@@ -109,7 +138,8 @@ def final_norm(model: HookedModel, structure: BlockStructure, resid: Float[Tenso
     Returns:
         ``N_f(resid)``, the same shape.
     """
-    return getattr(model.bridge, structure.final_norm)(resid)
+    norm = getattr(model.bridge, structure.final_norm)
+    return norm(resid.to(execution_device(norm)))
 
 
 def vocab_logits(
@@ -119,7 +149,7 @@ def vocab_logits(
 
     On the last block's output this is the model's own logits; on an earlier layer's residual it is
     the logit lens. The unembedding is applied in the residual's dtype (float32 activations of a bf16
-    model are read out in float32).
+    model are read out in float32), on the unembedding's device (offloaded weights loaded for the call).
 
     Args:
         model: the hooked model.
@@ -127,15 +157,92 @@ def vocab_logits(
         resid: residual vectors (any leading shape).
 
     Returns:
-        The logits.
+        The logits, on the unembedding's device.
     """
-    normed = final_norm(model, structure, resid)
-    bridge = model.bridge
-    logits = normed @ bridge.W_U.to(normed.dtype)
-    b_u = getattr(bridge, "b_U", None)
-    if b_u is not None and torch.is_tensor(b_u):
+    normed = final_norm(model, structure, resid.to(output_device(model)))
+    w_u, b_u = unembed_columns(model, slice(None))
+    logits = normed @ w_u.to(normed.dtype)
+    if b_u is not None:
         logits = logits + b_u.to(normed.dtype)
     return soft_cap(logits, structure)
+
+
+def log_normalizer(
+    model: HookedModel,
+    structure: BlockStructure,
+    normed: Float[Tensor, "rows d_model"],
+    vocab_chunk: int | None = None,
+) -> Float[Tensor, " rows"]:
+    """``log Σ_v exp(logit_v)`` of each row, in float32, from the final-normed residual, chunked over the vocabulary.
+
+    Only ``rows × vocab_chunk`` logits exist at a time (the whole ``rows × vocab`` matrix would be 43 GB for
+    83,200 rows of a 128k vocabulary in float32; by default a chunk holds at most 2**28 of them, 1 GiB), and
+    the running log-sum-exp is exact up to float32 rounding.
+
+    Args:
+        model: the hooked model.
+        structure: its block structure (soft cap).
+        normed: the final norm's output, one row per readout (on the unembedding's device).
+        vocab_chunk: vocabulary columns per matrix product (``None``: :func:`vocab_chunk_for` the rows).
+
+    Returns:
+        The log normaliser of each row.
+    """
+    vocab = int(model.spec.vocab_size)
+    x = normed.float()
+    vocab_chunk = vocab_chunk_for(x.shape[0], vocab_chunk)
+    total = torch.full((x.shape[0],), float("-inf"), device=x.device)
+    for lo in range(0, vocab, vocab_chunk):
+        w_u, b_u = unembed_columns(model, slice(lo, min(lo + vocab_chunk, vocab)))
+        logits = x @ w_u.float()
+        if b_u is not None:
+            logits = logits + b_u.float()
+        total = torch.logaddexp(total, torch.logsumexp(soft_cap(logits, structure), -1))
+    return total
+
+
+def token_scores(
+    model: HookedModel,
+    structure: BlockStructure,
+    resid: Float[Tensor, "rows d_model"],
+    tokens: Int[Tensor, " rows"],
+    need_logp: bool = True,
+    vocab_chunk: int | None = None,
+) -> tuple[Float[Tensor, " rows"], Float[Tensor, " rows"] | None]:
+    """Each row's token's raw logit and log-probability from final residual vectors: the one readout of every scan.
+
+    The final norm runs in the model's dtype (it is the model's module); the unembedding's product and
+    everything after it run in float32, so a bf16 model's readout is not rounded to bf16 steps (0.125 at a
+    logit of 20). Only the columns of the tokens that occur are read; the log-probability's normaliser is
+    accumulated over vocabulary chunks (:func:`log_normalizer`), so memory stays bounded whatever the rows.
+    The clean and the patched values of every method come from this one function (through :func:`readout`
+    at the last prompt position, or per answer position when a metric reads every answer token), so no
+    offset between two code paths enters an effect.
+
+    Args:
+        model: the hooked model.
+        structure: its block structure (final norm module and logit soft cap).
+        resid: the residual stream after the last block, one row per readout (any device).
+        tokens: the token scored in each row.
+        need_logp: also compute the log-probability (the vocabulary's normaliser).
+        vocab_chunk: vocabulary columns per matrix product of the normaliser (``None``: bounded by
+            :data:`CHUNK_ELEMENTS`).
+
+    Returns:
+        ``(logit, logp)``, one float32 value per row each, on the unembedding's device (``logp`` None
+        without ``need_logp``).
+    """
+    dev = output_device(model)
+    normed = final_norm(model, structure, resid.to(dev))
+    distinct, which = torch.unique(tokens.to(dev), return_inverse=True)
+    w_u, b_u = unembed_columns(model, distinct)  # [d_model, distinct tokens]
+    per_token = normed.float() @ w_u.float()
+    if b_u is not None:
+        per_token = per_token + b_u.float()
+    logit = soft_cap(per_token.gather(-1, which[:, None])[:, 0], structure)
+    if not need_logp:
+        return logit, None
+    return logit, logit - log_normalizer(model, structure, normed, vocab_chunk)
 
 
 def readout(
@@ -144,29 +251,21 @@ def readout(
     resid: Float[Tensor, "rows d_model"],
     answer: Int[Tensor, " rows"],
     need_probs: bool,
+    vocab_chunk: int | None = None,
 ) -> Readout:
-    """The answer's logit (and probability) from final residual vectors: final norm, unembedding, soft cap.
-
-    Without probabilities only the answer's column of the unembedding is computed.
+    """The answer's logit (and probability) from final residual vectors, read by :func:`token_scores`.
 
     Args:
         model: the hooked model.
         structure: its block structure (final norm module and logit soft cap).
-        resid: the residual stream after the last block, one row per readout.
+        resid: the residual stream after the last block, one row per readout (any device).
         answer: the answer token of each row.
-        need_probs: also compute the probability (a softmax over the whole vocabulary).
+        need_probs: also compute the probability.
+        vocab_chunk: vocabulary columns per matrix product of the normaliser (``None``: bounded by
+            :data:`CHUNK_ELEMENTS`).
 
     Returns:
-        The :class:`Readout` of each row.
+        The :class:`Readout` of each row (float32, on the unembedding's device).
     """
-    bridge = model.bridge
-    normed = final_norm(model, structure, resid)
-    if need_probs:
-        logits = soft_cap(bridge.unembed(normed), structure)
-        probs = torch.softmax(logits.float(), -1)
-        return Readout(logits.gather(-1, answer[:, None])[:, 0], probs.gather(-1, answer[:, None])[:, 0])
-    out = (normed * bridge.W_U[:, answer].T).sum(-1)  # only the answer's column of the unembedding
-    b_u = getattr(bridge, "b_U", None)
-    if b_u is not None and torch.is_tensor(b_u):
-        out = out + b_u[answer]
-    return Readout(soft_cap(out, structure))
+    logit, logp = token_scores(model, structure, resid, answer, need_probs, vocab_chunk)
+    return Readout(logit) if logp is None else Readout(logit, logp.exp())

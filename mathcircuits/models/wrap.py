@@ -41,6 +41,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from mathcircuits.models.compat import check_versions, install_cache_alias
 from mathcircuits.models.integrity import instrument_hooks
 from mathcircuits.models.loading import HookedModel, boot_bridge, spec_from_bridge
+from mathcircuits.models.placement import unloadable_parameters
 
 __all__ = ["from_bridge", "from_hf", "wrap"]
 
@@ -81,7 +82,8 @@ def check_causal_lm(model: torch.nn.Module, tokenizer: object) -> None:
 
     Raises:
         TypeError: no tokenizer object, or no language-model head.
-        ValueError: weights on the ``meta`` device, or a vocabulary smaller than the tokenizer's.
+        ValueError: weights on the ``meta`` device that no offload hook loads, or a vocabulary smaller than
+            the tokenizer's.
     """
     _check_tokenizer(tokenizer)
     head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
@@ -90,11 +92,13 @@ def check_causal_lm(model: torch.nn.Module, tokenizer: object) -> None:
             f"{type(model).__name__} has no language-model head, so no answer logits can be read. "
             "Fix: load it with AutoModelForCausalLM (e.g. LlamaForCausalLM, not LlamaModel)."
         )
-    meta = [n for n, p in model.named_parameters() if p.device.type == "meta"]
+    meta = unloadable_parameters(model)  # offloaded weights (accelerate's disk/CPU offload) are loaded by their hooks
     if meta:
         raise ValueError(
-            f"{type(model).__name__} has {len(meta)} parameters on the meta device (e.g. {meta[0]}): it holds no "
-            "weights yet. Fix: load it with weights (from_pretrained without init_empty_weights / device_map='meta')."
+            f"{type(model).__name__} has {len(meta)} parameters on the meta device that no offload hook loads "
+            f"(e.g. {meta[0]}): it holds no weights for them. Fix: load it with weights (from_pretrained without "
+            "init_empty_weights / device_map='meta'), or offload them with accelerate (device_map with 'cpu'/'disk' "
+            "and an offload folder), which loads each layer's weights at its forward."
         )
     vocab = int(head.weight.shape[0])
     if len(tokenizer) > vocab:

@@ -41,6 +41,7 @@ from mathcircuits.data.filter import length_groups
 from mathcircuits.data.templates import TemplateSet
 from mathcircuits.models import HookedModel, hooks
 from mathcircuits.models.families import block_structure
+from mathcircuits.models.placement import head_out_weight, unembed_columns
 from mathcircuits.models.suffix import SuffixRunner
 
 __all__ = ["GridCapture", "answer_first_token", "capture_grid", "grid_batches", "mlp_post", "operand_grid"]
@@ -144,7 +145,7 @@ class GridCapture:
         """Each component's exact direct effect on the logits of ``tokens``: ``(LN(x) − LN(x − c)) · W_U``."""
         structure = block_structure(model)
         norm = getattr(model.bridge, structure.final_norm)
-        w_u = model.bridge.W_U[:, list(tokens)].detach().float().cpu()
+        w_u = unembed_columns(model, torch.tensor(list(tokens)))[0].float().cpu()
         with torch.no_grad():
             full = norm(self.final.to(model.device)).float().cpu()
             out = torch.zeros(len(self.a), len(self.components), len(tokens))
@@ -157,7 +158,7 @@ class GridCapture:
         """Each component's exact direct effect on each prompt's own answer logit (its first token)."""
         structure = block_structure(model)
         norm = getattr(model.bridge, structure.final_norm)
-        w_u = model.bridge.W_U.detach()[:, self.answer.to(model.device)].T.float().cpu()  # [prompt, d_model]
+        w_u = unembed_columns(model, self.answer)[0].T.float().cpu()  # [prompt, d_model]
         with torch.no_grad():
             full = norm(self.final.to(model.device)).float().cpu()
             out = torch.zeros(len(self.a), len(self.components))
@@ -211,7 +212,7 @@ def capture_grid(
     final = torch.zeros(n, spec.d_model)
     correct = torch.zeros(n, dtype=torch.bool)
     names = _component_hooks(model, heads, mlps) + [mlp_post(l) for l in layers]
-    w_o = {l: model.bridge.blocks[l].attn.W_O.detach() for l, _ in heads}  # [head, d_head, d_model]
+    w_o = {l: head_out_weight(model, l) for l, _ in heads}  # [head, d_head, d_model], offloaded weights loaded
     answers = torch.tensor(grid["answer_token"])
     for rows in grid_batches(grid, list(range(n)), batch_size):
         toks = torch.tensor([grid[i]["tokens"] for i in rows], device=model.device)

@@ -1,8 +1,8 @@
 """Stage ``identify`` — path patching from heads/MLPs to the logits, and key components.
 
-``path_patch(model, dataset)`` is the entry point (exact last-position method by
-default; ``method="reference"`` and ``method="attribution"`` for checking and
-screening), in :mod:`.driver`. The methods share the two cached forwards of
+``path_patch(model, dataset)`` is the entry point (exact method by default, scoring the whole
+answer's teacher-forced log-probability, ``metric="answer_logprob"``; ``method="reference"`` and
+``method="attribution"`` for checking and screening), in :mod:`.driver`. The methods share the two cached forwards of
 :mod:`.cache` (capture, readout and the block chain live in :mod:`mathcircuits.models`)
 and :class:`Metric` values (:mod:`.metrics`). ``select_key_components`` turns a result
 into a :class:`KeyComponents`.
@@ -10,7 +10,7 @@ into a :class:`KeyComponents`.
 
 from mathcircuits.patching.attribution import compare_rankings
 from mathcircuits.patching.cache import LastPositionCache, last_position_caches
-from mathcircuits.patching.config import PatchingConfig, Rule, SelectionConfig
+from mathcircuits.patching.config import PatchingConfig, Rule, SelectionConfig, ThresholdOf
 from mathcircuits.patching.driver import METHODS, path_patch
 from mathcircuits.patching.key_components import (
     RULES,
@@ -23,17 +23,25 @@ from mathcircuits.patching.key_components import (
 from mathcircuits.patching.metrics import (
     LAST_POSITION_METRICS,
     METRICS,
+    RELATIVE_MIN_CLEAN,
     LastPositionMetric,
     Metric,
+    MetricFn,
     MetricName,
     answer_readout,
     get_metric,
 )
+from mathcircuits.patching.plan import ScanPlan, parse_bytes, plan_scan, scan_bytes
 from mathcircuits.patching.result import PatchingResult, PatchSettings
-from mathcircuits.patching.scan import SENDER_KINDS, Method, SenderKind
+from mathcircuits.patching.scan import SENDER_KINDS, Method, SenderKind, Senders
 from mathcircuits.patching.selection import select_key_components, selection_stability
 
 __all__ = [
+    "ScanPlan",
+    "Senders",
+    "parse_bytes",
+    "plan_scan",
+    "scan_bytes",
     "KeyComponents",
     "LAST_POSITION_METRICS",
     "LastPositionCache",
@@ -42,10 +50,12 @@ __all__ = [
     "METRICS",
     "Method",
     "Metric",
+    "MetricFn",
     "MetricName",
     "PatchSettings",
     "PatchingConfig",
     "PatchingResult",
+    "RELATIVE_MIN_CLEAN",
     "Rule",
     "RULES",
     "SENDER_KINDS",
@@ -53,6 +63,7 @@ __all__ = [
     "SelectionError",
     "SelectionSource",
     "SenderKind",
+    "ThresholdOf",
     "answer_readout",
     "compare_rankings",
     "get_metric",

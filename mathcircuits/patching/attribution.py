@@ -29,6 +29,7 @@ from mathcircuits.data.pairs import PairBatch
 from mathcircuits.models import HookedModel, hooks
 from mathcircuits.models.changes import attn_change, attn_pre_norm_name, mlp_change
 from mathcircuits.models.families import block_structure
+from mathcircuits.models.placement import head_out_weight, layer_device
 from mathcircuits.models.readout import Readout, readout
 from mathcircuits.patching.cache import last_position_caches
 from mathcircuits.patching.metrics import Metric
@@ -60,19 +61,29 @@ def attribution_scan(
     Returns:
         :class:`BatchEffects` with NaN for senders not scanned.
     """
-    structure = block_structure(model)
+    structure = block_structure(model)  # an unsupported family is the first thing to say
+    if metric.every_answer_token or metric.fn is not None:
+        raise ValueError(
+            f"metric {metric.name!r} is not a first-token metric, which the attribution screen differentiates "
+            "(it estimates the change at the last prompt position). "
+            "Fix: screen with metric='logit_diff' (or relative_logit, prob_change), or use method='exact'."
+        )
     spec = model.spec
     L, H = spec.n_layers, spec.n_heads
     cache = last_position_caches(model, batch.tokens, batch.cf_tokens, structure=structure)
     ref, cf = cache.ref, cache.cf
     answer = batch.answer
-    clean = cache.clean(answer, metric.needs_probs)
     final_ref = ref[hooks.resid_post(L - 1)]
+    # the clean answer from the same readout as the patched one (see the exact scan)
+    clean = readout(model, structure, final_ref, answer, metric.needs_probs)
     with torch.enable_grad():
-        probes_attn = [torch.zeros_like(final_ref, requires_grad=True) for _ in range(L)]
-        probes_mlp = [torch.zeros_like(final_ref, requires_grad=True) for _ in range(L)]
-        delta = torch.zeros_like(final_ref)
+        # one probe per layer, on that block's device (a split model's chain moves from device to device)
+        devs = [layer_device(model, layer) for layer in range(L)]
+        probes_attn = [torch.zeros_like(final_ref, device=devs[l], requires_grad=True) for l in range(L)]
+        probes_mlp = [torch.zeros_like(final_ref, device=devs[l], requires_grad=True) for l in range(L)]
+        delta = torch.zeros_like(final_ref, device=devs[0])
         for layer in range(L):
+            delta = delta.to(devs[layer])
             pre_name = attn_pre_norm_name(structure, layer)
             pre = None if pre_name is None else ref[pre_name]
             base = ref[hooks.sub(layer, structure.mlp_reads)]
@@ -84,26 +95,34 @@ def attribution_scan(
                 delta = delta + attn_change(model, structure, layer, pre, probes_attn[layer])
                 delta = delta + mlp_change(model, structure, layer, base, delta, mlp_ref, chunk_rows)
             delta = delta + probes_mlp[layer]
-        patched = readout(model, structure, final_ref + delta, answer, metric.needs_probs)
+        patched = readout(model, structure, final_ref + delta.to(final_ref.device), answer, metric.needs_probs)
         grads = torch.autograd.grad(patched.value(metric.target).sum(), probes_attn + probes_mlp)
     g_attn, g_mlp = grads[:L], grads[L:]
     B = answer.shape[0]
     head_eff = torch.full((B, L, H), float("nan"))
     mlp_eff = torch.full((B, L), float("nan"))
+    clean = Readout(clean.logit.detach().cpu(), None if clean.prob is None else clean.prob.detach().cpu())
     per_head = Readout(  # the clean readout of each (pair, head) row
         clean.logit.repeat_interleave(H), None if clean.prob is None else clean.prob.repeat_interleave(H)
     )
     with torch.no_grad():
-        W_O = model.bridge.W_O
-        for layer in range(L):
+        for layer in range(L):  # first-order changes in float32, gathered on the CPU
             if senders.heads:
                 dz = cf[hooks.z(layer)] - ref[hooks.z(layer)]
-                change = torch.einsum("bhd,hdm,bm->bh", dz, W_O[layer], g_attn[layer])
-                head_eff[:, layer] = metric.of_change(change.reshape(-1), per_head).reshape(B, H).float().cpu()
+                w_o = head_out_weight(model, layer)
+                change = torch.einsum("bhd,hdm,bm->bh", dz.float(), w_o.float(), g_attn[layer].float()).cpu()
+                head_eff[:, layer] = metric.of_change(change.reshape(-1), per_head).reshape(B, H).float()
             if senders.mlps:
-                change = ((cf[hooks.mlp_out(layer)] - ref[hooks.mlp_out(layer)]) * g_mlp[layer]).sum(-1)
-                mlp_eff[:, layer] = metric.of_change(change, clean).float().cpu()
-    return BatchEffects(heads=head_eff, mlps=mlp_eff, clean_logit=clean.logit)
+                dm = (cf[hooks.mlp_out(layer)] - ref[hooks.mlp_out(layer)]).float()
+                change = (dm * g_mlp[layer].float()).sum(-1).cpu()
+                mlp_eff[:, layer] = metric.of_change(change, clean).float()
+        # the counterfactual prompt's own answer, from the same readout as the clean one: the total effect
+        cf_read = readout(model, structure, cf[hooks.resid_post(L - 1)], answer, metric.needs_probs)
+        cf_read = Readout(cf_read.logit.cpu(), None if cf_read.prob is None else cf_read.prob.cpu())
+        total = metric(cf_read, clean).float()
+    return BatchEffects(
+        heads=head_eff, mlps=mlp_eff, clean_logit=clean.logit, total=total, excluded=metric.excluded(clean)
+    )
 
 
 def compare_rankings(approx: PatchingResult, exact: PatchingResult, k: int = 10) -> dict[str, float]:

@@ -6,10 +6,18 @@ last-position chain of :mod:`mathcircuits.patching.exact` reads: ``hook_z``,
 ``hook_mlp_out``, the residual the MLP reads and (with post-attention norms) the attention
 output before that norm, plus the last block's ``hook_resid_post``.
 
+Teacher forcing (``answers`` given, for metrics that read every answer token): both sequences are
+extended by the answer's tokens but the last, and the activations are kept at the last prompt position
+and at every answer position. The rows of the cache are then (pair, position) in that order,
+``row = pair · positions + j``: with every other head frozen, a sender's change at one position stays
+at that position, so each row is its own last-position chain.
+
 Usage::
 
     cache = last_position_caches(model, batch.tokens, batch.cf_tokens)
     clean = cache.clean(batch.answer, need_probs=False)
+    cache = last_position_caches(model, batch.tokens, batch.cf_tokens, answers=batch.answers)
+    clean = cache.clean_answers(batch.answers)          # whole-answer log-probability per pair
 """
 
 from __future__ import annotations
@@ -17,6 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
@@ -25,6 +34,7 @@ from mathcircuits.models.capture import capture
 from mathcircuits.models.changes import attn_pre_norm_name
 from mathcircuits.models.families import BlockStructure, block_structure
 from mathcircuits.models.readout import Readout
+from mathcircuits.patching.metrics import answer_readout
 
 if TYPE_CHECKING:
     from mathcircuits.models import HookedModel
@@ -38,18 +48,32 @@ class LastPositionCache:
 
     ``ref`` holds, per layer, ``hook_z``, ``hook_mlp_out``, the residual the MLP
     reads and (with post-attention norms) the attention output before that norm,
-    plus the last block's ``hook_resid_post``; ``cf`` holds ``hook_z`` and
-    ``hook_mlp_out``. ``logits`` are the reference run's logits at the position.
+    plus the last block's ``hook_resid_post``; ``cf`` holds ``hook_z``,
+    ``hook_mlp_out`` and the last block's ``hook_resid_post``. ``logits`` and ``cf_logits`` are the
+    reference and counterfactual runs' logits at the position. With ``positions`` > 1 (teacher forcing)
+    every row is a (pair, position): ``pair · positions + j``.
     """
 
-    logits: Float[Tensor, "batch vocab"]
+    logits: Float[Tensor, "rows vocab"]
     ref: dict[str, Tensor]
     cf: dict[str, Tensor]
     structure: BlockStructure
+    cf_logits: Float[Tensor, "rows vocab"] | None = None
+    positions: int = 1
 
     def clean(self, answer: Int[Tensor, " batch"], need_probs: bool) -> Readout:
-        """The unpatched readout of each pair (soft cap already applied by the model)."""
+        """The unpatched readout of each pair at the last position (soft cap already applied by the model)."""
         return Readout.from_logits(self.logits, answer, need_probs)
+
+    def clean_answers(self, answers: Int[Tensor, "batch n_answer"]) -> Readout:
+        """The unpatched readout of each pair over every answer token (first-token logit, whole-answer log-prob)."""
+        return answer_readout(self.logits.reshape(answers.shape[0], self.positions, -1), answers)
+
+    def counterfactual(self, answers: Int[Tensor, "batch n_answer"]) -> Readout:
+        """The counterfactual prompt's readout of the *clean* answer: the total effect's patched side."""
+        if self.cf_logits is None:
+            raise ValueError("this cache kept no counterfactual logits. Fix: build it with last_position_caches.")
+        return answer_readout(self.cf_logits.reshape(answers.shape[0], self.positions, -1), answers)
 
 
 def last_position_caches(
@@ -59,6 +83,7 @@ def last_position_caches(
     position: int = -1,
     structure: BlockStructure | None = None,
     share_prefix: bool = True,
+    answers: Int[Tensor, "batch n_answer"] | None = None,
 ) -> LastPositionCache:
     """The two forward passes of the method: reference and counterfactual activations at ``position``.
 
@@ -70,11 +95,23 @@ def last_position_caches(
         structure: the model's block structure (looked up when not given).
         share_prefix: run the prefix that all reference and counterfactual prompts share once
             (exact; ``False`` runs the two plain forwards, for checking).
+        answers: every answer token per pair (teacher forcing, see the module docstring; ``position`` must be
+            -1); None: the last prompt position only.
 
     Returns:
         A :class:`LastPositionCache`.
     """
     structure = structure or block_structure(model)
+    last = None
+    if answers is not None:
+        if position != -1 or answers.dim() != 2 or answers.shape[0] != tokens.shape[0] or answers.shape[1] < 1:
+            raise ValueError(
+                f"answers {tuple(answers.shape)} for {tokens.shape[0]} prompts at position {position}: teacher forcing "
+                "needs [batch, n_answer] answer tokens and the last position. Fix: pass the batch's answer_tokens."
+            )
+        tokens = torch.cat([tokens, answers[:, :-1]], 1)
+        cf_tokens = torch.cat([cf_tokens, answers[:, :-1]], 1)
+        last = answers.shape[1]
     n_layers = model.spec.n_layers
     names = [hooks.resid_post(n_layers - 1)]
     for layer in range(n_layers):
@@ -84,7 +121,18 @@ def last_position_caches(
             names.append(pre)
     # reference and counterfactual prompts differ only in the query: one clean prefix cache serves both
     caches: dict[tuple[int, ...], Any] | None = {} if share_prefix and position == -1 else None
-    logits, ref = capture(model.bridge, tokens, names, position, caches)
+    logits, ref = capture(model.bridge, tokens, names, position, caches, last=last)
     cf_names = [n for layer in range(n_layers) for n in (hooks.z(layer), hooks.mlp_out(layer))]
-    _, cf = capture(model.bridge, cf_tokens, cf_names, position, caches)
-    return LastPositionCache(logits=logits, ref=ref, cf=cf, structure=structure)
+    cf_names.append(hooks.resid_post(n_layers - 1))  # the counterfactual's own answer (the total effect)
+    cf_logits, cf = capture(model.bridge, cf_tokens, cf_names, position, caches, last=last)
+    if last is None:
+        return LastPositionCache(logits=logits, ref=ref, cf=cf, structure=structure, cf_logits=cf_logits)
+    rows = lambda t: t.reshape(t.shape[0] * last, *t.shape[2:])  # noqa: E731  (pair, position) → row
+    return LastPositionCache(
+        logits=rows(logits),
+        ref={k: rows(v) for k, v in ref.items()},
+        cf={k: rows(v) for k, v in cf.items()},
+        structure=structure,
+        cf_logits=rows(cf_logits),
+        positions=last,
+    )

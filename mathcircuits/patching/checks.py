@@ -9,11 +9,18 @@ runs on a model, :func:`check_exact` compares them on probe pairs
 
 * the senders with the largest effects, a seeded random head and two MLPs: exact = reference;
 * the null patch (counterfactual = clean prompt): the exact scan's readout of the unpatched
-  residual equals the bridge's clean logits, and a reference forward with every head
+  residual (its clean value, read by the same function as every patched one) equals the bridge's
+  clean logits, and a reference forward with every head
   frozen at its clean value reproduces them.
 
 Both are measured in raw logits (``logit_diff`` added back to the clean logit), so the
 tolerance scales with the logits and a constant readout offset shows up.
+
+With ``answers=True`` (run before the first path patching under a metric that reads every answer
+token) the same comparisons are made teacher-forced, in the answer's log-probability
+(``answer_logprob`` added back to the clean log-probability), over the probe pairs' two answer
+tokens, plus the total effect (the counterfactual run read through the prefix cache against the
+plain forward).
 """
 
 from __future__ import annotations
@@ -23,9 +30,10 @@ import random
 import torch
 
 from mathcircuits.data.pairs import PairBatch, pair_batches
-from mathcircuits.models import HookedModel
+from mathcircuits.models import HookedModel, hooks
 from mathcircuits.models.integrity import compare, model_dtype, probe_pairs
-from mathcircuits.patching.exact import exact_scan
+from mathcircuits.patching.cache import last_position_caches
+from mathcircuits.patching.exact import chain_readout, exact_scan
 from mathcircuits.patching.metrics import METRICS
 from mathcircuits.patching.reference import reference_scan
 from mathcircuits.patching.scan import Senders
@@ -33,18 +41,20 @@ from mathcircuits.patching.scan import Senders
 __all__ = ["check_exact"]
 
 
-def check_exact(model: HookedModel) -> tuple[float, float]:
+def check_exact(model: HookedModel, answers: bool = False) -> tuple[float, float]:
     """Exact against reference effects on a few senders, and the null patch, on probe pairs.
 
     Args:
         model: the hooked model.
+        answers: check the teacher-forced scan over every answer token (``answer_logprob``) instead of the
+            last-position one.
 
     Returns:
-        ``(largest difference, tolerance)`` in answer logits.
+        ``(largest difference, tolerance)`` in answer logits (log-probabilities with ``answers``).
     """
     spec = model.spec
-    batch = pair_batches(probe_pairs(spec.vocab_size), 8, model.device)[0]
-    metric = METRICS["logit_diff"]
+    batch = pair_batches(probe_pairs(spec.vocab_size), 8, model.device, answers=answers)[0]
+    metric = METRICS["answer_logprob" if answers else "logit_diff"]
     exact = exact_scan(model, batch, Senders(), metric)
     strongest = exact.heads.abs().mean(0).flatten().argsort(descending=True)[:2].tolist()
     chosen = {("head", i // spec.n_heads, i % spec.n_heads) for i in strongest}
@@ -52,18 +62,33 @@ def check_exact(model: HookedModel) -> tuple[float, float]:
     chosen.add(("head", rng.randrange(spec.n_layers), rng.randrange(spec.n_heads)))
     chosen |= {("mlp", int(exact.mlps.abs().mean(0).argmax()), -1), ("mlp", spec.n_layers - 1, -1)}
     ref = reference_scan(model, batch, Senders(only=frozenset(chosen)), metric)
+    if answers:  # effects are log-probability changes: add back each method's own clean log-probability
+        lp = last_position_caches(model, batch.tokens, batch.cf_tokens, answers=batch.answers)
+        final = lp.ref[hooks.resid_post(spec.n_layers - 1)]
+        rows = torch.arange(final.shape[0], device=final.device)
+        scan_clean = chain_readout(model, lp.structure, final, rows, batch, batch.answers, metric)
+        clean_ex = scan_clean.value("logprob").float().cpu()  # the scan's readout of the clean residual
+        clean_ref = lp.clean_answers(batch.answers).value("logprob").float().cpu()  # the bridge's logits
+    else:
+        clean_ex, clean_ref = exact.clean_logit, ref.clean_logit
     fast, plain = [], []
     for kind, layer, head in sorted(chosen):
         a, b = (exact.heads[:, layer, head], ref.heads[:, layer, head]) if kind == "head" else (
             exact.mlps[:, layer], ref.mlps[:, layer])  # fmt: skip
-        fast.append(a + exact.clean_logit)
-        plain.append(b + ref.clean_logit)
-    null = PairBatch(batch.idx, batch.tokens, batch.tokens, batch.answer)
+        fast.append(a + clean_ex)
+        plain.append(b + clean_ref)
+    if exact.total is not None and ref.total is not None:  # the counterfactual run: prefix cache vs plain forward
+        fast.append(exact.total + clean_ex)
+        plain.append(ref.total + clean_ref)
+    null = PairBatch(batch.idx, batch.tokens, batch.tokens, batch.answer, batch.answers)
     null_exact = exact_scan(model, null, Senders(), metric)
     null_ref = reference_scan(model, null, Senders(only=frozenset({("head", 0, 0)})), metric)
-    clean = null_exact.clean_logit
+    clean = clean_ex if answers else null_exact.clean_logit
     fast += [null_exact.heads[:, l, h] + clean for l in range(spec.n_layers) for h in range(spec.n_heads)]
     plain += [clean] * (spec.n_layers * spec.n_heads)
-    fast.append(null_ref.heads[:, 0, 0] + null_ref.clean_logit)
-    plain.append(null_ref.clean_logit)
+    fast.append(null_ref.heads[:, 0, 0] + (clean_ref if answers else null_ref.clean_logit))
+    plain.append(clean_ref if answers else null_ref.clean_logit)
+    # the scan's readout of the clean residual against the bridge's logits (a readout offset shows up here)
+    fast.append(clean_ex if answers else null_exact.clean_logit)
+    plain.append(clean_ref if answers else null_ref.clean_logit)
     return compare(torch.stack(fast), torch.stack(plain), model_dtype(model))

@@ -22,11 +22,13 @@ from tqdm.auto import tqdm
 
 from mathcircuits.data.pairs import PairSet, check_token_aligned, pair_batches
 from mathcircuits.models import HookedModel, fast_paths_enabled
-from mathcircuits.models.integrity import verify_once
+from mathcircuits.models.integrity import model_dtype, verify_once
+from mathcircuits.models.placement import unloadable_parameters
 from mathcircuits.patching.attribution import attribution_scan
 from mathcircuits.patching.checks import check_exact
 from mathcircuits.patching.exact import exact_scan
-from mathcircuits.patching.metrics import Metric, MetricName, get_metric
+from mathcircuits.patching.metrics import Metric, MetricFn, MetricName, get_metric
+from mathcircuits.patching.plan import plan_scan
 from mathcircuits.patching.reference import reference_scan
 from mathcircuits.patching.result import PatchingResult, PatchSettings
 from mathcircuits.patching.scan import Method, ScanFn, SenderKind, Senders
@@ -42,46 +44,52 @@ def path_patch(
     model: HookedModel,
     dataset: PairSet,
     senders: Sequence[SenderKind] = ("heads", "mlps"),
-    metric: MetricName | Metric = "relative_logit",
+    metric: MetricName | Metric | MetricFn = "answer_logprob",
     method: Method = "exact",
     batch_size: int = 16,
     chunk_rows: int = 8192,
     keep_per_pair: bool = False,
     progress: bool = False,
+    max_memory: int | str | None = None,
 ) -> PatchingResult:
-    """Path-patch every head and/or MLP to the logits at the last position.
+    """Path-patch every head and/or MLP to the logits at the last position (and every answer position).
+
+    Besides each sender's effect, the result holds each pair's *total effect*: the metric of the
+    counterfactual prompt itself against the clean one, so that a head's effect can be read as a share
+    of it (:meth:`PatchingResult.head_shares`). Pairs the metric refuses (``relative_logit`` with a clean
+    logit ≤ :data:`~mathcircuits.patching.metrics.RELATIVE_MIN_CLEAN`) are left out of every mean and
+    counted in ``n_excluded``, with a warning.
 
     Args:
         model: the hooked model (:func:`mathcircuits.models.load_model`).
         dataset: token-aligned pairs (:func:`mathcircuits.data.generate_pairs`).
         senders: ``("heads",)``, ``("mlps",)`` or both.
-        metric: a name from :data:`~mathcircuits.patching.metrics.METRICS` or a :class:`Metric`.
+        metric: a name from :data:`~mathcircuits.patching.metrics.METRICS` (default ``answer_logprob``: the
+            whole answer's teacher-forced log-probability), a :class:`Metric`, or a callable
+            ``fn(patched: Readout, clean: Readout) -> Tensor[rows]`` (:data:`~mathcircuits.patching.MetricFn`).
         method: a key of :data:`METHODS`: ``"exact"``, ``"reference"`` or ``"attribution"``.
         batch_size: pairs per batch.
         chunk_rows: rows per last-position MLP call (bounds memory).
         keep_per_pair: also keep the per-pair effects.
         progress: show a progress bar.
+        max_memory: the working memory the exact or attribution scan may use beyond the weights (bytes, or a
+            text like ``"8GB"``); when given, :func:`~mathcircuits.patching.plan.plan_scan` picks the pairs per
+            batch (at most ``batch_size``) and ``chunk_rows`` to fit it, and the result's settings record them.
 
     Returns:
         A :class:`PatchingResult` (its ``metric`` is the metric's name).
     """
     metric = get_metric(metric)
-    if metric.every_answer_token:
-        raise ValueError(
-            f"metric {metric.name!r} reads every answer token, but path_patch reads the last prompt position only. "
-            "Fix: use relative_logit, logit_diff or prob_change here; the circuit functions "
-            "(mathcircuits.circuit) read every answer token."
-        )
     chosen = Senders.from_names(senders)
     if method not in METHODS:
         raise ValueError(f"method {method!r} is unknown. Fix: use one of {list(METHODS)}.")
     scan = METHODS[method]
-    devices = {p.device for p in model.bridge.parameters()}
-    if len(devices) > 1:  # the last-position chains and the frozen-head hooks assume one device; not tested split
+    empty = unloadable_parameters(model.hf_model)  # a split or offloaded model runs; one without weights cannot
+    if empty:
         raise ValueError(
-            f"path patching needs the model on one device, but this one is spread over {sorted(map(str, devices))} "
-            "(device_map). Fix: load it on one device (e.g. device='cuda', dtype=torch.bfloat16); "
-            "docs/howto/big-models-on-gpu.md gives the memory each model needs."
+            f"this model has {len(empty)} parameters on the meta device that no offload hook loads (e.g. {empty[0]}), "
+            "so its forwards would fail or read no weights. Fix: load it with its weights, on one device or split "
+            "with device_map (accelerate's offload to 'cpu'/'disk' is fine); docs/howto/big-models-on-gpu.md."
         )
     check_token_aligned(dataset, model.spec.vocab_size)
     if method == "exact" and not fast_paths_enabled():
@@ -89,23 +97,67 @@ def path_patch(
         method, scan = "reference", METHODS["reference"]
     if method == "exact":
         verify_once(model.bridge, "exact path patching", lambda: check_exact(model))
+        if metric.every_answer_token:
+            verify_once(model.bridge, "exact path patching (answer tokens)", lambda: check_exact(model, answers=True))
     spec = model.spec
+    if max_memory is not None and method != "reference":  # the reference scan holds one forward at a time
+        seq = max(len(t) for t in dataset["tokens"]) if len(dataset) else 1
+        # teacher forcing reads every answer position: the longest answer's tokens per pair
+        teacher = metric.every_answer_token and "answer_tokens" in dataset.column_names
+        positions = max((len(a) for a in dataset["answer_tokens"]), default=1) if teacher else 1
+        plan = plan_scan(
+            spec,
+            model_dtype(model),
+            max_memory,
+            metric.needs_probs,
+            batch_size,
+            seq,
+            chosen.heads,
+            chosen.mlps,
+            positions=positions,
+        )
+        log.info("memory plan: %s", plan)
+        batch_size, chunk_rows = plan.batch_size, plan.chunk_rows
     t0 = time.perf_counter()
     n = len(dataset)
     all_heads = torch.full((n, spec.n_layers, spec.n_heads), float("nan"))
     all_mlps = torch.full((n, spec.n_layers), float("nan"))
+    totals = torch.full((n,), float("nan"))
+    excluded = torch.zeros(n, dtype=torch.bool)
     clean_sum = 0.0
-    batches = pair_batches(dataset, batch_size, model.device)
+    batches = pair_batches(dataset, batch_size, model.device, answers=metric.every_answer_token)
     for batch in tqdm(batches, disable=not progress, desc=f"path patching ({method})"):
         eff = scan(model, batch, chosen, metric, chunk_rows=chunk_rows, progress=progress)
         all_heads[batch.idx] = eff.heads
         all_mlps[batch.idx] = eff.mlps
-        clean_sum += float(eff.clean_logit.sum())
+        clean_sum += float(eff.clean_logit.float().sum())
+        if eff.total is not None:
+            totals[batch.idx] = eff.total
+        if eff.excluded is not None:
+            excluded[batch.idx] = eff.excluded
+    n_excluded = int(excluded.sum())
+    if n_excluded == n:
+        raise ValueError(
+            f"metric {metric.name!r} refused every one of the {n} pairs: each clean answer logit is at or below its "
+            f"guard {metric.min_clean} (negative or near zero), where the ratio flips sign or explodes. "
+            "Fix: use metric='answer_logprob' (offset-free), or 'logit_diff'."
+        )
+    if n_excluded:  # never silently: the count is in the result and the identify summary too
+        log.warning(
+            "metric %s excluded %d of %d pairs (clean value at or below its guard %s): their effects are left out "
+            "of every mean",
+            metric.name,
+            n_excluded,
+            n,
+            metric.min_clean,
+        )
+        all_heads[excluded], all_mlps[excluded], totals[excluded] = float("nan"), float("nan"), float("nan")
     ops = sorted(set(dataset["operation"])) if "operation" in dataset.column_names else []
     pair_ids = list(dataset["pair_id"]) if "pair_id" in dataset.column_names else list(range(n))
+    column = lambda c: [str(x) for x in dataset[c]] if c in dataset.column_names else []  # noqa: E731
     return PatchingResult(
-        head_effects=all_heads.mean(0),
-        mlp_effects=all_mlps.mean(0),
+        head_effects=all_heads.nanmean(0),
+        mlp_effects=all_mlps.nanmean(0),
         metric=metric.name,
         method=method,
         model=spec,
@@ -117,4 +169,8 @@ def path_patch(
         per_pair_mlps=all_mlps if keep_per_pair else None,
         seconds=time.perf_counter() - t0,
         settings=PatchSettings(senders=tuple(senders), batch_size=batch_size, chunk_rows=chunk_rows),
+        per_pair_total=totals,
+        n_excluded=n_excluded,
+        pair_templates=column("template_id"),
+        pair_operations=column("operation"),
     )

@@ -32,6 +32,14 @@ not matter here: ``hook_z`` is per query head, and ``W_O`` maps each query head.
 
 Equality with one full hooked forward per sender (:mod:`.reference`) is
 tested on every family in ``tests/test_families.py`` (max abs difference ≤ 1e-4).
+
+Every answer token (``answer_logprob``). Both prompts are extended by the answer's tokens but the
+last (teacher forcing) and the sender is patched at the last prompt position and at every answer
+position, each from the counterfactual run over the same answer tokens. Attention is frozen, so a
+change at one position never reaches another: each (pair, position) is its own chain above, and the
+cost is ``n_answer`` times the rows of the last-position chain plus one readout per row (its
+log-softmax normaliser chunked over the vocabulary), not more forward passes. The patched
+log-probability of the answer is the sum over the positions.
 """
 
 from __future__ import annotations
@@ -42,8 +50,9 @@ from torch import Tensor
 from mathcircuits.data.pairs import PairBatch
 from mathcircuits.models import HookedModel, hooks
 from mathcircuits.models.changes import attn_change, attn_pre_norm_name, mlp_change
-from mathcircuits.models.families import block_structure
-from mathcircuits.models.readout import readout
+from mathcircuits.models.families import BlockStructure, block_structure
+from mathcircuits.models.placement import head_out_weight, layer_device
+from mathcircuits.models.readout import Readout, readout, token_scores
 from mathcircuits.patching.cache import last_position_caches
 from mathcircuits.patching.metrics import Metric
 from mathcircuits.patching.scan import BatchEffects, Senders
@@ -75,29 +84,36 @@ def exact_scan(
         :class:`BatchEffects` with NaN for senders not scanned.
     """
     structure = block_structure(model)
-    cache = last_position_caches(model, batch.tokens, batch.cf_tokens, structure=structure)
+    answers = batch.answers if metric.every_answer_token else None
+    if metric.every_answer_token and answers is None:
+        raise ValueError(
+            f"metric {metric.name!r} reads every answer token, but the batch has only the first. "
+            "Fix: build the batches with pair_batches(..., answers=True) (path_patch does)."
+        )
+    cache = last_position_caches(model, batch.tokens, batch.cf_tokens, structure=structure, answers=answers)
     spec = model.spec
     L, H = spec.n_layers, spec.n_heads
     ref, cf = cache.ref, cache.cf
     answer = batch.answer
     B = answer.shape[0]
-    device = answer.device
-    pairs = torch.arange(B, device=device)
-    W_O = model.bridge.W_O  # [layer, head, d_head, d_model]
-
-    # live rows: the change δ of the last-position residual, and which pair / sender each row belongs to
-    delta = torch.zeros(0, spec.d_model, dtype=cache.logits.dtype, device=device)
+    R = B * cache.positions  # the chain's rows: (pair, position), row = pair · positions + position
+    # live rows: the change δ of the last-position residual, and which (pair, position) row / sender each row
+    # belongs to. They follow the chain from block to block: on a split model they move to each block's device,
+    # while the cached activations stay on the device of the layer that made them.
+    device = layer_device(model, 0)
+    pairs = torch.arange(R, device=device)
+    delta = torch.zeros(0, spec.d_model, dtype=ref[hooks.resid_post(L - 1)].dtype, device=device)
     row_pair = torch.zeros(0, dtype=torch.long, device=device)
-    row_sender: list[tuple[str, int, int]] = []  # (kind, layer, head), one per block of B rows
+    row_sender: list[tuple[str, int, int]] = []  # (kind, layer, head), one per block of R rows
 
     def add_rows(new: Tensor, n_blocks: int) -> None:
         nonlocal delta, row_pair
-        delta = torch.cat([delta, new])
+        delta = torch.cat([delta, new.to(device)])
         row_pair = torch.cat([row_pair, pairs.repeat(n_blocks)])
 
     def add_heads(layer: int) -> None:
-        dz = cf[hooks.z(layer)] - ref[hooks.z(layer)]  # [B, H, d_head]
-        change = torch.einsum("bhd,hdm->hbm", dz, W_O[layer]).reshape(H * B, -1)
+        dz = cf[hooks.z(layer)] - ref[hooks.z(layer)]  # [R, H, d_head]
+        change = torch.einsum("bhd,hdm->hbm", dz, head_out_weight(model, layer)).reshape(H * R, -1)
         pre_name = attn_pre_norm_name(structure, layer)
         pre = None if pre_name is None else ref[pre_name].repeat(H, 1)
         add_rows(attn_change(model, structure, layer, pre, change), H)
@@ -108,9 +124,12 @@ def exact_scan(
         if delta.shape[0]:
             base = ref[hooks.sub(layer, structure.mlp_reads)][row_pair]
             mlp_ref = ref[hooks.mlp_out(layer)][row_pair]
-            delta = delta + mlp_change(model, structure, layer, base, delta, mlp_ref, chunk_rows)
+            delta = delta + mlp_change(model, structure, layer, base, delta, mlp_ref, chunk_rows).to(device)
 
     for layer in range(L):
+        if layer_device(model, layer) != device:  # a split model: the rows move to this block's device
+            device = layer_device(model, layer)
+            delta, row_pair, pairs = delta.to(device), row_pair.to(device), pairs.to(device)
         if structure.parallel:  # the MLP reads resid_pre: this layer's heads do not pass through it
             through_mlp(layer)
             if senders.heads:
@@ -123,10 +142,17 @@ def exact_scan(
             add_rows(cf[hooks.mlp_out(layer)] - ref[hooks.mlp_out(layer)], 1)
             row_sender.append(("mlp", layer, -1))
 
-    final = ref[hooks.resid_post(L - 1)][row_pair] + delta
-    clean = cache.clean(answer, metric.needs_probs)
-    patched = readout(model, structure, final, answer[row_pair], metric.needs_probs)
-    eff = metric(patched, clean.take(row_pair)).float().cpu()
+    final_ref = ref[hooks.resid_post(L - 1)]
+    final = final_ref[row_pair] + delta
+    # the clean, the patched and the counterfactual answer come from the same readout (final norm, float32
+    # unembedding), so in bf16 no offset between the bridge's logits and this readout enters an effect
+    every = torch.arange(R, device=device)
+    clean = chain_readout(model, structure, final_ref, every, batch, answers, metric)
+    patched = chain_readout(model, structure, final, row_pair, batch, answers, metric)
+    counterfactual = chain_readout(model, structure, cf[hooks.resid_post(L - 1)], every, batch, answers, metric)
+    total = metric(counterfactual, clean)  # the counterfactual prompt's own effect
+    eff = metric(patched, clean.take(torch.arange(B, device=clean.logit.device).repeat(len(row_sender))))
+    eff = eff.float().cpu()
     head_eff = torch.full((B, L, H), float("nan"))
     mlp_eff = torch.full((B, L), float("nan"))
     for k, (kind, layer, head) in enumerate(row_sender):
@@ -135,4 +161,36 @@ def exact_scan(
             head_eff[:, layer, head] = block
         else:
             mlp_eff[:, layer] = block
-    return BatchEffects(heads=head_eff, mlps=mlp_eff, clean_logit=clean.logit)
+    return BatchEffects(
+        heads=head_eff,
+        mlps=mlp_eff,
+        clean_logit=clean.logit.cpu(),
+        total=total.float().cpu(),
+        excluded=metric.excluded(clean).cpu(),
+    )
+
+
+def chain_readout(
+    model: HookedModel,
+    structure: BlockStructure,
+    final: Tensor,
+    rows: Tensor,
+    batch: PairBatch,
+    answers: Tensor | None,
+    metric: Metric,
+) -> Readout:
+    """The readout of final residuals, one per chain row, each row's pair's answer read the one way every scan does.
+
+    ``rows`` is each residual's row of the cache: a pair at the last prompt position, or with ``answers``
+    (teacher forcing) a (pair, position), ``pair · n_answer + j``, in blocks of ``pairs × n_answer`` rows
+    per sender. With ``answers`` the readout of each block's pair holds the first token's logit and
+    probability and the whole answer's log-probability, the sum over the positions
+    (:func:`~mathcircuits.models.readout.token_scores`); without, the first token's
+    (:func:`~mathcircuits.models.readout.readout`).
+    """
+    if answers is None:
+        return readout(model, structure, final, batch.answer.to(rows.device)[rows], metric.needs_probs)
+    B, k = answers.shape
+    logit, logp = token_scores(model, structure, final, answers.reshape(-1).to(rows.device)[rows])
+    logit, logp = logit.reshape(-1, B, k), torch.as_tensor(logp).reshape(-1, B, k)
+    return Readout(logit[..., 0].reshape(-1), logp[..., 0].exp().reshape(-1), logp.sum(-1).reshape(-1))

@@ -6,21 +6,30 @@ patched position, one value per row. A :class:`Metric` turns a patched and a
 clean readout into an effect; the four the toolkit knows are registered in
 :data:`METRICS` by name:
 
-* ``relative_logit``: (patched − clean) / clean of the raw answer logit of the
-  answer's first token, the paper's measure (Zhang et al. 2024, Eq. 2). Raw
-  logits carry an offset that softmax ignores, so this ratio depends on it;
-* ``logit_diff``: patched − clean answer logit (first token);
-* ``prob_change``: patched − clean answer probability (first token);
-* ``answer_logprob``: patched − clean log-probability of the **whole answer**,
-  teacher-forced over every answer token (SmolLM2 writes "12" as "1", "2")::
+* ``answer_logprob`` (the default of path patching and of the circuit functions): patched − clean
+  log-probability of the **whole answer**, teacher-forced over every answer token (SmolLM2 writes
+  "12" as "1", "2")::
 
       log p(answer) = Σ_j log softmax(logits[t_j])[answer_j],   t_j = last prompt position + j
 
-  Offset-free (log-softmax ignores a constant added to every logit) and the same
-  target for every analysis that reads it. It needs the logits at every answer
-  position, so the sequence is the prompt followed by the answer's tokens but the
-  last (:func:`answer_readout`); the last-position scans of
-  :func:`~mathcircuits.patching.path_patch` refuse it.
+  Offset-free (log-softmax ignores a constant added to every logit) and the same target as the
+  knockout, which scores the whole answer. It needs the logits at every answer position, so the
+  sequence is the prompt followed by the answer's tokens but the last (:func:`answer_readout`);
+  path patching then patches the sender at every readout position (attention is frozen, so each
+  position's change stays at that position: more readout rows, not more forward passes).
+* ``relative_logit``: (patched − clean) / clean of the raw answer logit of the answer's first
+  token, the paper's measure (Zhang et al. 2024, Eq. 2). Raw logits carry an offset that softmax
+  ignores, so this ratio depends on it, and it is only meaningful for a clearly positive clean
+  logit. **Guard**: a row whose clean logit is ≤ :data:`RELATIVE_MIN_CLEAN` (negative, zero or near
+  zero: the ratio flips sign or explodes) is excluded from every mean and counted
+  (``PatchingResult.n_excluded``, with a warning in the log and the identify summary);
+* ``logit_diff``: patched − clean answer logit (first token);
+* ``prob_change``: patched − clean answer probability (first token).
+
+A user's own measure: :func:`get_metric` (and so :func:`~mathcircuits.patching.path_patch`) also
+takes a callable ``fn(patched: Readout, clean: Readout) -> Tensor[rows]``, as TransformerLens'
+patching functions take a metric callable; its readouts carry every quantity (first-token logit and
+probability, whole-answer log-probability), and it must return one effect per row.
 
 Every method calls the same metric object; attribution, which estimates the
 *change* of the target quantity to first order, uses :meth:`Metric.of_change`.
@@ -28,11 +37,12 @@ Every method calls the same metric object; attribution, which estimates the
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal, TypeAlias
 
 import torch
-from jaxtyping import Float, Int
+from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
 from mathcircuits.models.readout import Readout, Target
@@ -40,8 +50,10 @@ from mathcircuits.models.readout import Readout, Target
 __all__ = [
     "LAST_POSITION_METRICS",
     "METRICS",
+    "RELATIVE_MIN_CLEAN",
     "LastPositionMetric",
     "Metric",
+    "MetricFn",
     "MetricName",
     "answer_readout",
     "get_metric",
@@ -51,7 +63,11 @@ __all__ = [
 #: ``PatchingConfig``).
 LastPositionMetric: TypeAlias = Literal["relative_logit", "logit_diff", "prob_change"]
 #: The names of the metrics in :data:`METRICS`.
-MetricName: TypeAlias = Literal[LastPositionMetric, "answer_logprob"]
+MetricName: TypeAlias = Literal["answer_logprob", LastPositionMetric]
+#: A user's metric: the effect per row from the patched and the clean readout of the same rows.
+MetricFn: TypeAlias = Callable[[Readout, Readout], Float[Tensor, " rows"]]
+#: The guard of ``relative_logit``: rows whose clean answer logit is at most this are excluded (and counted).
+RELATIVE_MIN_CLEAN = 1.0
 
 
 @dataclass(frozen=True)
@@ -64,12 +80,37 @@ class Metric:
             ``"logprob"`` of the whole answer).
         relative: divide the change by the clean value (the paper's relative logit change).
         description: one line for docs and reports.
+        min_clean: (relative metrics) rows whose clean value is at most this are excluded by :meth:`excluded`
+            (None: no row is).
+        fn: a user's callable ``fn(patched, clean) -> Tensor[rows]`` that replaces the built-in change
+            (:data:`MetricFn`); ``target`` then says how much is read out (``"logprob"``: everything).
     """
 
     name: str
     target: Target
     relative: bool = False
     description: str = ""
+    min_clean: float | None = None
+    fn: MetricFn | None = None
+
+    @classmethod
+    def custom(cls, fn: MetricFn, name: str | None = None, target: Target = "logprob") -> Metric:
+        """A metric from a user's callable (what :func:`get_metric` does with a callable).
+
+        Args:
+            fn: ``fn(patched: Readout, clean: Readout) -> Tensor[rows]``; the effect of each row.
+            name: the name results are saved under (default: the callable's ``__name__``).
+            target: what the readouts hold: ``"logprob"`` (default; every answer token is read, so the readouts
+                have the first token's logit and probability and the whole answer's log-probability),
+                ``"prob"`` or ``"logit"`` (the last prompt position only, cheaper).
+
+        Returns:
+            The :class:`Metric`.
+        """
+        if not callable(fn):
+            raise TypeError(f"metric {fn!r} is not callable. Fix: pass fn(patched: Readout, clean: Readout) -> Tensor.")
+        label = name or getattr(fn, "__name__", "custom")
+        return cls(label, target, description=f"user metric {label}", fn=fn)
 
     @property
     def needs_probs(self) -> bool:
@@ -81,6 +122,13 @@ class Metric:
         """Whether the metric reads every answer token (the logits at every answer position), not the first."""
         return self.target == "logprob"
 
+    def excluded(self, clean: Readout) -> Bool[Tensor, " rows"]:
+        """The rows this metric refuses to score: under a relative metric, a clean value ≤ ``min_clean`` (or NaN)."""
+        value = clean.value(self.target)
+        if not self.relative or self.min_clean is None:
+            return torch.zeros(value.shape, dtype=torch.bool, device=value.device)
+        return ~(value > self.min_clean)
+
     def of_change(self, change: Float[Tensor, " rows"], clean: Readout) -> Float[Tensor, " rows"]:
         """The metric for a given change of the target quantity (used by first-order attribution).
 
@@ -91,24 +139,45 @@ class Metric:
         Returns:
             The effect per row.
         """
+        if self.fn is not None:
+            raise ValueError(
+                f"metric {self.name!r} is a user's callable, which first-order attribution cannot differentiate "
+                "through a change. Fix: use method='exact' (or 'reference'), or a built-in metric."
+            )
         return change / clean.value(self.target) if self.relative else change
 
     def __call__(self, patched: Readout, clean: Readout) -> Float[Tensor, " rows"]:
         """The effect of a patch per row, from the patched and clean readouts of the same rows."""
-        return self.of_change(patched.value(self.target) - clean.value(self.target), clean)
+        if self.fn is None:
+            return self.of_change(patched.value(self.target) - clean.value(self.target), clean)
+        out = self.fn(patched, clean)
+        rows = patched.logit.shape[0]
+        if not isinstance(out, Tensor) or tuple(out.shape) != (rows,):
+            got = tuple(out.shape) if isinstance(out, Tensor) else type(out).__name__
+            raise ValueError(
+                f"metric {self.name!r} returned {got} for {rows} rows. "
+                "Fix: return one effect per row, a tensor of shape [rows] (e.g. patched.logprob - clean.logprob)."
+            )
+        return out
 
 
 METRICS: dict[str, Metric] = {
     m.name: m
     for m in (
-        Metric("relative_logit", "logit", relative=True, description="(patched − clean) / clean answer logit"),
-        Metric("logit_diff", "logit", description="patched − clean answer logit"),
-        Metric("prob_change", "prob", description="patched − clean answer probability"),
         Metric(
             "answer_logprob",
             "logprob",
             description="patched − clean log-probability of the whole answer (every token, teacher-forced)",
         ),
+        Metric(
+            "relative_logit",
+            "logit",
+            relative=True,
+            description=f"(patched − clean) / clean answer logit; clean logit ≤ {RELATIVE_MIN_CLEAN}: row excluded",
+            min_clean=RELATIVE_MIN_CLEAN,
+        ),
+        Metric("logit_diff", "logit", description="patched − clean answer logit"),
+        Metric("prob_change", "prob", description="patched − clean answer probability"),
     )
 }
 LAST_POSITION_METRICS: tuple[str, ...] = tuple(m.name for m in METRICS.values() if not m.every_answer_token)
@@ -138,22 +207,24 @@ def answer_readout(
             f"logits {tuple(logits.shape)} and answer tokens {tuple(answers.shape)} do not match: one logit row per "
             "answer token is needed. Fix: read the logits at the last prompt position and every answer position."
         )
+    answers = answers.to(logits.device)  # a split model's logits are on the unembedding's device
     first = logits[:, 0].gather(-1, answers[:, :1])[:, 0]
     needs = metric is None or metric.needs_probs
     if not needs:
         return Readout(first)
     logp = torch.log_softmax(logits.float(), -1).gather(-1, answers[..., None])[..., 0]  # [rows, n_answer]
     if valid is not None:
-        keep = torch.arange(answers.shape[1], device=answers.device)[None] < valid[:, None]
+        keep = torch.arange(answers.shape[1], device=answers.device)[None] < valid.to(answers.device)[:, None]
         logp = logp * keep
     return Readout(first, logp[:, 0].exp(), logp.sum(-1))
 
 
-def get_metric(metric: MetricName | Metric) -> Metric:
-    """The :class:`Metric` of a name from :data:`METRICS`, or ``metric`` itself.
+def get_metric(metric: MetricName | Metric | MetricFn) -> Metric:
+    """The :class:`Metric` of a name from :data:`METRICS`, ``metric`` itself, or a user's callable wrapped.
 
     Args:
-        metric: A metric name (a key of :data:`METRICS`) or a :class:`Metric`.
+        metric: A metric name (a key of :data:`METRICS`), a :class:`Metric`, or a callable
+            ``fn(patched: Readout, clean: Readout) -> Tensor[rows]`` (:meth:`Metric.custom`, every answer token read).
 
     Returns:
         The metric to score patched runs with.
@@ -163,6 +234,11 @@ def get_metric(metric: MetricName | Metric) -> Metric:
     """
     if isinstance(metric, Metric):
         return metric
+    if callable(metric):
+        return Metric.custom(metric)
     if metric not in METRICS:
-        raise ValueError(f"metric {metric!r} is unknown. Fix: use one of {list(METRICS)} or pass a Metric.")
+        raise ValueError(
+            f"metric {metric!r} is unknown. Fix: use one of {list(METRICS)}, pass a Metric, or a callable "
+            "fn(patched: Readout, clean: Readout) -> Tensor[rows]."
+        )
     return METRICS[metric]

@@ -9,6 +9,10 @@ norm on Gemma 2/3 and OLMo 2). MLPs and norms recompute. This is the textbook
 definition and needs no knowledge of the block's shape, so it works on every
 family the bridge loads; :mod:`mathcircuits.patching.exact` must agree with it
 (tests check ≤ 1e-4 on every family).
+
+With a metric that reads every answer token, both prompts are extended by the answer's tokens but
+the last (teacher forcing), the sender is patched at the last prompt position and at every answer
+position, and the answer's log-probability is read at those positions.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from mathcircuits.data.pairs import PairBatch
 from mathcircuits.models import HookedModel, hooks
 from mathcircuits.models.capture import capture
 from mathcircuits.models.readout import Readout
-from mathcircuits.patching.metrics import Metric
+from mathcircuits.patching.metrics import Metric, answer_readout
 from mathcircuits.patching.scan import BatchEffects, Senders
 
 __all__ = ["reference_scan"]
@@ -53,12 +57,29 @@ def reference_scan(
     """
     bridge, spec = model.bridge, model.spec
     L, H = spec.n_layers, spec.n_heads
-    position = -1
+    answers = batch.answers if metric.every_answer_token else None
+    if metric.every_answer_token and answers is None:
+        raise ValueError(
+            f"metric {metric.name!r} reads every answer token, but the batch has only the first. "
+            "Fix: build the batches with pair_batches(..., answers=True) (path_patch does)."
+        )
+    tokens, cf_tokens = batch.tokens, batch.cf_tokens
+    if answers is not None:
+        tokens = torch.cat([tokens, answers[:, :-1]], 1)
+        cf_tokens = torch.cat([cf_tokens, answers[:, :-1]], 1)
+    k = 1 if answers is None else answers.shape[1]
+    position = slice(-k, None)  # the patched and read positions: the last prompt position and every answer position
     z_names = [hooks.z(layer) for layer in range(L)]
     m_names = [hooks.mlp_out(layer) for layer in range(L)]
-    clean_logits, ref = capture(bridge, batch.tokens, z_names, position=None)
-    _, cf = capture(bridge, batch.cf_tokens, z_names + m_names, position=None)
-    clean = Readout.from_logits(clean_logits[:, position], batch.answer, metric.needs_probs)
+    clean_logits, ref = capture(bridge, tokens, z_names, position=None)
+    cf_logits, cf = capture(bridge, cf_tokens, z_names + m_names, position=None)
+
+    def read(logits: Tensor) -> Readout:
+        if answers is None:
+            return Readout.from_logits(logits[:, -1], batch.answer, metric.needs_probs)
+        return answer_readout(logits[:, -k:], answers, metric)
+
+    clean = read(clean_logits)
     B = batch.tokens.shape[0]
     head_eff = torch.full((B, L, H), float("nan"))
     mlp_eff = torch.full((B, L), float("nan"))
@@ -83,10 +104,10 @@ def reference_scan(
         fwd = [(z_names[layer], freeze(layer)) for layer in range(L)]
         if kind == "mlp":
             fwd.append((m_names[s_layer], patch_mlp))
-        # the last position's logits only (the same numbers; Gemma 3's 262k-token unembedding of every position
+        # the read positions' logits only (the same numbers; Gemma 3's 262k-token unembedding of every position
         # would cost more than the blocks)
-        logits = bridge.run_with_hooks(batch.tokens, fwd_hooks=fwd, logits_to_keep=1)[:, position]
-        return metric(Readout.from_logits(logits, batch.answer, metric.needs_probs), clean).float().cpu()
+        logits = bridge.run_with_hooks(tokens, fwd_hooks=fwd, logits_to_keep=k)
+        return metric(read(logits), clean).float().cpu()
 
     for layer in range(L):
         for h in range(H):
@@ -94,4 +115,7 @@ def reference_scan(
                 head_eff[:, layer, h] = run("head", layer, h)
         if senders.wants("mlp", layer):
             mlp_eff[:, layer] = run("mlp", layer, -1)
-    return BatchEffects(heads=head_eff, mlps=mlp_eff, clean_logit=clean.logit)
+    total = metric(read(cf_logits), clean).float().cpu()
+    return BatchEffects(
+        heads=head_eff, mlps=mlp_eff, clean_logit=clean.logit.cpu(), total=total, excluded=metric.excluded(clean).cpu()
+    )

@@ -1,10 +1,18 @@
-"""The value path patching returns: per-head and per-MLP effects, each with a bootstrap interval.
+"""The value path patching returns: per-head and per-MLP effects, each with an interval, and the total effect.
 
-The interval of a sender's mean effect is a percentile bootstrap over prompt pairs
-(:func:`mathcircuits.stats.bootstrap_mean`): the pairs are resampled with replacement
-``ci_n_boot`` times (seed ``ci_seed``) and the mean effect recomputed on each resample.
-It is computed when the per-pair effects are kept (the identify stage keeps them) and saved
-with the result; without per-pair effects the bounds are ``None`` (NaN in the DataFrame).
+Intervals. Pairs of one template share their few-shot prefix and wording, so they are not independent.
+When the result knows each pair's template (``pair_templates``) and every operation has at least two
+templates, the interval of a sender's mean effect is a **cluster bootstrap over templates, stratified by
+operation** (:func:`mathcircuits.stats.cluster_bootstrap_mean`, ``ci_method="cluster_bootstrap"``);
+otherwise a percentile bootstrap over pairs (:func:`mathcircuits.stats.bootstrap_mean`,
+``ci_method="bootstrap"``). Either way ``ci_n_boot`` resamples, seed ``ci_seed``. They are computed when
+the per-pair effects are kept (the identify stage keeps them) and saved with the result; without per-pair
+effects the bounds are ``None`` (NaN in the DataFrame).
+
+Total effect. ``per_pair_total`` holds the metric of each pair's counterfactual prompt against its clean
+prompt (patching everything at once). :meth:`PatchingResult.total_interval` is its mean with the same
+kind of interval, and :meth:`PatchingResult.head_shares` each head's mean effect as a share of it,
+``mean(head effect) / |mean(total effect)|`` (negative: the head carries that share of the drop).
 """
 
 from __future__ import annotations
@@ -23,7 +31,15 @@ from mathcircuits.models import HookedModel
 from mathcircuits.models.heads import Head
 from mathcircuits.models.spec import ModelSpec, check_model
 from mathcircuits.patching.scan import SenderKind
-from mathcircuits.stats import DEFAULT_CONFIDENCE, DEFAULT_N_BOOT, bootstrap_mean
+from mathcircuits.stats import (
+    DEFAULT_CONFIDENCE,
+    DEFAULT_N_BOOT,
+    Interval,
+    bootstrap_mean,
+    bootstrap_statistic,
+    cluster_bootstrap,
+    cluster_bootstrap_mean,
+)
 
 __all__ = ["PatchSettings", "PatchingResult"]
 
@@ -50,12 +66,18 @@ class PatchingResult(SavedResult):
     :class:`~mathcircuits.models.ModelSpec` of the patched model.
 
     ``head_low``/``head_high`` and ``mlp_low``/``mlp_high`` bound each mean effect at
-    ``confidence`` (bootstrap over pairs, ``ci_n_boot`` resamples, seed ``ci_seed``); they are
-    filled from the per-pair effects when not given, and stay ``None`` without them.
+    ``confidence`` (``ci_method``: cluster bootstrap over templates within operations, or bootstrap over
+    pairs; ``ci_n_boot`` resamples, seed ``ci_seed``); they are filled from the per-pair effects when not
+    given, and stay ``None`` without them.
+
+    ``per_pair_total`` is each pair's total effect (counterfactual vs clean prompt, same metric);
+    ``n_excluded`` counts the pairs the metric refused (``relative_logit``'s guard), NaN everywhere;
+    ``pair_templates``/``pair_operations`` are each pair's template and operation (the clusters and strata
+    of the intervals).
     """
 
     STAGE = "identify"
-    VERSION = 3
+    VERSION = 4
 
     head_effects: Float[Tensor, "layer head"]
     mlp_effects: Float[Tensor, " layer"]
@@ -77,14 +99,21 @@ class PatchingResult(SavedResult):
     confidence: float = DEFAULT_CONFIDENCE
     ci_n_boot: int = DEFAULT_N_BOOT
     ci_seed: int = 0
+    per_pair_total: Float[Tensor, " pair"] | None = None
+    n_excluded: int = 0
+    pair_templates: list[str] = field(default_factory=list)
+    pair_operations: list[str] = field(default_factory=list)
+    ci_method: str = ""
 
     def __post_init__(self) -> None:
+        if not self.ci_method:
+            object.__setattr__(self, "ci_method", "cluster_bootstrap" if self._clustered() else "bootstrap")
         if self.head_low is None and self.per_pair_heads is not None and self.per_pair_heads.shape[0] > 0:
-            lo, hi = bootstrap_mean(self.per_pair_heads, self.ci_n_boot, self.ci_seed, self.confidence)
+            lo, hi = self._interval(self.per_pair_heads)
             object.__setattr__(self, "head_low", lo)
             object.__setattr__(self, "head_high", hi)
         if self.mlp_low is None and self.per_pair_mlps is not None and self.per_pair_mlps.shape[0] > 0:
-            lo, hi = bootstrap_mean(self.per_pair_mlps, self.ci_n_boot, self.ci_seed, self.confidence)
+            lo, hi = self._interval(self.per_pair_mlps)
             object.__setattr__(self, "mlp_low", lo)
             object.__setattr__(self, "mlp_high", hi)
         shape = (self.model.n_layers, self.model.n_heads)
@@ -95,11 +124,95 @@ class PatchingResult(SavedResult):
                 "Fix: build the result from path_patch() on that model."
             )
 
+    def _clustered(self) -> bool:
+        """Whether the cluster bootstrap applies: each pair's template known, ≥ 2 templates in every operation."""
+        n = self.per_pair_heads.shape[0] if self.per_pair_heads is not None else self.n_pairs
+        if len(self.pair_templates) != n or n == 0:
+            return False
+        strata = self.pair_operations if len(self.pair_operations) == n else ["all"] * n
+        per_op: dict[str, set[str]] = {}
+        for t, op in zip(self.pair_templates, strata):
+            per_op.setdefault(op, set()).add(t)
+        return all(len(ts) >= 2 for ts in per_op.values())
+
+    def _strata(self) -> list[str] | None:
+        n = len(self.pair_templates)
+        return self.pair_operations if len(self.pair_operations) == n else None
+
+    def _interval(self, per_pair: Tensor, divide_by: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        """The interval of the per-pair values' means, by ``ci_method``."""
+        if self.ci_method == "cluster_bootstrap":
+            return cluster_bootstrap_mean(
+                per_pair, self.pair_templates, self._strata(), self.ci_n_boot, self.ci_seed, self.confidence, divide_by
+            )
+        if divide_by is not None:
+            raise ValueError("a ratio interval needs the pairs' templates. Fix: patch pairs with a template_id.")
+        return bootstrap_mean(per_pair, self.ci_n_boot, self.ci_seed, self.confidence)
+
+    def total_interval(self) -> Interval:
+        """The mean total effect (counterfactual vs clean prompt) over the scored pairs, with its interval.
+
+        Returns:
+            An :class:`~mathcircuits.stats.Interval` (``method`` names the bootstrap; NaN without totals).
+        """
+        nan = float("nan")
+        if self.per_pair_total is None:
+            return Interval(nan, nan, nan, 0, self.confidence, "none")
+        t = self.per_pair_total.double()
+        ok = ~torch.isnan(t)
+        if not bool(ok.any()):
+            return Interval(nan, nan, nan, 0, self.confidence, "none")
+        if self.ci_method == "cluster_bootstrap":
+            keep = ok.nonzero().flatten().tolist()
+            strata = self._strata()
+            try:
+                return cluster_bootstrap(
+                    t[ok],
+                    [self.pair_templates[i] for i in keep],
+                    None,
+                    None if strata is None else [strata[i] for i in keep],
+                    self.ci_n_boot,
+                    self.ci_seed,
+                    self.confidence,
+                )
+            except ValueError:  # the excluded pairs left an operation with one template
+                pass
+        return bootstrap_statistic(t[ok], None, self.ci_n_boot, self.ci_seed, self.confidence)
+
+    def head_shares(self) -> tuple[Tensor, Tensor | None, Tensor | None]:
+        """Each head's mean effect as a share of the mean total effect, ``effect / |total|``, with its interval.
+
+        A share of −0.05 means that patching the head alone moves the metric by 5% of what replacing the whole
+        prompt by its counterfactual does (the paper's −5% rule, read in units that do not depend on the metric).
+
+        Returns:
+            ``(share, low, high)`` ``[layer, head]`` each; the bounds are ``None`` without per-pair effects and
+            templates (the ratio's interval resamples templates, as the effects' do).
+
+        Raises:
+            ValueError: no total effect was recorded, or it is zero (the counterfactual changes nothing).
+        """
+        total = self.total_interval().value
+        if not total == total or abs(total) < 1e-12:
+            raise ValueError(
+                f"this patching result has no usable total effect (mean {total}), so head effects cannot be read as "
+                "shares of it. Fix: re-run path patching (it records the total effect), or use a counterfactual "
+                "that changes the answer."
+            )
+        share = self.head_effects / abs(total)
+        if self.per_pair_heads is None or self.per_pair_total is None or self.ci_method != "cluster_bootstrap":
+            return share, None, None
+        lo, hi = self._interval(self.per_pair_heads, divide_by=self.per_pair_total)
+        return share, lo, hi
+
     @classmethod
     def upgrade(cls, version: int, fields: dict[str, Any]) -> dict[str, Any]:
-        """Versions 1–2 had no intervals: they are recomputed from the per-pair effects when those were kept."""
+        """Versions 1–2 had no intervals: they are recomputed from the per-pair effects when those were kept.
+        Version 3 had no total effect, exclusion count or templates: its intervals were over pairs."""
         new = {"head_low": None, "head_high": None, "mlp_low": None, "mlp_high": None}
         new |= {"confidence": DEFAULT_CONFIDENCE, "ci_n_boot": DEFAULT_N_BOOT, "ci_seed": 0}
+        new |= {"per_pair_total": None, "n_excluded": 0, "pair_templates": [], "pair_operations": []}
+        new |= {"ci_method": "bootstrap"}
         return {**new, **fields, "settings": fields.get("settings") or None}
 
     @classmethod
@@ -135,12 +248,19 @@ class PatchingResult(SavedResult):
         ops = [op for p in parts for op in p.operations]
         common = dict(metric=first.metric, method=first.method, model=first.model, pair_ids=ids, operations=ops)
         common |= dict(clean_logit_mean=float("nan"), seconds=sum(p.seconds for p in parts), settings=first.settings)
+        common |= dict(n_excluded=sum(p.n_excluded for p in parts))
+        if all(len(p.pair_templates) == p.n_pairs for p in parts):
+            common |= dict(pair_templates=[t for p in parts for t in p.pair_templates])
+        if all(len(p.pair_operations) == p.n_pairs for p in parts):
+            common |= dict(pair_operations=[o for p in parts for o in p.pair_operations])
+        if all(p.per_pair_total is not None for p in parts):
+            common |= dict(per_pair_total=torch.cat([p.per_pair_total for p in parts]))
         if all(p.per_pair_heads is not None and p.per_pair_mlps is not None for p in parts):
             heads = torch.cat([p.per_pair_heads for p in parts])
             mlps = torch.cat([p.per_pair_mlps for p in parts])
             return cls(
-                head_effects=heads.mean(0),
-                mlp_effects=mlps.mean(0),
+                head_effects=heads.nanmean(0),
+                mlp_effects=mlps.nanmean(0),
                 n_pairs=heads.shape[0],
                 per_pair_heads=heads,
                 per_pair_mlps=mlps,
@@ -201,7 +321,8 @@ class PatchingResult(SavedResult):
 
     def to_dataframe(self):
         """One row per sender: kind (head|mlp), layer, head (−1 for MLPs), effect, its interval
-        (effect_low, effect_high; NaN without per-pair effects), rank (most negative first)."""
+        (effect_low, effect_high; NaN without per-pair effects), rank (most negative first), and ``share``:
+        the effect as a share of the total effect, ``effect / |total|`` (NaN without a usable total)."""
 
         nan = float("nan")
 
@@ -236,6 +357,8 @@ class PatchingResult(SavedResult):
             )
         df = pd.DataFrame(rows)
         df["rank"] = df.groupby("kind")["effect"].rank(method="first").astype("Int64")
+        total = self.total_interval().value
+        df["share"] = df["effect"] / abs(total) if total == total and abs(total) > 1e-12 else nan
         return df
 
     def top_heads(self, k: int = 10) -> list[tuple[int, int, float]]:
@@ -257,11 +380,16 @@ class PatchingResult(SavedResult):
         """Model, metric, method, pairs, operations and the three strongest heads (for ``repr``)."""
         top = ", ".join(f"{Head(l, h)} {e:+.3g}" for l, h, e in self.top_heads(3)) or "none patched"
         ops = ", ".join(dict.fromkeys(self.operations)) or "?"
+        total = self.total_interval()
         return [
             ("model", self.model.name),
             ("metric", self.metric),
             ("method", self.method),
-            ("pairs", str(self.n_pairs)),
+            (
+                "pairs",
+                str(self.n_pairs) + (f" ({self.n_excluded} excluded by the metric's guard)" if self.n_excluded else ""),
+            ),
+            ("total effect", total.format("{:+.3g}") + (f" ({total.method})" if total.n else "")),
             ("operations", ops),
             ("top heads", top),
         ]

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, Protocol, TypeAlias, get_args
 
-from jaxtyping import Float
+from jaxtyping import Bool, Float
 from torch import Tensor
 
 from mathcircuits.data.pairs import PairBatch
@@ -62,11 +62,18 @@ class Senders:
 
 @dataclass(frozen=True)
 class BatchEffects:
-    """One batch's effects (NaN for senders not scanned) and the clean answer logits."""
+    """One batch's effects (NaN for senders not scanned), the clean answer logits and the total effects.
+
+    ``total`` is the metric of the counterfactual prompt's own readout against the clean one (the effect of
+    patching everything at once: the counterfactual's total effect); ``excluded`` marks the pairs the metric
+    refuses (``relative_logit`` with a clean logit ≤ its guard), whose effects are NaN.
+    """
 
     heads: Float[Tensor, "batch layer head"]
     mlps: Float[Tensor, "batch layer"]
     clean_logit: Float[Tensor, " batch"]
+    total: Float[Tensor, " batch"] | None = None
+    excluded: Bool[Tensor, " batch"] | None = None
 
 
 class ScanFn(Protocol):

@@ -5,7 +5,11 @@ lowers the correct-answer logit by more than 5% (effect < −0.05). On small
 models effects are smaller (on SmolLM2-135M the strongest head is near −4%),
 so a fixed threshold can select nothing. We therefore offer:
 
-* ``"threshold"``: effect < ``threshold`` (the paper's rule with −0.05);
+* ``"threshold"``: effect < ``threshold`` (the paper's rule with −0.05). With ``threshold_of="share"``
+  (default) the effect is first divided by the size of the total effect (the counterfactual prompt's own
+  effect, :meth:`~mathcircuits.patching.PatchingResult.head_shares`), so −0.05 means "5% of what
+  the counterfactual does", whatever the metric's units; ``threshold_of="effect"`` compares the
+  metric's own value (the paper's rule under ``relative_logit``);
 * ``"topk"``: the k most negative effects;
 * ``"zscore"`` (default): effect below ``mean − z·std`` of all heads' effects,
   i.e. a threshold relative to the distribution, which adapts to the model's
@@ -17,7 +21,8 @@ records the model identity and shape, so loading it for another model fails clea
 
 Stability (:func:`selection_stability`). The effects are means over prompt pairs, so
 which heads cross the rule's cut depends on which pairs were drawn. We resample the pairs
-with replacement (``n_boot`` times, the per-pair effects the identify stage keeps), recompute
+with replacement (``n_boot`` times, the per-pair effects the identify stage keeps; whole templates
+within operations when the result knows the pairs' templates, as its intervals do), recompute
 the mean effects and re-apply the same rule with the same parameters. A key head's
 *stability* is the share of resamples that select it again (1.0: every resample; 0.5: a coin
 flip). Heads outside the selection that resamples pick often are listed too, and the
@@ -43,18 +48,19 @@ from mathcircuits.patching.key_components import (
     median_depth,
 )
 from mathcircuits.patching.result import PatchingResult
-from mathcircuits.stats import bootstrap_indices
+from mathcircuits.stats import bootstrap_indices, cluster_bootstrap_indices
 
 __all__ = ["select_key_components", "selection_stability"]
 
 
-def _pick(effects: Tensor, sel: SelectionConfig) -> list[int]:
+def _pick(effects: Tensor, sel: SelectionConfig, total: float | None = None) -> list[int]:
     flat = effects.flatten().double()  # finite: PatchingResult.check_finite ran first
     order = torch.argsort(flat).tolist()
     if sel.rule == "topk":
         return order[: sel.k]
     if sel.rule == "threshold":
-        return [i for i in order if flat[i] < sel.threshold]
+        scale = 1.0 if total is None else 1.0 / abs(total)
+        return [i for i in order if flat[i] * scale < sel.threshold]
     if sel.rule == "zscore":
         mu, sd = flat.mean(), flat.std()
         cut = float(mu - sel.z * sd)
@@ -113,7 +119,7 @@ def select_key_components(
         raise SelectionError(str(err)) from None
     heads_eff: Float[Tensor, "layer head"] = result.head_effects
     n_heads = heads_eff.shape[1]
-    idx = _pick(heads_eff, sel)
+    idx = _pick(heads_eff, sel, _total(result, sel))
     heads = tuple(Head(i // n_heads, i % n_heads) for i in idx)
     mlps: tuple[int, ...] = ()
     mlp_scores: tuple[float, ...] = ()
@@ -138,6 +144,19 @@ def select_key_components(
         selection=sel,
         source=source,
     )
+
+
+def _total(result: PatchingResult, sel: SelectionConfig) -> float | None:
+    """The total effect the threshold rule divides by (None: the rule compares raw effects)."""
+    if sel.rule != "threshold" or sel.threshold_of != "share":
+        return None
+    total = result.total_interval().value
+    if not total == total or abs(total) < 1e-12:
+        raise SelectionError(
+            f"the threshold rule with threshold_of='share' needs the total effect, but this result's is {total}. "
+            "Fix: re-run path patching (it records the total effect), or set selection.threshold_of: effect."
+        )
+    return total
 
 
 def selection_stability(
@@ -173,9 +192,16 @@ def selection_stability(
     counts = torch.zeros(n_layers * n_heads)
     sizes: list[int] = []
     depths: list[float] = []
-    for idx in bootstrap_indices(per_pair.shape[0], n_boot, seed):
+    share_of = _total(result, key.selection) is not None
+    if result.ci_method == "cluster_bootstrap":
+        strata = result.pair_operations if len(result.pair_operations) == len(result.pair_templates) else None
+        resamples = cluster_bootstrap_indices(result.pair_templates, strata, n_boot, seed)
+    else:
+        resamples = list(bootstrap_indices(per_pair.shape[0], n_boot, seed))
+    for idx in resamples:
         eff = per_pair[idx].double().nanmean(0)
-        picked = _pick(eff.nan_to_num(nan=0.0), key.selection)
+        total = float(result.per_pair_total[idx].double().nanmean()) if share_of else None
+        picked = _pick(eff.nan_to_num(nan=0.0), key.selection, total)
         counts[picked] += 1
         sizes.append(len(picked))
         depths.append(median_depth([i // n_heads for i in picked], n_layers))

@@ -5,8 +5,15 @@ Stages live in ``pipeline/stages/<name>.py``, named as the CLI names them; see
 """
 
 from mathcircuits.pipeline.compare_models import check_same_config, compare_model_runs, load_run_results
-from mathcircuits.pipeline.config import ConfigError, FinetuneSection, RunConfig, fingerprint, render_config
-from mathcircuits.pipeline.context import Context, StageSummary
+from mathcircuits.pipeline.config import (
+    ConfigError,
+    FinetuneSection,
+    ModelSection,
+    RunConfig,
+    fingerprint,
+    render_config,
+)
+from mathcircuits.pipeline.context import Context, StageSummary, select_pairs
 from mathcircuits.pipeline.lock import RunLock, RunLockedError
 from mathcircuits.pipeline.paths import RunPaths
 from mathcircuits.pipeline.run import RunFolderError, check_run_folder, done_summary, run_pipeline, stage_status
@@ -15,6 +22,7 @@ from mathcircuits.pipeline.stages import STAGES, Stage
 __all__ = [
     "STAGES",
     "ConfigError",
+    "ModelSection",
     "Context",
     "FinetuneSection",
     "RunConfig",
@@ -32,5 +40,6 @@ __all__ = [
     "load_run_results",
     "render_config",
     "run_pipeline",
+    "select_pairs",
     "stage_status",
 ]

@@ -75,6 +75,9 @@ class ModelSection:
     )
     device: str = setting("cpu", "torch device, e.g. cpu or cuda")
     dtype: Literal["float32", "float16", "bfloat16"] = setting("float32", "weights' dtype")
+    device_map: Literal["", "auto", "balanced", "balanced_low_0", "sequential"] = setting(
+        "", "'': the whole model on `device`; else accelerate splits it over the GPUs (CPU/disk offload beyond)"
+    )
     threads: int = setting(0, "torch threads; 0: leave torch's default", ge=0)
     fast_paths: Literal["on", "off"] = setting(
         "on", "on: fast paths, each checked against its plain path on this model first; off: plain paths only"
@@ -83,6 +86,11 @@ class ModelSection:
     def __post_init__(self) -> None:
         check_fields(self)
         _check_device(self.device)
+        if self.device_map and self.source.startswith("tiny-"):
+            raise ConfigError(
+                f"model.device_map={self.device_map!r} needs a model loaded from files, but {self.source!r} is built "
+                "in memory. Fix: leave device_map empty, or save the model with save_pretrained and give its folder."
+            )
         try:
             resolve_source(self.source)  # a path that does not exist fails here, before any output
         except FileNotFoundError as err:

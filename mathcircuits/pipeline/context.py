@@ -24,6 +24,7 @@ from mathcircuits._codec import FieldError, decode_value
 from mathcircuits._io import atomic_dir, atomic_path, read_json
 from mathcircuits.data import load_templates
 from mathcircuits.models import HookedModel, load_hf_model, load_model
+from mathcircuits.models.memory import PeakMemory
 from mathcircuits.pipeline.config import RunConfig
 from mathcircuits.pipeline.paths import RunPaths
 
@@ -44,10 +45,15 @@ class StageSummary:
     """
 
     seconds: float = dataclasses.field(default=0.0, kw_only=True)
+    #: the stage's peak memory above its start (set by the runner; ``None`` in markers written before it)
+    peak_memory: PeakMemory | None = dataclasses.field(default=None, kw_only=True)
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain JSON values (tuples become lists)."""
-        return json.loads(json.dumps(dataclasses.asdict(self)))
+        """Plain JSON values (tuples become lists); no ``peak_memory`` key when none was measured."""
+        d = json.loads(json.dumps(dataclasses.asdict(self)))
+        if d.get("peak_memory", 0) is None:
+            del d["peak_memory"]
+        return d
 
     @classmethod
     def from_dict(cls: type[S], d: dict[str, Any], source: Path | str = "summary") -> S:  # noqa: PYI019
@@ -75,7 +81,7 @@ class StageSummary:
 
     def lines(self) -> list[str]:
         """The CLI summary, one string per line (subclasses say what matters)."""
-        return [f"  {k}: {v}" for k, v in self.to_dict().items() if k != "seconds"]
+        return [f"  {k}: {v}" for k, v in self.to_dict().items() if k not in ("seconds", "peak_memory")]
 
     def __str__(self) -> str:
         return "\n".join(self.lines())
@@ -99,7 +105,8 @@ class Context:
             m = self.config.model
             if m.threads:
                 torch.set_num_threads(m.threads)
-            self._model = load_model(m.source, device=m.device, dtype=getattr(torch, m.dtype))
+            placement = {"device_map": m.device_map, "offload_folder": self.paths.offload} if m.device_map else {}
+            self._model = load_model(m.source, device=m.device, dtype=getattr(torch, m.dtype), **placement)
         return self._model
 
     def hf_model(self) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
@@ -158,19 +165,28 @@ def save_csv(df: pd.DataFrame, path: Path) -> None:
         df.to_csv(tmp, index=False)
 
 
-def select_pairs(ds: datasets.Dataset, operation: str | None, limit: int, seed: int = 0) -> datasets.Dataset:
-    """Up to ``limit`` rows (of one ``operation``, or any), in a seeded random order.
+def select_pairs(
+    ds: datasets.Dataset, operation: str | None, limit: int, seed: int = 0, skip: int = 0
+) -> datasets.Dataset:
+    """Up to ``limit`` rows (of one ``operation``, or any), in a seeded random order, after the first ``skip``.
+
+    The order depends only on ``ds``, ``operation`` and ``seed``, so two calls with the same three and
+    ``skip`` of the first equal to its ``limit`` return disjoint rows: the identify stage takes the first
+    ``patching.max_pairs`` of each operation, the validate stage the rows after them (fresh pairs).
 
     Args:
         ds: prompt pairs with an ``operation`` column.
         operation: keep only this operation; None keeps all.
         limit: the most rows returned.
         seed: shuffle seed.
+        skip: leave out the first ``skip`` rows of the seeded order (those another stage used).
 
     Returns:
-        The selected rows.
+        The selected rows (fewer than ``limit``, possibly none, when the operation has too few rows).
     """
+    if skip < 0:
+        raise ValueError(f"select_pairs got skip={skip}. Fix: pass the number of rows another stage used (>= 0).")
     if operation is not None:
         ds = ds.filter(lambda r: r["operation"] == operation)
     ds = ds.shuffle(seed=seed)
-    return ds.select(range(min(limit, len(ds))))
+    return ds.select(list(range(min(skip, len(ds)), min(skip + limit, len(ds)))))  # a list: may be empty

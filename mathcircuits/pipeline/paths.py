@@ -6,8 +6,9 @@ Layout (one sub-folder per stage, each finished by a ``.done.json`` marker)::
     logs/      warnings.log (dependencies' warnings and log lines)  traceback-<stage>.txt (internal errors)
     data/      pairs_scored/  pairs_correct/  accuracy.csv
     identify/  patching_<op>.pt  patching_all.pt  key_components.json  effects_all.csv
-    validate/  head_means.pt  knockout_<op>.pt/.csv  transfer.pt/.csv
-    analyze/   attention_by_role.pt/.csv  mlp_probes.pt/.csv  head_patterns.pt
+    validate/  head_means.pt  knockout_<op>.pt/.csv  transfer.pt/.csv  control.pt/.csv  mlp_margin.pt
+               cross_operation.pt/.csv
+    analyze/   attention_by_role.pt/.csv  attention_key_layers.pt/.csv  mlp_probes.pt/.csv  head_patterns.pt
     circuit/   circuit_<op>.json  faithfulness_<op>.json  graph_<op>.html  curve_<op>.html
     numbers/   spectra.pt/.csv  logit_spectra.pt/.csv  probes.pt/.csv  helix.pt/.csv  helix_patch.pt/.csv
                neurons.pt/.csv  neuron_types.csv
@@ -74,6 +75,11 @@ class RunPaths:
     def warnings_log(self) -> Path:
         return self.logs / "warnings.log"
 
+    @property
+    def offload(self) -> Path:
+        """Where accelerate keeps the layers a ``model.device_map`` offloads to disk (re-made at each load)."""
+        return self.root / "offload"
+
     def traceback(self, stage: str) -> Path:
         """Where the traceback of an internal error in ``stage`` is kept."""
         return self.logs / f"traceback-{stage}.txt"
@@ -115,9 +121,22 @@ class RunPaths:
     def transfer(self, suffix: str = ".pt") -> Path:
         return self.root / "validate" / f"transfer{suffix}"
 
+    def control(self, suffix: str = ".pt") -> Path:
+        return self.root / "validate" / f"control{suffix}"
+
+    @property
+    def mlp_margin(self) -> Path:
+        return self.root / "validate" / "mlp_margin.pt"
+
+    def cross_operation(self, suffix: str = ".pt") -> Path:
+        return self.root / "validate" / f"cross_operation{suffix}"
+
     # analyze
     def attention(self, suffix: str = ".pt") -> Path:
         return self.root / "analyze" / f"attention_by_role{suffix}"
+
+    def attention_layers(self, suffix: str = ".pt") -> Path:
+        return self.root / "analyze" / f"attention_key_layers{suffix}"
 
     def probes(self, suffix: str = ".pt") -> Path:
         return self.root / "analyze" / f"mlp_probes{suffix}"

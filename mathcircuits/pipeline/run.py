@@ -33,11 +33,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import torch
 import yaml
 
 from mathcircuits._io import atomic_path, read_json, write_json
 from mathcircuits.models import check_versions, checks_run, fast_paths
 from mathcircuits.models.compat import installed_versions
+from mathcircuits.models.memory import MemoryMeter, cuda_devices
 from mathcircuits.pipeline.config import ConfigError, RunConfig, fingerprint
 from mathcircuits.pipeline.console import quiet_dependencies
 from mathcircuits.pipeline.context import Context, StageSummary
@@ -107,23 +109,39 @@ def is_input_error(err: BaseException) -> bool:
 
 def _model_section(d: dict[str, Any]) -> dict[str, Any]:
     """The model section as fingerprints see it: ``fast_paths`` is left out, since fast and plain paths give
-    the same numbers (each fast path is checked against its plain one at run time)."""
-    return {k: v for k, v in d["model"].items() if k != "fast_paths"}
+    the same numbers (each fast path is checked against its plain one at run time), and so is ``device_map``,
+    since where the layers sit does not change what they compute (``tests/test_big_models.py``)."""
+    return {k: v for k, v in d["model"].items() if k not in ("fast_paths", "device_map")}
+
+
+def _on_cuda(cfg: RunConfig) -> bool:
+    """Whether the run's model computes on CUDA devices (their allocations are then what a stage's peak measures)."""
+    return torch.cuda.is_available() and (cfg.model.device.startswith("cuda") or bool(cfg.model.device_map))
 
 
 #: settings added after run folders existed, with the value that reproduces what runs did before them: at that
 #: value a setting is left out of the fingerprints, so folders made before it was added stay valid.
-LATER_SETTINGS: dict[str, dict[str, Any]] = {"data": {"counterfactual": "operator"}}
+LATER_SETTINGS: dict[str, dict[str, Any]] = {
+    "data": {"counterfactual": "operator", "fewshot_operations": "same"},
+    "patching": {"max_memory": ""},
+}
+#: settings added later that only one choice of another setting reads: (section, setting) → (setting, value).
+#: Under any other value they change nothing, so they are left out of the fingerprints (``threshold_of`` is read
+#: by the threshold rule alone; the zscore and topk rules select the same heads whatever it says).
+READ_ONLY_WHEN: dict[tuple[str, str], tuple[str, Any]] = {("selection", "threshold_of"): ("rule", "threshold")}
 
 
 def _without_later_defaults(d: dict[str, Any]) -> dict[str, Any]:
-    """The config dict as fingerprints see it: settings of :data:`LATER_SETTINGS` at their earlier value left out."""
-    return {
-        s: {k: v for k, v in sec.items() if LATER_SETTINGS.get(s, {}).get(k, _ABSENT) != v}
-        if s in LATER_SETTINGS
-        else sec
-        for s, sec in d.items()
-    }
+    """The config dict as fingerprints see it: settings of :data:`LATER_SETTINGS` at their earlier value left out,
+    and those of :data:`READ_ONLY_WHEN` where the setting that reads them has another value."""
+
+    def kept(s: str, k: str, v: Any, sec: dict[str, Any]) -> bool:
+        if LATER_SETTINGS.get(s, {}).get(k, _ABSENT) == v:
+            return False
+        when = READ_ONLY_WHEN.get((s, k))
+        return when is None or sec.get(when[0]) == when[1]
+
+    return {s: {k: v for k, v in sec.items() if kept(s, k, v, sec)} for s, sec in d.items()}
 
 
 _ABSENT = object()
@@ -344,7 +362,8 @@ def _run_stage(ctx: Context, name: str, echo: Callable[[str], None], before: Sta
     t0 = time.perf_counter()
     checks_run(clear=True)
     try:
-        result = stage.run(ctx)
+        with MemoryMeter(cuda_devices() if _on_cuda(cfg) else ()) as meter:
+            result = stage.run(ctx)
     except Exception as err:
         if is_input_error(err):
             raise
@@ -353,7 +372,7 @@ def _run_stage(ctx: Context, name: str, echo: Callable[[str], None], before: Sta
         with atomic_path(path) as tmp:
             tmp.write_text("".join(traceback.format_exception(err)))
         raise InternalError(name, " ".join(str(err).split()) or type(err).__name__, path) from err
-    summary = dataclasses.replace(result, seconds=round(time.perf_counter() - t0, 1))
+    summary = dataclasses.replace(result, seconds=round(time.perf_counter() - t0, 1), peak_memory=meter.peak)
     checks = [c.to_dict() for c in checks_run(clear=True)]
     for c in checks:
         echo(
@@ -361,5 +380,5 @@ def _run_stage(ctx: Context, name: str, echo: Callable[[str], None], before: Sta
         )
     write_marker(marker, fp, summary.to_dict(), checks)
     paths.running(name).unlink(missing_ok=True)
-    echo(f"[{name}] done in {summary.seconds} s")
+    echo(f"[{name}] done in {summary.seconds} s, peak memory {summary.peak_memory}")
     return summary

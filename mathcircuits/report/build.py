@@ -21,6 +21,7 @@ from pathlib import Path
 import plotly.graph_objects as go
 
 from mathcircuits._io import atomic_path
+from mathcircuits.models.embedded import weights_note
 from mathcircuits.report.html import Page, kv_table, table
 from mathcircuits.report.parts import ReportParts, report_figures
 from mathcircuits.report.sections import render_sections
@@ -43,7 +44,10 @@ def report_html(parts: ReportParts, figures: Mapping[str, go.Figure] | None = No
     render_sections(page, parts, figs)
     front: list[tuple[str, str]] = []
     if parts.model_spec is not None:
-        front.append(("Model", kv_table(parts.model_spec.to_dict())))
+        info = parts.model_spec.to_dict()
+        if weights_note(parts.model_spec.name):
+            info["weights"] = weights_note(parts.model_spec.name)
+        front.append(("Model", kv_table(info)))
     if parts.data_summary:
         front.append(("Data", kv_table(parts.data_summary)))
     if parts.accuracy_table is not None:

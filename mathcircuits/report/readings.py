@@ -53,13 +53,31 @@ def reading_patching(result: PatchingResult, key: KeyComponents | None = None) -
         lo = float(result.head_low[l, h]) if result.head_low is not None else float("nan")
         hi = float(result.head_high[l, h]) if result.head_high is not None else float("nan")
         parts.append(f"{Head(l, h)} {_iv(e, lo, hi, pct=result.metric == 'relative_logit')}")
-    unit = "relative change of the answer's logit" if result.metric == "relative_logit" else result.metric
+    units = {
+        "relative_logit": "relative change of the answer's logit",
+        "answer_logprob": "change of the whole answer's log-probability, teacher-forced over every answer token",
+    }
+    unit = units.get(result.metric, result.metric)
+    over = "templates resampled within operations" if result.ci_method == "cluster_bootstrap" else "pairs resampled"
     text = (
         f"Each cell is the mean effect over {result.n_pairs} pairs of patching one head (or MLP) with its "
         f"counterfactual activation ({unit}); red means the component carries the answer. "
-        f"The strongest heads are {', '.join(parts)} (95% bootstrap intervals over pairs). "
+        f"The strongest heads are {', '.join(parts)} (95% bootstrap intervals, {over}). "
         "An interval that includes 0 is not distinguishable from no effect at this sample size."
     )
+    total = result.total_interval()
+    if total.n and total.value == total.value and abs(total.value) > 1e-12:
+        text += (
+            f" Replacing the whole prompt by its counterfactual changes the metric by {total.format('{:+.3f}')} "
+            f"(the total effect); the strongest head carries {top[0][2] / abs(total.value):+.1%} of it."
+            if top
+            else ""
+        )
+    if result.n_excluded:
+        text += (
+            f" {result.n_excluded} pairs were excluded because their clean answer logit was at or below the "
+            "relative_logit guard (the ratio flips sign or explodes there)."
+        )
     if key is not None:
         text += (
             f" {len(key.heads)} heads were selected as key heads by the rule '{key.rule}' "

@@ -19,6 +19,8 @@ from mathcircuits.ablation import KnockoutResult, TransferResult
 from mathcircuits.analysis import AttentionByRole, HeadPatterns, MLPProbeResult
 from mathcircuits.circuit import Circuit, Faithfulness
 from mathcircuits.claims import Claim, ClaimsCard, Verdict
+from mathcircuits.models import ModelSpec
+from mathcircuits.models.embedded import weights_note
 from mathcircuits.patching import KeyComponents, PatchingResult
 from mathcircuits.report.html import Page, esc, plain_text, table
 from mathcircuits.report.numbers import numbers_section
@@ -60,8 +62,11 @@ VERDICT_CLASS: dict[Verdict, str] = {
 Figures = Mapping[str, go.Figure]
 
 
-def claims_card(page: Page, card: ClaimsCard) -> None:
-    """The claims card: one row per claim (claim, the paper's number, this run, verdict), closed by a bar."""
+def claims_card(page: Page, card: ClaimsCard, model: ModelSpec | None = None) -> None:
+    """The claims card: one row per claim (claim, the paper's number, this run, verdict), closed by a bar.
+
+    With the run's ``model``, a line above the table names it and, for an embedded model, its quantisation
+    (the verdicts are those of that copy)."""
     rows = []
     for c in card.claims:
         rows.append(
@@ -75,8 +80,12 @@ def claims_card(page: Page, card: ClaimsCard) -> None:
         "<tr><th>Claim (Zhang et al. 2024)</th><th>Paper</th>"
         f"<th>This run ({card.confidence:.0%} intervals)</th><th>Verdict</th></tr>"
     )
+    about = ""
+    if model is not None:
+        weights = weights_note(model.name)
+        about = f"<p>Measured on {esc(model.name)}{esc(f' ({weights})' if weights else '')}.</p>"
     page.add(
-        '<section class="card" id="claims"><h2>Claims card</h2>'
+        f'<section class="card" id="claims"><h2>Claims card</h2>{about}'
         f'<table class="claims">{head}{"".join(rows)}</table><div class="card-end"></div>'
         "<details><summary>Why each verdict (rules in docs/claims.md)</summary><ul>"
         + "".join(f"<li>{esc(c.id)}: {esc(c.reason)}</li>" for c in card.claims)
@@ -248,7 +257,7 @@ def render_sections(page: Page, parts: ReportParts, figs: Figures) -> None:
         figs: their figures (:func:`~mathcircuits.report.parts.report_figures`).
     """
     if parts.claims is not None:
-        claims_card(page, parts.claims)
+        claims_card(page, parts.claims, parts.model_spec)
     if parts.top_source is not None:
         patching_section(page, parts.top_source, parts.key_components, figs)
     if parts.key_components is not None:

@@ -26,6 +26,7 @@ from mathcircuits.patching import KeyComponents, PatchingResult
 __all__ = ["patching_top_heads", "patching_heatmap", "patching_heatmaps", "METRIC_LABELS"]
 
 METRIC_LABELS = {
+    "answer_logprob": "change of the answer's log-probability (every token)",
     "relative_logit": "relative change of the correct logit",
     "logit_diff": "change of the correct logit",
     "prob_change": "change of the correct probability",

@@ -1,7 +1,8 @@
 """Stage ``analyze``: attention of the key heads by token role, and MLP unembedding probes (paper §4).
 
 Reads the ``analysis`` section; writes ``analyze/attention_by_role.pt/.csv``,
-``analyze/mlp_probes.pt/.csv`` and ``analyze/head_patterns.pt``.
+``analyze/attention_key_layers.pt/.csv`` (every head of the key heads' layers: claim C3 compares the key heads
+with their layer-mates), ``analyze/mlp_probes.pt/.csv`` and ``analyze/head_patterns.pt``.
 """
 
 from __future__ import annotations
@@ -43,6 +44,12 @@ def run(ctx: Context) -> AnalyzeSummary:
     att = attention_by_role(model, sub, key)
     att.save(paths.attention())
     save_csv(att.summary(), paths.attention(".csv"))
+    # claim C3 compares the key heads with the other heads of their layers: every head of those layers
+    layers = sorted({l for l, _ in key.heads})
+    if layers:
+        mates = attention_by_role(model, sub, [(l, h) for l in layers for h in range(model.spec.n_heads)])
+        mates.save(paths.attention_layers())
+        save_csv(mates.summary(), paths.attention_layers(".csv"))
     adds = correct.filter(lambda r: r["operation"] == "add")
     probe_data = select_pairs(adds if len(adds) else correct, None, a.max_pairs)
     probes = mlp_probes(model, probe_data, case_row=a.probe_prompt or 0)

@@ -3,6 +3,10 @@
 Reads the ``patching`` and ``selection`` sections; writes ``identify/patching_<op>.pt``,
 ``identify/patching_all.pt`` (the pair-weighted mean over operations),
 ``identify/effects_all.csv`` and ``identify/key_components.json``.
+
+The summary gives, per operation, the **total effect** (the counterfactual prompt against the clean one,
+under the same metric) with its interval, the strongest heads' effects as a share of it, and the pairs the
+metric refused (``relative_logit``'s guard). Intervals resample templates within operations.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from mathcircuits.patching import (
 )
 from mathcircuits.pipeline.context import Context, StageSummary, save_csv, select_pairs
 
-__all__ = ["IdentifySummary", "PatchedOperation", "run"]
+__all__ = ["IdentifySummary", "OperationTotal", "PatchedOperation", "run"]
 
 
 @dataclass(frozen=True)
@@ -31,6 +35,21 @@ class PatchedOperation:
     n_pairs: int
     seconds: float
     top_heads: list[tuple[int, int, float]]
+
+
+@dataclass(frozen=True)
+class OperationTotal:
+    """One operation's total effect (counterfactual vs clean prompt, the patching metric) and what it says.
+
+    ``effect`` is ``[mean, low, high]`` (``interval`` names the bootstrap); ``top_shares`` the strongest heads'
+    effects (in the order of ``PatchedOperation.top_heads``) as a share of the mean; ``n_excluded`` the pairs
+    the metric refused (``relative_logit``'s guard).
+    """
+
+    effect: list[float]
+    interval: str
+    top_shares: list[float] = field(default_factory=list)
+    n_excluded: int = 0
 
 
 @dataclass(frozen=True)
@@ -46,17 +65,33 @@ class IdentifySummary(StageSummary):
     rule: str = ""
     top_heads: list[list[int | float]] = field(default_factory=list)  # [layer, head, effect]
     stability: list[float] = field(default_factory=list)  # per key head: share of resamples selecting it
+    metric: str = ""
+    totals: dict[str, OperationTotal] = field(default_factory=dict)  # summaries before issue #23 have none
 
     def lines(self) -> list[str]:
         top = ", ".join(f"{Head(l, h)} {e:+.3f}" for l, h, e in self.top_heads[:10])
-        return [
+        totals = []
+        for op, t in self.totals.items():
+            if len(t.effect) == 3:
+                v, lo, hi = t.effect
+                share = f"; top head {t.top_shares[0]:+.1%} of it" if t.top_shares else ""
+                totals.append(f"{op} {v:+.3f} [{lo:+.3f}, {hi:+.3f}]{share}")
+        excluded = {op: t.n_excluded for op, t in self.totals.items() if t.n_excluded}
+        out = [
             f"  patched operations: {self.patched_operations}  (correct pairs: {self.correct_pairs})",
-            f"  top heads (layer, head, effect): {top}",
+            f"  top heads (layer, head, effect in {self.metric or 'the metric'}): {top}",
+        ]
+        if totals:
+            interval = next(iter(self.totals.values())).interval or "bootstrap"
+            out.append(f"  total effect (counterfactual vs clean, 95% {interval}): " + "; ".join(totals))
+        if excluded:
+            out.append(f"  WARNING: pairs excluded by the metric's guard (clean logit too small): {excluded}")
+        return out + [
             (
                 f"  key heads ({self.rule}): {self.key_heads}  = {100 * self.key_head_fraction:.1f}% of heads; "
                 f"key MLPs: {self.key_mlps}"
             ),
-            "  selected again in bootstrap resamples of the pairs: "
+            "  selected again in bootstrap resamples (templates within operations, or pairs): "
             + (", ".join(f"{Head(*h)} {s:.0%}" for h, s in zip(self.key_heads, self.stability)) or "not measured"),
         ]
 
@@ -80,6 +115,7 @@ def run(ctx: Context) -> IdentifySummary:
             "Fix: raise data.n_per_template, or lower patching.min_pairs."
         )
     results: dict[str, PatchedOperation] = {}
+    totals: dict[str, OperationTotal] = {}
     used, per_op = [], []
     for op in ops:
         sub = select_pairs(correct, op, p.max_pairs)
@@ -93,6 +129,7 @@ def run(ctx: Context) -> IdentifySummary:
             batch_size=p.batch_size,
             keep_per_pair=True,
             progress=ctx.progress,
+            max_memory=p.max_memory or None,
         )
         res.save(paths.patching(op))
         per_op.append(PatchingResult.load(paths.patching(op)))  # as saved, so the overall mean is bit-reproducible
@@ -100,6 +137,14 @@ def run(ctx: Context) -> IdentifySummary:
             n_pairs=res.n_pairs,
             seconds=round(res.seconds, 2),
             top_heads=[(l, h, round(e, 5)) for l, h, e in res.top_heads(10)],
+        )
+        total = res.total_interval()
+        usable = total.n > 0 and abs(total.value) > 1e-12
+        totals[op] = OperationTotal(
+            effect=[round(x, 5) for x in (total.value, total.low, total.high)] if total.n else [],
+            interval=total.method,
+            top_shares=[round(e / abs(total.value), 5) for *_, e in res.top_heads(10)] if usable else [],
+            n_excluded=res.n_excluded,
         )
     overall = PatchingResult.merge(per_op, pair_ids=list(datasets.concatenate_datasets(used)["pair_id"]))
     overall.save(paths.patching("all"))
@@ -120,4 +165,6 @@ def run(ctx: Context) -> IdentifySummary:
         rule=key.rule,
         top_heads=[[l, h, round(e, 5)] for l, h, e in overall.top_heads(10)],
         stability=list(key.stability),
+        metric=overall.metric,
+        totals=totals,
     )

@@ -20,7 +20,7 @@ from typing import TypeVar
 import pandas as pd
 
 from mathcircuits._io import ResultFileError, SavedResult, read_json
-from mathcircuits.ablation import KnockoutResult, TransferResult
+from mathcircuits.ablation import KnockoutResult, MLPMargin, RandomControl, TransferResult
 from mathcircuits.analysis import AttentionByRole, HeadPatterns, MLPProbeResult
 from mathcircuits.circuit import Circuit, Faithfulness
 from mathcircuits.claims import Verdict, assess_claims, precise_definition, with_number_claims, with_unit_claims
@@ -157,6 +157,9 @@ def run(ctx: Context) -> ReportSummary:
     tr = got.load(TransferResult, paths.transfer(), "validate", "transfer")
     att = got.load(AttentionByRole, paths.attention(), "analyze", "attention")
     probes = got.load(MLPProbeResult, paths.probes(), "analyze", "probes")
+    control = got.load(RandomControl, paths.control(), "validate", "control")
+    margin = got.load(MLPMargin, paths.mlp_margin, "validate", "margin")
+    layer_att = got.load(AttentionByRole, paths.attention_layers(), "analyze", "attention")
     patterns = got.load(HeadPatterns, paths.patterns, "analyze", "patterns")
     evals = {m: r for m in ("base", "precise", "full") if (r := got.load(EvalResult, paths.eval_result(m)))}
     sft = got.load(SFTResult, paths.sft_result("precise")) if evals else None
@@ -180,11 +183,12 @@ def run(ctx: Context) -> ReportSummary:
     circuits = {op: c for op in ops if (c := got.load(Circuit, paths.circuit(op), "circuit"))}
     faiths = {op: f for op in circuits if (f := got.load(Faithfulness, paths.circuit_faithfulness(op)))}
     card = assess_claims(
+        patching=overall,
         key=key,
-        knockout=knock or None,
+        control=control,
         transfer=tr,
-        attention=att,
-        probes=probes,
+        attention=layer_att,
+        margin=margin,
         evals=evals or None,
         off=got.off,
         reasons=got.reasons,

@@ -1,8 +1,16 @@
-"""Stage ``validate``: mean-ablation knockout (key vs random heads) and transfer to other data (paper §4).
+"""Stage ``validate``: knockout of the key heads on fresh pairs, against depth-matched random sets (paper §3.3-3.4).
 
-Reads the ``validation`` section; writes ``validate/knockout_<op>.pt/.csv``,
-``validate/transfer.pt/.csv`` and, when the position-free mean is used (``validation.ablation:
-mean``, or a transfer set without counterfactual prompts such as real word problems),
+Fresh pairs. Identify patches the first ``patching.max_pairs`` correct pairs of each operation in a seeded
+order (:func:`~mathcircuits.pipeline.context.select_pairs`); validate scores the next ``validation.max_pairs``
+of the same order, so no pair that chose the heads scores them. The overlap with identify's pairs (read back
+from the saved patching results' pair ids) is written into the results and the summary, and must be 0.
+
+Reads the ``validation`` section; writes ``validate/knockout_<op>.pt/.csv`` (the curves),
+``validate/control.pt/.csv`` (the pooled key set against ``validation.control_draws`` depth-matched random sets
+of non-key heads: claim C2), ``validate/mlp_margin.pt`` (the later MLPs' answer margin with the key heads
+knocked out: claim C4), ``validate/cross_operation.pt/.csv`` (each operation's own key set knocked out on every
+operation), ``validate/transfer.pt/.csv`` (claim C5) and, when the position-free mean is used
+(``validation.ablation: mean``, or a transfer set without counterfactual prompts such as real word problems),
 ``validate/head_means.pt``.
 """
 
@@ -12,7 +20,19 @@ import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mathcircuits.ablation import TransferRow, head_means, knockout_curve, transfer
+import datasets
+
+from mathcircuits.ablation import (
+    KnockoutScorer,
+    PositionPool,
+    TransferRow,
+    cross_operation,
+    head_means,
+    knockout_curve,
+    mlp_margin,
+    random_control,
+    transfer,
+)
 from mathcircuits.data import (
     GenerationConfig,
     PairSet,
@@ -20,11 +40,11 @@ from mathcircuits.data import (
     generate_pairs,
     word_problem_dataset,
 )
-from mathcircuits.patching import KeyComponents, PatchingResult
+from mathcircuits.patching import KeyComponents, PatchingResult, median_depth, select_key_components
 from mathcircuits.pipeline.context import Context, StageSummary, save_csv, select_pairs
 from mathcircuits.pipeline.stages.identify import IdentifySummary
 
-__all__ = ["KnockoutBrief", "ValidateSummary", "run"]
+__all__ = ["ControlBrief", "KnockoutBrief", "ValidateSummary", "fresh_pairs", "run"]
 
 log = logging.getLogger(__name__)
 
@@ -41,14 +61,47 @@ class KnockoutBrief:
 
 
 @dataclass(frozen=True)
+class ControlBrief:
+    """The pooled key set against depth-matched random sets on fresh pairs, and the later MLPs' margin drop."""
+
+    n_pairs: int
+    draws: int
+    baseline: float
+    key_drop: float
+    random_drop_mean: float
+    percentile: float
+    p_value: float
+    mlp_margin_drop: float
+
+
+@dataclass(frozen=True)
 class ValidateSummary(StageSummary):
-    """Final knockout accuracies per operation and the transfer table."""
+    """Fresh pairs and their overlap with identification, knockout accuracies, the control and the transfer table."""
 
     knockout: dict[str, KnockoutBrief] = field(default_factory=dict)
     transfer: list[TransferRow] = field(default_factory=list)
+    fresh_pairs: dict[str, int] = field(default_factory=dict)
+    overlap: dict[str, int] = field(default_factory=dict)  # per operation: fresh pairs that identify also used
+    control: ControlBrief | None = None
+    cross_operation: list[str] = field(default_factory=list)  # per source operation: its key set on every operation
 
     def lines(self) -> list[str]:
-        out = [
+        out = []
+        if self.fresh_pairs:
+            out.append(
+                "  fresh pairs (not used by identify): "
+                + ", ".join(f"{op} {n} (overlap {self.overlap.get(op, '?')})" for op, n in self.fresh_pairs.items())
+            )
+        if self.control is not None:
+            c = self.control
+            out.append(
+                f"  key set on {c.n_pairs} fresh pairs: accuracy {c.baseline:.2f} -> {c.baseline - c.key_drop:.2f}; "
+                f"{c.draws} depth-matched random sets {c.baseline - c.random_drop_mean:.2f} on average; "
+                f"key set at percentile {c.percentile:.0f} (p = {c.p_value:.3f}); "
+                f"later MLPs' answer margin drop {c.mlp_margin_drop:+.2f} logits"
+            )
+        out += self.cross_operation
+        out += [
             f"  knockout {op}: top-{k.k} heads {k.baseline:.2f} -> {k.ranked_final:.2f}; "
             f"random {k.random_final_mean:.2f} ± {k.random_final_std:.2f}"
             for op, k in self.knockout.items()
@@ -72,7 +125,7 @@ def _transfer_sets(ctx: Context, correct: PairSet) -> dict[str, PairSet]:
     tok = ctx.model.tokenizer
     sets: dict[str, PairSet] = {}
     for op in sorted(set(correct["operation"])) if v.transfer_held_in else []:
-        sets[f"{op} (identification templates, correct)"] = select_pairs(correct, op, v.max_pairs)
+        sets[f"{op} (identification templates, correct)"] = select_pairs(correct, op, ctx.config.patching.max_pairs)
     if d.heldout_templates:  # scored in the data stage, never seen by identify: right and wrong items
         held = ctx.load_dataset(ctx.paths.pairs_scored).filter(lambda r: r["template_id"] in d.heldout_templates)
         for op in sorted(set(held["operation"])):
@@ -109,6 +162,24 @@ def _transfer_sets(ctx: Context, correct: PairSet) -> dict[str, PairSet]:
     return sets
 
 
+def fresh_pairs(ctx: Context, correct: datasets.Dataset, op: str, limit: int) -> tuple[datasets.Dataset, int]:
+    """An operation's pairs that identify did not patch, and how many of them it did patch (must be 0).
+
+    Args:
+        ctx: the run context (its ``patching.max_pairs`` is what identify took).
+        correct: the correct pairs.
+        op: the operation.
+        limit: the most pairs returned.
+
+    Returns:
+        ``(pairs, overlap)``: the rows after identify's in the same seeded order, and the number of them whose
+        ``pair_id`` is among the saved patching result's pair ids.
+    """
+    pairs = select_pairs(correct, op, limit, skip=ctx.config.patching.max_pairs)
+    used = set(PatchingResult.load(ctx.paths.patching(op)).pair_ids)
+    return pairs, sum(1 for i in pairs["pair_id"] if i in used) if len(pairs) else 0
+
+
 def run(ctx: Context) -> ValidateSummary:
     """Knockout curves (key vs random heads) and transfer to other data.
 
@@ -130,15 +201,30 @@ def run(ctx: Context) -> ValidateSummary:
         means_src = correct.filter(lambda r: r["operation"] in ops)
         means = head_means(model, select_pairs(means_src, None, 4 * v.max_pairs))
         means.save(paths.head_means)
+    # position_mean: each head's per-position mean over every generated counterfactual prompt of the template,
+    # leaving the scored pair's own out (not over the few scored pairs of that template)
+    pool = PositionPool(model, ctx.load_dataset(paths.pairs_scored)) if v.ablation == "position_mean" else None
     knockout: dict[str, KnockoutBrief] = {}
-    # claim C2 reads the curve at k = the number of key heads: measure that k too
+    fresh: dict[str, datasets.Dataset] = {}
+    overlap: dict[str, int] = {}
+    for op in ops:
+        fresh[op], overlap[op] = fresh_pairs(ctx, correct, op, v.max_pairs)
+        if overlap[op]:
+            raise RuntimeError(
+                f"{overlap[op]} of the {len(fresh[op])} knockout pairs of {op} were also used by identify. "
+                "Fix: re-run identify and validate with --force (the run folder mixes two versions)."
+            )
+        if not len(fresh[op]):
+            log.warning("%s: no correct pairs beyond identify's %d: no knockout", op, ctx.config.patching.max_pairs)
+    scored = [op for op in ops if len(fresh[op])]
+    # the knockout curves read at k = the number of key heads too
     n_key = min(len(key.heads), v.knockout_max_k)
     ks = sorted(set(v.knockout_ks) | ({n_key} if n_key else set())) if v.knockout_ks else None
-    for op in ops:
+    for op in scored:
         res = PatchingResult.load(paths.patching(op))
         ko = knockout_curve(
             model,
-            select_pairs(correct, op, v.max_pairs),
+            fresh[op],
             res,
             max_k=v.knockout_max_k,
             n_random=v.n_random,
@@ -147,6 +233,7 @@ def run(ctx: Context) -> ValidateSummary:
             progress=ctx.progress,
             ablation=v.ablation,
             ks=ks,
+            pool=pool,
         )
         ko.save(paths.knockout(op))
         save_csv(ko.to_dataframe(), paths.knockout(op, ".csv"))
@@ -158,18 +245,87 @@ def run(ctx: Context) -> ValidateSummary:
             random_final_std=float(finals.std()) if ko.random_accuracy.shape[0] > 1 else 0.0,
             k=ko.ks[-1],
         )
+    brief = None
+    cross_lines: list[str] = []
+    if key.heads and scored:
+        # claim C2: the pooled key set itself against depth-matched random sets of non-key heads, on fresh pairs
+        pooled = datasets.concatenate_datasets(
+            [fresh[op].select(range(min(v.control_pairs, len(fresh[op])))) for op in scored]
+        )
+        scorer = KnockoutScorer(model, pooled, v.ablation, means, v.scope, ctx.config.data.seed, pool=pool)
+        control = random_control(
+            model,
+            pooled,
+            key.heads,
+            n_draws=v.control_draws,
+            seed=ctx.config.data.seed,
+            ablation=v.ablation,
+            means=means,
+            scope=v.scope,
+            label="fresh correct pairs, " + ", ".join(scored),
+            identification_overlap=sum(overlap.values()),
+            progress=ctx.progress,
+            scorer=scorer,
+        )
+        control.save(paths.control())
+        save_csv(control.to_dataframe(), paths.control(".csv"))
+        # claim C4: the MLPs from the key heads' median layer on, clean and with the key heads knocked out
+        n_layers = model.spec.n_layers
+        ref = int(median_depth([l for l, _ in key.heads], n_layers) * max(1, n_layers - 1))
+        margin = mlp_margin(model, pooled, key.heads, range(ref, n_layers), v.ablation, means, v.scope, scorer=scorer)
+        margin.save(paths.mlp_margin)
+        d = control.random_drops()
+        brief = ControlBrief(
+            n_pairs=control.n_pairs,
+            draws=len(control.draws),
+            baseline=control.baseline(),
+            key_drop=control.key_drop(),
+            random_drop_mean=float(d.mean()),
+            percentile=control.percentile(),
+            p_value=control.p_value(),
+            mlp_margin_drop=margin.drop(),
+        )
+        # per operation: each operation's own key set (the same rule), knocked out on every operation
+        own = {
+            op: select_key_components(PatchingResult.load(paths.patching(op)), ctx.config.selection).heads
+            for op in scored
+        }
+        scorers = {
+            op: KnockoutScorer(model, fresh[op], v.ablation, means, v.scope, ctx.config.data.seed, pool=pool)
+            for op in scored
+        }
+        cross = cross_operation(scorers, own)
+        cross.save(paths.cross_operation())
+        df = cross.to_dataframe()
+        save_csv(df, paths.cross_operation(".csv"))
+        for src, rows in df.groupby("source", sort=False):
+            cross_lines.append(
+                f"  key set of {src} ({int(rows.source_heads.iloc[0])} heads) knocked out: "
+                + ", ".join(
+                    f"{r.target} {r.drop:+.2f} (shares {r.shared} heads, Jaccard {r.jaccard:.2f})"
+                    for r in rows.itertuples()
+                )
+            )
     found_on = set(key.source.operations or ops)
     tr = transfer(
         model,
         sets,
         list(key.heads),
         means,
-        n_random=v.n_random,
+        n_random=v.transfer_draws,
         scope=v.scope,
         progress=ctx.progress,
         held_in=[f"{op} (identification templates, correct)" for op in found_on],
         ablation=v.ablation,
+        pool=pool,
     )
     tr.save(paths.transfer())
     save_csv(tr.to_dataframe(), paths.transfer(".csv"))
-    return ValidateSummary(knockout=knockout, transfer=list(tr.rows))
+    return ValidateSummary(
+        knockout=knockout,
+        transfer=list(tr.rows),
+        fresh_pairs={op: len(fresh[op]) for op in ops},
+        overlap=overlap,
+        control=brief,
+        cross_operation=cross_lines,
+    )

@@ -1,0 +1,263 @@
+"""The random control of a knockout: the key set against many depth-matched random sets of non-key heads.
+
+Background. "Knocking out the key heads collapses accuracy" means little unless as many *other* heads
+do not: a set of heads at the same depth may hurt as much simply because it sits where the answer is
+computed. The paper compares with a few random heads drawn anywhere (key heads included); here the null
+is stricter (Zhang et al. 2024, §3.3; the issue #23 review):
+
+* each random set has the **same layer multiset** as the key set (depth-matched: ``k_l`` heads from
+  layer ``l`` whenever the key set has ``k_l`` there), drawn from the **non-key** heads of that layer;
+* there are many draws (``n_draws``, 100 by default), so the key set's drop gets a **percentile** among
+  the null's drops and an **empirical p-value**, ``p = (1 + #{draws whose drop ≥ the key drop}) / (1 + n)``
+  (Davison & Hinkley 1997, §4.2: the +1 makes p a valid test level);
+* every draw is scored on the same pairs as the key set, with the same ablation.
+
+Cost. A depth-matched set has the key set's lowest layer, so every draw resumes at that layer from the
+clean run (:class:`~mathcircuits.ablation.KnockoutScorer`; its fast path checks itself against the plain
+forward once per model); the clean prefix KV cache is shared by all draws.
+
+Usage::
+
+    ctl = random_control(model, fresh_pairs, key.heads, n_draws=100, ablation="position_mean")
+    ctl.key_drop, ctl.p_value, ctl.percentile
+"""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
+import torch
+from jaxtyping import Float
+from torch import Tensor
+from tqdm.auto import tqdm
+
+from mathcircuits._io import SavedResult
+from mathcircuits.ablation.hooks import Ablation, Scope
+from mathcircuits.ablation.means import HeadMeans, PositionPool
+from mathcircuits.ablation.scorer import KnockoutScorer
+from mathcircuits.data.pairs import PairSet, check_columns
+from mathcircuits.models import HookedModel
+from mathcircuits.models.spec import ModelSpec
+
+__all__ = ["RandomControl", "depth_matched_draws", "random_control"]
+
+
+def depth_matched_draws(
+    key_heads: Sequence[tuple[int, int]], spec: ModelSpec, n_draws: int, seed: int = 0
+) -> list[list[tuple[int, int]]]:
+    """``n_draws`` random head sets with the key set's layer multiset, drawn from the non-key heads.
+
+    Args:
+        key_heads: the key set ``[(layer, head), ...]`` (non-empty).
+        spec: the model's spec (layers and heads per layer).
+        n_draws: how many sets (drawn independently; two draws may coincide on a small model).
+        seed: the draws' seed.
+
+    Returns:
+        One sorted ``[(layer, head), ...]`` per draw, with as many heads per layer as the key set.
+
+    Raises:
+        ValueError: an empty key set, or a layer where the key set leaves fewer non-key heads than it has key
+            heads (no depth-matched set exists).
+    """
+    keys = {(int(l), int(h)) for l, h in key_heads}
+    if not keys:
+        raise ValueError("the random control needs at least one key head. Fix: select key heads first (identify).")
+    per_layer = Counter(l for l, _ in keys)
+    pools = {l: [h for h in range(spec.n_heads) if (l, h) not in keys] for l in per_layer}
+    short = {l: (k, len(pools[l])) for l, k in per_layer.items() if len(pools[l]) < k}
+    if short:
+        l, (k, n) = next(iter(short.items()))
+        raise ValueError(
+            f"layer {l} has {k} key heads but only {n} other heads, so no depth-matched random set exists. "
+            "Fix: use fewer key heads per layer, or a model with more heads."
+        )
+    rng = random.Random(seed)
+    return [
+        sorted((l, h) for l, k in sorted(per_layer.items()) for h in rng.sample(pools[l], k)) for _ in range(n_draws)
+    ]
+
+
+@dataclass(frozen=True, repr=False)
+class RandomControl(SavedResult):
+    """The key set's knockout beside ``n_draws`` depth-matched random sets of non-key heads, per pair.
+
+    ``*_correct`` hold 1.0 where a pair's whole answer is still greedy-correct (teacher-forced) and 0.0 where
+    not. ``identification_overlap`` is the number of scored pairs that also chose the key heads (the identify
+    stage's pairs; it must be 0, -1 when unknown).
+    """
+
+    key_heads: list[tuple[int, int]]
+    draws: list[list[tuple[int, int]]]
+    clean_correct: Float[Tensor, " pair"]
+    key_correct: Float[Tensor, " pair"]
+    random_correct: Float[Tensor, "draw pair"]
+    operations: list[str]
+    template_ids: list[str]
+    pair_ids: list[int]
+    ablation: Ablation = "position_mean"
+    scope: Scope = "all"
+    seed: int = 0
+    label: str = ""
+    identification_overlap: int = -1
+    notes: dict[str, str] = field(default_factory=dict)
+
+    STAGE = "validate"
+
+    def __post_init__(self) -> None:
+        n = len(self.pair_ids)
+        shapes = (self.clean_correct.shape, self.key_correct.shape, self.random_correct.shape)
+        if shapes[0] != (n,) or shapes[1] != (n,) or tuple(shapes[2]) != (len(self.draws), n):
+            raise ValueError(
+                f"RandomControl shapes disagree: clean {tuple(shapes[0])}, key {tuple(shapes[1])}, random "
+                f"{tuple(shapes[2])} for {n} pairs and {len(self.draws)} draws."
+            )
+
+    # --- the numbers the claims read ----------------------------------------------------------------------
+    def rows(self, operation: str | None = None) -> Tensor:
+        """Indices of the pairs of ``operation`` (all pairs when None)."""
+        return torch.tensor([i for i, o in enumerate(self.operations) if operation is None or o == operation])
+
+    @property
+    def n_pairs(self) -> int:
+        return len(self.pair_ids)
+
+    def baseline(self, operation: str | None = None) -> float:
+        """Clean accuracy on the scored pairs."""
+        return float(self.clean_correct[self.rows(operation)].mean())
+
+    def key_drop(self, operation: str | None = None) -> float:
+        """Accuracy lost with the key set knocked out (positive = a drop)."""
+        r = self.rows(operation)
+        return float(self.clean_correct[r].mean() - self.key_correct[r].mean())
+
+    def random_drops(self, operation: str | None = None) -> Float[Tensor, " draw"]:
+        """Accuracy lost with each random set knocked out."""
+        r = self.rows(operation)
+        return self.clean_correct[r].mean() - self.random_correct[:, r].mean(1)
+
+    def p_value(self, operation: str | None = None) -> float:
+        """Empirical p-value of "the key set drops accuracy no more than a depth-matched random set":
+        ``(1 + #{random drop ≥ key drop}) / (1 + n_draws)``."""
+        d = self.random_drops(operation)
+        return float((1 + (d >= self.key_drop(operation) - 1e-12).sum()) / (1 + d.numel()))
+
+    def percentile(self, operation: str | None = None) -> float:
+        """Share of the random sets (0–100) whose drop is smaller than the key set's (ties count half)."""
+        d, k = self.random_drops(operation), self.key_drop(operation)
+        return float(100 * ((d < k - 1e-12).sum() + 0.5 * ((d - k).abs() <= 1e-12).sum()) / d.numel())
+
+    def to_dataframe(self) -> pd.DataFrame:
+        """One row per operation and one for all pairs: baseline, key drop, the null's mean / 95th percentile,
+        the key set's percentile and p-value."""
+        out = []
+        for op in [None, *dict.fromkeys(self.operations)]:
+            d = self.random_drops(op)
+            out.append(
+                {
+                    "operation": op or "all",
+                    "n_pairs": len(self.rows(op)),
+                    "baseline": self.baseline(op),
+                    "key_drop": self.key_drop(op),
+                    "random_drop_mean": float(d.mean()),
+                    "random_drop_q95": float(torch.quantile(d, 0.95)),
+                    "percentile": self.percentile(op),
+                    "p_value": self.p_value(op),
+                }
+            )
+        return pd.DataFrame(out)
+
+    def summary_items(self) -> list[tuple[str, str]]:
+        """Key set, draws, pairs, the key drop and its place in the null."""
+        return [
+            ("key heads", str(len(self.key_heads))),
+            ("draws", f"{len(self.draws)} depth-matched, non-key"),
+            ("pairs", f"{self.n_pairs} (overlap with identification: {self.identification_overlap})"),
+            (
+                "key drop",
+                f"{self.key_drop():+.0%} vs random {float(self.random_drops().mean()):+.0%} "
+                f"(percentile {self.percentile():.0f}, p = {self.p_value():.3f})",
+            ),
+        ]
+
+
+def random_control(
+    model: HookedModel,
+    dataset: PairSet,
+    key_heads: Sequence[tuple[int, int]],
+    n_draws: int = 100,
+    seed: int = 0,
+    ablation: Ablation = "position_mean",
+    means: HeadMeans | None = None,
+    scope: Scope = "all",
+    batch_size: int = 32,
+    label: str = "",
+    identification_overlap: int = -1,
+    progress: bool = False,
+    scorer: KnockoutScorer | None = None,
+    pool: PositionPool | None = None,
+) -> RandomControl:
+    """Knock out the key set and ``n_draws`` depth-matched random sets of non-key heads on the same pairs.
+
+    Args:
+        model: the hooked model.
+        dataset: the pairs to score (``tokens``, ``answer_tokens``, ``n_tokens``; ``cf_tokens`` unless ``mean``;
+            ``operation``, ``template_id``, ``pair_id`` are kept when present). Score *fresh* pairs, not those
+            that chose the heads.
+        key_heads: the key set.
+        n_draws: random sets (at least 1; the claims ask for 100).
+        seed: seed of the draws (and of the resampling donors).
+        ablation: what a knocked-out head outputs (:data:`~mathcircuits.ablation.Ablation`).
+        means: the position-free means, for ``"mean"``.
+        scope: ``"all"`` positions or the ``"last"``.
+        batch_size: pairs per forward.
+        label: what the pairs are (saved with the result).
+        identification_overlap: how many of the pairs chose the key heads (saved; -1 unknown).
+        progress: show a progress bar.
+        scorer: a :class:`KnockoutScorer` already built on ``dataset`` (reuses its clean runs); default a new one.
+        pool: for ``"position_mean"``: counterfactual prompts to average over, leaving each scored pair's own out
+            (a new scorer's ``pool``).
+
+    Returns:
+        The :class:`RandomControl`.
+    """
+    if n_draws < 1:
+        raise ValueError(f"n_draws={n_draws}. Fix: draw at least one random set (the claims ask for 100).")
+    check_columns(dataset, ("tokens", "answer_tokens", "n_tokens"), "random_control")
+    if len(dataset) == 0:
+        raise ValueError("random_control got no pairs. Fix: pass the fresh pairs of at least one operation.")
+    key = [(int(l), int(h)) for l, h in key_heads]
+    draws = depth_matched_draws(key, model.spec, n_draws, seed)
+    scorer = scorer or KnockoutScorer(model, dataset, ablation, means, scope, seed, batch_size, pool=pool)
+
+    def correct(heads: list[tuple[int, int]]) -> Tensor:
+        return torch.tensor(scorer.score(heads)[0], dtype=torch.float32)
+
+    clean, key_c = correct([]), correct(key)
+    rand = torch.zeros(n_draws, len(dataset))
+    for i, d in enumerate(tqdm(draws, disable=not progress, desc="random control")):
+        rand[i] = correct(d)
+    cols: dict[str, Any] = {
+        c: list(dataset[c]) for c in ("operation", "template_id", "pair_id") if c in dataset.column_names
+    }
+    n = len(dataset)
+    return RandomControl(
+        key_heads=key,
+        draws=draws,
+        clean_correct=clean,
+        key_correct=key_c,
+        random_correct=rand,
+        operations=[str(x) for x in cols.get("operation", ["?"] * n)],
+        template_ids=[str(x) for x in cols.get("template_id", ["?"] * n)],
+        pair_ids=[int(x) for x in cols.get("pair_id", range(n))],
+        ablation=ablation,
+        scope=scope,
+        seed=seed,
+        label=label,
+        identification_overlap=identification_overlap,
+    )

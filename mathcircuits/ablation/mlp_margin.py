@@ -1,0 +1,181 @@
+"""Do the later MLPs write the answer *because of* the key heads? Their answer margin with the heads knocked out.
+
+Background. The paper reads the MLP updates through the unembedding and finds the answer rising in later
+layers (§4.2); that the answer appears after the key heads does not show that the MLPs *use* what the heads
+moved. The causal test (issue #23, C4): knock the key heads out and measure how much the later MLPs' direct
+contribution to the answer falls.
+
+Quantity (per pair, at the position that predicts the first answer token). For each MLP layer ``l`` in
+``layers``, its update ``u_l`` (``hook_mlp_out``) moves the final logits by
+``Δ_l = N_f(x_L) − N_f(x_L − u_l)`` (``x_L`` the final residual of the same run, ``N_f`` the final norm, as in
+:mod:`mathcircuits.analysis.mlp_probes`); its **answer margin** is ``Δ_l · (W_U[:, C] − mean_{c ≠ C} W_U[:, c])``
+over the candidate numbers ``c`` (the first answer tokens of the dataset). The result keeps the sum over
+``layers`` per pair, clean and with the key heads knocked out (the same ablation values as the knockout);
+the drop ``clean − ablated`` is what claim C4 reads (with a cluster-bootstrap interval over templates).
+
+Usage::
+
+    res = mlp_margin(model, fresh_pairs, key.heads, layers=range(14, 30), ablation="position_mean")
+    res.drop()
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from jaxtyping import Float
+from torch import Tensor
+
+from mathcircuits._io import SavedResult
+from mathcircuits.ablation.hooks import Ablation, Scope, z_ablation_hooks
+from mathcircuits.ablation.means import HeadMeans
+from mathcircuits.ablation.scorer import KnockoutScorer
+from mathcircuits.data.pairs import PairSet, check_columns
+from mathcircuits.models import HookedModel, fast_paths_enabled, hooks
+from mathcircuits.models.families import block_structure
+from mathcircuits.models.readout import final_norm
+
+__all__ = ["MLPMargin", "mlp_margin"]
+
+
+@dataclass(frozen=True, repr=False)
+class MLPMargin(SavedResult):
+    """The later MLPs' direct answer margin per pair, clean and with the key heads knocked out (logits)."""
+
+    key_heads: list[tuple[int, int]]
+    layers: list[int]
+    clean_margin: Float[Tensor, " pair"]
+    ablated_margin: Float[Tensor, " pair"]
+    operations: list[str]
+    template_ids: list[str]
+    pair_ids: list[int]
+    ablation: Ablation = "position_mean"
+    scope: Scope = "all"
+
+    STAGE = "validate"
+
+    def __post_init__(self) -> None:
+        n = len(self.pair_ids)
+        if tuple(self.clean_margin.shape) != (n,) or tuple(self.ablated_margin.shape) != (n,):
+            raise ValueError(
+                f"MLPMargin has margins of shapes {tuple(self.clean_margin.shape)} and "
+                f"{tuple(self.ablated_margin.shape)} for {n} pairs."
+            )
+
+    @property
+    def drops(self) -> Float[Tensor, " pair"]:
+        """Per pair: clean margin − ablated margin (positive: the MLPs write less of the answer)."""
+        return self.clean_margin - self.ablated_margin
+
+    def drop(self) -> float:
+        """Mean drop over the pairs."""
+        return float(self.drops.mean())
+
+    def summary_items(self) -> list[tuple[str, str]]:
+        """Layers, pairs, and the mean margin clean → ablated."""
+        return [
+            ("MLP layers", f"L{min(self.layers)}–L{max(self.layers)}" if self.layers else "none"),
+            ("pairs", str(len(self.pair_ids))),
+            (
+                "answer margin",
+                f"{float(self.clean_margin.mean()):.2f} → {float(self.ablated_margin.mean()):.2f} logits "
+                f"with {len(self.key_heads)} key heads knocked out",
+            ),
+        ]
+
+
+@torch.no_grad()
+def mlp_margin(
+    model: HookedModel,
+    dataset: PairSet,
+    key_heads: Sequence[tuple[int, int]],
+    layers: Sequence[int],
+    ablation: Ablation = "position_mean",
+    means: HeadMeans | None = None,
+    scope: Scope = "all",
+    seed: int = 0,
+    batch_size: int = 32,
+    scorer: KnockoutScorer | None = None,
+    fast: bool = True,
+) -> MLPMargin:
+    """The summed direct answer margin of the MLPs in ``layers``, clean and with ``key_heads`` knocked out.
+
+    Args:
+        model: the hooked model.
+        dataset: pairs (``tokens``, ``answer_tokens``, ``n_tokens``; ``cf_tokens`` unless ``mean``).
+        key_heads: the heads to knock out.
+        layers: the MLP layers whose margin is summed (the "later" MLPs; at least one).
+        ablation: what a knocked-out head outputs (as in the knockout).
+        means: the position-free means, for ``"mean"``.
+        scope: ``"all"`` positions or the ``"last"``.
+        seed: seed of the resampling donors.
+        batch_size: pairs per forward.
+        scorer: a :class:`KnockoutScorer` built on ``dataset`` with the same ablation (reuses its replacement
+            values); default a new one.
+        fast: run the positions every prompt of a template shares once, clean, and only the rest per batch (exact;
+            ``False`` runs every position, the reference).
+
+    Returns:
+        The :class:`MLPMargin`.
+    """
+    spec = model.spec
+    layers = sorted({int(l) for l in layers})
+    if not layers or not all(0 <= l < spec.n_layers for l in layers):
+        raise ValueError(f"layers {layers} must be a non-empty subset of 0..{spec.n_layers - 1}. Fix: pass MLP layers.")
+    check_columns(dataset, ("tokens", "answer_tokens", "n_tokens"), "mlp_margin")
+    heads = [(int(l), int(h)) for l, h in key_heads]
+    scorer = scorer or KnockoutScorer(model, dataset, ablation, means, scope, seed, batch_size, reuse_clean=False)
+    structure = block_structure(model)
+    W_U = model.bridge.W_U.float()
+    answer = [int(a[0]) for a in scorer.answers]
+    cand = torch.tensor(sorted(set(answer)), device=W_U.device)
+    n = len(scorer.seqs)
+    out = {False: torch.zeros(n), True: torch.zeros(n)}
+    # the shared prefix runs once, clean (not with the position-free mean at every position: that ablates it too)
+    fast = fast and fast_paths_enabled() and not (scorer.ablation == "mean" and scorer.scope == "all")
+    for g, grp in enumerate(scorer.groups):
+        p = grp.shared if fast else 0
+        rows = grp.rows
+        for j in range(0, len(rows), batch_size):
+            part = rows[j : j + batch_size]
+            toks = torch.tensor([scorer.seqs[i] for i in part], device=model.device)
+            pos = torch.tensor([scorer.n_prompt[i] - 1 - p for i in part])
+            vals = scorer._values(g, part, fast=p > 0)
+            for ablated in (False, True):
+                store: dict[int, Tensor] = {}
+
+                # keyed by what we asked for: the bridge reports aliases under their canonical names
+                def grab(key: int, store: dict[int, Tensor] = store, pos: Tensor = pos) -> Any:
+                    def fn(act: Tensor, hook: Any) -> None:
+                        store[key] = act[torch.arange(act.shape[0]), pos].detach().float()
+
+                    return fn
+
+                fwd = z_ablation_hooks(model, heads, vals, scope) if ablated and heads else []
+                fwd = fwd + [(hooks.mlp_out(l), grab(l)) for l in layers]
+                fwd += [(hooks.resid_post(spec.n_layers - 1), grab(-1))]
+                scorer._run(toks, p, fwd)
+                final = store[-1][:, None, :]  # [B, 1, d]
+                upd = torch.stack([store[l] for l in layers], 1)  # [B, L, d]
+                delta = final_norm(model, structure, final) - final_norm(model, structure, final - upd)
+                ans = torch.tensor([answer[i] for i in part], device=W_U.device)
+                w_ans = W_U[:, ans].T  # [B, d]
+                others = (cand[None, :] != ans[:, None]).float()  # [B, C]
+                w_oth = (others @ W_U[:, cand].T) / others.sum(-1, keepdim=True).clamp(min=1)  # [B, d]
+                margin = (delta * (w_ans - w_oth)[:, None, :]).sum(-1).sum(-1)  # summed over the layers
+                out[ablated][part] = margin.cpu()
+    cols = {c: list(dataset[c]) for c in ("operation", "template_id", "pair_id") if c in dataset.column_names}
+    return MLPMargin(
+        key_heads=heads,
+        layers=layers,
+        clean_margin=out[False],
+        ablated_margin=out[True],
+        operations=[str(x) for x in cols.get("operation", ["?"] * n)],
+        template_ids=[str(x) for x in cols.get("template_id", ["?"] * n)],
+        pair_ids=[int(x) for x in cols.get("pair_id", range(n))],
+        ablation=ablation,
+        scope=scope,
+    )

@@ -1,0 +1,261 @@
+"""Where a model's weights live and where each computation runs: one device, or split by accelerate.
+
+Background. A model too big for one device is split with accelerate: ``from_pretrained(...,
+device_map="auto")`` or ``dispatch_model(model, device_map)``. Each module then has an *execution
+device*; modules whose weights are *offloaded* (to CPU memory or to disk) keep their parameters
+on the ``meta`` device and an ``AlignDevicesHook`` loads the weights onto the execution device for
+the duration of each forward, and puts them back afterwards. A forward through such a model is
+correct as it is (the hooks move activations to where each module runs); what breaks is code
+that reads a weight directly (``W_O`` of a head, a column of ``W_U``) or that combines tensors
+cached at different layers. This module gives those readers one answer each:
+
+* :func:`execution_device` — where a module computes (its hook's device, else its weights');
+* :func:`layer_device` / :func:`output_device` — the device of block ``l`` / of the unembedding;
+* :func:`materialized` — a context in which a module's offloaded weights are real tensors;
+* :func:`head_out_weight` / :func:`unembed_columns` — ``W_O`` of one layer and chosen columns of
+  ``W_U``, on the device where they are used, for split and offloaded models alike;
+* :func:`offloaded_parameters` / :func:`unloadable_parameters` — which ``meta`` parameters an
+  offload hook will fill, and which none will (a model that holds no weights at all).
+
+Usage::
+
+    w_o = head_out_weight(model, layer)                 # [head, d_head, d_model] on block ``layer``'s device
+    delta = delta.to(layer_device(model, layer))        # follow the chain from block to block
+
+On a model on one device every function returns what ``model.bridge.W_O[layer]``,
+``model.bridge.W_U[:, cols]`` and ``model.device`` give.
+
+References: accelerate's big-model inference (``dispatch_model``, ``AlignDevicesHook``,
+``align_module_device``), https://huggingface.co/docs/accelerate/usage_guides/big_modeling.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+import torch
+from accelerate.utils import align_module_device, has_offloaded_params
+from jaxtyping import Float, Int
+from torch import Tensor
+
+if TYPE_CHECKING:
+    from mathcircuits.models.loading import HookedModel
+
+__all__ = [
+    "check_trainable_placement",
+    "devices_of",
+    "execution_device",
+    "HeadOutWeights",
+    "head_out_weight",
+    "head_out_weights",
+    "is_split",
+    "layer_device",
+    "materialized",
+    "offloaded_parameters",
+    "output_device",
+    "unembed_columns",
+    "unloadable_parameters",
+]
+
+
+def _hook_device(module: torch.nn.Module) -> torch.device | None:
+    hook = getattr(module, "_hf_hook", None)
+    for h in getattr(hook, "hooks", None) or ([hook] if hook is not None else []):  # SequentialHook or one hook
+        dev = getattr(h, "execution_device", None)
+        if dev is not None:
+            return torch.device(dev if not isinstance(dev, int) else f"cuda:{dev}")
+    return None
+
+
+def execution_device(module: torch.nn.Module) -> torch.device:
+    """The device ``module`` computes on: its (or its first submodule's) accelerate hook's, else its weights'.
+
+    Args:
+        module: any module of the model.
+
+    Returns:
+        The device; the CPU for a module without weights or hooks.
+    """
+    for sub in module.modules():
+        dev = _hook_device(sub)
+        if dev is not None:
+            return dev
+    for t in module.parameters():
+        if t.device.type != "meta":
+            return t.device
+    return torch.device("cpu")
+
+
+def _offloaded_owners(module: torch.nn.Module) -> list[torch.nn.Module]:
+    """The submodules that own ``meta`` parameters directly and have an offload hook that fills them."""
+    seen: set[int] = set()
+    out = []
+    for sub in module.modules():
+        own_meta = any(p.device.type == "meta" for p in sub.parameters(recurse=False))
+        if own_meta and has_offloaded_params(sub) and id(sub) not in seen:
+            seen.add(id(sub))
+            out.append(sub)
+    return out
+
+
+@contextlib.contextmanager
+def materialized(module: torch.nn.Module) -> Iterator[torch.nn.Module]:
+    """Within the block, every offloaded weight of ``module`` is a real tensor on its execution device.
+
+    A module without offloaded weights is left as it is (no copy). Afterwards the offloaded weights go back
+    to ``meta``; tensors read inside the block stay valid.
+
+    Args:
+        module: any module of the model.
+
+    Returns:
+        A context manager yielding ``module``.
+    """
+    with contextlib.ExitStack() as stack:
+        for sub in _offloaded_owners(module):
+            stack.enter_context(align_module_device(sub))
+        yield module
+
+
+def offloaded_parameters(hf_model: torch.nn.Module) -> list[str]:
+    """Names of the ``meta`` parameters that an accelerate offload hook loads at each forward."""
+    out = []
+    for name, sub in hf_model.named_modules():
+        if has_offloaded_params(sub):
+            out += [f"{name}.{n}" if name else n for n, p in sub.named_parameters(recurse=False) if p.is_meta]
+    return out
+
+
+def unloadable_parameters(hf_model: torch.nn.Module) -> list[str]:
+    """Names of the ``meta`` parameters that no offload hook fills: the model holds no weights for them."""
+    filled = set(offloaded_parameters(hf_model))
+    return [n for n, p in hf_model.named_parameters() if p.is_meta and n not in filled]
+
+
+def devices_of(model: HookedModel) -> list[torch.device]:
+    """The distinct execution devices of the model's blocks and its unembedding, in layer order."""
+    out: list[torch.device] = []
+    for dev in [layer_device(model, l) for l in range(model.spec.n_layers)] + [output_device(model)]:
+        if dev not in out:
+            out.append(dev)
+    return out
+
+
+def is_split(model: HookedModel) -> bool:
+    """Whether the model runs on more than one device or has offloaded weights."""
+    return len(devices_of(model)) > 1 or bool(offloaded_parameters(model.hf_model))
+
+
+def layer_device(model: HookedModel, layer: int) -> torch.device:
+    """The execution device of block ``layer``."""
+    return execution_device(model.bridge.blocks[layer])
+
+
+def output_device(model: HookedModel) -> torch.device:
+    """The execution device of the unembedding (where the answer is read out)."""
+    return execution_device(model.bridge.unembed)
+
+
+def head_out_weight(model: HookedModel, layer: int) -> Float[Tensor, "head d_head d_model"]:
+    """``W_O`` of every head of block ``layer``, on the block's execution device (offloaded weights loaded).
+
+    Args:
+        model: the hooked model.
+        layer: the block.
+
+    Returns:
+        The output weights, one ``[d_head, d_model]`` matrix per query head.
+    """
+    attn = model.bridge.blocks[layer].attn
+    with materialized(attn):
+        return attn.W_O.detach().to(layer_device(model, layer))
+
+
+def unembed_columns(
+    model: HookedModel, columns: Int[Tensor, " n"] | slice
+) -> tuple[Float[Tensor, "d_model n"], Float[Tensor, " n"] | None]:
+    """Columns of the unembedding ``W_U`` and of its bias (``None`` without one), on the output device.
+
+    Reading only the columns needed (the answers, or one chunk of the vocabulary) bounds the memory of the
+    readout; with offloaded weights the whole matrix is loaded for the duration of the call.
+
+    Args:
+        model: the hooked model.
+        columns: token ids, or a slice of the vocabulary.
+
+    Returns:
+        ``(W_U[:, columns], b_U[columns])``.
+    """
+    bridge = model.bridge
+    dev = output_device(model)
+    cols = columns.to(dev) if isinstance(columns, Tensor) else columns
+    with materialized(bridge.unembed):
+        w_u = bridge.W_U[:, cols].detach().to(dev)
+        b_u = getattr(bridge, "b_U", None)
+        bias = b_u[cols].detach().to(dev) if b_u is not None and torch.is_tensor(b_u) else None
+    return w_u, bias
+
+
+class HeadOutWeights:
+    """``W_O`` of every layer, indexed like the bridge's ``W_O`` (``w[layer]``, ``w[layer, heads]``), read per layer.
+
+    The bridge's ``W_O`` stacks every layer's weights into one tensor on each access, which an offloaded layer
+    cannot give and which a model split over devices would have to gather on one. This reads one layer at a
+    time (:func:`head_out_weight`, on that layer's device) and keeps what it read for its own lifetime, so
+    hold one per call, not per model.
+    """
+
+    def __init__(self, model: HookedModel) -> None:
+        self.model = model
+        spec = model.spec
+        self.shape = torch.Size([spec.n_layers, spec.n_heads, spec.d_head, spec.d_model])
+        self.dtype = next(iter(model.bridge.parameters())).dtype
+        self._layers: dict[int, Tensor] = {}
+
+    def __getitem__(self, key: int | tuple) -> Tensor:
+        layer, rest = (key[0], key[1:]) if isinstance(key, tuple) else (key, ())
+        if layer not in self._layers:
+            self._layers[layer] = head_out_weight(self.model, int(layer))
+        w = self._layers[layer]
+        return w[rest] if rest else w
+
+
+def head_out_weights(model: HookedModel) -> Tensor | HeadOutWeights:
+    """``W_O`` of every layer ``[layer, head, d_head, d_model]``: the bridge's tensor on one device, else per layer.
+
+    Args:
+        model: the hooked model.
+
+    Returns:
+        The bridge's stacked ``W_O`` when the model is on one device with no offloaded weights; otherwise a
+        :class:`HeadOutWeights` with the same indexing.
+    """
+    return HeadOutWeights(model) if is_split(model) else model.bridge.W_O
+
+
+def check_trainable_placement(hf_model: torch.nn.Module) -> None:
+    """Refuse to fine-tune a model split by a ``device_map`` or with offloaded weights, naming the alternative.
+
+    Training a split model layer by layer (naive model parallelism) leaves every GPU but one idle, and offloaded
+    weights are reloaded from CPU or disk at every forward and backward and cannot be updated in place; the
+    fine-tuning code (:func:`mathcircuits.finetune.train_sft`) has not been run that way.
+
+    Args:
+        hf_model: the plain HF model to be trained.
+
+    Raises:
+        ValueError: the model is on several devices or has offloaded weights.
+    """
+    placed = sorted({str(v) for v in (getattr(hf_model, "hf_device_map", None) or {}).values()})
+    offloaded = offloaded_parameters(hf_model)
+    if len(placed) > 1 or offloaded:
+        where = f"spread over {placed}" if len(placed) > 1 else f"{len(offloaded)} offloaded parameters"
+        raise ValueError(
+            f"fine-tuning a model split by a device_map ({where}) is not supported: its layers would train one "
+            "device at a time and offloaded weights cannot be updated in place. Fix: train data-parallel with a "
+            "whole copy per GPU (torchrun / accelerate launch -m mathcircuits.finetune.launch, DDP), or shard the "
+            "frozen base with FSDP or DeepSpeed ZeRO-3 through accelerate (docs/howto/big-models-on-gpu.md); "
+            "the identification stages do run on a split model."
+        )

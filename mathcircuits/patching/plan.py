@@ -1,0 +1,152 @@
+"""A memory plan for the exact scan: how many pairs per batch and sender rows per MLP call fit a stated budget.
+
+Background. For one batch of ``B`` pairs the exact scan (:mod:`.exact`) keeps one residual-stream change
+per sender, pair and read position: after the last layer ``R = B·P·L·(H+1)`` rows of ``d_model``
+numbers (``B·P·L·H`` with heads only, ``B·P·L`` with MLPs only), with ``P`` the positions read: 1 for a
+last-position metric, the answer's tokens for one that reads every answer token (``answer_logprob``,
+teacher-forced). A handful of tensors of that size are alive at
+once (the rows, the residual they are added to, the gathered reference values, the MLP's output, the new
+rows), the MLP runs on ``chunk_rows`` of them at a time, and the readout adds float32 work per row. The
+estimate, in bytes, with ``b`` the model's bytes per number::
+
+    rows      = 5 · R · d_model · b
+    mlp       = chunk_rows · (d_model + 3 · d_mlp) · b                (input, gate, up, product)
+    readout   = R · d_model · 4 + [probabilities] R · vocab_chunk · 4 · 2   (vocab_chunk · R ≤ 2**28 by default)
+    forwards  = 2 · B · P · L · (H · d_head + 4 · d_model) · b        (the cached values at the read positions)
+              + B · T · (4 · d_model + 2 · d_mlp) · b + B · H · T² · b · 2 + B · P · vocab · 4   (one live forward)
+
+with ``T`` the sequence length (the prompt, plus the answer's tokens but the last when ``P`` > 1).
+:func:`plan_scan` returns the largest batch (up to the one asked for), with the largest MLP chunk (up to
+8192 rows), whose estimate fits the budget. The weights are not in the budget: it is the memory the scan
+may use *beyond* them. The estimate is checked against a measured peak in ``docs/howto/big-models-on-gpu.md``
+(embedded model, CPU).
+
+Usage::
+
+    plan = plan_scan(model.spec, torch.bfloat16, "8GB", needs_probs=False)
+    path_patch(model, pairs, max_memory="8GB")      # the same plan, made and used by path_patch
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import torch
+
+from mathcircuits.models.readout import vocab_chunk_for
+from mathcircuits.models.spec import ModelSpec
+
+__all__ = ["ScanPlan", "parse_bytes", "plan_scan", "scan_bytes"]
+
+_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12, "kib": 2**10, "mib": 2**20}
+_UNITS |= {"gib": 2**30, "tib": 2**40}
+
+
+def parse_bytes(size: int | str) -> int:
+    """Bytes from an int or a text such as ``"8GB"``, ``"512 MiB"`` or ``"1.5e9"``.
+
+    Raises:
+        ValueError: the text is not a size, or not positive.
+    """
+    if isinstance(size, int):
+        n = size
+    else:
+        m = re.fullmatch(r"\s*([0-9.eE+]+)\s*([kKmMgGtT]?[iI]?[bB]?)\s*", size)
+        if m is None or m.group(2).lower() not in _UNITS:
+            raise ValueError(f"max_memory={size!r} is not a size. Fix: give bytes, or a text like '8GB' or '512MiB'.")
+        n = int(float(m.group(1)) * _UNITS[m.group(2).lower()])
+    if n <= 0:
+        raise ValueError(f"max_memory={size!r} is not positive. Fix: give the bytes the scan may use, e.g. '8GB'.")
+    return n
+
+
+@dataclass(frozen=True)
+class ScanPlan:
+    """Pairs per batch and sender rows per MLP call, with the estimated working memory and the budget (bytes)."""
+
+    batch_size: int
+    chunk_rows: int
+    estimated_bytes: int
+    budget_bytes: int
+
+
+def scan_bytes(
+    spec: ModelSpec,
+    dtype: torch.dtype,
+    batch_size: int,
+    chunk_rows: int,
+    needs_probs: bool,
+    seq: int = 128,
+    heads: bool = True,
+    mlps: bool = True,
+    vocab_chunk: int | None = None,
+    positions: int = 1,
+) -> int:
+    """The estimated working memory of one batch of the exact scan (module docstring), in bytes.
+
+    ``seq`` is the prompt length; ``positions`` the read positions per pair (``P``).
+    """
+    b = torch.empty(0, dtype=dtype).element_size()
+    L, H, d, B, P = spec.n_layers, spec.n_heads, spec.d_model, batch_size, positions
+    R = B * P * L * ((H if heads else 0) + (1 if mlps else 0))
+    seq = seq + P - 1
+    rows = 5 * R * d * b
+    mlp = min(chunk_rows, max(R, 1)) * (d + 3 * spec.d_mlp) * b
+    readout = R * d * 4 + (R * min(vocab_chunk_for(R, vocab_chunk), spec.vocab_size) * 4 * 2 if needs_probs else 0)
+    cached = 2 * B * P * L * (H * spec.d_head + 4 * d) * b
+    forward = B * seq * (4 * d + 2 * spec.d_mlp) * b + 2 * B * H * seq * seq * b + B * P * spec.vocab_size * 4
+    return int(rows + mlp + readout + cached + forward)
+
+
+def plan_scan(
+    spec: ModelSpec,
+    dtype: torch.dtype,
+    max_memory: int | str,
+    needs_probs: bool,
+    batch_size: int = 16,
+    seq: int = 128,
+    heads: bool = True,
+    mlps: bool = True,
+    positions: int = 1,
+) -> ScanPlan:
+    """The largest pair batch (at most ``batch_size``) and MLP chunk (at most 8192 rows) that fit ``max_memory``.
+
+    A smaller MLP chunk costs little time, fewer pairs per batch cost more forwards: so the batch is
+    lowered only when even a chunk of 1024 rows (or all the rows) does not fit.
+
+    Args:
+        spec: the model's shape.
+        dtype: its dtype.
+        max_memory: the working memory the scan may use beyond the weights (bytes, or ``"8GB"``).
+        needs_probs: the metric reads probabilities or log-probabilities (``prob_change``, ``answer_logprob``),
+            which need the vocabulary's normaliser.
+        batch_size: the most pairs per batch wanted.
+        seq: the prompt length planned for (tokens).
+        heads: heads are senders.
+        mlps: MLPs are senders.
+        positions: the positions read per pair (1 at the last prompt position; the longest answer's tokens
+            for a metric that reads every answer token).
+
+    Returns:
+        The :class:`ScanPlan`.
+
+    Raises:
+        ValueError: not even one pair with a chunk of 64 rows fits the budget.
+    """
+    budget = parse_bytes(max_memory)
+
+    def est(b: int, c: int) -> int:
+        return scan_bytes(spec, dtype, b, c, needs_probs, seq, heads, mlps, positions=positions)
+
+    for b in range(batch_size, 0, -1):
+        rows = b * positions * spec.n_layers * ((spec.n_heads if heads else 0) + (1 if mlps else 0))
+        for c in (8192, 4096, 2048, 1024, 512, 256, 128, 64):
+            if (c >= min(1024, rows) or b == 1) and est(b, c) <= budget:
+                return ScanPlan(b, c, est(b, c), budget)
+    need = est(1, 64)
+    raise ValueError(
+        f"max_memory={max_memory!r} ({budget / 1e9:.3g} GB) is below the {need / 1e9:.3g} GB the exact scan of one "
+        f"pair of {seq} tokens ({positions} read positions) needs on {spec.name}. Fix: raise max_memory, use "
+        "shorter prompts, or split the model over more devices (device_map)."
+    )
