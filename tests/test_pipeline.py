@@ -381,7 +381,9 @@ def test_a_setting_added_later_keeps_older_run_folders_valid_at_its_earlier_valu
     run_pipeline(cfg, tmp_path / "r", only=["data"], progress=False)
     marker = json.loads((tmp_path / "r" / "data" / ".done.json").read_text())
     old = {**cfg.to_dict()}
-    old["data"] = {k: v for k, v in old["data"].items() if k != "counterfactual"}  # the config before the setting
+    # the config before the later settings: data.counterfactual, data.fewshot_operations and model.device_map
+    old["data"] = {k: v for k, v in old["data"].items() if k not in ("counterfactual", "fewshot_operations")}
+    old["model"] = {k: v for k, v in old["model"].items() if k != "device_map"}
     assert marker["fingerprint"] == fingerprint(
         "data",
         {"model": old["model"], "data": old["data"]},

@@ -124,6 +124,7 @@ def _on_cuda(cfg: RunConfig) -> bool:
 LATER_SETTINGS: dict[str, dict[str, Any]] = {
     "data": {"counterfactual": "operator", "fewshot_operations": "same"},
     "patching": {"max_memory": ""},
+    "model": {"device_map": ""},
 }
 #: settings added later that only one choice of another setting reads: (section, setting) → (setting, value).
 #: Under any other value they change nothing, so they are left out of the fingerprints (``threshold_of`` is read
