@@ -11,6 +11,7 @@ from functools import cache
 import pytest
 import torch
 
+import mathcircuits.circuit.discover as discover_module
 from mathcircuits.circuit import (
     Circuit,
     CircuitSettings,
@@ -406,3 +407,15 @@ def test_discover_with_the_screen_patches_only_the_screened_senders():
         sorted(screened.edges, key=lambda e: (e.sender, e.receiver)),
     ):
         assert a.effect == pytest.approx(b.effect, abs=1e-6)  # and are measured exactly
+
+
+def test_the_time_budget_counts_cpu_seconds_not_wall_clock(monkeypatch):
+    model, ds, _ = _setup("tiny-llama")
+    args = dict(depth=2, threshold=0.01, top_k=3, n_boot=20, saturation_tol=None, positions="roles")
+    spent = discover_circuit(model, ds, [(2, 1), (2, 3)], max_seconds=1e-9, **args)
+    assert spent.settings.stopped == "time budget (0 CPU s, during round 1)"
+    assert all(n.depth == 0 for n in spent.nodes if n.kind != "logits")
+    # a process that used no CPU (a starved one, on a loaded machine) has not spent its budget, however long it waited
+    monkeypatch.setattr(discover_module.time, "process_time", lambda: 0.0)
+    waited = discover_circuit(model, ds, [(2, 1), (2, 3)], max_seconds=1e-9, **args)
+    assert waited.settings.stopped == "depth budget" and any(n.depth == 2 for n in waited.nodes)

@@ -21,7 +21,7 @@ patching confirms what it keeps.
 **Deep enough.** After each round the whole circuit is scored on the discovery pairs (resample
 ablation at edge level, :mod:`.faithfulness`); discovery stops when a round adds less than
 ``saturation_tol`` faithfulness, or at a stated budget (``depth`` rounds, ``max_nodes``,
-``max_seconds``). ``settings.rounds`` records each round and ``settings.stopped`` why it ended.
+``max_seconds``, in CPU seconds). ``settings.rounds`` records each round and ``settings.stopped`` why it ended.
 
 The metric is the whole answer's log-probability by default (``answer_logprob``): positions are the
 teacher-forced sequence's (:mod:`.batches`), pairs may come from several templates (a label absent
@@ -236,7 +236,8 @@ def discover_circuit(
         screen: if given, rank every sender with the attribution screen and measure only this many exactly.
         saturation_tol: stop when a round adds less faithfulness than this (None: run all ``depth`` rounds).
         mlps: how the saturation check treats MLPs outside the circuit (``"ablate"`` or ``"keep"``).
-        max_nodes, max_seconds: further budgets (None: none).
+        max_nodes, max_seconds: further budgets (None: none); max_seconds counts this process's CPU seconds
+            (every thread's), so a loaded machine stops at the same point.
         batch_size: pairs per batch.
         n_boot, confidence, seed: the percentile bootstrap over pairs.
         progress: show a progress bar per round.
@@ -245,6 +246,11 @@ def discover_circuit(
         A :class:`Circuit`; ``settings.rounds`` has each round's size and faithfulness on these pairs.
     """
     t0 = time.perf_counter()
+    cpu0 = time.process_time()  # the budget counts this process's CPU seconds: a loaded machine finds the same circuit
+
+    def over_budget() -> bool:
+        return max_seconds is not None and time.process_time() - cpu0 >= max_seconds
+
     spec = model.spec
     check_token_aligned(dataset, spec.vocab_size)
     _check_args(spec, locals())
@@ -294,7 +300,7 @@ def discover_circuit(
         new_frontier = []
         out_of_time = False
         for node in tqdm(frontier, disable=not progress, desc=f"circuit round {d}"):
-            if max_seconds is not None and time.perf_counter() - t0 >= max_seconds:
+            if over_budget():
                 out_of_time = True  # the rest of this round's nodes stay unexpanded
                 break
             for receiver, every in _receivers(node, spec, receivers):
@@ -325,7 +331,7 @@ def discover_circuit(
         rounds.append(DiscoveryRound(d, len(nodes) - 1, len(edges), score(), time.perf_counter() - t0))
         gain = rounds[-1].faithfulness - rounds[-2].faithfulness
         if out_of_time:
-            stopped = f"time budget ({max_seconds:.0f} s, during round {d})"
+            stopped = f"time budget ({max_seconds:.0f} CPU s, during round {d})"
             break
         if saturation_tol is not None and gain < saturation_tol:
             stopped = f"saturated (round {d} added {gain:+.3f} < {saturation_tol})"
@@ -336,8 +342,8 @@ def discover_circuit(
         if max_nodes is not None and len(nodes) - 1 >= max_nodes:
             stopped = f"node budget ({max_nodes})"
             break
-        if max_seconds is not None and time.perf_counter() - t0 >= max_seconds:
-            stopped = f"time budget ({max_seconds:.0f} s)"
+        if over_budget():
+            stopped = f"time budget ({max_seconds:.0f} CPU s)"
             break
     return Circuit(
         model=spec,
