@@ -54,6 +54,7 @@ from torch import Tensor
 __all__ = [
     "DEFAULT_CONFIDENCE",
     "DEFAULT_N_BOOT",
+    "MIN_CLUSTERS",
     "Interval",
     "bootstrap_indices",
     "bootstrap_mean",

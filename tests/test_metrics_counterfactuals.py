@@ -20,13 +20,13 @@ from mathcircuits.patching import (
     path_patch,
     select_key_components,
 )
-from mathcircuits.stats import bootstrap_mean, cluster_bootstrap_mean, mean_interval
+from mathcircuits.stats import MIN_CLUSTERS, bootstrap_mean, cluster_bootstrap_mean, mean_interval
 
 
 @pytest.fixture(scope="module")
 def pairs(tiny_llama, template_sets):
-    """Two operations, three templates each (the intervals resample templates within operations)."""
-    ids = ("add_eq_1", "add_st_1", "add_eq_2", "mul_eq_1", "mul_st_1", "mul_eq_2")
+    """Two operations, five templates each (the intervals resample templates within operations: MIN_CLUSTERS)."""
+    ids = tuple(f"{op}_{form}" for op in ("add", "mul") for form in ("eq_1", "st_1", "eq_2", "st_2", "eq_3"))
     return generate_pairs(
         tiny_llama.tokenizer,
         template_sets,
@@ -130,7 +130,7 @@ def test_total_effect_of_a_null_counterfactual_is_zero(tiny_llama, pairs):
 
 def test_total_effect_interval_and_shares(tiny_llama, pairs):
     res = path_patch(tiny_llama, pairs, keep_per_pair=True)
-    assert res.ci_method == "cluster_bootstrap"  # three templates in each operation
+    assert res.ci_method == "cluster_bootstrap"  # five templates in each operation
     total = res.total_interval()
     assert total.method == "cluster_bootstrap" and total.low <= total.value <= total.high
     assert total.value == pytest.approx(float(res.per_pair_total.mean()), rel=1e-6)
@@ -165,6 +165,14 @@ def planted_result(tiny_llama, total: float) -> PatchingResult:
         pair_templates=[f"t{i % 3}" for i in range(n)],
         pair_operations=["add"] * n,
     )
+
+
+def test_fewer_templates_than_the_cluster_bootstrap_needs_fall_back_to_pairs_and_say_so(tiny_llama):
+    """Three templates: a cluster bootstrap would undercover (stats.MIN_CLUSTERS), so the pairs are resampled."""
+    res = planted_result(tiny_llama, -2.0)
+    assert len(set(res.pair_templates)) == 3 < MIN_CLUSTERS
+    assert res.ci_method == "bootstrap" and res.total_interval().method == "bootstrap"
+    assert res.head_shares()[1] is None  # a share's interval resamples templates: none is claimed over pairs
 
 
 def test_the_threshold_rule_reads_shares_of_the_total_effect(tiny_llama):

@@ -34,6 +34,7 @@ from mathcircuits.patching.scan import SenderKind
 from mathcircuits.stats import (
     DEFAULT_CONFIDENCE,
     DEFAULT_N_BOOT,
+    MIN_CLUSTERS,
     Interval,
     bootstrap_mean,
     bootstrap_statistic,
@@ -125,7 +126,8 @@ class PatchingResult(SavedResult):
             )
 
     def _clustered(self) -> bool:
-        """Whether the cluster bootstrap applies: each pair's template known, ≥ 2 templates in every operation."""
+        """Whether the cluster bootstrap applies: each pair's template known, ≥ MIN_CLUSTERS templates in every
+        operation (fewer undercover; :func:`~mathcircuits.stats.mean_interval` uses the same rule)."""
         n = self.per_pair_heads.shape[0] if self.per_pair_heads is not None else self.n_pairs
         if len(self.pair_templates) != n or n == 0:
             return False
@@ -133,7 +135,7 @@ class PatchingResult(SavedResult):
         per_op: dict[str, set[str]] = {}
         for t, op in zip(self.pair_templates, strata):
             per_op.setdefault(op, set()).add(t)
-        return all(len(ts) >= 2 for ts in per_op.values())
+        return all(len(ts) >= MIN_CLUSTERS for ts in per_op.values())
 
     def _strata(self) -> list[str] | None:
         n = len(self.pair_templates)
