@@ -19,11 +19,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import torch
-
+from mathcircuits.circuit import MOVER, plant_copy
 from mathcircuits.models import HookedModel, from_hf, tiny_llama
 
-MOVER = (0, 1)
+__all__ = ["MOVER", "planted_model"]
 
 
 def planted_model(
@@ -32,81 +31,9 @@ def planted_model(
     mlp_writer: bool = False,
     diffuse: bool = False,
 ) -> HookedModel:
-    """A tiny Llama (4 heads in 2 KV groups per layer, d_model 64) with the chosen plant."""
+    """A tiny Llama (4 heads in 2 KV groups per layer, d_model 64) with the chosen plant
+    (:func:`mathcircuits.circuit.plant_copy`)."""
     hf, tok = tiny_llama(seed=0, n_layers=n_layers)
     model = from_hf(hf, tok, name=f"planted-{n_layers}")
-    _plant(model, [tuple(r) for r in readers], mlp_writer, diffuse)
+    plant_copy(model, readers, mlp_writer, diffuse)
     return model
-
-
-def _plant(model: HookedModel, readers: list[tuple[int, int]], mlp_writer: bool, diffuse: bool) -> None:
-    params = {n.replace("._original_component", ""): p for n, p in model.hf_model.named_parameters()}
-    spec = model.spec
-    dh, group = spec.d_head, spec.n_heads // spec.n_kv_heads
-    slow = dh // 2 - 1  # the slowest rotary pair: attention by content only
-    tok = model.tokenizer
-    digits = tok.convert_tokens_to_ids(list("0123456789"))
-    gen = torch.Generator().manual_seed(0)
-    noise = slice(30, 40)
-    n_all = spec.n_layers * spec.n_heads
-
-    def rand(*shape, scale=0.3):
-        return torch.randn(*shape, generator=gen) * scale
-
-    planted = set() if diffuse else {MOVER, *readers}
-    with torch.no_grad():
-        for name, p in params.items():
-            p.copy_(torch.ones_like(p) if name.endswith("norm.weight") else torch.zeros_like(p))
-        emb = params["model.embed_tokens.weight"]
-        emb[:, 63] = 1.0
-        emb[tok.convert_tokens_to_ids("x"), 11] = 1.0
-        emb[tok.convert_tokens_to_ids("="), 12] = 1.0
-        for j, t in enumerate(digits):
-            emb[t, j] = emb[t, 10] = 1.0
-            params["lm_head.weight"][t, 20 + j] = 3.0
-        for layer in range(spec.n_layers):
-            pre = f"model.layers.{layer}."
-            q, k, v, o = (params[f"{pre}self_attn.{x}_proj.weight"] for x in "qkvo")
-            groups = {h // group for (l, h) in planted if l == layer}
-            for h in range(spec.n_heads):
-                g, rows = h // group, slice(h * dh, (h + 1) * dh)
-                if diffuse:  # at '=': attend to the digit, write a 1/n share of the answer
-                    q[h * dh + slow, 12] = 8.0
-                    k[g * dh + slow, 10] = 8.0
-                    for j in range(10):
-                        v[g * dh + j, j] = 1.0
-                        o[20 + j, h * dh + j] = 40.0 / n_all
-                    continue
-                if (layer, h) == MOVER:  # at the marker: attend to the digit, write its identity to 40-49
-                    q[h * dh + slow, 11] = 4.0
-                    k[g * dh + slow, 10] = 4.0
-                    for j in range(10):
-                        v[g * dh + j, j] = 1.0
-                        o[40 + j, h * dh + j] = 1.0
-                    continue
-                if (layer, h) in readers:  # at '=': attend to the marker, copy 40-49 out
-                    q[h * dh + slow, 12] = 8.0
-                    k[g * dh + slow, 11] = 8.0
-                    out = 50 if mlp_writer else 20
-                    for j in range(10):
-                        v[g * dh + j, 40 + j] = 1.0
-                        o[out + j, h * dh + j] = 4.0 / len(readers)
-                    continue
-                q[rows] = rand(dh, spec.d_model)
-                o[noise, rows] = rand(10, dh, scale=0.05)
-                if g not in groups:
-                    k[g * dh : (g + 1) * dh] = rand(dh, spec.d_model)
-                    v[g * dh : (g + 1) * dh] = rand(dh, spec.d_model)
-            gate, up = params[f"{pre}mlp.gate_proj.weight"], params[f"{pre}mlp.up_proj.weight"]
-            down = params[f"{pre}mlp.down_proj.weight"]
-            gate.copy_(rand(spec.d_mlp, spec.d_model))
-            up.copy_(rand(spec.d_mlp, spec.d_model))
-            down[noise] = rand(10, spec.d_mlp, scale=0.05)
-            if mlp_writer and any(l == layer for l, _ in readers):  # hidden unit j: dims 50+j → answer dim 20+j
-                for j in range(10):
-                    gate[j] = 0.0
-                    gate[j, 63] = 20.0
-                    up[j] = 0.0
-                    up[j, 50 + j] = 4.0
-                    down[:, j] = 0.0
-                    down[20 + j, j] = 3.0

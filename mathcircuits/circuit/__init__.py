@@ -26,7 +26,7 @@ from mathcircuits.circuit.edges import check_edges, exact_edges, patched_inputs,
 from mathcircuits.circuit.faithfulness import faithfulness
 from mathcircuits.circuit.intervene import AblationValues, Wiring, check_circuit_run, circuit_logprob, resample_values
 from mathcircuits.circuit.pair_cache import EdgeBatch, PairCache, pair_cache, position_scores
-from mathcircuits.circuit.planted import MOVER, READER, copy_pairs, plant_two_step
+from mathcircuits.circuit.planted import MOVER, READER, copy_pairs, plant_copy, plant_two_step
 from mathcircuits.circuit.pool import PoolMeans, pool_means
 from mathcircuits.circuit.reference import reference_edges
 from mathcircuits.circuit.result import Circuit, CircuitData, CircuitSettings, DiscoveryRound, Edge, Node
@@ -72,6 +72,7 @@ __all__ = [
     "label_roles",
     "pair_cache",
     "patched_inputs",
+    "plant_copy",
     "plant_two_step",
     "pool_means",
     "position_scores",

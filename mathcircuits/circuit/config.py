@@ -66,7 +66,9 @@ class CircuitConfig:
         0.02, "stop when a round adds less faithfulness; null: run every round", ge=0
     )
     max_nodes: int | None = setting(80, "budget: stop once the circuit has this many nodes; null: none", ge=1)
-    max_seconds: float | None = setting(None, "budget: stop expanding after this many CPU seconds (all threads); null: none", gt=0)
+    max_seconds: float | None = setting(
+        None, "budget: stop expanding after this many CPU seconds (all threads); null: none", gt=0
+    )
     threshold: float = setting(0.0, "smallest |mean effect| of an edge (metric units)", ge=0)
     top_k: int = setting(3, "at most this many edges per receiver", ge=1)
     logits_top_k: int = setting(6, "round 0: at most this many senders per answer position", ge=1)

@@ -16,13 +16,14 @@ Usage::
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 
 import datasets
 import torch
 
 from mathcircuits.models import HookedModel
 
-__all__ = ["MOVER", "READER", "TEMPLATES", "copy_pairs", "plant_two_step"]
+__all__ = ["MOVER", "READER", "TEMPLATES", "copy_pairs", "plant_copy", "plant_two_step"]
 
 MOVER, READER = (0, 1), (2, 2)  # (layer, head): the digit is moved to the marker, then read at the last token
 TEMPLATES = {"t1": "{p}{A}{q}x{r}=", "t2": "{p}{q}{A}x{r}="}
@@ -35,18 +36,44 @@ def plant_two_step(model: HookedModel) -> None:
     moved digit; 20-29 the answer (read by the unembedding); 30-39 noise. Attention is by content: queries and
     keys use the slowest rotary pair, which turns by < 0.01 rad over these prompts.
     """
+    plant_copy(model)
+
+
+def plant_copy(
+    model: HookedModel,
+    readers: Sequence[tuple[int, int]] = (READER,),
+    mlp_writer: bool = False,
+    diffuse: bool = False,
+) -> None:
+    """Overwrite a tiny Llama in place with a copy circuit of a chosen shape (:func:`plant_two_step` is the default).
+
+    The :data:`MOVER` head moves the digit to the marker (dims 40-49); each reader head at the last token attends to
+    the marker and copies 40-49 out, with ``4 / len(readers)`` of the strength each. Every other head and MLP
+    writes only noise dims 30-39, which the unembedding ignores.
+
+    Args:
+        model: a tiny Llama (4 heads in 2 KV groups per layer, d_model 64; any number of layers above the readers').
+        readers: the reader heads ``(layer, head)``.
+        mlp_writer: the readers write dims 50-59, which their layer's MLP turns into the answer dims 20-29 (the MLP
+            writes the answer *because* of the readers); False: they write the answer dims themselves.
+        diffuse: no circuit: every head of every layer attends from the last token to the digit and writes a
+            ``1 / n_heads`` share of the answer (``readers`` and the mover are ignored).
+    """
     params = {n.replace("._original_component", ""): p for n, p in model.hf_model.named_parameters()}
     spec = model.spec
     dh, group = spec.d_head, spec.n_heads // spec.n_kv_heads
-    slow = dh // 2 - 1
+    slow = dh // 2 - 1  # the slowest rotary pair: attention by content only
     tok = model.tokenizer
     digits = tok.convert_tokens_to_ids(list("0123456789"))
     gen = torch.Generator().manual_seed(0)
     noise = slice(30, 40)
+    n_all = spec.n_layers * spec.n_heads
+    readers = [tuple(r) for r in readers]
 
-    def rand(*shape, scale=0.3):
+    def rand(*shape: int, scale: float = 0.3) -> torch.Tensor:
         return torch.randn(*shape, generator=gen) * scale
 
+    planted = set() if diffuse else {MOVER, *readers}
     with torch.no_grad():
         for name, p in params.items():
             p.copy_(torch.ones_like(p) if name.endswith("norm.weight") else torch.zeros_like(p))
@@ -60,10 +87,16 @@ def plant_two_step(model: HookedModel) -> None:
         for layer in range(spec.n_layers):
             pre = f"model.layers.{layer}."
             q, k, v, o = (params[f"{pre}self_attn.{x}_proj.weight"] for x in "qkvo")
-            planted = {(layer, h) for h in range(spec.n_heads)} & {MOVER, READER}
-            planted_groups = {h // group for _, h in planted}
+            groups = {h // group for (l, h) in planted if l == layer}
             for h in range(spec.n_heads):
                 g, rows = h // group, slice(h * dh, (h + 1) * dh)
+                if diffuse:  # at '=': attend to the digit, write a 1/n share of the answer
+                    q[h * dh + slow, 12] = 8.0
+                    k[g * dh + slow, 10] = 8.0
+                    for j in range(10):
+                        v[g * dh + j, j] = 1.0
+                        o[20 + j, h * dh + j] = 40.0 / n_all
+                    continue
                 if (layer, h) == MOVER:  # at the marker: attend to the digit, write its identity to 40-49
                     q[h * dh + slow, 11] = 4.0
                     k[g * dh + slow, 10] = 4.0
@@ -71,21 +104,32 @@ def plant_two_step(model: HookedModel) -> None:
                         v[g * dh + j, j] = 1.0
                         o[40 + j, h * dh + j] = 1.0
                     continue
-                if (layer, h) == READER:  # at '=': attend to the marker, copy 40-49 into the answer dims
+                if (layer, h) in readers:  # at '=': attend to the marker, copy 40-49 out
                     q[h * dh + slow, 12] = 8.0
                     k[g * dh + slow, 11] = 8.0
+                    out = 50 if mlp_writer else 20
                     for j in range(10):
                         v[g * dh + j, 40 + j] = 1.0
-                        o[20 + j, h * dh + j] = 4.0
+                        o[out + j, h * dh + j] = 4.0 / len(readers)
                     continue
                 q[rows] = rand(dh, spec.d_model)
                 o[noise, rows] = rand(10, dh, scale=0.05)
-                if g not in planted_groups:
+                if g not in groups:
                     k[g * dh : (g + 1) * dh] = rand(dh, spec.d_model)
                     v[g * dh : (g + 1) * dh] = rand(dh, spec.d_model)
-            params[f"{pre}mlp.gate_proj.weight"].copy_(rand(spec.d_mlp, spec.d_model))
-            params[f"{pre}mlp.up_proj.weight"].copy_(rand(spec.d_mlp, spec.d_model))
-            params[f"{pre}mlp.down_proj.weight"][noise] = rand(10, spec.d_mlp, scale=0.05)
+            gate, up = params[f"{pre}mlp.gate_proj.weight"], params[f"{pre}mlp.up_proj.weight"]
+            down = params[f"{pre}mlp.down_proj.weight"]
+            gate.copy_(rand(spec.d_mlp, spec.d_model))
+            up.copy_(rand(spec.d_mlp, spec.d_model))
+            down[noise] = rand(10, spec.d_mlp, scale=0.05)
+            if mlp_writer and any(l == layer for l, _ in readers):  # hidden unit j: dims 50+j → answer dim 20+j
+                for j in range(10):
+                    gate[j] = 0.0
+                    gate[j, 63] = 20.0
+                    up[j] = 0.0
+                    up[j, 50 + j] = 4.0
+                    down[:, j] = 0.0
+                    down[20 + j, j] = 3.0
 
 
 def copy_pairs(tokenizer, n: int, seed: int, same: bool = False) -> datasets.Dataset:

@@ -1,10 +1,11 @@
 """The value path patching returns: per-head and per-MLP effects, each with an interval, and the total effect.
 
 Intervals. Pairs of one template share their few-shot prefix and wording, so they are not independent.
-When the result knows each pair's template (``pair_templates``) and every operation has at least two
-templates, the interval of a sender's mean effect is a **cluster bootstrap over templates, stratified by
-operation** (:func:`mathcircuits.stats.cluster_bootstrap_mean`, ``ci_method="cluster_bootstrap"``);
-otherwise a percentile bootstrap over pairs (:func:`mathcircuits.stats.bootstrap_mean`,
+When the result knows each pair's template (``pair_templates``) and every operation has at least
+:data:`~mathcircuits.stats.MIN_CLUSTERS` (5) templates (fewer undercover), the interval of a sender's mean
+effect is a **cluster bootstrap over templates, stratified by operation**
+(:func:`mathcircuits.stats.cluster_bootstrap_mean`, ``ci_method="cluster_bootstrap"``); otherwise a
+percentile bootstrap over pairs (:func:`mathcircuits.stats.bootstrap_mean`,
 ``ci_method="bootstrap"``). Either way ``ci_n_boot`` resamples, seed ``ci_seed``. They are computed when
 the per-pair effects are kept (the identify stage keeps them) and saved with the result; without per-pair
 effects the bounds are ``None`` (NaN in the DataFrame).
