@@ -51,6 +51,11 @@ BATTERY: list[tuple[str, dict, tuple[str, ...]]] = [
     ("circuit-screen-below-top-k", {"circuit": {"screen": 1, "top_k": 4}}, ("screen", "top_k")),
     ("circuit-n-random-negative", {"circuit": {"n_random": -1}}, ("n_random",)),
     ("benchmark-unknown", {"evaluation": {"benchmarks": ["GSM9K"]}}, ("GSM9K", "benchmarks")),
+    (
+        "compare-with-a-generation-benchmark",
+        {"compare": {"enabled": True}, "evaluation": {"benchmarks": ["AddSub", "ARC-Easy"]}},
+        ("AddSub", "likelihood", "compare"),
+    ),
     ("word-problems-unknown", {"validation": {"word_problem_sets": ["MultiArith"]}}, ("MultiArith",)),
     (
         "operands-no-pair-div",

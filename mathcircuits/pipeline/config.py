@@ -29,6 +29,7 @@ from mathcircuits.ablation.config import ValidationConfig
 from mathcircuits.analysis.config import AnalysisConfig
 from mathcircuits.circuit.config import CircuitConfig
 from mathcircuits.data import GenerationConfig, load_templates
+from mathcircuits.evaluation.benchmarks import benchmark_spec
 from mathcircuits.evaluation.config import EvaluationConfig
 from mathcircuits.finetune import CompareConfig, Mode, SFTConfig
 from mathcircuits.models import ModelSpec, resolve_source
@@ -44,6 +45,14 @@ __all__ = [
     "fingerprint",
     "render_config",
 ]
+
+
+def _benchmark_kind(name: str) -> str | None:
+    """A benchmark's kind (``"choice"``, ``"generate"``, …), or None for a name the registry does not know."""
+    try:
+        return benchmark_spec(name).kind
+    except KeyError:
+        return None  # the evaluation section names it in its own error
 
 
 def _check_device(device: str) -> None:
@@ -196,6 +205,18 @@ class RunConfig:
     finetune: FinetuneSection = field(default_factory=FinetuneSection)
     evaluation: EvaluationConfig = field(default_factory=EvaluationConfig)
     compare: CompareConfig = field(default_factory=CompareConfig)
+
+    def __post_init__(self) -> None:
+        # checks across sections, before a run writes anything (a stage would otherwise stop half-way)
+        if self.compare.enabled:
+            not_choice = [b for b in self.evaluation.benchmarks if _benchmark_kind(b) not in ("choice", None)]
+            if not_choice:
+                raise ConfigError(
+                    f"compare.enabled is true and evaluation.benchmarks has {not_choice}, which are not likelihood "
+                    "(multiple-choice) benchmarks; the compare stage scores generic ability by likelihood. Fix: list "
+                    "choice benchmarks only (ARC-Easy, ARC-Challenge, BoolQ, OpenBookQA, MMLU, CommonsenseQA), or "
+                    "turn compare off."
+                )
 
     @staticmethod
     def sections() -> dict[str, type]:
