@@ -2,8 +2,11 @@
 
 A tiny model dispatched with accelerate's ``dispatch_model`` (every other block, the final norm and the
 unembedding offloaded to disk: their parameters are ``meta`` and a hook loads them at each forward) must
-give the same effects as the same model held whole, for each stage's core computation: path patching
-(exact, attribution, reference), head means and the knockout curve, attention by role, circuit edges.
+give the same effects as the same model held whole, for each stage's core computation: the data stage's
+correctness scoring, path patching (exact, attribution, reference), head means and the knockout curve (validate's
+control and transfer score through the same scorer), attention by role and the MLP probes, circuit edges, discovery
+and faithfulness, the numbers stage's forwards (states, subspace patch, the operand grid with gradients).
+Fine-tuning a split model is refused with the alternative (DDP/FSDP through accelerate).
 On this CPU-only machine every execution device is the CPU; what the split exercises is the offload
 (weights read through the hooks, never directly) and the device bookkeeping of the chains.
 """
@@ -21,7 +24,7 @@ from accelerate.utils import has_offloaded_params
 from mathcircuits.ablation import head_means, knockout_curve
 from mathcircuits.analysis import attention_by_role, mlp_probes
 from mathcircuits.circuit import Receiver, discover_circuit, exact_edges, faithfulness, pair_cache, upstream_senders
-from mathcircuits.data import GenerationConfig, PairBatch, generate_pairs, load_templates, pair_batches
+from mathcircuits.data import GenerationConfig, PairBatch, generate_pairs, load_templates, pair_batches, score_pairs
 from mathcircuits.models import (
     MemoryMeter,
     PeakMemory,
@@ -47,6 +50,14 @@ from mathcircuits.patching import (
     path_patch,
     plan_scan,
     scan_bytes,
+)
+from mathcircuits.numbers import (
+    capture_grid,
+    number_contexts,
+    number_states,
+    operand_grid,
+    patch_pairs,
+    subspace_shifts,
 )
 from mathcircuits.pipeline import ConfigError, ModelSection, StageSummary
 
@@ -133,6 +144,32 @@ def test_knockout_attention_and_mlp_probes_of_a_split_model_equal_the_whole_mode
     assert torch.allclose(sa, sb, atol=1e-6) and sa.abs().sum() > 0
     pa, pb = mlp_probes(whole, ds), mlp_probes(split, ds)  # the unembedding read through its offload hook
     assert torch.equal(pa.lens_rank, pb.lens_rank) and torch.allclose(pa.lens_prob, pb.lens_prob, atol=1e-7)
+
+
+def test_data_scoring_and_the_number_analyses_of_a_split_model_equal_the_whole_model():
+    """The data stage's correctness filter and the numbers stage's forwards (states, subspace patch, the operand
+    grid's activations and gradients) read offloaded weights through the hooks and agree with the whole model."""
+    whole, split, ds = _models("llama")
+    sa, sb = score_pairs(whole, ds), score_pairs(split, ds)
+    assert sa["correct"] == sb["correct"] and sa["first_correct"] == sb["first_correct"]
+    assert torch.allclose(torch.tensor(sa["logp_answer"]), torch.tensor(sb["logp_answer"]), atol=1e-5)
+    sets = load_templates()
+    contexts = number_contexts(whole.tokenizer, sets, ("add",), 2)
+    na, nb = number_states(whole, range(12), contexts), number_states(split, range(12), contexts)
+    assert torch.allclose(na.states, nb.states, atol=1e-5) and na.states[:, :, -1].abs().sum() > 0
+    pairs = patch_pairs(whole.tokenizer, sets, "add_eq_1", range(6), range(3), 4, fewshot=False)
+    d = whole.spec.d_model
+    subspaces = {1: [None, torch.eye(d)[:, :8]]}
+    pa, pb = subspace_shifts(whole, pairs, subspaces), subspace_shifts(split, pairs, subspaces)
+    assert torch.allclose(pa, pb, atol=1e-5) and pa.abs().max() > 0
+    grid = operand_grid(whole.tokenizer, sets, "add_eq_1", (0, 3), fewshot=False)
+    L = whole.spec.n_layers
+    ga = capture_grid(whole, grid, [1, L - 1], [(1, 0)], mlps=[1])
+    gb = capture_grid(split, grid, [1, L - 1], [(1, 0)], mlps=[1])  # gradients through offloaded blocks
+    assert torch.equal(ga.correct, gb.correct)
+    for x, y in ((ga.acts, gb.acts), (ga.grads, gb.grads), (ga.outputs, gb.outputs), (ga.final, gb.final)):
+        assert torch.allclose(x, y, atol=1e-5, rtol=1e-4)
+    assert ga.grads.abs().max() > 0
 
 
 def test_circuit_edges_of_a_split_model_equal_the_whole_model():
