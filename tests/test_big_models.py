@@ -40,6 +40,14 @@ from mathcircuits.models import (
     tiny_model,
     unloadable_parameters,
 )
+from mathcircuits.numbers import (
+    capture_grid,
+    number_contexts,
+    number_states,
+    operand_grid,
+    patch_pairs,
+    subspace_shifts,
+)
 from mathcircuits.patching import (
     METHODS,
     METRICS,
@@ -50,14 +58,6 @@ from mathcircuits.patching import (
     path_patch,
     plan_scan,
     scan_bytes,
-)
-from mathcircuits.numbers import (
-    capture_grid,
-    number_contexts,
-    number_states,
-    operand_grid,
-    patch_pairs,
-    subspace_shifts,
 )
 from mathcircuits.pipeline import ConfigError, ModelSection, StageSummary
 
