@@ -6,12 +6,12 @@ receivers and positions fail with errors that say the fix; circuits round-trip a
 """
 
 import dataclasses
+import time
 from functools import cache
 
 import pytest
 import torch
 
-import mathcircuits.circuit.discover as discover_module
 from mathcircuits.circuit import (
     Circuit,
     CircuitSettings,
@@ -226,7 +226,11 @@ def test_circuit_round_trips_as_json_and_turns_into_a_dataframe(tmp_path):
 def test_a_circuit_of_every_node_scores_one_and_the_empty_circuit_zero():
     model, _, _ = _setup("tiny-llama")
     cfg = GenerationConfig(
-        operations=("add",), template_ids=("add_eq_1", "add_eq_2"), n_per_template=3, seed=5, counterfactual="operands"
+        operations=("add",),
+        template_ids=("add_eq_1", "add_eq_2", "add_eq_3", "add_st_1", "add_st_2"),  # >= stats.MIN_CLUSTERS templates
+        n_per_template=3,
+        seed=5,
+        counterfactual="operands",
     )
     ds = generate_pairs(model.tokenizer, load_templates(), cfg)
     pool = generate_pairs(
@@ -416,6 +420,6 @@ def test_the_time_budget_counts_cpu_seconds_not_wall_clock(monkeypatch):
     assert spent.settings.stopped == "time budget (0 CPU s, during round 1)"
     assert all(n.depth == 0 for n in spent.nodes if n.kind != "logits")
     # a process that used no CPU (a starved one, on a loaded machine) has not spent its budget, however long it waited
-    monkeypatch.setattr(discover_module.time, "process_time", lambda: 0.0)
+    monkeypatch.setattr(time, "process_time", lambda: 0.0)
     waited = discover_circuit(model, ds, [(2, 1), (2, 3)], max_seconds=1e-9, **args)
     assert waited.settings.stopped == "depth budget" and any(n.depth == 2 for n in waited.nodes)

@@ -3,7 +3,7 @@
 ``F(C) = (m(C) − m(cf)) / (m(M) − m(cf))`` with ``m`` the whole answer's mean log-probability, ``M`` the
 model and ``cf`` the counterfactual run (the zero point): 1 means the circuit alone does what the model
 does, 0 means no better than the counterfactual. Each value has a percentile interval from a bootstrap
-over templates (clusters; over pairs when the pairs come from one template), as ``interval_over`` says.
+over templates (clusters; over pairs when an operation has fewer than 5 templates), as ``interval_over`` says.
 """
 
 from __future__ import annotations

@@ -26,8 +26,9 @@ intervention discovery used: the empty circuit *is* the counterfactual run, so `
   complete circuit loses what the model loses), and minimality ``F(C) − F(C \\ {v})`` for each node ``v``.
 
 Intervals: percentile bootstrap of the ratio of means, resampling whole templates within operations
-(:func:`mathcircuits.stats.cluster_bootstrap_indices`) when the pairs come from at least two templates
-per operation, else pairs; the same resamples for every quantity, so differences are paired.
+(:func:`mathcircuits.stats.cluster_bootstrap_indices`) when the pairs come from at least
+:data:`~mathcircuits.stats.MIN_CLUSTERS` (5) templates per operation, else pairs; the same resamples for every
+quantity, so differences are paired.
 
 Usage::
 
@@ -64,7 +65,7 @@ from mathcircuits.data.pairs import PairSet
 from mathcircuits.models import HookedModel
 from mathcircuits.models.families import block_structure
 from mathcircuits.models.prefix import repeat_cache
-from mathcircuits.stats import Interval, bootstrap_indices, cluster_bootstrap_indices
+from mathcircuits.stats import MIN_CLUSTERS, Interval, bootstrap_indices, cluster_bootstrap_indices
 
 __all__ = ["Scorer", "faithfulness", "ratio_intervals"]
 
@@ -133,7 +134,7 @@ def _resamples(scorer: Scorer, n_boot: int, seed: int) -> tuple[list[torch.Tenso
     per_op: dict[str, set[str]] = {}
     for t, o in zip(scorer.templates, scorer.operations):
         per_op.setdefault(o, set()).add(t)
-    if all(len(ts) >= 2 for ts in per_op.values()):
+    if all(len(ts) >= MIN_CLUSTERS for ts in per_op.values()):  # fewer clusters undercover (stats.MIN_CLUSTERS)
         return cluster_bootstrap_indices(scorer.templates, scorer.operations, n_boot, seed), "templates"
     return list(bootstrap_indices(len(scorer.rows), n_boot, seed)), "pairs"
 
