@@ -67,7 +67,7 @@ def claim_c2(
         control: the :class:`~mathcircuits.ablation.RandomControl` of the pooled key set on pairs that did not
             choose it (None: not measured).
         n_boot: bootstrap resamples of the drop's interval (over templates within operations when there are
-            two or more per operation, else over pairs).
+            at least 5 per operation, else over pairs).
         seed: bootstrap seed.
         confidence: level of the interval.
         stage: the stage named when ``control`` is missing.

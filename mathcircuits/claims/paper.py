@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 from mathcircuits.claims.card import Claim, Verdict
-from mathcircuits.stats import Interval, bootstrap_statistic, cluster_bootstrap
+from mathcircuits.stats import MIN_CLUSTERS, Interval, bootstrap_statistic, cluster_bootstrap
 
 __all__ = [
     "C1_BAND",
@@ -141,11 +141,12 @@ def pair_interval(
     confidence: float,
 ) -> Interval:
     """Interval of the mean of per-pair values: a cluster bootstrap over templates within operations
-    (:func:`mathcircuits.stats.cluster_bootstrap`) when every operation has at least two templates, else a
-    bootstrap over pairs (its ``method`` says which)."""
+    (:func:`mathcircuits.stats.cluster_bootstrap`) when every operation has at least
+    :data:`~mathcircuits.stats.MIN_CLUSTERS` (5) templates (fewer undercover), else a bootstrap over pairs (its
+    ``method`` says which)."""
     per: dict[str, set[str]] = {}
     for c, s in zip(clusters, strata):
         per.setdefault(s, set()).add(c)
-    if per and all(len(cs) >= 2 for cs in per.values()):
+    if per and all(len(cs) >= MIN_CLUSTERS for cs in per.values()):
         return cluster_bootstrap(values, list(clusters), None, list(strata), n_boot, seed, confidence)
     return bootstrap_statistic(values, None, n_boot, seed, confidence)
