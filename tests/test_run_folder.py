@@ -107,6 +107,8 @@ def test_interrupted_run_resumes_to_the_outputs_of_an_uninterrupted_one(referenc
         stderr=subprocess.PIPE,
         text=True,
         env=env,
+        # a shell that starts pytest in the background ignores SIGINT, and children inherit that: give Ctrl-C back
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     for line in proc.stdout:
         if line.startswith("[validate] running"):
