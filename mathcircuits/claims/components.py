@@ -21,6 +21,7 @@ from mathcircuits.claims.paper import (
     C1_N_NULL,
     C_ALPHA,
     C_NO_BETTER,
+    above_zero,
     claim,
     not_measured,
     pair_interval,
@@ -196,12 +197,7 @@ def claim_c3(
         f"{int(mates.sum())} other heads of the same layers {m_share:.0%}: difference "
         f"{fmt_interval(iv.value, iv.low, iv.high, pct=True, digits=0)}"
     )
-    if iv.low > 0:
-        verdict, reason = Verdict.HOLDS, "the difference's interval lies above 0"
-    elif iv.high <= 0:
-        verdict, reason = Verdict.FAILS, "the difference's interval lies at or below 0: layer-mates attend as much"
-    else:
-        verdict, reason = Verdict.INCONCLUSIVE, "the difference's interval straddles 0"
+    verdict, reason = above_zero(iv, "the difference's interval", "layer-mates attend as much")
     return claim("C3", text, verdict, reason, value=iv.value, low=iv.low, high=iv.high, unit="share difference", n=iv.n)
 
 
@@ -236,13 +232,5 @@ def claim_c4(
         f"with the {len(margin.key_heads)} key heads knocked out by {float(margin.ablated_margin.mean()):.2f}: "
         f"drop {fmt_interval(iv.value, iv.low, iv.high, digits=2)}"
     )
-    if iv.low > 0:
-        verdict, reason = Verdict.HOLDS, "the margin's drop has an interval above 0"
-    elif iv.high <= 0:
-        verdict, reason = (
-            Verdict.FAILS,
-            "the margin's drop has an interval at or below 0: the MLPs do not need the key heads",
-        )
-    else:
-        verdict, reason = Verdict.INCONCLUSIVE, "the margin's drop has an interval containing 0"
+    verdict, reason = above_zero(iv, "the margin drop's interval", "the MLPs do not need the key heads")
     return claim("C4", text, verdict, reason, value=iv.value, low=iv.low, high=iv.high, unit="logits", n=iv.n)

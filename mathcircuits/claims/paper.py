@@ -27,6 +27,7 @@ __all__ = [
     "C_NO_BETTER",
     "C6_MARGIN",
     "PAPER",
+    "above_zero",
     "claim",
     "not_measured",
     "pair_interval",
@@ -130,6 +131,24 @@ def quantiles(xs: Sequence[float], confidence: float) -> tuple[float, float]:
     a = 1 - confidence
     q = torch.quantile(t, torch.tensor([a / 2, 1 - a / 2], dtype=torch.float64))
     return float(q[0]), float(q[1])
+
+
+def above_zero(iv: Interval, subject: str, why_not: str) -> tuple[Verdict, str]:
+    """The verdict of a rule "the interval lies above 0", and its reason.
+
+    Args:
+        iv: the interval of the measured difference (or drop).
+        subject: what it is the interval of, e.g. ``"the difference's interval"``.
+        why_not: what an interval at or below 0 means, e.g. ``"layer-mates attend as much"``.
+
+    Returns:
+        ``(verdict, reason)``: holds above 0, does not hold at or below 0, inconclusive when it straddles 0.
+    """
+    if iv.low > 0:
+        return Verdict.HOLDS, f"{subject} lies above 0"
+    if iv.high <= 0:
+        return Verdict.FAILS, f"{subject} lies at or below 0: {why_not}"
+    return Verdict.INCONCLUSIVE, f"{subject} straddles 0"
 
 
 def pair_interval(
