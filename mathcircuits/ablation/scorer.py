@@ -36,7 +36,7 @@ from mathcircuits.ablation.means import HeadMeans, PoolKey, PositionPool, head_m
 from mathcircuits.data.filter import length_groups
 from mathcircuits.data.pairs import PairSet, check_columns
 from mathcircuits.models import HookedModel, fast_paths_enabled, hooks
-from mathcircuits.models.integrity import compare, model_dtype, probe_pairs, verify_once
+from mathcircuits.models.integrity import compare, model_depth, model_dtype, probe_pairs, verify_once
 from mathcircuits.models.prefix import PrefixRunner, repeat_cache, run_from_layer, shared_prefix_len
 
 log = logging.getLogger(__name__)
@@ -345,4 +345,4 @@ def check_knockout(model: HookedModel, ablation: Ablation, scope: Scope) -> tupl
     sets: list[list[tuple[int, int]]] = [[], [(mid, 0)], [(mid, 0), (spec.n_layers - 1, spec.n_heads - 1)]]
     fast = torch.cat([torch.cat(scorer.logits(s, fast=True)) for s in sets])
     plain = torch.cat([torch.cat(scorer.logits(s, fast=False)) for s in sets])
-    return compare(fast, plain, model_dtype(model))
+    return compare(fast, plain, model_dtype(model), model_depth(model))

@@ -70,7 +70,7 @@ from mathcircuits.circuit.wiring import (
 )
 from mathcircuits.models import HookedModel, fast_paths_enabled, hooks
 from mathcircuits.models.families import UnsupportedFamilyError, block_structure
-from mathcircuits.models.integrity import compare, model_dtype, probe_pairs, verify_once
+from mathcircuits.models.integrity import compare, model_depth, model_dtype, probe_pairs, verify_once
 from mathcircuits.models.placement import head_out_weights
 from mathcircuits.models.prefix import repeat_cache
 
@@ -398,4 +398,4 @@ def check_circuit_run(model: HookedModel) -> tuple[float, float]:
     values = AblationValues(recorded.z[:, 8:], recorded.mlp[:, 8:], 8)
     fast = circuit_logprob(model, batch, values, wirings, fast=True)
     plain = circuit_logprob(model, batch, values, wirings, fast=False)
-    return compare(fast, plain, model_dtype(model))
+    return compare(fast, plain, model_dtype(model), model_depth(model))

@@ -58,7 +58,7 @@ from mathcircuits.evaluation.batching import (
     pad_token_id,
 )
 from mathcircuits.models import fast_paths_enabled
-from mathcircuits.models.integrity import compare, model_dtype, probe_tokens, verify_once
+from mathcircuits.models.integrity import compare, model_depth, model_dtype, probe_tokens, verify_once
 from mathcircuits.models.prefix import MIN_PREFIX, repeat_cache
 
 __all__ = [
@@ -232,7 +232,7 @@ def check_generation_cache(model: torch.nn.Module, tokenizer: Any) -> tuple[floa
     gen_cfg = _generation_config(model, tokenizer, 1)
     _, fast = _greedy(model, tokenizer, encoded, gen_cfg, 3, (), False, True, keep_first_logits=True)
     _, plain = _greedy(model, tokenizer, encoded, gen_cfg, 3, (), False, False, keep_first_logits=True)
-    return compare(torch.stack(fast), torch.stack(plain), model_dtype(model))
+    return compare(torch.stack(fast), torch.stack(plain), model_dtype(model), model_depth(model))
 
 
 def _encode(

@@ -9,7 +9,21 @@ a fast path computes without raising anything (``transformers 5.24`` did,
 :mod:`mathcircuits.models.compat`). So before a fast path first runs on a model,
 it runs once on a small probe batch of that model both ways and compares:
 
-    max |fast − plain|  ≤  rtol(dtype) · max(1, max |plain|)
+    max |fast − plain|  ≤  rtol(dtype, depth) · max(1, max |plain|)
+    rtol(dtype, depth)  =  max(RTOL[dtype], ROUNDING_MARGIN · u(dtype) · √(2 · depth))
+
+A correct fast path differs from its plain path by rounding alone. In a residual network each of the
+``2 · depth`` sub-blocks adds its output, rounded to the model's dtype, to the residual stream: a relative
+error of about ``u`` (the dtype's unit roundoff, 2⁻⁸ in bfloat16) per addition, independent between additions,
+so the two paths' final residuals differ by about ``u · √(2 · depth)`` of their norm, and so do the readouts
+(logits, or effects built from them) relative to their largest value. ``ROUNDING_MARGIN`` (4) covers the two
+paths rounding independently (√2) and the amplification through attention and norms. Measured: on a
+random-weight Llama-2-7B shape (32 layers, d_model 4096) in bfloat16 on an H200 the prefix cache differed by
+0.261 on logits of scale 7.0, 1.2 × ``u · √(2 · depth)`` (the old constant, 3e-2, refused it); on a 32-layer
+random Llama on a CPU with GPU-like rounding simulated (tests/test_tolerance.py), 0.6–2.6 ×. ``RTOL`` is a
+floor per dtype (float32 fast paths differ by summation order, up to 2e-5 on logits of the embedded model,
+above float32's ``u``). The defects the checks exist for move logits by a large share of their scale (a prefix
+cache silently dropped: tests/test_tolerance.py measures it against this tolerance on deep bf16/fp16 models).
 
 A mismatch stops with :class:`IntegrityError`, naming the path, the difference,
 the library versions and the setting that turns fast paths off
@@ -59,18 +73,43 @@ __all__ = [
     "fast_paths",
     "fast_paths_enabled",
     "instrument_hooks",
+    "model_depth",
     "model_dtype",
     "probe_pairs",
     "probe_tokens",
+    "relative_tolerance",
     "set_fast_paths",
     "verify_once",
 ]
 
 RTOL: dict[torch.dtype, float] = {torch.float32: 1e-4, torch.float64: 1e-8, torch.bfloat16: 3e-2, torch.float16: 1e-2}
-"""Relative tolerance of a fast path against its plain path, by the compared tensors' dtype.
+"""The floor of the relative tolerance, by the dtype the compared values were computed in.
 
 Float32 fast paths differ from plain ones by summation order only (measured ≤ 2e-5 on logits of the
 embedded model); the defects this guards against moved logits by 0.1–4."""
+
+ROUNDING_MARGIN = 4.0
+"""Multiple of the expected rounding difference ``u · √(2 · depth)`` that a correct fast path stays within."""
+
+
+def unit_roundoff(dtype: torch.dtype) -> float:
+    """Half the spacing of floating-point numbers at 1 (2⁻⁸ for bfloat16, 2⁻¹¹ for float16, 2⁻²⁴ for float32)."""
+    return float(torch.finfo(dtype).eps) / 2 if dtype.is_floating_point else 0.0
+
+
+def relative_tolerance(dtype: torch.dtype, depth: int = 1) -> float:
+    """``max(RTOL[dtype], ROUNDING_MARGIN · u(dtype) · √(2 · depth))``: see the module's docstring.
+
+    Args:
+        dtype: the precision the compared values were computed in.
+        depth: the model's blocks (layers) the computation passes through.
+
+    Returns:
+        The tolerance relative to ``max(1, max |plain|)``.
+    """
+    floor = RTOL.get(dtype, RTOL[torch.float32])
+    return max(floor, ROUNDING_MARGIN * unit_roundoff(dtype) * math.sqrt(2 * max(1, int(depth))))
+
 
 OFF_HINT = (
     "Fix: set `model.fast_paths: off` in the config (in Python: `with mathcircuits.models.fast_paths(False):`) "
@@ -144,7 +183,7 @@ def _model_name(owner: Any) -> str:
     return str(name or type(owner).__name__)
 
 
-def compare(fast: Tensor, plain: Tensor, dtype: torch.dtype | None = None) -> tuple[float, float]:
+def compare(fast: Tensor, plain: Tensor, dtype: torch.dtype | None = None, depth: int = 1) -> tuple[float, float]:
     """The largest difference between a fast and a plain result, and the tolerance it must stay within.
 
     Args:
@@ -152,6 +191,7 @@ def compare(fast: Tensor, plain: Tensor, dtype: torch.dtype | None = None) -> tu
         plain: the plain path's values on the same inputs (same shape).
         dtype: the precision they were computed in (default: ``fast``'s dtype); a bfloat16 model's results
             cast to float32 still carry bfloat16 rounding.
+        depth: the model's layers (:func:`model_depth`); the rounding difference grows with it.
 
     Returns:
         ``(difference, tolerance)``; a shape mismatch or a non-finite value gives difference ``inf``.
@@ -161,7 +201,7 @@ def compare(fast: Tensor, plain: Tensor, dtype: torch.dtype | None = None) -> tu
     a, b = fast.detach().double(), plain.detach().double()
     diff = float((a - b).abs().max()) if a.numel() else 0.0
     scale = float(b.abs().max()) if b.numel() else 0.0
-    tol = RTOL.get(dtype or fast.dtype, 1e-4) * max(1.0, scale)
+    tol = relative_tolerance(dtype or fast.dtype, depth) * max(1.0, scale)
     return (diff if math.isfinite(diff) else math.inf), tol
 
 
@@ -281,6 +321,17 @@ def probe_pairs(vocab: int, rows: int = 4, seq: int = 12, shared: int = 8, seed:
             "pair_id": list(range(rows)),
         }
     )
+
+
+def model_depth(model: Any) -> int:
+    """The layers of a hooked model, a bridge or an HF model (1 when it says nothing)."""
+    for owner in (getattr(model, "spec", None), getattr(model, "cfg", None), getattr(model, "config", None)):
+        for name in ("n_layers", "num_hidden_layers"):
+            value = getattr(owner, name, None)
+            if isinstance(value, int) and value > 0:
+                return value
+    inner = getattr(model, "bridge", None) or getattr(model, "model", None)
+    return model_depth(inner) if inner is not None and inner is not model else 1
 
 
 def model_dtype(model: HookedModel | torch.nn.Module) -> torch.dtype:

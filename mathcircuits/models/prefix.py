@@ -56,7 +56,7 @@ from torch import Tensor
 from transformer_lens.model_bridge import TransformerBridge
 
 from mathcircuits.models.hooks import resid_pre
-from mathcircuits.models.integrity import compare, fast_paths_enabled, probe_tokens, verify_once
+from mathcircuits.models.integrity import compare, fast_paths_enabled, model_depth, probe_tokens, verify_once
 
 __all__ = [
     "MIN_PREFIX",
@@ -332,7 +332,7 @@ def check_prefix_cache(bridge: Any) -> tuple[float, float]:
     toks = probe_tokens(_vocab(bridge), _device(bridge))
     plain = bridge(toks)[:, -3:]
     fast = PrefixRunner(bridge).logits_from(toks, toks.shape[1] - 3)
-    return compare(fast, plain)
+    return compare(fast, plain, depth=model_depth(bridge))
 
 
 def check_resume(bridge: Any) -> tuple[float, float]:
@@ -358,6 +358,6 @@ def check_resume(bridge: Any) -> tuple[float, float]:
     )
     fast = run_from_layer(bridge, grabbed["resid"], layer, repeat_cache(one, toks.shape[0]))
     full = bridge(toks)[:, p:]
-    d1, t1 = compare(fast, plain)
-    d2, t2 = compare(plain, full)
+    d1, t1 = compare(fast, plain, depth=model_depth(bridge))
+    d2, t2 = compare(plain, full, depth=model_depth(bridge))
     return max(d1, d2), min(t1, t2)

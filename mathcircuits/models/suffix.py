@@ -44,7 +44,14 @@ from jaxtyping import Float, Int
 from torch import Tensor
 
 from mathcircuits.models import hooks
-from mathcircuits.models.integrity import compare, fast_paths_enabled, model_dtype, probe_tokens, verify_once
+from mathcircuits.models.integrity import (
+    compare,
+    fast_paths_enabled,
+    model_depth,
+    model_dtype,
+    probe_tokens,
+    verify_once,
+)
 from mathcircuits.models.loading import HookedModel
 from mathcircuits.models.prefix import PrefixRunner, blocks_from, repeat_cache, shared_prefix_len
 
@@ -239,4 +246,4 @@ def check_suffix(model: HookedModel) -> tuple[float, float]:
     fast = torch.stack([run.logits, run.run([(name, scale)], from_layer=layer)])
     bridge = model.bridge
     plain = torch.stack([bridge(toks)[:, -1], bridge.run_with_hooks(toks, fwd_hooks=[(name, scale)])[:, -1]])
-    return compare(fast, plain, model_dtype(model))
+    return compare(fast, plain, model_dtype(model), model_depth(model))

@@ -31,7 +31,7 @@ import torch
 
 from mathcircuits.data.pairs import PairBatch, pair_batches
 from mathcircuits.models import HookedModel, hooks
-from mathcircuits.models.integrity import compare, model_dtype, probe_pairs
+from mathcircuits.models.integrity import compare, model_depth, model_dtype, probe_pairs
 from mathcircuits.patching.cache import last_position_caches
 from mathcircuits.patching.exact import chain_readout, exact_scan
 from mathcircuits.patching.metrics import METRICS
@@ -91,4 +91,4 @@ def check_exact(model: HookedModel, answers: bool = False) -> tuple[float, float
     # the scan's readout of the clean residual against the bridge's logits (a readout offset shows up here)
     fast.append(clean_ex if answers else null_exact.clean_logit)
     plain.append(clean_ref if answers else null_ref.clean_logit)
-    return compare(torch.stack(fast), torch.stack(plain), model_dtype(model))
+    return compare(torch.stack(fast), torch.stack(plain), model_dtype(model), model_depth(model))
