@@ -28,6 +28,7 @@ from mathcircuits.models import (
     PrefixRunner,
     Readout,
     fast_paths,
+    from_hf,
     hooks,
     load_model,
     probe_pairs,
@@ -78,11 +79,20 @@ def test_broken_prefix_cache_stops_the_run(tmp_path, capsys, monkeypatch):
 
 @pytest.mark.integration
 def test_broken_exact_readout_stops_the_run(tmp_path, capsys, monkeypatch):
+    original = exact.token_scores  # the readout of every answer token (the default metric, answer_logprob)
+    monkeypatch.setattr(exact, "token_scores", lambda *a, **k: [v if v is None else v + 0.5 for v in original(*a, **k)])
+    code, err, out = _run(tmp_path, capsys)
+    _assert_stopped(code, err, out, "exact path patching (answer tokens)", "identify")
+    assert RunPaths(out).marker("data").exists()  # stages before it are kept
+
+
+def test_broken_last_position_readout_stops_path_patching(monkeypatch):
+    """Under a last-position metric, the first path patching checks the last-position scan (not the teacher-forced)."""
     original = exact.readout
     monkeypatch.setattr(exact, "readout", lambda *a, **k: Readout(original(*a, **k).logit + 0.5))
-    code, err, out = _run(tmp_path, capsys)
-    _assert_stopped(code, err, out, "exact path patching", "identify")
-    assert RunPaths(out).marker("data").exists()  # stages before it are kept
+    model = from_hf(*tiny_model("llama", seed=3))
+    with pytest.raises(IntegrityError, match="the exact path patching fast path differs"):
+        path_patch(model, probe_pairs(model.spec.vocab_size), metric="logit_diff")
 
 
 @pytest.mark.integration
@@ -143,7 +153,7 @@ def test_checks_are_recorded_in_the_stage_markers(tmp_path, capsys):
         for stage in ("data", "identify")
         for c in yaml.safe_load(paths.marker(stage).read_text())["checks"]
     }
-    assert {"prefix cache", "exact path patching"} <= set(recorded)
+    assert {"prefix cache", "exact path patching (answer tokens)"} <= set(recorded)
     assert all(0 <= c["difference"] <= c["tolerance"] for c in recorded.values())
 
 

@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import math
 import threading
+import time
 import weakref
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -129,9 +130,16 @@ class CheckRecord:
     model: str
     difference: float
     tolerance: float
+    seconds: float = 0.0  # the check's own CPU time (process time, so a loaded machine reads the same)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"path": self.path, "model": self.model, "difference": self.difference, "tolerance": self.tolerance}
+        return {
+            "path": self.path,
+            "model": self.model,
+            "difference": self.difference,
+            "tolerance": self.tolerance,
+            "seconds": round(self.seconds, 3),
+        }
 
 
 _STATE = threading.local()
@@ -231,12 +239,13 @@ def verify_once(owner: Any, path: str, check: Callable[[], tuple[float, float]])
     if key in _RUNNING:  # the check itself runs the fast path
         return None
     _RUNNING.add(key)
+    start = time.process_time()
     try:
         with torch.no_grad():
             diff, tol = check()
     finally:
         _RUNNING.discard(key)
-    record = CheckRecord(path, _model_name(owner), diff, tol)
+    record = CheckRecord(path, _model_name(owner), diff, tol, time.process_time() - start)
     if not diff <= tol:
         raise IntegrityError(
             f"run-time check failed: the {path} fast path differs from its plain path by {diff:.3g} "

@@ -95,10 +95,11 @@ def path_patch(
     if method == "exact" and not fast_paths_enabled():
         log.info("fast paths are off: path patching runs the reference scan (one hooked forward per sender)")
         method, scan = "reference", METHODS["reference"]
-    if method == "exact":
-        verify_once(model.bridge, "exact path patching", lambda: check_exact(model))
+    if method == "exact":  # the check of the scan this metric runs (the other is checked when first used)
         if metric.every_answer_token:
             verify_once(model.bridge, "exact path patching (answer tokens)", lambda: check_exact(model, answers=True))
+        else:
+            verify_once(model.bridge, "exact path patching", lambda: check_exact(model))
     spec = model.spec
     if max_memory is not None and method != "reference":  # the reference scan holds one forward at a time
         seq = max(len(t) for t in dataset["tokens"]) if len(dataset) else 1

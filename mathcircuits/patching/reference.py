@@ -1,5 +1,8 @@
 """Reference path patching: one full hooked forward per sender (slow, plainly correct).
 
+Several senders share one forward call, stacked along the batch dimension (:data:`ROWS_PER_FORWARD`): each
+sender patches only its own copy of the pairs' rows, and rows never interact in a forward.
+
 For each sender we run the whole model on the reference prompt with hooks on
 every layer's ``hook_z`` that write back the reference values of all heads
 (freezing them), except that the sender head's value at the patched position
@@ -29,7 +32,11 @@ from mathcircuits.models.readout import Readout
 from mathcircuits.patching.metrics import Metric, answer_readout
 from mathcircuits.patching.scan import BatchEffects, Senders
 
-__all__ = ["reference_scan"]
+__all__ = ["ROWS_PER_FORWARD", "reference_scan"]
+
+ROWS_PER_FORWARD = 64
+"""Rows of one hooked forward: senders are stacked along the batch, each on its own copy of the pairs (a row's
+forward does not depend on the other rows, so this is the same computation as one forward per sender)."""
 
 
 @torch.no_grad()
@@ -83,38 +90,53 @@ def reference_scan(
     B = batch.tokens.shape[0]
     head_eff = torch.full((B, L, H), float("nan"))
     mlp_eff = torch.full((B, L), float("nan"))
+    wanted = [("head", layer, h) for layer in range(L) for h in range(H) if senders.wants("head", layer, h)]
+    wanted += [("mlp", layer, -1) for layer in range(L) if senders.wants("mlp", layer)]
+    per_forward = max(1, ROWS_PER_FORWARD // B)
 
-    def run(kind: str, s_layer: int, s_head: int) -> Tensor:
+    def run(group: list[tuple[str, int, int]]) -> Tensor:
+        """One hooked forward for a group of senders, each on its own copy of the batch's rows."""
+        G = len(group)
+
         def freeze(layer: int) -> Any:
             name = z_names[layer]
+            mine = [(g, h) for g, (kind, s_layer, h) in enumerate(group) if kind == "head" and s_layer == layer]
 
             def hook(act: Tensor, hook: Any) -> Tensor:
-                new = ref[name].clone()
-                if kind == "head" and layer == s_layer:
-                    new[:, position, s_head] = cf[name][:, position, s_head]
+                new = ref[name].repeat(G, *([1] * (ref[name].dim() - 1))).to(act.device, act.dtype)
+                for g, h in mine:
+                    new[g * B : (g + 1) * B, position, h] = cf[name][:, position, h].to(act.device, act.dtype)
                 return new
 
             return hook
 
-        def patch_mlp(act: Tensor, hook: Any) -> Tensor:
-            new = act.clone()
-            new[:, position] = cf[m_names[s_layer]][:, position]
-            return new
+        def patch_mlp(layer: int) -> Any:
+            name = m_names[layer]
+            mine = [g for g, (kind, s_layer, _) in enumerate(group) if kind == "mlp" and s_layer == layer]
+
+            def hook(act: Tensor, hook: Any) -> Tensor:
+                new = act.clone()
+                for g in mine:
+                    new[g * B : (g + 1) * B, position] = cf[name][:, position].to(act.device, act.dtype)
+                return new
+
+            return hook
 
         fwd = [(z_names[layer], freeze(layer)) for layer in range(L)]
-        if kind == "mlp":
-            fwd.append((m_names[s_layer], patch_mlp))
+        fwd += [(m_names[layer], patch_mlp(layer)) for layer in sorted({s for k, s, _ in group if k == "mlp"})]
+        rows = tokens.repeat(G, 1)
         # the read positions' logits only (the same numbers; Gemma 3's 262k-token unembedding of every position
         # would cost more than the blocks)
-        logits = bridge.run_with_hooks(tokens, fwd_hooks=fwd, logits_to_keep=k)
-        return metric(read(logits), clean).float().cpu()
+        logits = bridge.run_with_hooks(rows, fwd_hooks=fwd, logits_to_keep=k)
+        return torch.stack([metric(read(logits[g * B : (g + 1) * B]), clean).float().cpu() for g in range(G)])
 
-    for layer in range(L):
-        for h in range(H):
-            if senders.wants("head", layer, h):
-                head_eff[:, layer, h] = run("head", layer, h)
-        if senders.wants("mlp", layer):
-            mlp_eff[:, layer] = run("mlp", layer, -1)
+    for start in range(0, len(wanted), per_forward):
+        group = wanted[start : start + per_forward]
+        for (kind, layer, head), eff in zip(group, run(group), strict=True):
+            if kind == "head":
+                head_eff[:, layer, head] = eff
+            else:
+                mlp_eff[:, layer] = eff
     total = metric(read(cf_logits), clean).float().cpu()
     return BatchEffects(
         heads=head_eff, mlps=mlp_eff, clean_logit=clean.logit.cpu(), total=total, excluded=metric.excluded(clean).cpu()
