@@ -122,7 +122,7 @@ class KnockoutScorer:
         for rows in length_groups([len(s) for s in self.seqs], len(self.seqs), keys):
             seqs = [self.seqs[i] for i in rows] + ([self.sources[i] for i in rows] if self.sources else [])
             limit = min(self.n_prompt[i] for i in rows) - 1  # the first position whose logits are read
-            self.groups.append(_Group(rows, shared_prefix_len(torch.tensor(seqs), limit)))
+            self.groups.append(_Group(rows, shared_prefix_len(torch.tensor(seqs, device="cpu"), limit)))
         self.batches = [(g, grp.rows[j : j + batch_size]) for g, grp in enumerate(self.groups)
                         for j in range(0, len(grp.rows), batch_size)]  # fmt: skip
         rng = random.Random(seed)
@@ -131,7 +131,7 @@ class KnockoutScorer:
             for i, j in zip(grp.rows, rng.sample(grp.rows, len(grp.rows))):
                 self.donor[i] = j
         self._prefix: dict[tuple[int, ...], Any] = {}  # clean KV caches of the shared prefixes
-        self._clean: dict[int, tuple[Tensor, list[Tensor]]] = {}  # batch → (resid_pre stack, answer logits)
+        self._clean: dict[int, tuple[list[Tensor], list[Tensor]]] = {}  # batch → (resid_pre per layer, answer logits)
         self._src: dict[tuple[int, bool], Tensor] = {}  # (group, fast) → source z [rows, pos, layer, head, d_head]
         self._pool = pool if ablation == "position_mean" else None
         self._pooled_values: dict[tuple[int, tuple[int, ...], bool], Tensor] = {}
@@ -166,7 +166,7 @@ class KnockoutScorer:
             grp, spec = self.groups[g], self.model.spec
             p = grp.shared if fast else 0
             toks = torch.tensor([self.sources[i] for i in grp.rows], device=self.model.device)
-            out = torch.zeros(len(grp.rows), toks.shape[1] - p, spec.n_layers, spec.n_heads, spec.d_head)
+            out = torch.zeros(len(grp.rows), toks.shape[1] - p, spec.n_layers, spec.n_heads, spec.d_head, device="cpu")
             for j in range(0, len(grp.rows), 32):
 
                 def grab(act: Tensor, hook: Any, j: int = j) -> None:
@@ -221,17 +221,18 @@ class KnockoutScorer:
             out.append(logits[r, start : start + len(self.answers[i])].float().cpu())
         return out
 
-    def _clean_batch(self, b: int) -> tuple[Tensor, list[Tensor]]:
+    def _clean_batch(self, b: int) -> tuple[list[Tensor], list[Tensor]]:
         """The clean run of batch ``b`` from its shared position on: residual entering each block, and scores."""
         if b not in self._clean:
             g, rows = self.batches[b]
             p, spec = self.groups[g].shared, self.model.spec
             toks = torch.tensor([self.seqs[i] for i in rows], device=self.model.device)
-            dtype = next(self.model.bridge.parameters()).dtype  # the model's own (a bf16 model reads bf16)
-            resid = torch.zeros(spec.n_layers, len(rows), toks.shape[1] - p, spec.d_model, dtype=dtype)
+            # each block's input stays where that block computes (and in the model's own dtype): the resumed
+            # forward feeds it back to the same block
+            resid: list[Tensor] = [torch.empty(0, device=self.model.device)] * spec.n_layers
 
             def grab(act: Tensor, hook: Any) -> None:
-                resid[int(hook.name.split(".")[1])] = act.detach()
+                resid[int(hook.name.split(".")[1])] = act.detach().clone()
 
             keep = toks.shape[1] - min(self.n_prompt[i] for i in rows) + 1
             logits = self._run(toks, p, [(hooks.resid_pre(layer), grab) for layer in range(spec.n_layers)], keep)
@@ -258,7 +259,7 @@ class KnockoutScorer:
         if fast:
             path = f"knockout ({self.ablation}, scope {self.scope})"
             verify_once(self.model.bridge, path, lambda: check_knockout(self.model, self.ablation, self.scope))
-        out: list[Tensor] = [torch.empty(0)] * len(self.seqs)
+        out: list[Tensor] = [torch.empty(0, device="cpu")] * len(self.seqs)
         for b, (g, rows) in enumerate(self.batches):
             for i, row in zip(rows, self._fast(b, heads) if fast else self._plain(g, rows, heads)):
                 out[i] = row

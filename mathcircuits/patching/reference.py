@@ -81,8 +81,8 @@ def reference_scan(
 
     clean = read(clean_logits)
     B = batch.tokens.shape[0]
-    head_eff = torch.full((B, L, H), float("nan"))
-    mlp_eff = torch.full((B, L), float("nan"))
+    head_eff = torch.full((B, L, H), float("nan"), device="cpu")
+    mlp_eff = torch.full((B, L), float("nan"), device="cpu")
 
     def run(kind: str, s_layer: int, s_head: int) -> Tensor:
         def freeze(layer: int) -> Any:
@@ -115,7 +115,10 @@ def reference_scan(
                 head_eff[:, layer, h] = run("head", layer, h)
         if senders.wants("mlp", layer):
             mlp_eff[:, layer] = run("mlp", layer, -1)
-    total = metric(read(cf_logits), clean).float().cpu()
     return BatchEffects(
-        heads=head_eff, mlps=mlp_eff, clean_logit=clean.logit.cpu(), total=total, excluded=metric.excluded(clean).cpu()
+        heads=head_eff,
+        mlps=mlp_eff,
+        clean_logit=clean.logit.cpu(),
+        total=metric(read(cf_logits), clean).float().cpu(),
+        excluded=metric.excluded(clean).cpu(),
     )
