@@ -94,7 +94,7 @@ def receiver_effects(
         rows = vals.transpose(0, 1).reshape(B * n, *vals.shape[2:])  # pair-major, as the cache repeats
 
         def hook(act: Tensor, hook: Any, rows: Tensor = rows) -> Tensor:
-            return rows.to(act.dtype) if receiver.kind == "mlp" else _put_all(act, rows, receiver.index)
+            return rows.to(act.device, act.dtype) if receiver.kind == "mlp" else _put_all(act, rows, receiver.index)
 
         kv = None
         if past is not None:
@@ -111,7 +111,7 @@ def receiver_effects(
 
 def _put_all(act: Tensor, rows: Tensor, index: int) -> Tensor:
     act = act.clone()
-    act[:, :, index] = rows.to(act.dtype)
+    act[:, :, index] = rows.to(act.device, act.dtype)
     return act
 
 
