@@ -229,5 +229,5 @@ def patched_inputs(
     if delta is None:
         W_O = head_out_weights(model)  # the bridge stacks it from every layer on each access: read it once
         delta = _deltas(model, cache, senders, C, lr, W_O)  # [sender, B, |C|, d_model]
-    delta = delta.to(ref[reads].dtype)
+    delta = delta.to(ref[reads].device, ref[reads].dtype)  # the screen's snapshots are kept on the CPU
     return changed, receiver_slice(receiver, receiver_input(model, structure, receiver, ref[reads][:, C][None] + delta))
