@@ -37,6 +37,7 @@ from mathcircuits.data.filter import length_groups
 from mathcircuits.data.pairs import PairSet, check_columns
 from mathcircuits.models import HookedModel, fast_paths_enabled, hooks
 from mathcircuits.models.integrity import compare, model_dtype, probe_pairs, verify_once
+from mathcircuits.models.placement import layer_device
 from mathcircuits.models.prefix import PrefixRunner, repeat_cache, run_from_layer, shared_prefix_len
 
 log = logging.getLogger(__name__)
@@ -131,7 +132,7 @@ class KnockoutScorer:
             for i, j in zip(grp.rows, rng.sample(grp.rows, len(grp.rows))):
                 self.donor[i] = j
         self._prefix: dict[tuple[int, ...], Any] = {}  # clean KV caches of the shared prefixes
-        self._clean: dict[int, tuple[list[Tensor], list[Tensor]]] = {}  # batch → (resid_pre per layer, answer logits)
+        self._clean: dict[int, tuple[Tensor, list[Tensor]]] = {}  # batch → (resid_pre stack, answer logits)
         self._src: dict[tuple[int, bool], Tensor] = {}  # (group, fast) → source z [rows, pos, layer, head, d_head]
         self._pool = pool if ablation == "position_mean" else None
         self._pooled_values: dict[tuple[int, tuple[int, ...], bool], Tensor] = {}
@@ -221,18 +222,19 @@ class KnockoutScorer:
             out.append(logits[r, start : start + len(self.answers[i])].float().cpu())
         return out
 
-    def _clean_batch(self, b: int) -> tuple[list[Tensor], list[Tensor]]:
+    def _clean_batch(self, b: int) -> tuple[Tensor, list[Tensor]]:
         """The clean run of batch ``b`` from its shared position on: residual entering each block, and scores."""
         if b not in self._clean:
             g, rows = self.batches[b]
             p, spec = self.groups[g].shared, self.model.spec
             toks = torch.tensor([self.seqs[i] for i in rows], device=self.model.device)
-            # each block's input stays where that block computes (and in the model's own dtype): the resumed
-            # forward feeds it back to the same block
-            resid: list[Tensor] = [torch.empty(0, device=self.model.device)] * spec.n_layers
+            dtype = next(self.model.bridge.parameters()).dtype  # the model's own (a bf16 model reads bf16)
+            # kept for every batch, so on the host; a resumed forward moves its block's slice back (_fast)
+            shape = (spec.n_layers, len(rows), toks.shape[1] - p, spec.d_model)
+            resid = torch.zeros(shape, dtype=dtype, device="cpu")
 
             def grab(act: Tensor, hook: Any) -> None:
-                resid[int(hook.name.split(".")[1])] = act.detach().clone()
+                resid[int(hook.name.split(".")[1])] = act.detach()
 
             keep = toks.shape[1] - min(self.n_prompt[i] for i in rows) + 1
             logits = self._run(toks, p, [(hooks.resid_pre(layer), grab) for layer in range(spec.n_layers)], keep)
@@ -313,8 +315,9 @@ class KnockoutScorer:
         if reuse and self._mid_ok:
             resid = self._clean_batch(b)[0]
             k = min(l for l, _ in heads)
+            start = resid[k].to(layer_device(self.model, k))  # the host cache's slice, back where block k computes
             try:
-                logits = run_from_layer(self.model.bridge, resid[k], k, cache, fwd, logits_to_keep=keep)
+                logits = run_from_layer(self.model.bridge, start, k, cache, fwd, logits_to_keep=keep)
                 return self._read(logits, rows, toks.shape[1] - keep)
             except NotImplementedError:  # TransformerLens 3.9's bridge cannot start mid-network
                 log.info("this bridge has no start_at_layer: knockout runs every block (exact, slower)")
