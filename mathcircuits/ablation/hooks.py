@@ -95,7 +95,7 @@ def z_ablation_hooks(
     for layer, hs in by_layer.items():
         dev = layer_device(model, layer)  # where block `layer` computes (a split model's blocks differ)
         idx = torch.tensor(hs, device=dev)
-        value = values[:, :, (layer_index or {}).get(layer, layer)].to(dev)[:, :, idx]
+        value = values[:, :, (layer_index or {}).get(layer, layer)][:, :, hs].to(dev)  # the heads' rows only
 
         def hook(act: Tensor, hook: Any, idx: Tensor = idx, value: Tensor = value) -> Tensor:
             act = act.clone()
