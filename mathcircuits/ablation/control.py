@@ -121,7 +121,9 @@ class RandomControl(SavedResult):
     # --- the numbers the claims read ----------------------------------------------------------------------
     def rows(self, operation: str | None = None) -> Tensor:
         """Indices of the pairs of ``operation`` (all pairs when None)."""
-        return torch.tensor([i for i, o in enumerate(self.operations) if operation is None or o == operation])
+        return torch.tensor(
+            [i for i, o in enumerate(self.operations) if operation is None or o == operation], device="cpu"
+        )
 
     @property
     def n_pairs(self) -> int:
@@ -236,10 +238,10 @@ def random_control(
     scorer = scorer or KnockoutScorer(model, dataset, ablation, means, scope, seed, batch_size, pool=pool)
 
     def correct(heads: list[tuple[int, int]]) -> Tensor:
-        return torch.tensor(scorer.score(heads)[0], dtype=torch.float32)
+        return torch.tensor(scorer.score(heads)[0], dtype=torch.float32, device="cpu")
 
     clean, key_c = correct([]), correct(key)
-    rand = torch.zeros(n_draws, len(dataset))
+    rand = torch.zeros(n_draws, len(dataset), device="cpu")
     for i, d in enumerate(tqdm(draws, disable=not progress, desc="random control")):
         rand[i] = correct(d)
     cols: dict[str, Any] = {

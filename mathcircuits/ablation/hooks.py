@@ -27,6 +27,7 @@ from torch import Tensor
 
 from mathcircuits.ablation.means import HeadMeans
 from mathcircuits.models import HookedModel, hooks
+from mathcircuits.models.placement import layer_device
 from mathcircuits.models.prefix import PrefixRunner
 
 __all__ = [
@@ -92,15 +93,17 @@ def z_ablation_hooks(
         by_layer[l].append(h)
     out = []
     for layer, hs in by_layer.items():
-        idx = torch.tensor(hs)
-        value = values[:, :, (layer_index or {}).get(layer, layer)][:, :, idx].to(model.device)
+        dev = layer_device(model, layer)  # where block `layer` computes (a split model's blocks differ)
+        idx = torch.tensor(hs, device=dev)
+        value = values[:, :, (layer_index or {}).get(layer, layer)][:, :, hs].to(dev)  # the heads' rows only
 
         def hook(act: Tensor, hook: Any, idx: Tensor = idx, value: Tensor = value) -> Tensor:
             act = act.clone()
+            idx, value = idx.to(act.device), value.to(act.device, act.dtype)  # no-ops where the block computes
             if scope == "last":
-                act[:, -1, idx] = value[:, -1].to(act.dtype)
+                act[:, -1, idx] = value[:, -1]
             else:
-                act[:, :, idx] = value.expand(act.shape[0], act.shape[1], -1, -1).to(act.dtype)
+                act[:, :, idx] = value.expand(act.shape[0], act.shape[1], -1, -1)
             return act
 
         out.append((hooks.z(layer), hook))

@@ -147,7 +147,7 @@ def knockout_curve(
     for k in ks:
         ranked_acc.append(base if k == 0 else scorer.accuracy(ranked[:k]))
         bar.update()
-    rand = torch.zeros(n_random, len(ks))
+    rand = torch.zeros(n_random, len(ks), device="cpu")
     for s, order in enumerate(orders):
         for j, k in enumerate(ks):
             rand[s, j] = base if k == 0 else scorer.accuracy(order[:k])

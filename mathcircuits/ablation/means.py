@@ -100,7 +100,7 @@ def head_means(model: HookedModel, dataset: PairSet, column: str = "cf_tokens", 
     spec = model.spec
     check_columns(dataset, (column,), "head_means")
     names = [hooks.z(layer) for layer in range(spec.n_layers)]
-    total = torch.zeros(spec.n_layers, spec.n_heads, spec.d_head, dtype=torch.float64)
+    total = torch.zeros(spec.n_layers, spec.n_heads, spec.d_head, dtype=torch.float64, device="cpu")
     count = 0
     seqs = dataset[column]
     cols = {"tokens": seqs, "template_id": dataset["template_id"]} if "template_id" in dataset.column_names else None
@@ -109,7 +109,7 @@ def head_means(model: HookedModel, dataset: PairSet, column: str = "cf_tokens", 
 
         def make(layer: int, weight: int) -> Any:
             def hook(act: Tensor, hook: Any) -> None:  # the prefix run has one row standing for `weight` rows
-                total[layer] += weight * act.double().sum(dim=(0, 1)).cpu()
+                total[layer] += (weight * act.double().sum(dim=(0, 1))).cpu()
 
             return hook
 
@@ -165,7 +165,9 @@ class PositionPool:
             names = [hooks.z(layer) for layer in range(spec.n_layers)]
             toks_all = torch.tensor([s for _, s in items], device=self.model.device)
             q = shared_prefix_len(toks_all, k[1] - 1)
-            total = torch.zeros(toks_all.shape[1] - q, spec.n_layers, spec.n_heads, spec.d_head, dtype=torch.float64)
+            total = torch.zeros(
+                toks_all.shape[1] - q, spec.n_layers, spec.n_heads, spec.d_head, dtype=torch.float64, device="cpu"
+            )
             head = None
             for j in range(0, len(items), self.batch_size):
                 toks = toks_all[j : j + self.batch_size]

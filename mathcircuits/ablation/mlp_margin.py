@@ -133,7 +133,7 @@ def mlp_margin(
     answer = [int(a[0]) for a in scorer.answers]
     cand = torch.tensor(sorted(set(answer)), device=W_U.device)
     n = len(scorer.seqs)
-    out = {False: torch.zeros(n), True: torch.zeros(n)}
+    out = {False: torch.zeros(n, device="cpu"), True: torch.zeros(n, device="cpu")}  # the result
     # the shared prefix runs once, clean (not with the position-free mean at every position: that ablates it too)
     fast = fast and fast_paths_enabled() and not (scorer.ablation == "mean" and scorer.scope == "all")
     for g, grp in enumerate(scorer.groups):
@@ -142,7 +142,7 @@ def mlp_margin(
         for j in range(0, len(rows), batch_size):
             part = rows[j : j + batch_size]
             toks = torch.tensor([scorer.seqs[i] for i in part], device=model.device)
-            pos = torch.tensor([scorer.n_prompt[i] - 1 - p for i in part])
+            pos = torch.tensor([scorer.n_prompt[i] - 1 - p for i in part], device=W_U.device)
             vals = scorer._values(g, part, fast=p > 0)
             for ablated in (False, True):
                 store: dict[int, Tensor] = {}
@@ -150,7 +150,8 @@ def mlp_margin(
                 # keyed by what we asked for: the bridge reports aliases under their canonical names
                 def grab(key: int, store: dict[int, Tensor] = store, pos: Tensor = pos) -> Any:
                     def fn(act: Tensor, hook: Any) -> None:
-                        store[key] = act[torch.arange(act.shape[0]), pos].detach().float()
+                        at = torch.arange(act.shape[0], device=act.device), pos.to(act.device)
+                        store[key] = act[at].detach().float().to(W_U.device)  # where the margin is computed
 
                     return fn
 

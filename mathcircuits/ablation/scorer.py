@@ -37,6 +37,7 @@ from mathcircuits.data.filter import length_groups
 from mathcircuits.data.pairs import PairSet, check_columns
 from mathcircuits.models import HookedModel, fast_paths_enabled, hooks
 from mathcircuits.models.integrity import compare, model_depth, model_dtype, probe_pairs, verify_once
+from mathcircuits.models.placement import layer_device
 from mathcircuits.models.prefix import PrefixRunner, repeat_cache, run_from_layer, shared_prefix_len
 
 log = logging.getLogger(__name__)
@@ -122,7 +123,7 @@ class KnockoutScorer:
         for rows in length_groups([len(s) for s in self.seqs], len(self.seqs), keys):
             seqs = [self.seqs[i] for i in rows] + ([self.sources[i] for i in rows] if self.sources else [])
             limit = min(self.n_prompt[i] for i in rows) - 1  # the first position whose logits are read
-            self.groups.append(_Group(rows, shared_prefix_len(torch.tensor(seqs), limit)))
+            self.groups.append(_Group(rows, shared_prefix_len(torch.tensor(seqs, device="cpu"), limit)))
         self.batches = [(g, grp.rows[j : j + batch_size]) for g, grp in enumerate(self.groups)
                         for j in range(0, len(grp.rows), batch_size)]  # fmt: skip
         rng = random.Random(seed)
@@ -166,7 +167,7 @@ class KnockoutScorer:
             grp, spec = self.groups[g], self.model.spec
             p = grp.shared if fast else 0
             toks = torch.tensor([self.sources[i] for i in grp.rows], device=self.model.device)
-            out = torch.zeros(len(grp.rows), toks.shape[1] - p, spec.n_layers, spec.n_heads, spec.d_head)
+            out = torch.zeros(len(grp.rows), toks.shape[1] - p, spec.n_layers, spec.n_heads, spec.d_head, device="cpu")
             for j in range(0, len(grp.rows), 32):
 
                 def grab(act: Tensor, hook: Any, j: int = j) -> None:
@@ -228,7 +229,9 @@ class KnockoutScorer:
             p, spec = self.groups[g].shared, self.model.spec
             toks = torch.tensor([self.seqs[i] for i in rows], device=self.model.device)
             dtype = next(self.model.bridge.parameters()).dtype  # the model's own (a bf16 model reads bf16)
-            resid = torch.zeros(spec.n_layers, len(rows), toks.shape[1] - p, spec.d_model, dtype=dtype)
+            # kept for every batch, so on the host; a resumed forward moves its block's slice back (_fast)
+            shape = (spec.n_layers, len(rows), toks.shape[1] - p, spec.d_model)
+            resid = torch.zeros(shape, dtype=dtype, device="cpu")
 
             def grab(act: Tensor, hook: Any) -> None:
                 resid[int(hook.name.split(".")[1])] = act.detach()
@@ -258,7 +261,7 @@ class KnockoutScorer:
         if fast:
             path = f"knockout ({self.ablation}, scope {self.scope})"
             verify_once(self.model.bridge, path, lambda: check_knockout(self.model, self.ablation, self.scope))
-        out: list[Tensor] = [torch.empty(0)] * len(self.seqs)
+        out: list[Tensor] = [torch.empty(0, device="cpu")] * len(self.seqs)
         for b, (g, rows) in enumerate(self.batches):
             for i, row in zip(rows, self._fast(b, heads) if fast else self._plain(g, rows, heads)):
                 out[i] = row
@@ -312,8 +315,9 @@ class KnockoutScorer:
         if reuse and self._mid_ok:
             resid = self._clean_batch(b)[0]
             k = min(l for l, _ in heads)
+            start = resid[k].to(layer_device(self.model, k))  # the host cache's slice, back where block k computes
             try:
-                logits = run_from_layer(self.model.bridge, resid[k], k, cache, fwd, logits_to_keep=keep)
+                logits = run_from_layer(self.model.bridge, start, k, cache, fwd, logits_to_keep=keep)
                 return self._read(logits, rows, toks.shape[1] - keep)
             except NotImplementedError:  # TransformerLens 3.9's bridge cannot start mid-network
                 log.info("this bridge has no start_at_layer: knockout runs every block (exact, slower)")

@@ -206,7 +206,12 @@ class AttentionByRole(SavedResult):
 
         classes = self.classify()
         n_pairs, n_heads, n_roles = self.shares.shape
-        p, h, r = torch.meshgrid(torch.arange(n_pairs), torch.arange(n_heads), torch.arange(n_roles), indexing="ij")
+        p, h, r = torch.meshgrid(
+            torch.arange(n_pairs, device="cpu"),
+            torch.arange(n_heads, device="cpu"),
+            torch.arange(n_roles, device="cpu"),
+            indexing="ij",
+        )
         p, h, r = p.flatten().tolist(), h.flatten().tolist(), r.flatten().tolist()
         return pd.DataFrame(
             {
@@ -294,7 +299,7 @@ def attention_by_role(
                 cols["n_tokens"][i], cols["prefix_len"][i], cols["pos_a"][i], cols["pos_b"][i], cols["pos_op"][i]
             )
         )
-    shares = torch.zeros(n, len(heads_t), len(ROLES))
+    shares = torch.zeros(n, len(heads_t), len(ROLES), device="cpu")
     baselines = torch.stack([m.float().sum(1) / m.shape[1] for m in masks])
     by_template = {"tokens": cols["tokens"], "template_id": cols["template_id"]}
     prefixes: dict[tuple[int, ...], Any] = {}  # clean prefix KV caches, shared by the batches of a template

@@ -202,9 +202,8 @@ def mlp_probes(
         if t not in first_of:
             cand_tokens.append(t)
             first_of[t] = -1
-    cand = torch.tensor(cand_tokens, device=model.device)
-
     W_U = unembed_columns(model, slice(None))[0].float()  # read as float32 (also from a bf16 model); offload-safe
+    cand = torch.tensor(cand_tokens, device=W_U.device)  # every probe is computed where the unembedding is
     d_model = W_U.shape[0]
     structure = block_structure(model)  # the final norm and soft cap come from the family table
     zero_img = final_norm(model, structure, torch.zeros(1, 1, d_model, device=W_U.device, dtype=W_U.dtype))[0, 0]
@@ -212,7 +211,7 @@ def mlp_probes(
     def phi(v: Tensor) -> Tensor:
         return final_norm(model, structure, v) - zero_img
 
-    out = {k: torch.zeros(n, n_layers) for k in PROBES}
+    out = {k: torch.zeros(n, n_layers, device="cpu") for k in PROBES}
     case: dict[str, Any] = {}
     reads = structure.mlp_reads  # hook_resid_mid, or hook_resid_pre in parallel blocks
     kinds = [reads, "hook_mlp_out", "hook_resid_post"] + (["mlp.hook_in"] if space == "raw" else [])
@@ -225,7 +224,7 @@ def mlp_probes(
         # keyed by the name we asked for: the bridge reports aliases under their canonical names
         def grab(name: str, store: dict[str, Tensor] = store):  # bound now: the loop rebinds `store`
             def hook_fn(x: Tensor, hook: Any) -> None:
-                store[name] = x[:, -1].detach().float()
+                store[name] = x[:, -1].detach().float().to(W_U.device)
 
             return hook_fn
 
@@ -239,7 +238,7 @@ def mlp_probes(
         }  # [B, L, d]
         mid, upd, post = stack[reads], stack["hook_mlp_out"], stack["hook_resid_post"]
         x_in, x_upd = (phi(mid), phi(upd)) if space == "lens" else (stack["mlp.hook_in"], upd)
-        ia, ib, ic = (torch.tensor([t[i] for i in idx], device=model.device) for t in (tok_a, tok_b, ans_tok))
+        ia, ib, ic = (torch.tensor([t[i] for i in idx], device=W_U.device) for t in (tok_a, tok_b, ans_tok))
         out["input_sim_a"][idx] = _cos(x_in, W_U[:, ia].T).cpu()
         out["input_sim_b"][idx] = _cos(x_in, W_U[:, ib].T).cpu()
         out["input_sim_answer"][idx] = _cos(x_in, W_U[:, ic].T).cpu()

@@ -125,14 +125,14 @@ def head_patterns(
         _, cache = model.bridge.run_with_cache(
             toks, names_filter=lambda name: name in {hooks.pattern(l) for l in layers}
         )
-        pat = torch.stack([cache[hooks.pattern(l)][0, h] for l, h in heads_t]).float().cpu()
+        pat = torch.stack([cache[hooks.pattern(l)][0, h].to(model.device) for l, h in heads_t]).float()
         masks = role_masks(
             cols["n_tokens"][r], cols["prefix_len"][r], cols["pos_a"][r], cols["pos_b"][r], cols["pos_op"][r]
         )
         role_of = [ROLES[int(masks[:, p].nonzero()[0])] for p in range(masks.shape[1])]
         strings = token_strings(model.tokenizer, cols["tokens"][r])
         start = cols["prefix_len"][r] if drop_prefix else 0
-        out_patterns.append(pat[:, start:, start:].contiguous())
+        out_patterns.append(pat[:, start:, start:].cpu().contiguous())  # the result
         out_tokens.append(strings[start:])
         out_roles.append(role_of[start:])
     return HeadPatterns(

@@ -123,13 +123,14 @@ def attribute_edges(
     B = cache.tokens.shape[0]
     changed, new = patched_inputs(model, cache, receiver, senders, positions, delta)
     if not changed:
-        return EdgeBatch(effects=torch.zeros(B, len(senders)), clean_logit=cache.clean.logit)
+        return EdgeBatch(effects=torch.zeros(B, len(senders), device="cpu"), clean_logit=cache.clean.logit)
     full = receiver_gradient(model, cache, receiver, metric) if gradient is None else receiver_slice(receiver, gradient)
     grad = full[:, changed]  # [B, |C|, ...]
     old = receiver_slice(receiver, cache.ref[receiver.hook()])[:, changed]
     change = ((new - old[None]).float() * grad[None].float()).flatten(2).sum(-1)  # [sender, B]
-    rows = torch.arange(B).repeat(len(senders))  # sender-major rows
-    eff = metric.of_change(change.reshape(-1), cache.clean.take(rows)).reshape(len(senders), B)
+    dev = cache.clean.logit.device  # where the clean answer was read out
+    rows = torch.arange(B, device=dev).repeat(len(senders))  # sender-major rows
+    eff = metric.of_change(change.reshape(-1).to(dev), cache.clean.take(rows)).reshape(len(senders), B)
     return EdgeBatch(effects=eff.T.float().cpu().contiguous(), clean_logit=cache.clean.logit)
 
 

@@ -72,7 +72,7 @@ def _deltas(
         heads = [j for j in idx if senders[j].kind == "head"]
         out = torch.empty(len(idx), B * n_p, W_O.shape[-1], dtype=W_O.dtype, device=layer_device(model, layer))
         if heads:
-            hs = torch.tensor([senders[j].head for j in heads])
+            hs = torch.tensor([senders[j].head for j in heads], device="cpu")
             dz = (at(hooks.z(layer), cf) - at(hooks.z(layer), ref))[:, hs].transpose(0, 1)  # [h, R, d_head]
             change = torch.einsum("hrd,hdm->hrm", dz, W_O[layer, hs])
             pre_name = attn_pre_norm_name(structure, layer)
@@ -102,7 +102,7 @@ def _deltas(
                 live += new
                 delta = torch.cat([delta, start(new, layer).to(delta.device, delta.dtype)])
         if snapshots is not None:
-            snap = torch.zeros(len(senders), B * n_p, W_O.shape[-1], dtype=torch.bfloat16)
+            snap = torch.zeros(len(senders), B * n_p, W_O.shape[-1], dtype=torch.bfloat16, device="cpu")
             snap[live] = delta.to("cpu", snap.dtype)
             snapshots[m] = snap.reshape(len(senders), B, n_p, -1)
         if m == until or not live:
@@ -126,7 +126,9 @@ def delta_snapshots(
     chain runs once per batch and position instead of once per receiver. Exact edges recompute their own.
     """
     out: dict[int, Tensor] = {}
-    _deltas(model, cache, senders, torch.tensor([position]), model.spec.n_layers, head_out_weights(model), out)
+    _deltas(
+        model, cache, senders, torch.tensor([position], device="cpu"), model.spec.n_layers, head_out_weights(model), out
+    )
     return out
 
 
@@ -153,10 +155,10 @@ def logits_effects(
     readout = cache.readout_positions
     pos = check_positions(positions, seq, "sender")
     changed = sorted(p for p in pos if p in readout and p >= first_diff(cache))
-    out = torch.zeros(B, len(senders))
+    out = torch.zeros(B, len(senders), device="cpu")
     if not changed or not senders:
         return out
-    C = torch.tensor(changed)
+    C = torch.tensor(changed, device="cpu")
     cols = [readout.index(p) for p in changed]
     W_O = head_out_weights(model)
     L = model.spec.n_layers
@@ -173,7 +175,10 @@ def logits_effects(
         logit = cache.clean_logit.repeat(len(group), 1).clone()
         logp = cache.clean_logp.repeat(len(group), 1).clone()
         logit[:, cols], logp[:, cols] = logit_c.to(logit.dtype), logp_c
-        eff = metric(readout_of(logit, logp, metric), cache.clean.take(torch.arange(B).repeat(len(group))))
+        eff = metric(
+            readout_of(logit, logp, metric),
+            cache.clean.take(torch.arange(B, device=cache.clean.logit.device).repeat(len(group))),
+        )
         out[:, lo : lo + len(group)] = eff.float().cpu().reshape(len(group), B).T
     return out
 
@@ -220,9 +225,9 @@ def patched_inputs(
         )
     if not changed or not senders:
         return [], None
-    C = torch.tensor(changed)
+    C = torch.tensor(changed, device="cpu")
     if delta is None:
         W_O = head_out_weights(model)  # the bridge stacks it from every layer on each access: read it once
         delta = _deltas(model, cache, senders, C, lr, W_O)  # [sender, B, |C|, d_model]
-    delta = delta.to(ref[reads].dtype)
+    delta = delta.to(ref[reads].device, ref[reads].dtype)  # the screen's snapshots are kept on the CPU
     return changed, receiver_slice(receiver, receiver_input(model, structure, receiver, ref[reads][:, C][None] + delta))

@@ -90,7 +90,7 @@ class _Batches:
 
     def readable(self, label: str, at: str) -> torch.Tensor:
         """Per pair: whether a key/value at ``label`` is read by a node at ``at`` (both present, not later)."""
-        out = torch.zeros(self.n, dtype=torch.bool)
+        out = torch.zeros(self.n, dtype=torch.bool, device="cpu")
         for i, b in enumerate(self.batches):
             if label in b.where and at in b.where and b.where[label] <= b.where[at]:
                 out[self.offsets[i] : self.offsets[i + 1]] = True
@@ -128,7 +128,7 @@ def _measure(
     """
 
     def run(estimate: bool, chosen: list[Sender]) -> torch.Tensor:
-        out = torch.full((data.n, len(chosen)), float("nan"))
+        out = torch.full((data.n, len(chosen)), float("nan"), device="cpu")
         for i, (b, cache) in enumerate(zip(data.batches, data.caches)):
             if label not in b.where or (at is not None and at not in b.where):
                 continue
@@ -261,7 +261,7 @@ def discover_circuit(
     scorer = Scorer(model, dataset, positions, ["resample"], mlps=mlps, batch_size=batch_size)
     gap = float((scorer.clean - scorer.cf).mean())
 
-    rows = torch.tensor([i for b in data.batches for i in b.idx])
+    rows = torch.tensor([i for b in data.batches for i in b.idx], device="cpu")
 
     def interval(per_pair: torch.Tensor) -> tuple[float, float, float]:
         in_order = torch.empty_like(per_pair)
@@ -315,7 +315,11 @@ def discover_circuit(
                     if key not in memo:  # a KV group is one receiver for all the query heads that share it
                         at = None if every else node.position
                         memo[key] = _measure(data, receiver, at, label, chosen, m, edge_fn, screen)
-                    mask = data.readable(label, node.position) if every else torch.ones(data.n, dtype=torch.bool)
+                    mask = (
+                        data.readable(label, node.position)
+                        if every
+                        else torch.ones(data.n, dtype=torch.bool, device="cpu")
+                    )
                     for s, per in memo[key]:
                         per = torch.where(mask, per, torch.full_like(per, float("nan")))
                         found.append((float(per.nanmean()), s, label, per))

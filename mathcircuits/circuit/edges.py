@@ -86,7 +86,7 @@ def receiver_effects(
     n_ans = answers.shape[1]
     past = cache.kv(model, start) if start > 0 else None
     suffix = tokens[:, start:]
-    out = torch.empty(n_s, B)
+    out = torch.empty(n_s, B, device="cpu")
     per = max(1, chunk // B)  # senders per forward
     for lo in range(0, n_s, per):
         vals = values[lo : lo + per]  # [s, B, S', ...]
@@ -94,7 +94,7 @@ def receiver_effects(
         rows = vals.transpose(0, 1).reshape(B * n, *vals.shape[2:])  # pair-major, as the cache repeats
 
         def hook(act: Tensor, hook: Any, rows: Tensor = rows) -> Tensor:
-            return rows.to(act.dtype) if receiver.kind == "mlp" else _put_all(act, rows, receiver.index)
+            return rows.to(act.device, act.dtype) if receiver.kind == "mlp" else _put_all(act, rows, receiver.index)
 
         kv = None
         if past is not None:
@@ -104,14 +104,14 @@ def receiver_effects(
             suffix.repeat_interleave(n, 0), fwd_hooks=[(receiver.hook(), hook)], past_key_values=kv
         )[:, -n_ans:]
         patched = answer_readout(logits, answers.repeat_interleave(n, 0), metric)
-        eff = metric(patched, clean.take(torch.arange(B).repeat_interleave(n)))
+        eff = metric(patched, clean.take(torch.arange(B, device=clean.logit.device).repeat_interleave(n)))
         out[lo : lo + n] = eff.float().cpu().reshape(B, n).T
     return out
 
 
 def _put_all(act: Tensor, rows: Tensor, index: int) -> Tensor:
     act = act.clone()
-    act[:, :, index] = rows.to(act.dtype)
+    act[:, :, index] = rows.to(act.device, act.dtype)
     return act
 
 
@@ -149,7 +149,7 @@ def exact_edges(
         return EdgeBatch(logits_effects(model, cache, senders, positions, metric, chunk_rows), cache.clean.logit)
     changed, new = patched_inputs(model, cache, receiver, senders, positions)
     if not changed:  # nothing the receiver reads differs at the patched positions: no effect, exactly
-        return EdgeBatch(effects=torch.zeros(B, len(senders)), clean_logit=cache.clean.logit)
+        return EdgeBatch(effects=torch.zeros(B, len(senders), device="cpu"), clean_logit=cache.clean.logit)
     start = min(changed[0], cache.readout_positions[0])  # the suffix run must reach every answer position
     base = receiver_slice(receiver, cache.ref[receiver.hook()])[:, start:]  # [B, S', ...]
     values = base[None].repeat(len(senders), *([1] * base.dim())).clone()
@@ -194,7 +194,7 @@ def check_edges(model: HookedModel) -> tuple[float, float]:
         where = [seq - 4, seq - 2, seq - 1]  # the differing token, the last prompt token, the answer position
         a = exact_edges(model, cache, r, senders, where, metric)
         b = reference_edges(model, cache, r, senders, where, metric)
-        base = cache.clean.value(metric.target)[:, None]
+        base = cache.clean.value(metric.target)[:, None].float().cpu()  # effects are results: on the CPU
         fast.append(a.effects + base)
         plain.append(b.effects + base)
     return compare(torch.cat(fast), torch.cat(plain), model_dtype(model), model_depth(model))

@@ -121,7 +121,7 @@ class Scorer:
     def score(self, ablation: AblationKind, wirings: Sequence[Wiring]) -> torch.Tensor:
         """``[wiring, pair]`` log-probabilities, pairs in :attr:`rows` order."""
         if not wirings:
-            return torch.empty(0, len(self.rows))
+            return torch.empty(0, len(self.rows), device="cpu")
         parts = [
             circuit_logprob(self.model, b, v, wirings, self.mlps, store=self.store)
             for b, v in zip(self.batches, self.values[ablation])
@@ -146,7 +146,7 @@ def ratio_intervals(
     value = num.double().mean(1) / den.double().mean()
     boots = torch.stack([num[:, i].double().mean(1) / den[i].double().mean() for i in resamples])  # [boot, Q]
     alpha = 1 - confidence
-    qs = torch.quantile(boots, torch.tensor([alpha / 2, 1 - alpha / 2], dtype=boots.dtype), dim=0)
+    qs = torch.quantile(boots, torch.tensor([alpha / 2, 1 - alpha / 2], dtype=boots.dtype, device="cpu"), dim=0)
     n = num.shape[1]
     return [
         Interval(float(value[q]), float(qs[0, q]), float(qs[1, q]), n, confidence, "ratio_bootstrap")

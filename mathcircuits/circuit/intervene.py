@@ -103,8 +103,10 @@ class _Run:
         self.where = batch.where
         self.readout = batch.readout
         # node masks over the query positions, per row: True = computes, False = ablated
-        self.head_keep = torch.ones(self.W * self.B, self.S, spec.n_layers, spec.n_heads, dtype=torch.bool)
-        self.mlp_keep = torch.ones(self.W * self.B, self.S, spec.n_layers, dtype=torch.bool)
+        self.head_keep = torch.ones(
+            self.W * self.B, self.S, spec.n_layers, spec.n_heads, dtype=torch.bool, device="cpu"
+        )
+        self.mlp_keep = torch.ones(self.W * self.B, self.S, spec.n_layers, dtype=torch.bool, device="cpu")
         q0 = values.start - start  # the first ablated position, in run coordinates
         self.nodes: list[list[tuple[NodeKey, int]]] = []  # per wiring: (node, position) present in this batch
         self.ablate_mlps: list[bool] = []
@@ -351,7 +353,7 @@ def circuit_logprob(
     start = values.start if fast else 0
     B = batch.tokens.shape[0]
     per = max(1, chunk_rows // B)
-    out = torch.empty(len(wirings), B)
+    out = torch.empty(len(wirings), B, device="cpu")
     n_ans = batch.answers.shape[1]
     for lo in range(0, len(wirings), per):
         chunk = [(w if mlps == "ablate" else without_mlps(w)) for w in wirings[lo : lo + per]]

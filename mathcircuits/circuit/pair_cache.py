@@ -126,10 +126,11 @@ def receiver_slice(receiver: Receiver, act: Tensor) -> Tensor:
 def put_receiver(receiver: Receiver, act: Tensor, value: Tensor, pos: Sequence[int]) -> Tensor:
     """A copy of the receiver's hook activation with its slice replaced by ``value`` at positions ``pos``."""
     act = act.clone()
+    value = value.to(act.device, act.dtype)  # where the receiver's block computes
     if receiver.kind == "mlp":
-        act[:, pos] = value.to(act.dtype)
+        act[:, pos] = value
     else:
-        act[:, pos, receiver.index] = value.to(act.dtype)
+        act[:, pos, receiver.index] = value
     return act
 
 

@@ -71,7 +71,7 @@ def plant_copy(
     readers = [tuple(r) for r in readers]
 
     def rand(*shape: int, scale: float = 0.3) -> torch.Tensor:
-        return torch.randn(*shape, generator=gen) * scale
+        return torch.randn(*shape, generator=gen, device="cpu") * scale
 
     planted = set() if diffuse else {MOVER, *readers}
     with torch.no_grad():

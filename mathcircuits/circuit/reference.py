@@ -60,7 +60,7 @@ def reference_edges(
     pos = check_positions(positions, seq, "sender")
     z_names = [hooks.z(layer) for layer in range(L)]
     m_names = [hooks.mlp_out(layer) for layer in range(L)]
-    out = torch.empty(tokens.shape[0], len(senders))
+    out = torch.empty(tokens.shape[0], len(senders), device="cpu")
     for j, s in enumerate(senders):
         record: dict[str, Tensor] = {}
 

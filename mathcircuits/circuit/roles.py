@@ -43,7 +43,7 @@ def label_roles(model: HookedModel, dataset: PairSet, circuit: Circuit, batch_si
     positions = circuit.settings.positions
     layers = sorted({n.layer for n in circuit.nodes if n.kind == "head"})
     heads = [n for n in circuit.nodes if n.kind == "head"]
-    sums = {n.name: torch.zeros(len(_NAMES)) for n in heads}
+    sums = {n.name: torch.zeros(len(_NAMES), device="cpu") for n in heads}
     counts = {n.name: 0 for n in heads}
     for b in circuit_batches(model, dataset, positions, batch_size):
         _, pats = capture(model.bridge, b.tokens, [hooks.pattern(layer) for layer in layers], position=None)

@@ -90,8 +90,8 @@ def record_values(model: HookedModel, tokens: Tensor, start: int, store: dict[tu
     """``hook_z`` and ``hook_mlp_out`` of every layer at positions ``start…`` of ``tokens`` (whose prefix is shared)."""
     spec = model.spec
     B, S = tokens.shape[0], tokens.shape[1] - start
-    z = torch.empty(B, S, spec.n_layers, spec.n_heads, spec.d_head)
-    mlp = torch.empty(B, S, spec.n_layers, spec.d_model)
+    z = torch.empty(B, S, spec.n_layers, spec.n_heads, spec.d_head, device="cpu")
+    mlp = torch.empty(B, S, spec.n_layers, spec.d_model, device="cpu")
 
     def grab_z(act: Tensor, hook: Any, layer: int = 0) -> None:
         z[:, :, layer] = act[:, -S:].float().cpu()

@@ -77,11 +77,11 @@ def left_pad(
         ``(input_ids, attention_mask)``, both ``[batch, max length]``; the mask is 1 on real tokens.
     """
     width = max(len(s) for s in seqs)
-    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(seqs), width), dtype=torch.long)
+    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long, device="cpu")
+    mask = torch.zeros((len(seqs), width), dtype=torch.long, device="cpu")
     for i, s in enumerate(seqs):
         if len(s):
-            ids[i, width - len(s) :] = torch.tensor(list(s), dtype=torch.long)
+            ids[i, width - len(s) :] = torch.tensor(list(s), dtype=torch.long, device="cpu")
             mask[i, width - len(s) :] = 1
     return ids.to(device), mask.to(device)
 

@@ -143,7 +143,7 @@ def _greedy(
     n = len(encoded)
     order = sorted(range(n), key=lambda i: -len(encoded[i]))  # longest first: fail fast on memory
     outputs: list[str] = [""] * n
-    first: list[Tensor] = [torch.empty(0)] * n
+    first: list[Tensor] = [torch.empty(0, device="cpu")] * n
     device = model_device(model)
     pad = gen_cfg.pad_token_id
     batches = [order[s : s + batch_size] for s in range(0, n, batch_size)]

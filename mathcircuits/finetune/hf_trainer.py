@@ -50,9 +50,9 @@ def pad_collate(pad_token_id: int, target_logits_only: bool = False):
 
     def collate(features: Sequence[dict[str, Any]]) -> dict[str, torch.Tensor]:
         n = max(len(f["input_ids"]) for f in features)
-        ids = torch.full((len(features), n), pad_token_id, dtype=torch.long)
-        labels = torch.full((len(features), n), -100, dtype=torch.long)
-        mask = torch.zeros((len(features), n), dtype=torch.long)
+        ids = torch.full((len(features), n), pad_token_id, dtype=torch.long, device="cpu")
+        labels = torch.full((len(features), n), -100, dtype=torch.long, device="cpu")
+        mask = torch.zeros((len(features), n), dtype=torch.long, device="cpu")
         for i, f in enumerate(features):
             k = len(f["input_ids"])
             ids[i, :k] = torch.as_tensor(f["input_ids"])

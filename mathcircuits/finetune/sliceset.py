@@ -67,12 +67,12 @@ class ParamSlice:
     def indices(self) -> Int[Tensor, " n_indices"]:
         """The tuned indices along ``axis`` as a LongTensor (empty for a whole parameter)."""
         if not self.ranges:
-            return torch.zeros(0, dtype=torch.long)
-        return torch.cat([torch.arange(a, b, dtype=torch.long) for a, b in self.ranges])
+            return torch.zeros(0, dtype=torch.long, device="cpu")
+        return torch.cat([torch.arange(a, b, dtype=torch.long, device="cpu") for a, b in self.ranges])
 
     def mask(self) -> Bool[Tensor, "..."]:
         """Boolean mask of the parameter's shape, True on tuned entries."""
-        m = torch.zeros(self.shape, dtype=torch.bool)
+        m = torch.zeros(self.shape, dtype=torch.bool, device="cpu")
         if self.axis is None:
             m[...] = True
         else:

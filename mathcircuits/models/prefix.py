@@ -57,6 +57,7 @@ from transformer_lens.model_bridge import TransformerBridge
 
 from mathcircuits.models.hooks import resid_pre
 from mathcircuits.models.integrity import compare, fast_paths_enabled, model_depth, probe_tokens, verify_once
+from mathcircuits.models.placement import execution_device
 
 __all__ = [
     "MIN_PREFIX",
@@ -303,6 +304,7 @@ def run_from_layer(
         extra["past_key_values"] = past_key_values
     else:  # a cache the model made itself would follow the shortened block list (see blocks_from): none is needed
         extra.setdefault("use_cache", False)
+    resid = resid.to(execution_device(bridge.blocks[layer]))  # a no-op for a residual captured at that block
     with blocks_from(bridge, layer):
         return bridge.run_with_hooks(resid, fwd_hooks=list(fwd_hooks), start_at_layer=layer, **extra)
 
@@ -317,7 +319,7 @@ def _vocab(bridge: Any) -> int:
 
 
 def _device(bridge: Any) -> torch.device:
-    return next(iter(_module(bridge).parameters())).device
+    return execution_device(_module(bridge))  # the embedding's (not ``meta`` for offloaded weights)
 
 
 def check_prefix_cache(bridge: Any) -> tuple[float, float]:

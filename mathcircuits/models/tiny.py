@@ -135,7 +135,7 @@ def _widen_init(model: torch.nn.Module, seed: int) -> None:
     with torch.no_grad():
         for p in model.parameters():
             if p.ndim >= 2:
-                p.copy_(torch.randn(p.shape, generator=gen) * (1.0 / p.shape[-1] ** 0.5) * 1.5)
+                p.copy_(torch.randn(p.shape, generator=gen, device="cpu") * (1.0 / p.shape[-1] ** 0.5) * 1.5)
 
 
 # family -> (HF model_type, config keys beyond the common ones). The shape is the test matrix's:

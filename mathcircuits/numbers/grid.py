@@ -41,7 +41,7 @@ from mathcircuits.data.filter import length_groups
 from mathcircuits.data.templates import TemplateSet
 from mathcircuits.models import HookedModel, hooks
 from mathcircuits.models.families import block_structure
-from mathcircuits.models.placement import head_out_weight, unembed_columns
+from mathcircuits.models.placement import head_out_weight, output_device, unembed_columns
 from mathcircuits.models.suffix import SuffixRunner
 
 __all__ = ["GridCapture", "answer_first_token", "capture_grid", "grid_batches", "mlp_post", "operand_grid"]
@@ -145,26 +145,28 @@ class GridCapture:
         """Each component's exact direct effect on the logits of ``tokens``: ``(LN(x) − LN(x − c)) · W_U``."""
         structure = block_structure(model)
         norm = getattr(model.bridge, structure.final_norm)
-        w_u = unembed_columns(model, torch.tensor(list(tokens)))[0].float().cpu()
+        dev = output_device(model)  # where the final norm and the unembedding compute
+        w_u = unembed_columns(model, torch.tensor(list(tokens), device=dev))[0].float()
         with torch.no_grad():
-            full = norm(self.final.to(model.device)).float().cpu()
-            out = torch.zeros(len(self.a), len(self.components), len(tokens))
+            full = norm(self.final.to(dev)).float()
+            out = torch.zeros(len(self.a), len(self.components), len(tokens), device="cpu")  # the result
             for c in range(len(self.components)):
-                without = norm((self.final - self.outputs[:, c]).to(model.device)).float().cpu()
-                out[:, c] = (full - without) @ w_u
+                without = norm((self.final - self.outputs[:, c]).to(dev)).float()
+                out[:, c] = ((full - without) @ w_u).cpu()
         return out
 
     def answer_effect(self, model: HookedModel) -> Float[Tensor, "prompt component"]:
         """Each component's exact direct effect on each prompt's own answer logit (its first token)."""
         structure = block_structure(model)
         norm = getattr(model.bridge, structure.final_norm)
-        w_u = unembed_columns(model, self.answer)[0].T.float().cpu()  # [prompt, d_model]
+        dev = output_device(model)  # where the final norm and the unembedding compute
+        w_u = unembed_columns(model, self.answer)[0].T.float()  # [prompt, d_model]
         with torch.no_grad():
-            full = norm(self.final.to(model.device)).float().cpu()
-            out = torch.zeros(len(self.a), len(self.components))
+            full = norm(self.final.to(dev)).float()
+            out = torch.zeros(len(self.a), len(self.components), device="cpu")  # the result
             for c in range(len(self.components)):
-                without = norm((self.final - self.outputs[:, c]).to(model.device)).float().cpu()
-                out[:, c] = ((full - without) * w_u).sum(-1)
+                without = norm((self.final - self.outputs[:, c]).to(dev)).float()
+                out[:, c] = ((full - without) * w_u).sum(-1).cpu()
         return out
 
 
@@ -206,18 +208,18 @@ def capture_grid(
         raise ValueError(f"MLP layers {bad} are outside 0…{spec.n_layers - 1}. Fix: name layers of this model.")
     n = len(grid)
     d_mlp = spec.d_mlp
-    acts = torch.zeros(n, len(layers), d_mlp)
-    grads = torch.zeros(n, len(layers), d_mlp)
-    outputs = torch.zeros(n, len(heads) + len(mlps), spec.d_model)
-    final = torch.zeros(n, spec.d_model)
-    correct = torch.zeros(n, dtype=torch.bool)
+    acts = torch.zeros(n, len(layers), d_mlp, device="cpu")
+    grads = torch.zeros(n, len(layers), d_mlp, device="cpu")
+    outputs = torch.zeros(n, len(heads) + len(mlps), spec.d_model, device="cpu")
+    final = torch.zeros(n, spec.d_model, device="cpu")
+    correct = torch.zeros(n, dtype=torch.bool, device="cpu")
     names = _component_hooks(model, heads, mlps) + [mlp_post(l) for l in layers]
     w_o = {l: head_out_weight(model, l) for l, _ in heads}  # [head, d_head, d_model], offloaded weights loaded
-    answers = torch.tensor(grid["answer_token"])
+    answers = torch.tensor(grid["answer_token"], device="cpu")
     for rows in grid_batches(grid, list(range(n)), batch_size):
         toks = torch.tensor([grid[i]["tokens"] for i in rows], device=model.device)
         run = SuffixRunner(model, toks, toks.shape[1] - 1, capture=names)
-        ans = answers[rows].to(model.device)
+        ans = answers[rows].to(run.logits.device)  # where the answer is read out
         correct[rows] = (run.logits.argmax(-1) == ans).cpu()
         final[rows] = run.clean[names[0]][:, -1].float().cpu()
         for c, (l, h) in enumerate(heads):
@@ -230,9 +232,9 @@ def capture_grid(
         if attribution and layers:
             grads[rows] = _gradients(run, layers, ans).cpu()
     return GridCapture(
-        a=torch.tensor(grid["a"]),
-        b=torch.tensor(grid["b"]),
-        result=torch.tensor([int(x) for x in grid["answer"]]),
+        a=torch.tensor(grid["a"], device="cpu"),
+        b=torch.tensor(grid["b"], device="cpu"),
+        result=torch.tensor([int(x) for x in grid["answer"]], device="cpu"),
         answer=answers,
         correct=correct,
         layers=layers,

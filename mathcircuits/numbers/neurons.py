@@ -135,7 +135,7 @@ class NeuronResult(SavedResult, ShowResult):
         cols = ["range a", "range b", "range result", *[k for k in HEURISTIC_KINDS if k != "range"], "unclassified"]
         recs = []
         for j, layer in enumerate(self.layers):
-            idx = self.top(j) if top_only else torch.arange(self.d_mlp)
+            idx = self.top(j) if top_only else torch.arange(self.d_mlp, device="cpu")
             row = {"layer": layer, "k": len(idx), **{c: 0 for c in cols}}
             for p in self.pattern[j, idx].tolist():
                 if p < 0:
@@ -169,9 +169,9 @@ class NeuronResult(SavedResult, ShowResult):
 
 
 def _maps(values: Tensor, cap: GridCapture, a_vals: list[int], b_vals: list[int]) -> Tensor:
-    out = torch.full((values.shape[0], len(a_vals), len(b_vals)), float("nan"))
-    ai = torch.tensor([a_vals.index(int(x)) for x in cap.a])
-    bi = torch.tensor([b_vals.index(int(x)) for x in cap.b])
+    out = torch.full((values.shape[0], len(a_vals), len(b_vals)), float("nan"), device="cpu")
+    ai = torch.tensor([a_vals.index(int(x)) for x in cap.a], device="cpu")
+    bi = torch.tensor([b_vals.index(int(x)) for x in cap.b], device="cpu")
     out[:, ai, bi] = values.float()
     return out
 
@@ -234,16 +234,16 @@ def heuristic_neurons(
     attribution = (cap.grads * (means - cap.acts)).abs()[correct].mean(0)
     lib = heuristic_library(cap.a, cap.b, cap.result)
     masks = torch.stack([h.mask(cap.a, cap.b, cap.result) for h in lib])
-    best = torch.full((len(layers), d_mlp), -1, dtype=torch.long)
-    corr = torch.zeros(len(layers), d_mlp)
-    null = torch.zeros(len(layers))
+    best = torch.full((len(layers), d_mlp), -1, dtype=torch.long, device="cpu")
+    corr = torch.zeros(len(layers), d_mlp, device="cpu")
+    null = torch.zeros(len(layers), device="cpu")
     for j in range(len(layers)):
         b, r = match_patterns(cap.acts[:, j].T, masks)
         best[j], corr[j] = torch.where(r.abs() >= min_corr, b, -1), r
         null[j] = null_classified(cap.acts[:, j].T, masks, min_corr, seed=seed + j)
     used = sorted({int(p) for p in best.flatten() if p >= 0})
-    remap = torch.full((len(lib) + 1,), -1, dtype=torch.long)
-    remap[torch.tensor(used, dtype=torch.long)] = torch.arange(len(used))
+    remap = torch.full((len(lib) + 1,), -1, dtype=torch.long, device="cpu")
+    remap[torch.tensor(used, dtype=torch.long, device="cpu")] = torch.arange(len(used), device="cpu")
     pattern = torch.where(best >= 0, remap[best.clamp_min(0)], -1)
     gen = torch.Generator().manual_seed(seed)
     evals = correct[torch.randperm(len(correct), generator=gen)[:eval_prompts]].sort().values.tolist()
@@ -251,16 +251,16 @@ def heuristic_neurons(
     order = attribution.argsort(1, descending=True)
     mean_of = {l: means[j] for j, l in enumerate(layers)}
     # 3. per layer and k: accuracy with only the top-k kept
-    hits = torch.zeros(len(layers), len(ks))
+    hits = torch.zeros(len(layers), len(ks), device="cpu")
     batches = grid_batches(grid, evals, batch_size)
     runners = []
     for bi, rows in enumerate(batches):
         toks = torch.tensor([grid[i]["tokens"] for i in rows], device=model.device)
         run = SuffixRunner(model, toks, toks.shape[1] - 1, check=bi == 0)
-        ans = cap.answer[rows].to(model.device)
+        ans = cap.answer[rows].to(run.logits.device)  # where the answers are read out
         for j, l in enumerate(layers):
             for ki, k in enumerate(ks):
-                drop = torch.ones(d_mlp, dtype=torch.bool)
+                drop = torch.ones(d_mlp, dtype=torch.bool, device="cpu")
                 drop[order[j, :k]] = False
                 logits = run.run(ablate({l: drop}, mean_of), from_layer=l)
                 hits[j, ki] += float((logits.argmax(-1) == ans).sum())
@@ -279,7 +279,7 @@ def heuristic_neurons(
                 ok[0] if ok else d_mlp,
             )
         )
-    keep = {l: torch.zeros(d_mlp, dtype=torch.bool) for l in layers}
+    keep = {l: torch.zeros(d_mlp, dtype=torch.bool, device="cpu") for l in layers}
     for j, l in enumerate(layers):
         keep[l][order[j, : topk[j].chosen]] = True
     # 4. every layer at its sufficient k at once, and the associated vs random knockout
@@ -298,7 +298,7 @@ def heuristic_neurons(
         sub = with_any.nonzero()[:, 0]
         got = run.run(ablate({l: a_mask[:, j] for j, l in enumerate(layers)}, mean_of), from_layer=first)
         per_prompt["assoc"].append(((got.argmax(-1) == ans).float().cpu()[sub], a_mask[sub].sum((1, 2)).float()))
-        draws = torch.zeros(len(rows), n_random)
+        draws = torch.zeros(len(rows), n_random, device="cpu")
         for r in range(n_random):
             rand = random_like(a_mask, gen)
             got = run.run(ablate({l: rand[:, j] for j, l in enumerate(layers)}, mean_of), from_layer=first)
@@ -310,9 +310,12 @@ def heuristic_neurons(
     classified = [(float(attribution[j, i]), j, i) for j in range(len(layers)) for i in range(d_mlp) if best[j, i] >= 0]
     examples = [(j, i) for _, j, i in sorted(classified, reverse=True)[:n_examples]]
     ex_maps = _maps(
-        torch.stack([cap.acts[:, j, i] for j, i in examples]) if examples else torch.zeros(0, n), cap, a_vals, b_vals
+        torch.stack([cap.acts[:, j, i] for j, i in examples]) if examples else torch.zeros(0, n, device="cpu"),
+        cap,
+        a_vals,
+        b_vals,
     )
-    heads_effect = cap.answer_effect(model)[:, : len(heads)] if heads else torch.zeros(n, 0)
+    heads_effect = cap.answer_effect(model)[:, : len(heads)] if heads else torch.zeros(n, 0, device="cpu")
     return NeuronResult(
         operation=str(grid[0]["operation"]),
         template=str(grid[0]["template_id"]),

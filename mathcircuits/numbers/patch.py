@@ -292,12 +292,13 @@ def subspace_shifts(
     """
     depths = list(subspaces)
     width = max(len(v) for v in subspaces.values())
-    shifts = torch.full((len(pairs), len(depths), width), float("nan"))
+    shifts = torch.full((len(pairs), len(depths), width), float("nan"), device="cpu")
     for chunk in _groups(pairs, range(len(pairs)), batch_size):
         ref = SuffixRunner(model, _tokens(pairs, chunk, "tokens", model), pairs[chunk[0]]["pos_a"])
         src = SuffixRunner(model, _tokens(pairs, chunk, "tokens2", model), pairs[chunk[0]]["pos_a"], check=False)
-        ans = torch.tensor([pairs[i]["answer"] for i in chunk], device=model.device)
-        ans2 = torch.tensor([pairs[i]["answer2"] for i in chunk], device=model.device)
+        out = ref.logits.device  # where the answers are read out (the unembedding's device)
+        ans = torch.tensor([pairs[i]["answer"] for i in chunk], device=out)
+        ans2 = torch.tensor([pairs[i]["answer2"] for i in chunk], device=out)
         clean = _ld(ref.logits, ans, ans2)
         for di, d in enumerate(depths):
             x, delta = ref.resid_pre(d), src.resid_pre(d)[:, 0] - ref.resid_pre(d)[:, 0]
@@ -371,7 +372,7 @@ def _summarise(
         fraction=mean / mean[:, :1],
         fraction_low=quantile(frac_boot, a / 2),
         fraction_high=quantile(frac_boot, 1 - a / 2),
-        random_draws=s[..., 3:].mean(0) if n_random else torch.zeros(len(depths), 0),
+        random_draws=s[..., 3:].mean(0) if n_random else torch.zeros(len(depths), 0, device="cpu"),
         helix_minus_pca=mean[:, 1] - mean[:, 2],
         diff_low=quantile(diff, a / 2),
         diff_high=quantile(diff, 1 - a / 2),

@@ -193,7 +193,7 @@ def number_states(
         raise ValueError("no contexts given. Fix: pass at least one context, e.g. number_contexts(...) or ('',).")
     tok, spec = model.tokenizer, model.spec
     n_layers = spec.n_layers
-    out = torch.zeros(len(contexts), len(numbers), n_layers + 1, spec.d_model)
+    out = torch.zeros(len(contexts), len(numbers), n_layers + 1, spec.d_model, device="cpu")
     names = [hooks.resid_pre(0), *(hooks.resid_post(l) for l in range(n_layers))]
     counts = number_token_counts(tok, contexts[0], numbers)
     last = [tok(contexts[0] + str(n), add_special_tokens=False)["input_ids"][-1] for n in numbers]

@@ -99,29 +99,33 @@ def attribution_scan(
         grads = torch.autograd.grad(patched.value(metric.target).sum(), probes_attn + probes_mlp)
     g_attn, g_mlp = grads[:L], grads[L:]
     B = answer.shape[0]
-    head_eff = torch.full((B, L, H), float("nan"))
-    mlp_eff = torch.full((B, L), float("nan"))
-    clean = Readout(clean.logit.detach().cpu(), None if clean.prob is None else clean.prob.detach().cpu())
+    head_eff = torch.full((B, L, H), float("nan"), device="cpu")
+    mlp_eff = torch.full((B, L), float("nan"), device="cpu")
+    clean = Readout(clean.logit.detach(), None if clean.prob is None else clean.prob.detach())
+    dev = clean.logit.device  # where the answer is read out: every effect is computed there
     per_head = Readout(  # the clean readout of each (pair, head) row
         clean.logit.repeat_interleave(H), None if clean.prob is None else clean.prob.repeat_interleave(H)
     )
     with torch.no_grad():
-        for layer in range(L):  # first-order changes in float32, gathered on the CPU
+        for layer in range(L):  # first-order changes in float32; each layer's effects go to the result on the CPU
             if senders.heads:
                 dz = cf[hooks.z(layer)] - ref[hooks.z(layer)]
                 w_o = head_out_weight(model, layer)
-                change = torch.einsum("bhd,hdm,bm->bh", dz.float(), w_o.float(), g_attn[layer].float()).cpu()
-                head_eff[:, layer] = metric.of_change(change.reshape(-1), per_head).reshape(B, H).float()
+                change = torch.einsum("bhd,hdm,bm->bh", dz.float(), w_o.float(), g_attn[layer].float()).to(dev)
+                head_eff[:, layer] = metric.of_change(change.reshape(-1), per_head).reshape(B, H).float().cpu()
             if senders.mlps:
                 dm = (cf[hooks.mlp_out(layer)] - ref[hooks.mlp_out(layer)]).float()
-                change = (dm * g_mlp[layer].float()).sum(-1).cpu()
-                mlp_eff[:, layer] = metric.of_change(change, clean).float()
+                change = (dm * g_mlp[layer].float()).sum(-1).to(dev)
+                mlp_eff[:, layer] = metric.of_change(change, clean).float().cpu()
         # the counterfactual prompt's own answer, from the same readout as the clean one: the total effect
         cf_read = readout(model, structure, cf[hooks.resid_post(L - 1)], answer, metric.needs_probs)
-        cf_read = Readout(cf_read.logit.cpu(), None if cf_read.prob is None else cf_read.prob.cpu())
         total = metric(cf_read, clean).float()
     return BatchEffects(
-        heads=head_eff, mlps=mlp_eff, clean_logit=clean.logit, total=total, excluded=metric.excluded(clean)
+        heads=head_eff,
+        mlps=mlp_eff,
+        clean_logit=clean.logit.cpu(),
+        total=total.cpu(),
+        excluded=metric.excluded(clean).cpu(),
     )
 
 

@@ -121,10 +121,10 @@ def path_patch(
         batch_size, chunk_rows = plan.batch_size, plan.chunk_rows
     t0 = time.perf_counter()
     n = len(dataset)
-    all_heads = torch.full((n, spec.n_layers, spec.n_heads), float("nan"))
-    all_mlps = torch.full((n, spec.n_layers), float("nan"))
-    totals = torch.full((n,), float("nan"))
-    excluded = torch.zeros(n, dtype=torch.bool)
+    all_heads = torch.full((n, spec.n_layers, spec.n_heads), float("nan"), device="cpu")
+    all_mlps = torch.full((n, spec.n_layers), float("nan"), device="cpu")
+    totals = torch.full((n,), float("nan"), device="cpu")
+    excluded = torch.zeros(n, dtype=torch.bool, device="cpu")
     clean_sum = 0.0
     batches = pair_batches(dataset, batch_size, model.device, answers=metric.every_answer_token)
     for batch in tqdm(batches, disable=not progress, desc=f"path patching ({method})"):

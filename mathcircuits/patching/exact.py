@@ -153,8 +153,8 @@ def exact_scan(
     total = metric(counterfactual, clean)  # the counterfactual prompt's own effect
     eff = metric(patched, clean.take(torch.arange(B, device=clean.logit.device).repeat(len(row_sender))))
     eff = eff.float().cpu()
-    head_eff = torch.full((B, L, H), float("nan"))
-    mlp_eff = torch.full((B, L), float("nan"))
+    head_eff = torch.full((B, L, H), float("nan"), device="cpu")
+    mlp_eff = torch.full((B, L), float("nan"), device="cpu")
     for k, (kind, layer, head) in enumerate(row_sender):
         block = eff[k * B : (k + 1) * B]
         if kind == "head":

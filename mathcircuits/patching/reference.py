@@ -88,8 +88,8 @@ def reference_scan(
 
     clean = read(clean_logits)
     B = batch.tokens.shape[0]
-    head_eff = torch.full((B, L, H), float("nan"))
-    mlp_eff = torch.full((B, L), float("nan"))
+    head_eff = torch.full((B, L, H), float("nan"), device="cpu")
+    mlp_eff = torch.full((B, L), float("nan"), device="cpu")
     wanted = [("head", layer, h) for layer in range(L) for h in range(H) if senders.wants("head", layer, h)]
     wanted += [("mlp", layer, -1) for layer in range(L) if senders.wants("mlp", layer)]
     per_forward = max(1, ROWS_PER_FORWARD // B)
@@ -137,7 +137,10 @@ def reference_scan(
                 head_eff[:, layer, head] = eff
             else:
                 mlp_eff[:, layer] = eff
-    total = metric(read(cf_logits), clean).float().cpu()
     return BatchEffects(
-        heads=head_eff, mlps=mlp_eff, clean_logit=clean.logit.cpu(), total=total, excluded=metric.excluded(clean).cpu()
+        heads=head_eff,
+        mlps=mlp_eff,
+        clean_logit=clean.logit.cpu(),
+        total=metric(read(cf_logits), clean).float().cpu(),
+        excluded=metric.excluded(clean).cpu(),
     )

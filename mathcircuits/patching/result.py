@@ -269,7 +269,7 @@ class PatchingResult(SavedResult):
                 per_pair_mlps=mlps,
                 **common,
             )
-        weights = torch.tensor([float(p.n_pairs) for p in parts])
+        weights = torch.tensor([float(p.n_pairs) for p in parts], device="cpu")
         w = weights / weights.sum()
         return cls(
             head_effects=(torch.stack([p.head_effects.float() for p in parts]) * w[:, None, None]).sum(0),

@@ -40,6 +40,7 @@ from mathcircuits.claims import Verdict
 from mathcircuits.claims.improve import claim_c6_units, claim_c6b
 from mathcircuits.data import GenerationConfig, default_benchmark_root, generate_pairs, score_pairs, split_facts
 from mathcircuits.evaluation import BenchmarkItem, load_benchmark
+from mathcircuits.evaluation.batching import model_device
 from mathcircuits.evaluation.benchmarks import benchmark_spec
 from mathcircuits.evaluation.harness import evaluate_lm_eval
 from mathcircuits.finetune import ItemScores, Mode, Scorers, build_sft_dataset, compare_units, execute_unit
@@ -158,7 +159,7 @@ def _scorers(ctx: Context, pairs: dict[str, datasets.Dataset], items: dict[str, 
 
     def math_scores(model: PreTrainedModel, split: str) -> ItemScores:
         with torch.no_grad():
-            s = score_pairs(PrefixRunner(HFForward(model)), pairs[split], batch_size=32)
+            s = score_pairs(PrefixRunner(HFForward(model)), pairs[split], batch_size=32, device=model_device(model))
         return ItemScores(tuple(int(c) for c in s["correct"]), tuple(float(x) for x in s["logp_answer"]))
 
     def generic_scores(model: PreTrainedModel, n: int | None) -> dict[str, ItemScores]:
