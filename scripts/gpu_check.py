@@ -31,8 +31,9 @@ with ``positions`` the pairs' mean answer tokens (``answer_logprob`` patches eve
 its traceback) and the check goes on; the exit code is 1 if any row failed. The table is printed and written as
 JSON (``--out``; default ``$OUT/gpu-check.json`` when ``$OUT`` is set, else ``./gpu-check.json``) after every row.
 
-``--dry-run`` runs the same code on the CPU with tiny shapes (2 layers, d_model 64) in well under a minute; the
-test suite runs it (``tests/test_gpu_check.py``). On the device: ``bash scripts/gpu-check.sh`` (see
+``--dry-run`` runs the same code on the CPU with tiny shapes (2 layers, d_model 64) and no few-shot prefix, in about
+a minute; rows that repeat a function an earlier row ran (the float32 twins, the Llama-3 knockout and circuit) are
+skipped there. The test suite runs it (``tests/test_gpu_check.py``). On the device: ``bash scripts/gpu-check.sh`` (see
 ``docs/howto/big-models-on-gpu.md``, "Check a GPU in one command").
 """
 
@@ -74,6 +75,8 @@ SHAPES: dict[str, dict[str, dict[str, int]]] = {
     },
 }
 PEAK_FLOPS = {"bfloat16": 700e12, "float32": 60e12}  # dense peaks assumed for the floor (module docstring)
+VERSIONS = ("mathcircuits", "torch", "transformers", "transformer-lens", "peft", "accelerate", "datasets", "pyarrow",
+            "tokenizers", "plotly", "circuitsvis")  # fmt: skip
 RESERVE_S = 240  # seconds kept for the rows after the 7B shape's optional float32 twins (fine-tuning ... Llama-3)
 COLUMNS = ("stage", "shape", "dtype", "status", "seconds", "peak_gb", "peak_total_gb", "agree_fp32", "agree_ref",
            "per_pair_s", "floor_per_pair_s", "note", "error", "extra")  # fmt: skip
@@ -376,7 +379,7 @@ def main(argv: list[str] | None = None) -> int:
         "shapes": shapes,
         "budget_s": budget if math.isfinite(budget) else None,
         "peak_flops_assumed": PEAK_FLOPS,
-        "versions": {**installed_versions(), "python": platform.python_version()},
+        "versions": {**installed_versions(VERSIONS), "python": platform.python_version()},
     }
     check = Check(device, budget, out, meta, dry=dry)
     print(f"device check on {meta['device']}; tokenizer {meta['tokenizer']} ({len(tok)} tokens); JSON -> {out}")
@@ -480,7 +483,8 @@ def run_shape_rows(check: Check, tok: Any, name: str, shape: dict[str, int], dev
         return fn
 
     res["knock16"] = check.row("knockout + random ctl", name, "bfloat16", knockout("bfloat16"),
-                               needs=(*have, ("exact bf16", res["exact16"])), est_s=30 if big else 0)  # fmt: skip
+                               needs=(*have, ("exact bf16", res["exact16"])), est_s=30 if big else 0,
+                               optional=not full)  # fmt: skip
 
     def circuit(dtype: str) -> Callable[[Row], Any]:
         def fn(r: Row) -> Any:
@@ -500,7 +504,7 @@ def run_shape_rows(check: Check, tok: Any, name: str, shape: dict[str, int], dev
         return fn
 
     res["circ16"] = check.row("circuit + faithfulness", name, "bfloat16", circuit("bfloat16"), needs=have,
-                              est_s=90 if big else 0)  # fmt: skip
+                              est_s=90 if big else 0, optional=not full)  # fmt: skip
     if not full:
         return
 
