@@ -51,10 +51,11 @@ def main() -> None:
     ap.add_argument("--receiver", choices=["q", "k", "v"], default="k")
     ap.add_argument("--position", choices=list(ROLES), default="B", help="A precedes the operator: no effect")
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--device", default="cpu", help="where the model runs: cpu, cuda, cuda:1, ...")
     ap.add_argument("--top-k", type=int, default=10, help="top-k size of the screen's overlap with the exact edges")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
-    model = load_model(args.model)
+    model = load_model(args.model, device=args.device)
     ds = correct_pairs(model, "add", n=args.pairs, template_ids=["add_eq_1"])
     metric = get_metric("relative_logit")
     top = path_patch(model, ds, senders=("heads",)).top_heads(1)[0]
@@ -77,7 +78,7 @@ def main() -> None:
     fast = exact_edges(model, cache, receiver, senders, [pos], metric)
     t_fast = time.perf_counter() - t0
     start = pos if args.receiver != "q" else S - 1
-    values = torch.zeros(len(senders), n, S - start, *cache.ref[receiver.hook()].shape[3:])
+    values = torch.zeros(len(senders), n, S - start, *cache.ref[receiver.hook()].shape[3:], device=model.device)
     values += cache.ref[receiver.hook()][:, start:, receiver.index][None] if receiver.kind != "mlp" else 0
     t0 = time.perf_counter()
     receiver_effects(model, cache, receiver, values, start, metric, 256)

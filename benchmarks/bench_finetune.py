@@ -86,7 +86,7 @@ def worker(args: argparse.Namespace) -> dict:
     from mathcircuits.patching.selection import KeyComponents
 
     torch.set_num_threads(args.threads)
-    device = "cuda" if torch.cuda.is_available() and not args.cpu else "cpu"
+    device = "cpu" if args.cpu else args.device
     model, tok = load_hf_model(args.model, device=device)
     with torch.no_grad():  # safetensors weights are memory-mapped and paged in lazily: make them resident first,
         for prm in model.parameters():  # or the first forward would count the model itself as training memory
@@ -126,12 +126,12 @@ def worker(args: argparse.Namespace) -> dict:
 
     class Stamp(TrainerCallback):
         def on_step_end(self, a, state, control, **kw):  # noqa: ANN001
-            if device == "cuda":
+            if device.startswith("cuda"):
                 torch.cuda.synchronize()
             stamps.append(time.perf_counter())
 
     gc.collect()
-    if device == "cuda":
+    if device.startswith("cuda"):
         torch.cuda.reset_peak_memory_stats()
         base_gpu = torch.cuda.memory_allocated()
     with tempfile.TemporaryDirectory() as out, _PeakRSS() as rss:
@@ -156,7 +156,7 @@ def worker(args: argparse.Namespace) -> dict:
         "mean_seq_len": sum(len(x) for x in data["input_ids"]) / len(data),
         "final_loss": result.loss_history[-1][1] if result.loss_history else None,
     }
-    if device == "cuda":
+    if device.startswith("cuda"):
         report["gpu_peak_mb"] = torch.cuda.max_memory_allocated() / 2**20
         report["gpu_peak_delta_mb"] = (torch.cuda.max_memory_allocated() - base_gpu) / 2**20
     return report
@@ -176,7 +176,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--rounds", type=int, default=2, help="runs per mode, alternating; the fastest is reported")
     p.add_argument("--fewshot", action="store_true", help="few-shot arithmetic prompts (longer sequences)")
-    p.add_argument("--cpu", action="store_true", help="stay on CPU even if a GPU is present")
+    p.add_argument("--device", default="cpu", help="where the model trains: cpu, cuda, cuda:1, ...")
+    p.add_argument("--cpu", action="store_true", help="the same as --device cpu (kept for old command lines)")
     p.add_argument("--out", default=None, help="write the three reports and the ratios as JSON")
     p.add_argument("--worker", default=None, choices=list(MODES), help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -206,6 +207,8 @@ def main(argv: list[str] | None = None) -> int:
         str(args.warmup_steps),
         "--threads",
         str(args.threads),
+        "--device",
+        args.device,
     ]
     forwarded += (
         (["--key", args.key] if args.key else [])
@@ -232,12 +235,12 @@ def main(argv: list[str] | None = None) -> int:
         }
 
     pr, lo, fu = reports["precise"], reports["lora"], reports["full"]
-    mem_key = "gpu_peak_delta_mb" if pr["device"] == "cuda" else "rss_peak_delta_mb"
+    mem_key = "gpu_peak_delta_mb" if pr["device"].startswith("cuda") else "rss_peak_delta_mb"
     ratios = {
         "throughput_precise_over_full": pr["samples_per_s"] / fu["samples_per_s"],
         "train_memory_precise_over_full": pr[mem_key] / fu[mem_key] if fu[mem_key] > 0 else float("nan"),
         "peak_memory_precise_over_full": (pr["gpu_peak_mb"] / fu["gpu_peak_mb"])
-        if pr["device"] == "cuda"
+        if pr["device"].startswith("cuda")
         else pr["ru_maxrss_mb"] / fu["ru_maxrss_mb"],
         "trainable_fraction": pr["n_trainable"] / pr["n_model_params"],
         "throughput_lora_over_full": lo["samples_per_s"] / fu["samples_per_s"],
@@ -248,7 +251,7 @@ def main(argv: list[str] | None = None) -> int:
         ("samples/s", "samples_per_s", "{:.2f}"),
         ("trainable params", "n_trainable", "{:,}"),
         ("train memory (peak - before), MB", mem_key, "{:.0f}"),
-        ("process peak, MB", "gpu_peak_mb" if pr["device"] == "cuda" else "ru_maxrss_mb", "{:.0f}"),
+        ("process peak, MB", "gpu_peak_mb" if pr["device"].startswith("cuda") else "ru_maxrss_mb", "{:.0f}"),
         ("wall time of the run, s", "wall_s", "{:.0f}"),
     ]
     print(

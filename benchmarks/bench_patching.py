@@ -29,6 +29,7 @@ def main() -> None:
     ap.add_argument("--pairs", type=int, default=64)
     ap.add_argument("--ref-pairs", type=int, default=0, help="pairs for the reference method (0: the same pairs)")
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--device", default="cpu", help="where the model runs: cpu, cuda, cuda:1, ...")
     ap.add_argument("--batch-size", type=int, default=16)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
@@ -44,7 +45,7 @@ def main() -> None:
     from mathcircuits.models import load_model
     from mathcircuits.patching import last_position_caches, path_patch
 
-    model = load_model(args.model)
+    model = load_model(args.model, device=args.device)
     spec = model.spec
     ids = tuple(f"add_{f}_{i}" for f in ("eq", "st", "qa") for i in (1, 2, 3))
     pairs = generate_pairs(
@@ -52,7 +53,7 @@ def main() -> None:
         load_templates(),
         GenerationConfig(operations=("add",), template_ids=ids, n_per_template=max(12, args.pairs // 4)),
     )
-    pairs = filter_correct(score_pairs(model, pairs)).shuffle(seed=0)
+    pairs = filter_correct(score_pairs(model, pairs, device=model.device)).shuffle(seed=0)
     pairs = pairs.select(range(min(args.pairs, len(pairs))))
     n = len(pairs)
     senders = spec.n_layers * spec.n_heads + spec.n_layers
@@ -72,7 +73,7 @@ def main() -> None:
             B = b.tokens.shape[0]
             for layer in range(spec.n_layers):
                 rows = B * (spec.n_heads * (layer + 1) + layer)
-                x = torch.randn(rows, spec.d_model)
+                x = torch.randn(rows, spec.d_model, device=model.device, dtype=next(model.hf_model.parameters()).dtype)
                 model.bridge.blocks[layer].mlp(model.bridge.blocks[layer].ln2(x))
         t_mlp = time.perf_counter() - t0
     floor = t_fwd + t_mlp

@@ -70,13 +70,14 @@ def main() -> None:
     ap.add_argument("--receivers", type=int, default=3)
     ap.add_argument("--senders", type=int, default=2, help="senders run through the reference and TransformerLens")
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--device", default="cpu", help="where the model runs: cpu, cuda, cuda:1, ...")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     print(f"before: {_load()}; torch threads {args.threads}")
-    model = load_model(args.model)
+    model = load_model(args.model, device=args.device)
     bridge, spec = model.bridge, model.spec
     gen = GenerationConfig(operations=(args.operation,), template_ids=(args.template,), n_per_template=40)
-    ds = filter_correct(score_pairs(model, generate_pairs(model.tokenizer, load_templates(), gen)))
+    ds = filter_correct(score_pairs(model, generate_pairs(model.tokenizer, load_templates(), gen), device=model.device))
     batch = max(circuit_batches(model, ds, "query", args.pairs), key=lambda b: len(b.idx))
     P, n_ans = batch.n_prompt, batch.answers.shape[1]
     cache = pair_cache(model, batch.tokens[:, :P], batch.cf_tokens[:, :P], batch.answers[:, 0], answers=batch.answers)
