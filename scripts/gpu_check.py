@@ -168,6 +168,9 @@ class Check:
             self._record(row)
             return None
         value = None
+        from mathcircuits.models import checks_run
+
+        before = len(checks_run())
         cuda = [torch.device("cuda", torch.cuda.current_device())] if self.device == "cuda" else []
         start = time.perf_counter()
         try:
@@ -190,6 +193,8 @@ class Check:
             gc.collect()
             if self.device == "cuda":
                 torch.cuda.empty_cache()
+        # the run-time checks this row ran first (difference against the dtype- and depth-aware tolerance)
+        row.extra["checks"] = [c.to_dict() for c in checks_run()[before:]]
         self._record(row)
         return value
 
@@ -397,6 +402,12 @@ def main(argv: list[str] | None = None) -> int:
     print("\n" + HEADER)
     for r in check.rows:
         print(format_row(r))
+    checks = [(r, c) for r in check.rows for c in r.extra.get("checks", [])]
+    if checks:
+        print("\nrun-time checks (difference <= tolerance; CPU seconds of the check):")
+        for r, c in checks:
+            print(f"  {r.shape:10} {r.dtype:9} {c['path']:38} {c['difference']:.3g} <= {c['tolerance']:.3g}"
+                  f"  ({c['seconds']:.1f} s)")  # fmt: skip
     failed = [r for r in check.rows if r.status == "failed"]
     skipped = [r for r in check.rows if r.status == "skipped"]
     print(f"{len(check.rows)} rows: {len(failed)} failed, {len(skipped)} skipped, {check.elapsed():.0f} s; {out}")
