@@ -57,6 +57,22 @@ def test_the_verbs_are_the_subpackages_own_functions():
         mc.nope  # noqa: B018
 
 
+def test_dir_shows_the_public_names_only():
+    """``dir(mc)`` is what a notebook may use: no helpers of the module itself (importlib, Any, ...)."""
+    shown = dir(mc)
+    assert shown == sorted(mc.__all__)
+    for stray in ("Any", "TYPE_CHECKING", "importlib", "annotations", "_codec", "_VERBS"):
+        assert stray not in shown, stray
+
+
+def test_hooked_model_repr_is_one_line(tiny_llama):
+    text = repr(tiny_llama)
+    s = tiny_llama.spec
+    assert "\n" not in text and len(text) < 200, text
+    for part in (s.name, f"layers={s.n_layers}", f"heads={s.n_heads}", f"kv_heads={s.n_kv_heads}", "float32", "cpu"):
+        assert part in text, (part, text)
+
+
 @pytest.mark.integration
 def test_import_loads_no_model_library():
     """``import mathcircuits`` alone imports neither torch nor TransformerLens; a verb loads them."""
