@@ -20,6 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 VERBS = (
     "load_model",
     "correct_pairs",
+    "fresh_pairs",
     "path_patch",
     "select_key_components",
     "knockout_curve",
@@ -43,6 +44,7 @@ def test_the_verbs_are_the_subpackages_own_functions():
     homes = {
         "load_model": models,
         "correct_pairs": data,
+        "fresh_pairs": data,
         "path_patch": patching,
         "select_key_components": patching,
         "knockout_curve": ablation,

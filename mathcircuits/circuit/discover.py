@@ -56,7 +56,7 @@ from mathcircuits.circuit.result import Circuit, CircuitData, CircuitSettings, D
 from mathcircuits.circuit.subcircuits import wiring_of
 from mathcircuits.data.pairs import PairSet, check_token_aligned
 from mathcircuits.models import HookedModel, ModelSpec, hooks
-from mathcircuits.patching import Metric, MetricName, get_metric
+from mathcircuits.patching import KeyComponents, Metric, MetricName, get_metric, resolve_heads
 from mathcircuits.stats import bootstrap_statistic
 
 __all__ = ["ROLES", "discover_circuit"]
@@ -197,7 +197,7 @@ def _check_args(spec: ModelSpec, kw: dict[str, Any]) -> None:
 def discover_circuit(
     model: HookedModel,
     dataset: PairSet,
-    key_heads: Sequence[tuple[int, int]] | None = None,
+    key_heads: KeyComponents | Sequence[tuple[int, int]] | None = None,
     depth: int = 4,
     threshold: float = 0.0,
     top_k: int = 4,
@@ -223,8 +223,8 @@ def discover_circuit(
     Args:
         model: the hooked model.
         dataset: token-aligned pairs (:func:`mathcircuits.data.generate_pairs`) with token-role columns.
-        key_heads: round 0's senders given by hand (each at the last prompt position, all kept); None scans every
-            head and MLP at every answer position and keeps the ``logits_top_k`` strongest.
+        key_heads: round 0's senders given by hand or as a KeyComponents (each at the last prompt position, all
+            kept); None scans every head and MLP at every answer position and keeps the ``logits_top_k`` strongest.
         depth: the most rounds after round 0 (a budget; ``saturation_tol`` may stop earlier).
         threshold: smallest ``|mean effect|`` an edge needs (in the metric's units).
         top_k: at most this many edges per receiver; logits_top_k: per answer readout in round 0.
@@ -253,6 +253,8 @@ def discover_circuit(
 
     spec = model.spec
     check_token_aligned(dataset, spec.vocab_size)
+    if key_heads is not None:  # a selection (checked against this model) or (layer, head) pairs
+        key_heads = [(int(l), int(h)) for l, h in resolve_heads(key_heads, spec, allow_empty=True, arg="key_heads")]
     _check_args(spec, locals())
     m = get_metric(metric)
     edge_fn = EDGE_METHODS[method]

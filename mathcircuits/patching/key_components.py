@@ -26,6 +26,7 @@ from mathcircuits.models import HookedModel
 from mathcircuits.models.heads import Head, check_heads
 from mathcircuits.models.spec import ModelSpec, check_model, heads_by_layer
 from mathcircuits.patching.config import Rule, SelectionConfig
+from mathcircuits.patching.result import PatchingResult
 
 __all__ = ["RULES", "KeyComponents", "SelectionError", "SelectionSource", "median_depth", "resolve_heads"]
 
@@ -234,7 +235,7 @@ def median_depth(layers: Sequence[int], n_layers: int) -> float:
 
 
 def resolve_heads(
-    heads: KeyComponents | Iterable[tuple[int, int]], spec: ModelSpec, *, allow_empty: bool = False
+    heads: KeyComponents | Iterable[tuple[int, int]], spec: ModelSpec, *, allow_empty: bool = False, arg: str = "heads"
 ) -> tuple[Head, ...]:
     """The heads to act on: a selection's heads (after checking it was made on this model), or the heads given.
 
@@ -242,11 +243,14 @@ def resolve_heads(
         heads: a :class:`KeyComponents` or ``[(layer, head), ...]``.
         spec: the model's spec (``model.spec``).
         allow_empty: accept no head (e.g. a knockout of nothing: the clean model).
+        arg: the caller's name for the argument, for the error message.
 
     Returns:
         The heads as :class:`~mathcircuits.models.Head` values, in the given order.
 
     Raises:
+        TypeError: ``heads`` is a :class:`~mathcircuits.patching.PatchingResult` (effects, not a set of heads) or
+            no sequence of heads at all; the message names ``arg`` and the fix.
         SelectionError: a selection made on another model.
         ValueError: no head (unless ``allow_empty``), or a repeated head.
         IndexError: a head out of range.
@@ -254,4 +258,15 @@ def resolve_heads(
     if isinstance(heads, KeyComponents):
         heads.check_model(spec)
         heads = heads.heads
+    elif isinstance(heads, PatchingResult):
+        raise TypeError(
+            f"{arg} got a PatchingResult (every head's effect), not a set of heads. Fix: pass "
+            "select_key_components(result) (a KeyComponents), or [(layer, head), ...], e.g. "
+            "[(l, h) for l, h, _ in result.top_heads(5)]."
+        )
+    elif isinstance(heads, (str, bytes)) or not isinstance(heads, Iterable):
+        raise TypeError(
+            f"{arg} got a {type(heads).__name__}, not a set of heads. Fix: pass a KeyComponents "
+            "(select_key_components(result)) or [(layer, head), ...]."
+        )
     return check_heads(heads, spec, allow_empty=allow_empty)

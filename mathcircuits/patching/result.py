@@ -18,7 +18,7 @@ kind of interval, and :meth:`PatchingResult.head_shares` each head's mean effect
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,6 +28,7 @@ from jaxtyping import Float
 from torch import Tensor, nn
 
 from mathcircuits._io import SavedResult
+from mathcircuits.data.pairs import PairSet, pair_keys
 from mathcircuits.models import HookedModel
 from mathcircuits.models.heads import Head
 from mathcircuits.models.spec import ModelSpec, check_model
@@ -75,11 +76,12 @@ class PatchingResult(SavedResult):
     ``per_pair_total`` is each pair's total effect (counterfactual vs clean prompt, same metric);
     ``n_excluded`` counts the pairs the metric refused (``relative_logit``'s guard), NaN everywhere;
     ``pair_templates``/``pair_operations`` are each pair's template and operation (the clusters and strata
-    of the intervals).
+    of the intervals); ``pair_keys`` each pair's fingerprint (:func:`~mathcircuits.data.pair_keys`), so a
+    later stage can tell when it is handed the very pairs that chose the heads (:meth:`shared_pairs`).
     """
 
     STAGE = "identify"
-    VERSION = 4
+    VERSION = 5
 
     head_effects: Float[Tensor, "layer head"]
     mlp_effects: Float[Tensor, " layer"]
@@ -106,6 +108,7 @@ class PatchingResult(SavedResult):
     pair_templates: list[str] = field(default_factory=list)
     pair_operations: list[str] = field(default_factory=list)
     ci_method: str = ""
+    pair_keys: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if not self.ci_method:
@@ -211,11 +214,12 @@ class PatchingResult(SavedResult):
     @classmethod
     def upgrade(cls, version: int, fields: dict[str, Any]) -> dict[str, Any]:
         """Versions 1–2 had no intervals: they are recomputed from the per-pair effects when those were kept.
-        Version 3 had no total effect, exclusion count or templates: its intervals were over pairs."""
+        Version 3 had no total effect, exclusion count or templates: its intervals were over pairs.
+        Versions 1–4 kept no pair fingerprints (a knockout on the patched pairs is then not recognised)."""
         new = {"head_low": None, "head_high": None, "mlp_low": None, "mlp_high": None}
         new |= {"confidence": DEFAULT_CONFIDENCE, "ci_n_boot": DEFAULT_N_BOOT, "ci_seed": 0}
         new |= {"per_pair_total": None, "n_excluded": 0, "pair_templates": [], "pair_operations": []}
-        new |= {"ci_method": "bootstrap"}
+        new |= {"ci_method": "bootstrap", "pair_keys": []}
         return {**new, **fields, "settings": fields.get("settings") or None}
 
     @classmethod
@@ -256,6 +260,8 @@ class PatchingResult(SavedResult):
             common |= dict(pair_templates=[t for p in parts for t in p.pair_templates])
         if all(len(p.pair_operations) == p.n_pairs for p in parts):
             common |= dict(pair_operations=[o for p in parts for o in p.pair_operations])
+        if all(len(p.pair_keys) == p.n_pairs for p in parts):
+            common |= dict(pair_keys=[k for p in parts for k in p.pair_keys])
         if all(p.per_pair_total is not None for p in parts):
             common |= dict(per_pair_total=torch.cat([p.per_pair_total for p in parts]))
         if all(p.per_pair_heads is not None and p.per_pair_mlps is not None for p in parts):
@@ -288,6 +294,18 @@ class PatchingResult(SavedResult):
             None; raises :class:`~mathcircuits.models.ModelMismatchError` naming both models and the fix.
         """
         check_model(self.model, model, "this patching result", "path-patch this model first (mathcircuits identify)")
+
+    def shared_pairs(self, pairs: PairSet | Sequence[Mapping[str, Any]]) -> int:
+        """How many of ``pairs`` are pairs these effects were computed on (0 when the result kept no fingerprints).
+
+        Args:
+            pairs: a pair set with ``tokens`` (and ``cf_tokens``).
+
+        Returns:
+            The number of ``pairs`` whose fingerprint is among this result's pairs.
+        """
+        mine = set(self.pair_keys)
+        return sum(k in mine for k in pair_keys(pairs)) if mine else 0
 
     def check_finite(self) -> None:
         """Refuse effects that cannot be ranked honestly.
