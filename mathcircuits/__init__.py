@@ -30,6 +30,8 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from mathcircuits._noise import filter_dependency_warnings
+
 if TYPE_CHECKING:
     from mathcircuits import viz
     from mathcircuits._io import ResultFileError
@@ -42,6 +44,8 @@ if TYPE_CHECKING:
     from mathcircuits.pipeline import run_pipeline
 
 __version__ = "0.1.0"
+
+filter_dependency_warnings()  # the known noise of transformers and tqdm only (mathcircuits._noise)
 
 #: verb → the subpackage that defines it (imported on first use).
 _VERBS = {

@@ -67,6 +67,22 @@ def test_dir_shows_the_public_names_only():
         assert stray not in shown, stray
 
 
+def test_import_filters_the_known_dependency_noise_only():
+    """The noisy warnings of transformers and tqdm are ignored after ``import mathcircuits``; others still show."""
+    code = (
+        "import warnings, mathcircuits\n"
+        "from tqdm import TqdmWarning\n"
+        "warnings.warn('`past_key_values` is deprecated and will be removed in version 5.40.0 for "
+        "`LlamaForCausalLM.forward`. Use `cache` instead.', FutureWarning)\n"
+        "warnings.warn('IProgress not found. Please update jupyter and ipywidgets.', TqdmWarning)\n"
+        "warnings.warn('`other` is deprecated', FutureWarning)\n"
+        "warnings.warn('IProgress not found', UserWarning)\n"
+    )
+    err = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stderr
+    assert "past_key_values" not in err and "TqdmWarning" not in err, err
+    assert "FutureWarning: `other` is deprecated" in err and "UserWarning: IProgress not found" in err, err
+
+
 def test_hooked_model_repr_is_one_line(tiny_llama):
     text = repr(tiny_llama)
     s = tiny_llama.spec
