@@ -229,7 +229,7 @@ def test_correct_pairs_is_the_generate_score_filter_recipe(tiny_llama, template_
 
 
 def test_correct_pairs_stops_scoring_at_n_and_draws_equations(tiny_llama, template_sets, monkeypatch):
-    from mathcircuits.data import correct as correct_module
+    import mathcircuits.data.correct as correct_module  # to count what it scores
 
     kwargs = {"n_per_template": 40, "fewshot": False, "templates": template_sets, "progress": False}
     every = correct_pairs(tiny_llama, "sub", n=None, **kwargs)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import importlib
+import inspect
 import re
 import subprocess
 import sys
@@ -81,6 +82,25 @@ def test_import_filters_the_known_dependency_noise_only():
     err = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stderr
     assert "past_key_values" not in err and "TqdmWarning" not in err, err
     assert "FutureWarning: `other` is deprecated" in err and "UserWarning: IProgress not found" in err, err
+
+
+@pytest.mark.parametrize(
+    ("verb", "section"),
+    [("knockout_curve", "validation"), ("discover_circuit", "circuit"), ("faithfulness", "circuit")],
+)
+def test_library_defaults_are_the_config_defaults(verb, section):
+    """A verb called without settings does what a run with the default config does (one source: the config)."""
+    from mathcircuits.circuit import faithfulness
+    from mathcircuits.pipeline import RunConfig
+
+    fn = faithfulness if verb == "faithfulness" else getattr(mc, verb)
+    defaults = getattr(RunConfig(), section)
+    names = {f.name for f in dataclasses.fields(defaults)}
+    shared = [p for p in inspect.signature(fn).parameters.values() if p.name in names and p.default is not p.empty]
+    assert len(shared) >= 3, shared
+    for p in shared:
+        want = getattr(defaults, p.name)
+        assert p.default == want, f"{verb}({p.name}={p.default!r}) but {section}.{p.name} defaults to {want!r}"
 
 
 def test_hooked_model_repr_is_one_line(tiny_llama):

@@ -47,7 +47,7 @@ from mathcircuits.circuit.attribution import attribute_edges, hook_gradients
 from mathcircuits.circuit.batches import POSITIONS, ROLES, CircuitBatch, circuit_batches, label_order
 from mathcircuits.circuit.chain import delta_snapshots
 from mathcircuits.circuit.components import SENDER_KINDS, Receiver, Sender, upstream_senders
-from mathcircuits.circuit.config import EdgeMethod, EdgeSender, MLPMode, ReceiverKind, ScanPositions
+from mathcircuits.circuit.config import CircuitConfig, EdgeMethod, EdgeSender, MLPMode, ReceiverKind, ScanPositions
 from mathcircuits.circuit.edges import exact_edges
 from mathcircuits.circuit.faithfulness import Scorer
 from mathcircuits.circuit.pair_cache import EdgeBatch, PairCache, pair_cache
@@ -60,6 +60,9 @@ from mathcircuits.patching import KeyComponents, Metric, MetricName, get_metric,
 from mathcircuits.stats import bootstrap_statistic
 
 __all__ = ["ROLES", "discover_circuit"]
+
+#: the library's defaults are the config's (the ``circuit`` section of a run), defined once there
+_DEFAULT = CircuitConfig()
 
 EDGE_METHODS = {"exact": exact_edges, "reference": reference_edges}
 
@@ -198,22 +201,22 @@ def discover_circuit(
     model: HookedModel,
     dataset: PairSet,
     key_heads: KeyComponents | Sequence[tuple[int, int]] | None = None,
-    depth: int = 4,
-    threshold: float = 0.0,
-    top_k: int = 4,
-    logits_top_k: int = 8,
-    senders: Sequence[EdgeSender] = ("head", "mlp"),
-    receivers: Sequence[ReceiverKind] = ("q", "k", "v", "mlp"),
-    positions: ScanPositions = "query",
-    metric: MetricName | Metric = "answer_logprob",
-    method: EdgeMethod = "exact",
-    screen: int | None = None,
-    saturation_tol: float | None = 0.02,
-    mlps: MLPMode = "ablate",
-    max_nodes: int | None = None,
-    max_seconds: float | None = None,
-    batch_size: int = 8,
-    n_boot: int = 1000,
+    depth: int = _DEFAULT.depth,
+    threshold: float = _DEFAULT.threshold,
+    top_k: int = _DEFAULT.top_k,
+    logits_top_k: int = _DEFAULT.logits_top_k,
+    senders: Sequence[EdgeSender] = _DEFAULT.senders,
+    receivers: Sequence[ReceiverKind] = _DEFAULT.receivers,
+    positions: ScanPositions = _DEFAULT.positions,
+    metric: MetricName | Metric = _DEFAULT.metric,
+    method: EdgeMethod = _DEFAULT.method,
+    screen: int | None = _DEFAULT.screen,
+    saturation_tol: float | None = _DEFAULT.saturation_tol,
+    mlps: MLPMode = _DEFAULT.mlps,
+    max_nodes: int | None = _DEFAULT.max_nodes,
+    max_seconds: float | None = _DEFAULT.max_seconds,
+    batch_size: int = _DEFAULT.batch_size,
+    n_boot: int = _DEFAULT.n_boot,
     confidence: float = 0.95,
     seed: int = 0,
     progress: bool = False,
