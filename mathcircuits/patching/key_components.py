@@ -192,7 +192,7 @@ class KeyComponents(SavedResult):
         )
 
     def to_dataframe(self):
-        """One row per key component: kind, layer, head (−1 for MLPs), score, and for heads the share of
+        """One row per key component: kind, layer, head (``<NA>`` for MLPs), score, and for heads the share of
         bootstrap resamples that select it again (``stability``; NaN when not measured and for MLPs)."""
 
         nan = float("nan")
@@ -203,10 +203,11 @@ class KeyComponents(SavedResult):
             for (layer, head), s, st in zip(self.heads, self.head_scores or nan_h, stab)
         ]
         rows += [
-            {"kind": "mlp", "layer": layer, "head": -1, "score": s, "stability": nan}
+            {"kind": "mlp", "layer": layer, "head": None, "score": s, "stability": nan}
             for layer, s in zip(self.mlps, self.mlp_scores or nan_m)
         ]
-        return pd.DataFrame(rows, columns=["kind", "layer", "head", "score", "stability"])
+        df = pd.DataFrame(rows, columns=["kind", "layer", "head", "score", "stability"])
+        return df.astype({"layer": "int64", "head": "Int64"})  # an MLP has no head: <NA>, not a fake -1
 
     def summary_items(self) -> list[tuple[str, str]]:
         """Model, rule, the key heads and MLPs, and how often resamples select them again (for ``repr``)."""

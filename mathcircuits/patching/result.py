@@ -8,7 +8,7 @@ effect is a **cluster bootstrap over templates, stratified by operation**
 percentile bootstrap over pairs (:func:`mathcircuits.stats.bootstrap_mean`,
 ``ci_method="bootstrap"``). Either way ``ci_n_boot`` resamples, seed ``ci_seed``. They are computed when
 the per-pair effects are kept (the identify stage keeps them) and saved with the result; without per-pair
-effects the bounds are ``None`` (NaN in the DataFrame).
+effects the bounds are ``None`` and the DataFrame has no interval columns.
 
 Total effect. ``per_pair_total`` holds the metric of each pair's counterfactual prompt against its clean
 prompt (patching everything at once). :meth:`PatchingResult.total_interval` is its mean with the same
@@ -18,6 +18,7 @@ kind of interval, and :meth:`PatchingResult.head_shares` each head's mean effect
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -341,11 +342,23 @@ class PatchingResult(SavedResult):
             raise ValueError(f"the patching result on {self.model.describe()} {problem}. Fix: {fix}.")
 
     def to_dataframe(self):
-        """One row per sender: kind (head|mlp), layer, head (−1 for MLPs), effect, its interval
-        (effect_low, effect_high; NaN without per-pair effects), rank (most negative first), and ``share``:
-        the effect as a share of the total effect, ``effect / |total|`` (NaN without a usable total)."""
+        """One row per sender: kind (head|mlp), layer, head (``<NA>`` for MLPs), effect, its interval
+        (effect_low, effect_high), rank (most negative first), and ``share``: the effect as a share of the total
+        effect, ``effect / |total|`` (NaN without a usable total).
+
+        The intervals come from the per-pair effects. A result without them (``path_patch(...,
+        keep_per_pair=False)``, the default) has no interval columns, rather than columns of NaN; it warns once
+        with the fix. A kind of sender without them (e.g. MLPs not patched) has NaN bounds."""
 
         nan = float("nan")
+        intervals = self.head_low is not None or self.mlp_low is not None
+        if not intervals:
+            warnings.warn(
+                "this PatchingResult kept no per-pair effects, so its DataFrame has no interval columns "
+                "(effect_low, effect_high). Fix: path_patch(..., keep_per_pair=True) (the identify stage does).",
+                UserWarning,
+                stacklevel=2,
+            )
 
         def bound(t: Tensor | None, *idx: int) -> float:
             return nan if t is None else float(t[idx])
@@ -369,7 +382,7 @@ class PatchingResult(SavedResult):
                 {
                     "kind": "mlp",
                     "layer": layer,
-                    "head": -1,
+                    "head": None,
                     "component": f"MLP{layer}",
                     "effect": float(self.mlp_effects[layer]),
                     "effect_low": bound(self.mlp_low, layer),
@@ -377,6 +390,9 @@ class PatchingResult(SavedResult):
                 }
             )
         df = pd.DataFrame(rows)
+        df["head"] = df["head"].astype("Int64")  # an MLP has no head: <NA>, not a fake -1
+        if not intervals:
+            df = df.drop(columns=["effect_low", "effect_high"])
         df["rank"] = df.groupby("kind")["effect"].rank(method="first").astype("Int64")
         total = self.total_interval().value
         df["share"] = df["effect"] / abs(total) if total == total and abs(total) > 1e-12 else nan
