@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 import datasets
 from tqdm.auto import tqdm
 
-from mathcircuits.data.filter import filter_correct, score_pairs
+from mathcircuits.data.filter import score_pairs
 from mathcircuits.data.generate import GenerationConfig, PairError, generate_pairs
 from mathcircuits.data.pairs import PairSet, check_columns, pair_keys
 from mathcircuits.data.templates import TemplateSet, load_templates
@@ -51,7 +51,8 @@ def _first_correct(
     bar = tqdm(total=len(pairs), disable=not progress, desc="scoring pairs", unit="pair", leave=False)
     for start in range(0, len(pairs), batch_size):
         chunk = pairs.select(range(start, min(start + batch_size, len(pairs))))
-        good = filter_correct(score_pairs(model, chunk, batch_size=batch_size, device=model.device))
+        chunk = score_pairs(model, chunk, batch_size=batch_size, device=model.device)
+        good = chunk.select([i for i, ok in enumerate(chunk["correct"]) if ok])  # filter_correct, without its bar
         scored += len(chunk)
         found += len(good)
         kept.append(good)
