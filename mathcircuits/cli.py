@@ -215,7 +215,11 @@ def main(argv: list[str] | None = None) -> int:
         The exit code: 0 done, 2 error, 3 internal error, 130 interrupted.
     """
     args = build_parser().parse_args(argv)
-    from mathcircuits.pipeline.run import InternalError, is_input_error
+    try:  # the model libraries load here, after parsing (seconds): Ctrl-C meanwhile is a clean stop too
+        from mathcircuits.pipeline.run import InternalError, is_input_error
+    except KeyboardInterrupt:
+        print("interrupted; rerun to resume", file=sys.stderr)
+        return EXIT_INTERRUPTED
 
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:
