@@ -11,6 +11,7 @@ imports no model library)::
 
 * :func:`load_model` — a hooked model (``"embedded"``, ``"tiny-llama"``, an HF folder, a .gguf file);
 * :func:`correct_pairs` — token-aligned prompt pairs the model answers correctly;
+* :func:`fresh_pairs` — more correct pairs, disjoint from given ones (to score on pairs that chose nothing);
 * :func:`path_patch` — every head's and MLP's effect on the answer (a ``PatchingResult``);
 * :func:`select_key_components` — the key heads and MLPs (a ``KeyComponents``);
 * :func:`knockout_curve` — accuracy as the top heads are knocked out, beside random heads;
@@ -29,23 +30,28 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from mathcircuits._noise import filter_dependency_warnings
+
 if TYPE_CHECKING:
     from mathcircuits import viz
     from mathcircuits._io import ResultFileError
     from mathcircuits.ablation import knockout_curve
     from mathcircuits.analysis import attention_by_role
     from mathcircuits.circuit import discover_circuit
-    from mathcircuits.data import correct_pairs
+    from mathcircuits.data import correct_pairs, fresh_pairs
     from mathcircuits.models import load_model
     from mathcircuits.patching import path_patch, select_key_components
     from mathcircuits.pipeline import run_pipeline
 
 __version__ = "0.1.0"
 
+filter_dependency_warnings()  # the known noise of transformers and tqdm only (mathcircuits._noise)
+
 #: verb → the subpackage that defines it (imported on first use).
 _VERBS = {
     "load_model": "mathcircuits.models",
     "correct_pairs": "mathcircuits.data",
+    "fresh_pairs": "mathcircuits.data",
     "path_patch": "mathcircuits.patching",
     "select_key_components": "mathcircuits.patching",
     "knockout_curve": "mathcircuits.ablation",
@@ -61,6 +67,7 @@ __all__ = [
     "attention_by_role",
     "correct_pairs",
     "discover_circuit",
+    "fresh_pairs",
     "knockout_curve",
     "load_model",
     "path_patch",
@@ -82,4 +89,4 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+    return sorted(__all__)  # the verbs, not the module's own helpers (importlib, Any, ...)

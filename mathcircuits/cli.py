@@ -15,6 +15,9 @@ as ``error: internal error in stage <name>: <message>`` with exit code 3 (the
 traceback is kept in the run folder's ``logs/``); Ctrl-C as
 ``interrupted; rerun to resume`` with exit code 130: finished stages are kept
 and the interrupted one runs again next time.
+
+The arguments are parsed before torch and the model libraries are imported (the stage registry is plain
+data), so ``--help``, ``--version`` and a usage error answer at once.
 """
 
 from __future__ import annotations
@@ -26,22 +29,13 @@ import sys
 import time
 import traceback
 from pathlib import Path
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
-import yaml
+from mathcircuits import __version__
+from mathcircuits.pipeline.stages import STAGES
 
-from mathcircuits._io import read_json
-from mathcircuits.pipeline import (
-    STAGES,
-    ConfigError,
-    RunConfig,
-    RunPaths,
-    compare_model_runs,
-    render_config,
-    run_pipeline,
-    stage_status,
-)
-from mathcircuits.pipeline.run import InternalError, is_input_error
+if TYPE_CHECKING:
+    from mathcircuits.pipeline import RunConfig
 
 __all__ = ["build_parser", "main"]
 
@@ -50,7 +44,8 @@ EXIT_INTERNAL = 3
 EXIT_INTERRUPTED = 130
 
 
-def _add_common(p: argparse.ArgumentParser) -> None:
+def _add_common(p: argparse.ArgumentParser, runs: bool = True) -> None:
+    """--config, --out and --model; with ``runs``, also the options of a command that runs stages."""
     p.add_argument(
         "--config",
         type=Path,
@@ -62,8 +57,9 @@ def _add_common(p: argparse.ArgumentParser) -> None:
         help="override model.source: embedded (SmolLM2-135M-Instruct), gemma3-270m (Gemma 3 270M base), "
         "tiny-llama, tiny-gpt2, a folder, .gguf, hub id",
     )
-    p.add_argument("--force", action="store_true", help="re-run stages even when their inputs are unchanged")
-    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    if runs:
+        p.add_argument("--force", action="store_true", help="re-run stages even when their inputs are unchanged")
+        p.add_argument("--quiet", action="store_true", help="no progress bars")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -83,6 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="mathcircuits",
         description="Find, explain and fine-tune the circuits LLMs use for arithmetic (Zhang et al., ICML 2024).",
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     p = sub.add_parser("run", help="run every stage (skipping those already done with the same inputs)")
     _add_common(p)
@@ -101,8 +98,8 @@ def build_parser() -> argparse.ArgumentParser:
             description=f"{stage.help}. Reads config sections: {', '.join(stage.sections)}{upstream}.",
         )
         _add_common(sp)
-    s = sub.add_parser("status", help="show which stages of a run folder are done, stale or to do")
-    _add_common(s)
+    s = sub.add_parser("status", help="show which stages of a run folder are done, stale, to do or off")
+    _add_common(s, runs=False)
     cm = sub.add_parser(
         "compare-models",
         help="two run folders of one config on two models: claims side by side, one comparison page",
@@ -122,6 +119,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _load_config(args: argparse.Namespace) -> RunConfig:
+    from mathcircuits.pipeline import ConfigError, RunConfig, RunPaths
+
     out = getattr(args, "out", None)
     if args.config is not None:
         cfg = RunConfig.load(args.config)
@@ -159,6 +158,8 @@ def _message(err: BaseException) -> str:
 
 
 def _compare_models(args: argparse.Namespace) -> int:
+    from mathcircuits.pipeline import compare_model_runs
+
     cmp = compare_model_runs(args.run_a, args.run_b, args.out)
     print(repr(cmp))
     print(cmp.claims_table().to_string(index=False))
@@ -169,6 +170,12 @@ def _compare_models(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
+    # imported here, after the arguments are parsed: these bring in torch and the model libraries
+    import yaml
+
+    from mathcircuits._io import read_json
+    from mathcircuits.pipeline import RunPaths, render_config, run_pipeline, stage_status
+
     if args.command == "compare-models":
         return _compare_models(args)
     cfg = _load_config(args)
@@ -178,6 +185,10 @@ def _run(args: argparse.Namespace) -> int:
     if args.command == "status":
         progress = RunPaths(args.out).compare_units / "progress.json"
         for name, state in stage_status(args.out, cfg).items():
+            switch = STAGES[name].switch
+            if switch is not None and not getattr(cfg, switch).enabled:  # its marker says done, but it did nothing
+                print(f"{name:<10} off ({switch}.enabled is false)")
+                continue
             units = ""
             if name == "compare" and progress.is_file():  # the comparison's units: resumable, so partly done
                 p = read_json(progress)
@@ -201,9 +212,15 @@ def main(argv: list[str] | None = None) -> int:
         argv: arguments (default: ``sys.argv[1:]``).
 
     Returns:
-        The exit code: 0 done, 2 error, 130 interrupted.
+        The exit code: 0 done, 2 error, 3 internal error, 130 interrupted.
     """
     args = build_parser().parse_args(argv)
+    try:  # the model libraries load here, after parsing (seconds): Ctrl-C meanwhile is a clean stop too
+        from mathcircuits.pipeline.run import InternalError, is_input_error
+    except KeyboardInterrupt:
+        print("interrupted; rerun to resume", file=sys.stderr)
+        return EXIT_INTERRUPTED
+
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:
         return _run(args)

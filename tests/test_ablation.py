@@ -7,6 +7,7 @@ known heads only, while the other heads and the MLPs write noise elsewhere.
 
 import math
 import random
+import warnings
 
 import datasets
 import pytest
@@ -26,7 +27,7 @@ from mathcircuits.ablation import (
 )
 from mathcircuits.data import GenerationConfig, generate_pairs, score_pairs
 from mathcircuits.models import load_model
-from mathcircuits.patching import path_patch
+from mathcircuits.patching import path_patch, resolve_heads, select_key_components
 
 from helpers import unchecked
 
@@ -159,7 +160,7 @@ def test_ablation_replaces_only_chosen_heads(tiny_llama, pairs):
 
 def test_knockout_curve_is_ablated_accuracy_in_rank_order(planted, tmp_path):
     model, ds, res = planted
-    ko = knockout_curve(model, ds, res, max_k=3, n_random=2)
+    ko = knockout_curve(model, ds, res, max_k=3, n_random=2, ablation="mean")
     means = head_means(model, ds)
     assert ko.ks == [0, 1, 2, 3] and ko.random_accuracy.shape == (2, 4)
     assert ko.ranked_heads == [(l, h) for l, h, _ in res.top_heads(3)]
@@ -184,10 +185,37 @@ def test_planted_circuit_is_found_and_its_knockout_hurts_more_than_random_heads(
     assert ablated_accuracy(model, ds, [PLANTED[0]], means) == 1.0, "each planted head alone carries the answer"
     # path patching ranks exactly the planted heads first
     assert {(l, h) for l, h, _ in res.top_heads(2)} == set(PLANTED)
-    ko = knockout_curve(model, ds, res, max_k=2, n_random=5, seed=0)
+    ko = knockout_curve(model, ds, res, max_k=2, n_random=5, seed=0, ablation="mean")
     ranked, random_k = ko.ranked_accuracy[2], ko.random_accuracy[:, 2]
     assert ranked <= 0.3, f"knocking out the two top heads leaves accuracy {ranked}"
     assert ranked < float(random_k.min()) and float(random_k.mean()) >= 0.9
+
+
+def test_knockout_curve_takes_key_components_and_refuses_other_types(planted):
+    model, ds, res = planted
+    key = select_key_components(res, rule="topk", k=2)
+    by_key = knockout_curve(model, ds, key, max_k=5, n_random=1, ablation="mean")
+    assert by_key.ranked_heads == [tuple(h) for h in key.heads] and by_key.ks == [0, 1, 2]
+    by_result = knockout_curve(model, ds, res, max_k=2, n_random=1, ablation="mean")
+    assert by_key.ranked_accuracy[2] == by_result.ranked_accuracy[2] <= 0.3
+    # past the type checker pytest adds (beartype would refuse first, naming the parameter)
+    inner = getattr(knockout_curve, "__wrapped__", knockout_curve)
+    with pytest.raises(TypeError, match=r"knockout_curve\(patching=\) got a list.*PatchingResult.*KeyComponents"):
+        inner(model, ds, [(1, 2)], max_k=1)
+    resolve = getattr(resolve_heads, "__wrapped__", resolve_heads)
+    with pytest.raises(TypeError, match=r"key_heads got a PatchingResult.*select_key_components"):
+        resolve(res, model.spec, arg="key_heads")
+
+
+def test_knockout_on_the_pairs_that_ranked_the_heads_warns(planted):
+    model, ds, res = planted
+    half = len(ds) // 2
+    first = path_patch(model, ds.select(range(half)))
+    with pytest.warns(UserWarning, match=rf"scores {half} of {len(ds)} pairs.*fresh_pairs"):
+        knockout_curve(model, ds, first, max_k=1, n_random=1, ablation="mean")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # pairs the ranking never saw: no warning
+        knockout_curve(model, ds.select(range(half, len(ds))), first, max_k=1, n_random=1, ablation="mean")
 
 
 def _max_diff(a, b):

@@ -401,7 +401,7 @@ def test_screen_agreement_counts_rank_matches_and_refuses_a_top_k_beyond_the_edg
 def test_discover_with_the_screen_patches_only_the_screened_senders():
     model, ds, _ = _setup("tiny-llama")
     kw = {"depth": 1, "threshold": 0.0, "top_k": 2, "receivers": ("q",), "n_boot": 50}
-    full = discover_circuit(model, ds, [(2, 1)], **kw)
+    full = discover_circuit(model, ds, [(2, 1)], screen=None, **kw)  # exact: every sender
     screened = discover_circuit(model, ds, [(2, 1)], screen=4, **kw)
     top = {(e.sender, e.receiver) for e in full.edges}
     assert {(e.sender, e.receiver) for e in screened.edges} == top  # the strongest exact edges survive the screen

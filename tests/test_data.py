@@ -14,9 +14,11 @@ from mathcircuits.data import (
     default_template_dir,
     filter_correct,
     find_benchmark_file,
+    fresh_pairs,
     generate_pairs,
     load_template_set,
     load_templates,
+    pair_keys,
     read_word_problems,
     record_question,
     score_pairs,
@@ -203,7 +205,7 @@ def test_dataset_save_load_round_trip(tmp_path, template_sets):
 
 
 def test_correct_pairs_is_the_generate_score_filter_recipe(tiny_llama, template_sets):
-    kwargs = {"n_per_template": 40, "fewshot": False}
+    kwargs = {"n_per_template": 40, "fewshot": False, "forms": None}
     every = correct_pairs(tiny_llama, "sub", n=None, templates=template_sets, **kwargs)
     by_hand = filter_correct(
         score_pairs(
@@ -223,7 +225,41 @@ def test_correct_pairs_is_the_generate_score_filter_recipe(tiny_llama, template_
     with pytest.raises(PairError, match=rf"{len(every)} of \d+ 'sub' pairs.*Fix: raise n_per_template"):
         correct_pairs(tiny_llama, "sub", n=len(every) + 1, templates=template_sets, **kwargs)
     with pytest.raises(PairError, match="unknown"):
-        correct_pairs(tiny_llama, "mod", templates=template_sets)
+        correct_pairs(tiny_llama, "mod", templates=template_sets, forms=None)
+
+
+def test_correct_pairs_stops_scoring_at_n_and_draws_equations(tiny_llama, template_sets, monkeypatch):
+    import mathcircuits.data.correct as correct_module  # to count what it scores
+
+    kwargs = {"n_per_template": 40, "fewshot": False, "templates": template_sets, "progress": False}
+    every = correct_pairs(tiny_llama, "sub", n=None, **kwargs)
+    assert set(every["form"]) == {"equation"}, "the default draws the short equation templates only"
+    assert len(every) >= 2, "the fixed seed gives this random model a few correct subtractions"
+    ids = tuple(t.id for ts in template_sets for t in ts.templates if t.operation == "sub" and t.form == "equation")
+    config = GenerationConfig(operations=("sub",), fewshot=False, n_per_template=40, template_ids=ids)
+    generated = len(generate_pairs(tiny_llama.tokenizer, template_sets, config))
+    scored = []
+    real = correct_module.score_pairs
+    monkeypatch.setattr(correct_module, "score_pairs", lambda m, d, **kw: scored.append(len(d)) or real(m, d, **kw))
+    first = correct_pairs(tiny_llama, "sub", n=2, batch_size=8, **kwargs)
+    assert first["prompt"] == every["prompt"][:2]
+    # the second correct pair is row pair_id of the generation: scoring stops with the batch that holds it
+    needed = (every["pair_id"][1] // 8 + 1) * 8
+    assert sum(scored) == min(needed, generated) and max(scored) <= 8, (scored, needed, generated)
+    assert sum(scored) < generated, "early stop scored fewer pairs than were generated"
+    with pytest.raises(PairError, match=r"form in \['word'\].*Fix: choose forms from"):
+        correct_pairs(tiny_llama, "sub", n=2, forms=("word",), **kwargs)
+
+
+def test_fresh_pairs_share_no_pair_with_the_given_ones(tiny_llama, template_sets):
+    kwargs = {"templates": template_sets, "progress": False}
+    first = correct_pairs(tiny_llama, "sub", n=2, n_per_template=40, fewshot=False, **kwargs)
+    fresh = fresh_pairs(tiny_llama, first, n=3, **kwargs)
+    assert len(fresh) == 3 and all(fresh["correct"])
+    assert not set(pair_keys(fresh)) & set(pair_keys(first)) and len(set(pair_keys(fresh))) == 3
+    assert set(fresh["template_id"]) <= set(first["template_id"]) and set(fresh["operation"]) == {"sub"}
+    assert min(fresh["pair_id"]) > max(first["pair_id"])
+    assert all(p == 0 for p in fresh["prefix_len"]), "no few-shot prefix, like the given pairs"
 
 
 # ------------------------------------------------------------------------------- benchmark files

@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import importlib
+import inspect
 import re
 import subprocess
 import sys
@@ -20,6 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 VERBS = (
     "load_model",
     "correct_pairs",
+    "fresh_pairs",
     "path_patch",
     "select_key_components",
     "knockout_curve",
@@ -43,6 +45,7 @@ def test_the_verbs_are_the_subpackages_own_functions():
     homes = {
         "load_model": models,
         "correct_pairs": data,
+        "fresh_pairs": data,
         "path_patch": patching,
         "select_key_components": patching,
         "knockout_curve": ablation,
@@ -55,6 +58,57 @@ def test_the_verbs_are_the_subpackages_own_functions():
         assert verb in mc.__all__ and verb in dir(mc)
     with pytest.raises(AttributeError, match="no attribute 'nope'"):
         mc.nope  # noqa: B018
+
+
+def test_dir_shows_the_public_names_only():
+    """``dir(mc)`` is what a notebook may use: no helpers of the module itself (importlib, Any, ...)."""
+    shown = dir(mc)
+    assert shown == sorted(mc.__all__)
+    for stray in ("Any", "TYPE_CHECKING", "importlib", "annotations", "_codec", "_VERBS"):
+        assert stray not in shown, stray
+
+
+def test_import_filters_the_known_dependency_noise_only():
+    """The noisy warnings of transformers and tqdm are ignored after ``import mathcircuits``; others still show."""
+    code = (
+        "import warnings, mathcircuits\n"
+        "from tqdm import TqdmWarning\n"
+        "warnings.warn('`past_key_values` is deprecated and will be removed in version 5.40.0 for "
+        "`LlamaForCausalLM.forward`. Use `cache` instead.', FutureWarning)\n"
+        "warnings.warn('IProgress not found. Please update jupyter and ipywidgets.', TqdmWarning)\n"
+        "warnings.warn('`other` is deprecated', FutureWarning)\n"
+        "warnings.warn('IProgress not found', UserWarning)\n"
+    )
+    err = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stderr
+    assert "past_key_values" not in err and "TqdmWarning" not in err, err
+    assert "FutureWarning: `other` is deprecated" in err and "UserWarning: IProgress not found" in err, err
+
+
+@pytest.mark.parametrize(
+    ("verb", "section"),
+    [("knockout_curve", "validation"), ("discover_circuit", "circuit"), ("faithfulness", "circuit")],
+)
+def test_library_defaults_are_the_config_defaults(verb, section):
+    """A verb called without settings does what a run with the default config does (one source: the config)."""
+    from mathcircuits.circuit import faithfulness
+    from mathcircuits.pipeline import RunConfig
+
+    fn = faithfulness if verb == "faithfulness" else getattr(mc, verb)
+    defaults = getattr(RunConfig(), section)
+    names = {f.name for f in dataclasses.fields(defaults)}
+    shared = [p for p in inspect.signature(fn).parameters.values() if p.name in names and p.default is not p.empty]
+    assert len(shared) >= 3, shared
+    for p in shared:
+        want = getattr(defaults, p.name)
+        assert p.default == want, f"{verb}({p.name}={p.default!r}) but {section}.{p.name} defaults to {want!r}"
+
+
+def test_hooked_model_repr_is_one_line(tiny_llama):
+    text = repr(tiny_llama)
+    s = tiny_llama.spec
+    assert "\n" not in text and len(text) < 200, text
+    for part in (s.name, f"layers={s.n_layers}", f"heads={s.n_heads}", f"kv_heads={s.n_kv_heads}", "float32", "cpu"):
+        assert part in text, (part, text)
 
 
 @pytest.mark.integration

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from mathcircuits.models import ModelSpec
-from mathcircuits.patching import PatchingResult
+from mathcircuits.patching import KeyComponents, PatchingResult
 
 from helpers import binomial_band
 
@@ -47,6 +47,25 @@ def test_patching_intervals_save_load_and_show_in_dataframe(tmp_path):
     heads = df[df.kind == "head"]
     assert (heads.effect_low <= heads.effect).all() and (heads.effect <= heads.effect_high).all()
     assert df[df.kind == "mlp"].effect_low.isna().all()  # no per-pair MLP effects, so no MLP interval
+    assert df[df.kind == "mlp"]["head"].isna().all() and (df[df.kind == "head"]["head"] >= 0).all()
+
+
+def test_patching_dataframe_without_per_pair_effects_drops_the_intervals_and_says_why():
+    r = PatchingResult(
+        head_effects=TRUTH, mlp_effects=torch.zeros(3), metric="logit_diff", method="exact", model=SPEC, n_pairs=20
+    )
+    with pytest.warns(UserWarning, match=r"no per-pair effects.*Fix: path_patch\(\.\.\., keep_per_pair=True\)"):
+        df = r.to_dataframe()
+    assert not {"effect_low", "effect_high"} & set(df.columns), "no column of NaN posing as intervals"
+    assert list(df["effect"][df.kind == "head"]) == TRUTH.flatten().tolist()
+
+
+def test_key_components_dataframe_gives_mlps_no_head():
+    key = KeyComponents(model=SPEC, heads=((0, 1), (2, 0)), mlps=(1,), head_scores=(-0.3, -0.1), mlp_scores=(-0.2,))
+    df = key.to_dataframe()
+    assert list(df["kind"]) == ["head", "head", "mlp"]
+    assert df["head"].isna().tolist() == [False, False, True] and list(df["head"][:2]) == [1, 0]
+    assert str(df["head"].dtype) == "Int64" and list(df["layer"]) == [0, 2, 1]
 
 
 def test_knockout_dataframe_carries_wilson_interval_and_random_spread():

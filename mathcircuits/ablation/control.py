@@ -43,6 +43,7 @@ from mathcircuits.ablation.scorer import KnockoutScorer
 from mathcircuits.data.pairs import PairSet, check_columns
 from mathcircuits.models import HookedModel
 from mathcircuits.models.spec import ModelSpec
+from mathcircuits.patching import KeyComponents, resolve_heads
 
 __all__ = ["RandomControl", "depth_matched_draws", "random_control"]
 
@@ -191,7 +192,7 @@ class RandomControl(SavedResult):
 def random_control(
     model: HookedModel,
     dataset: PairSet,
-    key_heads: Sequence[tuple[int, int]],
+    key_heads: KeyComponents | Sequence[tuple[int, int]],
     n_draws: int = 100,
     seed: int = 0,
     ablation: Ablation = "position_mean",
@@ -211,7 +212,7 @@ def random_control(
         dataset: the pairs to score (``tokens``, ``answer_tokens``, ``n_tokens``; ``cf_tokens`` unless ``mean``;
             ``operation``, ``template_id``, ``pair_id`` are kept when present). Score *fresh* pairs, not those
             that chose the heads.
-        key_heads: the key set.
+        key_heads: the key set: a :class:`~mathcircuits.patching.KeyComponents` or ``[(layer, head), ...]``.
         n_draws: random sets (at least 1; the claims ask for 100).
         seed: seed of the draws (and of the resampling donors).
         ablation: what a knocked-out head outputs (:data:`~mathcircuits.ablation.Ablation`).
@@ -233,7 +234,7 @@ def random_control(
     check_columns(dataset, ("tokens", "answer_tokens", "n_tokens"), "random_control")
     if len(dataset) == 0:
         raise ValueError("random_control got no pairs. Fix: pass the fresh pairs of at least one operation.")
-    key = [(int(l), int(h)) for l, h in key_heads]
+    key = [(int(l), int(h)) for l, h in resolve_heads(key_heads, model.spec, arg="key_heads")]
     draws = depth_matched_draws(key, model.spec, n_draws, seed)
     scorer = scorer or KnockoutScorer(model, dataset, ablation, means, scope, seed, batch_size, pool=pool)
 

@@ -31,25 +31,33 @@ below the lowest ablated layer reused), is :class:`~mathcircuits.ablation.Knocko
 (:mod:`.scorer`); the hooks are in :mod:`.hooks`, the result in :mod:`.result`.
 
 The knockout curve removes heads in effect-rank order (most negative path-patching
-effect first) and, for comparison, in random orders over all heads (several seeds;
-mean and spread), as in the paper's Figure 3.
+effect first; or a :class:`~mathcircuits.patching.KeyComponents`'s heads in its order) and, for comparison,
+in random orders over all heads (several seeds; mean and spread), as in the paper's Figure 3. Scored on the
+pairs that chose the heads, the drop is biased upward (the heads were picked because they matter on *those*
+pairs): it warns, and :func:`~mathcircuits.data.fresh_pairs` draws others.
 """
 
 from __future__ import annotations
 
 import random
+import warnings
 from collections.abc import Sequence
 
 import torch
 from tqdm.auto import tqdm
 
+from mathcircuits.ablation.config import ValidationConfig
 from mathcircuits.ablation.hooks import Ablation, Scope, check_choice
 from mathcircuits.ablation.means import HeadMeans, PositionPool, head_means
 from mathcircuits.ablation.result import KnockoutResult
 from mathcircuits.ablation.scorer import KnockoutScorer
 from mathcircuits.data.pairs import PairSet, check_columns
 from mathcircuits.models import HookedModel
+from mathcircuits.models.spec import ModelSpec
 from mathcircuits.patching import KeyComponents, PatchingResult, resolve_heads
+
+#: the library's defaults are the config's (the ``validation`` section of a run), defined once there
+_DEFAULT = ValidationConfig()
 
 __all__ = ["ablated_accuracy", "knockout_curve"]
 
@@ -88,17 +96,32 @@ def ablated_accuracy(
     return scorer.accuracy(heads)
 
 
+def _ranked_heads(patching: object, spec: ModelSpec, max_k: int) -> list[tuple[int, int]]:
+    """The heads in knockout order: a result's by effect (most negative first), a selection's in its order."""
+    if isinstance(patching, KeyComponents):
+        return [(int(l), int(h)) for l, h in resolve_heads(patching, spec, arg="knockout_curve(patching=)")[:max_k]]
+    if isinstance(patching, PatchingResult):
+        patching.check_model(spec)
+        patching.check_finite()
+        return [(l, h) for l, h, _ in patching.top_heads(max_k)]
+    raise TypeError(
+        f"knockout_curve(patching=) got a {type(patching).__name__}, but it ranks the heads to knock out from a "
+        "PatchingResult (path_patch) or a KeyComponents (select_key_components). Fix: pass one of those as the "
+        "third argument, knockout_curve(model, pairs, result)."
+    )
+
+
 def knockout_curve(
     model: HookedModel,
     dataset: PairSet,
-    patching: PatchingResult,
-    max_k: int = 10,
-    n_random: int = 3,
+    patching: PatchingResult | KeyComponents,
+    max_k: int = _DEFAULT.knockout_max_k,
+    n_random: int = _DEFAULT.n_random,
     seed: int = 0,
     means: HeadMeans | None = None,
-    scope: Scope = "all",
+    scope: Scope = _DEFAULT.scope,
     progress: bool = False,
-    ablation: Ablation = "mean",
+    ablation: Ablation = _DEFAULT.ablation,
     ks: Sequence[int] | None = None,
     pool: PositionPool | None = None,
 ) -> KnockoutResult:
@@ -107,14 +130,18 @@ def knockout_curve(
     Args:
         model: the hooked model.
         dataset: the pairs to score (non-empty, with ``tokens``, ``answer_tokens``, ``n_tokens``, ``cf_tokens``).
-        patching: a :class:`~mathcircuits.patching.PatchingResult` of this model (finite head effects).
-        max_k: knock out up to this many heads.
+        patching: a :class:`~mathcircuits.patching.PatchingResult` of this model (finite head effects; heads
+            ranked by effect), or a :class:`~mathcircuits.patching.KeyComponents` (its heads, in its order).
+            A result computed on (some of) ``dataset``'s pairs warns: score fresh pairs
+            (:func:`~mathcircuits.data.fresh_pairs`).
+        max_k: knock out up to this many heads (at most the selection's heads).
         n_random: number of random orders.
         seed: seed of the random orders (and of the resampling donors).
         means: :class:`HeadMeans` of this model for ``"mean"`` (default: taken on ``dataset``'s counterfactuals).
         scope: ``"all"`` positions or only the ``"last"``.
         progress: show a progress bar.
-        ablation: ``"mean"``, ``"position_mean"`` or ``"resample"`` (module docstring).
+        ablation: ``"mean"``, ``"position_mean"`` or ``"resample"`` (module docstring); the default is the
+            config's (``validation.ablation``).
         ks: the k values of the curve (default every k in 1…max_k; 0, the clean model, is always included).
         pool: for ``"position_mean"``: counterfactual prompts to average over, leaving each scored pair's own out
             (:class:`KnockoutScorer`); None: the scored pairs of each template.
@@ -124,14 +151,21 @@ def knockout_curve(
     """
 
     spec = model.spec
-    patching.check_model(spec)
-    patching.check_finite()
+    ranked = _ranked_heads(patching, spec, max_k)
     check_choice(ablation, scope)
     check_columns(dataset, ("tokens", "answer_tokens", "n_tokens"), "knockout_curve")
+    shared = patching.shared_pairs(dataset) if isinstance(patching, PatchingResult) else 0
+    if shared:
+        warnings.warn(
+            f"knockout_curve scores {shared} of {len(dataset)} pairs that the path patching which ranks the heads "
+            "was computed on: heads chosen because they matter on these pairs look more necessary on them than "
+            "they are (selection bias). Fix: score fresh pairs, e.g. mc.fresh_pairs(model, pairs, n=32).",
+            UserWarning,
+            stacklevel=2,
+        )
     if ablation == "mean":
         means = means or head_means(model, dataset)
         means.check_model(spec)
-    ranked = [(l, h) for l, h, _ in patching.top_heads(max_k)]
     wanted = range(1, len(ranked) + 1) if ks is None else ks
     bad = [k for k in wanted if not 1 <= int(k) <= len(ranked)]
     if bad:

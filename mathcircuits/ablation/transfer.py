@@ -166,7 +166,7 @@ def transfer(
 
     spec = model.spec
     check_choice(ablation, scope)
-    key_heads = list(resolve_heads(key_heads, spec, allow_empty=True))
+    key_heads = list(resolve_heads(key_heads, spec, allow_empty=True, arg="key_heads"))
     if means is not None:
         means.check_model(spec)
     rows = []

@@ -47,7 +47,7 @@ from mathcircuits.circuit.attribution import attribute_edges, hook_gradients
 from mathcircuits.circuit.batches import POSITIONS, ROLES, CircuitBatch, circuit_batches, label_order
 from mathcircuits.circuit.chain import delta_snapshots
 from mathcircuits.circuit.components import SENDER_KINDS, Receiver, Sender, upstream_senders
-from mathcircuits.circuit.config import EdgeMethod, EdgeSender, MLPMode, ReceiverKind, ScanPositions
+from mathcircuits.circuit.config import CircuitConfig, EdgeMethod, EdgeSender, MLPMode, ReceiverKind, ScanPositions
 from mathcircuits.circuit.edges import exact_edges
 from mathcircuits.circuit.faithfulness import Scorer
 from mathcircuits.circuit.pair_cache import EdgeBatch, PairCache, pair_cache
@@ -56,10 +56,13 @@ from mathcircuits.circuit.result import Circuit, CircuitData, CircuitSettings, D
 from mathcircuits.circuit.subcircuits import wiring_of
 from mathcircuits.data.pairs import PairSet, check_token_aligned
 from mathcircuits.models import HookedModel, ModelSpec, hooks
-from mathcircuits.patching import Metric, MetricName, get_metric
+from mathcircuits.patching import KeyComponents, Metric, MetricName, get_metric, resolve_heads
 from mathcircuits.stats import bootstrap_statistic
 
 __all__ = ["ROLES", "discover_circuit"]
+
+#: the library's defaults are the config's (the ``circuit`` section of a run), defined once there
+_DEFAULT = CircuitConfig()
 
 EDGE_METHODS = {"exact": exact_edges, "reference": reference_edges}
 
@@ -197,23 +200,23 @@ def _check_args(spec: ModelSpec, kw: dict[str, Any]) -> None:
 def discover_circuit(
     model: HookedModel,
     dataset: PairSet,
-    key_heads: Sequence[tuple[int, int]] | None = None,
-    depth: int = 4,
-    threshold: float = 0.0,
-    top_k: int = 4,
-    logits_top_k: int = 8,
-    senders: Sequence[EdgeSender] = ("head", "mlp"),
-    receivers: Sequence[ReceiverKind] = ("q", "k", "v", "mlp"),
-    positions: ScanPositions = "query",
-    metric: MetricName | Metric = "answer_logprob",
-    method: EdgeMethod = "exact",
-    screen: int | None = None,
-    saturation_tol: float | None = 0.02,
-    mlps: MLPMode = "ablate",
-    max_nodes: int | None = None,
-    max_seconds: float | None = None,
-    batch_size: int = 8,
-    n_boot: int = 1000,
+    key_heads: KeyComponents | Sequence[tuple[int, int]] | None = None,
+    depth: int = _DEFAULT.depth,
+    threshold: float = _DEFAULT.threshold,
+    top_k: int = _DEFAULT.top_k,
+    logits_top_k: int = _DEFAULT.logits_top_k,
+    senders: Sequence[EdgeSender] = _DEFAULT.senders,
+    receivers: Sequence[ReceiverKind] = _DEFAULT.receivers,
+    positions: ScanPositions = _DEFAULT.positions,
+    metric: MetricName | Metric = _DEFAULT.metric,
+    method: EdgeMethod = _DEFAULT.method,
+    screen: int | None = _DEFAULT.screen,
+    saturation_tol: float | None = _DEFAULT.saturation_tol,
+    mlps: MLPMode = _DEFAULT.mlps,
+    max_nodes: int | None = _DEFAULT.max_nodes,
+    max_seconds: float | None = _DEFAULT.max_seconds,
+    batch_size: int = _DEFAULT.batch_size,
+    n_boot: int = _DEFAULT.n_boot,
     confidence: float = 0.95,
     seed: int = 0,
     progress: bool = False,
@@ -223,8 +226,8 @@ def discover_circuit(
     Args:
         model: the hooked model.
         dataset: token-aligned pairs (:func:`mathcircuits.data.generate_pairs`) with token-role columns.
-        key_heads: round 0's senders given by hand (each at the last prompt position, all kept); None scans every
-            head and MLP at every answer position and keeps the ``logits_top_k`` strongest.
+        key_heads: round 0's senders given by hand or as a KeyComponents (each at the last prompt position, all
+            kept); None scans every head and MLP at every answer position and keeps the ``logits_top_k`` strongest.
         depth: the most rounds after round 0 (a budget; ``saturation_tol`` may stop earlier).
         threshold: smallest ``|mean effect|`` an edge needs (in the metric's units).
         top_k: at most this many edges per receiver; logits_top_k: per answer readout in round 0.
@@ -253,6 +256,8 @@ def discover_circuit(
 
     spec = model.spec
     check_token_aligned(dataset, spec.vocab_size)
+    if key_heads is not None:  # a selection (checked against this model) or (layer, head) pairs
+        key_heads = [(int(l), int(h)) for l, h in resolve_heads(key_heads, spec, allow_empty=True, arg="key_heads")]
     _check_args(spec, locals())
     m = get_metric(metric)
     edge_fn = EDGE_METHODS[method]

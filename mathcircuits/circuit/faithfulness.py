@@ -47,7 +47,7 @@ import torch
 from tqdm.auto import tqdm
 
 from mathcircuits.circuit.batches import CircuitBatch, circuit_batches
-from mathcircuits.circuit.config import AblationKind, EvalLevel, MLPMode, ScanPositions
+from mathcircuits.circuit.config import AblationKind, CircuitConfig, EvalLevel, MLPMode, ScanPositions
 from mathcircuits.circuit.curve import CompletenessRow, CurvePoint, Faithfulness, FaithfulnessSettings
 from mathcircuits.circuit.intervene import (
     ABLATION_KINDS,
@@ -68,6 +68,9 @@ from mathcircuits.models.prefix import repeat_cache
 from mathcircuits.stats import MIN_CLUSTERS, Interval, bootstrap_indices, cluster_bootstrap_indices
 
 __all__ = ["Scorer", "faithfulness", "ratio_intervals"]
+
+#: the library's defaults are the config's (the ``circuit`` section of a run), defined once there
+_DEFAULT = CircuitConfig()
 
 RULE = "ill-conditioned when m(M) - m(cf) < {min_gap} nats or its interval reaches 0"
 
@@ -172,19 +175,19 @@ def faithfulness(
     dataset: PairSet,
     circuit: Circuit,
     pool: PairSet | None = None,
-    ablations: Sequence[AblationKind] = ("resample", "position_mean"),
-    level: EvalLevel = "auto",
-    mlps: MLPMode = "ablate",
-    points: int = 12,
-    n_random: int = 20,
-    plateau_tol: float = 0.05,
-    min_gap: float = 0.1,
-    completeness_sets: int = 8,
+    ablations: Sequence[AblationKind] = _DEFAULT.ablations,
+    level: EvalLevel = _DEFAULT.level,
+    mlps: MLPMode = _DEFAULT.mlps,
+    points: int = _DEFAULT.points,
+    n_random: int = _DEFAULT.n_random,
+    plateau_tol: float = _DEFAULT.plateau_tol,
+    min_gap: float = _DEFAULT.min_gap,
+    completeness_sets: int = _DEFAULT.completeness_sets,
     minimality_nodes: int = 100,
-    n_boot: int = 1000,
+    n_boot: int = _DEFAULT.n_boot,
     confidence: float = 0.95,
     seed: int = 0,
-    batch_size: int = 8,
+    batch_size: int = _DEFAULT.batch_size,
     progress: bool = False,
 ) -> Faithfulness:
     """The faithfulness curve of ``circuit`` on ``dataset`` (see the module docstring).

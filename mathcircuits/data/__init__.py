@@ -4,7 +4,7 @@
 * :mod:`~mathcircuits.data.generate` — reference/counterfactual prompt pairs;
 * :mod:`~mathcircuits.data.filter` — score a model on pairs, keep the correct ones;
 * :mod:`~mathcircuits.data.facts` — the ``(operation, a, b)`` of a pair, and splits that share no fact;
-* :mod:`~mathcircuits.data.correct` — all three for one operation in one call;
+* :mod:`~mathcircuits.data.correct` — all three for one operation in one call, and fresh pairs disjoint from given ones;
 * :mod:`~mathcircuits.data.pairs` — the pair set (:data:`PairSet`), its one column check, equal-length batches;
 * :mod:`~mathcircuits.data.benchmark_files` — where benchmark files are, and their one reader;
 * :mod:`~mathcircuits.data.word_problems` — word problems as direct-answer prompts.
@@ -19,7 +19,7 @@ from mathcircuits.data.benchmark_files import (
     read_word_problems,
     record_question,
 )
-from mathcircuits.data.correct import correct_pairs
+from mathcircuits.data.correct import correct_pairs, fresh_pairs
 from mathcircuits.data.facts import Fact, drop_facts, fact_of, facts_of, split_facts
 from mathcircuits.data.filter import accuracy_table, filter_correct, length_groups, padded_groups, score_pairs
 from mathcircuits.data.generate import (
@@ -40,6 +40,7 @@ from mathcircuits.data.pairs import (
     operation_rows,
     pair_batches,
     pair_columns,
+    pair_keys,
     template_keys,
     token_strings,
 )
@@ -74,6 +75,7 @@ __all__ = [
     "default_benchmark_root",
     "default_template_dir",
     "filter_correct",
+    "fresh_pairs",
     "drop_facts",
     "fact_of",
     "facts_of",
@@ -88,6 +90,7 @@ __all__ = [
     "padded_groups",
     "pair_batches",
     "pair_columns",
+    "pair_keys",
     "read_benchmark_split",
     "read_word_problems",
     "prompt_start",

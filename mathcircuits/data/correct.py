@@ -5,28 +5,80 @@ Notebooks and analyses start from the same recipe: build token-aligned pairs
 from templates (:func:`~mathcircuits.data.generate_pairs`), score the model on
 them (:func:`~mathcircuits.data.score_pairs`), keep the correct ones
 (:func:`~mathcircuits.data.filter_correct`). :func:`correct_pairs` is that recipe
-as one call, so that every caller gets the same pairs for the same arguments.
+as one call, so that every caller gets the same pairs for the same arguments. It scores in batches, in
+generation order, and stops once it has ``n`` correct pairs: the pairs are the same as scoring all, at a
+fraction of the cost. :func:`fresh_pairs` draws pairs *disjoint* from given ones (e.g. to score a knockout on
+pairs other than those that chose the heads).
 
 Usage::
 
     model = load_model("embedded")
     pairs = correct_pairs(model, "add", n=12, template_ids=("add_eq_1",), seed=8)
+    held_out = fresh_pairs(model, pairs, n=32)
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from mathcircuits.data.filter import filter_correct, score_pairs
+import datasets
+from tqdm.auto import tqdm
+
+from mathcircuits.data.filter import score_pairs
 from mathcircuits.data.generate import GenerationConfig, PairError, generate_pairs
-from mathcircuits.data.pairs import PairSet
+from mathcircuits.data.pairs import PairSet, check_columns, pair_keys
 from mathcircuits.data.templates import TemplateSet, load_templates
 
 if TYPE_CHECKING:  # the data layer sits below models: the hooked model is named for the signature only
     from mathcircuits.models import HookedModel
 
-__all__ = ["correct_pairs"]
+__all__ = ["correct_pairs", "fresh_pairs"]
+
+#: the template forms :func:`correct_pairs` draws from by default: short equations (``"3 + 5 ="``), the
+#: cheapest prompts to score; statements, questions and word problems are longer and slower
+DEFAULT_FORMS: tuple[str, ...] = ("equation",)
+
+
+def _first_correct(
+    model: HookedModel, pairs: PairSet, n: int | None, batch_size: int, progress: bool
+) -> tuple[PairSet, int]:
+    """The first ``n`` (None: all) correct pairs of ``pairs`` in order, scoring ``batch_size`` rows at a time and
+    stopping once there are ``n``; also how many rows were scored."""
+    kept: list[PairSet] = []
+    found = scored = 0
+    bar = tqdm(total=len(pairs), disable=not progress, desc="scoring pairs", unit="pair", leave=False)
+    for start in range(0, len(pairs), batch_size):
+        chunk = pairs.select(range(start, min(start + batch_size, len(pairs))))
+        chunk = score_pairs(model, chunk, batch_size=batch_size, device=model.device)
+        good = chunk.select([i for i, ok in enumerate(chunk["correct"]) if ok])  # filter_correct, without its bar
+        scored += len(chunk)
+        found += len(good)
+        kept.append(good)
+        bar.update(len(chunk))
+        bar.set_postfix(correct=found if n is None else f"{min(found, n)}/{n}")
+        if n is not None and found >= n:
+            break
+    bar.close()
+    out = datasets.concatenate_datasets(kept) if kept else pairs.select([])
+    return (out if n is None or len(out) <= n else out.select(range(n))), scored
+
+
+def _template_ids(
+    sets: Sequence[TemplateSet], operations: Sequence[str], forms: Sequence[str] | None
+) -> tuple[str, ...] | None:
+    """The ids of the operations' templates of the given forms (None: every form)."""
+    if forms is None:
+        return None
+    ids = tuple(t.id for s in sets for t in s.templates if t.operation in operations and t.form in forms)
+    if not ids:
+        have = sorted({t.form for s in sets for t in s.templates if t.operation in operations})
+        raise PairError(
+            f"no {'/'.join(operations)} template has a form in {list(forms)}. "
+            f"Fix: choose forms from {have}, or pass forms=None for every template."
+        )
+    return ids
 
 
 def correct_pairs(
@@ -39,19 +91,25 @@ def correct_pairs(
     seed: int = 0,
     fewshot: bool = True,
     batch_size: int = 32,
+    forms: Sequence[str] | None = DEFAULT_FORMS,
+    progress: bool = True,
 ) -> PairSet:
     """The first ``n`` pairs of one operation that ``model`` answers correctly.
 
     Args:
         model: a hooked model from :func:`mathcircuits.models.load_model`.
         operation: one of :data:`~mathcircuits.data.OPERATIONS`, e.g. ``"add"``.
-        n: how many correct pairs to return, in generation order; None: all of them.
+        n: how many correct pairs to return, in generation order; None: all of them. Scoring stops once there
+            are ``n``.
         templates: template sets to draw from; None: every file of ``data_templates/``.
-        template_ids: only these templates of the operation; None: all of them.
+        template_ids: only these templates of the operation; None: those of ``forms``.
         n_per_template: pairs generated per template before filtering.
         seed: seed of :class:`~mathcircuits.data.GenerationConfig` (operand order, words).
         fewshot: put the template's few-shot prefix before each query.
-        batch_size: scoring batch size.
+        batch_size: scoring batch size (and how many pairs are scored between checks for ``n``).
+        forms: the template forms to draw from when ``template_ids`` is None (``"equation"``, ``"statement"``,
+            ``"question"``, ... as tagged in ``data_templates/``); None: every template of the operation.
+        progress: show a progress bar while scoring.
 
     Returns:
         A ``datasets.Dataset`` of ``n`` (or all) correct pairs, with the columns of
@@ -59,11 +117,14 @@ def correct_pairs(
         ``first_correct`` and ``p_answer``.
 
     Raises:
-        PairError: ``n`` is below 1, the generation settings are invalid, or fewer than
-            ``n`` pairs are correct (the message gives the counts and the fix).
+        PairError: ``n`` is below 1, the generation settings are invalid, no template has one of ``forms``, or
+            fewer than ``n`` pairs are correct (the message gives the counts and the fix).
     """
     if n is not None and n < 1:
         raise PairError(f"n={n} asks for no pair. Fix: pass n >= 1, or n=None for every correct pair.")
+    sets = list(templates) if templates is not None else load_templates()
+    if template_ids is None:
+        template_ids = _template_ids(sets, (operation,), forms)
     config = GenerationConfig(
         operations=(operation,),
         template_ids=tuple(template_ids) if template_ids is not None else None,
@@ -71,14 +132,85 @@ def correct_pairs(
         fewshot=fewshot,
         seed=seed,
     )
-    sets = list(templates) if templates is not None else load_templates()
     pairs = generate_pairs(model.tokenizer, sets, config)
-    correct = filter_correct(score_pairs(model, pairs, batch_size=batch_size, device=model.device))
+    correct, _ = _first_correct(model, pairs, n, batch_size, progress)
     if n is None:
         return correct
     if len(correct) < n:
         raise PairError(
             f"the model answers {len(correct)} of {len(pairs)} {operation!r} pairs correctly, fewer than n={n}. "
-            f"Fix: raise n_per_template (now {n_per_template}), add templates, or lower n."
+            f"Fix: raise n_per_template (now {n_per_template}), add templates or forms, or lower n."
         )
-    return correct.select(range(n))
+    return correct
+
+
+def fresh_pairs(
+    model: HookedModel,
+    pairs: PairSet,
+    n: int = 32,
+    seed: int = 1,
+    templates: Sequence[TemplateSet] | None = None,
+    batch_size: int = 32,
+    progress: bool = True,
+) -> PairSet:
+    """``n`` correct pairs that share no pair with ``pairs``: same operations and templates, new draws.
+
+    For scoring on data other than the data that chose something (key heads chosen by path patching on
+    ``pairs`` look more necessary on ``pairs`` than they are). Pairs are compared by their tokens
+    (:func:`~mathcircuits.data.pair_keys`); the new pairs' ``pair_id`` continue after the largest in ``pairs``.
+
+    Args:
+        model: the hooked model that must answer them correctly.
+        pairs: the pairs to avoid (with ``operation``, ``template_id``, ``tokens``; e.g. from :func:`correct_pairs`).
+        n: how many fresh correct pairs.
+        seed: generation seed of the new draws (raised by one for each further round when a round is short).
+        templates: template sets holding ``pairs``' templates; None: every file of ``data_templates/``.
+        batch_size: scoring batch size.
+        progress: show a progress bar while scoring.
+
+    Returns:
+        A ``datasets.Dataset`` of ``n`` correct pairs, in generation order, none of them in ``pairs``.
+
+    Raises:
+        PairError: ``n`` is below 1, or the templates' operand range holds fewer than ``n`` new correct pairs.
+    """
+    if n < 1:
+        raise PairError(f"n={n} asks for no pair. Fix: pass n >= 1.")
+    check_columns(pairs, ("operation", "template_id", "tokens"), "fresh_pairs")
+    cols = set(pairs.column_names)
+    avoid = set(pair_keys(pairs))
+    config = GenerationConfig(
+        operations=tuple(sorted(set(pairs["operation"]))),
+        template_ids=tuple(sorted(set(pairs["template_id"]))),
+        n_per_template=max(16, n),
+        fewshot=any(int(p) > 0 for p in pairs["prefix_len"]) if "prefix_len" in cols else True,
+        counterfactual="operands" if "counterfactual" in cols else "operator",
+        seed=seed,
+    )
+    sets = list(templates) if templates is not None else load_templates()
+    found: list[PairSet] = []
+    n_found = drawn = 0
+    for round_ in range(4):  # a short round (many already used, or wrong) draws again, more per template
+        cfg = dataclasses.replace(config, seed=seed + round_, n_per_template=config.n_per_template * 2**round_)
+        new = generate_pairs(model.tokenizer, sets, cfg)
+        rows = []
+        for i, k in enumerate(pair_keys(new)):
+            if k not in avoid:
+                avoid.add(k)  # once only, within and across rounds
+                rows.append(i)
+        drawn += len(rows)
+        if not rows:
+            continue
+        good, _ = _first_correct(model, new.select(rows), n - n_found, batch_size, progress)
+        found += [good] if len(good) else []
+        n_found += len(good)
+        if n_found >= n:
+            break
+    if n_found < n:
+        raise PairError(
+            f"only {n_found} of {drawn} new pairs of templates {list(config.template_ids)} are answered correctly "
+            f"and not among the {len(pairs)} given, fewer than n={n}. Fix: lower n, or widen the operand range."
+        )
+    out = datasets.concatenate_datasets(found).select(range(n))
+    start = max((int(i) for i in pairs["pair_id"]), default=-1) + 1 if "pair_id" in cols else 0
+    return out.remove_columns("pair_id").add_column("pair_id", list(range(start, start + n)))

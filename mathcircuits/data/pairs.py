@@ -24,6 +24,7 @@ Usage::
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeAlias
@@ -43,6 +44,7 @@ __all__ = [
     "operation_rows",
     "pair_batches",
     "pair_columns",
+    "pair_keys",
     "template_keys",
     "token_strings",
 ]
@@ -105,6 +107,26 @@ def pair_columns(
     if isinstance(pairs, datasets.Dataset):
         return {n: list(pairs[n]) for n in names}
     return {n: [row[n] for row in pairs] for n in names}
+
+
+def pair_keys(pairs: PairSet | Sequence[Mapping[str, Any]]) -> list[str]:
+    """A short fingerprint of each pair (its prompt's and counterfactual's tokens), to tell the same pair again.
+
+    ``pair_id`` only counts rows within one generation, so two draws share ids; the tokens do not lie.
+
+    Args:
+        pairs: a pair set (or row dicts) with ``tokens`` (and ``cf_tokens`` when present).
+
+    Returns:
+        One 16-hex-digit key per pair, in order; empty when the pairs have no ``tokens``.
+    """
+    have = _column_names(pairs)
+    if "tokens" not in have:
+        return []
+    names = ["tokens", "cf_tokens"] if "cf_tokens" in have else ["tokens"]
+    cols = pair_columns(pairs, names, "pair_keys") if len(pairs) else {n: [] for n in names}
+    rows = zip(*(cols[n] for n in names))
+    return [hashlib.blake2b(repr([list(map(int, c)) for c in row]).encode(), digest_size=8).hexdigest() for row in rows]
 
 
 def check_token_aligned(pairs: PairSet, vocab_size: int) -> None:

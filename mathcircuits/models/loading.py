@@ -58,7 +58,7 @@ log = logging.getLogger(__name__)
 _TINY = {"tiny-llama": tiny_llama, "tiny-gpt2": tiny_gpt2}
 
 
-@dataclass
+@dataclass(repr=False)
 class HookedModel:
     """A TransformerBridge (hook names as HookedTransformer) with its tokenizer and shape facts.
 
@@ -79,6 +79,15 @@ class HookedModel:
     def device(self) -> torch.device:
         """Where inputs go: the embedding's execution device (on a model split by accelerate, not ``meta``)."""
         return execution_device(getattr(self.bridge, "embed", self.bridge))
+
+    def __repr__(self) -> str:
+        # one line: the bridge's own repr lists every module (thousands of lines)
+        s = self.spec
+        dtype = str(next(self.hf_model.parameters()).dtype).removeprefix("torch.")
+        return (
+            f"HookedModel({s.name!r}, layers={s.n_layers}, heads={s.n_heads}, kv_heads={s.n_kv_heads}, "
+            f"dtype={dtype}, device={self.device})"
+        )
 
     def to_tokens(self, texts: str | list[str]) -> Int[torch.Tensor, "batch seq"]:
         """Tokenize without adding a BOS token (the bridge's string path would prepend one).

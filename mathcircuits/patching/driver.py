@@ -20,7 +20,7 @@ from collections.abc import Sequence
 import torch
 from tqdm.auto import tqdm
 
-from mathcircuits.data.pairs import PairSet, check_token_aligned, pair_batches
+from mathcircuits.data.pairs import PairSet, check_token_aligned, pair_batches, pair_keys
 from mathcircuits.models import HookedModel, fast_paths_enabled
 from mathcircuits.models.integrity import model_dtype, verify_once
 from mathcircuits.models.placement import unloadable_parameters
@@ -164,6 +164,7 @@ def path_patch(
         model=spec,
         n_pairs=n,
         pair_ids=pair_ids,
+        pair_keys=pair_keys(dataset),
         operations=ops,
         clean_logit_mean=clean_sum / n,
         per_pair_heads=all_heads if keep_per_pair else None,

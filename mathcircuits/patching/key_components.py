@@ -26,6 +26,7 @@ from mathcircuits.models import HookedModel
 from mathcircuits.models.heads import Head, check_heads
 from mathcircuits.models.spec import ModelSpec, check_model, heads_by_layer
 from mathcircuits.patching.config import Rule, SelectionConfig
+from mathcircuits.patching.result import PatchingResult
 
 __all__ = ["RULES", "KeyComponents", "SelectionError", "SelectionSource", "median_depth", "resolve_heads"]
 
@@ -191,7 +192,7 @@ class KeyComponents(SavedResult):
         )
 
     def to_dataframe(self):
-        """One row per key component: kind, layer, head (−1 for MLPs), score, and for heads the share of
+        """One row per key component: kind, layer, head (``<NA>`` for MLPs), score, and for heads the share of
         bootstrap resamples that select it again (``stability``; NaN when not measured and for MLPs)."""
 
         nan = float("nan")
@@ -202,10 +203,11 @@ class KeyComponents(SavedResult):
             for (layer, head), s, st in zip(self.heads, self.head_scores or nan_h, stab)
         ]
         rows += [
-            {"kind": "mlp", "layer": layer, "head": -1, "score": s, "stability": nan}
+            {"kind": "mlp", "layer": layer, "head": None, "score": s, "stability": nan}
             for layer, s in zip(self.mlps, self.mlp_scores or nan_m)
         ]
-        return pd.DataFrame(rows, columns=["kind", "layer", "head", "score", "stability"])
+        df = pd.DataFrame(rows, columns=["kind", "layer", "head", "score", "stability"])
+        return df.astype({"layer": "int64", "head": "Int64"})  # an MLP has no head: <NA>, not a fake -1
 
     def summary_items(self) -> list[tuple[str, str]]:
         """Model, rule, the key heads and MLPs, and how often resamples select them again (for ``repr``)."""
@@ -234,7 +236,7 @@ def median_depth(layers: Sequence[int], n_layers: int) -> float:
 
 
 def resolve_heads(
-    heads: KeyComponents | Iterable[tuple[int, int]], spec: ModelSpec, *, allow_empty: bool = False
+    heads: KeyComponents | Iterable[tuple[int, int]], spec: ModelSpec, *, allow_empty: bool = False, arg: str = "heads"
 ) -> tuple[Head, ...]:
     """The heads to act on: a selection's heads (after checking it was made on this model), or the heads given.
 
@@ -242,11 +244,14 @@ def resolve_heads(
         heads: a :class:`KeyComponents` or ``[(layer, head), ...]``.
         spec: the model's spec (``model.spec``).
         allow_empty: accept no head (e.g. a knockout of nothing: the clean model).
+        arg: the caller's name for the argument, for the error message.
 
     Returns:
         The heads as :class:`~mathcircuits.models.Head` values, in the given order.
 
     Raises:
+        TypeError: ``heads`` is a :class:`~mathcircuits.patching.PatchingResult` (effects, not a set of heads) or
+            no sequence of heads at all; the message names ``arg`` and the fix.
         SelectionError: a selection made on another model.
         ValueError: no head (unless ``allow_empty``), or a repeated head.
         IndexError: a head out of range.
@@ -254,4 +259,15 @@ def resolve_heads(
     if isinstance(heads, KeyComponents):
         heads.check_model(spec)
         heads = heads.heads
+    elif isinstance(heads, PatchingResult):
+        raise TypeError(
+            f"{arg} got a PatchingResult (every head's effect), not a set of heads. Fix: pass "
+            "select_key_components(result) (a KeyComponents), or [(layer, head), ...], e.g. "
+            "[(l, h) for l, h, _ in result.top_heads(5)]."
+        )
+    elif isinstance(heads, (str, bytes)) or not isinstance(heads, Iterable):
+        raise TypeError(
+            f"{arg} got a {type(heads).__name__}, not a set of heads. Fix: pass a KeyComponents "
+            "(select_key_components(result)) or [(layer, head), ...]."
+        )
     return check_heads(heads, spec, allow_empty=allow_empty)

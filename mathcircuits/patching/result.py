@@ -8,7 +8,7 @@ effect is a **cluster bootstrap over templates, stratified by operation**
 percentile bootstrap over pairs (:func:`mathcircuits.stats.bootstrap_mean`,
 ``ci_method="bootstrap"``). Either way ``ci_n_boot`` resamples, seed ``ci_seed``. They are computed when
 the per-pair effects are kept (the identify stage keeps them) and saved with the result; without per-pair
-effects the bounds are ``None`` (NaN in the DataFrame).
+effects the bounds are ``None`` and the DataFrame has no interval columns.
 
 Total effect. ``per_pair_total`` holds the metric of each pair's counterfactual prompt against its clean
 prompt (patching everything at once). :meth:`PatchingResult.total_interval` is its mean with the same
@@ -18,7 +18,8 @@ kind of interval, and :meth:`PatchingResult.head_shares` each head's mean effect
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import warnings
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,6 +29,7 @@ from jaxtyping import Float
 from torch import Tensor, nn
 
 from mathcircuits._io import SavedResult
+from mathcircuits.data.pairs import PairSet, pair_keys
 from mathcircuits.models import HookedModel
 from mathcircuits.models.heads import Head
 from mathcircuits.models.spec import ModelSpec, check_model
@@ -75,11 +77,12 @@ class PatchingResult(SavedResult):
     ``per_pair_total`` is each pair's total effect (counterfactual vs clean prompt, same metric);
     ``n_excluded`` counts the pairs the metric refused (``relative_logit``'s guard), NaN everywhere;
     ``pair_templates``/``pair_operations`` are each pair's template and operation (the clusters and strata
-    of the intervals).
+    of the intervals); ``pair_keys`` each pair's fingerprint (:func:`~mathcircuits.data.pair_keys`), so a
+    later stage can tell when it is handed the very pairs that chose the heads (:meth:`shared_pairs`).
     """
 
     STAGE = "identify"
-    VERSION = 4
+    VERSION = 5
 
     head_effects: Float[Tensor, "layer head"]
     mlp_effects: Float[Tensor, " layer"]
@@ -106,6 +109,7 @@ class PatchingResult(SavedResult):
     pair_templates: list[str] = field(default_factory=list)
     pair_operations: list[str] = field(default_factory=list)
     ci_method: str = ""
+    pair_keys: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if not self.ci_method:
@@ -211,11 +215,12 @@ class PatchingResult(SavedResult):
     @classmethod
     def upgrade(cls, version: int, fields: dict[str, Any]) -> dict[str, Any]:
         """Versions 1–2 had no intervals: they are recomputed from the per-pair effects when those were kept.
-        Version 3 had no total effect, exclusion count or templates: its intervals were over pairs."""
+        Version 3 had no total effect, exclusion count or templates: its intervals were over pairs.
+        Versions 1–4 kept no pair fingerprints (a knockout on the patched pairs is then not recognised)."""
         new = {"head_low": None, "head_high": None, "mlp_low": None, "mlp_high": None}
         new |= {"confidence": DEFAULT_CONFIDENCE, "ci_n_boot": DEFAULT_N_BOOT, "ci_seed": 0}
         new |= {"per_pair_total": None, "n_excluded": 0, "pair_templates": [], "pair_operations": []}
-        new |= {"ci_method": "bootstrap"}
+        new |= {"ci_method": "bootstrap", "pair_keys": []}
         return {**new, **fields, "settings": fields.get("settings") or None}
 
     @classmethod
@@ -256,6 +261,8 @@ class PatchingResult(SavedResult):
             common |= dict(pair_templates=[t for p in parts for t in p.pair_templates])
         if all(len(p.pair_operations) == p.n_pairs for p in parts):
             common |= dict(pair_operations=[o for p in parts for o in p.pair_operations])
+        if all(len(p.pair_keys) == p.n_pairs for p in parts):
+            common |= dict(pair_keys=[k for p in parts for k in p.pair_keys])
         if all(p.per_pair_total is not None for p in parts):
             common |= dict(per_pair_total=torch.cat([p.per_pair_total for p in parts]))
         if all(p.per_pair_heads is not None and p.per_pair_mlps is not None for p in parts):
@@ -288,6 +295,18 @@ class PatchingResult(SavedResult):
             None; raises :class:`~mathcircuits.models.ModelMismatchError` naming both models and the fix.
         """
         check_model(self.model, model, "this patching result", "path-patch this model first (mathcircuits identify)")
+
+    def shared_pairs(self, pairs: PairSet | Sequence[Mapping[str, Any]]) -> int:
+        """How many of ``pairs`` are pairs these effects were computed on (0 when the result kept no fingerprints).
+
+        Args:
+            pairs: a pair set with ``tokens`` (and ``cf_tokens``).
+
+        Returns:
+            The number of ``pairs`` whose fingerprint is among this result's pairs.
+        """
+        mine = set(self.pair_keys)
+        return sum(k in mine for k in pair_keys(pairs)) if mine else 0
 
     def check_finite(self) -> None:
         """Refuse effects that cannot be ranked honestly.
@@ -323,11 +342,23 @@ class PatchingResult(SavedResult):
             raise ValueError(f"the patching result on {self.model.describe()} {problem}. Fix: {fix}.")
 
     def to_dataframe(self):
-        """One row per sender: kind (head|mlp), layer, head (−1 for MLPs), effect, its interval
-        (effect_low, effect_high; NaN without per-pair effects), rank (most negative first), and ``share``:
-        the effect as a share of the total effect, ``effect / |total|`` (NaN without a usable total)."""
+        """One row per sender: kind (head|mlp), layer, head (``<NA>`` for MLPs), effect, its interval
+        (effect_low, effect_high), rank (most negative first), and ``share``: the effect as a share of the total
+        effect, ``effect / |total|`` (NaN without a usable total).
+
+        The intervals come from the per-pair effects. A result without them (``path_patch(...,
+        keep_per_pair=False)``, the default) has no interval columns, rather than columns of NaN; it warns once
+        with the fix. A kind of sender without them (e.g. MLPs not patched) has NaN bounds."""
 
         nan = float("nan")
+        intervals = self.head_low is not None or self.mlp_low is not None
+        if not intervals:
+            warnings.warn(
+                "this PatchingResult kept no per-pair effects, so its DataFrame has no interval columns "
+                "(effect_low, effect_high). Fix: path_patch(..., keep_per_pair=True) (the identify stage does).",
+                UserWarning,
+                stacklevel=2,
+            )
 
         def bound(t: Tensor | None, *idx: int) -> float:
             return nan if t is None else float(t[idx])
@@ -351,7 +382,7 @@ class PatchingResult(SavedResult):
                 {
                     "kind": "mlp",
                     "layer": layer,
-                    "head": -1,
+                    "head": None,
                     "component": f"MLP{layer}",
                     "effect": float(self.mlp_effects[layer]),
                     "effect_low": bound(self.mlp_low, layer),
@@ -359,6 +390,9 @@ class PatchingResult(SavedResult):
                 }
             )
         df = pd.DataFrame(rows)
+        df["head"] = df["head"].astype("Int64")  # an MLP has no head: <NA>, not a fake -1
+        if not intervals:
+            df = df.drop(columns=["effect_low", "effect_high"])
         df["rank"] = df.groupby("kind")["effect"].rank(method="first").astype("Int64")
         total = self.total_interval().value
         df["share"] = df["effect"] / abs(total) if total == total and abs(total) > 1e-12 else nan

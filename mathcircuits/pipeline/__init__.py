@@ -1,23 +1,43 @@
 """The pipeline: a typed run configuration, one registry of stages, and a resumable, locked run folder.
 
 Stages live in ``pipeline/stages/<name>.py``, named as the CLI names them; see
-``docs/architecture.md``.
+``docs/architecture.md``. The names below load on first use, so the CLI can read the stage registry
+(:data:`STAGES`) and parse its arguments without importing torch.
 """
 
-from mathcircuits.pipeline.compare_models import check_same_config, compare_model_runs, load_run_results
-from mathcircuits.pipeline.config import (
-    ConfigError,
-    FinetuneSection,
-    ModelSection,
-    RunConfig,
-    fingerprint,
-    render_config,
-)
-from mathcircuits.pipeline.context import Context, StageSummary, select_pairs
-from mathcircuits.pipeline.lock import RunLock, RunLockedError
-from mathcircuits.pipeline.paths import RunPaths
-from mathcircuits.pipeline.run import RunFolderError, check_run_folder, done_summary, run_pipeline, stage_status
-from mathcircuits.pipeline.stages import STAGES, Stage
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from mathcircuits.pipeline.compare_models import check_same_config, compare_model_runs, load_run_results
+    from mathcircuits.pipeline.config import (
+        ConfigError,
+        FinetuneSection,
+        ModelSection,
+        RunConfig,
+        fingerprint,
+        render_config,
+    )
+    from mathcircuits.pipeline.context import Context, StageSummary, select_pairs
+    from mathcircuits.pipeline.lock import RunLock, RunLockedError
+    from mathcircuits.pipeline.paths import RunPaths
+    from mathcircuits.pipeline.run import RunFolderError, check_run_folder, done_summary, run_pipeline, stage_status
+    from mathcircuits.pipeline.stages import STAGES, Stage
+
+#: public name → the module that defines it (imported on first use).
+_WHERE = {
+    **dict.fromkeys(("check_same_config", "compare_model_runs", "load_run_results"), "compare_models"),
+    **dict.fromkeys(
+        ("ConfigError", "FinetuneSection", "ModelSection", "RunConfig", "fingerprint", "render_config"), "config"
+    ),
+    **dict.fromkeys(("Context", "StageSummary", "select_pairs"), "context"),
+    **dict.fromkeys(("RunLock", "RunLockedError"), "lock"),
+    "RunPaths": "paths",
+    **dict.fromkeys(("RunFolderError", "check_run_folder", "done_summary", "run_pipeline", "stage_status"), "run"),
+    **dict.fromkeys(("STAGES", "Stage"), "stages"),
+}
 
 __all__ = [
     "STAGES",
@@ -43,3 +63,15 @@ __all__ = [
     "select_pairs",
     "stage_status",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _WHERE:
+        raise AttributeError(f"module 'mathcircuits.pipeline' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{_WHERE[name]}"), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

@@ -95,6 +95,8 @@ def table(df: pd.DataFrame, max_rows: int = 200) -> str:
     for col in df.columns:
         if df[col].dtype == object:
             df[col] = df[col].map(lambda v: plain_text(v) if isinstance(v, (Mapping, list, tuple)) else v)
+        elif pd.api.types.is_extension_array_dtype(df[col]) and df[col].isna().any():  # e.g. an MLP's head: <NA>
+            df[col] = df[col].astype(object).where(df[col].notna(), "–")
     return df.to_html(index=False, border=0, classes="tbl", float_format=lambda v: f"{v:.4g}", na_rep="–")
 
 

@@ -2,27 +2,20 @@
 
 ``STAGES`` (data → identify → validate → analyze → circuit → numbers → finetune → evaluate → compare → report)
 is read by the runner (order, fingerprints, upstream checks), by the CLI (its
-sub-commands and their help) and by the docs.
+sub-commands and their help) and by the docs. The registry is plain data: a stage's module (and with it torch
+and the model libraries) is imported only when its ``run`` or ``summary`` is first asked for, so the CLI can
+parse its arguments and print ``--help`` without them.
 """
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from mathcircuits.pipeline.context import Context, StageSummary
-from mathcircuits.pipeline.stages import (
-    analyze,
-    circuit,
-    compare,
-    data,
-    evaluate,
-    finetune,
-    identify,
-    numbers,
-    report,
-    validate,
-)
+if TYPE_CHECKING:
+    from mathcircuits.pipeline.context import Context, StageSummary
 
 __all__ = ["STAGES", "Stage"]
 
@@ -32,20 +25,30 @@ class Stage:
     """One pipeline stage.
 
     Args:
-        name: the CLI sub-command and the run-folder sub-folder.
-        run: the stage function, ``Context → summary``.
-        summary: the summary's type (rebuilt from the ``.done.json`` marker).
+        name: the CLI sub-command, the run-folder sub-folder and the module ``pipeline/stages/<name>.py``.
+        summary_name: the name of the summary's class in that module.
         sections: the config sections it reads (they enter its fingerprint, with the model section).
         upstream: the stages whose outputs it reads.
         help: one line for ``mathcircuits --help`` and the docs.
+        switch: the config section whose ``enabled: false`` turns the stage off (None: always on).
     """
 
     name: str
-    run: Callable[[Context], StageSummary]
-    summary: type[StageSummary]
+    summary_name: str
     sections: tuple[str, ...]
     upstream: tuple[str, ...]
     help: str
+    switch: str | None = None
+
+    @property
+    def run(self) -> Callable[[Context], StageSummary]:
+        """The stage function, ``Context → summary`` (imports the stage's module)."""
+        return importlib.import_module(f"{__name__}.{self.name}").run
+
+    @property
+    def summary(self) -> type[StageSummary]:
+        """The summary's type, rebuilt from the ``.done.json`` marker (imports the stage's module)."""
+        return getattr(importlib.import_module(f"{__name__}.{self.name}"), self.summary_name)
 
 
 STAGES: dict[str, Stage] = {
@@ -53,80 +56,75 @@ STAGES: dict[str, Stage] = {
     for s in (
         Stage(
             "data",
-            data.run,
-            data.DataSummary,
+            "DataSummary",
             ("model", "data"),
             (),
             "build reference/counterfactual pairs, score the model, keep correct pairs, write the accuracy table",
         ),
         Stage(
             "identify",
-            identify.run,
-            identify.IdentifySummary,
+            "IdentifySummary",
             ("patching", "selection"),
             ("data",),
             "path-patch every head and MLP to the logits; select key components (key_components.json)",
         ),
         Stage(
             "validate",
-            validate.run,
-            validate.ValidateSummary,
+            "ValidateSummary",
             ("validation",),
             ("data", "identify"),
             "mean-ablation knockout (key vs random heads) and transfer to other data",
         ),
         Stage(
             "analyze",
-            analyze.run,
-            analyze.AnalyzeSummary,
+            "AnalyzeSummary",
             ("analysis",),
             ("data", "identify"),
             "attention of key heads by token role; MLP unembedding probes",
         ),
         Stage(
             "circuit",
-            circuit.run,
-            circuit.CircuitSummary,
+            "CircuitSummary",
             ("circuit", "data"),
             ("data",),
             "each operation's circuit (sender → receiver path patching to saturation) and its faithfulness curve",
+            switch="circuit",
         ),
         Stage(
             "numbers",
-            numbers.run,
-            numbers.NumbersSummary,
+            "NumbersSummary",
             ("numbers",),
             ("identify",),
             "how numbers are represented: Fourier spectra, mod-T probes, helix and its patch, heuristic neurons",
+            switch="numbers",
         ),
         Stage(
             "finetune",
-            finetune.run,
-            finetune.FinetuneSummary,
+            "FinetuneSummary",
             ("finetune", "evaluation", "data"),
             ("identify",),
             "precise SFT of the key heads (and MLPs) vs full SFT",
+            switch="finetune",
         ),
         Stage(
             "evaluate",
-            evaluate.run,
-            evaluate.EvaluateSummary,
+            "EvaluateSummary",
             ("evaluation",),
             ("finetune",),
             "accuracy of base / precise / full models on held-out arithmetic and benchmarks",
+            switch="evaluation",
         ),
         Stage(
             "compare",
-            compare.run,
-            compare.CompareSummary,
+            "CompareSummary",
             ("compare", "finetune", "evaluation", "data"),
             ("identify",),
             "every fine-tuning mode at its own best learning rate (validation sweep), with intervals",
+            switch="compare",
         ),
         Stage(
             "report",
-            report.run,
-            report.ReportSummary,
+            "ReportSummary",
             ("analysis", "data", "evaluation", "finetune"),
             ("data", "identify", "validate", "analyze", "circuit", "numbers", "evaluate", "compare"),
             "figures (HTML + static) and one offline HTML report",
