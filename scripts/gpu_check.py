@@ -458,6 +458,29 @@ def run_shape_rows(check: Check, tok: Any, name: str, shape: dict[str, int], dev
         return check.row("exact scan", name, dtype, exact(dtype), needs=have, est_s=30 if big else 0)
 
     res["exact16"] = timed_exact("bfloat16")
+
+    def profile(r: Row) -> None:
+        """Where the bf16 scan's time goes: the operations with the largest device time, on 4 pairs."""
+        from torch.profiler import ProfilerActivity
+        from torch.profiler import profile as torch_profile
+
+        sub = scan.select(range(min(4, len(scan))))
+        activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
+        with torch_profile(activities=activities) as prof:
+            path_patch(models["bfloat16"], sub, method="exact")
+            check._sync()
+        events = prof.key_averages()
+        attr = "self_device_time_total" if device == "cuda" else "self_cpu_time_total"
+        top = sorted(events, key=lambda e: getattr(e, attr, 0), reverse=True)[:15]
+        total = sum(getattr(e, attr, 0) for e in events) or 1
+        r.extra["profile"] = [
+            {"op": e.key[:80], "ms": round(getattr(e, attr, 0) / 1e3, 2),
+             "share": round(getattr(e, attr, 0) / total, 3), "calls": e.count} for e in top
+        ]  # fmt: skip
+        r.note = "; ".join(f"{p['op'][:40]} {p['share']:.0%}" for p in r.extra["profile"][:4])
+
+    check.row("exact scan profile (4 pairs)", name, "bfloat16", profile, needs=(*have, ("exact", res["exact16"])),
+              est_s=15 if big else 0)  # fmt: skip
     res["exact32"] = timed_exact("float32")
 
     def exact_vs_fp32(row: Row) -> None:

@@ -38,6 +38,7 @@ from __future__ import annotations
 import inspect
 import logging
 import os
+import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -158,9 +159,9 @@ def train_sft(
     base = train_model.base_model if isinstance(train_model, HeadSliceAdapter) else train_model
     if config.mode == "lora":
         base = train_model.get_base_model()
-    target_only = config.target_logits_only and "logits_to_keep" in inspect.signature(base.forward).parameters
+    target_only = config.target_logits_only and takes_logit_mask(base)
     if config.target_logits_only and not target_only:
-        log.info("%s.forward has no logits_to_keep: computing logits at every position", type(base).__name__)
+        log.info("%s.forward takes no boolean logits_to_keep: computing logits at every position", type(base).__name__)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     trainer_cls, jsonl_log = trainer_classes()
     output_dir.mkdir(parents=True, exist_ok=True)
@@ -224,3 +225,16 @@ def train_sft(
     if trainer.args.should_save:
         result.save(output_dir / "sft_result.json")
     return train_model, result
+
+
+def takes_logit_mask(model: torch.nn.Module) -> bool:
+    """Whether ``model.forward`` accepts a boolean ``[batch, seq]`` mask as ``logits_to_keep``.
+
+    An HF model takes one when its modelling module slices with ``slice_logits_to_keep`` (transformers 5.24
+    has it for Llama, Gemma, ...); older releases (5.17 on the GPU machine of issue #33) index
+    ``hidden_states[:, logits_to_keep, :]`` and fail on a mask, so the logits are then computed everywhere.
+    """
+    if "logits_to_keep" not in inspect.signature(model.forward).parameters:
+        return False
+    module = sys.modules.get(type(model).__module__)
+    return module is not None and hasattr(module, "slice_logits_to_keep")

@@ -191,7 +191,9 @@ def _model_name(owner: Any) -> str:
     return str(name or type(owner).__name__)
 
 
-def compare(fast: Tensor, plain: Tensor, dtype: torch.dtype | None = None, depth: int = 1) -> tuple[float, float]:
+def compare(
+    fast: Tensor, plain: Tensor, dtype: torch.dtype | None = None, depth: int = 1, scale: float = 0.0
+) -> tuple[float, float]:
     """The largest difference between a fast and a plain result, and the tolerance it must stay within.
 
     Args:
@@ -200,6 +202,8 @@ def compare(fast: Tensor, plain: Tensor, dtype: torch.dtype | None = None, depth
         dtype: the precision they were computed in (default: ``fast``'s dtype); a bfloat16 model's results
             cast to float32 still carry bfloat16 rounding.
         depth: the model's layers (:func:`model_depth`); the rounding difference grows with it.
+        scale: the scale the compared values' rounding is relative to, when it exceeds ``max |plain|`` (an answer
+            token's logit is rounded relative to the largest logit over the vocabulary, not to itself).
 
     Returns:
         ``(difference, tolerance)``; a shape mismatch or a non-finite value gives difference ``inf``.
@@ -208,8 +212,8 @@ def compare(fast: Tensor, plain: Tensor, dtype: torch.dtype | None = None, depth
         return math.inf, 0.0
     a, b = fast.detach().double(), plain.detach().double()
     diff = float((a - b).abs().max()) if a.numel() else 0.0
-    scale = float(b.abs().max()) if b.numel() else 0.0
-    tol = relative_tolerance(dtype or fast.dtype, depth) * max(1.0, scale)
+    largest = float(b.abs().max()) if b.numel() else 0.0
+    tol = relative_tolerance(dtype or fast.dtype, depth) * max(1.0, largest, scale)
     return (diff if math.isfinite(diff) else math.inf), tol
 
 

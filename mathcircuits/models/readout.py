@@ -24,6 +24,8 @@ Usage::
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Literal, TypeAlias
 
@@ -167,6 +169,27 @@ def vocab_logits(
     return soft_cap(logits, structure)
 
 
+@contextmanager
+def exact_tf32(dtype: torch.dtype) -> Iterator[None]:
+    """Within the block, float32 matrix products on CUDA may use TF32 when the values came from ``dtype``.
+
+    A bf16 or fp16 value is exact in TF32 (an 8-bit exponent and a 10-bit mantissa hold bf16's 7 and fp16's
+    10 mantissa bits and both ranges), so the products of a bf16 model's final-normed residual and its
+    unembedding are exact in TF32 and accumulate in float32: the same readout, at TF32's speed (about 8× float32's
+    on an H100). Float32 values would be rounded, so for them nothing changes.
+    """
+    matmul = torch.backends.cuda.matmul
+    if dtype not in (torch.bfloat16, torch.float16) or not hasattr(matmul, "fp32_precision"):
+        yield
+        return
+    before = matmul.fp32_precision
+    matmul.fp32_precision = "tf32"
+    try:
+        yield
+    finally:
+        matmul.fp32_precision = before
+
+
 def log_normalizer(
     model: HookedModel,
     structure: BlockStructure,
@@ -194,7 +217,8 @@ def log_normalizer(
     total = torch.full((x.shape[0],), float("-inf"), device=x.device)
     for lo in range(0, vocab, vocab_chunk):
         w_u, b_u = unembed_columns(model, slice(lo, min(lo + vocab_chunk, vocab)))
-        logits = x @ w_u.float()
+        with exact_tf32(torch.promote_types(normed.dtype, w_u.dtype)):
+            logits = x @ w_u.float()
         if b_u is not None:
             logits = logits + b_u.float()
         total = torch.logaddexp(total, torch.logsumexp(soft_cap(logits, structure), -1))
@@ -236,7 +260,8 @@ def token_scores(
     normed = final_norm(model, structure, resid.to(dev))
     distinct, which = torch.unique(tokens.to(dev), return_inverse=True)
     w_u, b_u = unembed_columns(model, distinct)  # [d_model, distinct tokens]
-    per_token = normed.float() @ w_u.float()
+    with exact_tf32(torch.promote_types(normed.dtype, w_u.dtype)):
+        per_token = normed.float() @ w_u.float()
     if b_u is not None:
         per_token = per_token + b_u.float()
     logit = soft_cap(per_token.gather(-1, which[:, None])[:, 0], structure)
