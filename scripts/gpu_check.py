@@ -352,6 +352,13 @@ def main(argv: list[str] | None = None) -> int:
         "many again, split in two, find the circuit and measure its faithfulness",
     )
     ap.add_argument("--ref-pairs", type=int, default=2, help="pairs of the reference method")
+    ap.add_argument("--scale-pairs", type=int, default=0, help="also time the bf16 exact scan on this many pairs")
+    ap.add_argument(
+        "--extended",
+        action="store_true",
+        help="the 7B shape only, with its lower-priority rows (float32 knockout and circuit, bf16 reference) given "
+        "the whole budget: a second call after the full check",
+    )
     ap.add_argument("--max-k", type=int, default=None, help="knockout curve: up to k heads (default 5; dry run: 3)")
     args = ap.parse_args(argv)
     args.pairs = args.pairs or (4 if args.dry_run else 16)
@@ -391,12 +398,19 @@ def main(argv: list[str] | None = None) -> int:
     # most important first: the 7B shape's stages (its float32 twins of knockout and circuit only if the time left
     # still holds the rows after them), fine-tuning, generation, the pipeline, then the Llama-3 shape (GQA)
     run_shape_rows(check, tok, "llama2-7b", shapes["llama2-7b"], device, args, full=True)
+    if args.extended:
+        return finish(check, out)
     run_finetune_rows(check, tok, "ft-1b", shapes["ft-1b"], device, not dry)
     run_generation_rows(check, tok, "llama2-7b", shapes["llama2-7b"], device, not dry)
     with tempfile.TemporaryDirectory() as work:
         check.row("mathcircuits run tiny", "tiny-llama", "float32",
                   lambda r: r.extra.update(run_tiny_pipeline(device, dry, Path(work))), est_s=60)  # fmt: skip
     run_shape_rows(check, tok, "llama3-8b", shapes["llama3-8b"], device, args, full=False)
+    return finish(check, out)
+
+
+def finish(check: Check, out: Path) -> int:
+    """Write the JSON, print the table and the run-time checks; 1 if a row failed."""
     check.meta["total_s"] = check.elapsed()
     check.write()
     print("\n" + HEADER)
@@ -481,6 +495,19 @@ def run_shape_rows(check: Check, tok: Any, name: str, shape: dict[str, int], dev
 
     check.row("exact scan profile (4 pairs)", name, "bfloat16", profile, needs=(*have, ("exact", res["exact16"])),
               est_s=15 if big else 0)  # fmt: skip
+    more = make_pairs(tok, args.scale_pairs, seed=1, fewshot=not args.dry_run) if args.scale_pairs else None
+
+    def scaled(r: Row) -> Any:
+        t = time.perf_counter()
+        result = path_patch(models["bfloat16"], more, method="exact", batch_size=64)
+        check._sync()
+        r.per_pair_s = (time.perf_counter() - t) / len(more)
+        r.floor_per_pair_s = floor_per_pair(shape, mean_positions(more), "bfloat16")
+        r.note = f"{len(more)} pairs, batch_size 64; {r.per_pair_s / r.floor_per_pair_s:.1f}x the floor"
+        return result
+
+    if more is not None:
+        check.row(f"exact scan ({len(more)} pairs)", name, "bfloat16", scaled, needs=have, est_s=15 if big else 0)
     res["exact32"] = timed_exact("float32")
 
     def exact_vs_fp32(row: Row) -> None:
@@ -612,7 +639,7 @@ def run_shape_rows(check: Check, tok: Any, name: str, shape: dict[str, int], dev
     check.compare("numbers: states+probes", name, "bfloat16", nums_vs_fp32, nums["bfloat16"], nums["float32"])
 
     # lower priority: the float32 knockout and circuit, and the bf16 reference, if the rows after them still fit
-    reserve = RESERVE_S if big else 0
+    reserve = RESERVE_S if big and not args.extended else 0
     k32 = check.row("knockout + random ctl", name, "float32", knockout("float32"), optional=True,
                     needs=(*have, ("exact fp32", res["exact32"])), est_s=40 + reserve if big else 0)  # fmt: skip
 
