@@ -200,8 +200,9 @@ def test_a_model_without_weights_is_refused_but_an_offloaded_one_is_not():
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
 @pytest.mark.parametrize("family", FAMILIES)
-def test_half_precision_null_patch_is_exactly_zero(family, dtype):
-    """Clean and patched answers come from one readout: with the counterfactual equal to the prompt every effect is 0.
+def test_half_precision_null_patch_is_zero(family, dtype):
+    """Clean and patched answers come from one readout: with the counterfactual equal to the prompt every effect is 0
+    (to one float32 rounding of the readout).
 
     With the clean value read off the bridge's bf16 logits and the patched one off the scan's readout (the old
     code), the two differ by rounding and every effect would carry that offset.
@@ -214,11 +215,11 @@ def test_half_precision_null_patch_is_exactly_zero(family, dtype):
     for name in ("answer_logprob", "relative_logit", "prob_change"):
         for method in ("exact",) if name == "answer_logprob" else ("exact", "attribution"):
             eff = METHODS[method](model, null, Senders(), get_metric(name), chunk_rows=64, progress=False)
-            if dtype == torch.bfloat16:  # exactly 0
-                assert torch.count_nonzero(eff.heads) == 0 and torch.count_nonzero(eff.mlps) == 0, (name, method)
-            else:  # float16: the ratio carries one float32 rounding of the readout (measured 1.6e-7 and 2.4e-7),
-                # ten thousand times below float16's own resolution (1e-3)
-                assert eff.heads.abs().max() <= 1e-6 and eff.mlps.abs().max() <= 1e-6, (name, method)
+            # the patched rows are read out in a call of more rows than the clean ones, and a CPU's matrix-product
+            # kernel for another row count may sum in another order: one float32 rounding of the readout (measured
+            # 0 to 4.8e-7 in bf16, 1.6e-7 and 2.4e-7 in float16), a thousand times below bf16's and float16's own
+            # resolution
+            assert eff.heads.abs().max() <= 1e-6 and eff.mlps.abs().max() <= 1e-6, (name, method)
             assert torch.count_nonzero(eff.total) == 0, (name, method)  # the counterfactual read the same way
             assert eff.heads.dtype == torch.float32
 

@@ -71,7 +71,7 @@ def score_pairs(
     model: Callable[[torch.Tensor], torch.Tensor],
     dataset: Any,
     batch_size: int = 32,
-    device: str | torch.device = "cpu",
+    device: str | torch.device | None = None,
     progress: bool = False,
 ) -> Any:
     """Score the model on each pair: is every answer token the greedy prediction (teacher-forced)?
@@ -81,7 +81,7 @@ def score_pairs(
             model wrapped as ``lambda t: hf(t).logits``).
         dataset: pairs with ``tokens``, ``answer_tokens`` and ``n_tokens``.
         batch_size: pairs per forward pass.
-        device: where the tokens go.
+        device: where the tokens go (default: the model's ``device``, else the CPU).
         progress: show a progress bar.
 
     Returns:
@@ -115,6 +115,8 @@ def score_pairs(
         )
     if len(dataset) == 0:
         raise ValueError("score_pairs got an empty dataset (0 pairs). Fix: generate pairs first, or check the filters.")
+    if device is None:
+        device = getattr(model, "device", None) or "cpu"
     seqs = [list(t) + list(ans[:-1]) for t, ans in zip(dataset["tokens"], dataset["answer_tokens"])]
     n_prompt = list(dataset["n_tokens"])
     answers = list(dataset["answer_tokens"])
