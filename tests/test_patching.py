@@ -68,6 +68,24 @@ def test_sender_choice(tiny_llama, pairs_llama):
     assert torch.allclose(only_heads.head_effects, both.head_effects, atol=1e-6)
 
 
+def test_exact_scan_of_some_senders_equals_the_full_scan_there(tiny_llama, pairs_llama):
+    from mathcircuits.data import pair_batches
+    from mathcircuits.patching import METHODS, METRICS, Senders
+
+    exact_scan = METHODS["exact"]
+    batch = pair_batches(pairs_llama, 8, tiny_llama.device, answers=True)[0]
+    metric = METRICS["answer_logprob"]
+    full = exact_scan(tiny_llama, batch, Senders(), metric)
+    only = frozenset({("head", 0, 1), ("head", 2, 3), ("mlp", 1, -1)})
+    some = exact_scan(tiny_llama, batch, Senders(only=only), metric)
+    for kind, layer, head in only:
+        a, b = (some.heads[:, layer, head], full.heads[:, layer, head]) if kind == "head" else (
+            some.mlps[:, layer], full.mlps[:, layer])  # fmt: skip
+        assert torch.allclose(a, b, atol=1e-6)
+    assert int(torch.isfinite(some.heads).sum()) == 2 * batch.tokens.shape[0]  # nothing else was computed
+    assert int(torch.isfinite(some.mlps).sum()) == batch.tokens.shape[0]
+
+
 def test_attribution_ranks_like_exact(tiny_llama, pairs_llama):
     exact = path_patch(tiny_llama, pairs_llama, metric="logit_diff")
     approx = path_patch(tiny_llama, pairs_llama, metric="logit_diff", method="attribution")

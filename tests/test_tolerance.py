@@ -18,9 +18,18 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from mathcircuits.models import from_hf, tiny_tokenizer
-from mathcircuits.models.integrity import RTOL, compare, model_depth, probe_tokens, relative_tolerance, unit_roundoff
-from mathcircuits.models.prefix import check_prefix_cache, shared_prefix_len
+from mathcircuits.models import (
+    RTOL,
+    PrefixRunner,
+    compare,
+    from_hf,
+    model_depth,
+    probe_tokens,
+    relative_tolerance,
+    shared_prefix_len,
+    tiny_tokenizer,
+    unit_roundoff,
+)
 
 GPU_BF16_7B = {"difference": 0.261, "scale": 7.0, "depth": 32}  # the H200 measurement of issue #33
 
@@ -86,7 +95,10 @@ def test_a_correct_fast_path_of_a_deep_model_passes_and_a_dropped_cache_is_refus
         toks = probe_tokens(len(tok), "cpu")
         plain = bridge(toks)[:, -3:]
         scale = float(plain.abs().max())
-        diffs = [check_prefix_cache(bridge) for _ in range(2)]  # two draws of the rounding
+        diffs = []
+        for _ in range(2):  # two draws of the rounding; the check's own comparison (models/prefix.py)
+            fast = PrefixRunner(bridge).logits_from(toks, toks.shape[1] - 3)
+            diffs.append(compare(fast, bridge(toks)[:, -3:], depth=depth))
         dropped = bridge(toks[:, shared_prefix_len(toks) :])[:, -3:]  # the defect: the suffix never sees the prefix
         defect, defect_tol = compare(dropped, plain, depth=depth)
     assert scale > 3  # logits of a 7B model's scale: the regime of the false alarm

@@ -32,7 +32,19 @@ from mathcircuits.models.embedded import (
 )
 from mathcircuits.models.families import FAMILIES, BlockStructure, UnsupportedFamilyError, block_structure
 from mathcircuits.models.heads import Head, check_heads
-from mathcircuits.models.integrity import IntegrityError, checks_run, fast_paths, fast_paths_enabled, probe_pairs
+from mathcircuits.models.integrity import (
+    RTOL,
+    IntegrityError,
+    checks_run,
+    compare,
+    fast_paths,
+    fast_paths_enabled,
+    model_depth,
+    probe_pairs,
+    probe_tokens,
+    relative_tolerance,
+    unit_roundoff,
+)
 from mathcircuits.models.loading import HookedModel, load_hf_model, load_model, resolve_source
 from mathcircuits.models.memory import MemoryHow, MemoryMeter, PeakMemory, cuda_devices
 from mathcircuits.models.placement import (
@@ -86,6 +98,7 @@ __all__ = [
     "Head",
     "HookedModel",
     "IntegrityError",
+    "RTOL",
     "ModelMismatchError",
     "ModelSpec",
     "PrefixRunner",
@@ -102,6 +115,7 @@ __all__ = [
     "check_model",
     "check_versions",
     "checks_run",
+    "compare",
     "convert_gguf",
     "embedded_model_dir",
     "embedded_source",
@@ -115,7 +129,11 @@ __all__ = [
     "hooks",
     "load_hf_model",
     "load_model",
+    "model_depth",
     "probe_pairs",
+    "probe_tokens",
+    "relative_tolerance",
+    "unit_roundoff",
     "mlp_change",
     "readout",
     "repeat_cache",

@@ -25,6 +25,7 @@ plain forward).
 
 from __future__ import annotations
 
+import dataclasses
 import random
 
 import torch
@@ -38,7 +39,11 @@ from mathcircuits.patching.metrics import METRICS
 from mathcircuits.patching.reference import reference_scan
 from mathcircuits.patching.scan import Senders
 
-__all__ = ["check_exact"]
+__all__ = ["PROBE_ROWS", "check_exact"]
+
+PROBE_ROWS = 2
+"""Probe pairs of the check: its cost is a scan of every sender on them, so two keep it a small share of a first
+path patching (each pair still has two answer tokens and its own counterfactual)."""
 
 
 def check_exact(model: HookedModel, answers: bool = False) -> tuple[float, float]:
@@ -53,9 +58,10 @@ def check_exact(model: HookedModel, answers: bool = False) -> tuple[float, float
         ``(largest difference, tolerance)`` in answer logits (log-probabilities with ``answers``).
     """
     spec = model.spec
-    batch = pair_batches(probe_pairs(spec.vocab_size), 8, model.device, answers=answers)[0]
+    batch = pair_batches(probe_pairs(spec.vocab_size, rows=PROBE_ROWS), 8, model.device, answers=answers)[0]
     metric = METRICS["answer_logprob" if answers else "logit_diff"]
-    exact = exact_scan(model, batch, Senders(), metric)
+    lp = last_position_caches(model, batch.tokens, batch.cf_tokens, answers=batch.answers if answers else None)
+    exact = exact_scan(model, batch, Senders(), metric, cache=lp)
     strongest = exact.heads.abs().mean(0).flatten().argsort(descending=True)[:2].tolist()
     chosen = {("head", i // spec.n_heads, i % spec.n_heads) for i in strongest}
     rng = random.Random(0)
@@ -63,7 +69,6 @@ def check_exact(model: HookedModel, answers: bool = False) -> tuple[float, float
     chosen |= {("mlp", int(exact.mlps.abs().mean(0).argmax()), -1), ("mlp", spec.n_layers - 1, -1)}
     ref = reference_scan(model, batch, Senders(only=frozenset(chosen)), metric)
     if answers:  # effects are log-probability changes: add back each method's own clean log-probability
-        lp = last_position_caches(model, batch.tokens, batch.cf_tokens, answers=batch.answers)
         final = lp.ref[hooks.resid_post(spec.n_layers - 1)]
         rows = torch.arange(final.shape[0], device=final.device)
         scan_clean = chain_readout(model, lp.structure, final, rows, batch, batch.answers, metric)
@@ -81,11 +86,14 @@ def check_exact(model: HookedModel, answers: bool = False) -> tuple[float, float
         fast.append(exact.total + clean_ex)
         plain.append(ref.total + clean_ref)
     null = PairBatch(batch.idx, batch.tokens, batch.tokens, batch.answer, batch.answers)
-    null_exact = exact_scan(model, null, Senders(), metric)
+    # the null patch: the counterfactual run is the clean run itself (its cache), the chosen senders' rows
+    null_cache = dataclasses.replace(lp, cf={k: lp.ref[k] for k in lp.cf}, cf_logits=lp.logits)
+    null_exact = exact_scan(model, null, Senders(only=frozenset(chosen)), metric, cache=null_cache)
     null_ref = reference_scan(model, null, Senders(only=frozenset({("head", 0, 0)})), metric)
     clean = clean_ex if answers else null_exact.clean_logit
-    fast += [null_exact.heads[:, l, h] + clean for l in range(spec.n_layers) for h in range(spec.n_heads)]
-    plain += [clean] * (spec.n_layers * spec.n_heads)
+    fast += [null_exact.heads[:, l, h] + clean for kind, l, h in sorted(chosen) if kind == "head"]
+    fast += [null_exact.mlps[:, l] + clean for kind, l, _ in sorted(chosen) if kind == "mlp"]
+    plain += [clean] * len(chosen)
     fast.append(null_ref.heads[:, 0, 0] + (clean_ref if answers else null_ref.clean_logit))
     plain.append(clean_ref if answers else null_ref.clean_logit)
     # the scan's readout of the clean residual against the bridge's logits (a readout offset shows up here)

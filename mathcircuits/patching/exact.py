@@ -53,7 +53,7 @@ from mathcircuits.models.changes import attn_change, attn_pre_norm_name, mlp_cha
 from mathcircuits.models.families import BlockStructure, block_structure
 from mathcircuits.models.placement import head_out_weight, layer_device
 from mathcircuits.models.readout import Readout, readout, token_scores
-from mathcircuits.patching.cache import last_position_caches
+from mathcircuits.patching.cache import LastPositionCache, last_position_caches
 from mathcircuits.patching.metrics import Metric
 from mathcircuits.patching.scan import BatchEffects, Senders
 
@@ -69,6 +69,7 @@ def exact_scan(
     *,
     chunk_rows: int = 8192,
     progress: bool = False,
+    cache: LastPositionCache | None = None,
 ) -> BatchEffects:
     """Effects of every sender for one batch of equal-length pairs, from two cached forwards.
 
@@ -79,6 +80,8 @@ def exact_scan(
         metric: the effect measure.
         chunk_rows: rows per MLP call.
         progress: unused (one batch is one step).
+        cache: the batch's two forwards, when the caller ran them already (:func:`last_position_caches` with the
+            same answers); None runs them.
 
     Returns:
         :class:`BatchEffects` with NaN for senders not scanned.
@@ -90,7 +93,8 @@ def exact_scan(
             f"metric {metric.name!r} reads every answer token, but the batch has only the first. "
             "Fix: build the batches with pair_batches(..., answers=True) (path_patch does)."
         )
-    cache = last_position_caches(model, batch.tokens, batch.cf_tokens, structure=structure, answers=answers)
+    if cache is None:
+        cache = last_position_caches(model, batch.tokens, batch.cf_tokens, structure=structure, answers=answers)
     spec = model.spec
     L, H = spec.n_layers, spec.n_heads
     ref, cf = cache.ref, cache.cf
@@ -112,12 +116,18 @@ def exact_scan(
         row_pair = torch.cat([row_pair, pairs.repeat(n_blocks)])
 
     def add_heads(layer: int) -> None:
+        chosen = [h for h in range(H) if senders.wants("head", layer, h)]
+        if not chosen:
+            return
         dz = cf[hooks.z(layer)] - ref[hooks.z(layer)]  # [R, H, d_head]
-        change = torch.einsum("bhd,hdm->hbm", dz, head_out_weight(model, layer)).reshape(H * R, -1)
+        change = torch.einsum("bhd,hdm->hbm", dz, head_out_weight(model, layer))
+        if len(chosen) < H:  # Senders.only: the chain carries just these heads' rows
+            change = change[torch.tensor(chosen, device=change.device)]
+        change = change.reshape(len(chosen) * R, -1)
         pre_name = attn_pre_norm_name(structure, layer)
-        pre = None if pre_name is None else ref[pre_name].repeat(H, 1)
-        add_rows(attn_change(model, structure, layer, pre, change), H)
-        row_sender.extend(("head", layer, h) for h in range(H))
+        pre = None if pre_name is None else ref[pre_name].repeat(len(chosen), 1)
+        add_rows(attn_change(model, structure, layer, pre, change), len(chosen))
+        row_sender.extend(("head", layer, h) for h in chosen)
 
     def through_mlp(layer: int) -> None:
         nonlocal delta
@@ -138,7 +148,7 @@ def exact_scan(
             if senders.heads:
                 add_heads(layer)
             through_mlp(layer)
-        if senders.mlps:
+        if senders.wants("mlp", layer):
             add_rows(cf[hooks.mlp_out(layer)] - ref[hooks.mlp_out(layer)], 1)
             row_sender.append(("mlp", layer, -1))
 

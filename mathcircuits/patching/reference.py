@@ -128,7 +128,7 @@ def reference_scan(
         # the read positions' logits only (the same numbers; Gemma 3's 262k-token unembedding of every position
         # would cost more than the blocks)
         logits = bridge.run_with_hooks(rows, fwd_hooks=fwd, logits_to_keep=k)
-        return torch.stack([metric(read(logits[g * B : (g + 1) * B]), clean).float().cpu() for g in range(G)])
+        return torch.stack([metric(read(logits[g * B : (g + 1) * B]), clean) for g in range(G)]).float().cpu()
 
     for start in range(0, len(wanted), per_forward):
         group = wanted[start : start + per_forward]

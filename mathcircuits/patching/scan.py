@@ -36,8 +36,8 @@ SENDER_KINDS: tuple[str, ...] = get_args(SenderKind)
 class Senders:
     """Which senders a scan patches: every head, every MLP, or both (``only`` narrows the reference scan).
 
-    ``only`` — ``{("head", layer, head), ("mlp", layer, -1), ...}``: the reference scan runs just these
-    senders (NaN elsewhere); the exact scan computes every sender anyway, at the cost of two forwards.
+    ``only`` — ``{("head", layer, head), ("mlp", layer, -1), ...}``: a scan computes just these senders (NaN
+    elsewhere).
     """
 
     heads: bool = True
