@@ -161,3 +161,23 @@ def test_title_names_the_model():
     page = report_html(ReportParts(model_spec=SPEC, patching_overall=_patching(1.0)))
     assert "<title>Arithmetic circuits in SmolLM2-135M-Instruct</title>" in page
     assert "<title>mine</title>" in report_html(ReportParts(title="mine", patching_overall=_patching(1.0)))
+
+
+def test_attention_excess_figure_is_in_points_like_its_reading():
+    from mathcircuits.analysis import AttentionByRole
+    from mathcircuits.viz import attention_excess
+
+    shares = torch.tensor([[0.35, 0.35, 0.05, 0.15, 0.10], [0.02, 0.02, 0.70, 0.16, 0.10]])[None].repeat(6, 1, 1)
+    att = AttentionByRole(
+        heads=((3, 1), (1, 2)),
+        shares=shares + torch.linspace(-0.02, 0.02, 6)[:, None, None] * torch.tensor([1.0, -1.0, 0, 0, 0]),
+        baselines=torch.tensor([0.1, 0.1, 0.05, 0.6, 0.15])[None].repeat(6, 1),
+        operations=["add"] * 6,
+        pair_ids=list(range(6)),
+        template_ids=["t"] * 6,
+        model=SPEC,
+    )
+    d = attention_excess(att).to_dict()
+    summary = att.summary(by_operation=False)
+    assert list(d["data"][0]["y"]) == pytest.approx((100 * summary["excess_operands"]).tolist())
+    assert "points" in d["layout"]["yaxis"]["title"]["text"]

@@ -59,10 +59,13 @@ table.tbl th, table.tbl td { border: 1px solid #ddd; padding: 3px 8px; text-alig
 table.tbl th { background: #f3f3f3; } table.tbl td:first-child, table.tbl th:first-child { text-align: left; }
 .row { display: flex; flex-wrap: wrap; gap: 28px; align-items: flex-start; }
 .note { color: #555; font-size: 0.92em; max-width: 980px; }
-.fig { margin: 10px 0 18px; overflow-x: auto; }
-@media (max-width: 600px) { body { padding: 6px 10px; } table.claims { font-size: 0.74em; }
-       table.claims th, table.claims td { padding: 3px 4px; } .verdict { white-space: normal; } }
-details { margin: 6px 0 14px; } summary { cursor: pointer; color: #333; }
+.fig { margin: 10px 0 18px; overflow-x: auto; } .fig .plotly-graph-div { min-width: 600px; }
+@media (max-width: 600px) { body { padding: 6px 10px; } h1 { font-size: 1.25em; }
+       table.claims th { display: none; } table.claims tr { display: block; border-bottom: 1px solid #ccc;
+       padding: 5px 0; } table.claims td { display: block; border: 0; padding: 2px 2px; }
+       table.claims td.id { white-space: normal; } table.claims td:nth-child(2)::before { content: "Paper: ";
+       font-weight: 600; } table.claims td:nth-child(3)::before { content: "This run: "; font-weight: 600; } }
+details { margin: 6px 0 14px; overflow-x: auto; } summary { cursor: pointer; color: #333; }
 """
 
 
@@ -109,7 +112,7 @@ def plain_text(value: object) -> str:
 
 def _cell(v: object) -> str:
     if isinstance(v, (list, tuple)) and v and all(isinstance(x, Mapping) for x in v):
-        return table(pd.DataFrame(list(v)))
+        return table(accuracy_with_intervals(pd.DataFrame(list(v))))
     return esc(plain_text(v))
 
 
