@@ -181,3 +181,16 @@ def test_attention_excess_figure_is_in_points_like_its_reading():
     summary = att.summary(by_operation=False)
     assert list(d["data"][0]["y"]) == pytest.approx((100 * summary["excess_operands"]).tolist())
     assert "points" in d["layout"]["yaxis"]["title"]["text"]
+
+
+def test_identify_summary_gives_the_top_heads_share_with_its_direction_in_words():
+    from mathcircuits.pipeline.stages.identify import IdentifySummary, OperationTotal
+
+    totals = {
+        "add": OperationTotal([0.114, 0.041, 0.167], "bootstrap", [-0.28]),  # head against a positive total
+        "sub": OperationTotal([-0.2, -0.3, -0.1], "bootstrap", [-0.5]),  # head with a negative total
+    }
+    text = "\n".join(IdentifySummary(correct_pairs={}, patched_operations=["add", "sub"], totals=totals).lines())
+    assert "add +0.114 [+0.041, +0.167]; top head carries 28% of it, in the opposite direction" in text
+    assert "sub -0.200 [-0.300, -0.100]; top head carries 50% of it\n" in text, text  # same direction
+    assert "-28" not in text
