@@ -62,6 +62,8 @@ __all__ = [
     "cluster_bootstrap",
     "cluster_bootstrap_indices",
     "cluster_bootstrap_mean",
+    "format_points",
+    "format_share",
     "mean_interval",
     "paired_bootstrap",
     "wilson_interval",
@@ -101,11 +103,56 @@ class Interval:
         """Half the interval's width."""
         return (self.high - self.low) / 2
 
+    def points(self, *, signed: bool = True) -> str:
+        """The interval of a difference of fractions in percentage points (:func:`format_points`)."""
+        return format_points(self.value, self.low, self.high, signed=signed)
+
     def format(self, fmt: str = "{:.3f}") -> str:
         """``"0.740 [0.610, 0.840]"``; ``"n/a"`` when the value is NaN."""
         if math.isnan(self.value):
             return "n/a"
         return f"{fmt.format(self.value)} [{fmt.format(self.low)}, {fmt.format(self.high)}]"
+
+
+def _pt(x: float, signed: bool) -> str:
+    p = 100 * x
+    digits = 0 if abs(p) >= 99.95 else 1  # 2-3 significant digits between 1 and 100 points
+    return f"{p:+.{digits}f}" if signed else f"{p:.{digits}f}"
+
+
+def format_points(
+    value: float, low: float = math.nan, high: float = math.nan, *, signed: bool = True, unit: str = "points"
+) -> str:
+    """A difference of fractions in percentage points, with its unit: ``"+75.6 points [+70.6, +79.8]"``.
+
+    Args:
+        value: the difference as a fraction (0.756 is 75.6 points).
+        low: the interval's lower end (NaN: no interval shown).
+        high: the interval's upper end.
+        signed: print a ``+`` on positive numbers (differences); ``False`` for levels such as an accuracy.
+        unit: the unit named after the value.
+
+    Returns:
+        The text; ``"n/a"`` when ``value`` is NaN.
+    """
+    if value is None or math.isnan(value):
+        return "n/a"
+    text = f"{_pt(value, signed)} {unit}"
+    if math.isnan(low) or math.isnan(high):
+        return text
+    return f"{text} [{_pt(low, signed)}, {_pt(high, signed)}]"
+
+
+def format_share(share: float) -> str:
+    """A share of a total as a positive percentage with 2 significant digits and its direction in words.
+
+    ``-0.173`` gives ``"17% of it, in the opposite direction"``; ``0.5`` ``"50% of it"``.
+    """
+    if math.isnan(share):
+        return "an undefined share of it"
+    p = 100 * abs(share)
+    size = f"{p:.0f}%" if p >= 10 else f"{p:.2g}%"
+    return f"{size} of it" + (", in the opposite direction" if share < 0 else "")
 
 
 def _check(confidence: float, n_boot: int) -> None:

@@ -245,7 +245,10 @@ def test_c5_rule_uses_only_measurable_held_out_sets():
         return claim_c5(TransferResult(rows=tuple(rows), key_heads=[(1, 1)], n_random=30))
 
     c = card(held_in, collapse, near_chance)
-    assert c.verdict == Verdict.HOLDS and "not measurable on this model: word templates (clean 0.06)" in c.measurement
+    assert (
+        c.verdict == Verdict.HOLDS
+        and "not measurable on this model: word templates (clean accuracy 6%)" in c.measurement
+    )
     assert card(held_in, row("other", good, 40, 40)).verdict == Verdict.FAILS
     assert card(held_in, row("as random", good, 8, 8)).verdict == Verdict.FAILS  # random sets drop as much
     assert card(held_in, row("few", [1] * 8, 5, 8)).verdict == Verdict.INCONCLUSIVE

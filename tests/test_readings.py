@@ -24,6 +24,7 @@ from mathcircuits.report import (
     reading_probes,
     reading_stability,
     reading_transfer,
+    reading_unmeasurable,
 )
 
 SPEC = ModelSpec(
@@ -53,16 +54,17 @@ def test_patching_reading_names_the_strongest_heads_with_their_effects_and_inter
     key = KeyComponents(model=SPEC, heads=((3, 1), (1, 2)), selection=SelectionConfig(rule="topk", k=2))
     text = reading_patching(res, key)
     num = r"([+-]\d+\.\d+)"
-    named = re.findall(rf"(L\d+\.H\d+) {num}% \[{num}, {num}\]", text)
+    named = re.findall(rf"(L\d+\.H\d+) {num}% \[{num}%, {num}%\]", text)  # the unit on every number
     want = res.top_heads(3)
     assert [h for h, *_ in named] == [str(Head(l, h)) for l, h, _ in want], text
     for (_, v, lo, hi), (l, h, e) in zip(named, want):
-        assert float(v) == pytest.approx(100 * e, abs=0.006)
-        assert float(lo) == pytest.approx(100 * float(res.head_low[l, h]), abs=0.006)
-        assert float(hi) == pytest.approx(100 * float(res.head_high[l, h]), abs=0.006)
+        assert float(v) == pytest.approx(100 * e, rel=0.006)  # 3 significant digits
+        assert float(lo) == pytest.approx(100 * float(res.head_low[l, h]), rel=0.006)
+        assert float(hi) == pytest.approx(100 * float(res.head_high[l, h]), rel=0.006)
+        assert all(len(x.strip("+-").replace(".", "").lstrip("0")) == 3 for x in (v, lo, hi)), "3 significant"
         assert float(lo) <= float(v) <= float(hi)
     assert f"over {res.n_pairs} pairs" in text
-    assert "2 heads were selected as key heads by the rule 'topk' (10.0% of all heads)" in text
+    assert "The selection rule 'topk' chose 2 key heads (10.0% of all heads)" in text
 
 
 def test_stability_reading_sorts_heads_by_how_often_resamples_pick_them():
@@ -96,17 +98,25 @@ def test_knockout_reading_states_each_curve_end_and_the_random_spread():
     assert (base, last, k, n_orders, n) == (95, 20, 2, 3, 40)
     assert lo <= last <= hi and lo >= 5 and hi <= 40, "a Wilson interval around 20% of 40 pairs"
     assert (mean, rmin, rmax) == (round(100 * float(rnd[:, -1].mean())), 80, 88)
+    assert "k = 0, 1, 2" in text and "one by one" not in text, "the measured ks, not a claim of every k"
+    one = KnockoutResult([0, 3, 10], [0.9, 0.5, 0.2], torch.tensor([[0.9, 0.69, 0.6]]), 0.9, "add", n_pairs=40)
+    single = reading_knockout([one])
+    assert "vs 60% for 1 random order (n=40)" in single and "range" not in single, single
+    assert "k = 0, 3, 10" in single
 
 
 def test_transfer_reading_separates_measured_sets_from_the_others():
     measured = transfer_row("two-digit", [1] * 40, [1] * 10 + [0] * 30, [[1] * 38 + [0] * 2] * 3, ablation="mean")
     skipped = transfer_row("word problems", [1] * 3 + [0] * 37, None, [])
-    text = reading_transfer(TransferResult(rows=(measured, skipped), key_heads=[(3, 1)], n_random=3))
+    result = TransferResult(rows=(measured, skipped), key_heads=[(3, 1)], n_random=3)
+    text = reading_transfer(result)
     assert f"two-digit {measured.key_ablated_accuracy:.0%} [{measured.key_low:.0%}, {measured.key_high:.0%}]" in text
     assert f"vs random {measured.random_ablated_accuracy:.0%}" in text and "25%" in text and "95%" in text
-    assert f"word problems (clean accuracy {skipped.clean_accuracy:.0%}" in text and "8%" in text
-    assert text.index("Key heads ablated") < text.index("Not measurable on this model")
-    assert "word problems" not in text[: text.index("Not measurable")], "a skipped set is not read as measured"
+    assert "word problems" not in text, "a skipped set is not read as measured; it goes under the chart"
+    under = reading_unmeasurable(result)
+    assert under.startswith("Not measurable on this model") and "two-digit" not in under
+    assert f"word problems (clean accuracy {skipped.clean_accuracy:.0%}" in under and "n=40" in under
+    assert reading_unmeasurable(TransferResult(rows=(measured,), key_heads=[(3, 1)], n_random=3)) == ""
 
 
 def test_attention_reading_gives_each_heads_excess_with_its_interval_and_class():
@@ -123,13 +133,14 @@ def test_attention_reading_gives_each_heads_excess_with_its_interval_and_class()
     )
     text = reading_attention(att)
     parts = re.findall(
-        r"(L\d+\.H\d+) operands ([+-]\d+\.\d+)% \[[^\]]*\], operator ([+-]\d+\.\d+)% \[[^\]]*\] \((\w+)\)", text
+        r"(L\d+\.H\d+) operands ([+-]\d+\.\d) points \[[^\]]*\], operator ([+-]\d+\.\d) points \[[^\]]*\] \((\w+)\)",
+        text,
     )
     assert [p[0] for p in parts] == ["L3.H1", "L1.H2"], text
     summary = att.summary(by_operation=False)
     for (_, ab, op, cls), row in zip(parts, summary.itertuples()):
-        assert float(ab) == pytest.approx(100 * row.excess_operands, abs=0.006)
-        assert float(op) == pytest.approx(100 * row.excess_operator, abs=0.006)
+        assert float(ab) == pytest.approx(100 * row.excess_operands, abs=0.051)  # points, one decimal
+        assert float(op) == pytest.approx(100 * row.excess_operator, abs=0.051)
         assert cls == row[-1]
     assert [p[3] for p in parts] == ["operand", "operator"]
     assert "over 6 pairs" in text

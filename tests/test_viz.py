@@ -509,7 +509,7 @@ def test_report_shows_no_raw_python_dict_or_list_text(tmp_path):
     text = _visible_text(build_report(tmp_path / "report.html", _report()).read_text(encoding="utf-8"))
     raw = re.findall(r"\{'|\['|\[\{|\[\(|\(\d+, \d+\)|': ", text)
     assert not raw, f"raw Python text in the report: {raw[:5]}"
-    assert "accuracy_by_operation" in text and "add" in text  # the list of dicts is shown, as a table
+    assert "accuracy by operation" in text and "add" in text  # the list of dicts is shown, as a table
 
 
 @pytest.mark.integration

@@ -113,32 +113,42 @@ def claim_c1(
     d_null = all_d[picks].mean(1)
     p_depth = float((1 + (d_null <= d_obs + 1e-12).sum()) / (1 + n_null))
     rel = float((layers.double() / max(1, spec.n_layers - 1)).median())
-    chosen = f"; {len(key.heads)} key heads selected ({key.rule})" if key is not None else ""
+    heads = "head" if m == 1 else "heads"
+    chosen = (
+        f". Separately, the selection rule '{key.rule}' chose {len(key.heads)} key "
+        f"{'head' if len(key.heads) == 1 else 'heads'}, the set C2–C6 test"
+        if key is not None
+        else ""
+    )
     text = (
-        f"top {m} of {n_heads} heads (5%) hold {fmt_interval(s_obs, iv.low, iv.high, pct=True, digits=0)} of the "
-        f"total |effect| (sign-flip null, {confidence:.0%} quantile: {q:.0%}; p = {p_conc:.3f}); their median depth "
-        f"{rel:.2f} (band {C1_BAND[0]}–{C1_BAND[1]}), nearer the middle than random sets of {m} heads: "
-        f"p = {p_depth:.3f}"
+        f"the {m} strongest {heads} (the top 5% of all {n_heads}, a fixed count for this test) "
+        f"{'holds' if m == 1 else 'hold'} "
+        f"{fmt_interval(s_obs, iv.low, iv.high, pct=True, digits=0)} of the total |effect| (sign-flip null's "
+        f"{confidence:.0%} quantile: {q:.0%}; p = {p_conc:.3f}); their median depth {rel:.2f} (middle band "
+        f"{C1_BAND[0]}–{C1_BAND[1]}), nearer the middle than random sets of {m} {heads}: p = {p_depth:.3f}"
         f"{chosen}"
     )
     if iv.low > q and p_depth <= C_ALPHA:
         verdict, reason = (
             Verdict.HOLDS,
-            (f"concentration interval above the null's {confidence:.0%} quantile, and depth p ≤ {C_ALPHA}"),
+            (f"concentration interval above the null's {confidence:.0%} quantile ({q:.0%}), and depth p ≤ {C_ALPHA}"),
         )
     elif iv.high <= q or p_depth >= C_NO_BETTER:
         verdict, reason = (
             Verdict.FAILS,
             (
-                "the top heads hold no more of the effect than sign-flipped noise"
+                f"the top heads hold no more of the effect than sign-flipped noise (interval's upper end "
+                f"{iv.high:.0%} ≤ the null's {confidence:.0%} quantile {q:.0%})"
                 if iv.high <= q
-                else f"the top heads sit no nearer the middle than random heads (depth p = {p_depth:.2f})"
+                else f"the top heads sit no nearer the middle than random heads (depth p = {p_depth:.2f} ≥ "
+                f"{C_NO_BETTER})"
             ),
         )
     else:
         verdict, reason = (
             Verdict.INCONCLUSIVE,
-            "the concentration interval straddles the null's quantile, or depth p is between the lines",
+            f"the concentration interval straddles the null's {confidence:.0%} quantile ({q:.0%}), or depth "
+            f"p = {p_depth:.3f} lies between {C_ALPHA} and {C_NO_BETTER}",
         )
     return claim(
         "C1", text, verdict, reason, value=s_obs, low=iv.low, high=iv.high, unit="share of |effect|", n=int(e.shape[0])
@@ -195,10 +205,12 @@ def claim_c3(
     text = (
         f"{int(is_key.sum())} key heads put {k_share:.0%} of their attention on operands + operator, "
         f"{int(mates.sum())} other heads of the same layers {m_share:.0%}: difference "
-        f"{fmt_interval(iv.value, iv.low, iv.high, pct=True, digits=0)}"
+        f"{iv.points()}"
     )
     verdict, reason = above_zero(iv, "the difference's interval", "layer-mates attend as much")
-    return claim("C3", text, verdict, reason, value=iv.value, low=iv.low, high=iv.high, unit="share difference", n=iv.n)
+    return claim(
+        "C3", text, verdict, reason, value=iv.value, low=iv.low, high=iv.high, unit="share difference (points)", n=iv.n
+    )
 
 
 def claim_c4(

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from mathcircuits.claims.card import Claim, Verdict
-from mathcircuits.claims.improve import NO_EFFECT, c6_verdict
+from mathcircuits.claims.improve import MARGIN_TEXT, NO_EFFECT, c6_verdict
 from mathcircuits.claims.paper import claim, not_measured
 from mathcircuits.evaluation import EvalResult
 from mathcircuits.stats import DEFAULT_CONFIDENCE, DEFAULT_N_BOOT, paired_bootstrap
@@ -75,16 +75,17 @@ def claim_c6(
             "accuracies only; no per-item results",
             Verdict.INCONCLUSIVE,
             "no per-item results (EvalResult.item_correct), so no paired interval; re-run evaluate",
-            unit="accuracy difference",
+            unit="accuracy difference (points)",
         )
     d_fb = paired_bootstrap(items["full"][0], items["base"][0], n_boot, seed + 2, confidence)
     d_math = paired_bootstrap(items["precise"][0], items["full"][0], n_boot, seed, confidence)
-    text = f"full − base on math {d_fb.format('{:+.3f}')}; "
-    text += f"precise − full on math ({', '.join(math_b)}): {d_math.format('{:+.3f}')}"
+    text = f"full − base on math {d_fb.points()}; "
+    text += f"precise − full on math ({', '.join(math_b)}): {d_math.points()}"
     d_gen = None
     if gen_b and all(v[1] is not None for v in items.values()):
         d_gen = paired_bootstrap(items["precise"][1], items["base"][1], n_boot, seed + 1, confidence)
-        text += f"; precise − base on generic ({', '.join(gen_b)}): {d_gen.format('{:+.3f}')}"
+        text += f"; precise − base on generic ({', '.join(gen_b)}): {d_gen.points()}"
+    text += f" (holds when full − base lies above 0 and the others at or above the {MARGIN_TEXT})"
     verdict, reason = c6_verdict(d_fb, d_math, d_gen)
     if precise:
         text = f"{precise}. {text}"
@@ -98,6 +99,6 @@ def claim_c6(
         value=d_math.value,
         low=d_math.low,
         high=d_math.high,
-        unit="accuracy difference",
+        unit="accuracy difference (points)",
         n=d_math.n,
     )

@@ -42,9 +42,18 @@ from mathcircuits.finetune.effects import difference
 from mathcircuits.finetune.units import UnitComparison
 from mathcircuits.stats import DEFAULT_N_BOOT, Interval
 
-__all__ = ["NO_EFFECT", "c6_verdict", "claim_c6_units", "claim_c6b", "precise_definition", "with_unit_claims"]
+__all__ = [
+    "MARGIN_TEXT",
+    "NO_EFFECT",
+    "c6_verdict",
+    "claim_c6_units",
+    "claim_c6b",
+    "precise_definition",
+    "with_unit_claims",
+]
 
 NO_EFFECT = "training had no effect"
+MARGIN_TEXT = f"−{100 * C6_MARGIN:.0f}-point margin"  # "not worse by more than 5 points", as the card prints it
 
 
 def precise_definition(n_heads: int, n_kv_shared: int, n_params: int | None = None) -> str:
@@ -76,23 +85,34 @@ def c6_verdict(d_full_base: Interval, d_precise_full: Interval, d_generic: Inter
         ``(verdict, reason)``.
     """
     m = -C6_MARGIN
+    margin = MARGIN_TEXT
     if not d_full_base.low > 0:
         return Verdict.INCONCLUSIVE, (
-            f"{NO_EFFECT}: full − base on math {d_full_base.format('{:+.3f}')} does not lie above 0, "
+            f"{NO_EFFECT}: full − base on math {d_full_base.points()} does not lie above 0, "
             "so 'precise matches full' would hold trivially"
         )
     if d_precise_full.high < m or (d_generic is not None and d_generic.high < m):
-        why = f"full beats base, and an interval (precise − full, or generic) lies wholly below {m:+.2f}"
+        why = f"full beats base, and an interval (precise − full, or generic) lies wholly below the {margin}"
         return Verdict.FAILS, why
     if d_precise_full.low >= m and d_generic is not None and d_generic.low >= m:
-        return Verdict.HOLDS, f"full beats base, and both intervals lie at or above {m:+.2f}"
+        return Verdict.HOLDS, f"full beats base, and both intervals lie at or above the {margin}"
     if d_generic is None:
-        return Verdict.INCONCLUSIVE, "no generic benchmark with per-item results, so 'keeps generic ability' is open"
-    return Verdict.INCONCLUSIVE, f"full beats base, but an interval straddles {m:+.2f}"
+        if d_precise_full.low >= m:
+            return Verdict.INCONCLUSIVE, (
+                f"precise − full lies at or above the {margin}, but no generic benchmark has per-item results, so "
+                "'keeps generic ability' is open"
+            )
+        return Verdict.INCONCLUSIVE, (
+            f"precise − full straddles the {margin}, and no generic benchmark has per-item results, so 'keeps "
+            "generic ability' is open"
+        )
+    return Verdict.INCONCLUSIVE, f"full beats base, but an interval straddles the {margin}"
 
 
 def _claim(cid: str, text: str, verdict: Verdict, reason: str, d: Interval) -> Claim:
-    return claim(cid, text, verdict, reason, value=d.value, low=d.low, high=d.high, unit="accuracy difference", n=d.n)
+    return claim(
+        cid, text, verdict, reason, value=d.value, low=d.low, high=d.high, unit="accuracy difference (points)", n=d.n
+    )
 
 
 def _definition(cmp: UnitComparison) -> str:
@@ -126,10 +146,11 @@ def claim_c6_units(cmp: UnitComparison | None, n_boot: int = DEFAULT_N_BOOT, see
     verdict, reason = c6_verdict(d_fb, d_pf, gen)
     seeds = len(cmp.final("precise"))
     text = (
-        f"{_definition(cmp)}. On held-out facts: full − base {d_fb.format('{:+.3f}')}; precise − full "
-        f"{d_pf.format('{:+.3f}')}"
-        + ("" if gen is None else f"; precise − base on generic {d_g.format('{:+.3f}')}")
-        + f" ({seeds} seeds per mode, each at its chosen rate; intervals over items and seeds)"
+        f"{_definition(cmp)}. On held-out facts: full − base {d_fb.points()}; precise − full "
+        f"{d_pf.points()}"
+        + ("" if gen is None else f"; precise − base on generic {d_g.points()}")
+        + f" (holds when these lie at or above the {MARGIN_TEXT}; {seeds} seeds per mode, each at its chosen "
+        "rate; intervals over items and seeds)"
     )
     if verdict == Verdict.INCONCLUSIVE and reason.startswith(NO_EFFECT):
         text = f"{NO_EFFECT}. " + text
@@ -159,8 +180,8 @@ def claim_c6b(cmp: UnitComparison | None, n_boot: int = DEFAULT_N_BOOT, seed: in
         verdict, reason = (
             Verdict.INCONCLUSIVE,
             (
-                f"{NO_EFFECT}: neither precise − base {d_p.format('{:+.3f}')} nor random − base "
-                f"{d_r.format('{:+.3f}')} lies above 0, so neither set of heads learned anything to compare"
+                f"{NO_EFFECT}: neither precise − base {d_p.points()} nor random − base "
+                f"{d_r.points()} lies above 0, so neither set of heads learned anything to compare"
             ),
         )
     elif d.low > 0:
@@ -173,8 +194,8 @@ def claim_c6b(cmp: UnitComparison | None, n_boot: int = DEFAULT_N_BOOT, seed: in
     n_draws = len(cmp.final("random"))
     text = (
         f"{_definition(cmp)}; random = as many non-key heads per layer, tuning as many KV groups ({n_draws} draws). "
-        f"On held-out facts: precise − random {d.format('{:+.3f}')}; precise − base {d_p.format('{:+.3f}')}; "
-        f"random − base {d_r.format('{:+.3f}')}"
+        f"On held-out facts: precise − random {d.points()}; precise − base {d_p.points()}; "
+        f"random − base {d_r.points()}"
     )
     if reason.startswith(NO_EFFECT):
         text = f"{NO_EFFECT}. " + text

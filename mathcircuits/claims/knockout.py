@@ -8,7 +8,7 @@ Both read an accuracy *drop* with its interval beside the drops of depth-matched
 from __future__ import annotations
 
 from mathcircuits.ablation import MEASURED, RandomControl, TransferResult
-from mathcircuits.claims.card import Claim, Verdict, fmt_interval
+from mathcircuits.claims.card import Claim, Verdict
 from mathcircuits.claims.paper import (
     C2_MIN_BASELINE,
     C2_MIN_COLLAPSE,
@@ -19,7 +19,7 @@ from mathcircuits.claims.paper import (
     not_measured,
     pair_interval,
 )
-from mathcircuits.stats import DEFAULT_CONFIDENCE, DEFAULT_N_BOOT, wilson_interval
+from mathcircuits.stats import DEFAULT_CONFIDENCE, DEFAULT_N_BOOT, format_points, wilson_interval
 
 __all__ = ["claim_c2", "claim_c5", "drop_verdict"]
 
@@ -40,17 +40,23 @@ def drop_verdict(d_key: tuple[float, float, float], p_value: float, n_draws: int
     """
     _k, k_lo, k_hi = d_key
     floor = C2_MIN_COLLAPSE
+    pts = f"{100 * floor:.0f}-point collapse floor"
     if k_hi < floor:
-        return Verdict.FAILS, f"even the key drop's upper end {k_hi:.2f} is below the collapse floor {floor:.2f}"
+        return Verdict.FAILS, f"even the key drop's upper end ({100 * k_hi:.1f} points) is below the {pts}"
     if p_value >= C_NO_BETTER:
-        return Verdict.FAILS, f"p = {p_value:.2f}: the key set drops accuracy no more than a typical random set"
+        return Verdict.FAILS, (
+            f"p = {p_value:.2f} ≥ {C_NO_BETTER}: the key set drops accuracy no more than a typical random set"
+        )
     if k_lo >= floor and p_value <= C_ALPHA:
         return (
             Verdict.HOLDS,
-            f"drop interval at or above {floor:.2f} and p = {p_value:.3f} ≤ {C_ALPHA} among {n_draws} random sets",
+            f"drop interval at or above the {pts} and p = {p_value:.3f} ≤ {C_ALPHA} among {n_draws} random sets",
         )
     few = f"; only {n_draws} random sets (p ≥ {1 / (1 + n_draws):.2f})" if 1 / (1 + n_draws) > C_ALPHA else ""
-    return Verdict.INCONCLUSIVE, f"drop interval straddles {floor:.2f} or p = {p_value:.3f} is between the lines{few}"
+    return Verdict.INCONCLUSIVE, (
+        f"the drop interval ({100 * k_lo:.1f} to {100 * k_hi:.1f} points) straddles the {pts}, or p = "
+        f"{p_value:.3f} lies between {C_ALPHA} and {C_NO_BETTER}{few}"
+    )
 
 
 def claim_c2(
@@ -87,7 +93,7 @@ def claim_c2(
             Verdict.INCONCLUSIVE,
             f"the clean model answers fewer than {C2_MIN_BASELINE:.0%} of the knockout pairs, so a drop cannot show",
             value=float("nan"),
-            unit="accuracy change",
+            unit="accuracy change (points)",
             n=n,
         )
     drops = control.clean_correct - control.key_correct
@@ -98,13 +104,16 @@ def claim_c2(
     overlap = control.identification_overlap
     text = (
         f"{len(control.key_heads)} key heads: accuracy "
-        f"{fmt_interval(-iv.value, -iv.high, -iv.low, pct=True, digits=0)}; "
-        f"{m} depth-matched random sets: {-float(null.mean()):+.0%} on average, key set at percentile {pct:.0f} "
+        f"{format_points(-iv.value, -iv.high, -iv.low)}; "
+        f"{m} depth-matched random sets: {format_points(-float(null.mean()))} on average, key set at percentile "
+        f"{pct:.0f} "
         f"(p = {p:.3f}); n={n} fresh pairs (overlap with identification: {overlap if overlap >= 0 else '?'})"
     )
     if m < C2_MIN_DRAWS:
         reason += f" (fewer than {C2_MIN_DRAWS} random sets: raise validation.control_draws)"
-    return claim("C2", text, verdict, reason, value=-iv.value, low=-iv.high, high=-iv.low, unit="accuracy change", n=n)
+    return claim(
+        "C2", text, verdict, reason, value=-iv.value, low=-iv.high, high=-iv.low, unit="accuracy change (points)", n=n
+    )
 
 
 def claim_c5(
@@ -134,7 +143,7 @@ def claim_c5(
             "no data.heldout_templates, validation.transfer_* off, no benchmarks",
         )
     measured = [r for r in out if r.status == MEASURED]
-    skipped = [f"{r.dataset} (clean {r.clean_accuracy:.2f})" for r in out if r.status != MEASURED]
+    skipped = [f"{r.dataset} (clean accuracy {r.clean_accuracy:.0%})" for r in out if r.status != MEASURED]
     if not measured:
         return claim(
             "C5",
@@ -142,7 +151,7 @@ def claim_c5(
             Verdict.INCONCLUSIVE,
             f"the clean model answers fewer than {transfer.min_clean_accuracy:.0%} (or {transfer.min_correct} items) "
             "of every held-out set, so ablation cannot show transfer",
-            unit="accuracy change",
+            unit="accuracy change (points)",
         )
     verdicts = []
     for r in measured:
@@ -151,8 +160,8 @@ def claim_c5(
     n = sum(r.n_correct for r in measured)
     kw = wilson_interval(round(sum(r.key_ablated_accuracy * r.n_correct for r in measured)), n, confidence)
     per = "; ".join(
-        f"{r.dataset}: {fmt_interval(r.key_drop, r.key_low - 1, r.key_high - 1, pct=True, digits=0)} "
-        f"vs random {r.random_drop:+.0%}, p = {r.p_value:.3f} ({v})"
+        f"{r.dataset}: {format_points(r.key_drop, r.key_low - 1, r.key_high - 1)} "
+        f"vs random {format_points(r.random_drop)}, p = {r.p_value:.3f} ({v})"
         for r, v in zip(measured, verdicts)
     )
     if skipped:
@@ -170,5 +179,13 @@ def claim_c5(
             f"holds on {h}, fails on {f} of {len(verdicts)} measurable held-out sets",
         )
     return claim(
-        "C5", per, verdict, reason, value=kw.value - 1, low=kw.low - 1, high=kw.high - 1, unit="accuracy change", n=n
+        "C5",
+        per,
+        verdict,
+        reason,
+        value=kw.value - 1,
+        low=kw.low - 1,
+        high=kw.high - 1,
+        unit="accuracy change (points)",
+        n=n,
     )

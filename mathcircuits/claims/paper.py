@@ -54,7 +54,7 @@ PAPER: dict[str, tuple[str, str, str]] = {
     "C2": (
         "knocking them out collapses accuracy",
         "Mean-ablating the key heads collapses accuracy, while as many random heads barely matter.",
-        "about −70% accuracy for key heads; random heads within 2% (knockout curves, §3.3, Fig. 3)",
+        "about −70 accuracy points for key heads; random heads within 2 points (knockout curves, §3.3, Fig. 3)",
     ),
     "C3": (
         "they attend to operands and operator",

@@ -20,6 +20,7 @@ from mathcircuits.report.readings import (
     reading_probes,
     reading_stability,
     reading_transfer,
+    reading_unmeasurable,
 )
 from mathcircuits.report.sections import VERDICT_CLASS, render_sections
 
@@ -38,6 +39,7 @@ __all__ = [
     "reading_probes",
     "reading_stability",
     "reading_transfer",
+    "reading_unmeasurable",
     "render_sections",
     "report_figures",
     "report_html",

@@ -22,7 +22,7 @@ import plotly.graph_objects as go
 
 from mathcircuits._io import atomic_path
 from mathcircuits.models.embedded import weights_note
-from mathcircuits.report.html import Page, kv_table, table
+from mathcircuits.report.html import Page, accuracy_with_intervals, claims_table, kv_table, table
 from mathcircuits.report.parts import ReportParts, report_figures
 from mathcircuits.report.sections import render_sections
 
@@ -51,10 +51,10 @@ def report_html(parts: ReportParts, figures: Mapping[str, go.Figure] | None = No
     if parts.data_summary:
         front.append(("Data", kv_table(parts.data_summary)))
     if parts.accuracy_table is not None:
-        front.append(("Accuracy by operation and template", table(parts.accuracy_table)))
+        front.append(("Accuracy by operation and template", table(accuracy_with_intervals(parts.accuracy_table))))
     if parts.claims is not None:
-        front.append(("Claims, in full", table(parts.claims.to_dataframe())))
-    return page.html(parts.title, front, list(parts.notes))
+        front.append(("Claims, in full", table(claims_table(parts.claims.to_dataframe()))))
+    return page.html(parts.page_title, front, list(parts.notes))
 
 
 def build_report(path: str | os.PathLike, parts: ReportParts, figures: Mapping[str, go.Figure] | None = None) -> Path:

@@ -9,6 +9,7 @@ Python text (:func:`plain_text`): dicts become small tables, lists comma-separat
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as _dt
 import html
 from collections.abc import Mapping
@@ -17,9 +18,22 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from mathcircuits.models import Head
+from mathcircuits.models.memory import PeakMemory
+from mathcircuits.stats import DEFAULT_CONFIDENCE, format_points, wilson_interval
 from mathcircuits.viz import OfflineHTML, circuitsvis_bundle, split_bundle
 
-__all__ = ["CARD_END_COLOUR", "CSS", "Page", "esc", "kv_table", "plain_text", "table"]
+__all__ = [
+    "CARD_END_COLOUR",
+    "CSS",
+    "Page",
+    "accuracy_with_intervals",
+    "claims_table",
+    "esc",
+    "kv_table",
+    "memory_text",
+    "plain_text",
+    "table",
+]
 
 CARD_END_COLOUR = "#5b2a86"  # the bar that closes the claims card (the screenshot test looks for it)
 
@@ -45,13 +59,32 @@ table.tbl th, table.tbl td { border: 1px solid #ddd; padding: 3px 8px; text-alig
 table.tbl th { background: #f3f3f3; } table.tbl td:first-child, table.tbl th:first-child { text-align: left; }
 .row { display: flex; flex-wrap: wrap; gap: 28px; align-items: flex-start; }
 .note { color: #555; font-size: 0.92em; max-width: 980px; }
-.fig { margin: 10px 0 18px; } details { margin: 6px 0 14px; } summary { cursor: pointer; color: #333; }
+.fig { margin: 10px 0 18px; overflow-x: auto; } .fig .plotly-graph-div { min-width: 600px; }
+@media (max-width: 600px) { body { padding: 6px 10px; } h1 { font-size: 1.25em; }
+       table.claims th { display: none; } table.claims tr { display: block; border-bottom: 1px solid #ccc;
+       padding: 5px 0; } table.claims td { display: block; border: 0; padding: 2px 2px; }
+       table.claims td.id { white-space: normal; } table.claims td:nth-child(2)::before { content: "Paper: ";
+       font-weight: 600; } table.claims td:nth-child(3)::before { content: "This run: "; font-weight: 600; } }
+details { margin: 6px 0 14px; overflow-x: auto; } summary { cursor: pointer; color: #333; }
 """
 
 
 def esc(x: object) -> str:
     """``x`` as escaped HTML text."""
     return html.escape(str(x))
+
+
+def memory_text(peak: PeakMemory | Mapping[str, object]) -> str:
+    """A stage's peak memory as people read it: ``"676 MiB (CPU RSS)"``, from a :class:`PeakMemory` or its dict."""
+    d = dataclasses.asdict(peak) if isinstance(peak, PeakMemory) else dict(peak)
+    how = {"cpu_rss": "CPU RSS", "cuda_allocated": "CUDA allocated"}.get(str(d.get("how")), str(d.get("how")))
+    if d.get("exact") is False:
+        how += ", sampled"
+    return f"{int(d['bytes']) / 2**20:,.0f} MiB ({how})"
+
+
+def _is_memory(value: object) -> bool:
+    return isinstance(value, PeakMemory) or (isinstance(value, Mapping) and {"bytes", "how"} <= set(value))
 
 
 def plain_text(value: object) -> str:
@@ -64,6 +97,8 @@ def plain_text(value: object) -> str:
     Returns:
         The text.
     """
+    if _is_memory(value):
+        return memory_text(value)  # type: ignore[arg-type]
     if isinstance(value, Mapping):
         return "; ".join(f"{k}: {plain_text(v)}" for k, v in value.items()) or "none"
     if isinstance(value, (list, tuple)):
@@ -77,13 +112,21 @@ def plain_text(value: object) -> str:
 
 def _cell(v: object) -> str:
     if isinstance(v, (list, tuple)) and v and all(isinstance(x, Mapping) for x in v):
-        return table(pd.DataFrame(list(v)))
+        return table(accuracy_with_intervals(pd.DataFrame(list(v))))
     return esc(plain_text(v))
 
 
+def _key(k: str, v: object) -> str:
+    if k == "seconds":
+        return "time (s)"
+    if _is_memory(v):
+        return "peak memory"
+    return k.replace("_", " ")
+
+
 def kv_table(d: Mapping[str, object]) -> str:
-    """A two-column table of a mapping (one row per key)."""
-    rows = "".join(f"<tr><th>{esc(k)}</th><td>{_cell(v)}</td></tr>" for k, v in d.items())
+    """A two-column table of a mapping (one row per key; ``snake_case`` keys read as words)."""
+    rows = "".join(f"<tr><th>{esc(_key(str(k), v))}</th><td>{_cell(v)}</td></tr>" for k, v in d.items())
     return f'<table class="tbl">{rows}</table>'
 
 
@@ -98,6 +141,60 @@ def table(df: pd.DataFrame, max_rows: int = 200) -> str:
         elif pd.api.types.is_extension_array_dtype(df[col]) and df[col].isna().any():  # e.g. an MLP's head: <NA>
             df[col] = df[col].astype(object).where(df[col].notna(), "–")
     return df.to_html(index=False, border=0, classes="tbl", float_format=lambda v: f"{v:.4g}", na_rep="–")
+
+
+def accuracy_with_intervals(df: pd.DataFrame, confidence: float = DEFAULT_CONFIDENCE) -> pd.DataFrame:
+    """An accuracy table with each accuracy as a percentage and its Wilson interval, e.g. ``"75% [62%, 85%]"``.
+
+    Args:
+        df: a table with columns ``n`` (items) and ``accuracy`` (a fraction); returned unchanged without them.
+        confidence: the intervals' level.
+
+    Returns:
+        A copy whose ``accuracy`` column is replaced by ``accuracy (95% Wilson interval)`` text.
+    """
+    if not {"n", "accuracy"} <= set(df.columns):
+        return df
+    out = df.copy()
+
+    def cell(n: object, acc: object) -> str:
+        if pd.isna(n) or pd.isna(acc) or int(n) == 0:  # type: ignore[arg-type]
+            return "–"
+        w = wilson_interval(round(float(acc) * int(n)), int(n), confidence)  # type: ignore[arg-type]
+        return f"{w.value:.0%} [{w.low:.0%}, {w.high:.0%}]"
+
+    col = f"accuracy ({confidence:.0%} Wilson interval)"
+    out.insert(list(out.columns).index("accuracy"), col, [cell(n, a) for n, a in zip(out["n"], out["accuracy"])])
+    return out.drop(columns="accuracy")
+
+
+def _claim_value(value: float, low: float, high: float, unit: str) -> str:
+    if pd.isna(value):
+        return "–"
+    if "points" in unit:
+        return format_points(value, low, high)
+    if unit.startswith("share"):
+        iv = "" if pd.isna(low) else f" [{low:.0%}, {high:.0%}]"
+        return f"{value:.0%}{iv}"
+    iv = "" if pd.isna(low) else f" [{low:.3g}, {high:.3g}]"
+    return f"{value:.3g}{iv}"
+
+
+def claims_table(df: pd.DataFrame) -> pd.DataFrame:
+    """The claims card's full table with each claim's value and interval as one text cell in the claim's unit.
+
+    Args:
+        df: :meth:`~mathcircuits.claims.ClaimsCard.to_dataframe`.
+
+    Returns:
+        The table with ``value``, ``low`` and ``high`` replaced by ``value [interval]``.
+    """
+    out = df.copy()
+    cells = [_claim_value(r.value, r.low, r.high, str(r.unit)) for r in out.itertuples()]
+    at = list(out.columns).index("value")
+    out = out.drop(columns=["value", "low", "high"])
+    out.insert(at, "value [interval]", cells)
+    return out
 
 
 class Page:
@@ -135,7 +232,11 @@ class Page:
         self.parts.append(
             '<div class="fig">'
             + pio.to_html(
-                fig, full_html=False, include_plotlyjs=False, div_id=f"fig{self.n_figs}", config={"displaylogo": False}
+                fig,
+                full_html=False,
+                include_plotlyjs=False,
+                div_id=f"fig{self.n_figs}",
+                config={"displaylogo": False, "responsive": True},
             )
             + "</div>"
         )

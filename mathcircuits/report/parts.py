@@ -59,7 +59,7 @@ class ReportParts:
     """The results one report shows; every part is optional.
 
     Args:
-        title: the page title.
+        title: the page title (default: "Arithmetic circuits in <model name>", or "mathcircuits report").
         claims: the claims card, shown first.
         model_spec: the model's spec (read from a saved result, e.g. ``patching_overall.model``), in the appendix.
         data_summary: facts about the data, in the appendix.
@@ -85,7 +85,7 @@ class ReportParts:
         notes: notes after the appendix.
     """
 
-    title: str = "mathcircuits report"
+    title: str = ""
     claims: ClaimsCard | None = None
     model_spec: ModelSpec | None = None
     data_summary: Mapping[str, object] | None = None
@@ -156,6 +156,15 @@ class ReportParts:
         )
 
     @property
+    def page_title(self) -> str:
+        """The title shown: ``title``, else one naming the model."""
+        if self.title:
+            return self.title
+        return (
+            f"Arithmetic circuits in {self.model_spec.name}" if self.model_spec is not None else "mathcircuits report"
+        )
+
+    @property
     def top_source(self) -> PatchingResult | None:
         """The patching result the strongest heads are read from: over all pairs, else the first operation's."""
         if self.patching_overall is not None:
@@ -191,7 +200,7 @@ def report_figures(parts: ReportParts) -> dict[str, go.Figure]:
         figs["selection_stability"] = selection_stability_bars(key)
     if parts.knockout:
         figs["knockout"] = knockout_curves(list(parts.knockout.values()))
-    if parts.transfer is not None and parts.transfer.rows:
+    if parts.transfer is not None and any(r.status == "measured" for r in parts.transfer.rows):
         figs["transfer"] = transfer_bars(parts.transfer)
     if parts.attention is not None:
         figs["attention_roles"] = attention_role_distributions(parts.attention)

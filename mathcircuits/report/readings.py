@@ -17,7 +17,7 @@ from mathcircuits.ablation import KnockoutResult, TransferResult
 from mathcircuits.analysis import AttentionByRole, MLPProbeResult
 from mathcircuits.models import Head
 from mathcircuits.patching import KeyComponents, PatchingResult
-from mathcircuits.stats import wilson_interval
+from mathcircuits.stats import format_points, format_share, wilson_interval
 
 __all__ = [
     "reading_attention",
@@ -26,15 +26,27 @@ __all__ = [
     "reading_probes",
     "reading_stability",
     "reading_transfer",
+    "reading_unmeasurable",
 ]
 
 
-def _iv(v: float, lo: float, hi: float, pct: bool = True) -> str:
+def _relative(v: float, lo: float, hi: float) -> str:
+    """A relative change (a ratio, so in %, not points) with 3 significant digits and its unit on every number."""
+
+    def f(x: float) -> str:
+        p = 100 * x
+        digits = 1 if p == 0 or not math.isfinite(p) else max(0, 2 - math.floor(math.log10(abs(p))))
+        return f"{p:+.{digits}f}%"
+
     if any(math.isnan(x) for x in (v, lo, hi)):
-        return f"{100 * v:+.2f}%" if pct else f"{v:.3f}"
-    if pct:
-        return f"{100 * v:+.2f}% [{100 * lo:+.2f}, {100 * hi:+.2f}]"
-    return f"{v:.3f} [{lo:.3f}, {hi:.3f}]"
+        return f(v)
+    return f"{f(v)} [{f(lo)}, {f(hi)}]"
+
+
+def _plain(v: float, lo: float, hi: float) -> str:
+    if any(math.isnan(x) for x in (v, lo, hi)):
+        return f"{v:+.3g}"
+    return f"{v:+.3g} [{lo:+.3g}, {hi:+.3g}]"
 
 
 def reading_patching(result: PatchingResult, key: KeyComponents | None = None) -> str:
@@ -52,7 +64,7 @@ def reading_patching(result: PatchingResult, key: KeyComponents | None = None) -
     for l, h, e in top:
         lo = float(result.head_low[l, h]) if result.head_low is not None else float("nan")
         hi = float(result.head_high[l, h]) if result.head_high is not None else float("nan")
-        parts.append(f"{Head(l, h)} {_iv(e, lo, hi, pct=result.metric == 'relative_logit')}")
+        parts.append(f"{Head(l, h)} {(_relative if result.metric == 'relative_logit' else _plain)(e, lo, hi)}")
     units = {
         "relative_logit": "relative change of the answer's logit",
         "answer_logprob": "change of the whole answer's log-probability, teacher-forced over every answer token",
@@ -68,8 +80,9 @@ def reading_patching(result: PatchingResult, key: KeyComponents | None = None) -
     total = result.total_interval()
     if total.n and total.value == total.value and abs(total.value) > 1e-12:
         text += (
-            f" Replacing the whole prompt by its counterfactual changes the metric by {total.format('{:+.3f}')} "
-            f"(the total effect); the strongest head carries {top[0][2] / abs(total.value):+.1%} of it."
+            f" Replacing the whole prompt by its counterfactual changes the metric by {total.format('{:+.3g}')} "
+            f"(the total effect); the strongest head, {Head(top[0][0], top[0][1])}, carries "
+            f"{format_share(top[0][2] / total.value)}."
             if top
             else ""
         )
@@ -80,8 +93,9 @@ def reading_patching(result: PatchingResult, key: KeyComponents | None = None) -
         )
     if key is not None:
         text += (
-            f" {len(key.heads)} heads were selected as key heads by the rule '{key.rule}' "
-            f"({key.head_fraction:.1%} of all heads); they are outlined."
+            f" The selection rule '{key.rule}' chose {len(key.heads)} key "
+            f"{'head' if len(key.heads) == 1 else 'heads'} ({key.head_fraction:.1%} of all heads); they are "
+            "outlined."
         )
     return text
 
@@ -122,22 +136,33 @@ def reading_knockout(items: Sequence[KnockoutResult]) -> str:
         The paragraph.
     """
     parts = []
+    ks: list[int] = []
     for ko in items:
         n = ko.n_pairs
         last = float(ko.ranked_accuracy[-1])
         w = wilson_interval(round(last * n), n) if n else None
-        rnd = torch.as_tensor(ko.random_accuracy, dtype=torch.float32)[:, -1]
+        rnd = torch.as_tensor(ko.random_accuracy, dtype=torch.float32).reshape(-1, len(ko.ks))[:, -1]
+        ks = ks or [int(k) for k in ko.ks]
         ranked = f"{last:.0%}" + (f" [{w.low:.0%}, {w.high:.0%}]" if w else "")
+        k_last = int(ko.ks[-1])
+        if rnd.numel() == 1:
+            random = f"{float(rnd[0]):.0%} for 1 random order"
+        else:
+            random = (
+                f"{float(rnd.mean()):.0%} (range {float(rnd.min()):.0%}–{float(rnd.max()):.0%}) for "
+                f"{rnd.numel()} random orders"
+            )
         parts.append(
-            f"{ko.operation}: {ko.baseline_accuracy:.0%} with nothing removed → {ranked} with the top {ko.ks[-1]} "
-            f"heads removed, vs {float(rnd.mean()):.0%} (range {float(rnd.min()):.0%}–{float(rnd.max()):.0%}) for "
-            f"{rnd.numel()} random orders" + (f" (n={n})" if n else "")
+            f"{ko.operation}: {ko.baseline_accuracy:.0%} with nothing removed → {ranked} with the top {k_last} "
+            f"{'head' if k_last == 1 else 'heads'} removed, vs {random}" + (f" (n={n})" if n else "")
         )
+    measured = ", ".join(str(k) for k in ks)
     return (
-        "Accuracy as heads are mean-ablated one by one, in effect-rank order (solid, with Wilson 95% error bars) "
-        "and in random orders (dashed, band = ± one std over the random orders). "
+        f"Accuracy with the top k heads mean-ablated, measured at k = {measured} (the points; lines only join "
+        "them), in effect-rank order (solid, with Wilson 95% error bars) and in random orders (dashed; the band, "
+        "where there are several orders, is ± one std over them). "
         + "; ".join(parts)
-        + ". A collapse of the solid curve far below the random band means the top heads are necessary."
+        + ". A collapse of the solid curve far below the random curve means the top heads are necessary."
     )
 
 
@@ -164,13 +189,31 @@ def reading_transfer(result: TransferResult) -> str:
             for r in measured
         )
         text += ". "
-    if skipped:
-        text += "Not measurable on this model: " + "; ".join(
-            f"{r.dataset} (clean accuracy {r.clean_accuracy:.0%} [{r.clean_low:.0%}, {r.clean_high:.0%}])"
+    elif skipped:
+        text += "No set was measurable on this model, so there is no chart. "
+    return text.rstrip()
+
+
+def reading_unmeasurable(result: TransferResult) -> str:
+    """The transfer sets the clean model answers too rarely to measure, as the line under the chart ("" if none).
+
+    Args:
+        result: a :class:`~mathcircuits.ablation.TransferResult`.
+
+    Returns:
+        The sentence, with each set's clean accuracy and its Wilson interval.
+    """
+    skipped = [r for r in result.rows if r.status != "measured"]
+    if not skipped:
+        return ""
+    return (
+        "Not measurable on this model (not drawn): "
+        + "; ".join(
+            f"{r.dataset} (clean accuracy {r.clean_accuracy:.0%} [{r.clean_low:.0%}, {r.clean_high:.0%}], n={r.n})"
             for r in skipped
         )
-        text += "."
-    return text
+        + "."
+    )
 
 
 def reading_attention(result: AttentionByRole) -> str:
@@ -186,8 +229,9 @@ def reading_attention(result: AttentionByRole) -> str:
     parts = []
     for r in df.itertuples():
         parts.append(
-            f"{r.component} operands {_iv(r.excess_operands, r.excess_operands_low, r.excess_operands_high)}, "
-            f"operator {_iv(r.excess_operator, r.excess_operator_low, r.excess_operator_high)} ({r[-1]})"
+            f"{r.component} operands "
+            f"{format_points(r.excess_operands, r.excess_operands_low, r.excess_operands_high)}, "
+            f"operator {format_points(r.excess_operator, r.excess_operator_low, r.excess_operator_high)} ({r[-1]})"
         )
     return (
         "Share of attention from the last position on the operands (A and B) and on the operator, minus the share "

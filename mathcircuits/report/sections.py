@@ -32,6 +32,7 @@ from mathcircuits.report.readings import (
     reading_probes,
     reading_stability,
     reading_transfer,
+    reading_unmeasurable,
 )
 from mathcircuits.viz import attention_heads_view
 
@@ -145,6 +146,8 @@ def transfer_section(page: Page, transfer: TransferResult, figs: Figures) -> Non
     page.reading(reading_transfer(transfer))
     if "transfer" in figs:
         page.figure(figs["transfer"])
+    if unmeasurable := reading_unmeasurable(transfer):
+        page.note(unmeasurable)
     page.table("Transfer", table(transfer.to_dataframe()))
 
 

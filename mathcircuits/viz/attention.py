@@ -182,7 +182,8 @@ def attention_excess(result: AttentionByRole, *, title: str | None = None) -> go
     df = result.summary(by_operation=False)
     fig = go.Figure()
     for name, colour in (("operands", qualitative.Plotly[0]), ("operator", qualitative.Plotly[1])):
-        v, lo, hi = df[f"excess_{name}"], df[f"excess_{name}_low"], df[f"excess_{name}_high"]
+        # in percentage points, the unit of the reading and of claim C3
+        v, lo, hi = (100 * df[f"excess_{name}{end}"] for end in ("", "_low", "_high"))
         fig.add_trace(
             go.Bar(
                 x=df["component"].tolist(),
@@ -191,8 +192,8 @@ def attention_excess(result: AttentionByRole, *, title: str | None = None) -> go
                 marker_color=colour,
                 error_y=dict(type="data", symmetric=False, array=(hi - v).tolist(), arrayminus=(v - lo).tolist()),
                 customdata=list(zip(lo.tolist(), hi.tolist())),
-                hovertemplate=f"%{{x}} {name}: %{{y:+.1%}} [%{{customdata[0]:+.1%}}, %{{customdata[1]:+.1%}}]"
-                "<extra></extra>",
+                hovertemplate=f"%{{x}} {name}: %{{y:+.1f}} points [%{{customdata[0]:+.1f}}, "
+                "%{customdata[1]:+.1f}]<extra></extra>",
             )
         )
     fig.add_hline(y=0, line=dict(color="black", width=1))
@@ -201,7 +202,7 @@ def attention_excess(result: AttentionByRole, *, title: str | None = None) -> go
         or f"Attention above uniform, per key head<br><sup>{len(result.pair_ids)} pairs; bootstrap 95% intervals</sup>",
         barmode="group",
         xaxis=dict(title="key head"),
-        yaxis=dict(title="share − uniform baseline", tickformat="+.0%"),
+        yaxis=dict(title="share − uniform baseline (points)", tickformat="+.0f"),
         height=420,
         width=min(1180, max(520, 90 * len(df) + 220)),  # fits the report at laptop width
     )

@@ -6,7 +6,7 @@ correct answer, i.e. it matters. Colours are diverging and centred at zero
 (red = negative = important, blue = positive); heads and MLPs get separate,
 zero-centred colour ranges because MLP effects are often an order of magnitude
 larger and would wash the heads out. Key heads and key MLPs (a
-:class:`~mathcircuits.patching.selection.KeyComponents`) are outlined.
+:class:`~mathcircuits.patching.selection.KeyComponents`) are outlined, heads with squares and MLPs with diamonds.
 """
 
 from __future__ import annotations
@@ -203,7 +203,7 @@ def patching_heatmap(
                     y=key_mlps,
                     mode="markers",
                     name="key MLPs",
-                    marker=dict(symbol="square-open", size=14, color="black", line=dict(width=2.5)),
+                    marker=dict(symbol="diamond-open", size=16, color="black", line=dict(width=2.5)),
                     text=[f"MLP{l}: {float(mlps[l]):.4f}" for l in key_mlps],
                     hovertemplate="key %{text}<extra></extra>",
                 ),
@@ -230,8 +230,7 @@ def patching_heatmap(
             cmid=0.0,
             colorbar=dict(title=dict(text="MLPs"), x=1.17, len=0.85, thickness=14, tickformat=fmt),
         ),
-        height=max(480, 22 * n_layers + 240),
-        width=max(700, 40 * n_heads + 380),
+        height=max(480, 22 * n_layers + 240),  # no width: the map fills the page's width (plotly autosizes)
         legend=dict(orientation="h", yanchor="top", y=-0.17, x=0),
         margin=dict(t=110, r=150, b=120),
         meta={"metric": result.metric, "operations": list(result.operations)},

@@ -4,10 +4,11 @@ Takes knockout results (:class:`~mathcircuits.ablation.KnockoutResult`: ``ks``, 
 ``random_accuracy`` [seed, k], ``baseline_accuracy``, ``operation``, ``n_pairs``). The
 effect-ranked curve is a solid line; the random-rank curve is the mean over
 seeds, dashed, with a band of ± one standard deviation (the spread of the
-random draws); the ranked curve carries Wilson 95% error bars over the
-result's ``n_pairs`` pairs (none when ``n_pairs`` is 0). A steep drop of the
-ranked curve next to a flat random band is the paper's evidence that the few
-key heads carry the computation.
+random draws) only where there are at least two draws; the ranked curve carries Wilson 95% error bars over
+the result's ``n_pairs`` pairs (none when ``n_pairs`` is 0). Every measured k is a marker and an x tick (the
+lines only join them). The legend has one entry per operation (at most :data:`MAX_LEGEND`); the subtitle
+says which line style is which. A steep drop of the ranked curve next to a flat random band is the paper's
+evidence that the few key heads carry the computation.
 """
 
 from __future__ import annotations
@@ -21,7 +22,9 @@ from plotly.colors import qualitative
 from mathcircuits.ablation import KnockoutResult
 from mathcircuits.stats import wilson_interval
 
-__all__ = ["knockout_curves"]
+__all__ = ["MAX_LEGEND", "knockout_curves"]
+
+MAX_LEGEND = 6  # legend entries at most; more operations are named on hover only
 
 
 def _rgba(hex_colour: str, alpha: float) -> str:
@@ -49,6 +52,9 @@ def knockout_curves(results: KnockoutResult | Sequence[KnockoutResult], *, title
     fig = go.Figure()
     palette = qualitative.Plotly
     max_k = 0
+    all_ks: set[int] = set()
+    bands = False
+    in_legend = len(items) <= MAX_LEGEND
     baselines: dict[float, list[str]] = {}
     for i, res in enumerate(items):
         colour = palette[i % len(palette)]
@@ -67,28 +73,33 @@ def knockout_curves(results: KnockoutResult | Sequence[KnockoutResult], *, title
         upper, lower = (mean + std).clamp(max=1.0).tolist(), (mean - std).clamp(min=0.0).tolist()
         op = res.operation
         max_k = max(max_k, max(ks))
-        fig.add_trace(
-            go.Scatter(
-                x=ks + ks[::-1],
-                y=upper + lower[::-1],
-                mode="lines",
-                fill="toself",
-                fillcolor=_rgba(colour, 0.18),
-                line=dict(width=0),
-                name=f"{op}: random ± std ({rnd.shape[0]} seeds)",
-                legendgroup=op,
-                hoverinfo="skip",
+        all_ks.update(ks)
+        if rnd.shape[0] > 1:  # a band of one draw would be empty
+            bands = True
+            fig.add_trace(
+                go.Scatter(
+                    x=ks + ks[::-1],
+                    y=upper + lower[::-1],
+                    mode="lines",
+                    fill="toself",
+                    fillcolor=_rgba(colour, 0.18),
+                    line=dict(width=0),
+                    name=f"{op}: random ± std ({rnd.shape[0]} seeds)",
+                    legendgroup=op,
+                    showlegend=False,
+                    hoverinfo="skip",
+                )
             )
-        )
         fig.add_trace(
             go.Scatter(
                 x=ks,
                 y=mean.tolist(),
                 mode="lines+markers",
                 line=dict(color=colour, dash="dash"),
-                marker=dict(size=5),
+                marker=dict(size=7, symbol="circle-open"),
                 name=f"{op}: random rank (mean)",
                 legendgroup=op,
+                showlegend=False,
                 customdata=std.tolist(),
                 hovertemplate=f"{op}, random<br>k=%{{x}} heads<br>"
                 "accuracy %{y:.1%} ± %{customdata:.1%}<extra></extra>",
@@ -113,9 +124,10 @@ def knockout_curves(results: KnockoutResult | Sequence[KnockoutResult], *, title
                 error_y=err,
                 mode="lines+markers",
                 line=dict(color=colour, width=3),
-                marker=dict(size=7),
+                marker=dict(size=9),
                 name=f"{op}: effect rank",
                 legendgroup=op,
+                showlegend=in_legend,
                 hovertemplate=f"{op}, top heads by effect<br>k=%{{x}} heads<br>accuracy %{{y:.1%}}<extra></extra>",
             )
         )
@@ -132,12 +144,24 @@ def knockout_curves(results: KnockoutResult | Sequence[KnockoutResult], *, title
             text=f"baseline {value:.0%} ({', '.join(names)})",
         )
     ops = ", ".join(dict.fromkeys(r.operation for r in items))
+    n_draws = sorted({int(torch.as_tensor(r.random_accuracy).reshape(-1, len(r.ks)).shape[0]) for r in items})
+    draws = "/".join(map(str, n_draws))
+    styles = "solid: top k heads by effect (Wilson 95% bars); dashed: random order (mean of " + (
+        f"{draws} orders, band ± 1 std)" if bands else f"{draws} {'order' if n_draws == [1] else 'orders'})"
+    )
     fig.update_layout(
-        title=title or f"Knockout of heads — effect rank vs random rank ({ops})",
-        xaxis=dict(title="number of heads knocked out (k)", range=[-0.5, max_k + 0.5]),
+        title=title
+        or f"Knockout of heads — effect rank vs random rank ({ops})<br><sup>{styles}; points are the measured k</sup>",
+        xaxis=dict(
+            title="number of heads knocked out (k)",
+            range=[-0.5, max_k + 0.5],
+            tickmode="array",
+            tickvals=sorted(all_ks),
+        ),  # fmt: skip
         yaxis=dict(title="accuracy", tickformat=".0%", range=[0, 1.05]),
         height=460,
         width=760,
         hovermode="closest",
+        showlegend=in_legend,
     )
     return fig

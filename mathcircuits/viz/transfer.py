@@ -2,8 +2,9 @@
 
 One group of bars per evaluation set: the key-ablated and the random-ablated accuracy on the
 items the clean model answers correctly, with their Wilson 95% intervals (the random one widened
-to every random draw). A set the clean model answers too rarely is drawn as an empty slot with
-its clean accuracy in the label: *not measurable on this model*.
+to every random draw). Only measured sets are drawn: a set the clean model answers too rarely is
+*not measurable on this model*, and the report lists it in text under the chart
+(:func:`mathcircuits.report.reading_unmeasurable`), never as an empty slot.
 """
 
 from __future__ import annotations
@@ -24,18 +25,14 @@ def transfer_bars(result: TransferResult, *, title: str | None = None) -> go.Fig
         title: the figure title.
 
     Returns:
-        A grouped bar chart; x labels name each set, whether it found the heads (held in), and when it is
-        not measurable, its clean accuracy.
+        A grouped bar chart of the measured sets; x labels name each set, whether it found the heads (held in)
+        and how many clean-correct items it has. With no measured set, an empty chart that says so.
     """
-    rows = list(result.rows)
+    rows = [r for r in result.rows if r.status == "measured"]
     labels = []
     for r in rows:
         tag = " (found the heads)" if r.held_in else ""
-        if r.status != "measured":
-            tag += f"<br>not measurable: clean {r.clean_accuracy:.0%}"
-        else:
-            tag += f"<br>{r.n_correct} clean-correct items"
-        labels.append(f"{r.dataset}{tag}")
+        labels.append(f"{r.dataset}{tag}<br>{r.n_correct} clean-correct items")
     fig = go.Figure()
     for key, name, colour in (
         ("key", "key heads ablated", qualitative.Plotly[1]),
@@ -69,4 +66,7 @@ def transfer_bars(result: TransferResult, *, title: str | None = None) -> go.Fig
         height=460,
         width=min(1180, max(620, 190 * len(rows) + 200)),  # fits the report at laptop width
     )
+    if not rows:
+        fig.add_annotation(text="no set measurable on this model", showarrow=False, x=0.5, y=0.5, xref="paper",
+                           yref="paper")  # fmt: skip
     return fig

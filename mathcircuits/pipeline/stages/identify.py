@@ -24,6 +24,7 @@ from mathcircuits.patching import (
     selection_stability,
 )
 from mathcircuits.pipeline.context import Context, StageSummary, save_csv, select_pairs
+from mathcircuits.stats import format_share
 
 __all__ = ["IdentifySummary", "OperationTotal", "PatchedOperation", "run"]
 
@@ -74,7 +75,9 @@ class IdentifySummary(StageSummary):
         for op, t in self.totals.items():
             if len(t.effect) == 3:
                 v, lo, hi = t.effect
-                share = f"; top head {t.top_shares[0]:+.1%} of it" if t.top_shares else ""
+                # the share is of |total|: its sign against the total's sign is the direction, said in words
+                s = t.top_shares[0] * (1 if v >= 0 else -1) if t.top_shares else 0.0
+                share = f"; top head carries {format_share(s)}" if t.top_shares else ""
                 totals.append(f"{op} {v:+.3f} [{lo:+.3f}, {hi:+.3f}]{share}")
         excluded = {op: t.n_excluded for op, t in self.totals.items() if t.n_excluded}
         out = [

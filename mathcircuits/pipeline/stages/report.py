@@ -209,7 +209,6 @@ def run(ctx: Context) -> ReportSummary:
     )
     card.save(paths.claims)
     parts = ReportParts(
-        title=f"mathcircuits run: {ctx.config.model.source}",
         claims=card,
         model_spec=overall.model,
         data_summary=ctx.summary("data", DataSummary).to_dict(),
