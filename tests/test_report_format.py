@@ -16,14 +16,19 @@ import pytest
 import torch
 
 from mathcircuits.ablation import KnockoutResult, TransferResult, transfer_row
-from mathcircuits.claims import Verdict, claim_c1, claim_c6
-from mathcircuits.claims.improve import c6_verdict
+from mathcircuits.claims import Verdict, c6_verdict, claim_c1, claim_c6
 from mathcircuits.evaluation import ARITHMETIC, EvalResult
-from mathcircuits.models import ModelSpec
-from mathcircuits.models.memory import PeakMemory
+from mathcircuits.models import ModelSpec, PeakMemory
 from mathcircuits.patching import KeyComponents, PatchingResult, SelectionConfig
-from mathcircuits.report import ReportParts, reading_patching, report_html
-from mathcircuits.report.html import accuracy_with_intervals, claims_table, kv_table, plain_text
+from mathcircuits.report import (
+    ReportParts,
+    accuracy_with_intervals,
+    claims_table,
+    kv_table,
+    plain_text,
+    reading_patching,
+    report_html,
+)
 from mathcircuits.stats import Interval, format_points, format_share, wilson_interval
 from mathcircuits.viz import knockout_curves, patching_heatmap, transfer_bars
 
@@ -184,7 +189,7 @@ def test_attention_excess_figure_is_in_points_like_its_reading():
 
 
 def test_identify_summary_gives_the_top_heads_share_with_its_direction_in_words():
-    from mathcircuits.pipeline.stages.identify import IdentifySummary, OperationTotal
+    from mathcircuits.pipeline import IdentifySummary, OperationTotal
 
     totals = {
         "add": OperationTotal([0.114, 0.041, 0.167], "bootstrap", [-0.28]),  # head against a positive total

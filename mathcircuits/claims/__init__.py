@@ -23,7 +23,14 @@ from mathcircuits.claims.assess import assess_claims
 from mathcircuits.claims.card import CardSettings, Claim, ClaimsCard, Verdict, fmt_interval
 from mathcircuits.claims.components import claim_c1, claim_c3, claim_c4, concentration, depth_distance
 from mathcircuits.claims.finetune import claim_c6
-from mathcircuits.claims.improve import NO_EFFECT, claim_c6_units, claim_c6b, precise_definition, with_unit_claims
+from mathcircuits.claims.improve import (
+    NO_EFFECT,
+    c6_verdict,
+    claim_c6_units,
+    claim_c6b,
+    precise_definition,
+    with_unit_claims,
+)
 from mathcircuits.claims.knockout import claim_c2, claim_c5, drop_verdict
 from mathcircuits.claims.numbers import claim_n1, claim_n2, claim_n3, with_number_claims
 from mathcircuits.claims.paper import PAPER
@@ -41,6 +48,7 @@ __all__ = [
     "claim_c3",
     "claim_c4",
     "claim_c5",
+    "c6_verdict",
     "claim_c6",
     "claim_c6_units",
     "claim_c6b",

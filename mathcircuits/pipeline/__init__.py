@@ -37,6 +37,7 @@ _WHERE = {
     "RunPaths": "paths",
     **dict.fromkeys(("RunFolderError", "check_run_folder", "done_summary", "run_pipeline", "stage_status"), "run"),
     **dict.fromkeys(("STAGES", "Stage"), "stages"),
+    **dict.fromkeys(("IdentifySummary", "OperationTotal"), "stages.identify"),
 }
 
 __all__ = [
@@ -45,6 +46,8 @@ __all__ = [
     "ModelSection",
     "Context",
     "FinetuneSection",
+    "IdentifySummary",
+    "OperationTotal",
     "RunConfig",
     "RunFolderError",
     "RunLock",

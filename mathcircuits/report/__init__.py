@@ -10,7 +10,7 @@
 """
 
 from mathcircuits.report.build import build_report, report_html
-from mathcircuits.report.html import CARD_END_COLOUR, Page, plain_text
+from mathcircuits.report.html import CARD_END_COLOUR, Page, accuracy_with_intervals, claims_table, kv_table, plain_text
 from mathcircuits.report.numbers import NumberResults, numbers_section
 from mathcircuits.report.parts import ReportParts, report_figures
 from mathcircuits.report.readings import (
@@ -30,7 +30,10 @@ __all__ = [
     "NumberResults",
     "Page",
     "ReportParts",
+    "accuracy_with_intervals",
     "build_report",
+    "claims_table",
+    "kv_table",
     "numbers_section",
     "plain_text",
     "reading_attention",
