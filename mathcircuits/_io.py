@@ -45,12 +45,14 @@ from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
 import torch
+import yaml
 
 from mathcircuits._codec import FieldError, decode_fields, encode_fields, from_plain, tensors_from_json, tensors_to_json
 
 __all__ = [
     "FieldError",
     "ResultFileError",
+    "StrictYAMLError",
     "SavedResult",
     "atomic_dir",
     "atomic_path",
@@ -58,6 +60,7 @@ __all__ = [
     "decode_fields",
     "encode_fields",
     "load_result",
+    "load_yaml",
     "read_json",
     "save_result",
     "write_json",
@@ -160,6 +163,58 @@ def read_json(path: str | os.PathLike) -> Any:
             f"{path} is not valid JSON ({err}); it may be truncated or corrupted. "
             "Fix: delete it and re-run the stage that writes it."
         ) from err
+
+
+class StrictYAMLError(yaml.YAMLError):
+    """YAML that :func:`load_yaml` refuses although PyYAML would read it; ``problem`` and ``fix`` say why."""
+
+    def __init__(self, problem: str, fix: str) -> None:
+        super().__init__(f"{problem}. Fix: {fix}.")
+        self.problem, self.fix = problem, fix
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """``SafeLoader`` that refuses a key given twice in one mapping.
+
+    PyYAML keeps the last of two equal keys without a word, so a second ``model:`` section silently
+    replaces the first.
+    """
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)  # type: ignore[no-untyped-call]
+            line = key_node.start_mark.line + 1
+            try:
+                first = seen.get(key)
+            except TypeError:  # an unhashable key: SafeLoader's own error follows
+                continue
+            seen[key] = line
+            if first is not None:
+                raise StrictYAMLError(
+                    f"key {key!r} is given twice (lines {first} and {line}); the second would silently replace "
+                    "the first",
+                    f"keep one {key!r} and merge the settings of both into it",
+                )
+        return super().construct_mapping(node, deep=deep)
+
+
+def load_yaml(text: str) -> Any:
+    """Parse YAML safely, refusing duplicate keys (settings and template files).
+
+    Args:
+        text: the YAML text.
+
+    Returns:
+        The parsed value (``None`` for an empty document). Raises :class:`StrictYAMLError` (a
+        ``yaml.YAMLError``) naming the key and its lines, and ``yaml.YAMLError``
+        for bad syntax.
+    """
+    loader = _StrictLoader(text)
+    try:
+        return loader.get_single_data()
+    finally:
+        loader.dispose()
 
 
 class ResultFileError(ValueError):

@@ -1,0 +1,43 @@
+"""Reliability, round three (issue #36): no silent acceptance, bounded work, files and locks that hold.
+
+Each test drives one class of the issue through the CLI or the API: a clear error with exit code 2 and nothing
+written, or the property the fix promises (one lock holder, outputs without temporary files, equal bytes).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from mathcircuits.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY_YAML = ROOT / "configs" / "tiny.yaml"
+
+
+def _assert_clear(code: int, err: str, words: tuple[str, ...], out: Path) -> None:
+    text = " ".join(err.split())
+    assert code == 2, err
+    assert text.startswith("error: ") and text.count("Fix:") == 1, text
+    assert "Traceback" not in err and "internal error" not in text, text
+    for w in words:
+        assert w in text, (w, text)
+    assert not out.exists(), f"{out} was written"
+
+
+def test_a_section_given_twice_is_refused_naming_the_key_and_both_lines(tmp_path, capsys):
+    cfg = tmp_path / "cfg.yaml"
+    text = TINY_YAML.read_text()
+    cfg.write_text(text + "\nmodel:\n  source: tiny-gpt2\n")  # a second model: section
+    first = 1 + next(i for i, line in enumerate(text.splitlines()) if line.startswith("model:"))
+    second = len(text.splitlines()) + 2
+    out = tmp_path / "run"
+    code = main(["run", "--config", str(cfg), "--out", str(out), "--quiet"])
+    _assert_clear(code, capsys.readouterr().err, ("'model'", f"lines {first} and {second}", "twice"), out)
+
+
+def test_a_key_given_twice_inside_a_section_is_refused(tmp_path, capsys):
+    cfg = tmp_path / "cfg.yaml"
+    cfg.write_text("data:\n  seed: 1\n  n_per_template: 4\n  seed: 2\n")
+    out = tmp_path / "run"
+    code = main(["run", "--config", str(cfg), "--out", str(out), "--quiet"])
+    _assert_clear(code, capsys.readouterr().err, ("'seed'", "lines 2 and 4"), out)
