@@ -38,6 +38,7 @@ import html
 import io
 import json
 import os
+import reprlib
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -174,11 +175,21 @@ class StrictYAMLError(yaml.YAMLError):
 
 
 class _StrictLoader(yaml.SafeLoader):
-    """``SafeLoader`` that refuses a key given twice in one mapping.
+    """``SafeLoader`` that refuses a key given twice in one mapping and any alias (``*name``).
 
     PyYAML keeps the last of two equal keys without a word, so a second ``model:`` section silently
-    replaces the first.
+    replaces the first. An alias can expand exponentially ("billion laughs": a few hundred bytes that
+    expand to 10⁹ items); settings files have no need for them.
     """
+
+    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node | None:
+        if self.check_event(yaml.AliasEvent):
+            mark = self.peek_event().start_mark
+            raise StrictYAMLError(
+                f"line {mark.line + 1} uses an alias (*{self.peek_event().anchor}); aliases are not accepted",
+                "write the value out in full instead of &anchor / *alias",
+            )
+        return super().compose_node(parent, index)
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: dict[Any, int] = {}
@@ -192,22 +203,22 @@ class _StrictLoader(yaml.SafeLoader):
             seen[key] = line
             if first is not None:
                 raise StrictYAMLError(
-                    f"key {key!r} is given twice (lines {first} and {line}); the second would silently replace "
-                    "the first",
-                    f"keep one {key!r} and merge the settings of both into it",
+                    f"key {reprlib.repr(key)} is given twice (lines {first} and {line}); the second would silently "
+                    "replace the first",
+                    f"keep one {reprlib.repr(key)} and merge the settings of both into it",
                 )
         return super().construct_mapping(node, deep=deep)
 
 
 def load_yaml(text: str) -> Any:
-    """Parse YAML safely, refusing duplicate keys (settings and template files).
+    """Parse YAML safely, refusing duplicate keys and aliases (settings and template files).
 
     Args:
         text: the YAML text.
 
     Returns:
         The parsed value (``None`` for an empty document). Raises :class:`StrictYAMLError` (a
-        ``yaml.YAMLError``) naming the key and its lines, and ``yaml.YAMLError``
+        ``yaml.YAMLError``) naming the key and its lines, or the alias's line, and ``yaml.YAMLError``
         for bad syntax.
     """
     loader = _StrictLoader(text)

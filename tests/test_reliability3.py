@@ -6,9 +6,13 @@ written, or the property the fix promises (one lock holder, outputs without temp
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
+import pytest
+
 from mathcircuits.cli import main
+from mathcircuits.pipeline import ConfigError, RunConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY_YAML = ROOT / "configs" / "tiny.yaml"
@@ -41,3 +45,35 @@ def test_a_key_given_twice_inside_a_section_is_refused(tmp_path, capsys):
     out = tmp_path / "run"
     code = main(["run", "--config", str(cfg), "--out", str(out), "--quiet"])
     _assert_clear(code, capsys.readouterr().err, ("'seed'", "lines 2 and 4"), out)
+
+
+def _alias_bomb(levels: int = 9) -> str:
+    """The "billion laughs": each level lists the one before nine times, 9**levels strings in all."""
+    names = "abcdefghij"[: levels + 1]
+    lines = [f'{names[0]}: &{names[0]} ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]']
+    lines += [f"{n}: &{n} [{','.join([f'*{p}'] * 9)}]" for p, n in zip(names, names[1:])]
+    return "\n".join([*lines, f"data: {{operations: *{names[-1]}}}"]) + "\n"
+
+
+def test_a_yaml_alias_bomb_is_refused_at_once(tmp_path, capsys):
+    cfg = tmp_path / "bomb.yaml"
+    cfg.write_text(_alias_bomb())
+    assert len(cfg.read_bytes()) < 500
+    out = tmp_path / "run"
+    start = time.monotonic()
+    code = main(["run", "--config", str(cfg), "--out", str(out), "--quiet"])
+    assert time.monotonic() - start < 5
+    _assert_clear(code, capsys.readouterr().err, ("alias", "line 2"), out)
+
+
+def test_a_huge_value_is_cut_short_in_the_message():
+    bomb: list = ["lol"] * 9
+    for _ in range(8):  # 9**9 strings through shared lists: the full repr would take minutes and GBs
+        bomb = [bomb] * 9
+    start = time.monotonic()
+    with pytest.raises(ConfigError, match=r"operations=\[\[") as e:
+        RunConfig.from_dict({"data": {"operations": bomb}})
+    assert time.monotonic() - start < 5 and len(str(e.value)) < 400
+    with pytest.raises(ConfigError, match=r"seed='x+\.\.\.x+' is not int") as e:
+        RunConfig.from_dict({"data": {"seed": "x" * 10**6}})
+    assert len(str(e.value)) < 400
