@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from mathcircuits.cli import main
-from mathcircuits.pipeline import ConfigError, RunConfig
+from mathcircuits.pipeline import ConfigError, RunConfig, run_pipeline
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY_YAML = ROOT / "configs" / "tiny.yaml"
@@ -77,3 +77,28 @@ def test_a_huge_value_is_cut_short_in_the_message():
     with pytest.raises(ConfigError, match=r"seed='x+\.\.\.x+' is not int") as e:
         RunConfig.from_dict({"data": {"seed": "x" * 10**6}})
     assert len(str(e.value)) < 400
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["run", "--config", str(TINY_YAML), "--out", ""],
+        ["status", "--out", " "],
+        ["compare-models", "a", "b", "--out", ""],
+    ],
+)
+def test_an_empty_out_folder_is_refused(tmp_path, capsys, monkeypatch, argv):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as e:  # argparse's own errors end the process
+        main([*argv, "--quiet"] if argv[0] == "run" else argv)
+    err = " ".join(capsys.readouterr().err.split())
+    assert e.value.code == 2 and err.startswith("error: ") and err.count("Fix:") == 1, err
+    assert "--out" in err and "current directory" in err and "Fix: name a folder" in err, err
+    assert list(tmp_path.iterdir()) == []  # the current directory was not made a run folder
+
+
+def test_an_empty_run_dir_is_refused_through_the_api(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError, match="run_dir is empty.*current directory"):
+        run_pipeline(RunConfig.load(TINY_YAML), "", progress=False)
+    assert list(tmp_path.iterdir()) == []

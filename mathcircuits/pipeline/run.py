@@ -280,6 +280,8 @@ def run_pipeline(
     Returns:
         Stage name → its typed summary (read back from the marker for a skipped stage).
     """
+    if not str(run_dir).strip():  # Path("") is the current directory
+        raise ConfigError("run_dir is empty, which would make the current directory the run folder. Fix: name one.")
     run_dir = Path(run_dir)
     paths = RunPaths(run_dir)
     names = list(STAGES)
