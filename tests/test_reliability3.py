@@ -6,13 +6,16 @@ written, or the property the fix promises (one lock holder, outputs without temp
 
 from __future__ import annotations
 
+import multiprocessing
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
 
 from mathcircuits.cli import main
-from mathcircuits.pipeline import ConfigError, RunConfig, run_pipeline
+from mathcircuits.pipeline import ConfigError, RunConfig, RunLock, RunLockedError, run_pipeline
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY_YAML = ROOT / "configs" / "tiny.yaml"
@@ -102,3 +105,38 @@ def test_an_empty_run_dir_is_refused_through_the_api(tmp_path, monkeypatch):
     with pytest.raises(ConfigError, match="run_dir is empty.*current directory"):
         run_pipeline(RunConfig.load(TINY_YAML), "", progress=False)
     assert list(tmp_path.iterdir()) == []
+
+
+def _contend(paths: list[str], barrier, won) -> None:  # noqa: ANN001 (multiprocessing objects)
+    """One contender: at each trial take the trial's stale lock at the same moment as the other, hold it until
+    both have tried, then let it go."""
+    for i, path in enumerate(paths):
+        lock = RunLock(Path(path))
+        barrier.wait()
+        try:
+            lock.acquire()
+            with won.get_lock():
+                won[i] += 1
+        except RunLockedError:
+            pass
+        barrier.wait()
+        lock.release()
+
+
+def test_two_processes_taking_over_one_stale_lock_never_both_hold_it(tmp_path):
+    dead = subprocess.Popen([sys.executable, "-c", ""])
+    dead.wait()  # its pid names a process that no longer runs
+    trials = 200
+    paths = [str(tmp_path / f"lock{i}") for i in range(trials)]
+    for p in paths:
+        Path(p).write_text(f"{dead.pid}\n")
+    ctx = multiprocessing.get_context("fork")  # the contenders need nothing but os and fcntl: no re-import
+    barrier, won = ctx.Barrier(2, timeout=30), ctx.Array("i", trials)
+    procs = [ctx.Process(target=_contend, args=(paths, barrier, won)) for _ in range(2)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(60)
+    assert [p.exitcode for p in procs] == [0, 0]
+    assert list(won) == [1] * trials, f"{sum(w != 1 for w in won)} of {trials} trials had not exactly one holder"
+    assert not any(Path(p).exists() for p in paths)  # each winner removed its lock
