@@ -60,6 +60,7 @@ __all__ = [
     "brief",
     "decode_fields",
     "encode_fields",
+    "is_temporary",
     "load_result",
     "load_yaml",
     "read_json",
@@ -74,6 +75,21 @@ def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
     return mask
+
+
+def is_temporary(rel: str | os.PathLike) -> bool:
+    """Whether a path is, or lies in, a temporary file or folder of :func:`atomic_path` / :func:`atomic_dir`.
+
+    A process killed mid-write (SIGKILL, power loss) leaves ``.<name>.<random>.tmp`` (or a replaced folder's
+    ``.<name>.old``) behind; such a file is never an output.
+
+    Args:
+        rel: a path, best relative to the folder a stage writes.
+
+    Returns:
+        True when one of its parts is such a name.
+    """
+    return any(p.startswith(".") and p.endswith((".tmp", ".old")) for p in Path(rel).parts)
 
 
 @contextlib.contextmanager

@@ -6,7 +6,10 @@ written, or the property the fix promises (one lock holder, outputs without temp
 
 from __future__ import annotations
 
+import json
 import multiprocessing
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -16,6 +19,7 @@ import pytest
 
 from mathcircuits.cli import main
 from mathcircuits.pipeline import ConfigError, RunConfig, RunLock, RunLockedError, run_pipeline
+from mathcircuits.pipeline.markers import write_marker
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY_YAML = ROOT / "configs" / "tiny.yaml"
@@ -140,3 +144,29 @@ def test_two_processes_taking_over_one_stale_lock_never_both_hold_it(tmp_path):
     assert [p.exitcode for p in procs] == [0, 0]
     assert list(won) == [1] * trials, f"{sum(w != 1 for w in won)} of {trials} trials had not exactly one holder"
     assert not any(Path(p).exists() for p in paths)  # each winner removed its lock
+
+
+_KILLED_MID_WRITE = """
+import os, signal, sys
+from mathcircuits._io import atomic_dir, atomic_path
+with atomic_path(sys.argv[1]) as tmp:
+    tmp.write_text("half of a file")
+    with atomic_dir(sys.argv[2]) as d:
+        (d / "weights.bin").write_text("half of a checkpoint")
+        os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def test_temporary_files_left_by_a_killed_write_are_not_outputs(tmp_path):
+    stage = tmp_path / "identify"
+    stage.mkdir()
+    (stage / "key_components.json").write_text("{}")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    code = subprocess.run(
+        [sys.executable, "-c", _KILLED_MID_WRITE, str(stage / "scores.pt"), str(stage / "ckpt")], env=env
+    ).returncode
+    assert code == -signal.SIGKILL
+    left = sorted(p.relative_to(stage).as_posix() for p in stage.rglob("*") if p.is_file())
+    assert len(left) == 3 and sum(".tmp" in p for p in left) == 2, left  # the killed write's leftovers
+    write_marker(stage / ".done.json", "f", {}, [])
+    assert json.loads((stage / ".done.json").read_text())["outputs"].keys() == {"key_components.json"}

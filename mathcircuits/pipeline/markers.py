@@ -7,7 +7,8 @@ A stage ends by writing ``<stage>/.done.json``::
 * ``F`` hashes the stage's name, the config sections it reads, the model section and, for every upstream
   stage it reads, that stage's fingerprint *and the digest of its outputs' hashes*. A change of any of
   them, e.g. an upstream stage that re-ran and wrote other numbers, changes ``F``.
-* ``outputs`` holds the content hash of every file the stage wrote in its folder.
+* ``outputs`` holds the content hash of every file the stage wrote in its folder; a temporary file that a
+  killed write left behind (``.<name>.<random>.tmp``) is not one.
 
 A stage is *done* when its marker's fingerprint is the one the current config gives, every output file
 still has its recorded hash, and every upstream stage is done; *stale* (with the reason) when one of these
@@ -29,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from mathcircuits._io import read_json, write_json
+from mathcircuits._io import is_temporary, read_json, write_json
 from mathcircuits.pipeline.paths import MARKER, RUNNING
 
 __all__ = [
@@ -63,7 +64,9 @@ class StageState:
 def _files(folder: Path) -> list[Path]:
     if not folder.is_dir():
         return []
-    return sorted(p for p in folder.rglob("*") if p.is_file() and p.name not in _SKIP)
+    return sorted(
+        p for p in folder.rglob("*") if p.is_file() and p.name not in _SKIP and not is_temporary(p.relative_to(folder))
+    )
 
 
 def _sha256(path: Path) -> str:
@@ -75,7 +78,7 @@ def _sha256(path: Path) -> str:
 
 
 def hash_outputs(folder: Path) -> dict[str, str]:
-    """The SHA-256 of every file in a stage folder (marker files aside), by path relative to it.
+    """The SHA-256 of every file in a stage folder (marker and temporary files aside), by path relative to it.
 
     Args:
         folder: the stage folder.
