@@ -19,7 +19,7 @@ import pytest
 
 from mathcircuits.cli import main
 from mathcircuits.pipeline import ConfigError, RunConfig, RunLock, RunLockedError, run_pipeline
-from mathcircuits.pipeline.markers import write_marker
+from mathcircuits.pipeline.markers import clear_stage_folder, write_marker
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY_YAML = ROOT / "configs" / "tiny.yaml"
@@ -170,3 +170,36 @@ def test_temporary_files_left_by_a_killed_write_are_not_outputs(tmp_path):
     assert len(left) == 3 and sum(".tmp" in p for p in left) == 2, left  # the killed write's leftovers
     write_marker(stage / ".done.json", "f", {}, [])
     assert json.loads((stage / ".done.json").read_text())["outputs"].keys() == {"key_components.json"}
+
+
+def _elsewhere(tmp_path: Path) -> Path:
+    """A folder outside the run, holding a file that no run may touch."""
+    other = tmp_path / "another-run" / "data"
+    other.mkdir(parents=True)
+    (other / "pairs.json").write_text("theirs")
+    return other
+
+
+def test_a_stage_folder_linked_out_of_the_run_is_refused_not_emptied(tmp_path, capsys):
+    other, out = _elsewhere(tmp_path), tmp_path / "run"
+    out.mkdir()
+    (out / "data").symlink_to(other, target_is_directory=True)
+    code = main(["run", "--config", str(TINY_YAML), "--out", str(out), "--only", "data", "--quiet"])
+    err = " ".join(capsys.readouterr().err.split())
+    assert code == 2 and err.startswith("error: ") and err.count("Fix:") == 1, err
+    assert f"stage folder {out / 'data'} is a symbolic link to {other}" in err and "Fix: remove the link" in err
+    assert sorted(p.name for p in out.iterdir()) == ["data"] and (other / "pairs.json").read_text() == "theirs"
+    with pytest.raises(ValueError, match="symbolic link.*Fix: remove the link"):  # the last guard, by itself
+        clear_stage_folder(out / "data")
+    assert (other / "pairs.json").read_text() == "theirs"
+
+
+def test_clearing_a_stage_folder_removes_the_links_in_it_never_what_they_point_to(tmp_path):
+    other, stage = _elsewhere(tmp_path), tmp_path / "run" / "data"
+    (stage / "sub").mkdir(parents=True)
+    (stage / "to-folder").symlink_to(other, target_is_directory=True)
+    (stage / "sub" / "to-file").symlink_to(other / "pairs.json")
+    (stage / "mine.json").write_text("ours")
+    clear_stage_folder(stage)
+    assert stage.is_dir() and list(stage.iterdir()) == []
+    assert [p.name for p in other.iterdir()] == ["pairs.json"] and (other / "pairs.json").read_text() == "theirs"

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -37,6 +38,7 @@ __all__ = [
     "StageState",
     "clear_stage_folder",
     "hash_outputs",
+    "linked_folder",
     "outputs_digest",
     "verify_outputs",
 ]
@@ -120,12 +122,34 @@ def verify_outputs(folder: Path, recorded: Mapping[str, str]) -> str:
     return ""
 
 
+def linked_folder(folder: Path) -> str:
+    """Why a stage may not write or clear ``folder``: it is a symbolic link, so both would act outside the run.
+
+    Args:
+        folder: a stage folder.
+
+    Returns:
+        The problem and its fix, or ``""`` for a real folder (or none).
+    """
+    if not folder.is_symlink():
+        return ""
+    return (
+        f"stage folder {folder} is a symbolic link to {os.readlink(folder)}; the stage would clear and write the "
+        f"files it points to, outside the run folder. Fix: remove the link (rm {folder}) and re-run, or use "
+        "another --out folder"
+    )
+
+
 def clear_stage_folder(folder: Path) -> None:
     """Remove everything a stage wrote before (its marker included), keeping the folder.
+
+    A link inside is removed, never followed; a stage folder that is itself a link is refused.
 
     Args:
         folder: the stage folder (created if missing).
     """
+    if problem := linked_folder(folder):
+        raise ValueError(problem + ".")
     folder.mkdir(parents=True, exist_ok=True)
     for child in folder.iterdir():
         if child.is_dir() and not child.is_symlink():

@@ -47,6 +47,7 @@ from mathcircuits.pipeline.lock import RunLock
 from mathcircuits.pipeline.markers import (
     StageState,
     clear_stage_folder,
+    linked_folder,
     outputs_digest,
     read_marker,
     states,
@@ -238,6 +239,9 @@ def check_run_folder(run_dir: str | Path, cfg: RunConfig, force: bool = False) -
             "Fix: choose a writable --out folder, or make it writable (chmod u+w)."
         )
     paths = RunPaths(run_dir)
+    for name in STAGES:
+        if problem := linked_folder(paths.stage(name)):
+            raise RunFolderError(problem + ".")
     finished = any(paths.marker(n).is_file() for n in STAGES)
     old_model = _identity_model(paths)
     if force or not finished or old_model is None:
