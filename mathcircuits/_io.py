@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import errno
 import html
 import io
 import json
@@ -51,6 +52,7 @@ import yaml
 from mathcircuits._codec import FieldError, decode_fields, encode_fields, from_plain, tensors_from_json, tensors_to_json
 
 __all__ = [
+    "DISK_FULL",
     "FieldError",
     "ResultFileError",
     "StrictYAMLError",
@@ -75,6 +77,15 @@ def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
     return mask
+
+
+DISK_FULL = frozenset({errno.ENOSPC, errno.EFBIG, errno.EDQUOT})
+"""The errors of a write that found no room: no space left, file too large (a size limit), quota exceeded."""
+
+
+def _nameless_full(err: OSError) -> bool:
+    """Whether a full disk raised ``err`` without naming the file (``write()`` names none)."""
+    return err.errno in DISK_FULL and not err.filename
 
 
 def is_temporary(rel: str | os.PathLike) -> bool:
@@ -111,6 +122,10 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     try:
         yield tmp_path
         os.replace(tmp_path, path)
+    except OSError as err:
+        if _nameless_full(err):
+            raise type(err)(err.errno, os.strerror(err.errno), str(path)) from err
+        raise
     finally:
         if tmp_path.exists():
             tmp_path.unlink()
@@ -131,7 +146,12 @@ def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
     tmp.chmod(0o777 & ~_umask())
     try:
-        yield tmp
+        try:
+            yield tmp
+        except OSError as err:
+            if _nameless_full(err):
+                raise type(err)(err.errno, os.strerror(err.errno), str(path)) from err
+            raise
         if path.exists():
             old = path.with_name(f".{path.name}.old")
             if old.exists():

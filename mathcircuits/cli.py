@@ -155,8 +155,16 @@ def _load_config(args: argparse.Namespace) -> RunConfig:
     return cfg
 
 
-def _message(err: BaseException) -> str:
+def _message(err: BaseException, out: Path | None = None) -> str:
     """``<problem>. Fix: <fix>`` for an input or OS error (the toolkit's errors already say their fix)."""
+    from mathcircuits._io import DISK_FULL
+
+    if isinstance(err, OSError) and err.errno in DISK_FULL:
+        where = err.filename or (f"a file in {out}" if out is not None else "a file")
+        return (
+            f"disk full: could not write {where} ({err.strerror}). Fix: free space on that disk (df -h), raise "
+            "the file-size limit if one is set (ulimit -f), or use an --out folder on another disk."
+        )
     if isinstance(err, OSError) and err.strerror:
         text = f"{err.strerror}: {err.filename}" if err.filename else err.strerror
     else:
@@ -242,7 +250,7 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_INTERNAL
     except Exception as err:
         if is_input_error(err):  # ConfigError, RunFolderError, IntegrityError, library input checks, OS errors
-            print(f"error: {_message(err)}", file=sys.stderr)
+            print(f"error: {_message(err, getattr(args, 'out', None))}", file=sys.stderr)
             return EXIT_ERROR
         print("".join(traceback.format_exception(err)), file=sys.stderr, end="")
         print(

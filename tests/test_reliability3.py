@@ -6,9 +6,11 @@ written, or the property the fix promises (one lock holder, outputs without temp
 
 from __future__ import annotations
 
+import errno
 import json
 import multiprocessing
 import os
+import resource
 import signal
 import subprocess
 import sys
@@ -17,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from mathcircuits._io import atomic_path
 from mathcircuits.cli import main
 from mathcircuits.pipeline import ConfigError, RunConfig, RunLock, RunLockedError, run_pipeline
 from mathcircuits.pipeline.markers import clear_stage_folder, write_marker
@@ -203,3 +206,32 @@ def test_clearing_a_stage_folder_removes_the_links_in_it_never_what_they_point_t
     clear_stage_folder(stage)
     assert stage.is_dir() and list(stage.iterdir()) == []
     assert [p.name for p in other.iterdir()] == ["pairs.json"] and (other / "pairs.json").read_text() == "theirs"
+
+
+def _small_file_limit() -> None:  # in the child: files above 1 KiB fail with EFBIG, as on a full disk
+    resource.setrlimit(resource.RLIMIT_FSIZE, (1024, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
+
+
+@pytest.mark.integration  # the CLI in a subprocess loads the tiny model (about 10 s)
+def test_a_full_disk_names_the_file_and_says_disk_full(tmp_path):
+    out = tmp_path / "run"
+    argv = ["run", "--config", str(TINY_YAML), "--out", str(out), "--only", "data", "--quiet"]
+    res = subprocess.run(
+        [sys.executable, "-c", f"import sys; from mathcircuits.cli import main; sys.exit(main({argv!r}))"],
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        preexec_fn=_small_file_limit,
+        capture_output=True,
+        text=True,
+    )
+    err = " ".join(res.stderr.split())
+    assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr
+    assert f"error: disk full: could not write {out / 'config.yaml'} (File too large)" in err, err
+    assert err.count("Fix:") == 1 and "check the path and its permissions" not in err
+
+
+def test_a_write_that_finds_no_room_names_its_file(tmp_path):
+    target = tmp_path / "scores.json"
+    with pytest.raises(OSError) as e, atomic_path(target):  # write() itself names no file
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    assert e.value.errno == errno.ENOSPC and e.value.filename == str(target)
+    assert list(tmp_path.iterdir()) == []  # and its temporary file is gone

@@ -36,7 +36,7 @@ from typing import Any
 import torch
 import yaml
 
-from mathcircuits._io import atomic_path, read_json, write_json
+from mathcircuits._io import DISK_FULL, atomic_path, read_json, write_json
 from mathcircuits.models import check_versions, checks_run, fast_paths
 from mathcircuits.models.compat import installed_versions
 from mathcircuits.models.memory import MemoryMeter, cuda_devices
@@ -307,6 +307,8 @@ def run_pipeline(
         run_dir.mkdir(parents=True, exist_ok=True)
         lock.acquire()
     except OSError as err:
+        if err.errno in DISK_FULL:
+            raise  # the CLI says "disk full" and names the file
         raise RunFolderError(
             f"--out {run_dir} cannot be written ({err.strerror or err}: {err.filename}). "
             "Fix: choose a writable --out folder, or make it writable (chmod u+w)."
