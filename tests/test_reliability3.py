@@ -130,6 +130,7 @@ def _contend(paths: list[str], barrier, won) -> None:  # noqa: ANN001 (multiproc
         lock.release()
 
 
+@pytest.mark.integration  # two processes (about 1 s)
 def test_two_processes_taking_over_one_stale_lock_never_both_hold_it(tmp_path):
     dead = subprocess.Popen([sys.executable, "-c", ""])
     dead.wait()  # its pid names a process that no longer runs
@@ -160,6 +161,7 @@ with atomic_path(sys.argv[1]) as tmp:
 """
 
 
+@pytest.mark.integration  # a writer in a subprocess (about 2 s)
 def test_temporary_files_left_by_a_killed_write_are_not_outputs(tmp_path):
     stage = tmp_path / "identify"
     stage.mkdir()
