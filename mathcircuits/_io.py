@@ -9,9 +9,10 @@ dataclasses (a :class:`~mathcircuits.models.ModelSpec`, parameter slices).
 * **Format by suffix.** ``*.json`` is written as indented JSON (small, human
   readable values such as key components and slices; a tensor becomes
   ``{"__tensor__": [...], "dtype": ..., "shape": [...]}``); any other suffix as
-  a ``torch.save`` file, read back with ``weights_only=True``. Loading sniffs the
-  content, so the suffix does not matter there. Writes are atomic (a temporary
-  file beside the target, then ``os.replace``).
+  a ``torch.save`` file, read back with ``weights_only=True``. Equal values give
+  equal bytes, so re-running a stage leaves the fingerprints downstream as they
+  were. Loading sniffs the content, so the suffix does not matter there. Writes
+  are atomic (a temporary file beside the target, then ``os.replace``).
 * **Header.** The saved dict is ``{"__kind__": "mathcircuits.<Class>",
   "__version__": N, <field>: <value>, ...}``; loading checks the kind and the
   version. Fields are encoded and decoded by their declared types, so tuples
@@ -379,8 +380,9 @@ def save_result(obj: Any, path: str | os.PathLike) -> Path:
     with atomic_path(path) as tmp:
         if path.suffix == ".json":
             tmp.write_text(json.dumps(tensors_to_json(payload), indent=2) + "\n")
-        else:
-            torch.save(payload, tmp)
+        else:  # to a file object, not a path: torch.save names the zip's folder after a path's (random) file name
+            with tmp.open("wb") as f:
+                torch.save(payload, f)
     return path
 
 

@@ -18,8 +18,10 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
 from mathcircuits._io import atomic_path
+from mathcircuits.ablation import HeadMeans
 from mathcircuits.cli import main
 from mathcircuits.pipeline import ConfigError, RunConfig, RunLock, RunLockedError, run_pipeline
 from mathcircuits.pipeline.markers import clear_stage_folder, write_marker
@@ -237,3 +239,15 @@ def test_a_write_that_finds_no_room_names_its_file(tmp_path):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
     assert e.value.errno == errno.ENOSPC and e.value.filename == str(target)
     assert list(tmp_path.iterdir()) == []  # and its temporary file is gone
+
+
+def test_equal_values_save_to_equal_pt_bytes(tmp_path):
+    """torch.save to a path names the zip's folder after the (random) temporary file: every re-run then changed the
+    bytes, and with them every fingerprint downstream."""
+    means = HeadMeans(means=torch.rand(3, 2, 4), n_prompts=5)
+    a = means.save(tmp_path / "run1" / "means.pt")
+    b = HeadMeans(means=means.means.clone(), n_prompts=5).save(tmp_path / "run2" / "head_means.pt")
+    assert a.read_bytes() == b.read_bytes()
+    assert torch.equal(HeadMeans.load(b).means, means.means)
+    other = HeadMeans(means=means.means + 1, n_prompts=5).save(tmp_path / "run3" / "means.pt")
+    assert other.read_bytes() != a.read_bytes()  # the bytes still follow the values
