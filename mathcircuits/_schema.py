@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import reprlib
 import types
 import typing
 from typing import Any, Literal, TypeVar, Union
@@ -31,10 +32,29 @@ __all__ = [
     "plain",
     "project",
     "setting",
+    "shown",
     "type_name",
 ]
 
 T = TypeVar("T")
+
+_REPR = reprlib.Repr()  # a value in a message is cut short: a YAML alias bomb's repr would take minutes and GBs
+_REPR.maxlevel, _REPR.maxlist, _REPR.maxtuple, _REPR.maxdict, _REPR.maxset = 2, 8, 8, 8, 8
+_REPR.maxstring, _REPR.maxother, _REPR.maxlong = 100, 100, 40
+
+
+def shown(value: Any, limit: int = 200) -> str:
+    """``repr(value)`` cut to a bounded length and depth, for error messages.
+
+    Args:
+        value: any value a user gave.
+        limit: the longest text kept.
+
+    Returns:
+        The text (nested and long values elided with "...").
+    """
+    text = _REPR.repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 class ConfigError(ValueError):
@@ -186,9 +206,9 @@ def _checked(f: dataclasses.Field, hint: Any, value: Any) -> Any:
     try:
         ok, conv = _conform(value, hint)
     except ConfigError as err:  # a value type's own message says what its text should be
-        raise ConfigError(f"{f.name}={value!r}: {err}") from None
+        raise ConfigError(f"{f.name}={shown(value)}: {err}") from None
     if not ok:
-        raise ConfigError(f"{f.name}={value!r} is not {type_name(hint)}. Fix: {_hint_fix(hint, value)}.")
+        raise ConfigError(f"{f.name}={shown(value)} is not {type_name(hint)}. Fix: {_hint_fix(hint, value)}.")
     _check_range(f, conv)
     return conv
 
@@ -221,7 +241,7 @@ def _check_range(f: dataclasses.Field, value: Any) -> None:
         or ("lt" in m and value >= m["lt"])
     )
     if bad:
-        raise ConfigError(f"{f.name}={value!r} is out of range. Fix: use a value {_range_text(m)}.")
+        raise ConfigError(f"{f.name}={shown(value)} is out of range. Fix: use a value {_range_text(m)}.")
 
 
 def _range_text(meta: Any) -> str:
@@ -242,7 +262,7 @@ def from_dict(cls: type[T], values: Any, hidden: tuple[str, ...] = ()) -> T:
     """
     values = {} if values is None else values
     if not isinstance(values, dict):
-        raise ConfigError(f"expected a mapping of settings, got {values!r}. Fix: write `key: value` lines.")
+        raise ConfigError(f"expected a mapping of settings, got {shown(values)}. Fix: write `key: value` lines.")
     known = [f.name for f in dataclasses.fields(cls) if f.init and f.name not in hidden]  # type: ignore[arg-type]
     bad = [k for k in values if k not in known]
     if bad:

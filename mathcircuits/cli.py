@@ -44,6 +44,15 @@ EXIT_INTERNAL = 3
 EXIT_INTERRUPTED = 130
 
 
+def _folder(text: str) -> Path:
+    """A folder argument; an empty one is refused (``Path("")`` is the current directory)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError(
+            "an empty folder name would make the current directory the folder. Fix: name a folder, e.g. runs/default"
+        )
+    return Path(text)
+
+
 def _add_common(p: argparse.ArgumentParser, runs: bool = True) -> None:
     """--config, --out and --model; with ``runs``, also the options of a command that runs stages."""
     p.add_argument(
@@ -51,7 +60,7 @@ def _add_common(p: argparse.ArgumentParser, runs: bool = True) -> None:
         type=Path,
         help="YAML or TOML run configuration (default: the run folder's config.yaml, else the defaults)",
     )
-    p.add_argument("--out", type=Path, default=Path("runs/default"), help="run folder (default: runs/default)")
+    p.add_argument("--out", type=_folder, default=Path("runs/default"), help="run folder (default: runs/default)")
     p.add_argument(
         "--model",
         help="override model.source: embedded (SmolLM2-135M-Instruct), gemma3-270m (Gemma 3 270M base), "
@@ -66,7 +75,8 @@ class _Parser(argparse.ArgumentParser):
     """argparse, with usage errors in the house form ``error: <problem>. Fix: <fix>`` (exit code 2)."""
 
     def error(self, message: str) -> NoReturn:
-        self.exit(2, f"error: {self.prog}: {message}. Fix: see `{self.prog} --help`.\n")
+        fix = "" if "Fix:" in message else f". Fix: see `{self.prog} --help`"
+        self.exit(2, f"error: {self.prog}: {message}{fix}.\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -107,9 +117,9 @@ def build_parser() -> argparse.ArgumentParser:
         "embedded and --model gemma3-270m): claims card side by side, key heads by relative depth, knockout, "
         "attention roles and MLPs; a difference is marked only where the intervals separate.",
     )
-    cm.add_argument("run_a", type=Path, help="model A's run folder")
-    cm.add_argument("run_b", type=Path, help="model B's run folder")
-    cm.add_argument("--out", type=Path, required=True, help="output folder (comparison.html, tables, figures)")
+    cm.add_argument("run_a", type=_folder, help="model A's run folder")
+    cm.add_argument("run_b", type=_folder, help="model B's run folder")
+    cm.add_argument("--out", type=_folder, required=True, help="output folder (comparison.html, tables, figures)")
     c = sub.add_parser("config", help="print the configuration (all defaults, or a file merged over them)")
     c.add_argument("--config", type=Path, help="a config file to merge over the defaults")
     c.add_argument(
@@ -145,8 +155,16 @@ def _load_config(args: argparse.Namespace) -> RunConfig:
     return cfg
 
 
-def _message(err: BaseException) -> str:
+def _message(err: BaseException, out: Path | None = None) -> str:
     """``<problem>. Fix: <fix>`` for an input or OS error (the toolkit's errors already say their fix)."""
+    from mathcircuits._io import DISK_FULL
+
+    if isinstance(err, OSError) and err.errno in DISK_FULL:
+        where = err.filename or (f"a file in {out}" if out is not None else "a file")
+        return (
+            f"disk full: could not write {where} ({err.strerror}). Fix: free space on that disk (df -h), raise "
+            "the file-size limit if one is set (ulimit -f), or use an --out folder on another disk."
+        )
     if isinstance(err, OSError) and err.strerror:
         text = f"{err.strerror}: {err.filename}" if err.filename else err.strerror
     else:
@@ -232,7 +250,7 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_INTERNAL
     except Exception as err:
         if is_input_error(err):  # ConfigError, RunFolderError, IntegrityError, library input checks, OS errors
-            print(f"error: {_message(err)}", file=sys.stderr)
+            print(f"error: {_message(err, getattr(args, 'out', None))}", file=sys.stderr)
             return EXIT_ERROR
         print("".join(traceback.format_exception(err)), file=sys.stderr, end="")
         print(

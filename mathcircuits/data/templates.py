@@ -17,6 +17,8 @@ from typing import Any
 
 import yaml
 
+from mathcircuits._io import StrictYAMLError, load_yaml
+
 __all__ = [
     "OPERATIONS",
     "Template",
@@ -107,7 +109,9 @@ def load_template_set(path: str | Path) -> TemplateSet:
             "Fix: give an existing file (data_templates/SCHEMA.md has the format)."
         )
     try:
-        raw: Any = yaml.safe_load(path.read_text())
+        raw: Any = load_yaml(path.read_text())
+    except StrictYAMLError as err:
+        raise _fail(path, "file", err.problem, err.fix) from err
     except yaml.YAMLError as err:
         raise _fail(
             path, "file", f"is not valid YAML ({err})", "quote strings with special characters such as ^ @ % | > <"

@@ -23,7 +23,7 @@ import tomllib
 import torch
 import yaml
 
-from mathcircuits._io import atomic_path
+from mathcircuits._io import StrictYAMLError, atomic_path, load_yaml
 from mathcircuits._schema import ConfigError, check_fields, describe, from_dict, plain, setting
 from mathcircuits.ablation.config import ValidationConfig
 from mathcircuits.analysis.config import AnalysisConfig
@@ -279,7 +279,9 @@ class RunConfig:
             raise ConfigError(f"config file {path} must end in .yaml, .yml or .toml. Fix: rename it.")
         try:
             text = path.read_text()
-            data = tomllib.loads(text) if path.suffix == ".toml" else yaml.safe_load(text)
+            data = tomllib.loads(text) if path.suffix == ".toml" else load_yaml(text)
+        except StrictYAMLError as err:
+            raise ConfigError(f"config file {path}: {err}") from err
         except (tomllib.TOMLDecodeError, yaml.YAMLError, UnicodeDecodeError) as err:
             where = str(err).replace("\n", " ")
             raise ConfigError(

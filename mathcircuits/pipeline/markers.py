@@ -7,7 +7,8 @@ A stage ends by writing ``<stage>/.done.json``::
 * ``F`` hashes the stage's name, the config sections it reads, the model section and, for every upstream
   stage it reads, that stage's fingerprint *and the digest of its outputs' hashes*. A change of any of
   them, e.g. an upstream stage that re-ran and wrote other numbers, changes ``F``.
-* ``outputs`` holds the content hash of every file the stage wrote in its folder.
+* ``outputs`` holds the content hash of every file the stage wrote in its folder; a temporary file that a
+  killed write left behind (``.<name>.<random>.tmp``) is not one.
 
 A stage is *done* when its marker's fingerprint is the one the current config gives, every output file
 still has its recorded hash, and every upstream stage is done; *stale* (with the reason) when one of these
@@ -23,19 +24,21 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from mathcircuits._io import read_json, write_json
+from mathcircuits._io import is_temporary, read_json, write_json
 from mathcircuits.pipeline.paths import MARKER, RUNNING
 
 __all__ = [
     "StageState",
     "clear_stage_folder",
     "hash_outputs",
+    "linked_folder",
     "outputs_digest",
     "verify_outputs",
 ]
@@ -63,7 +66,9 @@ class StageState:
 def _files(folder: Path) -> list[Path]:
     if not folder.is_dir():
         return []
-    return sorted(p for p in folder.rglob("*") if p.is_file() and p.name not in _SKIP)
+    return sorted(
+        p for p in folder.rglob("*") if p.is_file() and p.name not in _SKIP and not is_temporary(p.relative_to(folder))
+    )
 
 
 def _sha256(path: Path) -> str:
@@ -75,7 +80,7 @@ def _sha256(path: Path) -> str:
 
 
 def hash_outputs(folder: Path) -> dict[str, str]:
-    """The SHA-256 of every file in a stage folder (marker files aside), by path relative to it.
+    """The SHA-256 of every file in a stage folder (marker and temporary files aside), by path relative to it.
 
     Args:
         folder: the stage folder.
@@ -117,12 +122,34 @@ def verify_outputs(folder: Path, recorded: Mapping[str, str]) -> str:
     return ""
 
 
+def linked_folder(folder: Path) -> str:
+    """Why a stage may not write or clear ``folder``: it is a symbolic link, so both would act outside the run.
+
+    Args:
+        folder: a stage folder.
+
+    Returns:
+        The problem and its fix, or ``""`` for a real folder (or none).
+    """
+    if not folder.is_symlink():
+        return ""
+    return (
+        f"stage folder {folder} is a symbolic link to {os.readlink(folder)}; the stage would clear and write the "
+        f"files it points to, outside the run folder. Fix: remove the link (rm {folder}) and re-run, or use "
+        "another --out folder"
+    )
+
+
 def clear_stage_folder(folder: Path) -> None:
     """Remove everything a stage wrote before (its marker included), keeping the folder.
+
+    A link inside is removed, never followed; a stage folder that is itself a link is refused.
 
     Args:
         folder: the stage folder (created if missing).
     """
+    if problem := linked_folder(folder):
+        raise ValueError(problem + ".")
     folder.mkdir(parents=True, exist_ok=True)
     for child in folder.iterdir():
         if child.is_dir() and not child.is_symlink():

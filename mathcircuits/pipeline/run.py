@@ -36,7 +36,7 @@ from typing import Any
 import torch
 import yaml
 
-from mathcircuits._io import atomic_path, read_json, write_json
+from mathcircuits._io import DISK_FULL, atomic_path, read_json, write_json
 from mathcircuits.models import check_versions, checks_run, fast_paths
 from mathcircuits.models.compat import installed_versions
 from mathcircuits.models.memory import MemoryMeter, cuda_devices
@@ -47,6 +47,7 @@ from mathcircuits.pipeline.lock import RunLock
 from mathcircuits.pipeline.markers import (
     StageState,
     clear_stage_folder,
+    linked_folder,
     outputs_digest,
     read_marker,
     states,
@@ -238,6 +239,9 @@ def check_run_folder(run_dir: str | Path, cfg: RunConfig, force: bool = False) -
             "Fix: choose a writable --out folder, or make it writable (chmod u+w)."
         )
     paths = RunPaths(run_dir)
+    for name in STAGES:
+        if problem := linked_folder(paths.stage(name)):
+            raise RunFolderError(problem + ".")
     finished = any(paths.marker(n).is_file() for n in STAGES)
     old_model = _identity_model(paths)
     if force or not finished or old_model is None:
@@ -280,6 +284,8 @@ def run_pipeline(
     Returns:
         Stage name → its typed summary (read back from the marker for a skipped stage).
     """
+    if not str(run_dir).strip():  # Path("") is the current directory
+        raise ConfigError("run_dir is empty, which would make the current directory the run folder. Fix: name one.")
     run_dir = Path(run_dir)
     paths = RunPaths(run_dir)
     names = list(STAGES)
@@ -301,6 +307,8 @@ def run_pipeline(
         run_dir.mkdir(parents=True, exist_ok=True)
         lock.acquire()
     except OSError as err:
+        if err.errno in DISK_FULL:
+            raise  # the CLI says "disk full" and names the file
         raise RunFolderError(
             f"--out {run_dir} cannot be written ({err.strerror or err}: {err.filename}). "
             "Fix: choose a writable --out folder, or make it writable (chmod u+w)."
