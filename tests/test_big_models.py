@@ -348,7 +348,7 @@ def test_bf16_path_patching_of_the_embedded_model_agrees_with_float32(embedded):
     scale = float(full.head_effects.abs().max())
     diff = (full.head_effects - half.head_effects).abs()
     assert float(diff.max()) <= 0.15 * scale and float(diff.mean()) <= 0.05 * scale, (diff.max(), diff.mean(), scale)
-    assert select_key_components(full).heads == select_key_components(half).heads
+    assert set(select_key_components(full).heads) == set(select_key_components(half).heads)  # order: by effect
     assert [(l, h) for l, h, _ in full.top_heads(2)] == [(l, h) for l, h, _ in half.top_heads(2)]
 
 

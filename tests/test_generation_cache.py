@@ -7,7 +7,7 @@ import torch
 
 import mathcircuits.evaluation.generation as generation
 from mathcircuits.evaluation import common_prefix_length, first_step_logits, generate_greedy, prefix_cache_supported
-from mathcircuits.models import TINY_FAMILIES, tiny_model
+from mathcircuits.models import TINY_FAMILIES, compare, model_depth, tiny_model
 
 SHARED = "Question: 12 + 3 = ?\nAnswer: 15.\n\nQuestion: 7 + 1 = ?\nAnswer: 8.\n\nQuestion: "
 # suffixes of different lengths, so every batch pads between the prefix and the suffixes
@@ -97,13 +97,16 @@ def test_cached_generation_equals_plain_on_embedded():
     kw = dict(max_new_tokens=16, batch_size=4, stop_at_answer=True)
     cached = generate_greedy(model, tok, prompts, **kw)
     assert cached == generate_greedy(model, tok, prompts, prefix_cache=False, **kw) and all(cached)
-    # one row per batch (no padding): bit-identical
+    # one row per batch (no padding): equal to float32 summation order (bit-identical on some CPUs; on others the
+    # prefix's and the whole prompt's matrix products, of other row counts, round apart by a few ulps)
     plain_one = first_step_logits(model, tok, prompts, batch_size=1, prefix_cache=False)
-    assert torch.equal(first_step_logits(model, tok, prompts, batch_size=1), plain_one)
+    cached_one = first_step_logits(model, tok, prompts, batch_size=1)
+    assert float((cached_one - plain_one).abs().max()) <= 1e-4, float((cached_one - plain_one).abs().max())
     # padded batches: the plain path itself moves by ~2.5e-5 (logits up to ~23) between batch 1 and 4, from the
     # padded attention's summation order; the cached path stays within that and its probabilities within 1e-5
     lc = first_step_logits(model, tok, prompts, batch_size=4)
     lp = first_step_logits(model, tok, prompts, batch_size=4, prefix_cache=False)
-    floor = float((lp - plain_one).abs().max())
-    assert float((lc - lp).abs().max()) <= max(2 * floor, 1e-5)
+    floor = float((lp - plain_one).abs().max())  # 2.5e-5 on one CPU, 6.7e-6 on another (2026-11-27)
+    diff, tol = compare(lc, lp, torch.float32, model_depth(model))  # the run-time check's rule: 1e-4 of the scale
+    assert diff <= tol and diff <= max(10 * floor, 1e-4), (diff, tol, floor)
     torch.testing.assert_close(lc.softmax(-1), lp.softmax(-1), atol=1e-5, rtol=0)

@@ -20,11 +20,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from mathcircuits._io import atomic_path
+import mathcircuits._io as io_files
+import mathcircuits.pipeline.markers as markers
 from mathcircuits.ablation import HeadMeans
 from mathcircuits.cli import main
 from mathcircuits.pipeline import ConfigError, RunConfig, RunLock, RunLockedError, run_pipeline
-from mathcircuits.pipeline.markers import clear_stage_folder, write_marker
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY_YAML = ROOT / "configs" / "tiny.yaml"
@@ -175,7 +175,7 @@ def test_temporary_files_left_by_a_killed_write_are_not_outputs(tmp_path):
     assert code == -signal.SIGKILL
     left = sorted(p.relative_to(stage).as_posix() for p in stage.rglob("*") if p.is_file())
     assert len(left) == 3 and sum(".tmp" in p for p in left) == 2, left  # the killed write's leftovers
-    write_marker(stage / ".done.json", "f", {}, [])
+    markers.write_marker(stage / ".done.json", "f", {}, [])
     assert json.loads((stage / ".done.json").read_text())["outputs"].keys() == {"key_components.json"}
 
 
@@ -197,7 +197,7 @@ def test_a_stage_folder_linked_out_of_the_run_is_refused_not_emptied(tmp_path, c
     assert f"stage folder {out / 'data'} is a symbolic link to {other}" in err and "Fix: remove the link" in err
     assert sorted(p.name for p in out.iterdir()) == ["data"] and (other / "pairs.json").read_text() == "theirs"
     with pytest.raises(ValueError, match="symbolic link.*Fix: remove the link"):  # the last guard, by itself
-        clear_stage_folder(out / "data")
+        markers.clear_stage_folder(out / "data")
     assert (other / "pairs.json").read_text() == "theirs"
 
 
@@ -207,7 +207,7 @@ def test_clearing_a_stage_folder_removes_the_links_in_it_never_what_they_point_t
     (stage / "to-folder").symlink_to(other, target_is_directory=True)
     (stage / "sub" / "to-file").symlink_to(other / "pairs.json")
     (stage / "mine.json").write_text("ours")
-    clear_stage_folder(stage)
+    markers.clear_stage_folder(stage)
     assert stage.is_dir() and list(stage.iterdir()) == []
     assert [p.name for p in other.iterdir()] == ["pairs.json"] and (other / "pairs.json").read_text() == "theirs"
 
@@ -235,7 +235,7 @@ def test_a_full_disk_names_the_file_and_says_disk_full(tmp_path):
 
 def test_a_write_that_finds_no_room_names_its_file(tmp_path):
     target = tmp_path / "scores.json"
-    with pytest.raises(OSError) as e, atomic_path(target):  # write() itself names no file
+    with pytest.raises(OSError) as e, io_files.atomic_path(target):  # write() itself names no file
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
     assert e.value.errno == errno.ENOSPC and e.value.filename == str(target)
     assert list(tmp_path.iterdir()) == []  # and its temporary file is gone
