@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import math
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 
 import jaxtyping
 import pytest
@@ -91,3 +92,14 @@ def unchecked() -> Iterator[None]:
         yield
     finally:
         jaxtyping.config.update("jaxtyping_disable", before)
+
+
+def assert_clear(code: int, err: str, words: tuple[str, ...], out: Path) -> None:
+    """A bad input ended as one clear error (exit 2, one "Fix:", no traceback), naming ``words``; nothing written."""
+    text = " ".join(err.split())
+    assert code == 2, err
+    assert text.startswith("error: ") and text.count("Fix:") == 1, text
+    assert "Traceback" not in err and "internal error" not in text, text
+    for w in words:
+        assert w in text, (w, text)
+    assert not out.exists(), f"{out} was written"

@@ -21,6 +21,7 @@ from mathcircuits.cli import main
 from mathcircuits.models import from_hf, tiny_tokenizer, wrap
 from mathcircuits.pipeline import ConfigError, RunConfig
 
+from helpers import assert_clear as _assert_clear
 from helpers import unchecked
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -92,16 +93,6 @@ def _config(tmp_path: Path, sections: dict) -> Path:
     text = yaml.safe_dump(cfg).replace(".inf", "1e400") if any("1e400" in str(v) for v in sections.values()) else None
     path.write_text(text or yaml.safe_dump(cfg))
     return path
-
-
-def _assert_clear(code: int, err: str, words: tuple[str, ...], out: Path) -> None:
-    text = " ".join(err.split())
-    assert code == 2, err
-    assert text.startswith("error: ") and text.count("Fix:") == 1, text
-    assert "Traceback" not in err and "internal error" not in text, text
-    for w in words:
-        assert w in text, (w, text)
-    assert not out.exists(), f"{out} was written"
 
 
 @pytest.mark.parametrize("sections, words", [pytest.param(s, w, id=i) for i, s, w in BATTERY])

@@ -26,18 +26,10 @@ from mathcircuits.ablation import HeadMeans
 from mathcircuits.cli import main
 from mathcircuits.pipeline import ConfigError, RunConfig, RunLock, RunLockedError, run_pipeline
 
+from helpers import assert_clear as _assert_clear
+
 ROOT = Path(__file__).resolve().parents[1]
 TINY_YAML = ROOT / "configs" / "tiny.yaml"
-
-
-def _assert_clear(code: int, err: str, words: tuple[str, ...], out: Path) -> None:
-    text = " ".join(err.split())
-    assert code == 2, err
-    assert text.startswith("error: ") and text.count("Fix:") == 1, text
-    assert "Traceback" not in err and "internal error" not in text, text
-    for w in words:
-        assert w in text, (w, text)
-    assert not out.exists(), f"{out} was written"
 
 
 def test_a_section_given_twice_is_refused_naming_the_key_and_both_lines(tmp_path, capsys):
