@@ -8,7 +8,8 @@ which templates were drawn. Pairs of one template share a prefix and wording, so
 * :mod:`.bootstrap` — percentile bootstraps over pairs, paired items, and clusters (templates);
 * :mod:`.small_clusters` — the bootstrap-t over template means that covers with 4–12 templates
   (:func:`small_cluster_interval`, what the claims read) and the per-cell t-test on template means;
-* :mod:`.testing` — Holm and Benjamini–Hochberg over many tests, and a bias-corrected bootstrap.
+* :mod:`.testing` — Holm and Benjamini–Hochberg over many tests, a bias-corrected bootstrap, and where a
+  measured value falls among a null's (:func:`null_placement`).
 
 Every function takes an explicit ``seed`` and draws from its own ``torch.Generator``.
 
@@ -53,7 +54,13 @@ from mathcircuits.stats.small_clusters import (
     cluster_t_test,
     small_cluster_interval,
 )
-from mathcircuits.stats.testing import benjamini_hochberg, bias_corrected_bootstrap, holm
+from mathcircuits.stats.testing import (
+    NullPlacement,
+    benjamini_hochberg,
+    bias_corrected_bootstrap,
+    holm,
+    null_placement,
+)
 
 __all__ = [
     "DEFAULT_CONFIDENCE",
@@ -63,6 +70,7 @@ __all__ = [
     "ClusterMeans",
     "Interval",
     "IntervalMethod",
+    "NullPlacement",
     "benjamini_hochberg",
     "bias_corrected_bootstrap",
     "bootstrap_indices",
@@ -78,6 +86,7 @@ __all__ = [
     "format_share",
     "holm",
     "mean_interval",
+    "null_placement",
     "paired_bootstrap",
     "small_cluster_interval",
     "wilson_interval",

@@ -45,6 +45,15 @@ class ClusterMeans:
         """Clusters per stratum."""
         return [int((self.stratum == s).sum()) for s in range(len(self.weights))]
 
+    def resample(self, n_boot: int, seed: int) -> Tensor:
+        """Cluster indices of ``n_boot`` resamples [resample, cluster], each cluster drawn within its stratum."""
+        gen = torch.Generator().manual_seed(int(seed))
+        idx = torch.empty(n_boot, self.n_clusters, dtype=torch.long)
+        for s in range(len(self.weights)):
+            members = torch.nonzero(self.stratum == s).flatten()
+            idx[:, members] = members[torch.randint(0, len(members), (n_boot, len(members)), generator=gen)]
+        return idx
+
     def estimate(self, means: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
         """``(θ, se, df)`` per cell from cluster means ``[..., cluster, cell]`` (default: the observed ones)."""
         m = self.means if means is None else means
@@ -129,11 +138,7 @@ def cluster_t_interval(
     x = torch.as_tensor(values, dtype=torch.float64)
     cm = cluster_means(x, clusters, strata)
     theta, se, _ = cm.estimate()
-    gen = torch.Generator().manual_seed(int(seed))
-    idx = torch.empty(n_boot, cm.n_clusters, dtype=torch.long)
-    for s in range(len(cm.weights)):
-        members = torch.nonzero(cm.stratum == s).flatten()
-        idx[:, members] = members[torch.randint(0, len(members), (n_boot, len(members)), generator=gen)]
+    idx = cm.resample(n_boot, seed)
     ts = []
     for chunk in idx.split(max(1, 4_000_000 // max(1, cm.n_clusters * cm.means.shape[1])), dim=0):
         th, s, _ = cm.estimate(cm.means[chunk])  # the resampled clusters keep their strata (drawn within them)

@@ -14,14 +14,17 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import torch
+from scipy.stats import false_discovery_control
 from torch import Tensor
 
 from mathcircuits.stats.bootstrap import bootstrap_indices, cluster_bootstrap_indices
-from mathcircuits.stats.interval import DEFAULT_CONFIDENCE, DEFAULT_N_BOOT, Interval, check_level
+from mathcircuits.stats.interval import DEFAULT_CONFIDENCE, DEFAULT_N_BOOT, Interval, IntervalMethod, check_level
+from mathcircuits.stats.small_clusters import cluster_means
 
-__all__ = ["benjamini_hochberg", "bias_corrected_bootstrap", "holm"]
+__all__ = ["NullPlacement", "benjamini_hochberg", "bias_corrected_bootstrap", "holm", "null_placement"]
 
 
 def _sorted_p(p: Tensor) -> tuple[Tensor, Tensor]:
@@ -43,14 +46,14 @@ def holm(p: Tensor, alpha: float = 0.05) -> Tensor:
 
 
 def benjamini_hochberg(p: Tensor, q: float = 0.05) -> Tensor:
-    """Which hypotheses the Benjamini–Hochberg step-up procedure rejects at false discovery rate ``q``."""
-    ps, order = _sorted_p(p)
-    m = ps.numel()
-    ok = torch.nonzero(ps <= q * torch.arange(1, m + 1, dtype=torch.float64) / m).flatten()
-    k = int(ok.max()) + 1 if ok.numel() else 0
-    out = torch.zeros(m, dtype=torch.bool)
-    out[order[:k]] = True
-    return out.reshape(torch.as_tensor(p).shape)
+    """Which hypotheses the Benjamini–Hochberg step-up procedure rejects at false discovery rate ``q``
+    (scipy's adjusted p-values, :func:`scipy.stats.false_discovery_control`, at most ``q``)."""
+    ps, _ = _sorted_p(p)  # refuses NaN
+    if ps.numel() == 0:
+        return torch.zeros_like(torch.as_tensor(p), dtype=torch.bool)
+    flat = torch.as_tensor(p, dtype=torch.float64).reshape(-1).numpy()
+    adjusted = torch.as_tensor(false_discovery_control(flat, method="bh"))
+    return (adjusted <= q).reshape(torch.as_tensor(p).shape)
 
 
 def bias_corrected_bootstrap(
@@ -88,6 +91,9 @@ def bias_corrected_bootstrap(
     obs = float(statistic(x))
     boots = torch.tensor([statistic(x[i]) for i in resamples], dtype=torch.float64)
     boots = boots[~torch.isnan(boots)]
+    if boots.numel() == 0 or obs != obs:
+        nan = float("nan")
+        return Interval(obs, nan, nan, int(x.shape[0]), confidence, "bias_corrected_bootstrap", seed)
     a = 1 - confidence
     q = torch.quantile(boots, torch.tensor([a / 2, 1 - a / 2], dtype=torch.float64))
     lo_b, hi_b = bounds
@@ -97,3 +103,71 @@ def bias_corrected_bootstrap(
 
     est, low, high = clip(2 * obs - float(boots.mean())), clip(2 * obs - float(q[1])), clip(2 * obs - float(q[0]))
     return Interval(est, low, high, int(x.shape[0]), confidence, "bias_corrected_bootstrap", seed)
+
+
+@dataclass(frozen=True)
+class NullPlacement:
+    """Where a measured value falls among the values of a null (random sets), and how sure that is.
+
+    Args:
+        percentile: share (0–100) of the null's values below the measured one (ties count half).
+        p_value: ``(1 + #{null ≥ measured}) / (1 + n_null)``.
+        p_high: the ``confidence`` quantile of the p-value over resamples of the templates (its upper bound).
+        n_null: the null's size.
+        method: how the rows were resampled (``cluster_bootstrap`` over templates within strata, or ``bootstrap``
+            over rows when there are too few templates).
+    """
+
+    percentile: float
+    p_value: float
+    p_high: float
+    n_null: int
+    method: IntervalMethod
+
+
+def _place(theta: Tensor) -> tuple[Tensor, Tensor]:
+    key, null = theta[..., :1], theta[..., 1:]
+    tie = 1e-6 * (1 + key.abs())  # float32 measurements: equal up to rounding
+    ge = (null >= key - tie).sum(-1).double()
+    below = (null < key - tie).sum(-1) + 0.5 * ((null - key).abs() <= tie).sum(-1)
+    return 100 * below / null.shape[-1], (1 + ge) / (1 + null.shape[-1])
+
+
+def null_placement(
+    values: Tensor,
+    clusters: Sequence[object] | None,
+    strata: Sequence[object] | None = None,
+    n_boot: int = DEFAULT_N_BOOT,
+    seed: int = 0,
+    confidence: float = DEFAULT_CONFIDENCE,
+) -> NullPlacement:
+    """Place column 0 (the measured set) among columns 1.. (the null's sets) by their mean of template means.
+
+    Args:
+        values: per-row values [row, 1 + n_null] (e.g. per-pair margin drops of the key set, then of each random
+            set), on the same rows.
+        clusters: each row's template (None: rows are the units).
+        strata: each row's operation, or None.
+        n_boot, seed, confidence: template resamples, seed, and the quantile of the p-value reported as its bound.
+
+    Returns:
+        The :class:`NullPlacement`; every resample keeps the rows paired across the columns.
+    """
+    check_level(confidence, n_boot)
+    x = torch.as_tensor(values, dtype=torch.float64)
+    if x.ndim != 2 or x.shape[1] < 2:
+        raise ValueError(f"null_placement needs [row, 1 + n_null] values, got {tuple(x.shape)}. Fix: add the null.")
+    method: IntervalMethod = "bootstrap"
+    units = list(range(x.shape[0]))
+    if clusters is not None and len(set(clusters)) >= 2:
+        per: dict[object, set[object]] = {}
+        for c, s in zip(clusters, strata if strata is not None else [0] * len(clusters)):
+            per.setdefault(s, set()).add(c)
+        strata = strata if strata is not None and all(len(cs) >= 2 for cs in per.values()) else None
+        units, method = list(clusters), "cluster_bootstrap"
+    else:
+        strata = None
+    cm = cluster_means(x, units, strata)
+    pct, p = _place(cm.estimate()[0])
+    _, p_star = _place(cm.estimate(cm.means[cm.resample(n_boot, seed)])[0])
+    return NullPlacement(float(pct), float(p), float(torch.quantile(p_star, confidence)), x.shape[1] - 1, method)
