@@ -61,6 +61,10 @@ def concentration(per_pair: Tensor, m: int) -> float:
     return float(a.topk(m).values.sum()) / total if total > 0 else float("nan")
 
 
+def _n(k: int, noun: str) -> str:
+    return f"{k} {noun}" + ("" if k == 1 else "s")
+
+
 def depth_distance(layers: Tensor, n_layers: int) -> Tensor:
     """Distance of each layer's relative depth from the middle, ``|2·l/(n_layers − 1) − 1|`` (0 middle, 1 ends)."""
     return (2 * layers.double() / max(1, n_layers - 1) - 1).abs()
@@ -216,30 +220,30 @@ def claim_c1(
     rel = float((layers.double() / max(1, spec.n_layers - 1)).median())
     heads = "head" if m == 1 else "heads"
     chosen = (
-        f". The selection rule '{key.rule}' chose {len(key.heads)} key "
-        f"{'head' if len(key.heads) == 1 else 'heads'}, the set C2–C6 test"
+        f". Separately, the selection rule '{key.rule}' chose {_n(len(key.heads), 'key head')}, the set C2–C6 test"
         if key is not None
         else ""
     )
     text = (
         f"{hc.estimate} of {n_heads} heads ({hc.estimate / n_heads:.1%}) reach the margin δ = {hc.margin:.3g} "
-        f"(a tenth of the strongest head's); FDR bounds {hc.low}–{hc.high} heads "
-        f"({hc.low / n_heads:.1%}–{hc.high / n_heads:.1%}) against the paper's < 5% ({m} {heads}); non-zero: "
-        f"{hc.fdr} heads ({hc.fdr / n_heads:.1%}) at a 5% false discovery rate, {hc.holm} under Holm (tests over "
-        f"{hc.units}). The top {m} {heads} hold {fmt_interval(conc.value, conc.low, conc.high, pct=True, digits=0)} "
+        f"(a tenth of the strongest head's); FDR bounds {hc.low} to {_n(hc.high, 'head')} "
+        f"({hc.low / n_heads:.1%}–{hc.high / n_heads:.1%}) against the paper's < 5% (at most {_n(m, 'head')}); "
+        f"non-zero: {_n(hc.fdr, 'head')} ({hc.fdr / n_heads:.1%}) at a 5% false discovery rate, {hc.holm} under Holm "
+        f"(tests over {hc.units}). The top {_n(m, 'head')} {'holds' if m == 1 else 'hold'} "
+        f"{fmt_interval(conc.value, conc.low, conc.high, pct=True, digits=0)} "
         f"of the total |effect| (bias-corrected); their median depth {rel:.2f} (middle band "
         f"{C1_BAND[0]}–{C1_BAND[1]}), nearer the middle than random sets of {m} {heads}: p = {p_depth:.3f}{chosen}"
     )
     if hc.low > m:
         verdict = Verdict.FAILS
-        reason = f"{hc.low} heads are shown to matter (FDR {alpha / 2:.1%}), more than 5% of {n_heads} ({m})"
+        reason = f"{_n(hc.low, 'head')} shown to matter (FDR {alpha / 2:.1%}), more than 5% of {n_heads} ({m})"
     elif p_depth >= C_NO_BETTER:
         verdict = Verdict.FAILS
         reason = f"the top heads sit no nearer the middle than random heads (depth p = {p_depth:.2f} ≥ {C_NO_BETTER})"
     elif hc.high <= m and p_depth <= C_ALPHA:
         verdict = Verdict.HOLDS
         reason = (
-            f"all but {hc.high} heads are shown not to matter (FDR {alpha / 2:.1%}): within 5% of {n_heads} ({m}); "
+            f"all but {_n(hc.high, 'head')} shown not to matter (FDR {alpha / 2:.1%}): within 5% of {n_heads} ({m}); "
             f"depth p ≤ {C_ALPHA}"
         )
     else:
