@@ -8,7 +8,7 @@
   recompute ``mean(a) − mean(b)`` on the same resample, so item difficulty cancels.
 * **Cluster bootstrap** (Davison & Hinkley 1997, §3.8; Field & Welsh 2007): resample whole clusters
   (templates) with replacement within each stratum (operation), keep every row of a drawn cluster. With few
-  clusters its percentile interval undercovers (0.77 at 4 templates, 0.87 at 12 in tests/test_coverage.py's
+  clusters its percentile interval undercovers (0.77 at 4 templates, 0.88 at 12 in tests/test_coverage.py's
   simulation); :mod:`.small_clusters` has the interval that covers there.
 """
 
