@@ -221,3 +221,17 @@ def test_null_placement_bounds_the_p_value_over_templates():
     close[:, 0] = close[:, 1:].mean(1) + 0.3 + torch.randn(60, generator=gen)  # a little above the null's mean
     pl = null_placement(close, tids, None, n_boot=300)
     assert pl.p_high > pl.p_value and pl.method == "cluster_bootstrap"
+
+
+def test_results_of_the_previous_format_load_without_the_null(tmp_path):
+    old_margin = margin().to_dict() | {"__version__": 2}
+    del old_margin["random_heads"], old_margin["random_ablated"]
+    back = MLPMargin.from_dict(old_margin)
+    assert back.random_drops.shape == (0, 96)
+    c = assess_claims(margin=back, n_boot=100)["C4"]
+    assert c.verdict == Verdict.INCONCLUSIVE and "no null" in c.reason  # an old run's C4 asks for a re-run
+    old_control = control().to_dict() | {"__version__": 2}
+    del old_control["n_possible"]
+    assert RandomControl.from_dict(old_control).n_possible == -1 and not RandomControl.from_dict(old_control).exhaustive
+    with pytest.raises(ValueError, match="random head sets.*Fix"):
+        MLPMargin(**{**margin().__dict__, "random_heads": SETS[:3]})
