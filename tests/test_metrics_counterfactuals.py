@@ -239,10 +239,14 @@ def test_cluster_bootstrap_is_wider_than_pairs_on_clustered_data():
     assert 0.5 < float((hi_c - lo_c) / (hi_i - lo_i)) < 2.0
     with pytest.raises(ValueError, match="fewer than two clusters.*Fix"):
         cluster_bootstrap_mean(x[:25], clusters[:25], strata[:25])
-    assert mean_interval(x, clusters, strata, n_boot=50)[2] == "bootstrap"  # 4 templates an operation: too few
+    assert (
+        mean_interval(x, clusters, strata, n_boot=50)[2] == "pair_bootstrap_fallback"
+    )  # 4 templates an operation: too few
     five = [f"{s}{i % 5}" for i, s in enumerate(strata)]
     assert mean_interval(x, five, strata, n_boot=50)[2] == "cluster_bootstrap"
-    assert mean_interval(x[:50], clusters[:50], ["add"] * 25 + ["mul"] * 25, n_boot=50)[2] == "bootstrap"  # 1 + 1
+    assert (
+        mean_interval(x[:50], clusters[:50], ["add"] * 25 + ["mul"] * 25, n_boot=50)[2] == "pair_bootstrap_fallback"
+    )  # 1 + 1
     assert mean_interval(x, None, None, n_boot=50)[2] == "bootstrap"
 
 

@@ -272,7 +272,9 @@ def run(ctx: Context) -> ValidateSummary:
         # claim C4: the MLPs from the key heads' median layer on, clean and with the key heads knocked out
         n_layers = model.spec.n_layers
         ref = int(median_depth([l for l, _ in key.heads], n_layers) * max(1, n_layers - 1))
-        margin = mlp_margin(model, pooled, key.heads, range(ref, n_layers), v.ablation, means, v.scope, scorer=scorer)
+        # ... against the random sets of the same layers that C2 knocked out (C4's null)
+        margin = mlp_margin(model, pooled, key.heads, range(ref, n_layers), v.ablation, means, v.scope, scorer=scorer,
+                            random_sets=control.draws[: v.margin_draws])  # fmt: skip
         margin.save(paths.mlp_margin)
         d = control.random_drops()
         brief = ControlBrief(
