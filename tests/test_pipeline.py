@@ -50,10 +50,10 @@ TINY = {
     "data": {
         "operations": ["add"],
         "template_ids": ["add_eq_1", "add_eq_2"],
-        "n_per_template": 5,
+        "n_per_template": 16,  # identify and validate each draw from their own share of the facts (about 35%)
         "keep_only_correct": False,
     },
-    "patching": {"min_pairs": 1, "max_pairs": 3},  # identify takes 3 pairs; validate scores the rest (fresh pairs)
+    "patching": {"min_pairs": 1, "max_pairs": 3},  # identify takes 3 pairs of its facts; validate its own
     "selection": {"rule": "topk", "k": 2},
     "validation": {
         "knockout_max_k": 1,
@@ -165,7 +165,7 @@ def test_pipeline_runs_skips_and_resumes(tmp_path):
     first = run_pipeline(cfg, out, only=["data", "identify"], progress=False)
     assert (out / "identify" / "key_components.json").exists()
     assert done_summary(out, "identify") == first["identify"]  # the typed summary round-trips through the marker
-    assert "key heads (topk)" in str(first["identify"]) and "correct pairs kept: 10 of 10" in str(first["data"])
+    assert "key heads (topk)" in str(first["identify"]) and "correct pairs kept: 32 of 32" in str(first["data"])
     status = stage_status(out, cfg)
     assert status["data"].state == status["identify"].state == "done" and status["validate"].state == "todo"
     marker = (out / "identify" / ".done.json").stat().st_mtime_ns
@@ -206,11 +206,11 @@ def test_heldout_templates_stay_out_of_identification_and_become_transfer_sets(t
     summaries = run_pipeline(cfg, out, only=["data", "identify", "validate"], progress=False)
     correct = datasets.load_from_disk(str(out / "data" / "pairs_correct"))
     assert set(correct["template_id"]) == {"add_eq_1"}, "a held-out template reached identification"
-    assert "5 pairs of held-out templates kept for transfer" in str(summaries["data"])
+    assert "16 pairs of held-out templates kept for transfer" in str(summaries["data"])
     rows = {r.dataset: r for r in summaries["validate"].transfer}
     assert list(rows) == ["add held-out templates (add_eq_2)"], "transfer_held_in=False still scored found-on data"
     held = rows["add held-out templates (add_eq_2)"]
-    # 5 held-out pairs, capped at validation.max_pairs
+    # the held-out pairs of validate's facts, capped at validation.max_pairs
     assert held.n == 4 and not held.held_in and held.ablation == "position_mean"
     # the curve also measures k = the number of key heads (1), the point claim C2 reads
     assert KnockoutResult.load(out / "validate" / "knockout_add.pt").ks == [0, 1, 2]
@@ -376,7 +376,8 @@ def test_finetune_and_evaluate_stages(tmp_path):
 def test_a_setting_added_later_keeps_older_run_folders_valid_at_its_earlier_value(tmp_path):
     """``data.counterfactual`` came after run folders existed: at ``operator`` (what runs did before) it leaves
     every fingerprint as it was, so the stages stay done; another value makes them stale."""
-    cfg = RunConfig.from_dict(TINY)
+    # data.fewshot_operations' earlier value is "same" (the default is "mixed" since issue #35)
+    cfg = RunConfig.from_dict({**TINY, "data": {**TINY["data"], "fewshot_operations": "same"}})
     assert cfg.data.counterfactual == "operator"
     run_pipeline(cfg, tmp_path / "r", only=["data"], progress=False)
     marker = json.loads((tmp_path / "r" / "data" / ".done.json").read_text())
