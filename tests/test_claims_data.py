@@ -7,7 +7,6 @@ import dataclasses
 
 import pytest
 import torch
-from helpers import coverage
 from planted_numbers import adder_model
 
 from mathcircuits.ablation import PositionPool
@@ -18,6 +17,8 @@ from mathcircuits.numbers import heuristic_neurons, operand_grid
 from mathcircuits.pipeline import RunConfig
 from mathcircuits.power import seed_item_bootstrap, seed_item_t
 from mathcircuits.stats import Interval
+
+from helpers import coverage
 
 
 # ----------------------------------------------------------------------------- the operator hidden by default
