@@ -53,8 +53,13 @@ def test_a_stage_draws_only_its_own_facts_and_is_capped_at_its_share(tiny_llama,
     parts = stage_facts(cfg, SHARES)
     pairs = tag_fact_stages(generate_pairs(tiny_llama.tokenizer, template_sets, cfg), parts)
     total = 0
-    for stage in FACT_STAGES:
+    for stage, share in zip(FACT_STAGES, SHARES):
         rows = stage_rows(pairs, stage)
+        # each stage gets about its share of every template's draws (a partition seeded like the operand order
+        # gave one template's first draws all to one stage)
+        for t in set(pairs["template_id"]):
+            n_t = sum(1 for x in pairs["template_id"] if x == t)
+            assert abs(sum(1 for x in rows["template_id"] if x == t) / n_t - share) < 0.15, (stage, t)
         got = select_pairs(rows, None, 10_000)  # the request exceeds the share: capped, never borrowed
         assert len(got) == len(rows) < len(pairs)
         assert facts_of(got) <= parts[stage]

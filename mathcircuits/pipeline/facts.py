@@ -25,13 +25,17 @@ __all__ = ["FACT_STAGES", "FactStage", "FactUse", "fact_use", "stage_facts", "st
 #: The stages that draw pairs, each from its own part of the facts, in the order of ``data.stage_fact_shares``.
 FactStage: TypeAlias = Literal["identify", "validate", "analyze", "circuit"]
 FACT_STAGES: tuple[FactStage, ...] = get_args(FactStage)
+#: The partition's seed is ``data.seed`` plus this: with ``data.seed`` itself, its permutation of the facts is
+#: the reverse of the data stage's operand order (``random.shuffle`` and ``random.sample`` draw the same stream),
+#: so a template's first draws would all be the last stage's facts.
+PARTITION_SEED_OFFSET = 104_729
 
 
 def stage_facts(data: GenerationConfig, shares: tuple[float, ...]) -> dict[FactStage, frozenset[Fact]]:
     """The declared partition: each stage's facts, disjoint, seeded by ``data.seed``.
 
     Args:
-        data: the data section (operations, operand range, answer rules, seed).
+        data: the data section (operations, operand range, answer rules, seed; see :data:`PARTITION_SEED_OFFSET`).
         shares: each stage's share of every operation's facts, in the order of :data:`FACT_STAGES`.
 
     Returns:
@@ -42,7 +46,8 @@ def stage_facts(data: GenerationConfig, shares: tuple[float, ...]) -> dict[FactS
             f"data.stage_fact_shares has {len(shares)} shares for the {len(FACT_STAGES)} stages {FACT_STAGES}. "
             "Fix: give one share per stage, e.g. [0.35, 0.35, 0.1, 0.2]."
         )
-    return split_facts(data, dict(zip(FACT_STAGES, shares)), seed=data.seed)  # type: ignore[return-value]
+    parts = split_facts(data, dict(zip(FACT_STAGES, shares)), seed=data.seed + PARTITION_SEED_OFFSET)
+    return parts  # type: ignore[return-value]
 
 
 def tag_fact_stages(pairs: PairSet, parts: Mapping[FactStage, frozenset[Fact]]) -> PairSet:
