@@ -314,8 +314,9 @@ def test_c6_counts_heldout_arithmetic_as_math():
     same, worse = [1, 0] * 200, [0] * 400
     arith = {"base": worse, "precise": same, "full": same}
     only = {m: EvalResult(m, {}, {}).with_benchmark(ARITHMETIC, "arithmetic", xs) for m, xs in arith.items()}
-    c = claim_c6(only, n_boot=300)  # math alone: "keeps generic ability" stays open
-    assert c.verdict == Verdict.INCONCLUSIVE and ARITHMETIC in c.measurement and "generic" in c.reason
+    c = claim_c6(only, n_boot=300)  # math alone: "keeps generic ability" is not measured, so C6 cannot hold
+    assert c.verdict == Verdict.NOT_MEASURED and ARITHMETIC in c.measurement and "generic" in c.reason
+    assert c.measurement.startswith("no generic benchmark")
     assert c.value == pytest.approx(0.0)
     arith["precise"] = worse
     both = {m: r.with_benchmark(ARITHMETIC, "arithmetic", arith[m]) for m, r in evals(same, same, same, same).items()}

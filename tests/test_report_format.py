@@ -94,8 +94,10 @@ def test_c6_states_its_five_point_margin_in_points():
     up = _iv(0.2, 0.1, 0.3)
     verdict, reason = c6_verdict(up, _iv(-0.04, -0.08, -0.01), _iv(0.0, -0.02, 0.02))
     assert verdict == Verdict.INCONCLUSIVE and "−5-point margin" in reason  # excludes 0, straddles −5 points
-    verdict, reason = c6_verdict(up, _iv(-0.01, -0.03, 0.01), None)
-    assert verdict == Verdict.INCONCLUSIVE and "at or above the −5-point margin" in reason and "generic" in reason
+    verdict, reason = c6_verdict(up, _iv(-0.01, -0.03, 0.01), None)  # no generic benchmark: C6 cannot hold
+    assert verdict == Verdict.NOT_MEASURED and "generic" in reason
+    verdict, reason = c6_verdict(up, _iv(-0.2, -0.3, -0.1), None)
+    assert verdict == Verdict.FAILS and "−5-point margin" in reason
     same, worse = [1, 0] * 100, [0] * 200
     arith = {"base": worse, "precise": same, "full": same}
     evals = {m: EvalResult(m, {}, {}).with_benchmark(ARITHMETIC, "arithmetic", xs) for m, xs in arith.items()}
