@@ -23,13 +23,19 @@ from helpers import coverage
 
 # ----------------------------------------------------------------------------- the operator hidden by default
 def test_the_default_prefix_does_not_name_the_operation_and_the_config_agrees(tiny_llama, template_sets):
-    assert GenerationConfig().fewshot_operations == RunConfig().data.fewshot_operations == "mixed"  # one default
+    assert GenerationConfig().fewshot_operations == RunConfig().data.fewshot_operations == "neutral"  # one default
     cfg = GenerationConfig(operations=("sub",), template_ids=("sub_eq_1",), n_per_template=3)
     row = generate_pairs(tiny_llama.tokenizer, template_sets, cfg)[0]
     prefix = row["prompt"][: row["prompt"].rindex("\n") + 1]
-    assert all(f" {op} " in prefix for op in "+-*/"), prefix  # every operation shown, not only subtraction
+    assert all(f" {op} " in prefix for op in "+-*"), prefix  # the operations in turn, not only subtraction
+    div = GenerationConfig(operations=("div",), template_ids=("div_eq_1",), n_per_template=3)
+    div_row = generate_pairs(tiny_llama.tokenizer, template_sets, div)[0]
+    assert div_row["prompt"].startswith(prefix)  # the same prefix whatever the query's operation
     same = generate_pairs(tiny_llama.tokenizer, template_sets, dataclasses.replace(cfg, fewshot_operations="same"))
     assert " + " not in same[0]["prompt"]  # the paper's prefix: subtractions only, the operation given away
+    assert prefix.count("\n") == same[0]["prompt"].count("\n")  # as many examples as the paper's
+    mixed = generate_pairs(tiny_llama.tokenizer, template_sets, dataclasses.replace(cfg, fewshot_operations="mixed"))
+    assert all(f" {op} " in mixed[0]["prompt"] for op in "+-*/") and len(mixed[0]["prompt"]) > 3 * len(prefix)
     # a set of one operation has nothing to mix: its prefix is that operation's examples, as with "same"
     words = GenerationConfig(operations=("add",), template_ids=("add_ts_1",), n_per_template=2)
     mixed_w = generate_pairs(tiny_llama.tokenizer, template_sets, words)

@@ -187,7 +187,7 @@ def test_the_threshold_rule_reads_shares_of_the_total_effect(tiny_llama):
 def test_mixed_prefix_shows_every_operation_and_stays_token_aligned(tiny_llama, template_sets):
     cfg = GenerationConfig(operations=("add", "mul"), template_ids=("add_eq_1", "mul_st_1"), n_per_template=4)
     same = generate_pairs(tiny_llama.tokenizer, template_sets, dataclasses.replace(cfg, fewshot_operations="same"))
-    mixed = generate_pairs(tiny_llama.tokenizer, template_sets, cfg)  # the default
+    mixed = generate_pairs(tiny_llama.tokenizer, template_sets, dataclasses.replace(cfg, fewshot_operations="mixed"))
     for row_s, row_m in zip(same, mixed):
         prefix = row_m["prompt"][: row_m["prompt"].rindex("\n") + 1]
         if row_m["template_id"] == "add_eq_1":

@@ -382,7 +382,7 @@ def test_finetune_and_evaluate_stages(tmp_path):
 def test_a_setting_added_later_keeps_older_run_folders_valid_at_its_earlier_value(tmp_path):
     """``data.counterfactual`` came after run folders existed: at ``operator`` (what runs did before) it leaves
     every fingerprint as it was, so the stages stay done; another value makes them stale."""
-    # data.fewshot_operations' earlier value is "same" (the default is "mixed" since issue #35)
+    # data.fewshot_operations' earlier value is "same" (the default is "neutral" since issue #35)
     cfg = RunConfig.from_dict({**TINY, "data": {**TINY["data"], "fewshot_operations": "same"}})
     assert cfg.data.counterfactual == "operator"
     run_pipeline(cfg, tmp_path / "r", only=["data"], progress=False)

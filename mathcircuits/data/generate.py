@@ -15,14 +15,15 @@ For each template we draw operands (seeded), fill word pools, and build
 
 An optional few-shot prefix, built from the same template with the operand
 pairs listed in the template file, precedes the query (small models need it).
-With ``fewshot_operations="mixed"`` (the default) the prefix holds the examples of every operation of the
-template's set, each in its own operation's matching template (same form, same place in the
-file: ``add_eq_1`` ↔ ``mul_eq_1``), interleaved ("2 + 4 = 6", "9 - 4 = 5", "2 * 3 = 6", ...):
-after a prefix of additions the query's operator is redundant, after a mixed one it is necessary,
-so the operator counterfactual measures what the operator token does rather than what the
-prefix already says (issue #35: with ``"same"``, the paper's, ``'2 + 4 = 6 ... 6 $ 5 = '`` still
-names the operation). A set with one operation only (word problems, exponentiation) has nothing to mix:
-its prefix is that operation's examples under either setting. Reference and counterfactual share the
+With ``fewshot_operations="neutral"`` (the default) the prefix has as many examples as the query's operation
+lists, taken in turn from every operation of the template's set, each in its own operation's matching template
+(same form, same place in the file: ``add_eq_1`` ↔ ``mul_eq_1``): "2 + 4 = 6", "9 - 4 = 5", "2 * 3 = 6". It is
+the same prefix whatever the query's operation, and as long as the paper's. ``"mixed"`` interleaves every
+example of every operation (a prefix about four times longer). After a prefix of additions the query's operator
+is redundant, after a neutral or mixed one it is necessary, so the operator counterfactual measures what the
+operator token does rather than what the prefix already says (issue #35: with ``"same"``, the paper's,
+``'2 + 4 = 6 ... 6 $ 5 = '`` still names the operation). A set with one operation only (word problems,
+exponentiation) has nothing to mix: its prefix is that operation's examples under either setting. Reference and counterfactual share the
 prefix, so they stay token-aligned.
 Each record also stores the token positions of operand A, operand B, the
 operator and the last token, and the answer's token ids.
@@ -74,7 +75,7 @@ __all__ = [
 Counterfactual: TypeAlias = Literal["operator", "operands"]
 #: Which operations the few-shot examples show: every operation of the set (the default: the prefix does not name
 #: the query's operation), or the query's own (the paper's).
-FewshotOperations: TypeAlias = Literal["same", "mixed"]
+FewshotOperations: TypeAlias = Literal["same", "neutral", "mixed"]
 
 
 class PairError(ValueError):
@@ -93,9 +94,11 @@ class GenerationConfig:
     )
     fewshot: bool = setting(True, "prefix the query with the template's few-shot examples")
     fewshot_operations: FewshotOperations = setting(
-        "mixed",
-        "mixed: the examples of every operation of the template set, interleaved, so the prefix does not name the "
-        "query's operation and its operator is needed to answer; same: the query's operation only (the paper's)",
+        "neutral",
+        "neutral: as many examples as the paper's, taken in turn from every operation of the template set, the "
+        "same prefix for every query, so the prefix does not name the query's operation and its operator is needed "
+        "to answer; mixed: every example of every operation, interleaved (about 4x longer); same: the query's "
+        "operation only (the paper's)",
     )
     allow_negative: bool = setting(False, "keep pairs whose answer is negative")
     integer_only: bool = setting(True, "keep only integer answers (division)")
@@ -285,8 +288,9 @@ def render_pair(
         allow_negative: the answer rule of the few-shot examples.
         cf_operands: ``(a', b')`` for an operand counterfactual (the operator stays, ``cf_word`` is ignored);
             None: the operator counterfactual (``cf_word`` replaces the operator).
-        fewshot_operations: ``"mixed"``: the examples of every operation of the set, each in its matching template
-            (see the module docstring); ``"same"``: those of the query's operation.
+        fewshot_operations: ``"neutral"``: one example per shot, from every operation of the set in turn;
+            ``"mixed"``: every example of every operation; each in its matching template (see the module
+            docstring); ``"same"``: those of the query's operation.
 
     Returns:
         A dict with the prompts, their token ids, the answer's token ids and the token positions
@@ -388,8 +392,8 @@ def _shots(
     """The few-shot examples as ``(template, a, b)``: the query's template only, or every operation's match."""
     if fewshot_operations == "same":
         return [(tpl, x, y) for x, y in template.fewshot_examples[tpl.operation]]
-    if fewshot_operations != "mixed":
-        raise PairError(f"fewshot_operations {fewshot_operations!r} is unknown. Fix: use 'same' or 'mixed'.")
+    if fewshot_operations not in ("neutral", "mixed"):
+        raise PairError(f"fewshot_operations {fewshot_operations!r} is unknown. Fix: use 'neutral', 'same' or 'mixed'.")
 
     def rank(t: Template) -> int:  # the template's place among its operation's templates of its form
         return [u.id for u in template.templates if (u.operation, u.form) == (t.operation, t.form)].index(t.id)
@@ -404,9 +408,13 @@ def _shots(
     if len(matches) < 2 and len(template.fewshot_examples) > 1:
         raise PairError(
             f"template {tpl.id!r}: the set {template.name!r} has no template of another operation in the form "
-            f"{tpl.form!r} with few-shot examples, so a mixed prefix cannot be built. "
+            f"{tpl.form!r} with few-shot examples, so a {fewshot_operations} prefix cannot be built. "
             "Fix: use fewshot_operations='same', or add such templates and examples to the set."
         )
+    if fewshot_operations == "neutral":  # the operations in the set's order, whatever the query's
+        shots = template.fewshot_examples
+        turn = [matches[i % len(matches)] for i in range(len(shots[tpl.operation]))]
+        return [(t, *shots[t.operation][i % len(shots[t.operation])]) for i, t in enumerate(turn)]
     longest = max(len(template.fewshot_examples[t.operation]) for t in matches)
     return [
         (t, *template.fewshot_examples[t.operation][i])

@@ -41,6 +41,7 @@ IntervalMethod = Literal[
     "bias_corrected_bootstrap",
     "fdr_bounds",
     "seed_item_bootstrap",
+    "seed_item_t",
     "ratio_bootstrap",
     "bootstrap over pairs",
     "bootstrap over templates",
@@ -59,6 +60,7 @@ METHOD_TEXT: dict[str, str] = {
     "bias_corrected_bootstrap": "bias-corrected bootstrap over templates",
     "fdr_bounds": "bounds at a 2.5% false discovery rate over heads",
     "seed_item_bootstrap": "bootstrap over seeds and items",
+    "seed_item_t": "t over seeds (seeds − 1 df) and items",
     "ratio_bootstrap": "ratio bootstrap",
     "none": "no interval",
 }
