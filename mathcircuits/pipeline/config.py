@@ -35,6 +35,7 @@ from mathcircuits.finetune import CompareConfig, Mode, SFTConfig
 from mathcircuits.models import ModelSpec, resolve_source
 from mathcircuits.numbers import NumbersConfig
 from mathcircuits.patching.config import PatchingConfig, SelectionConfig
+from mathcircuits.pipeline.preflight import check_templates
 
 __all__ = [
     "ConfigError",
@@ -208,6 +209,7 @@ class RunConfig:
 
     def __post_init__(self) -> None:
         # checks across sections, before a run writes anything (a stage would otherwise stop half-way)
+        check_templates(self)
         if self.compare.enabled:
             not_choice = [b for b in self.evaluation.benchmarks if _benchmark_kind(b) not in ("choice", None)]
             if not_choice:
@@ -301,7 +303,7 @@ class RunConfig:
 
         Raises:
             ConfigError: a head count ``K`` (``precise@K``) above the model's heads; numbers layers or depths
-                outside the model, or a numbers template that is not loaded.
+                outside the model.
         """
         self._check_numbers(spec)
         total = spec.n_layers * spec.n_heads
@@ -328,11 +330,6 @@ class RunConfig:
             raise ConfigError(
                 f"numbers.patch_depths has {deep}; a patch needs a block after it, and {spec.describe()} has "
                 f"{spec.n_layers}. Fix: use depths 1…{spec.n_layers - 1}."
-            )
-        loaded = load_templates(list(self.data.template_files) if self.data.template_files else None)
-        if n.template not in {t.id for s in loaded for t in s.templates}:
-            raise ConfigError(
-                f"numbers.template={n.template!r} is not a loaded template. Fix: name one, e.g. add_eq_1."
             )
 
     def save(self, path: str | Path) -> Path:

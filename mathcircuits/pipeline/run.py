@@ -55,6 +55,7 @@ from mathcircuits.pipeline.markers import (
     write_marker,
 )
 from mathcircuits.pipeline.paths import RunPaths
+from mathcircuits.pipeline.preflight import check_folders, check_with_tokenizer
 from mathcircuits.pipeline.stages import STAGES
 
 __all__ = [
@@ -126,6 +127,7 @@ LATER_SETTINGS: dict[str, dict[str, Any]] = {
     "data": {"counterfactual": "operator", "fewshot_operations": "same"},
     "patching": {"max_memory": ""},
     "model": {"device_map": ""},
+    "numbers": {"max_prompts": 100_000},
 }
 #: settings added later that only one choice of another setting reads: (section, setting) → (setting, value).
 #: Under any other value they change nothing, so they are left out of the fingerprints (``threshold_of`` is read
@@ -300,8 +302,11 @@ def run_pipeline(
     _check_upstream(current, names)  # before anything is written: a refused stage leaves the folder as it was
     ctx = Context(run_dir, cfg, progress=progress, force=force)
     if force or any(current[n].state != "done" for n in names):
+        todo = [n for n in names if force or current[n].state != "done"]
+        check_folders(cfg, todo)  # benchmark folders hold what is named in them
         with fast_paths(cfg.model.fast_paths == "on"), quiet_dependencies(Path(os.devnull)):
             cfg.check_model(ctx.model.spec)  # e.g. precise@K within the model's heads; loads the model once
+            check_with_tokenizer(ctx, todo)  # e.g. the circuit stage's pool covers what it evaluates
     lock = RunLock(paths.lock)
     try:
         run_dir.mkdir(parents=True, exist_ok=True)

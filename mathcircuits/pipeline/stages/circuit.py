@@ -90,7 +90,8 @@ def split_pairs(dataset: PairSet, n_discovery: int, n_eval: int, seed: int) -> t
     return sorted(order[:n_discovery]), sorted(order[n_discovery : n_discovery + n_eval])
 
 
-def _templates(ctx: Context, op: str) -> list[str]:
+def circuit_templates(ctx: Context, op: str) -> list[str]:
+    """The templates of ``op`` the stage draws pairs from (``circuit.template_ids``, else the data section's)."""
     c, d = ctx.config.circuit, ctx.config.data
     ids = c.template_ids or tuple(t for t in (d.template_ids or ()) if t not in d.heldout_templates)
     sets = ctx.templates()
@@ -98,10 +99,12 @@ def _templates(ctx: Context, op: str) -> list[str]:
     return [t for t in known if not ids or t in ids]
 
 
-def _pairs(ctx: Context, op: str, n: int, seed: int) -> PairSet:
+def circuit_pairs(ctx: Context, op: str, n: int, seed: int) -> PairSet:
+    """``n`` pairs per template of ``op`` as the stage generates them (its candidates, or its pool)."""
     d, c = ctx.config.data, ctx.config.circuit
+    ids = tuple(circuit_templates(ctx, op))
     gen = GenerationConfig(
-        operations=(op,), template_ids=tuple(_templates(ctx, op)), n_per_template=n, operand_range=d.operand_range,
+        operations=(op,), template_ids=ids, n_per_template=n, operand_range=d.operand_range,
         fewshot=d.fewshot, allow_negative=d.allow_negative, integer_only=d.integer_only,
         multi_token_answers=d.multi_token_answers, counterfactual=c.counterfactual, seed=seed,
     )  # fmt: skip
@@ -124,9 +127,9 @@ def run(ctx: Context) -> CircuitSummary:
     out: dict[str, CircuitBrief] = {}
     skipped: dict[str, int] = {}
     for op in ctx.config.data.operations:
-        if not _templates(ctx, op):
+        if not circuit_templates(ctx, op):
             continue
-        scored = score_pairs(model, _pairs(ctx, op, c.n_per_template, ctx.config.data.seed), device=model.device)
+        scored = score_pairs(model, circuit_pairs(ctx, op, c.n_per_template, ctx.config.data.seed), device=model.device)
         correct = filter_correct(scored) if ctx.config.data.keep_only_correct else scored
         if len(correct) < c.min_pairs:
             skipped[op] = len(correct)
@@ -143,7 +146,7 @@ def run(ctx: Context) -> CircuitSummary:
         try:
             faith = Faithfulness.load(paths.circuit_faithfulness(op))
         except (FileNotFoundError, ResultFileError):
-            pool = _pairs(ctx, op, c.pool_per_template, ctx.config.data.seed + 1)
+            pool = circuit_pairs(ctx, op, c.pool_per_template, ctx.config.data.seed + 1)
             faith = faithfulness(model, ev, found, pool=pool, **c.faithfulness_kwargs(), seed=ctx.config.data.seed)
             faith.save(paths.circuit_faithfulness(op))
         with atomic_path(paths.circuit_graph(op)) as tmp:

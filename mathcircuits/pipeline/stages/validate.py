@@ -42,6 +42,7 @@ from mathcircuits.data import (
 )
 from mathcircuits.patching import KeyComponents, PatchingResult, median_depth, select_key_components
 from mathcircuits.pipeline.context import Context, StageSummary, save_csv, select_pairs
+from mathcircuits.pipeline.preflight import multi_digit_template
 from mathcircuits.pipeline.stages.identify import IdentifySummary
 
 __all__ = ["ControlBrief", "KnockoutBrief", "ValidateSummary", "fresh_pairs", "run"]
@@ -137,13 +138,13 @@ def _transfer_sets(ctx: Context, correct: PairSet) -> dict[str, PairSet]:
         sets["add word templates (time span, accumulation)"] = generate_pairs(
             tok, templates, GenerationConfig(operations=("add",), template_ids=ids, n_per_template=4, seed=d.seed + 1)
         )
-    if v.transfer_multi_digit:
+    if v.transfer_multi_digit:  # the config check made sure the rule finds a template
         sets["add two-digit operands"] = generate_pairs(
             tok,
             templates,
             GenerationConfig(
                 operations=("add",),
-                template_ids=("add_eq_1",),
+                template_ids=(str(multi_digit_template(ctx.config)),),
                 operand_range=(10, 99),
                 n_per_template=v.max_pairs,
                 seed=d.seed + 2,
