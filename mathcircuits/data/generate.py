@@ -53,6 +53,7 @@ import datasets
 from mathcircuits._schema import check_fields, setting
 from mathcircuits._schema import from_dict as config_from_dict
 from mathcircuits.data.templates import OPERATIONS, Template, TemplateSet
+from mathcircuits.data.tokenizer_id import tokenizer_fingerprint
 
 __all__ = [
     "Counterfactual",
@@ -542,9 +543,11 @@ def generate_pairs(
                 f"template {tpl.id!r} gave no usable pair ({last_error}). "
                 "Fix: widen operand_range or allow multi-token answers."
             )
+    fp = tokenizer_fingerprint(tokenizer)
     for i, rec in enumerate(records):
         rec["pair_id"] = i
         rec["words"] = [f"{k}={v}" for k, v in rec["words"].items()]
+        rec["tokenizer"] = fp
     return datasets.Dataset.from_list(records)
 
 

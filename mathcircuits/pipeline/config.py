@@ -32,7 +32,7 @@ from mathcircuits.data import GenerationConfig, load_templates
 from mathcircuits.evaluation.benchmarks import benchmark_spec
 from mathcircuits.evaluation.config import EvaluationConfig
 from mathcircuits.finetune import CompareConfig, Mode, SFTConfig
-from mathcircuits.models import ModelSpec, resolve_source
+from mathcircuits.models import ModelSpec, embedded_source, resolve_source
 from mathcircuits.numbers import NumbersConfig
 from mathcircuits.patching.config import PatchingConfig, SelectionConfig
 from mathcircuits.pipeline.preflight import check_templates
@@ -95,6 +95,8 @@ class ModelSection:
 
     def __post_init__(self) -> None:
         check_fields(self)
+        if (embedded := embedded_source(self.source)) is not None:  # one name per model: aliases resolve to its key
+            object.__setattr__(self, "source", embedded.key)
         _check_device(self.device)
         if self.device_map and self.source.startswith("tiny-"):
             raise ConfigError(
@@ -302,11 +304,19 @@ class RunConfig:
             spec: the loaded model's spec.
 
         Raises:
-            ConfigError: a head count ``K`` (``precise@K``) above the model's heads; numbers layers or depths
-                outside the model.
+            ConfigError: a head count ``K`` (``precise@K``, ``selection.k``) above the model's heads; numbers
+                layers or depths outside the model.
         """
         self._check_numbers(spec)
         total = spec.n_layers * spec.n_heads
+        sel = self.selection
+        if sel.rule == "topk" and sel.k > total or sel.mlp_k > spec.n_layers:
+            over, have = ("k", total) if sel.k > total else ("mlp_k", spec.n_layers)
+            raise ConfigError(
+                f"selection.{over}={getattr(sel, over)}, but {spec.describe()} has {have} "
+                f"{'heads' if over == 'k' else 'MLPs'}, so every one would be a key component. "
+                f"Fix: set selection.{over} <= {have} (a key set is a few of them)."
+            )
         for section, modes in (("finetune", self.finetune.modes), ("compare", self.compare.modes)):
             for m in modes:
                 if m.top_k is not None and m.top_k > total:

@@ -2,10 +2,10 @@
 
 A setting can be well-typed and still fail only when a stage meets the data: a template that cannot give a
 context, a benchmark folder without the named benchmark, a counterfactual pool with no prompt of an evaluated
-template and length. These checks run at load (:func:`check_templates`, :func:`check_folders`, from
-:class:`~mathcircuits.pipeline.config.RunConfig`) or, where they need the tokenizer, after the model is
-loaded and before the run folder is touched (:func:`check_with_tokenizer`, from ``run_pipeline``). Each error
-names the setting that fixes it.
+template and length. These checks run at load (:func:`check_templates` from
+:class:`~mathcircuits.pipeline.config.RunConfig`; :func:`check_folders` from ``run_pipeline`` before the run
+folder is touched, for the stages that will run; the circuit stage's pool check, which needs the tokenizer,
+after the model is loaded: ``stages.circuit.check_pool``). Each error names the setting that fixes it.
 
 Every template a stage uses is chosen by a declared rule from the loaded templates
 (:func:`multi_digit_template`), never by a hard-coded id.
@@ -22,12 +22,8 @@ from mathcircuits.evaluation.benchmarks import load_benchmark
 
 if TYPE_CHECKING:
     from mathcircuits.pipeline.config import RunConfig
-    from mathcircuits.pipeline.context import Context
 
-__all__ = ["check_folders", "check_templates", "check_with_tokenizer", "multi_digit_template"]
-
-#: the largest counterfactual pool per template :func:`check_with_tokenizer` tries when it looks for the fix
-_POOL_SEARCH_LIMIT = 4096
+__all__ = ["check_folders", "check_templates", "multi_digit_template"]
 
 
 def _loaded(cfg: RunConfig) -> list:
@@ -140,57 +136,3 @@ def check_folders(cfg: RunConfig, names: list[str]) -> None:
                     "Fix: set validation.word_problem_root to the folder that holds it, or remove "
                     f"{name!r} from validation.word_problem_sets."
                 ) from err
-
-
-def _uncovered(ctx: Context, op: str, pool_size: int) -> list[tuple[str, int, int]]:
-    """Keys (template, prompt tokens, answer tokens) of the circuit stage's candidate pairs that its pool lacks,
-    counting only pool prompts no candidate can exclude (so a pass holds whichever pairs are evaluated)."""
-    from mathcircuits.pipeline.stages.circuit import circuit_pairs
-
-    c, seed = ctx.config.circuit, ctx.config.data.seed
-    cand = circuit_pairs(ctx, op, c.n_per_template, seed)
-    pool = circuit_pairs(ctx, op, pool_size, seed + 1)
-
-    def keys(ds: object) -> list[tuple[str, int, int]]:
-        cols = ds[:]  # type: ignore[index]
-        return [(t, len(p), len(a)) for t, p, a in zip(cols["template_id"], cols["tokens"], cols["answer_tokens"])]
-
-    taken = {(t, int(a), int(b)) for t, a, b in zip(cand["template_id"], cand["a"], cand["b"])}
-    usable = {
-        k
-        for k, t, a, b in zip(keys(pool), pool["template_id"], pool["a"], pool["b"])
-        if (t, int(a), int(b)) not in taken
-    }
-    return sorted(set(keys(cand)) - usable)
-
-
-def check_with_tokenizer(ctx: Context, names: list[str]) -> None:
-    """Checks that need the model's tokenizer (no forward pass): the circuit stage's counterfactual pool covers
-    every template and length it may evaluate.
-
-    Args:
-        ctx: the run context (its model is loaded).
-        names: the stages that will run.
-
-    Raises:
-        ConfigError: naming ``circuit.pool_per_template`` and a size that covers every key.
-    """
-    c = ctx.config.circuit
-    if "circuit" not in names or not c.enabled or "position_mean" not in c.ablations:
-        return
-    from mathcircuits.pipeline.stages.circuit import circuit_templates
-
-    for op in ctx.config.data.operations:
-        if not circuit_templates(ctx, op) or not (missing := _uncovered(ctx, op, c.pool_per_template)):
-            continue
-        size = c.pool_per_template
-        while size < _POOL_SEARCH_LIMIT and _uncovered(ctx, op, size):
-            size *= 2
-        enough = f"e.g. {size}" if size < _POOL_SEARCH_LIMIT else "much larger"
-        t, n, a = missing[0]
-        raise ConfigError(
-            f"the circuit stage's counterfactual pool ({c.pool_per_template} prompts per template) has no prompt "
-            f"of template {t!r} with {n} prompt tokens and {a} answer tokens that the evaluated pairs leave in, so "
-            f"position_mean has nothing to average ({len(missing)} such template/length group(s) for {op}). "
-            f"Fix: raise circuit.pool_per_template ({enough}), or leave position_mean out of circuit.ablations."
-        )

@@ -37,7 +37,7 @@ import torch
 import yaml
 
 from mathcircuits._io import DISK_FULL, atomic_path, read_json, write_json
-from mathcircuits.models import check_versions, checks_run, fast_paths
+from mathcircuits.models import check_versions, checks_run, embedded_source, fast_paths
 from mathcircuits.models.compat import installed_versions
 from mathcircuits.models.memory import MemoryMeter, cuda_devices
 from mathcircuits.pipeline.config import ConfigError, RunConfig, fingerprint
@@ -55,8 +55,9 @@ from mathcircuits.pipeline.markers import (
     write_marker,
 )
 from mathcircuits.pipeline.paths import RunPaths
-from mathcircuits.pipeline.preflight import check_folders, check_with_tokenizer
+from mathcircuits.pipeline.preflight import check_folders
 from mathcircuits.pipeline.stages import STAGES
+from mathcircuits.pipeline.stages.circuit import check_pool
 
 __all__ = [
     "STAGES",
@@ -201,9 +202,11 @@ def _identity_model(paths: RunPaths) -> dict[str, Any] | None:
     """The model section the folder was created for (its identity file; older folders: config.yaml)."""
     if paths.identity.is_file():
         try:
-            return dict(read_json(paths.identity)["model"])
+            model = dict(read_json(paths.identity)["model"])
         except (ValueError, KeyError, TypeError, OSError):
             return None
+        embedded = embedded_source(str(model.get("source")))  # a folder made under an alias: the same model
+        return model | ({"source": embedded.key} if embedded is not None else {})
     if paths.config.is_file():
         try:
             return (yaml.safe_load(paths.config.read_text()) or {}).get("model") or None
@@ -306,7 +309,7 @@ def run_pipeline(
         check_folders(cfg, todo)  # benchmark folders hold what is named in them
         with fast_paths(cfg.model.fast_paths == "on"), quiet_dependencies(Path(os.devnull)):
             cfg.check_model(ctx.model.spec)  # e.g. precise@K within the model's heads; loads the model once
-            check_with_tokenizer(ctx, todo)  # e.g. the circuit stage's pool covers what it evaluates
+            check_pool(ctx, todo)  # e.g. the circuit stage's pool covers what it evaluates
     lock = RunLock(paths.lock)
     try:
         run_dir.mkdir(parents=True, exist_ok=True)

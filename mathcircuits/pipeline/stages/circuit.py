@@ -18,6 +18,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field, replace
 
 from mathcircuits._io import ResultFileError, atomic_path
+from mathcircuits._schema import ConfigError
 from mathcircuits.circuit import Circuit, Faithfulness, discover_circuit, faithfulness, label_roles
 from mathcircuits.circuit.subcircuits import top_circuit
 from mathcircuits.data import GenerationConfig, filter_correct, generate_pairs, score_pairs
@@ -26,7 +27,7 @@ from mathcircuits.pipeline.context import Context, StageSummary
 from mathcircuits.viz.circuit_graph import circuit_graph
 from mathcircuits.viz.faithfulness_curve import faithfulness_curve
 
-__all__ = ["CircuitBrief", "CircuitSummary", "run", "split_pairs"]
+__all__ = ["CircuitBrief", "CircuitSummary", "check_pool", "circuit_pairs", "circuit_templates", "run", "split_pairs"]
 
 
 @dataclass(frozen=True)
@@ -166,3 +167,57 @@ def run(ctx: Context) -> CircuitSummary:
             ill_conditioned=faith.ill_conditioned,
         )
     return CircuitSummary(circuits=out, skipped=skipped)
+
+
+#: the largest counterfactual pool per template :func:`check_pool` tries when it looks for the fix
+POOL_SEARCH_LIMIT = 4096
+
+
+def _uncovered(ctx: Context, op: str, pool_size: int) -> list[tuple[str, int, int]]:
+    """Keys (template, prompt tokens, answer tokens) of the circuit stage's candidate pairs that its pool lacks,
+    counting only pool prompts no candidate can exclude (so a pass holds whichever pairs are evaluated)."""
+    c, seed = ctx.config.circuit, ctx.config.data.seed
+    cand = circuit_pairs(ctx, op, c.n_per_template, seed)
+    pool = circuit_pairs(ctx, op, pool_size, seed + 1)
+
+    def keys(ds: object) -> list[tuple[str, int, int]]:
+        cols = ds[:]  # type: ignore[index]
+        return [(t, len(p), len(a)) for t, p, a in zip(cols["template_id"], cols["tokens"], cols["answer_tokens"])]
+
+    taken = {(t, int(a), int(b)) for t, a, b in zip(cand["template_id"], cand["a"], cand["b"])}
+    usable = {
+        k
+        for k, t, a, b in zip(keys(pool), pool["template_id"], pool["a"], pool["b"])
+        if (t, int(a), int(b)) not in taken
+    }
+    return sorted(set(keys(cand)) - usable)
+
+
+def check_pool(ctx: Context, names: list[str]) -> None:
+    """Checks that need the model's tokenizer (no forward pass): the circuit stage's counterfactual pool covers
+    every template and length it may evaluate.
+
+    Args:
+        ctx: the run context (its model is loaded).
+        names: the stages that will run.
+
+    Raises:
+        ConfigError: naming ``circuit.pool_per_template`` and a size that covers every key.
+    """
+    c = ctx.config.circuit
+    if "circuit" not in names or not c.enabled or "position_mean" not in c.ablations:
+        return
+    for op in ctx.config.data.operations:
+        if not circuit_templates(ctx, op) or not (missing := _uncovered(ctx, op, c.pool_per_template)):
+            continue
+        size = c.pool_per_template
+        while size < POOL_SEARCH_LIMIT and _uncovered(ctx, op, size):
+            size *= 2
+        enough = f"e.g. {size}" if size < POOL_SEARCH_LIMIT else "much larger"
+        t, n, a = missing[0]
+        raise ConfigError(
+            f"the circuit stage's counterfactual pool ({c.pool_per_template} prompts per template) has no prompt "
+            f"of template {t!r} with {n} prompt tokens and {a} answer tokens that the evaluated pairs leave in, so "
+            f"position_mean has nothing to average ({len(missing)} such template/length group(s) for {op}). "
+            f"Fix: raise circuit.pool_per_template ({enough}), or leave position_mean out of circuit.ablations."
+        )
