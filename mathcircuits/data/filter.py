@@ -72,7 +72,7 @@ def check_tokenizer(model: Any, dataset: Any) -> None:
     """Refuse pairs made with another tokenizer than the model's (their token ids mean other text).
 
     Args:
-        model: a model with ``tokenizer`` (others are not checked by fingerprint) and maybe ``cfg.d_vocab``.
+        model: a model with ``tokenizer`` (others are not checked by fingerprint) and maybe ``spec.vocab_size``.
         dataset: pairs; their ``tokenizer`` column (from :func:`~mathcircuits.data.generate_pairs`) is compared.
 
     Raises:
@@ -87,7 +87,7 @@ def check_tokenizer(model: Any, dataset: Any) -> None:
                 f"({ours}), so their token ids mean other text. Fix: generate the pairs with this model's tokenizer "
                 "(generate_pairs(model.tokenizer, ...))."
             )
-    vocab = getattr(getattr(model, "cfg", None), "d_vocab", None)
+    vocab = getattr(getattr(model, "spec", None), "vocab_size", None)
     if isinstance(vocab, int):
         top = max((max(t, default=0) for t in dataset["tokens"]), default=0)
         if top >= vocab:

@@ -50,7 +50,7 @@ class NumbersConfig:
     n_boot: int = setting(1000, "bootstrap resamples", ge=10)
     seed: int = setting(0, "seed of shuffles, folds, draws and resamples")
     max_prompts: int = setting(
-        100_000, "refuse ranges whose estimated prompt count (estimated_prompts) is above this, at load", ge=1
+        20_000, "refuse ranges whose estimated prompt count (estimated_prompts) is above this, at load", ge=1
     )
 
     def estimated_prompts(self) -> int:

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from mathcircuits.pipeline.context import Context, StageSummary, select_pairs
     from mathcircuits.pipeline.lock import RunLock, RunLockedError
     from mathcircuits.pipeline.paths import RunPaths
+    from mathcircuits.pipeline.preflight import multi_digit_template
     from mathcircuits.pipeline.run import RunFolderError, check_run_folder, done_summary, run_pipeline, stage_status
     from mathcircuits.pipeline.stages import STAGES, Stage
 
@@ -35,6 +36,7 @@ _WHERE = {
     **dict.fromkeys(("Context", "StageSummary", "select_pairs"), "context"),
     **dict.fromkeys(("RunLock", "RunLockedError"), "lock"),
     "RunPaths": "paths",
+    "multi_digit_template": "preflight",
     **dict.fromkeys(("RunFolderError", "check_run_folder", "done_summary", "run_pipeline", "stage_status"), "run"),
     **dict.fromkeys(("STAGES", "Stage"), "stages"),
     **dict.fromkeys(("IdentifySummary", "OperationTotal"), "stages.identify"),
@@ -61,6 +63,7 @@ __all__ = [
     "done_summary",
     "fingerprint",
     "load_run_results",
+    "multi_digit_template",
     "render_config",
     "run_pipeline",
     "select_pairs",

@@ -58,6 +58,7 @@ from mathcircuits.pipeline.paths import RunPaths
 from mathcircuits.pipeline.preflight import check_folders
 from mathcircuits.pipeline.stages import STAGES
 from mathcircuits.pipeline.stages.circuit import check_pool
+from mathcircuits.pipeline.stages.compare import check_sizes
 
 __all__ = [
     "STAGES",
@@ -128,7 +129,7 @@ LATER_SETTINGS: dict[str, dict[str, Any]] = {
     "data": {"counterfactual": "operator", "fewshot_operations": "same"},
     "patching": {"max_memory": ""},
     "model": {"device_map": ""},
-    "numbers": {"max_prompts": 100_000},
+    "numbers": {"max_prompts": 20_000},
 }
 #: settings added later that only one choice of another setting reads: (section, setting) → (setting, value).
 #: Under any other value they change nothing, so they are left out of the fingerprints (``threshold_of`` is read
@@ -307,6 +308,8 @@ def run_pipeline(
     if force or any(current[n].state != "done" for n in names):
         todo = [n for n in names if force or current[n].state != "done"]
         check_folders(cfg, todo)  # benchmark folders hold what is named in them
+        if "compare" in todo and cfg.compare.enabled:
+            check_sizes(cfg)  # the fact splits hold the pairs asked for
         with fast_paths(cfg.model.fast_paths == "on"), quiet_dependencies(Path(os.devnull)):
             cfg.check_model(ctx.model.spec)  # e.g. precise@K within the model's heads; loads the model once
             check_pool(ctx, todo)  # e.g. the circuit stage's pool covers what it evaluates
