@@ -25,17 +25,18 @@ from tokenizers import models as tokenizer_models
 from transformers import PreTrainedTokenizerFast
 
 import mathcircuits as mc
-from mathcircuits.circuit import discover_circuit, faithfulness
+from mathcircuits.circuit import Circuit, discover_circuit, faithfulness
 from mathcircuits.cli import main
 from mathcircuits.data import GenerationConfig, generate_pairs, load_templates, score_pairs
 from mathcircuits.models import tiny_tokenizer
 from mathcircuits.patching import SelectionConfig, path_patch, select_key_components
-from mathcircuits.pipeline import RunConfig, RunFolderError, check_run_folder, multi_digit_template
+from mathcircuits.pipeline import RunConfig, RunFolderError, check_run_folder, multi_digit_template, run_pipeline
 
 from helpers import unchecked
 
 ROOT = Path(__file__).resolve().parents[1]
-TINY = yaml.safe_load((ROOT / "configs" / "tiny.yaml").read_text())
+TINY_YAML = ROOT / "configs" / "tiny.yaml"
+TINY = yaml.safe_load(TINY_YAML.read_text())
 NUMBERS_ON = {"enabled": True}
 
 
@@ -265,11 +266,12 @@ def test_compare_models_refuses_a_folder_with_a_broken_identity(data_run, tmp_pa
     assert classify(code, err, ("does not hold a run's identity",), (tmp_path / "cmp").exists()) == "clear", err
 
 
-@pytest.mark.integration  # one whole tiny run (about a minute)
+@pytest.mark.integration  # two whole tiny runs (about two minutes)
 def test_compare_models_refuses_a_run_whose_markers_were_deleted_or_outputs_changed(tmp_path, capsys):
     full = tmp_path / "full"
-    assert main(["run", "--config", str(ROOT / "configs" / "tiny.yaml"), "--out", str(full), "--quiet"]) == 0
-    b = _copy(full, tmp_path, "B")
+    assert main(["run", "--config", str(TINY_YAML), "--out", str(full), "--quiet"]) == 0
+    b = tmp_path / "B"
+    assert main(["run", "--config", str(TINY_YAML), "--model", "tiny-qwen2", "--out", str(b), "--quiet"]) == 0
     code, err = _compare(full, b, tmp_path / "ok", capsys)
     assert code == 0, err  # the finished runs compare
     no_markers = _copy(full, tmp_path, "no-markers")
@@ -394,6 +396,13 @@ def test_a_verb_given_a_plausible_wrong_input_names_the_argument(tiny, call, exc
     assert all(w in text for w in words), text
 
 
+def test_discover_circuit_takes_key_components_as_select_key_components_returns_them(tiny):
+    """The issue's first API input: key components where key heads belong is a right input, not an error."""
+    model, pairs, key = tiny
+    found = discover_circuit(model, pairs, key, depth=0)
+    assert isinstance(found, Circuit) and len(found.nodes) >= 1
+
+
 def test_pairs_carry_their_tokenizer_and_a_model_with_the_same_tokenizer_takes_them(tiny):
     model, pairs, _ = tiny
     assert len(set(pairs["tokenizer"])) == 1
@@ -439,3 +448,22 @@ def test_the_gpu_check_refuses_bad_flags_before_any_row(tmp_path, flags, words):
     written = any(tmp_path.rglob("*.json"))
     assert classify(res.returncode, res.stderr + res.stdout, words, written) == "clear", res.stderr + res.stdout
     assert "device check on" not in res.stdout  # no row started
+
+
+@pytest.mark.integration  # data, identify and numbers on the tiny model (about a minute)
+def test_contexts_beyond_what_the_templates_give_are_capped_with_a_note(tmp_path):
+    cfg = RunConfig.from_dict(
+        {
+            "model": {"source": "tiny-llama", "threads": 1},
+            "data": {"operations": ["add"], "template_ids": ["add_eq_1"], "n_per_template": 4,
+                     "keep_only_correct": False},
+            "patching": {"min_pairs": 1, "max_pairs": 4},
+            "selection": {"rule": "topk", "k": 2},
+            "numbers": {"enabled": True, "context_operations": ["add"], "contexts": 40, "probe_folds": 30,
+                        "numbers": [0, 19], "n_shuffles": 20, "n_boot": 20, "grid": [0, 3], "patch_pairs": 4,
+                        "n_random_subspaces": 1},
+        }
+    )  # fmt: skip
+    summary = run_pipeline(cfg, tmp_path / "run", only=["data", "identify", "numbers"], progress=False)["numbers"]
+    note = next(line for line in summary.lines() if line.startswith("  note: "))
+    assert "of the 40 asked for (numbers.contexts)" in note and "not 30" in note, note
