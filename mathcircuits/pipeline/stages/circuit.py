@@ -20,6 +20,7 @@ from dataclasses import dataclass, field, replace
 from mathcircuits._io import ResultFileError, atomic_path
 from mathcircuits._schema import ConfigError
 from mathcircuits.circuit import Circuit, Faithfulness, discover_circuit, faithfulness, label_roles
+from mathcircuits.circuit.pool import scored_operands
 from mathcircuits.circuit.subcircuits import top_circuit
 from mathcircuits.data import GenerationConfig, filter_correct, generate_pairs, score_pairs
 from mathcircuits.data.pairs import PairSet
@@ -148,6 +149,8 @@ def run(ctx: Context) -> CircuitSummary:
             faith = Faithfulness.load(paths.circuit_faithfulness(op))
         except (FileNotFoundError, ResultFileError):
             pool = circuit_pairs(ctx, op, c.pool_per_template, ctx.config.data.seed + 1)
+            if "position_mean" in c.ablations and (missing := _uncovered(ev, pool)):
+                _refuse_pool(ctx, op, ev, missing)  # before its faithfulness runs: the setting that fixes it
             faith = faithfulness(model, ev, found, pool=pool, **c.faithfulness_kwargs(), seed=ctx.config.data.seed)
             faith.save(paths.circuit_faithfulness(op))
         with atomic_path(paths.circuit_graph(op)) as tmp:
@@ -173,51 +176,58 @@ def run(ctx: Context) -> CircuitSummary:
 POOL_SEARCH_LIMIT = 4096
 
 
-def _uncovered(ctx: Context, op: str, pool_size: int) -> list[tuple[str, int, int]]:
-    """Keys (template, prompt tokens, answer tokens) of the circuit stage's candidate pairs that its pool lacks,
-    counting only pool prompts no candidate can exclude (so a pass holds whichever pairs are evaluated)."""
+def _keys(ds: PairSet) -> list[tuple[str, int, int]]:
+    cols = ds[:]
+    return [(t, len(p), len(a)) for t, p, a in zip(cols["template_id"], cols["tokens"], cols["answer_tokens"])]
+
+
+def _uncovered(evaluated: PairSet, pool: PairSet) -> list[tuple[str, int, int]]:
+    """Keys (template, prompt tokens, answer tokens) of the evaluated pairs that no pool prompt has once the
+    evaluated pairs' operands are left out, as :func:`~mathcircuits.circuit.faithfulness` leaves them out."""
+    taken = scored_operands(evaluated)
+    usable = {k for k, t, a, b in zip(_keys(pool), pool["template_id"], pool["a"], pool["b"]) if (t, a, b) not in taken}
+    return sorted(set(_keys(evaluated)) - usable)
+
+
+def _refuse_pool(ctx: Context, op: str, evaluated: PairSet, missing: list[tuple[str, int, int]]) -> None:
+    """Raise the error that names ``circuit.pool_per_template`` and a size whose pool covers ``evaluated``."""
     c, seed = ctx.config.circuit, ctx.config.data.seed
-    cand = circuit_pairs(ctx, op, c.n_per_template, seed)
-    pool = circuit_pairs(ctx, op, pool_size, seed + 1)
-
-    def keys(ds: object) -> list[tuple[str, int, int]]:
-        cols = ds[:]  # type: ignore[index]
-        return [(t, len(p), len(a)) for t, p, a in zip(cols["template_id"], cols["tokens"], cols["answer_tokens"])]
-
-    taken = {(t, int(a), int(b)) for t, a, b in zip(cand["template_id"], cand["a"], cand["b"])}
-    usable = {
-        k
-        for k, t, a, b in zip(keys(pool), pool["template_id"], pool["a"], pool["b"])
-        if (t, int(a), int(b)) not in taken
-    }
-    return sorted(set(keys(cand)) - usable)
+    size = c.pool_per_template
+    while size < POOL_SEARCH_LIMIT and _uncovered(evaluated, circuit_pairs(ctx, op, size, seed + 1)):
+        size *= 2
+    enough = f"e.g. {size}" if size < POOL_SEARCH_LIMIT else "much larger"
+    t, n, a = missing[0]
+    raise ConfigError(
+        f"the circuit stage's counterfactual pool ({c.pool_per_template} prompts per template) has no prompt "
+        f"of template {t!r} with {n} prompt tokens and {a} answer tokens that the evaluated pairs leave in, so "
+        f"position_mean has nothing to average ({len(missing)} such template/length group(s) for {op}). "
+        f"Fix: raise circuit.pool_per_template ({enough}), or leave position_mean out of circuit.ablations."
+    )
 
 
 def check_pool(ctx: Context, names: list[str]) -> None:
-    """Checks that need the model's tokenizer (no forward pass): the circuit stage's counterfactual pool covers
-    every template and length it may evaluate.
+    """Before any stage writes: the circuit stage's pool covers the pairs it will evaluate (tokenizer only).
+
+    The evaluated pairs are known in advance when ``data.keep_only_correct`` is false (the stage then evaluates
+    its generated pairs, split by seed); otherwise they depend on the model's answers and the stage checks its
+    pool when it has them, with the same message.
 
     Args:
         ctx: the run context (its model is loaded).
         names: the stages that will run.
 
     Raises:
-        ConfigError: naming ``circuit.pool_per_template`` and a size that covers every key.
+        ConfigError: naming ``circuit.pool_per_template`` and a size that covers every evaluated pair.
     """
-    c = ctx.config.circuit
-    if "circuit" not in names or not c.enabled or "position_mean" not in c.ablations:
+    c, d = ctx.config.circuit, ctx.config.data
+    if "circuit" not in names or not c.enabled or "position_mean" not in c.ablations or d.keep_only_correct:
         return
-    for op in ctx.config.data.operations:
-        if not circuit_templates(ctx, op) or not (missing := _uncovered(ctx, op, c.pool_per_template)):
+    for op in d.operations:
+        if not circuit_templates(ctx, op):
             continue
-        size = c.pool_per_template
-        while size < POOL_SEARCH_LIMIT and _uncovered(ctx, op, size):
-            size *= 2
-        enough = f"e.g. {size}" if size < POOL_SEARCH_LIMIT else "much larger"
-        t, n, a = missing[0]
-        raise ConfigError(
-            f"the circuit stage's counterfactual pool ({c.pool_per_template} prompts per template) has no prompt "
-            f"of template {t!r} with {n} prompt tokens and {a} answer tokens that the evaluated pairs leave in, so "
-            f"position_mean has nothing to average ({len(missing)} such template/length group(s) for {op}). "
-            f"Fix: raise circuit.pool_per_template ({enough}), or leave position_mean out of circuit.ablations."
-        )
+        cand = circuit_pairs(ctx, op, c.n_per_template, d.seed)
+        if len(cand) < c.min_pairs:
+            continue  # the stage skips the operation (and says so)
+        evaluated = cand.select(split_pairs(cand, c.discovery_pairs, c.eval_pairs, d.seed)[1])
+        if missing := _uncovered(evaluated, circuit_pairs(ctx, op, c.pool_per_template, d.seed + 1)):
+            _refuse_pool(ctx, op, evaluated, missing)
