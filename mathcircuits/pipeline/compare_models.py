@@ -23,7 +23,7 @@ from mathcircuits.ablation import KnockoutResult
 from mathcircuits.analysis import AttentionByRole, MLPProbeResult
 from mathcircuits.claims import ClaimsCard
 from mathcircuits.crossmodel import ModelComparison, RunResults, compare_runs, write_comparison
-from mathcircuits.models import embedded_source
+from mathcircuits.models import canonical_source
 from mathcircuits.patching import KeyComponents
 from mathcircuits.pipeline.config import ConfigError, RunConfig
 from mathcircuits.pipeline.paths import RunPaths
@@ -74,8 +74,7 @@ def _identity(paths: RunPaths) -> dict[str, Any]:
             f"{paths.identity} does not hold a run's identity ({type(err).__name__}). "
             f"Fix: re-run the folder with mathcircuits run --out {paths.root} --force."
         ) from err
-    embedded = embedded_source(str(model.get("source")))  # made under an alias: the same model
-    return model | ({"source": embedded.key} if embedded is not None else {})
+    return model | {"source": canonical_source(str(model.get("source")))}  # made under an alias: the same model
 
 
 def _optional(cls: type, path: Path) -> Any:

@@ -32,7 +32,7 @@ from mathcircuits.data import GenerationConfig, load_templates
 from mathcircuits.evaluation.benchmarks import benchmark_spec
 from mathcircuits.evaluation.config import EvaluationConfig
 from mathcircuits.finetune import CompareConfig, Mode, SFTConfig
-from mathcircuits.models import ModelSpec, embedded_source, resolve_source
+from mathcircuits.models import ModelSpec, canonical_source, resolve_source
 from mathcircuits.numbers import NumbersConfig
 from mathcircuits.patching.config import PatchingConfig, SelectionConfig
 from mathcircuits.pipeline.preflight import check_templates
@@ -95,8 +95,7 @@ class ModelSection:
 
     def __post_init__(self) -> None:
         check_fields(self)
-        if (embedded := embedded_source(self.source)) is not None:  # one name per model: aliases resolve to its key
-            object.__setattr__(self, "source", embedded.key)
+        object.__setattr__(self, "source", canonical_source(self.source))  # one name per model (aliases resolved)
         _check_device(self.device)
         if self.device_map and self.source.startswith("tiny-"):
             raise ConfigError(

@@ -37,7 +37,7 @@ import torch
 import yaml
 
 from mathcircuits._io import DISK_FULL, atomic_path, read_json, write_json
-from mathcircuits.models import check_versions, checks_run, embedded_source, fast_paths
+from mathcircuits.models import canonical_source, check_versions, checks_run, fast_paths
 from mathcircuits.models.compat import installed_versions
 from mathcircuits.models.memory import MemoryMeter, cuda_devices
 from mathcircuits.pipeline.config import ConfigError, RunConfig, fingerprint
@@ -206,8 +206,7 @@ def _identity_model(paths: RunPaths) -> dict[str, Any] | None:
             model = dict(read_json(paths.identity)["model"])
         except (ValueError, KeyError, TypeError, OSError):
             return None
-        embedded = embedded_source(str(model.get("source")))  # a folder made under an alias: the same model
-        return model | ({"source": embedded.key} if embedded is not None else {})
+        return model | {"source": canonical_source(str(model.get("source")))}  # made under an alias: the same model
     if paths.config.is_file():
         try:
             return (yaml.safe_load(paths.config.read_text()) or {}).get("model") or None
@@ -296,8 +295,7 @@ def run_pipeline(
     paths = RunPaths(run_dir)
     names = list(STAGES)
     if only:
-        bad = [n for n in only if n not in STAGES]
-        if bad:
+        if bad := [n for n in only if n not in STAGES]:
             raise ConfigError(f"unknown stages {bad}. Fix: use some of {names}.")
         names = [n for n in names if n in only]
     check_versions()
@@ -305,11 +303,9 @@ def run_pipeline(
     current = stage_status(run_dir, cfg)
     _check_upstream(current, names)  # before anything is written: a refused stage leaves the folder as it was
     ctx = Context(run_dir, cfg, progress=progress, force=force)
-    if force or any(current[n].state != "done" for n in names):
-        todo = [n for n in names if force or current[n].state != "done"]
+    if todo := [n for n in names if force or current[n].state != "done"]:
         check_folders(cfg, todo)  # benchmark folders hold what is named in them
-        if "compare" in todo and cfg.compare.enabled:
-            check_sizes(cfg)  # the fact splits hold the pairs asked for
+        check_sizes(cfg, todo)  # the compare stage's fact splits hold the pairs asked for
         with fast_paths(cfg.model.fast_paths == "on"), quiet_dependencies(Path(os.devnull)):
             cfg.check_model(ctx.model.spec)  # e.g. precise@K within the model's heads; loads the model once
             check_pool(ctx, todo)  # e.g. the circuit stage's pool covers what it evaluates

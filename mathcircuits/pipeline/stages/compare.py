@@ -113,13 +113,16 @@ class CompareSummary(StageSummary):
         return out
 
 
-def check_sizes(cfg: RunConfig) -> None:
-    """Refuse pairs per template that the facts of a split cannot give (each fact makes one pair per template).
+def check_sizes(cfg: RunConfig, names: list[str]) -> None:
+    """Refuse pairs per template that the facts of a split cannot give (each fact makes one pair per template),
+    when the stage is among ``names`` and enabled.
 
     Raises:
         ConfigError: naming the setting and the most the split holds.
     """
     c, f = cfg.compare, cfg.finetune
+    if "compare" not in names or not c.enabled:
+        return
     gen = GenerationConfig(operations=cfg.data.operations, operand_range=f.operand_range)
     parts = split_facts(gen, dict(zip(SPLITS, c.fact_shares)), seed=f.seed)
     names = {"train": "finetune.train_pairs_per_template", "validation": "compare.validation_pairs_per_template",
