@@ -25,10 +25,14 @@ from typing import Any, Literal, TypeVar, Union
 
 __all__ = [
     "ConfigError",
+    "check_arguments",
     "check_fields",
     "describe",
+    "expect",
+    "expect_pairs",
     "from_dict",
     "is_value_type",
+    "kind_of",
     "plain",
     "project",
     "setting",
@@ -319,3 +323,67 @@ def project(obj: Any, cls: type[T], **changes: Any) -> T:
     """
     names = {f.name for f in dataclasses.fields(cls) if f.init}  # type: ignore[arg-type]
     return cls(**{**{n: getattr(obj, n) for n in names}, **changes})
+
+
+def kind_of(value: Any) -> str:
+    """What a value is, in a message: ``None``, ``a list of 3 dict``, ``an empty list``, ``a KeyComponents``."""
+    if value is None:
+        return "None"
+    name = type(value).__name__
+    if isinstance(value, (list, tuple)):
+        if not value:
+            return f"an empty {name}"
+        inner = sorted({type(v).__name__ for v in value})
+        return f"a {name} of {len(value)} {'/'.join(inner)}"
+    return f"{'an' if name[0].lower() in 'aeiou' else 'a'} {name}"
+
+
+def expect(verb: str, name: str, value: Any, kinds: type | tuple[type, ...], wanted: str, fix: str) -> None:
+    """Refuse an argument of the wrong kind with a ``TypeError`` that names the verb, the argument and the fix.
+
+    The public verbs call this on what a notebook user passes, so a plausible wrong object (key heads where a
+    circuit belongs, a list of dicts where pairs belong) fails at the door instead of deep inside.
+
+    Args:
+        verb: the public function, e.g. ``"faithfulness"``.
+        name: the argument.
+        value: what was passed.
+        kinds: the accepted type(s).
+        wanted: the accepted kind in words.
+        fix: what to pass instead.
+    """
+    if not isinstance(value, kinds):
+        raise TypeError(f"{verb}: {name} must be {wanted}, got {kind_of(value)}. Fix: {fix}.")
+
+
+def expect_pairs(verb: str, name: str, value: Any, minimum: int = 1) -> None:
+    """Refuse anything but prompt pairs (a ``datasets.Dataset`` of :func:`~mathcircuits.data.generate_pairs`),
+    or fewer than ``minimum`` of them (a bootstrap over one pair has no spread)."""
+    if not hasattr(value, "column_names") or not hasattr(value, "select"):
+        raise TypeError(
+            f"{verb}: {name} must be prompt pairs (a datasets.Dataset from generate_pairs), got {kind_of(value)}. "
+            "Fix: pass generate_pairs(...)'s result (rows you built: datasets.Dataset.from_list(rows))."
+        )
+    if len(value) < minimum:
+        raise ValueError(
+            f"{verb}: {name} has {len(value)} pair(s); its intervals need at least {minimum}. Fix: pass more pairs."
+        )
+
+
+def check_arguments(verb: str, config: type, **values: Any) -> None:
+    """Range-check a verb's settings by the config class that holds the same settings, so the API refuses
+    what the config refuses (a negative threshold, ``n_boot=1``, ...).
+
+    Args:
+        verb: the public function.
+        config: its config dataclass (e.g. ``CircuitConfig``); fields it does not have are not passed.
+        **values: the verb's settings by name.
+
+    Raises:
+        ValueError: naming the verb and the argument, with the config's fix.
+    """
+    names = {f.name for f in dataclasses.fields(config) if f.init}
+    try:
+        config(**{k: v for k, v in values.items() if k in names})
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"{verb}: {' '.join(str(err).split())}") from err

@@ -53,7 +53,7 @@ import traceback
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import torch
 
@@ -337,6 +337,39 @@ def run_tiny_pipeline(device: str, dry: bool, workdir: Path) -> dict[str, Any]:
     return {"stages": "data, identify" if dry else "all", "command": " ".join(cmd[1:])}
 
 
+def _refuse(message: str) -> NoReturn:
+    print(f"error: {message}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+def _check_flags(args: argparse.Namespace) -> None:
+    """Refuse flags that would be replaced by a default (0 pairs) or break a row later, before any row runs."""
+    for flag, value, low in (
+        ("--pairs", args.pairs, 2),
+        ("--ref-pairs", args.ref_pairs, 1),
+        ("--max-k", args.max_k, 1),
+    ):
+        if value is not None and value < low:
+            _refuse(f"{flag} {value} is below {low}. Fix: pass {flag} {low} or more (or leave it out for the default).")
+    if args.scale_pairs < 0:
+        _refuse(f"--scale-pairs {args.scale_pairs} is negative. Fix: pass 0 (no scale row) or a number of pairs.")
+    if args.budget_s is not None and not (math.isfinite(args.budget_s) and args.budget_s > 0):
+        _refuse(f"--budget-s {args.budget_s} is not a positive number of seconds. Fix: pass e.g. --budget-s 450.")
+    if args.tokenizer is not None and not (Path(args.tokenizer) / "tokenizer_config.json").is_file():
+        _refuse(
+            f"--tokenizer {args.tokenizer} is not a tokenizer folder (no tokenizer_config.json). "
+            "Fix: pass a folder written by save_pretrained, or leave it out for the tiny tokenizer."
+        )
+    if args.out is not None and (args.out.is_dir() or not args.out.parent.is_dir()):
+        where = "is a folder" if args.out.is_dir() else f"lies in {args.out.parent}, which is not a folder"
+        _refuse(f"--out {args.out} {where}. Fix: name a JSON file in an existing folder, e.g. out/gpu-check.json.")
+    if args.device is not None:
+        try:
+            torch.device(args.device)
+        except RuntimeError:
+            _refuse(f"--device {args.device!r} is not a torch device. Fix: pass cuda, cuda:N or cpu.")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--dry-run", action="store_true", help="the same code on the CPU with tiny shapes")
@@ -361,6 +394,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--max-k", type=int, default=None, help="knockout curve: up to k heads (default 5; dry run: 3)")
     args = ap.parse_args(argv)
+    _check_flags(args)
     args.pairs = args.pairs or (4 if args.dry_run else 16)
     args.max_k = args.max_k or (3 if args.dry_run else 5)
 

@@ -10,6 +10,7 @@
 * :func:`tiered` splits a test matrix between the tiers: the fast loop (``-m "not slow and not integration"``)
   runs a representative part, the whole matrix runs with the slow tier (CI runs every tier).
   :data:`FAST_FAMILIES` is that part of the family matrix.
+* :func:`assert_clear` and :func:`classify` read a bad input's outcome as the user sees it (issue #36's classes).
 """
 
 from __future__ import annotations
@@ -103,3 +104,15 @@ def assert_clear(code: int, err: str, words: tuple[str, ...], out: Path) -> None
     for w in words:
         assert w in text, (w, text)
     assert not out.exists(), f"{out} was written"
+
+
+def classify(code: int | None, err: str, words: tuple[str, ...], written: bool) -> str:
+    """Issue #36's classes of a bad input's outcome: ``traceback`` (an internal error), ``silent`` (accepted without a
+    word), ``misleading`` (refused, but not with exit 2, one "Fix:" and ``words``, or after writing) or ``clear``."""
+    text = " ".join(err.split())
+    if "Traceback" in err or "internal error" in text:
+        return "traceback"
+    if code in (0, None) and not text:
+        return "silent"
+    clear = text.startswith("error: ") and text.count("Fix:") == 1 and all(w in text for w in words)
+    return "clear" if clear and code == 2 and not written else "misleading"

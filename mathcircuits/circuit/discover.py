@@ -43,6 +43,7 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
+from mathcircuits._schema import check_arguments, expect, expect_pairs
 from mathcircuits.circuit.attribution import attribute_edges, hook_gradients
 from mathcircuits.circuit.batches import POSITIONS, ROLES, CircuitBatch, circuit_batches, label_order
 from mathcircuits.circuit.chain import delta_snapshots
@@ -169,6 +170,11 @@ def _receivers(node: Node, spec: ModelSpec, kinds: Sequence[str]) -> list[tuple[
     return out
 
 
+#: settings discover_circuit shares with CircuitConfig, range-checked by it
+_RANGED = ("depth", "threshold", "top_k", "logits_top_k", "screen", "saturation_tol", "max_nodes", "max_seconds",
+           "batch_size", "n_boot")  # fmt: skip
+
+
 def _check_args(spec: ModelSpec, kw: dict[str, Any]) -> None:
     if kw["method"] not in EDGE_METHODS:
         raise ValueError(f"method {kw['method']!r} is unknown. Fix: use one of {list(EDGE_METHODS)}.")
@@ -254,6 +260,9 @@ def discover_circuit(
     def over_budget() -> bool:
         return max_seconds is not None and time.process_time() - cpu0 >= max_seconds
 
+    expect("discover_circuit", "model", model, HookedModel, "a HookedModel", "pass mc.load_model(...)'s result")
+    expect_pairs("discover_circuit", "dataset", dataset, minimum=2)
+    check_arguments("discover_circuit", CircuitConfig, **{k: v for k, v in locals().items() if k in _RANGED})
     spec = model.spec
     check_token_aligned(dataset, spec.vocab_size)
     if key_heads is not None:  # a selection (checked against this model) or (layer, head) pairs

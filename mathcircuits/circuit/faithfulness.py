@@ -46,6 +46,7 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
+from mathcircuits._schema import check_arguments, expect, expect_pairs
 from mathcircuits.circuit.batches import CircuitBatch, circuit_batches
 from mathcircuits.circuit.config import AblationKind, CircuitConfig, EvalLevel, MLPMode, ScanPositions
 from mathcircuits.circuit.curve import CompletenessRow, CurvePoint, Faithfulness, FaithfulnessSettings
@@ -215,6 +216,14 @@ def faithfulness(
         A :class:`~mathcircuits.circuit.curve.Faithfulness`.
     """
     t0 = time.perf_counter()
+    expect("faithfulness", "model", model, HookedModel, "a HookedModel", "pass mc.load_model(...)'s result")
+    expect_pairs("faithfulness", "dataset", dataset, minimum=2)
+    expect(
+        "faithfulness", "circuit", circuit, Circuit, "a Circuit",
+        "pass discover_circuit(model, pairs, key_heads)'s result; key heads alone are not a circuit",
+    )  # fmt: skip
+    ranged = ("points", "n_random", "plateau_tol", "min_gap", "completeness_sets", "n_boot", "batch_size")
+    check_arguments("faithfulness", CircuitConfig, **{k: v for k, v in locals().items() if k in ranged})
     circuit.check_model(model)
     if level not in ("auto", "edges", "nodes"):
         raise ValueError(f"level {level!r} is unknown. Fix: use 'auto', 'edges' or 'nodes'.")

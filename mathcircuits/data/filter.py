@@ -17,7 +17,9 @@ import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
-__all__ = ["accuracy_table", "filter_correct", "length_groups", "padded_groups", "score_pairs"]
+from mathcircuits.data.tokenizer_id import tokenizer_fingerprint
+
+__all__ = ["accuracy_table", "check_tokenizer", "filter_correct", "length_groups", "padded_groups", "score_pairs"]
 
 
 def length_groups(lengths: list[int], batch_size: int, keys: list[Any] | None = None) -> list[list[int]]:
@@ -64,6 +66,35 @@ def padded_groups(lengths: list[int], batch_size: int, keys: list[Any] | None = 
         idx = sorted(by_key[k], key=lambda i: lengths[i])
         out.extend(idx[j : j + batch_size] for j in range(0, len(idx), batch_size))
     return out
+
+
+def check_tokenizer(model: Any, dataset: Any) -> None:
+    """Refuse pairs made with another tokenizer than the model's (their token ids mean other text).
+
+    Args:
+        model: a model with ``tokenizer`` (others are not checked by fingerprint) and maybe ``spec.vocab_size``.
+        dataset: pairs; their ``tokenizer`` column (from :func:`~mathcircuits.data.generate_pairs`) is compared.
+
+    Raises:
+        ValueError: the fingerprints differ, or a token id lies outside the model's vocabulary.
+    """
+    tok = getattr(model, "tokenizer", None)
+    if tok is not None and "tokenizer" in dataset.column_names:
+        theirs, ours = sorted(set(dataset["tokenizer"])), tokenizer_fingerprint(tok)
+        if theirs != [ours]:
+            raise ValueError(
+                f"these pairs were made with another tokenizer (fingerprint {', '.join(theirs)}) than this model's "
+                f"({ours}), so their token ids mean other text. Fix: generate the pairs with this model's tokenizer "
+                "(generate_pairs(model.tokenizer, ...))."
+            )
+    vocab = getattr(getattr(model, "spec", None), "vocab_size", None)
+    if isinstance(vocab, int):
+        top = max((max(t, default=0) for t in dataset["tokens"]), default=0)
+        if top >= vocab:
+            raise ValueError(
+                f"the pairs hold token id {top}, outside this model's vocabulary of {vocab}: they were made with "
+                "another tokenizer. Fix: generate the pairs with this model's tokenizer."
+            )
 
 
 @torch.no_grad()
@@ -115,6 +146,7 @@ def score_pairs(
         )
     if len(dataset) == 0:
         raise ValueError("score_pairs got an empty dataset (0 pairs). Fix: generate pairs first, or check the filters.")
+    check_tokenizer(model, dataset)
     if device is None:
         device = getattr(model, "device", None) or "cpu"
     seqs = [list(t) + list(ans[:-1]) for t, ans in zip(dataset["tokens"], dataset["answer_tokens"])]

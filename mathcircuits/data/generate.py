@@ -45,6 +45,7 @@ the same prompts as before.
 
 from __future__ import annotations
 
+import logging
 import random
 import string
 from collections.abc import Collection
@@ -54,9 +55,10 @@ from typing import Any, Literal, TypeAlias
 
 import datasets
 
-from mathcircuits._schema import check_fields, setting
+from mathcircuits._schema import check_fields, expect, kind_of, setting
 from mathcircuits._schema import from_dict as config_from_dict
 from mathcircuits.data.templates import OPERATIONS, Template, TemplateSet
+from mathcircuits.data.tokenizer_id import tokenizer_fingerprint
 
 __all__ = [
     "Counterfactual",
@@ -70,6 +72,8 @@ __all__ = [
     "prompt_start",
     "render_pair",
 ]
+
+log = logging.getLogger(__name__)
 
 #: The counterfactual prompt of a pair: the operator swapped (the paper's), or other operands and another answer.
 Counterfactual: TypeAlias = Literal["operator", "operands"]
@@ -475,6 +479,21 @@ def generate_pairs(
             or a template gives no usable pair (the message says which and how to fix it).
     """
 
+    if not callable(tokenizer) or not hasattr(tokenizer, "convert_ids_to_tokens"):
+        raise TypeError(
+            f"generate_pairs: tokenizer must be a Hugging Face tokenizer, got {kind_of(tokenizer)}. "
+            "Fix: pass model.tokenizer (e.g. generate_pairs(model.tokenizer, load_templates(), config))."
+        )
+    expect(
+        "generate_pairs", "template_sets", template_sets, (list, tuple), "a list of TemplateSet",
+        "pass load_templates()",
+    )  # fmt: skip
+    if not all(isinstance(s, TemplateSet) for s in template_sets):
+        raise TypeError(
+            f"generate_pairs: template_sets must hold TemplateSet values, got {kind_of(template_sets)}. "
+            "Fix: pass load_templates() (or load_template_file(path) in a list)."
+        )
+    expect("generate_pairs", "config", config, GenerationConfig, "a GenerationConfig", "pass GenerationConfig(...)")
     rng = random.Random(config.seed)
     spacing = answer_spacing(tokenizer)
     chosen = [(s, t) for s in template_sets for t in s.templates if t.operation in config.operations]
@@ -549,14 +568,21 @@ def generate_pairs(
                 continue
             records.append(rec)
             made += 1
+        if 0 < made < config.n_per_template:  # a note, never a silent cap: the stages also list it in summaries
+            log.warning(
+                "template %s gave %d of the %d pairs asked for (operand_range %s holds no more distinct ones)",
+                tpl.id, made, config.n_per_template, list(config.operand_range),
+            )  # fmt: skip
         if made == 0:
             raise PairError(
                 f"template {tpl.id!r} gave no usable pair ({last_error}). "
                 "Fix: widen operand_range or allow multi-token answers."
             )
+    fp = tokenizer_fingerprint(tokenizer)
     for i, rec in enumerate(records):
         rec["pair_id"] = i
         rec["words"] = [f"{k}={v}" for k, v in rec["words"].items()]
+        rec["tokenizer"] = fp
     return datasets.Dataset.from_list(records)
 
 

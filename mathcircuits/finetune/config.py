@@ -18,7 +18,13 @@ from mathcircuits._schema import from_dict as config_from_dict
 from mathcircuits.finetune.modes import SFTMethod
 from mathcircuits.finetune.slices import KV_POLICIES, KVPolicy
 
-__all__ = ["SFTConfig"]
+__all__ = ["LRScheduler", "SFTConfig"]
+
+#: the transformers schedulers that need no settings beyond warm-up and steps (a free string failed only in
+#: the finetune or compare stage, after earlier stages had written)
+LRScheduler = Literal[
+    "linear", "cosine", "cosine_with_restarts", "polynomial", "constant", "constant_with_warmup", "inverse_sqrt"
+]
 
 
 @dataclass(frozen=True)
@@ -38,7 +44,7 @@ class SFTConfig:
     decay_mode: Literal["weights", "delta"] = setting(
         "weights", "weights: decay the effective tuned weights; delta: decay the change towards the base"
     )
-    lr_scheduler: str = setting("linear", "transformers scheduler name")
+    lr_scheduler: LRScheduler = setting("linear", "transformers learning-rate scheduler")
     max_grad_norm: float = setting(1.0, "gradient clipping (global norm)", gt=0)
     grad_scale: bool = setting(True, "rescale a layer's tuned heads' gradient by H/h (precise only)")
     target_logits_only: bool = setting(True, "vocabulary logits only at target positions (same loss, faster)")

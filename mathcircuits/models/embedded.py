@@ -49,6 +49,7 @@ __all__ = [
     "EMBEDDED_NAME",
     "EmbeddedSource",
     "cache_root",
+    "canonical_source",
     "convert_gguf",
     "embedded_model_dir",
     "embedded_source",
@@ -148,6 +149,19 @@ def weights_note(model_name: str) -> str:
 
 EMBEDDED_NAME = EMBEDDED["embedded"].name
 EMBEDDED_GGUF = EMBEDDED["embedded"].gguf_file
+
+
+def canonical_source(source: str) -> str:
+    """One name per model: an embedded model's key for any of its names and aliases; other sources unchanged.
+
+    Args:
+        source: a model source as a user writes it, e.g. ``"gemma-3-270m"``.
+
+    Returns:
+        E.g. ``"gemma3-270m"``; what configs, fingerprints and run folders' identities record.
+    """
+    found = embedded_source(source)
+    return found.key if found is not None else source
 
 
 def embedded_source(key: str) -> EmbeddedSource | None:

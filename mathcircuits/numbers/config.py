@@ -8,7 +8,7 @@ it on). Every field is checked when the config is built (:mod:`mathcircuits._sch
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import ClassVar, Literal
 
 from mathcircuits._schema import ConfigError, check_fields, setting
 
@@ -20,6 +20,8 @@ Operation = Literal["add", "sub", "mul", "div"]
 @dataclass(frozen=True)
 class NumbersConfig:
     """How the numbers stage reads numbers and which nulls it draws."""
+
+    DEFAULT_PROMPTS: ClassVar[int] = 100 * 8 + 20 * 20  # estimated_prompts() of the defaults
 
     enabled: bool = setting(False, "run the numbers stage (minutes on a CPU; on in configs/thorough.yaml)")
     template: str = setting("add_eq_1", "template of the operand grid and the helix patch (its context comes first)")
@@ -47,6 +49,18 @@ class NumbersConfig:
     batch_size: int = setting(32, "prompts per forward", ge=1)
     n_boot: int = setting(1000, "bootstrap resamples", ge=10)
     seed: int = setting(0, "seed of shuffles, folds, draws and resamples")
+    max_prompts: int = setting(
+        20_000, "refuse ranges whose estimated prompt count (estimated_prompts) is above this, at load", ge=1
+    )
+
+    def estimated_prompts(self) -> int:
+        """The prompts the stage runs forward, to first order: each number in each context, and the full grid.
+
+        Returns:
+            ``(numbers) x contexts + (grid operands)^2``; the grid's prompts are also run backward once.
+        """
+        n, g = self.numbers[1] - self.numbers[0] + 1, self.grid[1] - self.grid[0] + 1
+        return n * self.contexts + g * g
 
     def __post_init__(self) -> None:
         check_fields(self)
@@ -61,6 +75,21 @@ class NumbersConfig:
             raise ConfigError(
                 f"numbers.numbers={[lo, hi]} has {hi - lo + 1} numbers; the helix and spectra need >= 20. "
                 "Fix: use e.g. [0, 99]."
+            )
+        if self.probe_folds > self.contexts:
+            raise ConfigError(
+                f"numbers.probe_folds={self.probe_folds} is above numbers.contexts={self.contexts}; each fold holds "
+                "out whole contexts, so some folds would test on nothing. "
+                f"Fix: set numbers.probe_folds <= {self.contexts}, or raise numbers.contexts."
+            )
+        if (cost := self.estimated_prompts()) > self.max_prompts:
+            n, g = self.numbers[1] - self.numbers[0] + 1, self.grid[1] - self.grid[0] + 1
+            raise ConfigError(
+                f"numbers.numbers={list(self.numbers)} and numbers.grid={list(self.grid)} ask for about {cost:,} "
+                f"prompts ({n} numbers x {self.contexts} contexts + {g}^2 grid prompts), above "
+                f"numbers.max_prompts={self.max_prompts:,} (the defaults take {NumbersConfig.DEFAULT_PROMPTS:,}, "
+                "minutes on a CPU). Fix: narrow numbers.grid (e.g. [0, 19]) and numbers.numbers (e.g. [0, 99]), "
+                "or raise numbers.max_prompts if you mean it."
             )
         if not self.periods or any(t < 2 for t in self.periods):
             raise ConfigError(f"numbers.periods={list(self.periods)} must be >= 2. Fix: use e.g. [2, 5, 10, 100].")

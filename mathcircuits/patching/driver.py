@@ -20,6 +20,7 @@ from collections.abc import Sequence
 import torch
 from tqdm.auto import tqdm
 
+from mathcircuits._schema import expect, expect_pairs
 from mathcircuits.data.pairs import PairSet, check_token_aligned, pair_batches, pair_keys
 from mathcircuits.models import HookedModel, fast_paths_enabled
 from mathcircuits.models.integrity import model_dtype, verify_once
@@ -79,6 +80,8 @@ def path_patch(
     Returns:
         A :class:`PatchingResult` (its ``metric`` is the metric's name).
     """
+    expect("path_patch", "model", model, HookedModel, "a HookedModel", "pass mc.load_model(...)'s result")
+    expect_pairs("path_patch", "dataset", dataset)
     metric = get_metric(metric)
     chosen = Senders.from_names(senders)
     if method not in METHODS:

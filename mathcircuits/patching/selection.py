@@ -37,6 +37,7 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
+from mathcircuits._schema import expect
 from mathcircuits.data import GenerationConfig
 from mathcircuits.models.heads import Head
 from mathcircuits.patching.config import Rule, SelectionConfig
@@ -108,6 +109,10 @@ def select_key_components(
     Returns:
         The :class:`KeyComponents`, carrying the result's model spec and the selection it was made with.
     """
+    expect(
+        "select_key_components", "result", result, PatchingResult, "a PatchingResult",
+        "pass path_patch(model, pairs)'s result (or PatchingResult.load(path))",
+    )  # fmt: skip
     given = {"rule": rule, "threshold": threshold, "k": k, "z": z, "max_k": max_k, "mlp_k": mlp_k}
     changes = {name: value for name, value in given.items() if value is not None}
     if changes.get("rule", "topk") not in RULES:

@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     )
     from mathcircuits.pipeline.lock import RunLock, RunLockedError
     from mathcircuits.pipeline.paths import RunPaths
+    from mathcircuits.pipeline.preflight import multi_digit_template
     from mathcircuits.pipeline.run import RunFolderError, check_run_folder, done_summary, run_pipeline, stage_status
     from mathcircuits.pipeline.stages import STAGES, Stage
 
@@ -47,6 +48,7 @@ _WHERE = {
     ),
     **dict.fromkeys(("RunLock", "RunLockedError"), "lock"),
     "RunPaths": "paths",
+    "multi_digit_template": "preflight",
     **dict.fromkeys(("RunFolderError", "check_run_folder", "done_summary", "run_pipeline", "stage_status"), "run"),
     **dict.fromkeys(("STAGES", "Stage"), "stages"),
     **dict.fromkeys(("IdentifySummary", "OperationTotal"), "stages.identify"),
@@ -77,6 +79,7 @@ __all__ = [
     "fact_use",
     "fingerprint",
     "load_run_results",
+    "multi_digit_template",
     "render_config",
     "run_pipeline",
     "select_pairs",

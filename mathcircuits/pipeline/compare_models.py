@@ -18,15 +18,16 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from mathcircuits._io import ResultFileError
+from mathcircuits._io import ResultFileError, read_json
 from mathcircuits.ablation import KnockoutResult
 from mathcircuits.analysis import AttentionByRole, MLPProbeResult
 from mathcircuits.claims import ClaimsCard
 from mathcircuits.crossmodel import ModelComparison, RunResults, compare_runs, write_comparison
+from mathcircuits.models import canonical_source
 from mathcircuits.patching import KeyComponents
 from mathcircuits.pipeline.config import ConfigError, RunConfig
 from mathcircuits.pipeline.paths import RunPaths
-from mathcircuits.pipeline.run import done_summary
+from mathcircuits.pipeline.run import done_summary, stage_status
 from mathcircuits.pipeline.stages.identify import IdentifySummary
 from mathcircuits.viz import find_chromium
 
@@ -64,6 +65,18 @@ def check_same_config(a: RunConfig, b: RunConfig, where: tuple[str, str]) -> Non
         )
 
 
+def _identity(paths: RunPaths) -> dict[str, Any]:
+    """The model section a run was made with (``.run.json``, which the user is not meant to edit)."""
+    try:
+        model = dict(read_json(paths.identity)["model"])
+    except (ValueError, KeyError, TypeError) as err:
+        raise FileNotFoundError(
+            f"{paths.identity} does not hold a run's identity ({type(err).__name__}). "
+            f"Fix: re-run the folder with mathcircuits run --out {paths.root} --force."
+        ) from err
+    return model | {"source": canonical_source(str(model.get("source")))}  # made under an alias: the same model
+
+
 def _optional(cls: type, path: Path) -> Any:
     return cls.load(path) if path.exists() else None
 
@@ -78,20 +91,33 @@ def load_run_results(folder: str | Path) -> tuple[RunResults, RunConfig]:
         ``(results, config)``; stages that were off leave their fields empty.
 
     Raises:
-        FileNotFoundError: not a run folder, or its identify or report stage has not run.
+        FileNotFoundError: not a run folder, or a stage not done for its config.yaml (markers and output hashes
+            checked as a resume checks them).
+        ConfigError: config.yaml names another model than the run's identity (``.run.json``).
     """
     paths = RunPaths(Path(folder))
-    if not paths.config.is_file():
+    if not paths.identity.is_file() or not paths.config.is_file():
         raise FileNotFoundError(
-            f"{folder} is not a run folder (no config.yaml). Fix: pass a folder written by `mathcircuits run`."
+            f"{folder} is not a run folder (no .run.json or config.yaml). "
+            "Fix: pass a folder written by `mathcircuits run`."
         )
-    for stage, path in (("identify", paths.key_components), ("report", paths.claims)):
-        if not path.exists():
-            raise FileNotFoundError(
-                f"{folder} has no {path.name}: its {stage} stage has not run. "
-                f"Fix: mathcircuits run --out {folder} (or mathcircuits {stage} --out {folder})."
-            )
+    identity = _identity(paths)
     cfg = RunConfig.load(paths.config)
+    if (identity.get("source"), identity.get("dtype")) != (cfg.model.source, cfg.model.dtype):
+        raise ConfigError(
+            f"{folder}: config.yaml names model {cfg.model.source!r}, but the run was made with "
+            f"{identity.get('source')!r} (.run.json); config.yaml was edited after the run. "
+            f"Fix: re-run it (mathcircuits run --out {folder} --config <its config>), or restore config.yaml."
+        )
+    # the integrity layer, as a resume sees it: every stage's marker matches config.yaml, and its outputs hash
+    unfinished = {n: s for n, s in stage_status(paths.root, cfg).items() if s.state != "done"}
+    if unfinished:
+        shown = "; ".join(f"{n}: {s}" for n, s in list(unfinished.items())[:4])
+        raise FileNotFoundError(
+            f"{folder} is not a finished run ({shown}{'; …' if len(unfinished) > 4 else ''}), so its results "
+            f"are not what its config.yaml describes. Fix: mathcircuits run --out {folder} --config "
+            f"{paths.config} (finishes or repairs it)."
+        )
     key = KeyComponents.load(paths.key_components)
     ops = done_summary(paths.root, "identify")
     if not isinstance(ops, IdentifySummary):
@@ -128,12 +154,15 @@ def compare_model_runs(run_a: str | Path, run_b: str | Path, out: str | Path) ->
 
     Raises:
         FileNotFoundError: a folder is not a finished run.
-        ConfigError: the two runs' configs differ outside the model section, or ``out`` is one of the run folders.
+        ConfigError: the two runs' configs differ outside the model section, or ``out`` lies inside a run folder.
     """
     out = Path(out)
     for run in (run_a, run_b):
-        if out.resolve() == Path(run).resolve():
-            raise ConfigError(f"--out {out} is the run folder {run}. Fix: write the comparison to a folder of its own.")
+        if out.resolve().is_relative_to(Path(run).resolve()):
+            raise ConfigError(
+                f"--out {out} lies inside the run folder {run}, whose files would then no longer match its markers. "
+                "Fix: write the comparison to a folder outside both runs."
+            )
     (a, cfg_a), (b, cfg_b) = load_run_results(run_a), load_run_results(run_b)
     check_same_config(cfg_a, cfg_b, (str(run_a), str(run_b)))
     cmp = compare_runs(a, b, seed=cfg_a.data.seed)

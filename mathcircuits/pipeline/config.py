@@ -32,10 +32,11 @@ from mathcircuits.data import Fact, GenerationConfig, load_templates
 from mathcircuits.evaluation.benchmarks import benchmark_spec
 from mathcircuits.evaluation.config import EvaluationConfig
 from mathcircuits.finetune import CompareConfig, Mode, SFTConfig
-from mathcircuits.models import ModelSpec, resolve_source
+from mathcircuits.models import ModelSpec, canonical_source, resolve_source
 from mathcircuits.numbers import NumbersConfig
 from mathcircuits.patching.config import PatchingConfig, SelectionConfig
 from mathcircuits.pipeline.facts import FactStage, stage_facts
+from mathcircuits.pipeline.preflight import check_templates
 
 __all__ = [
     "ConfigError",
@@ -95,6 +96,7 @@ class ModelSection:
 
     def __post_init__(self) -> None:
         check_fields(self)
+        object.__setattr__(self, "source", canonical_source(self.source))  # one name per model (aliases resolved)
         _check_device(self.device)
         if self.device_map and self.source.startswith("tiny-"):
             raise ConfigError(
@@ -228,6 +230,7 @@ class RunConfig:
 
     def __post_init__(self) -> None:
         # checks across sections, before a run writes anything (a stage would otherwise stop half-way)
+        check_templates(self)
         if self.compare.enabled:
             not_choice = [b for b in self.evaluation.benchmarks if _benchmark_kind(b) not in ("choice", None)]
             if not_choice:
@@ -320,11 +323,19 @@ class RunConfig:
             spec: the loaded model's spec.
 
         Raises:
-            ConfigError: a head count ``K`` (``precise@K``) above the model's heads; numbers layers or depths
-                outside the model, or a numbers template that is not loaded.
+            ConfigError: a head count ``K`` (``precise@K``, ``selection.k``) above the model's heads; numbers
+                layers or depths outside the model.
         """
         self._check_numbers(spec)
         total = spec.n_layers * spec.n_heads
+        sel = self.selection
+        if sel.rule == "topk" and sel.k > total or sel.mlp_k > spec.n_layers:
+            over, have = ("k", total) if sel.k > total else ("mlp_k", spec.n_layers)
+            raise ConfigError(
+                f"selection.{over}={getattr(sel, over)}, but {spec.describe()} has {have} "
+                f"{'heads' if over == 'k' else 'MLPs'}, so every one would be a key component. "
+                f"Fix: set selection.{over} <= {have} (a key set is a few of them)."
+            )
         for section, modes in (("finetune", self.finetune.modes), ("compare", self.compare.modes)):
             for m in modes:
                 if m.top_k is not None and m.top_k > total:
@@ -348,11 +359,6 @@ class RunConfig:
             raise ConfigError(
                 f"numbers.patch_depths has {deep}; a patch needs a block after it, and {spec.describe()} has "
                 f"{spec.n_layers}. Fix: use depths 1…{spec.n_layers - 1}."
-            )
-        loaded = load_templates(list(self.data.template_files) if self.data.template_files else None)
-        if n.template not in {t.id for s in loaded for t in s.templates}:
-            raise ConfigError(
-                f"numbers.template={n.template!r} is not a loaded template. Fix: name one, e.g. add_eq_1."
             )
 
     def save(self, path: str | Path) -> Path:

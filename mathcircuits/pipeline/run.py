@@ -37,7 +37,7 @@ import torch
 import yaml
 
 from mathcircuits._io import DISK_FULL, atomic_path, read_json, write_json
-from mathcircuits.models import check_versions, checks_run, fast_paths
+from mathcircuits.models import canonical_source, check_versions, checks_run, fast_paths
 from mathcircuits.models.compat import installed_versions
 from mathcircuits.models.memory import MemoryMeter, cuda_devices
 from mathcircuits.pipeline.config import ConfigError, RunConfig, fingerprint
@@ -55,7 +55,10 @@ from mathcircuits.pipeline.markers import (
     write_marker,
 )
 from mathcircuits.pipeline.paths import RunPaths
+from mathcircuits.pipeline.preflight import check_folders
 from mathcircuits.pipeline.stages import STAGES
+from mathcircuits.pipeline.stages.circuit import check_pool
+from mathcircuits.pipeline.stages.compare import check_sizes
 
 __all__ = [
     "STAGES",
@@ -126,6 +129,7 @@ LATER_SETTINGS: dict[str, dict[str, Any]] = {
     "data": {"counterfactual": "operator", "fewshot_operations": "same"},
     "patching": {"max_memory": ""},
     "model": {"device_map": ""},
+    "numbers": {"max_prompts": 20_000},
 }
 #: settings added later that only one choice of another setting reads: (section, setting) → (setting, value).
 #: Under any other value they change nothing, so they are left out of the fingerprints (``threshold_of`` is read
@@ -199,9 +203,10 @@ def _identity_model(paths: RunPaths) -> dict[str, Any] | None:
     """The model section the folder was created for (its identity file; older folders: config.yaml)."""
     if paths.identity.is_file():
         try:
-            return dict(read_json(paths.identity)["model"])
+            model = dict(read_json(paths.identity)["model"])
         except (ValueError, KeyError, TypeError, OSError):
             return None
+        return model | {"source": canonical_source(str(model.get("source")))}  # made under an alias: the same model
     if paths.config.is_file():
         try:
             return (yaml.safe_load(paths.config.read_text()) or {}).get("model") or None
@@ -290,8 +295,7 @@ def run_pipeline(
     paths = RunPaths(run_dir)
     names = list(STAGES)
     if only:
-        bad = [n for n in only if n not in STAGES]
-        if bad:
+        if bad := [n for n in only if n not in STAGES]:
             raise ConfigError(f"unknown stages {bad}. Fix: use some of {names}.")
         names = [n for n in names if n in only]
     check_versions()
@@ -299,9 +303,12 @@ def run_pipeline(
     current = stage_status(run_dir, cfg)
     _check_upstream(current, names)  # before anything is written: a refused stage leaves the folder as it was
     ctx = Context(run_dir, cfg, progress=progress, force=force)
-    if force or any(current[n].state != "done" for n in names):
+    if todo := [n for n in names if force or current[n].state != "done"]:
+        check_folders(cfg, todo)  # benchmark folders hold what is named in them
+        check_sizes(cfg, todo)  # the compare stage's fact splits hold the pairs asked for
         with fast_paths(cfg.model.fast_paths == "on"), quiet_dependencies(Path(os.devnull)):
             cfg.check_model(ctx.model.spec)  # e.g. precise@K within the model's heads; loads the model once
+            check_pool(ctx, todo)  # e.g. the circuit stage's pool covers what it evaluates
     lock = RunLock(paths.lock)
     try:
         run_dir.mkdir(parents=True, exist_ok=True)

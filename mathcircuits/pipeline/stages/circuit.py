@@ -17,7 +17,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from mathcircuits._io import ResultFileError, atomic_path
+from mathcircuits._schema import ConfigError
 from mathcircuits.circuit import Circuit, Faithfulness, discover_circuit, faithfulness, label_roles
+from mathcircuits.circuit.pool import scored_operands
 from mathcircuits.circuit.subcircuits import top_circuit
 from mathcircuits.data import Fact, GenerationConfig, facts_of, filter_correct, generate_pairs, score_pairs
 from mathcircuits.data.pairs import PairSet
@@ -26,7 +28,7 @@ from mathcircuits.pipeline.facts import FactUse, fact_use
 from mathcircuits.viz.circuit_graph import circuit_graph
 from mathcircuits.viz.faithfulness_curve import faithfulness_curve
 
-__all__ = ["CircuitBrief", "CircuitSummary", "run", "split_pairs"]
+__all__ = ["CircuitBrief", "CircuitSummary", "check_pool", "circuit_pairs", "circuit_templates", "run", "split_pairs"]
 
 
 @dataclass(frozen=True)
@@ -83,7 +85,8 @@ def split_pairs(dataset: PairSet, n_discovery: int, n_eval: int, seed: int) -> t
     return sorted(order[:n_discovery]), sorted(order[n_discovery : n_discovery + n_eval])
 
 
-def _templates(ctx: Context, op: str) -> list[str]:
+def circuit_templates(ctx: Context, op: str) -> list[str]:
+    """The templates of ``op`` the stage draws pairs from (``circuit.template_ids``, else the data section's)."""
     c, d = ctx.config.circuit, ctx.config.data
     ids = c.template_ids or tuple(t for t in (d.template_ids or ()) if t not in d.heldout_templates)
     sets = ctx.templates()
@@ -91,11 +94,13 @@ def _templates(ctx: Context, op: str) -> list[str]:
     return [t for t in known if not ids or t in ids]
 
 
-def _pairs(ctx: Context, op: str, n: int, seed: int, own_facts: bool = True) -> PairSet:
-    """Pairs of ``op``'s circuit templates: of the circuit stage's facts (``own_facts``), or of any (the pool)."""
+def circuit_pairs(ctx: Context, op: str, n: int, seed: int, own_facts: bool = True) -> PairSet:
+    """``n`` pairs per template of ``op`` as the stage generates them: its candidates, of the circuit stage's facts
+    (``own_facts``), or its pool, of any fact."""
     d, c = ctx.config.data, ctx.config.circuit
+    ids = tuple(circuit_templates(ctx, op))
     gen = GenerationConfig(
-        operations=(op,), template_ids=tuple(_templates(ctx, op)), n_per_template=n, operand_range=d.operand_range,
+        operations=(op,), template_ids=ids, n_per_template=n, operand_range=d.operand_range,
         fewshot=d.fewshot, fewshot_operations=d.fewshot_operations, allow_negative=d.allow_negative,
         integer_only=d.integer_only,
         multi_token_answers=d.multi_token_answers, counterfactual=c.counterfactual, seed=seed,
@@ -121,9 +126,9 @@ def run(ctx: Context) -> CircuitSummary:
     skipped: dict[str, int] = {}
     used: set[Fact] = set()
     for op in ctx.config.data.operations:
-        if not _templates(ctx, op):
+        if not circuit_templates(ctx, op):
             continue
-        scored = score_pairs(model, _pairs(ctx, op, c.n_per_template, ctx.config.data.seed), device=model.device)
+        scored = score_pairs(model, circuit_pairs(ctx, op, c.n_per_template, ctx.config.data.seed), device=model.device)
         correct = filter_correct(scored) if ctx.config.data.keep_only_correct else scored
         if len(correct) < c.min_pairs:
             skipped[op] = len(correct)
@@ -142,7 +147,9 @@ def run(ctx: Context) -> CircuitSummary:
             faith = Faithfulness.load(paths.circuit_faithfulness(op))
         except (FileNotFoundError, ResultFileError):
             # the pool only supplies position means (the scored operands left out), so it may hold any fact
-            pool = _pairs(ctx, op, c.pool_per_template, ctx.config.data.seed + 1, own_facts=False)
+            pool = circuit_pairs(ctx, op, c.pool_per_template, ctx.config.data.seed + 1, own_facts=False)
+            if "position_mean" in c.ablations and (missing := _uncovered(ev, pool)):
+                _refuse_pool(ctx, op, ev, missing)  # before its faithfulness runs: the setting that fixes it
             faith = faithfulness(model, ev, found, pool=pool, **c.faithfulness_kwargs(), seed=ctx.config.data.seed)
             faith.save(paths.circuit_faithfulness(op))
         with atomic_path(paths.circuit_graph(op)) as tmp:
@@ -163,3 +170,64 @@ def run(ctx: Context) -> CircuitSummary:
         )
     facts = fact_use("circuit", frozenset(used), ctx.config.data.stage_facts())
     return CircuitSummary(circuits=out, skipped=skipped, facts=facts)
+
+
+#: the largest counterfactual pool per template :func:`check_pool` tries when it looks for the fix
+POOL_SEARCH_LIMIT = 4096
+
+
+def _keys(ds: PairSet) -> list[tuple[str, int, int]]:
+    cols = ds[:]
+    return [(t, len(p), len(a)) for t, p, a in zip(cols["template_id"], cols["tokens"], cols["answer_tokens"])]
+
+
+def _uncovered(evaluated: PairSet, pool: PairSet) -> list[tuple[str, int, int]]:
+    """Keys (template, prompt tokens, answer tokens) of the evaluated pairs that no pool prompt has once the
+    evaluated pairs' operands are left out, as :func:`~mathcircuits.circuit.faithfulness` leaves them out."""
+    taken = scored_operands(evaluated)
+    usable = {k for k, t, a, b in zip(_keys(pool), pool["template_id"], pool["a"], pool["b"]) if (t, a, b) not in taken}
+    return sorted(set(_keys(evaluated)) - usable)
+
+
+def _refuse_pool(ctx: Context, op: str, evaluated: PairSet, missing: list[tuple[str, int, int]]) -> None:
+    """Raise the error that names ``circuit.pool_per_template`` and a size whose pool covers ``evaluated``."""
+    c, seed = ctx.config.circuit, ctx.config.data.seed
+    size = c.pool_per_template
+    while size < POOL_SEARCH_LIMIT and _uncovered(evaluated, circuit_pairs(ctx, op, size, seed + 1, own_facts=False)):
+        size *= 2
+    enough = f"e.g. {size}" if size < POOL_SEARCH_LIMIT else "much larger"
+    t, n, a = missing[0]
+    raise ConfigError(
+        f"the circuit stage's counterfactual pool ({c.pool_per_template} prompts per template) has no prompt "
+        f"of template {t!r} with {n} prompt tokens and {a} answer tokens that the evaluated pairs leave in, so "
+        f"position_mean has nothing to average ({len(missing)} such template/length group(s) for {op}). "
+        f"Fix: raise circuit.pool_per_template ({enough}), or leave position_mean out of circuit.ablations."
+    )
+
+
+def check_pool(ctx: Context, names: list[str]) -> None:
+    """Before any stage writes: the circuit stage's pool covers the pairs it will evaluate (tokenizer only).
+
+    The evaluated pairs are known in advance when ``data.keep_only_correct`` is false (the stage then evaluates
+    its generated pairs, split by seed); otherwise they depend on the model's answers and the stage checks its
+    pool when it has them, with the same message.
+
+    Args:
+        ctx: the run context (its model is loaded).
+        names: the stages that will run.
+
+    Raises:
+        ConfigError: naming ``circuit.pool_per_template`` and a size that covers every evaluated pair.
+    """
+    c, d = ctx.config.circuit, ctx.config.data
+    if "circuit" not in names or not c.enabled or "position_mean" not in c.ablations or d.keep_only_correct:
+        return
+    for op in d.operations:
+        if not circuit_templates(ctx, op):
+            continue
+        cand = circuit_pairs(ctx, op, c.n_per_template, d.seed)
+        if len(cand) < c.min_pairs:
+            continue  # the stage skips the operation (and says so)
+        evaluated = cand.select(split_pairs(cand, c.discovery_pairs, c.eval_pairs, d.seed)[1])
+        if missing := _uncovered(evaluated, circuit_pairs(ctx, op, c.pool_per_template, d.seed + 1, own_facts=False)):
+            _refuse_pool(ctx, op, evaluated, missing)

@@ -27,6 +27,7 @@ import logging
 import math
 import os
 import random
+from collections import Counter
 from dataclasses import dataclass, field
 from functools import partial
 
@@ -36,6 +37,7 @@ import torch
 from transformers import PreTrainedModel
 
 from mathcircuits._io import write_json
+from mathcircuits._schema import ConfigError
 from mathcircuits.claims import Verdict
 from mathcircuits.claims.improve import claim_c6_units, claim_c6b
 from mathcircuits.data import GenerationConfig, default_benchmark_root, generate_pairs, score_pairs, split_facts
@@ -47,12 +49,13 @@ from mathcircuits.finetune import ItemScores, Mode, Scorers, build_sft_dataset, 
 from mathcircuits.finetune.effects import effects_table, pareto_points, scores_matrix
 from mathcircuits.models import HFForward, PrefixRunner
 from mathcircuits.patching import KeyComponents, PatchingResult, SelectionConfig, select_key_components
+from mathcircuits.pipeline.config import RunConfig
 from mathcircuits.pipeline.context import Context, StageSummary, save_csv, save_dataset
 from mathcircuits.power import detectable_difference
 from mathcircuits.viz import find_chromium, save_figures, sft_delta_bars, sft_sweep_curves
 from mathcircuits.viz.improve import pareto_plot
 
-__all__ = ["CompareSummary", "run"]
+__all__ = ["CompareSummary", "check_sizes", "run"]
 
 log = logging.getLogger(__name__)
 
@@ -88,11 +91,13 @@ class CompareSummary(StageSummary):
     units: int = 0
     cpu_s: float = 0.0
     files: list[str] = field(default_factory=list)
+    fewer_than_requested: dict[str, str] = field(default_factory=dict)
 
     def lines(self) -> list[str]:
         if self.skipped:
             return [f"  skipped: {self.skipped}"]
         out = [f"  pairs: train {self.train_pairs}, validation {self.validation_pairs}, test {self.test_pairs}"]
+        out += [f"  note: {split} pairs capped: {why}" for split, why in self.fewer_than_requested.items()]
         out += [f"  {self.units} units, {self.cpu_s / 3600:.2f} CPU hours"]
         for mode, lr in self.selected.items():
             edge = self.at_edge.get(mode, "")
@@ -106,6 +111,32 @@ class CompareSummary(StageSummary):
             out.append(f"  power: {self.power}")
         out += [f"  {c.id} {c.verdict}: {c.measurement}" for c in self.claims]
         return out
+
+
+def check_sizes(cfg: RunConfig, names: list[str]) -> None:
+    """Refuse pairs per template that the facts of a split cannot give (each fact makes one pair per template),
+    when the stage is among ``names`` and enabled.
+
+    Raises:
+        ConfigError: naming the setting and the most the split holds.
+    """
+    c, f = cfg.compare, cfg.finetune
+    if "compare" not in names or not c.enabled:
+        return
+    gen = GenerationConfig(operations=cfg.data.operations, operand_range=f.operand_range)
+    parts = split_facts(gen, dict(zip(SPLITS, c.fact_shares)), seed=f.seed)
+    names = {"train": "finetune.train_pairs_per_template", "validation": "compare.validation_pairs_per_template",
+             "test": "compare.test_pairs_per_template"}  # fmt: skip
+    sizes = {"train": f.train_pairs_per_template, "validation": c.validation_pairs_per_template,
+             "test": c.test_pairs_per_template}  # fmt: skip
+    for split in SPLITS:
+        most = min(Counter(op for op, _, _ in parts[split]).values())
+        if sizes[split] > most:
+            raise ConfigError(
+                f"{names[split]}={sizes[split]}, but the {split} facts (its share of finetune.operand_range "
+                f"{list(f.operand_range)}, compare.fact_shares) give at most {most} pairs per template. "
+                f"Fix: set {names[split]} <= {most}, or widen finetune.operand_range."
+            )
 
 
 def _fact_pairs(ctx: Context, facts: frozenset[tuple[str, int, int]], per_template: int, seed: int) -> datasets.Dataset:
@@ -207,8 +238,15 @@ def run(ctx: Context) -> CompareSummary:
     sizes = {"train": f.train_pairs_per_template, "validation": c.validation_pairs_per_template,
              "test": c.test_pairs_per_template}  # fmt: skip
     pairs = {s: _fact_pairs(ctx, parts[s], sizes[s], f.seed + 101 * (i + 1)) for i, s in enumerate(SPLITS)}
+    fewer = {}
     for split, ds in pairs.items():
         save_dataset(ds, paths.compare_pairs(split))
+        made = Counter(ds["template_id"])
+        if min(made.values(), default=0) < sizes[split]:
+            fewer[split] = (
+                f"{min(made.values(), default=0)}-{max(made.values(), default=0)} per template of the "
+                f"{sizes[split]} asked for (its {len(parts[split])} facts hold no more)"
+            )
     items = _generic_items(ctx)
     plan = c.plan(f.max_steps)
     execute = partial(
@@ -268,4 +306,5 @@ def run(ctx: Context) -> CompareSummary:
         units=len(cmp.records),
         cpu_s=cmp.cpu_s,
         files=[str(p) for p in (paths.compare_table, paths.compare_points, paths.compare_sweep)] + files,
+        fewer_than_requested=fewer,
     )

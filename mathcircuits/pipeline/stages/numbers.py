@@ -47,6 +47,7 @@ class NumbersSummary(StageSummary):
     neurons: str = ""
     skipped: dict[str, str] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
 
     def lines(self) -> list[str]:
         if self.disabled:
@@ -66,6 +67,7 @@ class NumbersSummary(StageSummary):
             f"  neurons: {self.neurons or 'skipped'}",
         ]
         out += [f"  skipped {k}: {v}" for k, v in self.skipped.items()]
+        out += [f"  note: {n}" for n in self.notes]
         out.append("  time: " + ", ".join(f"{k} {v:.0f} s" for k, v in self.timings.items()))
         return out
 
@@ -120,6 +122,13 @@ def run(ctx: Context) -> NumbersSummary:
 
     kw = {"n_boot": c.n_boot, "seed": c.seed}
     contexts = number_contexts(model.tokenizer, sets, c.context_operations, c.contexts, first=c.template)
+    notes = []
+    if len(contexts) < c.contexts:  # a cap, never silent: the templates give no more distinct contexts
+        notes.append(
+            f"{len(contexts)} contexts of the {c.contexts} asked for (numbers.contexts): the templates of "
+            f"numbers.context_operations give no more"
+            + (f"; the probes use {len(contexts)} folds, not {c.probe_folds}" if len(contexts) < c.probe_folds else "")
+        )
     states = number_states(model, range(c.numbers[0], c.numbers[1] + 1), contexts, c.batch_size)
     lap("states")
     spectra = number_spectra(states, n_shuffles=c.n_shuffles, **kw)
@@ -199,4 +208,5 @@ def run(ctx: Context) -> NumbersSummary:
         neurons=neuron_text,
         skipped=skipped,
         timings=times,
+        notes=notes,
     )

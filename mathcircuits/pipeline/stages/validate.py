@@ -46,6 +46,7 @@ from mathcircuits.patching import KeyComponents, PatchingResult, median_depth, s
 from mathcircuits.pipeline.context import Context, StageSummary, save_csv, select_pairs, template_spread
 from mathcircuits.pipeline.facts import FactUse, fact_use, stage_rows
 from mathcircuits.pipeline.stages.identify import IdentifySummary, patched_facts
+from mathcircuits.pipeline.preflight import multi_digit_template
 
 __all__ = ["ControlBrief", "KnockoutBrief", "ValidateSummary", "fresh_pairs", "run"]
 
@@ -148,13 +149,13 @@ def _transfer_sets(ctx: Context, correct: PairSet) -> dict[str, PairSet]:
         sets["add word templates (time span, accumulation)"] = generate_pairs(
             tok, templates, GenerationConfig(operations=("add",), template_ids=ids, n_per_template=4, seed=d.seed + 1)
         )
-    if v.transfer_multi_digit:
+    if v.transfer_multi_digit:  # the config check made sure the rule finds a template
         sets["add two-digit operands"] = generate_pairs(
             tok,
             templates,
             GenerationConfig(
                 operations=("add",),
-                template_ids=("add_eq_1",),
+                template_ids=(str(multi_digit_template(ctx.config)),),
                 operand_range=(10, 99),
                 n_per_template=v.max_pairs,
                 seed=d.seed + 2,

@@ -1,0 +1,138 @@
+"""Checks of a run's settings against its data, before any stage writes (issue #36).
+
+A setting can be well-typed and still fail only when a stage meets the data: a template that cannot give a
+context, a benchmark folder without the named benchmark, a counterfactual pool with no prompt of an evaluated
+template and length. These checks run at load (:func:`check_templates` from
+:class:`~mathcircuits.pipeline.config.RunConfig`; :func:`check_folders` from ``run_pipeline`` before the run
+folder is touched, for the stages that will run; the circuit stage's pool check, which needs the tokenizer,
+after the model is loaded: ``stages.circuit.check_pool``). Each error names the setting that fixes it.
+
+Every template a stage uses is chosen by a declared rule from the loaded templates
+(:func:`multi_digit_template`), never by a hard-coded id.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from mathcircuits._schema import ConfigError
+from mathcircuits.data import default_benchmark_root, load_templates, read_word_problems
+from mathcircuits.evaluation.benchmarks import load_benchmark
+
+if TYPE_CHECKING:
+    from mathcircuits.pipeline.config import RunConfig
+
+__all__ = ["check_folders", "check_templates", "multi_digit_template"]
+
+
+def _loaded(cfg: RunConfig) -> list:
+    files = cfg.data.template_files
+    return load_templates(list(files) if files else None)
+
+
+def multi_digit_template(cfg: RunConfig) -> str | None:
+    """The template of validate's two-digit transfer set: the first ``add`` template without word pools, taken
+    from ``data.template_ids`` in order (held-out templates left out), else from the loaded files in order.
+
+    Args:
+        cfg: the run config.
+
+    Returns:
+        Its id, or None when no such template is loaded.
+    """
+    plain = [t.id for s in _loaded(cfg) for t in s.templates if t.operation == "add" and not t.pools]
+    named = [t for t in cfg.data.template_ids or () if t in plain and t not in cfg.data.heldout_templates]
+    return (named or plain or [None])[0]
+
+
+def check_templates(cfg: RunConfig) -> None:
+    """The templates each enabled stage needs are loaded and fit their use.
+
+    Raises:
+        ConfigError: naming the setting (``numbers.template``, ``validation.transfer_multi_digit``).
+    """
+    loaded = {t.id: t for s in _loaded(cfg) for t in s.templates}
+    n = cfg.numbers
+    if n.enabled:
+        fit = sorted(i for i, t in loaded.items() if not t.pools and t.operation in n.context_operations)
+        tpl = loaded.get(n.template)
+        if tpl is None or tpl.pools or tpl.operation not in n.context_operations:
+            why = (
+                "is not a loaded template"
+                if tpl is None
+                else f"has word pools ({', '.join(tpl.pools)}), which the operand grid and helix patch cannot fill"
+                if tpl.pools
+                else f"is a {tpl.operation} template, not one of numbers.context_operations"
+            )
+            raise ConfigError(
+                f"numbers.template={n.template!r} {why}. Fix: set numbers.template to one of {fit[:8]}"
+                f"{', …' if len(fit) > 8 else ''}" + ("." if fit else ", or load data_templates/arithmetic.yaml.")
+            )
+    v = cfg.validation
+    if v.transfer_multi_digit and multi_digit_template(cfg) is None:
+        raise ConfigError(
+            "validation.transfer_multi_digit is on, but data.template_files load no add template without word "
+            "pools to write two-digit sums with. Fix: set validation.transfer_multi_digit: false, or add a file "
+            "with such a template (e.g. data_templates/arithmetic.yaml) to data.template_files."
+        )
+
+
+def _root(setting: str, value: str | None) -> Path | None:
+    if value is None:
+        return default_benchmark_root()
+    root = Path(value).expanduser()
+    if not root.is_dir():
+        raise ConfigError(
+            f"{setting}={value!r} is not an existing folder. Fix: point {setting} at the folder that holds "
+            "SVAMP/, AddSub/, ARC-Easy/, … (e.g. ../shared/data/benchmarks), or set it to null."
+        )
+    return root
+
+
+def _reason(err: BaseException) -> str:
+    return " ".join(str(err).split(" Fix:")[0].split()).rstrip(".")
+
+
+def check_folders(cfg: RunConfig, names: list[str]) -> None:
+    """The benchmark folders the enabled stages read exist and hold what is named in them.
+
+    Only a folder that is set (the setting, ``$MATHCIRCUITS_BENCHMARKS`` or the default found) is read: with
+    none, the stages skip benchmarks with a warning, as documented.
+
+    Args:
+        cfg: the run config.
+        names: the stages that will run.
+
+    Raises:
+        ConfigError: naming ``evaluation.root`` / ``evaluation.benchmarks`` or
+            ``validation.word_problem_root`` / ``validation.word_problem_sets``.
+    """
+    e, v = cfg.evaluation, cfg.validation
+    try:
+        eval_root = _root("evaluation.root", e.root)
+        wp_root = _root("validation.word_problem_root", v.word_problem_root)
+    except FileNotFoundError as err:  # $MATHCIRCUITS_BENCHMARKS names no folder
+        raise ConfigError(" ".join(str(err).split())) from err
+    reads = ("evaluate" in names and e.enabled) or ("compare" in names and cfg.compare.enabled)
+    if reads and eval_root is not None:
+        for name in e.benchmarks:
+            try:
+                load_benchmark(name, path=eval_root, limit=1)
+            except (OSError, ValueError, KeyError) as err:
+                raise ConfigError(
+                    f"evaluation.benchmarks has {name!r}, which cannot be read from {eval_root}: {_reason(err)}. "
+                    f"Fix: set evaluation.root to the folder that holds it, or remove {name!r} from "
+                    "evaluation.benchmarks."
+                ) from err
+    if "validate" in names and wp_root is not None:
+        for name in v.word_problem_sets:
+            f = wp_root / name / "test.json"
+            try:
+                read_word_problems(f)
+            except (OSError, ValueError, KeyError) as err:
+                raise ConfigError(
+                    f"validation.word_problem_sets has {name!r}, but {f} cannot be read: {_reason(err)}. "
+                    "Fix: set validation.word_problem_root to the folder that holds it, or remove "
+                    f"{name!r} from validation.word_problem_sets."
+                ) from err
