@@ -14,6 +14,7 @@
   necessity, completeness, minimality, the denominator and the ill-conditioned rule);
 * :mod:`.edge_scores`, :mod:`.mib`: :class:`EdgeScores` (a signed score per edge of the whole graph) and
   :func:`mib_scores`, MIB's faithfulness over the edge-percentage grid, CPR and CMD;
+* :mod:`.graph_files`: :func:`write_graph` / :func:`read_graph`, EAP-IG / MIB graph JSON files;
 * :mod:`.roles`: :func:`label_roles`, what each node does;
 * :mod:`.config`: :class:`CircuitConfig`, the ``circuit`` section of a run.
 """
@@ -27,6 +28,7 @@ from mathcircuits.circuit.discover import discover_circuit
 from mathcircuits.circuit.edge_scores import INPUT, EdgeKey, EdgeScores, ScoreMethod, graph_edges
 from mathcircuits.circuit.edges import check_edges, exact_edges, patched_inputs, receiver_effects
 from mathcircuits.circuit.faithfulness import faithfulness
+from mathcircuits.circuit.graph_files import GraphFile, read_graph, write_graph
 from mathcircuits.circuit.intervene import AblationValues, Wiring, check_circuit_run, circuit_logprob, resample_values
 from mathcircuits.circuit.mib import MIBMetric, area_under, mib_scores, prune_edges
 from mathcircuits.circuit.mib_result import MIB_PERCENTAGES, MIBScores
@@ -60,6 +62,7 @@ __all__ = [
     "EdgeScores",
     "Faithfulness",
     "FaithfulnessSettings",
+    "GraphFile",
     "MIBMetric",
     "MIBScores",
     "Node",
@@ -93,6 +96,7 @@ __all__ = [
     "position_scores",
     "prune_edges",
     "random_wiring",
+    "read_graph",
     "receiver_effects",
     "reference_edges",
     "resample_values",
@@ -101,4 +105,5 @@ __all__ = [
     "top_wiring",
     "upstream_senders",
     "wiring_of",
+    "write_graph",
 ]
