@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from functools import partial
 from typing import Any, Literal, TypeAlias
 
 import torch
@@ -128,12 +129,18 @@ def _logit_diff(first: Tensor, good: Tensor, bad: Tensor) -> Any:
     return readout
 
 
-def _check(model: HookedModel, b: Any, values: Any, masks: Tensor, circuits: list[set[int]], which: list[int]):
-    """The masked run against the position-wise run on circuits ``which`` of one batch: (difference, tolerance)."""
+def _check(model: HookedModel, b: Any, values: Any, order: list[int]) -> tuple[float, float]:
+    """The masked run against the position-wise run on one batch (difference, tolerance): the empty circuit and the
+    smallest top-n circuit of the ranking that survives pruning (n = 32, 64, …; small, so the slow run is cheap)."""
     labels, g = sorted(b.where), model.spec.group_size
     edges = graph_edges(model.spec, block_structure(model).parallel)
-    fast = masked_run(model, b, values, masks[which], answer_logprob)
-    plain = circuit_logprob(model, b, values, [_wiring(edges, circuits[i], labels, g) for i in which])
+    small: set[int] = set()
+    n = 32
+    while not small and n <= len(order):
+        small, n = prune_edges(edges, set(order[:n]), g), 2 * n
+    circuits = [set(), small]
+    fast = masked_run(model, b, values, edge_masks(model.spec, edges, circuits), answer_logprob)
+    plain = circuit_logprob(model, b, values, [_wiring(edges, c, labels, g) for c in circuits])
     return compare(fast, plain, model_dtype(model), model_depth(model))
 
 
@@ -236,12 +243,8 @@ def mib_scores(
         values = resample_values(model, b, store)
         if masks is not None:
             if check:
-                small = [0, next((i for i, c in enumerate(circuits) if c), 0)]
-                verify_once(
-                    model.bridge,
-                    "MIB masked run",
-                    lambda b=b, v=values, w=small: _check(model, b, v, masks, circuits, w),
-                )
+                check_run = partial(_check, model, b, values, rankings["absolute"])
+                verify_once(model.bridge, "MIB masked run", check_run)
             parts_run.append(masked_run(model, b, values, masks, readout, store=store))
         else:
             wirings = [_wiring(edges, c, labels, g) for c in circuits]

@@ -6,7 +6,7 @@ circuit and batch of 4 pairs. This run does what EAP-IG's ``evaluate_graph`` doe
 change ``Δ_s = out_s − out_s^cf`` at every suffix position is stacked (``[rows, pos, sender, d_model]``: the input's
 embedding, each head's ``z W_O``, each MLP's output) and each receiver reads::
 
-    x_r = resid − Σ_s (1 − kept[s, r]) · Δ_s          (one einsum per layer and input kind)
+    x_r = resid − Σ_s (1 − kept[s, r]) · Δ_s          (one batched matmul per layer and input kind)
 
 then its own input map (a head's ``W_Q`` of the normed ``x_r``; a KV group's ``W_K``/``W_V``; an MLP's input norm;
 the logits read ``resid_post`` minus the sum). Every receiver is rebuilt, in the circuit or not: one whose edges are
@@ -91,10 +91,10 @@ class _Masked:
 
     def _fix(self, x: Tensor, bwd: Sequence[int], prev: int) -> Tensor:
         """``x`` [C·B, S, d] minus the patched senders' Δ for each receiver: [C·B, S, n_receivers, d]."""
-        cut = self.cut[:, :prev, list(bwd)].to(x.device, x.dtype)  # [C, prev, R]
-        D = self.D[:, :, :prev].to(x.dtype).reshape(self.C, self.B, *self.D.shape[1:2], prev, -1)
-        corr = torch.einsum("cbsnd,cnr->cbsrd", D, cut).reshape(self.C * self.B, x.shape[1], len(bwd), -1)
-        return x[:, :, None] - corr
+        cut = self.cut[:, :prev, list(bwd)].to(x.device, x.dtype).transpose(1, 2)  # [C, R, prev]
+        D = self.D[:, :, :prev].to(x.dtype).reshape(self.C, self.B * x.shape[1], prev, -1)  # [C, B·S, prev, d]
+        corr = torch.matmul(cut[:, None], D)  # [C, B·S, R, d]: one batched matmul per circuit
+        return x[:, :, None] - corr.reshape(self.C * self.B, x.shape[1], len(bwd), -1)
 
     def keep(self, act: Tensor, hook: Any, name: str) -> None:
         if self.busy:
