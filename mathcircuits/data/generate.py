@@ -57,6 +57,7 @@ import datasets
 
 from mathcircuits._schema import check_fields, expect, kind_of, setting
 from mathcircuits._schema import from_dict as config_from_dict
+from mathcircuits.data.mib_kinds import MIB_KINDS, mib_cf_operands
 from mathcircuits.data.templates import OPERATIONS, Template, TemplateSet
 from mathcircuits.data.tokenizer_id import tokenizer_fingerprint
 
@@ -75,10 +76,13 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-#: The counterfactual prompt of a pair: the operator swapped (the paper's), or other operands and another answer.
-Counterfactual: TypeAlias = Literal["operator", "operands"]
-#: Which operations the few-shot examples show: every operation of the set (the default: the prefix does not name
-#: the query's operation), or the query's own (the paper's).
+#: The counterfactual prompt of a pair: the operator swapped (the paper's), other operands and another answer, or
+#: one of MIB's operand kinds (:mod:`.mib_kinds`: which digits change).
+Counterfactual: TypeAlias = Literal[
+    "operator", "operands", "random_counterfactual", "ones_op1", "ones_op2", "tens_op1", "tens_op2", "ones_carry"
+]
+#: Which operations the few-shot examples show: every operation of the set in turn (the default: the prefix does
+#: not name the query's operation), every example of every operation, or the query's own (the paper's).
 FewshotOperations: TypeAlias = Literal["same", "neutral", "mixed"]
 
 
@@ -544,6 +548,11 @@ def generate_pairs(
                     last_error = f"no operand pair differs from ({a}, {b}) in both operands and the answer"
                     continue
                 cf_operands = rng.choice(others)
+            elif config.counterfactual in MIB_KINDS:
+                cf_operands = mib_cf_operands(config.counterfactual, tpl.operation, a, b, ans, candidates, rng)
+                if cf_operands is None:
+                    last_error = f"no {config.counterfactual} counterfactual of ({a}, {b}) in operand_range"
+                    continue
             try:
                 rec = render_pair(
                     tokenizer,
@@ -566,6 +575,8 @@ def generate_pairs(
                 continue
             if len(rec["answer_tokens"]) > 1 and config.multi_token_answers == "refuse":
                 continue
+            if config.counterfactual in MIB_KINDS:
+                rec["counterfactual"] = config.counterfactual
             records.append(rec)
             made += 1
         if 0 < made < config.n_per_template:  # a note, never a silent cap: the stages also list it in summaries

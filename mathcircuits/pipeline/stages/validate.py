@@ -45,8 +45,8 @@ from mathcircuits.data import (
 from mathcircuits.patching import KeyComponents, PatchingResult, median_depth, select_key_components
 from mathcircuits.pipeline.context import Context, StageSummary, save_csv, select_pairs, template_spread
 from mathcircuits.pipeline.facts import FactUse, fact_use, stage_rows
-from mathcircuits.pipeline.stages.identify import IdentifySummary, patched_facts
 from mathcircuits.pipeline.preflight import multi_digit_template
+from mathcircuits.pipeline.stages.identify import IdentifySummary, patched_facts
 
 __all__ = ["ControlBrief", "KnockoutBrief", "ValidateSummary", "fresh_pairs", "run"]
 
