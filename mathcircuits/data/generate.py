@@ -23,8 +23,8 @@ example of every operation (a prefix about four times longer). After a prefix of
 is redundant, after a neutral or mixed one it is necessary, so the operator counterfactual measures what the
 operator token does rather than what the prefix already says (issue #35: with ``"same"``, the paper's,
 ``'2 + 4 = 6 ... 6 $ 5 = '`` still names the operation). A set with one operation only (word problems,
-exponentiation) has nothing to mix: its prefix is that operation's examples under either setting. Reference and counterfactual share the
-prefix, so they stay token-aligned.
+exponentiation) has nothing to mix: its prefix is that operation's examples under any setting. Reference and
+counterfactual share the prefix, so they stay token-aligned.
 Each record also stores the token positions of operand A, operand B, the
 operator and the last token, and the answer's token ids.
 
