@@ -25,7 +25,7 @@ if [ ! -f "$STAMP" ] || [ "$(cat "$STAMP")" != "$WANT" ]; then
   fi
   if [ "${MATHCIRCUITS_LATEST:-0}" = "1" ]; then
     echo "[setup] MATHCIRCUITS_LATEST=1: installing the newest releases pyproject.toml allows (not the lock)"
-    "${PIP[@]}" --upgrade --upgrade-strategy eager -e ".[test,export]"
+    "${PIP[@]}" --upgrade --upgrade-strategy eager -e ".[test,export,notebooks]"
   else
     echo "[setup] installing the locked dependencies (requirements.lock), then mathcircuits"
     "${PIP[@]}" -r requirements.lock
