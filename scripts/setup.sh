@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Create or reuse .venv, install torch first (CPU build), then the locked dependencies (requirements.lock: the
-# exact versions the test suite passed with), the project, the data-only wheels (models, benchmark files) and
-# chromium. MATHCIRCUITS_LATEST=1 installs the newest releases pyproject.toml allows instead of the lock.
+# exact versions the test suite passed with, JupyterLab and ipywidgets for notebooks/ included), the project, the
+# data-only wheels (models, benchmark files) and chromium. MATHCIRCUITS_LATEST=1 installs the newest releases
+# pyproject.toml allows instead of the lock.
 # Called by scripts/run-default.sh and scripts/test.sh; safe to run again (it skips what is already done).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
