@@ -22,7 +22,7 @@ else
 fi
 SOURCES=(--find-links "${MATHCIRCUITS_TORCH_WHEELS:-/opt/wheels}")
 [ -n "${MATHCIRCUITS_TORCH_INDEX:-}" ] && SOURCES+=(--extra-index-url "$MATHCIRCUITS_TORCH_INDEX" --index-strategy unsafe-best-match)
-"$UV" pip compile pyproject.toml --extra test --extra export -c "$CONSTRAINTS" "${SOURCES[@]}" \
+"$UV" pip compile pyproject.toml --extra test --extra export --extra notebooks -c "$CONSTRAINTS" "${SOURCES[@]}" \
   --no-emit-package torch --python-version 3.11 --python-platform x86_64-manylinux_2_28 \
   --no-header --annotation-style line -q -o requirements.lock.new
 {

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Create or reuse .venv, install torch first (CPU build), then the locked dependencies (requirements.lock: the
-# exact versions the test suite passed with), the project, the data-only wheels (models, benchmark files) and
-# chromium. MATHCIRCUITS_LATEST=1 installs the newest releases pyproject.toml allows instead of the lock.
+# exact versions the test suite passed with, JupyterLab and ipywidgets for notebooks/ included), the project, the
+# data-only wheels (models, benchmark files) and chromium. MATHCIRCUITS_LATEST=1 installs the newest releases
+# pyproject.toml allows instead of the lock.
 # Called by scripts/run-default.sh and scripts/test.sh; safe to run again (it skips what is already done).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -25,7 +26,7 @@ if [ ! -f "$STAMP" ] || [ "$(cat "$STAMP")" != "$WANT" ]; then
   fi
   if [ "${MATHCIRCUITS_LATEST:-0}" = "1" ]; then
     echo "[setup] MATHCIRCUITS_LATEST=1: installing the newest releases pyproject.toml allows (not the lock)"
-    "${PIP[@]}" --upgrade --upgrade-strategy eager -e ".[test,export]"
+    "${PIP[@]}" --upgrade --upgrade-strategy eager -e ".[test,export,notebooks]"
   else
     echo "[setup] installing the locked dependencies (requirements.lock), then mathcircuits"
     "${PIP[@]}" -r requirements.lock
