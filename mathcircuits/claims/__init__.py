@@ -7,8 +7,9 @@ statement and number, this run's measurement with its interval, and a :class:`Ve
 the rules, written out in ``docs/claims.md``:
 
 * :mod:`.paper` — the claims as the paper states them, and the rules' thresholds;
-* :mod:`.components` — C1 (concentration vs a sign-flip null, depth vs random heads), C3 (attention vs the
-  same layers' other heads), C4 (the later MLPs' margin with the key heads knocked out);
+* :mod:`.components` — C1 (concentration vs a sign-flip null, depth vs random heads), C4 (the later MLPs' margin
+  with the key heads knocked out);
+* :mod:`.attention` — C3 by role: operand and operator heads against their layer-mates, the attention sink left out;
 * :mod:`.knockout` — C2 and C5, through one knockout rule (:func:`drop_verdict`: a floor and a random-set null);
 * :mod:`.finetune` — C6 (precise vs full SFT) from the ``evaluate`` stage;
 * :mod:`.improve` — the C6 rule (full must beat base first), C6 and C6b (precise beats matched random heads)
@@ -20,8 +21,9 @@ The card sits above the analyses and below the report, which shows it first.
 """
 
 from mathcircuits.claims.assess import assess_claims
+from mathcircuits.claims.attention import RoleFinding, RoleTest, claim_c3, role_findings
 from mathcircuits.claims.card import CardSettings, Claim, ClaimsCard, Verdict, fmt_interval
-from mathcircuits.claims.components import claim_c1, claim_c3, claim_c4, concentration, depth_distance
+from mathcircuits.claims.components import claim_c1, claim_c4, concentration, depth_distance
 from mathcircuits.claims.finetune import claim_c6
 from mathcircuits.claims.improve import (
     NO_EFFECT,
@@ -38,6 +40,8 @@ from mathcircuits.claims.paper import PAPER
 __all__ = [
     "NO_EFFECT",
     "PAPER",
+    "RoleFinding",
+    "RoleTest",
     "CardSettings",
     "Claim",
     "ClaimsCard",
@@ -60,6 +64,7 @@ __all__ = [
     "drop_verdict",
     "fmt_interval",
     "precise_definition",
+    "role_findings",
     "with_number_claims",
     "with_unit_claims",
 ]

@@ -1,5 +1,7 @@
 """Stage ``analyze``: attention of the key heads by token role, and MLP unembedding probes (paper §4).
 
+The attention is read on correct pairs that are not identification pairs (falling back to any when none is left).
+
 Reads the ``analysis`` section; writes ``analyze/attention_by_role.pt/.csv``,
 ``analyze/attention_key_layers.pt/.csv`` (every head of the key heads' layers: claim C3 compares the key heads
 with their layer-mates), ``analyze/mlp_probes.pt/.csv`` and ``analyze/head_patterns.pt``.
@@ -11,7 +13,7 @@ from dataclasses import dataclass, field
 
 from mathcircuits.analysis import attention_by_role, head_patterns, mlp_probes
 from mathcircuits.models import Head
-from mathcircuits.patching import KeyComponents
+from mathcircuits.patching import KeyComponents, PatchingResult
 from mathcircuits.pipeline.context import Context, StageSummary, save_csv, select_pairs
 
 __all__ = ["AnalyzeSummary", "run"]
@@ -40,7 +42,10 @@ def run(ctx: Context) -> AnalyzeSummary:
     key = KeyComponents.load(paths.key_components)
     key.check_model(model.spec)
     correct = ctx.load_dataset(paths.pairs_correct)
-    sub = select_pairs(correct, None, a.max_pairs)
+    # the heads' attention is read on pairs that did not choose them (claim C3 leaves out any that did)
+    chose = set(PatchingResult.load(paths.patching("all")).pair_ids)
+    fresh = correct.filter(lambda r: r["pair_id"] not in chose)
+    sub = select_pairs(fresh if len(fresh) else correct, None, a.max_pairs)
     att = attention_by_role(model, sub, key)
     att.save(paths.attention())
     save_csv(att.summary(), paths.attention(".csv"))
