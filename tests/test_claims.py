@@ -208,6 +208,8 @@ def test_c3_rule():
     assert claim_c3(unmeasured, first).verdict == Verdict.NOT_MEASURED
     only_key = attention(heads(operand).shares[:, :1], base)
     assert claim_c3(only_key, first).verdict == Verdict.NOT_MEASURED
+    elsewhere = claim_c3(heads(operand), KeyComponents(model=BIG, heads=((10, 0), (11, 3))))  # L11 not measured
+    assert elsewhere.verdict == Verdict.NOT_MEASURED and "L11.H3, layer 11's other heads" in elsewhere.measurement
     assert claim_c3(None, first).verdict == Verdict.NOT_MEASURED
 
 

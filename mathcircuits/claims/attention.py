@@ -127,25 +127,24 @@ def role_findings(
     Raises:
         ValueError: when a key head or every layer-mate of one is not in ``attention``, or it has no sink.
     """
-    keys = {Head.of(h) for h in key.heads}
     heads = [Head.of(h) for h in attention.heads]
-    key_idx = [i for i, h in enumerate(heads) if h in keys]
-    mates = {l: [i for i, h in enumerate(heads) if h.layer == l and h not in keys] for l in {h.layer for h in keys}}
-    missing = [str(h) for h in keys if h not in heads] + [f"layer {l}" for l, m in mates.items() if not m]
+    missing = _unmeasured(attention, key)
     if missing:
         raise ValueError(
-            f"the attention result lacks {', '.join(sorted(missing))} (key heads, or any layer-mate of a key head). "
+            f"the attention result lacks {missing} (key heads, or any layer-mate of a key head). "
             "Fix: re-run analyze, which measures every head of the key heads' layers."
         )
+    keys = {Head.of(h) for h in key.heads}
+    key_idx = [i for i, h in enumerate(heads) if h in keys]
+    mates = {l: [i for i, h in enumerate(heads) if h.layer == l and h not in keys] for l in {h.layer for h in keys}}
     sf, base = attention.sink_free()
+    sink = attention.sink if attention.sink is not None else torch.zeros(0)  # sink_free() refused a result without
     left_out = set(chose or ())
     fresh = [i for i, p in enumerate(attention.pair_ids) if p not in left_out]
     order = sorted(fresh, key=lambda i: (attention.template_ids[i], attention.pair_ids[i]))
     classing, testing = torch.tensor(order[0::2], dtype=torch.long), torch.tensor(order[1::2], dtype=torch.long)
     lift = sf[classing][:, key_idx].nanmean(0) / base[classing].mean(0)  # [key, group]
     role_of = {k: int(bool(lift[j, 1] > lift[j, 0])) for j, k in enumerate(key_idx)}  # ties and NaN: operands
-    sink = attention.sink
-    assert sink is not None  # sink_free() refuses a result without it
     all_mates = [i for m in mates.values() for i in m]
     findings = []
     for g, role in enumerate(ROLE_GROUPS):
@@ -199,6 +198,16 @@ def role_findings(
     )
 
 
+def _unmeasured(attention: AttentionByRole, key: KeyComponents) -> str:
+    """The key heads, and the layers without a non-key head, that ``attention`` lacks ("" when none)."""
+    keys = {Head.of(h) for h in key.heads}
+    heads = {Head.of(h) for h in attention.heads}
+    lacking = [str(h) for h in sorted(keys - heads)]
+    layers = sorted({h.layer for h in keys})
+    lacking += [f"layer {l}'s other heads" for l in layers if not any(h.layer == l and h not in keys for h in heads)]
+    return ", ".join(lacking)
+
+
 def _title(findings: Sequence[RoleFinding]) -> str:
     """The claim's title: only the roles that were tested."""
     roles = {f.role for f in findings}
@@ -240,16 +249,13 @@ def claim_c3(
         return not_measured("C3", stage, reason=why_missing)
     if key is None or not key.heads:
         return not_measured("C3", "identify", "no key heads")
-    keys = {Head.of(h) for h in key.heads}
-    heads = [Head.of(h) for h in attention.heads]
-    if not any(h in keys for h in heads) or not any(
-        h not in keys and h.layer in {k.layer for k in keys} for h in heads
-    ):
+    missing = _unmeasured(attention, key)
+    if missing:
         return claim(
             "C3",
-            "the attention was measured on the key heads only",
+            f"the attention was not measured on {missing}",
             Verdict.NOT_MEASURED,
-            "not measured: no non-key head of the key heads' layers was measured; re-run analyze",
+            f"not measured: the attention result lacks {missing}; re-run analyze",
             unit="share difference",
         )
     if attention.sink is None:

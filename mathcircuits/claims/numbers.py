@@ -114,8 +114,8 @@ def claim_n1(spectra: Spectrum | None, probes: ProbeResult | None, why_missing: 
     cands = [t for t in cands if t not in probes.token_periods]
     if not cands:
         text = (
-            f"not testable: numbers are read at a token that fixes n mod T for every candidate T in {fixed} "
-            f"({probes.reading}); a whole-number period (one the units digit does not fix, e.g. 4, 20 or 25 on "
+            f"not testable: numbers are read at their last token, which fixes n mod T by itself for every candidate "
+            f"T in {fixed}; a whole-number period (one the units digit does not fix, e.g. 4, 20 or 25 on "
             "0–99) would be testable"
         )
         reason = "the tokenizer alone gives every candidate period (docs/claims.md, N1)"
