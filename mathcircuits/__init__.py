@@ -43,7 +43,7 @@ if TYPE_CHECKING:
     from mathcircuits.patching import path_patch, select_key_components
     from mathcircuits.pipeline import run_pipeline
 
-__version__ = "0.1.0"
+from mathcircuits._version import __version__
 
 filter_dependency_warnings()  # the known noise of transformers and tqdm only (mathcircuits._noise)
 

@@ -31,7 +31,7 @@ import traceback
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
-from mathcircuits import __version__
+from mathcircuits._version import __version__
 from mathcircuits.pipeline.stages import STAGES
 
 if TYPE_CHECKING:

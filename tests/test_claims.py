@@ -76,17 +76,19 @@ def test_c1_rule():
     noise = 0.05 * torch.randn(40, 20, 10, generator=gen)
     sparse = noise.clone()
     sparse[:, 9:11, :5] -= 0.5  # 10 heads (5%) in the two middle layers carry the effect
-    assert claim_c1(patching(sparse), n_boot=200).verdict == Verdict.HOLDS
-    diffuse = noise - 0.05  # every head a little: the top 5% hold ~5%, less than noise alone would give them
+    c = claim_c1(patching(sparse), n_boot=200)
+    assert c.verdict == Verdict.HOLDS and c.low <= c.value <= c.high <= 0.05 and c.interval == "fdr_bounds"
+    diffuse = noise - 0.05  # every head a little: all of them matter
     c = claim_c1(patching(diffuse), n_boot=200)
-    assert c.verdict == Verdict.FAILS and "noise" in c.reason and c.high < 0.1
+    assert c.verdict == Verdict.FAILS and "shown to matter" in c.reason and c.low > 0.9
     shallow = noise.clone()
     shallow[:, 0:2, :5] -= 0.5  # concentrated, but in the first layers
     c = claim_c1(patching(shallow), n_boot=200)
     assert c.verdict == Verdict.FAILS and "middle" in c.reason
     few = 0.2 * torch.randn(6, 20, 10, generator=torch.Generator().manual_seed(0))
-    few[:, 9:11, :5] -= 0.1  # 6 noisy pairs: the concentration's interval straddles the null's quantile
-    assert claim_c1(patching(few), n_boot=200).verdict == Verdict.INCONCLUSIVE
+    few[:, 9:11, :5] -= 0.1  # 6 noisy pairs: no head can be shown to matter or not to
+    c = claim_c1(patching(few), n_boot=200)
+    assert c.verdict == Verdict.INCONCLUSIVE and c.low < 0.05 < c.high
     assert claim_c1(None).measurement == "not measured (stage identify off)"
 
 
@@ -202,7 +204,7 @@ def test_c3_rule():
     as_much = [0.18, 0.18, 0.03, 0.1, 0.51]
     assert claim_c3(heads(as_much), first, n_boot=200).verdict != Verdict.HOLDS
     wide = heads(as_much, noise=0.0)
-    wide.shares[:, 0, 0] += (0.3 * torch.randn(30, generator=gen)).clamp(min=-0.17)  # as much, widely spread
+    wide.shares[:, 0, 0] += torch.tensor([0.2, -0.2, 0.0])[torch.arange(30) % 3]  # as much, templates disagree
     assert claim_c3(wide, first, n_boot=200).verdict == Verdict.INCONCLUSIVE
     unmeasured = attention(heads(operand).shares, base, sink=False)  # a file from before the sink was measured
     assert claim_c3(unmeasured, first).verdict == Verdict.NOT_MEASURED
@@ -216,8 +218,10 @@ def test_c3_rule():
 # ----------------------------------------------------------------------------- C4
 
 
-def margin(clean: torch.Tensor, ablated: torch.Tensor) -> MLPMargin:
+def margin(clean: torch.Tensor, ablated: torch.Tensor, random_drops: torch.Tensor | None = None) -> MLPMargin:
     n = clean.shape[0]
+    if random_drops is None:  # 20 random sets of the key set's layers that barely lower the margin
+        random_drops = 0.1 + 0.3 * torch.randn(20, n, generator=torch.Generator().manual_seed(5))
     return MLPMargin(
         key_heads=[(9, 1)],
         layers=list(range(9, 20)),
@@ -226,6 +230,8 @@ def margin(clean: torch.Tensor, ablated: torch.Tensor) -> MLPMargin:
         operations=["add", "mul"] * (n // 2),
         template_ids=[f"t{i % 6}" for i in range(n)],
         pair_ids=list(range(n)),
+        random_heads=[[(9, 2 + i % 8)] for i in range(random_drops.shape[0])],
+        random_ablated=clean[None] - random_drops if random_drops.shape[0] else None,
     )
 
 
@@ -238,9 +244,20 @@ def test_c4_rule():
     c = claim_c4(margin(clean, clean + 0.5), n_boot=200)  # the MLPs write more without the key heads
     assert c.verdict == Verdict.FAILS
     assert claim_c4(margin(clean, clean), n_boot=200).verdict == Verdict.FAILS  # no change at all
-    c = claim_c4(margin(clean, clean + torch.randn(40, generator=gen)), n_boot=200)
-    assert c.verdict == Verdict.INCONCLUSIVE and c.low < 0 < c.high
+    noisy = clean + torch.randn(40, generator=gen)  # a drop whose interval straddles 0, above every random set's
+    c = claim_c4(margin(clean, noisy, -1 + 0.1 * torch.randn(20, 40, generator=gen)), n_boot=200)
+    assert c.verdict == Verdict.INCONCLUSIVE and c.low < 0 < c.high, c.measurement
+    c = claim_c4(margin(clean, noisy), n_boot=200)  # ... and below the random sets' (0.1 logits): no better
+    assert c.verdict == Verdict.FAILS and "as much" in c.reason
     assert claim_c4(None).verdict == Verdict.NOT_MEASURED
+    drop = clean - 3 + 0.5 * torch.randn(40, generator=gen)
+    as_much = 3.3 + 0.5 * torch.randn(20, 40, generator=gen)  # random sets of the same layers lower it as much
+    c = claim_c4(margin(clean, drop, as_much), n_boot=200)
+    assert c.low > 0 and c.verdict == Verdict.FAILS and "as much" in c.reason, c.measurement
+    c = claim_c4(margin(clean, drop, torch.zeros(0, 40)), n_boot=200)  # no null measured: the drop alone
+    assert c.low > 0 and c.verdict == Verdict.INCONCLUSIVE and "no null" in c.reason
+    c = claim_c4(margin(clean, drop, 0.1 + torch.zeros(5, 40)), n_boot=200)  # 5 sets: p ≥ 1/6
+    assert c.verdict == Verdict.INCONCLUSIVE and "only 5 random sets" in c.reason
 
 
 # ----------------------------------------------------------------------------- C5
@@ -315,8 +332,9 @@ def test_c6_counts_heldout_arithmetic_as_math():
     same, worse = [1, 0] * 200, [0] * 400
     arith = {"base": worse, "precise": same, "full": same}
     only = {m: EvalResult(m, {}, {}).with_benchmark(ARITHMETIC, "arithmetic", xs) for m, xs in arith.items()}
-    c = claim_c6(only, n_boot=300)  # math alone: "keeps generic ability" stays open
-    assert c.verdict == Verdict.INCONCLUSIVE and ARITHMETIC in c.measurement and "generic" in c.reason
+    c = claim_c6(only, n_boot=300)  # math alone: "keeps generic ability" is not measured, so C6 cannot hold
+    assert c.verdict == Verdict.NOT_MEASURED and ARITHMETIC in c.measurement and "generic" in c.reason
+    assert c.measurement.startswith("no generic benchmark")
     assert c.value == pytest.approx(0.0)
     arith["precise"] = worse
     both = {m: r.with_benchmark(ARITHMETIC, "arithmetic", arith[m]) for m, r in evals(same, same, same, same).items()}

@@ -71,42 +71,42 @@ def comparison(math: dict[str, float], generic: dict[str, float] | None = None) 
 
 
 def test_c6_holds_fails_and_needs_an_effect():
-    holds = claim_c6_units(comparison({"base": 0.2, "precise": 0.6, "full": 0.6}), n_boot=300)
+    holds = claim_c6_units(comparison({"base": 0.2, "precise": 0.6, "full": 0.6}))
     assert holds.verdict == Verdict.HOLDS
     assert "precise = the 2 key heads' q/k/v/o slices only, no MLPs" in holds.measurement
     assert "also changes 1 non-key heads" in holds.measurement  # the K/V side effect is printed
-    worse = claim_c6_units(comparison({"base": 0.2, "precise": 0.3, "full": 0.6}), n_boot=300)
+    worse = claim_c6_units(comparison({"base": 0.2, "precise": 0.3, "full": 0.6}))
     assert worse.verdict == Verdict.FAILS and worse.high < -0.05
     forgets = comparison({"base": 0.2, "precise": 0.6, "full": 0.6}, {"base": 0.6, "precise": 0.3, "full": 0.6})
-    assert claim_c6_units(forgets, n_boot=300).verdict == Verdict.FAILS  # generic ability lost
-    idle = claim_c6_units(comparison({"base": 0.4, "precise": 0.4, "full": 0.4}), n_boot=300)
+    assert claim_c6_units(forgets).verdict == Verdict.FAILS  # generic ability lost
+    idle = claim_c6_units(comparison({"base": 0.4, "precise": 0.4, "full": 0.4}))
     assert idle.verdict == Verdict.INCONCLUSIVE and idle.reason.startswith(NO_EFFECT)  # the old rule: "holds"
     assert idle.measurement.startswith(NO_EFFECT)
-    close = claim_c6_units(comparison({"base": 0.2, "precise": 0.56, "full": 0.6}), n_boot=300)
+    close = claim_c6_units(comparison({"base": 0.2, "precise": 0.56, "full": 0.6}))
     assert close.verdict == Verdict.INCONCLUSIVE and close.low < -0.05 < close.high
     assert claim_c6_units(None).verdict == Verdict.NOT_MEASURED
     assert claim_c6_units(comparison({"base": 0.2, "precise": 0.6})).verdict == Verdict.NOT_MEASURED
 
 
 def test_c6b_holds_fails_and_needs_an_effect():
-    beats = claim_c6b(comparison({"base": 0.2, "precise": 0.6, "random": 0.3, "full": 0.6}), n_boot=300)
+    beats = claim_c6b(comparison({"base": 0.2, "precise": 0.6, "random": 0.3, "full": 0.6}))
     assert beats.verdict == Verdict.HOLDS and beats.id == "C6b" and "3 draws" in beats.measurement
-    same = claim_c6b(comparison({"base": 0.2, "precise": 0.5, "random": 0.62, "full": 0.6}), n_boot=300)
+    same = claim_c6b(comparison({"base": 0.2, "precise": 0.5, "random": 0.62, "full": 0.6}))
     assert same.verdict == Verdict.FAILS and same.high <= 0  # random heads do as well or better
-    idle = claim_c6b(comparison({"base": 0.4, "precise": 0.4, "random": 0.4}), n_boot=300)
+    idle = claim_c6b(comparison({"base": 0.4, "precise": 0.4, "random": 0.4}))
     assert idle.verdict == Verdict.INCONCLUSIVE and idle.reason.startswith(NO_EFFECT)
-    tie = claim_c6b(comparison({"base": 0.2, "precise": 0.5, "random": 0.49}), n_boot=300)
+    tie = claim_c6b(comparison({"base": 0.2, "precise": 0.5, "random": 0.49}))
     assert tie.verdict == Verdict.INCONCLUSIVE and tie.low < 0 < tie.high
     assert claim_c6b(comparison({"base": 0.2, "precise": 0.5})).verdict == Verdict.NOT_MEASURED
 
 
 def test_card_table_and_pareto_points():
     cmp = comparison({"base": 0.2, "precise": 0.6, "random": 0.3, "full": 0.6}, {"full": 0.4})
-    card = with_unit_claims(assess_claims(), cmp, n_boot=200)
+    card = with_unit_claims(assess_claims(), cmp)
     assert [c.id for c in card.claims] == ["C1", "C2", "C3", "C4", "C5", "C6", "C6b"]
     assert card["C6"].verdict == Verdict.HOLDS and card["C6b"].verdict == Verdict.HOLDS
     assert ClaimsCard.from_dict(card.to_dict())["C6b"].measurement == card["C6b"].measurement
-    table = effects_table(cmp, n_boot=200)
+    table = effects_table(cmp)
     assert list(table.index) == ["base", "precise", "random", "full"] and table.loc["precise", "seeds"] == 3
     assert table.loc["precise", "math Δ low"] < table.loc["precise", "math Δ"] < table.loc["precise", "math Δ high"]
     assert abs(table.loc["precise", "math Δ"] - 40) < 6 and table.loc["full", "generic Δ"] < -5
@@ -119,5 +119,5 @@ def test_card_table_and_pareto_points():
 def test_c6_on_tiny_units_that_cannot_learn(tmp_path):
     plan, execute = units_job.setup(grids={"precise": (1e-12,), "full": (1e-12,)}, seeds=(0, 1))
     cmp = compare_units(plan, tmp_path, execute)
-    c6 = claim_c6_units(cmp, n_boot=200)
+    c6 = claim_c6_units(cmp)
     assert c6.verdict == Verdict.INCONCLUSIVE and c6.reason.startswith(NO_EFFECT)

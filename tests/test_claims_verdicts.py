@@ -18,6 +18,7 @@ from mathcircuits.ablation import (
     RandomControl,
     depth_matched_draws,
     mlp_margin,
+    n_depth_matched_sets,
     random_control,
     transfer,
 )
@@ -52,6 +53,19 @@ def through_mlp():
 
 
 @cache
+def wide(mlp_writer: bool = False):
+    """3 layers of 8 heads: the reader (2, 2) writes the answer (or, through the MLP, dims it turns into the answer).
+    A key set in two layers has 7 × 7 = 49 depth-matched random sets, enough for p ≤ 0.05; 4 heads leave 9."""
+    return planted_model(3, readers=(READER,), mlp_writer=mlp_writer, n_heads=8)
+
+
+@cache
+def all_readers():
+    """3 layers of 8 heads: every head of layer 2 reads the marker and writes 1/8 of the answer through the MLP."""
+    return planted_model(3, readers=tuple((2, h) for h in range(8)), mlp_writer=True, n_heads=8)
+
+
+@cache
 def deep():
     """9 layers (36 heads): two readers in layer 4, the middle."""
     return planted_model(9, readers=((4, 0), (4, 2)))
@@ -68,25 +82,23 @@ def pairs(model, n=24, seed=0):
 
 
 def patched(model):
-    # planted for the first-token ratio: under the whole-answer default this 36-head model's sign-flip null sits
-    # at a 92% top-2 share (most heads are exactly 0), so C1 reads inconclusive there, not holds
-    return path_patch(model, pairs(model), senders=("heads",), keep_per_pair=True, metric="relative_logit")
+    """Path patching with the default metric. The copy prompts' two layouts share no prefix, so the pairs are
+    independent draws and the tests over heads take them as units (two templates would leave 1 degree of freedom)."""
+    return path_patch(model, pairs(model).remove_columns("template_id"), senders=("heads",), keep_per_pair=True)
 
 
 def key(model, heads):
     return KeyComponents(model=model.spec, heads=tuple(heads))
 
 
-# --- C1: concentration against a sign-flip null, depth against random heads ---------------------------------
+# --- C1: how many heads matter, by tests over heads; depth against random heads ----------------------------------
 def test_c1_holds_when_a_few_mid_depth_heads_carry_the_effect():
-    c = claim_c1(patched(deep()), n_boot=200)
+    c = claim_c1(patched(deep()), n_boot=200)  # 2 of 36 heads (the ⌈5%⌉ allowed)
     assert c.verdict == Verdict.HOLDS, c.measurement
-    assert c.low > 0.5  # the two readers hold most of it
+    assert c.value == c.high == pytest.approx(2 / 36) and "hold 9" in c.measurement  # the two readers: > 90%
 
 
-def test_c1_does_not_hold_for_diffuse_effects_or_heads_at_the_end():
-    flat = claim_c1(patched(diffuse()), n_boot=200)
-    assert flat.verdict == Verdict.FAILS and "noise" in flat.reason, flat.measurement
+def test_c1_does_not_hold_for_heads_at_the_end():
     late = claim_c1(patched(shallow()), n_boot=200)  # concentrated, but in the last layer
     assert late.verdict == Verdict.FAILS and "middle" in late.reason, late.measurement
 
@@ -107,10 +119,20 @@ def test_depth_matched_draws_copy_the_layers_and_leave_out_the_key_heads():
         depth_matched_draws([(0, h) for h in range(3)], spec, 5)
 
 
+def test_depth_matched_draws_are_every_set_when_few_and_distinct_when_many():
+    spec = wide().spec
+    every = depth_matched_draws([READER, MOVER], spec, 100)  # 7 × 7 = 49 sets exist: all of them
+    assert len(every) == len({tuple(d) for d in every}) == n_depth_matched_sets([READER, MOVER], spec) == 49
+    some = depth_matched_draws([READER, MOVER], spec, 30, seed=2)  # fewer than exist: 30 distinct, not with replacement
+    assert len({tuple(d) for d in some}) == 30 and {tuple(d) for d in some} <= {tuple(d) for d in every}
+    assert len(depth_matched_draws([READER, MOVER], shallow().spec, 100)) == 9
+
+
 def test_c2_holds_when_the_key_set_collapses_accuracy_and_random_sets_do_not():
-    m = shallow()
+    m = wide()
     ctl = random_control(m, pairs(m, seed=5), [READER, MOVER], n_draws=100)
-    assert ctl.baseline() == 1.0 and ctl.p_value() == pytest.approx(1 / 101)
+    assert ctl.exhaustive and len(ctl.draws) == 49
+    assert ctl.baseline() == 1.0 and ctl.p_value() == pytest.approx(1 / 50)
     c = claim_c2(ctl, n_boot=200)
     assert c.verdict == Verdict.HOLDS, c.measurement
 
@@ -191,22 +213,38 @@ def test_c3_leaves_out_the_pairs_that_chose_the_heads():
     assert claim_c3(only_key, key(m, [READER])).verdict == Verdict.NOT_MEASURED
 
 
-# --- C4: the later MLPs' answer margin with the key heads knocked out -------------------------------------------
-def test_c4_holds_when_the_mlp_writes_the_answer_from_the_key_head():
-    m = through_mlp()
-    c = claim_c4(mlp_margin(m, pairs(m), [READER], [2]), n_boot=200)
+# --- C4: the later MLPs' answer margin with the key heads knocked out, against C2's random sets ------------------
+def margin_with_null(m, heads):
+    return mlp_margin(m, pairs(m), heads, [2], random_sets=depth_matched_draws(heads, m.spec, 100))
+
+
+def test_c4_holds_when_the_mlp_writes_the_answer_from_the_key_heads():
+    c = claim_c4(margin_with_null(wide(mlp_writer=True), [READER, MOVER]), n_boot=200)
     assert c.verdict == Verdict.HOLDS, c.measurement
+    assert "49 random sets" in c.measurement and "percentile 100" in c.measurement
+
+
+def test_c4_does_not_hold_when_random_heads_of_the_layer_lower_the_margin_as_much():
+    c = claim_c4(margin_with_null(all_readers(), [(2, 0)]), n_boot=200)  # every head of layer 2 is a reader
+    assert c.low > 0, c.measurement  # the key head's drop is real ...
+    assert c.verdict == Verdict.FAILS and "as much" in c.reason, c.measurement  # ... but no more than any other's
 
 
 def test_c4_does_not_hold_when_the_head_writes_the_answer_itself():
     m = shallow()
-    c = claim_c4(mlp_margin(m, pairs(m), [READER], [2]), n_boot=200)
+    c = claim_c4(margin_with_null(m, [READER]), n_boot=200)
     assert c.verdict == Verdict.FAILS, c.measurement
+
+
+def test_c4_without_random_sets_cannot_hold():
+    m = wide(mlp_writer=True)
+    c = claim_c4(mlp_margin(m, pairs(m), [READER, MOVER], [2]), n_boot=200)
+    assert c.verdict == Verdict.INCONCLUSIVE and "no null" in c.reason, c.measurement
 
 
 # --- C5: the C2 rule on held-out data ----------------------------------------------------------------------------
 def test_c5_holds_for_the_circuit_and_not_for_noise_heads():
-    m = shallow()
+    m = wide()
     held_out = {"copy, unseen prompts": pairs(m, 32, seed=9)}
     good = transfer(m, held_out, [READER, MOVER], None, n_random=30, ablation="position_mean")
     assert good.rows[0].n_draws == 30 and good.rows[0].p_value == pytest.approx(1 / 31)

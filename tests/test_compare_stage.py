@@ -82,3 +82,7 @@ def test_sft_compare_and_cpu_preset_configs_load():
         assert cfg.compare.seeds >= 3 and max(cfg.compare.sparse_learning_rates) >= 1e-3
     assert cpu.compare.niceness == 19 and cpu.compare.bare_prompts and cpu.model.threads == 1
     assert len(cpu.evaluation.benchmarks) in (2, 3) and gpu.evaluation.limit >= 500
+    # the CPU preset decides C6/C6b for the default run's key set: its data and identify settings are the default's
+    default = RunConfig.load(ROOT / "configs" / "default.yaml")
+    assert (cpu.data, cpu.patching, cpu.selection) == (default.data, default.patching, default.selection)
+    assert cpu.compare.seeds >= 5  # C6b's t interval: seeds − 1 degrees of freedom (issue #35)

@@ -186,8 +186,8 @@ def test_the_threshold_rule_reads_shares_of_the_total_effect(tiny_llama):
 
 def test_mixed_prefix_shows_every_operation_and_stays_token_aligned(tiny_llama, template_sets):
     cfg = GenerationConfig(operations=("add", "mul"), template_ids=("add_eq_1", "mul_st_1"), n_per_template=4)
-    same = generate_pairs(tiny_llama.tokenizer, template_sets, cfg)
-    mixed = generate_pairs(tiny_llama.tokenizer, template_sets, dataclasses.replace(cfg, fewshot_operations="mixed"))
+    same = generate_pairs(tiny_llama.tokenizer, template_sets, dataclasses.replace(cfg, fewshot_operations="same"))
+    mixed = generate_pairs(tiny_llama.tokenizer, template_sets, cfg)  # the default
     for row_s, row_m in zip(same, mixed):
         prefix = row_m["prompt"][: row_m["prompt"].rindex("\n") + 1]
         if row_m["template_id"] == "add_eq_1":
@@ -205,17 +205,23 @@ def test_mixed_prefix_shows_every_operation_and_stays_token_aligned(tiny_llama, 
 
 
 def test_mixed_prefix_without_matching_templates_is_refused(tiny_llama, template_sets):
+    """Examples of another operation but no template of it to show them in: refused. A set of one operation has
+    nothing to mix, so its mixed prefix is its own examples (the default "mixed" works on every set)."""
     arith = next(s for s in template_sets if any(t.id == "add_eq_1" for t in s.templates))
     only_add = TemplateSet(
         name="only-add",
         description="",
         templates=tuple(t for t in arith.templates if t.operation == "add"),
         counterfactual_vocab=arith.counterfactual_vocab,
-        fewshot_examples={"add": arith.fewshot_examples["add"]},
+        fewshot_examples={"add": arith.fewshot_examples["add"], "mul": arith.fewshot_examples["mul"]},
     )
     cfg = GenerationConfig(template_ids=("add_eq_1",), n_per_template=2, fewshot_operations="mixed")
     with pytest.raises(PairError, match="mixed prefix.*Fix"):
         generate_pairs(tiny_llama.tokenizer, [only_add], cfg)
+    alone = dataclasses.replace(only_add, fewshot_examples={"add": arith.fewshot_examples["add"]})
+    mixed = generate_pairs(tiny_llama.tokenizer, [alone], cfg)
+    same = generate_pairs(tiny_llama.tokenizer, [alone], dataclasses.replace(cfg, fewshot_operations="same"))
+    assert mixed["prompt"] == same["prompt"]
 
 
 def test_cluster_bootstrap_is_wider_than_pairs_on_clustered_data():
@@ -239,10 +245,14 @@ def test_cluster_bootstrap_is_wider_than_pairs_on_clustered_data():
     assert 0.5 < float((hi_c - lo_c) / (hi_i - lo_i)) < 2.0
     with pytest.raises(ValueError, match="fewer than two clusters.*Fix"):
         cluster_bootstrap_mean(x[:25], clusters[:25], strata[:25])
-    assert mean_interval(x, clusters, strata, n_boot=50)[2] == "bootstrap"  # 4 templates an operation: too few
+    assert (
+        mean_interval(x, clusters, strata, n_boot=50)[2] == "pair_bootstrap_fallback"
+    )  # 4 templates an operation: too few
     five = [f"{s}{i % 5}" for i, s in enumerate(strata)]
     assert mean_interval(x, five, strata, n_boot=50)[2] == "cluster_bootstrap"
-    assert mean_interval(x[:50], clusters[:50], ["add"] * 25 + ["mul"] * 25, n_boot=50)[2] == "bootstrap"  # 1 + 1
+    assert (
+        mean_interval(x[:50], clusters[:50], ["add"] * 25 + ["mul"] * 25, n_boot=50)[2] == "pair_bootstrap_fallback"
+    )  # 1 + 1
     assert mean_interval(x, None, None, n_boot=50)[2] == "bootstrap"
 
 

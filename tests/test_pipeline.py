@@ -50,10 +50,10 @@ TINY = {
     "data": {
         "operations": ["add"],
         "template_ids": ["add_eq_1", "add_eq_2"],
-        "n_per_template": 5,
+        "n_per_template": 16,  # identify and validate each draw from their own share of the facts (about 35%)
         "keep_only_correct": False,
     },
-    "patching": {"min_pairs": 1, "max_pairs": 3},  # identify takes 3 pairs; validate scores the rest (fresh pairs)
+    "patching": {"min_pairs": 1, "max_pairs": 3},  # identify takes 3 pairs of its facts; validate its own
     "selection": {"rule": "topk", "k": 2},
     "validation": {
         "knockout_max_k": 1,
@@ -165,7 +165,7 @@ def test_pipeline_runs_skips_and_resumes(tmp_path):
     first = run_pipeline(cfg, out, only=["data", "identify"], progress=False)
     assert (out / "identify" / "key_components.json").exists()
     assert done_summary(out, "identify") == first["identify"]  # the typed summary round-trips through the marker
-    assert "key heads (topk)" in str(first["identify"]) and "correct pairs kept: 10 of 10" in str(first["data"])
+    assert "key heads (topk)" in str(first["identify"]) and "correct pairs kept: 32 of 32" in str(first["data"])
     status = stage_status(out, cfg)
     assert status["data"].state == status["identify"].state == "done" and status["validate"].state == "todo"
     marker = (out / "identify" / ".done.json").stat().st_mtime_ns
@@ -206,11 +206,11 @@ def test_heldout_templates_stay_out_of_identification_and_become_transfer_sets(t
     summaries = run_pipeline(cfg, out, only=["data", "identify", "validate"], progress=False)
     correct = datasets.load_from_disk(str(out / "data" / "pairs_correct"))
     assert set(correct["template_id"]) == {"add_eq_1"}, "a held-out template reached identification"
-    assert "5 pairs of held-out templates kept for transfer" in str(summaries["data"])
+    assert "16 pairs of held-out templates kept for transfer" in str(summaries["data"])
     rows = {r.dataset: r for r in summaries["validate"].transfer}
     assert list(rows) == ["add held-out templates (add_eq_2)"], "transfer_held_in=False still scored found-on data"
     held = rows["add held-out templates (add_eq_2)"]
-    # 5 held-out pairs, capped at validation.max_pairs
+    # the held-out pairs of validate's facts, capped at validation.max_pairs
     assert held.n == 4 and not held.held_in and held.ablation == "position_mean"
     # the curve also measures k = the number of key heads (1), the point claim C2 reads
     assert KnockoutResult.load(out / "validate" / "knockout_add.pt").ks == [0, 1, 2]
@@ -227,14 +227,18 @@ NAN = float("nan")  # JSON holds an unmeasured accuracy as NaN
 SUMMARIES = {
     "data": {"seconds": 0.8, "n_pairs": 12, "n_correct": 12, "n_heldout": 0, "requested_per_template": 4,
              "accuracy_by_operation": [{"operation": "add", "n": 8, "accuracy": 0.0, "mean_p_answer": 0.0093}],
-             "fewer_than_requested": {}},
+             "fewer_than_requested": {},
+             "facts_by_stage": {"identify": 28, "validate": 28, "analyze": 8, "circuit": 16},
+             "correct_by_stage": {"identify": 4, "validate": 4, "analyze": 1, "circuit": 3},
+             "facts_shared_by_stages": 0},
     "identify": {"seconds": 1.3, "peak_memory": {"bytes": 52428800, "how": "cpu_rss", "devices": "cpu", "exact": True},
                  "correct_pairs": {"add": 8}, "patched_operations": ["add"],
                  "results": {"add": {"n_pairs": 8, "seconds": 0.27, "top_heads": [[2, 2, -0.1119], [1, 3, 0.0]]}},
                  "key_heads": [[2, 2]], "key_mlps": [1], "key_head_fraction": 0.25, "rule": "topk",
                  "top_heads": [[2, 2, -0.10877]], "stability": [0.795], "metric": "answer_logprob",
                  "totals": {"add": {"effect": [-1.2, -1.9, -0.6], "interval": "cluster_bootstrap",
-                                    "top_shares": [-0.093, 0.0], "n_excluded": 0}}},
+                                    "top_shares": [-0.093, 0.0], "n_excluded": 0}},
+                 "facts": {"facts": {"add": 4}, "overlap": {"validate": 0, "analyze": 0, "circuit": 0}}},
     "validate": {"seconds": 3.1,
                  "knockout": {"add": {"baseline": 0.5, "ranked_final": 0.0, "random_final_mean": 0.25,
                                       "random_final_std": 0.1, "k": 2}},
@@ -247,12 +251,14 @@ SUMMARIES = {
                                "p_value": NAN, "n_draws": 0}],
                  "fresh_pairs": {"add": 4}, "overlap": {"add": 0},
                  "control": {"n_pairs": 4, "draws": 3, "baseline": 0.5, "key_drop": 0.5, "random_drop_mean": 0.0,
-                             "percentile": 100.0, "p_value": 0.25, "mlp_margin_drop": 0.3},
-                 "cross_operation": ["  key set of add (2 heads) knocked out: add +0.25 (shares 2 heads, Jaccard 1)"]},
+                             "percentile": 100.0, "p_value": 0.25, "mlp_margin_drop": 0.3, "templates": 2},
+                 "cross_operation": ["  key set of add (2 heads) knocked out: add +0.25 (shares 2 heads, Jaccard 1)"],
+                 "facts": {"facts": {"add": 4}, "overlap": {"identify": 0, "analyze": 0, "circuit": 0}}},
     "circuit": {"seconds": 0.1, "skipped": {"sub": 4}, "disabled": False,
                 "circuits": {"add": {"nodes": 5, "edges": 7, "stopped": "saturated", "discovery_pairs": 12,
                                      "eval_pairs": 32, "seconds": 9.5, "faith": "plateau at 4 edges",
-                                     "ill_conditioned": False}}},
+                                     "ill_conditioned": False}},
+                "facts": {"facts": {"add": 8}, "overlap": {"identify": 0, "validate": 0, "analyze": 0}}},
     "finetune": {"seconds": 4.0, "skipped": None, "train_pairs": 36, "heldout_pairs": 36, "key_heads": [[2, 2]],
                  "key_mlps": [1],
                  "runs": {"precise": {"heads": 3, "mlps": 0, "kv_shared_heads": 1, "n_trainable": 61440,
@@ -376,7 +382,8 @@ def test_finetune_and_evaluate_stages(tmp_path):
 def test_a_setting_added_later_keeps_older_run_folders_valid_at_its_earlier_value(tmp_path):
     """``data.counterfactual`` came after run folders existed: at ``operator`` (what runs did before) it leaves
     every fingerprint as it was, so the stages stay done; another value makes them stale."""
-    cfg = RunConfig.from_dict(TINY)
+    # data.fewshot_operations' earlier value is "same" (the default is "mixed" since issue #35)
+    cfg = RunConfig.from_dict({**TINY, "data": {**TINY["data"], "fewshot_operations": "same"}})
     assert cfg.data.counterfactual == "operator"
     run_pipeline(cfg, tmp_path / "r", only=["data"], progress=False)
     marker = json.loads((tmp_path / "r" / "data" / ".done.json").read_text())

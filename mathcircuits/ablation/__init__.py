@@ -11,7 +11,7 @@
 * :mod:`.result` — :class:`KnockoutResult`, :class:`TransferRow`, :class:`TransferResult`.
 """
 
-from mathcircuits.ablation.control import RandomControl, depth_matched_draws, random_control
+from mathcircuits.ablation.control import RandomControl, depth_matched_draws, n_depth_matched_sets, random_control
 from mathcircuits.ablation.cross import CrossOperation, cross_operation, jaccard
 from mathcircuits.ablation.hooks import (
     ABLATIONS,
@@ -64,6 +64,7 @@ __all__ = [
     "jaccard",
     "mean_ablation_hooks",
     "mlp_margin",
+    "n_depth_matched_sets",
     "random_control",
     "transfer",
     "transfer_row",

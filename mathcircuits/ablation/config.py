@@ -30,6 +30,8 @@ class ValidationConfig:
             the fresh pairs from the key set's lowest layer on.
         control_pairs: fresh pairs per operation that the control (and the MLP margin of C4) scores: the first
             ``control_pairs`` of the knockout pairs, pooled over operations.
+        margin_draws: the first ``margin_draws`` of the control's random sets are also knocked out for C4's MLP
+            margin (its null); each costs one forward of the pooled pairs.
         transfer_draws: depth-matched random sets per transfer set (claim C5's null).
         ablation: what a knocked-out head outputs. ``mean``: its mean over all counterfactual prompts and
             positions (the paper); ``position_mean``: its mean over the counterfactual prompts of the same
@@ -51,6 +53,7 @@ class ValidationConfig:
     n_random: int = setting(3, "random head sets per K (the control)", ge=1)
     control_draws: int = setting(100, "depth-matched random non-key sets beside the key set (C2's null)", ge=1)
     control_pairs: int = setting(24, "fresh pairs per operation scored by every control draw (C2, C4)", ge=1)
+    margin_draws: int = setting(100, "of the control's random sets, how many C4's MLP margin also scores", ge=1)
     transfer_draws: int = setting(20, "depth-matched random non-key sets per transfer set (C5's null)", ge=1)
     ablation: Literal["mean", "position_mean", "resample"] = setting(
         "position_mean", "knocked-out head's value: mean over all positions, per-position mean, or resampled"

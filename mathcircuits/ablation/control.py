@@ -7,7 +7,8 @@ is stricter (Zhang et al. 2024, §3.3; the issue #23 review):
 
 * each random set has the **same layer multiset** as the key set (depth-matched: ``k_l`` heads from
   layer ``l`` whenever the key set has ``k_l`` there), drawn from the **non-key** heads of that layer;
-* there are many draws (``n_draws``, 100 by default), so the key set's drop gets a **percentile** among
+* the draws are distinct: every depth-matched set when there are at most ``n_draws`` (100 by default; the null
+  is then exact), else ``n_draws`` sampled without replacement; the key set's drop gets a **percentile** among
   the null's drops and an **empirical p-value**, ``p = (1 + #{draws whose drop ≥ the key drop}) / (1 + n)``
   (Davison & Hinkley 1997, §4.2: the +1 makes p a valid test level);
 * every draw is scored on the same pairs as the key set, with the same ablation.
@@ -24,6 +25,8 @@ Usage::
 
 from __future__ import annotations
 
+import itertools
+import math
 import random
 from collections import Counter
 from collections.abc import Sequence
@@ -45,27 +48,10 @@ from mathcircuits.models import HookedModel
 from mathcircuits.models.spec import ModelSpec
 from mathcircuits.patching import KeyComponents, resolve_heads
 
-__all__ = ["RandomControl", "depth_matched_draws", "random_control"]
+__all__ = ["RandomControl", "depth_matched_draws", "n_depth_matched_sets", "random_control"]
 
 
-def depth_matched_draws(
-    key_heads: Sequence[tuple[int, int]], spec: ModelSpec, n_draws: int, seed: int = 0
-) -> list[list[tuple[int, int]]]:
-    """``n_draws`` random head sets with the key set's layer multiset, drawn from the non-key heads.
-
-    Args:
-        key_heads: the key set ``[(layer, head), ...]`` (non-empty).
-        spec: the model's spec (layers and heads per layer).
-        n_draws: how many sets (drawn independently; two draws may coincide on a small model).
-        seed: the draws' seed.
-
-    Returns:
-        One sorted ``[(layer, head), ...]`` per draw, with as many heads per layer as the key set.
-
-    Raises:
-        ValueError: an empty key set, or a layer where the key set leaves fewer non-key heads than it has key
-            heads (no depth-matched set exists).
-    """
+def _pools(key_heads: Sequence[tuple[int, int]], spec: ModelSpec) -> tuple[Counter, dict[int, list[int]]]:
     keys = {(int(l), int(h)) for l, h in key_heads}
     if not keys:
         raise ValueError("the random control needs at least one key head. Fix: select key heads first (identify).")
@@ -78,10 +64,45 @@ def depth_matched_draws(
             f"layer {l} has {k} key heads but only {n} other heads, so no depth-matched random set exists. "
             "Fix: use fewer key heads per layer, or a model with more heads."
         )
+    return per_layer, pools
+
+
+def n_depth_matched_sets(key_heads: Sequence[tuple[int, int]], spec: ModelSpec) -> int:
+    """How many distinct depth-matched sets of non-key heads exist: ``∏_l C(n_heads − k_l, k_l)``."""
+    per_layer, pools = _pools(key_heads, spec)
+    return math.prod(math.comb(len(pools[l]), k) for l, k in per_layer.items())
+
+
+def depth_matched_draws(
+    key_heads: Sequence[tuple[int, int]], spec: ModelSpec, n_draws: int, seed: int = 0
+) -> list[list[tuple[int, int]]]:
+    """Distinct random head sets with the key set's layer multiset, from the non-key heads: every one of them
+    when there are at most ``n_draws`` (the null is then exact), else ``n_draws`` drawn without replacement.
+
+    Args:
+        key_heads: the key set ``[(layer, head), ...]`` (non-empty).
+        spec: the model's spec (layers and heads per layer).
+        n_draws: the most sets to score (the budget).
+        seed: the draws' seed.
+
+    Returns:
+        Sorted ``[(layer, head), ...]`` per set, no two alike, with as many heads per layer as the key set;
+        ``min(n_draws, n_depth_matched_sets(...))`` of them.
+
+    Raises:
+        ValueError: an empty key set, or a layer where the key set leaves fewer non-key heads than it has key
+            heads (no depth-matched set exists).
+    """
+    per_layer, pools = _pools(key_heads, spec)
+    layers = sorted(per_layer.items())
+    if n_depth_matched_sets(key_heads, spec) <= n_draws:
+        choices = [[[(l, h) for h in c] for c in itertools.combinations(pools[l], k)] for l, k in layers]
+        return [sorted(h for part in combo for h in part) for combo in itertools.product(*choices)]
     rng = random.Random(seed)
-    return [
-        sorted((l, h) for l, k in sorted(per_layer.items()) for h in rng.sample(pools[l], k)) for _ in range(n_draws)
-    ]
+    seen: dict[tuple[tuple[int, int], ...], None] = {}
+    while len(seen) < n_draws:  # more sets exist than the budget, so this ends
+        seen.setdefault(tuple(sorted((l, h) for l, k in layers for h in rng.sample(pools[l], k))), None)
+    return [list(d) for d in seen]
 
 
 @dataclass(frozen=True, repr=False)
@@ -90,7 +111,8 @@ class RandomControl(SavedResult):
 
     ``*_correct`` hold 1.0 where a pair's whole answer is still greedy-correct (teacher-forced) and 0.0 where
     not. ``identification_overlap`` is the number of scored pairs that also chose the key heads (the identify
-    stage's pairs; it must be 0, -1 when unknown).
+    stage's pairs; it must be 0, -1 when unknown). ``n_possible`` is how many distinct depth-matched sets exist
+    (-1 unknown); the draws are all of them when there are no more than the budget.
     """
 
     key_heads: list[tuple[int, int]]
@@ -107,8 +129,20 @@ class RandomControl(SavedResult):
     label: str = ""
     identification_overlap: int = -1
     notes: dict[str, str] = field(default_factory=dict)
+    n_possible: int = -1
 
     STAGE = "validate"
+    VERSION = 3
+
+    @classmethod
+    def upgrade(cls, version: int, fields: dict[str, Any]) -> dict[str, Any]:
+        """Version 2 did not count the possible sets (its draws were with replacement): -1, unknown."""
+        return {**fields, "n_possible": -1} if version < 3 else fields
+
+    @property
+    def exhaustive(self) -> bool:
+        """Whether the draws are every depth-matched set there is (the null is exact, not sampled)."""
+        return 0 < self.n_possible <= len({tuple(map(tuple, d)) for d in self.draws})
 
     def __post_init__(self) -> None:
         n = len(self.pair_ids)
@@ -213,7 +247,7 @@ def random_control(
             ``operation``, ``template_id``, ``pair_id`` are kept when present). Score *fresh* pairs, not those
             that chose the heads.
         key_heads: the key set: a :class:`~mathcircuits.patching.KeyComponents` or ``[(layer, head), ...]``.
-        n_draws: random sets (at least 1; the claims ask for 100).
+        n_draws: the most random sets (at least 1; the claims ask for 100): all of them when fewer exist.
         seed: seed of the draws (and of the resampling donors).
         ablation: what a knocked-out head outputs (:data:`~mathcircuits.ablation.Ablation`).
         means: the position-free means, for ``"mean"``.
@@ -242,7 +276,7 @@ def random_control(
         return torch.tensor(scorer.score(heads)[0], dtype=torch.float32, device="cpu")
 
     clean, key_c = correct([]), correct(key)
-    rand = torch.zeros(n_draws, len(dataset), device="cpu")
+    rand = torch.zeros(len(draws), len(dataset), device="cpu")
     for i, d in enumerate(tqdm(draws, disable=not progress, desc="random control")):
         rand[i] = correct(d)
     cols: dict[str, Any] = {
@@ -263,4 +297,5 @@ def random_control(
         seed=seed,
         label=label,
         identification_overlap=identification_overlap,
+        n_possible=n_depth_matched_sets(key, model.spec),
     )

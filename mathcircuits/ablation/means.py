@@ -121,21 +121,24 @@ def head_means(model: HookedModel, dataset: PairSet, column: str = "cf_tokens", 
     return HeadMeans(means=(total / count).float(), n_prompts=len(seqs), model=spec)
 
 
-PoolKey = tuple[str, int, int]  # (template id, prompt tokens, answer tokens): sequences whose positions align
+PoolKey = tuple[str, int]  # (template id, prompt tokens): sequences whose prompt positions align
 
 
 class PositionPool:
     """Per-position means of ``hook_z`` over a large pool of counterfactual sequences, leaving one item out.
 
     The ``position_mean`` ablation replaces a head's output at each position by its mean over counterfactual
-    prompts whose positions align with the scored prompt's: the same template, prompt length and answer length
-    (:data:`PoolKey`; the sequence is the counterfactual prompt followed by its own teacher-forced answer, less
-    the last token). Averaging over only the few scored pairs of a template makes the mean close to the scored
-    pair's own counterfactual (a group of one *is* the identification patch), so the mean is taken over a large
-    pool, by default every counterfactual prompt the data stage generated, and the scored pair's own
-    counterfactual is left out (:meth:`value`). Positions every sequence of a key shares (the few-shot prefix)
-    hold the same ``hook_z`` in every sequence, so they are stored once. A key is computed on first use and kept,
-    so one pool serves every scorer of a stage.
+    prompts whose positions align with the scored prompt's: the same template and prompt length (:data:`PoolKey`;
+    the sequence is the counterfactual prompt followed by its own teacher-forced answer, less the last token).
+    The key holds no property of the answer: keyed on answer length, the mean at the prompt positions would be
+    taken over answers of the scored answer's length only, and so tell the ablated head whether the answer has
+    two digits (issue #35). A causal model's prompt positions do not see the answer, so every item of the key
+    enters their mean; an answer position's mean is over the items whose answer reaches it. Averaging over only
+    the few scored pairs of a template makes the mean close to the scored pair's own counterfactual (a group of
+    one *is* the identification patch), so the mean is taken over a large pool, by default every counterfactual
+    prompt the data stage generated, and the scored pair's own counterfactual is left out (:meth:`value`).
+    Positions every sequence of a key shares (the few-shot prefix) hold the same ``hook_z`` in every sequence,
+    so they are stored once. A key is computed on first use and kept, so one pool serves every scorer of a stage.
 
     Args:
         model: the hooked model.
@@ -151,57 +154,70 @@ class PositionPool:
             pool["template_id"], pool["n_tokens"], pool["answer_tokens"], pool["cf_tokens"], pool["pair_id"]
         ):
             if len(cf) == int(n):
-                k = (str(tid), int(n), len(ans))
+                k = (str(tid), int(n))
                 self.items.setdefault(k, []).append((int(pid), tuple(cf) + tuple(ans)[:-1]))
-        self._stats: dict[PoolKey, tuple[Tensor, Tensor, int, dict[int, tuple[int, ...]]]] = {}
+        self._stats: dict[PoolKey, tuple[Tensor, Tensor, Tensor, dict[int, tuple[int, ...]]]] = {}
 
     def __len__(self) -> int:
         return sum(len(v) for v in self.items.values())
 
-    def _compute(self, k: PoolKey) -> tuple[Tensor, Tensor, int, dict[int, tuple[int, ...]]]:
-        """(head [q, layer, head, d_head], tail sum [pos − q, ...] float64, count, pair id → sequence) of ``k``."""
+    def _compute(self, k: PoolKey) -> tuple[Tensor, Tensor, Tensor, dict[int, tuple[int, ...]]]:
+        """(head [q, layer, head, d_head], tail sum [pos − q, ...] float64, items per tail position, pair id →
+        sequence) of ``k``; sequences of one length run together."""
         if k not in self._stats:
             spec, items = self.model.spec, self.items[k]
             names = [hooks.z(layer) for layer in range(spec.n_layers)]
-            toks_all = torch.tensor([s for _, s in items], device=self.model.device)
-            q = shared_prefix_len(toks_all, k[1] - 1)
+            prompts = torch.tensor([s[: k[1]] for _, s in items], device="cpu")
+            q = shared_prefix_len(prompts, k[1] - 1)
+            longest = max(len(s) for _, s in items)
             total = torch.zeros(
-                toks_all.shape[1] - q, spec.n_layers, spec.n_heads, spec.d_head, dtype=torch.float64, device="cpu"
+                longest - q, spec.n_layers, spec.n_heads, spec.d_head, dtype=torch.float64, device="cpu"
             )
+            count = torch.zeros(longest - q, dtype=torch.float64, device="cpu")
             head = None
-            for j in range(0, len(items), self.batch_size):
-                toks = toks_all[j : j + self.batch_size]
-                pre: dict[int, Tensor] = {}
-                suf: dict[int, Tensor] = {}
-
-                def grab(layer: int, store: dict[int, Tensor], first: bool) -> Any:
-                    def fn(act: Tensor, hook: Any) -> None:
-                        store[layer] = (act[0] if first else act).detach().float().cpu()
-
-                    return fn
-
-                runner = PrefixRunner(
-                    self.model.bridge,
-                    [(n, grab(layer, suf, False)) for layer, n in enumerate(names)],
-                    [(n, grab(layer, pre, True)) for layer, n in enumerate(names)],
-                )
-                runner.logits_from(toks, toks.shape[1] - 1)
-                z = torch.stack([suf[layer] for layer in range(spec.n_layers)], 2)  # [B, S − p, layer, head, d]
-                p = toks.shape[1] - z.shape[1]
-                if p > 0:
-                    prefix = torch.stack([pre[layer] for layer in range(spec.n_layers)], 1)  # [p, layer, head, d]
-                    z = torch.cat([prefix[None].expand(z.shape[0], -1, -1, -1, -1), z], 1)
-                if head is None:
-                    head = z[0, :q].clone()
-                total += z[:, q:].double().sum(0)
-            self._stats[k] = (head, total, len(items), dict(items))
+            by_len: dict[int, list[tuple[int, ...]]] = {}
+            for _, s in items:
+                by_len.setdefault(len(s), []).append(s)
+            for length, seqs in sorted(by_len.items()):
+                toks_all = torch.tensor(seqs, device=self.model.device)
+                for j in range(0, len(seqs), self.batch_size):
+                    z = self._z(toks_all[j : j + self.batch_size], names)
+                    if head is None:
+                        head = z[0, :q].clone()
+                    total[: length - q] += z[:, q:].double().sum(0)
+                    count[: length - q] += z.shape[0]
+            self._stats[k] = (head, total, count, dict(items))
         return self._stats[k]
+
+    def _z(self, toks: Tensor, names: list[str]) -> Tensor:
+        """``hook_z`` of every layer ``[batch, pos, layer, head, d_head]`` (the shared prefix run once)."""
+        pre: dict[int, Tensor] = {}
+        suf: dict[int, Tensor] = {}
+
+        def grab(layer: int, store: dict[int, Tensor], first: bool) -> Any:
+            def fn(act: Tensor, hook: Any) -> None:
+                store[layer] = (act[0] if first else act).detach().float().cpu()
+
+            return fn
+
+        runner = PrefixRunner(
+            self.model.bridge,
+            [(n, grab(layer, suf, False)) for layer, n in enumerate(names)],
+            [(n, grab(layer, pre, True)) for layer, n in enumerate(names)],
+        )
+        runner.logits_from(toks, toks.shape[1] - 1)
+        z = torch.stack([suf[layer] for layer in range(len(names))], 2)  # [B, S − p, layer, head, d]
+        p = toks.shape[1] - z.shape[1]
+        if p > 0:
+            prefix = torch.stack([pre[layer] for layer in range(len(names))], 1)  # [p, layer, head, d]
+            z = torch.cat([prefix[None].expand(z.shape[0], -1, -1, -1, -1), z], 1)
+        return z
 
     def value(
         self, key: PoolKey, pair_id: int, seq: Sequence[int], own: Tensor | None, start: int = 0
     ) -> Tensor | None:
-        """The mean ``hook_z`` from position ``start`` on ``[pos − start, layer, head, d_head]`` over the pool items
-        of ``key``, leaving out the item with ``pair_id`` when it is the same sequence ``seq``.
+        """The mean ``hook_z`` from position ``start`` to the end of ``seq`` ``[pos − start, layer, head, d_head]``
+        over the pool items of ``key``, leaving out the item with ``pair_id`` when it is the same sequence ``seq``.
 
         Args:
             key: the scored sequence's key.
@@ -211,19 +227,22 @@ class PositionPool:
             start: the first position returned.
 
         Returns:
-            The mean, or None when the pool has no other item of ``key``.
+            The mean, or None when some position of ``seq`` has no other pool item of ``key``.
         """
         if key not in self.items:
             return None
-        head, total, n, ids = self._compute(key)
-        q = head.shape[0]
+        head, total, count, ids = self._compute(key)
+        q, end = head.shape[0], len(seq) - head.shape[0]
+        if end > total.shape[0]:
+            return None  # no pool item reaches the sequence's last position
         inside = ids.get(pair_id) == tuple(seq)
-        if n - inside < 1:
+        lo = max(0, start - q)
+        tail, n = total[lo:end], count[lo:end] - float(inside)
+        if bool((n < 1).any()):
             return None
-        tail = total[max(0, start - q) :]
         if inside:
             if own is None:
                 raise ValueError("PositionPool.value needs the scored pair's own hook_z to leave it out.")
             tail = tail - own[max(0, q - start) :].double()
-        tail = (tail / (n - inside)).float()
+        tail = (tail / n[:, None, None, None]).float()
         return torch.cat([head[start:], tail], 0) if start < q else tail

@@ -10,8 +10,9 @@ Quantity (per pair, at the position that predicts the first answer token). For e
 ``Δ_l = N_f(x_L) − N_f(x_L − u_l)`` (``x_L`` the final residual of the same run, ``N_f`` the final norm, as in
 :mod:`mathcircuits.analysis.mlp_probes`); its **answer margin** is ``Δ_l · (W_U[:, C] − mean_{c ≠ C} W_U[:, c])``
 over the candidate numbers ``c`` (the first answer tokens of the dataset). The result keeps the sum over
-``layers`` per pair, clean and with the key heads knocked out (the same ablation values as the knockout);
-the drop ``clean − ablated`` is what claim C4 reads (with a cluster-bootstrap interval over templates).
+``layers`` per pair, clean, with the key heads knocked out (the same ablation values as the knockout), and with
+each random head set of the key set's layers that claim C2 draws knocked out instead: the key set's drop
+``clean − ablated`` is what claim C4 reads, placed among the random sets' drops (its null).
 
 Usage::
 
@@ -22,7 +23,7 @@ Usage::
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -54,8 +55,16 @@ class MLPMargin(SavedResult):
     pair_ids: list[int]
     ablation: Ablation = "position_mean"
     scope: Scope = "all"
+    random_heads: list[list[tuple[int, int]]] = field(default_factory=list)
+    random_ablated: Float[Tensor, "draw pair"] | None = None
 
     STAGE = "validate"
+    VERSION = 3
+
+    @classmethod
+    def upgrade(cls, version: int, fields: dict[str, Any]) -> dict[str, Any]:
+        """Version 2 measured no random head sets."""
+        return {**fields, "random_heads": [], "random_ablated": None} if version < 3 else fields
 
     def __post_init__(self) -> None:
         n = len(self.pair_ids)
@@ -64,6 +73,19 @@ class MLPMargin(SavedResult):
                 f"MLPMargin has margins of shapes {tuple(self.clean_margin.shape)} and "
                 f"{tuple(self.ablated_margin.shape)} for {n} pairs."
             )
+        shape = None if self.random_ablated is None else tuple(self.random_ablated.shape)
+        if (shape or (0, n)) != (len(self.random_heads), n):
+            raise ValueError(
+                f"MLPMargin has {len(self.random_heads)} random head sets but random margins of shape {shape} for "
+                f"{n} pairs. Fix: pass one row of margins per random set (or neither)."
+            )
+
+    @property
+    def random_drops(self) -> Float[Tensor, "draw pair"]:
+        """Per random set and pair: clean margin − margin with that set knocked out ([0, pair] when none)."""
+        if self.random_ablated is None:
+            return torch.zeros(0, len(self.pair_ids))
+        return self.clean_margin[None] - self.random_ablated
 
     @property
     def drops(self) -> Float[Tensor, " pair"]:
@@ -100,6 +122,7 @@ def mlp_margin(
     batch_size: int = 32,
     scorer: KnockoutScorer | None = None,
     fast: bool = True,
+    random_sets: Sequence[Sequence[tuple[int, int]]] = (),
 ) -> MLPMargin:
     """The summed direct answer margin of the MLPs in ``layers``, clean and with ``key_heads`` knocked out.
 
@@ -117,6 +140,8 @@ def mlp_margin(
             values); default a new one.
         fast: run the positions every prompt of a template shares once, clean, and only the rest per batch (exact;
             ``False`` runs every position, the reference).
+        random_sets: head sets knocked out instead of the key heads, one at a time (C4's null: the random sets of
+            the key set's layers that the random control drew, :attr:`RandomControl.draws`).
 
     Returns:
         The :class:`MLPMargin`.
@@ -133,7 +158,8 @@ def mlp_margin(
     answer = [int(a[0]) for a in scorer.answers]
     cand = torch.tensor(sorted(set(answer)), device=W_U.device)
     n = len(scorer.seqs)
-    out = {False: torch.zeros(n, device="cpu"), True: torch.zeros(n, device="cpu")}  # the result
+    variants = [[], heads, *[[(int(l), int(h)) for l, h in r] for r in random_sets]]  # clean, key, random sets
+    out = torch.zeros(len(variants), n, device="cpu")  # the result
     # the shared prefix runs once, clean (not with the position-free mean at every position: that ablates it too)
     fast = fast and fast_paths_enabled() and not (scorer.ablation == "mean" and scorer.scope == "all")
     for g, grp in enumerate(scorer.groups):
@@ -144,7 +170,7 @@ def mlp_margin(
             toks = torch.tensor([scorer.seqs[i] for i in part], device=model.device)
             pos = torch.tensor([scorer.n_prompt[i] - 1 - p for i in part], device=W_U.device)
             vals = scorer._values(g, part, fast=p > 0)
-            for ablated in (False, True):
+            for v, knocked in enumerate(variants):
                 store: dict[int, Tensor] = {}
 
                 # keyed by what we asked for: the bridge reports aliases under their canonical names
@@ -155,7 +181,7 @@ def mlp_margin(
 
                     return fn
 
-                fwd = z_ablation_hooks(model, heads, vals, scope) if ablated and heads else []
+                fwd = z_ablation_hooks(model, knocked, vals, scope) if knocked else []
                 fwd = fwd + [(hooks.mlp_out(l), grab(l)) for l in layers]
                 fwd += [(hooks.resid_post(spec.n_layers - 1), grab(-1))]
                 scorer._run(toks, p, fwd)
@@ -167,16 +193,18 @@ def mlp_margin(
                 others = (cand[None, :] != ans[:, None]).float()  # [B, C]
                 w_oth = (others @ W_U[:, cand].T) / others.sum(-1, keepdim=True).clamp(min=1)  # [B, d]
                 margin = (delta * (w_ans - w_oth)[:, None, :]).sum(-1).sum(-1)  # summed over the layers
-                out[ablated][part] = margin.cpu()
+                out[v, part] = margin.cpu()
     cols = {c: list(dataset[c]) for c in ("operation", "template_id", "pair_id") if c in dataset.column_names}
     return MLPMargin(
         key_heads=heads,
         layers=layers,
-        clean_margin=out[False],
-        ablated_margin=out[True],
+        clean_margin=out[0],
+        ablated_margin=out[1],
         operations=[str(x) for x in cols.get("operation", ["?"] * n)],
         template_ids=[str(x) for x in cols.get("template_id", ["?"] * n)],
         pair_ids=[int(x) for x in cols.get("pair_id", range(n))],
         ablation=ablation,
         scope=scope,
+        random_heads=variants[2:],
+        random_ablated=out[2:] if len(variants) > 2 else None,
     )

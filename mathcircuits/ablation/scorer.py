@@ -71,7 +71,7 @@ class KnockoutScorer:
         source_column: the prompts the per-position means and donors come from (the counterfactual ones).
         pool: for ``"position_mean"``: a :class:`~mathcircuits.ablation.PositionPool` over a large set of
             counterfactual prompts (e.g. every pair the data stage generated) whose per-position mean replaces
-            the head, per template, prompt length and answer length, **leaving the scored pair's own
+            the head, per template and prompt length (never per answer property), **leaving the scored pair's own
             counterfactual out**; ``dataset`` then needs ``template_id`` and ``pair_id``. A row whose key has no
             other pool item falls back to the mean over the scored rows of its group (listed in
             :attr:`pool_fallbacks`). None: the mean over the scored rows of the group.
@@ -140,9 +140,7 @@ class KnockoutScorer:
         if self._pool is not None:
             check_columns(dataset, ("template_id", "pair_id"), "KnockoutScorer (pool)")
             self.pair_ids = [int(x) for x in dataset["pair_id"]]
-            self.keys: list[PoolKey] = [
-                (str(t), n, len(a)) for t, n, a in zip(dataset["template_id"], self.n_prompt, answers)
-            ]
+            self.keys: list[PoolKey] = [(str(t), n) for t, n in zip(dataset["template_id"], self.n_prompt)]
 
     # --- clean pieces, computed once ---------------------------------------------------------------------
     def _prefix_cache(self, prefix: list[int]) -> Any:

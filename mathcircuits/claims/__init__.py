@@ -7,9 +7,10 @@ statement and number, this run's measurement with its interval, and a :class:`Ve
 the rules, written out in ``docs/claims.md``:
 
 * :mod:`.paper` — the claims as the paper states them, and the rules' thresholds;
-* :mod:`.components` — C1 (concentration vs a sign-flip null, depth vs random heads), C4 (the later MLPs' margin
-  with the key heads knocked out);
+* :mod:`.sparsity` — C1 (how many heads matter, by tests over heads with templates as units; depth vs random
+  heads);
 * :mod:`.attention` — C3 by role: operand and operator heads against their layer-mates, the attention sink left out;
+* :mod:`.margin` — C4 (the later MLPs' margin with the key heads knocked out, against the random head sets of C2);
 * :mod:`.knockout` — C2 and C5, through one knockout rule (:func:`drop_verdict`: a floor and a random-set null);
 * :mod:`.finetune` — C6 (precise vs full SFT) from the ``evaluate`` stage;
 * :mod:`.improve` — the C6 rule (full must beat base first), C6 and C6b (precise beats matched random heads)
@@ -23,7 +24,6 @@ The card sits above the analyses and below the report, which shows it first.
 from mathcircuits.claims.assess import assess_claims
 from mathcircuits.claims.attention import RoleFinding, RoleTest, claim_c3, role_findings
 from mathcircuits.claims.card import CardSettings, Claim, ClaimsCard, Verdict, fmt_interval
-from mathcircuits.claims.components import claim_c1, claim_c4, concentration, depth_distance
 from mathcircuits.claims.finetune import claim_c6
 from mathcircuits.claims.improve import (
     NO_EFFECT,
@@ -34,10 +34,13 @@ from mathcircuits.claims.improve import (
     with_unit_claims,
 )
 from mathcircuits.claims.knockout import claim_c2, claim_c5, drop_verdict
+from mathcircuits.claims.margin import claim_c4
 from mathcircuits.claims.numbers import claim_n1, claim_n2, claim_n3, with_number_claims
 from mathcircuits.claims.paper import PAPER
+from mathcircuits.claims.sparsity import C1_MARGIN, claim_c1, concentration, count_heads, depth_distance
 
 __all__ = [
+    "C1_MARGIN",
     "NO_EFFECT",
     "PAPER",
     "RoleFinding",
@@ -60,6 +63,7 @@ __all__ = [
     "claim_n2",
     "claim_n3",
     "concentration",
+    "count_heads",
     "depth_distance",
     "drop_verdict",
     "fmt_interval",

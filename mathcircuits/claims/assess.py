@@ -15,9 +15,10 @@ from mathcircuits.ablation import MLPMargin, RandomControl, TransferResult
 from mathcircuits.analysis import AttentionByRole
 from mathcircuits.claims.attention import claim_c3
 from mathcircuits.claims.card import CardSettings, ClaimsCard
-from mathcircuits.claims.components import claim_c1, claim_c4
 from mathcircuits.claims.finetune import claim_c6
 from mathcircuits.claims.knockout import claim_c2, claim_c5
+from mathcircuits.claims.margin import claim_c4
+from mathcircuits.claims.sparsity import claim_c1
 from mathcircuits.evaluation import EvalResult
 from mathcircuits.patching import KeyComponents, PatchingResult
 from mathcircuits.stats import DEFAULT_CONFIDENCE, DEFAULT_N_BOOT

@@ -300,5 +300,6 @@ def claim_c3(
         high=iv.high,
         unit=f"sink-free share difference on the {weakest.role} (key − layer-mates)",
         n=iv.n,
+        interval=iv.method,
     )
     return dataclasses.replace(c, title=_title(test.findings))

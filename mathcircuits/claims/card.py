@@ -14,13 +14,17 @@ from __future__ import annotations
 import enum
 import math
 from dataclasses import dataclass
+from typing import Any, Literal, get_args
 
 import pandas as pd
 
 from mathcircuits._io import SavedResult
-from mathcircuits.stats import DEFAULT_CONFIDENCE
+from mathcircuits.stats import DEFAULT_CONFIDENCE, METHOD_TEXT, IntervalMethod
 
-__all__ = ["CardSettings", "Claim", "ClaimsCard", "Verdict"]
+#: How a verdict that reads many tests controls for their number (``none``: one test, or a count only).
+Correction = Literal["none", "holm", "bonferroni", "benjamini_hochberg", "majority"]
+
+__all__ = ["CardSettings", "Claim", "ClaimsCard", "Correction", "Verdict"]
 
 
 class Verdict(str, enum.Enum):
@@ -56,6 +60,9 @@ class Claim:
         verdict: the :class:`Verdict`.
         reason: which rule gave the verdict, with the numbers it compared.
         n: the number of pairs/items/resamples behind the measurement (0 when not measured).
+        interval: how [low, high] was drawn (:data:`~mathcircuits.stats.IntervalMethod`; ``none`` without one).
+        n_tests: how many tests the verdict read (heads, sets, periods × depths; 0 when none).
+        correction: how the verdict controls for them (:data:`Correction`).
     """
 
     id: str
@@ -70,8 +77,16 @@ class Claim:
     verdict: Verdict
     reason: str
     n: int = 0
+    interval: IntervalMethod = "none"
+    n_tests: int = 0
+    correction: Correction = "none"
 
     def __post_init__(self) -> None:
+        for name, choices in (("interval", get_args(IntervalMethod)), ("correction", get_args(Correction))):
+            if getattr(self, name) not in choices:
+                raise ValueError(
+                    f"claim {self.id}: {name} {getattr(self, name)!r} is unknown. Fix: use one of {list(choices)}."
+                )
         try:
             object.__setattr__(self, "verdict", Verdict(self.verdict))
         except ValueError:
@@ -79,6 +94,16 @@ class Claim:
             raise ValueError(
                 f"claim {self.id}: verdict {self.verdict!r} is unknown. Fix: use one of {choices}."
             ) from None
+
+    @property
+    def interval_text(self) -> str:
+        """How the interval was drawn and how many tests the verdict read, in words (``""`` when neither)."""
+        parts = [] if self.interval == "none" else [METHOD_TEXT.get(self.interval, self.interval)]
+        if self.n_tests > 1:
+            fix = {"none": "uncorrected", "holm": "Holm", "bonferroni": "Bonferroni", "benjamini_hochberg": "BH"}
+            fix["majority"] = "a majority must agree"
+            parts.append(f"{self.n_tests} tests, {fix[self.correction]}")
+        return "; ".join(parts)
 
     @property
     def beyond_paper(self) -> bool:
@@ -101,12 +126,20 @@ class ClaimsCard(SavedResult):
     """
 
     STAGE = "report"
-    VERSION = 2
+    VERSION = 3
 
     claims: tuple[Claim, ...]
     confidence: float = DEFAULT_CONFIDENCE
     seed: int = 0
     settings: CardSettings = CardSettings()
+
+    @classmethod
+    def upgrade(cls, version: int, fields: dict[str, Any]) -> dict[str, Any]:
+        """Version 2 claims had no interval method or test count: ``none`` and 0."""
+        if version < 3:
+            extra = {"interval": "none", "n_tests": 0, "correction": "none"}
+            fields = {**fields, "claims": [extra | dict(c) for c in fields.get("claims", [])]}
+        return fields
 
     def __getitem__(self, claim_id: str) -> Claim:
         for c in self.claims:
@@ -115,8 +148,10 @@ class ClaimsCard(SavedResult):
         raise KeyError(f"no claim {claim_id!r}; this card has {[c.id for c in self.claims]}.")
 
     def to_dataframe(self):
-        """One row per claim: id, title, verdict, value, low, high, unit, n, measurement, paper, reason."""
-        cols = ["id", "title", "verdict", "value", "low", "high", "unit", "n", "measurement", "paper", "reason"]
+        """One row per claim: id, title, verdict, value, low, high, interval (its method), unit, n, tests
+        (``n_tests``, ``correction``), measurement, paper, reason."""
+        cols = ["id", "title", "verdict", "value", "low", "high", "interval", "unit", "n", "n_tests", "correction"]
+        cols += ["measurement", "paper", "reason"]
         return pd.DataFrame([{c: getattr(cl, c) for c in cols} for cl in self.claims], columns=cols)
 
     def lines(self) -> list[str]:
@@ -125,7 +160,8 @@ class ClaimsCard(SavedResult):
         width = max((len(c.title) for c in self.claims), default=10)
         for c in self.claims:
             mark = "+" if c.beyond_paper else " "
-            out.append(f" {mark}{c.id} {c.title:<{width}}  {c.verdict:<32}  {c.measurement}")
+            how = f" ({c.interval_text})" if c.interval_text else ""
+            out.append(f" {mark}{c.id} {c.title:<{width}}  {c.verdict:<32}  {c.measurement}{how}")
         if any(c.beyond_paper for c in self.claims):
             out.append(
                 "  + beyond the paper: Zhou et al. 2024, Fu et al. 2026, Kantamneni & Tegmark 2025, Nikankin et al."

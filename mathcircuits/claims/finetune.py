@@ -1,7 +1,8 @@
 """The fine-tuning claim: precise SFT of the key heads matches full SFT on math and keeps generic ability (C6).
 
 A paired bootstrap over the same items of the ``evaluate`` stage's models, under the rule of
-:func:`~mathcircuits.claims.improve.c6_verdict` (full SFT must beat base on math first; ``docs/claims.md``).
+:func:`~mathcircuits.claims.improve.c6_verdict` (full SFT must beat base on math first; without a generic
+benchmark C6 is *not measured*, as in the default run; ``docs/claims.md``).
 The ``compare`` stage's units, when they ran, decide C6 instead (:mod:`mathcircuits.claims.improve`).
 """
 
@@ -10,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from mathcircuits.claims.card import Claim, Verdict
-from mathcircuits.claims.improve import MARGIN_TEXT, NO_EFFECT, c6_verdict
+from mathcircuits.claims.improve import MARGIN_TEXT, NO_EFFECT, NO_GENERIC, c6_verdict
 from mathcircuits.claims.paper import claim, not_measured
 from mathcircuits.evaluation import EvalResult
 from mathcircuits.stats import DEFAULT_CONFIDENCE, DEFAULT_N_BOOT, paired_bootstrap
@@ -91,6 +92,8 @@ def claim_c6(
         text = f"{precise}. {text}"
     if verdict == Verdict.INCONCLUSIVE and reason.startswith(NO_EFFECT):
         text = f"{NO_EFFECT}. {text}"
+    if verdict == Verdict.NOT_MEASURED:
+        text = f"{NO_GENERIC}. {text}"
     return claim(
         "C6",
         text,

@@ -14,9 +14,11 @@ Two things make that claim testable rather than true by default:
 Rules (:data:`~mathcircuits.claims.paper.C6_MARGIN`; written out in ``docs/claims.md``):
 
 * C6 (:func:`c6_verdict`): with ``d_fb`` = full − base on math, ``d_pf`` = precise − full on math,
-  ``d_g`` = precise − base on generic (accuracy, 95% intervals): *inconclusive (training had no
-  effect)* unless ``low(d_fb) > 0``; then *holds* when ``low(d_pf) ≥ −m`` and ``low(d_g) ≥ −m``;
-  *does not hold* when ``high(d_pf) < −m`` or ``high(d_g) < −m``; else *inconclusive*.
+  ``d_g`` = precise − base on generic (accuracy, 95% intervals): *not measured* without a generic
+  benchmark (it could never hold), unless full beats base and ``high(d_pf) < −m`` (*does not hold*);
+  *inconclusive (training had no effect)* unless ``low(d_fb) > 0``; then *holds* when
+  ``low(d_pf) ≥ −m`` and ``low(d_g) ≥ −m``; *does not hold* when ``high(d_pf) < −m`` or
+  ``high(d_g) < −m``; else *inconclusive*.
 * C6b (:func:`claim_c6b`): *inconclusive (training had no effect)* unless precise or random beats
   base on math (an interval above 0); then, with ``d_pr`` = precise − random on math: *holds* when
   ``low(d_pr) > 0``; *does not hold* when ``high(d_pr) ≤ 0`` (random heads do at least as well);
@@ -40,11 +42,12 @@ from mathcircuits.claims.card import Claim, ClaimsCard, Verdict
 from mathcircuits.claims.paper import C6_MARGIN, claim, not_measured
 from mathcircuits.finetune.effects import difference
 from mathcircuits.finetune.units import UnitComparison
-from mathcircuits.stats import DEFAULT_N_BOOT, Interval
+from mathcircuits.stats import Interval
 
 __all__ = [
     "MARGIN_TEXT",
     "NO_EFFECT",
+    "NO_GENERIC",
     "c6_verdict",
     "claim_c6_units",
     "claim_c6b",
@@ -53,6 +56,8 @@ __all__ = [
 ]
 
 NO_EFFECT = "training had no effect"
+INTERVAL_TEXT = "95% t intervals over items and seeds, seeds − 1 degrees of freedom"
+NO_GENERIC = "no generic benchmark"  # C6's text starts so when its generic half is not measured
 MARGIN_TEXT = f"−{100 * C6_MARGIN:.0f}-point margin"  # "not worse by more than 5 points", as the card prints it
 
 
@@ -86,26 +91,28 @@ def c6_verdict(d_full_base: Interval, d_precise_full: Interval, d_generic: Inter
     """
     m = -C6_MARGIN
     margin = MARGIN_TEXT
+    if d_generic is None:  # C6 is "matches full on math AND keeps generic ability": the second half is missing
+        if d_full_base.low > 0 and d_precise_full.high < m:
+            return Verdict.FAILS, (
+                f"full beats base and precise − full lies wholly below the {margin}: the math half fails, whatever "
+                "a generic benchmark would show"
+            )
+        why = "" if d_full_base.low > 0 else f"; besides, {NO_EFFECT} (full − base {d_full_base.points()})"
+        return Verdict.NOT_MEASURED, (
+            "no generic benchmark has per-item results (evaluation.benchmarks is empty), so 'keeps generic "
+            f"ability' is not measured and C6 cannot hold{why}; a choice benchmark in evaluation.benchmarks (e.g. "
+            "ARC-Easy) measures it"
+        )
     if not d_full_base.low > 0:
         return Verdict.INCONCLUSIVE, (
             f"{NO_EFFECT}: full − base on math {d_full_base.points()} does not lie above 0, "
             "so 'precise matches full' would hold trivially"
         )
-    if d_precise_full.high < m or (d_generic is not None and d_generic.high < m):
+    if d_precise_full.high < m or d_generic.high < m:
         why = f"full beats base, and an interval (precise − full, or generic) lies wholly below the {margin}"
         return Verdict.FAILS, why
-    if d_precise_full.low >= m and d_generic is not None and d_generic.low >= m:
+    if d_precise_full.low >= m and d_generic.low >= m:
         return Verdict.HOLDS, f"full beats base, and both intervals lie at or above the {margin}"
-    if d_generic is None:
-        if d_precise_full.low >= m:
-            return Verdict.INCONCLUSIVE, (
-                f"precise − full lies at or above the {margin}, but no generic benchmark has per-item results, so "
-                "'keeps generic ability' is open"
-            )
-        return Verdict.INCONCLUSIVE, (
-            f"precise − full straddles the {margin}, and no generic benchmark has per-item results, so 'keeps "
-            "generic ability' is open"
-        )
     return Verdict.INCONCLUSIVE, f"full beats base, but an interval straddles the {margin}"
 
 
@@ -123,13 +130,11 @@ def _definition(cmp: UnitComparison) -> str:
     return precise_definition(len(r.heads), len(r.kv_shared_heads), r.n_trainable)
 
 
-def claim_c6_units(cmp: UnitComparison | None, n_boot: int = DEFAULT_N_BOOT, seed: int = 0) -> Claim:
+def claim_c6_units(cmp: UnitComparison | None) -> Claim:
     """C6 from a unit comparison: precise vs full on math, precise vs base on generic (seed-and-item intervals).
 
     Args:
         cmp: the comparison (None: not measured).
-        n_boot: bootstrap resamples.
-        seed: bootstrap seed.
 
     Returns:
         The claim; its value is precise − full accuracy on the held-out test facts.
@@ -139,9 +144,9 @@ def claim_c6_units(cmp: UnitComparison | None, n_boot: int = DEFAULT_N_BOOT, see
     missing = [m for m in ("base", "precise", "full") if not cmp.final(m)]
     if missing:
         return not_measured("C6", reason=f"compare.modes lacks {', '.join(missing)}")
-    d_fb = difference(cmp, "full", "base", "math", n_boot=n_boot, seed=seed)
-    d_pf = difference(cmp, "precise", "full", "math", n_boot=n_boot, seed=seed + 1)
-    d_g = difference(cmp, "precise", "base", "generic", n_boot=n_boot, seed=seed + 2)
+    d_fb = difference(cmp, "full", "base", "math")
+    d_pf = difference(cmp, "precise", "full", "math")
+    d_g = difference(cmp, "precise", "base", "generic")
     gen = None if math.isnan(d_g.value) else d_g
     verdict, reason = c6_verdict(d_fb, d_pf, gen)
     seeds = len(cmp.final("precise"))
@@ -150,20 +155,20 @@ def claim_c6_units(cmp: UnitComparison | None, n_boot: int = DEFAULT_N_BOOT, see
         f"{d_pf.points()}"
         + ("" if gen is None else f"; precise − base on generic {d_g.points()}")
         + f" (holds when these lie at or above the {MARGIN_TEXT}; {seeds} seeds per mode, each at its chosen "
-        "rate; intervals over items and seeds)"
+        f"rate; {INTERVAL_TEXT})"
     )
     if verdict == Verdict.INCONCLUSIVE and reason.startswith(NO_EFFECT):
         text = f"{NO_EFFECT}. " + text
+    if verdict == Verdict.NOT_MEASURED:
+        text = f"{NO_GENERIC}. " + text
     return _claim("C6", text, verdict, reason, d_pf)
 
 
-def claim_c6b(cmp: UnitComparison | None, n_boot: int = DEFAULT_N_BOOT, seed: int = 0) -> Claim:
+def claim_c6b(cmp: UnitComparison | None) -> Claim:
     """C6b: precise beats depth- and parameter-matched random heads on math (each at its own chosen rate).
 
     Args:
         cmp: the comparison (None: not measured).
-        n_boot: bootstrap resamples.
-        seed: bootstrap seed.
 
     Returns:
         The claim; its value is precise − random accuracy on the held-out test facts.
@@ -173,9 +178,9 @@ def claim_c6b(cmp: UnitComparison | None, n_boot: int = DEFAULT_N_BOOT, seed: in
     missing = [m for m in ("precise", "random") if not cmp.final(m)]
     if missing:
         return not_measured("C6b", reason=f"compare.modes lacks {', '.join(missing)}")
-    d = difference(cmp, "precise", "random", "math", n_boot=n_boot, seed=seed + 3)
-    d_r = difference(cmp, "random", "base", "math", n_boot=n_boot, seed=seed + 4)
-    d_p = difference(cmp, "precise", "base", "math", n_boot=n_boot, seed=seed + 5)
+    d = difference(cmp, "precise", "random", "math")
+    d_r = difference(cmp, "random", "base", "math")
+    d_p = difference(cmp, "precise", "base", "math")
     if not (d_p.low > 0 or d_r.low > 0):
         verdict, reason = (
             Verdict.INCONCLUSIVE,
@@ -195,25 +200,24 @@ def claim_c6b(cmp: UnitComparison | None, n_boot: int = DEFAULT_N_BOOT, seed: in
     text = (
         f"{_definition(cmp)}; random = as many non-key heads per layer, tuning as many KV groups ({n_draws} draws). "
         f"On held-out facts: precise − random {d.points()}; precise − base {d_p.points()}; "
-        f"random − base {d_r.points()}"
+        f"random − base {d_r.points()} ({len(cmp.final('precise'))} precise seeds; {INTERVAL_TEXT})"
     )
     if reason.startswith(NO_EFFECT):
         text = f"{NO_EFFECT}. " + text
     return _claim("C6b", text, verdict, reason, d)
 
 
-def with_unit_claims(card: ClaimsCard, cmp: UnitComparison, n_boot: int = DEFAULT_N_BOOT) -> ClaimsCard:
+def with_unit_claims(card: ClaimsCard, cmp: UnitComparison) -> ClaimsCard:
     """The card with C6 read from the unit comparison and C6b added after it.
 
     Args:
         card: the card from :func:`~mathcircuits.claims.assess_claims`.
         cmp: the comparison of the ``compare`` stage.
-        n_boot: bootstrap resamples.
 
     Returns:
         A new card.
     """
-    c6, c6b = claim_c6_units(cmp, n_boot, card.seed), claim_c6b(cmp, n_boot, card.seed)
+    c6, c6b = claim_c6_units(cmp), claim_c6b(cmp)
     claims = [c for c in card.claims if c.id not in ("C6", "C6b")]
     at = next((i for i, c in enumerate(card.claims) if c.id == "C6"), len(claims))
     claims[at:at] = [c6, c6b]

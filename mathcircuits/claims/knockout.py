@@ -102,17 +102,28 @@ def claim_c2(
     verdict, reason = drop_verdict((iv.value, iv.low, iv.high), p, m)
     null = control.random_drops()
     overlap = control.identification_overlap
+    every = " (every one there is)" if control.exhaustive else ""
     text = (
         f"{len(control.key_heads)} key heads: accuracy "
         f"{format_points(-iv.value, -iv.high, -iv.low)}; "
-        f"{m} depth-matched random sets: {format_points(-float(null.mean()))} on average, key set at percentile "
+        f"{m} depth-matched random sets{every}: {format_points(-float(null.mean()))} on average, key set at percentile "
         f"{pct:.0f} "
         f"(p = {p:.3f}); n={n} fresh pairs (overlap with identification: {overlap if overlap >= 0 else '?'})"
     )
-    if m < C2_MIN_DRAWS:
+    if m < C2_MIN_DRAWS and not control.exhaustive:
         reason += f" (fewer than {C2_MIN_DRAWS} random sets: raise validation.control_draws)"
     return claim(
-        "C2", text, verdict, reason, value=-iv.value, low=-iv.high, high=-iv.low, unit="accuracy change (points)", n=n
+        "C2",
+        text,
+        verdict,
+        reason,
+        value=-iv.value,
+        low=-iv.high,
+        high=-iv.low,
+        unit="accuracy change (points)",
+        n=n,
+        interval=iv.method,
+        n_tests=1,
     )
 
 
@@ -188,4 +199,7 @@ def claim_c5(
         high=kw.high - 1,
         unit="accuracy change (points)",
         n=n,
+        interval="wilson",
+        n_tests=len(verdicts),
+        correction="majority",
     )

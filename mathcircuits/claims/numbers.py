@@ -19,6 +19,7 @@ Usage::
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -174,7 +175,18 @@ def claim_n1(spectra: Spectrum | None, probes: ProbeResult | None, why_missing: 
         if any(round(float(t), 6) in base for t in cands):
             reason += " (or the period is in the tokenizer / token-frequency baseline)"
     return _claim(
-        "N1", text, verdict, reason, value=iv.value, low=iv.low, high=iv.high, unit=f"Cohen's κ of mod {t}", n=iv.n
+        "N1",
+        text,
+        verdict,
+        reason,
+        value=iv.value,
+        low=iv.low,
+        high=iv.high,
+        unit=f"Cohen's κ of mod {t}",
+        n=iv.n,
+        interval=iv.method,
+        n_tests=m,
+        correction="bonferroni",
     )
 
 
@@ -257,8 +269,13 @@ def claim_n2(
 
 
 def claim_n3(neurons: NeuronResult | None, why_missing: str = "stage numbers off") -> Claim:
-    """N3: every analysed layer keeps accuracy (≥ 1 − margin) with at most 5% of its neurons, and knocking out a
-    prompt's associated neurons drops accuracy more than layer-matched random neurons (paired interval above 0).
+    """N3: every analysed layer that is needed (ablating all its neurons, k = 0, loses accuracy: interval below
+    1 − margin) keeps accuracy (≥ 1 − margin) with at most 5% of its neurons, and knocking out a prompt's associated
+    neurons drops accuracy more than layer-matched random neurons (paired interval above 0).
+
+    A layer that keeps accuracy at k = 0 is not needed: its sufficient share is trivially small, so it is named and
+    left out, and the claim holds only with at least one needed layer. "At most 5%" is ``ceil(0.05 · d_mlp)``
+    neurons, the grid's own 5% (77 of 1536 is 5.01%).
 
     Args:
         neurons: the :class:`~mathcircuits.numbers.NeuronResult`.
@@ -269,17 +286,26 @@ def claim_n3(neurons: NeuronResult | None, why_missing: str = "stage numbers off
     """
     if neurons is None:
         return _off("N3", why_missing)
-    d = neurons.d_mlp
-    shares = {t.layer: t.chosen / d for t in neurons.topk}
-    small = all(s <= N3_MAX_SHARE for s in shares.values())
+    d, floor = neurons.d_mlp, 1 - neurons.margin
+    most = math.ceil(N3_MAX_SHARE * d)
+    baseline = {t.layer: 0 if t.ks and t.ks[0] == 0 else None for t in neurons.topk}
+    unneeded = [t.layer for t in neurons.topk if baseline[t.layer] is not None and t.accuracy[0] >= floor]
+    needed = [t for t in neurons.topk if baseline[t.layer] is not None and t.high[0] < floor]
+    unsure = [t.layer for t in neurons.topk if t.layer not in unneeded and t not in needed]
+    small = bool(needed) and all(t.chosen <= most for t in needed)
     too_big = []
-    for t in neurons.topk:
-        tried = [j for j, k in enumerate(t.ks) if k / d <= N3_MAX_SHARE]
-        if t.chosen / d > N3_MAX_SHARE and tried and t.high[tried[-1]] < 1 - neurons.margin:
+    for t in needed:
+        tried = [j for j, k in enumerate(t.ks) if 0 < k <= most]
+        if t.chosen > most and tried and t.high[tried[-1]] < floor:
             too_big.append(t.layer)
     ko = neurons.knockout
-    share_text = ", ".join(f"L{l} {s:.1%}" for l, s in shares.items())
+    share_text = ", ".join(
+        f"L{t.layer} {t.chosen / d:.1%}" + (f" (k = 0: {t.accuracy[0]:.2f})" if baseline[t.layer] is not None else "")
+        for t in neurons.topk
+    )
     text = f"sufficient share per layer: {share_text} (margin {neurons.margin:.0%})"
+    if unneeded:
+        text += f"; not needed (k = 0 keeps accuracy), left out: {['L%d' % l for l in unneeded]}"
     if ko is not None:
         text += (
             f"; associated knockout accuracy {ko.associated_accuracy:.2f}, random {ko.random_accuracy:.2f} "
@@ -289,12 +315,7 @@ def claim_n3(neurons: NeuronResult | None, why_missing: str = "stage numbers off
     fields: dict[str, Any] = {"unit": "extra accuracy drop (random − associated knockout)"}
     if ko is not None:
         fields |= {"value": ko.extra_drop, "low": ko.drop_low, "high": ko.drop_high, "n": ko.n_prompts}
-    if small and ko is not None and ko.drop_low > 0:
-        verdict, reason = (
-            Verdict.HOLDS,
-            f"every layer needs <= {N3_MAX_SHARE:.0%} of its neurons; extra drop interval above 0",
-        )
-    elif too_big or (ko is not None and ko.drop_high <= 0):
+    if too_big or (ko is not None and ko.drop_high <= 0):
         parts = []
         if too_big:
             parts.append(
@@ -304,8 +325,32 @@ def claim_n3(neurons: NeuronResult | None, why_missing: str = "stage numbers off
         if ko is not None and ko.drop_high <= 0:
             parts.append("associated neurons hurt no more than matched random ones")
         verdict, reason = Verdict.FAILS, "; ".join(parts)
+    elif any(b is None for b in baseline.values()):
+        verdict, reason = Verdict.INCONCLUSIVE, "no k = 0 baseline (saved by an earlier version): re-run numbers"
+    elif not needed and not unsure:
+        verdict, reason = (
+            Verdict.INCONCLUSIVE,
+            (
+                "no analysed layer is needed (each keeps accuracy with all its neurons ablated, k = 0), so a small "
+                "sufficient share says nothing"
+            ),
+        )
+    elif small and not unsure and ko is not None and ko.drop_low > 0:
+        verdict, reason = (
+            Verdict.HOLDS,
+            f"every needed layer (k = 0 loses accuracy) needs <= {N3_MAX_SHARE:.0%} of its neurons; extra drop "
+            "interval above 0",
+        )
     elif ko is None:
         verdict, reason = Verdict.INCONCLUSIVE, "no prompt has an associated neuron (no classified neuron in the top-k)"
+    elif unsure:
+        verdict, reason = (
+            Verdict.INCONCLUSIVE,
+            (
+                f"layers {unsure}: whether they are needed is not decided (k = 0 accuracy interval straddles "
+                f"1 − {neurons.margin:.2f})"
+            ),
+        )
     else:
         verdict, reason = Verdict.INCONCLUSIVE, "a share or the knockout interval is not decided at this sample size"
     return _claim("N3", text, verdict, reason, **fields)

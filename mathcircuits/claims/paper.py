@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 from mathcircuits.claims.card import Claim, Verdict
-from mathcircuits.stats import MIN_CLUSTERS, Interval, bootstrap_statistic, cluster_bootstrap
+from mathcircuits.stats import Interval, small_cluster_interval
 
 __all__ = [
     "C1_BAND",
@@ -159,13 +159,9 @@ def pair_interval(
     seed: int,
     confidence: float,
 ) -> Interval:
-    """Interval of the mean of per-pair values: a cluster bootstrap over templates within operations
-    (:func:`mathcircuits.stats.cluster_bootstrap`) when every operation has at least
-    :data:`~mathcircuits.stats.MIN_CLUSTERS` (5) templates (fewer undercover), else a bootstrap over pairs (its
-    ``method`` says which)."""
-    per: dict[str, set[str]] = {}
-    for c, s in zip(clusters, strata):
-        per.setdefault(s, set()).add(c)
-    if per and all(len(cs) >= MIN_CLUSTERS for cs in per.values()):
-        return cluster_bootstrap(values, list(clusters), None, list(strata), n_boot, seed, confidence)
-    return bootstrap_statistic(values, None, n_boot, seed, confidence)
+    """Interval of the mean of per-pair values over templates (:func:`mathcircuits.stats.small_cluster_interval`):
+    a bootstrap-t over template means within operations, which covers with 4 templates; with one template, a
+    bootstrap over pairs named ``pair_bootstrap_fallback``. Its ``method`` says which; its value is the mean of
+    template means (operations weighted by their pairs)."""
+    known = [c for c in clusters if c != "?"]
+    return small_cluster_interval(values, list(clusters) if known else None, list(strata), n_boot, seed, confidence)

@@ -15,12 +15,15 @@ For each template we draw operands (seeded), fill word pools, and build
 
 An optional few-shot prefix, built from the same template with the operand
 pairs listed in the template file, precedes the query (small models need it).
-With ``fewshot_operations="mixed"`` the prefix holds the examples of every operation of the
+With ``fewshot_operations="mixed"`` (the default) the prefix holds the examples of every operation of the
 template's set, each in its own operation's matching template (same form, same place in the
 file: ``add_eq_1`` ↔ ``mul_eq_1``), interleaved ("2 + 4 = 6", "9 - 4 = 5", "2 * 3 = 6", ...):
 after a prefix of additions the query's operator is redundant, after a mixed one it is necessary,
 so the operator counterfactual measures what the operator token does rather than what the
-prefix already says. Reference and counterfactual share the prefix, so they stay token-aligned.
+prefix already says (issue #35: with ``"same"``, the paper's, ``'2 + 4 = 6 ... 6 $ 5 = '`` still
+names the operation). A set with one operation only (word problems, exponentiation) has nothing to mix:
+its prefix is that operation's examples under either setting. Reference and counterfactual share the
+prefix, so they stay token-aligned.
 Each record also stores the token positions of operand A, operand B, the
 operator and the last token, and the answer's token ids.
 
@@ -69,7 +72,8 @@ __all__ = [
 
 #: The counterfactual prompt of a pair: the operator swapped (the paper's), or other operands and another answer.
 Counterfactual: TypeAlias = Literal["operator", "operands"]
-#: Which operations the few-shot examples show: the query's own (the paper's), or every operation of the set.
+#: Which operations the few-shot examples show: every operation of the set (the default: the prefix does not name
+#: the query's operation), or the query's own (the paper's).
 FewshotOperations: TypeAlias = Literal["same", "mixed"]
 
 
@@ -89,9 +93,9 @@ class GenerationConfig:
     )
     fewshot: bool = setting(True, "prefix the query with the template's few-shot examples")
     fewshot_operations: FewshotOperations = setting(
-        "same",
-        "same: the examples use the query's operation (the paper's); mixed: the examples of every operation of "
-        "the template set, interleaved, so the query's operator is needed to answer",
+        "mixed",
+        "mixed: the examples of every operation of the template set, interleaved, so the prefix does not name the "
+        "query's operation and its operator is needed to answer; same: the query's operation only (the paper's)",
     )
     allow_negative: bool = setting(False, "keep pairs whose answer is negative")
     integer_only: bool = setting(True, "keep only integer answers (division)")
@@ -262,7 +266,7 @@ def render_pair(
     integer_only: bool = True,
     allow_negative: bool = False,
     cf_operands: tuple[int, int] | None = None,
-    fewshot_operations: FewshotOperations = "same",
+    fewshot_operations: FewshotOperations = GenerationConfig.fewshot_operations,
 ) -> dict[str, Any]:
     """Build one reference/counterfactual record from a template and operands.
 
@@ -281,8 +285,8 @@ def render_pair(
         allow_negative: the answer rule of the few-shot examples.
         cf_operands: ``(a', b')`` for an operand counterfactual (the operator stays, ``cf_word`` is ignored);
             None: the operator counterfactual (``cf_word`` replaces the operator).
-        fewshot_operations: ``"same"``: the examples of the query's operation; ``"mixed"``: those of every
-            operation of the set, each in its matching template (see the module docstring).
+        fewshot_operations: ``"mixed"``: the examples of every operation of the set, each in its matching template
+            (see the module docstring); ``"same"``: those of the query's operation.
 
     Returns:
         A dict with the prompts, their token ids, the answer's token ids and the token positions
@@ -397,7 +401,7 @@ def _shots(
             matches.append(tpl)
         elif len(same_form) > rank(tpl) and set(same_form[rank(tpl)].pools) <= set(words):
             matches.append(same_form[rank(tpl)])
-    if len(matches) < 2:
+    if len(matches) < 2 and len(template.fewshot_examples) > 1:
         raise PairError(
             f"template {tpl.id!r}: the set {template.name!r} has no template of another operation in the form "
             f"{tpl.form!r} with few-shot examples, so a mixed prefix cannot be built. "

@@ -48,8 +48,8 @@ from jaxtyping import Float
 from safetensors.torch import load_file, save_file
 from torch import Tensor, nn
 
-from mathcircuits import __version__
 from mathcircuits._io import atomic_path, read_json, write_json
+from mathcircuits._version import __version__
 from mathcircuits.finetune.slices import ParamSlice, SliceError, SliceSet
 
 __all__ = ["ADAPTER_CONFIG_NAME", "ADAPTER_TYPE", "ADAPTER_WEIGHTS_NAME", "HeadSliceAdapter"]

@@ -4,8 +4,9 @@ Reads a :class:`~mathcircuits.finetune.units.UnitComparison` (values only, no mo
 
 * :func:`scores_matrix` — one mode's per-seed, per-item scores [seed, item] on held-out math
   (a split) or the generic benchmarks (pooled: every benchmark's items, in name order);
-* :func:`difference` — ``mean(A) − mean(B)`` with the two-level paired bootstrap of
-  :func:`mathcircuits.power.seed_item_bootstrap` (items shared, seeds resampled per mode);
+* :func:`difference` — ``mean(A) − mean(B)`` with the seed-and-item ``t`` interval of
+  :func:`mathcircuits.power.seed_item_t` (items shared, ``t`` with seeds − 1 degrees of freedom: a bootstrap
+  over 3 seeds covers about 0.80 at nominal 0.95);
 * :func:`effects_table` — per mode (final units at its chosen rate): tuned parameters, K/V side
   effects, chosen rate and edge flag, math and generic accuracy and their changes against base
   (points, 95% intervals that include seed variance), answer log-probability change, CPU time;
@@ -28,8 +29,8 @@ import torch
 from torch import Tensor
 
 from mathcircuits.finetune.units import UnitComparison, UnitRecord
-from mathcircuits.power import seed_item_bootstrap
-from mathcircuits.stats import DEFAULT_N_BOOT, Interval
+from mathcircuits.power import seed_item_t
+from mathcircuits.stats import Interval
 
 __all__ = ["Kind", "Metric", "difference", "effects_table", "pareto_points", "scores_matrix"]
 
@@ -92,8 +93,6 @@ def difference(
     b: str,
     kind: Kind,
     metric: Metric = "correct",
-    n_boot: int = DEFAULT_N_BOOT,
-    seed: int = 0,
 ) -> Interval:
     """``mean(a) − mean(b)`` over the final units of two mode labels, with the seed-and-item interval.
 
@@ -103,25 +102,24 @@ def difference(
         b: another (e.g. ``full`` or ``base``).
         kind: ``math`` (test facts) or ``generic`` (pooled benchmarks).
         metric: ``correct`` or ``logp``.
-        n_boot: bootstrap resamples.
-        seed: bootstrap seed.
 
     Returns:
-        The :class:`~mathcircuits.stats.Interval` (NaN when a side has no scores).
+        The :class:`~mathcircuits.stats.Interval` of :func:`~mathcircuits.power.seed_item_t` (NaN when a side has
+        no scores).
     """
     ra, rb = cmp.final(a), cmp.final(b)
     if not ra or not rb:
         nan = math.nan
-        return Interval(nan, nan, nan, 0, method="seed_item_bootstrap")
+        return Interval(nan, nan, nan, 0, method="seed_item_t")
     n = _generic_n([*ra, *rb]) if kind == "generic" else None
     ma, mb = scores_matrix(ra, kind, metric, n=n), scores_matrix(rb, kind, metric, n=n)
     if ma.numel() == 0 or mb.numel() == 0:
         nan = math.nan
-        return Interval(nan, nan, nan, 0, method="seed_item_bootstrap")
-    return seed_item_bootstrap(ma, mb, n_boot, seed)
+        return Interval(nan, nan, nan, 0, method="seed_item_t")
+    return seed_item_t(ma, mb)
 
 
-def effects_table(cmp: UnitComparison, n_boot: int = DEFAULT_N_BOOT, seed: int = 0) -> pd.DataFrame:
+def effects_table(cmp: UnitComparison) -> pd.DataFrame:
     """Per mode label: what it tuned, its chosen rate, and its math and generic change against base.
 
     Columns: ``learning rate``, ``rate at grid edge``, ``seeds``, ``tuned params``, ``heads``, ``MLPs``,
@@ -131,8 +129,6 @@ def effects_table(cmp: UnitComparison, n_boot: int = DEFAULT_N_BOOT, seed: int =
 
     Args:
         cmp: the comparison.
-        n_boot: bootstrap resamples.
-        seed: bootstrap seed.
 
     Returns:
         A DataFrame indexed by mode label, base first.
@@ -156,9 +152,9 @@ def effects_table(cmp: UnitComparison, n_boot: int = DEFAULT_N_BOOT, seed: int =
             "train CPU s": sum(r.train_cpu_s for r in recs) / len(recs),
         }
         for kind in ("math", "generic"):
-            d = difference(cmp, label, "base", kind, "correct", n_boot, seed)  # type: ignore[arg-type]
+            d = difference(cmp, label, "base", kind, "correct")  # type: ignore[arg-type]
             row |= {f"{kind} Δ": 100 * d.value, f"{kind} Δ low": 100 * d.low, f"{kind} Δ high": 100 * d.high}
-            row[f"{kind} logp Δ"] = difference(cmp, label, "base", kind, "logp", 1, seed).value  # type: ignore[arg-type]
+            row[f"{kind} logp Δ"] = difference(cmp, label, "base", kind, "logp").value  # type: ignore[arg-type]
         rows.append(row)
     return pd.DataFrame(rows).set_index("mode")
 

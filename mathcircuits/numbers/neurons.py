@@ -17,7 +17,8 @@ operand grid, at the last position (:mod:`.grid`).
    highest attribution and mean-ablate the rest (at the last position); the smallest
    ``k`` of the tried ones whose accuracy on the correct prompts stays at or above
    ``1 − margin`` (default margin 0.05) is the layer's sufficient ``k``. Accuracy is the
-   first answer token (Wilson interval).
+   first answer token (Wilson interval). ``k = 0`` (the whole layer ablated) is always tried: a layer
+   that keeps accuracy without any of its neurons is not needed, and its sufficient ``k`` is 0.
 4. **Associated vs random knockout.** A prompt's associated neurons are those of the
    layers' sufficient top-k whose heuristic applies to it (it fires on the pattern and
    the prompt matches, or fires off it and the prompt does not). Mean-ablating them in
@@ -247,7 +248,9 @@ def heuristic_neurons(
     pattern = torch.where(best >= 0, remap[best.clamp_min(0)], -1)
     gen = torch.Generator().manual_seed(seed)
     evals = correct[torch.randperm(len(correct), generator=gen)[:eval_prompts]].sort().values.tolist()
-    ks = sorted({min(d_mlp, max(1, math.ceil(f * d_mlp))) for f in fractions})
+    # k = 0 (the whole layer mean-ablated) is the baseline: a layer that keeps accuracy without any neuron is not
+    # needed, and its "sufficient share" says nothing (claim N3 leaves it out)
+    ks = [0, *sorted({min(d_mlp, max(1, math.ceil(f * d_mlp))) for f in fractions})]
     order = attribution.argsort(1, descending=True)
     mean_of = {l: means[j] for j, l in enumerate(layers)}
     # 3. per layer and k: accuracy with only the top-k kept

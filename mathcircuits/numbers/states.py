@@ -53,7 +53,8 @@ def _context_of(tokenizer: Any, tset: TemplateSet, tpl: Any, fewshot: bool, spac
     answer = compute_answer(tpl.operation, 2, 1)
     if answer is None:
         return None
-    rec = render_pair(tokenizer, tset, tpl, 2, 1, answer, tpl.op, {}, fewshot, spacing)
+    # a context to read numbers in, not a counterfactual: the query's own operation's examples, as before #35
+    rec = render_pair(tokenizer, tset, tpl, 2, 1, answer, tpl.op, {}, fewshot, spacing, fewshot_operations="same")
     query = tpl.text.format(A=2, B=1, OP=tpl.op) + (" " if spacing == "prompt" else "")
     if not rec["prompt"].endswith(query):
         return None

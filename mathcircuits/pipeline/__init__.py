@@ -20,7 +20,16 @@ if TYPE_CHECKING:
         fingerprint,
         render_config,
     )
-    from mathcircuits.pipeline.context import Context, StageSummary, select_pairs
+    from mathcircuits.pipeline.context import Context, StageSummary, select_pairs, template_spread
+    from mathcircuits.pipeline.facts import (
+        FACT_STAGES,
+        FactStage,
+        FactUse,
+        fact_use,
+        stage_facts,
+        stage_rows,
+        tag_fact_stages,
+    )
     from mathcircuits.pipeline.lock import RunLock, RunLockedError
     from mathcircuits.pipeline.paths import RunPaths
     from mathcircuits.pipeline.run import RunFolderError, check_run_folder, done_summary, run_pipeline, stage_status
@@ -32,7 +41,10 @@ _WHERE = {
     **dict.fromkeys(
         ("ConfigError", "FinetuneSection", "ModelSection", "RunConfig", "fingerprint", "render_config"), "config"
     ),
-    **dict.fromkeys(("Context", "StageSummary", "select_pairs"), "context"),
+    **dict.fromkeys(("Context", "StageSummary", "select_pairs", "template_spread"), "context"),
+    **dict.fromkeys(
+        ("FACT_STAGES", "FactStage", "FactUse", "fact_use", "stage_facts", "stage_rows", "tag_fact_stages"), "facts"
+    ),
     **dict.fromkeys(("RunLock", "RunLockedError"), "lock"),
     "RunPaths": "paths",
     **dict.fromkeys(("RunFolderError", "check_run_folder", "done_summary", "run_pipeline", "stage_status"), "run"),
@@ -41,10 +53,13 @@ _WHERE = {
 }
 
 __all__ = [
+    "FACT_STAGES",
     "STAGES",
     "ConfigError",
     "ModelSection",
     "Context",
+    "FactStage",
+    "FactUse",
     "FinetuneSection",
     "IdentifySummary",
     "OperationTotal",
@@ -59,12 +74,17 @@ __all__ = [
     "check_same_config",
     "compare_model_runs",
     "done_summary",
+    "fact_use",
     "fingerprint",
     "load_run_results",
     "render_config",
     "run_pipeline",
     "select_pairs",
+    "stage_facts",
+    "stage_rows",
     "stage_status",
+    "tag_fact_stages",
+    "template_spread",
 ]
 
 

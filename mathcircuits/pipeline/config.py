@@ -28,13 +28,14 @@ from mathcircuits._schema import ConfigError, check_fields, describe, from_dict,
 from mathcircuits.ablation.config import ValidationConfig
 from mathcircuits.analysis.config import AnalysisConfig
 from mathcircuits.circuit.config import CircuitConfig
-from mathcircuits.data import GenerationConfig, load_templates
+from mathcircuits.data import Fact, GenerationConfig, load_templates
 from mathcircuits.evaluation.benchmarks import benchmark_spec
 from mathcircuits.evaluation.config import EvaluationConfig
 from mathcircuits.finetune import CompareConfig, Mode, SFTConfig
 from mathcircuits.models import ModelSpec, resolve_source
 from mathcircuits.numbers import NumbersConfig
 from mathcircuits.patching.config import PatchingConfig, SelectionConfig
+from mathcircuits.pipeline.facts import FactStage, stage_facts
 
 __all__ = [
     "ConfigError",
@@ -118,9 +119,24 @@ class DataSection(GenerationConfig):
     heldout_templates: tuple[str, ...] = setting(
         (), "templates scored but never used to find key heads; validate measures transfer to them (claim C5)"
     )
+    stage_fact_shares: tuple[float, float, float, float] = setting(
+        (0.35, 0.35, 0.1, 0.2),
+        "shares of each operation's facts (op, a, b) owned by identify, validate, analyze and circuit: disjoint "
+        "parts, seeded by data.seed, so no stage scores a fact another stage used (pipeline/facts.py)",
+    )
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        shares = self.stage_fact_shares
+        if any(not x > 0 for x in shares) or sum(shares) > 1 + 1e-9:
+            raise ConfigError(
+                f"data.stage_fact_shares={list(shares)}. Fix: four positive shares (identify, validate, analyze, "
+                "circuit) summing to at most 1, e.g. [0.35, 0.35, 0.1, 0.2]."
+            )
+        try:
+            self.stage_facts()  # every stage gets facts of every operation (checked now, not in the data stage)
+        except ValueError as err:
+            raise ConfigError(f"data.stage_fact_shares: {err}") from err
         # the templates exist and make pairs of these operations (checked now, not when the data stage runs)
         try:
             loaded = load_templates(list(self.template_files) if self.template_files else None)
@@ -150,6 +166,10 @@ class DataSection(GenerationConfig):
         """The library config alone (without the pipeline's extra fields)."""
         fields = {f.name for f in dataclasses.fields(GenerationConfig)}
         return GenerationConfig(**{k: getattr(self, k) for k in fields})
+
+    def stage_facts(self) -> dict[FactStage, frozenset[Fact]]:
+        """The declared partition of the facts by stage (:func:`~mathcircuits.pipeline.facts.stage_facts`)."""
+        return stage_facts(self.generation(), self.stage_fact_shares)
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import random
 import typing
+from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -28,7 +30,7 @@ from mathcircuits.models.memory import PeakMemory
 from mathcircuits.pipeline.config import RunConfig
 from mathcircuits.pipeline.paths import RunPaths
 
-__all__ = ["Context", "StageSummary", "TableRow", "save_csv", "save_dataset", "select_pairs"]
+__all__ = ["Context", "StageSummary", "TableRow", "save_csv", "save_dataset", "select_pairs", "template_spread"]
 
 #: one row of a results table whose columns the config chooses (benchmarks, modes): column → value.
 TableRow = dict[str, str | int | float]
@@ -190,3 +192,29 @@ def select_pairs(
         ds = ds.filter(lambda r: r["operation"] == operation)
     ds = ds.shuffle(seed=seed)
     return ds.select(list(range(min(skip, len(ds)), min(skip + limit, len(ds)))))  # a list: may be empty
+
+
+def template_spread(ds: datasets.Dataset, seed: int = 0) -> list[int]:
+    """Every row of ``ds``, ordered round-robin over its templates (each template's rows in a seeded order).
+
+    The first ``n`` rows of this order cover ``min(n, templates)`` templates, each within one row of the others:
+    a sample that must span every template (clusters for an interval, discovery vs evaluation pairs) takes them.
+
+    Args:
+        ds: prompt pairs with a ``template_id`` column.
+        seed: shuffle seed of the rows within each template.
+
+    Returns:
+        Row indices, each once.
+    """
+    rng = random.Random(seed)
+    by_t: dict[str, list[int]] = defaultdict(list)
+    for i, t in enumerate(ds["template_id"]):
+        by_t[t].append(i)
+    queues = [rng.sample(rows, len(rows)) for _, rows in sorted(by_t.items())]
+    order = []
+    while any(queues):
+        for q in queues:
+            if q:
+                order.append(q.pop())
+    return order

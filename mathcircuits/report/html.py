@@ -19,7 +19,7 @@ import plotly.graph_objects as go
 
 from mathcircuits.models import Head
 from mathcircuits.models.memory import PeakMemory
-from mathcircuits.stats import DEFAULT_CONFIDENCE, format_points, wilson_interval
+from mathcircuits.stats import DEFAULT_CONFIDENCE, METHOD_TEXT, format_points, wilson_interval
 from mathcircuits.viz import OfflineHTML, circuitsvis_bundle, split_bundle
 
 __all__ = [
@@ -187,10 +187,16 @@ def claims_table(df: pd.DataFrame) -> pd.DataFrame:
         df: :meth:`~mathcircuits.claims.ClaimsCard.to_dataframe`.
 
     Returns:
-        The table with ``value``, ``low`` and ``high`` replaced by ``value [interval]``.
+        The table with ``value``, ``low``, ``high`` and ``interval`` replaced by ``value [interval] (method)``.
     """
     out = df.copy()
     cells = [_claim_value(r.value, r.low, r.high, str(r.unit)) for r in out.itertuples()]
+    if "interval" in out.columns:  # the method beside the interval it drew
+        cells = [
+            c if m in ("none", None) or c == "–" else f"{c} ({METHOD_TEXT.get(m, m)})"
+            for c, m in zip(cells, out["interval"])
+        ]
+        out = out.drop(columns=["interval"])
     at = list(out.columns).index("value")
     out = out.drop(columns=["value", "low", "high"])
     out.insert(at, "value [interval]", cells)

@@ -291,16 +291,20 @@ def neuron_topk_curves(neurons: NeuronResult) -> go.Figure:
         subplot_titles=("only the top-k neurons of one layer kept", "associated vs random knockout"),
     )
     for j, t in enumerate(neurons.topk):
-        acc = list(t.accuracy)
+        shown = [i for i, k in enumerate(t.ks) if k > 0]  # k = 0 (layer ablated) has no place on a log axis: named
+        acc = [t.accuracy[i] for i in shown]
         err = dict(
-            type="data", array=[h - a for h, a in zip(t.high, acc)], arrayminus=[a - lo for a, lo in zip(acc, t.low)]
+            type="data",
+            array=[t.high[i] - t.accuracy[i] for i in shown],
+            arrayminus=[t.accuracy[i] - t.low[i] for i in shown],
         )
+        base = f"; k = 0: {t.accuracy[0]:.2f}" if t.ks and t.ks[0] == 0 else ""
         fig.add_trace(
             go.Scatter(
-                x=list(t.ks),
+                x=[t.ks[i] for i in shown],
                 y=acc,
                 error_y=err,
-                name=f"L{t.layer} (k = {t.chosen})",
+                name=f"L{t.layer} (k = {t.chosen}{base})",
                 line=dict(color=_PAL[j % len(_PAL)]),
             ),
             row=1,

@@ -1,10 +1,9 @@
 """Stage ``analyze``: attention of the key heads by token role, and MLP unembedding probes (paper §4).
 
-The attention is read on correct pairs that are not identification pairs (falling back to any when none is left).
-
 Reads the ``analysis`` section; writes ``analyze/attention_by_role.pt/.csv``,
 ``analyze/attention_key_layers.pt/.csv`` (every head of the key heads' layers: claim C3 compares the key heads
-with their layer-mates), ``analyze/mlp_probes.pt/.csv`` and ``analyze/head_patterns.pt``.
+with their layer-mates), ``analyze/mlp_probes.pt/.csv`` and ``analyze/head_patterns.pt``. Its pairs come from
+analyze's own facts (:mod:`~mathcircuits.pipeline.facts`), none of which chose the heads.
 """
 
 from __future__ import annotations
@@ -12,9 +11,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from mathcircuits.analysis import attention_by_role, head_patterns, mlp_probes
+from mathcircuits.data import facts_of
 from mathcircuits.models import Head
-from mathcircuits.patching import KeyComponents, PatchingResult
+from mathcircuits.patching import KeyComponents
 from mathcircuits.pipeline.context import Context, StageSummary, save_csv, select_pairs
+from mathcircuits.pipeline.facts import FactUse, fact_use, stage_rows
+from mathcircuits.pipeline.stages.identify import patched_facts
 
 __all__ = ["AnalyzeSummary", "run"]
 
@@ -26,6 +28,12 @@ class AnalyzeSummary(StageSummary):
     head_classes: dict[str, str] = field(default_factory=dict)
     first_raising_layer: int | None = None
     lens_top1_layer: int | None = None
+    facts: FactUse | None = None  # the facts analysed; shared with identify's patched pairs: 0
+
+    def lines(self) -> list[str]:
+        return [line for line in super().lines() if not line.startswith("  facts:")] + (
+            [self.facts.line()] if self.facts is not None else []
+        )
 
 
 def run(ctx: Context) -> AnalyzeSummary:
@@ -41,11 +49,14 @@ def run(ctx: Context) -> AnalyzeSummary:
     model = ctx.model
     key = KeyComponents.load(paths.key_components)
     key.check_model(model.spec)
-    correct = ctx.load_dataset(paths.pairs_correct)
-    # the heads' attention is read on pairs that did not choose them (claim C3 leaves out any that did)
-    chose = set(PatchingResult.load(paths.patching("all")).pair_ids)
-    fresh = correct.filter(lambda r: r["pair_id"] not in chose)
-    sub = select_pairs(fresh if len(fresh) else correct, None, a.max_pairs)
+    everything = ctx.load_dataset(paths.pairs_correct)
+    correct = stage_rows(everything, "analyze")
+    sub = select_pairs(correct, None, a.max_pairs)
+    if not len(sub):
+        raise RuntimeError(
+            "no correct pair has a fact of analyze's share, so there is nothing to analyse. "
+            "Fix: raise data.n_per_template or analyze's share in data.stage_fact_shares."
+        )
     att = attention_by_role(model, sub, key)
     att.save(paths.attention())
     save_csv(att.summary(), paths.attention(".csv"))
@@ -67,4 +78,10 @@ def run(ctx: Context) -> AnalyzeSummary:
         head_classes={str(Head(*h)): c for h, c in zip(att.heads, att.classify())},
         first_raising_layer=probes.first_raising_layer(op) if op else None,
         lens_top1_layer=probes.lens_top1_layer(op) if op else None,
+        facts=fact_use(
+            "analyze",
+            facts_of(sub) | facts_of(probe_data),
+            ctx.config.data.stage_facts(),
+            {"identify": patched_facts(ctx, everything)},
+        ),
     )

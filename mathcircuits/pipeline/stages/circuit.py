@@ -1,7 +1,8 @@
 """Stage ``circuit``: each operation's circuit, found until it saturates, and its faithfulness curve.
 
 Reads the ``circuit`` and ``data`` sections. For each operation it generates pairs of the identification
-templates with the chosen counterfactual (operand counterfactuals by default, so operand paths can be
+templates on its own facts (``data.stage_fact_shares``: no fact of identify, validate or analyze) with the chosen
+counterfactual (operand counterfactuals by default, so operand paths can be
 found), keeps the correct ones, and — when there are at least ``circuit.min_pairs`` — splits them into
 disjoint discovery and evaluation pairs, stratified by template. It writes
 ``circuit/circuit_<op>.json`` (the circuit, with roles and the rounds of discovery),
@@ -13,16 +14,15 @@ faithfulness of a circuit it found, or with the next operation (the folder is cl
 
 from __future__ import annotations
 
-import random
-from collections import defaultdict
 from dataclasses import dataclass, field, replace
 
 from mathcircuits._io import ResultFileError, atomic_path
 from mathcircuits.circuit import Circuit, Faithfulness, discover_circuit, faithfulness, label_roles
 from mathcircuits.circuit.subcircuits import top_circuit
-from mathcircuits.data import GenerationConfig, filter_correct, generate_pairs, score_pairs
+from mathcircuits.data import Fact, GenerationConfig, facts_of, filter_correct, generate_pairs, score_pairs
 from mathcircuits.data.pairs import PairSet
-from mathcircuits.pipeline.context import Context, StageSummary
+from mathcircuits.pipeline.context import Context, StageSummary, template_spread
+from mathcircuits.pipeline.facts import FactUse, fact_use
 from mathcircuits.viz.circuit_graph import circuit_graph
 from mathcircuits.viz.faithfulness_curve import faithfulness_curve
 
@@ -50,6 +50,7 @@ class CircuitSummary(StageSummary):
     circuits: dict[str, CircuitBrief] = field(default_factory=dict)
     skipped: dict[str, int] = field(default_factory=dict)
     disabled: bool = False
+    facts: FactUse | None = None  # the facts of the discovery and evaluation pairs, and how many another stage owns
 
     def lines(self) -> list[str]:
         if self.disabled:
@@ -58,6 +59,7 @@ class CircuitSummary(StageSummary):
             f"  circuit {op}: skipped, {n} correct pairs (fewer than circuit.min_pairs)"
             for op, n in self.skipped.items()
         ]
+        out += [self.facts.line()] if self.facts is not None else []
         for op, c in self.circuits.items():
             out.append(
                 f"  circuit {op}: {c.nodes} nodes, {c.edges} edges ({c.stopped}), "
@@ -77,16 +79,7 @@ def split_pairs(dataset: PairSet, n_discovery: int, n_eval: int, seed: int) -> t
     Returns:
         ``(discovery rows, evaluation rows)``, disjoint.
     """
-    rng = random.Random(seed)
-    by_t: dict[str, list[int]] = defaultdict(list)
-    for i, t in enumerate(dataset["template_id"]):
-        by_t[t].append(i)
-    queues = [rng.sample(rows, len(rows)) for _, rows in sorted(by_t.items())]
-    order = []
-    while any(queues):
-        for q in queues:
-            if q:
-                order.append(q.pop())
+    order = template_spread(dataset, seed)
     return sorted(order[:n_discovery]), sorted(order[n_discovery : n_discovery + n_eval])
 
 
@@ -98,14 +91,17 @@ def _templates(ctx: Context, op: str) -> list[str]:
     return [t for t in known if not ids or t in ids]
 
 
-def _pairs(ctx: Context, op: str, n: int, seed: int) -> PairSet:
+def _pairs(ctx: Context, op: str, n: int, seed: int, own_facts: bool = True) -> PairSet:
+    """Pairs of ``op``'s circuit templates: of the circuit stage's facts (``own_facts``), or of any (the pool)."""
     d, c = ctx.config.data, ctx.config.circuit
     gen = GenerationConfig(
         operations=(op,), template_ids=tuple(_templates(ctx, op)), n_per_template=n, operand_range=d.operand_range,
-        fewshot=d.fewshot, allow_negative=d.allow_negative, integer_only=d.integer_only,
+        fewshot=d.fewshot, fewshot_operations=d.fewshot_operations, allow_negative=d.allow_negative,
+        integer_only=d.integer_only,
         multi_token_answers=d.multi_token_answers, counterfactual=c.counterfactual, seed=seed,
     )  # fmt: skip
-    return generate_pairs(ctx.model.tokenizer, ctx.templates(), gen)
+    facts = d.stage_facts()["circuit"] if own_facts else None
+    return generate_pairs(ctx.model.tokenizer, ctx.templates(), gen, facts=facts)
 
 
 def run(ctx: Context) -> CircuitSummary:
@@ -123,6 +119,7 @@ def run(ctx: Context) -> CircuitSummary:
     model = ctx.model
     out: dict[str, CircuitBrief] = {}
     skipped: dict[str, int] = {}
+    used: set[Fact] = set()
     for op in ctx.config.data.operations:
         if not _templates(ctx, op):
             continue
@@ -133,6 +130,7 @@ def run(ctx: Context) -> CircuitSummary:
             continue
         disc_rows, eval_rows = split_pairs(correct, c.discovery_pairs, c.eval_pairs, ctx.config.data.seed)
         disc, ev = correct.select(disc_rows), correct.select(eval_rows)
+        used |= facts_of(disc) | facts_of(ev)
         try:
             found = Circuit.load(paths.circuit(op))
         except (FileNotFoundError, ResultFileError):
@@ -143,7 +141,8 @@ def run(ctx: Context) -> CircuitSummary:
         try:
             faith = Faithfulness.load(paths.circuit_faithfulness(op))
         except (FileNotFoundError, ResultFileError):
-            pool = _pairs(ctx, op, c.pool_per_template, ctx.config.data.seed + 1)
+            # the pool only supplies position means (the scored operands left out), so it may hold any fact
+            pool = _pairs(ctx, op, c.pool_per_template, ctx.config.data.seed + 1, own_facts=False)
             faith = faithfulness(model, ev, found, pool=pool, **c.faithfulness_kwargs(), seed=ctx.config.data.seed)
             faith.save(paths.circuit_faithfulness(op))
         with atomic_path(paths.circuit_graph(op)) as tmp:
@@ -162,4 +161,5 @@ def run(ctx: Context) -> CircuitSummary:
             faith=faith.summary(),
             ill_conditioned=faith.ill_conditioned,
         )
-    return CircuitSummary(circuits=out, skipped=skipped)
+    facts = fact_use("circuit", frozenset(used), ctx.config.data.stage_facts())
+    return CircuitSummary(circuits=out, skipped=skipped, facts=facts)

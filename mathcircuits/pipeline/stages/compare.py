@@ -117,6 +117,7 @@ def _fact_pairs(ctx: Context, facts: frozenset[tuple[str, int, int]], per_templa
         n_per_template=per_template,
         operand_range=f.operand_range,
         fewshot=d.fewshot and not c.bare_prompts,
+        fewshot_operations=d.fewshot_operations,
         seed=seed,
     )
     return generate_pairs(ctx.model.tokenizer, ctx.templates(), cfg, facts=facts)
@@ -222,7 +223,7 @@ def run(ctx: Context) -> CompareSummary:
         ranking=_ranking(ctx, c.modes),
     )
     cmp = compare_units(plan, paths.compare_units, execute, echo=print if ctx.progress else log.info)
-    table = effects_table(cmp, seed=ctx.config.data.seed)
+    table = effects_table(cmp)
     points = pareto_points(cmp)
     sweep = pd.DataFrame(
         [
@@ -254,7 +255,7 @@ def run(ctx: Context) -> CompareSummary:
     }
     formats = [x for x in ctx.config.analysis.static_formats if x == "png"] if find_chromium() else []
     files = [str(p) for p in save_figures({str(k): v for k, v in figs.items()}, formats=["html", *formats])]
-    claims = [claim_c6_units(cmp, seed=ctx.config.data.seed), claim_c6b(cmp, seed=ctx.config.data.seed)]
+    claims = [claim_c6_units(cmp), claim_c6b(cmp)]
     return CompareSummary(
         train_pairs=len(pairs["train"]),
         validation_pairs=len(pairs["validation"]),

@@ -2,7 +2,9 @@
 
 Reads the ``model`` and ``data`` sections; writes ``data/pairs_scored`` (every pair, scored),
 ``data/pairs_correct`` (the correct pairs of the identification templates: every template except
-``data.heldout_templates``, which validate keeps for transfer) and ``data/accuracy.csv``.
+``data.heldout_templates``, which validate keeps for transfer) and ``data/accuracy.csv``. Every pair carries
+``fact_stage``, the stage that owns its fact ``(op, a, b)`` in the declared partition
+(:mod:`~mathcircuits.pipeline.facts`): identify, validate, analyze and circuit each draw only their own facts.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from dataclasses import dataclass, field
 
 from mathcircuits.data import accuracy_table, filter_correct, generate_pairs, score_pairs
 from mathcircuits.pipeline.context import Context, StageSummary, save_csv, save_dataset
+from mathcircuits.pipeline.facts import FACT_STAGES, tag_fact_stages
 
 __all__ = ["DataSummary", "OperationAccuracy", "run"]
 
@@ -36,6 +39,9 @@ class DataSummary(StageSummary):
     accuracy_by_operation: list[OperationAccuracy] = field(default_factory=list)
     requested_per_template: int = 0
     fewer_than_requested: dict[str, int] = field(default_factory=dict)
+    facts_by_stage: dict[str, int] = field(default_factory=dict)  # facts (op, a, b) each stage owns
+    correct_by_stage: dict[str, int] = field(default_factory=dict)  # correct pairs whose fact each stage owns
+    facts_shared_by_stages: int = 0  # facts in two stages' parts (0: the partition is disjoint)
 
     def lines(self) -> list[str]:
         out = ["  accuracy by operation (all templates):"]
@@ -46,6 +52,14 @@ class DataSummary(StageSummary):
             )
         held = f" ({self.n_heldout} pairs of held-out templates kept for transfer)" if self.n_heldout else ""
         out.append(f"  correct pairs kept: {self.n_correct} of {self.n_pairs}{held}")
+        if self.facts_by_stage:
+            out.append(
+                "  facts (op, a, b) by stage, disjoint: "
+                + ", ".join(
+                    f"{s} {n} ({self.correct_by_stage.get(s, 0)} correct pairs)" for s, n in self.facts_by_stage.items()
+                )
+                + f"; facts in two stages: {self.facts_shared_by_stages}"
+            )
         if self.fewer_than_requested:
             few = ", ".join(f"{t} {n}" for t, n in sorted(self.fewer_than_requested.items()))
             out.append(
@@ -66,7 +80,8 @@ def run(ctx: Context) -> DataSummary:
     """
     d, paths = ctx.config.data, ctx.paths
     model = ctx.model
-    pairs = generate_pairs(model.tokenizer, ctx.templates(), d.generation())
+    parts = d.stage_facts()
+    pairs = tag_fact_stages(generate_pairs(model.tokenizer, ctx.templates(), d.generation()), parts)
     made = Counter(pairs["template_id"])
     fewer = {t: n for t, n in made.items() if n < d.n_per_template}
     scored = score_pairs(model, pairs, device=model.device, progress=ctx.progress)
@@ -91,4 +106,9 @@ def run(ctx: Context) -> DataSummary:
         accuracy_by_operation=[OperationAccuracy(**r) for r in per_op.to_dict(orient="records")],
         requested_per_template=d.n_per_template,
         fewer_than_requested=fewer,
+        facts_by_stage={s: len(parts[s]) for s in FACT_STAGES},
+        correct_by_stage={s: sum(1 for t in correct["fact_stage"] if t == s) for s in FACT_STAGES},
+        facts_shared_by_stages=sum(
+            len(parts[a] & parts[b]) for i, a in enumerate(FACT_STAGES) for b in FACT_STAGES[i + 1 :]
+        ),
     )

@@ -95,6 +95,7 @@ def arithmetic_pairs(ctx: Context, per_template: int, seed: int) -> datasets.Dat
         n_per_template=per_template,
         operand_range=f.operand_range,
         fewshot=d.fewshot,
+        fewshot_operations=d.fewshot_operations,
         seed=seed,
     )
     return generate_pairs(ctx.model.tokenizer, ctx.templates(), cfg)

@@ -6,7 +6,8 @@ Reads the ``patching`` and ``selection`` sections; writes ``identify/patching_<o
 
 The summary gives, per operation, the **total effect** (the counterfactual prompt against the clean one,
 under the same metric) with its interval, the strongest heads' effects as a share of it, and the pairs the
-metric refused (``relative_logit``'s guard). Intervals resample templates within operations.
+metric refused (``relative_logit``'s guard). Intervals resample templates within operations. Pairs are drawn
+from identify's own facts only (:func:`~mathcircuits.pipeline.facts.stage_rows`); the summary counts them.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from dataclasses import dataclass, field
 
 import datasets
 
+from mathcircuits.data import Fact, facts_of
 from mathcircuits.models import Head
 from mathcircuits.patching import (
     PatchingResult,
@@ -24,9 +26,10 @@ from mathcircuits.patching import (
     selection_stability,
 )
 from mathcircuits.pipeline.context import Context, StageSummary, save_csv, select_pairs
+from mathcircuits.pipeline.facts import FactUse, fact_use, stage_rows
 from mathcircuits.stats import format_share
 
-__all__ = ["IdentifySummary", "OperationTotal", "PatchedOperation", "run"]
+__all__ = ["IdentifySummary", "OperationTotal", "PatchedOperation", "patched_facts", "run"]
 
 
 @dataclass(frozen=True)
@@ -68,6 +71,7 @@ class IdentifySummary(StageSummary):
     stability: list[float] = field(default_factory=list)  # per key head: share of resamples selecting it
     metric: str = ""
     totals: dict[str, OperationTotal] = field(default_factory=dict)  # summaries before issue #23 have none
+    facts: FactUse | None = None  # the facts patched, and how many another stage owns (0)
 
     def lines(self) -> list[str]:
         top = ", ".join(f"{Head(l, h)} {e:+.3f}" for l, h, e in self.top_heads[:10])
@@ -82,6 +86,7 @@ class IdentifySummary(StageSummary):
         excluded = {op: t.n_excluded for op, t in self.totals.items() if t.n_excluded}
         out = [
             f"  patched operations: {self.patched_operations}  (correct pairs: {self.correct_pairs})",
+            *([self.facts.line()] if self.facts is not None else []),
             f"  top heads (layer, head, effect in {self.metric or 'the metric'}): {top}",
         ]
         if totals:
@@ -99,6 +104,22 @@ class IdentifySummary(StageSummary):
         ]
 
 
+def patched_facts(ctx: Context, correct: datasets.Dataset) -> frozenset[Fact]:
+    """The facts of the pairs identify patched, read back from the saved patching results' pair ids.
+
+    Args:
+        ctx: the run context (identify done).
+        correct: the data stage's correct pairs.
+
+    Returns:
+        Those facts ``(op, a, b)``.
+    """
+    ops = ctx.summary("identify", IdentifySummary).patched_operations
+    ids = {int(i) for op in ops for i in PatchingResult.load(ctx.paths.patching(op)).pair_ids}
+    rows = correct.filter(lambda r: int(r["pair_id"]) in ids)
+    return facts_of(rows) if len(rows) else frozenset()
+
+
 def run(ctx: Context) -> IdentifySummary:
     """Path-patch every head and MLP per operation (with enough correct pairs) and overall; select key components.
 
@@ -109,13 +130,14 @@ def run(ctx: Context) -> IdentifySummary:
         The stage summary.
     """
     p, s, paths = ctx.config.patching, ctx.config.selection, ctx.paths
-    correct = ctx.load_dataset(paths.pairs_correct)
+    correct = stage_rows(ctx.load_dataset(paths.pairs_correct), "identify")
     counts = {op: sum(1 for o in correct["operation"] if o == op) for op in ctx.config.data.operations}
     ops = [op for op, n in counts.items() if n >= p.min_pairs]
     if not ops:
         raise RuntimeError(
-            f"no operation has at least {p.min_pairs} correct pairs (counts: {counts}). "
-            "Fix: raise data.n_per_template, or lower patching.min_pairs."
+            f"no operation has at least {p.min_pairs} correct pairs among identify's facts (counts: {counts}). "
+            "Fix: raise data.n_per_template or identify's share in data.stage_fact_shares, or lower "
+            "patching.min_pairs."
         )
     results: dict[str, PatchedOperation] = {}
     totals: dict[str, OperationTotal] = {}
@@ -149,7 +171,8 @@ def run(ctx: Context) -> IdentifySummary:
             top_shares=[round(e / abs(total.value), 5) for *_, e in res.top_heads(10)] if usable else [],
             n_excluded=res.n_excluded,
         )
-    overall = PatchingResult.merge(per_op, pair_ids=list(datasets.concatenate_datasets(used)["pair_id"]))
+    patched = datasets.concatenate_datasets(used)
+    overall = PatchingResult.merge(per_op, pair_ids=list(patched["pair_id"]))
     overall.save(paths.patching("all"))
     key = select_key_components(overall, s, data=ctx.config.data.generation())
     if not key.heads:  # the topk rule with the configured k (its other settings at their defaults)
@@ -170,4 +193,5 @@ def run(ctx: Context) -> IdentifySummary:
         stability=list(key.stability),
         metric=overall.metric,
         totals=totals,
+        facts=fact_use("identify", patched, ctx.config.data.stage_facts()),
     )

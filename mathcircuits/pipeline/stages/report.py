@@ -29,6 +29,8 @@ from mathcircuits.finetune import SFTResult, UnitComparison, kv_shared_heads
 from mathcircuits.numbers import HelixPatchResult, HelixResult, NeuronResult, ProbeResult, Spectrum
 from mathcircuits.patching import KeyComponents, PatchingResult
 from mathcircuits.pipeline.context import Context, StageSummary
+from mathcircuits.pipeline.facts import FACT_STAGES, FactUse
+from mathcircuits.pipeline.stages import STAGES
 from mathcircuits.pipeline.stages.data import DataSummary
 from mathcircuits.pipeline.stages.identify import IdentifySummary
 from mathcircuits.pipeline.stages.numbers import NumbersSummary
@@ -136,6 +138,17 @@ def _numbers(got: _Loader, ctx: Context) -> NumberResults:
     )
 
 
+def _facts_used(ctx: Context) -> dict[str, str]:
+    """Per stage that draws pairs: the facts it used and how many another stage used or owns (issue #35: 0)."""
+    out = {}
+    for name in FACT_STAGES:
+        if ctx.paths.marker(name).is_file():
+            use = getattr(ctx.summary(name, STAGES[name].summary), "facts", None)
+            if isinstance(use, FactUse):
+                out[name] = use.line().strip().removeprefix("facts (op, a, b) used: ")
+    return out
+
+
 def run(ctx: Context) -> ReportSummary:
     """The claims card, every figure (HTML + static formats) and one offline HTML report.
 
@@ -211,7 +224,7 @@ def run(ctx: Context) -> ReportSummary:
     parts = ReportParts(
         claims=card,
         model_spec=overall.model,
-        data_summary=ctx.summary("data", DataSummary).to_dict(),
+        data_summary=ctx.summary("data", DataSummary).to_dict() | {"facts_used_by_stage": _facts_used(ctx)},
         accuracy_table=pd.read_csv(paths.accuracy_csv),
         patching=per_op,
         patching_overall=overall,

@@ -1,9 +1,11 @@
 """Stage ``validate``: knockout of the key heads on fresh pairs, against depth-matched random sets (paper §3.3-3.4).
 
-Fresh pairs. Identify patches the first ``patching.max_pairs`` correct pairs of each operation in a seeded
-order (:func:`~mathcircuits.pipeline.context.select_pairs`); validate scores the next ``validation.max_pairs``
-of the same order, so no pair that chose the heads scores them. The overlap with identify's pairs (read back
-from the saved patching results' pair ids) is written into the results and the summary, and must be 0.
+Fresh pairs. Identify and validate own disjoint facts ``(op, a, b)`` (:mod:`~mathcircuits.pipeline.facts`):
+validate scores up to ``validation.max_pairs`` correct pairs of each operation drawn from its own facts, so no
+pair that chose the heads, and no other wording of one, scores them. The overlap with identify's pairs and with
+their facts (read back from the saved patching results' pair ids) is written into the summary, and must be 0.
+The control pairs (claim C2) are taken round-robin over the templates
+(:func:`~mathcircuits.pipeline.context.template_spread`), so every template is a cluster of the interval.
 
 Reads the ``validation`` section; writes ``validate/knockout_<op>.pt/.csv`` (the curves),
 ``validate/control.pt/.csv`` (the pooled key set against ``validation.control_draws`` depth-matched random sets
@@ -41,8 +43,9 @@ from mathcircuits.data import (
     word_problem_dataset,
 )
 from mathcircuits.patching import KeyComponents, PatchingResult, median_depth, select_key_components
-from mathcircuits.pipeline.context import Context, StageSummary, save_csv, select_pairs
-from mathcircuits.pipeline.stages.identify import IdentifySummary
+from mathcircuits.pipeline.context import Context, StageSummary, save_csv, select_pairs, template_spread
+from mathcircuits.pipeline.facts import FactUse, fact_use, stage_rows
+from mathcircuits.pipeline.stages.identify import IdentifySummary, patched_facts
 
 __all__ = ["ControlBrief", "KnockoutBrief", "ValidateSummary", "fresh_pairs", "run"]
 
@@ -72,6 +75,7 @@ class ControlBrief:
     percentile: float
     p_value: float
     mlp_margin_drop: float
+    templates: int = 0  # templates the control pairs span (every template of the scored operations)
 
 
 @dataclass(frozen=True)
@@ -84,6 +88,7 @@ class ValidateSummary(StageSummary):
     overlap: dict[str, int] = field(default_factory=dict)  # per operation: fresh pairs that identify also used
     control: ControlBrief | None = None
     cross_operation: list[str] = field(default_factory=list)  # per source operation: its key set on every operation
+    facts: FactUse | None = None  # the facts of the fresh (and control) pairs; shared with identify's: 0
 
     def lines(self) -> list[str]:
         out = []
@@ -92,10 +97,13 @@ class ValidateSummary(StageSummary):
                 "  fresh pairs (not used by identify): "
                 + ", ".join(f"{op} {n} (overlap {self.overlap.get(op, '?')})" for op, n in self.fresh_pairs.items())
             )
+        if self.facts is not None:
+            out.append(self.facts.line())
         if self.control is not None:
             c = self.control
             out.append(
-                f"  key set on {c.n_pairs} fresh pairs: accuracy {c.baseline:.2f} -> {c.baseline - c.key_drop:.2f}; "
+                f"  key set on {c.n_pairs} fresh pairs ({c.templates} templates): "
+                f"accuracy {c.baseline:.2f} -> {c.baseline - c.key_drop:.2f}; "
                 f"{c.draws} depth-matched random sets {c.baseline - c.random_drop_mean:.2f} on average; "
                 f"key set at percentile {c.percentile:.0f} (p = {c.p_value:.3f}); "
                 f"later MLPs' answer margin drop {c.mlp_margin_drop:+.2f} logits"
@@ -125,9 +133,12 @@ def _transfer_sets(ctx: Context, correct: PairSet) -> dict[str, PairSet]:
     tok = ctx.model.tokenizer
     sets: dict[str, PairSet] = {}
     for op in sorted(set(correct["operation"])) if v.transfer_held_in else []:
-        sets[f"{op} (identification templates, correct)"] = select_pairs(correct, op, ctx.config.patching.max_pairs)
-    if d.heldout_templates:  # scored in the data stage, never seen by identify: right and wrong items
-        held = ctx.load_dataset(ctx.paths.pairs_scored).filter(lambda r: r["template_id"] in d.heldout_templates)
+        sets[f"{op} (identification templates, correct)"] = select_pairs(
+            stage_rows(correct, "identify"), op, ctx.config.patching.max_pairs
+        )
+    if d.heldout_templates:  # scored in the data stage, never seen by identify: right and wrong items, own facts
+        held = stage_rows(ctx.load_dataset(ctx.paths.pairs_scored), "validate")
+        held = held.filter(lambda r: r["template_id"] in d.heldout_templates)
         for op in sorted(set(held["operation"])):
             ids = sorted({t for t, o in zip(held["template_id"], held["operation"]) if o == op})
             sets[f"{op} held-out templates ({', '.join(ids)})"] = select_pairs(held, op, v.max_pairs)
@@ -163,19 +174,19 @@ def _transfer_sets(ctx: Context, correct: PairSet) -> dict[str, PairSet]:
 
 
 def fresh_pairs(ctx: Context, correct: datasets.Dataset, op: str, limit: int) -> tuple[datasets.Dataset, int]:
-    """An operation's pairs that identify did not patch, and how many of them it did patch (must be 0).
+    """An operation's pairs of validate's own facts, and how many of them identify patched (must be 0).
 
     Args:
-        ctx: the run context (its ``patching.max_pairs`` is what identify took).
-        correct: the correct pairs.
+        ctx: the run context.
+        correct: the correct pairs (tagged with ``fact_stage`` by the data stage).
         op: the operation.
-        limit: the most pairs returned.
+        limit: the most pairs returned (fewer when validate's facts hold fewer correct pairs).
 
     Returns:
-        ``(pairs, overlap)``: the rows after identify's in the same seeded order, and the number of them whose
-        ``pair_id`` is among the saved patching result's pair ids.
+        ``(pairs, overlap)``: up to ``limit`` rows of validate's facts in a seeded order, and the number of them
+        whose ``pair_id`` is among the saved patching result's pair ids.
     """
-    pairs = select_pairs(correct, op, limit, skip=ctx.config.patching.max_pairs)
+    pairs = select_pairs(stage_rows(correct, "validate"), op, limit)
     used = set(PatchingResult.load(ctx.paths.patching(op)).pair_ids)
     return pairs, sum(1 for i in pairs["pair_id"] if i in used) if len(pairs) else 0
 
@@ -198,7 +209,7 @@ def run(ctx: Context) -> ValidateSummary:
     sets = _transfer_sets(ctx, correct)
     means = None  # the position-free means: for ablation "mean", and sets without counterfactual prompts
     if v.ablation == "mean" or any("cf_tokens" not in ds.column_names for ds in sets.values()):
-        means_src = correct.filter(lambda r: r["operation"] in ops)
+        means_src = stage_rows(correct, "validate").filter(lambda r: r["operation"] in ops)
         means = head_means(model, select_pairs(means_src, None, 4 * v.max_pairs))
         means.save(paths.head_means)
     # position_mean: each head's per-position mean over every generated counterfactual prompt of the template,
@@ -215,7 +226,8 @@ def run(ctx: Context) -> ValidateSummary:
                 "Fix: re-run identify and validate with --force (the run folder mixes two versions)."
             )
         if not len(fresh[op]):
-            log.warning("%s: no correct pairs beyond identify's %d: no knockout", op, ctx.config.patching.max_pairs)
+            log.warning("%s: no correct pairs among validate's facts: no knockout", op)
+    identify_facts = patched_facts(ctx, correct)
     scored = [op for op in ops if len(fresh[op])]
     # the knockout curves read at k = the number of key heads too
     n_key = min(len(key.heads), v.knockout_max_k)
@@ -249,8 +261,10 @@ def run(ctx: Context) -> ValidateSummary:
     cross_lines: list[str] = []
     if key.heads and scored:
         # claim C2: the pooled key set itself against depth-matched random sets of non-key heads, on fresh pairs
+        # every template of each operation, round-robin: the templates are the clusters of C2's interval
+        seed = ctx.config.data.seed
         pooled = datasets.concatenate_datasets(
-            [fresh[op].select(range(min(v.control_pairs, len(fresh[op])))) for op in scored]
+            [fresh[op].select(template_spread(fresh[op], seed)[: v.control_pairs]) for op in scored]
         )
         scorer = KnockoutScorer(model, pooled, v.ablation, means, v.scope, ctx.config.data.seed, pool=pool)
         control = random_control(
@@ -272,7 +286,9 @@ def run(ctx: Context) -> ValidateSummary:
         # claim C4: the MLPs from the key heads' median layer on, clean and with the key heads knocked out
         n_layers = model.spec.n_layers
         ref = int(median_depth([l for l, _ in key.heads], n_layers) * max(1, n_layers - 1))
-        margin = mlp_margin(model, pooled, key.heads, range(ref, n_layers), v.ablation, means, v.scope, scorer=scorer)
+        # ... against the random sets of the same layers that C2 knocked out (C4's null)
+        margin = mlp_margin(model, pooled, key.heads, range(ref, n_layers), v.ablation, means, v.scope, scorer=scorer,
+                            random_sets=control.draws[: v.margin_draws])  # fmt: skip
         margin.save(paths.mlp_margin)
         d = control.random_drops()
         brief = ControlBrief(
@@ -284,6 +300,7 @@ def run(ctx: Context) -> ValidateSummary:
             percentile=control.percentile(),
             p_value=control.p_value(),
             mlp_margin_drop=margin.drop(),
+            templates=len(set(pooled["template_id"])),
         )
         # per operation: each operation's own key set (the same rule), knocked out on every operation
         own = {
@@ -328,4 +345,10 @@ def run(ctx: Context) -> ValidateSummary:
         overlap=overlap,
         control=brief,
         cross_operation=cross_lines,
+        facts=fact_use(
+            "validate",
+            datasets.concatenate_datasets([fresh[op] for op in scored]) if scored else frozenset(),
+            ctx.config.data.stage_facts(),
+            {"identify": identify_facts},
+        ),
     )

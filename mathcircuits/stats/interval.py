@@ -1,0 +1,192 @@
+"""An interval as a value: the estimate, its bounds, its level and the name of the method that drew it.
+
+Also the Wilson score interval of a proportion (Wilson 1927; Brown, Cai & DasGupta 2001),
+``(p̂ + z²/2n ± z·sqrt(p̂(1−p̂)/n + z²/4n²)) / (1 + z²/n)``, which covers well at small ``n`` and at 0 or 1,
+and the text forms every report uses (:func:`format_points`, :func:`format_share`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+from scipy.stats import norm
+
+__all__ = [
+    "DEFAULT_CONFIDENCE",
+    "DEFAULT_N_BOOT",
+    "METHOD_TEXT",
+    "Interval",
+    "IntervalMethod",
+    "format_points",
+    "format_share",
+    "wilson_interval",
+]
+
+DEFAULT_N_BOOT = 1000
+DEFAULT_CONFIDENCE = 0.95
+
+#: How an interval was drawn. ``cluster_bootstrap_t`` is the small-cluster method (templates resampled within
+#: operations, studentized: :func:`~mathcircuits.stats.cluster_t_interval`); ``pair_bootstrap_fallback`` is a
+#: bootstrap over pairs where the pairs carry clusters but too few to resample (it ignores their dependence);
+#: ``bootstrap`` is over rows known to be independent (or whose clusters are unknown).
+IntervalMethod = Literal[
+    "wilson",
+    "bootstrap",
+    "paired_bootstrap",
+    "cluster_bootstrap",
+    "cluster_bootstrap_t",
+    "pair_bootstrap_fallback",
+    "bias_corrected_bootstrap",
+    "fdr_bounds",
+    "seed_item_bootstrap",
+    "ratio_bootstrap",
+    "bootstrap over pairs",
+    "bootstrap over templates",
+    "claim",
+    "none",
+]
+
+#: The words the card and the report print beside an interval of each method.
+METHOD_TEXT: dict[str, str] = {
+    "wilson": "Wilson",
+    "bootstrap": "bootstrap over pairs",
+    "paired_bootstrap": "paired bootstrap over items",
+    "cluster_bootstrap": "percentile bootstrap over templates",
+    "cluster_bootstrap_t": "bootstrap-t over templates",
+    "pair_bootstrap_fallback": "bootstrap over pairs (too few templates: undercovers)",
+    "bias_corrected_bootstrap": "bias-corrected bootstrap over templates",
+    "fdr_bounds": "bounds at a 2.5% false discovery rate over heads",
+    "seed_item_bootstrap": "bootstrap over seeds and items",
+    "ratio_bootstrap": "ratio bootstrap",
+    "none": "no interval",
+}
+
+
+@dataclass(frozen=True)
+class Interval:
+    """A point estimate with its interval: ``value`` in [``low``, ``high``] at ``confidence``.
+
+    ``n`` is the number of pairs/items behind it; ``method`` names the estimator (:data:`IntervalMethod`);
+    ``seed`` is the bootstrap seed (−1 when none was drawn). NaN bounds mean "no data".
+    """
+
+    value: float
+    low: float
+    high: float
+    n: int
+    confidence: float = DEFAULT_CONFIDENCE
+    method: IntervalMethod = "bootstrap"
+    seed: int = -1
+
+    def contains(self, x: float) -> bool:
+        """Whether ``x`` lies inside [low, high] (False when the interval is NaN)."""
+        return bool(self.low <= x <= self.high)
+
+    def excludes(self, x: float) -> bool:
+        """Whether the interval lies wholly on one side of ``x`` (False when it is NaN)."""
+        return bool(self.high < x or self.low > x)
+
+    @property
+    def half_width(self) -> float:
+        """Half the interval's width."""
+        return (self.high - self.low) / 2
+
+    @property
+    def method_text(self) -> str:
+        """The method in the words the card prints (``"bootstrap-t over templates"``)."""
+        return METHOD_TEXT.get(self.method, self.method)
+
+    def points(self, *, signed: bool = True) -> str:
+        """The interval of a difference of fractions in percentage points (:func:`format_points`)."""
+        return format_points(self.value, self.low, self.high, signed=signed)
+
+    def format(self, fmt: str = "{:.3f}") -> str:
+        """``"0.740 [0.610, 0.840]"``; ``"n/a"`` when the value is NaN."""
+        if math.isnan(self.value):
+            return "n/a"
+        return f"{fmt.format(self.value)} [{fmt.format(self.low)}, {fmt.format(self.high)}]"
+
+
+def _pt(x: float, signed: bool) -> str:
+    p = 100 * x
+    digits = 0 if abs(p) >= 99.95 else 1  # 2-3 significant digits between 1 and 100 points
+    return f"{p:+.{digits}f}" if signed else f"{p:.{digits}f}"
+
+
+def format_points(
+    value: float, low: float = math.nan, high: float = math.nan, *, signed: bool = True, unit: str = "points"
+) -> str:
+    """A difference of fractions in percentage points, with its unit: ``"+75.6 points [+70.6, +79.8]"``.
+
+    Args:
+        value: the difference as a fraction (0.756 is 75.6 points).
+        low: the interval's lower end (NaN: no interval shown).
+        high: the interval's upper end.
+        signed: print a ``+`` on positive numbers (differences); ``False`` for levels such as an accuracy.
+        unit: the unit named after the value.
+
+    Returns:
+        The text; ``"n/a"`` when ``value`` is NaN.
+    """
+    if value is None or math.isnan(value):
+        return "n/a"
+    text = f"{_pt(value, signed)} {unit}"
+    if math.isnan(low) or math.isnan(high):
+        return text
+    return f"{text} [{_pt(low, signed)}, {_pt(high, signed)}]"
+
+
+def format_share(share: float) -> str:
+    """A share of a total as a positive percentage with 2 significant digits and its direction in words.
+
+    ``-0.173`` gives ``"17% of it, in the opposite direction"``; ``0.5`` ``"50% of it"``.
+    """
+    if math.isnan(share):
+        return "an undefined share of it"
+    p = 100 * abs(share)
+    size = f"{p:.0f}%" if p >= 10 else f"{p:.2g}%"
+    return f"{size} of it" + (", in the opposite direction" if share < 0 else "")
+
+
+def check_level(confidence: float, n_boot: int) -> None:
+    """Refuse a level outside (0, 1) or fewer than one resample."""
+    if not 0.0 < confidence < 1.0:
+        raise ValueError(f"confidence={confidence} is not in (0, 1). Fix: pass e.g. confidence=0.95.")
+    if n_boot < 1:
+        raise ValueError(f"n_boot={n_boot} must be at least 1. Fix: pass e.g. n_boot=1000.")
+
+
+def z_value(confidence: float) -> float:
+    """The two-sided normal quantile of ``confidence``."""
+    return float(norm.ppf(0.5 + confidence / 2))
+
+
+def wilson_interval(successes: int, n: int, confidence: float = DEFAULT_CONFIDENCE) -> Interval:
+    """Wilson score interval of the proportion ``successes / n``.
+
+    Args:
+        successes: number of correct items (0 ≤ successes ≤ n).
+        n: number of items; 0 gives a NaN interval.
+        confidence: nominal coverage, e.g. 0.95.
+
+    Returns:
+        An :class:`Interval` with ``method="wilson"``.
+    """
+    check_level(confidence, 1)
+    successes, n = int(successes), int(n)
+    if n < 0 or not 0 <= successes <= max(n, 0):
+        raise ValueError(
+            f"wilson_interval got successes={successes}, n={n}; need 0 ≤ successes ≤ n. "
+            "Fix: pass the count of correct items and the number of items."
+        )
+    if n == 0:
+        nan = float("nan")
+        return Interval(nan, nan, nan, 0, confidence, "wilson")
+    z = z_value(confidence)
+    p = successes / n
+    denom = 1 + z * z / n
+    centre = (p + z * z / (2 * n)) / denom
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
+    return Interval(p, max(0.0, centre - half), min(1.0, centre + half), n, confidence, "wilson")

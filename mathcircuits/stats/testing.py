@@ -1,0 +1,173 @@
+"""Many tests at once: Holm's and Benjamini–Hochberg's corrections, and a bias-corrected bootstrap of a statistic.
+
+* **Holm** (1979): sort the ``m`` p-values, reject ``p_(i) ≤ α/(m − i + 1)`` until the first failure. It controls
+  the family-wise error rate: with probability ≥ 1 − α no true null is rejected, so the number of rejections is a
+  ``1 − α`` lower confidence bound on the number of false nulls.
+* **Benjamini–Hochberg** (1995): reject the ``k`` smallest, ``k`` the largest ``i`` with ``p_(i) ≤ i·q/m``.
+  It controls the false discovery rate (expected share of true nulls among the rejections) at ``q``.
+* **Bias-corrected bootstrap** of a statistic that resampling biases (a top-k share: the top heads of a
+  resample are selected on its noise). Estimate ``θ̃ = 2θ̂ − mean(θ*)``; interval ``[2θ̂ − q*_{1−α/2},
+  2θ̂ − q*_{α/2}]`` (the basic bootstrap, Davison & Hinkley 1997 §5.2). Shifting both by the same bias keeps the
+  estimate inside its interval, which the percentile interval of a biased statistic does not.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+from scipy.stats import false_discovery_control
+from torch import Tensor
+
+from mathcircuits.stats.bootstrap import bootstrap_indices, cluster_bootstrap_indices
+from mathcircuits.stats.interval import DEFAULT_CONFIDENCE, DEFAULT_N_BOOT, Interval, IntervalMethod, check_level
+from mathcircuits.stats.small_clusters import cluster_means
+
+__all__ = ["NullPlacement", "benjamini_hochberg", "bias_corrected_bootstrap", "holm", "null_placement"]
+
+
+def _sorted_p(p: Tensor) -> tuple[Tensor, Tensor]:
+    flat = torch.as_tensor(p, dtype=torch.float64).reshape(-1)
+    if bool(torch.isnan(flat).any()):
+        raise ValueError("p-values contain NaN. Fix: leave untested cells out before correcting.")
+    return flat.sort()
+
+
+def holm(p: Tensor, alpha: float = 0.05) -> Tensor:
+    """Which hypotheses Holm's step-down procedure rejects at family-wise level ``alpha`` (shaped like ``p``)."""
+    ps, order = _sorted_p(p)
+    m = ps.numel()
+    ok = ps <= alpha / (m - torch.arange(m, dtype=torch.float64))
+    k = int(ok.long().cumprod(0).sum())  # the first failure stops the procedure
+    out = torch.zeros(m, dtype=torch.bool)
+    out[order[:k]] = True
+    return out.reshape(torch.as_tensor(p).shape)
+
+
+def benjamini_hochberg(p: Tensor, q: float = 0.05) -> Tensor:
+    """Which hypotheses the Benjamini–Hochberg step-up procedure rejects at false discovery rate ``q``
+    (scipy's adjusted p-values, :func:`scipy.stats.false_discovery_control`, at most ``q``)."""
+    ps, _ = _sorted_p(p)  # refuses NaN
+    if ps.numel() == 0:
+        return torch.zeros_like(torch.as_tensor(p), dtype=torch.bool)
+    flat = torch.as_tensor(p, dtype=torch.float64).reshape(-1).numpy()
+    adjusted = torch.as_tensor(false_discovery_control(flat, method="bh"))
+    return (adjusted <= q).reshape(torch.as_tensor(p).shape)
+
+
+def bias_corrected_bootstrap(
+    values: Tensor,
+    statistic: Callable[[Tensor], float],
+    clusters: Sequence[object] | None = None,
+    strata: Sequence[object] | None = None,
+    n_boot: int = DEFAULT_N_BOOT,
+    seed: int = 0,
+    confidence: float = DEFAULT_CONFIDENCE,
+    bounds: tuple[float, float] = (-float("inf"), float("inf")),
+) -> Interval:
+    """Bias-corrected estimate and basic-bootstrap interval of ``statistic`` (module docstring).
+
+    Args:
+        values: rows [row, ...] the statistic reads.
+        statistic: from a resample of the rows to a float.
+        clusters: each row's cluster (template); whole clusters are resampled within ``strata`` when every stratum
+            has two, else rows.
+        strata: each row's stratum (operation), or None.
+        n_boot, seed, confidence: resamples, seed and nominal coverage.
+        bounds: the statistic's range (a share: ``(0, 1)``); estimate and interval are clipped to it.
+
+    Returns:
+        An :class:`Interval` with ``method="bias_corrected_bootstrap"``.
+    """
+    check_level(confidence, n_boot)
+    x = torch.as_tensor(values, dtype=torch.float64)
+    try:
+        resamples = cluster_bootstrap_indices(list(clusters), strata, n_boot, seed) if clusters is not None else None
+    except ValueError:
+        resamples = None
+    if resamples is None:
+        resamples = list(bootstrap_indices(x.shape[0], n_boot, seed))
+    obs = float(statistic(x))
+    boots = torch.tensor([statistic(x[i]) for i in resamples], dtype=torch.float64)
+    boots = boots[~torch.isnan(boots)]
+    if boots.numel() == 0 or obs != obs:
+        nan = float("nan")
+        return Interval(obs, nan, nan, int(x.shape[0]), confidence, "bias_corrected_bootstrap", seed)
+    a = 1 - confidence
+    q = torch.quantile(boots, torch.tensor([a / 2, 1 - a / 2], dtype=torch.float64))
+    lo_b, hi_b = bounds
+
+    def clip(v: float) -> float:
+        return min(hi_b, max(lo_b, v))
+
+    est, low, high = clip(2 * obs - float(boots.mean())), clip(2 * obs - float(q[1])), clip(2 * obs - float(q[0]))
+    return Interval(est, low, high, int(x.shape[0]), confidence, "bias_corrected_bootstrap", seed)
+
+
+@dataclass(frozen=True)
+class NullPlacement:
+    """Where a measured value falls among the values of a null (random sets), and how sure that is.
+
+    Args:
+        percentile: share (0–100) of the null's values below the measured one (ties count half).
+        p_value: ``(1 + #{null ≥ measured}) / (1 + n_null)``.
+        p_high: the ``confidence`` quantile of the p-value over resamples of the templates (its upper bound).
+        n_null: the null's size.
+        method: how the rows were resampled (``cluster_bootstrap`` over templates within strata, or ``bootstrap``
+            over rows when there are too few templates).
+    """
+
+    percentile: float
+    p_value: float
+    p_high: float
+    n_null: int
+    method: IntervalMethod
+
+
+def _place(theta: Tensor) -> tuple[Tensor, Tensor]:
+    key, null = theta[..., :1], theta[..., 1:]
+    tie = 1e-6 * (1 + key.abs())  # float32 measurements: equal up to rounding
+    ge = (null >= key - tie).sum(-1).double()
+    below = (null < key - tie).sum(-1) + 0.5 * ((null - key).abs() <= tie).sum(-1)
+    return 100 * below / null.shape[-1], (1 + ge) / (1 + null.shape[-1])
+
+
+def null_placement(
+    values: Tensor,
+    clusters: Sequence[object] | None,
+    strata: Sequence[object] | None = None,
+    n_boot: int = DEFAULT_N_BOOT,
+    seed: int = 0,
+    confidence: float = DEFAULT_CONFIDENCE,
+) -> NullPlacement:
+    """Place column 0 (the measured set) among columns 1.. (the null's sets) by their mean of template means.
+
+    Args:
+        values: per-row values [row, 1 + n_null] (e.g. per-pair margin drops of the key set, then of each random
+            set), on the same rows.
+        clusters: each row's template (None: rows are the units).
+        strata: each row's operation, or None.
+        n_boot, seed, confidence: template resamples, seed, and the quantile of the p-value reported as its bound.
+
+    Returns:
+        The :class:`NullPlacement`; every resample keeps the rows paired across the columns.
+    """
+    check_level(confidence, n_boot)
+    x = torch.as_tensor(values, dtype=torch.float64)
+    if x.ndim != 2 or x.shape[1] < 2:
+        raise ValueError(f"null_placement needs [row, 1 + n_null] values, got {tuple(x.shape)}. Fix: add the null.")
+    method: IntervalMethod = "bootstrap"
+    units = list(range(x.shape[0]))
+    if clusters is not None and len(set(clusters)) >= 2:
+        per: dict[object, set[object]] = {}
+        for c, s in zip(clusters, strata if strata is not None else [0] * len(clusters)):
+            per.setdefault(s, set()).add(c)
+        strata = strata if strata is not None and all(len(cs) >= 2 for cs in per.values()) else None
+        units, method = list(clusters), "cluster_bootstrap"
+    else:
+        strata = None
+    cm = cluster_means(x, units, strata)
+    pct, p = _place(cm.estimate()[0])
+    _, p_star = _place(cm.estimate(cm.means[cm.resample(n_boot, seed)])[0])
+    return NullPlacement(float(pct), float(p), float(torch.quantile(p_star, confidence)), x.shape[1] - 1, method)
