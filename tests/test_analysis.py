@@ -21,6 +21,7 @@ from mathcircuits.analysis import (
     number_tokens,
     role_masks,
     role_shares,
+    sink_mask,
 )
 
 from helpers import unchecked
@@ -85,6 +86,32 @@ def test_role_shares_and_classification_on_handmade_patterns():
     assert classify_heads(shares[None], baselines, min_share=0.0, min_lift=1.5)[2] == "neither"
 
 
+def test_sink_is_the_prefix_or_an_unroled_first_token():
+    assert sink_mask(role_masks(10, 3, [4], [7, 8], [5])).nonzero().flatten().tolist() == [0, 1, 2]
+    assert sink_mask(role_masks(6, 0, [2], [4], [3])).nonzero().flatten().tolist() == [0]  # e.g. <s>
+    assert not sink_mask(role_masks(6, 0, [0], [4], [2])).any()  # the first token is operand A: no sink
+
+
+def test_sink_free_shares_renormalise_the_attention_off_the_sink(tiny, tmp_path):
+    # one pair, two heads over roles A, B, op, prefix, other: head 0 parks 90% on the prefix, head 1 all of it
+    shares = torch.tensor([[[0.05, 0.0, 0.025, 0.9, 0.025], [0.0, 0.0, 0.0, 1.0, 0.0]]])
+    base = torch.tensor([[0.1, 0.1, 0.1, 0.5, 0.2]])
+    res = AttentionByRole(
+        heads=((0, 0), (0, 1)), shares=shares, baselines=base, operations=["add"], pair_ids=[0], template_ids=["t"],
+        model=tiny.spec, sink=shares[..., 3], sink_baselines=base[:, 3],
+    )  # fmt: skip
+    sf, b = res.sink_free()
+    assert sf[0, 0].tolist() == pytest.approx([0.5, 0.25]) and b[0].tolist() == pytest.approx([0.4, 0.2])
+    assert torch.isnan(sf[0, 1]).all()  # all on the sink: nothing left to share out
+    old = res.to_dict() | {"__version__": 2}
+    for k in ("sink", "sink_baselines"):
+        old.pop(k)
+    legacy = AttentionByRole.from_dict(old)  # a file written before the sink was measured still loads
+    assert legacy.sink is None and AttentionByRole.load(res.save(tmp_path / "a.pt")).sink is not None
+    with pytest.raises(ValueError, match="re-run analyze"):
+        legacy.sink_free()
+
+
 # ---------------------------------------------------------------- attention by role on the tiny model
 
 
@@ -105,6 +132,9 @@ def test_attention_by_role_matches_the_cached_pattern(tiny, pairs):
     expected_prefix = float(last[: row["prefix_len"]].sum())
     assert float(res.shares[3, 1, ROLES.index("operand_a")]) == pytest.approx(expected_a, abs=1e-6)
     assert float(res.shares[3, 1, ROLES.index("prefix")]) == pytest.approx(expected_prefix, abs=1e-6)
+    sink = sink_mask(role_masks(row["n_tokens"], row["prefix_len"], row["pos_a"], row["pos_b"], row["pos_op"]))
+    assert float(res.sink[3, 1]) == pytest.approx(float(last[sink].sum()), abs=1e-6)
+    assert float(res.sink_baselines[3]) == pytest.approx(float(sink.float().mean()))
     assert res.operations == list(pairs["operation"])
     assert set(res.classify()) <= {"operand", "operator", "neither"}
 

@@ -163,7 +163,8 @@ def test_control_p_value_and_percentile():
 # ----------------------------------------------------------------------------- C3
 
 
-def attention(shares: torch.Tensor, baselines: torch.Tensor, layer: int = 10) -> AttentionByRole:
+def attention(shares: torch.Tensor, baselines: torch.Tensor, layer: int = 10, sink: bool = True) -> AttentionByRole:
+    """Attention by role of heads ``(layer, 0..)``; the sink is the prefix (role 3) unless ``sink`` is False."""
     n, h, _ = shares.shape
     return AttentionByRole(
         heads=tuple((layer, i) for i in range(h)),
@@ -173,28 +174,45 @@ def attention(shares: torch.Tensor, baselines: torch.Tensor, layer: int = 10) ->
         pair_ids=list(range(n)),
         template_ids=[f"t{i % 3}" for i in range(n)],
         model=BIG,
+        sink=shares[..., 3] if sink else None,
+        sink_baselines=baselines[:, 3] if sink else None,
     )
 
 
 def test_c3_rule():
+    """Roles A, B, operator, prefix (the sink), other. Layer-mates park 85% on the sink; of the rest they put 0.4
+    on the operands and 0.07 on the operator."""
     base = torch.tensor([0.1, 0.1, 0.1, 0.2, 0.5]).expand(30, 5)
     gen = torch.Generator().manual_seed(3)
-    shares = torch.tensor([0.05, 0.05, 0.05, 0.05, 0.8]).repeat(30, 4, 1)  # [pair, head, role]: A B op = rest
-    shares[:, 0, :2] = 0.35  # head 0 on the operands
-    shares += 0.01 * torch.rand(30, 4, 5, generator=gen)
-    key0, key1 = KeyComponents(model=BIG, heads=((10, 0),)), KeyComponents(model=BIG, heads=((10, 1),))
-    assert claim_c3(attention(shares, base), key0, n_boot=200).verdict == Verdict.HOLDS
-    c = claim_c3(attention(shares, base), key1, n_boot=200)  # its layer-mate head 0 attends more
-    assert c.verdict == Verdict.FAILS and c.high <= 0
-    # the old rule's trap: a head above uniform on the operator (a recency bias) whose layer-mates are too
-    recency = torch.tensor([0.05, 0.05, 0.3, 0.1, 0.5]).repeat(30, 4, 1) + 0.01 * torch.rand(30, 4, 5, generator=gen)
-    assert claim_c3(attention(recency, base), key1, n_boot=200).verdict != Verdict.HOLDS
-    noisy = shares.clone()
-    noisy[:, 1, 0] += 0.2 + 0.5 * torch.randn(30, generator=gen)  # head 1 about as much as its mates, widely spread
-    assert claim_c3(attention(noisy.clamp(min=0), base), key1, n_boot=200).verdict == Verdict.INCONCLUSIVE
-    only_key = attention(shares[:, :1], base)
-    assert claim_c3(only_key, key0).verdict == Verdict.NOT_MEASURED
-    assert claim_c3(None, key0).verdict == Verdict.NOT_MEASURED
+    mate = torch.tensor([0.03, 0.03, 0.01, 0.85, 0.08])
+
+    def heads(*keys: list[float], noise: float = 0.005) -> AttentionByRole:
+        rows = torch.stack([torch.tensor(k) for k in keys] + [mate, mate])  # the key heads, then two layer-mates
+        shares = rows.repeat(30, 1, 1) + noise * torch.rand(30, len(rows), 5, generator=gen)
+        return attention(shares / shares.sum(-1, keepdim=True), base)
+
+    operand, operator = [0.3, 0.3, 0.02, 0.1, 0.28], [0.02, 0.02, 0.5, 0.2, 0.26]  # sink-free 0.67; 0.63
+    both = KeyComponents(model=BIG, heads=((10, 0), (10, 1)))
+    c = claim_c3(heads(operand, operator), both, n_boot=200)
+    assert c.verdict == Verdict.HOLDS and c.title == "they attend to operands or operator", c.measurement
+    assert "operand head L10.H0" in c.measurement and "operator head L10.H1" in c.measurement
+    first = KeyComponents(model=BIG, heads=((10, 0),))
+    # the sink trap: 0.32 of the key head's attention on the operands against the layer-mates' 0.06 (the old rule
+    # held), but 0.36 of what it does not park on the sink against their 0.40
+    trap = claim_c3(heads([0.16, 0.16, 0.03, 0.1, 0.55]), first, n_boot=200)
+    assert trap.verdict == Verdict.FAILS and trap.high <= 0 and trap.title == "they attend to the operands"
+    as_much = [0.18, 0.18, 0.03, 0.1, 0.51]
+    assert claim_c3(heads(as_much), first, n_boot=200).verdict != Verdict.HOLDS
+    wide = heads(as_much, noise=0.0)
+    wide.shares[:, 0, 0] += torch.tensor([0.2, -0.2, 0.0])[torch.arange(30) % 3]  # as much, templates disagree
+    assert claim_c3(wide, first, n_boot=200).verdict == Verdict.INCONCLUSIVE
+    unmeasured = attention(heads(operand).shares, base, sink=False)  # a file from before the sink was measured
+    assert claim_c3(unmeasured, first).verdict == Verdict.NOT_MEASURED
+    only_key = attention(heads(operand).shares[:, :1], base)
+    assert claim_c3(only_key, first).verdict == Verdict.NOT_MEASURED
+    elsewhere = claim_c3(heads(operand), KeyComponents(model=BIG, heads=((10, 0), (11, 3))))  # L11 not measured
+    assert elsewhere.verdict == Verdict.NOT_MEASURED and "L11.H3, layer 11's other heads" in elsewhere.measurement
+    assert claim_c3(None, first).verdict == Verdict.NOT_MEASURED
 
 
 # ----------------------------------------------------------------------------- C4

@@ -12,7 +12,7 @@ from functools import cache
 
 import pytest
 import torch
-from planted_claims import MOVER, planted_model
+from planted_claims import MOVER, planted_model, role_model, role_pairs
 
 from mathcircuits.ablation import (
     RandomControl,
@@ -24,7 +24,16 @@ from mathcircuits.ablation import (
 )
 from mathcircuits.analysis import attention_by_role
 from mathcircuits.circuit import copy_pairs
-from mathcircuits.claims import Verdict, claim_c1, claim_c2, claim_c3, claim_c4, claim_c5, concentration
+from mathcircuits.claims import (
+    Verdict,
+    claim_c1,
+    claim_c2,
+    claim_c3,
+    claim_c4,
+    claim_c5,
+    concentration,
+    role_findings,
+)
 from mathcircuits.patching import KeyComponents, path_patch
 
 READER = (2, 2)
@@ -70,12 +79,6 @@ def diffuse():
 
 def pairs(model, n=24, seed=0):
     return copy_pairs(model.tokenizer, n, seed)
-
-
-def role_pairs(model):
-    """The copy prompts with role positions as lists (attention_by_role's columns): the digit is operand A, the
-    marker the operator."""
-    return pairs(model).map(lambda r: {k: [r[k]] for k in ("pos_a", "pos_b", "pos_op")})
 
 
 def patched(model):
@@ -163,19 +166,49 @@ def test_c2_an_eight_point_drop_is_no_collapse():
     assert c.verdict == Verdict.FAILS and "floor" in c.reason  # ...but 8 points is not a collapse
 
 
-# --- C3: key heads against the other heads of their layers ---------------------------------------------------
-def test_c3_holds_when_the_key_head_attends_more_than_its_layer_mates():
-    m = shallow()
-    att = attention_by_role(m, role_pairs(m), [(2, h) for h in range(4)])
-    c = claim_c3(att, key(m, [READER]), n_boot=200)
-    assert c.verdict == Verdict.HOLDS, c.measurement
+# --- C3 by role: operand and operator heads against their sink-free layer-mates -------------------------------
+ROLE_KEYS = [(2, 0), READER]  # an operand head and an operator head (the reader attends to the marker)
 
 
-def test_c3_does_not_hold_when_a_layer_mate_attends_more():
-    m = shallow()
-    att = attention_by_role(m, role_pairs(m), [(2, h) for h in range(4)])
-    c = claim_c3(att, key(m, [(2, 0)]), n_boot=200)
-    assert c.verdict == Verdict.FAILS, c.measurement
+@cache
+def roles(kind: str, gain: float = 8.0):
+    """The role plant (tests/planted_claims.py) and every layer-2 head's attention on its prompts."""
+    m = role_model(kind, operand_gain=gain)
+    return m, attention_by_role(m, role_pairs(m), [(2, h) for h in range(4)])
+
+
+def test_c3_tells_an_operand_head_from_an_operator_head():
+    m, att = roles("spread")
+    c = claim_c3(att, key(m, ROLE_KEYS), n_boot=200)
+    assert c.verdict == Verdict.HOLDS and c.title == "they attend to operands or operator", c.measurement
+    test = role_findings(att, key(m, ROLE_KEYS), n_boot=200)
+    assert [(f.role, f.heads) for f in test.findings] == [("operands", ((2, 0),)), ("operator", (READER,))]
+    assert all(f.verdict == Verdict.HOLDS and f.difference.low > 0.3 for f in test.findings)
+    assert test.mate_sink > 0.4 and test.key_sink < 0.05  # (2, 1) parks most of its attention on <s>
+    alone = claim_c3(att, key(m, [READER]), n_boot=200)
+    assert alone.title == "they attend to the operator" and "no operand head" in alone.measurement
+
+
+def test_c3_does_not_hold_when_sink_free_layer_mates_attend_as_much():
+    """The layer-mates put about 80% on <s> and the rest on the digit: the operand head's raw share (~0.5) beats
+    theirs (~0.2), as under the old rule, but of the attention off the sink they spend more on the operands."""
+    m, att = roles("digit", 1.0)
+    raw = att.shares[..., 0] + att.shares[..., 1]
+    assert float(raw[:, 0].mean()) > float(raw[:, [1, 3]].mean()) + 0.2  # the trap: raw shares favour the key head
+    c = claim_c3(att, key(m, ROLE_KEYS), n_boot=200)
+    assert c.verdict == Verdict.FAILS and "operand heads" in c.reason and c.high <= 0, c.measurement
+    operand = role_findings(att, key(m, ROLE_KEYS), n_boot=200).findings[0]
+    assert operand.role == "operands" and operand.mates_as_high == operand.n_mates == 2
+
+
+def test_c3_leaves_out_the_pairs_that_chose_the_heads():
+    m, att = roles("spread")
+    half = att.pair_ids[: len(att.pair_ids) // 2]
+    c = claim_c3(att, key(m, ROLE_KEYS), n_boot=200, chose=half)
+    assert f"{len(half)} analysed pairs that chose the heads left out" in c.measurement
+    assert c.n == (len(att.pair_ids) - len(half)) // 2  # classed on half of the rest, tested on the other half
+    assert claim_c3(att, key(m, ROLE_KEYS), chose=att.pair_ids).verdict == Verdict.NOT_MEASURED
+    assert "not checked" in claim_c3(att, key(m, ROLE_KEYS), n_boot=200).measurement
     only_key = attention_by_role(m, role_pairs(m), [READER])
     assert claim_c3(only_key, key(m, [READER])).verdict == Verdict.NOT_MEASURED
 

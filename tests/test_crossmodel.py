@@ -146,6 +146,8 @@ def _run(name: str, layers: int, heads: int, *, key_acc: float, depth: int, exce
         pair_ids=list(range(pairs)),
         template_ids=[f"add_eq_{1 + i % 3}" for i in range(pairs)],
         model=spec,
+        sink=mates[..., 3],  # claim C3 compares the attention off the sink (here the prefix)
+        sink_baselines=base[:, 3].clone(),
     )
     clean = 3.0 + 0.1 * torch.randn(pairs, generator=g)
     mlp = MLPMargin(

@@ -32,6 +32,7 @@ from mathcircuits.numbers import (
     operand_grid,
     patch_pairs,
     subspace_shifts,
+    token_fixed_periods,
 )
 from mathcircuits.pipeline import ConfigError
 
@@ -226,14 +227,53 @@ def test_neurons_refuse_a_model_that_answers_nothing(templates):
 # ----------------------------------------------------------------------------- claims N1–N3
 
 
-def test_claim_n1_holds_on_a_planted_period_and_not_on_a_digit_split_random_model(embedded_models):
+def test_claim_n1_holds_on_a_planted_period_and_not_without_it(embedded_models):
+    """Single-token numbers: the read token is the whole number, so every period is testable."""
     states = embedded_models["period10"][1]
     n1 = claim_n1(number_spectra(states, n_shuffles=100, n_boot=200), mod_probes(states, (2, 5, 10), 3, n_boot=200))
     assert n1.verdict == Verdict.HOLDS and "T=10" in n1.reason and n1.beyond_paper
-    tiny = number_states(load_model("tiny-llama"), range(100), CONTEXTS)
-    off = claim_n1(number_spectra(tiny, n_shuffles=100, n_boot=100), mod_probes(tiny, (2, 5, 10), 3, n_boot=100))
-    assert off.verdict == Verdict.FAILS
+    assert "6 tests (3 periods x 2 depths)" in n1.measurement and "Bonferroni" in n1.measurement
+    control = embedded_models[None][1]
+    off = claim_n1(number_spectra(control, n_shuffles=100, n_boot=200), mod_probes(control, (2, 5, 10), 3, n_boot=200))
+    assert off.verdict == Verdict.FAILS, off.measurement
     assert claim_n1(None, None).verdict == Verdict.NOT_MEASURED
+
+
+def test_claim_n1_is_not_testable_where_the_units_digit_fixes_every_period():
+    """A digit-split tokenizer reads numbers at the units digit, which fixes n mod 2, 5 and 10 by itself; a
+    whole-number period (4 on 0–99) needs the digits combined, and stays testable."""
+    tiny = number_states(load_model("tiny-llama"), range(100), CONTEXTS)
+    spectra = number_spectra(tiny, n_shuffles=100, n_boot=100)
+    split = claim_n1(spectra, mod_probes(tiny, (2, 5, 10), 3, n_boot=100))
+    assert split.verdict == Verdict.NOT_TESTABLE and str(split.verdict) == "not testable on this tokenizer"
+    assert "[2, 5, 10]" in split.measurement and "whole-number period" in split.measurement
+    whole = mod_probes(tiny, (2, 4, 10), 3, n_boot=100)
+    assert whole.token_periods == (2, 10)
+    n1 = claim_n1(spectra, whole)
+    assert n1.verdict in (Verdict.FAILS, Verdict.INCONCLUSIVE) and "T in [2, 10]" in n1.measurement, n1.measurement
+    assert "3 tests (1 period x 3 depths)" in n1.measurement
+
+
+def test_token_fixed_periods_are_the_residues_the_read_token_decides():
+    units = [n % 10 for n in range(100)]  # a digit-split tokenizer: the read token is the units digit
+    assert token_fixed_periods("multi-token", range(100), units, (2, 3, 4, 5, 10, 20)) == (2, 5, 10)
+    assert token_fixed_periods("single-token", range(100), list(range(100)), (2, 5, 10)) == ()
+
+
+def test_claim_n1_controls_its_scan_over_periods_and_depths(embedded_models):
+    """A probe that beats its control at the 95% level at one depth but not at the Bonferroni level of the scan
+    (2 depths): the old rule held, the scan's correction leaves it open."""
+    states = embedded_models["period10"][1]
+    spectra = number_spectra(states, n_shuffles=100, n_boot=200)
+    pr = mod_probes(states, (10,), 3, n_boot=200)
+    full = torch.full_like(pr.score, float("nan"))
+    marginal = {
+        "score": 0.2, "low": 0.1, "high": 0.3, "control": 0.0, "control_low": -0.09, "control_high": 0.09
+    }  # fmt: skip
+    pr = dataclasses.replace(pr, **{k: full.clone().index_fill_(0, torch.tensor([0]), v) for k, v in marginal.items()})
+    assert pr.beats_baselines("mod 10", 1) is True  # unadjusted, 0.1 > 0.09
+    n1 = claim_n1(spectra, pr)
+    assert n1.verdict == Verdict.INCONCLUSIVE and "2 tests" in n1.measurement, n1.measurement
 
 
 def _patch(helix_pca: tuple[float, float, float], helix: tuple[float, float, float], full: float = 2.0):
@@ -368,7 +408,7 @@ def test_the_numbers_stage_writes_its_results_and_says_what_it_skipped(tmp_path)
     assert any(line.startswith("  probe mod 2: ") for line in lines) and "numbers.enabled is false" not in lines[0]
     run_pipeline(cfg, tmp_path / "run", progress=False)  # the rest, to the report: N1-N3 on the card
     card = ClaimsCard.load(paths.claims)
-    assert card["N1"].verdict in (Verdict.FAILS, Verdict.INCONCLUSIVE) and card["N1"].beyond_paper
+    assert card["N1"].verdict == Verdict.NOT_TESTABLE and card["N1"].beyond_paper  # digit-split, periods 2, 5, 10
     for cid in ("N2", "N3"):  # skipped parts: "not measured", with the stage's reason
         assert card[cid].verdict == Verdict.NOT_MEASURED and "too few" in card[cid].reason, card[cid]
     assert 'id="numbers"' in paths.report.read_text() and paths.figure("numbers_spectrum").with_suffix(".html").exists()

@@ -1,6 +1,6 @@
 """Stage ``analyze`` — what key heads attend to, what MLPs read and write (values, not pictures).
 
-* :mod:`.roles` — token roles of a prompt and the operand / operator head rule;
+* :mod:`.roles` — token roles of a prompt, the attention sink and the operand / operator head rule;
 * :mod:`.attention` — :func:`attention_by_role`, the key heads' attention by role (:class:`AttentionByRole`);
 * :mod:`.patterns` — :func:`head_patterns`, whole attention patterns for the interactive views;
 * :mod:`.mlp_probes` — :func:`mlp_probes`, the MLPs against the unembedding (:mod:`.probe_result`).
@@ -10,18 +10,29 @@ from mathcircuits.analysis.attention import ROLE_COLUMNS, AttentionByRole, Atten
 from mathcircuits.analysis.mlp_probes import mlp_probes, number_tokens
 from mathcircuits.analysis.patterns import HeadPatterns, head_patterns
 from mathcircuits.analysis.probe_result import SPACES, MLPProbeResult, ProbeSettings, Space
-from mathcircuits.analysis.roles import HEAD_CLASSES, ROLES, classify_heads, role_masks, role_shares
+from mathcircuits.analysis.roles import (
+    HEAD_CLASSES,
+    ROLE_GROUPS,
+    ROLES,
+    RoleGroup,
+    classify_heads,
+    role_masks,
+    role_shares,
+    sink_mask,
+)
 
 __all__ = [
     "HEAD_CLASSES",
     "ROLES",
     "ROLE_COLUMNS",
+    "ROLE_GROUPS",
     "SPACES",
     "AttentionByRole",
     "AttentionSettings",
     "HeadPatterns",
     "MLPProbeResult",
     "ProbeSettings",
+    "RoleGroup",
     "Space",
     "attention_by_role",
     "classify_heads",
@@ -30,4 +41,5 @@ __all__ = [
     "number_tokens",
     "role_masks",
     "role_shares",
+    "sink_mask",
 ]

@@ -12,7 +12,12 @@ baseline (``mean over pairs of share − baseline``, per pair so that prompt len
 cancels), carry a percentile-bootstrap interval over pairs
 (:func:`mathcircuits.stats.bootstrap_mean`; ``n_boot`` resamples, seed ``seed``).
 :meth:`AttentionByRole.summary` has them as ``<role>_low``/``<role>_high`` and
-``excess_operands``/``excess_operator`` with their bounds; claim C3 reads the excess.
+``excess_operands``/``excess_operator`` with their bounds.
+
+The sink. Each pair also records each head's attention on the sink positions (the few-shot
+prefix and an unroled first token, :func:`~mathcircuits.analysis.roles.sink_mask`);
+:meth:`AttentionByRole.sink_free` gives the shares of the rest, which claim C3 compares
+between key heads and their layer-mates.
 
 Usage::
 
@@ -36,7 +41,7 @@ from jaxtyping import Float
 from torch import Tensor
 
 from mathcircuits._io import SavedResult
-from mathcircuits.analysis.roles import OP, ROLES, A, B, classify_heads, role_masks, role_shares
+from mathcircuits.analysis.roles import OP, ROLES, A, B, classify_heads, role_masks, role_shares, sink_mask
 from mathcircuits.data.batching import iter_batches
 from mathcircuits.data.pairs import PairSet, operation_rows, pair_columns
 from mathcircuits.models import Head, HookedModel, hooks
@@ -61,6 +66,8 @@ class AttentionByRole(SavedResult):
 
     ``shares[p, i, r]``: pair *p*, head ``heads[i]``, role ``ROLES[r]`` (rows sum to 1).
     ``baselines[p, r]``: the share uniform attention would give (``n_role / n_visible``).
+    ``sink[p, i]``: the share on the sink positions; ``sink_baselines[p]``: theirs under uniform attention
+    (both None in files written before the sink was measured).
     """
 
     heads: tuple[tuple[int, int], ...]
@@ -74,8 +81,16 @@ class AttentionByRole(SavedResult):
     min_share: float = 0.2
     min_lift: float = 2.0
     settings: AttentionSettings = AttentionSettings()
+    sink: Float[Tensor, "pair head"] | None = None
+    sink_baselines: Float[Tensor, " pair"] | None = None
 
     STAGE = "analyze"
+    VERSION = 3
+
+    @classmethod
+    def upgrade(cls, version: int, fields: dict[str, Any]) -> dict[str, Any]:
+        """Files before version 3 did not measure the sink: they load without it."""
+        return {"sink": None, "sink_baselines": None} | dict(fields)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "heads", tuple(Head.of(h) for h in self.heads))
@@ -90,6 +105,13 @@ class AttentionByRole(SavedResult):
                 f"AttentionByRole shapes disagree: shares {tuple(self.shares.shape)} and baselines "
                 f"{tuple(self.baselines.shape)} "
                 f"for {n} pairs, {len(self.heads)} heads and {len(self.roles)} roles."
+            )
+        if (self.sink is None) != (self.sink_baselines is None) or (
+            self.sink is not None and (self.sink.shape != (n, len(self.heads)) or self.sink_baselines.shape != (n,))  # type: ignore[union-attr]
+        ):
+            raise ValueError(
+                "AttentionByRole's sink and sink_baselines must both be given, of shapes [pair, head] and [pair]. "
+                "Fix: build it with attention_by_role()."
             )
 
     @property
@@ -132,6 +154,30 @@ class AttentionByRole(SavedResult):
         b_ab, b_op = (b[:, A] + b[:, B])[:, None], b[:, OP][:, None]
         return torch.stack([ab, op, ab - b_ab, op - b_op], -1)
 
+    def sink_free(self) -> tuple[Float[Tensor, "pair head group"], Float[Tensor, "pair group"]]:
+        """Shares of the attention *off* the sink on the operands (A+B) and the operator, and uniform attention's.
+
+        ``share / (1 − sink share)``: what a head does with the attention it does not park on the sink, so heads
+        with different sink shares compare. NaN where a head puts (almost) all its attention on the sink.
+
+        Returns:
+            ``([pair, head, 2], [pair, 2])``, groups in :data:`~mathcircuits.analysis.roles.ROLE_GROUPS` order.
+
+        Raises:
+            ValueError: when this result has no sink measurement (a file from before version 3).
+        """
+        if self.sink is None or self.sink_baselines is None:
+            raise ValueError(
+                "this attention result has no sink measurement (written before version 3). Fix: re-run analyze "
+                "(`mathcircuits analyze --force`)."
+            )
+        s, b = self.shares, self.baselines
+        grouped = torch.stack([s[..., A] + s[..., B], s[..., OP]], -1)
+        rest = (1 - self.sink).unsqueeze(-1)
+        shares = torch.where(rest > 1e-6, grouped / rest.clamp(min=1e-6), torch.full_like(grouped, float("nan")))
+        base = torch.stack([b[:, A] + b[:, B], b[:, OP]], -1) / (1 - self.sink_baselines).unsqueeze(-1)
+        return shares, base
+
     def summary(
         self,
         by_operation: bool = True,
@@ -150,7 +196,7 @@ class AttentionByRole(SavedResult):
             confidence: the intervals' level.
 
         Returns:
-            A DataFrame; interval columns end in ``_low``/``_high``.
+            A DataFrame; interval columns end in ``_low``/``_high``; ``sink`` is the mean share on the sink.
         """
 
         groups: list[str | None] = [None] + (self.operation_names() if by_operation else [])
@@ -164,6 +210,7 @@ class AttentionByRole(SavedResult):
             grouped = self.grouped(idx)
             g_lo, g_hi, _ = mean_interval(grouped, templates, ops, n_boot, seed, confidence)
             g = grouped.mean(0)
+            sink = self.sink[idx].mean(0) if self.sink is not None else torch.full((len(self.heads),), float("nan"))
             classes = self.classify(op)
             for i, (layer, head) in enumerate(self.heads):
                 row: dict[str, Any] = {
@@ -193,6 +240,7 @@ class AttentionByRole(SavedResult):
                         "lift_operands": s_ab / b_ab,
                         "lift_operator": float(s[i, OP] / b[OP]),
                         "class": classes[i],
+                        "sink": float(sink[i]),
                     }
                 )
                 rows.append(row)
@@ -300,7 +348,10 @@ def attention_by_role(
             )
         )
     shares = torch.zeros(n, len(heads_t), len(ROLES), device="cpu")
+    sink = torch.zeros(n, len(heads_t), device="cpu")
     baselines = torch.stack([m.float().sum(1) / m.shape[1] for m in masks])
+    sinks = [sink_mask(m) for m in masks]
+    sink_baselines = torch.stack([s.float().mean() for s in sinks])
     by_template = {"tokens": cols["tokens"], "template_id": cols["template_id"]}
     prefixes: dict[tuple[int, ...], Any] = {}  # clean prefix KV caches, shared by the batches of a template
     for idx, batch in iter_batches(by_template, batch_size, model.device, group_by="template_id"):
@@ -319,6 +370,7 @@ def attention_by_role(
         for layer, head_idx in by_layer.items():
             for b, i in enumerate(idx):
                 shares[i, head_idx] = role_shares(rows[layer][b], masks[i])
+                sink[i, head_idx] = rows[layer][b] @ sinks[i].float()
     return AttentionByRole(
         heads=heads_t,
         shares=shares,
@@ -330,4 +382,6 @@ def attention_by_role(
         min_share=min_share,
         min_lift=min_lift,
         settings=AttentionSettings(batch_size=batch_size),
+        sink=sink,
+        sink_baselines=sink_baselines,
     )

@@ -28,6 +28,14 @@ at least twice what uniform attention would put there. Comparing lifts (not
 raw shares) keeps a one-token operator on equal terms with two operands. The
 rule is a summary; the per-pair shares are kept for the distributions.
 
+The attention sink. Most heads put most of their attention on the first token
+(Xiao et al. 2024, "attention sinks"), here the start of the few-shot prefix, as a
+no-op. A head that attends anywhere in the query then beats such a head on any
+role. :func:`sink_mask` names the sink positions (the few-shot prefix, and the first
+token when it has no role); shares of the attention *not* on them
+(:meth:`~mathcircuits.analysis.AttentionByRole.sink_free`) compare heads whatever
+their sink share.
+
 Reference: W. Zhang et al., "Interpreting and Improving Large Language Models
 in Arithmetic Calculation", ICML 2024 (arXiv 2409.01659), §4.
 """
@@ -35,16 +43,28 @@ in Arithmetic Calculation", ICML 2024 (arXiv 2409.01659), §4.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Literal
 
 import torch
 from jaxtyping import Bool, Float
 from torch import Tensor
 
-__all__ = ["HEAD_CLASSES", "ROLES", "classify_heads", "role_masks", "role_shares"]
+__all__ = [
+    "HEAD_CLASSES",
+    "ROLES",
+    "ROLE_GROUPS",
+    "RoleGroup",
+    "classify_heads",
+    "role_masks",
+    "role_shares",
+    "sink_mask",
+]
 
 ROLES = ("operand_a", "operand_b", "operator", "prefix", "other")
 HEAD_CLASSES = ("operand", "operator", "neither")
 A, B, OP, PREFIX, OTHER = range(5)  # the rows of ROLES
+RoleGroup = Literal["operands", "operator"]
+ROLE_GROUPS: tuple[RoleGroup, ...] = ("operands", "operator")  # A and B together; the operator
 
 
 def role_masks(
@@ -106,6 +126,20 @@ def role_shares(
         Float tensor of shape ``[*batch, role]``: the summed attention on each role's positions.
     """
     return pattern_rows.float() @ masks.float().T
+
+
+def sink_mask(masks: Bool[Tensor, "role seq"]) -> Bool[Tensor, " seq"]:
+    """The attention-sink positions of a prompt: the few-shot prefix, and the first token when it has no role.
+
+    Args:
+        masks: role masks from :func:`role_masks`.
+
+    Returns:
+        ``[seq]``, True on the sink positions (never an operand's or the operator's).
+    """
+    sink = masks[PREFIX].clone()
+    sink[0] |= bool(masks[OTHER, 0])
+    return sink
 
 
 def classify_heads(

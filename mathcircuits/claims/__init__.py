@@ -9,7 +9,7 @@ the rules, written out in ``docs/claims.md``:
 * :mod:`.paper` — the claims as the paper states them, and the rules' thresholds;
 * :mod:`.sparsity` — C1 (how many heads matter, by tests over heads with templates as units; depth vs random
   heads);
-* :mod:`.components` — C3 (attention vs the same layers' other heads);
+* :mod:`.attention` — C3 by role: operand and operator heads against their layer-mates, the attention sink left out;
 * :mod:`.margin` — C4 (the later MLPs' margin with the key heads knocked out, against the random head sets of C2);
 * :mod:`.knockout` — C2 and C5, through one knockout rule (:func:`drop_verdict`: a floor and a random-set null);
 * :mod:`.finetune` — C6 (precise vs full SFT) from the ``evaluate`` stage;
@@ -22,8 +22,8 @@ The card sits above the analyses and below the report, which shows it first.
 """
 
 from mathcircuits.claims.assess import assess_claims
+from mathcircuits.claims.attention import RoleFinding, RoleTest, claim_c3, role_findings
 from mathcircuits.claims.card import CardSettings, Claim, ClaimsCard, Verdict, fmt_interval
-from mathcircuits.claims.components import claim_c3
 from mathcircuits.claims.finetune import claim_c6
 from mathcircuits.claims.improve import (
     NO_EFFECT,
@@ -43,6 +43,8 @@ __all__ = [
     "C1_MARGIN",
     "NO_EFFECT",
     "PAPER",
+    "RoleFinding",
+    "RoleTest",
     "CardSettings",
     "Claim",
     "ClaimsCard",
@@ -66,6 +68,7 @@ __all__ = [
     "drop_verdict",
     "fmt_interval",
     "precise_definition",
+    "role_findings",
     "with_number_claims",
     "with_unit_claims",
 ]

@@ -13,8 +13,8 @@ from collections.abc import Mapping
 
 from mathcircuits.ablation import MLPMargin, RandomControl, TransferResult
 from mathcircuits.analysis import AttentionByRole
+from mathcircuits.claims.attention import claim_c3
 from mathcircuits.claims.card import CardSettings, ClaimsCard
-from mathcircuits.claims.components import claim_c3
 from mathcircuits.claims.finetune import claim_c6
 from mathcircuits.claims.knockout import claim_c2, claim_c5
 from mathcircuits.claims.margin import claim_c4
@@ -67,10 +67,11 @@ def assess_claims(
     o = {"patching": "identify", "key": "identify", "control": "validate", "transfer": "validate"}
     o |= {"attention": "analyze", "margin": "validate", "evals": "evaluate"} | dict(off or {})
     why = dict(reasons or {})
+    chose = patching.pair_ids if patching is not None and patching.pair_ids else None  # C3 leaves them out
     claims = (
         claim_c1(patching, key, n_boot, seed, confidence, o["patching"], why.get("patching")),
         claim_c2(control, n_boot, seed, confidence, o["control"], why.get("control")),
-        claim_c3(attention, key, n_boot, seed, confidence, o["attention"], why.get("attention")),
+        claim_c3(attention, key, n_boot, seed, confidence, o["attention"], why.get("attention"), chose),
         claim_c4(margin, n_boot, seed, confidence, o["margin"], why.get("margin")),
         claim_c5(transfer, confidence, o["transfer"], why.get("transfer")),
         claim_c6(evals, n_boot, seed, confidence, o["evals"], why.get("evals"), precise),

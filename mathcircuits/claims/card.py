@@ -34,6 +34,7 @@ class Verdict(str, enum.Enum):
     FAILS = "does not hold"
     INCONCLUSIVE = "inconclusive at this sample size"
     NOT_MEASURED = "not measured"
+    NOT_TESTABLE = "not testable on this tokenizer"  # the tokenizer alone gives what the claim would test (N1)
 
     def __str__(self) -> str:
         return self.value

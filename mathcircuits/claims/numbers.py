@@ -6,7 +6,8 @@ carried and combined, after Zhou et al. (2024), Fu et al. (2026), Kantamneni & T
 (values, never a model), compares intervals with a null, and can come out "does not
 hold". The rules and thresholds are written out in ``docs/claims.md``.
 
-* **N1** periodic structure beyond the null (spectra + mod-T probes);
+* **N1** periodic structure beyond the null (spectra + mod-T probes), on periods the read token does not fix (else
+  "not testable on this tokenizer"), at the Bonferroni level of its scan over periods and depths;
 * **N2** the helix beats equal-dimension PCA and patches causally;
 * **N3** a small share of neurons per layer suffices, and associated neurons matter more than matched random ones.
 
@@ -21,6 +22,8 @@ import dataclasses
 import math
 from collections.abc import Mapping
 from typing import Any
+
+from scipy.stats import norm
 
 from mathcircuits.claims.card import Claim, ClaimsCard, Verdict
 from mathcircuits.numbers import HelixPatchResult, HelixResult, NeuronResult, ProbeResult, Spectrum
@@ -67,9 +70,31 @@ def _off(cid: str, why: str) -> Claim:
 # ----------------------------------------------------------------------------- N1
 
 
+def _widen(value: float, low: float, high: float, z_from: float, z_to: float) -> tuple[float, float]:
+    """An interval at another level: its normal-approximation SE, ``(high − low) / 2z``, times the new ``z``."""
+    se = (high - low) / (2 * z_from)
+    return value - z_to * se, value + z_to * se
+
+
+def _probe_beats(probes: ProbeResult, target: str, depth: int, z_from: float, z_to: float) -> bool | None:
+    """:meth:`ProbeResult.beats_baselines` with every interval widened to the Bonferroni level (``z_to``)."""
+    s = probes.interval(target, depth)
+    lo, hi = _widen(s.value, s.low, s.high, z_from, z_to)
+    bases = [_widen(b.value, b.low, b.high, z_from, z_to) for b in probes.baselines(target, depth)]
+    if all(lo > b_hi for _, b_hi in bases):
+        return True
+    if any(hi <= b_lo for b_lo, _ in bases):
+        return False
+    return None
+
+
 def claim_n1(spectra: Spectrum | None, probes: ProbeResult | None, why_missing: str = "stage numbers off") -> Claim:
-    """N1: some period ``T`` (≥ 4 cycles on the axis) is above the shuffled null and outside the tokenizer baseline
-    in the spectrum, *and* its mod-T probe beats its baselines, at the same depth (docs/claims.md).
+    """N1: some period ``T`` (≥ 4 cycles on the axis, its residue not fixed by the read token alone) is above the
+    shuffled null and outside the tokenizer baseline in the spectrum, *and* its mod-T probe beats its baselines, at
+    the same depth, with every test at the Bonferroni level of the scan over periods and depths (docs/claims.md).
+
+    "Not testable on this tokenizer" when the read token fixes every candidate's residue (a digit-split tokenizer's
+    units digit fixes n mod 2, 5 and 10: no reading tells the model's periodic features from the tokenizer's).
 
     Args:
         spectra: the number :class:`~mathcircuits.numbers.Spectrum` (rows: depths).
@@ -77,7 +102,7 @@ def claim_n1(spectra: Spectrum | None, probes: ProbeResult | None, why_missing: 
         why_missing: the reason named when an input is missing.
 
     Returns:
-        The claim; its value is the best candidate's κ with its interval.
+        The claim; its value is the best candidate's κ with its (unadjusted) interval.
     """
     if spectra is None or probes is None:
         return _off("N1", why_missing)
@@ -86,52 +111,82 @@ def claim_n1(spectra: Spectrum | None, probes: ProbeResult | None, why_missing: 
     cands = [t for t in periods if t * N1_MIN_CYCLES <= n_axis and any(abs(p - t) < 1e-6 for p in spectra.periods)]
     if not cands:
         return _off("N1", f"no probe period with >= {N1_MIN_CYCLES} cycles on the {n_axis}-number axis")
+    fixed = [t for t in cands if t in probes.token_periods]
+    cands = [t for t in cands if t not in probes.token_periods]
+    if not cands:
+        text = (
+            f"not testable: numbers are read at their last token, which fixes n mod T by itself for every candidate "
+            f"T in {fixed}; a whole-number period (one the units digit does not fix, e.g. 4, 20 or 25 on "
+            "0–99) would be testable"
+        )
+        reason = "the tokenizer alone gives every candidate period (docs/claims.md, N1)"
+        return _claim("N1", text, Verdict.NOT_TESTABLE, reason, unit="Cohen's κ of mod T")
+    n_depths = len(probes.depths) - 1
+    m = len(cands) * n_depths  # the scan: every candidate period at every depth
+    z_from = float(norm.ppf((1 + spectra.confidence) / 2))
+    z_to = float(norm.ppf(1 - (1 - spectra.confidence) / (2 * m)))
     base = {round(p, 6) for p in spectra.baseline_periods}
     held, failed, best = [], 0, None
-    total = 0
     for t in cands:
         k = min(range(len(spectra.periods)), key=lambda i: abs(spectra.periods[i] - t))
+        in_base = round(float(t), 6) in base
         for d in range(1, len(probes.depths)):
-            total += 1
-            above = bool(spectra.above[spectra.row_index(probes.depths[d]), k])  # the same depth, by its label
-            in_base = round(float(t), 6) in base
-            probe = probes.beats_baselines(f"mod {t}", d)
+            r = spectra.row_index(probes.depths[d])  # the same depth, by its label
+            power = float(spectra.power[r, k])
+            low, _ = _widen(power, float(spectra.low[r, k]), float(spectra.high[r, k]), z_from, z_to)
+            above_adj, above = low > float(spectra.null_max[r]), bool(spectra.above[r, k])
             iv = probes.interval(f"mod {t}", d)
-            if above and not in_base and probe is True:
+            if above_adj and not in_base and _probe_beats(probes, f"mod {t}", d, z_from, z_to) is True:
                 held.append((t, probes.depths[d]))
                 if best is None or iv.value > best[1].value:
                     best = (t, iv)
-            elif probe is False or not above:
+            elif probes.beats_baselines(f"mod {t}", d) is False or not above:
                 failed += 1
     if best is None:  # report the best-scoring candidate at its best depth
         t = max(cands, key=lambda t: probes.interval(f"mod {t}", probes.best_depth(f"mod {t}")).value)
         best = (t, probes.interval(f"mod {t}", probes.best_depth(f"mod {t}")))
     t, iv = best
     b0 = "; depth 0 is a baseline (digit-split tokenizer)" if probes.tokenization == "multi-token" else ""
+    untested = f"; not testable here: T in {fixed} (the read token fixes them)" if fixed else ""
+    scan = f"{len(cands)} period{'s' * (len(cands) > 1)} x {n_depths} depth{'s' * (n_depths > 1)}"
     text = (
         f"mod {t} κ {iv.format('{:.2f}')}; tokenizer-baseline periods "
-        f"{', '.join(f'{p:g}' for p in spectra.baseline_periods) or 'none'}{b0}"
+        f"{', '.join(f'{p:g}' for p in spectra.baseline_periods) or 'none'}{b0}{untested}; {m} tests "
+        f"({scan}), each at level {1 - (1 - spectra.confidence) / m:.4f} "
+        "(Bonferroni; intervals widened by their normal approximation)"
     )
     if held:
         where = ", ".join(f"T={t} at depth {d}" for t, d in held[:6])
         verdict, reason = Verdict.HOLDS, f"above the null and beyond the baselines in both tests: {where}"
-    elif failed == total:
+    elif failed == m:
         verdict, reason = (
             Verdict.FAILS,
             (
-                f"for every period T in {cands} and depth, the spectrum is not above the shuffled null, or the period "
-                "is the tokenizer baseline's, or the mod-T probe does not beat its baselines (depth 0 / control)"
+                f"for every period T in {cands} and depth, the spectrum is not above the shuffled null, or the mod-T "
+                "probe does not beat its baselines (depth 0 / control)"
             ),
         )
     else:
         verdict, reason = (
             Verdict.INCONCLUSIVE,
-            "some period is above the null in one test while the other test's intervals overlap",
+            "some period is above the null in one test while the other test's intervals overlap, at the "
+            f"Bonferroni level of {m} tests",
         )
         if any(round(float(t), 6) in base for t in cands):
             reason += " (or the period is in the tokenizer / token-frequency baseline)"
     return _claim(
-        "N1", text, verdict, reason, value=iv.value, low=iv.low, high=iv.high, unit=f"Cohen's κ of mod {t}", n=iv.n
+        "N1",
+        text,
+        verdict,
+        reason,
+        value=iv.value,
+        low=iv.low,
+        high=iv.high,
+        unit=f"Cohen's κ of mod {t}",
+        n=iv.n,
+        interval=iv.method,
+        n_tests=m,
+        correction="bonferroni",
     )
 
 

@@ -57,7 +57,7 @@ PAPER: dict[str, tuple[str, str, str]] = {
         "about −70 accuracy points for key heads; random heads within 2 points (knockout curves, §3.3, Fig. 3)",
     ),
     "C3": (
-        "they attend to operands and operator",
+        "they attend to operands or operator",
         "The key heads attend from the last position to the operands or to the operator.",
         "operand heads and operator heads (attention patterns, §4.1)",
     ),

@@ -187,7 +187,8 @@ def attention_excess(
     """The key heads' mean attention share on the operands (or operator) above uniform attention.
 
     Per pair, the excess share (share − the uniform baseline ``n_role / n_visible``) is averaged over the
-    key heads; the interval is the percentile bootstrap over pairs (claim C3 reads the same excess per head).
+    key heads; the interval is the percentile bootstrap over pairs (claim C3 compares the attention off the
+    sink with the key heads' layer-mates instead).
 
     Args:
         att: the attention-by-role result of the key heads.

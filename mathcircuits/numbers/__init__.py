@@ -28,6 +28,7 @@ from mathcircuits.numbers.heuristics import HEURISTIC_KINDS, Heuristic, heuristi
 from mathcircuits.numbers.neurons import NeuronResult, heuristic_neurons
 from mathcircuits.numbers.patch import HelixPatchResult, helix_patch, patch_pairs, subspace_shifts
 from mathcircuits.numbers.probes import ProbeResult, cohen_kappa, mod_probes
+from mathcircuits.numbers.reading import token_fixed_periods
 from mathcircuits.numbers.results import TooFewCorrect
 from mathcircuits.numbers.spectra import Spectrum, frequency_spectrum, number_spectra, spectrum
 from mathcircuits.numbers.states import NumberStates, number_contexts, number_states
@@ -64,4 +65,5 @@ __all__ = [
     "patch_pairs",
     "spectrum",
     "subspace_shifts",
+    "token_fixed_periods",
 ]

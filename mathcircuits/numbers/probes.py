@@ -45,6 +45,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -56,7 +57,7 @@ from sklearn.preprocessing import StandardScaler
 from torch import Tensor
 
 from mathcircuits._io import SavedResult
-from mathcircuits.numbers.reading import Tokenization
+from mathcircuits.numbers.reading import Tokenization, token_fixed_periods
 from mathcircuits.numbers.results import ShowResult, quantile
 from mathcircuits.numbers.states import NumberStates
 from mathcircuits.stats import DEFAULT_CONFIDENCE, DEFAULT_N_BOOT, Interval, bootstrap_indices
@@ -124,6 +125,8 @@ class ProbeResult(SavedResult, ShowResult):
         folds: cross-validation folds.
         tokenization: ``single-token`` or ``multi-token`` (depth 0 is a baseline only for the latter).
         reading: where numbers were read.
+        token_periods: the probed periods whose residue the read token fixes by itself while it is not the whole
+            number (:func:`~mathcircuits.numbers.reading.token_fixed_periods`; digit-split: the divisors of 10).
         seed: seed of the control relabelling and the bootstrap.
         n_boot: bootstrap resamples.
         confidence: level of the intervals.
@@ -147,8 +150,20 @@ class ProbeResult(SavedResult, ShowResult):
     seed: int = 0
     n_boot: int = DEFAULT_N_BOOT
     confidence: float = DEFAULT_CONFIDENCE
+    token_periods: tuple[int, ...] = ()
 
     STAGE = "numbers"
+    VERSION = 3
+
+    @classmethod
+    def upgrade(cls, version: int, fields: dict[str, Any]) -> dict[str, Any]:
+        """Files before version 3 did not record ``token_periods``: a multi-token reading there was the units
+        digit (every tokenizer mathcircuits met splits 0–99 into digits), which fixes the divisors of 10."""
+        if "token_periods" not in fields:
+            mods = [int(t.split()[1]) for t in fields.get("targets", ()) if str(t).startswith("mod ")]
+            split = fields.get("tokenization") == "multi-token"
+            fields = dict(fields) | {"token_periods": [t for t in mods if split and 10 % t == 0]}
+        return fields
 
     def _t(self, target: str) -> int:
         if target not in self.targets:
@@ -344,4 +359,5 @@ def mod_probes(
         seed=seed,
         n_boot=n_boot,
         confidence=confidence,
+        token_periods=token_fixed_periods(states.tokenization, states.numbers, states.last_tokens, periods),
     )

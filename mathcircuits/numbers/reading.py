@@ -7,6 +7,15 @@ tokenizer: the units digit, where the model must gather the tens digit by
 attention). :func:`number_reading` finds how many tokens each number takes in a
 context and says so in one sentence that every result stores.
 
+Where numbers are combined. At a digit-split tokenizer's last token the model starts
+from the units digit alone, so ``n mod T`` for any ``T`` dividing 10 is the
+tokenizer's, at every depth and at every later position (attention can copy that
+token anywhere): no reading separates the model's periodic features from the
+tokenizer's for those periods. Only *whole-number* periods, whose residue the units
+digit does not fix (4, 20, 25 on 0–99), need the digits combined;
+:func:`token_fixed_periods` says which periods the read token fixes by itself. For
+single-token numbers the read token is the whole number, and every period is testable.
+
 Depths. ``depth d`` is the residual stream after ``d`` blocks at that token:
 depth 0 is the token embedding (what enters block 0), depth ``L`` the final
 residual. A probe or spectrum "at depth 0" is therefore a baseline that knows only
@@ -18,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Literal
 
-__all__ = ["Tokenization", "depth_labels", "number_reading", "number_token_counts"]
+__all__ = ["Tokenization", "depth_labels", "number_reading", "number_token_counts", "token_fixed_periods"]
 
 Tokenization = Literal["single-token", "multi-token"]
 
@@ -58,8 +67,32 @@ def number_reading(counts: Sequence[int], numbers: Sequence[int]) -> tuple[Token
         return "single-token", (f"each number {lo}–{hi} is one token here; it is read at that token (its last token)")
     return "multi-token", (
         f"this tokenizer writes the numbers {lo}–{hi} as {min(counts)}–{max(counts)} tokens (digits); each number "
-        "is read at its last token, i.e. the units digit, where the model must gather the other digits by attention"
+        "is read at its last token, i.e. the units digit, where the model must gather the other digits by attention "
+        "(so only periods the units digit does not fix test how the model combines them)"
     )
+
+
+def token_fixed_periods(
+    tokenization: Tokenization, numbers: Sequence[int], last_tokens: Sequence[int], periods: Sequence[int]
+) -> tuple[int, ...]:
+    """The periods ``T`` whose residue ``n mod T`` the read token fixes while it is not the whole number.
+
+    Args:
+        tokenization: how the numbers are written (:func:`number_reading`).
+        numbers: the numbers.
+        last_tokens: the id of each number's last (read) token.
+        periods: the candidate periods.
+
+    Returns:
+        The periods for which every two numbers read at the same token share ``n mod T`` (for a digit-split
+        tokenizer, the divisors of 10); none for single-token numbers, whose read token is the whole number.
+    """
+    if tokenization == "single-token":
+        return ()
+    by_token: dict[int, set[int]] = {}
+    for n, t in zip(numbers, last_tokens):
+        by_token.setdefault(int(t), set()).add(int(n))
+    return tuple(int(t) for t in periods if all(len({n % int(t) for n in ns}) == 1 for ns in by_token.values()))
 
 
 def depth_labels(n_layers: int) -> tuple[str, ...]:

@@ -58,6 +58,7 @@ VERDICT_CLASS: dict[Verdict, str] = {
     Verdict.FAILS: "v-fails",
     Verdict.INCONCLUSIVE: "v-open",
     Verdict.NOT_MEASURED: "v-none",
+    Verdict.NOT_TESTABLE: "v-none",
 }
 
 Figures = Mapping[str, go.Figure]

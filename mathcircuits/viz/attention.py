@@ -177,7 +177,7 @@ def attention_excess(result: AttentionByRole, *, title: str | None = None) -> go
 
     Returns:
         A grouped bar chart; a bar whose interval lies above 0 is a head attending there more than uniform
-        attention would (claim C3).
+        attention would (claim C3 compares the attention off the sink with the layer-mates' instead).
     """
     df = result.summary(by_operation=False)
     fig = go.Figure()
