@@ -12,6 +12,8 @@
 * :mod:`.subcircuits`: top-n circuits and depth-matched random circuits of the same shape;
 * :mod:`.faithfulness`, :mod:`.curve`: :func:`faithfulness` → :class:`Faithfulness` (the curve, its random band,
   necessity, completeness, minimality, the denominator and the ill-conditioned rule);
+* :mod:`.edge_scores`, :mod:`.mib`: :class:`EdgeScores` (a signed score per edge of the whole graph) and
+  :func:`mib_scores`, MIB's faithfulness over the edge-percentage grid, CPR and CMD;
 * :mod:`.roles`: :func:`label_roles`, what each node does;
 * :mod:`.config`: :class:`CircuitConfig`, the ``circuit`` section of a run.
 """
@@ -22,9 +24,12 @@ from mathcircuits.circuit.components import Receiver, Sender, check_positions, u
 from mathcircuits.circuit.config import CircuitConfig
 from mathcircuits.circuit.curve import CompletenessRow, CurvePoint, Faithfulness, FaithfulnessSettings
 from mathcircuits.circuit.discover import discover_circuit
+from mathcircuits.circuit.edge_scores import INPUT, EdgeKey, EdgeScores, ScoreMethod, graph_edges
 from mathcircuits.circuit.edges import check_edges, exact_edges, patched_inputs, receiver_effects
 from mathcircuits.circuit.faithfulness import faithfulness
 from mathcircuits.circuit.intervene import AblationValues, Wiring, check_circuit_run, circuit_logprob, resample_values
+from mathcircuits.circuit.mib import MIBMetric, area_under, mib_scores, prune_edges
+from mathcircuits.circuit.mib_result import MIB_PERCENTAGES, MIBScores
 from mathcircuits.circuit.pair_cache import EdgeBatch, PairCache, pair_cache, position_scores
 from mathcircuits.circuit.planted import MOVER, READER, copy_pairs, plant_copy, plant_two_step
 from mathcircuits.circuit.pool import PoolMeans, pool_means
@@ -35,7 +40,9 @@ from mathcircuits.circuit.subcircuits import edge_order, random_wiring, size_gri
 from mathcircuits.circuit.wiring import LOGITS
 
 __all__ = [
+    "INPUT",
     "LOGITS",
+    "MIB_PERCENTAGES",
     "MOVER",
     "READER",
     "AblationValues",
@@ -49,15 +56,21 @@ __all__ = [
     "DiscoveryRound",
     "Edge",
     "EdgeBatch",
+    "EdgeKey",
+    "EdgeScores",
     "Faithfulness",
     "FaithfulnessSettings",
+    "MIBMetric",
+    "MIBScores",
     "Node",
     "PairCache",
     "PoolMeans",
     "Receiver",
+    "ScoreMethod",
     "ScreenAgreement",
     "Sender",
     "Wiring",
+    "area_under",
     "attribute_edges",
     "check_circuit_run",
     "check_edges",
@@ -69,13 +82,16 @@ __all__ = [
     "edge_order",
     "exact_edges",
     "faithfulness",
+    "graph_edges",
     "label_roles",
+    "mib_scores",
     "pair_cache",
     "patched_inputs",
     "plant_copy",
     "plant_two_step",
     "pool_means",
     "position_scores",
+    "prune_edges",
     "random_wiring",
     "receiver_effects",
     "reference_edges",

@@ -30,21 +30,26 @@ SENDER_KINDS: tuple[str, ...] = get_args(EdgeSender)
 
 @dataclass(frozen=True, order=True)
 class Sender:
-    """An attention head ``(layer, head)`` or an MLP (``head == -1``).
+    """An attention head ``(layer, head)``, an MLP (``head == -1``), or the token embeddings (``Sender.INPUT``).
 
     Args:
-        kind: ``"head"`` or ``"mlp"``.
+        kind: ``"head"``, ``"mlp"`` or ``"input"`` (layer and head ``-1``: upstream of every receiver; a sender
+            of MIB's edge graph, never of discovery).
         layer: its layer.
         head: the query head (``-1`` for an MLP).
     """
 
-    kind: Literal["head", "mlp"]
+    kind: Literal["head", "mlp", "input"]
     layer: int
     head: int = -1
 
     def __post_init__(self) -> None:
+        if self.kind == "input":
+            if (self.layer, self.head) != (-1, -1):
+                raise ValueError("the input sender has no layer or head. Fix: Sender('input', -1).")
+            return
         if self.kind not in SENDER_KINDS:
-            raise ValueError(f"sender kind {self.kind!r} is unknown. Fix: use one of {list(SENDER_KINDS)}.")
+            raise ValueError(f"sender kind {self.kind!r} is unknown. Fix: use one of {[*SENDER_KINDS, 'input']}.")
         if (self.kind == "head") != (self.head >= 0):
             raise ValueError(
                 f"sender {self.kind} at layer {self.layer} with head={self.head}: a head sender names its query head "
@@ -53,10 +58,14 @@ class Sender:
 
     @property
     def name(self) -> str:
+        if self.kind == "input":
+            return "input"
         return str(Head(self.layer, self.head)) if self.kind == "head" else f"MLP{self.layer}"
 
     def check(self, spec: Any) -> None:
         """Refuse a layer or head index outside the model."""
+        if self.kind == "input":
+            return
         if self.kind == "head":
             spec.check_head(self.layer, self.head)
         elif not 0 <= self.layer < spec.n_layers:

@@ -42,8 +42,8 @@ Usage::
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, TypeAlias
 
 import torch
 from jaxtyping import Float
@@ -62,6 +62,7 @@ from mathcircuits.circuit.wiring import (
     MLPMode,
     NodeKey,
     Wiring,
+    input_node,
     prefix_kv,
     record_values,
     resample_values,
@@ -74,6 +75,9 @@ from mathcircuits.models.integrity import compare, model_depth, model_dtype, pro
 from mathcircuits.models.placement import head_out_weights
 from mathcircuits.models.prefix import repeat_cache
 
+#: A circuit run's score of each row from the logits at the answer's readout positions and the answer's tokens.
+RunScore: TypeAlias = Callable[[Tensor, Tensor], Tensor]
+
 __all__ = [
     "ABLATION_KINDS",
     "MLP_MODES",
@@ -81,7 +85,9 @@ __all__ = [
     "AblationValues",
     "MLPMode",
     "NodeKey",
+    "RunScore",
     "Wiring",
+    "answer_logprob",
     "check_circuit_run",
     "circuit_logprob",
     "resample_values",
@@ -111,18 +117,27 @@ class _Run:
         self.nodes: list[list[tuple[NodeKey, int]]] = []  # per wiring: (node, position) present in this batch
         self.ablate_mlps: list[bool] = []
         self.complement = [w.complement for w in wirings]
+        self.present = [[(n, batch.where[n[3]]) for n in w.nodes if n[3] in batch.where and n[0] != "input"]
+            for w in wirings]  # fmt: skip
         for w, wiring in enumerate(wirings):
             rows = slice(w * self.B, (w + 1) * self.B)
-            present = [(n, batch.where[n[3]]) for n in wiring.nodes if n[3] in batch.where]
-            self.nodes.append([] if wiring.complement else present)
+            present = self.present[w]
+            inputs = [(input_node(lab), p) for lab, p in batch.where.items() if p >= values.start and wiring.input]
+            self.nodes.append([] if wiring.complement else present + inputs)
             self.head_keep[rows, q0:] = wiring.complement
             for (kind, layer, head, _), p in present:
                 if kind == "head":
                     self.head_keep[rows, p - start, layer, head] = not wiring.complement
                 else:
                     self.mlp_keep[rows, p - start, layer] = not wiring.complement
-        self.present = [[(n, batch.where[n[3]]) for n in w.nodes if n[3] in batch.where] for w in wirings]
         self.wirings = list(wirings)
+        self.into = [self._edges_into(w) for w in range(self.W)]
+        self.at: list[dict[int, list[NodeKey]]] = []  # per wiring: position → its nodes (the corrections' loop)
+        for present in self.nodes:
+            at: dict[int, list[NodeKey]] = defaultdict(list)
+            for n, p in present:
+                at[p].append(n)
+            self.at.append(at)
         self.delta: dict[tuple[int, NodeKey], Tensor] = {}  # (wiring, node) → Δ at its position [B, d_model]
         self.resid: dict[str, Tensor] = {}
         self.W_O = head_out_weights(model) if any(w.edges is not None for w in wirings) else None
@@ -178,14 +193,23 @@ class _Run:
         return new
 
     def keep_resid(self, act: Tensor, hook: Any, name: str) -> None:
-        if not self.busy:  # the norms we call ourselves fire their (aliased) input hooks too
-            self.resid[name] = act
+        if self.busy:  # the norms we call ourselves fire their (aliased) input hooks too
+            return
+        self.resid[name] = act
+        if name != hooks.resid_pre(0) or self.values.embed is None:
+            return
+        for w, present in enumerate(self.nodes):  # the input's Δ: clean minus counterfactual embedding
+            rows = slice(w * self.B, (w + 1) * self.B)
+            for n, p in present:
+                if n[0] == "input":
+                    cf = self.values.embed[:, p - self.values.start].to(act.device, act.dtype)
+                    self.delta[(w, n)] = act[rows, p - self.start] - cf
 
     def _correction(self, w: int, receiver: NodeKey, senders_ok: set[NodeKey], p: int) -> Tensor | None:
         """Σ Δ_s of circuit nodes at ``p`` upstream of ``receiver`` without an edge to it (None: nothing)."""
         total = None
-        for n, q in self.nodes[w]:
-            if q != p or n in senders_ok or (w, n) not in self.delta:
+        for n in self.at[w].get(p, ()):
+            if n in senders_ok or (w, n) not in self.delta:
                 continue
             if not upstream(n, receiver, self.structure.parallel):
                 continue
@@ -214,7 +238,7 @@ class _Run:
             if wiring.edges is None:
                 continue
             rows = slice(w * self.B, (w + 1) * self.B)
-            into = self._edges_into(w)
+            into = self.into[w]
             heads = [(n, p) for n, p in self.nodes[w] if n[0] == "head" and n[1] == layer]
             found: list[tuple[int, int, Tensor]] = []
             if kind == "q":
@@ -251,7 +275,7 @@ class _Run:
             if wiring.edges is None or not self.ablate_mlps[w]:
                 continue
             rows = slice(w * self.B, (w + 1) * self.B)
-            into = self._edges_into(w)
+            into = self.into[w]
             for n, p in self.nodes[w]:
                 if n[0] != "mlp" or n[1] != layer:
                     continue
@@ -271,7 +295,7 @@ class _Run:
             if wiring.edges is None:
                 continue
             rows = slice(w * self.B, (w + 1) * self.B)
-            ok = self._edges_into(w)[(LOGITS, "logits")]
+            ok = self.into[w][(LOGITS, "logits")]
             for p in self.readout:
                 corr = self._correction(w, LOGITS, ok, p)
                 if corr is None:
@@ -316,6 +340,11 @@ def _check_edges_supported(model: HookedModel) -> None:
         )
 
 
+def answer_logprob(logits: Tensor, answers: Tensor) -> Tensor:
+    """The whole answer's log-probability per row, from the logits at the answer's readout positions."""
+    return position_scores(logits, answers)[1].sum(-1)
+
+
 @torch.no_grad()
 def circuit_logprob(
     model: HookedModel,
@@ -326,6 +355,7 @@ def circuit_logprob(
     chunk_rows: int = 512,
     fast: bool = True,
     store: dict[tuple[int, ...], Any] | None = None,
+    readout: RunScore = answer_logprob,
 ) -> Float[Tensor, "wiring batch"]:
     """The whole answer's log-probability of each pair under each wiring (see the module docstring).
 
@@ -338,14 +368,21 @@ def circuit_logprob(
         chunk_rows: rows (wiring × pair) per forward.
         fast: run only the query suffix on the prefix's KV cache (exact; False: the plain full forward).
         store: a dict of prefix KV caches shared across calls.
+        readout: another score than the answer's log-probability: ``(logits [rows, n_answer, vocab], answers
+            [rows, n_answer]) → [rows]``, rows wiring-major (``len(chunk) × batch``).
 
     Returns:
-        ``[wiring, batch]`` log-probabilities (nats).
+        ``[wiring, batch]`` log-probabilities (nats), or the readout's scores.
     """
     if mlps not in MLP_MODES:
         raise ValueError(f"mlps {mlps!r} is unknown. Fix: use one of {list(MLP_MODES)}.")
     if any(w.edges is not None for w in wirings):
         _check_edges_supported(model)
+    if any(w.input for w in wirings) and values.embed is None:
+        raise ValueError(
+            "a wiring with the input as a sender needs the counterfactual's embeddings. Fix: ablation values from "
+            "resample_values (a pool mean has none)."
+        )
     fast = fast and fast_paths_enabled()
     if fast:
         verify_once(model.bridge, "circuit run", lambda: check_circuit_run(model))
@@ -366,8 +403,8 @@ def circuit_logprob(
             logits = model.bridge.run_with_hooks(toks[:, start:], fwd_hooks=run.hooks(), past_key_values=kv)
         else:
             logits = model.bridge.run_with_hooks(toks, fwd_hooks=run.hooks())
-        _, logp = position_scores(logits[:, -n_ans:], batch.answers.repeat(len(chunk), 1))
-        out[lo : lo + len(chunk)] = logp.sum(-1).float().cpu().reshape(len(chunk), B)
+        scores = readout(logits[:, -n_ans:], batch.answers.repeat(len(chunk), 1))
+        out[lo : lo + len(chunk)] = scores.float().cpu().reshape(len(chunk), B)
     return out
 
 

@@ -154,8 +154,10 @@ def copy_pairs(tokenizer, n: int, seed: int, same: bool = False) -> datasets.Dat
         cf = prompt if same else TEMPLATES[tid].format(p=p, q=q, r=r, A=other)
         ids, cf_ids = (tokenizer(t, add_special_tokens=False)["input_ids"] for t in (prompt, cf))
         ans = tokenizer(str(d), add_special_tokens=False)["input_ids"]
+        cf_ans = ans if same else tokenizer(str(other), add_special_tokens=False)["input_ids"]
         rows.append({
             "prompt": prompt, "cf_prompt": cf, "answer": str(d), "tokens": ids, "cf_tokens": cf_ids,
+            "cf_answer_tokens": cf_ans,
             "answer_token": ans[0], "answer_tokens": ans, "n_tokens": len(ids), "operation": "copy",
             "template_id": tid, "a": d, "b": seed * 1000 + i, "prefix_len": 0, "pos_a": prompt.index(str(d)),
             "pos_op": prompt.index("x"), "pos_b": prompt.index("x") + 1, "pos_last": len(ids) - 1, "pair_id": i,

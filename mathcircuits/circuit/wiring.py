@@ -31,6 +31,7 @@ __all__ = [
     "MLPMode",
     "NodeKey",
     "Wiring",
+    "input_node",
     "prefix_kv",
     "record_values",
     "upstream",
@@ -54,15 +55,26 @@ class Wiring:
             ``logits``; None: a node-level run (every node reads every other).
         complement: the nodes are the ones *ablated* and everything else computes (the model without them,
             ``M \\ K``; node level only).
+        input: the token embeddings are a sender like the others (MIB's graph): a receiver reads the clean
+            embedding at a position only through an edge from :func:`input_node` of that position's label, and the
+            counterfactual's otherwise. False: every receiver reads the clean embedding (our circuits).
     """
 
     nodes: frozenset[NodeKey]
     edges: frozenset[tuple[NodeKey, NodeKey, str]] | None = None
     complement: bool = False
+    input: bool = False
 
     def __post_init__(self) -> None:
         if self.complement and self.edges is not None:
             raise ValueError("a complement wiring (the model without some nodes) is node level. Fix: edges=None.")
+        if self.input and self.edges is None:
+            raise ValueError("a wiring whose input is a sender must be edge level. Fix: give edges (maybe empty).")
+
+
+def input_node(label: str) -> NodeKey:
+    """The token embeddings at a position label, as the sender of a :class:`Wiring` with ``input=True``."""
+    return ("input", -1, -1, label)
 
 
 @dataclass(frozen=True)
@@ -70,12 +82,14 @@ class AblationValues:
     """The values ablated components take at the query positions ``start…`` of one batch.
 
     ``z`` is ``[rows, pos, layer, head, d_head]`` and ``mlp`` ``[rows, pos, layer, d_model]``, rows one per pair
-    (resample) or one shared by all (a mean).
+    (resample) or one shared by all (a mean); ``embed`` the residual stream before the first block (the token
+    embeddings), recorded by :func:`record_values` for wirings whose input is a sender.
     """
 
     z: Float[Tensor, "rows pos layer head d_head"]
     mlp: Float[Tensor, "rows pos layer d_model"]
     start: int
+    embed: Float[Tensor, "rows pos d_model"] | None = None
 
 
 def prefix_kv(model: HookedModel, tokens: Tensor, start: int, store: dict[tuple[int, ...], Any]) -> Any:
@@ -92,6 +106,10 @@ def record_values(model: HookedModel, tokens: Tensor, start: int, store: dict[tu
     B, S = tokens.shape[0], tokens.shape[1] - start
     z = torch.empty(B, S, spec.n_layers, spec.n_heads, spec.d_head, device="cpu")
     mlp = torch.empty(B, S, spec.n_layers, spec.d_model, device="cpu")
+    embed = torch.empty(B, S, spec.d_model, device="cpu")
+
+    def grab_e(act: Tensor, hook: Any) -> None:
+        embed[:] = act[:, -S:].float().cpu()
 
     def grab_z(act: Tensor, hook: Any, layer: int = 0) -> None:
         z[:, :, layer] = act[:, -S:].float().cpu()
@@ -99,7 +117,7 @@ def record_values(model: HookedModel, tokens: Tensor, start: int, store: dict[tu
     def grab_m(act: Tensor, hook: Any, layer: int = 0) -> None:
         mlp[:, :, layer] = act[:, -S:].float().cpu()
 
-    fwd = []
+    fwd: list[tuple[str, Any]] = [(hooks.resid_pre(0), grab_e)]
     for layer in range(spec.n_layers):
         fwd += [(hooks.z(layer), lambda a, hook, layer=layer: grab_z(a, hook, layer))]
         fwd += [(hooks.mlp_out(layer), lambda a, hook, layer=layer: grab_m(a, hook, layer))]
@@ -108,7 +126,7 @@ def record_values(model: HookedModel, tokens: Tensor, start: int, store: dict[tu
         model.bridge.run_with_hooks(tokens[:, start:], fwd_hooks=fwd, past_key_values=kv)
     else:
         model.bridge.run_with_hooks(tokens, fwd_hooks=fwd)
-    return AblationValues(z, mlp, start)
+    return AblationValues(z, mlp, start, embed)
 
 
 def resample_values(
@@ -120,7 +138,7 @@ def resample_values(
 
 def upstream(s: NodeKey, r: NodeKey, parallel: bool) -> bool:
     """Whether node ``s``'s output can reach node ``r``'s input (``r`` may be the logits)."""
-    if r == LOGITS:
+    if r == LOGITS or s[0] == "input":
         return True
     sender = Sender("head", s[1], s[2]) if s[0] == "head" else Sender("mlp", s[1])
     return Receiver("mlp" if r[0] == "mlp" else "q", r[1]).is_downstream_of(sender, parallel)
@@ -129,5 +147,9 @@ def upstream(s: NodeKey, r: NodeKey, parallel: bool) -> bool:
 def without_mlps(wiring: Wiring) -> Wiring:
     """The wiring for ``mlps="keep"``: MLPs are no nodes, they always compute and every receiver reads them."""
     nodes = frozenset(n for n in wiring.nodes if n[0] != "mlp")
-    edges = None if wiring.edges is None else frozenset(e for e in wiring.edges if e[0] in nodes and e[1][0] != "mlp")
-    return Wiring(nodes, edges)
+    edges = (
+        None
+        if wiring.edges is None
+        else frozenset(e for e in wiring.edges if (e[0] in nodes or e[0][0] == "input") and e[1][0] != "mlp")
+    )
+    return Wiring(nodes, edges, input=wiring.input)

@@ -1,0 +1,288 @@
+"""MIB's circuit metrics on our graph: faithfulness over the edge-percentage grid, CPR and CMD, with intervals.
+
+Definitions (Mueller et al., "MIB", ICML 2025, circuit track; read in ``hannamw/MIB-circuit-track``,
+``MIB_circuit_track/evaluation.py`` ``evaluate_area_under_curve``, and EAP-IG's ``Graph.apply_topn`` /
+``prune`` / ``evaluate_graph``):
+
+* the circuit ``C_k`` keeps the ``n_k = int(p_k · |E|)`` highest-ranked edges of the whole graph, then is
+  **pruned** (repeatedly drop a node without a kept outgoing edge, or without a kept incoming one — the input
+  excepted — and every edge touching a dropped node; the logits always stay);
+* edges outside ``C_k`` are patched with the counterfactual's activations: a receiver reads
+  ``resid − Σ_{s → r ∉ C}(out_s − out_s^cf)`` (our edge-level run, :mod:`.intervene`, with the input as a sender);
+* ``f(C) = (m(C) − m(∅)) / (m(N) − m(∅))``, ``m`` a mean over pairs, ``∅`` the top-0 circuit (every edge
+  patched: the counterfactual run), ``N`` the model;
+* grid ``p = 0.1, 0.2, 0.5, 1, 2, 5, 10, 20, 50, 100 %`` of the edges;
+* **CPR** = Σ trapezoids of ``f`` over ``x = p`` (a fraction, linear axis, not rescaled: the grid spans 0.999),
+  edges ranked by signed score (higher is better); **CMD** = the same area of ``|1 − f|``, edges ranked by
+  ``|score|`` (lower is better).
+
+``m`` is ``"logit_diff"`` — MIB's logit difference, logit(answer) − logit(counterfactual answer), read where the
+two answers first differ (MIB reads the last prompt token because its answers are one token; on a digit-split
+tokenizer nearly every sum is several tokens, so the shared leading digits are teacher-forced and the first
+differing digit is compared: **MIB-style**, not MIB's official numbers) — or ``"answer_logprob"``, our whole
+answer's log-probability.
+
+Intervals: percentile bootstrap over whole templates within operations when every operation has at least
+:data:`~mathcircuits.stats.MIN_CLUSTERS` templates, else over pairs; every point, CPR and CMD from the same
+resamples. Positions: every position after the few-shot prefix (identical in both prompts, so nothing to patch).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any, Literal, TypeAlias
+
+import torch
+from torch import Tensor
+
+from mathcircuits.circuit.batches import circuit_batches
+from mathcircuits.circuit.edge_scores import EdgeKey, EdgeScores
+from mathcircuits.circuit.intervene import LOGITS, NodeKey, Wiring, answer_logprob, circuit_logprob, resample_values
+from mathcircuits.circuit.mib_result import MIB_PERCENTAGES, MIBScores
+from mathcircuits.circuit.wiring import input_node, prefix_kv
+from mathcircuits.data.pairs import PairSet
+from mathcircuits.models import HookedModel
+from mathcircuits.models.families import block_structure
+from mathcircuits.models.prefix import repeat_cache
+from mathcircuits.models.spec import check_model
+from mathcircuits.stats import MIN_CLUSTERS, Interval, bootstrap_indices, cluster_bootstrap_indices
+
+__all__ = ["MIBMetric", "area_under", "mib_scores", "prune_edges"]
+
+#: What ``m`` is: MIB's logit difference at the first differing answer token, or the whole answer's log-probability.
+MIBMetric: TypeAlias = Literal["logit_diff", "answer_logprob"]
+
+Comp = tuple[str, int, int]  # (kind, layer, head): a node of the position-free graph
+
+
+def _sender_node(edge: EdgeKey) -> Comp:
+    s = edge[0]
+    return (s.kind, s.layer, s.head)
+
+
+def _receiver_nodes(edge: EdgeKey, group_size: int) -> list[Comp]:
+    r = edge[1]
+    if r.kind == "logits":
+        return [("logits", -1, -1)]
+    if r.kind == "mlp":
+        return [("mlp", r.layer, -1)]
+    if r.kind == "q":
+        return [("head", r.layer, r.head)]
+    return [("head", r.layer, h) for h in range(r.group * group_size, (r.group + 1) * group_size)]
+
+
+def prune_edges(edges: Sequence[EdgeKey], kept: set[int], group_size: int) -> set[int]:
+    """MIB's ``prune``: drop nodes without a kept outgoing or incoming edge (input, logits exempt) to a fixed point.
+
+    A KV group's key/value edge enters every query head of the group; it stays while one of them stays.
+    """
+    kept = set(kept)
+    while True:
+        out = {_sender_node(edges[i]) for i in kept}
+        into = {n for i in kept for n in _receiver_nodes(edges[i], group_size)} | {("input", -1, -1)}
+        nodes = (out & into) | {("logits", -1, -1)}
+        new = {
+            i
+            for i in kept
+            if _sender_node(edges[i]) in nodes and any(n in nodes for n in _receiver_nodes(edges[i], group_size))
+        }
+        if new == kept:
+            return kept
+        kept = new
+
+
+def _wiring(edges: Sequence[EdgeKey], kept: set[int], labels: Sequence[str], group_size: int) -> Wiring:
+    """The circuit of ``kept`` edges at every position label, the input a sender (edges outside it patched)."""
+    comps = {_sender_node(edges[i]) for i in kept if edges[i][0].kind != "input"}
+    nodes = frozenset((k, layer, head, lab) for k, layer, head in comps for lab in labels)
+    wired: set[tuple[NodeKey, NodeKey, str]] = set()
+    for i in kept:
+        s, r = edges[i]
+        for lab in labels:
+            sk: NodeKey = input_node(lab) if s.kind == "input" else (s.kind, s.layer, s.head, lab)
+            if r.kind == "logits":
+                wired.add((sk, LOGITS, "logits"))
+                continue
+            for k, layer, head in _receiver_nodes(edges[i], group_size):
+                if (k, layer, head) in comps:
+                    wired.add((sk, (k, layer, head, lab), r.kind))
+    return Wiring(nodes, frozenset(wired), input=True)
+
+
+def area_under(x: Sequence[float], y: Tensor) -> Tensor:
+    """Trapezoid area of ``y`` [..., point] over ``x`` (MIB's loop in ``evaluate_area_under_curve``)."""
+    xs = torch.tensor(list(x), dtype=y.dtype, device=y.device)
+    return ((xs[1:] - xs[:-1]) * (y[..., 1:] + y[..., :-1]) / 2).sum(-1)
+
+
+def _logit_diff(first: Tensor, good: Tensor, bad: Tensor) -> Any:
+    def readout(logits: Tensor, answers: Tensor) -> Tensor:
+        reps = logits.shape[0] // first.shape[0]
+        j, g, b = (t.to(logits.device).repeat(reps) for t in (first, good, bad))
+        rows = torch.arange(logits.shape[0], device=logits.device)
+        return logits[rows, j, g].float() - logits[rows, j, b].float()
+
+    return readout
+
+
+def _first_difference(answer: Sequence[int], cf_answer: Sequence[int]) -> int | None:
+    for j, (a, c) in enumerate(zip(answer, cf_answer)):
+        if a != c:
+            return j
+    return None
+
+
+def mib_scores(
+    model: HookedModel,
+    pairs: PairSet,
+    scores: EdgeScores,
+    *,
+    metric: MIBMetric = "logit_diff",
+    percentages: Sequence[float] = MIB_PERCENTAGES,
+    n_boot: int = 1000,
+    confidence: float = 0.95,
+    seed: int = 0,
+    batch_size: int = 8,
+) -> MIBScores:
+    """MIB's faithfulness curves, CPR and CMD of an edge ranking on ``pairs`` (see the module docstring).
+
+    Args:
+        model: the hooked model the scores were made on.
+        pairs: operand-counterfactual pairs (``cf_answer_tokens`` needed for ``logit_diff``), disjoint from the
+            pairs that made the scores.
+        scores: a score for every edge of the model's graph (:func:`~mathcircuits.circuit.graph_edges`).
+        metric: ``"logit_diff"`` (MIB-style) or ``"answer_logprob"``.
+        percentages: the grid, fractions of the graph's edges in (0, 1], increasing.
+        n_boot, confidence, seed: the bootstrap.
+        batch_size: pairs per batch.
+
+    Returns:
+        A :class:`~mathcircuits.circuit.MIBScores`.
+    """
+    t0 = time.perf_counter()
+    spec = model.spec
+    check_model(scores.model, model, "these edge scores", "score this model's edges")
+    if metric not in ("logit_diff", "answer_logprob"):
+        raise ValueError(f"metric {metric!r} is unknown. Fix: use 'logit_diff' or 'answer_logprob'.")
+    grid = [float(p) for p in percentages]
+    if not grid or any(not 0 < p <= 1 for p in grid) or grid != sorted(set(grid)):
+        raise ValueError(f"percentages {list(percentages)} must increase within (0, 1]. Fix: use MIB_PERCENTAGES.")
+    parallel = block_structure(model).parallel
+    if parallel != scores.parallel or not scores.is_whole_graph:
+        raise ValueError(
+            f"{scores!r} does not score the whole graph of {spec.describe()} (parallel={parallel}): MIB's "
+            "percentages are of every edge. Fix: score every edge of graph_edges(spec, parallel) (0 for none)."
+        )
+    rows, dropped = list(range(len(pairs))), 0
+    first = good = bad = None
+    if metric == "logit_diff":
+        if "cf_answer_tokens" not in pairs.column_names:
+            raise ValueError(
+                "metric 'logit_diff' needs each pair's counterfactual answer (cf_answer_tokens). Fix: generate "
+                "pairs with an operand counterfactual (counterfactual='operands' or an MIB kind), or "
+                "metric='answer_logprob'."
+            )
+        ans, cf_ans = list(pairs["answer_tokens"]), list(pairs["cf_answer_tokens"])
+        firsts = [_first_difference(a, c) for a, c in zip(ans, cf_ans)]
+        rows = [i for i, j in enumerate(firsts) if j is not None]
+        dropped = len(pairs) - len(rows)
+        if not rows:
+            raise ValueError("no pair's answers differ in a shared token position. Fix: other counterfactuals.")
+        first = torch.tensor([firsts[i] if firsts[i] is not None else 0 for i in range(len(pairs))])
+        good = torch.tensor([ans[i][first[i]] if firsts[i] is not None else 0 for i in range(len(pairs))])
+        bad = torch.tensor([cf_ans[i][first[i]] if firsts[i] is not None else 0 for i in range(len(pairs))])
+    batches = circuit_batches(model, pairs, "suffix", batch_size, rows=rows)
+    labels = sorted({lab for b in batches for lab in b.where})
+    edges = scores.edges
+    n_edges = len(edges)
+    g = spec.group_size
+    rankings = {"signed": scores.ranking(absolute=False), "absolute": scores.ranking(absolute=True)}
+    wirings: list[Wiring] = [_wiring(edges, set(), labels, g)]
+    kept_counts: dict[str, list[int]] = {}
+    full: list[tuple[str, int]] = []  # (ranking, grid index) of circuits that keep every edge: the model itself
+    for name, order in rankings.items():
+        kept_counts[name] = []
+        for k, p in enumerate(grid):
+            n = int(p * n_edges)
+            kept = prune_edges(edges, set(order[:n]), g)
+            kept_counts[name].append(len(kept))
+            if len(kept) == n_edges:
+                full.append((name, k))
+                continue
+            wirings.append(_wiring(edges, kept, labels, g))
+    store: dict[tuple[int, ...], Any] = {}
+    parts_run, parts_clean = [], []
+    for b in batches:
+        readout = answer_logprob if first is None else _logit_diff(first[b.idx], good[b.idx], bad[b.idx])
+        values = resample_values(model, b, store)
+        parts_run.append(circuit_logprob(model, b, values, wirings, store=store, readout=readout))
+        start = b.prefix_len
+        kv = repeat_cache(prefix_kv(model, b.tokens, start, store), b.tokens.shape[0]) if start > 0 else None
+        with torch.no_grad():
+            logits = model.bridge(b.tokens[:, start:], past_key_values=kv) if kv is not None else model.bridge(b.tokens)
+        parts_clean.append(readout(logits[:, -b.answers.shape[1] :], b.answers).float().cpu())
+    run = torch.cat(parts_run, 1).double()  # [wiring, pair]
+    clean = torch.cat(parts_clean).double()
+    empty = run[0]
+    per_ranking: dict[str, Tensor] = {}
+    at = 1
+    for name in rankings:
+        cols = []
+        for k in range(len(grid)):
+            if (name, k) in full:
+                cols.append(clean)
+            else:
+                cols.append(run[at])
+                at += 1
+        per_ranking[name] = torch.stack(cols)  # [point, pair]
+    templates = [t for b in batches for t in b.templates]
+    operations = [o for b in batches for o in b.operations]
+    per_op: dict[str, set[str]] = {}
+    for t, o in zip(templates, operations):
+        per_op.setdefault(o, set()).add(t)
+    if all(len(ts) >= MIN_CLUSTERS for ts in per_op.values()):
+        resamples, over = cluster_bootstrap_indices(templates, operations, n_boot, seed), "templates"
+    else:
+        resamples, over = list(bootstrap_indices(len(clean), n_boot, seed)), "pairs"
+    everything = [torch.arange(len(clean))] + list(resamples)
+
+    def curves(idx: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        zero, top = empty[idx].mean(), clean[idx].mean()
+        f = {name: (c[:, idx].mean(1) - zero) / (top - zero) for name, c in per_ranking.items()}
+        return f["signed"], f["absolute"], top - zero
+
+    draws = [curves(i) for i in everything]
+    f_signed = torch.stack([d[0] for d in draws])
+    f_abs = torch.stack([d[1] for d in draws])
+    gap = torch.stack([d[2] for d in draws])
+    cpr = area_under(grid, f_signed)
+    cmd = area_under(grid, (1 - f_abs).abs())
+    q = torch.tensor([(1 - confidence) / 2, (1 + confidence) / 2], dtype=torch.float64)
+    method = f"bootstrap over {over}"
+
+    def interval(x: Tensor) -> Interval:
+        lo, hi = torch.quantile(x[1:], q).tolist() if len(x) > 1 else (float("nan"), float("nan"))
+        return Interval(float(x[0]), lo, hi, len(clean), confidence, method, seed)
+
+    return MIBScores(
+        model=spec,
+        method=scores.method,
+        metric=metric,
+        percentages=tuple(grid),
+        n_edges=n_edges,
+        kept_signed=tuple(kept_counts["signed"]),
+        kept_absolute=tuple(kept_counts["absolute"]),
+        faithfulness_signed=tuple(interval(f_signed[:, k]) for k in range(len(grid))),
+        faithfulness_absolute=tuple(interval(f_abs[:, k]) for k in range(len(grid))),
+        cpr=interval(cpr),
+        cmd=interval(cmd),
+        denominator=interval(gap),
+        clean=float(clean.mean()),
+        counterfactual=float(empty.mean()),
+        n_pairs=len(clean),
+        dropped=dropped,
+        interval_over=over,
+        score_seconds=scores.seconds,
+        seconds=time.perf_counter() - t0,
+    )
