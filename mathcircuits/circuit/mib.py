@@ -241,7 +241,9 @@ def mib_scores(
     per_op: dict[str, set[str]] = {}
     for t, o in zip(templates, operations):
         per_op.setdefault(o, set()).add(t)
-    if all(len(ts) >= MIN_CLUSTERS for ts in per_op.values()):
+    if n_boot == 0:
+        resamples, over = [], "none (n_boot=0)"
+    elif all(len(ts) >= MIN_CLUSTERS for ts in per_op.values()):
         resamples, over = cluster_bootstrap_indices(templates, operations, n_boot, seed), "templates"
     else:
         resamples, over = list(bootstrap_indices(len(clean), n_boot, seed)), "pairs"

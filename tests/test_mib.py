@@ -1,0 +1,131 @@
+"""MIB's circuit metrics on a planted model: CPR/CMD against hand-computed areas, pruning, the graph's edges."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from mathcircuits.circuit import (
+    INPUT,
+    MIB_PERCENTAGES,
+    EdgeScores,
+    Receiver,
+    Sender,
+    area_under,
+    copy_pairs,
+    graph_edges,
+    mib_scores,
+    plant_two_step,
+    prune_edges,
+)
+from mathcircuits.models import load_model
+
+MOVER_H, READER_H = Sender("head", 0, 1), Sender("head", 2, 2)
+#: the planted copy circuit as edges of the graph (tiny Llama: 4 heads in 2 KV groups of 2)
+PLANTED = (
+    (INPUT, Receiver("q", 0, head=1)),
+    (INPUT, Receiver("k", 0, group=0)),
+    (INPUT, Receiver("v", 0, group=0)),
+    (MOVER_H, Receiver("v", 2, group=1)),
+    (INPUT, Receiver("q", 2, head=2)),
+    (INPUT, Receiver("k", 2, group=1)),
+    (READER_H, Receiver("logits")),
+)
+
+
+@pytest.fixture(scope="module")
+def planted():
+    model = load_model("tiny-llama")
+    plant_two_step(model)
+    return model, copy_pairs(model.tokenizer, 16, 1)
+
+
+def _scores(model, first: bool) -> EdgeScores:
+    edges = graph_edges(model.spec, parallel=False)
+    top, rest = (1.0, 0.0) if first else (-1.0, 0.0)
+    return EdgeScores(model.spec, False, edges, tuple(top if e in PLANTED else rest for e in edges), "exact", 0.0)
+
+
+def test_graph_edges_count_the_whole_graph(tiny_llama):
+    spec = tiny_llama.spec  # 3 layers, 4 heads, 2 KV groups: per layer 4 q + 2 k + 2 v receivers, 1 MLP
+    upstream = [1 + 5 * layer for layer in range(spec.n_layers)]  # input + 4 heads and an MLP per earlier layer
+    expected = sum(8 * u + (u + 4) for u in upstream) + (1 + 5 * spec.n_layers)
+    edges = graph_edges(spec, parallel=False)
+    assert len(edges) == expected == 190
+    assert len(graph_edges(spec, parallel=True)) == expected - 4 * spec.n_layers  # no head → own-layer MLP edges
+
+
+def test_area_matches_mib_trapezoids_by_hand():
+    x = MIB_PERCENTAGES
+    step = torch.tensor([0, 0, 0, 0, 0, 1, 1, 1, 1, 1], dtype=torch.float64)  # f jumps to 1 at 5 %
+    # by hand: (0.05 - 0.02) * 1/2 + (1 - 0.05) * 1 = 0.965; |1 - f|: (0.02 - 0.001) + 0.015 = 0.034
+    assert float(area_under(x, step)) == pytest.approx(0.965)
+    assert float(area_under(x, (1 - step).abs())) == pytest.approx(0.034)
+    assert float(area_under(x, torch.ones(10, dtype=torch.float64))) == pytest.approx(0.999)  # not rescaled
+
+
+def test_prune_keeps_only_connected_edges(tiny_llama):
+    edges = graph_edges(tiny_llama.spec, parallel=False)
+    at = {e: i for i, e in enumerate(edges)}
+    h = Sender("head", 0, 1)
+    into, out = at[(INPUT, Receiver("q", 0, head=1))], at[(h, Receiver("logits"))]
+    g = tiny_llama.spec.group_size
+    assert prune_edges(edges, {into}, g) == set()  # the head has no outgoing edge
+    assert prune_edges(edges, {out}, g) == set()  # ... or no incoming one
+    assert prune_edges(edges, {into, out}, g) == {into, out}
+    kv = at[(INPUT, Receiver("k", 0, group=0))]  # group 0 = heads 0 and 1: its key edge reaches head 1
+    assert prune_edges(edges, {kv, out}, g) == {kv, out}
+    other = at[(INPUT, Receiver("k", 0, group=1))]  # group 1 = heads 2, 3: not head 1
+    assert prune_edges(edges, {other, out}, g) == set()
+
+
+def test_cpr_cmd_on_the_planted_circuit(planted):
+    model, pairs = planted
+    good = mib_scores(model, pairs, _scores(model, first=True), n_boot=200)
+    # 190 edges: at 5 % (9 edges) the 7 planted edges are all in, below (≤ 3 edges) the circuit is incomplete
+    assert good.kept_signed[:5] == (0, 0, 0, 0, 0)
+    assert good.kept_signed[5] == len(PLANTED)
+    f = [iv.value for iv in good.faithfulness_signed]
+    assert f[:5] == pytest.approx([0.0] * 5, abs=1e-9)  # the empty circuit is the counterfactual run
+    assert min(f[5:]) > 0.9 and f[-1] == pytest.approx(1.0)
+    assert good.cpr.value == pytest.approx(0.965, abs=0.03)  # the step curve's area by hand (test above)
+    assert good.cmd.value == pytest.approx(0.034, abs=0.03)
+    assert good.cpr.low <= good.cpr.value <= good.cpr.high
+    # the same formulas on its own points
+    assert good.cpr.value == pytest.approx(float(area_under(good.percentages, torch.tensor(f))), abs=1e-6)
+    # ranked last (signed): the circuit is whole only at 100 % → area 0.5 · 0.5 = 0.25 by hand
+    bad = mib_scores(model, pairs, _scores(model, first=False), n_boot=50)
+    assert bad.cpr.value == pytest.approx(0.25, abs=0.01)
+    assert bad.cmd.value == pytest.approx(good.cmd.value, abs=1e-9)  # |score| ranks the planted edges first again
+    assert good.dropped == 0 and good.label == "MIB-style"
+
+
+def test_logit_diff_is_mibs(planted):
+    """m(N) is logit(answer) − logit(counterfactual answer) at the last prompt token, from a plain forward."""
+    model, pairs = planted
+    res = mib_scores(model, pairs, _scores(model, first=True), percentages=(0.05, 1.0), n_boot=0)
+    diffs, cf_diffs = [], []
+    for row in pairs:
+        for toks, out in ((row["tokens"], diffs), (row["cf_tokens"], cf_diffs)):
+            with torch.no_grad():
+                logits = model.bridge(torch.tensor([toks]))[0, -1]
+            out.append(float(logits[row["answer_tokens"][0]] - logits[row["cf_answer_tokens"][0]]))
+    assert res.clean == pytest.approx(sum(diffs) / len(diffs), abs=1e-4)
+    assert res.counterfactual == pytest.approx(sum(cf_diffs) / len(cf_diffs), abs=1e-4)
+    lp = mib_scores(model, pairs, _scores(model, first=True), metric="answer_logprob", percentages=(1.0,), n_boot=0)
+    assert lp.clean < 0 and lp.clean != pytest.approx(res.clean)
+
+
+def test_bad_inputs_are_refused(planted, tiny_llama):
+    model, pairs = planted
+    edges = graph_edges(model.spec, parallel=False)
+    with pytest.raises((ValueError, TypeError)):  # the runtime type check or __post_init__ refuses the choice
+        EdgeScores(model.spec, False, edges, (0.0,) * len(edges), "magic", 0.0)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="not an edge"):
+        EdgeScores(model.spec, False, ((INPUT, Receiver("k", 0, head=1, by_group=True)),), (1.0,), "eap", 0.0)
+    with pytest.raises(ValueError, match="whole graph"):
+        mib_scores(model, pairs, EdgeScores(model.spec, False, edges[:5], (1.0,) * 5, "eap", 0.0))
+    with pytest.raises(ValueError, match="percentages"):
+        mib_scores(model, pairs, _scores(model, True), percentages=(0.5, 0.1))
+    with pytest.raises(ValueError, match="cf_answer_tokens"):
+        mib_scores(model, pairs.remove_columns("cf_answer_tokens"), _scores(model, True))
