@@ -1,9 +1,10 @@
 """Edge attribution patching (EAP) and EAP with integrated gradients (EAP-IG) on every edge of the graph at once.
 
-The graph is MIB's (Mueller et al. 2025), with grouped KV heads kept grouped: senders are every head and MLP,
-receivers the logits, each head's query, each KV group's key and value, and each MLP's input. A sender ``u``
-writes ``a_u`` into the residual; a receiver ``v`` reads the residual ``x_v`` (``resid_pre`` for q/k/v, the
-MLP's input residual, the final residual for the logits). Patching the edge alone changes ``x_v`` by
+The graph is MIB's (Mueller et al. 2025; :func:`~.edge_scores.graph_edges`), with grouped KV heads kept
+grouped: senders are the token embeddings, every head and every MLP; receivers the logits, each head's query,
+each KV group's key and value, and each MLP's input. A sender ``u`` writes ``a_u`` into the residual; a
+receiver ``v`` reads the residual ``x_v`` (``resid_pre`` for q/k/v, the MLP's input residual, the final
+residual for the logits). Patching the edge alone changes ``x_v`` by
 ``Δ_u = a_u' − a_u`` (counterfactual − clean) and leaves every other reader as it was. To first order
 (Syed et al. 2023)::
 
@@ -22,8 +23,9 @@ projection only: TransformerLens' split q/k/v inputs). One backward gives the gr
 KV group's key is one computation, so its gradient is the sum over the query heads that share it: the
 reference code, which ungroups KV heads, would split it over them.
 
-Signs: like every effect here, a score is the change *towards the counterfactual* (counterfactual −
-clean), in the metric's units; an edge the behaviour needs scores negative under ``answer_logprob``.
+Signs: :func:`edge_attribution` gives effects like every effect here, the change *towards the counterfactual*
+(counterfactual − clean, in the metric's units); :func:`eap_scores` turns them into :class:`EdgeScores`, whose
+scores are "higher: more of the behaviour", i.e. minus the mean effect (MIB's ``loss=True``).
 
 Exact edges (:mod:`.edges`) are a different quantity: a sender's change reaches the receiver directly and
 through the MLPs in between (heads frozen). The two agree to first order where no MLP lies between: an
@@ -33,29 +35,36 @@ responds).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import time
+from collections.abc import Iterator, Sequence
 from typing import Any, Literal, get_args
 
 import torch
 from jaxtyping import Float
 from torch import Tensor
 
+from mathcircuits.circuit.batches import circuit_batches
 from mathcircuits.circuit.chain import first_diff, receiver_input
 from mathcircuits.circuit.components import Receiver, Sender, upstream_senders
-from mathcircuits.circuit.pair_cache import PairCache
+from mathcircuits.circuit.edge_scores import INPUT, EdgeScores, graph_edges
+from mathcircuits.circuit.intervene import RunScore, answer_logprob
+from mathcircuits.circuit.mib import MIBMetric, _first_difference, _logit_diff
+from mathcircuits.circuit.pair_cache import PairCache, pair_cache
+from mathcircuits.data.pairs import PairSet
 from mathcircuits.models import HookedModel, hooks
 from mathcircuits.models.capture import capture
 from mathcircuits.models.changes import attn_change, attn_pre_norm_name
+from mathcircuits.models.families import block_structure
 from mathcircuits.models.placement import head_out_weights
-from mathcircuits.patching.metrics import Metric, answer_readout
 
 __all__ = [
     "ATTRIBUTION_METHODS",
     "DEFAULT_IG_STEPS",
     "AttributionMethod",
+    "alpha_effects",
+    "eap_scores",
     "edge_attribution",
-    "graph_receivers",
-    "graph_senders",
+    "graph_nodes",
     "ig_alphas",
 ]
 
@@ -63,23 +72,14 @@ AttributionMethod = Literal["eap", "eap-ig"]
 ATTRIBUTION_METHODS: tuple[str, ...] = get_args(AttributionMethod)
 #: MIB's default (``run_attribution.py``: ``--ig-steps`` 5)
 DEFAULT_IG_STEPS = 5
-EMBED = "hook_embed"
+EMBED = hooks.resid_pre(0)  # the input sender's output: the residual before the first block
 
 
-def graph_senders(model: HookedModel, parallel: bool) -> list[Sender]:
-    """Every head and MLP, by layer (a layer's heads before its MLP)."""
-    return upstream_senders(model.spec, Receiver("logits"), parallel)
-
-
-def graph_receivers(model: HookedModel) -> list[Receiver]:
-    """Per layer each query head, each KV group's key and value, the MLP's input; then the logits."""
-    spec = model.spec
-    out: list[Receiver] = []
-    for layer in range(spec.n_layers):
-        out += [Receiver("q", layer, head=h) for h in range(spec.n_heads)]
-        out += [Receiver(k, layer, group=g) for k in ("k", "v") for g in range(spec.n_kv_heads)]
-        out.append(Receiver("mlp", layer))
-    return [*out, Receiver("logits")]
+def graph_nodes(model: HookedModel, parallel: bool) -> tuple[list[Sender], list[Receiver]]:
+    """The senders (the input, then heads and MLPs by layer) and receivers of :func:`~.edge_scores.graph_edges`."""
+    senders = [INPUT, *upstream_senders(model.spec, Receiver("logits"), parallel)]
+    receivers = list(dict.fromkeys(r for _, r in graph_edges(model.spec, parallel)))
+    return senders, receivers
 
 
 def ig_alphas(method: AttributionMethod, steps: int) -> list[float | None]:
@@ -94,11 +94,14 @@ def ig_alphas(method: AttributionMethod, steps: int) -> list[float | None]:
 
 
 @torch.no_grad()
-def sender_deltas(model: HookedModel, cache: PairCache, senders: Sequence[Sender], start: int) -> Tensor:
+def sender_deltas(
+    model: HookedModel, cache: PairCache, senders: Sequence[Sender], start: int, cf_embed: Tensor
+) -> Float[Tensor, "sender batch pos d_model"]:
     """``a_u' − a_u``: what each sender adds to the residual, counterfactual − clean, at positions ``start…``.
 
-    A head's share passes the post-attention norm where the family has one (``P(a + c) − P(a)``, the other heads
-    clean), as in exact edges. Returns ``[sender, batch, pos, d_model]`` in float32.
+    The input's is the embeddings' (``cf_embed``: the counterfactual's residual before the first block). A head's
+    share passes the post-attention norm where the family has one (``P(a + c) − P(a)``, the other heads clean), as
+    in exact edges. Float32.
     """
     structure, ref, cf = cache.structure, cache.ref, cache.cf
     W_O = head_out_weights(model)
@@ -106,7 +109,10 @@ def sender_deltas(model: HookedModel, cache: PairCache, senders: Sequence[Sender
     out = torch.zeros(len(senders), B, S, d, device=model.device)
     by_layer: dict[int, list[int]] = {}
     for j, s in enumerate(senders):
-        by_layer.setdefault(s.layer, []).append(j)
+        if s.kind == "input":
+            out[j] = (cf_embed[:, start:] - ref[EMBED][:, start:]).float()
+        else:
+            by_layer.setdefault(s.layer, []).append(j)
     for layer, idx in by_layer.items():
         heads = [j for j in idx if senders[j].kind == "head"]
         if heads:
@@ -142,16 +148,18 @@ def _pullback(model: HookedModel, cache: PairCache, kind: str, layer: int, x: Te
 
 
 def _gradients(
-    model: HookedModel, cache: PairCache, metric: Metric, alpha: float | None, cf_embed: Tensor | None, start: int
+    model: HookedModel, cache: PairCache, readout: RunScore, alpha: float | None, cf_embed: Tensor, start: int
 ) -> dict[tuple[str, int], Tensor]:
-    """One forward and backward: ``{(kind, layer): [n, B, P, d]}`` receiver-input gradients (logits: layer −1)."""
-    spec, structure = model.spec, cache.structure
-    L = spec.n_layers
+    """One forward and backward: ``{(kind, layer): [n, B, P, d]}`` receiver-input gradients, in graph order.
+
+    ``alpha``: the embeddings are ``cf + α (clean − cf)`` (None: the clean run).
+    """
+    structure, L = cache.structure, model.spec.n_layers
     leaves: dict[str, Tensor] = {}
     seen: dict[str, Tensor] = {}
     grad_names = [hooks.sub(layer, f"attn.hook_{k}") for layer in range(L) for k in "qkv"]
     grad_names += [hooks.mlp_in(layer) for layer in range(L)] + [hooks.resid_post(L - 1)]
-    read_names = [hooks.resid_pre(layer) for layer in range(L)] + [hooks.sub(lay, structure.mlp_reads) for lay in range(L)]
+    read_names = sorted({n for lay in range(L) for n in (hooks.resid_pre(lay), hooks.sub(lay, structure.mlp_reads))})
 
     def leaf(act: Tensor, hook: Any, name: str = "") -> Tensor:
         leaves[name] = torch.zeros_like(act, requires_grad=True)
@@ -163,14 +171,13 @@ def _gradients(
     def embed(act: Tensor, hook: Any) -> Tensor:
         return cf_embed.to(act.dtype) + alpha * (act - cf_embed.to(act.dtype))
 
-    fwd = [(n, lambda a, hook, n=n: read(a, hook, n)) for n in sorted(set(read_names))]
+    fwd = [] if alpha is None else [(EMBED, embed)]  # before the read of the same hook
+    fwd += [(n, lambda a, hook, n=n: read(a, hook, n)) for n in read_names]
     fwd += [(n, lambda a, hook, n=n: leaf(a, hook, n)) for n in grad_names]
-    if alpha is not None:
-        fwd.append((EMBED, embed))
     n_ans = cache.all_answers.shape[1]
     with torch.enable_grad():
         logits = model.bridge.run_with_hooks(cache.tokens, fwd_hooks=fwd)[:, -n_ans:]
-        target = answer_readout(logits, cache.all_answers, metric).value(metric.target)
+        target = readout(logits, cache.all_answers)
         grads = dict(zip(grad_names, torch.autograd.grad(target.sum(), [leaves[n] for n in grad_names])))
     out: dict[tuple[str, int], Tensor] = {}
     for layer in range(L):
@@ -184,57 +191,126 @@ def _gradients(
     return out
 
 
+def alpha_effects(
+    model: HookedModel,
+    cache: PairCache,
+    readout: RunScore,
+    alphas: Sequence[float | None],
+    positions: Sequence[int] | None = None,
+) -> Iterator[Float[Tensor, "pair sender receiver"]]:
+    """``Σ_pos Δ_u · ∂m/∂x_v`` with the gradient taken at each of ``alphas`` (None: the clean run), one at a time."""
+    parallel = cache.structure.parallel
+    senders, receivers = graph_nodes(model, parallel)
+    B, S = cache.tokens.shape
+    start = first_diff(cache)
+    if start >= S:
+        for _ in alphas:
+            yield torch.zeros(B, len(senders), len(receivers), device="cpu")
+        return
+    keep = torch.ones(S - start, device=model.device)
+    if positions is not None:
+        keep.zero_()
+        keep[[p - start for p in sorted({p % S for p in positions}) if p >= start]] = 1.0
+    cf_embed = capture(model.bridge, cache.cf_tokens, [EMBED], position=None)[1][EMBED]
+    delta = sender_deltas(model, cache, senders, start, cf_embed) * keep[None, None, :, None]
+    n_up = {}  # senders are in layer order, so those upstream of a receiver are a prefix
+    for r in receivers:
+        n_up[(r.kind, r.layer)] = 1 + sum(r.is_downstream_of(s, parallel) for s in senders[1:])
+    for alpha in alphas:
+        out = torch.zeros(B, len(senders), len(receivers), device=model.device)
+        col = 0
+        for key, g in _gradients(model, cache, readout, alpha, cf_embed, start).items():  # in receiver order
+            out[:, : n_up[key], col : col + len(g)] = torch.einsum("ubpd,rbpd->bur", delta[: n_up[key]], g)
+            col += len(g)
+        yield out.cpu()
+
+
 def edge_attribution(
     model: HookedModel,
     cache: PairCache,
-    metric: Metric,
+    readout: RunScore = answer_logprob,
     method: AttributionMethod = "eap-ig",
     steps: int = DEFAULT_IG_STEPS,
     positions: Sequence[int] | None = None,
 ) -> Float[Tensor, "pair sender receiver"]:
-    """EAP or EAP-IG scores of every edge, per pair of one batch (see the module docstring).
+    """EAP or EAP-IG effects of every edge, per pair of one batch (see the module docstring).
 
     Args:
         model: the hooked model.
         cache: one batch and its cached runs (:func:`~.pair_cache.pair_cache`).
-        metric: a built-in metric; its ``target`` is differentiated (relative metrics divide by the clean value).
+        readout: the differentiated score ``(logits [rows, n_answer, vocab], answers) → [rows]`` (default: the
+            whole answer's log-probability; :func:`eap_scores` passes MIB's logit difference).
         method: ``"eap"`` (gradient on the clean run) or ``"eap-ig"`` (``steps`` gradients along the input path).
         steps: EAP-IG's steps (ignored by EAP).
         positions: sum over these positions only (None: every position; before the first one where the two
             prompts differ nothing changes).
 
     Returns:
-        ``[pair, sender, receiver]`` in the order of :func:`graph_senders` and :func:`graph_receivers`; an
-        edge whose sender lies at or after its receiver is 0.
+        ``[pair, sender, receiver]`` effects (counterfactual − clean) in the order of :func:`graph_nodes`; an
+        edge whose sender cannot reach its receiver is 0.
     """
     alphas = ig_alphas(method, steps)
-    if metric.fn is not None:
+    return sum(alpha_effects(model, cache, readout, alphas, positions)) / len(alphas)
+
+
+def _readouts(pairs: PairSet, metric: MIBMetric) -> tuple[list[int], Any]:
+    """The rows ``metric`` can score and, per batch, its readout (as :func:`~.mib.mib_scores` reads it)."""
+    if metric == "answer_logprob":
+        return list(range(len(pairs))), lambda idx: answer_logprob
+    if metric != "logit_diff":
+        raise ValueError(f"metric {metric!r} is unknown. Fix: use 'logit_diff' or 'answer_logprob'.")
+    if "cf_answer_tokens" not in pairs.column_names:
         raise ValueError(
-            f"metric {metric.name!r} is a user's callable, which attribution cannot differentiate. "
-            "Fix: use a built-in metric (mathcircuits.patching.METRICS)."
+            "metric 'logit_diff' needs each pair's counterfactual answer (cf_answer_tokens). Fix: generate pairs "
+            "with an operand counterfactual, or metric='answer_logprob'."
         )
-    parallel = cache.structure.parallel
-    senders, receivers = graph_senders(model, parallel), graph_receivers(model)
-    B, S = cache.tokens.shape
-    start = first_diff(cache)
-    scores = torch.zeros(B, len(senders), len(receivers), device=model.device)
-    if start < S:
-        keep = torch.ones(S - start, device=model.device)
-        if positions is not None:
-            keep.zero_()
-            keep[[p - start for p in sorted({p % S for p in positions}) if p >= start]] = 1.0
-        delta = sender_deltas(model, cache, senders, start) * keep[None, None, :, None]
-        cf_embed = None
-        if alphas != [None]:
-            cf_embed = capture(model.bridge, cache.cf_tokens, [EMBED], position=None)[1][EMBED]
-        total: dict[tuple[str, int], Tensor] = {}
-        for alpha in alphas:
-            for key, g in _gradients(model, cache, metric, alpha, cf_embed, start).items():
-                total[key] = g if key not in total else total[key] + g
-        col = 0
-        for key, g in total.items():  # in the order of graph_receivers: per layer q, k, v, MLP; the logits
-            r = Receiver(key[0], key[1])
-            n_up = sum(r.is_downstream_of(s, parallel) for s in senders)  # senders are in layer order: a prefix
-            scores[:, :n_up, col : col + len(g)] = torch.einsum("ubpd,rbpd->bur", delta[:n_up], g) / len(alphas)
-            col += len(g)
-    return metric.of_change(scores.permute(1, 2, 0), cache.clean).permute(2, 0, 1).float().cpu()
+    ans, cf_ans = list(pairs["answer_tokens"]), list(pairs["cf_answer_tokens"])
+    firsts = [_first_difference(a, c) for a, c in zip(ans, cf_ans)]
+    rows = [i for i, j in enumerate(firsts) if j is not None]
+    if not rows:
+        raise ValueError("no pair's answers differ in a shared token position. Fix: other counterfactuals.")
+    first = torch.tensor([j or 0 for j in firsts])
+    good = torch.tensor([a[j or 0] for a, j in zip(ans, firsts)])
+    bad = torch.tensor([c[j or 0] if j is not None else 0 for c, j in zip(cf_ans, firsts)])
+    return rows, lambda idx: _logit_diff(first[idx], good[idx], bad[idx])
+
+
+def eap_scores(
+    model: HookedModel,
+    pairs: PairSet,
+    method: AttributionMethod = "eap-ig",
+    steps: int = DEFAULT_IG_STEPS,
+    metric: MIBMetric = "logit_diff",
+    batch_size: int = 8,
+) -> EdgeScores:
+    """EAP or EAP-IG scores of every edge of the graph, as :func:`~.mib.mib_scores` ranks them.
+
+    Args:
+        model: the hooked model.
+        pairs: token-aligned pairs (``cf_answer_tokens`` for ``logit_diff``).
+        method: ``"eap"`` or ``"eap-ig"``.
+        steps: EAP-IG's steps (MIB's default 5; :func:`~.eap_compare.ig_convergence` shows what more would change).
+        metric: what is differentiated, as in :func:`~.mib.mib_scores` (``logit_diff``: MIB-style).
+        batch_size: pairs per batch.
+
+    Returns:
+        :class:`EdgeScores` of the whole graph: minus the mean effect over pairs (higher: more of the behaviour).
+    """
+    t0 = time.perf_counter()
+    ig_alphas(method, steps)
+    rows, readout_of = _readouts(pairs, metric)
+    parallel = block_structure(model).parallel
+    total, n = None, 0
+    for b in circuit_batches(model, pairs, "suffix", batch_size, rows=rows):
+        P = b.n_prompt
+        cache = pair_cache(model, b.tokens[:, :P], b.cf_tokens[:, :P], b.answers[:, 0], answers=b.answers)
+        eff = edge_attribution(model, cache, readout_of(b.idx), method, steps).sum(0)
+        total = eff if total is None else total + eff
+        n += len(b.idx)
+    senders, receivers = graph_nodes(model, parallel)
+    si = {s: j for j, s in enumerate(senders)}
+    ri = {r: j for j, r in enumerate(receivers)}
+    edges = graph_edges(model.spec, parallel)
+    mean = -total.double() / n  # EdgeScores: higher is more of the behaviour
+    values = tuple(float(mean[si[s], ri[r]]) for s, r in edges)
+    return EdgeScores(model.spec, parallel, edges, values, method, time.perf_counter() - t0, metric)
