@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 
@@ -17,6 +19,8 @@ from mathcircuits.circuit import (
     mib_scores,
     plant_two_step,
     prune_edges,
+    read_graph,
+    write_graph,
 )
 from mathcircuits.models import load_model
 
@@ -129,3 +133,51 @@ def test_bad_inputs_are_refused(planted, tiny_llama):
         mib_scores(model, pairs, _scores(model, True), percentages=(0.5, 0.1))
     with pytest.raises(ValueError, match="cf_answer_tokens"):
         mib_scores(model, pairs.remove_columns("cf_answer_tokens"), _scores(model, True))
+
+
+def test_graph_file_round_trip(tmp_path, tiny_llama):
+    spec = tiny_llama.spec
+    edges = graph_edges(spec, parallel=False)
+    gen = torch.Generator().manual_seed(0)
+    values = tuple(float(x) for x in torch.randn(len(edges), generator=gen, dtype=torch.float64))
+    scores = EdgeScores(spec, False, edges, values, "eap-ig", 3.5)
+    circuit = frozenset(e for e, _ in scores.top(12, absolute=True))
+    path = write_graph(scores, tmp_path / "g.json", circuit=circuit)
+    raw = json.loads(path.read_text())
+    assert raw["cfg"]["n_heads"] == 4 and "input->a0.h0<q>" in raw["edges"] and "m2->logits" in raw["edges"]
+    assert len(raw["edges"]) == len(edges) + 2 * 2 * sum(1 + 5 * layer for layer in range(3))  # k/v ungrouped
+    back = read_graph(path, spec, parallel=False)
+    assert back.scores.edges == edges
+    assert back.scores.scores == pytest.approx(values, abs=1e-12)  # group of 2: x/2 + x/2 == x
+    assert back.circuit == circuit and back.split_groups == 0
+    assert back.scores.method == "imported"
+
+
+def test_a_hand_written_eap_ig_file_imports(tmp_path, tiny_llama):
+    spec = tiny_llama.spec
+    cfg = {"n_layers": 3, "n_heads": 4, "parallel_attn_mlp": False, "d_model": 64}
+    edges = {
+        "input->a0.h1<q>": {"score": 0.5, "in_graph": True},
+        "input->a0.h0<k>": {"score": 0.25, "in_graph": False},
+        "input->a0.h1<k>": {"score": 0.75, "in_graph": True},  # head 1 only: the group's key is split
+        "a0.h1->m1": {"score": -2.0, "in_graph": False},
+        "a0.h1->logits": {"score": 1.5, "in_graph": True},
+    }
+    path = tmp_path / "theirs.json"
+    path.write_text(json.dumps({"cfg": cfg, "nodes": {"input": {"in_graph": True}}, "edges": edges}))
+    read = read_graph(path, spec, parallel=False)
+    h = Sender("head", 0, 1)
+    assert read.scores.score(INPUT, Receiver("q", 0, head=1)) == 0.5
+    assert read.scores.score(INPUT, Receiver("k", 0, group=0)) == 1.0  # 0.25 + 0.75: the group's sum
+    assert read.scores.score(h, Receiver("mlp", 1)) == -2.0
+    assert read.scores.score(h, Receiver("v", 2, group=0)) == 0.0  # not in the file
+    assert read.circuit == {(INPUT, Receiver("q", 0, head=1)), (INPUT, Receiver("k", 0, group=0)),
+                            (h, Receiver("logits"))}  # fmt: skip
+    assert read.split_groups == 1
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"cfg": cfg, "nodes": {}, "edges": {"a2.h0->a1.h0<q>": {"score": 1.0}}}))
+    with pytest.raises(ValueError, match="backwards"):
+        read_graph(bad, spec, parallel=False)
+    bad.write_text(json.dumps({"cfg": {**cfg, "n_heads": 8}, "nodes": {}, "edges": {}}))
+    with pytest.raises(ValueError, match="Fix: read the file made on this model"):
+        read_graph(bad, spec, parallel=False)

@@ -16,6 +16,7 @@
   :func:`mib_scores`, MIB's faithfulness over the edge-percentage grid, CPR and CMD;
 * :mod:`.eap`, :mod:`.eap_compare`: :func:`eap_scores`, EAP and EAP-IG scores of every edge as :class:`EdgeScores`;
   :func:`ig_convergence` and :func:`exact_agreement`, how they settle and how they rank beside exact edges;
+* :mod:`.graph_files`: :func:`write_graph` / :func:`read_graph`, EAP-IG / MIB graph JSON files;
 * :mod:`.roles`: :func:`label_roles`, what each node does;
 * :mod:`.config`: :class:`CircuitConfig`, the ``circuit`` section of a run.
 """
@@ -31,6 +32,7 @@ from mathcircuits.circuit.eap_compare import ExactAgreement, IGConvergence, exac
 from mathcircuits.circuit.edge_scores import INPUT, EdgeKey, EdgeScores, ScoreMethod, graph_edges
 from mathcircuits.circuit.edges import check_edges, exact_edges, patched_inputs, receiver_effects
 from mathcircuits.circuit.faithfulness import faithfulness
+from mathcircuits.circuit.graph_files import GraphFile, read_graph, write_graph
 from mathcircuits.circuit.intervene import AblationValues, Wiring, check_circuit_run, circuit_logprob, resample_values
 from mathcircuits.circuit.mib import MIBMetric, area_under, mib_scores, prune_edges
 from mathcircuits.circuit.mib_result import MIB_PERCENTAGES, MIBScores
@@ -68,6 +70,7 @@ __all__ = [
     "Faithfulness",
     "FaithfulnessSettings",
     "IGConvergence",
+    "GraphFile",
     "MIBMetric",
     "MIBScores",
     "Node",
@@ -105,6 +108,7 @@ __all__ = [
     "position_scores",
     "prune_edges",
     "random_wiring",
+    "read_graph",
     "receiver_effects",
     "reference_edges",
     "resample_values",
@@ -113,4 +117,5 @@ __all__ = [
     "top_wiring",
     "upstream_senders",
     "wiring_of",
+    "write_graph",
 ]
