@@ -3,6 +3,8 @@
 * :func:`ig_convergence`: EAP-IG's per-pair scores at several step counts, each compared with the most steps'
   (Spearman, Kendall, top-k overlap, bootstrap intervals over pairs). The step grids ``k/n`` of counts that
   divide the largest nest in its grid, so each gradient is taken once.
+* :func:`discovery_scores`: a discovered circuit's edges as :class:`~.edge_scores.EdgeScores`, so its ranking
+  feeds the same curves as EAP's.
 * :func:`exact_agreement`: on a sample of receivers (the logits and some drawn at random), EAP's and EAP-IG's
   effects beside :func:`~.edges.exact_edges` of the same senders, every sender patched at every position (a
   query receiver at the last prompt position, where exact edges read it, and the attribution summed there
@@ -25,19 +27,20 @@ from torch import Tensor
 from mathcircuits.circuit.attribution import ScreenAgreement, screen_agreement
 from mathcircuits.circuit.batches import circuit_batches
 from mathcircuits.circuit.chain import first_diff
-from mathcircuits.circuit.components import Receiver
+from mathcircuits.circuit.components import Receiver, Sender
 from mathcircuits.circuit.eap import DEFAULT_IG_STEPS, _readouts, alpha_effects, graph_nodes, ig_alphas
-from mathcircuits.circuit.edge_scores import graph_edges
+from mathcircuits.circuit.edge_scores import EdgeScores, graph_edges
 from mathcircuits.circuit.edges import exact_edges
 from mathcircuits.circuit.intervene import answer_logprob
 from mathcircuits.circuit.mib import MIBMetric
 from mathcircuits.circuit.pair_cache import PairCache, pair_cache
+from mathcircuits.circuit.result import Circuit
 from mathcircuits.data.pairs import PairSet
 from mathcircuits.models import HookedModel
 from mathcircuits.models.families import block_structure
 from mathcircuits.patching.metrics import METRICS
 
-__all__ = ["ExactAgreement", "IGConvergence", "exact_agreement", "ig_convergence"]
+__all__ = ["ExactAgreement", "IGConvergence", "discovery_scores", "exact_agreement", "ig_convergence"]
 
 
 @dataclass(frozen=True)
@@ -232,3 +235,35 @@ def exact_agreement(
 
 def _mean(model: HookedModel, cache: PairCache, alphas: list, positions: list[int] | None) -> Tensor:
     return sum(alpha_effects(model, cache, answer_logprob, alphas, positions)) / len(alphas)
+
+
+def discovery_scores(circuit: Circuit, model: HookedModel, seed: int = 0) -> EdgeScores:
+    """A discovered circuit's edges as scores of the whole graph (its ranking for MIB's curves).
+
+    An edge's score is minus its effect summed over the positions it was found at (higher: more of the behaviour);
+    the logits edges of every answer position count as one. Edges discovery did not keep score 0, their ties broken
+    at random (``seed``) by a jitter far below any kept edge's score, so they follow the kept edges in no order the
+    graph's listing would impose.
+    """
+    circuit.check_model(model)
+    parallel = block_structure(model).parallel
+    nodes = {n.name: n for n in circuit.nodes}
+    g = model.spec.group_size
+    kept: dict[tuple, float] = {}
+    for e in circuit.edges:
+        s, r = nodes[e.sender], nodes[e.receiver]
+        sender = Sender("head", s.layer, s.head) if s.kind == "head" else Sender("mlp", s.layer)
+        if e.via == "logits":
+            receiver = Receiver("logits")
+        elif e.via in ("k", "v"):
+            receiver = Receiver(e.via, r.layer, group=r.head // g)
+        elif e.via == "q":
+            receiver = Receiver("q", r.layer, head=r.head)
+        else:
+            receiver = Receiver("mlp", r.layer)
+        kept[(sender, receiver)] = kept.get((sender, receiver), 0.0) - e.effect
+    edges = graph_edges(model.spec, parallel)
+    smallest = min((abs(x) for x in kept.values() if x != 0), default=1.0)
+    jitter = torch.rand(len(edges), generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+    values = tuple(kept.get(e, float((2 * jitter[i] - 1) * 1e-6 * smallest)) for i, e in enumerate(edges))
+    return EdgeScores(model.spec, parallel, edges, values, "exact", circuit.seconds, circuit.metric)
