@@ -10,19 +10,25 @@ import torch
 from mathcircuits.circuit import (
     INPUT,
     MIB_PERCENTAGES,
+    PLATEAU_FLOOR,
+    SATURATION_FLOOR,
     EdgeScores,
     Receiver,
     Sender,
     area_under,
     copy_pairs,
+    find_plateau,
     graph_edges,
     mib_scores,
     plant_two_step,
     prune_edges,
     read_graph,
+    round_saturated,
     write_graph,
 )
+from mathcircuits.data import MIB_KINDS, GenerationConfig, generate_pairs, load_templates, mib_template_dir
 from mathcircuits.models import load_model
+from mathcircuits.stats import Interval
 
 MOVER_H, READER_H = Sender("head", 0, 1), Sender("head", 2, 2)
 #: the planted copy circuit as edges of the graph (tiny Llama: 4 heads in 2 KV groups of 2)
@@ -181,3 +187,83 @@ def test_a_hand_written_eap_ig_file_imports(tmp_path, tiny_llama):
     bad.write_text(json.dumps({"cfg": {**cfg, "n_heads": 8}, "nodes": {}, "edges": {}}))
     with pytest.raises(ValueError, match="Fix: read the file made on this model"):
         read_graph(bad, spec, parallel=False)
+
+
+def _iv(value: float, half: float = 0.005) -> Interval:
+    return Interval(value, value - half, value + half, 48)
+
+
+def test_plateau_is_relative_to_the_curves_scale():
+    sizes = [0, 1, 2, 5, 10, 20]
+    nan = float("nan")
+    # a weak curve (maximum 0.03): an absolute tolerance of 0.05 would call the empty circuit the plateau
+    weak = [_iv(0.0, 0.0), _iv(0.004), _iv(0.012), _iv(0.022), _iv(0.028), _iv(0.030)]
+    size, reason, tol = find_plateau(sizes, weak, [0.0, 0.003, 0.003, 0.004, 0.004, 0.005], rel_tol=0.05)
+    assert (size, reason) == (10, "plateau") and tol == PLATEAU_FLOOR  # 0.05 × 0.03 < the floor
+    # a strong curve: the tolerance is 5 % of its span
+    strong = [_iv(x) for x in (0.0, 0.30, 0.62, 0.85, 0.93, 0.95)]
+    size, reason, tol = find_plateau(sizes, strong, [nan] * 6, rel_tol=0.05)
+    assert (size, reason) == (10, "plateau") and tol == pytest.approx(0.0475)
+    # nothing beats the random band: the only empty plateau
+    flat = [_iv(0.0, 0.0)] + [_iv(0.004)] * 5
+    assert find_plateau(sizes, flat, [0.01] * 6, 0.05)[:2] == (0, "empty")
+    # mul: 0.022 [0.009, 0.030] at 5 edges beats a band ending at 0.006 → not empty
+    mul = [_iv(0.0, 0.0), _iv(0.003), _iv(0.010), Interval(0.022, 0.009, 0.030, 48), _iv(0.02), _iv(0.021)]
+    assert find_plateau(sizes, mul, [0.0, 0.004, 0.005, 0.006, 0.006, 0.006], 0.05)[:2] == (5, "plateau")
+    # div: the whole circuit -0.008 [-0.021, -0.002] is worse than the counterfactual: a finding
+    div = [_iv(0.0, 0.0)] + [_iv(-0.002)] * 4 + [Interval(-0.008, -0.021, -0.002, 48)]
+    assert find_plateau(sizes, div, [0.004] * 6, 0.05)[:2] == (0, "negative")
+
+
+def test_saturation_is_relative_with_a_floor():
+    # weak curve: a round adding 0.01 at F = 0.03 is a third of the scale, not saturated (absolute 0.02 would stop)
+    assert round_saturated([0.0, 0.02, 0.03], rel_tol=0.05) == (False, SATURATION_FLOOR)
+    done, limit = round_saturated([0.0, 0.6, 0.8, 0.82], rel_tol=0.05)
+    assert done and limit == pytest.approx(0.05 * 0.82)
+    assert round_saturated([0.0, 0.001, 0.0015], rel_tol=0.05)[0]  # below the absolute floor
+    assert round_saturated([0.0, 0.3, 0.2], rel_tol=0.05)[0]  # a round that loses faithfulness
+
+
+@pytest.mark.parametrize("operation", ["add", "sub"])
+def test_mib_counterfactual_kinds_change_the_named_digit(tiny_llama, operation):
+    sets = load_templates(mib_template_dir())
+    assert "mib_sub" not in {t.id for s in load_templates() for t in s.templates}  # the default sets are unchanged
+    for kind in MIB_KINDS:
+        cfg = GenerationConfig(
+            operations=(operation,), n_per_template=12, operand_range=(10, 99), fewshot=False, counterfactual=kind
+        )
+        ds = generate_pairs(tiny_llama.tokenizer, sets, cfg)
+        for row in ds:
+            a, b, x, y = row["a"], row["b"], row["cf_a"], row["cf_b"]
+            assert row["prompt"].startswith("Q: How much is ") and row["counterfactual"] == kind
+            assert len(row["tokens"]) == len(row["cf_tokens"]) and row["answer"] != row["cf_answer"]
+            tens, ones = (a // 10, b // 10, x // 10, y // 10), (a % 10, b % 10, x % 10, y % 10)
+            changed = {"ones_op1": (ones[0] != ones[2], (tens[0], b) == (tens[2], y)),
+                       "ones_op2": (ones[1] != ones[3], (a, tens[1]) == (x, tens[3])),
+                       "tens_op1": (tens[0] != tens[2], (ones[0], b) == (ones[2], y)),
+                       "tens_op2": (tens[1] != tens[3], (a, ones[1]) == (x, ones[3])),
+                       "ones_carry": (ones[0] != ones[2], (tens[0], b) == (tens[2], y)),
+                       "random_counterfactual": ((a, b) != (x, y), True)}[kind]  # fmt: skip
+            assert all(changed), (kind, a, b, x, y)
+            if kind == "ones_carry":
+                carry = (lambda p, q: p + q > 9) if operation == "add" else (lambda p, q: p < q)
+                assert carry(ones[0], ones[1]) != carry(ones[2], ones[3])
+
+
+def test_masked_run_equals_the_position_wise_run(planted):
+    """The whole-graph mask (one einsum per layer) against the position-wise circuit run, on random rankings."""
+    model, pairs = planted
+    edges = graph_edges(model.spec, parallel=False)
+    gen = torch.Generator().manual_seed(3)
+    values = tuple(float(x) for x in torch.randn(len(edges), generator=gen, dtype=torch.float64))
+    scores = EdgeScores(model.spec, False, edges, values, "random", 0.0)
+    grid = (0.05, 0.2, 0.5, 0.9)  # 5 %: pruned to nothing (a random ranking rarely connects 9 edges)
+    kw = dict(percentages=grid, n_boot=0, check=False)
+    for metric in ("logit_diff", "answer_logprob"):
+        fast = mib_scores(model, pairs, scores, metric=metric, run="masked", **kw)
+        plain = mib_scores(model, pairs, scores, metric=metric, run="positions", **kw)
+        assert fast.counterfactual == pytest.approx(plain.counterfactual, abs=1e-4)
+        assert min(fast.kept_signed[1:]) > 0 and min(fast.kept_absolute[1:]) > 0  # non-trivial circuits
+        for a, b in zip(fast.faithfulness_signed + fast.faithfulness_absolute,
+                        plain.faithfulness_signed + plain.faithfulness_absolute):  # fmt: skip
+            assert a.value == pytest.approx(b.value, abs=1e-4)

@@ -45,6 +45,7 @@ from mathcircuits.circuit.mib import MIBMetric, area_under, mib_scores, prune_ed
 from mathcircuits.circuit.mib_result import MIB_PERCENTAGES, MIBScores
 from mathcircuits.circuit.pair_cache import EdgeBatch, PairCache, pair_cache, position_scores
 from mathcircuits.circuit.planted import MOVER, READER, copy_pairs, plant_copy, plant_two_step
+from mathcircuits.circuit.plateau import PLATEAU_FLOOR, SATURATION_FLOOR, PlateauReason, find_plateau, round_saturated
 from mathcircuits.circuit.pool import PoolMeans, pool_means
 from mathcircuits.circuit.reference import reference_edges
 from mathcircuits.circuit.result import Circuit, CircuitData, CircuitSettings, DiscoveryRound, Edge, Node
@@ -57,6 +58,8 @@ __all__ = [
     "INPUT",
     "LOGITS",
     "MIB_PERCENTAGES",
+    "PLATEAU_FLOOR",
+    "SATURATION_FLOOR",
     "MOVER",
     "READER",
     "AblationValues",
@@ -82,6 +85,7 @@ __all__ = [
     "MIBScores",
     "Node",
     "PairCache",
+    "PlateauReason",
     "PoolMeans",
     "Receiver",
     "ScoreMethod",
@@ -104,6 +108,7 @@ __all__ = [
     "exact_agreement",
     "exact_edges",
     "faithfulness",
+    "find_plateau",
     "graph_edges",
     "ig_convergence",
     "label_roles",
@@ -120,6 +125,7 @@ __all__ = [
     "receiver_effects",
     "reference_edges",
     "resample_values",
+    "round_saturated",
     "screen_agreement",
     "size_grid",
     "top_wiring",

@@ -63,7 +63,9 @@ class CircuitConfig:
     pool_per_template: int = setting(48, "counterfactual prompts per template averaged by position_mean", ge=2)
     depth: int = setting(6, "budget: the most rounds after round 0 (saturation may stop earlier)", ge=0)
     saturation_tol: float | None = setting(
-        0.02, "stop when a round adds less faithfulness; null: run every round", ge=0
+        0.05,
+        "stop when a round adds less than this fraction of the largest |F| so far (floor 0.002); null: never",
+        ge=0,
     )
     max_nodes: int | None = setting(80, "budget: stop once the circuit has this many nodes; null: none", ge=1)
     max_seconds: float | None = setting(
@@ -93,7 +95,11 @@ class CircuitConfig:
     level: EvalLevel = setting("auto", "primary evaluation: edges when edges were found")
     points: int = setting(10, "at most this many circuit sizes on the curve", ge=2)
     n_random: int = setting(20, "depth-matched random circuits per size", ge=0)
-    plateau_tol: float = setting(0.05, "the plateau circuit is the smallest within this of the curve's maximum", ge=0)
+    plateau_tol: float = setting(
+        0.05,
+        "the plateau is the smallest size within this fraction of the curve's span (floor 0.005) of its maximum",
+        ge=0,
+    )
     min_gap: float = setting(0.1, "m(M) - m(cf) below this many nats is ill-conditioned", ge=0)
     completeness_sets: int = setting(8, "random removed sets K of the completeness test", ge=0)
     n_boot: int = setting(1000, "bootstrap resamples", ge=10)

@@ -15,6 +15,7 @@ import pandas as pd
 
 from mathcircuits._io import SavedResult
 from mathcircuits.circuit.config import AblationKind, MLPMode, ScanPositions
+from mathcircuits.circuit.plateau import PlateauReason
 from mathcircuits.models.spec import ModelSpec
 from mathcircuits.stats import Interval
 
@@ -97,7 +98,9 @@ class Faithfulness(SavedResult):
         rule: the ill-conditioning rule, in words.
         primary: the evaluation the plateau and the random band use (``"resample/edges"``, …).
         curve: one :class:`CurvePoint` per size, from the empty circuit to the whole one.
-        plateau_size: the smallest size whose primary faithfulness is within ``plateau_tol`` of the curve's maximum.
+        plateau_size: the smallest size whose primary faithfulness is within ``plateau_tolerance`` of the curve's
+            maximum (:mod:`~mathcircuits.circuit.plateau`); 0 when ``plateau_reason`` is ``"empty"`` (no size beats
+            the random band) or ``"negative"`` (the whole circuit is worse than the counterfactual: a finding).
         plateau_nodes, plateau_edges: that circuit's nodes and edges (``sender → receiver (via)``).
         necessity: per ablation, ``F(M \\ C)`` of the plateau circuit (low: the circuit is necessary).
         completeness: per ablation and removed set ``K``, ``F(C \\ K)`` against ``F(M \\ K)``.
@@ -121,6 +124,8 @@ class Faithfulness(SavedResult):
     primary: str
     curve: tuple[CurvePoint, ...] = ()
     plateau_size: int = 0
+    plateau_reason: PlateauReason = "plateau"
+    plateau_tolerance: float = float("nan")
     plateau_nodes: tuple[str, ...] = ()
     plateau_edges: tuple[str, ...] = ()
     necessity: dict[str, Interval] = field(default_factory=dict)
@@ -150,6 +155,17 @@ class Faithfulness(SavedResult):
             return f"ill-conditioned: m(M) - m(cf) = {gap} nats ({self.rule})"
         p = self.plateau
         assert p is not None
+        whole = self.whole.format("{:.3f}")
+        if self.plateau_reason == "negative":
+            return (
+                f"negative faithfulness (a finding): the whole circuit's F = {whole} ({self.primary}) is worse than "
+                f"the counterfactual, and no size beats the random band; m(M) - m(cf) = {gap} nats"
+            )
+        if self.plateau_reason == "empty":
+            return (
+                f"empty plateau: no size beats the random band ({self.primary}); whole circuit F = {whole}; "
+                f"m(M) - m(cf) = {gap} nats"
+            )
         mean, lo, hi = p.band(self.confidence)
         rand = f"random {mean:.2f} [{lo:.2f}, {hi:.2f}]" if p.random else "no random circuits drawn"
         unit = "edges" if self.primary.endswith("edges") else "nodes"

@@ -20,8 +20,9 @@ patching confirms what it keeps.
 
 **Deep enough.** After each round the whole circuit is scored on the discovery pairs (resample
 ablation at edge level, :mod:`.faithfulness`); discovery stops when a round adds less than
-``saturation_tol`` faithfulness, or at a stated budget (``depth`` rounds, ``max_nodes``,
-``max_seconds``, in CPU seconds). ``settings.rounds`` records each round and ``settings.stopped`` why it ended.
+``saturation_tol`` of the largest faithfulness so far (:mod:`.plateau`), or at a stated budget (``depth`` rounds,
+``max_nodes``, ``max_seconds``, in CPU seconds). ``settings.rounds`` records each round and ``settings.stopped``
+why it ended.
 
 The metric is the whole answer's log-probability by default (``answer_logprob``): positions are the
 teacher-forced sequence's (:mod:`.batches`), pairs may come from several templates (a label absent
@@ -30,7 +31,7 @@ An edge's interval is a percentile bootstrap over those pairs.
 
 Usage::
 
-    circuit = discover_circuit(model, pairs, depth=6, screen=12, saturation_tol=0.02)
+    circuit = discover_circuit(model, pairs, depth=6, screen=12, saturation_tol=0.05)
     circuit.settings.rounds, circuit.settings.stopped
 """
 
@@ -51,6 +52,7 @@ from mathcircuits.circuit.config import CircuitConfig, EdgeMethod, EdgeSender, M
 from mathcircuits.circuit.edges import exact_edges
 from mathcircuits.circuit.faithfulness import Scorer
 from mathcircuits.circuit.pair_cache import EdgeBatch, PairCache, pair_cache
+from mathcircuits.circuit.plateau import round_saturated
 from mathcircuits.circuit.reference import reference_edges
 from mathcircuits.circuit.result import Circuit, CircuitData, CircuitSettings, DiscoveryRound, Edge, Node
 from mathcircuits.circuit.subcircuits import wiring_of
@@ -237,7 +239,8 @@ def discover_circuit(
         metric: a metric name of :data:`~mathcircuits.patching.METRICS` (default: the whole answer's log-probability).
         method: ``"exact"`` (fast) or ``"reference"`` (two forwards per sender).
         screen: if given, rank every sender with the attribution screen and measure only this many exactly.
-        saturation_tol: stop when a round adds less faithfulness than this (None: run all ``depth`` rounds).
+        saturation_tol: stop when a round adds less faithfulness than this fraction of the largest ``|F|`` so far
+            (at least :data:`~mathcircuits.circuit.plateau.SATURATION_FLOOR`; None: run all ``depth`` rounds).
         mlps: how the saturation check treats MLPs outside the circuit (``"ablate"`` or ``"keep"``).
         max_nodes, max_seconds: further budgets (None: none); max_seconds counts this process's CPU seconds
             (every thread's), so a loaded machine stops at the same point.
@@ -342,8 +345,9 @@ def discover_circuit(
         if out_of_time:
             stopped = f"time budget ({max_seconds:.0f} CPU s, during round {d})"
             break
-        if saturation_tol is not None and gain < saturation_tol:
-            stopped = f"saturated (round {d} added {gain:+.3f} < {saturation_tol})"
+        done, limit = round_saturated([r.faithfulness for r in rounds], saturation_tol or 0.0)
+        if saturation_tol is not None and done:
+            stopped = f"saturated (round {d} added {gain:+.3f} < {limit:.3f}: {saturation_tol} of the largest |F|)"
             break
         if not frontier:
             stopped = "no new nodes"

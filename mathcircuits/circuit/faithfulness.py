@@ -20,8 +20,10 @@ intervention discovery used: the empty circuit *is* the counterfactual run, so `
 * **The curve**: ``F`` of the top-n circuit (:mod:`.subcircuits`) for n from 0 to the whole circuit (about
   geometric steps), at edge and node level, for each ablation; and ``n_random`` depth-matched random circuits
   of each size and shape (the random band, under the primary evaluation).
-* **The plateau circuit**: the smallest n whose primary ``F`` is within ``plateau_tol`` of the curve's
-  maximum. For it, per ablation: necessity ``F(M \\ C)`` (only the circuit ablated; low = necessary),
+* **The plateau circuit** (:mod:`.plateau`): the smallest n > 0 whose primary ``F`` is within
+  ``max(plateau_tol · span, 0.005)`` of the curve's maximum, ``span`` the curve's own range; empty only when no size
+  beats the random band, and *negative* (a finding, with its interval) when the whole circuit is worse than the
+  counterfactual. For it, per ablation: necessity ``F(M \\ C)`` (only the circuit ablated; low = necessary),
   completeness ``F(C \\ K)`` against ``F(M \\ K)`` for random subsets ``K`` of its nodes (Wang et al.: a
   complete circuit loses what the model loses), and minimality ``F(C) − F(C \\ {v})`` for each node ``v``.
 
@@ -58,6 +60,7 @@ from mathcircuits.circuit.intervene import (
     resample_values,
 )
 from mathcircuits.circuit.pair_cache import position_scores
+from mathcircuits.circuit.plateau import find_plateau
 from mathcircuits.circuit.pool import pool_means, scored_operands
 from mathcircuits.circuit.result import Circuit
 from mathcircuits.circuit.subcircuits import edge_order, random_wiring, size_grid, top_wiring
@@ -203,7 +206,8 @@ def faithfulness(
         mlps: ``"ablate"`` (MLPs outside the circuit are ablated too) or ``"keep"`` (MLPs always compute).
         points: at most this many sizes on the curve.
         n_random: depth-matched random circuits per size.
-        plateau_tol: the plateau circuit is the smallest within this much of the curve's maximum (faithfulness units).
+        plateau_tol: the plateau tolerance as a fraction of the curve's span (at least
+            :data:`~mathcircuits.circuit.plateau.PLATEAU_FLOOR`).
         min_gap: the smallest ``m(M) − m(cf)`` (nats) that is divided by.
         completeness_sets: random removed sets ``K`` for the completeness test.
         minimality_nodes: minimality is measured when the plateau circuit has at most this many nodes.
@@ -275,8 +279,10 @@ def faithfulness(
         )
         for i, n in enumerate(sizes)
     )
-    best = max(p.faithfulness[primary].value for p in curve)
-    plateau = next(p for p in curve if p.faithfulness[primary].value >= best - plateau_tol)
+    size, reason, tol = find_plateau(
+        sizes, [p.faithfulness[primary] for p in curve], [p.band(confidence)[2] for p in curve], plateau_tol
+    )
+    plateau = next(p for p in curve if p.size == size)
     whole = top_wiring(circuit, order, plateau.size, lvl)
     node_list = sorted(whole.nodes)
     plateau_nodes = tuple(_name(v) for v in node_list)
@@ -310,6 +316,8 @@ def faithfulness(
         ill_conditioned=False,
         curve=curve,
         plateau_size=plateau.size,
+        plateau_reason=reason,
+        plateau_tolerance=tol,
         plateau_nodes=plateau_nodes,
         plateau_edges=edges_named,
         necessity=necessity,

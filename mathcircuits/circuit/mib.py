@@ -37,13 +37,15 @@ import torch
 from torch import Tensor
 
 from mathcircuits.circuit.batches import circuit_batches
-from mathcircuits.circuit.edge_scores import EdgeKey, EdgeScores
+from mathcircuits.circuit.edge_scores import EdgeKey, EdgeScores, graph_edges
 from mathcircuits.circuit.intervene import LOGITS, NodeKey, Wiring, answer_logprob, circuit_logprob, resample_values
 from mathcircuits.circuit.mib_result import MIB_PERCENTAGES, MIBScores
+from mathcircuits.circuit.mib_run import edge_masks, masked_run
 from mathcircuits.circuit.wiring import input_node, prefix_kv
 from mathcircuits.data.pairs import PairSet
 from mathcircuits.models import HookedModel
 from mathcircuits.models.families import block_structure
+from mathcircuits.models.integrity import compare, model_depth, model_dtype, verify_once
 from mathcircuits.models.prefix import repeat_cache
 from mathcircuits.models.spec import check_model
 from mathcircuits.stats import MIN_CLUSTERS, Interval, bootstrap_indices, cluster_bootstrap_indices
@@ -126,6 +128,15 @@ def _logit_diff(first: Tensor, good: Tensor, bad: Tensor) -> Any:
     return readout
 
 
+def _check(model: HookedModel, b: Any, values: Any, masks: Tensor, circuits: list[set[int]], which: list[int]):
+    """The masked run against the position-wise run on circuits ``which`` of one batch: (difference, tolerance)."""
+    labels, g = sorted(b.where), model.spec.group_size
+    edges = graph_edges(model.spec, block_structure(model).parallel)
+    fast = masked_run(model, b, values, masks[which], answer_logprob)
+    plain = circuit_logprob(model, b, values, [_wiring(edges, circuits[i], labels, g) for i in which])
+    return compare(fast, plain, model_dtype(model), model_depth(model))
+
+
 def _first_difference(answer: Sequence[int], cf_answer: Sequence[int]) -> int | None:
     for j, (a, c) in enumerate(zip(answer, cf_answer)):
         if a != c:
@@ -144,6 +155,8 @@ def mib_scores(
     confidence: float = 0.95,
     seed: int = 0,
     batch_size: int = 8,
+    run: Literal["masked", "positions"] = "masked",
+    check: bool = True,
 ) -> MIBScores:
     """MIB's faithfulness curves, CPR and CMD of an edge ranking on ``pairs`` (see the module docstring).
 
@@ -156,6 +169,9 @@ def mib_scores(
         percentages: the grid, fractions of the graph's edges in (0, 1], increasing.
         n_boot, confidence, seed: the bootstrap.
         batch_size: pairs per batch.
+        run: ``"masked"`` (:mod:`.mib_run`: the whole graph's mask, one einsum per layer) or ``"positions"`` (the
+            position-wise circuit run, :mod:`.intervene`: the reference, slow on large graphs).
+        check: before first use on a model, compare the masked run with the position-wise one on two circuits.
 
     Returns:
         A :class:`~mathcircuits.circuit.MIBScores`.
@@ -195,28 +211,41 @@ def mib_scores(
     batches = circuit_batches(model, pairs, "suffix", batch_size, rows=rows)
     labels = sorted({lab for b in batches for lab in b.where})
     edges = scores.edges
+    if run not in ("masked", "positions"):
+        raise ValueError(f"run {run!r} is unknown. Fix: use 'masked' or 'positions'.")
     n_edges = len(edges)
     g = spec.group_size
     rankings = {"signed": scores.ranking(absolute=False), "absolute": scores.ranking(absolute=True)}
-    wirings: list[Wiring] = [_wiring(edges, set(), labels, g)]
+    circuits: list[set[int]] = [set()]  # the top-0 circuit first: every edge patched
     kept_counts: dict[str, list[int]] = {}
     full: list[tuple[str, int]] = []  # (ranking, grid index) of circuits that keep every edge: the model itself
     for name, order in rankings.items():
         kept_counts[name] = []
         for k, p in enumerate(grid):
-            n = int(p * n_edges)
-            kept = prune_edges(edges, set(order[:n]), g)
+            kept = prune_edges(edges, set(order[: int(p * n_edges)]), g)
             kept_counts[name].append(len(kept))
             if len(kept) == n_edges:
                 full.append((name, k))
-                continue
-            wirings.append(_wiring(edges, kept, labels, g))
+            else:
+                circuits.append(kept)
+    masks = edge_masks(spec, edges, circuits) if run == "masked" else None
     store: dict[tuple[int, ...], Any] = {}
     parts_run, parts_clean = [], []
     for b in batches:
         readout = answer_logprob if first is None else _logit_diff(first[b.idx], good[b.idx], bad[b.idx])
         values = resample_values(model, b, store)
-        parts_run.append(circuit_logprob(model, b, values, wirings, store=store, readout=readout))
+        if masks is not None:
+            if check:
+                small = [0, next((i for i, c in enumerate(circuits) if c), 0)]
+                verify_once(
+                    model.bridge,
+                    "MIB masked run",
+                    lambda b=b, v=values, w=small: _check(model, b, v, masks, circuits, w),
+                )
+            parts_run.append(masked_run(model, b, values, masks, readout, store=store))
+        else:
+            wirings = [_wiring(edges, c, labels, g) for c in circuits]
+            parts_run.append(circuit_logprob(model, b, values, wirings, store=store, readout=readout))
         start = b.prefix_len
         kv = repeat_cache(prefix_kv(model, b.tokens, start, store), b.tokens.shape[0]) if start > 0 else None
         with torch.no_grad():

@@ -7,7 +7,8 @@
 * :mod:`~mathcircuits.data.correct` — all three for one operation in one call, and fresh pairs disjoint from given ones;
 * :mod:`~mathcircuits.data.pairs` — the pair set (:data:`PairSet`), its one column check, equal-length batches;
 * :mod:`~mathcircuits.data.benchmark_files` — where benchmark files are, and their one reader;
-* :mod:`~mathcircuits.data.word_problems` — word problems as direct-answer prompts.
+* :mod:`~mathcircuits.data.word_problems` — word problems as direct-answer prompts;
+* :mod:`~mathcircuits.data.mib_kinds` — MIB's arithmetic counterfactual kinds and prompt form (``data_templates/mib``).
 """
 
 from mathcircuits.data.batching import iter_batches
@@ -32,6 +33,7 @@ from mathcircuits.data.generate import (
     prompt_start,
     render_pair,
 )
+from mathcircuits.data.mib_kinds import MIB_KINDS, MIBCounterfactual, mib_cf_operands, mib_template_dir
 from mathcircuits.data.pairs import (
     PairBatch,
     PairSet,
@@ -58,6 +60,8 @@ from mathcircuits.data.word_problems import word_problem_dataset
 __all__ = [
     "Fact",
     "GenerationConfig",
+    "MIBCounterfactual",
+    "MIB_KINDS",
     "OPERATIONS",
     "PairBatch",
     "PairError",
@@ -86,6 +90,8 @@ __all__ = [
     "operand_pairs",
     "load_template_set",
     "load_templates",
+    "mib_cf_operands",
+    "mib_template_dir",
     "operation_rows",
     "padded_groups",
     "pair_batches",

@@ -52,6 +52,7 @@ import datasets
 
 from mathcircuits._schema import check_fields, setting
 from mathcircuits._schema import from_dict as config_from_dict
+from mathcircuits.data.mib_kinds import MIB_KINDS, mib_cf_operands
 from mathcircuits.data.templates import OPERATIONS, Template, TemplateSet
 
 __all__ = [
@@ -67,8 +68,11 @@ __all__ = [
     "render_pair",
 ]
 
-#: The counterfactual prompt of a pair: the operator swapped (the paper's), or other operands and another answer.
-Counterfactual: TypeAlias = Literal["operator", "operands"]
+#: The counterfactual prompt of a pair: the operator swapped (the paper's), other operands and another answer, or
+#: one of MIB's operand kinds (:mod:`.mib_kinds`: which digits change).
+Counterfactual: TypeAlias = Literal[
+    "operator", "operands", "random_counterfactual", "ones_op1", "ones_op2", "tens_op1", "tens_op2", "ones_carry"
+]
 #: Which operations the few-shot examples show: the query's own (the paper's), or every operation of the set.
 FewshotOperations: TypeAlias = Literal["same", "mixed"]
 
@@ -513,6 +517,11 @@ def generate_pairs(
                     last_error = f"no operand pair differs from ({a}, {b}) in both operands and the answer"
                     continue
                 cf_operands = rng.choice(others)
+            elif config.counterfactual in MIB_KINDS:
+                cf_operands = mib_cf_operands(config.counterfactual, tpl.operation, a, b, ans, candidates, rng)
+                if cf_operands is None:
+                    last_error = f"no {config.counterfactual} counterfactual of ({a}, {b}) in operand_range"
+                    continue
             try:
                 rec = render_pair(
                     tokenizer,
@@ -535,6 +544,8 @@ def generate_pairs(
                 continue
             if len(rec["answer_tokens"]) > 1 and config.multi_token_answers == "refuse":
                 continue
+            if config.counterfactual in MIB_KINDS:
+                rec["counterfactual"] = config.counterfactual
             records.append(rec)
             made += 1
         if made == 0:
