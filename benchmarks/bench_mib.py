@@ -10,13 +10,14 @@ disjoint halves), in one process:
   and **random** scores;
 * each ranking's CPR and CMD (:func:`~mathcircuits.circuit.mib_scores`, MIB-style logit difference, bootstrap
   intervals), the scorer's time per edge and wall time, and the evaluation's time;
-* EAP-IG's convergence (steps 1, 2, 5, 10, 20: Spearman/Kendall with the most steps) and the agreement of EAP and
-  EAP-IG with exact edges on a few receivers (:func:`~mathcircuits.circuit.exact_agreement`), on a few pairs;
+* on the first model and operation only, on a few pairs: EAP-IG's convergence (steps 1, 2, 5, 10, 20:
+  Spearman/Kendall with the most steps) and the agreement of EAP and EAP-IG with exact edges on the logits, a
+  value group and an MLP in the top third (:func:`~mathcircuits.circuit.exact_agreement`);
 * TransformerLens 4.3's edge attribution (``attribution_patch`` with ``EdgeAttributionConfig("edge")``): what it
   says on the model (it refuses grouped-KV models), and, on a planted tiny Llama without grouped KV heads, its
   time, its CPR/CMD and its rank agreement with our EAP on the same pairs and metric;
-* TransformerLens' ``get_act_patch_direct_path`` beside our exact edges (``bench_peers.compare``: time per edge
-  and the ratio).
+* on the first model, TransformerLens' ``get_act_patch_direct_path`` beside our exact edges
+  (``bench_peers.compare``: time per edge and the ratio).
 
 Results go to ``benchmarks/results/mib_<UTC date>.json`` (the load average before and after with them) and a
 markdown table to stdout.
@@ -204,7 +205,7 @@ def tiny_comparison(args) -> dict:
     return out
 
 
-def run_task(model, name: str, operation: str, args) -> dict:
+def run_task(model, name: str, operation: str, args, extras: bool) -> dict:
     templates = [f"{operation}_eq_1", f"{operation}_eq_2"][: args.templates]
     ds, t_pairs = _timed(lambda: _pairs(model, operation, templates, args.generate, args.seed))
     score, evaluate = _split(ds, args.pairs, args.eval_pairs)
@@ -225,15 +226,18 @@ def run_task(model, name: str, operation: str, args) -> dict:
         task["rows"].append(_row(method, scores, wall, mib))
         print(f"  {method}: CPR {mib.cpr.format()} CMD {mib.cmd.format()}; scores {wall:.1f} s, "
               f"curves {mib.seconds:.1f} s", flush=True)  # fmt: skip
-    if args.convergence_pairs:
+    if extras and args.convergence_pairs:
         conv = ig_convergence(model, score.select(range(min(args.convergence_pairs, len(score)))),
                               steps=tuple(args.convergence_steps), n_boot=args.n_boot_rank)  # fmt: skip
         task["convergence"] = conv.to_dataframe().to_dict("records")
         task["convergence_seconds"] = conv.seconds
         print(f"  {conv!r} ({conv.seconds:.0f} s)", flush=True)
-    if args.agree_receivers:
+    if extras and args.agree_receivers:
         sub = score.select(range(min(args.agree_pairs, len(score))))
-        agree = exact_agreement(model, sub, args.agree_receivers, args.steps, n_boot=args.n_boot_rank, seed=args.seed)
+        L = model.spec.n_layers  # the logits, and a value group and an MLP in the top third (no query: one pass)
+        receivers = [Receiver("logits"), Receiver("v", L - 1 - L // 6, group=0), Receiver("mlp", L - 1 - L // 4)]
+        agree = exact_agreement(model, sub, receivers[: 1 + args.agree_receivers], args.steps,
+                                n_boot=args.n_boot_rank, seed=args.seed)  # fmt: skip
         task["agreement"] = {
             "receivers": list(agree.receivers),
             "n_edges": agree.n_edges,
@@ -256,7 +260,7 @@ def main() -> None:
     ap.add_argument("--discover-seconds", type=float, default=60.0, help="discovery's CPU-time budget")
     ap.add_argument("--convergence-pairs", type=int, default=4)
     ap.add_argument("--convergence-steps", type=int, nargs="+", default=[1, 2, 5, 10, 20])
-    ap.add_argument("--agree-receivers", type=int, default=3)
+    ap.add_argument("--agree-receivers", type=int, default=2, help="receivers besides the logits (0 to 2)")
     ap.add_argument("--agree-pairs", type=int, default=4)
     ap.add_argument("--tiny-pairs", type=int, default=8)
     ap.add_argument("--peers-pairs", type=int, default=4)
@@ -269,24 +273,36 @@ def main() -> None:
     t0 = time.perf_counter()
     out: dict = {"args": vars(args), "load_before": _load(), "started": datetime.now(timezone.utc).isoformat()}
     out["tasks"], out["tl_on_model"], out["direct_path"] = [], {}, {}
-    for name in args.models:
-        model = load_model(name)
-        for op in args.operations:
-            task = run_task(model, name, op, args)
+    RESULTS.mkdir(exist_ok=True)
+    path = RESULTS / f"mib_{datetime.now(timezone.utc):%Y-%m-%d}.json"
+
+    def save() -> None:  # after every step, so a run cut short keeps what it measured
+        out["seconds"], out["load_now"] = time.perf_counter() - t0, _load()
+        path.write_text(json.dumps(out, indent=1, default=str))
+
+    if args.tiny_pairs:
+        out["tiny"] = tiny_comparison(args)
+        save()
+    models: dict = {}
+    for op in args.operations:  # both models on add first: a run cut short still covers both
+        for name in args.models:
+            if name not in models:
+                models[name] = load_model(name)
+            model = models[name]
+            first = not out["tasks"]  # the convergence and the agreement with exact edges run on the first task
+            task = run_task(model, name, op, args, extras=first)
             out["tasks"].append(task)
+            save()
             if name not in out["tl_on_model"]:
                 pairs = _pairs(model, op, [f"{op}_eq_1"], 4, args.seed)
                 out["tl_on_model"][name] = tl_on_model(model, pairs)
                 print(f"  TransformerLens edge attribution on {name}: {out['tl_on_model'][name]}", flush=True)
-        if args.peers_pairs:
-            out["direct_path"][name] = direct_path_compare(model, "add", "add_eq_1", args.peers_pairs, 3, 2)
-        del model
-    out["tiny"] = tiny_comparison(args)
-    out["seconds"] = time.perf_counter() - t0
+                save()
+            if args.peers_pairs and not out["direct_path"]:
+                out["direct_path"][name] = direct_path_compare(model, "add", "add_eq_1", args.peers_pairs, 2, 1)
+                save()
     out["load_after"] = _load()
-    RESULTS.mkdir(exist_ok=True)
-    path = RESULTS / f"mib_{datetime.now(timezone.utc):%Y-%m-%d}.json"
-    path.write_text(json.dumps(out, indent=1, default=str))
+    save()
     print(markdown(out))
     print(f"\nwrote {path}; {out['seconds']:.0f} s; load before {out['load_before']}, after {out['load_after']}")
 

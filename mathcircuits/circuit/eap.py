@@ -35,6 +35,7 @@ responds).
 
 from __future__ import annotations
 
+import copy
 import time
 from collections.abc import Iterator, Sequence
 from typing import Any, Literal, get_args
@@ -52,7 +53,6 @@ from mathcircuits.circuit.mib import MIBMetric, _first_difference, _logit_diff
 from mathcircuits.circuit.pair_cache import PairCache, pair_cache
 from mathcircuits.data.pairs import PairSet
 from mathcircuits.models import HookedModel, hooks
-from mathcircuits.models.capture import capture
 from mathcircuits.models.changes import attn_change, attn_pre_norm_name
 from mathcircuits.models.families import block_structure
 from mathcircuits.models.placement import head_out_weights
@@ -99,9 +99,9 @@ def sender_deltas(
 ) -> Float[Tensor, "sender batch pos d_model"]:
     """``a_u' − a_u``: what each sender adds to the residual, counterfactual − clean, at positions ``start…``.
 
-    The input's is the embeddings' (``cf_embed``: the counterfactual's residual before the first block). A head's
-    share passes the post-attention norm where the family has one (``P(a + c) − P(a)``, the other heads clean), as
-    in exact edges. Float32.
+    The input's is the embeddings' (``cf_embed``: the counterfactual's residual before the first block, at
+    ``start…``). A head's share passes the post-attention norm where the family has one (``P(a + c) − P(a)``, the
+    other heads clean), as in exact edges. Float32.
     """
     structure, ref, cf = cache.structure, cache.ref, cache.cf
     W_O = head_out_weights(model)
@@ -110,7 +110,7 @@ def sender_deltas(
     by_layer: dict[int, list[int]] = {}
     for j, s in enumerate(senders):
         if s.kind == "input":
-            out[j] = (cf_embed[:, start:] - ref[EMBED][:, start:]).float()
+            out[j] = (cf_embed - ref[EMBED][:, start:]).float()
         else:
             by_layer.setdefault(s.layer, []).append(j)
     for layer, idx in by_layer.items():
@@ -147,12 +147,20 @@ def _pullback(model: HookedModel, cache: PairCache, kind: str, layer: int, x: Te
         return torch.autograd.grad(out, xr, cot)[0].float()
 
 
+def _suffix_run(model: HookedModel, cache: PairCache, tokens: Tensor, start: int, fwd: list, n_ans: int) -> Tensor:
+    """Logits at the answer positions of ``tokens[:, start:]`` after the clean run's cached prefix (the two runs, and
+    every point of the path, are the same before ``start``)."""
+    kv = copy.deepcopy(cache.kv(model, start)) if start > 0 else None
+    kw = {"past_key_values": kv} if kv is not None else {}
+    return model.bridge.run_with_hooks(tokens[:, start:], fwd_hooks=fwd, logits_to_keep=n_ans, **kw)[:, -n_ans:]
+
+
 def _gradients(
     model: HookedModel, cache: PairCache, readout: RunScore, alpha: float | None, cf_embed: Tensor, start: int
 ) -> dict[tuple[str, int], Tensor]:
     """One forward and backward: ``{(kind, layer): [n, B, P, d]}`` receiver-input gradients, in graph order.
 
-    ``alpha``: the embeddings are ``cf + α (clean − cf)`` (None: the clean run).
+    ``alpha``: the embeddings are ``cf + α (clean − cf)`` (None: the clean run); ``cf_embed``: at positions ``start…``.
     """
     structure, L = cache.structure, model.spec.n_layers
     leaves: dict[str, Tensor] = {}
@@ -166,7 +174,7 @@ def _gradients(
         return act + leaves[name]
 
     def read(act: Tensor, hook: Any, name: str = "") -> None:
-        seen[name] = act.detach()[:, start:]
+        seen[name] = act.detach()
 
     def embed(act: Tensor, hook: Any) -> Tensor:
         return cf_embed.to(act.dtype) + alpha * (act - cf_embed.to(act.dtype))
@@ -174,20 +182,18 @@ def _gradients(
     fwd = [] if alpha is None else [(EMBED, embed)]  # before the read of the same hook
     fwd += [(n, lambda a, hook, n=n: read(a, hook, n)) for n in read_names]
     fwd += [(n, lambda a, hook, n=n: leaf(a, hook, n)) for n in grad_names]
-    n_ans = cache.all_answers.shape[1]
     with torch.enable_grad():
-        logits = model.bridge.run_with_hooks(cache.tokens, fwd_hooks=fwd)[:, -n_ans:]
+        logits = _suffix_run(model, cache, cache.tokens, start, fwd, cache.all_answers.shape[1])
         target = readout(logits, cache.all_answers)
         grads = dict(zip(grad_names, torch.autograd.grad(target.sum(), [leaves[n] for n in grad_names])))
     out: dict[tuple[str, int], Tensor] = {}
     for layer in range(L):
         pre = seen[hooks.resid_pre(layer)]
         for k in "qkv":
-            g = grads[hooks.sub(layer, f"attn.hook_{k}")][:, start:]
-            out[(k, layer)] = _pullback(model, cache, k, layer, pre, g)
+            out[(k, layer)] = _pullback(model, cache, k, layer, pre, grads[hooks.sub(layer, f"attn.hook_{k}")])
         mid = seen[hooks.sub(layer, structure.mlp_reads)]
-        out[("mlp", layer)] = _pullback(model, cache, "mlp", layer, mid, grads[hooks.mlp_in(layer)][:, start:])
-    out[("logits", -1)] = grads[hooks.resid_post(L - 1)][None, :, start:].float()
+        out[("mlp", layer)] = _pullback(model, cache, "mlp", layer, mid, grads[hooks.mlp_in(layer)])
+    out[("logits", -1)] = grads[hooks.resid_post(L - 1)][None].float()
     return out
 
 
@@ -211,7 +217,10 @@ def alpha_effects(
     if positions is not None:
         keep.zero_()
         keep[[p - start for p in sorted({p % S for p in positions}) if p >= start]] = 1.0
-    cf_embed = capture(model.bridge, cache.cf_tokens, [EMBED], position=None)[1][EMBED]
+    seen: dict[str, Tensor] = {}
+    with torch.no_grad():  # the counterfactual's embeddings at start… (its prefix is the clean one)
+        _suffix_run(model, cache, cache.cf_tokens, start, [(EMBED, lambda a, hook: seen.update(e=a))], 1)
+    cf_embed = seen["e"]
     delta = sender_deltas(model, cache, senders, start, cf_embed) * keep[None, None, :, None]
     n_up = {}  # senders are in layer order, so those upstream of a receiver are a prefix
     for r in receivers:
