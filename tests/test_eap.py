@@ -14,6 +14,8 @@ from mathcircuits.circuit import (
     Receiver,
     Sender,
     copy_pairs,
+    discover_circuit,
+    discovery_scores,
     eap_scores,
     edge_attribution,
     exact_agreement,
@@ -205,3 +207,16 @@ def test_bad_attribution_requests_are_refused(linear_planted):
     bare = pairs.remove_columns("cf_answer_tokens")
     _refused(lambda: eap_scores(model, bare, metric="logit_diff"), "cf_answer_tokens")
     _refused(lambda: ig_convergence(model, pairs, steps=(5, 2)), "increasing")
+
+
+def test_discovery_scores_rank_the_discovered_edges_first():
+    model, pairs, _ = _planted(linear=False)
+    circuit = discover_circuit(model, pairs, depth=2, batch_size=4, n_boot=20, saturation_tol=None)
+    scores = discovery_scores(circuit, model, seed=0)
+    assert scores.is_whole_graph and scores.method == "exact"
+    found = {(s, r) for (s, r), x in zip(scores.edges, scores.scores) if abs(x) > 1e-3}
+    assert (READER, Receiver("logits")) in found  # the reader's direct edge, found in round 0
+    top = {e for e, _ in scores.top(len(found), absolute=True)}
+    assert top == found  # every kept edge outranks every edge discovery did not keep
+    rest = [abs(x) for e, x in zip(scores.edges, scores.scores) if e not in found]
+    assert 0 < max(rest) < 1e-5 * min(abs(scores.score(*e)) for e in found)  # ties broken by a tiny jitter
