@@ -75,6 +75,14 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     print(f"before: {_load()}; torch threads {args.threads}")
     model = load_model(args.model, device=args.device)
+    compare(model, args.operation, args.template, args.pairs, args.receivers, args.senders)
+    print(f"\nafter: {_load()}")
+
+
+def compare(model, operation: str, template: str, n_pairs: int, n_receivers: int, n_senders: int) -> dict:
+    """Run every comparison on one model, print the table; return the times per edge and the agreements."""
+    args = argparse.Namespace(operation=operation, template=template, pairs=n_pairs, receivers=n_receivers,
+                              senders=n_senders)  # fmt: skip
     bridge, spec = model.bridge, model.spec
     gen = GenerationConfig(operations=(args.operation,), template_ids=(args.template,), n_per_template=40)
     ds = filter_correct(score_pairs(model, generate_pairs(model.tokenizer, load_templates(), gen), device=model.device))
@@ -224,7 +232,19 @@ def main() -> None:
                 f"  {s.name} → {r.name}.q: {float(ref[r][j]):+.4f}  {float(exact_chosen[r][j]):+.4f}  "
                 f"{float(direct[r][j]):+.4f}  {tl[(s, r)]:+.4f}"
             )
-    print(f"\nafter: {_load()}")
+    return {
+        "exact_ms_per_edge": 1e3 * t_exact / n_exact,
+        "exact_edges": n_exact,
+        "reference_ms_per_edge": 1e3 * t_ref / (len(receivers) * len(chosen)),
+        "tl_direct_path_ms_per_edge": 1e3 * t_tl / tl_edges,
+        "tl_direct_path_edges": tl_edges,
+        "tl_over_exact_per_edge": (t_tl / tl_edges) / (t_exact / n_exact),
+        "exact_vs_reference_max_diff": gap_ref,
+        "tl_vs_ours_direct_max_diff": tl_vs_direct,
+        "tl_vs_reference_spearman": float(rho),
+        "tl_refuses": refusals,
+        "tl_attribution_edge": edge_note,
+    }
 
 
 if __name__ == "__main__":

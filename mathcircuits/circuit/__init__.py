@@ -14,6 +14,9 @@
   necessity, completeness, minimality, the denominator and the ill-conditioned rule);
 * :mod:`.edge_scores`, :mod:`.mib`: :class:`EdgeScores` (a signed score per edge of the whole graph) and
   :func:`mib_scores`, MIB's faithfulness over the edge-percentage grid, CPR and CMD;
+* :mod:`.eap`, :mod:`.eap_compare`: :func:`eap_scores`, EAP and EAP-IG scores of every edge as :class:`EdgeScores`;
+  :func:`ig_convergence` and :func:`exact_agreement`, how they settle and how they rank beside exact edges;
+  :func:`discovery_scores`, a discovered circuit's edges as the same record;
 * :mod:`.graph_files`: :func:`write_graph` / :func:`read_graph`, EAP-IG / MIB graph JSON files;
 * :mod:`.roles`: :func:`label_roles`, what each node does;
 * :mod:`.config`: :class:`CircuitConfig`, the ``circuit`` section of a run.
@@ -25,6 +28,14 @@ from mathcircuits.circuit.components import Receiver, Sender, check_positions, u
 from mathcircuits.circuit.config import CircuitConfig
 from mathcircuits.circuit.curve import CompletenessRow, CurvePoint, Faithfulness, FaithfulnessSettings
 from mathcircuits.circuit.discover import discover_circuit
+from mathcircuits.circuit.eap import ATTRIBUTION_METHODS, AttributionMethod, eap_scores, edge_attribution
+from mathcircuits.circuit.eap_compare import (
+    ExactAgreement,
+    IGConvergence,
+    discovery_scores,
+    exact_agreement,
+    ig_convergence,
+)
 from mathcircuits.circuit.edge_scores import INPUT, EdgeKey, EdgeScores, ScoreMethod, graph_edges
 from mathcircuits.circuit.edges import check_edges, exact_edges, patched_inputs, receiver_effects
 from mathcircuits.circuit.faithfulness import faithfulness
@@ -43,6 +54,7 @@ from mathcircuits.circuit.subcircuits import edge_order, random_wiring, size_gri
 from mathcircuits.circuit.wiring import LOGITS
 
 __all__ = [
+    "ATTRIBUTION_METHODS",
     "INPUT",
     "LOGITS",
     "MIB_PERCENTAGES",
@@ -51,6 +63,7 @@ __all__ = [
     "MOVER",
     "READER",
     "AblationValues",
+    "AttributionMethod",
     "Circuit",
     "CircuitBatch",
     "CircuitConfig",
@@ -63,9 +76,11 @@ __all__ = [
     "EdgeBatch",
     "EdgeKey",
     "EdgeScores",
+    "ExactAgreement",
     "Faithfulness",
     "FaithfulnessSettings",
     "GraphFile",
+    "IGConvergence",
     "MIBMetric",
     "MIBScores",
     "Node",
@@ -86,11 +101,16 @@ __all__ = [
     "circuit_logprob",
     "copy_pairs",
     "discover_circuit",
+    "discovery_scores",
+    "eap_scores",
+    "edge_attribution",
     "edge_order",
+    "exact_agreement",
     "exact_edges",
     "faithfulness",
     "find_plateau",
     "graph_edges",
+    "ig_convergence",
     "label_roles",
     "mib_scores",
     "pair_cache",

@@ -33,7 +33,7 @@ from typing import Any
 
 import torch
 from jaxtyping import Float
-from scipy.stats import spearmanr
+from scipy.stats import kendalltau, spearmanr
 from torch import Tensor
 
 from mathcircuits.circuit.chain import patched_inputs
@@ -140,6 +140,7 @@ class ScreenAgreement:
 
     Args:
         spearman: Spearman rank correlation of the mean effects (signed) over edges.
+        kendall: Kendall's tau-b of the same.
         top_k_overlap: share of the ``k`` edges with the largest exact ``|mean effect|`` that the screen
             also puts in its top ``k``.
         k: the top-k size.
@@ -148,6 +149,7 @@ class ScreenAgreement:
     """
 
     spearman: Interval
+    kendall: Interval
     top_k_overlap: Interval
     k: int
     n_edges: int
@@ -156,7 +158,7 @@ class ScreenAgreement:
     def format(self) -> str:
         """One line, e.g. ``"Spearman 0.91 [0.85, 0.95]; top-10 overlap 0.80 [0.60, 0.90] over 150 edges"``."""
         return (
-            f"Spearman {self.spearman.format('{:.2f}')}; top-{self.k} overlap "
+            f"Spearman {self.spearman.format('{:.2f}')}; Kendall {self.kendall.format('{:.2f}')}; top-{self.k} overlap "
             f"{self.top_k_overlap.format('{:.2f}')} over {self.n_edges} edges; max |screen - exact| "
             f"{self.max_abs_diff:.2e}"
         )
@@ -165,6 +167,11 @@ class ScreenAgreement:
 def _spearman(rows: Tensor) -> float:
     screen, exact = rows[:, 0].mean(0), rows[:, 1].mean(0)
     return float(spearmanr(screen.numpy(), exact.numpy()).statistic)
+
+
+def _kendall(rows: Tensor) -> float:
+    screen, exact = rows[:, 0].mean(0), rows[:, 1].mean(0)
+    return float(kendalltau(screen.numpy(), exact.numpy()).statistic)
 
 
 def _overlap(k: int):
@@ -184,7 +191,7 @@ def screen_agreement(
     seed: int = 0,
     confidence: float = DEFAULT_CONFIDENCE,
 ) -> ScreenAgreement:
-    """Spearman correlation and top-k overlap of a screen's edges with the exact ones.
+    """Spearman and Kendall correlations and the top-k overlap of a screen's edges with the exact ones.
 
     Args:
         screen: per-pair screened effects (e.g. :func:`attribute_edges`), one column per edge.
@@ -209,6 +216,7 @@ def screen_agreement(
     kw = {"n_boot": n_boot, "seed": seed, "confidence": confidence}
     return ScreenAgreement(
         spearman=bootstrap_statistic(joint, _spearman, **kw),
+        kendall=bootstrap_statistic(joint, _kendall, **kw),
         top_k_overlap=bootstrap_statistic(joint, _overlap(k), **kw),
         k=k,
         n_edges=screen.shape[1],

@@ -1,0 +1,349 @@
+"""MIB's circuit metrics (CPR, CMD) of four edge rankings on both embedded models, beside TransformerLens' EAP.
+
+For each model (``embedded`` SmolLM2-135M, ``gemma3-270m``) and operation (add, sub), on correct few-shot pairs
+with an operand counterfactual (``--templates`` per operation; the scoring pairs and the evaluation pairs are
+disjoint halves), in one process:
+
+* four rankings of every edge of MIB's graph (:func:`mathcircuits.circuit.graph_edges`): **exact** discovery
+  (:func:`~mathcircuits.circuit.discover_circuit` under a CPU-time budget, its edges as scores by
+  :func:`~mathcircuits.circuit.discovery_scores`), **EAP** and **EAP-IG** (:func:`~mathcircuits.circuit.eap_scores`),
+  and **random** scores;
+* each ranking's CPR and CMD (:func:`~mathcircuits.circuit.mib_scores`, MIB-style logit difference, bootstrap
+  intervals), the scorer's time per edge and wall time, and the evaluation's time;
+* on the first model and operation only, on a few pairs: EAP-IG's convergence (steps 1, 2, 5, 10, 20:
+  Spearman/Kendall with the most steps) and the agreement of EAP and EAP-IG with exact edges on the logits, a
+  value group and an MLP in the top third (:func:`~mathcircuits.circuit.exact_agreement`);
+* TransformerLens 4.3's edge attribution (``attribution_patch`` with ``EdgeAttributionConfig("edge")``): what it
+  says on the model (it refuses grouped-KV models), and, on a planted tiny Llama without grouped KV heads, its
+  time, its CPR/CMD and its rank agreement with our EAP on the same pairs and metric;
+* on the first model, TransformerLens' ``get_act_patch_direct_path`` beside our exact edges
+  (``bench_peers.compare``: time per edge and the ratio).
+
+Results go to ``benchmarks/results/mib_<UTC date>.json`` (the load average before and after with them) and a
+markdown table to stdout.
+
+    nice -n 15 .venv/bin/python benchmarks/bench_mib.py                      # the defaults: ~20 min when quiet
+    nice -n 15 .venv/bin/python benchmarks/bench_mib.py --models embedded --operations add --pairs 8
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import torch
+from scipy.stats import spearmanr
+
+from mathcircuits.circuit import (
+    INPUT,
+    EdgeScores,
+    Receiver,
+    Sender,
+    copy_pairs,
+    discover_circuit,
+    discovery_scores,
+    eap_scores,
+    exact_agreement,
+    graph_edges,
+    ig_convergence,
+    mib_scores,
+    plant_copy,
+)
+from mathcircuits.data import GenerationConfig, filter_correct, generate_pairs, load_templates, score_pairs
+from mathcircuits.models import block_structure, from_hf, load_model, tiny_model
+
+sys.path.insert(0, str(Path(__file__).parent))
+from bench_peers import compare as direct_path_compare  # noqa: E402
+
+RESULTS = Path(__file__).parent / "results"
+
+
+def _load() -> dict:
+    one, five, fifteen = os.getloadavg()
+    return {"load_1min": one, "load_5min": five, "load_15min": fifteen, "cpus": os.cpu_count()}
+
+
+def _iv(iv) -> dict:
+    return {"value": iv.value, "low": iv.low, "high": iv.high}
+
+
+def _pairs(model, operation: str, templates: list[str], n: int, seed: int):
+    gen = GenerationConfig(operations=(operation,), template_ids=tuple(templates), n_per_template=n,
+                           counterfactual="operands", seed=seed)  # fmt: skip
+    ds = filter_correct(score_pairs(model, generate_pairs(model.tokenizer, load_templates(), gen), device=model.device))
+    return ds
+
+
+def _split(ds, n_score: int, n_eval: int):
+    """Disjoint scoring and evaluation pairs, alternating within each template so both halves have every template."""
+    by_t: dict[str, list[int]] = {}
+    for i, t in enumerate(ds["template_id"]):
+        by_t.setdefault(t, []).append(i)
+    score, evaluate = [], []
+    for rows in by_t.values():
+        score += rows[0::2]
+        evaluate += rows[1::2]
+    return ds.select(sorted(score)[:n_score]), ds.select(sorted(evaluate)[:n_eval])
+
+
+def random_scores(model, seed: int) -> EdgeScores:
+    parallel = block_structure(model).parallel
+    edges = graph_edges(model.spec, parallel)
+    values = torch.randn(len(edges), generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+    return EdgeScores(model.spec, parallel, edges, tuple(values.tolist()), "random", 0.0)
+
+
+def _timed(fn):
+    t = time.perf_counter()
+    out = fn()
+    return out, time.perf_counter() - t
+
+
+def _row(method: str, scores: EdgeScores, wall: float, mib) -> dict:
+    return {
+        "method": method,
+        "cpr": _iv(mib.cpr),
+        "cmd": _iv(mib.cmd),
+        "score_seconds": wall,
+        "ms_per_edge": 1e3 * wall / len(scores),
+        "n_edges": len(scores),
+        "eval_seconds": mib.seconds,
+        "n_eval_pairs": mib.n_pairs,
+        "interval_over": mib.interval_over,
+        "denominator": _iv(mib.denominator),
+        "f_absolute": [x.value for x in mib.faithfulness_absolute],
+        "f_signed": [x.value for x in mib.faithfulness_signed],
+    }
+
+
+def tl_edge_scores(model, tokens, cf_tokens, first, good, bad) -> EdgeScores:
+    """TransformerLens' edge attribution of every pair (one call each: its metric reads one example), averaged,
+    summed over positions and mapped onto our graph (its sign is already "higher: more of the behaviour")."""
+    from transformer_lens.tools.analysis.attribution_patching import EdgeAttributionConfig, attribution_patch
+
+    parallel = block_structure(model).parallel
+    total: dict[tuple, float] = {}
+    for i in range(tokens.shape[0]):
+
+        def metric(logits, i=i):
+            return logits[0, first[i], good[i]] - logits[0, first[i], bad[i]]
+
+        res = attribution_patch(model.bridge, tokens[i : i + 1], cf_tokens[i : i + 1], metric,
+                                EdgeAttributionConfig("edge"))  # fmt: skip
+        for (w, r), x in res.edge_scores.items():
+            key = (_tl_sender(w), _tl_receiver(r, model.spec.group_size))
+            total[key] = total.get(key, 0.0) + x / tokens.shape[0]
+    edges = graph_edges(model.spec, parallel)
+    return EdgeScores(model.spec, parallel, edges, tuple(total.get(e, 0.0) for e in edges), "imported", 0.0)
+
+
+def _tl_sender(node) -> Sender:
+    if node.kind == "embed":
+        return INPUT
+    return Sender("head", node.layer, node.head) if node.kind == "attn_head_out" else Sender("mlp", node.layer)
+
+
+def _tl_receiver(node, group_size: int) -> Receiver:
+    if node.kind == "logits":
+        return Receiver("logits")
+    if node.kind == "mlp_in":
+        return Receiver("mlp", node.layer)
+    if node.kind == "q_input":
+        return Receiver("q", node.layer, head=node.head)
+    return Receiver(node.kind[0], node.layer, group=node.head // group_size)
+
+
+def _answers_of(pairs, model):
+    """Teacher-forced tokens and, per pair, where and between which tokens MIB's logit difference is read."""
+    from mathcircuits.circuit import circuit_batches
+
+    rows = []
+    for b in circuit_batches(model, pairs, "suffix", 64):
+        for j, i in enumerate(b.idx):
+            a, c = list(pairs[i]["answer_tokens"]), list(pairs[i]["cf_answer_tokens"])
+            k = next(k for k, (x, y) in enumerate(zip(a, c)) if x != y)
+            rows.append((b.tokens[j], b.cf_tokens[j], b.n_prompt - 1 + k, a[k], c[k]))
+    return rows
+
+
+def tl_on_model(model, pairs) -> dict:
+    """TransformerLens' edge attribution on this model: ran (time) or refused (its message)."""
+    rows = _answers_of(pairs, model)[:1]
+    tok, cf, first, good, bad = rows[0]
+    try:
+        _, dt = _timed(lambda: tl_edge_scores(model, tok[None], cf[None], [first], [good], [bad]))
+        return {"ran": True, "seconds_one_pair": dt}
+    except (ValueError, NotImplementedError) as err:
+        return {"ran": False, "refusal": " ".join(str(err).split())[:300]}
+
+
+def tiny_comparison(args) -> dict:
+    """Our EAP and TransformerLens' on a planted tiny Llama with n_kv = n_heads: time, CPR/CMD, rank agreement."""
+    model = from_hf(*tiny_model("llama", n_kv_heads=4))
+    plant_copy(model)
+    pairs = copy_pairs(model.tokenizer, 2 * args.tiny_pairs, seed=1)
+    score, evaluate = pairs.select(range(args.tiny_pairs)), pairs.select(range(args.tiny_pairs, 2 * args.tiny_pairs))
+    ours, t_ours = _timed(lambda: eap_scores(model, score, "eap", metric="logit_diff"))
+    ours_ig, t_ig = _timed(lambda: eap_scores(model, score, "eap-ig", args.steps, metric="logit_diff"))
+    rows = _answers_of(score, model)
+    toks = torch.stack([r[0] for r in rows])
+    cfs = torch.stack([r[1] for r in rows])
+    first, good, bad = [r[2] for r in rows], [r[3] for r in rows], [r[4] for r in rows]
+    theirs, t_tl = _timed(lambda: tl_edge_scores(model, toks, cfs, first, good, bad))
+    out = {"model": "planted tiny Llama, 4 heads, 4 KV heads (no grouping)", "n_edges": len(ours), "rows": []}
+    for name, sc, dt in (("ours EAP", ours, t_ours), ("ours EAP-IG", ours_ig, t_ig), ("TL 4.3 EAP", theirs, t_tl)):
+        mib = mib_scores(model, evaluate, sc, metric="logit_diff", n_boot=args.n_boot)
+        out["rows"].append(_row(name, sc, dt, mib))
+    out["spearman_tl_vs_ours_eap"] = float(spearmanr(theirs.scores, ours.scores).statistic)
+    top = [{e for e, _ in sc.top(10, absolute=True)} for sc in (theirs, ours)]
+    out["top10_overlap_tl_vs_ours_eap"] = len(top[0] & top[1]) / 10
+    return out
+
+
+def run_task(model, name: str, operation: str, args, extras: bool) -> dict:
+    templates = [f"{operation}_eq_1", f"{operation}_eq_2"][: args.templates]
+    ds, t_pairs = _timed(lambda: _pairs(model, operation, templates, args.generate, args.seed))
+    score, evaluate = _split(ds, args.pairs, args.eval_pairs)
+    print(f"[{name} {operation}] {len(ds)} correct pairs ({t_pairs:.0f} s): {len(score)} to score, "
+          f"{len(evaluate)} to evaluate; {_load()}", flush=True)  # fmt: skip
+    task: dict = {"model": name, "operation": operation, "templates": templates, "rows": []}
+    makers = {
+        "exact": lambda: discovery_scores(
+            discover_circuit(model, score, max_seconds=args.discover_seconds, batch_size=8), model, args.seed
+        ),
+        "eap": lambda: eap_scores(model, score, "eap", metric="logit_diff"),
+        "eap-ig": lambda: eap_scores(model, score, "eap-ig", args.steps, metric="logit_diff"),
+        "random": lambda: random_scores(model, args.seed),
+    }
+    for method, make in makers.items():
+        scores, wall = _timed(make)
+        mib = mib_scores(model, evaluate, scores, metric="logit_diff", n_boot=args.n_boot)
+        task["rows"].append(_row(method, scores, wall, mib))
+        print(f"  {method}: CPR {mib.cpr.format()} CMD {mib.cmd.format()}; scores {wall:.1f} s, "
+              f"curves {mib.seconds:.1f} s", flush=True)  # fmt: skip
+    if extras and args.convergence_pairs:
+        conv = ig_convergence(model, score.select(range(min(args.convergence_pairs, len(score)))),
+                              steps=tuple(args.convergence_steps), n_boot=args.n_boot_rank)  # fmt: skip
+        task["convergence"] = conv.to_dataframe().to_dict("records")
+        task["convergence_seconds"] = conv.seconds
+        print(f"  {conv!r} ({conv.seconds:.0f} s)", flush=True)
+    if extras and args.agree_receivers:
+        sub = score.select(range(min(args.agree_pairs, len(score))))
+        L = model.spec.n_layers  # the logits, and a value group and an MLP in the top third (no query: one pass)
+        receivers = [Receiver("logits"), Receiver("v", L - 1 - L // 6, group=0), Receiver("mlp", L - 1 - L // 4)]
+        agree = exact_agreement(model, sub, receivers[: 1 + args.agree_receivers], args.steps,
+                                n_boot=args.n_boot_rank, seed=args.seed)  # fmt: skip
+        task["agreement"] = {
+            "receivers": list(agree.receivers),
+            "n_edges": agree.n_edges,
+            "rows": agree.to_dataframe().to_dict("records"),
+            "seconds": agree.seconds,
+        }
+        print(f"  vs exact on {agree.receivers}: EAP {agree.eap.format()}; EAP-IG {agree.eap_ig.format()}", flush=True)
+    return task
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--models", nargs="+", default=["embedded", "gemma3-270m"])
+    ap.add_argument("--operations", nargs="+", default=["add", "sub"])
+    ap.add_argument("--templates", type=int, default=2, help="equation templates per operation (1 or 2)")
+    ap.add_argument("--generate", type=int, default=16, help="pairs generated per template before filtering")
+    ap.add_argument("--pairs", type=int, default=8, help="pairs that make the scores")
+    ap.add_argument("--eval-pairs", type=int, default=8, help="other pairs that score the curves")
+    ap.add_argument("--steps", type=int, default=5, help="EAP-IG's steps (MIB's default)")
+    ap.add_argument("--discover-seconds", type=float, default=60.0, help="discovery's CPU-time budget")
+    ap.add_argument("--convergence-pairs", type=int, default=4)
+    ap.add_argument("--convergence-steps", type=int, nargs="+", default=[1, 2, 5, 10, 20])
+    ap.add_argument("--agree-receivers", type=int, default=2, help="receivers besides the logits (0 to 2)")
+    ap.add_argument("--agree-pairs", type=int, default=4)
+    ap.add_argument("--tiny-pairs", type=int, default=8)
+    ap.add_argument("--peers-pairs", type=int, default=4)
+    ap.add_argument("--n-boot", type=int, default=1000)
+    ap.add_argument("--n-boot-rank", type=int, default=100, help="bootstrap of the rank agreements")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--threads", type=int, default=2)
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    t0 = time.perf_counter()
+    out: dict = {"args": vars(args), "load_before": _load(), "started": datetime.now(timezone.utc).isoformat()}
+    out["tasks"], out["tl_on_model"], out["direct_path"] = [], {}, {}
+    RESULTS.mkdir(exist_ok=True)
+    path = RESULTS / f"mib_{datetime.now(timezone.utc):%Y-%m-%d}.json"
+
+    def save() -> None:  # after every step, so a run cut short keeps what it measured
+        out["seconds"], out["load_now"] = time.perf_counter() - t0, _load()
+        path.write_text(json.dumps(out, indent=1, default=str))
+
+    if args.tiny_pairs:
+        out["tiny"] = tiny_comparison(args)
+        save()
+    models: dict = {}
+    for op in args.operations:  # both models on add first: a run cut short still covers both
+        for name in args.models:
+            if name not in models:
+                models[name] = load_model(name)
+            model = models[name]
+            first = not out["tasks"]  # the convergence and the agreement with exact edges run on the first task
+            task = run_task(model, name, op, args, extras=first)
+            out["tasks"].append(task)
+            save()
+            if name not in out["tl_on_model"]:
+                pairs = _pairs(model, op, [f"{op}_eq_1"], 4, args.seed)
+                out["tl_on_model"][name] = tl_on_model(model, pairs)
+                print(f"  TransformerLens edge attribution on {name}: {out['tl_on_model'][name]}", flush=True)
+                save()
+            if args.peers_pairs and not out["direct_path"]:
+                out["direct_path"][name] = direct_path_compare(model, "add", "add_eq_1", args.peers_pairs, 2, 1)
+                save()
+    out["load_after"] = _load()
+    save()
+    print(markdown(out))
+    print(f"\nwrote {path}; {out['seconds']:.0f} s; load before {out['load_before']}, after {out['load_after']}")
+
+
+def _fmt(iv: dict) -> str:
+    return f"{iv['value']:.3f} [{iv['low']:.3f}, {iv['high']:.3f}]"
+
+
+def markdown(out: dict) -> str:
+    """The results as markdown tables."""
+    lines = [
+        "| model | op | method | CPR ↑ | CMD ↓ | edges | score time | ms per edge | curves time |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for t in out["tasks"]:
+        for r in t["rows"]:
+            lines.append(
+                f"| {t['model']} | {t['operation']} | {r['method']} | {_fmt(r['cpr'])} | {_fmt(r['cmd'])} | "
+                f"{r['n_edges']} | {r['score_seconds']:.1f} s | {r['ms_per_edge']:.3f} | {r['eval_seconds']:.0f} s |"
+            )
+    tiny = out.get("tiny")
+    if tiny:
+        lines += ["", f"{tiny['model']}, {tiny['n_edges']} edges (TransformerLens' edge attribution runs here):", ""]
+        lines += ["| method | CPR ↑ | CMD ↓ | score time | ms per edge |", "|---|---|---|---|---|"]
+        for r in tiny["rows"]:
+            lines.append(
+                f"| {r['method']} | {_fmt(r['cpr'])} | {_fmt(r['cmd'])} | {r['score_seconds']:.2f} s | "
+                f"{r['ms_per_edge']:.4f} |"
+            )
+        lines.append(
+            f"\nSpearman of TransformerLens' edge scores with ours (EAP): {tiny['spearman_tl_vs_ours_eap']:.3f}"
+        )
+    for name, tl in out.get("tl_on_model", {}).items():
+        lines.append(f"\nTransformerLens edge attribution on {name}: " + ("ran" if tl["ran"] else tl["refusal"]))
+    for name, d in out.get("direct_path", {}).items():
+        lines.append(
+            f"\n{name}: exact edges {d['exact_ms_per_edge']:.1f} ms per edge, TransformerLens direct path "
+            f"{d['tl_direct_path_ms_per_edge']:.1f} ms per edge: ratio {d['tl_over_exact_per_edge']:.1f}×"
+        )
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,325 @@
+"""Edge attribution patching (EAP) and EAP with integrated gradients (EAP-IG) on every edge of the graph at once.
+
+The graph is MIB's (Mueller et al. 2025; :func:`~.edge_scores.graph_edges`), with grouped KV heads kept
+grouped: senders are the token embeddings, every head and every MLP; receivers the logits, each head's query,
+each KV group's key and value, and each MLP's input. A sender ``u`` writes ``a_u`` into the residual; a
+receiver ``v`` reads the residual ``x_v`` (``resid_pre`` for q/k/v, the MLP's input residual, the final
+residual for the logits). Patching the edge alone changes ``x_v`` by
+``Δ_u = a_u' − a_u`` (counterfactual − clean) and leaves every other reader as it was. To first order
+(Syed et al. 2023)::
+
+    EAP(u → v)    = Σ_pos Δ_u · ∂m/∂x_v                          gradient on the clean run
+    EAP-IG(u → v) = Σ_pos Δ_u · (1/n) Σ_k ∂m/∂x_v |_{α_k}         α_k = k/n, k = 0 … n−1
+
+(Hanna et al. 2024). For EAP-IG the input embeddings run from the counterfactual's (α = 0) towards the
+clean one's, and ``Δ_u`` stays the clean-vs-counterfactual difference; ``n`` is ``steps`` (5 in MIB's
+``run_attribution.py``). This is the reference code's ``EAP-IG-inputs``
+(``hannamw/EAP-IG`` ``src/eap/attribute.py``: ``get_scores_eap_ig``, ``input_interpolation_hook``;
+the score ``(corrupted − clean) · gradient`` summed over positions in ``utils.py``'s ``gradient_hook``).
+
+``∂m/∂x_v`` is the gradient with respect to the receiver's *own copy* of the residual (its norm and its
+projection only: TransformerLens' split q/k/v inputs). One backward gives the gradient at every
+``hook_q/k/v`` and MLP input; each is pulled back through that receiver's norm and projection alone. A
+KV group's key is one computation, so its gradient is the sum over the query heads that share it: the
+reference code, which ungroups KV heads, would split it over them.
+
+Signs: :func:`edge_attribution` gives effects like every effect here, the change *towards the counterfactual*
+(counterfactual − clean, in the metric's units); :func:`eap_scores` turns them into :class:`EdgeScores`, whose
+scores are "higher: more of the behaviour", i.e. minus the mean effect (MIB's ``loss=True``).
+
+Exact edges (:mod:`.edges`) are a different quantity: a sender's change reaches the receiver directly and
+through the MLPs in between (heads frozen). The two agree to first order where no MLP lies between: an
+MLP into the next layer, a head into its own layer's MLP (and anything into the logits when no MLP
+responds).
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from collections.abc import Iterator, Sequence
+from typing import Any, Literal, get_args
+
+import torch
+from jaxtyping import Float
+from torch import Tensor
+
+from mathcircuits.circuit.batches import circuit_batches
+from mathcircuits.circuit.chain import first_diff, receiver_input
+from mathcircuits.circuit.components import Receiver, Sender, upstream_senders
+from mathcircuits.circuit.edge_scores import INPUT, EdgeScores, graph_edges
+from mathcircuits.circuit.intervene import RunScore, answer_logprob
+from mathcircuits.circuit.mib import MIBMetric, _first_difference, _logit_diff
+from mathcircuits.circuit.pair_cache import PairCache, pair_cache
+from mathcircuits.data.pairs import PairSet
+from mathcircuits.models import HookedModel, hooks
+from mathcircuits.models.changes import attn_change, attn_pre_norm_name
+from mathcircuits.models.families import block_structure
+from mathcircuits.models.placement import head_out_weights
+
+__all__ = [
+    "ATTRIBUTION_METHODS",
+    "DEFAULT_IG_STEPS",
+    "AttributionMethod",
+    "alpha_effects",
+    "eap_scores",
+    "edge_attribution",
+    "graph_nodes",
+    "ig_alphas",
+]
+
+AttributionMethod = Literal["eap", "eap-ig"]
+ATTRIBUTION_METHODS: tuple[str, ...] = get_args(AttributionMethod)
+#: MIB's default (``run_attribution.py``: ``--ig-steps`` 5)
+DEFAULT_IG_STEPS = 5
+EMBED = hooks.resid_pre(0)  # the input sender's output: the residual before the first block
+
+
+def graph_nodes(model: HookedModel, parallel: bool) -> tuple[list[Sender], list[Receiver]]:
+    """The senders (the input, then heads and MLPs by layer) and receivers of :func:`~.edge_scores.graph_edges`."""
+    senders = [INPUT, *upstream_senders(model.spec, Receiver("logits"), parallel)]
+    receivers = list(dict.fromkeys(r for _, r in graph_edges(model.spec, parallel)))
+    return senders, receivers
+
+
+def ig_alphas(method: AttributionMethod, steps: int) -> list[float | None]:
+    """Where the gradient is taken: the clean run (EAP: ``[None]``) or ``k/steps``, k = 0 … steps−1 (EAP-IG)."""
+    if method not in ATTRIBUTION_METHODS:
+        raise ValueError(f"attribution method {method!r} is unknown. Fix: use one of {list(ATTRIBUTION_METHODS)}.")
+    if method == "eap":
+        return [None]
+    if steps < 1:
+        raise ValueError(f"EAP-IG with steps={steps}: need at least one step. Fix: steps ≥ 1 (MIB uses 5).")
+    return [k / steps for k in range(steps)]
+
+
+@torch.no_grad()
+def sender_deltas(
+    model: HookedModel, cache: PairCache, senders: Sequence[Sender], start: int, cf_embed: Tensor
+) -> Float[Tensor, "sender batch pos d_model"]:
+    """``a_u' − a_u``: what each sender adds to the residual, counterfactual − clean, at positions ``start…``.
+
+    The input's is the embeddings' (``cf_embed``: the counterfactual's residual before the first block, at
+    ``start…``). A head's share passes the post-attention norm where the family has one (``P(a + c) − P(a)``, the
+    other heads clean), as in exact edges. Float32.
+    """
+    structure, ref, cf = cache.structure, cache.ref, cache.cf
+    W_O = head_out_weights(model)
+    B, S, d = cache.tokens.shape[0], cache.tokens.shape[1] - start, model.spec.d_model
+    out = torch.zeros(len(senders), B, S, d, device=model.device)
+    by_layer: dict[int, list[int]] = {}
+    for j, s in enumerate(senders):
+        if s.kind == "input":
+            out[j] = (cf_embed - ref[EMBED][:, start:]).float()
+        else:
+            by_layer.setdefault(s.layer, []).append(j)
+    for layer, idx in by_layer.items():
+        heads = [j for j in idx if senders[j].kind == "head"]
+        if heads:
+            hs = torch.tensor([senders[j].head for j in heads], device="cpu")
+            dz = (cf[hooks.z(layer)][:, start:] - ref[hooks.z(layer)][:, start:])[:, :, hs]  # [B, S, h, d_head]
+            change = torch.einsum("bphd,hdm->hbpm", dz, W_O[layer, hs]).reshape(-1, d)
+            pre_name = attn_pre_norm_name(structure, layer)
+            pre = None if pre_name is None else ref[pre_name][:, start:].reshape(-1, d).repeat(len(heads), 1)
+            flat = attn_change(model, structure, layer, pre, change)
+            out[heads] = flat.reshape(len(heads), B, S, d).float().to(out.device)
+        for j in idx:
+            if senders[j].kind == "mlp":
+                out[j] = (cf[hooks.mlp_out(layer)][:, start:] - ref[hooks.mlp_out(layer)][:, start:]).float()
+    return out
+
+
+def _pullback(model: HookedModel, cache: PairCache, kind: str, layer: int, x: Tensor, g: Tensor) -> Tensor:
+    """Gradient w.r.t. each receiver's own copy of the residual ``x`` [B, P, d], from its hook's gradient ``g``.
+
+    Returns ``[n, B, P, d]`` (n: query heads, KV groups, or 1 for an MLP).
+    """
+    with torch.enable_grad():
+        if kind == "mlp":
+            xr = x.detach().clone().requires_grad_(True)
+            out = receiver_input(model, cache.structure, Receiver("mlp", layer), xr)
+            return torch.autograd.grad(out, xr, g.to(out.dtype))[0][None].float()
+        n = g.shape[-2]
+        xr = x.detach()[None].repeat(n, *([1] * x.dim())).requires_grad_(True)
+        out = receiver_input(model, cache.structure, Receiver(kind, layer), xr)  # [n, B, P, n, d_head]
+        eye = torch.eye(n, device=g.device, dtype=out.dtype)
+        cot = eye[:, None, None, :, None] * g.to(out.dtype)[None]  # receiver i's cotangent: its own slice only
+        return torch.autograd.grad(out, xr, cot)[0].float()
+
+
+def _suffix_run(model: HookedModel, cache: PairCache, tokens: Tensor, start: int, fwd: list, n_ans: int) -> Tensor:
+    """Logits at the answer positions of ``tokens[:, start:]`` after the clean run's cached prefix (the two runs, and
+    every point of the path, are the same before ``start``)."""
+    kv = copy.deepcopy(cache.kv(model, start)) if start > 0 else None
+    kw = {"past_key_values": kv} if kv is not None else {}
+    return model.bridge.run_with_hooks(tokens[:, start:], fwd_hooks=fwd, logits_to_keep=n_ans, **kw)[:, -n_ans:]
+
+
+def _gradients(
+    model: HookedModel, cache: PairCache, readout: RunScore, alpha: float | None, cf_embed: Tensor, start: int
+) -> dict[tuple[str, int], Tensor]:
+    """One forward and backward: ``{(kind, layer): [n, B, P, d]}`` receiver-input gradients, in graph order.
+
+    ``alpha``: the embeddings are ``cf + α (clean − cf)`` (None: the clean run); ``cf_embed``: at positions ``start…``.
+    """
+    structure, L = cache.structure, model.spec.n_layers
+    leaves: dict[str, Tensor] = {}
+    seen: dict[str, Tensor] = {}
+    grad_names = [hooks.sub(layer, f"attn.hook_{k}") for layer in range(L) for k in "qkv"]
+    grad_names += [hooks.mlp_in(layer) for layer in range(L)] + [hooks.resid_post(L - 1)]
+    read_names = sorted({n for lay in range(L) for n in (hooks.resid_pre(lay), hooks.sub(lay, structure.mlp_reads))})
+
+    def leaf(act: Tensor, hook: Any, name: str = "") -> Tensor:
+        leaves[name] = torch.zeros_like(act, requires_grad=True)
+        return act + leaves[name]
+
+    def read(act: Tensor, hook: Any, name: str = "") -> None:
+        seen[name] = act.detach()
+
+    def embed(act: Tensor, hook: Any) -> Tensor:
+        return cf_embed.to(act.dtype) + alpha * (act - cf_embed.to(act.dtype))
+
+    fwd = [] if alpha is None else [(EMBED, embed)]  # before the read of the same hook
+    fwd += [(n, lambda a, hook, n=n: read(a, hook, n)) for n in read_names]
+    fwd += [(n, lambda a, hook, n=n: leaf(a, hook, n)) for n in grad_names]
+    with torch.enable_grad():
+        logits = _suffix_run(model, cache, cache.tokens, start, fwd, cache.all_answers.shape[1])
+        target = readout(logits, cache.all_answers)
+        grads = dict(zip(grad_names, torch.autograd.grad(target.sum(), [leaves[n] for n in grad_names])))
+    out: dict[tuple[str, int], Tensor] = {}
+    for layer in range(L):
+        pre = seen[hooks.resid_pre(layer)]
+        for k in "qkv":
+            out[(k, layer)] = _pullback(model, cache, k, layer, pre, grads[hooks.sub(layer, f"attn.hook_{k}")])
+        mid = seen[hooks.sub(layer, structure.mlp_reads)]
+        out[("mlp", layer)] = _pullback(model, cache, "mlp", layer, mid, grads[hooks.mlp_in(layer)])
+    out[("logits", -1)] = grads[hooks.resid_post(L - 1)][None].float()
+    return out
+
+
+def alpha_effects(
+    model: HookedModel,
+    cache: PairCache,
+    readout: RunScore,
+    alphas: Sequence[float | None],
+    positions: Sequence[int] | None = None,
+) -> Iterator[Float[Tensor, "pair sender receiver"]]:
+    """``Σ_pos Δ_u · ∂m/∂x_v`` with the gradient taken at each of ``alphas`` (None: the clean run), one at a time."""
+    parallel = cache.structure.parallel
+    senders, receivers = graph_nodes(model, parallel)
+    B, S = cache.tokens.shape
+    start = first_diff(cache)
+    if start >= S:
+        for _ in alphas:
+            yield torch.zeros(B, len(senders), len(receivers), device="cpu")
+        return
+    keep = torch.ones(S - start, device=model.device)
+    if positions is not None:
+        keep.zero_()
+        keep[[p - start for p in sorted({p % S for p in positions}) if p >= start]] = 1.0
+    seen: dict[str, Tensor] = {}
+    with torch.no_grad():  # the counterfactual's embeddings at start… (its prefix is the clean one)
+        _suffix_run(model, cache, cache.cf_tokens, start, [(EMBED, lambda a, hook: seen.update(e=a))], 1)
+    cf_embed = seen["e"]
+    delta = sender_deltas(model, cache, senders, start, cf_embed) * keep[None, None, :, None]
+    n_up = {}  # senders are in layer order, so those upstream of a receiver are a prefix
+    for r in receivers:
+        n_up[(r.kind, r.layer)] = 1 + sum(r.is_downstream_of(s, parallel) for s in senders[1:])
+    for alpha in alphas:
+        out = torch.zeros(B, len(senders), len(receivers), device=model.device)
+        col = 0
+        for key, g in _gradients(model, cache, readout, alpha, cf_embed, start).items():  # in receiver order
+            out[:, : n_up[key], col : col + len(g)] = torch.einsum("ubpd,rbpd->bur", delta[: n_up[key]], g)
+            col += len(g)
+        yield out.cpu()
+
+
+def edge_attribution(
+    model: HookedModel,
+    cache: PairCache,
+    readout: RunScore = answer_logprob,
+    method: AttributionMethod = "eap-ig",
+    steps: int = DEFAULT_IG_STEPS,
+    positions: Sequence[int] | None = None,
+) -> Float[Tensor, "pair sender receiver"]:
+    """EAP or EAP-IG effects of every edge, per pair of one batch (see the module docstring).
+
+    Args:
+        model: the hooked model.
+        cache: one batch and its cached runs (:func:`~.pair_cache.pair_cache`).
+        readout: the differentiated score ``(logits [rows, n_answer, vocab], answers) → [rows]`` (default: the
+            whole answer's log-probability; :func:`eap_scores` passes MIB's logit difference).
+        method: ``"eap"`` (gradient on the clean run) or ``"eap-ig"`` (``steps`` gradients along the input path).
+        steps: EAP-IG's steps (ignored by EAP).
+        positions: sum over these positions only (None: every position; before the first one where the two
+            prompts differ nothing changes).
+
+    Returns:
+        ``[pair, sender, receiver]`` effects (counterfactual − clean) in the order of :func:`graph_nodes`; an
+        edge whose sender cannot reach its receiver is 0.
+    """
+    alphas = ig_alphas(method, steps)
+    return sum(alpha_effects(model, cache, readout, alphas, positions)) / len(alphas)
+
+
+def _readouts(pairs: PairSet, metric: MIBMetric) -> tuple[list[int], Any]:
+    """The rows ``metric`` can score and, per batch, its readout (as :func:`~.mib.mib_scores` reads it)."""
+    if metric == "answer_logprob":
+        return list(range(len(pairs))), lambda idx: answer_logprob
+    if metric != "logit_diff":
+        raise ValueError(f"metric {metric!r} is unknown. Fix: use 'logit_diff' or 'answer_logprob'.")
+    if "cf_answer_tokens" not in pairs.column_names:
+        raise ValueError(
+            "metric 'logit_diff' needs each pair's counterfactual answer (cf_answer_tokens). Fix: generate pairs "
+            "with an operand counterfactual, or metric='answer_logprob'."
+        )
+    ans, cf_ans = list(pairs["answer_tokens"]), list(pairs["cf_answer_tokens"])
+    firsts = [_first_difference(a, c) for a, c in zip(ans, cf_ans)]
+    rows = [i for i, j in enumerate(firsts) if j is not None]
+    if not rows:
+        raise ValueError("no pair's answers differ in a shared token position. Fix: other counterfactuals.")
+    first = torch.tensor([j or 0 for j in firsts])
+    good = torch.tensor([a[j or 0] for a, j in zip(ans, firsts)])
+    bad = torch.tensor([c[j or 0] if j is not None else 0 for c, j in zip(cf_ans, firsts)])
+    return rows, lambda idx: _logit_diff(first[idx], good[idx], bad[idx])
+
+
+def eap_scores(
+    model: HookedModel,
+    pairs: PairSet,
+    method: AttributionMethod = "eap-ig",
+    steps: int = DEFAULT_IG_STEPS,
+    metric: MIBMetric = "logit_diff",
+    batch_size: int = 8,
+) -> EdgeScores:
+    """EAP or EAP-IG scores of every edge of the graph, as :func:`~.mib.mib_scores` ranks them.
+
+    Args:
+        model: the hooked model.
+        pairs: token-aligned pairs (``cf_answer_tokens`` for ``logit_diff``).
+        method: ``"eap"`` or ``"eap-ig"``.
+        steps: EAP-IG's steps (MIB's default 5; :func:`~.eap_compare.ig_convergence` shows what more would change).
+        metric: what is differentiated, as in :func:`~.mib.mib_scores` (``logit_diff``: MIB-style).
+        batch_size: pairs per batch.
+
+    Returns:
+        :class:`EdgeScores` of the whole graph: minus the mean effect over pairs (higher: more of the behaviour).
+    """
+    t0 = time.perf_counter()
+    ig_alphas(method, steps)
+    rows, readout_of = _readouts(pairs, metric)
+    parallel = block_structure(model).parallel
+    total, n = None, 0
+    for b in circuit_batches(model, pairs, "suffix", batch_size, rows=rows):
+        P = b.n_prompt
+        cache = pair_cache(model, b.tokens[:, :P], b.cf_tokens[:, :P], b.answers[:, 0], answers=b.answers)
+        eff = edge_attribution(model, cache, readout_of(b.idx), method, steps).sum(0)
+        total = eff if total is None else total + eff
+        n += len(b.idx)
+    senders, receivers = graph_nodes(model, parallel)
+    si = {s: j for j, s in enumerate(senders)}
+    ri = {r: j for j, r in enumerate(receivers)}
+    edges = graph_edges(model.spec, parallel)
+    mean = -total.double() / n  # EdgeScores: higher is more of the behaviour
+    values = tuple(float(mean[si[s], ri[r]]) for s, r in edges)
+    return EdgeScores(model.spec, parallel, edges, values, method, time.perf_counter() - t0, metric)
