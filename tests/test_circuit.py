@@ -86,7 +86,9 @@ def test_fast_equals_reference_for_every_receiver_kind(name):
             fast = exact_edges(model, pc, receiver, senders, positions, METRIC)
             ref = reference_edges(model, pc, receiver, senders, positions, METRIC)
             assert fast.effects.shape == (len(ds), len(senders))
-            assert (fast.effects - ref.effects).abs().max() <= 1e-4, (receiver, positions)
+            # float32: relative_logit without its guard divides by a random model's small clean-minus-cf logit, so
+            # rounding grows with the effect (measured 1.9e-5 on effects of 0.022, 1.6e-4 on 0.57): 1e-3 relative
+            assert (fast.effects - ref.effects).abs().max() <= 1e-3 * ref.effects.abs().max() + 1e-5, receiver
             biggest = max(biggest, float(ref.effects.abs().max()))
     assert biggest > 1e-2  # the effects compared are not all zero
 
@@ -231,6 +233,7 @@ def test_a_circuit_of_every_node_scores_one_and_the_empty_circuit_zero():
         n_per_template=3,
         seed=5,
         counterfactual="operands",
+        fewshot_operations="same",  # on this random model the neutral prefix leaves m(M) - m(cf) within noise of 0
     )
     ds = generate_pairs(model.tokenizer, load_templates(), cfg)
     pool = generate_pairs(
@@ -267,7 +270,7 @@ def test_edge_intervals_are_bootstrap_intervals_of_the_per_pair_effects():
     per_pair = path_patch(model, ds, senders=("heads",), metric=METRIC, keep_per_pair=True).per_pair_heads[:, 1, 0]
     iv = bootstrap_statistic(per_pair, n_boot=200, seed=3)
     (edge,) = c.edges
-    assert (edge.effect, edge.low, edge.high) == pytest.approx((iv.value, iv.low, iv.high), abs=1e-5)  # float32
+    assert (edge.effect, edge.low, edge.high) == pytest.approx((iv.value, iv.low, iv.high), rel=1e-5, abs=1e-5)
     assert edge.low < edge.effect < edge.high
 
 

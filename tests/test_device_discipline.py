@@ -46,6 +46,7 @@ ALLOWED: dict[tuple[str, str, str], str] = {
     ("patching/checks.py", "check_exact", ".cpu()"): "the clean readout moves to the effects, which are results",
     ("circuit/edges.py", "check_edges", ".cpu()"): "the clean readout moves to the effects, which are results",
     ("numbers/neurons.py", "heuristic_neurons", ".cpu()"): "per-prompt correctness, a result, indexed by a host mask",
+    ("circuit/eap.py", "alpha_effects", ".cpu()"): "one step's edge scores, a result, summed on the host",
 }
 
 

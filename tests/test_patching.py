@@ -118,7 +118,13 @@ def test_attribution_equals_exact_to_first_order(small_heads_llama, pairs_llama,
     scale = exact.per_pair_heads.abs().max()
     assert scale > 0
     assert (approx.per_pair_heads - exact.per_pair_heads).abs().max() <= 0.01 * scale
-    assert compare_rankings(approx, exact, k=3)["top3_overlap"] == 1.0
+    # the same three most negative heads, unless the third and fourth are closer than the two methods differ
+    ranked = exact.head_effects.flatten().sort().values
+    err = (approx.head_effects - exact.head_effects).abs().max()
+    if ranked[3] - ranked[2] > 2 * err:
+        assert compare_rankings(approx, exact, k=3)["top3_overlap"] == 1.0
+    else:
+        assert compare_rankings(approx, exact, k=2)["top2_overlap"] == 1.0
 
 
 def test_result_save_load_dataframe(tmp_path, tiny_llama, pairs_llama):

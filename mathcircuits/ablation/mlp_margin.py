@@ -84,7 +84,7 @@ class MLPMargin(SavedResult):
     def random_drops(self) -> Float[Tensor, "draw pair"]:
         """Per random set and pair: clean margin − margin with that set knocked out ([0, pair] when none)."""
         if self.random_ablated is None:
-            return torch.zeros(0, len(self.pair_ids))
+            return torch.zeros(0, len(self.pair_ids), device=self.clean_margin.device)
         return self.clean_margin[None] - self.random_ablated
 
     @property

@@ -210,7 +210,11 @@ class AttentionByRole(SavedResult):
             grouped = self.grouped(idx)
             g_lo, g_hi, _ = mean_interval(grouped, templates, ops, n_boot, seed, confidence)
             g = grouped.mean(0)
-            sink = self.sink[idx].mean(0) if self.sink is not None else torch.full((len(self.heads),), float("nan"))
+            sink = (
+                self.sink[idx].mean(0)
+                if self.sink is not None
+                else torch.full((len(self.heads),), float("nan"), device="cpu")
+            )
             classes = self.classify(op)
             for i, (layer, head) in enumerate(self.heads):
                 row: dict[str, Any] = {

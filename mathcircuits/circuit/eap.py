@@ -278,9 +278,9 @@ def _readouts(pairs: PairSet, metric: MIBMetric) -> tuple[list[int], Any]:
     rows = [i for i, j in enumerate(firsts) if j is not None]
     if not rows:
         raise ValueError("no pair's answers differ in a shared token position. Fix: other counterfactuals.")
-    first = torch.tensor([j or 0 for j in firsts])
-    good = torch.tensor([a[j or 0] for a, j in zip(ans, firsts)])
-    bad = torch.tensor([c[j or 0] if j is not None else 0 for c, j in zip(cf_ans, firsts)])
+    first = torch.tensor([j or 0 for j in firsts], device="cpu")  # host indices: _logit_diff moves them
+    good = torch.tensor([a[j or 0] for a, j in zip(ans, firsts)], device="cpu")
+    bad = torch.tensor([c[j or 0] if j is not None else 0 for c, j in zip(cf_ans, firsts)], device="cpu")
     return rows, lambda idx: _logit_diff(first[idx], good[idx], bad[idx])
 
 

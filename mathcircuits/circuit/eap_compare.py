@@ -81,7 +81,7 @@ def _edge_index(model: HookedModel, parallel: bool) -> tuple[Tensor, Tensor]:
     senders, receivers = graph_nodes(model, parallel)
     si, ri = {s: j for j, s in enumerate(senders)}, {r: j for j, r in enumerate(receivers)}
     edges = graph_edges(model.spec, parallel)
-    return torch.tensor([si[s] for s, _ in edges]), torch.tensor([ri[r] for _, r in edges])
+    return torch.tensor([si[s] for s, _ in edges], device="cpu"), torch.tensor([ri[r] for _, r in edges], device="cpu")
 
 
 def _caches(model: HookedModel, pairs: PairSet, rows: list[int], batch_size: int):
@@ -264,6 +264,6 @@ def discovery_scores(circuit: Circuit, model: HookedModel, seed: int = 0) -> Edg
         kept[(sender, receiver)] = kept.get((sender, receiver), 0.0) - e.effect
     edges = graph_edges(model.spec, parallel)
     smallest = min((abs(x) for x in kept.values() if x != 0), default=1.0)
-    jitter = torch.rand(len(edges), generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+    jitter = torch.rand(len(edges), generator=torch.Generator().manual_seed(seed), dtype=torch.float64, device="cpu")
     values = tuple(kept.get(e, float((2 * jitter[i] - 1) * 1e-6 * smallest)) for i, e in enumerate(edges))
     return EdgeScores(model.spec, parallel, edges, values, "exact", circuit.seconds, circuit.metric)

@@ -49,7 +49,7 @@ from mathcircuits.models.families import block_structure
 from mathcircuits.models.integrity import compare, model_depth, model_dtype, verify_once
 from mathcircuits.models.prefix import repeat_cache
 from mathcircuits.models.spec import check_model
-from mathcircuits.stats import MIN_CLUSTERS, Interval, bootstrap_indices, cluster_bootstrap_indices
+from mathcircuits.stats import MIN_CLUSTERS, Interval, IntervalMethod, bootstrap_indices, cluster_bootstrap_indices
 
 __all__ = ["MIBMetric", "area_under", "mib_scores", "prune_edges"]
 
@@ -212,9 +212,11 @@ def mib_scores(
         dropped = len(pairs) - len(rows)
         if not rows:
             raise ValueError("no pair's answers differ in a shared token position. Fix: other counterfactuals.")
-        first = torch.tensor([firsts[i] if firsts[i] is not None else 0 for i in range(len(pairs))])
-        good = torch.tensor([ans[i][first[i]] if firsts[i] is not None else 0 for i in range(len(pairs))])
-        bad = torch.tensor([cf_ans[i][first[i]] if firsts[i] is not None else 0 for i in range(len(pairs))])
+        first = torch.tensor([firsts[i] if firsts[i] is not None else 0 for i in range(len(pairs))], device="cpu")
+        good = torch.tensor([ans[i][first[i]] if firsts[i] is not None else 0 for i in range(len(pairs))], device="cpu")
+        bad = torch.tensor(
+            [cf_ans[i][first[i]] if firsts[i] is not None else 0 for i in range(len(pairs))], device="cpu"
+        )
     batches = circuit_batches(model, pairs, "suffix", batch_size, rows=rows)
     labels = sorted({lab for b in batches for lab in b.where})
     edges = scores.edges
@@ -274,12 +276,12 @@ def mib_scores(
     for t, o in zip(templates, operations):
         per_op.setdefault(o, set()).add(t)
     if n_boot == 0:
-        resamples, over = [], "none (n_boot=0)"
+        resamples, over = [], "none"
     elif all(len(ts) >= MIN_CLUSTERS for ts in per_op.values()):
         resamples, over = cluster_bootstrap_indices(templates, operations, n_boot, seed), "templates"
     else:
         resamples, over = list(bootstrap_indices(len(clean), n_boot, seed)), "pairs"
-    everything = [torch.arange(len(clean))] + list(resamples)
+    everything = [torch.arange(len(clean), device="cpu")] + list(resamples)
 
     def curves(idx: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         zero, top = empty[idx].mean(), clean[idx].mean()
@@ -292,8 +294,10 @@ def mib_scores(
     gap = torch.stack([d[2] for d in draws])
     cpr = area_under(grid, f_signed)
     cmd = area_under(grid, (1 - f_abs).abs())
-    q = torch.tensor([(1 - confidence) / 2, (1 + confidence) / 2], dtype=torch.float64)
-    method = f"bootstrap over {over}"
+    q = torch.tensor([(1 - confidence) / 2, (1 + confidence) / 2], dtype=torch.float64, device="cpu")
+    method: IntervalMethod = {"none": "none", "templates": "cluster_bootstrap", "pairs": "pair_bootstrap_fallback"}[
+        over
+    ]
 
     def interval(x: Tensor) -> Interval:
         lo, hi = torch.quantile(x[1:], q).tolist() if len(x) > 1 else (float("nan"), float("nan"))

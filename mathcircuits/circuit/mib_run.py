@@ -59,11 +59,11 @@ def edge_masks(spec: Any, edges: Sequence[EdgeKey], kept: Sequence[set[int]]) ->
     """``[circuit, sender, receiver]`` kept-edge masks of circuits given as sets of edge indices."""
     n_f = 1 + spec.n_layers * (spec.n_heads + 1)
     n_b = spec.n_layers * (spec.n_heads + 2 * spec.n_kv_heads + 1) + 1
-    f = torch.tensor([_forward_index(spec, s) for s, _ in edges], dtype=torch.long)
-    b = torch.tensor([_backward_index(spec, r) for _, r in edges], dtype=torch.long)
+    f = torch.tensor([_forward_index(spec, s) for s, _ in edges], dtype=torch.long, device="cpu")
+    b = torch.tensor([_backward_index(spec, r) for _, r in edges], dtype=torch.long, device="cpu")
     out = torch.zeros(len(kept), n_f, n_b, dtype=torch.bool, device="cpu")
     for c, k in enumerate(kept):
-        idx = torch.tensor(sorted(k), dtype=torch.long)
+        idx = torch.tensor(sorted(k), dtype=torch.long, device="cpu")
         out[c, f[idx], b[idx]] = True
     return out
 
