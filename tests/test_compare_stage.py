@@ -31,7 +31,7 @@ def test_compare_stage_writes_the_table_pareto_and_claims(tmp_path):
     cfg = RunConfig.from_dict(
         {
             "model": {"source": "tiny-llama", "threads": 1},
-            "data": {"operations": ["add"], "template_ids": ["add_eq_1", "add_eq_2"], "n_per_template": 3,
+            "data": {"operations": ["add"], "template_ids": ["add_eq_1", "add_eq_2"], "n_per_template": 12,
                      "keep_only_correct": False},
             "patching": {"min_pairs": 1, "max_pairs": 6},
             "selection": {"rule": "topk", "k": 2},
