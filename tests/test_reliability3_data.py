@@ -287,7 +287,7 @@ def test_contexts_beyond_what_the_templates_give_are_capped_with_a_note(tmp_path
     cfg = RunConfig.from_dict(
         {
             "model": {"source": "tiny-llama", "threads": 1},
-            "data": {"operations": ["add"], "template_ids": ["add_eq_1"], "n_per_template": 4,
+            "data": {"operations": ["add"], "template_ids": ["add_eq_1"], "n_per_template": 32,
                      "keep_only_correct": False},
             "patching": {"min_pairs": 1, "max_pairs": 4},
             "selection": {"rule": "topk", "k": 2},

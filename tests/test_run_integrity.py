@@ -55,7 +55,9 @@ def test_report_shows_only_the_current_configuration(tmp_path):
     assert "full" in _claim(out, "C6")["measurement"].lower() and _claim(out, "C6")["verdict"] == "not measured"
     # back to both modes: the full model is trained again and C6 is measured again
     run_pipeline(_cfg(), out, progress=False)
-    assert (out / "evaluate" / "eval_full.pt").exists() and _claim(out, "C6")["verdict"] != "not measured"
+    c6 = _claim(out, "C6")  # without a generic benchmark C6 stays "not measured", now for that reason alone
+    assert (out / "evaluate" / "eval_full.pt").exists()
+    assert c6["verdict"] != "not measured" or "generic benchmark" in c6["measurement"] + c6.get("reason", ""), c6
 
 
 def test_a_damaged_output_makes_its_stage_and_everything_below_stale(tmp_path, capsys):

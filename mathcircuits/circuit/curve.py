@@ -156,14 +156,19 @@ class Faithfulness(SavedResult):
         p = self.plateau
         assert p is not None
         whole = self.whole.format("{:.3f}")
+        null = (
+            "the random band"
+            if any(q.random for q in self.curve)
+            else "the counterfactual (0; no random circuits drawn)"
+        )
         if self.plateau_reason == "negative":
             return (
                 f"negative faithfulness (a finding): the whole circuit's F = {whole} ({self.primary}) is worse than "
-                f"the counterfactual, and no size beats the random band; m(M) - m(cf) = {gap} nats"
+                f"the counterfactual, and no size beats {null}; m(M) - m(cf) = {gap} nats"
             )
         if self.plateau_reason == "empty":
             return (
-                f"empty plateau: no size beats the random band ({self.primary}); whole circuit F = {whole}; "
+                f"empty plateau: no size beats {null} ({self.primary}); whole circuit F = {whole}; "
                 f"m(M) - m(cf) = {gap} nats"
             )
         mean, lo, hi = p.band(self.confidence)
