@@ -138,10 +138,10 @@ def test_attention_reading_gives_each_heads_excess_with_its_interval_and_class()
     )
     assert [p[0] for p in parts] == ["L3.H1", "L1.H2"], text
     summary = att.summary(by_operation=False)
-    for (_, ab, op, cls), row in zip(parts, summary.itertuples()):
+    for (_, ab, op, cls), row, row_class in zip(parts, summary.itertuples(), summary["class"]):
         assert float(ab) == pytest.approx(100 * row.excess_operands, abs=0.051)  # points, one decimal
         assert float(op) == pytest.approx(100 * row.excess_operator, abs=0.051)
-        assert cls == row[-1]
+        assert cls == row_class
     assert [p[3] for p in parts] == ["operand", "operator"]
     assert "over 6 pairs" in text
 

@@ -227,11 +227,11 @@ def reading_attention(result: AttentionByRole) -> str:
     """
     df = result.summary(by_operation=False)
     parts = []
-    for r in df.itertuples():
+    for r, cls in zip(df.itertuples(), df["class"]):
         parts.append(
             f"{r.component} operands "
             f"{format_points(r.excess_operands, r.excess_operands_low, r.excess_operands_high)}, "
-            f"operator {format_points(r.excess_operator, r.excess_operator_low, r.excess_operator_high)} ({r[-1]})"
+            f"operator {format_points(r.excess_operator, r.excess_operator_low, r.excess_operator_high)} ({cls})"
         )
     return (
         "Share of attention from the last position on the operands (A and B) and on the operator, minus the share "
