@@ -140,6 +140,27 @@ def test_position_means_are_the_pool_average_without_the_scored_pairs():
     assert torch.allclose(means.values(b).z[0, :, 1], c["blocks.1.attn.hook_z"].mean(0), atol=1e-5)
 
 
+def test_position_means_hold_no_property_of_the_answer():
+    """Pool prompts whose answers have one or two tokens share one mean at the prompt positions (keyed on answer
+    length, the mean would tell the ablated head how long the answer is); the second answer position averages
+    only the prompts whose answer reaches it."""
+    model, _, _, pool = planted()
+    two = [i % 4 < 2 for i in range(len(pool))]  # both templates get both answer lengths
+    pool = pool.map(
+        lambda r, i: {"answer_tokens": r["answer_tokens"] + [r["answer_tokens"][0]] * two[i]}, with_indices=True
+    )
+    means = pool_means(model, pool)
+    assert set(means.means) == {(str(t), 6) for t in pool["template_id"]}, "one key per template and prompt length"
+    for tid in {str(t) for t in pool["template_id"]}:
+        rows = [i for i, t in enumerate(pool["template_id"]) if t == tid]
+        n_two = sum(two[i] for i in rows)
+        assert 0 < n_two < len(rows)
+        assert means.counts[(tid, 6)].tolist() == [len(rows)] * 6 + [n_two]
+        cf = torch.tensor([pool["cf_tokens"][i] for i in rows])
+        _, c = model.bridge.run_with_cache(cf, names_filter=lambda n: n == "blocks.1.attn.hook_z")
+        assert torch.allclose(means.means[(tid, 6)].z[0, :6, 1], c["blocks.1.attn.hook_z"].mean(0), atol=1e-5)
+
+
 def test_size_grid_and_top_circuits():
     assert size_grid(5, 20) == [0, 1, 2, 3, 4, 5]
     g = size_grid(100, 8)

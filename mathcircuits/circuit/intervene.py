@@ -22,8 +22,8 @@ template, so there is nothing to ablate there. At a query position ``p``:
 
 The ablated value is the paired counterfactual's (``resample``: the counterfactual run, the same
 intervention discovery used) or a position-aligned mean over a pool of counterfactual prompts of the
-same template, prompt length and answer length (``position_mean``; Wang et al. 2023's mean over the ABC
-distribution). With ``mlps="keep"`` the MLPs always compute (Wang et al.'s IOI circuit); with
+same template and prompt length, never of an answer property (``position_mean``; Wang et al. 2023's mean
+over the ABC distribution). With ``mlps="keep"`` the MLPs always compute (Wang et al.'s IOI circuit); with
 ``"ablate"`` they are nodes like the heads (Hanna et al. 2024).
 
 The score is the whole answer's log-probability (teacher-forced). An empty circuit under ``resample``

@@ -3,9 +3,12 @@
 Wang et al. (2023, §4) ablate a head with its mean over the task's counterfactual distribution, taken
 at each position separately (the ABC distribution of IOI). Here the pool is a set of counterfactual
 prompts of the same template (other operands, or the operator replaced), each followed by its pair's
-answer tokens as the scored sequences are (teacher forcing); the mean is taken per template, prompt
-length and answer length, so every position means the same token role. The few-shot prefix is the
-same in every prompt of a template, so only the query positions are averaged and used.
+answer tokens as the scored sequences are (teacher forcing); the mean is taken per template and prompt
+length, so every position means the same token role. The key holds no property of the answer (issue #35):
+keyed on answer length, the mean at the prompt positions would tell the ablated component whether the
+answer has two digits. A causal model's prompt positions do not see the answer, so every prompt of the key
+enters their mean; an answer position's mean is over the prompts whose answer reaches it. The few-shot
+prefix is the same in every prompt of a template, so only the query positions are averaged and used.
 
 The scored pairs stay out of their own mean: pool prompts with a scored pair's operands (same
 template) are left out (``exclude``).
@@ -24,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+from torch import Tensor
 
 from mathcircuits.circuit.batches import CircuitBatch, circuit_batches
 from mathcircuits.circuit.wiring import AblationValues, record_values
@@ -39,21 +43,25 @@ def scored_operands(dataset: Any) -> set[tuple[str, int, int]]:
 
 @dataclass(frozen=True)
 class PoolMeans:
-    """Per (template, prompt length, answer length): mean ``hook_z`` and ``hook_mlp_out`` at the query positions."""
+    """Per (template, prompt length): mean ``hook_z`` and ``hook_mlp_out`` at the query positions, and how many
+    pool prompts each position's mean holds (``counts``, fewer at answer positions that short answers miss)."""
 
-    means: dict[tuple[str, int, int], AblationValues]
-    counts: dict[tuple[str, int, int], int]
+    means: dict[tuple[str, int], AblationValues]
+    counts: dict[tuple[str, int], Tensor]
 
     def values(self, batch: CircuitBatch) -> AblationValues:
         """The means for one batch; a clear error when the pool has no prompt of its template and lengths."""
-        key = (batch.templates[0], batch.n_prompt, batch.answers.shape[1])
-        if key not in self.means:
+        key = (batch.templates[0], batch.n_prompt)
+        n_pos = batch.cf_tokens.shape[1] - batch.prefix_len
+        if key not in self.means or self.counts[key].shape[0] < n_pos:
             raise ValueError(
                 f"the counterfactual pool has no prompt of template {key[0]!r} with {key[1]} prompt tokens and "
-                f"{key[2]} answer tokens (after leaving out the scored pairs' operands), so position_mean has nothing "
-                "to average. Fix: generate a larger pool (more n_per_template) of the evaluated templates."
+                f"{batch.answers.shape[1]} or more answer tokens (after leaving out the scored pairs' operands), so "
+                "position_mean has nothing to average. Fix: generate a larger pool (more n_per_template) of the "
+                "evaluated templates."
             )
         v = self.means[key]
+        v = AblationValues(v.z[:, :n_pos], v.mlp[:, :n_pos], v.start)
         if v.start != batch.prefix_len:
             raise ValueError(
                 f"the pool's prefix of template {key[0]!r} has {v.start} tokens but the scored pairs' "
@@ -83,20 +91,29 @@ def pool_means(
     rows = [i for i, k in enumerate(keys) if (k[0], int(k[1]), int(k[2])) not in skip]
     if not rows:
         raise ValueError("every pool prompt was left out (they are the scored pairs). Fix: pass a larger pool.")
-    sums: dict[tuple[str, int, int], tuple[torch.Tensor, torch.Tensor, int, int]] = {}
+    parts: dict[tuple[str, int], list[tuple[Tensor, Tensor, int]]] = {}
+    starts: dict[tuple[str, int], int] = {}
     store: dict[tuple[int, ...], Any] = {}
     for b in circuit_batches(model, pool, "suffix", batch_size, rows=rows):
-        key = (b.templates[0], b.n_prompt, b.answers.shape[1])
+        key = (b.templates[0], b.n_prompt)
+        if starts.setdefault(key, b.prefix_len) != b.prefix_len:  # one template shares one few-shot prefix
+            raise ValueError(f"template {key[0]!r} has prompts with different prefixes. Fix: regenerate the pool.")
         v = record_values(model, b.cf_tokens, b.prefix_len, store)
-        z, m = v.z.double().sum(0), v.mlp.double().sum(0)
-        if key in sums:
-            z0, m0, n0, start = sums[key]
-            if start != b.prefix_len:  # pairs of one template share its few-shot prefix; batches differ only by rows
-                raise ValueError(f"template {key[0]!r} has prompts with different prefixes. Fix: regenerate the pool.")
-            sums[key] = (z0 + z, m0 + m, n0 + len(b.idx), start)
-        else:
-            sums[key] = (z, m, len(b.idx), b.prefix_len)
-    means = {
-        k: AblationValues((z / n).float()[None], (m / n).float()[None], start) for k, (z, m, n, start) in sums.items()
-    }
-    return PoolMeans(means=means, counts={k: v[2] for k, v in sums.items()})
+        parts.setdefault(key, []).append((v.z.double().sum(0), v.mlp.double().sum(0), len(b.idx)))
+    means, counts = {}, {}
+    for key, sums in parts.items():
+        n_pos = max(z.shape[0] for z, _, _ in sums)
+        z_total = torch.zeros(n_pos, *sums[0][0].shape[1:], dtype=torch.float64, device="cpu")
+        m_total = torch.zeros(n_pos, *sums[0][1].shape[1:], dtype=torch.float64, device="cpu")
+        count = torch.zeros(n_pos, dtype=torch.float64, device="cpu")
+        for z, m, n in sums:  # a batch's positions run from the prefix's end to its own answer's end
+            z_total[: z.shape[0]] += z
+            m_total[: m.shape[0]] += m
+            count[: z.shape[0]] += n
+        means[key] = AblationValues(
+            (z_total / count[:, None, None, None]).float()[None],
+            (m_total / count[:, None, None]).float()[None],
+            starts[key],
+        )
+        counts[key] = count
+    return PoolMeans(means=means, counts=counts)
