@@ -228,8 +228,8 @@ def heuristic_neurons(
     correct = cap.correct.nonzero()[:, 0]
     if len(correct) < 5:
         raise TooFewCorrect(
-            f"the model answers only {len(correct)} of {n} grid prompts correctly, too few to ablate. "
-            "Fix: use operands the model solves (a smaller operand range)."
+            f"the model answers only {len(correct)} of {n} grid prompts correctly, too few to ablate",
+            "use operands the model solves (a smaller operand range).",
         )
     means = cap.acts.mean(0)  # [layer, neuron]
     attribution = (cap.grads * (means - cap.acts)).abs()[correct].mean(0)

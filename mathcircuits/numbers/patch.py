@@ -254,7 +254,8 @@ def helix_patch(
     if len(keep) < 2:
         raise TooFewCorrect(
             f"the model answers only {len(keep)} of {len(cands)} candidate prompts of {template_id!r} correctly, "
-            "too few to patch. Fix: use a template and operands the model solves (e.g. smaller b_values)."
+            "too few to patch",
+            "use a template and operands the model solves (e.g. smaller b_values).",
         )
     gen = torch.Generator().manual_seed(seed)
     d_model = model.spec.d_model

@@ -21,7 +21,11 @@ __all__ = ["ShowResult", "TooFewCorrect", "quantile"]
 
 
 class TooFewCorrect(ValueError):
-    """The model answers too few prompts correctly for a causal analysis; the message says which and the fix."""
+    """The model answers too few prompts correctly for a causal analysis: ``problem`` says which, ``fix`` what to do."""
+
+    def __init__(self, problem: str, fix: str) -> None:
+        super().__init__(f"{problem}. Fix: {fix}")
+        self.problem, self.fix = problem, fix
 
 
 def quantile(x: Tensor, q: float, dim: int = 0) -> Tensor:

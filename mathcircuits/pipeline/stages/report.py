@@ -121,7 +121,7 @@ def _numbers_off(ctx: Context) -> dict[str, str]:
     out = {}
     for part, claim in (("helix patch", "N2"), ("neurons", "N3")):
         if part in summary.skipped:
-            out[claim] = summary.skipped[part].split(". Fix")[0]
+            out[claim] = summary.skipped[part].problem
     return out
 
 
