@@ -19,7 +19,8 @@ from typing import TypeVar
 
 import pandas as pd
 
-from mathcircuits._io import ResultFileError, SavedResult, read_json
+from mathcircuits._files import read_json
+from mathcircuits._io import ResultFileError, SavedResult
 from mathcircuits.ablation import KnockoutResult, MLPMargin, RandomControl, TransferResult
 from mathcircuits.analysis import AttentionByRole, HeadPatterns, MLPProbeResult
 from mathcircuits.circuit import Circuit, Faithfulness
