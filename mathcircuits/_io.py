@@ -1,4 +1,4 @@
-"""Atomic file writes, and the one versioned save/load protocol of every result and spec.
+"""The one versioned save/load protocol of every result and spec (atomic writes: :mod:`mathcircuits._files`).
 
 Every result in mathcircuits is a frozen dataclass whose fields are plain values
 (str, int, float, bool, lists/tuples/dicts of them), tensors, or nested frozen
@@ -33,243 +33,34 @@ dataclasses (a :class:`~mathcircuits.models.ModelSpec`, parameter slices).
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import errno
 import html
 import io
 import json
 import os
-import reprlib
-import shutil
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
 import torch
-import yaml
 
 from mathcircuits._codec import FieldError, decode_fields, encode_fields, from_plain, tensors_from_json, tensors_to_json
+from mathcircuits._files import ResultFileError, atomic_path
 
 __all__ = [
-    "DISK_FULL",
     "FieldError",
     "ResultFileError",
-    "StrictYAMLError",
     "SavedResult",
-    "atomic_dir",
-    "atomic_path",
     "brief",
     "decode_fields",
     "encode_fields",
-    "is_temporary",
     "load_result",
-    "load_yaml",
-    "read_json",
     "save_result",
-    "write_json",
 ]
 
 T = TypeVar("T")
 
 
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
-DISK_FULL = frozenset({errno.ENOSPC, errno.EFBIG, errno.EDQUOT})
-"""The errors of a write that found no room: no space left, file too large (a size limit), quota exceeded."""
-
-
-def _nameless_full(err: OSError) -> bool:
-    """Whether a full disk raised ``err`` without naming the file (``write()`` names none)."""
-    return err.errno in DISK_FULL and not err.filename
-
-
-def is_temporary(rel: str | os.PathLike) -> bool:
-    """Whether a path is, or lies in, a temporary file or folder of :func:`atomic_path` / :func:`atomic_dir`.
-
-    A process killed mid-write (SIGKILL, power loss) leaves ``.<name>.<random>.tmp`` (or a replaced folder's
-    ``.<name>.old``) behind; such a file is never an output.
-
-    Args:
-        rel: a path, best relative to the folder a stage writes.
-
-    Returns:
-        True when one of its parts is such a name.
-    """
-    return any(p.startswith(".") and p.endswith((".tmp", ".old")) for p in Path(rel).parts)
-
-
-@contextlib.contextmanager
-def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
-    """Yield a temporary path beside ``path``; move it into place only on success.
-
-    Args:
-        path: The file to write; it is replaced only when the ``with`` block succeeds.
-
-    Returns:
-        A context manager yielding the temporary file path to write.
-    """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    tmp_path = Path(tmp)
-    tmp_path.chmod(0o666 & ~_umask())  # mkstemp makes 0600; give results the usual permissions
-    try:
-        yield tmp_path
-        os.replace(tmp_path, path)
-    except OSError as err:
-        if _nameless_full(err):
-            raise type(err)(err.errno, os.strerror(err.errno), str(path)) from err
-        raise
-    finally:
-        if tmp_path.exists():
-            tmp_path.unlink()
-
-
-@contextlib.contextmanager
-def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
-    """Yield a temporary folder beside ``path``; it replaces ``path`` only on success.
-
-    Args:
-        path: The folder to write; an existing folder there is replaced only when the ``with`` block succeeds.
-
-    Returns:
-        A context manager yielding the temporary folder to fill.
-    """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
-    tmp.chmod(0o777 & ~_umask())
-    try:
-        try:
-            yield tmp
-        except OSError as err:
-            if _nameless_full(err):
-                raise type(err)(err.errno, os.strerror(err.errno), str(path)) from err
-            raise
-        if path.exists():
-            old = path.with_name(f".{path.name}.old")
-            if old.exists():
-                shutil.rmtree(old)
-            os.replace(path, old)
-            os.replace(tmp, path)
-            shutil.rmtree(old)
-        else:
-            os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp)
-
-
-def write_json(path: str | os.PathLike, obj: Any) -> Path:
-    """Write ``obj`` as indented JSON, atomically.
-
-    Args:
-        path: The JSON file to write (replaced atomically).
-        obj: A JSON-serialisable value.
-
-    Returns:
-        ``path`` as a :class:`~pathlib.Path`.
-    """
-    with atomic_path(path) as tmp:
-        tmp.write_text(json.dumps(obj, indent=2, sort_keys=False) + "\n")
-    return Path(path)
-
-
-def read_json(path: str | os.PathLike) -> Any:
-    """Read a JSON file; a missing or unparsable file is an error naming it.
-
-    Args:
-        path: the file.
-
-    Returns:
-        The parsed JSON value.
-    """
-    path = Path(path)
-    if not path.exists():
-        raise FileNotFoundError(f"{path} does not exist. Fix: check the path, or run the stage that writes it.")
-    try:
-        return json.loads(path.read_text())
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise ResultFileError(
-            f"{path} is not valid JSON ({err}); it may be truncated or corrupted. "
-            "Fix: delete it and re-run the stage that writes it."
-        ) from err
-
-
-class StrictYAMLError(yaml.YAMLError):
-    """YAML that :func:`load_yaml` refuses although PyYAML would read it; ``problem`` and ``fix`` say why."""
-
-    def __init__(self, problem: str, fix: str) -> None:
-        super().__init__(f"{problem}. Fix: {fix}.")
-        self.problem, self.fix = problem, fix
-
-
-class _StrictLoader(yaml.SafeLoader):
-    """``SafeLoader`` that refuses a key given twice in one mapping and any alias (``*name``).
-
-    PyYAML keeps the last of two equal keys without a word, so a second ``model:`` section silently
-    replaces the first. An alias can expand exponentially ("billion laughs": a few hundred bytes that
-    expand to 10⁹ items); settings files have no need for them.
-    """
-
-    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node | None:
-        if self.check_event(yaml.AliasEvent):
-            mark = self.peek_event().start_mark
-            raise StrictYAMLError(
-                f"line {mark.line + 1} uses an alias (*{self.peek_event().anchor}); aliases are not accepted",
-                "write the value out in full instead of &anchor / *alias",
-            )
-        return super().compose_node(parent, index)
-
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
-        seen: dict[Any, int] = {}
-        for key_node, _ in node.value:
-            key = self.construct_object(key_node, deep=True)  # type: ignore[no-untyped-call]
-            line = key_node.start_mark.line + 1
-            try:
-                first = seen.get(key)
-            except TypeError:  # an unhashable key: SafeLoader's own error follows
-                continue
-            seen[key] = line
-            if first is not None:
-                raise StrictYAMLError(
-                    f"key {reprlib.repr(key)} is given twice (lines {first} and {line}); the second would silently "
-                    "replace the first",
-                    f"keep one {reprlib.repr(key)} and merge the settings of both into it",
-                )
-        return super().construct_mapping(node, deep=deep)
-
-
-def load_yaml(text: str) -> Any:
-    """Parse YAML safely, refusing duplicate keys and aliases (settings and template files).
-
-    Args:
-        text: the YAML text.
-
-    Returns:
-        The parsed value (``None`` for an empty document). Raises :class:`StrictYAMLError` (a
-        ``yaml.YAMLError``) naming the key and its lines, or the alias's line, and ``yaml.YAMLError``
-        for bad syntax.
-    """
-    loader = _StrictLoader(text)
-    try:
-        return loader.get_single_data()
-    finally:
-        loader.dispose()
-
-
-class ResultFileError(ValueError):
-    """A saved file cannot be read as the value asked for; the message names the file, the problem and the fix."""
-
-
-# ----------------------------------------------------------------------------- files
+# ----------------------------------------------------------------------------- saved results
 
 
 def _kind_of(cls: type) -> str:

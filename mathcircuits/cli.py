@@ -157,7 +157,7 @@ def _load_config(args: argparse.Namespace) -> RunConfig:
 
 def _message(err: BaseException, out: Path | None = None) -> str:
     """``<problem>. Fix: <fix>`` for an input or OS error (the toolkit's errors already say their fix)."""
-    from mathcircuits._io import DISK_FULL
+    from mathcircuits._files import DISK_FULL
 
     if isinstance(err, OSError) and err.errno in DISK_FULL:
         where = err.filename or (f"a file in {out}" if out is not None else "a file")
@@ -191,7 +191,7 @@ def _run(args: argparse.Namespace) -> int:
     # imported here, after the arguments are parsed: these bring in torch and the model libraries
     import yaml
 
-    from mathcircuits._io import read_json
+    from mathcircuits._files import read_json
     from mathcircuits.pipeline import RunPaths, render_config, run_pipeline, stage_status
 
     if args.command == "compare-models":

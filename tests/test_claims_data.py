@@ -10,7 +10,7 @@ import torch
 from planted_numbers import adder_model
 
 from mathcircuits.ablation import PositionPool
-from mathcircuits.claims import Verdict, c6_verdict, claim_n3
+from mathcircuits.claims import C6Stop, Verdict, c6_verdict, claim_n3
 from mathcircuits.data import GenerationConfig, generate_pairs, load_templates
 from mathcircuits.models import hooks
 from mathcircuits.numbers import heuristic_neurons, operand_grid
@@ -87,12 +87,16 @@ def _iv(v: float, lo: float, hi: float) -> Interval:
 
 def test_c6_is_not_measured_without_a_generic_benchmark_but_can_still_fail_on_math():
     up, level, far = _iv(0.2, 0.1, 0.3), _iv(0.0, -0.02, 0.02), _iv(-0.2, -0.3, -0.1)
-    verdict, reason = c6_verdict(up, level, None)  # would hold on math: the generic half is missing
-    assert verdict == Verdict.NOT_MEASURED and "generic" in reason
-    assert c6_verdict(up, level, _iv(0.0, -0.03, 0.03))[0] == Verdict.HOLDS  # with one, the same math holds
-    assert c6_verdict(up, far, None)[0] == Verdict.FAILS  # the math half fails whatever generic would show
-    verdict, reason = c6_verdict(_iv(0.0, -0.1, 0.1), far, None)  # no training effect, no generic benchmark
-    assert verdict == Verdict.NOT_MEASURED and "training had no effect" in reason
+    r = c6_verdict(up, level, None)  # would hold on math: the generic half is missing
+    assert (r.verdict, r.stop, r.effect) == (Verdict.NOT_MEASURED, C6Stop.NO_GENERIC, True)
+    assert c6_verdict(up, level, _iv(0.0, -0.03, 0.03)).verdict == Verdict.HOLDS  # with one, the same math holds
+    r = c6_verdict(up, far, None)  # the math half fails whatever generic would show
+    assert (r.verdict, r.stop) == (Verdict.FAILS, None)
+    r = c6_verdict(_iv(0.0, -0.1, 0.1), far, None)  # no training effect, no generic benchmark
+    assert (r.verdict, r.stop, r.effect) == (Verdict.NOT_MEASURED, C6Stop.NO_GENERIC, False)
+    r = c6_verdict(_iv(0.0, -0.1, 0.1), level, _iv(0.0, -0.03, 0.03))  # no training effect, a generic benchmark
+    assert (r.verdict, r.stop, r.effect) == (Verdict.INCONCLUSIVE, C6Stop.NO_EFFECT, False)
+    assert r.lead("x") == f"{C6Stop.NO_EFFECT.value}. x"
 
 
 # ----------------------------------------------------------------------------- C6b's seed term

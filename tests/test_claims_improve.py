@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from mathcircuits.claims import (
-    NO_EFFECT,
+    C6Stop,
     ClaimsCard,
     Verdict,
     assess_claims,
@@ -80,8 +80,8 @@ def test_c6_holds_fails_and_needs_an_effect():
     forgets = comparison({"base": 0.2, "precise": 0.6, "full": 0.6}, {"base": 0.6, "precise": 0.3, "full": 0.6})
     assert claim_c6_units(forgets).verdict == Verdict.FAILS  # generic ability lost
     idle = claim_c6_units(comparison({"base": 0.4, "precise": 0.4, "full": 0.4}))
-    assert idle.verdict == Verdict.INCONCLUSIVE and idle.reason.startswith(NO_EFFECT)  # the old rule: "holds"
-    assert idle.measurement.startswith(NO_EFFECT)
+    assert idle.verdict == Verdict.INCONCLUSIVE  # the old rule: "holds"
+    assert idle.measurement.startswith(f"{C6Stop.NO_EFFECT.value}. ")  # the card leads with the stop
     close = claim_c6_units(comparison({"base": 0.2, "precise": 0.56, "full": 0.6}))
     assert close.verdict == Verdict.INCONCLUSIVE and close.low < -0.05 < close.high
     assert claim_c6_units(None).verdict == Verdict.NOT_MEASURED
@@ -94,7 +94,7 @@ def test_c6b_holds_fails_and_needs_an_effect():
     same = claim_c6b(comparison({"base": 0.2, "precise": 0.5, "random": 0.62, "full": 0.6}))
     assert same.verdict == Verdict.FAILS and same.high <= 0  # random heads do as well or better
     idle = claim_c6b(comparison({"base": 0.4, "precise": 0.4, "random": 0.4}))
-    assert idle.verdict == Verdict.INCONCLUSIVE and idle.reason.startswith(NO_EFFECT)
+    assert idle.verdict == Verdict.INCONCLUSIVE and idle.measurement.startswith(f"{C6Stop.NO_EFFECT.value}. ")
     tie = claim_c6b(comparison({"base": 0.2, "precise": 0.5, "random": 0.49}))
     assert tie.verdict == Verdict.INCONCLUSIVE and tie.low < 0 < tie.high
     assert claim_c6b(comparison({"base": 0.2, "precise": 0.5})).verdict == Verdict.NOT_MEASURED
@@ -121,4 +121,4 @@ def test_c6_on_tiny_units_that_cannot_learn(tmp_path):
     cmp = compare_units(plan, tmp_path, execute)
     c6 = claim_c6_units(cmp)
     # no generic benchmark in these units: C6 cannot hold ("not measured"), and the reason names the missing effect
-    assert c6.verdict == Verdict.NOT_MEASURED and NO_EFFECT in c6.reason, c6.reason
+    assert c6.verdict == Verdict.NOT_MEASURED and C6Stop.NO_EFFECT.value in c6.reason, c6.reason

@@ -403,7 +403,7 @@ def test_the_numbers_stage_writes_its_results_and_says_what_it_skipped(tmp_path)
     assert not paths.numbers("neurons").exists()  # a random model answers nothing: the causal parts are skipped
     # neurons need correct answers (a random model has none); the helix patch runs once identify's share of the
     # facts gives it patch_pairs pairs
-    assert set(summary.skipped) <= {"helix patch", "neurons"} and "too few" in summary.skipped["neurons"]
+    assert set(summary.skipped) <= {"helix patch", "neurons"} and "too few" in summary.skipped["neurons"].problem
     assert "last token" in summary.reading and set(summary.timings) >= {"states", "spectra", "probes", "helix"}
     lines = summary.lines()
     assert any(line.startswith("  skipped neurons: ") and "too few" in line for line in lines)
@@ -413,7 +413,9 @@ def test_the_numbers_stage_writes_its_results_and_says_what_it_skipped(tmp_path)
     assert card["N1"].verdict == Verdict.NOT_TESTABLE and card["N1"].beyond_paper  # digit-split, periods 2, 5, 10
     for cid, part in (("N2", "helix patch"), ("N3", "neurons")):  # skipped parts: "not measured", with the reason
         if part in summary.skipped:
-            assert card[cid].verdict == Verdict.NOT_MEASURED and "too few" in card[cid].reason, card[cid]
+            skip = summary.skipped[part]
+            assert card[cid].verdict == Verdict.NOT_MEASURED and skip.problem in card[cid].reason, card[cid]
+            assert "Fix:" not in card[cid].reason  # the card gives the problem; the stage's summary gives the fix
     assert 'id="numbers"' in paths.report.read_text() and paths.figure("numbers_spectrum").with_suffix(".html").exists()
     off = RunConfig.from_dict({"model": {"source": "tiny-llama"}})
     assert off.numbers.enabled is False

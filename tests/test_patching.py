@@ -216,3 +216,18 @@ def test_attribution_refuses_a_metric_over_every_answer_token(tiny_llama, pairs_
     """The exact and reference scans read every answer token (the default); the first-order screen cannot."""
     with pytest.raises(ValueError, match="not a first-token metric.*Fix"):
         path_patch(tiny_llama, pairs_llama, metric="answer_logprob", method="attribution")
+
+
+@pytest.mark.parametrize("method", ["exact", "reference"])
+def test_the_scans_refuse_a_batch_without_every_answer_token(tiny_llama, pairs_llama, method):
+    """A metric over every answer token needs a batch that holds them; a first-token batch is refused, not read."""
+    from mathcircuits.data import pair_batches
+    from mathcircuits.patching import METHODS, METRICS, Senders
+
+    first_only = pair_batches(pairs_llama, 8, tiny_llama.device)[0]
+    assert first_only.answers is None
+    with pytest.raises(ValueError, match="reads every answer token.*Fix: build the batches"):
+        METHODS[method](tiny_llama, first_only, Senders(), METRICS["answer_logprob"], chunk_rows=8192, progress=False)
+    whole = pair_batches(pairs_llama, 8, tiny_llama.device, answers=True)[0]
+    eff = METHODS[method](tiny_llama, whole, Senders(), METRICS["logit_diff"], chunk_rows=8192, progress=False)
+    assert torch.isfinite(eff.heads).all()  # a first-token metric reads no answer tokens: the same batch runs

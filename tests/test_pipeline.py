@@ -279,6 +279,12 @@ SUMMARIES = {
                 "fewer_than_requested": {"validation": "4-4 per template of the 8 asked for (its 4 facts)"},
                 "claims": [{"id": "C6b", "verdict": "does not hold",
                             "measurement": "precise − random −0.01 [−0.05, 0.02]"}]},
+    "numbers": {"seconds": 30.0, "disabled": False, "reading": "last token of the operand",
+                "bands": {"middle": [2.0, 10.0]}, "baseline_periods": [10.0], "kappa": {"mod 10": "0.91 at depth 3"},
+                "helix": "periods 2, 10 at depth 3", "patch": "", "neurons": "",
+                "skipped": {"neurons": {"problem": "the model answers only 0 of 16 grid prompts correctly, too few "
+                                                   "to ablate", "fix": "use operands the model solves."}},
+                "timings": {"states": 1.0}, "notes": []},
     "report": {"seconds": 4.6, "report": "report.html", "figures": 12, "static_formats": [],
                "claims": [{"id": "C1", "title": "key heads are sparse, mid-depth", "verdict": "not measured",
                            "measurement": "3 of 12 heads"}]},

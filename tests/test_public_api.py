@@ -12,7 +12,7 @@ TESTS = Path(__file__).resolve().parent
 
 #: modules the fault-injection tests patch from outside (the plain path must catch the breakage).
 PATCHED_MODULES = {
-    "mathcircuits._io",  # faults injected at the file layer: a full disk, a killed writer (test_reliability3)
+    "mathcircuits._files",  # faults injected at the file layer: a full disk, a killed writer (test_reliability3)
     "mathcircuits.ablation.scorer",
     "mathcircuits.circuit.edges",
     "mathcircuits.data.correct",  # counted, not broken: correct_pairs scores no more pairs than it needs

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import torch
 
-import mathcircuits._io as io_files
+import mathcircuits._files as io_files
 import mathcircuits.pipeline.markers as markers
 from mathcircuits.ablation import HeadMeans
 from mathcircuits.cli import main
@@ -146,7 +146,7 @@ def test_two_processes_taking_over_one_stale_lock_never_both_hold_it(tmp_path):
 
 _KILLED_MID_WRITE = """
 import os, signal, sys
-from mathcircuits._io import atomic_dir, atomic_path
+from mathcircuits._files import atomic_dir, atomic_path
 with atomic_path(sys.argv[1]) as tmp:
     tmp.write_text("half of a file")
     with atomic_dir(sys.argv[2]) as d:

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from mathcircuits.ablation import KnockoutResult, TransferResult, transfer_row
-from mathcircuits.claims import Verdict, c6_verdict, claim_c1, claim_c6
+from mathcircuits.claims import C6Stop, Verdict, c6_verdict, claim_c1, claim_c6
 from mathcircuits.evaluation import ARITHMETIC, EvalResult
 from mathcircuits.models import ModelSpec, PeakMemory
 from mathcircuits.patching import KeyComponents, PatchingResult, SelectionConfig
@@ -92,12 +92,12 @@ def _iv(v: float, lo: float, hi: float) -> Interval:
 
 def test_c6_states_its_five_point_margin_in_points():
     up = _iv(0.2, 0.1, 0.3)
-    verdict, reason = c6_verdict(up, _iv(-0.04, -0.08, -0.01), _iv(0.0, -0.02, 0.02))
-    assert verdict == Verdict.INCONCLUSIVE and "−5-point margin" in reason  # excludes 0, straddles −5 points
-    verdict, reason = c6_verdict(up, _iv(-0.01, -0.03, 0.01), None)  # no generic benchmark: C6 cannot hold
-    assert verdict == Verdict.NOT_MEASURED and "generic" in reason
-    verdict, reason = c6_verdict(up, _iv(-0.2, -0.3, -0.1), None)
-    assert verdict == Verdict.FAILS and "−5-point margin" in reason
+    r = c6_verdict(up, _iv(-0.04, -0.08, -0.01), _iv(0.0, -0.02, 0.02))
+    assert r.verdict == Verdict.INCONCLUSIVE and "−5-point margin" in r.reason  # excludes 0, straddles −5 points
+    r = c6_verdict(up, _iv(-0.01, -0.03, 0.01), None)  # no generic benchmark: C6 cannot hold
+    assert r.verdict == Verdict.NOT_MEASURED and r.stop == C6Stop.NO_GENERIC
+    r = c6_verdict(up, _iv(-0.2, -0.3, -0.1), None)
+    assert r.verdict == Verdict.FAILS and "−5-point margin" in r.reason
     same, worse = [1, 0] * 100, [0] * 200
     arith = {"base": worse, "precise": same, "full": same}
     evals = {m: EvalResult(m, {}, {}).with_benchmark(ARITHMETIC, "arithmetic", xs) for m, xs in arith.items()}

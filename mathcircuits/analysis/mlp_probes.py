@@ -74,8 +74,8 @@ from torch import Tensor
 from transformers import PreTrainedTokenizerBase
 
 from mathcircuits.analysis.probe_result import PROBES, SPACES, MLPProbeResult, ProbeSettings, Space
+from mathcircuits.data import answer_spacing
 from mathcircuits.data.batching import iter_batches
-from mathcircuits.data.generate import answer_spacing
 from mathcircuits.data.pairs import PairSet, pair_columns, template_keys, token_strings
 from mathcircuits.models import HookedModel, hooks
 from mathcircuits.models.families import block_structure

@@ -38,27 +38,25 @@ Usage::
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import torch
 from tqdm.auto import tqdm
 
 from mathcircuits._schema import check_arguments, expect, expect_pairs
-from mathcircuits.circuit.attribution import attribute_edges, hook_gradients
-from mathcircuits.circuit.batches import POSITIONS, ROLES, CircuitBatch, circuit_batches, label_order
-from mathcircuits.circuit.chain import delta_snapshots
+from mathcircuits.circuit.batches import POSITIONS, ROLES
 from mathcircuits.circuit.components import SENDER_KINDS, Receiver, Sender, upstream_senders
 from mathcircuits.circuit.config import CircuitConfig, EdgeMethod, EdgeSender, MLPMode, ReceiverKind, ScanPositions
 from mathcircuits.circuit.edges import exact_edges
 from mathcircuits.circuit.faithfulness import Scorer
-from mathcircuits.circuit.pair_cache import EdgeBatch, PairCache, pair_cache
+from mathcircuits.circuit.measure import DiscoveryBatches, measure_senders
 from mathcircuits.circuit.plateau import round_saturated
 from mathcircuits.circuit.reference import reference_edges
 from mathcircuits.circuit.result import Circuit, CircuitData, CircuitSettings, DiscoveryRound, Edge, Node
 from mathcircuits.circuit.subcircuits import wiring_of
 from mathcircuits.data.pairs import PairSet, check_token_aligned
-from mathcircuits.models import HookedModel, ModelSpec, hooks
+from mathcircuits.models import HookedModel, ModelSpec
 from mathcircuits.patching import KeyComponents, Metric, MetricName, get_metric, resolve_heads
 from mathcircuits.stats import bootstrap_statistic
 
@@ -68,96 +66,6 @@ __all__ = ["ROLES", "discover_circuit"]
 _DEFAULT = CircuitConfig()
 
 EDGE_METHODS = {"exact": exact_edges, "reference": reference_edges}
-
-
-class _Batches:
-    """The discovery pairs: per batch its cache, labels and (lazily) the gradients the screen needs."""
-
-    def __init__(
-        self, model: HookedModel, dataset: PairSet, positions: ScanPositions, batch_size: int, need_probs: bool
-    ) -> None:
-        self.model = model
-        self.batches: list[CircuitBatch] = circuit_batches(model, dataset, positions, batch_size)
-        self.caches: list[PairCache] = []
-        for b in self.batches:
-            prompt, cf = b.tokens[:, : b.n_prompt], b.cf_tokens[:, : b.n_prompt]
-            self.caches.append(pair_cache(model, prompt, cf, b.answers[:, 0], need_probs, answers=b.answers))
-        self.n = sum(len(b.idx) for b in self.batches)
-        self.offsets = [0]
-        for b in self.batches:
-            self.offsets.append(self.offsets[-1] + len(b.idx))
-        self.grads: dict[int, dict[str, torch.Tensor]] = {}
-        self.snaps: dict[tuple[int, int], dict[int, torch.Tensor]] = {}
-        parallel = self.caches[0].structure.parallel
-        self.all_senders = upstream_senders(model.spec, Receiver("logits"), parallel)
-        self.sender_index = {s: j for j, s in enumerate(self.all_senders)}
-        self.labels = sorted({lab for b in self.batches for lab in b.where}, key=label_order)
-        self.answer_labels = sorted({lab for b in self.batches for lab in b.answer_labels}, key=label_order)
-
-    def readable(self, label: str, at: str) -> torch.Tensor:
-        """Per pair: whether a key/value at ``label`` is read by a node at ``at`` (both present, not later)."""
-        out = torch.zeros(self.n, dtype=torch.bool, device="cpu")
-        for i, b in enumerate(self.batches):
-            if label in b.where and at in b.where and b.where[label] <= b.where[at]:
-                out[self.offsets[i] : self.offsets[i + 1]] = True
-        return out
-
-    def screen_delta(self, i: int, position: int, layer: int, senders: list[Sender]) -> torch.Tensor:
-        """The senders' change at ``position`` as a receiver at ``layer`` sees it (one MLP pass per batch, position)."""
-        if (i, position) not in self.snaps:
-            self.snaps[(i, position)] = delta_snapshots(self.model, self.caches[i], self.all_senders, position)
-        return self.snaps[(i, position)][layer][[self.sender_index[s] for s in senders]]
-
-    def gradient(self, i: int, metric: Metric) -> dict[str, torch.Tensor]:
-        """Every receiver hook's gradient for batch ``i`` (one forward and backward, kept)."""
-        if i not in self.grads:
-            names = [hooks.sub(layer, f"attn.hook_{k}") for layer in range(self.model.spec.n_layers) for k in "qkv"]
-            names += [hooks.mlp_in(layer) for layer in range(self.model.spec.n_layers)]
-            self.grads[i] = hook_gradients(self.model, self.caches[i], metric, names)
-        return self.grads[i]
-
-
-def _measure(
-    data: _Batches,
-    receiver: Receiver,
-    at: str | None,
-    label: str,
-    senders: list[Sender],
-    metric: Metric,
-    edge_fn: Callable[..., EdgeBatch],
-    screen: int | None,
-) -> list[tuple[Sender, torch.Tensor]]:
-    """Per-pair effects (NaN where a batch lacks the label) of senders patched at ``label`` on the receiver.
-
-    ``at``: the q/MLP receiver's own label (None for k/v and the logits). With ``screen``, the attribution screen
-    ranks the senders first.
-    """
-
-    def run(estimate: bool, chosen: list[Sender]) -> torch.Tensor:
-        out = torch.full((data.n, len(chosen)), float("nan"), device="cpu")
-        for i, (b, cache) in enumerate(zip(data.batches, data.caches)):
-            if label not in b.where or (at is not None and at not in b.where):
-                continue
-            p = b.where[label]
-            if p < b.first_diff:
-                out[data.offsets[i] : data.offsets[i + 1]] = 0.0  # identical in both runs: no effect, exactly
-                continue
-            r = receiver if at is None else Receiver(receiver.kind, receiver.layer, receiver.head, position=b.where[at])
-            if estimate:
-                grad = data.gradient(i, metric)[r.hook()]
-                delta = data.screen_delta(i, p, r.layer, chosen)
-                eff = attribute_edges(data.model, cache, r, chosen, [p], metric, gradient=grad, delta=delta).effects
-            else:
-                eff = edge_fn(data.model, cache, r, chosen, [p], metric).effects
-            out[data.offsets[i] : data.offsets[i + 1]] = eff
-        return out
-
-    if screen is not None and screen < len(senders) and receiver.kind != "logits":
-        estimate = run(True, senders).nanmean(0).abs().nan_to_num(0.0)
-        keep = sorted(torch.topk(estimate, screen).indices.tolist())
-        senders = [senders[i] for i in keep]
-    eff = run(False, senders)
-    return [(s, eff[:, j]) for j, s in enumerate(senders)]
 
 
 def _receivers(node: Node, spec: ModelSpec, kinds: Sequence[str]) -> list[tuple[Receiver, bool]]:
@@ -273,7 +181,7 @@ def discover_circuit(
     _check_args(spec, locals())
     m = get_metric(metric)
     edge_fn = EDGE_METHODS[method]
-    data = _Batches(model, dataset, positions, batch_size, m.needs_probs)
+    data = DiscoveryBatches(model, dataset, positions, batch_size, m.needs_probs)
     parallel = data.caches[0].structure.parallel
     scorer = Scorer(model, dataset, positions, ["resample"], mlps=mlps, batch_size=batch_size)
     gap = float((scorer.clean - scorer.cf).mean())
@@ -295,7 +203,7 @@ def discover_circuit(
     first = [Sender("head", l, h) for l, h in key_heads] if key_heads is not None else None
     for label in data.answer_labels if first is None else [lab for lab in data.answer_labels if lab in ("last", "-1")]:
         chosen = first or upstream_senders(spec, Receiver("logits"), parallel, senders)
-        found = _measure(data, Receiver("logits"), None, label, chosen, m, edge_fn, None)
+        found = measure_senders(data, Receiver("logits"), None, label, chosen, m, edge_fn, None)
         ranked = sorted(found, key=lambda c: -abs(float(c[1].nanmean())))
         keep = ranked if first else [c for c in ranked if abs(float(c[1].nanmean())) >= threshold][:logits_top_k]
         cands += [(s, label, per) for s, per in keep]
@@ -331,7 +239,7 @@ def discover_circuit(
                         continue  # a key/value after the node's own position is never read by it
                     if key not in memo:  # a KV group is one receiver for all the query heads that share it
                         at = None if every else node.position
-                        memo[key] = _measure(data, receiver, at, label, chosen, m, edge_fn, screen)
+                        memo[key] = measure_senders(data, receiver, at, label, chosen, m, edge_fn, screen)
                     mask = (
                         data.readable(label, node.position)
                         if every

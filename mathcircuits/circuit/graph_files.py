@@ -35,7 +35,7 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 
-from mathcircuits._io import read_json, write_json
+from mathcircuits._files import read_json, write_json
 from mathcircuits.circuit.components import Receiver, Sender
 from mathcircuits.circuit.edge_scores import INPUT, EdgeKey, EdgeScores, graph_edges
 from mathcircuits.models.spec import ModelSpec

@@ -26,7 +26,8 @@ from mathcircuits.claims.attention import RoleFinding, RoleTest, claim_c3, role_
 from mathcircuits.claims.card import CardSettings, Claim, ClaimsCard, Verdict, fmt_interval
 from mathcircuits.claims.finetune import claim_c6
 from mathcircuits.claims.improve import (
-    NO_EFFECT,
+    C6Ruling,
+    C6Stop,
     c6_verdict,
     claim_c6_units,
     claim_c6b,
@@ -41,10 +42,11 @@ from mathcircuits.claims.sparsity import C1_MARGIN, claim_c1, concentration, cou
 
 __all__ = [
     "C1_MARGIN",
-    "NO_EFFECT",
     "PAPER",
     "RoleFinding",
     "RoleTest",
+    "C6Ruling",
+    "C6Stop",
     "CardSettings",
     "Claim",
     "ClaimsCard",

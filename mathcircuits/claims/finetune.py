@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from mathcircuits.claims.card import Claim, Verdict
-from mathcircuits.claims.improve import MARGIN_TEXT, NO_EFFECT, NO_GENERIC, c6_verdict
+from mathcircuits.claims.improve import MARGIN_TEXT, c6_verdict
 from mathcircuits.claims.paper import claim, not_measured
 from mathcircuits.evaluation import EvalResult
 from mathcircuits.stats import DEFAULT_CONFIDENCE, DEFAULT_N_BOOT, paired_bootstrap
@@ -87,18 +87,14 @@ def claim_c6(
         d_gen = paired_bootstrap(items["precise"][1], items["base"][1], n_boot, seed + 1, confidence)
         text += f"; precise − base on generic ({', '.join(gen_b)}): {d_gen.points()}"
     text += f" (holds when full − base lies above 0 and the others at or above the {MARGIN_TEXT})"
-    verdict, reason = c6_verdict(d_fb, d_math, d_gen)
+    ruling = c6_verdict(d_fb, d_math, d_gen)
     if precise:
         text = f"{precise}. {text}"
-    if verdict == Verdict.INCONCLUSIVE and reason.startswith(NO_EFFECT):
-        text = f"{NO_EFFECT}. {text}"
-    if verdict == Verdict.NOT_MEASURED:
-        text = f"{NO_GENERIC}. {text}"
     return claim(
         "C6",
-        text,
-        verdict,
-        reason,
+        ruling.lead(text),
+        ruling.verdict,
+        ruling.reason,
         value=d_math.value,
         low=d_math.low,
         high=d_math.high,

@@ -36,7 +36,9 @@ Usage::
 from __future__ import annotations
 
 import dataclasses
+import enum
 import math
+from dataclasses import dataclass
 
 from mathcircuits.claims.card import Claim, ClaimsCard, Verdict
 from mathcircuits.claims.paper import C6_MARGIN, claim, not_measured
@@ -46,8 +48,8 @@ from mathcircuits.stats import Interval
 
 __all__ = [
     "MARGIN_TEXT",
-    "NO_EFFECT",
-    "NO_GENERIC",
+    "C6Ruling",
+    "C6Stop",
     "c6_verdict",
     "claim_c6_units",
     "claim_c6b",
@@ -55,10 +57,32 @@ __all__ = [
     "with_unit_claims",
 ]
 
-NO_EFFECT = "training had no effect"
 INTERVAL_TEXT = "95% t intervals over items and seeds, seeds − 1 degrees of freedom"
-NO_GENERIC = "no generic benchmark"  # C6's text starts so when its generic half is not measured
 MARGIN_TEXT = f"−{100 * C6_MARGIN:.0f}-point margin"  # "not worse by more than 5 points", as the card prints it
+
+
+class C6Stop(enum.Enum):
+    """Why a C6 or C6b rule stopped before comparing precise with its control; the value is how the card says it."""
+
+    NO_EFFECT = "training had no effect"
+    NO_GENERIC = "no generic benchmark"  # C6's generic half is not measured
+
+
+@dataclass(frozen=True)
+class C6Ruling:
+    """A C6 or C6b rule's verdict, why in words, and where it stopped short (``None``: it compared).
+
+    ``effect`` is whether training moved math at all (full − base for C6; precise or random − base for C6b).
+    """
+
+    verdict: Verdict
+    reason: str
+    stop: C6Stop | None = None
+    effect: bool = True
+
+    def lead(self, text: str) -> str:
+        """``text`` led by the stop in words (``"training had no effect. …"``), as the card prints it."""
+        return text if self.stop is None else f"{self.stop.value}. {text}"
 
 
 def precise_definition(n_heads: int, n_kv_shared: int, n_params: int | None = None) -> str:
@@ -78,7 +102,7 @@ def precise_definition(n_heads: int, n_kv_shared: int, n_params: int | None = No
     return f"precise = the {n_heads} key heads' q/k/v/o slices only, no MLPs{params}{shared}"
 
 
-def c6_verdict(d_full_base: Interval, d_precise_full: Interval, d_generic: Interval | None) -> tuple[Verdict, str]:
+def c6_verdict(d_full_base: Interval, d_precise_full: Interval, d_generic: Interval | None) -> C6Ruling:
     """The C6 rule on three intervals (accuracy differences; see the module docstring).
 
     Args:
@@ -87,33 +111,37 @@ def c6_verdict(d_full_base: Interval, d_precise_full: Interval, d_generic: Inter
         d_generic: precise − base on generic benchmarks (None: none measured).
 
     Returns:
-        ``(verdict, reason)``.
+        The :class:`C6Ruling`.
     """
     m = -C6_MARGIN
     margin = MARGIN_TEXT
+    effect = d_full_base.low > 0
     if d_generic is None:  # C6 is "matches full on math AND keeps generic ability": the second half is missing
-        if d_full_base.low > 0 and d_precise_full.high < m:
-            return Verdict.FAILS, (
+        if effect and d_precise_full.high < m:
+            return C6Ruling(
+                Verdict.FAILS,
                 f"full beats base and precise − full lies wholly below the {margin}: the math half fails, whatever "
-                "a generic benchmark would show"
+                "a generic benchmark would show",
             )
-        why = "" if d_full_base.low > 0 else f"; besides, {NO_EFFECT} (full − base {d_full_base.points()})"
-        return Verdict.NOT_MEASURED, (
+        why = "" if effect else f"; besides, {C6Stop.NO_EFFECT.value} (full − base {d_full_base.points()})"
+        reason = (
             "no generic benchmark has per-item results (evaluation.benchmarks is empty), so 'keeps generic "
             f"ability' is not measured and C6 cannot hold{why}; a choice benchmark in evaluation.benchmarks (e.g. "
             "ARC-Easy) measures it"
         )
-    if not d_full_base.low > 0:
-        return Verdict.INCONCLUSIVE, (
-            f"{NO_EFFECT}: full − base on math {d_full_base.points()} does not lie above 0, "
+        return C6Ruling(Verdict.NOT_MEASURED, reason, C6Stop.NO_GENERIC, effect)
+    if not effect:
+        reason = (
+            f"{C6Stop.NO_EFFECT.value}: full − base on math {d_full_base.points()} does not lie above 0, "
             "so 'precise matches full' would hold trivially"
         )
+        return C6Ruling(Verdict.INCONCLUSIVE, reason, C6Stop.NO_EFFECT, effect)
     if d_precise_full.high < m or d_generic.high < m:
         why = f"full beats base, and an interval (precise − full, or generic) lies wholly below the {margin}"
-        return Verdict.FAILS, why
+        return C6Ruling(Verdict.FAILS, why)
     if d_precise_full.low >= m and d_generic.low >= m:
-        return Verdict.HOLDS, f"full beats base, and both intervals lie at or above the {margin}"
-    return Verdict.INCONCLUSIVE, f"full beats base, but an interval straddles the {margin}"
+        return C6Ruling(Verdict.HOLDS, f"full beats base, and both intervals lie at or above the {margin}")
+    return C6Ruling(Verdict.INCONCLUSIVE, f"full beats base, but an interval straddles the {margin}")
 
 
 def _claim(cid: str, text: str, verdict: Verdict, reason: str, d: Interval) -> Claim:
@@ -148,7 +176,7 @@ def claim_c6_units(cmp: UnitComparison | None) -> Claim:
     d_pf = difference(cmp, "precise", "full", "math")
     d_g = difference(cmp, "precise", "base", "generic")
     gen = None if math.isnan(d_g.value) else d_g
-    verdict, reason = c6_verdict(d_fb, d_pf, gen)
+    ruling = c6_verdict(d_fb, d_pf, gen)
     seeds = len(cmp.final("precise"))
     text = (
         f"{_definition(cmp)}. On held-out facts: full − base {d_fb.points()}; precise − full "
@@ -157,11 +185,7 @@ def claim_c6_units(cmp: UnitComparison | None) -> Claim:
         + f" (holds when these lie at or above the {MARGIN_TEXT}; {seeds} seeds per mode, each at its chosen "
         f"rate; {INTERVAL_TEXT})"
     )
-    if verdict == Verdict.INCONCLUSIVE and reason.startswith(NO_EFFECT):
-        text = f"{NO_EFFECT}. " + text
-    if verdict == Verdict.NOT_MEASURED:
-        text = f"{NO_GENERIC}. " + text
-    return _claim("C6", text, verdict, reason, d_pf)
+    return _claim("C6", ruling.lead(text), ruling.verdict, ruling.reason, d_pf)
 
 
 def claim_c6b(cmp: UnitComparison | None) -> Claim:
@@ -182,29 +206,25 @@ def claim_c6b(cmp: UnitComparison | None) -> Claim:
     d_r = difference(cmp, "random", "base", "math")
     d_p = difference(cmp, "precise", "base", "math")
     if not (d_p.low > 0 or d_r.low > 0):
-        verdict, reason = (
-            Verdict.INCONCLUSIVE,
-            (
-                f"{NO_EFFECT}: neither precise − base {d_p.points()} nor random − base "
-                f"{d_r.points()} lies above 0, so neither set of heads learned anything to compare"
-            ),
+        reason = (
+            f"{C6Stop.NO_EFFECT.value}: neither precise − base {d_p.points()} nor random − base "
+            f"{d_r.points()} lies above 0, so neither set of heads learned anything to compare"
         )
+        ruling = C6Ruling(Verdict.INCONCLUSIVE, reason, C6Stop.NO_EFFECT, effect=False)
     elif d.low > 0:
-        verdict, reason = Verdict.HOLDS, "the precise − random interval lies above 0"
+        ruling = C6Ruling(Verdict.HOLDS, "the precise − random interval lies above 0")
     elif d.high <= 0:
-        verdict = Verdict.FAILS
         reason = "the precise − random interval lies at or below 0: random heads do as well or better"
+        ruling = C6Ruling(Verdict.FAILS, reason)
     else:
-        verdict, reason = Verdict.INCONCLUSIVE, "the precise − random interval straddles 0"
+        ruling = C6Ruling(Verdict.INCONCLUSIVE, "the precise − random interval straddles 0")
     n_draws = len(cmp.final("random"))
     text = (
         f"{_definition(cmp)}; random = as many non-key heads per layer, tuning as many KV groups ({n_draws} draws). "
         f"On held-out facts: precise − random {d.points()}; precise − base {d_p.points()}; "
         f"random − base {d_r.points()} ({len(cmp.final('precise'))} precise seeds; {INTERVAL_TEXT})"
     )
-    if reason.startswith(NO_EFFECT):
-        text = f"{NO_EFFECT}. " + text
-    return _claim("C6b", text, verdict, reason, d)
+    return _claim("C6b", ruling.lead(text), ruling.verdict, ruling.reason, d)
 
 
 def with_unit_claims(card: ClaimsCard, cmp: UnitComparison) -> ClaimsCard:

@@ -21,7 +21,7 @@ from pathlib import Path
 import pandas as pd
 import plotly.graph_objects as go
 
-from mathcircuits._io import atomic_path
+from mathcircuits._files import atomic_path
 from mathcircuits.crossmodel.figures import comparison_figures
 from mathcircuits.crossmodel.result import ModelComparison, RunResults
 from mathcircuits.viz import save_figures

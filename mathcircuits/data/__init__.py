@@ -1,7 +1,9 @@
 """Stage ``data`` — template sets, token-aligned prompt pairs, correctness filter, benchmark files.
 
 * :mod:`~mathcircuits.data.templates` — template YAML files;
-* :mod:`~mathcircuits.data.generate` — reference/counterfactual prompt pairs;
+* :mod:`~mathcircuits.data.generate` — reference/counterfactual prompt pairs (:class:`GenerationConfig`);
+* :mod:`~mathcircuits.data.operands` — an operation's answer, and the operand pairs a config allows;
+* :mod:`~mathcircuits.data.render` — one pair from a template: few-shot prefix, answer spacing, token positions;
 * :mod:`~mathcircuits.data.filter` — score a model on pairs, keep the correct ones;
 * :mod:`~mathcircuits.data.facts` — the ``(operation, a, b)`` of a pair, and splits that share no fact;
 * :mod:`~mathcircuits.data.correct` — all three for one operation in one call, and fresh pairs disjoint from given ones;
@@ -23,17 +25,9 @@ from mathcircuits.data.benchmark_files import (
 from mathcircuits.data.correct import correct_pairs, fresh_pairs
 from mathcircuits.data.facts import Fact, drop_facts, fact_of, facts_of, split_facts
 from mathcircuits.data.filter import accuracy_table, filter_correct, length_groups, padded_groups, score_pairs
-from mathcircuits.data.generate import (
-    GenerationConfig,
-    PairError,
-    answer_spacing,
-    compute_answer,
-    generate_pairs,
-    operand_pairs,
-    prompt_start,
-    render_pair,
-)
+from mathcircuits.data.generate import GenerationConfig, generate_pairs
 from mathcircuits.data.mib_kinds import MIB_KINDS, MIBCounterfactual, mib_cf_operands, mib_template_dir
+from mathcircuits.data.operands import PairError, compute_answer, operand_pairs
 from mathcircuits.data.pairs import (
     PairBatch,
     PairSet,
@@ -46,6 +40,7 @@ from mathcircuits.data.pairs import (
     template_keys,
     token_strings,
 )
+from mathcircuits.data.render import answer_spacing, prompt_start, render_pair
 from mathcircuits.data.templates import (
     OPERATIONS,
     Template,

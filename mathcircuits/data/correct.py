@@ -27,7 +27,8 @@ import datasets
 from tqdm.auto import tqdm
 
 from mathcircuits.data.filter import score_pairs
-from mathcircuits.data.generate import GenerationConfig, PairError, generate_pairs
+from mathcircuits.data.generate import GenerationConfig, generate_pairs
+from mathcircuits.data.operands import PairError
 from mathcircuits.data.pairs import PairSet, check_columns, pair_keys
 from mathcircuits.data.templates import TemplateSet, load_templates
 

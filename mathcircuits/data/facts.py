@@ -7,7 +7,7 @@ held-out set deduplicated by prompt string still holds facts trained in another 
 The unit of a split is therefore the fact, not the prompt.
 
 Method. The fact space ``F = {(op, a, b)}`` is every operand pair of the operand range that the
-answer rules allow (:func:`~mathcircuits.data.generate.operand_pairs`). A seeded permutation of
+answer rules allow (:func:`~mathcircuits.data.operands.operand_pairs`). A seeded permutation of
 each operation's facts is cut into consecutive parts by the given shares, so every part has the
 operations in the same proportions and no two parts share a fact. Pairs of a part are drawn with
 ``generate_pairs(..., facts=part)``; :func:`drop_facts` removes, from any pair set, the facts of
@@ -27,7 +27,8 @@ import random
 from collections.abc import Collection, Mapping
 from typing import Any
 
-from mathcircuits.data.generate import GenerationConfig, operand_pairs
+from mathcircuits.data.generate import GenerationConfig
+from mathcircuits.data.operands import operand_pairs
 
 __all__ = ["Fact", "drop_facts", "fact_of", "facts_of", "split_facts"]
 

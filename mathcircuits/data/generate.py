@@ -47,10 +47,8 @@ from __future__ import annotations
 
 import logging
 import random
-import string
 from collections.abc import Collection
-from dataclasses import asdict, dataclass, field
-from fractions import Fraction
+from dataclasses import asdict, dataclass
 from typing import Any, Literal, TypeAlias
 
 import datasets
@@ -58,21 +56,12 @@ import datasets
 from mathcircuits._schema import check_fields, expect, kind_of, setting
 from mathcircuits._schema import from_dict as config_from_dict
 from mathcircuits.data.mib_kinds import MIB_KINDS, mib_cf_operands
-from mathcircuits.data.templates import OPERATIONS, Template, TemplateSet
+from mathcircuits.data.operands import PairError, operand_pairs
+from mathcircuits.data.render import FewshotOperations, aligned_vocab, answer_spacing, render_pair
+from mathcircuits.data.templates import OPERATIONS, TemplateSet
 from mathcircuits.data.tokenizer_id import tokenizer_fingerprint
 
-__all__ = [
-    "Counterfactual",
-    "FewshotOperations",
-    "GenerationConfig",
-    "PairError",
-    "answer_spacing",
-    "compute_answer",
-    "generate_pairs",
-    "operand_pairs",
-    "prompt_start",
-    "render_pair",
-]
+__all__ = ["Counterfactual", "GenerationConfig", "generate_pairs"]
 
 log = logging.getLogger(__name__)
 
@@ -81,13 +70,6 @@ log = logging.getLogger(__name__)
 Counterfactual: TypeAlias = Literal[
     "operator", "operands", "random_counterfactual", "ones_op1", "ones_op2", "tens_op1", "tens_op2", "ones_carry"
 ]
-#: Which operations the few-shot examples show: every operation of the set in turn (the default: the prefix does
-#: not name the query's operation), every example of every operation, or the query's own (the paper's).
-FewshotOperations: TypeAlias = Literal["same", "neutral", "mixed"]
-
-
-class PairError(ValueError):
-    """A prompt pair cannot be built as asked; the message says why and how to fix it."""
 
 
 @dataclass(frozen=True)
@@ -144,318 +126,6 @@ class GenerationConfig:
     def from_dict(cls, d: dict[str, Any]) -> "GenerationConfig":
         """Build from a mapping (lists are accepted for tuples); unknown keys are an error."""
         return config_from_dict(cls, d)
-
-
-def compute_answer(
-    operation: str, a: int, b: int, integer_only: bool = True, allow_negative: bool = False
-) -> str | None:
-    """The answer string for ``a <op> b``, or None when the rule excludes the pair.
-
-    Args:
-        operation: one of :data:`OPERATIONS`.
-        a: the first operand.
-        b: the second operand.
-        integer_only: exclude divisions with a remainder (else two decimals).
-        allow_negative: keep negative results.
-
-    Returns:
-        The answer as text (e.g. ``"8"``, ``"2.5"``), or None for an excluded pair.
-
-    Raises:
-        PairError: an unknown operation.
-    """
-    if operation == "add":
-        value: Fraction | int = a + b
-    elif operation == "sub":
-        value = a - b
-    elif operation == "mul":
-        value = a * b
-    elif operation == "div":
-        if b == 0:
-            return None
-        value = Fraction(a, b)
-    elif operation == "pow":
-        value = a**b
-    else:
-        raise PairError(f"operation {operation!r} is unknown. Fix: use one of {OPERATIONS}.")
-    if value < 0 and not allow_negative:
-        return None
-    if isinstance(value, Fraction):
-        if value.denominator == 1:
-            return str(value.numerator)
-        if integer_only:
-            return None
-        return f"{float(value):.2f}".rstrip("0")
-    return str(value)
-
-
-def answer_spacing(tokenizer) -> str:
-    """Where the space before the answer goes for this tokenizer.
-
-    Args:
-        tokenizer: an HF tokenizer.
-
-    Returns:
-        ``"prompt"``: the prompt ends with a space and the answer is bare digits (tokenizers that
-        split digits, e.g. SmolLM2: ``"= "`` then ``"8"``); ``"answer"``: the answer carries the
-        space (GPT-2: ``" 8"`` is one token).
-    """
-    for digit in "0123456789":
-        base = tokenizer("x =", add_special_tokens=False)["input_ids"]
-        joined = tokenizer("x = " + digit, add_special_tokens=False)["input_ids"]
-        if len(joined) != len(base) + 1 or joined[: len(base)] != base:
-            return "prompt"
-    return "answer"
-
-
-def prompt_start(tokenizer) -> str:
-    """The special tokens this tokenizer puts before any text by default, as text (``"<bos>"`` or ``""``).
-
-    Prompts are tokenized with ``add_special_tokens=False`` throughout (so a prompt and its counterfactual
-    align token by token); prompts that begin with this text start as the model saw text in training.
-
-    Args:
-        tokenizer: an HF tokenizer.
-
-    Returns:
-        The text of the leading special tokens (``""`` when the tokenizer adds none, e.g. SmolLM2, GPT-2).
-
-    Raises:
-        PairError: the leading tokens do not survive a round trip through text (the tokenizer splits
-            special tokens), so prompts cannot carry them.
-    """
-    bare = tokenizer("7", add_special_tokens=False)["input_ids"]
-    full = tokenizer("7", add_special_tokens=True)["input_ids"]
-    if len(full) <= len(bare) or full[len(full) - len(bare) :] != bare:
-        return ""
-    lead = full[: len(full) - len(bare)]
-    text = "".join(tokenizer.convert_ids_to_tokens(lead))
-    if tokenizer(text + "7", add_special_tokens=False)["input_ids"] != full:
-        raise PairError(
-            f"the tokenizer starts every text with {lead} but does not read {text!r} back as those tokens. "
-            "Fix: load the tokenizer with split_special_tokens=False."
-        )
-    return text
-
-
-@dataclass
-class _Rendered:
-    text: str
-    spans: dict[str, tuple[int, int]] = field(default_factory=dict)
-
-
-def _render(tpl: Template, a: int, b: int, op_text: str, words: dict[str, str]) -> _Rendered:
-    out = _Rendered("")
-    for literal, name, _, _ in string.Formatter().parse(tpl.text):
-        out.text += literal
-        if name is None:
-            continue
-        value = {"A": str(a), "B": str(b), "OP": op_text}.get(name, words.get(name))
-        start = len(out.text)
-        out.text += value  # type: ignore[operator]
-        if name in ("A", "B", "OP"):
-            out.spans[name] = (start, len(out.text))
-    return out
-
-
-def _token_positions(offsets: list[tuple[int, int]], span: tuple[int, int]) -> list[int]:
-    lo, hi = span
-    return [i for i, (s, e) in enumerate(offsets) if e > lo and s < hi and e > s]
-
-
-def render_pair(
-    tokenizer,
-    template: TemplateSet | None,
-    tpl: Template,
-    a: int,
-    b: int,
-    answer: str,
-    cf_word: str,
-    words: dict[str, str],
-    fewshot: bool,
-    spacing: str,
-    integer_only: bool = True,
-    allow_negative: bool = False,
-    cf_operands: tuple[int, int] | None = None,
-    fewshot_operations: FewshotOperations = GenerationConfig.fewshot_operations,
-) -> dict[str, Any]:
-    """Build one reference/counterfactual record from a template and operands.
-
-    Args:
-        tokenizer: the model's tokenizer.
-        template: the template's set (for its few-shot examples and separator), or None without few-shot.
-        tpl: the template.
-        a: the first operand.
-        b: the second operand.
-        answer: the answer text (from :func:`compute_answer`).
-        cf_word: the word that replaces the operator in the counterfactual.
-        words: the words that fill the template's pools.
-        fewshot: put the set's few-shot examples before the query.
-        spacing: :func:`answer_spacing` of the tokenizer.
-        integer_only: the answer rule of the few-shot examples.
-        allow_negative: the answer rule of the few-shot examples.
-        cf_operands: ``(a', b')`` for an operand counterfactual (the operator stays, ``cf_word`` is ignored);
-            None: the operator counterfactual (``cf_word`` replaces the operator).
-        fewshot_operations: ``"neutral"``: one example per shot, from every operation of the set in turn;
-            ``"mixed"``: every example of every operation; each in its matching template (see the module
-            docstring); ``"same"``: those of the query's operation.
-
-    Returns:
-        A dict with the prompts, their token ids, the answer's token ids and the token positions
-        of operand A, operand B, the operator and the last token (the columns of :func:`generate_pairs`).
-
-    Raises:
-        PairError: the two prompts differ in token length, the answer merges with the prompt's
-            last token, or the few-shot examples are missing or invalid.
-    """
-    prefix = prompt_start(tokenizer)
-    if fewshot and template is not None:
-        examples = template.fewshot_examples.get(tpl.operation, ())
-        if not examples:
-            raise PairError(
-                f"template set {template.name!r} has no few-shot examples for {tpl.operation!r}. "
-                f"Fix: add fewshot.examples.{tpl.operation} to {template.path}, or generate with fewshot=False."
-            )
-        shots = []
-        for shot, x, y in _shots(template, tpl, words, fewshot_operations):
-            ans = compute_answer(shot.operation, x, y, integer_only, allow_negative)
-            if ans is None:
-                raise PairError(
-                    f"few-shot example {x}, {y} of {template.path} has no valid {shot.operation} answer. "
-                    "Fix: change it."
-                )
-            shots.append(_render(shot, x, y, shot.op, words).text + " " + ans)
-        prefix += template.fewshot_separator.join(shots) + template.fewshot_separator
-    tail = " " if spacing == "prompt" else ""
-    ref = _render(tpl, a, b, tpl.op, words)
-    cf = _render(tpl, a, b, cf_word, words) if cf_operands is None else _render(tpl, *cf_operands, tpl.op, words)
-    prompt, cf_prompt = prefix + ref.text + tail, prefix + cf.text + tail
-    enc = tokenizer(prompt, add_special_tokens=False, return_offsets_mapping=True)
-    cf_ids = tokenizer(cf_prompt, add_special_tokens=False)["input_ids"]
-    ids = enc["input_ids"]
-    if len(ids) != len(cf_ids):
-        raise PairError(
-            f"template {tpl.id!r}: reference {prompt[-40:]!r} has {len(ids)} tokens but counterfactual "
-            f"{cf_prompt[-40:]!r} has {len(cf_ids)}. Fix: use counterfactual words that tokenize like {tpl.op!r}."
-        )
-    answer_text = answer if spacing == "prompt" else " " + answer
-    full = tokenizer(prompt + answer_text, add_special_tokens=False)["input_ids"]
-    if full[: len(ids)] != ids:
-        raise PairError(
-            f"template {tpl.id!r}: the answer {answer!r} merges with the prompt's last token. "
-            "Fix: end the template with a separator such as '=' or ':'."
-        )
-    answer_ids = full[len(ids) :]
-    extra: dict[str, Any] = {}
-    if cf_operands is not None:
-        cf_answer = compute_answer(tpl.operation, *cf_operands, integer_only, allow_negative)
-        if cf_answer is None or cf_answer == answer:
-            raise PairError(
-                f"operands {cf_operands} give no valid {tpl.operation} answer different from {answer!r}. "
-                "Fix: draw other counterfactual operands."
-            )
-        cf_full = tokenizer(
-            cf_prompt + (cf_answer if spacing == "prompt" else " " + cf_answer), add_special_tokens=False
-        )
-        extra = {
-            "counterfactual": "operands",
-            "cf_a": cf_operands[0],
-            "cf_b": cf_operands[1],
-            "cf_answer": cf_answer,
-            "cf_answer_tokens": cf_full["input_ids"][len(cf_ids) :],
-        }
-    shift = len(prefix)
-    offsets = [(s, e) for s, e in enc["offset_mapping"]]
-    pos = {k: _token_positions(offsets, (s + shift, e + shift)) for k, (s, e) in ref.spans.items()}
-    return {
-        "prompt": prompt,
-        "cf_prompt": cf_prompt,
-        "answer": answer,
-        "answer_token": answer_ids[0],
-        "answer_tokens": answer_ids,
-        "n_answer_tokens": len(answer_ids),
-        "operation": tpl.operation,
-        "template_id": tpl.id,
-        "template_set": tpl.set_name,
-        "form": tpl.form,
-        "a": a,
-        "b": b,
-        "cf_word": cf_word,
-        "words": dict(words),
-        "tokens": ids,
-        "cf_tokens": cf_ids,
-        "n_tokens": len(ids),
-        "prefix_len": len(tokenizer(prefix, add_special_tokens=False)["input_ids"]) if prefix else 0,
-        "pos_a": pos["A"],
-        "pos_b": pos["B"],
-        "pos_op": pos["OP"],
-        "pos_last": len(ids) - 1,
-        **extra,
-    }
-
-
-def _shots(
-    template: TemplateSet, tpl: Template, words: dict[str, str], fewshot_operations: FewshotOperations
-) -> list[tuple[Template, int, int]]:
-    """The few-shot examples as ``(template, a, b)``: the query's template only, or every operation's match."""
-    if fewshot_operations == "same":
-        return [(tpl, x, y) for x, y in template.fewshot_examples[tpl.operation]]
-    if fewshot_operations not in ("neutral", "mixed"):
-        raise PairError(f"fewshot_operations {fewshot_operations!r} is unknown. Fix: use 'neutral', 'same' or 'mixed'.")
-
-    def rank(t: Template) -> int:  # the template's place among its operation's templates of its form
-        return [u.id for u in template.templates if (u.operation, u.form) == (t.operation, t.form)].index(t.id)
-
-    matches = []
-    for op in template.fewshot_examples:
-        same_form = [u for u in template.templates if (u.operation, u.form) == (op, tpl.form)]
-        if op == tpl.operation:
-            matches.append(tpl)
-        elif len(same_form) > rank(tpl) and set(same_form[rank(tpl)].pools) <= set(words):
-            matches.append(same_form[rank(tpl)])
-    if len(matches) < 2 and len(template.fewshot_examples) > 1:
-        raise PairError(
-            f"template {tpl.id!r}: the set {template.name!r} has no template of another operation in the form "
-            f"{tpl.form!r} with few-shot examples, so a {fewshot_operations} prefix cannot be built. "
-            "Fix: use fewshot_operations='same', or add such templates and examples to the set."
-        )
-    if fewshot_operations == "neutral":  # the operations in the set's order, whatever the query's
-        shots = template.fewshot_examples
-        turn = [matches[i % len(matches)] for i in range(len(shots[tpl.operation]))]
-        return [(t, *shots[t.operation][i % len(shots[t.operation])]) for i, t in enumerate(turn)]
-    longest = max(len(template.fewshot_examples[t.operation]) for t in matches)
-    return [
-        (t, *template.fewshot_examples[t.operation][i])
-        for i in range(longest)
-        for t in matches
-        if i < len(template.fewshot_examples[t.operation])
-    ]
-
-
-def operand_pairs(op: str, cfg: GenerationConfig) -> list[tuple[int, int, str]]:
-    """Every ``(a, b, answer)`` of operation ``op`` that ``cfg``'s operand range and answer rules allow.
-
-    Args:
-        op: one of :data:`OPERATIONS`.
-        cfg: the generation settings (``operand_range``, ``integer_only``, ``allow_negative``).
-
-    Returns:
-        The operand pairs with their answers, in a fixed order (division: divisor and quotient in range).
-    """
-    lo, hi = cfg.operand_range
-    out = []
-    if op == "div" and cfg.integer_only:
-        # divisor and quotient in range, dividend = divisor * quotient (as in the paper's single-digit division)
-        for b in range(max(lo, 1), hi + 1):
-            for c in range(lo, hi + 1):
-                out.append((b * c, b, str(c)))
-        return out
-    for a in range(lo, hi + 1):
-        for b in range(lo, hi + 1):
-            ans = compute_answer(op, a, b, cfg.integer_only, cfg.allow_negative)
-            if ans is not None:
-                out.append((a, b, ans))
-    return out
 
 
 def generate_pairs(
@@ -524,7 +194,7 @@ def generate_pairs(
                     f"{list(config.operand_range)}. Fix: pass facts of this operation and range (split_facts)."
                 )
         vocab = list(tset.counterfactual_vocab[tpl.cf_vocab])
-        aligned = _aligned_vocab(tokenizer, tpl, vocab)
+        aligned = aligned_vocab(tokenizer, tpl, vocab)
         if not aligned:
             raise PairError(
                 f"template {tpl.id!r}: no word of counterfactual vocabulary {tpl.cf_vocab!r} tokenizes to as many "
@@ -595,15 +265,3 @@ def generate_pairs(
         rec["words"] = [f"{k}={v}" for k, v in rec["words"].items()]
         rec["tokenizer"] = fp
     return datasets.Dataset.from_list(records)
-
-
-def _aligned_vocab(tokenizer, tpl: Template, vocab: list[str]) -> list[str]:
-    """Counterfactual words whose rendered query has the reference's token length."""
-    ref = _render(tpl, 1, 2, tpl.op, {p: "x" for p in tpl.pools}).text
-    n = len(tokenizer(ref, add_special_tokens=False)["input_ids"])
-    good = []
-    for w in vocab:
-        cf = _render(tpl, 1, 2, w, {p: "x" for p in tpl.pools}).text
-        if len(tokenizer(cf, add_special_tokens=False)["input_ids"]) == n:
-            good.append(w)
-    return good

@@ -17,7 +17,7 @@ from typing import Any
 
 import yaml
 
-from mathcircuits._io import StrictYAMLError, load_yaml
+from mathcircuits._files import StrictYAMLError, load_yaml
 
 __all__ = [
     "OPERATIONS",

@@ -23,7 +23,7 @@ from typing import Any
 import datasets
 
 from mathcircuits.data.benchmark_files import read_word_problems, record_question
-from mathcircuits.data.generate import answer_spacing, prompt_start
+from mathcircuits.data.render import answer_spacing, prompt_start
 
 __all__ = ["word_problem_dataset"]
 

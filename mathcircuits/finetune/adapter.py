@@ -48,7 +48,7 @@ from jaxtyping import Float
 from safetensors.torch import load_file, save_file
 from torch import Tensor, nn
 
-from mathcircuits._io import atomic_path, read_json, write_json
+from mathcircuits._files import atomic_path, read_json, write_json
 from mathcircuits._version import __version__
 from mathcircuits.finetune.slices import ParamSlice, SliceError, SliceSet
 

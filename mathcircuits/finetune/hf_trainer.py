@@ -19,7 +19,7 @@ import torch
 from torch import nn
 from transformers import Trainer, TrainerCallback
 
-from mathcircuits._io import read_json
+from mathcircuits._files import read_json
 from mathcircuits.finetune.adapter import HeadSliceAdapter
 
 __all__ = ["LOSS_FILE", "effective_decay_hook", "pad_collate", "prepare_resume", "trainer_classes"]

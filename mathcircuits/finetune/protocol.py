@@ -43,7 +43,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
-from mathcircuits._io import write_json
+from mathcircuits._files import write_json
 from mathcircuits.finetune.units import RateChoice, SelectOn, Unit, UnitComparison, UnitPlan, UnitRecord
 
 __all__ = ["choose_rates", "compare_units", "final_units", "sweep_units", "units_remaining"]

@@ -1,7 +1,7 @@
 """Models: load any supported model as a TransformerLens hooked model, and the mechanics every method shares.
 
 * :mod:`.loading` / :mod:`.wrap` — :func:`load_model` (a source name) and :func:`wrap` (an object you hold)
-  give a :class:`HookedModel`; :class:`ModelSpec` is its identity (:mod:`.spec`);
+  give a :class:`HookedModel` (:mod:`.hooked`); :class:`ModelSpec` is its identity (:mod:`.spec`);
 * :mod:`.families` — each family's block shape as data (:data:`FAMILIES`);
 * :mod:`.hooks` — hook names; :mod:`.heads` — :class:`Head`, ``L{layer}.H{head}``;
 * :mod:`.capture` — one forward, activations at the last position;
@@ -33,6 +33,7 @@ from mathcircuits.models.embedded import (
 )
 from mathcircuits.models.families import FAMILIES, BlockStructure, UnsupportedFamilyError, block_structure
 from mathcircuits.models.heads import Head, check_heads
+from mathcircuits.models.hooked import HookedModel
 from mathcircuits.models.integrity import (
     RTOL,
     IntegrityError,
@@ -46,7 +47,7 @@ from mathcircuits.models.integrity import (
     relative_tolerance,
     unit_roundoff,
 )
-from mathcircuits.models.loading import HookedModel, load_hf_model, load_model, resolve_source
+from mathcircuits.models.loading import load_hf_model, load_model, resolve_source
 from mathcircuits.models.memory import MemoryHow, MemoryMeter, PeakMemory, cuda_devices
 from mathcircuits.models.placement import (
     HeadOutWeights,
@@ -65,7 +66,7 @@ from mathcircuits.models.placement import (
 )
 from mathcircuits.models.prefix import HFForward, PrefixRunner, repeat_cache, run_from_layer, shared_prefix_len
 from mathcircuits.models.readout import Readout, final_norm, readout, soft_cap, vocab_logits
-from mathcircuits.models.spec import ModelMismatchError, ModelSpec, as_spec, check_model, heads_by_layer
+from mathcircuits.models.spec import Bridged, ModelMismatchError, ModelSpec, as_spec, check_model, heads_by_layer
 from mathcircuits.models.suffix import SuffixRunner
 from mathcircuits.models.tiny import TINY_CHARS, TINY_FAMILIES, tiny_gpt2, tiny_llama, tiny_model, tiny_tokenizer
 from mathcircuits.models.wrap import from_bridge, from_hf, wrap
@@ -97,6 +98,7 @@ __all__ = [
     "BlockStructure",
     "HFForward",
     "Head",
+    "Bridged",
     "HookedModel",
     "IntegrityError",
     "RTOL",

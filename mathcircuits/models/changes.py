@@ -33,7 +33,7 @@ from torch import Tensor
 
 from mathcircuits.models import hooks
 from mathcircuits.models.families import BlockStructure
-from mathcircuits.models.loading import HookedModel
+from mathcircuits.models.hooked import HookedModel
 
 __all__ = ["attn_change", "attn_pre_norm_name", "chunked", "mlp_change"]
 

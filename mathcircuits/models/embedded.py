@@ -41,7 +41,7 @@ from pathlib import Path
 
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from mathcircuits._io import atomic_dir
+from mathcircuits._files import atomic_dir
 
 __all__ = [
     "EMBEDDED",

@@ -36,7 +36,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from mathcircuits.models.loading import HookedModel
+from mathcircuits.models.hooked import HookedModel
 
 __all__ = ["FAMILIES", "BlockStructure", "UnsupportedFamilyError", "block_structure"]
 

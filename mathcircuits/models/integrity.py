@@ -52,7 +52,7 @@ import weakref
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import datasets
 import torch
@@ -61,9 +61,7 @@ from torch import Tensor
 from transformer_lens.model_bridge import TransformerBridge
 
 from mathcircuits.models.compat import installed_versions
-
-if TYPE_CHECKING:  # loading imports this module: the hooked model is named for signatures only
-    from mathcircuits.models.loading import HookedModel
+from mathcircuits.models.spec import Bridged
 
 __all__ = [
     "CheckRecord",
@@ -347,7 +345,7 @@ def model_depth(model: Any) -> int:
     return model_depth(inner) if inner is not None and inner is not model else 1
 
 
-def model_dtype(model: HookedModel | torch.nn.Module) -> torch.dtype:
+def model_dtype(model: Bridged | torch.nn.Module) -> torch.dtype:
     """The dtype of a model's (first floating) parameters: the precision its forwards run in."""
     module = model if isinstance(model, torch.nn.Module) else model.bridge
     for p in module.parameters():

@@ -27,20 +27,17 @@ from __future__ import annotations
 import contextlib
 import io
 import logging
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
-from jaxtyping import Int
 from transformer_lens.model_bridge import TransformerBridge
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from mathcircuits.models.compat import check_versions, install_cache_alias
 from mathcircuits.models.embedded import EMBEDDED, cache_root, convert_gguf, embedded_model_dir, embedded_source
+from mathcircuits.models.hooked import HookedModel
 from mathcircuits.models.integrity import instrument_hooks
-from mathcircuits.models.placement import execution_device
-from mathcircuits.models.prefix import PrefixRunner
 from mathcircuits.models.spec import ModelSpec
 from mathcircuits.models.tiny import tiny_family_name, tiny_gpt2, tiny_llama, tiny_model
 
@@ -56,104 +53,6 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 _TINY = {"tiny-llama": tiny_llama, "tiny-gpt2": tiny_gpt2}
-
-
-@dataclass(repr=False)
-class HookedModel:
-    """A TransformerBridge (hook names as HookedTransformer) with its tokenizer and shape facts.
-
-    ``bridge`` runs hooked forwards (``run_with_cache``, ``run_with_hooks``);
-    ``hf_model`` is the wrapped HF model, whose modules the bridge replaced in
-    place: for fine-tuning use :func:`load_hf_model` to get a separate plain copy.
-    """
-
-    bridge: TransformerBridge
-    tokenizer: PreTrainedTokenizerBase
-    spec: ModelSpec
-
-    @property
-    def hf_model(self) -> torch.nn.Module:
-        return self.bridge.original_model
-
-    @property
-    def device(self) -> torch.device:
-        """Where inputs go: the embedding's execution device (on a model split by accelerate, not ``meta``)."""
-        return execution_device(getattr(self.bridge, "embed", self.bridge))
-
-    def __repr__(self) -> str:
-        # one line: the bridge's own repr lists every module (thousands of lines)
-        s = self.spec
-        dtype = str(next(self.hf_model.parameters()).dtype).removeprefix("torch.")
-        return (
-            f"HookedModel({s.name!r}, layers={s.n_layers}, heads={s.n_heads}, kv_heads={s.n_kv_heads}, "
-            f"dtype={dtype}, device={self.device})"
-        )
-
-    def to_tokens(self, texts: str | list[str]) -> Int[torch.Tensor, "batch seq"]:
-        """Tokenize without adding a BOS token (the bridge's string path would prepend one).
-
-        Args:
-            texts: One text or several texts that tokenize to the same length.
-
-        Returns:
-            Token ids ``[batch, seq]`` (long, on the model's device); a single text gives batch 1.
-
-        Raises:
-            ValueError: the texts tokenize to different lengths.
-        """
-        if isinstance(texts, str):
-            texts = [texts]
-        ids = [self.tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
-        lengths = {len(i) for i in ids}
-        if len(lengths) != 1:
-            raise ValueError(
-                f"to_tokens got texts of different token lengths {sorted(lengths)}; tokenize them one by one or pad."
-            )
-        return torch.tensor(ids, dtype=torch.long, device=self.device)
-
-    def __call__(self, tokens: torch.Tensor, **kwargs: Any) -> torch.Tensor:
-        return self.bridge(tokens, **kwargs)
-
-    def logits_from(self, tokens: torch.Tensor, start: int) -> torch.Tensor:
-        """Logits at positions ``start…`` with the batch's shared prefix run once (:class:`PrefixRunner`)."""
-        return PrefixRunner(self.bridge).logits_from(tokens, start)
-
-    def plain_hf_model(self) -> torch.nn.Module:
-        """A separate plain HF model with this model's current weights, for fine-tuning or ``save_pretrained``.
-
-        Booting the bridge replaced the HF model's modules in place (PEFT, :class:`HeadSliceAdapter` and
-        ``save_pretrained`` need plain modules), so this builds the architecture from its config and copies the
-        weights in: it costs one more copy of the model in memory. For models you can reload from files,
-        :func:`load_hf_model` does the same without the hooked model.
-
-        Returns:
-            The plain HF causal LM, on the hooked model's device, in eval mode with eager attention.
-        """
-        hf = self.hf_model
-        placed = set(map(str, (getattr(hf, "hf_device_map", None) or {}).values()))
-        if len(placed) > 1:
-            raise ValueError(
-                f"this model is spread over {sorted(placed)} by a device_map, and a plain copy would be put on one "
-                "device. Fix: load the plain copy from files with load_hf_model(source, device_map=...)."
-            )
-        plain = AutoModelForCausalLM.from_config(hf.config, attn_implementation="eager", dtype=hf.dtype)
-        wanted = plain.state_dict()
-        state = {k.replace("._original_component", ""): v for k, v in hf.state_dict().items()}
-        state = {k: v for k, v in state.items() if k in wanted}  # drop the bridge's alias entries
-        missing = [k for k in wanted if k not in state and not _is_tied(plain, k)]
-        if missing:
-            raise RuntimeError(
-                f"the bridged {type(hf).__name__} does not map back onto a plain one (missing {missing[:5]}). "
-                "Fix: load a plain copy from files with load_hf_model()."
-            )
-        plain.load_state_dict(state, strict=False)
-        plain.config.name_or_path = hf.config.name_or_path
-        return plain.to(self.device).eval()
-
-
-def _is_tied(model: torch.nn.Module, key: str) -> bool:
-    """Whether state-dict entry ``key`` is a tied weight (e.g. ``lm_head.weight`` tied to the embeddings)."""
-    return key.startswith("lm_head.") and getattr(model.config, "tie_word_embeddings", False)
 
 
 def resolve_source(source: str) -> tuple[str, str]:

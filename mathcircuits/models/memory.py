@@ -28,13 +28,12 @@ import resource
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal, TypeAlias
+from typing import Literal, TypeAlias
 
 import psutil
 import torch
 
-if TYPE_CHECKING:
-    from mathcircuits.models.loading import HookedModel
+from mathcircuits.models.spec import Bridged
 
 __all__ = ["MemoryHow", "MemoryMeter", "PeakMemory", "cuda_devices"]
 
@@ -61,7 +60,7 @@ class PeakMemory:
         return f"{self.bytes / 2**20:,.0f} MiB above the start ({what}, {self.devices})"
 
 
-def cuda_devices(model: HookedModel | None = None) -> list[torch.device]:
+def cuda_devices(model: Bridged | None = None) -> list[torch.device]:
     """The CUDA devices the model's blocks run on (every visible one when ``model`` is ``None``); none without CUDA."""
     if not torch.cuda.is_available():
         return []

@@ -33,15 +33,13 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
 
 import torch
 from accelerate.utils import align_module_device, has_offloaded_params
 from jaxtyping import Float, Int
 from torch import Tensor
 
-if TYPE_CHECKING:
-    from mathcircuits.models.loading import HookedModel
+from mathcircuits.models.spec import Bridged
 
 __all__ = [
     "check_trainable_placement",
@@ -134,7 +132,7 @@ def unloadable_parameters(hf_model: torch.nn.Module) -> list[str]:
     return [n for n, p in hf_model.named_parameters() if p.is_meta and n not in filled]
 
 
-def devices_of(model: HookedModel) -> list[torch.device]:
+def devices_of(model: Bridged) -> list[torch.device]:
     """The distinct execution devices of the model's blocks and its unembedding, in layer order."""
     out: list[torch.device] = []
     for dev in [layer_device(model, l) for l in range(model.spec.n_layers)] + [output_device(model)]:
@@ -143,22 +141,22 @@ def devices_of(model: HookedModel) -> list[torch.device]:
     return out
 
 
-def is_split(model: HookedModel) -> bool:
+def is_split(model: Bridged) -> bool:
     """Whether the model runs on more than one device or has offloaded weights."""
     return len(devices_of(model)) > 1 or bool(offloaded_parameters(model.hf_model))
 
 
-def layer_device(model: HookedModel, layer: int) -> torch.device:
+def layer_device(model: Bridged, layer: int) -> torch.device:
     """The execution device of block ``layer``."""
     return execution_device(model.bridge.blocks[layer])
 
 
-def output_device(model: HookedModel) -> torch.device:
+def output_device(model: Bridged) -> torch.device:
     """The execution device of the unembedding (where the answer is read out)."""
     return execution_device(model.bridge.unembed)
 
 
-def head_out_weight(model: HookedModel, layer: int) -> Float[Tensor, "head d_head d_model"]:
+def head_out_weight(model: Bridged, layer: int) -> Float[Tensor, "head d_head d_model"]:
     """``W_O`` of every head of block ``layer``, on the block's execution device (offloaded weights loaded).
 
     Args:
@@ -174,7 +172,7 @@ def head_out_weight(model: HookedModel, layer: int) -> Float[Tensor, "head d_hea
 
 
 def unembed_columns(
-    model: HookedModel, columns: Int[Tensor, " n"] | slice
+    model: Bridged, columns: Int[Tensor, " n"] | slice
 ) -> tuple[Float[Tensor, "d_model n"], Float[Tensor, " n"] | None]:
     """Columns of the unembedding ``W_U`` and of its bias (``None`` without one), on the output device.
 
@@ -207,7 +205,7 @@ class HeadOutWeights:
     hold one per call, not per model.
     """
 
-    def __init__(self, model: HookedModel) -> None:
+    def __init__(self, model: Bridged) -> None:
         self.model = model
         spec = model.spec
         self.shape = torch.Size([spec.n_layers, spec.n_heads, spec.d_head, spec.d_model])
@@ -222,7 +220,7 @@ class HeadOutWeights:
         return w[rest] if rest else w
 
 
-def head_out_weights(model: HookedModel) -> Tensor | HeadOutWeights:
+def head_out_weights(model: Bridged) -> Tensor | HeadOutWeights:
     """``W_O`` of every layer ``[layer, head, d_head, d_model]``: the bridge's tensor on one device, else per layer.
 
     Args:

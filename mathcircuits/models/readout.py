@@ -34,7 +34,7 @@ from jaxtyping import Float, Int
 from torch import Tensor
 
 from mathcircuits.models.families import BlockStructure
-from mathcircuits.models.loading import HookedModel
+from mathcircuits.models.hooked import HookedModel
 from mathcircuits.models.placement import execution_device, output_device, unembed_columns
 
 __all__ = [

@@ -18,16 +18,13 @@ with a plain HF model can leave the name out (``compare_name=False``).
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol, runtime_checkable
 
 from torch import nn
 
 from mathcircuits._io import decode_fields
 
-if TYPE_CHECKING:  # loading imports this module: the hooked model is named for signatures only
-    from mathcircuits.models.loading import HookedModel
-
-__all__ = ["IDENTITY_KEYS", "ModelMismatchError", "ModelSpec", "as_spec", "check_model", "heads_by_layer"]
+__all__ = ["IDENTITY_KEYS", "Bridged", "ModelMismatchError", "ModelSpec", "as_spec", "check_model", "heads_by_layer"]
 
 #: The facts two models must share for a head or MLP index to mean the same thing (besides the name).
 IDENTITY_KEYS: tuple[str, ...] = ("architecture", "n_layers", "n_heads", "n_kv_heads", "d_head", "d_model")
@@ -135,7 +132,25 @@ class ModelSpec:
         return f"{self.name!r} ({self.architecture}, {self.n_layers} layers × {self.n_heads} heads)"
 
 
-def as_spec(value: ModelSpec | dict[str, Any] | HookedModel | nn.Module) -> ModelSpec:
+@runtime_checkable
+class Bridged(Protocol):
+    """What the mechanics below the hooked model read of it: its bridge, the HF model inside, and its spec.
+
+    :class:`~mathcircuits.models.HookedModel` is one. It is built from placement, integrity and prefix, so those
+    name this protocol, not the class, and no import runs back up.
+    """
+
+    @property
+    def bridge(self) -> nn.Module: ...
+
+    @property
+    def hf_model(self) -> nn.Module: ...
+
+    @property
+    def spec(self) -> ModelSpec: ...
+
+
+def as_spec(value: ModelSpec | dict[str, Any] | Bridged | nn.Module) -> ModelSpec:
     """The :class:`ModelSpec` of ``value``.
 
     Args:
@@ -161,7 +176,7 @@ def as_spec(value: ModelSpec | dict[str, Any] | HookedModel | nn.Module) -> Mode
 
 def check_model(
     stored: ModelSpec,
-    model: ModelSpec | HookedModel | nn.Module,
+    model: ModelSpec | Bridged | nn.Module,
     what: str,
     fix: str,
     compare_name: bool = True,

@@ -44,6 +44,7 @@ from jaxtyping import Float, Int
 from torch import Tensor
 
 from mathcircuits.models import hooks
+from mathcircuits.models.hooked import HookedModel
 from mathcircuits.models.integrity import (
     compare,
     fast_paths_enabled,
@@ -52,7 +53,6 @@ from mathcircuits.models.integrity import (
     probe_tokens,
     verify_once,
 )
-from mathcircuits.models.loading import HookedModel
 from mathcircuits.models.prefix import PrefixRunner, blocks_from, repeat_cache, shared_prefix_len
 
 __all__ = ["SuffixRunner", "check_suffix"]

@@ -24,7 +24,7 @@ from transformers import (
     PreTrainedTokenizerFast,
 )
 
-from mathcircuits._io import atomic_dir
+from mathcircuits._files import atomic_dir
 from mathcircuits.models.embedded import cache_root
 
 __all__ = ["TINY_CHARS", "TINY_FAMILIES", "tiny_family_name", "tiny_gpt2", "tiny_llama", "tiny_model", "tiny_tokenizer"]

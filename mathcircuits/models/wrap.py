@@ -39,8 +39,9 @@ from transformer_lens.model_bridge import TransformerBridge
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from mathcircuits.models.compat import check_versions, install_cache_alias
+from mathcircuits.models.hooked import HookedModel
 from mathcircuits.models.integrity import instrument_hooks
-from mathcircuits.models.loading import HookedModel, boot_bridge, spec_from_bridge
+from mathcircuits.models.loading import boot_bridge, spec_from_bridge
 from mathcircuits.models.placement import unloadable_parameters
 
 __all__ = ["from_bridge", "from_hf", "wrap"]

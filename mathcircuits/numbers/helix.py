@@ -50,7 +50,7 @@ from jaxtyping import Float
 from torch import Tensor
 
 from mathcircuits._io import SavedResult
-from mathcircuits.numbers.results import ShowResult, quantile
+from mathcircuits.numbers.results import quantile
 from mathcircuits.numbers.states import NumberStates
 from mathcircuits.stats import DEFAULT_CONFIDENCE, DEFAULT_N_BOOT, bootstrap_indices
 
@@ -121,7 +121,7 @@ def _inside(x: Tensor, q: Tensor) -> Tensor:
 
 
 @dataclass(frozen=True, repr=False)
-class HelixResult(SavedResult, ShowResult):
+class HelixResult(SavedResult):
     """The helix fit per depth against equal-dimension PCA and random subspaces (see the module docstring).
 
     Args:

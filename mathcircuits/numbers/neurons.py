@@ -53,7 +53,7 @@ from mathcircuits.models.suffix import SuffixRunner
 from mathcircuits.numbers.ablation import LayerTopK, NeuronKnockout, ablate, random_like, summarise_knockout
 from mathcircuits.numbers.grid import GridCapture, capture_grid, grid_batches
 from mathcircuits.numbers.heuristics import HEURISTIC_KINDS, heuristic_library, match_patterns, null_classified
-from mathcircuits.numbers.results import ShowResult, TooFewCorrect
+from mathcircuits.numbers.results import TooFewCorrect
 from mathcircuits.stats import DEFAULT_CONFIDENCE, DEFAULT_N_BOOT, wilson_interval
 
 __all__ = ["DEFAULT_FRACTIONS", "NeuronResult", "heuristic_neurons"]
@@ -62,7 +62,7 @@ DEFAULT_FRACTIONS = (0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5)
 
 
 @dataclass(frozen=True, repr=False)
-class NeuronResult(SavedResult, ShowResult):
+class NeuronResult(SavedResult):
     """Heuristic neurons of one operation's grid (see the module docstring).
 
     Args:
@@ -228,8 +228,8 @@ def heuristic_neurons(
     correct = cap.correct.nonzero()[:, 0]
     if len(correct) < 5:
         raise TooFewCorrect(
-            f"the model answers only {len(correct)} of {n} grid prompts correctly, too few to ablate. "
-            "Fix: use operands the model solves (a smaller operand range)."
+            f"the model answers only {len(correct)} of {n} grid prompts correctly, too few to ablate",
+            "use operands the model solves (a smaller operand range).",
         )
     means = cap.acts.mean(0)  # [layer, neuron]
     attribution = (cap.grads * (means - cap.acts)).abs()[correct].mean(0)

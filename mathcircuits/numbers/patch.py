@@ -54,7 +54,7 @@ from mathcircuits.models import HookedModel
 from mathcircuits.models.prefix import PrefixRunner
 from mathcircuits.models.suffix import SuffixRunner
 from mathcircuits.numbers.helix import HelixResult, random_subspace
-from mathcircuits.numbers.results import ShowResult, TooFewCorrect, quantile
+from mathcircuits.numbers.results import TooFewCorrect, quantile
 from mathcircuits.stats import DEFAULT_CONFIDENCE, DEFAULT_N_BOOT, bootstrap_indices
 
 __all__ = ["CONDITIONS", "HelixPatchResult", "helix_patch", "patch_pairs", "subspace_shifts"]
@@ -63,7 +63,7 @@ CONDITIONS = ("full", "helix", "pca", "random")
 
 
 @dataclass(frozen=True, repr=False)
-class HelixPatchResult(SavedResult, ShowResult):
+class HelixPatchResult(SavedResult):
     """Mean answer shifts of subspace patches per depth (see the module docstring).
 
     Args:
@@ -254,7 +254,8 @@ def helix_patch(
     if len(keep) < 2:
         raise TooFewCorrect(
             f"the model answers only {len(keep)} of {len(cands)} candidate prompts of {template_id!r} correctly, "
-            "too few to patch. Fix: use a template and operands the model solves (e.g. smaller b_values)."
+            "too few to patch",
+            "use a template and operands the model solves (e.g. smaller b_values).",
         )
     gen = torch.Generator().manual_seed(seed)
     d_model = model.spec.d_model

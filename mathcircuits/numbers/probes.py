@@ -58,7 +58,7 @@ from torch import Tensor
 
 from mathcircuits._io import SavedResult
 from mathcircuits.numbers.reading import Tokenization, token_fixed_periods
-from mathcircuits.numbers.results import ShowResult, quantile
+from mathcircuits.numbers.results import quantile
 from mathcircuits.numbers.states import NumberStates
 from mathcircuits.stats import DEFAULT_CONFIDENCE, DEFAULT_N_BOOT, Interval, bootstrap_indices
 
@@ -106,7 +106,7 @@ def _circular_error(angle: np.ndarray, digit: np.ndarray) -> np.ndarray:
 
 
 @dataclass(frozen=True, repr=False)
-class ProbeResult(SavedResult, ShowResult):
+class ProbeResult(SavedResult):
     """Probe scores per target and depth, with intervals and the control task (see the module docstring).
 
     Args:

@@ -49,7 +49,7 @@ from jaxtyping import Bool, Float
 from torch import Tensor
 
 from mathcircuits._io import SavedResult
-from mathcircuits.numbers.results import ShowResult, quantile
+from mathcircuits.numbers.results import quantile
 from mathcircuits.numbers.states import NumberStates
 from mathcircuits.stats import DEFAULT_CONFIDENCE, DEFAULT_N_BOOT, bootstrap_indices
 
@@ -112,7 +112,7 @@ def _bootstrap_shares(power: Tensor, n_boot: int, seed: int, confidence: float) 
 
 
 @dataclass(frozen=True, repr=False)
-class Spectrum(SavedResult, ShowResult):
+class Spectrum(SavedResult):
     """Power share per period along the number axis, per row (depth or component), with its nulls.
 
     Args:

@@ -40,7 +40,6 @@ from mathcircuits.data.templates import TemplateSet
 from mathcircuits.models import HookedModel, ModelSpec, as_spec, hooks
 from mathcircuits.models.prefix import PrefixRunner
 from mathcircuits.numbers.reading import Tokenization, depth_labels, number_reading, number_token_counts
-from mathcircuits.numbers.results import ShowResult
 
 __all__ = ["NumberStates", "number_contexts", "number_states"]
 
@@ -119,7 +118,7 @@ def number_contexts(
 
 
 @dataclass(frozen=True, repr=False)
-class NumberStates(SavedResult, ShowResult):
+class NumberStates(SavedResult):
     """The residual stream at each number's last token, per context and depth (see the module docstring).
 
     Args:

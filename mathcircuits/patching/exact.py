@@ -55,7 +55,7 @@ from mathcircuits.models.placement import head_out_weight, layer_device
 from mathcircuits.models.readout import Readout, readout, token_scores
 from mathcircuits.patching.cache import LastPositionCache, last_position_caches
 from mathcircuits.patching.metrics import Metric
-from mathcircuits.patching.scan import BatchEffects, Senders
+from mathcircuits.patching.scan import BatchEffects, Senders, scan_answers
 
 __all__ = ["exact_scan"]
 
@@ -87,12 +87,7 @@ def exact_scan(
         :class:`BatchEffects` with NaN for senders not scanned.
     """
     structure = block_structure(model)
-    answers = batch.answers if metric.every_answer_token else None
-    if metric.every_answer_token and answers is None:
-        raise ValueError(
-            f"metric {metric.name!r} reads every answer token, but the batch has only the first. "
-            "Fix: build the batches with pair_batches(..., answers=True) (path_patch does)."
-        )
+    answers = scan_answers(batch, metric)
     if cache is None:
         cache = last_position_caches(model, batch.tokens, batch.cf_tokens, structure=structure, answers=answers)
     spec = model.spec

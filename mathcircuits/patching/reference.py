@@ -30,7 +30,7 @@ from mathcircuits.models import HookedModel, hooks
 from mathcircuits.models.capture import capture
 from mathcircuits.models.readout import Readout
 from mathcircuits.patching.metrics import Metric, answer_readout
-from mathcircuits.patching.scan import BatchEffects, Senders
+from mathcircuits.patching.scan import BatchEffects, Senders, scan_answers
 
 __all__ = ["ROWS_PER_FORWARD", "reference_scan"]
 
@@ -64,12 +64,7 @@ def reference_scan(
     """
     bridge, spec = model.bridge, model.spec
     L, H = spec.n_layers, spec.n_heads
-    answers = batch.answers if metric.every_answer_token else None
-    if metric.every_answer_token and answers is None:
-        raise ValueError(
-            f"metric {metric.name!r} reads every answer token, but the batch has only the first. "
-            "Fix: build the batches with pair_batches(..., answers=True) (path_patch does)."
-        )
+    answers = scan_answers(batch, metric)
     tokens, cf_tokens = batch.tokens, batch.cf_tokens
     if answers is not None:
         tokens = torch.cat([tokens, answers[:, :-1]], 1)

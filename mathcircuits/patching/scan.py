@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, Protocol, TypeAlias, get_args
 
-from jaxtyping import Bool, Float
+from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
 from mathcircuits.data.pairs import PairBatch
@@ -22,7 +22,7 @@ from mathcircuits.patching.metrics import Metric
 if TYPE_CHECKING:
     from mathcircuits.models import HookedModel
 
-__all__ = ["SENDER_KINDS", "BatchEffects", "Method", "ScanFn", "SenderKind", "Senders"]
+__all__ = ["SENDER_KINDS", "BatchEffects", "Method", "ScanFn", "SenderKind", "Senders", "scan_answers"]
 
 #: The path-patching methods (the keys of ``driver.METHODS``; the ``method`` choices of ``PatchingConfig``).
 Method: TypeAlias = Literal["exact", "reference", "attribution"]
@@ -82,3 +82,19 @@ class ScanFn(Protocol):
     def __call__(
         self, model: HookedModel, batch: PairBatch, senders: Senders, metric: Metric, *, chunk_rows: int, progress: bool
     ) -> BatchEffects: ...
+
+
+def scan_answers(batch: PairBatch, metric: Metric) -> Int[Tensor, "batch n_answer"] | None:
+    """The answer tokens a scan reads: every one when the metric reads them all (teacher forcing), else None.
+
+    Raises:
+        ValueError: the metric reads every answer token but the batch holds only the first.
+    """
+    if not metric.every_answer_token:
+        return None
+    if batch.answers is None:
+        raise ValueError(
+            f"metric {metric.name!r} reads every answer token, but the batch has only the first. "
+            "Fix: build the batches with pair_batches(..., answers=True) (path_patch does)."
+        )
+    return batch.answers

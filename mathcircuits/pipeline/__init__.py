@@ -12,14 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from mathcircuits.pipeline.compare_models import check_same_config, compare_model_runs, load_run_results
-    from mathcircuits.pipeline.config import (
-        ConfigError,
-        FinetuneSection,
-        ModelSection,
-        RunConfig,
-        fingerprint,
-        render_config,
-    )
+    from mathcircuits.pipeline.config import ConfigError, RunConfig, fingerprint, render_config
     from mathcircuits.pipeline.context import Context, StageSummary, select_pairs, template_spread
     from mathcircuits.pipeline.facts import (
         FACT_STAGES,
@@ -34,20 +27,20 @@ if TYPE_CHECKING:
     from mathcircuits.pipeline.paths import RunPaths
     from mathcircuits.pipeline.preflight import multi_digit_template
     from mathcircuits.pipeline.run import RunFolderError, check_run_folder, done_summary, run_pipeline, stage_status
+    from mathcircuits.pipeline.sections import FinetuneSection, ModelSection
     from mathcircuits.pipeline.stages import STAGES, Stage
 
 #: public name → the module that defines it (imported on first use).
 _WHERE = {
     **dict.fromkeys(("check_same_config", "compare_model_runs", "load_run_results"), "compare_models"),
-    **dict.fromkeys(
-        ("ConfigError", "FinetuneSection", "ModelSection", "RunConfig", "fingerprint", "render_config"), "config"
-    ),
+    **dict.fromkeys(("ConfigError", "RunConfig", "fingerprint", "render_config"), "config"),
     **dict.fromkeys(("Context", "StageSummary", "select_pairs", "template_spread"), "context"),
     **dict.fromkeys(
         ("FACT_STAGES", "FactStage", "FactUse", "fact_use", "stage_facts", "stage_rows", "tag_fact_stages"), "facts"
     ),
     **dict.fromkeys(("RunLock", "RunLockedError"), "lock"),
     "RunPaths": "paths",
+    **dict.fromkeys(("FinetuneSection", "ModelSection"), "sections"),
     "multi_digit_template": "preflight",
     **dict.fromkeys(("RunFolderError", "check_run_folder", "done_summary", "run_pipeline", "stage_status"), "run"),
     **dict.fromkeys(("STAGES", "Stage"), "stages"),

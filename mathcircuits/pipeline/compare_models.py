@@ -18,7 +18,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from mathcircuits._io import ResultFileError, read_json
+from mathcircuits._files import read_json
+from mathcircuits._io import ResultFileError
 from mathcircuits.ablation import KnockoutResult
 from mathcircuits.analysis import AttentionByRole, MLPProbeResult
 from mathcircuits.claims import ClaimsCard

@@ -23,7 +23,7 @@ import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from mathcircuits._codec import FieldError, decode_value
-from mathcircuits._io import atomic_dir, atomic_path, read_json
+from mathcircuits._files import atomic_dir, atomic_path, read_json
 from mathcircuits.data import load_templates
 from mathcircuits.models import HookedModel, load_hf_model, load_model
 from mathcircuits.models.memory import PeakMemory

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from mathcircuits._io import is_temporary, read_json, write_json
+from mathcircuits._files import is_temporary, read_json, write_json
 from mathcircuits.pipeline.paths import MARKER, RUNNING
 
 __all__ = [

@@ -36,7 +36,7 @@ from typing import Any
 import torch
 import yaml
 
-from mathcircuits._io import DISK_FULL, atomic_path, read_json, write_json
+from mathcircuits._files import DISK_FULL, atomic_path, read_json, write_json
 from mathcircuits.models import canonical_source, check_versions, checks_run, fast_paths
 from mathcircuits.models.compat import installed_versions
 from mathcircuits.models.memory import MemoryMeter, cuda_devices

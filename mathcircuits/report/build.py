@@ -20,7 +20,7 @@ from pathlib import Path
 
 import plotly.graph_objects as go
 
-from mathcircuits._io import atomic_path
+from mathcircuits._files import atomic_path
 from mathcircuits.models.embedded import weights_note
 from mathcircuits.report.html import Page, accuracy_with_intervals, claims_table, kv_table, table
 from mathcircuits.report.parts import ReportParts, report_figures

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
-from mathcircuits._io import atomic_path
+from mathcircuits._files import atomic_path
 from mathcircuits.analysis import HeadPatterns
 
 __all__ = ["OfflineHTML", "attention_heads_view", "circuitsvis_bundle", "split_bundle"]

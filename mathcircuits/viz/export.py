@@ -23,7 +23,7 @@ from typing import Iterable, Mapping
 
 import plotly.graph_objects as go
 
-from mathcircuits._io import atomic_path
+from mathcircuits._files import atomic_path
 
 __all__ = [
     "STATIC_FORMATS",

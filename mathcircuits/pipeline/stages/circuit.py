@@ -16,7 +16,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from mathcircuits._io import ResultFileError, atomic_path
+from mathcircuits._files import atomic_path
+from mathcircuits._io import ResultFileError
 from mathcircuits._schema import ConfigError
 from mathcircuits.circuit import Circuit, Faithfulness, discover_circuit, faithfulness, label_roles
 from mathcircuits.circuit.pool import scored_operands

@@ -36,7 +36,7 @@ import pandas as pd
 import torch
 from transformers import PreTrainedModel
 
-from mathcircuits._io import write_json
+from mathcircuits._files import write_json
 from mathcircuits._schema import ConfigError
 from mathcircuits.claims import Verdict
 from mathcircuits.claims.improve import claim_c6_units, claim_c6b

@@ -30,7 +30,18 @@ from mathcircuits.numbers import (
 from mathcircuits.patching import KeyComponents
 from mathcircuits.pipeline.context import Context, StageSummary, save_csv
 
-__all__ = ["NumbersSummary", "run"]
+__all__ = ["NumbersSummary", "Skip", "run"]
+
+
+@dataclass(frozen=True)
+class Skip:
+    """A causal part the stage skipped: what the model cannot do, and what to change; prints as one message."""
+
+    problem: str
+    fix: str
+
+    def __str__(self) -> str:
+        return f"{self.problem}. Fix: {self.fix}"
 
 
 @dataclass(frozen=True)
@@ -45,7 +56,7 @@ class NumbersSummary(StageSummary):
     helix: str = ""
     patch: str = ""
     neurons: str = ""
-    skipped: dict[str, str] = field(default_factory=dict)
+    skipped: dict[str, Skip] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
 
@@ -108,7 +119,7 @@ def run(ctx: Context) -> NumbersSummary:
     key.check_model(model.spec)
     sets = ctx.templates()
     times: dict[str, float] = {}
-    skipped: dict[str, str] = {}
+    skipped: dict[str, Skip] = {}
     t0 = time.perf_counter()
 
     def lap(name: str) -> None:
@@ -159,7 +170,7 @@ def run(ctx: Context) -> NumbersSummary:
         save("helix_patch", patch)
         patch_text = patch.headline()
     except TooFewCorrect as err:
-        skipped["helix patch"] = str(err)
+        skipped["helix patch"] = Skip(err.problem, err.fix)
     lap("helix patch")
     grid = operand_grid(model.tokenizer, sets, c.template, c.grid)
     layers = _neuron_layers(ctx, key)
@@ -189,7 +200,7 @@ def run(ctx: Context) -> NumbersSummary:
         save_csv(neurons.type_table(), paths.numbers("neuron_types", ".csv"))
         neuron_text = neurons.headline()
     except TooFewCorrect as err:
-        skipped["neurons"] = str(err)
+        skipped["neurons"] = Skip(err.problem, err.fix)
     lap("neurons")
     kappa = {}
     for t in probes.targets:

@@ -19,7 +19,8 @@ from typing import TypeVar
 
 import pandas as pd
 
-from mathcircuits._io import ResultFileError, SavedResult, read_json
+from mathcircuits._files import read_json
+from mathcircuits._io import ResultFileError, SavedResult
 from mathcircuits.ablation import KnockoutResult, MLPMargin, RandomControl, TransferResult
 from mathcircuits.analysis import AttentionByRole, HeadPatterns, MLPProbeResult
 from mathcircuits.circuit import Circuit, Faithfulness
@@ -121,7 +122,7 @@ def _numbers_off(ctx: Context) -> dict[str, str]:
     out = {}
     for part, claim in (("helix patch", "N2"), ("neurons", "N3")):
         if part in summary.skipped:
-            out[claim] = summary.skipped[part].split(". Fix")[0]
+            out[claim] = summary.skipped[part].problem
     return out
 
 
