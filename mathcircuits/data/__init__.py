@@ -43,6 +43,7 @@ from mathcircuits.data.pairs import (
 from mathcircuits.data.render import answer_spacing, prompt_start, render_pair
 from mathcircuits.data.templates import (
     OPERATIONS,
+    Operation,
     Template,
     TemplateError,
     TemplateSet,
@@ -58,6 +59,7 @@ __all__ = [
     "MIBCounterfactual",
     "MIB_KINDS",
     "OPERATIONS",
+    "Operation",
     "PairBatch",
     "PairError",
     "PairSet",

@@ -22,6 +22,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal, TypeAlias, get_args
 
+from mathcircuits.data.templates import Operation
+
 __all__ = ["MIBCounterfactual", "MIB_KINDS", "mib_cf_operands", "mib_template_dir"]
 
 #: MIB's counterfactual kinds for arithmetic.
@@ -36,11 +38,11 @@ def mib_template_dir() -> Path:
     return Path(__file__).resolve().parents[2] / "data_templates" / "mib"
 
 
-def _carry(operation: str, a: int, b: int) -> bool:
+def _carry(operation: Operation, a: int, b: int) -> bool:
     return (a % 10 + b % 10 > 9) if operation == "add" else (a % 10 < b % 10)
 
 
-def _fits(kind: str, operation: str, a: int, b: int, x: int, y: int) -> bool:
+def _fits(kind: str, operation: Operation, a: int, b: int, x: int, y: int) -> bool:
     if len(str(x)) != len(str(a)) or len(str(y)) != len(str(b)) or (x, y) == (a, b):
         return False
     if kind == "random_counterfactual":
@@ -60,7 +62,7 @@ def _fits(kind: str, operation: str, a: int, b: int, x: int, y: int) -> bool:
 
 def mib_cf_operands(
     kind: str,
-    operation: str,
+    operation: Operation,
     a: int,
     b: int,
     answer: str,

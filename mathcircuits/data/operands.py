@@ -8,7 +8,7 @@ from __future__ import annotations
 from fractions import Fraction
 from typing import TYPE_CHECKING
 
-from mathcircuits.data.templates import OPERATIONS
+from mathcircuits.data.templates import OPERATIONS, Operation
 
 if TYPE_CHECKING:
     from mathcircuits.data.generate import GenerationConfig
@@ -21,7 +21,7 @@ class PairError(ValueError):
 
 
 def compute_answer(
-    operation: str, a: int, b: int, integer_only: bool = True, allow_negative: bool = False
+    operation: Operation, a: int, b: int, integer_only: bool = True, allow_negative: bool = False
 ) -> str | None:
     """The answer string for ``a <op> b``, or None when the rule excludes the pair.
 
@@ -63,7 +63,7 @@ def compute_answer(
     return str(value)
 
 
-def operand_pairs(op: str, cfg: GenerationConfig) -> list[tuple[int, int, str]]:
+def operand_pairs(op: Operation, cfg: GenerationConfig) -> list[tuple[int, int, str]]:
     """Every ``(a, b, answer)`` of operation ``op`` that ``cfg``'s operand range and answer rules allow.
 
     Args:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import string
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, get_args
 
 import yaml
 
@@ -21,6 +21,7 @@ from mathcircuits._files import StrictYAMLError, load_yaml
 
 __all__ = [
     "OPERATIONS",
+    "Operation",
     "Template",
     "TemplateError",
     "TemplateSet",
@@ -29,7 +30,8 @@ __all__ = [
     "load_templates",
 ]
 
-OPERATIONS = ("add", "sub", "mul", "div", "pow")
+Operation = Literal["add", "sub", "mul", "div", "pow"]
+OPERATIONS: tuple[Operation, ...] = get_args(Operation)
 _OPERAND_SLOTS = ("A", "B", "OP")
 
 
@@ -40,7 +42,7 @@ class TemplateError(ValueError):
 @dataclass(frozen=True)
 class Template:
     id: str
-    operation: str
+    operation: Operation
     form: str
     text: str
     op: str

@@ -8,13 +8,12 @@ it on). Every field is checked when the config is built (:mod:`mathcircuits._sch
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar, Literal
+from typing import ClassVar
 
 from mathcircuits._schema import ConfigError, check_fields, setting
+from mathcircuits.data import Operation
 
-__all__ = ["NumbersConfig", "Operation"]
-
-Operation = Literal["add", "sub", "mul", "div"]
+__all__ = ["NumbersConfig"]
 
 
 @dataclass(frozen=True)
@@ -64,6 +63,11 @@ class NumbersConfig:
 
     def __post_init__(self) -> None:
         check_fields(self)
+        if "pow" in self.context_operations:
+            raise ConfigError(
+                f"numbers.context_operations={list(self.context_operations)}: the numbers stage reads contexts of "
+                "add, sub, mul and div only. Fix: drop pow."
+            )
         for name in ("numbers", "grid", "patch_b"):
             lo, hi = getattr(self, name)
             if not 0 <= lo < hi:

@@ -35,7 +35,7 @@ from jaxtyping import Float
 from torch import Tensor
 
 from mathcircuits._io import SavedResult
-from mathcircuits.data import answer_spacing, compute_answer, render_pair
+from mathcircuits.data import Operation, answer_spacing, compute_answer, render_pair
 from mathcircuits.data.templates import TemplateSet
 from mathcircuits.models import HookedModel, ModelSpec, as_spec, hooks
 from mathcircuits.models.prefix import PrefixRunner
@@ -63,7 +63,7 @@ def _context_of(tokenizer: Any, tset: TemplateSet, tpl: Any, fewshot: bool, spac
 def number_contexts(
     tokenizer: Any,
     template_sets: Sequence[TemplateSet],
-    operations: Sequence[str] = ("add", "sub", "mul", "div"),
+    operations: Sequence[Operation] = ("add", "sub", "mul", "div"),
     n: int = 8,
     first: str | None = None,
     fewshot: bool = True,
