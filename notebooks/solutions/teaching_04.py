@@ -76,6 +76,7 @@ def exercise_8(model, pairs, heads):
     return frozen, unfrozen
 
 
+@torch.no_grad()  # no autograd graph: the forwards only read values
 def _patch_heads(model, rows, heads):
     names = [hooks.z(layer) for layer in range(model.spec.n_layers)]
     answers = torch.tensor(rows["answer_tokens"])
