@@ -183,11 +183,15 @@ def _keys(ds: PairSet) -> list[tuple[str, int, int]]:
 
 
 def _uncovered(evaluated: PairSet, pool: PairSet) -> list[tuple[str, int, int]]:
-    """Keys (template, prompt tokens, answer tokens) of the evaluated pairs that no pool prompt has once the
-    evaluated pairs' operands are left out, as :func:`~mathcircuits.circuit.faithfulness` leaves them out."""
+    """Keys (template, prompt tokens, answer tokens) of the evaluated pairs whose positions no pool prompt
+    reaches once the evaluated pairs' operands are left out, by the rule of :class:`~mathcircuits.circuit.PoolMeans`:
+    the pool is keyed on template and prompt length, and its longest answer must reach the evaluated answer's end."""
     taken = scored_operands(evaluated)
-    usable = {k for k, t, a, b in zip(_keys(pool), pool["template_id"], pool["a"], pool["b"]) if (t, a, b) not in taken}
-    return sorted(set(_keys(evaluated)) - usable)
+    reach: dict[tuple[str, int], int] = {}
+    for (t, n, a), key in zip(_keys(pool), zip(pool["template_id"], pool["a"], pool["b"])):
+        if (key[0], int(key[1]), int(key[2])) not in taken:
+            reach[(t, n)] = max(reach.get((t, n), 0), a)
+    return sorted(k for k in set(_keys(evaluated)) if reach.get(k[:2], 0) < k[2])
 
 
 def _refuse_pool(ctx: Context, op: str, evaluated: PairSet, missing: list[tuple[str, int, int]]) -> None:
@@ -200,7 +204,7 @@ def _refuse_pool(ctx: Context, op: str, evaluated: PairSet, missing: list[tuple[
     t, n, a = missing[0]
     raise ConfigError(
         f"the circuit stage's counterfactual pool ({c.pool_per_template} prompts per template) has no prompt "
-        f"of template {t!r} with {n} prompt tokens and {a} answer tokens that the evaluated pairs leave in, so "
+        f"of template {t!r} with {n} prompt tokens and {a} or more answer tokens that the evaluated pairs leave in, so "
         f"position_mean has nothing to average ({len(missing)} such template/length group(s) for {op}). "
         f"Fix: raise circuit.pool_per_template ({enough}), or leave position_mean out of circuit.ablations."
     )
