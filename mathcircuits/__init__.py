@@ -34,6 +34,7 @@ from mathcircuits._noise import filter_dependency_warnings
 
 if TYPE_CHECKING:
     from mathcircuits import viz
+    from mathcircuits._errors import FixableError
     from mathcircuits._io import ResultFileError
     from mathcircuits.ablation import knockout_curve
     from mathcircuits.analysis import attention_by_role
@@ -59,9 +60,11 @@ _VERBS = {
     "discover_circuit": "mathcircuits.circuit",
     "run_pipeline": "mathcircuits.pipeline",
     "ResultFileError": "mathcircuits._io",  # what every load raises for a file it cannot read
+    "FixableError": "mathcircuits._errors",  # what every refused input raises: its .problem and .fix
 }
 
 __all__ = [
+    "FixableError",
     "ResultFileError",
     "__version__",
     "attention_by_role",

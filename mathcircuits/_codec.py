@@ -22,6 +22,8 @@ from typing import Any, Literal, TypeVar, Union
 import torch
 from jaxtyping import AbstractArray
 
+from mathcircuits._errors import problem_of
+
 __all__ = [
     "FieldError",
     "decode_fields",
@@ -179,7 +181,9 @@ def _decode(value: Any, tp: Any, where: str) -> Any:
         try:
             return tp.parse(value)
         except (TypeError, ValueError) as err:
-            raise FieldError(f"field {where!r} is {_show(value)}, which is not a {tp.__name__}: {err}") from None
+            raise FieldError(
+                f"field {where!r} is {_show(value)}, which is not a {tp.__name__}: {problem_of(err)}"
+            ) from None
     if _is_tensor_type(tp):
         if not isinstance(value, torch.Tensor):
             raise FieldError(f"field {where!r} should be a tensor but is a {type(value).__name__}")
@@ -286,7 +290,7 @@ def decode_fields(cls: type[T], fields: Any, where: str = "") -> T:
     try:
         return cls(**kwargs)
     except (ValueError, TypeError, IndexError) as err:
-        raise FieldError(f"{what} holds values a {cls.__name__} refuses: {err}") from None
+        raise FieldError(f"{what} holds values a {cls.__name__} refuses: {problem_of(err)}") from None
 
 
 def tensors_to_json(value: Any) -> Any:

@@ -19,6 +19,8 @@ from typing import Any
 
 import yaml
 
+from mathcircuits._errors import FixableError, FixableFileNotFoundError
+
 __all__ = [
     "DISK_FULL",
     "ResultFileError",
@@ -32,7 +34,7 @@ __all__ = [
 ]
 
 
-class ResultFileError(ValueError):
+class ResultFileError(FixableError, ValueError):
     """A saved file cannot be read as the value asked for; the message names the file, the problem and the fix."""
 
 
@@ -155,22 +157,21 @@ def read_json(path: str | os.PathLike) -> Any:
     """
     path = Path(path)
     if not path.exists():
-        raise FileNotFoundError(f"{path} does not exist. Fix: check the path, or run the stage that writes it.")
+        raise FixableFileNotFoundError(f"{path} does not exist. ", "check the path, or run the stage that writes it.")
     try:
         return json.loads(path.read_text())
     except (UnicodeDecodeError, json.JSONDecodeError) as err:
         raise ResultFileError(
-            f"{path} is not valid JSON ({err}); it may be truncated or corrupted. "
-            "Fix: delete it and re-run the stage that writes it."
+            f"{path} is not valid JSON ({err}); it may be truncated or corrupted. ",
+            "delete it and re-run the stage that writes it.",
         ) from err
 
 
-class StrictYAMLError(yaml.YAMLError):
+class StrictYAMLError(FixableError, yaml.YAMLError):
     """YAML that :func:`load_yaml` refuses although PyYAML would read it; ``problem`` and ``fix`` say why."""
 
     def __init__(self, problem: str, fix: str) -> None:
-        super().__init__(f"{problem}. Fix: {fix}.")
-        self.problem, self.fix = problem, fix
+        super().__init__(f"{problem}.", f"{fix}.")  # the message as before: "<problem>. Fix: <fix>."
 
 
 class _StrictLoader(yaml.SafeLoader):

@@ -44,6 +44,7 @@ from typing import Any, ClassVar, TypeVar
 import torch
 
 from mathcircuits._codec import FieldError, decode_fields, encode_fields, from_plain, tensors_from_json, tensors_to_json
+from mathcircuits._errors import FixableFileNotFoundError, problem_of
 from mathcircuits._files import ResultFileError, atomic_path
 
 __all__ = [
@@ -76,32 +77,34 @@ def _rerun(cls: type) -> str:
 def _read_payload(cls: type, path: Path) -> Any:
     name = cls.__name__
     if not path.exists():
-        raise FileNotFoundError(f"{path} does not exist. Fix: check the path, or save a {name} there first.")
+        raise FixableFileNotFoundError(f"{path} does not exist. ", f"check the path, or save a {name} there first.")
     if path.is_dir():
-        raise ResultFileError(f"{path} is a folder, not a saved {name}. Fix: pass the file written by {name}.save().")
+        raise ResultFileError(f"{path} is a folder, not a saved {name}. ", f"pass the file written by {name}.save().")
     raw = path.read_bytes()
     if not raw:
-        raise ResultFileError(f"{path} is empty (0 bytes), e.g. left by an interrupted copy. Fix: {_rerun(cls)}.")
+        raise ResultFileError(f"{path} is empty (0 bytes), e.g. left by an interrupted copy. ", f"{_rerun(cls)}.")
     if raw[:2] == b"PK":  # torch.save's zip format
         try:
             return torch.load(io.BytesIO(raw), map_location="cpu", weights_only=True)
         except Exception as err:  # noqa: BLE001 - any failure to unpickle means a damaged file
             reason = (str(err).strip().splitlines() or [type(err).__name__])[0].split(". ")[0][:160]
             raise ResultFileError(
-                f"{path} is not a readable .pt file; it looks truncated or corrupted ({type(err).__name__}: {reason}). "
-                f"Fix: {_rerun(cls)}."
+                f"{path} is not a readable .pt file; it looks truncated or corrupted "
+                f"({type(err).__name__}: {reason}). ",
+                f"{_rerun(cls)}.",
             ) from None
     try:
         payload = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as err:
         raise ResultFileError(
             f"{path} is neither a mathcircuits .pt file nor valid JSON ({err}); it may be truncated or not a "
-            f"{name} at all. Fix: pass the file written by {name}.save(), or {_rerun(cls)}."
+            f"{name} at all. ",
+            f"pass the file written by {name}.save(), or {_rerun(cls)}.",
         ) from None
     try:
         return tensors_from_json(payload)
     except (FieldError, TypeError, ValueError, RuntimeError) as err:
-        raise ResultFileError(f"{path} holds a malformed tensor ({err}). Fix: {_rerun(cls)}.") from None
+        raise ResultFileError(f"{path} holds a malformed tensor ({err}). ", f"{_rerun(cls)}.") from None
 
 
 def _from_payload(cls: type[T], payload: Any, source: str) -> T:
@@ -109,8 +112,8 @@ def _from_payload(cls: type[T], payload: Any, source: str) -> T:
     name = cls.__name__
     if not isinstance(payload, dict):
         raise ResultFileError(
-            f"{source} holds a {type(payload).__name__}, not a saved mathcircuits value. "
-            f"Fix: pass the file written by {name}.save()."
+            f"{source} holds a {type(payload).__name__}, not a saved mathcircuits value. ",
+            f"pass the file written by {name}.save().",
         )
     if "__kind__" in payload and "__version__" not in payload and set(payload) == {"__kind__", "fields"}:
         kind, version, fields = payload["__kind__"], 1, from_plain(payload["fields"])  # unversioned .pt (v1)
@@ -122,22 +125,22 @@ def _from_payload(cls: type[T], payload: Any, source: str) -> T:
         fields = {k: v for k, v in payload.items() if k not in ("kind", "version")}
     else:
         raise ResultFileError(
-            f"{source} is not a saved mathcircuits value (it has no kind/version header). "
-            f"Fix: pass the file written by {name}.save()."
+            f"{source} is not a saved mathcircuits value (it has no kind/version header). ",
+            f"pass the file written by {name}.save().",
         )
     kind = str(kind) if str(kind).startswith("mathcircuits.") else f"mathcircuits.{kind}"
     if kind != _kind_of(cls):
         other = kind.removeprefix("mathcircuits.")
         raise ResultFileError(
-            f"{source} holds a {other}, not a {name}. Fix: load it with {other}.load(), or pass a {name} file."
+            f"{source} holds a {other}, not a {name}. ", f"load it with {other}.load(), or pass a {name} file."
         )
     latest = getattr(cls, "VERSION", 1)
     if not isinstance(version, int) or isinstance(version, bool) or version < 1:
-        raise ResultFileError(f"{source} has the invalid format version {version!r}. Fix: {_rerun(cls)}.")
+        raise ResultFileError(f"{source} has the invalid format version {version!r}. ", f"{_rerun(cls)}.")
     if version > latest:
         raise ResultFileError(
-            f"{source} was written by a newer mathcircuits (format version {version}; this one reads up to "
-            f"{latest}). Fix: upgrade mathcircuits, or {_rerun(cls)}."
+            f"{source} was written by a newer mathcircuits (format version {version}; this one reads up to {latest}). ",
+            f"upgrade mathcircuits, or {_rerun(cls)}.",
         )
     derived = {k: fields.pop(k) for k in getattr(cls, "DERIVED", ()) if k in fields}
     try:
@@ -150,8 +153,8 @@ def _from_payload(cls: type[T], payload: Any, source: str) -> T:
         return value
     except FieldError as err:
         older = f"was written by an older mathcircuits (format version {version}) and " if version < latest else ""
-        problem = str(err).split(" Fix:")[0].rstrip(". ")  # the file's fix is to re-run, not the field's own fix
-        raise ResultFileError(f"{source} {older}does not fit a {name}: {problem}. Fix: {_rerun(cls)}.") from None
+        problem = problem_of(err)  # the file's fix is to re-run, not the field's own fix
+        raise ResultFileError(f"{source} {older}does not fit a {name}: {problem}. ", f"{_rerun(cls)}.") from None
 
 
 def save_result(obj: Any, path: str | os.PathLike) -> Path:

@@ -23,6 +23,8 @@ import types
 import typing
 from typing import Any, Literal, TypeVar, Union
 
+from mathcircuits._errors import FixableError, FixableTypeError, FixableValueError
+
 __all__ = [
     "ConfigError",
     "check_arguments",
@@ -61,7 +63,7 @@ def shown(value: Any, limit: int = 200) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-class ConfigError(ValueError):
+class ConfigError(FixableError, ValueError):
     """A configuration value is invalid; the message names the key, the problem and the fix."""
 
 
@@ -212,7 +214,7 @@ def _checked(f: dataclasses.Field, hint: Any, value: Any) -> Any:
     except ConfigError as err:  # a value type's own message says what its text should be
         raise ConfigError(f"{f.name}={shown(value)}: {err}") from None
     if not ok:
-        raise ConfigError(f"{f.name}={shown(value)} is not {type_name(hint)}. Fix: {_hint_fix(hint, value)}.")
+        raise ConfigError(f"{f.name}={shown(value)} is not {type_name(hint)}. ", f"{_hint_fix(hint, value)}.")
     _check_range(f, conv)
     return conv
 
@@ -245,7 +247,7 @@ def _check_range(f: dataclasses.Field, value: Any) -> None:
         or ("lt" in m and value >= m["lt"])
     )
     if bad:
-        raise ConfigError(f"{f.name}={shown(value)} is out of range. Fix: use a value {_range_text(m)}.")
+        raise ConfigError(f"{f.name}={shown(value)} is out of range. ", f"use a value {_range_text(m)}.")
 
 
 def _range_text(meta: Any) -> str:
@@ -266,11 +268,11 @@ def from_dict(cls: type[T], values: Any, hidden: tuple[str, ...] = ()) -> T:
     """
     values = {} if values is None else values
     if not isinstance(values, dict):
-        raise ConfigError(f"expected a mapping of settings, got {shown(values)}. Fix: write `key: value` lines.")
+        raise ConfigError(f"expected a mapping of settings, got {shown(values)}. ", "write `key: value` lines.")
     known = [f.name for f in dataclasses.fields(cls) if f.init and f.name not in hidden]  # type: ignore[arg-type]
     bad = [k for k in values if k not in known]
     if bad:
-        raise ConfigError(f"unknown keys {bad}. Fix: use only {known}.")
+        raise ConfigError(f"unknown keys {bad}. ", f"use only {known}.")
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
     values = {k: _checked(fields[k], hints[k], v) for k, v in values.items()}  # before __init__'s own type check
@@ -353,20 +355,20 @@ def expect(verb: str, name: str, value: Any, kinds: type | tuple[type, ...], wan
         fix: what to pass instead.
     """
     if not isinstance(value, kinds):
-        raise TypeError(f"{verb}: {name} must be {wanted}, got {kind_of(value)}. Fix: {fix}.")
+        raise FixableTypeError(f"{verb}: {name} must be {wanted}, got {kind_of(value)}. ", f"{fix}.")
 
 
 def expect_pairs(verb: str, name: str, value: Any, minimum: int = 1) -> None:
     """Refuse anything but prompt pairs (a ``datasets.Dataset`` of :func:`~mathcircuits.data.generate_pairs`),
     or fewer than ``minimum`` of them (a bootstrap over one pair has no spread)."""
     if not hasattr(value, "column_names") or not hasattr(value, "select"):
-        raise TypeError(
-            f"{verb}: {name} must be prompt pairs (a datasets.Dataset from generate_pairs), got {kind_of(value)}. "
-            "Fix: pass generate_pairs(...)'s result (rows you built: datasets.Dataset.from_list(rows))."
+        raise FixableTypeError(
+            f"{verb}: {name} must be prompt pairs (a datasets.Dataset from generate_pairs), got {kind_of(value)}. ",
+            "pass generate_pairs(...)'s result (rows you built: datasets.Dataset.from_list(rows)).",
         )
     if len(value) < minimum:
-        raise ValueError(
-            f"{verb}: {name} has {len(value)} pair(s); its intervals need at least {minimum}. Fix: pass more pairs."
+        raise FixableValueError(
+            f"{verb}: {name} has {len(value)} pair(s); its intervals need at least {minimum}. ", "pass more pairs."
         )
 
 

@@ -31,6 +31,7 @@ import traceback
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
+from mathcircuits._errors import FixableError
 from mathcircuits._version import __version__
 from mathcircuits.pipeline.stages import STAGES
 
@@ -44,13 +45,23 @@ EXIT_INTERNAL = 3
 EXIT_INTERRUPTED = 130
 
 
-def _folder(text: str) -> Path:
-    """A folder argument; an empty one is refused (``Path("")`` is the current directory)."""
-    if not text.strip():
-        raise argparse.ArgumentTypeError(
-            "an empty folder name would make the current directory the folder. Fix: name a folder, e.g. runs/default"
-        )
-    return Path(text)
+#: Folder arguments (dest, as usage names it): read as text, refused when empty (``Path("")`` is the current
+#: directory), then made paths by :func:`_folders`.
+_FOLDERS = (("out", "--out"), ("run_a", "run_a"), ("run_b", "run_b"))
+
+
+def _folders(parser: _Parser, args: argparse.Namespace) -> None:
+    for dest, flag in _FOLDERS:
+        text = getattr(args, dest, None)
+        if not isinstance(text, str):
+            continue  # not this command's, or its default
+        if not text.strip():
+            parser.refuse(
+                f"argument {flag}: an empty folder name would make the current directory the folder",
+                "name a folder, e.g. runs/default",
+                command=args.command,
+            )
+        setattr(args, dest, Path(text))
 
 
 def _add_common(p: argparse.ArgumentParser, runs: bool = True) -> None:
@@ -60,7 +71,7 @@ def _add_common(p: argparse.ArgumentParser, runs: bool = True) -> None:
         type=Path,
         help="YAML or TOML run configuration (default: the run folder's config.yaml, else the defaults)",
     )
-    p.add_argument("--out", type=_folder, default=Path("runs/default"), help="run folder (default: runs/default)")
+    p.add_argument("--out", default=Path("runs/default"), help="run folder (default: runs/default)")
     p.add_argument(
         "--model",
         help="override model.source: embedded (SmolLM2-135M-Instruct), gemma3-270m (Gemma 3 270M base), "
@@ -74,9 +85,12 @@ def _add_common(p: argparse.ArgumentParser, runs: bool = True) -> None:
 class _Parser(argparse.ArgumentParser):
     """argparse, with usage errors in the house form ``error: <problem>. Fix: <fix>`` (exit code 2)."""
 
-    def error(self, message: str) -> NoReturn:
-        fix = "" if "Fix:" in message else f". Fix: see `{self.prog} --help`"
-        self.exit(2, f"error: {self.prog}: {message}{fix}.\n")
+    def error(self, message: str) -> NoReturn:  # argparse's own messages, which name no fix
+        self.refuse(message, f"see `{self.prog} --help`")
+
+    def refuse(self, problem: str, fix: str, command: str | None = None) -> NoReturn:
+        prog = f"{self.prog} {command}" if command else self.prog
+        self.exit(2, f"error: {prog}: {problem}. Fix: {fix}.\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -117,9 +131,9 @@ def build_parser() -> argparse.ArgumentParser:
         "embedded and --model gemma3-270m): claims card side by side, key heads by relative depth, knockout, "
         "attention roles and MLPs; a difference is marked only where the intervals separate.",
     )
-    cm.add_argument("run_a", type=_folder, help="model A's run folder")
-    cm.add_argument("run_b", type=_folder, help="model B's run folder")
-    cm.add_argument("--out", type=_folder, required=True, help="output folder (comparison.html, tables, figures)")
+    cm.add_argument("run_a", help="model A's run folder")
+    cm.add_argument("run_b", help="model B's run folder")
+    cm.add_argument("--out", required=True, help="output folder (comparison.html, tables, figures)")
     c = sub.add_parser("config", help="print the configuration (all defaults, or a file merged over them)")
     c.add_argument("--config", type=Path, help="a config file to merge over the defaults")
     c.add_argument(
@@ -139,8 +153,8 @@ def _load_config(args: argparse.Namespace) -> RunConfig:
         if not own.is_file() or not own.read_text().strip():
             raise ConfigError(
                 f"{out} holds a run, but its config.yaml is {'missing' if not own.is_file() else 'empty'}, so the "
-                "settings its results were made with are unknown. Fix: pass --config with the run's config "
-                "(or restore config.yaml), or use a new --out folder."
+                "settings its results were made with are unknown. ",
+                "pass --config with the run's config (or restore config.yaml), or use a new --out folder.",
             )
         cfg = RunConfig.load(own)
     elif out is not None and (out / "config.yaml").is_file():
@@ -165,14 +179,13 @@ def _message(err: BaseException, out: Path | None = None) -> str:
             f"disk full: could not write {where} ({err.strerror}). Fix: free space on that disk (df -h), raise "
             "the file-size limit if one is set (ulimit -f), or use an --out folder on another disk."
         )
+    if isinstance(err, FixableError):
+        return " ".join(str(err).split())
     if isinstance(err, OSError) and err.strerror:
         text = f"{err.strerror}: {err.filename}" if err.filename else err.strerror
     else:
         text = str(err).strip() or type(err).__name__
-    text = " ".join(text.split())
-    if "Fix:" in text:
-        return text
-    return f"{text.rstrip('.')}. Fix: check the path and its permissions."
+    return f"{' '.join(text.split()).rstrip('.')}. Fix: check the path and its permissions."
 
 
 def _compare_models(args: argparse.Namespace) -> int:
@@ -232,7 +245,9 @@ def main(argv: list[str] | None = None) -> int:
     Returns:
         The exit code: 0 done, 2 error, 3 internal error, 130 interrupted.
     """
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    _folders(parser, args)  # type: ignore[arg-type]
     try:  # the model libraries load here, after parsing (seconds): Ctrl-C meanwhile is a clean stop too
         from mathcircuits.pipeline.run import InternalError, is_input_error
     except KeyboardInterrupt:

@@ -46,6 +46,7 @@ from scipy.stats import norm
 from scipy.stats import t as student_t
 from torch import Tensor
 
+from mathcircuits._errors import FixableValueError
 from mathcircuits.stats import DEFAULT_CONFIDENCE, DEFAULT_N_BOOT, Interval, bootstrap_indices
 
 __all__ = ["Power", "detectable_difference", "planned_detectable_difference", "seed_item_bootstrap", "seed_item_t"]
@@ -59,9 +60,9 @@ def _matrix(x: ScoresA | ScoresB, name: str) -> Tensor:
     if t.ndim == 1:
         t = t[None]
     if t.ndim != 2 or t.shape[0] < 1 or t.shape[1] < 1:
-        raise ValueError(
-            f"{name} must be per-seed, per-item scores [seed, item], got shape {tuple(t.shape)}. "
-            "Fix: stack each seed's item scores (one row per seed)."
+        raise FixableValueError(
+            f"{name} must be per-seed, per-item scores [seed, item], got shape {tuple(t.shape)}. ",
+            "stack each seed's item scores (one row per seed).",
         )
     return t
 
@@ -90,8 +91,8 @@ def seed_item_bootstrap(
     """
     ta, tb = _matrix(a, "a"), _matrix(b, "b")
     if ta.shape[1] != tb.shape[1]:
-        raise ValueError(
-            f"seed_item_bootstrap: a has {ta.shape[1]} items, b {tb.shape[1]}. Fix: score both on the same items."
+        raise FixableValueError(
+            f"seed_item_bootstrap: a has {ta.shape[1]} items, b {tb.shape[1]}. ", "score both on the same items."
         )
     n = ta.shape[1]
     items = bootstrap_indices(n, n_boot, seed)  # [boot, n]
@@ -132,7 +133,9 @@ def seed_item_t(a: ScoresA, b: ScoresB, confidence: float = DEFAULT_CONFIDENCE) 
     """
     ta, tb = _matrix(a, "a"), _matrix(b, "b")
     if ta.shape[1] != tb.shape[1]:
-        raise ValueError(f"seed_item_t: a has {ta.shape[1]} items, b {tb.shape[1]}. Fix: score both on the same items.")
+        raise FixableValueError(
+            f"seed_item_t: a has {ta.shape[1]} items, b {tb.shape[1]}. ", "score both on the same items."
+        )
     n = ta.shape[1]
     se = detectable_difference(ta, tb).se
     seeds = [s for s in (ta.shape[0], tb.shape[0]) if s > 1]
@@ -182,7 +185,9 @@ class Power:
 
 def _z(alpha: float, power: float) -> float:
     if not (0 < alpha < 1 and 0 < power < 1):
-        raise ValueError(f"alpha={alpha}, power={power}: both must lie in (0, 1). Fix: e.g. alpha=0.05, power=0.8.")
+        raise FixableValueError(
+            f"alpha={alpha}, power={power}: both must lie in (0, 1). ", "e.g. alpha=0.05, power=0.8."
+        )
     return float(norm.ppf(1 - alpha / 2) + norm.ppf(power))
 
 
@@ -232,7 +237,7 @@ def detectable_difference(a: ScoresA, b: ScoresB, alpha: float = 0.05, power: fl
     """
     ta, tb = _matrix(a, "a"), _matrix(b, "b")
     if ta.shape[1] != tb.shape[1]:
-        raise ValueError(f"detectable_difference: {ta.shape[1]} vs {tb.shape[1]} items. Fix: the same items.")
+        raise FixableValueError(f"detectable_difference: {ta.shape[1]} vs {tb.shape[1]} items. ", "the same items.")
     diff = ta.mean(0) - tb.mean(0)
     item_sd = float(diff.std()) if diff.numel() > 1 else 0.0
     sd_a = float(ta.mean(1).std()) if ta.shape[0] > 1 else 0.0

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from mathcircuits._errors import FixableValueError
 from mathcircuits._schema import check_fields, setting
 from mathcircuits.data.benchmark_files import WORD_PROBLEM_SETS
 
@@ -73,13 +74,13 @@ class ValidationConfig:
         check_fields(self)
         unknown = [n for n in self.word_problem_sets if n not in WORD_PROBLEM_SETS]
         if unknown:
-            raise ValueError(
-                f"validation.word_problem_sets has {unknown}, which are not word-problem sets. "
-                f"Fix: use some of {list(WORD_PROBLEM_SETS)} (folder names under the benchmark folder)."
+            raise FixableValueError(
+                f"validation.word_problem_sets has {unknown}, which are not word-problem sets. ",
+                f"use some of {list(WORD_PROBLEM_SETS)} (folder names under the benchmark folder).",
             )
         bad = [k for k in self.knockout_ks if not 1 <= k <= self.knockout_max_k]
         if bad:
-            raise ValueError(
-                f"validation.knockout_ks has {bad}, outside 1..knockout_max_k ({self.knockout_max_k}). "
-                "Fix: list k values in that range, or leave it empty for every k."
+            raise FixableValueError(
+                f"validation.knockout_ks has {bad}, outside 1..knockout_max_k ({self.knockout_max_k}). ",
+                "list k values in that range, or leave it empty for every k.",
             )

@@ -39,6 +39,7 @@ from jaxtyping import Float
 from torch import Tensor
 from tqdm.auto import tqdm
 
+from mathcircuits._errors import FixableValueError
 from mathcircuits._io import SavedResult
 from mathcircuits.ablation.hooks import Ablation, Scope
 from mathcircuits.ablation.means import HeadMeans, PositionPool
@@ -54,15 +55,17 @@ __all__ = ["RandomControl", "depth_matched_draws", "n_depth_matched_sets", "rand
 def _pools(key_heads: Sequence[tuple[int, int]], spec: ModelSpec) -> tuple[Counter, dict[int, list[int]]]:
     keys = {(int(l), int(h)) for l, h in key_heads}
     if not keys:
-        raise ValueError("the random control needs at least one key head. Fix: select key heads first (identify).")
+        raise FixableValueError(
+            "the random control needs at least one key head. ", "select key heads first (identify)."
+        )
     per_layer = Counter(l for l, _ in keys)
     pools = {l: [h for h in range(spec.n_heads) if (l, h) not in keys] for l in per_layer}
     short = {l: (k, len(pools[l])) for l, k in per_layer.items() if len(pools[l]) < k}
     if short:
         l, (k, n) = next(iter(short.items()))
-        raise ValueError(
-            f"layer {l} has {k} key heads but only {n} other heads, so no depth-matched random set exists. "
-            "Fix: use fewer key heads per layer, or a model with more heads."
+        raise FixableValueError(
+            f"layer {l} has {k} key heads but only {n} other heads, so no depth-matched random set exists. ",
+            "use fewer key heads per layer, or a model with more heads.",
         )
     return per_layer, pools
 
@@ -264,10 +267,10 @@ def random_control(
         The :class:`RandomControl`.
     """
     if n_draws < 1:
-        raise ValueError(f"n_draws={n_draws}. Fix: draw at least one random set (the claims ask for 100).")
+        raise FixableValueError(f"n_draws={n_draws}. ", "draw at least one random set (the claims ask for 100).")
     check_columns(dataset, ("tokens", "answer_tokens", "n_tokens"), "random_control")
     if len(dataset) == 0:
-        raise ValueError("random_control got no pairs. Fix: pass the fresh pairs of at least one operation.")
+        raise FixableValueError("random_control got no pairs. ", "pass the fresh pairs of at least one operation.")
     key = [(int(l), int(h)) for l, h in resolve_heads(key_heads, model.spec, arg="key_heads")]
     draws = depth_matched_draws(key, model.spec, n_draws, seed)
     scorer = scorer or KnockoutScorer(model, dataset, ablation, means, scope, seed, batch_size, pool=pool)

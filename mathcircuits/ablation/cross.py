@@ -22,6 +22,7 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
+from mathcircuits._errors import FixableValueError
 from mathcircuits._io import SavedResult
 from mathcircuits.ablation.scorer import KnockoutScorer
 from mathcircuits.stats import DEFAULT_CONFIDENCE, wilson_interval
@@ -104,7 +105,7 @@ def cross_operation(
     ops = list(scorers)
     missing = [op for op in ops if op not in key_sets]
     if missing:
-        raise ValueError(f"no key set for operations {missing}. Fix: pass one key set per scored operation.")
+        raise FixableValueError(f"no key set for operations {missing}. ", "pass one key set per scored operation.")
     clean = [scorers[t].accuracy([]) for t in ops]
     acc = torch.zeros(len(ops), len(ops))
     for i, s in enumerate(ops):

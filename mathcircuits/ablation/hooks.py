@@ -25,6 +25,7 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
+from mathcircuits._errors import FixableValueError
 from mathcircuits.ablation.means import HeadMeans
 from mathcircuits.models import HookedModel, hooks
 from mathcircuits.models.placement import layer_device
@@ -62,9 +63,9 @@ def check_choice(ablation: Ablation, scope: Scope) -> None:
         None; raises ``ValueError`` naming the value and the choices.
     """
     if ablation not in ABLATIONS:
-        raise ValueError(f"ablation {ablation!r} is unknown. Fix: use one of {list(ABLATIONS)}.")
+        raise FixableValueError(f"ablation {ablation!r} is unknown. ", f"use one of {list(ABLATIONS)}.")
     if scope not in SCOPES:
-        raise ValueError(f"scope {scope!r} is unknown. Fix: use 'all' or 'last'.")
+        raise FixableValueError(f"scope {scope!r} is unknown. ", "use 'all' or 'last'.")
 
 
 def z_ablation_hooks(

@@ -46,6 +46,7 @@ from collections.abc import Sequence
 import torch
 from tqdm.auto import tqdm
 
+from mathcircuits._errors import FixableTypeError, FixableValueError
 from mathcircuits.ablation.config import ValidationConfig
 from mathcircuits.ablation.hooks import Ablation, Scope, check_choice
 from mathcircuits.ablation.means import HeadMeans, PositionPool, head_means
@@ -104,10 +105,10 @@ def _ranked_heads(patching: object, spec: ModelSpec, max_k: int) -> list[tuple[i
         patching.check_model(spec)
         patching.check_finite()
         return [(l, h) for l, h, _ in patching.top_heads(max_k)]
-    raise TypeError(
+    raise FixableTypeError(
         f"knockout_curve(patching=) got a {type(patching).__name__}, but it ranks the heads to knock out from a "
-        "PatchingResult (path_patch) or a KeyComponents (select_key_components). Fix: pass one of those as the "
-        "third argument, knockout_curve(model, pairs, result)."
+        "PatchingResult (path_patch) or a KeyComponents (select_key_components). ",
+        "pass one of those as the third argument, knockout_curve(model, pairs, result).",
     )
 
 
@@ -169,7 +170,7 @@ def knockout_curve(
     wanted = range(1, len(ranked) + 1) if ks is None else ks
     bad = [k for k in wanted if not 1 <= int(k) <= len(ranked)]
     if bad:
-        raise ValueError(f"ks {bad} are outside 1…{len(ranked)} (the ranked heads). Fix: choose k in that range.")
+        raise FixableValueError(f"ks {bad} are outside 1…{len(ranked)} (the ranked heads). ", "choose k in that range.")
     ks = [0, *sorted({int(k) for k in wanted})]
     all_heads = [(l, h) for l in range(spec.n_layers) for h in range(spec.n_heads)]
     rng = random.Random(seed)

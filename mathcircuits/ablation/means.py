@@ -18,6 +18,7 @@ import torch
 from jaxtyping import Float
 from torch import Tensor, nn
 
+from mathcircuits._errors import FixableValueError
 from mathcircuits._io import SavedResult
 from mathcircuits.data.batching import iter_batches
 from mathcircuits.data.pairs import PairSet, check_columns
@@ -45,9 +46,9 @@ class HeadMeans(SavedResult):
 
     def __post_init__(self) -> None:
         if not bool(torch.isfinite(self.means).all()):
-            raise ValueError(
-                "the head means hold NaN or infinity (e.g. taken over an empty dataset). "
-                "Fix: compute them with head_means() on a non-empty dataset."
+            raise FixableValueError(
+                "the head means hold NaN or infinity (e.g. taken over an empty dataset). ",
+                "compute them with head_means() on a non-empty dataset.",
             )
 
     @classmethod
@@ -69,9 +70,10 @@ class HeadMeans(SavedResult):
             check_model(self.model, spec, "these head means", "compute head_means() on this model")
         want = (spec.n_layers, spec.n_heads, spec.d_head)
         if tuple(self.means.shape) != want:
-            raise ValueError(
+            raise FixableValueError(
                 f"the head means have shape {tuple(self.means.shape)} but {spec.describe()} needs {want} "
-                "[layer, head, d_head]. Fix: compute head_means() on this model."
+                "[layer, head, d_head]. ",
+                "compute head_means() on this model.",
             )
 
     def summary_items(self) -> list[tuple[str, str]]:

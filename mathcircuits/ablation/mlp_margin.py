@@ -30,6 +30,7 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
+from mathcircuits._errors import FixableValueError
 from mathcircuits._io import SavedResult
 from mathcircuits.ablation.hooks import Ablation, Scope, z_ablation_hooks
 from mathcircuits.ablation.means import HeadMeans
@@ -75,9 +76,10 @@ class MLPMargin(SavedResult):
             )
         shape = None if self.random_ablated is None else tuple(self.random_ablated.shape)
         if (shape or (0, n)) != (len(self.random_heads), n):
-            raise ValueError(
+            raise FixableValueError(
                 f"MLPMargin has {len(self.random_heads)} random head sets but random margins of shape {shape} for "
-                f"{n} pairs. Fix: pass one row of margins per random set (or neither)."
+                f"{n} pairs. ",
+                "pass one row of margins per random set (or neither).",
             )
 
     @property
@@ -149,7 +151,9 @@ def mlp_margin(
     spec = model.spec
     layers = sorted({int(l) for l in layers})
     if not layers or not all(0 <= l < spec.n_layers for l in layers):
-        raise ValueError(f"layers {layers} must be a non-empty subset of 0..{spec.n_layers - 1}. Fix: pass MLP layers.")
+        raise FixableValueError(
+            f"layers {layers} must be a non-empty subset of 0..{spec.n_layers - 1}. ", "pass MLP layers."
+        )
     check_columns(dataset, ("tokens", "answer_tokens", "n_tokens"), "mlp_margin")
     heads = [(int(l), int(h)) for l, h in key_heads]
     scorer = scorer or KnockoutScorer(model, dataset, ablation, means, scope, seed, batch_size, reuse_clean=False)

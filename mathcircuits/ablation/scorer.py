@@ -31,6 +31,7 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
+from mathcircuits._errors import FixableValueError
 from mathcircuits.ablation.hooks import Ablation, Scope, check_choice, z_ablation_hooks
 from mathcircuits.ablation.means import HeadMeans, PoolKey, PositionPool, head_means
 from mathcircuits.data.filter import length_groups
@@ -113,10 +114,11 @@ class KnockoutScorer:
             self.sources = [list(t) + a[:-1] for t, a in zip(dataset[source_column], answers)]
             bad = [i for i, (s, q) in enumerate(zip(self.sources, self.seqs)) if len(s) != len(q)]
             if bad:
-                raise ValueError(
+                raise FixableValueError(
                     f"pair {bad[0]} has a {source_column} of {len(self.sources[bad[0]]) - len(answers[bad[0]]) + 1} "
                     f"tokens but a prompt of {self.n_prompt[bad[0]]}, so positions do not align for "
-                    f"ablation {ablation!r}. Fix: use pairs of equal token length, or ablation='mean'."
+                    f"ablation {ablation!r}. ",
+                    "use pairs of equal token length, or ablation='mean'.",
                 )
         keys = list(dataset["template_id"]) if "template_id" in dataset.column_names else None
         self.groups = []

@@ -40,6 +40,7 @@ from collections.abc import Mapping, Sequence
 
 from tqdm.auto import tqdm
 
+from mathcircuits._errors import FixableValueError
 from mathcircuits.ablation.control import depth_matched_draws
 from mathcircuits.ablation.hooks import Ablation, Scope, check_choice
 from mathcircuits.ablation.means import HeadMeans, PositionPool
@@ -177,9 +178,9 @@ def transfer(
         used = ablation if ablation == "mean" or "cf_tokens" in ds.column_names else "mean"
         if used == "mean" and means is None:
             why = "ablation 'mean'" if ablation == "mean" else "it has no cf_tokens"
-            raise ValueError(
-                f"transfer set {name!r} needs the position-free mean ({why}) but means is None. "
-                "Fix: pass head_means(model, counterfactual pairs)."
+            raise FixableValueError(
+                f"transfer set {name!r} needs the position-free mean ({why}) but means is None. ",
+                "pass head_means(model, counterfactual pairs).",
             )
         pooled = pool if {"template_id", "pair_id"} <= set(ds.column_names) else None  # else: group means
         scorer = KnockoutScorer(model, ds, used, means, scope, seed, batch_size, pool=pooled)

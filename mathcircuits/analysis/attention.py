@@ -40,6 +40,7 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
+from mathcircuits._errors import FixableValueError
 from mathcircuits._io import SavedResult
 from mathcircuits.analysis.roles import OP, ROLES, A, B, classify_heads, role_masks, role_shares, sink_mask
 from mathcircuits.data.batching import iter_batches
@@ -109,9 +110,9 @@ class AttentionByRole(SavedResult):
         if (self.sink is None) != (self.sink_baselines is None) or (
             self.sink is not None and (self.sink.shape != (n, len(self.heads)) or self.sink_baselines.shape != (n,))  # type: ignore[union-attr]
         ):
-            raise ValueError(
-                "AttentionByRole's sink and sink_baselines must both be given, of shapes [pair, head] and [pair]. "
-                "Fix: build it with attention_by_role()."
+            raise FixableValueError(
+                "AttentionByRole's sink and sink_baselines must both be given, of shapes [pair, head] and [pair]. ",
+                "build it with attention_by_role().",
             )
 
     @property
@@ -167,9 +168,9 @@ class AttentionByRole(SavedResult):
             ValueError: when this result has no sink measurement (a file from before version 3).
         """
         if self.sink is None or self.sink_baselines is None:
-            raise ValueError(
-                "this attention result has no sink measurement (written before version 3). Fix: re-run analyze "
-                "(`mathcircuits analyze --force`)."
+            raise FixableValueError(
+                "this attention result has no sink measurement (written before version 3). ",
+                "re-run analyze (`mathcircuits analyze --force`).",
             )
         s, b = self.shares, self.baselines
         grouped = torch.stack([s[..., A] + s[..., B], s[..., OP]], -1)
@@ -342,9 +343,10 @@ def attention_by_role(
     masks = []
     for i in range(n):
         if cols["pos_last"][i] != cols["n_tokens"][i] - 1:
-            raise ValueError(
+            raise FixableValueError(
                 f"pair {cols['pair_id'][i]}: pos_last {cols['pos_last'][i]} is not the last token "
-                f"({cols['n_tokens'][i] - 1}). Fix: regenerate the pairs."
+                f"({cols['n_tokens'][i] - 1}). ",
+                "regenerate the pairs.",
             )
         masks.append(
             role_masks(

@@ -73,6 +73,7 @@ import torch.nn.functional as F
 from torch import Tensor
 from transformers import PreTrainedTokenizerBase
 
+from mathcircuits._errors import FixableIndexError, FixableValueError
 from mathcircuits.analysis.probe_result import PROBES, SPACES, MLPProbeResult, ProbeSettings, Space
 from mathcircuits.data import answer_spacing
 from mathcircuits.data.batching import iter_batches
@@ -107,9 +108,9 @@ def number_tokens(tokenizer: PreTrainedTokenizerBase, numbers: list[int], contex
         text = str(n) if spacing == "prompt" else " " + str(n)
         ids = tokenizer(context + text, add_special_tokens=False)["input_ids"]
         if ids[: len(base)] != base or len(ids) == len(base):
-            raise ValueError(
-                f"the number {n} merges with the end of the prompt {context[-20:]!r}. Fix: use prompts that end with "
-                "a separator such as '= '."
+            raise FixableValueError(
+                f"the number {n} merges with the end of the prompt {context[-20:]!r}. ",
+                "use prompts that end with a separator such as '= '.",
             )
         out.append(ids[len(base)])
     return out
@@ -167,7 +168,7 @@ def mlp_probes(
         IndexError: if ``case_row`` is an index out of range.
     """
     if space not in SPACES:
-        raise ValueError(f"space {space!r} is unknown. Fix: use one of {SPACES}.")
+        raise FixableValueError(f"space {space!r} is unknown. ", f"use one of {SPACES}.")
     cols = pair_columns(
         dataset, ("tokens", "prompt", "answer", "answer_token", "a", "b", "operation", "pair_id"), "mlp_probes"
     )
@@ -177,13 +178,15 @@ def mlp_probes(
             i for i, p in enumerate(cols["prompt"]) if p.endswith(case_row) or p.rstrip().endswith(case_row.rstrip())
         ]
         if not matches:
-            raise ValueError(
-                f"no prompt ends with {case_row!r}. Fix: pass a row index, or the end of a prompt in the dataset "
-                f"(e.g. {cols['prompt'][0][-12:]!r})."
+            raise FixableValueError(
+                f"no prompt ends with {case_row!r}. ",
+                f"pass a row index, or the end of a prompt in the dataset (e.g. {cols['prompt'][0][-12:]!r}).",
             )
         case_row = matches[0]
     if not 0 <= case_row < n:
-        raise IndexError(f"case_row {case_row} is out of range for a dataset of {n} pairs. Fix: choose 0..{n - 1}.")
+        raise FixableIndexError(
+            f"case_row {case_row} is out of range for a dataset of {n} pairs. ", f"choose 0..{n - 1}."
+        )
     bridge, tok = model.bridge, model.tokenizer
     n_layers = model.spec.n_layers
     ints = [v for v in (*cols["a"], *cols["b"], *(_as_int(x) for x in cols["answer"])) if v is not None]

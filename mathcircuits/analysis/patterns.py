@@ -21,6 +21,7 @@ import pandas as pd
 import torch
 from torch import Tensor
 
+from mathcircuits._errors import FixableIndexError
 from mathcircuits._io import SavedResult
 from mathcircuits.analysis.attention import ROLE_COLUMNS
 from mathcircuits.analysis.roles import ROLES, role_masks
@@ -117,7 +118,9 @@ def head_patterns(
     n = len(cols["tokens"])
     bad = [r for r in rows if not 0 <= r < n]
     if bad:
-        raise IndexError(f"rows {bad} are out of range for a dataset of {n} pairs. Fix: choose rows in 0..{n - 1}.")
+        raise FixableIndexError(
+            f"rows {bad} are out of range for a dataset of {n} pairs. ", f"choose rows in 0..{n - 1}."
+        )
     layers = sorted({l for l, _ in heads_t})
     out_tokens, out_roles, out_patterns = [], [], []
     for r in rows:

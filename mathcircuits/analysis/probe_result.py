@@ -17,6 +17,7 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
+from mathcircuits._errors import FixableValueError
 from mathcircuits._io import SavedResult
 from mathcircuits.data.pairs import operation_rows
 from mathcircuits.models.spec import ModelSpec
@@ -94,7 +95,7 @@ class MLPProbeResult(SavedResult):
 
     def __post_init__(self) -> None:
         if self.space not in SPACES:
-            raise ValueError(f"space {self.space!r} is unknown. Fix: use one of {SPACES}.")
+            raise FixableValueError(f"space {self.space!r} is unknown. ", f"use one of {SPACES}.")
 
     @property
     def n_layers(self) -> int:
@@ -144,7 +145,7 @@ class MLPProbeResult(SavedResult):
         """
         fn = {"raising": (_first_raising, self.update_direct_margin), "lens_top1": (_lens_top1, self.lens_rank)}
         if which not in fn:
-            raise ValueError(f"which={which!r} is unknown. Fix: use 'raising' or 'lens_top1'.")
+            raise FixableValueError(f"which={which!r} is unknown. ", "use 'raising' or 'lens_top1'.")
         f, data = fn[which]
         data = data[self.rows(operation)]
 

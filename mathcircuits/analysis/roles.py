@@ -49,6 +49,8 @@ import torch
 from jaxtyping import Bool, Float
 from torch import Tensor
 
+from mathcircuits._errors import FixableValueError
+
 __all__ = [
     "HEAD_CLASSES",
     "ROLES",
@@ -92,20 +94,20 @@ def role_masks(
     named = {"pos_a": (A, pos_a), "pos_b": (B, pos_b), "pos_op": (OP, pos_op)}
     for name, (role, positions) in named.items():
         if len(positions) == 0:
-            raise ValueError(
-                f"{name} is empty, so role {ROLES[role]!r} has no token. Fix: regenerate the pairs; the template "
-                "must contain that placeholder."
+            raise FixableValueError(
+                f"{name} is empty, so role {ROLES[role]!r} has no token. ",
+                "regenerate the pairs; the template must contain that placeholder.",
             )
         for p in positions:
             if not prefix_len <= p < n_tokens:
-                raise ValueError(
-                    f"{name} holds position {p}, outside the query (positions {prefix_len}..{n_tokens - 1}). "
-                    "Fix: regenerate the pairs with the same tokenizer as the model."
+                raise FixableValueError(
+                    f"{name} holds position {p}, outside the query (positions {prefix_len}..{n_tokens - 1}). ",
+                    "regenerate the pairs with the same tokenizer as the model.",
                 )
             if masks[:, p].any():
-                raise ValueError(
-                    f"position {p} belongs to two roles ({ROLES[int(masks[:, p].nonzero()[0])]} and {ROLES[role]}). "
-                    "Fix: check the template's placeholders."
+                raise FixableValueError(
+                    f"position {p} belongs to two roles ({ROLES[int(masks[:, p].nonzero()[0])]} and {ROLES[role]}). ",
+                    "check the template's placeholders.",
                 )
             masks[role, p] = True
     masks[PREFIX, :prefix_len] = True

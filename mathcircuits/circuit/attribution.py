@@ -36,6 +36,7 @@ from jaxtyping import Float
 from scipy.stats import kendalltau, spearmanr
 from torch import Tensor
 
+from mathcircuits._errors import FixableValueError
 from mathcircuits.circuit.chain import patched_inputs
 from mathcircuits.circuit.components import Receiver, Sender
 from mathcircuits.circuit.pair_cache import EdgeBatch, PairCache, check_request, receiver_slice
@@ -116,9 +117,9 @@ def attribute_edges(
     """
     receiver = check_request(model, receiver, senders, cache.structure)
     if receiver.kind == "logits":
-        raise ValueError(
-            "the attribution screen estimates q/k/v/MLP receivers; sender → logits edges are exact without a "
-            "forward. Fix: use exact_edges for the logits."
+        raise FixableValueError(
+            "the attribution screen estimates q/k/v/MLP receivers; sender → logits edges are exact without a forward. ",
+            "use exact_edges for the logits.",
         )
     B = cache.tokens.shape[0]
     changed, new = patched_inputs(model, cache, receiver, senders, positions, delta)
@@ -203,14 +204,15 @@ def screen_agreement(
         A :class:`ScreenAgreement`.
     """
     if screen.shape != exact.shape or screen.ndim != 2:
-        raise ValueError(
+        raise FixableValueError(
             f"screen {tuple(screen.shape)} and exact {tuple(exact.shape)} effects must both be [pair, edge] of one "
-            "shape. Fix: pass the same edges, in the same order, for the same pairs."
+            "shape. ",
+            "pass the same edges, in the same order, for the same pairs.",
         )
     if not 1 <= k <= screen.shape[1] or screen.shape[1] < 3:
-        raise ValueError(
-            f"k={k} with {screen.shape[1]} edges: need at least 3 edges and 1 ≤ k ≤ edges. Fix: compare more edges "
-            "or lower k."
+        raise FixableValueError(
+            f"k={k} with {screen.shape[1]} edges: need at least 3 edges and 1 ≤ k ≤ edges. ",
+            "compare more edges or lower k.",
         )
     joint = torch.stack([screen.double(), exact.double()], 1)  # [pair, 2, edge]
     kw = {"n_boot": n_boot, "seed": seed, "confidence": confidence}

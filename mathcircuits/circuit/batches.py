@@ -39,6 +39,7 @@ import torch
 from jaxtyping import Int
 from torch import Tensor
 
+from mathcircuits._errors import FixableValueError
 from mathcircuits.circuit.config import ScanPositions
 from mathcircuits.data.batching import iter_batches
 from mathcircuits.models import HookedModel
@@ -113,7 +114,7 @@ def scan_positions(
         The labelled positions, in position order.
     """
     if positions not in POSITIONS:
-        raise ValueError(f"positions {positions!r} is unknown. Fix: use one of {list(POSITIONS)}.")
+        raise FixableValueError(f"positions {positions!r} is unknown. ", f"use one of {list(POSITIONS)}.")
     if positions == "roles":
         out = dict(roles)
     else:
@@ -151,12 +152,12 @@ def circuit_batches(
     """
     missing = [c for c in _NEEDED if c not in dataset.column_names]
     if missing:
-        raise ValueError(
-            f"the dataset lacks columns {missing}, which circuit functions read. "
-            "Fix: build it with mathcircuits.data.generate_pairs."
+        raise FixableValueError(
+            f"the dataset lacks columns {missing}, which circuit functions read. ",
+            "build it with mathcircuits.data.generate_pairs.",
         )
     if len(dataset) == 0:
-        raise ValueError("the dataset is empty. Fix: pass pairs the model answers correctly.")
+        raise FixableValueError("the dataset is empty. ", "pass pairs the model answers correctly.")
     keep = list(range(len(dataset))) if rows is None else list(rows)
     col = {c: list(dataset[c]) for c in _NEEDED}  # read each column once (a datasets column access copies it)
     answers = [list(col["answer_tokens"][i]) for i in keep]
@@ -164,9 +165,9 @@ def circuit_batches(
     cf = [list(col["cf_tokens"][i]) + a[:-1] for i, a in zip(keep, answers)]
     bad = [keep[j] for j, (t, c) in enumerate(zip(toks, cf)) if len(t) != len(c)]
     if bad:
-        raise ValueError(
-            f"pair {bad[0]}: the prompt and the counterfactual differ in token length. "
-            "Fix: use token-aligned pairs (mathcircuits.data.generate_pairs)."
+        raise FixableValueError(
+            f"pair {bad[0]}: the prompt and the counterfactual differ in token length. ",
+            "use token-aligned pairs (mathcircuits.data.generate_pairs).",
         )
     templates = list(dataset["template_id"]) if "template_id" in dataset.column_names else ["?"] * len(dataset)
     ops = list(dataset["operation"]) if "operation" in dataset.column_names else ["?"] * len(dataset)
@@ -186,9 +187,10 @@ def circuit_batches(
         for label, name in ROLES.items():
             vals = {_last(col[name][i]) % np_ for i in rows_}
             if len(vals) != 1:
-                raise ValueError(
+                raise FixableValueError(
                     f"the pairs of template {templates[rows_[0]]} have their {label} token at different positions "
-                    f"{sorted(vals)}. Fix: regenerate the pairs (one template, one length share the roles' positions)."
+                    f"{sorted(vals)}. ",
+                    "regenerate the pairs (one template, one length share the roles' positions).",
                 )
             roles[label] = vals.pop()
         where = scan_positions(roles, np_, b["answers"].shape[1], prefix, first, positions)

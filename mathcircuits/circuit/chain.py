@@ -221,7 +221,8 @@ def patched_inputs(
     if (own - ref[receiver.hook()]).abs().max() > 1e-4:
         raise UnsupportedFamilyError(
             f"on {model.spec.describe()} the receiver input rebuilt from the bridge's ln1/attn/MLP modules differs "
-            f"from {receiver.hook()}, so the fast method would be wrong. Fix: use method='reference' for this model."
+            f"from {receiver.hook()}, so the fast method would be wrong. ",
+            "use method='reference' for this model.",
         )
     if not changed or not senders:
         return [], None

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
+from mathcircuits._errors import FixableValueError
 from mathcircuits.circuit.config import EdgeSender
 from mathcircuits.models import Head, hooks
 
@@ -46,14 +47,17 @@ class Sender:
     def __post_init__(self) -> None:
         if self.kind == "input":
             if (self.layer, self.head) != (-1, -1):
-                raise ValueError("the input sender has no layer or head. Fix: Sender('input', -1).")
+                raise FixableValueError("the input sender has no layer or head. ", "Sender('input', -1).")
             return
         if self.kind not in SENDER_KINDS:
-            raise ValueError(f"sender kind {self.kind!r} is unknown. Fix: use one of {[*SENDER_KINDS, 'input']}.")
+            raise FixableValueError(
+                f"sender kind {self.kind!r} is unknown. ", f"use one of {[*SENDER_KINDS, 'input']}."
+            )
         if (self.kind == "head") != (self.head >= 0):
-            raise ValueError(
+            raise FixableValueError(
                 f"sender {self.kind} at layer {self.layer} with head={self.head}: a head sender names its query head "
-                "(>= 0), an MLP sender none (-1). Fix: Sender('head', layer, head) or Sender('mlp', layer)."
+                "(>= 0), an MLP sender none (-1). ",
+                "Sender('head', layer, head) or Sender('mlp', layer).",
             )
 
     @property
@@ -69,9 +73,10 @@ class Sender:
         if self.kind == "head":
             spec.check_head(self.layer, self.head)
         elif not 0 <= self.layer < spec.n_layers:
-            raise ValueError(
+            raise FixableValueError(
                 f"sender {self.name}: layer {self.layer} is outside {spec.describe()} "
-                f"(layers 0..{spec.n_layers - 1}). Fix: name an existing MLP."
+                f"(layers 0..{spec.n_layers - 1}). ",
+                "name an existing MLP.",
             )
 
 
@@ -98,7 +103,7 @@ class Receiver:
 
     def __post_init__(self) -> None:
         if self.kind not in RECEIVER_KINDS:
-            raise ValueError(f"receiver kind {self.kind!r} is unknown. Fix: use one of {list(RECEIVER_KINDS)}.")
+            raise FixableValueError(f"receiver kind {self.kind!r} is unknown. ", f"use one of {list(RECEIVER_KINDS)}.")
 
     def positions(self, seq_len: int) -> list[int]:
         """The positions at which the receiver's input is replaced, for prompts of ``seq_len`` tokens."""
@@ -139,13 +144,14 @@ class Receiver:
             A receiver with ``head`` set for q and ``group`` set for k/v.
         """
         if self.kind not in RECEIVER_KINDS:
-            raise ValueError(f"receiver kind {self.kind!r} is unknown. Fix: use one of {list(RECEIVER_KINDS)}.")
+            raise FixableValueError(f"receiver kind {self.kind!r} is unknown. ", f"use one of {list(RECEIVER_KINDS)}.")
         if self.kind == "logits":
             return self
         if not 0 <= self.layer < spec.n_layers:
-            raise ValueError(
+            raise FixableValueError(
                 f"receiver {self.kind} at layer {self.layer} is outside {spec.describe()} "
-                f"(layers 0..{spec.n_layers - 1}). Fix: name an existing layer."
+                f"(layers 0..{spec.n_layers - 1}). ",
+                "name an existing layer.",
             )
         if self.kind == "mlp":
             return Receiver("mlp", self.layer, position=self.position)
@@ -155,18 +161,19 @@ class Receiver:
         if self.head >= 0:
             spec.check_head(self.layer, self.head)
             if not self.by_group and spec.group_size > 1:
-                raise ValueError(
+                raise FixableValueError(
                     f"receiver {self.kind} of layer {self.layer} named by query head {self.head}: on {spec.describe()} "
                     f"keys and values belong to KV groups of {spec.group_size} query heads, so patching head "
-                    f"{self.head}'s {self.kind} changes every head of group {self.head // spec.group_size}. "
-                    f"Fix: Receiver({self.kind!r}, {self.layer}, group={self.head // spec.group_size}), or "
-                    f"Receiver({self.kind!r}, {self.layer}, head={self.head}, by_group=True) to say so."
+                    f"{self.head}'s {self.kind} changes every head of group {self.head // spec.group_size}. ",
+                    f"Receiver({self.kind!r}, {self.layer}, group={self.head // spec.group_size}), or "
+                    f"Receiver({self.kind!r}, {self.layer}, head={self.head}, by_group=True) to say so.",
                 )
             return Receiver(self.kind, self.layer, group=self.head // spec.group_size)
         if not 0 <= self.group < spec.n_kv_heads:
-            raise ValueError(
+            raise FixableValueError(
                 f"receiver {self.kind} of layer {self.layer}: KV group {self.group} is outside {spec.describe()} "
-                f"(groups 0..{spec.n_kv_heads - 1}). Fix: name an existing group (or a query head with by_group=True)."
+                f"(groups 0..{spec.n_kv_heads - 1}). ",
+                "name an existing group (or a query head with by_group=True).",
             )
         return Receiver(self.kind, self.layer, group=self.group)
 
@@ -205,8 +212,8 @@ def upstream_senders(
     """
     unknown = [k for k in kinds if k not in SENDER_KINDS]
     if unknown or not kinds:
-        raise ValueError(
-            f"sender kinds {list(kinds)}: {unknown or 'none given'}. Fix: use some of {list(SENDER_KINDS)}."
+        raise FixableValueError(
+            f"sender kinds {list(kinds)}: {unknown or 'none given'}. ", f"use some of {list(SENDER_KINDS)}."
         )
     out = []
     for layer in range(spec.n_layers):
@@ -234,8 +241,8 @@ def check_positions(positions: Sequence[int], seq_len: int, what: str) -> list[i
     out = sorted({p + seq_len if p < 0 else p for p in positions})
     bad = [p for p in positions if not -seq_len <= p < seq_len]
     if bad or not out:
-        raise ValueError(
-            f"{what} positions {list(positions)} are out of range for prompts of {seq_len} tokens. "
-            f"Fix: use positions in 0..{seq_len - 1} (or -{seq_len}..-1), at least one."
+        raise FixableValueError(
+            f"{what} positions {list(positions)} are out of range for prompts of {seq_len} tokens. ",
+            f"use positions in 0..{seq_len - 1} (or -{seq_len}..-1), at least one.",
         )
     return out

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal, TypeAlias
 
+from mathcircuits._errors import FixableValueError
 from mathcircuits._schema import check_fields, setting
 from mathcircuits.data.generate import Counterfactual
 from mathcircuits.patching import MetricName
@@ -108,20 +109,22 @@ class CircuitConfig:
     def __post_init__(self) -> None:
         check_fields(self)
         if not self.senders or not self.receivers or not self.ablations:
-            raise ValueError(
+            raise FixableValueError(
                 f"circuit.senders={list(self.senders)}, circuit.receivers={list(self.receivers)} and "
-                f"circuit.ablations={list(self.ablations)} must each name at least one kind. "
-                "Fix: e.g. senders [head, mlp], receivers [q, k, v, mlp], ablations [resample, position_mean]."
+                f"circuit.ablations={list(self.ablations)} must each name at least one kind. ",
+                "e.g. senders [head, mlp], receivers [q, k, v, mlp], ablations [resample, position_mean].",
             )
         if self.screen is not None and self.screen < self.top_k:
-            raise ValueError(
+            raise FixableValueError(
                 f"circuit.screen={self.screen} is below circuit.top_k={self.top_k}, so fewer edges would be measured "
-                "exactly than are kept. Fix: set screen >= top_k, or null to measure every sender."
+                "exactly than are kept. ",
+                "set screen >= top_k, or null to measure every sender.",
             )
         if self.discovery_pairs + 2 > self.min_pairs:
-            raise ValueError(
+            raise FixableValueError(
                 f"circuit.min_pairs={self.min_pairs} leaves fewer than 2 evaluation pairs after "
-                f"circuit.discovery_pairs={self.discovery_pairs}. Fix: raise min_pairs or lower discovery_pairs."
+                f"circuit.discovery_pairs={self.discovery_pairs}. ",
+                "raise min_pairs or lower discovery_pairs.",
             )
 
     def discover_kwargs(self) -> dict[str, Any]:

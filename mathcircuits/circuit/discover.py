@@ -44,6 +44,7 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
+from mathcircuits._errors import FixableValueError
 from mathcircuits._schema import check_arguments, expect, expect_pairs
 from mathcircuits.circuit.batches import POSITIONS, ROLES
 from mathcircuits.circuit.components import SENDER_KINDS, Receiver, Sender, upstream_senders
@@ -87,29 +88,30 @@ _RANGED = ("depth", "threshold", "top_k", "logits_top_k", "screen", "saturation_
 
 def _check_args(spec: ModelSpec, kw: dict[str, Any]) -> None:
     if kw["method"] not in EDGE_METHODS:
-        raise ValueError(f"method {kw['method']!r} is unknown. Fix: use one of {list(EDGE_METHODS)}.")
+        raise FixableValueError(f"method {kw['method']!r} is unknown. ", f"use one of {list(EDGE_METHODS)}.")
     if kw["positions"] not in POSITIONS:
-        raise ValueError(f"positions {kw['positions']!r} is unknown. Fix: use one of {list(POSITIONS)}.")
+        raise FixableValueError(f"positions {kw['positions']!r} is unknown. ", f"use one of {list(POSITIONS)}.")
     bad = [k for k in kw["receivers"] if k not in ("q", "k", "v", "mlp")]
     if bad or not kw["receivers"] or not kw["senders"] or any(k not in SENDER_KINDS for k in kw["senders"]):
-        raise ValueError(
-            f"senders {list(kw['senders'])} and receivers {list(kw['receivers'])}: both need at least one known kind. "
-            "Fix: senders from ('head', 'mlp'), receivers from ('q', 'k', 'v', 'mlp')."
+        raise FixableValueError(
+            f"senders {list(kw['senders'])} and receivers {list(kw['receivers'])}: both need at least one known kind. ",
+            "senders from ('head', 'mlp'), receivers from ('q', 'k', 'v', 'mlp').",
         )
     if kw["screen"] is not None and kw["screen"] < kw["top_k"]:
-        raise ValueError(
-            f"screen={kw['screen']} is below top_k={kw['top_k']}, so too few edges would be measured. "
-            "Fix: screen ≥ top_k."
+        raise FixableValueError(
+            f"screen={kw['screen']} is below top_k={kw['top_k']}, so too few edges would be measured. ",
+            "screen ≥ top_k.",
         )
     if kw["depth"] < 0 or kw["top_k"] < 1 or kw["logits_top_k"] < 1:
-        raise ValueError(
+        raise FixableValueError(
             f"depth={kw['depth']}, top_k={kw['top_k']}, logits_top_k={kw['logits_top_k']}: need depth ≥ 0 and "
-            "both top-k ≥ 1. Fix: pass such values."
+            "both top-k ≥ 1. ",
+            "pass such values.",
         )
     for layer, head in kw["key_heads"] or ():
         spec.check_head(layer, head)
     if kw["key_heads"] is not None and not kw["key_heads"]:
-        raise ValueError("key_heads is empty. Fix: pass None (scan the logits) or some (layer, head) pairs.")
+        raise FixableValueError("key_heads is empty. ", "pass None (scan the logits) or some (layer, head) pairs.")
 
 
 @torch.no_grad()

@@ -44,6 +44,7 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
+from mathcircuits._errors import FixableValueError
 from mathcircuits.circuit.batches import circuit_batches
 from mathcircuits.circuit.chain import first_diff, receiver_input
 from mathcircuits.circuit.components import Receiver, Sender, upstream_senders
@@ -85,11 +86,13 @@ def graph_nodes(model: HookedModel, parallel: bool) -> tuple[list[Sender], list[
 def ig_alphas(method: AttributionMethod, steps: int) -> list[float | None]:
     """Where the gradient is taken: the clean run (EAP: ``[None]``) or ``k/steps``, k = 0 … steps−1 (EAP-IG)."""
     if method not in ATTRIBUTION_METHODS:
-        raise ValueError(f"attribution method {method!r} is unknown. Fix: use one of {list(ATTRIBUTION_METHODS)}.")
+        raise FixableValueError(
+            f"attribution method {method!r} is unknown. ", f"use one of {list(ATTRIBUTION_METHODS)}."
+        )
     if method == "eap":
         return [None]
     if steps < 1:
-        raise ValueError(f"EAP-IG with steps={steps}: need at least one step. Fix: steps ≥ 1 (MIB uses 5).")
+        raise FixableValueError(f"EAP-IG with steps={steps}: need at least one step. ", "steps ≥ 1 (MIB uses 5).")
     return [k / steps for k in range(steps)]
 
 
@@ -267,17 +270,17 @@ def _readouts(pairs: PairSet, metric: MIBMetric) -> tuple[list[int], Any]:
     if metric == "answer_logprob":
         return list(range(len(pairs))), lambda idx: answer_logprob
     if metric != "logit_diff":
-        raise ValueError(f"metric {metric!r} is unknown. Fix: use 'logit_diff' or 'answer_logprob'.")
+        raise FixableValueError(f"metric {metric!r} is unknown. ", "use 'logit_diff' or 'answer_logprob'.")
     if "cf_answer_tokens" not in pairs.column_names:
-        raise ValueError(
-            "metric 'logit_diff' needs each pair's counterfactual answer (cf_answer_tokens). Fix: generate pairs "
-            "with an operand counterfactual, or metric='answer_logprob'."
+        raise FixableValueError(
+            "metric 'logit_diff' needs each pair's counterfactual answer (cf_answer_tokens). ",
+            "generate pairs with an operand counterfactual, or metric='answer_logprob'.",
         )
     ans, cf_ans = list(pairs["answer_tokens"]), list(pairs["cf_answer_tokens"])
     firsts = [_first_difference(a, c) for a, c in zip(ans, cf_ans)]
     rows = [i for i, j in enumerate(firsts) if j is not None]
     if not rows:
-        raise ValueError("no pair's answers differ in a shared token position. Fix: other counterfactuals.")
+        raise FixableValueError("no pair's answers differ in a shared token position. ", "other counterfactuals.")
     first = torch.tensor([j or 0 for j in firsts], device="cpu")  # host indices: _logit_diff moves them
     good = torch.tensor([a[j or 0] for a, j in zip(ans, firsts)], device="cpu")
     bad = torch.tensor([c[j or 0] if j is not None else 0 for c, j in zip(cf_ans, firsts)], device="cpu")

@@ -24,6 +24,7 @@ import pandas as pd
 import torch
 from torch import Tensor
 
+from mathcircuits._errors import FixableValueError
 from mathcircuits.circuit.attribution import ScreenAgreement, screen_agreement
 from mathcircuits.circuit.batches import circuit_batches
 from mathcircuits.circuit.chain import first_diff
@@ -116,7 +117,9 @@ def ig_convergence(
     """
     counts = [int(n) for n in steps]
     if len(counts) < 2 or counts != sorted(set(counts)) or counts[0] < 1:
-        raise ValueError(f"steps {list(steps)} must be two or more increasing counts ≥ 1. Fix: e.g. (1, 2, 5, 10, 20).")
+        raise FixableValueError(
+            f"steps {list(steps)} must be two or more increasing counts ≥ 1. ", "e.g. (1, 2, 5, 10, 20)."
+        )
     t0 = time.perf_counter()
     rows, readout_of = _readouts(pairs, metric)
     si, ri = _edge_index(model, block_structure(model).parallel)

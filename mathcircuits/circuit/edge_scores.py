@@ -25,6 +25,7 @@ import math
 from dataclasses import dataclass
 from typing import Literal, TypeAlias, get_args
 
+from mathcircuits._errors import FixableKeyError, FixableValueError
 from mathcircuits.circuit.components import Receiver, Sender, upstream_senders
 from mathcircuits.models.spec import ModelSpec
 
@@ -86,25 +87,27 @@ class EdgeScores:
 
     def __post_init__(self) -> None:
         if self.method not in SCORE_METHODS:
-            raise ValueError(f"edge-score method {self.method!r} is unknown. Fix: use one of {list(SCORE_METHODS)}.")
+            raise FixableValueError(
+                f"edge-score method {self.method!r} is unknown. ", f"use one of {list(SCORE_METHODS)}."
+            )
         if len(self.edges) != len(self.scores):
-            raise ValueError(
-                f"{len(self.edges)} edges but {len(self.scores)} scores. Fix: give one score per edge, in edge order."
+            raise FixableValueError(
+                f"{len(self.edges)} edges but {len(self.scores)} scores. ", "give one score per edge, in edge order."
             )
         if len(set(self.edges)) != len(self.edges):
-            raise ValueError("an edge is scored twice. Fix: list each (sender, receiver) once.")
+            raise FixableValueError("an edge is scored twice. ", "list each (sender, receiver) once.")
         bad = [(s, r) for s, r in self.edges if r.check(self.model) != r or not r.is_downstream_of(s, self.parallel)]
         if bad:
             s, r = bad[0]
-            raise ValueError(
+            raise FixableValueError(
                 f"edge {s.name} → {r.name} is not an edge of {self.model.describe()}: the receiver must be resolved "
-                "(q: a head; k/v: a KV group; no position) and downstream of the sender. Fix: take edges from "
-                "graph_edges(spec, parallel)."
+                "(q: a head; k/v: a KV group; no position) and downstream of the sender. ",
+                "take edges from graph_edges(spec, parallel).",
             )
         nan = [i for i, x in enumerate(self.scores) if math.isnan(x)]
         if nan:
             s, r = self.edges[nan[0]]
-            raise ValueError(f"edge {s.name} → {r.name} has a NaN score. Fix: score every edge (0 for none).")
+            raise FixableValueError(f"edge {s.name} → {r.name} has a NaN score. ", "score every edge (0 for none).")
 
     def __len__(self) -> int:
         return len(self.edges)
@@ -125,7 +128,7 @@ class EdgeScores:
         for (s, r), x in zip(self.edges, self.scores):
             if s == sender and r == receiver:
                 return x
-        raise KeyError(f"edge {sender.name} → {receiver.name} is not scored. Fix: use an edge of .edges.")
+        raise FixableKeyError(f"edge {sender.name} → {receiver.name} is not scored. ", "use an edge of .edges.")
 
     def ranking(self, absolute: bool) -> list[int]:
         """Edge indices, highest score first (``absolute``: by ``|score|``); ties keep edge order."""

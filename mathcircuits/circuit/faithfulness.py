@@ -48,6 +48,7 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
+from mathcircuits._errors import FixableValueError
 from mathcircuits._schema import check_arguments, expect, expect_pairs
 from mathcircuits.circuit.batches import CircuitBatch, circuit_batches
 from mathcircuits.circuit.config import AblationKind, CircuitConfig, EvalLevel, MLPMode, ScanPositions
@@ -94,7 +95,9 @@ class Scorer:
     ) -> None:
         bad = [a for a in ablations if a not in ABLATION_KINDS]
         if bad or not ablations:
-            raise ValueError(f"ablations {list(ablations)}: {bad or 'none'}. Fix: use some of {list(ABLATION_KINDS)}.")
+            raise FixableValueError(
+                f"ablations {list(ablations)}: {bad or 'none'}. ", f"use some of {list(ABLATION_KINDS)}."
+            )
         self.model, self.mlps = model, mlps
         self.batches = circuit_batches(model, dataset, positions, batch_size)
         self.rows = [i for b in self.batches for i in b.idx]
@@ -107,9 +110,9 @@ class Scorer:
                 self.values[a] = [resample_values(model, b, self.store) for b in self.batches]
             else:
                 if pool is None:
-                    raise ValueError(
-                        "ablation 'position_mean' needs a pool of counterfactual prompts of the scored templates. "
-                        "Fix: pass pool=generate_pairs(...) with the same templates (more pairs than are scored)."
+                    raise FixableValueError(
+                        "ablation 'position_mean' needs a pool of counterfactual prompts of the scored templates. ",
+                        "pass pool=generate_pairs(...) with the same templates (more pairs than are scored).",
                     )
                 means = pool_means(model, pool, exclude=scored_operands(dataset))
                 self.values[a] = [means.values(b) for b in self.batches]
@@ -230,7 +233,7 @@ def faithfulness(
     check_arguments("faithfulness", CircuitConfig, **{k: v for k, v in locals().items() if k in ranged})
     circuit.check_model(model)
     if level not in ("auto", "edges", "nodes"):
-        raise ValueError(f"level {level!r} is unknown. Fix: use 'auto', 'edges' or 'nodes'.")
+        raise FixableValueError(f"level {level!r} is unknown. ", "use 'auto', 'edges' or 'nodes'.")
     positions = circuit.settings.positions
     scorer = Scorer(model, dataset, positions, list(ablations), pool, mlps, batch_size)
     resamples, over = _resamples(scorer, n_boot, seed)

@@ -35,6 +35,7 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 
+from mathcircuits._errors import FixableValueError
 from mathcircuits._files import read_json, write_json
 from mathcircuits.circuit.components import Receiver, Sender
 from mathcircuits.circuit.edge_scores import INPUT, EdgeKey, EdgeScores, graph_edges
@@ -91,7 +92,9 @@ def write_graph(
     unknown = [e for e in circuit if e not in set(scores.edges)]
     if unknown:
         s, r = unknown[0]
-        raise ValueError(f"circuit edge {s.name} → {r.name} is not scored. Fix: take circuit edges from scores.edges.")
+        raise FixableValueError(
+            f"circuit edge {s.name} → {r.name} is not scored. ", "take circuit edges from scores.edges."
+        )
     g = spec.group_size
     kept = set(circuit)
     edges: dict[str, dict[str, float | bool]] = {}
@@ -122,9 +125,9 @@ def _parse(name: str, spec: ModelSpec, source: str) -> tuple[Sender, Receiver, i
     """``(sender, resolved receiver, query head or -1)`` of one edge name."""
     m = _EDGE.match(name)
     if m is None:
-        raise ValueError(
-            f"{source}: edge {name!r} is not an EAP-IG edge name (parent->child, <q>/<k>/<v> into a head). "
-            "Fix: name edges like 'input->a0.h1<q>', 'a0.h1->m3', 'm3->logits'."
+        raise FixableValueError(
+            f"{source}: edge {name!r} is not an EAP-IG edge name (parent->child, <q>/<k>/<v> into a head). ",
+            "name edges like 'input->a0.h1<q>', 'a0.h1->m3', 'm3->logits'.",
         )
     if m.group(1) == "input":
         s = INPUT
@@ -159,20 +162,21 @@ def read_graph(path: str | os.PathLike, spec: ModelSpec, parallel: bool) -> Grap
     d = read_json(path)
     missing = [k for k in ("cfg", "nodes", "edges") if not isinstance(d, dict) or k not in d]
     if missing:
-        raise ValueError(f"{source} lacks {missing}. Fix: give a graph file written by EAP-IG's Graph.to_json.")
+        raise FixableValueError(f"{source} lacks {missing}. ", "give a graph file written by EAP-IG's Graph.to_json.")
     cfg = d["cfg"]
     theirs = (cfg.get("n_layers"), cfg.get("n_heads"), bool(cfg.get("parallel_attn_mlp", False)))
     if theirs != (spec.n_layers, spec.n_heads, parallel):
-        raise ValueError(
+        raise FixableValueError(
             f"{source} describes a model of {theirs[0]} layers, {theirs[1]} heads, parallel={theirs[2]}; the model "
-            f"is {spec.describe()} (parallel={parallel}). Fix: read the file made on this model."
+            f"is {spec.describe()} (parallel={parallel}). ",
+            "read the file made on this model.",
         )
     score: dict[EdgeKey, float] = defaultdict(float)
     heads_in: dict[EdgeKey, set[int]] = defaultdict(set)
     for name, info in d["edges"].items():
         s, r, head = _parse(name, spec, source)
         if not r.is_downstream_of(s, parallel):
-            raise ValueError(f"{source}: edge {name!r} goes backwards. Fix: an edge runs from an earlier layer.")
+            raise FixableValueError(f"{source}: edge {name!r} goes backwards. ", "an edge runs from an earlier layer.")
         x = float(info.get("score", 0.0) if isinstance(info, dict) else 0.0)
         score[(s, r)] += 0.0 if math.isnan(x) else x
         if isinstance(info, dict) and info.get("in_graph", False):

@@ -49,6 +49,7 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
+from mathcircuits._errors import FixableValueError
 from mathcircuits.circuit.batches import CircuitBatch
 from mathcircuits.circuit.pair_cache import position_scores
 from mathcircuits.circuit.run_hooks import CircuitRun
@@ -95,7 +96,8 @@ def _check_edges_supported(model: HookedModel) -> None:
     if structure.attn_out_norm is not None:
         raise UnsupportedFamilyError(
             f"{model.spec.describe()} normalises attention's output before the residual add, so one head's write is "
-            "not additive and an edge-level run is undefined. Fix: evaluate at node level (granularity='nodes')."
+            "not additive and an edge-level run is undefined. ",
+            "evaluate at node level (granularity='nodes').",
         )
 
 
@@ -134,13 +136,13 @@ def circuit_logprob(
         ``[wiring, batch]`` log-probabilities (nats), or the readout's scores.
     """
     if mlps not in MLP_MODES:
-        raise ValueError(f"mlps {mlps!r} is unknown. Fix: use one of {list(MLP_MODES)}.")
+        raise FixableValueError(f"mlps {mlps!r} is unknown. ", f"use one of {list(MLP_MODES)}.")
     if any(w.edges is not None for w in wirings):
         _check_edges_supported(model)
     if any(w.input for w in wirings) and values.embed is None:
-        raise ValueError(
-            "a wiring with the input as a sender needs the counterfactual's embeddings. Fix: ablation values from "
-            "resample_values (a pool mean has none)."
+        raise FixableValueError(
+            "a wiring with the input as a sender needs the counterfactual's embeddings. ",
+            "ablation values from resample_values (a pool mean has none).",
         )
     fast = fast and fast_paths_enabled()
     if fast:

@@ -37,6 +37,7 @@ from typing import Any, Literal, TypeAlias
 import torch
 from torch import Tensor
 
+from mathcircuits._errors import FixableValueError
 from mathcircuits.circuit.batches import circuit_batches
 from mathcircuits.circuit.edge_scores import EdgeKey, EdgeScores, graph_edges
 from mathcircuits.circuit.intervene import LOGITS, NodeKey, Wiring, answer_logprob, circuit_logprob, resample_values
@@ -187,31 +188,35 @@ def mib_scores(
     spec = model.spec
     check_model(scores.model, model, "these edge scores", "score this model's edges")
     if metric not in ("logit_diff", "answer_logprob"):
-        raise ValueError(f"metric {metric!r} is unknown. Fix: use 'logit_diff' or 'answer_logprob'.")
+        raise FixableValueError(f"metric {metric!r} is unknown. ", "use 'logit_diff' or 'answer_logprob'.")
     grid = [float(p) for p in percentages]
     if not grid or any(not 0 < p <= 1 for p in grid) or grid != sorted(set(grid)):
-        raise ValueError(f"percentages {list(percentages)} must increase within (0, 1]. Fix: use MIB_PERCENTAGES.")
+        raise FixableValueError(
+            f"percentages {list(percentages)} must increase within (0, 1]. ", "use MIB_PERCENTAGES."
+        )
     parallel = block_structure(model).parallel
     if parallel != scores.parallel or not scores.is_whole_graph:
-        raise ValueError(
+        raise FixableValueError(
             f"{scores!r} does not score the whole graph of {spec.describe()} (parallel={parallel}): MIB's "
-            "percentages are of every edge. Fix: score every edge of graph_edges(spec, parallel) (0 for none)."
+            "percentages are of every edge. ",
+            "score every edge of graph_edges(spec, parallel) (0 for none).",
         )
     rows, dropped = list(range(len(pairs))), 0
     first = good = bad = None
     if metric == "logit_diff":
         if "cf_answer_tokens" not in pairs.column_names:
-            raise ValueError(
-                "metric 'logit_diff' needs each pair's counterfactual answer (cf_answer_tokens). Fix: generate "
+            raise FixableValueError(
+                "metric 'logit_diff' needs each pair's counterfactual answer (cf_answer_tokens). ",
+                "generate "
                 "pairs with an operand counterfactual (counterfactual='operands' or an MIB kind), or "
-                "metric='answer_logprob'."
+                "metric='answer_logprob'.",
             )
         ans, cf_ans = list(pairs["answer_tokens"]), list(pairs["cf_answer_tokens"])
         firsts = [_first_difference(a, c) for a, c in zip(ans, cf_ans)]
         rows = [i for i, j in enumerate(firsts) if j is not None]
         dropped = len(pairs) - len(rows)
         if not rows:
-            raise ValueError("no pair's answers differ in a shared token position. Fix: other counterfactuals.")
+            raise FixableValueError("no pair's answers differ in a shared token position. ", "other counterfactuals.")
         first = torch.tensor([firsts[i] if firsts[i] is not None else 0 for i in range(len(pairs))], device="cpu")
         good = torch.tensor([ans[i][first[i]] if firsts[i] is not None else 0 for i in range(len(pairs))], device="cpu")
         bad = torch.tensor(
@@ -221,7 +226,7 @@ def mib_scores(
     labels = sorted({lab for b in batches for lab in b.where})
     edges = scores.edges
     if run not in ("masked", "positions"):
-        raise ValueError(f"run {run!r} is unknown. Fix: use 'masked' or 'positions'.")
+        raise FixableValueError(f"run {run!r} is unknown. ", "use 'masked' or 'positions'.")
     n_edges = len(edges)
     g = spec.group_size
     rankings = {"signed": scores.ranking(absolute=False), "absolute": scores.ranking(absolute=True)}

@@ -23,6 +23,7 @@ import torch
 from jaxtyping import Bool
 from torch import Tensor
 
+from mathcircuits._errors import FixableValueError
 from mathcircuits.circuit.batches import CircuitBatch
 from mathcircuits.circuit.chain import receiver_input
 from mathcircuits.circuit.components import Receiver
@@ -181,11 +182,12 @@ def masked_run(
         chunk_rows: rows (circuit × pair) per forward. store: prefix KV caches shared across calls.
     """
     if values.embed is None:
-        raise ValueError("the masked run needs the counterfactual's embeddings. Fix: use resample_values.")
+        raise FixableValueError("the masked run needs the counterfactual's embeddings. ", "use resample_values.")
     if block_structure(model).attn_out_norm is not None:
         raise UnsupportedFamilyError(
             f"{model.spec.describe()} normalises attention's output before the residual add, so one head's write is "
-            "not additive and edge patching is undefined there. Fix: a family without output norms."
+            "not additive and edge patching is undefined there. ",
+            "a family without output norms.",
         )
     store = {} if store is None else store
     B, start = batch.tokens.shape[0], values.start

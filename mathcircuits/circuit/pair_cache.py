@@ -29,6 +29,7 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
+from mathcircuits._errors import FixableValueError
 from mathcircuits.circuit.components import Receiver, Sender
 from mathcircuits.models import HookedModel, hooks
 from mathcircuits.models.capture import capture
@@ -142,9 +143,9 @@ def check_request(
     for s in senders:
         s.check(model.spec)
         if not receiver.is_downstream_of(s, structure.parallel):
-            raise ValueError(
-                f"sender {s.name} lies at or after receiver {receiver.name}, so its output cannot reach it. "
-                "Fix: use senders in earlier layers (upstream_senders(spec, receiver, parallel) lists them)."
+            raise FixableValueError(
+                f"sender {s.name} lies at or after receiver {receiver.name}, so its output cannot reach it. ",
+                "use senders in earlier layers (upstream_senders(spec, receiver, parallel) lists them).",
             )
     return receiver
 
@@ -173,15 +174,16 @@ def pair_cache(
         A :class:`PairCache`.
     """
     if tokens.shape != cf_tokens.shape:
-        raise ValueError(
+        raise FixableValueError(
             f"reference tokens {tuple(tokens.shape)} and counterfactual tokens {tuple(cf_tokens.shape)} differ in "
-            "shape. Fix: pass token-aligned pairs of equal length (mathcircuits.data.generate_pairs)."
+            "shape. ",
+            "pass token-aligned pairs of equal length (mathcircuits.data.generate_pairs).",
         )
     if answers is not None:
         if answers.dim() != 2 or answers.shape[0] != tokens.shape[0] or not bool((answers[:, 0] == answer).all()):
-            raise ValueError(
-                f"answers {tuple(answers.shape)} must be [batch, n_answer] and start with `answer`. "
-                "Fix: pass the pairs' answer_tokens (equal length within the batch)."
+            raise FixableValueError(
+                f"answers {tuple(answers.shape)} must be [batch, n_answer] and start with `answer`. ",
+                "pass the pairs' answer_tokens (equal length within the batch).",
             )
         tokens = torch.cat([tokens, answers[:, :-1]], 1)
         cf_tokens = torch.cat([cf_tokens, answers[:, :-1]], 1)

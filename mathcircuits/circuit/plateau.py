@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Literal, TypeAlias
 
+from mathcircuits._errors import FixableValueError
 from mathcircuits.stats import Interval
 
 __all__ = ["PLATEAU_FLOOR", "SATURATION_FLOOR", "PlateauReason", "find_plateau", "round_saturated"]
@@ -48,8 +49,8 @@ def find_plateau(
         ``(size, reason, tol)``: size 0 when the reason is ``"empty"`` or ``"negative"``.
     """
     if len(sizes) != len(values) or len(sizes) != len(band_high) or not sizes:
-        raise ValueError(
-            f"{len(sizes)} sizes, {len(values)} values and {len(band_high)} band ends. Fix: one of each per size."
+        raise FixableValueError(
+            f"{len(sizes)} sizes, {len(values)} values and {len(band_high)} band ends. ", "one of each per size."
         )
     xs = [v.value for v in values]
     tol = max(rel_tol * (max(xs) - min(xs)), PLATEAU_FLOOR)
@@ -73,7 +74,7 @@ def round_saturated(faithfulness: Sequence[float], rel_tol: float) -> tuple[bool
         rel_tol: the threshold as a fraction of the largest ``|F|`` reached.
     """
     if len(faithfulness) < 2:
-        raise ValueError("saturation needs two rounds. Fix: call it after round 1.")
+        raise FixableValueError("saturation needs two rounds. ", "call it after round 1.")
     scale = max(abs(x) for x in faithfulness)
     threshold = max(rel_tol * scale, SATURATION_FLOOR)
     return faithfulness[-1] - faithfulness[-2] < threshold, threshold

@@ -29,6 +29,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from mathcircuits._errors import FixableValueError
 from mathcircuits.circuit.batches import CircuitBatch, circuit_batches
 from mathcircuits.circuit.wiring import AblationValues, record_values
 from mathcircuits.models import HookedModel
@@ -54,19 +55,19 @@ class PoolMeans:
         key = (batch.templates[0], batch.n_prompt)
         n_pos = batch.cf_tokens.shape[1] - batch.prefix_len
         if key not in self.means or self.counts[key].shape[0] < n_pos:
-            raise ValueError(
+            raise FixableValueError(
                 f"the counterfactual pool has no prompt of template {key[0]!r} with {key[1]} prompt tokens and "
                 f"{batch.answers.shape[1]} or more answer tokens (after leaving out the scored pairs' operands), so "
-                "position_mean has nothing to average. Fix: generate a larger pool (more n_per_template) of the "
-                "evaluated templates."
+                "position_mean has nothing to average. ",
+                "generate a larger pool (more n_per_template) of the evaluated templates.",
             )
         v = self.means[key]
         v = AblationValues(v.z[:, :n_pos], v.mlp[:, :n_pos], v.start)
         if v.start != batch.prefix_len:
-            raise ValueError(
+            raise FixableValueError(
                 f"the pool's prefix of template {key[0]!r} has {v.start} tokens but the scored pairs' "
-                f"{batch.prefix_len}. "
-                "Fix: generate the pool with the same few-shot setting and template set."
+                f"{batch.prefix_len}. ",
+                "generate the pool with the same few-shot setting and template set.",
             )
         return v
 
@@ -90,14 +91,16 @@ def pool_means(
     keys = zip(pool["template_id"], pool["a"], pool["b"])
     rows = [i for i, k in enumerate(keys) if (k[0], int(k[1]), int(k[2])) not in skip]
     if not rows:
-        raise ValueError("every pool prompt was left out (they are the scored pairs). Fix: pass a larger pool.")
+        raise FixableValueError("every pool prompt was left out (they are the scored pairs). ", "pass a larger pool.")
     parts: dict[tuple[str, int], list[tuple[Tensor, Tensor, int]]] = {}
     starts: dict[tuple[str, int], int] = {}
     store: dict[tuple[int, ...], Any] = {}
     for b in circuit_batches(model, pool, "suffix", batch_size, rows=rows):
         key = (b.templates[0], b.n_prompt)
         if starts.setdefault(key, b.prefix_len) != b.prefix_len:  # one template shares one few-shot prefix
-            raise ValueError(f"template {key[0]!r} has prompts with different prefixes. Fix: regenerate the pool.")
+            raise FixableValueError(
+                f"template {key[0]!r} has prompts with different prefixes. ", "regenerate the pool."
+            )
         v = record_values(model, b.cf_tokens, b.prefix_len, store)
         parts.setdefault(key, []).append((v.z.double().sum(0), v.mlp.double().sum(0), len(b.idx)))
     means, counts = {}, {}

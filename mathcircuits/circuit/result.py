@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 import pandas as pd
 from torch import nn
 
+from mathcircuits._errors import FixableKeyError, FixableValueError
 from mathcircuits._io import SavedResult
 from mathcircuits.circuit.config import EdgeSender, MLPMode, ReceiverKind, ScanPositions
 from mathcircuits.models import Head, HookedModel
@@ -46,7 +47,7 @@ class Node:
 
     def __post_init__(self) -> None:
         if self.kind not in ("head", "mlp", "logits"):
-            raise ValueError(f"circuit node kind {self.kind!r} is unknown. Fix: use 'head', 'mlp' or 'logits'.")
+            raise FixableValueError(f"circuit node kind {self.kind!r} is unknown. ", "use 'head', 'mlp' or 'logits'.")
 
     @property
     def component(self) -> str:
@@ -153,17 +154,18 @@ class Circuit(SavedResult):
             if n.kind == "head":
                 spec.check_head(n.layer, n.head)
             elif n.kind == "mlp" and not 0 <= n.layer < spec.n_layers:
-                raise ValueError(
+                raise FixableValueError(
                     f"circuit node {n.name}: layer {n.layer} is outside {spec.describe()} "
-                    f"(layers 0..{spec.n_layers - 1}). Fix: name existing components."
+                    f"(layers 0..{spec.n_layers - 1}). ",
+                    "name existing components.",
                 )
         names = {n.name for n in self.nodes}
         dangling = [e for e in self.edges if e.sender not in names or e.receiver not in names]
         if dangling:
             e = dangling[0]
-            raise ValueError(
-                f"edge {e.sender} → {e.receiver} names a node the circuit does not have. "
-                "Fix: build circuits with discover_circuit(), or list both nodes."
+            raise FixableValueError(
+                f"edge {e.sender} → {e.receiver} names a node the circuit does not have. ",
+                "build circuits with discover_circuit(), or list both nodes.",
             )
 
     def check_model(self, model: ModelSpec | HookedModel | nn.Module) -> None:
@@ -180,7 +182,7 @@ class Circuit(SavedResult):
         for n in self.nodes:
             if n.name == name:
                 return n
-        raise KeyError(f"the circuit has no node {name!r}. Fix: use one of {[n.name for n in self.nodes]}.")
+        raise FixableKeyError(f"the circuit has no node {name!r}. ", f"use one of {[n.name for n in self.nodes]}.")
 
     def strongest_edges(self, k: int = 10) -> list[Edge]:
         """The k edges with the largest absolute effect."""

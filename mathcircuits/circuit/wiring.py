@@ -16,6 +16,7 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
+from mathcircuits._errors import FixableValueError
 from mathcircuits.circuit.batches import CircuitBatch
 from mathcircuits.circuit.components import Receiver, Sender
 from mathcircuits.circuit.config import AblationKind, MLPMode
@@ -67,9 +68,11 @@ class Wiring:
 
     def __post_init__(self) -> None:
         if self.complement and self.edges is not None:
-            raise ValueError("a complement wiring (the model without some nodes) is node level. Fix: edges=None.")
+            raise FixableValueError("a complement wiring (the model without some nodes) is node level. ", "edges=None.")
         if self.input and self.edges is None:
-            raise ValueError("a wiring whose input is a sender must be edge level. Fix: give edges (maybe empty).")
+            raise FixableValueError(
+                "a wiring whose input is a sender must be edge level. ", "give edges (maybe empty)."
+            )
 
 
 def input_node(label: str) -> NodeKey:

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 
 import torch
 
+from mathcircuits._errors import FixableValueError
 from mathcircuits.analysis import ROLE_GROUPS, AttentionByRole, RoleGroup
 from mathcircuits.claims.card import Claim, Verdict
 from mathcircuits.claims.paper import above_zero, claim, not_measured, pair_interval
@@ -130,9 +131,9 @@ def role_findings(
     heads = [Head.of(h) for h in attention.heads]
     missing = _unmeasured(attention, key)
     if missing:
-        raise ValueError(
-            f"the attention result lacks {missing} (key heads, or any layer-mate of a key head). "
-            "Fix: re-run analyze, which measures every head of the key heads' layers."
+        raise FixableValueError(
+            f"the attention result lacks {missing} (key heads, or any layer-mate of a key head). ",
+            "re-run analyze, which measures every head of the key heads' layers.",
         )
     keys = {Head.of(h) for h in key.heads}
     key_idx = [i for i, h in enumerate(heads) if h in keys]

@@ -18,6 +18,7 @@ from typing import Any, Literal, get_args
 
 import pandas as pd
 
+from mathcircuits._errors import FixableValueError
 from mathcircuits._io import SavedResult
 from mathcircuits.stats import DEFAULT_CONFIDENCE, METHOD_TEXT, IntervalMethod
 
@@ -84,15 +85,15 @@ class Claim:
     def __post_init__(self) -> None:
         for name, choices in (("interval", get_args(IntervalMethod)), ("correction", get_args(Correction))):
             if getattr(self, name) not in choices:
-                raise ValueError(
-                    f"claim {self.id}: {name} {getattr(self, name)!r} is unknown. Fix: use one of {list(choices)}."
+                raise FixableValueError(
+                    f"claim {self.id}: {name} {getattr(self, name)!r} is unknown. ", f"use one of {list(choices)}."
                 )
         try:
             object.__setattr__(self, "verdict", Verdict(self.verdict))
         except ValueError:
             choices = [v.value for v in Verdict]
-            raise ValueError(
-                f"claim {self.id}: verdict {self.verdict!r} is unknown. Fix: use one of {choices}."
+            raise FixableValueError(
+                f"claim {self.id}: verdict {self.verdict!r} is unknown. ", f"use one of {choices}."
             ) from None
 
     @property

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 
+from mathcircuits._errors import FixableValueError
 from mathcircuits.claims import Claim
 from mathcircuits.crossmodel.measures import (
     attention_excess,
@@ -60,14 +61,14 @@ def compare_runs(a: RunResults, b: RunResults, n_boot: int = DEFAULT_N_BOOT, see
         ValueError: the two cards hold different claims, or both runs are of the same model.
     """
     if [c.id for c in a.claims.claims] != [c.id for c in b.claims.claims]:
-        raise ValueError(
-            f"the claims cards of {a.folder} and {b.folder} hold different claims. "
-            "Fix: re-run the report stage of both runs with the same mathcircuits version."
+        raise FixableValueError(
+            f"the claims cards of {a.folder} and {b.folder} hold different claims. ",
+            "re-run the report stage of both runs with the same mathcircuits version.",
         )
     if a.model == b.model:
-        raise ValueError(
-            f"{a.folder} and {b.folder} are runs of the same model ({a.model.describe()}). "
-            "Fix: compare runs of two different models."
+        raise FixableValueError(
+            f"{a.folder} and {b.folder} are runs of the same model ({a.model.describe()}). ",
+            "compare runs of two different models.",
         )
     conf = a.claims.confidence
     claims = []

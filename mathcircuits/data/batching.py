@@ -12,6 +12,7 @@ from typing import Any
 
 import torch
 
+from mathcircuits._errors import FixableKeyError, FixableValueError
 from mathcircuits.data.filter import length_groups
 
 __all__ = ["iter_batches"]
@@ -39,11 +40,11 @@ def iter_batches(
         An iterator of (indices into the columns, each column's rows stacked as a tensor).
     """
     if length_of not in columns:
-        raise KeyError(
-            f"iter_batches groups by column {length_of!r}, which is not among {sorted(columns)}. Fix: pass that column."
+        raise FixableKeyError(
+            f"iter_batches groups by column {length_of!r}, which is not among {sorted(columns)}. ", "pass that column."
         )
     if batch_size < 1:
-        raise ValueError(f"batch_size is {batch_size}. Fix: use a positive batch size.")
+        raise FixableValueError(f"batch_size is {batch_size}. ", "use a positive batch size.")
     keys = list(columns[group_by]) if group_by is not None and group_by in columns else None
     tensors = {name: col for name, col in columns.items() if name != group_by}
     for idx in length_groups([len(t) for t in columns[length_of]], batch_size, keys):

@@ -37,6 +37,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from mathcircuits._errors import FixableFileNotFoundError, FixableValueError
+
 __all__ = [
     "WORD_PROBLEM_SETS",
     "ENV_ROOT",
@@ -74,9 +76,9 @@ def default_benchmark_root() -> Path | None:
     if env:
         root = Path(env).expanduser()
         if not root.is_dir():
-            raise FileNotFoundError(
-                f"${ENV_ROOT} is {env!r}, which is not an existing folder. "
-                f"Fix: point ${ENV_ROOT} at the folder that holds SVAMP/, AddSub/, ... or unset it."
+            raise FixableFileNotFoundError(
+                f"${ENV_ROOT} is {env!r}, which is not an existing folder. ",
+                f"point ${ENV_ROOT} at the folder that holds SVAMP/, AddSub/, ... or unset it.",
             )
         return root
     for cand in (Path.cwd().parent / "shared" / "data" / "benchmarks", Path.cwd() / "shared" / "data" / "benchmarks"):
@@ -108,19 +110,20 @@ def find_benchmark_file(folder: str, split: str, path: str | os.PathLike | None 
 
 def _read_one(path: Path) -> list[dict[str, Any]]:
     if not path.is_file():
-        raise FileNotFoundError(
-            f"benchmark file {path} does not exist. Fix: pass a JSON file in the LLM-Adapters format, "
-            f"such as <benchmarks>/SVAMP/train.json (the benchmarks root is ${ENV_ROOT})."
+        raise FixableFileNotFoundError(
+            f"benchmark file {path} does not exist. ",
+            f"pass a JSON file in the LLM-Adapters format, "
+            f"such as <benchmarks>/SVAMP/train.json (the benchmarks root is ${ENV_ROOT}).",
         )
     try:
         data: Any = json.loads(path.read_text())
     except json.JSONDecodeError as err:
-        raise ValueError(f"{path} is not valid JSON ({err}). Fix: pass an LLM-Adapters JSON file.") from err
+        raise FixableValueError(f"{path} is not valid JSON ({err}). ", "pass an LLM-Adapters JSON file.") from err
     bad = not isinstance(data, list) or any(not isinstance(r, dict) or not _REQUIRED <= set(r) for r in data)
     if bad:
-        raise ValueError(
-            f"{path} is not an LLM-Adapters JSON list of {{instruction, input, output, answer}} records. "
-            "Fix: point at such a file (or at the folder that holds it)."
+        raise FixableValueError(
+            f"{path} is not an LLM-Adapters JSON list of {{instruction, input, output, answer}} records. ",
+            "point at such a file (or at the folder that holds it).",
         )
     return [{**r, "source": path.parent.name} for r in data]
 
@@ -144,7 +147,9 @@ def read_word_problems(*paths: str | os.PathLike, limit: int | None = None) -> l
         ValueError: a file is not valid JSON or not a list of such records.
     """
     if not paths:
-        raise ValueError("read_word_problems got no path. Fix: pass a file such as <benchmarks>/SVAMP/train.json.")
+        raise FixableValueError(
+            "read_word_problems got no path. ", "pass a file such as <benchmarks>/SVAMP/train.json."
+        )
     records: list[dict[str, Any]] = []
     for p in paths:
         records.extend(_read_one(Path(p).expanduser()))

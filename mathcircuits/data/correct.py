@@ -76,8 +76,8 @@ def _template_ids(
     if not ids:
         have = sorted({t.form for s in sets for t in s.templates if t.operation in operations})
         raise PairError(
-            f"no {'/'.join(operations)} template has a form in {list(forms)}. "
-            f"Fix: choose forms from {have}, or pass forms=None for every template."
+            f"no {'/'.join(operations)} template has a form in {list(forms)}. ",
+            f"choose forms from {have}, or pass forms=None for every template.",
         )
     return ids
 
@@ -122,7 +122,7 @@ def correct_pairs(
             fewer than ``n`` pairs are correct (the message gives the counts and the fix).
     """
     if n is not None and n < 1:
-        raise PairError(f"n={n} asks for no pair. Fix: pass n >= 1, or n=None for every correct pair.")
+        raise PairError(f"n={n} asks for no pair. ", "pass n >= 1, or n=None for every correct pair.")
     sets = list(templates) if templates is not None else load_templates()
     if template_ids is None:
         template_ids = _template_ids(sets, (operation,), forms)
@@ -139,8 +139,8 @@ def correct_pairs(
         return correct
     if len(correct) < n:
         raise PairError(
-            f"the model answers {len(correct)} of {len(pairs)} {operation!r} pairs correctly, fewer than n={n}. "
-            f"Fix: raise n_per_template (now {n_per_template}), add templates or forms, or lower n."
+            f"the model answers {len(correct)} of {len(pairs)} {operation!r} pairs correctly, fewer than n={n}. ",
+            f"raise n_per_template (now {n_per_template}), add templates or forms, or lower n.",
         )
     return correct
 
@@ -176,7 +176,7 @@ def fresh_pairs(
         PairError: ``n`` is below 1, or the templates' operand range holds fewer than ``n`` new correct pairs.
     """
     if n < 1:
-        raise PairError(f"n={n} asks for no pair. Fix: pass n >= 1.")
+        raise PairError(f"n={n} asks for no pair. ", "pass n >= 1.")
     check_columns(pairs, ("operation", "template_id", "tokens"), "fresh_pairs")
     cols = set(pairs.column_names)
     avoid = set(pair_keys(pairs))
@@ -210,7 +210,8 @@ def fresh_pairs(
     if n_found < n:
         raise PairError(
             f"only {n_found} of {drawn} new pairs of templates {list(config.template_ids)} are answered correctly "
-            f"and not among the {len(pairs)} given, fewer than n={n}. Fix: lower n, or widen the operand range."
+            f"and not among the {len(pairs)} given, fewer than n={n}. ",
+            "lower n, or widen the operand range.",
         )
     out = datasets.concatenate_datasets(found).select(range(n))
     start = max((int(i) for i in pairs["pair_id"]), default=-1) + 1 if "pair_id" in cols else 0

@@ -27,6 +27,7 @@ import random
 from collections.abc import Collection, Mapping
 from typing import Any
 
+from mathcircuits._errors import FixableValueError
 from mathcircuits.data.generate import GenerationConfig
 from mathcircuits.data.operands import operand_pairs
 
@@ -78,9 +79,9 @@ def split_facts(config: GenerationConfig, shares: Mapping[str, float], seed: int
         ValueError: a share is not positive, the shares sum to more than 1, or a part would be empty.
     """
     if not shares or any(not s > 0 for s in shares.values()) or sum(shares.values()) > 1 + 1e-9:
-        raise ValueError(
-            f"split_facts got shares {dict(shares)}. Fix: give positive shares that sum to at most 1, "
-            "e.g. {'train': 0.5, 'validation': 0.2, 'test': 0.3}."
+        raise FixableValueError(
+            f"split_facts got shares {dict(shares)}. ",
+            "give positive shares that sum to at most 1, e.g. {'train': 0.5, 'validation': 0.2, 'test': 0.3}.",
         )
     rng = random.Random(seed)
     parts: dict[str, set[Fact]] = {name: set() for name in shares}
@@ -94,9 +95,9 @@ def split_facts(config: GenerationConfig, shares: Mapping[str, float], seed: int
             start = stop
     empty = [name for name, part in parts.items() if not part]
     if empty:
-        raise ValueError(
-            f"split_facts: parts {empty} get no fact from operand_range {list(config.operand_range)}. "
-            "Fix: widen the operand range or raise their shares."
+        raise FixableValueError(
+            f"split_facts: parts {empty} get no fact from operand_range {list(config.operand_range)}. ",
+            "widen the operand range or raise their shares.",
         )
     return {name: frozenset(part) for name, part in parts.items()}
 
@@ -104,7 +105,7 @@ def split_facts(config: GenerationConfig, shares: Mapping[str, float], seed: int
 def _check(pairs: Any) -> None:
     missing = [c for c in ("operation", "a", "b") if c not in getattr(pairs, "column_names", ())]
     if missing:
-        raise ValueError(
-            f"a pair set without the columns {missing} has no facts. "
-            "Fix: pass pairs built by mathcircuits.data.generate_pairs."
+        raise FixableValueError(
+            f"a pair set without the columns {missing} has no facts. ",
+            "pass pairs built by mathcircuits.data.generate_pairs.",
         )

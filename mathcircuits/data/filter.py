@@ -17,6 +17,7 @@ import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
+from mathcircuits._errors import FixableTypeError, FixableValueError
 from mathcircuits.data.tokenizer_id import tokenizer_fingerprint
 
 __all__ = ["accuracy_table", "check_tokenizer", "filter_correct", "length_groups", "padded_groups", "score_pairs"]
@@ -82,18 +83,19 @@ def check_tokenizer(model: Any, dataset: Any) -> None:
     if tok is not None and "tokenizer" in dataset.column_names:
         theirs, ours = sorted(set(dataset["tokenizer"])), tokenizer_fingerprint(tok)
         if theirs != [ours]:
-            raise ValueError(
+            raise FixableValueError(
                 f"these pairs were made with another tokenizer (fingerprint {', '.join(theirs)}) than this model's "
-                f"({ours}), so their token ids mean other text. Fix: generate the pairs with this model's tokenizer "
-                "(generate_pairs(model.tokenizer, ...))."
+                f"({ours}), so their token ids mean other text. ",
+                "generate the pairs with this model's tokenizer (generate_pairs(model.tokenizer, ...)).",
             )
     vocab = getattr(getattr(model, "spec", None), "vocab_size", None)
     if isinstance(vocab, int):
         top = max((max(t, default=0) for t in dataset["tokens"]), default=0)
         if top >= vocab:
-            raise ValueError(
+            raise FixableValueError(
                 f"the pairs hold token id {top}, outside this model's vocabulary of {vocab}: they were made with "
-                "another tokenizer. Fix: generate the pairs with this model's tokenizer."
+                "another tokenizer. ",
+                "generate the pairs with this model's tokenizer.",
             )
 
 
@@ -133,19 +135,21 @@ def score_pairs(
     needed = ("tokens", "answer_tokens", "n_tokens")
     have = getattr(dataset, "column_names", None)
     if have is None:
-        raise TypeError(
-            f"score_pairs needs a datasets.Dataset, got a {type(dataset).__name__}. "
-            "Fix: pass the pairs built by mathcircuits.data.generate_pairs (or datasets.Dataset.from_list(rows))."
+        raise FixableTypeError(
+            f"score_pairs needs a datasets.Dataset, got a {type(dataset).__name__}. ",
+            "pass the pairs built by mathcircuits.data.generate_pairs (or datasets.Dataset.from_list(rows)).",
         )
     missing = [c for c in needed if c not in have]
     if missing:
-        raise ValueError(
-            f"score_pairs got a dataset without the columns {missing} (it has {list(have)}). "
-            "Fix: pass pairs built by mathcircuits.data.generate_pairs, which records the prompt tokens, "
-            "their count and the answer tokens."
+        raise FixableValueError(
+            f"score_pairs got a dataset without the columns {missing} (it has {list(have)}). ",
+            "pass pairs built by mathcircuits.data.generate_pairs, which records the prompt tokens, "
+            "their count and the answer tokens.",
         )
     if len(dataset) == 0:
-        raise ValueError("score_pairs got an empty dataset (0 pairs). Fix: generate pairs first, or check the filters.")
+        raise FixableValueError(
+            "score_pairs got an empty dataset (0 pairs). ", "generate pairs first, or check the filters."
+        )
     check_tokenizer(model, dataset)
     if device is None:
         device = getattr(model, "device", None) or "cpu"
@@ -196,7 +200,7 @@ def filter_correct(dataset):
         ValueError: the dataset has no ``correct`` column.
     """
     if "correct" not in dataset.column_names:
-        raise ValueError("filter_correct needs a 'correct' column. Fix: run score_pairs(model, dataset) first.")
+        raise FixableValueError("filter_correct needs a 'correct' column. ", "run score_pairs(model, dataset) first.")
     return dataset.filter(lambda r: r["correct"])
 
 
@@ -216,7 +220,7 @@ def accuracy_table(dataset, by: tuple[str, ...] = ("operation", "template_id")) 
     """
 
     if "correct" not in dataset.column_names:
-        raise ValueError("accuracy_table needs a scored dataset. Fix: run score_pairs(model, dataset) first.")
+        raise FixableValueError("accuracy_table needs a scored dataset. ", "run score_pairs(model, dataset) first.")
     df = dataset.select_columns([*by, "correct", "first_correct", "p_answer"]).to_pandas()
 
     def summarize(keys: list[str]) -> Any:

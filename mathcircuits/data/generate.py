@@ -53,6 +53,7 @@ from typing import Any, Literal, TypeAlias
 
 import datasets
 
+from mathcircuits._errors import FixableTypeError
 from mathcircuits._schema import check_fields, expect, kind_of, setting
 from mathcircuits._schema import from_dict as config_from_dict
 from mathcircuits.data.mib_kinds import MIB_KINDS, mib_cf_operands
@@ -105,18 +106,18 @@ class GenerationConfig:
         check_fields(self)
         for op in self.operations:
             if op not in OPERATIONS:
-                raise PairError(f"operation {op!r} is unknown. Fix: use some of {OPERATIONS}.")
+                raise PairError(f"operation {op!r} is unknown. ", f"use some of {OPERATIONS}.")
         lo, hi = self.operand_range
         if lo > hi or lo < 0:
             raise PairError(
-                f"operand_range {self.operand_range} is invalid. Fix: give (low, high) with 0 <= low <= high."
+                f"operand_range {self.operand_range} is invalid. ", "give (low, high) with 0 <= low <= high."
             )
         empty = [op for op in self.operations if not operand_pairs(op, self)]
         if empty:
             raise PairError(
                 f"operand_range {list(self.operand_range)} gives no valid operand pair for {empty} "
-                f"(allow_negative={self.allow_negative}, integer_only={self.integer_only}). "
-                "Fix: widen operand_range, or allow negative or non-integer answers."
+                f"(allow_negative={self.allow_negative}, integer_only={self.integer_only}). ",
+                "widen operand_range, or allow negative or non-integer answers.",
             )
 
     def to_dict(self) -> dict[str, Any]:
@@ -154,18 +155,18 @@ def generate_pairs(
     """
 
     if not callable(tokenizer) or not hasattr(tokenizer, "convert_ids_to_tokens"):
-        raise TypeError(
-            f"generate_pairs: tokenizer must be a Hugging Face tokenizer, got {kind_of(tokenizer)}. "
-            "Fix: pass model.tokenizer (e.g. generate_pairs(model.tokenizer, load_templates(), config))."
+        raise FixableTypeError(
+            f"generate_pairs: tokenizer must be a Hugging Face tokenizer, got {kind_of(tokenizer)}. ",
+            "pass model.tokenizer (e.g. generate_pairs(model.tokenizer, load_templates(), config)).",
         )
     expect(
         "generate_pairs", "template_sets", template_sets, (list, tuple), "a list of TemplateSet",
         "pass load_templates()",
     )  # fmt: skip
     if not all(isinstance(s, TemplateSet) for s in template_sets):
-        raise TypeError(
-            f"generate_pairs: template_sets must hold TemplateSet values, got {kind_of(template_sets)}. "
-            "Fix: pass load_templates() (or load_template_file(path) in a list)."
+        raise FixableTypeError(
+            f"generate_pairs: template_sets must hold TemplateSet values, got {kind_of(template_sets)}. ",
+            "pass load_templates() (or load_template_file(path) in a list).",
         )
     expect("generate_pairs", "config", config, GenerationConfig, "a GenerationConfig", "pass GenerationConfig(...)")
     rng = random.Random(config.seed)
@@ -176,12 +177,12 @@ def generate_pairs(
         missing = [i for i in config.template_ids if i not in known]
         if missing:
             raise PairError(
-                f"template ids {missing} are not among the loaded templates of operations {config.operations}. "
-                f"Fix: choose from {sorted(known)}."
+                f"template ids {missing} are not among the loaded templates of operations {config.operations}. ",
+                f"choose from {sorted(known)}.",
             )
         chosen = [(s, t) for s, t in chosen if t.id in config.template_ids]
     if not chosen:
-        raise PairError(f"no template matches operations {config.operations}. Fix: load a template set that has them.")
+        raise PairError(f"no template matches operations {config.operations}. ", "load a template set that has them.")
     records: list[dict[str, Any]] = []
     for tset, tpl in chosen:
         candidates = operand_pairs(tpl.operation, config)
@@ -191,7 +192,8 @@ def generate_pairs(
             if not candidates:
                 raise PairError(
                     f"template {tpl.id!r}: none of the given facts is a {tpl.operation} fact of operand_range "
-                    f"{list(config.operand_range)}. Fix: pass facts of this operation and range (split_facts)."
+                    f"{list(config.operand_range)}. ",
+                    "pass facts of this operation and range (split_facts).",
                 )
         vocab = list(tset.counterfactual_vocab[tpl.cf_vocab])
         aligned = aligned_vocab(tokenizer, tpl, vocab)
@@ -199,7 +201,8 @@ def generate_pairs(
             raise PairError(
                 f"template {tpl.id!r}: no word of counterfactual vocabulary {tpl.cf_vocab!r} tokenizes to as many "
                 f"tokens as {tpl.op!r} "
-                f"with this tokenizer. Fix: add such words to {tset.path}."
+                f"with this tokenizer. ",
+                f"add such words to {tset.path}.",
             )
         order = rng.sample(candidates, len(candidates))
         made = 0
@@ -256,8 +259,8 @@ def generate_pairs(
             )  # fmt: skip
         if made == 0:
             raise PairError(
-                f"template {tpl.id!r} gave no usable pair ({last_error}). "
-                "Fix: widen operand_range or allow multi-token answers."
+                f"template {tpl.id!r} gave no usable pair ({last_error}). ",
+                "widen operand_range or allow multi-token answers.",
             )
     fp = tokenizer_fingerprint(tokenizer)
     for i, rec in enumerate(records):

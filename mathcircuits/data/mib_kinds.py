@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal, TypeAlias, get_args
 
+from mathcircuits._errors import FixableValueError
 from mathcircuits.data.templates import Operation
 
 __all__ = ["MIBCounterfactual", "MIB_KINDS", "mib_cf_operands", "mib_template_dir"]
@@ -79,8 +80,8 @@ def mib_cf_operands(
         rng: the generator's random source.
     """
     if kind not in MIB_KINDS:
-        raise ValueError(f"MIB counterfactual kind {kind!r} is unknown. Fix: use one of {list(MIB_KINDS)}.")
+        raise FixableValueError(f"MIB counterfactual kind {kind!r} is unknown. ", f"use one of {list(MIB_KINDS)}.")
     if kind == "ones_carry" and operation not in ("add", "sub"):
-        raise ValueError(f"ones_carry is defined for add and sub, not {operation!r}. Fix: another kind.")
+        raise FixableValueError(f"ones_carry is defined for add and sub, not {operation!r}. ", "another kind.")
     fits = [(x, y) for x, y, z in candidates if z != answer and _fits(kind, operation, a, b, x, y)]
     return rng.choice(fits) if fits else None

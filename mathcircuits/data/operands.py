@@ -8,6 +8,7 @@ from __future__ import annotations
 from fractions import Fraction
 from typing import TYPE_CHECKING
 
+from mathcircuits._errors import FixableError
 from mathcircuits.data.templates import OPERATIONS, Operation
 
 if TYPE_CHECKING:
@@ -16,7 +17,7 @@ if TYPE_CHECKING:
 __all__ = ["PairError", "compute_answer", "operand_pairs"]
 
 
-class PairError(ValueError):
+class PairError(FixableError, ValueError):
     """A prompt pair cannot be built as asked; the message says why and how to fix it."""
 
 
@@ -51,7 +52,7 @@ def compute_answer(
     elif operation == "pow":
         value = a**b
     else:
-        raise PairError(f"operation {operation!r} is unknown. Fix: use one of {OPERATIONS}.")
+        raise PairError(f"operation {operation!r} is unknown. ", f"use one of {OPERATIONS}.")
     if value < 0 and not allow_negative:
         return None
     if isinstance(value, Fraction):

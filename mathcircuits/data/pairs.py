@@ -34,6 +34,7 @@ import torch
 from jaxtyping import Int
 from torch import Tensor
 
+from mathcircuits._errors import FixableValueError
 from mathcircuits.data.batching import iter_batches
 
 __all__ = [
@@ -84,9 +85,9 @@ def check_columns(pairs: PairSet | Sequence[Mapping[str, Any]], needed: Sequence
     if missing:
         raise ValueError(f"{caller} got a dataset without the columns {missing} (it has {have}). {_FIX}")
     if len(pairs) == 0:
-        raise ValueError(
-            f"{caller} got an empty dataset (0 pairs), so there is nothing to score or average. "
-            "Fix: pass a dataset with pairs (e.g. the correct pairs of the identify stage); check filters upstream."
+        raise FixableValueError(
+            f"{caller} got an empty dataset (0 pairs), so there is nothing to score or average. ",
+            "pass a dataset with pairs (e.g. the correct pairs of the identify stage); check filters upstream.",
         )
 
 
@@ -146,16 +147,16 @@ def check_token_aligned(pairs: PairSet, vocab_size: int) -> None:
     check_columns(pairs, ("tokens", "cf_tokens", "answer_token"), "path patching")
     for i, (t, c) in enumerate(zip(pairs["tokens"], pairs["cf_tokens"])):
         if len(t) != len(c):
-            raise ValueError(
+            raise FixableValueError(
                 f"pair {i}: the reference prompt has {len(t)} tokens but the counterfactual has {len(c)}. "
-                "Path patching needs token-aligned pairs. "
-                "Fix: regenerate with counterfactual words that tokenize like the operator."
+                "Path patching needs token-aligned pairs. ",
+                "regenerate with counterfactual words that tokenize like the operator.",
             )
     bad = [i for i, a in enumerate(pairs["answer_token"]) if not 0 <= a < vocab_size]
     if bad:
-        raise ValueError(
-            f"pairs {bad[:5]} have answer tokens outside the model's vocabulary ({vocab_size}). "
-            "Fix: generate the pairs with this model's tokenizer."
+        raise FixableValueError(
+            f"pairs {bad[:5]} have answer tokens outside the model's vocabulary ({vocab_size}). ",
+            "generate the pairs with this model's tokenizer.",
         )
 
 

@@ -64,8 +64,8 @@ def prompt_start(tokenizer) -> str:
     text = "".join(tokenizer.convert_ids_to_tokens(lead))
     if tokenizer(text + "7", add_special_tokens=False)["input_ids"] != full:
         raise PairError(
-            f"the tokenizer starts every text with {lead} but does not read {text!r} back as those tokens. "
-            "Fix: load the tokenizer with split_special_tokens=False."
+            f"the tokenizer starts every text with {lead} but does not read {text!r} back as those tokens. ",
+            "load the tokenizer with split_special_tokens=False.",
         )
     return text
 
@@ -145,16 +145,15 @@ def render_pair(
         examples = template.fewshot_examples.get(tpl.operation, ())
         if not examples:
             raise PairError(
-                f"template set {template.name!r} has no few-shot examples for {tpl.operation!r}. "
-                f"Fix: add fewshot.examples.{tpl.operation} to {template.path}, or generate with fewshot=False."
+                f"template set {template.name!r} has no few-shot examples for {tpl.operation!r}. ",
+                f"add fewshot.examples.{tpl.operation} to {template.path}, or generate with fewshot=False.",
             )
         shots = []
         for shot, x, y in _shots(template, tpl, words, fewshot_operations):
             ans = compute_answer(shot.operation, x, y, integer_only, allow_negative)
             if ans is None:
                 raise PairError(
-                    f"few-shot example {x}, {y} of {template.path} has no valid {shot.operation} answer. "
-                    "Fix: change it."
+                    f"few-shot example {x}, {y} of {template.path} has no valid {shot.operation} answer. ", "change it."
                 )
             shots.append(_render(shot, x, y, shot.op, words).text + " " + ans)
         prefix += template.fewshot_separator.join(shots) + template.fewshot_separator
@@ -168,14 +167,15 @@ def render_pair(
     if len(ids) != len(cf_ids):
         raise PairError(
             f"template {tpl.id!r}: reference {prompt[-40:]!r} has {len(ids)} tokens but counterfactual "
-            f"{cf_prompt[-40:]!r} has {len(cf_ids)}. Fix: use counterfactual words that tokenize like {tpl.op!r}."
+            f"{cf_prompt[-40:]!r} has {len(cf_ids)}. ",
+            f"use counterfactual words that tokenize like {tpl.op!r}.",
         )
     answer_text = answer if spacing == "prompt" else " " + answer
     full = tokenizer(prompt + answer_text, add_special_tokens=False)["input_ids"]
     if full[: len(ids)] != ids:
         raise PairError(
-            f"template {tpl.id!r}: the answer {answer!r} merges with the prompt's last token. "
-            "Fix: end the template with a separator such as '=' or ':'."
+            f"template {tpl.id!r}: the answer {answer!r} merges with the prompt's last token. ",
+            "end the template with a separator such as '=' or ':'.",
         )
     answer_ids = full[len(ids) :]
     extra: dict[str, Any] = {}
@@ -183,8 +183,8 @@ def render_pair(
         cf_answer = compute_answer(tpl.operation, *cf_operands, integer_only, allow_negative)
         if cf_answer is None or cf_answer == answer:
             raise PairError(
-                f"operands {cf_operands} give no valid {tpl.operation} answer different from {answer!r}. "
-                "Fix: draw other counterfactual operands."
+                f"operands {cf_operands} give no valid {tpl.operation} answer different from {answer!r}. ",
+                "draw other counterfactual operands.",
             )
         cf_full = tokenizer(
             cf_prompt + (cf_answer if spacing == "prompt" else " " + cf_answer), add_special_tokens=False
@@ -233,7 +233,7 @@ def _shots(
     if fewshot_operations == "same":
         return [(tpl, x, y) for x, y in template.fewshot_examples[tpl.operation]]
     if fewshot_operations not in ("neutral", "mixed"):
-        raise PairError(f"fewshot_operations {fewshot_operations!r} is unknown. Fix: use 'neutral', 'same' or 'mixed'.")
+        raise PairError(f"fewshot_operations {fewshot_operations!r} is unknown. ", "use 'neutral', 'same' or 'mixed'.")
 
     def rank(t: Template) -> int:  # the template's place among its operation's templates of its form
         return [u.id for u in template.templates if (u.operation, u.form) == (t.operation, t.form)].index(t.id)
@@ -248,8 +248,8 @@ def _shots(
     if len(matches) < 2 and len(template.fewshot_examples) > 1:
         raise PairError(
             f"template {tpl.id!r}: the set {template.name!r} has no template of another operation in the form "
-            f"{tpl.form!r} with few-shot examples, so a {fewshot_operations} prefix cannot be built. "
-            "Fix: use fewshot_operations='same', or add such templates and examples to the set."
+            f"{tpl.form!r} with few-shot examples, so a {fewshot_operations} prefix cannot be built. ",
+            "use fewshot_operations='same', or add such templates and examples to the set.",
         )
     if fewshot_operations == "neutral":  # the operations in the set's order, whatever the query's
         shots = template.fewshot_examples

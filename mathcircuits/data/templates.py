@@ -17,6 +17,7 @@ from typing import Any, Literal, get_args
 
 import yaml
 
+from mathcircuits._errors import FixableError, FixableFileNotFoundError
 from mathcircuits._files import StrictYAMLError, load_yaml
 
 __all__ = [
@@ -35,7 +36,7 @@ OPERATIONS: tuple[Operation, ...] = get_args(Operation)
 _OPERAND_SLOTS = ("A", "B", "OP")
 
 
-class TemplateError(ValueError):
+class TemplateError(FixableError, ValueError):
     """A template file is malformed; the message names the file, the template and the fix."""
 
 
@@ -106,9 +107,8 @@ def load_template_set(path: str | Path) -> TemplateSet:
     """
     path = Path(path)
     if not path.exists():
-        raise FileNotFoundError(
-            f"template file {path} does not exist. "
-            "Fix: give an existing file (data_templates/SCHEMA.md has the format)."
+        raise FixableFileNotFoundError(
+            f"template file {path} does not exist. ", "give an existing file (data_templates/SCHEMA.md has the format)."
         )
     try:
         raw: Any = load_yaml(path.read_text())
@@ -244,7 +244,7 @@ def load_templates(paths: list[str | Path] | str | Path | None = None) -> list[T
         for t in s.templates:
             if t.id in ids:
                 raise TemplateError(
-                    f"template id {t.id!r} is in both {ids[t.id]} and {s.path}. Fix: rename one of them."
+                    f"template id {t.id!r} is in both {ids[t.id]} and {s.path}. ", "rename one of them."
                 )
             ids[t.id] = s.path
     return sets

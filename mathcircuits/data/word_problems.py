@@ -22,6 +22,7 @@ from typing import Any
 
 import datasets
 
+from mathcircuits._errors import FixableValueError
 from mathcircuits.data.benchmark_files import read_word_problems, record_question
 from mathcircuits.data.render import answer_spacing, prompt_start
 
@@ -95,8 +96,8 @@ def word_problem_dataset(
             }
         )
     if not rows:
-        raise ValueError(
-            f"{path}: no usable problem (a non-negative integer answer that tokenizes apart from the prompt). "
-            "Fix: pass a math word-problem file such as SVAMP/test.json."
+        raise FixableValueError(
+            f"{path}: no usable problem (a non-negative integer answer that tokenizes apart from the prompt). ",
+            "pass a math word-problem file such as SVAMP/test.json.",
         )
     return datasets.Dataset.from_list(rows)

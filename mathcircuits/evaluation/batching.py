@@ -15,6 +15,8 @@ import torch
 from jaxtyping import Int
 from torch import Tensor
 
+from mathcircuits._errors import FixableValueError
+
 __all__ = ["common_prefix_length", "left_pad", "max_positions", "model_device", "pad_token_id"]
 
 
@@ -57,8 +59,8 @@ def pad_token_id(tokenizer: Any) -> int:
     """
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     if pad is None:
-        raise ValueError(
-            "the tokenizer has neither a pad nor an EOS token. Fix: set tokenizer.pad_token before scoring."
+        raise FixableValueError(
+            "the tokenizer has neither a pad nor an EOS token. ", "set tokenizer.pad_token before scoring."
         )
     return int(pad)
 

@@ -36,6 +36,6 @@ class EvaluationConfig:
                 unknown.append(name)
         if unknown:
             raise ConfigError(
-                f"evaluation.benchmarks has {unknown}, which are not known benchmarks. "
-                f"Fix: use some of {sorted(BENCHMARKS)} (or an empty list for none)."
+                f"evaluation.benchmarks has {unknown}, which are not known benchmarks. ",
+                f"use some of {sorted(BENCHMARKS)} (or an empty list for none).",
             )

@@ -50,6 +50,7 @@ from torch import Tensor
 from tqdm.auto import tqdm
 from transformers import GenerationConfig, StoppingCriteria, StoppingCriteriaList
 
+from mathcircuits._errors import FixableValueError
 from mathcircuits.evaluation.batching import (
     common_prefix_length,
     left_pad,
@@ -245,9 +246,10 @@ def _encode(
         if not ids:
             raise ValueError(f"prompt {i} is empty after tokenization; give every item a non-empty question.")
         if limit is not None and len(ids) + max_new_tokens > limit:
-            raise ValueError(
+            raise FixableValueError(
                 f"prompt {i} has {len(ids)} tokens; with max_new_tokens={max_new_tokens} it exceeds the model's "
-                f"{limit} positions. Fix: fewer few-shot exemplars, a smaller max_new_tokens, or a shorter template."
+                f"{limit} positions. ",
+                "fewer few-shot exemplars, a smaller max_new_tokens, or a shorter template.",
             )
     return encoded
 

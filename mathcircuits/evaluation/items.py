@@ -18,6 +18,8 @@ from typing import Any, Literal
 
 import pandas as pd
 
+from mathcircuits._errors import FixableValueError
+
 __all__ = ["BenchmarkItem", "Kind", "items_to_dataframe", "subsample"]
 
 Kind = Literal["math", "choice"]
@@ -97,6 +99,6 @@ def subsample(items: Sequence[BenchmarkItem], limit: int | None = None, seed: in
     if limit is None or limit >= len(items):
         return items
     if limit < 0:
-        raise ValueError(f"limit={limit} is negative. Fix: pass a positive number of items, or None for all.")
+        raise FixableValueError(f"limit={limit} is negative. ", "pass a positive number of items, or None for all.")
     keep = sorted(random.Random(seed).sample(range(len(items)), limit))
     return [items[i] for i in keep]

@@ -29,6 +29,7 @@ from typing import Any
 
 import datasets
 
+from mathcircuits._errors import FixableFileNotFoundError
 from mathcircuits.data.benchmark_files import (
     ENV_ROOT,
     default_benchmark_root,
@@ -154,10 +155,10 @@ def load_llm_adapters(
     elif path is None:
         records, origin = _llm_adapters_from_hub(name, folder, split), "hub"
     else:
-        raise FileNotFoundError(
+        raise FixableFileNotFoundError(
             f"{name}: no {split}.json found at {Path(path)} (looked for the file itself, {split}.json in it, and "
-            f"{folder}/{split}.json under it). Fix: pass the folder holding '{folder}/{split}.json' "
-            f"(e.g. ../shared/data/benchmarks) or set ${ENV_ROOT}."
+            f"{folder}/{split}.json under it). ",
+            f"pass the folder holding '{folder}/{split}.json' (e.g. ../shared/data/benchmarks) or set ${ENV_ROOT}.",
         )
     parse = _math_record if kind == "math" else parse_choice_record
     items = [parse(r, name, f"{split}-{i}") for i, r in enumerate(records)]
@@ -173,10 +174,10 @@ def _llm_adapters_from_hub(name: str, folder: str, split: str) -> list[dict[str,
     try:
         ds = datasets.load_dataset("json", data_files=url, split="train")
     except Exception as err:  # network, 404, offline mode: all end in the same advice
-        raise FileNotFoundError(
+        raise FixableFileNotFoundError(
             f"{name}: no local copy of {folder}/{split}.json (default root: "
             f"{root if root else f'${ENV_ROOT} unset and ../shared/data/benchmarks missing'}) and the download "
-            f"from {url} failed ({type(err).__name__}: {err}). Fix: pass path= to the LLM-Adapters dataset folder "
-            f"or set ${ENV_ROOT}."
+            f"from {url} failed ({type(err).__name__}: {err}). ",
+            f"pass path= to the LLM-Adapters dataset folder or set ${ENV_ROOT}.",
         ) from err
     return [dict(r) for r in ds]

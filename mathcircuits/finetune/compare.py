@@ -41,6 +41,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from mathcircuits._errors import FixableValueError
 from mathcircuits._schema import ConfigError, check_fields, setting
 from mathcircuits.finetune.modes import Mode
 from mathcircuits.finetune.units import UnitPlan
@@ -106,16 +107,16 @@ class CompareConfig:
             raise ConfigError(str(err)) from err
         if not self.trained_modes:
             raise ConfigError(
-                "compare.modes is empty (base alone trains nothing). "
-                "Fix: list modes, e.g. [precise, random, lora, full]."
+                "compare.modes is empty (base alone trains nothing). ",
+                "list modes, e.g. [precise, random, lora, full].",
             )
         for name in ("learning_rates", "sparse_learning_rates"):
             rates = getattr(self, name)
             if not rates or any(not (lr > 0 and math.isfinite(lr)) for lr in rates):
-                raise ConfigError(f"compare.{name}={list(rates)}. Fix: give at least one positive, finite rate.")
+                raise ConfigError(f"compare.{name}={list(rates)}. ", "give at least one positive, finite rate.")
         if any(not x > 0 for x in self.fact_shares) or sum(self.fact_shares) > 1 + 1e-9:
             raise ConfigError(
-                f"compare.fact_shares={list(self.fact_shares)}. Fix: three positive shares summing to at most 1."
+                f"compare.fact_shares={list(self.fact_shares)}. ", "three positive shares summing to at most 1."
             )
 
     @property
@@ -171,8 +172,8 @@ def check_modes(modes: Sequence[Mode | str]) -> tuple[Mode, ...]:
         except ValueError:
             bad.append(str(m))
     if bad or len(set(parsed)) != len(parsed):
-        raise ValueError(
-            f"comparison modes {[str(m) for m in modes]}: {bad or 'repeated names'} not allowed. Fix: use each of "
-            "base, precise, precise+mlp, precise@K, precise@K+mlp, random, lora, full at most once."
+        raise FixableValueError(
+            f"comparison modes {[str(m) for m in modes]}: {bad or 'repeated names'} not allowed. ",
+            "use each of base, precise, precise+mlp, precise@K, precise@K+mlp, random, lora, full at most once.",
         )
     return tuple(parsed)

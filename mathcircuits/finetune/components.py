@@ -18,6 +18,7 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
+from mathcircuits._errors import FixableValueError
 from mathcircuits.finetune.layouts import model_facts
 from mathcircuits.finetune.methods import lora_targets
 from mathcircuits.finetune.modes import Mode
@@ -46,7 +47,7 @@ def random_heads(
     """
     pool = [(layer, h) for layer in range(n_layers) for h in range(n_heads) if (layer, h) not in set(exclude)]
     if count > len(pool):
-        raise ValueError(f"cannot draw {count} random heads from the {len(pool)} non-key heads. Fix: tune fewer.")
+        raise FixableValueError(f"cannot draw {count} random heads from the {len(pool)} non-key heads. ", "tune fewer.")
     order = torch.randperm(len(pool), generator=torch.Generator().manual_seed(seed))[:count]
     return tuple(sorted(pool[i] for i in order.tolist()))
 
@@ -82,9 +83,9 @@ def mode_components(
         )
     if mode.top_k is not None:
         if len(head_ranking) < mode.top_k:
-            raise ValueError(
-                f"mode {str(mode)!r} needs a ranking of at least {mode.top_k} heads, got {len(head_ranking)}. "
-                "Fix: pass head_ranking (every head by path-patching effect)."
+            raise FixableValueError(
+                f"mode {str(mode)!r} needs a ranking of at least {mode.top_k} heads, got {len(head_ranking)}. ",
+                "pass head_ranking (every head by path-patching effect).",
             )
         heads = tuple(tuple(h) for h in head_ranking[: mode.top_k])
     else:

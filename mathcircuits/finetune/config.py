@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
+from mathcircuits._errors import FixableValueError
 from mathcircuits._schema import check_fields, setting
 from mathcircuits._schema import from_dict as config_from_dict
 from mathcircuits.finetune.modes import SFTMethod
@@ -64,22 +65,24 @@ class SFTConfig:
     def __post_init__(self) -> None:
         check_fields(self)
         if self.kv_policy not in KV_POLICIES:  # check_fields checked the Literal; this names the table it comes from
-            raise ValueError(f"kv_policy={self.kv_policy!r}. Fix: use one of {KV_POLICIES}.")
+            raise FixableValueError(f"kv_policy={self.kv_policy!r}. ", f"use one of {KV_POLICIES}.")
         if self.max_steps == 0:
-            raise ValueError("max_steps=0 trains nothing. Fix: give a positive number of steps, or -1 to use epochs.")
+            raise FixableValueError(
+                "max_steps=0 trains nothing. ", "give a positive number of steps, or -1 to use epochs."
+            )
         if self.batch_size % self.micro_batch_size:
-            raise ValueError(
+            raise FixableValueError(
                 f"batch_size={self.batch_size} must be a positive multiple of "
-                f"micro_batch_size={self.micro_batch_size}. "
-                "Fix: make batch_size a multiple of micro_batch_size."
+                f"micro_batch_size={self.micro_batch_size}. ",
+                "make batch_size a multiple of micro_batch_size.",
             )
 
     def accumulation_steps(self, world_size: int = 1) -> int:
         per_step = self.micro_batch_size * world_size
         if self.batch_size % per_step:
-            raise ValueError(
-                f"batch_size={self.batch_size} is not a multiple of micro_batch_size × devices = {per_step}. "
-                "Fix: choose batch_size, micro_batch_size and the number of devices so that it divides."
+            raise FixableValueError(
+                f"batch_size={self.batch_size} is not a multiple of micro_batch_size × devices = {per_step}. ",
+                "choose batch_size, micro_batch_size and the number of devices so that it divides.",
             )
         return self.batch_size // per_step
 

@@ -32,6 +32,7 @@ from typing import Any, Literal
 
 import datasets
 
+from mathcircuits._errors import FixableValueError
 from mathcircuits.data.benchmark_files import record_question
 
 __all__ = ["DEFAULT_PROMPT", "build_sft_dataset", "format_gold"]
@@ -103,12 +104,12 @@ def build_sft_dataset(
 
     rows = list(records) if not isinstance(records, datasets.Dataset) else records
     if len(rows) == 0:
-        raise ValueError(
-            "build_sft_dataset got no records. Fix: pass generate_pairs(...) output or read_word_problems(...)."
+        raise FixableValueError(
+            "build_sft_dataset got no records. ", "pass generate_pairs(...) output or read_word_problems(...)."
         )
     columns = set(rows.column_names) if isinstance(rows, datasets.Dataset) else set(rows[0])
     if target not in ("rationale", "answer"):
-        raise ValueError(f"target={target!r} is unknown. Fix: use 'rationale' or 'answer'.")
+        raise FixableValueError(f"target={target!r} is unknown. ", "use 'rationale' or 'answer'.")
     out: dict[str, list[list[int]]] = {"input_ids": [], "labels": []}
     eos = tokenizer.eos_token_id
     if {"tokens", "answer_tokens"} <= columns:
@@ -133,10 +134,10 @@ def build_sft_dataset(
 
         pairs = encode()
     else:
-        raise ValueError(
+        raise FixableValueError(
             f"records have columns {sorted(columns)}; expected arithmetic pairs (tokens, answer_tokens) "
-            "or word problems (instruction, output, answer). "
-            "Fix: pass generate_pairs(...) output or read_word_problems(...)."
+            "or word problems (instruction, output, answer). ",
+            "pass generate_pairs(...) output or read_word_problems(...).",
         )
     dropped = 0
     for prompt_ids, target_ids in pairs:
@@ -150,5 +151,5 @@ def build_sft_dataset(
     if dropped:
         log.info("build_sft_dataset dropped %d examples longer than %d tokens", dropped, max_length)
     if not out["input_ids"]:
-        raise ValueError(f"every example is longer than max_length={max_length} tokens. Fix: raise max_length.")
+        raise FixableValueError(f"every example is longer than max_length={max_length} tokens. ", "raise max_length.")
     return datasets.Dataset.from_dict(out)

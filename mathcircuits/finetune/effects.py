@@ -28,6 +28,7 @@ import pandas as pd
 import torch
 from torch import Tensor
 
+from mathcircuits._errors import FixableValueError
 from mathcircuits.finetune.units import UnitComparison, UnitRecord
 from mathcircuits.power import seed_item_t
 from mathcircuits.stats import Interval
@@ -78,7 +79,9 @@ def scores_matrix(
     """
     records = list(records)
     if not records:
-        raise ValueError("scores_matrix got no units. Fix: pass the final units of a mode (UnitComparison.final).")
+        raise FixableValueError(
+            "scores_matrix got no units. ", "pass the final units of a mode (UnitComparison.final)."
+        )
     if kind == "generic":
         n = n or _generic_n(records)
         records = [r for r in records if r.generic]

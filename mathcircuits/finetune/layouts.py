@@ -114,7 +114,8 @@ class Projection:
             if facts.n_kv_heads != facts.n_heads:
                 raise SliceError(
                     f"a per-head fused q/k/v projection ({self.module}) with {facts.n_kv_heads} KV heads for "
-                    f"{facts.n_heads} query heads is not a known layout. Fix: add a layout row for this family."
+                    f"{facts.n_heads} query heads is not a known layout. ",
+                    "add a layout row for this family.",
                 )
             start = unit * 3 * d + self.block * d
             return start, start + d
@@ -163,7 +164,7 @@ class AttentionLayout:
         roles = tuple(roles)
         if not roles or any(r not in HEAD_ROLES for r in roles):
             raise SliceError(
-                f"roles={roles!r} is not a non-empty subset of {HEAD_ROLES}. Fix: e.g. roles=('q', 'k', 'v', 'o')."
+                f"roles={roles!r} is not a non-empty subset of {HEAD_ROLES}. ", "e.g. roles=('q', 'k', 'v', 'o')."
             )
         refused = {r: self.not_head_local[r] for r in roles if r in self.not_head_local}
         if refused:
@@ -171,8 +172,8 @@ class AttentionLayout:
             reasons = "; ".join(f"{r}: {why}" for r, why in refused.items())
             raise SliceError(
                 f"the {sorted(refused)} slices of a {model_type!r} head are not head-local ({reasons}), so tuning "
-                f"them would not be precise SFT of that head. Fix: head_slices(model, key, roles={allowed!r}) and "
-                "pass the resulting SliceSet to train_sft as key."
+                f"them would not be precise SFT of that head. ",
+                f"head_slices(model, key, roles={allowed!r}) and pass the resulting SliceSet to train_sft as key.",
             )
         return roles
 
@@ -246,15 +247,16 @@ def resolve_layout(model: torch.nn.Module) -> AttentionLayout:
     if any(name.endswith("._original_component") for name, _ in model.named_modules()):
         raise SliceError(
             f"this {type(model).__name__} is inside a TransformerBridge (booting replaced its modules in place), so "
-            "its parameters are not where the HF layout says. Fix: use hooked_model.plain_hf_model() or "
-            "load_hf_model(source) for a plain copy to fine-tune."
+            "its parameters are not where the HF layout says. ",
+            "use hooked_model.plain_hf_model() or load_hf_model(source) for a plain copy to fine-tune.",
         )
     if model_type not in LAYOUTS:
         raise SliceError(
             f"family {model_type!r} ({type(model).__name__}) has no head-slice layout: mathcircuits does not know "
-            f"where its heads' q/k/v/o features are. Supported: {sorted(LAYOUTS)}. Fix: add a row to "
+            f"where its heads' q/k/v/o features are. Supported: {sorted(LAYOUTS)}. ",
+            "add a row to "
             "mathcircuits.finetune.layouts.LAYOUTS (module paths and how q/k/v are fused), after checking that "
-            "each head's slice changes only that head (tests/test_slices_families.py)."
+            "each head's slice changes only that head (tests/test_slices_families.py).",
         )
     return LAYOUTS[model_type]
 
@@ -332,5 +334,6 @@ def module_orientation(module: torch.nn.Module) -> Literal["out_in", "in_out"]:
         return "in_out"
     raise SliceError(
         f"module {type(module).__name__} has parameters but is neither nn.Linear nor Conv1D; "
-        "precise SFT can only tune linear layers. Fix: select another MLP or extend mathcircuits.finetune.adapter."
+        "precise SFT can only tune linear layers. ",
+        "select another MLP or extend mathcircuits.finetune.adapter.",
     )

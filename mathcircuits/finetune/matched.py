@@ -36,6 +36,7 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from mathcircuits._errors import FixableValueError
 from mathcircuits.finetune.layouts import KVPolicy, kv_groups
 from mathcircuits.finetune.sliceset import SliceSet
 from mathcircuits.models import ModelSpec
@@ -100,9 +101,9 @@ def matched_random_heads(
         target = len(kv_groups([(layer, h) for h in mine], facts, kv_policy))
         free = [h for h in range(n_heads) if h not in mine]
         if len(free) < len(mine):
-            raise ValueError(
-                f"layer {layer} has {len(mine)} key heads but only {len(free)} other heads to draw from. "
-                "Fix: tune fewer key heads, or use the uniform random control (random_heads)."
+            raise FixableValueError(
+                f"layer {layer} has {len(mine)} key heads but only {len(free)} other heads to draw from. ",
+                "tune fewer key heads, or use the uniform random control (random_heads).",
             )
         key_groups = {h // size for h in mine}
         away = [h for h in free if h // size not in key_groups]

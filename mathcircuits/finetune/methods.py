@@ -21,6 +21,7 @@ from typing import TypeAlias
 
 from torch import nn
 
+from mathcircuits._errors import FixableValueError
 from mathcircuits.finetune.adapter import HeadSliceAdapter
 from mathcircuits.finetune.config import SFTConfig
 from mathcircuits.finetune.layouts import resolve_layout
@@ -71,15 +72,15 @@ def _precise(
 ) -> nn.Module:
     if isinstance(model, HeadSliceAdapter):
         if key is not None:
-            raise ValueError(
-                "train_sft got an adapter and a key selection. "
-                "Fix: pass one of them (the adapter already fixes the slices)."
+            raise FixableValueError(
+                "train_sft got an adapter and a key selection. ",
+                "pass one of them (the adapter already fixes the slices).",
             )
         return model
     if key is None:
-        raise ValueError(
-            "precise SFT got no key components. "
-            "Fix: pass key=KeyComponents (or a SliceSet), or use SFTConfig(mode='full')."
+        raise FixableValueError(
+            "precise SFT got no key components. ",
+            "pass key=KeyComponents (or a SliceSet), or use SFTConfig(mode='full').",
         )
     slices = (
         key
@@ -95,7 +96,7 @@ def _lora(
     model: nn.Module, key: KeyComponents | SliceSet | None, config: SFTConfig, model_name: str | None
 ) -> nn.Module:
     if isinstance(model, HeadSliceAdapter):
-        raise ValueError("LoRA SFT got a HeadSliceAdapter. Fix: pass the plain HF model.")
+        raise FixableValueError("LoRA SFT got a HeadSliceAdapter. ", "pass the plain HF model.")
     return lora_model(model, config.lora_rank, config.lora_alpha)
 
 
@@ -103,9 +104,9 @@ def _full(
     model: nn.Module, key: KeyComponents | SliceSet | None, config: SFTConfig, model_name: str | None
 ) -> nn.Module:
     if isinstance(model, HeadSliceAdapter):
-        raise ValueError(
-            "full SFT got a HeadSliceAdapter. "
-            "Fix: pass the plain HF model (adapter.merge_and_unload() or a fresh load_hf_model())."
+        raise FixableValueError(
+            "full SFT got a HeadSliceAdapter. ",
+            "pass the plain HF model (adapter.merge_and_unload() or a fresh load_hf_model()).",
         )
     model.requires_grad_(True)
     return model

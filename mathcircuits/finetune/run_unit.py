@@ -38,6 +38,7 @@ from typing import Any
 
 from torch import nn
 
+from mathcircuits._errors import FixableValueError
 from mathcircuits.finetune.adapter import HeadSliceAdapter
 from mathcircuits.finetune.components import lora_rank_for_budget
 from mathcircuits.finetune.config import SFTConfig
@@ -93,9 +94,9 @@ def unit_components(
     heads = key.heads
     if mode.top_k is not None:
         if len(ranking) < mode.top_k:
-            raise ValueError(
-                f"mode {unit.mode!r} needs a ranking of at least {mode.top_k} heads, got {len(ranking)}. "
-                "Fix: pass ranking (every head by path-patching effect)."
+            raise FixableValueError(
+                f"mode {unit.mode!r} needs a ranking of at least {mode.top_k} heads, got {len(ranking)}. ",
+                "pass ranking (every head by path-patching effect).",
             )
         heads = tuple((int(l), int(h)) for l, h in ranking[: mode.top_k])
     return KeyComponents(

@@ -50,6 +50,7 @@ from torch import nn
 from transformers import PreTrainedTokenizerBase, TrainerCallback, TrainerState, TrainingArguments
 from transformers.trainer_utils import get_last_checkpoint
 
+from mathcircuits._errors import FixableFileNotFoundError, FixableValueError
 from mathcircuits.finetune.adapter import HeadSliceAdapter
 from mathcircuits.finetune.config import SFTConfig
 from mathcircuits.finetune.hf_trainer import pad_collate, prepare_resume, trainer_classes
@@ -115,17 +116,17 @@ def train_sft(
     train_model = METHODS[config.mode](model, key, config, model_name)
     for column in ("input_ids", "labels"):
         if column not in train_dataset.column_names:
-            raise ValueError(
-                f"train_dataset lacks {column!r} (has {train_dataset.column_names}). "
-                "Fix: build it with build_sft_dataset()."
+            raise FixableValueError(
+                f"train_dataset lacks {column!r} (has {train_dataset.column_names}). ",
+                "build it with build_sft_dataset().",
             )
 
     if resume_from_checkpoint is True:
         last = get_last_checkpoint(str(output_dir)) if output_dir.is_dir() else None
         if last is None:
-            raise FileNotFoundError(
-                f"resume_from_checkpoint=True but {output_dir} holds no checkpoint-N folder. "
-                "Fix: pass a checkpoint path, or None to start afresh."
+            raise FixableFileNotFoundError(
+                f"resume_from_checkpoint=True but {output_dir} holds no checkpoint-N folder. ",
+                "pass a checkpoint path, or None to start afresh.",
             )
         resume_from_checkpoint = last
     world_size = int(os.environ.get("WORLD_SIZE", "1"))

@@ -67,22 +67,22 @@ def _check_selection(heads: list, mlp_layers: list, facts: ModelSpec) -> None:
     n_layers, n_heads = facts.n_layers, facts.n_heads
     for item in heads:
         if len(item) != 2:
-            raise SliceError(f"head {item!r} is not a (layer, head) pair. Fix: pass heads as [(layer, head), ...].")
+            raise SliceError(f"head {item!r} is not a (layer, head) pair. ", "pass heads as [(layer, head), ...].")
         layer, head = int(item[0]), int(item[1])
         if not (0 <= layer < n_layers and 0 <= head < n_heads):
             raise SliceError(
-                f"head ({layer}, {head}) is out of range for {facts.name!r} ({n_layers} layers × {n_heads} heads). "
-                f"Fix: use layers 0..{n_layers - 1} and heads 0..{n_heads - 1}."
+                f"head ({layer}, {head}) is out of range for {facts.name!r} ({n_layers} layers × {n_heads} heads). ",
+                f"use layers 0..{n_layers - 1} and heads 0..{n_heads - 1}.",
             )
     for layer in mlp_layers:
         if not 0 <= layer < n_layers:
             raise SliceError(
-                f"MLP {layer} is out of range for {facts.name!r} ({n_layers} layers). Fix: use layers "
-                f"0..{n_layers - 1}."
+                f"MLP {layer} is out of range for {facts.name!r} ({n_layers} layers). ",
+                f"use layers 0..{n_layers - 1}.",
             )
     if not heads and not mlp_layers:
         raise SliceError(
-            "the selection has no heads and no MLPs, so nothing would be tuned. Fix: select key components first."
+            "the selection has no heads and no MLPs, so nothing would be tuned. ", "select key components first."
         )
 
 
@@ -101,7 +101,8 @@ class _Pending:
         if mod_name not in self.modules:
             raise SliceError(
                 f"module {mod_name!r} is missing from {type(self.model).__name__}; the layout for "
-                f"{self.facts.model_type!r} does not fit this model. Fix: correct its row in finetune/layouts.py."
+                f"{self.facts.model_type!r} does not fit this model. ",
+                "correct its row in finetune/layouts.py.",
             )
         feature = "in" if role == "o" else "out"
         lo, hi = proj.feature_range(unit, self.facts)
@@ -149,7 +150,8 @@ class _Pending:
         if prefix not in self.modules:
             raise SliceError(
                 f"MLP module {prefix!r} is missing from {type(self.model).__name__}; the layout for "
-                f"{self.facts.model_type!r} does not fit this model. Fix: correct its row in finetune/layouts.py."
+                f"{self.facts.model_type!r} does not fit this model. ",
+                "correct its row in finetune/layouts.py.",
             )
         out = []
         for mod_name, mod in self.modules[prefix].named_modules(prefix=prefix):
@@ -157,7 +159,8 @@ class _Pending:
                 if kind not in ("weight", "bias"):
                     raise SliceError(
                         f"MLP parameter {mod_name}.{kind} is neither a weight nor a bias; this MLP type is not "
-                        "supported. Fix: select attention heads only (include_mlps=False)."
+                        "supported. ",
+                        "select attention heads only (include_mlps=False).",
                     )
                 out.append(
                     ParamSlice(
@@ -202,7 +205,7 @@ def head_slices(
     """
     if kv_policy not in KV_POLICIES:
         raise SliceError(
-            f"kv_policy={kv_policy!r} is unknown. Fix: use one of {KV_POLICIES} (see mathcircuits.finetune.slices)."
+            f"kv_policy={kv_policy!r} is unknown. ", f"use one of {KV_POLICIES} (see mathcircuits.finetune.slices)."
         )
     layout = resolve_layout(model)
     spec = ModelSpec.from_hf(model, model_name)

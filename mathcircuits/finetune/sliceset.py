@@ -181,8 +181,8 @@ class SliceSet(SavedResult):
         for s in self.slices:
             if s.name not in params:
                 raise SliceError(
-                    f"parameter {s.name!r} of the slices does not exist in {type(model).__name__}. Fix: use slices "
-                    "made for this architecture."
+                    f"parameter {s.name!r} of the slices does not exist in {type(model).__name__}. ",
+                    "use slices made for this architecture.",
                 )
             if tuple(params[s.name].shape) != s.shape:
                 raise SliceError(

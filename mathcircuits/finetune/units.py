@@ -21,6 +21,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Literal
 
+from mathcircuits._errors import FixableValueError
 from mathcircuits._io import SavedResult
 from mathcircuits.finetune.layouts import KVPolicy
 
@@ -163,11 +164,13 @@ class UnitPlan:
     def __post_init__(self) -> None:
         missing = [m for m in self.modes if not self.grids.get(m)]
         if missing:
-            raise ValueError(f"UnitPlan: modes {missing} have no learning-rate grid. Fix: give grids[mode].")
+            raise FixableValueError(f"UnitPlan: modes {missing} have no learning-rate grid. ", "give grids[mode].")
         if any(not lr > 0 for g in self.grids.values() for lr in g):
-            raise ValueError(f"UnitPlan: grids {self.grids} hold a rate that is not positive. Fix: positive rates.")
+            raise FixableValueError(
+                f"UnitPlan: grids {self.grids} hold a rate that is not positive. ", "positive rates."
+            )
         if self.kv_sensitivity and "precise" not in self.modes:
-            raise ValueError("UnitPlan: kv_sensitivity needs the mode 'precise'. Fix: add it or turn it off.")
+            raise FixableValueError("UnitPlan: kv_sensitivity needs the mode 'precise'. ", "add it or turn it off.")
         if not self.seeds or len(set(self.seeds)) != len(self.seeds):
             raise ValueError(f"UnitPlan: seeds {self.seeds} must be distinct and at least one.")
 

@@ -22,6 +22,7 @@ from jaxtyping import Float, Int
 from torch import Tensor
 from transformer_lens.model_bridge import TransformerBridge
 
+from mathcircuits._errors import FixableValueError
 from mathcircuits.models.prefix import PrefixRunner
 
 __all__ = ["capture"]
@@ -55,7 +56,7 @@ def capture(
     store: dict[str, Tensor] = {}
     if last is not None:
         if not 1 <= last <= tokens.shape[1]:
-            raise ValueError(f"last={last} positions of {tokens.shape[1]} tokens. Fix: use 1 <= last <= seq.")
+            raise FixableValueError(f"last={last} positions of {tokens.shape[1]} tokens. ", "use 1 <= last <= seq.")
         position = -1
     where = slice(None) if position is None else (slice(-last, None) if last is not None else position)
 

@@ -37,6 +37,8 @@ import torch
 from packaging.version import Version
 from transformer_lens.model_bridge import TransformerBridge
 
+from mathcircuits._errors import FixableError
+
 __all__ = [
     "CACHE_KWARG_SINCE",
     "SUPPORTED",
@@ -48,7 +50,7 @@ __all__ = [
 ]
 
 
-class UnsupportedVersionError(RuntimeError):
+class UnsupportedVersionError(FixableError, RuntimeError):
     """An installed dependency lies outside the range mathcircuits was tested with."""
 
 
@@ -130,9 +132,9 @@ def check_versions() -> dict[str, str]:
     if bad and os.environ.get(ENV_SKIP) != "1":
         raise UnsupportedVersionError(
             f"installed {', '.join(bad)}: mathcircuits has not been tested with this release, and a new release "
-            "has changed what its fast paths compute before (transformers 5.24 renamed the KV-cache argument). "
-            "Fix: install the locked versions (bash scripts/setup.sh, or pip install -r requirements.lock), "
-            f"or set {ENV_SKIP}=1 to run anyway with the run-time checks (fast_paths stays verified)."
+            "has changed what its fast paths compute before (transformers 5.24 renamed the KV-cache argument). ",
+            "install the locked versions (bash scripts/setup.sh, or pip install -r requirements.lock), "
+            f"or set {ENV_SKIP}=1 to run anyway with the run-time checks (fast_paths stays verified).",
         )
     return found
 

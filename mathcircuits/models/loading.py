@@ -34,6 +34,7 @@ import torch
 from transformer_lens.model_bridge import TransformerBridge
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
+from mathcircuits._errors import FixableFileNotFoundError, FixableValueError
 from mathcircuits.models.compat import check_versions, install_cache_alias
 from mathcircuits.models.embedded import EMBEDDED, cache_root, convert_gguf, embedded_model_dir, embedded_source
 from mathcircuits.models.hooked import HookedModel
@@ -81,21 +82,22 @@ def resolve_source(source: str) -> tuple[str, str]:
     path = Path(source).expanduser()
     if source.endswith(".gguf"):
         if not path.exists():
-            raise FileNotFoundError(
-                f"GGUF file {source!r} does not exist. Fix: give the path to an existing .gguf file."
+            raise FixableFileNotFoundError(
+                f"GGUF file {source!r} does not exist. ", "give the path to an existing .gguf file."
             )
         return "gguf", str(path.resolve())
     if path.exists():
         if not (path / "config.json").exists():
-            raise FileNotFoundError(
-                f"{source!r} is a folder without config.json, so it is not an HF model folder. "
-                "Fix: point to a folder written by save_pretrained, or to a .gguf file."
+            raise FixableFileNotFoundError(
+                f"{source!r} is a folder without config.json, so it is not an HF model folder. ",
+                "point to a folder written by save_pretrained, or to a .gguf file.",
             )
         return "folder", str(path.resolve())
     if source.startswith((".", "/", "~")):
-        raise FileNotFoundError(
-            f"Model path {source!r} does not exist. Fix: give an existing HF folder (with config.json) or .gguf "
-            f"file, an embedded model ({', '.join(EMBEDDED)}), a 'tiny-<family>' name, or a Hub id."
+        raise FixableFileNotFoundError(
+            f"Model path {source!r} does not exist. ",
+            f"give an existing HF folder (with config.json) or .gguf "
+            f"file, an embedded model ({', '.join(EMBEDDED)}), a 'tiny-<family>' name, or a Hub id.",
         )
     return "hub", source
 
@@ -124,9 +126,9 @@ def load_hf_model(
     """
     kind, loc = resolve_source(source)
     if device_map is not None and kind == "tiny":
-        raise ValueError(
-            f"device_map={device_map!r} needs a model loaded from files, but {source!r} is built in memory. "
-            "Fix: pass device= instead, or save_pretrained the model and load the folder with device_map."
+        raise FixableValueError(
+            f"device_map={device_map!r} needs a model loaded from files, but {source!r} is built in memory. ",
+            "pass device= instead, or save_pretrained the model and load the folder with device_map.",
         )
     if kind == "tiny":
         model, tok = _TINY[loc](seed=seed) if loc in _TINY else tiny_model(loc[len("tiny-") :], seed=seed)

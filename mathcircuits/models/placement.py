@@ -39,6 +39,7 @@ from accelerate.utils import align_module_device, has_offloaded_params
 from jaxtyping import Float, Int
 from torch import Tensor
 
+from mathcircuits._errors import FixableValueError
 from mathcircuits.models.spec import Bridged
 
 __all__ = [
@@ -250,10 +251,11 @@ def check_trainable_placement(hf_model: torch.nn.Module) -> None:
     offloaded = offloaded_parameters(hf_model)
     if len(placed) > 1 or offloaded:
         where = f"spread over {placed}" if len(placed) > 1 else f"{len(offloaded)} offloaded parameters"
-        raise ValueError(
+        raise FixableValueError(
             f"fine-tuning a model split by a device_map ({where}) is not supported: its layers would train one "
-            "device at a time and offloaded weights cannot be updated in place. Fix: train data-parallel with a "
+            "device at a time and offloaded weights cannot be updated in place. ",
+            "train data-parallel with a "
             "whole copy per GPU (torchrun / accelerate launch -m mathcircuits.finetune.launch, DDP), or shard the "
             "frozen base with FSDP or DeepSpeed ZeRO-3 through accelerate (docs/howto/big-models-on-gpu.md); "
-            "the identification stages do run on a split model."
+            "the identification stages do run on a split model.",
         )

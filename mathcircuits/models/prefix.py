@@ -55,6 +55,7 @@ from jaxtyping import Float, Int
 from torch import Tensor
 from transformer_lens.model_bridge import TransformerBridge
 
+from mathcircuits._errors import FixableRuntimeError, FixableValueError
 from mathcircuits.models.hooks import resid_pre
 from mathcircuits.models.integrity import compare, fast_paths_enabled, model_depth, probe_tokens, verify_once
 from mathcircuits.models.placement import execution_device
@@ -124,7 +125,7 @@ class HFForward:
     def run_with_hooks(self, tokens: Int[Tensor, "batch seq"], fwd_hooks: Sequence[Any] = (), **kwargs: Any) -> Any:
         """The forward; hooks need a hooked model (a TransformerBridge)."""
         if fwd_hooks:
-            raise ValueError("HFForward runs a plain HF model: it has no hook points. Fix: use the hooked model.")
+            raise FixableValueError("HFForward runs a plain HF model: it has no hook points. ", "use the hooked model.")
         return self(tokens, **kwargs)
 
 
@@ -183,7 +184,9 @@ class PrefixRunner:
         """
         seq = tokens.shape[1]
         if not 0 <= start < seq:
-            raise ValueError(f"start {start} is outside the prompt of {seq} tokens. Fix: use 0 <= start < {seq}.")
+            raise FixableValueError(
+                f"start {start} is outside the prompt of {seq} tokens. ", f"use 0 <= start < {seq}."
+            )
         if not fast_paths_enabled():
             return self._run(tokens, self.fwd_hooks)[:, start:]
         p = shared_prefix_len(tokens, start)
@@ -229,9 +232,10 @@ def _block_list(bridge: TransformerBridge) -> tuple[torch.nn.Module, str, torch.
         for name, child in module.named_children():
             if isinstance(child, torch.nn.ModuleList) and len(child) == len(bridge.blocks) and child[0] is first:
                 return module, name, child
-    raise RuntimeError(
+    raise FixableRuntimeError(
         f"no ModuleList of the {type(bridge.original_model).__name__} holds the bridge's {len(bridge.blocks)} blocks, "
-        "so a forward cannot resume mid-network. Fix: run the whole forward (start layer 0)."
+        "so a forward cannot resume mid-network. ",
+        "run the whole forward (start layer 0).",
     )
 
 
@@ -248,7 +252,9 @@ def blocks_from(bridge: TransformerBridge, layer: int) -> Iterator[None]:
     """
     owner, name, full = _block_list(bridge)
     if not 0 <= layer < len(full):
-        raise ValueError(f"layer {layer} is outside the model's {len(full)} blocks. Fix: use 0 <= layer < {len(full)}.")
+        raise FixableValueError(
+            f"layer {layer} is outside the model's {len(full)} blocks. ", f"use 0 <= layer < {len(full)}."
+        )
     # Families with per-layer attention types (Gemma 2/3: sliding vs full attention, each with its own rotary
     # base; Qwen 2/3 and OLMo 3 with sliding layers) look a block's type up as `config.layer_types[i]`, i its
     # index in the list: the shortened list must come with the types of the blocks it holds.
@@ -293,9 +299,10 @@ def run_from_layer(
     """
     below = [str(n) for n, _ in fwd_hooks if str(n).startswith("blocks.") and int(str(n).split(".")[1]) < layer]
     if below:
-        raise ValueError(
+        raise FixableValueError(
             f"hooks {below[:3]} sit in blocks below the start layer {layer}, which do not run, so they would never "
-            f"fire. Fix: start at layer {min(int(n.split('.')[1]) for n in below)} or drop those hooks."
+            f"fire. ",
+            f"start at layer {min(int(n.split('.')[1]) for n in below)} or drop those hooks.",
         )
     if layer > 0:
         verify_once(bridge, "resume at a layer", lambda: check_resume(bridge))

@@ -33,6 +33,7 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
+from mathcircuits._errors import FixableValueError
 from mathcircuits.models.families import BlockStructure
 from mathcircuits.models.hooked import HookedModel
 from mathcircuits.models.placement import execution_device, output_device, unembed_columns
@@ -112,13 +113,13 @@ class Readout:
             return self.logit
         if target == "prob":
             if self.prob is None:
-                raise ValueError("this readout has no probabilities. Fix: read out with need_probs=True.")
+                raise FixableValueError("this readout has no probabilities. ", "read out with need_probs=True.")
             return self.prob
         if self.logprob is None:
-            raise ValueError(
-                "this readout has no answer log-probability: it was read at the last prompt position only. "
-                "Fix: read the logits at every answer position (mathcircuits.patching.answer_readout), or use a "
-                "last-position metric (relative_logit, logit_diff, prob_change)."
+            raise FixableValueError(
+                "this readout has no answer log-probability: it was read at the last prompt position only. ",
+                "read the logits at every answer position (mathcircuits.patching.answer_readout), or use a "
+                "last-position metric (relative_logit, logit_diff, prob_change).",
             )
         return self.logprob
 

@@ -22,6 +22,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from torch import nn
 
+from mathcircuits._errors import FixableError, FixableTypeError
 from mathcircuits._io import decode_fields
 
 __all__ = ["IDENTITY_KEYS", "Bridged", "ModelMismatchError", "ModelSpec", "as_spec", "check_model", "heads_by_layer"]
@@ -30,7 +31,7 @@ __all__ = ["IDENTITY_KEYS", "Bridged", "ModelMismatchError", "ModelSpec", "as_sp
 IDENTITY_KEYS: tuple[str, ...] = ("architecture", "n_layers", "n_heads", "n_kv_heads", "d_head", "d_model")
 
 
-class ModelMismatchError(ValueError):
+class ModelMismatchError(FixableError, ValueError):
     """A value made on one model was given together with another model."""
 
 
@@ -168,9 +169,9 @@ def as_spec(value: ModelSpec | dict[str, Any] | Bridged | nn.Module) -> ModelSpe
         return value.spec
     if hasattr(value, "config"):
         return ModelSpec.from_hf(value)
-    raise TypeError(
-        f"cannot tell which model a {type(value).__name__} is. "
-        "Fix: pass a ModelSpec, a hooked model from load_model(), or an HF model."
+    raise FixableTypeError(
+        f"cannot tell which model a {type(value).__name__} is. ",
+        "pass a ModelSpec, a hooked model from load_model(), or an HF model.",
     )
 
 
@@ -180,7 +181,7 @@ def check_model(
     what: str,
     fix: str,
     compare_name: bool = True,
-    error: type[Exception] = ModelMismatchError,
+    error: type[FixableError] = ModelMismatchError,
     plural: bool = False,
 ) -> None:
     """Refuse ``model`` when it is not the model a value was made on.
@@ -192,7 +193,7 @@ def check_model(
         fix: how to get a value for this model (e.g. ``"select key components on this model"``).
         compare_name: also compare the names (leave out when ``model`` is a plain HF model,
             which does not know the name it was loaded under).
-        error: the exception class to raise (a subclass of ``ValueError`` of the caller's module).
+        error: the exception class to raise (a :class:`~mathcircuits._errors.FixableError` of the caller's module).
         plural: ``what`` is plural ("these slices"), for the grammar of the message.
 
     Returns:
@@ -206,7 +207,8 @@ def check_model(
         was, does = ("were", "do") if plural else ("was", "does")
         raise error(
             f"{what} {was} made on {stored.describe()} and {does} not fit this model, {actual.describe()} "
-            f"(differs in {detail}). Fix: {fix}."
+            f"(differs in {detail}).",
+            f"{fix}.",
         )
 
 

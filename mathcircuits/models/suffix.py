@@ -43,6 +43,7 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
+from mathcircuits._errors import FixableValueError
 from mathcircuits.models import hooks
 from mathcircuits.models.hooked import HookedModel
 from mathcircuits.models.integrity import (
@@ -86,8 +87,8 @@ class SuffixRunner:
     ) -> None:
         seq = tokens.shape[1]
         if not 0 <= start < seq:
-            raise ValueError(
-                f"start {start} is outside 0…{seq - 1} of these {seq}-token prompts. Fix: pick a position."
+            raise FixableValueError(
+                f"start {start} is outside 0…{seq - 1} of these {seq}-token prompts. ", "pick a position."
             )
         self.model, self.tokens, self.start = model, tokens, start
         self.n_layers = model.spec.n_layers
@@ -209,15 +210,17 @@ class SuffixRunner:
 
     def _checked(self, from_layer: int, resid: Tensor | None, fwd_hooks: Sequence[Hook]) -> Tensor | None:
         if not 0 <= from_layer < self.n_layers:
-            raise ValueError(f"from_layer {from_layer} is outside 0…{self.n_layers - 1}. Fix: pick a block.")
+            raise FixableValueError(f"from_layer {from_layer} is outside 0…{self.n_layers - 1}. ", "pick a block.")
         if resid is not None and from_layer == 0:
-            raise ValueError("a replacement residual enters a block >= 1. Fix: pass from_layer >= 1, or use a hook.")
+            raise FixableValueError(
+                "a replacement residual enters a block >= 1. ", "pass from_layer >= 1, or use a hook."
+            )
         below = [
             str(n) for n, _ in fwd_hooks if str(n).startswith("blocks.") and int(str(n).split(".")[1]) < from_layer
         ]
         if below:
-            raise ValueError(
-                f"hooks {below[:3]} sit below block {from_layer}, which does not run again. Fix: lower from_layer."
+            raise FixableValueError(
+                f"hooks {below[:3]} sit below block {from_layer}, which does not run again. ", "lower from_layer."
             )
         return resid
 

@@ -24,6 +24,7 @@ from transformers import (
     PreTrainedTokenizerFast,
 )
 
+from mathcircuits._errors import FixableKeyError
 from mathcircuits._files import atomic_dir
 from mathcircuits.models.embedded import cache_root
 
@@ -186,9 +187,9 @@ def tiny_family_name(family: str) -> str:
     key = family.strip().lower().replace("-", "_")
     key = _ALIASES.get(key, key)
     if key not in TINY_FAMILIES:
-        raise KeyError(
-            f"there is no tiny model of family {family!r}. "
-            f"Fix: use one of {sorted(TINY_FAMILIES)} (hyphens or underscores)."
+        raise FixableKeyError(
+            f"there is no tiny model of family {family!r}. ",
+            f"use one of {sorted(TINY_FAMILIES)} (hyphens or underscores).",
         )
     return key
 

@@ -38,6 +38,7 @@ import torch
 from transformer_lens.model_bridge import TransformerBridge
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from mathcircuits._errors import FixableTypeError, FixableValueError
 from mathcircuits.models.compat import check_versions, install_cache_alias
 from mathcircuits.models.hooked import HookedModel
 from mathcircuits.models.integrity import instrument_hooks
@@ -68,9 +69,9 @@ def _name_of(hf_model: torch.nn.Module, name: str | None) -> str:
 def _check_tokenizer(tokenizer: object) -> None:
     if not isinstance(tokenizer, PreTrainedTokenizerBase):
         hint = f" (the string {tokenizer!r} names one; load it first)" if isinstance(tokenizer, str) else ""
-        raise TypeError(
-            f"the tokenizer is a {type(tokenizer).__name__}{hint}, not an HF tokenizer. "
-            "Fix: pass AutoTokenizer.from_pretrained(<the model's folder or id>)."
+        raise FixableTypeError(
+            f"the tokenizer is a {type(tokenizer).__name__}{hint}, not an HF tokenizer. ",
+            "pass AutoTokenizer.from_pretrained(<the model's folder or id>).",
         )
 
 
@@ -89,23 +90,25 @@ def check_causal_lm(model: torch.nn.Module, tokenizer: object) -> None:
     _check_tokenizer(tokenizer)
     head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
     if head is None:
-        raise TypeError(
-            f"{type(model).__name__} has no language-model head, so no answer logits can be read. "
-            "Fix: load it with AutoModelForCausalLM (e.g. LlamaForCausalLM, not LlamaModel)."
+        raise FixableTypeError(
+            f"{type(model).__name__} has no language-model head, so no answer logits can be read. ",
+            "load it with AutoModelForCausalLM (e.g. LlamaForCausalLM, not LlamaModel).",
         )
     meta = unloadable_parameters(model)  # offloaded weights (accelerate's disk/CPU offload) are loaded by their hooks
     if meta:
-        raise ValueError(
+        raise FixableValueError(
             f"{type(model).__name__} has {len(meta)} parameters on the meta device that no offload hook loads "
-            f"(e.g. {meta[0]}): it holds no weights for them. Fix: load it with weights (from_pretrained without "
+            f"(e.g. {meta[0]}): it holds no weights for them. ",
+            "load it with weights (from_pretrained without "
             "init_empty_weights / device_map='meta'), or offload them with accelerate (device_map with 'cpu'/'disk' "
-            "and an offload folder), which loads each layer's weights at its forward."
+            "and an offload folder), which loads each layer's weights at its forward.",
         )
     vocab = int(head.weight.shape[0])
     if len(tokenizer) > vocab:
-        raise ValueError(
+        raise FixableValueError(
             f"the tokenizer has {len(tokenizer)} tokens but {type(model).__name__}'s head only {vocab}: some token ids "
-            "would index past the logits. Fix: pass the model's own tokenizer (or resize_token_embeddings)."
+            "would index past the logits. ",
+            "pass the model's own tokenizer (or resize_token_embeddings).",
         )
 
 
@@ -128,19 +131,20 @@ def from_hf(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, name: st
     if _is_hooked_transformer(model) or isinstance(model, TransformerBridge):
         return wrap(model, tokenizer, name)
     if not isinstance(model, PreTrainedModel):
-        raise TypeError(
-            f"from_hf got a {type(model).__module__}.{type(model).__name__}, not an HF PreTrainedModel. "
-            "Fix: pass an AutoModelForCausalLM (or a TransformerBridge to from_bridge)."
+        raise FixableTypeError(
+            f"from_hf got a {type(model).__module__}.{type(model).__name__}, not an HF PreTrainedModel. ",
+            "pass an AutoModelForCausalLM (or a TransformerBridge to from_bridge).",
         )
     if any(n.endswith("._original_component") for n, _ in model.named_modules()):
-        raise ValueError(
+        raise FixableValueError(
             f"this {type(model).__name__} is already wrapped by a TransformerBridge (its modules are bridge "
-            "components). Fix: pass the bridge itself to from_bridge(bridge), or a fresh plain HF model."
+            "components). ",
+            "pass the bridge itself to from_bridge(bridge), or a fresh plain HF model.",
         )
     if tokenizer is None:
-        raise ValueError(
-            f"from_hf needs the tokenizer of {type(model).__name__} (booting without one would go to the Hub). "
-            "Fix: from_hf(model, AutoTokenizer.from_pretrained(<the model's folder or id>))."
+        raise FixableValueError(
+            f"from_hf needs the tokenizer of {type(model).__name__} (booting without one would go to the Hub). ",
+            "from_hf(model, AutoTokenizer.from_pretrained(<the model's folder or id>)).",
         )
     check_causal_lm(model, tokenizer)
     if not getattr(model.config, "architectures", None):
@@ -169,23 +173,24 @@ def from_bridge(
     if _is_hooked_transformer(bridge):
         return wrap(bridge, tokenizer, name)
     if not isinstance(bridge, TransformerBridge):
-        raise TypeError(
-            f"from_bridge got a {type(bridge).__module__}.{type(bridge).__name__}, not a TransformerBridge. "
-            "Fix: pass an HF model to from_hf(model, tokenizer), or use wrap(obj, tokenizer)."
+        raise FixableTypeError(
+            f"from_bridge got a {type(bridge).__module__}.{type(bridge).__name__}, not a TransformerBridge. ",
+            "pass an HF model to from_hf(model, tokenizer), or use wrap(obj, tokenizer).",
         )
     folded = bool(getattr(bridge.cfg, "layer_norm_folding", False))
     if getattr(bridge, "_weights_processed", False) or folded:
-        raise ValueError(
+        raise FixableValueError(
             "this TransformerBridge's weights were processed (folded norms, centred writing weights and "
             "unembedding, as enable_compatibility_mode() does by default). That changes raw logits, and "
             "mathcircuits' metric is the relative change of the raw correct-answer logit (Zhang et al. 2024), so "
-            "every effect would mean something else. Fix: boot a fresh bridge with "
+            "every effect would mean something else. ",
+            "boot a fresh bridge with "
             "TransformerBridge.boot_transformers(name, hf_model=..., tokenizer=...) and call "
-            "enable_compatibility_mode(no_processing=True)."
+            "enable_compatibility_mode(no_processing=True).",
         )
     tok = tokenizer if tokenizer is not None else getattr(bridge, "tokenizer", None)
     if tok is None:
-        raise ValueError("this TransformerBridge has no tokenizer. Fix: from_bridge(bridge, tokenizer).")
+        raise FixableValueError("this TransformerBridge has no tokenizer. ", "from_bridge(bridge, tokenizer).")
     check_causal_lm(bridge.original_model, tok)
     check_versions()
     if not getattr(bridge, "compatibility_mode", False):
@@ -224,7 +229,7 @@ def wrap(
         return from_bridge(obj, tokenizer, name)
     if isinstance(obj, PreTrainedModel):
         return from_hf(obj, tokenizer, name)
-    raise TypeError(
-        f"wrap got a {type(obj).__module__}.{type(obj).__name__}. Fix: pass an HF AutoModelForCausalLM with its "
-        "tokenizer, a TransformerBridge, or a source name to load_model()."
+    raise FixableTypeError(
+        f"wrap got a {type(obj).__module__}.{type(obj).__name__}. ",
+        "pass an HF AutoModelForCausalLM with its tokenizer, a TransformerBridge, or a source name to load_model().",
     )

@@ -20,6 +20,7 @@ Reference: Zhou et al., "Pre-trained Large Language Models Use Fourier Features 
 
 from __future__ import annotations
 
+from mathcircuits._errors import FixableValueError
 from mathcircuits.models import HookedModel
 from mathcircuits.numbers.grid import GridCapture, answer_first_token
 from mathcircuits.numbers.spectra import Spectrum, spectrum
@@ -55,7 +56,7 @@ def logit_spectra(
         A :class:`Spectrum` with one row per component.
     """
     if not capture.components:
-        raise ValueError("the capture has no heads or MLPs. Fix: capture_grid(..., heads=..., mlps=...).")
+        raise FixableValueError("the capture has no heads or MLPs. ", "capture_grid(..., heads=..., mlps=...).")
     top = int(capture.result.max())
     tokens = [answer_first_token(model.tokenizer, n) for n in range(max(top, 9) + 1)]
     single = len(set(tokens)) == len(tokens)

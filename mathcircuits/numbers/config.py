@@ -66,25 +66,26 @@ class NumbersConfig:
         if "pow" in self.context_operations:
             raise ConfigError(
                 f"numbers.context_operations={list(self.context_operations)}: the numbers stage reads contexts of "
-                "add, sub, mul and div only. Fix: drop pow."
+                "add, sub, mul and div only. ",
+                "drop pow.",
             )
         for name in ("numbers", "grid", "patch_b"):
             lo, hi = getattr(self, name)
             if not 0 <= lo < hi:
                 raise ConfigError(
-                    f"numbers.{name}={[lo, hi]} is not a range. Fix: give [low, high] with 0 <= low < high."
+                    f"numbers.{name}={[lo, hi]} is not a range. ", "give [low, high] with 0 <= low < high."
                 )
         lo, hi = self.numbers
         if hi - lo + 1 < 20:
             raise ConfigError(
-                f"numbers.numbers={[lo, hi]} has {hi - lo + 1} numbers; the helix and spectra need >= 20. "
-                "Fix: use e.g. [0, 99]."
+                f"numbers.numbers={[lo, hi]} has {hi - lo + 1} numbers; the helix and spectra need >= 20. ",
+                "use e.g. [0, 99].",
             )
         if self.probe_folds > self.contexts:
             raise ConfigError(
                 f"numbers.probe_folds={self.probe_folds} is above numbers.contexts={self.contexts}; each fold holds "
-                "out whole contexts, so some folds would test on nothing. "
-                f"Fix: set numbers.probe_folds <= {self.contexts}, or raise numbers.contexts."
+                "out whole contexts, so some folds would test on nothing. ",
+                f"set numbers.probe_folds <= {self.contexts}, or raise numbers.contexts.",
             )
         if (cost := self.estimated_prompts()) > self.max_prompts:
             n, g = self.numbers[1] - self.numbers[0] + 1, self.grid[1] - self.grid[0] + 1
@@ -92,17 +93,18 @@ class NumbersConfig:
                 f"numbers.numbers={list(self.numbers)} and numbers.grid={list(self.grid)} ask for about {cost:,} "
                 f"prompts ({n} numbers x {self.contexts} contexts + {g}^2 grid prompts), above "
                 f"numbers.max_prompts={self.max_prompts:,} (the defaults take {NumbersConfig.DEFAULT_PROMPTS:,}, "
-                "minutes on a CPU). Fix: narrow numbers.grid (e.g. [0, 19]) and numbers.numbers (e.g. [0, 99]), "
-                "or raise numbers.max_prompts if you mean it."
+                "minutes on a CPU). ",
+                "narrow numbers.grid (e.g. [0, 19]) and numbers.numbers (e.g. [0, 99]), "
+                "or raise numbers.max_prompts if you mean it.",
             )
         if not self.periods or any(t < 2 for t in self.periods):
-            raise ConfigError(f"numbers.periods={list(self.periods)} must be >= 2. Fix: use e.g. [2, 5, 10, 100].")
+            raise ConfigError(f"numbers.periods={list(self.periods)} must be >= 2. ", "use e.g. [2, 5, 10, 100].")
         if not self.topk_fractions or any(not 0 < f <= 1 for f in self.topk_fractions):
             raise ConfigError(
-                f"numbers.topk_fractions={list(self.topk_fractions)} must lie in (0, 1]. Fix: e.g. [0.01, 0.05, 0.2]."
+                f"numbers.topk_fractions={list(self.topk_fractions)} must lie in (0, 1]. ", "e.g. [0.01, 0.05, 0.2]."
             )
         if any(d < 1 for d in self.patch_depths):
             raise ConfigError(
-                f"numbers.patch_depths={list(self.patch_depths)}: a patch enters after at least one block. "
-                "Fix: use depths >= 1 (and below the model's layer count)."
+                f"numbers.patch_depths={list(self.patch_depths)}: a patch enters after at least one block. ",
+                "use depths >= 1 (and below the model's layer count).",
             )

@@ -36,6 +36,7 @@ import torch
 from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
+from mathcircuits._errors import FixableValueError
 from mathcircuits.data import GenerationConfig, answer_spacing, generate_pairs
 from mathcircuits.data.filter import length_groups
 from mathcircuits.data.templates import TemplateSet
@@ -82,7 +83,7 @@ def operand_grid(
     """
     ops = {t.operation for s in template_sets for t in s.templates if t.id == template_id}
     if not ops:
-        raise ValueError(f"template {template_id!r} is not loaded. Fix: name a template of the loaded sets.")
+        raise FixableValueError(f"template {template_id!r} is not loaded. ", "name a template of the loaded sets.")
     lo, hi = operand_range
     cfg = GenerationConfig(
         operations=tuple(ops),
@@ -136,7 +137,9 @@ class GridCapture:
         """The same capture restricted to some of its neuron layers (e.g. the ones that matter most)."""
         missing = [l for l in layers if l not in self.layers]
         if missing:
-            raise ValueError(f"layers {missing} were not captured (this capture has {self.layers}). Fix: capture them.")
+            raise FixableValueError(
+                f"layers {missing} were not captured (this capture has {self.layers}). ", "capture them."
+            )
         keep = sorted({int(l) for l in layers})
         idx = [self.layers.index(l) for l in keep]
         return dataclasses.replace(self, layers=tuple(keep), acts=self.acts[:, idx], grads=self.grads[:, idx])
@@ -205,7 +208,7 @@ def capture_grid(
         spec.check_head(l, h)
     bad = [l for l in (*layers, *mlps) if not 0 <= l < spec.n_layers]
     if bad:
-        raise ValueError(f"MLP layers {bad} are outside 0…{spec.n_layers - 1}. Fix: name layers of this model.")
+        raise FixableValueError(f"MLP layers {bad} are outside 0…{spec.n_layers - 1}. ", "name layers of this model.")
     n = len(grid)
     d_mlp = spec.d_mlp
     acts = torch.zeros(n, len(layers), d_mlp, device="cpu")

@@ -49,6 +49,7 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
+from mathcircuits._errors import FixableValueError
 from mathcircuits._io import SavedResult
 from mathcircuits.numbers.results import quantile
 from mathcircuits.numbers.states import NumberStates
@@ -261,7 +262,9 @@ def fit_helix(
     basis, names = helix_basis(states.numbers, periods)
     k = basis.shape[1]
     if n < 2 * k or folds < 2:
-        raise ValueError(f"{n} numbers cannot fit a {k}-column helix with {folds} folds. Fix: use 0–99 and folds>=2.")
+        raise FixableValueError(
+            f"{n} numbers cannot fit a {k}-column helix with {folds} folds. ", "use 0–99 and folds>=2."
+        )
     rng = np.random.default_rng(seed)
     fold_of = torch.as_tensor(rng.permutation(n) % folds)
     gen = torch.Generator().manual_seed(seed)

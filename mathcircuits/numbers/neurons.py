@@ -47,6 +47,7 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
+from mathcircuits._errors import FixableValueError
 from mathcircuits._io import SavedResult
 from mathcircuits.models import HookedModel
 from mathcircuits.models.suffix import SuffixRunner
@@ -217,13 +218,15 @@ def heuristic_neurons(
         The :class:`NeuronResult`.
     """
     if n_random < 20:
-        raise ValueError(f"n_random={n_random}: the random knockout needs at least 20 draws. Fix: n_random >= 20.")
+        raise FixableValueError(
+            f"n_random={n_random}: the random knockout needs at least 20 draws. ", "n_random >= 20."
+        )
     layers = tuple(sorted({int(l) for l in layers}))
     if not layers:
-        raise ValueError("no MLP layers to analyse. Fix: pass layers, e.g. the key MLPs of the identify stage.")
+        raise FixableValueError("no MLP layers to analyse. ", "pass layers, e.g. the key MLPs of the identify stage.")
     cap = capture or capture_grid(model, grid, layers, heads, batch_size=batch_size)
     if cap.layers != layers:
-        raise ValueError(f"the capture holds layers {cap.layers}, not {layers}. Fix: capture the same layers.")
+        raise FixableValueError(f"the capture holds layers {cap.layers}, not {layers}. ", "capture the same layers.")
     d_mlp, n = model.spec.d_mlp, len(cap.a)
     correct = cap.correct.nonzero()[:, 0]
     if len(correct) < 5:

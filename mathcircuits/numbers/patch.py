@@ -47,6 +47,7 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
+from mathcircuits._errors import FixableValueError
 from mathcircuits._io import SavedResult
 from mathcircuits.data import answer_spacing, compute_answer, render_pair
 from mathcircuits.data.templates import TemplateSet
@@ -171,7 +172,7 @@ def patch_pairs(
     """
     found = [(s, t) for s in template_sets for t in s.templates if t.id == template_id]
     if not found:
-        raise ValueError(f"template {template_id!r} is not loaded. Fix: name a template of the loaded sets.")
+        raise FixableValueError(f"template {template_id!r} is not loaded. ", "name a template of the loaded sets.")
     tset, tpl = found[0]
     spacing = answer_spacing(tokenizer)
     rng = random.Random(seed)
@@ -248,7 +249,9 @@ def helix_patch(
     depths = tuple(int(d) for d in (depths if depths is not None else (helix.best_depth,)))
     bad = [d for d in depths if not 1 <= d <= n_layers - 1]
     if bad or not depths:
-        raise ValueError(f"depths {bad or depths} are outside 1…{n_layers - 1}. Fix: patch after at least one block.")
+        raise FixableValueError(
+            f"depths {bad or depths} are outside 1…{n_layers - 1}. ", "patch after at least one block."
+        )
     cands = patch_pairs(model.tokenizer, template_sets, template_id, helix.numbers, b_values, 8 * n_pairs, seed)
     keep = _correct(model, cands, batch_size, n_pairs)
     if len(keep) < 2:

@@ -56,6 +56,7 @@ from sklearn.model_selection import GroupKFold
 from sklearn.preprocessing import StandardScaler
 from torch import Tensor
 
+from mathcircuits._errors import FixableValueError
 from mathcircuits._io import SavedResult
 from mathcircuits.numbers.reading import Tokenization, token_fixed_periods
 from mathcircuits.numbers.results import quantile
@@ -299,15 +300,17 @@ def mod_probes(
     c, n, n_depths, _ = states.states.shape
     chosen = sorted({0, *(range(n_depths) if depths is None else depths)})
     if chosen[-1] >= n_depths or chosen[0] < 0:
-        raise ValueError(f"depths {list(depths or [])} are outside 0…{n_depths - 1}. Fix: pick depths of these states.")
+        raise FixableValueError(
+            f"depths {list(depths or [])} are outside 0…{n_depths - 1}. ", "pick depths of these states."
+        )
     d = len(chosen)
     if c < 2:
-        raise ValueError(
-            "the probes hold out whole contexts, and these states have one. "
-            "Fix: record number_states with at least two contexts (number_contexts(..., n=8))."
+        raise FixableValueError(
+            "the probes hold out whole contexts, and these states have one. ",
+            "record number_states with at least two contexts (number_contexts(..., n=8)).",
         )
     if any(int(t) < 2 for t in periods):
-        raise ValueError(f"periods {tuple(periods)} must be >= 2. Fix: use e.g. (2, 5, 10, 100).")
+        raise FixableValueError(f"periods {tuple(periods)} must be >= 2. ", "use e.g. (2, 5, 10, 100).")
     folds = min(folds, c)
     nums = np.tile(np.asarray(states.numbers), c)
     groups = np.repeat(np.arange(c), n)

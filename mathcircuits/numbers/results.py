@@ -11,15 +11,16 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from mathcircuits._errors import FixableError
+
 __all__ = ["TooFewCorrect", "quantile"]
 
 
-class TooFewCorrect(ValueError):
+class TooFewCorrect(FixableError, ValueError):
     """The model answers too few prompts correctly for a causal analysis: ``problem`` says which, ``fix`` what to do."""
 
     def __init__(self, problem: str, fix: str) -> None:
-        super().__init__(f"{problem}. Fix: {fix}")
-        self.problem, self.fix = problem, fix
+        super().__init__(f"{problem}.", fix)
 
 
 def quantile(x: Tensor, q: float, dim: int = 0) -> Tensor:

@@ -48,6 +48,7 @@ import torch
 from jaxtyping import Bool, Float
 from torch import Tensor
 
+from mathcircuits._errors import FixableValueError
 from mathcircuits._io import SavedResult
 from mathcircuits.numbers.results import quantile
 from mathcircuits.numbers.states import NumberStates
@@ -262,10 +263,12 @@ def spectrum(
         The :class:`Spectrum`.
     """
     if len(data) != len(rows) or not rows:
-        raise ValueError(f"got {len(data)} matrices for {len(rows)} row labels. Fix: pass one label per matrix.")
+        raise FixableValueError(f"got {len(data)} matrices for {len(rows)} row labels. ", "pass one label per matrix.")
     n = data[0].shape[0]
     if n < 4 or any(x.shape[0] != n for x in data):
-        raise ValueError(f"every matrix needs the same number axis of at least 4 numbers (got {n}). Fix: more numbers.")
+        raise FixableValueError(
+            f"every matrix needs the same number axis of at least 4 numbers (got {n}). ", "more numbers."
+        )
     a = 1 - confidence
     cols = {k: [] for k in ("power", "low", "high", "null_low", "null_high", "null_max")}
     for x in data:
@@ -310,7 +313,7 @@ def frequency_spectrum(
     """
     f = torch.as_tensor(list(frequencies), dtype=torch.float64)
     if (f <= 0).any() or len(f) != len(numbers):
-        raise ValueError("frequencies must be positive, one per number. Fix: pass counts (add 1 to zeros).")
+        raise FixableValueError("frequencies must be positive, one per number. ", "pass counts (add 1 to zeros).")
     return spectrum(
         [f.log()[:, None]],
         ["log frequency"],
@@ -346,7 +349,9 @@ def number_spectra(
     """
     nums = list(states.numbers)
     if nums != list(range(nums[0], nums[0] + len(nums))):
-        raise ValueError("the spectrum needs consecutive numbers (e.g. 0–99). Fix: record states for range(lo, hi+1).")
+        raise FixableValueError(
+            "the spectrum needs consecutive numbers (e.g. 0–99). ", "record states for range(lo, hi+1)."
+        )
     c, n, d, w = states.states.shape
     data = [states.states[:, :, depth].permute(1, 0, 2).reshape(n, c * w) for depth in range(d)]
     axis = f"numbers {nums[0]}–{nums[-1]}"

@@ -34,6 +34,7 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
+from mathcircuits._errors import FixableValueError
 from mathcircuits._io import SavedResult
 from mathcircuits.data import Operation, answer_spacing, compute_answer, render_pair
 from mathcircuits.data.templates import TemplateSet
@@ -98,9 +99,9 @@ def number_contexts(
     if first is not None:
         ordered = sorted(ordered, key=lambda st: st[1].id != first)
         if not ordered or ordered[0][1].id != first:
-            raise ValueError(
-                f"template {first!r} is not among the templates of operations {tuple(operations)}. "
-                "Fix: name a template of those operations (e.g. add_eq_1)."
+            raise FixableValueError(
+                f"template {first!r} is not among the templates of operations {tuple(operations)}. ",
+                "name a template of those operations (e.g. add_eq_1).",
             )
     out: list[str] = []
     for tset, tpl in ordered:
@@ -110,9 +111,10 @@ def number_contexts(
         if len(out) == n:
             break
     if not out:
-        raise ValueError(
+        raise FixableValueError(
             f"no template of operations {tuple(operations)} gives a context (text before {{A}} without other "
-            "placeholders). Fix: load the bundled arithmetic templates, or pass contexts yourself."
+            "placeholders). ",
+            "load the bundled arithmetic templates, or pass contexts yourself.",
         )
     return tuple(out)
 
@@ -147,9 +149,10 @@ class NumberStates(SavedResult):
         object.__setattr__(self, "model", as_spec(self.model))
         c, n = self.states.shape[:2]
         if (c, n) != (len(self.contexts), len(self.numbers)):
-            raise ValueError(
+            raise FixableValueError(
                 f"states have {c} contexts x {n} numbers, but {len(self.contexts)} contexts and {len(self.numbers)} "
-                "numbers are named. Fix: build NumberStates with number_states()."
+                "numbers are named. ",
+                "build NumberStates with number_states().",
             )
 
     @property
@@ -188,9 +191,11 @@ def number_states(
     """
     numbers = [int(n) for n in numbers]
     if not numbers or min(numbers) < 0 or len(set(numbers)) != len(numbers):
-        raise ValueError(f"numbers {numbers[:5]}… must be distinct non-negative integers. Fix: pass e.g. range(100).")
+        raise FixableValueError(
+            f"numbers {numbers[:5]}… must be distinct non-negative integers. ", "pass e.g. range(100)."
+        )
     if not contexts:
-        raise ValueError("no contexts given. Fix: pass at least one context, e.g. number_contexts(...) or ('',).")
+        raise FixableValueError("no contexts given. ", "pass at least one context, e.g. number_contexts(...) or ('',).")
     tok, spec = model.tokenizer, model.spec
     n_layers = spec.n_layers
     out = torch.zeros(len(contexts), len(numbers), n_layers + 1, spec.d_model, device="cpu")

@@ -25,6 +25,7 @@ from __future__ import annotations
 import torch
 from scipy.stats import spearmanr
 
+from mathcircuits._errors import FixableValueError
 from mathcircuits.data.pairs import PairBatch
 from mathcircuits.models import HookedModel, hooks
 from mathcircuits.models.changes import attn_change, attn_pre_norm_name, mlp_change
@@ -63,10 +64,10 @@ def attribution_scan(
     """
     structure = block_structure(model)  # an unsupported family is the first thing to say
     if metric.every_answer_token or metric.fn is not None:
-        raise ValueError(
+        raise FixableValueError(
             f"metric {metric.name!r} is not a first-token metric, which the attribution screen differentiates "
-            "(it estimates the change at the last prompt position). "
-            "Fix: screen with metric='logit_diff' (or relative_logit, prob_change), or use method='exact'."
+            "(it estimates the change at the last prompt position). ",
+            "screen with metric='logit_diff' (or relative_logit, prob_change), or use method='exact'.",
         )
     spec = model.spec
     L, H = spec.n_layers, spec.n_heads

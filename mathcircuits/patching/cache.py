@@ -29,6 +29,7 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
+from mathcircuits._errors import FixableValueError
 from mathcircuits.models import hooks
 from mathcircuits.models.capture import capture
 from mathcircuits.models.changes import attn_pre_norm_name
@@ -72,7 +73,7 @@ class LastPositionCache:
     def counterfactual(self, answers: Int[Tensor, "batch n_answer"]) -> Readout:
         """The counterfactual prompt's readout of the *clean* answer: the total effect's patched side."""
         if self.cf_logits is None:
-            raise ValueError("this cache kept no counterfactual logits. Fix: build it with last_position_caches.")
+            raise FixableValueError("this cache kept no counterfactual logits. ", "build it with last_position_caches.")
         return answer_readout(self.cf_logits.reshape(answers.shape[0], self.positions, -1), answers)
 
 
@@ -105,9 +106,10 @@ def last_position_caches(
     last = None
     if answers is not None:
         if position != -1 or answers.dim() != 2 or answers.shape[0] != tokens.shape[0] or answers.shape[1] < 1:
-            raise ValueError(
+            raise FixableValueError(
                 f"answers {tuple(answers.shape)} for {tokens.shape[0]} prompts at position {position}: teacher forcing "
-                "needs [batch, n_answer] answer tokens and the last position. Fix: pass the batch's answer_tokens."
+                "needs [batch, n_answer] answer tokens and the last position. ",
+                "pass the batch's answer_tokens.",
             )
         tokens = torch.cat([tokens, answers[:, :-1]], 1)
         cf_tokens = torch.cat([cf_tokens, answers[:, :-1]], 1)

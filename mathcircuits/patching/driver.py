@@ -20,6 +20,7 @@ from collections.abc import Sequence
 import torch
 from tqdm.auto import tqdm
 
+from mathcircuits._errors import FixableValueError
 from mathcircuits._schema import expect, expect_pairs
 from mathcircuits.data.pairs import PairSet, check_token_aligned, pair_batches, pair_keys
 from mathcircuits.models import HookedModel, fast_paths_enabled
@@ -85,14 +86,15 @@ def path_patch(
     metric = get_metric(metric)
     chosen = Senders.from_names(senders)
     if method not in METHODS:
-        raise ValueError(f"method {method!r} is unknown. Fix: use one of {list(METHODS)}.")
+        raise FixableValueError(f"method {method!r} is unknown. ", f"use one of {list(METHODS)}.")
     scan = METHODS[method]
     empty = unloadable_parameters(model.hf_model)  # a split or offloaded model runs; one without weights cannot
     if empty:
-        raise ValueError(
+        raise FixableValueError(
             f"this model has {len(empty)} parameters on the meta device that no offload hook loads (e.g. {empty[0]}), "
-            "so its forwards would fail or read no weights. Fix: load it with its weights, on one device or split "
-            "with device_map (accelerate's offload to 'cpu'/'disk' is fine); docs/howto/big-models-on-gpu.md."
+            "so its forwards would fail or read no weights. ",
+            "load it with its weights, on one device or split "
+            "with device_map (accelerate's offload to 'cpu'/'disk' is fine); docs/howto/big-models-on-gpu.md.",
         )
     check_token_aligned(dataset, model.spec.vocab_size)
     if method == "exact" and not fast_paths_enabled():
@@ -141,10 +143,10 @@ def path_patch(
             excluded[batch.idx] = eff.excluded
     n_excluded = int(excluded.sum())
     if n_excluded == n:
-        raise ValueError(
+        raise FixableValueError(
             f"metric {metric.name!r} refused every one of the {n} pairs: each clean answer logit is at or below its "
-            f"guard {metric.min_clean} (negative or near zero), where the ratio flips sign or explodes. "
-            "Fix: use metric='answer_logprob' (offset-free), or 'logit_diff'."
+            f"guard {metric.min_clean} (negative or near zero), where the ratio flips sign or explodes. ",
+            "use metric='answer_logprob' (offset-free), or 'logit_diff'.",
         )
     if n_excluded:  # never silently: the count is in the result and the identify summary too
         log.warning(

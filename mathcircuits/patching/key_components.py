@@ -20,6 +20,7 @@ from typing import Any, get_args
 import pandas as pd
 from torch import nn
 
+from mathcircuits._errors import FixableError, FixableTypeError
 from mathcircuits._io import SavedResult
 from mathcircuits.data import GenerationConfig
 from mathcircuits.models import HookedModel
@@ -33,7 +34,7 @@ __all__ = ["RULES", "KeyComponents", "SelectionError", "SelectionSource", "media
 RULES: tuple[str, ...] = get_args(Rule)  # the choices, read off the Literal the config shares
 
 
-class SelectionError(ValueError):
+class SelectionError(FixableError, ValueError):
     """A key-component selection does not fit the model or the request."""
 
 
@@ -152,17 +153,17 @@ class KeyComponents(SavedResult):
         for layer, head in self.heads:
             if not (0 <= layer < spec.n_layers and 0 <= head < spec.n_heads):
                 raise SelectionError(
-                    f"head ({layer}, {head}) is out of range for {spec.describe()}. "
-                    f"Fix: use layers 0..{spec.n_layers - 1} and heads 0..{spec.n_heads - 1}."
+                    f"head ({layer}, {head}) is out of range for {spec.describe()}. ",
+                    f"use layers 0..{spec.n_layers - 1} and heads 0..{spec.n_heads - 1}.",
                 )
         for layer in self.mlps:
             if not 0 <= layer < spec.n_layers:
                 raise SelectionError(
-                    f"MLP {layer} is out of range for {spec.describe()}. Fix: use layers 0..{spec.n_layers - 1}."
+                    f"MLP {layer} is out of range for {spec.describe()}. ", f"use layers 0..{spec.n_layers - 1}."
                 )
         bad = [x for x in (*self.head_scores, *self.mlp_scores) if not math.isfinite(x)]
         if bad:
-            raise SelectionError(f"scores {bad} are not finite. Fix: select from a result without NaN or infinity.")
+            raise SelectionError(f"scores {bad} are not finite. ", "select from a result without NaN or infinity.")
 
     @property
     def head_fraction(self) -> float:
@@ -260,14 +261,15 @@ def resolve_heads(
         heads.check_model(spec)
         heads = heads.heads
     elif isinstance(heads, PatchingResult):
-        raise TypeError(
-            f"{arg} got a PatchingResult (every head's effect), not a set of heads. Fix: pass "
+        raise FixableTypeError(
+            f"{arg} got a PatchingResult (every head's effect), not a set of heads. ",
+            "pass "
             "select_key_components(result) (a KeyComponents), or [(layer, head), ...], e.g. "
-            "[(l, h) for l, h, _ in result.top_heads(5)]."
+            "[(l, h) for l, h, _ in result.top_heads(5)].",
         )
     elif isinstance(heads, (str, bytes)) or not isinstance(heads, Iterable):
-        raise TypeError(
-            f"{arg} got a {type(heads).__name__}, not a set of heads. Fix: pass a KeyComponents "
-            "(select_key_components(result)) or [(layer, head), ...]."
+        raise FixableTypeError(
+            f"{arg} got a {type(heads).__name__}, not a set of heads. ",
+            "pass a KeyComponents (select_key_components(result)) or [(layer, head), ...].",
         )
     return check_heads(heads, spec, allow_empty=allow_empty)

@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from mathcircuits._errors import FixableValueError
+
 if TYPE_CHECKING:
     from mathcircuits.patching.result import PatchingResult
 
@@ -23,14 +25,15 @@ def merge_results(
 ) -> PatchingResult:
     """:meth:`PatchingResult.merge <mathcircuits.patching.PatchingResult.merge>`, which documents it."""
     if not parts:
-        raise ValueError("PatchingResult.merge got no results. Fix: pass at least one PatchingResult.")
+        raise FixableValueError("PatchingResult.merge got no results. ", "pass at least one PatchingResult.")
     first = parts[0]
     odd = [p for p in parts if (p.model, p.metric, p.method) != (first.model, first.metric, first.method)]
     if odd:
-        raise ValueError(
+        raise FixableValueError(
             f"PatchingResult.merge got results of different models, metrics or methods "
             f"({first.model.name}/{first.metric}/{first.method} vs {odd[0].model.name}/{odd[0].metric}/"
-            f"{odd[0].method}). Fix: merge results of one model, metric and method."
+            f"{odd[0].method}). ",
+            "merge results of one model, metric and method.",
         )
     ids = list(pair_ids) if pair_ids is not None else [i for p in parts for i in p.pair_ids]
     ops = [op for p in parts for op in p.operations]

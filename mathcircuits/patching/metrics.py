@@ -45,6 +45,7 @@ import torch
 from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
+from mathcircuits._errors import FixableTypeError, FixableValueError
 from mathcircuits.models.readout import Readout, Target
 
 __all__ = [
@@ -108,7 +109,9 @@ class Metric:
             The :class:`Metric`.
         """
         if not callable(fn):
-            raise TypeError(f"metric {fn!r} is not callable. Fix: pass fn(patched: Readout, clean: Readout) -> Tensor.")
+            raise FixableTypeError(
+                f"metric {fn!r} is not callable. ", "pass fn(patched: Readout, clean: Readout) -> Tensor."
+            )
         label = name or getattr(fn, "__name__", "custom")
         return cls(label, target, description=f"user metric {label}", fn=fn)
 
@@ -140,9 +143,10 @@ class Metric:
             The effect per row.
         """
         if self.fn is not None:
-            raise ValueError(
+            raise FixableValueError(
                 f"metric {self.name!r} is a user's callable, which first-order attribution cannot differentiate "
-                "through a change. Fix: use method='exact' (or 'reference'), or a built-in metric."
+                "through a change. ",
+                "use method='exact' (or 'reference'), or a built-in metric.",
             )
         return change / clean.value(self.target) if self.relative else change
 
@@ -154,9 +158,9 @@ class Metric:
         rows = patched.logit.shape[0]
         if not isinstance(out, Tensor) or tuple(out.shape) != (rows,):
             got = tuple(out.shape) if isinstance(out, Tensor) else type(out).__name__
-            raise ValueError(
-                f"metric {self.name!r} returned {got} for {rows} rows. "
-                "Fix: return one effect per row, a tensor of shape [rows] (e.g. patched.logprob - clean.logprob)."
+            raise FixableValueError(
+                f"metric {self.name!r} returned {got} for {rows} rows. ",
+                "return one effect per row, a tensor of shape [rows] (e.g. patched.logprob - clean.logprob).",
             )
         return out
 
@@ -203,9 +207,10 @@ def answer_readout(
         The :class:`Readout`: the first token's logit (and probability), the whole answer's log-probability.
     """
     if logits.shape[:2] != answers.shape:
-        raise ValueError(
+        raise FixableValueError(
             f"logits {tuple(logits.shape)} and answer tokens {tuple(answers.shape)} do not match: one logit row per "
-            "answer token is needed. Fix: read the logits at the last prompt position and every answer position."
+            "answer token is needed. ",
+            "read the logits at the last prompt position and every answer position.",
         )
     answers = answers.to(logits.device)  # a split model's logits are on the unembedding's device
     first = logits[:, 0].gather(-1, answers[:, :1])[:, 0]
@@ -237,8 +242,9 @@ def get_metric(metric: MetricName | Metric | MetricFn) -> Metric:
     if callable(metric):
         return Metric.custom(metric)
     if metric not in METRICS:
-        raise ValueError(
-            f"metric {metric!r} is unknown. Fix: use one of {list(METRICS)}, pass a Metric, or a callable "
-            "fn(patched: Readout, clean: Readout) -> Tensor[rows]."
+        raise FixableValueError(
+            f"metric {metric!r} is unknown. ",
+            f"use one of {list(METRICS)}, pass a Metric, or a callable "
+            "fn(patched: Readout, clean: Readout) -> Tensor[rows].",
         )
     return METRICS[metric]

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 
 import torch
 
+from mathcircuits._errors import FixableValueError
 from mathcircuits.models.readout import vocab_chunk_for
 from mathcircuits.models.spec import ModelSpec
 
@@ -54,10 +55,14 @@ def parse_bytes(size: int | str) -> int:
     else:
         m = re.fullmatch(r"\s*([0-9.eE+]+)\s*([kKmMgGtT]?[iI]?[bB]?)\s*", size)
         if m is None or m.group(2).lower() not in _UNITS:
-            raise ValueError(f"max_memory={size!r} is not a size. Fix: give bytes, or a text like '8GB' or '512MiB'.")
+            raise FixableValueError(
+                f"max_memory={size!r} is not a size. ", "give bytes, or a text like '8GB' or '512MiB'."
+            )
         n = int(float(m.group(1)) * _UNITS[m.group(2).lower()])
     if n <= 0:
-        raise ValueError(f"max_memory={size!r} is not positive. Fix: give the bytes the scan may use, e.g. '8GB'.")
+        raise FixableValueError(
+            f"max_memory={size!r} is not positive. ", "give the bytes the scan may use, e.g. '8GB'."
+        )
     return n
 
 
@@ -145,8 +150,8 @@ def plan_scan(
             if (c >= min(1024, rows) or b == 1) and est(b, c) <= budget:
                 return ScanPlan(b, c, est(b, c), budget)
     need = est(1, 64)
-    raise ValueError(
+    raise FixableValueError(
         f"max_memory={max_memory!r} ({budget / 1e9:.3g} GB) is below the {need / 1e9:.3g} GB the exact scan of one "
-        f"pair of {seq} tokens ({positions} read positions) needs on {spec.name}. Fix: raise max_memory, use "
-        "shorter prompts, or split the model over more devices (device_map)."
+        f"pair of {seq} tokens ({positions} read positions) needs on {spec.name}. ",
+        "raise max_memory, use shorter prompts, or split the model over more devices (device_map).",
     )

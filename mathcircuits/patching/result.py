@@ -28,6 +28,7 @@ import torch
 from jaxtyping import Float
 from torch import Tensor, nn
 
+from mathcircuits._errors import FixableValueError
 from mathcircuits._io import SavedResult
 from mathcircuits.data.pairs import PairSet, pair_keys
 from mathcircuits.models import HookedModel
@@ -125,10 +126,10 @@ class PatchingResult(SavedResult):
             object.__setattr__(self, "mlp_high", hi)
         shape = (self.model.n_layers, self.model.n_heads)
         if tuple(self.head_effects.shape) != shape or tuple(self.mlp_effects.shape) != shape[:1]:
-            raise ValueError(
+            raise FixableValueError(
                 f"PatchingResult effects have shapes {tuple(self.head_effects.shape)} and "
-                f"{tuple(self.mlp_effects.shape)}, but {self.model.describe()} needs {shape} and {shape[:1]}. "
-                "Fix: build the result from path_patch() on that model."
+                f"{tuple(self.mlp_effects.shape)}, but {self.model.describe()} needs {shape} and {shape[:1]}. ",
+                "build the result from path_patch() on that model.",
             )
 
     def _clustered(self) -> bool:
@@ -154,7 +155,7 @@ class PatchingResult(SavedResult):
                 per_pair, self.pair_templates, self._strata(), self.ci_n_boot, self.ci_seed, self.confidence, divide_by
             )
         if divide_by is not None:
-            raise ValueError("a ratio interval needs the pairs' templates. Fix: patch pairs with a template_id.")
+            raise FixableValueError("a ratio interval needs the pairs' templates. ", "patch pairs with a template_id.")
         return bootstrap_mean(per_pair, self.ci_n_boot, self.ci_seed, self.confidence)
 
     def total_interval(self) -> Interval:
@@ -202,10 +203,10 @@ class PatchingResult(SavedResult):
         """
         total = self.total_interval().value
         if not total == total or abs(total) < 1e-12:
-            raise ValueError(
+            raise FixableValueError(
                 f"this patching result has no usable total effect (mean {total}), so head effects cannot be read as "
-                "shares of it. Fix: re-run path patching (it records the total effect), or use a counterfactual "
-                "that changes the answer."
+                "shares of it. ",
+                "re-run path patching (it records the total effect), or use a counterfactual that changes the answer.",
             )
         share = self.head_effects / abs(total)
         if self.per_pair_heads is None or self.per_pair_total is None or self.ci_method != "cluster_bootstrap":
@@ -299,7 +300,7 @@ class PatchingResult(SavedResult):
                     "re-run path patching; under metric='relative_logit' a zero clean logit gives inf/NaN, "
                     "so try metric='logit_diff'"
                 )
-            raise ValueError(f"the patching result on {self.model.describe()} {problem}. Fix: {fix}.")
+            raise FixableValueError(f"the patching result on {self.model.describe()} {problem}. ", f"{fix}.")
 
     def to_dataframe(self):
         """One row per sender: kind (head|mlp), layer, head (``<NA>`` for MLPs), effect, its interval

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Literal, Protocol, TypeAlias, get_args
 from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
+from mathcircuits._errors import FixableValueError
 from mathcircuits.data.pairs import PairBatch
 from mathcircuits.patching.metrics import Metric
 
@@ -54,8 +55,8 @@ class Senders:
         """The senders named ``("heads",)``, ``("mlps",)`` or both; anything else is an error with the fix."""
         bad = [s for s in names if s not in SENDER_KINDS]
         if bad or not names:
-            raise ValueError(
-                f"senders {list(names)} are not understood. Fix: use ('heads',), ('mlps',) or ('heads', 'mlps')."
+            raise FixableValueError(
+                f"senders {list(names)} are not understood. ", "use ('heads',), ('mlps',) or ('heads', 'mlps')."
             )
         return cls(heads="heads" in names, mlps="mlps" in names)
 
@@ -93,8 +94,8 @@ def scan_answers(batch: PairBatch, metric: Metric) -> Int[Tensor, "batch n_answe
     if not metric.every_answer_token:
         return None
     if batch.answers is None:
-        raise ValueError(
-            f"metric {metric.name!r} reads every answer token, but the batch has only the first. "
-            "Fix: build the batches with pair_batches(..., answers=True) (path_patch does)."
+        raise FixableValueError(
+            f"metric {metric.name!r} reads every answer token, but the batch has only the first. ",
+            "build the batches with pair_batches(..., answers=True) (path_patch does).",
         )
     return batch.answers

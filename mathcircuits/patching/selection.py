@@ -66,7 +66,7 @@ def _pick(effects: Tensor, sel: SelectionConfig, total: float | None = None) -> 
         mu, sd = flat.mean(), flat.std()
         cut = float(mu - sel.z * sd)
         return [i for i in order if flat[i] < cut and flat[i] < 0][: sel.max_k]
-    raise SelectionError(f"rule {sel.rule!r} is unknown. Fix: use one of {RULES}.")
+    raise SelectionError(f"rule {sel.rule!r} is unknown. ", f"use one of {RULES}.")
 
 
 def select_key_components(
@@ -116,7 +116,7 @@ def select_key_components(
     given = {"rule": rule, "threshold": threshold, "k": k, "z": z, "max_k": max_k, "mlp_k": mlp_k}
     changes = {name: value for name, value in given.items() if value is not None}
     if changes.get("rule", "topk") not in RULES:
-        raise SelectionError(f"rule {changes['rule']!r} is unknown. Fix: use one of {RULES}.")
+        raise SelectionError(f"rule {changes['rule']!r} is unknown. ", f"use one of {RULES}.")
     sel = dataclasses.replace(selection or SelectionConfig(), **changes)
     try:
         result.check_finite()
@@ -158,8 +158,8 @@ def _total(result: PatchingResult, sel: SelectionConfig) -> float | None:
     total = result.total_interval().value
     if not total == total or abs(total) < 1e-12:
         raise SelectionError(
-            f"the threshold rule with threshold_of='share' needs the total effect, but this result's is {total}. "
-            "Fix: re-run path patching (it records the total effect), or set selection.threshold_of: effect."
+            f"the threshold rule with threshold_of='share' needs the total effect, but this result's is {total}. ",
+            "re-run path patching (it records the total effect), or set selection.threshold_of: effect.",
         )
     return total
 
@@ -185,13 +185,14 @@ def selection_stability(
     per_pair = result.per_pair_heads
     if per_pair is None or per_pair.shape[0] == 0:
         raise SelectionError(
-            "the patching result has no per-pair head effects, so the pairs cannot be resampled. "
-            "Fix: path-patch with keep_per_pair=True (the identify stage does)."
+            "the patching result has no per-pair head effects, so the pairs cannot be resampled. ",
+            "path-patch with keep_per_pair=True (the identify stage does).",
         )
     if key.selection is None:
         raise SelectionError(
             "these key components were not chosen by a rule (key.selection is None), so there is no rule to "
-            "re-apply to resamples. Fix: select them with select_key_components()."
+            "re-apply to resamples. ",
+            "select them with select_key_components().",
         )
     n_layers, n_heads = per_pair.shape[1], per_pair.shape[2]
     counts = torch.zeros(n_layers * n_heads)

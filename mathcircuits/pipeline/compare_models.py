@@ -18,6 +18,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from mathcircuits._errors import FixableFileNotFoundError
 from mathcircuits._files import read_json
 from mathcircuits._io import ResultFileError
 from mathcircuits.ablation import KnockoutResult
@@ -61,8 +62,8 @@ def check_same_config(a: RunConfig, b: RunConfig, where: tuple[str, str]) -> Non
         shown = "; ".join(f"{k}: {fa.get(k)!r} vs {fb.get(k)!r}" for k in diff[:6])
         raise ConfigError(
             f"{where[0]} and {where[1]} were run with different configs ({shown}"
-            f"{'; …' if len(diff) > 6 else ''}), so their claims are not comparable. "
-            "Fix: run both models with the same config file; only the model section (--model) may differ."
+            f"{'; …' if len(diff) > 6 else ''}), so their claims are not comparable. ",
+            "run both models with the same config file; only the model section (--model) may differ.",
         )
 
 
@@ -71,9 +72,9 @@ def _identity(paths: RunPaths) -> dict[str, Any]:
     try:
         model = dict(read_json(paths.identity)["model"])
     except (ValueError, KeyError, TypeError) as err:
-        raise FileNotFoundError(
-            f"{paths.identity} does not hold a run's identity ({type(err).__name__}). "
-            f"Fix: re-run the folder with mathcircuits run --out {paths.root} --force."
+        raise FixableFileNotFoundError(
+            f"{paths.identity} does not hold a run's identity ({type(err).__name__}). ",
+            f"re-run the folder with mathcircuits run --out {paths.root} --force.",
         ) from err
     return model | {"source": canonical_source(str(model.get("source")))}  # made under an alias: the same model
 
@@ -98,32 +99,32 @@ def load_run_results(folder: str | Path) -> tuple[RunResults, RunConfig]:
     """
     paths = RunPaths(Path(folder))
     if not paths.identity.is_file() or not paths.config.is_file():
-        raise FileNotFoundError(
-            f"{folder} is not a run folder (no .run.json or config.yaml). "
-            "Fix: pass a folder written by `mathcircuits run`."
+        raise FixableFileNotFoundError(
+            f"{folder} is not a run folder (no .run.json or config.yaml). ",
+            "pass a folder written by `mathcircuits run`.",
         )
     identity = _identity(paths)
     cfg = RunConfig.load(paths.config)
     if (identity.get("source"), identity.get("dtype")) != (cfg.model.source, cfg.model.dtype):
         raise ConfigError(
             f"{folder}: config.yaml names model {cfg.model.source!r}, but the run was made with "
-            f"{identity.get('source')!r} (.run.json); config.yaml was edited after the run. "
-            f"Fix: re-run it (mathcircuits run --out {folder} --config <its config>), or restore config.yaml."
+            f"{identity.get('source')!r} (.run.json); config.yaml was edited after the run. ",
+            f"re-run it (mathcircuits run --out {folder} --config <its config>), or restore config.yaml.",
         )
     # the integrity layer, as a resume sees it: every stage's marker matches config.yaml, and its outputs hash
     unfinished = {n: s for n, s in stage_status(paths.root, cfg).items() if s.state != "done"}
     if unfinished:
         shown = "; ".join(f"{n}: {s}" for n, s in list(unfinished.items())[:4])
-        raise FileNotFoundError(
+        raise FixableFileNotFoundError(
             f"{folder} is not a finished run ({shown}{'; …' if len(unfinished) > 4 else ''}), so its results "
-            f"are not what its config.yaml describes. Fix: mathcircuits run --out {folder} --config "
-            f"{paths.config} (finishes or repairs it)."
+            f"are not what its config.yaml describes. ",
+            f"mathcircuits run --out {folder} --config {paths.config} (finishes or repairs it).",
         )
     key = KeyComponents.load(paths.key_components)
     ops = done_summary(paths.root, "identify")
     if not isinstance(ops, IdentifySummary):
-        raise FileNotFoundError(
-            f"{folder}: the identify stage's marker holds no identify summary. Fix: re-run identify."
+        raise FixableFileNotFoundError(
+            f"{folder}: the identify stage's marker holds no identify summary. ", "re-run identify."
         )
     knockout = {op: KnockoutResult.load(p) for op in ops.patched_operations if (p := paths.knockout(op)).exists()}
     try:
@@ -161,8 +162,8 @@ def compare_model_runs(run_a: str | Path, run_b: str | Path, out: str | Path) ->
     for run in (run_a, run_b):
         if out.resolve().is_relative_to(Path(run).resolve()):
             raise ConfigError(
-                f"--out {out} lies inside the run folder {run}, whose files would then no longer match its markers. "
-                "Fix: write the comparison to a folder outside both runs."
+                f"--out {out} lies inside the run folder {run}, whose files would then no longer match its markers. ",
+                "write the comparison to a folder outside both runs.",
             )
     (a, cfg_a), (b, cfg_b) = load_run_results(run_a), load_run_results(run_b)
     check_same_config(cfg_a, cfg_b, (str(run_a), str(run_b)))

@@ -76,9 +76,10 @@ class RunConfig:
             if not_choice:
                 raise ConfigError(
                     f"compare.enabled is true and evaluation.benchmarks has {not_choice}, which are not likelihood "
-                    "(multiple-choice) benchmarks; the compare stage scores generic ability by likelihood. Fix: list "
+                    "(multiple-choice) benchmarks; the compare stage scores generic ability by likelihood. ",
+                    "list "
                     "choice benchmarks only (ARC-Easy, ARC-Challenge, BoolQ, OpenBookQA, MMLU, CommonsenseQA), or "
-                    "turn compare off."
+                    "turn compare off.",
                 )
 
     @staticmethod
@@ -107,13 +108,13 @@ class RunConfig:
         d = {} if d is None else d
         if not isinstance(d, dict):
             raise ConfigError(
-                f"a config must be a mapping of sections, got {type(d).__name__}. "
-                "Fix: start from `mathcircuits config --show`."
+                f"a config must be a mapping of sections, got {type(d).__name__}. ",
+                "start from `mathcircuits config --show`.",
             )
         sections = cls.sections()
         unknown = [k for k in d if k not in sections]
         if unknown:
-            raise ConfigError(f"unknown config sections {unknown}. Fix: use only {list(sections)}.")
+            raise ConfigError(f"unknown config sections {unknown}. ", f"use only {list(sections)}.")
         built = {}
         for name, sec_cls in sections.items():
             try:
@@ -135,11 +136,11 @@ class RunConfig:
         path = Path(path)
         if not path.is_file():
             raise ConfigError(
-                f"config file {path} does not exist or is not a file. "
-                "Fix: write one (mathcircuits config --show prints the defaults)."
+                f"config file {path} does not exist or is not a file. ",
+                "write one (mathcircuits config --show prints the defaults).",
             )
         if path.suffix not in (".toml", ".yaml", ".yml"):
-            raise ConfigError(f"config file {path} must end in .yaml, .yml or .toml. Fix: rename it.")
+            raise ConfigError(f"config file {path} must end in .yaml, .yml or .toml. ", "rename it.")
         try:
             text = path.read_text()
             data = tomllib.loads(text) if path.suffix == ".toml" else load_yaml(text)
@@ -148,8 +149,8 @@ class RunConfig:
         except (tomllib.TOMLDecodeError, yaml.YAMLError, UnicodeDecodeError) as err:
             where = str(err).replace("\n", " ")
             raise ConfigError(
-                f"config file {path} is not valid {path.suffix[1:].upper()}: {where}. "
-                "Fix: correct the syntax at the place named."
+                f"config file {path} is not valid {path.suffix[1:].upper()}: {where}. ",
+                "correct the syntax at the place named.",
             ) from err
         try:
             return cls.from_dict(data)
@@ -173,15 +174,15 @@ class RunConfig:
             over, have = ("k", total) if sel.k > total else ("mlp_k", spec.n_layers)
             raise ConfigError(
                 f"selection.{over}={getattr(sel, over)}, but {spec.describe()} has {have} "
-                f"{'heads' if over == 'k' else 'MLPs'}, so every one would be a key component. "
-                f"Fix: set selection.{over} <= {have} (a key set is a few of them)."
+                f"{'heads' if over == 'k' else 'MLPs'}, so every one would be a key component. ",
+                f"set selection.{over} <= {have} (a key set is a few of them).",
             )
         for section, modes in (("finetune", self.finetune.modes), ("compare", self.compare.modes)):
             for m in modes:
                 if m.top_k is not None and m.top_k > total:
                     raise ConfigError(
-                        f"{section}.modes has {str(m)!r}, but {spec.describe()} has {total} heads. "
-                        f"Fix: use precise@K with K <= {total}."
+                        f"{section}.modes has {str(m)!r}, but {spec.describe()} has {total} heads. ",
+                        f"use precise@K with K <= {total}.",
                     )
 
     def _check_numbers(self, spec: ModelSpec) -> None:
@@ -191,14 +192,15 @@ class RunConfig:
         bad = [l for l in n.neuron_layers or () if not 0 <= l < spec.n_layers]
         if bad:
             raise ConfigError(
-                f"numbers.neuron_layers has {bad}, outside the {spec.n_layers} layers of {spec.describe()}. "
-                f"Fix: use layers 0…{spec.n_layers - 1}."
+                f"numbers.neuron_layers has {bad}, outside the {spec.n_layers} layers of {spec.describe()}. ",
+                f"use layers 0…{spec.n_layers - 1}.",
             )
         deep = [d for d in n.patch_depths if d >= spec.n_layers]
         if deep:
             raise ConfigError(
                 f"numbers.patch_depths has {deep}; a patch needs a block after it, and {spec.describe()} has "
-                f"{spec.n_layers}. Fix: use depths 1…{spec.n_layers - 1}."
+                f"{spec.n_layers}. ",
+                f"use depths 1…{spec.n_layers - 1}.",
             )
 
     def save(self, path: str | Path) -> Path:

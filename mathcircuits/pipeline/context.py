@@ -23,6 +23,7 @@ import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from mathcircuits._codec import FieldError, decode_value
+from mathcircuits._errors import FixableFileNotFoundError, FixableValueError
 from mathcircuits._files import atomic_dir, atomic_path, read_json
 from mathcircuits.data import load_templates
 from mathcircuits.models import HookedModel, load_hf_model, load_model
@@ -68,17 +69,18 @@ class StageSummary:
         }
         unknown, missing = set(d) - names, required - set(d)
         if unknown or missing:
-            raise ValueError(
+            raise FixableValueError(
                 f"{source} holds a {cls.__name__} with unknown fields {sorted(unknown)} and missing fields "
-                f"{sorted(missing)}. Fix: re-run the stage with --force (it was written by another version)."
+                f"{sorted(missing)}. ",
+                "re-run the stage with --force (it was written by another version).",
             )
         hints = typing.get_type_hints(cls)
         try:
             return cls(**{k: decode_value(v, hints[k], k) for k, v in d.items()})
         except FieldError as err:
-            raise ValueError(
-                f"{source} holds a {cls.__name__} that does not fit its fields: {err}. "
-                "Fix: re-run the stage with --force (it was written by another version)."
+            raise FixableValueError(
+                f"{source} holds a {cls.__name__} that does not fit its fields: {err}. ",
+                "re-run the stage with --force (it was written by another version).",
             ) from None
 
     def lines(self) -> list[str]:
@@ -134,7 +136,9 @@ class Context:
     def load_dataset(self, path: Path) -> datasets.Dataset:
         """A saved dataset, in memory (so later filters write no cache files into the run folder)."""
         if not path.exists():
-            raise FileNotFoundError(f"{path} is missing. Fix: run the stage that writes it first (mathcircuits run).")
+            raise FixableFileNotFoundError(
+                f"{path} is missing. ", "run the stage that writes it first (mathcircuits run)."
+            )
         return datasets.load_from_disk(str(path), keep_in_memory=True)
 
     def summary(self, stage: str, cls: type[S]) -> S:
@@ -187,7 +191,7 @@ def select_pairs(
         The selected rows (fewer than ``limit``, possibly none, when the operation has too few rows).
     """
     if skip < 0:
-        raise ValueError(f"select_pairs got skip={skip}. Fix: pass the number of rows another stage used (>= 0).")
+        raise FixableValueError(f"select_pairs got skip={skip}. ", "pass the number of rows another stage used (>= 0).")
     if operation is not None:
         ds = ds.filter(lambda r: r["operation"] == operation)
     ds = ds.shuffle(seed=seed)

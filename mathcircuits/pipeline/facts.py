@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal, TypeAlias, get_args
 
+from mathcircuits._errors import FixableValueError
 from mathcircuits.data import Fact, GenerationConfig, PairSet, facts_of, split_facts
 
 __all__ = ["FACT_STAGES", "FactStage", "FactUse", "fact_use", "stage_facts", "stage_rows", "tag_fact_stages"]
@@ -42,9 +43,9 @@ def stage_facts(data: GenerationConfig, shares: tuple[float, ...]) -> dict[FactS
         Stage → its facts.
     """
     if len(shares) != len(FACT_STAGES):
-        raise ValueError(
-            f"data.stage_fact_shares has {len(shares)} shares for the {len(FACT_STAGES)} stages {FACT_STAGES}. "
-            "Fix: give one share per stage, e.g. [0.35, 0.35, 0.1, 0.2]."
+        raise FixableValueError(
+            f"data.stage_fact_shares has {len(shares)} shares for the {len(FACT_STAGES)} stages {FACT_STAGES}. ",
+            "give one share per stage, e.g. [0.35, 0.35, 0.1, 0.2].",
         )
     parts = split_facts(data, dict(zip(FACT_STAGES, shares)), seed=data.seed + PARTITION_SEED_OFFSET)
     return parts  # type: ignore[return-value]
@@ -77,11 +78,11 @@ def stage_rows(pairs: PairSet, stage: FactStage) -> PairSet:
         borrow from another stage).
     """
     if stage not in FACT_STAGES:
-        raise ValueError(f"stage {stage!r} owns no facts. Fix: use one of {FACT_STAGES}.")
+        raise FixableValueError(f"stage {stage!r} owns no facts. ", f"use one of {FACT_STAGES}.")
     if "fact_stage" not in pairs.column_names:
-        raise ValueError(
-            "these pairs have no fact_stage column, so the stage's facts cannot be kept apart. "
-            "Fix: re-run the data stage (mathcircuits data --force) with this version."
+        raise FixableValueError(
+            "these pairs have no fact_stage column, so the stage's facts cannot be kept apart. ",
+            "re-run the data stage (mathcircuits data --force) with this version.",
         )
     return pairs.filter(lambda r: r["fact_stage"] == stage)
 

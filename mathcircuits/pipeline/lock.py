@@ -18,12 +18,14 @@ import os
 from pathlib import Path
 from types import TracebackType
 
+from mathcircuits._errors import FixableError
+
 __all__ = ["RunLock", "RunLockedError"]
 
 log = logging.getLogger(__name__)
 
 
-class RunLockedError(RuntimeError):
+class RunLockedError(FixableError, RuntimeError):
     """Another live process holds the run folder's lock."""
 
 
@@ -88,8 +90,8 @@ class RunLock:
             self._fd, self.held = fd, True
             return
         raise RunLockedError(
-            f"could not take the lock {self.path}: other processes keep taking it. "
-            "Fix: run one mathcircuits process per run folder."
+            f"could not take the lock {self.path}: other processes keep taking it. ",
+            "run one mathcircuits process per run folder.",
         )
 
     def release(self) -> None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from mathcircuits._errors import problem_of
 from mathcircuits._schema import ConfigError
 from mathcircuits.data import default_benchmark_root, load_templates, read_word_problems
 from mathcircuits.evaluation.benchmarks import load_benchmark
@@ -73,8 +74,9 @@ def check_templates(cfg: RunConfig) -> None:
     if v.transfer_multi_digit and multi_digit_template(cfg) is None:
         raise ConfigError(
             "validation.transfer_multi_digit is on, but data.template_files load no add template without word "
-            "pools to write two-digit sums with. Fix: set validation.transfer_multi_digit: false, or add a file "
-            "with such a template (e.g. data_templates/arithmetic.yaml) to data.template_files."
+            "pools to write two-digit sums with. ",
+            "set validation.transfer_multi_digit: false, or add a file "
+            "with such a template (e.g. data_templates/arithmetic.yaml) to data.template_files.",
         )
 
 
@@ -84,14 +86,11 @@ def _root(setting: str, value: str | None) -> Path | None:
     root = Path(value).expanduser()
     if not root.is_dir():
         raise ConfigError(
-            f"{setting}={value!r} is not an existing folder. Fix: point {setting} at the folder that holds "
-            "SVAMP/, AddSub/, ARC-Easy/, … (e.g. ../shared/data/benchmarks), or set it to null."
+            f"{setting}={value!r} is not an existing folder. ",
+            f"point {setting} at the folder that holds "
+            "SVAMP/, AddSub/, ARC-Easy/, … (e.g. ../shared/data/benchmarks), or set it to null.",
         )
     return root
-
-
-def _reason(err: BaseException) -> str:
-    return " ".join(str(err).split(" Fix:")[0].split()).rstrip(".")
 
 
 def check_folders(cfg: RunConfig, names: list[str]) -> None:
@@ -121,9 +120,8 @@ def check_folders(cfg: RunConfig, names: list[str]) -> None:
                 load_benchmark(name, path=eval_root, limit=1)
             except (OSError, ValueError, KeyError) as err:
                 raise ConfigError(
-                    f"evaluation.benchmarks has {name!r}, which cannot be read from {eval_root}: {_reason(err)}. "
-                    f"Fix: set evaluation.root to the folder that holds it, or remove {name!r} from "
-                    "evaluation.benchmarks."
+                    f"evaluation.benchmarks has {name!r}, which cannot be read from {eval_root}: {problem_of(err)}. ",
+                    f"set evaluation.root to the folder that holds it, or remove {name!r} from evaluation.benchmarks.",
                 ) from err
     if "validate" in names and wp_root is not None:
         for name in v.word_problem_sets:
@@ -132,7 +130,7 @@ def check_folders(cfg: RunConfig, names: list[str]) -> None:
                 read_word_problems(f)
             except (OSError, ValueError, KeyError) as err:
                 raise ConfigError(
-                    f"validation.word_problem_sets has {name!r}, but {f} cannot be read: {_reason(err)}. "
-                    "Fix: set validation.word_problem_root to the folder that holds it, or remove "
-                    f"{name!r} from validation.word_problem_sets."
+                    f"validation.word_problem_sets has {name!r}, but {f} cannot be read: {problem_of(err)}. ",
+                    "set validation.word_problem_root to the folder that holds it, or remove "
+                    f"{name!r} from validation.word_problem_sets.",
                 ) from err

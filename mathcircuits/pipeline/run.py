@@ -36,6 +36,7 @@ from typing import Any
 import torch
 import yaml
 
+from mathcircuits._errors import FixableError
 from mathcircuits._files import DISK_FULL, atomic_path, read_json, write_json
 from mathcircuits.models import canonical_source, check_versions, checks_run, fast_paths
 from mathcircuits.models.compat import installed_versions
@@ -74,7 +75,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 
-class RunFolderError(ValueError):
+class RunFolderError(FixableError, ValueError):
     """The run folder cannot hold this run; the message says why and how to fix it."""
 
 
@@ -99,8 +100,8 @@ class InternalError(RuntimeError):
 def is_input_error(err: BaseException) -> bool:
     """Whether an error is one the toolkit raises for a bad input (or environment) and words as such.
 
-    The toolkit's own checks end their message with ``Fix: <what to do>``; an ``OSError`` (missing file,
-    permissions, full disk) concerns the environment. Anything else is internal.
+    The toolkit's own checks raise a :class:`~mathcircuits._errors.FixableError` (a problem and its fix); an
+    ``OSError`` (missing file, permissions, full disk) concerns the environment. Anything else is internal.
 
     Args:
         err: the exception.
@@ -108,7 +109,7 @@ def is_input_error(err: BaseException) -> bool:
     Returns:
         True for the toolkit's worded errors and OS errors.
     """
-    return isinstance(err, OSError) or "Fix:" in str(err)
+    return isinstance(err, (OSError, FixableError))
 
 
 def _model_section(d: dict[str, Any]) -> dict[str, Any]:
@@ -231,17 +232,16 @@ def check_run_folder(run_dir: str | Path, cfg: RunConfig, force: bool = False) -
     """
     run_dir = Path(run_dir)
     if run_dir.exists() and not run_dir.is_dir():
-        raise RunFolderError(f"--out {run_dir} is a file, not a folder. Fix: give a folder path (it is created).")
+        raise RunFolderError(f"--out {run_dir} is a file, not a folder. ", "give a folder path (it is created).")
     existing = next(p for p in (run_dir, *run_dir.absolute().parents) if p.exists())
     if not existing.is_dir():
         raise RunFolderError(
-            f"--out {run_dir} lies under {existing}, which is a file. Fix: give a folder path "
-            "whose parents are folders."
+            f"--out {run_dir} lies under {existing}, which is a file. ", "give a folder path whose parents are folders."
         )
     if not os.access(existing, os.W_OK | os.X_OK):
         raise RunFolderError(
-            f"--out {run_dir} cannot be written ({existing} is read-only). "
-            "Fix: choose a writable --out folder, or make it writable (chmod u+w)."
+            f"--out {run_dir} cannot be written ({existing} is read-only). ",
+            "choose a writable --out folder, or make it writable (chmod u+w).",
         )
     paths = RunPaths(run_dir)
     for name in STAGES:
@@ -255,8 +255,8 @@ def check_run_folder(run_dir: str | Path, cfg: RunConfig, force: bool = False) -
     # compare the model section only: the rest of an older config may use keys this version no longer has
     if {k: old_model.get(k, v) for k, v in new_model.items()} != new_model:
         raise RunFolderError(
-            f"{run_dir} holds a run of model {old_model.get('source')!r} ({old_model}), not {cfg.model.source!r}. "
-            "Fix: use another --out folder, or --force to overwrite."
+            f"{run_dir} holds a run of model {old_model.get('source')!r} ({old_model}), not {cfg.model.source!r}. ",
+            "use another --out folder, or --force to overwrite.",
         )
 
 
@@ -290,13 +290,13 @@ def run_pipeline(
         Stage name → its typed summary (read back from the marker for a skipped stage).
     """
     if not str(run_dir).strip():  # Path("") is the current directory
-        raise ConfigError("run_dir is empty, which would make the current directory the run folder. Fix: name one.")
+        raise ConfigError("run_dir is empty, which would make the current directory the run folder. ", "name one.")
     run_dir = Path(run_dir)
     paths = RunPaths(run_dir)
     names = list(STAGES)
     if only:
         if bad := [n for n in only if n not in STAGES]:
-            raise ConfigError(f"unknown stages {bad}. Fix: use some of {names}.")
+            raise ConfigError(f"unknown stages {bad}. ", f"use some of {names}.")
         names = [n for n in names if n in only]
     check_versions()
     check_run_folder(run_dir, cfg, force)
@@ -317,8 +317,8 @@ def run_pipeline(
         if err.errno in DISK_FULL:
             raise  # the CLI says "disk full" and names the file
         raise RunFolderError(
-            f"--out {run_dir} cannot be written ({err.strerror or err}: {err.filename}). "
-            "Fix: choose a writable --out folder, or make it writable (chmod u+w)."
+            f"--out {run_dir} cannot be written ({err.strerror or err}: {err.filename}). ",
+            "choose a writable --out folder, or make it writable (chmod u+w).",
         ) from err
     with lock, fast_paths(cfg.model.fast_paths == "on"), quiet_dependencies(paths.warnings_log):
         previous = paths.config.read_text() if paths.config.is_file() else None
@@ -346,12 +346,12 @@ def _check_upstream(current: dict[str, StageState], names: list[str]) -> None:
                 continue  # runs first, in pipeline order
             if current[u].state == "todo":
                 raise ConfigError(
-                    f"stage {name!r} needs stage {u!r} first. Fix: run `mathcircuits {u}` (or `mathcircuits run`)."
+                    f"stage {name!r} needs stage {u!r} first. ", f"run `mathcircuits {u}` (or `mathcircuits run`)."
                 )
             if current[u].state == "stale":
                 raise ConfigError(
-                    f"stage {name!r} needs stage {u!r}, whose outputs are stale: {current[u].reason}. "
-                    f"Fix: run `mathcircuits run` (or `mathcircuits {u}` first)."
+                    f"stage {name!r} needs stage {u!r}, whose outputs are stale: {current[u].reason}. ",
+                    f"run `mathcircuits run` (or `mathcircuits {u}` first).",
                 )
 
 

@@ -10,6 +10,7 @@ from typing import ClassVar, Literal
 
 import torch
 
+from mathcircuits._errors import problem_of
 from mathcircuits._schema import ConfigError, check_fields, setting
 from mathcircuits.data import Fact, GenerationConfig, load_templates
 from mathcircuits.finetune import Mode, SFTConfig
@@ -24,18 +25,18 @@ def _check_device(device: str) -> None:
     try:
         dev = torch.device(device)
     except (RuntimeError, TypeError) as err:
-        raise ConfigError(f"model.device={device!r} is not a torch device. Fix: use cpu, cuda or cuda:N.") from err
+        raise ConfigError(f"model.device={device!r} is not a torch device. ", "use cpu, cuda or cuda:N.") from err
     available = {"cpu": True, "cuda": torch.cuda.is_available(), "mps": torch.backends.mps.is_available()}
     if not available.get(dev.type, False):
         have = [d for d, ok in available.items() if ok]
         raise ConfigError(
-            f"model.device={device!r}, but this torch ({torch.__version__}) has no usable {dev.type} device. "
-            f"Fix: use one of {have}."
+            f"model.device={device!r}, but this torch ({torch.__version__}) has no usable {dev.type} device. ",
+            f"use one of {have}.",
         )
     if dev.type == "cuda" and dev.index is not None and dev.index >= torch.cuda.device_count():
         raise ConfigError(
-            f"model.device={device!r}, but only {torch.cuda.device_count()} CUDA devices are visible. "
-            f"Fix: use cuda:0 … cuda:{torch.cuda.device_count() - 1}."
+            f"model.device={device!r}, but only {torch.cuda.device_count()} CUDA devices are visible. ",
+            f"use cuda:0 … cuda:{torch.cuda.device_count() - 1}.",
         )
 
 
@@ -63,14 +64,15 @@ class ModelSection:
         if self.device_map and self.source.startswith("tiny-"):
             raise ConfigError(
                 f"model.device_map={self.device_map!r} needs a model loaded from files, but {self.source!r} is built "
-                "in memory. Fix: leave device_map empty, or save the model with save_pretrained and give its folder."
+                "in memory. ",
+                "leave device_map empty, or save the model with save_pretrained and give its folder.",
             )
         try:
             resolve_source(self.source)  # a path that does not exist fails here, before any output
         except FileNotFoundError as err:
             raise ConfigError(
-                f"source={self.source!r}: {str(err).split(' Fix:')[0].rstrip('. ')}. "
-                "Fix: give an existing HF folder or .gguf file, or embedded / gemma3-270m / tiny-llama / tiny-gpt2."
+                f"source={self.source!r}: {problem_of(err)}. ",
+                "give an existing HF folder or .gguf file, or embedded / gemma3-270m / tiny-llama / tiny-gpt2.",
             ) from err
 
 
@@ -94,8 +96,9 @@ class DataSection(GenerationConfig):
         shares = self.stage_fact_shares
         if any(not x > 0 for x in shares) or sum(shares) > 1 + 1e-9:
             raise ConfigError(
-                f"data.stage_fact_shares={list(shares)}. Fix: four positive shares (identify, validate, analyze, "
-                "circuit) summing to at most 1, e.g. [0.35, 0.35, 0.1, 0.2]."
+                f"data.stage_fact_shares={list(shares)}. ",
+                "four positive shares (identify, validate, analyze, "
+                "circuit) summing to at most 1, e.g. [0.35, 0.35, 0.1, 0.2].",
             )
         try:
             self.stage_facts()  # every stage gets facts of every operation (checked now, not in the data stage)
@@ -111,19 +114,20 @@ class DataSection(GenerationConfig):
         if unknown:
             raise ConfigError(
                 f"data.template_ids / heldout_templates name {unknown}, which are not templates of operations "
-                f"{list(self.operations)}. Fix: choose from {sorted(known)}."
+                f"{list(self.operations)}. ",
+                f"choose from {sorted(known)}.",
             )
         ids = self.template_ids
         missing = [t for t in self.heldout_templates if ids is not None and t not in ids]
         if missing:
             raise ConfigError(
-                f"data.heldout_templates has {missing}, which data.template_ids does not generate. "
-                "Fix: add them to data.template_ids, or remove them from data.heldout_templates."
+                f"data.heldout_templates has {missing}, which data.template_ids does not generate. ",
+                "add them to data.template_ids, or remove them from data.heldout_templates.",
             )
         if ids is not None and set(ids) <= set(self.heldout_templates):
             raise ConfigError(
-                "data.heldout_templates holds out every template, so none is left to find key heads on. "
-                "Fix: hold out fewer templates."
+                "data.heldout_templates holds out every template, so none is left to find key heads on. ",
+                "hold out fewer templates.",
             )
 
     def generation(self) -> GenerationConfig:
@@ -158,12 +162,12 @@ class FinetuneSection(SFTConfig):
     def __post_init__(self) -> None:
         super().__post_init__()
         if self.enabled and not self.modes:
-            raise ConfigError("finetune.modes is empty. Fix: list modes, e.g. [precise, full], or set enabled: false.")
+            raise ConfigError("finetune.modes is empty. ", "list modes, e.g. [precise, full], or set enabled: false.")
         bad = [str(m) for m in self.modes if m.kind not in ("precise", "full")]
         if bad:
             raise ConfigError(
-                f"finetune modes {bad} are unknown. "
-                "Fix: use 'precise', 'precise+mlp', 'full', 'precise@K' or 'precise@K+mlp' (K heads, e.g. precise@16)."
+                f"finetune modes {bad} are unknown. ",
+                "use 'precise', 'precise+mlp', 'full', 'precise@K' or 'precise@K+mlp' (K heads, e.g. precise@16).",
             )
 
     def sft(self, mode: Mode | str, progress: bool) -> SFTConfig:

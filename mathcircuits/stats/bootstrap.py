@@ -20,6 +20,7 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
+from mathcircuits._errors import FixableValueError
 from mathcircuits.stats.interval import DEFAULT_CONFIDENCE, DEFAULT_N_BOOT, Interval, IntervalMethod, check_level
 
 __all__ = [
@@ -48,7 +49,7 @@ def bootstrap_indices(n: int, n_boot: int = DEFAULT_N_BOOT, seed: int = 0) -> to
     """
     check_level(DEFAULT_CONFIDENCE, n_boot)
     if n < 1:
-        raise ValueError(f"cannot bootstrap {n} rows. Fix: pass at least one pair/item.")
+        raise FixableValueError(f"cannot bootstrap {n} rows. ", "pass at least one pair/item.")
     gen = torch.Generator().manual_seed(int(seed))
     return torch.randint(0, n, (n_boot, n), generator=gen)
 
@@ -81,7 +82,9 @@ def bootstrap_mean(
     check_level(confidence, n_boot)
     x = torch.as_tensor(values, dtype=torch.float64)
     if x.ndim == 0 or x.shape[0] == 0:
-        raise ValueError(f"bootstrap_mean needs at least one row, got shape {tuple(x.shape)}. Fix: pass [row, ...].")
+        raise FixableValueError(
+            f"bootstrap_mean needs at least one row, got shape {tuple(x.shape)}. ", "pass [row, ...]."
+        )
     idx = bootstrap_indices(x.shape[0], n_boot, seed)
     flat = x.reshape(x.shape[0], -1)
     means = []
@@ -143,9 +146,10 @@ def paired_bootstrap(
     """
     ta, tb = torch.as_tensor(a, dtype=torch.float64), torch.as_tensor(b, dtype=torch.float64)
     if ta.shape != tb.shape or ta.ndim != 1:
-        raise ValueError(
+        raise FixableValueError(
             f"paired_bootstrap needs two 1-D score vectors over the same items, got shapes "
-            f"{tuple(ta.shape)} and {tuple(tb.shape)}. Fix: score both models on the same items, in the same order."
+            f"{tuple(ta.shape)} and {tuple(tb.shape)}. ",
+            "score both models on the same items, in the same order.",
         )
     iv = bootstrap_statistic(ta - tb, None, n_boot, seed, confidence)
     return Interval(iv.value, iv.low, iv.high, iv.n, confidence, "paired_bootstrap", seed)
@@ -176,24 +180,25 @@ def cluster_bootstrap_indices(
     n = len(clusters)
     strata = list(strata) if strata is not None else [0] * n
     if n == 0 or len(strata) != n:
-        raise ValueError(
-            f"cluster_bootstrap got {n} cluster labels and {len(strata)} strata labels. "
-            "Fix: pass one cluster (and stratum) label per row, at least one row."
+        raise FixableValueError(
+            f"cluster_bootstrap got {n} cluster labels and {len(strata)} strata labels. ",
+            "pass one cluster (and stratum) label per row, at least one row.",
         )
     members: dict[object, dict[object, list[int]]] = {}
     home: dict[object, object] = {}
     for i, (c, s) in enumerate(zip(clusters, strata)):
         if home.setdefault(c, s) != s:
-            raise ValueError(
-                f"cluster {c!r} has rows in strata {home[c]!r} and {s!r}. Fix: nest clusters in strata "
-                "(e.g. template ids within operations)."
+            raise FixableValueError(
+                f"cluster {c!r} has rows in strata {home[c]!r} and {s!r}. ",
+                "nest clusters in strata (e.g. template ids within operations).",
             )
         members.setdefault(s, {}).setdefault(c, []).append(i)
     small = {s: len(cs) for s, cs in members.items() if len(cs) < 2}
     if small:
-        raise ValueError(
+        raise FixableValueError(
             f"strata {sorted(map(str, small))} have fewer than two clusters, so the variation between clusters "
-            "cannot be estimated. Fix: use rows from several templates, or bootstrap over pairs (bootstrap_statistic)."
+            "cannot be estimated. ",
+            "use rows from several templates, or bootstrap over pairs (bootstrap_statistic).",
         )
     gen = torch.Generator().manual_seed(int(seed))
     groups = [[torch.tensor(rows) for rows in cs.values()] for cs in members.values()]
@@ -231,9 +236,9 @@ def cluster_bootstrap(
     check_level(confidence, n_boot)
     x = torch.as_tensor(values, dtype=torch.float64)
     if x.ndim == 0 or x.shape[0] != len(clusters):
-        raise ValueError(
-            f"cluster_bootstrap got {tuple(x.shape)} values for {len(clusters)} cluster labels. "
-            "Fix: pass one row of values per cluster label."
+        raise FixableValueError(
+            f"cluster_bootstrap got {tuple(x.shape)} values for {len(clusters)} cluster labels. ",
+            "pass one row of values per cluster label.",
         )
     stat = statistic or (lambda t: float(t.mean()))
     boots = torch.tensor([stat(x[i]) for i in cluster_bootstrap_indices(clusters, strata, n_boot, seed)])
@@ -270,9 +275,9 @@ def cluster_bootstrap_mean(
     check_level(confidence, n_boot)
     x = torch.as_tensor(values, dtype=torch.float64)
     if x.ndim == 0 or x.shape[0] != len(clusters):
-        raise ValueError(
-            f"cluster_bootstrap_mean got values of shape {tuple(x.shape)} for {len(clusters)} cluster labels. "
-            "Fix: pass one row of values per cluster label."
+        raise FixableValueError(
+            f"cluster_bootstrap_mean got values of shape {tuple(x.shape)} for {len(clusters)} cluster labels. ",
+            "pass one row of values per cluster label.",
         )
     flat = x.reshape(x.shape[0], -1)
     den = None if divide_by is None else torch.as_tensor(divide_by, dtype=torch.float64)

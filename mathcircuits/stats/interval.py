@@ -13,6 +13,8 @@ from typing import Literal
 
 from scipy.stats import norm
 
+from mathcircuits._errors import FixableValueError
+
 __all__ = [
     "DEFAULT_CONFIDENCE",
     "DEFAULT_N_BOOT",
@@ -155,9 +157,9 @@ def format_share(share: float) -> str:
 def check_level(confidence: float, n_boot: int) -> None:
     """Refuse a level outside (0, 1) or fewer than one resample."""
     if not 0.0 < confidence < 1.0:
-        raise ValueError(f"confidence={confidence} is not in (0, 1). Fix: pass e.g. confidence=0.95.")
+        raise FixableValueError(f"confidence={confidence} is not in (0, 1). ", "pass e.g. confidence=0.95.")
     if n_boot < 1:
-        raise ValueError(f"n_boot={n_boot} must be at least 1. Fix: pass e.g. n_boot=1000.")
+        raise FixableValueError(f"n_boot={n_boot} must be at least 1. ", "pass e.g. n_boot=1000.")
 
 
 def z_value(confidence: float) -> float:
@@ -179,9 +181,9 @@ def wilson_interval(successes: int, n: int, confidence: float = DEFAULT_CONFIDEN
     check_level(confidence, 1)
     successes, n = int(successes), int(n)
     if n < 0 or not 0 <= successes <= max(n, 0):
-        raise ValueError(
-            f"wilson_interval got successes={successes}, n={n}; need 0 ≤ successes ≤ n. "
-            "Fix: pass the count of correct items and the number of items."
+        raise FixableValueError(
+            f"wilson_interval got successes={successes}, n={n}; need 0 ≤ successes ≤ n. ",
+            "pass the count of correct items and the number of items.",
         )
     if n == 0:
         nan = float("nan")

@@ -25,6 +25,7 @@ from jaxtyping import Float
 from scipy.stats import t as student_t
 from torch import Tensor
 
+from mathcircuits._errors import FixableValueError
 from mathcircuits.stats.bootstrap import bootstrap_statistic
 from mathcircuits.stats.interval import DEFAULT_CONFIDENCE, DEFAULT_N_BOOT, Interval, check_level
 
@@ -84,20 +85,20 @@ def cluster_means(
     x = torch.as_tensor(values, dtype=torch.float64)
     n = len(clusters)
     if x.ndim == 0 or x.shape[0] != n or n == 0:
-        raise ValueError(
-            f"got values of shape {tuple(x.shape)} for {n} cluster labels. Fix: pass one row per cluster label."
+        raise FixableValueError(
+            f"got values of shape {tuple(x.shape)} for {n} cluster labels. ", "pass one row per cluster label."
         )
     strata = list(strata) if strata is not None else [0] * n
     if len(strata) != n:
-        raise ValueError(f"got {len(strata)} strata labels for {n} rows. Fix: pass one stratum label per row.")
+        raise FixableValueError(f"got {len(strata)} strata labels for {n} rows. ", "pass one stratum label per row.")
     flat = x.reshape(n, -1)
     ids: dict[object, int] = {}
     home: dict[object, object] = {}
     for c, s in zip(clusters, strata):
         if home.setdefault(c, s) != s:
-            raise ValueError(
-                f"cluster {c!r} has rows in strata {home[c]!r} and {s!r}. Fix: nest clusters in strata "
-                "(e.g. template ids within operations)."
+            raise FixableValueError(
+                f"cluster {c!r} has rows in strata {home[c]!r} and {s!r}. ",
+                "nest clusters in strata (e.g. template ids within operations).",
             )
         ids.setdefault(c, len(ids))
     row_c = torch.tensor([ids[c] for c in clusters])
@@ -108,9 +109,9 @@ def cluster_means(
     rows = torch.bincount(torch.tensor([s_ids[s] for s in strata]), minlength=len(s_ids)).double()
     small = [str(s) for s, i in s_ids.items() if int((stratum == i).sum()) < 2]
     if small:
-        raise ValueError(
-            f"strata {small} have fewer than two clusters, so the variation between clusters cannot be estimated. "
-            "Fix: use rows from several templates per operation, or pass strata=None."
+        raise FixableValueError(
+            f"strata {small} have fewer than two clusters, so the variation between clusters cannot be estimated. ",
+            "use rows from several templates per operation, or pass strata=None.",
         )
     return ClusterMeans(sums / counts[:, None], stratum, rows / rows.sum(), n)
 

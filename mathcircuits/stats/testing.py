@@ -20,6 +20,7 @@ import torch
 from scipy.stats import false_discovery_control
 from torch import Tensor
 
+from mathcircuits._errors import FixableValueError
 from mathcircuits.stats.bootstrap import bootstrap_indices, cluster_bootstrap_indices
 from mathcircuits.stats.interval import DEFAULT_CONFIDENCE, DEFAULT_N_BOOT, Interval, IntervalMethod, check_level
 from mathcircuits.stats.small_clusters import cluster_means
@@ -30,7 +31,7 @@ __all__ = ["NullPlacement", "benjamini_hochberg", "bias_corrected_bootstrap", "h
 def _sorted_p(p: Tensor) -> tuple[Tensor, Tensor]:
     flat = torch.as_tensor(p, dtype=torch.float64).reshape(-1)
     if bool(torch.isnan(flat).any()):
-        raise ValueError("p-values contain NaN. Fix: leave untested cells out before correcting.")
+        raise FixableValueError("p-values contain NaN. ", "leave untested cells out before correcting.")
     return flat.sort()
 
 
@@ -156,7 +157,9 @@ def null_placement(
     check_level(confidence, n_boot)
     x = torch.as_tensor(values, dtype=torch.float64)
     if x.ndim != 2 or x.shape[1] < 2:
-        raise ValueError(f"null_placement needs [row, 1 + n_null] values, got {tuple(x.shape)}. Fix: add the null.")
+        raise FixableValueError(
+            f"null_placement needs [row, 1 + n_null] values, got {tuple(x.shape)}. ", "add the null."
+        )
     method: IntervalMethod = "bootstrap"
     units = list(range(x.shape[0]))
     if clusters is not None and len(set(clusters)) >= 2:

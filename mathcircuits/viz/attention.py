@@ -14,6 +14,7 @@ import plotly.graph_objects as go
 from plotly.colors import qualitative
 from plotly.subplots import make_subplots
 
+from mathcircuits._errors import FixableValueError
 from mathcircuits.analysis import AttentionByRole
 
 __all__ = ["attention_role_distributions", "attention_role_means"]
@@ -42,13 +43,13 @@ def attention_role_distributions(
         ValueError: if ``kind`` is unknown or there is no class to show.
     """
     if kind not in ("box", "violin"):
-        raise ValueError(f"kind {kind!r} is unknown. Fix: use 'box' or 'violin'.")
+        raise FixableValueError(f"kind {kind!r} is unknown. ", "use 'box' or 'violin'.")
     ops = result.operation_names()
     cls_by_op = {op: result.classify(op) for op in ops}
     present = [c for c in ("operand", "operator", "neither") if any(c in v for v in cls_by_op.values())]
     panels = list(classes) if classes is not None else present
     if not panels:
-        raise ValueError("no head class to show. Fix: pass classes=('operand', 'operator', 'neither').")
+        raise FixableValueError("no head class to show. ", "pass classes=('operand', 'operator', 'neither').")
     members = {
         c: sorted({result.labels[i] for op in ops for i, k in enumerate(cls_by_op[op]) if k == c}) for c in panels
     }

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
+from mathcircuits._errors import FixableFileNotFoundError, FixableIndexError, FixableValueError
 from mathcircuits._files import atomic_path
 from mathcircuits.analysis import HeadPatterns
 
@@ -41,8 +42,8 @@ def circuitsvis_bundle() -> str:
 
     path = Path(circuitsvis.__file__).parent / "dist" / "cdn" / "iife.js"
     if not path.exists():
-        raise FileNotFoundError(
-            f"{path} is missing, so CircuitsVis cannot render offline. Fix: pip install --force-reinstall circuitsvis."
+        raise FixableFileNotFoundError(
+            f"{path} is missing, so CircuitsVis cannot render offline. ", "pip install --force-reinstall circuitsvis."
         )
     return path.read_text(encoding="utf-8").replace("</script>", "")
 
@@ -114,16 +115,18 @@ def attention_heads_view(
 
     n = len(patterns.patterns)
     if not 0 <= index < n:
-        raise IndexError(f"prompt index {index} is out of range: these patterns hold {n} prompts. Fix: use 0..{n - 1}.")
+        raise FixableIndexError(
+            f"prompt index {index} is out of range: these patterns hold {n} prompts. ", f"use 0..{n - 1}."
+        )
     chosen = (
         list(range(len(patterns.heads)))
         if heads is None
         else [patterns.heads.index(tuple(h)) for h in heads if tuple(h) in patterns.heads]
     )
     if not chosen:
-        raise ValueError(
-            f"none of heads {heads} was recorded; these patterns hold {patterns.labels}. Fix: record them with "
-            "head_patterns()."
+        raise FixableValueError(
+            f"none of heads {heads} was recorded; these patterns hold {patterns.labels}. ",
+            "record them with head_patterns().",
         )
     pat = patterns.patterns[index][chosen].float()
     roles = patterns.roles[index]

@@ -23,6 +23,7 @@ from typing import Iterable, Mapping
 
 import plotly.graph_objects as go
 
+from mathcircuits._errors import FixableError, FixableValueError
 from mathcircuits._files import atomic_path
 
 __all__ = [
@@ -39,7 +40,7 @@ STATIC_FORMATS = ("png", "svg", "pdf", "jpeg", "webp")
 _FORMATS = ("html",) + STATIC_FORMATS
 
 
-class ChromiumMissingError(RuntimeError):
+class ChromiumMissingError(FixableError, RuntimeError):
     """Static export needs a Chromium-based browser and none was found."""
 
 
@@ -78,17 +79,18 @@ def require_chromium() -> str:
         import kaleido  # noqa: F401
     except ImportError as err:
         raise ChromiumMissingError(
-            "static figure export (PNG/SVG/PDF) needs kaleido >= 1.0, which is not installed. "
-            "Fix: pip install 'mathcircuits[export]' (or pip install kaleido), and install Chromium (see below), or "
-            "export HTML instead."
+            "static figure export (PNG/SVG/PDF) needs kaleido >= 1.0, which is not installed. ",
+            "pip install 'mathcircuits[export]' (or pip install kaleido), and install Chromium (see below), or "
+            "export HTML instead.",
         ) from err
     path = find_chromium()
     if path is None:
         raise ChromiumMissingError(
             "static figure export (PNG/SVG/PDF) needs a Chromium-based browser for kaleido, and none was found "
-            "($BROWSER_PATH unset; no chromium/chrome on PATH). Fix: apt-get install -y chromium (Debian/Ubuntu), "
+            "($BROWSER_PATH unset; no chromium/chrome on PATH). ",
+            "apt-get install -y chromium (Debian/Ubuntu), "
             "or set BROWSER_PATH=/path/to/chrome, or run plotly_get_chrome (downloads one; needs internet). "
-            "HTML export works without it."
+            "HTML export works without it.",
         )
     return path
 
@@ -98,16 +100,16 @@ def _targets(path: str | os.PathLike, formats: Iterable[str] | None) -> list[tup
     if formats is None:
         fmt = path.suffix.lstrip(".").lower()
         if fmt not in _FORMATS:
-            raise ValueError(
-                f"cannot tell the format of {path} from its suffix. Fix: end it with one of "
-                f"{['.' + f for f in _FORMATS]} or pass formats=."
+            raise FixableValueError(
+                f"cannot tell the format of {path} from its suffix. ",
+                f"end it with one of {['.' + f for f in _FORMATS]} or pass formats=.",
             )
         return [(path, fmt)]
     out = []
     for fmt in formats:
         fmt = fmt.lower().lstrip(".")
         if fmt not in _FORMATS:
-            raise ValueError(f"format {fmt!r} is not supported. Fix: use some of {_FORMATS}.")
+            raise FixableValueError(f"format {fmt!r} is not supported. ", f"use some of {_FORMATS}.")
         out.append(
             (path.with_suffix("." + fmt) if path.suffix.lstrip(".").lower() in _FORMATS else Path(f"{path}.{fmt}"), fmt)
         )
@@ -233,8 +235,8 @@ def screenshot_html(
     browser = find_chromium()
     if browser is None:
         raise ChromiumMissingError(
-            "a screenshot needs a Chromium-based browser and none was found. Fix: apt-get install -y chromium, or "
-            "set BROWSER_PATH."
+            "a screenshot needs a Chromium-based browser and none was found. ",
+            "apt-get install -y chromium, or set BROWSER_PATH.",
         )
     html_path = Path(html_path).resolve()
     if not html_path.exists():

@@ -20,6 +20,7 @@ import torch
 from plotly.subplots import make_subplots
 from torch import Tensor
 
+from mathcircuits._errors import FixableValueError
 from mathcircuits.models.heads import Head
 from mathcircuits.patching import KeyComponents, PatchingResult
 
@@ -271,7 +272,7 @@ def patching_heatmaps(
         else [("+".join(r.operations) or f"run {i}", r) for i, r in enumerate(results)]
     )
     if not items and overall is None:
-        raise ValueError("patching_heatmaps got no results. Fix: pass {operation: PatchingResult}.")
+        raise FixableValueError("patching_heatmaps got no results. ", "pass {operation: PatchingResult}.")
     figs = {label: patching_heatmap(r, key, label=label) for label, r in items}
     if overall is not None:
         figs["overall"] = patching_heatmap(overall, key, label="all operations")

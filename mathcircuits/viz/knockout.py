@@ -19,6 +19,7 @@ import plotly.graph_objects as go
 import torch
 from plotly.colors import qualitative
 
+from mathcircuits._errors import FixableValueError
 from mathcircuits.ablation import KnockoutResult
 from mathcircuits.stats import wilson_interval
 
@@ -48,7 +49,7 @@ def knockout_curves(results: KnockoutResult | Sequence[KnockoutResult], *, title
     """
     items = list(results) if isinstance(results, (list, tuple)) else [results]
     if not items:
-        raise ValueError("knockout_curves got no results. Fix: pass a KnockoutResult or a list of them.")
+        raise FixableValueError("knockout_curves got no results. ", "pass a KnockoutResult or a list of them.")
     fig = go.Figure()
     palette = qualitative.Plotly
     max_k = 0
@@ -62,9 +63,9 @@ def knockout_curves(results: KnockoutResult | Sequence[KnockoutResult], *, title
         ranked = [float(a) for a in res.ranked_accuracy]
         rnd = torch.as_tensor(res.random_accuracy, dtype=torch.float32).reshape(-1, len(ks))
         if len(ranked) != len(ks):
-            raise ValueError(
-                f"knockout result for {res.operation!r} has {len(ks)} ks but {len(ranked)} ranked accuracies. Fix: "
-                "rebuild it."
+            raise FixableValueError(
+                f"knockout result for {res.operation!r} has {len(ks)} ks but {len(ranked)} ranked accuracies. ",
+                "rebuild it.",
             )
         mean = rnd.mean(0)
         std = (

@@ -10,6 +10,7 @@ from __future__ import annotations
 import plotly.graph_objects as go
 from plotly.colors import qualitative
 
+from mathcircuits._errors import FixableValueError
 from mathcircuits.models import Head
 from mathcircuits.patching import KeyComponents
 
@@ -30,9 +31,9 @@ def selection_stability_bars(key: KeyComponents, *, title: str | None = None) ->
         ValueError: if the key components carry no stability (re-run identify).
     """
     if not key.stability_n_boot:
-        raise ValueError(
-            "these key components carry no selection stability. Fix: re-run identify (it measures it), or call "
-            "mathcircuits.patching.selection.selection_stability()."
+        raise FixableValueError(
+            "these key components carry no selection stability. ",
+            "re-run identify (it measures it), or call mathcircuits.patching.selection.selection_stability().",
         )
     names = [str(Head(*h)) for h in key.heads] + list(key.stability_others)
     shares = list(key.stability) + list(key.stability_others.values())

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from mathcircuits._errors import FixableRuntimeError
 from mathcircuits.analysis import attention_by_role, head_patterns, mlp_probes
 from mathcircuits.data import facts_of
 from mathcircuits.models import Head
@@ -53,9 +54,9 @@ def run(ctx: Context) -> AnalyzeSummary:
     correct = stage_rows(everything, "analyze")
     sub = select_pairs(correct, None, a.max_pairs)
     if not len(sub):
-        raise RuntimeError(
-            "no correct pair has a fact of analyze's share, so there is nothing to analyse. "
-            "Fix: raise data.n_per_template or analyze's share in data.stage_fact_shares."
+        raise FixableRuntimeError(
+            "no correct pair has a fact of analyze's share, so there is nothing to analyse. ",
+            "raise data.n_per_template or analyze's share in data.stage_fact_shares.",
         )
     att = attention_by_role(model, sub, key)
     att.save(paths.attention())

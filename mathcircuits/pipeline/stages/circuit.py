@@ -205,8 +205,8 @@ def _refuse_pool(ctx: Context, op: str, evaluated: PairSet, missing: list[tuple[
     raise ConfigError(
         f"the circuit stage's counterfactual pool ({c.pool_per_template} prompts per template) has no prompt "
         f"of template {t!r} with {n} prompt tokens and {a} or more answer tokens that the evaluated pairs leave in, so "
-        f"position_mean has nothing to average ({len(missing)} such template/length group(s) for {op}). "
-        f"Fix: raise circuit.pool_per_template ({enough}), or leave position_mean out of circuit.ablations."
+        f"position_mean has nothing to average ({len(missing)} such template/length group(s) for {op}). ",
+        f"raise circuit.pool_per_template ({enough}), or leave position_mean out of circuit.ablations.",
     )
 
 

@@ -36,6 +36,7 @@ import pandas as pd
 import torch
 from transformers import PreTrainedModel
 
+from mathcircuits._errors import FixableValueError
 from mathcircuits._files import write_json
 from mathcircuits._schema import ConfigError
 from mathcircuits.claims import Verdict
@@ -134,8 +135,8 @@ def check_sizes(cfg: RunConfig, names: list[str]) -> None:
         if sizes[split] > most:
             raise ConfigError(
                 f"{names[split]}={sizes[split]}, but the {split} facts (its share of finetune.operand_range "
-                f"{list(f.operand_range)}, compare.fact_shares) give at most {most} pairs per template. "
-                f"Fix: set {names[split]} <= {most}, or widen finetune.operand_range."
+                f"{list(f.operand_range)}, compare.fact_shares) give at most {most} pairs per template. ",
+                f"set {names[split]} <= {most}, or widen finetune.operand_range.",
             )
 
 
@@ -173,10 +174,10 @@ def _generic_items(ctx: Context) -> dict[str, list[BenchmarkItem]]:
         return {}
     not_choice = [b for b in e.benchmarks if benchmark_spec(b).kind != "choice"]
     if not_choice:
-        raise ValueError(
+        raise FixableValueError(
             f"evaluation.benchmarks has {not_choice}, which are not likelihood (multiple-choice) benchmarks; the "
-            "compare stage scores math on held-out facts and generic ability by likelihood. "
-            "Fix: list choice benchmarks only (ARC-Easy, ARC-Challenge, BoolQ, OpenBookQA, MMLU, CommonsenseQA)."
+            "compare stage scores math on held-out facts and generic ability by likelihood. ",
+            "list choice benchmarks only (ARC-Easy, ARC-Challenge, BoolQ, OpenBookQA, MMLU, CommonsenseQA).",
         )
     out = {}
     for name in e.benchmarks:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
+from mathcircuits._errors import FixableValueError
 from mathcircuits.data import accuracy_table, filter_correct, generate_pairs, score_pairs
 from mathcircuits.pipeline.context import Context, StageSummary, save_csv, save_dataset
 from mathcircuits.pipeline.facts import FACT_STAGES, tag_fact_stages
@@ -88,9 +89,9 @@ def run(ctx: Context) -> DataSummary:
     held = set(d.heldout_templates)
     unknown = held - set(scored["template_id"])
     if unknown:
-        raise ValueError(
-            f"data.heldout_templates names {sorted(unknown)}, which no generated pair uses. "
-            "Fix: name templates of data.operations (their ids are in data_templates/*.yaml)."
+        raise FixableValueError(
+            f"data.heldout_templates names {sorted(unknown)}, which no generated pair uses. ",
+            "name templates of data.operations (their ids are in data_templates/*.yaml).",
         )
     found_on = scored.filter(lambda r: r["template_id"] not in held) if held else scored
     correct = filter_correct(found_on) if d.keep_only_correct else found_on

@@ -17,6 +17,7 @@ import pandas as pd
 import torch
 from transformers import AutoModelForCausalLM, PreTrainedModel, PreTrainedTokenizerBase
 
+from mathcircuits._errors import FixableFileNotFoundError
 from mathcircuits.data import PairSet, default_benchmark_root
 from mathcircuits.evaluation import ARITHMETIC, EvalResult, compare_table, evaluate_model, format_table
 from mathcircuits.finetune import HeadSliceAdapter, Mode, SFTResult, kv_shared_heads, score_arithmetic
@@ -47,7 +48,7 @@ class EvaluateSummary(StageSummary):
 def _tuned(ctx: Context, mode: Mode) -> PreTrainedModel:
     final = ctx.paths.final(mode)
     if not final.exists():
-        raise FileNotFoundError(f"{final} is missing. Fix: run the finetune stage (mathcircuits finetune).")
+        raise FixableFileNotFoundError(f"{final} is missing. ", "run the finetune stage (mathcircuits finetune).")
     if mode.kind != "full":
         base, _ = ctx.hf_model()
         return HeadSliceAdapter.from_pretrained(base, final).merge_and_unload()

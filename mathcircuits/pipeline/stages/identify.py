@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 import datasets
 
+from mathcircuits._errors import FixableRuntimeError
 from mathcircuits.data import Fact, facts_of
 from mathcircuits.models import Head
 from mathcircuits.patching import (
@@ -134,10 +135,9 @@ def run(ctx: Context) -> IdentifySummary:
     counts = {op: sum(1 for o in correct["operation"] if o == op) for op in ctx.config.data.operations}
     ops = [op for op, n in counts.items() if n >= p.min_pairs]
     if not ops:
-        raise RuntimeError(
-            f"no operation has at least {p.min_pairs} correct pairs among identify's facts (counts: {counts}). "
-            "Fix: raise data.n_per_template or identify's share in data.stage_fact_shares, or lower "
-            "patching.min_pairs."
+        raise FixableRuntimeError(
+            f"no operation has at least {p.min_pairs} correct pairs among identify's facts (counts: {counts}). ",
+            "raise data.n_per_template or identify's share in data.stage_fact_shares, or lower patching.min_pairs.",
         )
     results: dict[str, PatchedOperation] = {}
     totals: dict[str, OperationTotal] = {}

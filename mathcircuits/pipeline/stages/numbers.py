@@ -14,6 +14,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from mathcircuits._errors import FixableValueError
 from mathcircuits.numbers import (
     TooFewCorrect,
     capture_grid,
@@ -88,17 +89,17 @@ def _neuron_layers(ctx: Context, key: KeyComponents) -> tuple[int, ...]:
     if c.neuron_layers is not None:
         bad = [l for l in c.neuron_layers if not 0 <= l < n_layers]
         if bad:
-            raise ValueError(
-                f"numbers.neuron_layers {bad} are outside 0…{n_layers - 1}. Fix: name this model's layers."
+            raise FixableValueError(
+                f"numbers.neuron_layers {bad} are outside 0…{n_layers - 1}. ", "name this model's layers."
             )
         return tuple(c.neuron_layers)
     if n_layers <= 4:
         return tuple(range(n_layers))
     if key.mlps:
         return tuple(sorted(key.mlps))
-    raise ValueError(
-        "identify selected no key MLP, so the neuron analysis has no layers. "
-        "Fix: set numbers.neuron_layers (e.g. [18, 20, 22]), or a selection rule that keeps MLPs."
+    raise FixableValueError(
+        "identify selected no key MLP, so the neuron analysis has no layers. ",
+        "set numbers.neuron_layers (e.g. [18, 20, 22]), or a selection rule that keeps MLPs.",
     )
 
 

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import datasets
 
+from mathcircuits._errors import FixableRuntimeError
 from mathcircuits.ablation import (
     KnockoutScorer,
     PositionPool,
@@ -222,9 +223,9 @@ def run(ctx: Context) -> ValidateSummary:
     for op in ops:
         fresh[op], overlap[op] = fresh_pairs(ctx, correct, op, v.max_pairs)
         if overlap[op]:
-            raise RuntimeError(
-                f"{overlap[op]} of the {len(fresh[op])} knockout pairs of {op} were also used by identify. "
-                "Fix: re-run identify and validate with --force (the run folder mixes two versions)."
+            raise FixableRuntimeError(
+                f"{overlap[op]} of the {len(fresh[op])} knockout pairs of {op} were also used by identify. ",
+                "re-run identify and validate with --force (the run folder mixes two versions).",
             )
         if not len(fresh[op]):
             log.warning("%s: no correct pairs among validate's facts: no knockout", op)
