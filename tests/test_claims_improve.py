@@ -23,6 +23,7 @@ from mathcircuits.claims import (
 )
 from mathcircuits.finetune import (
     ItemScores,
+    Mode,
     Unit,
     UnitComparison,
     UnitPlan,
@@ -48,7 +49,9 @@ def outcomes(acc: float, seed: int, kind: int) -> tuple[int, ...]:
 
 
 def record(mode: str, seed: int, math_acc: float, gen_acc: float, phase: str = "final") -> UnitRecord:
-    unit = Unit(mode, float("nan") if mode == "base" else 1e-3, seed, phase, steps=0 if mode == "base" else 8)  # type: ignore[arg-type]
+    unit = Unit(
+        Mode.parse(mode), float("nan") if mode == "base" else 1e-3, seed, phase, steps=0 if mode == "base" else 8
+    )  # type: ignore[arg-type]
     m = outcomes(math_acc, 1000 * seed + 1, kind=1)
     g = outcomes(gen_acc, 1000 * seed + 2, kind=2)
     scores = {"test": ItemScores(m, tuple(float(-3 + 2 * x) for x in m))}

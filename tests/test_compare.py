@@ -51,20 +51,20 @@ def test_lora_rank_matches_the_budget_within_half_a_rank(setup):
 
 def test_one_definition_of_precise(setup):
     model, key = setup
-    precise = unit_components(model, Unit("precise", 1e-3), key)
+    precise = unit_components(model, Unit(Mode.parse("precise"), 1e-3), key)
     assert precise.heads == key.heads and precise.mlps == ()  # heads only
-    with_mlps = unit_components(model, Unit("precise+mlp", 1e-3), key)
+    with_mlps = unit_components(model, Unit(Mode.parse("precise+mlp"), 1e-3), key)
     assert with_mlps.heads == key.heads and with_mlps.mlps == (1,)  # labelled +mlp
-    top = unit_components(model, Unit("precise@1+mlp", 1e-3), key, ranking=[(1, 3), (0, 0)])
+    top = unit_components(model, Unit(Mode.parse("precise@1+mlp"), 1e-3), key, ranking=[(1, 3), (0, 0)])
     assert top.heads == ((1, 3),) and top.mlps == (1,)
     with pytest.raises(ValueError, match="ranking of at least 2"):
-        unit_components(model, Unit("precise@2", 1e-3), key, ranking=[(1, 3)])
-    draws = [unit_components(model, Unit("random", 1e-3, seed=s), key) for s in range(4)]
+        unit_components(model, Unit(Mode.parse("precise@2"), 1e-3), key, ranking=[(1, 3)])
+    draws = [unit_components(model, Unit(Mode.parse("random"), 1e-3, seed=s), key) for s in range(4)]
     n = head_slices(model, KeyComponents(model=key.model, heads=key.heads)).n_tuned
     for d in draws:  # depth- and parameter-matched, never a key head
         assert sorted(layer for layer, _ in d.heads) == [0, 1] and not set(d.heads) & set(key.heads)
         assert head_slices(model, d).n_tuned == n
-    assert unit_components(model, Unit("full", 1e-3), key) is None
+    assert unit_components(model, Unit(Mode.parse("full"), 1e-3), key) is None
 
 
 def test_compare_config_checks_and_plans():

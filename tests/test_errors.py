@@ -11,8 +11,7 @@ from pathlib import Path
 import pytest
 
 from mathcircuits import FixableError
-from mathcircuits.pipeline import ConfigError
-from mathcircuits.pipeline.run import is_input_error
+from mathcircuits.pipeline import ConfigError, is_input_error
 
 PACKAGE = Path(__file__).resolve().parents[1] / "mathcircuits"
 

@@ -20,6 +20,7 @@ import torch
 from mathcircuits.data import GenerationConfig, drop_facts, facts_of, generate_pairs, split_facts
 from mathcircuits.finetune import (
     ItemScores,
+    Mode,
     Unit,
     UnitRecord,
     choose_rates,
@@ -98,7 +99,9 @@ def test_seeds_differ_and_the_edge_flag_fires(tmp_path, job):
 
 def _record(mode: str, lr: float, logp: float) -> UnitRecord:
     scores = ItemScores((1, 0), (logp, logp))
-    return UnitRecord(Unit(mode, lr, 0, "sweep", steps=1), (), (), (), 0, 1, 0.0, 0.0, 0.0, 0.0, {"validation": scores})
+    return UnitRecord(
+        Unit(Mode.parse(mode), lr, 0, "sweep", steps=1), (), (), (), 0, 1, 0.0, 0.0, 0.0, 0.0, {"validation": scores}
+    )
 
 
 def test_edge_flag_only_at_the_ends_of_the_grid():

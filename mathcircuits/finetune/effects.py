@@ -139,7 +139,7 @@ def effects_table(cmp: UnitComparison) -> pd.DataFrame:
     rows = []
     for label in cmp.labels:
         recs = cmp.final(label)
-        mode = recs[0].unit.mode
+        mode = str(recs[0].unit.mode)
         choice = cmp.choices.get(mode)
         row: dict[str, object] = {
             "mode": label,

@@ -44,6 +44,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from mathcircuits._files import write_json
+from mathcircuits.finetune.modes import Mode
 from mathcircuits.finetune.units import RateChoice, SelectOn, Unit, UnitComparison, UnitPlan, UnitRecord
 
 __all__ = ["choose_rates", "compare_units", "final_units", "sweep_units", "units_remaining"]
@@ -53,18 +54,24 @@ log = logging.getLogger(__name__)
 
 def sweep_units(plan: UnitPlan) -> list[Unit]:
     """The base unit and every (mode, rate) of the sweep, seed 0, in plan order."""
-    units = [Unit("base", phase="base")]
+    units = [Unit(Mode("base"), phase="base")]
     for mode in plan.modes:
-        units += [Unit(mode, float(lr), 0, "sweep", steps=plan.sweep_steps) for lr in sorted(plan.grids[mode])]
+        units += [
+            Unit(Mode.parse(mode), float(lr), 0, "sweep", steps=plan.sweep_steps) for lr in sorted(plan.grids[mode])
+        ]
     return units
 
 
 def final_units(plan: UnitPlan, choices: Mapping[str, RateChoice]) -> list[Unit]:
     """Every mode at its chosen rate with each seed; then the ``kv_policy="exclusive"`` sensitivity runs."""
-    units = [Unit(m, choices[m].learning_rate, s, "final", steps=plan.steps) for s in plan.seeds for m in plan.modes]
+    units = [
+        Unit(Mode.parse(m), choices[m].learning_rate, s, "final", steps=plan.steps)
+        for s in plan.seeds
+        for m in plan.modes
+    ]
     if plan.kv_sensitivity:
         lr = choices["precise"].learning_rate
-        units += [Unit("precise", lr, s, "final", "exclusive", plan.steps) for s in plan.seeds]
+        units += [Unit(Mode("precise"), lr, s, "final", "exclusive", plan.steps) for s in plan.seeds]
     return units
 
 
@@ -88,7 +95,7 @@ def choose_rates(records: Sequence[UnitRecord], select_on: SelectOn = "logp") ->
     by_mode: dict[str, list[UnitRecord]] = {}
     for r in records:
         if r.unit.phase == "sweep":
-            by_mode.setdefault(r.unit.mode, []).append(r)
+            by_mode.setdefault(str(r.unit.mode), []).append(r)
     out = {}
     for mode, rs in by_mode.items():
         rs = sorted(rs, key=lambda r: r.unit.learning_rate)

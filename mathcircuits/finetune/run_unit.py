@@ -44,7 +44,6 @@ from mathcircuits.finetune.components import lora_rank_for_budget
 from mathcircuits.finetune.config import SFTConfig
 from mathcircuits.finetune.layouts import model_facts
 from mathcircuits.finetune.matched import kv_shared_heads, matched_random_heads
-from mathcircuits.finetune.modes import Mode
 from mathcircuits.finetune.sft import train_sft
 from mathcircuits.finetune.slices import head_slices
 from mathcircuits.finetune.units import ItemScores, Unit, UnitRecord
@@ -83,7 +82,7 @@ def unit_components(
     Returns:
         The components: key heads (``precise``), plus key MLPs (``+mlp``), the top-K heads, or a matched random draw.
     """
-    mode = Mode.parse(unit.mode)
+    mode = unit.mode
     if mode.kind in ("base", "lora", "full"):
         return None
     if mode.kind == "random":
@@ -95,7 +94,7 @@ def unit_components(
     if mode.top_k is not None:
         if len(ranking) < mode.top_k:
             raise FixableValueError(
-                f"mode {unit.mode!r} needs a ranking of at least {mode.top_k} heads, got {len(ranking)}. ",
+                f"mode {str(unit.mode)!r} needs a ranking of at least {mode.top_k} heads, got {len(ranking)}. ",
                 "pass ranking (every head by path-patching effect).",
             )
         heads = tuple((int(l), int(h)) for l, h in ranking[: mode.top_k])
@@ -142,7 +141,7 @@ def execute_unit(
     mlps: tuple[int, ...] = comps.mlps if comps is not None else ()
     shared: tuple[tuple[int, int], ...] = ()
     n_trainable, step, loss, rank = 0, 0, math.nan, 0
-    method = Mode.parse(unit.mode).method
+    method = unit.mode.method
     if method is not None:  # base is not trained
         if method == "lora":
             precise = KeyComponents(model=key.model, heads=key.heads, selection=None)

@@ -24,6 +24,7 @@ from typing import Literal
 from mathcircuits._errors import FixableValueError
 from mathcircuits._io import SavedResult
 from mathcircuits.finetune.layouts import KVPolicy
+from mathcircuits.finetune.modes import Mode
 
 __all__ = ["ItemScores", "Phase", "RateChoice", "SelectOn", "Unit", "UnitComparison", "UnitPlan", "UnitRecord"]
 
@@ -36,7 +37,7 @@ class Unit:
     """One training run of the comparison: what is tuned, at which rate, with which seed, for how long.
 
     Args:
-        mode: ``base``, ``precise``, ``precise+mlp``, ``random``, ``lora`` or ``full``.
+        mode: the :class:`~mathcircuits.finetune.Mode` (text such as ``"precise+mlp"`` is parsed).
         learning_rate: the peak rate (NaN for ``base``).
         seed: the training seed (data order; LoRA init); for ``random`` also the heads' draw.
         phase: ``base``, ``sweep`` or ``final``.
@@ -44,7 +45,7 @@ class Unit:
         steps: optimizer steps (0 for ``base``).
     """
 
-    mode: str
+    mode: Mode
     learning_rate: float = math.nan
     seed: int = 0
     phase: Phase = "final"
@@ -54,14 +55,14 @@ class Unit:
     @property
     def label(self) -> str:
         """The mode as tables show it, e.g. ``precise`` or ``precise (kv exclusive)``."""
-        return self.mode if self.kv_policy == "group" else f"{self.mode} (kv {self.kv_policy})"
+        return str(self.mode) if self.kv_policy == "group" else f"{self.mode} (kv {self.kv_policy})"
 
     @property
     def key(self) -> str:
         """The unit's folder under the comparison root, e.g. ``final/precise/lr_0.001/seed_1``."""
         if self.phase == "base":
             return "base"
-        mode = self.mode.replace("+", "_") + ("" if self.kv_policy == "group" else f"-kv_{self.kv_policy}")
+        mode = str(self.mode).replace("+", "_") + ("" if self.kv_policy == "group" else f"-kv_{self.kv_policy}")
         return f"{self.phase}/{mode}/lr_{self.learning_rate:g}/seed_{self.seed}"
 
 

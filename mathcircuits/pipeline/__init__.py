@@ -26,7 +26,14 @@ if TYPE_CHECKING:
     from mathcircuits.pipeline.lock import RunLock, RunLockedError
     from mathcircuits.pipeline.paths import RunPaths
     from mathcircuits.pipeline.preflight import multi_digit_template
-    from mathcircuits.pipeline.run import RunFolderError, check_run_folder, done_summary, run_pipeline, stage_status
+    from mathcircuits.pipeline.run import (
+        RunFolderError,
+        check_run_folder,
+        done_summary,
+        is_input_error,
+        run_pipeline,
+        stage_status,
+    )
     from mathcircuits.pipeline.sections import FinetuneSection, ModelSection
     from mathcircuits.pipeline.stages import STAGES, Stage
 
@@ -42,7 +49,9 @@ _WHERE = {
     "RunPaths": "paths",
     **dict.fromkeys(("FinetuneSection", "ModelSection"), "sections"),
     "multi_digit_template": "preflight",
-    **dict.fromkeys(("RunFolderError", "check_run_folder", "done_summary", "run_pipeline", "stage_status"), "run"),
+    **dict.fromkeys(
+        ("RunFolderError", "check_run_folder", "done_summary", "is_input_error", "run_pipeline", "stage_status"), "run"
+    ),
     **dict.fromkeys(("STAGES", "Stage"), "stages"),
     **dict.fromkeys(("IdentifySummary", "OperationTotal"), "stages.identify"),
 }
@@ -71,6 +80,7 @@ __all__ = [
     "done_summary",
     "fact_use",
     "fingerprint",
+    "is_input_error",
     "load_run_results",
     "multi_digit_template",
     "render_config",

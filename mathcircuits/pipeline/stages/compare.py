@@ -267,13 +267,13 @@ def run(ctx: Context) -> CompareSummary:
     sweep = pd.DataFrame(
         [
             {
-                "mode": r.unit.mode,
+                "mode": str(r.unit.mode),
                 "learning_rate": r.unit.learning_rate,
                 "val_accuracy": r.math["validation"].accuracy,
                 "val_logp": r.math["validation"].mean_logp,
                 "val_n": len(r.math["validation"].correct),
-                "selected": cmp.choices[r.unit.mode].learning_rate == r.unit.learning_rate,
-                "at_edge": cmp.choices[r.unit.mode].edge,
+                "selected": cmp.choices[str(r.unit.mode)].learning_rate == r.unit.learning_rate,
+                "at_edge": cmp.choices[str(r.unit.mode)].edge,
             }
             for r in cmp.records
             if r.unit.phase == "sweep"
