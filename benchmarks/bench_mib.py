@@ -55,7 +55,7 @@ from mathcircuits.circuit import (
     plant_copy,
 )
 from mathcircuits.data import GenerationConfig, filter_correct, generate_pairs, load_templates, score_pairs
-from mathcircuits.models import block_structure, from_hf, load_model, tiny_model
+from mathcircuits.models import UnsupportedFamilyError, block_structure, from_hf, load_model, tiny_model
 
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_peers import compare as direct_path_compare  # noqa: E402
@@ -212,6 +212,13 @@ def run_task(model, name: str, operation: str, args, extras: bool) -> dict:
     print(f"[{name} {operation}] {len(ds)} correct pairs ({t_pairs:.0f} s): {len(score)} to score, "
           f"{len(evaluate)} to evaluate; {_load()}", flush=True)  # fmt: skip
     task: dict = {"model": name, "operation": operation, "templates": templates, "rows": []}
+    if block_structure(model).attn_out_norm is not None:  # e.g. Gemma 3: MIB's curves are undefined at edge level
+        try:  # the library's own refusal, in its words (the masked run refuses before any forward)
+            mib_scores(model, evaluate.select([0]), random_scores(model, args.seed), n_boot=10)
+        except UnsupportedFamilyError as err:
+            task["refused"] = str(err)
+            print(f"  edges refused: {err}", flush=True)
+            return task
     makers = {
         "exact": lambda: discovery_scores(
             discover_circuit(model, score, max_seconds=args.discover_seconds, batch_size=8), model, args.seed
@@ -318,6 +325,8 @@ def markdown(out: dict) -> str:
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for t in out["tasks"]:
+        if t.get("refused"):
+            lines.append(f"| {t['model']} | {t['operation']} | (all) | refused: {t['refused']} | | | | | |")
         for r in t["rows"]:
             lines.append(
                 f"| {t['model']} | {t['operation']} | {r['method']} | {_fmt(r['cpr'])} | {_fmt(r['cmd'])} | "
