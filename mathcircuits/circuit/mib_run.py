@@ -188,7 +188,8 @@ def masked_run(
             f"{model.spec.describe()} normalises attention's output before the residual add, so one head's write is "
             "not additive and edge patching is undefined there. ",
             "score its heads and MLPs at node level with path_patch (each sender to the logits), or compare edge "
-            "rankings on a family whose attention output enters the residual stream unnormalised (Llama, Qwen2, GPT-2).",
+            "rankings on a family whose attention output enters the residual stream unnormalised (Llama, Qwen2, "
+            "GPT-2).",
         )
     store = {} if store is None else store
     B, start = batch.tokens.shape[0], values.start
