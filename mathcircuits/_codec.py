@@ -215,10 +215,10 @@ def _decode(value: Any, tp: Any, where: str) -> Any:
             raise FieldError(f"field {where!r} should be a {tp.__name__} (a dict of its fields) but is {_show(value)}")
         from_dict = getattr(tp, "from_dict", None)
         try:
-            # a nested value class may migrate its own fields in from_dict(d); saved results nest as plain fields
+            # a nested value class may read itself in from_dict(d); saved results nest as plain fields
             return (
                 from_dict(value)
-                if callable(from_dict) and not hasattr(tp, "upgrade")
+                if callable(from_dict) and not getattr(tp, "NESTS_AS_FIELDS", False)
                 else decode_fields(tp, value, where)
             )
         except FieldError as err:

@@ -24,11 +24,10 @@ dataclasses (a :class:`~mathcircuits.models.ModelSpec`, parameter slices).
 * **Printing.** ``repr(result)`` is one short line and, in a notebook, ``_repr_html_`` a small
   table: the items of :meth:`SavedResult.summary_items` (each result says what matters: top
   heads, pairs, metric ...), never a tensor's values.
-* **Older files.** Version 1 is what mathcircuits wrote before this protocol
-  (unversioned ``.pt`` files with ``__kind__``/``fields``, and JSON with
-  ``kind``/``version: 1``). Such a file is read when its fields still fit (a
-  class can migrate them in :meth:`SavedResult.upgrade`); otherwise the error
-  says it was written by an older version and which stage to re-run.
+* **Older files.** No format is migrated before 1.0: a file of an older format
+  version (including the headers of version 1: unversioned ``.pt`` files with
+  ``__kind__``/``fields``, JSON with ``kind``/``version: 1``) is refused with an
+  error that says so and names the stage to re-run.
 """
 
 from __future__ import annotations
@@ -142,19 +141,22 @@ def _from_payload(cls: type[T], payload: Any, source: str) -> T:
             f"{source} was written by a newer mathcircuits (format version {version}; this one reads up to {latest}). ",
             f"upgrade mathcircuits, or {_rerun(cls)}.",
         )
+    if version < latest:
+        raise ResultFileError(
+            f"{source} was written by an older mathcircuits (format version {version}; this one reads version "
+            f"{latest}). ",
+            f"{_rerun(cls)}.",
+        )
     derived = {k: fields.pop(k) for k in getattr(cls, "DERIVED", ()) if k in fields}
     try:
-        if version < latest:
-            fields = cls.upgrade(version, fields)  # type: ignore[attr-defined]
         value = decode_fields(cls, fields)
         for k, v in derived.items():
             if getattr(value, k) != v:
                 raise FieldError(f"its {k} is {v!r}, but its fields give {getattr(value, k)!r} (edited by hand?)")
         return value
     except FieldError as err:
-        older = f"was written by an older mathcircuits (format version {version}) and " if version < latest else ""
         problem = problem_of(err)  # the file's fix is to re-run, not the field's own fix
-        raise ResultFileError(f"{source} {older}does not fit a {name}: {problem}. ", f"{_rerun(cls)}.") from None
+        raise ResultFileError(f"{source} does not fit a {name}: {problem}. ", f"{_rerun(cls)}.") from None
 
 
 def save_result(obj: Any, path: str | os.PathLike) -> Path:
@@ -197,10 +199,14 @@ def load_result(cls: type[T], path: str | os.PathLike) -> T:
 class SavedResult:
     """Mixin for frozen result dataclasses: one versioned save/load protocol (see the module docstring).
 
-    Class attributes a subclass may set: ``VERSION`` (bump it when fields change, and migrate older
-    files in :meth:`upgrade`), ``STAGE`` (the pipeline stage that writes it, named in error fixes) and
-    ``DERIVED`` (properties also written for human readers; on load they must equal the recomputed value).
+    Class attributes a subclass may set: ``VERSION`` (bump it when fields change: files of an older
+    version are refused, naming the stage to re-run), ``STAGE`` (the pipeline stage that writes it, named in
+    error fixes) and ``DERIVED`` (properties also written for human readers; on load they must equal the
+    recomputed value).
     """
+
+    #: Nested inside another saved value, its fields are stored in place (no header of its own).
+    NESTS_AS_FIELDS: ClassVar[bool] = True
 
     VERSION: ClassVar[int] = 2
     STAGE: ClassVar[str] = ""
@@ -225,11 +231,6 @@ class SavedResult:
         if isinstance(d, dict):
             d = tensors_from_json(d)
         return _from_payload(cls, d, source)
-
-    @classmethod
-    def upgrade(cls, version: int, fields: dict[str, Any]) -> dict[str, Any]:
-        """Migrate the fields of a file of an older format ``version`` (default: unchanged)."""
-        return fields
 
     def save(self, path: str | os.PathLike) -> Path:
         """Write the value to ``path`` atomically (JSON for ``*.json``, else ``.pt``). Returns the path."""

@@ -276,21 +276,6 @@ def test_planted_circuit_knockout_with_aligned_ablations(planted, ablation):
     assert ko.ranked_accuracy[1] <= 0.3 and float(ko.random_accuracy[:, 1].max()) >= 0.9
 
 
-def test_knockout_result_of_version_2_loads_as_the_position_free_mean(tmp_path):
-    ko = KnockoutResult(
-        ks=[0, 1], ranked_accuracy=[1.0, 0.5], random_accuracy=torch.ones(2, 2), baseline_accuracy=1.0,
-        operation="add", ablation="resample",
-    )  # fmt: skip
-    path = ko.save(tmp_path / "ko.pt")
-    payload = torch.load(path, weights_only=True)
-    assert payload["__version__"] == 3 and payload["ablation"] == "resample"
-    del payload["ablation"]
-    payload["__version__"] = 2
-    torch.save(payload, path)
-    old = KnockoutResult.load(path)
-    assert old.ablation == "mean" and old.ranked_accuracy == [1.0, 0.5]
-
-
 def test_knockout_rejects_unknown_ablation_and_bad_ks(planted):
     model, ds, res = planted
     with unchecked(), pytest.raises(ValueError, match="ablation"):

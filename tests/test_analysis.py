@@ -103,13 +103,10 @@ def test_sink_free_shares_renormalise_the_attention_off_the_sink(tiny, tmp_path)
     sf, b = res.sink_free()
     assert sf[0, 0].tolist() == pytest.approx([0.5, 0.25]) and b[0].tolist() == pytest.approx([0.4, 0.2])
     assert torch.isnan(sf[0, 1]).all()  # all on the sink: nothing left to share out
-    old = res.to_dict() | {"__version__": 2}
-    for k in ("sink", "sink_baselines"):
-        old.pop(k)
-    legacy = AttentionByRole.from_dict(old)  # a file written before the sink was measured still loads
-    assert legacy.sink is None and AttentionByRole.load(res.save(tmp_path / "a.pt")).sink is not None
+    assert AttentionByRole.load(res.save(tmp_path / "a.pt")).sink is not None
+    unmeasured = AttentionByRole(**{**res.__dict__, "sink": None, "sink_baselines": None})
     with pytest.raises(ValueError, match="re-run analyze"):
-        legacy.sink_free()
+        unmeasured.sink_free()
 
 
 # ---------------------------------------------------------------- attention by role on the tiny model

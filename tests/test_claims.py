@@ -450,17 +450,6 @@ def test_mlp_margin_intervals_cover_a_known_margin_at_nominal_rate():
     assert lo - 0.02 <= hits / (20 * n_sims) <= hi
 
 
-def test_key_components_of_version_2_load_without_stability(tmp_path):
-    k = KeyComponents(model=BIG, heads=((9, 1),), head_scores=(-0.1,))
-    d = k.to_dict()
-    d["__version__"] = 2
-    for name in [f for f in d if f.startswith("stability")]:
-        del d[name]
-    old = KeyComponents.from_dict(d)
-    assert not old.has_stability and old.heads == ((9, 1),)
-    assert math.isnan(old.to_dataframe().stability[0])
-
-
 def test_selection_stability_sees_a_head_that_comes_and_goes():
     gen = torch.Generator().manual_seed(0)
     per_pair = 0.05 * torch.randn(24, 20, 10, generator=gen)

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from mathcircuits import ResultFileError
-from mathcircuits.ablation import HeadMeans, KnockoutResult
+from mathcircuits.ablation import HeadMeans
 from mathcircuits.finetune import SliceSet, head_slices
 from mathcircuits.models import ModelSpec, load_hf_model
 from mathcircuits.patching import KeyComponents, PatchingResult, PatchSettings, SelectionConfig, SelectionSource
@@ -172,57 +172,25 @@ def test_every_bad_file_names_the_file_the_problem_and_the_fix(tmp_path, make):
         cls.load(tmp_path)
 
 
-def test_files_of_the_unversioned_format_still_load(tmp_path):
-    """What the old ``save_result`` wrote: ``{"__kind__": name, "fields": {...}}`` with tuples marked."""
+def test_files_of_an_older_format_are_refused_with_the_stage_to_rerun(tmp_path):
+    """No format is migrated before 1.0 (issue #38): the old headers are recognised and refused, naming the stage."""
     res = _patching()
-    fields = {
-        "head_effects": res.head_effects,
-        "mlp_effects": res.mlp_effects,
-        "metric": res.metric,
-        "method": res.method,
-        "model": SPEC.to_dict() | {"model_type": ""},
-        "n_pairs": 4,
-        "pair_ids": [0, 1, 2, 3],
-        "operations": ["add"],
-        "clean_logit_mean": float("nan"),
-        "per_pair_heads": res.per_pair_heads,
-        "per_pair_mlps": None,
-        "seconds": 1.5,
-        "settings": {"senders": {"__tuple__": ["heads", "mlps"]}, "batch_size": 4, "chunk_rows": 64},
-    }
-    torch.save({"__kind__": "PatchingResult", "fields": fields}, tmp_path / "old.pt")
-    back = PatchingResult.load(tmp_path / "old.pt")
-    assert back.settings == res.settings and torch.equal(back.head_effects, res.head_effects)
-    key = _key()
-    v1 = {
-        "kind": "mathcircuits.KeyComponents",
-        "version": 1,
-        "model": SPEC.to_dict(),
-        "heads": [[2, 1], [0, 0]],
-        "mlps": [1],
-        "head_scores": [-0.3, -0.1],
-        "mlp_scores": [-0.2],
-        "rule": "topk",
-        "rule_params": {"k": 2},
-        "source": {"operations": ["add"]},
-    }
+    torch.save({"__kind__": "PatchingResult", "fields": {"n_pairs": 4}}, tmp_path / "old.pt")  # unversioned .pt
+    v1 = {"kind": "mathcircuits.KeyComponents", "version": 1, "heads": [[2, 1], [0, 0]], "mlps": [1]}  # JSON v1
     (tmp_path / "key_v1.json").write_text(json.dumps(v1))
-    assert KeyComponents.load(tmp_path / "key_v1.json") == key
-    data = {"operations": {"__tuple__": ["add", "sub"]}, "template_ids": {"__tuple__": ["add_eq_1"]}, "seed": 3}
-    v3 = {**v1, "version": 3, "source": {"operations": ["add"], "data": data}}  # a run folder of before #22
-    (tmp_path / "key_v3.json").write_text(json.dumps(v3))
-    got = KeyComponents.load(tmp_path / "key_v3.json").source.data
-    assert (got.operations, got.template_ids, got.seed) == (("add", "sub"), ("add_eq_1",), 3)
-    torch.save(
-        {"__kind__": "HeadMeans", "fields": {"means": torch.ones(3, 2, 4), "n_prompts": 2, "source": "cf"}},
-        tmp_path / "means.pt",
-    )
-    means = HeadMeans.load(tmp_path / "means.pt")  # v1 recorded no model: loads without identity
-    assert means.model is None and means.n_prompts == 2
-    torch.save({"__kind__": "KnockoutResult", "fields": {"ks": [0, 1]}}, tmp_path / "ko.pt")
-    old_ko = r"older mathcircuits .*lacks field.*ranked_accuracy.*mathcircuits validate"
-    with pytest.raises(ResultFileError, match=old_ko):
-        KnockoutResult.load(tmp_path / "ko.pt")
+    older = {**res.to_dict(), "__version__": PatchingResult.VERSION - 1}  # the current header, one version back
+    torch.save(older, tmp_path / "older.pt")
+    for cls, path, stage in (
+        (PatchingResult, tmp_path / "old.pt", "identify"),
+        (KeyComponents, tmp_path / "key_v1.json", "identify"),
+        (PatchingResult, tmp_path / "older.pt", "identify"),
+    ):
+        with pytest.raises(ResultFileError) as info:
+            cls.load(path)
+        msg = str(info.value)
+        assert str(path) in msg and "older mathcircuits (format version" in msg, msg
+        assert f"this one reads version {cls.VERSION}" in msg and f"mathcircuits {stage} --force" in msg, msg
+    assert PatchingResult.load(res.save(tmp_path / "now.pt")).settings == res.settings  # the current format loads
 
 
 def test_slices_of_the_old_format_ask_for_a_rerun_and_new_ones_check_their_counts(tmp_path):
@@ -241,7 +209,7 @@ def test_slices_of_the_old_format_ask_for_a_rerun_and_new_ones_check_their_count
         "model": facts,
     }
     (tmp_path / "old.json").write_text(json.dumps(old))
-    with pytest.raises(ResultFileError, match=r"older mathcircuits.*lacks field.*d_mlp.*mathcircuits finetune --force"):
+    with pytest.raises(ResultFileError, match=r"older mathcircuits.*mathcircuits finetune --force"):
         SliceSet.load(tmp_path / "old.json")
     (tmp_path / "edited.json").write_text(json.dumps({**d, "n_tuned": d["n_tuned"] + 1}))
     with pytest.raises(ResultFileError, match="n_tuned"):

@@ -137,11 +137,6 @@ class RandomControl(SavedResult):
     STAGE = "validate"
     VERSION = 3
 
-    @classmethod
-    def upgrade(cls, version: int, fields: dict[str, Any]) -> dict[str, Any]:
-        """Version 2 did not count the possible sets (its draws were with replacement): -1, unknown."""
-        return {**fields, "n_possible": -1} if version < 3 else fields
-
     @property
     def exhaustive(self) -> bool:
         """Whether the draws are every depth-matched set there is (the null is exact, not sampled)."""

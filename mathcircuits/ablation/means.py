@@ -51,11 +51,6 @@ class HeadMeans(SavedResult):
                 "compute them with head_means() on a non-empty dataset.",
             )
 
-    @classmethod
-    def upgrade(cls, version: int, fields: dict[str, Any]) -> dict[str, Any]:
-        """Version 1 did not record the model: such means load without identity (their shape is still checked)."""
-        return {"model": None, **fields}
-
     def check_model(self, model: ModelSpec | HookedModel | nn.Module) -> None:
         """Refuse a model other than the one the means were taken on.
 

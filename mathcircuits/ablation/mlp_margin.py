@@ -62,11 +62,6 @@ class MLPMargin(SavedResult):
     STAGE = "validate"
     VERSION = 3
 
-    @classmethod
-    def upgrade(cls, version: int, fields: dict[str, Any]) -> dict[str, Any]:
-        """Version 2 measured no random head sets."""
-        return {**fields, "random_heads": [], "random_ablated": None} if version < 3 else fields
-
     def __post_init__(self) -> None:
         n = len(self.pair_ids)
         if tuple(self.clean_margin.shape) != (n,) or tuple(self.ablated_margin.shape) != (n,):

@@ -18,7 +18,6 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
-from mathcircuits._codec import FieldError
 from mathcircuits._io import SavedResult
 from mathcircuits.ablation.hooks import Ablation, Scope
 from mathcircuits.models.heads import Head
@@ -49,11 +48,6 @@ class KnockoutResult(SavedResult):
 
     STAGE = "validate"
     VERSION = 3
-
-    @classmethod
-    def upgrade(cls, version: int, fields: dict[str, Any]) -> dict[str, Any]:
-        """Versions before 3 had one ablation, the position-free mean."""
-        return {"ablation": "mean", **fields}
 
     def to_dataframe(self):
         """One row per k: ranked accuracy with its Wilson 95% interval over the ``n_pairs`` pairs
@@ -165,16 +159,6 @@ class TransferResult(SavedResult):
 
     STAGE = "validate"
     VERSION: ClassVar[int] = 4
-
-    @classmethod
-    def upgrade(cls, version: int, fields: dict[str, Any]) -> dict[str, Any]:
-        """Versions 1–2 measured transfer on every item, right or wrong; version 3 drew random heads anywhere
-        (key heads included, any depth): none can be read against the depth-matched null."""
-        if version == 3:
-            raise FieldError("its random heads were drawn from all heads at any depth (no depth-matched null)")
-        raise FieldError(
-            "it measured transfer on every item (also those the clean model gets wrong) and has no intervals"
-        )
 
     def measured(self) -> list[TransferRow]:
         """The rows whose set the clean model answers well enough to measure transfer on."""

@@ -88,11 +88,6 @@ class AttentionByRole(SavedResult):
     STAGE = "analyze"
     VERSION = 3
 
-    @classmethod
-    def upgrade(cls, version: int, fields: dict[str, Any]) -> dict[str, Any]:
-        """Files before version 3 did not measure the sink: they load without it."""
-        return {"sink": None, "sink_baselines": None} | dict(fields)
-
     def __post_init__(self) -> None:
         object.__setattr__(self, "heads", tuple(Head.of(h) for h in self.heads))
         n = self.shares.shape[0]

@@ -14,7 +14,7 @@ from __future__ import annotations
 import enum
 import math
 from dataclasses import dataclass
-from typing import Any, Literal, get_args
+from typing import Literal, get_args
 
 import pandas as pd
 
@@ -133,14 +133,6 @@ class ClaimsCard(SavedResult):
     confidence: float = DEFAULT_CONFIDENCE
     seed: int = 0
     settings: CardSettings = CardSettings()
-
-    @classmethod
-    def upgrade(cls, version: int, fields: dict[str, Any]) -> dict[str, Any]:
-        """Version 2 claims had no interval method or test count: ``none`` and 0."""
-        if version < 3:
-            extra = {"interval": "none", "n_tests": 0, "correction": "none"}
-            fields = {**fields, "claims": [extra | dict(c) for c in fields.get("claims", [])]}
-        return fields
 
     def __getitem__(self, claim_id: str) -> Claim:
         for c in self.claims:

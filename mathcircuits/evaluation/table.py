@@ -112,14 +112,6 @@ class EvalResult(SavedResult):
                     f"is {self.accuracy[b]:.4f}; build both from the same scores (EvalResult.from_scores)."
                 )
 
-    @classmethod
-    def upgrade(cls, version: int, fields: dict[str, Any]) -> dict[str, Any]:
-        """Version 2 files had no per-item outcomes: they load with an empty ``item_correct``. Versions 2–3 kept the
-        settings as a free dict (``{}`` when none)."""
-        fields = {"item_correct": {}} | dict(fields)
-        fields["settings"] = fields.get("settings") or None
-        return fields
-
     def interval(self, benchmark: str, confidence: float = DEFAULT_CONFIDENCE):
         """The Wilson interval of one benchmark's accuracy (an :class:`~mathcircuits.stats.Interval`).
 

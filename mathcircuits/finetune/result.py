@@ -40,13 +40,6 @@ class SFTResult(SavedResult):
     resumed_from: str | None = None
     slices: SliceSet | None = None  # the tuned slices of precise SFT
 
-    @classmethod
-    def upgrade(cls, version: int, fields: dict[str, object]) -> dict[str, object]:
-        """Versions 1–2 kept the slices as a saved SliceSet's dict (``{}`` without slices)."""
-        saved = fields.get("slices")
-        fields["slices"] = SliceSet.from_dict(saved, "its slices") if isinstance(saved, dict) and saved else None
-        return fields
-
     def to_dataframe(self) -> pd.DataFrame:
 
         return pd.DataFrame(list(self.loss_history), columns=["step", "loss"])

@@ -110,15 +110,6 @@ class SliceSet(SavedResult):
     n_model_params: int
     kv_groups: tuple[tuple[int, int], ...] = field(default=())  # (layer, group) whose K/V are tuned
 
-    @classmethod
-    def upgrade(cls, version: int, fields: dict[str, Any]) -> dict[str, Any]:
-        """Version 1 also stored the derived per-slice ``n_params``: drop it."""
-        if isinstance(fields.get("slices"), list):
-            fields["slices"] = [
-                {k: v for k, v in s.items() if k != "n_params"} if isinstance(s, dict) else s for s in fields["slices"]
-            ]
-        return fields
-
     @property
     def n_tuned(self) -> int:
         return sum(s.n_params for s in self.slices)

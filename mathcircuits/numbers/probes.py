@@ -45,7 +45,6 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -155,16 +154,6 @@ class ProbeResult(SavedResult):
 
     STAGE = "numbers"
     VERSION = 3
-
-    @classmethod
-    def upgrade(cls, version: int, fields: dict[str, Any]) -> dict[str, Any]:
-        """Files before version 3 did not record ``token_periods``: a multi-token reading there was the units
-        digit (every tokenizer mathcircuits met splits 0–99 into digits), which fixes the divisors of 10."""
-        if "token_periods" not in fields:
-            mods = [int(t.split()[1]) for t in fields.get("targets", ()) if str(t).startswith("mod ")]
-            split = fields.get("tokenization") == "multi-token"
-            fields = dict(fields) | {"token_periods": [t for t in mods if split and 10 % t == 0]}
-        return fields
 
     def _t(self, target: str) -> int:
         if target not in self.targets:

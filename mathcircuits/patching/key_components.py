@@ -15,7 +15,7 @@ import math
 import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, get_args
+from typing import get_args
 
 import pandas as pd
 from torch import nn
@@ -36,15 +36,6 @@ RULES: tuple[str, ...] = get_args(Rule)  # the choices, read off the Literal the
 
 class SelectionError(FixableError, ValueError):
     """A key-component selection does not fit the model or the request."""
-
-
-def _untuple(value: Any) -> Any:
-    """A value of an old free dict with the codec's tuple markers (``{"__tuple__": [...]}``) as plain lists."""
-    if isinstance(value, dict) and set(value) == {"__tuple__"}:
-        return [_untuple(v) for v in value["__tuple__"]]
-    if isinstance(value, list):
-        return [_untuple(v) for v in value]
-    return value
 
 
 @dataclass(frozen=True)
@@ -103,31 +94,6 @@ class KeyComponents(SavedResult):
     stability_depths: tuple[float, ...] = ()
     stability_n_boot: int = 0
     stability_seed: int = 0
-
-    @classmethod
-    def upgrade(cls, version: int, fields: dict[str, Any]) -> dict[str, Any]:
-        """Versions 1–2 had no stability: they load with none (re-run identify to measure it). Versions 1–3 kept
-        the rule and its parameters apart (``rule``, ``rule_params``) and the source as a free dict."""
-        none = {"stability": (), "stability_others": {}, "stability_sizes": (), "stability_depths": ()}
-        fields = {**none, "stability_n_boot": 0, "stability_seed": 0, **fields}
-        if "selection" not in fields:  # the rule's name and its parameters → the SelectionConfig (defaults filled)
-            rule, params = fields.pop("rule", "zscore"), dict(fields.pop("rule_params", {}) or {})
-            known = {f.name for f in dataclasses.fields(SelectionConfig)}
-            chosen = {k: v for k, v in params.items() if k in known and k != "rule"}
-            fields["selection"] = (
-                dataclasses.asdict(SelectionConfig()) | {"rule": rule} | chosen if rule in RULES else None
-            )
-        src = fields.get("source")
-        if isinstance(src, dict) and set(src) != {f.name for f in dataclasses.fields(SelectionSource)}:
-            gen = {f.name for f in dataclasses.fields(GenerationConfig)}
-            data = src.get("data")
-            # the free dict kept tuples as the codec writes them ({"__tuple__": [...]}): plain lists for the config
-            data = {k: _untuple(v) for k, v in data.items() if k in gen} if isinstance(data, dict) else None
-            src = {**src, "data": data}
-            fields["source"] = dataclasses.asdict(SelectionSource()) | {
-                k: v for k, v in src.items() if k in {f.name for f in dataclasses.fields(SelectionSource)}
-            }
-        return fields
 
     @property
     def rule(self) -> str:

@@ -215,17 +215,6 @@ class PatchingResult(SavedResult):
         return share, lo, hi
 
     @classmethod
-    def upgrade(cls, version: int, fields: dict[str, Any]) -> dict[str, Any]:
-        """Versions 1–2 had no intervals: they are recomputed from the per-pair effects when those were kept.
-        Version 3 had no total effect, exclusion count or templates: its intervals were over pairs.
-        Versions 1–4 kept no pair fingerprints (a knockout on the patched pairs is then not recognised)."""
-        new = {"head_low": None, "head_high": None, "mlp_low": None, "mlp_high": None}
-        new |= {"confidence": DEFAULT_CONFIDENCE, "ci_n_boot": DEFAULT_N_BOOT, "ci_seed": 0}
-        new |= {"per_pair_total": None, "n_excluded": 0, "pair_templates": [], "pair_operations": []}
-        new |= {"ci_method": "bootstrap", "pair_keys": []}
-        return {**new, **fields, "settings": fields.get("settings") or None}
-
-    @classmethod
     def merge(cls, parts: Sequence[PatchingResult], pair_ids: Sequence[int] | None = None) -> PatchingResult:
         """One result over the pairs of several (e.g. one per operation): what one run over all of them gives.
 
