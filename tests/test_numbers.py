@@ -337,8 +337,9 @@ def test_numbers_config_checks_itself():
 
 
 def test_figures_of_every_result(embedded_models, adder_runs):
-    from mathcircuits.report import NumberResults, ReportParts, report_figures, report_html
-    from mathcircuits.viz import numbers_figures, reading_numbers
+    from mathcircuits.numbers import NumberResults
+    from mathcircuits.report import ReportParts, reading_numbers, report_figures, report_html
+    from mathcircuits.viz import numbers_figures
 
     states = embedded_models["period10"][1]
     parts = {
@@ -348,12 +349,13 @@ def test_figures_of_every_result(embedded_models, adder_runs):
         "helix_patch": _patch((0.5, 0.2, 0.8), (1.5, 1.2, 1.8)),
         "neurons": adder_runs[(True, 128)][2],
     }
-    figs = numbers_figures(parts)
+    numbers = NumberResults(**parts)
+    figs = numbers_figures(numbers)
     assert set(figs) == {"numbers_spectrum", "numbers_kappa", "numbers_helix_planes", "numbers_helix_patch",
                          "numbers_grid_heatmaps", "numbers_neuron_topk"}  # fmt: skip
     assert all(len(f.data) > 0 for f in figs.values())
-    assert "last token" in reading_numbers(parts) and "Makelov" in reading_numbers(parts)
-    report = ReportParts(numbers=NumberResults(**parts))
+    assert "last token" in reading_numbers(numbers) and "Makelov" in reading_numbers(numbers)
+    report = ReportParts(numbers=numbers)
     assert 'id="numbers"' in report_html(report) and set(figs) <= set(report_figures(report))
     assert 'id="numbers"' not in report_html(ReportParts())  # no results, no section
     assert math.isfinite(float(parts["helix"].r2[0]))

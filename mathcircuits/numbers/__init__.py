@@ -20,6 +20,7 @@ explains the methods and docs/claims.md the claims N1–N3.
 """
 
 from mathcircuits.numbers.ablation import LayerTopK, NeuronKnockout
+from mathcircuits.numbers.collected import NumberResults
 from mathcircuits.numbers.components import logit_spectra
 from mathcircuits.numbers.config import NumbersConfig
 from mathcircuits.numbers.grid import GridCapture, capture_grid, operand_grid
@@ -34,14 +35,15 @@ from mathcircuits.numbers.spectra import Spectrum, frequency_spectrum, number_sp
 from mathcircuits.numbers.states import NumberStates, number_contexts, number_states
 
 __all__ = [
-    "HEURISTIC_KINDS",
     "GridCapture",
+    "HEURISTIC_KINDS",
     "HelixPatchResult",
     "HelixResult",
     "Heuristic",
     "LayerTopK",
     "NeuronKnockout",
     "NeuronResult",
+    "NumberResults",
     "NumberStates",
     "NumbersConfig",
     "ProbeResult",

@@ -4,18 +4,19 @@
   (every figure of them, built once);
 * :mod:`.readings` — the paragraph above each figure, written from the result values;
 * :mod:`.sections` — one renderer per section, typed results in;
-* :mod:`.numbers` — the numbers stage's results (:class:`NumberResults`) and their section;
+* :mod:`.numbers` — the section of the numbers stage's results (:class:`~mathcircuits.numbers.NumberResults`);
 * :mod:`.html` — the page builder, its style, values as readable text and tables;
 * :mod:`.build` — :func:`report_html` and :func:`build_report`.
 """
 
 from mathcircuits.report.build import build_report, report_html
 from mathcircuits.report.html import CARD_END_COLOUR, Page, accuracy_with_intervals, claims_table, kv_table, plain_text
-from mathcircuits.report.numbers import NumberResults, numbers_section
+from mathcircuits.report.numbers import numbers_section
 from mathcircuits.report.parts import ReportParts, report_figures
 from mathcircuits.report.readings import (
     reading_attention,
     reading_knockout,
+    reading_numbers,
     reading_patching,
     reading_probes,
     reading_stability,
@@ -27,7 +28,6 @@ from mathcircuits.report.sections import VERDICT_CLASS, render_sections
 __all__ = [
     "CARD_END_COLOUR",
     "VERDICT_CLASS",
-    "NumberResults",
     "Page",
     "ReportParts",
     "accuracy_with_intervals",
@@ -38,6 +38,7 @@ __all__ = [
     "plain_text",
     "reading_attention",
     "reading_knockout",
+    "reading_numbers",
     "reading_patching",
     "reading_probes",
     "reading_stability",

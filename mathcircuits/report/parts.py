@@ -19,8 +19,8 @@ from mathcircuits.circuit import Circuit, Faithfulness
 from mathcircuits.circuit.subcircuits import top_circuit
 from mathcircuits.claims import ClaimsCard
 from mathcircuits.models import ModelSpec
+from mathcircuits.numbers import NumberResults
 from mathcircuits.patching import KeyComponents, PatchingResult
-from mathcircuits.report.numbers import NumberResults
 from mathcircuits.viz import (
     attention_excess,
     attention_role_distributions,
@@ -78,7 +78,7 @@ class ReportParts:
         comparison_sweep: the fair SFT comparison's sweep (``compare/sweep.csv``).
         comparison_table: per mode at its chosen rate: change against base with intervals over items and seeds
             (:func:`~mathcircuits.finetune.effects_table`, indexed by mode).
-        numbers: the numbers stage's results (:class:`~mathcircuits.report.numbers.NumberResults`).
+        numbers: the numbers stage's results (:class:`~mathcircuits.numbers.NumberResults`).
         comparison_points: one row per trained unit (:func:`~mathcircuits.finetune.pareto_points`): the Pareto figure.
         comparison_power: the comparison's power statement (the smallest precise − full difference it detects).
         extra_figures: more figures, ``{title: figure}``.
@@ -226,5 +226,5 @@ def report_figures(parts: ReportParts) -> dict[str, go.Figure]:
         if parts.comparison_sweep is not None:
             figs["compare_sweep"] = sft_sweep_curves(parts.comparison_sweep)
     if parts.numbers:
-        figs.update(numbers_figures(parts.numbers.as_dict()))
+        figs.update(numbers_figures(parts.numbers))
     return figs

@@ -16,12 +16,14 @@ import torch
 from mathcircuits.ablation import KnockoutResult, TransferResult
 from mathcircuits.analysis import AttentionByRole, MLPProbeResult
 from mathcircuits.models import Head
+from mathcircuits.numbers import NumberResults
 from mathcircuits.patching import KeyComponents, PatchingResult
 from mathcircuits.stats import format_points, format_share, wilson_interval
 
 __all__ = [
     "reading_attention",
     "reading_knockout",
+    "reading_numbers",
     "reading_patching",
     "reading_probes",
     "reading_stability",
@@ -266,3 +268,29 @@ def reading_probes(result: MLPProbeResult) -> str:
         f"the answer top-1 for most pairs from {name(lens.value)} ({name(lens.low)} to {name(lens.high)}). "
         "Bars carry bootstrap intervals, the top-1 share Wilson intervals; cosine panels show the spread (± std)."
     )
+
+
+def reading_numbers(numbers: NumberResults) -> str:
+    """One paragraph on the numbers stage: where numbers are read, the periods, κ, the helix and the neurons."""
+    sp, pr, hx, hp, nr = numbers.spectra, numbers.probes, numbers.helix, numbers.helix_patch, numbers.neurons
+    text = []
+    if sp is not None:
+        bands = "; ".join(f"{b}: {', '.join(f'{p:g}' for p in ps) or 'none'}" for b, ps in sp.bands().items())
+        text.append(
+            f"Numbers are read at their last token ({sp.reading}). Periods above the shuffled-order null, per "
+            f"band of depths: {bands}. The tokenizer baseline ({sp.baseline}) already shows "
+            f"{', '.join(f'{p:g}' for p in sp.baseline_periods) or 'no period'}."
+        )
+    if pr is not None:
+        ks = "; ".join(f"{t} {pr.best(t)['score'].format('{:.2f}')} at depth {pr.best(t)['depth']}" for t in pr.targets)
+        text.append(f"Best probe scores (95% bootstrap intervals): {ks}.")
+    if hx is not None:
+        text.append(f"Helix: {hx.headline()}.")
+    if hp is not None:
+        text.append(
+            f"Helix patch: {hp.headline()}. A subspace patch can create an effect the whole residual does not "
+            "have (Makelov et al. 2023); read it against the full patch."
+        )
+    if nr is not None:
+        text.append(f"Neurons: {nr.headline()}.")
+    return " ".join(text)

@@ -27,7 +27,6 @@ from mathcircuits.viz.numbers import (
     neuron_topk_curves,
     numbers_figures,
     probe_curves,
-    reading_numbers,
     spectrum_lines,
 )
 from mathcircuits.viz.probes import probe_case_trajectory, probe_similarity_curves
@@ -59,7 +58,6 @@ __all__ = [
     "probe_case_trajectory",
     "probe_curves",
     "probe_similarity_curves",
-    "reading_numbers",
     "require_chromium",
     "save_figure",
     "save_figures",

@@ -2,20 +2,27 @@
 
 Every function takes result values of :mod:`mathcircuits.numbers` (never a model) and
 returns a plotly figure; :func:`numbers_figures` returns them all by file stem, for the
-report stage and static export; :func:`reading_numbers` writes the report's paragraph.
+report stage and static export (the report's paragraph is :func:`mathcircuits.report.readings.reading_numbers`).
 """
 
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import plotly.graph_objects as go
 from plotly.colors import qualitative
 from plotly.subplots import make_subplots
 
 if TYPE_CHECKING:
-    from mathcircuits.numbers import HelixPatchResult, HelixResult, NeuronResult, ProbeResult, Spectrum
+    from mathcircuits.numbers import (
+        HelixPatchResult,
+        HelixResult,
+        NeuronResult,
+        NumberResults,
+        ProbeResult,
+        Spectrum,
+    )
 
 __all__ = [
     "grid_heatmaps",
@@ -24,7 +31,6 @@ __all__ = [
     "neuron_topk_curves",
     "numbers_figures",
     "probe_curves",
-    "reading_numbers",
     "spectrum_lines",
 ]
 
@@ -340,53 +346,27 @@ def neuron_topk_curves(neurons: NeuronResult) -> go.Figure:
     return fig
 
 
-def numbers_figures(parts: dict[str, Any]) -> dict[str, go.Figure]:
-    """Every figure of the numbers stage, by file stem, from the results present in ``parts``.
+def numbers_figures(numbers: NumberResults) -> dict[str, go.Figure]:
+    """Every figure of the numbers stage, by file stem, from the results present.
 
     Args:
-        parts: any of ``spectra``, ``logit_spectra``, ``probes``, ``helix``, ``helix_patch``, ``neurons``.
+        numbers: the numbers stage's results.
 
     Returns:
         ``{stem: figure}`` (e.g. ``numbers_spectrum``, ``numbers_kappa``, ``numbers_helix_planes``).
     """
     out: dict[str, go.Figure] = {}
-    if parts.get("spectra") is not None:
-        out["numbers_spectrum"] = spectrum_lines(parts["spectra"])
-    if parts.get("logit_spectra") is not None:
-        out["numbers_logit_spectrum"] = spectrum_lines(parts["logit_spectra"], list(parts["logit_spectra"].rows[:4]))
-    if parts.get("probes") is not None:
-        out["numbers_kappa"] = probe_curves(parts["probes"])
-    if parts.get("helix") is not None:
-        out["numbers_helix_planes"] = helix_planes(parts["helix"])
-    if parts.get("helix_patch") is not None:
-        out["numbers_helix_patch"] = helix_patch_bars(parts["helix_patch"])
-    if parts.get("neurons") is not None:
-        out["numbers_grid_heatmaps"] = grid_heatmaps(parts["neurons"])
-        out["numbers_neuron_topk"] = neuron_topk_curves(parts["neurons"])
+    if numbers.spectra is not None:
+        out["numbers_spectrum"] = spectrum_lines(numbers.spectra)
+    if numbers.logit_spectra is not None:
+        out["numbers_logit_spectrum"] = spectrum_lines(numbers.logit_spectra, list(numbers.logit_spectra.rows[:4]))
+    if numbers.probes is not None:
+        out["numbers_kappa"] = probe_curves(numbers.probes)
+    if numbers.helix is not None:
+        out["numbers_helix_planes"] = helix_planes(numbers.helix)
+    if numbers.helix_patch is not None:
+        out["numbers_helix_patch"] = helix_patch_bars(numbers.helix_patch)
+    if numbers.neurons is not None:
+        out["numbers_grid_heatmaps"] = grid_heatmaps(numbers.neurons)
+        out["numbers_neuron_topk"] = neuron_topk_curves(numbers.neurons)
     return out
-
-
-def reading_numbers(parts: dict[str, Any]) -> str:
-    """One paragraph on the numbers stage: where numbers are read, the periods, κ, the helix and the neurons."""
-    sp, pr, hx, hp, nr = (parts.get(k) for k in ("spectra", "probes", "helix", "helix_patch", "neurons"))
-    text = []
-    if sp is not None:
-        bands = "; ".join(f"{b}: {', '.join(f'{p:g}' for p in ps) or 'none'}" for b, ps in sp.bands().items())
-        text.append(
-            f"Numbers are read at their last token ({sp.reading}). Periods above the shuffled-order null, per "
-            f"band of depths: {bands}. The tokenizer baseline ({sp.baseline}) already shows "
-            f"{', '.join(f'{p:g}' for p in sp.baseline_periods) or 'no period'}."
-        )
-    if pr is not None:
-        ks = "; ".join(f"{t} {pr.best(t)['score'].format('{:.2f}')} at depth {pr.best(t)['depth']}" for t in pr.targets)
-        text.append(f"Best probe scores (95% bootstrap intervals): {ks}.")
-    if hx is not None:
-        text.append(f"Helix: {hx.headline()}.")
-    if hp is not None:
-        text.append(
-            f"Helix patch: {hp.headline()}. A subspace patch can create an effect the whole residual does not "
-            "have (Makelov et al. 2023); read it against the full patch."
-        )
-    if nr is not None:
-        text.append(f"Neurons: {nr.headline()}.")
-    return " ".join(text)

@@ -27,7 +27,7 @@ from mathcircuits.circuit import Circuit, Faithfulness
 from mathcircuits.claims import Verdict, assess_claims, precise_definition, with_number_claims, with_unit_claims
 from mathcircuits.evaluation import EvalResult
 from mathcircuits.finetune import SFTResult, UnitComparison, kv_shared_heads
-from mathcircuits.numbers import HelixPatchResult, HelixResult, NeuronResult, ProbeResult, Spectrum
+from mathcircuits.numbers import HelixPatchResult, HelixResult, NeuronResult, NumberResults, ProbeResult, Spectrum
 from mathcircuits.patching import KeyComponents, PatchingResult
 from mathcircuits.pipeline.context import Context, StageSummary
 from mathcircuits.pipeline.facts import FACT_STAGES, FactUse
@@ -35,7 +35,7 @@ from mathcircuits.pipeline.stages import STAGES
 from mathcircuits.pipeline.stages.data import DataSummary
 from mathcircuits.pipeline.stages.identify import IdentifySummary
 from mathcircuits.pipeline.stages.numbers import NumbersSummary
-from mathcircuits.report import NumberResults, ReportParts, build_report, report_figures
+from mathcircuits.report import ReportParts, build_report, report_figures
 from mathcircuits.viz import attention_heads_view, find_chromium, save_figures
 
 __all__ = ["ClaimLine", "ReportSummary", "run"]
