@@ -313,7 +313,8 @@ def evals(precise_math, full_math, precise_gen, base_gen, items=True, base_math=
 
 def test_c6_rule():
     same, worse = [1, 0] * 200, [0] * 400
-    assert claim_c6(evals(same, same, same, same, base_math=worse), n_boot=300).verdict == Verdict.HOLDS
+    holds = claim_c6(evals(same, same, same, same, base_math=worse), n_boot=300)
+    assert holds.verdict == Verdict.HOLDS and holds.interval == "paired_bootstrap"  # the method is on the card
     # full no better than base: "precise matches full" would hold trivially (the old rule said "holds")
     idle = claim_c6(evals(same, same, same, same), n_boot=300, precise="precise = the 2 key heads")
     assert idle.verdict == Verdict.INCONCLUSIVE and idle.measurement.startswith("training had no effect")

@@ -76,6 +76,7 @@ def comparison(math: dict[str, float], generic: dict[str, float] | None = None) 
 def test_c6_holds_fails_and_needs_an_effect():
     holds = claim_c6_units(comparison({"base": 0.2, "precise": 0.6, "full": 0.6}))
     assert holds.verdict == Verdict.HOLDS
+    assert holds.interval == "seed_item_t"  # the card names how the interval was drawn (issue #35)
     assert "precise = the 2 key heads' q/k/v/o slices only, no MLPs" in holds.measurement
     assert "also changes 1 non-key heads" in holds.measurement  # the K/V side effect is printed
     worse = claim_c6_units(comparison({"base": 0.2, "precise": 0.3, "full": 0.6}))
@@ -94,6 +95,7 @@ def test_c6_holds_fails_and_needs_an_effect():
 def test_c6b_holds_fails_and_needs_an_effect():
     beats = claim_c6b(comparison({"base": 0.2, "precise": 0.6, "random": 0.3, "full": 0.6}))
     assert beats.verdict == Verdict.HOLDS and beats.id == "C6b" and "3 draws" in beats.measurement
+    assert beats.interval == "seed_item_t"
     same = claim_c6b(comparison({"base": 0.2, "precise": 0.5, "random": 0.62, "full": 0.6}))
     assert same.verdict == Verdict.FAILS and same.high <= 0  # random heads do as well or better
     idle = claim_c6b(comparison({"base": 0.4, "precise": 0.4, "random": 0.4}))

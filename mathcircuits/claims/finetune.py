@@ -100,4 +100,5 @@ def claim_c6(
         high=d_math.high,
         unit="accuracy difference (points)",
         n=d_math.n,
+        interval=d_math.method,
     )
