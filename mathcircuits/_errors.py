@@ -45,7 +45,7 @@ class FixableError(Exception):
         return None if self._fix is None else " ".join(self._fix.split()).rstrip(". ")
 
     def __reduce__(self):  # pickled (e.g. from a worker process) with both fields, not as one message
-        return (type(self), (self._problem, self._fix))
+        return (_rebuild, (type(self), self._problem, self._fix))
 
 
 class FixableValueError(FixableError, ValueError):
@@ -78,3 +78,10 @@ def problem_of(err: BaseException) -> str:
     if isinstance(err, FixableError):
         return err.problem
     return " ".join(str(err).split()).rstrip(". ") or type(err).__name__
+
+
+def _rebuild(cls: type[FixableError], problem: str, fix: str | None) -> FixableError:
+    """Unpickle with the saved fields as they are (a subclass's own ``__init__`` may reword its arguments)."""
+    err = cls.__new__(cls)
+    FixableError.__init__(err, problem, fix)
+    return err

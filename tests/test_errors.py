@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from mathcircuits import FixableError
+from mathcircuits.numbers import TooFewCorrect
 from mathcircuits.pipeline import ConfigError, is_input_error
 
 PACKAGE = Path(__file__).resolve().parents[1] / "mathcircuits"
@@ -71,6 +72,9 @@ def test_problem_and_fix_are_fields_and_the_message_keeps_the_house_form():
     assert isinstance(err, ValueError)  # `except ValueError` still catches it
     back = pickle.loads(pickle.dumps(err))  # e.g. from a worker process: both fields survive
     assert type(back) is ConfigError and (back.problem, back.fix, str(back)) == (err.problem, err.fix, str(err))
+    few = TooFewCorrect("only 3 of 40 prompts are answered correctly", "use a larger model")  # its own __init__
+    again = pickle.loads(pickle.dumps(few))
+    assert type(again) is TooFewCorrect and str(again) == str(few) and again.problem == few.problem
     whole = ConfigError("--model: x is bad. Fix: use y.")  # a message that carries its fix in its text
     assert whole.fix is None and str(whole) == "--model: x is bad. Fix: use y."
 
