@@ -16,7 +16,9 @@
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import math
+import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -116,3 +118,13 @@ def classify(code: int | None, err: str, words: tuple[str, ...], written: bool) 
         return "silent"
     clear = text.startswith("error: ") and text.count("Fix:") == 1 and all(w in text for w in words)
     return "clear" if clear and code == 2 and not written else "misleading"
+
+
+def script_module(name: str):
+    """``scripts/<name>.py`` imported as module ``name`` (registered first: dataclasses look their module up)."""
+    if name not in sys.modules:
+        path = Path(__file__).resolve().parents[1] / "scripts" / f"{name}.py"
+        spec = importlib.util.spec_from_file_location(name, path)
+        sys.modules[name] = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(sys.modules[name])
+    return sys.modules[name]

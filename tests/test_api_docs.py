@@ -1,18 +1,16 @@
 """docs/api.md is generated from the code by scripts/gen_api_docs.py and must match it."""
 
 import importlib
-import importlib.util
 import re
 from pathlib import Path
+
+from helpers import script_module
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def _generator():
-    spec = importlib.util.spec_from_file_location("gen_api_docs", ROOT / "scripts" / "gen_api_docs.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return script_module("gen_api_docs")
 
 
 def test_api_md_is_up_to_date():

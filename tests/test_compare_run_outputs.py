@@ -2,20 +2,16 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
+from helpers import script_module
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("compare_run_outputs", ROOT / "scripts" / "compare_run_outputs.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return script_module("compare_run_outputs")
 
 
 def _run(folder: Path, effect: float, seconds: float, extra: bool = False) -> Path:

@@ -7,7 +7,6 @@ reference method; the floor is not the issue's arithmetic (≈ 0.017 s per pair 
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import os
@@ -17,15 +16,13 @@ from pathlib import Path
 
 import pytest
 
+from helpers import script_module
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def _module():
-    if "gpu_check" not in sys.modules:  # registered first: dataclasses look their module up
-        spec = importlib.util.spec_from_file_location("gpu_check", ROOT / "scripts" / "gpu_check.py")
-        sys.modules["gpu_check"] = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(sys.modules["gpu_check"])
-    return sys.modules["gpu_check"]
+    return script_module("gpu_check")
 
 
 def test_the_floor_is_the_issues_arithmetic():
