@@ -85,6 +85,11 @@ def _add_common(p: argparse.ArgumentParser, runs: bool = True) -> None:
 class _Parser(argparse.ArgumentParser):
     """argparse, with usage errors in the house form ``error: <problem>. Fix: <fix>`` (exit code 2)."""
 
+    def parse_args(self, args=None, namespace=None):  # type: ignore[override]
+        parsed = super().parse_args(args, namespace)
+        _folders(self, parsed)  # sub-parsers are reached through parse_known_args: the check runs once, here
+        return parsed
+
     def error(self, message: str) -> NoReturn:  # argparse's own messages, which name no fix
         self.refuse(message, f"see `{self.prog} --help`")
 
@@ -245,9 +250,7 @@ def main(argv: list[str] | None = None) -> int:
     Returns:
         The exit code: 0 done, 2 error, 3 internal error, 130 interrupted.
     """
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    _folders(parser, args)  # type: ignore[arg-type]
+    args = build_parser().parse_args(argv)
     try:  # the model libraries load here, after parsing (seconds): Ctrl-C meanwhile is a clean stop too
         from mathcircuits.pipeline.run import InternalError, is_input_error
     except KeyboardInterrupt:
