@@ -42,6 +42,7 @@ from scipy.stats import spearmanr
 from mathcircuits.circuit import (
     INPUT,
     EdgeScores,
+    NodeScores,
     Receiver,
     Sender,
     copy_pairs,
@@ -50,8 +51,11 @@ from mathcircuits.circuit import (
     eap_scores,
     exact_agreement,
     graph_edges,
+    graph_nodes_of,
     ig_convergence,
+    mib_node_scores,
     mib_scores,
+    node_scores,
     plant_copy,
 )
 from mathcircuits.data import GenerationConfig, filter_correct, generate_pairs, load_templates, score_pairs
@@ -104,9 +108,10 @@ def _timed(fn):
     return out, time.perf_counter() - t
 
 
-def _row(method: str, scores: EdgeScores, wall: float, mib) -> dict:
+def _row(method: str, scores, wall: float, mib) -> dict:
     return {
         "method": method,
+        "level": mib.level,
         "cpr": _iv(mib.cpr),
         "cmd": _iv(mib.cmd),
         "score_seconds": wall,
@@ -158,6 +163,28 @@ def _tl_receiver(node, group_size: int) -> Receiver:
     return Receiver(node.kind[0], node.layer, group=node.head // group_size)
 
 
+def tl_node_scores(model, pairs) -> NodeScores:
+    """TransformerLens' node attribution (``EdgeAttributionConfig("node")``: ``(a_clean − a_corrupt) · g``, the
+    gradient on the counterfactual run) of every pair, averaged over pairs and summed over positions per head and
+    MLP (its sign is already "higher: more of the behaviour"); its embedding nodes are left out, as in ours."""
+    from transformer_lens.tools.analysis.attribution_patching import EdgeAttributionConfig, attribution_patch
+
+    rows = _answers_of(pairs, model)
+    total: dict[Sender, float] = {}
+    for tok, cf, first, good, bad in rows:
+
+        def metric(logits, first=first, good=good, bad=bad):
+            return logits[0, first, good] - logits[0, first, bad]
+
+        res = attribution_patch(model.bridge, tok[None], cf[None], metric, EdgeAttributionConfig("node"))
+        for node, x in res.node_scores.items():
+            if node.kind != "embed":
+                s = Sender("head", node.layer, node.head) if node.kind == "attn_head_out" else Sender("mlp", node.layer)
+                total[s] = total.get(s, 0.0) + x / len(rows)
+    nodes = graph_nodes_of(model.spec)
+    return NodeScores(model.spec, nodes, tuple(total.get(s, 0.0) for s in nodes), "imported", 0.0)
+
+
 def _answers_of(pairs, model):
     """Teacher-forced tokens and, per pair, where and between which tokens MIB's logit difference is read."""
     from mathcircuits.circuit import circuit_batches
@@ -179,7 +206,7 @@ def tl_on_model(model, pairs) -> dict:
         _, dt = _timed(lambda: tl_edge_scores(model, tok[None], cf[None], [first], [good], [bad]))
         return {"ran": True, "seconds_one_pair": dt}
     except (ValueError, NotImplementedError) as err:
-        return {"ran": False, "refusal": " ".join(str(err).split())[:300]}
+        return {"ran": False, "refusal": " ".join(str(err).split())[:600]}
 
 
 def tiny_comparison(args) -> dict:
@@ -218,7 +245,12 @@ def run_task(model, name: str, operation: str, args, extras: bool) -> dict:
         except UnsupportedFamilyError as err:
             task["refused"] = str(err)
             print(f"  edges refused: {err}", flush=True)
+            if args.level != "edge":
+                node_rows(model, score, evaluate, args, task)  # MIB's level="node" is defined there
             return task
+    if args.level == "node":
+        node_rows(model, score, evaluate, args, task)
+        return task
     makers = {
         "exact": lambda: discovery_scores(
             discover_circuit(model, score, max_seconds=args.discover_seconds, batch_size=8), model, args.seed
@@ -233,6 +265,8 @@ def run_task(model, name: str, operation: str, args, extras: bool) -> dict:
         task["rows"].append(_row(method, scores, wall, mib))
         print(f"  {method}: CPR {mib.cpr.format()} CMD {mib.cmd.format()}; scores {wall:.1f} s, "
               f"curves {mib.seconds:.1f} s", flush=True)  # fmt: skip
+    if args.level == "both":
+        node_rows(model, score, evaluate, args, task)
     if extras and args.convergence_pairs:
         conv = ig_convergence(model, score.select(range(min(args.convergence_pairs, len(score)))),
                               steps=tuple(args.convergence_steps), n_boot=args.n_boot_rank)  # fmt: skip
@@ -255,6 +289,20 @@ def run_task(model, name: str, operation: str, args, extras: bool) -> dict:
     return task
 
 
+def node_rows(model, score, evaluate, args, task: dict) -> None:
+    """MIB's curves at node level (heads and MLPs; ``mib_node_scores``) for the four node rankings and
+    TransformerLens 4.3's node attribution, on the same pairs and metric."""
+    makers = {m: (lambda m=m: node_scores(model, score, m, steps=args.steps, seed=args.seed))
+              for m in ("exact", "eap", "eap-ig", "random")}  # fmt: skip
+    makers["TL 4.3 EAP"] = lambda: tl_node_scores(model, score)
+    for method, make in makers.items():
+        scores, wall = _timed(make)
+        mib = mib_node_scores(model, evaluate, scores, metric="logit_diff", n_boot=args.n_boot)
+        task["rows"].append(_row(method, scores, wall, mib))
+        print(f"  {method} (nodes): CPR {mib.cpr.format()} CMD {mib.cmd.format()}; scores {wall:.1f} s, "
+              f"curves {mib.seconds:.1f} s", flush=True)  # fmt: skip
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", nargs="+", default=["embedded", "gemma3-270m"])
@@ -275,13 +323,20 @@ def main() -> None:
     ap.add_argument("--n-boot-rank", type=int, default=100, help="bootstrap of the rank agreements")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument(
+        "--level",
+        choices=["edge", "node", "both"],
+        default="both",
+        help="MIB's edge level, node level, or both (node level alone where a family refuses edges)",
+    )
+    ap.add_argument("--tag", default="", help="appended to the results file's name")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     t0 = time.perf_counter()
     out: dict = {"args": vars(args), "load_before": _load(), "started": datetime.now(timezone.utc).isoformat()}
     out["tasks"], out["tl_on_model"], out["direct_path"] = [], {}, {}
     RESULTS.mkdir(exist_ok=True)
-    path = RESULTS / f"mib_{datetime.now(timezone.utc):%Y-%m-%d}.json"
+    path = RESULTS / f"mib_{datetime.now(timezone.utc):%Y-%m-%d}{'_' + args.tag if args.tag else ''}.json"
 
     def save() -> None:  # after every step, so a run cut short keeps what it measured
         out["seconds"], out["load_now"] = time.perf_counter() - t0, _load()
@@ -321,15 +376,16 @@ def _fmt(iv: dict) -> str:
 def markdown(out: dict) -> str:
     """The results as markdown tables."""
     lines = [
-        "| model | op | method | CPR ↑ | CMD ↓ | edges | score time | ms per edge | curves time |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| model | op | method | level | CPR ↑ | CMD ↓ | edges or nodes | score time | ms per item | curves time |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for t in out["tasks"]:
         if t.get("refused"):
-            lines.append(f"| {t['model']} | {t['operation']} | (all) | refused: {t['refused']} | | | | | |")
+            lines.append(f"| {t['model']} | {t['operation']} | (all) | edge | refused: {t['refused']} | | | | | |")
         for r in t["rows"]:
             lines.append(
-                f"| {t['model']} | {t['operation']} | {r['method']} | {_fmt(r['cpr'])} | {_fmt(r['cmd'])} | "
+                f"| {t['model']} | {t['operation']} | {r['method']} | {r.get('level', 'edge')} | {_fmt(r['cpr'])} | "
+                f"{_fmt(r['cmd'])} | "
                 f"{r['n_edges']} | {r['score_seconds']:.1f} s | {r['ms_per_edge']:.3f} | {r['eval_seconds']:.0f} s |"
             )
     tiny = out.get("tiny")

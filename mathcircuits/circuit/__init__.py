@@ -14,6 +14,8 @@
   necessity, completeness, minimality, the denominator and the ill-conditioned rule);
 * :mod:`.edge_scores`, :mod:`.mib`: :class:`EdgeScores` (a signed score per edge of the whole graph) and
   :func:`mib_scores`, MIB's faithfulness over the edge-percentage grid, CPR and CMD;
+* :mod:`.mib_nodes`: :func:`node_scores` → :class:`NodeScores` and :func:`mib_node_scores`, the same at node level
+  (MIB's ``level="node"``; every family, Gemma's normed attention output included);
 * :mod:`.eap`, :mod:`.eap_compare`: :func:`eap_scores`, EAP and EAP-IG scores of every edge as :class:`EdgeScores`;
   :func:`ig_convergence` and :func:`exact_agreement`, how they settle and how they rank beside exact edges;
   :func:`discovery_scores`, a discovered circuit's edges as the same record;
@@ -42,6 +44,14 @@ from mathcircuits.circuit.faithfulness import faithfulness
 from mathcircuits.circuit.graph_files import GraphFile, read_graph, write_graph
 from mathcircuits.circuit.intervene import AblationValues, Wiring, check_circuit_run, circuit_logprob, resample_values
 from mathcircuits.circuit.mib import MIBMetric, area_under, mib_scores, prune_edges
+from mathcircuits.circuit.mib_nodes import (
+    NODE_METHODS,
+    NodeMethod,
+    NodeScores,
+    graph_nodes_of,
+    mib_node_scores,
+    node_scores,
+)
 from mathcircuits.circuit.mib_result import MIB_PERCENTAGES, MIBScores
 from mathcircuits.circuit.pair_cache import EdgeBatch, PairCache, pair_cache, position_scores
 from mathcircuits.circuit.planted import MOVER, READER, copy_pairs, plant_copy, plant_two_step
@@ -58,6 +68,7 @@ __all__ = [
     "INPUT",
     "LOGITS",
     "MIB_PERCENTAGES",
+    "NODE_METHODS",
     "PLATEAU_FLOOR",
     "SATURATION_FLOOR",
     "MOVER",
@@ -84,6 +95,8 @@ __all__ = [
     "MIBMetric",
     "MIBScores",
     "Node",
+    "NodeMethod",
+    "NodeScores",
     "PairCache",
     "PlateauReason",
     "PoolMeans",
@@ -110,9 +123,12 @@ __all__ = [
     "faithfulness",
     "find_plateau",
     "graph_edges",
+    "graph_nodes_of",
     "ig_convergence",
     "label_roles",
+    "mib_node_scores",
     "mib_scores",
+    "node_scores",
     "pair_cache",
     "patched_inputs",
     "plant_copy",

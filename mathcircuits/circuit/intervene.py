@@ -97,7 +97,8 @@ def _check_edges_supported(model: HookedModel) -> None:
         raise UnsupportedFamilyError(
             f"{model.spec.describe()} normalises attention's output before the residual add, so one head's write is "
             "not additive and an edge-level run is undefined. ",
-            "score its heads and MLPs at node level with path_patch (each sender to the logits), or find edges on a "
+            "score its heads and MLPs at node level instead (MIB's curves: node_scores and mib_node_scores; "
+            "each sender to the logits: path_patch), or find edges on a "
             "family whose attention output enters the residual stream unnormalised (Llama, Qwen2, GPT-2).",
         )
 

@@ -277,6 +277,43 @@ def mib_scores(
         per_ranking[name] = torch.stack(cols)  # [point, pair]
     templates = [t for b in batches for t in b.templates]
     operations = [o for b in batches for o in b.operations]
+    summary = curve_summary(per_ranking, empty, clean, templates, operations, grid, n_boot, confidence, seed)
+    return MIBScores(
+        model=spec,
+        method=scores.method,
+        metric=metric,
+        percentages=tuple(grid),
+        n_edges=n_edges,
+        kept_signed=tuple(kept_counts["signed"]),
+        kept_absolute=tuple(kept_counts["absolute"]),
+        **summary,
+        clean=float(clean.mean()),
+        counterfactual=float(empty.mean()),
+        n_pairs=len(clean),
+        dropped=dropped,
+        score_seconds=scores.seconds,
+        seconds=time.perf_counter() - t0,
+    )
+
+
+def curve_summary(
+    per_ranking: dict[str, Tensor],
+    empty: Tensor,
+    clean: Tensor,
+    templates: Sequence[str],
+    operations: Sequence[str],
+    grid: Sequence[float],
+    n_boot: int,
+    confidence: float,
+    seed: int,
+) -> dict[str, Any]:
+    """``f`` at each point of both rankings, CPR, CMD and ``m(N) − m(∅)``, each with its interval (the module
+    docstring's bootstrap), from ``m`` per pair: ``per_ranking[name]`` [point, pair], ``empty`` and ``clean`` [pair].
+
+    Returns:
+        The :class:`MIBScores` fields ``faithfulness_signed``, ``faithfulness_absolute``, ``cpr``, ``cmd``,
+        ``denominator`` and ``interval_over``.
+    """
     per_op: dict[str, set[str]] = {}
     for t, o in zip(templates, operations):
         per_op.setdefault(o, set()).add(t)
@@ -308,24 +345,11 @@ def mib_scores(
         lo, hi = torch.quantile(x[1:], q).tolist() if len(x) > 1 else (float("nan"), float("nan"))
         return Interval(float(x[0]), lo, hi, len(clean), confidence, method, seed)
 
-    return MIBScores(
-        model=spec,
-        method=scores.method,
-        metric=metric,
-        percentages=tuple(grid),
-        n_edges=n_edges,
-        kept_signed=tuple(kept_counts["signed"]),
-        kept_absolute=tuple(kept_counts["absolute"]),
-        faithfulness_signed=tuple(interval(f_signed[:, k]) for k in range(len(grid))),
-        faithfulness_absolute=tuple(interval(f_abs[:, k]) for k in range(len(grid))),
-        cpr=interval(cpr),
-        cmd=interval(cmd),
-        denominator=interval(gap),
-        clean=float(clean.mean()),
-        counterfactual=float(empty.mean()),
-        n_pairs=len(clean),
-        dropped=dropped,
-        interval_over=over,
-        score_seconds=scores.seconds,
-        seconds=time.perf_counter() - t0,
-    )
+    return {
+        "faithfulness_signed": tuple(interval(f_signed[:, k]) for k in range(len(grid))),
+        "faithfulness_absolute": tuple(interval(f_abs[:, k]) for k in range(len(grid))),
+        "cpr": interval(cpr),
+        "cmd": interval(cmd),
+        "denominator": interval(gap),
+        "interval_over": over,
+    }

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 import pandas as pd
 
@@ -28,6 +29,9 @@ class MIBScores:
         denominator: ``m(N) − m(∅)``. clean, counterfactual: ``m(N)`` and ``m(∅)`` (means over pairs).
         n_pairs: pairs scored. dropped: pairs left out (``logit_diff``: answers with no differing shared position).
         interval_over: ``"templates"`` or ``"pairs"``. score_seconds: the scorer's time. seconds: this evaluation's.
+        label: ``"MIB-style"`` (see :mod:`~mathcircuits.circuit.mib`).
+        level: ``"edge"`` (MIB's circuit track; ``n_edges`` and the kept counts are edges) or ``"node"`` (MIB's
+            ``level="node"``: ``n_edges`` and the kept counts are heads and MLPs; :func:`~.mib_nodes.mib_node_scores`).
     """
 
     model: ModelSpec
@@ -50,10 +54,12 @@ class MIBScores:
     score_seconds: float
     seconds: float
     label: str = "MIB-style"
+    level: Literal["edge", "node"] = "edge"
 
     def __repr__(self) -> str:
         return (
-            f"MIBScores({self.method}, {self.model.name}, {self.metric}, {self.label}: CPR {self.cpr.format()}, "
+            f"MIBScores({self.method}, {self.model.name}, {self.metric}, {self.label}, {self.level} level: "
+            f"CPR {self.cpr.format()}, "
             f"CMD {self.cmd.format()}, {self.n_pairs} pairs)"
         )
 
@@ -61,14 +67,14 @@ class MIBScores:
         return f"<p>{self!r}</p>" + self.to_dataframe().to_html(index=False, float_format="{:.3f}".format)
 
     def to_dataframe(self) -> pd.DataFrame:
-        """One row per percentage: edges kept and ``f`` with its interval, for both rankings."""
+        """One row per percentage: edges (or nodes) kept and ``f`` with its interval, for both rankings."""
         rows = []
         for k, p in enumerate(self.percentages):
             s, a = self.faithfulness_signed[k], self.faithfulness_absolute[k]
             rows.append(
                 {
                     "percent": 100 * p,
-                    "edges": int(p * self.n_edges),
+                    f"{self.level}s": int(p * self.n_edges),
                     "kept_signed": self.kept_signed[k],
                     "f_signed": s.value,
                     "f_signed_low": s.low,

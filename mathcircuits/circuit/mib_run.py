@@ -187,7 +187,8 @@ def masked_run(
         raise UnsupportedFamilyError(
             f"{model.spec.describe()} normalises attention's output before the residual add, so one head's write is "
             "not additive and edge patching is undefined there. ",
-            "score its heads and MLPs at node level with path_patch (each sender to the logits), or compare edge "
+            "score its heads and MLPs at node level instead (MIB's curves: node_scores and mib_node_scores; "
+            "each sender to the logits: path_patch), or compare edge "
             "rankings on a family whose attention output enters the residual stream unnormalised (Llama, Qwen2, "
             "GPT-2).",
         )

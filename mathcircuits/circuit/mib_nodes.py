@@ -1,0 +1,322 @@
+"""MIB's circuit metrics at node level: heads and MLPs ranked, the rest patched, for every family.
+
+MIB's ``evaluate_area_under_curve`` takes ``level="node"`` (``hannamw/MIB-circuit-track``; EAP-IG's
+``Graph.apply_topn(n, absolute, level="node")``): the circuit ``C_k`` keeps the ``int(p_k · |V|)`` highest-ranked
+nodes with all their outgoing edges, and every edge out of a dropped node is patched with the counterfactual.
+Patching every outgoing edge of a node is patching the node's output, so the run is one forward with the
+dropped nodes' outputs (a head's ``hook_z``, an MLP's ``hook_mlp_out``) replaced by the pair's counterfactual
+run (:func:`~.intervene.circuit_logprob` at node level). That is defined on families whose attention output is
+normalised before the residual add (Gemma 2/3, OLMo 2), where one head's write is not additive and the edge
+level (:func:`~.mib.mib_scores`) is refused.
+
+What is ours: the nodes are the heads and MLPs; the token embeddings are not a scored node and stay clean
+(MIB scores the input node too; a dropped input would patch every embedding, and pruning would then drop
+every node without a kept upstream node). With the input always kept, every kept node has an incoming and
+an outgoing (to the logits) kept edge, so MIB's pruning changes nothing. ``f``, the grid, CPR, CMD, the
+metric (MIB-style logit difference at the first differing answer token, or the whole answer's
+log-probability) and the intervals are those of :mod:`.mib`.
+
+Node scores (:func:`node_scores`), higher: more of the behaviour, i.e. minus the mean effect of patching the
+node towards the counterfactual:
+
+* ``exact`` — activation patching, one node at a time: ``m(N \\ {v}) − m(N)`` (the model with only ``v``'s
+  output from the counterfactual run);
+* ``eap`` — ``Σ_pos (a_v' − a_v) · ∂m/∂a_v`` on the clean run, ``a_v`` the node's output (``hook_z`` of a head,
+  ``hook_mlp_out`` of an MLP); the gradient passes whatever norm follows (Syed et al. 2023);
+* ``eap-ig`` — the same with the gradient averaged over ``steps`` runs whose input embeddings go from the
+  counterfactual's (α = 0) towards the clean one's (EAP-IG-inputs, Hanna et al. 2024, at node level);
+* ``random`` — standard normal scores from a seed.
+
+Usage::
+
+    scores = node_scores(model, score_pairs, "eap-ig")
+    res = mib_node_scores(model, eval_pairs, scores)
+    res.cpr, res.cmd
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import partial
+from typing import Any, Literal, TypeAlias, get_args
+
+import torch
+from torch import Tensor
+
+from mathcircuits._errors import FixableValueError
+from mathcircuits.circuit.batches import CircuitBatch, circuit_batches
+from mathcircuits.circuit.components import Sender
+from mathcircuits.circuit.eap import DEFAULT_IG_STEPS, _readouts, ig_alphas
+from mathcircuits.circuit.intervene import Wiring, circuit_logprob, resample_values
+from mathcircuits.circuit.mib import MIBMetric, curve_summary
+from mathcircuits.circuit.mib_result import MIB_PERCENTAGES, MIBScores
+from mathcircuits.circuit.wiring import prefix_kv
+from mathcircuits.data.pairs import PairSet
+from mathcircuits.models import HookedModel, hooks
+from mathcircuits.models.prefix import repeat_cache
+from mathcircuits.models.spec import ModelSpec, check_model
+
+__all__ = ["NODE_METHODS", "NodeMethod", "NodeScores", "graph_nodes_of", "mib_node_scores", "node_scores"]
+
+#: How :func:`node_scores` scores each head and MLP.
+NodeMethod: TypeAlias = Literal["exact", "eap", "eap-ig", "random", "imported"]
+NODE_METHODS: tuple[str, ...] = get_args(NodeMethod)
+
+
+def graph_nodes_of(spec: ModelSpec) -> tuple[Sender, ...]:
+    """The scored nodes of a model: every head, then the MLP, layer by layer."""
+    return tuple(
+        s
+        for layer in range(spec.n_layers)
+        for s in [*(Sender("head", layer, h) for h in range(spec.n_heads)), Sender("mlp", layer)]
+    )
+
+
+@dataclass(frozen=True, repr=False)
+class NodeScores:
+    """A signed score for every head and MLP of a model (higher: more of the behaviour).
+
+    Args:
+        model: the model's spec. nodes: :func:`graph_nodes_of` (every node once). scores: one per node.
+        method: how they were made (``"imported"``: by another tool). seconds: the time it took.
+        metric: what they measure.
+    """
+
+    model: ModelSpec
+    nodes: tuple[Sender, ...]
+    scores: tuple[float, ...]
+    method: NodeMethod
+    seconds: float
+    metric: str = "logit_diff"
+
+    def __post_init__(self) -> None:
+        if self.method not in NODE_METHODS:
+            raise FixableValueError(
+                f"node-score method {self.method!r} is unknown. ", f"use one of {list(NODE_METHODS)}."
+            )
+        if self.nodes != graph_nodes_of(self.model):
+            raise FixableValueError(
+                f"these node scores do not list the nodes of {self.model.describe()} in order. ",
+                "score graph_nodes_of(spec), in that order.",
+            )
+        if len(self.scores) != len(self.nodes) or any(math.isnan(x) for x in self.scores):
+            raise FixableValueError(
+                f"{len(self.scores)} scores for {len(self.nodes)} nodes, or a NaN among them. ",
+                "give one finite score per node, in node order.",
+            )
+
+    def __len__(self) -> int:
+        return len(self.nodes)
+
+    def __repr__(self) -> str:
+        return f"NodeScores({self.method}, {self.model.name}, {len(self.nodes)} nodes, metric={self.metric})"
+
+    def ranking(self, absolute: bool) -> list[int]:
+        """Node indices, highest score first (``absolute``: by ``|score|``); ties keep node order."""
+        key = [abs(x) if absolute else x for x in self.scores]
+        return sorted(range(len(key)), key=lambda i: -key[i])
+
+    def top(self, n: int, absolute: bool = False) -> list[tuple[Sender, float]]:
+        """The ``n`` highest-ranked nodes with their scores."""
+        return [(self.nodes[i], self.scores[i]) for i in self.ranking(absolute)[:n]]
+
+
+def _wiring(nodes: Sequence[Sender], labels: Sequence[str], complement: bool = False) -> Wiring:
+    return Wiring(frozenset((s.kind, s.layer, s.head, lab) for s in nodes for lab in labels), None, complement)
+
+
+def _clean_scores(model: HookedModel, b: CircuitBatch, readout: Any, store: dict) -> Tensor:
+    start = b.prefix_len
+    kv = repeat_cache(prefix_kv(model, b.tokens, start, store), b.tokens.shape[0]) if start > 0 else None
+    with torch.no_grad():
+        logits = model.bridge(b.tokens[:, start:], past_key_values=kv) if kv is not None else model.bridge(b.tokens)
+    return readout(logits[:, -b.answers.shape[1] :], b.answers).float().cpu()
+
+
+def _names(spec: ModelSpec) -> list[str]:
+    return [n for layer in range(spec.n_layers) for n in (hooks.z(layer), hooks.mlp_out(layer))]
+
+
+def _record(model: HookedModel, tokens: Tensor) -> dict[str, Tensor]:
+    kept: dict[str, Tensor] = {}
+
+    def keep(t: Tensor, hook: Any, name: str) -> Tensor:  # by the name asked for (the bridge may alias it)
+        kept[name] = t.detach()
+        return t
+
+    names = [hooks.resid_pre(0), *_names(model.spec)]
+    with torch.no_grad():
+        model.bridge.run_with_hooks(tokens, fwd_hooks=[(n, partial(keep, name=n)) for n in names])
+    return kept
+
+
+def _attribution(model: HookedModel, b: CircuitBatch, readout: Any, alphas: list[float | None]) -> Tensor:
+    """Σ over pairs of each node's first-order effect towards the counterfactual, ``[node]`` (float64)."""
+    spec, names = model.spec, _names(model.spec)
+    clean, cf = _record(model, b.tokens), _record(model, b.cf_tokens)
+    embed = hooks.resid_pre(0)
+    grads = {n: torch.zeros_like(clean[n], dtype=torch.float32) for n in names}
+    for alpha in alphas:
+        seen: dict[str, Tensor] = {}
+
+        def start_from(t: Tensor, hook: Any, alpha: float | None = alpha) -> Tensor:
+            x = clean[embed] if alpha is None else cf[embed] + alpha * (clean[embed] - cf[embed])
+            return x.clone().requires_grad_(True)
+
+        def watch(t: Tensor, hook: Any, name: str, seen: dict[str, Tensor] = seen) -> Tensor:
+            seen[name] = t
+            return t
+
+        with torch.enable_grad():
+            logits = model.bridge.run_with_hooks(
+                b.tokens, fwd_hooks=[(embed, start_from), *((n, partial(watch, name=n)) for n in names)]
+            )
+            m = readout(logits[:, -b.answers.shape[1] :], b.answers).sum()
+            got = torch.autograd.grad(m, [seen[n] for n in names], allow_unused=False)
+        for n, g in zip(names, got):
+            grads[n] += g.float() / len(alphas)
+    out = torch.empty(len(graph_nodes_of(spec)), dtype=torch.float64)
+    at = 0
+    for layer in range(spec.n_layers):
+        z = hooks.z(layer)
+        dz = (cf[z] - clean[z]).float() * grads[z]  # [B, S, head, d_head]
+        out[at : at + spec.n_heads] = dz.sum((0, 1, 3)).double().cpu()
+        m = hooks.mlp_out(layer)
+        out[at + spec.n_heads] = float(((cf[m] - clean[m]).float() * grads[m]).sum())
+        at += spec.n_heads + 1
+    return out
+
+
+def node_scores(
+    model: HookedModel,
+    pairs: PairSet,
+    method: NodeMethod = "eap-ig",
+    *,
+    steps: int = DEFAULT_IG_STEPS,
+    metric: MIBMetric = "logit_diff",
+    batch_size: int = 8,
+    seed: int = 0,
+) -> NodeScores:
+    """Score every head and MLP (see the module docstring), as :func:`mib_node_scores` ranks them.
+
+    Args:
+        model: the hooked model (any family: node level needs no additive head writes).
+        pairs: token-aligned pairs (``cf_answer_tokens`` for ``logit_diff``), disjoint from the evaluation's.
+        method: ``"exact"``, ``"eap"``, ``"eap-ig"`` or ``"random"``.
+        steps: EAP-IG's steps. metric: what is measured or differentiated. batch_size: pairs per batch.
+        seed: the random scores' seed.
+
+    Returns:
+        :class:`NodeScores`: minus the mean effect over pairs.
+    """
+    t0 = time.perf_counter()
+    if method not in NODE_METHODS or method == "imported":
+        raise FixableValueError(
+            f"node-score method {method!r} cannot be computed here. ", "use 'exact', 'eap', 'eap-ig' or 'random'."
+        )
+    nodes = graph_nodes_of(model.spec)
+    if method == "random":
+        g = torch.Generator().manual_seed(seed)
+        values = torch.randn(len(nodes), generator=g, dtype=torch.float64)
+        return NodeScores(model.spec, nodes, tuple(values.tolist()), method, time.perf_counter() - t0, metric)
+    alphas = ig_alphas(method, steps) if method != "exact" else []
+    rows, readout_of = _readouts(pairs, metric)
+    total, n, store = torch.zeros(len(nodes), dtype=torch.float64), 0, {}
+    for b in circuit_batches(model, pairs, "suffix", batch_size, rows=rows):
+        readout = readout_of(b.idx)
+        if method == "exact":
+            labels = sorted(b.where)
+            wirings = [_wiring([s], labels, complement=True) for s in nodes]
+            patched = circuit_logprob(model, b, resample_values(model, b, store), wirings, store=store, readout=readout)
+            total += (patched.double() - _clean_scores(model, b, readout, store).double()).sum(1)
+        else:
+            total += _attribution(model, b, readout, alphas)
+        n += len(b.idx)
+    values = -total / n
+    return NodeScores(model.spec, nodes, tuple(values.tolist()), method, time.perf_counter() - t0, metric)
+
+
+def mib_node_scores(
+    model: HookedModel,
+    pairs: PairSet,
+    scores: NodeScores,
+    *,
+    metric: MIBMetric = "logit_diff",
+    percentages: Sequence[float] = MIB_PERCENTAGES,
+    n_boot: int = 1000,
+    confidence: float = 0.95,
+    seed: int = 0,
+    batch_size: int = 8,
+) -> MIBScores:
+    """MIB's faithfulness curves, CPR and CMD of a node ranking on ``pairs`` (``level="node"``).
+
+    Args:
+        model: the hooked model the scores were made on.
+        pairs: operand-counterfactual pairs, disjoint from the pairs that made the scores.
+        scores: a score for every head and MLP (:func:`node_scores`).
+        metric, percentages, n_boot, confidence, seed, batch_size: as :func:`~.mib.mib_scores`; the percentages
+            are of the nodes.
+
+    Returns:
+        :class:`~mathcircuits.circuit.MIBScores` with ``level="node"`` (``n_edges`` counts nodes).
+    """
+    t0 = time.perf_counter()
+    check_model(scores.model, model, "these node scores", "score this model's nodes")
+    grid = [float(p) for p in percentages]
+    if not grid or any(not 0 < p <= 1 for p in grid) or grid != sorted(set(grid)):
+        raise FixableValueError(
+            f"percentages {list(percentages)} must increase within (0, 1]. ", "use MIB_PERCENTAGES."
+        )
+    rows, readout_of = _readouts(pairs, metric)
+    dropped = len(pairs) - len(rows)
+    nodes, n_nodes = scores.nodes, len(scores.nodes)
+    rankings = {"signed": scores.ranking(absolute=False), "absolute": scores.ranking(absolute=True)}
+    kept = {name: [order[: int(p * n_nodes)] for p in grid] for name, order in rankings.items()}
+    parts: dict[str, list[Tensor]] = {"signed": [], "absolute": []}
+    parts_empty, parts_clean, templates, operations = [], [], [], []
+    store: dict[tuple[int, ...], Any] = {}
+    for b in circuit_batches(model, pairs, "suffix", batch_size, rows=rows):
+        readout, labels = readout_of(b.idx), sorted(b.where)
+        values = resample_values(model, b, store)
+        clean = _clean_scores(model, b, readout, store)
+        circuits = [[]] + [k for name in rankings for k in kept[name] if len(k) < n_nodes]
+        run = circuit_logprob(
+            model, b, values, [_wiring([nodes[i] for i in k], labels) for k in circuits], store=store, readout=readout
+        )
+        parts_empty.append(run[0])
+        at = 1
+        for name in rankings:
+            cols = []
+            for k in kept[name]:
+                if len(k) == n_nodes:
+                    cols.append(clean)
+                else:
+                    cols.append(run[at])
+                    at += 1
+            parts[name].append(torch.stack(cols))
+        parts_clean.append(clean)
+        templates += b.templates
+        operations += b.operations
+    per_ranking = {name: torch.cat(p, 1).double() for name, p in parts.items()}
+    empty, clean_all = torch.cat(parts_empty).double(), torch.cat(parts_clean).double()
+    summary = curve_summary(per_ranking, empty, clean_all, templates, operations, grid, n_boot, confidence, seed)
+    return MIBScores(
+        model=model.spec,
+        method=scores.method,
+        metric=metric,
+        percentages=tuple(grid),
+        n_edges=n_nodes,
+        kept_signed=tuple(len(k) for k in kept["signed"]),
+        kept_absolute=tuple(len(k) for k in kept["absolute"]),
+        **summary,
+        clean=float(clean_all.mean()),
+        counterfactual=float(empty.mean()),
+        n_pairs=len(clean_all),
+        dropped=dropped,
+        score_seconds=scores.seconds,
+        seconds=time.perf_counter() - t0,
+        level="node",
+    )
