@@ -259,12 +259,7 @@ def run_task(model, name: str, operation: str, args, extras: bool) -> dict:
         "eap-ig": lambda: eap_scores(model, score, "eap-ig", args.steps, metric="logit_diff"),
         "random": lambda: random_scores(model, args.seed),
     }
-    for method, make in makers.items():
-        scores, wall = _timed(make)
-        mib = mib_scores(model, evaluate, scores, metric="logit_diff", n_boot=args.n_boot)
-        task["rows"].append(_row(method, scores, wall, mib))
-        print(f"  {method}: CPR {mib.cpr.format()} CMD {mib.cmd.format()}; scores {wall:.1f} s, "
-              f"curves {mib.seconds:.1f} s", flush=True)  # fmt: skip
+    _rank_rows(makers, lambda sc: mib_scores(model, evaluate, sc, metric="logit_diff", n_boot=args.n_boot), task)
     if args.level == "both":
         node_rows(model, score, evaluate, args, task)
     if extras and args.convergence_pairs:
@@ -295,11 +290,16 @@ def node_rows(model, score, evaluate, args, task: dict) -> None:
     makers = {m: (lambda m=m: node_scores(model, score, m, steps=args.steps, seed=args.seed))
               for m in ("exact", "eap", "eap-ig", "random")}  # fmt: skip
     makers["TL 4.3 EAP"] = lambda: tl_node_scores(model, score)
+    _rank_rows(makers, lambda sc: mib_node_scores(model, evaluate, sc, metric="logit_diff", n_boot=args.n_boot), task)
+
+
+def _rank_rows(makers: dict, curves, task: dict) -> None:
+    """Each ranking's scores (timed), its MIB curves, and a row of the table."""
     for method, make in makers.items():
         scores, wall = _timed(make)
-        mib = mib_node_scores(model, evaluate, scores, metric="logit_diff", n_boot=args.n_boot)
+        mib = curves(scores)
         task["rows"].append(_row(method, scores, wall, mib))
-        print(f"  {method} (nodes): CPR {mib.cpr.format()} CMD {mib.cmd.format()}; scores {wall:.1f} s, "
+        print(f"  {method} ({mib.level}s): CPR {mib.cpr.format()} CMD {mib.cmd.format()}; scores {wall:.1f} s, "
               f"curves {mib.seconds:.1f} s", flush=True)  # fmt: skip
 
 
