@@ -178,7 +178,7 @@ def _attribution(model: HookedModel, b: CircuitBatch, readout: Any, alphas: list
             got = torch.autograd.grad(m, [seen[n] for n in names], allow_unused=False)
         for n, g in zip(names, got):
             grads[n] += g.float() / len(alphas)
-    out = torch.empty(len(graph_nodes_of(spec)), dtype=torch.float64)
+    out = torch.empty(len(graph_nodes_of(spec)), dtype=torch.float64, device="cpu")  # host: one number per node
     at = 0
     for layer in range(spec.n_layers):
         z = hooks.z(layer)
@@ -220,11 +220,11 @@ def node_scores(
     nodes = graph_nodes_of(model.spec)
     if method == "random":
         g = torch.Generator().manual_seed(seed)
-        values = torch.randn(len(nodes), generator=g, dtype=torch.float64)
+        values = torch.randn(len(nodes), generator=g, dtype=torch.float64, device="cpu")
         return NodeScores(model.spec, nodes, tuple(values.tolist()), method, time.perf_counter() - t0, metric)
     alphas = ig_alphas(method, steps) if method != "exact" else []
     rows, readout_of = _readouts(pairs, metric)
-    total, n, store = torch.zeros(len(nodes), dtype=torch.float64), 0, {}
+    total, n, store = torch.zeros(len(nodes), dtype=torch.float64, device="cpu"), 0, {}
     for b in circuit_batches(model, pairs, "suffix", batch_size, rows=rows):
         readout = readout_of(b.idx)
         if method == "exact":
