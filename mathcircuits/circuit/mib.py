@@ -38,7 +38,7 @@ import torch
 from torch import Tensor
 
 from mathcircuits._errors import FixableValueError
-from mathcircuits.circuit.batches import circuit_batches
+from mathcircuits.circuit.batches import CircuitBatch, circuit_batches
 from mathcircuits.circuit.edge_scores import EdgeKey, EdgeScores, graph_edges
 from mathcircuits.circuit.intervene import LOGITS, NodeKey, Wiring, answer_logprob, circuit_logprob, resample_values
 from mathcircuits.circuit.mib_result import MIB_PERCENTAGES, MIBScores
@@ -143,6 +143,15 @@ def _check(model: HookedModel, b: Any, values: Any, order: list[int]) -> tuple[f
     fast = masked_run(model, b, values, edge_masks(model.spec, edges, circuits), answer_logprob)
     plain = circuit_logprob(model, b, values, [_wiring(edges, c, labels, g) for c in circuits])
     return compare(fast, plain, model_dtype(model), model_depth(model))
+
+
+def clean_readout(model: HookedModel, b: CircuitBatch, readout: Any, store: dict[tuple[int, ...], Any]) -> Tensor:
+    """``m`` of each pair of a batch on the unpatched model (the query suffix on the prefix's cached keys/values)."""
+    start = b.prefix_len
+    kv = repeat_cache(prefix_kv(model, b.tokens, start, store), b.tokens.shape[0]) if start > 0 else None
+    with torch.no_grad():
+        logits = model.bridge(b.tokens[:, start:], past_key_values=kv) if kv is not None else model.bridge(b.tokens)
+    return readout(logits[:, -b.answers.shape[1] :], b.answers).float().cpu()
 
 
 def _first_difference(answer: Sequence[int], cf_answer: Sequence[int]) -> int | None:
@@ -256,11 +265,7 @@ def mib_scores(
         else:
             wirings = [_wiring(edges, c, labels, g) for c in circuits]
             parts_run.append(circuit_logprob(model, b, values, wirings, store=store, readout=readout))
-        start = b.prefix_len
-        kv = repeat_cache(prefix_kv(model, b.tokens, start, store), b.tokens.shape[0]) if start > 0 else None
-        with torch.no_grad():
-            logits = model.bridge(b.tokens[:, start:], past_key_values=kv) if kv is not None else model.bridge(b.tokens)
-        parts_clean.append(readout(logits[:, -b.answers.shape[1] :], b.answers).float().cpu())
+        parts_clean.append(clean_readout(model, b, readout, store))
     run = torch.cat(parts_run, 1).double()  # [wiring, pair]
     clean = torch.cat(parts_clean).double()
     empty = run[0]

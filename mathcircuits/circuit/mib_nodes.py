@@ -51,12 +51,10 @@ from mathcircuits.circuit.batches import CircuitBatch, circuit_batches
 from mathcircuits.circuit.components import Sender
 from mathcircuits.circuit.eap import DEFAULT_IG_STEPS, _readouts, ig_alphas
 from mathcircuits.circuit.intervene import Wiring, circuit_logprob, resample_values
-from mathcircuits.circuit.mib import MIBMetric, curve_summary
+from mathcircuits.circuit.mib import MIBMetric, clean_readout, curve_summary
 from mathcircuits.circuit.mib_result import MIB_PERCENTAGES, MIBScores
-from mathcircuits.circuit.wiring import prefix_kv
 from mathcircuits.data.pairs import PairSet
 from mathcircuits.models import HookedModel, hooks
-from mathcircuits.models.prefix import repeat_cache
 from mathcircuits.models.spec import ModelSpec, check_model
 
 __all__ = ["NODE_METHODS", "NodeMethod", "NodeScores", "graph_nodes_of", "mib_node_scores", "node_scores"]
@@ -126,14 +124,6 @@ class NodeScores:
 
 def _wiring(nodes: Sequence[Sender], labels: Sequence[str], complement: bool = False) -> Wiring:
     return Wiring(frozenset((s.kind, s.layer, s.head, lab) for s in nodes for lab in labels), None, complement)
-
-
-def _clean_scores(model: HookedModel, b: CircuitBatch, readout: Any, store: dict) -> Tensor:
-    start = b.prefix_len
-    kv = repeat_cache(prefix_kv(model, b.tokens, start, store), b.tokens.shape[0]) if start > 0 else None
-    with torch.no_grad():
-        logits = model.bridge(b.tokens[:, start:], past_key_values=kv) if kv is not None else model.bridge(b.tokens)
-    return readout(logits[:, -b.answers.shape[1] :], b.answers).float().cpu()
 
 
 def _names(spec: ModelSpec) -> list[str]:
@@ -231,7 +221,7 @@ def node_scores(
             labels = sorted(b.where)
             wirings = [_wiring([s], labels, complement=True) for s in nodes]
             patched = circuit_logprob(model, b, resample_values(model, b, store), wirings, store=store, readout=readout)
-            total += (patched.double() - _clean_scores(model, b, readout, store).double()).sum(1)
+            total += (patched.double() - clean_readout(model, b, readout, store).double()).sum(1)
         else:
             total += _attribution(model, b, readout, alphas)
         n += len(b.idx)
@@ -281,7 +271,7 @@ def mib_node_scores(
     for b in circuit_batches(model, pairs, "suffix", batch_size, rows=rows):
         readout, labels = readout_of(b.idx), sorted(b.where)
         values = resample_values(model, b, store)
-        clean = _clean_scores(model, b, readout, store)
+        clean = clean_readout(model, b, readout, store)
         circuits = [[]] + [k for name in rankings for k in kept[name] if len(k) < n_nodes]
         run = circuit_logprob(
             model, b, values, [_wiring([nodes[i] for i in k], labels) for k in circuits], store=store, readout=readout
