@@ -22,7 +22,7 @@ from mathcircuits.circuit import (
     node_scores,
     plant_two_step,
 )
-from mathcircuits.models import hooks, load_model
+from mathcircuits.models import TINY_FAMILIES, hooks, load_model
 
 MOVER, READER = Sender("head", 0, 1), Sender("head", 2, 2)
 
@@ -144,3 +144,19 @@ def test_bad_node_scores_are_refused(planted, gemma3):
         NodeScores(model.spec, nodes, (float("nan"),) * len(nodes), "exact", 0.0)
     with pytest.raises(ValueError):
         mib_node_scores(gemma3[0], gemma3[1], _planted_scores(model, True), n_boot=0)  # another model's scores
+
+
+@pytest.mark.parametrize("family", sorted(TINY_FAMILIES))
+def test_node_scores_on_every_family_equal_plain_hooks(family):
+    """Exact node scores are one patch by plain hooks, and EAP's the central difference, on every tiny family."""
+    model = load_model("tiny-" + family.replace("_", "-"))
+    pairs = copy_pairs(model.tokenizer, 4, 2)
+    exact, eap = node_scores(model, pairs, "exact"), node_scores(model, pairs, "eap")
+    m_n, eps = _patched_metric(model, pairs, set()), 0.01
+    last_mlp = exact.nodes.index(Sender("mlp", model.spec.n_layers - 1))
+    assert exact.scores[last_mlp] == pytest.approx(
+        -(_patched_metric(model, pairs, {exact.nodes[last_mlp]}) - m_n), abs=1e-4
+    )
+    s = eap.nodes[1]  # a layer-0 head: its change passes every later block
+    up, down = (_patched_metric(model, pairs, set(), {s: w}) for w in (eps, -eps))
+    assert eap.scores[1] == pytest.approx(-(up - down) / (2 * eps), rel=0.05, abs=1e-4)
