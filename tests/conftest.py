@@ -6,6 +6,35 @@ import pytest
 import torch
 
 torch.set_num_threads(1)
+
+
+def _cache_only_our_modules_under_the_jaxtyping_tag() -> None:
+    """Let the libraries our modules import load from their own bytecode caches.
+
+    jaxtyping's import hook (0.3.x) swaps ``cache_from_source`` while it runs one of our modules, so every
+    library first imported from inside it (torch's submodules, sympy, scipy, transformers: ~2,800 files) looks
+    for a cache under jaxtyping's tag, misses, and is compiled from source, ~25 s a pytest process where
+    bytecode is not written (PYTHONDONTWRITEBYTECODE). Only our modules need the tag.
+    """
+    import importlib.util
+
+    from jaxtyping import _import_hook as hook
+
+    tagged, plain = getattr(hook, "_optimized_cache_from_source", None), importlib.util.cache_from_source
+    if tagged is None:  # a jaxtyping without the private hook: it works, only slower
+        return
+
+    ours = tuple(os.path.join(d, "") for d in importlib.util.find_spec("mathcircuits").submodule_search_locations)
+
+    def ours_only(checker_hash, /, path, debug_override=None):
+        if os.fspath(path).startswith(ours):
+            return tagged(checker_hash, path, debug_override)
+        return plain(path, debug_override)
+
+    hook._optimized_cache_from_source = ours_only
+
+
+_cache_only_our_modules_under_the_jaxtyping_tag()
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 

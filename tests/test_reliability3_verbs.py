@@ -25,7 +25,7 @@ from mathcircuits.data import GenerationConfig, generate_pairs, load_templates, 
 from mathcircuits.models import tiny_tokenizer
 from mathcircuits.patching import SelectionConfig, path_patch, select_key_components
 
-from helpers import classify, unchecked
+from helpers import classify, script_module, unchecked
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -163,12 +163,21 @@ GPU_FLAGS: list[tuple[str, list[str], tuple[str, ...]]] = [
 
 
 @pytest.mark.parametrize("flags, words", [pytest.param(f, w, id=i) for i, f, w in GPU_FLAGS])
-def test_the_gpu_check_refuses_bad_flags_before_any_row(tmp_path, flags, words):
+def test_the_gpu_check_refuses_bad_flags_before_any_row(tmp_path, capsys, flags, words):
+    """In this process (the script's main); the script run as a program is the next test."""
     argv = [a.replace("{tmp}", str(tmp_path)) for a in flags]
+    with pytest.raises(SystemExit) as stop:
+        script_module("gpu_check").main(["--dry-run", *argv])
+    out = capsys.readouterr()
+    written = any(tmp_path.rglob("*.json"))
+    assert classify(stop.value.code, out.err + out.out, words, written) == "clear", out.err + out.out
+    assert "device check on" not in out.out  # no row started
+
+
+def test_the_gpu_check_program_refuses_a_bad_flag_with_exit_2(tmp_path):
+    argv = ["--dry-run", "--pairs", "0", "--out", str(tmp_path / "x.json")]
     res = subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "gpu_check.py"), "--dry-run", *argv],
+        [sys.executable, str(ROOT / "scripts" / "gpu_check.py"), *argv],
         env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
-    written = any(tmp_path.rglob("*.json"))
-    assert classify(res.returncode, res.stderr + res.stdout, words, written) == "clear", res.stderr + res.stdout
-    assert "device check on" not in res.stdout  # no row started
+    assert classify(res.returncode, res.stderr + res.stdout, ("--pairs 0",), any(tmp_path.iterdir())) == "clear"

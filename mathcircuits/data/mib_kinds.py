@@ -83,5 +83,9 @@ def mib_cf_operands(
         raise FixableValueError(f"MIB counterfactual kind {kind!r} is unknown. ", f"use one of {list(MIB_KINDS)}.")
     if kind == "ones_carry" and operation not in ("add", "sub"):
         raise FixableValueError(f"ones_carry is defined for add and sub, not {operation!r}. ", "another kind.")
+    if kind in ("ones_op1", "ones_carry", "tens_op1"):  # the second operand is kept: scan only those
+        candidates = [c for c in candidates if c[1] == b]
+    elif kind in ("ones_op2", "tens_op2"):
+        candidates = [c for c in candidates if c[0] == a]
     fits = [(x, y) for x, y, z in candidates if z != answer and _fits(kind, operation, a, b, x, y)]
     return rng.choice(fits) if fits else None
