@@ -12,6 +12,8 @@ if [ -z "$UV" ]; then
   [ -x .venv/bin/uv ] || .venv/bin/python -m pip install -q --disable-pip-version-check uv
   UV=.venv/bin/uv
 fi
+# the venv's exact Python: "3.11" alone admits 3.11.0, which some locked packages (soupsieve 4.1) refuse
+PY_VERSION="$(.venv/bin/python -c 'import platform; print(platform.python_version())')"
 TORCH_SPEC="${MATHCIRCUITS_TORCH_SPEC:-torch==2.13.0}"
 CONSTRAINTS="$(mktemp)"
 trap 'rm -f "$CONSTRAINTS"' EXIT
@@ -23,7 +25,7 @@ fi
 SOURCES=(--find-links "${MATHCIRCUITS_TORCH_WHEELS:-/opt/wheels}")
 [ -n "${MATHCIRCUITS_TORCH_INDEX:-}" ] && SOURCES+=(--extra-index-url "$MATHCIRCUITS_TORCH_INDEX" --index-strategy unsafe-best-match)
 "$UV" pip compile pyproject.toml --extra test --extra export --extra notebooks -c "$CONSTRAINTS" "${SOURCES[@]}" \
-  --no-emit-package torch --python-version 3.11 --python-platform x86_64-manylinux_2_28 \
+  --no-emit-package torch --python-version "$PY_VERSION" --python-platform x86_64-manylinux_2_28 \
   --no-header --annotation-style line -q -o requirements.lock.new
 {
   echo "# The exact versions the test suite passed with (bash scripts/lock.sh; see docs/dependencies.md)."

@@ -6,4 +6,6 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 bash "$ROOT/scripts/setup.sh"
 cd "$ROOT"
-exec "$ROOT/.venv/bin/python" -m pytest "$@"
+# One pytest worker per core (pytest-xdist; at most 4, each with torch on one thread: tests/conftest.py), tests
+# handed out as workers free up. Options after the script win: -n 0 runs in this one process (one test, --pdb).
+exec "$ROOT/.venv/bin/python" -m pytest -n auto --maxprocesses 4 --dist worksteal "$@"
