@@ -44,6 +44,7 @@ from mathcircuits._io import SavedResult
 from mathcircuits.ablation.hooks import Ablation, Scope
 from mathcircuits.ablation.means import HeadMeans, PositionPool
 from mathcircuits.ablation.scorer import KnockoutScorer
+from mathcircuits.data import Operation
 from mathcircuits.data.pairs import PairSet, check_columns
 from mathcircuits.models import HookedModel
 from mathcircuits.models.spec import ModelSpec
@@ -152,7 +153,7 @@ class RandomControl(SavedResult):
             )
 
     # --- the numbers the claims read ----------------------------------------------------------------------
-    def rows(self, operation: str | None = None) -> Tensor:
+    def rows(self, operation: Operation | None = None) -> Tensor:
         """Indices of the pairs of ``operation`` (all pairs when None)."""
         return torch.tensor(
             [i for i, o in enumerate(self.operations) if operation is None or o == operation], device="cpu"
@@ -162,27 +163,27 @@ class RandomControl(SavedResult):
     def n_pairs(self) -> int:
         return len(self.pair_ids)
 
-    def baseline(self, operation: str | None = None) -> float:
+    def baseline(self, operation: Operation | None = None) -> float:
         """Clean accuracy on the scored pairs."""
         return float(self.clean_correct[self.rows(operation)].mean())
 
-    def key_drop(self, operation: str | None = None) -> float:
+    def key_drop(self, operation: Operation | None = None) -> float:
         """Accuracy lost with the key set knocked out (positive = a drop)."""
         r = self.rows(operation)
         return float(self.clean_correct[r].mean() - self.key_correct[r].mean())
 
-    def random_drops(self, operation: str | None = None) -> Float[Tensor, " draw"]:
+    def random_drops(self, operation: Operation | None = None) -> Float[Tensor, " draw"]:
         """Accuracy lost with each random set knocked out."""
         r = self.rows(operation)
         return self.clean_correct[r].mean() - self.random_correct[:, r].mean(1)
 
-    def p_value(self, operation: str | None = None) -> float:
+    def p_value(self, operation: Operation | None = None) -> float:
         """Empirical p-value of "the key set drops accuracy no more than a depth-matched random set":
         ``(1 + #{random drop ≥ key drop}) / (1 + n_draws)``."""
         d = self.random_drops(operation)
         return float((1 + (d >= self.key_drop(operation) - 1e-12).sum()) / (1 + d.numel()))
 
-    def percentile(self, operation: str | None = None) -> float:
+    def percentile(self, operation: Operation | None = None) -> float:
         """Share of the random sets (0–100) whose drop is smaller than the key set's (ties count half)."""
         d, k = self.random_drops(operation), self.key_drop(operation)
         return float(100 * ((d < k - 1e-12).sum() + 0.5 * ((d - k).abs() <= 1e-12).sum()) / d.numel())

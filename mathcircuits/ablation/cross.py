@@ -25,6 +25,7 @@ from torch import Tensor
 from mathcircuits._errors import FixableValueError
 from mathcircuits._io import SavedResult
 from mathcircuits.ablation.scorer import KnockoutScorer
+from mathcircuits.data import Operation
 from mathcircuits.stats import DEFAULT_CONFIDENCE, wilson_interval
 
 __all__ = ["CrossOperation", "cross_operation", "jaccard"]
@@ -43,8 +44,8 @@ class CrossOperation(SavedResult):
     ``ablated_accuracy[i, j]``: source ``operations[i]``'s key set knocked out on target ``operations[j]``.
     """
 
-    operations: list[str]
-    key_sets: dict[str, list[tuple[int, int]]]
+    operations: list[Operation]
+    key_sets: dict[Operation, list[tuple[int, int]]]
     clean_accuracy: list[float]
     ablated_accuracy: Float[Tensor, "source target"]
     n_pairs: list[int]
@@ -91,7 +92,7 @@ class CrossOperation(SavedResult):
 
 
 def cross_operation(
-    scorers: Mapping[str, KnockoutScorer], key_sets: Mapping[str, Sequence[tuple[int, int]]]
+    scorers: Mapping[Operation, KnockoutScorer], key_sets: Mapping[Operation, Sequence[tuple[int, int]]]
 ) -> CrossOperation:
     """Knock each operation's key set out on every operation's pairs.
 

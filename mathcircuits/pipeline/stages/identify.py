@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import datasets
 
 from mathcircuits._errors import FixableRuntimeError
-from mathcircuits.data import Fact, facts_of
+from mathcircuits.data import Fact, Operation, facts_of
 from mathcircuits.models import Head
 from mathcircuits.patching import (
     PatchingResult,
@@ -61,9 +61,9 @@ class OperationTotal:
 class IdentifySummary(StageSummary):
     """Which operations were patched, the strongest heads and the key components selected."""
 
-    correct_pairs: dict[str, int]
-    patched_operations: list[str]
-    results: dict[str, PatchedOperation] = field(default_factory=dict)
+    correct_pairs: dict[Operation, int]
+    patched_operations: list[Operation]
+    results: dict[Operation, PatchedOperation] = field(default_factory=dict)
     key_heads: list[list[int]] = field(default_factory=list)
     key_mlps: list[int] = field(default_factory=list)
     key_head_fraction: float = 0.0
@@ -71,7 +71,7 @@ class IdentifySummary(StageSummary):
     top_heads: list[list[int | float]] = field(default_factory=list)  # [layer, head, effect]
     stability: list[float] = field(default_factory=list)  # per key head: share of resamples selecting it
     metric: str = ""
-    totals: dict[str, OperationTotal] = field(default_factory=dict)  # summaries before issue #23 have none
+    totals: dict[Operation, OperationTotal] = field(default_factory=dict)  # summaries before issue #23 have none
     facts: FactUse | None = None  # the facts patched, and how many another stage owns (0)
 
     def lines(self) -> list[str]:
@@ -139,8 +139,8 @@ def run(ctx: Context) -> IdentifySummary:
             f"no operation has at least {p.min_pairs} correct pairs among identify's facts (counts: {counts}). ",
             "raise data.n_per_template or identify's share in data.stage_fact_shares, or lower patching.min_pairs.",
         )
-    results: dict[str, PatchedOperation] = {}
-    totals: dict[str, OperationTotal] = {}
+    results: dict[Operation, PatchedOperation] = {}
+    totals: dict[Operation, OperationTotal] = {}
     used, per_op = [], []
     for op in ops:
         sub = select_pairs(correct, op, p.max_pairs)
