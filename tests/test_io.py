@@ -10,7 +10,7 @@ import torch
 from mathcircuits import ResultFileError
 from mathcircuits.ablation import HeadMeans
 from mathcircuits.finetune import SliceSet, head_slices
-from mathcircuits.models import ModelSpec, load_hf_model
+from mathcircuits.models import Head, ModelSpec, load_hf_model
 from mathcircuits.patching import KeyComponents, PatchingResult, PatchSettings, SelectionConfig, SelectionSource
 
 SPEC = ModelSpec(
@@ -50,7 +50,7 @@ def _patching(**over) -> PatchingResult:
 def _key() -> KeyComponents:
     return KeyComponents(
         model=SPEC,
-        heads=((2, 1), (0, 0)),
+        heads=(Head(2, 1), Head(0, 0)),
         mlps=(1,),
         head_scores=(-0.3, -0.1),
         mlp_scores=(-0.2,),

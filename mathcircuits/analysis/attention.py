@@ -72,7 +72,7 @@ class AttentionByRole(SavedResult):
     (both None in files written before the sink was measured).
     """
 
-    heads: tuple[tuple[int, int], ...]
+    heads: tuple[Head, ...]
     shares: Float[Tensor, "pair head role"]
     baselines: Float[Tensor, "pair role"]
     operations: list[str]

@@ -64,7 +64,7 @@ class IdentifySummary(StageSummary):
     correct_pairs: dict[Operation, int]
     patched_operations: list[Operation]
     results: dict[Operation, PatchedOperation] = field(default_factory=dict)
-    key_heads: list[list[int]] = field(default_factory=list)
+    key_heads: list[Head] = field(default_factory=list)
     key_mlps: list[int] = field(default_factory=list)
     key_head_fraction: float = 0.0
     rule: str = ""
@@ -97,11 +97,11 @@ class IdentifySummary(StageSummary):
             out.append(f"  WARNING: pairs excluded by the metric's guard (clean logit too small): {excluded}")
         return out + [
             (
-                f"  key heads ({self.rule}): {self.key_heads}  = {100 * self.key_head_fraction:.1f}% of heads; "
-                f"key MLPs: {self.key_mlps}"
+                f"  key heads ({self.rule}): {[list(h) for h in self.key_heads]}  = "
+                f"{100 * self.key_head_fraction:.1f}% of heads; key MLPs: {self.key_mlps}"
             ),
             "  selected again in bootstrap resamples (templates within operations, or pairs): "
-            + (", ".join(f"{Head(*h)} {s:.0%}" for h, s in zip(self.key_heads, self.stability)) or "not measured"),
+            + (", ".join(f"{h} {s:.0%}" for h, s in zip(self.key_heads, self.stability)) or "not measured"),
         ]
 
 
@@ -185,7 +185,7 @@ def run(ctx: Context) -> IdentifySummary:
         correct_pairs=counts,
         patched_operations=ops,
         results=results,
-        key_heads=[list(h) for h in key.heads],
+        key_heads=list(key.heads),
         key_mlps=list(key.mlps),
         key_head_fraction=round(key.head_fraction, 4),
         rule=key.rule,
