@@ -1,11 +1,11 @@
 """Encoding of dataclass fields by their declared types, for :mod:`mathcircuits._io`.
 
 A saved value is a dict of its fields. Each field is encoded by its annotation
-(tuples as lists, nested dataclasses as dicts of their fields, tensors as CPU
-tensors, enums as their values, a value type with ``parse`` — such as a
-fine-tuning ``Mode`` — as its text) and decoded back by the same annotation, which
-also checks it: an unknown, missing or mistyped field raises :class:`FieldError`
-naming the field.
+(tuples as lists, named tuples such as ``Head`` as the list of their fields, nested
+dataclasses as dicts of their fields, tensors as CPU tensors, enums as their values,
+a value type with ``parse`` — such as a fine-tuning ``Mode`` — as its text) and
+decoded back by the same annotation, which also checks it: an unknown, missing or
+mistyped field raises :class:`FieldError` naming the field.
 Fields annotated ``Any`` are encoded losslessly (tuples marked ``__tuple__``).
 JSON files hold tensors as ``{"__tensor__": [...], "dtype": ..., "shape": [...]}``.
 """
@@ -62,6 +62,11 @@ def _is_parsed(tp: Any) -> bool:
     """A value type saved as its text: it has ``parse(text)`` and ``str()`` gives the text back (named tuples
     such as ``Head`` have ``parse`` too but are saved by their fields)."""
     return isinstance(tp, type) and callable(getattr(tp, "parse", None)) and not issubclass(tp, tuple)
+
+
+def _is_named_tuple(tp: Any) -> bool:
+    """A ``NamedTuple`` class (such as ``Head``): saved as the list of its fields, rebuilt as the class."""
+    return isinstance(tp, type) and issubclass(tp, tuple) and hasattr(tp, "_fields")
 
 
 def _is_union(tp: Any) -> bool:
@@ -188,6 +193,15 @@ def _decode(value: Any, tp: Any, where: str) -> Any:
         if not isinstance(value, torch.Tensor):
             raise FieldError(f"field {where!r} should be a tensor but is a {type(value).__name__}")
         return value
+    if _is_named_tuple(tp):
+        if isinstance(value, tp):
+            return value
+        if not isinstance(value, (list, tuple)) or len(value) != len(tp._fields):
+            raise FieldError(
+                f"field {where!r} should be a {tp.__name__} ({len(tp._fields)} items) but is {_show(value)}"
+            )
+        hints = _hints(tp)
+        return tp(*(_decode(v, hints.get(n, Any), f"{where}.{n}") for n, v in zip(tp._fields, value)))
     if origin in (tuple, list) or tp in (tuple, list):
         if not isinstance(value, (list, tuple)):
             raise FieldError(f"field {where!r} should be a list but is {_show(value)}")

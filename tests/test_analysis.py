@@ -23,6 +23,7 @@ from mathcircuits.analysis import (
     role_shares,
     sink_mask,
 )
+from mathcircuits.models import Head
 
 from helpers import unchecked
 
@@ -97,8 +98,8 @@ def test_sink_free_shares_renormalise_the_attention_off_the_sink(tiny, tmp_path)
     shares = torch.tensor([[[0.05, 0.0, 0.025, 0.9, 0.025], [0.0, 0.0, 0.0, 1.0, 0.0]]])
     base = torch.tensor([[0.1, 0.1, 0.1, 0.5, 0.2]])
     res = AttentionByRole(
-        heads=((0, 0), (0, 1)), shares=shares, baselines=base, operations=["add"], pair_ids=[0], template_ids=["t"],
-        model=tiny.spec, sink=shares[..., 3], sink_baselines=base[:, 3],
+        heads=(Head(0, 0), Head(0, 1)), shares=shares, baselines=base, operations=["add"], pair_ids=[0],
+        template_ids=["t"], model=tiny.spec, sink=shares[..., 3], sink_baselines=base[:, 3],
     )  # fmt: skip
     sf, b = res.sink_free()
     assert sf[0, 0].tolist() == pytest.approx([0.5, 0.25]) and b[0].tolist() == pytest.approx([0.4, 0.2])
@@ -162,11 +163,11 @@ def test_attention_by_role_tables_and_round_trip(tiny, pairs, tmp_path):
 def test_attention_by_role_accepts_key_components_and_refuses_bad_heads(tiny, pairs):
     from mathcircuits.patching import KeyComponents
 
-    key = KeyComponents(model=tiny.spec, heads=((1, 2),))
+    key = KeyComponents(model=tiny.spec, heads=(Head(1, 2),))
     assert attention_by_role(tiny, pairs, key).heads == ((1, 2),)
     with pytest.raises(IndexError, match="out of range"):
         attention_by_role(tiny, pairs, [(7, 0)])
-    other = KeyComponents(model=dataclasses.replace(tiny.spec, name="another"), heads=((1, 2),))
+    other = KeyComponents(model=dataclasses.replace(tiny.spec, name="another"), heads=(Head(1, 2),))
     with pytest.raises(ValueError, match="another"):
         attention_by_role(tiny, pairs, other)
 

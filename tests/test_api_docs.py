@@ -32,4 +32,4 @@ def test_every_public_name_has_an_entry():
             )
     # signatures show types and defaults as written, without memory addresses
     assert " at 0x" not in text
-    assert "correct_pairs(\n    model: HookedModel,\n    operation: str = 'add'," in text
+    assert "correct_pairs(\n    model: HookedModel,\n    operation: Operation = 'add'," in text

@@ -28,7 +28,7 @@ from mathcircuits.claims import (
     claim_c6,
 )
 from mathcircuits.evaluation import ARITHMETIC, EvalResult
-from mathcircuits.models import ModelSpec
+from mathcircuits.models import Head, ModelSpec
 from mathcircuits.patching import (
     KeyComponents,
     PatchingResult,
@@ -45,7 +45,7 @@ BIG = ModelSpec(
 def key(heads, sizes, depths, rule="zscore", stability=None) -> KeyComponents:
     return KeyComponents(
         model=BIG,
-        heads=tuple(heads),
+        heads=tuple(Head.of(h) for h in heads),
         head_scores=tuple(-0.1 for _ in heads),
         selection=SelectionConfig(rule=rule),
         stability=tuple(stability or [1.0] * len(heads)),
@@ -120,8 +120,8 @@ def control(key_drop: float, random_drops: list[float], n: int = 200, baseline: 
         return c
 
     return RandomControl(
-        key_heads=[(9, 1), (10, 2)],
-        draws=[[(9, 2), (10, 3)]] * len(random_drops),
+        key_heads=[Head(9, 1), Head(10, 2)],
+        draws=[[Head(9, 2), Head(10, 3)]] * len(random_drops),
         clean_correct=correct(baseline),
         key_correct=correct(baseline - key_drop),
         random_correct=torch.stack([correct(baseline - d) for d in random_drops]),
@@ -167,7 +167,7 @@ def attention(shares: torch.Tensor, baselines: torch.Tensor, layer: int = 10, si
     """Attention by role of heads ``(layer, 0..)``; the sink is the prefix (role 3) unless ``sink`` is False."""
     n, h, _ = shares.shape
     return AttentionByRole(
-        heads=tuple((layer, i) for i in range(h)),
+        heads=tuple(Head(layer, i) for i in range(h)),
         shares=shares,
         baselines=baselines,
         operations=["add"] * n,
@@ -192,11 +192,11 @@ def test_c3_rule():
         return attention(shares / shares.sum(-1, keepdim=True), base)
 
     operand, operator = [0.3, 0.3, 0.02, 0.1, 0.28], [0.02, 0.02, 0.5, 0.2, 0.26]  # sink-free 0.67; 0.63
-    both = KeyComponents(model=BIG, heads=((10, 0), (10, 1)))
+    both = KeyComponents(model=BIG, heads=(Head(10, 0), Head(10, 1)))
     c = claim_c3(heads(operand, operator), both, n_boot=200)
     assert c.verdict == Verdict.HOLDS and c.title == "they attend to operands or operator", c.measurement
     assert "operand head L10.H0" in c.measurement and "operator head L10.H1" in c.measurement
-    first = KeyComponents(model=BIG, heads=((10, 0),))
+    first = KeyComponents(model=BIG, heads=(Head(10, 0),))
     # the sink trap: 0.32 of the key head's attention on the operands against the layer-mates' 0.06 (the old rule
     # held), but 0.36 of what it does not park on the sink against their 0.40
     trap = claim_c3(heads([0.16, 0.16, 0.03, 0.1, 0.55]), first, n_boot=200)
@@ -210,7 +210,7 @@ def test_c3_rule():
     assert claim_c3(unmeasured, first).verdict == Verdict.NOT_MEASURED
     only_key = attention(heads(operand).shares[:, :1], base)
     assert claim_c3(only_key, first).verdict == Verdict.NOT_MEASURED
-    elsewhere = claim_c3(heads(operand), KeyComponents(model=BIG, heads=((10, 0), (11, 3))))  # L11 not measured
+    elsewhere = claim_c3(heads(operand), KeyComponents(model=BIG, heads=(Head(10, 0), Head(11, 3))))  # L11 not measured
     assert elsewhere.verdict == Verdict.NOT_MEASURED and "L11.H3, layer 11's other heads" in elsewhere.measurement
     assert claim_c3(None, first).verdict == Verdict.NOT_MEASURED
 
@@ -223,14 +223,14 @@ def margin(clean: torch.Tensor, ablated: torch.Tensor, random_drops: torch.Tenso
     if random_drops is None:  # 20 random sets of the key set's layers that barely lower the margin
         random_drops = 0.1 + 0.3 * torch.randn(20, n, generator=torch.Generator().manual_seed(5))
     return MLPMargin(
-        key_heads=[(9, 1)],
+        key_heads=[Head(9, 1)],
         layers=list(range(9, 20)),
         clean_margin=clean,
         ablated_margin=ablated,
         operations=["add", "mul"] * (n // 2),
         template_ids=[f"t{i % 6}" for i in range(n)],
         pair_ids=list(range(n)),
-        random_heads=[[(9, 2 + i % 8)] for i in range(random_drops.shape[0])],
+        random_heads=[[Head(9, 2 + i % 8)] for i in range(random_drops.shape[0])],
         random_ablated=clean[None] - random_drops if random_drops.shape[0] else None,
     )
 
@@ -277,7 +277,7 @@ def test_c5_rule_uses_only_measurable_held_out_sets():
     assert collapse.p_value == pytest.approx(1 / 31) and collapse.n_draws == 30
 
     def card(*rows):
-        return claim_c5(TransferResult(rows=tuple(rows), key_heads=[(1, 1)], n_random=30))
+        return claim_c5(TransferResult(rows=tuple(rows), key_heads=[Head(1, 1)], n_random=30))
 
     c = card(held_in, collapse, near_chance)
     assert (

@@ -32,6 +32,7 @@ from mathcircuits.finetune import (
     effects_table,
     pareto_points,
 )
+from mathcircuits.models import Head
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -57,8 +58,8 @@ def record(mode: str, seed: int, math_acc: float, gen_acc: float, phase: str = "
     scores = {"test": ItemScores(m, tuple(float(-3 + 2 * x) for x in m))}
     if phase == "base":
         scores["validation"] = scores["test"]
-    heads = ((3, 1), (4, 2)) if mode in ("precise", "random") else ()
-    return UnitRecord(unit, heads, (), ((3, 0),) if mode == "precise" else (), 10, 8, 0.5, 1.0, 1.0, 2.0, scores,
+    heads = (Head(3, 1), Head(4, 2)) if mode in ("precise", "random") else ()
+    return UnitRecord(unit, heads, (), (Head(3, 0),) if mode == "precise" else (), 10, 8, 0.5, 1.0, 1.0, 2.0, scores,
                       {"ARC-Easy": ItemScores(g, tuple(float(-1 + x) for x in g))})  # fmt: skip
 
 

@@ -9,7 +9,7 @@ import torch
 
 from mathcircuits.ablation import MLPMargin, RandomControl
 from mathcircuits.claims import ClaimsCard, Verdict, assess_claims, claim_c1, concentration
-from mathcircuits.models import ModelSpec
+from mathcircuits.models import Head, ModelSpec
 from mathcircuits.patching import PatchingResult
 from mathcircuits.report import claims_table
 from mathcircuits.stats import (
@@ -140,7 +140,9 @@ def test_the_small_cluster_interval_names_its_method_and_its_fallbacks():
     assert iv.low <= iv.value <= iv.high and iv.method_text == "bootstrap-t over templates"
 
 
-SETS = [[(14, a), (20, b)] for a in range(9) if a != 2 for b in range(9) if b != 8][:40]  # 40 of the 64 there are
+SETS = [[Head(14, a), Head(20, b)] for a in range(9) if a != 2 for b in range(9) if b != 8][
+    :40
+]  # 40 of the 64 there are
 
 
 def control(n: int = 96) -> RandomControl:
@@ -149,7 +151,7 @@ def control(n: int = 96) -> RandomControl:
     key = (torch.rand(n, generator=gen) < 0.3).float()
     rand = (torch.rand(40, n, generator=gen) < 0.97).float()
     return RandomControl(
-        key_heads=[(14, 2), (20, 8)],
+        key_heads=[Head(14, 2), Head(20, 8)],
         draws=SETS,
         clean_correct=clean,
         key_correct=key,
@@ -166,7 +168,7 @@ def margin(n: int = 96) -> MLPMargin:
     gen = torch.Generator().manual_seed(7)
     clean = 5 + torch.randn(n, generator=gen)
     return MLPMargin(
-        key_heads=[(14, 2), (20, 8)],
+        key_heads=[Head(14, 2), Head(20, 8)],
         layers=list(range(15, 30)),
         clean_margin=clean,
         ablated_margin=clean - 2.6 + 0.5 * torch.randn(n, generator=gen),

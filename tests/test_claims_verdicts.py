@@ -34,6 +34,7 @@ from mathcircuits.claims import (
     concentration,
     role_findings,
 )
+from mathcircuits.models import Head
 from mathcircuits.patching import KeyComponents, path_patch
 
 READER = (2, 2)
@@ -88,7 +89,7 @@ def patched(model):
 
 
 def key(model, heads):
-    return KeyComponents(model=model.spec, heads=tuple(heads))
+    return KeyComponents(model=model.spec, heads=tuple(Head.of(h) for h in heads))
 
 
 # --- C1: how many heads matter, by tests over heads; depth against random heads ----------------------------------
@@ -152,8 +153,8 @@ def test_c2_an_eight_point_drop_is_no_collapse():
     rand = torch.ones(draws, n)
     rand[:, :2] = 0  # a 0.5-point drop for every random set
     ctl = RandomControl(
-        key_heads=[(1, 1)],
-        draws=[[(1, 2)]] * draws,
+        key_heads=[Head(1, 1)],
+        draws=[[Head(1, 2)]] * draws,
         clean_correct=clean,
         key_correct=key_c,
         random_correct=rand,

@@ -16,7 +16,7 @@ from mathcircuits.finetune import (
     random_heads,
     unit_components,
 )
-from mathcircuits.models import load_hf_model
+from mathcircuits.models import Head, load_hf_model
 from mathcircuits.patching import KeyComponents
 from mathcircuits.pipeline import ConfigError
 
@@ -25,7 +25,7 @@ from mathcircuits.pipeline import ConfigError
 def setup():
     torch.set_num_threads(1)
     model, _ = load_hf_model("tiny-llama")
-    key = KeyComponents(model=model_facts(model), heads=((0, 1), (1, 2)), mlps=(1,))
+    key = KeyComponents(model=model_facts(model), heads=(Head(0, 1), Head(1, 2)), mlps=(1,))
     return model, key
 
 

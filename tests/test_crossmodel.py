@@ -24,7 +24,7 @@ from mathcircuits.crossmodel import (
     separation,
     write_comparison,
 )
-from mathcircuits.models import ModelSpec
+from mathcircuits.models import Head, ModelSpec
 from mathcircuits.patching import KeyComponents, SelectionConfig
 from mathcircuits.pipeline import ConfigError, RunConfig, check_same_config, load_run_results, run_pipeline
 from mathcircuits.stats import Interval
@@ -72,7 +72,7 @@ def _run(name: str, layers: int, heads: int, *, key_acc: float, depth: int, exce
     operands above uniform, and the first layer whose MLP raises the answer."""
     spec = _spec(name, layers, heads)
     g = torch.Generator().manual_seed(layers)
-    key_heads = ((depth, 0), (depth, 1), (depth + 1, 0))
+    key_heads = (Head(depth, 0), Head(depth, 1), Head(depth + 1, 0))
     rel = (depth + 0.0) / (layers - 1)
     key = KeyComponents(
         model=spec,
@@ -129,7 +129,7 @@ def _run(name: str, layers: int, heads: int, *, key_acc: float, depth: int, exce
     # the claims read the random control, the key layers' heads and the later MLPs' margin (docs/claims.md)
     control = RandomControl(
         key_heads=list(key_heads),
-        draws=[[(depth, 2), (depth, 3), (depth + 1, 1)]] * 100,
+        draws=[[Head(depth, 2), Head(depth, 3), Head(depth + 1, 1)]] * 100,
         clean_correct=torch.ones(n),
         key_correct=(torch.arange(n) < key_acc * n).float(),
         random_correct=(torch.arange(n) < 0.97 * n).float().expand(100, n).clone(),
@@ -139,7 +139,7 @@ def _run(name: str, layers: int, heads: int, *, key_acc: float, depth: int, exce
     )
     mates = torch.cat([shares, base[:, None, :].expand(pairs, 2, 5)], 1)  # two non-key heads of the same layers
     layers_att = AttentionByRole(
-        heads=(*key_heads, (depth, 2), (depth + 1, 1)),
+        heads=(*key_heads, Head(depth, 2), Head(depth + 1, 1)),
         shares=mates,
         baselines=base.clone(),
         operations=["add"] * pairs,

@@ -24,7 +24,7 @@ from mathcircuits.finetune import (
     model_facts,
     train_sft,
 )
-from mathcircuits.models import load_hf_model
+from mathcircuits.models import Head, load_hf_model
 from mathcircuits.patching import KeyComponents, SelectionError
 
 from helpers import unchecked
@@ -44,7 +44,7 @@ def _tokens(n_seq: int = 2, n_tok: int = 9, seed: int = 0) -> torch.Tensor:
 
 
 def _key(model, heads, mlps=(), name=None) -> KeyComponents:
-    return KeyComponents(model=model_facts(model, name), heads=tuple(heads), mlps=tuple(mlps))
+    return KeyComponents(model=model_facts(model, name), heads=tuple(Head.of(h) for h in heads), mlps=tuple(mlps))
 
 
 def _random_deltas(adapter: HeadSliceAdapter, scale: float = 0.1) -> None:

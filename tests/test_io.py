@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from mathcircuits import ResultFileError
-from mathcircuits.ablation import HeadMeans
+from mathcircuits.ablation import HeadMeans, TransferResult
 from mathcircuits.finetune import SliceSet, head_slices
-from mathcircuits.models import ModelSpec, load_hf_model
+from mathcircuits.models import Head, ModelSpec, load_hf_model
 from mathcircuits.patching import KeyComponents, PatchingResult, PatchSettings, SelectionConfig, SelectionSource
 
 SPEC = ModelSpec(
@@ -50,7 +50,7 @@ def _patching(**over) -> PatchingResult:
 def _key() -> KeyComponents:
     return KeyComponents(
         model=SPEC,
-        heads=((2, 1), (0, 0)),
+        heads=(Head(2, 1), Head(0, 0)),
         mlps=(1,),
         head_scores=(-0.3, -0.1),
         mlp_scores=(-0.2,),
@@ -86,6 +86,18 @@ def test_round_trip_in_both_formats_keeps_types(tmp_path, suffix):
     means = HeadMeans(means=torch.rand(3, 2, 4), n_prompts=5, model=SPEC)
     m2 = HeadMeans.load(means.save(tmp_path / f"means{suffix}"))
     assert torch.equal(m2.means, means.means) and m2.model == SPEC and m2.n_prompts == 5
+
+
+@pytest.mark.parametrize("suffix", [".json", ".pt"])
+def test_heads_are_saved_as_pairs_and_load_as_heads(tmp_path, suffix):
+    res = TransferResult(rows=(), key_heads=[Head(2, 1), Head(0, 0)], n_random=3)
+    path = res.save(tmp_path / f"t{suffix}")
+    back = TransferResult.load(path)
+    assert back.key_heads == res.key_heads and all(type(h) is Head for h in back.key_heads)
+    if suffix == ".json":
+        assert json.loads(path.read_text())["key_heads"] == [[2, 1], [0, 0]]
+    with pytest.raises(ResultFileError, match=r"key_heads\[0\].*Head \(2 items\)"):
+        TransferResult.from_dict({**res.to_dict(), "key_heads": [[2, 1, 0]]})
 
 
 def test_json_is_readable_and_headed(tmp_path):

@@ -8,7 +8,7 @@ import torch
 from mathcircuits.ablation import HeadMeans, ablated_accuracy, head_means, knockout_curve, transfer
 from mathcircuits.data import GenerationConfig, generate_pairs, score_pairs
 from mathcircuits.finetune import SliceError, head_slices
-from mathcircuits.models import ModelMismatchError, load_hf_model
+from mathcircuits.models import Head, ModelMismatchError, load_hf_model
 from mathcircuits.patching import KeyComponents, PatchingResult, SelectionError, path_patch, select_key_components
 
 
@@ -21,7 +21,7 @@ def pairs(tiny_llama, template_sets):
 @pytest.fixture(scope="module")
 def gpt2_key(tiny_gpt2):
     """Key heads of tiny-gpt2 whose indices also exist in tiny-llama (the silent case)."""
-    return KeyComponents(model=tiny_gpt2.spec, heads=((0, 1), (1, 2)))
+    return KeyComponents(model=tiny_gpt2.spec, heads=(Head(0, 1), Head(1, 2)))
 
 
 def _effects(spec, heads: torch.Tensor, mlps: torch.Tensor | None = None) -> PatchingResult:
@@ -109,7 +109,7 @@ def test_head_slices_names_both_models():
     gpt2, _ = load_hf_model("tiny-gpt2")
     from mathcircuits.models import ModelSpec
 
-    key = KeyComponents(model=ModelSpec.from_hf(gpt2, "tiny-gpt2"), heads=((0, 1),))
+    key = KeyComponents(model=ModelSpec.from_hf(gpt2, "tiny-gpt2"), heads=(Head(0, 1),))
     with pytest.raises(SelectionError) as info:
         head_slices(llama, key)
     msg = str(info.value)

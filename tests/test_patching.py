@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from mathcircuits.data import GenerationConfig, generate_pairs
-from mathcircuits.models import load_model
+from mathcircuits.models import Head, load_model
 from mathcircuits.patching import (
     METRICS,
     KeyComponents,
@@ -183,7 +183,7 @@ def test_selection_from_another_model_is_refused(tiny_llama, tiny_gpt2, pairs_ll
 
 def test_head_index_out_of_range_is_refused(tiny_llama):
     with pytest.raises(SelectionError, match="out of range"):
-        KeyComponents(model=tiny_llama.spec, heads=((0, 9),))
+        KeyComponents(model=tiny_llama.spec, heads=(Head(0, 9),))
 
 
 @pytest.mark.slow

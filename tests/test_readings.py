@@ -51,7 +51,7 @@ def _patching() -> PatchingResult:
 
 def test_patching_reading_names_the_strongest_heads_with_their_effects_and_intervals():
     res = _patching()
-    key = KeyComponents(model=SPEC, heads=((3, 1), (1, 2)), selection=SelectionConfig(rule="topk", k=2))
+    key = KeyComponents(model=SPEC, heads=(Head(3, 1), Head(1, 2)), selection=SelectionConfig(rule="topk", k=2))
     text = reading_patching(res, key)
     num = r"([+-]\d+\.\d+)"
     named = re.findall(rf"(L\d+\.H\d+) {num}% \[{num}%, {num}%\]", text)  # the unit on every number
@@ -70,7 +70,7 @@ def test_patching_reading_names_the_strongest_heads_with_their_effects_and_inter
 def test_stability_reading_sorts_heads_by_how_often_resamples_pick_them():
     key = KeyComponents(
         model=SPEC,
-        heads=((3, 1), (1, 2), (4, 0)),
+        heads=(Head(3, 1), Head(1, 2), Head(4, 0)),
         selection=SelectionConfig(rule="zscore"),
         stability=(0.97, 0.62, 0.31),
         stability_others={"L0.H3": 0.4},
@@ -83,7 +83,7 @@ def test_stability_reading_sorts_heads_by_how_often_resamples_pick_them():
     assert "Selected in at least 80% of resamples: L3.H1." in text, "only the head at 97% is firm"
     assert "Selected in fewer than half: L4.H0 (31%)" in text and "L1.H2 (" not in text, "62% is neither"
     assert "L0.H3 (40%)" in text
-    unmeasured = KeyComponents(model=SPEC, heads=((3, 1),))
+    unmeasured = KeyComponents(model=SPEC, heads=(Head(3, 1),))
     assert "not measured" in reading_stability(unmeasured)
 
 
@@ -108,7 +108,7 @@ def test_knockout_reading_states_each_curve_end_and_the_random_spread():
 def test_transfer_reading_separates_measured_sets_from_the_others():
     measured = transfer_row("two-digit", [1] * 40, [1] * 10 + [0] * 30, [[1] * 38 + [0] * 2] * 3, ablation="mean")
     skipped = transfer_row("word problems", [1] * 3 + [0] * 37, None, [])
-    result = TransferResult(rows=(measured, skipped), key_heads=[(3, 1)], n_random=3)
+    result = TransferResult(rows=(measured, skipped), key_heads=[Head(3, 1)], n_random=3)
     text = reading_transfer(result)
     assert f"two-digit {measured.key_ablated_accuracy:.0%} [{measured.key_low:.0%}, {measured.key_high:.0%}]" in text
     assert f"vs random {measured.random_ablated_accuracy:.0%}" in text and "25%" in text and "95%" in text
@@ -116,14 +116,14 @@ def test_transfer_reading_separates_measured_sets_from_the_others():
     under = reading_unmeasurable(result)
     assert under.startswith("Not measurable on this model") and "two-digit" not in under
     assert f"word problems (clean accuracy {skipped.clean_accuracy:.0%}" in under and "n=40" in under
-    assert reading_unmeasurable(TransferResult(rows=(measured,), key_heads=[(3, 1)], n_random=3)) == ""
+    assert reading_unmeasurable(TransferResult(rows=(measured,), key_heads=[Head(3, 1)], n_random=3)) == ""
 
 
 def test_attention_reading_gives_each_heads_excess_with_its_interval_and_class():
     shares = torch.tensor([[0.35, 0.35, 0.05, 0.15, 0.10], [0.02, 0.02, 0.70, 0.16, 0.10]])[None].repeat(6, 1, 1)
     shares = shares + torch.linspace(-0.02, 0.02, 6)[:, None, None] * torch.tensor([1.0, -1.0, 0.0, 0.0, 0.0])
     att = AttentionByRole(
-        heads=((3, 1), (1, 2)),
+        heads=(Head(3, 1), Head(1, 2)),
         shares=shares,
         baselines=torch.tensor([0.1, 0.1, 0.05, 0.6, 0.15])[None].repeat(6, 1),
         operations=["add"] * 6,

@@ -18,7 +18,7 @@ import torch
 from mathcircuits.ablation import KnockoutResult, TransferResult, transfer_row
 from mathcircuits.claims import C6Stop, Verdict, c6_verdict, claim_c1, claim_c6
 from mathcircuits.evaluation import ARITHMETIC, EvalResult
-from mathcircuits.models import ModelSpec, PeakMemory
+from mathcircuits.models import Head, ModelSpec, PeakMemory
 from mathcircuits.patching import KeyComponents, PatchingResult, SelectionConfig
 from mathcircuits.report import (
     ReportParts,
@@ -79,7 +79,9 @@ def test_patching_reading_gives_the_top_heads_share_as_a_positive_fraction():
 
 
 def test_c1_names_the_fixed_top_count_apart_from_the_key_heads():
-    key = KeyComponents(model=SPEC, heads=((2, 1), (1, 0), (3, 3)), selection=SelectionConfig(rule="topk", k=3))
+    key = KeyComponents(
+        model=SPEC, heads=(Head(2, 1), Head(1, 0), Head(3, 3)), selection=SelectionConfig(rule="topk", k=3)
+    )
     c = claim_c1(_patching(-1.0), key, n_boot=50, n_null=50)
     assert "against the paper's < 5% (at most 1 head)" in c.measurement and "The top 1 head holds" in c.measurement
     assert "random sets of 1 head:" in c.measurement and "1 heads" not in c.measurement
@@ -151,13 +153,13 @@ def test_transfer_chart_draws_only_measured_sets():
         transfer_row("two-digit", [1] * 20, [1] * 4 + [0] * 16, [[1] * 19 + [0]] * 3),
         transfer_row("word problems", [1] * 2 + [0] * 30, None, []),
     )
-    d = transfer_bars(TransferResult(rows=rows, key_heads=[(2, 1)], n_random=3)).to_dict()
+    d = transfer_bars(TransferResult(rows=rows, key_heads=[Head(2, 1)], n_random=3)).to_dict()
     for bar in d["data"]:
         assert len(bar["x"]) == 1 and bar["x"][0].startswith("two-digit")
 
 
 def test_heatmap_is_full_width_with_distinct_symbols_for_heads_and_mlps():
-    key = KeyComponents(model=SPEC, heads=((2, 1),), mlps=(3,))
+    key = KeyComponents(model=SPEC, heads=(Head(2, 1),), mlps=(3,))
     d = patching_heatmap(_patching(1.0), key).to_dict()
     marks = {t["name"]: t["marker"]["symbol"] for t in d["data"][2:]}
     assert marks["key heads"] != marks["key MLPs"]
@@ -176,7 +178,7 @@ def test_attention_excess_figure_is_in_points_like_its_reading():
 
     shares = torch.tensor([[0.35, 0.35, 0.05, 0.15, 0.10], [0.02, 0.02, 0.70, 0.16, 0.10]])[None].repeat(6, 1, 1)
     att = AttentionByRole(
-        heads=((3, 1), (1, 2)),
+        heads=(Head(3, 1), Head(1, 2)),
         shares=shares + torch.linspace(-0.02, 0.02, 6)[:, None, None] * torch.tensor([1.0, -1.0, 0, 0, 0]),
         baselines=torch.tensor([0.1, 0.1, 0.05, 0.6, 0.15])[None].repeat(6, 1),
         operations=["add"] * 6,

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from mathcircuits.models import ModelSpec
+from mathcircuits.models import Head, ModelSpec
 from mathcircuits.patching import KeyComponents, PatchingResult
 
 from helpers import binomial_band
@@ -61,7 +61,9 @@ def test_patching_dataframe_without_per_pair_effects_drops_the_intervals_and_say
 
 
 def test_key_components_dataframe_gives_mlps_no_head():
-    key = KeyComponents(model=SPEC, heads=((0, 1), (2, 0)), mlps=(1,), head_scores=(-0.3, -0.1), mlp_scores=(-0.2,))
+    key = KeyComponents(
+        model=SPEC, heads=(Head(0, 1), Head(2, 0)), mlps=(1,), head_scores=(-0.3, -0.1), mlp_scores=(-0.2,)
+    )
     df = key.to_dataframe()
     assert list(df["kind"]) == ["head", "head", "mlp"]
     assert df["head"].isna().tolist() == [False, False, True] and list(df["head"][:2]) == [1, 0]

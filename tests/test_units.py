@@ -31,7 +31,7 @@ from mathcircuits.finetune import (
     model_facts,
     units_remaining,
 )
-from mathcircuits.models import ModelSpec, load_hf_model
+from mathcircuits.models import Head, ModelSpec, load_hf_model
 from mathcircuits.patching import KeyComponents
 from mathcircuits.power import detectable_difference, planned_detectable_difference, seed_item_bootstrap
 from mathcircuits.stats import paired_bootstrap
@@ -145,7 +145,7 @@ def test_matched_random_heads_match_depth_and_parameters():
     assert d.exact and not d.outside_key_groups and len(d.kv_groups) == 5
     model = load_hf_model("tiny-llama")[0]
     facts = model_facts(model)
-    tiny_key = KeyComponents(model=facts, heads=((0, 1), (1, 2), (1, 3)))
+    tiny_key = KeyComponents(model=facts, heads=(Head(0, 1), Head(1, 2), Head(1, 3)))
     n_key = head_slices(model, tiny_key).n_tuned
     for seed in range(4):
         d = matched_random_heads(facts, tiny_key.heads, "group", seed=seed)
@@ -155,7 +155,7 @@ def test_matched_random_heads_match_depth_and_parameters():
 
 def test_kv_shared_heads_under_each_policy():
     model = load_hf_model("tiny-llama")[0]  # 4 query heads, 2 KV heads: groups of 2
-    key = KeyComponents(model=model_facts(model), heads=((0, 1), (1, 2), (1, 3)))
+    key = KeyComponents(model=model_facts(model), heads=(Head(0, 1), Head(1, 2), Head(1, 3)))
     assert kv_shared_heads(head_slices(model, key, kv_policy="group")) == ((0, 0),)
     assert kv_shared_heads(head_slices(model, key, kv_policy="exclusive")) == ()
 

@@ -16,7 +16,7 @@ import torch
 from mathcircuits.ablation import KnockoutResult, TransferResult, transfer_row
 from mathcircuits.analysis import ROLES, AttentionByRole, HeadPatterns, MLPProbeResult
 from mathcircuits.claims import assess_claims
-from mathcircuits.models import ModelSpec
+from mathcircuits.models import Head, ModelSpec
 from mathcircuits.patching import KeyComponents, PatchingResult
 from mathcircuits.report import CARD_END_COLOUR, ReportParts, build_report
 from mathcircuits.viz import (
@@ -74,7 +74,9 @@ def patching(op: str, seed: int, n_pairs: int = 6) -> PatchingResult:
 
 
 def key() -> KeyComponents:
-    return KeyComponents(model=SPEC, heads=((2, 1), (3, 0)), mlps=(1,), head_scores=(-0.08, -0.03), mlp_scores=(-0.4,))
+    return KeyComponents(
+        model=SPEC, heads=(Head(2, 1), Head(3, 0)), mlps=(1,), head_scores=(-0.08, -0.03), mlp_scores=(-0.4,)
+    )
 
 
 def knockouts() -> list[Knockout]:
@@ -93,7 +95,7 @@ def attention() -> AttentionByRole:
     )
     base = torch.tensor([0.05, 0.05, 0.05, 0.7, 0.15])[None].repeat(5, 1)
     return AttentionByRole(
-        heads=((2, 1), (3, 0), (1, 2)),
+        heads=(Head(2, 1), Head(3, 0), Head(1, 2)),
         shares=shares,
         baselines=base,
         operations=["add"] * 3 + ["sub"] * 2,
@@ -147,7 +149,7 @@ def patterns() -> HeadPatterns:
     pat = torch.tril(torch.rand(2, 5, 5))
     pat = pat / pat.sum(-1, keepdim=True)
     return HeadPatterns(
-        heads=((2, 1), (3, 0)),
+        heads=(Head(2, 1), Head(3, 0)),
         prompts=["4 + 3 = "],
         tokens=[tokens],
         roles=[["operand_a", "operator", "operand_b", "other", "other"]],
@@ -421,7 +423,7 @@ def _transfer() -> TransferResult:
         ),
         transfer_row("add two-digit operands", [1] * 2 + [0] * 30, None, []),
     ]
-    return TransferResult(rows=tuple(rows), key_heads=[(2, 1), (3, 0)], n_random=3)
+    return TransferResult(rows=tuple(rows), key_heads=[Head(2, 1), Head(3, 0)], n_random=3)
 
 
 def _report() -> ReportParts:

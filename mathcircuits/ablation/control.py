@@ -44,8 +44,10 @@ from mathcircuits._io import SavedResult
 from mathcircuits.ablation.hooks import Ablation, Scope
 from mathcircuits.ablation.means import HeadMeans, PositionPool
 from mathcircuits.ablation.scorer import KnockoutScorer
+from mathcircuits.data import Operation
 from mathcircuits.data.pairs import PairSet, check_columns
 from mathcircuits.models import HookedModel
+from mathcircuits.models.heads import Head
 from mathcircuits.models.spec import ModelSpec
 from mathcircuits.patching import KeyComponents, resolve_heads
 
@@ -78,7 +80,7 @@ def n_depth_matched_sets(key_heads: Sequence[tuple[int, int]], spec: ModelSpec) 
 
 def depth_matched_draws(
     key_heads: Sequence[tuple[int, int]], spec: ModelSpec, n_draws: int, seed: int = 0
-) -> list[list[tuple[int, int]]]:
+) -> list[list[Head]]:
     """Distinct random head sets with the key set's layer multiset, from the non-key heads: every one of them
     when there are at most ``n_draws`` (the null is then exact), else ``n_draws`` drawn without replacement.
 
@@ -99,12 +101,12 @@ def depth_matched_draws(
     per_layer, pools = _pools(key_heads, spec)
     layers = sorted(per_layer.items())
     if n_depth_matched_sets(key_heads, spec) <= n_draws:
-        choices = [[[(l, h) for h in c] for c in itertools.combinations(pools[l], k)] for l, k in layers]
+        choices = [[[Head(l, h) for h in c] for c in itertools.combinations(pools[l], k)] for l, k in layers]
         return [sorted(h for part in combo for h in part) for combo in itertools.product(*choices)]
     rng = random.Random(seed)
-    seen: dict[tuple[tuple[int, int], ...], None] = {}
+    seen: dict[tuple[Head, ...], None] = {}
     while len(seen) < n_draws:  # more sets exist than the budget, so this ends
-        seen.setdefault(tuple(sorted((l, h) for l, k in layers for h in rng.sample(pools[l], k))), None)
+        seen.setdefault(tuple(sorted(Head(l, h) for l, k in layers for h in rng.sample(pools[l], k))), None)
     return [list(d) for d in seen]
 
 
@@ -118,8 +120,8 @@ class RandomControl(SavedResult):
     (-1 unknown); the draws are all of them when there are no more than the budget.
     """
 
-    key_heads: list[tuple[int, int]]
-    draws: list[list[tuple[int, int]]]
+    key_heads: list[Head]
+    draws: list[list[Head]]
     clean_correct: Float[Tensor, " pair"]
     key_correct: Float[Tensor, " pair"]
     random_correct: Float[Tensor, "draw pair"]
@@ -152,7 +154,7 @@ class RandomControl(SavedResult):
             )
 
     # --- the numbers the claims read ----------------------------------------------------------------------
-    def rows(self, operation: str | None = None) -> Tensor:
+    def rows(self, operation: Operation | None = None) -> Tensor:
         """Indices of the pairs of ``operation`` (all pairs when None)."""
         return torch.tensor(
             [i for i, o in enumerate(self.operations) if operation is None or o == operation], device="cpu"
@@ -162,27 +164,27 @@ class RandomControl(SavedResult):
     def n_pairs(self) -> int:
         return len(self.pair_ids)
 
-    def baseline(self, operation: str | None = None) -> float:
+    def baseline(self, operation: Operation | None = None) -> float:
         """Clean accuracy on the scored pairs."""
         return float(self.clean_correct[self.rows(operation)].mean())
 
-    def key_drop(self, operation: str | None = None) -> float:
+    def key_drop(self, operation: Operation | None = None) -> float:
         """Accuracy lost with the key set knocked out (positive = a drop)."""
         r = self.rows(operation)
         return float(self.clean_correct[r].mean() - self.key_correct[r].mean())
 
-    def random_drops(self, operation: str | None = None) -> Float[Tensor, " draw"]:
+    def random_drops(self, operation: Operation | None = None) -> Float[Tensor, " draw"]:
         """Accuracy lost with each random set knocked out."""
         r = self.rows(operation)
         return self.clean_correct[r].mean() - self.random_correct[:, r].mean(1)
 
-    def p_value(self, operation: str | None = None) -> float:
+    def p_value(self, operation: Operation | None = None) -> float:
         """Empirical p-value of "the key set drops accuracy no more than a depth-matched random set":
         ``(1 + #{random drop ≥ key drop}) / (1 + n_draws)``."""
         d = self.random_drops(operation)
         return float((1 + (d >= self.key_drop(operation) - 1e-12).sum()) / (1 + d.numel()))
 
-    def percentile(self, operation: str | None = None) -> float:
+    def percentile(self, operation: Operation | None = None) -> float:
         """Share of the random sets (0–100) whose drop is smaller than the key set's (ties count half)."""
         d, k = self.random_drops(operation), self.key_drop(operation)
         return float(100 * ((d < k - 1e-12).sum() + 0.5 * ((d - k).abs() <= 1e-12).sum()) / d.numel())
@@ -266,11 +268,11 @@ def random_control(
     check_columns(dataset, ("tokens", "answer_tokens", "n_tokens"), "random_control")
     if len(dataset) == 0:
         raise FixableValueError("random_control got no pairs. ", "pass the fresh pairs of at least one operation.")
-    key = [(int(l), int(h)) for l, h in resolve_heads(key_heads, model.spec, arg="key_heads")]
+    key = list(resolve_heads(key_heads, model.spec, arg="key_heads"))
     draws = depth_matched_draws(key, model.spec, n_draws, seed)
     scorer = scorer or KnockoutScorer(model, dataset, ablation, means, scope, seed, batch_size, pool=pool)
 
-    def correct(heads: list[tuple[int, int]]) -> Tensor:
+    def correct(heads: list[Head]) -> Tensor:
         return torch.tensor(scorer.score(heads)[0], dtype=torch.float32, device="cpu")
 
     clean, key_c = correct([]), correct(key)

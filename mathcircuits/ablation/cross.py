@@ -25,6 +25,8 @@ from torch import Tensor
 from mathcircuits._errors import FixableValueError
 from mathcircuits._io import SavedResult
 from mathcircuits.ablation.scorer import KnockoutScorer
+from mathcircuits.data import Operation
+from mathcircuits.models import Head
 from mathcircuits.stats import DEFAULT_CONFIDENCE, wilson_interval
 
 __all__ = ["CrossOperation", "cross_operation", "jaccard"]
@@ -43,8 +45,8 @@ class CrossOperation(SavedResult):
     ``ablated_accuracy[i, j]``: source ``operations[i]``'s key set knocked out on target ``operations[j]``.
     """
 
-    operations: list[str]
-    key_sets: dict[str, list[tuple[int, int]]]
+    operations: list[Operation]
+    key_sets: dict[Operation, list[Head]]
     clean_accuracy: list[float]
     ablated_accuracy: Float[Tensor, "source target"]
     n_pairs: list[int]
@@ -91,7 +93,7 @@ class CrossOperation(SavedResult):
 
 
 def cross_operation(
-    scorers: Mapping[str, KnockoutScorer], key_sets: Mapping[str, Sequence[tuple[int, int]]]
+    scorers: Mapping[Operation, KnockoutScorer], key_sets: Mapping[Operation, Sequence[tuple[int, int]]]
 ) -> CrossOperation:
     """Knock each operation's key set out on every operation's pairs.
 
@@ -109,12 +111,12 @@ def cross_operation(
     clean = [scorers[t].accuracy([]) for t in ops]
     acc = torch.zeros(len(ops), len(ops))
     for i, s in enumerate(ops):
-        heads = [(int(l), int(h)) for l, h in key_sets[s]]
+        heads = [Head.of(h) for h in key_sets[s]]
         for j, t in enumerate(ops):
             acc[i, j] = scorers[t].accuracy(heads) if heads else clean[j]
     return CrossOperation(
         operations=ops,
-        key_sets={op: [(int(l), int(h)) for l, h in key_sets[op]] for op in ops},
+        key_sets={op: [Head.of(h) for h in key_sets[op]] for op in ops},
         clean_accuracy=clean,
         ablated_accuracy=acc,
         n_pairs=[len(scorers[t].seqs) for t in ops],

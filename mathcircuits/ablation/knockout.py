@@ -53,7 +53,7 @@ from mathcircuits.ablation.means import HeadMeans, PositionPool, head_means
 from mathcircuits.ablation.result import KnockoutResult
 from mathcircuits.ablation.scorer import KnockoutScorer
 from mathcircuits.data.pairs import PairSet, check_columns
-from mathcircuits.models import HookedModel
+from mathcircuits.models import Head, HookedModel
 from mathcircuits.models.spec import ModelSpec
 from mathcircuits.patching import KeyComponents, PatchingResult, resolve_heads
 
@@ -97,14 +97,14 @@ def ablated_accuracy(
     return scorer.accuracy(heads)
 
 
-def _ranked_heads(patching: object, spec: ModelSpec, max_k: int) -> list[tuple[int, int]]:
+def _ranked_heads(patching: object, spec: ModelSpec, max_k: int) -> list[Head]:
     """The heads in knockout order: a result's by effect (most negative first), a selection's in its order."""
     if isinstance(patching, KeyComponents):
-        return [(int(l), int(h)) for l, h in resolve_heads(patching, spec, arg="knockout_curve(patching=)")[:max_k]]
+        return list(resolve_heads(patching, spec, arg="knockout_curve(patching=)")[:max_k])
     if isinstance(patching, PatchingResult):
         patching.check_model(spec)
         patching.check_finite()
-        return [(l, h) for l, h, _ in patching.top_heads(max_k)]
+        return [Head(l, h) for l, h, _ in patching.top_heads(max_k)]
     raise FixableTypeError(
         f"knockout_curve(patching=) got a {type(patching).__name__}, but it ranks the heads to knock out from a "
         "PatchingResult (path_patch) or a KeyComponents (select_key_components). ",
@@ -172,7 +172,7 @@ def knockout_curve(
     if bad:
         raise FixableValueError(f"ks {bad} are outside 1…{len(ranked)} (the ranked heads). ", "choose k in that range.")
     ks = [0, *sorted({int(k) for k in wanted})]
-    all_heads = [(l, h) for l in range(spec.n_layers) for h in range(spec.n_heads)]
+    all_heads = [Head(l, h) for l in range(spec.n_layers) for h in range(spec.n_heads)]
     rng = random.Random(seed)
     orders = [rng.sample(all_heads, len(ranked)) for _ in range(n_random)]
     scorer = KnockoutScorer(model, dataset, ablation, means, scope, seed, pool=pool)

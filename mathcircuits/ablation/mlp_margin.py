@@ -38,6 +38,7 @@ from mathcircuits.ablation.scorer import KnockoutScorer
 from mathcircuits.data.pairs import PairSet, check_columns
 from mathcircuits.models import HookedModel, fast_paths_enabled, hooks
 from mathcircuits.models.families import block_structure
+from mathcircuits.models.heads import Head
 from mathcircuits.models.readout import final_norm
 
 __all__ = ["MLPMargin", "mlp_margin"]
@@ -47,7 +48,7 @@ __all__ = ["MLPMargin", "mlp_margin"]
 class MLPMargin(SavedResult):
     """The later MLPs' direct answer margin per pair, clean and with the key heads knocked out (logits)."""
 
-    key_heads: list[tuple[int, int]]
+    key_heads: list[Head]
     layers: list[int]
     clean_margin: Float[Tensor, " pair"]
     ablated_margin: Float[Tensor, " pair"]
@@ -56,7 +57,7 @@ class MLPMargin(SavedResult):
     pair_ids: list[int]
     ablation: Ablation = "position_mean"
     scope: Scope = "all"
-    random_heads: list[list[tuple[int, int]]] = field(default_factory=list)
+    random_heads: list[list[Head]] = field(default_factory=list)
     random_ablated: Float[Tensor, "draw pair"] | None = None
 
     STAGE = "validate"
@@ -150,14 +151,14 @@ def mlp_margin(
             f"layers {layers} must be a non-empty subset of 0..{spec.n_layers - 1}. ", "pass MLP layers."
         )
     check_columns(dataset, ("tokens", "answer_tokens", "n_tokens"), "mlp_margin")
-    heads = [(int(l), int(h)) for l, h in key_heads]
+    heads = [Head.of(h) for h in key_heads]
     scorer = scorer or KnockoutScorer(model, dataset, ablation, means, scope, seed, batch_size, reuse_clean=False)
     structure = block_structure(model)
     W_U = model.bridge.W_U.float()
     answer = [int(a[0]) for a in scorer.answers]
     cand = torch.tensor(sorted(set(answer)), device=W_U.device)
     n = len(scorer.seqs)
-    variants = [[], heads, *[[(int(l), int(h)) for l, h in r] for r in random_sets]]  # clean, key, random sets
+    variants = [[], heads, *[[Head.of(h) for h in r] for r in random_sets]]  # clean, key, random sets
     out = torch.zeros(len(variants), n, device="cpu")  # the result
     # the shared prefix runs once, clean (not with the position-free mean at every position: that ablates it too)
     fast = fast and fast_paths_enabled() and not (scorer.ablation == "mean" and scorer.scope == "all")

@@ -40,7 +40,7 @@ class KnockoutResult(SavedResult):
     random_accuracy: Float[Tensor, "seed k"]
     baseline_accuracy: float
     operation: str
-    ranked_heads: list[tuple[int, int]] = field(default_factory=list)
+    ranked_heads: list[Head] = field(default_factory=list)
     n_pairs: int = 0
     scope: Scope = "all"
     seeds: list[int] = field(default_factory=list)
@@ -148,7 +148,7 @@ class TransferResult(SavedResult):
     """
 
     rows: tuple[TransferRow, ...]
-    key_heads: list[tuple[int, int]]
+    key_heads: list[Head]
     n_random: int
     scope: Scope = "all"
     notes: dict[str, str] = field(default_factory=dict)

@@ -36,7 +36,7 @@ from mathcircuits.ablation.hooks import Ablation, Scope, check_choice, z_ablatio
 from mathcircuits.ablation.means import HeadMeans, PoolKey, PositionPool, head_means
 from mathcircuits.data.filter import length_groups
 from mathcircuits.data.pairs import PairSet, check_columns
-from mathcircuits.models import HookedModel, fast_paths_enabled, hooks
+from mathcircuits.models import Head, HookedModel, fast_paths_enabled, hooks
 from mathcircuits.models.integrity import compare, model_depth, model_dtype, probe_pairs, verify_once
 from mathcircuits.models.placement import layer_device
 from mathcircuits.models.prefix import PrefixRunner, repeat_cache, run_from_layer, shared_prefix_len
@@ -254,7 +254,7 @@ class KnockoutScorer:
         Returns:
             One ``[len(answer_tokens), vocab]`` tensor per pair, in dataset order (teacher-forced).
         """
-        heads = [(int(l), int(h)) for l, h in heads]
+        heads = [Head.of(h) for h in heads]
         for l, h in heads:
             self.model.spec.check_head(l, h)
         fast = fast and fast_paths_enabled()
@@ -287,12 +287,12 @@ class KnockoutScorer:
         chosen = first if first_token else correct
         return sum(chosen) / len(chosen)
 
-    def _plain(self, g: int, rows: list[int], heads: list[tuple[int, int]]) -> list[Tensor]:
+    def _plain(self, g: int, rows: list[int], heads: list[Head]) -> list[Tensor]:
         toks = torch.tensor([self.seqs[i] for i in rows], device=self.model.device)
         fwd = z_ablation_hooks(self.model, heads, self._values(g, rows, fast=False), self.scope) if heads else []
         return self._read(self.model.bridge.run_with_hooks(toks, fwd_hooks=fwd), rows, 0)
 
-    def _fast(self, b: int, heads: list[tuple[int, int]]) -> list[Tensor]:
+    def _fast(self, b: int, heads: list[Head]) -> list[Tensor]:
         reuse = self.reuse_clean or b in self._clean
         if not heads and reuse:
             return self._clean_batch(b)[1]
@@ -346,7 +346,7 @@ def check_knockout(model: HookedModel, ablation: Ablation, scope: Scope) -> tupl
     probe = probe_pairs(spec.vocab_size)
     scorer = KnockoutScorer(model, probe, ablation, scope=scope, batch_size=len(probe))
     mid = max(1, spec.n_layers // 2)
-    sets: list[list[tuple[int, int]]] = [[], [(mid, 0)], [(mid, 0), (spec.n_layers - 1, spec.n_heads - 1)]]
+    sets: list[list[Head]] = [[], [Head(mid, 0)], [Head(mid, 0), Head(spec.n_layers - 1, spec.n_heads - 1)]]
     fast = torch.cat([torch.cat(scorer.logits(s, fast=True)) for s in sets])
     plain = torch.cat([torch.cat(scorer.logits(s, fast=False)) for s in sets])
     return compare(fast, plain, model_dtype(model), model_depth(model))

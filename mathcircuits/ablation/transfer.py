@@ -207,7 +207,7 @@ def transfer(
         )
     return TransferResult(
         rows=tuple(rows),
-        key_heads=[tuple(h) for h in key_heads],
+        key_heads=key_heads,
         n_random=n_random,
         scope=scope,
         min_clean_accuracy=min_clean_accuracy,

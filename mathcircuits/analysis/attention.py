@@ -43,6 +43,7 @@ from torch import Tensor
 from mathcircuits._errors import FixableValueError
 from mathcircuits._io import SavedResult
 from mathcircuits.analysis.roles import OP, ROLES, A, B, classify_heads, role_masks, role_shares, sink_mask
+from mathcircuits.data import Operation
 from mathcircuits.data.batching import iter_batches
 from mathcircuits.data.pairs import PairSet, operation_rows, pair_columns
 from mathcircuits.models import Head, HookedModel, hooks
@@ -71,7 +72,7 @@ class AttentionByRole(SavedResult):
     (both None in files written before the sink was measured).
     """
 
-    heads: tuple[tuple[int, int], ...]
+    heads: tuple[Head, ...]
     shares: Float[Tensor, "pair head role"]
     baselines: Float[Tensor, "pair role"]
     operations: list[str]
@@ -117,15 +118,15 @@ class AttentionByRole(SavedResult):
     def operation_names(self) -> list[str]:
         return list(dict.fromkeys(self.operations))
 
-    def _rows(self, operation: str | None) -> Tensor:
+    def _rows(self, operation: Operation | None) -> Tensor:
         return operation_rows(self.operations, operation)
 
-    def mean(self, operation: str | None = None) -> Float[Tensor, "head role"]:
+    def mean(self, operation: Operation | None = None) -> Float[Tensor, "head role"]:
         """Mean share per head and role over the pairs of ``operation`` (all pairs when None)."""
         return self.shares[self._rows(operation)].mean(0)
 
     def classify(
-        self, operation: str | None = None, min_share: float | None = None, min_lift: float | None = None
+        self, operation: Operation | None = None, min_share: float | None = None, min_lift: float | None = None
     ) -> tuple[str, ...]:
         """Class of each head (:data:`HEAD_CLASSES`) over the pairs of ``operation`` (all when None)."""
         rows = self._rows(operation)

@@ -41,7 +41,7 @@ class HeadPatterns(SavedResult):
     ``tokens[k]`` its token texts and ``roles[k]`` the role of each token.
     """
 
-    heads: tuple[tuple[int, int], ...]
+    heads: tuple[Head, ...]
     prompts: list[str]
     tokens: list[list[str]]
     roles: list[list[str]]

@@ -19,6 +19,7 @@ from torch import Tensor
 
 from mathcircuits._errors import FixableValueError
 from mathcircuits._io import SavedResult
+from mathcircuits.data import Operation
 from mathcircuits.data.pairs import operation_rows
 from mathcircuits.models.spec import ModelSpec
 from mathcircuits.stats import (
@@ -104,17 +105,17 @@ class MLPProbeResult(SavedResult):
     def operation_names(self) -> list[str]:
         return list(dict.fromkeys(self.operations))
 
-    def rows(self, operation: str | None = None) -> Tensor:
+    def rows(self, operation: Operation | None = None) -> Tensor:
         return operation_rows(self.operations, operation)
 
-    def first_raising_layer(self, operation: str | None = None, min_margin: float = 0.25) -> int | None:
+    def first_raising_layer(self, operation: Operation | None = None, min_margin: float = 0.25) -> int | None:
         """First layer whose MLP update, on average over pairs, raises the answer above the other numbers.
 
         That is, mean ``update_direct_margin`` > ``min_margin`` (logits); None if no layer does.
         """
         return _first_raising(self.update_direct_margin[self.rows(operation)], min_margin)
 
-    def lens_top1_layer(self, operation: str | None = None, min_share: float = 0.5) -> int | None:
+    def lens_top1_layer(self, operation: Operation | None = None, min_share: float = 0.5) -> int | None:
         """First layer after which the logit lens ranks the answer top-1 for at least ``min_share`` of the pairs.
 
         None if there is no such layer.
@@ -124,7 +125,7 @@ class MLPProbeResult(SavedResult):
     def layer_interval(
         self,
         which: str,
-        operation: str | None = None,
+        operation: Operation | None = None,
         n_boot: int = DEFAULT_N_BOOT,
         seed: int = 0,
         confidence: float = DEFAULT_CONFIDENCE,
@@ -158,7 +159,7 @@ class MLPProbeResult(SavedResult):
         q = torch.quantile(boots, torch.tensor([alpha / 2, 1 - alpha / 2], dtype=boots.dtype), interpolation="nearest")
         return Interval(float(layer(data)), float(q[0]), float(q[1]), int(data.shape[0]), confidence, "bootstrap", seed)
 
-    def layer_summary(self, operation: str | None = None, n_boot: int = DEFAULT_N_BOOT, seed: int = 0):
+    def layer_summary(self, operation: Operation | None = None, n_boot: int = DEFAULT_N_BOOT, seed: int = 0):
         """One row per layer: means (and stds) over pairs of every probe, plus top-1 logit-lens accuracy.
 
         The direct margin and the update's cosine with the answer carry a bootstrap interval over pairs

@@ -179,7 +179,7 @@ def discover_circuit(
     spec = model.spec
     check_token_aligned(dataset, spec.vocab_size)
     if key_heads is not None:  # a selection (checked against this model) or (layer, head) pairs
-        key_heads = [(int(l), int(h)) for l, h in resolve_heads(key_heads, spec, allow_empty=True, arg="key_heads")]
+        key_heads = list(resolve_heads(key_heads, spec, allow_empty=True, arg="key_heads"))
     _check_args(spec, locals())
     m = get_metric(metric)
     edge_fn = EDGE_METHODS[method]
@@ -291,7 +291,7 @@ def discover_circuit(
             pair_ids=list(dataset["pair_id"]) if "pair_id" in dataset.column_names else [],
         ),
         settings=CircuitSettings(
-            key_heads=None if key_heads is None else [list(h) for h in key_heads],
+            key_heads=None if key_heads is None else list(key_heads),
             depth=depth,
             threshold=threshold,
             top_k=top_k,

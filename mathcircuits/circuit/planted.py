@@ -21,11 +21,11 @@ from collections.abc import Sequence
 import datasets
 import torch
 
-from mathcircuits.models import HookedModel
+from mathcircuits.models import Head, HookedModel
 
 __all__ = ["MOVER", "READER", "TEMPLATES", "copy_pairs", "plant_copy", "plant_two_step"]
 
-MOVER, READER = (0, 1), (2, 2)  # (layer, head): the digit is moved to the marker, then read at the last token
+MOVER, READER = Head(0, 1), Head(2, 2)  # (layer, head): the digit is moved to the marker, then read at the last token
 TEMPLATES = {"t1": "{p}{A}{q}x{r}=", "t2": "{p}{q}{A}x{r}="}
 
 

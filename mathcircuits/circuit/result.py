@@ -106,7 +106,7 @@ class CircuitSettings:
     """How a circuit was found (the arguments of :func:`~mathcircuits.circuit.discover_circuit`), its rounds and why
     it stopped."""
 
-    key_heads: list[list[int]] | None = None
+    key_heads: list[Head] | None = None
     depth: int = 2
     threshold: float = 0.0
     top_k: int = 0
@@ -173,9 +173,9 @@ class Circuit(SavedResult):
         check_model(self.model, model, "this circuit", "discover the circuit on this model")
 
     @property
-    def heads(self) -> list[tuple[int, int]]:
+    def heads(self) -> list[Head]:
         """The circuit's attention heads (any position), sorted."""
-        return sorted({(n.layer, n.head) for n in self.nodes if n.kind == "head"})
+        return sorted({Head(n.layer, n.head) for n in self.nodes if n.kind == "head"})
 
     def node(self, name: str) -> Node:
         """The node of a name; a clear error for an unknown one."""

@@ -27,7 +27,7 @@ from mathcircuits.crossmodel.measures import (
     separation,
 )
 from mathcircuits.crossmodel.result import ClaimPair, ComparedValue, KeyHeadRow, ModelComparison, RunResults
-from mathcircuits.models import ModelSpec
+from mathcircuits.models import Head, ModelSpec
 from mathcircuits.stats import DEFAULT_CONFIDENCE, DEFAULT_N_BOOT, Interval
 
 __all__ = ["compare_runs"]
@@ -159,7 +159,7 @@ def _key_head_rows(run: RunResults, n_boot: int, seed: int, confidence: float) -
     if run.key is None:
         return []
     key, n = run.key, run.model.n_layers
-    roles: dict[tuple[int, int], tuple[str, Interval, Interval]] = {}
+    roles: dict[Head, tuple[str, Interval, Interval]] = {}
     if run.attention is not None:
         df = run.attention.summary(by_operation=False, n_boot=n_boot, seed=seed, confidence=confidence)
         for r in df.to_dict("records"):
@@ -175,7 +175,7 @@ def _key_head_rows(run: RunResults, n_boot: int, seed: int, confidence: float) -
                 )
                 for t in ("operands", "operator")
             }
-            roles[(int(r["layer"]), int(r["head"]))] = (str(r["class"]), iv["operands"], iv["operator"])
+            roles[Head(int(r["layer"]), int(r["head"]))] = (str(r["class"]), iv["operands"], iv["operator"])
     nan = float("nan")
     rows = []
     for i, (layer, head) in enumerate(key.heads):

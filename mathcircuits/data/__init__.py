@@ -44,6 +44,7 @@ from mathcircuits.data.render import answer_spacing, prompt_start, render_pair
 from mathcircuits.data.templates import (
     OPERATIONS,
     Operation,
+    OperationOrAll,
     Template,
     TemplateError,
     TemplateSet,
@@ -60,6 +61,7 @@ __all__ = [
     "MIB_KINDS",
     "OPERATIONS",
     "Operation",
+    "OperationOrAll",
     "PairBatch",
     "PairError",
     "PairSet",

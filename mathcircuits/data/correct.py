@@ -30,7 +30,7 @@ from mathcircuits.data.filter import score_pairs
 from mathcircuits.data.generate import GenerationConfig, generate_pairs
 from mathcircuits.data.operands import PairError
 from mathcircuits.data.pairs import PairSet, check_columns, pair_keys
-from mathcircuits.data.templates import TemplateSet, load_templates
+from mathcircuits.data.templates import Operation, TemplateSet, load_templates
 
 if TYPE_CHECKING:  # the data layer sits below models: the hooked model is named for the signature only
     from mathcircuits.models import HookedModel
@@ -67,7 +67,7 @@ def _first_correct(
 
 
 def _template_ids(
-    sets: Sequence[TemplateSet], operations: Sequence[str], forms: Sequence[str] | None
+    sets: Sequence[TemplateSet], operations: Sequence[Operation], forms: Sequence[str] | None
 ) -> tuple[str, ...] | None:
     """The ids of the operations' templates of the given forms (None: every form)."""
     if forms is None:
@@ -84,7 +84,7 @@ def _template_ids(
 
 def correct_pairs(
     model: HookedModel,
-    operation: str = "add",
+    operation: Operation = "add",
     n: int | None = 12,
     templates: Sequence[TemplateSet] | None = None,
     template_ids: Sequence[str] | None = None,

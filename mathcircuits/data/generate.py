@@ -59,7 +59,7 @@ from mathcircuits._schema import from_dict as config_from_dict
 from mathcircuits.data.mib_kinds import MIB_KINDS, mib_cf_operands
 from mathcircuits.data.operands import PairError, operand_pairs
 from mathcircuits.data.render import FewshotOperations, aligned_vocab, answer_spacing, render_pair
-from mathcircuits.data.templates import OPERATIONS, TemplateSet
+from mathcircuits.data.templates import OPERATIONS, Operation, TemplateSet
 from mathcircuits.data.tokenizer_id import tokenizer_fingerprint
 
 __all__ = ["Counterfactual", "GenerationConfig", "generate_pairs"]
@@ -77,7 +77,7 @@ Counterfactual: TypeAlias = Literal[
 class GenerationConfig:
     """How to build prompt pairs. Every field has a visible default, a type and a range (checked when built)."""
 
-    operations: tuple[str, ...] = setting(("add",), "operations to build pairs for (add, sub, mul, div, pow)")
+    operations: tuple[Operation, ...] = setting(("add",), "operations to build pairs for (add, sub, mul, div, pow)")
     template_ids: tuple[str, ...] | None = setting(None, "template ids to use; null: every template of the operations")
     n_per_template: int = setting(16, "pairs drawn per template", ge=1)
     operand_range: tuple[int, int] = setting(
@@ -103,10 +103,11 @@ class GenerationConfig:
     seed: int = setting(0, "random seed of operands and word pools")
 
     def __post_init__(self) -> None:
-        check_fields(self)
-        for op in self.operations:
-            if op not in OPERATIONS:
+        ops = self.operations if isinstance(self.operations, (list, tuple)) else ()
+        for op in ops:  # before the field check, which would only say "not one of": name the operation
+            if isinstance(op, str) and op not in OPERATIONS:
                 raise PairError(f"operation {op!r} is unknown. ", f"use some of {OPERATIONS}.")
+        check_fields(self)
         lo, hi = self.operand_range
         if lo > hi or lo < 0:
             raise PairError(

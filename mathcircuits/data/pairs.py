@@ -36,6 +36,7 @@ from torch import Tensor
 
 from mathcircuits._errors import FixableValueError
 from mathcircuits.data.batching import iter_batches
+from mathcircuits.data.templates import Operation
 
 __all__ = [
     "PairBatch",
@@ -213,7 +214,7 @@ def template_keys(pairs: PairSet | Sequence[Mapping[str, Any]]) -> list[Any]:
     return [row.get("template_id", 0) for row in pairs]
 
 
-def operation_rows(operations: Sequence[str], operation: str | None) -> Int[Tensor, " rows"]:
+def operation_rows(operations: Sequence[str], operation: Operation | None) -> Int[Tensor, " rows"]:
     """Indices of the pairs of ``operation`` (all pairs when None); a clear error if there are none.
 
     Args:

@@ -23,6 +23,7 @@ from mathcircuits._files import StrictYAMLError, load_yaml
 __all__ = [
     "OPERATIONS",
     "Operation",
+    "OperationOrAll",
     "Template",
     "TemplateError",
     "TemplateSet",
@@ -33,6 +34,8 @@ __all__ = [
 
 Operation = Literal["add", "sub", "mul", "div", "pow"]
 OPERATIONS: tuple[Operation, ...] = get_args(Operation)
+#: an operation, or ``"all"``: every operation a run patched, pooled (e.g. the run folder's ``patching_all.pt``)
+OperationOrAll = Operation | Literal["all"]
 _OPERAND_SLOTS = ("A", "B", "OP")
 
 

@@ -22,6 +22,7 @@ from mathcircuits._errors import FixableValueError
 from mathcircuits.finetune.layouts import model_facts
 from mathcircuits.finetune.methods import lora_targets
 from mathcircuits.finetune.modes import Mode
+from mathcircuits.models import Head
 from mathcircuits.patching import KeyComponents, SelectionSource
 
 __all__ = ["lora_rank_for_budget", "mode_components", "random_heads"]
@@ -29,7 +30,7 @@ __all__ = ["lora_rank_for_budget", "mode_components", "random_heads"]
 
 def random_heads(
     n_layers: int, n_heads: int, count: int, exclude: Sequence[tuple[int, int]] = (), seed: int = 0
-) -> tuple[tuple[int, int], ...]:
+) -> tuple[Head, ...]:
     """``count`` heads drawn uniformly without replacement from those not in ``exclude`` (seeded).
 
     Args:
@@ -45,7 +46,7 @@ def random_heads(
     Raises:
         ValueError: fewer than ``count`` heads are left to draw from.
     """
-    pool = [(layer, h) for layer in range(n_layers) for h in range(n_heads) if (layer, h) not in set(exclude)]
+    pool = [Head(layer, h) for layer in range(n_layers) for h in range(n_heads) if (layer, h) not in set(exclude)]
     if count > len(pool):
         raise FixableValueError(f"cannot draw {count} random heads from the {len(pool)} non-key heads. ", "tune fewer.")
     order = torch.randperm(len(pool), generator=torch.Generator().manual_seed(seed))[:count]
@@ -87,7 +88,7 @@ def mode_components(
                 f"mode {str(mode)!r} needs a ranking of at least {mode.top_k} heads, got {len(head_ranking)}. ",
                 "pass head_ranking (every head by path-patching effect).",
             )
-        heads = tuple(tuple(h) for h in head_ranking[: mode.top_k])
+        heads = tuple(Head.of(h) for h in head_ranking[: mode.top_k])
     else:
         heads = key.heads
     return KeyComponents(

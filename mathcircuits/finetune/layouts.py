@@ -45,13 +45,14 @@ head of the group, so tuning them changes the whole group (see ``kv_policy`` in
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeAlias, get_args
 
 import torch
 from transformers.pytorch_utils import Conv1D
 
+from mathcircuits.models.heads import Head
 from mathcircuits.models.spec import ModelSpec
 from mathcircuits.patching import SelectionError
 
@@ -280,11 +281,11 @@ def model_facts(model: torch.nn.Module, name: str | None = None) -> ModelSpec:
     return facts
 
 
-def kv_groups(heads: list[tuple[int, int]], facts: ModelSpec, kv_policy: KVPolicy) -> list[tuple[int, int]]:
+def kv_groups(heads: Sequence[Head], facts: ModelSpec, kv_policy: KVPolicy) -> list[tuple[int, int]]:
     """The ``(layer, group)`` pairs whose shared K/V are tuned for ``heads`` under ``kv_policy``.
 
     Args:
-        heads: sorted ``(layer, head)`` pairs.
+        heads: sorted heads.
         facts: :func:`model_facts` of the model.
         kv_policy: ``"group"``, ``"exclusive"`` or ``"frozen"`` (see :mod:`mathcircuits.finetune.slices`).
 

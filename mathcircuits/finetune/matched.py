@@ -39,11 +39,9 @@ from dataclasses import dataclass
 from mathcircuits._errors import FixableValueError
 from mathcircuits.finetune.layouts import KVPolicy, kv_groups
 from mathcircuits.finetune.sliceset import SliceSet
-from mathcircuits.models import ModelSpec
+from mathcircuits.models import Head, ModelSpec
 
 __all__ = ["MatchedDraw", "kv_shared_heads", "matched_random_heads"]
-
-Head = tuple[int, int]
 
 
 @dataclass(frozen=True)
@@ -59,7 +57,7 @@ class MatchedDraw:
     """
 
     heads: tuple[Head, ...]
-    kv_groups: tuple[Head, ...]
+    kv_groups: tuple[tuple[int, int], ...]
     exact: bool
     outside_key_groups: bool
     seed: int
@@ -67,7 +65,7 @@ class MatchedDraw:
 
 def matched_random_heads(
     facts: ModelSpec,
-    key_heads: Sequence[Head],
+    key_heads: Sequence[tuple[int, int]],
     kv_policy: KVPolicy = "group",
     seed: int = 0,
     max_tries: int = 2000,
@@ -98,7 +96,7 @@ def matched_random_heads(
     exact = outside = True
     for layer in sorted({l for l, _ in key}):
         mine = [h for l, h in key if l == layer]
-        target = len(kv_groups([(layer, h) for h in mine], facts, kv_policy))
+        target = len(kv_groups([Head(layer, h) for h in mine], facts, kv_policy))
         free = [h for h in range(n_heads) if h not in mine]
         if len(free) < len(mine):
             raise FixableValueError(
@@ -112,7 +110,7 @@ def matched_random_heads(
         for pool in pools:
             for _ in range(max_tries):
                 pick = sorted(rng.sample(pool, len(mine)))
-                miss = abs(len(kv_groups([(layer, h) for h in pick], facts, kv_policy)) - target)
+                miss = abs(len(kv_groups([Head(layer, h) for h in pick], facts, kv_policy)) - target)
                 if best is None or miss < best[0]:
                     best = (miss, pick, pool is away)
                 if miss == 0:
@@ -122,7 +120,7 @@ def matched_random_heads(
         assert best is not None
         exact &= best[0] == 0
         outside &= best[2]
-        heads += [(layer, h) for h in best[1]]
+        heads += [Head(layer, h) for h in best[1]]
     heads.sort()
     groups = kv_groups(heads, facts, kv_policy)
     return MatchedDraw(tuple(heads), tuple(groups), exact, outside, seed)
@@ -135,10 +133,12 @@ def kv_shared_heads(slices: SliceSet) -> tuple[Head, ...]:
         slices: the :class:`SliceSet` of a precise run (its heads, its ``kv_groups`` and the model's shape).
 
     Returns:
-        Sorted ``(layer, head)`` pairs; empty without GQA, under ``kv_policy="exclusive"`` or ``"frozen"``.
+        Sorted heads; empty without GQA, under ``kv_policy="exclusive"`` or ``"frozen"``.
     """
     size = slices.model.group_size
     tuned = set(slices.heads)
     return tuple(
-        sorted((l, g * size + i) for l, g in slices.kv_groups for i in range(size) if (l, g * size + i) not in tuned)
+        sorted(
+            Head(l, g * size + i) for l, g in slices.kv_groups for i in range(size) if (l, g * size + i) not in tuned
+        )
     )

@@ -47,6 +47,7 @@ from mathcircuits.finetune.matched import kv_shared_heads, matched_random_heads
 from mathcircuits.finetune.sft import train_sft
 from mathcircuits.finetune.slices import head_slices
 from mathcircuits.finetune.units import ItemScores, Unit, UnitRecord
+from mathcircuits.models import Head
 from mathcircuits.patching import KeyComponents, SelectionSource
 
 __all__ = ["Scorers", "execute_unit", "unit_components"]
@@ -97,7 +98,7 @@ def unit_components(
                 f"mode {str(unit.mode)!r} needs a ranking of at least {mode.top_k} heads, got {len(ranking)}. ",
                 "pass ranking (every head by path-patching effect).",
             )
-        heads = tuple((int(l), int(h)) for l, h in ranking[: mode.top_k])
+        heads = tuple(Head.of(h) for h in ranking[: mode.top_k])
     return KeyComponents(
         model=key.model, heads=heads, mlps=mlps, selection=None, source=SelectionSource(note=f"mode {mode}")
     )
@@ -137,9 +138,9 @@ def execute_unit(
     t0, c0 = time.perf_counter(), time.process_time()
     model = factory()
     comps = unit_components(model, unit, key, ranking)
-    heads: tuple[tuple[int, int], ...] = comps.heads if comps is not None else ()
+    heads: tuple[Head, ...] = comps.heads if comps is not None else ()
     mlps: tuple[int, ...] = comps.mlps if comps is not None else ()
-    shared: tuple[tuple[int, int], ...] = ()
+    shared: tuple[Head, ...] = ()
     n_trainable, step, loss, rank = 0, 0, math.nan, 0
     method = unit.mode.method
     if method is not None:  # base is not trained
@@ -178,7 +179,7 @@ def execute_unit(
     c2 = time.process_time()
     return UnitRecord(
         unit=unit,
-        heads=tuple(tuple(h) for h in heads),  # type: ignore[misc]
+        heads=heads,
         mlps=tuple(mlps),
         kv_shared_heads=shared,
         n_trainable=int(n_trainable),

@@ -57,6 +57,7 @@ from mathcircuits.finetune.layouts import (
     resolve_layout,
 )
 from mathcircuits.finetune.sliceset import ParamSlice, SliceSet
+from mathcircuits.models.heads import Head
 from mathcircuits.models.spec import ModelSpec
 from mathcircuits.patching import KeyComponents
 
@@ -220,7 +221,7 @@ def head_slices(
         heads, mlp_layers = [tuple(h) for h in key], list(mlps)
     mlp_layers = mlp_layers if include_mlps else []
     _check_selection(heads, mlp_layers, facts)
-    heads = sorted({(int(l), int(h)) for l, h in heads})
+    heads = sorted({Head.of(h) for h in heads})
     mlp_layers = sorted({int(m) for m in mlp_layers})
     roles = layout.check_roles(roles, facts.model_type) if heads else HEAD_ROLES
 

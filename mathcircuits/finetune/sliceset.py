@@ -17,6 +17,7 @@ from torch import Tensor
 
 from mathcircuits._io import SavedResult, decode_fields, encode_fields
 from mathcircuits.finetune.layouts import KVPolicy, SliceError
+from mathcircuits.models.heads import Head
 from mathcircuits.models.spec import ModelSpec, check_model, heads_by_layer
 
 __all__ = ["ParamSlice", "SliceSet"]
@@ -103,7 +104,7 @@ class SliceSet(SavedResult):
     DERIVED = ("n_tuned",)
 
     model: ModelSpec
-    heads: tuple[tuple[int, int], ...]
+    heads: tuple[Head, ...]
     mlps: tuple[int, ...]
     kv_policy: KVPolicy
     slices: tuple[ParamSlice, ...]

@@ -25,6 +25,7 @@ from mathcircuits._errors import FixableValueError
 from mathcircuits._io import SavedResult
 from mathcircuits.finetune.layouts import KVPolicy
 from mathcircuits.finetune.modes import Mode
+from mathcircuits.models import Head
 
 __all__ = ["ItemScores", "Phase", "RateChoice", "SelectOn", "Unit", "UnitComparison", "UnitPlan", "UnitRecord"]
 
@@ -114,9 +115,9 @@ class UnitRecord(SavedResult):
     VERSION = 1
 
     unit: Unit
-    heads: tuple[tuple[int, int], ...]
+    heads: tuple[Head, ...]
     mlps: tuple[int, ...]
-    kv_shared_heads: tuple[tuple[int, int], ...]
+    kv_shared_heads: tuple[Head, ...]
     n_trainable: int
     global_step: int
     train_loss: float

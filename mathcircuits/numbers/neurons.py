@@ -49,6 +49,7 @@ from torch import Tensor
 
 from mathcircuits._errors import FixableValueError
 from mathcircuits._io import SavedResult
+from mathcircuits.data import Operation
 from mathcircuits.models import HookedModel
 from mathcircuits.models.suffix import SuffixRunner
 from mathcircuits.numbers.ablation import LayerTopK, NeuronKnockout, ablate, random_like, summarise_knockout
@@ -93,7 +94,7 @@ class NeuronResult(SavedResult):
         seed: seed of the random draws and the bootstrap.
     """
 
-    operation: str
+    operation: Operation
     template: str
     a_values: tuple[int, ...]
     b_values: tuple[int, ...]

@@ -85,7 +85,7 @@ def number_contexts(
         The contexts (strings that a number is appended to).
     """
     spacing = answer_spacing(tokenizer)
-    per_op: dict[str, list[tuple[TemplateSet, Any]]] = defaultdict(list)
+    per_op: dict[Operation, list[tuple[TemplateSet, Any]]] = defaultdict(list)
     for s in template_sets:
         for t in s.templates:
             if t.operation in operations:

@@ -82,7 +82,7 @@ class KeyComponents(SavedResult):
     VERSION = 4
 
     model: ModelSpec
-    heads: tuple[tuple[int, int], ...]
+    heads: tuple[Head, ...]
     mlps: tuple[int, ...] = ()
     head_scores: tuple[float, ...] = ()
     mlp_scores: tuple[float, ...] = ()

@@ -25,7 +25,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from mathcircuits._codec import FieldError, decode_value
 from mathcircuits._errors import FixableFileNotFoundError, FixableValueError
 from mathcircuits._files import atomic_dir, atomic_path, read_json
-from mathcircuits.data import load_templates
+from mathcircuits.data import Operation, load_templates
 from mathcircuits.models import HookedModel, load_hf_model, load_model
 from mathcircuits.models.memory import PeakMemory
 from mathcircuits.pipeline.config import RunConfig
@@ -172,7 +172,7 @@ def save_csv(df: pd.DataFrame, path: Path) -> None:
 
 
 def select_pairs(
-    ds: datasets.Dataset, operation: str | None, limit: int, seed: int = 0, skip: int = 0
+    ds: datasets.Dataset, operation: Operation | None, limit: int, seed: int = 0, skip: int = 0
 ) -> datasets.Dataset:
     """Up to ``limit`` rows (of one ``operation``, or any), in a seeded random order, after the first ``skip``.
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from mathcircuits.data import Operation, OperationOrAll
 from mathcircuits.finetune import Mode
 
 __all__ = ["MARKER", "RUNNING", "RunPaths"]
@@ -98,7 +99,7 @@ class RunPaths:
         return self.root / "data" / "accuracy.csv"
 
     # identify
-    def patching(self, operation: str) -> Path:
+    def patching(self, operation: OperationOrAll) -> Path:
         """Patching result of one operation, or of all patched operations (``"all"``)."""
         return self.root / "identify" / f"patching_{operation}.pt"
 
@@ -115,7 +116,7 @@ class RunPaths:
     def head_means(self) -> Path:
         return self.root / "validate" / "head_means.pt"
 
-    def knockout(self, operation: str, suffix: str = ".pt") -> Path:
+    def knockout(self, operation: Operation, suffix: str = ".pt") -> Path:
         return self.root / "validate" / f"knockout_{operation}{suffix}"
 
     def transfer(self, suffix: str = ".pt") -> Path:
@@ -146,16 +147,16 @@ class RunPaths:
         return self.root / "analyze" / "head_patterns.pt"
 
     # circuit
-    def circuit(self, operation: str) -> Path:
+    def circuit(self, operation: Operation) -> Path:
         return self.root / "circuit" / f"circuit_{operation}.json"
 
-    def circuit_faithfulness(self, operation: str) -> Path:
+    def circuit_faithfulness(self, operation: Operation) -> Path:
         return self.root / "circuit" / f"faithfulness_{operation}.json"
 
-    def circuit_graph(self, operation: str) -> Path:
+    def circuit_graph(self, operation: Operation) -> Path:
         return self.root / "circuit" / f"graph_{operation}.html"
 
-    def circuit_curve(self, operation: str) -> Path:
+    def circuit_curve(self, operation: Operation) -> Path:
         return self.root / "circuit" / f"curve_{operation}.html"
 
     # numbers

@@ -16,6 +16,7 @@ from plotly.subplots import make_subplots
 
 from mathcircuits._errors import FixableValueError
 from mathcircuits.analysis import AttentionByRole
+from mathcircuits.data import Operation
 
 __all__ = ["attention_role_distributions", "attention_role_means"]
 
@@ -125,7 +126,7 @@ def attention_role_distributions(
 
 
 def attention_role_means(
-    result: AttentionByRole, operation: str | None = None, *, title: str | None = None
+    result: AttentionByRole, operation: Operation | None = None, *, title: str | None = None
 ) -> go.Figure:
     """Heatmap: heads (rows, labelled with their class) x roles, mean attention share over pairs.
 

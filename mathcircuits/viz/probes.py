@@ -18,6 +18,7 @@ from plotly.colors import qualitative
 from plotly.subplots import make_subplots
 
 from mathcircuits.analysis import MLPProbeResult
+from mathcircuits.data import Operation
 
 __all__ = ["probe_similarity_curves", "probe_case_trajectory"]
 
@@ -74,7 +75,7 @@ def _band(
 
 
 def probe_similarity_curves(
-    result: MLPProbeResult, operation: str | None = None, *, title: str | None = None
+    result: MLPProbeResult, operation: Operation | None = None, *, title: str | None = None
 ) -> go.Figure:
     """Four panels over layers: input cosines, update cosines, direct-effect margin, logit-lens top-1 share.
 

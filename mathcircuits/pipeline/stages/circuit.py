@@ -22,7 +22,7 @@ from mathcircuits._schema import ConfigError
 from mathcircuits.circuit import Circuit, Faithfulness, discover_circuit, faithfulness, label_roles
 from mathcircuits.circuit.pool import scored_operands
 from mathcircuits.circuit.subcircuits import top_circuit
-from mathcircuits.data import Fact, GenerationConfig, facts_of, filter_correct, generate_pairs, score_pairs
+from mathcircuits.data import Fact, GenerationConfig, Operation, facts_of, filter_correct, generate_pairs, score_pairs
 from mathcircuits.data.pairs import PairSet
 from mathcircuits.pipeline.context import Context, StageSummary, template_spread
 from mathcircuits.pipeline.facts import FactUse, fact_use
@@ -50,8 +50,8 @@ class CircuitBrief:
 class CircuitSummary(StageSummary):
     """Per operation: the circuit's size, the denominator, the plateau and the whole circuit's faithfulness."""
 
-    circuits: dict[str, CircuitBrief] = field(default_factory=dict)
-    skipped: dict[str, int] = field(default_factory=dict)
+    circuits: dict[Operation, CircuitBrief] = field(default_factory=dict)
+    skipped: dict[Operation, int] = field(default_factory=dict)
     disabled: bool = False
     facts: FactUse | None = None  # the facts of the discovery and evaluation pairs, and how many another stage owns
 
@@ -86,7 +86,7 @@ def split_pairs(dataset: PairSet, n_discovery: int, n_eval: int, seed: int) -> t
     return sorted(order[:n_discovery]), sorted(order[n_discovery : n_discovery + n_eval])
 
 
-def circuit_templates(ctx: Context, op: str) -> list[str]:
+def circuit_templates(ctx: Context, op: Operation) -> list[str]:
     """The templates of ``op`` the stage draws pairs from (``circuit.template_ids``, else the data section's)."""
     c, d = ctx.config.circuit, ctx.config.data
     ids = c.template_ids or tuple(t for t in (d.template_ids or ()) if t not in d.heldout_templates)
@@ -95,7 +95,7 @@ def circuit_templates(ctx: Context, op: str) -> list[str]:
     return [t for t in known if not ids or t in ids]
 
 
-def circuit_pairs(ctx: Context, op: str, n: int, seed: int, own_facts: bool = True) -> PairSet:
+def circuit_pairs(ctx: Context, op: Operation, n: int, seed: int, own_facts: bool = True) -> PairSet:
     """``n`` pairs per template of ``op`` as the stage generates them: its candidates, of the circuit stage's facts
     (``own_facts``), or its pool, of any fact."""
     d, c = ctx.config.data, ctx.config.circuit
@@ -123,8 +123,8 @@ def run(ctx: Context) -> CircuitSummary:
     if not c.enabled:
         return CircuitSummary(disabled=True)
     model = ctx.model
-    out: dict[str, CircuitBrief] = {}
-    skipped: dict[str, int] = {}
+    out: dict[Operation, CircuitBrief] = {}
+    skipped: dict[Operation, int] = {}
     used: set[Fact] = set()
     for op in ctx.config.data.operations:
         if not circuit_templates(ctx, op):
@@ -194,7 +194,7 @@ def _uncovered(evaluated: PairSet, pool: PairSet) -> list[tuple[str, int, int]]:
     return sorted(k for k in set(_keys(evaluated)) if reach.get(k[:2], 0) < k[2])
 
 
-def _refuse_pool(ctx: Context, op: str, evaluated: PairSet, missing: list[tuple[str, int, int]]) -> None:
+def _refuse_pool(ctx: Context, op: Operation, evaluated: PairSet, missing: list[tuple[str, int, int]]) -> None:
     """Raise the error that names ``circuit.pool_per_template`` and a size whose pool covers ``evaluated``."""
     c, seed = ctx.config.circuit, ctx.config.data.seed
     size = c.pool_per_template

@@ -48,7 +48,7 @@ from mathcircuits.evaluation.benchmarks import benchmark_spec
 from mathcircuits.evaluation.harness import evaluate_lm_eval
 from mathcircuits.finetune import ItemScores, Mode, Scorers, build_sft_dataset, compare_units, execute_unit
 from mathcircuits.finetune.effects import effects_table, pareto_points, scores_matrix
-from mathcircuits.models import HFForward, PrefixRunner
+from mathcircuits.models import Head, HFForward, PrefixRunner
 from mathcircuits.patching import KeyComponents, PatchingResult, SelectionConfig, select_key_components
 from mathcircuits.pipeline.config import RunConfig
 from mathcircuits.pipeline.context import Context, StageSummary, save_csv, save_dataset
@@ -155,7 +155,7 @@ def _fact_pairs(ctx: Context, facts: frozenset[tuple[str, int, int]], per_templa
     return generate_pairs(ctx.model.tokenizer, ctx.templates(), cfg, facts=facts)
 
 
-def _ranking(ctx: Context, modes: tuple[Mode, ...]) -> list[tuple[int, int]]:
+def _ranking(ctx: Context, modes: tuple[Mode, ...]) -> list[Head]:
     ks = [m.top_k for m in modes if m.top_k is not None]
     if not ks:
         return []

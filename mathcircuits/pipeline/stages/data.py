@@ -13,7 +13,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from mathcircuits._errors import FixableValueError
-from mathcircuits.data import accuracy_table, filter_correct, generate_pairs, score_pairs
+from mathcircuits.data import Operation, accuracy_table, filter_correct, generate_pairs, score_pairs
 from mathcircuits.pipeline.context import Context, StageSummary, save_csv, save_dataset
 from mathcircuits.pipeline.facts import FACT_STAGES, tag_fact_stages
 
@@ -24,7 +24,7 @@ __all__ = ["DataSummary", "OperationAccuracy", "run"]
 class OperationAccuracy:
     """The model's accuracy on one operation's pairs (all templates)."""
 
-    operation: str
+    operation: Operation
     n: int
     accuracy: float
     mean_p_answer: float

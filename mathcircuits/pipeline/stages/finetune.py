@@ -28,6 +28,7 @@ import datasets
 
 from mathcircuits.data import GenerationConfig, drop_facts, facts_of, generate_pairs
 from mathcircuits.finetune import Mode, build_sft_dataset, kv_shared_heads, train_sft
+from mathcircuits.models import Head
 from mathcircuits.patching import KeyComponents, PatchingResult, SelectionConfig, select_key_components
 from mathcircuits.pipeline.context import Context, StageSummary, save_dataset
 
@@ -58,7 +59,7 @@ class FinetuneSummary(StageSummary):
     skipped: str | None = None
     train_pairs: int = 0
     heldout_pairs: int = 0
-    key_heads: list[list[int]] = field(default_factory=list)
+    key_heads: list[Head] = field(default_factory=list)
     key_mlps: list[int] = field(default_factory=list)
     runs: dict[str, TrainingBrief] = field(default_factory=dict)
 
@@ -172,7 +173,7 @@ def run(ctx: Context) -> FinetuneSummary:
     return FinetuneSummary(
         train_pairs=len(train),
         heldout_pairs=len(heldout),
-        key_heads=[list(h) for h in key.heads],
+        key_heads=list(key.heads),
         key_mlps=list(key.mlps),
         runs=runs,
     )

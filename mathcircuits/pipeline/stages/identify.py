@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import datasets
 
 from mathcircuits._errors import FixableRuntimeError
-from mathcircuits.data import Fact, facts_of
+from mathcircuits.data import Fact, Operation, facts_of
 from mathcircuits.models import Head
 from mathcircuits.patching import (
     PatchingResult,
@@ -61,17 +61,17 @@ class OperationTotal:
 class IdentifySummary(StageSummary):
     """Which operations were patched, the strongest heads and the key components selected."""
 
-    correct_pairs: dict[str, int]
-    patched_operations: list[str]
-    results: dict[str, PatchedOperation] = field(default_factory=dict)
-    key_heads: list[list[int]] = field(default_factory=list)
+    correct_pairs: dict[Operation, int]
+    patched_operations: list[Operation]
+    results: dict[Operation, PatchedOperation] = field(default_factory=dict)
+    key_heads: list[Head] = field(default_factory=list)
     key_mlps: list[int] = field(default_factory=list)
     key_head_fraction: float = 0.0
     rule: str = ""
     top_heads: list[list[int | float]] = field(default_factory=list)  # [layer, head, effect]
     stability: list[float] = field(default_factory=list)  # per key head: share of resamples selecting it
     metric: str = ""
-    totals: dict[str, OperationTotal] = field(default_factory=dict)  # summaries before issue #23 have none
+    totals: dict[Operation, OperationTotal] = field(default_factory=dict)  # summaries before issue #23 have none
     facts: FactUse | None = None  # the facts patched, and how many another stage owns (0)
 
     def lines(self) -> list[str]:
@@ -97,11 +97,11 @@ class IdentifySummary(StageSummary):
             out.append(f"  WARNING: pairs excluded by the metric's guard (clean logit too small): {excluded}")
         return out + [
             (
-                f"  key heads ({self.rule}): {self.key_heads}  = {100 * self.key_head_fraction:.1f}% of heads; "
-                f"key MLPs: {self.key_mlps}"
+                f"  key heads ({self.rule}): {[list(h) for h in self.key_heads]}  = "
+                f"{100 * self.key_head_fraction:.1f}% of heads; key MLPs: {self.key_mlps}"
             ),
             "  selected again in bootstrap resamples (templates within operations, or pairs): "
-            + (", ".join(f"{Head(*h)} {s:.0%}" for h, s in zip(self.key_heads, self.stability)) or "not measured"),
+            + (", ".join(f"{h} {s:.0%}" for h, s in zip(self.key_heads, self.stability)) or "not measured"),
         ]
 
 
@@ -139,8 +139,8 @@ def run(ctx: Context) -> IdentifySummary:
             f"no operation has at least {p.min_pairs} correct pairs among identify's facts (counts: {counts}). ",
             "raise data.n_per_template or identify's share in data.stage_fact_shares, or lower patching.min_pairs.",
         )
-    results: dict[str, PatchedOperation] = {}
-    totals: dict[str, OperationTotal] = {}
+    results: dict[Operation, PatchedOperation] = {}
+    totals: dict[Operation, OperationTotal] = {}
     used, per_op = [], []
     for op in ops:
         sub = select_pairs(correct, op, p.max_pairs)
@@ -185,7 +185,7 @@ def run(ctx: Context) -> IdentifySummary:
         correct_pairs=counts,
         patched_operations=ops,
         results=results,
-        key_heads=[list(h) for h in key.heads],
+        key_heads=list(key.heads),
         key_mlps=list(key.mlps),
         key_head_fraction=round(key.head_fraction, 4),
         rule=key.rule,

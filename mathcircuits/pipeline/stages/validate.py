@@ -38,6 +38,7 @@ from mathcircuits.ablation import (
 )
 from mathcircuits.data import (
     GenerationConfig,
+    Operation,
     PairSet,
     default_benchmark_root,
     generate_pairs,
@@ -84,10 +85,10 @@ class ControlBrief:
 class ValidateSummary(StageSummary):
     """Fresh pairs and their overlap with identification, knockout accuracies, the control and the transfer table."""
 
-    knockout: dict[str, KnockoutBrief] = field(default_factory=dict)
+    knockout: dict[Operation, KnockoutBrief] = field(default_factory=dict)
     transfer: list[TransferRow] = field(default_factory=list)
-    fresh_pairs: dict[str, int] = field(default_factory=dict)
-    overlap: dict[str, int] = field(default_factory=dict)  # per operation: fresh pairs that identify also used
+    fresh_pairs: dict[Operation, int] = field(default_factory=dict)
+    overlap: dict[Operation, int] = field(default_factory=dict)  # per operation: fresh pairs that identify also used
     control: ControlBrief | None = None
     cross_operation: list[str] = field(default_factory=list)  # per source operation: its key set on every operation
     facts: FactUse | None = None  # the facts of the fresh (and control) pairs; shared with identify's: 0
@@ -175,7 +176,7 @@ def _transfer_sets(ctx: Context, correct: PairSet) -> dict[str, PairSet]:
     return sets
 
 
-def fresh_pairs(ctx: Context, correct: datasets.Dataset, op: str, limit: int) -> tuple[datasets.Dataset, int]:
+def fresh_pairs(ctx: Context, correct: datasets.Dataset, op: Operation, limit: int) -> tuple[datasets.Dataset, int]:
     """An operation's pairs of validate's own facts, and how many of them identify patched (must be 0).
 
     Args:
@@ -217,9 +218,9 @@ def run(ctx: Context) -> ValidateSummary:
     # position_mean: each head's per-position mean over every generated counterfactual prompt of the template,
     # leaving the scored pair's own out (not over the few scored pairs of that template)
     pool = PositionPool(model, ctx.load_dataset(paths.pairs_scored)) if v.ablation == "position_mean" else None
-    knockout: dict[str, KnockoutBrief] = {}
-    fresh: dict[str, datasets.Dataset] = {}
-    overlap: dict[str, int] = {}
+    knockout: dict[Operation, KnockoutBrief] = {}
+    fresh: dict[Operation, datasets.Dataset] = {}
+    overlap: dict[Operation, int] = {}
     for op in ops:
         fresh[op], overlap[op] = fresh_pairs(ctx, correct, op, v.max_pairs)
         if overlap[op]:
