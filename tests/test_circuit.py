@@ -35,7 +35,7 @@ from mathcircuits.circuit import (
 from mathcircuits.data import GenerationConfig, generate_pairs, load_templates
 from mathcircuits.models import block_structure, from_hf, hooks, load_model, tiny_model
 from mathcircuits.patching import get_metric, path_patch
-from mathcircuits.stats import bootstrap_statistic
+from mathcircuits.stats import Uncertainty, bootstrap_statistic
 
 from helpers import tiered
 
@@ -268,7 +268,7 @@ def test_edge_intervals_are_bootstrap_intervals_of_the_per_pair_effects():
     model, ds, _ = _setup("tiny-llama")
     c = discover_circuit(model, ds, [(1, 0)], depth=0, n_boot=200, seed=3, metric="relative_logit")
     per_pair = path_patch(model, ds, senders=("heads",), metric=METRIC, keep_per_pair=True).per_pair_heads[:, 1, 0]
-    iv = bootstrap_statistic(per_pair, n_boot=200, seed=3)
+    iv = bootstrap_statistic(per_pair, uncertainty=Uncertainty(n_boot=200, seed=3))
     (edge,) = c.edges
     assert (edge.effect, edge.low, edge.high) == pytest.approx((iv.value, iv.low, iv.high), rel=1e-5, abs=1e-5)
     assert edge.low < edge.effect < edge.high

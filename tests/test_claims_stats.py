@@ -18,6 +18,7 @@ from mathcircuits.stats import (
     holm,
     null_placement,
     small_cluster_interval,
+    Uncertainty,
 )
 
 SPEC = ModelSpec(
@@ -131,12 +132,12 @@ def test_the_small_cluster_interval_names_its_method_and_its_fallbacks():
     x = torch.randn(48, generator=torch.Generator().manual_seed(5))
     four = [f"t{i % 4}" for i in range(48)]
     ops = ["add", "mul"] * 24
-    assert small_cluster_interval(x, four, ops, n_boot=200).method == "cluster_bootstrap_t"  # 2 templates each
+    assert small_cluster_interval(x, four, ops, uncertainty=Uncertainty(n_boot=200)).method == "cluster_bootstrap_t"  # 2 templates each
     one_each = [f"t{i % 2}" for i in range(48)]  # one template per operation: strata dropped, still over templates
-    assert small_cluster_interval(x, one_each, ops, n_boot=200).method == "cluster_bootstrap_t"
-    assert small_cluster_interval(x, ["t0"] * 48, ops, n_boot=200).method == "pair_bootstrap_fallback"
-    assert small_cluster_interval(x, None, ops, n_boot=200).method == "bootstrap"
-    iv = small_cluster_interval(x, four, ops, n_boot=200)
+    assert small_cluster_interval(x, one_each, ops, uncertainty=Uncertainty(n_boot=200)).method == "cluster_bootstrap_t"
+    assert small_cluster_interval(x, ["t0"] * 48, ops, uncertainty=Uncertainty(n_boot=200)).method == "pair_bootstrap_fallback"
+    assert small_cluster_interval(x, None, ops, uncertainty=Uncertainty(n_boot=200)).method == "bootstrap"
+    iv = small_cluster_interval(x, four, ops, uncertainty=Uncertainty(n_boot=200))
     assert iv.low <= iv.value <= iv.high and iv.method_text == "bootstrap-t over templates"
 
 
@@ -207,11 +208,11 @@ def test_null_placement_bounds_the_p_value_over_templates():
     gen = torch.Generator().manual_seed(9)
     tids = [f"t{i % 6}" for i in range(60)]
     clear = torch.cat([3 + torch.randn(60, 1, generator=gen), torch.randn(60, 30, generator=gen)], 1)
-    pl = null_placement(clear, tids, None, n_boot=300)
+    pl = null_placement(clear, tids, None, uncertainty=Uncertainty(n_boot=300))
     assert pl.percentile == 100 and pl.p_value == pytest.approx(1 / 31) and pl.p_high == pytest.approx(1 / 31)
     close = clear.clone()
     close[:, 0] = close[:, 1:].mean(1) + 0.3 + torch.randn(60, generator=gen)  # a little above the null's mean
-    pl = null_placement(close, tids, None, n_boot=300)
+    pl = null_placement(close, tids, None, uncertainty=Uncertainty(n_boot=300))
     assert pl.p_high > pl.p_value and pl.method == "cluster_bootstrap"
 
 
