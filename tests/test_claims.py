@@ -402,7 +402,9 @@ def test_attention_excess_intervals_cover_a_known_excess_at_nominal_rate():
     for s in range(n_sims):
         shares = base.expand(40, 2, 5).clone()
         shares[..., 0] += truth + 0.15 * torch.randn(40, 2, generator=gen)
-        df = attention(shares, base.expand(40, 5)).summary(by_operation=False, n_boot=300, seed=s)
+        df = attention(shares, base.expand(40, 5)).summary(
+            by_operation=False, uncertainty=Uncertainty(n_boot=300, seed=s)
+        )
         hits += int(((df.excess_operands_low <= truth.numpy()) & (truth.numpy() <= df.excess_operands_high)).sum())
     lo, hi = binomial_band(0.95, 2 * n_sims)
     assert lo - 0.02 <= hits / (2 * n_sims) <= hi
@@ -450,7 +452,7 @@ def test_mlp_margin_intervals_cover_a_known_margin_at_nominal_rate():
     hits, n_sims = 0, 100
     for s in range(n_sims):
         margin = truth + 0.8 * torch.randn(30, 20, generator=gen)
-        df = probes(margin, torch.zeros(30, 20)).layer_summary(n_boot=300, seed=s)
+        df = probes(margin, torch.zeros(30, 20)).layer_summary(uncertainty=Uncertainty(n_boot=300, seed=s))
         t = truth.numpy()
         hits += int(((df.update_direct_margin_low <= t) & (t <= df.update_direct_margin_high)).sum())
     lo, hi = binomial_band(0.95, 20 * n_sims)

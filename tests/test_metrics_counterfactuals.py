@@ -251,7 +251,8 @@ def test_cluster_bootstrap_is_wider_than_pairs_on_clustered_data():
     five = [f"{s}{i % 5}" for i, s in enumerate(strata)]
     assert mean_interval(x, five, strata, uncertainty=Uncertainty(n_boot=50))[2] == "cluster_bootstrap"
     assert (
-        mean_interval(x[:50], clusters[:50], ["add"] * 25 + ["mul"] * 25, uncertainty=Uncertainty(n_boot=50))[2] == "pair_bootstrap_fallback"
+        mean_interval(x[:50], clusters[:50], ["add"] * 25 + ["mul"] * 25, uncertainty=Uncertainty(n_boot=50))[2]
+        == "pair_bootstrap_fallback"
     )  # 1 + 1
     assert mean_interval(x, None, None, uncertainty=Uncertainty(n_boot=50))[2] == "bootstrap"
 
