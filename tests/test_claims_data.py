@@ -16,7 +16,7 @@ from mathcircuits.models import hooks
 from mathcircuits.numbers import heuristic_neurons, operand_grid
 from mathcircuits.pipeline import RunConfig
 from mathcircuits.power import seed_item_bootstrap, seed_item_t
-from mathcircuits.stats import Interval
+from mathcircuits.stats import Interval, Uncertainty
 
 from helpers import coverage
 
@@ -113,7 +113,7 @@ def _sim(n_seeds: int, sims: int, seed: int) -> tuple[list[Interval], list[Inter
         b = b + 0.2 * torch.randn(n_seeds, 200, generator=g, dtype=torch.float64)
         t_ivs.append(seed_item_t(a, b))
         if i < sims // 2:
-            b_ivs.append(seed_item_bootstrap(a, b, n_boot=300, seed=i))
+            b_ivs.append(seed_item_bootstrap(a, b, uncertainty=Uncertainty(n_boot=300, seed=i)))
     return t_ivs, b_ivs
 
 

@@ -512,7 +512,7 @@ def test_compare_table_intervals_are_paired_bootstrap_and_wilson():
         "tuned": _with_items("tuned", {"SVAMP": tuned_s.int().tolist(), "ARC-Easy": tuned_a.int().tolist()}),
         "old": _result("old", 0.3, 0.5, n=200),  # no per-item outcomes
     }
-    df = compare_table(results, "base", n_boot=500, seed=3)
+    df = compare_table(results, "base", uncertainty=Uncertainty(n_boot=500, seed=3))
     d = paired_bootstrap(tuned_s.double(), base_s.double(), Uncertainty(n_boot=500, seed=3))
     assert df.loc["tuned", "SVAMP Δ low"] == pytest.approx(100 * d.low)
     assert df.loc["tuned", "SVAMP Δ high"] == pytest.approx(100 * d.high)

@@ -53,6 +53,8 @@ from mathcircuits.stats import Uncertainty, bootstrap_indices, cluster_bootstrap
 
 __all__ = ["select_key_components", "selection_stability"]
 
+_STABILITY_BOOT = Uncertainty(n_boot=200)  # a share of resamples needs no finer steps
+
 
 def _pick(effects: Tensor, sel: SelectionConfig, total: float | None = None) -> list[int]:
     flat = effects.flatten().double()  # finite: PatchingResult.check_finite ran first
@@ -167,7 +169,7 @@ def _total(result: PatchingResult, sel: SelectionConfig) -> float | None:
 def selection_stability(
     result: PatchingResult,
     key: KeyComponents,
-    uncertainty: Uncertainty = Uncertainty(n_boot=200),
+    uncertainty: Uncertainty = _STABILITY_BOOT,
     min_share: float = 0.1,
 ) -> KeyComponents:
     """How often each key head is selected again when the pairs are resampled (see the module docstring).
