@@ -237,7 +237,9 @@ def run_shape_rows(check: Check, tok: Any, name: str, shape: dict[str, int], dev
             contexts = number_contexts(tok, load_templates(), ("add",), 2)
             states = number_states(models[dtype], range(100), contexts)
             L = shape["layers"]
-            probes = mod_probes(states, periods=(2, 5, 10), folds=2, n_boot=50, depths=[L // 2, L])
+            probes = mod_probes(
+                states, periods=(2, 5, 10), folds=2, uncertainty=Uncertainty(n_boot=50), depths=[L // 2, L]
+            )
             r.note = f"number states 0-99 in {len(contexts)} contexts; mod-T probes at depths {L // 2}, {L}"
             r.extra["probe"] = type(probes).__name__
             return states
