@@ -379,8 +379,8 @@ def test_circuit_discovery_and_faithfulness_of_a_split_model_equal_the_whole_mod
         load_templates(),
         GenerationConfig(operations=("add",), template_ids=("add_eq_1",), n_per_template=12),
     )
-    fkw = dict(pool=pool, points=2, n_random=2, uncertainty=Uncertainty(n_boot=50), completeness_sets=0, min_gap=0.0)
-    fkw |= dict(minimality_nodes=0)
+    boot = Uncertainty(n_boot=50)
+    fkw = dict(pool=pool, points=2, n_random=2, uncertainty=boot, completeness_sets=0, min_gap=0.0, minimality_nodes=0)
     fa, fb = faithfulness(whole, ds, ca, **fkw), faithfulness(split, ds, cb, **fkw)
     for pa, pb in zip(fa.curve, fb.curve):
         for key, value in pa.faithfulness.items():
