@@ -61,6 +61,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 from bench_peers import compare as direct_path_compare  # noqa: E402
 from mib_peers import answers_of, tl_edge_scores, tl_node_scores, tl_on_model  # noqa: E402
 
+from mathcircuits.stats import Uncertainty
+
 RESULTS = Path(__file__).parent / "results"
 
 
@@ -138,7 +140,7 @@ def tiny_comparison(args) -> dict:
     theirs, t_tl = _timed(lambda: tl_edge_scores(model, toks, cfs, first, good, bad))
     out = {"model": "planted tiny Llama, 4 heads, 4 KV heads (no grouping)", "n_edges": len(ours), "rows": []}
     for name, sc, dt in (("ours EAP", ours, t_ours), ("ours EAP-IG", ours_ig, t_ig), ("TL 4.3 EAP", theirs, t_tl)):
-        mib = mib_scores(model, evaluate, sc, metric="logit_diff", n_boot=args.n_boot)
+        mib = mib_scores(model, evaluate, sc, metric="logit_diff", uncertainty=Uncertainty(n_boot=args.n_boot))
         out["rows"].append(_row(name, sc, dt, mib))
     out["spearman_tl_vs_ours_eap"] = float(spearmanr(theirs.scores, ours.scores).statistic)
     top = [{e for e, _ in sc.top(10, absolute=True)} for sc in (theirs, ours)]
@@ -155,7 +157,7 @@ def run_task(model, name: str, operation: str, args, extras: bool) -> dict:
     task: dict = {"model": name, "operation": operation, "templates": templates, "rows": []}
     if block_structure(model).attn_out_norm is not None:  # e.g. Gemma 3: MIB's curves are undefined at edge level
         try:  # the library's own refusal, in its words (the masked run refuses before any forward)
-            mib_scores(model, evaluate.select([0]), random_scores(model, args.seed), n_boot=10)
+            mib_scores(model, evaluate.select([0]), random_scores(model, args.seed), uncertainty=Uncertainty(n_boot=10))
         except UnsupportedFamilyError as err:
             task["refused"] = str(err)
             print(f"  edges refused: {err}", flush=True)
@@ -173,12 +175,14 @@ def run_task(model, name: str, operation: str, args, extras: bool) -> dict:
         "eap-ig": lambda: eap_scores(model, score, "eap-ig", args.steps, metric="logit_diff"),
         "random": lambda: random_scores(model, args.seed),
     }
-    _rank_rows(makers, lambda sc: mib_scores(model, evaluate, sc, metric="logit_diff", n_boot=args.n_boot), task)
+    boot = Uncertainty(n_boot=args.n_boot)
+    _rank_rows(makers, lambda sc: mib_scores(model, evaluate, sc, metric="logit_diff", uncertainty=boot), task)
     if args.level == "both":
         node_rows(model, score, evaluate, args, task)
     if extras and args.convergence_pairs:
         conv = ig_convergence(model, score.select(range(min(args.convergence_pairs, len(score)))),
-                              steps=tuple(args.convergence_steps), n_boot=args.n_boot_rank)  # fmt: skip
+                              steps=tuple(args.convergence_steps),
+                              uncertainty=Uncertainty(n_boot=args.n_boot_rank))  # fmt: skip
         task["convergence"] = conv.to_dataframe().to_dict("records")
         task["convergence_seconds"] = conv.seconds
         print(f"  {conv!r} ({conv.seconds:.0f} s)", flush=True)
@@ -187,7 +191,7 @@ def run_task(model, name: str, operation: str, args, extras: bool) -> dict:
         L = model.spec.n_layers  # the logits, and a value group and an MLP in the top third (no query: one pass)
         receivers = [Receiver("logits"), Receiver("v", L - 1 - L // 6, group=0), Receiver("mlp", L - 1 - L // 4)]
         agree = exact_agreement(model, sub, receivers[: 1 + args.agree_receivers], args.steps,
-                                n_boot=args.n_boot_rank, seed=args.seed)  # fmt: skip
+                                uncertainty=Uncertainty(n_boot=args.n_boot_rank, seed=args.seed))  # fmt: skip
         task["agreement"] = {
             "receivers": list(agree.receivers),
             "n_edges": agree.n_edges,
@@ -204,7 +208,8 @@ def node_rows(model, score, evaluate, args, task: dict) -> None:
     makers = {m: (lambda m=m: node_scores(model, score, m, steps=args.steps, seed=args.seed))
               for m in ("exact", "eap", "eap-ig", "random")}  # fmt: skip
     makers["TL 4.3 EAP"] = lambda: tl_node_scores(model, score)
-    _rank_rows(makers, lambda sc: mib_node_scores(model, evaluate, sc, metric="logit_diff", n_boot=args.n_boot), task)
+    boot = Uncertainty(n_boot=args.n_boot)
+    _rank_rows(makers, lambda sc: mib_node_scores(model, evaluate, sc, metric="logit_diff", uncertainty=boot), task)
 
 
 def _rank_rows(makers: dict, curves, task: dict) -> None:

@@ -26,7 +26,7 @@ Method. Scores are ``a[s, i]`` (seed ``s`` of mode A, item ``i``) and ``b[t, i]`
 
 Usage::
 
-    iv = seed_item_bootstrap(precise_correct, full_correct, seed=0)   # [seed, item] each
+    iv = seed_item_bootstrap(precise_correct, full_correct)   # [seed, item] each
     p = detectable_difference(precise_correct, full_correct)          # p.mdd: smallest δ at 80% power
 
 References: Davison & Hinkley, *Bootstrap Methods and their Application* (1997), §3.8 (multi-stage
@@ -47,7 +47,7 @@ from scipy.stats import t as student_t
 from torch import Tensor
 
 from mathcircuits._errors import FixableValueError
-from mathcircuits.stats import DEFAULT_CONFIDENCE, DEFAULT_N_BOOT, Interval, bootstrap_indices
+from mathcircuits.stats import DEFAULT_CONFIDENCE, DEFAULT_UNCERTAINTY, Interval, Uncertainty, bootstrap_indices
 
 __all__ = ["Power", "detectable_difference", "planned_detectable_difference", "seed_item_bootstrap", "seed_item_t"]
 
@@ -70,18 +70,14 @@ def _matrix(x: ScoresA | ScoresB, name: str) -> Tensor:
 def seed_item_bootstrap(
     a: ScoresA,
     b: ScoresB,
-    n_boot: int = DEFAULT_N_BOOT,
-    seed: int = 0,
-    confidence: float = DEFAULT_CONFIDENCE,
+    uncertainty: Uncertainty = DEFAULT_UNCERTAINTY,
 ) -> Interval:
     """Interval of ``mean(a) − mean(b)`` resampling items (paired) and each side's seeds (independently).
 
     Args:
         a: mode A's scores [seed, item] (a 1-D vector is one seed).
         b: mode B's scores on the same items, in the same order [seed, item].
-        n_boot: resamples.
-        seed: seed of the resampling.
-        confidence: nominal coverage.
+        uncertainty: resamples, seed and nominal coverage (the seeds' draws use its seed + 1).
 
     Returns:
         An :class:`~mathcircuits.stats.Interval` (``method="seed_item_bootstrap"``; ``n`` = items).
@@ -95,6 +91,7 @@ def seed_item_bootstrap(
             f"seed_item_bootstrap: a has {ta.shape[1]} items, b {tb.shape[1]}. ", "score both on the same items."
         )
     n = ta.shape[1]
+    n_boot, confidence, seed = uncertainty.n_boot, uncertainty.confidence, uncertainty.seed
     items = bootstrap_indices(n, n_boot, seed)  # [boot, n]
     weights = (
         torch.zeros(n_boot, n, dtype=torch.float64).scatter_add_(1, items, torch.ones(n_boot, n, dtype=torch.float64))

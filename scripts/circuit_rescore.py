@@ -35,7 +35,7 @@ def main() -> None:
     cfg = RunConfig.load(args.run / "config.yaml")
     ctx = Context(args.run, cfg, progress=False)
     c = cfg.circuit
-    kw = c.faithfulness_kwargs()
+    kw = c.faithfulness_kwargs(cfg.data.seed)
     kw.update(
         {k: v for k, v in (("mlps", args.mlps), ("n_random", args.n_random), ("points", args.points)) if v is not None}
     )
@@ -53,7 +53,7 @@ def main() -> None:
                 f"{op}: the rebuilt evaluation pairs differ from the stage's. Fix: use the same code/config."
             )
         pool = _pairs(ctx, op, c.pool_per_template, cfg.data.seed + 1)
-        faith = faithfulness(ctx.model, ev, circuit, pool=pool, **kw, seed=cfg.data.seed)
+        faith = faithfulness(ctx.model, ev, circuit, pool=pool, **kw)
         faith.save(out)
         print(f"{op} ({args.label}): {faith.summary()}", flush=True)
 

@@ -16,6 +16,8 @@ import torch
 from gpu_check_models import build_hf, build_pair, floor_per_pair, make_pairs, mean_positions, mlp_rows
 from gpu_check_table import Check, Row, rel_diff
 
+from mathcircuits.stats import Uncertainty
+
 ROOT = Path(__file__).resolve().parent.parent
 RESERVE_S = 240  # seconds kept for the rows after the 7B shape's optional float32 twins (fine-tuning ... Llama-3)
 
@@ -165,10 +167,10 @@ def run_shape_rows(check: Check, tok: Any, name: str, shape: dict[str, int], dev
             disc, ev = circuit_pairs.select(range(n)), circuit_pairs.select(range(n, 2 * n))
             # the dry run: one sender per answer position and two receiver kinds (a query, a KV group), for time
             size = dict(logits_top_k=2) if big else dict(logits_top_k=1, receivers=("q", "v"))
-            found = discover_circuit(models[dtype], disc, depth=1, top_k=1, n_boot=50, batch_size=8,
-                                     max_seconds=60 if big else None, **size)  # fmt: skip
+            found = discover_circuit(models[dtype], disc, depth=1, top_k=1, uncertainty=Uncertainty(n_boot=50),
+                                     batch_size=8, max_seconds=60 if big else None, **size)  # fmt: skip
             faith = faithfulness(models[dtype], ev, found, ablations=("resample",), points=3, n_random=2,
-                                 completeness_sets=1, n_boot=50)  # fmt: skip
+                                 completeness_sets=1, uncertainty=Uncertainty(n_boot=50))  # fmt: skip
             r.extra.update(nodes=len(found.nodes) - 1, edges=len(found.edges), stopped=str(found.settings.stopped),
                            plateau_size=getattr(faith, "plateau_size", None), pairs=f"{n} + {n}")  # fmt: skip
             r.note = f"{len(found.nodes) - 1} nodes, {len(found.edges)} edges; faithfulness on {n} other pairs"
@@ -235,7 +237,9 @@ def run_shape_rows(check: Check, tok: Any, name: str, shape: dict[str, int], dev
             contexts = number_contexts(tok, load_templates(), ("add",), 2)
             states = number_states(models[dtype], range(100), contexts)
             L = shape["layers"]
-            probes = mod_probes(states, periods=(2, 5, 10), folds=2, n_boot=50, depths=[L // 2, L])
+            probes = mod_probes(
+                states, periods=(2, 5, 10), folds=2, uncertainty=Uncertainty(n_boot=50), depths=[L // 2, L]
+            )
             r.note = f"number states 0-99 in {len(contexts)} contexts; mod-T probes at depths {L // 2}, {L}"
             r.extra["probe"] = type(probes).__name__
             return states

@@ -60,6 +60,7 @@ from mathcircuits.patching import (
     scan_bytes,
 )
 from mathcircuits.pipeline import ConfigError, ModelSection, StageSummary
+from mathcircuits.stats import Uncertainty
 
 FAMILIES = ["llama", "gemma2"]  # sequential + GQA; sandwich norms and a logit soft cap
 
@@ -367,7 +368,7 @@ def test_a_meter_inside_another_keeps_the_outer_peak():
 def test_circuit_discovery_and_faithfulness_of_a_split_model_equal_the_whole_model():
     """Equal to float32 rounding (not bit for bit: an edge's effect differed by 2.4e-7 of 8.7e-3 once)."""
     whole, split, ds = _models("llama")
-    kw = dict(depth=1, threshold=0.0, top_k=2, n_boot=50, saturation_tol=None, seed=0)
+    kw = dict(depth=1, threshold=0.0, top_k=2, uncertainty=Uncertainty(n_boot=50), saturation_tol=None)
     ca, cb = discover_circuit(whole, ds, [(2, 1)], **kw), discover_circuit(split, ds, [(2, 1)], **kw)
     key = lambda e: (e.sender, e.receiver, e.via)  # noqa: E731
     assert ca.nodes == cb.nodes and [key(e) for e in ca.edges] == [key(e) for e in cb.edges] and ca.edges
@@ -378,7 +379,8 @@ def test_circuit_discovery_and_faithfulness_of_a_split_model_equal_the_whole_mod
         load_templates(),
         GenerationConfig(operations=("add",), template_ids=("add_eq_1",), n_per_template=12),
     )
-    fkw = dict(pool=pool, points=2, n_random=2, n_boot=50, completeness_sets=0, min_gap=0.0, minimality_nodes=0)
+    boot = Uncertainty(n_boot=50)
+    fkw = dict(pool=pool, points=2, n_random=2, uncertainty=boot, completeness_sets=0, min_gap=0.0, minimality_nodes=0)
     fa, fb = faithfulness(whole, ds, ca, **fkw), faithfulness(split, ds, cb, **fkw)
     for pa, pb in zip(fa.curve, fb.curve):
         for key, value in pa.faithfulness.items():

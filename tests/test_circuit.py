@@ -35,7 +35,7 @@ from mathcircuits.circuit import (
 from mathcircuits.data import GenerationConfig, generate_pairs, load_templates
 from mathcircuits.models import block_structure, from_hf, hooks, load_model, tiny_model
 from mathcircuits.patching import get_metric, path_patch
-from mathcircuits.stats import bootstrap_statistic
+from mathcircuits.stats import Uncertainty, bootstrap_statistic
 
 from helpers import tiered
 
@@ -185,7 +185,7 @@ def _circuit(method):
         threshold=0.01,
         top_k=3,
         method=method,
-        n_boot=200,
+        uncertainty=Uncertainty(n_boot=200),
         saturation_tol=None,
         positions="roles",
     )
@@ -252,7 +252,7 @@ def test_a_circuit_of_every_node_scores_one_and_the_empty_circuit_zero():
         pool=pool,
         points=2,
         n_random=0,
-        n_boot=100,
+        uncertainty=Uncertainty(n_boot=100),
         completeness_sets=0,
         min_gap=0.0,
         minimality_nodes=0,
@@ -266,9 +266,11 @@ def test_a_circuit_of_every_node_scores_one_and_the_empty_circuit_zero():
 
 def test_edge_intervals_are_bootstrap_intervals_of_the_per_pair_effects():
     model, ds, _ = _setup("tiny-llama")
-    c = discover_circuit(model, ds, [(1, 0)], depth=0, n_boot=200, seed=3, metric="relative_logit")
+    c = discover_circuit(
+        model, ds, [(1, 0)], depth=0, uncertainty=Uncertainty(n_boot=200, seed=3), metric="relative_logit"
+    )
     per_pair = path_patch(model, ds, senders=("heads",), metric=METRIC, keep_per_pair=True).per_pair_heads[:, 1, 0]
-    iv = bootstrap_statistic(per_pair, n_boot=200, seed=3)
+    iv = bootstrap_statistic(per_pair, uncertainty=Uncertainty(n_boot=200, seed=3))
     (edge,) = c.edges
     assert (edge.effect, edge.low, edge.high) == pytest.approx((iv.value, iv.low, iv.high), rel=1e-5, abs=1e-5)
     assert edge.low < edge.effect < edge.high
@@ -385,25 +387,27 @@ def test_attribution_screen_ranks_a_planted_edge_first():
         screen = attribute_edges(model, pc, receiver, senders, [-1], METRIC).effects
         assert senders[int(exact.mean(0).abs().argmax())] == Sender("head", 0, 2)
         assert senders[int(screen.mean(0).abs().argmax())] == Sender("head", 0, 2)
-        agree = screen_agreement(screen, exact, k=1, n_boot=200)
+        agree = screen_agreement(screen, exact, k=1, uncertainty=Uncertainty(n_boot=200))
         assert agree.top_k_overlap.value == 1.0 and agree.spearman.value > 0.5
 
 
 def test_screen_agreement_counts_rank_matches_and_refuses_a_top_k_beyond_the_edges():
     exact = torch.tensor([[1.0, -4.0, 2.0, 0.5], [1.2, -3.8, 2.2, 0.4], [0.8, -4.2, 1.8, 0.6]])
-    same = screen_agreement(exact * 0.5, exact, k=2, n_boot=100)
+    same = screen_agreement(exact * 0.5, exact, k=2, uncertainty=Uncertainty(n_boot=100))
     assert same.spearman.value == pytest.approx(1.0) and same.top_k_overlap.value == 1.0
-    flipped = screen_agreement(-exact, exact, k=2, n_boot=100)  # the same sizes, the opposite order
+    flipped = screen_agreement(
+        -exact, exact, k=2, uncertainty=Uncertainty(n_boot=100)
+    )  # the same sizes, the opposite order
     assert flipped.spearman.value == pytest.approx(-1.0) and flipped.top_k_overlap.value == 1.0
     elsewhere = torch.tensor([[3.0, 0.1, 0.2, -3.0]]).repeat(3, 1)  # its two largest are the exact's two smallest
-    assert screen_agreement(elsewhere, exact, k=2, n_boot=100).top_k_overlap.value == 0.0
+    assert screen_agreement(elsewhere, exact, k=2, uncertainty=Uncertainty(n_boot=100)).top_k_overlap.value == 0.0
     with pytest.raises(ValueError, match="lower k"):
         screen_agreement(exact, exact, k=5)
 
 
 def test_discover_with_the_screen_patches_only_the_screened_senders():
     model, ds, _ = _setup("tiny-llama")
-    kw = {"depth": 1, "threshold": 0.0, "top_k": 2, "receivers": ("q",), "n_boot": 50}
+    kw = {"depth": 1, "threshold": 0.0, "top_k": 2, "receivers": ("q",), "uncertainty": Uncertainty(n_boot=50)}
     full = discover_circuit(model, ds, [(2, 1)], screen=None, **kw)  # exact: every sender
     screened = discover_circuit(model, ds, [(2, 1)], screen=4, **kw)
     top = {(e.sender, e.receiver) for e in full.edges}
@@ -418,7 +422,9 @@ def test_discover_with_the_screen_patches_only_the_screened_senders():
 
 def test_the_time_budget_counts_cpu_seconds_not_wall_clock(monkeypatch):
     model, ds, _ = _setup("tiny-llama")
-    args = dict(depth=2, threshold=0.01, top_k=3, n_boot=20, saturation_tol=None, positions="roles")
+    args = dict(
+        depth=2, threshold=0.01, top_k=3, uncertainty=Uncertainty(n_boot=20), saturation_tol=None, positions="roles"
+    )
     spent = discover_circuit(model, ds, [(2, 1), (2, 3)], max_seconds=1e-9, **args)
     assert spent.settings.stopped == "time budget (0 CPU s, during round 1)"
     assert all(n.depth == 0 for n in spent.nodes if n.kind != "logits")

@@ -36,7 +36,9 @@ from mathcircuits.patching import (
     select_key_components,
     selection_stability,
 )
+from mathcircuits.stats import Uncertainty
 
+U100, U200, U300 = (Uncertainty(n_boot=n) for n in (100, 200, 300))  # quick bootstraps
 BIG = ModelSpec(
     "toy", "toy", "Toy", n_layers=20, n_heads=10, n_kv_heads=10, d_head=4, d_model=40, d_mlp=80, vocab_size=50
 )
@@ -76,18 +78,18 @@ def test_c1_rule():
     noise = 0.05 * torch.randn(40, 20, 10, generator=gen)
     sparse = noise.clone()
     sparse[:, 9:11, :5] -= 0.5  # 10 heads (5%) in the two middle layers carry the effect
-    c = claim_c1(patching(sparse), n_boot=200)
+    c = claim_c1(patching(sparse), uncertainty=U200)
     assert c.verdict == Verdict.HOLDS and c.low <= c.value <= c.high <= 0.05 and c.interval == "fdr_bounds"
     diffuse = noise - 0.05  # every head a little: all of them matter
-    c = claim_c1(patching(diffuse), n_boot=200)
+    c = claim_c1(patching(diffuse), uncertainty=U200)
     assert c.verdict == Verdict.FAILS and "shown to matter" in c.reason and c.low > 0.9
     shallow = noise.clone()
     shallow[:, 0:2, :5] -= 0.5  # concentrated, but in the first layers
-    c = claim_c1(patching(shallow), n_boot=200)
+    c = claim_c1(patching(shallow), uncertainty=U200)
     assert c.verdict == Verdict.FAILS and "middle" in c.reason
     few = 0.2 * torch.randn(6, 20, 10, generator=torch.Generator().manual_seed(0))
     few[:, 9:11, :5] -= 0.1  # 6 noisy pairs: no head can be shown to matter or not to
-    c = claim_c1(patching(few), n_boot=200)
+    c = claim_c1(patching(few), uncertainty=U200)
     assert c.verdict == Verdict.INCONCLUSIVE and c.low < 0.05 < c.high
     assert claim_c1(None).measurement == "not measured (stage identify off)"
 
@@ -104,7 +106,7 @@ def test_c1_needs_per_pair_effects_and_ignores_the_selection_cap():
     # the statistic reads the effects, not the selection: a max_k of 2 or a topk rule changes nothing
     capped = select_key_components(res, rule="zscore", z=3.0, max_k=2)
     topk = select_key_components(res, rule="topk", k=3)
-    a, b = claim_c1(res, capped, n_boot=100), claim_c1(res, topk, n_boot=100)
+    a, b = claim_c1(res, capped, uncertainty=U100), claim_c1(res, topk, uncertainty=U100)
     assert a.verdict == b.verdict == Verdict.HOLDS and a.value == b.value
 
 
@@ -134,18 +136,18 @@ def control(key_drop: float, random_drops: list[float], n: int = 200, baseline: 
 
 def test_c2_rule():
     quiet = [0.0, 0.01, 0.02] * 34  # 102 depth-matched random sets that barely matter
-    c = claim_c2(control(0.7, quiet), n_boot=200)
+    c = claim_c2(control(0.7, quiet), uncertainty=U200)
     assert c.verdict == Verdict.HOLDS and c.value == pytest.approx(-0.7, abs=0.01)
     assert "percentile 100" in c.measurement and "overlap with identification: 0" in c.measurement
-    assert claim_c2(control(0.05, quiet), n_boot=200).verdict == Verdict.FAILS  # below the collapse floor
+    assert claim_c2(control(0.05, quiet), uncertainty=U200).verdict == Verdict.FAILS  # below the collapse floor
     as_random = [0.5, 0.6, 0.7, 0.8] * 25  # random sets of the same depth hurt as much: no localisation
-    c = claim_c2(control(0.6, as_random), n_boot=200)
+    c = claim_c2(control(0.6, as_random), uncertainty=U200)
     assert c.verdict == Verdict.FAILS and "typical random set" in c.reason
     between = [0.0] * 90 + [0.5] * 10  # the key drop beats 90% of the draws: p ≈ 0.11
-    assert claim_c2(control(0.4, between), n_boot=200).verdict == Verdict.INCONCLUSIVE
-    few = claim_c2(control(0.7, [0.0] * 5), n_boot=200)  # 5 draws cannot reach p ≤ 0.05
+    assert claim_c2(control(0.4, between), uncertainty=U200).verdict == Verdict.INCONCLUSIVE
+    few = claim_c2(control(0.7, [0.0] * 5), uncertainty=U200)  # 5 draws cannot reach p ≤ 0.05
     assert few.verdict == Verdict.INCONCLUSIVE and "control_draws" in few.reason
-    low = claim_c2(control(0.1, quiet, baseline=0.3), n_boot=200)
+    low = claim_c2(control(0.1, quiet, baseline=0.3), uncertainty=U200)
     assert low.verdict == Verdict.INCONCLUSIVE and "no accuracy to collapse" in low.measurement
     assert claim_c2(None).verdict == Verdict.NOT_MEASURED
 
@@ -193,19 +195,19 @@ def test_c3_rule():
 
     operand, operator = [0.3, 0.3, 0.02, 0.1, 0.28], [0.02, 0.02, 0.5, 0.2, 0.26]  # sink-free 0.67; 0.63
     both = KeyComponents(model=BIG, heads=(Head(10, 0), Head(10, 1)))
-    c = claim_c3(heads(operand, operator), both, n_boot=200)
+    c = claim_c3(heads(operand, operator), both, uncertainty=U200)
     assert c.verdict == Verdict.HOLDS and c.title == "they attend to operands or operator", c.measurement
     assert "operand head L10.H0" in c.measurement and "operator head L10.H1" in c.measurement
     first = KeyComponents(model=BIG, heads=(Head(10, 0),))
     # the sink trap: 0.32 of the key head's attention on the operands against the layer-mates' 0.06 (the old rule
     # held), but 0.36 of what it does not park on the sink against their 0.40
-    trap = claim_c3(heads([0.16, 0.16, 0.03, 0.1, 0.55]), first, n_boot=200)
+    trap = claim_c3(heads([0.16, 0.16, 0.03, 0.1, 0.55]), first, uncertainty=U200)
     assert trap.verdict == Verdict.FAILS and trap.high <= 0 and trap.title == "they attend to the operands"
     as_much = [0.18, 0.18, 0.03, 0.1, 0.51]
-    assert claim_c3(heads(as_much), first, n_boot=200).verdict != Verdict.HOLDS
+    assert claim_c3(heads(as_much), first, uncertainty=U200).verdict != Verdict.HOLDS
     wide = heads(as_much, noise=0.0)
     wide.shares[:, 0, 0] += torch.tensor([0.2, -0.2, 0.0])[torch.arange(30) % 3]  # as much, templates disagree
-    assert claim_c3(wide, first, n_boot=200).verdict == Verdict.INCONCLUSIVE
+    assert claim_c3(wide, first, uncertainty=U200).verdict == Verdict.INCONCLUSIVE
     unmeasured = attention(heads(operand).shares, base, sink=False)  # a file from before the sink was measured
     assert claim_c3(unmeasured, first).verdict == Verdict.NOT_MEASURED
     only_key = attention(heads(operand).shares[:, :1], base)
@@ -239,24 +241,25 @@ def test_c4_rule():
     gen = torch.Generator().manual_seed(0)
     clean = 5 + torch.randn(40, generator=gen)
     assert (
-        claim_c4(margin(clean, clean - 3 + 0.5 * torch.randn(40, generator=gen)), n_boot=200).verdict == Verdict.HOLDS
+        claim_c4(margin(clean, clean - 3 + 0.5 * torch.randn(40, generator=gen)), uncertainty=U200).verdict
+        == Verdict.HOLDS
     )
-    c = claim_c4(margin(clean, clean + 0.5), n_boot=200)  # the MLPs write more without the key heads
+    c = claim_c4(margin(clean, clean + 0.5), uncertainty=U200)  # the MLPs write more without the key heads
     assert c.verdict == Verdict.FAILS
-    assert claim_c4(margin(clean, clean), n_boot=200).verdict == Verdict.FAILS  # no change at all
+    assert claim_c4(margin(clean, clean), uncertainty=U200).verdict == Verdict.FAILS  # no change at all
     noisy = clean + torch.randn(40, generator=gen)  # a drop whose interval straddles 0, above every random set's
-    c = claim_c4(margin(clean, noisy, -1 + 0.1 * torch.randn(20, 40, generator=gen)), n_boot=200)
+    c = claim_c4(margin(clean, noisy, -1 + 0.1 * torch.randn(20, 40, generator=gen)), uncertainty=U200)
     assert c.verdict == Verdict.INCONCLUSIVE and c.low < 0 < c.high, c.measurement
-    c = claim_c4(margin(clean, noisy), n_boot=200)  # ... and below the random sets' (0.1 logits): no better
+    c = claim_c4(margin(clean, noisy), uncertainty=U200)  # ... and below the random sets' (0.1 logits): no better
     assert c.verdict == Verdict.FAILS and "as much" in c.reason
     assert claim_c4(None).verdict == Verdict.NOT_MEASURED
     drop = clean - 3 + 0.5 * torch.randn(40, generator=gen)
     as_much = 3.3 + 0.5 * torch.randn(20, 40, generator=gen)  # random sets of the same layers lower it as much
-    c = claim_c4(margin(clean, drop, as_much), n_boot=200)
+    c = claim_c4(margin(clean, drop, as_much), uncertainty=U200)
     assert c.low > 0 and c.verdict == Verdict.FAILS and "as much" in c.reason, c.measurement
-    c = claim_c4(margin(clean, drop, torch.zeros(0, 40)), n_boot=200)  # no null measured: the drop alone
+    c = claim_c4(margin(clean, drop, torch.zeros(0, 40)), uncertainty=U200)  # no null measured: the drop alone
     assert c.low > 0 and c.verdict == Verdict.INCONCLUSIVE and "no null" in c.reason
-    c = claim_c4(margin(clean, drop, 0.1 + torch.zeros(5, 40)), n_boot=200)  # 5 sets: p ≥ 1/6
+    c = claim_c4(margin(clean, drop, 0.1 + torch.zeros(5, 40)), uncertainty=U200)  # 5 sets: p ≥ 1/6
     assert c.verdict == Verdict.INCONCLUSIVE and "only 5 random sets" in c.reason
 
 
@@ -313,17 +316,17 @@ def evals(precise_math, full_math, precise_gen, base_gen, items=True, base_math=
 
 def test_c6_rule():
     same, worse = [1, 0] * 200, [0] * 400
-    holds = claim_c6(evals(same, same, same, same, base_math=worse), n_boot=300)
+    holds = claim_c6(evals(same, same, same, same, base_math=worse), uncertainty=U300)
     assert holds.verdict == Verdict.HOLDS and holds.interval == "paired_bootstrap"  # the method is on the card
     # full no better than base: "precise matches full" would hold trivially (the old rule said "holds")
-    idle = claim_c6(evals(same, same, same, same), n_boot=300, precise="precise = the 2 key heads")
+    idle = claim_c6(evals(same, same, same, same), uncertainty=U300, precise="precise = the 2 key heads")
     assert idle.verdict == Verdict.INCONCLUSIVE and idle.measurement.startswith("training had no effect")
     assert "precise = the 2 key heads" in idle.measurement  # the card says what precise tuned
-    assert claim_c6(evals(worse, [1] * 400, same, same, base_math=worse), n_boot=300).verdict == Verdict.FAILS
+    assert claim_c6(evals(worse, [1] * 400, same, same, base_math=worse), uncertainty=U300).verdict == Verdict.FAILS
     g = torch.Generator().manual_seed(0)
     few = torch.randint(0, 2, (20,), generator=g).tolist()
     shifted = [1 - x if i < 3 else x for i, x in enumerate(few)]
-    assert claim_c6(evals(few, shifted, few, few, base_math=[0] * 20), n_boot=300).verdict == Verdict.INCONCLUSIVE
+    assert claim_c6(evals(few, shifted, few, few, base_math=[0] * 20), uncertainty=U300).verdict == Verdict.INCONCLUSIVE
     no_items = claim_c6(evals(same, same, same, same, items=False))
     assert no_items.verdict == Verdict.INCONCLUSIVE and "no per-item results" in no_items.reason
     assert claim_c6(None).verdict == Verdict.NOT_MEASURED
@@ -333,13 +336,16 @@ def test_c6_counts_heldout_arithmetic_as_math():
     same, worse = [1, 0] * 200, [0] * 400
     arith = {"base": worse, "precise": same, "full": same}
     only = {m: EvalResult(m, {}, {}).with_benchmark(ARITHMETIC, "arithmetic", xs) for m, xs in arith.items()}
-    c = claim_c6(only, n_boot=300)  # math alone: "keeps generic ability" is not measured, so C6 cannot hold
+    c = claim_c6(only, uncertainty=U300)  # math alone: "keeps generic ability" is not measured, so C6 cannot hold
     assert c.verdict == Verdict.NOT_MEASURED and ARITHMETIC in c.measurement and "generic" in c.reason
     assert c.measurement.startswith("no generic benchmark")
     assert c.value == pytest.approx(0.0)
     arith["precise"] = worse
     both = {m: r.with_benchmark(ARITHMETIC, "arithmetic", arith[m]) for m, r in evals(same, same, same, same).items()}
-    assert "SVAMP" in claim_c6(both, n_boot=300).measurement and claim_c6(both, n_boot=300).verdict == Verdict.FAILS
+    assert (
+        "SVAMP" in claim_c6(both, uncertainty=U300).measurement
+        and claim_c6(both, uncertainty=U300).verdict == Verdict.FAILS
+    )
     no_math = {m: EvalResult(m, {"ARC": 0.5}, {"ARC": 2}, {"ARC": "choice"}) for m in arith}
     assert claim_c6(no_math).verdict == Verdict.NOT_MEASURED
     with pytest.raises(ValueError, match="cannot add"):
@@ -396,7 +402,9 @@ def test_attention_excess_intervals_cover_a_known_excess_at_nominal_rate():
     for s in range(n_sims):
         shares = base.expand(40, 2, 5).clone()
         shares[..., 0] += truth + 0.15 * torch.randn(40, 2, generator=gen)
-        df = attention(shares, base.expand(40, 5)).summary(by_operation=False, n_boot=300, seed=s)
+        df = attention(shares, base.expand(40, 5)).summary(
+            by_operation=False, uncertainty=Uncertainty(n_boot=300, seed=s)
+        )
         hits += int(((df.excess_operands_low <= truth.numpy()) & (truth.numpy() <= df.excess_operands_high)).sum())
     lo, hi = binomial_band(0.95, 2 * n_sims)
     assert lo - 0.02 <= hits / (2 * n_sims) <= hi
@@ -444,7 +452,7 @@ def test_mlp_margin_intervals_cover_a_known_margin_at_nominal_rate():
     hits, n_sims = 0, 100
     for s in range(n_sims):
         margin = truth + 0.8 * torch.randn(30, 20, generator=gen)
-        df = probes(margin, torch.zeros(30, 20)).layer_summary(n_boot=300, seed=s)
+        df = probes(margin, torch.zeros(30, 20)).layer_summary(uncertainty=Uncertainty(n_boot=300, seed=s))
         t = truth.numpy()
         hits += int(((df.update_direct_margin_low <= t) & (t <= df.update_direct_margin_high)).sum())
     lo, hi = binomial_band(0.95, 20 * n_sims)
@@ -468,7 +476,7 @@ def test_selection_stability_sees_a_head_that_comes_and_goes():
     )
     by_effect = SelectionConfig(threshold_of="effect")  # the cut in the metric's units (this result has no total)
     k = selection_stability(
-        res, select_key_components(res, by_effect, rule="threshold", threshold=-0.2), n_boot=200, seed=0
+        res, select_key_components(res, by_effect, rule="threshold", threshold=-0.2), uncertainty=U200
     )
     share = dict(zip(k.heads, k.stability))
     others = {**{f"L{l}.H{h}": s for (l, h), s in share.items()}, **k.stability_others}

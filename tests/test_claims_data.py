@@ -16,9 +16,11 @@ from mathcircuits.models import hooks
 from mathcircuits.numbers import heuristic_neurons, operand_grid
 from mathcircuits.pipeline import RunConfig
 from mathcircuits.power import seed_item_bootstrap, seed_item_t
-from mathcircuits.stats import Interval
+from mathcircuits.stats import Interval, Uncertainty
 
 from helpers import coverage
+
+U200 = Uncertainty(n_boot=200)  # a quick bootstrap
 
 
 # ----------------------------------------------------------------------------- the operator hidden by default
@@ -113,7 +115,7 @@ def _sim(n_seeds: int, sims: int, seed: int) -> tuple[list[Interval], list[Inter
         b = b + 0.2 * torch.randn(n_seeds, 200, generator=g, dtype=torch.float64)
         t_ivs.append(seed_item_t(a, b))
         if i < sims // 2:
-            b_ivs.append(seed_item_bootstrap(a, b, n_boot=300, seed=i))
+            b_ivs.append(seed_item_bootstrap(a, b, uncertainty=Uncertainty(n_boot=300, seed=i)))
     return t_ivs, b_ivs
 
 
@@ -138,7 +140,7 @@ def adder():
 
 def test_n3_leaves_out_a_layer_that_is_not_needed_and_holds_on_the_one_that_is(adder):
     model, grid = adder
-    res = heuristic_neurons(model, grid, [0, 1], n_boot=200)
+    res = heuristic_neurons(model, grid, [0, 1], uncertainty=U200)
     by_layer = {t.layer: t for t in res.topk}
     assert all(t.ks[0] == 0 for t in res.topk)  # the baseline is measured
     assert by_layer[0].accuracy[0] == 1.0 and by_layer[0].chosen == 0  # layer 0 ablated whole: nothing lost
@@ -150,14 +152,14 @@ def test_n3_leaves_out_a_layer_that_is_not_needed_and_holds_on_the_one_that_is(a
 
 def test_n3_does_not_pass_on_layers_that_are_not_needed(adder):
     model, grid = adder
-    res = heuristic_neurons(model, grid, [1], n_boot=200)
+    res = heuristic_neurons(model, grid, [1], uncertainty=U200)
     assert claim_n3(res).verdict == Verdict.HOLDS
     # the same layer, were it not needed (k = 0 keeps accuracy): the old rule said "holds" on its small share
     t = res.topk[0]
     idle = dataclasses.replace(t, accuracy=(1.0, *t.accuracy[1:]), low=(0.95, *t.low[1:]), high=(1.0, *t.high[1:]))
     c = claim_n3(dataclasses.replace(res, topk=(idle,)))
     assert c.verdict == Verdict.INCONCLUSIVE and "no analysed layer is needed" in c.reason
-    only_zero = heuristic_neurons(model, grid, [0], n_boot=200)  # the planted idle layer, measured
+    only_zero = heuristic_neurons(model, grid, [0], uncertainty=U200)  # the planted idle layer, measured
     assert claim_n3(only_zero).verdict != Verdict.HOLDS
     old = dataclasses.replace(t, ks=t.ks[1:], accuracy=t.accuracy[1:], low=t.low[1:], high=t.high[1:])
     c = claim_n3(dataclasses.replace(res, topk=(old,)))  # saved before the baseline existed

@@ -13,6 +13,7 @@ from mathcircuits.models import Head, ModelSpec
 from mathcircuits.patching import PatchingResult
 from mathcircuits.report import claims_table
 from mathcircuits.stats import (
+    Uncertainty,
     benjamini_hochberg,
     cluster_t_test,
     holm,
@@ -95,7 +96,7 @@ def test_c1_does_not_hold_on_a_dense_map():
     m = 14  # ⌈5% of 270⌉
     top = means.abs().topk(m).values.sum() / means.abs().sum()
     assert 0.15 < float(top) < 0.25
-    c = claim_c1(result(per_pair, tids, ops), n_boot=200)
+    c = claim_c1(result(per_pair, tids, ops), uncertainty=Uncertainty(n_boot=200))
     assert c.verdict == Verdict.FAILS and "shown to matter" in c.reason, c.measurement
     assert c.low * 270 > 100 and c.low <= c.value <= c.high and c.interval == "fdr_bounds"
     assert c.n_tests == 270 and c.correction == "benjamini_hochberg" and "24 templates" in c.measurement
@@ -107,7 +108,7 @@ def test_c1_holds_on_a_sparse_mid_depth_map_and_its_concentration_contains_itsel
     means = torch.zeros(SPEC.n_layers, SPEC.n_heads)
     means[14:16, :4] = -0.8  # 8 heads (3%) in the middle layers
     per_pair = effects_map(gen, means, tids, sd_template=0.01, sd_pair=0.05)
-    c = claim_c1(result(per_pair, tids, ops), n_boot=300)
+    c = claim_c1(result(per_pair, tids, ops), uncertainty=Uncertainty(n_boot=300))
     assert c.verdict == Verdict.HOLDS, c.reason
     assert c.value == c.high == pytest.approx(8 / 270)
     text = c.measurement.split("hold ")[1]  # "...heads hold 97% [95%, 99%] of the total |effect| (bias-corrected)"
@@ -122,7 +123,7 @@ def test_c1_is_inconclusive_when_no_head_can_be_told_apart_from_the_margin():
     tids, ops = templated(gen, per_template=2, n_templates=2)
     means = torch.zeros(SPEC.n_layers, SPEC.n_heads)
     means[14:16, :4] = -0.1
-    c = claim_c1(result(effects_map(gen, means, tids, 0.1, 0.2), tids, ops), n_boot=100)
+    c = claim_c1(result(effects_map(gen, means, tids, 0.1, 0.2), tids, ops), uncertainty=Uncertainty(n_boot=100))
     assert c.verdict == Verdict.INCONCLUSIVE and c.low < 14 / 270 < c.high, c.measurement
 
 
@@ -131,12 +132,13 @@ def test_the_small_cluster_interval_names_its_method_and_its_fallbacks():
     x = torch.randn(48, generator=torch.Generator().manual_seed(5))
     four = [f"t{i % 4}" for i in range(48)]
     ops = ["add", "mul"] * 24
-    assert small_cluster_interval(x, four, ops, n_boot=200).method == "cluster_bootstrap_t"  # 2 templates each
+    u = Uncertainty(n_boot=200)
+    assert small_cluster_interval(x, four, ops, u).method == "cluster_bootstrap_t"  # 2 templates each
     one_each = [f"t{i % 2}" for i in range(48)]  # one template per operation: strata dropped, still over templates
-    assert small_cluster_interval(x, one_each, ops, n_boot=200).method == "cluster_bootstrap_t"
-    assert small_cluster_interval(x, ["t0"] * 48, ops, n_boot=200).method == "pair_bootstrap_fallback"
-    assert small_cluster_interval(x, None, ops, n_boot=200).method == "bootstrap"
-    iv = small_cluster_interval(x, four, ops, n_boot=200)
+    assert small_cluster_interval(x, one_each, ops, u).method == "cluster_bootstrap_t"
+    assert small_cluster_interval(x, ["t0"] * 48, ops, u).method == "pair_bootstrap_fallback"
+    assert small_cluster_interval(x, None, ops, u).method == "bootstrap"
+    iv = small_cluster_interval(x, four, ops, u)
     assert iv.low <= iv.value <= iv.high and iv.method_text == "bootstrap-t over templates"
 
 
@@ -186,7 +188,7 @@ def test_the_card_and_the_report_print_each_intervals_method_and_test_count(tmp_
     means = torch.zeros(SPEC.n_layers, SPEC.n_heads)
     means[14:16, :4] = -0.8
     patching = result(effects_map(gen, means, tids, 0.01, 0.05), tids, ops)
-    card = assess_claims(patching=patching, control=control(), margin=margin(), n_boot=200)
+    card = assess_claims(patching=patching, control=control(), margin=margin(), uncertainty=Uncertainty(n_boot=200))
     assert card["C2"].interval == card["C4"].interval == "cluster_bootstrap_t"
     assert card["C4"].verdict == Verdict.HOLDS and "40 random sets" in card["C4"].measurement
     lines = "\n".join(card.lines())
@@ -199,28 +201,28 @@ def test_the_card_and_the_report_print_each_intervals_method_and_test_count(tmp_
 
 
 def test_c2_says_when_its_random_sets_are_all_there_are():
-    c = assess_claims(control=control(), n_boot=100)["C2"]
+    c = assess_claims(control=control(), uncertainty=Uncertainty(n_boot=100))["C2"]
     assert "(every one there is)" not in c.measurement  # 40 of 64 possible
     every = RandomControl(**{**control().__dict__, "n_possible": 40})
-    assert "(every one there is)" in assess_claims(control=every, n_boot=100)["C2"].measurement
+    assert "(every one there is)" in assess_claims(control=every, uncertainty=Uncertainty(n_boot=100))["C2"].measurement
 
 
 def test_null_placement_bounds_the_p_value_over_templates():
     gen = torch.Generator().manual_seed(9)
     tids = [f"t{i % 6}" for i in range(60)]
     clear = torch.cat([3 + torch.randn(60, 1, generator=gen), torch.randn(60, 30, generator=gen)], 1)
-    pl = null_placement(clear, tids, None, n_boot=300)
+    pl = null_placement(clear, tids, None, uncertainty=Uncertainty(n_boot=300))
     assert pl.percentile == 100 and pl.p_value == pytest.approx(1 / 31) and pl.p_high == pytest.approx(1 / 31)
     close = clear.clone()
     close[:, 0] = close[:, 1:].mean(1) + 0.3 + torch.randn(60, generator=gen)  # a little above the null's mean
-    pl = null_placement(close, tids, None, n_boot=300)
+    pl = null_placement(close, tids, None, uncertainty=Uncertainty(n_boot=300))
     assert pl.p_high > pl.p_value and pl.method == "cluster_bootstrap"
 
 
 def test_c4_without_random_head_sets_has_no_null_and_is_inconclusive():
     bare = MLPMargin(**{**margin().__dict__, "random_heads": [], "random_ablated": None})
     assert bare.random_drops.shape == (0, 96)
-    c = assess_claims(margin=bare, n_boot=100)["C4"]
+    c = assess_claims(margin=bare, uncertainty=Uncertainty(n_boot=100))["C4"]
     assert c.verdict == Verdict.INCONCLUSIVE and "no null" in c.reason
     unknown = RandomControl(**{**control().__dict__, "n_possible": -1})  # how many sets exist is not known
     assert not unknown.exhaustive

@@ -36,7 +36,9 @@ from mathcircuits.claims import (
 )
 from mathcircuits.models import Head
 from mathcircuits.patching import KeyComponents, path_patch
+from mathcircuits.stats import Uncertainty
 
+U200 = Uncertainty(n_boot=200)  # a quick bootstrap
 READER = (2, 2)
 NOISE = [(0, 0), (2, 0)]  # heads that write only noise, at the circuit's depths
 
@@ -94,13 +96,13 @@ def key(model, heads):
 
 # --- C1: how many heads matter, by tests over heads; depth against random heads ----------------------------------
 def test_c1_holds_when_a_few_mid_depth_heads_carry_the_effect():
-    c = claim_c1(patched(deep()), n_boot=200)  # 2 of 36 heads (the ⌈5%⌉ allowed)
+    c = claim_c1(patched(deep()), uncertainty=U200)  # 2 of 36 heads (the ⌈5%⌉ allowed)
     assert c.verdict == Verdict.HOLDS, c.measurement
     assert c.value == c.high == pytest.approx(2 / 36) and "hold 9" in c.measurement  # the two readers: > 90%
 
 
 def test_c1_does_not_hold_for_heads_at_the_end():
-    late = claim_c1(patched(shallow()), n_boot=200)  # concentrated, but in the last layer
+    late = claim_c1(patched(shallow()), uncertainty=U200)  # concentrated, but in the last layer
     assert late.verdict == Verdict.FAILS and "middle" in late.reason, late.measurement
 
 
@@ -134,13 +136,13 @@ def test_c2_holds_when_the_key_set_collapses_accuracy_and_random_sets_do_not():
     ctl = random_control(m, pairs(m, seed=5), [READER, MOVER], n_draws=100)
     assert ctl.exhaustive and len(ctl.draws) == 49
     assert ctl.baseline() == 1.0 and ctl.p_value() == pytest.approx(1 / 50)
-    c = claim_c2(ctl, n_boot=200)
+    c = claim_c2(ctl, uncertainty=U200)
     assert c.verdict == Verdict.HOLDS, c.measurement
 
 
 def test_c2_does_not_hold_when_the_key_set_is_not_the_circuit():
     m = shallow()
-    c = claim_c2(random_control(m, pairs(m, seed=5), NOISE, n_draws=100), n_boot=200)
+    c = claim_c2(random_control(m, pairs(m, seed=5), NOISE, n_draws=100), uncertainty=U200)
     assert c.verdict == Verdict.FAILS, c.measurement
 
 
@@ -162,7 +164,7 @@ def test_c2_an_eight_point_drop_is_no_collapse():
         template_ids=[f"t{i % 4}" for i in range(n)],
         pair_ids=list(range(n)),
     )
-    c = claim_c2(ctl, n_boot=200)
+    c = claim_c2(ctl, uncertainty=U200)
     assert ctl.p_value() == pytest.approx(1 / 101)  # the key set is worse than every random set...
     assert c.verdict == Verdict.FAILS and "floor" in c.reason  # ...but 8 points is not a collapse
 
@@ -180,13 +182,13 @@ def roles(kind: str, gain: float = 8.0):
 
 def test_c3_tells_an_operand_head_from_an_operator_head():
     m, att = roles("spread")
-    c = claim_c3(att, key(m, ROLE_KEYS), n_boot=200)
+    c = claim_c3(att, key(m, ROLE_KEYS), uncertainty=U200)
     assert c.verdict == Verdict.HOLDS and c.title == "they attend to operands or operator", c.measurement
-    test = role_findings(att, key(m, ROLE_KEYS), n_boot=200)
+    test = role_findings(att, key(m, ROLE_KEYS), uncertainty=U200)
     assert [(f.role, f.heads) for f in test.findings] == [("operands", ((2, 0),)), ("operator", (READER,))]
     assert all(f.verdict == Verdict.HOLDS and f.difference.low > 0.3 for f in test.findings)
     assert test.mate_sink > 0.4 and test.key_sink < 0.05  # (2, 1) parks most of its attention on <s>
-    alone = claim_c3(att, key(m, [READER]), n_boot=200)
+    alone = claim_c3(att, key(m, [READER]), uncertainty=U200)
     assert alone.title == "they attend to the operator" and "no operand head" in alone.measurement
 
 
@@ -196,20 +198,20 @@ def test_c3_does_not_hold_when_sink_free_layer_mates_attend_as_much():
     m, att = roles("digit", 1.0)
     raw = att.shares[..., 0] + att.shares[..., 1]
     assert float(raw[:, 0].mean()) > float(raw[:, [1, 3]].mean()) + 0.2  # the trap: raw shares favour the key head
-    c = claim_c3(att, key(m, ROLE_KEYS), n_boot=200)
+    c = claim_c3(att, key(m, ROLE_KEYS), uncertainty=U200)
     assert c.verdict == Verdict.FAILS and "operand heads" in c.reason and c.high <= 0, c.measurement
-    operand = role_findings(att, key(m, ROLE_KEYS), n_boot=200).findings[0]
+    operand = role_findings(att, key(m, ROLE_KEYS), uncertainty=U200).findings[0]
     assert operand.role == "operands" and operand.mates_as_high == operand.n_mates == 2
 
 
 def test_c3_leaves_out_the_pairs_that_chose_the_heads():
     m, att = roles("spread")
     half = att.pair_ids[: len(att.pair_ids) // 2]
-    c = claim_c3(att, key(m, ROLE_KEYS), n_boot=200, chose=half)
+    c = claim_c3(att, key(m, ROLE_KEYS), uncertainty=U200, chose=half)
     assert f"{len(half)} analysed pairs that chose the heads left out" in c.measurement
     assert c.n == (len(att.pair_ids) - len(half)) // 2  # classed on half of the rest, tested on the other half
     assert claim_c3(att, key(m, ROLE_KEYS), chose=att.pair_ids).verdict == Verdict.NOT_MEASURED
-    assert "not checked" in claim_c3(att, key(m, ROLE_KEYS), n_boot=200).measurement
+    assert "not checked" in claim_c3(att, key(m, ROLE_KEYS), uncertainty=U200).measurement
     only_key = attention_by_role(m, role_pairs(m), [READER])
     assert claim_c3(only_key, key(m, [READER])).verdict == Verdict.NOT_MEASURED
 
@@ -220,26 +222,26 @@ def margin_with_null(m, heads):
 
 
 def test_c4_holds_when_the_mlp_writes_the_answer_from_the_key_heads():
-    c = claim_c4(margin_with_null(wide(mlp_writer=True), [READER, MOVER]), n_boot=200)
+    c = claim_c4(margin_with_null(wide(mlp_writer=True), [READER, MOVER]), uncertainty=U200)
     assert c.verdict == Verdict.HOLDS, c.measurement
     assert "49 random sets" in c.measurement and "percentile 100" in c.measurement
 
 
 def test_c4_does_not_hold_when_random_heads_of_the_layer_lower_the_margin_as_much():
-    c = claim_c4(margin_with_null(all_readers(), [(2, 0)]), n_boot=200)  # every head of layer 2 is a reader
+    c = claim_c4(margin_with_null(all_readers(), [(2, 0)]), uncertainty=U200)  # every head of layer 2 is a reader
     assert c.low > 0, c.measurement  # the key head's drop is real ...
     assert c.verdict == Verdict.FAILS and "as much" in c.reason, c.measurement  # ... but no more than any other's
 
 
 def test_c4_does_not_hold_when_the_head_writes_the_answer_itself():
     m = shallow()
-    c = claim_c4(margin_with_null(m, [READER]), n_boot=200)
+    c = claim_c4(margin_with_null(m, [READER]), uncertainty=U200)
     assert c.verdict == Verdict.FAILS, c.measurement
 
 
 def test_c4_without_random_sets_cannot_hold():
     m = wide(mlp_writer=True)
-    c = claim_c4(mlp_margin(m, pairs(m), [READER, MOVER], [2]), n_boot=200)
+    c = claim_c4(mlp_margin(m, pairs(m), [READER, MOVER], [2]), uncertainty=U200)
     assert c.verdict == Verdict.INCONCLUSIVE and "no null" in c.reason, c.measurement
 
 

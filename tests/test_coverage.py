@@ -9,7 +9,7 @@ draws the intervals of many simulated runs at once (templates share labels and s
 import pytest
 import torch
 
-from mathcircuits.stats import bootstrap_mean, cluster_bootstrap_mean, cluster_t_interval
+from mathcircuits.stats import Uncertainty, bootstrap_mean, cluster_bootstrap_mean, cluster_t_interval
 
 TRUTH = 1.0
 
@@ -34,11 +34,11 @@ def coverage(n_templates: int, method: str, batches: int, per_batch: int = 100) 
     for b in range(batches):
         x, labels = simulated(gen, n_templates, per_batch, ratio=(1.0, 2.0)[b % 2])
         if method == "cluster_bootstrap_t":
-            _, lo, hi = cluster_t_interval(x, labels, n_boot=999, seed=b)
+            _, lo, hi = cluster_t_interval(x, labels, uncertainty=Uncertainty(n_boot=999, seed=b))
         elif method == "cluster_bootstrap":
-            lo, hi = cluster_bootstrap_mean(x, labels, n_boot=400, seed=b)
+            lo, hi = cluster_bootstrap_mean(x, labels, uncertainty=Uncertainty(n_boot=400, seed=b))
         else:
-            lo, hi = bootstrap_mean(x, n_boot=400, seed=b)
+            lo, hi = bootstrap_mean(x, uncertainty=Uncertainty(n_boot=400, seed=b))
         hits += int(((lo <= TRUTH) & (TRUTH <= hi)).sum())
         total += x.shape[1]
     return hits / total

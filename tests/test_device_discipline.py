@@ -33,6 +33,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from mathcircuits.stats import Uncertainty
+
 ROOT = Path(__file__).resolve().parents[1] / "mathcircuits"
 STAGES = ("data", "models", "patching", "ablation", "analysis", "circuit", "numbers", "finetune", "evaluation")
 FACTORIES = {"tensor", "zeros", "ones", "full", "arange", "empty", "randn", "rand", "randint", "eye", "linspace"}
@@ -156,7 +158,10 @@ def test_the_stages_run_on_cuda_and_equal_the_cpu(method):
         scan = path_patch(model, ds, method=method, metric="logit_diff")
         ko = knockout_curve(model, ds, scan, max_k=2, n_random=1)
         screen = 4 if method == "attribution" else None  # the screen's snapshots are kept on the CPU
-        circuit = discover_circuit(model, ds, [(2, 1)], depth=1, top_k=2, n_boot=50, saturation_tol=None, screen=screen)
+        boot = Uncertainty(n_boot=50)
+        circuit = discover_circuit(
+            model, ds, [(2, 1)], depth=1, top_k=2, uncertainty=boot, saturation_tol=None, screen=screen
+        )
         out[device] = (scan.head_effects, ko.ranked_accuracy, [(e.sender, e.receiver, e.effect) for e in circuit.edges])
     (h_cpu, ko_cpu, e_cpu), (h_gpu, ko_gpu, e_gpu) = out["cpu"], out["cuda"]
     assert h_gpu.device.type == "cpu", "results leave the device at the result"

@@ -31,6 +31,7 @@ from mathcircuits.circuit import (
 from mathcircuits.data import GenerationConfig, generate_pairs, load_templates
 from mathcircuits.models import block_structure, from_hf, hooks, load_model, tiny_model
 from mathcircuits.patching import get_metric
+from mathcircuits.stats import Uncertainty
 
 READER = Sender("head", 2, 2)
 
@@ -181,7 +182,9 @@ def test_eap_ig_puts_the_planted_circuit_first_with_kv_groups_as_receivers():
 
 def test_ig_convergence_is_the_direct_computation_at_each_step_count(linear_planted):
     model, pairs, cache = linear_planted
-    conv = ig_convergence(model, pairs, steps=(1, 2, 4), metric="answer_logprob", k=3, n_boot=50, batch_size=8)
+    conv = ig_convergence(
+        model, pairs, steps=(1, 2, 4), metric="answer_logprob", k=3, uncertainty=Uncertainty(n_boot=50), batch_size=8
+    )
     assert conv.steps == (1, 2, 4) and conv.agreement[-1].spearman.value == pytest.approx(1.0)
     direct = {n: edge_attribution(model, cache, _answer_logprob, "eap-ig", n) for n in (1, 2, 4)}
     for n, a in zip(conv.steps, conv.agreement):  # the nested α grid gives what each step count gives alone
@@ -194,7 +197,7 @@ def test_ig_convergence_is_the_direct_computation_at_each_step_count(linear_plan
 def test_exact_agreement_finds_the_planted_edges_first(linear_planted):
     model, pairs, _ = linear_planted
     receivers = [Receiver("logits"), Receiver("v", 2, group=1)]
-    agree = exact_agreement(model, pairs, receivers, steps=20, k=2, n_boot=50)
+    agree = exact_agreement(model, pairs, receivers, steps=20, k=2, uncertainty=Uncertainty(n_boot=50))
     assert agree.receivers == ("logits", "L2.G1.v") and agree.n_edges == 15 + 10
     assert agree.eap_ig.top_k_overlap.value == 1.0  # the reader → logits and the mover → the reader's values
     assert agree.eap_ig.spearman.value > agree.eap.spearman.value - 1e-9
@@ -211,7 +214,9 @@ def test_bad_attribution_requests_are_refused(linear_planted):
 
 def test_discovery_scores_rank_the_discovered_edges_first():
     model, pairs, _ = _planted(linear=False)
-    circuit = discover_circuit(model, pairs, depth=2, batch_size=4, n_boot=20, saturation_tol=None)
+    circuit = discover_circuit(
+        model, pairs, depth=2, batch_size=4, uncertainty=Uncertainty(n_boot=20), saturation_tol=None
+    )
     scores = discovery_scores(circuit, model, seed=0)
     assert scores.is_whole_graph and scores.method == "exact"
     found = {(s, r) for (s, r), x in zip(scores.edges, scores.scores) if abs(x) > 1e-3}

@@ -501,7 +501,7 @@ def test_eval_result_item_correct_round_trip_and_old_files(tmp_path):
 
 
 def test_compare_table_intervals_are_paired_bootstrap_and_wilson():
-    from mathcircuits.stats import paired_bootstrap, wilson_interval
+    from mathcircuits.stats import Uncertainty, paired_bootstrap, wilson_interval
 
     gen = torch.Generator().manual_seed(0)
     base_s, base_a = torch.rand(200, generator=gen) < 0.3, torch.rand(120, generator=gen) < 0.5
@@ -512,8 +512,8 @@ def test_compare_table_intervals_are_paired_bootstrap_and_wilson():
         "tuned": _with_items("tuned", {"SVAMP": tuned_s.int().tolist(), "ARC-Easy": tuned_a.int().tolist()}),
         "old": _result("old", 0.3, 0.5, n=200),  # no per-item outcomes
     }
-    df = compare_table(results, "base", n_boot=500, seed=3)
-    d = paired_bootstrap(tuned_s.double(), base_s.double(), 500, 3)
+    df = compare_table(results, "base", uncertainty=Uncertainty(n_boot=500, seed=3))
+    d = paired_bootstrap(tuned_s.double(), base_s.double(), Uncertainty(n_boot=500, seed=3))
     assert df.loc["tuned", "SVAMP Δ low"] == pytest.approx(100 * d.low)
     assert df.loc["tuned", "SVAMP Δ high"] == pytest.approx(100 * d.high)
     assert df.loc["tuned", "SVAMP Δ low"] > 0  # a strict improvement on 200 items is significant

@@ -35,6 +35,7 @@ from mathcircuits.circuit import (
     top_wiring,
 )
 from mathcircuits.models import load_model
+from mathcircuits.stats import Uncertainty
 
 
 @cache
@@ -52,7 +53,9 @@ def planted():
 @cache
 def found():
     model, disc, _, _ = planted()
-    return discover_circuit(model, disc, depth=3, positions="roles", top_k=2, logits_top_k=3, n_boot=100)
+    return discover_circuit(
+        model, disc, depth=3, positions="roles", top_k=2, logits_top_k=3, uncertainty=Uncertainty(n_boot=100)
+    )
 
 
 def test_the_plant_answers_by_the_two_heads():
@@ -75,7 +78,9 @@ def test_discovery_finds_the_planted_heads_first_and_stops_when_saturated():
 
 def test_planted_circuit_is_faithful_and_random_circuits_of_its_shape_are_not():
     model, _, ev, pool = planted()
-    faith = faithfulness(model, ev, found(), pool=pool, points=6, n_random=20, n_boot=200, completeness_sets=4)
+    faith = faithfulness(
+        model, ev, found(), pool=pool, points=6, n_random=20, uncertainty=Uncertainty(n_boot=200), completeness_sets=4
+    )
     at = {p.size: p for p in faith.curve}
     two = at[2]  # the planted circuit: reader → logits, mover → reader (value)
     assert two.faithfulness["resample/edges"].value >= 0.9
@@ -93,7 +98,7 @@ def test_planted_circuit_is_faithful_and_random_circuits_of_its_shape_are_not():
 def test_a_counterfactual_that_changes_nothing_is_ill_conditioned_not_a_ratio(tmp_path):
     model, _, _, pool = planted()
     same = copy_pairs(model.tokenizer, 8, 3, same=True)
-    faith = faithfulness(model, same, found(), pool=pool, n_random=2, n_boot=100)
+    faith = faithfulness(model, same, found(), pool=pool, n_random=2, uncertainty=Uncertainty(n_boot=100))
     assert faith.ill_conditioned and faith.curve == () and "ill-conditioned" in faith.summary()
     assert faith.denominator.value == pytest.approx(0.0, abs=1e-6)
     back = Faithfulness.load(faith.save(tmp_path / "f.json"))
@@ -103,7 +108,9 @@ def test_a_counterfactual_that_changes_nothing_is_ill_conditioned_not_a_ratio(tm
 def test_the_same_analysis_without_the_plant_finds_no_behaviour_to_explain():
     _, _, ev, pool = planted()
     plain = load_model("tiny-llama")  # the same random model, not planted: it does not copy the digit
-    faith = faithfulness(plain, ev, found(), pool=pool, n_random=2, n_boot=100, completeness_sets=0)
+    faith = faithfulness(
+        plain, ev, found(), pool=pool, n_random=2, uncertainty=Uncertainty(n_boot=100), completeness_sets=0
+    )
     assert faith.ill_conditioned and faith.curve == (), "no behaviour to explain, so no ratio"
     assert faith.denominator.low <= 0 <= faith.denominator.high or abs(faith.denominator.value) < 0.1
 

@@ -20,7 +20,7 @@ from mathcircuits.patching import (
     path_patch,
     select_key_components,
 )
-from mathcircuits.stats import MIN_CLUSTERS, bootstrap_mean, cluster_bootstrap_mean, mean_interval
+from mathcircuits.stats import MIN_CLUSTERS, Uncertainty, bootstrap_mean, cluster_bootstrap_mean, mean_interval
 
 
 @pytest.fixture(scope="module")
@@ -236,24 +236,25 @@ def test_cluster_bootstrap_is_wider_than_pairs_on_clustered_data():
                 clusters.append(f"{op}{t}")
                 strata.append(op)
     x = torch.cat(rows)[:, None].repeat(1, 3)  # three cells, each the same column
-    lo_c, hi_c = cluster_bootstrap_mean(x, clusters, strata, n_boot=400)
-    lo_i, hi_i = bootstrap_mean(x, n_boot=400)
+    lo_c, hi_c = cluster_bootstrap_mean(x, clusters, strata, uncertainty=Uncertainty(n_boot=400))
+    lo_i, hi_i = bootstrap_mean(x, uncertainty=Uncertainty(n_boot=400))
     assert bool(((hi_c - lo_c) > 3 * (hi_i - lo_i)).all())
     independent = torch.randn(200, 1, generator=gen)  # no cluster structure: about the same width
-    lo_c, hi_c = cluster_bootstrap_mean(independent, clusters, strata, n_boot=400)
-    lo_i, hi_i = bootstrap_mean(independent, n_boot=400)
+    lo_c, hi_c = cluster_bootstrap_mean(independent, clusters, strata, uncertainty=Uncertainty(n_boot=400))
+    lo_i, hi_i = bootstrap_mean(independent, uncertainty=Uncertainty(n_boot=400))
     assert 0.5 < float((hi_c - lo_c) / (hi_i - lo_i)) < 2.0
     with pytest.raises(ValueError, match="fewer than two clusters.*Fix"):
         cluster_bootstrap_mean(x[:25], clusters[:25], strata[:25])
     assert (
-        mean_interval(x, clusters, strata, n_boot=50)[2] == "pair_bootstrap_fallback"
+        mean_interval(x, clusters, strata, uncertainty=Uncertainty(n_boot=50))[2] == "pair_bootstrap_fallback"
     )  # 4 templates an operation: too few
     five = [f"{s}{i % 5}" for i, s in enumerate(strata)]
-    assert mean_interval(x, five, strata, n_boot=50)[2] == "cluster_bootstrap"
+    assert mean_interval(x, five, strata, uncertainty=Uncertainty(n_boot=50))[2] == "cluster_bootstrap"
     assert (
-        mean_interval(x[:50], clusters[:50], ["add"] * 25 + ["mul"] * 25, n_boot=50)[2] == "pair_bootstrap_fallback"
+        mean_interval(x[:50], clusters[:50], ["add"] * 25 + ["mul"] * 25, uncertainty=Uncertainty(n_boot=50))[2]
+        == "pair_bootstrap_fallback"
     )  # 1 + 1
-    assert mean_interval(x, None, None, n_boot=50)[2] == "bootstrap"
+    assert mean_interval(x, None, None, uncertainty=Uncertainty(n_boot=50))[2] == "bootstrap"
 
 
 def test_the_embedded_models_name_their_quantisation():

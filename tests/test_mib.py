@@ -28,7 +28,7 @@ from mathcircuits.circuit import (
 )
 from mathcircuits.data import MIB_KINDS, GenerationConfig, generate_pairs, load_templates, mib_template_dir
 from mathcircuits.models import load_model
-from mathcircuits.stats import Interval
+from mathcircuits.stats import Interval, Uncertainty
 
 MOVER_H, READER_H = Sender("head", 0, 1), Sender("head", 2, 2)
 #: the planted copy circuit as edges of the graph (tiny Llama: 4 heads in 2 KV groups of 2)
@@ -91,7 +91,7 @@ def test_prune_keeps_only_connected_edges(tiny_llama):
 
 def test_cpr_cmd_on_the_planted_circuit(planted):
     model, pairs = planted
-    good = mib_scores(model, pairs, _scores(model, first=True), n_boot=200)
+    good = mib_scores(model, pairs, _scores(model, first=True), uncertainty=Uncertainty(n_boot=200))
     # 190 edges: at 5 % (9 edges) the 7 planted edges are all in, below (≤ 3 edges) the circuit is incomplete
     assert good.kept_signed[:5] == (0, 0, 0, 0, 0)
     assert good.kept_signed[5] == len(PLANTED)
@@ -104,7 +104,7 @@ def test_cpr_cmd_on_the_planted_circuit(planted):
     # the same formulas on its own points
     assert good.cpr.value == pytest.approx(float(area_under(good.percentages, torch.tensor(f))), abs=1e-6)
     # ranked last (signed): the circuit is whole only at 100 % → area 0.5 · 0.5 = 0.25 by hand
-    bad = mib_scores(model, pairs, _scores(model, first=False), n_boot=50)
+    bad = mib_scores(model, pairs, _scores(model, first=False), uncertainty=Uncertainty(n_boot=50))
     assert bad.cpr.value == pytest.approx(0.25, abs=0.01)
     assert bad.cmd.value == pytest.approx(good.cmd.value, abs=1e-9)  # |score| ranks the planted edges first again
     assert good.dropped == 0 and good.label == "MIB-style"
@@ -113,7 +113,7 @@ def test_cpr_cmd_on_the_planted_circuit(planted):
 def test_logit_diff_is_mibs(planted):
     """m(N) is logit(answer) − logit(counterfactual answer) at the last prompt token, from a plain forward."""
     model, pairs = planted
-    res = mib_scores(model, pairs, _scores(model, first=True), percentages=(0.05, 1.0), n_boot=0)
+    res = mib_scores(model, pairs, _scores(model, first=True), percentages=(0.05, 1.0), uncertainty=None)
     diffs, cf_diffs = [], []
     for row in pairs:
         for toks, out in ((row["tokens"], diffs), (row["cf_tokens"], cf_diffs)):
@@ -122,7 +122,9 @@ def test_logit_diff_is_mibs(planted):
             out.append(float(logits[row["answer_tokens"][0]] - logits[row["cf_answer_tokens"][0]]))
     assert res.clean == pytest.approx(sum(diffs) / len(diffs), abs=1e-4)
     assert res.counterfactual == pytest.approx(sum(cf_diffs) / len(cf_diffs), abs=1e-4)
-    lp = mib_scores(model, pairs, _scores(model, first=True), metric="answer_logprob", percentages=(1.0,), n_boot=0)
+    lp = mib_scores(
+        model, pairs, _scores(model, first=True), metric="answer_logprob", percentages=(1.0,), uncertainty=None
+    )
     assert lp.clean < 0 and lp.clean != pytest.approx(res.clean)
 
 
@@ -258,7 +260,7 @@ def test_masked_run_equals_the_position_wise_run(planted):
     values = tuple(float(x) for x in torch.randn(len(edges), generator=gen, dtype=torch.float64))
     scores = EdgeScores(model.spec, False, edges, values, "random", 0.0)
     grid = (0.05, 0.2, 0.5, 0.9)  # 5 %: pruned to nothing (a random ranking rarely connects 9 edges)
-    kw = dict(percentages=grid, n_boot=0, check=False)
+    kw = dict(percentages=grid, uncertainty=None, check=False)
     for metric in ("logit_diff", "answer_logprob"):
         fast = mib_scores(model, pairs, scores, metric=metric, run="masked", **kw)
         plain = mib_scores(model, pairs, scores, metric=metric, run="positions", **kw)

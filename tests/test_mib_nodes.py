@@ -23,6 +23,7 @@ from mathcircuits.circuit import (
     plant_two_step,
 )
 from mathcircuits.models import TINY_FAMILIES, hooks, load_model
+from mathcircuits.stats import Uncertainty
 
 MOVER, READER = Sender("head", 0, 1), Sender("head", 2, 2)
 
@@ -75,7 +76,7 @@ def _patched_metric(model, pairs, dropped: set[Sender], scale: dict[Sender, floa
 
 def test_planted_node_curve_by_hand(planted):
     model, pairs = planted
-    good = mib_node_scores(model, pairs, _planted_scores(model, True), n_boot=200)
+    good = mib_node_scores(model, pairs, _planted_scores(model, True), uncertainty=Uncertainty(n_boot=200))
     # 15 nodes (3 layers × 4 heads + 1 MLP): int(p · 15) = 0 × 6, 1, 3, 7, 15; the mover and reader are in from 3
     assert good.level == "node" and good.n_edges == 15
     assert good.kept_signed == (0, 0, 0, 0, 0, 0, 1, 3, 7, 15)
@@ -88,7 +89,7 @@ def test_planted_node_curve_by_hand(planted):
     assert good.cmd.value == pytest.approx(0.149, abs=0.02)
     assert good.cpr.value == pytest.approx(float(area_under(MIB_PERCENTAGES, torch.tensor(f))), abs=1e-6)
     assert good.cpr.low <= good.cpr.value <= good.cpr.high
-    bad = mib_node_scores(model, pairs, _planted_scores(model, False), n_boot=0)
+    bad = mib_node_scores(model, pairs, _planted_scores(model, False), uncertainty=None)
     assert bad.cpr.value == pytest.approx(0.25, abs=0.02)  # whole only at 100 %: 0.5 · 0.5
     assert bad.cmd.value == pytest.approx(good.cmd.value, abs=1e-9)  # |score| puts the plant first again
     assert "node level" in repr(good) and "nodes" in good.to_dataframe().columns
@@ -98,7 +99,7 @@ def test_node_run_matches_plain_hooks_on_a_normed_family(gemma3):
     model, pairs = gemma3
     nodes = graph_nodes_of(model.spec)
     scores = NodeScores(model.spec, nodes, tuple(float(i) for i in range(len(nodes))[::-1]), "exact", 0.0)
-    res = mib_node_scores(model, pairs, scores, percentages=(0.3, 1.0), n_boot=0)
+    res = mib_node_scores(model, pairs, scores, percentages=(0.3, 1.0), uncertainty=None)
     kept = set(nodes[: int(0.3 * len(nodes))])
     m_c = _patched_metric(model, pairs, set(nodes) - kept)
     m_0, m_n = _patched_metric(model, pairs, set(nodes)), _patched_metric(model, pairs, set())
@@ -107,7 +108,9 @@ def test_node_run_matches_plain_hooks_on_a_normed_family(gemma3):
     assert res.faithfulness_signed[0].value == pytest.approx((m_c - m_0) / (m_n - m_0), abs=1e-4)
     edges = graph_edges(model.spec, parallel=False)
     with pytest.raises(ValueError, match="not additive.*mib_node_scores"):
-        mib_scores(model, pairs, EdgeScores(model.spec, False, edges, (0.0,) * len(edges), "random", 0.0), n_boot=0)
+        mib_scores(
+            model, pairs, EdgeScores(model.spec, False, edges, (0.0,) * len(edges), "random", 0.0), uncertainty=None
+        )
 
 
 def test_exact_node_scores_are_one_patch_per_node(gemma3):
@@ -143,7 +146,7 @@ def test_bad_node_scores_are_refused(planted, gemma3):
     with pytest.raises(ValueError, match="one finite score per node"):
         NodeScores(model.spec, nodes, (float("nan"),) * len(nodes), "exact", 0.0)
     with pytest.raises(ValueError):
-        mib_node_scores(gemma3[0], gemma3[1], _planted_scores(model, True), n_boot=0)  # another model's scores
+        mib_node_scores(gemma3[0], gemma3[1], _planted_scores(model, True), uncertainty=None)  # another model's scores
 
 
 @pytest.mark.parametrize("family", sorted(TINY_FAMILIES))

@@ -35,8 +35,10 @@ from mathcircuits.numbers import (
     token_fixed_periods,
 )
 from mathcircuits.pipeline import ConfigError
+from mathcircuits.stats import Uncertainty
 
 CONTEXTS = ("", "x ", "y = ")
+U20, U100, U200 = (Uncertainty(n_boot=n) for n in (20, 100, 200))  # quick bootstraps
 
 
 @pytest.fixture(scope="module")
@@ -61,7 +63,11 @@ def adder_runs(templates):
     for parity, d_mlp in ((True, 128), (False, 128), (True, 512)):
         model = adder_model(parity, d_mlp)
         grid = operand_grid(model.tokenizer, templates, "add_eq_1", (0, 4), fewshot=False)
-        out[(parity, d_mlp)] = (model, grid, heuristic_neurons(model, grid, [1], heads=[(1, 0), (1, 1)], n_boot=200))
+        out[(parity, d_mlp)] = (
+            model,
+            grid,
+            heuristic_neurons(model, grid, [1], heads=[(1, 0), (1, 1)], uncertainty=U200),
+        )
     return out
 
 
@@ -116,8 +122,8 @@ def test_single_token_numbers_are_recognised(embedded_models):
 
 
 def test_spectrum_recovers_a_planted_period_and_finds_nothing_without_it(embedded_models):
-    planted = number_spectra(embedded_models["period10"][1], n_shuffles=100, n_boot=200)
-    control = number_spectra(embedded_models[None][1], n_shuffles=100, n_boot=200)
+    planted = number_spectra(embedded_models["period10"][1], n_shuffles=100, uncertainty=U200)
+    control = number_spectra(embedded_models[None][1], n_shuffles=100, uncertainty=U200)
     assert planted.periods_above("emb")[0] == 10.0 and 10.0 in planted.periods_above("2")
     assert control.periods_above("emb") == () and control.periods_above("1") == ()
     assert 10.0 not in planted.baseline_periods  # the token-id frequency proxy of 0–99 is smooth, not periodic
@@ -126,7 +132,7 @@ def test_spectrum_recovers_a_planted_period_and_finds_nothing_without_it(embedde
 
 def test_digit_split_baseline_explains_the_period_of_ten():
     model = load_model("tiny-llama")
-    spec = number_spectra(number_states(model, range(100), ("", "x ")), n_shuffles=100, n_boot=100)
+    spec = number_spectra(number_states(model, range(100), ("", "x ")), n_shuffles=100, uncertainty=U100)
     assert {10.0, 5.0, 2.0} <= set(spec.baseline_periods)  # the units digit's embedding is periodic in 10
     assert spec.beyond_baseline("emb") == ()
     assert set(spec.bands()) == {"emb", "early 1–1", "middle 2–2", "late 3–3"}
@@ -144,8 +150,8 @@ def test_cohen_kappa_is_one_zero_and_bootstrapped():
 
 
 def test_probe_recovers_a_planted_parity_and_not_without_it(embedded_models):
-    planted = mod_probes(embedded_models["parity"][1], periods=(2, 10), folds=3, n_boot=200)
-    control = mod_probes(embedded_models[None][1], periods=(2, 10), folds=3, n_boot=200)
+    planted = mod_probes(embedded_models["parity"][1], periods=(2, 10), folds=3, uncertainty=U200)
+    control = mod_probes(embedded_models[None][1], periods=(2, 10), folds=3, uncertainty=U200)
     assert planted.tokenization == "single-token"
     assert planted.interval("mod 2", 0).low > 0.9 and planted.beats_baselines("mod 2", 0) is True
     assert control.beats_baselines("mod 2", 0) is not True  # random embeddings: parity no better than random labels
@@ -154,7 +160,7 @@ def test_probe_recovers_a_planted_parity_and_not_without_it(embedded_models):
 
 def test_depth_zero_is_a_baseline_only_for_digit_split_tokenizers():
     model = load_model("tiny-llama")
-    pr = mod_probes(number_states(model, range(100), ("", "x ", "y ")), periods=(2, 10), folds=3, n_boot=100)
+    pr = mod_probes(number_states(model, range(100), ("", "x ", "y ")), periods=(2, 10), folds=3, uncertainty=U100)
     assert pr.tokenization == "multi-token"
     assert pr.interval("mod 10", 0).value == pytest.approx(1.0)  # the units digit token gives it away
     assert pr.interval("units digit", 0).value < 0.05
@@ -167,12 +173,12 @@ def test_depth_zero_is_a_baseline_only_for_digit_split_tokenizers():
 
 def test_helix_fit_recovers_a_planted_helix_subspace_and_not_without_it(embedded_models):
     _, states, planted_basis = embedded_models["helix"]
-    hx = fit_helix(states, folds=4, n_random=5, n_shuffles=10, n_boot=200)
+    hx = fit_helix(states, folds=4, n_random=5, n_shuffles=10, uncertainty=U200)
     q = hx.subspace(0)
     overlap = float((planted_basis.T @ q).pow(2).sum()) / hx.k  # 1: the same subspace
     assert hx.k == 8 and overlap > 0.9 and hx.above_null(0) and float(hx.r2[0]) > 0.5
     assert float(hx.helix_ve[0]) > float(hx.random_high[0]) and float(hx.pca_ve[0]) >= float(hx.helix_ve[0]) - 0.05
-    control = fit_helix(embedded_models[None][1], folds=4, n_random=5, n_shuffles=10, n_boot=200)
+    control = fit_helix(embedded_models[None][1], folds=4, n_random=5, n_shuffles=10, uncertainty=U200)
     assert not control.above_null(0) and float(control.r2[0]) < 0.05
 
 
@@ -230,11 +236,15 @@ def test_neurons_refuse_a_model_that_answers_nothing(templates):
 def test_claim_n1_holds_on_a_planted_period_and_not_without_it(embedded_models):
     """Single-token numbers: the read token is the whole number, so every period is testable."""
     states = embedded_models["period10"][1]
-    n1 = claim_n1(number_spectra(states, n_shuffles=100, n_boot=200), mod_probes(states, (2, 5, 10), 3, n_boot=200))
+    n1 = claim_n1(
+        number_spectra(states, n_shuffles=100, uncertainty=U200), mod_probes(states, (2, 5, 10), 3, uncertainty=U200)
+    )
     assert n1.verdict == Verdict.HOLDS and "T=10" in n1.reason and n1.beyond_paper
     assert "6 tests (3 periods x 2 depths)" in n1.measurement and "Bonferroni" in n1.measurement
     control = embedded_models[None][1]
-    off = claim_n1(number_spectra(control, n_shuffles=100, n_boot=200), mod_probes(control, (2, 5, 10), 3, n_boot=200))
+    off = claim_n1(
+        number_spectra(control, n_shuffles=100, uncertainty=U200), mod_probes(control, (2, 5, 10), 3, uncertainty=U200)
+    )
     assert off.verdict == Verdict.FAILS, off.measurement
     assert claim_n1(None, None).verdict == Verdict.NOT_MEASURED
 
@@ -243,11 +253,11 @@ def test_claim_n1_is_not_testable_where_the_units_digit_fixes_every_period():
     """A digit-split tokenizer reads numbers at the units digit, which fixes n mod 2, 5 and 10 by itself; a
     whole-number period (4 on 0–99) needs the digits combined, and stays testable."""
     tiny = number_states(load_model("tiny-llama"), range(100), CONTEXTS)
-    spectra = number_spectra(tiny, n_shuffles=100, n_boot=100)
-    split = claim_n1(spectra, mod_probes(tiny, (2, 5, 10), 3, n_boot=100))
+    spectra = number_spectra(tiny, n_shuffles=100, uncertainty=U100)
+    split = claim_n1(spectra, mod_probes(tiny, (2, 5, 10), 3, uncertainty=U100))
     assert split.verdict == Verdict.NOT_TESTABLE and str(split.verdict) == "not testable on this tokenizer"
     assert "[2, 5, 10]" in split.measurement and "whole-number period" in split.measurement
-    whole = mod_probes(tiny, (2, 4, 10), 3, n_boot=100)
+    whole = mod_probes(tiny, (2, 4, 10), 3, uncertainty=U100)
     assert whole.token_periods == (2, 10)
     n1 = claim_n1(spectra, whole)
     assert n1.verdict in (Verdict.FAILS, Verdict.INCONCLUSIVE) and "T in [2, 10]" in n1.measurement, n1.measurement
@@ -264,8 +274,8 @@ def test_claim_n1_controls_its_scan_over_periods_and_depths(embedded_models):
     """A probe that beats its control at the 95% level at one depth but not at the Bonferroni level of the scan
     (2 depths): the old rule held, the scan's correction leaves it open."""
     states = embedded_models["period10"][1]
-    spectra = number_spectra(states, n_shuffles=100, n_boot=200)
-    pr = mod_probes(states, (10,), 3, n_boot=200)
+    spectra = number_spectra(states, n_shuffles=100, uncertainty=U200)
+    pr = mod_probes(states, (10,), 3, uncertainty=U200)
     full = torch.full_like(pr.score, float("nan"))
     marginal = {
         "score": 0.2, "low": 0.1, "high": 0.3, "control": 0.0, "control_low": -0.09, "control_high": 0.09
@@ -289,13 +299,13 @@ def _patch(helix_pca: tuple[float, float, float], helix: tuple[float, float, flo
 
 
 def test_claim_n2_can_hold_fail_and_flag_a_subspace_illusion(embedded_models):
-    hx = fit_helix(embedded_models["helix"][1], folds=4, n_random=3, n_shuffles=10, n_boot=100)
+    hx = fit_helix(embedded_models["helix"][1], folds=4, n_random=3, n_shuffles=10, uncertainty=U100)
     assert claim_n2(hx, _patch((0.5, 0.2, 0.8), (1.5, 1.2, 1.8))).verdict == Verdict.HOLDS
     assert claim_n2(hx, _patch((-0.5, -0.8, -0.2), (1.0, 0.8, 1.2))).verdict == Verdict.FAILS
     assert claim_n2(hx, _patch((0.1, -0.2, 0.4), (1.0, 0.8, 1.2))).verdict == Verdict.INCONCLUSIVE
     illusion = claim_n2(hx, _patch((2.0, 1.5, 2.5), (3.0, 2.6, 3.4)))
     assert illusion.verdict == Verdict.INCONCLUSIVE and "Makelov" in illusion.reason
-    null_fit = fit_helix(embedded_models[None][1], folds=4, n_random=3, n_shuffles=10, n_boot=100)
+    null_fit = fit_helix(embedded_models[None][1], folds=4, n_random=3, n_shuffles=10, uncertainty=U100)
     assert claim_n2(null_fit, _patch((0.5, 0.2, 0.8), (1.5, 1.2, 1.8))).verdict == Verdict.FAILS  # no helix to patch
 
 
@@ -317,9 +327,9 @@ def test_results_round_trip_and_show_themselves(tmp_path, embedded_models, adder
     states = embedded_models["period10"][1]
     values = [
         states,
-        number_spectra(states, n_shuffles=20, n_boot=20),
-        mod_probes(states, (2,), 3, n_boot=20),
-        fit_helix(states, folds=3, n_random=2, n_shuffles=3, n_boot=20),
+        number_spectra(states, n_shuffles=20, uncertainty=U20),
+        mod_probes(states, (2,), 3, uncertainty=U20),
+        fit_helix(states, folds=3, n_random=2, n_shuffles=3, uncertainty=U20),
         adder_runs[(True, 128)][2],
     ]
     for v, cls in zip(values, (NumberStates, Spectrum, ProbeResult, HelixResult, NeuronResult)):
@@ -343,9 +353,9 @@ def test_figures_of_every_result(embedded_models, adder_runs):
 
     states = embedded_models["period10"][1]
     parts = {
-        "spectra": number_spectra(states, n_shuffles=20, n_boot=20),
-        "probes": mod_probes(states, (2, 10), 3, n_boot=20),
-        "helix": fit_helix(states, folds=3, n_random=2, n_shuffles=3, n_boot=20),
+        "spectra": number_spectra(states, n_shuffles=20, uncertainty=U20),
+        "probes": mod_probes(states, (2, 10), 3, uncertainty=U20),
+        "helix": fit_helix(states, folds=3, n_random=2, n_shuffles=3, uncertainty=U20),
         "helix_patch": _patch((0.5, 0.2, 0.8), (1.5, 1.2, 1.8)),
         "neurons": adder_runs[(True, 128)][2],
     }

@@ -24,6 +24,7 @@ from mathcircuits.circuit import Circuit, discover_circuit, faithfulness
 from mathcircuits.data import GenerationConfig, generate_pairs, load_templates, score_pairs
 from mathcircuits.models import tiny_tokenizer
 from mathcircuits.patching import SelectionConfig, path_patch, select_key_components
+from mathcircuits.stats import Uncertainty
 
 from helpers import classify, script_module, unchecked
 
@@ -67,7 +68,8 @@ VERBS: list[tuple[str, Callable, type, tuple[str, ...]]] = [
      ("circuit must be a Circuit", "a KeyComponents")),
     ("faithfulness-one-pair", lambda m, p, k: faithfulness(m, p.select([0]), discover_circuit(m, p, k, depth=0)),
      ValueError, ("faithfulness: dataset has 1 pair",)),
-    ("faithfulness-n-boot-1", lambda m, p, k: faithfulness(m, p, discover_circuit(m, p, k, depth=0), n_boot=1),
+    ("faithfulness-n-boot-1",
+     lambda m, p, k: faithfulness(m, p, discover_circuit(m, p, k, depth=0), uncertainty=Uncertainty(n_boot=1)),
      ValueError, ("faithfulness: n_boot=1", ">= 10")),
     ("faithfulness-n-random-negative",
      lambda m, p, k: faithfulness(m, p, discover_circuit(m, p, k, depth=0), n_random=-2), ValueError,
@@ -77,7 +79,8 @@ VERBS: list[tuple[str, Callable, type, tuple[str, ...]]] = [
      ("plateau_tol=-0.1",)),
     ("discover-threshold-negative", lambda m, p, k: discover_circuit(m, p, k, threshold=-1.0), ValueError,
      ("discover_circuit: threshold=-1.0",)),
-    ("discover-n-boot-1", lambda m, p, k: discover_circuit(m, p, k, n_boot=1), ValueError, ("n_boot=1",)),
+    ("discover-n-boot-1", lambda m, p, k: discover_circuit(m, p, k, uncertainty=Uncertainty(n_boot=1)), ValueError,
+     ("n_boot=1",)),
     ("discover-one-pair", lambda m, p, k: discover_circuit(m, p.select([0]), k), ValueError, ("1 pair",)),
     ("discover-given-rows", lambda m, p, k: discover_circuit(m, list(p), k), TypeError,
      ("discover_circuit: dataset must be prompt pairs", "list of 6 dict")),

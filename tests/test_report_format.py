@@ -29,7 +29,7 @@ from mathcircuits.report import (
     reading_patching,
     report_html,
 )
-from mathcircuits.stats import Interval, format_points, format_share, wilson_interval
+from mathcircuits.stats import Interval, Uncertainty, format_points, format_share, wilson_interval
 from mathcircuits.viz import knockout_curves, patching_heatmap, transfer_bars
 
 SPEC = ModelSpec(
@@ -82,7 +82,7 @@ def test_c1_names_the_fixed_top_count_apart_from_the_key_heads():
     key = KeyComponents(
         model=SPEC, heads=(Head(2, 1), Head(1, 0), Head(3, 3)), selection=SelectionConfig(rule="topk", k=3)
     )
-    c = claim_c1(_patching(-1.0), key, n_boot=50, n_null=50)
+    c = claim_c1(_patching(-1.0), key, uncertainty=Uncertainty(n_boot=50), n_null=50)
     assert "against the paper's < 5% (at most 1 head)" in c.measurement and "The top 1 head holds" in c.measurement
     assert "random sets of 1 head:" in c.measurement and "1 heads" not in c.measurement
     assert "Separately, the selection rule 'topk' chose 3 key heads, the set C2–C6 test" in c.measurement
@@ -103,7 +103,7 @@ def test_c6_states_its_five_point_margin_in_points():
     same, worse = [1, 0] * 100, [0] * 200
     arith = {"base": worse, "precise": same, "full": same}
     evals = {m: EvalResult(m, {}, {}).with_benchmark(ARITHMETIC, "arithmetic", xs) for m, xs in arith.items()}
-    c = claim_c6(evals, n_boot=200)
+    c = claim_c6(evals, uncertainty=Uncertainty(n_boot=200))
     assert "full − base on math +50.0 points [" in c.measurement, c.measurement
     assert "−5-point margin" in c.measurement and "0.500" not in c.measurement
     assert c.unit.endswith("(points)")

@@ -4,6 +4,8 @@ import pytest
 import torch
 
 from mathcircuits.stats import (
+    DEFAULT_UNCERTAINTY,
+    Uncertainty,
     bootstrap_indices,
     bootstrap_mean,
     bootstrap_statistic,
@@ -46,7 +48,7 @@ def test_bootstrap_mean_coverage_per_cell():
     los, his = [], []
     for s in range(N_SIMS):
         x = truth + torch.randn(60, 2, 2, generator=gen)
-        lo, hi = bootstrap_mean(x, n_boot=300, seed=s)
+        lo, hi = bootstrap_mean(x, uncertainty=Uncertainty(n_boot=300, seed=s))
         assert lo.shape == (2, 2)
         los.append(lo)
         his.append(hi)
@@ -62,7 +64,7 @@ def test_bootstrap_is_seeded_and_ignores_nan_rows():
     assert torch.equal(bootstrap_indices(30, 10, seed=5), bootstrap_indices(30, 10, seed=5))
     assert not torch.equal(bootstrap_indices(30, 10, seed=5), bootstrap_indices(30, 10, seed=6))
     x[:, 2] = float("nan")
-    lo, hi = bootstrap_mean(x, n_boot=200, seed=0)
+    lo, hi = bootstrap_mean(x, uncertainty=Uncertainty(n_boot=200, seed=0))
     assert torch.isnan(lo[2]) and torch.isfinite(lo[:2]).all() and (lo[:2] <= hi[:2]).all()
 
 
@@ -71,10 +73,10 @@ def test_paired_bootstrap_cancels_item_difficulty():
     difficulty = torch.rand(200, generator=gen)
     a = (difficulty < 0.7).double()  # A solves every item B solves, plus 10% more
     b = (difficulty < 0.6).double()
-    d = paired_bootstrap(a, b, n_boot=500, seed=0)
+    d = paired_bootstrap(a, b, uncertainty=Uncertainty(n_boot=500, seed=0))
     assert d.value == pytest.approx(float(a.mean() - b.mean()))
     assert d.excludes(0.0)
-    unpaired = bootstrap_statistic(a, n_boot=500, seed=0)
+    unpaired = bootstrap_statistic(a, uncertainty=Uncertainty(n_boot=500, seed=0))
     assert d.half_width < unpaired.half_width  # pairing removes item variance
     with pytest.raises(ValueError, match="same items"):
         paired_bootstrap(a, b[:-1])
@@ -86,8 +88,8 @@ def test_cluster_bootstrap_resamples_whole_clusters_within_strata():
     offsets = torch.tensor([-2.0, -1.0, 0.0, 0.5, 1.5, 3.0])
     clusters = [t for t in range(6) for _ in range(20)]
     values = offsets[clusters] + 0.1 * torch.randn(120, generator=gen)
-    over_pairs = bootstrap_statistic(values, n_boot=500, seed=1)
-    over_templates = cluster_bootstrap(values, clusters, n_boot=500, seed=1)
+    over_pairs = bootstrap_statistic(values, uncertainty=Uncertainty(n_boot=500, seed=1))
+    over_templates = cluster_bootstrap(values, clusters, uncertainty=Uncertainty(n_boot=500, seed=1))
     assert over_templates.method == "cluster_bootstrap" and over_templates.value == pytest.approx(float(values.mean()))
     assert over_templates.half_width > 3 * over_pairs.half_width, "between-template variation widens the interval"
     strata = ["add" if t < 3 else "mul" for t in clusters]
@@ -99,3 +101,19 @@ def test_cluster_bootstrap_resamples_whole_clusters_within_strata():
         cluster_bootstrap(values[:20], clusters[:20])
     with pytest.raises(ValueError, match="has rows in strata.*Fix"):
         cluster_bootstrap_indices([0, 0, 1, 1], ["a", "b", "a", "a"])
+
+
+def test_uncertainty_is_one_checked_value_that_draws_the_same_interval():
+    u = Uncertainty(n_boot=300, confidence=0.9, seed=4)
+    x = torch.randn(50, generator=torch.Generator().manual_seed(3))
+    iv = bootstrap_statistic(x, uncertainty=u)
+    assert (iv.confidence, iv.seed) == (0.9, 4)
+    assert iv == bootstrap_statistic(x, uncertainty=Uncertainty(300, 0.9, 4)), "same settings, same interval"
+    assert iv != bootstrap_statistic(x, uncertainty=Uncertainty(300, 0.9, 5)), "the seed draws the resamples"
+    assert bootstrap_statistic(x, uncertainty=Uncertainty(300, 0.5, 4)).half_width < iv.half_width
+    assert DEFAULT_UNCERTAINTY == Uncertainty(1000, 0.95, 0)
+    with pytest.raises(AttributeError):
+        u.n_boot = 10  # type: ignore[misc]
+    for bad in ({"n_boot": 0}, {"confidence": 1.0}, {"confidence": 0.0}, {"confidence": -0.5}):
+        with pytest.raises(ValueError, match="Fix:"):
+            Uncertainty(**bad)

@@ -34,7 +34,7 @@ from mathcircuits.finetune import (
 from mathcircuits.models import Head, ModelSpec, load_hf_model
 from mathcircuits.patching import KeyComponents
 from mathcircuits.power import detectable_difference, planned_detectable_difference, seed_item_bootstrap
-from mathcircuits.stats import paired_bootstrap
+from mathcircuits.stats import Uncertainty, paired_bootstrap
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
@@ -166,8 +166,9 @@ def test_seed_item_interval_includes_seed_variance():
     quiet = items + 0.001 * torch.randn(3, 400, generator=g)
     noisy = items + torch.tensor([[-0.1], [0.0], [0.1]]) + 0.001 * torch.randn(3, 400, generator=g)
     base = items[:1]
-    q, n = seed_item_bootstrap(quiet, base, seed=1), seed_item_bootstrap(noisy, base, seed=1)
-    item_only = paired_bootstrap(noisy.mean(0), base[0], seed=1)
+    u = Uncertainty(seed=1)
+    q, n = seed_item_bootstrap(quiet, base, u), seed_item_bootstrap(noisy, base, u)
+    item_only = paired_bootstrap(noisy.mean(0), base[0], u)
     assert n.high - n.low > 10 * (item_only.high - item_only.low)  # seeds that disagree widen the interval
     assert q.high - q.low < 0.01 and q.contains(float(quiet.mean() - base.mean()))
     with pytest.raises(ValueError, match="same items"):

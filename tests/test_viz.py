@@ -19,6 +19,7 @@ from mathcircuits.claims import assess_claims
 from mathcircuits.models import Head, ModelSpec
 from mathcircuits.patching import KeyComponents, PatchingResult
 from mathcircuits.report import CARD_END_COLOUR, ReportParts, build_report
+from mathcircuits.stats import Uncertainty
 from mathcircuits.viz import (
     ChromiumMissingError,
     attention_heads_view,
@@ -462,7 +463,7 @@ def _evaluation():
 
     items = {"base": [0, 1] * 20, "precise": [1, 1, 0, 1] * 10}
     res = {m: EvalResult(m, {}, {}).with_benchmark(ARITHMETIC, "arithmetic", xs) for m, xs in items.items()}
-    return compare_table(res, "base", n_boot=200).rename_axis("model").reset_index()
+    return compare_table(res, "base", uncertainty=Uncertainty(n_boot=200)).rename_axis("model").reset_index()
 
 
 def _visible_text(page: str) -> str:

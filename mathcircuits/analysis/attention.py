@@ -10,7 +10,7 @@ prompt (``pos_a``, ``pos_b``, ``pos_op``, ``prefix_len``).
 Intervals. Each head's mean share on a role, and its *excess* over the uniform
 baseline (``mean over pairs of share − baseline``, per pair so that prompt length
 cancels), carry a percentile-bootstrap interval over pairs
-(:func:`mathcircuits.stats.bootstrap_mean`; ``n_boot`` resamples, seed ``seed``).
+(:func:`mathcircuits.stats.mean_interval`, drawn by one :class:`~mathcircuits.stats.Uncertainty`).
 :meth:`AttentionByRole.summary` has them as ``<role>_low``/``<role>_high`` and
 ``excess_operands``/``excess_operator`` with their bounds.
 
@@ -50,7 +50,7 @@ from mathcircuits.models import Head, HookedModel, hooks
 from mathcircuits.models.prefix import PrefixRunner
 from mathcircuits.models.spec import ModelSpec
 from mathcircuits.patching import KeyComponents, resolve_heads
-from mathcircuits.stats import DEFAULT_CONFIDENCE, DEFAULT_N_BOOT, mean_interval
+from mathcircuits.stats import DEFAULT_UNCERTAINTY, Uncertainty, mean_interval
 
 __all__ = ["ROLE_COLUMNS", "AttentionByRole", "AttentionSettings", "attention_by_role"]
 
@@ -178,19 +178,15 @@ class AttentionByRole(SavedResult):
     def summary(
         self,
         by_operation: bool = True,
-        n_boot: int = DEFAULT_N_BOOT,
-        seed: int = 0,
-        confidence: float = DEFAULT_CONFIDENCE,
+        uncertainty: Uncertainty = DEFAULT_UNCERTAINTY,
     ):
         """One row per head (and operation): mean share per role with its interval, baselines, lifts, the
         excess over the uniform baseline on operands and operator with its interval, and the class.
 
         Args:
             by_operation: add rows per operation after the rows over all pairs.
-            n_boot: bootstrap resamples for the intervals (of templates within operations when each operation has
-                two or more, else of pairs: :func:`~mathcircuits.stats.mean_interval`; column ``interval``).
-            seed: bootstrap seed.
-            confidence: the intervals' level.
+            uncertainty: the bootstrap of the intervals (of templates within operations when each operation has
+                enough, else of pairs: :func:`~mathcircuits.stats.mean_interval`; column ``interval``).
 
         Returns:
             A DataFrame; interval columns end in ``_low``/``_high``; ``sink`` is the mean share on the sink.
@@ -203,9 +199,9 @@ class AttentionByRole(SavedResult):
             s, b = self.shares[idx].mean(0), self.baselines[idx].mean(0)
             templates = [self.template_ids[i] for i in idx.tolist()]
             ops = [self.operations[i] for i in idx.tolist()]
-            s_lo, s_hi, method = mean_interval(self.shares[idx], templates, ops, n_boot, seed, confidence)
+            s_lo, s_hi, method = mean_interval(self.shares[idx], templates, ops, uncertainty)
             grouped = self.grouped(idx)
-            g_lo, g_hi, _ = mean_interval(grouped, templates, ops, n_boot, seed, confidence)
+            g_lo, g_hi, _ = mean_interval(grouped, templates, ops, uncertainty)
             g = grouped.mean(0)
             sink = (
                 self.sink[idx].mean(0)

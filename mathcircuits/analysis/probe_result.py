@@ -23,9 +23,9 @@ from mathcircuits.data import Operation
 from mathcircuits.data.pairs import operation_rows
 from mathcircuits.models.spec import ModelSpec
 from mathcircuits.stats import (
-    DEFAULT_CONFIDENCE,
-    DEFAULT_N_BOOT,
+    DEFAULT_UNCERTAINTY,
     Interval,
+    Uncertainty,
     bootstrap_indices,
     bootstrap_mean,
     wilson_interval,
@@ -126,9 +126,7 @@ class MLPProbeResult(SavedResult):
         self,
         which: str,
         operation: Operation | None = None,
-        n_boot: int = DEFAULT_N_BOOT,
-        seed: int = 0,
-        confidence: float = DEFAULT_CONFIDENCE,
+        uncertainty: Uncertainty = DEFAULT_UNCERTAINTY,
     ) -> Interval:
         """Bootstrap interval of :meth:`first_raising_layer` (``which="raising"``) or :meth:`lens_top1_layer`
         (``which="lens_top1"``), both at their default thresholds, resampling the pairs.
@@ -136,9 +134,7 @@ class MLPProbeResult(SavedResult):
         Args:
             which: ``"raising"`` or ``"lens_top1"``.
             operation: restrict to the pairs of one operation (None: all).
-            n_boot: bootstrap resamples.
-            seed: bootstrap seed.
-            confidence: the interval's level.
+            uncertainty: the bootstrap of the pairs.
 
         Returns:
             An :class:`~mathcircuits.stats.Interval` in layers; "no such layer" counts as ``n_layers``
@@ -154,16 +150,17 @@ class MLPProbeResult(SavedResult):
             got = f(x)
             return self.n_layers if got is None else got
 
+        n_boot, confidence, seed = uncertainty.n_boot, uncertainty.confidence, uncertainty.seed
         boots = torch.tensor([float(layer(data[i])) for i in bootstrap_indices(data.shape[0], n_boot, seed)])
         alpha = 1 - confidence
         q = torch.quantile(boots, torch.tensor([alpha / 2, 1 - alpha / 2], dtype=boots.dtype), interpolation="nearest")
         return Interval(float(layer(data)), float(q[0]), float(q[1]), int(data.shape[0]), confidence, "bootstrap", seed)
 
-    def layer_summary(self, operation: Operation | None = None, n_boot: int = DEFAULT_N_BOOT, seed: int = 0):
+    def layer_summary(self, operation: Operation | None = None, uncertainty: Uncertainty = DEFAULT_UNCERTAINTY):
         """One row per layer: means (and stds) over pairs of every probe, plus top-1 logit-lens accuracy.
 
         The direct margin and the update's cosine with the answer carry a bootstrap interval over pairs
-        (``_low``/``_high``; ``n_boot`` resamples, seed ``seed``), the top-1 share a Wilson interval.
+        (``_low``/``_high``; drawn by ``uncertainty``), the top-1 share a Wilson interval at its level.
         """
 
         idx = self.rows(operation)
@@ -173,10 +170,10 @@ class MLPProbeResult(SavedResult):
             out[name] = vals.mean(0).tolist()
             out[f"{name}_std"] = vals.std(0, unbiased=False).tolist()
             if name in ("update_direct_margin", "update_sim_answer"):
-                lo, hi = bootstrap_mean(vals, n_boot, seed)
+                lo, hi = bootstrap_mean(vals, uncertainty)
                 out[f"{name}_low"], out[f"{name}_high"] = lo.tolist(), hi.tolist()
         top1 = (self.lens_rank[idx] == 0).sum(0).tolist()
-        wil = [wilson_interval(int(k), len(idx)) for k in top1]
+        wil = [wilson_interval(int(k), len(idx), uncertainty.confidence) for k in top1]
         out["lens_top1"] = [w.value for w in wil]
         out["lens_top1_low"], out["lens_top1_high"] = [w.low for w in wil], [w.high for w in wil]
         df = pd.DataFrame(out)

@@ -42,7 +42,7 @@ from mathcircuits.circuit.components import Receiver, Sender
 from mathcircuits.circuit.pair_cache import EdgeBatch, PairCache, check_request, receiver_slice
 from mathcircuits.models import HookedModel
 from mathcircuits.patching.metrics import Metric, answer_readout
-from mathcircuits.stats import DEFAULT_CONFIDENCE, Interval, bootstrap_statistic
+from mathcircuits.stats import DEFAULT_UNCERTAINTY, Interval, Uncertainty, bootstrap_statistic
 
 __all__ = ["ScreenAgreement", "attribute_edges", "hook_gradients", "receiver_gradient", "screen_agreement"]
 
@@ -188,9 +188,7 @@ def screen_agreement(
     screen: Float[Tensor, "pair edge"],
     exact: Float[Tensor, "pair edge"],
     k: int = 10,
-    n_boot: int = 1000,
-    seed: int = 0,
-    confidence: float = DEFAULT_CONFIDENCE,
+    uncertainty: Uncertainty = DEFAULT_UNCERTAINTY,
 ) -> ScreenAgreement:
     """Spearman and Kendall correlations and the top-k overlap of a screen's edges with the exact ones.
 
@@ -198,7 +196,7 @@ def screen_agreement(
         screen: per-pair screened effects (e.g. :func:`attribute_edges`), one column per edge.
         exact: per-pair exact effects of the same edges, in the same order.
         k: the top-k size (by ``|mean effect|``).
-        n_boot, seed, confidence: the bootstrap over pairs (pairs resampled jointly for both).
+        uncertainty: the bootstrap over pairs (pairs resampled jointly for both).
 
     Returns:
         A :class:`ScreenAgreement`.
@@ -215,11 +213,10 @@ def screen_agreement(
             "compare more edges or lower k.",
         )
     joint = torch.stack([screen.double(), exact.double()], 1)  # [pair, 2, edge]
-    kw = {"n_boot": n_boot, "seed": seed, "confidence": confidence}
     return ScreenAgreement(
-        spearman=bootstrap_statistic(joint, _spearman, **kw),
-        kendall=bootstrap_statistic(joint, _kendall, **kw),
-        top_k_overlap=bootstrap_statistic(joint, _overlap(k), **kw),
+        spearman=bootstrap_statistic(joint, _spearman, uncertainty),
+        kendall=bootstrap_statistic(joint, _kendall, uncertainty),
+        top_k_overlap=bootstrap_statistic(joint, _overlap(k), uncertainty),
         k=k,
         n_edges=screen.shape[1],
         max_abs_diff=float((screen.double().mean(0) - exact.double().mean(0)).abs().max()),

@@ -16,6 +16,7 @@ from mathcircuits._errors import FixableValueError
 from mathcircuits._schema import check_fields, setting
 from mathcircuits.data.generate import Counterfactual
 from mathcircuits.patching import MetricName
+from mathcircuits.stats import Uncertainty
 
 __all__ = [
     "AblationKind",
@@ -127,14 +128,19 @@ class CircuitConfig:
                 "raise min_pairs or lower discovery_pairs.",
             )
 
+    def uncertainty(self, seed: int = 0) -> Uncertainty:
+        """The bootstrap of the circuit's intervals: ``n_boot`` resamples from ``seed``."""
+        return Uncertainty(n_boot=self.n_boot, seed=seed)
+
     def discover_kwargs(self) -> dict[str, Any]:
         """The keyword arguments of :func:`~mathcircuits.circuit.discover_circuit`."""
         names = ("depth", "threshold", "top_k", "logits_top_k", "senders", "receivers", "positions", "method", "screen",
-                 "metric", "saturation_tol", "mlps", "max_nodes", "max_seconds", "n_boot", "batch_size")  # fmt: skip
-        return {k: getattr(self, k) for k in names}
+                 "metric", "saturation_tol", "mlps", "max_nodes", "max_seconds", "batch_size")  # fmt: skip
+        return {k: getattr(self, k) for k in names} | {"uncertainty": self.uncertainty()}
 
-    def faithfulness_kwargs(self) -> dict[str, Any]:
-        """The keyword arguments of :func:`~mathcircuits.circuit.faithfulness`."""
+    def faithfulness_kwargs(self, seed: int = 0) -> dict[str, Any]:
+        """The keyword arguments of :func:`~mathcircuits.circuit.faithfulness` (``seed``: its bootstrap's and
+        random circuits')."""
         names = ("ablations", "level", "mlps", "points", "n_random", "plateau_tol", "min_gap", "completeness_sets",
-                 "n_boot", "batch_size")  # fmt: skip
-        return {k: getattr(self, k) for k in names}
+                 "batch_size")  # fmt: skip
+        return {k: getattr(self, k) for k in names} | {"uncertainty": self.uncertainty(seed)}

@@ -59,12 +59,13 @@ from mathcircuits.circuit.subcircuits import wiring_of
 from mathcircuits.data.pairs import PairSet, check_token_aligned
 from mathcircuits.models import HookedModel, ModelSpec
 from mathcircuits.patching import KeyComponents, Metric, MetricName, get_metric, resolve_heads
-from mathcircuits.stats import bootstrap_statistic
+from mathcircuits.stats import Uncertainty, bootstrap_statistic
 
 __all__ = ["ROLES", "discover_circuit"]
 
 #: the library's defaults are the config's (the ``circuit`` section of a run), defined once there
 _DEFAULT = CircuitConfig()
+_BOOT = _DEFAULT.uncertainty()
 
 EDGE_METHODS = {"exact": exact_edges, "reference": reference_edges}
 
@@ -83,7 +84,7 @@ def _receivers(node: Node, spec: ModelSpec, kinds: Sequence[str]) -> list[tuple[
 
 #: settings discover_circuit shares with CircuitConfig, range-checked by it
 _RANGED = ("depth", "threshold", "top_k", "logits_top_k", "screen", "saturation_tol", "max_nodes", "max_seconds",
-           "batch_size", "n_boot")  # fmt: skip
+           "batch_size")  # fmt: skip
 
 
 def _check_args(spec: ModelSpec, kw: dict[str, Any]) -> None:
@@ -134,9 +135,7 @@ def discover_circuit(
     max_nodes: int | None = _DEFAULT.max_nodes,
     max_seconds: float | None = _DEFAULT.max_seconds,
     batch_size: int = _DEFAULT.batch_size,
-    n_boot: int = _DEFAULT.n_boot,
-    confidence: float = 0.95,
-    seed: int = 0,
+    uncertainty: Uncertainty = _BOOT,
     progress: bool = False,
 ) -> Circuit:
     """Find the circuit behind the answer by iterated sender → receiver path patching (see the module docstring).
@@ -161,7 +160,7 @@ def discover_circuit(
         max_nodes, max_seconds: further budgets (None: none); max_seconds counts this process's CPU seconds
             (every thread's), so a loaded machine stops at the same point.
         batch_size: pairs per batch.
-        n_boot, confidence, seed: the percentile bootstrap over pairs.
+        uncertainty: the percentile bootstrap over pairs.
         progress: show a progress bar per round.
 
     Returns:
@@ -175,7 +174,8 @@ def discover_circuit(
 
     expect("discover_circuit", "model", model, HookedModel, "a HookedModel", "pass mc.load_model(...)'s result")
     expect_pairs("discover_circuit", "dataset", dataset, minimum=2)
-    check_arguments("discover_circuit", CircuitConfig, **{k: v for k, v in locals().items() if k in _RANGED})
+    ranged = {k: v for k, v in locals().items() if k in _RANGED}
+    check_arguments("discover_circuit", CircuitConfig, **ranged, n_boot=uncertainty.n_boot)
     spec = model.spec
     check_token_aligned(dataset, spec.vocab_size)
     if key_heads is not None:  # a selection (checked against this model) or (layer, head) pairs
@@ -193,7 +193,7 @@ def discover_circuit(
     def interval(per_pair: torch.Tensor) -> tuple[float, float, float]:
         in_order = torch.empty_like(per_pair)
         in_order[rows] = per_pair  # dataset order: the interval does not depend on how pairs were batched
-        iv = bootstrap_statistic(in_order[~in_order.isnan()], n_boot=n_boot, seed=seed, confidence=confidence)
+        iv = bootstrap_statistic(in_order[~in_order.isnan()], uncertainty=uncertainty)
         return iv.value, iv.low, iv.high
 
     sink = Node("logits", -1, -1, "logits")
@@ -284,7 +284,7 @@ def discover_circuit(
         metric=m.name,
         method=method,
         n_pairs=len(dataset),
-        confidence=confidence,
+        confidence=uncertainty.confidence,
         data=CircuitData(
             operations=sorted(set(dataset["operation"])) if "operation" in dataset.column_names else [],
             templates=sorted(set(dataset["template_id"])) if "template_id" in dataset.column_names else [],
@@ -305,8 +305,8 @@ def discover_circuit(
             max_nodes=max_nodes,
             max_seconds=max_seconds,
             batch_size=batch_size,
-            n_boot=n_boot,
-            seed=seed,
+            n_boot=uncertainty.n_boot,
+            seed=uncertainty.seed,
             rounds=rounds,
             stopped=stopped,
         ),

@@ -40,8 +40,11 @@ from mathcircuits.data.pairs import PairSet
 from mathcircuits.models import HookedModel
 from mathcircuits.models.families import block_structure
 from mathcircuits.patching.metrics import METRICS
+from mathcircuits.stats import Uncertainty
 
 __all__ = ["ExactAgreement", "IGConvergence", "discovery_scores", "exact_agreement", "ig_convergence"]
+
+_RANK_BOOT = Uncertainty(n_boot=200)  # a rank agreement's interval needs no finer quantiles
 
 
 @dataclass(frozen=True)
@@ -97,8 +100,7 @@ def ig_convergence(
     steps: Sequence[int] = (1, 2, 5, 10, 20),
     metric: MIBMetric = "logit_diff",
     k: int = 20,
-    n_boot: int = 200,
-    seed: int = 0,
+    uncertainty: Uncertainty = _RANK_BOOT,
     batch_size: int = 8,
 ) -> IGConvergence:
     """EAP-IG's edge scores at each of ``steps`` against those at the most steps (see the module docstring).
@@ -109,7 +111,7 @@ def ig_convergence(
         steps: increasing step counts (at least two); the last is the reference.
         metric: what is differentiated (as in :func:`~.eap.eap_scores`).
         k: the top-k size of the overlap.
-        n_boot, seed: the bootstrap over pairs.
+        uncertainty: the bootstrap over pairs.
         batch_size: pairs per batch.
 
     Returns:
@@ -136,7 +138,7 @@ def ig_convergence(
             per[n].append(acc[n][:, si, ri])  # [pair, edge] in graph order
     ref = torch.cat(per[counts[-1]])
     agreement = tuple(
-        screen_agreement(torch.cat(per[n]), ref, k=min(k, ref.shape[1]), n_boot=n_boot, seed=seed) for n in counts
+        screen_agreement(torch.cat(per[n]), ref, k=min(k, ref.shape[1]), uncertainty=uncertainty) for n in counts
     )
     return IGConvergence(tuple(counts), agreement, ref.shape[1], ref.shape[0], time.perf_counter() - t0)
 
@@ -182,8 +184,7 @@ def exact_agreement(
     receivers: int | Sequence[Receiver] = 6,
     steps: int = DEFAULT_IG_STEPS,
     k: int = 10,
-    n_boot: int = 200,
-    seed: int = 0,
+    uncertainty: Uncertainty = _RANK_BOOT,
     batch_size: int = 8,
 ) -> ExactAgreement:
     """EAP and EAP-IG against exact edges on the logits and ``receivers`` drawn at random (or these receivers).
@@ -191,17 +192,17 @@ def exact_agreement(
     Args:
         model: the hooked model.
         pairs: token-aligned pairs.
-        receivers: how many receivers to draw (besides the logits; ``seed`` draws them), or the receivers.
+        receivers: how many receivers to draw (besides the logits; ``uncertainty.seed`` draws them), or the receivers.
         steps: EAP-IG's steps.
         k: the top-k size of the overlap.
-        n_boot, seed: the bootstrap over pairs.
+        uncertainty: the bootstrap over pairs (its seed also draws the receivers).
         batch_size: pairs per batch.
 
     Returns:
         An :class:`ExactAgreement`.
     """
     parallel = block_structure(model).parallel
-    chosen = _pick(model, parallel, receivers, seed)
+    chosen = _pick(model, parallel, receivers, uncertainty.seed)
     senders, all_receivers = graph_nodes(model, parallel)
     col = {r: j for j, r in enumerate(all_receivers)}
     metric = METRICS["answer_logprob"]
@@ -232,7 +233,7 @@ def exact_agreement(
             parts[name].append(torch.cat(at[name], 1))
     exact = torch.cat(parts["exact"])
     kk = min(k, exact.shape[1])
-    agree = {n: screen_agreement(torch.cat(parts[n]), exact, k=kk, n_boot=n_boot, seed=seed) for n in ("eap", "eap-ig")}
+    agree = {n: screen_agreement(torch.cat(parts[n]), exact, k=kk, uncertainty=uncertainty) for n in ("eap", "eap-ig")}
     return ExactAgreement(tuple(r.name for r in chosen), exact.shape[1], agree["eap"], agree["eap-ig"], steps, seconds)
 
 

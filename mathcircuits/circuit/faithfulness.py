@@ -70,12 +70,13 @@ from mathcircuits.data.pairs import PairSet
 from mathcircuits.models import HookedModel
 from mathcircuits.models.families import block_structure
 from mathcircuits.models.prefix import repeat_cache
-from mathcircuits.stats import MIN_CLUSTERS, Interval, bootstrap_indices, cluster_bootstrap_indices
+from mathcircuits.stats import MIN_CLUSTERS, Interval, Uncertainty, bootstrap_indices, cluster_bootstrap_indices
 
 __all__ = ["Scorer", "faithfulness", "ratio_intervals"]
 
 #: the library's defaults are the config's (the ``circuit`` section of a run), defined once there
 _DEFAULT = CircuitConfig()
+_BOOT = _DEFAULT.uncertainty()
 
 RULE = "ill-conditioned when m(M) - m(cf) < {min_gap} nats or its interval reaches 0"
 
@@ -139,8 +140,9 @@ class Scorer:
         return torch.cat(parts, 1)
 
 
-def _resamples(scorer: Scorer, n_boot: int, seed: int) -> tuple[list[torch.Tensor], str]:
+def _resamples(scorer: Scorer, uncertainty: Uncertainty) -> tuple[list[torch.Tensor], str]:
     """Cluster (template) resamples within operations when possible, else resamples of pairs."""
+    n_boot, seed = uncertainty.n_boot, uncertainty.seed
     per_op: dict[str, set[str]] = {}
     for t, o in zip(scorer.templates, scorer.operations):
         per_op.setdefault(o, set()).add(t)
@@ -191,9 +193,7 @@ def faithfulness(
     min_gap: float = _DEFAULT.min_gap,
     completeness_sets: int = _DEFAULT.completeness_sets,
     minimality_nodes: int = 100,
-    n_boot: int = _DEFAULT.n_boot,
-    confidence: float = 0.95,
-    seed: int = 0,
+    uncertainty: Uncertainty = _BOOT,
     batch_size: int = _DEFAULT.batch_size,
     progress: bool = False,
 ) -> Faithfulness:
@@ -215,7 +215,7 @@ def faithfulness(
         min_gap: the smallest ``m(M) − m(cf)`` (nats) that is divided by.
         completeness_sets: random removed sets ``K`` for the completeness test.
         minimality_nodes: minimality is measured when the plateau circuit has at most this many nodes.
-        n_boot, confidence, seed: the bootstrap (and the random draws' seed).
+        uncertainty: the bootstrap; its seed also draws the random circuits.
         batch_size: pairs per batch.
         progress: show progress bars.
 
@@ -229,14 +229,16 @@ def faithfulness(
         "faithfulness", "circuit", circuit, Circuit, "a Circuit",
         "pass discover_circuit(model, pairs, key_heads)'s result; key heads alone are not a circuit",
     )  # fmt: skip
-    ranged = ("points", "n_random", "plateau_tol", "min_gap", "completeness_sets", "n_boot", "batch_size")
-    check_arguments("faithfulness", CircuitConfig, **{k: v for k, v in locals().items() if k in ranged})
+    ranged = ("points", "n_random", "plateau_tol", "min_gap", "completeness_sets", "batch_size")
+    kw = {k: v for k, v in locals().items() if k in ranged}
+    check_arguments("faithfulness", CircuitConfig, **kw, n_boot=uncertainty.n_boot)
+    confidence, seed = uncertainty.confidence, uncertainty.seed
     circuit.check_model(model)
     if level not in ("auto", "edges", "nodes"):
         raise FixableValueError(f"level {level!r} is unknown. ", "use 'auto', 'edges' or 'nodes'.")
     positions = circuit.settings.positions
     scorer = Scorer(model, dataset, positions, list(ablations), pool, mlps, batch_size)
-    resamples, over = _resamples(scorer, n_boot, seed)
+    resamples, over = _resamples(scorer, uncertainty)
     gap = scorer.clean - scorer.cf
     den = ratio_intervals(gap[None], torch.ones_like(gap), resamples, confidence)[0]
     denominator = Interval(den.value, den.low, den.high, len(gap), confidence, f"bootstrap over {over}")
@@ -251,8 +253,8 @@ def faithfulness(
     )  # fmt: skip
     settings = FaithfulnessSettings(
         ablations=list(ablations), level=lvl, mlps=mlps, points=points, n_random=n_random, plateau_tol=plateau_tol,
-        min_gap=min_gap, completeness_sets=completeness_sets, minimality_nodes=minimality_nodes, n_boot=n_boot,
-        seed=seed, positions=positions, metric="answer_logprob",
+        min_gap=min_gap, completeness_sets=completeness_sets, minimality_nodes=minimality_nodes,
+        n_boot=uncertainty.n_boot, seed=seed, positions=positions, metric="answer_logprob",
     )  # fmt: skip
     if abs(den.value) < min_gap or den.low <= 0 <= den.high:
         return Faithfulness(**base, ill_conditioned=True, settings=settings, seconds=time.perf_counter() - t0)

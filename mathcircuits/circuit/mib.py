@@ -50,7 +50,15 @@ from mathcircuits.models.families import block_structure
 from mathcircuits.models.integrity import compare, model_depth, model_dtype, verify_once
 from mathcircuits.models.prefix import repeat_cache
 from mathcircuits.models.spec import check_model
-from mathcircuits.stats import MIN_CLUSTERS, Interval, IntervalMethod, bootstrap_indices, cluster_bootstrap_indices
+from mathcircuits.stats import (
+    DEFAULT_UNCERTAINTY,
+    MIN_CLUSTERS,
+    Interval,
+    IntervalMethod,
+    Uncertainty,
+    bootstrap_indices,
+    cluster_bootstrap_indices,
+)
 
 __all__ = ["MIBMetric", "area_under", "mib_scores", "prune_edges"]
 
@@ -168,9 +176,7 @@ def mib_scores(
     *,
     metric: MIBMetric = "logit_diff",
     percentages: Sequence[float] = MIB_PERCENTAGES,
-    n_boot: int = 1000,
-    confidence: float = 0.95,
-    seed: int = 0,
+    uncertainty: Uncertainty | None = DEFAULT_UNCERTAINTY,
     batch_size: int = 8,
     run: Literal["masked", "positions"] = "masked",
     check: bool = True,
@@ -184,7 +190,7 @@ def mib_scores(
         scores: a score for every edge of the model's graph (:func:`~mathcircuits.circuit.graph_edges`).
         metric: ``"logit_diff"`` (MIB-style) or ``"answer_logprob"``.
         percentages: the grid, fractions of the graph's edges in (0, 1], increasing.
-        n_boot, confidence, seed: the bootstrap.
+        uncertainty: the bootstrap (None: no intervals).
         batch_size: pairs per batch.
         run: ``"masked"`` (:mod:`.mib_run`: the whole graph's mask, one einsum per layer) or ``"positions"`` (the
             position-wise circuit run, :mod:`.intervene`: the reference, slow on large graphs).
@@ -282,7 +288,7 @@ def mib_scores(
         per_ranking[name] = torch.stack(cols)  # [point, pair]
     templates = [t for b in batches for t in b.templates]
     operations = [o for b in batches for o in b.operations]
-    summary = curve_summary(per_ranking, empty, clean, templates, operations, grid, n_boot, confidence, seed)
+    summary = curve_summary(per_ranking, empty, clean, templates, operations, grid, uncertainty)
     return MIBScores(
         model=spec,
         method=scores.method,
@@ -308,9 +314,7 @@ def curve_summary(
     templates: Sequence[str],
     operations: Sequence[str],
     grid: Sequence[float],
-    n_boot: int,
-    confidence: float,
-    seed: int,
+    uncertainty: Uncertainty | None,
 ) -> dict[str, Any]:
     """``f`` at each point of both rankings, CPR, CMD and ``m(N) − m(∅)``, each with its interval (the module
     docstring's bootstrap), from ``m`` per pair: ``per_ranking[name]`` [point, pair], ``empty`` and ``clean`` [pair].
@@ -322,7 +326,9 @@ def curve_summary(
     per_op: dict[str, set[str]] = {}
     for t, o in zip(templates, operations):
         per_op.setdefault(o, set()).add(t)
-    if n_boot == 0:
+    u = uncertainty or DEFAULT_UNCERTAINTY  # None: no resamples; the NaN intervals keep the default level
+    n_boot, confidence, seed = u.n_boot, u.confidence, u.seed
+    if uncertainty is None:
         resamples, over = [], "none"
     elif all(len(ts) >= MIN_CLUSTERS for ts in per_op.values()):
         resamples, over = cluster_bootstrap_indices(templates, operations, n_boot, seed), "templates"

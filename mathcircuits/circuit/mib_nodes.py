@@ -56,6 +56,7 @@ from mathcircuits.circuit.mib_result import MIB_PERCENTAGES, MIBScores
 from mathcircuits.data.pairs import PairSet
 from mathcircuits.models import HookedModel, hooks
 from mathcircuits.models.spec import ModelSpec, check_model
+from mathcircuits.stats import DEFAULT_UNCERTAINTY, Uncertainty
 
 __all__ = ["NODE_METHODS", "NodeMethod", "NodeScores", "graph_nodes_of", "mib_node_scores", "node_scores"]
 
@@ -236,9 +237,7 @@ def mib_node_scores(
     *,
     metric: MIBMetric = "logit_diff",
     percentages: Sequence[float] = MIB_PERCENTAGES,
-    n_boot: int = 1000,
-    confidence: float = 0.95,
-    seed: int = 0,
+    uncertainty: Uncertainty | None = DEFAULT_UNCERTAINTY,
     batch_size: int = 8,
 ) -> MIBScores:
     """MIB's faithfulness curves, CPR and CMD of a node ranking on ``pairs`` (``level="node"``).
@@ -247,7 +246,7 @@ def mib_node_scores(
         model: the hooked model the scores were made on.
         pairs: operand-counterfactual pairs, disjoint from the pairs that made the scores.
         scores: a score for every head and MLP (:func:`node_scores`).
-        metric, percentages, n_boot, confidence, seed, batch_size: as :func:`~.mib.mib_scores`; the percentages
+        metric, percentages, uncertainty, batch_size: as :func:`~.mib.mib_scores`; the percentages
             are of the nodes.
 
     Returns:
@@ -292,7 +291,7 @@ def mib_node_scores(
         operations += b.operations
     per_ranking = {name: torch.cat(p, 1).double() for name, p in parts.items()}
     empty, clean_all = torch.cat(parts_empty).double(), torch.cat(parts_clean).double()
-    summary = curve_summary(per_ranking, empty, clean_all, templates, operations, grid, n_boot, confidence, seed)
+    summary = curve_summary(per_ranking, empty, clean_all, templates, operations, grid, uncertainty)
     return MIBScores(
         model=model.spec,
         method=scores.method,

@@ -21,7 +21,7 @@ from mathcircuits.claims.margin import claim_c4
 from mathcircuits.claims.sparsity import claim_c1
 from mathcircuits.evaluation import EvalResult
 from mathcircuits.patching import KeyComponents, PatchingResult
-from mathcircuits.stats import DEFAULT_CONFIDENCE, DEFAULT_N_BOOT
+from mathcircuits.stats import DEFAULT_UNCERTAINTY, Uncertainty
 
 __all__ = ["assess_claims"]
 
@@ -38,9 +38,7 @@ def assess_claims(
     off: Mapping[str, str] | None = None,
     reasons: Mapping[str, str] | None = None,
     precise: str = "",
-    n_boot: int = DEFAULT_N_BOOT,
-    seed: int = 0,
-    confidence: float = DEFAULT_CONFIDENCE,
+    uncertainty: Uncertainty = DEFAULT_UNCERTAINTY,
 ) -> ClaimsCard:
     """The claims card C1–C6 from a run's saved results; a missing input makes its claim "not measured".
 
@@ -57,9 +55,7 @@ def assess_claims(
         reasons: input name → the whole reason it is missing, when that is not its stage being off
             (e.g. its file was written by an older version); takes precedence over ``off``.
         precise: what "precise" tuned in this run, printed in C6.
-        n_boot: bootstrap resamples.
-        seed: bootstrap seed.
-        confidence: level of every interval.
+        uncertainty: the bootstrap of every interval (its confidence also the Wilson intervals').
 
     Returns:
         The :class:`ClaimsCard`.
@@ -69,11 +65,12 @@ def assess_claims(
     why = dict(reasons or {})
     chose = patching.pair_ids if patching is not None and patching.pair_ids else None  # C3 leaves them out
     claims = (
-        claim_c1(patching, key, n_boot, seed, confidence, o["patching"], why.get("patching")),
-        claim_c2(control, n_boot, seed, confidence, o["control"], why.get("control")),
-        claim_c3(attention, key, n_boot, seed, confidence, o["attention"], why.get("attention"), chose),
-        claim_c4(margin, n_boot, seed, confidence, o["margin"], why.get("margin")),
-        claim_c5(transfer, confidence, o["transfer"], why.get("transfer")),
-        claim_c6(evals, n_boot, seed, confidence, o["evals"], why.get("evals"), precise),
+        claim_c1(patching, key, uncertainty, o["patching"], why.get("patching")),
+        claim_c2(control, uncertainty, o["control"], why.get("control")),
+        claim_c3(attention, key, uncertainty, o["attention"], why.get("attention"), chose),
+        claim_c4(margin, uncertainty, o["margin"], why.get("margin")),
+        claim_c5(transfer, uncertainty.confidence, o["transfer"], why.get("transfer")),
+        claim_c6(evals, uncertainty, o["evals"], why.get("evals"), precise),
     )
-    return ClaimsCard(claims=claims, confidence=confidence, seed=seed, settings=CardSettings(n_boot=n_boot))
+    u = uncertainty
+    return ClaimsCard(claims=claims, confidence=u.confidence, seed=u.seed, settings=CardSettings(n_boot=u.n_boot))

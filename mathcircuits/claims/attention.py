@@ -36,7 +36,7 @@ from mathcircuits.claims.card import Claim, Verdict
 from mathcircuits.claims.paper import above_zero, claim, not_measured, pair_interval
 from mathcircuits.models import Head
 from mathcircuits.patching import KeyComponents
-from mathcircuits.stats import DEFAULT_CONFIDENCE, DEFAULT_N_BOOT, Interval
+from mathcircuits.stats import DEFAULT_UNCERTAINTY, Interval, Uncertainty
 
 __all__ = ["C3_MIN_PAIRS", "RoleFinding", "RoleTest", "claim_c3", "role_findings"]
 
@@ -107,9 +107,7 @@ def role_findings(
     attention: AttentionByRole,
     key: KeyComponents,
     chose: Sequence[int] | None = None,
-    n_boot: int = DEFAULT_N_BOOT,
-    seed: int = 0,
-    confidence: float = DEFAULT_CONFIDENCE,
+    uncertainty: Uncertainty = DEFAULT_UNCERTAINTY,
 ) -> RoleTest:
     """Class each key head by role on half the pairs and test each role against the sink-free layer-mates on the
     other half (the module docstring's steps 1-5).
@@ -118,9 +116,7 @@ def role_findings(
         attention: the attention of the key heads and the other heads of their layers, with the sink measured.
         key: the key components.
         chose: the pair ids that chose the heads (identification pairs); None: unknown (nothing left out).
-        n_boot: bootstrap resamples of each finding's interval.
-        seed: bootstrap seed.
-        confidence: the intervals' level.
+        uncertainty: the bootstrap of each finding's interval.
 
     Returns:
         The :class:`RoleTest`.
@@ -157,15 +153,13 @@ def role_findings(
         ok = torch.isfinite(diff)
         rows = testing[ok].tolist()
         if len(rows) < 2:
-            iv = Interval(float("nan"), float("nan"), float("nan"), len(rows), confidence, "none")
+            iv = Interval(float("nan"), float("nan"), float("nan"), len(rows), uncertainty.confidence, "none")
         else:
             iv = pair_interval(
                 diff[ok],
                 [attention.template_ids[i] for i in rows],
                 [attention.operations[i] for i in rows],
-                n_boot,
-                seed,
-                confidence,
+                uncertainty,
             )
         if len(rows) < C3_MIN_PAIRS:
             verdict, reason = Verdict.INCONCLUSIVE, f"{len(rows)} testing pairs (fewer than {C3_MIN_PAIRS})"
@@ -222,9 +216,7 @@ def _title(findings: Sequence[RoleFinding]) -> str:
 def claim_c3(
     attention: AttentionByRole | None,
     key: KeyComponents | None = None,
-    n_boot: int = DEFAULT_N_BOOT,
-    seed: int = 0,
-    confidence: float = DEFAULT_CONFIDENCE,
+    uncertainty: Uncertainty = DEFAULT_UNCERTAINTY,
     stage: str = "analyze",
     why_missing: str | None = None,
     chose: Sequence[int] | None = None,
@@ -236,9 +228,7 @@ def claim_c3(
         attention: an :class:`~mathcircuits.analysis.AttentionByRole` of the key heads **and** the other heads of
             their layers (None: not measured).
         key: the key components (which of the measured heads are key heads; None: not measured).
-        n_boot: bootstrap resamples (over templates within operations, or over pairs).
-        seed: bootstrap seed.
-        confidence: level of the intervals.
+        uncertainty: the bootstrap (over templates within operations, or over pairs).
         stage: the stage named when ``attention`` is missing.
         why_missing: the whole reason instead, when the input is missing for another reason than its stage being off.
         chose: the identification pairs' ids (left out; None: unknown, and the card says the overlap is unchecked).
@@ -261,7 +251,7 @@ def claim_c3(
         )
     if attention.sink is None:
         return not_measured("C3", reason="the attention file has no sink measurement; re-run analyze --force")
-    test = role_findings(attention, key, chose, n_boot, seed, confidence)
+    test = role_findings(attention, key, chose, uncertainty)
     if test.n_left_out == len(attention.pair_ids):
         return not_measured(
             "C3", reason=f"all {test.n_left_out} analysed pairs chose the heads; re-run analyze on other pairs"

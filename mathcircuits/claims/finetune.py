@@ -9,12 +9,13 @@ The ``compare`` stage's units, when they ran, decide C6 instead (:mod:`mathcircu
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 
 from mathcircuits.claims.card import Claim, Verdict
 from mathcircuits.claims.improve import MARGIN_TEXT, c6_verdict
 from mathcircuits.claims.paper import claim, not_measured
 from mathcircuits.evaluation import EvalResult
-from mathcircuits.stats import DEFAULT_CONFIDENCE, DEFAULT_N_BOOT, paired_bootstrap
+from mathcircuits.stats import DEFAULT_UNCERTAINTY, Uncertainty, paired_bootstrap
 
 __all__ = ["claim_c6"]
 
@@ -28,9 +29,7 @@ def _items(res: EvalResult, benches: Sequence[str]) -> list[float] | None:
 
 def claim_c6(
     evals: Mapping[str, EvalResult] | None,
-    n_boot: int = DEFAULT_N_BOOT,
-    seed: int = 0,
-    confidence: float = DEFAULT_CONFIDENCE,
+    uncertainty: Uncertainty = DEFAULT_UNCERTAINTY,
     stage: str = "evaluate",
     why_missing: str | None = None,
     precise: str = "",
@@ -41,9 +40,7 @@ def claim_c6(
     Args:
         evals: label → :class:`~mathcircuits.evaluation.EvalResult`, with labels ``base``, ``precise``, ``full``
             (None or empty: not measured).
-        n_boot: bootstrap resamples of the items.
-        seed: bootstrap seed.
-        confidence: level of the intervals.
+        uncertainty: the bootstrap of the items (the three differences draw from its seed, +1 and +2).
         stage: the stage named when ``evals`` is missing.
         why_missing: the whole reason instead, when the input is missing for another reason than its stage being off.
         precise: what "precise" tuned in this run (:func:`~mathcircuits.claims.improve.precise_definition`),
@@ -78,13 +75,13 @@ def claim_c6(
             "no per-item results (EvalResult.item_correct), so no paired interval; re-run evaluate",
             unit="accuracy difference (points)",
         )
-    d_fb = paired_bootstrap(items["full"][0], items["base"][0], n_boot, seed + 2, confidence)
-    d_math = paired_bootstrap(items["precise"][0], items["full"][0], n_boot, seed, confidence)
+    d_fb = paired_bootstrap(items["full"][0], items["base"][0], replace(uncertainty, seed=uncertainty.seed + 2))
+    d_math = paired_bootstrap(items["precise"][0], items["full"][0], uncertainty)
     text = f"full − base on math {d_fb.points()}; "
     text += f"precise − full on math ({', '.join(math_b)}): {d_math.points()}"
     d_gen = None
     if gen_b and all(v[1] is not None for v in items.values()):
-        d_gen = paired_bootstrap(items["precise"][1], items["base"][1], n_boot, seed + 1, confidence)
+        d_gen = paired_bootstrap(items["precise"][1], items["base"][1], replace(uncertainty, seed=uncertainty.seed + 1))
         text += f"; precise − base on generic ({', '.join(gen_b)}): {d_gen.points()}"
     text += f" (holds when full − base lies above 0 and the others at or above the {MARGIN_TEXT})"
     ruling = c6_verdict(d_fb, d_math, d_gen)

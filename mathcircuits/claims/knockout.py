@@ -19,7 +19,7 @@ from mathcircuits.claims.paper import (
     not_measured,
     pair_interval,
 )
-from mathcircuits.stats import DEFAULT_CONFIDENCE, DEFAULT_N_BOOT, format_points, wilson_interval
+from mathcircuits.stats import DEFAULT_CONFIDENCE, DEFAULT_UNCERTAINTY, Uncertainty, format_points, wilson_interval
 
 __all__ = ["claim_c2", "claim_c5", "drop_verdict"]
 
@@ -61,9 +61,7 @@ def drop_verdict(d_key: tuple[float, float, float], p_value: float, n_draws: int
 
 def claim_c2(
     control: RandomControl | None,
-    n_boot: int = DEFAULT_N_BOOT,
-    seed: int = 0,
-    confidence: float = DEFAULT_CONFIDENCE,
+    uncertainty: Uncertainty = DEFAULT_UNCERTAINTY,
     stage: str = "validate",
     why_missing: str | None = None,
 ) -> Claim:
@@ -72,10 +70,8 @@ def claim_c2(
     Args:
         control: the :class:`~mathcircuits.ablation.RandomControl` of the pooled key set on pairs that did not
             choose it (None: not measured).
-        n_boot: bootstrap resamples of the drop's interval (over templates within operations when there are
+        uncertainty: the bootstrap of the drop's interval (over templates within operations when there are
             at least 5 per operation, else over pairs).
-        seed: bootstrap seed.
-        confidence: level of the interval.
         stage: the stage named when ``control`` is missing.
         why_missing: the whole reason instead, when the input is missing for another reason than its stage being off.
 
@@ -97,7 +93,7 @@ def claim_c2(
             n=n,
         )
     drops = control.clean_correct - control.key_correct
-    iv = pair_interval(drops, control.template_ids, control.operations, n_boot, seed, confidence)
+    iv = pair_interval(drops, control.template_ids, control.operations, uncertainty)
     p, pct, m = control.p_value(), control.percentile(), len(control.draws)
     verdict, reason = drop_verdict((iv.value, iv.low, iv.high), p, m)
     null = control.random_drops()

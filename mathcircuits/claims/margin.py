@@ -14,16 +14,14 @@ import torch
 from mathcircuits.ablation import MLPMargin
 from mathcircuits.claims.card import Claim, Verdict, fmt_interval
 from mathcircuits.claims.paper import C_ALPHA, C_NO_BETTER, claim, not_measured, pair_interval
-from mathcircuits.stats import DEFAULT_CONFIDENCE, DEFAULT_N_BOOT, null_placement
+from mathcircuits.stats import DEFAULT_UNCERTAINTY, Uncertainty, null_placement
 
 __all__ = ["claim_c4"]
 
 
 def claim_c4(
     margin: MLPMargin | None,
-    n_boot: int = DEFAULT_N_BOOT,
-    seed: int = 0,
-    confidence: float = DEFAULT_CONFIDENCE,
+    uncertainty: Uncertainty = DEFAULT_UNCERTAINTY,
     stage: str = "validate",
     why_missing: str | None = None,
 ) -> Claim:
@@ -37,9 +35,7 @@ def claim_c4(
     Args:
         margin: the :class:`~mathcircuits.ablation.MLPMargin` of the later MLPs, clean, with the key heads knocked
             out and with each random set knocked out (None: not measured).
-        n_boot: bootstrap resamples (over templates within operations, or over pairs).
-        seed: bootstrap seed.
-        confidence: level of the interval.
+        uncertainty: the bootstrap (over templates within operations, or over pairs).
         stage: the stage named when ``margin`` is missing.
         why_missing: the whole reason instead, when the input is missing for another reason than its stage being off.
 
@@ -48,7 +44,7 @@ def claim_c4(
     """
     if margin is None:
         return not_measured("C4", stage, reason=why_missing)
-    iv = pair_interval(margin.drops, margin.template_ids, margin.operations, n_boot, seed, confidence)
+    iv = pair_interval(margin.drops, margin.template_ids, margin.operations, uncertainty)
     span = f"L{min(margin.layers)}–L{max(margin.layers)}"
     text = (
         f"MLPs {span} raise the answer by {float(margin.clean_margin.mean()):.2f} logits over the other numbers; "
@@ -70,13 +66,12 @@ def claim_c4(
         )
     rand = margin.random_drops
     tids = margin.template_ids if any(t != "?" for t in margin.template_ids) else None
-    pl = null_placement(torch.cat([margin.drops[:, None], rand.T], 1), tids, margin.operations, n_boot, seed,
-                        confidence)  # fmt: skip
+    pl = null_placement(torch.cat([margin.drops[:, None], rand.T], 1), tids, margin.operations, uncertainty)
     means = rand.mean(1)
     text += (
         f"; {r} random sets of the same layers: drops {float(means.min()):.2f} to {float(means.max()):.2f} "
         f"(mean {float(means.mean()):.2f}), key set at percentile {pl.percentile:.0f} (p = {pl.p_value:.3f}; "
-        f"{confidence:.0%} bound over resampled templates {pl.p_high:.3f})"
+        f"{uncertainty.confidence:.0%} bound over resampled templates {pl.p_high:.3f})"
     )
     if pl.p_value >= C_NO_BETTER:
         verdict, reason = (

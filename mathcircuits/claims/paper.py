@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 from mathcircuits.claims.card import Claim, Verdict
-from mathcircuits.stats import Interval, small_cluster_interval
+from mathcircuits.stats import Interval, Uncertainty, small_cluster_interval
 
 __all__ = [
     "C1_BAND",
@@ -155,13 +155,11 @@ def pair_interval(
     values: Sequence[float] | torch.Tensor,
     clusters: Sequence[str],
     strata: Sequence[str],
-    n_boot: int,
-    seed: int,
-    confidence: float,
+    uncertainty: Uncertainty,
 ) -> Interval:
     """Interval of the mean of per-pair values over templates (:func:`mathcircuits.stats.small_cluster_interval`):
     a bootstrap-t over template means within operations, which covers with 4 templates; with one template, a
     bootstrap over pairs named ``pair_bootstrap_fallback``. Its ``method`` says which; its value is the mean of
     template means (operations weighted by their pairs)."""
     known = [c for c in clusters if c != "?"]
-    return small_cluster_interval(values, list(clusters) if known else None, list(strata), n_boot, seed, confidence)
+    return small_cluster_interval(values, list(clusters) if known else None, list(strata), uncertainty)

@@ -33,8 +33,8 @@ from mathcircuits.claims.card import Claim, Verdict, fmt_interval
 from mathcircuits.claims.paper import C1_BAND, C1_MAX_FRACTION, C1_N_NULL, C_ALPHA, C_NO_BETTER, claim, not_measured
 from mathcircuits.patching import KeyComponents, PatchingResult
 from mathcircuits.stats import (
-    DEFAULT_CONFIDENCE,
-    DEFAULT_N_BOOT,
+    DEFAULT_UNCERTAINTY,
+    Uncertainty,
     benjamini_hochberg,
     bias_corrected_bootstrap,
     cluster_t_test,
@@ -149,9 +149,7 @@ def count_heads(
 def claim_c1(
     patching: PatchingResult | None,
     key: KeyComponents | None = None,
-    n_boot: int = DEFAULT_N_BOOT,
-    seed: int = 0,
-    confidence: float = DEFAULT_CONFIDENCE,
+    uncertainty: Uncertainty = DEFAULT_UNCERTAINTY,
     stage: str = "identify",
     why_missing: str | None = None,
     n_null: int = C1_N_NULL,
@@ -162,9 +160,8 @@ def claim_c1(
         patching: the pooled :class:`~mathcircuits.patching.PatchingResult` with per-pair head effects
             (None: not measured).
         key: the key components (only named in the text: the count does not depend on the selection rule).
-        n_boot: bootstrap resamples of the concentration's interval.
-        seed: seed of the bootstrap and of the depth null.
-        confidence: level of the bounds; ``α = 1 − confidence``.
+        uncertainty: the bootstrap of the concentration's interval (its seed also draws the depth null) and the
+            level of the bounds, ``α = 1 − confidence``.
         stage: the stage named when ``patching`` is missing.
         why_missing: the whole reason instead, when the input is missing for another reason than its stage being off.
         n_null: random head sets of the depth null.
@@ -205,12 +202,12 @@ def claim_c1(
             unit=unit,
             n=int(e.shape[0]),
         )
-    alpha = 1 - confidence
+    alpha = 1 - uncertainty.confidence
     hc = count_heads(e, rows(patching.pair_templates), rows(patching.pair_operations), alpha)
     conc = bias_corrected_bootstrap(
-        e, lambda t: concentration(t, m), hc.clusters, hc.strata, n_boot, seed, confidence, bounds=(0.0, 1.0)
+        e, lambda t: concentration(t, m), hc.clusters, hc.strata, uncertainty, bounds=(0.0, 1.0)
     )
-    gen = torch.Generator().manual_seed(int(seed))
+    gen = torch.Generator().manual_seed(int(uncertainty.seed))
     top = hc.theta.abs().topk(m).indices
     layers = top // spec.n_heads
     d_obs = float(depth_distance(layers, spec.n_layers).mean())

@@ -28,7 +28,7 @@ from mathcircuits.crossmodel.measures import (
 )
 from mathcircuits.crossmodel.result import ClaimPair, ComparedValue, KeyHeadRow, ModelComparison, RunResults
 from mathcircuits.models import Head, ModelSpec
-from mathcircuits.stats import DEFAULT_CONFIDENCE, DEFAULT_N_BOOT, Interval
+from mathcircuits.stats import DEFAULT_CONFIDENCE, Interval, Uncertainty
 
 __all__ = ["compare_runs"]
 
@@ -45,14 +45,14 @@ def _pair(section: str, quantity: str, unit: str, a: Interval, b: Interval, note
     return ComparedValue(section, quantity, unit, a, b, separation(a, b), note)
 
 
-def compare_runs(a: RunResults, b: RunResults, n_boot: int = DEFAULT_N_BOOT, seed: int = 0) -> ModelComparison:
+def compare_runs(a: RunResults, b: RunResults, uncertainty: Uncertainty | None = None) -> ModelComparison:
     """Compare two runs of one configuration on two models (see the module docstring).
 
     Args:
         a: model A's results.
         b: model B's results.
-        n_boot: bootstrap resamples for the attention and MLP intervals.
-        seed: bootstrap seed.
+        uncertainty: the bootstrap of the attention and MLP intervals; None: the default resamples and seed at
+            the level of ``a``'s claims card.
 
     Returns:
         The :class:`ModelComparison`.
@@ -70,7 +70,8 @@ def compare_runs(a: RunResults, b: RunResults, n_boot: int = DEFAULT_N_BOOT, see
             f"{a.folder} and {b.folder} are runs of the same model ({a.model.describe()}). ",
             "compare runs of two different models.",
         )
-    conf = a.claims.confidence
+    u = uncertainty or Uncertainty(confidence=a.claims.confidence)
+    conf = u.confidence
     claims = []
     for ca, cb in zip(a.claims.claims, b.claims.claims):
         ia, ib = _claim_interval(ca, a.model), _claim_interval(cb, b.model)
@@ -122,8 +123,8 @@ def compare_runs(a: RunResults, b: RunResults, n_boot: int = DEFAULT_N_BOOT, see
                     "attention",
                     f"key heads' excess attention on the {target}",
                     "share",
-                    attention_excess(a.attention, target, n_boot, seed, conf),
-                    attention_excess(b.attention, target, n_boot, seed, conf),
+                    attention_excess(a.attention, target, u),
+                    attention_excess(b.attention, target, u),
                     "share of the last position's attention above uniform, mean over key heads",
                 )
             )
@@ -137,12 +138,12 @@ def compare_runs(a: RunResults, b: RunResults, n_boot: int = DEFAULT_N_BOOT, see
                     "MLPs",
                     what,
                     "relative depth",
-                    mlp_depth(a.probes, which, n_boot, seed, conf),
-                    mlp_depth(b.probes, which, n_boot, seed, conf),
+                    mlp_depth(a.probes, which, u),
+                    mlp_depth(b.probes, which, u),
                     "layer / (n_layers − 1); none: no such layer",
                 )
             )
-    heads = [r for run in (a, b) for r in _key_head_rows(run, n_boot, seed, conf)]
+    heads = [r for run in (a, b) for r in _key_head_rows(run, u)]
     return ModelComparison(
         labels=(a.label, b.label),
         models=(a.model, b.model),
@@ -151,17 +152,17 @@ def compare_runs(a: RunResults, b: RunResults, n_boot: int = DEFAULT_N_BOOT, see
         values=tuple(values),
         key_heads=tuple(heads),
         confidence=conf,
-        seed=seed,
+        seed=u.seed,
     )
 
 
-def _key_head_rows(run: RunResults, n_boot: int, seed: int, confidence: float) -> list[KeyHeadRow]:
+def _key_head_rows(run: RunResults, uncertainty: Uncertainty) -> list[KeyHeadRow]:
     if run.key is None:
         return []
     key, n = run.key, run.model.n_layers
     roles: dict[Head, tuple[str, Interval, Interval]] = {}
     if run.attention is not None:
-        df = run.attention.summary(by_operation=False, n_boot=n_boot, seed=seed, confidence=confidence)
+        df = run.attention.summary(by_operation=False, uncertainty=uncertainty)
         for r in df.to_dict("records"):
             iv = {
                 t: Interval(
@@ -169,9 +170,9 @@ def _key_head_rows(run: RunResults, n_boot: int, seed: int, confidence: float) -
                     r[f"excess_{t}_low"],
                     r[f"excess_{t}_high"],
                     int(r["n_pairs"]),
-                    confidence,
+                    uncertainty.confidence,
                     "bootstrap",
-                    seed,
+                    uncertainty.seed,
                 )
                 for t in ("operands", "operator")
             }

@@ -23,7 +23,7 @@ from plotly.colors import qualitative
 from plotly.subplots import make_subplots
 
 from mathcircuits.crossmodel.result import ModelComparison, RunResults
-from mathcircuits.stats import wilson_interval
+from mathcircuits.stats import DEFAULT_UNCERTAINTY, Uncertainty, wilson_interval
 
 __all__ = ["attention_roles", "comparison_figures", "key_head_depths", "knockout_overlay", "mlp_raise"]
 
@@ -197,13 +197,12 @@ def attention_roles(cmp: ModelComparison) -> go.Figure:
     return _layout(fig, "Attention roles of the key heads (last position)", height=460)
 
 
-def mlp_raise(runs: Sequence[RunResults], n_boot: int = 1000, seed: int = 0) -> go.Figure:
+def mlp_raise(runs: Sequence[RunResults], uncertainty: Uncertainty = DEFAULT_UNCERTAINTY) -> go.Figure:
     """Per relative depth: the MLP update's direct margin on the answer and the logit lens's top-1 share.
 
     Args:
         runs: the two runs' results (those without MLP probes are left out).
-        n_boot: bootstrap resamples of the margin's band.
-        seed: bootstrap seed.
+        uncertainty: the bootstrap of the margin's band (its level also the top-1 share's Wilson band).
 
     Returns:
         A plotly figure with two panels; each model's first raising layer (margin > 0.25) is a dotted line.
@@ -218,7 +217,7 @@ def mlp_raise(runs: Sequence[RunResults], n_boot: int = 1000, seed: int = 0) -> 
     for i, run in enumerate(runs):
         if run.probes is None:
             continue
-        df = run.probes.layer_summary(n_boot=n_boot, seed=seed)
+        df = run.probes.layer_summary(uncertainty=uncertainty)
         depth = (df.layer / max(1, run.probes.n_layers - 1)).tolist()
         c = COLOURS[i % 2]
         for col, row in (("update_direct_margin", 1), ("lens_top1", 2)):
@@ -277,5 +276,5 @@ def comparison_figures(cmp: ModelComparison, runs: Sequence[RunResults]) -> dict
     if any(not math.isnan(r.excess_operands.value) for r in cmp.key_heads):
         figs["attention_roles"] = attention_roles(cmp)
     if any(r.probes is not None for r in runs):
-        figs["mlp_raise"] = mlp_raise(runs, seed=cmp.seed)
+        figs["mlp_raise"] = mlp_raise(runs, Uncertainty(seed=cmp.seed))
     return figs

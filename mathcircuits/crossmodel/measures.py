@@ -39,7 +39,14 @@ from mathcircuits.ablation import KnockoutResult
 from mathcircuits.analysis import AttentionByRole, MLPProbeResult
 from mathcircuits.patching import KeyComponents
 from mathcircuits.patching.selection import median_depth
-from mathcircuits.stats import DEFAULT_CONFIDENCE, DEFAULT_N_BOOT, Interval, bootstrap_mean, wilson_interval
+from mathcircuits.stats import (
+    DEFAULT_CONFIDENCE,
+    DEFAULT_UNCERTAINTY,
+    Interval,
+    Uncertainty,
+    bootstrap_mean,
+    wilson_interval,
+)
 
 __all__ = [
     "SEPARATIONS",
@@ -180,9 +187,7 @@ def knockout_point(
 def attention_excess(
     att: AttentionByRole,
     target: Literal["operands", "operator"],
-    n_boot: int = DEFAULT_N_BOOT,
-    seed: int = 0,
-    confidence: float = DEFAULT_CONFIDENCE,
+    uncertainty: Uncertainty = DEFAULT_UNCERTAINTY,
 ) -> Interval:
     """The key heads' mean attention share on the operands (or operator) above uniform attention.
 
@@ -193,39 +198,32 @@ def attention_excess(
     Args:
         att: the attention-by-role result of the key heads.
         target: ``"operands"`` (A and B) or ``"operator"``.
-        n_boot: bootstrap resamples.
-        seed: bootstrap seed.
-        confidence: the interval's level.
+        uncertainty: the bootstrap of the pairs.
 
     Returns:
         The mean excess (a share of attention, −1…1) and its interval.
     """
     idx = torch.arange(len(att.pair_ids))
     per_pair = att.grouped(idx)[..., 2 if target == "operands" else 3].mean(1)  # [pair]
-    lo, hi = bootstrap_mean(per_pair, n_boot, seed, confidence)
-    return Interval(float(per_pair.mean()), float(lo), float(hi), len(idx), confidence, "bootstrap", seed)
+    lo, hi = bootstrap_mean(per_pair, uncertainty)
+    u = uncertainty
+    return Interval(float(per_pair.mean()), float(lo), float(hi), len(idx), u.confidence, "bootstrap", u.seed)
 
 
 def mlp_depth(
     probes: MLPProbeResult,
     which: Literal["raising", "lens_top1"],
-    n_boot: int = DEFAULT_N_BOOT,
-    seed: int = 0,
-    confidence: float = DEFAULT_CONFIDENCE,
+    uncertainty: Uncertainty = DEFAULT_UNCERTAINTY,
 ) -> Interval:
     """Relative depth of the first layer whose MLP raises the answer (or from which the logit lens ranks it first).
 
     Args:
         probes: the MLP probe result.
         which: ``"raising"`` (mean direct margin above 0.25 logits) or ``"lens_top1"`` (top-1 for half the pairs).
-        n_boot: bootstrap resamples of the pairs.
-        seed: bootstrap seed.
-        confidence: the interval's level.
+        uncertainty: the bootstrap of the pairs.
 
     Returns:
         ``layer / (n_layers − 1)`` with its bootstrap interval widened by half a layer each side (claim C4 reads
         the same layers); ``+inf`` for "no such layer".
     """
-    return depth_interval(
-        probes.layer_interval(which, n_boot=n_boot, seed=seed, confidence=confidence), probes.n_layers
-    )
+    return depth_interval(probes.layer_interval(which, uncertainty=uncertainty), probes.n_layers)

@@ -35,7 +35,8 @@ from mathcircuits._io import SavedResult
 from mathcircuits.evaluation.scoring import BenchmarkScore, ScoreSettings
 from mathcircuits.stats import (
     DEFAULT_CONFIDENCE,
-    DEFAULT_N_BOOT,
+    DEFAULT_UNCERTAINTY,
+    Uncertainty,
     bootstrap_indices,
     paired_bootstrap,
     wilson_interval,
@@ -193,7 +194,7 @@ class EvalResult(SavedResult):
         return [("model", self.label)] + [(b, f"{a:.1%} (n={self.n[b]})") for b, a in self.accuracy.items()]
 
 
-def _stratified_means(items: Mapping[str, Tensor], n_boot: int, seed: int) -> tuple[Tensor, Tensor]:
+def _stratified_means(items: Mapping[str, Tensor], uncertainty: Uncertainty) -> tuple[Tensor, Tensor]:
     """Macro-average over benchmarks of per-item scores, and its stratified bootstrap [n_boot].
 
     Each benchmark's items are resampled on their own (seed offset by the benchmark's position), so a
@@ -203,7 +204,7 @@ def _stratified_means(items: Mapping[str, Tensor], n_boot: int, seed: int) -> tu
     full, boots = [], []
     for k, x in enumerate(items.values()):
         full.append(x.mean())
-        boots.append(x[bootstrap_indices(x.shape[0], n_boot, seed + k)].mean(dim=1))
+        boots.append(x[bootstrap_indices(x.shape[0], uncertainty.n_boot, uncertainty.seed + k)].mean(dim=1))
     return torch.stack(full).mean(), torch.stack(boots).mean(dim=0)
 
 
@@ -220,9 +221,7 @@ def compare_table(
     extra_columns: Mapping[str, Mapping[str, Any]] | None = None,
     percent: bool = True,
     averages: bool = True,
-    n_boot: int = DEFAULT_N_BOOT,
-    seed: int = 0,
-    confidence: float = DEFAULT_CONFIDENCE,
+    uncertainty: Uncertainty = DEFAULT_UNCERTAINTY,
 ):
     """A Table-1-style comparison: one row per model, accuracies and their change against a baseline, with intervals.
 
@@ -240,9 +239,8 @@ def compare_table(
         extra_columns: column name → {label → value}, e.g. train samples/s, tuned parameters.
         percent: accuracies in percent rather than fractions.
         averages: add the per-kind averages.
-        n_boot: bootstrap resamples of every interval.
-        seed: bootstrap seed (the same for every row, so the draws are paired).
-        confidence: nominal coverage of every interval.
+        uncertainty: the bootstrap of every interval (one seed for every row, so the draws are paired) and the
+            Wilson intervals' level.
 
     Returns:
         A pandas DataFrame indexed by model label; missing values are NaN.
@@ -263,6 +261,7 @@ def compare_table(
     kinds: dict[str, str] = {}
     for r in results.values():
         kinds.update(r.kinds)
+    confidence = uncertainty.confidence
 
     def items(r: EvalResult, b: str) -> Tensor | None:
         xs = r.item_correct.get(b)
@@ -283,7 +282,7 @@ def compare_table(
             row[f"{b} Δ"] = row[b] - base.accuracy.get(b, nan) * scale
             a, ref = items(r, b), items(base, b)
             if a is not None and ref is not None and a.shape == ref.shape:
-                d = paired_bootstrap(a, ref, n_boot, seed, confidence)
+                d = paired_bootstrap(a, ref, uncertainty)
                 row[f"{b} Δ low"], row[f"{b} Δ high"] = d.low * scale, d.high * scale
             else:
                 row[f"{b} Δ low"] = row[f"{b} Δ high"] = nan
@@ -303,12 +302,12 @@ def compare_table(
                 mine = {b: items(r, b) for b in members}
                 if any(x is None for x in mine.values()):
                     continue
-                _, boots = _stratified_means(mine, n_boot, seed)  # type: ignore[arg-type]
+                _, boots = _stratified_means(mine, uncertainty)  # type: ignore[arg-type]
                 lo, hi = _quantile_pair(boots, confidence)
                 row[f"{name} low"], row[f"{name} high"] = lo * scale, hi * scale
                 if all(ref_items[b] is not None and ref_items[b].shape == mine[b].shape for b in members):
                     diff = {b: mine[b] - ref_items[b] for b in members}  # type: ignore[operator]
-                    _, dboots = _stratified_means(diff, n_boot, seed)
+                    _, dboots = _stratified_means(diff, uncertainty)
                     lo, hi = _quantile_pair(dboots, confidence)
                     row[f"{name} Δ low"], row[f"{name} Δ high"] = lo * scale, hi * scale
             cols += [name, f"{name} low", f"{name} high", f"{name} Δ", f"{name} Δ low", f"{name} Δ high"]

@@ -19,7 +19,7 @@ from torch import Tensor
 
 from mathcircuits.numbers.grid import mlp_post
 from mathcircuits.numbers.results import quantile
-from mathcircuits.stats import paired_bootstrap, wilson_interval
+from mathcircuits.stats import Uncertainty, paired_bootstrap, wilson_interval
 
 __all__ = ["LayerTopK", "NeuronKnockout", "ablate", "random_like", "summarise_knockout"]
 
@@ -78,16 +78,14 @@ def random_like(assoc: Tensor, gen: torch.Generator) -> Tensor:
     return rank < counts
 
 
-def summarise_knockout(
-    per: dict[str, list[Any]], n_random: int, n_boot: int, seed: int, confidence: float
-) -> NeuronKnockout:
+def summarise_knockout(per: dict[str, list[Any]], n_random: int, uncertainty: Uncertainty) -> NeuronKnockout:
     assoc = torch.cat([a for a, _ in per["assoc"]])
     count = torch.cat([c for _, c in per["assoc"]])
     rand = torch.cat(per["random"])  # [prompt, draw]
-    a_iv = wilson_interval(int(assoc.sum()), len(assoc), confidence)
+    a_iv = wilson_interval(int(assoc.sum()), len(assoc), uncertainty.confidence)
     draws = rand.mean(0)
-    alpha = 1 - confidence
-    d = paired_bootstrap(rand.mean(1), assoc, n_boot, seed, confidence)
+    alpha = 1 - uncertainty.confidence
+    d = paired_bootstrap(rand.mean(1), assoc, uncertainty)
     return NeuronKnockout(
         n_prompts=len(assoc),
         mean_associated=float(count.mean()),

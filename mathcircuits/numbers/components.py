@@ -24,7 +24,7 @@ from mathcircuits._errors import FixableValueError
 from mathcircuits.models import HookedModel
 from mathcircuits.numbers.grid import GridCapture, answer_first_token
 from mathcircuits.numbers.spectra import Spectrum, spectrum
-from mathcircuits.stats import DEFAULT_CONFIDENCE, DEFAULT_N_BOOT
+from mathcircuits.stats import DEFAULT_UNCERTAINTY, Uncertainty
 
 __all__ = ["logit_spectra"]
 
@@ -33,9 +33,7 @@ def logit_spectra(
     model: HookedModel,
     capture: GridCapture,
     n_shuffles: int = 200,
-    n_boot: int = DEFAULT_N_BOOT,
-    seed: int = 0,
-    confidence: float = DEFAULT_CONFIDENCE,
+    uncertainty: Uncertainty = DEFAULT_UNCERTAINTY,
 ) -> Spectrum:
     """Zhou et al.'s spectrum: what each captured head or MLP writes to the candidate answers' logits, per prompt.
 
@@ -48,9 +46,7 @@ def logit_spectra(
         model: the hooked model.
         capture: a :class:`GridCapture` with components (heads, MLPs).
         n_shuffles: shuffled candidate orders per component.
-        n_boot: bootstrap resamples of the prompts.
-        seed: seed.
-        confidence: level.
+        uncertainty: the bootstrap of the prompts; its seed also draws the shuffles.
 
     Returns:
         A :class:`Spectrum` with one row per component.
@@ -72,7 +68,5 @@ def logit_spectra(
         reading="the component's output at the prompt's last position, through the final norm and unembedding",
         baseline="none (the candidates are tokens, not a model's numbers)",
         n_shuffles=n_shuffles,
-        n_boot=n_boot,
-        seed=seed,
-        confidence=confidence,
+        uncertainty=uncertainty,
     )

@@ -12,6 +12,7 @@ from typing import ClassVar
 
 from mathcircuits._schema import ConfigError, check_fields, setting
 from mathcircuits.data import Operation
+from mathcircuits.stats import Uncertainty
 
 __all__ = ["NumbersConfig"]
 
@@ -51,6 +52,10 @@ class NumbersConfig:
     max_prompts: int = setting(
         20_000, "refuse ranges whose estimated prompt count (estimated_prompts) is above this, at load", ge=1
     )
+
+    def uncertainty(self) -> Uncertainty:
+        """The stage's bootstrap: ``n_boot`` resamples from ``seed`` (which also draws its shuffles and folds)."""
+        return Uncertainty(n_boot=self.n_boot, seed=self.seed)
 
     def estimated_prompts(self) -> int:
         """The prompts the stage runs forward, to first order: each number in each context, and the full grid.

@@ -53,7 +53,7 @@ from mathcircuits._errors import FixableValueError
 from mathcircuits._io import SavedResult
 from mathcircuits.numbers.results import quantile
 from mathcircuits.numbers.states import NumberStates
-from mathcircuits.stats import DEFAULT_CONFIDENCE, DEFAULT_N_BOOT, bootstrap_indices
+from mathcircuits.stats import DEFAULT_CONFIDENCE, DEFAULT_N_BOOT, DEFAULT_UNCERTAINTY, Uncertainty, bootstrap_indices
 
 __all__ = ["HelixResult", "fit_helix", "helix_basis", "orthonormal", "random_subspace"]
 
@@ -239,9 +239,7 @@ def fit_helix(
     folds: int = 5,
     n_random: int = 20,
     n_shuffles: int = 20,
-    n_boot: int = DEFAULT_N_BOOT,
-    seed: int = 0,
-    confidence: float = DEFAULT_CONFIDENCE,
+    uncertainty: Uncertainty = DEFAULT_UNCERTAINTY,
 ) -> HelixResult:
     """Fit the helix at every depth; score it on held-out numbers against PCA and random subspaces.
 
@@ -251,9 +249,8 @@ def fit_helix(
         folds: cross-validation folds over numbers.
         n_random: random subspaces of the helix's dimension.
         n_shuffles: fits with shuffled number labels (the R² null).
-        n_boot: bootstrap resamples of held-out numbers.
-        seed: seed of folds, draws and resamples.
-        confidence: level of the intervals and the null quantile.
+        uncertainty: the bootstrap of held-out numbers and the level of the intervals and the null quantile; its
+            seed also draws the folds, subspaces and shuffles.
 
     Returns:
         The :class:`HelixResult`.
@@ -265,6 +262,7 @@ def fit_helix(
         raise FixableValueError(
             f"{n} numbers cannot fit a {k}-column helix with {folds} folds. ", "use 0–99 and folds>=2."
         )
+    n_boot, confidence, seed = uncertainty.n_boot, uncertainty.confidence, uncertainty.seed
     rng = np.random.default_rng(seed)
     fold_of = torch.as_tensor(rng.permutation(n) % folds)
     gen = torch.Generator().manual_seed(seed)

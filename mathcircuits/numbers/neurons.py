@@ -56,7 +56,7 @@ from mathcircuits.numbers.ablation import LayerTopK, NeuronKnockout, ablate, ran
 from mathcircuits.numbers.grid import GridCapture, capture_grid, grid_batches
 from mathcircuits.numbers.heuristics import HEURISTIC_KINDS, heuristic_library, match_patterns, null_classified
 from mathcircuits.numbers.results import TooFewCorrect
-from mathcircuits.stats import DEFAULT_CONFIDENCE, DEFAULT_N_BOOT, wilson_interval
+from mathcircuits.stats import DEFAULT_UNCERTAINTY, Uncertainty, wilson_interval
 
 __all__ = ["DEFAULT_FRACTIONS", "NeuronResult", "heuristic_neurons"]
 
@@ -192,9 +192,7 @@ def heuristic_neurons(
     batch_size: int = 32,
     n_examples: int = 4,
     capture: GridCapture | None = None,
-    seed: int = 0,
-    n_boot: int = DEFAULT_N_BOOT,
-    confidence: float = DEFAULT_CONFIDENCE,
+    uncertainty: Uncertainty = DEFAULT_UNCERTAINTY,
 ) -> NeuronResult:
     """Attribution, heuristic types, the sufficient top-k per layer and matched knockout on an operand grid.
 
@@ -211,9 +209,8 @@ def heuristic_neurons(
         batch_size: prompts per forward.
         n_examples: neurons shown as heatmaps (highest attribution among the classified).
         capture: a :class:`GridCapture` of this grid with ``layers`` and ``heads`` (else it is run here).
-        seed: seed.
-        n_boot: bootstrap resamples.
-        confidence: level.
+        uncertainty: the bootstrap of the knockout's drop and the level of every interval; its seed also draws
+            the evaluation prompts, the random knockouts and the pattern null.
 
     Returns:
         The :class:`NeuronResult`.
@@ -222,6 +219,7 @@ def heuristic_neurons(
         raise FixableValueError(
             f"n_random={n_random}: the random knockout needs at least 20 draws. ", "n_random >= 20."
         )
+    confidence, seed = uncertainty.confidence, uncertainty.seed
     layers = tuple(sorted({int(l) for l in layers}))
     if not layers:
         raise FixableValueError("no MLP layers to analyse. ", "pass layers, e.g. the key MLPs of the identify stage.")
@@ -312,7 +310,7 @@ def heuristic_neurons(
             draws[:, r] = (got.argmax(-1) == ans).float().cpu()
         per_prompt["random"].append(draws[sub])
     cb = wilson_interval(int(combined_hits), len(evals), confidence)
-    knockout = summarise_knockout(per_prompt, n_random, n_boot, seed, confidence) if per_prompt["assoc"] else None
+    knockout = summarise_knockout(per_prompt, n_random, uncertainty) if per_prompt["assoc"] else None
     a_vals, b_vals = sorted(set(cap.a.tolist())), sorted(set(cap.b.tolist()))
     classified = [(float(attribution[j, i]), j, i) for j in range(len(layers)) for i in range(d_mlp) if best[j, i] >= 0]
     examples = [(j, i) for _, j, i in sorted(classified, reverse=True)[:n_examples]]

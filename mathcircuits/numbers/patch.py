@@ -56,7 +56,7 @@ from mathcircuits.models.prefix import PrefixRunner
 from mathcircuits.models.suffix import SuffixRunner
 from mathcircuits.numbers.helix import HelixResult, random_subspace
 from mathcircuits.numbers.results import TooFewCorrect, quantile
-from mathcircuits.stats import DEFAULT_CONFIDENCE, DEFAULT_N_BOOT, bootstrap_indices
+from mathcircuits.stats import DEFAULT_CONFIDENCE, DEFAULT_N_BOOT, DEFAULT_UNCERTAINTY, Uncertainty, bootstrap_indices
 
 __all__ = ["CONDITIONS", "HelixPatchResult", "helix_patch", "patch_pairs", "subspace_shifts"]
 
@@ -222,9 +222,7 @@ def helix_patch(
     b_values: Sequence[int] = range(1, 10),
     n_random: int = 10,
     batch_size: int = 16,
-    n_boot: int = DEFAULT_N_BOOT,
-    seed: int = 0,
-    confidence: float = DEFAULT_CONFIDENCE,
+    uncertainty: Uncertainty = DEFAULT_UNCERTAINTY,
 ) -> HelixPatchResult:
     """Patch a → a′ in the helix, PCA, random and full subspaces at ``a``'s last token; measure the answer's shift.
 
@@ -238,9 +236,7 @@ def helix_patch(
         b_values: the second operands.
         n_random: random subspaces per depth.
         batch_size: pairs per forward.
-        n_boot: bootstrap resamples of pairs.
-        seed: seed.
-        confidence: level.
+        uncertainty: the bootstrap of pairs; its seed also draws the candidate pairs and the random subspaces.
 
     Returns:
         The :class:`HelixPatchResult`.
@@ -252,6 +248,7 @@ def helix_patch(
         raise FixableValueError(
             f"depths {bad or depths} are outside 1…{n_layers - 1}. ", "patch after at least one block."
         )
+    seed = uncertainty.seed
     cands = patch_pairs(model.tokenizer, template_sets, template_id, helix.numbers, b_values, 8 * n_pairs, seed)
     keep = _correct(model, cands, batch_size, n_pairs)
     if len(keep) < 2:
@@ -273,7 +270,7 @@ def helix_patch(
     }
     shifts = subspace_shifts(model, [cands[i] for i in keep], subspaces, batch_size)
     kept = [cands[i] for i in keep]
-    return _summarise(shifts, depths, helix.k, kept, template_id, helix.reading, n_random, n_boot, seed, confidence)
+    return _summarise(shifts, depths, helix.k, kept, template_id, helix.reading, n_random, uncertainty)
 
 
 @torch.no_grad()
@@ -355,12 +352,11 @@ def _summarise(
     template: str,
     reading: str,
     n_random: int,
-    n_boot: int,
-    seed: int,
-    confidence: float,
+    uncertainty: Uncertainty,
 ) -> HelixPatchResult:
     """Means, bootstrap intervals and fractions of the full patch from per-pair shifts ``[pair, depth, cond]``."""
     per = torch.cat([s[..., :3], s[..., 3:].mean(-1, keepdim=True) if n_random else s[..., :1] * float("nan")], -1)
+    n_boot, confidence, seed = uncertainty.n_boot, uncertainty.confidence, uncertainty.seed
     idx = bootstrap_indices(per.shape[0], n_boot, seed)
     boots = per[idx].mean(1)  # [boot, depth, cond]
     frac_boot = boots / boots[..., :1]

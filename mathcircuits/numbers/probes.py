@@ -60,7 +60,14 @@ from mathcircuits._io import SavedResult
 from mathcircuits.numbers.reading import Tokenization, token_fixed_periods
 from mathcircuits.numbers.results import quantile
 from mathcircuits.numbers.states import NumberStates
-from mathcircuits.stats import DEFAULT_CONFIDENCE, DEFAULT_N_BOOT, Interval, bootstrap_indices
+from mathcircuits.stats import (
+    DEFAULT_CONFIDENCE,
+    DEFAULT_N_BOOT,
+    DEFAULT_UNCERTAINTY,
+    Interval,
+    Uncertainty,
+    bootstrap_indices,
+)
 
 __all__ = ["ProbeResult", "cohen_kappa", "mod_probes"]
 
@@ -267,9 +274,7 @@ def mod_probes(
     states: NumberStates,
     periods: Sequence[int] = (2, 5, 10, 100),
     folds: int = 5,
-    n_boot: int = DEFAULT_N_BOOT,
-    seed: int = 0,
-    confidence: float = DEFAULT_CONFIDENCE,
+    uncertainty: Uncertainty = DEFAULT_UNCERTAINTY,
     depths: Sequence[int] | None = None,
 ) -> ProbeResult:
     """Fit the mod-T and circular digit probes at every depth (or some), with the control task.
@@ -278,9 +283,7 @@ def mod_probes(
         states: number states with at least two contexts (folds hold out whole contexts).
         periods: the ``T`` of the ``n mod T`` probes.
         folds: cross-validation folds (at most the number of contexts).
-        n_boot: bootstrap resamples of the items.
-        seed: seed of the control relabelling and of the bootstrap.
-        confidence: level of the intervals.
+        uncertainty: the bootstrap of the items; its seed also draws the control relabelling.
         depths: the depths to probe (indices; depth 0, the baseline, is always included); None: all.
 
     Returns:
@@ -301,6 +304,7 @@ def mod_probes(
     if any(int(t) < 2 for t in periods):
         raise FixableValueError(f"periods {tuple(periods)} must be >= 2. ", "use e.g. (2, 5, 10, 100).")
     folds = min(folds, c)
+    n_boot, confidence, seed = uncertainty.n_boot, uncertainty.confidence, uncertainty.seed
     nums = np.tile(np.asarray(states.numbers), c)
     groups = np.repeat(np.arange(c), n)
     perm = np.random.default_rng(seed).permutation(np.asarray(states.numbers))

@@ -52,7 +52,7 @@ from mathcircuits._errors import FixableValueError
 from mathcircuits._io import SavedResult
 from mathcircuits.numbers.results import quantile
 from mathcircuits.numbers.states import NumberStates
-from mathcircuits.stats import DEFAULT_CONFIDENCE, DEFAULT_N_BOOT, bootstrap_indices
+from mathcircuits.stats import DEFAULT_CONFIDENCE, DEFAULT_UNCERTAINTY, Uncertainty, bootstrap_indices
 
 __all__ = ["Spectrum", "column_power", "frequency_spectrum", "number_spectra", "spectrum"]
 
@@ -96,19 +96,20 @@ def _shuffled_shares(x: Tensor, n_shuffles: int, seed: int) -> Tensor:
     return out / out.sum(1, keepdim=True).clamp_min(1e-300)
 
 
-def _bootstrap_shares(power: Tensor, n_boot: int, seed: int, confidence: float) -> tuple[Tensor, Tensor]:
+def _bootstrap_shares(power: Tensor, uncertainty: Uncertainty) -> tuple[Tensor, Tensor]:
     """Percentile interval of the shares, resampling the columns of ``power`` [freq, column]."""
+    n_boot = uncertainty.n_boot
     cols = power.shape[1]
     if cols < 2:
         share = power.sum(1) / power.sum().clamp_min(1e-300)
         return share, share
-    idx = bootstrap_indices(cols, n_boot, seed)
+    idx = bootstrap_indices(cols, n_boot, uncertainty.seed)
     weights = torch.zeros(n_boot, cols, dtype=torch.float64).scatter_add_(
         1, idx, torch.ones(idx.shape, dtype=torch.float64)
     )
     num = weights @ power.T  # [boot, freq]
     shares = num / num.sum(1, keepdim=True).clamp_min(1e-300)
-    a = 1 - confidence
+    a = 1 - uncertainty.confidence
     return quantile(shares, a / 2), quantile(shares, 1 - a / 2)
 
 
@@ -240,9 +241,7 @@ def spectrum(
     baseline_periods: Sequence[float] = (),
     baseline: str = "none",
     n_shuffles: int = 200,
-    n_boot: int = DEFAULT_N_BOOT,
-    seed: int = 0,
-    confidence: float = DEFAULT_CONFIDENCE,
+    uncertainty: Uncertainty = DEFAULT_UNCERTAINTY,
 ) -> Spectrum:
     """The spectrum of each row's ``[number, column]`` matrix, with intervals and the shuffled-order null.
 
@@ -255,9 +254,8 @@ def spectrum(
         baseline_periods: periods a baseline already shows.
         baseline: that baseline in words.
         n_shuffles: shuffled spectra per row.
-        n_boot: bootstrap resamples of the columns.
-        seed: seed of shuffles and resamples.
-        confidence: level of the intervals and of the null bound.
+        uncertainty: the bootstrap of the columns (its seed + 1 also draws the shuffles) and the level of the
+            intervals and of the null bound.
 
     Returns:
         The :class:`Spectrum`.
@@ -269,11 +267,12 @@ def spectrum(
         raise FixableValueError(
             f"every matrix needs the same number axis of at least 4 numbers (got {n}). ", "more numbers."
         )
+    n_boot, confidence, seed = uncertainty.n_boot, uncertainty.confidence, uncertainty.seed
     a = 1 - confidence
     cols = {k: [] for k in ("power", "low", "high", "null_low", "null_high", "null_max")}
     for x in data:
         p = column_power(x)
-        lo, hi = _bootstrap_shares(p, n_boot, seed, confidence)
+        lo, hi = _bootstrap_shares(p, uncertainty)
         null = _shuffled_shares(x, n_shuffles, seed + 1)
         cols["power"].append((p.sum(1) / p.sum().clamp_min(1e-300)).float())
         cols["low"].append(lo.float())
@@ -320,8 +319,7 @@ def frequency_spectrum(
         source="token frequency",
         axis=f"numbers {min(numbers)}–{max(numbers)}",
         n_shuffles=n_shuffles,
-        n_boot=1,
-        seed=seed,
+        uncertainty=Uncertainty(n_boot=1, seed=seed),
     )
 
 
@@ -329,9 +327,7 @@ def number_spectra(
     states: NumberStates,
     frequencies: Sequence[float] | None = None,
     n_shuffles: int = 200,
-    n_boot: int = DEFAULT_N_BOOT,
-    seed: int = 0,
-    confidence: float = DEFAULT_CONFIDENCE,
+    uncertainty: Uncertainty = DEFAULT_UNCERTAINTY,
 ) -> Spectrum:
     """Spectra of the number states at every depth (depth 0: the token embedding), with both nulls.
 
@@ -340,9 +336,7 @@ def number_spectra(
         frequencies: token frequency per number, for the single-token baseline; None uses the BPE id as a
             rank proxy (lower id = merged earlier = more frequent), ``1 / (id + 1)``.
         n_shuffles: shuffled spectra per depth.
-        n_boot: bootstrap resamples (of contexts x dimensions).
-        seed: seed.
-        confidence: level.
+        uncertainty: the bootstrap (of contexts x dimensions); its seed also draws the shuffles.
 
     Returns:
         The :class:`Spectrum`, one row per depth.
@@ -362,14 +356,12 @@ def number_spectra(
             source="",
             axis=axis,
             n_shuffles=n_shuffles,
-            n_boot=n_boot,
-            seed=seed,
-            confidence=confidence,
+            uncertainty=uncertainty,
         )
         base, what = emb.periods_above(0), "the last token alone (depth 0: the units digit's embedding)"
     else:
         freqs = frequencies if frequencies is not None else [1.0 / (t + 1) for t in states.last_tokens]
-        fs = frequency_spectrum(freqs, nums, n_shuffles, seed)
+        fs = frequency_spectrum(freqs, nums, n_shuffles, uncertainty.seed)
         src = "given token frequencies" if frequencies is not None else "token-id rank as frequency proxy"
         base, what = tuple(p for k, p in enumerate(fs.periods) if bool(fs.power[0, k] > fs.null_max[0])), src
     return spectrum(
@@ -381,7 +373,5 @@ def number_spectra(
         baseline_periods=base,
         baseline=what,
         n_shuffles=n_shuffles,
-        n_boot=n_boot,
-        seed=seed,
-        confidence=confidence,
+        uncertainty=uncertainty,
     )

@@ -41,6 +41,7 @@ from mathcircuits.stats import (
     DEFAULT_N_BOOT,
     MIN_CLUSTERS,
     Interval,
+    Uncertainty,
     bootstrap_mean,
     bootstrap_statistic,
     cluster_bootstrap,
@@ -144,6 +145,11 @@ class PatchingResult(SavedResult):
             per_op.setdefault(op, set()).add(t)
         return all(len(ts) >= MIN_CLUSTERS for ts in per_op.values())
 
+    @property
+    def uncertainty(self) -> Uncertainty:
+        """The bootstrap of its intervals: ``ci_n_boot`` resamples, seed ``ci_seed``, level ``confidence``."""
+        return Uncertainty(self.ci_n_boot, self.confidence, self.ci_seed)
+
     def _strata(self) -> list[str] | None:
         n = len(self.pair_templates)
         return self.pair_operations if len(self.pair_operations) == n else None
@@ -151,12 +157,10 @@ class PatchingResult(SavedResult):
     def _interval(self, per_pair: Tensor, divide_by: Tensor | None = None) -> tuple[Tensor, Tensor]:
         """The interval of the per-pair values' means, by ``ci_method``."""
         if self.ci_method == "cluster_bootstrap":
-            return cluster_bootstrap_mean(
-                per_pair, self.pair_templates, self._strata(), self.ci_n_boot, self.ci_seed, self.confidence, divide_by
-            )
+            return cluster_bootstrap_mean(per_pair, self.pair_templates, self._strata(), self.uncertainty, divide_by)
         if divide_by is not None:
             raise FixableValueError("a ratio interval needs the pairs' templates. ", "patch pairs with a template_id.")
-        return bootstrap_mean(per_pair, self.ci_n_boot, self.ci_seed, self.confidence)
+        return bootstrap_mean(per_pair, self.uncertainty)
 
     def total_interval(self) -> Interval:
         """The mean total effect (counterfactual vs clean prompt) over the scored pairs, with its interval.
@@ -180,13 +184,11 @@ class PatchingResult(SavedResult):
                     [self.pair_templates[i] for i in keep],
                     None,
                     None if strata is None else [strata[i] for i in keep],
-                    self.ci_n_boot,
-                    self.ci_seed,
-                    self.confidence,
+                    self.uncertainty,
                 )
             except ValueError:  # the excluded pairs left an operation with one template
                 pass
-        return bootstrap_statistic(t[ok], None, self.ci_n_boot, self.ci_seed, self.confidence)
+        return bootstrap_statistic(t[ok], None, self.uncertainty)
 
     def head_shares(self) -> tuple[Tensor, Tensor | None, Tensor | None]:
         """Each head's mean effect as a share of the mean total effect, ``effect / |total|``, with its interval.

@@ -49,9 +49,11 @@ from mathcircuits.patching.key_components import (
     median_depth,
 )
 from mathcircuits.patching.result import PatchingResult
-from mathcircuits.stats import bootstrap_indices, cluster_bootstrap_indices
+from mathcircuits.stats import Uncertainty, bootstrap_indices, cluster_bootstrap_indices
 
 __all__ = ["select_key_components", "selection_stability"]
+
+_STABILITY_BOOT = Uncertainty(n_boot=200)  # a share of resamples needs no finer steps
 
 
 def _pick(effects: Tensor, sel: SelectionConfig, total: float | None = None) -> list[int]:
@@ -165,7 +167,10 @@ def _total(result: PatchingResult, sel: SelectionConfig) -> float | None:
 
 
 def selection_stability(
-    result: PatchingResult, key: KeyComponents, n_boot: int = 200, seed: int = 0, min_share: float = 0.1
+    result: PatchingResult,
+    key: KeyComponents,
+    uncertainty: Uncertainty = _STABILITY_BOOT,
+    min_share: float = 0.1,
 ) -> KeyComponents:
     """How often each key head is selected again when the pairs are resampled (see the module docstring).
 
@@ -174,8 +179,7 @@ def selection_stability(
             per-pair head effects (``keep_per_pair=True``).
         key: the selection, made by :func:`select_key_components` from ``result``; its rule and settings
             are re-applied to every resample.
-        n_boot: number of bootstrap resamples of the pairs.
-        seed: bootstrap seed (recorded in the result).
+        uncertainty: the bootstrap of the pairs (its resamples and seed are recorded in the result).
         min_share: heads outside the selection are listed in ``stability_others`` when at least this share
             of resamples selects them.
 
@@ -201,9 +205,9 @@ def selection_stability(
     share_of = _total(result, key.selection) is not None
     if result.ci_method == "cluster_bootstrap":
         strata = result.pair_operations if len(result.pair_operations) == len(result.pair_templates) else None
-        resamples = cluster_bootstrap_indices(result.pair_templates, strata, n_boot, seed)
+        resamples = cluster_bootstrap_indices(result.pair_templates, strata, uncertainty.n_boot, uncertainty.seed)
     else:
-        resamples = list(bootstrap_indices(per_pair.shape[0], n_boot, seed))
+        resamples = list(bootstrap_indices(per_pair.shape[0], uncertainty.n_boot, uncertainty.seed))
     for idx in resamples:
         eff = per_pair[idx].double().nanmean(0)
         total = float(result.per_pair_total[idx].double().nanmean()) if share_of else None
@@ -211,7 +215,7 @@ def selection_stability(
         counts[picked] += 1
         sizes.append(len(picked))
         depths.append(median_depth([i // n_heads for i in picked], n_layers))
-    share = counts / n_boot
+    share = counts / uncertainty.n_boot
     chosen = {layer * n_heads + head for layer, head in key.heads}
     others = {
         str(Head(i // n_heads, i % n_heads)): round(float(share[i]), 4)
@@ -224,6 +228,6 @@ def selection_stability(
         stability_others=others,
         stability_sizes=tuple(sizes),
         stability_depths=tuple(depths),
-        stability_n_boot=n_boot,
-        stability_seed=seed,
+        stability_n_boot=uncertainty.n_boot,
+        stability_seed=uncertainty.seed,
     )

@@ -31,6 +31,7 @@ from mathcircuits.pipeline.config import ConfigError, RunConfig
 from mathcircuits.pipeline.paths import RunPaths
 from mathcircuits.pipeline.run import done_summary, stage_status
 from mathcircuits.pipeline.stages.identify import IdentifySummary
+from mathcircuits.stats import Uncertainty
 from mathcircuits.viz import find_chromium
 
 __all__ = ["check_same_config", "compare_model_runs", "load_run_results"]
@@ -167,7 +168,7 @@ def compare_model_runs(run_a: str | Path, run_b: str | Path, out: str | Path) ->
             )
     (a, cfg_a), (b, cfg_b) = load_run_results(run_a), load_run_results(run_b)
     check_same_config(cfg_a, cfg_b, (str(run_a), str(run_b)))
-    cmp = compare_runs(a, b, seed=cfg_a.data.seed)
+    cmp = compare_runs(a, b, Uncertainty(confidence=a.claims.confidence, seed=cfg_a.data.seed))
     formats = list(cfg_a.analysis.static_formats) if find_chromium() is not None else []
     write_comparison(cmp, (a, b), out, formats=formats)
     return cmp

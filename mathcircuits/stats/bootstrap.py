@@ -4,6 +4,8 @@
   replacement ``n_boot`` times, take the mean of each resample; the interval is the ``(α/2, 1 − α/2)``
   quantiles of those means. Works on a whole tensor at once (per-pair effects [pair, layer, head] → one
   interval per head). NaN rows are ignored per cell.
+Every interval takes one :class:`~.interval.Uncertainty` (resamples, level, seed); the index draws take
+``n_boot`` and ``seed``.
 * **Paired bootstrap of a difference** (Koehn 2004): two models scored on the *same* items; resample items and
   recompute ``mean(a) − mean(b)`` on the same resample, so item difficulty cancels.
 * **Cluster bootstrap** (Davison & Hinkley 1997, §3.8; Field & Welsh 2007): resample whole clusters
@@ -21,7 +23,15 @@ from jaxtyping import Float
 from torch import Tensor
 
 from mathcircuits._errors import FixableValueError
-from mathcircuits.stats.interval import DEFAULT_CONFIDENCE, DEFAULT_N_BOOT, Interval, IntervalMethod, check_level
+from mathcircuits.stats.interval import (
+    DEFAULT_CONFIDENCE,
+    DEFAULT_N_BOOT,
+    DEFAULT_UNCERTAINTY,
+    Interval,
+    IntervalMethod,
+    Uncertainty,
+    check_level,
+)
 
 __all__ = [
     "MIN_CLUSTERS",
@@ -63,34 +73,29 @@ def _quantiles(stats: Tensor, confidence: float) -> tuple[Tensor, Tensor]:
 
 def bootstrap_mean(
     values: Float[Tensor, "row ..."] | Sequence[float],
-    n_boot: int = DEFAULT_N_BOOT,
-    seed: int = 0,
-    confidence: float = DEFAULT_CONFIDENCE,
+    uncertainty: Uncertainty = DEFAULT_UNCERTAINTY,
 ) -> tuple[Float[Tensor, "..."], Float[Tensor, "..."]]:
     """Percentile-bootstrap interval of the mean over the first axis, for every cell at once.
 
     Args:
         values: per-row values [row, ...] (e.g. per-pair effects [pair, layer, head]); NaN
             entries are left out of their cell's mean.
-        n_boot: number of resamples.
-        seed: bootstrap seed.
-        confidence: nominal coverage.
+        uncertainty: resamples, seed and nominal coverage.
 
     Returns:
         ``(low, high)``, each shaped like one row. A cell with no finite value is NaN.
     """
-    check_level(confidence, n_boot)
     x = torch.as_tensor(values, dtype=torch.float64)
     if x.ndim == 0 or x.shape[0] == 0:
         raise FixableValueError(
             f"bootstrap_mean needs at least one row, got shape {tuple(x.shape)}. ", "pass [row, ...]."
         )
-    idx = bootstrap_indices(x.shape[0], n_boot, seed)
+    idx = bootstrap_indices(x.shape[0], uncertainty.n_boot, uncertainty.seed)
     flat = x.reshape(x.shape[0], -1)
     means = []
     for chunk in idx.split(max(1, 2_000_000 // max(1, flat.numel())), dim=0):
         means.append(flat[chunk].nanmean(dim=1))  # [chunk, cells]
-    low, high = _quantiles(torch.cat(means), confidence)
+    low, high = _quantiles(torch.cat(means), uncertainty.confidence)
     shape = x.shape[1:]
     return low.reshape(shape).float(), high.reshape(shape).float()
 
@@ -98,23 +103,19 @@ def bootstrap_mean(
 def bootstrap_statistic(
     values: Sequence[float] | Tensor,
     statistic=None,
-    n_boot: int = DEFAULT_N_BOOT,
-    seed: int = 0,
-    confidence: float = DEFAULT_CONFIDENCE,
+    uncertainty: Uncertainty = DEFAULT_UNCERTAINTY,
 ) -> Interval:
     """Percentile-bootstrap interval of a scalar statistic of one sample (default: the mean).
 
     Args:
         values: the sample [row] (or [row, ...] when ``statistic`` reduces it to a scalar).
         statistic: callable from a resampled tensor to a float; default ``mean`` over rows.
-        n_boot: number of resamples.
-        seed: bootstrap seed.
-        confidence: nominal coverage.
+        uncertainty: resamples, seed and nominal coverage.
 
     Returns:
         An :class:`Interval` with the statistic of the full sample as ``value``.
     """
-    check_level(confidence, n_boot)
+    n_boot, confidence, seed = uncertainty.n_boot, uncertainty.confidence, uncertainty.seed
     x = torch.as_tensor(values, dtype=torch.float64)
     if x.ndim == 0 or x.shape[0] == 0:
         nan = float("nan")
@@ -128,18 +129,14 @@ def bootstrap_statistic(
 def paired_bootstrap(
     a: Sequence[float] | Tensor,
     b: Sequence[float] | Tensor,
-    n_boot: int = DEFAULT_N_BOOT,
-    seed: int = 0,
-    confidence: float = DEFAULT_CONFIDENCE,
+    uncertainty: Uncertainty = DEFAULT_UNCERTAINTY,
 ) -> Interval:
     """Paired-bootstrap interval of ``mean(a) − mean(b)`` over the same items.
 
     Args:
         a: per-item scores of model A (e.g. 0/1 correctness) [item].
         b: per-item scores of model B on the same items, in the same order [item].
-        n_boot: number of resamples.
-        seed: bootstrap seed.
-        confidence: nominal coverage.
+        uncertainty: resamples, seed and nominal coverage.
 
     Returns:
         An :class:`Interval` of the difference, ``method="paired_bootstrap"``.
@@ -151,8 +148,8 @@ def paired_bootstrap(
             f"{tuple(ta.shape)} and {tuple(tb.shape)}. ",
             "score both models on the same items, in the same order.",
         )
-    iv = bootstrap_statistic(ta - tb, None, n_boot, seed, confidence)
-    return Interval(iv.value, iv.low, iv.high, iv.n, confidence, "paired_bootstrap", seed)
+    iv = bootstrap_statistic(ta - tb, None, uncertainty)
+    return Interval(iv.value, iv.low, iv.high, iv.n, iv.confidence, "paired_bootstrap", iv.seed)
 
 
 def cluster_bootstrap_indices(
@@ -217,9 +214,7 @@ def cluster_bootstrap(
     clusters: Sequence[object],
     statistic=None,
     strata: Sequence[object] | None = None,
-    n_boot: int = DEFAULT_N_BOOT,
-    seed: int = 0,
-    confidence: float = DEFAULT_CONFIDENCE,
+    uncertainty: Uncertainty = DEFAULT_UNCERTAINTY,
 ) -> Interval:
     """Percentile interval of a scalar statistic, resampling whole clusters (templates) within strata (operations).
 
@@ -228,12 +223,12 @@ def cluster_bootstrap(
         clusters: the cluster of each row (e.g. ``dataset["template_id"]``).
         statistic: callable from a resampled tensor to a float; default the mean over rows.
         strata: the stratum of each row (e.g. ``dataset["operation"]``), or None.
-        n_boot, seed, confidence: resamples, seed and nominal coverage.
+        uncertainty: resamples, seed and nominal coverage.
 
     Returns:
         An :class:`Interval` with ``method="cluster_bootstrap"`` and the statistic of all rows as ``value``.
     """
-    check_level(confidence, n_boot)
+    n_boot, confidence, seed = uncertainty.n_boot, uncertainty.confidence, uncertainty.seed
     x = torch.as_tensor(values, dtype=torch.float64)
     if x.ndim == 0 or x.shape[0] != len(clusters):
         raise FixableValueError(
@@ -250,9 +245,7 @@ def cluster_bootstrap_mean(
     values: Float[Tensor, "row ..."],
     clusters: Sequence[object],
     strata: Sequence[object] | None = None,
-    n_boot: int = DEFAULT_N_BOOT,
-    seed: int = 0,
-    confidence: float = DEFAULT_CONFIDENCE,
+    uncertainty: Uncertainty = DEFAULT_UNCERTAINTY,
     divide_by: Float[Tensor, " row"] | None = None,
 ) -> tuple[Float[Tensor, "..."], Float[Tensor, "..."]]:
     """Cluster-bootstrap interval of the mean over the first axis, for every cell at once.
@@ -265,14 +258,13 @@ def cluster_bootstrap_mean(
         values: per-row values [row, ...] (e.g. per-pair effects [pair, layer, head]).
         clusters: the cluster of each row (e.g. its template id).
         strata: the stratum of each row (e.g. its operation), or None.
-        n_boot, seed, confidence: resamples, seed and nominal coverage.
+        uncertainty: resamples, seed and nominal coverage.
         divide_by: per-row denominators [row]: the interval is then that of ``mean(values) / |mean(divide_by)|``
             on each resample (a ratio of means, e.g. a head's effect as a share of the total effect).
 
     Returns:
         ``(low, high)``, each shaped like one row.
     """
-    check_level(confidence, n_boot)
     x = torch.as_tensor(values, dtype=torch.float64)
     if x.ndim == 0 or x.shape[0] != len(clusters):
         raise FixableValueError(
@@ -282,10 +274,10 @@ def cluster_bootstrap_mean(
     flat = x.reshape(x.shape[0], -1)
     den = None if divide_by is None else torch.as_tensor(divide_by, dtype=torch.float64)
     means = []
-    for idx in cluster_bootstrap_indices(clusters, strata, n_boot, seed):
+    for idx in cluster_bootstrap_indices(clusters, strata, uncertainty.n_boot, uncertainty.seed):
         m = flat[idx].nanmean(dim=0)
         means.append(m if den is None else m / den[idx].nanmean().abs())
-    low, high = _quantiles(torch.stack(means), confidence)
+    low, high = _quantiles(torch.stack(means), uncertainty.confidence)
     return low.reshape(x.shape[1:]).float(), high.reshape(x.shape[1:]).float()
 
 
@@ -299,9 +291,7 @@ def mean_interval(
     values: Float[Tensor, "row ..."],
     clusters: Sequence[object] | None = None,
     strata: Sequence[object] | None = None,
-    n_boot: int = DEFAULT_N_BOOT,
-    seed: int = 0,
-    confidence: float = DEFAULT_CONFIDENCE,
+    uncertainty: Uncertainty = DEFAULT_UNCERTAINTY,
 ) -> tuple[Float[Tensor, "..."], Float[Tensor, "..."], IntervalMethod]:
     """The interval of per-row means that every analysis should use: over clusters when it can, else over rows.
 
@@ -313,7 +303,7 @@ def mean_interval(
         values: per-row values [row, ...].
         clusters: each row's cluster (e.g. template id), or None.
         strata: each row's stratum (e.g. operation), or None.
-        n_boot, seed, confidence: resamples, seed and nominal coverage.
+        uncertainty: resamples, seed and nominal coverage.
 
     Returns:
         ``(low, high, method)`` with ``method`` ``"cluster_bootstrap"``, ``"pair_bootstrap_fallback"`` (templates
@@ -324,7 +314,7 @@ def mean_interval(
         for c, s in zip(clusters, strata if strata is not None else [0] * len(clusters)):
             groups.setdefault(s, set()).add(c)
         if all(len(cs) >= MIN_CLUSTERS for cs in groups.values()):
-            lo, hi = cluster_bootstrap_mean(values, clusters, strata, n_boot, seed, confidence)
+            lo, hi = cluster_bootstrap_mean(values, clusters, strata, uncertainty)
             return lo, hi, "cluster_bootstrap"
-    lo, hi = bootstrap_mean(values, n_boot, seed, confidence)
+    lo, hi = bootstrap_mean(values, uncertainty)
     return lo, hi, "pair_bootstrap_fallback" if clusters is not None else "bootstrap"

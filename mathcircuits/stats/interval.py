@@ -1,4 +1,5 @@
-"""An interval as a value: the estimate, its bounds, its level and the name of the method that drew it.
+"""An interval as a value: the estimate, its bounds, its level and the name of the method that drew it; and
+:class:`Uncertainty`, how a bootstrap interval is drawn (resamples, level, seed), passed as one argument.
 
 Also the Wilson score interval of a proportion (Wilson 1927; Brown, Cai & DasGupta 2001),
 ``(p̂ + z²/2n ± z·sqrt(p̂(1−p̂)/n + z²/4n²)) / (1 + z²/n)``, which covers well at small ``n`` and at 0 or 1,
@@ -18,9 +19,11 @@ from mathcircuits._errors import FixableValueError
 __all__ = [
     "DEFAULT_CONFIDENCE",
     "DEFAULT_N_BOOT",
+    "DEFAULT_UNCERTAINTY",
     "METHOD_TEXT",
     "Interval",
     "IntervalMethod",
+    "Uncertainty",
     "format_points",
     "format_share",
     "wilson_interval",
@@ -160,6 +163,26 @@ def check_level(confidence: float, n_boot: int) -> None:
         raise FixableValueError(f"confidence={confidence} is not in (0, 1). ", "pass e.g. confidence=0.95.")
     if n_boot < 1:
         raise FixableValueError(f"n_boot={n_boot} must be at least 1. ", "pass e.g. n_boot=1000.")
+
+
+@dataclass(frozen=True)
+class Uncertainty:
+    """How a bootstrap interval is drawn: ``n_boot`` resamples from ``seed``, read at level ``confidence``.
+
+    One value from the config to every interval. A function that also draws a null (shuffles, random sets)
+    from the same seed says so.
+    """
+
+    n_boot: int = DEFAULT_N_BOOT
+    confidence: float = DEFAULT_CONFIDENCE
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        check_level(self.confidence, self.n_boot)
+
+
+#: 1000 resamples, 95%, seed 0.
+DEFAULT_UNCERTAINTY = Uncertainty()
 
 
 def z_value(confidence: float) -> float:

@@ -27,7 +27,7 @@ from torch import Tensor
 
 from mathcircuits._errors import FixableValueError
 from mathcircuits.stats.bootstrap import bootstrap_statistic
-from mathcircuits.stats.interval import DEFAULT_CONFIDENCE, DEFAULT_N_BOOT, Interval, check_level
+from mathcircuits.stats.interval import DEFAULT_UNCERTAINTY, Interval, Uncertainty
 
 __all__ = ["ClusterMeans", "cluster_means", "cluster_t_interval", "cluster_t_test", "small_cluster_interval"]
 
@@ -120,9 +120,7 @@ def cluster_t_interval(
     values: Float[Tensor, "row ..."] | Sequence[float],
     clusters: Sequence[object],
     strata: Sequence[object] | None = None,
-    n_boot: int = DEFAULT_N_BOOT,
-    seed: int = 0,
-    confidence: float = DEFAULT_CONFIDENCE,
+    uncertainty: Uncertainty = DEFAULT_UNCERTAINTY,
 ) -> tuple[Float[Tensor, "..."], Float[Tensor, "..."], Float[Tensor, "..."]]:
     """Bootstrap-t interval of the mean of template means, for every cell at once (module docstring).
 
@@ -130,21 +128,20 @@ def cluster_t_interval(
         values: per-row values [row, ...] without NaN (e.g. per-pair effects [pair, layer, head]).
         clusters: each row's cluster (template id).
         strata: each row's stratum (operation), or None; each stratum needs two clusters.
-        n_boot, seed, confidence: resamples, seed and nominal coverage.
+        uncertainty: resamples, seed and nominal coverage.
 
     Returns:
         ``(value, low, high)``, each shaped like one row.
     """
-    check_level(confidence, n_boot)
     x = torch.as_tensor(values, dtype=torch.float64)
     cm = cluster_means(x, clusters, strata)
     theta, se, _ = cm.estimate()
-    idx = cm.resample(n_boot, seed)
+    idx = cm.resample(uncertainty.n_boot, uncertainty.seed)
     ts = []
     for chunk in idx.split(max(1, 4_000_000 // max(1, cm.n_clusters * cm.means.shape[1])), dim=0):
         th, s, _ = cm.estimate(cm.means[chunk])  # the resampled clusters keep their strata (drawn within them)
         ts.append(torch.where(s > 1e-12 * (1 + th.abs()), (th - theta) / s, torch.full_like(th, float("nan"))))
-    a = 1 - confidence
+    a = 1 - uncertainty.confidence
     q = torch.nanquantile(torch.cat(ts), torch.tensor([a / 2, 1 - a / 2], dtype=torch.float64), dim=0)
     q = torch.nan_to_num(q, nan=0.0)  # every resample degenerate: the template means agree, the interval is θ
     low, high = theta - q[1] * se, theta - q[0] * se
@@ -188,9 +185,7 @@ def small_cluster_interval(
     values: Sequence[float] | Tensor,
     clusters: Sequence[object] | None,
     strata: Sequence[object] | None = None,
-    n_boot: int = DEFAULT_N_BOOT,
-    seed: int = 0,
-    confidence: float = DEFAULT_CONFIDENCE,
+    uncertainty: Uncertainty = DEFAULT_UNCERTAINTY,
 ) -> Interval:
     """The interval of a per-row mean that every claim reads: bootstrap-t over templates where it can be drawn.
 
@@ -202,6 +197,7 @@ def small_cluster_interval(
     Returns:
         An :class:`Interval` whose ``method`` names which.
     """
+    confidence, seed = uncertainty.confidence, uncertainty.seed
     x = torch.as_tensor(values, dtype=torch.float64)
     if x.ndim != 1 or x.numel() == 0:
         nan = float("nan")
@@ -211,8 +207,8 @@ def small_cluster_interval(
         for c, s in zip(clusters, strata if strata is not None else [0] * len(clusters)):
             per.setdefault(s, set()).add(c)
         use = strata if all(len(cs) >= 2 for cs in per.values()) else None
-        v, lo, hi = cluster_t_interval(x, list(clusters), None if use is None else list(use), n_boot, seed, confidence)
+        v, lo, hi = cluster_t_interval(x, list(clusters), None if use is None else list(use), uncertainty)
         return Interval(float(v), float(lo), float(hi), int(x.numel()), confidence, "cluster_bootstrap_t", seed)
-    iv = bootstrap_statistic(x, None, n_boot, seed, confidence)
+    iv = bootstrap_statistic(x, None, uncertainty)
     method = "pair_bootstrap_fallback" if clusters is not None else "bootstrap"
     return Interval(iv.value, iv.low, iv.high, iv.n, confidence, method, seed)

@@ -22,7 +22,7 @@ from torch import Tensor
 
 from mathcircuits._errors import FixableValueError
 from mathcircuits.stats.bootstrap import bootstrap_indices, cluster_bootstrap_indices
-from mathcircuits.stats.interval import DEFAULT_CONFIDENCE, DEFAULT_N_BOOT, Interval, IntervalMethod, check_level
+from mathcircuits.stats.interval import DEFAULT_UNCERTAINTY, Interval, IntervalMethod, Uncertainty
 from mathcircuits.stats.small_clusters import cluster_means
 
 __all__ = ["NullPlacement", "benjamini_hochberg", "bias_corrected_bootstrap", "holm", "null_placement"]
@@ -62,9 +62,7 @@ def bias_corrected_bootstrap(
     statistic: Callable[[Tensor], float],
     clusters: Sequence[object] | None = None,
     strata: Sequence[object] | None = None,
-    n_boot: int = DEFAULT_N_BOOT,
-    seed: int = 0,
-    confidence: float = DEFAULT_CONFIDENCE,
+    uncertainty: Uncertainty = DEFAULT_UNCERTAINTY,
     bounds: tuple[float, float] = (-float("inf"), float("inf")),
 ) -> Interval:
     """Bias-corrected estimate and basic-bootstrap interval of ``statistic`` (module docstring).
@@ -75,13 +73,13 @@ def bias_corrected_bootstrap(
         clusters: each row's cluster (template); whole clusters are resampled within ``strata`` when every stratum
             has two, else rows.
         strata: each row's stratum (operation), or None.
-        n_boot, seed, confidence: resamples, seed and nominal coverage.
+        uncertainty: resamples, seed and nominal coverage.
         bounds: the statistic's range (a share: ``(0, 1)``); estimate and interval are clipped to it.
 
     Returns:
         An :class:`Interval` with ``method="bias_corrected_bootstrap"``.
     """
-    check_level(confidence, n_boot)
+    n_boot, confidence, seed = uncertainty.n_boot, uncertainty.confidence, uncertainty.seed
     x = torch.as_tensor(values, dtype=torch.float64)
     try:
         resamples = cluster_bootstrap_indices(list(clusters), strata, n_boot, seed) if clusters is not None else None
@@ -138,9 +136,7 @@ def null_placement(
     values: Tensor,
     clusters: Sequence[object] | None,
     strata: Sequence[object] | None = None,
-    n_boot: int = DEFAULT_N_BOOT,
-    seed: int = 0,
-    confidence: float = DEFAULT_CONFIDENCE,
+    uncertainty: Uncertainty = DEFAULT_UNCERTAINTY,
 ) -> NullPlacement:
     """Place column 0 (the measured set) among columns 1.. (the null's sets) by their mean of template means.
 
@@ -149,12 +145,11 @@ def null_placement(
             set), on the same rows.
         clusters: each row's template (None: rows are the units).
         strata: each row's operation, or None.
-        n_boot, seed, confidence: template resamples, seed, and the quantile of the p-value reported as its bound.
+        uncertainty: template resamples, seed, and the quantile of the p-value reported as its bound.
 
     Returns:
         The :class:`NullPlacement`; every resample keeps the rows paired across the columns.
     """
-    check_level(confidence, n_boot)
     x = torch.as_tensor(values, dtype=torch.float64)
     if x.ndim != 2 or x.shape[1] < 2:
         raise FixableValueError(
@@ -172,5 +167,6 @@ def null_placement(
         strata = None
     cm = cluster_means(x, units, strata)
     pct, p = _place(cm.estimate()[0])
-    _, p_star = _place(cm.estimate(cm.means[cm.resample(n_boot, seed)])[0])
-    return NullPlacement(float(pct), float(p), float(torch.quantile(p_star, confidence)), x.shape[1] - 1, method)
+    _, p_star = _place(cm.estimate(cm.means[cm.resample(uncertainty.n_boot, uncertainty.seed)])[0])
+    p_high = float(torch.quantile(p_star, uncertainty.confidence))
+    return NullPlacement(float(pct), float(p), p_high, x.shape[1] - 1, method)

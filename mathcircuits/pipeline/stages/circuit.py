@@ -151,7 +151,7 @@ def run(ctx: Context) -> CircuitSummary:
             pool = circuit_pairs(ctx, op, c.pool_per_template, ctx.config.data.seed + 1, own_facts=False)
             if "position_mean" in c.ablations and (missing := _uncovered(ev, pool)):
                 _refuse_pool(ctx, op, ev, missing)  # before its faithfulness runs: the setting that fixes it
-            faith = faithfulness(model, ev, found, pool=pool, **c.faithfulness_kwargs(), seed=ctx.config.data.seed)
+            faith = faithfulness(model, ev, found, pool=pool, **c.faithfulness_kwargs(ctx.config.data.seed))
             faith.save(paths.circuit_faithfulness(op))
         with atomic_path(paths.circuit_graph(op)) as tmp:
             circuit_graph(top_circuit(found, faith.plateau_size) if faith.curve else found, faith).write_html(

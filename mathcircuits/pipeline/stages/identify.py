@@ -28,7 +28,7 @@ from mathcircuits.patching import (
 )
 from mathcircuits.pipeline.context import Context, StageSummary, save_csv, select_pairs
 from mathcircuits.pipeline.facts import FactUse, fact_use, stage_rows
-from mathcircuits.stats import format_share
+from mathcircuits.stats import Uncertainty, format_share
 
 __all__ = ["IdentifySummary", "OperationTotal", "PatchedOperation", "patched_facts", "run"]
 
@@ -178,7 +178,7 @@ def run(ctx: Context) -> IdentifySummary:
     if not key.heads:  # the topk rule with the configured k (its other settings at their defaults)
         fallback = SelectionConfig(rule="topk", k=s.k, mlp_k=s.mlp_k)
         key = select_key_components(overall, fallback, fallback=f"rule {s.rule} selected no head")
-    key = selection_stability(overall, key, seed=ctx.config.data.seed)
+    key = selection_stability(overall, key, Uncertainty(n_boot=200, seed=ctx.config.data.seed))
     key.save(paths.key_components)
     save_csv(overall.to_dataframe(), paths.effects_csv)
     return IdentifySummary(

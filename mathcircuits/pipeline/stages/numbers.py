@@ -132,7 +132,7 @@ def run(ctx: Context) -> NumbersSummary:
         result.save(paths.numbers(name))
         save_csv(result.to_dataframe(), paths.numbers(name, ".csv"))
 
-    kw = {"n_boot": c.n_boot, "seed": c.seed}
+    kw = {"uncertainty": c.uncertainty()}
     contexts = number_contexts(model.tokenizer, sets, c.context_operations, c.contexts, first=c.template)
     notes = []
     if len(contexts) < c.contexts:  # a cap, never silent: the templates give no more distinct contexts

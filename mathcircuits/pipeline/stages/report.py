@@ -36,6 +36,7 @@ from mathcircuits.pipeline.stages.data import DataSummary
 from mathcircuits.pipeline.stages.identify import IdentifySummary
 from mathcircuits.pipeline.stages.numbers import NumbersSummary
 from mathcircuits.report import ReportParts, build_report, report_figures
+from mathcircuits.stats import Uncertainty
 from mathcircuits.viz import attention_heads_view, find_chromium, save_figures
 
 __all__ = ["ClaimLine", "ReportSummary", "run"]
@@ -207,7 +208,7 @@ def run(ctx: Context) -> ReportSummary:
         off=got.off,
         reasons=got.reasons,
         precise=precise,
-        seed=ctx.config.data.seed,
+        uncertainty=Uncertainty(seed=ctx.config.data.seed),
     )
     if cmp is not None:  # the paper's claims first (C6 from the units, C6b beside it), then N1–N3
         card = with_unit_claims(card, cmp)
