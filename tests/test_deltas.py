@@ -6,6 +6,7 @@ import pandas as pd
 import pytest
 
 from mathcircuits.stats import DeltaTable, Interval, no_interval
+from mathcircuits.viz import sft_delta_bars
 
 NAN = math.nan
 
@@ -65,3 +66,11 @@ def test_refuses_a_missing_baseline_or_ragged_rows():
     with pytest.raises(ValueError, match=r"rows \['x'\] lack.*Fix:"):
         DeltaTable("base", {"base": {"m": no_interval(0.0)}, "x": {}})
 
+
+def test_delta_bars_draw_each_compared_row_with_its_interval():
+    fig = sft_delta_bars(_table(), ["SVAMP"])
+    assert [t.name for t in fig.data] == ["tuned", "old"]  # the baseline is not drawn
+    tuned = fig.data[0]
+    assert list(tuned.y) == [7.5] and list(tuned.error_y.array) == [5.0] and list(tuned.error_y.arrayminus) == [5.0]
+    assert list(fig.data[1].error_y.array) == [0.0]  # no interval: no bar, not NaN
+    assert "Change against base" in fig.layout.title.text
