@@ -6,8 +6,9 @@ Every result is optional: a stage that was off (or a file from an older version)
 claim "not measured" and its section out. The circuit gets a section when the circuit stage
 wrote one; the numbers stage (claims N1–N3, beyond the paper) when it ran; the fine-tuning table when
 the evaluate stage wrote one; the fair comparison (C6 from it, C6b beside it, the table and the Pareto
-figure) when the compare stage wrote one. C6 names what "precise" tuned (heads only; the non-key heads
-changed through shared K/V).
+figure) when the compare stage wrote one. Every table and figure is built from the saved results (the scored
+pairs, the ``EvalResult`` and ``SFTResult`` files, the ``UnitComparison``), never read back from a CSV file.
+C6 names what "precise" tuned (heads only; the non-key heads changed through shared K/V).
 """
 
 from __future__ import annotations
