@@ -113,10 +113,20 @@ def test_card_table_and_pareto_points():
     assert card["C6"].verdict == Verdict.HOLDS and card["C6b"].verdict == Verdict.HOLDS
     assert ClaimsCard.from_dict(card.to_dict())["C6b"].measurement == card["C6b"].measurement
     table = effects_table(cmp)
-    assert list(table.index) == ["base", "precise", "random", "full"] and table.loc["precise", "seeds"] == 3
-    assert table.loc["precise", "math Δ low"] < table.loc["precise", "math Δ"] < table.loc["precise", "math Δ high"]
-    assert abs(table.loc["precise", "math Δ"] - 40) < 6 and table.loc["full", "generic Δ"] < -5
-    assert table.loc["precise", "kv-shared heads"] == 1 and table.loc["base", "math Δ"] == 0
+    assert list(table.modes) == ["base", "precise", "random", "full"] and table.modes["precise"].seeds == 3
+    math_d, changes = table.changes.change("precise", "math"), table.changes
+    assert changes.rows == tuple(table.modes) and changes.baseline == "base" and changes.metrics == ("math", "generic")
+    assert math_d.low < math_d.value < math_d.high and abs(math_d.value - 40) < 6
+    assert changes.change("full", "generic").value < -5 and changes.change("base", "math").value == 0
+    assert table.modes["precise"].kv_shared_heads == 1
+    df = table.to_dataframe()  # the saved layout (compare/table.csv)
+    assert df.loc["precise", "math Δ"] == math_d.value and df.loc["precise", "generic Δ low"] == (
+        changes.change("precise", "generic").low
+    )
+    assert list(df.columns[-8:]) == [
+        "math Δ", "math Δ low", "math Δ high", "math logp Δ", "generic Δ", "generic Δ low", "generic Δ high",
+        "generic logp Δ",
+    ]  # fmt: skip
     pts = pareto_points(cmp)
     assert len(pts) == 9 and pts["chosen"].all() and set(pts["mode"]) == {"precise", "random", "full"}
 

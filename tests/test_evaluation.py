@@ -456,18 +456,24 @@ def test_compare_table_deltas():
         "base": _result("base", 0.25, 0.50),
         "precise": EvalResult("precise", {"SVAMP": 0.35}, {"SVAMP": 50}, kinds={"SVAMP": "math"}),
     }
-    df = compare_table(results, "base", extra_columns={"train samples/s": {"LoRA": 12.0, "precise": 30.0}})
-    assert list(df.index) == ["base", "LoRA", "precise"]  # baseline first
-    assert df.loc["LoRA", "SVAMP"] == pytest.approx(30.0) and df.loc["LoRA", "SVAMP Δ"] == pytest.approx(5.0)
-    assert df.loc["LoRA", "ARC-Easy Δ"] == pytest.approx(-10.0) and df.loc["base", "SVAMP Δ"] == 0.0
-    assert math.isnan(df.loc["precise", "ARC-Easy"]) and df.loc["precise", "SVAMP Δ"] == pytest.approx(10.0)
-    assert df.loc["LoRA", "math avg Δ"] == pytest.approx(5.0) and df.loc["LoRA", "choice avg"] == pytest.approx(40.0)
+    table = compare_table(results, "base", extra_columns={"train samples/s": {"LoRA": 12.0, "precise": 30.0}})
+    assert table.rows == ("base", "LoRA", "precise") and table.baseline == "base"  # baseline first
+    assert table.level("LoRA", "SVAMP").value == pytest.approx(30.0)
+    assert table.change("LoRA", "SVAMP").value == pytest.approx(5.0)
+    assert table.change("LoRA", "ARC-Easy").value == pytest.approx(-10.0) and table.change("base", "SVAMP").value == 0
+    assert math.isnan(table.level("precise", "ARC-Easy").value)
+    assert table.change("precise", "SVAMP").value == pytest.approx(10.0)
+    assert table.change("LoRA", "math avg").value == pytest.approx(5.0)
+    assert table.level("LoRA", "choice avg").value == pytest.approx(40.0)
+    df = table.to_dataframe()  # the saved layout
+    assert list(df.columns[:6]) == ["SVAMP", "SVAMP low", "SVAMP high", "SVAMP Δ", "SVAMP Δ low", "SVAMP Δ high"]
     assert math.isnan(df.loc["base", "train samples/s"]) and df.loc["precise", "train samples/s"] == 30.0
     frac = compare_table(results, "base", percent=False, averages=False)
-    assert frac.loc["LoRA", "SVAMP Δ"] == pytest.approx(0.05) and "math avg" not in frac.columns
-    pretty = format_table(df)
+    assert frac.change("LoRA", "SVAMP").value == pytest.approx(0.05) and "math avg" not in frac.metrics
+    pretty = format_table(table)
     assert pretty.loc["LoRA", "ARC-Easy"] == "40.0 (-10.0)" and pretty.loc["base", "SVAMP"] == "25.0"
     assert pretty.loc["precise", "ARC-Easy"] == "–" and "SVAMP Δ" not in pretty.columns
+    assert list(pretty.columns) == [*table.metrics, "train samples/s"]
     with pytest.raises(KeyError, match="pass one of those labels"):
         compare_table(results, "full SFT")
     with pytest.raises(KeyError, match="not results"):
@@ -512,22 +518,21 @@ def test_compare_table_intervals_are_paired_bootstrap_and_wilson():
         "tuned": _with_items("tuned", {"SVAMP": tuned_s.int().tolist(), "ARC-Easy": tuned_a.int().tolist()}),
         "old": _result("old", 0.3, 0.5, n=200),  # no per-item outcomes
     }
-    df = compare_table(results, "base", uncertainty=Uncertainty(n_boot=500, seed=3))
+    table = compare_table(results, "base", uncertainty=Uncertainty(n_boot=500, seed=3))
     d = paired_bootstrap(tuned_s.double(), base_s.double(), Uncertainty(n_boot=500, seed=3))
-    assert df.loc["tuned", "SVAMP Δ low"] == pytest.approx(100 * d.low)
-    assert df.loc["tuned", "SVAMP Δ high"] == pytest.approx(100 * d.high)
-    assert df.loc["tuned", "SVAMP Δ low"] > 0  # a strict improvement on 200 items is significant
-    assert df.loc["tuned", "ARC-Easy Δ low"] < df.loc["tuned", "ARC-Easy Δ"] < df.loc["tuned", "ARC-Easy Δ high"]
+    svamp, arc = table.change("tuned", "SVAMP"), table.change("tuned", "ARC-Easy")
+    assert svamp.low == pytest.approx(100 * d.low) and svamp.high == pytest.approx(100 * d.high)
+    assert svamp.low > 0  # a strict improvement on 200 items is significant
+    assert arc.low < arc.value < arc.high
     w = wilson_interval(int(tuned_a.sum()), 120)
-    assert df.loc["tuned", "ARC-Easy low"] == pytest.approx(100 * w.low)
-    assert df.loc["old", "SVAMP low"] < 30.0 < df.loc["old", "SVAMP high"]  # Wilson needs no items
-    assert math.isnan(df.loc["old", "SVAMP Δ low"]) and math.isnan(df.loc["old", "math avg Δ low"])
+    assert table.level("tuned", "ARC-Easy").low == pytest.approx(100 * w.low)
+    assert table.level("old", "SVAMP").contains(30.0)  # Wilson needs no items
+    assert math.isnan(table.change("old", "SVAMP").low) and math.isnan(table.change("old", "math avg").low)
     # one benchmark per kind: the stratified average interval is that benchmark's paired interval
-    assert df.loc["tuned", "math avg Δ low"] == pytest.approx(df.loc["tuned", "SVAMP Δ low"])
-    pretty = format_table(df)
-    lo, hi = df.loc["tuned", "SVAMP Δ low"], df.loc["tuned", "SVAMP Δ high"]
-    acc, delta = df.loc["tuned", "SVAMP"], df.loc["tuned", "SVAMP Δ"]
-    assert pretty.loc["tuned", "SVAMP"] == f"{acc:.1f} ({delta:+.1f} [{lo:+.1f}, {hi:+.1f}])"
+    assert table.change("tuned", "math avg").low == pytest.approx(svamp.low)
+    pretty = format_table(table)
+    acc = table.level("tuned", "SVAMP").value
+    assert pretty.loc["tuned", "SVAMP"] == f"{acc:.1f} ({svamp.value:+.1f} [{svamp.low:+.1f}, {svamp.high:+.1f}])"
     assert "SVAMP low" not in pretty.columns and "SVAMP Δ high" not in pretty.columns
 
 

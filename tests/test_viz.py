@@ -458,12 +458,12 @@ def _report_parts() -> dict:
 
 
 def _evaluation():
-    """The evaluate stage's table as it is saved: held-out arithmetic per item, base and precise."""
+    """The evaluate stage's table: held-out arithmetic per item, base and precise."""
     from mathcircuits.evaluation import ARITHMETIC, EvalResult, compare_table
 
     items = {"base": [0, 1] * 20, "precise": [1, 1, 0, 1] * 10}
     res = {m: EvalResult(m, {}, {}).with_benchmark(ARITHMETIC, "arithmetic", xs) for m, xs in items.items()}
-    return compare_table(res, "base", uncertainty=Uncertainty(n_boot=200)).rename_axis("model").reset_index()
+    return compare_table(res, "base", uncertainty=Uncertainty(n_boot=200))
 
 
 def _visible_text(page: str) -> str:

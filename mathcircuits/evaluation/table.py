@@ -4,7 +4,7 @@ Table 1 of the paper compares fine-tuning methods (full SFT, LoRA, precise SFT o
 the arithmetic heads) by accuracy on math and generic benchmarks, each with its
 change against the base model, next to training cost (samples/s, tuned
 parameters). :class:`EvalResult` holds one model's accuracies and its per-item
-0/1 correctness; :func:`compare_table` lays several side by side.
+0/1 correctness; :func:`compare_table` lays several side by side, as a :class:`~mathcircuits.stats.DeltaTable`.
 
 Uncertainty. Every accuracy gets a Wilson interval (``k/n``); every change against
 the base model gets a paired-bootstrap interval (Koehn 2004, :func:`mathcircuits.stats.paired_bootstrap`)
@@ -17,6 +17,8 @@ Usage::
     base = evaluate_model(model, tok, ["SVAMP", "ARC-Easy"], label="base")
     table = compare_table({"base": base, "precise SFT": tuned}, baseline_label="base",
                           extra_columns={"tuned params": {"precise SFT": 3.2e6}})
+    table.change("precise SFT", "SVAMP")    # Interval: accuracy points against base
+    table.to_dataframe()                      # the saved table: SVAMP, SVAMP low, ..., SVAMP Δ high, ...
 """
 
 from __future__ import annotations
@@ -25,7 +27,6 @@ import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 import pandas as pd
 import torch
@@ -36,8 +37,12 @@ from mathcircuits.evaluation.scoring import BenchmarkScore, ScoreSettings
 from mathcircuits.stats import (
     DEFAULT_CONFIDENCE,
     DEFAULT_UNCERTAINTY,
+    DeltaTable,
+    Extra,
+    Interval,
     Uncertainty,
     bootstrap_indices,
+    no_interval,
     paired_bootstrap,
     wilson_interval,
 )
@@ -218,19 +223,18 @@ def compare_table(
     results: Mapping[str, EvalResult],
     baseline_label: str,
     benchmarks: Sequence[str] | None = None,
-    extra_columns: Mapping[str, Mapping[str, Any]] | None = None,
+    extra_columns: Mapping[str, Mapping[str, Extra]] | None = None,
     percent: bool = True,
     averages: bool = True,
     uncertainty: Uncertainty = DEFAULT_UNCERTAINTY,
-):
-    """A Table-1-style comparison: one row per model, accuracies and their change against a baseline, with intervals.
+) -> DeltaTable:
+    """A Table-1-style comparison: per model, accuracies and their change against a baseline, with intervals.
 
-    For each benchmark ``b`` the table has ``b`` (accuracy), ``"b low"``/``"b high"`` (its Wilson
-    interval), ``"b Δ"`` (accuracy minus the baseline's) and ``"b Δ low"``/``"b Δ high"`` (the
-    paired-bootstrap interval of that difference over the items both were scored on; NaN when either
-    result lacks per-item outcomes or their item counts differ). Then per-kind averages (``"math avg"``,
-    ``"choice avg"``; NaN when a row lacks a benchmark) with the same four interval columns from a
-    stratified bootstrap, and the ``extra_columns``.
+    For each benchmark the level is the accuracy with its Wilson interval and the change is the accuracy minus
+    the baseline's, with the paired-bootstrap interval over the items both were scored on (NaN bounds when
+    either result lacks per-item outcomes or their item counts differ). Then per-kind averages (``"math avg"``,
+    ``"choice avg"``; NaN when a row lacks a benchmark) with intervals from a stratified bootstrap, and the
+    ``extra_columns``. ``.to_dataframe()`` gives the saved table (``b``, ``b low``, ``b high``, ``b Δ``, ...).
 
     Args:
         results: label → :class:`EvalResult`.
@@ -243,7 +247,7 @@ def compare_table(
             Wilson intervals' level.
 
     Returns:
-        A pandas DataFrame indexed by model label; missing values are NaN.
+        A :class:`~mathcircuits.stats.DeltaTable` with levels, rows the model labels (index ``model``).
 
     Raises:
         KeyError: the baseline is not among the results, or an extra column names unknown labels.
@@ -253,6 +257,13 @@ def compare_table(
         raise KeyError(
             f"baseline {baseline_label!r} is not among the results {list(results)}; pass one of those labels."
         )
+    for name, values in (extra_columns or {}).items():
+        unknown = set(values) - set(results)
+        if unknown:
+            raise KeyError(
+                f"extra column {name!r} has labels {sorted(unknown)} that are not results; "
+                f"use labels from {list(results)}."
+            )
     if benchmarks is None:
         benchmarks = list(dict.fromkeys(b for r in results.values() for b in r.accuracy))
     scale = 100.0 if percent else 1.0
@@ -261,100 +272,83 @@ def compare_table(
     kinds: dict[str, str] = {}
     for r in results.values():
         kinds.update(r.kinds)
-    confidence = uncertainty.confidence
+    confidence, seed = uncertainty.confidence, uncertainty.seed
 
     def items(r: EvalResult, b: str) -> Tensor | None:
         xs = r.item_correct.get(b)
         return torch.tensor(xs, dtype=torch.float64) if xs else None
 
-    cols: list[str] = []
-    rows: dict[str, dict[str, float]] = {}
     ordered = [baseline_label] + [label for label in results if label != baseline_label]
+    levels: dict[str, dict[str, Interval]] = {label: {} for label in ordered}
+    changes: dict[str, dict[str, Interval]] = {label: {} for label in ordered}
     for label in ordered:
         r = results[label]
-        row: dict[str, float] = {}
         for b in benchmarks:
             if b in r.accuracy:
                 iv = r.interval(b, confidence)
-                row[b], row[f"{b} low"], row[f"{b} high"] = r.accuracy[b] * scale, iv.low * scale, iv.high * scale
+                level = Interval(r.accuracy[b] * scale, iv.low * scale, iv.high * scale, iv.n, confidence, "wilson")
             else:
-                row[b] = row[f"{b} low"] = row[f"{b} high"] = nan
-            row[f"{b} Δ"] = row[b] - base.accuracy.get(b, nan) * scale
+                level = no_interval(nan)
+            levels[label][b] = level
+            delta = level.value - base.accuracy.get(b, nan) * scale
             a, ref = items(r, b), items(base, b)
             if a is not None and ref is not None and a.shape == ref.shape:
                 d = paired_bootstrap(a, ref, uncertainty)
-                row[f"{b} Δ low"], row[f"{b} Δ high"] = d.low * scale, d.high * scale
+                changes[label][b] = Interval(delta, d.low * scale, d.high * scale, d.n, confidence, d.method, seed)
             else:
-                row[f"{b} Δ low"] = row[f"{b} Δ high"] = nan
-        rows[label] = row
-    for b in benchmarks:
-        cols += [b, f"{b} low", f"{b} high", f"{b} Δ", f"{b} Δ low", f"{b} Δ high"]
+                changes[label][b] = no_interval(delta)
     if averages:
         for kind in sorted({kinds[b] for b in benchmarks if b in kinds}):
             members = [b for b in benchmarks if kinds.get(b) == kind]
             name = f"{kind} avg"
             ref_items = {b: items(base, b) for b in members}
+            base_mean = sum(levels[baseline_label][b].value for b in members) / len(members)
             for label in ordered:
-                row, r = rows[label], results[label]
-                row[name] = sum(row[b] for b in members) / len(members)  # NaN if any is missing
-                row[f"{name} Δ"] = row[name] - sum(rows[baseline_label][b] for b in members) / len(members)
-                row[f"{name} low"] = row[f"{name} high"] = row[f"{name} Δ low"] = row[f"{name} Δ high"] = nan
+                r = results[label]
+                mean = sum(levels[label][b].value for b in members) / len(members)  # NaN if any is missing
+                levels[label][name], changes[label][name] = no_interval(mean), no_interval(mean - base_mean)
                 mine = {b: items(r, b) for b in members}
                 if any(x is None for x in mine.values()):
                     continue
+                n = sum(x.shape[0] for x in mine.values())  # type: ignore[union-attr]
                 _, boots = _stratified_means(mine, uncertainty)  # type: ignore[arg-type]
                 lo, hi = _quantile_pair(boots, confidence)
-                row[f"{name} low"], row[f"{name} high"] = lo * scale, hi * scale
+                levels[label][name] = Interval(mean, lo * scale, hi * scale, n, confidence, "bootstrap", seed)
                 if all(ref_items[b] is not None and ref_items[b].shape == mine[b].shape for b in members):
                     diff = {b: mine[b] - ref_items[b] for b in members}  # type: ignore[operator]
                     _, dboots = _stratified_means(diff, uncertainty)
                     lo, hi = _quantile_pair(dboots, confidence)
-                    row[f"{name} Δ low"], row[f"{name} Δ high"] = lo * scale, hi * scale
-            cols += [name, f"{name} low", f"{name} high", f"{name} Δ", f"{name} Δ low", f"{name} Δ high"]
-    df = pd.DataFrame.from_dict(rows, orient="index", columns=cols)
-    df.index.name = "model"
-    for name, values in (extra_columns or {}).items():
-        unknown = set(values) - set(results)
-        if unknown:
-            raise KeyError(
-                f"extra column {name!r} has labels {sorted(unknown)} that are not results; "
-                f"use labels from {list(results)}."
-            )
-        df[name] = [values.get(label, math.nan) for label in df.index]
-    return df
+                    changes[label][name] = Interval(
+                        mean - base_mean, lo * scale, hi * scale, n, confidence, "paired_bootstrap", seed
+                    )
+    extra = {name: dict(values) for name, values in (extra_columns or {}).items()}
+    return DeltaTable(baseline_label, changes, levels, extra, index_name="model")
 
 
-def format_table(df, baseline_label: str | None = None, decimals: int = 1):
-    """Paper-style strings: ``"45.6 (+2.3 [+0.4, +4.1])"``, each delta and its interval folded into its accuracy cell.
+def format_table(table: DeltaTable, decimals: int = 1) -> pd.DataFrame:
+    """Paper-style strings: ``"45.6 (+2.3 [+0.4, +4.1])"``, each change and its interval folded into its level's cell.
 
     Args:
-        df: a table from :func:`compare_table`.
-        baseline_label: the row that shows accuracies only (None: the first row).
+        table: a table with levels, from :func:`compare_table`.
         decimals: digits after the decimal point.
 
     Returns:
-        A DataFrame of strings without the delta and interval columns; missing values show "–";
-        a delta without an interval shows as ``"(+2.3)"``.
+        A DataFrame of strings, one column per metric, then the extra columns; the baseline row shows levels
+        only, missing values show "–", a change without an interval shows as ``"(+2.3)"``.
     """
-    base = df.index[0] if baseline_label is None else baseline_label
-    out = df.copy()
-    deltas = [c for c in df.columns if c.endswith(" Δ") and c[:-2] in df.columns]
-    bounds = [c for c in df.columns if c.endswith((" low", " high")) and c.rsplit(" ", 1)[0] in df.columns]
+    f = f"{{:+.{decimals}f}}"
 
-    def cell(label: str, acc: float, delta: float, lo: float, hi: float) -> str:
+    def cell(row: str, metric: str) -> str:
+        level, d = table.level(row, metric), table.change(row, metric)
+        acc = math.nan if level is None else level.value
         if math.isnan(acc):
             return "–"
-        if label == base or math.isnan(delta):
+        if row == table.baseline or math.isnan(d.value):
             return f"{acc:.{decimals}f}"
-        f = f"{{:+.{decimals}f}}"
-        ci = "" if math.isnan(lo) or math.isnan(hi) else f" [{f.format(lo)}, {f.format(hi)}]"
-        return f"{acc:.{decimals}f} ({f.format(delta)}{ci})"
+        ci = "" if math.isnan(d.low) or math.isnan(d.high) else f" [{f.format(d.low)}, {f.format(d.high)}]"
+        return f"{acc:.{decimals}f} ({f.format(d.value)}{ci})"
 
-    nan_col = [math.nan] * len(df)
-    for d in deltas:
-        lo = df[f"{d} low"] if f"{d} low" in df.columns else nan_col
-        hi = df[f"{d} high"] if f"{d} high" in df.columns else nan_col
-        out[d[:-2]] = [
-            cell(label, a, x, lo_, hi_) for label, a, x, lo_, hi_ in zip(df.index, df[d[:-2]], df[d], lo, hi)
-        ]
-    return out.drop(columns=deltas + bounds)
+    out = pd.DataFrame({m: [cell(r, m) for r in table.rows] for m in table.metrics}, index=list(table.rows))
+    out.index.name = table.index_name
+    extra = table.to_dataframe()[list(table.extra)]
+    return pd.concat([out, extra], axis=1) if table.extra else out

@@ -24,7 +24,14 @@ from mathcircuits.finetune.compare import CompareConfig, check_modes
 from mathcircuits.finetune.components import lora_rank_for_budget, mode_components, random_heads
 from mathcircuits.finetune.config import SFTConfig
 from mathcircuits.finetune.data import DEFAULT_PROMPT, build_sft_dataset, format_gold
-from mathcircuits.finetune.effects import difference, effects_table, pareto_points
+from mathcircuits.finetune.effects import (
+    EffectsTable,
+    ModeEffects,
+    difference,
+    effects_table,
+    pareto_points,
+    sweep_table,
+)
 from mathcircuits.finetune.hf_trainer import effective_decay_hook, pad_collate
 from mathcircuits.finetune.layouts import (
     HEAD_ROLES,
@@ -66,11 +73,13 @@ __all__ = [
     "METHODS",
     "AttentionLayout",
     "CompareConfig",
+    "EffectsTable",
     "HeadSliceAdapter",
     "ItemScores",
     "KVPolicy",
     "MatchedDraw",
     "Mode",
+    "ModeEffects",
     "ModeKind",
     "ParamSlice",
     "Projection",
@@ -108,6 +117,7 @@ __all__ = [
     "resolve_layout",
     "score_arithmetic",
     "split_validation",
+    "sweep_table",
     "train_sft",
     "unit_components",
     "units_remaining",

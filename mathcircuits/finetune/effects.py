@@ -10,18 +10,20 @@ Reads a :class:`~mathcircuits.finetune.units.UnitComparison` (values only, no mo
 * :func:`effects_table` — per mode (final units at its chosen rate): tuned parameters, K/V side
   effects, chosen rate and edge flag, math and generic accuracy and their changes against base
   (points, 95% intervals that include seed variance), answer log-probability change, CPU time;
+* :func:`sweep_table` — one row per sweep unit: its rate, validation accuracy, and whether it was chosen;
 * :func:`pareto_points` — one row per trained unit (sweep and final): math gain against generic
   change, each against base on the same items, for the Pareto figure.
 
 Usage::
 
-    table = effects_table(cmp)                      # a DataFrame, index: mode label
+    table = effects_table(cmp)                      # EffectsTable; .changes: a DeltaTable, .to_dataframe()
     d = difference(cmp, "precise", "full", "math")  # Interval, accuracy difference on test facts
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Literal
 
 import pandas as pd
@@ -31,9 +33,19 @@ from torch import Tensor
 from mathcircuits._errors import FixableValueError
 from mathcircuits.finetune.units import UnitComparison, UnitRecord
 from mathcircuits.power import seed_item_t
-from mathcircuits.stats import Interval
+from mathcircuits.stats import DeltaTable, Interval
 
-__all__ = ["Kind", "Metric", "difference", "effects_table", "pareto_points", "scores_matrix"]
+__all__ = [
+    "EffectsTable",
+    "Kind",
+    "Metric",
+    "ModeEffects",
+    "difference",
+    "effects_table",
+    "pareto_points",
+    "scores_matrix",
+    "sweep_table",
+]
 
 Kind = Literal["math", "generic"]
 Metric = Literal["correct", "logp"]
@@ -122,44 +134,103 @@ def difference(
     return seed_item_t(ma, mb)
 
 
-def effects_table(cmp: UnitComparison) -> pd.DataFrame:
+@dataclass(frozen=True)
+class ModeEffects:
+    """What one mode label tuned and its other columns of the effects table (its changes are in the
+    :class:`EffectsTable`'s ``changes``).
+
+    ``learning_rate`` is NaN for base; ``rate_at_edge`` is ``"largest"``/``"smallest"``/``"no"`` (``""`` for a
+    label without a rate choice); accuracies are in percent, log-probability changes in nats per item.
+    """
+
+    learning_rate: float
+    rate_at_edge: str
+    seeds: int
+    tuned_params: int
+    heads: int
+    mlps: int
+    kv_shared_heads: int
+    math_pct: float
+    generic_pct: float
+    train_cpu_s: float
+    math_logp_change: float
+    generic_logp_change: float
+
+
+@dataclass(frozen=True)
+class EffectsTable:
+    """Per mode label (base first): what it tuned (``modes``) and its change against base on math and generic
+    accuracy, in points with the seed-and-item intervals (``changes``, metrics ``math`` and ``generic``)."""
+
+    modes: dict[str, ModeEffects]
+    changes: DeltaTable
+
+    def to_dataframe(self) -> pd.DataFrame:
+        """The saved table (``compare/table.csv``), indexed by mode label: ``learning rate``, ``rate at grid
+        edge``, ``seeds``, ``tuned params``, ``heads``, ``MLPs``, ``kv-shared heads``, ``math %``, ``generic %``,
+        ``train CPU s``, then per kind its ``Δ`` columns and ``logp Δ``."""
+        rows = []
+        for label, m in self.modes.items():
+            row: dict[str, object] = {
+                "mode": label,
+                "learning rate": m.learning_rate,
+                "rate at grid edge": m.rate_at_edge,
+                "seeds": m.seeds,
+                "tuned params": m.tuned_params,
+                "heads": m.heads,
+                "MLPs": m.mlps,
+                "kv-shared heads": m.kv_shared_heads,
+                "math %": m.math_pct,
+                "generic %": m.generic_pct,
+                "train CPU s": m.train_cpu_s,
+            }
+            for kind, logp in (("math", m.math_logp_change), ("generic", m.generic_logp_change)):
+                d = self.changes.change(label, kind)
+                row |= dict(zip(DeltaTable.change_columns(kind), (d.value, d.low, d.high)))
+                row[f"{kind} logp Δ"] = logp
+            rows.append(row)
+        return pd.DataFrame(rows).set_index("mode")
+
+
+def effects_table(cmp: UnitComparison) -> EffectsTable:
     """Per mode label: what it tuned, its chosen rate, and its math and generic change against base.
 
-    Columns: ``learning rate``, ``rate at grid edge``, ``seeds``, ``tuned params``, ``heads``, ``MLPs``,
-    ``kv-shared heads`` (non-key heads whose K/V changed), ``math %`` and ``math Δ`` / ``Δ low`` /
-    ``Δ high`` (points), ``math logp Δ`` (nats per item), ``generic %`` and its ``Δ`` columns,
-    ``generic logp Δ``, ``train CPU s`` (mean per unit).
+    The changes are in accuracy points, ``mean(mode) − mean(base)`` over the final units with the
+    seed-and-item interval of :func:`difference`; ``.to_dataframe()`` gives the saved table.
 
     Args:
         cmp: the comparison.
 
     Returns:
-        A DataFrame indexed by mode label, base first.
+        The :class:`EffectsTable`, base first.
     """
-    rows = []
+    modes: dict[str, ModeEffects] = {}
+    changes: dict[str, dict[str, Interval]] = {}
     for label in cmp.labels:
         recs = cmp.final(label)
         mode = str(recs[0].unit.mode)
         choice = cmp.choices.get(mode)
-        row: dict[str, object] = {
-            "mode": label,
-            "learning rate": recs[0].unit.learning_rate,
-            "rate at grid edge": (choice.edge or "no") if choice is not None else "",
-            "seeds": len(recs),
-            "tuned params": recs[0].n_trainable,
-            "heads": len(recs[0].heads),
-            "MLPs": len(recs[0].mlps),
-            "kv-shared heads": len(recs[0].kv_shared_heads),
-            "math %": 100 * float(scores_matrix(recs, "math").mean()),
-            "generic %": _mean_pct(recs),
-            "train CPU s": sum(r.train_cpu_s for r in recs) / len(recs),
-        }
+        changes[label] = {}
+        logp = {}
         for kind in ("math", "generic"):
             d = difference(cmp, label, "base", kind, "correct")  # type: ignore[arg-type]
-            row |= {f"{kind} Δ": 100 * d.value, f"{kind} Δ low": 100 * d.low, f"{kind} Δ high": 100 * d.high}
-            row[f"{kind} logp Δ"] = difference(cmp, label, "base", kind, "logp").value  # type: ignore[arg-type]
-        rows.append(row)
-    return pd.DataFrame(rows).set_index("mode")
+            changes[label][kind] = Interval(100 * d.value, 100 * d.low, 100 * d.high, d.n, d.confidence, d.method)
+            logp[kind] = difference(cmp, label, "base", kind, "logp").value  # type: ignore[arg-type]
+        modes[label] = ModeEffects(
+            learning_rate=recs[0].unit.learning_rate,
+            rate_at_edge=(choice.edge or "no") if choice is not None else "",
+            seeds=len(recs),
+            tuned_params=recs[0].n_trainable,
+            heads=len(recs[0].heads),
+            mlps=len(recs[0].mlps),
+            kv_shared_heads=len(recs[0].kv_shared_heads),
+            math_pct=100 * float(scores_matrix(recs, "math").mean()),
+            generic_pct=_mean_pct(recs),
+            train_cpu_s=sum(r.train_cpu_s for r in recs) / len(recs),
+            math_logp_change=logp["math"],
+            generic_logp_change=logp["generic"],
+        )
+    return EffectsTable(modes, DeltaTable("base", changes, index_name="mode"))
 
 
 def _mean_pct(recs: tuple[UnitRecord, ...]) -> float:
@@ -206,3 +277,23 @@ def pareto_points(cmp: UnitComparison) -> pd.DataFrame:
             }
         )
     return pd.DataFrame(rows)
+
+
+def sweep_table(cmp: UnitComparison) -> pd.DataFrame:
+    """One row per sweep unit: ``mode``, ``learning_rate``, ``val_accuracy``, ``val_logp``, ``val_n``, ``selected``
+    (the mode's chosen rate) and ``at_edge`` (whether that choice is at its grid's edge)."""
+    return pd.DataFrame(
+        [
+            {
+                "mode": str(r.unit.mode),
+                "learning_rate": r.unit.learning_rate,
+                "val_accuracy": r.math["validation"].accuracy,
+                "val_logp": r.math["validation"].mean_logp,
+                "val_n": len(r.math["validation"].correct),
+                "selected": cmp.choices[str(r.unit.mode)].learning_rate == r.unit.learning_rate,
+                "at_edge": cmp.choices[str(r.unit.mode)].edge,
+            }
+            for r in cmp.records
+            if r.unit.phase == "sweep"
+        ]
+    )

@@ -18,9 +18,11 @@ from mathcircuits.analysis import AttentionByRole, HeadPatterns, MLPProbeResult
 from mathcircuits.circuit import Circuit, Faithfulness
 from mathcircuits.circuit.subcircuits import top_circuit
 from mathcircuits.claims import ClaimsCard
+from mathcircuits.finetune import EffectsTable
 from mathcircuits.models import ModelSpec
 from mathcircuits.numbers import NumberResults
 from mathcircuits.patching import KeyComponents, PatchingResult
+from mathcircuits.stats import DeltaTable
 from mathcircuits.viz import (
     attention_excess,
     attention_role_distributions,
@@ -72,12 +74,13 @@ class ReportParts:
         attention: attention of the key heads by token role.
         probes: the MLP probes.
         patterns: full attention patterns, shown as interactive CircuitsVis views.
-        evaluation: the evaluation table (``evaluate/table.csv``).
+        evaluation: the evaluate stage's table (:func:`~mathcircuits.evaluation.compare_table`: each model's
+            accuracies and changes against base, with the tuned models' training facts).
         circuit: ``{operation: Circuit}``, each shown as the graph of its plateau circuit.
         circuit_faithfulness: ``{operation: Faithfulness}``, shown as the curve with its random band.
-        comparison_sweep: the fair SFT comparison's sweep (``compare/sweep.csv``).
-        comparison_table: per mode at its chosen rate: change against base with intervals over items and seeds
-            (:func:`~mathcircuits.finetune.effects_table`, indexed by mode).
+        comparison_sweep: the fair SFT comparison's sweep (:func:`~mathcircuits.finetune.sweep_table`).
+        comparison_table: per mode at its chosen rate: what it tuned and its change against base with intervals
+            over items and seeds (:func:`~mathcircuits.finetune.effects_table`).
         numbers: the numbers stage's results (:class:`~mathcircuits.numbers.NumberResults`).
         comparison_points: one row per trained unit (:func:`~mathcircuits.finetune.pareto_points`): the Pareto figure.
         comparison_power: the comparison's power statement (the smallest precise − full difference it detects).
@@ -98,11 +101,11 @@ class ReportParts:
     attention: AttentionByRole | None = None
     probes: MLPProbeResult | None = None
     patterns: HeadPatterns | None = None
-    evaluation: pd.DataFrame | None = None
+    evaluation: DeltaTable | None = None
     circuit: Mapping[str, Circuit] = field(default_factory=dict)
     circuit_faithfulness: Mapping[str, Faithfulness] = field(default_factory=dict)
     comparison_sweep: pd.DataFrame | None = None
-    comparison_table: pd.DataFrame | None = None
+    comparison_table: EffectsTable | None = None
     numbers: NumberResults = field(default_factory=NumberResults)
     comparison_points: pd.DataFrame | None = None
     comparison_power: str = ""
@@ -215,14 +218,13 @@ def report_figures(parts: ReportParts) -> dict[str, go.Figure]:
         figs[f"circuit_{op}" if op else "circuit"] = circuit_graph(shown, faith)  # the plateau circuit
         if faith is not None and faith.curve:
             figs[f"circuit_curve_{op}" if op else "circuit_curve"] = faithfulness_curve(faith)
-    ev = parts.evaluation
-    if ev is not None and any(str(c).endswith(" Δ low") for c in ev.columns):  # changes vs base with intervals
-        figs["evaluation"] = sft_delta_bars(ev.set_index(ev.columns[0]))
+    if parts.evaluation is not None and parts.evaluation.metrics:  # changes against base with intervals
+        figs["evaluation"] = sft_delta_bars(parts.evaluation)
     if parts.comparison_table is not None:
+        changes = parts.comparison_table.changes
         if parts.comparison_points is not None and len(parts.comparison_points):
-            figs["compare_pareto"] = pareto_plot(parts.comparison_points, parts.comparison_table)
-        bars = ["math", "generic"] if "math Δ low" in parts.comparison_table.columns else None
-        figs["compare"] = sft_delta_bars(parts.comparison_table, bars)
+            figs["compare_pareto"] = pareto_plot(parts.comparison_points, changes)
+        figs["compare"] = sft_delta_bars(changes)
         if parts.comparison_sweep is not None:
             figs["compare_sweep"] = sft_sweep_curves(parts.comparison_sweep)
     if parts.numbers:

@@ -19,6 +19,7 @@ from mathcircuits.ablation import KnockoutResult, TransferResult
 from mathcircuits.analysis import AttentionByRole, HeadPatterns, MLPProbeResult
 from mathcircuits.circuit import Circuit, Faithfulness
 from mathcircuits.claims import Claim, ClaimsCard, Verdict
+from mathcircuits.finetune import EffectsTable
 from mathcircuits.models import ModelSpec
 from mathcircuits.models.embedded import weights_note
 from mathcircuits.patching import KeyComponents, PatchingResult
@@ -34,6 +35,7 @@ from mathcircuits.report.readings import (
     reading_transfer,
     reading_unmeasurable,
 )
+from mathcircuits.stats import DeltaTable
 from mathcircuits.viz import attention_heads_view
 
 __all__ = [
@@ -199,7 +201,7 @@ def circuit_section(page: Page, op: str, circ: Circuit, faith: Faithfulness | No
         page.table(f"Faithfulness curve{(' (' + op + ')') if op else ''}", table(faith.curve_frame()))
 
 
-def evaluation_section(page: Page, evaluation: pd.DataFrame, c6: Claim | None, figs: Figures) -> None:
+def evaluation_section(page: Page, evaluation: DeltaTable, c6: Claim | None, figs: Figures) -> None:
     """Fine-tuning and evaluation: base vs tuned models on held-out arithmetic and benchmarks."""
     page.section("evaluation", "Fine-tuning and evaluation (evaluate)")
     page.reading(
@@ -210,12 +212,12 @@ def evaluation_section(page: Page, evaluation: pd.DataFrame, c6: Claim | None, f
     )
     if "evaluation" in figs:
         page.figure(figs["evaluation"])
-    page.table("Evaluation (Table-1 style)", table(evaluation))
+    page.table("Evaluation (Table-1 style)", table(evaluation.to_dataframe().reset_index()))
 
 
 def compare_section(
     page: Page,
-    comparison: pd.DataFrame,
+    comparison: EffectsTable,
     sweep: pd.DataFrame | None,
     figs: Figures,
     power: str = "",
@@ -239,7 +241,7 @@ def compare_section(
     if sweep is not None:
         page.figure(figs["compare_sweep"])
         page.table("Learning-rate sweep", table(sweep))
-    page.table("Fine-tuning comparison", table(comparison.reset_index()))
+    page.table("Fine-tuning comparison", table(comparison.to_dataframe().reset_index()))
 
 
 def views_section(page: Page, patterns: HeadPatterns) -> None:

@@ -5,6 +5,8 @@ which templates were drawn. Pairs of one template share a prefix and wording, so
 
 * :mod:`.interval` — the :class:`Interval` value with the name of its method (:data:`IntervalMethod`), the
   Wilson interval of a proportion, and :class:`Uncertainty` (resamples, level, seed: one argument);
+* :mod:`.deltas` — the :class:`DeltaTable`: per model or mode and metric, the change against a baseline as an
+  interval (what fine-tuning and evaluation report, and the figures and the report take);
 * :mod:`.bootstrap` — percentile bootstraps over pairs, paired items, and clusters (templates);
 * :mod:`.small_clusters` — the bootstrap-t over template means that covers with 4–12 templates
   (:func:`small_cluster_interval`, what the claims read) and the per-cell t-test on template means;
@@ -37,6 +39,7 @@ from mathcircuits.stats.bootstrap import (
     mean_interval,
     paired_bootstrap,
 )
+from mathcircuits.stats.deltas import DeltaTable, Extra, no_interval
 from mathcircuits.stats.interval import (
     DEFAULT_CONFIDENCE,
     DEFAULT_N_BOOT,
@@ -71,6 +74,8 @@ __all__ = [
     "METHOD_TEXT",
     "MIN_CLUSTERS",
     "ClusterMeans",
+    "DeltaTable",
+    "Extra",
     "Interval",
     "IntervalMethod",
     "NullPlacement",
@@ -90,6 +95,7 @@ __all__ = [
     "format_share",
     "holm",
     "mean_interval",
+    "no_interval",
     "null_placement",
     "paired_bootstrap",
     "small_cluster_interval",

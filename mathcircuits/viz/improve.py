@@ -2,9 +2,9 @@
 
 Takes the values :mod:`mathcircuits.finetune.effects` computes: :func:`~mathcircuits.finetune.effects.pareto_points`
 (one row per trained unit: ``mode``, ``phase``, ``learning_rate``, ``seed``, ``math_gain``,
-``generic_change`` in points against base on the same items, ``chosen``) and the effects table
-(per mode: ``math Δ``/``generic Δ`` with ``low``/``high``). A point up and to the right improved
-math and kept (or raised) generic ability; base sits at the origin.
+``generic_change`` in points against base on the same items, ``chosen``) and the effects table's changes
+(a :class:`~mathcircuits.stats.DeltaTable`: per mode, ``math`` and ``generic`` with their intervals). A point
+up and to the right improved math and kept (or raised) generic ability; base sits at the origin.
 
 Sweep units (open markers, validation facts, the first generic items) show where each rate lands;
 final units at each mode's chosen rate (filled markers, test facts, every generic item, one per
@@ -20,15 +20,18 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.colors import qualitative
 
+from mathcircuits.stats import DeltaTable, Interval
+
 __all__ = ["pareto_plot"]
 
 
-def pareto_plot(points: pd.DataFrame, table: pd.DataFrame | None = None, *, title: str | None = None) -> go.Figure:
+def pareto_plot(points: pd.DataFrame, table: DeltaTable | None = None, *, title: str | None = None) -> go.Figure:
     """Math gain (y) against generic change (x), one point per (mode, rate, seed); chosen points filled.
 
     Args:
         points: :func:`~mathcircuits.finetune.effects.pareto_points`.
-        table: :func:`~mathcircuits.finetune.effects.effects_table` (None: no means with intervals).
+        table: the changes of :func:`~mathcircuits.finetune.effects.effects_table` (``.changes``; None: no means
+            with intervals).
         title: the figure title.
 
     Returns:
@@ -62,19 +65,19 @@ def pareto_plot(points: pd.DataFrame, table: pd.DataFrame | None = None, *, titl
                     },
                 )
             )
-        if table is not None and mode in table.index:
-            r = table.loc[mode]
-            x = 0.0 if math.isnan(float(r["generic Δ"])) else float(r["generic Δ"])
+        if table is not None and mode in table.rows:
+            gen, mth = table.change(mode, "generic"), table.change(mode, "math")
+            x = 0.0 if math.isnan(gen.value) else gen.value
             fig.add_trace(
                 go.Scatter(
                     x=[x],
-                    y=[float(r["math Δ"])],
+                    y=[mth.value],
                     mode="markers",
                     name=f"{mode} (mean, 95% interval)",
                     legendgroup=mode,
                     marker={"symbol": "x", "size": 14, "color": colour},
-                    error_y=_bar(r, "math"),
-                    error_x=_bar(r, "generic"),
+                    error_y=_bar(mth),
+                    error_x=_bar(gen),
                 )
             )
     base = {"symbol": "diamond", "size": 12, "color": "black"}
@@ -91,8 +94,8 @@ def pareto_plot(points: pd.DataFrame, table: pd.DataFrame | None = None, *, titl
     return fig
 
 
-def _bar(row: pd.Series, kind: str) -> dict[str, object]:
-    v, lo, hi = (float(row[f"{kind} Δ{s}"]) for s in ("", " low", " high"))
+def _bar(iv: Interval) -> dict[str, object]:
+    v, lo, hi = iv.value, iv.low, iv.high
     if any(math.isnan(x) for x in (v, lo, hi)):
         return {"visible": False}
     return {"type": "data", "symmetric": False, "array": [hi - v], "arrayminus": [v - lo]}

@@ -1,21 +1,21 @@
 """Figures of the fine-tuning comparison: the learning-rate sweep (appendix) and accuracy per mode with intervals.
 
-Takes the values the ``compare`` stage writes: the sweep table (``compare/sweep.csv``: mode,
-learning_rate, val_accuracy, val_n, selected) and a comparison table (per column ``b``: ``b Δ``/``b Δ low``/
-``b Δ high``, e.g. :func:`mathcircuits.finetune.effects_table` or :func:`mathcircuits.evaluation.compare_table`,
-which also has ``b low``/``b high``). Error bars are the
-tables' own intervals (Wilson for an accuracy, paired bootstrap for a difference to base).
+Takes the values the ``compare`` stage writes: the sweep table (:func:`mathcircuits.finetune.sweep_table`: mode,
+learning_rate, val_accuracy, val_n, selected) and a :class:`~mathcircuits.stats.DeltaTable` of changes against
+base (:func:`mathcircuits.evaluation.compare_table`, or ``.changes`` of :func:`mathcircuits.finetune.effects_table`).
+Error bars are the tables' own intervals (Wilson for an accuracy, paired bootstrap for a difference to base).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import pandas as pd
 import plotly.graph_objects as go
 from plotly.colors import qualitative
 
-from mathcircuits.stats import wilson_interval
+from mathcircuits.stats import DeltaTable, wilson_interval
 
 __all__ = ["sft_delta_bars", "sft_sweep_curves"]
 
@@ -75,26 +75,25 @@ def sft_sweep_curves(sweep: pd.DataFrame, *, title: str = "Learning-rate sweep (
     return fig
 
 
-def sft_delta_bars(table: pd.DataFrame, benchmarks: list[str] | None = None, *, title: str | None = None) -> go.Figure:
-    """Change against base per mode and benchmark, with the paired-bootstrap intervals of the table.
+def sft_delta_bars(table: DeltaTable, metrics: Sequence[str] | None = None, *, title: str | None = None) -> go.Figure:
+    """Change against the baseline per row and metric, with the table's intervals.
 
     Args:
-        table: a :func:`~mathcircuits.evaluation.compare_table` DataFrame (index: model label, first row base).
-        benchmarks: which columns (None: every benchmark and average that has a ``Δ low`` column).
+        table: changes against the baseline (e.g. :func:`~mathcircuits.evaluation.compare_table`).
+        metrics: which metrics (None: all of them).
         title: the figure title.
 
     Returns:
-        A grouped bar figure (one group per benchmark, one bar per non-base mode).
+        A grouped bar figure (one group per metric, one bar per row other than the baseline).
     """
-    if benchmarks is None:
-        benchmarks = [c[: -len(" Δ low")] for c in table.columns if c.endswith(" Δ low")]
+    benchmarks = list(table.metrics if metrics is None else metrics)
     fig = go.Figure()
     palette = qualitative.Plotly
-    for i, label in enumerate(table.index[1:]):
-        row = table.loc[label]
-        ys = [float(row[f"{b} Δ"]) for b in benchmarks]
-        hi = [float(row[f"{b} Δ high"]) - y for b, y in zip(benchmarks, ys)]
-        lo = [y - float(row[f"{b} Δ low"]) for b, y in zip(benchmarks, ys)]
+    for i, label in enumerate(table.compared):
+        ivs = [table.change(label, b) for b in benchmarks]
+        ys = [iv.value for iv in ivs]
+        hi = [iv.high - iv.value for iv in ivs]
+        lo = [iv.value - iv.low for iv in ivs]
         fig.add_trace(
             go.Bar(
                 x=benchmarks,
@@ -110,7 +109,7 @@ def sft_delta_bars(table: pd.DataFrame, benchmarks: list[str] | None = None, *, 
             )
         )
     fig.update_layout(
-        title=title or f"Change against {table.index[0]} (points, 95% paired-bootstrap intervals)",
+        title=title or f"Change against {table.baseline} (points, 95% paired-bootstrap intervals)",
         barmode="group",
         yaxis={"title": "Δ accuracy (points)"},
         width=900,

@@ -47,12 +47,13 @@ from mathcircuits.evaluation.batching import model_device
 from mathcircuits.evaluation.benchmarks import benchmark_spec
 from mathcircuits.evaluation.harness import evaluate_lm_eval
 from mathcircuits.finetune import ItemScores, Mode, Scorers, build_sft_dataset, compare_units, execute_unit
-from mathcircuits.finetune.effects import effects_table, pareto_points, scores_matrix
+from mathcircuits.finetune.effects import effects_table, pareto_points, scores_matrix, sweep_table
 from mathcircuits.models import Head, HFForward, PrefixRunner
 from mathcircuits.patching import KeyComponents, PatchingResult, SelectionConfig, select_key_components
 from mathcircuits.pipeline.config import RunConfig
 from mathcircuits.pipeline.context import Context, StageSummary, save_csv, save_dataset
 from mathcircuits.power import detectable_difference
+from mathcircuits.stats import DeltaTable
 from mathcircuits.viz import find_chromium, save_figures, sft_delta_bars, sft_sweep_curves
 from mathcircuits.viz.improve import pareto_plot
 
@@ -104,8 +105,8 @@ class CompareSummary(StageSummary):
             edge = self.at_edge.get(mode, "")
             out.append(f"  {mode:<14} chosen lr {lr:g}" + (f"  (the {edge} of its grid: widen it)" if edge else ""))
         df = pd.DataFrame(self.table)
-        cols = ["mode", "tuned params", "kv-shared heads", "math Δ", "math Δ low", "math Δ high", "generic Δ",
-                "generic Δ low", "generic Δ high"]  # fmt: skip
+        cols = ["mode", "tuned params", "kv-shared heads",
+                *DeltaTable.change_columns("math"), *DeltaTable.change_columns("generic")]  # fmt: skip
         if set(cols) <= set(df.columns):
             out += ["  " + line for line in df[cols].round(1).to_string(index=False).splitlines()]
         if self.power:
@@ -262,23 +263,10 @@ def run(ctx: Context) -> CompareSummary:
         ranking=_ranking(ctx, c.modes),
     )
     cmp = compare_units(plan, paths.compare_units, execute, echo=print if ctx.progress else log.info)
-    table = effects_table(cmp)
+    effects = effects_table(cmp)
+    table = effects.to_dataframe()
     points = pareto_points(cmp)
-    sweep = pd.DataFrame(
-        [
-            {
-                "mode": str(r.unit.mode),
-                "learning_rate": r.unit.learning_rate,
-                "val_accuracy": r.math["validation"].accuracy,
-                "val_logp": r.math["validation"].mean_logp,
-                "val_n": len(r.math["validation"].correct),
-                "selected": cmp.choices[str(r.unit.mode)].learning_rate == r.unit.learning_rate,
-                "at_edge": cmp.choices[str(r.unit.mode)].edge,
-            }
-            for r in cmp.records
-            if r.unit.phase == "sweep"
-        ]
-    )
+    sweep = sweep_table(cmp)
     save_csv(table.reset_index(), paths.compare_table)
     save_csv(points, paths.compare_points)
     save_csv(sweep, paths.compare_sweep)
@@ -288,8 +276,8 @@ def run(ctx: Context) -> CompareSummary:
         power = "smallest precise − full difference on math detected at 80% power: " + p.describe()
         write_json(paths.compare_power, {"statement": power, **{k: getattr(p, k) for k in p.__dataclass_fields__}})
     figs = {
-        paths.compare_figure("pareto"): pareto_plot(points, table),
-        paths.compare_figure("deltas"): sft_delta_bars(table, ["math", "generic"]),
+        paths.compare_figure("pareto"): pareto_plot(points, effects.changes),
+        paths.compare_figure("deltas"): sft_delta_bars(effects.changes),
         paths.compare_figure("sweep"): sft_sweep_curves(sweep),
     }
     formats = [x for x in ctx.config.analysis.static_formats if x == "png"] if find_chromium() else []

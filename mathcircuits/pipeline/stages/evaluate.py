@@ -10,6 +10,7 @@ Wilson intervals and paired-bootstrap differences to ``base``.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -22,8 +23,9 @@ from mathcircuits.data import PairSet, default_benchmark_root
 from mathcircuits.evaluation import ARITHMETIC, EvalResult, compare_table, evaluate_model, format_table
 from mathcircuits.finetune import HeadSliceAdapter, Mode, SFTResult, kv_shared_heads, score_arithmetic
 from mathcircuits.pipeline.context import Context, StageSummary, TableRow, save_csv
+from mathcircuits.stats import DeltaTable, Extra
 
-__all__ = ["EvaluateSummary", "evaluate_one", "run"]
+__all__ = ["EvaluateSummary", "evaluate_one", "evaluated_labels", "evaluation_table", "run"]
 
 log = logging.getLogger(__name__)
 
@@ -40,8 +42,9 @@ class EvaluateSummary(StageSummary):
         if self.skipped:
             return [f"  skipped: {self.skipped}"]
         df = pd.DataFrame(self.table).set_index("model")
-        if any(str(c).endswith(" Δ") for c in df.columns):  # accuracy (change vs base [95% interval])
-            df = format_table(df)
+        table = DeltaTable.from_dataframe(df)
+        if table.metrics:  # accuracy (change vs base [95% interval])
+            df = format_table(table)
         return ["  " + line for line in df.to_string().splitlines()]
 
 
@@ -114,7 +117,7 @@ def run(ctx: Context) -> EvaluateSummary:
     finetuned = paths.marker("finetune").exists()
     modes = [m for m in ctx.config.finetune.modes if paths.final(m).exists()] if finetuned else []
     heldout = ctx.load_dataset(paths.heldout_pairs) if modes else None
-    results, speed, tuned, shared, files = {}, {}, {}, {}, []
+    results, files = {}, []
     for mode in [None, *modes]:
         label = "base" if mode is None else str(mode)
         model, tok = ctx.hf_model() if mode is None else (_tuned(ctx, mode), ctx.model.tokenizer)
@@ -123,18 +126,40 @@ def run(ctx: Context) -> EvaluateSummary:
             res.save(paths.eval_result(label))
             files.append(str(paths.eval_result(label)))
             results[label] = res
+        del model
+    table = evaluation_table(ctx, results, ["base", *map(str, modes)])
+    df = table.to_dataframe().reset_index()
+    save_csv(df, paths.eval_table)
+    files.append(str(paths.eval_table))
+    return EvaluateSummary(table=df.round(2).to_dict(orient="records"), files=files)
+
+
+def evaluated_labels(ctx: Context) -> list[str]:
+    """The models the evaluate stage scores: ``base`` and each fine-tuning mode with a final model."""
+    paths = ctx.paths
+    finetuned = paths.marker("finetune").exists()
+    return ["base", *(str(m) for m in ctx.config.finetune.modes if finetuned and paths.final(m).exists())]
+
+
+def evaluation_table(ctx: Context, results: Mapping[str, EvalResult], labels: Sequence[str]) -> DeltaTable:
+    """The evaluate stage's table (``evaluate/table.csv``) from its results and the fine-tuning results.
+
+    Rows are ``labels`` (``base`` first); each tuned model's training speed, tuned parameters and K/V-shared
+    heads come from its saved :class:`~mathcircuits.finetune.SFTResult`. Without results, only those columns.
+    The report stage rebuilds the same table from the saved results.
+    """
+    labels = [label for label in labels if label in results] if results else list(labels)
+    speed: dict[str, Extra] = {}
+    tuned: dict[str, Extra] = {}
+    shared: dict[str, Extra] = {}
+    for label in labels:
         if label != "base":
-            r = SFTResult.load(paths.sft_result(label))
+            r = SFTResult.load(ctx.paths.sft_result(label))
             speed[label], tuned[label] = round(r.samples_per_second, 2), r.n_trainable
             shared[label] = len(kv_shared_heads(r.slices)) if r.slices is not None else 0
         else:
             speed[label], tuned[label], shared[label] = None, 0, 0
-        del model
     extra = {"train samples/s": speed, "tuned params": tuned, "kv-shared heads": shared}
     if results:
-        table = compare_table(results, "base", extra_columns=extra).rename_axis("model").reset_index()
-    else:
-        table = pd.DataFrame({"model": list(speed), **{k: [v.get(lab) for lab in speed] for k, v in extra.items()}})
-    save_csv(table, paths.eval_table)
-    files.append(str(paths.eval_table))
-    return EvaluateSummary(table=table.round(2).to_dict(orient="records"), files=files)
+        return compare_table(results, "base", extra_columns=extra)
+    return DeltaTable("base", {label: {} for label in labels}, extra=extra, index_name="model")

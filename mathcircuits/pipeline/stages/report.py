@@ -6,8 +6,9 @@ Every result is optional: a stage that was off (or a file from an older version)
 claim "not measured" and its section out. The circuit gets a section when the circuit stage
 wrote one; the numbers stage (claims N1–N3, beyond the paper) when it ran; the fine-tuning table when
 the evaluate stage wrote one; the fair comparison (C6 from it, C6b beside it, the table and the Pareto
-figure) when the compare stage wrote one. C6 names what "precise" tuned (heads only; the non-key heads
-changed through shared K/V).
+figure) when the compare stage wrote one. Every table and figure is built from the saved results (the scored
+pairs, the ``EvalResult`` and ``SFTResult`` files, the ``UnitComparison``), never read back from a CSV file.
+C6 names what "precise" tuned (heads only; the non-key heads changed through shared K/V).
 """
 
 from __future__ import annotations
@@ -17,26 +18,33 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
-import pandas as pd
-
 from mathcircuits._files import read_json
 from mathcircuits._io import ResultFileError, SavedResult
 from mathcircuits.ablation import KnockoutResult, MLPMargin, RandomControl, TransferResult
 from mathcircuits.analysis import AttentionByRole, HeadPatterns, MLPProbeResult
 from mathcircuits.circuit import Circuit, Faithfulness
 from mathcircuits.claims import Verdict, assess_claims, precise_definition, with_number_claims, with_unit_claims
+from mathcircuits.data import accuracy_table
 from mathcircuits.evaluation import EvalResult
-from mathcircuits.finetune import SFTResult, UnitComparison, kv_shared_heads
+from mathcircuits.finetune import (
+    SFTResult,
+    UnitComparison,
+    effects_table,
+    kv_shared_heads,
+    pareto_points,
+    sweep_table,
+)
 from mathcircuits.numbers import HelixPatchResult, HelixResult, NeuronResult, NumberResults, ProbeResult, Spectrum
 from mathcircuits.patching import KeyComponents, PatchingResult
 from mathcircuits.pipeline.context import Context, StageSummary
 from mathcircuits.pipeline.facts import FACT_STAGES, FactUse
 from mathcircuits.pipeline.stages import STAGES
 from mathcircuits.pipeline.stages.data import DataSummary
+from mathcircuits.pipeline.stages.evaluate import EvaluateSummary, evaluated_labels, evaluation_table
 from mathcircuits.pipeline.stages.identify import IdentifySummary
 from mathcircuits.pipeline.stages.numbers import NumbersSummary
 from mathcircuits.report import ReportParts, build_report, report_figures
-from mathcircuits.stats import Uncertainty
+from mathcircuits.stats import DeltaTable, Uncertainty
 from mathcircuits.viz import attention_heads_view, find_chromium, save_figures
 
 __all__ = ["ClaimLine", "ReportSummary", "run"]
@@ -140,6 +148,15 @@ def _numbers(got: _Loader, ctx: Context) -> NumberResults:
     )
 
 
+def _evaluation(got: _Loader, ctx: Context) -> DeltaTable | None:
+    """The evaluate stage's table, rebuilt from the results it saved (None when the stage did not run or was off)."""
+    if not ctx.paths.marker("evaluate").exists() or ctx.summary("evaluate", EvaluateSummary).skipped:
+        return None
+    labels = evaluated_labels(ctx)
+    results = {m: r for m in labels if (r := got.load(EvalResult, ctx.paths.eval_result(m)))}
+    return evaluation_table(ctx, results, labels)
+
+
 def _facts_used(ctx: Context) -> dict[str, str]:
     """Per stage that draws pairs: the facts it used and how many another stage used or owns (issue #35: 0)."""
     out = {}
@@ -227,7 +244,7 @@ def run(ctx: Context) -> ReportSummary:
         claims=card,
         model_spec=overall.model,
         data_summary=ctx.summary("data", DataSummary).to_dict() | {"facts_used_by_stage": _facts_used(ctx)},
-        accuracy_table=pd.read_csv(paths.accuracy_csv),
+        accuracy_table=accuracy_table(ctx.load_dataset(paths.pairs_scored)),
         patching=per_op,
         patching_overall=overall,
         key_components=key,
@@ -236,13 +253,13 @@ def run(ctx: Context) -> ReportSummary:
         attention=att,
         probes=probes,
         patterns=patterns,
-        evaluation=pd.read_csv(paths.eval_table) if paths.eval_table.exists() else None,
+        evaluation=_evaluation(got, ctx),
         circuit=circuits,
         circuit_faithfulness=faiths,
-        comparison_sweep=pd.read_csv(paths.compare_sweep) if paths.compare_sweep.exists() else None,
-        comparison_table=(pd.read_csv(paths.compare_table, index_col=0) if paths.compare_table.exists() else None),
+        comparison_sweep=sweep_table(cmp) if cmp is not None else None,
+        comparison_table=effects_table(cmp) if cmp is not None else None,
         numbers=nums,
-        comparison_points=pd.read_csv(paths.compare_points) if paths.compare_points.exists() else None,
+        comparison_points=pareto_points(cmp) if cmp is not None else None,
         comparison_power=read_json(paths.compare_power)["statement"] if paths.compare_power.exists() else "",
     )
     figures = report_figures(parts)  # built once: saved as files and embedded in the page
