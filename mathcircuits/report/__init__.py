@@ -3,7 +3,7 @@
 * :mod:`.parts` — :class:`ReportParts` (the results a report shows);
 * :mod:`.readings` — the paragraph above each stage's figure, written from the result values;
 * :mod:`.sections` — one module per section (:class:`Section`: anchor, title, ``figures()``, ``render()``),
-  each building its own figures from typed results, in page order (:data:`SECTIONS`);
+  each building its own figures from typed results, in page order (:data:`.sections.SECTIONS`);
 * :mod:`.html` — the page builder, its style, values as readable text and tables;
 * :mod:`.build` — :func:`report_figures` (every section with its figures, built once), :func:`report_html`
   and :func:`build_report`.
@@ -22,11 +22,10 @@ from mathcircuits.report.readings import (
     reading_transfer,
     reading_unmeasurable,
 )
-from mathcircuits.report.sections import SECTIONS, VERDICT_CLASS, NamedFigure, Section, numbers_section
+from mathcircuits.report.sections import VERDICT_CLASS, NamedFigure, Section, numbers_section
 
 __all__ = [
     "CARD_END_COLOUR",
-    "SECTIONS",
     "VERDICT_CLASS",
     "NamedFigure",
     "Page",
