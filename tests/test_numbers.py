@@ -366,7 +366,7 @@ def test_figures_of_every_result(embedded_models, adder_runs):
     assert all(len(f.data) > 0 for f in figs.values())
     assert "last token" in reading_numbers(numbers) and "Makelov" in reading_numbers(numbers)
     report = ReportParts(numbers=numbers)
-    assert 'id="numbers"' in report_html(report) and set(figs) <= set(report_figures(report))
+    assert 'id="numbers"' in report_html(report) and set(figs) <= set(report_figures(report).saved())
     assert 'id="numbers"' not in report_html(ReportParts())  # no results, no section
     assert math.isfinite(float(parts["helix"].r2[0]))
 

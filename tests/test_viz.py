@@ -18,7 +18,7 @@ from mathcircuits.analysis import ROLES, AttentionByRole, HeadPatterns, MLPProbe
 from mathcircuits.claims import assess_claims
 from mathcircuits.models import Head, ModelSpec
 from mathcircuits.patching import KeyComponents, PatchingResult
-from mathcircuits.report import CARD_END_COLOUR, ReportParts, build_report
+from mathcircuits.report import CARD_END_COLOUR, ReportParts, build_report, report_figures, report_html
 from mathcircuits.stats import Uncertainty
 from mathcircuits.viz import (
     ChromiumMissingError,
@@ -575,3 +575,24 @@ def test_report_gives_a_circuit_its_own_section(tmp_path):
     assert "Circuit (add)" in text and "Circuit edges (add)" in text
     assert page.count("Plotly.newPlot(") == 14  # the circuit graph joins the 13 figures
     assert not re.findall(r"\{'|': ", text), "the circuit's settings must not show as a Python dict"
+
+
+def test_each_section_renders_the_figures_it_built_under_its_own_heading():
+    parts = ReportParts.of(**(_report_parts() | {"extra_figures": {"more": knockout_curves(knockouts())}}))
+    built = report_figures(parts)
+    anchors = [s.anchor for s, _ in built.sections]
+    assert anchors == ["claims", "patching", "key", "knockout", "transfer", "attention", "probes", "evaluation",
+                       "views", "extra"]  # fmt: skip
+    names = [f.name for _, figs in built.sections for f in figs]
+    assert len(names) == len(set(names)) == 14
+    marked = built.sections[1][1][0].figure
+    marked.update_layout(title="built once")  # the page embeds the figures given, it builds none again
+    page = report_html(parts, built)
+    assert page.count("built once") == 1 and page.count('<div class="fig">') == len(names)
+    for section, figs in built.sections:  # between a section's heading and the next, exactly its own figures
+        start = page.index(f'id="{section.anchor}"')
+        end = page.find("<h2 ", start + len(section.anchor) + 5)
+        assert page[start:end].count('<div class="fig">') == len(figs), section.anchor
+    saved = built.saved()
+    assert {"patching_top_heads", "patching_overall", "patching_add", "knockout", "attention_excess"} <= set(saved)
+    assert not {"attention_means", "evaluation", "more"} & set(saved)  # on the page only, not written as files

@@ -1,18 +1,17 @@
 """The report of a run: one offline HTML page, above the claims card it shows first.
 
-* :mod:`.parts` — :class:`ReportParts` (the results a report shows) and :func:`report_figures`
-  (every figure of them, built once);
-* :mod:`.readings` — the paragraph above each figure, written from the result values;
-* :mod:`.sections` — one renderer per section, typed results in;
-* :mod:`.numbers` — the section of the numbers stage's results (:class:`~mathcircuits.numbers.NumberResults`);
+* :mod:`.parts` — :class:`ReportParts` (the results a report shows);
+* :mod:`.readings` — the paragraph above each stage's figure, written from the result values;
+* :mod:`.sections` — one module per section (:class:`Section`: anchor, title, ``figures()``, ``render()``),
+  each building its own figures from typed results, in page order (:data:`.sections.SECTIONS`);
 * :mod:`.html` — the page builder, its style, values as readable text and tables;
-* :mod:`.build` — :func:`report_html` and :func:`build_report`.
+* :mod:`.build` — :func:`report_figures` (every section with its figures, built once), :func:`report_html`
+  and :func:`build_report`.
 """
 
-from mathcircuits.report.build import build_report, report_html
+from mathcircuits.report.build import ReportFigures, build_report, render_sections, report_figures, report_html
 from mathcircuits.report.html import CARD_END_COLOUR, Page, accuracy_with_intervals, claims_table, kv_table, plain_text
-from mathcircuits.report.numbers import numbers_section
-from mathcircuits.report.parts import ReportParts, report_figures
+from mathcircuits.report.parts import ReportParts
 from mathcircuits.report.readings import (
     reading_attention,
     reading_knockout,
@@ -23,13 +22,16 @@ from mathcircuits.report.readings import (
     reading_transfer,
     reading_unmeasurable,
 )
-from mathcircuits.report.sections import VERDICT_CLASS, render_sections
+from mathcircuits.report.sections import VERDICT_CLASS, NamedFigure, Section, numbers_section
 
 __all__ = [
     "CARD_END_COLOUR",
     "VERDICT_CLASS",
+    "NamedFigure",
     "Page",
+    "ReportFigures",
     "ReportParts",
+    "Section",
     "accuracy_with_intervals",
     "build_report",
     "claims_table",

@@ -1,10 +1,10 @@
 """One self-contained HTML report of a run, that opens offline.
 
-Sections appear only for the parts given, findings first: the claims card (sized to fit the first
-screen of a laptop), then one section per stage, each a figure with a one-paragraph reading
-(:mod:`.readings`), then interactive views and extra figures, then an appendix with the data
-tables. Figures are built once (:func:`~mathcircuits.report.parts.report_figures`); pass them in
-when you also save them, so the page and the files hold the same figures.
+Sections appear only for the parts given, in the order of :data:`~mathcircuits.report.sections.SECTIONS`,
+findings first: the claims card (sized to fit the first screen of a laptop), then one section per stage,
+each a figure with a one-paragraph reading (:mod:`.readings`), then interactive views and extra figures,
+then an appendix with the data tables. Each section builds its own figures, once (:func:`report_figures`);
+pass them in when you also save them, so the page and the files hold the same figures.
 
 Usage::
 
@@ -15,7 +15,7 @@ Usage::
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 import plotly.graph_objects as go
@@ -23,25 +23,58 @@ import plotly.graph_objects as go
 from mathcircuits._files import atomic_path
 from mathcircuits.models.embedded import weights_note
 from mathcircuits.report.html import Page, accuracy_with_intervals, claims_table, kv_table, table
-from mathcircuits.report.parts import ReportParts, report_figures
-from mathcircuits.report.sections import render_sections
+from mathcircuits.report.parts import ReportParts
+from mathcircuits.report.sections import SECTIONS, NamedFigure, Section
 
-__all__ = ["build_report", "report_html"]
+__all__ = ["ReportFigures", "build_report", "render_sections", "report_figures", "report_html"]
 
 
-def report_html(parts: ReportParts, figures: Mapping[str, go.Figure] | None = None) -> str:
+@dataclass(frozen=True)
+class ReportFigures:
+    """Every section of a report in page order, each with the figures it built (built once: saved and embedded)."""
+
+    sections: tuple[tuple[Section, tuple[NamedFigure, ...]], ...]
+
+    def saved(self) -> dict[str, go.Figure]:
+        """The figures the report stage also writes as files, by file stem."""
+        return {f.name: f.figure for _, figs in self.sections for f in figs if f.saved}
+
+
+def report_figures(parts: ReportParts) -> ReportFigures:
+    """The sections ``parts`` has results for, in page order, each with its figures built.
+
+    Args:
+        parts: the report's results.
+
+    Returns:
+        The sections and their figures.
+    """
+    return ReportFigures(tuple((s, s.figures()) for kind in SECTIONS for s in kind.of(parts)))
+
+
+def render_sections(page: Page, figures: ReportFigures) -> None:
+    """Add every section to ``page``, in page order, each with the figures it built.
+
+    Args:
+        page: the page to add to.
+        figures: the sections and their figures (:func:`report_figures`).
+    """
+    for section, figs in figures.sections:
+        section.render(page, figs)
+
+
+def report_html(parts: ReportParts, figures: ReportFigures | None = None) -> str:
     """The report as one HTML string (plotly and, when views are shown, CircuitsVis inlined).
 
     Args:
         parts: the results to show (:class:`ReportParts`; ``ReportParts.of(...)`` takes looser forms).
-        figures: their figures, when already built (e.g. to save them too); built here otherwise.
+        figures: its sections' figures, when already built (e.g. to save them too); built here otherwise.
 
     Returns:
         A standalone HTML page.
     """
-    figs = dict(figures) if figures is not None else report_figures(parts)
     page = Page()
-    render_sections(page, parts, figs)
+    render_sections(page, figures if figures is not None else report_figures(parts))
     front: list[tuple[str, str]] = []
     if parts.model_spec is not None:
         info = parts.model_spec.to_dict()
@@ -57,13 +90,13 @@ def report_html(parts: ReportParts, figures: Mapping[str, go.Figure] | None = No
     return page.html(parts.page_title, front, list(parts.notes))
 
 
-def build_report(path: str | os.PathLike, parts: ReportParts, figures: Mapping[str, go.Figure] | None = None) -> Path:
+def build_report(path: str | os.PathLike, parts: ReportParts, figures: ReportFigures | None = None) -> Path:
     """Write the report to ``path`` atomically and return the path.
 
     Args:
         path: the HTML file to write.
         parts: the results to show.
-        figures: their figures, when already built.
+        figures: its sections' figures, when already built (:func:`report_figures`).
 
     Returns:
         ``path`` as a :class:`~pathlib.Path`.

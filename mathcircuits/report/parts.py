@@ -1,8 +1,7 @@
-"""What a report is built from: a run's results as one typed value, and every figure of them, built once.
+"""What a report is built from: a run's results as one typed value.
 
 :class:`ReportParts` holds the results a report shows (each optional: a stage that was off leaves
-its part ``None`` and its section out). :func:`report_figures` builds every figure of them once,
-by name; the report stage saves them as files and the page embeds the same objects.
+its part ``None`` and its section out). Each section (:mod:`.sections`) builds its figures from them.
 """
 
 from __future__ import annotations
@@ -16,34 +15,14 @@ import plotly.graph_objects as go
 from mathcircuits.ablation import KnockoutResult, TransferResult
 from mathcircuits.analysis import AttentionByRole, HeadPatterns, MLPProbeResult
 from mathcircuits.circuit import Circuit, Faithfulness
-from mathcircuits.circuit.subcircuits import top_circuit
 from mathcircuits.claims import ClaimsCard
 from mathcircuits.finetune import EffectsTable
 from mathcircuits.models import ModelSpec
 from mathcircuits.numbers import NumberResults
 from mathcircuits.patching import KeyComponents, PatchingResult
 from mathcircuits.stats import DeltaTable
-from mathcircuits.viz import (
-    attention_excess,
-    attention_role_distributions,
-    attention_role_means,
-    circuit_graph,
-    faithfulness_curve,
-    knockout_curves,
-    numbers_figures,
-    pareto_plot,
-    patching_heatmap,
-    patching_heatmaps,
-    patching_top_heads,
-    probe_case_trajectory,
-    probe_similarity_curves,
-    selection_stability_bars,
-    sft_delta_bars,
-    sft_sweep_curves,
-    transfer_bars,
-)
 
-__all__ = ["ReportParts", "report_figures"]
+__all__ = ["ReportParts"]
 
 
 def _mapping(value: object, label: str) -> dict[str, object]:
@@ -173,60 +152,3 @@ class ReportParts:
         if self.patching_overall is not None:
             return self.patching_overall
         return next(iter(self.patching.values()), None)
-
-
-def report_figures(parts: ReportParts) -> dict[str, go.Figure]:
-    """Every figure of the report, built once and named (the report stage saves them under these names).
-
-    Names: ``patching_<label>`` (one heatmap per operation, ``patching_overall``), ``patching_top_heads``,
-    ``selection_stability``, ``knockout``, ``transfer``, ``attention_roles``, ``attention_excess``,
-    ``attention_means``, ``mlp_probe_curves``, ``mlp_probe_case``, ``circuit_<operation>`` (the plateau circuit),
-    ``circuit_curve_<operation>``, ``evaluation``, ``compare``, ``compare_sweep``, ``numbers_*``
-    (:func:`~mathcircuits.viz.numbers_figures`); only those whose results are given.
-
-    Args:
-        parts: the report's results.
-
-    Returns:
-        ``{name: figure}``.
-    """
-    figs: dict[str, go.Figure] = {}
-    key = parts.key_components
-    if parts.patching:
-        for label, fig in patching_heatmaps(parts.patching, key, overall=parts.patching_overall).items():
-            figs[f"patching_{label}"] = fig
-    elif parts.patching_overall is not None:
-        figs["patching_overall"] = patching_heatmap(parts.patching_overall, key, label="all operations")
-    if parts.top_source is not None:
-        figs["patching_top_heads"] = patching_top_heads(parts.top_source, key=key)
-    if key is not None and key.has_stability:
-        figs["selection_stability"] = selection_stability_bars(key)
-    if parts.knockout:
-        figs["knockout"] = knockout_curves(list(parts.knockout.values()))
-    if parts.transfer is not None and any(r.status == "measured" for r in parts.transfer.rows):
-        figs["transfer"] = transfer_bars(parts.transfer)
-    if parts.attention is not None:
-        figs["attention_roles"] = attention_role_distributions(parts.attention)
-        figs["attention_excess"] = attention_excess(parts.attention)
-        figs["attention_means"] = attention_role_means(parts.attention)
-    if parts.probes is not None:
-        figs["mlp_probe_curves"] = probe_similarity_curves(parts.probes)
-        figs["mlp_probe_case"] = probe_case_trajectory(parts.probes)
-    for op, circ in parts.circuit.items():
-        faith = parts.circuit_faithfulness.get(op)
-        shown = top_circuit(circ, faith.plateau_size) if faith is not None and faith.curve else circ
-        figs[f"circuit_{op}" if op else "circuit"] = circuit_graph(shown, faith)  # the plateau circuit
-        if faith is not None and faith.curve:
-            figs[f"circuit_curve_{op}" if op else "circuit_curve"] = faithfulness_curve(faith)
-    if parts.evaluation is not None and parts.evaluation.metrics:  # changes against base with intervals
-        figs["evaluation"] = sft_delta_bars(parts.evaluation)
-    if parts.comparison_table is not None:
-        changes = parts.comparison_table.changes
-        if parts.comparison_points is not None and len(parts.comparison_points):
-            figs["compare_pareto"] = pareto_plot(parts.comparison_points, changes)
-        figs["compare"] = sft_delta_bars(changes)
-        if parts.comparison_sweep is not None:
-            figs["compare_sweep"] = sft_sweep_curves(parts.comparison_sweep)
-    if parts.numbers:
-        figs.update(numbers_figures(parts.numbers))
-    return figs

@@ -53,18 +53,6 @@ log = logging.getLogger(__name__)
 
 R = TypeVar("R", bound=SavedResult)
 
-#: The figures the stage also saves as files (the page holds these and a few more).
-SAVED_FIGURES = (
-    "patching_top_heads",
-    "selection_stability",
-    "knockout",
-    "transfer",
-    "attention_roles",
-    "attention_excess",
-    "mlp_probe_curves",
-    "mlp_probe_case",
-)
-
 
 @dataclass(frozen=True)
 class ClaimLine:
@@ -263,11 +251,7 @@ def run(ctx: Context) -> ReportSummary:
         comparison_power=read_json(paths.compare_power)["statement"] if paths.compare_power.exists() else "",
     )
     figures = report_figures(parts)  # built once: saved as files and embedded in the page
-    saved = {
-        name: fig
-        for name, fig in figures.items()
-        if name.startswith(("patching_", "numbers_")) or name in SAVED_FIGURES
-    }
+    saved = figures.saved()
     formats = list(ctx.config.analysis.static_formats)
     if formats and find_chromium() is None:
         formats = []
