@@ -5,7 +5,8 @@ A saved value is a dict of its fields. Each field is encoded by its annotation
 dataclasses as dicts of their fields, tensors as CPU tensors, enums as their values,
 a value type with ``parse`` — such as a fine-tuning ``Mode`` — as its text) and
 decoded back by the same annotation, which also checks it: an unknown, missing or
-mistyped field raises :class:`FieldError` naming the field.
+mistyped field raises :class:`FieldError` naming the field. The same walker
+(:func:`decode_value`) reads config values leniently (``strict=False``), for :mod:`mathcircuits._schema`.
 Fields annotated ``Any`` are encoded losslessly (tuples marked ``__tuple__``).
 JSON files hold tensors as ``{"__tensor__": [...], "dtype": ..., "shape": [...]}``.
 """

@@ -16,7 +16,8 @@ dataclasses (a :class:`~mathcircuits.models.ModelSpec`, parameter slices).
 * **Header.** The saved dict is ``{"__kind__": "mathcircuits.<Class>",
   "__version__": N, <field>: <value>, ...}``; loading checks the kind and the
   version. Fields are encoded and decoded by their declared types, so tuples
-  come back as tuples and a field of the wrong type is caught.
+  come back as tuples and a field of the wrong type is caught. A stage summary
+  has no header of its own: its stage's marker (``.done.json``) is its header.
 * **Strict fields.** An unknown or a missing field is an error that names the
   file and the field. Every load error is a :class:`ResultFileError` (a
   ``ValueError``) of the form "<file>: <problem>. Fix: <fix>.", including
