@@ -218,7 +218,7 @@ def _decode(value: Any, tp: Any, where: str, strict: bool) -> Any:
                 f"field {where!r} should be a {tp.__name__} ({len(tp._fields)} items) but is {_show(value)}"
             )
         hints = _hints(tp)
-        return tp(*(_decode(v, hints.get(n, Any), f"{where}.{n}") for n, v in zip(tp._fields, value)))
+        return tp(*(_decode(v, hints.get(n, Any), f"{where}.{n}", strict) for n, v in zip(tp._fields, value)))
     if origin in (tuple, list) or tp in (tuple, list):
         if not isinstance(value, (list, tuple)):
             raise FieldError(f"field {where!r} should be a list but is {_show(value)}")
