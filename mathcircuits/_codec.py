@@ -5,7 +5,8 @@ A saved value is a dict of its fields. Each field is encoded by its annotation
 dataclasses as dicts of their fields, tensors as CPU tensors, enums as their values,
 a value type with ``parse`` — such as a fine-tuning ``Mode`` — as its text) and
 decoded back by the same annotation, which also checks it: an unknown, missing or
-mistyped field raises :class:`FieldError` naming the field.
+mistyped field raises :class:`FieldError` naming the field. The same walker
+(:func:`decode_value`) reads config values leniently (``strict=False``), for :mod:`mathcircuits._schema`.
 Fields annotated ``Any`` are encoded losslessly (tuples marked ``__tuple__``).
 JSON files hold tensors as ``{"__tensor__": [...], "dtype": ..., "shape": [...]}``.
 """
@@ -15,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import functools
+import math
 import types
 import typing
 from typing import Any, Literal, TypeVar, Union
@@ -30,6 +32,7 @@ __all__ = [
     "decode_value",
     "encode_fields",
     "from_plain",
+    "is_value_type",
     "tensors_from_json",
     "tensors_to_json",
 ]
@@ -38,7 +41,16 @@ T = TypeVar("T")
 
 
 class FieldError(ValueError):
-    """The fields of a saved value do not fit its class (unknown, missing or mistyped field)."""
+    """The fields of a saved value do not fit its class (unknown, missing or mistyped field).
+
+    Args:
+        message: what does not fit, naming the field.
+        reason: where a value type (``parse``) refused the text, its own message.
+    """
+
+    def __init__(self, message: str, reason: str | None = None) -> None:
+        super().__init__(message)
+        self.reason = reason
 
 
 # ----------------------------------------------------------------------------- encoding by declared type
@@ -58,9 +70,9 @@ def _is_tensor_type(tp: Any) -> bool:
     return isinstance(tp, type) and (issubclass(tp, torch.Tensor) or issubclass(tp, AbstractArray))
 
 
-def _is_parsed(tp: Any) -> bool:
-    """A value type saved as its text: it has ``parse(text)`` and ``str()`` gives the text back (named tuples
-    such as ``Head`` have ``parse`` too but are saved by their fields)."""
+def is_value_type(tp: Any) -> bool:
+    """Whether ``tp`` is a value type written as its text: it has ``parse(text)`` and ``str()`` gives the text
+    back (named tuples such as ``Head`` have ``parse`` too but are written by their fields)."""
     return isinstance(tp, type) and callable(getattr(tp, "parse", None)) and not issubclass(tp, tuple)
 
 
@@ -90,7 +102,7 @@ def _to_plain(value: Any) -> Any:
         return value.detach().cpu().clone()
     if isinstance(value, enum.Enum):
         return value.value
-    if _is_parsed(type(value)):
+    if is_value_type(type(value)):
         return str(value)
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return encode_fields(value)
@@ -128,7 +140,7 @@ def _encode(value: Any, tp: Any) -> Any:
         return value.detach().cpu().clone()
     if isinstance(value, enum.Enum):
         return value.value
-    if _is_parsed(type(value)):
+    if is_value_type(type(value)):
         return str(value)
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return encode_fields(value)
@@ -152,27 +164,30 @@ def _show(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def _decode(value: Any, tp: Any, where: str) -> Any:
-    """``value`` (as saved) turned into the declared type ``tp``; :class:`FieldError` if it does not fit."""
+def _decode(value: Any, tp: Any, where: str, strict: bool) -> Any:
+    """``value`` (as saved, or as YAML gave it) turned into the declared type ``tp``; :class:`FieldError` if it
+    does not fit. Lenient (``strict=False``) differs only in taking number text for a float and refusing a
+    non-finite one (PyYAML reads ``1e-4`` as text; a saved measurement may be NaN)."""
     if tp is Any or tp is object:
-        return from_plain(value)
+        return from_plain(value) if strict else value
     origin, args = typing.get_origin(tp), typing.get_args(tp)
     if _is_union(tp):
         if value is None and _NONE in args:
             return None
         records = [a for a in args if dataclasses.is_dataclass(a)]
         if records and isinstance(value, dict):  # e.g. ModelSpec | dict: a saved dict is the record's fields
-            return _decode(value, records[0], where)
+            return _decode(value, records[0], where, strict)
         for arg in args:
             if arg is _NONE:
                 continue
             try:
-                return _decode(value, arg, where)
-            except FieldError:
-                continue
+                return _decode(value, arg, where, strict)
+            except FieldError as err:
+                if err.reason is not None:  # text a value type refused: its own message says what is wrong
+                    raise
         raise FieldError(f"field {where!r} is {_show(value)}, which is not a {tp}")
     if origin is Literal:
-        if value in args:
+        if value in args and (not isinstance(value, bool) or bool in map(type, args)):
             return value
         raise FieldError(f"field {where!r} is {_show(value)}, not one of {args}")
     if isinstance(tp, type) and issubclass(tp, enum.Enum):
@@ -180,14 +195,16 @@ def _decode(value: Any, tp: Any, where: str) -> Any:
             return tp(value)
         except ValueError:
             raise FieldError(f"field {where!r} is {_show(value)}, not one of {[m.value for m in tp]}") from None
-    if _is_parsed(tp):
+    if is_value_type(tp):
         if isinstance(value, tp):
             return value
+        if not isinstance(value, str):
+            raise FieldError(f"field {where!r} is {_show(value)}, which is not a {tp.__name__} (text)")
         try:
             return tp.parse(value)
         except (TypeError, ValueError) as err:
             raise FieldError(
-                f"field {where!r} is {_show(value)}, which is not a {tp.__name__}: {problem_of(err)}"
+                f"field {where!r} is {_show(value)}, which is not a {tp.__name__}: {problem_of(err)}", reason=str(err)
             ) from None
     if _is_tensor_type(tp):
         if not isinstance(value, torch.Tensor):
@@ -201,17 +218,17 @@ def _decode(value: Any, tp: Any, where: str) -> Any:
                 f"field {where!r} should be a {tp.__name__} ({len(tp._fields)} items) but is {_show(value)}"
             )
         hints = _hints(tp)
-        return tp(*(_decode(v, hints.get(n, Any), f"{where}.{n}") for n, v in zip(tp._fields, value)))
+        return tp(*(_decode(v, hints.get(n, Any), f"{where}.{n}", strict) for n, v in zip(tp._fields, value)))
     if origin in (tuple, list) or tp in (tuple, list):
         if not isinstance(value, (list, tuple)):
             raise FieldError(f"field {where!r} should be a list but is {_show(value)}")
         if origin is tuple and args and args[-1] is not Ellipsis:
             if len(value) != len(args):
                 raise FieldError(f"field {where!r} should have {len(args)} items but has {len(value)}")
-            items = [_decode(v, a, f"{where}[{i}]") for i, (v, a) in enumerate(zip(value, args))]
+            items = [_decode(v, a, f"{where}[{i}]", strict) for i, (v, a) in enumerate(zip(value, args))]
         else:
             elem = args[0] if args else Any
-            items = [_decode(v, elem, f"{where}[{i}]") for i, v in enumerate(value)]
+            items = [_decode(v, elem, f"{where}[{i}]", strict) for i, v in enumerate(value)]
         return tuple(items) if (origin or tp) is tuple else items
     if origin is dict or tp is dict:
         if not isinstance(value, dict):
@@ -220,7 +237,7 @@ def _decode(value: Any, tp: Any, where: str) -> Any:
         out = {}
         for k, v in value.items():
             key = int(k) if kt is int and isinstance(k, str) and k.lstrip("-").isdigit() else k
-            out[key] = _decode(v, vt, f"{where}[{k!r}]")
+            out[key] = _decode(v, vt, f"{where}[{k!r}]", strict)
         return out
     if dataclasses.is_dataclass(tp):
         if isinstance(value, tp):
@@ -233,13 +250,18 @@ def _decode(value: Any, tp: Any, where: str) -> Any:
             return (
                 from_dict(value)
                 if callable(from_dict) and not getattr(tp, "NESTS_AS_FIELDS", False)
-                else decode_fields(tp, value, where)
+                else decode_fields(tp, value, where, strict)
             )
         except FieldError as err:
             raise FieldError(f"in field {where!r} ({tp.__name__}): {err}") from None
     if tp is float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise FieldError(f"field {where!r} should be a number but is {_show(value)}")
+        if not strict and isinstance(value, str):
+            try:
+                value = float(value)
+            except ValueError:
+                pass
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not (strict or math.isfinite(value)):
+            raise FieldError(f"field {where!r} should be a {'' if strict else 'finite '}number but is {_show(value)}")
         return float(value)
     if tp in (int, bool, str):
         if not isinstance(value, tp) or (tp is int and isinstance(value, bool)):
@@ -248,21 +270,24 @@ def _decode(value: Any, tp: Any, where: str) -> Any:
     return value
 
 
-def decode_value(value: Any, tp: Any, where: str = "value") -> Any:
-    """One plain value (as JSON holds it) turned into the declared type ``tp``, checked on the way.
+def decode_value(value: Any, tp: Any, where: str = "value", strict: bool = True) -> Any:
+    """One plain value (as JSON or YAML holds it) turned into the declared type ``tp``, checked on the way.
 
-    Nested dataclasses are rebuilt from their dicts, lists become tuples where ``tp`` says tuple, enums and
-    parsed value types come back from their text.
+    The one walker over annotations: saved results decode strictly, config values leniently (number text
+    for a float, and only finite floats). Nested dataclasses are rebuilt from their dicts, lists become
+    tuples where ``tp`` says tuple, enums and value types come back from their text.
 
     Args:
         value: the plain value.
         tp: its annotation (e.g. ``dict[str, KnockoutBrief]``).
         where: what it is, for messages.
+        strict: False for what a person wrote (a config file).
 
     Returns:
-        The typed value. Raises :class:`FieldError` naming ``where`` if it does not fit.
+        The typed value. Raises :class:`FieldError` naming ``where`` if it does not fit; its ``reason`` is the
+        message of a value type that refused the text.
     """
-    return _decode(value, tp, where)
+    return _decode(value, tp, where, strict)
 
 
 def encode_fields(obj: Any) -> dict[str, Any]:
@@ -278,13 +303,14 @@ def encode_fields(obj: Any) -> dict[str, Any]:
     return {f.name: _encode(getattr(obj, f.name), hints.get(f.name, Any)) for f in dataclasses.fields(obj)}
 
 
-def decode_fields(cls: type[T], fields: Any, where: str = "") -> T:
+def decode_fields(cls: type[T], fields: Any, where: str = "", strict: bool = True) -> T:
     """Build ``cls`` from the dict :func:`encode_fields` made; every field must be there, and no other.
 
     Args:
         cls: a dataclass.
         fields: ``{field name: encoded value}``.
         where: what ``fields`` is, for messages (e.g. ``"the model spec"``).
+        strict: as in :func:`decode_value`.
 
     Returns:
         The instance. Raises :class:`FieldError` naming an unknown, missing or mistyped field.
@@ -300,7 +326,7 @@ def decode_fields(cls: type[T], fields: Any, where: str = "") -> T:
     if missing:
         raise FieldError(f"{what} lacks field(s) {missing} (a {cls.__name__} has {names})")
     hints = _hints(cls)
-    kwargs = {n: _decode(fields[n], hints.get(n, Any), n) for n in names}
+    kwargs = {n: _decode(fields[n], hints.get(n, Any), n, strict) for n in names}
     try:
         return cls(**kwargs)
     except (ValueError, TypeError, IndexError) as err:

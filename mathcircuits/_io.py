@@ -16,7 +16,8 @@ dataclasses (a :class:`~mathcircuits.models.ModelSpec`, parameter slices).
 * **Header.** The saved dict is ``{"__kind__": "mathcircuits.<Class>",
   "__version__": N, <field>: <value>, ...}``; loading checks the kind and the
   version. Fields are encoded and decoded by their declared types, so tuples
-  come back as tuples and a field of the wrong type is caught.
+  come back as tuples and a field of the wrong type is caught. A stage summary
+  has no header of its own: its stage's marker (``.done.json``) is its header.
 * **Strict fields.** An unknown or a missing field is an error that names the
   file and the field. Every load error is a :class:`ResultFileError` (a
   ``ValueError``) of the form "<file>: <problem>. Fix: <fix>.", including
@@ -114,6 +115,8 @@ def _from_payload(cls: type[T], payload: Any, source: str) -> T:
             f"{source} holds a {type(payload).__name__}, not a saved mathcircuits value. ",
             f"pass the file written by {name}.save().",
         )
+    if not getattr(cls, "HEADER", True):
+        return _decode_checked(cls, dict(payload), source)
     if "__kind__" in payload and "__version__" not in payload and set(payload) == {"__kind__", "fields"}:
         kind, version, fields = payload["__kind__"], 1, from_plain(payload["fields"])  # unversioned .pt (v1)
     elif "__kind__" in payload:
@@ -147,6 +150,12 @@ def _from_payload(cls: type[T], payload: Any, source: str) -> T:
             f"{latest}). ",
             f"{_rerun(cls)}.",
         )
+    return _decode_checked(cls, fields, source)
+
+
+def _decode_checked(cls: type[T], fields: dict[str, Any], source: str) -> T:
+    """The fields (and derived values) of a saved ``cls``, decoded strictly."""
+    name = cls.__name__
     derived = {k: fields.pop(k) for k in getattr(cls, "DERIVED", ()) if k in fields}
     try:
         value = decode_fields(cls, fields)
@@ -207,15 +216,20 @@ class SavedResult:
 
     #: Nested inside another saved value, its fields are stored in place (no header of its own).
     NESTS_AS_FIELDS: ClassVar[bool] = True
+    #: False for a value whose file carries the header (a stage summary inside its stage's marker): its
+    #: dict is its fields alone, still decoded strictly.
+    HEADER: ClassVar[bool] = True
 
     VERSION: ClassVar[int] = 2
     STAGE: ClassVar[str] = ""
     DERIVED: ClassVar[tuple[str, ...]] = ()
 
     def to_dict(self) -> dict[str, Any]:
-        """The value as ``{"__kind__", "__version__", <fields>, <derived>}`` (plain values and CPU tensors)."""
-        derived = {k: getattr(self, k) for k in type(self).DERIVED}
-        return {"__kind__": _kind_of(type(self)), "__version__": type(self).VERSION, **encode_fields(self), **derived}
+        """The value as ``{"__kind__", "__version__", <fields>, <derived>}`` (plain values and CPU tensors; no
+        header where ``HEADER`` is False)."""
+        cls = type(self)
+        head = {"__kind__": _kind_of(cls), "__version__": cls.VERSION} if cls.HEADER else {}
+        return {**head, **encode_fields(self), **{k: getattr(self, k) for k in cls.DERIVED}}
 
     @classmethod
     def from_dict(cls: type[T], d: dict[str, Any], source: str = "the given dict") -> T:  # noqa: PYI019

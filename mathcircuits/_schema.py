@@ -2,7 +2,8 @@
 
 Every config of the library (``GenerationConfig``, ``SFTConfig``, ``PatchingConfig`` ...)
 is a frozen dataclass whose type hints *are* the schema. :func:`check_fields`, called
-from ``__post_init__``, checks each value against its hint (``int``, ``float``, ``bool``,
+from ``__post_init__``, checks each value against its hint with the codec's lenient walker
+(:func:`~mathcircuits._codec.decode_value`: ``int``, ``float``, ``bool``,
 ``str``, ``Literal[...]``, ``tuple[X, ...]``, ``tuple[X, Y]``, ``X | None``) and against
 the range in the field's metadata (:func:`setting`), so a typo fails when the config is
 built, not three stages later. :func:`from_dict` refuses unknown keys, and
@@ -17,12 +18,12 @@ such as a fine-tuning ``Mode``) is written as its text and parsed when the confi
 from __future__ import annotations
 
 import dataclasses
-import math
 import reprlib
 import types
 import typing
 from typing import Any, Literal, TypeVar, Union
 
+from mathcircuits._codec import FieldError, decode_value, is_value_type
 from mathcircuits._errors import FixableError, FixableTypeError, FixableValueError
 
 __all__ = [
@@ -87,11 +88,6 @@ def setting(
     return dataclasses.field(default=default, metadata=meta)
 
 
-def is_value_type(hint: Any) -> bool:
-    """Whether ``hint`` is a value type written as text: a class with ``parse(text)`` (not a record or tuple)."""
-    return isinstance(hint, type) and callable(getattr(hint, "parse", None)) and not issubclass(hint, tuple)
-
-
 def plain(value: Any) -> Any:
     """A config value as plain YAML/JSON data: dataclasses as dicts, value types as their text, tuples as lists.
 
@@ -138,55 +134,6 @@ def type_name(hint: Any) -> str:
     return getattr(hint, "__name__", str(hint))
 
 
-def _conform(value: Any, hint: Any) -> tuple[bool, Any]:
-    """(ok, value converted to the hint's exact type: list → tuple, int → float)."""
-    origin, args = typing.get_origin(hint), typing.get_args(hint)
-    if hint is Any:
-        return True, value
-    if is_value_type(hint):
-        if isinstance(value, hint):
-            return True, value
-        if not isinstance(value, str):
-            return False, value
-        try:
-            return True, hint.parse(value)
-        except ValueError as err:
-            raise ConfigError(str(err)) from None
-    if origin is Literal:
-        return (not isinstance(value, bool) or bool in map(type, args)) and value in args, value
-    if origin in (Union, types.UnionType):
-        for a in args:
-            ok, v = (value is None, value) if a is type(None) else _conform(value, a)
-            if ok:
-                return True, v
-        return False, value
-    if origin is tuple:
-        if not isinstance(value, (list, tuple)):
-            return False, value
-        elems = [args[0]] * len(value) if len(args) == 2 and args[1] is Ellipsis else list(args)
-        if len(elems) != len(value):
-            return False, value
-        out = [_conform(v, h) for v, h in zip(value, elems)]
-        return all(ok for ok, _ in out), tuple(v for _, v in out)
-    if origin is dict or hint is dict:
-        return isinstance(value, dict), value
-    if hint is bool:
-        return isinstance(value, bool), value
-    if hint is int:
-        return isinstance(value, int) and not isinstance(value, bool), value
-    if hint is float:
-        if isinstance(value, str):
-            try:
-                value = float(value)
-            except ValueError:
-                return False, value
-        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-        return ok, float(value) if ok else value
-    if hint is str:
-        return isinstance(value, str), value
-    return True, value  # other hints (callables, classes) are not config values
-
-
 _PLAIN = {
     int: "a whole number, e.g. 4",
     float: "a finite number, e.g. 0.5 or 1.0e-4",
@@ -208,13 +155,13 @@ def _hint_fix(hint: Any, value: Any = None) -> str:
 
 
 def _checked(f: dataclasses.Field, hint: Any, value: Any) -> Any:
-    """``value`` converted to ``hint`` (list → tuple, int → float) and range-checked; else ConfigError."""
+    """``value`` decoded leniently by ``hint`` (list → tuple, int → float) and range-checked; else ConfigError."""
     try:
-        ok, conv = _conform(value, hint)
-    except ConfigError as err:  # a value type's own message says what its text should be
-        raise ConfigError(f"{f.name}={shown(value)}: {err}") from None
-    if not ok:
-        raise ConfigError(f"{f.name}={shown(value)} is not {type_name(hint)}. ", f"{_hint_fix(hint, value)}.")
+        conv = decode_value(value, hint, f.name, strict=False)
+    except FieldError as err:
+        if err.reason is not None:  # a value type's own message says what its text should be
+            raise ConfigError(f"{f.name}={shown(value)}: {err.reason}") from None
+        raise ConfigError(f"{f.name}={shown(value)} is not {type_name(hint)}. ", f"{_hint_fix(hint, value)}.") from None
     _check_range(f, conv)
     return conv
 

@@ -307,7 +307,9 @@ def test_a_stage_summary_keeps_its_peak_memory_through_the_marker():
     s = Brief(n=3, seconds=1.5, peak_memory=PeakMemory(123, "cpu_rss", "cpu", True))
     back = Brief.from_dict(s.to_dict())
     assert back == s and isinstance(back.peak_memory, PeakMemory)
-    assert Brief.from_dict({"n": 1, "seconds": 0.0}).peak_memory is None  # markers written before the field
+    assert Brief.from_dict({"n": 1, "seconds": 0.0, "peak_memory": None}).peak_memory is None
+    with pytest.raises(ValueError, match=r"lacks field\(s\) \['peak_memory'\].*re-run the stage"):
+        Brief.from_dict({"n": 1, "seconds": 0.0})  # a marker written before the field: no migration before 1.0
     assert all("peak_memory" not in line for line in s.lines())
 
 

@@ -9,22 +9,20 @@ library never leaves ``cache-*.arrow`` files inside a saved dataset folder.
 from __future__ import annotations
 
 import dataclasses
-import json
 import random
-import typing
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 import datasets
 import pandas as pd
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from mathcircuits._codec import FieldError, decode_value
 from mathcircuits._errors import FixableFileNotFoundError, FixableValueError
-from mathcircuits._files import atomic_dir, atomic_path, read_json
+from mathcircuits._files import ResultFileError, atomic_dir, atomic_path, read_json
+from mathcircuits._io import SavedResult
 from mathcircuits.data import Operation, load_templates
 from mathcircuits.models import HookedModel, load_hf_model, load_model
 from mathcircuits.models.memory import PeakMemory
@@ -40,47 +38,28 @@ S = TypeVar("S", bound="StageSummary")
 
 
 @dataclass(frozen=True)
-class StageSummary:
-    """What a stage did, in brief: a value that prints itself and round-trips through ``.done.json``.
+class StageSummary(SavedResult):
+    """What a stage did, in brief: a saved result that prints itself and round-trips through ``.done.json``.
 
-    Every field is typed (records between stages are small frozen dataclasses, not dicts), and
-    :meth:`from_dict` rebuilds and checks them by their annotations.
+    Every field is typed (records between stages are small frozen dataclasses, not dicts) and decoded strictly
+    by the codec of every result. The marker is its header, so its dict is its fields alone; one that does not
+    fit (another version wrote it) is refused, naming the stage to re-run.
     """
 
-    seconds: float = dataclasses.field(default=0.0, kw_only=True)
-    #: the stage's peak memory above its start (set by the runner; ``None`` in markers written before it)
-    peak_memory: PeakMemory | None = dataclasses.field(default=None, kw_only=True)
+    HEADER: ClassVar[bool] = False
 
-    def to_dict(self) -> dict[str, Any]:
-        """Plain JSON values (tuples become lists); no ``peak_memory`` key when none was measured."""
-        d = json.loads(json.dumps(dataclasses.asdict(self)))
-        if d.get("peak_memory", 0) is None:
-            del d["peak_memory"]
-        return d
+    seconds: float = dataclasses.field(default=0.0, kw_only=True)
+    #: the stage's peak memory above its start (set by the runner)
+    peak_memory: PeakMemory | None = dataclasses.field(default=None, kw_only=True)
 
     @classmethod
     def from_dict(cls: type[S], d: dict[str, Any], source: Path | str = "summary") -> S:  # noqa: PYI019
         """Rebuild from :meth:`to_dict`; unknown, missing or mistyped fields are an error naming ``source``."""
-        names = {f.name for f in dataclasses.fields(cls)}
-        required = {
-            f.name
-            for f in dataclasses.fields(cls)
-            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
-        }
-        unknown, missing = set(d) - names, required - set(d)
-        if unknown or missing:
-            raise FixableValueError(
-                f"{source} holds a {cls.__name__} with unknown fields {sorted(unknown)} and missing fields "
-                f"{sorted(missing)}. ",
-                "re-run the stage with --force (it was written by another version).",
-            )
-        hints = typing.get_type_hints(cls)
         try:
-            return cls(**{k: decode_value(v, hints[k], k) for k, v in d.items()})
-        except FieldError as err:
+            return super().from_dict(d, source=str(source))  # type: ignore[misc]
+        except ResultFileError as err:
             raise FixableValueError(
-                f"{source} holds a {cls.__name__} that does not fit its fields: {err}. ",
-                "re-run the stage with --force (it was written by another version).",
+                f"{err.problem}. ", "re-run the stage with --force (it was written by another version)."
             ) from None
 
     def lines(self) -> list[str]:
