@@ -17,6 +17,7 @@ import dataclasses
 import enum
 import functools
 import math
+import reprlib
 import types
 import typing
 from typing import Any, Literal, TypeVar, Union
@@ -159,9 +160,19 @@ def _encode(value: Any, tp: Any) -> Any:
     return value
 
 
+_REPR = reprlib.Repr()  # a value in a message is cut short: a YAML alias bomb's repr would take minutes and GBs
+_REPR.maxlevel, _REPR.maxlist, _REPR.maxtuple, _REPR.maxdict, _REPR.maxset = 2, 8, 8, 8, 8
+_REPR.maxstring, _REPR.maxother, _REPR.maxlong = 100, 100, 40
+
+
+def shown(value: Any, limit: int = 200) -> str:
+    """``repr(value)`` cut to a bounded length and depth, for error messages."""
+    text = _REPR.repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def _show(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
+    return shown(value, 60)
 
 
 def _decode(value: Any, tp: Any, where: str, strict: bool) -> Any:

@@ -18,12 +18,11 @@ such as a fine-tuning ``Mode``) is written as its text and parsed when the confi
 from __future__ import annotations
 
 import dataclasses
-import reprlib
 import types
 import typing
 from typing import Any, Literal, TypeVar, Union
 
-from mathcircuits._codec import FieldError, decode_value, is_value_type
+from mathcircuits._codec import FieldError, decode_value, is_value_type, shown
 from mathcircuits._errors import FixableError, FixableTypeError, FixableValueError
 
 __all__ = [
@@ -44,25 +43,6 @@ __all__ = [
 ]
 
 T = TypeVar("T")
-
-_REPR = reprlib.Repr()  # a value in a message is cut short: a YAML alias bomb's repr would take minutes and GBs
-_REPR.maxlevel, _REPR.maxlist, _REPR.maxtuple, _REPR.maxdict, _REPR.maxset = 2, 8, 8, 8, 8
-_REPR.maxstring, _REPR.maxother, _REPR.maxlong = 100, 100, 40
-
-
-def shown(value: Any, limit: int = 200) -> str:
-    """``repr(value)`` cut to a bounded length and depth, for error messages.
-
-    Args:
-        value: any value a user gave.
-        limit: the longest text kept.
-
-    Returns:
-        The text (nested and long values elided with "...").
-    """
-    text = _REPR.repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
 
 class ConfigError(FixableError, ValueError):
     """A configuration value is invalid; the message names the key, the problem and the fix."""

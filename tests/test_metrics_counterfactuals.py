@@ -262,16 +262,17 @@ def test_the_embedded_models_name_their_quantisation():
     assert "Q4_1" in weights_note(EMBEDDED["embedded"].name) and weights_note("tiny-llama") == ""
 
 
-def test_an_identify_summary_written_before_the_totals_still_loads():
-    """Run folders made before issue #23 (e.g. a resumed configs/improve-cpu.yaml run) keep their identify marker."""
+def test_an_identify_summary_written_before_the_totals_is_refused_with_the_rerun_fix():
+    """No format migrations before 1.0 (#38): a marker of an older version names what it lacks and says re-run."""
     from mathcircuits.pipeline import STAGES
 
     old = {"seconds": 1.3, "correct_pairs": {"add": 8}, "patched_operations": ["add"],
            "results": {"add": {"n_pairs": 8, "seconds": 0.27, "top_heads": [[2, 2, -0.1119]]}},
            "key_heads": [[2, 2]], "key_mlps": [1], "key_head_fraction": 0.25, "rule": "topk",
            "top_heads": [[2, 2, -0.10877]], "stability": [0.795]}  # fmt: skip
-    summary = STAGES["identify"].summary.from_dict(old)
-    assert summary.totals == {} and "total effect" not in str(summary)
+    with pytest.raises(ValueError, match=r"lacks field\(s\) \['peak_memory', 'metric', 'totals', 'facts'\]") as err:
+        STAGES["identify"].summary.from_dict(old)
+    assert "Fix: re-run the stage with --force" in str(err.value)
 
 
 def test_identify_takes_operand_counterfactuals(tiny_llama, template_sets):
