@@ -1,3 +1,4 @@
+import ast
 import os
 import random
 
@@ -27,14 +28,41 @@ def _cache_only_our_modules_under_the_jaxtyping_tag() -> None:
     ours = tuple(os.path.join(d, "") for d in importlib.util.find_spec("mathcircuits").submodule_search_locations)
 
     def ours_only(checker_hash, /, path, debug_override=None):
-        if os.fspath(path).startswith(ours):
-            return tagged(checker_hash, path, debug_override)
+        if os.fspath(path).startswith(ours):  # a tag of our own: the transform below differs from jaxtyping's
+            return tagged(checker_hash + "borders", path, debug_override)
         return plain(path, debug_override)
 
     hook._optimized_cache_from_source = ours_only
 
 
+def _check_functions_and_methods_not_closures() -> None:
+    """Type-check every module-level function and method, but not the closures defined inside them.
+
+    jaxtyping's hook decorates nested ``def``s too, so each call of the enclosing function builds a checked
+    wrapper anew (beartype writes and compiles one: 1-4 ms), and the forward hooks made per call are then
+    checked at every layer. Closures here are hooks and key functions typed ``Any``; the borders are the
+    functions and methods a module defines, and those stay checked.
+    """
+    from jaxtyping import _import_hook as hook
+
+    transformer = getattr(hook, "JaxtypingTransformer", None)
+    if transformer is None or not hasattr(transformer, "visit_FunctionDef"):
+        return
+    checked = transformer.visit_FunctionDef
+
+    def visit_function(self, node):
+        if any(isinstance(p, (ast.FunctionDef, ast.AsyncFunctionDef)) for p in getattr(self, "_parents", ())):
+            self._parents.append(node)
+            self.generic_visit(node)
+            self._parents.pop()
+            return node
+        return checked(self, node)
+
+    transformer.visit_FunctionDef = visit_function
+
+
 _cache_only_our_modules_under_the_jaxtyping_tag()
+_check_functions_and_methods_not_closures()
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
