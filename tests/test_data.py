@@ -6,6 +6,7 @@ import pytest
 from mathcircuits.data import (
     GenerationConfig,
     PairError,
+    PairSet,
     TemplateError,
     accuracy_table,
     compute_answer,
@@ -196,9 +197,12 @@ def test_dataset_save_load_round_trip(tmp_path, template_sets):
     import datasets
 
     ds = generate_pairs(tiny_tokenizer(), template_sets, GenerationConfig(n_per_template=2))
-    ds.save_to_disk(tmp_path / "pairs")
-    back = datasets.load_from_disk(str(tmp_path / "pairs"))
-    assert back["prompt"] == ds["prompt"] and back["pos_op"] == ds["pos_op"]
+    ds.save(tmp_path / "pairs")
+    back = PairSet.load(tmp_path / "pairs")
+    assert back.prompts == ds.prompts and back.pos_op == ds.pos_op and back.tokens == ds.tokens
+    assert not list((tmp_path / "pairs").glob("cache-*.arrow"))
+    # the folder is the datasets library's own format, as earlier runs wrote it
+    assert datasets.load_from_disk(str(tmp_path / "pairs")).to_dict() == ds.dataset.to_dict()
 
 
 # ------------------------------------------------------------------ correct pairs for an operation

@@ -44,7 +44,8 @@ from mathcircuits._io import SavedResult
 from mathcircuits.ablation.hooks import Ablation, Scope
 from mathcircuits.ablation.means import HeadMeans, PositionPool
 from mathcircuits.ablation.scorer import KnockoutScorer
-from mathcircuits.data.pairs import PairSet, check_columns
+from mathcircuits.data.pairs import check_columns
+from mathcircuits.data.pairset import PairSet
 from mathcircuits.models import HookedModel
 from mathcircuits.models.spec import ModelSpec
 from mathcircuits.patching import KeyComponents, resolve_heads

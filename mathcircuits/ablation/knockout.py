@@ -52,7 +52,8 @@ from mathcircuits.ablation.hooks import Ablation, Scope, check_choice
 from mathcircuits.ablation.means import HeadMeans, PositionPool, head_means
 from mathcircuits.ablation.result import KnockoutResult
 from mathcircuits.ablation.scorer import KnockoutScorer
-from mathcircuits.data.pairs import PairSet, check_columns
+from mathcircuits.data.pairs import check_columns
+from mathcircuits.data.pairset import PairSet
 from mathcircuits.models import HookedModel
 from mathcircuits.models.spec import ModelSpec
 from mathcircuits.patching import KeyComponents, PatchingResult, resolve_heads

@@ -21,7 +21,8 @@ from torch import Tensor, nn
 from mathcircuits._errors import FixableValueError
 from mathcircuits._io import SavedResult
 from mathcircuits.data.batching import iter_batches
-from mathcircuits.data.pairs import PairSet, check_columns
+from mathcircuits.data.pairs import check_columns
+from mathcircuits.data.pairset import PairSet
 from mathcircuits.models import HookedModel, hooks
 from mathcircuits.models.prefix import PrefixRunner, shared_prefix_len
 from mathcircuits.models.spec import ModelSpec, as_spec, check_model

@@ -35,7 +35,8 @@ from mathcircuits._io import SavedResult
 from mathcircuits.ablation.hooks import Ablation, Scope, z_ablation_hooks
 from mathcircuits.ablation.means import HeadMeans
 from mathcircuits.ablation.scorer import KnockoutScorer
-from mathcircuits.data.pairs import PairSet, check_columns
+from mathcircuits.data.pairs import check_columns
+from mathcircuits.data.pairset import PairSet
 from mathcircuits.models import HookedModel, fast_paths_enabled, hooks
 from mathcircuits.models.families import block_structure
 from mathcircuits.models.readout import final_norm

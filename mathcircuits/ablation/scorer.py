@@ -34,8 +34,9 @@ from torch import Tensor
 from mathcircuits._errors import FixableValueError
 from mathcircuits.ablation.hooks import Ablation, Scope, check_choice, z_ablation_hooks
 from mathcircuits.ablation.means import HeadMeans, PoolKey, PositionPool, head_means
-from mathcircuits.data.filter import length_groups
-from mathcircuits.data.pairs import PairSet, check_columns
+from mathcircuits.data.batching import length_groups
+from mathcircuits.data.pairs import check_columns
+from mathcircuits.data.pairset import PairSet
 from mathcircuits.models import HookedModel, fast_paths_enabled, hooks
 from mathcircuits.models.integrity import compare, model_depth, model_dtype, probe_pairs, verify_once
 from mathcircuits.models.placement import layer_device

@@ -46,7 +46,8 @@ from mathcircuits.ablation.hooks import Ablation, Scope, check_choice
 from mathcircuits.ablation.means import HeadMeans, PositionPool
 from mathcircuits.ablation.result import MEASURED, NOT_MEASURABLE, TransferResult, TransferRow
 from mathcircuits.ablation.scorer import KnockoutScorer
-from mathcircuits.data.pairs import PairSet, check_columns
+from mathcircuits.data.pairs import check_columns
+from mathcircuits.data.pairset import PairSet
 from mathcircuits.models import HookedModel
 from mathcircuits.patching import KeyComponents, resolve_heads
 from mathcircuits.stats import DEFAULT_CONFIDENCE, wilson_interval

@@ -44,7 +44,8 @@ from mathcircuits._errors import FixableValueError
 from mathcircuits._io import SavedResult
 from mathcircuits.analysis.roles import OP, ROLES, A, B, classify_heads, role_masks, role_shares, sink_mask
 from mathcircuits.data.batching import iter_batches
-from mathcircuits.data.pairs import PairSet, operation_rows, pair_columns
+from mathcircuits.data.pairs import operation_rows, pair_columns
+from mathcircuits.data.pairset import PairSet
 from mathcircuits.models import Head, HookedModel, hooks
 from mathcircuits.models.prefix import PrefixRunner
 from mathcircuits.models.spec import ModelSpec

@@ -77,7 +77,8 @@ from mathcircuits._errors import FixableIndexError, FixableValueError
 from mathcircuits.analysis.probe_result import PROBES, SPACES, MLPProbeResult, ProbeSettings, Space
 from mathcircuits.data import answer_spacing
 from mathcircuits.data.batching import iter_batches
-from mathcircuits.data.pairs import PairSet, pair_columns, template_keys, token_strings
+from mathcircuits.data.pairs import pair_columns, token_strings
+from mathcircuits.data.pairset import PairSet
 from mathcircuits.models import HookedModel, hooks
 from mathcircuits.models.families import block_structure
 from mathcircuits.models.placement import unembed_columns
@@ -218,7 +219,7 @@ def mlp_probes(
     case: dict[str, Any] = {}
     reads = structure.mlp_reads  # hook_resid_mid, or hook_resid_pre in parallel blocks
     kinds = [reads, "hook_mlp_out", "hook_resid_post"] + (["mlp.hook_in"] if space == "raw" else [])
-    by_template = {"tokens": cols["tokens"], "template_id": template_keys(dataset)}
+    by_template = {"tokens": cols["tokens"], "template_id": dataset.template_keys()}
     prefixes: dict[tuple[int, ...], Any] = {}  # clean prefix KV caches, shared by the batches of a template
     for idx, batch in iter_batches(by_template, batch_size, model.device, group_by="template_id"):
         toks = batch["tokens"]

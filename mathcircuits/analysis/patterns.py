@@ -25,7 +25,8 @@ from mathcircuits._errors import FixableIndexError
 from mathcircuits._io import SavedResult
 from mathcircuits.analysis.attention import ROLE_COLUMNS
 from mathcircuits.analysis.roles import ROLES, role_masks
-from mathcircuits.data.pairs import PairSet, pair_columns, token_strings
+from mathcircuits.data.pairs import pair_columns, token_strings
+from mathcircuits.data.pairset import PairSet
 from mathcircuits.models import Head, HookedModel, hooks
 from mathcircuits.models.spec import ModelSpec
 from mathcircuits.patching import KeyComponents, resolve_heads

@@ -56,7 +56,7 @@ from mathcircuits.circuit.plateau import round_saturated
 from mathcircuits.circuit.reference import reference_edges
 from mathcircuits.circuit.result import Circuit, CircuitData, CircuitSettings, DiscoveryRound, Edge, Node
 from mathcircuits.circuit.subcircuits import wiring_of
-from mathcircuits.data.pairs import PairSet, check_token_aligned
+from mathcircuits.data.pairset import PairSet, check_token_aligned
 from mathcircuits.models import HookedModel, ModelSpec
 from mathcircuits.patching import KeyComponents, Metric, MetricName, get_metric, resolve_heads
 from mathcircuits.stats import bootstrap_statistic

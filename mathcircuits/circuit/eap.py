@@ -52,7 +52,7 @@ from mathcircuits.circuit.edge_scores import INPUT, EdgeScores, graph_edges
 from mathcircuits.circuit.intervene import RunScore, answer_logprob
 from mathcircuits.circuit.mib import MIBMetric, _first_difference, _logit_diff
 from mathcircuits.circuit.pair_cache import PairCache, pair_cache
-from mathcircuits.data.pairs import PairSet
+from mathcircuits.data.pairset import PairSet
 from mathcircuits.models import HookedModel, hooks
 from mathcircuits.models.changes import attn_change, attn_pre_norm_name
 from mathcircuits.models.families import block_structure

@@ -44,7 +44,7 @@ from mathcircuits.circuit.intervene import LOGITS, NodeKey, Wiring, answer_logpr
 from mathcircuits.circuit.mib_result import MIB_PERCENTAGES, MIBScores
 from mathcircuits.circuit.mib_run import edge_masks, masked_run
 from mathcircuits.circuit.wiring import input_node, prefix_kv
-from mathcircuits.data.pairs import PairSet
+from mathcircuits.data.pairset import PairSet
 from mathcircuits.models import HookedModel
 from mathcircuits.models.families import block_structure
 from mathcircuits.models.integrity import compare, model_depth, model_dtype, verify_once

@@ -7,13 +7,14 @@
 * :mod:`~mathcircuits.data.filter` — score a model on pairs, keep the correct ones;
 * :mod:`~mathcircuits.data.facts` — the ``(operation, a, b)`` of a pair, and splits that share no fact;
 * :mod:`~mathcircuits.data.correct` — all three for one operation in one call, and fresh pairs disjoint from given ones;
-* :mod:`~mathcircuits.data.pairs` — the pair set (:data:`PairSet`), its one column check, equal-length batches;
+* :mod:`~mathcircuits.data.pairset` — the pair set (:class:`PairSet`): typed accessors, selections, batches, save/load;
+* :mod:`~mathcircuits.data.pairs` — the columns of a pair set, their one check, a batch's tensors;
 * :mod:`~mathcircuits.data.benchmark_files` — where benchmark files are, and their one reader;
 * :mod:`~mathcircuits.data.word_problems` — word problems as direct-answer prompts;
 * :mod:`~mathcircuits.data.mib_kinds` — MIB's arithmetic counterfactual kinds and prompt form (``data_templates/mib``).
 """
 
-from mathcircuits.data.batching import iter_batches
+from mathcircuits.data.batching import iter_batches, length_groups, padded_groups
 from mathcircuits.data.benchmark_files import (
     decontaminate,
     default_benchmark_root,
@@ -24,22 +25,12 @@ from mathcircuits.data.benchmark_files import (
 )
 from mathcircuits.data.correct import correct_pairs, fresh_pairs
 from mathcircuits.data.facts import Fact, drop_facts, fact_of, facts_of, split_facts
-from mathcircuits.data.filter import accuracy_table, filter_correct, length_groups, padded_groups, score_pairs
+from mathcircuits.data.filter import accuracy_table, filter_correct, score_pairs
 from mathcircuits.data.generate import GenerationConfig, generate_pairs
 from mathcircuits.data.mib_kinds import MIB_KINDS, MIBCounterfactual, mib_cf_operands, mib_template_dir
 from mathcircuits.data.operands import PairError, compute_answer, operand_pairs
-from mathcircuits.data.pairs import (
-    PairBatch,
-    PairSet,
-    check_columns,
-    check_token_aligned,
-    operation_rows,
-    pair_batches,
-    pair_columns,
-    pair_keys,
-    template_keys,
-    token_strings,
-)
+from mathcircuits.data.pairs import PairBatch, check_columns, operation_rows, pair_columns, token_strings
+from mathcircuits.data.pairset import Field, PairSet, check_token_aligned, pair_batches, pair_keys
 from mathcircuits.data.render import answer_spacing, prompt_start, render_pair
 from mathcircuits.data.templates import (
     OPERATIONS,
@@ -55,6 +46,7 @@ from mathcircuits.data.word_problems import word_problem_dataset
 
 __all__ = [
     "Fact",
+    "Field",
     "GenerationConfig",
     "MIBCounterfactual",
     "MIB_KINDS",
@@ -101,7 +93,6 @@ __all__ = [
     "render_pair",
     "score_pairs",
     "split_facts",
-    "template_keys",
     "token_strings",
     "word_problem_dataset",
 ]

@@ -38,7 +38,7 @@ from torch import Tensor
 
 from mathcircuits._errors import FixableValueError
 from mathcircuits.data import GenerationConfig, answer_spacing, generate_pairs
-from mathcircuits.data.filter import length_groups
+from mathcircuits.data.batching import length_groups
 from mathcircuits.data.templates import TemplateSet
 from mathcircuits.models import HookedModel, hooks
 from mathcircuits.models.families import block_structure

@@ -22,7 +22,7 @@ from tqdm.auto import tqdm
 
 from mathcircuits._errors import FixableValueError
 from mathcircuits._schema import expect, expect_pairs
-from mathcircuits.data.pairs import PairSet, check_token_aligned, pair_batches, pair_keys
+from mathcircuits.data.pairset import PairSet, check_token_aligned, pair_batches, pair_keys
 from mathcircuits.models import HookedModel, fast_paths_enabled
 from mathcircuits.models.integrity import model_dtype, verify_once
 from mathcircuits.models.placement import unloadable_parameters

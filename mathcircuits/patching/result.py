@@ -30,7 +30,7 @@ from torch import Tensor, nn
 
 from mathcircuits._errors import FixableValueError
 from mathcircuits._io import SavedResult
-from mathcircuits.data.pairs import PairSet, pair_keys
+from mathcircuits.data.pairset import PairSet, pair_keys
 from mathcircuits.models import HookedModel
 from mathcircuits.models.heads import Head
 from mathcircuits.models.spec import ModelSpec, check_model
