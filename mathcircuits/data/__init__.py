@@ -30,7 +30,7 @@ from mathcircuits.data.generate import GenerationConfig, generate_pairs
 from mathcircuits.data.mib_kinds import MIB_KINDS, MIBCounterfactual, mib_cf_operands, mib_template_dir
 from mathcircuits.data.operands import PairError, compute_answer, operand_pairs
 from mathcircuits.data.pairs import PairBatch, check_columns, operation_rows, pair_columns, token_strings
-from mathcircuits.data.pairset import Field, PairSet, check_token_aligned, pair_batches, pair_keys
+from mathcircuits.data.pairset import Field, PairSet, Side, check_token_aligned, pair_batches, pair_keys
 from mathcircuits.data.render import answer_spacing, prompt_start, render_pair
 from mathcircuits.data.templates import (
     OPERATIONS,
@@ -55,6 +55,7 @@ __all__ = [
     "PairBatch",
     "PairError",
     "PairSet",
+    "Side",
     "Template",
     "TemplateError",
     "TemplateSet",

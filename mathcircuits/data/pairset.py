@@ -21,7 +21,7 @@ from mathcircuits._files import atomic_dir
 from mathcircuits.data.batching import iter_batches
 from mathcircuits.data.pairs import PairBatch, check_columns
 
-__all__ = ["Field", "PairSet", "check_token_aligned", "pair_batches", "pair_keys"]
+__all__ = ["Field", "PairSet", "Side", "check_token_aligned", "pair_batches", "pair_keys"]
 
 #: A column a pair set may have (``has`` asks for one; the properties read them).
 Field = Literal[
@@ -29,6 +29,9 @@ Field = Literal[
     "pos_a", "pos_b", "pos_op", "pos_last", "operation", "template_id", "pair_id", "prompt", "cf_prompt",
     "answer", "a", "b", "correct", "logp_answer", "fact_stage",
 ]  # fmt: skip
+
+#: One prompt of every pair: the reference (``"tokens"``) or the counterfactual (``"cf_tokens"``).
+Side = Literal["tokens", "cf_tokens"]
 
 
 class PairSet:
@@ -104,6 +107,10 @@ class PairSet:
     def cf_tokens(self) -> tuple[tuple[int, ...], ...]:
         """Each counterfactual prompt's token ids (as many as the reference's)."""
         return self._ids("cf_tokens")
+
+    def side(self, side: Side) -> tuple[tuple[int, ...], ...]:
+        """The reference prompts' tokens (``"tokens"``) or the counterfactual ones (``"cf_tokens"``)."""
+        return self._ids(side)
 
     @property
     def answer_token(self) -> tuple[int, ...]:
