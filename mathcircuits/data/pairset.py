@@ -87,15 +87,15 @@ class PairSet:
         """Refuse a set without ``fields`` or without pairs, naming ``caller`` and the fix."""
         check_columns(self._data, fields, caller)
 
-    def _col(self, name: Field) -> tuple[Any, ...]:
-        if name not in self._cache:
+    def _col(self, name: Field, convert: Any = None) -> tuple[Any, ...]:
+        if name not in self._cache:  # read once: a Dataset column read converts the whole column each time
             if name not in self._data.column_names:
                 check_columns(self._data, (name,), f"PairSet.{name}")
-            self._cache[name] = tuple(self._data[name])
+            self._cache[name] = tuple(self._data[name] if convert is None else map(convert, self._data[name]))
         return self._cache[name]
 
     def _ids(self, name: Field) -> tuple[tuple[int, ...], ...]:
-        return tuple(tuple(t) for t in self._col(name))
+        return self._col(name, tuple)
 
     # the pair's tokens and positions
     @property
@@ -171,7 +171,7 @@ class PairSet:
     @property
     def pair_ids(self) -> tuple[int, ...]:
         """Each pair's id within its generation."""
-        return tuple(int(i) for i in self._col("pair_id"))
+        return self._col("pair_id", int)
 
     @property
     def prompts(self) -> tuple[str, ...]:
@@ -181,17 +181,17 @@ class PairSet:
     @property
     def answers(self) -> tuple[str, ...]:
         """Each answer's text."""
-        return tuple(str(a) for a in self._col("answer"))
+        return self._col("answer", str)
 
     @property
     def a(self) -> tuple[int, ...]:
         """Each first operand."""
-        return tuple(int(x) for x in self._col("a"))
+        return self._col("a", int)
 
     @property
     def b(self) -> tuple[int, ...]:
         """Each second operand."""
-        return tuple(int(x) for x in self._col("b"))
+        return self._col("b", int)
 
     @property
     def correct(self) -> tuple[bool, ...]:
