@@ -6,6 +6,7 @@
 * :mod:`~mathcircuits.data.render` — one pair from a template: few-shot prefix, answer spacing, token positions;
 * :mod:`~mathcircuits.data.filter` — score a model on pairs, keep the correct ones;
 * :mod:`~mathcircuits.data.facts` — the ``(operation, a, b)`` of a pair, and splits that share no fact;
+* :mod:`~mathcircuits.data.swaps` — operand-swap pairs ``(a, b)`` → ``(a′, b)`` for patching a number's state;
 * :mod:`~mathcircuits.data.correct` — all three for one operation in one call, and fresh pairs disjoint from given ones;
 * :mod:`~mathcircuits.data.pairset` — the pair set (:class:`PairSet`): typed accessors, selections, batches, save/load;
 * :mod:`~mathcircuits.data.pairs` — the columns of a pair set, their one check, a batch's tensors;
@@ -31,7 +32,8 @@ from mathcircuits.data.mib_kinds import MIB_KINDS, MIBCounterfactual, mib_cf_ope
 from mathcircuits.data.operands import PairError, compute_answer, operand_pairs
 from mathcircuits.data.pairs import PairBatch, check_columns, operation_rows, pair_columns, token_strings
 from mathcircuits.data.pairset import Field, PairSet, Side, check_token_aligned, pair_batches, pair_keys
-from mathcircuits.data.render import answer_spacing, prompt_start, render_pair
+from mathcircuits.data.render import answer_spacing, prompt_start, render_pair, render_prompt
+from mathcircuits.data.swaps import swap_pairs
 from mathcircuits.data.templates import (
     OPERATIONS,
     Operation,
@@ -92,8 +94,10 @@ __all__ = [
     "prompt_start",
     "record_question",
     "render_pair",
+    "render_prompt",
     "score_pairs",
     "split_facts",
+    "swap_pairs",
     "token_strings",
     "word_problem_dataset",
 ]

@@ -27,7 +27,7 @@ __all__ = ["Field", "PairSet", "Side", "check_token_aligned", "pair_batches", "p
 Field = Literal[
     "tokens", "cf_tokens", "answer_token", "answer_tokens", "cf_answer_tokens", "n_tokens", "prefix_len",
     "pos_a", "pos_b", "pos_op", "pos_last", "operation", "template_id", "pair_id", "prompt", "cf_prompt",
-    "answer", "a", "b", "correct", "logp_answer", "fact_stage",
+    "answer", "a", "b", "cf_a", "correct", "logp_answer", "fact_stage",
 ]  # fmt: skip
 
 #: One prompt of every pair: the reference (``"tokens"``) or the counterfactual (``"cf_tokens"``).
@@ -192,6 +192,11 @@ class PairSet:
     def b(self) -> tuple[int, ...]:
         """Each second operand."""
         return self._col("b", int)
+
+    @property
+    def cf_a(self) -> tuple[int, ...]:
+        """Each counterfactual's first operand (operand-swap pairs)."""
+        return self._col("cf_a", int)
 
     @property
     def correct(self) -> tuple[bool, ...]:
