@@ -286,9 +286,9 @@ def discover_circuit(
         n_pairs=len(dataset),
         confidence=confidence,
         data=CircuitData(
-            operations=sorted(set(dataset["operation"])) if "operation" in dataset.column_names else [],
-            templates=sorted(set(dataset["template_id"])) if "template_id" in dataset.column_names else [],
-            pair_ids=list(dataset["pair_id"]) if "pair_id" in dataset.column_names else [],
+            operations=sorted(set(dataset.operations)) if dataset.has("operation") else [],
+            templates=sorted(set(dataset.template_ids)) if dataset.has("template_id") else [],
+            pair_ids=list(dataset.pair_ids) if dataset.has("pair_id") else [],
         ),
         settings=CircuitSettings(
             key_heads=None if key_heads is None else [list(h) for h in key_heads],

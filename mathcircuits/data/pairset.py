@@ -34,6 +34,10 @@ Field = Literal[
 Side = Literal["tokens", "cf_tokens"]
 
 
+def _positions(value: Any) -> tuple[int, ...]:
+    return (int(value),) if isinstance(value, int) else tuple(value)
+
+
 class PairSet:
     """Prompt pairs; immutable (every operation returns a new set), read through typed properties."""
 
@@ -97,6 +101,9 @@ class PairSet:
     def _ids(self, name: Field) -> tuple[tuple[int, ...], ...]:
         return self._col(name, tuple)
 
+    def _positions(self, name: Field) -> tuple[tuple[int, ...], ...]:
+        return self._col(name, _positions)  # sets built by hand may give one position as an int
+
     # the pair's tokens and positions
     @property
     def tokens(self) -> tuple[tuple[int, ...], ...]:
@@ -140,17 +147,17 @@ class PairSet:
     @property
     def pos_a(self) -> tuple[tuple[int, ...], ...]:
         """Positions of the first operand's tokens."""
-        return self._ids("pos_a")
+        return self._positions("pos_a")
 
     @property
     def pos_b(self) -> tuple[tuple[int, ...], ...]:
         """Positions of the second operand's tokens."""
-        return self._ids("pos_b")
+        return self._positions("pos_b")
 
     @property
     def pos_op(self) -> tuple[tuple[int, ...], ...]:
         """Positions of the operator's tokens."""
-        return self._ids("pos_op")
+        return self._positions("pos_op")
 
     @property
     def pos_last(self) -> tuple[int, ...]:
