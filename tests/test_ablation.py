@@ -166,7 +166,7 @@ def test_knockout_curve_is_ablated_accuracy_in_rank_order(planted, tmp_path):
     # each point of the ranked curve is the accuracy with exactly the first k ranked heads knocked out
     for k, acc in zip(ko.ks, ko.ranked_accuracy):
         assert acc == pytest.approx(ablated_accuracy(model, ds, ko.ranked_heads[:k], means))
-    clean = sum(score_pairs(model, ds)["correct"]) / len(ds)
+    clean = sum(score_pairs(model, ds).correct) / len(ds)
     assert ko.baseline_accuracy == clean == 1.0
     assert torch.all(ko.random_accuracy[:, 0] == clean)
     assert ko.ranked_accuracy[2] < ko.ranked_accuracy[1], "the second planted head completes the knockout"
@@ -293,7 +293,7 @@ def test_transfer_on_a_near_chance_model_is_not_measurable(tiny_llama, pairs, te
     df = tr.to_dataframe()
     assert list(df["dataset"]) == ["add", "mul"]
     for row in tr.rows:  # the random tiny model answers (almost) nothing, so no transfer is reported
-        clean = sum(score_pairs(tiny_llama, pairs if row.dataset == "add" else other)["correct"])
+        clean = sum(score_pairs(tiny_llama, pairs if row.dataset == "add" else other).correct)
         assert row.n_correct == clean and row.clean_low - 1e-12 <= row.clean_accuracy <= row.clean_high
         assert row.status == "not measurable on this model" and math.isnan(row.key_ablated_accuracy)
     with pytest.raises(IndexError):

@@ -268,7 +268,7 @@ def test_identify_and_validate_pairs_are_disjoint_and_cover_the_order():
     assert not set(ident.pair_ids) & set(fresh.pair_ids)
     assert set(fresh.operations) == {"add"}
     assert list(select_pairs(ds, "add", 30).pair_ids) == list(ident.pair_ids) + list(
-        select_pairs(ds, "add", 20, skip=10)["pair_id"]
+        select_pairs(ds, "add", 20, skip=10).pair_ids
     )  # the same seeded order, cut in two
     assert len(select_pairs(ds, "add", 5, skip=25)) == 0  # nothing left after identify: empty, no error
     with pytest.raises(ValueError, match="skip"):

@@ -77,7 +77,7 @@ def _z(gemma, toks, fwd_hooks=()):
 
 def test_knockout_changes_exactly_the_ablated_heads(gemma, pairs):
     means = head_means(gemma, pairs)
-    toks = torch.tensor(pairs["tokens"][:2])
+    toks = torch.tensor(pairs.tokens[:2])
     clean = _z(gemma, toks)
     ablated = _z(gemma, toks, mean_ablation_hooks(gemma, [(LAYER, 0), (LAYER, 2)], means, "all"))
     for layer in range(LAYER):
@@ -122,7 +122,7 @@ def test_a_head_slice_changes_only_its_own_head_and_kv_changes_the_whole_layer(g
     by = head_slices(plain, [(LAYER, 1)], kv_policy="group").by_name()
     del plain
     pre = f"model.layers.{LAYER}.self_attn."
-    toks = torch.tensor(pairs["tokens"][:2])
+    toks = torch.tensor(pairs.tokens[:2])
     clean = _z(gemma, toks)[hooks.z(LAYER)]
 
     def changed(z):

@@ -20,7 +20,6 @@ from torch import Tensor, nn
 
 from mathcircuits._errors import FixableValueError
 from mathcircuits._io import SavedResult
-from mathcircuits.data.batching import iter_batches
 from mathcircuits.data.pairset import PairSet, Side
 from mathcircuits.models import HookedModel, hooks
 from mathcircuits.models.prefix import PrefixRunner, shared_prefix_len
@@ -100,9 +99,7 @@ def head_means(model: HookedModel, dataset: PairSet, column: Side = "cf_tokens",
     total = torch.zeros(spec.n_layers, spec.n_heads, spec.d_head, dtype=torch.float64, device="cpu")
     count = 0
     seqs = dataset.side(column)
-    cols = {"tokens": seqs, "template_id": dataset.template_keys()}
-    for _, batch in iter_batches(cols, batch_size, model.device, group_by="template_id"):
-        toks = batch["tokens"]
+    for _, toks in dataset.prompt_batches(batch_size, model.device, column):
 
         def make(layer: int, weight: int) -> Any:
             def hook(act: Tensor, hook: Any) -> None:  # the prefix run has one row standing for `weight` rows

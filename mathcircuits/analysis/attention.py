@@ -43,7 +43,6 @@ from torch import Tensor
 from mathcircuits._errors import FixableValueError
 from mathcircuits._io import SavedResult
 from mathcircuits.analysis.roles import OP, ROLES, A, B, classify_heads, role_masks, role_shares, sink_mask
-from mathcircuits.data.batching import iter_batches
 from mathcircuits.data.pairs import operation_rows
 from mathcircuits.data.pairset import Field, PairSet
 from mathcircuits.models import Head, HookedModel, hooks
@@ -317,7 +316,7 @@ def attention_by_role(
         model: the :class:`~mathcircuits.models.HookedModel` to run.
         dataset: pairs with the columns in ``ROLE_COLUMNS``.
         heads: the heads to measure: a ``KeyComponents`` or a list of ``(layer, head)``.
-        batch_size: pairs per forward pass (batches are grouped by ``template_id``).
+        batch_size: pairs per forward pass (batches are grouped by template).
         min_share: least mean attention share on a role for a head to be classed by it (fraction, 0..1).
         min_lift: least ratio of that share to the role's uniform baseline share.
 
@@ -354,10 +353,8 @@ def attention_by_role(
     baselines = torch.stack([m.float().sum(1) / m.shape[1] for m in masks])
     sinks = [sink_mask(m) for m in masks]
     sink_baselines = torch.stack([s.float().mean() for s in sinks])
-    by_template = {"tokens": dataset.tokens, "template_id": dataset.template_ids}
     prefixes: dict[tuple[int, ...], Any] = {}  # clean prefix KV caches, shared by the batches of a template
-    for idx, batch in iter_batches(by_template, batch_size, model.device, group_by="template_id"):
-        toks = batch["tokens"]
+    for idx, toks in dataset.prompt_batches(batch_size, model.device):
         rows: dict[int, Tensor] = {}
 
         def keep_last_row(layer: int, rows: dict[int, Tensor] = rows):  # bound now: the loop rebinds `rows`

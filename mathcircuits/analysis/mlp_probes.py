@@ -75,7 +75,6 @@ from transformers import PreTrainedTokenizerBase
 from mathcircuits._errors import FixableIndexError, FixableValueError
 from mathcircuits.analysis.probe_result import PROBES, SPACES, MLPProbeResult, ProbeSettings, Space
 from mathcircuits.data import answer_spacing
-from mathcircuits.data.batching import iter_batches
 from mathcircuits.data.pairs import token_strings
 from mathcircuits.data.pairset import PairSet
 from mathcircuits.models import HookedModel, hooks
@@ -216,10 +215,8 @@ def mlp_probes(
     case: dict[str, Any] = {}
     reads = structure.mlp_reads  # hook_resid_mid, or hook_resid_pre in parallel blocks
     kinds = [reads, "hook_mlp_out", "hook_resid_post"] + (["mlp.hook_in"] if space == "raw" else [])
-    by_template = {"tokens": dataset.tokens, "template_id": dataset.template_keys()}
     prefixes: dict[tuple[int, ...], Any] = {}  # clean prefix KV caches, shared by the batches of a template
-    for idx, batch in iter_batches(by_template, batch_size, model.device, group_by="template_id"):
-        toks = batch["tokens"]
+    for idx, toks in dataset.prompt_batches(batch_size, model.device):
         store: dict[str, Tensor] = {}
 
         # keyed by the name we asked for: the bridge reports aliases under their canonical names

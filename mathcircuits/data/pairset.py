@@ -9,12 +9,13 @@ the column check's error. ``save``/``load`` keep the ``save_to_disk`` folder for
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
 import datasets
 import torch
+from torch import Tensor
 
 from mathcircuits._errors import FixableFileNotFoundError, FixableValueError
 from mathcircuits._files import atomic_dir
@@ -27,7 +28,7 @@ __all__ = ["Field", "PairSet", "Side", "check_token_aligned", "pair_batches", "p
 Field = Literal[
     "tokens", "cf_tokens", "answer_token", "answer_tokens", "cf_answer_tokens", "n_tokens", "prefix_len",
     "pos_a", "pos_b", "pos_op", "pos_last", "operation", "template_id", "pair_id", "prompt", "cf_prompt",
-    "answer", "a", "b", "cf_a", "correct", "logp_answer", "fact_stage",
+    "answer", "a", "b", "cf_a", "correct", "first_correct", "p_answer", "logp_answer", "form", "fact_stage",
 ]  # fmt: skip
 
 #: One prompt of every pair: the reference (``"tokens"``) or the counterfactual (``"cf_tokens"``).
@@ -176,6 +177,11 @@ class PairSet:
         return self._col("template_id")
 
     @property
+    def forms(self) -> tuple[str, ...]:
+        """Each pair's template form (``"equation"``, ``"question"``, ...)."""
+        return self._col("form")
+
+    @property
     def pair_ids(self) -> tuple[int, ...]:
         """Each pair's id within its generation."""
         return self._col("pair_id", int)
@@ -211,6 +217,16 @@ class PairSet:
         return self._col("correct")
 
     @property
+    def p_answer(self) -> tuple[float, ...]:
+        """Each answer's first-token probability (after ``score_pairs``)."""
+        return self._col("p_answer")
+
+    @property
+    def first_correct(self) -> tuple[bool, ...]:
+        """Whether the model got each answer's first token right (after ``score_pairs``)."""
+        return self._col("first_correct")
+
+    @property
     def logp_answer(self) -> tuple[float, ...]:
         """Each answer's teacher-forced log-probability (after ``score_pairs``)."""
         return self._col("logp_answer")
@@ -223,20 +239,6 @@ class PairSet:
     def template_keys(self) -> tuple[Any, ...]:
         """Each pair's template id (``0`` for all when the set has none): batches grouped by it share a prefix."""
         return self.template_ids if self.has("template_id") else (0,) * len(self)
-
-    # TRANSITIONAL (removed once every consumer reads the properties)
-    def __getitem__(self, key: Any) -> Any:
-        return self._data[key]
-
-    def __iter__(self) -> Any:
-        return iter(self._data)
-
-    @property
-    def column_names(self) -> list[str]:
-        return self._data.column_names
-
-    def filter(self, fn: Any) -> PairSet:
-        return PairSet(self._data.filter(fn))
 
     # new sets
     def select(self, indices: Iterable[int]) -> PairSet:
@@ -293,6 +295,14 @@ class PairSet:
             keys = [f"{k}|{len(a)}" for k, a in zip(keys, cols["answers"])]
         cols["group"] = keys  # one template per batch: its few-shot prefix runs once
         return [PairBatch(idx=idx, **b) for idx, b in iter_batches(cols, size, device, group_by="group")]
+
+    def prompt_batches(
+        self, size: int, device: torch.device | str, side: Side = "tokens"
+    ) -> Iterator[tuple[list[int], Tensor]]:
+        """``(row indices, [batch, seq] tokens)`` of one side's prompts, of equal length and one template."""
+        cols = {"tokens": self.side(side), "template_id": self.template_keys()}
+        for idx, batch in iter_batches(cols, size, device, group_by="template_id"):
+            yield idx, batch["tokens"]
 
 
 def pair_batches(pairs: PairSet, batch_size: int, device: torch.device | str, answers: bool = False) -> list[PairBatch]:
