@@ -24,7 +24,15 @@ from accelerate.utils import has_offloaded_params
 from mathcircuits.ablation import head_means, knockout_curve
 from mathcircuits.analysis import attention_by_role, mlp_probes
 from mathcircuits.circuit import Receiver, discover_circuit, exact_edges, faithfulness, pair_cache, upstream_senders
-from mathcircuits.data import GenerationConfig, PairBatch, generate_pairs, load_templates, pair_batches, score_pairs
+from mathcircuits.data import (
+    GenerationConfig,
+    PairBatch,
+    generate_pairs,
+    load_templates,
+    pair_batches,
+    score_pairs,
+    swap_pairs,
+)
 from mathcircuits.models import (
     MemoryMeter,
     PeakMemory,
@@ -45,7 +53,6 @@ from mathcircuits.numbers import (
     number_contexts,
     number_states,
     operand_grid,
-    patch_pairs,
     subspace_shifts,
 )
 from mathcircuits.patching import (
@@ -157,7 +164,7 @@ def test_data_scoring_and_the_number_analyses_of_a_split_model_equal_the_whole_m
     contexts = number_contexts(whole.tokenizer, sets, ("add",), 2)
     na, nb = number_states(whole, range(12), contexts), number_states(split, range(12), contexts)
     assert torch.allclose(na.states, nb.states, atol=1e-5) and na.states[:, :, -1].abs().sum() > 0
-    pairs = patch_pairs(whole.tokenizer, sets, "add_eq_1", range(6), range(3), 4, fewshot=False)
+    pairs = swap_pairs(whole.tokenizer, sets, "add_eq_1", range(6), range(3), 4, fewshot=False)
     d = whole.spec.d_model
     subspaces = {1: [None, torch.eye(d)[:, :8]]}
     pa, pb = subspace_shifts(whole, pairs, subspaces), subspace_shifts(split, pairs, subspaces)

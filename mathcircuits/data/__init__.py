@@ -30,7 +30,7 @@ from mathcircuits.data.filter import accuracy_table, filter_correct, score_pairs
 from mathcircuits.data.generate import GenerationConfig, generate_pairs
 from mathcircuits.data.mib_kinds import MIB_KINDS, MIBCounterfactual, mib_cf_operands, mib_template_dir
 from mathcircuits.data.operands import PairError, compute_answer, operand_pairs
-from mathcircuits.data.pairs import PairBatch, check_columns, operation_rows, pair_columns, token_strings
+from mathcircuits.data.pairs import PairBatch, operation_rows, token_strings
 from mathcircuits.data.pairset import Field, PairSet, Side, check_token_aligned, pair_batches, pair_keys
 from mathcircuits.data.render import answer_spacing, prompt_start, render_pair, render_prompt
 from mathcircuits.data.swaps import swap_pairs
@@ -63,7 +63,6 @@ __all__ = [
     "TemplateSet",
     "accuracy_table",
     "answer_spacing",
-    "check_columns",
     "check_token_aligned",
     "compute_answer",
     "correct_pairs",
@@ -87,7 +86,6 @@ __all__ = [
     "operation_rows",
     "padded_groups",
     "pair_batches",
-    "pair_columns",
     "pair_keys",
     "read_benchmark_split",
     "read_word_problems",

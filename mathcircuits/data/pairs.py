@@ -26,7 +26,7 @@ from torch import Tensor
 
 from mathcircuits._errors import FixableValueError
 
-__all__ = ["PairBatch", "Rows", "check_columns", "operation_rows", "pair_columns", "token_strings"]
+__all__ = ["PairBatch", "Rows", "check_columns", "operation_rows", "token_strings"]
 
 #: The rows of a pair set as ``data/`` handles them: the wrapped dataset, or row dicts.
 Rows: TypeAlias = datasets.Dataset | Sequence[Mapping[str, Any]]
@@ -67,23 +67,6 @@ def check_columns(pairs: Rows, needed: Sequence[str], caller: str) -> None:
             f"{caller} got an empty dataset (0 pairs), so there is nothing to score or average. ",
             "pass a dataset with pairs (e.g. the correct pairs of the identify stage); check filters upstream.",
         )
-
-
-def pair_columns(pairs: Rows, names: Sequence[str], caller: str) -> dict[str, list[Any]]:
-    """The columns ``names`` as lists, after :func:`check_columns`.
-
-    Args:
-        pairs: a pair set or a list of row dicts.
-        names: the columns to read.
-        caller: the function's name, for the error message.
-
-    Returns:
-        ``{name: that column's values as a list}``.
-    """
-    check_columns(pairs, names, caller)
-    if isinstance(pairs, datasets.Dataset):
-        return {n: list(pairs[n]) for n in names}
-    return {n: [row[n] for row in pairs] for n in names}
 
 
 @dataclass(frozen=True)

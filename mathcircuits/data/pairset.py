@@ -192,6 +192,11 @@ class PairSet:
         return self._col("prompt")
 
     @property
+    def cf_prompts(self) -> tuple[str, ...]:
+        """Each counterfactual prompt's text."""
+        return self._col("cf_prompt")
+
+    @property
     def answers(self) -> tuple[str, ...]:
         """Each answer's text."""
         return self._col("answer", str)
