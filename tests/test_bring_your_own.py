@@ -185,7 +185,7 @@ def test_notebook_users_own_model_through_every_stage(held, tmp_path):
     # analyze: shares are the bridge's own attention pattern summed over each role's positions
     heads = [(l, h) for l, h, _ in res.top_heads(2)]
     abr = attention_by_role(hm, pairs, heads)
-    row = pairs[0]
+    row = pairs.dataset[0]
     _, cache = hm.bridge.run_with_cache(
         torch.tensor([row["tokens"]]), names_filter=lambda n: n.endswith("hook_pattern")
     )

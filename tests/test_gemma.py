@@ -46,7 +46,7 @@ def test_gemma_spec_and_its_prompts(gemma, pairs):
         "Gemma3ForCausalLM", 18, 4, 1, 256, 640, 262144
     )  # fmt: skip
     assert len(pairs) >= 4, "the base model answers few-shot additions (with its BOS token)"
-    row = pairs[0]
+    row = pairs.dataset[0]
     toks = gemma.tokenizer.convert_ids_to_tokens(row["tokens"])
     assert row["prompt"].startswith("<bos>") and row["tokens"][0] == gemma.tokenizer.bos_token_id
     assert toks[-1] == "▁" and toks[row["pos_b"][0] - 1] == "▁"  # digits follow a lone '▁' token
