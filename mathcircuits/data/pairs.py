@@ -15,9 +15,9 @@ empty set is an error that names the caller, the columns and the fix).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, TypeAlias
+from typing import Any
 
 import datasets
 import torch
@@ -26,10 +26,7 @@ from torch import Tensor
 
 from mathcircuits._errors import FixableValueError
 
-__all__ = ["PairBatch", "Rows", "check_columns", "operation_rows", "token_strings"]
-
-#: The rows of a pair set as ``data/`` handles them: the wrapped dataset, or row dicts.
-Rows: TypeAlias = datasets.Dataset | Sequence[Mapping[str, Any]]
+__all__ = ["PairBatch", "check_columns", "operation_rows", "token_strings"]
 
 _FIX = (
     "Fix: pass pairs built by mathcircuits.data.generate_pairs, which records the prompt tokens, "
@@ -37,17 +34,11 @@ _FIX = (
 )
 
 
-def _column_names(pairs: Rows) -> list[str]:
-    if isinstance(pairs, datasets.Dataset):
-        return list(pairs.column_names)
-    return list(pairs[0].keys()) if len(pairs) else []
-
-
-def check_columns(pairs: Rows, needed: Sequence[str], caller: str) -> None:
+def check_columns(pairs: datasets.Dataset, needed: Sequence[str], caller: str) -> None:
     """Refuse a pair set without the columns ``caller`` reads, or with no pair; the one column check.
 
     Args:
-        pairs: a pair set (or a list of row dicts, which the analyses also take).
+        pairs: the dataset a :class:`~mathcircuits.data.PairSet` wraps.
         needed: the columns ``caller`` reads.
         caller: the function's name, for the message.
 
@@ -58,7 +49,7 @@ def check_columns(pairs: Rows, needed: Sequence[str], caller: str) -> None:
         ValueError: ``"<caller> got a dataset without the columns [...] (it has [...]). Fix: ..."`` or
             ``"<caller> got an empty dataset (0 pairs) ... Fix: ..."``.
     """
-    have = _column_names(pairs)
+    have = list(pairs.column_names)
     missing = [c for c in needed if c not in have]
     if missing:
         raise ValueError(f"{caller} got a dataset without the columns {missing} (it has {have}). {_FIX}")
