@@ -239,7 +239,7 @@ def test_correct_pairs_stops_scoring_at_n_and_draws_equations(tiny_llama, templa
 
     kwargs = {"n_per_template": 40, "fewshot": False, "templates": template_sets, "progress": False}
     every = correct_pairs(tiny_llama, "sub", n=None, **kwargs)
-    assert set(every["form"]) == {"equation"}, "the default draws the short equation templates only"
+    assert set(every.forms) == {"equation"}, "the default draws the short equation templates only"
     assert len(every) >= 2, "the fixed seed gives this random model a few correct subtractions"
     ids = tuple(t.id for ts in template_sets for t in ts.templates if t.operation == "sub" and t.form == "equation")
     config = GenerationConfig(operations=("sub",), fewshot=False, n_per_template=40, template_ids=ids)

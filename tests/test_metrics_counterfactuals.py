@@ -278,6 +278,6 @@ def test_identify_takes_operand_counterfactuals(tiny_llama, template_sets):
     cfg = GenerationConfig(operations=("add",), template_ids=("add_eq_1", "add_st_1"), n_per_template=3,
                            counterfactual="operands")  # fmt: skip
     ds = generate_pairs(tiny_llama.tokenizer, template_sets, cfg)
-    assert all(c != a for c, a in zip(ds["cf_answer"], ds["answer"]))
+    assert all(c != a for c, a in zip(ds.cf_answers, ds.answers))
     res = path_patch(tiny_llama, ds, keep_per_pair=True)
     assert torch.isfinite(res.head_effects).all() and res.per_pair_total.abs().min() > 0

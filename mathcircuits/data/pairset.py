@@ -28,7 +28,8 @@ __all__ = ["Field", "PairSet", "Side", "check_token_aligned", "pair_batches", "p
 Field = Literal[
     "tokens", "cf_tokens", "answer_token", "answer_tokens", "cf_answer_tokens", "n_tokens", "prefix_len",
     "pos_a", "pos_b", "pos_op", "pos_last", "operation", "template_id", "pair_id", "prompt", "cf_prompt",
-    "answer", "a", "b", "cf_a", "correct", "first_correct", "p_answer", "logp_answer", "form", "fact_stage",
+    "answer", "cf_answer", "a", "b", "cf_a", "correct", "first_correct", "p_answer", "logp_answer", "form",
+    "fact_stage",
 ]  # fmt: skip
 
 #: One prompt of every pair: the reference (``"tokens"``) or the counterfactual (``"cf_tokens"``).
@@ -200,6 +201,11 @@ class PairSet:
     def answers(self) -> tuple[str, ...]:
         """Each answer's text."""
         return self._col("answer", str)
+
+    @property
+    def cf_answers(self) -> tuple[str, ...]:
+        """Each counterfactual answer's text (operand counterfactuals)."""
+        return self._col("cf_answer", str)
 
     @property
     def a(self) -> tuple[int, ...]:
