@@ -114,9 +114,15 @@ def build_sft_dataset(
         raise FixableValueError(f"target={target!r} is unknown. ", "use 'rationale' or 'answer'.")
     out: dict[str, list[list[int]]] = {"input_ids": [], "labels": []}
     eos = tokenizer.eos_token_id
-    if arithmetic:
+    if arithmetic or {"tokens", "answer_tokens"} <= columns:
         use_eos = bool(add_eos) if add_eos is not None else False
-        pairs: Iterable[tuple[Sequence[int], Sequence[int]]] = zip(records.tokens, records.answer_tokens)
+        pairs: Iterable[tuple[Sequence[int], Sequence[int]]] = (
+            zip(records.tokens, records.answer_tokens)
+            if arithmetic
+            else zip(rows["tokens"], rows["answer_tokens"])
+            if isinstance(rows, datasets.Dataset)
+            else ((r["tokens"], r["answer_tokens"]) for r in rows)
+        )
     elif {"instruction", "answer"} <= columns:
         use_eos = bool(add_eos) if add_eos is not None else True
 
@@ -133,7 +139,7 @@ def build_sft_dataset(
         pairs = encode()
     else:
         raise FixableValueError(
-            f"records have columns {sorted(columns)}; expected arithmetic pairs (a PairSet) "
+            f"records have columns {sorted(columns)}; expected arithmetic pairs (tokens, answer_tokens) "
             "or word problems (instruction, output, answer). ",
             "pass generate_pairs(...) output or read_word_problems(...).",
         )
