@@ -41,9 +41,8 @@ def main() -> None:
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
 
-    import datasets
-
     from mathcircuits.ablation import ABLATIONS, KnockoutScorer, head_means
+    from mathcircuits.data import PairSet
     from mathcircuits.models import load_model
     from mathcircuits.patching import PatchingResult
     from mathcircuits.pipeline.context import select_pairs
@@ -52,9 +51,9 @@ def main() -> None:
 
     paths = RunPaths(Path(args.run))
     model = load_model(args.model)
-    correct = datasets.load_from_disk(str(paths.pairs_correct), keep_in_memory=True)
-    if args.skip_forms and "form" in correct.column_names:
-        correct = correct.filter(lambda r: r["form"] not in args.skip_forms)
+    correct = PairSet.load(paths.pairs_correct)
+    if args.skip_forms and correct.has("form"):
+        correct = correct.where([f not in args.skip_forms for f in correct.forms])
     spec = model.spec
     all_heads = [(l, h) for l in range(spec.n_layers) for h in range(spec.n_heads)]
 

@@ -62,12 +62,10 @@ def main() -> None:
     layer, head = top[0], top[1]
     receiver = Receiver(args.receiver, layer, head=head, by_group=args.receiver != "q").check(model.spec)
     senders = upstream_senders(model.spec, receiver, block_structure(model).parallel)
-    tokens = torch.tensor(ds["tokens"], device=model.device)
-    cache = pair_cache(
-        model, tokens, torch.tensor(ds["cf_tokens"], device=model.device), torch.tensor(ds["answer_token"])
-    )
-    col = ROLES[args.position if args.receiver != "q" else "last"]
-    pos = ds[col][0][-1] if isinstance(ds[col][0], list) else ds[col][0]
+    tokens = torch.tensor(ds.tokens, device=model.device)
+    cache = pair_cache(model, tokens, torch.tensor(ds.cf_tokens, device=model.device), torch.tensor(ds.answer_token))
+    at = {"A": ds.pos_a, "B": ds.pos_b, "op": ds.pos_op, "last": [(p,) for p in ds.pos_last]}
+    pos = at[args.position if args.receiver != "q" else "last"][0][-1]
     pos = pos % tokens.shape[1]
     n, S = len(ds), tokens.shape[1]
     print(f"{model.spec.describe()}: receiver {receiver.name} (shared by heads {receiver.shared_by(model.spec)}), ")

@@ -85,7 +85,7 @@ def _pairs(model, operation: str, templates: list[str], n: int, seed: int):
 def _split(ds, n_score: int, n_eval: int):
     """Disjoint scoring and evaluation pairs, alternating within each template so both halves have every template."""
     by_t: dict[str, list[int]] = {}
-    for i, t in enumerate(ds["template_id"]):
+    for i, t in enumerate(ds.template_ids):
         by_t.setdefault(t, []).append(i)
     score, evaluate = [], []
     for rows in by_t.values():

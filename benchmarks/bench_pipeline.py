@@ -148,11 +148,11 @@ def _pair_stages(
     config = GenerationConfig(operations=tuple(args.ops), n_per_template=per_template, seed=args.seed)
     pool = generate_pairs(model.tokenizer, load_templates(), config)
     if args.skip_forms:
-        pool = pool.filter(lambda r: r["form"] not in args.skip_forms)
+        pool = pool.where([f not in args.skip_forms for f in pool.forms])
     pool = pool.shuffle(seed=args.seed)
     ds = pool.select(range(min(n_fast, len(pool))))
     sub = ds.select(range(n_plain))  # the plain paths' subsample: the first pairs of the same set
-    tokens = [len(t) for t in ds["tokens"]]
+    tokens = [len(t) for t in ds.tokens]
     print(
         f"model {spec.describe()}; {len(ds)} pairs ({', '.join(args.ops)}; mean {sum(tokens) / len(tokens):.1f} "
         f"tokens), plain paths on the first {len(sub)}; {args.threads} thread(s); batch {args.batch_size}"
@@ -161,8 +161,8 @@ def _pair_stages(
     fast, t_fast = _timed(lambda: score_pairs(model, ds, batch_size=args.batch_size))
     with fast_paths(False):
         plain, t_plain = _timed(lambda: score_pairs(model, sub, batch_size=args.batch_size))
-    diff = max(abs(a - b) for a, b in zip(fast["p_answer"][:n_plain], plain["p_answer"]))
-    assert fast["correct"][:n_plain] == plain["correct"], "scoring: fast and plain disagree on correctness"
+    diff = max(abs(a - b) for a, b in zip(fast.p_answer[:n_plain], plain.p_answer))
+    assert fast.correct[:n_plain] == plain.correct, "scoring: fast and plain disagree on correctness"
     add("scoring", len(ds), t_fast, len(sub), t_plain, diff)
 
     # the two forwards of path patching

@@ -82,7 +82,7 @@ def answers_of(pairs, model):
     rows = []
     for b in circuit_batches(model, pairs, "suffix", 64):
         for j, i in enumerate(b.idx):
-            a, c = list(pairs[i]["answer_tokens"]), list(pairs[i]["cf_answer_tokens"])
+            a, c = list(pairs.answer_tokens[i]), list(pairs.cf_answer_tokens[i])
             k = next(k for k, (x, y) in enumerate(zip(a, c)) if x != y)
             rows.append((b.tokens[j], b.cf_tokens[j], b.n_prompt - 1 + k, a[k], c[k]))
     return rows

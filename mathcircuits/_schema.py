@@ -44,6 +44,7 @@ __all__ = [
 
 T = TypeVar("T")
 
+
 class ConfigError(FixableError, ValueError):
     """A configuration value is invalid; the message names the key, the problem and the fix."""
 
@@ -286,12 +287,13 @@ def expect(verb: str, name: str, value: Any, kinds: type | tuple[type, ...], wan
 
 
 def expect_pairs(verb: str, name: str, value: Any, minimum: int = 1) -> None:
-    """Refuse anything but prompt pairs (a ``datasets.Dataset`` of :func:`~mathcircuits.data.generate_pairs`),
-    or fewer than ``minimum`` of them (a bootstrap over one pair has no spread)."""
-    if not hasattr(value, "column_names") or not hasattr(value, "select"):
+    """Refuse anything but prompt pairs (a ``PairSet`` of :func:`~mathcircuits.data.generate_pairs`; this layer
+    sits below data/, so it knows the class by what it does), or fewer than ``minimum`` of them (a bootstrap over
+    one pair has no spread)."""
+    if not hasattr(value, "batches") or not hasattr(value, "select"):
         raise FixableTypeError(
-            f"{verb}: {name} must be prompt pairs (a datasets.Dataset from generate_pairs), got {kind_of(value)}. ",
-            "pass generate_pairs(...)'s result (rows you built: datasets.Dataset.from_list(rows)).",
+            f"{verb}: {name} must be prompt pairs (a PairSet from generate_pairs), got {kind_of(value)}. ",
+            "pass generate_pairs(...)'s result (rows you built: PairSet.from_rows(rows)).",
         )
     if len(value) < minimum:
         raise FixableValueError(

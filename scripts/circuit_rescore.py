@@ -48,7 +48,7 @@ def main() -> None:
         correct = filter_correct(score_pairs(ctx.model, _pairs(ctx, op, c.n_per_template, cfg.data.seed)))
         _, eval_rows = split_pairs(correct, c.discovery_pairs, c.eval_pairs, cfg.data.seed)
         ev = correct.select(eval_rows)
-        if list(ev["pair_id"]) != circuit.data.eval_pair_ids:
+        if list(ev.pair_ids) != circuit.data.eval_pair_ids:
             raise SystemExit(
                 f"{op}: the rebuilt evaluation pairs differ from the stage's. Fix: use the same code/config."
             )

@@ -94,4 +94,4 @@ def make_pairs(tok: Any, n: int, seed: int = 0, fewshot: bool = True) -> Any:
 
 
 def mean_positions(pairs: Any) -> float:
-    return sum(len(a) for a in pairs["answer_tokens"]) / len(pairs)
+    return sum(len(a) for a in pairs.answer_tokens) / len(pairs)

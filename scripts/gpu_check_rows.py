@@ -339,7 +339,7 @@ def run_generation_rows(check: Check, tok: Any, name: str, shape: dict[str, int]
     """Greedy generation on a few held-out arithmetic items, bf16 beside float32 (the same weights)."""
     from mathcircuits.evaluation import generate_greedy
 
-    prompts = list(make_pairs(tok, 8, seed=2, fewshot=fewshot)["prompt"])
+    prompts = list(make_pairs(tok, 8, seed=2, fewshot=fewshot).prompts)
     texts: dict[str, list[str]] = {}
 
     def gen(dtype: str) -> Callable[[Row], Any]:

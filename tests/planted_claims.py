@@ -30,6 +30,7 @@ import datasets
 import torch
 
 from mathcircuits.circuit import MOVER, copy_pairs, plant_copy
+from mathcircuits.data import PairSet
 from mathcircuits.models import HookedModel, from_hf, tiny_llama
 
 __all__ = ["MOVER", "planted_model", "role_model", "role_pairs"]
@@ -97,4 +98,4 @@ def role_pairs(model: HookedModel, n: int = 24, seed: int = 0) -> datasets.Datas
             **{k: [r[k] + 1] for k in ("pos_a", "pos_b", "pos_op")},
         }
 
-    return copy_pairs(model.tokenizer, n, seed).map(shift)
+    return PairSet(copy_pairs(model.tokenizer, n, seed).dataset.map(shift))

@@ -9,7 +9,6 @@ import math
 import random
 import warnings
 
-import datasets
 import pytest
 import torch
 
@@ -25,7 +24,7 @@ from mathcircuits.ablation import (
     mean_ablation_hooks,
     transfer,
 )
-from mathcircuits.data import GenerationConfig, generate_pairs, score_pairs
+from mathcircuits.data import GenerationConfig, PairSet, generate_pairs, score_pairs
 from mathcircuits.models import load_model
 from mathcircuits.patching import path_patch, resolve_heads, select_key_components
 
@@ -115,7 +114,7 @@ def _copy_pairs(tokenizer, n: int = 24, seed: int = 0):
                 "pair_id": i,
             }
         )
-    return datasets.Dataset.from_list(rows)
+    return PairSet.from_rows(rows)
 
 
 @pytest.fixture(scope="module")
@@ -124,7 +123,7 @@ def planted():
     _plant_copy_circuit(model)
     ds = _copy_pairs(model.tokenizer)
     with torch.no_grad():  # the bridge runs the edited HF weights
-        tokens = torch.tensor(ds["tokens"])
+        tokens = torch.tensor(ds.tokens)
         assert torch.allclose(model(tokens), model.hf_model(tokens).logits, atol=1e-5)
     return model, ds, path_patch(model, ds)
 
@@ -132,7 +131,7 @@ def planted():
 def test_head_means_are_means_of_counterfactual_z(tiny_llama, pairs):
     means = head_means(tiny_llama, pairs)
     assert means.means.shape == (3, 4, 16)
-    toks = torch.tensor(pairs["cf_tokens"])
+    toks = torch.tensor(pairs.cf_tokens)
     _, cache = tiny_llama.bridge.run_with_cache(toks)
     expected = cache["blocks.1.attn.hook_z"].mean(dim=(0, 1))
     assert torch.allclose(means.means[1], expected, atol=1e-5)
@@ -141,7 +140,7 @@ def test_head_means_are_means_of_counterfactual_z(tiny_llama, pairs):
 def test_ablation_replaces_only_chosen_heads(tiny_llama, pairs):
 
     means = head_means(tiny_llama, pairs)
-    toks = torch.tensor(pairs["tokens"][:2])
+    toks = torch.tensor(pairs.tokens[:2])
     _, clean = tiny_llama.bridge.run_with_cache(toks)
     seen = {}
 
@@ -167,7 +166,7 @@ def test_knockout_curve_is_ablated_accuracy_in_rank_order(planted, tmp_path):
     # each point of the ranked curve is the accuracy with exactly the first k ranked heads knocked out
     for k, acc in zip(ko.ks, ko.ranked_accuracy):
         assert acc == pytest.approx(ablated_accuracy(model, ds, ko.ranked_heads[:k], means))
-    clean = sum(score_pairs(model, ds)["correct"]) / len(ds)
+    clean = sum(score_pairs(model, ds).correct) / len(ds)
     assert ko.baseline_accuracy == clean == 1.0
     assert torch.all(ko.random_accuracy[:, 0] == clean)
     assert ko.ranked_accuracy[2] < ko.ranked_accuracy[1], "the second planted head completes the knockout"
@@ -227,7 +226,7 @@ def test_resampling_from_the_prompt_itself_is_a_no_op(tiny_llama, pairs, scope):
     scorer = KnockoutScorer(tiny_llama, pairs, "resample", scope=scope, source_column="tokens")
     donors = [scorer.donor[i] for i in range(len(pairs))]
     assert donors != list(range(len(pairs)))  # donors are other prompts of the group ...
-    same = datasets.Dataset.from_list([pairs[0]] * 6)  # ... so use a set of one repeated prompt
+    same = PairSet.from_rows([pairs.dataset[0]] * 6)  # ... so use a set of one repeated prompt
     scorer = KnockoutScorer(tiny_llama, same, "resample", scope=scope, source_column="tokens")
     heads = [(0, 1), (1, 2), (2, 3)]
     assert _max_diff(scorer.logits(heads, fast=False), scorer.logits([])) <= 1e-5
@@ -237,7 +236,7 @@ def test_resampling_from_the_prompt_itself_is_a_no_op(tiny_llama, pairs, scope):
 
 
 def test_position_mean_of_identical_prompts_is_a_no_op(tiny_llama, pairs):
-    same = datasets.Dataset.from_list([pairs[2]] * 5)
+    same = PairSet.from_rows([pairs.dataset[2]] * 5)
     scorer = KnockoutScorer(tiny_llama, same, "position_mean", source_column="tokens")
     heads = [(0, 0), (1, 2), (2, 1)]
     assert _max_diff(scorer.logits(heads, fast=False), scorer.logits([])) <= 1e-5
@@ -294,7 +293,7 @@ def test_transfer_on_a_near_chance_model_is_not_measurable(tiny_llama, pairs, te
     df = tr.to_dataframe()
     assert list(df["dataset"]) == ["add", "mul"]
     for row in tr.rows:  # the random tiny model answers (almost) nothing, so no transfer is reported
-        clean = sum(score_pairs(tiny_llama, pairs if row.dataset == "add" else other)["correct"])
+        clean = sum(score_pairs(tiny_llama, pairs if row.dataset == "add" else other).correct)
         assert row.n_correct == clean and row.clean_low - 1e-12 <= row.clean_accuracy <= row.clean_high
         assert row.status == "not measurable on this model" and math.isnan(row.key_ablated_accuracy)
     with pytest.raises(IndexError):
@@ -305,11 +304,15 @@ def test_transfer_is_measured_on_clean_correct_items_only(planted):
     model, ds, _ = planted
     means = head_means(model, ds)
     digit = {model.tokenizer.convert_tokens_to_ids(str(d)): d for d in range(10)}
-    wrong = ds.map(  # the answer the model does not give: every item wrong for the clean model
-        lambda r: {"answer_tokens": [model.tokenizer.convert_tokens_to_ids(str((digit[r["answer_token"]] + 1) % 10))]}
+    wrong = PairSet(
+        ds.dataset.map(  # the answer the model does not give: every item wrong for the clean model
+            lambda r: {
+                "answer_tokens": [model.tokenizer.convert_tokens_to_ids(str((digit[r["answer_token"]] + 1) % 10))]
+            }
+        )
     )
     n = len(ds)
-    mixed = datasets.concatenate_datasets([ds.select(range(n // 2 + 1)), wrong.select(range(n // 2 + 1, n))])
+    mixed = PairSet.concat([ds.select(range(n // 2 + 1)), wrong.select(range(n // 2 + 1, n))])
     sets = {"copy": ds, "mixed": mixed, "wrong": wrong}
     tr = transfer(model, sets, PLANTED, means, n_random=3, seed=0, held_in=["copy"], min_clean_accuracy=0.5)
     rows = {r.dataset: r for r in tr.rows}
@@ -331,7 +334,7 @@ def test_transfer_is_measured_on_clean_correct_items_only(planted):
 def test_transfer_uses_the_knockout_ablation_and_mean_where_no_counterfactual(planted):
     model, ds, _ = planted
     means = head_means(model, ds)
-    no_cf = ds.remove_columns(["cf_tokens"])
+    no_cf = PairSet(ds.dataset.remove_columns(["cf_tokens"]))
     tr = transfer(model, {"cf": ds, "no cf": no_cf}, PLANTED, means, n_random=2, ablation="position_mean")
     rows = {r.dataset: r for r in tr.rows}
     assert rows["cf"].ablation == "position_mean" and rows["no cf"].ablation == "mean"

@@ -122,7 +122,7 @@ def test_attention_by_role_matches_the_cached_pattern(tiny, pairs):
     assert torch.allclose(res.shares.sum(-1), torch.ones(n, 3), atol=1e-5)
     assert torch.allclose(res.baselines.sum(-1), torch.ones(n), atol=1e-6)
     # recompute pair 3, head (2, 3) by hand from the full cached pattern
-    row = pairs[3]
+    row = pairs.dataset[3]
     _, cache = tiny.bridge.run_with_cache(
         torch.tensor([row["tokens"]]), names_filter=lambda name: name == "blocks.2.attn.hook_pattern"
     )
@@ -134,7 +134,7 @@ def test_attention_by_role_matches_the_cached_pattern(tiny, pairs):
     sink = sink_mask(role_masks(row["n_tokens"], row["prefix_len"], row["pos_a"], row["pos_b"], row["pos_op"]))
     assert float(res.sink[3, 1]) == pytest.approx(float(last[sink].sum()), abs=1e-6)
     assert float(res.sink_baselines[3]) == pytest.approx(float(sink.float().mean()))
-    assert res.operations == list(pairs["operation"])
+    assert res.operations == list(pairs.operations)
     assert set(res.classify()) <= {"operand", "operator", "neither"}
 
 
@@ -178,13 +178,13 @@ def test_head_patterns_keep_full_rows_and_roles(tiny, pairs, tmp_path):
     pats = head_patterns(tiny, pairs, [(0, 1), (2, 3)], rows=[0, 2])
     assert isinstance(pats, HeadPatterns)
     for k, r in enumerate([0, 2]):
-        n_tok = pairs[r]["n_tokens"]
+        n_tok = pairs.n_tokens[r]
         assert pats.patterns[k].shape == (2, n_tok, n_tok)
         assert torch.allclose(pats.patterns[k].sum(-1), torch.ones(2, n_tok), atol=1e-5)
         assert len(pats.tokens[k]) == len(pats.roles[k]) == n_tok
-        assert pats.roles[k][pairs[r]["pos_op"][0]] == "operator"
+        assert pats.roles[k][pairs.pos_op[r][0]] == "operator"
     short = head_patterns(tiny, pairs, [(0, 1)], rows=[0], drop_prefix=True)
-    assert short.patterns[0].shape[-1] == pairs[0]["n_tokens"] - pairs[0]["prefix_len"]
+    assert short.patterns[0].shape[-1] == pairs.n_tokens[0] - pairs.prefix_len[0]
     assert "prefix" not in short.roles[0]
     back = HeadPatterns.load(pats.save(tmp_path / "p.pt"))
     assert back.tokens == pats.tokens and torch.equal(back.patterns[1], pats.patterns[1])
@@ -196,7 +196,7 @@ def test_head_patterns_keep_full_rows_and_roles(tiny, pairs, tmp_path):
 
 
 def test_mlp_update_is_resid_post_minus_resid_mid(tiny, pairs):
-    _, cache = tiny.bridge.run_with_cache(torch.tensor([pairs[0]["tokens"]]))
+    _, cache = tiny.bridge.run_with_cache(torch.tensor([pairs.tokens[0]]))
     for layer in range(tiny.spec.n_layers):
         diff = cache[f"blocks.{layer}.hook_resid_post"] - cache[f"blocks.{layer}.hook_resid_mid"]
         assert torch.allclose(diff, cache[f"blocks.{layer}.hook_mlp_out"], atol=1e-5)
@@ -217,8 +217,8 @@ def test_mlp_probes_shapes_ranges_and_logit_lens(tiny, pairs):
         assert t.shape == (n, n_layers)
         assert t.abs().max() <= 1 + 1e-5
     # the logit lens after the last layer is the model's output
-    logits = torch.cat([tiny(torch.tensor([t]))[:, -1] for t in pairs["tokens"]])
-    ans = torch.tensor(pairs["answer_token"])
+    logits = torch.cat([tiny(torch.tensor([t]))[:, -1] for t in pairs.tokens])
+    ans = torch.tensor(pairs.answer_token)
     true_rank = (logits > logits.gather(1, ans[:, None])).sum(1).float()
     assert torch.equal(res.lens_rank[:, -1], true_rank)
     assert torch.allclose(res.lens_prob[:, -1], torch.softmax(logits, -1).gather(1, ans[:, None])[:, 0], atol=1e-5)
@@ -226,7 +226,7 @@ def test_mlp_probes_shapes_ranges_and_logit_lens(tiny, pairs):
     assert len(res.case_top_numbers) == len(res.case_top_tokens) == len(res.case_lens_top) == n_layers
     assert (res.case_top_number_scores[:, :-1] >= res.case_top_number_scores[:, 1:]).all()
     assert res.candidate_texts == [str(i) for i in range(10)]
-    assert res.case_answer_label == pairs[1]["answer"][0]
+    assert res.case_answer_label == pairs.answers[1][0]
 
 
 @contextlib.contextmanager
@@ -254,7 +254,7 @@ def test_mlp_probes_lens_space_equals_effective_unembedding(tiny, pairs):
     with _random_norm_gains(tiny):
         res = mlp_probes(tiny, pairs, space="lens")
         raw = mlp_probes(tiny, pairs, space="raw")
-        row = pairs[0]
+        row = pairs.dataset[0]
         with torch.no_grad():
             _, cache = tiny.bridge.run_with_cache(
                 torch.tensor([row["tokens"]]), names_filter=lambda name: name.endswith("hook_resid_mid")
@@ -312,16 +312,16 @@ def test_mlp_probes_and_roles_on_gpt2_layernorm(tiny_gpt2, template_sets):
         GenerationConfig(operations=("add",), template_ids=("add_eq_1",), n_per_template=3),
     )
     res = mlp_probes(tiny_gpt2, ds)
-    logits = torch.cat([tiny_gpt2(torch.tensor([t]))[:, -1] for t in ds["tokens"]])
-    ans = torch.tensor(ds["answer_token"])
+    logits = torch.cat([tiny_gpt2(torch.tensor([t]))[:, -1] for t in ds.tokens])
+    ans = torch.tensor(ds.answer_token)
     assert torch.equal(res.lens_rank[:, -1], (logits > logits.gather(1, ans[:, None])).sum(1).float())
     att = attention_by_role(tiny_gpt2, ds, [(0, 1), (1, 3)])
     assert torch.allclose(att.shares.sum(-1), torch.ones(len(ds), 2), atol=1e-5)
 
 
 def test_mlp_probes_case_by_prompt_end(tiny, pairs):
-    end = pairs[4]["prompt"][-8:]
-    row = next(i for i, p in enumerate(pairs["prompt"]) if p.endswith(end))
+    end = pairs.prompts[4][-8:]
+    row = next(i for i, p in enumerate(pairs.prompts) if p.endswith(end))
     assert mlp_probes(tiny, pairs, case_row=end).case_row == row
     with pytest.raises(ValueError, match="no prompt ends with"):
         mlp_probes(tiny, pairs, case_row="9 ^ 9 = ")

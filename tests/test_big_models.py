@@ -24,7 +24,15 @@ from accelerate.utils import has_offloaded_params
 from mathcircuits.ablation import head_means, knockout_curve
 from mathcircuits.analysis import attention_by_role, mlp_probes
 from mathcircuits.circuit import Receiver, discover_circuit, exact_edges, faithfulness, pair_cache, upstream_senders
-from mathcircuits.data import GenerationConfig, PairBatch, generate_pairs, load_templates, pair_batches, score_pairs
+from mathcircuits.data import (
+    GenerationConfig,
+    PairBatch,
+    generate_pairs,
+    load_templates,
+    pair_batches,
+    score_pairs,
+    swap_pairs,
+)
 from mathcircuits.models import (
     MemoryMeter,
     PeakMemory,
@@ -45,7 +53,6 @@ from mathcircuits.numbers import (
     number_contexts,
     number_states,
     operand_grid,
-    patch_pairs,
     subspace_shifts,
 )
 from mathcircuits.patching import (
@@ -152,13 +159,13 @@ def test_data_scoring_and_the_number_analyses_of_a_split_model_equal_the_whole_m
     grid's activations and gradients) read offloaded weights through the hooks and agree with the whole model."""
     whole, split, ds = _models("llama")
     sa, sb = score_pairs(whole, ds), score_pairs(split, ds)
-    assert sa["correct"] == sb["correct"] and sa["first_correct"] == sb["first_correct"]
-    assert torch.allclose(torch.tensor(sa["logp_answer"]), torch.tensor(sb["logp_answer"]), atol=1e-5)
+    assert sa.correct == sb.correct and sa.first_correct == sb.first_correct
+    assert torch.allclose(torch.tensor(sa.logp_answer), torch.tensor(sb.logp_answer), atol=1e-5)
     sets = load_templates()
     contexts = number_contexts(whole.tokenizer, sets, ("add",), 2)
     na, nb = number_states(whole, range(12), contexts), number_states(split, range(12), contexts)
     assert torch.allclose(na.states, nb.states, atol=1e-5) and na.states[:, :, -1].abs().sum() > 0
-    pairs = patch_pairs(whole.tokenizer, sets, "add_eq_1", range(6), range(3), 4, fewshot=False)
+    pairs = swap_pairs(whole.tokenizer, sets, "add_eq_1", range(6), range(3), 4, fewshot=False)
     d = whole.spec.d_model
     subspaces = {1: [None, torch.eye(d)[:, :8]]}
     pa, pb = subspace_shifts(whole, pairs, subspaces), subspace_shifts(split, pairs, subspaces)
@@ -176,7 +183,7 @@ def test_data_scoring_and_the_number_analyses_of_a_split_model_equal_the_whole_m
 def test_circuit_edges_of_a_split_model_equal_the_whole_model():
     whole, split, ds = _models("llama")
     metric = get_metric("relative_logit")
-    args = (torch.tensor(ds["tokens"]), torch.tensor(ds["cf_tokens"]), torch.tensor(ds["answer_token"]))
+    args = (torch.tensor(ds.tokens), torch.tensor(ds.cf_tokens), torch.tensor(ds.answer_token))
     pa, pb = pair_cache(whole, *args), pair_cache(split, *args)
     L = whole.spec.n_layers
     for receiver in (Receiver("q", L - 1, head=1), Receiver("mlp", L - 1), Receiver("v", 1, head=1, by_group=True)):
@@ -242,8 +249,8 @@ def test_readout_runs_in_float32_and_its_probability_normaliser_is_chunked():
     hf, tok = tiny_model("gemma2", seed=0)  # with a logit soft cap
     model = from_hf(hf, tok)
     _, _, ds = _models("gemma2")
-    toks, cf = torch.tensor(ds["tokens"][:3]), torch.tensor(ds["cf_tokens"][:3])
-    answer = torch.tensor(ds["answer_token"][:3])
+    toks, cf = torch.tensor(ds.tokens[:3]), torch.tensor(ds.cf_tokens[:3])
+    answer = torch.tensor(ds.answer_token[:3])
     c = last_position_caches(model, toks, cf)
     final = c.ref[hooks.resid_post(model.spec.n_layers - 1)]
     structure = block_structure(model)

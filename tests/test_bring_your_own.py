@@ -179,13 +179,13 @@ def test_notebook_users_own_model_through_every_stage(held, tmp_path):
     # validate: the knockout ranks heads by the patching result and starts at the model's own accuracy
     ko = knockout_curve(hm, pairs, res, max_k=2, n_random=1)
     assert [tuple(h) for h in ko.ranked_heads] == [(l, h) for l, h, _ in res.top_heads(2)]
-    accuracy = sum(score_pairs(hm, pairs, device=hm.device)["correct"]) / len(pairs)
+    accuracy = sum(score_pairs(hm, pairs, device=hm.device).correct) / len(pairs)
     assert ko.baseline_accuracy == ko.ranked_accuracy[0] == pytest.approx(accuracy)
 
     # analyze: shares are the bridge's own attention pattern summed over each role's positions
     heads = [(l, h) for l, h, _ in res.top_heads(2)]
     abr = attention_by_role(hm, pairs, heads)
-    row = pairs[0]
+    row = pairs.dataset[0]
     _, cache = hm.bridge.run_with_cache(
         torch.tensor([row["tokens"]]), names_filter=lambda n: n.endswith("hook_pattern")
     )
@@ -197,7 +197,7 @@ def test_notebook_users_own_model_through_every_stage(held, tmp_path):
     # improve: precise SFT on a plain copy of the user's model, two steps
     before = {n: p.detach().clone() for n, p in hm.bridge.named_parameters()}
     plain = hm.plain_hf_model()
-    x = torch.tensor(pairs["tokens"][:2])
+    x = torch.tensor(pairs.tokens[:2])
     torch.testing.assert_close(_logits(plain, x), hm(x), atol=1e-5, rtol=1e-5)
     key = select_key_components(res, rule="topk", k=2)
     cfg = SFTConfig(

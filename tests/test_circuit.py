@@ -54,8 +54,8 @@ def _setup(name):
     model = _model(name)
     cfg = GenerationConfig(operations=("add",), template_ids=("add_eq_1",), n_per_template=4)
     ds = generate_pairs(model.tokenizer, load_templates(), cfg)
-    t = torch.tensor(ds["tokens"])
-    pc = pair_cache(model, t, torch.tensor(ds["cf_tokens"]), torch.tensor(ds["answer_token"]))
+    t = torch.tensor(ds.tokens)
+    pc = pair_cache(model, t, torch.tensor(ds.cf_tokens), torch.tensor(ds.answer_token))
     return model, ds, pc
 
 
@@ -78,7 +78,7 @@ def test_fast_equals_reference_for_every_receiver_kind(name):
     model, ds, pc = _setup(name)
     seq = pc.tokens.shape[1]
     parallel = block_structure(model).parallel
-    suffix = list(range(ds["prefix_len"][0], seq))
+    suffix = list(range(ds.prefix_len[0], seq))
     biggest = 0.0
     for receiver in _receivers(model):
         senders = upstream_senders(model.spec, receiver, parallel)
@@ -159,7 +159,7 @@ def test_logits_edges_need_no_forward_and_equal_the_definition_and_path_patch(na
     """Sender → logits, heads frozen: the change passes the MLPs to the final residual at its own position only."""
     model, ds, pc = _setup(name)
     senders = upstream_senders(model.spec, Receiver("logits"), block_structure(model).parallel)
-    answers = torch.tensor([(a + a)[:2] for a in ds["answer_tokens"]])  # two answer tokens per pair
+    answers = torch.tensor([(a + a)[:2] for a in ds.answer_tokens])  # two answer tokens per pair
     two = pair_cache(model, pc.tokens, pc.cf_tokens, answers[:, 0], answers=answers)
     seq = two.tokens.shape[1]
     for metric in (METRIC, get_metric("answer_logprob")):
@@ -279,13 +279,11 @@ def test_edge_intervals_are_bootstrap_intervals_of_the_per_pair_effects():
 @pytest.mark.slow
 def test_fast_equals_reference_on_the_embedded_model(embedded, embedded_add_pairs):
     ds = embedded_add_pairs.select(range(4))
-    pc = pair_cache(
-        embedded, torch.tensor(ds["tokens"]), torch.tensor(ds["cf_tokens"]), torch.tensor(ds["answer_token"])
-    )
+    pc = pair_cache(embedded, torch.tensor(ds.tokens), torch.tensor(ds.cf_tokens), torch.tensor(ds.answer_token))
     seq = pc.tokens.shape[1]
     for receiver in (Receiver("q", 14, head=2), Receiver("k", 14, head=2, by_group=True)):
         senders = upstream_senders(embedded.spec, receiver, False)[-12:]
-        pos = [seq - 1] if receiver.kind == "q" else [ds["pos_b"][0][-1]]  # A precedes the operator: no effect
+        pos = [seq - 1] if receiver.kind == "q" else [ds.pos_b[0][-1]]  # A precedes the operator: no effect
         fast = exact_edges(embedded, pc, receiver, senders, pos, METRIC)
         ref = reference_edges(embedded, pc, receiver, senders, pos, METRIC)
         assert (fast.effects - ref.effects).abs().max() <= 1e-4
@@ -350,7 +348,7 @@ def test_attribution_screen_is_the_first_order_term_of_the_exact_edge(name):
     """Along r + ε(r̃ − r), the exact step 2's central difference at ε → 0 is the screen's estimate."""
     model, ds, pc = _setup(name)
     L = model.spec.n_layers
-    op = ds["pos_op"][0][-1] if isinstance(ds["pos_op"][0], list) else ds["pos_op"][0]
+    op = ds.pos_op[0][-1]
     for receiver, pos in [(Receiver("q", L - 1, head=1), [-1]), (Receiver("k", L - 1, group=0), [op])]:
         r = receiver.check(model.spec)
         senders = upstream_senders(model.spec, r, block_structure(model).parallel, ("head",))
@@ -379,7 +377,7 @@ def test_attribution_screen_ranks_a_planted_edge_first():
             w.mul_(0.1)
             if layer == 0:
                 w[:, 2 * model.spec.d_head : 3 * model.spec.d_head] = 3 * keep
-    pc = pair_cache(model, torch.tensor(ds["tokens"]), torch.tensor(ds["cf_tokens"]), torch.tensor(ds["answer_token"]))
+    pc = pair_cache(model, torch.tensor(ds.tokens), torch.tensor(ds.cf_tokens), torch.tensor(ds.answer_token))
     L = model.spec.n_layers
     for receiver in (Receiver("q", L - 1, head=1), Receiver("mlp", 1, position=-1)):
         senders = upstream_senders(model.spec, receiver, False, ("head",))

@@ -11,7 +11,7 @@ from planted_numbers import adder_model
 
 from mathcircuits.ablation import PositionPool
 from mathcircuits.claims import C6Stop, Verdict, c6_verdict, claim_n3
-from mathcircuits.data import GenerationConfig, generate_pairs, load_templates
+from mathcircuits.data import GenerationConfig, PairSet, generate_pairs, load_templates
 from mathcircuits.models import hooks
 from mathcircuits.numbers import heuristic_neurons, operand_grid
 from mathcircuits.pipeline import RunConfig
@@ -27,22 +27,22 @@ U200 = Uncertainty(n_boot=200)  # a quick bootstrap
 def test_the_default_prefix_does_not_name_the_operation_and_the_config_agrees(tiny_llama, template_sets):
     assert GenerationConfig().fewshot_operations == RunConfig().data.fewshot_operations == "neutral"  # one default
     cfg = GenerationConfig(operations=("sub",), template_ids=("sub_eq_1",), n_per_template=3)
-    row = generate_pairs(tiny_llama.tokenizer, template_sets, cfg)[0]
+    row = generate_pairs(tiny_llama.tokenizer, template_sets, cfg).dataset[0]
     prefix = row["prompt"][: row["prompt"].rindex("\n") + 1]
     assert all(f" {op} " in prefix for op in "+-*"), prefix  # the operations in turn, not only subtraction
     div = GenerationConfig(operations=("div",), template_ids=("div_eq_1",), n_per_template=3)
-    div_row = generate_pairs(tiny_llama.tokenizer, template_sets, div)[0]
+    div_row = generate_pairs(tiny_llama.tokenizer, template_sets, div).dataset[0]
     assert div_row["prompt"].startswith(prefix)  # the same prefix whatever the query's operation
     same = generate_pairs(tiny_llama.tokenizer, template_sets, dataclasses.replace(cfg, fewshot_operations="same"))
-    assert " + " not in same[0]["prompt"]  # the paper's prefix: subtractions only, the operation given away
-    assert prefix.count("\n") == same[0]["prompt"].count("\n")  # as many examples as the paper's
+    assert " + " not in same.prompts[0]  # the paper's prefix: subtractions only, the operation given away
+    assert prefix.count("\n") == same.prompts[0].count("\n")  # as many examples as the paper's
     mixed = generate_pairs(tiny_llama.tokenizer, template_sets, dataclasses.replace(cfg, fewshot_operations="mixed"))
-    assert all(f" {op} " in mixed[0]["prompt"] for op in "+-*/") and len(mixed[0]["prompt"]) > 3 * len(prefix)
+    assert all(f" {op} " in mixed.prompts[0] for op in "+-*/") and len(mixed.prompts[0]) > 3 * len(prefix)
     # a set of one operation has nothing to mix: its prefix is that operation's examples, as with "same"
     words = GenerationConfig(operations=("add",), template_ids=("add_ts_1",), n_per_template=2)
     mixed_w = generate_pairs(tiny_llama.tokenizer, template_sets, words)
     same_w = generate_pairs(tiny_llama.tokenizer, template_sets, dataclasses.replace(words, fewshot_operations="same"))
-    assert mixed_w["prompt"] == same_w["prompt"]
+    assert mixed_w.prompts == same_w.prompts
 
 
 # ----------------------------------------------------------------------------- the position-mean pool
@@ -58,27 +58,28 @@ def test_the_pool_is_keyed_on_prompt_positions_not_on_the_answer(tiny_llama, tem
     "answer >= 10" into the ablated value)."""
     cfg = GenerationConfig(template_ids=("add_eq_1",), n_per_template=40, fewshot=False, seed=2)
     pool = generate_pairs(tiny_llama.tokenizer, template_sets, cfg)
-    lengths = [len(a) for a in pool["answer_tokens"]]
+    lengths = [len(a) for a in pool.answer_tokens]
     assert 1 in lengths and 2 in lengths  # digit-split answers: 1- and 2-token answers in one template
-    short = pool.map(lambda r: {"answer_tokens": r["answer_tokens"][:1]})  # the same prompts, one-token answers
-    scored = pool.filter(lambda r: len(r["answer_tokens"]) == 1).select([0])
-    seq, n = list(scored[0]["cf_tokens"]), scored[0]["n_tokens"]
-    key = (scored[0]["template_id"], n)
+    # the same prompts, one-token answers
+    short = PairSet(pool.dataset.map(lambda r: {"answer_tokens": r["answer_tokens"][:1]}))
+    scored = PairSet(pool.dataset.filter(lambda r: len(r["answer_tokens"]) == 1)).select([0])
+    seq, n = list(scored.cf_tokens[0]), scored.n_tokens[0]
+    key = (scored.template_ids[0], n)
     long_pool, short_pool = PositionPool(tiny_llama, pool), PositionPool(tiny_llama, short)
     own = _z(tiny_llama, [seq])[0]
-    a = long_pool.value(key, scored[0]["pair_id"], seq, own)
-    b = short_pool.value(key, scored[0]["pair_id"], seq, own)
+    a = long_pool.value(key, scored.pair_ids[0], seq, own)
+    b = short_pool.value(key, scored.pair_ids[0], seq, own)
     assert torch.allclose(a, b, atol=1e-5)
-    z = _z(tiny_llama, [list(c) for c in pool["cf_tokens"]])  # every pool prompt (one prompt length)
-    others = [i for i in range(len(pool)) if pool["pair_id"][i] != scored[0]["pair_id"]]
+    z = _z(tiny_llama, [list(c) for c in pool.cf_tokens])  # every pool prompt (one prompt length)
+    others = [i for i in range(len(pool)) if pool.pair_ids[i] != scored.pair_ids[0]]
     assert torch.allclose(a, z[others].mean(0), atol=1e-5)  # all answer lengths, the scored one left out
     one_digit = [i for i in others if lengths[i] == 1]
     assert not torch.allclose(a[n - 1], z[one_digit, n - 1].mean(0), atol=1e-4)  # the old key's mean differs
     # an answer position averages the items whose answer reaches it: the two-token answers
-    two = pool.filter(lambda r: len(r["answer_tokens"]) == 2).select([0])
-    seq2 = list(two[0]["cf_tokens"]) + list(two[0]["answer_tokens"])[:1]
+    two = PairSet(pool.dataset.filter(lambda r: len(r["answer_tokens"]) == 2)).select([0])
+    seq2 = list(two.cf_tokens[0]) + list(two.answer_tokens[0])[:1]
     v = long_pool.value(key, -1, seq2, None)
-    reach = [list(c) + list(t)[:1] for c, t in zip(pool["cf_tokens"], pool["answer_tokens"]) if len(t) == 2]
+    reach = [list(c) + list(t)[:1] for c, t in zip(pool.cf_tokens, pool.answer_tokens) if len(t) == 2]
     assert v.shape[0] == n + 1 and torch.allclose(v[n], _z(tiny_llama, reach)[:, n].mean(0), atol=1e-5)
 
 

@@ -34,6 +34,7 @@ from mathcircuits.claims import (
     concentration,
     role_findings,
 )
+from mathcircuits.data import PairSet
 from mathcircuits.models import Head
 from mathcircuits.patching import KeyComponents, path_patch
 from mathcircuits.stats import Uncertainty
@@ -87,7 +88,9 @@ def pairs(model, n=24, seed=0):
 def patched(model):
     """Path patching with the default metric. The copy prompts' two layouts share no prefix, so the pairs are
     independent draws and the tests over heads take them as units (two templates would leave 1 degree of freedom)."""
-    return path_patch(model, pairs(model).remove_columns("template_id"), senders=("heads",), keep_per_pair=True)
+    return path_patch(
+        model, PairSet(pairs(model).dataset.remove_columns("template_id")), senders=("heads",), keep_per_pair=True
+    )
 
 
 def key(model, heads):
@@ -258,18 +261,17 @@ def test_c5_holds_for_the_circuit_and_not_for_noise_heads():
 
 # --- fresh pairs: identify and validate never share a pair -----------------------------------------------------
 def test_identify_and_validate_pairs_are_disjoint_and_cover_the_order():
-    import datasets
 
     from mathcircuits.pipeline import select_pairs
 
-    ds = datasets.Dataset.from_list([{"pair_id": i, "operation": ("add", "mul")[i % 2]} for i in range(50)])
+    ds = PairSet.from_rows([{"pair_id": i, "operation": ("add", "mul")[i % 2]} for i in range(50)])
     ident = select_pairs(ds, "add", 10)
     fresh = select_pairs(ds, "add", 12, skip=10)
     assert len(ident) == 10 and len(fresh) == 12
-    assert not set(ident["pair_id"]) & set(fresh["pair_id"])
-    assert set(fresh["operation"]) == {"add"}
-    assert list(select_pairs(ds, "add", 30)["pair_id"]) == list(ident["pair_id"]) + list(
-        select_pairs(ds, "add", 20, skip=10)["pair_id"]
+    assert not set(ident.pair_ids) & set(fresh.pair_ids)
+    assert set(fresh.operations) == {"add"}
+    assert list(select_pairs(ds, "add", 30).pair_ids) == list(ident.pair_ids) + list(
+        select_pairs(ds, "add", 20, skip=10).pair_ids
     )  # the same seeded order, cut in two
     assert len(select_pairs(ds, "add", 5, skip=25)) == 0  # nothing left after identify: empty, no error
     with pytest.raises(ValueError, match="skip"):
@@ -288,9 +290,9 @@ def test_position_pool_mean_leaves_the_scored_pairs_own_counterfactual_out():
     values = scorer.replacement_z(0)  # [rows, pos, layer, head, d_head]
     rows = scorer.groups[0].rows
     names = [hooks.z(layer) for layer in range(m.spec.n_layers)]
-    _, cache = m.bridge.run_with_cache(torch.tensor(pool["cf_tokens"]), names_filter=lambda n: n in names)
+    _, cache = m.bridge.run_with_cache(torch.tensor(pool.cf_tokens), names_filter=lambda n: n in names)
     z = torch.stack([cache[n] for n in names], 2)  # [pool, pos, layer, head, d_head]
-    tid = pool["template_id"]
+    tid = pool.template_ids
     for r, i in enumerate(rows):
         others = [j for j in range(len(pool)) if tid[j] == tid[i] and j != i]
         assert torch.allclose(values[r], z[others].mean(0), atol=1e-5)
@@ -306,12 +308,14 @@ def test_position_pool_mean_leaves_the_scored_pairs_own_counterfactual_out():
 def test_mlp_margin_fast_path_equals_every_position():
     m = through_mlp()
     prefix = m.tokenizer("ab", add_special_tokens=False)["input_ids"]  # a shared prefix the fast path runs once
-    shifted = pairs(m).map(
-        lambda r: {
-            "tokens": prefix + r["tokens"],
-            "cf_tokens": prefix + r["cf_tokens"],
-            "n_tokens": r["n_tokens"] + len(prefix),
-        }
+    shifted = PairSet(
+        pairs(m).dataset.map(
+            lambda r: {
+                "tokens": prefix + r["tokens"],
+                "cf_tokens": prefix + r["cf_tokens"],
+                "n_tokens": r["n_tokens"] + len(prefix),
+            }
+        )
     )
     fast = mlp_margin(m, shifted, [READER], [1, 2])
     plain = mlp_margin(m, shifted, [READER], [1, 2], fast=False)

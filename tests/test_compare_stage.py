@@ -5,12 +5,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import datasets
 import pandas as pd
 import pytest
 
 from mathcircuits.claims import ClaimsCard
-from mathcircuits.data import facts_of
+from mathcircuits.data import PairSet, facts_of
 from mathcircuits.finetune import UnitComparison
 from mathcircuits.pipeline import RunConfig, run_pipeline
 
@@ -51,10 +50,10 @@ def test_compare_stage_writes_the_table_pareto_and_claims(tmp_path):
     s = summaries["compare"]
     assert set(s.selected) == {"precise", "random", "full"}
     assert "full" not in s.at_edge  # a one-rate grid has no edge
-    splits = {k: datasets.load_from_disk(str(out / "compare" / f"{k}_pairs")) for k in ("train", "validation", "test")}
+    splits = {k: PairSet.load(out / "compare" / f"{k}_pairs") for k in ("train", "validation", "test")}
     facts = {k: facts_of(v) for k, v in splits.items()}
     assert not facts["train"] & facts["test"] and not facts["validation"] & facts["test"]
-    assert not any(p.startswith(("2 + 4", "7 + 1")) for p in splits["test"]["prompt"])  # bare: no few-shot prefix
+    assert not any(p.startswith(("2 + 4", "7 + 1")) for p in splits["test"].prompts)  # bare: no few-shot prefix
     cmp = UnitComparison.load(out / "compare" / "units" / "comparison.json")
     assert len(cmp.records) == cfg.compare.plan(cfg.finetune.max_steps).n_units == 1 + 5 + 3 * 2
     table = pd.read_csv(out / "compare" / "table.csv").set_index("mode")

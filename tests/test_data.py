@@ -6,6 +6,7 @@ import pytest
 from mathcircuits.data import (
     GenerationConfig,
     PairError,
+    PairSet,
     TemplateError,
     accuracy_table,
     compute_answer,
@@ -69,7 +70,7 @@ def test_pairs_are_token_aligned_and_positions_are_right(template_sets):
     tok = tiny_tokenizer()
     ds = generate_pairs(tok, template_sets, GenerationConfig(operations=("add", "sub", "mul", "div"), n_per_template=3))
     assert len(ds) == 36 * 3 + 12 * 3
-    for r in ds:
+    for r in ds.dataset:
         assert len(r["tokens"]) == len(r["cf_tokens"]) == r["n_tokens"]
         diff = [i for i, (x, y) in enumerate(zip(r["tokens"], r["cf_tokens"])) if x != y]
         assert diff and set(diff) <= set(r["pos_op"]), r["template_id"]
@@ -87,8 +88,8 @@ def test_seed_reproduces_and_changes(template_sets):
     a = generate_pairs(tok, template_sets, cfg)
     b = generate_pairs(tok, template_sets, cfg)
     c = generate_pairs(tok, template_sets, GenerationConfig(operations=("add",), n_per_template=4, seed=2))
-    assert a["prompt"] == b["prompt"]
-    assert a["prompt"] != c["prompt"]
+    assert a.prompts == b.prompts
+    assert a.prompts != c.prompts
 
 
 def test_multi_digit_and_refusing_multi_token_answers(template_sets):
@@ -100,7 +101,7 @@ def test_multi_digit_and_refusing_multi_token_answers(template_sets):
             operations=("add",), template_ids=("add_eq_1",), operand_range=(10, 99), n_per_template=5, fewshot=False
         ),
     )
-    assert all(len(r["pos_a"]) == 2 and r["prefix_len"] == 0 for r in ds)
+    assert all(len(r["pos_a"]) == 2 and r["prefix_len"] == 0 for r in ds.dataset)
     single = generate_pairs(
         tok,
         template_sets,
@@ -108,7 +109,9 @@ def test_multi_digit_and_refusing_multi_token_answers(template_sets):
             operations=("add",), template_ids=("add_eq_1",), multi_token_answers="refuse", n_per_template=50
         ),
     )
-    assert all(len(r["answer_tokens"]) == 1 for r in single) and all(int(r["answer"]) < 10 for r in single)
+    assert all(len(r["answer_tokens"]) == 1 for r in single.dataset) and all(
+        int(r["answer"]) < 10 for r in single.dataset
+    )
 
 
 def _write(tmp_path: Path, body: str) -> Path:
@@ -175,7 +178,7 @@ def test_filter_keeps_only_correct_pairs(tiny_llama, template_sets):
     # a fake "model" that always predicts the right tokens makes every pair correct
     import torch
 
-    answers = {tuple(t): a for t, a in zip(ds["tokens"], ds["answer_tokens"])}
+    answers = {tuple(t): a for t, a in zip(ds.tokens, ds.answer_tokens)}
 
     def oracle(tokens):
         out = torch.zeros(tokens.shape[0], tokens.shape[1], len(tiny_llama.tokenizer))
@@ -187,9 +190,9 @@ def test_filter_keeps_only_correct_pairs(tiny_llama, template_sets):
         return out
 
     perfect = score_pairs(oracle, ds)
-    assert all(perfect["correct"])
+    assert all(perfect.correct)
     assert len(filter_correct(perfect)) == len(ds)
-    assert len(filter_correct(scored)) == sum(scored["correct"])
+    assert len(filter_correct(scored)) == sum(scored.correct)
     table = accuracy_table(scored)
     assert set(table["template_id"]) == {"add_eq_1", "add_eq_2", "(all)"}
     assert ((table["accuracy"] >= 0) & (table["accuracy"] <= 1)).all()
@@ -201,9 +204,12 @@ def test_dataset_save_load_round_trip(tmp_path, template_sets):
     import datasets
 
     ds = generate_pairs(tiny_tokenizer(), template_sets, GenerationConfig(n_per_template=2))
-    ds.save_to_disk(tmp_path / "pairs")
-    back = datasets.load_from_disk(str(tmp_path / "pairs"))
-    assert back["prompt"] == ds["prompt"] and back["pos_op"] == ds["pos_op"]
+    ds.save(tmp_path / "pairs")
+    back = PairSet.load(tmp_path / "pairs")
+    assert back.prompts == ds.prompts and back.pos_op == ds.pos_op and back.tokens == ds.tokens
+    assert not list((tmp_path / "pairs").glob("cache-*.arrow"))
+    # the folder is the datasets library's own format, as earlier runs wrote it
+    assert datasets.load_from_disk(str(tmp_path / "pairs")).to_dict() == ds.dataset.to_dict()
 
 
 # ------------------------------------------------------------------ correct pairs for an operation
@@ -223,10 +229,10 @@ def test_correct_pairs_is_the_generate_score_filter_recipe(tiny_llama, template_
         )
     )
     assert len(every) >= 2, "the fixed seed gives this random model a few correct subtractions"
-    assert every["prompt"] == by_hand["prompt"] and all(every["correct"])
-    assert set(every["operation"]) == {"sub"}
+    assert every.prompts == by_hand.prompts and all(every.correct)
+    assert set(every.operations) == {"sub"}
     first = correct_pairs(tiny_llama, "sub", n=2, templates=template_sets, **kwargs)
-    assert first["prompt"] == every["prompt"][:2]
+    assert first.prompts == every.prompts[:2]
     with pytest.raises(PairError, match=rf"{len(every)} of \d+ 'sub' pairs.*Fix: raise n_per_template"):
         correct_pairs(tiny_llama, "sub", n=len(every) + 1, templates=template_sets, **kwargs)
     with unchecked(), pytest.raises(PairError, match="unknown"):  # the library's own check, past beartype's
@@ -238,7 +244,7 @@ def test_correct_pairs_stops_scoring_at_n_and_draws_equations(tiny_llama, templa
 
     kwargs = {"n_per_template": 40, "fewshot": False, "templates": template_sets, "progress": False}
     every = correct_pairs(tiny_llama, "sub", n=None, **kwargs)
-    assert set(every["form"]) == {"equation"}, "the default draws the short equation templates only"
+    assert set(every.forms) == {"equation"}, "the default draws the short equation templates only"
     assert len(every) >= 2, "the fixed seed gives this random model a few correct subtractions"
     ids = tuple(t.id for ts in template_sets for t in ts.templates if t.operation == "sub" and t.form == "equation")
     config = GenerationConfig(operations=("sub",), fewshot=False, n_per_template=40, template_ids=ids)
@@ -247,9 +253,9 @@ def test_correct_pairs_stops_scoring_at_n_and_draws_equations(tiny_llama, templa
     real = correct_module.score_pairs
     monkeypatch.setattr(correct_module, "score_pairs", lambda m, d, **kw: scored.append(len(d)) or real(m, d, **kw))
     first = correct_pairs(tiny_llama, "sub", n=2, batch_size=8, **kwargs)
-    assert first["prompt"] == every["prompt"][:2]
+    assert first.prompts == every.prompts[:2]
     # the second correct pair is row pair_id of the generation: scoring stops with the batch that holds it
-    needed = (every["pair_id"][1] // 8 + 1) * 8
+    needed = (every.pair_ids[1] // 8 + 1) * 8
     assert sum(scored) == min(needed, generated) and max(scored) <= 8, (scored, needed, generated)
     assert sum(scored) < generated, "early stop scored fewer pairs than were generated"
     with pytest.raises(PairError, match=r"form in \['word'\].*Fix: choose forms from"):
@@ -260,11 +266,11 @@ def test_fresh_pairs_share_no_pair_with_the_given_ones(tiny_llama, template_sets
     kwargs = {"templates": template_sets, "progress": False}
     first = correct_pairs(tiny_llama, "sub", n=2, n_per_template=40, fewshot=False, **kwargs)
     fresh = fresh_pairs(tiny_llama, first, n=3, **kwargs)
-    assert len(fresh) == 3 and all(fresh["correct"])
+    assert len(fresh) == 3 and all(fresh.correct)
     assert not set(pair_keys(fresh)) & set(pair_keys(first)) and len(set(pair_keys(fresh))) == 3
-    assert set(fresh["template_id"]) <= set(first["template_id"]) and set(fresh["operation"]) == {"sub"}
-    assert min(fresh["pair_id"]) > max(first["pair_id"])
-    assert all(p == 0 for p in fresh["prefix_len"]), "no few-shot prefix, like the given pairs"
+    assert set(fresh.template_ids) <= set(first.template_ids) and set(fresh.operations) == {"sub"}
+    assert min(fresh.pair_ids) > max(first.pair_ids)
+    assert all(p == 0 for p in fresh.prefix_len), "no few-shot prefix, like the given pairs"
 
 
 # ------------------------------------------------------------------------------- benchmark files
@@ -332,22 +338,22 @@ def test_read_word_problems_concatenates_and_checks(bench_root):
 def test_word_problem_dataset_keeps_non_negative_integer_answers(bench_root):
     tok = tiny_tokenizer()
     ds = word_problem_dataset(tok, bench_root / "SVAMP" / "test.json", limit=None, seed=0)
-    assert sorted(ds["answer"]) == ["5", "7"]  # 2.5 and -3 are dropped
-    for prompt, toks, ans, answer in zip(ds["prompt"], ds["tokens"], ds["answer_tokens"], ds["answer"]):
+    assert sorted(ds.answers) == ["5", "7"]  # 2.5 and -3 are dropped
+    for prompt, toks, ans, answer in zip(ds.prompts, ds.tokens, ds.answer_tokens, ds.answers):
         assert prompt.rstrip().endswith("Answer: The answer is")
         assert tok.decode(toks) == prompt and tok.decode(toks + ans) == "Answer: ".join(
             [prompt.rsplit("Answer: ", 1)[0], "The answer is " + answer]
         )
-    assert set(ds["template_id"]) == {"SVAMP"}
+    assert set(ds.template_ids) == {"SVAMP"}
     shot = word_problem_dataset(tok, bench_root / "SVAMP" / "test.json", limit=None, seed=0, fewshot=1)
-    assert len(shot) == 1 and shot["prompt"][0].count("Question:") == 2
+    assert len(shot) == 1 and shot.prompts[0].count("Question:") == 2
 
 
 def test_operand_counterfactuals_change_both_operands_and_the_answer_and_stay_aligned(template_sets):
     tok = tiny_tokenizer()
     cfg = GenerationConfig(operations=("add", "mul"), n_per_template=4, counterfactual="operands")
     ds = generate_pairs(tok, template_sets, cfg)
-    for r in ds:
+    for r in ds.dataset:
         assert r["counterfactual"] == "operands" and len(r["tokens"]) == len(r["cf_tokens"])
         assert r["cf_a"] != r["a"] and r["cf_b"] != r["b"] and r["cf_answer"] != r["answer"]
         assert r["cf_answer"] == compute_answer(r["operation"], r["cf_a"], r["cf_b"])
@@ -355,6 +361,6 @@ def test_operand_counterfactuals_change_both_operands_and_the_answer_and_stay_al
         assert r["tokens"][a_at] != r["cf_tokens"][a_at], "operand A differs at its position"
         assert r["tokens"][: r["prefix_len"]] == r["cf_tokens"][: r["prefix_len"]], "the few-shot prefix is shared"
     op = generate_pairs(tok, template_sets, GenerationConfig(operations=("add",), n_per_template=4))
-    assert "cf_a" not in op.column_names, "the operator counterfactual is unchanged"
+    assert not op.has("cf_a"), "the operator counterfactual is unchanged"
     with pytest.raises(Exception, match="counterfactual"):
         GenerationConfig(counterfactual="numbers")

@@ -28,7 +28,7 @@ from mathcircuits.circuit import (
     receiver_effects,
     upstream_senders,
 )
-from mathcircuits.data import GenerationConfig, generate_pairs, load_templates
+from mathcircuits.data import GenerationConfig, PairSet, generate_pairs, load_templates
 from mathcircuits.models import block_structure, from_hf, hooks, load_model, tiny_model
 from mathcircuits.patching import get_metric
 from mathcircuits.stats import Uncertainty
@@ -60,13 +60,13 @@ def _planted(linear: bool):
                     module.variance_epsilon = 1e8
                     module.weight.fill_(1e4)
     pairs = copy_pairs(model.tokenizer, 8, seed=0)
-    pairs = pairs.select([i for i, t in enumerate(pairs["template_id"]) if t == "t1"])
+    pairs = pairs.select([i for i, t in enumerate(pairs.template_ids) if t == "t1"])
     cache = pair_cache(
         model,
-        torch.tensor(pairs["tokens"]),
-        torch.tensor(pairs["cf_tokens"]),
-        torch.tensor(pairs["answer_token"]),
-        answers=torch.tensor(pairs["answer_tokens"]),
+        torch.tensor(pairs.tokens),
+        torch.tensor(pairs.cf_tokens),
+        torch.tensor(pairs.answer_token),
+        answers=torch.tensor(pairs.answer_tokens),
     )
     return model, pairs, cache
 
@@ -127,8 +127,8 @@ def test_eap_is_the_first_order_term_of_the_exact_edge_where_no_mlp_lies_between
     """
     model = _random_model(name)
     ds = generate_pairs(model.tokenizer, load_templates(), GenerationConfig(("add",), ("add_eq_1",), 4))
-    answers = torch.tensor(ds["answer_token"])
-    cache = pair_cache(model, torch.tensor(ds["tokens"]), torch.tensor(ds["cf_tokens"]), answers)
+    answers = torch.tensor(ds.answer_token)
+    cache = pair_cache(model, torch.tensor(ds.tokens), torch.tensor(ds.cf_tokens), answers)
     metric, S = get_metric("logit_diff"), cache.tokens.shape[1]
     eap_all = edge_attribution(model, cache, _answer_logit, "eap")
     eap_last = edge_attribution(model, cache, _answer_logit, "eap", positions=[S - 1])
@@ -207,7 +207,7 @@ def test_exact_agreement_finds_the_planted_edges_first(linear_planted):
 def test_bad_attribution_requests_are_refused(linear_planted):
     model, pairs, cache = linear_planted
     _refused(lambda: edge_attribution(model, cache, _answer_logprob, "eap-ig", 0), "steps")
-    bare = pairs.remove_columns("cf_answer_tokens")
+    bare = PairSet(pairs.dataset.remove_columns("cf_answer_tokens"))
     _refused(lambda: eap_scores(model, bare, metric="logit_diff"), "cf_answer_tokens")
     _refused(lambda: ig_convergence(model, pairs, steps=(5, 2)), "increasing")
 

@@ -110,7 +110,7 @@ def test_prompts_start_as_the_tokenizer_starts_text(template_sets):
     assert prompt_start(plain) == "" and prompt_start(bos) == "<s>"
     cfg = GenerationConfig(operations=("add",), template_ids=("add_eq_1",), n_per_template=3)
     without, with_bos = generate_pairs(plain, template_sets, cfg), generate_pairs(bos, template_sets, cfg)
-    for a, b in zip(without, with_bos):
+    for a, b in zip(without.dataset, with_bos.dataset):
         assert b["prompt"] == "<s>" + a["prompt"] and b["tokens"] == [1, *a["tokens"]]
         assert b["cf_tokens"][0] == 1 and b["prefix_len"] == a["prefix_len"] + 1
         for col in ("pos_a", "pos_b", "pos_op"):

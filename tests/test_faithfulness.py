@@ -34,6 +34,7 @@ from mathcircuits.circuit import (
     size_grid,
     top_wiring,
 )
+from mathcircuits.data import PairSet
 from mathcircuits.models import load_model
 from mathcircuits.stats import Uncertainty
 
@@ -138,11 +139,11 @@ def test_edge_level_run_keeps_only_the_edges_and_every_run_equals_its_plain_forw
 
 def test_position_means_are_the_pool_average_without_the_scored_pairs():
     model, _, ev, pool = planted()
-    means = pool_means(model, pool, exclude={("t1", a, b) for a, b in zip(pool["a"], pool["b"])})
+    means = pool_means(model, pool, exclude={("t1", a, b) for a, b in zip(pool.a, pool.b)})
     assert all(k[0] == "t2" for k in means.means), "every t1 prompt was left out"
     b = circuit_batches(model, ev, "roles", 16)[1]
-    rows = [i for i, t in enumerate(pool["template_id"]) if t == "t2"]
-    toks = torch.tensor([pool["cf_tokens"][i] for i in rows])
+    rows = [i for i, t in enumerate(pool.template_ids) if t == "t2"]
+    toks = torch.tensor([pool.cf_tokens[i] for i in rows])
     _, c = model.bridge.run_with_cache(toks, names_filter=lambda n: n == "blocks.1.attn.hook_z")
     assert torch.allclose(means.values(b).z[0, :, 1], c["blocks.1.attn.hook_z"].mean(0), atol=1e-5)
 
@@ -153,17 +154,19 @@ def test_position_means_hold_no_property_of_the_answer():
     only the prompts whose answer reaches it."""
     model, _, _, pool = planted()
     two = [i % 4 < 2 for i in range(len(pool))]  # both templates get both answer lengths
-    pool = pool.map(
-        lambda r, i: {"answer_tokens": r["answer_tokens"] + [r["answer_tokens"][0]] * two[i]}, with_indices=True
+    pool = PairSet(
+        pool.dataset.map(
+            lambda r, i: {"answer_tokens": r["answer_tokens"] + [r["answer_tokens"][0]] * two[i]}, with_indices=True
+        )
     )
     means = pool_means(model, pool)
-    assert set(means.means) == {(str(t), 6) for t in pool["template_id"]}, "one key per template and prompt length"
-    for tid in {str(t) for t in pool["template_id"]}:
-        rows = [i for i, t in enumerate(pool["template_id"]) if t == tid]
+    assert set(means.means) == {(str(t), 6) for t in pool.template_ids}, "one key per template and prompt length"
+    for tid in {str(t) for t in pool.template_ids}:
+        rows = [i for i, t in enumerate(pool.template_ids) if t == tid]
         n_two = sum(two[i] for i in rows)
         assert 0 < n_two < len(rows)
         assert means.counts[(tid, 6)].tolist() == [len(rows)] * 6 + [n_two]
-        cf = torch.tensor([pool["cf_tokens"][i] for i in rows])
+        cf = torch.tensor([pool.cf_tokens[i] for i in rows])
         _, c = model.bridge.run_with_cache(cf, names_filter=lambda n: n == "blocks.1.attn.hook_z")
         assert torch.allclose(means.means[(tid, 6)].z[0, :6, 1], c["blocks.1.attn.hook_z"].mean(0), atol=1e-5)
 

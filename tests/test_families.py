@@ -76,8 +76,8 @@ def test_bridge_equals_hf(family):
 def test_readout_of_the_final_residual_is_the_models_output(family):
     """Final norm, unembedding and (Gemma 2) logit soft cap, rebuilt from the last residual, give the model's logits."""
     model, ds = _model(family), _pairs(family)
-    tokens, cf = torch.tensor(ds["tokens"][:2]), torch.tensor(ds["cf_tokens"][:2])
-    answer = torch.tensor(ds["answer_token"][:2])
+    tokens, cf = torch.tensor(ds.tokens[:2]), torch.tensor(ds.cf_tokens[:2])
+    answer = torch.tensor(ds.answer_token[:2])
     cache_ = last_position_caches(model, tokens, cf)
     final = cache_.ref[hooks.resid_post(model.spec.n_layers - 1)]
     with torch.no_grad():
@@ -100,8 +100,8 @@ def test_exact_equals_reference(family):
 def test_exact_equals_reference_all_metrics(family):
     model, ds = _model(family), _pairs(family)
     with torch.no_grad():
-        logits = model(torch.tensor(ds["tokens"]))[:, -1]
-    clean = logits.gather(1, torch.tensor(ds["answer_token"])[:, None])  # [pair, 1]
+        logits = model(torch.tensor(ds.tokens))[:, -1]
+    clean = logits.gather(1, torch.tensor(ds.answer_token)[:, None])  # [pair, 1]
     for name in ("relative_logit", "prob_change", "answer_logprob"):
         # relative_logit without its guard: a random model's clean logits are near 0, where the guard refuses pairs
         metric = dataclasses.replace(METRICS[name], min_clean=None)
@@ -134,7 +134,7 @@ def test_attribution_runs_and_ranks_like_exact(family):
 def test_knockout_hook_changes_exactly_the_ablated_heads(family):
     model, ds = _model(family), _pairs(family)
     means = head_means(model, ds)
-    toks = torch.tensor(ds["tokens"][:2])
+    toks = torch.tensor(ds.tokens[:2])
     structure = block_structure(model)
     attn_name = attn_pre_norm_name(structure, 1) or hooks.attn_out(1)  # attention output before any output norm
     names = [hooks.z(1), attn_name]
@@ -160,8 +160,8 @@ def test_mlp_probes_lens_after_the_last_layer_is_the_models_output(family):
     model, ds = _model(family), _pairs(family)
     res = mlp_probes(model, ds)
     with torch.no_grad():
-        logits = torch.cat([model(torch.tensor([t]))[:, -1] for t in ds["tokens"]])
-    ans = torch.tensor(ds["answer_token"])
+        logits = torch.cat([model(torch.tensor([t]))[:, -1] for t in ds.tokens])
+    ans = torch.tensor(ds.answer_token)
     assert torch.equal(res.lens_rank[:, -1], (logits > logits.gather(1, ans[:, None])).sum(1).float())
     torch.testing.assert_close(res.lens_prob[:, -1], torch.softmax(logits, -1).gather(1, ans[:, None])[:, 0])
     shares = attention_by_role(model, ds, [(0, 1), (2, 3)]).shares

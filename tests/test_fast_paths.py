@@ -13,7 +13,7 @@ import torch
 
 from mathcircuits.ablation import KnockoutScorer, ablated_model, head_means
 from mathcircuits.analysis import attention_by_role, role_masks, role_shares
-from mathcircuits.data import GenerationConfig, generate_pairs, iter_batches, padded_groups, score_pairs
+from mathcircuits.data import GenerationConfig, generate_pairs, padded_groups, score_pairs
 from mathcircuits.finetune import score_arithmetic
 from mathcircuits.models import (
     TINY_FAMILIES,
@@ -40,9 +40,7 @@ def _pairs(model, template_sets, n=4):
 
 def _batch(ds, column="tokens"):
     """The largest batch of one template and one length (rows that share their prefix)."""
-    cols = {"tokens": ds[column], "template_id": ds["template_id"]}
-    batches = list(iter_batches(cols, 64, "cpu", group_by="template_id"))
-    return max((b["tokens"] for _, b in batches), key=lambda t: t.shape[0])
+    return max((t for _, t in ds.prompt_batches(64, "cpu", column)), key=lambda t: t.shape[0])
 
 
 def test_shared_prefix_len():
@@ -187,7 +185,7 @@ def test_head_means_equal_plain(request, template_sets, model_name):
     spec = model.spec
     total = torch.zeros(spec.n_layers, spec.n_heads, spec.d_head, dtype=torch.float64)
     count = 0
-    for seq in ds["cf_tokens"]:  # one plain forward per prompt
+    for seq in ds.cf_tokens:  # one plain forward per prompt
         _, cache = model.bridge.run_with_cache(torch.tensor([seq]), names_filter=lambda n: n.endswith("hook_z"))
         for layer in range(spec.n_layers):
             total[layer] += cache[hooks.z(layer)][0].double().sum(0)
@@ -201,8 +199,8 @@ def test_score_pairs_equal_plain(request, template_sets, model_name):
     ds = _pairs(model, template_sets, n=6)
     fast = score_pairs(model, ds)  # a HookedModel has logits_from: the prefix-cached path
     plain = score_pairs(lambda t: model.bridge(t), ds)
-    assert fast["correct"] == plain["correct"] and fast["first_correct"] == plain["first_correct"]
-    assert max(abs(a - b) for a, b in zip(fast["p_answer"], plain["p_answer"])) <= TOL
+    assert fast.correct == plain.correct and fast.first_correct == plain.first_correct
+    assert max(abs(a - b) for a, b in zip(fast.p_answer, plain.p_answer)) <= TOL
 
 
 @pytest.mark.parametrize("model_name", MODELS)
@@ -212,8 +210,8 @@ def test_right_padded_scoring_equals_one_row_at_a_time(request, template_sets, m
     # sequences (prompt + answer[:-1]) differ in length and a one-token answer is read mid-batch
     config = GenerationConfig(operations=("add",), template_ids=("add_eq_1",), operand_range=(1, 9), n_per_template=16)
     ds = generate_pairs(model.tokenizer, template_sets, config)
-    lengths = [len(t) + len(a) - 1 for t, a in zip(ds["tokens"], ds["answer_tokens"])]
-    assert len(set(lengths)) > 1 and len(padded_groups(lengths, 64, list(ds["template_id"]))) == 1  # one mixed batch
+    lengths = [len(t) + len(a) - 1 for t, a in zip(ds.tokens, ds.answer_tokens)]
+    assert len(set(lengths)) > 1 and len(padded_groups(lengths, 64, list(ds.template_ids))) == 1  # one mixed batch
     every = [(l, h) for l in range(model.spec.n_layers) for h in range(model.spec.n_heads)]
     runners = {
         "prefix-cached": model,
@@ -223,8 +221,8 @@ def test_right_padded_scoring_equals_one_row_at_a_time(request, template_sets, m
     }
     for name, runner in runners.items():
         batched, single = score_pairs(runner, ds), score_pairs(runner, ds, batch_size=1)
-        assert batched["correct"] == single["correct"], name
-        assert max(abs(a - b) for a, b in zip(batched["p_answer"], single["p_answer"])) <= TOL, name
+        assert batched.correct == single.correct, name
+        assert max(abs(a - b) for a, b in zip(batched.p_answer, single.p_answer)) <= TOL, name
 
 
 @pytest.mark.parametrize("model_name", MODELS)
@@ -250,10 +248,10 @@ def test_attention_rows_equal_plain(request, template_sets, model_name):
     ds = _pairs(model, template_sets)
     heads = [(0, 0), (1, 2), (1, 1)]
     fast = attention_by_role(model, ds, heads)
-    for i, seq in enumerate(ds["tokens"]):  # one plain forward per prompt: the last query row of each head
+    for i, seq in enumerate(ds.tokens):  # one plain forward per prompt: the last query row of each head
         _, cache = model.bridge.run_with_cache(torch.tensor([seq]), names_filter=lambda n: n.endswith("hook_pattern"))
         rows = torch.stack([cache[hooks.pattern(layer)][0, head, -1] for layer, head in heads])
-        mask = role_masks(len(seq), ds["prefix_len"][i], ds["pos_a"][i], ds["pos_b"][i], ds["pos_op"][i])
+        mask = role_masks(len(seq), ds.prefix_len[i], ds.pos_a[i], ds.pos_b[i], ds.pos_op[i])
         assert (fast.shares[i] - role_shares(rows, mask)).abs().max() <= TOL
 
 
@@ -276,8 +274,8 @@ def test_embedded_fast_paths_equal_plain(embedded, template_sets):
         assert (fast.cf[name] - plain.cf[name]).abs().max() <= TOL, name
     scored_fast = score_pairs(embedded, ds)
     scored_plain = score_pairs(lambda t: embedded.bridge(t), ds)
-    assert scored_fast["correct"] == scored_plain["correct"]
-    assert max(abs(a - b) for a, b in zip(scored_fast["p_answer"], scored_plain["p_answer"])) <= TOL
+    assert scored_fast.correct == scored_plain.correct
+    assert max(abs(a - b) for a, b in zip(scored_fast.p_answer, scored_plain.p_answer)) <= TOL
 
 
 @pytest.mark.parametrize("family", sorted(TINY_FAMILIES))
@@ -288,11 +286,11 @@ def test_hf_prefix_scoring_equals_plain(template_sets, family):
     ds = generate_pairs(tok, template_sets, config)
     fast = score_pairs(PrefixRunner(HFForward(hf)), ds)
     plain = score_pairs(lambda t: hf(t).logits, ds, batch_size=1)
-    assert fast["correct"] == plain["correct"] and fast["first_correct"] == plain["first_correct"]
-    assert max(abs(a - b) for a, b in zip(fast["p_answer"], plain["p_answer"])) <= TOL
-    assert score_arithmetic(hf, ds) == [int(c) for c in plain["correct"]]
+    assert fast.correct == plain.correct and fast.first_correct == plain.first_correct
+    assert max(abs(a - b) for a, b in zip(fast.p_answer, plain.p_answer)) <= TOL
+    assert score_arithmetic(hf, ds) == [int(c) for c in plain.correct]
     with pytest.raises(ValueError, match="no hook points"):
-        HFForward(hf).run_with_hooks(torch.tensor(ds["tokens"][:1]), fwd_hooks=[("x", None)])
+        HFForward(hf).run_with_hooks(torch.tensor(ds.tokens[:1]), fwd_hooks=[("x", None)])
 
 
 @pytest.mark.parametrize("start", [1, 2, 3])

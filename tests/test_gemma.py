@@ -46,7 +46,7 @@ def test_gemma_spec_and_its_prompts(gemma, pairs):
         "Gemma3ForCausalLM", 18, 4, 1, 256, 640, 262144
     )  # fmt: skip
     assert len(pairs) >= 4, "the base model answers few-shot additions (with its BOS token)"
-    row = pairs[0]
+    row = pairs.dataset[0]
     toks = gemma.tokenizer.convert_ids_to_tokens(row["tokens"])
     assert row["prompt"].startswith("<bos>") and row["tokens"][0] == gemma.tokenizer.bos_token_id
     assert toks[-1] == "▁" and toks[row["pos_b"][0] - 1] == "▁"  # digits follow a lone '▁' token
@@ -77,7 +77,7 @@ def _z(gemma, toks, fwd_hooks=()):
 
 def test_knockout_changes_exactly_the_ablated_heads(gemma, pairs):
     means = head_means(gemma, pairs)
-    toks = torch.tensor(pairs["tokens"][:2])
+    toks = torch.tensor(pairs.tokens[:2])
     clean = _z(gemma, toks)
     ablated = _z(gemma, toks, mean_ablation_hooks(gemma, [(LAYER, 0), (LAYER, 2)], means, "all"))
     for layer in range(LAYER):
@@ -122,7 +122,7 @@ def test_a_head_slice_changes_only_its_own_head_and_kv_changes_the_whole_layer(g
     by = head_slices(plain, [(LAYER, 1)], kv_policy="group").by_name()
     del plain
     pre = f"model.layers.{LAYER}.self_attn."
-    toks = torch.tensor(pairs["tokens"][:2])
+    toks = torch.tensor(pairs.tokens[:2])
     clean = _z(gemma, toks)[hooks.z(LAYER)]
 
     def changed(z):

@@ -23,6 +23,7 @@ import mathcircuits.evaluation.generation as generation
 import mathcircuits.models.compat as compat
 import mathcircuits.patching.exact as exact
 from mathcircuits.cli import main
+from mathcircuits.data import PairSet
 from mathcircuits.models import (
     IntegrityError,
     PrefixRunner,
@@ -162,11 +163,11 @@ def test_null_patch_reproduces_clean_logits(method):
     """Patching clean into clean changes nothing: every effect is zero, in raw logits."""
     model = load_model("tiny-llama")
     probe = probe_pairs(model.spec.vocab_size)
-    null = probe.map(lambda r: {"cf_tokens": r["tokens"]})
+    null = PairSet(probe.dataset.map(lambda r: {"cf_tokens": r["tokens"]}))
     result = path_patch(model, null, metric="logit_diff", method=method)
     assert result.head_effects.abs().max() <= 1e-5 and result.mlp_effects.abs().max() <= 1e-5
     # and a forward with every head frozen at its own clean value is the clean forward
-    toks = torch.tensor(probe["tokens"])
+    toks = torch.tensor(probe.tokens)
     clean = model.bridge(toks)
     _, cache = model.bridge.run_with_cache(toks, names_filter=lambda n: n.endswith("hook_z"))
     frozen = [(hooks.z(l), lambda a, hook, l=l: cache[hooks.z(l)]) for l in range(model.spec.n_layers)]
@@ -177,7 +178,7 @@ def test_null_patch_reproduces_clean_logits(method):
 
 def test_a_hook_that_never_fires_stops_the_forward():
     model = load_model("tiny-llama")
-    toks = torch.tensor(probe_pairs(model.spec.vocab_size)["tokens"])
+    toks = torch.tensor(probe_pairs(model.spec.vocab_size).tokens)
     fired = []
     model.bridge.run_with_hooks(toks, fwd_hooks=[(hooks.z(0), lambda a, hook: fired.append(1))])
     assert fired

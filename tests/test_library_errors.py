@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from mathcircuits.ablation import HeadMeans, ablated_accuracy, head_means, knockout_curve, transfer
-from mathcircuits.data import GenerationConfig, generate_pairs, score_pairs
+from mathcircuits.data import GenerationConfig, PairSet, generate_pairs, score_pairs
 from mathcircuits.finetune import SliceError, head_slices
 from mathcircuits.models import Head, ModelMismatchError, load_hf_model
 from mathcircuits.patching import KeyComponents, PatchingResult, SelectionError, path_patch, select_key_components
@@ -99,8 +99,8 @@ def test_empty_dataset_errors_name_the_dataset_not_score_pairs(tiny_llama, pairs
 
 def test_score_pairs_names_missing_columns(tiny_llama, pairs):
     with pytest.raises(ValueError, match=r"without the columns \['answer_tokens'\].*Fix: pass pairs built by"):
-        score_pairs(tiny_llama, pairs.remove_columns("answer_tokens"))
-    with pytest.raises(TypeError, match="needs a datasets.Dataset"):
+        score_pairs(tiny_llama, PairSet(pairs.dataset.remove_columns("answer_tokens")))
+    with pytest.raises(TypeError, match="PairSet"):  # the annotation (or, unchecked, score_pairs) refuses rows
         score_pairs(tiny_llama, [{"tokens": [1]}])
 
 

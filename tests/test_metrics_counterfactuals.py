@@ -8,7 +8,7 @@ import logging
 import pytest
 import torch
 
-from mathcircuits.data import GenerationConfig, PairError, TemplateSet, generate_pairs
+from mathcircuits.data import GenerationConfig, PairError, PairSet, TemplateSet, generate_pairs
 from mathcircuits.models import EMBEDDED, Readout, weights_note
 from mathcircuits.patching import (
     METRICS,
@@ -80,7 +80,7 @@ def test_path_patch_excludes_and_counts_the_guarded_pairs(tiny_llama, pairs, cap
     with caplog.at_level(logging.WARNING, logger="mathcircuits.patching.driver"):
         res = path_patch(tiny_llama, pairs, metric="relative_logit", keep_per_pair=True)
     clean = torch.tensor(
-        [float(tiny_llama.bridge(torch.tensor([t]))[0, -1, a]) for t, a in zip(pairs["tokens"], pairs["answer_token"])]
+        [float(tiny_llama.bridge(torch.tensor([t]))[0, -1, a]) for t, a in zip(pairs.tokens, pairs.answer_token)]
     )
     expected = clean <= RELATIVE_MIN_CLEAN
     assert 0 < int(expected.sum()) < len(pairs), "the tiny model has pairs on both sides of the guard"
@@ -111,17 +111,17 @@ def test_a_users_callable_metric(tiny_llama, pairs):
 def test_every_answer_token_is_scored(tiny_llama, pairs):
     """The planted reference: the total effect is log p(answer | cf prompt) − log p(answer | prompt), each from a
     plain teacher-forced forward over every answer token; the patched scan must report exactly that."""
-    assert max(len(a) for a in pairs["answer_tokens"]) > 1, "the test needs multi-token answers"
+    assert max(len(a) for a in pairs.answer_tokens) > 1, "the test needs multi-token answers"
     res = path_patch(tiny_llama, pairs, keep_per_pair=True)
-    clean = teacher_forced_logprob(tiny_llama, pairs["tokens"], pairs["answer_tokens"])
-    cf = teacher_forced_logprob(tiny_llama, pairs["cf_tokens"], pairs["answer_tokens"])
+    clean = teacher_forced_logprob(tiny_llama, pairs.tokens, pairs.answer_tokens)
+    cf = teacher_forced_logprob(tiny_llama, pairs.cf_tokens, pairs.answer_tokens)
     assert torch.allclose(res.per_pair_total, cf - clean, atol=1e-4)
-    first_only = torch.tensor([len(a) == 1 for a in pairs["answer_tokens"]])
+    first_only = torch.tensor([len(a) == 1 for a in pairs.answer_tokens])
     assert (~first_only).any()
 
 
 def test_total_effect_of_a_null_counterfactual_is_zero(tiny_llama, pairs):
-    same = pairs.map(lambda r: {"cf_tokens": r["tokens"]})
+    same = PairSet(pairs.dataset.map(lambda r: {"cf_tokens": r["tokens"]}))
     res = path_patch(tiny_llama, same, keep_per_pair=True)
     assert res.per_pair_total.abs().max() < 1e-5
     with pytest.raises(ValueError, match="total effect.*Fix"):
@@ -188,7 +188,7 @@ def test_mixed_prefix_shows_every_operation_and_stays_token_aligned(tiny_llama, 
     cfg = GenerationConfig(operations=("add", "mul"), template_ids=("add_eq_1", "mul_st_1"), n_per_template=4)
     same = generate_pairs(tiny_llama.tokenizer, template_sets, dataclasses.replace(cfg, fewshot_operations="same"))
     mixed = generate_pairs(tiny_llama.tokenizer, template_sets, dataclasses.replace(cfg, fewshot_operations="mixed"))
-    for row_s, row_m in zip(same, mixed):
+    for row_s, row_m in zip(same.dataset, mixed.dataset):
         prefix = row_m["prompt"][: row_m["prompt"].rindex("\n") + 1]
         if row_m["template_id"] == "add_eq_1":
             assert all(f" {op} " in prefix for op in "+-*/")  # every operation's example
@@ -221,7 +221,7 @@ def test_mixed_prefix_without_matching_templates_is_refused(tiny_llama, template
     alone = dataclasses.replace(only_add, fewshot_examples={"add": arith.fewshot_examples["add"]})
     mixed = generate_pairs(tiny_llama.tokenizer, [alone], cfg)
     same = generate_pairs(tiny_llama.tokenizer, [alone], dataclasses.replace(cfg, fewshot_operations="same"))
-    assert mixed["prompt"] == same["prompt"]
+    assert mixed.prompts == same.prompts
 
 
 def test_cluster_bootstrap_is_wider_than_pairs_on_clustered_data():
@@ -280,6 +280,6 @@ def test_identify_takes_operand_counterfactuals(tiny_llama, template_sets):
     cfg = GenerationConfig(operations=("add",), template_ids=("add_eq_1", "add_st_1"), n_per_template=3,
                            counterfactual="operands")  # fmt: skip
     ds = generate_pairs(tiny_llama.tokenizer, template_sets, cfg)
-    assert all(c != a for c, a in zip(ds["cf_answer"], ds["answer"]))
+    assert all(c != a for c, a in zip(ds.cf_answers, ds.answers))
     res = path_patch(tiny_llama, ds, keep_per_pair=True)
     assert torch.isfinite(res.head_effects).all() and res.per_pair_total.abs().min() > 0

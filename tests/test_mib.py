@@ -26,7 +26,7 @@ from mathcircuits.circuit import (
     round_saturated,
     write_graph,
 )
-from mathcircuits.data import MIB_KINDS, GenerationConfig, generate_pairs, load_templates, mib_template_dir
+from mathcircuits.data import MIB_KINDS, GenerationConfig, PairSet, generate_pairs, load_templates, mib_template_dir
 from mathcircuits.models import load_model
 from mathcircuits.stats import Interval, Uncertainty
 
@@ -115,7 +115,7 @@ def test_logit_diff_is_mibs(planted):
     model, pairs = planted
     res = mib_scores(model, pairs, _scores(model, first=True), percentages=(0.05, 1.0), uncertainty=None)
     diffs, cf_diffs = [], []
-    for row in pairs:
+    for row in pairs.dataset:
         for toks, out in ((row["tokens"], diffs), (row["cf_tokens"], cf_diffs)):
             with torch.no_grad():
                 logits = model.bridge(torch.tensor([toks]))[0, -1]
@@ -140,7 +140,7 @@ def test_bad_inputs_are_refused(planted, tiny_llama):
     with pytest.raises(ValueError, match="percentages"):
         mib_scores(model, pairs, _scores(model, True), percentages=(0.5, 0.1))
     with pytest.raises(ValueError, match="cf_answer_tokens"):
-        mib_scores(model, pairs.remove_columns("cf_answer_tokens"), _scores(model, True))
+        mib_scores(model, PairSet(pairs.dataset.remove_columns("cf_answer_tokens")), _scores(model, True))
 
 
 def test_graph_file_round_trip(tmp_path, tiny_llama):
@@ -235,7 +235,7 @@ def test_mib_counterfactual_kinds_change_the_named_digit(tiny_llama, operation):
             operations=(operation,), n_per_template=12, operand_range=(10, 99), fewshot=False, counterfactual=kind
         )
         ds = generate_pairs(tiny_llama.tokenizer, sets, cfg)
-        for row in ds:
+        for row in ds.dataset:
             a, b, x, y = row["a"], row["b"], row["cf_a"], row["cf_b"]
             assert row["prompt"].startswith("Q: How much is ") and row["counterfactual"] == kind
             assert len(row["tokens"]) == len(row["cf_tokens"]) and row["answer"] != row["cf_answer"]

@@ -64,7 +64,7 @@ def _patched_metric(model, pairs, dropped: set[Sender], scale: dict[Sender, floa
         return t
 
     out = []
-    for row in pairs:
+    for row in pairs.dataset:
         toks, cf = torch.tensor([row["tokens"]]), torch.tensor([row["cf_tokens"]])
         _, cache = model.bridge.run_with_cache(cf, names_filter=lambda n: n in names)
         with torch.no_grad():

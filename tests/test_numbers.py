@@ -11,7 +11,7 @@ import torch
 from planted_numbers import adder_model, planted_embedding_model
 
 from mathcircuits.claims import ClaimsCard, Verdict, claim_n1, claim_n2, claim_n3
-from mathcircuits.data import load_templates
+from mathcircuits.data import load_templates, swap_pairs
 from mathcircuits.models import SuffixRunner, hooks, load_model
 from mathcircuits.numbers import (
     HelixPatchResult,
@@ -30,7 +30,6 @@ from mathcircuits.numbers import (
     number_spectra,
     number_states,
     operand_grid,
-    patch_pairs,
     subspace_shifts,
     token_fixed_periods,
 )
@@ -184,7 +183,7 @@ def test_helix_fit_recovers_a_planted_helix_subspace_and_not_without_it(embedded
 
 def test_subspace_patch_of_a_planted_digit_subspace_carries_the_full_effect(templates):
     model = adder_model()
-    pairs = patch_pairs(model.tokenizer, templates, "add_eq_1", range(5), range(5), 12, fewshot=False)
+    pairs = swap_pairs(model.tokenizer, templates, "add_eq_1", range(5), range(5), 12, fewshot=False)
     eye = torch.eye(64)
     subspaces = {1: [None, eye, eye[:, :10], eye[:, 10:], torch.linalg.qr(torch.randn(64, 10))[0]]}
     s = subspace_shifts(model, pairs, subspaces)[:, 0]  # [pair, subspace]
@@ -376,7 +375,7 @@ def test_fast_and_plain_paths_give_the_same_numbers(templates, adder_runs):
     from mathcircuits.numbers import capture_grid
 
     model, grid, _ = adder_runs[(True, 128)]
-    pairs = patch_pairs(model.tokenizer, templates, "add_eq_1", range(5), range(5), 6, fewshot=False)
+    pairs = swap_pairs(model.tokenizer, templates, "add_eq_1", range(5), range(5), 6, fewshot=False)
     subspaces = {1: [None, torch.eye(64)[:, :10]]}
     fast = subspace_shifts(model, pairs, subspaces)
     cap = capture_grid(model, grid, [1], [(1, 0)])

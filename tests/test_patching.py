@@ -4,7 +4,7 @@ import json
 import pytest
 import torch
 
-from mathcircuits.data import GenerationConfig, generate_pairs
+from mathcircuits.data import GenerationConfig, PairSet, generate_pairs
 from mathcircuits.models import Head, load_model
 from mathcircuits.patching import (
     METRICS,
@@ -56,7 +56,7 @@ def test_exact_equals_reference(request, template_sets, model_name, metric):
 
 
 def test_patching_changes_something_only_when_prompts_differ(tiny_llama, pairs_llama):
-    same = pairs_llama.map(lambda r: {"cf_tokens": r["tokens"]})
+    same = PairSet(pairs_llama.dataset.map(lambda r: {"cf_tokens": r["tokens"]}))
     res = path_patch(tiny_llama, same)
     assert res.head_effects.abs().max() < 1e-6 and res.mlp_effects.abs().max() < 1e-6
 
@@ -140,7 +140,7 @@ def test_result_save_load_dataframe(tmp_path, tiny_llama, pairs_llama):
 
 
 def test_unequal_pairs_are_refused(tiny_llama, pairs_llama):
-    bad = pairs_llama.map(lambda r: {"cf_tokens": r["cf_tokens"] + [5]})
+    bad = PairSet(pairs_llama.dataset.map(lambda r: {"cf_tokens": r["cf_tokens"] + [5]}))
     with pytest.raises(ValueError, match="token-aligned"):
         path_patch(tiny_llama, bad)
 

@@ -8,14 +8,13 @@ import re
 import typing
 from pathlib import Path
 
-import datasets
 import pandas as pd
 import pytest
 import yaml
 
 from mathcircuits.ablation import KnockoutResult, RandomControl
 from mathcircuits.cli import main
-from mathcircuits.data import facts_of
+from mathcircuits.data import PairSet, facts_of
 from mathcircuits.finetune import KV_POLICIES, Mode, SFTConfig
 from mathcircuits.patching import METRICS, RULES, PatchingConfig, PatchingResult, SelectionConfig
 from mathcircuits.pipeline import (
@@ -204,8 +203,8 @@ def test_heldout_templates_stay_out_of_identification_and_become_transfer_sets(t
     )
     out = tmp_path / "run"
     summaries = run_pipeline(cfg, out, only=["data", "identify", "validate"], progress=False)
-    correct = datasets.load_from_disk(str(out / "data" / "pairs_correct"))
-    assert set(correct["template_id"]) == {"add_eq_1"}, "a held-out template reached identification"
+    correct = PairSet.load(out / "data" / "pairs_correct")
+    assert set(correct.template_ids) == {"add_eq_1"}, "a held-out template reached identification"
     assert "16 pairs of held-out templates kept for transfer" in str(summaries["data"])
     rows = {r.dataset: r for r in summaries["validate"].transfer}
     assert list(rows) == ["add held-out templates (add_eq_2)"], "transfer_held_in=False still scored found-on data"
@@ -352,11 +351,11 @@ def test_finetune_and_evaluate_stages(tmp_path):
     assert set(runs) == {"precise", "full"} and runs["precise"].steps == runs["full"].steps == 2
     assert 0 < runs["precise"].n_trainable < runs["full"].n_trainable == runs["full"].n_model_params
     assert (out / "finetune" / "precise" / "final" / "adapter_config.json").exists()
-    train = set(datasets.load_from_disk(str(out / "finetune" / "train_pairs"))["prompt"])
-    held_pairs = datasets.load_from_disk(str(out / "finetune" / "heldout_pairs"))
-    held = set(held_pairs["prompt"])
+    train = set(PairSet.load(out / "finetune" / "train_pairs").prompts)
+    held_pairs = PairSet.load(out / "finetune" / "heldout_pairs")
+    held = set(held_pairs.prompts)
     assert held and not (train & held)
-    train_facts = facts_of(datasets.load_from_disk(str(out / "finetune" / "train_pairs")))
+    train_facts = facts_of(PairSet.load(out / "finetune" / "train_pairs"))
     assert not facts_of(held_pairs) & train_facts  # no trained fact (operation, a, b), in any wording
     assert runs["precise"].mlps == 0 and runs["precise"].kv_shared_heads >= 0  # precise = key heads only
     table = pd.read_csv(out / "evaluate" / "table.csv")

@@ -21,7 +21,7 @@ from transformers import PreTrainedTokenizerFast
 
 import mathcircuits as mc
 from mathcircuits.circuit import Circuit, discover_circuit, faithfulness
-from mathcircuits.data import GenerationConfig, generate_pairs, load_templates, score_pairs
+from mathcircuits.data import GenerationConfig, PairSet, generate_pairs, load_templates, score_pairs
 from mathcircuits.models import tiny_tokenizer
 from mathcircuits.patching import SelectionConfig, path_patch, select_key_components
 from mathcircuits.stats import Uncertainty
@@ -82,15 +82,15 @@ VERBS: list[tuple[str, Callable, type, tuple[str, ...]]] = [
     ("discover-n-boot-1", lambda m, p, k: discover_circuit(m, p, k, uncertainty=Uncertainty(n_boot=1)), ValueError,
      ("n_boot=1",)),
     ("discover-one-pair", lambda m, p, k: discover_circuit(m, p.select([0]), k), ValueError, ("1 pair",)),
-    ("discover-given-rows", lambda m, p, k: discover_circuit(m, list(p), k), TypeError,
+    ("discover-given-rows", lambda m, p, k: discover_circuit(m, list(p.dataset), k), TypeError,
      ("discover_circuit: dataset must be prompt pairs", "list of 6 dict")),
     ("discover-given-the-tokenizer-as-model", lambda m, p, k: discover_circuit(m.tokenizer, p, k), TypeError,
      ("discover_circuit: model must be a HookedModel",)),
     ("select-given-an-empty-list", lambda m, p, k: select_key_components([]), TypeError,
      ("select_key_components: result must be a PatchingResult", "an empty list")),
     ("select-given-the-pairs", lambda m, p, k: select_key_components(p), TypeError,
-     ("result must be a PatchingResult", "a Dataset")),
-    ("path-patch-given-list-of-dicts", lambda m, p, k: path_patch(m, [dict(r) for r in p]), TypeError,
+     ("result must be a PatchingResult", "a PairSet")),
+    ("path-patch-given-list-of-dicts", lambda m, p, k: path_patch(m, [dict(r) for r in p.dataset]), TypeError,
      ("path_patch: dataset must be prompt pairs", "list of 6 dict")),
     ("path-patch-given-a-prompt", lambda m, p, k: path_patch(m, "2 + 3 ="), TypeError,
      ("path_patch: dataset must be prompt pairs", "a str")),
@@ -108,7 +108,8 @@ VERBS: list[tuple[str, Callable, type, tuple[str, ...]]] = [
                                                    GenerationConfig(operations=("add",), n_per_template=2))),
      ValueError, ("made with another tokenizer", "generate the pairs with this model's tokenizer")),
     ("score-pairs-token-ids-beyond-the-vocabulary",
-     lambda m, p, k: score_pairs(m, p.remove_columns("tokenizer").map(lambda r: {"tokens": [*r["tokens"], 5000]})),
+     lambda m, p, k: score_pairs(m, PairSet(p.dataset.remove_columns("tokenizer")
+                                            .map(lambda r: {"tokens": [*r["tokens"], 5000]}))),
      ValueError, ("token id 5000", "vocabulary of")),
 ]  # fmt: skip
 
@@ -132,7 +133,7 @@ def test_discover_circuit_takes_key_components_as_select_key_components_returns_
 
 def test_pairs_carry_their_tokenizer_and_a_model_with_the_same_tokenizer_takes_them(tiny):
     model, pairs, _ = tiny
-    assert len(set(pairs["tokenizer"])) == 1
+    assert len(set(pairs.dataset["tokenizer"])) == 1
     other_model = mc.load_model("tiny-gpt2")  # another model, the same character tokenizer
     assert len(score_pairs(other_model, pairs)) == len(pairs)
 

@@ -9,7 +9,7 @@ import datasets
 import pytest
 
 from mathcircuits.ablation import RandomControl
-from mathcircuits.data import GenerationConfig, facts_of, generate_pairs
+from mathcircuits.data import GenerationConfig, PairSet, facts_of, generate_pairs
 from mathcircuits.patching import PatchingResult
 from mathcircuits.pipeline import (
     FACT_STAGES,
@@ -57,19 +57,19 @@ def test_a_stage_draws_only_its_own_facts_and_is_capped_at_its_share(tiny_llama,
         rows = stage_rows(pairs, stage)
         # each stage gets about its share of every template's draws (a partition seeded like the operand order
         # gave one template's first draws all to one stage)
-        for t in set(pairs["template_id"]):
-            n_t = sum(1 for x in pairs["template_id"] if x == t)
-            assert abs(sum(1 for x in rows["template_id"] if x == t) / n_t - share) < 0.15, (stage, t)
+        for t in set(pairs.template_ids):
+            n_t = sum(1 for x in pairs.template_ids if x == t)
+            assert abs(sum(1 for x in rows.template_ids if x == t) / n_t - share) < 0.15, (stage, t)
         got = select_pairs(rows, None, 10_000)  # the request exceeds the share: capped, never borrowed
         assert len(got) == len(rows) < len(pairs)
         assert facts_of(got) <= parts[stage]
         assert all(not facts_of(got) & parts[s] for s in FACT_STAGES if s != stage)
         total += len(rows)
     # the shares sum to 1: every pair belongs to one stage, but for rounding (a part is a whole number of facts)
-    loose = [t for t in pairs["fact_stage"] if t == ""]
+    loose = [t for t in pairs.fact_stages if t == ""]
     assert total + len(loose) == len(pairs) and len(loose) <= 0.02 * len(pairs)
     with pytest.raises(ValueError, match="no fact_stage column.*Fix"):
-        stage_rows(pairs.remove_columns("fact_stage"), "identify")
+        stage_rows(PairSet(pairs.dataset.remove_columns("fact_stage")), "identify")
     with unchecked(), pytest.raises(ValueError, match="owns no facts.*Fix"):
         stage_rows(pairs, "report")  # type: ignore[arg-type]
     # generation itself keeps to a part: the circuit stage's own pairs
@@ -85,12 +85,12 @@ def test_shares_that_overlap_or_leave_a_stage_empty_are_refused_when_the_config_
 
 
 def test_template_spread_takes_every_template_before_any_twice():
-    ds = datasets.Dataset.from_dict({"template_id": ["a"] * 10 + ["b"] * 2 + ["c"] * 5})
+    ds = PairSet(datasets.Dataset.from_dict({"template_id": ["a"] * 10 + ["b"] * 2 + ["c"] * 5}))
     order = template_spread(ds, seed=1)
     assert sorted(order) == list(range(17))
-    first = [ds["template_id"][i] for i in order[:6]]
+    first = [ds.template_ids[i] for i in order[:6]]
     assert sorted(first) == ["a", "a", "b", "b", "c", "c"]
-    assert [ds["template_id"][i] for i in order[:3]] == ["a", "b", "c"]
+    assert [ds.template_ids[i] for i in order[:3]] == ["a", "b", "c"]
 
 
 @pytest.mark.integration
@@ -107,18 +107,18 @@ def test_a_tiny_run_keeps_the_stages_facts_apart_and_says_so(tmp_path):
         assert set(s.facts.overlap.values()) == {0}, s.facts
         assert "facts (op, a, b) used" in str(s)
     # measured again here, from the saved outputs: identify's patched facts against validate's and analyze's pairs
-    correct = datasets.load_from_disk(str(out / "data" / "pairs_correct"))
+    correct = PairSet.load(out / "data" / "pairs_correct")
     patched = {int(i) for op in ident.patched_operations for i in PatchingResult.load(out / "identify" /
                f"patching_{op}.pt").pair_ids}  # fmt: skip
-    chose = facts_of(correct.filter(lambda r: int(r["pair_id"]) in patched))
+    chose = facts_of(correct.of_pair_ids(patched))
     parts = cfg.data.stage_facts()
     assert chose <= parts["identify"]
     for stage in ("validate", "analyze"):
         assert not facts_of(stage_rows(correct, stage)) & chose
     # the control pairs span every template of the fresh pairs (the first fresh pairs in order would not have to)
     fresh = [select_pairs(stage_rows(correct, "validate"), op, cfg.validation.max_pairs) for op in val.fresh_pairs]
-    templates = {t for f in fresh for t in f["template_id"]}
+    templates = {t for f in fresh for t in f.template_ids}
     control = RandomControl.load(out / "validate" / "control.pt")
-    chosen = correct.filter(lambda r: int(r["pair_id"]) in set(control.pair_ids))
-    assert set(chosen["template_id"]) == templates and val.control is not None
+    chosen = correct.of_pair_ids(set(control.pair_ids))
+    assert set(chosen.template_ids) == templates and val.control is not None
     assert val.control.templates == len(templates) >= 2

@@ -125,7 +125,7 @@ def test_fact_splits_share_no_fact(template_sets):
     train = generate_pairs(tok, template_sets, cfg, facts=parts["train"])
     assert facts_of(train) <= parts["train"]
     other = generate_pairs(tok, template_sets, GenerationConfig(**{**cfg.to_dict(), "seed": 9}))
-    by_prompt = other.filter(lambda r: r["prompt"] not in set(train["prompt"]))
+    by_prompt = other.where([p not in set(train.prompts) for p in other.prompts])
     assert facts_of(by_prompt) & facts_of(train)  # deduplicating by prompt string keeps trained facts
     assert not facts_of(drop_facts(other, facts_of(train))) & facts_of(train)
 

@@ -40,7 +40,7 @@ def setup(grids: dict[str, tuple[float, ...]] | None = None, seeds: tuple[int, .
 
     def math(m, split):
         s = score_pairs(PrefixRunner(HFForward(m)), pairs[split])
-        return ItemScores(tuple(int(c) for c in s["correct"]), tuple(float(x) for x in s["logp_answer"]))
+        return ItemScores(tuple(int(c) for c in s.correct), tuple(float(x) for x in s.logp_answer))
 
     plan = UnitPlan(
         modes=("precise", "full"),

@@ -31,7 +31,6 @@ import random
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 import pandas as pd
 import torch
@@ -45,7 +44,7 @@ from mathcircuits.ablation.hooks import Ablation, Scope
 from mathcircuits.ablation.means import HeadMeans, PositionPool
 from mathcircuits.ablation.scorer import KnockoutScorer
 from mathcircuits.data import Operation
-from mathcircuits.data.pairs import PairSet, check_columns
+from mathcircuits.data.pairset import PairSet
 from mathcircuits.models import HookedModel
 from mathcircuits.models.heads import Head
 from mathcircuits.models.spec import ModelSpec
@@ -265,7 +264,7 @@ def random_control(
     """
     if n_draws < 1:
         raise FixableValueError(f"n_draws={n_draws}. ", "draw at least one random set (the claims ask for 100).")
-    check_columns(dataset, ("tokens", "answer_tokens", "n_tokens"), "random_control")
+    dataset.require(("tokens", "answer_tokens", "n_tokens"), "random_control")
     if len(dataset) == 0:
         raise FixableValueError("random_control got no pairs. ", "pass the fresh pairs of at least one operation.")
     key = list(resolve_heads(key_heads, model.spec, arg="key_heads"))
@@ -279,9 +278,6 @@ def random_control(
     rand = torch.zeros(len(draws), len(dataset), device="cpu")
     for i, d in enumerate(tqdm(draws, disable=not progress, desc="random control")):
         rand[i] = correct(d)
-    cols: dict[str, Any] = {
-        c: list(dataset[c]) for c in ("operation", "template_id", "pair_id") if c in dataset.column_names
-    }
     n = len(dataset)
     return RandomControl(
         key_heads=key,
@@ -289,9 +285,9 @@ def random_control(
         clean_correct=clean,
         key_correct=key_c,
         random_correct=rand,
-        operations=[str(x) for x in cols.get("operation", ["?"] * n)],
-        template_ids=[str(x) for x in cols.get("template_id", ["?"] * n)],
-        pair_ids=[int(x) for x in cols.get("pair_id", range(n))],
+        operations=list(dataset.operations) if dataset.has("operation") else ["?"] * n,
+        template_ids=list(dataset.template_ids) if dataset.has("template_id") else ["?"] * n,
+        pair_ids=list(dataset.pair_ids) if dataset.has("pair_id") else list(range(n)),
         ablation=ablation,
         scope=scope,
         seed=seed,

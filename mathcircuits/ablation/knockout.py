@@ -52,7 +52,7 @@ from mathcircuits.ablation.hooks import Ablation, Scope, check_choice
 from mathcircuits.ablation.means import HeadMeans, PositionPool, head_means
 from mathcircuits.ablation.result import KnockoutResult
 from mathcircuits.ablation.scorer import KnockoutScorer
-from mathcircuits.data.pairs import PairSet, check_columns
+from mathcircuits.data.pairset import PairSet
 from mathcircuits.models import Head, HookedModel
 from mathcircuits.models.spec import ModelSpec
 from mathcircuits.patching import KeyComponents, PatchingResult, resolve_heads
@@ -92,7 +92,7 @@ def ablated_accuracy(
     heads = list(resolve_heads(heads, model.spec, allow_empty=True))
     if means is not None:
         means.check_model(model.spec)
-    check_columns(dataset, ("tokens", "answer_tokens", "n_tokens"), "ablated_accuracy")
+    dataset.require(("tokens", "answer_tokens", "n_tokens"), "ablated_accuracy")
     scorer = KnockoutScorer(model, dataset, ablation, means, scope, seed, batch_size, reuse_clean=False)
     return scorer.accuracy(heads)
 
@@ -154,7 +154,7 @@ def knockout_curve(
     spec = model.spec
     ranked = _ranked_heads(patching, spec, max_k)
     check_choice(ablation, scope)
-    check_columns(dataset, ("tokens", "answer_tokens", "n_tokens"), "knockout_curve")
+    dataset.require(("tokens", "answer_tokens", "n_tokens"), "knockout_curve")
     shared = patching.shared_pairs(dataset) if isinstance(patching, PatchingResult) else 0
     if shared:
         warnings.warn(
@@ -188,7 +188,7 @@ def knockout_curve(
             rand[s, j] = base if k == 0 else scorer.accuracy(order[:k])
             bar.update()
     bar.close()
-    ops = sorted(set(dataset["operation"])) if "operation" in dataset.column_names else ["?"]
+    ops = sorted(set(dataset.operations)) if dataset.has("operation") else ["?"]
     return KnockoutResult(
         ks=ks,
         ranked_accuracy=ranked_acc,

@@ -20,8 +20,7 @@ from torch import Tensor, nn
 
 from mathcircuits._errors import FixableValueError
 from mathcircuits._io import SavedResult
-from mathcircuits.data.batching import iter_batches
-from mathcircuits.data.pairs import PairSet, check_columns
+from mathcircuits.data.pairset import PairSet, Side
 from mathcircuits.models import HookedModel, hooks
 from mathcircuits.models.prefix import PrefixRunner, shared_prefix_len
 from mathcircuits.models.spec import ModelSpec, as_spec, check_model
@@ -82,7 +81,7 @@ class HeadMeans(SavedResult):
 
 
 @torch.no_grad()
-def head_means(model: HookedModel, dataset: PairSet, column: str = "cf_tokens", batch_size: int = 32) -> HeadMeans:
+def head_means(model: HookedModel, dataset: PairSet, column: Side = "cf_tokens", batch_size: int = 32) -> HeadMeans:
     """Mean of every head's ``hook_z`` over the prompts in ``column``, all positions.
 
     Args:
@@ -95,14 +94,12 @@ def head_means(model: HookedModel, dataset: PairSet, column: str = "cf_tokens", 
         :class:`HeadMeans` with one ``d_head`` vector per head.
     """
     spec = model.spec
-    check_columns(dataset, (column,), "head_means")
+    dataset.require((column,), "head_means")
     names = [hooks.z(layer) for layer in range(spec.n_layers)]
     total = torch.zeros(spec.n_layers, spec.n_heads, spec.d_head, dtype=torch.float64, device="cpu")
     count = 0
-    seqs = dataset[column]
-    cols = {"tokens": seqs, "template_id": dataset["template_id"]} if "template_id" in dataset.column_names else None
-    for _, batch in iter_batches(cols or {"tokens": seqs}, batch_size, model.device, group_by="template_id"):
-        toks = batch["tokens"]
+    seqs = dataset.side(column)
+    for _, toks in dataset.prompt_batches(batch_size, model.device, column):
 
         def make(layer: int, weight: int) -> Any:
             def hook(act: Tensor, hook: Any) -> None:  # the prefix run has one row standing for `weight` rows
@@ -144,11 +141,11 @@ class PositionPool:
     """
 
     def __init__(self, model: HookedModel, pool: PairSet, batch_size: int = 32) -> None:
-        check_columns(pool, ("cf_tokens", "answer_tokens", "n_tokens", "template_id", "pair_id"), "PositionPool")
+        pool.require(("cf_tokens", "answer_tokens", "n_tokens", "template_id", "pair_id"), "PositionPool")
         self.model, self.batch_size = model, batch_size
         self.items: dict[PoolKey, list[tuple[int, tuple[int, ...]]]] = {}
         for tid, n, ans, cf, pid in zip(
-            pool["template_id"], pool["n_tokens"], pool["answer_tokens"], pool["cf_tokens"], pool["pair_id"]
+            pool.template_ids, pool.n_tokens, pool.answer_tokens, pool.cf_tokens, pool.pair_ids
         ):
             if len(cf) == int(n):
                 k = (str(tid), int(n))

@@ -35,7 +35,7 @@ from mathcircuits._io import SavedResult
 from mathcircuits.ablation.hooks import Ablation, Scope, z_ablation_hooks
 from mathcircuits.ablation.means import HeadMeans
 from mathcircuits.ablation.scorer import KnockoutScorer
-from mathcircuits.data.pairs import PairSet, check_columns
+from mathcircuits.data.pairset import PairSet
 from mathcircuits.models import HookedModel, fast_paths_enabled, hooks
 from mathcircuits.models.families import block_structure
 from mathcircuits.models.heads import Head
@@ -150,7 +150,7 @@ def mlp_margin(
         raise FixableValueError(
             f"layers {layers} must be a non-empty subset of 0..{spec.n_layers - 1}. ", "pass MLP layers."
         )
-    check_columns(dataset, ("tokens", "answer_tokens", "n_tokens"), "mlp_margin")
+    dataset.require(("tokens", "answer_tokens", "n_tokens"), "mlp_margin")
     heads = [Head.of(h) for h in key_heads]
     scorer = scorer or KnockoutScorer(model, dataset, ablation, means, scope, seed, batch_size, reuse_clean=False)
     structure = block_structure(model)
@@ -194,15 +194,14 @@ def mlp_margin(
                 w_oth = (others @ W_U[:, cand].T) / others.sum(-1, keepdim=True).clamp(min=1)  # [B, d]
                 margin = (delta * (w_ans - w_oth)[:, None, :]).sum(-1).sum(-1)  # summed over the layers
                 out[v, part] = margin.cpu()
-    cols = {c: list(dataset[c]) for c in ("operation", "template_id", "pair_id") if c in dataset.column_names}
     return MLPMargin(
         key_heads=heads,
         layers=layers,
         clean_margin=out[0],
         ablated_margin=out[1],
-        operations=[str(x) for x in cols.get("operation", ["?"] * n)],
-        template_ids=[str(x) for x in cols.get("template_id", ["?"] * n)],
-        pair_ids=[int(x) for x in cols.get("pair_id", range(n))],
+        operations=list(dataset.operations) if dataset.has("operation") else ["?"] * n,
+        template_ids=list(dataset.template_ids) if dataset.has("template_id") else ["?"] * n,
+        pair_ids=list(dataset.pair_ids) if dataset.has("pair_id") else list(range(n)),
         ablation=ablation,
         scope=scope,
         random_heads=variants[2:],

@@ -34,8 +34,8 @@ from torch import Tensor
 from mathcircuits._errors import FixableValueError
 from mathcircuits.ablation.hooks import Ablation, Scope, check_choice, z_ablation_hooks
 from mathcircuits.ablation.means import HeadMeans, PoolKey, PositionPool, head_means
-from mathcircuits.data.filter import length_groups
-from mathcircuits.data.pairs import PairSet, check_columns
+from mathcircuits.data.batching import length_groups
+from mathcircuits.data.pairset import PairSet, Side
 from mathcircuits.models import Head, HookedModel, fast_paths_enabled, hooks
 from mathcircuits.models.integrity import compare, model_depth, model_dtype, probe_pairs, verify_once
 from mathcircuits.models.placement import layer_device
@@ -92,26 +92,26 @@ class KnockoutScorer:
         scope: Scope = "all",
         seed: int = 0,
         batch_size: int = 32,
-        source_column: str = "cf_tokens",
+        source_column: Side = "cf_tokens",
         reuse_clean: bool = True,
         pool: PositionPool | None = None,
     ) -> None:
         check_choice(ablation, scope)
         self.reuse_clean = reuse_clean
         needed = ("tokens", "answer_tokens", "n_tokens") + (() if ablation == "mean" else (source_column,))
-        check_columns(dataset, needed, "KnockoutScorer")
+        dataset.require(needed, "KnockoutScorer")
         self.model, self.ablation, self.scope = model, ablation, scope
         if ablation == "mean":
             means = means if means is not None else head_means(model, dataset)
             means.check_model(model.spec)
         self.means = means
-        answers = [list(a) for a in dataset["answer_tokens"]]
+        answers = [list(a) for a in dataset.answer_tokens]
         self.answers = answers
-        self.seqs = [list(t) + a[:-1] for t, a in zip(dataset["tokens"], answers)]
-        self.n_prompt = list(dataset["n_tokens"])
+        self.seqs = [list(t) + a[:-1] for t, a in zip(dataset.tokens, answers)]
+        self.n_prompt = list(dataset.n_tokens)
         self.sources = None
         if ablation != "mean":
-            self.sources = [list(t) + a[:-1] for t, a in zip(dataset[source_column], answers)]
+            self.sources = [list(t) + a[:-1] for t, a in zip(dataset.side(source_column), answers)]
             bad = [i for i, (s, q) in enumerate(zip(self.sources, self.seqs)) if len(s) != len(q)]
             if bad:
                 raise FixableValueError(
@@ -120,7 +120,7 @@ class KnockoutScorer:
                     f"ablation {ablation!r}. ",
                     "use pairs of equal token length, or ablation='mean'.",
                 )
-        keys = list(dataset["template_id"]) if "template_id" in dataset.column_names else None
+        keys = list(dataset.template_ids) if dataset.has("template_id") else None
         self.groups = []
         for rows in length_groups([len(s) for s in self.seqs], len(self.seqs), keys):
             seqs = [self.seqs[i] for i in rows] + ([self.sources[i] for i in rows] if self.sources else [])
@@ -140,9 +140,9 @@ class KnockoutScorer:
         self._pooled_values: dict[tuple[int, tuple[int, ...], bool], Tensor] = {}
         self.pool_fallbacks: set[int] = set()  # rows whose key had no other pool item
         if self._pool is not None:
-            check_columns(dataset, ("template_id", "pair_id"), "KnockoutScorer (pool)")
-            self.pair_ids = [int(x) for x in dataset["pair_id"]]
-            self.keys: list[PoolKey] = [(str(t), n) for t, n in zip(dataset["template_id"], self.n_prompt)]
+            dataset.require(("template_id", "pair_id"), "KnockoutScorer (pool)")
+            self.pair_ids = list(dataset.pair_ids)
+            self.keys: list[PoolKey] = [(str(t), n) for t, n in zip(dataset.template_ids, self.n_prompt)]
 
     # --- clean pieces, computed once ---------------------------------------------------------------------
     def _prefix_cache(self, prefix: list[int]) -> Any:

@@ -46,7 +46,7 @@ from mathcircuits.ablation.hooks import Ablation, Scope, check_choice
 from mathcircuits.ablation.means import HeadMeans, PositionPool
 from mathcircuits.ablation.result import MEASURED, NOT_MEASURABLE, TransferResult, TransferRow
 from mathcircuits.ablation.scorer import KnockoutScorer
-from mathcircuits.data.pairs import PairSet, check_columns
+from mathcircuits.data.pairset import PairSet
 from mathcircuits.models import HookedModel
 from mathcircuits.patching import KeyComponents, resolve_heads
 from mathcircuits.stats import DEFAULT_CONFIDENCE, wilson_interval
@@ -174,15 +174,15 @@ def transfer(
     for s, (name, ds) in enumerate(tqdm(eval_sets.items(), disable=not progress, desc="transfer")):
         if len(ds) == 0:
             continue
-        check_columns(ds, ("tokens", "answer_tokens", "n_tokens"), "transfer")
-        used = ablation if ablation == "mean" or "cf_tokens" in ds.column_names else "mean"
+        ds.require(("tokens", "answer_tokens", "n_tokens"), "transfer")
+        used = ablation if ablation == "mean" or ds.has("cf_tokens") else "mean"
         if used == "mean" and means is None:
             why = "ablation 'mean'" if ablation == "mean" else "it has no cf_tokens"
             raise FixableValueError(
                 f"transfer set {name!r} needs the position-free mean ({why}) but means is None. ",
                 "pass head_means(model, counterfactual pairs).",
             )
-        pooled = pool if {"template_id", "pair_id"} <= set(ds.column_names) else None  # else: group means
+        pooled = pool if ds.has("template_id", "pair_id") else None  # else: group means
         scorer = KnockoutScorer(model, ds, used, means, scope, seed, batch_size, pool=pooled)
         clean = [int(c) for c in scorer.score([])[0]]
         kept = [i for i, c in enumerate(clean) if c]

@@ -44,8 +44,8 @@ from mathcircuits._errors import FixableValueError
 from mathcircuits._io import SavedResult
 from mathcircuits.analysis.roles import OP, ROLES, A, B, classify_heads, role_masks, role_shares, sink_mask
 from mathcircuits.data import Operation
-from mathcircuits.data.batching import iter_batches
-from mathcircuits.data.pairs import PairSet, operation_rows, pair_columns
+from mathcircuits.data.pairs import operation_rows
+from mathcircuits.data.pairset import Field, PairSet
 from mathcircuits.models import Head, HookedModel, hooks
 from mathcircuits.models.prefix import PrefixRunner
 from mathcircuits.models.spec import ModelSpec
@@ -279,7 +279,7 @@ class AttentionByRole(SavedResult):
         return [("model", self.model.name), ("pairs", str(len(self.pair_ids))), ("heads", classes)]
 
 
-ROLE_COLUMNS = (
+ROLE_COLUMNS: tuple[Field, ...] = (
     "tokens",
     "n_tokens",
     "prefix_len",
@@ -296,7 +296,7 @@ ROLE_COLUMNS = (
 @torch.no_grad()
 def attention_by_role(
     model: HookedModel,
-    dataset: PairSet | Sequence[dict[str, Any]],
+    dataset: PairSet,
     heads: KeyComponents | Sequence[tuple[int, int]],
     batch_size: int = 16,
     min_share: float = 0.2,
@@ -311,9 +311,9 @@ def attention_by_role(
 
     Args:
         model: the :class:`~mathcircuits.models.HookedModel` to run.
-        dataset: a ``datasets.Dataset`` (or list of row dicts) with the columns in ``ROLE_COLUMNS``.
+        dataset: pairs with the columns in ``ROLE_COLUMNS``.
         heads: the heads to measure: a ``KeyComponents`` or a list of ``(layer, head)``.
-        batch_size: pairs per forward pass (batches are grouped by ``template_id``).
+        batch_size: pairs per forward pass (batches are grouped by template).
         min_share: least mean attention share on a role for a head to be classed by it (fraction, 0..1).
         min_lift: least ratio of that share to the role's uniform baseline share.
 
@@ -327,22 +327,22 @@ def attention_by_role(
     """
     spec = model.spec
     heads_t = resolve_heads(heads, spec)
-    cols = pair_columns(dataset, ROLE_COLUMNS, "attention_by_role")
-    n = len(cols["tokens"])
+    dataset.require(ROLE_COLUMNS, "attention_by_role")
+    n = len(dataset)
     by_layer: dict[int, list[int]] = {}
     for i, (layer, _head) in enumerate(heads_t):
         by_layer.setdefault(layer, []).append(i)
     masks = []
     for i in range(n):
-        if cols["pos_last"][i] != cols["n_tokens"][i] - 1:
+        if dataset.pos_last[i] != dataset.n_tokens[i] - 1:
             raise FixableValueError(
-                f"pair {cols['pair_id'][i]}: pos_last {cols['pos_last'][i]} is not the last token "
-                f"({cols['n_tokens'][i] - 1}). ",
+                f"pair {dataset.pair_ids[i]}: pos_last {dataset.pos_last[i]} is not the last token "
+                f"({dataset.n_tokens[i] - 1}). ",
                 "regenerate the pairs.",
             )
         masks.append(
             role_masks(
-                cols["n_tokens"][i], cols["prefix_len"][i], cols["pos_a"][i], cols["pos_b"][i], cols["pos_op"][i]
+                dataset.n_tokens[i], dataset.prefix_len[i], dataset.pos_a[i], dataset.pos_b[i], dataset.pos_op[i]
             )
         )
     shares = torch.zeros(n, len(heads_t), len(ROLES), device="cpu")
@@ -350,10 +350,8 @@ def attention_by_role(
     baselines = torch.stack([m.float().sum(1) / m.shape[1] for m in masks])
     sinks = [sink_mask(m) for m in masks]
     sink_baselines = torch.stack([s.float().mean() for s in sinks])
-    by_template = {"tokens": cols["tokens"], "template_id": cols["template_id"]}
     prefixes: dict[tuple[int, ...], Any] = {}  # clean prefix KV caches, shared by the batches of a template
-    for idx, batch in iter_batches(by_template, batch_size, model.device, group_by="template_id"):
-        toks = batch["tokens"]
+    for idx, toks in dataset.prompt_batches(batch_size, model.device):
         rows: dict[int, Tensor] = {}
 
         def keep_last_row(layer: int, rows: dict[int, Tensor] = rows):  # bound now: the loop rebinds `rows`
@@ -373,9 +371,9 @@ def attention_by_role(
         heads=heads_t,
         shares=shares,
         baselines=baselines,
-        operations=list(cols["operation"]),
-        pair_ids=[int(x) for x in cols["pair_id"]],
-        template_ids=list(cols["template_id"]),
+        operations=list(dataset.operations),
+        pair_ids=[int(x) for x in dataset.pair_ids],
+        template_ids=list(dataset.template_ids),
         model=spec,
         min_share=min_share,
         min_lift=min_lift,

@@ -65,7 +65,6 @@ in Arithmetic Calculation", ICML 2024 (arXiv 2409.01659), §4.2.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -76,8 +75,8 @@ from transformers import PreTrainedTokenizerBase
 from mathcircuits._errors import FixableIndexError, FixableValueError
 from mathcircuits.analysis.probe_result import PROBES, SPACES, MLPProbeResult, ProbeSettings, Space
 from mathcircuits.data import answer_spacing
-from mathcircuits.data.batching import iter_batches
-from mathcircuits.data.pairs import PairSet, pair_columns, template_keys, token_strings
+from mathcircuits.data.pairs import token_strings
+from mathcircuits.data.pairset import PairSet
 from mathcircuits.models import HookedModel, hooks
 from mathcircuits.models.families import block_structure
 from mathcircuits.models.placement import unembed_columns
@@ -131,7 +130,7 @@ def _cos(x: Tensor, w: Tensor) -> Tensor:
 @torch.no_grad()
 def mlp_probes(
     model: HookedModel,
-    dataset: PairSet | Sequence[dict[str, Any]],
+    dataset: PairSet,
     space: Space = "lens",
     case_row: int | str = 0,
     max_number: int | None = None,
@@ -148,7 +147,7 @@ def mlp_probes(
 
     Args:
         model: the :class:`~mathcircuits.models.HookedModel` to run.
-        dataset: a ``datasets.Dataset`` (or list of row dicts) with ``tokens``, ``prompt``, ``answer``,
+        dataset: pairs with ``tokens``, ``prompt``, ``answer``,
             ``answer_token``, ``a``, ``b``, ``operation`` and ``pair_id`` columns.
         space: ``"lens"`` (vectors through the final norm, as the logit lens sees them) or ``"raw"``
             (the MLP's own input ``mlp.hook_in``).
@@ -169,18 +168,16 @@ def mlp_probes(
     """
     if space not in SPACES:
         raise FixableValueError(f"space {space!r} is unknown. ", f"use one of {SPACES}.")
-    cols = pair_columns(
-        dataset, ("tokens", "prompt", "answer", "answer_token", "a", "b", "operation", "pair_id"), "mlp_probes"
-    )
-    n = len(cols["tokens"])
+    dataset.require(("tokens", "prompt", "answer", "answer_token", "a", "b", "operation", "pair_id"), "mlp_probes")
+    n = len(dataset)
     if isinstance(case_row, str):
         matches = [
-            i for i, p in enumerate(cols["prompt"]) if p.endswith(case_row) or p.rstrip().endswith(case_row.rstrip())
+            i for i, p in enumerate(dataset.prompts) if p.endswith(case_row) or p.rstrip().endswith(case_row.rstrip())
         ]
         if not matches:
             raise FixableValueError(
                 f"no prompt ends with {case_row!r}. ",
-                f"pass a row index, or the end of a prompt in the dataset (e.g. {cols['prompt'][0][-12:]!r}).",
+                f"pass a row index, or the end of a prompt in the dataset (e.g. {dataset.prompts[0][-12:]!r}).",
             )
         case_row = matches[0]
     if not 0 <= case_row < n:
@@ -189,18 +186,18 @@ def mlp_probes(
         )
     bridge, tok = model.bridge, model.tokenizer
     n_layers = model.spec.n_layers
-    ints = [v for v in (*cols["a"], *cols["b"], *(_as_int(x) for x in cols["answer"])) if v is not None]
+    ints = [v for v in (*dataset.a, *dataset.b, *(_as_int(x) for x in dataset.answers)) if v is not None]
     top = max_number if max_number is not None else max(max(ints), 9)
     numbers = list(range(0, top + 1))
-    context = cols["prompt"][case_row]
+    context = dataset.prompts[case_row]
     num_toks = number_tokens(tok, numbers, context)
     first_of: dict[int, int] = {}
     for num, t in zip(numbers, num_toks):
         first_of.setdefault(t, num)  # distinct first tokens, labelled by their smallest number
     cand_tokens = list(first_of)
-    tok_a = number_tokens(tok, [int(x) for x in cols["a"]], context)
-    tok_b = number_tokens(tok, [int(x) for x in cols["b"]], context)
-    ans_tok = [int(x) for x in cols["answer_token"]]
+    tok_a = number_tokens(tok, [int(x) for x in dataset.a], context)
+    tok_b = number_tokens(tok, [int(x) for x in dataset.b], context)
+    ans_tok = [int(x) for x in dataset.answer_token]
     for t in ans_tok:
         if t not in first_of:
             cand_tokens.append(t)
@@ -218,10 +215,8 @@ def mlp_probes(
     case: dict[str, Any] = {}
     reads = structure.mlp_reads  # hook_resid_mid, or hook_resid_pre in parallel blocks
     kinds = [reads, "hook_mlp_out", "hook_resid_post"] + (["mlp.hook_in"] if space == "raw" else [])
-    by_template = {"tokens": cols["tokens"], "template_id": template_keys(dataset)}
     prefixes: dict[tuple[int, ...], Any] = {}  # clean prefix KV caches, shared by the batches of a template
-    for idx, batch in iter_batches(by_template, batch_size, model.device, group_by="template_id"):
-        toks = batch["tokens"]
+    for idx, toks in dataset.prompt_batches(batch_size, model.device):
         store: dict[str, Tensor] = {}
 
         # keyed by the name we asked for: the bridge reports aliases under their canonical names
@@ -292,15 +287,15 @@ def mlp_probes(
         model=model.spec,
         space=space,
         **out,
-        operations=list(cols["operation"]),
-        pair_ids=[int(x) for x in cols["pair_id"]],
-        answers=[str(x) for x in cols["answer"]],
+        operations=list(dataset.operations),
+        pair_ids=[int(x) for x in dataset.pair_ids],
+        answers=[str(x) for x in dataset.answers],
         candidate_numbers=[first_of[t] for t in cand_tokens],
         candidate_tokens=cand_tokens,
         candidate_texts=cand_labels,
         case_row=case_row,
-        case_prompt=cols["prompt"][case_row],
-        case_answer=str(cols["answer"][case_row]),
+        case_prompt=dataset.prompts[case_row],
+        case_answer=str(dataset.answers[case_row]),
         **case,
         settings=ProbeSettings(max_number=top, top_k=top_k, batch_size=batch_size),
     )

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import pandas as pd
 import torch
@@ -25,7 +24,8 @@ from mathcircuits._errors import FixableIndexError
 from mathcircuits._io import SavedResult
 from mathcircuits.analysis.attention import ROLE_COLUMNS
 from mathcircuits.analysis.roles import ROLES, role_masks
-from mathcircuits.data.pairs import PairSet, pair_columns, token_strings
+from mathcircuits.data.pairs import token_strings
+from mathcircuits.data.pairset import PairSet
 from mathcircuits.models import Head, HookedModel, hooks
 from mathcircuits.models.spec import ModelSpec
 from mathcircuits.patching import KeyComponents, resolve_heads
@@ -85,7 +85,7 @@ class HeadPatterns(SavedResult):
 @torch.no_grad()
 def head_patterns(
     model: HookedModel,
-    dataset: PairSet | Sequence[dict[str, Any]],
+    dataset: PairSet,
     heads: KeyComponents | Sequence[tuple[int, int]],
     rows: Sequence[int] = (0,),
     drop_prefix: bool = False,
@@ -97,8 +97,7 @@ def head_patterns(
 
     Args:
         model: the :class:`~mathcircuits.models.HookedModel` to run.
-        dataset: a ``datasets.Dataset`` (or list of row dicts) with the columns of
-            :func:`mathcircuits.data.generate_pairs` (``ROLE_COLUMNS`` and ``prompt``).
+        dataset: pairs of :func:`mathcircuits.data.generate_pairs` (``ROLE_COLUMNS`` and ``prompt``).
         heads: the heads to record: a ``KeyComponents`` or a list of ``(layer, head)``.
         rows: indices of the dataset rows to run, one prompt each.
         drop_prefix: cut the few-shot prefix from both the query and key axes.
@@ -114,8 +113,8 @@ def head_patterns(
     """
     spec = model.spec
     heads_t = resolve_heads(heads, spec)
-    cols = pair_columns(dataset, ROLE_COLUMNS + ("prompt",), "head_patterns")
-    n = len(cols["tokens"])
+    dataset.require(ROLE_COLUMNS + ("prompt",), "head_patterns")
+    n = len(dataset)
     bad = [r for r in rows if not 0 <= r < n]
     if bad:
         raise FixableIndexError(
@@ -124,27 +123,27 @@ def head_patterns(
     layers = sorted({l for l, _ in heads_t})
     out_tokens, out_roles, out_patterns = [], [], []
     for r in rows:
-        toks = torch.tensor([cols["tokens"][r]], dtype=torch.long, device=model.device)
+        toks = torch.tensor([dataset.tokens[r]], dtype=torch.long, device=model.device)
         _, cache = model.bridge.run_with_cache(
             toks, names_filter=lambda name: name in {hooks.pattern(l) for l in layers}
         )
         pat = torch.stack([cache[hooks.pattern(l)][0, h].to(model.device) for l, h in heads_t]).float()
         masks = role_masks(
-            cols["n_tokens"][r], cols["prefix_len"][r], cols["pos_a"][r], cols["pos_b"][r], cols["pos_op"][r]
+            dataset.n_tokens[r], dataset.prefix_len[r], dataset.pos_a[r], dataset.pos_b[r], dataset.pos_op[r]
         )
         role_of = [ROLES[int(masks[:, p].nonzero()[0])] for p in range(masks.shape[1])]
-        strings = token_strings(model.tokenizer, cols["tokens"][r])
-        start = cols["prefix_len"][r] if drop_prefix else 0
+        strings = token_strings(model.tokenizer, dataset.tokens[r])
+        start = dataset.prefix_len[r] if drop_prefix else 0
         out_patterns.append(pat[:, start:, start:].cpu().contiguous())  # the result
         out_tokens.append(strings[start:])
         out_roles.append(role_of[start:])
     return HeadPatterns(
         heads=heads_t,
-        prompts=[cols["prompt"][r] for r in rows],
+        prompts=[dataset.prompts[r] for r in rows],
         tokens=out_tokens,
         roles=out_roles,
         patterns=out_patterns,
-        pair_ids=[int(cols["pair_id"][r]) for r in rows],
-        operations=[cols["operation"][r] for r in rows],
+        pair_ids=[dataset.pair_ids[r] for r in rows],
+        operations=[dataset.operations[r] for r in rows],
         model=spec,
     )

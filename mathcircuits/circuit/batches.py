@@ -41,6 +41,7 @@ from torch import Tensor
 
 from mathcircuits._errors import FixableValueError
 from mathcircuits.circuit.config import ScanPositions
+from mathcircuits.data import Field, PairSet
 from mathcircuits.data.batching import iter_batches
 from mathcircuits.models import HookedModel
 from mathcircuits.models.prefix import shared_prefix_len
@@ -49,8 +50,8 @@ __all__ = ["POSITIONS", "ROLES", "CircuitBatch", "Positions", "circuit_batches",
 
 Positions = ScanPositions  # the one definition is in circuit.config
 POSITIONS: tuple[str, ...] = get_args(Positions)
-ROLES = {"A": "pos_a", "B": "pos_b", "op": "pos_op", "last": "pos_last"}
-_NEEDED = ("tokens", "cf_tokens", "answer_tokens", "prefix_len", *ROLES.values())
+ROLES: dict[str, Field] = {"A": "pos_a", "B": "pos_b", "op": "pos_op", "last": "pos_last"}
+_NEEDED: tuple[Field, ...] = ("tokens", "cf_tokens", "answer_tokens", "prefix_len", *ROLES.values())
 
 
 @dataclass(frozen=True)
@@ -135,7 +136,11 @@ def label_order(label: str) -> tuple[int, int]:
 
 
 def circuit_batches(
-    model: HookedModel, dataset: Any, positions: str = "query", batch_size: int = 8, rows: Sequence[int] | None = None
+    model: HookedModel,
+    dataset: PairSet,
+    positions: str = "query",
+    batch_size: int = 8,
+    rows: Sequence[int] | None = None,
 ) -> list[CircuitBatch]:
     """Teacher-forced batches of a pair dataset, grouped by template, prompt length and answer length.
 
@@ -150,7 +155,7 @@ def circuit_batches(
     Returns:
         The :class:`CircuitBatch` list.
     """
-    missing = [c for c in _NEEDED if c not in dataset.column_names]
+    missing = [c for c in _NEEDED if not dataset.has(c)]
     if missing:
         raise FixableValueError(
             f"the dataset lacks columns {missing}, which circuit functions read. ",
@@ -159,19 +164,19 @@ def circuit_batches(
     if len(dataset) == 0:
         raise FixableValueError("the dataset is empty. ", "pass pairs the model answers correctly.")
     keep = list(range(len(dataset))) if rows is None else list(rows)
-    col = {c: list(dataset[c]) for c in _NEEDED}  # read each column once (a datasets column access copies it)
-    answers = [list(col["answer_tokens"][i]) for i in keep]
-    toks = [list(col["tokens"][i]) + a[:-1] for i, a in zip(keep, answers)]
-    cf = [list(col["cf_tokens"][i]) + a[:-1] for i, a in zip(keep, answers)]
+    answers = [list(dataset.answer_tokens[i]) for i in keep]
+    toks = [list(dataset.tokens[i]) + a[:-1] for i, a in zip(keep, answers)]
+    cf = [list(dataset.cf_tokens[i]) + a[:-1] for i, a in zip(keep, answers)]
     bad = [keep[j] for j, (t, c) in enumerate(zip(toks, cf)) if len(t) != len(c)]
     if bad:
         raise FixableValueError(
             f"pair {bad[0]}: the prompt and the counterfactual differ in token length. ",
             "use token-aligned pairs (mathcircuits.data.generate_pairs).",
         )
-    templates = list(dataset["template_id"]) if "template_id" in dataset.column_names else ["?"] * len(dataset)
-    ops = list(dataset["operation"]) if "operation" in dataset.column_names else ["?"] * len(dataset)
-    n_prompt = [len(col["tokens"][i]) for i in keep]
+    templates = list(dataset.template_ids) if dataset.has("template_id") else ["?"] * len(dataset)
+    ops = list(dataset.operations) if dataset.has("operation") else ["?"] * len(dataset)
+    n_prompt = [len(dataset.tokens[i]) for i in keep]
+    at = {"A": dataset.pos_a, "B": dataset.pos_b, "op": dataset.pos_op, "last": dataset.pos_last}  # ROLES' columns
     group = [f"{templates[i]}|{n}|{len(a)}" for i, n, a in zip(keep, n_prompt, answers)]
     cols = {"tokens": toks, "cf_tokens": cf, "answers": answers, "group": group}
     out = []
@@ -182,10 +187,10 @@ def circuit_batches(
         differ = (t != c).any(0).nonzero()
         first = int(differ[0]) if len(differ) else t.shape[1]
         # the few-shot prefix every row shares (templates with word pools render their examples per row)
-        prefix = min(min(int(col["prefix_len"][i]) for i in rows_), shared_prefix_len(torch.cat([t, c]), np_ - 1))
+        prefix = min(min(dataset.prefix_len[i] for i in rows_), shared_prefix_len(torch.cat([t, c]), np_ - 1))
         roles = {}
-        for label, name in ROLES.items():
-            vals = {_last(col[name][i]) % np_ for i in rows_}
+        for label in ROLES:
+            vals = {_last(at[label][i]) % np_ for i in rows_}
             if len(vals) != 1:
                 raise FixableValueError(
                     f"the pairs of template {templates[rows_[0]]} have their {label} token at different positions "

@@ -56,7 +56,7 @@ from mathcircuits.circuit.plateau import round_saturated
 from mathcircuits.circuit.reference import reference_edges
 from mathcircuits.circuit.result import Circuit, CircuitData, CircuitSettings, DiscoveryRound, Edge, Node
 from mathcircuits.circuit.subcircuits import wiring_of
-from mathcircuits.data.pairs import PairSet, check_token_aligned
+from mathcircuits.data.pairset import PairSet, check_token_aligned
 from mathcircuits.models import HookedModel, ModelSpec
 from mathcircuits.patching import KeyComponents, Metric, MetricName, get_metric, resolve_heads
 from mathcircuits.stats import Uncertainty, bootstrap_statistic
@@ -286,9 +286,9 @@ def discover_circuit(
         n_pairs=len(dataset),
         confidence=uncertainty.confidence,
         data=CircuitData(
-            operations=sorted(set(dataset["operation"])) if "operation" in dataset.column_names else [],
-            templates=sorted(set(dataset["template_id"])) if "template_id" in dataset.column_names else [],
-            pair_ids=list(dataset["pair_id"]) if "pair_id" in dataset.column_names else [],
+            operations=sorted(set(dataset.operations)) if dataset.has("operation") else [],
+            templates=sorted(set(dataset.template_ids)) if dataset.has("template_id") else [],
+            pair_ids=list(dataset.pair_ids) if dataset.has("pair_id") else [],
         ),
         settings=CircuitSettings(
             key_heads=None if key_heads is None else list(key_heads),

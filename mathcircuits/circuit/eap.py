@@ -52,7 +52,7 @@ from mathcircuits.circuit.edge_scores import INPUT, EdgeScores, graph_edges
 from mathcircuits.circuit.intervene import RunScore, answer_logprob
 from mathcircuits.circuit.mib import MIBMetric, _first_difference, _logit_diff
 from mathcircuits.circuit.pair_cache import PairCache, pair_cache
-from mathcircuits.data.pairs import PairSet
+from mathcircuits.data.pairset import PairSet
 from mathcircuits.models import HookedModel, hooks
 from mathcircuits.models.changes import attn_change, attn_pre_norm_name
 from mathcircuits.models.families import block_structure
@@ -271,12 +271,12 @@ def _readouts(pairs: PairSet, metric: MIBMetric) -> tuple[list[int], Any]:
         return list(range(len(pairs))), lambda idx: answer_logprob
     if metric != "logit_diff":
         raise FixableValueError(f"metric {metric!r} is unknown. ", "use 'logit_diff' or 'answer_logprob'.")
-    if "cf_answer_tokens" not in pairs.column_names:
+    if not pairs.has("cf_answer_tokens"):
         raise FixableValueError(
             "metric 'logit_diff' needs each pair's counterfactual answer (cf_answer_tokens). ",
             "generate pairs with an operand counterfactual, or metric='answer_logprob'.",
         )
-    ans, cf_ans = list(pairs["answer_tokens"]), list(pairs["cf_answer_tokens"])
+    ans, cf_ans = pairs.answer_tokens, pairs.cf_answer_tokens
     firsts = [_first_difference(a, c) for a, c in zip(ans, cf_ans)]
     rows = [i for i, j in enumerate(firsts) if j is not None]
     if not rows:

@@ -36,7 +36,7 @@ from mathcircuits.circuit.intervene import answer_logprob
 from mathcircuits.circuit.mib import MIBMetric
 from mathcircuits.circuit.pair_cache import PairCache, pair_cache
 from mathcircuits.circuit.result import Circuit
-from mathcircuits.data.pairs import PairSet
+from mathcircuits.data.pairset import PairSet
 from mathcircuits.models import HookedModel
 from mathcircuits.models.families import block_structure
 from mathcircuits.patching.metrics import METRICS

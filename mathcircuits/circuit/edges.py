@@ -177,8 +177,8 @@ def check_edges(model: HookedModel) -> tuple[float, float]:
         return 0.0, 0.0
     probe = probe_pairs(spec.vocab_size)
     dev = model.device
-    toks, cf = torch.tensor(probe["tokens"], device=dev), torch.tensor(probe["cf_tokens"], device=dev)
-    answers = torch.tensor(probe["answer_tokens"], device=dev)
+    toks, cf = torch.tensor(probe.tokens, device=dev), torch.tensor(probe.cf_tokens, device=dev)
+    answers = torch.tensor(probe.answer_tokens, device=dev)
     cache = pair_cache(model, toks, cf, answers[:, 0], answers=answers)
     last, seq = spec.n_layers - 1, cache.tokens.shape[1]
     senders = [Sender("head", 0, 0), Sender("head", last // 2, spec.n_heads - 1), Sender("mlp", 0)]

@@ -66,7 +66,7 @@ from mathcircuits.circuit.plateau import find_plateau
 from mathcircuits.circuit.pool import pool_means, scored_operands
 from mathcircuits.circuit.result import Circuit
 from mathcircuits.circuit.subcircuits import edge_order, random_wiring, size_grid, top_wiring
-from mathcircuits.data.pairs import PairSet
+from mathcircuits.data.pairset import PairSet
 from mathcircuits.models import HookedModel
 from mathcircuits.models.families import block_structure
 from mathcircuits.models.prefix import repeat_cache

@@ -183,10 +183,10 @@ def check_circuit_run(model: HookedModel) -> tuple[float, float]:
     spec = model.spec
     probe = probe_pairs(spec.vocab_size)
     dev = model.device
-    answers = torch.tensor(probe["answer_tokens"], device=dev)
-    toks = torch.cat([torch.tensor(probe["tokens"], device=dev), answers[:, :-1]], 1)
-    cf = torch.cat([torch.tensor(probe["cf_tokens"], device=dev), answers[:, :-1]], 1)
-    n = len(probe["tokens"][0])
+    answers = torch.tensor(probe.answer_tokens, device=dev)
+    toks = torch.cat([torch.tensor(probe.tokens, device=dev), answers[:, :-1]], 1)
+    cf = torch.cat([torch.tensor(probe.cf_tokens, device=dev), answers[:, :-1]], 1)
+    n = len(probe.tokens[0])
     where = {"d": n - 3, "last": n - 1, "ans1": n}
     roles = {"A": n - 3, "B": n - 2, "op": n - 3, "last": n - 1}
     batch = CircuitBatch(list(range(len(probe))), toks, cf, answers, n, 8, n - 3, where, roles, ["probe"] * 4, [""] * 4)

@@ -14,7 +14,7 @@ from mathcircuits.circuit.chain import delta_snapshots
 from mathcircuits.circuit.components import Receiver, Sender, upstream_senders
 from mathcircuits.circuit.config import ScanPositions
 from mathcircuits.circuit.pair_cache import EdgeBatch, PairCache, pair_cache
-from mathcircuits.data.pairs import PairSet
+from mathcircuits.data.pairset import PairSet
 from mathcircuits.models import HookedModel, hooks
 from mathcircuits.patching import Metric
 

@@ -44,7 +44,7 @@ from mathcircuits.circuit.intervene import LOGITS, NodeKey, Wiring, answer_logpr
 from mathcircuits.circuit.mib_result import MIB_PERCENTAGES, MIBScores
 from mathcircuits.circuit.mib_run import edge_masks, masked_run
 from mathcircuits.circuit.wiring import input_node, prefix_kv
-from mathcircuits.data.pairs import PairSet
+from mathcircuits.data.pairset import PairSet
 from mathcircuits.models import HookedModel
 from mathcircuits.models.families import block_structure
 from mathcircuits.models.integrity import compare, model_depth, model_dtype, verify_once
@@ -219,14 +219,14 @@ def mib_scores(
     rows, dropped = list(range(len(pairs))), 0
     first = good = bad = None
     if metric == "logit_diff":
-        if "cf_answer_tokens" not in pairs.column_names:
+        if not pairs.has("cf_answer_tokens"):
             raise FixableValueError(
                 "metric 'logit_diff' needs each pair's counterfactual answer (cf_answer_tokens). ",
                 "generate "
                 "pairs with an operand counterfactual (counterfactual='operands' or an MIB kind), or "
                 "metric='answer_logprob'.",
             )
-        ans, cf_ans = list(pairs["answer_tokens"]), list(pairs["cf_answer_tokens"])
+        ans, cf_ans = pairs.answer_tokens, pairs.cf_answer_tokens
         firsts = [_first_difference(a, c) for a, c in zip(ans, cf_ans)]
         rows = [i for i, j in enumerate(firsts) if j is not None]
         dropped = len(pairs) - len(rows)

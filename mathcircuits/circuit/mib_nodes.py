@@ -53,7 +53,7 @@ from mathcircuits.circuit.eap import DEFAULT_IG_STEPS, _readouts, ig_alphas
 from mathcircuits.circuit.intervene import Wiring, circuit_logprob, resample_values
 from mathcircuits.circuit.mib import MIBMetric, clean_readout, curve_summary
 from mathcircuits.circuit.mib_result import MIB_PERCENTAGES, MIBScores
-from mathcircuits.data.pairs import PairSet
+from mathcircuits.data.pairset import PairSet
 from mathcircuits.models import HookedModel, hooks
 from mathcircuits.models.spec import ModelSpec, check_model
 from mathcircuits.stats import DEFAULT_UNCERTAINTY, Uncertainty

@@ -18,9 +18,9 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 
-import datasets
 import torch
 
+from mathcircuits.data import PairSet
 from mathcircuits.models import Head, HookedModel
 
 __all__ = ["MOVER", "READER", "TEMPLATES", "copy_pairs", "plant_copy", "plant_two_step"]
@@ -132,7 +132,7 @@ def plant_copy(
                     down[20 + j, j] = 3.0
 
 
-def copy_pairs(tokenizer, n: int, seed: int, same: bool = False) -> datasets.Dataset:
+def copy_pairs(tokenizer, n: int, seed: int, same: bool = False) -> PairSet:
     """Copy-the-digit prompts of two layouts (templates ``t1``, ``t2``) with the columns circuit functions read.
 
     Args:
@@ -162,4 +162,4 @@ def copy_pairs(tokenizer, n: int, seed: int, same: bool = False) -> datasets.Dat
             "template_id": tid, "a": d, "b": seed * 1000 + i, "prefix_len": 0, "pos_a": prompt.index(str(d)),
             "pos_op": prompt.index("x"), "pos_b": prompt.index("x") + 1, "pos_last": len(ids) - 1, "pair_id": i,
         })  # fmt: skip
-    return datasets.Dataset.from_list(rows)
+    return PairSet.from_rows(rows)

@@ -32,14 +32,15 @@ from torch import Tensor
 from mathcircuits._errors import FixableValueError
 from mathcircuits.circuit.batches import CircuitBatch, circuit_batches
 from mathcircuits.circuit.wiring import AblationValues, record_values
+from mathcircuits.data import PairSet
 from mathcircuits.models import HookedModel
 
 __all__ = ["PoolMeans", "pool_means", "scored_operands"]
 
 
-def scored_operands(dataset: Any) -> set[tuple[str, int, int]]:
+def scored_operands(dataset: PairSet) -> set[tuple[str, int, int]]:
     """``(template, a, b)`` of each pair, the pool prompts to leave out of the means."""
-    return {(t, int(a), int(b)) for t, a, b in zip(dataset["template_id"], dataset["a"], dataset["b"])}
+    return set(zip(dataset.template_ids, dataset.a, dataset.b))
 
 
 @dataclass(frozen=True)
@@ -74,7 +75,7 @@ class PoolMeans:
 
 @torch.no_grad()
 def pool_means(
-    model: HookedModel, pool: Any, exclude: Iterable[tuple[str, int, int]] = (), batch_size: int = 16
+    model: HookedModel, pool: PairSet, exclude: Iterable[tuple[str, int, int]] = (), batch_size: int = 16
 ) -> PoolMeans:
     """Position-aligned means of every head's and MLP's output over a pool's counterfactual prompts.
 
@@ -88,8 +89,8 @@ def pool_means(
         The :class:`PoolMeans`.
     """
     skip = set(exclude)
-    keys = zip(pool["template_id"], pool["a"], pool["b"])
-    rows = [i for i, k in enumerate(keys) if (k[0], int(k[1]), int(k[2])) not in skip]
+    keys = zip(pool.template_ids, pool.a, pool.b)
+    rows = [i for i, k in enumerate(keys) if k not in skip]
     if not rows:
         raise FixableValueError("every pool prompt was left out (they are the scored pairs). ", "pass a larger pool.")
     parts: dict[tuple[str, int], list[tuple[Tensor, Tensor, int]]] = {}

@@ -17,7 +17,7 @@ import torch
 
 from mathcircuits.circuit.batches import circuit_batches
 from mathcircuits.circuit.result import Circuit
-from mathcircuits.data.pairs import PairSet
+from mathcircuits.data.pairset import PairSet
 from mathcircuits.models import HookedModel, hooks
 from mathcircuits.models.capture import capture
 

@@ -6,14 +6,16 @@
 * :mod:`~mathcircuits.data.render` — one pair from a template: few-shot prefix, answer spacing, token positions;
 * :mod:`~mathcircuits.data.filter` — score a model on pairs, keep the correct ones;
 * :mod:`~mathcircuits.data.facts` — the ``(operation, a, b)`` of a pair, and splits that share no fact;
+* :mod:`~mathcircuits.data.swaps` — operand-swap pairs ``(a, b)`` → ``(a′, b)`` for patching a number's state;
 * :mod:`~mathcircuits.data.correct` — all three for one operation in one call, and fresh pairs disjoint from given ones;
-* :mod:`~mathcircuits.data.pairs` — the pair set (:data:`PairSet`), its one column check, equal-length batches;
+* :mod:`~mathcircuits.data.pairset` — the pair set (:class:`PairSet`): typed accessors, selections, batches, save/load;
+* :mod:`~mathcircuits.data.pairs` — the columns of a pair set, their one check, a batch's tensors;
 * :mod:`~mathcircuits.data.benchmark_files` — where benchmark files are, and their one reader;
 * :mod:`~mathcircuits.data.word_problems` — word problems as direct-answer prompts;
 * :mod:`~mathcircuits.data.mib_kinds` — MIB's arithmetic counterfactual kinds and prompt form (``data_templates/mib``).
 """
 
-from mathcircuits.data.batching import iter_batches
+from mathcircuits.data.batching import iter_batches, length_groups, padded_groups
 from mathcircuits.data.benchmark_files import (
     decontaminate,
     default_benchmark_root,
@@ -24,23 +26,14 @@ from mathcircuits.data.benchmark_files import (
 )
 from mathcircuits.data.correct import correct_pairs, fresh_pairs
 from mathcircuits.data.facts import Fact, drop_facts, fact_of, facts_of, split_facts
-from mathcircuits.data.filter import accuracy_table, filter_correct, length_groups, padded_groups, score_pairs
+from mathcircuits.data.filter import accuracy_table, filter_correct, score_pairs
 from mathcircuits.data.generate import GenerationConfig, generate_pairs
 from mathcircuits.data.mib_kinds import MIB_KINDS, MIBCounterfactual, mib_cf_operands, mib_template_dir
 from mathcircuits.data.operands import PairError, compute_answer, operand_pairs
-from mathcircuits.data.pairs import (
-    PairBatch,
-    PairSet,
-    check_columns,
-    check_token_aligned,
-    operation_rows,
-    pair_batches,
-    pair_columns,
-    pair_keys,
-    template_keys,
-    token_strings,
-)
-from mathcircuits.data.render import answer_spacing, prompt_start, render_pair
+from mathcircuits.data.pairs import PairBatch, operation_rows, token_strings
+from mathcircuits.data.pairset import Field, PairSet, Side, check_token_aligned, pair_batches, pair_keys
+from mathcircuits.data.render import answer_spacing, prompt_start, render_pair, render_prompt
+from mathcircuits.data.swaps import swap_pairs
 from mathcircuits.data.templates import (
     OPERATIONS,
     Operation,
@@ -56,6 +49,7 @@ from mathcircuits.data.word_problems import word_problem_dataset
 
 __all__ = [
     "Fact",
+    "Field",
     "GenerationConfig",
     "MIBCounterfactual",
     "MIB_KINDS",
@@ -65,12 +59,12 @@ __all__ = [
     "PairBatch",
     "PairError",
     "PairSet",
+    "Side",
     "Template",
     "TemplateError",
     "TemplateSet",
     "accuracy_table",
     "answer_spacing",
-    "check_columns",
     "check_token_aligned",
     "compute_answer",
     "correct_pairs",
@@ -94,16 +88,16 @@ __all__ = [
     "operation_rows",
     "padded_groups",
     "pair_batches",
-    "pair_columns",
     "pair_keys",
     "read_benchmark_split",
     "read_word_problems",
     "prompt_start",
     "record_question",
     "render_pair",
+    "render_prompt",
     "score_pairs",
     "split_facts",
-    "template_keys",
+    "swap_pairs",
     "token_strings",
     "word_problem_dataset",
 ]

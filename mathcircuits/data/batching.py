@@ -7,15 +7,61 @@ patching methods and the analyses rely on.
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import torch
 
 from mathcircuits._errors import FixableKeyError, FixableValueError
-from mathcircuits.data.filter import length_groups
 
-__all__ = ["iter_batches"]
+__all__ = ["iter_batches", "length_groups", "padded_groups"]
+
+
+def length_groups(lengths: list[int], batch_size: int, keys: list[Any] | None = None) -> list[list[int]]:
+    """Indices grouped by equal length (and equal key), split into batches (so no batch needs padding).
+
+    Args:
+        lengths: the length of each item.
+        batch_size: the largest batch.
+        keys: an optional second grouping key per item, e.g. the template, so a batch shares its
+            few-shot prefix (which a prefix-cached forward runs once).
+
+    Returns:
+        Lists of indices, shortest lengths first; each list holds items of one length (and one key).
+    """
+    by_len: dict[tuple[int, str], list[int]] = defaultdict(list)
+    for i, n in enumerate(lengths):
+        by_len[(n, "" if keys is None else str(keys[i]))].append(i)
+    out = []
+    for n in sorted(by_len):
+        idx = by_len[n]
+        out.extend(idx[j : j + batch_size] for j in range(0, len(idx), batch_size))
+    return out
+
+
+def padded_groups(lengths: list[int], batch_size: int, keys: list[Any] | None = None) -> list[list[int]]:
+    """Indices grouped by key only (lengths may differ), sorted by length inside a key, split into batches.
+
+    For right-padded batches of a causal LM: a row's real tokens come first and attend only to earlier
+    positions, so the padding after them changes none of their logits and needs no attention mask.
+
+    Args:
+        lengths: the length of each item.
+        batch_size: the largest batch.
+        keys: an optional grouping key per item, e.g. the template, so a batch shares its few-shot prefix.
+
+    Returns:
+        Lists of indices; each list holds items of one key, shortest first.
+    """
+    by_key: dict[str, list[int]] = defaultdict(list)
+    for i in range(len(lengths)):
+        by_key["" if keys is None else str(keys[i])].append(i)
+    out = []
+    for k in sorted(by_key):
+        idx = sorted(by_key[k], key=lambda i: lengths[i])
+        out.extend(idx[j : j + batch_size] for j in range(0, len(idx), batch_size))
+    return out
 
 
 def iter_batches(

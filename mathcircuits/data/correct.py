@@ -23,13 +23,12 @@ import dataclasses
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-import datasets
 from tqdm.auto import tqdm
 
 from mathcircuits.data.filter import score_pairs
 from mathcircuits.data.generate import GenerationConfig, generate_pairs
 from mathcircuits.data.operands import PairError
-from mathcircuits.data.pairs import PairSet, check_columns, pair_keys
+from mathcircuits.data.pairset import PairSet, pair_keys
 from mathcircuits.data.templates import Operation, TemplateSet, load_templates
 
 if TYPE_CHECKING:  # the data layer sits below models: the hooked model is named for the signature only
@@ -53,7 +52,7 @@ def _first_correct(
     for start in range(0, len(pairs), batch_size):
         chunk = pairs.select(range(start, min(start + batch_size, len(pairs))))
         chunk = score_pairs(model, chunk, batch_size=batch_size, device=model.device)
-        good = chunk.select([i for i, ok in enumerate(chunk["correct"]) if ok])  # filter_correct, without its bar
+        good = chunk.where(chunk.correct)  # filter_correct, without its bar
         scored += len(chunk)
         found += len(good)
         kept.append(good)
@@ -62,7 +61,7 @@ def _first_correct(
         if n is not None and found >= n:
             break
     bar.close()
-    out = datasets.concatenate_datasets(kept) if kept else pairs.select([])
+    out = PairSet.concat(kept) if kept else pairs.select([])
     return (out if n is None or len(out) <= n else out.select(range(n))), scored
 
 
@@ -113,7 +112,7 @@ def correct_pairs(
         progress: show a progress bar while scoring.
 
     Returns:
-        A ``datasets.Dataset`` of ``n`` (or all) correct pairs, with the columns of
+        A :class:`~mathcircuits.data.PairSet` of ``n`` (or all) correct pairs, with the columns of
         :func:`~mathcircuits.data.generate_pairs` and the scores ``correct``,
         ``first_correct`` and ``p_answer``.
 
@@ -170,22 +169,21 @@ def fresh_pairs(
         progress: show a progress bar while scoring.
 
     Returns:
-        A ``datasets.Dataset`` of ``n`` correct pairs, in generation order, none of them in ``pairs``.
+        A :class:`~mathcircuits.data.PairSet` of ``n`` correct pairs, in generation order, none of them in ``pairs``.
 
     Raises:
         PairError: ``n`` is below 1, or the templates' operand range holds fewer than ``n`` new correct pairs.
     """
     if n < 1:
         raise PairError(f"n={n} asks for no pair. ", "pass n >= 1.")
-    check_columns(pairs, ("operation", "template_id", "tokens"), "fresh_pairs")
-    cols = set(pairs.column_names)
+    pairs.require(("operation", "template_id", "tokens"), "fresh_pairs")
     avoid = set(pair_keys(pairs))
     config = GenerationConfig(
-        operations=tuple(sorted(set(pairs["operation"]))),
-        template_ids=tuple(sorted(set(pairs["template_id"]))),
+        operations=tuple(sorted(set(pairs.operations))),
+        template_ids=tuple(sorted(set(pairs.template_ids))),
         n_per_template=max(16, n),
-        fewshot=any(int(p) > 0 for p in pairs["prefix_len"]) if "prefix_len" in cols else True,
-        counterfactual="operands" if "counterfactual" in cols else "operator",
+        fewshot=any(p > 0 for p in pairs.prefix_len) if pairs.has("prefix_len") else True,
+        counterfactual="operands" if "counterfactual" in pairs.dataset.column_names else "operator",
         seed=seed,
     )
     sets = list(templates) if templates is not None else load_templates()
@@ -213,6 +211,6 @@ def fresh_pairs(
             f"and not among the {len(pairs)} given, fewer than n={n}. ",
             "lower n, or widen the operand range.",
         )
-    out = datasets.concatenate_datasets(found).select(range(n))
-    start = max((int(i) for i in pairs["pair_id"]), default=-1) + 1 if "pair_id" in cols else 0
-    return out.remove_columns("pair_id").add_column("pair_id", list(range(start, start + n)))
+    out = PairSet.concat(found).select(range(n)).dataset
+    start = max(pairs.pair_ids, default=-1) + 1 if pairs.has("pair_id") else 0
+    return PairSet(out.remove_columns("pair_id").add_column("pair_id", list(range(start, start + n))))

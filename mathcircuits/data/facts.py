@@ -30,6 +30,7 @@ from typing import Any
 from mathcircuits._errors import FixableValueError
 from mathcircuits.data.generate import GenerationConfig
 from mathcircuits.data.operands import operand_pairs
+from mathcircuits.data.pairset import PairSet
 
 __all__ = ["Fact", "drop_facts", "fact_of", "facts_of", "split_facts"]
 
@@ -42,17 +43,17 @@ def fact_of(row: Mapping[str, Any]) -> Fact:
     return (str(row["operation"]), int(row["a"]), int(row["b"]))
 
 
-def facts_of(pairs: Any) -> frozenset[Fact]:
-    """Every fact of a pair set (a ``datasets.Dataset`` with ``operation``, ``a`` and ``b``)."""
+def facts_of(pairs: PairSet) -> frozenset[Fact]:
+    """Every fact of a pair set (with ``operation``, ``a`` and ``b``)."""
     _check(pairs)
-    return frozenset(zip(pairs["operation"], (int(a) for a in pairs["a"]), (int(b) for b in pairs["b"])))
+    return frozenset(zip(pairs.operations, pairs.a, pairs.b))
 
 
-def drop_facts(pairs: Any, facts: Collection[Fact]) -> Any:
+def drop_facts(pairs: PairSet, facts: Collection[Fact]) -> PairSet:
     """The pairs whose fact is not in ``facts`` (e.g. a held-out set without any trained fact).
 
     Args:
-        pairs: a ``datasets.Dataset`` with ``operation``, ``a`` and ``b``.
+        pairs: a pair set with ``operation``, ``a`` and ``b``.
         facts: the facts to remove.
 
     Returns:
@@ -60,7 +61,7 @@ def drop_facts(pairs: Any, facts: Collection[Fact]) -> Any:
     """
     _check(pairs)
     seen = facts if isinstance(facts, (set, frozenset)) else set(facts)
-    return pairs.filter(lambda r: fact_of(r) not in seen)
+    return pairs.where([f not in seen for f in zip(pairs.operations, pairs.a, pairs.b)])
 
 
 def split_facts(config: GenerationConfig, shares: Mapping[str, float], seed: int = 0) -> dict[str, frozenset[Fact]]:
@@ -102,8 +103,8 @@ def split_facts(config: GenerationConfig, shares: Mapping[str, float], seed: int
     return {name: frozenset(part) for name, part in parts.items()}
 
 
-def _check(pairs: Any) -> None:
-    missing = [c for c in ("operation", "a", "b") if c not in getattr(pairs, "column_names", ())]
+def _check(pairs: PairSet) -> None:
+    missing = [c for c in ("operation", "a", "b") if not pairs.has(c)]
     if missing:
         raise FixableValueError(
             f"a pair set without the columns {missing} has no facts. ",

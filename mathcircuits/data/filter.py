@@ -9,7 +9,6 @@ case. We also record the probability of the answer's first token.
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
 
@@ -18,58 +17,14 @@ import torch
 from tqdm.auto import tqdm
 
 from mathcircuits._errors import FixableTypeError, FixableValueError
+from mathcircuits.data.batching import length_groups, padded_groups
+from mathcircuits.data.pairset import PairSet
 from mathcircuits.data.tokenizer_id import tokenizer_fingerprint
 
-__all__ = ["accuracy_table", "check_tokenizer", "filter_correct", "length_groups", "padded_groups", "score_pairs"]
+__all__ = ["accuracy_table", "check_tokenizer", "filter_correct", "score_pairs"]
 
 
-def length_groups(lengths: list[int], batch_size: int, keys: list[Any] | None = None) -> list[list[int]]:
-    """Indices grouped by equal length (and equal key), split into batches (so no batch needs padding).
-
-    Args:
-        lengths: the length of each item.
-        batch_size: the largest batch.
-        keys: an optional second grouping key per item, e.g. the template, so a batch shares its
-            few-shot prefix (which a prefix-cached forward runs once).
-
-    Returns:
-        Lists of indices, shortest lengths first; each list holds items of one length (and one key).
-    """
-    by_len: dict[tuple[int, str], list[int]] = defaultdict(list)
-    for i, n in enumerate(lengths):
-        by_len[(n, "" if keys is None else str(keys[i]))].append(i)
-    out = []
-    for n in sorted(by_len):
-        idx = by_len[n]
-        out.extend(idx[j : j + batch_size] for j in range(0, len(idx), batch_size))
-    return out
-
-
-def padded_groups(lengths: list[int], batch_size: int, keys: list[Any] | None = None) -> list[list[int]]:
-    """Indices grouped by key only (lengths may differ), sorted by length inside a key, split into batches.
-
-    For right-padded batches of a causal LM: a row's real tokens come first and attend only to earlier
-    positions, so the padding after them changes none of their logits and needs no attention mask.
-
-    Args:
-        lengths: the length of each item.
-        batch_size: the largest batch.
-        keys: an optional grouping key per item, e.g. the template, so a batch shares its few-shot prefix.
-
-    Returns:
-        Lists of indices; each list holds items of one key, shortest first.
-    """
-    by_key: dict[str, list[int]] = defaultdict(list)
-    for i in range(len(lengths)):
-        by_key["" if keys is None else str(keys[i])].append(i)
-    out = []
-    for k in sorted(by_key):
-        idx = sorted(by_key[k], key=lambda i: lengths[i])
-        out.extend(idx[j : j + batch_size] for j in range(0, len(idx), batch_size))
-    return out
-
-
-def check_tokenizer(model: Any, dataset: Any) -> None:
+def check_tokenizer(model: Any, dataset: PairSet) -> None:
     """Refuse pairs made with another tokenizer than the model's (their token ids mean other text).
 
     Args:
@@ -80,8 +35,9 @@ def check_tokenizer(model: Any, dataset: Any) -> None:
         ValueError: the fingerprints differ, or a token id lies outside the model's vocabulary.
     """
     tok = getattr(model, "tokenizer", None)
-    if tok is not None and "tokenizer" in dataset.column_names:
-        theirs, ours = sorted(set(dataset["tokenizer"])), tokenizer_fingerprint(tok)
+    data = dataset.dataset
+    if tok is not None and "tokenizer" in data.column_names:
+        theirs, ours = sorted(set(data["tokenizer"])), tokenizer_fingerprint(tok)
         if theirs != [ours]:
             raise FixableValueError(
                 f"these pairs were made with another tokenizer (fingerprint {', '.join(theirs)}) than this model's "
@@ -90,7 +46,7 @@ def check_tokenizer(model: Any, dataset: Any) -> None:
             )
     vocab = getattr(getattr(model, "spec", None), "vocab_size", None)
     if isinstance(vocab, int):
-        top = max((max(t, default=0) for t in dataset["tokens"]), default=0)
+        top = max((max(t, default=0) for t in dataset.tokens), default=0)
         if top >= vocab:
             raise FixableValueError(
                 f"the pairs hold token id {top}, outside this model's vocabulary of {vocab}: they were made with "
@@ -102,11 +58,11 @@ def check_tokenizer(model: Any, dataset: Any) -> None:
 @torch.no_grad()
 def score_pairs(
     model: Callable[[torch.Tensor], torch.Tensor],
-    dataset: Any,
+    dataset: PairSet,
     batch_size: int = 32,
     device: str | torch.device | None = None,
     progress: bool = False,
-) -> Any:
+) -> PairSet:
     """Score the model on each pair: is every answer token the greedy prediction (teacher-forced)?
 
     Args:
@@ -133,12 +89,12 @@ def score_pairs(
     """
 
     needed = ("tokens", "answer_tokens", "n_tokens")
-    have = getattr(dataset, "column_names", None)
-    if have is None:
+    if not isinstance(dataset, PairSet):
         raise FixableTypeError(
-            f"score_pairs needs a datasets.Dataset, got a {type(dataset).__name__}. ",
-            "pass the pairs built by mathcircuits.data.generate_pairs (or datasets.Dataset.from_list(rows)).",
+            f"score_pairs needs a PairSet, got a {type(dataset).__name__}. ",
+            "pass the pairs built by mathcircuits.data.generate_pairs (or PairSet.from_rows(rows)).",
         )
+    have = dataset.dataset.column_names
     missing = [c for c in needed if c not in have]
     if missing:
         raise FixableValueError(
@@ -153,15 +109,15 @@ def score_pairs(
     check_tokenizer(model, dataset)
     if device is None:
         device = getattr(model, "device", None) or "cpu"
-    seqs = [list(t) + list(ans[:-1]) for t, ans in zip(dataset["tokens"], dataset["answer_tokens"])]
-    n_prompt = list(dataset["n_tokens"])
-    answers = list(dataset["answer_tokens"])
+    seqs = [list(t) + list(ans[:-1]) for t, ans in zip(dataset.tokens, dataset.answer_tokens)]
+    n_prompt = list(dataset.n_tokens)
+    answers = [list(a) for a in dataset.answer_tokens]
     correct = [False] * len(seqs)
     first = [False] * len(seqs)
     p_ans = [0.0] * len(seqs)
     logp = [0.0] * len(seqs)
     fast = hasattr(model, "logits_from")
-    keys = list(dataset["template_id"]) if fast and "template_id" in have else None
+    keys = list(dataset.template_ids) if fast and "template_id" in have else None
     # right padding (token 0) is exact for a causal LM without a mask; a runner with hooks keeps equal
     # lengths, since a hook may address positions from the end (e.g. a last-position ablation)
     group = length_groups if getattr(model, "fwd_hooks", None) else padded_groups
@@ -180,14 +136,15 @@ def score_pairs(
             lp = torch.log_softmax(logits[row, start : start + k].float(), -1)
             p_ans[i] = float(lp[0, answers[i][0]].exp())
             logp[i] = float(lp.gather(-1, torch.as_tensor(answers[i], device=lp.device)[:, None]).sum())
+    data = dataset.dataset
     for name, col in (("correct", correct), ("first_correct", first), ("p_answer", p_ans), ("logp_answer", logp)):
-        if name in dataset.column_names:
-            dataset = dataset.remove_columns(name)
-        dataset = dataset.add_column(name, col)
-    return dataset
+        if name in data.column_names:
+            data = data.remove_columns(name)
+        data = data.add_column(name, col)
+    return PairSet(data)
 
 
-def filter_correct(dataset):
+def filter_correct(dataset: PairSet) -> PairSet:
     """Keep the rows the model answered correctly.
 
     Args:
@@ -199,12 +156,12 @@ def filter_correct(dataset):
     Raises:
         ValueError: the dataset has no ``correct`` column.
     """
-    if "correct" not in dataset.column_names:
+    if not dataset.has("correct"):
         raise FixableValueError("filter_correct needs a 'correct' column. ", "run score_pairs(model, dataset) first.")
-    return dataset.filter(lambda r: r["correct"])
+    return PairSet(dataset.dataset.filter(lambda r: r["correct"]))
 
 
-def accuracy_table(dataset, by: tuple[str, ...] = ("operation", "template_id")) -> Any:
+def accuracy_table(dataset: PairSet, by: tuple[str, ...] = ("operation", "template_id")) -> Any:
     """Accuracy and mean correct-answer probability per group, plus an "(all)" row per operation.
 
     Args:
@@ -219,9 +176,9 @@ def accuracy_table(dataset, by: tuple[str, ...] = ("operation", "template_id")) 
         ValueError: the dataset is not scored.
     """
 
-    if "correct" not in dataset.column_names:
+    if not dataset.has("correct"):
         raise FixableValueError("accuracy_table needs a scored dataset. ", "run score_pairs(model, dataset) first.")
-    df = dataset.select_columns([*by, "correct", "first_correct", "p_answer"]).to_pandas()
+    df = dataset.dataset.select_columns([*by, "correct", "first_correct", "p_answer"]).to_pandas()
 
     def summarize(keys: list[str]) -> Any:
         return (

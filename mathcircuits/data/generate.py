@@ -51,13 +51,12 @@ from collections.abc import Collection
 from dataclasses import asdict, dataclass
 from typing import Any, Literal, TypeAlias
 
-import datasets
-
 from mathcircuits._errors import FixableTypeError
 from mathcircuits._schema import check_fields, expect, kind_of, setting
 from mathcircuits._schema import from_dict as config_from_dict
 from mathcircuits.data.mib_kinds import MIB_KINDS, mib_cf_operands
 from mathcircuits.data.operands import PairError, operand_pairs
+from mathcircuits.data.pairset import PairSet
 from mathcircuits.data.render import FewshotOperations, aligned_vocab, answer_spacing, render_pair
 from mathcircuits.data.templates import OPERATIONS, Operation, TemplateSet
 from mathcircuits.data.tokenizer_id import tokenizer_fingerprint
@@ -135,7 +134,7 @@ def generate_pairs(
     template_sets: list[TemplateSet],
     config: GenerationConfig = GenerationConfig(),
     facts: Collection[tuple[str, int, int]] | None = None,
-):
+) -> PairSet:
     """Token-aligned reference/counterfactual prompt pairs from templates.
 
     Args:
@@ -146,7 +145,7 @@ def generate_pairs(
             see :mod:`mathcircuits.data.facts` for splits that share no fact.
 
     Returns:
-        A ``datasets.Dataset`` with one row per pair: ``prompt``, ``cf_prompt``, ``tokens``,
+        A :class:`~mathcircuits.data.PairSet` with one row per pair: ``prompt``, ``cf_prompt``, ``tokens``,
         ``cf_tokens``, ``answer``, ``answer_token``, ``answer_tokens``, the positions ``pos_a``,
         ``pos_b``, ``pos_op``, ``pos_last`` and the pair's operation, template and operands.
 
@@ -268,4 +267,4 @@ def generate_pairs(
         rec["pair_id"] = i
         rec["words"] = [f"{k}={v}" for k, v in rec["words"].items()]
         rec["tokenizer"] = fp
-    return datasets.Dataset.from_list(records)
+    return PairSet.from_rows(records)

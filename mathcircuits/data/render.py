@@ -14,7 +14,7 @@ from typing import Any, Literal, TypeAlias
 from mathcircuits.data.operands import PairError, compute_answer
 from mathcircuits.data.templates import Template, TemplateSet
 
-__all__ = ["FewshotOperations", "aligned_vocab", "answer_spacing", "prompt_start", "render_pair"]
+__all__ = ["FewshotOperations", "aligned_vocab", "answer_spacing", "prompt_start", "render_pair", "render_prompt"]
 
 #: Which operations the few-shot examples show: every operation of the set in turn (the default: the prefix does
 #: not name the query's operation), every example of every operation, or the query's own (the paper's).
@@ -224,6 +224,26 @@ def render_pair(
         "pos_last": len(ids) - 1,
         **extra,
     }
+
+
+def render_prompt(
+    tokenizer,
+    template: TemplateSet | None,
+    tpl: Template,
+    a: int,
+    b: int,
+    fewshot: bool,
+    spacing: str,
+    fewshot_operations: FewshotOperations = "neutral",
+) -> str | None:
+    """The reference prompt :func:`render_pair` builds for ``a, b`` with the template's own operator (None: the
+    operands have no answer)."""
+    answer = compute_answer(tpl.operation, a, b)
+    if answer is None:
+        return None
+    rec = render_pair(tokenizer, template, tpl, a, b, answer, tpl.op, {}, fewshot, spacing,
+                      fewshot_operations=fewshot_operations)  # fmt: skip
+    return str(rec["prompt"])
 
 
 def _shots(

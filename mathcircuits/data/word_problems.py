@@ -20,10 +20,9 @@ import random
 from pathlib import Path
 from typing import Any
 
-import datasets
-
 from mathcircuits._errors import FixableValueError
 from mathcircuits.data.benchmark_files import read_word_problems, record_question
+from mathcircuits.data.pairset import PairSet
 from mathcircuits.data.render import answer_spacing, prompt_start
 
 __all__ = ["word_problem_dataset"]
@@ -44,7 +43,7 @@ def word_problem_dataset(
     limit: int | None = 64,
     seed: int = 0,
     fewshot: int = 0,
-) -> Any:
+) -> PairSet:
     """Word problems of one benchmark file as prompts with their answer tokens.
 
     Args:
@@ -57,7 +56,7 @@ def word_problem_dataset(
             file, never also used as questions).
 
     Returns:
-        A ``datasets.Dataset`` with ``prompt``, ``answer``, ``tokens``, ``answer_tokens``,
+        A :class:`~mathcircuits.data.PairSet` with ``prompt``, ``answer``, ``tokens``, ``answer_tokens``,
         ``n_tokens``, ``operation`` (``"word_problem"``) and ``template_id`` (the benchmark folder).
 
     Raises:
@@ -100,4 +99,4 @@ def word_problem_dataset(
             f"{path}: no usable problem (a non-negative integer answer that tokenizes apart from the prompt). ",
             "pass a math word-problem file such as SVAMP/test.json.",
         )
-    return datasets.Dataset.from_list(rows)
+    return PairSet.from_rows(rows)

@@ -33,6 +33,7 @@ from typing import Any, Literal
 import datasets
 
 from mathcircuits._errors import FixableValueError
+from mathcircuits.data import PairSet
 from mathcircuits.data.benchmark_files import record_question
 
 __all__ = ["DEFAULT_PROMPT", "build_sft_dataset", "format_gold"]
@@ -102,20 +103,23 @@ def build_sft_dataset(
             or every example is longer than ``max_length``.
     """
 
-    rows = list(records) if not isinstance(records, datasets.Dataset) else records
+    arithmetic = isinstance(records, PairSet)
+    rows = records if arithmetic or isinstance(records, datasets.Dataset) else list(records)
     if len(rows) == 0:
         raise FixableValueError(
             "build_sft_dataset got no records. ", "pass generate_pairs(...) output or read_word_problems(...)."
         )
-    columns = set(rows.column_names) if isinstance(rows, datasets.Dataset) else set(rows[0])
+    columns = set() if arithmetic else set(rows.column_names) if isinstance(rows, datasets.Dataset) else set(rows[0])
     if target not in ("rationale", "answer"):
         raise FixableValueError(f"target={target!r} is unknown. ", "use 'rationale' or 'answer'.")
     out: dict[str, list[list[int]]] = {"input_ids": [], "labels": []}
     eos = tokenizer.eos_token_id
-    if {"tokens", "answer_tokens"} <= columns:
+    if arithmetic or {"tokens", "answer_tokens"} <= columns:
         use_eos = bool(add_eos) if add_eos is not None else False
         pairs: Iterable[tuple[Sequence[int], Sequence[int]]] = (
-            zip(rows["tokens"], rows["answer_tokens"])
+            zip(records.tokens, records.answer_tokens)
+            if arithmetic
+            else zip(rows["tokens"], rows["answer_tokens"])
             if isinstance(rows, datasets.Dataset)
             else ((r["tokens"], r["answer_tokens"]) for r in rows)
         )

@@ -6,36 +6,33 @@ scores a (fine-tuned) HF model on pairs, each template's few-shot prefix run onc
 
 from __future__ import annotations
 
-import datasets
 import torch
 from torch import nn
 
-from mathcircuits.data import score_pairs
+from mathcircuits.data import PairSet, score_pairs
 from mathcircuits.models import HFForward, PrefixRunner
 
 __all__ = ["score_arithmetic", "split_validation"]
 
 
-def split_validation(
-    pool: datasets.Dataset, test: datasets.Dataset, n_validation: int, seed: int = 0
-) -> datasets.Dataset:
+def split_validation(pool: PairSet, test: PairSet, n_validation: int, seed: int = 0) -> PairSet:
     """A validation split drawn from ``pool``, without any prompt that is also a test prompt.
 
     Args:
         pool: candidate pairs (generated apart from training, and already without training prompts).
-        test: the held-out test pairs (their ``prompt`` column).
+        test: the held-out test pairs (their prompts).
         n_validation: how many pairs to keep (fewer when the pool is smaller).
         seed: seed of the draw.
 
     Returns:
         The validation pairs.
     """
-    seen = set(test["prompt"])
-    kept = pool.filter(lambda r: r["prompt"] not in seen).shuffle(seed=seed)
+    seen = set(test.prompts)
+    kept = pool.where([p not in seen for p in pool.prompts]).shuffle(seed=seed)
     return kept.select(range(min(n_validation, len(kept))))
 
 
-def score_arithmetic(model: nn.Module, pairs: datasets.Dataset, batch_size: int = 32) -> list[int]:
+def score_arithmetic(model: nn.Module, pairs: PairSet, batch_size: int = 32) -> list[int]:
     """0/1 per pair: is every answer token the model's greedy prediction (teacher-forced)?
 
     Each template's few-shot prefix runs once (:class:`~mathcircuits.models.prefix.PrefixRunner` over
@@ -52,4 +49,4 @@ def score_arithmetic(model: nn.Module, pairs: datasets.Dataset, batch_size: int 
     device = next(model.parameters()).device
     with torch.no_grad():  # the prefix-cached forward: each template's few-shot prefix runs once
         scored = score_pairs(PrefixRunner(HFForward(model)), pairs, batch_size=batch_size, device=device)
-    return [int(bool(c)) for c in scored["correct"]]
+    return [int(bool(c)) for c in scored.correct]

@@ -61,6 +61,7 @@ from torch import Tensor
 from transformer_lens.model_bridge import TransformerBridge
 
 from mathcircuits._errors import FixableError
+from mathcircuits.data.pairset import PairSet
 from mathcircuits.models.compat import installed_versions
 from mathcircuits.models.spec import Bridged
 
@@ -298,7 +299,7 @@ def probe_tokens(
     return toks.to(device)
 
 
-def probe_pairs(vocab: int, rows: int = 4, seq: int = 12, shared: int = 8, seed: int = 0) -> datasets.Dataset:
+def probe_pairs(vocab: int, rows: int = 4, seq: int = 12, shared: int = 8, seed: int = 0) -> PairSet:
     """Token-aligned probe pairs for the checks of patching, knockout and edges.
 
     The counterfactual differs from the prompt at position ``seq − 3`` (after the shared prefix); each answer
@@ -321,17 +322,19 @@ def probe_pairs(vocab: int, rows: int = 4, seq: int = 12, shared: int = 8, seed:
     cf = toks.clone()
     cf[:, seq - 3] = (toks[:, seq - 3] + 1 + torch.randint(0, top - 2, (rows,), generator=g)) % top
     answers = torch.randint(1, top, (rows, 2), generator=g)
-    return datasets.Dataset.from_dict(
-        {
-            "tokens": toks.tolist(),
-            "cf_tokens": cf.tolist(),
-            "answer_token": answers[:, 0].tolist(),
-            "answer_tokens": answers.tolist(),
-            "n_tokens": [seq] * rows,
-            "template_id": ["probe"] * rows,
-            "operation": ["probe"] * rows,
-            "pair_id": list(range(rows)),
-        }
+    return PairSet(
+        datasets.Dataset.from_dict(
+            {
+                "tokens": toks.tolist(),
+                "cf_tokens": cf.tolist(),
+                "answer_token": answers[:, 0].tolist(),
+                "answer_tokens": answers.tolist(),
+                "n_tokens": [seq] * rows,
+                "template_id": ["probe"] * rows,
+                "operation": ["probe"] * rows,
+                "pair_id": list(range(rows)),
+            }
+        )
     )
 
 

@@ -27,7 +27,7 @@ from mathcircuits.numbers.grid import GridCapture, capture_grid, operand_grid
 from mathcircuits.numbers.helix import HelixResult, fit_helix, helix_basis
 from mathcircuits.numbers.heuristics import HEURISTIC_KINDS, Heuristic, heuristic_library, match_patterns
 from mathcircuits.numbers.neurons import NeuronResult, heuristic_neurons
-from mathcircuits.numbers.patch import HelixPatchResult, helix_patch, patch_pairs, subspace_shifts
+from mathcircuits.numbers.patch import HelixPatchResult, helix_patch, subspace_shifts
 from mathcircuits.numbers.probes import ProbeResult, cohen_kappa, mod_probes
 from mathcircuits.numbers.reading import token_fixed_periods
 from mathcircuits.numbers.results import TooFewCorrect
@@ -64,7 +64,6 @@ __all__ = [
     "number_spectra",
     "number_states",
     "operand_grid",
-    "patch_pairs",
     "spectrum",
     "subspace_shifts",
     "token_fixed_periods",

@@ -31,14 +31,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import datasets
 import torch
 from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
 from mathcircuits._errors import FixableValueError
-from mathcircuits.data import GenerationConfig, answer_spacing, generate_pairs
-from mathcircuits.data.filter import length_groups
+from mathcircuits.data import GenerationConfig, PairSet, answer_spacing, generate_pairs
+from mathcircuits.data.batching import length_groups
 from mathcircuits.data.templates import TemplateSet
 from mathcircuits.models import HookedModel, hooks
 from mathcircuits.models.families import block_structure
@@ -68,7 +67,7 @@ def operand_grid(
     template_id: str,
     operand_range: tuple[int, int],
     fewshot: bool = True,
-) -> datasets.Dataset:
+) -> PairSet:
     """Every pair ``a, b`` of the range rendered with one template (pairs without an answer left out), by ``a, b``.
 
     Args:
@@ -93,13 +92,13 @@ def operand_grid(
         fewshot=fewshot,
     )
     ds = generate_pairs(tokenizer, list(template_sets), cfg)
-    order = sorted(range(len(ds)), key=lambda i: (ds[i]["a"], ds[i]["b"]))
+    order = sorted(range(len(ds)), key=lambda i: (ds.a[i], ds.b[i]))
     return ds.select(order)
 
 
-def grid_batches(grid: datasets.Dataset, rows: Sequence[int], batch_size: int) -> list[list[int]]:
+def grid_batches(grid: PairSet, rows: Sequence[int], batch_size: int) -> list[list[int]]:
     """``rows`` of the grid in batches of equal token length (so the last position is shared)."""
-    lengths = [len(grid[i]["tokens"]) for i in rows]
+    lengths = [len(grid.tokens[i]) for i in rows]
     return [[rows[j] for j in g] for g in length_groups(lengths, batch_size)]
 
 
@@ -181,7 +180,7 @@ def _component_hooks(model: HookedModel, heads: Sequence[tuple[int, int]], mlps:
 
 def capture_grid(
     model: HookedModel,
-    grid: datasets.Dataset,
+    grid: PairSet,
     layers: Sequence[int] = (),
     heads: Sequence[tuple[int, int]] = (),
     mlps: Sequence[int] = (),
@@ -218,9 +217,9 @@ def capture_grid(
     correct = torch.zeros(n, dtype=torch.bool, device="cpu")
     names = _component_hooks(model, heads, mlps) + [mlp_post(l) for l in layers]
     w_o = {l: head_out_weight(model, l) for l, _ in heads}  # [head, d_head, d_model], offloaded weights loaded
-    answers = torch.tensor(grid["answer_token"], device="cpu")
+    answers = torch.tensor(grid.answer_token, device="cpu")
     for rows in grid_batches(grid, list(range(n)), batch_size):
-        toks = torch.tensor([grid[i]["tokens"] for i in rows], device=model.device)
+        toks = torch.tensor([grid.tokens[i] for i in rows], device=model.device)
         run = SuffixRunner(model, toks, toks.shape[1] - 1, capture=names)
         ans = answers[rows].to(run.logits.device)  # where the answer is read out
         correct[rows] = (run.logits.argmax(-1) == ans).cpu()
@@ -235,9 +234,9 @@ def capture_grid(
         if attribution and layers:
             grads[rows] = _gradients(run, layers, ans).cpu()
     return GridCapture(
-        a=torch.tensor(grid["a"], device="cpu"),
-        b=torch.tensor(grid["b"], device="cpu"),
-        result=torch.tensor([int(x) for x in grid["answer"]], device="cpu"),
+        a=torch.tensor(grid.a, device="cpu"),
+        b=torch.tensor(grid.b, device="cpu"),
+        result=torch.tensor([int(x) for x in grid.answers], device="cpu"),
         answer=answers,
         correct=correct,
         layers=layers,

@@ -41,7 +41,6 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import datasets
 import pandas as pd
 import torch
 from jaxtyping import Float, Int
@@ -49,7 +48,7 @@ from torch import Tensor
 
 from mathcircuits._errors import FixableValueError
 from mathcircuits._io import SavedResult
-from mathcircuits.data import Operation
+from mathcircuits.data import Operation, PairSet
 from mathcircuits.models import HookedModel
 from mathcircuits.models.suffix import SuffixRunner
 from mathcircuits.numbers.ablation import LayerTopK, NeuronKnockout, ablate, random_like, summarise_knockout
@@ -181,7 +180,7 @@ def _maps(values: Tensor, cap: GridCapture, a_vals: list[int], b_vals: list[int]
 
 def heuristic_neurons(
     model: HookedModel,
-    grid: datasets.Dataset,
+    grid: PairSet,
     layers: Sequence[int],
     heads: Sequence[tuple[int, int]] = (),
     fractions: Sequence[float] = DEFAULT_FRACTIONS,
@@ -260,7 +259,7 @@ def heuristic_neurons(
     batches = grid_batches(grid, evals, batch_size)
     runners = []
     for bi, rows in enumerate(batches):
-        toks = torch.tensor([grid[i]["tokens"] for i in rows], device=model.device)
+        toks = torch.tensor([grid.tokens[i] for i in rows], device=model.device)
         run = SuffixRunner(model, toks, toks.shape[1] - 1, check=bi == 0)
         ans = cap.answer[rows].to(run.logits.device)  # where the answers are read out
         for j, l in enumerate(layers):
@@ -322,8 +321,8 @@ def heuristic_neurons(
     )
     heads_effect = cap.answer_effect(model)[:, : len(heads)] if heads else torch.zeros(n, 0, device="cpu")
     return NeuronResult(
-        operation=str(grid[0]["operation"]),
-        template=str(grid[0]["template_id"]),
+        operation=str(grid.operations[0]),
+        template=str(grid.template_ids[0]),
         a_values=tuple(a_vals),
         b_values=tuple(b_vals),
         layers=layers,

@@ -36,11 +36,9 @@ For?" (ICLR 2024).
 
 from __future__ import annotations
 
-import random
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import pandas as pd
 import torch
@@ -49,7 +47,7 @@ from torch import Tensor
 
 from mathcircuits._errors import FixableValueError
 from mathcircuits._io import SavedResult
-from mathcircuits.data import answer_spacing, compute_answer, render_pair
+from mathcircuits.data import PairSet, swap_pairs
 from mathcircuits.data.templates import TemplateSet
 from mathcircuits.models import HookedModel
 from mathcircuits.models.prefix import PrefixRunner
@@ -58,7 +56,7 @@ from mathcircuits.numbers.helix import HelixResult, random_subspace
 from mathcircuits.numbers.results import TooFewCorrect, quantile
 from mathcircuits.stats import DEFAULT_CONFIDENCE, DEFAULT_N_BOOT, DEFAULT_UNCERTAINTY, Uncertainty, bootstrap_indices
 
-__all__ = ["CONDITIONS", "HelixPatchResult", "helix_patch", "patch_pairs", "subspace_shifts"]
+__all__ = ["CONDITIONS", "HelixPatchResult", "helix_patch", "subspace_shifts"]
 
 CONDITIONS = ("full", "helix", "pca", "random")
 
@@ -145,72 +143,6 @@ class HelixPatchResult(SavedResult):
         return pd.DataFrame(recs)
 
 
-def patch_pairs(
-    tokenizer: Any,
-    template_sets: Sequence[TemplateSet],
-    template_id: str,
-    numbers: Sequence[int],
-    b_values: Sequence[int],
-    n: int,
-    seed: int = 0,
-    fewshot: bool = True,
-) -> list[dict[str, Any]]:
-    """Candidate pairs ``(a, b)`` → ``(a′, b)`` whose answers start with different tokens, rendered from a template.
-
-    Args:
-        tokenizer: the model's tokenizer.
-        template_sets: template sets holding ``template_id``.
-        template_id: the template (its operation gives the answers).
-        numbers: the values of ``a`` and ``a′``.
-        b_values: the values of ``b``.
-        n: how many pairs to draw (fewer when not enough exist).
-        seed: seed of the draw.
-        fewshot: prefix the template's few-shot examples.
-
-    Returns:
-        Dicts with ``a``, ``a2``, ``b``, ``tokens``, ``tokens2``, ``pos_a``, ``answer``, ``answer2`` (first tokens).
-    """
-    found = [(s, t) for s in template_sets for t in s.templates if t.id == template_id]
-    if not found:
-        raise FixableValueError(f"template {template_id!r} is not loaded. ", "name a template of the loaded sets.")
-    tset, tpl = found[0]
-    spacing = answer_spacing(tokenizer)
-    rng = random.Random(seed)
-    cache: dict[tuple[int, int], dict[str, Any] | None] = {}
-
-    def render(a: int, b: int) -> dict[str, Any] | None:
-        if (a, b) not in cache:
-            ans = compute_answer(tpl.operation, a, b)
-            cache[(a, b)] = (
-                None if ans is None else render_pair(tokenizer, tset, tpl, a, b, ans, tpl.op, {}, fewshot, spacing)
-            )
-        return cache[(a, b)]
-
-    out: list[dict[str, Any]] = []
-    for _ in range(50 * n):
-        if len(out) == n:
-            break
-        a, a2, b = rng.choice(numbers), rng.choice(numbers), rng.choice(b_values)
-        r1, r2 = render(a, b), render(a2, b) if a2 != a else None
-        if r1 is None or r2 is None or len(r1["pos_a"]) != len(r2["pos_a"]) or r1["pos_a"] != r2["pos_a"]:
-            continue
-        if len(r1["tokens"]) != len(r2["tokens"]) or r1["answer_token"] == r2["answer_token"]:
-            continue
-        out.append(
-            {
-                "a": a,
-                "a2": a2,
-                "b": b,
-                "tokens": r1["tokens"],
-                "tokens2": r2["tokens"],
-                "pos_a": r1["pos_a"][-1],
-                "answer": r1["answer_token"],
-                "answer2": r2["answer_token"],
-            }
-        )
-    return out
-
-
 @torch.no_grad()
 def helix_patch(
     model: HookedModel,
@@ -249,7 +181,7 @@ def helix_patch(
             f"depths {bad or depths} are outside 1…{n_layers - 1}. ", "patch after at least one block."
         )
     seed = uncertainty.seed
-    cands = patch_pairs(model.tokenizer, template_sets, template_id, helix.numbers, b_values, 8 * n_pairs, seed)
+    cands = swap_pairs(model.tokenizer, template_sets, template_id, helix.numbers, b_values, 8 * n_pairs, seed)
     keep = _correct(model, cands, batch_size, n_pairs)
     if len(keep) < 2:
         raise TooFewCorrect(
@@ -268,15 +200,15 @@ def helix_patch(
         ]
         for d in depths
     }
-    shifts = subspace_shifts(model, [cands[i] for i in keep], subspaces, batch_size)
-    kept = [cands[i] for i in keep]
+    kept = cands.select(keep)
+    shifts = subspace_shifts(model, kept, subspaces, batch_size)
     return _summarise(shifts, depths, helix.k, kept, template_id, helix.reading, n_random, uncertainty)
 
 
 @torch.no_grad()
 def subspace_shifts(
     model: HookedModel,
-    pairs: Sequence[dict[str, Any]],
+    pairs: PairSet,
     subspaces: dict[int, Sequence[Tensor | None]],
     batch_size: int = 16,
 ) -> Float[Tensor, "pair depth subspace"]:
@@ -284,7 +216,7 @@ def subspace_shifts(
 
     Args:
         model: the hooked model.
-        pairs: rows of :func:`patch_pairs` (``tokens``, ``tokens2``, ``pos_a``, ``answer``, ``answer2``).
+        pairs: operand-swap pairs of :func:`~mathcircuits.data.swap_pairs`.
         subspaces: depth → a list of orthonormal bases ``[d_model, k]`` (``None``: the full component).
         batch_size: pairs per forward.
 
@@ -295,11 +227,12 @@ def subspace_shifts(
     width = max(len(v) for v in subspaces.values())
     shifts = torch.full((len(pairs), len(depths), width), float("nan"), device="cpu")
     for chunk in _groups(pairs, range(len(pairs)), batch_size):
-        ref = SuffixRunner(model, _tokens(pairs, chunk, "tokens", model), pairs[chunk[0]]["pos_a"])
-        src = SuffixRunner(model, _tokens(pairs, chunk, "tokens2", model), pairs[chunk[0]]["pos_a"], check=False)
+        at = pairs.pos_a[chunk[0]][-1]  # a's last token
+        ref = SuffixRunner(model, _tokens(pairs.tokens, chunk, model), at)
+        src = SuffixRunner(model, _tokens(pairs.cf_tokens, chunk, model), at, check=False)
         out = ref.logits.device  # where the answers are read out (the unembedding's device)
-        ans = torch.tensor([pairs[i]["answer"] for i in chunk], device=out)
-        ans2 = torch.tensor([pairs[i]["answer2"] for i in chunk], device=out)
+        ans = torch.tensor([pairs.answer_token[i] for i in chunk], device=out)
+        ans2 = torch.tensor([pairs.cf_answer_tokens[i][0] for i in chunk], device=out)
         clean = _ld(ref.logits, ans, ans2)
         for di, d in enumerate(depths):
             x, delta = ref.resid_pre(d), src.resid_pre(d)[:, 0] - ref.resid_pre(d)[:, 0]
@@ -311,15 +244,15 @@ def subspace_shifts(
     return shifts
 
 
-def _groups(cands: Sequence[dict[str, Any]], rows: Sequence[int], batch_size: int) -> list[list[int]]:
+def _groups(cands: PairSet, rows: Sequence[int], batch_size: int) -> list[list[int]]:
     """``rows`` in batches of equal prompt length and operand position (so a batch shares its positions)."""
     by: dict[tuple[int, int], list[int]] = defaultdict(list)
     for i in rows:
-        by[(len(cands[i]["tokens"]), cands[i]["pos_a"])].append(i)
+        by[(len(cands.tokens[i]), cands.pos_a[i][-1])].append(i)
     return [g[j : j + batch_size] for g in by.values() for j in range(0, len(g), batch_size)]
 
 
-def _correct(model: HookedModel, cands: list[dict[str, Any]], batch_size: int, wanted: int) -> list[int]:
+def _correct(model: HookedModel, cands: PairSet, batch_size: int, wanted: int) -> list[int]:
     """The first ``wanted`` candidates (in draw order) whose clean prompt the model answers correctly (first answer
     token); candidates are scored in draw-order chunks until enough are found."""
     good: list[int] = []
@@ -327,16 +260,16 @@ def _correct(model: HookedModel, cands: list[dict[str, Any]], batch_size: int, w
     for lo in range(0, len(cands), step):
         chunk_rows = list(range(lo, min(lo + step, len(cands))))
         for chunk in _groups(cands, chunk_rows, step):
-            toks = _tokens(cands, chunk, "tokens", model)
+            toks = _tokens(cands.tokens, chunk, model)
             pred = PrefixRunner(model.bridge).logits_from(toks, toks.shape[1] - 1)[:, -1].argmax(-1).tolist()
-            good += [i for i, p in zip(chunk, pred) if p == cands[i]["answer"]]
+            good += [i for i, p in zip(chunk, pred) if p == cands.answer_token[i]]
         if len(good) >= wanted:
             break
     return sorted(good)[:wanted]
 
 
-def _tokens(cands: Sequence[dict[str, Any]], rows: list[int], key: str, model: HookedModel) -> Tensor:
-    return torch.tensor([cands[i][key] for i in rows], device=model.device)
+def _tokens(prompts: Sequence[Sequence[int]], rows: list[int], model: HookedModel) -> Tensor:
+    return torch.tensor([prompts[i] for i in rows], device=model.device)
 
 
 def _ld(logits: Tensor, ans: Tensor, ans2: Tensor) -> Tensor:
@@ -348,7 +281,7 @@ def _summarise(
     s: Tensor,
     depths: tuple[int, ...],
     k: int,
-    pairs: list[dict[str, Any]],
+    pairs: PairSet,
     template: str,
     reading: str,
     n_random: int,
@@ -377,7 +310,7 @@ def _summarise(
         diff_low=quantile(diff, a / 2),
         diff_high=quantile(diff, 1 - a / 2),
         k=k,
-        pairs=tuple((p["a"], p["a2"], p["b"]) for p in pairs),
+        pairs=tuple(zip(pairs.a, pairs.cf_a, pairs.b)),
         template=template,
         reading=reading + "; patched at a's last token",
         seed=seed,

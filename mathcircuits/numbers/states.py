@@ -36,7 +36,7 @@ from torch import Tensor
 
 from mathcircuits._errors import FixableValueError
 from mathcircuits._io import SavedResult
-from mathcircuits.data import Operation, answer_spacing, compute_answer, render_pair
+from mathcircuits.data import Operation, answer_spacing, render_prompt
 from mathcircuits.data.templates import TemplateSet
 from mathcircuits.models import HookedModel, ModelSpec, as_spec, hooks
 from mathcircuits.models.prefix import PrefixRunner
@@ -50,15 +50,12 @@ def _context_of(tokenizer: Any, tset: TemplateSet, tpl: Any, fewshot: bool, spac
     before, sep, _ = tpl.text.partition("{A}")
     if not sep or "{" in before or tpl.pools:
         return None
-    answer = compute_answer(tpl.operation, 2, 1)
-    if answer is None:
-        return None
     # a context to read numbers in, not a counterfactual: the query's own operation's examples, as before #35
-    rec = render_pair(tokenizer, tset, tpl, 2, 1, answer, tpl.op, {}, fewshot, spacing, fewshot_operations="same")
+    prompt = render_prompt(tokenizer, tset, tpl, 2, 1, fewshot, spacing, fewshot_operations="same")
     query = tpl.text.format(A=2, B=1, OP=tpl.op) + (" " if spacing == "prompt" else "")
-    if not rec["prompt"].endswith(query):
+    if prompt is None or not prompt.endswith(query):
         return None
-    return rec["prompt"][: len(rec["prompt"]) - len(query)] + before
+    return prompt[: len(prompt) - len(query)] + before
 
 
 def number_contexts(

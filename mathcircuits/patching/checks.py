@@ -30,7 +30,8 @@ import random
 
 import torch
 
-from mathcircuits.data.pairs import PairBatch, pair_batches
+from mathcircuits.data.pairs import PairBatch
+from mathcircuits.data.pairset import pair_batches
 from mathcircuits.models import HookedModel, hooks
 from mathcircuits.models.integrity import compare, model_depth, model_dtype, probe_pairs
 from mathcircuits.patching.cache import last_position_caches

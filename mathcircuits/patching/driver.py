@@ -22,7 +22,7 @@ from tqdm.auto import tqdm
 
 from mathcircuits._errors import FixableValueError
 from mathcircuits._schema import expect, expect_pairs
-from mathcircuits.data.pairs import PairSet, check_token_aligned, pair_batches, pair_keys
+from mathcircuits.data.pairset import PairSet, check_token_aligned, pair_batches, pair_keys
 from mathcircuits.models import HookedModel, fast_paths_enabled
 from mathcircuits.models.integrity import model_dtype, verify_once
 from mathcircuits.models.placement import unloadable_parameters
@@ -107,10 +107,10 @@ def path_patch(
             verify_once(model.bridge, "exact path patching", lambda: check_exact(model))
     spec = model.spec
     if max_memory is not None and method != "reference":  # the reference scan holds one forward at a time
-        seq = max(len(t) for t in dataset["tokens"]) if len(dataset) else 1
+        seq = max(len(t) for t in dataset.tokens) if len(dataset) else 1
         # teacher forcing reads every answer position: the longest answer's tokens per pair
-        teacher = metric.every_answer_token and "answer_tokens" in dataset.column_names
-        positions = max((len(a) for a in dataset["answer_tokens"]), default=1) if teacher else 1
+        teacher = metric.every_answer_token and dataset.has("answer_tokens")
+        positions = max((len(a) for a in dataset.answer_tokens), default=1) if teacher else 1
         plan = plan_scan(
             spec,
             model_dtype(model),
@@ -158,9 +158,8 @@ def path_patch(
             metric.min_clean,
         )
         all_heads[excluded], all_mlps[excluded], totals[excluded] = float("nan"), float("nan"), float("nan")
-    ops = sorted(set(dataset["operation"])) if "operation" in dataset.column_names else []
-    pair_ids = list(dataset["pair_id"]) if "pair_id" in dataset.column_names else list(range(n))
-    column = lambda c: [str(x) for x in dataset[c]] if c in dataset.column_names else []  # noqa: E731
+    ops = sorted(set(dataset.operations)) if dataset.has("operation") else []
+    pair_ids = list(dataset.pair_ids) if dataset.has("pair_id") else list(range(n))
     return PatchingResult(
         head_effects=all_heads.nanmean(0),
         mlp_effects=all_mlps.nanmean(0),
@@ -178,6 +177,6 @@ def path_patch(
         settings=PatchSettings(senders=tuple(senders), batch_size=batch_size, chunk_rows=chunk_rows),
         per_pair_total=totals,
         n_excluded=n_excluded,
-        pair_templates=column("template_id"),
-        pair_operations=column("operation"),
+        pair_templates=[str(t) for t in dataset.template_ids] if dataset.has("template_id") else [],
+        pair_operations=[str(o) for o in dataset.operations] if dataset.has("operation") else [],
     )

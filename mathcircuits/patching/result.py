@@ -19,9 +19,8 @@ kind of interval, and :meth:`PatchingResult.head_shares` each head's mean effect
 from __future__ import annotations
 
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 import pandas as pd
 import torch
@@ -30,7 +29,7 @@ from torch import Tensor, nn
 
 from mathcircuits._errors import FixableValueError
 from mathcircuits._io import SavedResult
-from mathcircuits.data.pairs import PairSet, pair_keys
+from mathcircuits.data.pairset import PairSet, pair_keys
 from mathcircuits.models import HookedModel
 from mathcircuits.models.heads import Head
 from mathcircuits.models.spec import ModelSpec, check_model
@@ -248,7 +247,7 @@ class PatchingResult(SavedResult):
         """
         check_model(self.model, model, "this patching result", "path-patch this model first (mathcircuits identify)")
 
-    def shared_pairs(self, pairs: PairSet | Sequence[Mapping[str, Any]]) -> int:
+    def shared_pairs(self, pairs: PairSet) -> int:
         """How many of ``pairs`` are pairs these effects were computed on (0 when the result kept no fingerprints).
 
         Args:

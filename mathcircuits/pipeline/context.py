@@ -15,15 +15,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
-import datasets
 import pandas as pd
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from mathcircuits._errors import FixableFileNotFoundError, FixableValueError
-from mathcircuits._files import ResultFileError, atomic_dir, atomic_path, read_json
+from mathcircuits._errors import FixableValueError
+from mathcircuits._files import ResultFileError, atomic_path, read_json
 from mathcircuits._io import SavedResult
-from mathcircuits.data import Operation, load_templates
+from mathcircuits.data import Operation, PairSet, load_templates
 from mathcircuits.models import HookedModel, load_hf_model, load_model
 from mathcircuits.models.memory import PeakMemory
 from mathcircuits.pipeline.config import RunConfig
@@ -112,13 +111,9 @@ class Context:
             if t.operation in ops and t.form not in ("time_span", "accumulation")
         )
 
-    def load_dataset(self, path: Path) -> datasets.Dataset:
-        """A saved dataset, in memory (so later filters write no cache files into the run folder)."""
-        if not path.exists():
-            raise FixableFileNotFoundError(
-                f"{path} is missing. ", "run the stage that writes it first (mathcircuits run)."
-            )
-        return datasets.load_from_disk(str(path), keep_in_memory=True)
+    def load_dataset(self, path: Path) -> PairSet:
+        """A saved pair set, in memory (so later selections write no cache files into the run folder)."""
+        return PairSet.load(path)
 
     def summary(self, stage: str, cls: type[S]) -> S:
         """The typed summary a finished upstream stage left in its marker."""
@@ -126,17 +121,14 @@ class Context:
         return cls.from_dict(read_json(marker)["summary"], source=marker)
 
 
-def save_dataset(ds: datasets.Dataset, path: Path) -> None:
-    """Save a dataset folder atomically, without ``cache-*.arrow`` leftovers.
+def save_dataset(ds: PairSet, path: Path) -> None:
+    """Save a pair set's folder atomically (:meth:`PairSet.save <mathcircuits.data.PairSet.save>`).
 
     Args:
-        ds: The dataset.
+        ds: The pairs.
         path: The dataset folder to write (replaced only on success).
     """
-    with atomic_dir(path) as tmp:
-        ds.save_to_disk(str(tmp))
-        for cache in tmp.glob("cache-*.arrow"):
-            cache.unlink()
+    ds.save(path)
 
 
 def save_csv(df: pd.DataFrame, path: Path) -> None:
@@ -150,9 +142,7 @@ def save_csv(df: pd.DataFrame, path: Path) -> None:
         df.to_csv(tmp, index=False)
 
 
-def select_pairs(
-    ds: datasets.Dataset, operation: Operation | None, limit: int, seed: int = 0, skip: int = 0
-) -> datasets.Dataset:
+def select_pairs(ds: PairSet, operation: Operation | None, limit: int, seed: int = 0, skip: int = 0) -> PairSet:
     """Up to ``limit`` rows (of one ``operation``, or any), in a seeded random order, after the first ``skip``.
 
     The order depends only on ``ds``, ``operation`` and ``seed``, so two calls with the same three and
@@ -172,12 +162,12 @@ def select_pairs(
     if skip < 0:
         raise FixableValueError(f"select_pairs got skip={skip}. ", "pass the number of rows another stage used (>= 0).")
     if operation is not None:
-        ds = ds.filter(lambda r: r["operation"] == operation)
+        ds = ds.of_operations((operation,))
     ds = ds.shuffle(seed=seed)
     return ds.select(list(range(min(skip, len(ds)), min(skip + limit, len(ds)))))  # a list: may be empty
 
 
-def template_spread(ds: datasets.Dataset, seed: int = 0) -> list[int]:
+def template_spread(ds: PairSet, seed: int = 0) -> list[int]:
     """Every row of ``ds``, ordered round-robin over its templates (each template's rows in a seeded order).
 
     The first ``n`` rows of this order cover ``min(n, templates)`` templates, each within one row of the others:
@@ -192,7 +182,7 @@ def template_spread(ds: datasets.Dataset, seed: int = 0) -> list[int]:
     """
     rng = random.Random(seed)
     by_t: dict[str, list[int]] = defaultdict(list)
-    for i, t in enumerate(ds["template_id"]):
+    for i, t in enumerate(ds.template_ids):
         by_t[t].append(i)
     queues = [rng.sample(rows, len(rows)) for _, rows in sorted(by_t.items())]
     order = []

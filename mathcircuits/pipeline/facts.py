@@ -62,8 +62,7 @@ def tag_fact_stages(pairs: PairSet, parts: Mapping[FactStage, frozenset[Fact]]) 
         The pairs, tagged.
     """
     owner = {f: s for s, part in parts.items() for f in part}
-    tags = [owner.get((str(o), int(a), int(b)), "") for o, a, b in zip(pairs["operation"], pairs["a"], pairs["b"])]
-    return pairs.remove_columns([c for c in ("fact_stage",) if c in pairs.column_names]).add_column("fact_stage", tags)
+    return pairs.with_fact_stages([owner.get(f, "") for f in zip(pairs.operations, pairs.a, pairs.b)])
 
 
 def stage_rows(pairs: PairSet, stage: FactStage) -> PairSet:
@@ -79,12 +78,12 @@ def stage_rows(pairs: PairSet, stage: FactStage) -> PairSet:
     """
     if stage not in FACT_STAGES:
         raise FixableValueError(f"stage {stage!r} owns no facts. ", f"use one of {FACT_STAGES}.")
-    if "fact_stage" not in pairs.column_names:
+    if not pairs.has("fact_stage"):
         raise FixableValueError(
             "these pairs have no fact_stage column, so the stage's facts cannot be kept apart. ",
             "re-run the data stage (mathcircuits data --force) with this version.",
         )
-    return pairs.filter(lambda r: r["fact_stage"] == stage)
+    return pairs.where([s == stage for s in pairs.fact_stages])
 
 
 @dataclass(frozen=True)

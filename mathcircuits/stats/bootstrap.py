@@ -220,9 +220,9 @@ def cluster_bootstrap(
 
     Args:
         values: the rows [row] (or [row, ...] when ``statistic`` reduces them to a scalar).
-        clusters: the cluster of each row (e.g. ``dataset["template_id"]``).
+        clusters: the cluster of each row (e.g. ``pairs.template_ids``).
         statistic: callable from a resampled tensor to a float; default the mean over rows.
-        strata: the stratum of each row (e.g. ``dataset["operation"]``), or None.
+        strata: the stratum of each row (e.g. ``pairs.operations``), or None.
         uncertainty: resamples, seed and nominal coverage.
 
     Returns:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import torch
 
 from mathcircuits.analysis import ROLES, attention_by_role
+from mathcircuits.data import PairSet
 from mathcircuits.models import hooks
 from mathcircuits.patching import path_patch
 
@@ -21,16 +22,16 @@ def exercise_1(pair):
 @torch.no_grad()
 def exercise_2(model, correct):
     """p(answer's first token) at the last position, on the reference and on the counterfactual prompts."""
-    answer = torch.tensor(correct["answer_token"])
+    answer = torch.tensor(correct.answer_token)
     rows = torch.arange(len(correct))
-    p_ref = model(torch.tensor(correct["tokens"]))[:, -1].softmax(-1)[rows, answer]
-    p_cf = model(torch.tensor(correct["cf_tokens"]))[:, -1].softmax(-1)[rows, answer]
+    p_ref = model(torch.tensor(correct.tokens))[:, -1].softmax(-1)[rows, answer]
+    p_cf = model(torch.tensor(correct.cf_tokens))[:, -1].softmax(-1)[rows, answer]
     return p_ref, p_cf
 
 
 def exercise_3(tiny, tiny_pairs):
     """Path patching where the counterfactual is the reference itself."""
-    same = tiny_pairs.remove_columns("cf_tokens").add_column("cf_tokens", tiny_pairs["tokens"])
+    same = PairSet(tiny_pairs.dataset.remove_columns("cf_tokens").add_column("cf_tokens", list(tiny_pairs.tokens)))
     return path_patch(tiny, same)
 
 
@@ -69,7 +70,7 @@ def exercise_8(model, pairs, heads):
     """
     frozen, unfrozen = torch.zeros(len(pairs), len(heads)), torch.zeros(len(pairs), len(heads))
     groups = {}
-    for i, (n, answer) in enumerate(zip(pairs["n_tokens"], pairs["answer_tokens"])):
+    for i, (n, answer) in enumerate(zip(pairs.n_tokens, pairs.answer_tokens)):
         groups.setdefault((n, len(answer)), []).append(i)
     for rows in groups.values():
         frozen[rows], unfrozen[rows] = _patch_heads(model, pairs.select(rows), heads)
@@ -79,10 +80,10 @@ def exercise_8(model, pairs, heads):
 @torch.no_grad()  # no autograd graph: the forwards only read values
 def _patch_heads(model, rows, heads):
     names = [hooks.z(layer) for layer in range(model.spec.n_layers)]
-    answers = torch.tensor(rows["answer_tokens"])
+    answers = torch.tensor(rows.answer_tokens)
     k = answers.shape[1]  # the answer is teacher-forced: read at the last prompt position and every answer position
-    tokens = torch.cat([torch.tensor(rows["tokens"]), answers[:, :-1]], 1)
-    cf_tokens = torch.cat([torch.tensor(rows["cf_tokens"]), answers[:, :-1]], 1)
+    tokens = torch.cat([torch.tensor(rows.tokens), answers[:, :-1]], 1)
+    cf_tokens = torch.cat([torch.tensor(rows.cf_tokens), answers[:, :-1]], 1)
     clean_logits, clean = model.bridge.run_with_cache(tokens, names_filter=lambda n: n in names)
     _, cf = model.bridge.run_with_cache(cf_tokens, names_filter=lambda n: n in names)
 

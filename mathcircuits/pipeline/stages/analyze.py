@@ -67,7 +67,7 @@ def run(ctx: Context) -> AnalyzeSummary:
         mates = attention_by_role(model, sub, [(l, h) for l in layers for h in range(model.spec.n_heads)])
         mates.save(paths.attention_layers())
         save_csv(mates.summary(), paths.attention_layers(".csv"))
-    adds = correct.filter(lambda r: r["operation"] == "add")
+    adds = correct.of_operations(("add",))
     probe_data = select_pairs(adds if len(adds) else correct, None, a.max_pairs)
     probes = mlp_probes(model, probe_data, case_row=a.probe_prompt or 0)
     probes.save(paths.probes())

@@ -23,7 +23,7 @@ from mathcircuits.circuit import Circuit, Faithfulness, discover_circuit, faithf
 from mathcircuits.circuit.pool import scored_operands
 from mathcircuits.circuit.subcircuits import top_circuit
 from mathcircuits.data import Fact, GenerationConfig, Operation, facts_of, filter_correct, generate_pairs, score_pairs
-from mathcircuits.data.pairs import PairSet
+from mathcircuits.data.pairset import PairSet
 from mathcircuits.pipeline.context import Context, StageSummary, template_spread
 from mathcircuits.pipeline.facts import FactUse, fact_use
 from mathcircuits.viz.circuit_graph import circuit_graph
@@ -142,7 +142,7 @@ def run(ctx: Context) -> CircuitSummary:
         except (FileNotFoundError, ResultFileError):
             found = discover_circuit(model, disc, **c.discover_kwargs(), progress=ctx.progress)
             found = label_roles(model, disc, found)
-            found = replace(found, data=replace(found.data, eval_pair_ids=list(ev["pair_id"])))
+            found = replace(found, data=replace(found.data, eval_pair_ids=list(ev.pair_ids)))
             found.save(paths.circuit(op))
         try:
             faith = Faithfulness.load(paths.circuit_faithfulness(op))
@@ -178,8 +178,7 @@ POOL_SEARCH_LIMIT = 4096
 
 
 def _keys(ds: PairSet) -> list[tuple[str, int, int]]:
-    cols = ds[:]
-    return [(t, len(p), len(a)) for t, p, a in zip(cols["template_id"], cols["tokens"], cols["answer_tokens"])]
+    return [(t, len(p), len(a)) for t, p, a in zip(ds.template_ids, ds.tokens, ds.answer_tokens)]
 
 
 def _uncovered(evaluated: PairSet, pool: PairSet) -> list[tuple[str, int, int]]:
@@ -188,8 +187,8 @@ def _uncovered(evaluated: PairSet, pool: PairSet) -> list[tuple[str, int, int]]:
     the pool is keyed on template and prompt length, and its longest answer must reach the evaluated answer's end."""
     taken = scored_operands(evaluated)
     reach: dict[tuple[str, int], int] = {}
-    for (t, n, a), key in zip(_keys(pool), zip(pool["template_id"], pool["a"], pool["b"])):
-        if (key[0], int(key[1]), int(key[2])) not in taken:
+    for (t, n, a), key in zip(_keys(pool), zip(pool.template_ids, pool.a, pool.b)):
+        if key not in taken:
             reach[(t, n)] = max(reach.get((t, n), 0), a)
     return sorted(k for k in set(_keys(evaluated)) if reach.get(k[:2], 0) < k[2])
 

@@ -31,7 +31,6 @@ from collections import Counter
 from dataclasses import dataclass, field
 from functools import partial
 
-import datasets
 import pandas as pd
 import torch
 from transformers import PreTrainedModel
@@ -41,7 +40,14 @@ from mathcircuits._files import write_json
 from mathcircuits._schema import ConfigError
 from mathcircuits.claims import Verdict
 from mathcircuits.claims.improve import claim_c6_units, claim_c6b
-from mathcircuits.data import GenerationConfig, default_benchmark_root, generate_pairs, score_pairs, split_facts
+from mathcircuits.data import (
+    GenerationConfig,
+    PairSet,
+    default_benchmark_root,
+    generate_pairs,
+    score_pairs,
+    split_facts,
+)
 from mathcircuits.evaluation import BenchmarkItem, load_benchmark
 from mathcircuits.evaluation.batching import model_device
 from mathcircuits.evaluation.benchmarks import benchmark_spec
@@ -141,7 +147,7 @@ def check_sizes(cfg: RunConfig, names: list[str]) -> None:
             )
 
 
-def _fact_pairs(ctx: Context, facts: frozenset[tuple[str, int, int]], per_template: int, seed: int) -> datasets.Dataset:
+def _fact_pairs(ctx: Context, facts: frozenset[tuple[str, int, int]], per_template: int, seed: int) -> PairSet:
     f, d, c = ctx.config.finetune, ctx.config.data, ctx.config.compare
     ids = ctx.arithmetic_template_ids()
     cfg = GenerationConfig(
@@ -188,13 +194,13 @@ def _generic_items(ctx: Context) -> dict[str, list[BenchmarkItem]]:
     return out
 
 
-def _scorers(ctx: Context, pairs: dict[str, datasets.Dataset], items: dict[str, list[BenchmarkItem]]) -> Scorers:
+def _scorers(ctx: Context, pairs: dict[str, PairSet], items: dict[str, list[BenchmarkItem]]) -> Scorers:
     tok = ctx.model.tokenizer
 
     def math_scores(model: PreTrainedModel, split: str) -> ItemScores:
         with torch.no_grad():
             s = score_pairs(PrefixRunner(HFForward(model)), pairs[split], batch_size=32, device=model_device(model))
-        return ItemScores(tuple(int(c) for c in s["correct"]), tuple(float(x) for x in s["logp_answer"]))
+        return ItemScores(tuple(int(c) for c in s.correct), tuple(float(x) for x in s.logp_answer))
 
     def generic_scores(model: PreTrainedModel, n: int | None) -> dict[str, ItemScores]:
         out = {}
@@ -243,7 +249,7 @@ def run(ctx: Context) -> CompareSummary:
     fewer = {}
     for split, ds in pairs.items():
         save_dataset(ds, paths.compare_pairs(split))
-        made = Counter(ds["template_id"])
+        made = Counter(ds.template_ids)
         if min(made.values(), default=0) < sizes[split]:
             fewer[split] = (
                 f"{min(made.values(), default=0)}-{max(made.values(), default=0)} per template of the "

@@ -83,17 +83,17 @@ def run(ctx: Context) -> DataSummary:
     model = ctx.model
     parts = d.stage_facts()
     pairs = tag_fact_stages(generate_pairs(model.tokenizer, ctx.templates(), d.generation()), parts)
-    made = Counter(pairs["template_id"])
+    made = Counter(pairs.template_ids)
     fewer = {t: n for t, n in made.items() if n < d.n_per_template}
     scored = score_pairs(model, pairs, device=model.device, progress=ctx.progress)
     held = set(d.heldout_templates)
-    unknown = held - set(scored["template_id"])
+    unknown = held - set(scored.template_ids)
     if unknown:
         raise FixableValueError(
             f"data.heldout_templates names {sorted(unknown)}, which no generated pair uses. ",
             "name templates of data.operations (their ids are in data_templates/*.yaml).",
         )
-    found_on = scored.filter(lambda r: r["template_id"] not in held) if held else scored
+    found_on = scored.of_templates(held, keep=False) if held else scored
     correct = filter_correct(found_on) if d.keep_only_correct else found_on
     table = accuracy_table(scored)
     save_dataset(scored, paths.pairs_scored)
@@ -108,7 +108,7 @@ def run(ctx: Context) -> DataSummary:
         requested_per_template=d.n_per_template,
         fewer_than_requested=fewer,
         facts_by_stage={s: len(parts[s]) for s in FACT_STAGES},
-        correct_by_stage={s: sum(1 for t in correct["fact_stage"] if t == s) for s in FACT_STAGES},
+        correct_by_stage={s: sum(1 for t in correct.fact_stages if t == s) for s in FACT_STAGES},
         facts_shared_by_stages=sum(
             len(parts[a] & parts[b]) for i, a in enumerate(FACT_STAGES) for b in FACT_STAGES[i + 1 :]
         ),

@@ -24,9 +24,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Literal
 
-import datasets
-
-from mathcircuits.data import GenerationConfig, drop_facts, facts_of, generate_pairs
+from mathcircuits.data import GenerationConfig, PairSet, drop_facts, facts_of, generate_pairs
 from mathcircuits.finetune import Mode, build_sft_dataset, kv_shared_heads, train_sft
 from mathcircuits.models import Head
 from mathcircuits.patching import KeyComponents, PatchingResult, SelectionConfig, select_key_components
@@ -75,7 +73,7 @@ class FinetuneSummary(StageSummary):
         return out
 
 
-def arithmetic_pairs(ctx: Context, per_template: int, seed: int) -> datasets.Dataset:
+def arithmetic_pairs(ctx: Context, per_template: int, seed: int) -> PairSet:
     """Arithmetic pairs of the data section's operations and plain templates, with the finetune operand range.
 
     Shared by this stage and the ``compare`` stage (training, held-out and validation pairs, by seed).

@@ -14,10 +14,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import datasets
-
 from mathcircuits._errors import FixableRuntimeError
-from mathcircuits.data import Fact, Operation, facts_of
+from mathcircuits.data import Fact, Operation, PairSet, facts_of
 from mathcircuits.models import Head
 from mathcircuits.patching import (
     PatchingResult,
@@ -105,7 +103,7 @@ class IdentifySummary(StageSummary):
         ]
 
 
-def patched_facts(ctx: Context, correct: datasets.Dataset) -> frozenset[Fact]:
+def patched_facts(ctx: Context, correct: PairSet) -> frozenset[Fact]:
     """The facts of the pairs identify patched, read back from the saved patching results' pair ids.
 
     Args:
@@ -117,7 +115,7 @@ def patched_facts(ctx: Context, correct: datasets.Dataset) -> frozenset[Fact]:
     """
     ops = ctx.summary("identify", IdentifySummary).patched_operations
     ids = {int(i) for op in ops for i in PatchingResult.load(ctx.paths.patching(op)).pair_ids}
-    rows = correct.filter(lambda r: int(r["pair_id"]) in ids)
+    rows = correct.of_pair_ids(ids)
     return facts_of(rows) if len(rows) else frozenset()
 
 
@@ -132,7 +130,7 @@ def run(ctx: Context) -> IdentifySummary:
     """
     p, s, paths = ctx.config.patching, ctx.config.selection, ctx.paths
     correct = stage_rows(ctx.load_dataset(paths.pairs_correct), "identify")
-    counts = {op: sum(1 for o in correct["operation"] if o == op) for op in ctx.config.data.operations}
+    counts = {op: sum(1 for o in correct.operations if o == op) for op in ctx.config.data.operations}
     ops = [op for op, n in counts.items() if n >= p.min_pairs]
     if not ops:
         raise FixableRuntimeError(
@@ -171,8 +169,8 @@ def run(ctx: Context) -> IdentifySummary:
             top_shares=[round(e / abs(total.value), 5) for *_, e in res.top_heads(10)] if usable else [],
             n_excluded=res.n_excluded,
         )
-    patched = datasets.concatenate_datasets(used)
-    overall = PatchingResult.merge(per_op, pair_ids=list(patched["pair_id"]))
+    patched = PairSet.concat(used)
+    overall = PatchingResult.merge(per_op, pair_ids=list(patched.pair_ids))
     overall.save(paths.patching("all"))
     key = select_key_components(overall, s, data=ctx.config.data.generation())
     if not key.heads:  # the topk rule with the configured k (its other settings at their defaults)

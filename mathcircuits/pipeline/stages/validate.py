@@ -22,8 +22,6 @@ import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import datasets
-
 from mathcircuits._errors import FixableRuntimeError
 from mathcircuits.ablation import (
     KnockoutScorer,
@@ -135,15 +133,15 @@ def _transfer_sets(ctx: Context, correct: PairSet) -> dict[str, PairSet]:
     v, d = ctx.config.validation, ctx.config.data
     tok = ctx.model.tokenizer
     sets: dict[str, PairSet] = {}
-    for op in sorted(set(correct["operation"])) if v.transfer_held_in else []:
+    for op in sorted(set(correct.operations)) if v.transfer_held_in else []:
         sets[f"{op} (identification templates, correct)"] = select_pairs(
             stage_rows(correct, "identify"), op, ctx.config.patching.max_pairs
         )
     if d.heldout_templates:  # scored in the data stage, never seen by identify: right and wrong items, own facts
         held = stage_rows(ctx.load_dataset(ctx.paths.pairs_scored), "validate")
-        held = held.filter(lambda r: r["template_id"] in d.heldout_templates)
-        for op in sorted(set(held["operation"])):
-            ids = sorted({t for t, o in zip(held["template_id"], held["operation"]) if o == op})
+        held = held.of_templates(d.heldout_templates)
+        for op in sorted(set(held.operations)):
+            ids = sorted({t for t, o in zip(held.template_ids, held.operations) if o == op})
             sets[f"{op} held-out templates ({', '.join(ids)})"] = select_pairs(held, op, v.max_pairs)
     templates = ctx.templates()
     if v.transfer_templates:
@@ -176,7 +174,7 @@ def _transfer_sets(ctx: Context, correct: PairSet) -> dict[str, PairSet]:
     return sets
 
 
-def fresh_pairs(ctx: Context, correct: datasets.Dataset, op: Operation, limit: int) -> tuple[datasets.Dataset, int]:
+def fresh_pairs(ctx: Context, correct: PairSet, op: Operation, limit: int) -> tuple[PairSet, int]:
     """An operation's pairs of validate's own facts, and how many of them identify patched (must be 0).
 
     Args:
@@ -191,7 +189,7 @@ def fresh_pairs(ctx: Context, correct: datasets.Dataset, op: Operation, limit: i
     """
     pairs = select_pairs(stage_rows(correct, "validate"), op, limit)
     used = set(PatchingResult.load(ctx.paths.patching(op)).pair_ids)
-    return pairs, sum(1 for i in pairs["pair_id"] if i in used) if len(pairs) else 0
+    return pairs, sum(1 for i in pairs.pair_ids if i in used) if len(pairs) else 0
 
 
 def run(ctx: Context) -> ValidateSummary:
@@ -211,15 +209,15 @@ def run(ctx: Context) -> ValidateSummary:
     ops = ctx.summary("identify", IdentifySummary).patched_operations
     sets = _transfer_sets(ctx, correct)
     means = None  # the position-free means: for ablation "mean", and sets without counterfactual prompts
-    if v.ablation == "mean" or any("cf_tokens" not in ds.column_names for ds in sets.values()):
-        means_src = stage_rows(correct, "validate").filter(lambda r: r["operation"] in ops)
+    if v.ablation == "mean" or any(not ds.has("cf_tokens") for ds in sets.values()):
+        means_src = stage_rows(correct, "validate").of_operations(ops)
         means = head_means(model, select_pairs(means_src, None, 4 * v.max_pairs))
         means.save(paths.head_means)
     # position_mean: each head's per-position mean over every generated counterfactual prompt of the template,
     # leaving the scored pair's own out (not over the few scored pairs of that template)
     pool = PositionPool(model, ctx.load_dataset(paths.pairs_scored)) if v.ablation == "position_mean" else None
     knockout: dict[Operation, KnockoutBrief] = {}
-    fresh: dict[Operation, datasets.Dataset] = {}
+    fresh: dict[Operation, PairSet] = {}
     overlap: dict[Operation, int] = {}
     for op in ops:
         fresh[op], overlap[op] = fresh_pairs(ctx, correct, op, v.max_pairs)
@@ -266,7 +264,7 @@ def run(ctx: Context) -> ValidateSummary:
         # claim C2: the pooled key set itself against depth-matched random sets of non-key heads, on fresh pairs
         # every template of each operation, round-robin: the templates are the clusters of C2's interval
         seed = ctx.config.data.seed
-        pooled = datasets.concatenate_datasets(
+        pooled = PairSet.concat(
             [fresh[op].select(template_spread(fresh[op], seed)[: v.control_pairs]) for op in scored]
         )
         scorer = KnockoutScorer(model, pooled, v.ablation, means, v.scope, ctx.config.data.seed, pool=pool)
@@ -303,7 +301,7 @@ def run(ctx: Context) -> ValidateSummary:
             percentile=control.percentile(),
             p_value=control.p_value(),
             mlp_margin_drop=margin.drop(),
-            templates=len(set(pooled["template_id"])),
+            templates=len(set(pooled.template_ids)),
         )
         # per operation: each operation's own key set (the same rule), knocked out on every operation
         own = {
@@ -350,7 +348,7 @@ def run(ctx: Context) -> ValidateSummary:
         cross_operation=cross_lines,
         facts=fact_use(
             "validate",
-            datasets.concatenate_datasets([fresh[op] for op in scored]) if scored else frozenset(),
+            PairSet.concat([fresh[op] for op in scored]) if scored else frozenset(),
             ctx.config.data.stage_facts(),
             {"identify": identify_facts},
         ),
