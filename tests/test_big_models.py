@@ -105,6 +105,7 @@ def _models(family: str):
     return whole, split, ds
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("family", FAMILIES)
 def test_the_split_model_really_has_offloaded_layers(family):
     whole, split, _ = _models(family)
@@ -121,6 +122,7 @@ def test_the_split_model_really_has_offloaded_layers(family):
     assert torch.equal(head_out_weight(split, 1), whole.bridge.W_O[1])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("family", FAMILIES)
 @pytest.mark.parametrize("method", sorted(METHODS))
 def test_path_patching_of_a_split_model_equals_the_whole_model(family, method):
@@ -138,6 +140,7 @@ def test_path_patching_of_a_split_model_equals_the_whole_model(family, method):
         assert a.head_effects.abs().max() > 1e-5  # not 0 = 0 (prob_change effects of a random model are ~1e-4)
 
 
+@pytest.mark.slow
 def test_knockout_attention_and_mlp_probes_of_a_split_model_equal_the_whole_model():
     whole, split, ds = _models("llama")
     ma, mb = head_means(whole, ds), head_means(split, ds)
@@ -154,6 +157,7 @@ def test_knockout_attention_and_mlp_probes_of_a_split_model_equal_the_whole_mode
     assert torch.equal(pa.lens_rank, pb.lens_rank) and torch.allclose(pa.lens_prob, pb.lens_prob, atol=1e-7)
 
 
+@pytest.mark.slow
 def test_data_scoring_and_the_number_analyses_of_a_split_model_equal_the_whole_model():
     """The data stage's correctness filter and the numbers stage's forwards (states, subspace patch, the operand
     grid's activations and gradients) read offloaded weights through the hooks and agree with the whole model."""
@@ -180,6 +184,7 @@ def test_data_scoring_and_the_number_analyses_of_a_split_model_equal_the_whole_m
     assert ga.grads.abs().max() > 0
 
 
+@pytest.mark.slow
 def test_circuit_edges_of_a_split_model_equal_the_whole_model():
     whole, split, ds = _models("llama")
     metric = get_metric("relative_logit")

@@ -74,6 +74,7 @@ def _receivers(model):
 @pytest.mark.parametrize(
     "name", tiered(["tiny-llama", "tiny-gpt2", "tiny-gemma3-mqa"], ["tiny-llama", "tiny-gemma3-mqa"])
 )
+@pytest.mark.slow
 def test_fast_equals_reference_for_every_receiver_kind(name):
     model, ds, pc = _setup(name)
     seq = pc.tokens.shape[1]
@@ -154,6 +155,7 @@ def test_bad_receivers_senders_and_positions_are_refused():
     assert not Receiver("mlp", 1).is_downstream_of(Sender("head", 1, 0), parallel=True)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["tiny-llama", "tiny-gpt2"])
 def test_logits_edges_need_no_forward_and_equal_the_definition_and_path_patch(name):
     """Sender → logits, heads frozen: the change passes the MLPs to the final residual at its own position only."""
@@ -203,6 +205,7 @@ def test_discovery_is_the_same_by_both_methods_and_has_intervals():
     assert all(abs(e.effect) >= 0.01 for e in fast.edges if e.receiver != "logits")
 
 
+@pytest.mark.slow
 def test_circuit_round_trips_as_json_and_turns_into_a_dataframe(tmp_path):
     model, ds, _ = _setup("tiny-llama")
     circuit = label_roles(model, ds, _circuit("exact"))
@@ -225,6 +228,7 @@ def test_circuit_round_trips_as_json_and_turns_into_a_dataframe(tmp_path):
         )
 
 
+@pytest.mark.slow
 def test_a_circuit_of_every_node_scores_one_and_the_empty_circuit_zero():
     model, _, _ = _setup("tiny-llama")
     cfg = GenerationConfig(
@@ -290,6 +294,7 @@ def test_fast_equals_reference_on_the_embedded_model(embedded, embedded_add_pair
         assert ref.effects.abs().max() > 1e-5  # the compared effects are not all zero
 
 
+@pytest.mark.slow
 def test_circuit_graph_and_report_section(tmp_path):
     from mathcircuits.report import ReportParts, build_report
     from mathcircuits.viz import circuit_graph
@@ -368,6 +373,7 @@ def test_attribution_screen_is_the_first_order_term_of_the_exact_edge(name):
         assert (slope - screen).abs().max() <= 0.02 * slope.abs().max(), (r.name, slope, screen)
 
 
+@pytest.mark.slow
 def test_attribution_screen_ranks_a_planted_edge_first():
     model = load_model("tiny-llama")  # a fresh copy: its weights are changed below
     _, ds, _ = _setup("tiny-llama")
@@ -418,6 +424,7 @@ def test_discover_with_the_screen_patches_only_the_screened_senders():
         assert a.effect == pytest.approx(b.effect, abs=1e-6)  # and are measured exactly
 
 
+@pytest.mark.slow
 def test_the_time_budget_counts_cpu_seconds_not_wall_clock(monkeypatch):
     model, ds, _ = _setup("tiny-llama")
     args = dict(

@@ -120,6 +120,7 @@ def _sim(n_seeds: int, sims: int, seed: int) -> tuple[list[Interval], list[Inter
     return t_ivs, b_ivs
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("n_seeds", [3, 5])
 def test_the_t_seed_term_covers_at_three_and_five_seeds(n_seeds):
     t_ivs, b_ivs = _sim(n_seeds, 400, seed=n_seeds)

@@ -98,6 +98,7 @@ def key(model, heads):
 
 
 # --- C1: how many heads matter, by tests over heads; depth against random heads ----------------------------------
+@pytest.mark.slow
 def test_c1_holds_when_a_few_mid_depth_heads_carry_the_effect():
     c = claim_c1(patched(deep()), uncertainty=U200)  # 2 of 36 heads (the ⌈5%⌉ allowed)
     assert c.verdict == Verdict.HOLDS, c.measurement
@@ -134,6 +135,7 @@ def test_depth_matched_draws_are_every_set_when_few_and_distinct_when_many():
     assert len(depth_matched_draws([READER, MOVER], shallow().spec, 100)) == 9
 
 
+@pytest.mark.slow
 def test_c2_holds_when_the_key_set_collapses_accuracy_and_random_sets_do_not():
     m = wide()
     ctl = random_control(m, pairs(m, seed=5), [READER, MOVER], n_draws=100)
@@ -224,6 +226,7 @@ def margin_with_null(m, heads):
     return mlp_margin(m, pairs(m), heads, [2], random_sets=depth_matched_draws(heads, m.spec, 100))
 
 
+@pytest.mark.slow
 def test_c4_holds_when_the_mlp_writes_the_answer_from_the_key_heads():
     c = claim_c4(margin_with_null(wide(mlp_writer=True), [READER, MOVER]), uncertainty=U200)
     assert c.verdict == Verdict.HOLDS, c.measurement
@@ -249,6 +252,7 @@ def test_c4_without_random_sets_cannot_hold():
 
 
 # --- C5: the C2 rule on held-out data ----------------------------------------------------------------------------
+@pytest.mark.slow
 def test_c5_holds_for_the_circuit_and_not_for_noise_heads():
     m = wide()
     held_out = {"copy, unseen prompts": pairs(m, 32, seed=9)}

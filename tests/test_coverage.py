@@ -11,6 +11,8 @@ import torch
 
 from mathcircuits.stats import Uncertainty, bootstrap_mean, cluster_bootstrap_mean, cluster_t_interval
 
+from helpers import tiered
+
 TRUTH = 1.0
 
 
@@ -44,13 +46,13 @@ def coverage(n_templates: int, method: str, batches: int, per_batch: int = 100) 
     return hits / total
 
 
-@pytest.mark.parametrize("n_templates", [4, 6, 12])
+@pytest.mark.parametrize("n_templates", tiered([4, 6, 12], [4]))
 def test_bootstrap_t_over_templates_covers_at_nominal_rate(n_templates):
     cov = coverage(n_templates, "cluster_bootstrap_t", batches=20)  # 2000 simulated runs: ± 0.005
     assert cov >= 0.93, cov
 
 
-@pytest.mark.parametrize("n_templates", [4, 6, 12])
+@pytest.mark.parametrize("n_templates", tiered([4, 6, 12], [4, 6]))
 def test_the_percentile_bootstraps_undercover_on_the_same_data(n_templates):
     # the simulation is hard enough to fail an interval: the intervals the card used before #35 fall short
     assert coverage(n_templates, "cluster_bootstrap", batches=4) < 0.92

@@ -207,6 +207,7 @@ def test_comparison_round_trips_and_writes_its_page(tmp_path):
     }  # fmt: skip
 
 
+@pytest.mark.slow
 def test_configs_must_match_outside_the_model_section():
     base = RunConfig.from_dict(TINY)
     other_model = RunConfig.from_dict({**TINY, "model": {"source": "tiny-qwen2", "threads": 1}})

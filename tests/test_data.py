@@ -215,6 +215,7 @@ def test_dataset_save_load_round_trip(tmp_path, template_sets):
 # ------------------------------------------------------------------ correct pairs for an operation
 
 
+@pytest.mark.slow
 def test_correct_pairs_is_the_generate_score_filter_recipe(tiny_llama, template_sets):
     kwargs = {"n_per_template": 40, "fewshot": False, "forms": None}
     every = correct_pairs(tiny_llama, "sub", n=None, templates=template_sets, **kwargs)

@@ -91,6 +91,7 @@ def test_eap_equals_exact_edges_into_a_linear_readout(linear_planted):
     assert (eap - exact).abs().max() <= 1e-5 * exact.abs().max()
 
 
+@pytest.mark.slow
 def test_eap_ig_approaches_exact_edges_as_steps_grow_where_eap_saturates(linear_planted):
     model, _, cache = linear_planted
     senders = upstream_senders(model.spec, Receiver("logits"), False)
@@ -194,6 +195,7 @@ def test_ig_convergence_is_the_direct_computation_at_each_step_count(linear_plan
     assert list(conv.to_dataframe()["steps"]) == [1, 2, 4]
 
 
+@pytest.mark.slow
 def test_exact_agreement_finds_the_planted_edges_first(linear_planted):
     model, pairs, _ = linear_planted
     receivers = [Receiver("logits"), Receiver("v", 2, group=1)]
@@ -212,6 +214,7 @@ def test_bad_attribution_requests_are_refused(linear_planted):
     _refused(lambda: ig_convergence(model, pairs, steps=(5, 2)), "increasing")
 
 
+@pytest.mark.slow
 def test_discovery_scores_rank_the_discovered_edges_first():
     model, pairs, _ = _planted(linear=False)
     circuit = discover_circuit(

@@ -365,6 +365,7 @@ def _direct_choice(model, tok, items):
     return scores, acc, acc_norm
 
 
+@pytest.mark.slow
 def test_lm_eval_choice_task_equals_direct_computation(hf_tiny):
     model, tok = hf_tiny
     options = ("7", "cat", "12345", "seven or so")
@@ -388,6 +389,7 @@ def test_lm_eval_choice_task_equals_direct_computation(hf_tiny):
         evaluate_lm_eval(model, tok, items, normalization="tokens")
 
 
+@pytest.mark.slow
 @needs_real
 def test_lm_eval_on_real_arc_items_equals_direct_computation(hf_llama):
     model, tok = hf_llama
@@ -397,6 +399,7 @@ def test_lm_eval_on_real_arc_items_equals_direct_computation(hf_llama):
     assert got.correct == tuple(acc) and got.uids == tuple(it.uid for it in items)
 
 
+@pytest.mark.slow
 def test_lm_eval_gsm8k_task_scores_greedy_generation(hf_llama):
     """lm-eval's GSM8K task (flexible-extract: the last number of the generation) on greedy generations."""
     model, tok = hf_llama

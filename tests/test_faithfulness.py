@@ -67,6 +67,7 @@ def test_the_plant_answers_by_the_two_heads():
     assert float(logp.exp().mean()) > 0.9, "the planted model copies the digit"
 
 
+@pytest.mark.slow
 def test_discovery_finds_the_planted_heads_first_and_stops_when_saturated():
     circuit = found()
     order = edge_order(circuit)
@@ -77,6 +78,7 @@ def test_discovery_finds_the_planted_heads_first_and_stops_when_saturated():
     assert len(rounds) <= 3, "the plant needs two rounds; the third adds nothing"
 
 
+@pytest.mark.slow
 def test_planted_circuit_is_faithful_and_random_circuits_of_its_shape_are_not():
     model, _, ev, pool = planted()
     faith = faithfulness(
@@ -96,6 +98,7 @@ def test_planted_circuit_is_faithful_and_random_circuits_of_its_shape_are_not():
     assert faith.denominator.low > 1.0
 
 
+@pytest.mark.slow
 def test_a_counterfactual_that_changes_nothing_is_ill_conditioned_not_a_ratio(tmp_path):
     model, _, _, pool = planted()
     same = copy_pairs(model.tokenizer, 8, 3, same=True)
@@ -106,6 +109,7 @@ def test_a_counterfactual_that_changes_nothing_is_ill_conditioned_not_a_ratio(tm
     assert back.ill_conditioned and back.denominator == faith.denominator
 
 
+@pytest.mark.slow
 def test_the_same_analysis_without_the_plant_finds_no_behaviour_to_explain():
     _, _, ev, pool = planted()
     plain = load_model("tiny-llama")  # the same random model, not planted: it does not copy the digit

@@ -38,6 +38,7 @@ FAMILIES_UNDER_TEST = sorted(TINY_FAMILIES)
 # one family of each block shape: sequential+GQA, sandwich (pre+post norms), post norms only,
 # parallel, parallel with one shared norm
 SHAPES = ["llama", "gemma2", "olmo2", "gpt_neox_parallel", "phi"]
+QUICK_SHAPES = ["llama", "gpt_neox_parallel"]  # a sequential and a parallel block; the others in the slow tier
 
 
 @cache
@@ -52,6 +53,7 @@ def _pairs(family):
     return generate_pairs(model.tokenizer, load_templates(), cfg)
 
 
+@pytest.mark.slow
 def test_every_tiny_family_is_described():
     described = {block_structure(_model(f)).family for f in FAMILIES_UNDER_TEST}
     assert described <= set(FAMILIES)
@@ -96,7 +98,7 @@ def test_exact_equals_reference(family):
     assert ref.per_pair_heads.abs().max() > 1e-2  # the patches change the answer logit: the equality is not 0 = 0
 
 
-@pytest.mark.parametrize("family", SHAPES)
+@pytest.mark.parametrize("family", tiered(SHAPES, QUICK_SHAPES))
 def test_exact_equals_reference_all_metrics(family):
     model, ds = _model(family), _pairs(family)
     with torch.no_grad():
@@ -119,7 +121,7 @@ def test_exact_equals_reference_all_metrics(family):
         assert ref.per_pair_heads.abs().max() > 1e-5
 
 
-@pytest.mark.parametrize("family", SHAPES)
+@pytest.mark.parametrize("family", tiered(SHAPES, QUICK_SHAPES))
 def test_attribution_runs_and_ranks_like_exact(family):
     from mathcircuits.patching import compare_rankings
 

@@ -373,6 +373,7 @@ def test_tiny_finetune_lowers_the_loss(tmp_path):
     assert SFTResult.load(tmp_path / "sft_result.json") == result
 
 
+@pytest.mark.slow
 def test_resume_from_checkpoint_reproduces_the_uninterrupted_run(tmp_path):
     data_model, tok = load_hf_model("tiny-llama")
     data, key = _toy_sft_data(tok), _key(data_model, [(0, 1), (2, 3)], mlps=[2])

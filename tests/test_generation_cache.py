@@ -9,6 +9,8 @@ import mathcircuits.evaluation.generation as generation
 from mathcircuits.evaluation import common_prefix_length, first_step_logits, generate_greedy, prefix_cache_supported
 from mathcircuits.models import TINY_FAMILIES, compare, model_depth, tiny_model
 
+from helpers import FAST_FAMILIES, tiered
+
 SHARED = "Question: 12 + 3 = ?\nAnswer: 15.\n\nQuestion: 7 + 1 = ?\nAnswer: 8.\n\nQuestion: "
 # suffixes of different lengths, so every batch pads between the prefix and the suffixes
 SUFFIXES = ["4 + 4 = ?\nAnswer:", "100 + 23 = ?\nAnswer:", "9\nA:", "a b c d e f g h i j k\nAnswer:", "2+2"]
@@ -35,7 +37,7 @@ def test_common_prefix_length_on_token_ids():
         common_prefix_length([[1], []])
 
 
-@pytest.mark.parametrize("family", sorted(TINY_FAMILIES))
+@pytest.mark.parametrize("family", tiered(sorted(TINY_FAMILIES), FAST_FAMILIES))
 def test_cached_generation_equals_plain(family):
     model, tok = tiny_model(family)
     assert prefix_cache_supported(model, 200)

@@ -76,6 +76,7 @@ def test_the_guard_flags_negative_and_near_zero_clean_logits():
     assert float(m(lowered, clean)[0]) > 0
 
 
+@pytest.mark.slow
 def test_path_patch_excludes_and_counts_the_guarded_pairs(tiny_llama, pairs, caplog):
     with caplog.at_level(logging.WARNING, logger="mathcircuits.patching.driver"):
         res = path_patch(tiny_llama, pairs, metric="relative_logit", keep_per_pair=True)
@@ -108,6 +109,7 @@ def test_a_users_callable_metric(tiny_llama, pairs):
         path_patch(tiny_llama, ds, metric=lambda p, c: (p.logprob - c.logprob).mean())
 
 
+@pytest.mark.slow
 def test_every_answer_token_is_scored(tiny_llama, pairs):
     """The planted reference: the total effect is log p(answer | cf prompt) − log p(answer | prompt), each from a
     plain teacher-forced forward over every answer token; the patched scan must report exactly that."""
@@ -128,6 +130,7 @@ def test_total_effect_of_a_null_counterfactual_is_zero(tiny_llama, pairs):
         res.head_shares()
 
 
+@pytest.mark.slow
 def test_total_effect_interval_and_shares(tiny_llama, pairs):
     res = path_patch(tiny_llama, pairs, keep_per_pair=True)
     assert res.ci_method == "cluster_bootstrap"  # five templates in each operation

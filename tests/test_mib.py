@@ -226,6 +226,7 @@ def test_saturation_is_relative_with_a_floor():
     assert round_saturated([0.0, 0.3, 0.2], rel_tol=0.05)[0]  # a round that loses faithfulness
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("operation", ["add", "sub"])
 def test_mib_counterfactual_kinds_change_the_named_digit(tiny_llama, operation):
     sets = load_templates(mib_template_dir())
@@ -252,6 +253,7 @@ def test_mib_counterfactual_kinds_change_the_named_digit(tiny_llama, operation):
                 assert carry(ones[0], ones[1]) != carry(ones[2], ones[3])
 
 
+@pytest.mark.slow
 def test_masked_run_equals_the_position_wise_run(planted):
     """The whole-graph mask (one einsum per layer) against the position-wise circuit run, on random rankings."""
     model, pairs = planted

@@ -25,6 +25,8 @@ from mathcircuits.circuit import (
 from mathcircuits.models import TINY_FAMILIES, hooks, load_model
 from mathcircuits.stats import Uncertainty
 
+from helpers import FAST_FAMILIES, tiered
+
 MOVER, READER = Sender("head", 0, 1), Sender("head", 2, 2)
 
 
@@ -149,7 +151,7 @@ def test_bad_node_scores_are_refused(planted, gemma3):
         mib_node_scores(gemma3[0], gemma3[1], _planted_scores(model, True), uncertainty=None)  # another model's scores
 
 
-@pytest.mark.parametrize("family", sorted(TINY_FAMILIES))
+@pytest.mark.parametrize("family", tiered(sorted(TINY_FAMILIES), FAST_FAMILIES))
 def test_node_scores_on_every_family_equal_plain_hooks(family):
     """Exact node scores are one patch by plain hooks, and EAP's the central difference, on every tiny family."""
     model = load_model("tiny-" + family.replace("_", "-"))

@@ -345,6 +345,7 @@ def test_numbers_config_checks_itself():
             NumbersConfig(**bad)
 
 
+@pytest.mark.slow
 def test_figures_of_every_result(embedded_models, adder_runs):
     from mathcircuits.numbers import NumberResults
     from mathcircuits.report import ReportParts, reading_numbers, report_figures, report_html

@@ -178,6 +178,7 @@ def test_the_gpu_check_refuses_bad_flags_before_any_row(tmp_path, capsys, flags,
     assert "device check on" not in out.out  # no row started
 
 
+@pytest.mark.integration
 def test_the_gpu_check_program_refuses_a_bad_flag_with_exit_2(tmp_path):
     argv = ["--dry-run", "--pairs", "0", "--out", str(tmp_path / "x.json")]
     res = subprocess.run(

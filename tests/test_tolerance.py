@@ -84,6 +84,7 @@ def _round_like_a_gpu(hf: LlamaForCausalLM, dtype: torch.dtype) -> None:
         layer.mlp.register_forward_hook(rounding)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
 def test_a_correct_fast_path_of_a_deep_model_passes_and_a_dropped_cache_is_refused(dtype):
     hf, tok = _deep(dtype)
