@@ -392,6 +392,7 @@ def test_transfer_wilson_intervals_cover_a_known_accuracy_at_nominal_rate():
     assert lo - 0.02 <= hits / n_sims <= hi
 
 
+@pytest.mark.slow
 def test_attention_excess_intervals_cover_a_known_excess_at_nominal_rate():
     from helpers import binomial_band
 
@@ -444,6 +445,7 @@ def probes(margin: torch.Tensor, rank: torch.Tensor) -> MLPProbeResult:
     )
 
 
+@pytest.mark.slow
 def test_mlp_margin_intervals_cover_a_known_margin_at_nominal_rate():
     from helpers import binomial_band
 

@@ -193,6 +193,7 @@ def test_same_model_is_refused():
         compare_runs(a, a)
 
 
+@pytest.mark.slow
 def test_comparison_round_trips_and_writes_its_page(tmp_path):
     a = _run("deep", 30, 9, key_acc=0.10, depth=15, excess=0.4, rise=20)
     b = _run("shallow", 18, 4, key_acc=0.90, depth=3, excess=0.0, rise=5)

@@ -181,6 +181,7 @@ def test_eap_ig_puts_the_planted_circuit_first_with_kv_groups_as_receivers():
     assert top[3][1] < 0.01 * top[2][1]  # nothing else carries the answer
 
 
+@pytest.mark.slow
 def test_ig_convergence_is_the_direct_computation_at_each_step_count(linear_planted):
     model, pairs, cache = linear_planted
     conv = ig_convergence(

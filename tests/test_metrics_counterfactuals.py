@@ -122,6 +122,7 @@ def test_every_answer_token_is_scored(tiny_llama, pairs):
     assert (~first_only).any()
 
 
+@pytest.mark.slow
 def test_total_effect_of_a_null_counterfactual_is_zero(tiny_llama, pairs):
     same = PairSet(pairs.dataset.map(lambda r: {"cf_tokens": r["tokens"]}))
     res = path_patch(tiny_llama, same, keep_per_pair=True)

@@ -97,6 +97,7 @@ def test_planted_node_curve_by_hand(planted):
     assert "node level" in repr(good) and "nodes" in good.to_dataframe().columns
 
 
+@pytest.mark.slow
 def test_node_run_matches_plain_hooks_on_a_normed_family(gemma3):
     model, pairs = gemma3
     nodes = graph_nodes_of(model.spec)
