@@ -21,7 +21,7 @@ import pytest
 import torch
 
 from mathcircuits.finetune import HeadSliceAdapter, SFTConfig, build_sft_dataset, model_facts, train_sft
-from mathcircuits.models import load_hf_model
+from mathcircuits.models import Head, load_hf_model
 from mathcircuits.patching import KeyComponents
 
 pytestmark = pytest.mark.integration  # two processes (torchrun, gloo)
@@ -79,7 +79,7 @@ def runs(tmp_path_factory):
         )
     data = build_sft_dataset(tok, records)
     data.save_to_disk(str(tmp / "data"))
-    key = KeyComponents(model=model_facts(model), heads=((0, 1), (2, 3)), mlps=(2,))
+    key = KeyComponents(model=model_facts(model), heads=(Head(0, 1), Head(2, 3)), mlps=(2,))
     key.save(tmp / "key.json")
     (tmp / "cfg.json").write_text(json.dumps(CONFIG))
     train_sft(model, tok, data, tmp / "one", key=key, config=SFTConfig(**CONFIG))

@@ -23,7 +23,7 @@ from mathcircuits.finetune import (
     execute_unit,
     model_facts,
 )
-from mathcircuits.models import HFForward, PrefixRunner, load_hf_model
+from mathcircuits.models import Head, HFForward, PrefixRunner, load_hf_model
 from mathcircuits.patching import KeyComponents
 
 
@@ -36,7 +36,7 @@ def setup(grids: dict[str, tuple[float, ...]] | None = None, seeds: tuple[int, .
     tpl = load_templates()
     pairs = {s: generate_pairs(tok, tpl, GenerationConfig(**{**gen.to_dict(), "n_per_template": 12}), facts=parts[s])
              for s in parts}  # fmt: skip
-    key = KeyComponents(model=model_facts(model), heads=((0, 1), (1, 2)), mlps=(1,))
+    key = KeyComponents(model=model_facts(model), heads=(Head(0, 1), Head(1, 2)), mlps=(1,))
 
     def math(m, split):
         s = score_pairs(PrefixRunner(HFForward(m)), pairs[split])

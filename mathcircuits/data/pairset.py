@@ -276,6 +276,11 @@ class PairSet:
         """The pairs in a seeded order (the ``datasets`` shuffle, so orders of earlier runs hold)."""
         return PairSet(self._data.shuffle(seed=seed))
 
+    def train_test_split(self, test_size: int | float, seed: int) -> tuple[PairSet, PairSet]:
+        """A random split into (train, test) pairs, as ``datasets.Dataset.train_test_split`` draws it."""
+        split = self._data.train_test_split(test_size=test_size, seed=seed)
+        return PairSet(split["train"]), PairSet(split["test"])
+
     def with_fact_stages(self, stages: Sequence[str]) -> PairSet:
         """The set with each pair's fact stage recorded (replacing an earlier record)."""
         data = self._data.remove_columns([c for c in ("fact_stage",) if c in self._data.column_names])
