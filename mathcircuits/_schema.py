@@ -38,7 +38,6 @@ __all__ = [
     "plain",
     "project",
     "setting",
-    "shown",
     "type_name",
 ]
 
