@@ -34,6 +34,7 @@ from mathcircuits._noise import filter_dependency_warnings
 
 if TYPE_CHECKING:
     from mathcircuits import viz
+    from mathcircuits._codec import Encoded, EncodedValue, JSONObject, JSONValue
     from mathcircuits._errors import FixableError
     from mathcircuits._io import ResultFileError
     from mathcircuits.ablation import knockout_curve
@@ -61,10 +62,18 @@ _VERBS = {
     "run_pipeline": "mathcircuits.pipeline",
     "ResultFileError": "mathcircuits._io",  # what every load raises for a file it cannot read
     "FixableError": "mathcircuits._errors",  # what every refused input raises: its .problem and .fix
+    "JSONObject": "mathcircuits._codec",  # the types of what crosses a file border: a JSON object,
+    "JSONValue": "mathcircuits._codec",
+    "Encoded": "mathcircuits._codec",  # a saved value's dict (to_dict / from_dict)
+    "EncodedValue": "mathcircuits._codec",
 }
 
 __all__ = [
+    "Encoded",
+    "EncodedValue",
     "FixableError",
+    "JSONObject",
+    "JSONValue",
     "ResultFileError",
     "__version__",
     "attention_by_role",

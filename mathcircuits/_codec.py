@@ -20,7 +20,7 @@ import math
 import reprlib
 import types
 import typing
-from typing import Any, Literal, TypeVar, Union
+from typing import Any, ForwardRef, Literal, TypeVar, Union
 
 import torch
 from jaxtyping import AbstractArray
@@ -28,7 +28,11 @@ from jaxtyping import AbstractArray
 from mathcircuits._errors import problem_of
 
 __all__ = [
+    "Encoded",
+    "EncodedValue",
     "FieldError",
+    "JSONObject",
+    "JSONValue",
     "decode_fields",
     "decode_value",
     "encode_fields",
@@ -39,6 +43,22 @@ __all__ = [
 ]
 
 T = TypeVar("T")
+
+# Recursive aliases: the inner references name this module, so beartype and get_type_hints resolve them from
+# any module that uses the alias (Python 3.11 has no ``type`` statement).
+_JSON = ForwardRef("JSONValue", module=__name__)
+_ENCODED = ForwardRef("EncodedValue", module=__name__)
+
+#: What JSON (and YAML) holds: text, numbers, booleans, null, lists and objects of these.
+JSONValue = Union[str, int, float, bool, None, list[_JSON], dict[str, _JSON]]  # noqa: UP007 - a ForwardRef inside
+#: A JSON object: a config section, a marker, a record read from a JSONL file.
+JSONObject = dict[str, JSONValue]
+#: A value as saved (:func:`encode_fields`): JSON values, CPU tensors, and tuples not yet written as lists.
+EncodedValue = Union[  # noqa: UP007 - a ForwardRef inside
+    str, int, float, bool, None, torch.Tensor, list[_ENCODED], tuple[_ENCODED, ...], dict[str, _ENCODED]
+]
+#: A saved value's dict: ``{field name: encoded value}`` (what ``to_dict`` gives and ``from_dict`` takes).
+Encoded = dict[str, EncodedValue]
 
 
 class FieldError(ValueError):
@@ -301,7 +321,7 @@ def decode_value(value: Any, tp: Any, where: str = "value", strict: bool = True)
     return _decode(value, tp, where, strict)
 
 
-def encode_fields(obj: Any) -> dict[str, Any]:
+def encode_fields(obj: Any) -> Encoded:
     """The fields of dataclass ``obj`` as plain values and CPU tensors (nested dataclasses as dicts).
 
     Args:

@@ -43,7 +43,15 @@ from typing import Any, ClassVar, TypeVar
 
 import torch
 
-from mathcircuits._codec import FieldError, decode_fields, encode_fields, from_plain, tensors_from_json, tensors_to_json
+from mathcircuits._codec import (
+    Encoded,
+    FieldError,
+    decode_fields,
+    encode_fields,
+    from_plain,
+    tensors_from_json,
+    tensors_to_json,
+)
 from mathcircuits._errors import FixableFileNotFoundError, problem_of
 from mathcircuits._files import ResultFileError, atomic_path
 
@@ -153,7 +161,7 @@ def _from_payload(cls: type[T], payload: Any, source: str) -> T:
     return _decode_checked(cls, fields, source)
 
 
-def _decode_checked(cls: type[T], fields: dict[str, Any], source: str) -> T:
+def _decode_checked(cls: type[T], fields: Encoded, source: str) -> T:
     """The fields (and derived values) of a saved ``cls``, decoded strictly."""
     name = cls.__name__
     derived = {k: fields.pop(k) for k in getattr(cls, "DERIVED", ()) if k in fields}
@@ -224,7 +232,7 @@ class SavedResult:
     STAGE: ClassVar[str] = ""
     DERIVED: ClassVar[tuple[str, ...]] = ()
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> Encoded:
         """The value as ``{"__kind__", "__version__", <fields>, <derived>}`` (plain values and CPU tensors; no
         header where ``HEADER`` is False)."""
         cls = type(self)
@@ -232,7 +240,7 @@ class SavedResult:
         return {**head, **encode_fields(self), **{k: getattr(self, k) for k in cls.DERIVED}}
 
     @classmethod
-    def from_dict(cls: type[T], d: dict[str, Any], source: str = "the given dict") -> T:  # noqa: PYI019
+    def from_dict(cls: type[T], d: Encoded, source: str = "the given dict") -> T:  # noqa: PYI019
         """Rebuild a value from :meth:`to_dict`; checks kind, version and fields like :meth:`load`.
 
         Args:

@@ -29,7 +29,8 @@ _MAPPINGS = {
     collections.OrderedDict,
     types.MappingProxyType,
 }
-_BARE = {dict, typing.Dict, typing.Mapping, typing.MutableMapping, collections.abc.Mapping, collections.abc.MutableMapping}
+_BARE = {dict, typing.Dict, typing.Mapping, typing.MutableMapping, collections.abc.Mapping}
+_BARE |= {collections.abc.MutableMapping}
 _UNTYPED = (Any, object)
 _METHODS = {"__init__", "__call__", "__new__"}
 
@@ -174,9 +175,9 @@ def test_offences_are_found():
     assert _offences(typing.Annotated[tuple[int, dict[str, Any]], "x"])
     assert _offences(typing.Callable[[dict[str, Any]], int])
     assert not _offences(dict[str, int]) and not _offences(typing.Mapping[str, list[float]] | None)
-    from mathcircuits.data import JSONObject
+    from mathcircuits import Encoded, JSONObject
 
-    assert not _offences(JSONObject)
+    assert not _offences(JSONObject) and not _offences(Encoded)
 
 
 def test_no_untyped_mapping_crosses_a_package_border():
