@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any, ClassVar, Literal, TypeAlias
+from typing import ClassVar, Literal, TypeAlias
 
 import pandas as pd
 import torch
 from jaxtyping import Float
 from torch import Tensor
 
+from mathcircuits._codec import Encoded
 from mathcircuits._io import SavedResult
 from mathcircuits.ablation.hooks import Ablation, Scope
 from mathcircuits.models.heads import Head
@@ -134,7 +135,7 @@ class TransferRow:
         """Whether the set was measurable (its ablated accuracies are numbers)."""
         return self.status == MEASURED
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> Encoded:
         """The row as a plain dict (the columns of :meth:`TransferResult.to_dataframe`)."""
         return asdict(self)
 

@@ -36,7 +36,7 @@ from mathcircuits.ablation.hooks import Ablation, Scope, check_choice, z_ablatio
 from mathcircuits.ablation.means import HeadMeans, PoolKey, PositionPool, head_means
 from mathcircuits.data.batching import length_groups
 from mathcircuits.data.pairset import PairSet, Side
-from mathcircuits.models import Head, HookedModel, fast_paths_enabled, hooks
+from mathcircuits.models import Head, HookedModel, PrefixCaches, fast_paths_enabled, hooks
 from mathcircuits.models.integrity import compare, model_depth, model_dtype, probe_pairs, verify_once
 from mathcircuits.models.placement import layer_device
 from mathcircuits.models.prefix import PrefixRunner, repeat_cache, run_from_layer, shared_prefix_len
@@ -133,7 +133,7 @@ class KnockoutScorer:
         for grp in self.groups:
             for i, j in zip(grp.rows, rng.sample(grp.rows, len(grp.rows))):
                 self.donor[i] = j
-        self._prefix: dict[tuple[int, ...], Any] = {}  # clean KV caches of the shared prefixes
+        self._prefix: PrefixCaches = {}  # clean KV caches of the shared prefixes
         self._clean: dict[int, tuple[Tensor, list[Tensor]]] = {}  # batch → (resid_pre stack, answer logits)
         self._src: dict[tuple[int, bool], Tensor] = {}  # (group, fast) → source z [rows, pos, layer, head, d_head]
         self._pool = pool if ablation == "position_mean" else None

@@ -46,7 +46,7 @@ from mathcircuits.analysis.roles import OP, ROLES, A, B, classify_heads, role_ma
 from mathcircuits.data import Operation
 from mathcircuits.data.pairs import operation_rows
 from mathcircuits.data.pairset import Field, PairSet
-from mathcircuits.models import Head, HookedModel, hooks
+from mathcircuits.models import Head, HookedModel, PrefixCaches, hooks
 from mathcircuits.models.prefix import PrefixRunner
 from mathcircuits.models.spec import ModelSpec
 from mathcircuits.patching import KeyComponents, resolve_heads
@@ -350,7 +350,7 @@ def attention_by_role(
     baselines = torch.stack([m.float().sum(1) / m.shape[1] for m in masks])
     sinks = [sink_mask(m) for m in masks]
     sink_baselines = torch.stack([s.float().mean() for s in sinks])
-    prefixes: dict[tuple[int, ...], Any] = {}  # clean prefix KV caches, shared by the batches of a template
+    prefixes: PrefixCaches = {}  # clean prefix KV caches, shared by the batches of a template
     for idx, toks in dataset.prompt_batches(batch_size, model.device):
         rows: dict[int, Tensor] = {}
 

@@ -77,7 +77,7 @@ from mathcircuits.analysis.probe_result import PROBES, SPACES, MLPProbeResult, P
 from mathcircuits.data import answer_spacing
 from mathcircuits.data.pairs import token_strings
 from mathcircuits.data.pairset import PairSet
-from mathcircuits.models import HookedModel, hooks
+from mathcircuits.models import HookedModel, PrefixCaches, hooks
 from mathcircuits.models.families import block_structure
 from mathcircuits.models.placement import unembed_columns
 from mathcircuits.models.prefix import PrefixRunner
@@ -215,7 +215,7 @@ def mlp_probes(
     case: dict[str, Any] = {}
     reads = structure.mlp_reads  # hook_resid_mid, or hook_resid_pre in parallel blocks
     kinds = [reads, "hook_mlp_out", "hook_resid_post"] + (["mlp.hook_in"] if space == "raw" else [])
-    prefixes: dict[tuple[int, ...], Any] = {}  # clean prefix KV caches, shared by the batches of a template
+    prefixes: PrefixCaches = {}  # clean prefix KV caches, shared by the batches of a template
     for idx, toks in dataset.prompt_batches(batch_size, model.device):
         store: dict[str, Tensor] = {}
 

@@ -10,7 +10,7 @@ counterfactual prompts for the position-mean ablation.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal, TypeAlias
+from typing import Literal, TypeAlias, TypedDict
 
 from mathcircuits._errors import FixableValueError
 from mathcircuits._schema import check_fields, setting
@@ -22,9 +22,11 @@ __all__ = [
     "AblationKind",
     "CircuitConfig",
     "Counterfactual",
+    "DiscoverArgs",
     "EdgeMethod",
     "EdgeSender",
     "EvalLevel",
+    "FaithfulnessArgs",
     "MLPMode",
     "ReceiverKind",
     "ScanPositions",
@@ -45,6 +47,42 @@ AblationKind: TypeAlias = Literal["resample", "position_mean"]
 MLPMode: TypeAlias = Literal["ablate", "keep"]
 #: The primary evaluation: edge-level when edges were found (auto), or edge- or node-level.
 EvalLevel: TypeAlias = Literal["auto", "edges", "nodes"]
+
+
+class DiscoverArgs(TypedDict):
+    """The keyword arguments :meth:`CircuitConfig.discover_kwargs` gives ``discover_circuit``."""
+
+    depth: int
+    threshold: float
+    top_k: int
+    logits_top_k: int
+    senders: tuple[EdgeSender, ...]
+    receivers: tuple[ReceiverKind, ...]
+    positions: ScanPositions
+    method: EdgeMethod
+    screen: int | None
+    metric: MetricName
+    saturation_tol: float | None
+    mlps: MLPMode
+    max_nodes: int | None
+    max_seconds: float | None
+    batch_size: int
+    uncertainty: Uncertainty
+
+
+class FaithfulnessArgs(TypedDict):
+    """The keyword arguments :meth:`CircuitConfig.faithfulness_kwargs` gives ``faithfulness``."""
+
+    ablations: tuple[AblationKind, ...]
+    level: EvalLevel
+    mlps: MLPMode
+    points: int
+    n_random: int
+    plateau_tol: float
+    min_gap: float
+    completeness_sets: int
+    batch_size: int
+    uncertainty: Uncertainty
 
 
 @dataclass(frozen=True)
@@ -132,15 +170,15 @@ class CircuitConfig:
         """The bootstrap of the circuit's intervals: ``n_boot`` resamples from ``seed``."""
         return Uncertainty(n_boot=self.n_boot, seed=seed)
 
-    def discover_kwargs(self) -> dict[str, Any]:
+    def discover_kwargs(self) -> DiscoverArgs:
         """The keyword arguments of :func:`~mathcircuits.circuit.discover_circuit`."""
         names = ("depth", "threshold", "top_k", "logits_top_k", "senders", "receivers", "positions", "method", "screen",
                  "metric", "saturation_tol", "mlps", "max_nodes", "max_seconds", "batch_size")  # fmt: skip
-        return {k: getattr(self, k) for k in names} | {"uncertainty": self.uncertainty()}
+        return DiscoverArgs(**{k: getattr(self, k) for k in names}, uncertainty=self.uncertainty())
 
-    def faithfulness_kwargs(self, seed: int = 0) -> dict[str, Any]:
+    def faithfulness_kwargs(self, seed: int = 0) -> FaithfulnessArgs:
         """The keyword arguments of :func:`~mathcircuits.circuit.faithfulness` (``seed``: its bootstrap's and
         random circuits')."""
         names = ("ablations", "level", "mlps", "points", "n_random", "plateau_tol", "min_gap", "completeness_sets",
                  "batch_size")  # fmt: skip
-        return {k: getattr(self, k) for k in names} | {"uncertainty": self.uncertainty(seed)}
+        return FaithfulnessArgs(**{k: getattr(self, k) for k in names}, uncertainty=self.uncertainty(seed))

@@ -43,7 +43,6 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Sequence
-from typing import Any
 
 import torch
 from tqdm.auto import tqdm
@@ -67,7 +66,7 @@ from mathcircuits.circuit.pool import pool_means, scored_operands
 from mathcircuits.circuit.result import Circuit
 from mathcircuits.circuit.subcircuits import edge_order, random_wiring, size_grid, top_wiring
 from mathcircuits.data.pairset import PairSet
-from mathcircuits.models import HookedModel
+from mathcircuits.models import HookedModel, PrefixCaches
 from mathcircuits.models.families import block_structure
 from mathcircuits.models.prefix import repeat_cache
 from mathcircuits.stats import MIN_CLUSTERS, Interval, Uncertainty, bootstrap_indices, cluster_bootstrap_indices
@@ -102,7 +101,7 @@ class Scorer:
         self.model, self.mlps = model, mlps
         self.batches = circuit_batches(model, dataset, positions, batch_size)
         self.rows = [i for b in self.batches for i in b.idx]
-        self.store: dict[tuple[int, ...], Any] = {}
+        self.store: PrefixCaches = {}
         self.clean = torch.cat([self._plain(b.tokens, b) for b in self.batches])
         self.cf = torch.cat([self._plain(b.cf_tokens, b) for b in self.batches])
         self.values: dict[str, list[AblationValues]] = {}

@@ -43,7 +43,7 @@ Usage::
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any, TypeAlias
+from typing import TypeAlias
 
 import torch
 from jaxtyping import Float
@@ -67,7 +67,7 @@ from mathcircuits.circuit.wiring import (
     resample_values,
     without_mlps,
 )
-from mathcircuits.models import HookedModel, fast_paths_enabled
+from mathcircuits.models import HookedModel, PrefixCaches, fast_paths_enabled
 from mathcircuits.models.families import UnsupportedFamilyError, block_structure
 from mathcircuits.models.integrity import compare, model_depth, model_dtype, probe_pairs, verify_once
 from mathcircuits.models.prefix import repeat_cache
@@ -117,7 +117,7 @@ def circuit_logprob(
     mlps: str = "ablate",
     chunk_rows: int = 512,
     fast: bool = True,
-    store: dict[tuple[int, ...], Any] | None = None,
+    store: PrefixCaches | None = None,
     readout: RunScore = answer_logprob,
 ) -> Float[Tensor, "wiring batch"]:
     """The whole answer's log-probability of each pair under each wiring (see the module docstring).

@@ -45,7 +45,7 @@ from mathcircuits.circuit.mib_result import MIB_PERCENTAGES, MIBScores
 from mathcircuits.circuit.mib_run import edge_masks, masked_run
 from mathcircuits.circuit.wiring import input_node, prefix_kv
 from mathcircuits.data.pairset import PairSet
-from mathcircuits.models import HookedModel
+from mathcircuits.models import HookedModel, PrefixCaches
 from mathcircuits.models.families import block_structure
 from mathcircuits.models.integrity import compare, model_depth, model_dtype, verify_once
 from mathcircuits.models.prefix import repeat_cache
@@ -153,7 +153,7 @@ def _check(model: HookedModel, b: Any, values: Any, order: list[int]) -> tuple[f
     return compare(fast, plain, model_dtype(model), model_depth(model))
 
 
-def clean_readout(model: HookedModel, b: CircuitBatch, readout: Any, store: dict[tuple[int, ...], Any]) -> Tensor:
+def clean_readout(model: HookedModel, b: CircuitBatch, readout: Any, store: PrefixCaches) -> Tensor:
     """``m`` of each pair of a batch on the unpatched model (the query suffix on the prefix's cached keys/values)."""
     start = b.prefix_len
     kv = repeat_cache(prefix_kv(model, b.tokens, start, store), b.tokens.shape[0]) if start > 0 else None
@@ -258,7 +258,7 @@ def mib_scores(
             else:
                 circuits.append(kept)
     masks = edge_masks(spec, edges, circuits) if run == "masked" else None
-    store: dict[tuple[int, ...], Any] = {}
+    store: PrefixCaches = {}
     parts_run, parts_clean = [], []
     for b in batches:
         readout = answer_logprob if first is None else _logit_diff(first[b.idx], good[b.idx], bad[b.idx])

@@ -54,7 +54,7 @@ from mathcircuits.circuit.intervene import Wiring, circuit_logprob, resample_val
 from mathcircuits.circuit.mib import MIBMetric, clean_readout, curve_summary
 from mathcircuits.circuit.mib_result import MIB_PERCENTAGES, MIBScores
 from mathcircuits.data.pairset import PairSet
-from mathcircuits.models import HookedModel, hooks
+from mathcircuits.models import HookedModel, PrefixCaches, hooks
 from mathcircuits.models.spec import ModelSpec, check_model
 from mathcircuits.stats import DEFAULT_UNCERTAINTY, Uncertainty
 
@@ -266,7 +266,7 @@ def mib_node_scores(
     kept = {name: [order[: int(p * n_nodes)] for p in grid] for name, order in rankings.items()}
     parts: dict[str, list[Tensor]] = {"signed": [], "absolute": []}
     parts_empty, parts_clean, templates, operations = [], [], [], []
-    store: dict[tuple[int, ...], Any] = {}
+    store: PrefixCaches = {}
     for b in circuit_batches(model, pairs, "suffix", batch_size, rows=rows):
         readout, labels = readout_of(b.idx), sorted(b.where)
         values = resample_values(model, b, store)

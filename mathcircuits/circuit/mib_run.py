@@ -29,7 +29,7 @@ from mathcircuits.circuit.chain import receiver_input
 from mathcircuits.circuit.components import Receiver
 from mathcircuits.circuit.edge_scores import EdgeKey
 from mathcircuits.circuit.wiring import AblationValues, prefix_kv
-from mathcircuits.models import HookedModel, hooks
+from mathcircuits.models import HookedModel, PrefixCaches, hooks
 from mathcircuits.models.families import UnsupportedFamilyError, block_structure
 from mathcircuits.models.placement import head_out_weights
 from mathcircuits.models.prefix import repeat_cache
@@ -171,7 +171,7 @@ def masked_run(
     masks: Bool[Tensor, "circuit fwd bwd"],
     readout: Any,
     chunk_rows: int = 32,
-    store: dict[tuple[int, ...], Any] | None = None,
+    store: PrefixCaches | None = None,
 ) -> Tensor:
     """Each pair's score under each circuit's kept-edge mask (:func:`edge_masks`): ``[circuit, batch]``.
 

@@ -28,6 +28,7 @@ from typing import Any
 import torch
 from jaxtyping import Float, Int
 from torch import Tensor
+from transformers import Cache
 
 from mathcircuits._errors import FixableValueError
 from mathcircuits.circuit.components import Receiver, Sender
@@ -70,7 +71,7 @@ class PairCache:
     answers: Int[Tensor, "batch n_answer"] | None = None
     clean_logit: Float[Tensor, "batch n_answer"] | None = None
     clean_logp: Float[Tensor, "batch n_answer"] | None = None
-    prefix_kv: dict[int, Any] = field(default_factory=dict, compare=False, repr=False)
+    prefix_kv: dict[int, Cache] = field(default_factory=dict, compare=False, repr=False)
 
     def kv(self, model: HookedModel, start: int) -> Any:
         """The clean run's KV cache of the first ``start`` positions (computed once per batch and length)."""

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 from torch import Tensor
@@ -33,7 +32,7 @@ from mathcircuits._errors import FixableValueError
 from mathcircuits.circuit.batches import CircuitBatch, circuit_batches
 from mathcircuits.circuit.wiring import AblationValues, record_values
 from mathcircuits.data import PairSet
-from mathcircuits.models import HookedModel
+from mathcircuits.models import HookedModel, PrefixCaches
 
 __all__ = ["PoolMeans", "pool_means", "scored_operands"]
 
@@ -95,7 +94,7 @@ def pool_means(
         raise FixableValueError("every pool prompt was left out (they are the scored pairs). ", "pass a larger pool.")
     parts: dict[tuple[str, int], list[tuple[Tensor, Tensor, int]]] = {}
     starts: dict[tuple[str, int], int] = {}
-    store: dict[tuple[int, ...], Any] = {}
+    store: PrefixCaches = {}
     for b in circuit_batches(model, pool, "suffix", batch_size, rows=rows):
         key = (b.templates[0], b.n_prompt)
         if starts.setdefault(key, b.prefix_len) != b.prefix_len:  # one template shares one few-shot prefix

@@ -20,7 +20,7 @@ from mathcircuits._errors import FixableValueError
 from mathcircuits.circuit.batches import CircuitBatch
 from mathcircuits.circuit.components import Receiver, Sender
 from mathcircuits.circuit.config import AblationKind, MLPMode
-from mathcircuits.models import HookedModel, hooks
+from mathcircuits.models import HookedModel, PrefixCaches, hooks
 from mathcircuits.models.prefix import repeat_cache
 
 __all__ = [
@@ -95,7 +95,7 @@ class AblationValues:
     embed: Float[Tensor, "rows pos d_model"] | None = None
 
 
-def prefix_kv(model: HookedModel, tokens: Tensor, start: int, store: dict[tuple[int, ...], Any]) -> Any:
+def prefix_kv(model: HookedModel, tokens: Tensor, start: int, store: PrefixCaches) -> Any:
     key = tuple(tokens[0, :start].tolist())
     if key not in store:
         _, store[key] = model.bridge(tokens[:1, :start], return_type="logits_and_cache")
@@ -103,7 +103,7 @@ def prefix_kv(model: HookedModel, tokens: Tensor, start: int, store: dict[tuple[
 
 
 @torch.no_grad()
-def record_values(model: HookedModel, tokens: Tensor, start: int, store: dict[tuple[int, ...], Any]) -> AblationValues:
+def record_values(model: HookedModel, tokens: Tensor, start: int, store: PrefixCaches) -> AblationValues:
     """``hook_z`` and ``hook_mlp_out`` of every layer at positions ``start…`` of ``tokens`` (whose prefix is shared)."""
     spec = model.spec
     B, S = tokens.shape[0], tokens.shape[1] - start
@@ -132,9 +132,7 @@ def record_values(model: HookedModel, tokens: Tensor, start: int, store: dict[tu
     return AblationValues(z, mlp, start, embed)
 
 
-def resample_values(
-    model: HookedModel, batch: CircuitBatch, store: dict[tuple[int, ...], Any] | None = None
-) -> AblationValues:
+def resample_values(model: HookedModel, batch: CircuitBatch, store: PrefixCaches | None = None) -> AblationValues:
     """Each pair's own counterfactual run (its prompt + the same answer tokens) at the query positions."""
     return record_values(model, batch.cf_tokens, batch.prefix_len, {} if store is None else store)
 

@@ -64,7 +64,14 @@ from mathcircuits.models.placement import (
     unembed_columns,
     unloadable_parameters,
 )
-from mathcircuits.models.prefix import HFForward, PrefixRunner, repeat_cache, run_from_layer, shared_prefix_len
+from mathcircuits.models.prefix import (
+    HFForward,
+    PrefixCaches,
+    PrefixRunner,
+    repeat_cache,
+    run_from_layer,
+    shared_prefix_len,
+)
 from mathcircuits.models.readout import Readout, final_norm, readout, soft_cap, vocab_logits
 from mathcircuits.models.spec import Bridged, ModelMismatchError, ModelSpec, as_spec, check_model, heads_by_layer
 from mathcircuits.models.suffix import SuffixRunner
@@ -104,6 +111,7 @@ __all__ = [
     "RTOL",
     "ModelMismatchError",
     "ModelSpec",
+    "PrefixCaches",
     "PrefixRunner",
     "SuffixRunner",
     "Readout",

@@ -23,7 +23,7 @@ from torch import Tensor
 from transformer_lens.model_bridge import TransformerBridge
 
 from mathcircuits._errors import FixableValueError
-from mathcircuits.models.prefix import PrefixRunner
+from mathcircuits.models.prefix import PrefixCaches, PrefixRunner
 
 __all__ = ["capture"]
 
@@ -34,7 +34,7 @@ def capture(
     tokens: Int[Tensor, "batch seq"],
     names: list[str],
     position: int | None = -1,
-    cache_store: dict[tuple[int, ...], Any] | None = None,
+    cache_store: PrefixCaches | None = None,
     last: int | None = None,
 ) -> tuple[Float[Tensor, "batch *pos vocab"], dict[str, Tensor]]:
     """One forward; the logits and each named activation at ``position`` (every position when ``None``).

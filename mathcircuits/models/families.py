@@ -34,8 +34,8 @@ error that says what is unknown; the code never guesses a block shape.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Any
 
+from mathcircuits._codec import JSONValue
 from mathcircuits._errors import FixableError
 from mathcircuits.models.hooked import HookedModel
 
@@ -72,7 +72,7 @@ class BlockStructure:
     logit_softcap: float | None = None
     parallel_config_key: str | None = None
     softcap_config_key: str | None = None
-    requires: dict[str, Any] = field(default_factory=dict)
+    requires: dict[str, JSONValue] = field(default_factory=dict)
 
     @property
     def mlp_reads(self) -> str:

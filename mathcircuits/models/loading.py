@@ -28,7 +28,6 @@ import contextlib
 import io
 import logging
 from pathlib import Path
-from typing import Any
 
 import torch
 from transformer_lens.model_bridge import TransformerBridge
@@ -107,7 +106,7 @@ def load_hf_model(
     dtype: torch.dtype = torch.float32,
     device: str | torch.device = "cpu",
     seed: int = 0,
-    device_map: str | dict[str, Any] | None = None,
+    device_map: str | dict[str, int | str | torch.device] | None = None,
     offload_folder: str | Path | None = None,
 ):
     """Load a *plain* HF causal LM and its tokenizer (no bridge), e.g. for fine-tuning.
@@ -171,7 +170,7 @@ def load_model(
     device: str | torch.device = "cpu",
     dtype: torch.dtype = torch.float32,
     seed: int = 0,
-    device_map: str | dict[str, Any] | None = None,
+    device_map: str | dict[str, int | str | torch.device] | None = None,
     offload_folder: str | Path | None = None,
 ) -> HookedModel:
     """Load ``source`` as a hooked model (TransformerBridge, compatibility mode without weight processing).

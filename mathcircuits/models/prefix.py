@@ -54,6 +54,7 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 from transformer_lens.model_bridge import TransformerBridge
+from transformers import Cache
 
 from mathcircuits._errors import FixableRuntimeError, FixableValueError
 from mathcircuits.models.hooks import resid_pre
@@ -63,6 +64,7 @@ from mathcircuits.models.placement import execution_device
 __all__ = [
     "MIN_PREFIX",
     "HFForward",
+    "PrefixCaches",
     "PrefixRunner",
     "blocks_from",
     "check_prefix_cache",
@@ -71,6 +73,9 @@ __all__ = [
     "run_from_layer",
     "shared_prefix_len",
 ]
+
+#: The KV caches of shared prefixes, by the prefix's tokens: filled by one runner, reused by the next.
+PrefixCaches = dict[tuple[int, ...], Cache]
 
 MIN_PREFIX = 4
 """Shorter shared prefixes are not worth a second forward: the plain forward runs instead."""
@@ -150,13 +155,13 @@ class PrefixRunner:
         fwd_hooks: Sequence[tuple[str, Any]] = (),
         prefix_hooks: Sequence[tuple[str, Any]] | None = None,
         min_prefix: int = MIN_PREFIX,
-        store: dict[tuple[int, ...], Any] | None = None,
+        store: PrefixCaches | None = None,
     ) -> None:
         self.bridge = bridge
         self.fwd_hooks = list(fwd_hooks)
         self.prefix_hooks = list(prefix_hooks or [])
         self.min_prefix = min_prefix
-        self._caches: dict[tuple[int, ...], Any] = {} if store is None else store
+        self._caches: PrefixCaches = {} if store is None else store
 
     def _run(self, tokens: Tensor, hooks: list[tuple[str, Any]], **kwargs: Any) -> Any:
         if hooks:

@@ -22,6 +22,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from torch import nn
 
+from mathcircuits._codec import JSONObject
 from mathcircuits._errors import FixableError, FixableTypeError
 from mathcircuits._io import decode_fields
 
@@ -68,12 +69,12 @@ class ModelSpec:
         """Query heads per key/value head (1 without grouped-query attention)."""
         return self.n_heads // self.n_kv_heads
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONObject:
         """The spec as a plain dict of its fields (JSON-ready)."""
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> ModelSpec:
+    def from_dict(cls, d: JSONObject) -> ModelSpec:
         """Rebuild a spec from :meth:`to_dict`; an unknown or missing key is an error naming it.
 
         Args:
@@ -151,7 +152,7 @@ class Bridged(Protocol):
     def spec(self) -> ModelSpec: ...
 
 
-def as_spec(value: ModelSpec | dict[str, Any] | Bridged | nn.Module) -> ModelSpec:
+def as_spec(value: ModelSpec | JSONObject | Bridged | nn.Module) -> ModelSpec:
     """The :class:`ModelSpec` of ``value``.
 
     Args:

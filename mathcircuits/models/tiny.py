@@ -141,7 +141,7 @@ def _widen_init(model: torch.nn.Module, seed: int) -> None:
 
 # family -> (HF model_type, config keys beyond the common ones). The shape is the test matrix's:
 # 3 layers, 4 heads of 16, 2 KV heads where the family has GQA, hidden 64, MLP 128.
-TINY_FAMILIES: dict[str, tuple[str, dict[str, Any]]] = {
+TINY_FAMILIES: dict[str, tuple[str, dict[str, int | None]]] = {
     "llama": ("llama", {"num_key_value_heads": 2}),
     "mistral": ("mistral", {"num_key_value_heads": 2, "sliding_window": None}),
     "qwen2": ("qwen2", {"num_key_value_heads": 2}),

@@ -23,14 +23,14 @@ Usage::
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
 from mathcircuits._errors import FixableValueError
-from mathcircuits.models import hooks
+from mathcircuits.models import PrefixCaches, hooks
 from mathcircuits.models.capture import capture
 from mathcircuits.models.changes import attn_pre_norm_name
 from mathcircuits.models.families import BlockStructure, block_structure
@@ -122,7 +122,7 @@ def last_position_caches(
         if pre is not None:
             names.append(pre)
     # reference and counterfactual prompts differ only in the query: one clean prefix cache serves both
-    caches: dict[tuple[int, ...], Any] | None = {} if share_prefix and position == -1 else None
+    caches: PrefixCaches | None = {} if share_prefix and position == -1 else None
     logits, ref = capture(model.bridge, tokens, names, position, caches, last=last)
     cf_names = [n for layer in range(n_layers) for n in (hooks.z(layer), hooks.mlp_out(layer))]
     cf_names.append(hooks.resid_post(n_layers - 1))  # the counterfactual's own answer (the total effect)
