@@ -17,6 +17,7 @@
 
 from mathcircuits.data.batching import iter_batches, length_groups, padded_groups
 from mathcircuits.data.benchmark_files import (
+    WordProblem,
     decontaminate,
     default_benchmark_root,
     find_benchmark_file,
@@ -30,7 +31,7 @@ from mathcircuits.data.filter import accuracy_table, filter_correct, score_pairs
 from mathcircuits.data.generate import GenerationConfig, generate_pairs
 from mathcircuits.data.mib_kinds import MIB_KINDS, MIBCounterfactual, mib_cf_operands, mib_template_dir
 from mathcircuits.data.operands import PairError, compute_answer, operand_pairs
-from mathcircuits.data.pairs import PairBatch, operation_rows, token_strings
+from mathcircuits.data.pairs import PairBatch, PairRow, operation_rows, token_strings
 from mathcircuits.data.pairset import Field, PairSet, Side, check_token_aligned, pair_batches, pair_keys
 from mathcircuits.data.render import answer_spacing, prompt_start, render_pair, render_prompt
 from mathcircuits.data.swaps import swap_pairs
@@ -58,11 +59,13 @@ __all__ = [
     "OperationOrAll",
     "PairBatch",
     "PairError",
+    "PairRow",
     "PairSet",
     "Side",
     "Template",
     "TemplateError",
     "TemplateSet",
+    "WordProblem",
     "accuracy_table",
     "answer_spacing",
     "check_token_aligned",

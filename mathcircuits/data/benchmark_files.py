@@ -35,13 +35,15 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Required, TypedDict
 
+from mathcircuits._codec import JSONValue
 from mathcircuits._errors import FixableFileNotFoundError, FixableValueError
 
 __all__ = [
     "WORD_PROBLEM_SETS",
     "ENV_ROOT",
+    "WordProblem",
     "default_benchmark_root",
     "find_benchmark_file",
     "read_word_problems",
@@ -54,6 +56,16 @@ ENV_ROOT = "MATHCIRCUITS_BENCHMARKS"
 WORD_PROBLEM_SETS = ("AddSub", "SingleEq", "SVAMP", "gsm8k")
 """The LLM-Adapters math word-problem folders (each with ``test.json``) that knockout transfer can read."""
 _REQUIRED = frozenset({"instruction", "answer"})
+
+
+class WordProblem(TypedDict, total=False):
+    """One LLM-Adapters record (a file's other keys are kept as they are)."""
+
+    instruction: Required[str]
+    input: str
+    output: str
+    answer: Required[JSONValue]  # text or a number, as the file has it
+    source: str  # added by read_word_problems: the folder of the file
 
 
 def default_benchmark_root() -> Path | None:
@@ -108,7 +120,7 @@ def find_benchmark_file(folder: str, split: str, path: str | os.PathLike | None 
     return None
 
 
-def _read_one(path: Path) -> list[dict[str, Any]]:
+def _read_one(path: Path) -> list[WordProblem]:
     if not path.is_file():
         raise FixableFileNotFoundError(
             f"benchmark file {path} does not exist. ",
@@ -128,7 +140,7 @@ def _read_one(path: Path) -> list[dict[str, Any]]:
     return [{**r, "source": path.parent.name} for r in data]
 
 
-def read_word_problems(*paths: str | os.PathLike, limit: int | None = None) -> list[dict[str, Any]]:
+def read_word_problems(*paths: str | os.PathLike, limit: int | None = None) -> list[WordProblem]:
     """Read LLM-Adapters JSON files (``[{"instruction", "input", "output", "answer"}, ...]``), concatenated.
 
     This is the package's one reader of that format; every record must have at least
@@ -150,13 +162,13 @@ def read_word_problems(*paths: str | os.PathLike, limit: int | None = None) -> l
         raise FixableValueError(
             "read_word_problems got no path. ", "pass a file such as <benchmarks>/SVAMP/train.json."
         )
-    records: list[dict[str, Any]] = []
+    records: list[WordProblem] = []
     for p in paths:
         records.extend(_read_one(Path(p).expanduser()))
     return records[:limit] if limit is not None else records
 
 
-def record_question(record: dict[str, Any]) -> str:
+def record_question(record: WordProblem) -> str:
     """The question text of a record: its ``instruction``, then its ``input`` on a new line when not empty.
 
     Args:
@@ -170,11 +182,11 @@ def record_question(record: dict[str, Any]) -> str:
     return f"{question}\n{extra}" if extra else question
 
 
-def _question_key(record: dict[str, Any]) -> str:
+def _question_key(record: WordProblem) -> str:
     return " ".join(record_question(record).lower().split())
 
 
-def decontaminate(test: list[dict[str, Any]], train: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def decontaminate(test: list[WordProblem], train: list[WordProblem]) -> list[WordProblem]:
     """The test records whose question does not occur in ``train`` (whitespace- and case-normalised).
 
     Args:
@@ -190,7 +202,7 @@ def decontaminate(test: list[dict[str, Any]], train: list[dict[str, Any]]) -> li
 
 def read_benchmark_split(
     folder: str, split: str, path: str | os.PathLike | None = None, decontaminated: bool = True
-) -> list[dict[str, Any]] | None:
+) -> list[WordProblem] | None:
     """Read ``<folder>/<split>.json``; a test split drops what the folder's train split holds.
 
     Args:

@@ -25,11 +25,11 @@ from __future__ import annotations
 
 import random
 from collections.abc import Collection, Mapping
-from typing import Any
 
 from mathcircuits._errors import FixableValueError
 from mathcircuits.data.generate import GenerationConfig
 from mathcircuits.data.operands import operand_pairs
+from mathcircuits.data.pairs import PairRow
 from mathcircuits.data.pairset import PairSet
 
 __all__ = ["Fact", "drop_facts", "fact_of", "facts_of", "split_facts"]
@@ -38,7 +38,7 @@ Fact = tuple[str, int, int]
 """An arithmetic fact: ``(operation, a, b)``."""
 
 
-def fact_of(row: Mapping[str, Any]) -> Fact:
+def fact_of(row: PairRow) -> Fact:
     """The fact of one pair (a row of :func:`~mathcircuits.data.generate_pairs`)."""
     return (str(row["operation"]), int(row["a"]), int(row["b"]))
 

@@ -49,13 +49,15 @@ import logging
 import random
 from collections.abc import Collection
 from dataclasses import asdict, dataclass
-from typing import Any, Literal, TypeAlias
+from typing import Literal, TypeAlias
 
+from mathcircuits._codec import Encoded
 from mathcircuits._errors import FixableTypeError
 from mathcircuits._schema import check_fields, expect, kind_of, setting
 from mathcircuits._schema import from_dict as config_from_dict
 from mathcircuits.data.mib_kinds import MIB_KINDS, mib_cf_operands
 from mathcircuits.data.operands import PairError, operand_pairs
+from mathcircuits.data.pairs import PairRow
 from mathcircuits.data.pairset import PairSet
 from mathcircuits.data.render import FewshotOperations, aligned_vocab, answer_spacing, render_pair
 from mathcircuits.data.templates import OPERATIONS, Operation, TemplateSet
@@ -120,11 +122,11 @@ class GenerationConfig:
                 "widen operand_range, or allow negative or non-integer answers.",
             )
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> Encoded:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "GenerationConfig":
+    def from_dict(cls, d: Encoded) -> "GenerationConfig":
         """Build from a mapping (lists are accepted for tuples); unknown keys are an error."""
         return config_from_dict(cls, d)
 
@@ -183,7 +185,7 @@ def generate_pairs(
         chosen = [(s, t) for s, t in chosen if t.id in config.template_ids]
     if not chosen:
         raise PairError(f"no template matches operations {config.operations}. ", "load a template set that has them.")
-    records: list[dict[str, Any]] = []
+    records: list[PairRow] = []
     for tset, tpl in chosen:
         candidates = operand_pairs(tpl.operation, config)
         if facts is not None:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 import datasets
 import torch
@@ -27,7 +27,42 @@ from torch import Tensor
 from mathcircuits._errors import FixableValueError
 from mathcircuits.data.templates import Operation
 
-__all__ = ["PairBatch", "check_columns", "operation_rows", "token_strings"]
+__all__ = ["PairBatch", "PairRow", "check_columns", "operation_rows", "token_strings"]
+
+
+class PairRow(TypedDict, total=False):
+    """One row of a pair set, as :func:`~mathcircuits.data.render_pair` builds it (``pair_id`` is added by
+    ``generate_pairs``; the ``cf_*`` answer columns and ``counterfactual`` by an operand counterfactual)."""
+
+    prompt: str
+    cf_prompt: str
+    answer: str
+    answer_token: int
+    answer_tokens: list[int]
+    n_answer_tokens: int
+    operation: Operation
+    template_id: str
+    template_set: str
+    form: str
+    a: int
+    b: int
+    cf_word: str
+    words: dict[str, str] | list[str]  # the pool words filled in; [] for an operand swap (data.swaps)
+    tokens: list[int]
+    cf_tokens: list[int]
+    n_tokens: int
+    prefix_len: int
+    pos_a: list[int]
+    pos_b: list[int]
+    pos_op: list[int]
+    pos_last: int
+    pair_id: int
+    counterfactual: str
+    cf_a: int
+    cf_b: int
+    cf_answer: str
+    cf_answer_tokens: list[int]
+
 
 _FIX = (
     "Fix: pass pairs built by mathcircuits.data.generate_pairs, which records the prompt tokens, "

@@ -9,7 +9,7 @@ the column check's error. ``save``/``load`` keep the ``save_to_disk`` folder for
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -20,7 +20,7 @@ from torch import Tensor
 from mathcircuits._errors import FixableFileNotFoundError, FixableValueError
 from mathcircuits._files import atomic_dir
 from mathcircuits.data.batching import iter_batches
-from mathcircuits.data.pairs import PairBatch, check_columns
+from mathcircuits.data.pairs import PairBatch, PairRow, check_columns
 
 __all__ = ["Field", "PairSet", "Side", "check_token_aligned", "pair_batches", "pair_keys"]
 
@@ -48,7 +48,7 @@ class PairSet:
         self._cache: dict[str, tuple[Any, ...]] = {}
 
     @classmethod
-    def from_rows(cls, rows: Sequence[Mapping[str, Any]]) -> PairSet:
+    def from_rows(cls, rows: Sequence[PairRow]) -> PairSet:
         """A pair set of row dicts with the columns of :func:`~mathcircuits.data.generate_pairs`."""
         return cls(datasets.Dataset.from_list([dict(r) for r in rows]))
 

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import string
 from dataclasses import dataclass, field
-from typing import Any, Literal, TypeAlias
+from typing import Literal, TypeAlias
 
 from mathcircuits.data.operands import PairError, compute_answer
+from mathcircuits.data.pairs import PairRow
 from mathcircuits.data.templates import Template, TemplateSet
 
 __all__ = ["FewshotOperations", "aligned_vocab", "answer_spacing", "prompt_start", "render_pair", "render_prompt"]
@@ -110,7 +111,7 @@ def render_pair(
     allow_negative: bool = False,
     cf_operands: tuple[int, int] | None = None,
     fewshot_operations: FewshotOperations = "neutral",
-) -> dict[str, Any]:
+) -> PairRow:
     """Build one reference/counterfactual record from a template and operands.
 
     Args:
@@ -178,7 +179,7 @@ def render_pair(
             "end the template with a separator such as '=' or ':'.",
         )
     answer_ids = full[len(ids) :]
-    extra: dict[str, Any] = {}
+    extra: PairRow = {}
     if cf_operands is not None:
         cf_answer = compute_answer(tpl.operation, *cf_operands, integer_only, allow_negative)
         if cf_answer is None or cf_answer == answer:

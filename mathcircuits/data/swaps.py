@@ -13,6 +13,7 @@ from typing import Any
 
 from mathcircuits._errors import FixableValueError
 from mathcircuits.data.operands import compute_answer
+from mathcircuits.data.pairs import PairRow
 from mathcircuits.data.pairset import PairSet
 from mathcircuits.data.render import answer_spacing, render_pair
 from mathcircuits.data.templates import TemplateSet
@@ -51,9 +52,9 @@ def swap_pairs(
     tset, tpl = found[0]
     spacing = answer_spacing(tokenizer)
     rng = random.Random(seed)
-    cache: dict[tuple[int, int], dict[str, Any] | None] = {}
+    cache: dict[tuple[int, int], PairRow | None] = {}
 
-    def render(a: int, b: int) -> dict[str, Any] | None:
+    def render(a: int, b: int) -> PairRow | None:
         if (a, b) not in cache:
             ans = compute_answer(tpl.operation, a, b)
             cache[(a, b)] = (
@@ -61,7 +62,7 @@ def swap_pairs(
             )
         return cache[(a, b)]
 
-    rows: list[dict[str, Any]] = []
+    rows: list[PairRow] = []
     for _ in range(50 * n):
         if len(rows) == n:
             break

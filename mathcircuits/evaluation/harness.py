@@ -39,6 +39,7 @@ from typing import Any, Literal
 import torch
 import yaml
 
+from mathcircuits._codec import JSONObject
 from mathcircuits.evaluation.items import BenchmarkItem
 from mathcircuits.evaluation.scoring import BenchmarkScore, ScoreSettings
 
@@ -50,7 +51,7 @@ LM_EVAL_BENCHMARKS = ("MMLU", "ARC-Easy", "ARC-Challenge", "BoolQ", "OpenBookQA"
 """The benchmarks scored through lm-eval; the others (AddSub, SingleEq, SVAMP) keep our scorer."""
 
 
-def _template(kind: str) -> dict[str, Any]:
+def _template(kind: str) -> JSONObject:
     text = resources.files("mathcircuits.evaluation").joinpath("lm_eval_tasks", f"{kind}.yaml").read_text()
     return yaml.safe_load(text)
 
@@ -61,7 +62,7 @@ def _task_name(benchmark: str) -> str:
 
 def lm_eval_task_config(
     items: Sequence[BenchmarkItem], folder: str | os.PathLike, exemplars: Sequence[BenchmarkItem] = ()
-) -> dict[str, Any]:
+) -> JSONObject:
     """An lm-eval task config (a dict, as from YAML) that reads ``items`` from a JSONL file in ``folder``.
 
     Args:
@@ -85,7 +86,7 @@ def lm_eval_task_config(
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
 
-    def write(split: str, rows: list[dict[str, Any]]) -> str:
+    def write(split: str, rows: list[JSONObject]) -> str:
         path = folder / f"{name}_{split}.jsonl"
         path.write_text("".join(json.dumps(r) + "\n" for r in rows))
         return str(path)

@@ -18,6 +18,7 @@ from typing import Any, Literal
 
 import pandas as pd
 
+from mathcircuits._codec import JSONObject
 from mathcircuits._errors import FixableValueError
 
 __all__ = ["BenchmarkItem", "Kind", "items_to_dataframe", "subsample"]
@@ -46,14 +47,14 @@ class BenchmarkItem:
         """``"choice"`` when the item has options, else ``"math"``."""
         return "choice" if self.choices else "math"
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONObject:
         """The fields as a JSON-able dict (``choices`` as a list)."""
         d = asdict(self)
         d["choices"] = list(self.choices)
         return d
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> BenchmarkItem:
+    def from_dict(cls, d: JSONObject) -> BenchmarkItem:
         """The inverse of :meth:`to_dict` (unknown keys are ignored)."""
         d = {k: d[k] for k in cls.__dataclass_fields__ if k in d}
         d["choices"] = tuple(d.get("choices", ()))

@@ -25,13 +25,13 @@ import logging
 import os
 import re
 from pathlib import Path
-from typing import Any
 
 import datasets
 
 from mathcircuits._errors import FixableFileNotFoundError
 from mathcircuits.data.benchmark_files import (
     ENV_ROOT,
+    WordProblem,
     default_benchmark_root,
     find_benchmark_file,
     read_benchmark_split,
@@ -53,7 +53,7 @@ _FORMAT_SUFFIX = re.compile(r"\n*\s*Answer format:.*$", re.IGNORECASE | re.DOTAL
 BOOL_CHOICES = ("yes", "no")
 
 
-def parse_choice_record(record: dict[str, Any], benchmark: str = "", uid: str = "") -> BenchmarkItem:
+def parse_choice_record(record: WordProblem, benchmark: str = "", uid: str = "") -> BenchmarkItem:
     """An LLM-Adapters multiple-choice record as a choice item.
 
     ``"Please choose ... question: Q\\n\\nAnswer1: a Answer2: b\\n\\nAnswer format: ..."`` with
@@ -118,7 +118,7 @@ def parse_choice_record(record: dict[str, Any], benchmark: str = "", uid: str = 
     )
 
 
-def _math_record(record: dict[str, Any], benchmark: str, uid: str) -> BenchmarkItem:
+def _math_record(record: WordProblem, benchmark: str, uid: str) -> BenchmarkItem:
     rationale = re.sub(r"^\s*A:\s*", "", str(record.get("output", "") or "")).strip()
     answer = str(record["answer"]).strip()
     return BenchmarkItem(benchmark, record_question(record), answer, rationale=rationale, uid=uid)
@@ -166,7 +166,7 @@ def load_llm_adapters(
     return items
 
 
-def _llm_adapters_from_hub(name: str, folder: str, split: str) -> list[dict[str, Any]]:
+def _llm_adapters_from_hub(name: str, folder: str, split: str) -> list[WordProblem]:
 
     ref = _LLM_ADAPTERS_TRAIN_REF if split == "train" else "main"
     url = _LLM_ADAPTERS_URL.format(ref=ref, folder=folder, split=split)

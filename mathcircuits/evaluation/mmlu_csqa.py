@@ -14,10 +14,10 @@ import importlib.util
 import logging
 import os
 from pathlib import Path
-from typing import Any
 
 import datasets
 
+from mathcircuits._codec import JSONObject
 from mathcircuits._errors import FixableFileNotFoundError
 from mathcircuits.evaluation.items import BenchmarkItem
 
@@ -70,9 +70,9 @@ def _arrow_split(path: str | os.PathLike | None, sub: str, split: str) -> tuple[
     return nested, str(root)
 
 
-def _load_arrow(folders: list[Path]) -> list[dict[str, Any]]:
+def _load_arrow(folders: list[Path]) -> list[JSONObject]:
 
-    records: list[dict[str, Any]] = []
+    records: list[JSONObject] = []
     for f in folders:
         records.extend(dict(r) for r in datasets.load_from_disk(str(f)))
     return records
@@ -154,7 +154,7 @@ def load_commonsense_qa(split: str = "validation", path: str | os.PathLike | Non
     return items
 
 
-def _from_hub(name: str, hub_id: str, config: str | None, split: str) -> list[dict[str, Any]]:
+def _from_hub(name: str, hub_id: str, config: str | None, split: str) -> list[JSONObject]:
 
     try:
         ds = datasets.load_dataset(hub_id, config, split=split)
