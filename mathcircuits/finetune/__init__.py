@@ -19,7 +19,7 @@
 See docs/finetune.md.
 """
 
-from mathcircuits.finetune.adapter import ADAPTER_CONFIG_NAME, ADAPTER_WEIGHTS_NAME, HeadSliceAdapter
+from mathcircuits.finetune.adapter import ADAPTER_CONFIG_NAME, ADAPTER_WEIGHTS_NAME, HeadSliceAdapter, TrainableSummary
 from mathcircuits.finetune.compare import CompareConfig, check_modes
 from mathcircuits.finetune.components import lora_rank_for_budget, mode_components, random_heads
 from mathcircuits.finetune.config import SFTConfig
@@ -90,6 +90,7 @@ __all__ = [
     "Scorers",
     "SliceError",
     "SliceSet",
+    "TrainableSummary",
     "Unit",
     "UnitComparison",
     "UnitPlan",

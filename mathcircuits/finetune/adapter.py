@@ -41,19 +41,20 @@ import inspect
 from collections import defaultdict
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import torch
 from jaxtyping import Float
 from safetensors.torch import load_file, save_file
 from torch import Tensor, nn
 
+from mathcircuits._codec import Encoded, JSONObject
 from mathcircuits._errors import FixableFileNotFoundError
 from mathcircuits._files import atomic_path, read_json, write_json
 from mathcircuits._version import __version__
-from mathcircuits.finetune.slices import ParamSlice, SliceError, SliceSet
+from mathcircuits.finetune.slices import KVPolicy, ParamSlice, SliceError, SliceSet
 
-__all__ = ["ADAPTER_CONFIG_NAME", "ADAPTER_TYPE", "ADAPTER_WEIGHTS_NAME", "HeadSliceAdapter"]
+__all__ = ["ADAPTER_CONFIG_NAME", "ADAPTER_TYPE", "ADAPTER_WEIGHTS_NAME", "HeadSliceAdapter", "TrainableSummary"]
 
 ADAPTER_CONFIG_NAME = "adapter_config.json"
 ADAPTER_WEIGHTS_NAME = "adapter_model.safetensors"
@@ -62,6 +63,18 @@ ADAPTER_TYPE = "mathcircuits/head-slice"
 
 def _key(name: str) -> str:
     return name.replace(".", "__")  # ParameterDict keys may not contain dots
+
+
+class TrainableSummary(TypedDict):
+    """What :meth:`HeadSliceAdapter.trainable_summary` counts."""
+
+    n_tuned: int
+    n_model_params: int
+    fraction: float
+    per_role: dict[str, int]
+    heads: int
+    mlps: int
+    kv_policy: KVPolicy
 
 
 class HeadSliceAdapter(nn.Module):
@@ -178,7 +191,7 @@ class HeadSliceAdapter(nn.Module):
     def n_trainable(self) -> int:
         return sum(p.numel() for p in self.deltas.values() if p.requires_grad)
 
-    def trainable_summary(self) -> dict[str, Any]:
+    def trainable_summary(self) -> TrainableSummary:
         """Counts of tuned parameters, in total and per role (PEFT's print_trainable_parameters, as a value)."""
         per_role: dict[str, int] = defaultdict(int)
         for s in self.slices.slices:
@@ -195,7 +208,7 @@ class HeadSliceAdapter(nn.Module):
 
     # ------------------------------------------------------------------ save / load
 
-    def adapter_config(self) -> dict[str, Any]:
+    def adapter_config(self) -> Encoded:
 
         return {
             "adapter_type": ADAPTER_TYPE,
@@ -223,7 +236,7 @@ class HeadSliceAdapter(nn.Module):
         return out
 
     @staticmethod
-    def read_config(path: str | Path) -> dict[str, Any]:
+    def read_config(path: str | Path) -> JSONObject:
         path = Path(path)
         cfg = read_json(path / ADAPTER_CONFIG_NAME)
         if cfg.get("adapter_type") != ADAPTER_TYPE:

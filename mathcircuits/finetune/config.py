@@ -11,8 +11,9 @@ layer's tuned heads rescaled by ``H/h`` (``H`` heads in the layer, ``h`` of them
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Any, Literal
+from typing import Literal
 
+from mathcircuits._codec import Encoded
 from mathcircuits._errors import FixableValueError
 from mathcircuits._schema import check_fields, setting
 from mathcircuits._schema import from_dict as config_from_dict
@@ -86,10 +87,10 @@ class SFTConfig:
             )
         return self.batch_size // per_step
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> Encoded:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "SFTConfig":
+    def from_dict(cls, d: Encoded) -> "SFTConfig":
         """Build from a mapping (lists are accepted for tuples); unknown keys are an error."""
         return config_from_dict(cls, d)

@@ -8,13 +8,14 @@ head-slice adapter and the trainer read it; it saves and loads as JSON on the on
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Literal
 
 import pandas as pd
 import torch
 from jaxtyping import Bool, Int
 from torch import Tensor
 
+from mathcircuits._codec import Encoded
 from mathcircuits._io import SavedResult, decode_fields, encode_fields
 from mathcircuits.finetune.layouts import KVPolicy, SliceError
 from mathcircuits.models.heads import Head
@@ -80,12 +81,12 @@ class ParamSlice:
             m.index_fill_(self.axis, self.indices(), True)
         return m
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> Encoded:
         """The slice as a plain dict of its fields (saved inside a :class:`SliceSet`)."""
         return encode_fields(self)
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "ParamSlice":
+    def from_dict(cls, d: Encoded) -> "ParamSlice":
         """Rebuild from :meth:`to_dict`; an unknown, missing or mistyped field is an error naming it."""
         return decode_fields(cls, d, "a parameter slice")
 

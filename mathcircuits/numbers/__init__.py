@@ -28,13 +28,14 @@ from mathcircuits.numbers.helix import HelixResult, fit_helix, helix_basis
 from mathcircuits.numbers.heuristics import HEURISTIC_KINDS, Heuristic, heuristic_library, match_patterns
 from mathcircuits.numbers.neurons import NeuronResult, heuristic_neurons
 from mathcircuits.numbers.patch import HelixPatchResult, helix_patch, subspace_shifts
-from mathcircuits.numbers.probes import ProbeResult, cohen_kappa, mod_probes
+from mathcircuits.numbers.probes import BestDepth, ProbeResult, cohen_kappa, mod_probes
 from mathcircuits.numbers.reading import token_fixed_periods
 from mathcircuits.numbers.results import TooFewCorrect
 from mathcircuits.numbers.spectra import Spectrum, frequency_spectrum, number_spectra, spectrum
 from mathcircuits.numbers.states import NumberStates, number_contexts, number_states
 
 __all__ = [
+    "BestDepth",
     "GridCapture",
     "HEURISTIC_KINDS",
     "HelixPatchResult",

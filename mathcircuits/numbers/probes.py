@@ -45,6 +45,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TypedDict
 
 import numpy as np
 import pandas as pd
@@ -69,7 +70,7 @@ from mathcircuits.stats import (
     bootstrap_indices,
 )
 
-__all__ = ["ProbeResult", "cohen_kappa", "mod_probes"]
+__all__ = ["BestDepth", "ProbeResult", "cohen_kappa", "mod_probes"]
 
 ALPHAS = tuple(10.0**e for e in range(-2, 6))
 DIGITS = ("units", "tens")
@@ -110,6 +111,15 @@ def _circular_error(angle: np.ndarray, digit: np.ndarray) -> np.ndarray:
     true = 2 * math.pi * digit / 10
     diff = np.abs((angle - true + math.pi) % (2 * math.pi) - math.pi)
     return diff * 10 / (2 * math.pi)
+
+
+class BestDepth(TypedDict):
+    """A probe target at its best depth (:meth:`ProbeResult.best`)."""
+
+    depth: str
+    score: Interval
+    depth0: Interval
+    control: Interval
 
 
 @dataclass(frozen=True, repr=False)
@@ -189,7 +199,7 @@ class ProbeResult(SavedResult):
         s = self.score[t, 1:] if self.metrics[t] == "kappa" else -self.score[t, 1:]
         return int(torch.nan_to_num(s, nan=-math.inf).argmax()) + 1
 
-    def best(self, target: str) -> dict[str, object]:
+    def best(self, target: str) -> BestDepth:
         """At the best depth: the score, the depth-0 baseline and the control task, each an :class:`Interval`."""
         d = self.best_depth(target)
         return {

@@ -34,11 +34,12 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
+from mathcircuits._codec import JSONObject
 from mathcircuits._errors import FixableValueError
 from mathcircuits._io import SavedResult
 from mathcircuits.data import Operation, answer_spacing, render_prompt
 from mathcircuits.data.templates import TemplateSet
-from mathcircuits.models import HookedModel, ModelSpec, as_spec, hooks
+from mathcircuits.models import HookedModel, ModelSpec, PrefixCaches, as_spec, hooks
 from mathcircuits.models.prefix import PrefixRunner
 from mathcircuits.numbers.reading import Tokenization, depth_labels, number_reading, number_token_counts
 
@@ -138,7 +139,7 @@ class NumberStates(SavedResult):
     tokens_per_number: tuple[int, ...]
     last_tokens: tuple[int, ...]
     reading: str
-    model: ModelSpec | dict[str, Any]
+    model: ModelSpec | JSONObject
 
     STAGE = "numbers"
 
@@ -201,7 +202,7 @@ def number_states(
     last = [tok(contexts[0] + str(n), add_special_tokens=False)["input_ids"][-1] for n in numbers]
     for c, ctx in enumerate(contexts):
         ids = [tok(ctx + str(n), add_special_tokens=False)["input_ids"] for n in numbers]
-        caches: dict[tuple[int, ...], Any] = {}  # the context's prefix runs once for all its numbers
+        caches: PrefixCaches = {}  # the context's prefix runs once for all its numbers
         groups: dict[int, list[int]] = defaultdict(list)
         for i, row in enumerate(ids):
             groups[len(row)].append(i)

@@ -19,6 +19,7 @@ import pandas as pd
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from mathcircuits._codec import Encoded
 from mathcircuits._errors import FixableValueError
 from mathcircuits._files import ResultFileError, atomic_path, read_json
 from mathcircuits._io import SavedResult
@@ -52,7 +53,7 @@ class StageSummary(SavedResult):
     peak_memory: PeakMemory | None = dataclasses.field(default=None, kw_only=True)
 
     @classmethod
-    def from_dict(cls: type[S], d: dict[str, Any], source: Path | str = "summary") -> S:  # noqa: PYI019
+    def from_dict(cls: type[S], d: Encoded, source: Path | str = "summary") -> S:  # noqa: PYI019
         """Rebuild from :meth:`to_dict`; unknown, missing or mistyped fields are an error naming ``source``."""
         try:
             return super().from_dict(d, source=str(source))  # type: ignore[misc]

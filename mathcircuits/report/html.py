@@ -17,6 +17,7 @@ from collections.abc import Mapping
 import pandas as pd
 import plotly.graph_objects as go
 
+from mathcircuits._codec import EncodedValue
 from mathcircuits.models import Head
 from mathcircuits.models.memory import PeakMemory
 from mathcircuits.stats import DEFAULT_CONFIDENCE, METHOD_TEXT, format_points, wilson_interval
@@ -124,7 +125,7 @@ def _key(k: str, v: object) -> str:
     return k.replace("_", " ")
 
 
-def kv_table(d: Mapping[str, object]) -> str:
+def kv_table(d: Mapping[str, EncodedValue]) -> str:
     """A two-column table of a mapping (one row per key; ``snake_case`` keys read as words)."""
     rows = "".join(f"<tr><th>{esc(_key(str(k), v))}</th><td>{_cell(v)}</td></tr>" for k, v in d.items())
     return f'<table class="tbl">{rows}</table>'

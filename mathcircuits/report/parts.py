@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 import pandas as pd
 import plotly.graph_objects as go
 
+from mathcircuits._codec import EncodedValue
 from mathcircuits.ablation import KnockoutResult, TransferResult
 from mathcircuits.analysis import AttentionByRole, HeadPatterns, MLPProbeResult
 from mathcircuits.circuit import Circuit, Faithfulness
@@ -70,7 +71,7 @@ class ReportParts:
     title: str = ""
     claims: ClaimsCard | None = None
     model_spec: ModelSpec | None = None
-    data_summary: Mapping[str, object] | None = None
+    data_summary: Mapping[str, EncodedValue] | None = None
     accuracy_table: pd.DataFrame | None = None
     patching: Mapping[str, PatchingResult] = field(default_factory=dict)
     patching_overall: PatchingResult | None = None
