@@ -34,8 +34,9 @@ from mathcircuits._noise import filter_dependency_warnings
 
 if TYPE_CHECKING:
     from mathcircuits import viz
-    from mathcircuits._codec import Encoded, EncodedValue, JSONObject, JSONValue
+    from mathcircuits._codec import Encoded, EncodedValue
     from mathcircuits._errors import FixableError
+    from mathcircuits._files import JSONObject, JSONValue
     from mathcircuits._io import ResultFileError
     from mathcircuits.ablation import knockout_curve
     from mathcircuits.analysis import attention_by_role
@@ -62,8 +63,8 @@ _VERBS = {
     "run_pipeline": "mathcircuits.pipeline",
     "ResultFileError": "mathcircuits._io",  # what every load raises for a file it cannot read
     "FixableError": "mathcircuits._errors",  # what every refused input raises: its .problem and .fix
-    "JSONObject": "mathcircuits._codec",  # the types of what crosses a file border: a JSON object,
-    "JSONValue": "mathcircuits._codec",
+    "JSONObject": "mathcircuits._files",  # the types of what crosses a file border: a JSON object,
+    "JSONValue": "mathcircuits._files",
     "Encoded": "mathcircuits._codec",  # a saved value's dict (to_dict / from_dict)
     "EncodedValue": "mathcircuits._codec",
 }

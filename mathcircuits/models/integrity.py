@@ -60,7 +60,6 @@ from jaxtyping import Int
 from torch import Tensor
 from transformer_lens.model_bridge import TransformerBridge
 
-from mathcircuits._codec import JSONObject
 from mathcircuits._errors import FixableError
 from mathcircuits.data.pairset import PairSet
 from mathcircuits.models.compat import installed_versions
@@ -133,7 +132,7 @@ class CheckRecord:
     tolerance: float
     seconds: float = 0.0  # the check's own CPU time (process time, so a loaded machine reads the same)
 
-    def to_dict(self) -> JSONObject:
+    def to_dict(self) -> dict[str, Any]:
         return {
             "path": self.path,
             "model": self.model,

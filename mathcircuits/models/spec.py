@@ -22,8 +22,8 @@ from typing import Any, Protocol, runtime_checkable
 
 from torch import nn
 
-from mathcircuits._codec import JSONObject
 from mathcircuits._errors import FixableError, FixableTypeError
+from mathcircuits._files import JSONObject
 from mathcircuits._io import decode_fields
 
 __all__ = ["IDENTITY_KEYS", "Bridged", "ModelMismatchError", "ModelSpec", "as_spec", "check_model", "heads_by_layer"]

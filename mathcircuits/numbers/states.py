@@ -34,8 +34,8 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
-from mathcircuits._codec import JSONObject
 from mathcircuits._errors import FixableValueError
+from mathcircuits._files import JSONObject
 from mathcircuits._io import SavedResult
 from mathcircuits.data import Operation, answer_spacing, render_prompt
 from mathcircuits.data.templates import TemplateSet

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from mathcircuits._errors import FixableFileNotFoundError
-from mathcircuits._files import read_json
+from mathcircuits._files import JSONObject, JSONValue, read_json
 from mathcircuits._io import ResultFileError
 from mathcircuits.ablation import KnockoutResult
 from mathcircuits.analysis import AttentionByRole, MLPProbeResult
@@ -37,10 +37,10 @@ from mathcircuits.viz import find_chromium
 __all__ = ["check_same_config", "compare_model_runs", "load_run_results"]
 
 
-def _flat(d: Any, prefix: str = "") -> dict[str, Any]:
+def _flat(d: JSONValue, prefix: str = "") -> dict[str, JSONValue]:
     if not isinstance(d, dict):
         return {prefix: d}
-    out: dict[str, Any] = {}
+    out: dict[str, JSONValue] = {}
     for k, v in d.items():
         out |= _flat(v, f"{prefix}.{k}" if prefix else k)
     return out
@@ -68,7 +68,7 @@ def check_same_config(a: RunConfig, b: RunConfig, where: tuple[str, str]) -> Non
         )
 
 
-def _identity(paths: RunPaths) -> dict[str, Any]:
+def _identity(paths: RunPaths) -> JSONObject:
     """The model section a run was made with (``.run.json``, which the user is not meant to edit)."""
     try:
         model = dict(read_json(paths.identity)["model"])

@@ -22,8 +22,7 @@ from typing import Any
 import tomllib
 import yaml
 
-from mathcircuits._codec import JSONObject
-from mathcircuits._files import StrictYAMLError, atomic_path, load_yaml
+from mathcircuits._files import JSONObject, StrictYAMLError, atomic_path, load_yaml
 from mathcircuits._schema import ConfigError, describe, from_dict, plain
 from mathcircuits.ablation.config import ValidationConfig
 from mathcircuits.analysis.config import AnalysisConfig
@@ -88,7 +87,7 @@ class RunConfig:
         """Section name → its config class, in file order."""
         return {f.name: f.default_factory for f in dataclasses.fields(RunConfig)}  # type: ignore[misc]
 
-    def to_dict(self) -> JSONObject:
+    def to_dict(self) -> dict[str, JSONObject]:
         """Plain values (tuples as lists) of the settable fields, as written to config.yaml."""
         d = plain(self)
         for name, sec_cls in self.sections().items():

@@ -29,12 +29,14 @@ import shutil
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal, Required, TypedDict
 
-from mathcircuits._files import is_temporary, read_json, write_json
+from mathcircuits._codec import Encoded
+from mathcircuits._files import JSONObject, is_temporary, read_json, write_json
 from mathcircuits.pipeline.paths import MARKER, RUNNING
 
 __all__ = [
+    "Marker",
     "StageState",
     "clear_stage_folder",
     "hash_outputs",
@@ -45,6 +47,15 @@ __all__ = [
 
 _SKIP = {MARKER, RUNNING}
 _CHUNK = 1 << 22
+
+
+class Marker(TypedDict, total=False):
+    """A stage's marker file (``.done.json``; the running marker holds the fingerprint alone)."""
+
+    fingerprint: Required[str]
+    summary: JSONObject  # the stage summary's to_dict()
+    checks: list[JSONObject]  # the run-time checks the stage ran
+    outputs: dict[str, str]  # output file → its hash
 
 
 @dataclass(frozen=True)
@@ -158,7 +169,7 @@ def clear_stage_folder(folder: Path) -> None:
             child.unlink()
 
 
-def read_marker(path: Path) -> dict[str, Any] | None:
+def read_marker(path: Path) -> Marker | None:
     """A marker's content, or None when it is missing or unreadable (a damaged marker is no marker)."""
     if not path.is_file():
         return None
@@ -174,7 +185,7 @@ def states(
     upstream: Callable[[str], Sequence[str]],
     folder: Callable[[str], Path],
     marker: Callable[[str], Path],
-    fingerprint: Callable[[str, Mapping[str, dict[str, Any]]], str],
+    fingerprint: Callable[[str, Mapping[str, Marker]], str],
     verify: bool = True,
 ) -> dict[str, StageState]:
     """Every stage's state, in pipeline order (an upstream's state decides its downstream's).
@@ -191,7 +202,7 @@ def states(
         Stage name → :class:`StageState`.
     """
     out: dict[str, StageState] = {}
-    markers: dict[str, dict[str, Any]] = {}
+    markers: dict[str, Marker] = {}
     for name in names:
         m = read_marker(marker(name))
         if m is None:
@@ -210,7 +221,7 @@ def states(
     return out
 
 
-def write_marker(path: Path, fingerprint: str, summary: dict[str, Any], checks: list[dict[str, Any]]) -> None:
+def write_marker(path: Path, fingerprint: str, summary: Encoded, checks: list[JSONObject]) -> None:
     """Hash the stage folder's outputs and write the marker last (atomically).
 
     Args:

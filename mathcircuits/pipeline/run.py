@@ -29,15 +29,14 @@ import os
 import platform
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
 
 import torch
 import yaml
 
 from mathcircuits._errors import FixableError
-from mathcircuits._files import DISK_FULL, atomic_path, read_json, write_json
+from mathcircuits._files import DISK_FULL, JSONObject, JSONValue, atomic_path, read_json, write_json
 from mathcircuits.models import canonical_source, check_versions, checks_run, fast_paths
 from mathcircuits.models.compat import installed_versions
 from mathcircuits.models.memory import MemoryMeter, cuda_devices
@@ -112,7 +111,7 @@ def is_input_error(err: BaseException) -> bool:
     return isinstance(err, (OSError, FixableError))
 
 
-def _model_section(d: dict[str, Any]) -> dict[str, Any]:
+def _model_section(d: dict[str, JSONObject]) -> JSONObject:
     """The model section as fingerprints see it: ``fast_paths`` is left out, since fast and plain paths give
     the same numbers (each fast path is checked against its plain one at run time), and so is ``device_map``,
     since where the layers sit does not change what they compute (``tests/test_big_models.py``)."""
@@ -126,7 +125,7 @@ def _on_cuda(cfg: RunConfig) -> bool:
 
 #: settings added after run folders existed, with the value that reproduces what runs did before them: at that
 #: value a setting is left out of the fingerprints, so folders made before it was added stay valid.
-LATER_SETTINGS: dict[str, dict[str, Any]] = {
+LATER_SETTINGS: dict[str, JSONObject] = {
     "data": {"counterfactual": "operator", "fewshot_operations": "same"},
     "patching": {"max_memory": ""},
     "model": {"device_map": ""},
@@ -135,14 +134,14 @@ LATER_SETTINGS: dict[str, dict[str, Any]] = {
 #: settings added later that only one choice of another setting reads: (section, setting) → (setting, value).
 #: Under any other value they change nothing, so they are left out of the fingerprints (``threshold_of`` is read
 #: by the threshold rule alone; the zscore and topk rules select the same heads whatever it says).
-READ_ONLY_WHEN: dict[tuple[str, str], tuple[str, Any]] = {("selection", "threshold_of"): ("rule", "threshold")}
+READ_ONLY_WHEN: dict[tuple[str, str], tuple[str, JSONValue]] = {("selection", "threshold_of"): ("rule", "threshold")}
 
 
-def _without_later_defaults(d: dict[str, Any]) -> dict[str, Any]:
+def _without_later_defaults(d: dict[str, JSONObject]) -> dict[str, JSONObject]:
     """The config dict as fingerprints see it: settings of :data:`LATER_SETTINGS` at their earlier value left out,
     and those of :data:`READ_ONLY_WHEN` where the setting that reads them has another value."""
 
-    def kept(s: str, k: str, v: Any, sec: dict[str, Any]) -> bool:
+    def kept(s: str, k: str, v: JSONValue, sec: JSONObject) -> bool:
         if LATER_SETTINGS.get(s, {}).get(k, _ABSENT) == v:
             return False
         when = READ_ONLY_WHEN.get((s, k))
@@ -154,7 +153,7 @@ def _without_later_defaults(d: dict[str, Any]) -> dict[str, Any]:
 _ABSENT = object()
 
 
-def _fingerprint(paths: RunPaths, cfg: RunConfig, name: str, markers: dict[str, dict[str, Any]] | None = None) -> str:
+def _fingerprint(paths: RunPaths, cfg: RunConfig, name: str, markers: Mapping[str, JSONObject] | None = None) -> str:
     stage, d = STAGES[name], _without_later_defaults(cfg.to_dict())
     ups = []
     for u in stage.upstream:
@@ -200,7 +199,7 @@ def done_summary(run_dir: str | Path, name: str) -> StageSummary:
     return STAGES[name].summary.from_dict(read_json(marker)["summary"], source=marker)
 
 
-def _identity_model(paths: RunPaths) -> dict[str, Any] | None:
+def _identity_model(paths: RunPaths) -> JSONObject | None:
     """The model section the folder was created for (its identity file; older folders: config.yaml)."""
     if paths.identity.is_file():
         try:

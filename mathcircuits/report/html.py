@@ -75,7 +75,7 @@ def esc(x: object) -> str:
     return html.escape(str(x))
 
 
-def memory_text(peak: PeakMemory | Mapping[str, object]) -> str:
+def memory_text(peak: PeakMemory | Mapping[str, EncodedValue]) -> str:
     """A stage's peak memory as people read it: ``"676 MiB (CPU RSS)"``, from a :class:`PeakMemory` or its dict."""
     d = dataclasses.asdict(peak) if isinstance(peak, PeakMemory) else dict(peak)
     how = {"cpu_rss": "CPU RSS", "cuda_allocated": "CUDA allocated"}.get(str(d.get("how")), str(d.get("how")))
