@@ -96,10 +96,11 @@ def role_findings(
     chose: Sequence[int] | None = None,
     uncertainty: Uncertainty = DEFAULT_UNCERTAINTY,
 ) -> RoleTest:
-    """Class each key head by role on half the pairs, test each role against its sink-free layer-mates on the other.
+    """Class each key head by role on half the pairs and test each role against the sink-free layer-mates on the
+    other half (the module docstring's steps 1-5).
 
-    The module docstring's steps 1-5. ``chose`` holds the identification pairs' ids (None: unknown, nothing left
-    out). Refuses a key head, or every layer-mate of one, missing from ``attention``, or no sink measured.
+    ``chose`` holds the identification pairs' ids (None: unknown, nothing left out). Refuses a key head, or every
+    layer-mate of one, missing from ``attention``, or no sink measured.
     """
     heads = [Head.of(h) for h in attention.heads]
     missing = _unmeasured(attention, key)

@@ -96,7 +96,7 @@ def precise_definition(n_heads: int, n_kv_shared: int, n_params: int | None = No
 
 
 def c6_verdict(d_full_base: Interval, d_precise_full: Interval, d_generic: Interval | None) -> C6Ruling:
-    """The C6 rule on three accuracy differences (module docstring); ``d_generic`` None: no generic benchmark."""
+    """The C6 rule on three intervals (accuracy differences; see the module docstring)."""
     m = -C6_MARGIN
     margin = MARGIN_TEXT
     effect = d_full_base.low > 0

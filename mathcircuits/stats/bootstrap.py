@@ -86,10 +86,7 @@ def bootstrap_statistic(
     statistic=None,
     uncertainty: Uncertainty = DEFAULT_UNCERTAINTY,
 ) -> Interval:
-    """Percentile-bootstrap interval of a scalar statistic of one sample (default: the mean over rows).
-
-    ``value`` is the statistic of the full sample.
-    """
+    """Percentile-bootstrap interval of a scalar statistic of one sample (default: the mean over rows)."""
     n_boot, confidence, seed = uncertainty.n_boot, uncertainty.confidence, uncertainty.seed
     x = torch.as_tensor(values, dtype=torch.float64)
     if x.ndim == 0 or x.shape[0] == 0:
@@ -172,10 +169,7 @@ def cluster_bootstrap(
     strata: Sequence[object] | None = None,
     uncertainty: Uncertainty = DEFAULT_UNCERTAINTY,
 ) -> Interval:
-    """Percentile interval of a scalar statistic, resampling whole clusters (templates) within strata (operations).
-
-    ``value`` is the statistic of all rows; ``method="cluster_bootstrap"``.
-    """
+    """Percentile interval of a scalar statistic, resampling whole clusters (templates) within strata (operations)."""
     n_boot, confidence, seed = uncertainty.n_boot, uncertainty.confidence, uncertainty.seed
     x = torch.as_tensor(values, dtype=torch.float64)
     if x.ndim == 0 or x.shape[0] != len(clusters):
@@ -230,7 +224,7 @@ def mean_interval(
     strata: Sequence[object] | None = None,
     uncertainty: Uncertainty = DEFAULT_UNCERTAINTY,
 ) -> tuple[Float[Tensor, "..."], Float[Tensor, "..."], IntervalMethod]:
-    """The interval of per-row means over clusters when it can, else over rows.
+    """The interval of per-row means that every analysis should use: over clusters when it can, else over rows.
 
     Rows of one template are not independent: with clusters given and :data:`MIN_CLUSTERS` in every stratum this is
     :func:`cluster_bootstrap_mean`, else :func:`bootstrap_mean`. The returned method says which:

@@ -122,8 +122,7 @@ def cluster_t_interval(
 ) -> tuple[Float[Tensor, "..."], Float[Tensor, "..."], Float[Tensor, "..."]]:
     """Bootstrap-t interval of the mean of template means, for every cell at once (module docstring).
 
-    ``values`` is [row, ...] without NaN; each stratum needs two clusters. Returns ``(value, low, high)``, each
-    shaped like one row.
+    ``values`` [row, ...] without NaN; each stratum needs two clusters; returns ``(value, low, high)`` like a row.
     """
     x = torch.as_tensor(values, dtype=torch.float64)
     cm = cluster_means(x, clusters, strata)
