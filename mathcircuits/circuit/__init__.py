@@ -43,7 +43,8 @@ from mathcircuits.circuit.edges import check_edges, exact_edges, patched_inputs,
 from mathcircuits.circuit.faithfulness import faithfulness
 from mathcircuits.circuit.graph_files import GraphFile, read_graph, write_graph
 from mathcircuits.circuit.intervene import AblationValues, Wiring, check_circuit_run, circuit_logprob, resample_values
-from mathcircuits.circuit.mib import MIBMetric, area_under, mib_scores, prune_edges
+from mathcircuits.circuit.mib import area_under, mib_scores, prune_edges
+from mathcircuits.circuit.mib_metric import MIBMetric
 from mathcircuits.circuit.mib_nodes import (
     NODE_METHODS,
     NodeMethod,

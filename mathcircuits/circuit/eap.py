@@ -50,7 +50,7 @@ from mathcircuits.circuit.chain import first_diff, receiver_input
 from mathcircuits.circuit.components import Receiver, Sender, upstream_senders
 from mathcircuits.circuit.edge_scores import INPUT, EdgeScores, graph_edges
 from mathcircuits.circuit.intervene import RunScore, answer_logprob
-from mathcircuits.circuit.mib import MIBMetric, _first_difference, _logit_diff
+from mathcircuits.circuit.mib_metric import MIBMetric, mib_readout
 from mathcircuits.circuit.pair_cache import PairCache, pair_cache
 from mathcircuits.data.pairset import PairSet
 from mathcircuits.models import HookedModel, hooks
@@ -265,28 +265,6 @@ def edge_attribution(
     return sum(alpha_effects(model, cache, readout, alphas, positions)) / len(alphas)
 
 
-def _readouts(pairs: PairSet, metric: MIBMetric) -> tuple[list[int], Any]:
-    """The rows ``metric`` can score and, per batch, its readout (as :func:`~.mib.mib_scores` reads it)."""
-    if metric == "answer_logprob":
-        return list(range(len(pairs))), lambda idx: answer_logprob
-    if metric != "logit_diff":
-        raise FixableValueError(f"metric {metric!r} is unknown. ", "use 'logit_diff' or 'answer_logprob'.")
-    if not pairs.has("cf_answer_tokens"):
-        raise FixableValueError(
-            "metric 'logit_diff' needs each pair's counterfactual answer (cf_answer_tokens). ",
-            "generate pairs with an operand counterfactual, or metric='answer_logprob'.",
-        )
-    ans, cf_ans = pairs.answer_tokens, pairs.cf_answer_tokens
-    firsts = [_first_difference(a, c) for a, c in zip(ans, cf_ans)]
-    rows = [i for i, j in enumerate(firsts) if j is not None]
-    if not rows:
-        raise FixableValueError("no pair's answers differ in a shared token position. ", "other counterfactuals.")
-    first = torch.tensor([j or 0 for j in firsts], device="cpu")  # host indices: _logit_diff moves them
-    good = torch.tensor([a[j or 0] for a, j in zip(ans, firsts)], device="cpu")
-    bad = torch.tensor([c[j or 0] if j is not None else 0 for c, j in zip(cf_ans, firsts)], device="cpu")
-    return rows, lambda idx: _logit_diff(first[idx], good[idx], bad[idx])
-
-
 def eap_scores(
     model: HookedModel,
     pairs: PairSet,
@@ -310,13 +288,13 @@ def eap_scores(
     """
     t0 = time.perf_counter()
     ig_alphas(method, steps)
-    rows, readout_of = _readouts(pairs, metric)
+    readouts = mib_readout(pairs, metric)
     parallel = block_structure(model).parallel
     total, n = None, 0
-    for b in circuit_batches(model, pairs, "suffix", batch_size, rows=rows):
+    for b in circuit_batches(model, pairs, "suffix", batch_size, rows=list(readouts.rows)):
         P = b.n_prompt
         cache = pair_cache(model, b.tokens[:, :P], b.cf_tokens[:, :P], b.answers[:, 0], answers=b.answers)
-        eff = edge_attribution(model, cache, readout_of(b.idx), method, steps).sum(0)
+        eff = edge_attribution(model, cache, readouts.of(b.idx), method, steps).sum(0)
         total = eff if total is None else total + eff
         n += len(b.idx)
     senders, receivers = graph_nodes(model, parallel)

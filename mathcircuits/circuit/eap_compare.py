@@ -29,11 +29,11 @@ from mathcircuits.circuit.attribution import ScreenAgreement, screen_agreement
 from mathcircuits.circuit.batches import circuit_batches
 from mathcircuits.circuit.chain import first_diff
 from mathcircuits.circuit.components import Receiver, Sender
-from mathcircuits.circuit.eap import DEFAULT_IG_STEPS, _readouts, alpha_effects, graph_nodes, ig_alphas
+from mathcircuits.circuit.eap import DEFAULT_IG_STEPS, alpha_effects, graph_nodes, ig_alphas
 from mathcircuits.circuit.edge_scores import EdgeScores, graph_edges
 from mathcircuits.circuit.edges import exact_edges
 from mathcircuits.circuit.intervene import answer_logprob
-from mathcircuits.circuit.mib import MIBMetric
+from mathcircuits.circuit.mib_metric import MIBMetric, mib_readout
 from mathcircuits.circuit.pair_cache import PairCache, pair_cache
 from mathcircuits.circuit.result import Circuit
 from mathcircuits.data.pairset import PairSet
@@ -123,13 +123,13 @@ def ig_convergence(
             f"steps {list(steps)} must be two or more increasing counts ≥ 1. ", "e.g. (1, 2, 5, 10, 20)."
         )
     t0 = time.perf_counter()
-    rows, readout_of = _readouts(pairs, metric)
+    readouts = mib_readout(pairs, metric)
     si, ri = _edge_index(model, block_structure(model).parallel)
     alphas = sorted({Fraction(j, n) for n in counts for j in range(n)})
     per: dict[int, list[Tensor]] = {n: [] for n in counts}
-    for b, cache in _caches(model, pairs, rows, batch_size):
+    for b, cache in _caches(model, pairs, list(readouts.rows), batch_size):
         acc = {n: 0.0 for n in counts}
-        grid = alpha_effects(model, cache, readout_of(b.idx), [float(a) for a in alphas])
+        grid = alpha_effects(model, cache, readouts.of(b.idx), [float(a) for a in alphas])
         for a, eff in zip(alphas, grid):
             for n in counts:
                 if (a * n).denominator == 1:  # a = j/n for some j

@@ -49,9 +49,10 @@ from torch import Tensor
 from mathcircuits._errors import FixableValueError
 from mathcircuits.circuit.batches import CircuitBatch, circuit_batches
 from mathcircuits.circuit.components import Sender
-from mathcircuits.circuit.eap import DEFAULT_IG_STEPS, _readouts, ig_alphas
+from mathcircuits.circuit.eap import DEFAULT_IG_STEPS, ig_alphas
 from mathcircuits.circuit.intervene import Wiring, circuit_logprob, resample_values
-from mathcircuits.circuit.mib import MIBMetric, clean_readout, curve_summary
+from mathcircuits.circuit.mib import clean_readout, curve_summary
+from mathcircuits.circuit.mib_metric import MIBMetric, mib_readout
 from mathcircuits.circuit.mib_result import MIB_PERCENTAGES, MIBScores
 from mathcircuits.data.pairset import PairSet
 from mathcircuits.models import HookedModel, hooks
@@ -214,10 +215,10 @@ def node_scores(
         values = torch.randn(len(nodes), generator=g, dtype=torch.float64, device="cpu")
         return NodeScores(model.spec, nodes, tuple(values.tolist()), method, time.perf_counter() - t0, metric)
     alphas = ig_alphas(method, steps) if method != "exact" else []
-    rows, readout_of = _readouts(pairs, metric)
+    readouts = mib_readout(pairs, metric)
     total, n, store = torch.zeros(len(nodes), dtype=torch.float64, device="cpu"), 0, {}
-    for b in circuit_batches(model, pairs, "suffix", batch_size, rows=rows):
-        readout = readout_of(b.idx)
+    for b in circuit_batches(model, pairs, "suffix", batch_size, rows=list(readouts.rows)):
+        readout = readouts.of(b.idx)
         if method == "exact":
             labels = sorted(b.where)
             wirings = [_wiring([s], labels, complement=True) for s in nodes]
@@ -259,16 +260,15 @@ def mib_node_scores(
         raise FixableValueError(
             f"percentages {list(percentages)} must increase within (0, 1]. ", "use MIB_PERCENTAGES."
         )
-    rows, readout_of = _readouts(pairs, metric)
-    dropped = len(pairs) - len(rows)
+    readouts = mib_readout(pairs, metric)
     nodes, n_nodes = scores.nodes, len(scores.nodes)
     rankings = {"signed": scores.ranking(absolute=False), "absolute": scores.ranking(absolute=True)}
     kept = {name: [order[: int(p * n_nodes)] for p in grid] for name, order in rankings.items()}
     parts: dict[str, list[Tensor]] = {"signed": [], "absolute": []}
     parts_empty, parts_clean, templates, operations = [], [], [], []
     store: dict[tuple[int, ...], Any] = {}
-    for b in circuit_batches(model, pairs, "suffix", batch_size, rows=rows):
-        readout, labels = readout_of(b.idx), sorted(b.where)
+    for b in circuit_batches(model, pairs, "suffix", batch_size, rows=list(readouts.rows)):
+        readout, labels = readouts.of(b.idx), sorted(b.where)
         values = resample_values(model, b, store)
         clean = clean_readout(model, b, readout, store)
         circuits = [[]] + [k for name in rankings for k in kept[name] if len(k) < n_nodes]
@@ -300,11 +300,16 @@ def mib_node_scores(
         n_edges=n_nodes,
         kept_signed=tuple(len(k) for k in kept["signed"]),
         kept_absolute=tuple(len(k) for k in kept["absolute"]),
-        **summary,
+        faithfulness_signed=summary.faithfulness_signed,
+        faithfulness_absolute=summary.faithfulness_absolute,
+        cpr=summary.cpr,
+        cmd=summary.cmd,
+        denominator=summary.denominator,
+        interval_over=summary.interval_over,
         clean=float(clean_all.mean()),
         counterfactual=float(empty.mean()),
         n_pairs=len(clean_all),
-        dropped=dropped,
+        dropped=readouts.dropped,
         score_seconds=scores.seconds,
         seconds=time.perf_counter() - t0,
         level="node",
