@@ -53,8 +53,8 @@ class CrossOperation(SavedResult):
     STAGE = "validate"
 
     def to_dataframe(self, confidence: float = DEFAULT_CONFIDENCE) -> pd.DataFrame:
-        """One row per (source, target): key set sizes, shared heads, Jaccard index, clean and ablated accuracy
-        (Wilson interval) on the target's pairs, and the drop.
+        """One row per (source, target): the two key sets' sizes, shared heads and Jaccard index, the clean and
+        ablated accuracy on the target's pairs with the ablated accuracy's Wilson interval, and the drop.
         """
         rows = []
         for i, s in enumerate(self.operations):

@@ -181,10 +181,11 @@ class PositionPool:
     def value(
         self, key: PoolKey, pair_id: int, seq: Sequence[int], own: Tensor | None, start: int = 0
     ) -> Tensor | None:
-        """The mean ``hook_z`` ``[pos − start, layer, head, d_head]`` over the pool items of ``key`` from ``start`` on.
+        """The mean ``hook_z`` from position ``start`` to the end of ``seq`` ``[pos − start, layer, head, d_head]``
+        over the pool items of ``key``, leaving out the item with ``pair_id`` when it is the same sequence ``seq``.
 
-        The item ``pair_id`` is left out when it is this very sequence ``seq``; ``own`` is its ``hook_z`` from
-        ``start`` on (needed when it is in the pool). None when a position of ``seq`` has no other item.
+        ``own``: that item's ``hook_z`` from ``start`` on (needed when it is in the pool). None when a position
+        of ``seq`` has no other item.
         """
         if key not in self.items:
             return None

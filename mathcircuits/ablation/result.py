@@ -43,8 +43,8 @@ class KnockoutResult(SavedResult):
     VERSION = 3
 
     def to_dataframe(self):
-        """One row per k: ranked accuracy with its Wilson 95% interval over the ``n_pairs`` pairs, the random
-        orders' mean, std and range, and the drops.
+        """One row per k: ranked accuracy with its Wilson 95% interval over the ``n_pairs`` pairs
+        (ranked_low, ranked_high), the random orders' mean, std and range (random_min, random_max), and drops.
         """
 
         rnd = self.random_accuracy
@@ -148,7 +148,9 @@ class TransferResult(SavedResult):
         return [r for r in self.rows if r.measured]
 
     def to_dataframe(self):
-        """One row per set: status, clean, key- and random-ablated accuracies, each with its Wilson interval."""
+        """One row per set: status, clean accuracy and the key/random-ablated accuracies on the clean-correct
+        items, each with its Wilson interval (``*_low``, ``*_high``).
+        """
 
         return pd.DataFrame([r.to_dict() for r in self.rows], columns=[f.name for f in fields(TransferRow)])
 

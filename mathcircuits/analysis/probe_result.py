@@ -106,7 +106,10 @@ class MLPProbeResult(SavedResult):
         return operation_rows(self.operations, operation)
 
     def first_raising_layer(self, operation: Operation | None = None, min_margin: float = 0.25) -> int | None:
-        """First layer whose mean ``update_direct_margin`` over pairs exceeds ``min_margin`` (logits); None if none."""
+        """First layer whose MLP update, on average over pairs, raises the answer above the other numbers.
+
+        That is, mean ``update_direct_margin`` > ``min_margin`` (logits); None if no layer does.
+        """
         return _first_raising(self.update_direct_margin[self.rows(operation)], min_margin)
 
     def lens_top1_layer(self, operation: Operation | None = None, min_share: float = 0.5) -> int | None:

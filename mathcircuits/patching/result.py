@@ -238,7 +238,8 @@ class PatchingResult(SavedResult):
 
     def to_dataframe(self):
         """One row per sender: kind (head|mlp), layer, head (``<NA>`` for MLPs), effect, its interval
-        (effect_low, effect_high), rank (most negative first), and ``share`` of the total effect.
+        (effect_low, effect_high), rank (most negative first), and ``share``: the effect as a share of the total
+        effect, ``effect / |total|`` (NaN without a usable total).
 
         Without per-pair effects (``keep_per_pair=False``, the default) there are no interval columns
         rather than columns of NaN, with a one-time warning saying the fix.
