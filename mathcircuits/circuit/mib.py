@@ -135,8 +135,7 @@ def area_under(x: Sequence[float], y: Tensor) -> Tensor:
 
 
 def _check(model: HookedModel, b: Any, values: Any, order: list[int]) -> tuple[float, float]:
-    """The masked run against the position-wise run on one batch (difference, tolerance): the empty circuit and the
-    smallest top-n circuit of the ranking that survives pruning (n = 32, 64, …; small, so the slow run is cheap)."""
+    """Masked vs position-wise run on one batch: the empty circuit and the smallest surviving top-n (n = 32, 64, …)."""
     labels, g = sorted(b.where), model.spec.group_size
     edges = graph_edges(model.spec, block_structure(model).parallel)
     small: set[int] = set()
@@ -172,21 +171,11 @@ def mib_scores(
 ) -> MIBScores:
     """MIB's faithfulness curves, CPR and CMD of an edge ranking on ``pairs`` (see the module docstring).
 
-    Args:
-        model: the hooked model the scores were made on.
-        pairs: operand-counterfactual pairs (``cf_answer_tokens`` needed for ``logit_diff``), disjoint from the
-            pairs that made the scores.
-        scores: a score for every edge of the model's graph (:func:`~mathcircuits.circuit.graph_edges`).
-        metric: ``"logit_diff"`` (MIB-style) or ``"answer_logprob"``.
-        percentages: the grid, fractions of the graph's edges in (0, 1], increasing.
-        uncertainty: the bootstrap (None: no intervals).
-        batch_size: pairs per batch.
-        run: ``"masked"`` (:mod:`.mib_run`: the whole graph's mask, one einsum per layer) or ``"positions"`` (the
-            position-wise circuit run, :mod:`.intervene`: the reference, slow on large graphs).
-        check: before first use on a model, compare the masked run with the position-wise one on two circuits.
-
-    Returns:
-        A :class:`~mathcircuits.circuit.MIBScores`.
+    ``pairs``: disjoint from those that made the scores (``cf_answer_tokens`` for ``logit_diff``).
+    ``percentages``: fractions of the graph's edges in (0, 1], increasing. ``uncertainty`` None: no
+    intervals. ``run``: ``"masked"`` (:mod:`.mib_run`, one einsum per layer) or ``"positions"`` (the
+    position-wise reference, :mod:`.intervene`, slow on large graphs). ``check``: before first use on a
+    model, compare the two runs on two circuits.
     """
     t0 = time.perf_counter()
     spec = model.spec
