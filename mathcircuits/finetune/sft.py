@@ -58,7 +58,7 @@ from mathcircuits.finetune.methods import METHODS
 from mathcircuits.finetune.result import SFTResult
 from mathcircuits.finetune.sliceset import SliceSet
 from mathcircuits.models import ModelSpec
-from mathcircuits.models.placement import check_trainable_placement
+from mathcircuits.models.forward.placement import check_trainable_placement
 from mathcircuits.patching import KeyComponents
 
 __all__ = ["train_sft"]
@@ -106,7 +106,7 @@ def train_sft(
     Raises:
         ValueError: if precise mode gets both an adapter and ``key``, or neither; full mode gets an adapter;
             or ``train_dataset`` lacks ``input_ids`` or ``labels``; or ``model`` is split by a ``device_map``
-            (:func:`~mathcircuits.models.placement.check_trainable_placement`).
+            (:func:`~mathcircuits.models.forward.placement.check_trainable_placement`).
         FileNotFoundError: if ``resume_from_checkpoint=True`` but ``output_dir`` holds no checkpoint.
     """
 

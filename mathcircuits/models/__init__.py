@@ -17,8 +17,6 @@
 """
 
 from mathcircuits.models import hooks
-from mathcircuits.models.capture import capture
-from mathcircuits.models.changes import attn_change, attn_pre_norm_name, mlp_change
 from mathcircuits.models.compat import UnsupportedVersionError, check_versions
 from mathcircuits.models.embedded import (
     EMBEDDED,
@@ -32,52 +30,56 @@ from mathcircuits.models.embedded import (
     weights_note,
 )
 from mathcircuits.models.families import FAMILIES, BlockStructure, UnsupportedFamilyError, block_structure
-from mathcircuits.models.heads import Head, check_heads
-from mathcircuits.models.hooked import HookedModel
-from mathcircuits.models.integrity import (
+from mathcircuits.models.forward import (
     RTOL,
+    HeadOutWeights,
+    HFForward,
     IntegrityError,
+    PrefixRunner,
+    Readout,
+    SuffixRunner,
+    attn_change,
+    attn_pre_norm_name,
+    capture,
+    check_trainable_placement,
     checks_run,
     compare,
+    devices_of,
     fast_paths,
     fast_paths_enabled,
-    model_depth,
-    probe_pairs,
-    probe_tokens,
-    relative_tolerance,
-    unit_roundoff,
-)
-from mathcircuits.models.loading import load_hf_model, load_model, resolve_source
-from mathcircuits.models.memory import MemoryHow, MemoryMeter, PeakMemory, cuda_devices
-from mathcircuits.models.placement import (
-    HeadOutWeights,
-    check_trainable_placement,
-    devices_of,
-    execution_device,
+    final_norm,
     head_out_weight,
     head_out_weights,
     is_split,
     layer_device,
     materialized,
+    mlp_change,
+    model_depth,
     offloaded_parameters,
     output_device,
+    probe_pairs,
+    probe_tokens,
+    readout,
+    relative_tolerance,
+    repeat_cache,
+    run_from_layer,
+    shared_prefix_len,
+    soft_cap,
     unembed_columns,
+    unit_roundoff,
     unloadable_parameters,
+    vocab_logits,
 )
-from mathcircuits.models.prefix import HFForward, PrefixRunner, repeat_cache, run_from_layer, shared_prefix_len
-from mathcircuits.models.readout import Readout, final_norm, readout, soft_cap, vocab_logits
+from mathcircuits.models.heads import Head, check_heads
+from mathcircuits.models.hooked import HookedModel, execution_device
+from mathcircuits.models.loading import load_hf_model, load_model, resolve_source
 from mathcircuits.models.spec import Bridged, ModelMismatchError, ModelSpec, as_spec, check_model, heads_by_layer
-from mathcircuits.models.suffix import SuffixRunner
 from mathcircuits.models.tiny import TINY_CHARS, TINY_FAMILIES, tiny_gpt2, tiny_llama, tiny_model, tiny_tokenizer
 from mathcircuits.models.wrap import from_bridge, from_hf, wrap
 
 __all__ = [
     "HeadOutWeights",
-    "MemoryHow",
-    "MemoryMeter",
-    "PeakMemory",
     "check_trainable_placement",
-    "cuda_devices",
     "devices_of",
     "execution_device",
     "head_out_weight",

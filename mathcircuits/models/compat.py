@@ -19,7 +19,7 @@ So, as data:
   layers pass ``cache=``; :func:`install_cache_alias` hands the bridge's
   attention the same object under the old name too. It is a no-op where the old
   name is already passed, and the run-time checks of
-  :mod:`mathcircuits.models.integrity` verify its effect on the user's own model
+  :mod:`mathcircuits.models.forward.integrity` verify its effect on the user's own model
   (prefix-cached logits equal the plain forward's).
 
 Nothing here guesses: a version outside :data:`SUPPORTED` is refused with the

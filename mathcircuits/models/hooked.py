@@ -1,13 +1,14 @@
 """The hooked model: a TransformerBridge with its tokenizer and :class:`~mathcircuits.models.ModelSpec`.
 
-It sits above the forward mechanics it runs (where a module computes, the shared-prefix runner); those name the
-:class:`~mathcircuits.models.spec.Bridged` protocol instead of this class, so no import runs back up to it.
-:mod:`.loading` and :mod:`.wrap` build it.
+It imports nothing from models/ but the spec: the forward mechanics (:mod:`.forward`) take a
+:class:`HookedModel`, so they sit above it. The prefix-cached forward behind :meth:`HookedModel.logits_from`
+is handed in by :mod:`.loading` and :mod:`.wrap`, which build it.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -16,11 +17,33 @@ from transformer_lens.model_bridge import TransformerBridge
 from transformers import AutoModelForCausalLM, PreTrainedTokenizerBase
 
 from mathcircuits._errors import FixableRuntimeError, FixableValueError
-from mathcircuits.models.placement import execution_device
-from mathcircuits.models.prefix import PrefixRunner
 from mathcircuits.models.spec import ModelSpec
 
-__all__ = ["HookedModel"]
+__all__ = ["HookedModel", "execution_device"]
+
+
+def _hook_device(module: torch.nn.Module) -> torch.device | None:
+    hook = getattr(module, "_hf_hook", None)
+    for h in getattr(hook, "hooks", None) or ([hook] if hook is not None else []):  # SequentialHook or one hook
+        dev = getattr(h, "execution_device", None)
+        if dev is not None:
+            return torch.device(dev if not isinstance(dev, int) else f"cuda:{dev}")
+    return None
+
+
+def execution_device(module: torch.nn.Module) -> torch.device:
+    """The device ``module`` computes on: its (or its first submodule's) accelerate hook's, else its weights'.
+
+    The CPU for a module without weights or hooks.
+    """
+    for sub in module.modules():
+        dev = _hook_device(sub)
+        if dev is not None:
+            return dev
+    for t in module.parameters():
+        if t.device.type != "meta":
+            return t.device
+    return torch.device("cpu")
 
 
 @dataclass(repr=False)
@@ -30,11 +53,15 @@ class HookedModel:
     ``bridge`` runs hooked forwards (``run_with_cache``, ``run_with_hooks``);
     ``hf_model`` is the wrapped HF model, whose modules the bridge replaced in
     place: for fine-tuning use :func:`load_hf_model` to get a separate plain copy.
+    ``prefix_runner`` builds the prefix-cached runner of :meth:`logits_from` from the bridge
+    (:class:`~mathcircuits.models.PrefixRunner`; the loaders pass it); without one, :meth:`logits_from`
+    runs the whole forward.
     """
 
     bridge: TransformerBridge
     tokenizer: PreTrainedTokenizerBase
     spec: ModelSpec
+    prefix_runner: Callable[[TransformerBridge], Any] | None = field(default=None, compare=False)
 
     @property
     def hf_model(self) -> torch.nn.Module:
@@ -81,7 +108,9 @@ class HookedModel:
 
     def logits_from(self, tokens: torch.Tensor, start: int) -> torch.Tensor:
         """Logits at positions ``start…`` with the batch's shared prefix run once (:class:`PrefixRunner`)."""
-        return PrefixRunner(self.bridge).logits_from(tokens, start)
+        if self.prefix_runner is None:
+            return self.bridge(tokens)[:, start:]
+        return self.prefix_runner(self.bridge).logits_from(tokens, start)
 
     def plain_hf_model(self) -> torch.nn.Module:
         """A separate plain HF model with this model's current weights, for fine-tuning or ``save_pretrained``.

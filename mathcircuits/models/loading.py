@@ -37,8 +37,9 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, P
 from mathcircuits._errors import FixableFileNotFoundError, FixableValueError
 from mathcircuits.models.compat import check_versions, install_cache_alias
 from mathcircuits.models.embedded import EMBEDDED, cache_root, convert_gguf, embedded_model_dir, embedded_source
+from mathcircuits.models.forward.integrity import instrument_hooks
+from mathcircuits.models.forward.prefix import PrefixRunner
 from mathcircuits.models.hooked import HookedModel
-from mathcircuits.models.integrity import instrument_hooks
 from mathcircuits.models.spec import ModelSpec
 from mathcircuits.models.tiny import tiny_family_name, tiny_gpt2, tiny_llama, tiny_model
 
@@ -197,7 +198,9 @@ def load_model(
     embedded = embedded_source(loc) if kind == "embedded" else None
     bridge_name = (embedded.official_id if embedded is not None else None) or name
     bridge = boot_bridge(hf_model, tok, bridge_name, device=None if device_map is not None else device)
-    return HookedModel(bridge=bridge, tokenizer=tok, spec=spec_from_bridge(bridge, name, source))
+    return HookedModel(
+        bridge=bridge, tokenizer=tok, spec=spec_from_bridge(bridge, name, source), prefix_runner=PrefixRunner
+    )
 
 
 def boot_bridge(

@@ -40,10 +40,11 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from mathcircuits._errors import FixableTypeError, FixableValueError
 from mathcircuits.models.compat import check_versions, install_cache_alias
+from mathcircuits.models.forward.integrity import instrument_hooks
+from mathcircuits.models.forward.placement import unloadable_parameters
+from mathcircuits.models.forward.prefix import PrefixRunner
 from mathcircuits.models.hooked import HookedModel
-from mathcircuits.models.integrity import instrument_hooks
 from mathcircuits.models.loading import boot_bridge, spec_from_bridge
-from mathcircuits.models.placement import unloadable_parameters
 
 __all__ = ["from_bridge", "from_hf", "wrap"]
 
@@ -151,7 +152,9 @@ def from_hf(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, name: st
         model.config.architectures = [type(model).__name__]  # from_config leaves it unset; the bridge needs it
     label = _name_of(model, name)
     bridge = boot_bridge(model, tokenizer, label, device=None)
-    return HookedModel(bridge=bridge, tokenizer=tokenizer, spec=spec_from_bridge(bridge, label, label))
+    return HookedModel(
+        bridge=bridge, tokenizer=tokenizer, spec=spec_from_bridge(bridge, label, label), prefix_runner=PrefixRunner
+    )
 
 
 def from_bridge(
@@ -197,7 +200,9 @@ def from_bridge(
         bridge.enable_compatibility_mode(no_processing=True)
     instrument_hooks(install_cache_alias(bridge)).eval()
     label = name or str(getattr(bridge.cfg, "model_name", "") or type(bridge.original_model).__name__)
-    return HookedModel(bridge=bridge, tokenizer=tok, spec=spec_from_bridge(bridge, label, label))
+    return HookedModel(
+        bridge=bridge, tokenizer=tok, spec=spec_from_bridge(bridge, label, label), prefix_runner=PrefixRunner
+    )
 
 
 def wrap(

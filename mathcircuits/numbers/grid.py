@@ -15,7 +15,7 @@ range (few-shot prefix included) and :func:`capture_grid` runs it once:
   final residual, so their direct effect on any token's logit is exact:
   ``(LN(x) − LN(x − c)) · W_U[:, t]`` with the model's own final norm ``LN``.
 
-Every pass is a :class:`~mathcircuits.models.suffix.SuffixRunner` (the few-shot
+Every pass is a :class:`~mathcircuits.models.forward.suffix.SuffixRunner` (the few-shot
 prefix and the operands run once; the last position is run again).
 
 Usage::
@@ -41,8 +41,8 @@ from mathcircuits.data.batching import length_groups
 from mathcircuits.data.templates import TemplateSet
 from mathcircuits.models import HookedModel, hooks
 from mathcircuits.models.families import block_structure
-from mathcircuits.models.placement import head_out_weight, output_device, unembed_columns
-from mathcircuits.models.suffix import SuffixRunner
+from mathcircuits.models.forward.placement import head_out_weight, output_device, unembed_columns
+from mathcircuits.models.forward.suffix import SuffixRunner
 
 __all__ = ["GridCapture", "answer_first_token", "capture_grid", "grid_batches", "mlp_post", "operand_grid"]
 

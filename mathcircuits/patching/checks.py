@@ -5,7 +5,7 @@ last-position chain through the later MLPs and norms, then reads the answer out 
 patched final residual itself (final norm → unembedding → soft cap). The reference scan
 (:mod:`.reference`) runs one plain hooked forward per sender. Before the exact scan first
 runs on a model, :func:`check_exact` compares them on probe pairs
-(:func:`mathcircuits.models.integrity.probe_pairs`):
+(:func:`mathcircuits.models.forward.integrity.probe_pairs`):
 
 * the senders with the largest effects, a seeded random head and two MLPs: exact = reference;
 * the null patch (counterfactual = clean prompt): the exact scan's readout of the unpatched
@@ -33,7 +33,7 @@ import torch
 from mathcircuits.data.pairs import PairBatch
 from mathcircuits.data.pairset import pair_batches
 from mathcircuits.models import HookedModel, hooks
-from mathcircuits.models.integrity import compare, model_depth, model_dtype, probe_pairs
+from mathcircuits.models.forward.integrity import compare, model_depth, model_dtype, probe_pairs
 from mathcircuits.patching.cache import last_position_caches
 from mathcircuits.patching.exact import chain_readout, exact_scan
 from mathcircuits.patching.metrics import METRICS

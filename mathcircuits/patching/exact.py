@@ -49,10 +49,10 @@ from torch import Tensor
 
 from mathcircuits.data.pairs import PairBatch
 from mathcircuits.models import HookedModel, hooks
-from mathcircuits.models.changes import attn_change, attn_pre_norm_name, mlp_change
 from mathcircuits.models.families import BlockStructure, block_structure
-from mathcircuits.models.placement import head_out_weight, layer_device
-from mathcircuits.models.readout import Readout, readout, token_scores
+from mathcircuits.models.forward.changes import attn_change, attn_pre_norm_name, mlp_change
+from mathcircuits.models.forward.placement import head_out_weight, layer_device
+from mathcircuits.models.forward.readout import Readout, readout, token_scores
 from mathcircuits.patching.cache import LastPositionCache, last_position_caches
 from mathcircuits.patching.metrics import Metric
 from mathcircuits.patching.scan import BatchEffects, Senders, scan_answers
@@ -190,8 +190,8 @@ def chain_readout(
     (teacher forcing) a (pair, position), ``pair · n_answer + j``, in blocks of ``pairs × n_answer`` rows
     per sender. With ``answers`` the readout of each block's pair holds the first token's logit and
     probability and the whole answer's log-probability, the sum over the positions
-    (:func:`~mathcircuits.models.readout.token_scores`); without, the first token's
-    (:func:`~mathcircuits.models.readout.readout`).
+    (:func:`~mathcircuits.models.forward.readout.token_scores`); without, the first token's
+    (:func:`~mathcircuits.models.forward.readout.readout`).
     """
     if answers is None:
         return readout(model, structure, final, batch.answer.to(rows.device)[rows], metric.needs_probs)

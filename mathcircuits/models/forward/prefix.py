@@ -56,9 +56,9 @@ from torch import Tensor
 from transformer_lens.model_bridge import TransformerBridge
 
 from mathcircuits._errors import FixableRuntimeError, FixableValueError
+from mathcircuits.models.forward.integrity import compare, fast_paths_enabled, model_depth, probe_tokens, verify_once
+from mathcircuits.models.forward.placement import execution_device
 from mathcircuits.models.hooks import resid_pre
-from mathcircuits.models.integrity import compare, fast_paths_enabled, model_depth, probe_tokens, verify_once
-from mathcircuits.models.placement import execution_device
 
 __all__ = [
     "MIN_PREFIX",
@@ -336,7 +336,7 @@ def check_prefix_cache(bridge: Any) -> tuple[float, float]:
         bridge: a TransformerBridge, or an :class:`HFForward`.
 
     Returns:
-        ``(largest difference, tolerance)`` (:func:`mathcircuits.models.integrity.compare`).
+        ``(largest difference, tolerance)`` (:func:`mathcircuits.models.forward.integrity.compare`).
     """
     toks = probe_tokens(_vocab(bridge), _device(bridge))
     plain = bridge(toks)[:, -3:]

@@ -40,6 +40,7 @@ from jaxtyping import Float, Int
 from torch import Tensor
 
 from mathcircuits._errors import FixableValueError
+from mathcircuits.models.hooked import execution_device
 from mathcircuits.models.spec import Bridged
 
 __all__ = [
@@ -57,34 +58,6 @@ __all__ = [
     "unembed_columns",
     "unloadable_parameters",
 ]
-
-
-def _hook_device(module: torch.nn.Module) -> torch.device | None:
-    hook = getattr(module, "_hf_hook", None)
-    for h in getattr(hook, "hooks", None) or ([hook] if hook is not None else []):  # SequentialHook or one hook
-        dev = getattr(h, "execution_device", None)
-        if dev is not None:
-            return torch.device(dev if not isinstance(dev, int) else f"cuda:{dev}")
-    return None
-
-
-def execution_device(module: torch.nn.Module) -> torch.device:
-    """The device ``module`` computes on: its (or its first submodule's) accelerate hook's, else its weights'.
-
-    Args:
-        module: any module of the model.
-
-    Returns:
-        The device; the CPU for a module without weights or hooks.
-    """
-    for sub in module.modules():
-        dev = _hook_device(sub)
-        if dev is not None:
-            return dev
-    for t in module.parameters():
-        if t.device.type != "meta":
-            return t.device
-    return torch.device("cpu")
 
 
 def _offloaded_owners(module: torch.nn.Module) -> list[torch.nn.Module]:

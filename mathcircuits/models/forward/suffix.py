@@ -3,11 +3,11 @@
 Method. An intervention at position ``s`` (a number's last token, or the last
 position) changes nothing before ``s`` in a causal model. :class:`SuffixRunner`
 therefore runs the positions ``0…s−1`` once (the batch's shared few-shot prefix
-once more, via :class:`~mathcircuits.models.prefix.PrefixRunner`), keeps their KV
+once more, via :class:`~mathcircuits.models.forward.prefix.PrefixRunner`), keeps their KV
 cache, and runs only positions ``s…S−1`` for each intervention. When the
 intervention touches block ``k`` and above, the clean residual entering block
 ``k`` at ``s…S−1`` is kept from the clean run and only blocks ``k…`` run
-(as :func:`~mathcircuits.models.prefix.run_from_layer` does):
+(as :func:`~mathcircuits.models.forward.prefix.run_from_layer` does):
 
     forward(x)[s:]  =  blocks[k:](resid_pre_k(x)[s:] | KV(x[:s]))
 
@@ -18,7 +18,7 @@ token through ``L − k`` blocks, which is what makes neuron ablations over an
 operand grid affordable on a CPU.
 
 The path proves itself on the user's model before its first use
-(:func:`~mathcircuits.models.integrity.verify_once`, path ``"suffix rerun"``): on a
+(:func:`~mathcircuits.models.forward.integrity.verify_once`, path ``"suffix rerun"``): on a
 probe batch, a rerun from a middle block with a hook, and the clean logits, must equal
 the plain forward's (:func:`check_suffix`). With fast paths off
 (``model.fast_paths: off``) every run is the plain full forward, the hooks seeing
@@ -31,7 +31,7 @@ Usage::
     ablated = run.run([(name, hook)], from_layer=3)
 
 References: the KV cache of HF ``transformers`` (``DynamicCache``); the prefix and
-mid-network resumption of :mod:`mathcircuits.models.prefix`.
+mid-network resumption of :mod:`mathcircuits.models.forward.prefix`.
 """
 
 from __future__ import annotations
@@ -45,8 +45,7 @@ from torch import Tensor
 
 from mathcircuits._errors import FixableValueError
 from mathcircuits.models import hooks
-from mathcircuits.models.hooked import HookedModel
-from mathcircuits.models.integrity import (
+from mathcircuits.models.forward.integrity import (
     compare,
     fast_paths_enabled,
     model_depth,
@@ -54,7 +53,8 @@ from mathcircuits.models.integrity import (
     probe_tokens,
     verify_once,
 )
-from mathcircuits.models.prefix import PrefixRunner, blocks_from, repeat_cache, shared_prefix_len
+from mathcircuits.models.forward.prefix import PrefixRunner, blocks_from, repeat_cache, shared_prefix_len
+from mathcircuits.models.hooked import HookedModel
 
 __all__ = ["SuffixRunner", "check_suffix"]
 
@@ -233,7 +233,7 @@ def check_suffix(model: HookedModel) -> tuple[float, float]:
         model: the hooked model.
 
     Returns:
-        ``(largest difference, tolerance)`` (:func:`mathcircuits.models.integrity.compare`).
+        ``(largest difference, tolerance)`` (:func:`mathcircuits.models.forward.integrity.compare`).
     """
     toks = probe_tokens(model.spec.vocab_size, model.device)
     layer = max(1, model.spec.n_layers // 2)

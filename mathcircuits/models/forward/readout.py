@@ -35,8 +35,8 @@ from torch import Tensor
 
 from mathcircuits._errors import FixableValueError
 from mathcircuits.models.families import BlockStructure
+from mathcircuits.models.forward.placement import execution_device, output_device, unembed_columns
 from mathcircuits.models.hooked import HookedModel
-from mathcircuits.models.placement import execution_device, output_device, unembed_columns
 
 __all__ = [
     "CHUNK_ELEMENTS",

@@ -4,7 +4,7 @@ Background. Every method that reads a model at the answer position (path patchin
 cached runs, circuit edges, node roles) needs the same thing: run the prompts once, keep
 a handful of hooks' values at the last position, and the logits there. With the last
 position only, the few-shot prefix that every prompt of a batch shares can run once
-(:class:`~mathcircuits.models.prefix.PrefixRunner`, exact), and the unembedding is
+(:class:`~mathcircuits.models.forward.prefix.PrefixRunner`, exact), and the unembedding is
 needed at one position (``logits_to_keep=1``).
 
 Usage::
@@ -23,7 +23,7 @@ from torch import Tensor
 from transformer_lens.model_bridge import TransformerBridge
 
 from mathcircuits._errors import FixableValueError
-from mathcircuits.models.prefix import PrefixRunner
+from mathcircuits.models.forward.prefix import PrefixRunner
 
 __all__ = ["capture"]
 
@@ -45,7 +45,7 @@ def capture(
         names: hook names to read (:mod:`mathcircuits.models.hooks`).
         position: the position read (``-1``, the last), or ``None`` for every position.
         cache_store: with ``position == -1``, a dict of clean prefix KV caches: the batch's shared prefix then
-            runs once (:class:`~mathcircuits.models.prefix.PrefixRunner`) and is reused by later calls.
+            runs once (:class:`~mathcircuits.models.forward.prefix.PrefixRunner`) and is reused by later calls.
         last: read the last ``last`` positions instead of ``position`` (teacher forcing reads the last prompt
             position and each answer position); the logits and activations keep a position axis of that length,
             and the prefix cache is used as with ``position == -1``.
