@@ -1,18 +1,12 @@
 """Models: load any supported model as a TransformerLens hooked model, and the mechanics every method shares.
 
-* :mod:`.loading` / :mod:`.wrap` — :func:`load_model` (a source name) and :func:`wrap` (an object you hold)
-  give a :class:`HookedModel` (:mod:`.hooked`); :class:`ModelSpec` is its identity (:mod:`.spec`);
-* :mod:`.families` — each family's block shape as data (:data:`FAMILIES`);
-* :mod:`.hooks` — hook names; :mod:`.heads` — :class:`Head`, ``L{layer}.H{head}``;
-* :mod:`.capture` — one forward, activations at the last position;
-* :mod:`.readout` — the answer readout (final norm → unembedding → soft cap), in float32, vocabulary chunked;
-* :mod:`.placement` — a model split or offloaded by accelerate: where each block runs, weights read through the
-  offload hooks; :mod:`.memory` — the peak memory of a piece of work (CUDA allocated, or CPU RSS);
-* :mod:`.changes` — how a block's contribution changes (attention output, MLP input);
-* :mod:`.prefix` — prefix-cached forwards (the shared few-shot prefix runs once); :mod:`.suffix` — reruns of a
-  prompt's tail from a block on, with the rest cached;
-* :mod:`.compat` / :mod:`.integrity` — the dependency versions computed under, and every fast path checked
-  against its plain path on the user's model at run time;
+* :mod:`.loading` / :mod:`.wrap` — :func:`load_model` (a source name) and :func:`wrap` (an object you hold) give a
+  :class:`HookedModel` (:mod:`.hooked`), whose identity is a :class:`ModelSpec` (:mod:`.spec`); the two import
+  nothing else from models/;
+* :mod:`.families` (each family's block shape as data), :mod:`.hooks` (hook names), :mod:`.heads`
+  (:class:`Head`, ``L{layer}.H{head}``), :mod:`.compat` (the dependency versions computed under);
+* :mod:`.forward` — the forward mechanics: capture, readout, block changes, prefix-cached and resumed forwards,
+  their run-time integrity checks, and placement on split or offloaded models;
 * :mod:`.tiny` / :mod:`.embedded` — tiny random models of every family; the embedded models (SmolLM2, Gemma 3 270M).
 """
 

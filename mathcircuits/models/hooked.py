@@ -50,12 +50,10 @@ def execution_device(module: torch.nn.Module) -> torch.device:
 class HookedModel:
     """A TransformerBridge (hook names as HookedTransformer) with its tokenizer and shape facts.
 
-    ``bridge`` runs hooked forwards (``run_with_cache``, ``run_with_hooks``);
-    ``hf_model`` is the wrapped HF model, whose modules the bridge replaced in
-    place: for fine-tuning use :func:`load_hf_model` to get a separate plain copy.
-    ``prefix_runner`` builds the prefix-cached runner of :meth:`logits_from` from the bridge
-    (:class:`~mathcircuits.models.PrefixRunner`; the loaders pass it); without one, :meth:`logits_from`
-    runs the whole forward.
+    ``hf_model`` is the wrapped HF model, whose modules the bridge replaced in place (for fine-tuning use
+    :meth:`plain_hf_model` or :func:`load_hf_model`). ``prefix_runner`` builds the prefix-cached runner of
+    :meth:`logits_from` (:class:`~mathcircuits.models.PrefixRunner`, passed by the loaders); without one,
+    :meth:`logits_from` runs the whole forward.
     """
 
     bridge: TransformerBridge
@@ -82,16 +80,9 @@ class HookedModel:
         )
 
     def to_tokens(self, texts: str | list[str]) -> Int[torch.Tensor, "batch seq"]:
-        """Tokenize without adding a BOS token (the bridge's string path would prepend one).
+        """Token ids ``[batch, seq]`` on the model's device, without a BOS token (the bridge's string path adds one).
 
-        Args:
-            texts: One text or several texts that tokenize to the same length.
-
-        Returns:
-            Token ids ``[batch, seq]`` (long, on the model's device); a single text gives batch 1.
-
-        Raises:
-            ValueError: the texts tokenize to different lengths.
+        The texts must tokenize to the same length; a single text gives batch 1.
         """
         if isinstance(texts, str):
             texts = [texts]
@@ -116,12 +107,9 @@ class HookedModel:
         """A separate plain HF model with this model's current weights, for fine-tuning or ``save_pretrained``.
 
         Booting the bridge replaced the HF model's modules in place (PEFT, :class:`HeadSliceAdapter` and
-        ``save_pretrained`` need plain modules), so this builds the architecture from its config and copies the
-        weights in: it costs one more copy of the model in memory. For models you can reload from files,
-        :func:`load_hf_model` does the same without the hooked model.
-
-        Returns:
-            The plain HF causal LM, on the hooked model's device, in eval mode with eager attention.
+        ``save_pretrained`` need plain modules), so this builds the architecture from its config and copies the weights
+        in: one more copy of the model in memory, on its device, in eval mode with eager attention. For models you can
+        reload from files, :func:`load_hf_model` does the same without the hooked model.
         """
         hf = self.hf_model
         placed = set(map(str, (getattr(hf, "hf_device_map", None) or {}).values()))
@@ -147,5 +135,4 @@ class HookedModel:
 
 
 def _is_tied(model: torch.nn.Module, key: str) -> bool:
-    """Whether state-dict entry ``key`` is a tied weight (e.g. ``lm_head.weight`` tied to the embeddings)."""
     return key.startswith("lm_head.") and getattr(model.config, "tie_word_embeddings", False)
