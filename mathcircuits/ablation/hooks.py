@@ -22,8 +22,8 @@ from torch import Tensor
 from mathcircuits._errors import FixableValueError
 from mathcircuits.ablation.means import HeadMeans
 from mathcircuits.models import HookedModel, hooks
-from mathcircuits.models.placement import layer_device
-from mathcircuits.models.prefix import PrefixRunner
+from mathcircuits.models.forward.placement import layer_device
+from mathcircuits.models.forward.prefix import PrefixRunner
 
 __all__ = [
     "ABLATIONS",
@@ -102,7 +102,7 @@ def ablated_model(
 ) -> PrefixRunner:
     """A callable tokens → logits with ``heads`` mean-ablated (position-free mean; for :func:`score_pairs`).
 
-    A :class:`~mathcircuits.models.prefix.PrefixRunner`: the shared prefix runs once per batch, ablated like
+    A :class:`~mathcircuits.models.forward.prefix.PrefixRunner`: the shared prefix runs once per batch, ablated like
     every other position (scope ``"all"``) or clean (scope ``"last"``).
     """
     check_choice("mean", scope)

@@ -18,7 +18,7 @@ from mathcircuits._errors import FixableValueError
 from mathcircuits._io import SavedResult
 from mathcircuits.data.pairset import PairSet, Side
 from mathcircuits.models import HookedModel, hooks
-from mathcircuits.models.prefix import PrefixRunner, shared_prefix_len
+from mathcircuits.models.forward.prefix import PrefixRunner, shared_prefix_len
 from mathcircuits.models.spec import ModelSpec, as_spec, check_model
 
 __all__ = ["HeadMeans", "PoolKey", "PositionPool", "head_means"]

@@ -35,8 +35,8 @@ from mathcircuits.ablation.scorer import KnockoutScorer
 from mathcircuits.data.pairset import PairSet
 from mathcircuits.models import HookedModel, fast_paths_enabled, hooks
 from mathcircuits.models.families import block_structure
+from mathcircuits.models.forward.readout import final_norm
 from mathcircuits.models.heads import Head
-from mathcircuits.models.readout import final_norm
 
 __all__ = ["MLPMargin", "mlp_margin"]
 

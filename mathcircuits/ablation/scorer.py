@@ -3,7 +3,7 @@
 Within a group of one template and length, the positions every prompt and counterfactual share run once
 (a clean KV cache kept for every knockout); the clean residual entering each block is kept per batch, and
 a knockout whose lowest ablated head is in layer ``k`` runs only blocks ``k…``
-(:func:`~mathcircuits.models.prefix.run_from_layer`). With ``"mean"`` at every position the prefix itself
+(:func:`~mathcircuits.models.forward.prefix.run_from_layer`). With ``"mean"`` at every position the prefix itself
 is ablated, so its one row reruns with the hooks. Each saving is tested equal to the plain forward
 (``tests/test_fast_paths.py``). Accuracy is :func:`mathcircuits.data.score_pairs`' full-answer criterion.
 
@@ -32,9 +32,9 @@ from mathcircuits.ablation.means import HeadMeans, PoolKey, PositionPool, head_m
 from mathcircuits.data.batching import length_groups
 from mathcircuits.data.pairset import PairSet, Side
 from mathcircuits.models import Head, HookedModel, fast_paths_enabled, hooks
-from mathcircuits.models.integrity import compare, model_depth, model_dtype, probe_pairs, verify_once
-from mathcircuits.models.placement import layer_device
-from mathcircuits.models.prefix import PrefixRunner, repeat_cache, run_from_layer, shared_prefix_len
+from mathcircuits.models.forward.integrity import compare, model_depth, model_dtype, probe_pairs, verify_once
+from mathcircuits.models.forward.placement import layer_device
+from mathcircuits.models.forward.prefix import PrefixRunner, repeat_cache, run_from_layer, shared_prefix_len
 
 log = logging.getLogger(__name__)
 
@@ -295,7 +295,7 @@ class KnockoutScorer:
 def check_knockout(model: HookedModel, ablation: Ablation, scope: Scope) -> tuple[float, float]:
     """Fast knockout logits (shared prefix, resumed mid-network) against plain forwards, on probe pairs.
 
-    The run-time check of :meth:`KnockoutScorer.logits` (:mod:`mathcircuits.models.integrity`): the clean
+    The run-time check of :meth:`KnockoutScorer.logits` (:mod:`mathcircuits.models.forward.integrity`): the clean
     model and two knockouts (a middle-layer head, then a middle and a last-layer head), both ways. Returns
     ``(largest difference, tolerance)``.
     """

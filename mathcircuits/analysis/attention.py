@@ -38,7 +38,7 @@ from mathcircuits.data import Operation
 from mathcircuits.data.pairs import operation_rows
 from mathcircuits.data.pairset import Field, PairSet
 from mathcircuits.models import Head, HookedModel, hooks
-from mathcircuits.models.prefix import PrefixRunner
+from mathcircuits.models.forward.prefix import PrefixRunner
 from mathcircuits.models.spec import ModelSpec
 from mathcircuits.patching import KeyComponents, resolve_heads
 from mathcircuits.stats import DEFAULT_UNCERTAINTY, Uncertainty, mean_interval

@@ -48,9 +48,9 @@ from mathcircuits.data.pairs import token_strings
 from mathcircuits.data.pairset import PairSet
 from mathcircuits.models import HookedModel, hooks
 from mathcircuits.models.families import block_structure
-from mathcircuits.models.placement import unembed_columns
-from mathcircuits.models.prefix import PrefixRunner
-from mathcircuits.models.readout import final_norm, vocab_logits
+from mathcircuits.models.forward.placement import unembed_columns
+from mathcircuits.models.forward.prefix import PrefixRunner
+from mathcircuits.models.forward.readout import final_norm, vocab_logits
 
 __all__ = ["mlp_probes", "number_tokens"]
 

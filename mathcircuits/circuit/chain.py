@@ -16,9 +16,9 @@ from torch import Tensor
 from mathcircuits.circuit.components import Receiver, Sender, check_positions
 from mathcircuits.circuit.pair_cache import PairCache, position_scores, readout_of, receiver_slice, unembed
 from mathcircuits.models import HookedModel, hooks
-from mathcircuits.models.changes import attn_change, attn_pre_norm_name, mlp_change
 from mathcircuits.models.families import BlockStructure, UnsupportedFamilyError
-from mathcircuits.models.placement import HeadOutWeights, head_out_weights, layer_device
+from mathcircuits.models.forward.changes import attn_change, attn_pre_norm_name, mlp_change
+from mathcircuits.models.forward.placement import HeadOutWeights, head_out_weights, layer_device
 from mathcircuits.patching.metrics import Metric
 
 __all__ = ["delta_snapshots", "first_diff", "logits_effects", "patched_inputs", "receiver_input"]

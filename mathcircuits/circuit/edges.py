@@ -43,7 +43,7 @@ from mathcircuits.circuit.components import Receiver, Sender
 from mathcircuits.circuit.pair_cache import EdgeBatch, PairCache, check_request, pair_cache, receiver_slice
 from mathcircuits.circuit.reference import reference_edges
 from mathcircuits.models import HookedModel, fast_paths_enabled
-from mathcircuits.models.integrity import compare, model_depth, model_dtype, probe_pairs, verify_once
+from mathcircuits.models.forward.integrity import compare, model_depth, model_dtype, probe_pairs, verify_once
 from mathcircuits.patching.metrics import METRICS, Metric, answer_readout
 
 __all__ = ["check_edges", "exact_edges", "patched_inputs", "receiver_effects"]

@@ -61,7 +61,7 @@ from mathcircuits.circuit.subcircuits import edge_order, random_wiring, size_gri
 from mathcircuits.data.pairset import PairSet
 from mathcircuits.models import HookedModel
 from mathcircuits.models.families import block_structure
-from mathcircuits.models.prefix import repeat_cache
+from mathcircuits.models.forward.prefix import repeat_cache
 from mathcircuits.stats import MIN_CLUSTERS, Interval, Uncertainty, bootstrap_indices, cluster_bootstrap_indices
 
 __all__ = ["Scorer", "faithfulness", "ratio_intervals"]

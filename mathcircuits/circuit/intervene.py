@@ -60,8 +60,8 @@ from mathcircuits.circuit.wiring import (
 )
 from mathcircuits.models import HookedModel, fast_paths_enabled
 from mathcircuits.models.families import UnsupportedFamilyError, block_structure
-from mathcircuits.models.integrity import compare, model_depth, model_dtype, probe_pairs, verify_once
-from mathcircuits.models.prefix import repeat_cache
+from mathcircuits.models.forward.integrity import compare, model_depth, model_dtype, probe_pairs, verify_once
+from mathcircuits.models.forward.prefix import repeat_cache
 
 #: A circuit run's score of each row from the logits at the answer's readout positions and the answer's tokens.
 RunScore: TypeAlias = Callable[[Tensor, Tensor], Tensor]

@@ -56,8 +56,8 @@ from mathcircuits.circuit.wiring import input_node, prefix_kv
 from mathcircuits.data.pairset import PairSet
 from mathcircuits.models import HookedModel
 from mathcircuits.models.families import block_structure
-from mathcircuits.models.integrity import compare, model_depth, model_dtype, verify_once
-from mathcircuits.models.prefix import repeat_cache
+from mathcircuits.models.forward.integrity import compare, model_depth, model_dtype, verify_once
+from mathcircuits.models.forward.prefix import repeat_cache
 from mathcircuits.models.spec import check_model
 from mathcircuits.stats import (
     DEFAULT_UNCERTAINTY,

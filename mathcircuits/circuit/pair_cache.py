@@ -24,10 +24,10 @@ from torch import Tensor
 from mathcircuits._errors import FixableValueError
 from mathcircuits.circuit.components import Receiver, Sender
 from mathcircuits.models import HookedModel, hooks
-from mathcircuits.models.capture import capture
-from mathcircuits.models.changes import attn_pre_norm_name
 from mathcircuits.models.families import BlockStructure, block_structure
-from mathcircuits.models.readout import Readout, final_norm, soft_cap
+from mathcircuits.models.forward.capture import capture
+from mathcircuits.models.forward.changes import attn_pre_norm_name
+from mathcircuits.models.forward.readout import Readout, final_norm, soft_cap
 from mathcircuits.patching.metrics import Metric
 
 __all__ = [

@@ -19,7 +19,7 @@ from mathcircuits.circuit.batches import circuit_batches
 from mathcircuits.circuit.result import Circuit
 from mathcircuits.data.pairset import PairSet
 from mathcircuits.models import HookedModel, hooks
-from mathcircuits.models.capture import capture
+from mathcircuits.models.forward.capture import capture
 
 __all__ = ["label_roles"]
 

@@ -18,7 +18,7 @@ from mathcircuits.circuit.batches import CircuitBatch
 from mathcircuits.circuit.components import Receiver, Sender
 from mathcircuits.circuit.config import AblationKind, MLPMode
 from mathcircuits.models import HookedModel, hooks
-from mathcircuits.models.prefix import repeat_cache
+from mathcircuits.models.forward.prefix import repeat_cache
 
 __all__ = [
     "ABLATION_KINDS",

@@ -10,7 +10,7 @@ logits there. One pass records:
 * what chosen heads and MLPs add to the residual at the last position, and the final residual, so their direct
   effect on any token's logit is exact: ``(LN(x) − LN(x − c)) · W_U[:, t]`` with the model's own final norm.
 
-Every pass is a :class:`~mathcircuits.models.suffix.SuffixRunner` (prefix and operands run once).
+Every pass is a :class:`~mathcircuits.models.forward.suffix.SuffixRunner` (prefix and operands run once).
 
 Example::
 
@@ -35,8 +35,8 @@ from mathcircuits.data.batching import length_groups
 from mathcircuits.data.templates import TemplateSet
 from mathcircuits.models import HookedModel, hooks
 from mathcircuits.models.families import block_structure
-from mathcircuits.models.placement import head_out_weight, output_device, unembed_columns
-from mathcircuits.models.suffix import SuffixRunner
+from mathcircuits.models.forward.placement import head_out_weight, output_device, unembed_columns
+from mathcircuits.models.forward.suffix import SuffixRunner
 
 __all__ = ["GridCapture", "answer_first_token", "capture_grid", "grid_batches", "mlp_post", "operand_grid"]
 

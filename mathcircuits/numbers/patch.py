@@ -35,8 +35,8 @@ from mathcircuits._io import SavedResult
 from mathcircuits.data import PairSet, swap_pairs
 from mathcircuits.data.templates import TemplateSet
 from mathcircuits.models import HookedModel
-from mathcircuits.models.prefix import PrefixRunner
-from mathcircuits.models.suffix import SuffixRunner
+from mathcircuits.models.forward.prefix import PrefixRunner
+from mathcircuits.models.forward.suffix import SuffixRunner
 from mathcircuits.numbers.helix import HelixResult, random_subspace
 from mathcircuits.numbers.results import TooFewCorrect, quantile
 from mathcircuits.stats import DEFAULT_CONFIDENCE, DEFAULT_N_BOOT, DEFAULT_UNCERTAINTY, Uncertainty, bootstrap_indices

@@ -32,7 +32,7 @@ from mathcircuits._io import SavedResult
 from mathcircuits.data import Operation, answer_spacing, render_prompt
 from mathcircuits.data.templates import TemplateSet
 from mathcircuits.models import HookedModel, ModelSpec, as_spec, hooks
-from mathcircuits.models.prefix import PrefixRunner
+from mathcircuits.models.forward.prefix import PrefixRunner
 from mathcircuits.numbers.reading import Tokenization, depth_labels, number_reading, number_token_counts
 
 __all__ = ["NumberStates", "number_contexts", "number_states"]

@@ -19,10 +19,10 @@ from scipy.stats import spearmanr
 from mathcircuits._errors import FixableValueError
 from mathcircuits.data.pairs import PairBatch
 from mathcircuits.models import HookedModel, hooks
-from mathcircuits.models.changes import attn_change, attn_pre_norm_name, mlp_change
 from mathcircuits.models.families import block_structure
-from mathcircuits.models.placement import head_out_weight, layer_device
-from mathcircuits.models.readout import Readout, readout
+from mathcircuits.models.forward.changes import attn_change, attn_pre_norm_name, mlp_change
+from mathcircuits.models.forward.placement import head_out_weight, layer_device
+from mathcircuits.models.forward.readout import Readout, readout
 from mathcircuits.patching.cache import last_position_caches
 from mathcircuits.patching.metrics import Metric
 from mathcircuits.patching.result import PatchingResult

@@ -21,10 +21,10 @@ from torch import Tensor
 
 from mathcircuits._errors import FixableValueError
 from mathcircuits.models import hooks
-from mathcircuits.models.capture import capture
-from mathcircuits.models.changes import attn_pre_norm_name
 from mathcircuits.models.families import BlockStructure, block_structure
-from mathcircuits.models.readout import Readout
+from mathcircuits.models.forward.capture import capture
+from mathcircuits.models.forward.changes import attn_pre_norm_name
+from mathcircuits.models.forward.readout import Readout
 from mathcircuits.patching.metrics import answer_readout
 
 if TYPE_CHECKING:

@@ -17,7 +17,7 @@ import torch
 from mathcircuits.data.pairs import PairBatch
 from mathcircuits.data.pairset import pair_batches
 from mathcircuits.models import HookedModel, hooks
-from mathcircuits.models.integrity import compare, model_depth, model_dtype, probe_pairs
+from mathcircuits.models.forward.integrity import compare, model_depth, model_dtype, probe_pairs
 from mathcircuits.patching.cache import last_position_caches
 from mathcircuits.patching.exact import chain_readout, exact_scan
 from mathcircuits.patching.metrics import METRICS

@@ -17,8 +17,8 @@ from mathcircuits._errors import FixableValueError
 from mathcircuits._schema import expect, expect_pairs
 from mathcircuits.data.pairset import PairSet, check_token_aligned, pair_batches, pair_keys
 from mathcircuits.models import HookedModel, fast_paths_enabled
-from mathcircuits.models.integrity import model_dtype, verify_once
-from mathcircuits.models.placement import unloadable_parameters
+from mathcircuits.models.forward.integrity import model_dtype, verify_once
+from mathcircuits.models.forward.placement import unloadable_parameters
 from mathcircuits.patching.attribution import attribution_scan
 from mathcircuits.patching.checks import check_exact
 from mathcircuits.patching.exact import exact_scan

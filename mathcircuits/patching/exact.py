@@ -32,10 +32,10 @@ from torch import Tensor
 
 from mathcircuits.data.pairs import PairBatch
 from mathcircuits.models import HookedModel, hooks
-from mathcircuits.models.changes import attn_change, attn_pre_norm_name, mlp_change
 from mathcircuits.models.families import BlockStructure, block_structure
-from mathcircuits.models.placement import head_out_weight, layer_device
-from mathcircuits.models.readout import Readout, readout, token_scores
+from mathcircuits.models.forward.changes import attn_change, attn_pre_norm_name, mlp_change
+from mathcircuits.models.forward.placement import head_out_weight, layer_device
+from mathcircuits.models.forward.readout import Readout, readout, token_scores
 from mathcircuits.patching.cache import LastPositionCache, last_position_caches
 from mathcircuits.patching.metrics import Metric
 from mathcircuits.patching.scan import BatchEffects, Senders, scan_answers

@@ -19,8 +19,8 @@ from torch import Tensor
 
 from mathcircuits.data.pairs import PairBatch
 from mathcircuits.models import HookedModel, hooks
-from mathcircuits.models.capture import capture
-from mathcircuits.models.readout import Readout
+from mathcircuits.models.forward.capture import capture
+from mathcircuits.models.forward.readout import Readout
 from mathcircuits.patching.metrics import Metric, answer_readout
 from mathcircuits.patching.scan import BatchEffects, Senders, scan_answers
 
