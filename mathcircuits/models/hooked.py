@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 from jaxtyping import Int
@@ -46,6 +46,12 @@ def execution_device(module: torch.nn.Module) -> torch.device:
     return torch.device("cpu")
 
 
+class LogitsFrom(Protocol):
+    """A forward that returns the logits at positions ``start…`` only (:class:`~mathcircuits.models.PrefixRunner`)."""
+
+    def logits_from(self, tokens: torch.Tensor, start: int) -> torch.Tensor: ...
+
+
 @dataclass(repr=False)
 class HookedModel:
     """A TransformerBridge (hook names as HookedTransformer) with its tokenizer and shape facts.
@@ -59,7 +65,7 @@ class HookedModel:
     bridge: TransformerBridge
     tokenizer: PreTrainedTokenizerBase
     spec: ModelSpec
-    prefix_runner: Callable[[TransformerBridge], Any] | None = field(default=None, compare=False)
+    prefix_runner: Callable[[TransformerBridge], LogitsFrom] | None = field(default=None, compare=False)
 
     @property
     def hf_model(self) -> torch.nn.Module:
