@@ -78,7 +78,7 @@ class Check:
         ``needs``: ``(name, value)`` pairs, skipped if a value is None; ``optional``: a row that runs code an earlier
         row ran already (a float32 twin), skipped in the dry run to keep it short.
         """
-        from mathcircuits.models import MemoryMeter
+        from mathcircuits.pipeline import MemoryMeter
 
         row = Row(stage, shape, dtype)
         missing = [name for name, value in needs if value is None]

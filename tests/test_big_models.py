@@ -34,8 +34,6 @@ from mathcircuits.data import (
     swap_pairs,
 )
 from mathcircuits.models import (
-    MemoryMeter,
-    PeakMemory,
     block_structure,
     check_trainable_placement,
     from_hf,
@@ -66,7 +64,7 @@ from mathcircuits.patching import (
     plan_scan,
     scan_bytes,
 )
-from mathcircuits.pipeline import ConfigError, ModelSection, StageSummary
+from mathcircuits.pipeline import ConfigError, MemoryMeter, ModelSection, PeakMemory, StageSummary
 from mathcircuits.stats import Uncertainty
 
 FAMILIES = ["llama", "gemma2"]  # sequential + GQA; sandwich norms and a logit soft cap

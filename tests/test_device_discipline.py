@@ -18,7 +18,7 @@ package that touches the model: it names ``HookedModel``, ``.bridge``, ``run_wit
 
 What it cannot catch: a host tensor that reaches device data through a variable (``buf = torch.zeros(n,
 device="cpu")`` later added to a forward's output), a ``.to(model.device)`` where a split model's block or
-unembedding computes elsewhere (:mod:`mathcircuits.models.placement`), tensors made by other libraries, and
+unembedding computes elsewhere (:mod:`mathcircuits.models.forward.placement`), tensors made by other libraries, and
 modules that do not touch the model (host-side statistics on results). Those need a run on an accelerator.
 A runtime check on CPU was considered and not built: with one device a stray tensor is indistinguishable from a
 right one, and the ``meta`` device cannot run the forwards.
@@ -42,8 +42,8 @@ TOUCHES_MODEL = re.compile(r"HookedModel|\.bridge\b|run_with_hooks|run_with_cach
 
 # (module, function, what) → why it may stay as it is. Keep it short: prefer an explicit ``device=``.
 ALLOWED: dict[tuple[str, str, str], str] = {
-    ("models/integrity.py", "probe_tokens", "torch.randint"): "a seeded CPU generator draws them; moved after",
-    ("models/integrity.py", "probe_pairs", "torch.randint"): "a seeded CPU generator draws them; stored as lists",
+    ("models/forward/integrity.py", "probe_tokens", "torch.randint"): "a seeded CPU generator draws them; moved after",
+    ("models/forward/integrity.py", "probe_pairs", "torch.randint"): "a seeded CPU generator draws them; kept as lists",
     ("patching/exact.py", "exact_scan", ".cpu()"): "one transfer of every sender's effect, then scattered",
     ("patching/checks.py", "check_exact", ".cpu()"): "the clean readout moves to the effects, which are results",
     ("circuit/edges.py", "check_edges", ".cpu()"): "the clean readout moves to the effects, which are results",
@@ -53,7 +53,7 @@ ALLOWED: dict[tuple[str, str, str], str] = {
 
 
 def compute_modules() -> list[Path]:
-    files = [f for stage in STAGES for f in sorted((ROOT / stage).glob("*.py"))]
+    files = [f for stage in STAGES for f in sorted((ROOT / stage).rglob("*.py"))]
     return [f for f in files if TOUCHES_MODEL.search(f.read_text())]
 
 
@@ -104,7 +104,7 @@ def violations(path: Path) -> list[str]:
 
 def test_the_check_sees_compute_modules():
     names = {f.relative_to(ROOT).as_posix() for f in compute_modules()}
-    assert {"circuit/edges.py", "ablation/scorer.py", "models/prefix.py", "numbers/grid.py"} <= names
+    assert {"circuit/edges.py", "ablation/scorer.py", "models/forward/prefix.py", "numbers/grid.py"} <= names
     assert "numbers/spectra.py" not in names  # host-side statistics on results: not a compute module
 
 

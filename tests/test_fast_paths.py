@@ -1,6 +1,6 @@
 """Every fast path equals the plain computation (issue #9): logits and hooked activations within 1e-5.
 
-The fast paths run the shared few-shot prefix once (``mathcircuits.models.prefix``)
+The fast paths run the shared few-shot prefix once (``mathcircuits.models.forward.prefix``)
 and compute vocabulary logits only where they are read. Each test runs the
 plain forward on the same inputs and compares, on tiny Llama (GQA) and GPT-2;
 one slow test repeats the check on the embedded model.

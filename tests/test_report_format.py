@@ -18,8 +18,9 @@ import torch
 from mathcircuits.ablation import KnockoutResult, TransferResult, transfer_row
 from mathcircuits.claims import C6Stop, Verdict, c6_verdict, claim_c1, claim_c6
 from mathcircuits.evaluation import ARITHMETIC, EvalResult
-from mathcircuits.models import Head, ModelSpec, PeakMemory
+from mathcircuits.models import Head, ModelSpec
 from mathcircuits.patching import KeyComponents, PatchingResult, SelectionConfig
+from mathcircuits.pipeline import PeakMemory
 from mathcircuits.report import (
     ReportParts,
     accuracy_with_intervals,

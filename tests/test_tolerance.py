@@ -5,7 +5,7 @@ logits of scale 7 (the kernels for the two shapes round differently), and the ol
 refused it. A CPU's bf16 kernels give both paths bit-identical results, so the test makes the CPU round like a
 GPU: every attention and MLP output gets an independent relative error drawn uniformly from [−u, u] (u the
 dtype's unit roundoff) on each forward, which is the rounding model the rule is derived from
-(:mod:`mathcircuits.models.integrity`). With activations of a 7B model's scale (logits up to about 5), the old
+(:mod:`mathcircuits.models.forward.integrity`). With activations of a 7B model's scale (logits up to about 5), the old
 constant refuses it, the rule does not, and the defect the check exists for (a prefix cache silently dropped,
 as under transformers 5.24) is still refused with a wide margin.
 """
@@ -97,7 +97,7 @@ def test_a_correct_fast_path_of_a_deep_model_passes_and_a_dropped_cache_is_refus
         plain = bridge(toks)[:, -3:]
         scale = float(plain.abs().max())
         diffs = []
-        for _ in range(2):  # two draws of the rounding; the check's own comparison (models/prefix.py)
+        for _ in range(2):  # two draws of the rounding; the check's own comparison (models/forward/prefix.py)
             fast = PrefixRunner(bridge).logits_from(toks, toks.shape[1] - 3)
             diffs.append(compare(fast, bridge(toks)[:, -3:], depth=depth))
         dropped = bridge(toks[:, shared_prefix_len(toks) :])[:, -3:]  # the defect: the suffix never sees the prefix

@@ -1,15 +1,4 @@
-"""Stage ``validate`` — ablation: knockout curves (mean, per-position mean or resampling) and transfer checks.
-
-* :mod:`.means` — :func:`head_means`, the position-free mean of every head's output;
-* :mod:`.hooks` — the ablation choices and the hooks that replace a head's ``hook_z``;
-* :mod:`.scorer` — :class:`KnockoutScorer`, one pair set under many knockouts (exact savings);
-* :mod:`.knockout` — :func:`knockout_curve` and :func:`ablated_accuracy`;
-* :mod:`.transfer` — :func:`transfer`, the key heads on data not used to find them;
-* :mod:`.cross` — :func:`cross_operation`, each operation's key set knocked out on every operation;
-* :mod:`.control` — :func:`random_control`, the key set against ≥ 100 depth-matched random sets of non-key heads;
-* :mod:`.mlp_margin` — :func:`mlp_margin`, the later MLPs' answer margin with the key heads knocked out (C4);
-* :mod:`.result` — :class:`KnockoutResult`, :class:`TransferRow`, :class:`TransferResult`.
-"""
+"""Stage ``validate`` — ablation: knockout curves (mean, per-position mean or resampling) and transfer checks."""
 
 from mathcircuits.ablation.control import RandomControl, depth_matched_draws, n_depth_matched_sets, random_control
 from mathcircuits.ablation.cross import CrossOperation, cross_operation, jaccard

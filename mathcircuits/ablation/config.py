@@ -21,32 +21,17 @@ class ValidationConfig:
     """Knockout curves (key vs random heads) and transfer sets (paper §4).
 
     Args:
-        knockout_max_k: the curve knocks out up to the top K heads.
-        knockout_ks: the k values of the curve; empty: every k in 1..K. Each k costs (1 + n_random) scorings.
-            The validate stage adds k = the number of key heads (the point claim C2 reads).
-        n_random: random head sets (seeds) per k of the knockout curve (drawn from all heads, as in the paper's
-            figure; the claims read the control below instead).
-        control_draws: depth-matched random sets of non-key heads knocked out beside the pooled key set on the
-            fresh pairs (claim C2's null: the key set's percentile and p-value). Each draw costs one scoring of
-            the fresh pairs from the key set's lowest layer on.
-        control_pairs: fresh pairs per operation that the control (and the MLP margin of C4) scores: the first
-            ``control_pairs`` of the knockout pairs, pooled over operations.
-        margin_draws: the first ``margin_draws`` of the control's random sets are also knocked out for C4's MLP
-            margin (its null); each costs one forward of the pooled pairs.
-        transfer_draws: depth-matched random sets per transfer set (claim C5's null).
-        ablation: what a knocked-out head outputs. ``mean``: its mean over all counterfactual prompts and
-            positions (the paper); ``position_mean``: its mean over the counterfactual prompts of the same
-            template at each aligned position (IOI style; equals the clean activation on the shared few-shot
-            prefix); ``resample``: its output on one seeded counterfactual prompt of the same template.
-            See docs/howto/knock-out-a-circuit.md for the measured comparison. Transfer uses the same
-            ablation, except on sets without aligned counterfactual prompts (real word problems): ``mean``.
-        scope: positions ablated: all, or the last token only.
-        max_pairs: correct pairs per operation and per transfer set. The knockout pairs of an operation are
-            *fresh*: the rows after the ``patching.max_pairs`` that identify used, in the same seeded order.
-        transfer_held_in: add each operation's identification pairs to the transfer sets (marked
-            ``held_in``): the key heads' drop where they were found, beside their drop on held-out data.
-            Knockout measures the same pairs (with each operation's own ranking), so this row is a
-            reference, never evidence of transfer; it costs 7 scorings per operation.
+        knockout_ks: empty: every k in 1..K; each k costs (1 + n_random) scorings. The validate stage adds
+            k = the number of key heads (the point claim C2 reads).
+        n_random: random orders per k, drawn from all heads as in the paper's figure (the claims read the control).
+        control_draws: depth-matched random sets knocked out beside the pooled key set (claim C2's null).
+        control_pairs: fresh pairs per operation the control (and C4's MLP margin) scores, pooled.
+        margin_draws: the first ``margin_draws`` control sets are also C4's MLP margin null.
+        ablation: see :mod:`~mathcircuits.ablation.knockout` and docs/howto/knock-out-a-circuit.md. Transfer
+            sets without aligned counterfactual prompts (real word problems) use ``mean``.
+        max_pairs: the knockout pairs are *fresh*: the rows after the ``patching.max_pairs`` identify used.
+        transfer_held_in: add each operation's identification pairs to the transfer sets (``held_in``): a
+            reference, never evidence of transfer; 7 scorings per operation.
     """
 
     knockout_max_k: int = setting(10, "knock out the top 1..K heads", ge=1)

@@ -1,21 +1,13 @@
 """The random control of a knockout: the key set against many depth-matched random sets of non-key heads.
 
-Background. "Knocking out the key heads collapses accuracy" means little unless as many *other* heads
-do not: a set of heads at the same depth may hurt as much simply because it sits where the answer is
-computed. The paper compares with a few random heads drawn anywhere (key heads included); here the null
-is stricter (Zhang et al. 2024, §3.3; the issue #23 review):
-
-* each random set has the **same layer multiset** as the key set (depth-matched: ``k_l`` heads from
-  layer ``l`` whenever the key set has ``k_l`` there), drawn from the **non-key** heads of that layer;
-* the draws are distinct: every depth-matched set when there are at most ``n_draws`` (100 by default; the null
-  is then exact), else ``n_draws`` sampled without replacement; the key set's drop gets a **percentile** among
-  the null's drops and an **empirical p-value**, ``p = (1 + #{draws whose drop ≥ the key drop}) / (1 + n)``
-  (Davison & Hinkley 1997, §4.2: the +1 makes p a valid test level);
-* every draw is scored on the same pairs as the key set, with the same ablation.
-
-Cost. A depth-matched set has the key set's lowest layer, so every draw resumes at that layer from the
-clean run (:class:`~mathcircuits.ablation.KnockoutScorer`; its fast path checks itself against the plain
-forward once per model); the clean prefix KV cache is shared by all draws.
+"Knocking out the key heads collapses accuracy" means little unless as many *other* heads do not: heads
+at the same depth may hurt as much because they sit where the answer is computed. The paper draws a few
+random heads anywhere (key heads included); this null is stricter (issue #23 review): each random set has
+the key set's **layer multiset**, from the **non-key** heads; the draws are distinct (every such set when
+there are at most ``n_draws``, 100: the null is then exact); all are scored on the key set's pairs with
+its ablation. The key drop gets a **percentile** and an **empirical p-value**,
+``p = (1 + #{draws whose drop ≥ the key drop}) / (1 + n)`` (Davison & Hinkley 1997, §4.2: the +1 makes
+p a valid test level). Every draw resumes at the key set's lowest layer from the clean run.
 
 Usage::
 
@@ -83,19 +75,7 @@ def depth_matched_draws(
     """Distinct random head sets with the key set's layer multiset, from the non-key heads: every one of them
     when there are at most ``n_draws`` (the null is then exact), else ``n_draws`` drawn without replacement.
 
-    Args:
-        key_heads: the key set ``[(layer, head), ...]`` (non-empty).
-        spec: the model's spec (layers and heads per layer).
-        n_draws: the most sets to score (the budget).
-        seed: the draws' seed.
-
-    Returns:
-        Sorted ``[(layer, head), ...]`` per set, no two alike, with as many heads per layer as the key set;
-        ``min(n_draws, n_depth_matched_sets(...))`` of them.
-
-    Raises:
-        ValueError: an empty key set, or a layer where the key set leaves fewer non-key heads than it has key
-            heads (no depth-matched set exists).
+    Each set is sorted. ValueError for an empty key set, or a layer with fewer non-key than key heads.
     """
     per_layer, pools = _pools(key_heads, spec)
     layers = sorted(per_layer.items())
@@ -113,10 +93,9 @@ def depth_matched_draws(
 class RandomControl(SavedResult):
     """The key set's knockout beside ``n_draws`` depth-matched random sets of non-key heads, per pair.
 
-    ``*_correct`` hold 1.0 where a pair's whole answer is still greedy-correct (teacher-forced) and 0.0 where
-    not. ``identification_overlap`` is the number of scored pairs that also chose the key heads (the identify
-    stage's pairs; it must be 0, -1 when unknown). ``n_possible`` is how many distinct depth-matched sets exist
-    (-1 unknown); the draws are all of them when there are no more than the budget.
+    ``*_correct``: 1.0 where a pair's whole answer is still greedy-correct (teacher-forced).
+    ``identification_overlap``: scored pairs that also chose the key heads (must be 0; -1 unknown).
+    ``n_possible``: distinct depth-matched sets that exist (-1 unknown).
     """
 
     key_heads: list[Head]
@@ -240,27 +219,9 @@ def random_control(
 ) -> RandomControl:
     """Knock out the key set and ``n_draws`` depth-matched random sets of non-key heads on the same pairs.
 
-    Args:
-        model: the hooked model.
-        dataset: the pairs to score (``tokens``, ``answer_tokens``, ``n_tokens``; ``cf_tokens`` unless ``mean``;
-            ``operation``, ``template_id``, ``pair_id`` are kept when present). Score *fresh* pairs, not those
-            that chose the heads.
-        key_heads: the key set: a :class:`~mathcircuits.patching.KeyComponents` or ``[(layer, head), ...]``.
-        n_draws: the most random sets (at least 1; the claims ask for 100): all of them when fewer exist.
-        seed: seed of the draws (and of the resampling donors).
-        ablation: what a knocked-out head outputs (:data:`~mathcircuits.ablation.Ablation`).
-        means: the position-free means, for ``"mean"``.
-        scope: ``"all"`` positions or the ``"last"``.
-        batch_size: pairs per forward.
-        label: what the pairs are (saved with the result).
-        identification_overlap: how many of the pairs chose the key heads (saved; -1 unknown).
-        progress: show a progress bar.
-        scorer: a :class:`KnockoutScorer` already built on ``dataset`` (reuses its clean runs); default a new one.
-        pool: for ``"position_mean"``: counterfactual prompts to average over, leaving each scored pair's own out
-            (a new scorer's ``pool``).
-
-    Returns:
-        The :class:`RandomControl`.
+    Score *fresh* pairs, not those that chose the heads. ``n_draws`` ≥ 1 (the claims ask for 100); all sets
+    when fewer exist. ``label`` and ``identification_overlap`` are saved with the result. ``scorer``: one
+    already built on ``dataset`` (reuses its clean runs). ``pool``: for ``"position_mean"`` (a new scorer's).
     """
     if n_draws < 1:
         raise FixableValueError(f"n_draws={n_draws}. ", "draw at least one random set (the claims ask for 100).")

@@ -1,10 +1,9 @@
 """Key sets per operation, their overlap, and transfer across operations (Zhang et al. 2024, §3.4).
 
-The paper's transfer claim is that heads found on one operation matter for the others. Per operation ``X`` the
-validate stage selects a key set from ``X``'s own patching result (the same rule as the pooled set); this module
-knocks each ``X``'s set out on the fresh pairs of every operation ``Y`` and records the accuracy. The overlap of
-two key sets is their Jaccard index ``|X ∩ Y| / |X ∪ Y|`` with the counts beside it (``shared`` of
-``|X|`` and ``|Y|``), so a reader sees "3 of 8 and 3 of 10" rather than a bare ratio.
+The paper claims heads found on one operation matter for the others. Each operation ``X``'s key set
+(selected from ``X``'s own patching result, the pooled set's rule) is knocked out on the fresh pairs of
+every operation ``Y``. Overlap is the Jaccard index with the counts beside it, so a reader sees "3 of 8
+and 3 of 10" rather than a bare ratio.
 
 Usage::
 
@@ -55,7 +54,8 @@ class CrossOperation(SavedResult):
 
     def to_dataframe(self, confidence: float = DEFAULT_CONFIDENCE) -> pd.DataFrame:
         """One row per (source, target): the two key sets' sizes, shared heads and Jaccard index, the clean and
-        ablated accuracy on the target's pairs with the ablated accuracy's Wilson interval, and the drop."""
+        ablated accuracy on the target's pairs with the ablated accuracy's Wilson interval, and the drop.
+        """
         rows = []
         for i, s in enumerate(self.operations):
             for j, t in enumerate(self.operations):
@@ -95,15 +95,7 @@ class CrossOperation(SavedResult):
 def cross_operation(
     scorers: Mapping[Operation, KnockoutScorer], key_sets: Mapping[Operation, Sequence[tuple[int, int]]]
 ) -> CrossOperation:
-    """Knock each operation's key set out on every operation's pairs.
-
-    Args:
-        scorers: operation → a :class:`KnockoutScorer` on that operation's fresh pairs.
-        key_sets: operation → its key heads (an empty set leaves the accuracy clean).
-
-    Returns:
-        The :class:`CrossOperation` over the operations of ``scorers`` (each needs a key set).
-    """
+    """Knock each operation's key set out on every operation's pairs (an empty key set leaves the accuracy clean)."""
     ops = list(scorers)
     missing = [op for op in ops if op not in key_sets]
     if missing:

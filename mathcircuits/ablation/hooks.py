@@ -1,13 +1,7 @@
 """What a knocked-out head outputs: the ablation choices and the hooks that replace a head's ``hook_z``.
 
-A knocked-out head's output ``hook_z`` (per query head, before ``W_O``) is replaced by a
-value that keeps the head's typical output but removes what it computes about *this*
-prompt's arithmetic (Zhang et al. 2024, §3.3). :data:`Ablation` names the three
-replacements (``mean``, ``position_mean``, ``resample``; see
-:mod:`mathcircuits.ablation.knockout`), :data:`Scope` the positions replaced (``all``, or
-only the ``last``). :func:`z_ablation_hooks` builds the forward hooks for a set of heads
-and replacement values; :func:`ablated_model` is a model with heads mean-ablated, as a
-callable from tokens to logits.
+:data:`Ablation` names the three replacements (``mean``, ``position_mean``, ``resample``; see
+:mod:`mathcircuits.ablation.knockout`), :data:`Scope` the positions replaced (``all`` or ``last``).
 
 Usage::
 
@@ -28,8 +22,8 @@ from torch import Tensor
 from mathcircuits._errors import FixableValueError
 from mathcircuits.ablation.means import HeadMeans
 from mathcircuits.models import HookedModel, hooks
-from mathcircuits.models.placement import layer_device
-from mathcircuits.models.prefix import PrefixRunner
+from mathcircuits.models.forward.placement import layer_device
+from mathcircuits.models.forward.prefix import PrefixRunner
 
 __all__ = [
     "ABLATIONS",
@@ -53,15 +47,7 @@ Hook: TypeAlias = tuple[str, Any]
 
 
 def check_choice(ablation: Ablation, scope: Scope) -> None:
-    """Refuse an unknown ablation or scope with the choices (for callers without a type checker).
-
-    Args:
-        ablation: one of :data:`ABLATIONS`.
-        scope: one of :data:`SCOPES`.
-
-    Returns:
-        None; raises ``ValueError`` naming the value and the choices.
-    """
+    """Refuse (ValueError) an unknown ablation or scope, naming the choices (for callers without a type checker)."""
     if ablation not in ABLATIONS:
         raise FixableValueError(f"ablation {ablation!r} is unknown. ", f"use one of {list(ABLATIONS)}.")
     if scope not in SCOPES:
@@ -77,16 +63,9 @@ def z_ablation_hooks(
 ) -> list[Hook]:
     """Hooks replacing ``hook_z`` of ``heads`` by ``values`` ``[batch|1, pos|1, layer, head, d_head]``.
 
-    Args:
-        model: the hooked model (checks each head is in range).
-        heads: ``[(layer, head), ...]`` to replace.
-        values: the replacement values; size-1 batch or position axes broadcast.
-        scope: ``"all"`` positions or only the ``"last"``.
-        layer_index: maps a model layer to its index in ``values``' layer axis (default: the same).
-
-    Returns:
-        ``[(hook name, hook function), ...]`` for ``run_with_hooks``; ``hook_z`` is per query head on every
-        family, so these touch exactly the ablated heads.
+    Size-1 batch or position axes broadcast. ``layer_index`` maps a model layer to its index in
+    ``values``' layer axis (default: the same). ``hook_z`` is per query head on every family, so these
+    touch exactly the ablated heads.
     """
     by_layer: dict[int, list[int]] = defaultdict(list)
     for l, h in heads:
@@ -123,15 +102,8 @@ def ablated_model(
 ) -> PrefixRunner:
     """A callable tokens → logits with ``heads`` mean-ablated (position-free mean; for :func:`score_pairs`).
 
-    Args:
-        model: the hooked model.
-        heads: ``[(layer, head), ...]`` to ablate.
-        means: the replacement values.
-        scope: ``"all"`` positions or only the ``"last"``.
-
-    Returns:
-        A :class:`~mathcircuits.models.prefix.PrefixRunner`: the shared prefix runs once per batch, ablated
-        like every other position (scope ``"all"``) or clean (scope ``"last"``).
+    A :class:`~mathcircuits.models.forward.prefix.PrefixRunner`: the shared prefix runs once per batch, ablated like
+    every other position (scope ``"all"``) or clean (scope ``"last"``).
     """
     check_choice("mean", scope)
     hooks_ = mean_ablation_hooks(model, heads, means, scope)

@@ -1,40 +1,19 @@
 """Knockout: are the key heads necessary? (Zhang et al. 2024, §3.3)
 
-A knocked-out head's output ``hook_z`` (per query head, before ``W_O``) is
-replaced by a value that keeps the head's typical output but removes what it
-computes about *this* prompt's arithmetic. Three replacements (``ablation``):
+A knocked-out head's ``hook_z`` (per query head, before ``W_O``) is replaced by a value that keeps its
+typical output but removes what it computes about *this* prompt's arithmetic (``ablation``):
 
-* ``"mean"`` — the head's mean over all counterfactual prompts of the dataset
-  and over all their positions (:func:`~mathcircuits.ablation.head_means`), one
-  vector per head at every position: the paper's mean ablation.
-* ``"position_mean"`` — at each position, the head's mean over the counterfactual
-  prompts of the same template and length (aligned positions; Wang et al. 2022,
-  IOI): over a large ``pool`` of them when given, leaving the scored pair's own
-  counterfactual out (the validate stage passes every generated pair), else over
-  the scored pairs of the template. On the shared few-shot prefix every counterfactual prompt carries the
-  same tokens as the prompt, so the mean there *is* the clean activation and the
-  ablation changes only the query positions.
-* ``"resample"`` — each prompt takes the head's output from one counterfactual
-  prompt of the same template and length (a seeded random donor), at every
-  position (resample ablation; Chan et al. 2022). Again a no-op on the prefix.
+* ``"mean"``: its mean over all counterfactual prompts and positions (the paper's mean ablation).
+* ``"position_mean"``: at each position, its mean over counterfactual prompts of the same template and
+  length (Wang et al. 2022, IOI), over a large ``pool`` leaving the pair's own counterfactual out, else
+  over the template's scored pairs. The shared prefix keeps its clean activation.
+* ``"resample"``: the output on one seeded counterfactual donor of the same template and length (Chan et
+  al. 2022). Again a no-op on the prefix.
 
-The counterfactual sequence of a pair is its ``cf_tokens`` followed by the same
-teacher-forced answer tokens as the prompt, so positions stay aligned when the
-answer has several tokens. ``scope="last"`` replaces only the last position.
-
-Accuracy is the full-answer criterion of :func:`mathcircuits.data.score_pairs`
-(every answer token greedy, teacher-forced); the first-token criterion is kept
-beside it.
-
-The scoring under each knockout, with its exact savings (clean prefix and clean blocks
-below the lowest ablated layer reused), is :class:`~mathcircuits.ablation.KnockoutScorer`
-(:mod:`.scorer`); the hooks are in :mod:`.hooks`, the result in :mod:`.result`.
-
-The knockout curve removes heads in effect-rank order (most negative path-patching
-effect first; or a :class:`~mathcircuits.patching.KeyComponents`'s heads in its order) and, for comparison,
-in random orders over all heads (several seeds; mean and spread), as in the paper's Figure 3. Scored on the
-pairs that chose the heads, the drop is biased upward (the heads were picked because they matter on *those*
-pairs): it warns, and :func:`~mathcircuits.data.fresh_pairs` draws others.
+Counterfactual sequences carry the same teacher-forced answer tokens, so positions stay aligned.
+Accuracy is :func:`mathcircuits.data.score_pairs`' full-answer criterion. The curve removes heads in
+effect-rank order and in random orders over all heads (the paper's Figure 3). Scored on the pairs that
+chose the heads, the drop is biased upward: it warns (:func:`~mathcircuits.data.fresh_pairs`).
 """
 
 from __future__ import annotations
@@ -75,19 +54,9 @@ def ablated_accuracy(
 ) -> float:
     """Share of pairs answered correctly with ``heads`` knocked out.
 
-    Args:
-        model: the hooked model.
-        dataset: pairs with ``tokens``, ``answer_tokens`` and ``n_tokens`` (non-empty; ``cf_tokens`` too
-            unless ``ablation="mean"``).
-        heads: a :class:`~mathcircuits.patching.KeyComponents` of this model, or ``[(layer, head), ...]``.
-        means: :class:`HeadMeans` taken on this model (``"mean"`` only; default: taken on ``dataset``).
-        scope: ``"all"`` positions or only the ``"last"``.
-        batch_size: pairs per forward.
-        ablation: ``"mean"``, ``"position_mean"`` or ``"resample"`` (module docstring).
-        seed: seed of the resampling donors.
-
-    Returns:
-        The accuracy in [0, 1]. Heads or means of another model raise an error naming both models.
+    ``dataset`` needs ``tokens``, ``answer_tokens``, ``n_tokens`` (and ``cf_tokens`` unless ``ablation="mean"``).
+    ``means``: for ``"mean"`` only (default: taken on ``dataset``). ``seed`` draws the resampling donors.
+    Heads or means of another model raise an error naming both models.
     """
     heads = list(resolve_heads(heads, model.spec, allow_empty=True))
     if means is not None:
@@ -128,27 +97,12 @@ def knockout_curve(
 ) -> KnockoutResult:
     """Knock out the top-k heads in effect-rank order and ``n_random`` random orders, for each k.
 
-    Args:
-        model: the hooked model.
-        dataset: the pairs to score (non-empty, with ``tokens``, ``answer_tokens``, ``n_tokens``, ``cf_tokens``).
-        patching: a :class:`~mathcircuits.patching.PatchingResult` of this model (finite head effects; heads
-            ranked by effect), or a :class:`~mathcircuits.patching.KeyComponents` (its heads, in its order).
-            A result computed on (some of) ``dataset``'s pairs warns: score fresh pairs
-            (:func:`~mathcircuits.data.fresh_pairs`).
-        max_k: knock out up to this many heads (at most the selection's heads).
-        n_random: number of random orders.
-        seed: seed of the random orders (and of the resampling donors).
-        means: :class:`HeadMeans` of this model for ``"mean"`` (default: taken on ``dataset``'s counterfactuals).
-        scope: ``"all"`` positions or only the ``"last"``.
-        progress: show a progress bar.
-        ablation: ``"mean"``, ``"position_mean"`` or ``"resample"`` (module docstring); the default is the
-            config's (``validation.ablation``).
-        ks: the k values of the curve (default every k in 1…max_k; 0, the clean model, is always included).
-        pool: for ``"position_mean"``: counterfactual prompts to average over, leaving each scored pair's own out
-            (:class:`KnockoutScorer`); None: the scored pairs of each template.
-
-    Returns:
-        The :class:`KnockoutResult`.
+    ``patching``: a :class:`~mathcircuits.patching.PatchingResult` (heads ranked by effect; finite effects)
+    or a :class:`~mathcircuits.patching.KeyComponents` (its heads, in its order); computed on some of
+    ``dataset``'s pairs, it warns. ``max_k`` is capped by a selection's size. ``seed`` draws the random orders
+    and donors. ``ablation`` defaults to the config's ``validation.ablation``. ``ks``: default every k in
+    1…max_k (0, the clean model, is always included). ``pool``: for ``"position_mean"``, counterfactual prompts
+    to average over, leaving each scored pair's own out; None: the scored pairs of each template.
     """
 
     spec = model.spec

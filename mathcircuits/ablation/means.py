@@ -1,11 +1,7 @@
 """Position-free head means: the replacement values of the ``mean`` ablation (Zhang et al. 2024, §3.3).
 
-Each head's output ``hook_z`` (per query head, before ``W_O``) is averaged over
-the counterfactual prompts of a dataset **and over all their token positions**,
-giving one ``d_head`` vector per head. Being position-free, the same mean applies
-to prompts of any length (other templates, word problems). The per-position and
-resampling ablations take their values from aligned counterfactual prompts
-instead (:class:`mathcircuits.ablation.KnockoutScorer`).
+Each head's ``hook_z`` is averaged over a dataset's counterfactual prompts **and all their positions**,
+so the same mean applies to prompts of any length (other templates, word problems).
 """
 
 from __future__ import annotations
@@ -22,7 +18,7 @@ from mathcircuits._errors import FixableValueError
 from mathcircuits._io import SavedResult
 from mathcircuits.data.pairset import PairSet, Side
 from mathcircuits.models import HookedModel, hooks
-from mathcircuits.models.prefix import PrefixRunner, shared_prefix_len
+from mathcircuits.models.forward.prefix import PrefixRunner, shared_prefix_len
 from mathcircuits.models.spec import ModelSpec, as_spec, check_model
 
 __all__ = ["HeadMeans", "PoolKey", "PositionPool", "head_means"]
@@ -32,8 +28,7 @@ __all__ = ["HeadMeans", "PoolKey", "PositionPool", "head_means"]
 class HeadMeans(SavedResult):
     """Mean ``hook_z`` per head over the counterfactual prompts: [layer, head, d_head].
 
-    ``model`` is the spec of the model the means were taken on (``None`` only for
-    means built by hand, which then cannot be checked against a model).
+    ``model`` is ``None`` only for means built by hand, which then cannot be checked against a model.
     """
 
     STAGE = "validate"
@@ -51,14 +46,7 @@ class HeadMeans(SavedResult):
             )
 
     def check_model(self, model: ModelSpec | HookedModel | nn.Module) -> None:
-        """Refuse a model other than the one the means were taken on.
-
-        Args:
-            model: a hooked model or a ModelSpec.
-
-        Returns:
-            None; raises an error naming both models (or the shapes) and the fix.
-        """
+        """Refuse a model other than the one the means were taken on (the error names both models, or the shapes)."""
         spec = as_spec(model)
         if self.model is not None:
             check_model(self.model, spec, "these head means", "compute head_means() on this model")
@@ -82,17 +70,7 @@ class HeadMeans(SavedResult):
 
 @torch.no_grad()
 def head_means(model: HookedModel, dataset: PairSet, column: Side = "cf_tokens", batch_size: int = 32) -> HeadMeans:
-    """Mean of every head's ``hook_z`` over the prompts in ``column``, all positions.
-
-    Args:
-        model: the hooked model.
-        dataset: pairs with a ``column`` of token lists.
-        column: which prompts to average over (the counterfactual ones by default).
-        batch_size: prompts per forward.
-
-    Returns:
-        :class:`HeadMeans` with one ``d_head`` vector per head.
-    """
+    """Mean of every head's ``hook_z`` over the prompts in ``column`` (counterfactual by default), all positions."""
     spec = model.spec
     dataset.require((column,), "head_means")
     names = [hooks.z(layer) for layer in range(spec.n_layers)]
@@ -122,22 +100,16 @@ class PositionPool:
     """Per-position means of ``hook_z`` over a large pool of counterfactual sequences, leaving one item out.
 
     The ``position_mean`` ablation replaces a head's output at each position by its mean over counterfactual
-    prompts whose positions align with the scored prompt's: the same template and prompt length (:data:`PoolKey`;
-    the sequence is the counterfactual prompt followed by its own teacher-forced answer, less the last token).
-    The key holds no property of the answer: keyed on answer length, the mean at the prompt positions would be
-    taken over answers of the scored answer's length only, and so tell the ablated head whether the answer has
-    two digits (issue #35). A causal model's prompt positions do not see the answer, so every item of the key
-    enters their mean; an answer position's mean is over the items whose answer reaches it. Averaging over only
-    the few scored pairs of a template makes the mean close to the scored pair's own counterfactual (a group of
-    one *is* the identification patch), so the mean is taken over a large pool, by default every counterfactual
-    prompt the data stage generated, and the scored pair's own counterfactual is left out (:meth:`value`).
-    Positions every sequence of a key shares (the few-shot prefix) hold the same ``hook_z`` in every sequence,
-    so they are stored once. A key is computed on first use and kept, so one pool serves every scorer of a stage.
+    sequences (prompt plus its own teacher-forced answer, less the last token) aligned with the scored one:
+    same template and prompt length (:data:`PoolKey`). The key holds nothing of the answer: keyed on answer
+    length, the prompt positions' mean would tell the ablated head whether the answer has two digits (issue
+    #35). Prompt positions do not see the answer, so every item of the key enters their mean; an answer
+    position's mean is over the items whose answer reaches it. Over only a template's few scored pairs the
+    mean is close to the pair's own counterfactual (a group of one *is* the identification patch), hence a
+    large pool (by default every generated counterfactual) with the scored pair's own left out
+    (:meth:`value`). The shared prefix is stored once; a key is computed on first use and kept.
 
-    Args:
-        model: the hooked model.
-        pool: pairs with ``cf_tokens``, ``answer_tokens``, ``n_tokens``, ``template_id`` and ``pair_id``.
-        batch_size: sequences per forward.
+    ``pool`` needs ``cf_tokens``, ``answer_tokens``, ``n_tokens``, ``template_id`` and ``pair_id``.
     """
 
     def __init__(self, model: HookedModel, pool: PairSet, batch_size: int = 32) -> None:
@@ -156,8 +128,7 @@ class PositionPool:
         return sum(len(v) for v in self.items.values())
 
     def _compute(self, k: PoolKey) -> tuple[Tensor, Tensor, Tensor, dict[int, tuple[int, ...]]]:
-        """(head [q, layer, head, d_head], tail sum [pos − q, ...] float64, items per tail position, pair id →
-        sequence) of ``k``; sequences of one length run together."""
+        """Head ``[q, layer, head, d_head]``, float64 tail sums, items per tail position, pair id → sequence."""
         if k not in self._stats:
             spec, items = self.model.spec, self.items[k]
             names = [hooks.z(layer) for layer in range(spec.n_layers)]
@@ -213,15 +184,8 @@ class PositionPool:
         """The mean ``hook_z`` from position ``start`` to the end of ``seq`` ``[pos − start, layer, head, d_head]``
         over the pool items of ``key``, leaving out the item with ``pair_id`` when it is the same sequence ``seq``.
 
-        Args:
-            key: the scored sequence's key.
-            pair_id: its pair id.
-            seq: its counterfactual sequence (left out only if the pool's item of that id is this sequence).
-            own: its counterfactual's ``hook_z`` from ``start`` on (needed when it is in the pool).
-            start: the first position returned.
-
-        Returns:
-            The mean, or None when some position of ``seq`` has no other pool item of ``key``.
+        ``own``: that item's ``hook_z`` from ``start`` on (needed when it is in the pool). None when a position
+        of ``seq`` has no other item.
         """
         if key not in self.items:
             return None

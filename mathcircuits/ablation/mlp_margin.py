@@ -1,18 +1,15 @@
 """Do the later MLPs write the answer *because of* the key heads? Their answer margin with the heads knocked out.
 
-Background. The paper reads the MLP updates through the unembedding and finds the answer rising in later
-layers (§4.2); that the answer appears after the key heads does not show that the MLPs *use* what the heads
-moved. The causal test (issue #23, C4): knock the key heads out and measure how much the later MLPs' direct
-contribution to the answer falls.
+The paper sees the answer rise in later MLP updates (§4.2); that does not show the MLPs *use* what the
+heads moved. The causal test (issue #23, C4): knock the key heads out and measure how much the later
+MLPs' direct contribution to the answer falls.
 
-Quantity (per pair, at the position that predicts the first answer token). For each MLP layer ``l`` in
-``layers``, its update ``u_l`` (``hook_mlp_out``) moves the final logits by
-``Δ_l = N_f(x_L) − N_f(x_L − u_l)`` (``x_L`` the final residual of the same run, ``N_f`` the final norm, as in
-:mod:`mathcircuits.analysis.mlp_probes`); its **answer margin** is ``Δ_l · (W_U[:, C] − mean_{c ≠ C} W_U[:, c])``
-over the candidate numbers ``c`` (the first answer tokens of the dataset). The result keeps the sum over
-``layers`` per pair, clean, with the key heads knocked out (the same ablation values as the knockout), and with
-each random head set of the key set's layers that claim C2 draws knocked out instead: the key set's drop
-``clean − ablated`` is what claim C4 reads, placed among the random sets' drops (its null).
+Per pair, at the position that predicts the first answer token: MLP ``l``'s update ``u_l`` moves the
+final logits by ``Δ_l = N_f(x_L) − N_f(x_L − u_l)`` (as in :mod:`mathcircuits.analysis.mlp_probes`); its
+**answer margin** is ``Δ_l · (W_U[:, C] − mean_{c ≠ C} W_U[:, c])`` over the candidate numbers ``c`` (the
+dataset's first answer tokens). The sum over ``layers`` is kept clean, with the key heads knocked out (the
+knockout's ablation values), and with each of claim C2's random sets knocked out instead: the key drop
+``clean − ablated`` is placed among the random sets' drops (C4's null).
 
 Usage::
 
@@ -38,8 +35,8 @@ from mathcircuits.ablation.scorer import KnockoutScorer
 from mathcircuits.data.pairset import PairSet
 from mathcircuits.models import HookedModel, fast_paths_enabled, hooks
 from mathcircuits.models.families import block_structure
+from mathcircuits.models.forward.readout import final_norm
 from mathcircuits.models.heads import Head
-from mathcircuits.models.readout import final_norm
 
 __all__ = ["MLPMargin", "mlp_margin"]
 
@@ -124,25 +121,10 @@ def mlp_margin(
 ) -> MLPMargin:
     """The summed direct answer margin of the MLPs in ``layers``, clean and with ``key_heads`` knocked out.
 
-    Args:
-        model: the hooked model.
-        dataset: pairs (``tokens``, ``answer_tokens``, ``n_tokens``; ``cf_tokens`` unless ``mean``).
-        key_heads: the heads to knock out.
-        layers: the MLP layers whose margin is summed (the "later" MLPs; at least one).
-        ablation: what a knocked-out head outputs (as in the knockout).
-        means: the position-free means, for ``"mean"``.
-        scope: ``"all"`` positions or the ``"last"``.
-        seed: seed of the resampling donors.
-        batch_size: pairs per forward.
-        scorer: a :class:`KnockoutScorer` built on ``dataset`` with the same ablation (reuses its replacement
-            values); default a new one.
-        fast: run the positions every prompt of a template shares once, clean, and only the rest per batch (exact;
-            ``False`` runs every position, the reference).
-        random_sets: head sets knocked out instead of the key heads, one at a time (C4's null: the random sets of
-            the key set's layers that the random control drew, :attr:`RandomControl.draws`).
-
-    Returns:
-        The :class:`MLPMargin`.
+    ``scorer``: one built on ``dataset`` with the same ablation (reuses its replacement values). ``fast``:
+    run the positions a template's prompts share once, clean (exact; ``False``: every position, the
+    reference). ``random_sets``: knocked out instead of the key heads, one at a time (C4's null:
+    :attr:`RandomControl.draws`).
     """
     spec = model.spec
     layers = sorted({int(l) for l in layers})

@@ -1,11 +1,4 @@
-"""The values the validation stage returns: the knockout curve and the transfer table, row by row.
-
-* :class:`KnockoutResult` — accuracy as heads are knocked out, in effect-rank order and in random
-  orders (several seeds), for each k (Zhang et al. 2024, §3.3, Fig. 3);
-* :class:`TransferRow` — one evaluation set of the transfer check: clean accuracy and, on the
-  items the clean model answers, the key- and random-ablated accuracies, each with its Wilson
-  interval (§3.4); :class:`TransferResult` — the rows and the thresholds that make a set measurable.
-"""
+"""The values the validation stage returns: the knockout curve and the transfer table, row by row."""
 
 from __future__ import annotations
 
@@ -52,7 +45,8 @@ class KnockoutResult(SavedResult):
 
     def to_dataframe(self):
         """One row per k: ranked accuracy with its Wilson 95% interval over the ``n_pairs`` pairs
-        (ranked_low, ranked_high), the random orders' mean, std and range (random_min, random_max), and drops."""
+        (ranked_low, ranked_high), the random orders' mean, std and range (random_min, random_max), and drops.
+        """
 
         rnd = self.random_accuracy
         wilson = [wilson_interval(round(a * self.n_pairs), self.n_pairs) for a in self.ranked_accuracy]
@@ -91,22 +85,15 @@ class TransferRow:
     """One transfer set: clean accuracy, and the ablated accuracies on its clean-correct items.
 
     Args:
-        dataset: the set's name.
-        held_in: whether the set's data was used to find the key heads (then it is a reference, not transfer).
-        n: items in the set.
-        n_correct: items the clean model answers correctly.
-        clean_accuracy: ``n_correct / n``, with its Wilson interval ``clean_low``/``clean_high``.
+        held_in: the set's data found the key heads (then it is a reference, not transfer).
         status: :data:`MEASURED`, or :data:`NOT_MEASURABLE` when the clean model answers too few items.
-        key_ablated_accuracy: accuracy with the key heads ablated, on the clean-correct items (NaN when not
-            measurable), with its Wilson interval ``key_low``/``key_high``.
-        random_ablated_accuracy: mean over the random head sets, with the pooled Wilson interval widened to
-            every set's accuracy (``random_low``/``random_high``) and the sets' std ``random_ablated_std``.
+        key_ablated_accuracy: on the clean-correct items (NaN when not measurable).
+        random_ablated_accuracy: mean over the random head sets; its pooled Wilson interval is widened to
+            every set's accuracy.
         key_drop: ``key_ablated_accuracy − 1``, the share of clean-correct items lost.
-        random_drop: ``random_ablated_accuracy − 1``.
         ablation: how the set was ablated (``mean`` for sets without counterfactual prompts).
-        p_value: the key set's empirical p-value among the ``n_draws`` depth-matched random sets of non-key
-            heads, ``(1 + #{random accuracy ≤ key accuracy}) / (1 + n_draws)`` (NaN when not measurable).
-        n_draws: how many random sets.
+        p_value: among the ``n_draws`` depth-matched random sets,
+            ``(1 + #{random accuracy ≤ key accuracy}) / (1 + n_draws)`` (NaN when not measurable).
     """
 
     dataset: str
@@ -142,11 +129,7 @@ class TransferRow:
 
 @dataclass(frozen=True, repr=False)
 class TransferResult(SavedResult):
-    """One :class:`TransferRow` per evaluation set.
-
-    ``min_clean_accuracy`` and ``min_correct`` are the thresholds below which a set is
-    *not measurable on this model*; ``confidence`` is the Wilson intervals' level.
-    """
+    """One :class:`TransferRow` per evaluation set, with the thresholds that make a set measurable."""
 
     rows: tuple[TransferRow, ...]
     key_heads: list[Head]
@@ -167,7 +150,8 @@ class TransferResult(SavedResult):
 
     def to_dataframe(self):
         """One row per set: status, clean accuracy and the key/random-ablated accuracies on the clean-correct
-        items, each with its Wilson interval (``*_low``, ``*_high``)."""
+        items, each with its Wilson interval (``*_low``, ``*_high``).
+        """
 
         return pd.DataFrame([r.to_dict() for r in self.rows], columns=[f.name for f in fields(TransferRow)])
 

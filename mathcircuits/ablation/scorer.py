@@ -1,16 +1,11 @@
 """Score one pair set under many knockouts, reusing every clean computation between them (exact).
 
-:class:`KnockoutScorer` is what the knockout curve and the transfer checks call for each
-set of ablated heads. Within a group of one template and length, the positions every
-prompt and counterfactual share run once (a clean KV cache, kept for every knockout
-point); the clean residual entering each block is kept per batch, and a knockout whose
-lowest ablated head is in layer ``k`` runs only blocks ``k…``
-(:func:`~mathcircuits.models.prefix.run_from_layer`). With ``"mean"`` at every position the
-prefix itself is ablated, so its one row is run again with the hooks for each knockout
-point. Each saving is tested equal to the plain forward in ``tests/test_fast_paths.py``.
-
-Accuracy is the full-answer criterion of :func:`mathcircuits.data.score_pairs` (every
-answer token greedy, teacher-forced); the first-token criterion is kept beside it.
+Within a group of one template and length, the positions every prompt and counterfactual share run once
+(a clean KV cache kept for every knockout); the clean residual entering each block is kept per batch, and
+a knockout whose lowest ablated head is in layer ``k`` runs only blocks ``k…``
+(:func:`~mathcircuits.models.forward.prefix.run_from_layer`). With ``"mean"`` at every position the prefix itself
+is ablated, so its one row reruns with the hooks. Each saving is tested equal to the plain forward
+(``tests/test_fast_paths.py``). Accuracy is :func:`mathcircuits.data.score_pairs`' full-answer criterion.
 
 Usage::
 
@@ -37,9 +32,9 @@ from mathcircuits.ablation.means import HeadMeans, PoolKey, PositionPool, head_m
 from mathcircuits.data.batching import length_groups
 from mathcircuits.data.pairset import PairSet, Side
 from mathcircuits.models import Head, HookedModel, PrefixCaches, fast_paths_enabled, hooks
-from mathcircuits.models.integrity import compare, model_depth, model_dtype, probe_pairs, verify_once
-from mathcircuits.models.placement import layer_device
-from mathcircuits.models.prefix import PrefixRunner, repeat_cache, run_from_layer, shared_prefix_len
+from mathcircuits.models.forward.integrity import compare, model_depth, model_dtype, probe_pairs, verify_once
+from mathcircuits.models.forward.placement import layer_device
+from mathcircuits.models.forward.prefix import PrefixRunner, repeat_cache, run_from_layer, shared_prefix_len
 
 log = logging.getLogger(__name__)
 
@@ -58,27 +53,12 @@ class KnockoutScorer:
     """Scores one dataset under many knockouts, reusing every clean computation between them.
 
     A bridge without ``start_at_layer`` (TransformerLens 3.9's) runs every block instead of resuming at the
-    lowest ablated layer: the same numbers, at more cost.
-
-    Args:
-        model: the hooked model.
-        dataset: pairs with ``tokens``, ``answer_tokens``, ``n_tokens`` (and ``source_column`` unless
-            ``ablation="mean"``); ``template_id`` groups them when present.
-        ablation: ``"mean"``, ``"position_mean"`` or ``"resample"`` (see the module docstring).
-        means: :class:`HeadMeans` of this model, for ``"mean"`` (default: taken on ``dataset``).
-        scope: ``"all"`` positions or only the ``"last"``.
-        seed: seed of the resampling donors.
-        batch_size: pairs per forward.
-        source_column: the prompts the per-position means and donors come from (the counterfactual ones).
-        pool: for ``"position_mean"``: a :class:`~mathcircuits.ablation.PositionPool` over a large set of
-            counterfactual prompts (e.g. every pair the data stage generated) whose per-position mean replaces
-            the head, per template and prompt length (never per answer property), **leaving the scored pair's own
-            counterfactual out**; ``dataset`` then needs ``template_id`` and ``pair_id``. A row whose key has no
-            other pool item falls back to the mean over the scored rows of its group (listed in
-            :attr:`pool_fallbacks`). None: the mean over the scored rows of the group.
-        reuse_clean: keep the clean run of each batch (the residual entering every block) and resume each
-            knockout at its lowest ablated layer; worth it from the second scoring on. ``False`` (one scoring)
-            runs the ablated suffix through every block instead.
+    lowest ablated layer: the same numbers, at more cost. ``source_column`` holds the prompts the means and
+    donors come from. ``pool`` (``"position_mean"``): a :class:`~mathcircuits.ablation.PositionPool` that
+    **leaves the scored pair's own counterfactual out** (``dataset`` then needs ``template_id`` and
+    ``pair_id``); a row whose key has no other item falls back to its group's scored rows (listed in
+    :attr:`pool_fallbacks`), as does None. ``reuse_clean`` keeps each batch's clean run to resume each
+    knockout at its lowest ablated layer; worth it from the second scoring on.
     """
 
     _mid_ok = True  # set False on a bridge that cannot start mid-network
@@ -156,8 +136,9 @@ class KnockoutScorer:
         return repeat_cache(self._prefix_cache(tokens[0, :p].tolist()), tokens.shape[0]) if p > 0 else None
 
     def _run(self, tokens: Tensor, p: int, fwd_hooks: list[tuple[str, Any]], keep: int = 1) -> Tensor:
-        """Hooked forward of ``tokens[:, p:]`` after the clean prefix; vocabulary logits of the last ``keep``
-        positions only (a 262k-token unembedding costs more than the blocks)."""
+        """Hooked forward of ``tokens[:, p:]`` after the clean prefix; logits of the last ``keep`` positions only
+        (a 262k-token unembedding costs more than the blocks).
+        """
         kw = {"past_key_values": self._cache(tokens, p)} if p > 0 else {}
         return self.model.bridge.run_with_hooks(tokens[:, p:], fwd_hooks=fwd_hooks, logits_to_keep=keep, **kw)
 
@@ -207,11 +188,7 @@ class KnockoutScorer:
         return self._pooled_values[ck]
 
     def replacement_z(self, group: int) -> Tensor:
-        """What a knocked-out head's ``hook_z`` becomes on the rows of ``self.groups[group]``, every position.
-
-        Returns:
-            ``[rows|1, pos|1, layer, head, d_head]`` (a size-1 axis is shared by every row or position).
-        """
+        """A knocked-out head's ``hook_z`` on ``self.groups[group]``: ``[rows|1, pos|1, layer, head, d_head]``."""
         return self._values(group, self.groups[group].rows, fast=False)
 
     def _read(self, logits: Tensor, rows: list[int], offset: int) -> list[Tensor]:
@@ -244,15 +221,10 @@ class KnockoutScorer:
     # --- scoring -------------------------------------------------------------------------------------------
     @torch.no_grad()
     def logits(self, heads: Sequence[tuple[int, int]], fast: bool = True) -> list[Float[Tensor, "answer vocab"]]:
-        """Each pair's logits at its answer positions with ``heads`` knocked out.
+        """Each pair's logits at its answer positions with ``heads`` knocked out (teacher-forced, dataset order).
 
-        Args:
-            heads: ``[(layer, head), ...]`` to knock out (empty: the clean model).
-            fast: reuse the clean prefix and the clean blocks below the lowest ablated layer (exact);
-                ``False`` runs one plain full forward per batch with the hooks at every position (the reference).
-
-        Returns:
-            One ``[len(answer_tokens), vocab]`` tensor per pair, in dataset order (teacher-forced).
+        ``fast`` reuses the clean prefix and the clean blocks below the lowest ablated layer (exact); ``False``
+        runs one plain full forward per batch with the hooks at every position (the reference).
         """
         heads = [Head.of(h) for h in heads]
         for l, h in heads:
@@ -268,15 +240,7 @@ class KnockoutScorer:
         return out
 
     def score(self, heads: Sequence[tuple[int, int]], fast: bool = True) -> tuple[list[bool], list[bool]]:
-        """Correctness of every pair with ``heads`` knocked out.
-
-        Args:
-            heads: ``[(layer, head), ...]`` to knock out (empty: the clean model).
-            fast: as in :meth:`logits`.
-
-        Returns:
-            ``(correct, first_correct)``: per pair, every answer token greedy / the first one.
-        """
+        """Correctness of every pair with ``heads`` knocked out: ``(whole answer, first token)`` per pair."""
         preds = [row.argmax(-1).tolist() for row in self.logits(heads, fast)]
         correct = [p == a for p, a in zip(preds, self.answers)]
         return correct, [p[0] == a[0] for p, a in zip(preds, self.answers)]
@@ -331,16 +295,9 @@ class KnockoutScorer:
 def check_knockout(model: HookedModel, ablation: Ablation, scope: Scope) -> tuple[float, float]:
     """Fast knockout logits (shared prefix, resumed mid-network) against plain forwards, on probe pairs.
 
-    The run-time check of :meth:`KnockoutScorer.logits` (:mod:`mathcircuits.models.integrity`): the clean model and
-    two knockouts (a middle-layer head, then one middle and one last-layer head), both ways.
-
-    Args:
-        model: the hooked model.
-        ablation: the ablation checked.
-        scope: ``"all"`` or ``"last"``.
-
-    Returns:
-        ``(largest difference, tolerance)``.
+    The run-time check of :meth:`KnockoutScorer.logits` (:mod:`mathcircuits.models.forward.integrity`): the clean
+    model and two knockouts (a middle-layer head, then a middle and a last-layer head), both ways. Returns
+    ``(largest difference, tolerance)``.
     """
     spec = model.spec
     probe = probe_pairs(spec.vocab_size)

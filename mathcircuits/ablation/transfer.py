@@ -1,36 +1,21 @@
 """Transfer: do the key heads matter beyond the data they were found on? (Zhang et al. 2024, §3.4)
 
-For each evaluation set (other operations, other templates, multi-digit
-operands, real word problems) we first score the clean model, then keep **only
-the items it answers correctly**, and on those measure accuracy with the key
-heads mean-ablated and with depth-matched random sets of non-key heads (the same layer
-multiset as the key set, :func:`~mathcircuits.ablation.depth_matched_draws`; ``n_random`` draws), whose
-accuracies give the key set an empirical p-value per set.
-A large drop for key heads and a small one for random heads means the circuit
-transfers. Items the clean model already gets wrong say nothing about what the
-heads do (an ablation cannot break an answer that was never right), so they
-are left out.
+For each evaluation set (other operations and templates, multi-digit operands, real word problems) the
+clean model is scored first, and **only the items it answers correctly** are kept (an ablation cannot
+break an answer that was never right). On those, accuracy is measured with the key heads ablated and
+with ``n_random`` depth-matched random sets of non-key heads
+(:func:`~mathcircuits.ablation.depth_matched_draws`), which give the key set an empirical p-value.
 
-A set is **measurable** when the clean model answers at least
-``min_clean_accuracy`` of its items (default 0.5) and at least ``min_correct``
-items (default 5). Below that the clean model is near chance on the set (on
-SmolLM2-135M: two-digit addition 0.06, word templates 0.19) and the row says
-*not measurable on this model* with its clean accuracy, never a transfer number.
+A set is **measurable** when the clean model answers at least ``min_clean_accuracy`` (0.5) of its items
+and at least ``min_correct`` (5). Below that the model is near chance (SmolLM2-135M: two-digit addition
+0.06, word templates 0.19) and the row says *not measurable on this model*, never a transfer number.
 
-Intervals. Every accuracy is a count of correct items, so it carries a Wilson
-interval (:func:`mathcircuits.stats.wilson_interval`): the clean accuracy over
-all items, the key-ablated accuracy over the clean-correct items, and the
-random-ablated accuracy over the clean-correct items pooled over the random
-head sets, widened to include every single set's accuracy (the spread of the
-random draws).
+Every accuracy carries a Wilson interval: clean over all items, key-ablated over the clean-correct
+items, random-ablated pooled over the random sets, widened to include every single set's accuracy.
 
-Ablation. Each set is scored by one :class:`~mathcircuits.ablation.KnockoutScorer`
-(clean prefix and clean blocks below the lowest ablated layer reused between the
-clean, key and random scorings; exact), with the knockout's ``ablation``. A set
-without aligned counterfactual prompts (no ``cf_tokens`` column: real word
-problems) cannot take a per-position mean or a donor, so it is ablated with the
-position-free ``"mean"`` of the identification data; each row records the
-ablation it used.
+A set without aligned counterfactual prompts (no ``cf_tokens``: real word problems) cannot take a
+per-position mean or a donor, so it gets the position-free ``"mean"`` of the identification data; each
+row records its ablation.
 """
 
 from __future__ import annotations
@@ -67,21 +52,8 @@ def transfer_row(
 ) -> TransferRow:
     """One transfer row from per-item correctness (0/1), with Wilson intervals.
 
-    Args:
-        name: the set's name.
-        clean: correctness of the clean model on every item of the set.
-        key: correctness with the key heads ablated, on the clean-correct items only (None when not measured).
-        random_sets: per random head set, correctness on the clean-correct items.
-        held_in: whether the set's data was used to find the key heads.
-        min_clean_accuracy: least clean accuracy for the set to be measurable.
-        min_correct: least number of clean-correct items for the set to be measurable.
-        confidence: level of the Wilson intervals.
-        ablation: how the set was ablated (recorded in the row).
-
-    Returns:
-        The :class:`~mathcircuits.ablation.TransferRow`: status :data:`MEASURED` or :data:`NOT_MEASURABLE`, the
-        clean accuracy and, when measurable, the key- and random-ablated accuracies on the clean-correct
-        items with their intervals, the random sets' std and the drops (ablated accuracy − 1).
+    ``key`` and ``random_sets`` are correctness on the clean-correct items only (``key`` None: not measured).
+    ``held_in``: the set's data found the key heads. The drops are ablated accuracy − 1.
     """
     nan = float("nan")
     n, k = len(clean), int(sum(clean))
@@ -142,27 +114,11 @@ def transfer(
 ) -> TransferResult:
     """Per dataset: clean accuracy, then key-ablated and random-ablated accuracy on the clean-correct items.
 
-    Args:
-        model: the hooked model.
-        eval_sets: name → pairs (empty sets are skipped).
-        key_heads: a :class:`~mathcircuits.patching.KeyComponents` of this model, or ``[(layer, head), ...]``.
-        means: :class:`HeadMeans` taken on this model, for the ``"mean"`` ablation and sets without ``cf_tokens``
-            (None: no set may need them).
-        n_random: depth-matched random sets of non-key heads per dataset (the null of the key set's p-value).
-        seed: seed of the random head sets (and of the resampling donors).
-        scope: ``"all"`` positions or only the ``"last"``.
-        progress: show a progress bar.
-        held_in: names of the sets whose data found the key heads (marked ``held_in``; not evidence of transfer).
-        min_clean_accuracy: a set whose clean accuracy is below this is *not measurable on this model*.
-        min_correct: a set with fewer clean-correct items than this is *not measurable on this model*.
-        batch_size: pairs per forward.
-        ablation: ``"mean"``, ``"position_mean"`` or ``"resample"``, as in the knockout (module docstring).
-        pool: for ``"position_mean"``: counterfactual prompts to average over, leaving each item's own out (used
-            for sets with ``template_id`` and ``pair_id``).
-
-    Returns:
-        The :class:`TransferResult`; each row's ``ablation`` says how its set was ablated. Heads or means
-        of another model raise an error naming both models.
+    ``eval_sets``: name → pairs (empty sets skipped). ``means``: for ``"mean"`` and sets without
+    ``cf_tokens`` (None: no set may need them). ``n_random``: depth-matched random sets per dataset (the
+    p-value's null). ``held_in``: sets whose data found the key heads (marked; not evidence of transfer).
+    ``pool``: for ``"position_mean"``, used for sets with ``template_id`` and ``pair_id``. Heads or means of
+    another model raise an error naming both models.
     """
 
     spec = model.spec

@@ -1,10 +1,4 @@
-"""Stage ``analyze`` — what key heads attend to, what MLPs read and write (values, not pictures).
-
-* :mod:`.roles` — token roles of a prompt, the attention sink and the operand / operator head rule;
-* :mod:`.attention` — :func:`attention_by_role`, the key heads' attention by role (:class:`AttentionByRole`);
-* :mod:`.patterns` — :func:`head_patterns`, whole attention patterns for the interactive views;
-* :mod:`.mlp_probes` — :func:`mlp_probes`, the MLPs against the unembedding (:mod:`.probe_result`).
-"""
+"""Stage ``analyze`` — what key heads attend to, what MLPs read and write (values, not pictures)."""
 
 from mathcircuits.analysis.attention import ROLE_COLUMNS, AttentionByRole, AttentionSettings, attention_by_role
 from mathcircuits.analysis.mlp_probes import mlp_probes, number_tokens

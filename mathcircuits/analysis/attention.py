@@ -1,23 +1,14 @@
 """Where key heads look: attention from the last position to each token role.
 
-Background. Zhang et al. (2024, §4.1) find that the few heads that matter for
-arithmetic attend from the final position (where the answer is predicted)
-either to the **operands** or to the **operator**, and call them operand
-heads and operator heads. This module measures that for any set of heads on
-any template, using the token positions the data stage recorded for each
-prompt (``pos_a``, ``pos_b``, ``pos_op``, ``prefix_len``).
+Zhang et al. (2024, §4.1) find that the heads that matter for arithmetic attend from the final position
+either to the **operands** or to the **operator** (operand and operator heads). This measures that for
+any heads on any template, from the positions the data stage recorded (``pos_a``, ``pos_b``, ``pos_op``,
+``prefix_len``).
 
-Intervals. Each head's mean share on a role, and its *excess* over the uniform
-baseline (``mean over pairs of share − baseline``, per pair so that prompt length
-cancels), carry a percentile-bootstrap interval over pairs
-(:func:`mathcircuits.stats.mean_interval`, drawn by one :class:`~mathcircuits.stats.Uncertainty`).
-:meth:`AttentionByRole.summary` has them as ``<role>_low``/``<role>_high`` and
-``excess_operands``/``excess_operator`` with their bounds.
-
-The sink. Each pair also records each head's attention on the sink positions (the few-shot
-prefix and an unroled first token, :func:`~mathcircuits.analysis.roles.sink_mask`);
-:meth:`AttentionByRole.sink_free` gives the shares of the rest, which claim C3 compares
-between key heads and their layer-mates.
+Intervals: each head's mean share on a role, and its *excess* over the uniform baseline (per pair, so
+prompt length cancels), carry a bootstrap interval (:func:`mathcircuits.stats.mean_interval`). The sink
+share is recorded too; :meth:`AttentionByRole.sink_free` gives the shares of the rest, which claim C3
+compares between key heads and their layer-mates.
 
 Usage::
 
@@ -47,7 +38,7 @@ from mathcircuits.data import Operation
 from mathcircuits.data.pairs import operation_rows
 from mathcircuits.data.pairset import Field, PairSet
 from mathcircuits.models import Head, HookedModel, PrefixCaches, hooks
-from mathcircuits.models.prefix import PrefixRunner
+from mathcircuits.models.forward.prefix import PrefixRunner
 from mathcircuits.models.spec import ModelSpec
 from mathcircuits.patching import KeyComponents, resolve_heads
 from mathcircuits.stats import DEFAULT_UNCERTAINTY, Uncertainty, mean_interval
@@ -138,14 +129,7 @@ class AttentionByRole(SavedResult):
         )
 
     def grouped(self, idx: Tensor) -> Float[Tensor, "pair head target"]:
-        """Per pair and head: share on operands (A+B) and operator, and each minus its uniform baseline.
-
-        Args:
-            idx: the pair rows to take.
-
-        Returns:
-            ``[pair, head, 4]``: operands share, operator share, operands excess, operator excess.
-        """
+        """Per pair (rows ``idx``) and head: operands share, operator share, and each minus its uniform baseline."""
         s, b = self.shares[idx], self.baselines[idx]
         ab, op = s[..., A] + s[..., B], s[..., OP]
         b_ab, b_op = (b[:, A] + b[:, B])[:, None], b[:, OP][:, None]
@@ -154,14 +138,9 @@ class AttentionByRole(SavedResult):
     def sink_free(self) -> tuple[Float[Tensor, "pair head group"], Float[Tensor, "pair group"]]:
         """Shares of the attention *off* the sink on the operands (A+B) and the operator, and uniform attention's.
 
-        ``share / (1 − sink share)``: what a head does with the attention it does not park on the sink, so heads
-        with different sink shares compare. NaN where a head puts (almost) all its attention on the sink.
-
-        Returns:
-            ``([pair, head, 2], [pair, 2])``, groups in :data:`~mathcircuits.analysis.roles.ROLE_GROUPS` order.
-
-        Raises:
-            ValueError: when this result has no sink measurement (a file from before version 3).
+        ``share / (1 − sink share)``, so heads with different sink shares compare; NaN where a head puts (almost)
+        all its attention on the sink. Groups in :data:`~mathcircuits.analysis.roles.ROLE_GROUPS` order.
+        ValueError for a result without sink measurement (files before version 3).
         """
         if self.sink is None or self.sink_baselines is None:
             raise FixableValueError(
@@ -183,13 +162,8 @@ class AttentionByRole(SavedResult):
         """One row per head (and operation): mean share per role with its interval, baselines, lifts, the
         excess over the uniform baseline on operands and operator with its interval, and the class.
 
-        Args:
-            by_operation: add rows per operation after the rows over all pairs.
-            uncertainty: the bootstrap of the intervals (of templates within operations when each operation has
-                enough, else of pairs: :func:`~mathcircuits.stats.mean_interval`; column ``interval``).
-
-        Returns:
-            A DataFrame; interval columns end in ``_low``/``_high``; ``sink`` is the mean share on the sink.
+        Intervals bootstrap templates within operations when each has enough, else pairs (column ``interval``);
+        ``sink`` is the mean share on the sink.
         """
 
         groups: list[str | None] = [None] + (self.operation_names() if by_operation else [])
@@ -244,10 +218,7 @@ class AttentionByRole(SavedResult):
         return pd.DataFrame(rows)
 
     def to_dataframe(self):
-        """Long form: one row per pair x head x role.
-
-        Columns: the share, the uniform baseline and the head's overall class.
-        """
+        """Long form: one row per pair x head x role: share, uniform baseline and the head's overall class."""
 
         classes = self.classify()
         n_pairs, n_heads, n_roles = self.shares.shape
@@ -304,26 +275,10 @@ def attention_by_role(
 ) -> AttentionByRole:
     """Measure each head's attention from the last position to the token roles, for every pair.
 
-    ``model`` is a :class:`~mathcircuits.models.HookedModel`; ``dataset`` has the
-    columns of :func:`mathcircuits.data.generate_pairs` (usually its correct pairs);
-    ``heads`` is a :class:`~mathcircuits.patching.selection.KeyComponents` or a list
-    of ``(layer, head)``. Only the last query row of each pattern is kept.
-
-    Args:
-        model: the :class:`~mathcircuits.models.HookedModel` to run.
-        dataset: pairs with the columns in ``ROLE_COLUMNS``.
-        heads: the heads to measure: a ``KeyComponents`` or a list of ``(layer, head)``.
-        batch_size: pairs per forward pass (batches are grouped by template).
-        min_share: least mean attention share on a role for a head to be classed by it (fraction, 0..1).
-        min_lift: least ratio of that share to the role's uniform baseline share.
-
-    Returns:
-        An :class:`AttentionByRole` with ``shares`` of shape ``[pair, head, role]``, ``baselines`` of shape
-        ``[pair, role]`` (each role's share of the positions), and the heads, operations, pair and template ids.
-
-    Raises:
-        ValueError: if a pair's ``pos_last`` is not its last token, columns are missing or the dataset is empty,
-            ``heads`` is empty or has duplicates, or the role positions are invalid (see :func:`role_masks`).
+    ``dataset``: pairs with the ``ROLE_COLUMNS`` (usually the correct ones). Only the last query row of each
+    pattern is kept. ``min_share`` (fraction) and ``min_lift`` are the classification rule's
+    (:mod:`.roles`). Refused: a pair whose ``pos_last`` is not its last token, no or repeated heads, invalid
+    role positions (:func:`role_masks`).
     """
     spec = model.spec
     heads_t = resolve_heads(heads, spec)

@@ -1,63 +1,32 @@
 """What the MLPs read and write, seen through the unembedding (Zhang et al. 2024, §4.2).
 
-Background. After the operand and operator heads have moved information to
-the last position, the paper finds that MLPs turn it into the answer: the MLP
-*input* at the last position resembles the unembedding of the operands, and the
-MLP *update* (what the MLP adds to the residual stream) increasingly resembles
-the unembedding of the answer, layer by layer (the paper's "4 + 3" example).
-This module measures both at the last position of every pair, per layer.
+After the operand and operator heads move information to the last position, the paper finds that the
+MLPs turn it into the answer: the MLP *input* resembles the operands' unembedding, and the MLP *update*
+increasingly resembles the answer's, layer by layer (the "4 + 3" example). Per pair and layer, at the
+last position:
 
-Quantities (per pair *p*, layer *l*, at the last position):
+* ``input_sim_a/b/answer``: cosine of the MLP input with ``W_U[:, t]`` of the first token of A, B and
+  the answer C; ``input_sim_others``: its mean over the other candidate numbers (number tokens share a
+  common direction, so this is the baseline);
+* ``update_sim_answer`` / ``update_sim_others``: the same for the MLP update ``u_l``, ``hook_mlp_out`` as
+  added to the residual (after the post-feed-forward norm on Gemma 2/3 and OLMo 2; equals
+  ``resid_post − resid_mid`` in sequential blocks, tested). Candidates: first tokens of 0..``max_number``;
+* ``update_direct_answer``: the update's exact *direct effect* on the answer's final logit,
+  ``(LN_f(x_L) − LN_f(x_L − u_l)) · W_U[:, C]``; ``update_direct_margin``: minus its mean over the
+  other candidates, in logits (positive: the MLP raises the answer above the other numbers);
+* ``lens_rank``: the answer's logit-lens rank after layer *l* (0 = top-1 of the vocabulary).
 
-* ``input_sim_a/b/answer``: cosine of the MLP input with the unembedding
-  column ``W_U[:, t]`` of the first token of A, of B and of the answer C, and
-  ``input_sim_others``: its mean over the candidate numbers that are none of
-  A, B, C (number tokens share a common direction, so this is the baseline to
-  read the others against);
-* ``update_sim_answer``: cosine of the MLP update ``u_l`` with ``W_U[:, C]``;
-  ``update_sim_others``: its mean over the other candidate numbers (the first
-  tokens of 0..``max_number``, excluding C's). The MLP update is the MLP's
-  output ``hook_mlp_out`` as added to the residual (after the post-feed-forward
-  norm on Gemma 2/3 and OLMo 2), which equals ``resid_post − resid_mid`` in
-  sequential blocks (checked in the tests);
-* ``update_direct_answer``: the update's *direct effect* on the answer's final
-  logit, ``(LN_f(x_L) − LN_f(x_L − u_l)) · W_U[:, C]`` with ``x_L`` the final
-  residual (exact, norm included), and ``update_direct_margin``: the same minus
-  its mean over the other candidate numbers, in logits. Positive margins mean
-  "this MLP raises the answer above the other numbers";
-* ``lens_rank``: the logit-lens rank of the answer after layer *l*
-  (``LN_f(resid_post_l) @ W_U + b_U``; 0 = top-1 of the whole vocabulary).
+Which space (``space=``). Cosine ignores the norms' *scale* but not their per-dimension *gains*:
 
-Which space (``space=``). Cosine ignores a vector's length, so the RMS or
-LayerNorm *scale* does not matter, but the norms' per-dimension *gains* do:
+* ``"lens"`` (default): MLP input (``resid_mid``, or ``resid_pre`` in parallel blocks) and update are
+  mapped by the final norm's linear part, ``phi(v) = LN_f(v) − LN_f(0)``, then compared with raw ``W_U``
+  columns: the space in which the unembedding reads the residual. Works for any norm.
+* ``"raw"``: the paper's reading: the MLP's normed input (``blocks.{l}.mlp.hook_in``) and the raw update.
+  Gains differ a lot between dimensions (SmolLM2), so raw cosines mix in dimensions the unembedding
+  barely reads; kept for comparison with the paper.
 
-* ``"lens"`` (default): both the MLP input (the residual the MLP reads:
-  ``resid_mid``, or ``resid_pre`` in parallel blocks such as Pythia's) and the update are
-  mapped by the final norm's linear part, ``phi(v) = LN_f(v) − LN_f(0)`` (its
-  gain, and centring for LayerNorm), then compared with raw ``W_U`` columns.
-  That is the space in which the unembedding actually reads the residual, so
-  the cosines say how strongly a vector would promote a token under the logit
-  lens. It works for any norm without reading its weights.
-* ``"raw"``: the paper's reading: the MLP input is what the MLP sees, the
-  output of its input norm (``blocks.{l}.mlp.hook_in``, with the norm's gain), and the
-  update is ``hook_mlp_out`` as is, both against raw ``W_U`` columns. Gains can
-  differ a lot between dimensions (SmolLM2), so raw cosines mix in dimensions
-  the unembedding barely reads; we keep it for comparison with the paper.
-
-Intervals. :meth:`MLPProbeResult.layer_summary` gives each layer's mean direct
-margin a percentile-bootstrap interval over pairs, and its logit-lens top-1 share a
-Wilson interval; :meth:`MLPProbeResult.layer_interval` bootstraps the pairs and
-recomputes :meth:`~MLPProbeResult.first_raising_layer` or
-:meth:`~MLPProbeResult.lens_top1_layer` on each resample, giving the layer itself
-an interval (a resample with no such layer counts as ``n_layers``).
-
-Numbers that tokenize to several tokens use their first token (digits are
-single tokens in SmolLM2 and Llama; the answer's first token is what path
-patching targets too).
-
-For one chosen pair (``case_row``) the result also lists, per layer, the
-candidate numbers and the vocabulary tokens with the largest direct effect of
-that layer's MLP update: the per-layer trajectory of what each MLP promotes.
+Multi-token numbers use their first token (digits are single tokens in SmolLM2 and Llama; path patching
+targets the answer's first token too).
 
 Reference: W. Zhang et al., "Interpreting and Improving Large Language Models
 in Arithmetic Calculation", ICML 2024 (arXiv 2409.01659), §4.2.
@@ -79,9 +48,9 @@ from mathcircuits.data.pairs import token_strings
 from mathcircuits.data.pairset import PairSet
 from mathcircuits.models import HookedModel, PrefixCaches, hooks
 from mathcircuits.models.families import block_structure
-from mathcircuits.models.placement import unembed_columns
-from mathcircuits.models.prefix import PrefixRunner
-from mathcircuits.models.readout import final_norm, vocab_logits
+from mathcircuits.models.forward.placement import unembed_columns
+from mathcircuits.models.forward.prefix import PrefixRunner
+from mathcircuits.models.forward.readout import final_norm, vocab_logits
 
 __all__ = ["mlp_probes", "number_tokens"]
 
@@ -89,16 +58,7 @@ __all__ = ["mlp_probes", "number_tokens"]
 def number_tokens(tokenizer: PreTrainedTokenizerBase, numbers: list[int], context: str) -> list[int]:
     """First token of each number as it would follow ``context`` (the prompt the answer follows).
 
-    Args:
-        tokenizer: the model's Hugging Face tokenizer.
-        numbers: the numbers to tokenize.
-        context: the prompt text the numbers follow.
-
-    Returns:
-        The id of each number's first token, in the order of ``numbers``.
-
-    Raises:
-        ValueError: if a number merges with the end of the prompt (the prompt's own tokens change).
+    ValueError when a number merges with the end of the prompt (the prompt's own tokens change).
     """
     spacing = answer_spacing(tokenizer)
     base = tokenizer(context, add_special_tokens=False)["input_ids"]
@@ -139,32 +99,12 @@ def mlp_probes(
 ) -> MLPProbeResult:
     """Probe every layer's MLP input and update against the unembedding, for every pair of ``dataset``.
 
-    ``dataset`` has the columns of :func:`mathcircuits.data.generate_pairs`
-    (usually the correct pairs). ``max_number`` bounds the candidate numbers
-    0..max_number (default: the largest operand or integer answer, at least 9).
-    ``case_row`` picks the prompt traced layer by layer: a row index, or a
-    string that the prompt ends with (e.g. ``"4 + 3 = "``; the first match).
-
-    Args:
-        model: the :class:`~mathcircuits.models.HookedModel` to run.
-        dataset: pairs with ``tokens``, ``prompt``, ``answer``,
-            ``answer_token``, ``a``, ``b``, ``operation`` and ``pair_id`` columns.
-        space: ``"lens"`` (vectors through the final norm, as the logit lens sees them) or ``"raw"``
-            (the MLP's own input ``mlp.hook_in``).
-        case_row: the traced prompt: a row index, or the text the prompt ends with.
-        max_number: largest candidate number (None: from the data, at least 9).
-        top_k: how many top numbers and tokens to keep per layer for the traced prompt.
-        batch_size: pairs per forward pass (batches are grouped by template).
-
-    Returns:
-        An :class:`MLPProbeResult` whose per-probe fields (similarities, direct effects, lens rank and
-        probability) have shape ``[pair, layer]``, with the candidate numbers/tokens and the traced prompt's
-        top numbers and tokens per layer.
-
-    Raises:
-        ValueError: if ``space`` is unknown, no prompt ends with ``case_row``, columns are missing, the dataset
-            is empty, or a number merges with the end of the prompt.
-        IndexError: if ``case_row`` is an index out of range.
+    ``dataset``: pairs of :func:`mathcircuits.data.generate_pairs` (usually the correct ones). ``space``:
+    ``"lens"`` or ``"raw"`` (module docstring). ``case_row``: the prompt traced layer by layer, a row index
+    or the text the prompt ends with (e.g. ``"4 + 3 = "``; the first match). ``max_number``: largest
+    candidate number (None: the largest operand or integer answer, at least 9). ``top_k``: numbers and
+    tokens kept per layer for the traced prompt. Batches are grouped by template. The per-probe fields are
+    ``[pair, layer]``.
     """
     if space not in SPACES:
         raise FixableValueError(f"space {space!r} is unknown. ", f"use one of {SPACES}.")

@@ -1,9 +1,7 @@
 """Full attention patterns of a few heads on a few prompts, for the CircuitsVis views.
 
-:func:`head_patterns` records, for the chosen dataset rows, each head's whole ``[seq, seq]``
-attention pattern together with the token texts and the token roles of
-:mod:`mathcircuits.analysis.attention` (operand A/B, operator, prefix, other), so a figure can
-colour the tokens by role. ``drop_prefix=True`` cuts the few-shot prefix from both axes.
+With each token's text and role (:mod:`mathcircuits.analysis.attention`), so a figure can colour tokens
+by role.
 
 Usage::
 
@@ -92,24 +90,8 @@ def head_patterns(
 ) -> HeadPatterns:
     """Record the attention patterns of ``heads`` on the dataset rows ``rows``.
 
-    ``drop_prefix=True`` keeps only the query (the few-shot prefix is cut from
-    both axes), which keeps the view readable for long prefixes.
-
-    Args:
-        model: the :class:`~mathcircuits.models.HookedModel` to run.
-        dataset: pairs of :func:`mathcircuits.data.generate_pairs` (``ROLE_COLUMNS`` and ``prompt``).
-        heads: the heads to record: a ``KeyComponents`` or a list of ``(layer, head)``.
-        rows: indices of the dataset rows to run, one prompt each.
-        drop_prefix: cut the few-shot prefix from both the query and key axes.
-
-    Returns:
-        A :class:`HeadPatterns` with, per row, a pattern tensor of shape ``[head, query, key]`` (square over the
-        kept positions) and each kept token's text and role, plus the prompts, pair ids and operations.
-
-    Raises:
-        IndexError: if a row is out of range for the dataset.
-        ValueError: if columns are missing or the dataset is empty, ``heads`` is empty or has duplicates, or the
-            role positions are invalid.
+    ``drop_prefix=True`` cuts the few-shot prefix from both axes, which keeps the view readable for long
+    prefixes. Each row's pattern is ``[head, query, key]``, square over the kept positions.
     """
     spec = model.spec
     heads_t = resolve_heads(heads, spec)

@@ -1,10 +1,7 @@
 """The value the MLP probes return: per-pair, per-layer probes of the MLPs against the unembedding.
 
-:class:`MLPProbeResult` holds, for every pair and layer, the cosines of the MLP input and update
-with the unembedding of the operands and the answer, the update's direct effect on the answer's
-final logit, and the logit lens's rank of the answer (the quantities are defined in
-:mod:`mathcircuits.analysis.mlp_probes`); it reads off the first layer that raises the answer and the
-first layer whose logit lens ranks it top-1, each with a bootstrap interval over pairs.
+The quantities are defined in :mod:`mathcircuits.analysis.mlp_probes`. The result reads off the first
+layer that raises the answer and the first whose logit lens ranks it top-1, each with a bootstrap interval.
 """
 
 from __future__ import annotations
@@ -116,10 +113,7 @@ class MLPProbeResult(SavedResult):
         return _first_raising(self.update_direct_margin[self.rows(operation)], min_margin)
 
     def lens_top1_layer(self, operation: Operation | None = None, min_share: float = 0.5) -> int | None:
-        """First layer after which the logit lens ranks the answer top-1 for at least ``min_share`` of the pairs.
-
-        None if there is no such layer.
-        """
+        """First layer after which the logit lens ranks the answer top-1 for ≥ ``min_share`` of the pairs, or None."""
         return _lens_top1(self.lens_rank[self.rows(operation)], min_share)
 
     def layer_interval(
@@ -131,14 +125,7 @@ class MLPProbeResult(SavedResult):
         """Bootstrap interval of :meth:`first_raising_layer` (``which="raising"``) or :meth:`lens_top1_layer`
         (``which="lens_top1"``), both at their default thresholds, resampling the pairs.
 
-        Args:
-            which: ``"raising"`` or ``"lens_top1"``.
-            operation: restrict to the pairs of one operation (None: all).
-            uncertainty: the bootstrap of the pairs.
-
-        Returns:
-            An :class:`~mathcircuits.stats.Interval` in layers; "no such layer" counts as ``n_layers``
-            (in the value too).
+        In layers; "no such layer" counts as ``n_layers`` (in the value too).
         """
         fn = {"raising": (_first_raising, self.update_direct_margin), "lens_top1": (_lens_top1, self.lens_rank)}
         if which not in fn:
@@ -160,7 +147,7 @@ class MLPProbeResult(SavedResult):
         """One row per layer: means (and stds) over pairs of every probe, plus top-1 logit-lens accuracy.
 
         The direct margin and the update's cosine with the answer carry a bootstrap interval over pairs
-        (``_low``/``_high``; drawn by ``uncertainty``), the top-1 share a Wilson interval at its level.
+        (``_low``/``_high``), the top-1 share a Wilson interval.
         """
 
         idx = self.rows(operation)

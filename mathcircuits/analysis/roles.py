@@ -1,40 +1,26 @@
 """Token roles of a prompt and the rule that classes a head by the roles it attends to (Zhang et al. 2024, §4.1).
 
-Roles. Every position the last token can see (all of them: attention is
-causal and the last token is last) gets exactly one role:
+Roles. Every position the last token sees gets exactly one role: ``operand_a``, ``operand_b`` (the
+tokens of A and B in the query), ``operator`` (``{OP}``'s tokens), ``prefix`` (the few-shot examples,
+``0 .. prefix_len-1``) or ``other`` (template words, ``=``, the last token itself). ``share[p, h, r]``
+is the last position's attention mass on role *r*; the five shares sum to 1.
 
-* ``operand_a``, ``operand_b``: the tokens of A and B in the query;
-* ``operator``: the tokens of the operator word or symbol (``{OP}``);
-* ``prefix``: the few-shot examples before the query (``0 .. prefix_len-1``);
-* ``other``: everything else (template words, ``=``, the last token itself).
+Classification rule (per head, over one operation's pairs or all). ``s_AB``, ``s_OP``: mean share on
+``operand_a`` + ``operand_b`` and on ``operator``; ``b_AB``, ``b_OP``: the mean *token-count baselines*
+uniform attention over the visible positions would give (``n_role / n_visible``); ``lift = s / b``:
 
-For pair *p* and head *h*, ``share[p, h, r]`` is the attention mass of the last
-position on the tokens of role *r*; the five shares sum to 1.
-
-Classification rule (per head, over the pairs of one operation or all pairs).
-Let ``s_AB`` be the mean share on ``operand_a`` + ``operand_b`` and ``s_OP`` the
-mean share on ``operator``; let ``b_AB`` and ``b_OP`` be the mean *token-count
-baselines*, the shares a head attending uniformly over the visible positions
-would give (``n_role / n_visible``), and ``lift = s / b``. Then a head is
-
-* an **operand head** when ``s_AB >= min_share`` and ``lift_AB >= min_lift``
-  and ``lift_AB >= lift_OP``;
-* an **operator head** when ``s_OP >= min_share`` and ``lift_OP >= min_lift``
-  and ``lift_OP > lift_AB``;
+* **operand head**: ``s_AB >= min_share`` and ``lift_AB >= min_lift`` and ``lift_AB >= lift_OP``;
+* **operator head**: ``s_OP >= min_share`` and ``lift_OP >= min_lift`` and ``lift_OP > lift_AB``;
 * **neither** otherwise.
 
-Defaults ``min_share = 0.2``, ``min_lift = 2``: a fifth of the head's attention,
-at least twice what uniform attention would put there. Comparing lifts (not
-raw shares) keeps a one-token operator on equal terms with two operands. The
-rule is a summary; the per-pair shares are kept for the distributions.
+Defaults ``min_share = 0.2``, ``min_lift = 2``: a fifth of the attention, twice uniform. Comparing lifts,
+not raw shares, keeps a one-token operator on equal terms with two operands. The rule is a summary; the
+per-pair shares are kept for the distributions.
 
-The attention sink. Most heads put most of their attention on the first token
-(Xiao et al. 2024, "attention sinks"), here the start of the few-shot prefix, as a
-no-op. A head that attends anywhere in the query then beats such a head on any
-role. :func:`sink_mask` names the sink positions (the few-shot prefix, and the first
-token when it has no role); shares of the attention *not* on them
-(:meth:`~mathcircuits.analysis.AttentionByRole.sink_free`) compare heads whatever
-their sink share.
+The attention sink. Most heads park most attention on the first token (Xiao et al. 2024), here the start
+of the prefix, as a no-op, so a head attending anywhere in the query beats them on any role.
+:func:`sink_mask` names the sink positions (the prefix, and the first token when it has no role);
+:meth:`~mathcircuits.analysis.AttentionByRole.sink_free` compares heads whatever their sink share.
 
 Reference: W. Zhang et al., "Interpreting and Improving Large Language Models
 in Arithmetic Calculation", ICML 2024 (arXiv 2409.01659), §4.
@@ -72,23 +58,10 @@ ROLE_GROUPS: tuple[RoleGroup, ...] = ("operands", "operator")  # A and B togethe
 def role_masks(
     n_tokens: int, prefix_len: int, pos_a: Sequence[int], pos_b: Sequence[int], pos_op: Sequence[int]
 ) -> Bool[Tensor, "role seq"]:
-    """One-hot role of each position (rows in :data:`ROLES` order).
+    """One-hot role of each position, ``[role, seq]`` in :data:`ROLES` order; unassigned positions are ``"other"``.
 
-    Raises if roles overlap or fall outside the prompt.
-
-    Args:
-        n_tokens: number of tokens in the prompt (few-shot prefix included).
-        prefix_len: number of few-shot prefix tokens (positions ``0..prefix_len-1``).
-        pos_a: positions of operand a's tokens.
-        pos_b: positions of operand b's tokens.
-        pos_op: positions of the operator's tokens.
-
-    Returns:
-        Boolean mask of shape ``[role, seq]`` (``[5, n_tokens]``): exactly one role is True per position;
-        positions that are neither prefix nor an operand/operator are ``"other"``.
-
-    Raises:
-        ValueError: if a role has no position, a position falls outside the query, or two roles share a position.
+    ``prefix_len`` covers positions ``0..prefix_len-1``. ValueError when a role has no position, a position
+    falls outside the query, or two roles share a position.
     """
     masks = torch.zeros(len(ROLES), n_tokens, dtype=torch.bool)
     named = {"pos_a": (A, pos_a), "pos_b": (B, pos_b), "pos_op": (OP, pos_op)}
@@ -118,26 +91,14 @@ def role_masks(
 def role_shares(
     pattern_rows: Float[Tensor, "*batch seq"], masks: Bool[Tensor, "role seq"]
 ) -> Float[Tensor, "*batch role"]:
-    """Attention mass of each row on each role (the rows are attention from one query position).
-
-    Args:
-        pattern_rows: attention weights from one query position over the keys, shape ``[*batch, seq]``.
-        masks: role masks from :func:`role_masks`, shape ``[role, seq]``.
-
-    Returns:
-        Float tensor of shape ``[*batch, role]``: the summed attention on each role's positions.
-    """
+    """Attention mass of each row on each role (the rows are attention from one query position over the keys)."""
     return pattern_rows.float() @ masks.float().T
 
 
 def sink_mask(masks: Bool[Tensor, "role seq"]) -> Bool[Tensor, " seq"]:
     """The attention-sink positions of a prompt: the few-shot prefix, and the first token when it has no role.
 
-    Args:
-        masks: role masks from :func:`role_masks`.
-
-    Returns:
-        ``[seq]``, True on the sink positions (never an operand's or the operator's).
+    Never an operand's or the operator's position.
     """
     sink = masks[PREFIX].clone()
     sink[0] |= bool(masks[OTHER, 0])
@@ -152,14 +113,8 @@ def classify_heads(
 ) -> tuple[str, ...]:
     """Operand / operator / neither for each head, by the rule in the module docstring.
 
-    Args:
-        shares: attention share of each pair's last position on each role, shape ``[pair, head, role]``.
-        baselines: each role's share of the positions of each pair, shape ``[pair, role]``.
-        min_share: least mean share (operands a+b together, or operator) for a class (fraction, 0..1).
-        min_lift: least ratio of that mean share to the mean baseline.
-
-    Returns:
-        One of ``"operand"``, ``"operator"`` or ``"neither"`` per head, in the order of ``shares``' head axis.
+    ``baselines``: each role's share of each pair's positions; ``min_share`` is a fraction (0..1), for
+    operands a+b together or the operator; ``min_lift`` the least ratio of that share to the baseline.
     """
     s = shares.mean(0)  # head role
     b = baselines.mean(0)  # role

@@ -1,27 +1,10 @@
 """Stage ``circuit`` — the whole circuit: sender → receiver path patching, discovery to saturation, faithfulness curves.
 
-* :mod:`.components`: :class:`Sender`, :class:`Receiver` (logits, a head's q/k/v, an MLP's input; GQA groups);
-* :mod:`.batches`: teacher-forced batches of pairs and the labels of their positions (roles, offsets, answers);
-* :mod:`.pair_cache`: a :class:`PairCache` of one batch (both runs, every position, the answer's tokens);
-* :mod:`.chain`, :mod:`.edges`: :func:`exact_edges` (cached, suffix-only; the logits without a forward), checked
-  at run time against :mod:`.reference`'s :func:`reference_edges` (two forwards per sender);
-* :mod:`.attribution`: :func:`attribute_edges`, a first-order screen of the same edges, and :func:`screen_agreement`;
-* :mod:`.discover`: :func:`discover_circuit`, from the logits round by round until faithfulness saturates;
-* :mod:`.intervene`: the circuit run (node or edge level; resample or position-mean ablation);
-* :mod:`.pool`: position-aligned means over a counterfactual pool;
-* :mod:`.subcircuits`: top-n circuits and depth-matched random circuits of the same shape;
-* :mod:`.faithfulness`, :mod:`.curve`: :func:`faithfulness` → :class:`Faithfulness` (the curve, its random band,
-  necessity, completeness, minimality, the denominator and the ill-conditioned rule);
-* :mod:`.edge_scores`, :mod:`.mib`: :class:`EdgeScores` (a signed score per edge of the whole graph) and
-  :func:`mib_scores`, MIB's faithfulness over the edge-percentage grid, CPR and CMD;
-* :mod:`.mib_nodes`: :func:`node_scores` → :class:`NodeScores` and :func:`mib_node_scores`, the same at node level
-  (MIB's ``level="node"``; every family, Gemma's normed attention output included);
-* :mod:`.eap`, :mod:`.eap_compare`: :func:`eap_scores`, EAP and EAP-IG scores of every edge as :class:`EdgeScores`;
-  :func:`ig_convergence` and :func:`exact_agreement`, how they settle and how they rank beside exact edges;
-  :func:`discovery_scores`, a discovered circuit's edges as the same record;
-* :mod:`.graph_files`: :func:`write_graph` / :func:`read_graph`, EAP-IG / MIB graph JSON files;
-* :mod:`.roles`: :func:`label_roles`, what each node does;
-* :mod:`.config`: :class:`CircuitConfig`, the ``circuit`` section of a run.
+Map: edges (:mod:`.components`, :mod:`.batches`, :mod:`.pair_cache`, :mod:`.chain`, :mod:`.edges`,
+:mod:`.reference`, :mod:`.attribution`); discovery (:mod:`.discover`, :mod:`.result`, :mod:`.roles`);
+faithfulness (:mod:`.intervene`, :mod:`.pool`, :mod:`.subcircuits`, :mod:`.faithfulness`, :mod:`.curve`,
+:mod:`.plateau`); MIB and attribution baselines (:mod:`.edge_scores`, :mod:`.mib`, :mod:`.mib_nodes`,
+:mod:`.eap`, :mod:`.eap_compare`, :mod:`.graph_files`).
 """
 
 from mathcircuits.circuit.attribution import ScreenAgreement, attribute_edges, screen_agreement
@@ -43,7 +26,8 @@ from mathcircuits.circuit.edges import check_edges, exact_edges, patched_inputs,
 from mathcircuits.circuit.faithfulness import faithfulness
 from mathcircuits.circuit.graph_files import GraphFile, read_graph, write_graph
 from mathcircuits.circuit.intervene import AblationValues, Wiring, check_circuit_run, circuit_logprob, resample_values
-from mathcircuits.circuit.mib import MIBMetric, area_under, mib_scores, prune_edges
+from mathcircuits.circuit.mib import area_under, mib_scores, prune_edges
+from mathcircuits.circuit.mib_metric import MIBMetric
 from mathcircuits.circuit.mib_nodes import (
     NODE_METHODS,
     NodeMethod,

@@ -1,22 +1,17 @@
 """An attribution screen for sender → receiver edges, and how well it ranks them against the exact edges.
 
-Exact path patching (:mod:`.edges`) has two steps. Step 1, the receiver's new input ``r̃`` under a
-sender's patch with every other head frozen, needs no forward pass (:func:`~.edges.patched_inputs`).
-Step 2, running the reference prompt with only the receiver's input replaced, needs one suffix forward
-per sender and pair: that is the cost exact edges cannot avoid. The screen keeps step 1 exact and
-linearises step 2 (attribution patching, Nanda 2023; Syed et al. 2023)::
+Exact edges (:mod:`.edges`) need no forward for step 1 (the receiver's new input ``r̃``) but one suffix
+forward per sender and pair for step 2. The screen keeps step 1 exact and linearises step 2 (attribution
+patching, Nanda 2023; Syed et al. 2023)::
 
     effect(s → r) ≈ metric.of_change( Σ_p ∂target/∂r[p] · (r̃_s[p] − r[p]) )
 
-over the positions ``p`` the patch changes, with ``target`` the answer's logit (or probability) at the
-last position. One forward and one backward per receiver and batch give every sender's estimate. It
-is exact to first order in ``r̃ − r`` (tested against the exact step 2's slope) and otherwise a ranking screen:
-:func:`screen_agreement` gives the Spearman correlation and top-k overlap with the exact edges, each
-with a bootstrap interval over pairs.
+over the positions ``p`` the patch changes. One forward and backward per receiver and batch give every
+sender's estimate: exact to first order in ``r̃ − r`` (tested against step 2's slope), otherwise a ranking
+screen (:func:`screen_agreement`).
 
-TransformerLens 4's edge attribution patching (``tools.analysis.attribution_patching``) refuses
-grouped-query attention and estimates direct edges rather than paths with frozen heads, so it does
-not serve here.
+TransformerLens 4's edge attribution patching refuses grouped-query attention and estimates direct edges
+rather than paths with frozen heads, so it does not serve here.
 
 Usage::
 
@@ -50,18 +45,8 @@ __all__ = ["ScreenAgreement", "attribute_edges", "hook_gradients", "receiver_gra
 def hook_gradients(model: HookedModel, cache: PairCache, metric: Metric, names: Sequence[str]) -> dict[str, Tensor]:
     """Gradients of each pair's answer target with respect to several hooks' activations, from one backward.
 
-    A zero tensor that requires a gradient is added at each hook, so the values do not change and each
-    zero's gradient is the total derivative of the target with respect to that activation (every downstream
-    path included), the quantity the screen needs for every receiver at once.
-
-    Args:
-        model: the hooked model.
-        cache: the batch and its cached runs.
-        metric: whose ``target`` (answer logit, probability or the whole answer's log-probability) is differentiated.
-        names: hook names (e.g. every layer's ``hook_q``, ``hook_k``, ``hook_v`` and MLP input).
-
-    Returns:
-        ``{name: gradient [batch, seq, ...]}``.
+    A zero tensor requiring a gradient is added at each hook, so values do not change and its gradient is
+    the total derivative of the target (every downstream path included). Returns ``{name: [batch, seq, ...]}``.
     """
     zeros: dict[str, Tensor] = {}
 
@@ -79,17 +64,7 @@ def hook_gradients(model: HookedModel, cache: PairCache, metric: Metric, names: 
 
 
 def receiver_gradient(model: HookedModel, cache: PairCache, receiver: Receiver, metric: Metric) -> Tensor:
-    """Gradient of each pair's answer target at the answer positions with respect to the receiver's input.
-
-    Args:
-        model: the hooked model.
-        cache: the batch and its cached runs.
-        receiver: a resolved q/k/v/mlp receiver.
-        metric: whose ``target`` is differentiated.
-
-    Returns:
-        ``[batch, seq, ...]``: the receiver's slice (its head or KV group) of the hook's gradient.
-    """
+    """Gradient of each pair's answer target at the answer positions w.r.t. the receiver's input (head or KV group)."""
     return receiver_slice(receiver, hook_gradients(model, cache, metric, [receiver.hook()])[receiver.hook()])
 
 
@@ -106,14 +81,8 @@ def attribute_edges(
 ) -> EdgeBatch:
     """First-order estimates of the effects :func:`~.edges.exact_edges` computes, for every sender at once.
 
-    Args:
-        model, cache, receiver, senders, positions, metric: as in :func:`~.edges.exact_edges` (q/k/v/mlp receivers).
-        gradient: the receiver hook's gradient (from :func:`hook_gradients`, whole hook); None computes it.
-        delta: the senders' residual change as the receiver sees it (:func:`~.chain.delta_snapshots`); None
-            computes it.
-
-    Returns:
-        :class:`~.edges.EdgeBatch` of per-pair estimates, one column per sender.
+    ``gradient`` (:func:`hook_gradients`, whole hook) and ``delta`` (the senders' residual change as the
+    receiver sees it, :func:`~.chain.delta_snapshots`) are computed when None.
     """
     receiver = check_request(model, receiver, senders, cache.structure)
     if receiver.kind == "logits":
@@ -139,14 +108,9 @@ def attribute_edges(
 class ScreenAgreement:
     """How well a screen ranks edges like the exact method, with bootstrap intervals over pairs.
 
-    Args:
-        spearman: Spearman rank correlation of the mean effects (signed) over edges.
-        kendall: Kendall's tau-b of the same.
-        top_k_overlap: share of the ``k`` edges with the largest exact ``|mean effect|`` that the screen
-            also puts in its top ``k``.
-        k: the top-k size.
-        n_edges: edges compared.
-        max_abs_diff: largest ``|screen − exact|`` of a mean effect (metric units).
+    ``spearman``/``kendall`` (tau-b): over the signed mean effects; ``top_k_overlap``: share of the ``k``
+    edges with the largest exact ``|mean effect|`` the screen also ranks top ``k``; ``max_abs_diff`` in
+    metric units.
     """
 
     spearman: Interval
@@ -192,14 +156,7 @@ def screen_agreement(
 ) -> ScreenAgreement:
     """Spearman and Kendall correlations and the top-k overlap of a screen's edges with the exact ones.
 
-    Args:
-        screen: per-pair screened effects (e.g. :func:`attribute_edges`), one column per edge.
-        exact: per-pair exact effects of the same edges, in the same order.
-        k: the top-k size (by ``|mean effect|``).
-        uncertainty: the bootstrap over pairs (pairs resampled jointly for both).
-
-    Returns:
-        A :class:`ScreenAgreement`.
+    Columns are edges in the same order; pairs are resampled jointly for both; top-k by ``|mean effect|``.
     """
     if screen.shape != exact.shape or screen.ndim != 2:
         raise FixableValueError(

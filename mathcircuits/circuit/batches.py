@@ -1,27 +1,22 @@
 """What the circuit functions read from a pair dataset: teacher-forced batches and their labelled positions.
 
-Every circuit function scores the **whole answer** (the ``answer_logprob`` metric): the sequence is
-the prompt followed by the answer's tokens but the last, on the reference and on the counterfactual
-side alike, so that the logits at the last prompt position and at each answer position predict the
-answer's tokens (teacher forcing; SmolLM2 writes "12" as "1", "2")::
+Every circuit function scores the **whole answer** (``answer_logprob``): on both sides the sequence is
+the prompt plus the answer's tokens but the last, so the logits at the last prompt position and each
+answer position predict the answer's tokens (SmolLM2 writes "12" as "1", "2")::
 
     tokens    = prompt    + answer[:-1]        readout positions  n_prompt − 1 … seq − 1
     cf_tokens = cf_prompt + answer[:-1]
 
-A batch holds pairs of one template, one prompt length and one answer length, so every position
-means the same thing in every row and the few-shot prefix is shared. Its positions carry labels,
-the names circuit nodes use:
+A batch holds one template, prompt length and answer length, so positions mean the same in every row
+and the prefix is shared. Position labels (the names circuit nodes use):
 
-* ``"roles"``: the prompt's token roles ``A``, ``B``, ``op``, ``last`` (a role of several tokens,
-  e.g. a two-digit operand, is read at its last token);
-* ``"query"``: every position from the first one where the two prompts differ to the last prompt
-  token, labelled by its role where it has one and otherwise by its offset from the end of the
-  prompt (``"-2"``: the token before ``last``);
-* ``"suffix"``: every position after the few-shot prefix, labelled by its offset (``"-1"`` is ``last``).
+* ``"roles"``: ``A``, ``B``, ``op``, ``last`` (a multi-token role is read at its last token);
+* ``"query"``: every position from the first difference between the prompts to ``last``, by role where
+  it has one, else by offset from the end of the prompt (``"-2"``: the token before ``last``);
+* ``"suffix"``: every position after the few-shot prefix, by offset (``"-1"`` is ``last``).
 
-In every mode the answer positions are ``ans1``, ``ans2``, … (the position holding the answer's
-first token, which predicts the second, …). Positions before the first difference carry the same
-activations in both runs (causal attention), so nothing there can have an effect.
+Answer positions are ``ans1``, ``ans2``, … in every mode. Positions before the first difference are
+identical in both runs (causal attention), so nothing there can have an effect.
 
 Usage::
 
@@ -44,7 +39,7 @@ from mathcircuits.circuit.config import ScanPositions
 from mathcircuits.data import Field, PairSet
 from mathcircuits.data.batching import iter_batches
 from mathcircuits.models import HookedModel
-from mathcircuits.models.prefix import shared_prefix_len
+from mathcircuits.models.forward.prefix import shared_prefix_len
 
 __all__ = ["POSITIONS", "ROLES", "CircuitBatch", "Positions", "circuit_batches", "label_order", "scan_positions"]
 
@@ -58,17 +53,9 @@ _NEEDED: tuple[Field, ...] = ("tokens", "cf_tokens", "answer_tokens", "prefix_le
 class CircuitBatch:
     """Teacher-forced pairs of one template, prompt length and answer length, with labelled positions.
 
-    Args:
-        idx: the rows of the dataset.
-        tokens: prompt + answer tokens but the last.
-        cf_tokens: counterfactual prompt + the same answer tokens.
-        answers: the answer's tokens.
-        n_prompt: prompt tokens.
-        prefix_len: tokens of the few-shot prefix every row (reference and counterfactual) shares.
-        first_diff: the first position where some row's prompts differ (``seq`` when none does).
-        where: label → position (see the module docstring).
-        roles: the token roles' positions (``A``, ``B``, ``op``, ``last``), whatever the labelling.
-        templates: each row's template id; operations: each row's operation.
+    ``tokens``/``cf_tokens`` end with the answer's tokens but the last; ``prefix_len`` is shared by every
+    row on both sides; ``first_diff`` is where some row's prompts first differ (``seq`` when none does);
+    ``roles`` has the role positions whatever the labelling.
     """
 
     idx: list[int]
@@ -102,18 +89,7 @@ def _last(p: Any) -> int:
 def scan_positions(
     roles: dict[str, int], n_prompt: int, n_answer: int, prefix_len: int, first_diff: int, positions: str
 ) -> dict[str, int]:
-    """Label → position for one batch (see the module docstring).
-
-    Args:
-        roles: ``{"A": pos, "B": pos, "op": pos, "last": pos}`` of the batch.
-        n_prompt: prompt tokens; n_answer: answer tokens.
-        prefix_len: the shared few-shot prefix's length.
-        first_diff: the first position where the two prompts differ.
-        positions: ``"roles"``, ``"query"`` or ``"suffix"``.
-
-    Returns:
-        The labelled positions, in position order.
-    """
+    """Label → position for one batch, in position order (see the module docstring)."""
     if positions not in POSITIONS:
         raise FixableValueError(f"positions {positions!r} is unknown. ", f"use one of {list(POSITIONS)}.")
     if positions == "roles":
@@ -144,16 +120,7 @@ def circuit_batches(
 ) -> list[CircuitBatch]:
     """Teacher-forced batches of a pair dataset, grouped by template, prompt length and answer length.
 
-    Args:
-        model: the hooked model (its device).
-        dataset: pairs from :func:`mathcircuits.data.generate_pairs` (``tokens``, ``cf_tokens``, ``answer_tokens``,
-            the role columns and ``prefix_len``).
-        positions: how positions are labelled (``"roles"``, ``"query"``, ``"suffix"``).
-        batch_size: at most this many pairs per batch.
-        rows: only these rows of the dataset (None: all).
-
-    Returns:
-        The :class:`CircuitBatch` list.
+    ``dataset``: pairs of :func:`mathcircuits.data.generate_pairs`; ``rows``: only these (None: all).
     """
     missing = [c for c in _NEEDED if not dataset.has(c)]
     if missing:

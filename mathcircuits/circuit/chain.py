@@ -1,11 +1,9 @@
 """Step 1 of sender → receiver path patching without a forward: the sender's change through the MLP chain.
 
-With every attention head frozen, a sender's patch at positions ``P`` changes the residual only at ``P``
-and only through the position-wise MLPs (and norms) between sender and receiver (``δ``, see
-:mod:`.edges`). This module computes ``δ`` for many senders at once (one MLP call per layer for every
-live sender), the receiver's new input from it (:func:`patched_inputs`), and, for the logits receiver,
-the whole effect: the final residual plus ``δ`` through the final norm and the unembedding
-(:func:`logits_effects`), which needs no forward at all.
+With every head frozen, a sender's patch at positions ``P`` changes the residual only at ``P`` and only
+through the position-wise MLPs (and norms) between sender and receiver (``δ``, see :mod:`.edges`). ``δ``
+is computed for many senders at once (one MLP call per layer), giving the receiver's new input
+(:func:`patched_inputs`) or, for the logits, the whole effect without any forward (:func:`logits_effects`).
 """
 
 from __future__ import annotations
@@ -18,9 +16,9 @@ from torch import Tensor
 from mathcircuits.circuit.components import Receiver, Sender, check_positions
 from mathcircuits.circuit.pair_cache import PairCache, position_scores, readout_of, receiver_slice, unembed
 from mathcircuits.models import HookedModel, hooks
-from mathcircuits.models.changes import attn_change, attn_pre_norm_name, mlp_change
 from mathcircuits.models.families import BlockStructure, UnsupportedFamilyError
-from mathcircuits.models.placement import HeadOutWeights, head_out_weights, layer_device
+from mathcircuits.models.forward.changes import attn_change, attn_pre_norm_name, mlp_change
+from mathcircuits.models.forward.placement import HeadOutWeights, head_out_weights, layer_device
 from mathcircuits.patching.metrics import Metric
 
 __all__ = ["delta_snapshots", "first_diff", "logits_effects", "patched_inputs", "receiver_input"]
@@ -51,10 +49,8 @@ def _deltas(
 ) -> Tensor:
     """The residual change at positions ``P`` that each sender causes before layer ``until``: [sender, B, |P|, d].
 
-    With every head frozen, only the MLPs (and norms) between sender and receiver carry it on. The senders'
-    changes go through each MLP together (one call per layer for every live sender). ``W_O``: the bridge's
-    ``[layer, head, d_head, d_model]`` output weights. With ``snapshots`` (a dict), the change as a receiver at
-    each layer ``m ≤ until`` sees it is stored there too (``[sender, B, |P|, d]``, zeros for senders not upstream).
+    ``W_O``: ``[layer, head, d_head, d_model]``. With ``snapshots`` (a dict), the change as a receiver at each
+    layer ``m ≤ until`` sees it is stored there too (zeros for senders not upstream).
     """
     structure, ref, cf = cache.structure, cache.ref, cache.cf
     B, n_p = cache.tokens.shape[0], len(P)
@@ -121,9 +117,8 @@ def delta_snapshots(
 ) -> dict[int, Tensor]:
     """The change each sender patched at ``position`` makes to the residual there, as a receiver at each layer sees it.
 
-    One pass of every sender's change through every MLP; ``{layer: [sender, B, 1, d_model]}`` (bfloat16, zeros
-    for senders at or after that layer). The screen reads it for every receiver at that position, so the MLP
-    chain runs once per batch and position instead of once per receiver. Exact edges recompute their own.
+    ``{layer: [sender, B, 1, d_model]}`` (bfloat16, zeros for senders at or after that layer): the screen
+    runs the MLP chain once per batch and position instead of once per receiver. Exact edges recompute theirs.
     """
     out: dict[int, Tensor] = {}
     _deltas(
@@ -146,11 +141,7 @@ def logits_effects(
     metric: Metric,
     chunk: int,
 ) -> Tensor:
-    """Sender → logits effects ``[batch, sender]``: δ through the MLPs to the final residual at the readout positions.
-
-    Heads frozen, a sender's change stays at its positions and reaches the final residual through the MLPs;
-    only the readout at those positions changes, so no forward is needed.
-    """
+    """Sender → logits effects ``[batch, sender]``: δ through the MLPs to the final residual, read out (no forward)."""
     seq, B = cache.tokens.shape[1], cache.tokens.shape[0]
     readout = cache.readout_positions
     pos = check_positions(positions, seq, "sender")
@@ -194,21 +185,11 @@ def patched_inputs(
 ) -> tuple[list[int], Tensor | None]:
     """Step 1 without forwards: the receiver's input at the positions a sender patch changes.
 
-    Args:
-        model: the hooked model.
-        cache: the batch and its cached runs.
-        receiver: a resolved q/k/v/mlp receiver downstream of every sender.
-        senders: the senders.
-        positions: where each sender is patched.
-        delta: the senders' residual change at the changed positions as the receiver sees it, when already known
-            (:func:`delta_snapshots`); None computes it.
-
-    Returns:
-        ``(changed, new)``: the changed positions (sorted; empty when the patch cannot reach the receiver)
-        and the receiver's new input there, ``[sender, batch, |changed|, ...]`` (None when nothing changes).
-
-    Raises:
-        UnsupportedFamilyError: the bridge's modules do not rebuild the receiver's input (use the reference).
+    ``receiver``: resolved, downstream of every sender. ``delta``: the senders' change as the receiver sees it
+    (:func:`delta_snapshots`); None computes it. Returns ``(changed, new)``: the changed positions (sorted;
+    empty when the patch cannot reach the receiver) and the new input there, ``[sender, batch, |changed|, ...]``
+    (None when nothing changes). :class:`UnsupportedFamilyError` when the bridge's modules do not rebuild the
+    receiver's input (use the reference).
     """
     structure, ref = cache.structure, cache.ref
     seq = cache.tokens.shape[1]

@@ -1,16 +1,12 @@
 """Senders and receivers of sender → receiver path patching, and the checks that make them meaningful.
 
-A **sender** is an attention head or an MLP whose output is patched (replaced by its
-counterfactual value) at chosen token positions. A **receiver** is what the patch is
-measured through: the logits, the query, key or value input of one attention head, or
-an MLP's input (Wang et al. 2023; Zhang et al. 2024, App. B).
+A **sender** (head or MLP) has its output patched at chosen positions; a **receiver** is what the patch
+is measured through: the logits, one head's q/k/v input, or an MLP's input (Wang et al. 2023; Zhang et
+al. 2024, App. B).
 
-Grouped-query attention: keys and values are computed once per *KV group* and shared by
-``n_heads / n_kv_heads`` query heads, so a key or value receiver is a group, not a head.
-Naming it by a query head is refused unless ``by_group=True`` says that the whole group
-is meant (``Receiver("k", 3, head=1, by_group=True)`` on a model with groups of 2 is
-``Receiver("k", 3, group=0)``, shared by heads 0 and 1). Receivers are immutable values; :meth:`Receiver.check` returns
-the resolved receiver (query head → KV group) and says which query heads share it.
+Grouped-query attention: keys and values are computed once per *KV group*, so a k/v receiver is a
+group. Naming it by a query head is refused unless ``by_group=True`` says the whole group is meant
+(``Receiver("k", 3, head=1, by_group=True)`` with groups of 2 is ``Receiver("k", 3, group=0)``).
 """
 
 from __future__ import annotations
@@ -33,11 +29,7 @@ SENDER_KINDS: tuple[str, ...] = get_args(EdgeSender)
 class Sender:
     """An attention head ``(layer, head)``, an MLP (``head == -1``), or the token embeddings (``Sender.INPUT``).
 
-    Args:
-        kind: ``"head"``, ``"mlp"`` or ``"input"`` (layer and head ``-1``: upstream of every receiver; a sender
-            of MIB's edge graph, never of discovery).
-        layer: its layer.
-        head: the query head (``-1`` for an MLP).
+    ``"input"`` (layer and head -1) is upstream of every receiver: a sender of MIB's edge graph, never of discovery.
     """
 
     kind: Literal["head", "mlp", "input"]
@@ -85,13 +77,10 @@ class Receiver:
     """Where a sender's patch is received: the logits, a head's q/k/v input, or an MLP's input.
 
     Args:
-        kind: ``"logits"``, ``"q"``, ``"k"``, ``"v"`` or ``"mlp"``.
-        layer: the receiving layer (``-1`` for the logits).
-        head: q: the query head; k/v: a query head of the KV group, allowed only with ``by_group=True``.
-        group: k/v: the KV group.
-        by_group: k/v named by ``head``: the caller knows the key/value is shared by the head's whole group.
-        position: q: the query's position (``None``: the last); MLP: the position its input is patched at
-            (``None``: every position); k/v: keys and values are patched at every position.
+        layer: ``-1`` for the logits.
+        head: q: the query head; k/v: a query head of the KV group, only with ``by_group=True``.
+        position: q: the query's position (``None``: the last); MLP: where its input is patched (``None``:
+            every position); k/v: always every position.
     """
 
     kind: Literal["logits", "q", "k", "v", "mlp"]
@@ -135,14 +124,7 @@ class Receiver:
         return hooks.sub(self.layer, f"attn.hook_{self.kind}")
 
     def check(self, spec: Any) -> Receiver:
-        """The resolved receiver (k/v named by a query head → its KV group), or a clear error.
-
-        Args:
-            spec: the model's :class:`~mathcircuits.models.ModelSpec`.
-
-        Returns:
-            A receiver with ``head`` set for q and ``group`` set for k/v.
-        """
+        """The resolved receiver (k/v named by a query head → its KV group; ``head`` set for q), or a clear error."""
         if self.kind not in RECEIVER_KINDS:
             raise FixableValueError(f"receiver kind {self.kind!r} is unknown. ", f"use one of {list(RECEIVER_KINDS)}.")
         if self.kind == "logits":
@@ -198,17 +180,9 @@ class Receiver:
 def upstream_senders(
     spec: Any, receiver: Receiver, parallel: bool, kinds: Sequence[str] = ("head", "mlp")
 ) -> list[Sender]:
-    """Every head and/or MLP whose output can reach ``receiver``, in layer order.
+    """Every head and/or MLP whose output can reach ``receiver``, by layer (a layer's heads before its MLP).
 
-    Args:
-        spec: the model's spec (uses ``n_layers`` and ``n_heads``).
-        receiver: the :class:`Receiver` the senders must reach.
-        parallel: whether the blocks run attention and MLP in parallel (then an MLP does not read its own
-            layer's heads).
-        kinds: which senders to list: ``"head"``, ``"mlp"`` or both.
-
-    Returns:
-        The :class:`Sender` objects upstream of ``receiver``, by layer (a layer's heads before its MLP).
+    ``parallel``: attention and MLP read the same input, so an MLP does not read its own layer's heads.
     """
     unknown = [k for k in kinds if k not in SENDER_KINDS]
     if unknown or not kinds:
@@ -225,18 +199,9 @@ def upstream_senders(
 
 
 def check_positions(positions: Sequence[int], seq_len: int, what: str) -> list[int]:
-    """Sorted, non-negative positions of a prompt of ``seq_len`` tokens (negative ones count from the end).
+    """Sorted, distinct, non-negative positions of a prompt of ``seq_len`` tokens (negative ones count from the end).
 
-    Args:
-        positions: token positions; negative ones count from the end (``-1`` is the last token).
-        seq_len: number of tokens in the prompt.
-        what: what the positions are for, named in the error message.
-
-    Returns:
-        The distinct positions, made non-negative and sorted.
-
-    Raises:
-        ValueError: if a position is outside ``-seq_len..seq_len-1`` or ``positions`` is empty.
+    ``what`` names their use in the error. ValueError when empty or outside ``-seq_len..seq_len-1``.
     """
     out = sorted({p + seq_len if p < 0 else p for p in positions})
     bad = [p for p in positions if not -seq_len <= p < seq_len]

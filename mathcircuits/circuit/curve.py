@@ -45,12 +45,8 @@ class FaithfulnessSettings:
 class CurvePoint:
     """Faithfulness of the top-n circuit, and of depth-matched random circuits of its shape.
 
-    Args:
-        size: edges (nodes for a circuit without edges) of the top-n circuit.
-        n_nodes: its nodes.
-        faithfulness: ``"<ablation>/<level>"`` → faithfulness with its interval (level ``edges`` or ``nodes``).
-        random: the random circuits' faithfulness (point values, one per draw), under ``random_key``.
-        random_key: which evaluation the random circuits had (e.g. ``"resample/edges"``).
+    ``size``: edges (nodes for a circuit without edges). ``faithfulness``: ``"<ablation>/<level>"`` → value
+    with interval. ``random``: one point value per draw, under evaluation ``random_key``.
     """
 
     size: int
@@ -71,13 +67,7 @@ class CurvePoint:
 
 @dataclass(frozen=True)
 class CompletenessRow:
-    """Wang et al.'s completeness test for one removed set ``K``: ``F(C \\ K)`` against ``F(M \\ K)``.
-
-    Args:
-        removed: the nodes of ``K``.
-        ablation: the ablation both were measured with.
-        circuit: ``F(C \\ K)``; model: ``F(M \\ K)``; difference: their difference (paired intervals).
-    """
+    """Wang et al.'s completeness test for a removed set ``K``: ``F(C \\ K)`` against ``F(M \\ K)`` (paired)."""
 
     removed: tuple[str, ...]
     ablation: str
@@ -91,22 +81,16 @@ class Faithfulness(SavedResult):
     """The faithfulness curve of a circuit, its random band, and necessity, completeness and minimality.
 
     Args:
-        model: the model's spec.
-        operations, templates, n_pairs: the scored pairs (disjoint from the pairs that found the circuit).
-        denominator: ``m(M) − m(cf)`` in nats with its interval; clean, counterfactual: ``m(M)`` and ``m(cf)``.
-        ill_conditioned: the denominator is too small to divide by (``rule`` says when); then no ratio is reported.
-        rule: the ill-conditioning rule, in words.
+        n_pairs: the scored pairs, disjoint from the pairs that found the circuit.
+        denominator: ``m(M) − m(cf)`` in nats with its interval; ``clean``, ``counterfactual``: its terms.
+        ill_conditioned: the denominator is too small to divide by (``rule``, in words); then no ratio.
         primary: the evaluation the plateau and the random band use (``"resample/edges"``, …).
-        curve: one :class:`CurvePoint` per size, from the empty circuit to the whole one.
-        plateau_size: the smallest size whose primary faithfulness is within ``plateau_tolerance`` of the curve's
-            maximum (:mod:`~mathcircuits.circuit.plateau`); 0 when ``plateau_reason`` is ``"empty"`` (no size beats
-            the random band) or ``"negative"`` (the whole circuit is worse than the counterfactual: a finding).
-        plateau_nodes, plateau_edges: that circuit's nodes and edges (``sender → receiver (via)``).
+        plateau_size: see :mod:`~mathcircuits.circuit.plateau`; 0 when ``plateau_reason`` is ``"empty"``
+            or ``"negative"`` (the whole circuit is worse than the counterfactual: a finding).
         necessity: per ablation, ``F(M \\ C)`` of the plateau circuit (low: the circuit is necessary).
         completeness: per ablation and removed set ``K``, ``F(C \\ K)`` against ``F(M \\ K)``.
         minimality: per ablation and node ``v``, ``F(C) − F(C \\ {v})``.
         interval_over: ``"templates"`` (cluster bootstrap, stratified by operation) or ``"pairs"``.
-        settings: how it was measured; seconds: the time it took.
     """
 
     VERSION = 2

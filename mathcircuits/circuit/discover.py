@@ -1,33 +1,25 @@
 """Circuit discovery: iterate sender → receiver path patching back from the logits until the circuit saturates.
 
-Method (Wang et al. 2023 §3; Zhang et al. 2024, App. B). Round 0 asks which heads and MLPs, at the
-positions whose logits predict the answer (``last``, ``ans1``, …), change the answer through the
-logits directly (heads frozen; exact without a forward). Each later round asks, for every node found
-in the round before, which senders change its inputs:
+Method (Wang et al. 2023 §3; Zhang et al. 2024, App. B). Round 0 asks which heads and MLPs at the readout
+positions (``last``, ``ans1``, …) change the answer through the logits directly. Each later round asks,
+for every node found in the round before, which senders change its inputs:
 
-* a head's query at ``t``: only senders at ``t`` can change it (heads are frozen, so a patch elsewhere
-  never reaches ``t``);
-* the key and value of its KV group: senders patched at each earlier labelled position ``p``
-  separately, so an edge says which token's key/value carries the information;
+* a head's query at ``t``: only senders at ``t`` (heads are frozen, so a patch elsewhere never reaches ``t``);
+* its KV group's key and value: senders at each earlier labelled position separately, so an edge says
+  which token's key/value carries the information;
 * an MLP's input at ``t``: senders at ``t``.
 
-Senders with ``|mean effect| ≥ threshold`` (the ``top_k`` strongest per receiver; ``logits_top_k`` in
-round 0) become edges, and new senders become nodes of the next round. Every edge is measured
-exactly (:func:`~.edges.exact_edges`, equal to the two-forward definition); with ``screen`` the
-attribution screen (one forward and backward per batch for every receiver) first ranks the senders
-and only the ``screen`` strongest are measured exactly, so the screen keeps the cost down and exact
-patching confirms what it keeps.
+Senders with ``|mean effect| ≥ threshold`` (the ``top_k`` strongest per receiver) become edges and new
+nodes. Every edge is measured exactly (:func:`~.edges.exact_edges`); with ``screen`` the attribution
+screen ranks the senders first and only the ``screen`` strongest are measured exactly.
 
-**Deep enough.** After each round the whole circuit is scored on the discovery pairs (resample
-ablation at edge level, :mod:`.faithfulness`); discovery stops when a round adds less than
-``saturation_tol`` of the largest faithfulness so far (:mod:`.plateau`), or at a stated budget (``depth`` rounds,
-``max_nodes``, ``max_seconds``, in CPU seconds). ``settings.rounds`` records each round and ``settings.stopped``
-why it ended.
+**Deep enough.** After each round the circuit is scored on the discovery pairs (resample, edge level);
+discovery stops when a round adds less than ``saturation_tol`` of the largest faithfulness so far
+(:mod:`.plateau`), or at a budget (``depth``, ``max_nodes``, ``max_seconds``). ``settings.rounds`` and
+``settings.stopped`` record the rounds and why it ended.
 
-The metric is the whole answer's log-probability by default (``answer_logprob``): positions are the
-teacher-forced sequence's (:mod:`.batches`), pairs may come from several templates (a label absent
-from a template's batches has no effect there: its effect is averaged over the pairs that have it).
-An edge's interval is a percentile bootstrap over those pairs.
+Pairs may come from several templates: a label absent from a template's batches has no effect there, and
+its effect is averaged over the pairs that have it. An edge's interval is a bootstrap over those pairs.
 
 Usage::
 
@@ -141,30 +133,16 @@ def discover_circuit(
     """Find the circuit behind the answer by iterated sender → receiver path patching (see the module docstring).
 
     Args:
-        model: the hooked model.
-        dataset: token-aligned pairs (:func:`mathcircuits.data.generate_pairs`) with token-role columns.
-        key_heads: round 0's senders given by hand or as a KeyComponents (each at the last prompt position, all
-            kept); None scans every head and MLP at every answer position and keeps the ``logits_top_k`` strongest.
+        key_heads: round 0's senders by hand or a KeyComponents (each at the last prompt position, all kept);
+            None scans every head and MLP at every answer position and keeps the ``logits_top_k`` strongest.
         depth: the most rounds after round 0 (a budget; ``saturation_tol`` may stop earlier).
-        threshold: smallest ``|mean effect|`` an edge needs (in the metric's units).
-        top_k: at most this many edges per receiver; logits_top_k: per answer readout in round 0.
-        senders: ``"head"`` and/or ``"mlp"``.
-        receivers: which inputs are scanned (``"q"``, ``"k"``, ``"v"``, ``"mlp"``).
-        positions: ``"query"``, ``"roles"`` or ``"suffix"`` (:mod:`.batches`).
-        metric: a metric name of :data:`~mathcircuits.patching.METRICS` (default: the whole answer's log-probability).
+        threshold: smallest ``|mean effect|`` an edge needs (metric units).
         method: ``"exact"`` (fast) or ``"reference"`` (two forwards per sender).
-        screen: if given, rank every sender with the attribution screen and measure only this many exactly.
-        saturation_tol: stop when a round adds less faithfulness than this fraction of the largest ``|F|`` so far
-            (at least :data:`~mathcircuits.circuit.plateau.SATURATION_FLOOR`; None: run all ``depth`` rounds).
-        mlps: how the saturation check treats MLPs outside the circuit (``"ablate"`` or ``"keep"``).
-        max_nodes, max_seconds: further budgets (None: none); max_seconds counts this process's CPU seconds
-            (every thread's), so a loaded machine stops at the same point.
-        batch_size: pairs per batch.
-        uncertainty: the percentile bootstrap over pairs.
-        progress: show a progress bar per round.
-
-    Returns:
-        A :class:`Circuit`; ``settings.rounds`` has each round's size and faithfulness on these pairs.
+        screen: rank every sender with the attribution screen and measure only this many exactly.
+        saturation_tol: fraction of the largest ``|F|`` so far (at least
+            :data:`~mathcircuits.circuit.plateau.SATURATION_FLOOR`; None: run all ``depth`` rounds).
+        mlps: how the saturation check treats MLPs outside the circuit.
+        max_seconds: this process's CPU seconds (every thread's), so a loaded machine stops at the same point.
     """
     t0 = time.perf_counter()
     cpu0 = time.process_time()  # the budget counts this process's CPU seconds: a loaded machine finds the same circuit

@@ -1,36 +1,30 @@
 """Edge attribution patching (EAP) and EAP with integrated gradients (EAP-IG) on every edge of the graph at once.
 
-The graph is MIB's (Mueller et al. 2025; :func:`~.edge_scores.graph_edges`), with grouped KV heads kept
-grouped: senders are the token embeddings, every head and every MLP; receivers the logits, each head's query,
-each KV group's key and value, and each MLP's input. A sender ``u`` writes ``a_u`` into the residual; a
-receiver ``v`` reads the residual ``x_v`` (``resid_pre`` for q/k/v, the MLP's input residual, the final
-residual for the logits). Patching the edge alone changes ``x_v`` by
-``Δ_u = a_u' − a_u`` (counterfactual − clean) and leaves every other reader as it was. To first order
-(Syed et al. 2023)::
+The graph is MIB's (Mueller et al. 2025; :func:`~.edge_scores.graph_edges`), KV heads kept grouped. A
+sender ``u`` writes ``a_u`` into the residual; a receiver ``v`` reads the residual ``x_v`` (``resid_pre``
+for q/k/v, the MLP's input residual, the final residual for the logits). Patching the edge alone changes
+``x_v`` by ``Δ_u = a_u' − a_u`` (counterfactual − clean). To first order (Syed et al. 2023)::
 
     EAP(u → v)    = Σ_pos Δ_u · ∂m/∂x_v                          gradient on the clean run
     EAP-IG(u → v) = Σ_pos Δ_u · (1/n) Σ_k ∂m/∂x_v |_{α_k}         α_k = k/n, k = 0 … n−1
 
 (Hanna et al. 2024). For EAP-IG the input embeddings run from the counterfactual's (α = 0) towards the
-clean one's, and ``Δ_u`` stays the clean-vs-counterfactual difference; ``n`` is ``steps`` (5 in MIB's
-``run_attribution.py``). This is the reference code's ``EAP-IG-inputs``
-(``hannamw/EAP-IG`` ``src/eap/attribute.py``: ``get_scores_eap_ig``, ``input_interpolation_hook``;
-the score ``(corrupted − clean) · gradient`` summed over positions in ``utils.py``'s ``gradient_hook``).
+clean one's, ``Δ_u`` unchanged; ``n`` is ``steps`` (5 in MIB's ``run_attribution.py``). This is the
+reference code's ``EAP-IG-inputs`` (``hannamw/EAP-IG`` ``src/eap/attribute.py``: ``get_scores_eap_ig``,
+``input_interpolation_hook``; the score summed over positions in ``utils.py``'s ``gradient_hook``).
 
-``∂m/∂x_v`` is the gradient with respect to the receiver's *own copy* of the residual (its norm and its
-projection only: TransformerLens' split q/k/v inputs). One backward gives the gradient at every
-``hook_q/k/v`` and MLP input; each is pulled back through that receiver's norm and projection alone. A
-KV group's key is one computation, so its gradient is the sum over the query heads that share it: the
-reference code, which ungroups KV heads, would split it over them.
+``∂m/∂x_v`` is taken w.r.t. the receiver's *own copy* of the residual (its norm and projection only):
+one backward gives every ``hook_q/k/v`` and MLP input gradient, each pulled back through its own norm
+and projection. A KV group's key gradient is the sum over the query heads sharing it (the reference
+code, which ungroups KV heads, splits it over them).
 
-Signs: :func:`edge_attribution` gives effects like every effect here, the change *towards the counterfactual*
-(counterfactual − clean, in the metric's units); :func:`eap_scores` turns them into :class:`EdgeScores`, whose
-scores are "higher: more of the behaviour", i.e. minus the mean effect (MIB's ``loss=True``).
+Signs: :func:`edge_attribution` gives effects towards the counterfactual (counterfactual − clean);
+:func:`eap_scores` gives :class:`EdgeScores`, "higher: more of the behaviour", minus the mean effect
+(MIB's ``loss=True``).
 
-Exact edges (:mod:`.edges`) are a different quantity: a sender's change reaches the receiver directly and
-through the MLPs in between (heads frozen). The two agree to first order where no MLP lies between: an
-MLP into the next layer, a head into its own layer's MLP (and anything into the logits when no MLP
-responds).
+Exact edges (:mod:`.edges`) differ: a sender's change reaches the receiver directly and through the MLPs
+in between (heads frozen). They agree to first order where no MLP lies between (an MLP into the next
+layer, a head into its own layer's MLP).
 """
 
 from __future__ import annotations
@@ -50,13 +44,13 @@ from mathcircuits.circuit.chain import first_diff, receiver_input
 from mathcircuits.circuit.components import Receiver, Sender, upstream_senders
 from mathcircuits.circuit.edge_scores import INPUT, EdgeScores, graph_edges
 from mathcircuits.circuit.intervene import RunScore, answer_logprob
-from mathcircuits.circuit.mib import MIBMetric, _first_difference, _logit_diff
+from mathcircuits.circuit.mib_metric import MIBMetric, mib_readout
 from mathcircuits.circuit.pair_cache import PairCache, pair_cache
 from mathcircuits.data.pairset import PairSet
 from mathcircuits.models import HookedModel, hooks
-from mathcircuits.models.changes import attn_change, attn_pre_norm_name
 from mathcircuits.models.families import block_structure
-from mathcircuits.models.placement import head_out_weights
+from mathcircuits.models.forward.changes import attn_change, attn_pre_norm_name
+from mathcircuits.models.forward.placement import head_out_weights
 
 __all__ = [
     "ATTRIBUTION_METHODS",
@@ -100,11 +94,10 @@ def ig_alphas(method: AttributionMethod, steps: int) -> list[float | None]:
 def sender_deltas(
     model: HookedModel, cache: PairCache, senders: Sequence[Sender], start: int, cf_embed: Tensor
 ) -> Float[Tensor, "sender batch pos d_model"]:
-    """``a_u' − a_u``: what each sender adds to the residual, counterfactual − clean, at positions ``start…``.
+    """``a_u' − a_u``: what each sender adds to the residual, counterfactual − clean, at positions ``start…`` (float32).
 
-    The input's is the embeddings' (``cf_embed``: the counterfactual's residual before the first block, at
-    ``start…``). A head's share passes the post-attention norm where the family has one (``P(a + c) − P(a)``, the
-    other heads clean), as in exact edges. Float32.
+    A head's share passes the post-attention norm where the family has one (``P(a + c) − P(a)``, the other
+    heads clean), as in exact edges.
     """
     structure, ref, cf = cache.structure, cache.ref, cache.cf
     W_O = head_out_weights(model)
@@ -133,10 +126,7 @@ def sender_deltas(
 
 
 def _pullback(model: HookedModel, cache: PairCache, kind: str, layer: int, x: Tensor, g: Tensor) -> Tensor:
-    """Gradient w.r.t. each receiver's own copy of the residual ``x`` [B, P, d], from its hook's gradient ``g``.
-
-    Returns ``[n, B, P, d]`` (n: query heads, KV groups, or 1 for an MLP).
-    """
+    """Gradient w.r.t. each receiver's own copy of the residual ``x`` [B, P, d] from its hook's ``g``: [n, B, P, d]."""
     with torch.enable_grad():
         if kind == "mlp":
             xr = x.detach().clone().requires_grad_(True)
@@ -151,8 +141,7 @@ def _pullback(model: HookedModel, cache: PairCache, kind: str, layer: int, x: Te
 
 
 def _suffix_run(model: HookedModel, cache: PairCache, tokens: Tensor, start: int, fwd: list, n_ans: int) -> Tensor:
-    """Logits at the answer positions of ``tokens[:, start:]`` after the clean run's cached prefix (the two runs, and
-    every point of the path, are the same before ``start``)."""
+    """Logits at the answer positions of ``tokens[:, start:]`` after the clean run's cached prefix."""
     kv = copy.deepcopy(cache.kv(model, start)) if start > 0 else None
     kw = {"past_key_values": kv} if kv is not None else {}
     return model.bridge.run_with_hooks(tokens[:, start:], fwd_hooks=fwd, logits_to_keep=n_ans, **kw)[:, -n_ans:]
@@ -161,10 +150,7 @@ def _suffix_run(model: HookedModel, cache: PairCache, tokens: Tensor, start: int
 def _gradients(
     model: HookedModel, cache: PairCache, readout: RunScore, alpha: float | None, cf_embed: Tensor, start: int
 ) -> dict[tuple[str, int], Tensor]:
-    """One forward and backward: ``{(kind, layer): [n, B, P, d]}`` receiver-input gradients, in graph order.
-
-    ``alpha``: the embeddings are ``cf + α (clean − cf)`` (None: the clean run); ``cf_embed``: at positions ``start…``.
-    """
+    """``{(kind, layer): [n, B, P, d]}`` input gradients at embeddings ``cf + α (clean − cf)`` (None: clean)."""
     structure, L = cache.structure, model.spec.n_layers
     leaves: dict[str, Tensor] = {}
     seen: dict[str, Tensor] = {}
@@ -247,44 +233,13 @@ def edge_attribution(
 ) -> Float[Tensor, "pair sender receiver"]:
     """EAP or EAP-IG effects of every edge, per pair of one batch (see the module docstring).
 
-    Args:
-        model: the hooked model.
-        cache: one batch and its cached runs (:func:`~.pair_cache.pair_cache`).
-        readout: the differentiated score ``(logits [rows, n_answer, vocab], answers) → [rows]`` (default: the
-            whole answer's log-probability; :func:`eap_scores` passes MIB's logit difference).
-        method: ``"eap"`` (gradient on the clean run) or ``"eap-ig"`` (``steps`` gradients along the input path).
-        steps: EAP-IG's steps (ignored by EAP).
-        positions: sum over these positions only (None: every position; before the first one where the two
-            prompts differ nothing changes).
-
-    Returns:
-        ``[pair, sender, receiver]`` effects (counterfactual − clean) in the order of :func:`graph_nodes`; an
-        edge whose sender cannot reach its receiver is 0.
+    ``readout``: the differentiated score ``(logits [rows, n_answer, vocab], answers) → [rows]`` (default:
+    the whole answer's log-probability; :func:`eap_scores` passes MIB's logit difference). ``positions``:
+    sum over these only (None: all). Returns ``[pair, sender, receiver]`` (counterfactual − clean) in
+    :func:`graph_nodes` order; an edge whose sender cannot reach its receiver is 0.
     """
     alphas = ig_alphas(method, steps)
     return sum(alpha_effects(model, cache, readout, alphas, positions)) / len(alphas)
-
-
-def _readouts(pairs: PairSet, metric: MIBMetric) -> tuple[list[int], Any]:
-    """The rows ``metric`` can score and, per batch, its readout (as :func:`~.mib.mib_scores` reads it)."""
-    if metric == "answer_logprob":
-        return list(range(len(pairs))), lambda idx: answer_logprob
-    if metric != "logit_diff":
-        raise FixableValueError(f"metric {metric!r} is unknown. ", "use 'logit_diff' or 'answer_logprob'.")
-    if not pairs.has("cf_answer_tokens"):
-        raise FixableValueError(
-            "metric 'logit_diff' needs each pair's counterfactual answer (cf_answer_tokens). ",
-            "generate pairs with an operand counterfactual, or metric='answer_logprob'.",
-        )
-    ans, cf_ans = pairs.answer_tokens, pairs.cf_answer_tokens
-    firsts = [_first_difference(a, c) for a, c in zip(ans, cf_ans)]
-    rows = [i for i, j in enumerate(firsts) if j is not None]
-    if not rows:
-        raise FixableValueError("no pair's answers differ in a shared token position. ", "other counterfactuals.")
-    first = torch.tensor([j or 0 for j in firsts], device="cpu")  # host indices: _logit_diff moves them
-    good = torch.tensor([a[j or 0] for a, j in zip(ans, firsts)], device="cpu")
-    bad = torch.tensor([c[j or 0] if j is not None else 0 for c, j in zip(cf_ans, firsts)], device="cpu")
-    return rows, lambda idx: _logit_diff(first[idx], good[idx], bad[idx])
 
 
 def eap_scores(
@@ -297,26 +252,18 @@ def eap_scores(
 ) -> EdgeScores:
     """EAP or EAP-IG scores of every edge of the graph, as :func:`~.mib.mib_scores` ranks them.
 
-    Args:
-        model: the hooked model.
-        pairs: token-aligned pairs (``cf_answer_tokens`` for ``logit_diff``).
-        method: ``"eap"`` or ``"eap-ig"``.
-        steps: EAP-IG's steps (MIB's default 5; :func:`~.eap_compare.ig_convergence` shows what more would change).
-        metric: what is differentiated, as in :func:`~.mib.mib_scores` (``logit_diff``: MIB-style).
-        batch_size: pairs per batch.
-
-    Returns:
-        :class:`EdgeScores` of the whole graph: minus the mean effect over pairs (higher: more of the behaviour).
+    ``pairs`` need ``cf_answer_tokens`` for ``logit_diff``. ``steps``: MIB's default 5
+    (:func:`~.eap_compare.ig_convergence` shows what more would change). Scores are minus the mean effect.
     """
     t0 = time.perf_counter()
     ig_alphas(method, steps)
-    rows, readout_of = _readouts(pairs, metric)
+    readouts = mib_readout(pairs, metric)
     parallel = block_structure(model).parallel
     total, n = None, 0
-    for b in circuit_batches(model, pairs, "suffix", batch_size, rows=rows):
+    for b in circuit_batches(model, pairs, "suffix", batch_size, rows=list(readouts.rows)):
         P = b.n_prompt
         cache = pair_cache(model, b.tokens[:, :P], b.cf_tokens[:, :P], b.answers[:, 0], answers=b.answers)
-        eff = edge_attribution(model, cache, readout_of(b.idx), method, steps).sum(0)
+        eff = edge_attribution(model, cache, readouts.of(b.idx), method, steps).sum(0)
         total = eff if total is None else total + eff
         n += len(b.idx)
     senders, receivers = graph_nodes(model, parallel)

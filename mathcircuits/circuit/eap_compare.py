@@ -1,15 +1,10 @@
 """How EAP and EAP-IG rank edges beside exact edges, and how EAP-IG's scores settle as its steps grow.
 
-* :func:`ig_convergence`: EAP-IG's per-pair scores at several step counts, each compared with the most steps'
-  (Spearman, Kendall, top-k overlap, bootstrap intervals over pairs). The step grids ``k/n`` of counts that
-  divide the largest nest in its grid, so each gradient is taken once.
-* :func:`discovery_scores`: a discovered circuit's edges as :class:`~.edge_scores.EdgeScores`, so its ranking
-  feeds the same curves as EAP's.
-* :func:`exact_agreement`: on a sample of receivers (the logits and some drawn at random), EAP's and EAP-IG's
-  effects beside :func:`~.edges.exact_edges` of the same senders, every sender patched at every position (a
-  query receiver at the last prompt position, where exact edges read it, and the attribution summed there
-  only). The metric is the whole answer's log-probability, which both compute. Exact edges also pass the
-  MLPs in between (:mod:`.eap`), so the two need not agree even where attribution is exact.
+:func:`ig_convergence` compares step counts with the most steps' (counts dividing the largest nest in its
+grid, so each gradient is taken once). :func:`exact_agreement` compares EAP and EAP-IG with
+:func:`~.edges.exact_edges` on sampled receivers, every sender patched at every position (a query receiver
+at the last prompt position only), in the whole answer's log-probability. Exact edges also pass the MLPs
+in between (:mod:`.eap`), so they need not agree even where attribution is exact.
 """
 
 from __future__ import annotations
@@ -29,11 +24,11 @@ from mathcircuits.circuit.attribution import ScreenAgreement, screen_agreement
 from mathcircuits.circuit.batches import circuit_batches
 from mathcircuits.circuit.chain import first_diff
 from mathcircuits.circuit.components import Receiver, Sender
-from mathcircuits.circuit.eap import DEFAULT_IG_STEPS, _readouts, alpha_effects, graph_nodes, ig_alphas
+from mathcircuits.circuit.eap import DEFAULT_IG_STEPS, alpha_effects, graph_nodes, ig_alphas
 from mathcircuits.circuit.edge_scores import EdgeScores, graph_edges
 from mathcircuits.circuit.edges import exact_edges
 from mathcircuits.circuit.intervene import answer_logprob
-from mathcircuits.circuit.mib import MIBMetric
+from mathcircuits.circuit.mib_metric import MIBMetric, mib_readout
 from mathcircuits.circuit.pair_cache import PairCache, pair_cache
 from mathcircuits.circuit.result import Circuit
 from mathcircuits.data.pairset import PairSet
@@ -49,14 +44,7 @@ _RANK_BOOT = Uncertainty(n_boot=200)  # a rank agreement's interval needs no fin
 
 @dataclass(frozen=True)
 class IGConvergence:
-    """EAP-IG's scores at each step count beside those at the most steps.
-
-    Args:
-        steps: the step counts, increasing; the last is the reference.
-        agreement: for each count, its per-pair edge scores against the reference's (the last compares with
-            itself: 1).
-        n_edges: edges compared (the whole graph). n_pairs: pairs. seconds: wall time of the whole computation.
-    """
+    """EAP-IG's scores at each step count beside those at the most steps (the last count is the reference: 1)."""
 
     steps: tuple[int, ...]
     agreement: tuple[ScreenAgreement, ...]
@@ -103,33 +91,20 @@ def ig_convergence(
     uncertainty: Uncertainty = _RANK_BOOT,
     batch_size: int = 8,
 ) -> IGConvergence:
-    """EAP-IG's edge scores at each of ``steps`` against those at the most steps (see the module docstring).
-
-    Args:
-        model: the hooked model.
-        pairs: token-aligned pairs (``cf_answer_tokens`` for ``logit_diff``).
-        steps: increasing step counts (at least two); the last is the reference.
-        metric: what is differentiated (as in :func:`~.eap.eap_scores`).
-        k: the top-k size of the overlap.
-        uncertainty: the bootstrap over pairs.
-        batch_size: pairs per batch.
-
-    Returns:
-        An :class:`IGConvergence`.
-    """
+    """EAP-IG's edge scores at each of ``steps`` (increasing, at least two) against those at the most steps."""
     counts = [int(n) for n in steps]
     if len(counts) < 2 or counts != sorted(set(counts)) or counts[0] < 1:
         raise FixableValueError(
             f"steps {list(steps)} must be two or more increasing counts ≥ 1. ", "e.g. (1, 2, 5, 10, 20)."
         )
     t0 = time.perf_counter()
-    rows, readout_of = _readouts(pairs, metric)
+    readouts = mib_readout(pairs, metric)
     si, ri = _edge_index(model, block_structure(model).parallel)
     alphas = sorted({Fraction(j, n) for n in counts for j in range(n)})
     per: dict[int, list[Tensor]] = {n: [] for n in counts}
-    for b, cache in _caches(model, pairs, rows, batch_size):
+    for b, cache in _caches(model, pairs, list(readouts.rows), batch_size):
         acc = {n: 0.0 for n in counts}
-        grid = alpha_effects(model, cache, readout_of(b.idx), [float(a) for a in alphas])
+        grid = alpha_effects(model, cache, readouts.of(b.idx), [float(a) for a in alphas])
         for a, eff in zip(alphas, grid):
             for n in counts:
                 if (a * n).denominator == 1:  # a = j/n for some j
@@ -147,10 +122,7 @@ def ig_convergence(
 class ExactAgreement:
     """EAP's and EAP-IG's effects beside exact edges on a sample of receivers (metric: the answer's log-probability).
 
-    Args:
-        receivers: the receivers compared (names). n_edges: their sender → receiver edges (the input excluded).
-        eap, eap_ig: each method against exact (Spearman, Kendall, top-k overlap with intervals over pairs).
-        steps: EAP-IG's steps. seconds: wall time of exact edges, EAP and EAP-IG on these receivers' batches.
+    ``n_edges`` excludes the input; ``seconds``: wall time of all three methods on these receivers' batches.
     """
 
     receivers: tuple[str, ...]
@@ -189,17 +161,7 @@ def exact_agreement(
 ) -> ExactAgreement:
     """EAP and EAP-IG against exact edges on the logits and ``receivers`` drawn at random (or these receivers).
 
-    Args:
-        model: the hooked model.
-        pairs: token-aligned pairs.
-        receivers: how many receivers to draw (besides the logits; ``uncertainty.seed`` draws them), or the receivers.
-        steps: EAP-IG's steps.
-        k: the top-k size of the overlap.
-        uncertainty: the bootstrap over pairs (its seed also draws the receivers).
-        batch_size: pairs per batch.
-
-    Returns:
-        An :class:`ExactAgreement`.
+    ``uncertainty.seed`` also draws the receivers.
     """
     parallel = block_structure(model).parallel
     chosen = _pick(model, parallel, receivers, uncertainty.seed)
@@ -244,10 +206,9 @@ def _mean(model: HookedModel, cache: PairCache, alphas: list, positions: list[in
 def discovery_scores(circuit: Circuit, model: HookedModel, seed: int = 0) -> EdgeScores:
     """A discovered circuit's edges as scores of the whole graph (its ranking for MIB's curves).
 
-    An edge's score is minus its effect summed over the positions it was found at (higher: more of the behaviour);
-    the logits edges of every answer position count as one. Edges discovery did not keep score 0, their ties broken
-    at random (``seed``) by a jitter far below any kept edge's score, so they follow the kept edges in no order the
-    graph's listing would impose.
+    An edge's score is minus its effect summed over the positions it was found at; the logits edges of every
+    answer position count as one. Edges not kept score 0, ties broken at random (``seed``) by a jitter far
+    below any kept score, so they follow the kept edges in no order the graph's listing would impose.
     """
     circuit.check_model(model)
     parallel = block_structure(model).parallel

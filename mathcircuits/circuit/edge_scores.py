@@ -2,15 +2,14 @@
 
 The graph is MIB's (Mueller et al. 2025; Hanna et al. 2024's EAP-IG ``Graph``), on our components:
 
-* senders: the token embeddings (:data:`INPUT`), every attention head, every MLP;
-* receivers: each query head's ``q``; each **KV group's** ``k`` and ``v`` (grouped-query attention kept grouped:
-  one key/value receiver per group, shared by its query heads); each MLP's input; the logits;
-* an edge joins a sender to every receiver it can reach (an earlier layer; in a sequential block a layer's
-  heads reach its own MLP).
+* senders: the token embeddings (:data:`INPUT`), every head, every MLP;
+* receivers: each query head's ``q``; each **KV group's** ``k`` and ``v`` (GQA kept grouped); each MLP's
+  input; the logits;
+* an edge joins a sender to every receiver it can reach (an earlier layer; in a sequential block a
+  layer's heads reach its own MLP).
 
-Edges are position-free, as in MIB: an edge in a circuit is kept at every position, one outside it is patched at
-every position. Scores are signed (higher: more of the behaviour); the method and its time travel with them, so
-a ranking can be compared with another on the same curve (:func:`~mathcircuits.circuit.mib_scores`).
+Edges are position-free, as in MIB: kept or patched at every position. Scores are signed (higher: more
+of the behaviour); method and time travel with them (:func:`~mathcircuits.circuit.mib_scores`).
 
 Usage::
 
@@ -51,15 +50,7 @@ def _receivers(spec: ModelSpec) -> list[Receiver]:
 
 
 def graph_edges(spec: ModelSpec, parallel: bool) -> tuple[EdgeKey, ...]:
-    """Every edge of the model's graph (see the module docstring), receiver by receiver in layer order.
-
-    Args:
-        spec: the model's spec.
-        parallel: attention and MLP read the same input (then an MLP does not read its own layer's heads).
-
-    Returns:
-        ``(sender, receiver)`` pairs; the input first among each receiver's senders.
-    """
+    """Every edge of the graph, receiver by receiver in layer order; the input first among each receiver's senders."""
     return tuple((s, r) for r in _receivers(spec) for s in [INPUT, *upstream_senders(spec, r, parallel)])
 
 
@@ -67,14 +58,8 @@ def graph_edges(spec: ModelSpec, parallel: bool) -> tuple[EdgeKey, ...]:
 class EdgeScores:
     """A signed score for each edge of a model's graph, the method that made them and its time.
 
-    Args:
-        model: the model's spec.
-        parallel: whether its blocks are parallel (decides which MLP edges exist).
-        edges: the scored edges (:func:`graph_edges` gives the whole graph); each appears once.
-        scores: one signed score per edge (higher: the edge carries more of the behaviour).
-        method: how they were made.
-        seconds: the time it took (wall clock).
-        metric: what the scores measure (e.g. ``"logit_diff"``, ``"answer_logprob"``).
+    ``parallel`` decides which MLP edges exist; each edge appears once; ``seconds`` is wall clock;
+    ``metric`` what the scores measure (e.g. ``"answer_logprob"``).
     """
 
     model: ModelSpec

@@ -1,38 +1,31 @@
 """Exact sender → receiver path patching: the fast method and the plain reference.
 
-Method (Wang et al. 2023 §3; Goldowsky-Dill et al. 2023; Zhang et al. 2024, App. B, Alg. 1),
-for a sender ``s`` patched at positions ``P`` and a receiver ``r``:
+Method (Wang et al. 2023 §3; Goldowsky-Dill et al. 2023; Zhang et al. 2024, App. B, Alg. 1), for a
+sender ``s`` patched at positions ``P`` and a receiver ``r``:
 
-1. run the reference prompt with every attention head frozen at its reference ``hook_z``,
-   except ``s``, whose output at ``P`` is its counterfactual value; MLPs and norms recompute.
-   Record the receiver's input ``r̃`` (``hook_q``/``hook_k``/``hook_v`` of the head or KV
-   group, linear in the input; ``mlp.hook_in`` for an MLP);
-2. run the reference prompt with only the receiver's input replaced by ``r̃`` (q: at the
-   last position, the query that is read; k, v, MLP: every position); everything else
-   recomputes; the effect is ``metric(answer readout, clean readout)`` at the last position.
+1. run the reference prompt with every head frozen at its reference ``hook_z`` except ``s``, whose
+   output at ``P`` is its counterfactual value (MLPs and norms recompute); record the receiver's input
+   ``r̃`` (``hook_q``/``hook_k``/``hook_v`` of the head or KV group; ``mlp.hook_in`` for an MLP);
+2. run the reference prompt with only the receiver's input replaced by ``r̃`` (q: at the last position;
+   k, v, MLP: every position); the effect is ``metric(answer readout, clean readout)``.
 
-The reference (:func:`reference_edges`) does exactly that: two full hooked forwards per
-sender. The fast method (:func:`exact_edges`) computes the same numbers with less work:
+:func:`reference_edges` does exactly that, two full forwards per sender. :func:`exact_edges` computes
+the same numbers with less work:
 
-* step 1 without forwards: with heads frozen, the change stays at the positions ``P``
-  and passes only through position-wise MLPs and norms, so, with ``δ`` the residual
-  change at ``P`` (as in :mod:`mathcircuits.patching.exact`)::
+* step 1 without forwards: with heads frozen, the change stays at ``P`` and passes only through
+  position-wise MLPs and norms (as in :mod:`mathcircuits.patching.exact`)::
 
       δ ← P1(a_l + (z'−z) W_O) − P1(a_l)   (head sender)    δ ← mlp' − mlp   (MLP sender)
       δ ← δ + P2(MLP_m(N2(r_m + δ))) − mlp_m                (each MLP between sender and receiver)
       r̃  = W_{q|k|v}(LN1(resid_pre + δ))  or  N2(resid_mid + δ)   at P
 
-  (the bridge's own ``ln1``/``attn.q|k|v``/MLP modules compute this, so any family
-  whose hooks agree works; this is checked on every batch against the captured
-  activations and refused otherwise);
-* nothing to do for positions before the first token where the two prompts differ: with causal
-  attention both runs are identical there, so such a patch has no effect, exactly;
-* step 2 only from the first changed position: a q receiver changes nothing before the
-  last position, a k/v/MLP receiver nothing before ``min(P)``, so the prefix runs once
+  computed by the bridge's own modules, checked on every batch against the captured activations and
+  refused otherwise;
+* positions before the first difference between the prompts: identical runs (causal), no effect, exactly;
+* step 2 only from the first changed position (q: the last; k/v/MLP: ``min(P)``): the prefix runs once
   with a KV cache and each sender × pair row runs only the suffix, batched.
 
-The unavoidable cost is step 2: for every sender, one forward over the changed suffix
-(one token for q receivers). ``benchmarks/bench_circuit.py`` prints both methods' times.
+Step 2's suffix forward per sender is the unavoidable cost (``benchmarks/bench_circuit.py`` times both).
 """
 
 from __future__ import annotations
@@ -50,7 +43,7 @@ from mathcircuits.circuit.components import Receiver, Sender
 from mathcircuits.circuit.pair_cache import EdgeBatch, PairCache, check_request, pair_cache, receiver_slice
 from mathcircuits.circuit.reference import reference_edges
 from mathcircuits.models import HookedModel, fast_paths_enabled
-from mathcircuits.models.integrity import compare, model_depth, model_dtype, probe_pairs, verify_once
+from mathcircuits.models.forward.integrity import compare, model_depth, model_dtype, probe_pairs, verify_once
 from mathcircuits.patching.metrics import METRICS, Metric, answer_readout
 
 __all__ = ["check_edges", "exact_edges", "patched_inputs", "receiver_effects"]
@@ -68,18 +61,8 @@ def receiver_effects(
 ) -> Float[Tensor, "sender batch"]:
     """Step 2 of the method: the effect on the answer of the receiver's input replaced by ``values``.
 
-    Args:
-        model: the hooked model.
-        cache: the batch's two cached runs.
-        receiver: the receiver whose input is replaced.
-        values: one replacement per sender, ``[sender, batch, seq − start, ...]`` (the receiver's hook's
-            slice from position ``start`` on).
-        start: the first position replaced; the prefix before it runs once with a KV cache.
-        metric: the effect measure (read at every answer position).
-        chunk: rows per forward (bounds memory).
-
-    Returns:
-        The effect of each sender's replacement on each pair.
+    ``values``: one replacement per sender, ``[sender, batch, seq − start, ...]``, the receiver hook's slice
+    from ``start`` on; the prefix before ``start`` runs once with a KV cache. Read at every answer position.
     """
     bridge, tokens, answers, clean = model.bridge, cache.tokens, cache.all_answers, cache.clean
     n_s, B = values.shape[:2]
@@ -127,18 +110,10 @@ def exact_edges(
 ) -> EdgeBatch:
     """The same effects as :func:`reference_edges`, from the cached runs and suffix-only forwards.
 
-    A logits receiver needs no forward at all: the sender's change at its positions passes the MLPs to the final
-    residual (heads frozen), where only the readout at those positions changes.
-
-    Args:
-        model, cache, receiver, senders, positions, metric: as in :func:`reference_edges`.
-        chunk_rows: sender × pair rows per step-2 forward (bounds memory).
-
-    Returns:
-        :class:`EdgeBatch` of per-pair effects, one column per sender.
-
-    Raises:
-        UnsupportedFamilyError: the bridge's modules do not rebuild the receiver's input (use the reference).
+    A logits receiver needs no forward at all: the sender's change passes the MLPs to the final residual
+    (heads frozen), where only the readout changes. ``chunk_rows``: sender × pair rows per step-2 forward.
+    :class:`UnsupportedFamilyError` when the bridge's modules do not rebuild the receiver's input (use the
+    reference).
     """
     if not fast_paths_enabled():
         return reference_edges(model, cache, receiver, senders, positions, metric)
@@ -161,16 +136,10 @@ def exact_edges(
 def check_edges(model: HookedModel) -> tuple[float, float]:
     """Exact against reference sender → receiver effects on probe pairs (the run-time check of :func:`exact_edges`).
 
-    Four receivers (the last layer's first query head, its KV group's values, its MLP's input, and the logits)
-    and three senders below them (a first-layer head, a middle-layer head, the first MLP), patched where the
-    prompts differ and at the last positions; two-token answers read at both answer positions; effects in the
-    whole answer's log-probability (a function of the logits at every answer position).
-
-    Args:
-        model: the hooked model.
-
-    Returns:
-        ``(largest difference, tolerance)``.
+    Four receivers (the last layer's first query head, its KV group's values, its MLP's input, the logits),
+    three senders below them (first-layer head, middle-layer head, first MLP), patched where the prompts
+    differ and at the last positions; two-token answers, in the whole answer's log-probability. Returns
+    ``(largest difference, tolerance)``.
     """
     spec = model.spec
     if spec.n_layers < 2:  # no sender lies below a receiver

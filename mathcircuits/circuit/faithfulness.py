@@ -1,35 +1,27 @@
 """Faithfulness measured the way the circuit was found: a curve over circuit sizes, against random circuits.
 
 Method (Wang et al. 2023, §4; Hanna et al. 2024; Miller et al. 2024 on why each choice matters). With
-``m`` the whole answer's log-probability (every answer token, teacher-forced; mean over pairs), ``M``
-the model and ``cf`` the counterfactual run::
+``m`` the whole answer's mean log-probability (teacher-forced), ``M`` the model and ``cf`` the
+counterfactual run::
 
     F(C) = (m(C) − m(cf)) / (m(M) − m(cf))
 
-``m(C)`` is the circuit run (:mod:`.intervene`): outside the circuit, (component, position) nodes take
-their **ablated value** at the query positions (the few-shot prefix is the same in both prompts), circuit
-nodes compute at their own positions only, and at **edge level** each circuit node reads only the circuit
-nodes it has edges from. Two ablations side by side: ``resample`` (each pair's own counterfactual, the
-intervention discovery used: the empty circuit *is* the counterfactual run, so ``F(∅) = 0`` exactly) and
-``position_mean`` (a position-aligned mean over a pool of counterfactual prompts of the same template,
-:mod:`.pool`; its empty circuit need not score 0, and the curve shows where it starts).
+``m(C)`` is the circuit run (:mod:`.intervene`). Two ablations side by side: ``resample`` (each pair's own
+counterfactual, discovery's intervention: ``F(∅) = 0`` exactly) and ``position_mean`` (a position-aligned
+pool mean, :mod:`.pool`; its empty circuit need not score 0, and the curve shows where it starts).
 
-* **The denominator** ``m(M) − m(cf)`` is reported with its interval. When its interval reaches 0, or it is
-  below ``min_gap`` nats (default 0.1: the counterfactual moves the answer's probability by under ~10%),
-  the behaviour is too small to divide by: the result says ``ill-conditioned`` and gives no ratio.
-* **The curve**: ``F`` of the top-n circuit (:mod:`.subcircuits`) for n from 0 to the whole circuit (about
-  geometric steps), at edge and node level, for each ablation; and ``n_random`` depth-matched random circuits
-  of each size and shape (the random band, under the primary evaluation).
-* **The plateau circuit** (:mod:`.plateau`): the smallest n > 0 whose primary ``F`` is within
-  ``max(plateau_tol · span, 0.005)`` of the curve's maximum, ``span`` the curve's own range; empty only when no size
-  beats the random band, and *negative* (a finding, with its interval) when the whole circuit is worse than the
-  counterfactual. For it, per ablation: necessity ``F(M \\ C)`` (only the circuit ablated; low = necessary),
-  completeness ``F(C \\ K)`` against ``F(M \\ K)`` for random subsets ``K`` of its nodes (Wang et al.: a
-  complete circuit loses what the model loses), and minimality ``F(C) − F(C \\ {v})`` for each node ``v``.
+* **Denominator** ``m(M) − m(cf)``, with its interval. When the interval reaches 0 or it is below
+  ``min_gap`` nats (0.1: the counterfactual moves the answer's probability by under ~10%), the result is
+  ``ill-conditioned`` and gives no ratio.
+* **Curve**: ``F`` of the top-n circuit (:mod:`.subcircuits`) for n from 0 to the whole (about geometric
+  steps), at edge and node level, per ablation; plus ``n_random`` depth-matched random circuits per size
+  (the random band, primary evaluation).
+* **Plateau circuit** (:mod:`.plateau`). For it, per ablation: necessity ``F(M \\ C)`` (low = necessary),
+  completeness ``F(C \\ K)`` against ``F(M \\ K)`` for random subsets ``K`` (Wang et al.: a complete circuit
+  loses what the model loses), and minimality ``F(C) − F(C \\ {v})`` per node.
 
-Intervals: percentile bootstrap of the ratio of means, resampling whole templates within operations
-(:func:`mathcircuits.stats.cluster_bootstrap_indices`) when the pairs come from at least
-:data:`~mathcircuits.stats.MIN_CLUSTERS` (5) templates per operation, else pairs; the same resamples for every
+Intervals: percentile bootstrap of the ratio of means, over whole templates within operations when there
+are ≥ :data:`~mathcircuits.stats.MIN_CLUSTERS` (5) per operation, else pairs; the same resamples for every
 quantity, so differences are paired.
 
 Usage::
@@ -68,7 +60,7 @@ from mathcircuits.circuit.subcircuits import edge_order, random_wiring, size_gri
 from mathcircuits.data.pairset import PairSet
 from mathcircuits.models import HookedModel, PrefixCaches
 from mathcircuits.models.families import block_structure
-from mathcircuits.models.prefix import repeat_cache
+from mathcircuits.models.forward.prefix import repeat_cache
 from mathcircuits.stats import MIN_CLUSTERS, Interval, Uncertainty, bootstrap_indices, cluster_bootstrap_indices
 
 __all__ = ["Scorer", "faithfulness", "ratio_intervals"]
@@ -199,27 +191,14 @@ def faithfulness(
     """The faithfulness curve of ``circuit`` on ``dataset`` (see the module docstring).
 
     Args:
-        model: the hooked model the circuit was found on.
         dataset: the scored pairs (keep them disjoint from the pairs that found the circuit).
-        circuit: a :class:`~mathcircuits.circuit.Circuit` (its ``settings.positions`` names the node labels).
-        pool: counterfactual prompts of the scored templates for ``position_mean`` (pairs with the scored pairs'
-            operands are left out); needed only for that ablation.
+        pool: counterfactual prompts for ``position_mean`` only (those with scored pairs' operands left out).
         ablations: ``"resample"`` and/or ``"position_mean"``; the first is the primary one.
-        level: ``"edges"``, ``"nodes"``, or ``"auto"`` (edges when the circuit has edges): the primary evaluation.
-        mlps: ``"ablate"`` (MLPs outside the circuit are ablated too) or ``"keep"`` (MLPs always compute).
-        points: at most this many sizes on the curve.
-        n_random: depth-matched random circuits per size.
-        plateau_tol: the plateau tolerance as a fraction of the curve's span (at least
-            :data:`~mathcircuits.circuit.plateau.PLATEAU_FLOOR`).
+        level: the primary evaluation: ``"edges"``, ``"nodes"``, or ``"auto"`` (edges when the circuit has any).
+        plateau_tol: fraction of the curve's span (at least :data:`~mathcircuits.circuit.plateau.PLATEAU_FLOOR`).
         min_gap: the smallest ``m(M) − m(cf)`` (nats) that is divided by.
-        completeness_sets: random removed sets ``K`` for the completeness test.
         minimality_nodes: minimality is measured when the plateau circuit has at most this many nodes.
         uncertainty: the bootstrap; its seed also draws the random circuits.
-        batch_size: pairs per batch.
-        progress: show progress bars.
-
-    Returns:
-        A :class:`~mathcircuits.circuit.curve.Faithfulness`.
     """
     t0 = time.perf_counter()
     expect("faithfulness", "model", model, HookedModel, "a HookedModel", "pass mc.load_model(...)'s result")

@@ -1,22 +1,20 @@
 """EAP-IG / MIB graph files: edge scores and circuits in the field's JSON, read and written on our graph.
 
-The format is EAP-IG's ``Graph.to_json`` / ``from_json`` (``hannamw/EAP-IG``, ``src/eap/graph.py``), which MIB's
-circuit track reads::
+The format is EAP-IG's ``Graph.to_json`` / ``from_json`` (``hannamw/EAP-IG``, ``src/eap/graph.py``), which
+MIB's circuit track reads::
 
     {"cfg": {"n_layers": 30, "n_heads": 9, "parallel_attn_mlp": false, "d_model": 576, ...},
      "nodes": {"input": {"in_graph": true}, "a0.h0": {...}, "m0": {...}, ..., "logits": {...}},
      "edges": {"input->a0.h0<q>": {"score": 0.12, "in_graph": true}, "a0.h0->m0": {...}, "m29->logits": {...}}}
 
-Nodes are ``input``, ``a{layer}.h{head}``, ``m{layer}`` and ``logits``; an edge is ``parent->child``, with
-``<q>``/``<k>``/``<v>`` when the child is a head. Missing edges read as score 0, outside the circuit (as their loader).
+Edges are ``parent->child``, with ``<q>``/``<k>``/``<v>`` when the child is a head; missing edges read as
+score 0, outside the circuit (as their loader).
 
-**Grouped KV heads.** EAP-IG ungroups grouped-query attention: every query head has its own key and value
-input. Our graph keeps a KV group's key/value one receiver. Writing, a group's edge becomes one edge per query head
-of the group, each with ``score / group_size`` and the group's ``in_graph``; reading, a group's score is the sum
-over its heads (to first order, patching the shared key is patching every head's copy, whose attributions add) and
-the group's edge is in the circuit when any head's edge is (the union: a file that keeps some heads' keys but not
-others' cannot be run with grouped keys; :attr:`GraphFile.split_groups` counts them). Writing then reading gives
-back the same scores and circuit.
+**Grouped KV heads.** EAP-IG gives every query head its own key and value input; our graph keeps one per
+KV group. Writing, a group's edge becomes one edge per query head with ``score / group_size`` and the
+group's ``in_graph``; reading, a group's score is the sum over its heads (to first order, their
+attributions add) and it is in the circuit when any head's edge is (the union;
+:attr:`GraphFile.split_groups` counts files that split a group). A round trip is exact.
 
 Usage::
 
@@ -63,10 +61,8 @@ def _child_names(r: Receiver, group_size: int) -> list[str]:
 class GraphFile:
     """A graph file read onto our graph: the edge scores, the circuit's edges, and the KV groups read as a union.
 
-    Args:
-        scores: a score for every edge of the graph (method ``"imported"``).
-        circuit: the edges in the file's circuit (``in_graph``), on our graph.
-        split_groups: KV-group edges whose file kept some query heads' key/value edge but not all.
+    ``scores`` have method ``"imported"``; ``split_groups``: KV-group edges whose file kept some query heads'
+    key/value edge but not all.
     """
 
     scores: EdgeScores
@@ -77,17 +73,7 @@ class GraphFile:
 def write_graph(
     scores: EdgeScores, path: str | os.PathLike, circuit: Collection[EdgeKey] = (), d_model: int | None = None
 ) -> Path:
-    """Write edge scores (and a circuit) as an EAP-IG / MIB graph JSON file (see the module docstring).
-
-    Args:
-        scores: edge scores of the whole graph.
-        path: the ``.json`` file to write.
-        circuit: the edges in the circuit (their ``in_graph``); empty: scores only.
-        d_model: the config's ``d_model`` (the spec's by default).
-
-    Returns:
-        The path written.
-    """
+    """Write edge scores (and a circuit: its edges' ``in_graph``) as an EAP-IG / MIB graph JSON file."""
     spec = scores.model
     unknown = [e for e in circuit if e not in set(scores.edges)]
     if unknown:
@@ -150,13 +136,7 @@ def _parse(name: str, spec: ModelSpec, source: str) -> tuple[Sender, Receiver, i
 def read_graph(path: str | os.PathLike, spec: ModelSpec, parallel: bool) -> GraphFile:
     """Read an EAP-IG / MIB graph JSON file onto our graph (see the module docstring for grouped KV heads).
 
-    Args:
-        path: the file.
-        spec: the model it describes (its layers and heads must match the file's ``cfg``).
-        parallel: whether the model's blocks are parallel (must match ``parallel_attn_mlp``).
-
-    Returns:
-        A :class:`GraphFile`.
+    ``spec`` and ``parallel`` must match the file's ``cfg`` (layers, heads, ``parallel_attn_mlp``).
     """
     source = str(path)
     d = read_json(path)

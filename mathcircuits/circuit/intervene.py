@@ -1,38 +1,29 @@
 """The circuit run: the model with everything outside a circuit ablated, at the nodes and, when asked, at the edges.
 
-Nodes are components at positions (``L14.H2@last``, ``MLP3@op``); the token embeddings are the input
-and stay clean (every circuit contains them, as in Wang et al. 2023), unless the wiring makes the input a
-sender (``Wiring(input=True)``, MIB's graph: ``Δ_input`` is the clean minus the counterfactual embedding).
-Only query positions are touched (from the end of the few-shot prefix on): the prefix is identical in every prompt of a
-template, so there is nothing to ablate there. At a query position ``p``:
+Nodes are components at positions (``L14.H2@last``, ``MLP3@op``). The token embeddings stay clean (every
+circuit contains them, as in Wang et al. 2023) unless ``Wiring(input=True)`` makes the input a sender
+(MIB's graph). Only query positions are touched: the prefix is identical in every prompt of a template.
+At a query position ``p``:
 
-* **node level** — a head (and, with ``mlps="ablate"``, an MLP) that is not a circuit node at ``p``
-  outputs its *ablated value* (``hook_z`` / ``hook_mlp_out``); circuit nodes compute normally, at their
-  own positions only (Wang et al. 2023, §4: heads are kept only where the circuit names them);
-* **edge level** — additionally, each circuit node reads only the circuit nodes it has edges from
-  (Hanna et al. 2024): with ``Δ_s = out_s − out_s^abl`` the change a circuit node ``s`` makes to the
-  residual (``(z_s − z_s^abl) W_O`` for a head, ``mlp_s − mlp_s^abl`` for an MLP), a receiver ``r`` of
-  the circuit reads::
+* **node level**: a head (and with ``mlps="ablate"`` an MLP) that is not a circuit node at ``p`` outputs
+  its *ablated value*; circuit nodes compute normally at their own positions only (Wang et al. 2023, §4);
+* **edge level**: each circuit node also reads only the circuit nodes it has edges from (Hanna et al.
+  2024). With ``Δ_s = out_s − out_s^abl`` (``(z_s − z_s^abl) W_O`` for a head), a receiver ``r`` reads::
 
       input_r[p] = f_r( resid[p] − Σ_{s ∈ C at p, s upstream of r, (s → r) ∉ E} Δ_s )
 
-  where ``f_r`` is the receiver's own input map (``W_Q`` of one head at its position, ``W_K``/``W_V`` of a
-  KV group at every position, the MLP's input norm, or the final norm and unembedding at the readout
-  positions). Under GQA a key/value is a KV group's: it reads the union of the edges into its heads.
+  ``f_r``: ``W_Q`` of one head at its position, ``W_K``/``W_V`` of a KV group at every position (the union
+  of its heads' edges), the MLP's input norm, or final norm and unembedding at the readout positions.
 
-The ablated value is the paired counterfactual's (``resample``: the counterfactual run, the same
-intervention discovery used) or a position-aligned mean over a pool of counterfactual prompts of the
-same template and prompt length, never of an answer property (``position_mean``; Wang et al. 2023's mean
-over the ABC distribution). With ``mlps="keep"`` the MLPs always compute (Wang et al.'s IOI circuit); with
-``"ablate"`` they are nodes like the heads (Hanna et al. 2024).
+The ablated value is the paired counterfactual's (``resample``, discovery's intervention) or a
+position-aligned mean over counterfactual prompts of the same template and prompt length, never of an
+answer property (``position_mean``; Wang et al.'s ABC mean). ``mlps="keep"``: MLPs always compute
+(Wang et al.'s IOI circuit); ``"ablate"``: they are nodes (Hanna et al. 2024). The score is the whole
+answer's log-probability; an empty circuit under ``resample`` is exactly the counterfactual run.
 
-The score is the whole answer's log-probability (teacher-forced). An empty circuit under ``resample``
-is the counterfactual run at the readout positions exactly.
-
-The run executes only the query suffix on the prefix's KV cache (the prefix is clean in every row);
-:func:`check_circuit_run` compares it with the plain full forward on probe pairs before first use.
-Edge level needs each head's write to be additive (``z W_O``), so families with a norm after attention
-(Gemma 2/3, OLMo 2) are refused there; node level works on every family.
+Only the query suffix runs, on the prefix's KV cache (:func:`check_circuit_run` compares it with the
+plain forward before first use). Edge level needs additive head writes (``z W_O``), so families with a
+norm after attention (Gemma 2/3, OLMo 2) are refused there; node level works on every family.
 
 Usage::
 
@@ -69,8 +60,8 @@ from mathcircuits.circuit.wiring import (
 )
 from mathcircuits.models import HookedModel, PrefixCaches, fast_paths_enabled
 from mathcircuits.models.families import UnsupportedFamilyError, block_structure
-from mathcircuits.models.integrity import compare, model_depth, model_dtype, probe_pairs, verify_once
-from mathcircuits.models.prefix import repeat_cache
+from mathcircuits.models.forward.integrity import compare, model_depth, model_dtype, probe_pairs, verify_once
+from mathcircuits.models.forward.prefix import repeat_cache
 
 #: A circuit run's score of each row from the logits at the answer's readout positions and the answer's tokens.
 RunScore: TypeAlias = Callable[[Tensor, Tensor], Tensor]
@@ -122,20 +113,11 @@ def circuit_logprob(
 ) -> Float[Tensor, "wiring batch"]:
     """The whole answer's log-probability of each pair under each wiring (see the module docstring).
 
-    Args:
-        model: the hooked model.
-        batch: the pairs (:func:`~mathcircuits.circuit.batches.circuit_batches`).
-        values: the ablated values at the batch's query positions (:func:`resample_values`, or a pool mean).
-        wirings: the circuits, node or edge level.
-        mlps: ``"ablate"`` (MLPs outside the circuit take their ablated value) or ``"keep"`` (MLPs always compute).
-        chunk_rows: rows (wiring × pair) per forward.
-        fast: run only the query suffix on the prefix's KV cache (exact; False: the plain full forward).
-        store: a dict of prefix KV caches shared across calls.
-        readout: another score than the answer's log-probability: ``(logits [rows, n_answer, vocab], answers
-            [rows, n_answer]) → [rows]``, rows wiring-major (``len(chunk) × batch``).
-
-    Returns:
-        ``[wiring, batch]`` log-probabilities (nats), or the readout's scores.
+    ``values``: the ablated values at the query positions (:func:`resample_values`, or a pool mean).
+    ``chunk_rows``: wiring × pair rows per forward. ``fast``: only the query suffix on the prefix's KV
+    cache (exact). ``store``: prefix KV caches shared across calls. ``readout``: another score,
+    ``(logits [rows, n_answer, vocab], answers [rows, n_answer]) → [rows]``, rows wiring-major. Returns
+    ``[wiring, batch]`` in nats (or the readout's scores).
     """
     if mlps not in MLP_MODES:
         raise FixableValueError(f"mlps {mlps!r} is unknown. ", f"use one of {list(MLP_MODES)}.")
@@ -174,11 +156,8 @@ def circuit_logprob(
 def check_circuit_run(model: HookedModel) -> tuple[float, float]:
     """The prefix-cached circuit run against the plain full forward, on probe pairs (its run-time check).
 
-    One edge-level wiring (a last-layer head reading a first-layer head through its value, the first MLP
-    without edges) and one node-level wiring, both ablation values resampled from the probe counterfactuals.
-
-    Returns:
-        ``(largest difference, tolerance)`` of the answers' log-probabilities.
+    An edge-level wiring (a last-layer head reading a first-layer head through its value, the first MLP
+    without edges) and a node-level one, values resampled. Returns ``(largest difference, tolerance)``.
     """
     spec = model.spec
     probe = probe_pairs(spec.vocab_size)

@@ -32,7 +32,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from functools import partial
-from typing import Any, Literal, TypeAlias
+from typing import Any, Literal
 
 import torch
 from torch import Tensor
@@ -40,15 +40,24 @@ from torch import Tensor
 from mathcircuits._errors import FixableValueError
 from mathcircuits.circuit.batches import CircuitBatch, circuit_batches
 from mathcircuits.circuit.edge_scores import EdgeKey, EdgeScores, graph_edges
-from mathcircuits.circuit.intervene import LOGITS, NodeKey, Wiring, answer_logprob, circuit_logprob, resample_values
-from mathcircuits.circuit.mib_result import MIB_PERCENTAGES, MIBScores
+from mathcircuits.circuit.intervene import (
+    LOGITS,
+    NodeKey,
+    RunScore,
+    Wiring,
+    answer_logprob,
+    circuit_logprob,
+    resample_values,
+)
+from mathcircuits.circuit.mib_metric import MIBMetric, mib_readout
+from mathcircuits.circuit.mib_result import MIB_PERCENTAGES, CurveSummary, MIBScores
 from mathcircuits.circuit.mib_run import edge_masks, masked_run
 from mathcircuits.circuit.wiring import input_node, prefix_kv
 from mathcircuits.data.pairset import PairSet
 from mathcircuits.models import HookedModel, PrefixCaches
 from mathcircuits.models.families import block_structure
-from mathcircuits.models.integrity import compare, model_depth, model_dtype, verify_once
-from mathcircuits.models.prefix import repeat_cache
+from mathcircuits.models.forward.integrity import compare, model_depth, model_dtype, verify_once
+from mathcircuits.models.forward.prefix import repeat_cache
 from mathcircuits.models.spec import check_model
 from mathcircuits.stats import (
     DEFAULT_UNCERTAINTY,
@@ -60,10 +69,7 @@ from mathcircuits.stats import (
     cluster_bootstrap_indices,
 )
 
-__all__ = ["MIBMetric", "area_under", "mib_scores", "prune_edges"]
-
-#: What ``m`` is: MIB's logit difference at the first differing answer token, or the whole answer's log-probability.
-MIBMetric: TypeAlias = Literal["logit_diff", "answer_logprob"]
+__all__ = ["area_under", "mib_scores", "prune_edges"]
 
 Comp = tuple[str, int, int]  # (kind, layer, head): a node of the position-free graph
 
@@ -128,19 +134,8 @@ def area_under(x: Sequence[float], y: Tensor) -> Tensor:
     return ((xs[1:] - xs[:-1]) * (y[..., 1:] + y[..., :-1]) / 2).sum(-1)
 
 
-def _logit_diff(first: Tensor, good: Tensor, bad: Tensor) -> Any:
-    def readout(logits: Tensor, answers: Tensor) -> Tensor:
-        reps = logits.shape[0] // first.shape[0]
-        j, g, b = (t.to(logits.device).repeat(reps) for t in (first, good, bad))
-        rows = torch.arange(logits.shape[0], device=logits.device)
-        return logits[rows, j, g].float() - logits[rows, j, b].float()
-
-    return readout
-
-
 def _check(model: HookedModel, b: Any, values: Any, order: list[int]) -> tuple[float, float]:
-    """The masked run against the position-wise run on one batch (difference, tolerance): the empty circuit and the
-    smallest top-n circuit of the ranking that survives pruning (n = 32, 64, …; small, so the slow run is cheap)."""
+    """Masked vs position-wise run on one batch: the empty circuit and the smallest surviving top-n (n = 32, 64, …)."""
     labels, g = sorted(b.where), model.spec.group_size
     edges = graph_edges(model.spec, block_structure(model).parallel)
     small: set[int] = set()
@@ -153,20 +148,13 @@ def _check(model: HookedModel, b: Any, values: Any, order: list[int]) -> tuple[f
     return compare(fast, plain, model_dtype(model), model_depth(model))
 
 
-def clean_readout(model: HookedModel, b: CircuitBatch, readout: Any, store: PrefixCaches) -> Tensor:
+def clean_readout(model: HookedModel, b: CircuitBatch, readout: RunScore, store: PrefixCaches) -> Tensor:
     """``m`` of each pair of a batch on the unpatched model (the query suffix on the prefix's cached keys/values)."""
     start = b.prefix_len
     kv = repeat_cache(prefix_kv(model, b.tokens, start, store), b.tokens.shape[0]) if start > 0 else None
     with torch.no_grad():
         logits = model.bridge(b.tokens[:, start:], past_key_values=kv) if kv is not None else model.bridge(b.tokens)
     return readout(logits[:, -b.answers.shape[1] :], b.answers).float().cpu()
-
-
-def _first_difference(answer: Sequence[int], cf_answer: Sequence[int]) -> int | None:
-    for j, (a, c) in enumerate(zip(answer, cf_answer)):
-        if a != c:
-            return j
-    return None
 
 
 def mib_scores(
@@ -183,27 +171,16 @@ def mib_scores(
 ) -> MIBScores:
     """MIB's faithfulness curves, CPR and CMD of an edge ranking on ``pairs`` (see the module docstring).
 
-    Args:
-        model: the hooked model the scores were made on.
-        pairs: operand-counterfactual pairs (``cf_answer_tokens`` needed for ``logit_diff``), disjoint from the
-            pairs that made the scores.
-        scores: a score for every edge of the model's graph (:func:`~mathcircuits.circuit.graph_edges`).
-        metric: ``"logit_diff"`` (MIB-style) or ``"answer_logprob"``.
-        percentages: the grid, fractions of the graph's edges in (0, 1], increasing.
-        uncertainty: the bootstrap (None: no intervals).
-        batch_size: pairs per batch.
-        run: ``"masked"`` (:mod:`.mib_run`: the whole graph's mask, one einsum per layer) or ``"positions"`` (the
-            position-wise circuit run, :mod:`.intervene`: the reference, slow on large graphs).
-        check: before first use on a model, compare the masked run with the position-wise one on two circuits.
-
-    Returns:
-        A :class:`~mathcircuits.circuit.MIBScores`.
+    ``pairs``: disjoint from those that made the scores (``cf_answer_tokens`` for ``logit_diff``).
+    ``percentages``: fractions of the graph's edges in (0, 1], increasing. ``uncertainty`` None: no
+    intervals. ``run``: ``"masked"`` (:mod:`.mib_run`, one einsum per layer) or ``"positions"`` (the
+    position-wise reference, :mod:`.intervene`, slow on large graphs). ``check``: before first use on a
+    model, compare the two runs on two circuits.
     """
     t0 = time.perf_counter()
     spec = model.spec
     check_model(scores.model, model, "these edge scores", "score this model's edges")
-    if metric not in ("logit_diff", "answer_logprob"):
-        raise FixableValueError(f"metric {metric!r} is unknown. ", "use 'logit_diff' or 'answer_logprob'.")
+    readouts = mib_readout(pairs, metric)
     grid = [float(p) for p in percentages]
     if not grid or any(not 0 < p <= 1 for p in grid) or grid != sorted(set(grid)):
         raise FixableValueError(
@@ -216,28 +193,7 @@ def mib_scores(
             "percentages are of every edge. ",
             "score every edge of graph_edges(spec, parallel) (0 for none).",
         )
-    rows, dropped = list(range(len(pairs))), 0
-    first = good = bad = None
-    if metric == "logit_diff":
-        if not pairs.has("cf_answer_tokens"):
-            raise FixableValueError(
-                "metric 'logit_diff' needs each pair's counterfactual answer (cf_answer_tokens). ",
-                "generate "
-                "pairs with an operand counterfactual (counterfactual='operands' or an MIB kind), or "
-                "metric='answer_logprob'.",
-            )
-        ans, cf_ans = pairs.answer_tokens, pairs.cf_answer_tokens
-        firsts = [_first_difference(a, c) for a, c in zip(ans, cf_ans)]
-        rows = [i for i, j in enumerate(firsts) if j is not None]
-        dropped = len(pairs) - len(rows)
-        if not rows:
-            raise FixableValueError("no pair's answers differ in a shared token position. ", "other counterfactuals.")
-        first = torch.tensor([firsts[i] if firsts[i] is not None else 0 for i in range(len(pairs))], device="cpu")
-        good = torch.tensor([ans[i][first[i]] if firsts[i] is not None else 0 for i in range(len(pairs))], device="cpu")
-        bad = torch.tensor(
-            [cf_ans[i][first[i]] if firsts[i] is not None else 0 for i in range(len(pairs))], device="cpu"
-        )
-    batches = circuit_batches(model, pairs, "suffix", batch_size, rows=rows)
+    batches = circuit_batches(model, pairs, "suffix", batch_size, rows=list(readouts.rows))
     labels = sorted({lab for b in batches for lab in b.where})
     edges = scores.edges
     if run not in ("masked", "positions"):
@@ -261,7 +217,7 @@ def mib_scores(
     store: PrefixCaches = {}
     parts_run, parts_clean = [], []
     for b in batches:
-        readout = answer_logprob if first is None else _logit_diff(first[b.idx], good[b.idx], bad[b.idx])
+        readout = readouts.of(b.idx)
         values = resample_values(model, b, store)
         if masks is not None:
             if check:
@@ -297,11 +253,16 @@ def mib_scores(
         n_edges=n_edges,
         kept_signed=tuple(kept_counts["signed"]),
         kept_absolute=tuple(kept_counts["absolute"]),
-        **summary,
+        faithfulness_signed=summary.faithfulness_signed,
+        faithfulness_absolute=summary.faithfulness_absolute,
+        cpr=summary.cpr,
+        cmd=summary.cmd,
+        denominator=summary.denominator,
+        interval_over=summary.interval_over,
         clean=float(clean.mean()),
         counterfactual=float(empty.mean()),
         n_pairs=len(clean),
-        dropped=dropped,
+        dropped=readouts.dropped,
         score_seconds=scores.seconds,
         seconds=time.perf_counter() - t0,
     )
@@ -315,14 +276,9 @@ def curve_summary(
     operations: Sequence[str],
     grid: Sequence[float],
     uncertainty: Uncertainty | None,
-) -> dict[str, Any]:
-    """``f`` at each point of both rankings, CPR, CMD and ``m(N) − m(∅)``, each with its interval (the module
-    docstring's bootstrap), from ``m`` per pair: ``per_ranking[name]`` [point, pair], ``empty`` and ``clean`` [pair].
-
-    Returns:
-        The :class:`MIBScores` fields ``faithfulness_signed``, ``faithfulness_absolute``, ``cpr``, ``cmd``,
-        ``denominator`` and ``interval_over``.
-    """
+) -> CurveSummary:
+    """The curves and their intervals (the module docstring's bootstrap), from ``m`` per pair:
+    ``per_ranking[name]`` [point, pair], ``empty`` and ``clean`` [pair]."""
     per_op: dict[str, set[str]] = {}
     for t, o in zip(templates, operations):
         per_op.setdefault(o, set()).add(t)
@@ -356,11 +312,11 @@ def curve_summary(
         lo, hi = torch.quantile(x[1:], q).tolist() if len(x) > 1 else (float("nan"), float("nan"))
         return Interval(float(x[0]), lo, hi, len(clean), confidence, method, seed)
 
-    return {
-        "faithfulness_signed": tuple(interval(f_signed[:, k]) for k in range(len(grid))),
-        "faithfulness_absolute": tuple(interval(f_abs[:, k]) for k in range(len(grid))),
-        "cpr": interval(cpr),
-        "cmd": interval(cmd),
-        "denominator": interval(gap),
-        "interval_over": over,
-    }
+    return CurveSummary(
+        faithfulness_signed=tuple(interval(f_signed[:, k]) for k in range(len(grid))),
+        faithfulness_absolute=tuple(interval(f_abs[:, k]) for k in range(len(grid))),
+        cpr=interval(cpr),
+        cmd=interval(cmd),
+        denominator=interval(gap),
+        interval_over=over,
+    )

@@ -1,31 +1,26 @@
 """MIB's circuit metrics at node level: heads and MLPs ranked, the rest patched, for every family.
 
-MIB's ``evaluate_area_under_curve`` takes ``level="node"`` (``hannamw/MIB-circuit-track``; EAP-IG's
-``Graph.apply_topn(n, absolute, level="node")``): the circuit ``C_k`` keeps the ``int(p_k · |V|)`` highest-ranked
-nodes with all their outgoing edges, and every edge out of a dropped node is patched with the counterfactual.
-Patching every outgoing edge of a node is patching the node's output, so the run is one forward with the
-dropped nodes' outputs (a head's ``hook_z``, an MLP's ``hook_mlp_out``) replaced by the pair's counterfactual
-run (:func:`~.intervene.circuit_logprob` at node level). That is defined on families whose attention output is
-normalised before the residual add (Gemma 2/3, OLMo 2), where one head's write is not additive and the edge
-level (:func:`~.mib.mib_scores`) is refused.
+MIB's ``evaluate_area_under_curve`` with ``level="node"`` (``hannamw/MIB-circuit-track``; EAP-IG's
+``Graph.apply_topn(n, absolute, level="node")``): ``C_k`` keeps the ``int(p_k · |V|)`` highest-ranked nodes
+with all their outgoing edges, and every edge out of a dropped node is patched. That is patching the node's
+output, so the run is one forward with dropped nodes' ``hook_z``/``hook_mlp_out`` taken from the
+counterfactual run (:func:`~.intervene.circuit_logprob` at node level). It is defined on families with a
+norm after attention (Gemma 2/3, OLMo 2), where the edge level (:func:`~.mib.mib_scores`) is refused.
 
-What is ours: the nodes are the heads and MLPs; the token embeddings are not a scored node and stay clean
-(MIB scores the input node too; a dropped input would patch every embedding, and pruning would then drop
-every node without a kept upstream node). With the input always kept, every kept node has an incoming and
-an outgoing (to the logits) kept edge, so MIB's pruning changes nothing. ``f``, the grid, CPR, CMD, the
-metric (MIB-style logit difference at the first differing answer token, or the whole answer's
-log-probability) and the intervals are those of :mod:`.mib`.
+What is ours: the token embeddings are not a scored node and stay clean (MIB scores the input too; a
+dropped input would patch every embedding and pruning would drop everything downstream). With the input
+kept, every kept node has kept incoming and outgoing edges, so MIB's pruning changes nothing. ``f``, the
+grid, CPR, CMD, the metric and the intervals are :mod:`.mib`'s.
 
-Node scores (:func:`node_scores`), higher: more of the behaviour, i.e. minus the mean effect of patching the
-node towards the counterfactual:
+Node scores (:func:`node_scores`), higher: more of the behaviour (minus the mean effect towards the
+counterfactual):
 
-* ``exact`` — activation patching, one node at a time: ``m(N \\ {v}) − m(N)`` (the model with only ``v``'s
-  output from the counterfactual run);
-* ``eap`` — ``Σ_pos (a_v' − a_v) · ∂m/∂a_v`` on the clean run, ``a_v`` the node's output (``hook_z`` of a head,
-  ``hook_mlp_out`` of an MLP); the gradient passes whatever norm follows (Syed et al. 2023);
-* ``eap-ig`` — the same with the gradient averaged over ``steps`` runs whose input embeddings go from the
-  counterfactual's (α = 0) towards the clean one's (EAP-IG-inputs, Hanna et al. 2024, at node level);
-* ``random`` — standard normal scores from a seed.
+* ``exact``: activation patching, one node at a time: ``m(N \\ {v}) − m(N)``;
+* ``eap``: ``Σ_pos (a_v' − a_v) · ∂m/∂a_v`` on the clean run, ``a_v`` the node's output; the gradient
+  passes whatever norm follows (Syed et al. 2023);
+* ``eap-ig``: the gradient averaged over ``steps`` runs whose embeddings go from the counterfactual's
+  towards the clean one's (EAP-IG-inputs, Hanna et al. 2024, at node level);
+* ``random``: standard normal scores from a seed.
 
 Usage::
 
@@ -49,9 +44,10 @@ from torch import Tensor
 from mathcircuits._errors import FixableValueError
 from mathcircuits.circuit.batches import CircuitBatch, circuit_batches
 from mathcircuits.circuit.components import Sender
-from mathcircuits.circuit.eap import DEFAULT_IG_STEPS, _readouts, ig_alphas
+from mathcircuits.circuit.eap import DEFAULT_IG_STEPS, ig_alphas
 from mathcircuits.circuit.intervene import Wiring, circuit_logprob, resample_values
-from mathcircuits.circuit.mib import MIBMetric, clean_readout, curve_summary
+from mathcircuits.circuit.mib import clean_readout, curve_summary
+from mathcircuits.circuit.mib_metric import MIBMetric, mib_readout
 from mathcircuits.circuit.mib_result import MIB_PERCENTAGES, MIBScores
 from mathcircuits.data.pairset import PairSet
 from mathcircuits.models import HookedModel, PrefixCaches, hooks
@@ -76,13 +72,7 @@ def graph_nodes_of(spec: ModelSpec) -> tuple[Sender, ...]:
 
 @dataclass(frozen=True, repr=False)
 class NodeScores:
-    """A signed score for every head and MLP of a model (higher: more of the behaviour).
-
-    Args:
-        model: the model's spec. nodes: :func:`graph_nodes_of` (every node once). scores: one per node.
-        method: how they were made (``"imported"``: by another tool). seconds: the time it took.
-        metric: what they measure.
-    """
+    """A signed score for every head and MLP (higher: more of the behaviour); ``method="imported"``: another tool's."""
 
     model: ModelSpec
     nodes: tuple[Sender, ...]
@@ -193,15 +183,8 @@ def node_scores(
 ) -> NodeScores:
     """Score every head and MLP (see the module docstring), as :func:`mib_node_scores` ranks them.
 
-    Args:
-        model: the hooked model (any family: node level needs no additive head writes).
-        pairs: token-aligned pairs (``cf_answer_tokens`` for ``logit_diff``), disjoint from the evaluation's.
-        method: ``"exact"``, ``"eap"``, ``"eap-ig"`` or ``"random"``.
-        steps: EAP-IG's steps. metric: what is measured or differentiated. batch_size: pairs per batch.
-        seed: the random scores' seed.
-
-    Returns:
-        :class:`NodeScores`: minus the mean effect over pairs.
+    Any family (node level needs no additive head writes). ``pairs`` need ``cf_answer_tokens`` for
+    ``logit_diff`` and must be disjoint from the evaluation's. Scores are minus the mean effect over pairs.
     """
     t0 = time.perf_counter()
     if method not in NODE_METHODS or method == "imported":
@@ -214,10 +197,10 @@ def node_scores(
         values = torch.randn(len(nodes), generator=g, dtype=torch.float64, device="cpu")
         return NodeScores(model.spec, nodes, tuple(values.tolist()), method, time.perf_counter() - t0, metric)
     alphas = ig_alphas(method, steps) if method != "exact" else []
-    rows, readout_of = _readouts(pairs, metric)
+    readouts = mib_readout(pairs, metric)
     total, n, store = torch.zeros(len(nodes), dtype=torch.float64, device="cpu"), 0, {}
-    for b in circuit_batches(model, pairs, "suffix", batch_size, rows=rows):
-        readout = readout_of(b.idx)
+    for b in circuit_batches(model, pairs, "suffix", batch_size, rows=list(readouts.rows)):
+        readout = readouts.of(b.idx)
         if method == "exact":
             labels = sorted(b.where)
             wirings = [_wiring([s], labels, complement=True) for s in nodes]
@@ -242,15 +225,8 @@ def mib_node_scores(
 ) -> MIBScores:
     """MIB's faithfulness curves, CPR and CMD of a node ranking on ``pairs`` (``level="node"``).
 
-    Args:
-        model: the hooked model the scores were made on.
-        pairs: operand-counterfactual pairs, disjoint from the pairs that made the scores.
-        scores: a score for every head and MLP (:func:`node_scores`).
-        metric, percentages, uncertainty, batch_size: as :func:`~.mib.mib_scores`; the percentages
-            are of the nodes.
-
-    Returns:
-        :class:`~mathcircuits.circuit.MIBScores` with ``level="node"`` (``n_edges`` counts nodes).
+    ``pairs``: disjoint from those that made the scores. Options as :func:`~.mib.mib_scores`; percentages are
+    of the nodes, and ``n_edges`` in the result counts nodes.
     """
     t0 = time.perf_counter()
     check_model(scores.model, model, "these node scores", "score this model's nodes")
@@ -259,16 +235,15 @@ def mib_node_scores(
         raise FixableValueError(
             f"percentages {list(percentages)} must increase within (0, 1]. ", "use MIB_PERCENTAGES."
         )
-    rows, readout_of = _readouts(pairs, metric)
-    dropped = len(pairs) - len(rows)
+    readouts = mib_readout(pairs, metric)
     nodes, n_nodes = scores.nodes, len(scores.nodes)
     rankings = {"signed": scores.ranking(absolute=False), "absolute": scores.ranking(absolute=True)}
     kept = {name: [order[: int(p * n_nodes)] for p in grid] for name, order in rankings.items()}
     parts: dict[str, list[Tensor]] = {"signed": [], "absolute": []}
     parts_empty, parts_clean, templates, operations = [], [], [], []
     store: PrefixCaches = {}
-    for b in circuit_batches(model, pairs, "suffix", batch_size, rows=rows):
-        readout, labels = readout_of(b.idx), sorted(b.where)
+    for b in circuit_batches(model, pairs, "suffix", batch_size, rows=list(readouts.rows)):
+        readout, labels = readouts.of(b.idx), sorted(b.where)
         values = resample_values(model, b, store)
         clean = clean_readout(model, b, readout, store)
         circuits = [[]] + [k for name in rankings for k in kept[name] if len(k) < n_nodes]
@@ -300,11 +275,16 @@ def mib_node_scores(
         n_edges=n_nodes,
         kept_signed=tuple(len(k) for k in kept["signed"]),
         kept_absolute=tuple(len(k) for k in kept["absolute"]),
-        **summary,
+        faithfulness_signed=summary.faithfulness_signed,
+        faithfulness_absolute=summary.faithfulness_absolute,
+        cpr=summary.cpr,
+        cmd=summary.cmd,
+        denominator=summary.denominator,
+        interval_over=summary.interval_over,
         clean=float(clean_all.mean()),
         counterfactual=float(empty.mean()),
         n_pairs=len(clean_all),
-        dropped=dropped,
+        dropped=readouts.dropped,
         score_seconds=scores.seconds,
         seconds=time.perf_counter() - t0,
         level="node",

@@ -10,10 +10,23 @@ import pandas as pd
 from mathcircuits.models.spec import ModelSpec
 from mathcircuits.stats import Interval
 
-__all__ = ["MIB_PERCENTAGES", "MIBScores"]
+__all__ = ["MIB_PERCENTAGES", "CurveSummary", "MIBScores"]
 
 #: MIB's grid: fractions of the graph's edges (``evaluate_area_under_curve``'s ``percentages``).
 MIB_PERCENTAGES: tuple[float, ...] = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0)
+
+
+@dataclass(frozen=True)
+class CurveSummary:
+    """The curves of one evaluation with their intervals: ``f`` per point for both rankings, CPR, CMD, ``m(N) − m(∅)``,
+    and what the bootstrap resampled (``"templates"``, ``"pairs"`` or ``"none"``)."""
+
+    faithfulness_signed: tuple[Interval, ...]
+    faithfulness_absolute: tuple[Interval, ...]
+    cpr: Interval
+    cmd: Interval
+    denominator: Interval
+    interval_over: str
 
 
 @dataclass(frozen=True, repr=False)

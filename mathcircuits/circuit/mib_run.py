@@ -31,8 +31,8 @@ from mathcircuits.circuit.edge_scores import EdgeKey
 from mathcircuits.circuit.wiring import AblationValues, prefix_kv
 from mathcircuits.models import HookedModel, PrefixCaches, hooks
 from mathcircuits.models.families import UnsupportedFamilyError, block_structure
-from mathcircuits.models.placement import head_out_weights
-from mathcircuits.models.prefix import repeat_cache
+from mathcircuits.models.forward.placement import head_out_weights
+from mathcircuits.models.forward.prefix import repeat_cache
 
 __all__ = ["edge_masks", "masked_run"]
 

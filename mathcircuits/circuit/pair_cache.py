@@ -1,17 +1,9 @@
 """One batch of pairs cached for sender → receiver path patching, and what the methods share about a receiver.
 
-The reference run (the prompt) is cached at every position: per layer ``hook_z``, ``hook_mlp_out``,
-``hook_resid_pre``, the residual the MLP reads, ``hook_q/k/v``, the MLP's input, the attention output
-before a post-attention norm (where the family has one), and the last block's ``hook_resid_post``.
-The counterfactual run is cached at ``hook_z`` and ``hook_mlp_out``.
-
-When the answer's tokens are given, both sequences are extended by them (teacher forcing, all but the
-last token), and the readout is taken at every answer position, so a metric can score the whole
-answer (``answer_logprob``, :mod:`mathcircuits.patching.metrics`); without them the readout is the
-first answer token at the last position, as before.
-
-:func:`receiver_slice`, :func:`put_receiver` and :func:`check_request` say how a receiver's input is
-read, replaced and checked; an :class:`EdgeBatch` is what both edge methods return.
+The reference run is cached at every position (per layer ``hook_z``, ``hook_mlp_out``, ``hook_resid_pre``,
+the MLP's input residual, ``hook_q/k/v``, the MLP's input, the attention output before a post-attention
+norm, and the last ``hook_resid_post``); the counterfactual run at ``hook_z`` and ``hook_mlp_out``. With
+the answer's tokens, both sequences are teacher-forced and every answer position is read out.
 
 Usage::
 
@@ -33,10 +25,10 @@ from transformers import Cache
 from mathcircuits._errors import FixableValueError
 from mathcircuits.circuit.components import Receiver, Sender
 from mathcircuits.models import HookedModel, hooks
-from mathcircuits.models.capture import capture
-from mathcircuits.models.changes import attn_pre_norm_name
 from mathcircuits.models.families import BlockStructure, block_structure
-from mathcircuits.models.readout import Readout, final_norm, soft_cap
+from mathcircuits.models.forward.capture import capture
+from mathcircuits.models.forward.changes import attn_pre_norm_name
+from mathcircuits.models.forward.readout import Readout, final_norm, soft_cap
 from mathcircuits.patching.metrics import Metric
 
 __all__ = [
@@ -56,9 +48,8 @@ __all__ = [
 class PairCache:
     """One batch of equal-length pairs and its two cached runs (every position), shared by all receivers.
 
-    ``tokens``/``cf_tokens`` are the prompts, extended by the answer's tokens but the last when ``answers``
-    has several; ``answer`` is the answer's first token; ``clean`` the unpatched readout at the answer
-    positions; ``clean_logit``/``clean_logp`` the answer token's logit and log-probability at each of them.
+    ``tokens``/``cf_tokens`` end with the answer's tokens but the last when there are several; ``answer`` is
+    the first answer token; ``clean_logit``/``clean_logp`` are per answer position.
     """
 
     tokens: Int[Tensor, "batch seq"]
@@ -162,17 +153,8 @@ def pair_cache(
 ) -> PairCache:
     """The reference and counterfactual runs of one batch, cached at every position.
 
-    Args:
-        model: the hooked model.
-        tokens: reference prompts.
-        cf_tokens: token-aligned counterfactual prompts.
-        answer: the answer's first token per pair.
-        need_probs: also read out the clean answer probability (for ``prob_change``).
-        answers: every answer token per pair (teacher forcing: both prompts are extended by all but the last,
-            and every answer position is read out); None: the first token at the last position only.
-
-    Returns:
-        A :class:`PairCache`.
+    ``need_probs``: also the clean answer probability (``prob_change``). ``answers``: teacher forcing (every
+    answer position read out); None: the first token at the last position only.
     """
     if tokens.shape != cf_tokens.shape:
         raise FixableValueError(

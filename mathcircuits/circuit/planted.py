@@ -47,17 +47,11 @@ def plant_copy(
 ) -> None:
     """Overwrite a tiny Llama in place with a copy circuit of a chosen shape (:func:`plant_two_step` is the default).
 
-    The :data:`MOVER` head moves the digit to the marker (dims 40-49); each reader head at the last token attends to
-    the marker and copies 40-49 out, with ``4 / len(readers)`` of the strength each. Every other head and MLP
-    writes only noise dims 30-39, which the unembedding ignores.
-
-    Args:
-        model: a tiny Llama (4 heads in 2 KV groups per layer, d_model 64; any number of layers above the readers').
-        readers: the reader heads ``(layer, head)``.
-        mlp_writer: the readers write dims 50-59, which their layer's MLP turns into the answer dims 20-29 (the MLP
-            writes the answer *because* of the readers); False: they write the answer dims themselves.
-        diffuse: no circuit: every head of every layer attends from the last token to the digit and writes a
-            ``1 / n_heads`` share of the answer (``readers`` and the mover are ignored).
+    The :data:`MOVER` moves the digit to the marker (dims 40-49); each reader at the last token attends to
+    the marker and copies 40-49 out, ``4 / len(readers)`` of the strength each; everything else writes noise
+    dims 30-39. ``mlp_writer``: the readers write dims 50-59, which their layer's MLP turns into the answer
+    dims 20-29 (the MLP writes the answer *because* of the readers). ``diffuse``: no circuit: every head
+    attends from the last token to the digit and writes ``1 / n_heads`` of the answer (``readers`` ignored).
     """
     params = {n.replace("._original_component", ""): p for n, p in model.hf_model.named_parameters()}
     spec = model.spec
@@ -135,14 +129,8 @@ def plant_copy(
 def copy_pairs(tokenizer, n: int, seed: int, same: bool = False) -> PairSet:
     """Copy-the-digit prompts of two layouts (templates ``t1``, ``t2``) with the columns circuit functions read.
 
-    Args:
-        tokenizer: the tiny model's tokenizer.
-        n: pairs.
-        seed: the draw's seed.
-        same: the counterfactual is the prompt itself (nothing changes: a denominator of zero).
-
-    Returns:
-        A dataset like :func:`mathcircuits.data.generate_pairs`'s (roles ``A`` = the digit, ``op`` = the marker).
+    Roles ``A`` = the digit, ``op`` = the marker. ``same``: the counterfactual is the prompt itself (a zero
+    denominator).
     """
     rng = random.Random(seed)
     rows = []

@@ -39,14 +39,8 @@ def find_plateau(
 ) -> tuple[int, PlateauReason, float]:
     """The plateau size, the verdict and the tolerance used (see the module docstring).
 
-    Args:
-        sizes: the curve's sizes, increasing, the first 0 (the empty circuit).
-        values: the faithfulness at each size, with its interval.
-        band_high: the random band's upper end at each size (NaN where no random circuit was drawn: 0 is used).
-        rel_tol: the tolerance as a fraction of the curve's span.
-
-    Returns:
-        ``(size, reason, tol)``: size 0 when the reason is ``"empty"`` or ``"negative"``.
+    ``sizes`` increase from 0 (the empty circuit); ``band_high`` is NaN where no random circuit was drawn
+    (0 is used). Size 0 for ``"empty"`` and ``"negative"``.
     """
     if len(sizes) != len(values) or len(sizes) != len(band_high) or not sizes:
         raise FixableValueError(
@@ -67,12 +61,7 @@ def find_plateau(
 
 
 def round_saturated(faithfulness: Sequence[float], rel_tol: float) -> tuple[bool, float]:
-    """Whether the last round's gain is below ``max(rel_tol · scale, SATURATION_FLOOR)``, and that threshold.
-
-    Args:
-        faithfulness: the faithfulness after each round so far (round 0 first; at least two).
-        rel_tol: the threshold as a fraction of the largest ``|F|`` reached.
-    """
+    """Whether the last round's gain is below ``max(rel_tol · scale, SATURATION_FLOOR)``, and that threshold."""
     if len(faithfulness) < 2:
         raise FixableValueError("saturation needs two rounds. ", "call it after round 1.")
     scale = max(abs(x) for x in faithfulness)

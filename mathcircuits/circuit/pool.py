@@ -1,17 +1,13 @@
 """Position-aligned means over a pool of counterfactual prompts: the values of the ``position_mean`` ablation.
 
-Wang et al. (2023, §4) ablate a head with its mean over the task's counterfactual distribution, taken
-at each position separately (the ABC distribution of IOI). Here the pool is a set of counterfactual
-prompts of the same template (other operands, or the operator replaced), each followed by its pair's
-answer tokens as the scored sequences are (teacher forcing); the mean is taken per template and prompt
-length, so every position means the same token role. The key holds no property of the answer (issue #35):
-keyed on answer length, the mean at the prompt positions would tell the ablated component whether the
-answer has two digits. A causal model's prompt positions do not see the answer, so every prompt of the key
-enters their mean; an answer position's mean is over the prompts whose answer reaches it. The few-shot
-prefix is the same in every prompt of a template, so only the query positions are averaged and used.
-
-The scored pairs stay out of their own mean: pool prompts with a scored pair's operands (same
-template) are left out (``exclude``).
+Wang et al. (2023, §4) ablate a head with its mean over the task's counterfactual distribution, per
+position (IOI's ABC distribution). Here the pool is counterfactual prompts of the same template, each
+followed by its pair's answer tokens (teacher forcing), averaged per template and prompt length so every
+position means the same token role. The key holds nothing of the answer (issue #35): keyed on answer
+length, the prompt positions' mean would tell the ablated component whether the answer has two digits.
+Prompt positions do not see the answer, so every prompt of the key enters their mean; an answer
+position's mean is over the prompts whose answer reaches it. Only query positions are averaged (the
+prefix is shared). Pool prompts with a scored pair's operands are left out (``exclude``).
 
 Usage::
 
@@ -45,7 +41,8 @@ def scored_operands(dataset: PairSet) -> set[tuple[str, int, int]]:
 @dataclass(frozen=True)
 class PoolMeans:
     """Per (template, prompt length): mean ``hook_z`` and ``hook_mlp_out`` at the query positions, and how many
-    pool prompts each position's mean holds (``counts``, fewer at answer positions that short answers miss)."""
+    pool prompts each position's mean holds (``counts``, fewer at answer positions that short answers miss).
+    """
 
     means: dict[tuple[str, int], AblationValues]
     counts: dict[tuple[str, int], Tensor]
@@ -78,14 +75,8 @@ def pool_means(
 ) -> PoolMeans:
     """Position-aligned means of every head's and MLP's output over a pool's counterfactual prompts.
 
-    Args:
-        model: the hooked model.
-        pool: pairs (``generate_pairs``) whose ``cf_tokens`` form the pool, with ``template_id``, ``a`` and ``b``.
-        exclude: ``(template, a, b)`` left out of the pool (the scored pairs, :func:`scored_operands`).
-        batch_size: prompts per forward.
-
-    Returns:
-        The :class:`PoolMeans`.
+    ``pool`` needs ``template_id``, ``a`` and ``b``; ``exclude``: ``(template, a, b)`` left out
+    (:func:`scored_operands`).
     """
     skip = set(exclude)
     keys = zip(pool.template_ids, pool.a, pool.b)

@@ -1,12 +1,7 @@
-"""Sender → receiver path patching by the definition: two full hooked forwards per sender.
+"""Sender → receiver path patching by the definition (:mod:`mathcircuits.circuit.edges`): two full forwards per sender.
 
-The plain reference that the fast method (:func:`mathcircuits.circuit.exact_edges`) is checked against
-(:mod:`mathcircuits.circuit.edges` states the method, Wang et al. 2023 §3):
-
-1. run the reference prompt with every attention head frozen at its reference ``hook_z``, except the
-   sender, whose output at the patched positions is its counterfactual value; record the receiver's input;
-2. run the reference prompt with only the receiver's input replaced by the recorded one; the effect is the
-   metric at the answer positions. A logits receiver reads the frozen run's own answer readout.
+The plain reference :func:`mathcircuits.circuit.exact_edges` is checked against. A logits receiver reads
+the frozen run's own answer readout.
 
 Usage::
 
@@ -41,16 +36,7 @@ def reference_edges(
 ) -> EdgeBatch:
     """Sender → receiver effects by the definition: two full hooked forwards per sender (one for the logits).
 
-    Args:
-        model: the hooked model.
-        cache: the batch and its cached runs (:func:`pair_cache`).
-        receiver: a q/k/v/mlp :class:`Receiver`, or the logits (the frozen run's own readout).
-        senders: heads and MLPs upstream of the receiver.
-        positions: where each sender is patched (all of them at once).
-        metric: the effect measure at the answer positions.
-
-    Returns:
-        :class:`EdgeBatch` of per-pair effects, one column per sender.
+    Every sender is patched at all ``positions`` at once.
     """
     receiver = check_request(model, receiver, senders, cache.structure)
     bridge, L = model.bridge, model.spec.n_layers

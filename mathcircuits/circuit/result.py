@@ -1,12 +1,9 @@
 """The value circuit discovery returns: a :class:`Circuit` of nodes and edges.
 
-A node is a component (head ``L14.H2`` or ``MLP3``) at a token position, named by the
-position's role in the prompt (``A``, ``B``, ``op``, ``last``), by its offset from the
-end of the prompt (``-3``) or by its place in the teacher-forced answer (``ans1``: the
-position holding the answer's first token); ``logits`` is the sink. An edge is a sender → receiver path-patching effect
-(mean over pairs, with a percentile bootstrap interval over pairs); ``via`` says which
-input of the receiver it enters (``q``, ``k``, ``v``, ``mlp``, or ``logits``). A key or value
-edge on a GQA model enters a KV group: ``shared_by`` lists the query heads reading it.
+A node is a component (``L14.H2``, ``MLP3``) at a position labelled by role (``A``, ``B``, ``op``,
+``last``), offset from the end of the prompt (``-3``) or answer place (``ans1``: the position holding the
+answer's first token); ``logits`` is the sink. An edge's ``via`` is the receiver input it enters; a k/v
+edge on a GQA model enters a KV group, read by the query heads in ``shared_by``.
 """
 
 from __future__ import annotations
@@ -29,13 +26,8 @@ __all__ = ["Circuit", "CircuitData", "CircuitSettings", "DiscoveryRound", "Edge"
 class Node:
     """A component at a position.
 
-    Args:
-        kind: ``"head"``, ``"mlp"`` or ``"logits"``.
-        layer: its layer (``-1`` for the logits).
-        head: the query head (``-1`` otherwise).
-        position: the position's label (``A``, ``B``, ``op``, ``last``, an offset ``"-3"``, or ``ans1``, ...).
-        depth: 1 for the senders to the logits (0 for key heads given by hand), 2 for their senders, ...
-        role: a short reading of what it does (e.g. ``operand mover``), from its attention and edges.
+    ``depth``: 1 for the senders to the logits (0 for key heads given by hand), 2 for their senders, ...;
+    ``role``: a short reading of what it does (e.g. ``operand mover``).
     """
 
     kind: str
@@ -62,14 +54,7 @@ class Node:
 
 @dataclass(frozen=True)
 class Edge:
-    """A sender → receiver effect, averaged over pairs, with its bootstrap interval.
-
-    Args:
-        sender: the sending node's name; receiver: the receiving node's name.
-        via: which input of the receiver (``q``, ``k``, ``v``, ``mlp`` or ``logits``).
-        effect: mean effect over pairs under the circuit's metric; low, high: its interval.
-        shared_by: for k/v: the query heads of the KV group the edge enters.
-    """
+    """A sender → receiver effect, averaged over pairs under the circuit's metric, with its bootstrap interval."""
 
     sender: str
     receiver: str
@@ -128,11 +113,7 @@ class CircuitSettings:
 
 @dataclass(frozen=True, repr=False)
 class Circuit(SavedResult):
-    """Nodes and edges found by iterating sender → receiver path patching from the key components.
-
-    ``settings`` records how it was found (depth, threshold, top_k, positions, method, batch size,
-    bootstrap), ``data`` the pairs (operations, templates, pair ids), ``model`` the model's spec.
-    """
+    """Nodes and edges found by iterating sender → receiver path patching from the key components."""
 
     VERSION = 1
     STAGE = "circuit"

@@ -19,7 +19,7 @@ from mathcircuits.circuit.batches import circuit_batches
 from mathcircuits.circuit.result import Circuit
 from mathcircuits.data.pairset import PairSet
 from mathcircuits.models import HookedModel, hooks
-from mathcircuits.models.capture import capture
+from mathcircuits.models.forward.capture import capture
 
 __all__ = ["label_roles"]
 
@@ -28,17 +28,7 @@ _NAMES = ("operand mover", "operator reader", "few-shot reader", "local", "answe
 
 @torch.no_grad()
 def label_roles(model: HookedModel, dataset: PairSet, circuit: Circuit, batch_size: int = 16) -> Circuit:
-    """The circuit with each node's ``role`` filled in.
-
-    Args:
-        model: the hooked model the circuit was found on.
-        dataset: pairs with token-role columns (the circuit's data).
-        circuit: a :class:`Circuit` (its ``settings["positions"]`` names how positions were labelled).
-        batch_size: prompts per forward.
-
-    Returns:
-        A copy of the circuit with roles.
-    """
+    """The circuit with each node's ``role`` filled in (``circuit.settings["positions"]`` names the labelling)."""
     circuit.check_model(model)
     positions = circuit.settings.positions
     layers = sorted({n.layer for n in circuit.nodes if n.kind == "head"})

@@ -21,7 +21,7 @@ from mathcircuits.circuit.components import Receiver
 from mathcircuits.circuit.wiring import LOGITS, AblationValues, NodeKey, Wiring, input_node, upstream
 from mathcircuits.models import HookedModel, hooks
 from mathcircuits.models.families import block_structure
-from mathcircuits.models.placement import head_out_weights
+from mathcircuits.models.forward.placement import head_out_weights
 
 __all__ = ["CircuitRun"]
 

@@ -1,10 +1,7 @@
 """What a circuit run keeps and what the rest takes: :class:`Wiring` and :class:`AblationValues`.
 
-A :class:`Wiring` names the kept nodes (component at a position label) and, for an edge-level run, the
-edges between them; its complement form names the nodes ablated in the otherwise whole model (``M \\ K``).
-:class:`AblationValues` hold what ablated components output at the query positions of one batch: the
-paired counterfactual run's own values (:func:`resample_values`) or a pool's position means
-(:mod:`.pool`). :mod:`.intervene` runs a model with them.
+:class:`AblationValues` are the paired counterfactual run's own values (:func:`resample_values`) or a
+pool's position means (:mod:`.pool`); :mod:`.intervene` runs a model with them.
 """
 
 from __future__ import annotations
@@ -21,7 +18,7 @@ from mathcircuits.circuit.batches import CircuitBatch
 from mathcircuits.circuit.components import Receiver, Sender
 from mathcircuits.circuit.config import AblationKind, MLPMode
 from mathcircuits.models import HookedModel, PrefixCaches, hooks
-from mathcircuits.models.prefix import repeat_cache
+from mathcircuits.models.forward.prefix import repeat_cache
 
 __all__ = [
     "ABLATION_KINDS",
@@ -51,14 +48,11 @@ class Wiring:
     """What a circuit run keeps: nodes and, for an edge-level run, the edges between them.
 
     Args:
-        nodes: ``(kind, layer, head, label)`` of each kept head or MLP.
-        edges: ``(sender, receiver, via)`` with receiver a node or :data:`LOGITS` and via ``q``/``k``/``v``/``mlp``/
-            ``logits``; None: a node-level run (every node reads every other).
-        complement: the nodes are the ones *ablated* and everything else computes (the model without them,
-            ``M \\ K``; node level only).
-        input: the token embeddings are a sender like the others (MIB's graph): a receiver reads the clean
-            embedding at a position only through an edge from :func:`input_node` of that position's label, and the
-            counterfactual's otherwise. False: every receiver reads the clean embedding (our circuits).
+        edges: ``(sender, receiver, via)``, receiver a node or :data:`LOGITS`; None: node level (every node
+            reads every other).
+        complement: the nodes are the ones *ablated*, everything else computes (``M \\ K``; node level only).
+        input: the token embeddings are a sender (MIB's graph): a receiver reads the clean embedding only
+            through an edge from :func:`input_node`, else the counterfactual's. False: always clean (our circuits).
     """
 
     nodes: frozenset[NodeKey]
@@ -84,9 +78,8 @@ def input_node(label: str) -> NodeKey:
 class AblationValues:
     """The values ablated components take at the query positions ``start…`` of one batch.
 
-    ``z`` is ``[rows, pos, layer, head, d_head]`` and ``mlp`` ``[rows, pos, layer, d_model]``, rows one per pair
-    (resample) or one shared by all (a mean); ``embed`` the residual stream before the first block (the token
-    embeddings), recorded by :func:`record_values` for wirings whose input is a sender.
+    ``z`` ``[rows, pos, layer, head, d_head]``, ``mlp`` ``[rows, pos, layer, d_model]``: one row per pair
+    (resample) or one shared (a mean); ``embed``: the residual before the first block, for input senders.
     """
 
     z: Float[Tensor, "rows pos layer head d_head"]

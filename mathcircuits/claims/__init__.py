@@ -1,24 +1,14 @@
 """Claims: the paper's six claims beside this run's measurements, with verdicts.
 
-:func:`assess_claims` reads the saved results of a run (key components, knockout, transfer,
-attention, MLP probes, evaluation) and returns a :class:`ClaimsCard`: per claim the paper's
-statement and number, this run's measurement with its interval, and a :class:`Verdict`
-(*holds*, *does not hold*, *inconclusive at this sample size*, or *not measured*) given by
-the rules, written out in ``docs/claims.md``:
+:func:`assess_claims` reads the saved results of a run and returns a :class:`ClaimsCard`: per claim the paper's
+statement and number, this run's measurement with its interval, and a :class:`Verdict` (*holds*, *does not hold*,
+*inconclusive at this sample size*, or *not measured*) given by the rules written out in ``docs/claims.md``.
+C1 is in :mod:`.sparsity`, C2 and C5 in :mod:`.knockout`, C3 in :mod:`.attention`, C4 in :mod:`.margin`, C6 in
+:mod:`.finetune` (``evaluate`` stage) or :mod:`.improve` (``compare`` stage, also C6b), and N1–N3 (beyond the
+paper: how numbers are represented) in :mod:`.numbers`; :mod:`.paper` holds the paper's claims and the thresholds.
 
-* :mod:`.paper` — the claims as the paper states them, and the rules' thresholds;
-* :mod:`.sparsity` — C1 (how many heads matter, by tests over heads with templates as units; depth vs random
-  heads);
-* :mod:`.attention` — C3 by role: operand and operator heads against their layer-mates, the attention sink left out;
-* :mod:`.margin` — C4 (the later MLPs' margin with the key heads knocked out, against the random head sets of C2);
-* :mod:`.knockout` — C2 and C5, through one knockout rule (:func:`drop_verdict`: a floor and a random-set null);
-* :mod:`.finetune` — C6 (precise vs full SFT) from the ``evaluate`` stage;
-* :mod:`.improve` — the C6 rule (full must beat base first), C6 and C6b (precise beats matched random heads)
-  from the ``compare`` stage's units, when it ran;
-* :mod:`.assess` — the card from a run's results;
-* :mod:`.numbers` — N1–N3, beyond the paper: how numbers are represented and combined.
-
-The card sits above the analyses and below the report, which shows it first.
+Each ``claim_*`` names ``stage`` when its input is missing, or ``why_missing`` instead when the input is missing
+for another reason than its stage being off. The card sits above the analyses and below the report.
 """
 
 from mathcircuits.claims.assess import assess_claims

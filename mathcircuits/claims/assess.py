@@ -1,6 +1,6 @@
 """The claims card of a run: every claim's rule applied to the run's saved results.
 
-Usage::
+Example::
 
     card = assess_claims(patching=overall, key=key, control=control, transfer=tr, attention=att,
                          margin=margin, evals={"base": base, "precise": precise, "full": full})
@@ -42,23 +42,11 @@ def assess_claims(
 ) -> ClaimsCard:
     """The claims card C1–C6 from a run's saved results; a missing input makes its claim "not measured".
 
-    Args:
-        patching: the pooled patching result with per-pair head effects (C1).
-        key: the key components.
-        control: the key set's knockout against depth-matched random sets on fresh pairs (C2).
-        transfer: the transfer result (C5).
-        attention: the attention-by-role result of the key heads and the other heads of their layers (C3).
-        margin: the later MLPs' answer margin, clean and with the key heads knocked out (C4).
-        evals: label (``base``, ``precise``, ``full``) → evaluation result.
-        off: input name (``patching``, ``key``, ``control``, ``transfer``, ``attention``, ``margin``, ``evals``) →
-            the stage to name when it is missing (default: the stage that writes it).
-        reasons: input name → the whole reason it is missing, when that is not its stage being off
-            (e.g. its file was written by an older version); takes precedence over ``off``.
-        precise: what "precise" tuned in this run, printed in C6.
-        uncertainty: the bootstrap of every interval (its confidence also the Wilson intervals').
-
-    Returns:
-        The :class:`ClaimsCard`.
+    ``patching`` is the pooled result with per-pair head effects (C1); ``control`` the key set's knockout against
+    depth-matched random sets on fresh pairs (C2); ``attention`` covers the key heads and the other heads of their
+    layers (C3); ``evals`` maps ``base``/``precise``/``full`` to evaluation results. ``off`` maps an input name to the
+    stage to name when it is missing (default: the stage that writes it); ``reasons`` gives the whole reason instead
+    and takes precedence. ``uncertainty``'s confidence is also the Wilson intervals'.
     """
     o = {"patching": "identify", "key": "identify", "control": "validate", "transfer": "validate"}
     o |= {"attention": "analyze", "margin": "validate", "evals": "evaluate"} | dict(off or {})

@@ -48,16 +48,9 @@ HEAD_KIND: dict[RoleGroup, str] = {"operands": "operand", "operator": "operator"
 class RoleFinding:
     """One role's finding: the key heads classed by it, their sink-free share on it and their layer-mates'.
 
-    Args:
-        role: ``"operands"`` (operand heads) or ``"operator"`` (operator heads).
-        heads: the key heads of this role.
-        key_share: their mean sink-free share on the role (testing pairs).
-        mate_share: their layer-mates' (mean over layer-mates, then pairs).
-        mates_as_high: layer-mates whose mean sink-free share on the role reaches ``key_share``.
-        n_mates: the layer-mates of these heads.
-        difference: the per-pair difference (key − layer-mates), with its interval.
-        verdict: the finding's verdict.
-        reason: why.
+    ``role`` is ``"operands"`` or ``"operator"``; shares are over the testing pairs, the layer-mates' averaged over
+    layer-mates, then pairs; ``mates_as_high`` counts layer-mates whose mean share reaches ``key_share``;
+    ``difference`` is the per-pair key − layer-mates difference with its interval.
     """
 
     role: RoleGroup
@@ -84,14 +77,8 @@ class RoleFinding:
 class RoleTest:
     """What C3 measured: one finding per role that has key heads, the sink shares and the pairs behind them.
 
-    Args:
-        findings: the :class:`RoleFinding` of each role with heads (operands first).
-        key_sink: the key heads' mean share on the sink.
-        mate_sink: their layer-mates'.
-        n_classing: pairs that classed the heads.
-        n_testing: pairs that tested them.
-        n_left_out: analysed pairs left out because they chose the heads (identification pairs).
-        overlap_checked: whether the identification pairs were known (else none could be left out).
+    ``n_left_out`` counts analysed pairs left out because they chose the heads; ``overlap_checked`` is False when the
+    identification pairs were unknown (then none could be left out).
     """
 
     findings: tuple[RoleFinding, ...]
@@ -112,17 +99,8 @@ def role_findings(
     """Class each key head by role on half the pairs and test each role against the sink-free layer-mates on the
     other half (the module docstring's steps 1-5).
 
-    Args:
-        attention: the attention of the key heads and the other heads of their layers, with the sink measured.
-        key: the key components.
-        chose: the pair ids that chose the heads (identification pairs); None: unknown (nothing left out).
-        uncertainty: the bootstrap of each finding's interval.
-
-    Returns:
-        The :class:`RoleTest`.
-
-    Raises:
-        ValueError: when a key head or every layer-mate of one is not in ``attention``, or it has no sink.
+    ``chose`` holds the identification pairs' ids (None: unknown, nothing left out). Refuses a key head, or every
+    layer-mate of one, missing from ``attention``, or no sink measured.
     """
     heads = [Head.of(h) for h in attention.heads]
     missing = _unmeasured(attention, key)
@@ -224,17 +202,9 @@ def claim_c3(
     """C3: operand heads attend to the operands, operator heads to the operator, more than their layer-mates with
     the attention sink left out, on pairs that did not choose the heads (the module docstring's rule).
 
-    Args:
-        attention: an :class:`~mathcircuits.analysis.AttentionByRole` of the key heads **and** the other heads of
-            their layers (None: not measured).
-        key: the key components (which of the measured heads are key heads; None: not measured).
-        uncertainty: the bootstrap (over templates within operations, or over pairs).
-        stage: the stage named when ``attention`` is missing.
-        why_missing: the whole reason instead, when the input is missing for another reason than its stage being off.
-        chose: the identification pairs' ids (left out; None: unknown, and the card says the overlap is unchecked).
-
-    Returns:
-        The claim; its value is the weakest finding's difference (key − layer-mates' sink-free share on the role).
+    ``attention`` must hold the key heads **and** the other heads of their layers. ``chose``: the identification
+    pairs' ids (None: unknown, and the card says the overlap is unchecked). The claim's value is the weakest
+    finding's difference (key − layer-mates' sink-free share on the role).
     """
     if attention is None:
         return not_measured("C3", stage, reason=why_missing)

@@ -1,12 +1,8 @@
 """The claims card: the paper's six claims beside this run's measurement, each with a verdict.
 
-A :class:`Claim` is one row of the card: the paper's statement and number, what this run
-measured (a value with its interval, and a sentence saying it), the verdict and why.
-A verdict is a :class:`Verdict`; the rules that give them are in
-:mod:`mathcircuits.claims` (``paper``, ``components``, ``knockout``, ``finetune``) and written out in
-``docs/claims.md``.
-:class:`ClaimsCard` holds the six rows, saves and loads itself (JSON), turns into a
-DataFrame and prints itself as the first lines of the CLI summary of the report stage.
+A :class:`Claim` is one row; :class:`ClaimsCard` saves and loads itself (JSON), turns into a DataFrame and prints
+itself as the first lines of the report stage's CLI summary. The rules are in the other modules of
+:mod:`mathcircuits.claims` and in ``docs/claims.md``.
 """
 
 from __future__ import annotations
@@ -48,22 +44,11 @@ class Verdict(str, enum.Enum):
 class Claim:
     """One claim of Zhang et al. (2024) and this run's verdict on it.
 
-    Args:
-        id: ``"C1"`` .. ``"C6"``.
-        title: a few words naming the claim.
-        statement: the paper's claim, in one sentence.
-        paper: the paper's number and where it is shown (section / figure / table).
-        measurement: this run's measurement in words, with its interval (or why there is none).
-        value: the claim's main number as measured (NaN when not measured).
-        low: lower end of its interval (NaN when none).
-        high: upper end of its interval (NaN when none).
-        unit: what ``value`` is (e.g. "share of heads").
-        verdict: the :class:`Verdict`.
-        reason: which rule gave the verdict, with the numbers it compared.
-        n: the number of pairs/items/resamples behind the measurement (0 when not measured).
-        interval: how [low, high] was drawn (:data:`~mathcircuits.stats.IntervalMethod`; ``none`` without one).
-        n_tests: how many tests the verdict read (heads, sets, periods × depths; 0 when none).
-        correction: how the verdict controls for them (:data:`Correction`).
+    ``paper`` is the paper's number and where it is shown (section / figure / table); ``measurement`` says this
+    run's value in words with its interval (or why there is none); ``value``/``low``/``high`` are NaN when not
+    measured; ``reason`` names the rule and the numbers it compared; ``n`` counts pairs/items/resamples (0: not
+    measured); ``interval`` is how [low, high] was drawn (``none`` without one); ``n_tests`` is how many tests the
+    verdict read (heads, sets, periods × depths) and ``correction`` how it controls for them.
     """
 
     id: str
@@ -141,8 +126,7 @@ class ClaimsCard(SavedResult):
         raise KeyError(f"no claim {claim_id!r}; this card has {[c.id for c in self.claims]}.")
 
     def to_dataframe(self):
-        """One row per claim: id, title, verdict, value, low, high, interval (its method), unit, n, tests
-        (``n_tests``, ``correction``), measurement, paper, reason."""
+        """One row per claim, one column per field listed below."""
         cols = ["id", "title", "verdict", "value", "low", "high", "interval", "unit", "n", "n_tests", "correction"]
         cols += ["measurement", "paper", "reason"]
         return pd.DataFrame([{c: getattr(cl, c) for c in cols} for cl in self.claims], columns=cols)
@@ -169,15 +153,7 @@ class ClaimsCard(SavedResult):
 def fmt_interval(value: float, low: float, high: float, pct: bool = False, digits: int = 2) -> str:
     """``"0.42 [0.30, 0.55]"`` (or in percent: ``"42% [30%, 55%]"``); ``"n/a"`` for NaN.
 
-    Args:
-        value: the point estimate.
-        low: the interval's lower end (NaN: no interval shown).
-        high: the interval's upper end.
-        pct: show as percentages.
-        digits: decimals (of the percentage when ``pct``).
-
-    Returns:
-        The text.
+    NaN ``low``: no interval shown; with ``pct``, ``digits`` are the percentage's decimals.
     """
     if value is None or math.isnan(value):
         return "n/a"

@@ -1,9 +1,8 @@
-"""The fine-tuning claim: precise SFT of the key heads matches full SFT on math and keeps generic ability (C6).
+"""The fine-tuning claim C6 from the ``evaluate`` stage: precise SFT of the key heads matches full SFT on math and
+keeps generic ability.
 
-A paired bootstrap over the same items of the ``evaluate`` stage's models, under the rule of
-:func:`~mathcircuits.claims.improve.c6_verdict` (full SFT must beat base on math first; without a generic
-benchmark C6 is *not measured*, as in the default run; ``docs/claims.md``).
-The ``compare`` stage's units, when they ran, decide C6 instead (:mod:`mathcircuits.claims.improve`).
+A paired bootstrap over the same items, under the rule of :func:`~mathcircuits.claims.improve.c6_verdict`
+(``docs/claims.md``). The ``compare`` stage's units, when they ran, decide C6 instead.
 """
 
 from __future__ import annotations
@@ -37,17 +36,8 @@ def claim_c6(
     """C6: full SFT beats base on math; then precise is within 5 points of full on math and of base on generic
     benchmarks (paired bootstrap over the same items; the rule of :func:`~mathcircuits.claims.improve.c6_verdict`).
 
-    Args:
-        evals: label → :class:`~mathcircuits.evaluation.EvalResult`, with labels ``base``, ``precise``, ``full``
-            (None or empty: not measured).
-        uncertainty: the bootstrap of the items (the three differences draw from its seed, +1 and +2).
-        stage: the stage named when ``evals`` is missing.
-        why_missing: the whole reason instead, when the input is missing for another reason than its stage being off.
-        precise: what "precise" tuned in this run (:func:`~mathcircuits.claims.improve.precise_definition`),
-            printed first in the claim's text.
-
-    Returns:
-        The claim; its value is precise − full accuracy on the math benchmarks.
+    ``evals`` maps ``base``, ``precise``, ``full`` to results (None or empty: not measured); the three differences
+    draw from the seed, +1 and +2. The claim's value is precise − full accuracy on the math benchmarks.
     """
     if not evals:
         return not_measured("C6", stage, "or finetune off, so no tuned model was evaluated", why_missing)

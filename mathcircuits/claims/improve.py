@@ -1,15 +1,14 @@
 """Claims C6 and C6b: precise SFT matches full SFT (and keeps generic ability); precise beats random heads.
 
-Background. Zhang et al. (ICML 2024, §5, Table 1) report that fine-tuning only the key heads
-("precise SFT") improves math about as much as full SFT without harming generic benchmarks.
-Two things make that claim testable rather than true by default:
+Zhang et al. (ICML 2024, §5, Table 1) report that fine-tuning only the key heads ("precise SFT") improves math
+about as much as full SFT without harming generic benchmarks. Two things make that testable rather than true by
+default:
 
-* **Training must have had an effect.** With too few steps nothing learns, and "precise ≈ full"
-  then holds trivially. So C6 can hold only when full SFT beats base on math (interval above 0);
-  otherwise it is *inconclusive: training had no effect* (issue #23, item 6).
-* **Localisation needs a control.** Wang & Veitch (2025) find that optimally tuned *random* heads
-  can do nearly as well as localised ones. C6b — precise beats random heads matched in depth and
-  parameters, each at its own best rate — is the localisation claim, a row of its own.
+* **Training must have had an effect.** With too few steps nothing learns and "precise ≈ full" holds trivially,
+  so C6 can hold only when full SFT beats base on math (issue #23, item 6).
+* **Localisation needs a control.** Wang & Veitch (2025) find that optimally tuned *random* heads can do nearly
+  as well as localised ones. C6b — precise beats random heads matched in depth and parameters, each at its own
+  best rate — is the localisation claim, a row of its own.
 
 Rules (:data:`~mathcircuits.claims.paper.C6_MARGIN`; written out in ``docs/claims.md``):
 
@@ -24,11 +23,10 @@ Rules (:data:`~mathcircuits.claims.paper.C6_MARGIN`; written out in ``docs/claim
   ``low(d_pr) > 0``; *does not hold* when ``high(d_pr) ≤ 0`` (random heads do at least as well);
   else *inconclusive*.
 
-:func:`claim_c6_units` and :func:`claim_c6b` read a :class:`~mathcircuits.finetune.UnitComparison`
-(the ``compare`` stage), whose intervals include seed variance; :func:`with_unit_claims` puts them
-on a card. Both print the one definition of "precise" (:func:`precise_definition`).
+The unit claims read a :class:`~mathcircuits.finetune.UnitComparison` (the ``compare`` stage), whose intervals
+include seed variance.
 
-Usage::
+Example::
 
     card = with_unit_claims(assess_claims(...), UnitComparison.load("runs/x/compare/units/comparison.json"))
 """
@@ -88,14 +86,9 @@ class C6Ruling:
 def precise_definition(n_heads: int, n_kv_shared: int, n_params: int | None = None) -> str:
     """The one definition of "precise", as the card and the tables print it.
 
-    Args:
-        n_heads: key heads tuned.
-        n_kv_shared: non-key heads whose keys and values change through shared K/V (``kv_policy="group"``).
-        n_params: tuned parameters (None: not shown).
-
-    Returns:
-        E.g. ``"precise = the 12 key heads' q/k/v/o slices only, no MLPs (812k params); their shared K/V also
-        changes 22 non-key heads"``.
+    ``n_kv_shared`` counts non-key heads whose keys and values change through shared K/V (``kv_policy="group"``).
+    E.g. ``"precise = the 12 key heads' q/k/v/o slices only, no MLPs (812k params); their shared K/V also changes
+    22 non-key heads"``.
     """
     params = "" if n_params is None else f" ({n_params / 1e3:.0f}k params)"
     shared = f"; their shared K/V also changes {n_kv_shared} non-key heads" if n_kv_shared else ""
@@ -103,16 +96,7 @@ def precise_definition(n_heads: int, n_kv_shared: int, n_params: int | None = No
 
 
 def c6_verdict(d_full_base: Interval, d_precise_full: Interval, d_generic: Interval | None) -> C6Ruling:
-    """The C6 rule on three intervals (accuracy differences; see the module docstring).
-
-    Args:
-        d_full_base: full − base on math.
-        d_precise_full: precise − full on math.
-        d_generic: precise − base on generic benchmarks (None: none measured).
-
-    Returns:
-        The :class:`C6Ruling`.
-    """
+    """The C6 rule on three intervals (accuracy differences; see the module docstring)."""
     m = -C6_MARGIN
     margin = MARGIN_TEXT
     effect = d_full_base.low > 0
@@ -160,11 +144,7 @@ def _definition(cmp: UnitComparison) -> str:
 def claim_c6_units(cmp: UnitComparison | None) -> Claim:
     """C6 from a unit comparison: precise vs full on math, precise vs base on generic (seed-and-item intervals).
 
-    Args:
-        cmp: the comparison (None: not measured).
-
-    Returns:
-        The claim; its value is precise − full accuracy on the held-out test facts.
+    The claim's value is precise − full accuracy on the held-out test facts.
     """
     if cmp is None:
         return not_measured("C6", "compare")
@@ -190,11 +170,7 @@ def claim_c6_units(cmp: UnitComparison | None) -> Claim:
 def claim_c6b(cmp: UnitComparison | None) -> Claim:
     """C6b: precise beats depth- and parameter-matched random heads on math (each at its own chosen rate).
 
-    Args:
-        cmp: the comparison (None: not measured).
-
-    Returns:
-        The claim; its value is precise − random accuracy on the held-out test facts.
+    The claim's value is precise − random accuracy on the held-out test facts.
     """
     if cmp is None:
         return not_measured("C6b", "compare")
@@ -227,15 +203,7 @@ def claim_c6b(cmp: UnitComparison | None) -> Claim:
 
 
 def with_unit_claims(card: ClaimsCard, cmp: UnitComparison) -> ClaimsCard:
-    """The card with C6 read from the unit comparison and C6b added after it.
-
-    Args:
-        card: the card from :func:`~mathcircuits.claims.assess_claims`.
-        cmp: the comparison of the ``compare`` stage.
-
-    Returns:
-        A new card.
-    """
+    """The card with C6 read from the unit comparison and C6b added after it."""
     c6, c6b = claim_c6_units(cmp), claim_c6b(cmp)
     claims = [c for c in card.claims if c.id not in ("C6", "C6b")]
     at = next((i for i, c in enumerate(card.claims) if c.id == "C6"), len(claims))

@@ -27,16 +27,11 @@ __all__ = ["claim_c2", "claim_c5", "drop_verdict"]
 def drop_verdict(d_key: tuple[float, float, float], p_value: float, n_draws: int) -> tuple[Verdict, str]:
     """The knockout rule shared by C2 and C5, on an accuracy *drop* (positive = accuracy lost).
 
-    Args:
-        d_key: (drop, low, high) with the key heads ablated.
-        p_value: the key set's empirical p-value among the depth-matched random sets
-            (``(1 + #{random drop ≥ key drop}) / (1 + n_draws)``).
-        n_draws: how many random sets.
-
-    Returns:
-        (verdict, reason): **holds** when the drop's interval lies at or above :data:`C2_MIN_COLLAPSE` and
-        ``p ≤`` :data:`C_ALPHA`; **does not hold** when even the drop's upper end is below the floor, or
-        ``p ≥`` :data:`C_NO_BETTER` (the key set hurts no more than a typical random set); else inconclusive.
+    ``d_key`` is (drop, low, high) with the key heads ablated; ``p_value`` the key set's empirical p-value among
+    the ``n_draws`` depth-matched random sets, ``(1 + #{random drop ≥ key drop}) / (1 + n_draws)``.
+    **Holds** when the drop's interval lies at or above :data:`C2_MIN_COLLAPSE` and ``p ≤`` :data:`C_ALPHA`;
+    **does not hold** when even the drop's upper end is below the floor, or ``p ≥`` :data:`C_NO_BETTER` (the key
+    set hurts no more than a typical random set); else inconclusive.
     """
     _k, k_lo, k_hi = d_key
     floor = C2_MIN_COLLAPSE
@@ -67,16 +62,9 @@ def claim_c2(
 ) -> Claim:
     """C2: knocking out the key set collapses accuracy on fresh pairs while depth-matched random sets do not.
 
-    Args:
-        control: the :class:`~mathcircuits.ablation.RandomControl` of the pooled key set on pairs that did not
-            choose it (None: not measured).
-        uncertainty: the bootstrap of the drop's interval (over templates within operations when there are
-            at least 5 per operation, else over pairs).
-        stage: the stage named when ``control`` is missing.
-        why_missing: the whole reason instead, when the input is missing for another reason than its stage being off.
-
-    Returns:
-        The claim; its value is the key set's accuracy change (negative = a drop), pooled over operations.
+    ``control`` is measured on pairs that did not choose the key set; the drop's interval is over templates within
+    operations when there are at least 5 per operation, else over pairs. The claim's value is the key set's
+    accuracy change (negative = a drop), pooled over operations.
     """
     if control is None:
         return not_measured("C2", stage, reason=why_missing)
@@ -131,14 +119,8 @@ def claim_c5(
 ) -> Claim:
     """C5: on sets not used to find them, ablating the key heads drops accuracy (the C2 rule per set).
 
-    Args:
-        transfer: the :class:`~mathcircuits.ablation.TransferResult` (None: not measured).
-        confidence: level of the Wilson intervals.
-        stage: the stage named when ``transfer`` is missing.
-        why_missing: the whole reason instead, when the input is missing for another reason than its stage being off.
-
-    Returns:
-        The claim; its value is the key heads' accuracy change pooled over the measurable held-out sets.
+    Intervals are Wilson's at ``confidence``. The claim's value is the key heads' accuracy change pooled over the
+    measurable held-out sets.
     """
     if transfer is None:
         return not_measured("C5", stage, reason=why_missing)

@@ -32,15 +32,7 @@ def claim_c4(
     interval lies at or below 0, or ``p ≥`` :data:`~mathcircuits.claims.paper.C_NO_BETTER` (the key set lowers
     the margin no more than a typical random set); else inconclusive (also without random sets).
 
-    Args:
-        margin: the :class:`~mathcircuits.ablation.MLPMargin` of the later MLPs, clean, with the key heads knocked
-            out and with each random set knocked out (None: not measured).
-        uncertainty: the bootstrap (over templates within operations, or over pairs).
-        stage: the stage named when ``margin`` is missing.
-        why_missing: the whole reason instead, when the input is missing for another reason than its stage being off.
-
-    Returns:
-        The claim; its value is the mean drop of the summed margin (logits).
+    The claim's value is the mean drop of the summed margin (logits).
     """
     if margin is None:
         return not_measured("C4", stage, reason=why_missing)

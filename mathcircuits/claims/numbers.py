@@ -1,17 +1,11 @@
 """Claims N1–N3, beyond the paper: how numbers are represented and combined, each against its null.
 
-Zhang et al. (2024) ask which heads and MLPs matter; N1–N3 ask *how* the numbers are
-carried and combined, after Zhou et al. (2024), Fu et al. (2026), Kantamneni & Tegmark
-(2025) and Nikankin et al. (2025). Each rule reads saved results of the numbers stage
-(values, never a model), compares intervals with a null, and can come out "does not
-hold". The rules and thresholds are written out in ``docs/claims.md``.
+Zhang et al. (2024) ask which heads and MLPs matter; N1–N3 ask *how* the numbers are carried and combined,
+after Zhou et al. (2024), Fu et al. (2026), Kantamneni & Tegmark (2025) and Nikankin et al. (2025). Each rule
+reads saved results of the numbers stage (values, never a model), compares intervals with a null, and can come
+out "does not hold"; ``docs/claims.md`` writes the rules and thresholds out.
 
-* **N1** periodic structure beyond the null (spectra + mod-T probes), on periods the read token does not fix (else
-  "not testable on this tokenizer"), at the Bonferroni level of its scan over periods and depths;
-* **N2** the helix beats equal-dimension PCA and patches causally;
-* **N3** a small share of neurons per layer suffices, and associated neurons matter more than matched random ones.
-
-Usage::
+Example::
 
     card = with_number_claims(card, spectra=sp, probes=pr, helix=hx, patch=hp, neurons=nr)
 """
@@ -95,14 +89,7 @@ def claim_n1(spectra: Spectrum | None, probes: ProbeResult | None, why_missing: 
 
     "Not testable on this tokenizer" when the read token fixes every candidate's residue (a digit-split tokenizer's
     units digit fixes n mod 2, 5 and 10: no reading tells the model's periodic features from the tokenizer's).
-
-    Args:
-        spectra: the number :class:`~mathcircuits.numbers.Spectrum` (rows: depths).
-        probes: the :class:`~mathcircuits.numbers.ProbeResult`.
-        why_missing: the reason named when an input is missing.
-
-    Returns:
-        The claim; its value is the best candidate's κ with its (unadjusted) interval.
+    The claim's value is the best candidate's κ with its (unadjusted) interval.
     """
     if spectra is None or probes is None:
         return _off("N1", why_missing)
@@ -199,13 +186,7 @@ def claim_n2(
     """N2: at the depth where the full patch moves the answer most, the helix subspace patch moves it more than the
     PCA subspace (paired interval above 0) and more than random subspaces, and the helix fit beats its null.
 
-    Args:
-        helix: the :class:`~mathcircuits.numbers.HelixResult`.
-        patch: the :class:`~mathcircuits.numbers.HelixPatchResult`.
-        why_missing: the reason named when an input is missing.
-
-    Returns:
-        The claim; its value is the helix patch's share of the full patch's shift, with its interval.
+    The claim's value is the helix patch's share of the full patch's shift, with its interval.
     """
     if helix is None or patch is None:
         return _off("N2", why_missing)
@@ -275,14 +256,8 @@ def claim_n3(neurons: NeuronResult | None, why_missing: str = "stage numbers off
 
     A layer that keeps accuracy at k = 0 is not needed: its sufficient share is trivially small, so it is named and
     left out, and the claim holds only with at least one needed layer. "At most 5%" is ``ceil(0.05 · d_mlp)``
-    neurons, the grid's own 5% (77 of 1536 is 5.01%).
-
-    Args:
-        neurons: the :class:`~mathcircuits.numbers.NeuronResult`.
-        why_missing: the reason named when it is missing.
-
-    Returns:
-        The claim; its value is the knockout's extra drop (random − associated accuracy), with its interval.
+    neurons, the grid's own 5% (77 of 1536 is 5.01%). The claim's value is the knockout's extra drop (random −
+    associated accuracy), with its interval.
     """
     if neurons is None:
         return _off("N3", why_missing)
@@ -371,14 +346,8 @@ def with_number_claims(
 ) -> ClaimsCard:
     """The card with N1–N3 appended (after the paper's claims).
 
-    Args:
-        card: the paper's claims card.
-        spectra: number spectra; probes: probe result; helix, patch: helix fit and patch; neurons: neuron result.
-        off: claim id → why it is not measured (e.g. ``{"N2": "the model answers too few prompts"}``); default:
-            "stage numbers off" for a missing input.
-
-    Returns:
-        A new :class:`ClaimsCard`.
+    ``off`` maps a claim id to why it is not measured (e.g. ``{"N2": "the model answers too few prompts"}``);
+    default: "stage numbers off" for a missing input.
     """
     off = dict(off or {})
     rows = (

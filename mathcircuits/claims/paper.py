@@ -1,8 +1,7 @@
 """The paper's claims (six, and C6b: C6's localisation control) as data, the rules' thresholds, how a row is made.
 
-:data:`PAPER` holds, per claim of Zhang et al. (ICML 2024), its title, the paper's statement and
-the paper's number with where it is shown; the constants are the thresholds of the rules in
-:mod:`.components`, :mod:`.knockout` and :mod:`.finetune`, written out in ``docs/claims.md``.
+:data:`PAPER` holds, per claim of Zhang et al. (ICML 2024), its title, statement and number with where it is
+shown; the constants are the rules' thresholds, written out in ``docs/claims.md``.
 """
 
 from __future__ import annotations
@@ -87,15 +86,7 @@ PAPER: dict[str, tuple[str, str, str]] = {
 def claim(cid: str, measurement: str, verdict: Verdict, reason: str, **kw: Any) -> Claim:
     """A :class:`Claim` of the card: the paper's title, statement and number for ``cid``, and this run's reading.
 
-    Args:
-        cid: ``"C1"`` .. ``"C6"``, ``"C6b"``.
-        measurement: this run's measurement in words.
-        verdict: the rule's verdict.
-        reason: which rule gave it.
-        **kw: ``value``, ``low``, ``high``, ``unit``, ``n`` (NaN / "" / 0 when not given).
-
-    Returns:
-        The claim.
+    ``**kw``: ``value``, ``low``, ``high``, ``unit``, ``n`` (NaN / "" / 0 when not given).
     """
     title, statement, paper = PAPER[cid]
     nan = float("nan")
@@ -106,14 +97,7 @@ def claim(cid: str, measurement: str, verdict: Verdict, reason: str, **kw: Any) 
 def not_measured(cid: str, stage: str = "", what: str = "", reason: str | None = None) -> Claim:
     """The claim when its input is missing: ``not measured (stage X off[, what])``, or ``not measured (reason)``.
 
-    Args:
-        cid: the claim's id.
-        stage: the stage whose output is missing (its being off is the reason).
-        what: a few words added after the stage.
-        reason: the whole reason instead (e.g. "no transfer set beyond the identification data").
-
-    Returns:
-        The claim with verdict :attr:`Verdict.NOT_MEASURED`.
+    ``reason`` replaces the stage text (e.g. "no transfer set beyond the identification data").
     """
     text = (
         f"not measured ({reason})"
@@ -136,13 +120,8 @@ def quantiles(xs: Sequence[float], confidence: float) -> tuple[float, float]:
 def above_zero(iv: Interval, subject: str, why_not: str) -> tuple[Verdict, str]:
     """The verdict of a rule "the interval lies above 0", and its reason.
 
-    Args:
-        iv: the interval of the measured difference (or drop).
-        subject: what it is the interval of, e.g. ``"the difference's interval"``.
-        why_not: what an interval at or below 0 means, e.g. ``"layer-mates attend as much"``.
-
-    Returns:
-        ``(verdict, reason)``: holds above 0, does not hold at or below 0, inconclusive when it straddles 0.
+    Holds above 0, does not hold at or below 0 (``why_not`` says what that means, e.g. ``"layer-mates attend as
+    much"``), inconclusive when the interval straddles 0.
     """
     if iv.low > 0:
         return Verdict.HOLDS, f"{subject} lies above 0"
@@ -157,9 +136,11 @@ def pair_interval(
     strata: Sequence[str],
     uncertainty: Uncertainty,
 ) -> Interval:
-    """Interval of the mean of per-pair values over templates (:func:`mathcircuits.stats.small_cluster_interval`):
-    a bootstrap-t over template means within operations, which covers with 4 templates; with one template, a
-    bootstrap over pairs named ``pair_bootstrap_fallback``. Its ``method`` says which; its value is the mean of
-    template means (operations weighted by their pairs)."""
+    """Interval of the mean of per-pair values over templates (:func:`mathcircuits.stats.small_cluster_interval`).
+
+    A bootstrap-t over template means within operations, which covers with 4 templates; with one template, a
+    bootstrap over pairs named ``pair_bootstrap_fallback``. Its value is the mean of template means (operations
+    weighted by their pairs).
+    """
     known = [c for c in clusters if c != "?"]
     return small_cluster_interval(values, list(clusters) if known else None, list(strata), uncertainty)

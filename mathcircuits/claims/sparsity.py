@@ -4,9 +4,8 @@ The paper's number is "< 5% of heads". A head *matters* when its mean effect is 
 ``δ = C1_MARGIN · max_h |θ_h|``, a tenth of the strongest head's (as a heatmap is read: the heads that light up
 beside the brightest). The margin scales with the effect, not with the number of heads, so a dense map (many heads
 of comparable size) fails however many heads the model has, and a weak secondary head of a sparse map does not
-count. Every head is
-tested with templates as the units (:func:`~mathcircuits.stats.cluster_t_test`: its mean of template means, a
-t-test with ``G − 1`` degrees of freedom; pairs as units when the pairs carry no template):
+count. Every head is tested with templates as the units (:func:`~mathcircuits.stats.cluster_t_test`: its mean of
+template means, a t-test with ``G − 1`` degrees of freedom; pairs as units when the pairs carry no template):
 
 * ``L`` heads shown to matter: ``|θ_h| > δ``, Benjamini–Hochberg at ``α/2`` over the ``H`` heads;
 * ``U = H −`` the heads shown *not* to matter (``|θ_h| < δ`` by two one-sided tests, Benjamini–Hochberg at
@@ -47,14 +46,9 @@ C1_MARGIN = 0.1  # a head matters from a tenth of the strongest head's |effect|
 
 
 def concentration(per_pair: Tensor, m: int) -> float:
-    """Share of the total |mean effect| held by the ``m`` heads of largest |mean effect|.
+    """Share of the total |mean effect| held by the ``m`` heads of largest |mean effect| (NaN when every mean is 0).
 
-    Args:
-        per_pair: per-pair head effects ``[pair, head]`` (heads flattened).
-        m: how many top heads.
-
-    Returns:
-        ``sum(top-m |mean|) / sum(|mean|)`` in [0, 1] (NaN when every mean is 0).
+    ``per_pair`` is [pair, head], heads flattened.
     """
     a = per_pair.mean(0).abs()
     total = float(a.sum())
@@ -74,18 +68,11 @@ def depth_distance(layers: Tensor, n_layers: int) -> Tensor:
 class HeadCount:
     """How many heads matter (module docstring) and how many have a non-zero effect.
 
-    Args:
-        estimate: heads whose mean of template means reaches the margin.
-        low: heads shown to matter (Benjamini–Hochberg at ``α/2``).
-        high: heads not shown *not* to matter (``H −`` those shown below the margin, Benjamini–Hochberg at ``α/2``).
-        margin: δ, in the metric's unit.
-        fdr: heads with a non-zero effect under Benjamini–Hochberg at ``α``.
-        holm: heads with a non-zero effect under Holm at ``α``.
-        n_heads: the heads tested.
-        units: what the tests' units were, in words.
-        theta: each head's mean of template means [head].
-        clusters: each pair's unit (template, or the pair's index).
-        strata: each pair's operation when the templates nest in operations, else None.
+    ``estimate``: heads whose mean of template means reaches the margin δ; ``low``: heads shown to matter;
+    ``high``: heads not shown *not* to matter (both Benjamini–Hochberg at ``α/2``); ``fdr``/``holm``: heads with a
+    non-zero effect under Benjamini–Hochberg / Holm at ``α``; ``theta``: each head's mean of template means [head];
+    ``clusters``: each pair's unit (template, or the pair's index); ``strata``: operations when templates nest in
+    them, else None.
     """
 
     estimate: int
@@ -106,14 +93,8 @@ def count_heads(
 ) -> HeadCount:
     """Count the heads that matter and those with a non-zero effect, by tests with templates as units.
 
-    Args:
-        effects: per-pair head effects ``[pair, head]``, finite.
-        templates: each pair's template (None or empty: pairs as units).
-        operations: each pair's operation (the strata of the templates).
-        alpha: the level (``α/2`` per bound, and the FDR).
-
-    Returns:
-        The :class:`HeadCount`.
+    ``effects`` is [pair, head], finite; no ``templates``: pairs as units; ``alpha`` is split ``α/2`` per bound and
+    is the FDR.
     """
     n, n_heads = effects.shape
     units, strata, what = list(range(n)), None, "pairs (no templates)"
@@ -156,18 +137,9 @@ def claim_c1(
 ) -> Claim:
     """C1: at most 5% of heads matter (counted by tests over heads), and the top heads sit nearer the middle.
 
-    Args:
-        patching: the pooled :class:`~mathcircuits.patching.PatchingResult` with per-pair head effects
-            (None: not measured).
-        key: the key components (only named in the text: the count does not depend on the selection rule).
-        uncertainty: the bootstrap of the concentration's interval (its seed also draws the depth null) and the
-            level of the bounds, ``α = 1 − confidence``.
-        stage: the stage named when ``patching`` is missing.
-        why_missing: the whole reason instead, when the input is missing for another reason than its stage being off.
-        n_null: random head sets of the depth null.
-
-    Returns:
-        The claim; its value is the share of heads that matter, its interval the FDR bounds.
+    ``key`` is only named in the text (the count does not depend on the selection rule). ``uncertainty`` draws the
+    concentration's interval, its seed also the depth null (``n_null`` random head sets), and sets ``α = 1 −
+    confidence``. The claim's value is the share of heads that matter, its interval the FDR bounds.
     """
     if patching is None:
         return not_measured("C1", stage, reason=why_missing)

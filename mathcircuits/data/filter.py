@@ -74,7 +74,7 @@ def score_pairs(
         progress: show a progress bar.
 
     Returns:
-        When ``model`` has ``logits_from(tokens, start)`` (a :class:`~mathcircuits.models.prefix.PrefixRunner`,
+        When ``model`` has ``logits_from(tokens, start)`` (a :class:`~mathcircuits.models.forward.prefix.PrefixRunner`,
         a HookedModel), only the logits from the first answer position on are computed, with the shared
         few-shot prefix of each batch run once; batches are then grouped by ``template_id`` too. Rows of
         different lengths share a batch, right-padded (:func:`padded_groups`), unless ``model`` carries

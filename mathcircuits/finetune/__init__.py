@@ -1,21 +1,10 @@
 """Stage ``finetune`` — precise SFT of the key heads and MLPs (Zhang et al. 2024, §5), LoRA and full SFT as baselines.
 
-* :mod:`~mathcircuits.finetune.layouts` says, per model family, where a head's features live (data);
-* :mod:`~mathcircuits.finetune.slices` maps key components to exact parameter slices (:mod:`.sliceset`);
-* :mod:`~mathcircuits.finetune.adapter` trains deltas on those slices only (PEFT-style artifact);
-* :mod:`~mathcircuits.finetune.data` builds SFT examples (loss on the answer only);
-* :mod:`~mathcircuits.finetune.modes` — what a run tunes, as a :class:`Mode` value (``precise@4+mlp``);
-* :mod:`~mathcircuits.finetune.config` / :mod:`.result` — :class:`SFTConfig` and :class:`SFTResult`;
-* :mod:`~mathcircuits.finetune.methods` — one strategy per SFT method (:data:`METHODS`);
-* :mod:`~mathcircuits.finetune.sft` — :func:`train_sft`, any method through HF ``Trainer``
-  (:mod:`.hf_trainer` holds the ``Trainer`` glue);
-* :mod:`~mathcircuits.finetune.compare` — the fair comparison's settings (same data and steps, a rate sweep each),
-  with :mod:`.components` (what each mode tunes, the LoRA budget) and :mod:`.validation` (arithmetic scoring);
-* :mod:`~mathcircuits.finetune.units` — resumable (mode, rate, seed) units; :mod:`.protocol` runs them (sweep, choice,
-  seeds), :mod:`.run_unit` trains one;
-* :mod:`~mathcircuits.finetune.matched` — the depth- and parameter-matched random-heads control, K/V side effects;
-* :mod:`~mathcircuits.finetune.effects` — each mode's change against base, with intervals over items and seeds.
-
+:mod:`.layouts` says per model family where a head's features live; :mod:`.slices` maps key components to exact
+parameter slices; :mod:`.adapter` trains deltas on those slices only; :func:`train_sft` runs any method
+(:data:`METHODS`) through HF ``Trainer``. The fair comparison of modes (:class:`Mode`) runs as resumable units
+(:mod:`.compare`, :mod:`.protocol`, :mod:`.run_unit`), with a depth- and parameter-matched random-heads control
+(:mod:`.matched`) and each mode's change against base with intervals over items and seeds (:mod:`.effects`).
 See docs/finetune.md.
 """
 

@@ -1,38 +1,27 @@
 """HeadSliceAdapter: trainable deltas on exactly the key components' parameter slices.
 
-Background. Precise SFT (Zhang et al., ICML 2024, §5) updates only the key
-heads and MLPs. Masking the gradients of whole weights is not enough: AdamW's
-decoupled weight decay still moves masked entries, and the optimizer keeps
-state for every entry. Here the frozen base model never enters the optimizer.
-Each tuned slice (see :mod:`mathcircuits.finetune.slices`) gets a trainable
-delta tensor of the slice's shape, and a forward hook on the owning
-``nn.Linear`` / ``Conv1D`` adds its contribution to the module's output:
+Precise SFT (Zhang et al., ICML 2024, §5) updates only the key heads and MLPs. Masking the gradients of whole
+weights is not enough: AdamW's decoupled weight decay still moves masked entries, and the optimizer keeps state for
+every entry. Here the frozen base model never enters the optimizer. Each tuned slice gets a trainable delta of the
+slice's shape, and a forward hook on the owning ``nn.Linear`` / ``Conv1D`` adds its contribution to the output:
 
 * output-feature slice (q/k/v rows): ``y[..., idx] += x @ ΔW`` (and ``+ Δb``);
 * input-feature slice (o columns):   ``y += x[..., idx] @ ΔW``;
 * whole parameter (key MLPs):        ``y += x @ ΔW + Δb``;
 
-with ``ΔW`` in ``[in, out]`` orientation. So the effective weight is
-``W + scatter(ΔW)`` while the backward pass computes weight gradients only for
-the slices (the base has ``requires_grad=False``), which is where the speed
-and memory win over full SFT come from. ``W`` itself stays bit-identical.
+with ``ΔW`` in ``[in, out]`` orientation. The effective weight is ``W + scatter(ΔW)``, the backward pass computes
+weight gradients only for the slices (the speed and memory win over full SFT), and ``W`` stays bit-identical.
 
-Artifact. PEFT 0.21 cannot select heads (its targets are whole modules or
-whole parameters; see docs/finetune.md), so this is a small adapter of our own
-that follows PEFT's conventions: a folder with ``adapter_config.json`` (the
-slice set, base model, settings) and ``adapter_model.safetensors`` holding
-only ``<param>.delta`` (the tuned values' change) and ``<param>.index`` (the
-indices along the sliced axis; absent for whole parameters), plus
-``save_pretrained`` / ``from_pretrained`` / ``merge_and_unload``.
+Artifact. PEFT 0.21 cannot select heads (its targets are whole modules or parameters; docs/finetune.md), so this
+adapter follows PEFT's conventions: ``adapter_config.json`` (slice set, base model, settings) and
+``adapter_model.safetensors`` holding only ``<param>.delta`` and ``<param>.index`` (indices along the sliced axis;
+absent for whole parameters), with ``save_pretrained`` / ``from_pretrained`` / ``merge_and_unload``.
 
-Usage::
+Example::
 
     adapter = HeadSliceAdapter(model, head_slices(model, key))
-    ...train adapter (it is an nn.Module whose forward is the model's)...
     adapter.save_pretrained("out/adapter")
-    again = HeadSliceAdapter.from_pretrained(load_hf_model("embedded")[0], "out/adapter")
-    merged = again.merge_and_unload()          # a plain HF model
-    merged.save_pretrained("out/merged")
+    merged = HeadSliceAdapter.from_pretrained(load_hf_model("embedded")[0], "out/adapter").merge_and_unload()
 """
 
 from __future__ import annotations
@@ -80,10 +69,9 @@ class TrainableSummary(TypedDict):
 class HeadSliceAdapter(nn.Module):
     """An HF causal LM plus trainable deltas on the parameter slices of a :class:`SliceSet`.
 
-    ``forward``/``generate`` are the base model's. ``grad_scale=True`` multiplies
-    each attention delta's gradient by ``H/h`` (the paper's per-layer rescaling;
-    ``SliceSet.grad_scales``). ``trainable=False`` freezes the deltas too
-    (inference, like PEFT's ``is_trainable=False``).
+    ``forward``/``generate`` are the base model's. ``grad_scale=True`` multiplies each attention delta's gradient by
+    ``H/h`` (the paper's per-layer rescaling); ``trainable=False`` freezes the deltas too (like PEFT's
+    ``is_trainable=False``).
     """
 
     def __init__(self, model: nn.Module, slices: SliceSet, grad_scale: bool = True, trainable: bool = True) -> None:

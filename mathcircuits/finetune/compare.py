@@ -1,37 +1,12 @@
 """The fair comparison of fine-tuning modes: its settings, and the helpers its units use.
 
-Background. Zhang et al. (ICML 2024, §5, Tables 1–2) claim that precise SFT of the key heads
-matches full SFT on math at a fraction of the cost. A fair test gives every mode the same training
-examples in the same order, the same number of optimizer steps and the same batch, and each its
-own learning rate (a sparse update usually needs a larger step than a dense one, so one shared rate
-favours whichever mode it suits); several training seeds per mode; a random-heads control matched
-in depth and parameters (Wang & Veitch 2025); LoRA on the same parameter budget (LoFiT, Yin et al.
-2024); and held-out facts the model never trained on, in any wording.
-
-The protocol runs as resumable units (:mod:`mathcircuits.finetune.units`: a coarse learning-rate
-sweep on few steps, each mode's best rate on a validation split, then that rate trained longer with
-several seeds); :mod:`~mathcircuits.finetune.run_unit` trains one unit;
-:mod:`~mathcircuits.finetune.effects` turns the units into changes against base with intervals over
-items and seeds. This module holds the settings (:class:`CompareConfig`, the ``compare`` section of a
-run config) and :func:`check_modes`; what each mode tunes and the LoRA rank on precise's budget are
-:mod:`~mathcircuits.finetune.components`, teacher-forced arithmetic scoring :mod:`~mathcircuits.finetune.validation`.
-
-Modes (:class:`~mathcircuits.finetune.Mode`; one definition of "precise" everywhere):
-
-* ``base`` — no training (the reference row, always scored);
-* ``precise`` — the key heads only (q/k/v/o slices, see :mod:`~mathcircuits.finetune.slices`);
-* ``precise+mlp`` — the key heads and the key MLPs;
-* ``precise@K`` / ``precise@K+mlp`` — the top-K heads of a ranking by path-patching effect (Table 2);
-* ``random`` — as many non-key heads per layer as the key heads, tuning as many KV groups
-  (:func:`~mathcircuits.finetune.matched.matched_random_heads`; one draw per seed);
-* ``lora`` — PEFT LoRA on every attention projection with the rank whose parameter count is nearest
-  to ``precise``'s (:func:`~mathcircuits.finetune.lora_rank_for_budget`);
-* ``full`` — every parameter.
-
-Usage::
-
-    cfg = CompareConfig(enabled=True, modes=tuple(map(Mode.parse, ("precise", "random", "lora", "full"))), seeds=3)
-    plan = cfg.plan(final_steps=60)       # a UnitPlan: grids per mode, steps, seeds
+Zhang et al. (ICML 2024, §5, Tables 1–2) claim that precise SFT of the key heads matches full SFT on math at a
+fraction of the cost. A fair test gives every mode the same examples in the same order, the same optimizer steps
+and batch, and each its own learning rate (a sparse update usually needs a larger step than a dense one, so one
+shared rate favours whichever mode it suits); several training seeds per mode; a random-heads control matched in
+depth and parameters (Wang & Veitch 2025); LoRA on the same parameter budget (LoFiT, Yin et al. 2024); and
+held-out facts the model never trained on, in any wording. The modes are :class:`~mathcircuits.finetune.Mode`;
+the protocol is :mod:`mathcircuits.finetune.protocol`.
 """
 
 from __future__ import annotations
@@ -53,26 +28,13 @@ __all__ = ["CompareConfig", "check_modes"]
 class CompareConfig:
     """What the comparison trains, on which grids, for how long, with how many seeds, on which facts.
 
-    The shared training settings (batch, schedule, decay, the final units' ``max_steps``, the operand
-    range and training pairs per template) are the ``finetune`` section's; the generic benchmarks and
-    their item count are the ``evaluation`` section's (likelihood benchmarks, scored through lm-eval).
-
-    Args:
-        enabled: run the ``compare`` stage.
-        modes: the trained modes (:class:`~mathcircuits.finetune.Mode`); ``base`` is always scored.
-        learning_rates: the grid of ``full`` SFT.
-        sparse_learning_rates: the grid of the head modes and LoRA (sparse updates want larger rates).
-        sweep_steps: optimizer steps of a sweep unit (the final units train ``finetune.max_steps``).
-        seeds: training seeds of each mode at its chosen rate (``random``: one draw per seed).
-        sweep_generic: generic items per benchmark a sweep unit is scored on (for the Pareto figure; 0: none).
-        kv_sensitivity: also train ``precise`` with ``kv_policy: exclusive`` at its chosen rate (when ``precise``
-            is among the modes).
-        select_on: the validation score a rate is chosen on (mean answer log-probability, or accuracy).
-        validation_pairs_per_template: pairs per template of the validation facts.
-        test_pairs_per_template: pairs per template of the test facts.
-        fact_shares: shares of the facts ``(operation, a, b)`` for training, validation and test (disjoint).
-        bare_prompts: train and score on the bare problem (``"3 + 5 = "``), without the few-shot prefix.
-        niceness: raise the stage's process to this ``nice`` level (0: leave it).
+    The shared training settings (batch, schedule, decay, the final units' ``max_steps``, the operand range and
+    training pairs per template) are the ``finetune`` section's; the generic benchmarks and their item count the
+    ``evaluation`` section's. ``learning_rates`` is the grid of ``full``, ``sparse_learning_rates`` that of the head
+    modes and LoRA. ``sweep_generic``: generic items per benchmark a sweep unit is scored on (0: none).
+    ``kv_sensitivity`` also trains ``precise`` with ``kv_policy: exclusive`` at its chosen rate. ``fact_shares``:
+    disjoint shares of the facts ``(operation, a, b)`` for training, validation and test. ``bare_prompts``: no
+    few-shot prefix (``"3 + 5 = "``). ``niceness``: the stage's ``nice`` level (0: leave it).
     """
 
     enabled: bool = setting(False, "run the compare stage (a learning-rate sweep per mode, then seeds: slow)")
@@ -132,11 +94,7 @@ class CompareConfig:
     def plan(self, final_steps: int) -> UnitPlan:
         """The :class:`~mathcircuits.finetune.units.UnitPlan` of these settings.
 
-        Args:
-            final_steps: optimizer steps of the final units (``finetune.max_steps``).
-
-        Returns:
-            The plan.
+        ``final_steps`` is ``finetune.max_steps``.
         """
         if final_steps < 1:
             raise ConfigError(f"finetune.max_steps={final_steps}: the compare stage needs a positive number of steps.")
@@ -154,17 +112,7 @@ class CompareConfig:
 
 
 def check_modes(modes: Sequence[Mode | str]) -> tuple[Mode, ...]:
-    """The modes of a comparison, parsed; each may appear once.
-
-    Args:
-        modes: modes or their text, e.g. ``("base", "precise", "precise@4", "random", "lora", "full")``.
-
-    Returns:
-        The modes as a tuple of :class:`~mathcircuits.finetune.Mode`.
-
-    Raises:
-        ValueError: an unknown or repeated mode.
-    """
+    """The modes of a comparison, parsed; each may appear once."""
     parsed, bad = [], []
     for m in modes:
         try:

@@ -1,15 +1,4 @@
-"""What each fine-tuning mode tunes, and the budgets that make the modes comparable.
-
-* :func:`mode_components` — the heads (and MLPs) of a head mode: the key heads (``precise``), the
-  top-K of a ranking (``precise@K``), or as many random non-key heads (``random``, seeded);
-* :func:`random_heads` — that draw;
-* :func:`lora_rank_for_budget` — the LoRA rank whose parameter count is nearest to precise SFT's.
-
-Usage::
-
-    comps = mode_components(model, Mode.parse("precise@4+mlp"), key, head_ranking=ranking)
-    rank, per_rank = lora_rank_for_budget(model, budget=comps_slices.n_tuned)
-"""
+"""What each fine-tuning mode tunes, and the budgets that make the modes comparable."""
 
 from __future__ import annotations
 
@@ -31,21 +20,7 @@ __all__ = ["lora_rank_for_budget", "mode_components", "random_heads"]
 def random_heads(
     n_layers: int, n_heads: int, count: int, exclude: Sequence[tuple[int, int]] = (), seed: int = 0
 ) -> tuple[Head, ...]:
-    """``count`` heads drawn uniformly without replacement from those not in ``exclude`` (seeded).
-
-    Args:
-        n_layers: layers of the model.
-        n_heads: query heads per layer.
-        count: how many heads.
-        exclude: heads never drawn (the key heads).
-        seed: seed of the draw.
-
-    Returns:
-        The heads, sorted by (layer, head).
-
-    Raises:
-        ValueError: fewer than ``count`` heads are left to draw from.
-    """
+    """``count`` heads drawn uniformly without replacement from those not in ``exclude`` (seeded), sorted."""
     pool = [Head(layer, h) for layer in range(n_layers) for h in range(n_heads) if (layer, h) not in set(exclude)]
     if count > len(pool):
         raise FixableValueError(f"cannot draw {count} random heads from the {len(pool)} non-key heads. ", "tune fewer.")
@@ -62,16 +37,8 @@ def mode_components(
 ) -> KeyComponents | None:
     """The components a head mode tunes (None for ``base``, ``lora`` and ``full``).
 
-    Args:
-        model: the HF model (for its shape).
-        mode: a :class:`~mathcircuits.finetune.Mode` (or its text).
-        key: the selected key components (heads and MLPs).
-        head_ranking: every head, best first, for ``precise@K`` (e.g. by path-patching effect).
-        seed: seed of the ``random`` draw.
-
-    Returns:
-        The components (chosen by no rule: ``selection`` is None, ``source.note`` names the mode); MLPs only
-        for the ``+mlp`` modes.
+    ``head_ranking`` lists every head, best first, for ``precise@K``. The components are chosen by no rule
+    (``selection`` is None, ``source.note`` names the mode); MLPs only for the ``+mlp`` modes.
     """
     mode = Mode.parse(mode)
     if mode.kind in ("base", "lora", "full"):
@@ -103,16 +70,9 @@ def mode_components(
 def lora_rank_for_budget(model: nn.Module, budget: int) -> tuple[int, int]:
     """The LoRA rank on the attention projections whose parameter count is nearest to ``budget``.
 
-    A rank-``r`` LoRA of an ``[out, in]`` weight has ``r·(in + out)`` parameters, so the count is
-    ``r`` times one rank's worth; the nearest rank (at least 1) is within half of one rank's worth
-    of ``budget`` (unless ``budget`` is below half a rank).
-
-    Args:
-        model: a plain HF causal LM.
-        budget: the parameter count to match (e.g. precise SFT's ``n_trainable``).
-
-    Returns:
-        ``(rank, parameters per rank)``.
+    A rank-``r`` LoRA of an ``[out, in]`` weight has ``r·(in + out)`` parameters, so the nearest rank (at least 1) is
+    within half of one rank's worth of ``budget`` (unless ``budget`` is below half a rank). Returns
+    ``(rank, parameters per rank)``.
     """
     suffixes = lora_targets(model)
     per_rank = 0

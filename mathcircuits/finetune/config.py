@@ -1,11 +1,8 @@
 """Settings of one SFT run: :class:`SFTConfig`, with the paper's values as defaults.
 
-Zhang et al. (ICML 2024, §5) fine-tune only the key heads and MLPs found by path patching
-("precise SFT") and compare with full SFT on the same data. Their settings are the defaults
-here: learning rate 2e-5, batch 128 (``micro_batch_size`` × gradient accumulation × devices),
-2 epochs, linear warm-up over 2% of the steps, weight decay 0.1, and the gradient of a
-layer's tuned heads rescaled by ``H/h`` (``H`` heads in the layer, ``h`` of them tuned).
-``mode`` picks the method (:data:`~mathcircuits.finetune.SFTMethod`): ``precise``, ``lora`` or ``full``.
+Zhang et al. (ICML 2024, §5): learning rate 2e-5, batch 128 (``micro_batch_size`` × gradient accumulation ×
+devices), 2 epochs, linear warm-up over 2% of the steps, weight decay 0.1, and the gradient of a layer's tuned
+heads rescaled by ``H/h`` (``H`` heads in the layer, ``h`` of them tuned).
 """
 
 from __future__ import annotations

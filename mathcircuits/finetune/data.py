@@ -1,26 +1,12 @@
-"""SFT examples: prompt tokens + target tokens, with the loss on the target only.
+"""SFT examples: prompt tokens + target tokens, with the loss on the target only (``labels`` -100 on the prompt).
 
-Two sources, both turned into ``input_ids`` and ``labels`` (``-100`` on the
-prompt, so the loss covers only the answer):
-
-* **arithmetic pairs** from :func:`mathcircuits.data.generate_pairs` (columns
-  ``tokens`` and ``answer_tokens``): the model reads the prompt (e.g.
-  ``"3 + 5 = "``, possibly after few-shot examples) and learns the answer
-  digits. Reusing the pair's own token ids keeps tokenization identical to the
-  one the circuits were found with.
-* **word problems** in the LLM-Adapters format (AddSub, SingleEq, SVAMP,
-  GSM8K ``train.json``: ``instruction``, ``output``, ``answer``). The prompt is
-  ``"Question: {question}\\nAnswer:"`` — the "plain" prompt of
-  :mod:`mathcircuits.evaluation` — and the target is
-
-  - ``"rationale"`` (default): the data set's chain of thought, which ends with
-    "The answer is N." (as LLM-Adapters and the paper fine-tune on rationales).
-    These rationales are model-written and noisy (e.g. AddSub's may compute
-    another number than the gold answer);
-  - ``"answer"``: ``" The answer is N."`` with the gold number, short and clean.
-
-  The target is tokenized apart from the prompt, as a model meets it when it
-  generates after the prompt; an EOS token ends it (``add_eos``).
+* **Arithmetic pairs** from :func:`mathcircuits.data.generate_pairs`: the pair's own token ids are reused, so the
+  tokenization is the one the circuits were found with.
+* **Word problems** in the LLM-Adapters format (AddSub, SingleEq, SVAMP, GSM8K ``train.json``). The prompt is
+  ``"Question: {question}\\nAnswer:"`` (the "plain" prompt of :mod:`mathcircuits.evaluation`); the target is the
+  data set's rationale (default, as LLM-Adapters and the paper; model-written and noisy, e.g. AddSub's may compute
+  another number than the gold answer) or ``" The answer is N."`` with the gold number. It is tokenized apart
+  from the prompt, as a model meets it when it generates after the prompt.
 """
 
 from __future__ import annotations
@@ -46,12 +32,7 @@ DEFAULT_PROMPT = "Question: {question}\nAnswer:"
 def format_gold(answer: str | float) -> str:
     """``"64013.0"`` → ``"64013"``; ``"9.80"`` → ``"9.8"``; other strings unchanged.
 
-    Args:
-        answer: a gold answer, as a string or number (commas are ignored when parsing).
-
-    Returns:
-        The answer as text: integers without a decimal part, other numbers without trailing zeros (at most
-        6 decimals), and non-numeric strings stripped but otherwise unchanged.
+    Commas are ignored when parsing; at most 6 decimals; non-numeric strings are stripped.
     """
     text = str(answer).strip()
     try:
@@ -77,30 +58,11 @@ def build_sft_dataset(
 ):
     """A ``datasets.Dataset`` with ``input_ids`` and ``labels`` (``-100`` outside the target).
 
-    ``records`` is a pairs dataset from ``generate_pairs`` (uses ``tokens`` and
-    ``answer_tokens``) or a list of word-problem records (see
-    :func:`mathcircuits.data.read_word_problems`). ``add_eos`` defaults to False for arithmetic
-    pairs (their few-shot format continues with a separator, not EOS) and True
-    for word problems. Examples longer than ``max_length`` tokens are dropped
-    (logged).
-
-    Args:
-        tokenizer: the model's Hugging Face tokenizer.
-        records: arithmetic pairs (``tokens``, ``answer_tokens``) or word-problem records
-            (``instruction``, ``output``, ``answer``).
-        target: word problems: train on the rationale (``"rationale"``) or on ``"The answer is X."``
-            (``"answer"``).
-        prompt_template: word problems: the prompt, with a ``{question}`` placeholder.
-        add_eos: append the EOS token to each target (None: the default above).
-        max_length: longest example kept, in tokens (prompt plus target).
-
-    Returns:
-        A ``datasets.Dataset`` with ``input_ids`` and ``labels`` (token id lists; labels are ``-100`` on the
-        prompt).
-
-    Raises:
-        ValueError: if there are no records, ``target`` is unknown, the records have neither format's columns,
-            or every example is longer than ``max_length``.
+    ``records`` are arithmetic pairs (``tokens``, ``answer_tokens``) or word-problem records (``instruction``,
+    ``output``, ``answer``; :func:`mathcircuits.data.read_word_problems`). ``target`` and ``prompt_template`` apply to
+    word problems. ``add_eos`` None: False for arithmetic pairs (their few-shot format continues with a separator)
+    and True for word problems. Examples longer than ``max_length`` tokens (prompt plus target) are dropped and
+    logged; refuses when every one is.
     """
 
     arithmetic = isinstance(records, PairSet)

@@ -1,20 +1,11 @@
 """What a fine-tuning comparison found: each mode's change against base, with intervals over items and seeds.
 
-Reads a :class:`~mathcircuits.finetune.units.UnitComparison` (values only, no model):
+Reads a :class:`~mathcircuits.finetune.units.UnitComparison` (values only, no model). A difference
+``mean(A) − mean(B)`` gets the seed-and-item ``t`` interval of :func:`mathcircuits.power.seed_item_t` (items
+shared, ``t`` with seeds − 1 degrees of freedom: a bootstrap over 3 seeds covers about 0.80 at nominal 0.95).
+Generic benchmarks are pooled: every benchmark's items, in name order.
 
-* :func:`scores_matrix` — one mode's per-seed, per-item scores [seed, item] on held-out math
-  (a split) or the generic benchmarks (pooled: every benchmark's items, in name order);
-* :func:`difference` — ``mean(A) − mean(B)`` with the seed-and-item ``t`` interval of
-  :func:`mathcircuits.power.seed_item_t` (items shared, ``t`` with seeds − 1 degrees of freedom: a bootstrap
-  over 3 seeds covers about 0.80 at nominal 0.95);
-* :func:`effects_table` — per mode (final units at its chosen rate): tuned parameters, K/V side
-  effects, chosen rate and edge flag, math and generic accuracy and their changes against base
-  (points, 95% intervals that include seed variance), answer log-probability change, CPU time;
-* :func:`sweep_table` — one row per sweep unit: its rate, validation accuracy, and whether it was chosen;
-* :func:`pareto_points` — one row per trained unit (sweep and final): math gain against generic
-  change, each against base on the same items, for the Pareto figure.
-
-Usage::
+Example::
 
     table = effects_table(cmp)                      # EffectsTable; .changes: a DeltaTable, .to_dataframe()
     d = difference(cmp, "precise", "full", "math")  # Interval, accuracy difference on test facts
@@ -79,15 +70,8 @@ def scores_matrix(
 ) -> Tensor:
     """Per-seed, per-item scores [seed, item] of some units (one row per unit).
 
-    Args:
-        records: units of one mode (its seeds), or one unit.
-        kind: ``math`` (the held-out facts of ``split``) or ``generic`` (every benchmark, pooled).
-        metric: ``correct`` (0/1) or ``logp``.
-        split: the math split.
-        n: generic: benchmark → items to use (a prefix); None: as many as every record has.
-
-    Returns:
-        A float64 tensor [unit, item].
+    ``kind="math"`` reads the held-out facts of ``split``; ``"generic"`` every benchmark, pooled. ``n``: benchmark →
+    items to use (a prefix); None: as many as every record has.
     """
     records = list(records)
     if not records:
@@ -111,16 +95,7 @@ def difference(
 ) -> Interval:
     """``mean(a) − mean(b)`` over the final units of two mode labels, with the seed-and-item interval.
 
-    Args:
-        cmp: the comparison.
-        a: a mode label (e.g. ``precise``).
-        b: another (e.g. ``full`` or ``base``).
-        kind: ``math`` (test facts) or ``generic`` (pooled benchmarks).
-        metric: ``correct`` or ``logp``.
-
-    Returns:
-        The :class:`~mathcircuits.stats.Interval` of :func:`~mathcircuits.power.seed_item_t` (NaN when a side has
-        no scores).
+    NaN when a side has no scores.
     """
     ra, rb = cmp.final(a), cmp.final(b)
     if not ra or not rb:
@@ -139,8 +114,8 @@ class ModeEffects:
     """What one mode label tuned and its other columns of the effects table (its changes are in the
     :class:`EffectsTable`'s ``changes``).
 
-    ``learning_rate`` is NaN for base; ``rate_at_edge`` is ``"largest"``/``"smallest"``/``"no"`` (``""`` for a
-    label without a rate choice); accuracies are in percent, log-probability changes in nats per item.
+    ``learning_rate`` is NaN for base; ``rate_at_edge`` is ``"largest"``/``"smallest"``/``"no"`` (``""`` without a
+    rate choice); accuracies are in percent, log-probability changes in nats per item.
     """
 
     learning_rate: float
@@ -160,15 +135,14 @@ class ModeEffects:
 @dataclass(frozen=True)
 class EffectsTable:
     """Per mode label (base first): what it tuned (``modes``) and its change against base on math and generic
-    accuracy, in points with the seed-and-item intervals (``changes``, metrics ``math`` and ``generic``)."""
+    accuracy, in points with the seed-and-item intervals (``changes``, metrics ``math`` and ``generic``).
+    """
 
     modes: dict[str, ModeEffects]
     changes: DeltaTable
 
     def to_dataframe(self) -> pd.DataFrame:
-        """The saved table (``compare/table.csv``), indexed by mode label: ``learning rate``, ``rate at grid
-        edge``, ``seeds``, ``tuned params``, ``heads``, ``MLPs``, ``kv-shared heads``, ``math %``, ``generic %``,
-        ``train CPU s``, then per kind its ``Δ`` columns and ``logp Δ``."""
+        """The saved table (``compare/table.csv``), indexed by mode label; per kind its ``Δ`` columns and ``logp Δ``."""
         rows = []
         for label, m in self.modes.items():
             row: dict[str, object] = {
@@ -195,14 +169,7 @@ class EffectsTable:
 def effects_table(cmp: UnitComparison) -> EffectsTable:
     """Per mode label: what it tuned, its chosen rate, and its math and generic change against base.
 
-    The changes are in accuracy points, ``mean(mode) − mean(base)`` over the final units with the
-    seed-and-item interval of :func:`difference`; ``.to_dataframe()`` gives the saved table.
-
-    Args:
-        cmp: the comparison.
-
-    Returns:
-        The :class:`EffectsTable`, base first.
+    The changes are in accuracy points over the final units, with the seed-and-item interval of :func:`difference`.
     """
     modes: dict[str, ModeEffects] = {}
     changes: dict[str, dict[str, Interval]] = {}
@@ -241,12 +208,9 @@ def _mean_pct(recs: tuple[UnitRecord, ...]) -> float:
 def pareto_points(cmp: UnitComparison) -> pd.DataFrame:
     """One row per trained unit: its math gain and generic change against base, on the items it was scored on.
 
-    Sweep units are scored on the validation facts and the first items of each generic benchmark, final
-    units on the test facts and every generic item; each is compared with base on the same items.
-
-    Returns:
-        A DataFrame with ``mode``, ``phase``, ``learning_rate``, ``seed``, ``math_split``, ``math_gain``,
-        ``generic_change`` (points), ``math_logp_gain`` and ``chosen`` (a final unit at the chosen rate).
+    Sweep units are scored on the validation facts and the first items of each generic benchmark, final units on the
+    test facts and every generic item; each is compared with base on the same items. ``chosen`` marks a final unit at
+    the chosen rate.
     """
     base = cmp.final("base")
     if not base:
@@ -281,7 +245,8 @@ def pareto_points(cmp: UnitComparison) -> pd.DataFrame:
 
 def sweep_table(cmp: UnitComparison) -> pd.DataFrame:
     """One row per sweep unit: ``mode``, ``learning_rate``, ``val_accuracy``, ``val_logp``, ``val_n``, ``selected``
-    (the mode's chosen rate) and ``at_edge`` (whether that choice is at its grid's edge)."""
+    (the mode's chosen rate) and ``at_edge`` (whether that choice is at its grid's edge).
+    """
     return pd.DataFrame(
         [
             {

@@ -1,12 +1,7 @@
 """The HF ``Trainer`` glue of SFT: batch collation, the adapter-aware ``Trainer`` subclass, resume helpers.
 
-Method: :class:`~transformers.Trainer` optimises only a :class:`HeadSliceAdapter`'s deltas and saves
-adapter-only checkpoints; AdamW's decoupled decay is applied to the *effective* weight,
-``Δ ← Δ − lr·wd·(W₀ + Δ)``, by an optimizer pre-step hook. Used by :func:`mathcircuits.finetune.train_sft`.
-
-Usage::
-
-    collate = pad_collate(tok.pad_token_id, target_logits_only=True)
+``Trainer`` optimises only a :class:`HeadSliceAdapter`'s deltas and saves adapter-only checkpoints; AdamW's
+decoupled decay is applied to the *effective* weight, ``Δ ← Δ − lr·wd·(W₀ + Δ)``, by an optimizer pre-step hook.
 """
 
 from __future__ import annotations
@@ -31,21 +26,10 @@ LOSS_FILE = "loss_sum.json"
 def pad_collate(pad_token_id: int, target_logits_only: bool = False):
     """Right-pad ``input_ids`` (with ``pad_token_id``) and ``labels`` (with -100); build ``attention_mask``.
 
-    Right padding keeps absolute positions (GPT-2) equal to an unpadded run.
-    ``target_logits_only=True`` also passes ``logits_to_keep`` (a boolean
-    [batch, seq] mask of the positions that predict a target token) and the
-    matching flat ``shift_labels``, so the model projects onto the vocabulary
-    only where the loss needs it (transformers >= 5). The loss is the same;
-    the lm-head's forward and backward at prompt positions are skipped.
-
-    Args:
-        pad_token_id: the id that pads ``input_ids``.
-        target_logits_only: also add ``logits_to_keep`` and ``shift_labels`` to each batch.
-
-    Returns:
-        A collate function from a list of ``{"input_ids", "labels"}`` features to a dict of long tensors
-        ``input_ids``, ``labels`` and ``attention_mask`` of shape ``[batch, seq]`` (plus ``logits_to_keep``,
-        bool ``[batch, seq]``, and ``shift_labels``, ``[n_target]``, when ``target_logits_only``).
+    Right padding keeps absolute positions (GPT-2) equal to an unpadded run. ``target_logits_only=True`` also passes
+    ``logits_to_keep`` (a boolean [batch, seq] mask of the positions that predict a target token) and the matching
+    flat ``shift_labels`` [n_target], so the model projects onto the vocabulary only where the loss needs it
+    (transformers >= 5): same loss, no lm-head forward and backward at prompt positions.
     """
 
     def collate(features: Sequence[dict[str, list[int]]]) -> dict[str, torch.Tensor]:
@@ -174,8 +158,7 @@ def _log_line_step(line: str) -> float:
 def prepare_resume(output_dir: Path, checkpoint: str | bool | None, max_steps: int) -> int | None:
     """Before resuming: drop the killed run's log lines after the checkpoint; return its step if it is final.
 
-    Returns the checkpoint's global step when ``max_steps`` > 0 and the checkpoint already reached it (so
-    nothing is left to train), else None.
+    The step is returned when ``max_steps`` > 0 and the checkpoint already reached it (nothing left to train).
     """
     if checkpoint in (None, False):
         return None

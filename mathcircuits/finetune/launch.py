@@ -1,22 +1,19 @@
 """Data-parallel precise SFT from the command line: ``torchrun`` / ``accelerate launch`` run this module.
 
-Every process loads the same model, data, key components and settings; ``transformers.Trainer``
-(through ``accelerate``) shards each optimizer step's batch over the processes and averages the
-gradients (DDP: NCCL on GPUs, gloo on CPU). The effective batch stays ``SFTConfig.batch_size``:
-gradient accumulation is divided by the number of processes (:meth:`SFTConfig.accumulation_steps`),
-so 1 and N processes take the same optimizer steps on the same examples.
+Every process loads the same model, data, key components and settings; ``Trainer`` shards each step's batch over
+the processes and averages the gradients (DDP: NCCL on GPUs, gloo on CPU). Gradient accumulation is divided by the
+number of processes, so 1 and N processes take the same optimizer steps on the same examples.
 
-Usage (2 processes on a CPU; add ``--resume`` to continue from the latest checkpoint)::
+Example (2 processes on a CPU; ``--resume`` continues from the latest checkpoint)::
 
     torchrun --nproc_per_node 2 -m mathcircuits.finetune.launch \\
         --model tiny-llama --data runs/sft_data --key key_components.json \\
         --config sft.json --out runs/precise-ddp
-    accelerate launch --cpu --num_processes 2 -m mathcircuits.finetune.launch ...   # the same
 
-``--data`` is a ``datasets`` folder of SFT examples (:func:`~mathcircuits.finetune.build_sft_dataset`,
-``save_to_disk``), ``--key`` a saved :class:`~mathcircuits.patching.KeyComponents` (or omit it with
-``mode: full``), ``--config`` a JSON of :class:`~mathcircuits.finetune.SFTConfig` fields. The adapter
-goes to ``<out>/final`` as in a single-process run; see docs/howto/big-models-on-gpu.md for GPUs.
+``--data`` is a saved ``datasets`` folder (:func:`~mathcircuits.finetune.build_sft_dataset`), ``--key`` a saved
+:class:`~mathcircuits.patching.KeyComponents` (omit it with ``mode: full``), ``--config`` a JSON of
+:class:`~mathcircuits.finetune.SFTConfig` fields; the adapter goes to ``<out>/final``. GPUs:
+docs/howto/big-models-on-gpu.md.
 """
 
 from __future__ import annotations
@@ -32,14 +29,7 @@ log = logging.getLogger(__name__)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Parse the arguments and run :func:`~mathcircuits.finetune.train_sft` in this process.
-
-    Args:
-        argv: command-line arguments (None: ``sys.argv[1:]``).
-
-    Returns:
-        The exit code (0).
-    """
+    """Parse the arguments and run :func:`~mathcircuits.finetune.train_sft` in this process."""
     import datasets
     import torch
 

@@ -1,45 +1,27 @@
 """Per-family head-slice layouts: where each attention head's weights live in an HF model, as data.
 
-Background. Precise SFT (Zhang et al., ICML 2024, §5) tunes only the key heads.
-A head is a unit of the computation; an optimizer moves parameters. This
-module says, for each model family, which features of which HF module belong
-to one head. It is a table in the spirit of TransformerLens' architecture
-adapters and PEFT's ``utils/constants.py``: code reads it, it does not branch on
-family names. Add a row to support a new family.
+A head is a unit of the computation; an optimizer moves parameters. This table says, per model family, which
+features of which HF module belong to one head (in the spirit of TransformerLens' architecture adapters and PEFT's
+``utils/constants.py``): code reads it and does not branch on family names. Add a row to support a new family.
 
-Mapping. With ``d = d_head``, query head ``h`` and its KV group
-``g = h // (n_heads / n_kv_heads)``, the *unit* of a role is ``h`` for q and o,
-``g`` for k and v:
+Mapping. With ``d = d_head``, query head ``h`` and its KV group ``g = h // (n_heads / n_kv_heads)``, the *unit* of
+a role is ``h`` for q and o, ``g`` for k and v. q, k, v tune ``d`` output features of the projection (rows of an
+``nn.Linear`` weight, columns of GPT-2's ``Conv1D``, and the bias entries); o tunes ``d`` input features of the
+output projection (its bias is shared by all heads and never tuned). Where unit ``u``'s features sit depends on
+how q, k and v are stored (:attr:`Projection.fused`):
 
-* q, k, v: ``d`` output features of the projection (rows of an ``nn.Linear``
-  weight, columns of GPT-2's ``Conv1D``, and the same entries of the bias);
-* o: ``d`` input features of the output projection (its bias is shared by all
-  heads and never tuned).
+* ``"none"`` — separate modules (Llama, Mistral, Qwen2/3, Gemma 1/2/3, OLMo 2): ``[u·d, (u+1)·d)``;
+* ``"blocked"`` — all queries, then all keys, then all values in one module (GPT-2 ``c_attn``, Phi-3
+  ``qkv_proj``): the same range shifted by the blocks before it (``n_heads·d`` for k, ``+ n_kv·d`` for v);
+* ``"per_head"`` — one module whose output is viewed as ``[n_heads, 3·d]`` and split per head (GPT-NeoX/Pythia
+  ``query_key_value``, as transformers' ``GPTNeoXAttention``): ``[u·3d + b·d, u·3d + (b+1)·d)`` for block ``b``
+  (0 q, 1 k, 2 v).
 
-Where the ``d`` features of unit ``u`` sit depends on how q, k and v are stored
-(:attr:`Projection.fused`):
-
-* ``"none"`` — separate modules (Llama, Mistral, Qwen2/3, Gemma 1/2/3, OLMo 2):
-  ``[u·d, (u+1)·d)``;
-* ``"blocked"`` — one module holding all queries, then all keys, then all
-  values (GPT-2 ``c_attn``, Phi-3 ``qkv_proj``): the same range shifted by the
-  widths of the blocks before it (``n_heads·d`` for k, ``+ n_kv·d`` for v);
-* ``"per_head"`` — one module whose output is viewed as ``[n_heads, 3·d]`` and
-  split into q, k, v per head (GPT-NeoX/Pythia ``query_key_value``:
-  ``qkv.view(..., -1, 3·d).chunk(3, -1)`` in transformers' ``GPTNeoXAttention``):
-  ``[u·3d + b·d, u·3d + (b+1)·d)`` for block ``b`` (0 q, 1 k, 2 v).
-
-Slices that are not head-local are refused, never guessed. OLMo 2 (and OLMo 3)
-apply ``q_norm``/``k_norm``, an RMSNorm over the *whole* projection output
-(``n_heads·d`` features, across heads): changing one head's query rows changes
-the norm's scale and so every head's queries. Their layout lists q and k in
-:attr:`AttentionLayout.not_head_local`; their v rows and o columns stay exact.
-Qwen 3 and Gemma 3 normalise q and k per head (over ``d`` features), which is
-head-local.
-
-Grouped-query attention: k and v of group ``g`` are shared by every query
-head of the group, so tuning them changes the whole group (see ``kv_policy`` in
-:mod:`mathcircuits.finetune.slices`).
+Slices that are not head-local are refused, never guessed. OLMo 2 (and 3) apply ``q_norm``/``k_norm``, an RMSNorm
+over the *whole* projection output (across heads): changing one head's query rows changes every head's queries,
+so q and k are in :attr:`AttentionLayout.not_head_local`; v rows and o columns stay exact. Qwen 3 and Gemma 3
+normalise q and k per head, which is head-local. Under grouped-query attention k and v of group ``g`` are shared by
+every query head of the group (``kv_policy`` in :mod:`mathcircuits.finetune.slices`).
 """
 
 from __future__ import annotations
@@ -88,11 +70,8 @@ class SliceError(SelectionError):
 class Projection:
     """One attention projection of a decoder layer.
 
-    Args:
-        module: path of the module inside a decoder layer, e.g. ``"self_attn.q_proj"``.
-        weight: ``"out_in"`` for ``nn.Linear`` (weight ``[out, in]``), ``"in_out"`` for GPT-2's ``Conv1D``.
-        block: for a fused q/k/v module, which of q (0), k (1), v (2) this projection is.
-        fused: how q, k, v share the module: ``"none"``, ``"blocked"`` or ``"per_head"`` (module docstring).
+    ``module`` is its path inside a decoder layer (``"self_attn.q_proj"``); ``weight`` is ``"out_in"`` for
+    ``nn.Linear``, ``"in_out"`` for GPT-2's ``Conv1D``; ``block`` is q (0), k (1) or v (2) in a fused module.
     """
 
     module: str
@@ -103,12 +82,7 @@ class Projection:
     def feature_range(self, unit: int, facts: ModelSpec) -> tuple[int, int]:
         """Half-open range of the features of ``unit`` (a head for q/o, a KV group for k/v) in this module.
 
-        Args:
-            unit: query head index (q, o) or KV group index (k, v).
-            facts: :func:`model_facts` of the model (``n_heads``, ``n_kv_heads``, ``d_head``).
-
-        Returns:
-            ``(start, stop)`` along the module's output features (q/k/v) or input features (o).
+        Along the module's output features (q/k/v) or input features (o).
         """
         d = facts.d_head
         if self.fused == "per_head":
@@ -131,13 +105,8 @@ class Projection:
 class AttentionLayout:
     """Where the attention projections and the MLP of decoder layer ``l`` live, and what is not head-local.
 
-    Args:
-        layers: path of the ``ModuleList`` of decoder layers.
-        q, k, v, o: the four projections.
-        mlp: path of the MLP inside a decoder layer (tuned whole).
-        not_head_local: role → why its slice would change other heads too (such roles are refused).
-        gqa: whether the family can have fewer KV heads than query heads (``False``: a config's
-            ``num_key_value_heads`` is ignored by the model, and so by :func:`model_facts`).
+    ``not_head_local``: role → why its slice would change other heads too (such roles are refused). ``gqa=False``:
+    the family ignores a config's ``num_key_value_heads``, and so does :func:`model_facts`.
     """
 
     layers: str
@@ -153,15 +122,7 @@ class AttentionLayout:
         return {"q": self.q, "k": self.k, "v": self.v, "o": self.o}[role]
 
     def check_roles(self, roles: Iterable[str], model_type: str) -> tuple[str, ...]:
-        """``roles`` as a tuple, or an error if one is unknown or not head-local in this family.
-
-        Args:
-            roles: some of :data:`HEAD_ROLES`.
-            model_type: the family's name, for the message.
-
-        Returns:
-            The roles, in the order given.
-        """
+        """``roles`` as a tuple, or an error if one is unknown or not head-local in this family."""
         roles = tuple(roles)
         if not roles or any(r not in HEAD_ROLES for r in roles):
             raise SliceError(
@@ -236,14 +197,7 @@ LAYOUTS: dict[str, AttentionLayout] = {
 
 
 def resolve_layout(model: torch.nn.Module) -> AttentionLayout:
-    """The layout of ``model`` (an HF causal LM), or an error naming the family and what is missing.
-
-    Args:
-        model: a plain HF causal LM (``config.model_type`` selects the row).
-
-    Returns:
-        Its :class:`AttentionLayout`.
-    """
+    """The layout of ``model`` (an HF causal LM), or an error naming the family and what is missing."""
     model_type = getattr(getattr(model, "config", None), "model_type", None)
     if any(name.endswith("._original_component") for name, _ in model.named_modules()):
         raise SliceError(
@@ -265,14 +219,8 @@ def resolve_layout(model: torch.nn.Module) -> AttentionLayout:
 def model_facts(model: torch.nn.Module, name: str | None = None) -> ModelSpec:
     """The :class:`~mathcircuits.models.ModelSpec` of an HF model, as the slice mapping reads it.
 
-    Args:
-        model: a plain HF causal LM.
-        name: the name the model had when key components were selected (e.g. ``spec.name``); defaults to
-            ``config.name_or_path``.
-
-    Returns:
-        ``ModelSpec.from_hf(model, name)``; a family whose layout has no grouped K/V
-        (``gqa=False``) reports one KV head per query head.
+    ``name``: the name the model had when key components were selected (default ``config.name_or_path``). A family
+    whose layout has no grouped K/V (``gqa=False``) reports one KV head per query head.
     """
     facts = ModelSpec.from_hf(model, name)
     layout = LAYOUTS.get(str(model.config.model_type))
@@ -282,16 +230,7 @@ def model_facts(model: torch.nn.Module, name: str | None = None) -> ModelSpec:
 
 
 def kv_groups(heads: Sequence[Head], facts: ModelSpec, kv_policy: KVPolicy) -> list[tuple[int, int]]:
-    """The ``(layer, group)`` pairs whose shared K/V are tuned for ``heads`` under ``kv_policy``.
-
-    Args:
-        heads: sorted heads.
-        facts: :func:`model_facts` of the model.
-        kv_policy: ``"group"``, ``"exclusive"`` or ``"frozen"`` (see :mod:`mathcircuits.finetune.slices`).
-
-    Returns:
-        Sorted ``(layer, group)`` pairs.
-    """
+    """The sorted ``(layer, group)`` pairs whose shared K/V are tuned for ``heads`` under ``kv_policy``."""
     group_size = facts.n_heads // facts.n_kv_heads
     chosen = set(heads)
     groups = sorted({(l, h // group_size) for l, h in heads})
@@ -303,14 +242,7 @@ def kv_groups(heads: Sequence[Head], facts: ModelSpec, kv_policy: KVPolicy) -> l
 
 
 def merge_ranges(ranges: Iterable[tuple[int, int]]) -> tuple[tuple[int, int], ...]:
-    """Half-open ranges sorted, with overlapping or touching ones merged (``[(0, 2), (2, 4)]`` → ``((0, 4),)``).
-
-    Args:
-        ranges: half-open ``(start, stop)`` ranges.
-
-    Returns:
-        The merged ranges, sorted by start.
-    """
+    """Half-open ranges sorted, with overlapping or touching ones merged (``[(0, 2), (2, 4)]`` → ``((0, 4),)``)."""
     out: list[list[int]] = []
     for a, b in sorted(set(ranges)):
         if out and a <= out[-1][1]:
@@ -321,14 +253,7 @@ def merge_ranges(ranges: Iterable[tuple[int, int]]) -> tuple[tuple[int, int], ..
 
 
 def module_orientation(module: torch.nn.Module) -> Literal["out_in", "in_out"]:
-    """``"in_out"`` for GPT-2's ``Conv1D`` (weight ``[in, out]``), ``"out_in"`` for ``nn.Linear``.
-
-    Args:
-        module: a module with a weight that precise SFT would tune.
-
-    Returns:
-        The weight orientation; any other module type is refused.
-    """
+    """``"in_out"`` for GPT-2's ``Conv1D`` (weight ``[in, out]``), ``"out_in"`` for ``nn.Linear``; others refused."""
     if isinstance(module, torch.nn.Linear):
         return "out_in"
     if isinstance(module, Conv1D):

@@ -1,33 +1,23 @@
 """The random-heads control of precise SFT, matched in depth and parameters; and what shared K/V changes.
 
-Background. Wang & Veitch (2025) find that tuning *random* attention heads, each at its own best
-learning rate, does nearly as well as tuning "localised" ones. A fair control for precise SFT is
-therefore a random head set that differs from the key heads only in *which* heads, not in how
-deep they sit or how many parameters they train: otherwise a difference could come from depth
-(later layers are closer to the logits) or from capacity.
+Wang & Veitch (2025) find that tuning *random* attention heads, each at its own best learning rate, does nearly as
+well as tuning "localised" ones. A fair control differs from the key heads only in *which* heads, not in depth
+(later layers are closer to the logits) or capacity.
 
-Method. For every layer ``l`` with ``k_l`` key heads, draw ``k_l`` non-key heads of layer ``l``
-(depth-matched, layer by layer). Under grouped-query attention a head's K/V slice belongs to its
-KV group, so the parameter count is ``n_heads · (q + o rows) + n_groups · (k + v rows)``; a draw
-is kept only when it tunes as many KV groups in layer ``l`` as the key heads do under the same
-``kv_policy`` (parameter-matched, exactly). Heads outside the key heads' KV groups are preferred, so
-the control does not tune the key heads' own K/V; when a layer has too few of them, every non-key
-head of the layer is allowed. Draws are rejection-sampled (seeded); a layer where no draw matches
-after ``max_tries`` keeps the closest one, and the result says so (``exact``).
+Method. For every layer ``l`` with ``k_l`` key heads, draw ``k_l`` non-key heads of layer ``l``. Under GQA a
+head's K/V slice belongs to its KV group, so the parameter count is ``n_heads · (q + o rows) + n_groups · (k + v
+rows)``; a draw is kept only when it tunes as many KV groups in layer ``l`` as the key heads do under the same
+``kv_policy`` (exactly parameter-matched). Heads outside the key heads' KV groups are preferred, so the control
+does not tune the key heads' own K/V; a layer with too few of them allows every non-key head. Draws are
+rejection-sampled (seeded); a layer with no match after ``max_tries`` keeps the closest draw (``exact`` False).
 
-:func:`kv_shared_heads` names the side effect of ``kv_policy="group"``: the non-key heads whose
-keys and values change because they share a KV group with a key head (two per key head on
-SmolLM2, which has 3 query heads per KV head). ``"exclusive"`` tunes a group's K/V only when all
-its heads are key heads, so no non-key head changes.
+Under ``kv_policy="group"`` the non-key heads sharing a KV group with a key head have their keys and values
+changed too (two per key head on SmolLM2, 3 query heads per KV head); ``"exclusive"`` tunes a group's K/V only
+when all its heads are key heads.
 
-Usage::
 
-    draw = matched_random_heads(model_facts(model), key.heads, kv_policy="group", seed=1)
-    draw.heads, draw.exact              # ((13, 4), (14, 6), ...), True
-    kv_shared_heads(head_slices(model, key))   # ((14, 0), (14, 2), ...)
-
-References: Wang & Veitch, "Does Editing Provide Evidence for Localization?" (arXiv 2502.11447, 2025):
-optimal edits at random heads can be as effective as at localised ones; Zhang et al., ICML 2024, §5.
+References: Wang & Veitch, "Does Editing Provide Evidence for Localization?" (arXiv 2502.11447, 2025);
+Zhang et al., ICML 2024, §5.
 """
 
 from __future__ import annotations
@@ -48,12 +38,8 @@ __all__ = ["MatchedDraw", "kv_shared_heads", "matched_random_heads"]
 class MatchedDraw:
     """One depth- and parameter-matched random head set.
 
-    Args:
-        heads: the drawn ``(layer, head)`` pairs, sorted; as many per layer as the key heads.
-        kv_groups: the ``(layer, group)`` pairs whose K/V they tune under the policy of the draw.
-        exact: every layer tunes as many KV groups as the key heads (so the parameter count is equal).
-        outside_key_groups: no drawn head shares a KV group with a key head.
-        seed: the draw's seed.
+    ``exact``: every layer tunes as many KV groups as the key heads (equal parameter count);
+    ``outside_key_groups``: no drawn head shares a KV group with a key head.
     """
 
     heads: tuple[Head, ...]
@@ -72,18 +58,7 @@ def matched_random_heads(
 ) -> MatchedDraw:
     """Random non-key heads with the key heads' count per layer and KV-group count per layer.
 
-    Args:
-        facts: :func:`~mathcircuits.finetune.model_facts` of the model (its ``n_layers``, ``n_heads``, ``n_kv_heads``).
-        key_heads: the key heads.
-        kv_policy: ``"group"``, ``"exclusive"`` or ``"frozen"`` (as the precise run it controls for).
-        seed: seed of the draw.
-        max_tries: rejection-sampling attempts per layer before the closest draw is kept.
-
-    Returns:
-        The :class:`MatchedDraw`.
-
-    Raises:
-        ValueError: a key head is out of range, or a layer has fewer non-key heads than key heads.
+    ``kv_policy`` should be the precise run's it controls for. Refuses a layer with fewer non-key heads than key heads.
     """
     n_layers, n_heads = facts.n_layers, facts.n_heads
     size = facts.group_size
@@ -129,11 +104,7 @@ def matched_random_heads(
 def kv_shared_heads(slices: SliceSet) -> tuple[Head, ...]:
     """The non-tuned heads whose keys and values change because their KV group's K/V slice is tuned.
 
-    Args:
-        slices: the :class:`SliceSet` of a precise run (its heads, its ``kv_groups`` and the model's shape).
-
-    Returns:
-        Sorted heads; empty without GQA, under ``kv_policy="exclusive"`` or ``"frozen"``.
+    Empty without GQA and under ``kv_policy="exclusive"`` or ``"frozen"``.
     """
     size = slices.model.group_size
     tuned = set(slices.heads)

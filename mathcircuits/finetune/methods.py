@@ -1,17 +1,8 @@
 """How each SFT method prepares the model it trains: one strategy per method, in the table :data:`METHODS`.
 
-:func:`~mathcircuits.finetune.train_sft` looks the configured method up here and trains what
-the strategy returns; everything else about a run (data, optimizer, schedule, checkpoints) is
-the same for every method.
-
-* ``precise`` — a :class:`~mathcircuits.finetune.HeadSliceAdapter` on the weight slices of the key
-  heads (and MLPs): only those entries move (Zhang et al. 2024, §5);
-* ``lora`` — PEFT LoRA on every attention projection (:func:`lora_model`);
-* ``full`` — every parameter of the model.
-
-Usage::
-
-    trainable = METHODS["precise"](model, key, config, "SmolLM2-135M-Instruct")
+Everything else about a run (data, optimizer, schedule, checkpoints) is the same for every method: ``precise``
+wraps the model in a :class:`~mathcircuits.finetune.HeadSliceAdapter` on the key components' slices, ``lora`` in
+PEFT LoRA on every attention projection, ``full`` trains every parameter.
 """
 
 from __future__ import annotations
@@ -37,14 +28,7 @@ Prepare: TypeAlias = Callable[[nn.Module, KeyComponents | SliceSet | None, SFTCo
 
 
 def lora_targets(model: nn.Module) -> tuple[str, ...]:
-    """The attention projections LoRA adapts: the q, k, v, o modules of the model's layout (as PEFT suffixes).
-
-    Args:
-        model: a plain HF causal LM of a family in :data:`~mathcircuits.finetune.LAYOUTS`.
-
-    Returns:
-        Module-name suffixes, e.g. ``("self_attn.q_proj", ..., "self_attn.o_proj")``.
-    """
+    """The attention projections LoRA adapts: the q, k, v, o modules of the model's layout (as PEFT suffixes)."""
     layout = resolve_layout(model)
     return tuple(dict.fromkeys(layout.projection(r).module for r in ("q", "k", "v", "o")))
 
@@ -52,14 +36,8 @@ def lora_targets(model: nn.Module) -> tuple[str, ...]:
 def lora_model(model: nn.Module, rank: int, alpha: float = 16.0, dropout: float = 0.0) -> nn.Module:
     """Wrap ``model`` in a PEFT LoRA model on its attention projections (:func:`lora_targets`).
 
-    Args:
-        model: a plain HF causal LM.
-        rank: LoRA rank ``r`` (each adapted ``[out, in]`` weight gains ``r·(in + out)`` parameters).
-        alpha: scaling numerator (the update is ``alpha / r · B A``).
-        dropout: LoRA dropout (0: deterministic, as the other modes).
-
-    Returns:
-        The PEFT model; only its LoRA matrices require gradients.
+    Each adapted ``[out, in]`` weight gains ``rank·(in + out)`` parameters; the update is ``alpha / r · B A``;
+    ``dropout=0`` keeps it deterministic, as the other modes. Only the LoRA matrices require gradients.
     """
     from peft import LoraConfig, get_peft_model  # heavy, optional at import
 

@@ -7,18 +7,11 @@ A *mode* names what a fine-tuning run tunes. The grammar::
 * ``base`` — no training (the reference row of a comparison);
 * ``precise`` — the key heads (their q/k/v/o weight slices); ``+mlp`` adds the key MLPs;
 * ``precise@K`` — the top-K heads of a ranking by path-patching effect (the paper's Table 2);
-* ``random`` — as many heads as ``precise``, drawn from the non-key heads (a control);
-* ``lora`` — PEFT LoRA on the attention projections; ``full`` — every parameter.
+* ``random`` — as many heads as ``precise``, drawn from the non-key heads, matched in depth and KV groups;
+* ``lora`` — PEFT LoRA on the attention projections, at the rank nearest ``precise``'s parameter count;
+* ``full`` — every parameter.
 
-:class:`Mode` is that name parsed: ``Mode.parse("precise@4+mlp")`` gives ``kind="precise"``,
-``top_k=4``, ``mlps=True``, and ``str()`` writes it back. Configs hold modes (a YAML string is
-parsed when the config loads), results save them as text. :attr:`Mode.method` is the SFT method
-that trains it (:data:`~mathcircuits.finetune.SFTMethod`).
-
-Usage::
-
-    mode = Mode.parse("precise@4+mlp")
-    mode.top_k, mode.mlps, mode.method       # 4, True, "precise"
+Configs hold modes (a YAML string is parsed when the config loads); results save them as text.
 """
 
 from __future__ import annotations
@@ -42,10 +35,7 @@ _FIX = "Fix: use base, precise, precise+mlp, precise@K, precise@K+mlp (K >= 1, e
 class Mode:
     """A fine-tuning mode (see the module docstring for the grammar).
 
-    Args:
-        kind: what is tuned: ``base``, ``precise``, ``random``, ``lora`` or ``full``.
-        top_k: for ``precise@K``: the number of top-ranked heads (``None``: the key heads).
-        mlps: also tune the key MLPs (``+mlp``).
+    ``Mode.parse("precise@4+mlp")`` has ``kind="precise"``, ``top_k=4`` (None: the key heads), ``mlps=True``.
     """
 
     kind: ModeKind
@@ -60,17 +50,7 @@ class Mode:
 
     @classmethod
     def parse(cls, text: str | Mode) -> Mode:
-        """The mode written as ``text`` (a :class:`Mode` is returned as it is).
-
-        Args:
-            text: e.g. ``"precise"``, ``"precise@4+mlp"``, ``"lora"``.
-
-        Returns:
-            The mode.
-
-        Raises:
-            ValueError: ``text`` is not in the grammar; the message lists it.
-        """
+        """The mode written as ``text`` (a :class:`Mode` is returned as it is); the error lists the grammar."""
         if isinstance(text, Mode):
             return text
         m = _GRAMMAR.match(str(text))

@@ -1,37 +1,22 @@
 """A fine-tuning comparison as resumable units: each (mode, learning rate, seed) trained, scored and saved.
 
-Background. Zhang et al. (ICML 2024, §5) compare precise SFT of the key heads with full SFT. A fair
-test gives every mode the same data, steps and batch, and each its own learning rate (a sparse
-update usually needs a larger step than a dense one); reviewers also expect several training
-seeds, a random-heads control (Wang & Veitch 2025) and LoRA on the same parameter budget (LoFiT,
-Yin et al. 2024), and a check that a chosen rate is not at the edge of its grid.
-
-Protocol (:func:`compare_units`), in units that each train one model, score it and save a
-:class:`UnitRecord` (``<root>/<unit.key>/unit.json``):
+Protocol (:func:`compare_units`; the fairness rationale is :mod:`mathcircuits.finetune.compare`'s), in units that
+each train one model, score it and save a :class:`UnitRecord` (``<root>/<unit.key>/unit.json``):
 
 1. ``base``: the untrained model, scored on the validation and test facts and on every generic item.
-2. ``sweep``: every trained mode at every rate of its grid (:attr:`UnitPlan.grids`), seed 0, for
-   ``sweep_steps`` steps; scored on the validation facts and on the first ``sweep_generic`` items of
-   each generic benchmark.
-3. choose: per mode the rate with the best mean validation score (answer log-probability or
-   accuracy, :attr:`UnitPlan.select_on`; ties: the smaller rate); :attr:`RateChoice.at_edge` flags a
-   rate at either end of a grid of two or more rates.
-4. ``final``: the chosen rate of each mode trained ``steps`` steps with each of ``seeds``, scored on
-   the test facts and on every generic item. ``random`` draws its heads with the unit's seed, so
-   seed ``i`` is draw ``i``: its spread is over draws and training seeds together.
-5. sensitivity (``kv_sensitivity``): ``precise`` with ``kv_policy="exclusive"`` at precise's chosen rate,
-   same seeds, so no non-key head's keys or values change.
+2. ``sweep``: every trained mode at every rate of its grid, seed 0, for ``sweep_steps`` steps; scored on the
+   validation facts and on the first ``sweep_generic`` items of each generic benchmark.
+3. choose: per mode the rate with the best mean validation score (answer log-probability or accuracy; ties: the
+   smaller rate); :attr:`RateChoice.at_edge` flags a rate at either end of a grid of two or more rates.
+4. ``final``: each mode's chosen rate trained ``steps`` steps with each of ``seeds``, scored on the test facts and
+   every generic item. ``random`` draws its heads with the unit's seed, so its spread is over draws and training
+   seeds together.
+5. sensitivity (``kv_sensitivity``): ``precise`` with ``kv_policy="exclusive"`` at precise's chosen rate, same
+   seeds, so no non-key head's keys or values change.
 
-A unit whose record exists is read back, not retrained, so the comparison resumes after a kill
-(a killed unit leaves no record; its work folder is cleared and it runs again). The number of
-units left is logged after each unit and kept in ``<root>/progress.json``.
-
-Usage::
-
-    plan = UnitPlan(modes=("precise", "full"), grids={"precise": (1e-3, 3e-3), "full": (1e-5, 1e-4)},
-                    sweep_steps=10, steps=40, seeds=(0, 1, 2))
-    result = compare_units(plan, "runs/x/compare/units", execute)   # execute: Unit -> UnitRecord
-    result.choices["precise"].at_edge
+A unit whose record exists is read back, not retrained, so the comparison resumes after a kill (a killed unit
+leaves no record; its work folder is cleared and it runs again). Units left are logged and kept in
+``<root>/progress.json``.
 """
 
 from __future__ import annotations
@@ -83,15 +68,7 @@ def _score(record: UnitRecord, select_on: str) -> float:
 
 
 def choose_rates(records: Sequence[UnitRecord], select_on: SelectOn = "logp") -> dict[str, RateChoice]:
-    """Per mode, the sweep rate with the best mean validation score (ties: the smaller rate).
-
-    Args:
-        records: the sweep units' records (other phases are ignored).
-        select_on: ``logp`` (mean answer log-probability) or ``accuracy``.
-
-    Returns:
-        Mode → :class:`RateChoice`.
-    """
+    """Per mode, the sweep rate with the best mean validation score (ties: the smaller rate); other phases ignored."""
     by_mode: dict[str, list[UnitRecord]] = {}
     for r in records:
         if r.unit.phase == "sweep":
@@ -116,14 +93,8 @@ def compare_units(
 ) -> UnitComparison:
     """Run (or read back) every unit of ``plan``; choose each mode's rate between the sweep and the final runs.
 
-    Args:
-        plan: the design.
-        root: folder of the units (``<root>/<unit.key>/unit.json``) and ``progress.json``.
-        execute: trains and scores one unit in the given work folder (cleared first) and returns its record.
-        echo: where one line per finished unit goes (with the number of units left).
-
-    Returns:
-        The :class:`UnitComparison` (also saved as ``<root>/comparison.json``).
+    ``execute`` trains and scores one unit in the given work folder (cleared first) and returns its record; ``echo``
+    gets one line per finished unit. The comparison is also saved as ``<root>/comparison.json``.
     """
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)

@@ -19,8 +19,7 @@ __all__ = ["SFTResult"]
 class SFTResult(SavedResult):
     """What one SFT run did: settings, tuned-parameter counts, loss history and speed.
 
-    ``model`` is the :class:`~mathcircuits.models.ModelSpec` of the tuned model, ``slices`` the weight slices
-    precise SFT tuned (``None`` for LoRA and full SFT). Saved as JSON by ``save("sft_result.json")``.
+    ``slices`` is None for LoRA and full SFT.
     """
 
     STAGE = "finetune"

@@ -1,29 +1,13 @@
 """Train and score one unit of a fine-tuning comparison (:mod:`mathcircuits.finetune.units`).
 
-What each mode tunes (one definition of "precise", shared by every table and claim):
+What ``precise`` tunes (one definition, shared by every table and claim): each key head's q rows and o columns
+and, under GQA, its KV group's k and v rows (``kv_policy="group"`` also changes the group's other heads' keys and
+values, listed as :attr:`~mathcircuits.finetune.units.UnitRecord.kv_shared_heads`; ``"exclusive"``: only groups
+whose heads are all key heads). ``+mlp`` tunes the key MLPs whole (on SmolLM2 most of its parameters). ``random``
+draws its matched heads with the unit's seed; ``lora``'s rank matches ``precise``'s parameter count.
 
-* ``base`` — nothing;
-* ``precise`` — the key heads only: each key head's q rows and o columns and, under GQA, its KV
-  group's k and v rows (``kv_policy="group"``: that also changes the group's other heads' keys and
-  values, listed as :attr:`~mathcircuits.finetune.units.UnitRecord.kv_shared_heads`;
-  ``"exclusive"``: only groups whose heads are all key heads);
-* ``precise+mlp`` — the key heads and the key MLPs (whole MLPs: on SmolLM2 most of its parameters);
-* ``precise@K`` / ``precise@K+mlp`` — the top-K heads of a ranking (without / with the key MLPs);
-* ``random`` — as many non-key heads per layer as the key heads, tuning as many KV groups
-  (:func:`~mathcircuits.finetune.matched.matched_random_heads`; the unit's seed is the draw);
-* ``lora`` — LoRA on every attention projection, at the rank whose parameter count is nearest to
-  ``precise``'s (:func:`~mathcircuits.finetune.lora_rank_for_budget`);
-* ``full`` — every parameter.
-
-The trained model is merged into a plain HF model, scored by the given scorers (held-out
-arithmetic per split; generic benchmarks on the first ``n`` items) and dropped: a unit keeps its
-scores, not its weights. CPU time is the process's (``time.process_time``), split into training
-and scoring.
-
-Usage::
-
-    record = execute_unit(unit, work, factory=lambda: load_hf_model("embedded")[0], tokenizer=tok,
-                          train_dataset=data, key=key, config=SFTConfig(batch_size=16), scorers=scorers)
+The trained model is merged into a plain HF model, scored and dropped: a unit keeps its scores, not its weights.
+CPU time is the process's (``time.process_time``), split into training and scoring.
 """
 
 from __future__ import annotations
@@ -57,11 +41,9 @@ __all__ = ["Scorers", "execute_unit", "unit_components"]
 class Scorers:
     """How a unit's model is scored.
 
-    Args:
-        math: ``(model, split) → ItemScores`` on that split's held-out arithmetic facts.
-        generic: ``(model, n) → benchmark → ItemScores`` on the first ``n`` items of each benchmark
-            (None: every item).
-        sweep_generic: ``n`` for sweep units (0: no generic scoring in the sweep).
+    ``math``: ``(model, split) → ItemScores`` on that split's held-out arithmetic facts; ``generic``:
+    ``(model, n) → benchmark → ItemScores`` on the first ``n`` items of each (None: every item); ``sweep_generic``:
+    ``n`` for sweep units (0: no generic scoring in the sweep).
     """
 
     math: Callable[[nn.Module, str], ItemScores]
@@ -74,14 +56,7 @@ def unit_components(
 ) -> KeyComponents | None:
     """The heads (and MLPs) a head mode tunes; None for ``base``, ``lora`` and ``full``.
 
-    Args:
-        model: the plain HF model (for its shape).
-        unit: the unit.
-        key: the key components (heads and MLPs) from path patching.
-        ranking: every head, best first, for ``precise@K``.
-
-    Returns:
-        The components: key heads (``precise``), plus key MLPs (``+mlp``), the top-K heads, or a matched random draw.
+    ``ranking`` lists every head, best first, for ``precise@K``; ``random`` gets a matched draw.
     """
     mode = unit.mode
     if mode.kind in ("base", "lora", "full"):
@@ -119,21 +94,9 @@ def execute_unit(
 ) -> UnitRecord:
     """Train ``unit`` (in ``work``), score the merged model, and return its record (the caller saves it).
 
-    Args:
-        unit: what to train.
-        work: a scratch folder for the trainer (no checkpoints or final weights are written).
-        factory: returns a fresh copy of the base HF model.
-        tokenizer: its tokenizer.
-        train_dataset: SFT examples (``input_ids``, ``labels``).
-        key: the key components.
-        config: the shared training settings (batch, schedule, decay); mode, rate, seed, steps, kv policy
-            and MLPs are set from the unit.
-        scorers: how the model is scored.
-        model_name: the model's name, to check ``key`` against.
-        ranking: every head, best first, for ``precise@K``.
-
-    Returns:
-        The :class:`UnitRecord`.
+    ``work`` is scratch (no checkpoints or final weights are written); ``factory`` returns a fresh copy of the base
+    model; ``config`` holds the shared settings (batch, schedule, decay): mode, rate, seed, steps, kv policy and MLPs
+    come from the unit. ``model_name`` checks ``key``; ``ranking`` lists every head, best first, for ``precise@K``.
     """
     t0, c0 = time.perf_counter(), time.process_time()
     model = factory()

@@ -1,36 +1,25 @@
 """Train one SFT run through HF ``Trainer``: precise SFT (key components only), LoRA or full SFT.
 
-Zhang et al. (ICML 2024, §5) fine-tune only the key heads and MLPs found by
-path patching ("precise SFT") and compare with full SFT on the same data, with
-the settings that are the defaults of :class:`~mathcircuits.finetune.SFTConfig`.
-What each method trains is its strategy in :data:`~mathcircuits.finetune.METHODS`;
-this module runs any of them the same way.
+Every method (its strategy in :data:`~mathcircuits.finetune.METHODS`) runs the same way, with the paper's settings
+as :class:`~mathcircuits.finetune.SFTConfig`'s defaults. Notes on faithfulness:
 
-Notes on faithfulness:
+* **Weight decay.** With ``decay_mode="weights"`` (default) the tuned entries decay as in full SFT: AdamW's
+  ``W ← W − lr·wd·W`` on the effective weight ``W = W₀ + Δ`` becomes ``Δ ← Δ − lr·wd·(W₀ + Δ)`` (biases are not
+  decayed, as in ``Trainer``). ``"delta"`` decays Δ towards zero (the pre-trained weights). Either way the frozen
+  base is never in the optimizer.
+* **Gradient rescaling.** Adam normalises gradients per entry, so a constant factor ``H/h`` cancels in the update
+  except through ε and gradient clipping (``max_grad_norm``, on the global norm). We apply it as the paper says;
+  expect it to matter little.
 
-* **Weight decay.** With ``decay_mode="weights"`` (default) the tuned entries
-  decay like in full SFT: AdamW's decoupled step ``W ← W − lr·wd·W`` on the
-  effective weight ``W = W₀ + Δ`` becomes ``Δ ← Δ − lr·wd·(W₀ + Δ)``, applied
-  by an optimizer pre-step hook (biases are not decayed, as in ``Trainer``).
-  ``"delta"`` decays Δ towards zero instead (towards the pre-trained weights).
-  Either way the frozen base is never in the optimizer, so nothing else moves.
-* **Gradient rescaling.** Adam normalises gradients per entry, so a constant
-  factor ``H/h`` cancels in the update except through ε and through gradient
-  clipping (``max_grad_norm``, on the global norm). We apply it as the paper
-  says; expect it to matter little.
+Through ``Trainer``: multi-GPU via ``torchrun`` / ``accelerate launch``, checkpoints and
+``resume_from_checkpoint``. Precise SFT's checkpoints hold the adapter files (not the frozen weights) plus
+optimizer, scheduler and RNG state. Each log line also goes to ``<output_dir>/log.jsonl``.
 
-Training runs through ``transformers.Trainer`` (multi-GPU via ``torchrun`` /
-``accelerate launch``, progress bar, loss log, checkpoints, and
-``resume_from_checkpoint``). Checkpoints of precise SFT hold the adapter files
-(not the 100s of MB of frozen weights) plus optimizer, scheduler and RNG state.
-Each log line also goes to ``<output_dir>/log.jsonl``.
-
-Usage::
+Example::
 
     model, tok = load_hf_model("embedded")
     data = build_sft_dataset(tok, generate_pairs(tok, load_templates(), GenerationConfig(...)))
     adapter, result = train_sft(model, tok, data, "runs/precise", key=KeyComponents.load("key.json"))
-    adapter.save_pretrained("runs/precise/adapter")   # also written at the end as <output_dir>/final
 """
 
 from __future__ import annotations
@@ -58,7 +47,7 @@ from mathcircuits.finetune.methods import METHODS
 from mathcircuits.finetune.result import SFTResult
 from mathcircuits.finetune.sliceset import SliceSet
 from mathcircuits.models import ModelSpec
-from mathcircuits.models.placement import check_trainable_placement
+from mathcircuits.models.forward.placement import check_trainable_placement
 from mathcircuits.patching import KeyComponents
 
 __all__ = ["train_sft"]
@@ -79,35 +68,15 @@ def train_sft(
 ) -> tuple[nn.Module, SFTResult]:
     """Fine-tune ``model`` on ``train_dataset`` (``input_ids``/``labels``, see :func:`build_sft_dataset`).
 
-    ``config.mode`` picks the method's strategy from :data:`~mathcircuits.finetune.METHODS`: precise mode
-    wraps ``model`` in a :class:`HeadSliceAdapter` built from ``key`` (a :class:`KeyComponents`, mapped
-    with ``config.kv_policy``, or a ready :class:`SliceSet`), or trains an adapter passed as ``model``;
-    LoRA wraps it in PEFT LoRA; full mode trains every parameter of ``model``. ``resume_from_checkpoint``: a
-    checkpoint folder, or True for the latest in ``output_dir``. Returns the
-    trained module (adapter or model, in eval mode) and an :class:`SFTResult`
-    (also saved as ``<output_dir>/sft_result.json``; the final adapter or
-    model goes to ``<output_dir>/final``).
+    Precise mode wraps ``model`` in a :class:`HeadSliceAdapter` built from ``key`` (a :class:`KeyComponents` mapped
+    with ``config.kv_policy``, or a ready :class:`SliceSet`), or trains an adapter passed as ``model`` (then ``key``
+    is None); LoRA wraps it in PEFT LoRA; full mode trains every parameter. The tokenizer's pad id (else EOS) pads.
+    ``resume_from_checkpoint``: a checkpoint folder, True for the latest in ``output_dir`` (FileNotFoundError when
+    there is none), None to start afresh. ``model_name`` is recorded and maps ``key`` to slices.
 
-    Args:
-        model: a Hugging Face causal LM, or (precise mode) a ready :class:`HeadSliceAdapter`.
-        tokenizer: the model's tokenizer (its pad id, else EOS id, pads the batches).
-        train_dataset: a ``datasets.Dataset`` with ``input_ids`` and ``labels`` columns.
-        output_dir: folder for checkpoints, ``log.jsonl``, ``sft_result.json`` and ``final``.
-        key: precise mode: the components to train, a :class:`KeyComponents` or :class:`SliceSet`
-            (None when ``model`` is an adapter).
-        config: the :class:`SFTConfig` (mode, optimiser, schedule, batch sizes, saving).
-        resume_from_checkpoint: a checkpoint folder, True for the latest in ``output_dir``, or None to start afresh.
-        model_name: the model's name, recorded in the result's spec and used to map ``key`` to slices.
-        callbacks: extra ``transformers`` trainer callbacks.
-
-    Returns:
-        ``(trained_module, result)``: the trained adapter or model (in eval mode) and its :class:`SFTResult`.
-
-    Raises:
-        ValueError: if precise mode gets both an adapter and ``key``, or neither; full mode gets an adapter;
-            or ``train_dataset`` lacks ``input_ids`` or ``labels``; or ``model`` is split by a ``device_map``
-            (:func:`~mathcircuits.models.placement.check_trainable_placement`).
-        FileNotFoundError: if ``resume_from_checkpoint=True`` but ``output_dir`` holds no checkpoint.
+    Returns the trained adapter or model (eval mode) and its :class:`SFTResult` (also ``<output_dir>/sft_result.json``;
+    the final adapter or model goes to ``<output_dir>/final``). Refuses a model split by a ``device_map``
+    (:func:`~mathcircuits.models.forward.placement.check_trainable_placement`).
     """
 
     output_dir = Path(output_dir)
@@ -231,9 +200,9 @@ def train_sft(
 def takes_logit_mask(model: torch.nn.Module) -> bool:
     """Whether ``model.forward`` accepts a boolean ``[batch, seq]`` mask as ``logits_to_keep``.
 
-    An HF model takes one when its modelling module slices with ``slice_logits_to_keep`` (transformers 5.24
-    has it for Llama, Gemma, ...); older releases (5.17 on the GPU machine of issue #33) index
-    ``hidden_states[:, logits_to_keep, :]`` and fail on a mask, so the logits are then computed everywhere.
+    Models that slice with ``slice_logits_to_keep`` (transformers 5.24: Llama, Gemma, ...) do; older releases (5.17 on
+    the GPU machine of issue #33) index ``hidden_states[:, logits_to_keep, :]`` and fail, so logits are then
+    computed everywhere.
     """
     if "logits_to_keep" not in inspect.signature(model.forward).parameters:
         return False

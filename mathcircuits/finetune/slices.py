@@ -1,38 +1,24 @@
 """From key heads and MLPs to the exact parameter slices of an HF model.
 
-Background. Zhang et al. (ICML 2024, §5) fine-tune only the components that
-path patching found to matter for arithmetic ("precise SFT"). A key component
-is a unit of the *computation* (a query head, an MLP); what an optimizer moves
-are *parameters*. This module maps a
-:class:`~mathcircuits.patching.selection.KeyComponents` selection to the rows
-and columns of the HF weights that compute those components. Where each
-family keeps a head's features is data, in :mod:`mathcircuits.finetune.layouts`.
+A key component is a unit of the *computation* (a query head, an MLP); an optimizer moves *parameters*. A key
+head ``h`` of layer ``l`` tunes its query features and its output projection's input features; its KV group ``g``
+tunes key and value features (where each family keeps them: :mod:`mathcircuits.finetune.layouts`). Under
+grouped-query attention k and v are **shared** by every head of ``g``, so tuning them changes non-key heads too.
+``kv_policy`` says what to do:
 
-A key head ``h`` of layer ``l`` tunes its query features and its output
-projection's input features; its KV group ``g`` tunes key and value features.
-Under grouped-query attention k and v are **shared** by every head of group
-``g``, so tuning them changes non-key heads too. ``kv_policy`` says what to do:
-
-* ``"group"`` (default): tune the group's K/V when any of its heads is key
-  (closest to the paper, which tuned q, k, v and o of each key head on
-  multi-head models, where every group has one head);
-* ``"exclusive"``: tune a group's K/V only when *all* its heads are key, so no
-  non-key head's computation changes (same as ``"group"`` without GQA);
+* ``"group"`` (default): tune the group's K/V when any of its heads is key (closest to the paper, which tuned q,
+  k, v and o of each key head on multi-head models, where every group has one head);
+* ``"exclusive"``: only when *all* its heads are key, so no non-key head changes (``"group"`` without GQA);
 * ``"frozen"``: never tune K/V (query rows and output columns only).
 
-A key MLP ``l`` tunes every parameter of ``layers[l].mlp``, whole.
+A key MLP tunes every parameter of ``layers[l].mlp``. ``roles`` restricts which of q, k, v, o are tuned; families
+whose q or k slices are not head-local (OLMo 2/3) are refused unless ``roles`` leaves those out, e.g.
+``roles=("v", "o")``.
 
-``roles`` restricts which of q, k, v, o are tuned. Families whose q or k slices
-are not head-local (OLMo 2/3: one norm over all heads' queries and keys) are
-refused unless ``roles`` leaves those out, e.g. ``roles=("v", "o")``.
+Example::
 
-Usage::
-
-    model, tok = load_hf_model("embedded")
-    key = KeyComponents.load("key_components.json")
-    slices = head_slices(model, key, kv_policy="group", model_name="SmolLM2-135M-Instruct")
+    slices = head_slices(model, KeyComponents.load("key_components.json"), model_name="SmolLM2-135M-Instruct")
     slices.n_tuned, slices.fraction, slices.to_dataframe()
-    slices.save("slices.json")
 """
 
 from __future__ import annotations
@@ -191,18 +177,9 @@ def head_slices(
 ) -> SliceSet:
     """Map key heads (and MLPs) to the parameter slices of the HF model ``model``.
 
-    Args:
-        model: a plain HF causal LM of a family in :data:`LAYOUTS`.
-        key: a :class:`KeyComponents` (checked against the model; give ``model_name`` to compare the name too,
-            else only the shape is compared) or a plain list of ``(layer, head)``.
-        kv_policy: one of :data:`KV_POLICIES` (module docstring).
-        include_mlps: ``False`` drops the selection's MLPs.
-        mlps: extra MLP layers to tune whole.
-        model_name: the name the selection was made on, to check it.
-        roles: which of ``"q"``, ``"k"``, ``"v"``, ``"o"`` to tune per head (k and v also per ``kv_policy``).
-
-    Returns:
-        The :class:`SliceSet` of every tuned parameter slice, in the model's parameter order.
+    ``key`` (a :class:`KeyComponents` or a list of ``(layer, head)``) is checked against the model's shape, and its
+    name when ``model_name`` is given. ``include_mlps=False`` drops the selection's MLPs; ``mlps`` adds MLP layers to
+    tune whole. Slices come in the model's parameter order.
     """
     if kv_policy not in KV_POLICIES:
         raise SliceError(

@@ -1,8 +1,5 @@
-"""The values that say what precise SFT tunes: :class:`ParamSlice` (the tuned entries of one HF
-parameter) and :class:`SliceSet` (all of them for one selection, with the model they were made for).
-
-:func:`mathcircuits.finetune.head_slices` builds a :class:`SliceSet` from key components; the
-head-slice adapter and the trainer read it; it saves and loads as JSON on the one result protocol.
+"""The values that say what precise SFT tunes: :class:`ParamSlice` (the tuned entries of one HF parameter) and
+:class:`SliceSet` (all of them for one selection, with the model they were made for), saved as JSON.
 """
 
 from __future__ import annotations
@@ -28,9 +25,8 @@ __all__ = ["ParamSlice", "SliceSet"]
 class ParamSlice:
     """The tuned entries of one HF parameter.
 
-    ``axis`` is the weight axis the ``ranges`` (half-open, sorted, disjoint)
-    index; ``axis=None`` means the whole parameter. ``feature`` says whether
-    the indexed axis is the module's output or input features.
+    ``ranges`` (half-open, sorted, disjoint) index weight axis ``axis`` (None: the whole parameter); ``feature`` says
+    whether that axis is the module's output or input features.
     """
 
     name: str  # full parameter name, e.g. "model.layers.14.self_attn.q_proj.weight"
@@ -95,10 +91,8 @@ class ParamSlice:
 class SliceSet(SavedResult):
     """Every parameter slice that precise SFT tunes for a selection, with counts.
 
-    ``n_tuned`` counts tuned scalars, ``n_model_params`` all parameters of the
-    model (tied weights once), ``fraction`` their ratio. ``model`` is the
-    :class:`~mathcircuits.models.ModelSpec` of the HF model the slices were made for. Saved as JSON by
-    ``save("slices.json")``.
+    ``n_tuned`` counts tuned scalars, ``n_model_params`` all parameters (tied weights once); ``model`` is the HF model
+    the slices were made for.
     """
 
     STAGE = "finetune"
@@ -125,8 +119,7 @@ class SliceSet(SavedResult):
         return heads_by_layer(self.heads)
 
     def grad_scales(self) -> dict[str, float]:
-        """Paper's gradient rescaling: parameter name → ``H/h`` for attention slices of a layer
-        with ``h`` key heads out of ``H`` (1.0 for MLP parameters)."""
+        """Paper's gradient rescaling: parameter → ``H/h`` for a layer with ``h`` of ``H`` heads tuned (MLPs: 1.0)."""
         n_heads = self.model.n_heads
         per_layer = {layer: len(hs) for layer, hs in self.heads_by_layer().items()}
         return {
@@ -155,11 +148,7 @@ class SliceSet(SavedResult):
     def check_model(self, model: torch.nn.Module) -> None:
         """Refuse an HF model whose architecture or shape, or parameter shapes, differ from the slices' model.
 
-        Args:
-            model: a plain HF model (its load name is unknown, so names are not compared).
-
-        Returns:
-            None; raises :class:`SliceError` naming both models and the fix.
+        Names are not compared (a loaded model's load name is unknown); raises :class:`SliceError` with the fix.
         """
         check_model(
             self.model,

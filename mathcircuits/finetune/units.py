@@ -1,17 +1,12 @@
 """The values of a fine-tuning comparison in units: what one unit is, what it records, the plan, the choices.
 
-A *unit* is one (mode, learning rate, seed) — trained, scored and saved as a :class:`UnitRecord`, so a
-comparison advances unit by unit and resumes after a kill. :class:`UnitPlan` is the design (modes,
-learning-rate grids, steps, seeds); :class:`RateChoice` is the rate a mode's sweep chose and whether it
-sits at the edge of its grid; :class:`UnitComparison` holds every record and choice. The protocol that
-runs them is :mod:`mathcircuits.finetune.protocol`; :mod:`~mathcircuits.finetune.run_unit` trains one
-unit; :mod:`~mathcircuits.finetune.effects` turns the records into changes against base with intervals.
+A *unit* is one (mode, learning rate, seed), trained, scored and saved as a :class:`UnitRecord`, so a comparison
+advances unit by unit and resumes after a kill (:mod:`mathcircuits.finetune.protocol` runs them).
 
-Usage::
+Example::
 
     cmp = UnitComparison.load("runs/improve-cpu/compare/units/comparison.json")
     cmp.final("precise")                 # the precise units at the chosen rate, one per seed
-    cmp.choices["precise"].at_edge       # the chosen rate is an end of its grid
 """
 
 from __future__ import annotations
@@ -37,13 +32,8 @@ SelectOn = Literal["logp", "accuracy"]
 class Unit:
     """One training run of the comparison: what is tuned, at which rate, with which seed, for how long.
 
-    Args:
-        mode: the :class:`~mathcircuits.finetune.Mode` (text such as ``"precise+mlp"`` is parsed).
-        learning_rate: the peak rate (NaN for ``base``).
-        seed: the training seed (data order; LoRA init); for ``random`` also the heads' draw.
-        phase: ``base``, ``sweep`` or ``final``.
-        kv_policy: shared K/V under GQA for the head modes (``"exclusive"``: the sensitivity run).
-        steps: optimizer steps (0 for ``base``).
+    ``learning_rate`` is NaN and ``steps`` 0 for ``base``; ``seed`` sets data order and LoRA init, and for ``random``
+    the heads' draw; ``kv_policy="exclusive"`` marks the sensitivity run.
     """
 
     mode: Mode
@@ -95,20 +85,9 @@ class ItemScores:
 class UnitRecord(SavedResult):
     """What one unit tuned, how training went, what it cost, and its per-item scores.
 
-    Args:
-        unit: the :class:`Unit`.
-        heads: the tuned heads (head modes), else empty.
-        mlps: the tuned MLPs (``precise+mlp``), else empty.
-        kv_shared_heads: non-tuned heads whose keys and values changed through a shared KV group.
-        n_trainable: tuned parameters.
-        global_step: optimizer steps taken.
-        train_loss: mean training loss (NaN for ``base``).
-        train_cpu_s: CPU seconds of training (this process, all threads).
-        eval_cpu_s: CPU seconds of scoring.
-        wall_s: wall-clock seconds of the unit.
-        math: split (``validation`` / ``test``) → scores on its held-out arithmetic facts.
-        generic: benchmark → scores on the first ``n`` of its items (the same items, in order, for every unit).
-        lora_rank: the LoRA rank (``lora`` only, else 0).
+    ``kv_shared_heads``: non-tuned heads whose keys and values changed through a shared KV group. ``train_cpu_s``
+    counts this process, all threads. ``math``: split → scores on its held-out facts; ``generic``: benchmark → scores
+    on its first ``n`` items (the same items, in order, for every unit). ``lora_rank`` is 0 except for ``lora``.
     """
 
     STAGE = "compare"
@@ -141,17 +120,10 @@ class UnitRecord(SavedResult):
 
 @dataclass(frozen=True)
 class UnitPlan:
-    """The comparison's design.
+    """The comparison's design (``base`` is always scored; ``random``'s seed ``i`` is draw ``i``).
 
-    Args:
-        modes: trained modes (``base`` is always scored): ``precise``, ``precise+mlp``, ``random``, ``lora``, ``full``.
-        grids: mode → its learning-rate grid (the sweep).
-        sweep_steps: optimizer steps of a sweep unit.
-        steps: optimizer steps of a final unit.
-        seeds: training seeds of the final units (``random``: seed ``i`` is draw ``i``).
-        sweep_generic: generic items per benchmark scored by a sweep unit (0: none).
-        kv_sensitivity: also train ``precise`` with ``kv_policy="exclusive"`` at its chosen rate.
-        select_on: the validation score a rate is chosen on: mean answer log-probability or accuracy.
+    ``sweep_generic``: generic items per benchmark a sweep unit scores (0: none); ``kv_sensitivity`` also trains
+    ``precise`` with ``kv_policy="exclusive"`` at its chosen rate.
     """
 
     modes: tuple[str, ...]
@@ -185,15 +157,7 @@ class UnitPlan:
 
 @dataclass(frozen=True)
 class RateChoice:
-    """The rate a mode's sweep chose, and whether it sits at an edge of the grid.
-
-    Args:
-        mode: the mode.
-        learning_rate: the chosen rate.
-        grid: the rates swept, ascending.
-        scores: the validation score of each rate of ``grid``.
-        select_on: what the score is (``logp`` or ``accuracy``).
-    """
+    """The rate a mode's sweep chose, and whether it sits at an edge of the grid (``grid`` ascending, a score each)."""
 
     mode: str
     learning_rate: float

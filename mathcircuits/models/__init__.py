@@ -1,24 +1,16 @@
 """Models: load any supported model as a TransformerLens hooked model, and the mechanics every method shares.
 
-* :mod:`.loading` / :mod:`.wrap` — :func:`load_model` (a source name) and :func:`wrap` (an object you hold)
-  give a :class:`HookedModel` (:mod:`.hooked`); :class:`ModelSpec` is its identity (:mod:`.spec`);
-* :mod:`.families` — each family's block shape as data (:data:`FAMILIES`);
-* :mod:`.hooks` — hook names; :mod:`.heads` — :class:`Head`, ``L{layer}.H{head}``;
-* :mod:`.capture` — one forward, activations at the last position;
-* :mod:`.readout` — the answer readout (final norm → unembedding → soft cap), in float32, vocabulary chunked;
-* :mod:`.placement` — a model split or offloaded by accelerate: where each block runs, weights read through the
-  offload hooks; :mod:`.memory` — the peak memory of a piece of work (CUDA allocated, or CPU RSS);
-* :mod:`.changes` — how a block's contribution changes (attention output, MLP input);
-* :mod:`.prefix` — prefix-cached forwards (the shared few-shot prefix runs once); :mod:`.suffix` — reruns of a
-  prompt's tail from a block on, with the rest cached;
-* :mod:`.compat` / :mod:`.integrity` — the dependency versions computed under, and every fast path checked
-  against its plain path on the user's model at run time;
+* :mod:`.loading` / :mod:`.wrap` — :func:`load_model` (a source name) and :func:`wrap` (an object you hold) give a
+  :class:`HookedModel` (:mod:`.hooked`), whose identity is a :class:`ModelSpec` (:mod:`.spec`); the two import
+  nothing else from models/;
+* :mod:`.families` (each family's block shape as data), :mod:`.hooks` (hook names), :mod:`.heads`
+  (:class:`Head`, ``L{layer}.H{head}``), :mod:`.compat` (the dependency versions computed under);
+* :mod:`.forward` — the forward mechanics: capture, readout, block changes, prefix-cached and resumed forwards,
+  their run-time integrity checks, and placement on split or offloaded models;
 * :mod:`.tiny` / :mod:`.embedded` — tiny random models of every family; the embedded models (SmolLM2, Gemma 3 270M).
 """
 
 from mathcircuits.models import hooks
-from mathcircuits.models.capture import capture
-from mathcircuits.models.changes import attn_change, attn_pre_norm_name, mlp_change
 from mathcircuits.models.compat import UnsupportedVersionError, check_versions
 from mathcircuits.models.embedded import (
     EMBEDDED,
@@ -32,59 +24,57 @@ from mathcircuits.models.embedded import (
     weights_note,
 )
 from mathcircuits.models.families import FAMILIES, BlockStructure, UnsupportedFamilyError, block_structure
-from mathcircuits.models.heads import Head, check_heads
-from mathcircuits.models.hooked import HookedModel
-from mathcircuits.models.integrity import (
+from mathcircuits.models.forward import (
     RTOL,
+    HeadOutWeights,
+    HFForward,
     IntegrityError,
+    PrefixCaches,
+    PrefixRunner,
+    Readout,
+    SuffixRunner,
+    attn_change,
+    attn_pre_norm_name,
+    capture,
+    check_trainable_placement,
     checks_run,
     compare,
+    devices_of,
     fast_paths,
     fast_paths_enabled,
-    model_depth,
-    probe_pairs,
-    probe_tokens,
-    relative_tolerance,
-    unit_roundoff,
-)
-from mathcircuits.models.loading import load_hf_model, load_model, resolve_source
-from mathcircuits.models.memory import MemoryHow, MemoryMeter, PeakMemory, cuda_devices
-from mathcircuits.models.placement import (
-    HeadOutWeights,
-    check_trainable_placement,
-    devices_of,
-    execution_device,
+    final_norm,
     head_out_weight,
     head_out_weights,
     is_split,
     layer_device,
     materialized,
+    mlp_change,
+    model_depth,
     offloaded_parameters,
     output_device,
-    unembed_columns,
-    unloadable_parameters,
-)
-from mathcircuits.models.prefix import (
-    HFForward,
-    PrefixCaches,
-    PrefixRunner,
+    probe_pairs,
+    probe_tokens,
+    readout,
+    relative_tolerance,
     repeat_cache,
     run_from_layer,
     shared_prefix_len,
+    soft_cap,
+    unembed_columns,
+    unit_roundoff,
+    unloadable_parameters,
+    vocab_logits,
 )
-from mathcircuits.models.readout import Readout, final_norm, readout, soft_cap, vocab_logits
+from mathcircuits.models.heads import Head, check_heads
+from mathcircuits.models.hooked import HookedModel, execution_device
+from mathcircuits.models.loading import load_hf_model, load_model, resolve_source
 from mathcircuits.models.spec import Bridged, ModelMismatchError, ModelSpec, as_spec, check_model, heads_by_layer
-from mathcircuits.models.suffix import SuffixRunner
 from mathcircuits.models.tiny import TINY_CHARS, TINY_FAMILIES, tiny_gpt2, tiny_llama, tiny_model, tiny_tokenizer
 from mathcircuits.models.wrap import from_bridge, from_hf, wrap
 
 __all__ = [
     "HeadOutWeights",
-    "MemoryHow",
-    "MemoryMeter",
-    "PeakMemory",
     "check_trainable_placement",
-    "cuda_devices",
     "devices_of",
     "execution_device",
     "head_out_weight",

@@ -1,29 +1,11 @@
 """Dependency versions: the ranges we compute exactly under, and the one shim a version needs.
 
-Why this exists. mathcircuits reaches into two fast-moving libraries: HF
-``transformers`` (the KV cache the prefix fast path reuses) and TransformerLens 4
-(the bridge whose hook points every method reads). A new release can change what
-a fast path computes without raising anything. ``transformers 5.24`` did: it
-renamed the cache argument that decoder layers hand their attention from
-``past_key_values`` to ``cache``, while TransformerLens 4.3's attention bridge
-still reads ``past_key_values`` (``AttentionBridge._update_kv_cache``). The
-bridge then skips the cache update, so a suffix run attends to itself alone and
-the prefix-cached logits were off by up to 3.8 on tiny Llama, with no warning.
-
-So, as data:
-
-* :data:`SUPPORTED` gives, per distribution, the range whose releases the test
-  suite passed with (the lock file pins one point in it); :func:`check_versions`
-  refuses anything outside, before a run writes a file.
-* :data:`CACHE_KWARG_SINCE` is the transformers release from which decoder
-  layers pass ``cache=``; :func:`install_cache_alias` hands the bridge's
-  attention the same object under the old name too. It is a no-op where the old
-  name is already passed, and the run-time checks of
-  :mod:`mathcircuits.models.integrity` verify its effect on the user's own model
-  (prefix-cached logits equal the plain forward's).
-
-Nothing here guesses: a version outside :data:`SUPPORTED` is refused with the
-installed version, the range, and the way to install the locked versions.
+A release of HF ``transformers`` or TransformerLens 4 can change what a fast path computes without raising.
+``transformers 5.24`` did: decoder layers hand attention the KV cache as ``cache``, while TransformerLens 4.3's
+attention bridge reads ``past_key_values``, so it skipped the cache update and prefix-cached logits were off by up
+to 3.8 on tiny Llama, with no warning. Hence :data:`SUPPORTED` (the ranges the suite passed with, refused outside
+by :func:`check_versions` before a run writes a file) and :func:`install_cache_alias` (the cache under the old
+name too; :mod:`mathcircuits.models.forward.integrity` verifies its effect on the user's model).
 """
 
 from __future__ import annotations
@@ -58,11 +40,8 @@ class UnsupportedVersionError(FixableError, RuntimeError):
 class VersionRange:
     """Releases ``lowest ≤ v < below`` of one distribution, or any of several such intervals.
 
-    Args:
-        lowest: the oldest release the suite passed with.
-        below: the first release not yet tested (exclusive upper bound).
-        also: further intervals the suite passed with, as ``(lowest, below)`` pairs (TransformerLens 3.9 is the
-            second test environment, ``scripts/test-tl3.sh``).
+    ``also``: further ``(lowest, below)`` intervals the suite passed with (TransformerLens 3.9 is the second test
+    environment, ``scripts/test-tl3.sh``).
     """
 
     lowest: str
@@ -97,14 +76,7 @@ ENV_SKIP = "MATHCIRCUITS_ALLOW_UNTESTED_VERSIONS"
 
 
 def installed_versions(names: tuple[str, ...] = ("mathcircuits", *SUPPORTED, "datasets", "lm_eval")) -> dict[str, str]:
-    """Installed version of each distribution (``"not installed"`` when absent).
-
-    Args:
-        names: distribution names.
-
-    Returns:
-        Name → version string.
-    """
+    """Installed version of each distribution (``"not installed"`` when absent)."""
     out = {}
     for name in names:
         try:
@@ -117,11 +89,7 @@ def installed_versions(names: tuple[str, ...] = ("mathcircuits", *SUPPORTED, "da
 def check_versions() -> dict[str, str]:
     """Refuse installed versions outside :data:`SUPPORTED` (unless ``MATHCIRCUITS_ALLOW_UNTESTED_VERSIONS=1``).
 
-    Returns:
-        The installed versions of the checked distributions.
-
-    Raises:
-        UnsupportedVersionError: naming each version, its supported range and how to install the lock.
+    Returns the installed versions of the checked distributions.
     """
     found = installed_versions(tuple(SUPPORTED))
     bad = [
@@ -148,14 +116,8 @@ def _alias_cache(module: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[st
 def install_cache_alias(bridge: TransformerBridge) -> TransformerBridge:
     """Let the bridge's attention see the KV cache under ``past_key_values`` when HF passes it as ``cache``.
 
-    Idempotent (a flag on the bridge). Components that hand the call on to HF's own attention keep
-    ``cache`` as well, so they update the cache exactly once, as before.
-
-    Args:
-        bridge: a TransformerBridge.
-
-    Returns:
-        The same bridge.
+    Idempotent (a flag on the bridge). Components that hand the call on to HF's own attention keep ``cache`` as
+    well, so they update the cache exactly once, as before.
     """
     if getattr(bridge, _ALIAS_FLAG, False):
         return bridge

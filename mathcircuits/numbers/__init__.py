@@ -1,22 +1,13 @@
 """How numbers are represented and combined: Fourier spectra, mod-T and digit probes, the helix, heuristic neurons.
 
-Each analysis reads numbers at their last token (:mod:`.reading` says why) and
-reports every statistic against a null with an interval:
+Each analysis reads numbers at their last token (:mod:`.reading` says why) and reports every statistic against a
+null with an interval: spectra along the number axis (Zhou et al. 2024) against shuffled order and the tokenizer
+baseline (Fu et al. 2026); ``n mod T`` probes (Cohen's κ) and circular digit probes (Levy & Geva 2025) against
+depth 0 and a control task; the generalised helix (Kantamneni & Tegmark 2025) against equal-dimension PCA and
+random subspaces, and its causal patch; heuristic neurons over an operand grid (Nikankin et al. 2025).
 
-* :mod:`.states` — the residual stream at a number's last token, per context and depth;
-* :mod:`.spectra` — Fourier spectra along the number axis (Zhou et al. 2024) against shuffled order and the
-  tokenizer / token-frequency baseline (Fu et al. 2026); :mod:`.components` — the same for what key heads and
-  MLPs write to the answer logits;
-* :mod:`.probes` — cross-validated ``n mod T`` probes (Cohen's κ) and circular digit probes (Levy & Geva 2025),
-  against depth 0 and a control task;
-* :mod:`.helix` — the generalised helix (Kantamneni & Tegmark 2025) against equal-dimension PCA and random
-  subspaces; :mod:`.patch` — its causal test, with the full-component patch beside it;
-* :mod:`.grid`, :mod:`.heuristics`, :mod:`.neurons`, :mod:`.ablation` — heuristic neurons over an operand grid
-  (Nikankin et al. 2025): types, the smallest sufficient top-k per layer, associated vs layer-matched random
-  knockout.
-
-The stage ``mathcircuits numbers`` (section ``numbers``, :class:`NumbersConfig`) runs them all; docs/numbers.md
-explains the methods and docs/claims.md the claims N1–N3.
+The stage ``mathcircuits numbers`` (:class:`NumbersConfig`) runs them all; docs/numbers.md explains the methods
+and docs/claims.md the claims N1–N3.
 """
 
 from mathcircuits.numbers.ablation import LayerTopK, NeuronKnockout

@@ -1,12 +1,8 @@
 """The ablations of the heuristic-neuron analysis: keep only a layer's top-k, knock out associated or random neurons.
 
-Both replace neurons at the prompt's last position by their mean over the operand grid
-(mean ablation, as Nikankin et al. 2025). :func:`ablate` makes the hooks;
-:func:`random_like` draws, per prompt and layer, as many random neurons of the same
-layer as a prompt has associated ones (never an associated one); :func:`summarise_knockout`
-turns per-prompt correctness into a :class:`NeuronKnockout` with a Wilson interval for
-the associated knockout, the random draws' band and a paired bootstrap interval of the
-extra drop. :class:`LayerTopK` holds one layer's accuracy per tried ``k``.
+Both replace neurons at the prompt's last position by their mean over the operand grid (mean ablation, as
+Nikankin et al. 2025). The random knockout draws, per prompt and layer, as many neurons of the same layer as the
+prompt has associated ones, never an associated one.
 """
 
 from __future__ import annotations
@@ -39,7 +35,7 @@ class LayerTopK:
 
 @dataclass(frozen=True)
 class NeuronKnockout:
-    """Associated-neuron knockout against layer-matched random knockouts (module docstring, point 4)."""
+    """Associated-neuron knockout against layer-matched random knockouts (:mod:`.neurons`, point 4)."""
 
     n_prompts: int
     mean_associated: float

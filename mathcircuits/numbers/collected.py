@@ -15,16 +15,7 @@ __all__ = ["NumberResults"]
 
 @dataclass(frozen=True)
 class NumberResults:
-    """The numbers stage's results a report shows; every one is optional.
-
-    Args:
-        spectra: the spectrum of the number states (rows: depths).
-        logit_spectra: the spectra of the key components' direct effects on the candidate answers.
-        probes: the mod-T and circular digit probes.
-        helix: the helix fit against PCA and random subspaces.
-        helix_patch: the helix subspace patch against PCA, random subspaces and the full patch.
-        neurons: the heuristic neurons (types, sufficient top-k, associated-vs-random knockout).
-    """
+    """The numbers stage's results a report shows; every one is optional."""
 
     spectra: Spectrum | None = None
     logit_spectra: Spectrum | None = None

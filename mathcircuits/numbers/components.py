@@ -1,18 +1,11 @@
 """Zhou et al.'s view: what each key head and MLP writes to the candidate answers' logits, along the number axis.
 
-Background. Zhou et al. (2024) project the output of each MLP and attention layer
-through the unembedding onto the number tokens and find, along that axis, Fourier
-components of periods 2, 2.5, 5 and 10. Here the projection is a component's exact
-*direct effect* at the prompt's last position, through the model's own final norm
-(:meth:`~mathcircuits.numbers.grid.GridCapture.direct_effect`), onto the first answer
-tokens of the numbers ``0, 1, …`` (the ten digits for a digit-split tokenizer), for every
-prompt of an operand grid. The spectrum, its interval (resampling prompts) and its
-shuffled-order null are those of :func:`~mathcircuits.numbers.spectra.spectrum`.
-
-Usage::
-
-    cap = capture_grid(model, grid, heads=[(14, 2)], mlps=[20])
-    logit_spectra(model, cap).periods_above("L14.H2")
+Zhou et al. (2024) project each MLP's and attention layer's output through the unembedding onto the number tokens
+and find Fourier components of periods 2, 2.5, 5 and 10. Here the projection is a component's exact *direct
+effect* at the prompt's last position, through the model's own final norm
+(:meth:`~mathcircuits.numbers.grid.GridCapture.direct_effect`), for every prompt of an operand grid. The spectrum,
+its interval (resampling prompts) and its shuffled-order null are those of
+:func:`~mathcircuits.numbers.spectra.spectrum`.
 
 Reference: Zhou et al., "Pre-trained Large Language Models Use Fourier Features to Compute Addition"
 (NeurIPS 2024), §3.
@@ -38,18 +31,8 @@ def logit_spectra(
     """Zhou et al.'s spectrum: what each captured head or MLP writes to the candidate answers' logits, per prompt.
 
     The candidates are the first answer tokens of the numbers ``0, 1, …``: every number up to the grid's largest
-    answer when each is one token, else the ten digits (a digit-split tokenizer's first answer tokens). A
-    component's direct effect on them (:meth:`GridCapture.direct_effect`) is transformed along the candidate axis
-    for each prompt of the grid; the columns resampled are the prompts.
-
-    Args:
-        model: the hooked model.
-        capture: a :class:`GridCapture` with components (heads, MLPs).
-        n_shuffles: shuffled candidate orders per component.
-        uncertainty: the bootstrap of the prompts; its seed also draws the shuffles.
-
-    Returns:
-        A :class:`Spectrum` with one row per component.
+    answer when each is one token, else the ten digits (a digit-split tokenizer's first answer tokens). The columns
+    resampled are the prompts; ``uncertainty``'s seed also draws the shuffles. One row per component.
     """
     if not capture.components:
         raise FixableValueError("the capture has no heads or MLPs. ", "capture_grid(..., heads=..., mlps=...).")

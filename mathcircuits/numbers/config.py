@@ -1,8 +1,7 @@
-"""Settings of the number analyses (spectra, probes, helix, heuristic neurons), as a typed, self-checking config.
+"""Settings of the number analyses (spectra, probes, helix, heuristic neurons): the ``numbers`` section of a run.
 
-The ``numbers`` section of a run configuration. The stage is off by default (it does
-not fit the default run's 10 minutes on a 2-core CPU; ``configs/thorough.yaml`` turns
-it on). Every field is checked when the config is built (:mod:`mathcircuits._schema`).
+The stage is off by default (it does not fit the default run's 10 minutes on a 2-core CPU;
+``configs/thorough.yaml`` turns it on).
 """
 
 from __future__ import annotations
@@ -58,11 +57,7 @@ class NumbersConfig:
         return Uncertainty(n_boot=self.n_boot, seed=self.seed)
 
     def estimated_prompts(self) -> int:
-        """The prompts the stage runs forward, to first order: each number in each context, and the full grid.
-
-        Returns:
-            ``(numbers) x contexts + (grid operands)^2``; the grid's prompts are also run backward once.
-        """
+        """Prompts run forward, to first order: ``numbers x contexts + grid operands²`` (the grid also backward)."""
         n, g = self.numbers[1] - self.numbers[0] + 1, self.grid[1] - self.grid[0] + 1
         return n * self.contexts + g * g
 

@@ -1,24 +1,18 @@
 """The operand grid of one operation, and one clean pass over it that the neuron and logit analyses share.
 
-Background. Nikankin et al. (2025) look at every MLP neuron's activation over the
-*full* grid of operands ``a × b`` at the last position, where the answer is
-predicted; Zhou et al. (2024) read what each head and MLP writes to the answer
-logits there. :func:`operand_grid` renders one template for every pair of the
-range (few-shot prefix included) and :func:`capture_grid` runs it once:
+Nikankin et al. (2025) read every MLP neuron's activation over the *full* grid of operands ``a × b`` at the last
+position, where the answer is predicted; Zhou et al. (2024) read what each head and MLP writes to the answer
+logits there. One pass records:
 
-* MLP neuron activations (``mlp.hook_post``, the input of ``W_out``) at the last
-  position of the chosen layers;
-* their *attribution* to the answer: the gradient of the correct answer's logit
-  times the change a mean ablation would make, ``∂logit/∂act · (mean − act)``
-  (attribution patching, Nanda 2023; Syed et al. 2023), per prompt;
-* what chosen heads and MLPs add to the residual at the last position, and the
-  final residual, so their direct effect on any token's logit is exact:
-  ``(LN(x) − LN(x − c)) · W_U[:, t]`` with the model's own final norm ``LN``.
+* MLP neuron activations (``mlp.hook_post``, the input of ``W_out``) at the last position;
+* their *attribution* to the answer, ``∂logit/∂act · (mean − act)`` (attribution patching, Nanda 2023;
+  Syed et al. 2023), per prompt;
+* what chosen heads and MLPs add to the residual at the last position, and the final residual, so their direct
+  effect on any token's logit is exact: ``(LN(x) − LN(x − c)) · W_U[:, t]`` with the model's own final norm.
 
-Every pass is a :class:`~mathcircuits.models.suffix.SuffixRunner` (the few-shot
-prefix and the operands run once; the last position is run again).
+Every pass is a :class:`~mathcircuits.models.forward.suffix.SuffixRunner` (prefix and operands run once).
 
-Usage::
+Example::
 
     grid = operand_grid(model.tokenizer, load_templates(), "add_eq_1", (0, 19))
     cap = capture_grid(model, grid, layers=[3, 4], heads=[(14, 2)], mlps=[20])
@@ -41,8 +35,8 @@ from mathcircuits.data.batching import length_groups
 from mathcircuits.data.templates import TemplateSet
 from mathcircuits.models import HookedModel, hooks
 from mathcircuits.models.families import block_structure
-from mathcircuits.models.placement import head_out_weight, output_device, unembed_columns
-from mathcircuits.models.suffix import SuffixRunner
+from mathcircuits.models.forward.placement import head_out_weight, output_device, unembed_columns
+from mathcircuits.models.forward.suffix import SuffixRunner
 
 __all__ = ["GridCapture", "answer_first_token", "capture_grid", "grid_batches", "mlp_post", "operand_grid"]
 
@@ -70,15 +64,7 @@ def operand_grid(
 ) -> PairSet:
     """Every pair ``a, b`` of the range rendered with one template (pairs without an answer left out), by ``a, b``.
 
-    Args:
-        tokenizer: the model's tokenizer.
-        template_sets: the template sets holding ``template_id``.
-        template_id: e.g. ``"add_eq_1"``; its operation gives the answers.
-        operand_range: inclusive ``(low, high)`` of both operands.
-        fewshot: prefix the template's few-shot examples.
-
-    Returns:
-        The rows of :func:`mathcircuits.data.generate_pairs` (``a``, ``b``, ``tokens``, ``answer_token``, ...).
+    ``operand_range`` is inclusive, for both operands. Returns the rows of :func:`mathcircuits.data.generate_pairs`.
     """
     ops = {t.operation for s in template_sets for t in s.templates if t.id == template_id}
     if not ops:
@@ -106,18 +92,10 @@ def grid_batches(grid: PairSet, rows: Sequence[int], batch_size: int) -> list[li
 class GridCapture:
     """The clean pass over an operand grid (see the module docstring); rows follow the grid.
 
-    Args:
-        a: first operand per prompt.
-        b: second operand per prompt.
-        result: the answer's value per prompt.
-        answer: the answer's first token per prompt.
-        correct: whether the model's top token is that first token.
-        layers: the MLP layers whose neurons were recorded.
-        acts: neuron activations at the last position ``[prompt, layer, neuron]``.
-        grads: ``∂ logit(answer) / ∂ act`` ``[prompt, layer, neuron]`` (zeros when not asked for).
-        components: labels of the recorded heads and MLPs (``L14.H2``, ``MLP 20``).
-        outputs: what each component adds to the residual at the last position ``[prompt, component, d_model]``.
-        final: the final residual at the last position ``[prompt, d_model]``.
+    ``answer`` is the answer's first token, ``correct`` whether the model's top token is it. ``acts`` and ``grads``
+    (``∂ logit(answer) / ∂ act``, zeros when not asked for) are ``[prompt, layer, neuron]`` at the last position;
+    ``outputs`` is what each component (``L14.H2``, ``MLP 20``) adds there ``[prompt, component, d_model]``;
+    ``final`` the final residual ``[prompt, d_model]``.
     """
 
     a: Int[Tensor, " prompt"]
@@ -189,17 +167,7 @@ def capture_grid(
 ) -> GridCapture:
     """Run the grid once: neuron activations (and gradients) of ``layers``, outputs of ``heads`` and ``mlps``.
 
-    Args:
-        model: the hooked model.
-        grid: rows of :func:`operand_grid`.
-        layers: MLP layers whose neurons are recorded.
-        heads: ``(layer, head)`` whose output (``z_h W_O[h]``) is recorded.
-        mlps: MLP layers whose output is recorded.
-        attribution: also record ``∂ logit(answer) / ∂ act`` (one backward through the last position).
-        batch_size: prompts per forward.
-
-    Returns:
-        The :class:`GridCapture`.
+    A head's output is ``z_h W_O[h]``; ``attribution`` costs one backward through the last position.
     """
     spec = model.spec
     layers = tuple(sorted({int(l) for l in layers}))

@@ -1,38 +1,20 @@
 """The generalised helix of Kantamneni & Tegmark (2025), fitted per depth and compared with equal-dimension PCA.
 
-Background. Kantamneni & Tegmark find that GPT-J, Pythia and Llama hold a number
-``a`` (0–99) on a *generalised helix*: a linear map of
+Kantamneni & Tegmark find that GPT-J, Pythia and Llama hold a number ``a`` (0–99) on a *generalised helix*: a
+linear map of ``B(a) = [a, cos(2πa/T), sin(2πa/T) for T in (2, 5, 10, 100)]`` (``sin(πa) = 0`` for whole ``a``,
+so ``T = 2`` adds one column) fits the number's residual stream, and patching the fitted subspace moves the
+answer as the number would. They compare the fit with a PCA baseline of the same dimension.
 
-    B(a) = [a, cos(2πa/T), sin(2πa/T) for T in (2, 5, 10, 100)]
+Fit. At each depth each number's state is averaged over the contexts (after removing each context's mean, so
+template offsets do not count): ``X`` is ``[number, d_model]``, as in the paper's single-context analysis. Centre
+it and solve ``X ≈ B(a) C``; the **helix subspace** is the row space of ``C`` (``k`` = columns of ``B``),
+orthonormalised. The baselines are the top ``k`` principal components of ``X`` and random ``k``-dim subspaces.
 
-(``sin(πa) = 0`` for whole ``a``, so ``T = 2`` adds one column) fits the number's
-residual stream well, and patching the fitted subspace moves the answer as the
-number would. They compare the fit with a PCA baseline of the same dimension.
-
-Fit. At each depth, each number's state is averaged over the contexts (after
-removing each context's mean, so template offsets do not count): ``X`` is
-``[number, d_model]``, as in the paper's single-context analysis. Centre it and
-solve the least squares ``X ≈ B(a) C``; the **helix subspace** is the row space of
-``C`` (``k`` dimensions, ``k`` = columns of ``B``), orthonormalised. The baseline
-subspaces are the top ``k`` principal components of ``X`` (PCA) and random
-``k``-dimensional subspaces.
-
-Scores, cross-validated over numbers (folds hold out whole numbers):
-
-* ``predictive R²``: how much of a held-out number's state ``B(a) C`` predicts from
-  ``a`` alone, ``1 − SSE / SST``; its null is the same fit with the number labels
-  shuffled (``n_shuffles`` times);
-* ``variance explained``: the share of the held-out states' variance inside the
-  helix subspace, inside the PCA subspace and inside random subspaces (PCA is the
-  best ``k``-dimensional subspace for the *training* states, so it is an upper
-  reference, not a rival the helix must beat in variance).
-
-Intervals: percentile bootstrap over the held-out numbers. The causal test is :mod:`mathcircuits.numbers.patch`.
-
-Usage::
-
-    hx = fit_helix(states)                       # HelixResult
-    hx.best_depth, hx.subspace(hx.best_depth)    # the depth of the best fit, its orthonormal basis [d_model, k]
+Scores, cross-validated over numbers (folds hold out whole numbers): the **predictive R²** of held-out states
+from ``a`` alone, ``1 − SSE / SST``, against the same fit with shuffled number labels; the **variance
+explained** inside the helix, PCA and random subspaces (PCA is the best ``k``-dim subspace for the *training*
+states, an upper reference rather than a rival). Intervals: percentile bootstrap over held-out numbers. The
+causal test is :mod:`mathcircuits.numbers.patch`.
 
 References: Kantamneni & Tegmark, "Language Models Use Trigonometry to Do Addition" (2025), §4 and Fig. 4.
 """
@@ -61,12 +43,7 @@ __all__ = ["HelixResult", "fit_helix", "helix_basis", "orthonormal", "random_sub
 def helix_basis(numbers: Sequence[int], periods: Sequence[int]) -> tuple[Float[Tensor, "number k"], tuple[str, ...]]:
     """``B(a)``: the linear term ``a / max`` and ``cos, sin(2πa/T)`` per period, without all-zero columns.
 
-    Args:
-        numbers: the numbers ``a``.
-        periods: the periods ``T``.
-
-    Returns:
-        The basis ``[number, k]`` (float64) and a name per column (``"a"``, ``"cos 10"``, ...).
+    Returns the basis ``[number, k]`` (float64) and a name per column (``"a"``, ``"cos 10"``, ...).
     """
     a = torch.as_tensor(list(numbers), dtype=torch.float64)
     cols, names = [a / max(float(a.abs().max()), 1.0)], ["a"]
@@ -99,8 +76,7 @@ def _fit(x: Tensor, basis: Tensor) -> tuple[Tensor, Tensor, Tensor]:
 
 
 def _top_pcs(x: Tensor, k: int, generator: torch.Generator) -> Tensor:
-    """The top ``k`` principal directions of the (centred) rows of ``x`` ``[d_model, k]``: randomized SVD
-    (Halko et al. 2011) with oversampling and power iterations, exact to float precision for a clear gap."""
+    """Top ``k`` principal directions ``[d_model, k]`` by randomized SVD (Halko et al. 2011); exact for a clear gap."""
     q = torch.randn(x.shape[1], k + 10, generator=generator, dtype=x.dtype)
     y = x @ q
     for _ in range(4):
@@ -125,30 +101,11 @@ def _inside(x: Tensor, q: Tensor) -> Tensor:
 class HelixResult(SavedResult):
     """The helix fit per depth against equal-dimension PCA and random subspaces (see the module docstring).
 
-    Args:
-        periods: the periods ``T`` of the basis.
-        basis_names: the basis columns.
-        depths: depth labels.
-        r2: cross-validated predictive R² per depth, ``low_r2`` / ``high_r2`` its interval.
-        null_r2: the ``confidence`` quantile of the R² with shuffled number labels, per depth.
-        helix_ve: held-out variance inside the helix subspace, with ``helix_low`` / ``helix_high``.
-        pca_ve: held-out variance inside the top-``k`` PCA subspace, with ``pca_low`` / ``pca_high``.
-        random_ve: mean held-out variance inside random ``k``-dim subspaces, with ``random_low`` / ``random_high``
-            (the quantiles over the draws).
-        subspaces: the helix subspace (orthonormal, fitted on all numbers) per depth ``[depth, d_model, k]``.
-        pca_subspaces: the top-``k`` principal directions of all numbers' states per depth ``[depth, d_model, k]``.
-        plane_coords: at ``best_depth``, each number's mean state in each period's (cos, sin) plane
-            ``[period, number, 2]``.
-        plane_share: the share of the mean states' variance in each period's plane at ``best_depth``.
-        best_depth: the depth with the highest predictive R².
-        numbers: the numbers.
-        folds: cross-validation folds.
-        reading: where numbers were read.
-        n_random: random subspaces drawn.
-        n_shuffles: shuffled fits per depth.
-        seed: seed.
-        n_boot: bootstrap resamples.
-        confidence: level.
+    ``r2`` is the cross-validated predictive R² (``null_r2``: its ``confidence`` quantile with shuffled labels);
+    ``*_ve`` the held-out variance inside the helix, top-``k`` PCA and random subspaces (random: mean over draws, its
+    bounds the quantiles over them). ``subspaces`` and ``pca_subspaces`` are ``[depth, d_model, k]``, fitted on all
+    numbers. At ``best_depth`` (highest R²), ``plane_coords`` holds each number's mean state in each period's
+    (cos, sin) plane ``[period, number, 2]`` and ``plane_share`` each plane's share of their variance.
     """
 
     periods: tuple[int, ...]
@@ -243,17 +200,8 @@ def fit_helix(
 ) -> HelixResult:
     """Fit the helix at every depth; score it on held-out numbers against PCA and random subspaces.
 
-    Args:
-        states: the :class:`NumberStates` (one or more contexts).
-        periods: the helix periods ``T``.
-        folds: cross-validation folds over numbers.
-        n_random: random subspaces of the helix's dimension.
-        n_shuffles: fits with shuffled number labels (the R² null).
-        uncertainty: the bootstrap of held-out numbers and the level of the intervals and the null quantile; its
-            seed also draws the folds, subspaces and shuffles.
-
-    Returns:
-        The :class:`HelixResult`.
+    ``n_shuffles`` fits with shuffled number labels make the R² null; ``uncertainty``'s seed also draws the folds,
+    subspaces and shuffles.
     """
     _, n, d, w = states.states.shape
     basis, names = helix_basis(states.numbers, periods)

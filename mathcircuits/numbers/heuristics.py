@@ -1,33 +1,22 @@
 """The heuristic patterns of Nikankin et al. (2025) over an operand grid, and the rule that assigns one to a neuron.
 
-Background. Nikankin et al. ("Arithmetic without algorithms", ICLR 2025) find that
-the MLP neurons that matter for arithmetic each implement a simple heuristic: they
-fire for an operand or result in a *range*, for a value ``≡ r (mod n)``, for a
-*digit* pattern, or for *identical* operands. A heuristic is a 0/1 pattern over the
-grid of prompts ``(a, b)``; this module lists them and matches neurons to them.
-
-Patterns (over the operands ``a``, ``b`` and the result ``c`` of the grid):
+Nikankin et al. find that the MLP neurons that matter for arithmetic each implement a simple heuristic: they fire
+for an operand or result in a *range*, for a value ``≡ r (mod n)``, for a *digit* pattern, or for *identical*
+operands. Patterns over the operands ``a``, ``b`` and the result ``c``:
 
 * ``range``: ``x ∈ [lo, hi]`` for every interval of ``x``'s values (not the whole range);
 * ``mod``: ``x ≡ r (mod n)`` for ``n = 2 … 9``;
 * ``digit``: ``x``'s units digit is ``d``, or its tens digit is ``d``;
 * ``identical``: ``a = b``.
 
-A pattern equal to an earlier one on this grid (e.g. "units digit 3" and "in [3, 3]"
-when the operands are 0–9) is dropped, keeping the earlier, simpler kind.
+A pattern equal to an earlier one on this grid (e.g. "units digit 3" and "in [3, 3]" on operands 0–9) is dropped,
+keeping the simpler kind.
 
-Criterion. A neuron's activation ``v`` over the grid is compared with every
-pattern's indicator ``m`` by the Pearson correlation ``r(v, m)`` (point-biserial).
-The neuron implements the pattern with the largest ``|r|`` when ``|r| ≥ min_corr``
-(default 0.5); ``r > 0`` means it fires on the pattern, ``r < 0`` off it. Otherwise
-(or when it never varies) it is *unclassified*. The null: the same rule on each
-neuron's activations shuffled over the grid cells, which keeps its distribution and
-destroys any relation to the operands.
-
-Usage::
-
-    lib = heuristic_library(a, b, result)
-    best, corr = match_patterns(acts, lib)        # acts [neuron, prompt]
+Criterion. A neuron implements the pattern of largest ``|r(v, m)|`` (Pearson, point-biserial, of its activation
+``v`` with the pattern's indicator ``m``) when ``|r| ≥ min_corr`` (default 0.5); ``r > 0`` means it fires on the
+pattern, ``r < 0`` off it; otherwise (or when constant) it is *unclassified*. The null: the same rule on each
+neuron's activations shuffled over the grid cells, which keeps its distribution and destroys any relation to the
+operands.
 
 Reference: Nikankin, Reusch, Mueller & Belinkov, "Arithmetic Without Algorithms: Language Models
 Solve Math with a Bag of Heuristics" (ICLR 2025), §3–4.
@@ -61,10 +50,8 @@ Operand = Literal["a", "b", "result"]
 class Heuristic:
     """One pattern over the grid.
 
-    Args:
-        kind: ``range``, ``mod``, ``digit`` or ``identical``.
-        operand: ``a``, ``b`` or ``result`` (``identical`` uses both operands).
-        params: ``(lo, hi)`` for a range, ``(n, r)`` for mod, ``(place, d)`` for a digit (place 1 or 10), ``()``.
+    ``operand`` is ``a``, ``b`` or ``result`` (``identical`` uses both); ``params`` is ``(lo, hi)`` for a range,
+    ``(n, r)`` for mod, ``(place, d)`` for a digit (place 1 or 10), ``()`` for identical.
     """
 
     kind: HeuristicKind
@@ -99,17 +86,7 @@ class Heuristic:
 def heuristic_library(
     a: Int[Tensor, " cell"], b: Int[Tensor, " cell"], result: Int[Tensor, " cell"], moduli: range = range(2, 10)
 ) -> tuple[Heuristic, ...]:
-    """Every pattern of the module docstring that is neither constant nor a repeat on this grid.
-
-    Args:
-        a: first operand per cell.
-        b: second operand per cell.
-        result: the answer per cell.
-        moduli: the ``n`` of the mod patterns.
-
-    Returns:
-        The heuristics, in the order range, mod, digit, identical.
-    """
+    """Every pattern of the module docstring that is neither constant nor a repeat on this grid."""
     cands: list[Heuristic] = []
     for op, x in (("a", a), ("b", b), ("result", result)):
         vals = sorted(set(x.tolist()))
@@ -143,16 +120,7 @@ def _standardise(x: Tensor) -> Tensor:
 def match_patterns(
     acts: Float[Tensor, "neuron cell"], masks: Bool[Tensor, "pattern cell"], chunk: int = 512
 ) -> tuple[Int[Tensor, " neuron"], Float[Tensor, " neuron"]]:
-    """The best-correlated pattern of each neuron and that correlation (signed; 0 for a constant neuron).
-
-    Args:
-        acts: each neuron's activation over the grid cells.
-        masks: each pattern's indicator over the same cells.
-        chunk: neurons per matrix product (bounds memory).
-
-    Returns:
-        ``(pattern index, r)`` per neuron.
-    """
+    """The best-correlated pattern of each neuron and that correlation (signed; 0 for a constant neuron)."""
     pats = _standardise(masks.double())
     cells = acts.shape[1]
     best = torch.zeros(acts.shape[0], dtype=torch.long)
@@ -172,18 +140,7 @@ def null_classified(
     draws: int = 3,
     seed: int = 0,
 ) -> float:
-    """Mean count of neurons the rule classifies when each neuron's activations are shuffled over the cells.
-
-    Args:
-        acts: activations ``[neuron, cell]``.
-        masks: pattern indicators ``[pattern, cell]``.
-        min_corr: the rule's threshold.
-        draws: shuffles averaged.
-        seed: their seed.
-
-    Returns:
-        The expected number of neurons classified by chance.
-    """
+    """Mean count of neurons the rule classifies when each neuron's activations are shuffled over the cells."""
     gen = torch.Generator().manual_seed(seed)
     counts = []
     for _ in range(draws):

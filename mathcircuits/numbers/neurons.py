@@ -1,33 +1,24 @@
 """Heuristic neurons (Nikankin et al., ICLR 2025): types, the smallest sufficient top-k per layer, matched knockout.
 
-Background. Nikankin et al. find that about 1% of the MLP neurons per layer explain
-a model's arithmetic, each a simple heuristic (:mod:`.heuristics`), and that
-knocking out the neurons *associated* with a prompt hurts it more than knocking
-out as many other neurons. This module measures the three on one operation's
-operand grid, at the last position (:mod:`.grid`).
+Nikankin et al. find that about 1% of the MLP neurons per layer explain a model's arithmetic, each a simple
+heuristic (:mod:`.heuristics`), and that knocking out the neurons *associated* with a prompt hurts it more than
+knocking out as many other neurons. Measured on one operation's operand grid, at the last position:
 
-1. **Attribution.** Each neuron's effect on the correct answer's logit if it were
-   mean-ablated, linearised (attribution patching): ``|∂logit/∂act · (mean − act)|``,
-   averaged over the prompts the model answers correctly. The mean is the neuron's
-   mean activation over the whole grid.
-2. **Types.** Every neuron of the analysed layers is matched to the heuristic
-   patterns by the rule of :mod:`.heuristics`; the type table counts them among each
-   layer's sufficient top-k, beside the count the rule gives on shuffled activations.
-3. **Smallest sufficient top-k.** For each layer alone, keep its ``k`` neurons of
-   highest attribution and mean-ablate the rest (at the last position); the smallest
-   ``k`` of the tried ones whose accuracy on the correct prompts stays at or above
-   ``1 − margin`` (default margin 0.05) is the layer's sufficient ``k``. Accuracy is the
-   first answer token (Wilson interval). ``k = 0`` (the whole layer ablated) is always tried: a layer
-   that keeps accuracy without any of its neurons is not needed, and its sufficient ``k`` is 0.
-4. **Associated vs random knockout.** A prompt's associated neurons are those of the
-   layers' sufficient top-k whose heuristic applies to it (it fires on the pattern and
-   the prompt matches, or fires off it and the prompt does not). Mean-ablating them in
-   all layers at once is compared with ablating, per prompt and layer, as many random
-   neurons of the same layer that are not associated with it (``n_random ≥ 20`` draws).
-   The extra drop (random accuracy − associated accuracy, per prompt) gets a paired
-   bootstrap interval over prompts; the random draws' accuracies give a band.
+1. **Attribution.** ``|∂logit/∂act · (mean − act)|`` (mean ablation linearised), averaged over the prompts the
+   model answers correctly; the mean is the neuron's over the whole grid.
+2. **Types.** Every analysed neuron is matched to the patterns of :mod:`.heuristics`; the type table counts them
+   among each layer's sufficient top-k, beside the count the rule gives on shuffled activations.
+3. **Smallest sufficient top-k.** For each layer alone, keep its ``k`` neurons of highest attribution and
+   mean-ablate the rest; the smallest tried ``k`` whose accuracy (first answer token, Wilson interval) on the
+   correct prompts stays at or above ``1 − margin`` is the layer's. ``k = 0`` is always tried: a layer that keeps
+   accuracy without any of its neurons is not needed, and its sufficient ``k`` is 0.
+4. **Associated vs random knockout.** A prompt's associated neurons are those of the sufficient top-k whose
+   heuristic applies to it (fires on the pattern and the prompt matches, or fires off it and it does not).
+   Mean-ablating them in all layers at once is compared with ablating, per prompt and layer, as many random
+   non-associated neurons of the same layer (``n_random ≥ 20`` draws): the extra drop (random − associated
+   accuracy, per prompt) gets a paired bootstrap interval over prompts; the draws' accuracies give a band.
 
-Usage::
+Example::
 
     res = heuristic_neurons(model, grid, layers=[18, 20, 22])
     res.type_table(), res.topk, res.knockout
@@ -50,7 +41,7 @@ from mathcircuits._errors import FixableValueError
 from mathcircuits._io import SavedResult
 from mathcircuits.data import Operation, PairSet
 from mathcircuits.models import HookedModel
-from mathcircuits.models.suffix import SuffixRunner
+from mathcircuits.models.forward.suffix import SuffixRunner
 from mathcircuits.numbers.ablation import LayerTopK, NeuronKnockout, ablate, random_like, summarise_knockout
 from mathcircuits.numbers.grid import GridCapture, capture_grid, grid_batches
 from mathcircuits.numbers.heuristics import HEURISTIC_KINDS, heuristic_library, match_patterns, null_classified
@@ -66,31 +57,12 @@ DEFAULT_FRACTIONS = (0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5)
 class NeuronResult(SavedResult):
     """Heuristic neurons of one operation's grid (see the module docstring).
 
-    Args:
-        operation: the grid's operation.
-        template: the grid's template.
-        a_values: the first operand's values (heatmap rows).
-        b_values: the second operand's values (heatmap columns).
-        layers: the analysed MLP layers.
-        d_mlp: neurons per layer.
-        n_prompts: grid prompts.
-        n_correct: prompts the model answers correctly (first answer token).
-        clean_accuracy: ``n_correct / n_prompts``.
-        attribution: mean |attribution| ``[layer, neuron]``.
-        pattern: index into ``labels`` of each neuron's heuristic, −1 when unclassified ``[layer, neuron]``.
-        corr: the correlation with its best pattern ``[layer, neuron]``.
-        labels: the heuristics any neuron implements; ``label_kinds`` their kinds, ``label_operands`` their operands.
-        null_counts: neurons the rule classifies on shuffled activations, per layer.
-        min_corr: the rule's threshold.
-        margin: the accuracy margin of the sufficient top-k.
-        topk: one :class:`LayerTopK` per layer.
-        combined: accuracy with every layer at its sufficient top-k at once ``(value, low, high)``.
-        knockout: the :class:`NeuronKnockout` (None when no prompt has an associated neuron).
-        example_neurons: ``(layer, neuron)`` of the heatmap examples; ``example_labels`` their heuristics.
-        example_maps: their activations over the grid ``[example, a, b]`` (NaN where the grid has no prompt).
-        head_labels: heads whose direct logit contribution is mapped; ``head_maps`` the maps ``[head, a, b]``.
-        reading: where activations are read.
-        seed: seed of the random draws and the bootstrap.
+    ``a_values``/``b_values`` are the heatmap rows/columns; ``n_correct`` counts prompts answered right (first answer
+    token). ``attribution`` (mean |attribution|), ``pattern`` (index into ``labels``, −1 unclassified) and ``corr``
+    (with the best pattern) are ``[layer, neuron]``; ``null_counts`` are per layer on shuffled activations.
+    ``combined`` is the accuracy with every layer at its sufficient top-k at once ``(value, low, high)``;
+    ``knockout`` is None when no prompt has an associated neuron. ``example_maps`` are ``[example, a, b]`` (NaN where
+    the grid has no prompt), ``head_maps`` the heads' direct logit contributions ``[head, a, b]``.
     """
 
     operation: Operation
@@ -195,24 +167,10 @@ def heuristic_neurons(
 ) -> NeuronResult:
     """Attribution, heuristic types, the sufficient top-k per layer and matched knockout on an operand grid.
 
-    Args:
-        model: the hooked model.
-        grid: rows of :func:`~mathcircuits.numbers.grid.operand_grid`.
-        layers: MLP layers to analyse (e.g. the key MLPs of the identify stage).
-        heads: heads whose direct logit contribution is mapped over the grid.
-        fractions: the shares of a layer's neurons tried as top-k.
-        margin: the sufficient top-k keeps accuracy at or above ``1 − margin``.
-        min_corr: the heuristic rule's threshold.
-        n_random: random knockout draws (at least 20).
-        eval_prompts: at most this many correct prompts score the ablations.
-        batch_size: prompts per forward.
-        n_examples: neurons shown as heatmaps (highest attribution among the classified).
-        capture: a :class:`GridCapture` of this grid with ``layers`` and ``heads`` (else it is run here).
-        uncertainty: the bootstrap of the knockout's drop and the level of every interval; its seed also draws
-            the evaluation prompts, the random knockouts and the pattern null.
-
-    Returns:
-        The :class:`NeuronResult`.
+    ``fractions`` are the shares of a layer's neurons tried as top-k; ``eval_prompts`` caps the correct prompts that
+    score the ablations; ``n_examples`` neurons (highest attribution among the classified) are shown as heatmaps;
+    ``capture`` reuses a :class:`GridCapture` of this grid with ``layers`` and ``heads``. ``uncertainty``'s seed also
+    draws the evaluation prompts, the random knockouts and the pattern null.
     """
     if n_random < 20:
         raise FixableValueError(

@@ -1,34 +1,19 @@
 """The causal test of the helix: patch only a subspace of a number's state (a → a′), against PCA and random subspaces.
 
-Background. A good fit is not a mechanism. Kantamneni & Tegmark (2025) test the
-helix causally: they replace the representation of ``a`` by that of ``a′`` and
-watch the answer move from ``a + b`` to ``a′ + b``. Here the replacement is
-restricted to a subspace ``S`` (orthonormal basis ``Q``) at depth ``d`` and at ``a``'s
-last token:
+A good fit is not a mechanism. Kantamneni & Tegmark (2025) replace the representation of ``a`` by that of ``a′``
+and watch the answer move from ``a + b`` to ``a′ + b``. Here the replacement is restricted to a subspace with
+orthonormal basis ``Q`` at depth ``d`` and at ``a``'s last token, ``x ← x_a + Q Qᵀ (x_a′ − x_a)``, for the helix
+subspace, the top-``k`` PCA subspace and random ``k``-dim subspaces, beside the **full component**
+(``Q Qᵀ = I``).
 
-    x ← x_a + Q Qᵀ (x_a′ − x_a)
+Measure. ``LD = logit(first token of a′ + b) − logit(first token of a + b)`` at the last position; a patch's
+*shift* is ``LD_patched − LD_clean`` (logits; positive: toward ``a′ + b``). Pairs are prompts the model answers
+correctly whose two answers start with different tokens (``a′`` has as many tokens as ``a``). Each mean shift,
+and its fraction of the full patch's, gets a percentile-bootstrap interval over pairs (same resamples).
 
-for ``S`` = the fitted helix subspace, the top-``k`` PCA subspace and random
-``k``-dimensional subspaces (``k`` = the helix's dimension), and, for comparison,
-the **full component** (``Q Qᵀ = I``: the whole residual at that token and depth).
-
-Measure. ``LD = logit(first token of a′ + b) − logit(first token of a + b)`` at the
-last position; the *shift* of a patch is ``LD_patched − LD_clean`` (logits; positive
-means the answer moved toward ``a′ + b``). Pairs are prompts the model answers
-correctly whose two answers start with different tokens (``a′`` has as many tokens
-as ``a``). Each condition's mean shift gets a percentile-bootstrap interval over
-pairs, and so does its fraction of the full patch's shift (same resamples).
-
-Caution (Makelov, Lange & Nanda 2023). A subspace patch can produce an effect the
-full component does not have: the patched direction may be dormant in the clean
-model and activated by the patch, an "interpretability illusion". Compare every
-subspace effect with the full-component effect: a subspace that moves the answer
-*more* than the whole residual does is a warning sign, not a discovery.
-
-Usage::
-
-    hp = helix_patch(model, helix, template_sets, template_id="add_eq_1", depths=(helix.best_depth,))
-    hp.to_dataframe()
+Caution (Makelov, Lange & Nanda 2023). A subspace patch can activate a direction dormant in the clean model, an
+"interpretability illusion": a subspace that moves the answer *more* than the whole residual does is a warning
+sign, not a discovery.
 
 References: Kantamneni & Tegmark (2025), §4.3; Makelov, Lange & Nanda, "Is This the Subspace You Are Looking
 For?" (ICLR 2024).
@@ -50,8 +35,8 @@ from mathcircuits._io import SavedResult
 from mathcircuits.data import PairSet, swap_pairs
 from mathcircuits.data.templates import TemplateSet
 from mathcircuits.models import HookedModel
-from mathcircuits.models.prefix import PrefixRunner
-from mathcircuits.models.suffix import SuffixRunner
+from mathcircuits.models.forward.prefix import PrefixRunner
+from mathcircuits.models.forward.suffix import SuffixRunner
 from mathcircuits.numbers.helix import HelixResult, random_subspace
 from mathcircuits.numbers.results import TooFewCorrect, quantile
 from mathcircuits.stats import DEFAULT_CONFIDENCE, DEFAULT_N_BOOT, DEFAULT_UNCERTAINTY, Uncertainty, bootstrap_indices
@@ -65,26 +50,10 @@ CONDITIONS = ("full", "helix", "pca", "random")
 class HelixPatchResult(SavedResult):
     """Mean answer shifts of subspace patches per depth (see the module docstring).
 
-    Args:
-        depths: the patched depths (residual after ``d`` blocks, ``d >= 1``).
-        conditions: ``("full", "helix", "pca", "random")``.
-        shift: mean shift ``[depth, condition]`` (random: over all draws and pairs).
-        low: lower end of the bootstrap interval over pairs.
-        high: upper end.
-        fraction: mean shift as a share of the full patch's ``[depth, condition]``.
-        fraction_low: lower end.
-        fraction_high: upper end.
-        random_draws: each random subspace's mean shift ``[depth, draw]``.
-        helix_minus_pca: the helix patch's mean shift minus the PCA patch's ``[depth]`` (paired over pairs).
-        diff_low: lower end of its paired-bootstrap interval.
-        diff_high: upper end.
-        k: the subspaces' dimension.
-        pairs: ``(a, a′, b)`` of each pair.
-        template: the prompts' template.
-        reading: where numbers were read and patched.
-        seed: seed of pairs, random subspaces and bootstrap.
-        n_boot: bootstrap resamples.
-        confidence: level.
+    ``depths`` are residuals after ``d ≥ 1`` blocks; ``shift`` (random: over all draws and pairs) and ``fraction``
+    (of the full patch's shift) are ``[depth, condition]`` with bootstrap intervals over pairs; ``random_draws`` is
+    each random subspace's mean shift ``[depth, draw]``; ``helix_minus_pca`` ``[depth]`` is paired over pairs, its
+    interval a paired bootstrap. ``pairs`` are ``(a, a′, b)``.
     """
 
     depths: tuple[int, ...]
@@ -158,20 +127,9 @@ def helix_patch(
 ) -> HelixPatchResult:
     """Patch a → a′ in the helix, PCA, random and full subspaces at ``a``'s last token; measure the answer's shift.
 
-    Args:
-        model: the hooked model.
-        helix: the :class:`HelixResult` (its subspaces per depth).
-        template_sets: template sets holding ``template_id``.
-        template_id: the prompts' template (its context should be one of the helix's).
-        depths: depths to patch (``1 … L−1``); None: the helix's best depth.
-        n_pairs: pairs the clean model answers correctly (drawn from 8x as many candidates).
-        b_values: the second operands.
-        n_random: random subspaces per depth.
-        batch_size: pairs per forward.
-        uncertainty: the bootstrap of pairs; its seed also draws the candidate pairs and the random subspaces.
-
-    Returns:
-        The :class:`HelixPatchResult`.
+    ``template_id``'s context should be one of the helix's; ``depths`` lie in ``1 … L−1`` (None: the helix's best
+    depth); ``n_pairs`` correct pairs are drawn from 8x as many candidates. ``uncertainty``'s seed also draws the
+    candidate pairs and the random subspaces.
     """
     n_layers = model.spec.n_layers
     depths = tuple(int(d) for d in (depths if depths is not None else (helix.best_depth,)))
@@ -214,14 +172,8 @@ def subspace_shifts(
 ) -> Float[Tensor, "pair depth subspace"]:
     """The answer shift of patching a → a′ at ``a``'s last token inside each subspace, per pair and depth.
 
-    Args:
-        model: the hooked model.
-        pairs: operand-swap pairs of :func:`~mathcircuits.data.swap_pairs`.
-        subspaces: depth → a list of orthonormal bases ``[d_model, k]`` (``None``: the full component).
-        batch_size: pairs per forward.
-
-    Returns:
-        ``logit(a′+b) − logit(a+b)`` patched minus clean, ``[pair, depth, subspace]``.
+    ``subspaces`` maps a depth to orthonormal bases ``[d_model, k]`` (``None``: the full component). Returns
+    ``logit(a′+b) − logit(a+b)``, patched minus clean, ``[pair, depth, subspace]``.
     """
     depths = list(subspaces)
     width = max(len(v) for v in subspaces.values())
@@ -253,8 +205,7 @@ def _groups(cands: PairSet, rows: Sequence[int], batch_size: int) -> list[list[i
 
 
 def _correct(model: HookedModel, cands: PairSet, batch_size: int, wanted: int) -> list[int]:
-    """The first ``wanted`` candidates (in draw order) whose clean prompt the model answers correctly (first answer
-    token); candidates are scored in draw-order chunks until enough are found."""
+    """The first ``wanted`` candidates, in draw order, that the model answers correctly (first answer token)."""
     good: list[int] = []
     step = 4 * batch_size
     for lo in range(0, len(cands), step):

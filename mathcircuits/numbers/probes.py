@@ -1,39 +1,24 @@
 """Cross-validated linear probes of number states: ``n mod T`` (Cohen's κ) and circular digit probes.
 
-Background. Fu et al. (2026) show that Fourier spikes appear everywhere, and that
-what separates models is whether ``n mod T`` can be *read* linearly (κ ≈ 0.96 at
-``T = 2`` for a Transformer, chance for an LSTM). Levy & Geva (2025) find that
-digits are encoded circularly: a probe onto ``(cos 2πd/10, sin 2πd/10)`` decodes
-each digit ``d`` well, and errors cluster by digit. This module fits both on the
-number states at every depth.
+Fu et al. (2026) show that Fourier spikes appear everywhere, and that what separates models is whether
+``n mod T`` can be *read* linearly (κ ≈ 0.96 at ``T = 2`` for a Transformer, chance for an LSTM). Levy & Geva
+(2025) find digits encoded circularly: a probe onto ``(cos 2πd/10, sin 2πd/10)`` decodes each digit well.
 
-Probes. Ridge regression (``sklearn.linear_model.RidgeCV``, its penalty chosen per
-target by efficient leave-one-out over a log grid) from the standardised state to
-every target at once: the one-hot class of ``n mod T`` for each ``T`` (prediction:
-the largest output) and ``(cos, sin)`` of the units and tens digits (prediction:
-the angle). Cross-validation holds out **whole contexts** (``GroupKFold``), so a
-probe is scored on prompts it never saw; every number occurs in training in other
-contexts.
+Probes. Ridge regression (``RidgeCV``, its penalty chosen per target by efficient leave-one-out over a log grid)
+from the standardised state to every target at once: the one-hot class of ``n mod T`` (prediction: the largest
+output) and ``(cos, sin)`` of the units and tens digits (prediction: the angle). Cross-validation holds out
+**whole contexts** (``GroupKFold``); every number occurs in training in other contexts.
 
-Scores, with intervals. ``mod T``: Cohen's κ of the out-of-fold predictions,
-``κ = (p_o − p_e) / (1 − p_e)`` (0 = chance, 1 = perfect). Digits: the mean circular
-error in digits, ``min(|Δθ|, 2π − |Δθ|) · 10 / 2π`` (chance: 2.5). Intervals:
+Scores. ``mod T``: Cohen's κ of the out-of-fold predictions, ``κ = (p_o − p_e) / (1 − p_e)`` (0 = chance).
+Digits: the mean circular error in digits, ``min(|Δθ|, 2π − |Δθ|) · 10 / 2π`` (chance: 2.5). Intervals:
 percentile bootstrap over the probed items.
 
-Baselines. Depth 0 (the token embedding) is the tokenizer baseline for a
-digit-split tokenizer: the last token *is* the units digit, so ``mod 2, 5, 10`` are
-perfect there. (For single-token numbers depth 0 is the learned embedding, part of
-what is measured, so it is reported but not used as a baseline.) The **control
-task** (Hewitt & Liang 2019) fits the same probe to labels of a random relabelling
-of the numbers (``π(n) mod T``, the digits of ``π(n)``): it shows how much a probe
-can read from number *identity* alone. A probe over the whole residual on random
-directions would be the same probe (a rotation changes nothing), so it is no null;
-the control task is the baseline that answers "random directions" here.
-
-Usage::
-
-    pr = mod_probes(states)                        # ProbeResult
-    pr.best("mod 10")                              # depth, κ with interval, and its baselines
+Baselines. For a digit-split tokenizer depth 0 is the tokenizer baseline: the last token *is* the units digit, so
+``mod 2, 5, 10`` are perfect there (for single-token numbers depth 0 is the learned embedding, part of what is
+measured, not a baseline). The **control task** (Hewitt & Liang 2019) fits the same probe to a random
+relabelling of the numbers (``π(n) mod T``, the digits of ``π(n)``): what a probe reads from number *identity*
+alone. A probe on random directions of the residual would be the same probe (a rotation changes nothing), so the
+control task is the "random directions" baseline here.
 
 References: Fu et al. (2026); Levy & Geva, "Language models encode numbers using digit
 representations in base 10" (NAACL 2025); Hewitt & Liang, "Designing and interpreting probes
@@ -86,14 +71,7 @@ def cohen_kappa(
 ) -> Tensor:
     """Cohen's κ of ``pred`` against ``y``; with ``weights`` [boot, item] (bootstrap counts) one κ per resample.
 
-    Args:
-        y: true classes.
-        pred: predicted classes.
-        n_classes: number of classes.
-        weights: optional item weights per resample.
-
-    Returns:
-        κ (a scalar tensor, or one per row of ``weights``); NaN when the true classes are all one class.
+    NaN when the true classes are all one class.
     """
     y, pred = torch.as_tensor(y).long(), torch.as_tensor(pred).long()
     w = torch.ones(1, len(y), dtype=torch.float64) if weights is None else weights
@@ -126,27 +104,10 @@ class BestDepth(TypedDict):
 class ProbeResult(SavedResult):
     """Probe scores per target and depth, with intervals and the control task (see the module docstring).
 
-    Args:
-        targets: ``"mod T"`` for each period, ``"units digit"``, ``"tens digit"``.
-        metrics: ``"kappa"`` (higher is better) or ``"circular error"`` (digits; lower is better) per target.
-        chance: the score of a probe that knows nothing, per target (0 for κ, 2.5 for circular error).
-        depths: depth labels (``emb``, ``1`` … ``L``).
-        score: ``[target, depth]``.
-        low: lower end of its bootstrap interval.
-        high: upper end.
-        control: the control task's score ``[target, depth]``.
-        control_low: lower end.
-        control_high: upper end.
-        n_items: probed items (contexts x numbers).
-        n_contexts: contexts (the cross-validation groups).
-        folds: cross-validation folds.
-        tokenization: ``single-token`` or ``multi-token`` (depth 0 is a baseline only for the latter).
-        reading: where numbers were read.
-        token_periods: the probed periods whose residue the read token fixes by itself while it is not the whole
-            number (:func:`~mathcircuits.numbers.reading.token_fixed_periods`; digit-split: the divisors of 10).
-        seed: seed of the control relabelling and the bootstrap.
-        n_boot: bootstrap resamples.
-        confidence: level of the intervals.
+    ``targets`` are ``"mod T"``, ``"units digit"``, ``"tens digit"``; ``metrics`` ``"kappa"`` (higher is better) or
+    ``"circular error"`` (digits, lower is better); ``chance`` 0 for κ, 2.5 for circular error. ``score`` and
+    ``control`` are ``[target, depth]``. ``n_items`` is contexts x numbers; ``token_periods`` the probed periods the
+    read token fixes by itself (:func:`~mathcircuits.numbers.reading.token_fixed_periods`).
     """
 
     targets: tuple[str, ...]
@@ -210,15 +171,12 @@ class ProbeResult(SavedResult):
         }
 
     def baselines(self, target: str, depth: int) -> list[Interval]:
-        """The baselines of a score: the control task at ``depth``, and depth 0 for a digit-split tokenizer (where
-        the last token alone is the units digit); for single-token numbers depth 0 is the embedding, part of what
-        is measured, not a baseline."""
+        """The control task at ``depth``, and depth 0 for a digit-split tokenizer (not for single-token numbers)."""
         out = [self.interval(target, depth, control=True)]
         return out + ([self.interval(target, 0)] if self.tokenization == "multi-token" else [])
 
     def beats_baselines(self, target: str, depth: int) -> bool | None:
-        """True when the interval clears every baseline's (:meth:`baselines`), False when it lies at or beyond
-        one baseline's interval on the wrong side, None when the intervals overlap."""
+        """True: the interval clears every baseline's; False: it lies on the wrong side of one; None: overlap."""
         higher = self.metrics[self._t(target)] == "kappa"
         s, base = self.interval(target, depth), self.baselines(target, depth)
         if higher:
@@ -289,15 +247,8 @@ def mod_probes(
 ) -> ProbeResult:
     """Fit the mod-T and circular digit probes at every depth (or some), with the control task.
 
-    Args:
-        states: number states with at least two contexts (folds hold out whole contexts).
-        periods: the ``T`` of the ``n mod T`` probes.
-        folds: cross-validation folds (at most the number of contexts).
-        uncertainty: the bootstrap of the items; its seed also draws the control relabelling.
-        depths: the depths to probe (indices; depth 0, the baseline, is always included); None: all.
-
-    Returns:
-        The :class:`ProbeResult`.
+    ``states`` needs two contexts (folds hold out whole contexts; ``folds`` at most their number). ``depths`` are
+    indices; depth 0, the baseline, is always included. ``uncertainty``'s seed also draws the control relabelling.
     """
     c, n, n_depths, _ = states.states.shape
     chosen = sorted({0, *(range(n_depths) if depths is None else depths)})

@@ -1,25 +1,18 @@
 """How numbers are read: how a tokenizer writes them, at which token they are read, and the depth labels.
 
-Reading a number. Tokenizers differ: GPT-2, GPT-J and Llama 3 have one token for
-each number up to several hundred; SmolLM2, Llama 2 and Gemma split numbers into
-digits. Every analysis here reads a number **at its last token** (for a digit-split
-tokenizer: the units digit, where the model must gather the tens digit by
-attention). :func:`number_reading` finds how many tokens each number takes in a
-context and says so in one sentence that every result stores.
+Reading a number. GPT-2, GPT-J and Llama 3 have one token for each number up to several hundred; SmolLM2,
+Llama 2 and Gemma split numbers into digits. Every analysis reads a number **at its last token** (for a
+digit-split tokenizer the units digit, where the model must gather the tens digit by attention), and every
+result stores one sentence saying so.
 
-Where numbers are combined. At a digit-split tokenizer's last token the model starts
-from the units digit alone, so ``n mod T`` for any ``T`` dividing 10 is the
-tokenizer's, at every depth and at every later position (attention can copy that
-token anywhere): no reading separates the model's periodic features from the
-tokenizer's for those periods. Only *whole-number* periods, whose residue the units
-digit does not fix (4, 20, 25 on 0–99), need the digits combined;
-:func:`token_fixed_periods` says which periods the read token fixes by itself. For
+Where numbers are combined. At a digit-split tokenizer's last token the model starts from the units digit alone,
+so ``n mod T`` for any ``T`` dividing 10 is the tokenizer's, at every depth and every later position (attention
+can copy that token anywhere): no reading separates the model's periodic features from the tokenizer's there.
+Only periods whose residue the units digit does not fix (4, 20, 25 on 0–99) need the digits combined. For
 single-token numbers the read token is the whole number, and every period is testable.
 
-Depths. ``depth d`` is the residual stream after ``d`` blocks at that token:
-depth 0 is the token embedding (what enters block 0), depth ``L`` the final
-residual. A probe or spectrum "at depth 0" is therefore a baseline that knows only
-the token itself.
+Depths. ``depth d`` is the residual stream after ``d`` blocks at that token: depth 0 is the token embedding,
+depth ``L`` the final residual. "At depth 0" is a baseline that knows only the token itself.
 """
 
 from __future__ import annotations
@@ -33,16 +26,7 @@ Tokenization = Literal["single-token", "multi-token"]
 
 
 def number_token_counts(tokenizer: Any, context: str, numbers: Sequence[int]) -> list[int]:
-    """How many tokens each number takes when written right after ``context``.
-
-    Args:
-        tokenizer: the model's tokenizer.
-        context: the text before the number.
-        numbers: the numbers.
-
-    Returns:
-        One count per number: the tokens whose characters overlap the number's digits.
-    """
+    """How many tokens each number takes when written right after ``context`` (tokens overlapping its digits)."""
     out = []
     for n in numbers:
         text = context + str(n)
@@ -53,15 +37,7 @@ def number_token_counts(tokenizer: Any, context: str, numbers: Sequence[int]) ->
 
 
 def number_reading(counts: Sequence[int], numbers: Sequence[int]) -> tuple[Tokenization, str]:
-    """The tokenization kind and the sentence that states where numbers are read.
-
-    Args:
-        counts: tokens per number (:func:`number_token_counts`).
-        numbers: the numbers.
-
-    Returns:
-        ``("single-token" | "multi-token", sentence)``.
-    """
+    """The tokenization kind (``"single-token"`` or ``"multi-token"``) and the sentence saying where they are read."""
     lo, hi = min(numbers), max(numbers)
     if max(counts) == 1:
         return "single-token", (f"each number {lo}–{hi} is one token here; it is read at that token (its last token)")
@@ -77,15 +53,8 @@ def token_fixed_periods(
 ) -> tuple[int, ...]:
     """The periods ``T`` whose residue ``n mod T`` the read token fixes while it is not the whole number.
 
-    Args:
-        tokenization: how the numbers are written (:func:`number_reading`).
-        numbers: the numbers.
-        last_tokens: the id of each number's last (read) token.
-        periods: the candidate periods.
-
-    Returns:
-        The periods for which every two numbers read at the same token share ``n mod T`` (for a digit-split
-        tokenizer, the divisors of 10); none for single-token numbers, whose read token is the whole number.
+    Every two numbers read at the same token share ``n mod T`` (digit-split: the divisors of 10); none for
+    single-token numbers, whose read token is the whole number.
     """
     if tokenization == "single-token":
         return ()

@@ -1,9 +1,6 @@
-"""What the number results share: null quantiles, and the error of a model that answers too few prompts for a
-causal analysis.
+"""What the number results share: null quantiles, and the error of a model that answers too few prompts.
 
-Every result of :mod:`mathcircuits.numbers` is a frozen :class:`~mathcircuits._io.SavedResult` (its ``repr`` and
-HTML view) with a one-line ``headline()`` and a ``to_dataframe()``. Null bands are quantiles of draws (shuffles,
-random subspaces, random knockouts) taken in float64.
+Null bands are quantiles of draws (shuffles, random subspaces, random knockouts) taken in float64.
 """
 
 from __future__ import annotations

@@ -1,37 +1,22 @@
 """Fourier spectra along the number axis, each against a shuffled-order null and a tokenizer baseline.
 
-Background. Zhou et al. (2024) take the discrete Fourier transform of what MLPs and
-heads write, along the axis of numbers, and find spikes at periods about 2, 2.5, 5
-and 10. Fu et al. (2026) find the same spikes in every model and even in the raw
-frequencies of number tokens, so a spectrum alone is no evidence that a model
-computes with periodic features. Here every spectrum comes with two nulls:
+Zhou et al. (2024) find spikes at periods about 2, 2.5, 5 and 10 in what MLPs and heads write along the axis of
+numbers. Fu et al. (2026) find the same spikes in every model and even in the raw frequencies of number tokens,
+so a spectrum alone is no evidence that a model computes with periodic features. Every spectrum has two nulls:
 
-* **shuffled order**: the same vectors with the number labels permuted (one
-  permutation for all contexts and dimensions), ``n_shuffles`` times. A period is
-  *above the null* when the lower end of its power's interval exceeds the
-  ``confidence`` quantile of the **largest** share any frequency reaches in the
-  shuffled spectra (family-wise over frequencies);
-* **tokenizer baseline**: what the tokens alone give. For a digit-split tokenizer
-  the last token of a number is its units digit, so the embedding (depth 0) is
-  exactly periodic in 10 and its harmonics; the periods above the null at depth 0
-  are listed as ``baseline_periods``. For single-token numbers the baseline is the
-  spectrum of the numbers' token frequencies (given, or the BPE id as a rank proxy:
-  merges are made in order of pair frequency), and its periods above its own
-  shuffled null are listed.
+* **shuffled order**: the number labels permuted (one permutation for all contexts and dimensions),
+  ``n_shuffles`` times. A period is *above the null* when the lower end of its power's interval exceeds the
+  ``confidence`` quantile of the **largest** share any frequency reaches in the shuffled spectra (family-wise
+  over frequencies);
+* **tokenizer baseline**: for a digit-split tokenizer the embedding (depth 0) is exactly periodic in 10 and its
+  harmonics, and the periods above the null there are ``baseline_periods``. For single-token numbers it is the
+  spectrum of the numbers' token frequencies (given, or the BPE id as a rank proxy: merges follow pair
+  frequency).
 
-Formula. For vectors ``x_n`` (``n = 0 … N−1``, centred over ``n``) with columns ``j``
-(contexts × dimensions, or prompts), ``F_k = Σ_n x_n e^{−2πikn/N}`` and the power
-share of frequency ``k = 1 … ⌊N/2⌋`` (period ``T = N/k``) is
-``P(k) = Σ_j |F_kj|² / Σ_k' Σ_j |F_k'j|²``. Its interval resamples the columns
-(percentile bootstrap). The shuffled spectra need only the Gram matrix
-``G = Σ_j x_j x_jᵀ``: ``P_π(k) ∝ φ_kᴴ G[π, π] φ_k``.
-
-Usage::
-
-    spec = number_spectra(states)                 # rows: depths 0 … L
-    spec.periods_above("emb"), spec.bands()       # periods above the null, per layer band
-
-What heads and MLPs write to the answer logits, transformed the same way, is :mod:`.components`.
+Formula. For vectors ``x_n`` (``n = 0 … N−1``, centred over ``n``) with columns ``j`` (contexts × dimensions, or
+prompts), ``F_k = Σ_n x_n e^{−2πikn/N}`` and the power share of frequency ``k = 1 … ⌊N/2⌋`` (period ``T = N/k``)
+is ``P(k) = Σ_j |F_kj|² / Σ_k' Σ_j |F_k'j|²``. Its interval resamples the columns (percentile bootstrap). The
+shuffled spectra need only the Gram matrix ``G = Σ_j x_j x_jᵀ``: ``P_π(k) ∝ φ_kᴴ G[π, π] φ_k``.
 
 References: Zhou et al., "Pre-trained Large Language Models Use Fourier Features to Compute
 Addition" (NeurIPS 2024), §3; Fu et al., "Convergent evolution" (2026).
@@ -65,24 +50,13 @@ def _dft(n: int) -> Tensor:
 
 
 def column_power(x: Float[Tensor, "number column"]) -> Float[Tensor, "freq column"]:
-    """``|F_k|²`` of each column of ``x`` along the number axis (centred), for ``k = 1 … ⌊N/2⌋``.
-
-    Args:
-        x: one column per dimension (or prompt), one row per number.
-
-    Returns:
-        The power of each frequency in each column (float64).
-    """
+    """``|F_k|²`` (float64) of each column of ``x`` along the number axis (centred), for ``k = 1 … ⌊N/2⌋``."""
     x = x.double() - x.double().mean(0)
     return (_dft(x.shape[0]) @ x.to(torch.complex128)).abs() ** 2
 
 
 def _shuffled_shares(x: Tensor, n_shuffles: int, seed: int) -> Tensor:
-    """Power shares ``[shuffle, freq]`` of ``x`` [number, column] with the number axis permuted.
-
-    Permuting the numbers of ``G = x xᵀ`` is permuting the DFT rows instead: ``P_π(k) = φ_k[π⁻¹]ᴴ G φ_k[π⁻¹]``,
-    with ``φ = c + i·s`` real and imaginary parts, so all shuffles are two batched real matrix products.
-    """
+    """Shares ``[shuffle, freq]`` with the number axis permuted: DFT rows permuted against ``G`` (two matmuls)."""
     x = x.double() - x.double().mean(0)
     gram = x @ x.T
     phi = _dft(x.shape[0])
@@ -117,24 +91,10 @@ def _bootstrap_shares(power: Tensor, uncertainty: Uncertainty) -> tuple[Tensor, 
 class Spectrum(SavedResult):
     """Power share per period along the number axis, per row (depth or component), with its nulls.
 
-    Args:
-        source: what was transformed (e.g. "residual at the number's last token").
-        rows: the row labels (depths ``emb, 1 … L``, or component names).
-        axis: the number axis in words (e.g. "numbers 0–99").
-        periods: ``N / k`` for ``k = 1 … ⌊N/2⌋``.
-        power: power share ``[row, freq]``.
-        low: lower end of its bootstrap interval (resampling columns).
-        high: upper end.
-        null_low: per-frequency lower quantile of the shuffled-order spectra.
-        null_high: per-frequency upper quantile.
-        null_max: the ``confidence`` quantile of the largest shuffled share, per row (the family-wise bound).
-        baseline_periods: periods the tokenizer baseline already shows (see the module docstring).
-        baseline: that baseline in words.
-        reading: where numbers were read.
-        n_shuffles: shuffled spectra drawn.
-        n_boot: bootstrap resamples.
-        seed: seed of both.
-        confidence: level of the intervals and of the null bound.
+    ``periods`` are ``N / k`` for ``k = 1 … ⌊N/2⌋``; ``power`` is ``[row, freq]`` with a bootstrap interval over
+    columns; ``null_low``/``null_high`` are per-frequency quantiles of the shuffled spectra and ``null_max`` the
+    ``confidence`` quantile of the largest shuffled share per row (the family-wise bound); ``baseline_periods`` are
+    the periods the tokenizer baseline already shows.
     """
 
     source: str
@@ -178,11 +138,7 @@ class Spectrum(SavedResult):
     def bands(self, n_bands: int = 3) -> dict[str, tuple[float, ...]]:
         """Periods above the null in at least half the rows of each band of depths (``emb`` is its own band).
 
-        Args:
-            n_bands: bands the depths ``1 … L`` are cut into (early, middle, late for 3).
-
-        Returns:
-            ``{band label: periods}``, e.g. ``{"emb": (10.0, 5.0), "early 1–10": (...), ...}``.
+        E.g. ``{"emb": (10.0, 5.0), "early 1–10": (...), ...}`` for 3 bands.
         """
         out: dict[str, tuple[float, ...]] = {}
         body = list(range(len(self.rows)))
@@ -245,20 +201,8 @@ def spectrum(
 ) -> Spectrum:
     """The spectrum of each row's ``[number, column]`` matrix, with intervals and the shuffled-order null.
 
-    Args:
-        data: one matrix per row; rows are numbers, columns dimensions (or prompts, contexts x dimensions).
-        rows: a label per matrix.
-        source: what the matrices are.
-        axis: the number axis in words.
-        reading: where numbers were read.
-        baseline_periods: periods a baseline already shows.
-        baseline: that baseline in words.
-        n_shuffles: shuffled spectra per row.
-        uncertainty: the bootstrap of the columns (its seed + 1 also draws the shuffles) and the level of the
-            intervals and of the null bound.
-
-    Returns:
-        The :class:`Spectrum`.
+    Columns are dimensions, or prompts, or contexts x dimensions. ``uncertainty``'s seed + 1 also draws the shuffles;
+    its level is that of the intervals and of the null bound.
     """
     if len(data) != len(rows) or not rows:
         raise FixableValueError(f"got {len(data)} matrices for {len(rows)} row labels. ", "pass one label per matrix.")
@@ -301,14 +245,7 @@ def frequency_spectrum(
 ) -> Spectrum:
     """The spectrum of the numbers' (log) token frequencies: the baseline of Fu et al. (2026).
 
-    Args:
-        frequencies: a positive frequency (or count) per number.
-        numbers: the numbers, in order.
-        n_shuffles: shuffled spectra.
-        seed: their seed.
-
-    Returns:
-        A one-row :class:`Spectrum` of ``log(frequency)`` (no interval: one column).
+    One row, no interval (one column).
     """
     f = torch.as_tensor(list(frequencies), dtype=torch.float64)
     if (f <= 0).any() or len(f) != len(numbers):
@@ -331,15 +268,8 @@ def number_spectra(
 ) -> Spectrum:
     """Spectra of the number states at every depth (depth 0: the token embedding), with both nulls.
 
-    Args:
-        states: the :class:`NumberStates` (numbers consecutive, e.g. 0–99).
-        frequencies: token frequency per number, for the single-token baseline; None uses the BPE id as a
-            rank proxy (lower id = merged earlier = more frequent), ``1 / (id + 1)``.
-        n_shuffles: shuffled spectra per depth.
-        uncertainty: the bootstrap (of contexts x dimensions); its seed also draws the shuffles.
-
-    Returns:
-        The :class:`Spectrum`, one row per depth.
+    ``frequencies`` None uses the BPE id as a rank proxy (lower id = merged earlier = more frequent),
+    ``1 / (id + 1)``. The bootstrap resamples contexts x dimensions; its seed also draws the shuffles.
     """
     nums = list(states.numbers)
     if nums != list(range(nums[0], nums[0] + len(nums))):

@@ -1,22 +1,15 @@
 """Number states: the residual stream at a number's last token, at every depth, in several contexts.
 
-Background. The representation analyses (spectra, probes, helix) need, for each
-number ``n`` of a range (0–99 by default), the vector the model holds for it.
-Following Kantamneni & Tegmark (2025) and Fu et al. (2026) we read it where the
-number is written: the prompt is a *context* (the few-shot prefix of an arithmetic
-template and the template's text up to its first operand, e.g.
-``"2 + 4 = 6\\n7 + 1 = 8\\n5 + 3 = 8\\nCalculate: "``) followed by ``n``, and the
-state is the residual stream at the number's last token after ``d`` blocks,
-``d = 0 … L`` (``d = 0``: the token embedding). Several contexts give several
-samples of the same number, which the probes need (they hold out whole contexts).
+Following Kantamneni & Tegmark (2025) and Fu et al. (2026), a number is read where it is written: the prompt is a
+*context* (the few-shot prefix of an arithmetic template and its text up to the first operand, e.g.
+``"2 + 4 = 6\\n7 + 1 = 8\\n5 + 3 = 8\\nCalculate: "``) followed by ``n``:
+``states[c, n, d] = resid_after_d_blocks(context_c + str(n))[-1]``, ``d = 0 … L`` (0: the token embedding).
+Several contexts give several samples of a number, which the probes need (they hold out whole contexts).
 
-Formula. ``states[c, n, d] = resid_after_d_blocks(context_c + str(n))[-1]``.
-
-Usage::
+Example::
 
     contexts = number_contexts(model.tokenizer, load_templates(), ("add", "sub"), n=4)
-    st = number_states(model, range(100), contexts)     # NumberStates; st.reading says where numbers are read
-    st.states.shape                                     # [context, number, depth, d_model]
+    st = number_states(model, range(100), contexts)     # st.states: [context, number, depth, d_model]
 
 References: Kantamneni & Tegmark, "Language Models Use Trigonometry to Do Addition" (2025), §3;
 Fu et al., "Convergent evolution of number representations" (2026).
@@ -40,7 +33,7 @@ from mathcircuits._io import SavedResult
 from mathcircuits.data import Operation, answer_spacing, render_prompt
 from mathcircuits.data.templates import TemplateSet
 from mathcircuits.models import HookedModel, ModelSpec, PrefixCaches, as_spec, hooks
-from mathcircuits.models.prefix import PrefixRunner
+from mathcircuits.models.forward.prefix import PrefixRunner
 from mathcircuits.numbers.reading import Tokenization, depth_labels, number_reading, number_token_counts
 
 __all__ = ["NumberStates", "number_contexts", "number_states"]
@@ -69,18 +62,8 @@ def number_contexts(
 ) -> tuple[str, ...]:
     """Up to ``n`` distinct contexts from the templates: few-shot prefix + the text before the first operand.
 
-    Templates are taken in turn from each operation, so the contexts mix operations and forms.
-
-    Args:
-        tokenizer: the model's tokenizer.
-        template_sets: template sets (:func:`mathcircuits.data.load_templates`).
-        operations: operations whose templates are used.
-        n: at most this many contexts.
-        first: a template id whose context comes first (the operand grid's template).
-        fewshot: include the set's few-shot examples.
-
-    Returns:
-        The contexts (strings that a number is appended to).
+    Templates are taken in turn from each operation, so the contexts mix operations and forms; ``first`` is a
+    template id whose context comes first (the operand grid's).
     """
     spacing = answer_spacing(tokenizer)
     per_op: dict[Operation, list[tuple[TemplateSet, Any]]] = defaultdict(list)
@@ -121,15 +104,8 @@ def number_contexts(
 class NumberStates(SavedResult):
     """The residual stream at each number's last token, per context and depth (see the module docstring).
 
-    Args:
-        numbers: the numbers, in order.
-        contexts: the text before each number.
-        states: ``[context, number, depth, d_model]``; depth 0 is the token embedding.
-        tokenization: whether every number is one token here.
-        tokens_per_number: tokens of each number (in the first context).
-        last_tokens: the id of each number's last token (in the first context).
-        reading: where the numbers are read, in words.
-        model: the model's spec.
+    ``states`` is ``[context, number, depth, d_model]``, depth 0 the token embedding; ``tokens_per_number`` and
+    ``last_tokens`` are read in the first context.
     """
 
     numbers: tuple[int, ...]
@@ -178,14 +154,7 @@ def number_states(
 ) -> NumberStates:
     """Record the residual stream at each number's last token, after every block, in each context.
 
-    Args:
-        model: the hooked model.
-        numbers: non-negative integers.
-        contexts: texts a number is appended to (:func:`number_contexts`); ``""`` reads the number alone.
-        batch_size: prompts per forward.
-
-    Returns:
-        The :class:`NumberStates`.
+    ``contexts`` from :func:`number_contexts`; ``""`` reads the number alone.
     """
     numbers = [int(n) for n in numbers]
     if not numbers or min(numbers) < 0 or len(set(numbers)) != len(numbers):

@@ -1,11 +1,8 @@
 """Stage ``identify`` — path patching from heads/MLPs to the logits, and key components.
 
-``path_patch(model, dataset)`` is the entry point (exact method by default, scoring the whole
-answer's teacher-forced log-probability, ``metric="answer_logprob"``; ``method="reference"`` and
-``method="attribution"`` for checking and screening), in :mod:`.driver`. The methods share the two cached forwards of
-:mod:`.cache` (capture, readout and the block chain live in :mod:`mathcircuits.models`)
-and :class:`Metric` values (:mod:`.metrics`). ``select_key_components`` turns a result
-into a :class:`KeyComponents`.
+``path_patch(model, dataset)`` (:mod:`.driver`) is the entry point: the exact method, scoring the whole
+answer's teacher-forced log-probability, by default. ``select_key_components`` turns its result into a
+:class:`KeyComponents`.
 """
 
 from mathcircuits.patching.attribution import compare_rankings

@@ -1,23 +1,14 @@
 """Attribution patching: a first-order screen for the same path-patching effects.
 
-Attribution patching (Nanda 2023; Syed et al. 2023) replaces each patch by a
-linear estimate, ``effect ≈ (a' − a) · ∂metric/∂a``. Here the gradient is taken
-along the *same path* that exact path patching measures: the last-position
-residual stream through the MLPs and norms, with every attention head frozen.
-We rebuild that chain from the reference run's cached activations with the
-family's block structure (sequential or parallel, output norms, soft cap;
-see :mod:`mathcircuits.patching.exact`), add a zero "probe" to each layer's
-attention output (before its output norm, if any) and to the residual after
-each MLP block, and one backward pass gives the gradient of the answer's logit
-(or probability) at every probe. Each head's estimate is its counterfactual
-change ``(z' − z) W_O`` dotted with the gradient at its layer's attention
-probe; each MLP's is ``mlp' − mlp`` dotted with the gradient after it. Cost:
-the two forward passes plus one last-position chain forward and backward for
-all senders together.
+Attribution patching (Nanda 2023; Syed et al. 2023) replaces each patch by ``effect ≈ (a' − a) ·
+∂metric/∂a``, with the gradient taken along the *same path* exact path patching measures: the
+last-position residual through the MLPs and norms, every head frozen (the family's block structure, see
+:mod:`mathcircuits.patching.exact`). Zero probes on each layer's attention output (before its output
+norm) and after each MLP block give, in one backward pass, every sender's gradient: a head's estimate is
+``(z' − z) W_O`` · its layer's attention probe gradient, an MLP's ``mlp' − mlp`` · the gradient after it.
 
-It is exact to first order in the patch, and otherwise a ranking screen:
-:func:`compare_rankings` reports Spearman correlation and top-k overlap
-against the exact method.
+Exact to first order, otherwise a ranking screen: :func:`compare_rankings` reports Spearman correlation
+and top-k overlap against the exact method.
 """
 
 from __future__ import annotations
@@ -28,10 +19,10 @@ from scipy.stats import spearmanr
 from mathcircuits._errors import FixableValueError
 from mathcircuits.data.pairs import PairBatch
 from mathcircuits.models import HookedModel, hooks
-from mathcircuits.models.changes import attn_change, attn_pre_norm_name, mlp_change
 from mathcircuits.models.families import block_structure
-from mathcircuits.models.placement import head_out_weight, layer_device
-from mathcircuits.models.readout import Readout, readout
+from mathcircuits.models.forward.changes import attn_change, attn_pre_norm_name, mlp_change
+from mathcircuits.models.forward.placement import head_out_weight, layer_device
+from mathcircuits.models.forward.readout import Readout, readout
 from mathcircuits.patching.cache import last_position_caches
 from mathcircuits.patching.metrics import Metric
 from mathcircuits.patching.result import PatchingResult
@@ -51,16 +42,7 @@ def attribution_scan(
 ) -> BatchEffects:
     """First-order estimates of every sender's effect for one batch of equal-length pairs.
 
-    Args:
-        model: the hooked model.
-        batch: the pairs.
-        senders: heads, MLPs or both.
-        metric: the effect measure (the gradient is taken of its target, logit or probability).
-        chunk_rows: rows per MLP call.
-        progress: unused.
-
-    Returns:
-        :class:`BatchEffects` with NaN for senders not scanned.
+    The gradient is of the metric's target (logit or probability); senders not scanned get NaN.
     """
     structure = block_structure(model)  # an unsupported family is the first thing to say
     if metric.every_answer_token or metric.fn is not None:
@@ -133,14 +115,8 @@ def attribution_scan(
 def compare_rankings(approx: PatchingResult, exact: PatchingResult, k: int = 10) -> dict[str, float]:
     """Spearman correlation of head effects and top-k overlap between two PatchingResults.
 
-    Args:
-        approx: the screened result (e.g. attribution).
-        exact: the result to compare with.
-        k: how many most-negative heads the overlap compares.
-
-    Returns:
-        ``spearman_heads``, ``top{k}_overlap`` (share of the k heads found by both) and, with at least
-        three MLPs, ``spearman_mlps``.
+    Returns ``spearman_heads``, ``top{k}_overlap`` (share of the k most negative heads found by both)
+    and, with at least three MLPs, ``spearman_mlps``.
     """
     a = approx.head_effects.flatten()
     e = exact.head_effects.flatten()

@@ -1,23 +1,13 @@
 """The two forward passes of exact path patching: reference and counterfactual activations at the last position.
 
-:func:`last_position_caches` runs the reference prompts and the counterfactual prompts once
-each (their shared few-shot prefix once for both, exact) and keeps, per layer, what the
-last-position chain of :mod:`mathcircuits.patching.exact` reads: ``hook_z``,
-``hook_mlp_out``, the residual the MLP reads and (with post-attention norms) the attention
-output before that norm, plus the last block's ``hook_resid_post``.
-
-Teacher forcing (``answers`` given, for metrics that read every answer token): both sequences are
-extended by the answer's tokens but the last, and the activations are kept at the last prompt position
-and at every answer position. The rows of the cache are then (pair, position) in that order,
-``row = pair · positions + j``: with every other head frozen, a sender's change at one position stays
-at that position, so each row is its own last-position chain.
+The shared few-shot prefix runs once for both prompt sets (exact). With ``answers`` (teacher forcing)
+rows are (pair, position), ``row = pair · positions + j``: with every other head frozen, a sender's
+change stays at its position, so each row is its own last-position chain.
 
 Usage::
 
     cache = last_position_caches(model, batch.tokens, batch.cf_tokens)
     clean = cache.clean(batch.answer, need_probs=False)
-    cache = last_position_caches(model, batch.tokens, batch.cf_tokens, answers=batch.answers)
-    clean = cache.clean_answers(batch.answers)          # whole-answer log-probability per pair
 """
 
 from __future__ import annotations
@@ -31,10 +21,10 @@ from torch import Tensor
 
 from mathcircuits._errors import FixableValueError
 from mathcircuits.models import PrefixCaches, hooks
-from mathcircuits.models.capture import capture
-from mathcircuits.models.changes import attn_pre_norm_name
 from mathcircuits.models.families import BlockStructure, block_structure
-from mathcircuits.models.readout import Readout
+from mathcircuits.models.forward.capture import capture
+from mathcircuits.models.forward.changes import attn_pre_norm_name
+from mathcircuits.models.forward.readout import Readout
 from mathcircuits.patching.metrics import answer_readout
 
 if TYPE_CHECKING:
@@ -47,11 +37,9 @@ __all__ = ["LastPositionCache", "last_position_caches"]
 class LastPositionCache:
     """Reference and counterfactual activations at the patched position, keyed by hook name.
 
-    ``ref`` holds, per layer, ``hook_z``, ``hook_mlp_out``, the residual the MLP
-    reads and (with post-attention norms) the attention output before that norm,
-    plus the last block's ``hook_resid_post``; ``cf`` holds ``hook_z``,
-    ``hook_mlp_out`` and the last block's ``hook_resid_post``. ``logits`` and ``cf_logits`` are the
-    reference and counterfactual runs' logits at the position. With ``positions`` > 1 (teacher forcing)
+    ``ref`` holds, per layer, ``hook_z``, ``hook_mlp_out``, the residual the MLP reads and (with
+    post-attention norms) the attention output before that norm, plus the last ``hook_resid_post``;
+    ``cf`` holds ``hook_z``, ``hook_mlp_out`` and the last ``hook_resid_post``. With ``positions`` > 1
     every row is a (pair, position): ``pair · positions + j``.
     """
 
@@ -88,19 +76,9 @@ def last_position_caches(
 ) -> LastPositionCache:
     """The two forward passes of the method: reference and counterfactual activations at ``position``.
 
-    Args:
-        model: the hooked model.
-        tokens: reference prompts.
-        cf_tokens: counterfactual prompts, token-aligned with ``tokens``.
-        position: the patched position.
-        structure: the model's block structure (looked up when not given).
-        share_prefix: run the prefix that all reference and counterfactual prompts share once
-            (exact; ``False`` runs the two plain forwards, for checking).
-        answers: every answer token per pair (teacher forcing, see the module docstring; ``position`` must be
-            -1); None: the last prompt position only.
-
-    Returns:
-        A :class:`LastPositionCache`.
+    ``cf_tokens`` are token-aligned with ``tokens``. ``share_prefix=False`` runs two plain forwards (for
+    checking). ``answers``: teacher forcing (module docstring; ``position`` must be -1); None: the last
+    prompt position only.
     """
     structure = structure or block_structure(model)
     last = None

@@ -1,26 +1,10 @@
 """Run-time check of the exact scan against the reference scan, and of the null patch, on the user's model.
 
-The exact scan (:mod:`.exact`) reads every sender's effect off two cached forwards and a
-last-position chain through the later MLPs and norms, then reads the answer out of the
-patched final residual itself (final norm → unembedding → soft cap). The reference scan
-(:mod:`.reference`) runs one plain hooked forward per sender. Before the exact scan first
-runs on a model, :func:`check_exact` compares them on probe pairs
-(:func:`mathcircuits.models.integrity.probe_pairs`):
-
-* the senders with the largest effects, a seeded random head and two MLPs: exact = reference;
-* the null patch (counterfactual = clean prompt): the exact scan's readout of the unpatched
-  residual (its clean value, read by the same function as every patched one) equals the bridge's
-  clean logits, and a reference forward with every head
-  frozen at its clean value reproduces them.
-
-Both are measured in raw logits (``logit_diff`` added back to the clean logit), so the
-tolerance scales with the logits and a constant readout offset shows up.
-
-With ``answers=True`` (run before the first path patching under a metric that reads every answer
-token) the same comparisons are made teacher-forced, in the answer's log-probability
-(``answer_logprob`` added back to the clean log-probability), over the probe pairs' two answer
-tokens, plus the total effect (the counterfactual run read through the prefix cache against the
-plain forward).
+Before the exact scan first runs on a model, :func:`check_exact` compares it, on probe pairs, with the
+reference scan for the largest-effect senders, a random head and two MLPs; and checks the null patch
+(counterfactual = clean: the exact readout equals the clean logits, as does a forward with every head
+frozen). Differences are in raw logits, so the tolerance scales with them and a readout offset shows.
+``answers=True`` does the same teacher-forced, in the answer's log-probability, plus the total effect.
 """
 
 from __future__ import annotations
@@ -33,7 +17,7 @@ import torch
 from mathcircuits.data.pairs import PairBatch
 from mathcircuits.data.pairset import pair_batches
 from mathcircuits.models import HookedModel, hooks
-from mathcircuits.models.integrity import compare, model_depth, model_dtype, probe_pairs
+from mathcircuits.models.forward.integrity import compare, model_depth, model_dtype, probe_pairs
 from mathcircuits.patching.cache import last_position_caches
 from mathcircuits.patching.exact import chain_readout, exact_scan
 from mathcircuits.patching.metrics import METRICS
@@ -50,13 +34,7 @@ path patching (each pair still has two answer tokens and its own counterfactual)
 def check_exact(model: HookedModel, answers: bool = False) -> tuple[float, float]:
     """Exact against reference effects on a few senders, and the null patch, on probe pairs.
 
-    Args:
-        model: the hooked model.
-        answers: check the teacher-forced scan over every answer token (``answer_logprob``) instead of the
-            last-position one.
-
-    Returns:
-        ``(largest difference, tolerance)`` in answer logits (log-probabilities with ``answers``).
+    Returns ``(largest difference, tolerance)`` in answer logits (log-probabilities with ``answers``).
     """
     spec = model.spec
     batch = pair_batches(probe_pairs(spec.vocab_size, rows=PROBE_ROWS), 8, model.device, answers=answers)[0]

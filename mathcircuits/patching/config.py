@@ -1,11 +1,9 @@
 """Settings of path patching and of key-component selection, as typed, self-checking configs.
 
-They are the ``patching`` and ``selection`` sections of a run configuration: the
-pipeline passes their fields to :func:`~mathcircuits.patching.path_patch` and
-:func:`~mathcircuits.patching.select_key_components` unchanged, and the choices
-here are those functions' own: the same ``Literal`` aliases type both (``Method``, ``MetricName``,
-``SenderKind``, ``Rule``), and one default per setting lives here. A test keeps the metric choices equal to
-the keys of ``METRICS`` and the rules to ``RULES``.
+They are a run's ``patching`` and ``selection`` sections, passed unchanged to
+:func:`~mathcircuits.patching.path_patch` and :func:`~mathcircuits.patching.select_key_components`:
+the same ``Literal`` aliases type both, and each default lives here. A test keeps the metric choices
+equal to ``METRICS``' keys and the rules to ``RULES``.
 """
 
 from __future__ import annotations

@@ -1,14 +1,7 @@
-"""``path_patch``: one driver for the three path-patching methods, dispatched by a table.
+"""``path_patch``: one driver for the three path-patching methods (``"exact"``, ``"reference"``, ``"attribution"``).
 
-Each method is a scan function with the one signature
-:class:`~mathcircuits.patching.scan.ScanFn`: it takes a batch of
-equal-length pairs, the senders and a :class:`~mathcircuits.patching.metrics.Metric`
-and returns per-pair effects. The driver batches the dataset, calls the scan
-and averages into a :class:`~mathcircuits.patching.result.PatchingResult`.
-
-* ``"exact"`` (default): two cached forwards and the last-position chain (:mod:`.exact`);
-* ``"reference"``: one full hooked forward per sender, for checking (:mod:`.reference`);
-* ``"attribution"``: a first-order screen (:mod:`.attribution`).
+Each is a :class:`~mathcircuits.patching.scan.ScanFn` in :data:`METHODS`; the driver batches, scans and
+averages into a :class:`~mathcircuits.patching.result.PatchingResult`.
 """
 
 from __future__ import annotations
@@ -24,8 +17,8 @@ from mathcircuits._errors import FixableValueError
 from mathcircuits._schema import expect, expect_pairs
 from mathcircuits.data.pairset import PairSet, check_token_aligned, pair_batches, pair_keys
 from mathcircuits.models import HookedModel, fast_paths_enabled
-from mathcircuits.models.integrity import model_dtype, verify_once
-from mathcircuits.models.placement import unloadable_parameters
+from mathcircuits.models.forward.integrity import model_dtype, verify_once
+from mathcircuits.models.forward.placement import unloadable_parameters
 from mathcircuits.patching.attribution import attribution_scan
 from mathcircuits.patching.checks import check_exact
 from mathcircuits.patching.exact import exact_scan
@@ -56,30 +49,13 @@ def path_patch(
 ) -> PatchingResult:
     """Path-patch every head and/or MLP to the logits at the last position (and every answer position).
 
-    Besides each sender's effect, the result holds each pair's *total effect*: the metric of the
-    counterfactual prompt itself against the clean one, so that a head's effect can be read as a share
-    of it (:meth:`PatchingResult.head_shares`). Pairs the metric refuses (``relative_logit`` with a clean
-    logit ≤ :data:`~mathcircuits.patching.metrics.RELATIVE_MIN_CLEAN`) are left out of every mean and
-    counted in ``n_excluded``, with a warning.
-
-    Args:
-        model: the hooked model (:func:`mathcircuits.models.load_model`).
-        dataset: token-aligned pairs (:func:`mathcircuits.data.generate_pairs`).
-        senders: ``("heads",)``, ``("mlps",)`` or both.
-        metric: a name from :data:`~mathcircuits.patching.metrics.METRICS` (default ``answer_logprob``: the
-            whole answer's teacher-forced log-probability), a :class:`Metric`, or a callable
-            ``fn(patched: Readout, clean: Readout) -> Tensor[rows]`` (:data:`~mathcircuits.patching.MetricFn`).
-        method: a key of :data:`METHODS`: ``"exact"``, ``"reference"`` or ``"attribution"``.
-        batch_size: pairs per batch.
-        chunk_rows: rows per last-position MLP call (bounds memory).
-        keep_per_pair: also keep the per-pair effects.
-        progress: show a progress bar.
-        max_memory: the working memory the exact or attribution scan may use beyond the weights (bytes, or a
-            text like ``"8GB"``); when given, :func:`~mathcircuits.patching.plan.plan_scan` picks the pairs per
-            batch (at most ``batch_size``) and ``chunk_rows`` to fit it, and the result's settings record them.
-
-    Returns:
-        A :class:`PatchingResult` (its ``metric`` is the metric's name).
+    The result also holds each pair's *total effect* (counterfactual prompt vs clean), so a head's effect
+    reads as a share of it (:meth:`PatchingResult.head_shares`). Pairs the metric refuses
+    (``relative_logit``'s guard) are left out of every mean and counted in ``n_excluded``, with a warning.
+    ``metric``: a name from :data:`~mathcircuits.patching.metrics.METRICS`, a :class:`Metric`, or a
+    callable (:data:`~mathcircuits.patching.MetricFn`). ``chunk_rows`` bounds the rows per MLP call.
+    ``max_memory`` (bytes or ``"8GB"``, beyond the weights): :func:`~mathcircuits.patching.plan.plan_scan`
+    then picks the batch (≤ ``batch_size``) and ``chunk_rows``, recorded in the result's settings.
     """
     expect("path_patch", "model", model, HookedModel, "a HookedModel", "pass mc.load_model(...)'s result")
     expect_pairs("path_patch", "dataset", dataset)

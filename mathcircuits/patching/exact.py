@@ -1,45 +1,28 @@
 """Exact path patching from every head and MLP to the logits, at the cost floor.
 
-Path patching (Wang et al. 2023; Zhang et al. 2024 §3.2) asks how much one
-*sender* (an attention head or an MLP) affects the output directly, through
-the residual stream and the MLPs, but not through other heads: the sender's
-output at the last position is replaced by its value on the counterfactual
-prompt, every other attention head is frozen at its reference value, MLPs and
-norms recompute, and we read the correct answer's raw logit.
+Path patching (Wang et al. 2023; Zhang et al. 2024 §3.2) measures a *sender*'s (head or MLP) direct
+effect through the residual stream and the MLPs, not through other heads: the sender takes its
+counterfactual value at the last position, every other head is frozen, MLPs and norms recompute.
 
-Why two cached runs suffice. With all other heads frozen, the patch at the
-last position ``T`` changes only the residual stream at ``T`` (attention is the
-only thing that moves information between positions, and it is frozen), and
-it changes it only through the MLPs (and their norms) of the sender's layer
-onwards. Writing ``δ`` for the patch's change of the residual at ``T``, and
-``N2``/``P1``/``P2`` for the MLP's input norm and the output norms where the
-family has them (:mod:`mathcircuits.models.families`)::
+Why two cached runs suffice: with every other head frozen, the patch at the last position ``T`` changes
+only the residual at ``T``, and only through the MLPs (and norms) from the sender's layer on. With ``δ``
+that change and ``N2``/``P1``/``P2`` the family's MLP input norm and output norms
+(:mod:`mathcircuits.models.families`)::
 
     head (l, h):  δ   = P1(a_l + (z'_{l,h} − z_{l,h}) W_O^{l,h}) − P1(a_l)     (a_l: attention output before P1)
     MLP l:        δ   = mlp'_l − mlp_l                                         (hook_mlp_out, after P2)
     layer m:      δ  ← δ + P2(MLP_m(N2(r_m + δ))) − mlp_m                      (MLP recomputes; attention frozen)
     logits        = cap(unembed(LN_f(resid_post_{L−1} + δ)))
 
-where primes mark the counterfactual run, everything unprimed is cached from
-the reference run at ``T``, and ``r_m`` is what the MLP reads: ``resid_mid_m``
-in sequential blocks. In *parallel* blocks (Pythia, GPT-J, Phi) the MLP reads
-``resid_pre_m``, so a head's δ enters *after* its own layer's MLP. Without
-output norms ``P1``/``P2`` are the identity; ``cap`` is Gemma 2's logit soft cap.
-So the whole scan costs the two forward passes plus, for each sender and pair,
-one MLP on a single vector per downstream layer. We batch every sender × pair
-that is "live" at a layer into one MLP call, chunked to bound memory. GQA does
-not matter here: ``hook_z`` is per query head, and ``W_O`` maps each query head.
+Primes mark the counterfactual run, the rest is the reference run's cache at ``T``. ``r_m`` is
+``resid_mid_m``, or ``resid_pre_m`` in *parallel* blocks (Pythia, GPT-J, Phi), where a head's δ enters
+*after* its own layer's MLP; ``cap`` is Gemma 2's soft cap. Cost: two forwards plus one MLP on one vector
+per sender, pair and later layer (batched, chunked). GQA does not matter: ``hook_z`` and ``W_O`` are per
+query head. Equal to :mod:`.reference` on every family (``tests/test_families.py``, ≤ 1e-4).
 
-Equality with one full hooked forward per sender (:mod:`.reference`) is
-tested on every family in ``tests/test_families.py`` (max abs difference ≤ 1e-4).
-
-Every answer token (``answer_logprob``). Both prompts are extended by the answer's tokens but the
-last (teacher forcing) and the sender is patched at the last prompt position and at every answer
-position, each from the counterfactual run over the same answer tokens. Attention is frozen, so a
-change at one position never reaches another: each (pair, position) is its own chain above, and the
-cost is ``n_answer`` times the rows of the last-position chain plus one readout per row (its
-log-softmax normaliser chunked over the vocabulary), not more forward passes. The patched
-log-probability of the answer is the sum over the positions.
+Every answer token (``answer_logprob``): the prompts are teacher-forced and the sender is patched at
+every answer position too; each (pair, position) is its own chain (``n_answer`` times the rows, no extra
+forwards), and the answer's log-probability is the sum over the positions.
 """
 
 from __future__ import annotations
@@ -49,10 +32,10 @@ from torch import Tensor
 
 from mathcircuits.data.pairs import PairBatch
 from mathcircuits.models import HookedModel, hooks
-from mathcircuits.models.changes import attn_change, attn_pre_norm_name, mlp_change
 from mathcircuits.models.families import BlockStructure, block_structure
-from mathcircuits.models.placement import head_out_weight, layer_device
-from mathcircuits.models.readout import Readout, readout, token_scores
+from mathcircuits.models.forward.changes import attn_change, attn_pre_norm_name, mlp_change
+from mathcircuits.models.forward.placement import head_out_weight, layer_device
+from mathcircuits.models.forward.readout import Readout, readout, token_scores
 from mathcircuits.patching.cache import LastPositionCache, last_position_caches
 from mathcircuits.patching.metrics import Metric
 from mathcircuits.patching.scan import BatchEffects, Senders, scan_answers
@@ -73,18 +56,9 @@ def exact_scan(
 ) -> BatchEffects:
     """Effects of every sender for one batch of equal-length pairs, from two cached forwards.
 
-    Args:
-        model: the hooked model.
-        batch: the pairs.
-        senders: heads, MLPs or both.
-        metric: the effect measure.
-        chunk_rows: rows per MLP call.
-        progress: unused (one batch is one step).
-        cache: the batch's two forwards, when the caller ran them already (:func:`last_position_caches` with the
-            same answers); None runs them.
-
-    Returns:
-        :class:`BatchEffects` with NaN for senders not scanned.
+    ``chunk_rows`` bounds the rows per MLP call; ``progress`` is unused (one batch is one step);
+    ``cache``: the batch's two forwards if already run (:func:`last_position_caches`, same answers).
+    Senders not scanned get NaN.
     """
     structure = block_structure(model)
     answers = scan_answers(batch, metric)
@@ -186,12 +160,9 @@ def chain_readout(
 ) -> Readout:
     """The readout of final residuals, one per chain row, each row's pair's answer read the one way every scan does.
 
-    ``rows`` is each residual's row of the cache: a pair at the last prompt position, or with ``answers``
-    (teacher forcing) a (pair, position), ``pair · n_answer + j``, in blocks of ``pairs × n_answer`` rows
-    per sender. With ``answers`` the readout of each block's pair holds the first token's logit and
-    probability and the whole answer's log-probability, the sum over the positions
-    (:func:`~mathcircuits.models.readout.token_scores`); without, the first token's
-    (:func:`~mathcircuits.models.readout.readout`).
+    ``rows`` is each residual's cache row: a pair, or with ``answers`` a (pair, position),
+    ``pair · n_answer + j``, in blocks of ``pairs × n_answer`` rows per sender; the whole answer's
+    log-probability is then the sum over the positions.
     """
     if answers is None:
         return readout(model, structure, final, batch.answer.to(rows.device)[rows], metric.needs_probs)

@@ -1,9 +1,5 @@
 """The value a key-component selection is: :class:`KeyComponents`, where it came from, and the heads it names.
 
-:class:`KeyComponents` holds the key heads and MLPs, their scores, the
-:class:`~mathcircuits.patching.SelectionConfig` that chose them (the ``selection`` section of a
-run), where the effects came from (:class:`SelectionSource`) and, once measured, how stable the
-selection is under resampling of the pairs (:func:`~mathcircuits.patching.selection_stability`).
 It records the model identity and shape, so using it with another model fails clearly
 (:func:`resolve_heads` is the one check). Saved as JSON.
 """
@@ -42,14 +38,7 @@ class SelectionError(FixableError, ValueError):
 class SelectionSource:
     """Where a selection came from.
 
-    Args:
-        metric: the patching metric the effects were measured with.
-        method: the path-patching method.
-        n_pairs: the number of pairs the effects are means over.
-        operations: the operations of those pairs.
-        data: how the pairs were generated (when known).
-        fallback: why the selection is not the configured rule's (e.g. the rule selected no head).
-        note: how a selection that no rule made came about (e.g. ``"random heads, seed 0"``).
+    ``fallback``: why it is not the configured rule's; ``note``: how a selection no rule made came about.
     """
 
     metric: str = ""
@@ -65,17 +54,11 @@ class SelectionSource:
 class KeyComponents(SavedResult):
     """Key heads ``[(layer, head)]`` and key MLPs ``[layer]``, with their scores and provenance.
 
-    ``model`` is the :class:`~mathcircuits.models.ModelSpec` of the model they were selected on;
-    ``selection`` the rule and settings that chose them (a :class:`~mathcircuits.patching.SelectionConfig`,
-    the ``selection`` section of a run), or ``None`` for heads no rule chose (drawn at random, or
-    picked by hand); ``source`` where the effects came from. Saved as JSON by ``save("x.json")``.
-
-    Stability (filled by :func:`selection_stability`; empty when not measured): ``stability[i]`` is
-    the share of ``stability_n_boot`` bootstrap resamples of the pairs (seed ``stability_seed``) that
-    select ``heads[i]`` again; ``stability_others`` maps other heads ("L3.H1") selected by at least
-    10% of the resamples to their share; ``stability_sizes`` and ``stability_depths`` are, per
-    resample, the number of heads selected and the median relative depth of their layers
-    (layer / (n_layers − 1); NaN when a resample selects none).
+    ``selection`` is ``None`` for heads no rule chose. Stability (:func:`selection_stability`; empty when
+    not measured): ``stability[i]`` is the share of bootstrap resamples selecting ``heads[i]`` again;
+    ``stability_others`` maps heads ("L3.H1") selected by ≥ 10% of resamples to their share;
+    ``stability_sizes``/``stability_depths`` are, per resample, the count and median relative depth
+    (NaN when a resample selects none).
     """
 
     STAGE = "identify"
@@ -140,14 +123,9 @@ class KeyComponents(SavedResult):
         return heads_by_layer(self.heads)
 
     def check_model(self, model: ModelSpec | HookedModel | nn.Module, compare_name: bool = True) -> None:
-        """Refuse a model other than the one the selection was made on.
+        """Refuse (:class:`SelectionError`) a model other than the one the selection was made on.
 
-        Args:
-            model: a hooked model, a ModelSpec, or a plain HF model.
-            compare_name: compare the names too (a plain HF model does not know its load name).
-
-        Returns:
-            None; raises :class:`SelectionError` naming both models and the fix.
+        ``compare_name=False`` skips the names (a plain HF model does not know its load name).
         """
         check_model(
             self.model,
@@ -190,15 +168,7 @@ class KeyComponents(SavedResult):
 
 
 def median_depth(layers: Sequence[int], n_layers: int) -> float:
-    """Median of ``layers`` as a share of the depth, ``layer / (n_layers − 1)``; NaN for no layer.
-
-    Args:
-        layers: layer indices (e.g. of the key heads).
-        n_layers: the model's number of layers.
-
-    Returns:
-        A float in [0, 1], or NaN.
-    """
+    """Median of ``layers`` as a share of the depth, ``layer / (n_layers − 1)``, in [0, 1]; NaN for no layer."""
     return statistics.median(layers) / max(1, n_layers - 1) if len(layers) else float("nan")
 
 
@@ -207,21 +177,9 @@ def resolve_heads(
 ) -> tuple[Head, ...]:
     """The heads to act on: a selection's heads (after checking it was made on this model), or the heads given.
 
-    Args:
-        heads: a :class:`KeyComponents` or ``[(layer, head), ...]``.
-        spec: the model's spec (``model.spec``).
-        allow_empty: accept no head (e.g. a knockout of nothing: the clean model).
-        arg: the caller's name for the argument, for the error message.
-
-    Returns:
-        The heads as :class:`~mathcircuits.models.Head` values, in the given order.
-
-    Raises:
-        TypeError: ``heads`` is a :class:`~mathcircuits.patching.PatchingResult` (effects, not a set of heads) or
-            no sequence of heads at all; the message names ``arg`` and the fix.
-        SelectionError: a selection made on another model.
-        ValueError: no head (unless ``allow_empty``), or a repeated head.
-        IndexError: a head out of range.
+    ``allow_empty`` accepts no head (a knockout of nothing); ``arg`` names the argument in errors. Raises
+    :class:`SelectionError` for a selection of another model; TypeError for a ``PatchingResult`` (effects,
+    not heads) or a non-sequence; ValueError/IndexError for no, repeated or out-of-range heads.
     """
     if isinstance(heads, KeyComponents):
         heads.check_model(spec)

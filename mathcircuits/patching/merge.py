@@ -1,9 +1,4 @@
-"""One patching result over the pairs of several (e.g. one per operation), as one run over all of them gives.
-
-With every part's per-pair effects, they are concatenated and averaged again (bit for bit the mean of one run over
-the same pairs), and the result recomputes its intervals; otherwise the means are averaged with each part's number
-of pairs as its weight, and the merged result has no per-pair effects or intervals.
-"""
+"""One patching result over the pairs of several (e.g. one per operation), as one run over all of them gives."""
 
 from __future__ import annotations
 

@@ -1,38 +1,22 @@
 """What a patch is measured by: the answer's readout and the metrics, as values.
 
-A :class:`~mathcircuits.models.Readout` holds the correct answer's raw logit (and, when a metric
-needs it, its probability, or the log-probability of the whole answer) at the
-patched position, one value per row. A :class:`Metric` turns a patched and a
-clean readout into an effect; the four the toolkit knows are registered in
-:data:`METRICS` by name:
+A :class:`Metric` turns a patched and a clean :class:`~mathcircuits.models.Readout` (per row: the
+answer's raw logit, and when needed its probability or the whole answer's log-probability) into an
+effect. :data:`METRICS` registers four:
 
-* ``answer_logprob`` (the default of path patching and of the circuit functions): patched − clean
-  log-probability of the **whole answer**, teacher-forced over every answer token (SmolLM2 writes
-  "12" as "1", "2")::
+* ``answer_logprob`` (the default): patched − clean log-probability of the **whole answer**,
+  teacher-forced over every answer token (SmolLM2 writes "12" as "1", "2")::
 
       log p(answer) = Σ_j log softmax(logits[t_j])[answer_j],   t_j = last prompt position + j
 
-  Offset-free (log-softmax ignores a constant added to every logit) and the same target as the
-  knockout, which scores the whole answer. It needs the logits at every answer position, so the
-  sequence is the prompt followed by the answer's tokens but the last (:func:`answer_readout`);
-  path patching then patches the sender at every readout position (attention is frozen, so each
-  position's change stays at that position: more readout rows, not more forward passes).
-* ``relative_logit``: (patched − clean) / clean of the raw answer logit of the answer's first
-  token, the paper's measure (Zhang et al. 2024, Eq. 2). Raw logits carry an offset that softmax
-  ignores, so this ratio depends on it, and it is only meaningful for a clearly positive clean
-  logit. **Guard**: a row whose clean logit is ≤ :data:`RELATIVE_MIN_CLEAN` (negative, zero or near
-  zero: the ratio flips sign or explodes) is excluded from every mean and counted
-  (``PatchingResult.n_excluded``, with a warning in the log and the identify summary);
-* ``logit_diff``: patched − clean answer logit (first token);
-* ``prob_change``: patched − clean answer probability (first token).
+  Offset-free, and the knockout's target too. Path patching patches the sender at every readout
+  position (attention is frozen, so each position's change stays there: more rows, not more passes).
+* ``relative_logit``: (patched − clean) / clean of the first answer token's raw logit (Zhang et al.
+  2024, Eq. 2). It depends on the logit offset softmax ignores, so a row with clean logit ≤
+  :data:`RELATIVE_MIN_CLEAN` is excluded from every mean and counted (``PatchingResult.n_excluded``).
+* ``logit_diff`` / ``prob_change``: patched − clean first-token logit / probability.
 
-A user's own measure: :func:`get_metric` (and so :func:`~mathcircuits.patching.path_patch`) also
-takes a callable ``fn(patched: Readout, clean: Readout) -> Tensor[rows]``, as TransformerLens'
-patching functions take a metric callable; its readouts carry every quantity (first-token logit and
-probability, whole-answer log-probability), and it must return one effect per row.
-
-Every method calls the same metric object; attribution, which estimates the
-*change* of the target quantity to first order, uses :meth:`Metric.of_change`.
+:func:`get_metric` also takes a user's callable, as TransformerLens' patching functions do.
 """
 
 from __future__ import annotations
@@ -46,7 +30,7 @@ from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
 from mathcircuits._errors import FixableTypeError, FixableValueError
-from mathcircuits.models.readout import Readout, Target
+from mathcircuits.models.forward.readout import Readout, Target
 
 __all__ = [
     "LAST_POSITION_METRICS",
@@ -76,15 +60,10 @@ class Metric:
     """An effect measure: the change of ``target`` (answer logit or probability), relative or absolute.
 
     Args:
-        name: the name results are saved under.
-        target: which quantity of the readout changes (``"logit"`` or ``"prob"`` of the first answer token,
-            ``"logprob"`` of the whole answer).
-        relative: divide the change by the clean value (the paper's relative logit change).
-        description: one line for docs and reports.
-        min_clean: (relative metrics) rows whose clean value is at most this are excluded by :meth:`excluded`
-            (None: no row is).
-        fn: a user's callable ``fn(patched, clean) -> Tensor[rows]`` that replaces the built-in change
-            (:data:`MetricFn`); ``target`` then says how much is read out (``"logprob"``: everything).
+        target: ``"logit"`` or ``"prob"`` of the first answer token, ``"logprob"`` of the whole answer.
+        min_clean: (relative metrics) rows whose clean value is at most this are excluded (None: none).
+        fn: a user's ``fn(patched, clean) -> Tensor[rows]`` replacing the built-in change (:data:`MetricFn`);
+            ``target`` then says how much is read out (``"logprob"``: everything).
     """
 
     name: str
@@ -98,15 +77,7 @@ class Metric:
     def custom(cls, fn: MetricFn, name: str | None = None, target: Target = "logprob") -> Metric:
         """A metric from a user's callable (what :func:`get_metric` does with a callable).
 
-        Args:
-            fn: ``fn(patched: Readout, clean: Readout) -> Tensor[rows]``; the effect of each row.
-            name: the name results are saved under (default: the callable's ``__name__``).
-            target: what the readouts hold: ``"logprob"`` (default; every answer token is read, so the readouts
-                have the first token's logit and probability and the whole answer's log-probability),
-                ``"prob"`` or ``"logit"`` (the last prompt position only, cheaper).
-
-        Returns:
-            The :class:`Metric`.
+        ``target="logprob"`` (default) reads everything; ``"prob"``/``"logit"`` the last prompt position only.
         """
         if not callable(fn):
             raise FixableTypeError(
@@ -133,15 +104,7 @@ class Metric:
         return ~(value > self.min_clean)
 
     def of_change(self, change: Float[Tensor, " rows"], clean: Readout) -> Float[Tensor, " rows"]:
-        """The metric for a given change of the target quantity (used by first-order attribution).
-
-        Args:
-            change: patched − clean value of ``target``, one per row.
-            clean: the clean readout of the same rows.
-
-        Returns:
-            The effect per row.
-        """
+        """The metric for a given patched − clean change of ``target`` (first-order attribution uses it)."""
         if self.fn is not None:
             raise FixableValueError(
                 f"metric {self.name!r} is a user's callable, which first-order attribution cannot differentiate "
@@ -196,15 +159,10 @@ def answer_readout(
     """The readout of each row from its logits at the answer positions (teacher-forced).
 
     Args:
-        logits: the logits at the last prompt position and at each answer token but the last, i.e. at the
-            positions that predict ``answers[:, 0]``, ``answers[:, 1]``, ...
-        answers: the answer's tokens.
-        metric: what the readout is for (``None``: everything: logit, probability and log-probability).
-        valid: the number of answer tokens of each row when rows of one batch have answers of different
-            lengths (the rest of ``answers`` is padding); None: every row uses all ``n_answer`` tokens.
-
-    Returns:
-        The :class:`Readout`: the first token's logit (and probability), the whole answer's log-probability.
+        logits: the logits at the positions that predict ``answers[:, 0]``, ``answers[:, 1]``, ...
+            (the last prompt position and each answer token but the last).
+        metric: what the readout is for (``None``: logit, probability and log-probability).
+        valid: answer tokens per row when answers differ in length (the rest is padding); None: all.
     """
     if logits.shape[:2] != answers.shape:
         raise FixableValueError(
@@ -227,15 +185,8 @@ def answer_readout(
 def get_metric(metric: MetricName | Metric | MetricFn) -> Metric:
     """The :class:`Metric` of a name from :data:`METRICS`, ``metric`` itself, or a user's callable wrapped.
 
-    Args:
-        metric: A metric name (a key of :data:`METRICS`), a :class:`Metric`, or a callable
-            ``fn(patched: Readout, clean: Readout) -> Tensor[rows]`` (:meth:`Metric.custom`, every answer token read).
-
-    Returns:
-        The metric to score patched runs with.
-
-    Raises:
-        ValueError: the name is unknown.
+    A callable ``fn(patched: Readout, clean: Readout) -> Tensor[rows]`` goes through :meth:`Metric.custom`
+    (every answer token read).
     """
     if isinstance(metric, Metric):
         return metric

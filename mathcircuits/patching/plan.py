@@ -1,13 +1,8 @@
 """A memory plan for the exact scan: how many pairs per batch and sender rows per MLP call fit a stated budget.
 
-Background. For one batch of ``B`` pairs the exact scan (:mod:`.exact`) keeps one residual-stream change
-per sender, pair and read position: after the last layer ``R = B·P·L·(H+1)`` rows of ``d_model``
-numbers (``B·P·L·H`` with heads only, ``B·P·L`` with MLPs only), with ``P`` the positions read: 1 for a
-last-position metric, the answer's tokens for one that reads every answer token (``answer_logprob``,
-teacher-forced). A handful of tensors of that size are alive at
-once (the rows, the residual they are added to, the gathered reference values, the MLP's output, the new
-rows), the MLP runs on ``chunk_rows`` of them at a time, and the readout adds float32 work per row. The
-estimate, in bytes, with ``b`` the model's bytes per number::
+For ``B`` pairs the exact scan keeps one residual change per sender, pair and read position:
+``R = B·P·L·(H+1)`` rows of ``d_model`` (``H`` → 0 without heads, ``H+1`` → ``H`` without MLPs), ``P`` = 1,
+or the answer's tokens for ``answer_logprob``. In bytes, ``b`` per number, ``T`` the sequence length::
 
     rows      = 5 · R · d_model · b
     mlp       = chunk_rows · (d_model + 3 · d_mlp) · b                (input, gate, up, product)
@@ -15,11 +10,7 @@ estimate, in bytes, with ``b`` the model's bytes per number::
     forwards  = 2 · B · P · L · (H · d_head + 4 · d_model) · b        (the cached values at the read positions)
               + B · T · (4 · d_model + 2 · d_mlp) · b + B · H · T² · b · 2 + B · P · vocab · 4   (one live forward)
 
-with ``T`` the sequence length (the prompt, plus the answer's tokens but the last when ``P`` > 1).
-:func:`plan_scan` returns the largest batch (up to the one asked for), with the largest MLP chunk (up to
-8192 rows), whose estimate fits the budget. The weights are not in the budget: it is the memory the scan
-may use *beyond* them. The estimate is checked against a measured peak in ``docs/howto/big-models-on-gpu.md``
-(embedded model, CPU).
+The budget excludes the weights. Checked against a measured peak in ``docs/howto/big-models-on-gpu.md``.
 
 Usage::
 
@@ -35,7 +26,7 @@ from dataclasses import dataclass
 import torch
 
 from mathcircuits._errors import FixableValueError
-from mathcircuits.models.readout import vocab_chunk_for
+from mathcircuits.models.forward.readout import vocab_chunk_for
 from mathcircuits.models.spec import ModelSpec
 
 __all__ = ["ScanPlan", "parse_bytes", "plan_scan", "scan_bytes"]
@@ -45,11 +36,7 @@ _UNITS |= {"gib": 2**30, "tib": 2**40}
 
 
 def parse_bytes(size: int | str) -> int:
-    """Bytes from an int or a text such as ``"8GB"``, ``"512 MiB"`` or ``"1.5e9"``.
-
-    Raises:
-        ValueError: the text is not a size, or not positive.
-    """
+    """Bytes from an int or a text such as ``"8GB"``, ``"512 MiB"`` or ``"1.5e9"``; must be positive."""
     if isinstance(size, int):
         n = size
     else:
@@ -118,26 +105,10 @@ def plan_scan(
     """The largest pair batch (at most ``batch_size``) and MLP chunk (at most 8192 rows) that fit ``max_memory``.
 
     A smaller MLP chunk costs little time, fewer pairs per batch cost more forwards: so the batch is
-    lowered only when even a chunk of 1024 rows (or all the rows) does not fit.
-
-    Args:
-        spec: the model's shape.
-        dtype: its dtype.
-        max_memory: the working memory the scan may use beyond the weights (bytes, or ``"8GB"``).
-        needs_probs: the metric reads probabilities or log-probabilities (``prob_change``, ``answer_logprob``),
-            which need the vocabulary's normaliser.
-        batch_size: the most pairs per batch wanted.
-        seq: the prompt length planned for (tokens).
-        heads: heads are senders.
-        mlps: MLPs are senders.
-        positions: the positions read per pair (1 at the last prompt position; the longest answer's tokens
-            for a metric that reads every answer token).
-
-    Returns:
-        The :class:`ScanPlan`.
-
-    Raises:
-        ValueError: not even one pair with a chunk of 64 rows fits the budget.
+    lowered only when even a chunk of 1024 rows (or all the rows) does not fit. ``max_memory`` is what
+    the scan may use beyond the weights; ``needs_probs``: the metric needs the vocabulary's normaliser;
+    ``seq`` is the prompt length in tokens; ``positions`` as in :func:`scan_bytes`. Refused (ValueError)
+    when not even one pair with a 64-row chunk fits.
     """
     budget = parse_bytes(max_memory)
 

@@ -1,21 +1,13 @@
 """Reference path patching: one full hooked forward per sender (slow, plainly correct).
 
-Several senders share one forward call, stacked along the batch dimension (:data:`ROWS_PER_FORWARD`): each
-sender patches only its own copy of the pairs' rows, and rows never interact in a forward.
+Every layer's ``hook_z`` writes back all heads' reference values (freezing them), except the sender's
+value at the patched position, which comes from the counterfactual run; an MLP sender is patched on
+``hook_mlp_out`` (after its output norm on Gemma 2/3 and OLMo 2). MLPs and norms recompute. This is the
+textbook definition and needs no knowledge of the block's shape, so it works on every family;
+:mod:`mathcircuits.patching.exact` must agree with it (≤ 1e-4 on every family, tested).
 
-For each sender we run the whole model on the reference prompt with hooks on
-every layer's ``hook_z`` that write back the reference values of all heads
-(freezing them), except that the sender head's value at the patched position
-comes from the counterfactual run; an MLP sender is patched on
-``hook_mlp_out`` (what the MLP block adds to the residual, after its output
-norm on Gemma 2/3 and OLMo 2). MLPs and norms recompute. This is the textbook
-definition and needs no knowledge of the block's shape, so it works on every
-family the bridge loads; :mod:`mathcircuits.patching.exact` must agree with it
-(tests check ≤ 1e-4 on every family).
-
-With a metric that reads every answer token, both prompts are extended by the answer's tokens but
-the last (teacher forcing), the sender is patched at the last prompt position and at every answer
-position, and the answer's log-probability is read at those positions.
+Senders share a forward, stacked along the batch (:data:`ROWS_PER_FORWARD`); rows never interact. With a
+metric that reads every answer token the prompts are teacher-forced and every answer position is patched.
 """
 
 from __future__ import annotations
@@ -27,8 +19,8 @@ from torch import Tensor
 
 from mathcircuits.data.pairs import PairBatch
 from mathcircuits.models import HookedModel, hooks
-from mathcircuits.models.capture import capture
-from mathcircuits.models.readout import Readout
+from mathcircuits.models.forward.capture import capture
+from mathcircuits.models.forward.readout import Readout
 from mathcircuits.patching.metrics import Metric, answer_readout
 from mathcircuits.patching.scan import BatchEffects, Senders, scan_answers
 
@@ -49,19 +41,7 @@ def reference_scan(
     chunk_rows: int = 8192,
     progress: bool = False,
 ) -> BatchEffects:
-    """Effects of every sender for one batch, one hooked forward per sender.
-
-    Args:
-        model: the hooked model.
-        batch: the pairs.
-        senders: heads, MLPs or both.
-        metric: the effect measure.
-        chunk_rows: unused (the same signature as the other methods).
-        progress: unused.
-
-    Returns:
-        :class:`BatchEffects` with NaN for senders not scanned.
-    """
+    """Effects of every sender for one batch, one hooked forward per sender (``chunk_rows``, ``progress`` unused)."""
     bridge, spec = model.bridge, model.spec
     L, H = spec.n_layers, spec.n_heads
     answers = scan_answers(batch, metric)

@@ -1,19 +1,10 @@
 """The value path patching returns: per-head and per-MLP effects, each with an interval, and the total effect.
 
-Intervals. Pairs of one template share their few-shot prefix and wording, so they are not independent.
-When the result knows each pair's template (``pair_templates``) and every operation has at least
-:data:`~mathcircuits.stats.MIN_CLUSTERS` (5) templates (fewer undercover), the interval of a sender's mean
-effect is a **cluster bootstrap over templates, stratified by operation**
-(:func:`mathcircuits.stats.cluster_bootstrap_mean`, ``ci_method="cluster_bootstrap"``); otherwise a
-percentile bootstrap over pairs (:func:`mathcircuits.stats.bootstrap_mean`,
-``ci_method="bootstrap"``). Either way ``ci_n_boot`` resamples, seed ``ci_seed``. They are computed when
-the per-pair effects are kept (the identify stage keeps them) and saved with the result; without per-pair
-effects the bounds are ``None`` and the DataFrame has no interval columns.
-
-Total effect. ``per_pair_total`` holds the metric of each pair's counterfactual prompt against its clean
-prompt (patching everything at once). :meth:`PatchingResult.total_interval` is its mean with the same
-kind of interval, and :meth:`PatchingResult.head_shares` each head's mean effect as a share of it,
-``mean(head effect) / |mean(total effect)|`` (negative: the head carries that share of the drop).
+Pairs of one template share their prefix and wording, so they are not independent: with each pair's
+template known and ≥ :data:`~mathcircuits.stats.MIN_CLUSTERS` (5) templates per operation, the interval
+is a **cluster bootstrap over templates, stratified by operation**; otherwise a bootstrap over pairs.
+Intervals need the per-pair effects (the identify stage keeps them). The total effect
+(``per_pair_total``) is each counterfactual prompt scored against its clean prompt.
 """
 
 from __future__ import annotations
@@ -63,24 +54,11 @@ class PatchSettings:
 class PatchingResult(SavedResult):
     """Effects of patching each sender (head or MLP) to the logits, averaged over pairs.
 
-    ``head_effects[l, h]`` and ``mlp_effects[l]`` are the mean effect over pairs under
-    ``metric``: ``relative_logit`` = (patched − clean) / clean of the correct answer's
-    raw logit (Zhang et al. 2024, Eq. 2), ``logit_diff`` = patched − clean, or
-    ``prob_change`` = patched − clean probability of the answer. NaN marks senders
-    that were not patched. ``per_pair_heads`` [pair, layer, head] and
-    ``per_pair_mlps`` [pair, layer] are kept when asked for. ``model`` is the
-    :class:`~mathcircuits.models.ModelSpec` of the patched model.
-
-    ``head_low``/``head_high`` and ``mlp_low``/``mlp_high`` bound each mean effect at
-    ``confidence`` (``ci_method``: cluster bootstrap over templates within operations, or bootstrap over
-    pairs; ``ci_n_boot`` resamples, seed ``ci_seed``); they are filled from the per-pair effects when not
-    given, and stay ``None`` without them.
-
-    ``per_pair_total`` is each pair's total effect (counterfactual vs clean prompt, same metric);
-    ``n_excluded`` counts the pairs the metric refused (``relative_logit``'s guard), NaN everywhere;
-    ``pair_templates``/``pair_operations`` are each pair's template and operation (the clusters and strata
-    of the intervals); ``pair_keys`` each pair's fingerprint (:func:`~mathcircuits.data.pair_keys`), so a
-    later stage can tell when it is handed the very pairs that chose the heads (:meth:`shared_pairs`).
+    NaN marks senders that were not patched. The bounds (``head_low`` ...) are filled from the per-pair
+    effects when not given. ``n_excluded`` counts pairs the metric refused (NaN everywhere);
+    ``pair_templates``/``pair_operations`` are the intervals' clusters and strata; ``pair_keys`` are
+    fingerprints (:func:`~mathcircuits.data.pair_keys`), so a later stage can tell it is handed the pairs
+    that chose the heads (:meth:`shared_pairs`).
     """
 
     STAGE = "identify"
@@ -133,8 +111,7 @@ class PatchingResult(SavedResult):
             )
 
     def _clustered(self) -> bool:
-        """Whether the cluster bootstrap applies: each pair's template known, ≥ MIN_CLUSTERS templates in every
-        operation (fewer undercover; :func:`~mathcircuits.stats.mean_interval` uses the same rule)."""
+        """Whether the cluster bootstrap applies (the rule of :func:`~mathcircuits.stats.mean_interval`)."""
         n = self.per_pair_heads.shape[0] if self.per_pair_heads is not None else self.n_pairs
         if len(self.pair_templates) != n or n == 0:
             return False
@@ -162,11 +139,7 @@ class PatchingResult(SavedResult):
         return bootstrap_mean(per_pair, self.uncertainty)
 
     def total_interval(self) -> Interval:
-        """The mean total effect (counterfactual vs clean prompt) over the scored pairs, with its interval.
-
-        Returns:
-            An :class:`~mathcircuits.stats.Interval` (``method`` names the bootstrap; NaN without totals).
-        """
+        """The mean total effect (counterfactual vs clean prompt) over the scored pairs, with its interval."""
         nan = float("nan")
         if self.per_pair_total is None:
             return Interval(nan, nan, nan, 0, self.confidence, "none")
@@ -192,15 +165,10 @@ class PatchingResult(SavedResult):
     def head_shares(self) -> tuple[Tensor, Tensor | None, Tensor | None]:
         """Each head's mean effect as a share of the mean total effect, ``effect / |total|``, with its interval.
 
-        A share of −0.05 means that patching the head alone moves the metric by 5% of what replacing the whole
-        prompt by its counterfactual does (the paper's −5% rule, read in units that do not depend on the metric).
-
-        Returns:
-            ``(share, low, high)`` ``[layer, head]`` each; the bounds are ``None`` without per-pair effects and
-            templates (the ratio's interval resamples templates, as the effects' do).
-
-        Raises:
-            ValueError: no total effect was recorded, or it is zero (the counterfactual changes nothing).
+        −0.05: patching the head alone moves the metric by 5% of what the whole counterfactual prompt does
+        (the paper's −5% rule in units free of the metric). Returns ``(share, low, high)``, ``[layer, head]``
+        each; the bounds are ``None`` without per-pair effects and templates (the ratio's interval resamples
+        templates). ValueError when no total was recorded or it is zero.
         """
         total = self.total_interval().value
         if not total == total or abs(total) < 1e-12:
@@ -220,52 +188,28 @@ class PatchingResult(SavedResult):
         """One result over the pairs of several (e.g. one per operation): what one run over all of them gives.
 
         With every part's per-pair effects, they are concatenated and averaged again (bit for bit the mean of
-        one run over the same pairs) and the intervals are recomputed; otherwise the means are averaged with
-        each part's number of pairs as its weight, and the merged result has no per-pair effects or intervals.
-
-        Args:
-            parts: results of the same model, metric and method.
-            pair_ids: the merged pairs' ids (default: the parts' ids, concatenated).
-
-        Returns:
-            The merged result: operations and pair ids in the parts' order, ``seconds`` summed, the first part's
-            settings; its ``clean_logit_mean`` is NaN (the parts' pairs were scored apart).
-
-        Raises:
-            ValueError: no parts, or parts of different models, metrics or methods.
+        one run over the same pairs) and the intervals are recomputed; otherwise the means are weighted by
+        each part's pair count, and the merged result has no per-pair effects or intervals. ``seconds`` is
+        summed, settings are the first part's, ``clean_logit_mean`` is NaN (the parts were scored apart).
+        Parts must share model, metric and method.
         """
         return merge_results(cls, parts, pair_ids)
 
     def check_model(self, model: ModelSpec | HookedModel | nn.Module) -> None:
-        """Refuse a model other than the one these effects were computed on.
-
-        Args:
-            model: a hooked model, a ModelSpec or a plain HF model.
-
-        Returns:
-            None; raises :class:`~mathcircuits.models.ModelMismatchError` naming both models and the fix.
-        """
+        """Refuse (:class:`~mathcircuits.models.ModelMismatchError`) a model other than the one of these effects."""
         check_model(self.model, model, "this patching result", "path-patch this model first (mathcircuits identify)")
 
     def shared_pairs(self, pairs: PairSet) -> int:
-        """How many of ``pairs`` are pairs these effects were computed on (0 when the result kept no fingerprints).
-
-        Args:
-            pairs: a pair set with ``tokens`` (and ``cf_tokens``).
-
-        Returns:
-            The number of ``pairs`` whose fingerprint is among this result's pairs.
-        """
+        """How many of ``pairs`` are pairs these effects were computed on (0 when the result kept no fingerprints)."""
         mine = set(self.pair_keys)
         return sum(k in mine for k in pair_keys(pairs)) if mine else 0
 
     def check_finite(self) -> None:
         """Refuse effects that cannot be ranked honestly.
 
-        NaN marks senders that were not patched, so a kind of sender (heads, MLPs) may be all NaN,
-        except the heads, which every selection needs. An infinity anywhere, or a NaN among finite
-        effects of the same kind (e.g. a zero clean logit under ``relative_logit``), raises
-        ``ValueError`` naming the senders.
+        NaN marks senders that were not patched, so MLPs may be all NaN (the heads may not: every selection
+        needs them). An infinity anywhere, or a NaN among finite effects of the same kind (e.g. a zero clean
+        logit under ``relative_logit``), raises ``ValueError`` naming the senders.
         """
         n_heads = self.model.n_heads
         for kind, eff in (("head", self.head_effects), ("MLP", self.mlp_effects)):
@@ -297,9 +241,9 @@ class PatchingResult(SavedResult):
         (effect_low, effect_high), rank (most negative first), and ``share``: the effect as a share of the total
         effect, ``effect / |total|`` (NaN without a usable total).
 
-        The intervals come from the per-pair effects. A result without them (``path_patch(...,
-        keep_per_pair=False)``, the default) has no interval columns, rather than columns of NaN; it warns once
-        with the fix. A kind of sender without them (e.g. MLPs not patched) has NaN bounds."""
+        Without per-pair effects (``keep_per_pair=False``, the default) there are no interval columns
+        rather than columns of NaN, with a one-time warning saying the fix.
+        """
 
         nan = float("nan")
         intervals = self.head_low is not None or self.mlp_low is not None
@@ -350,14 +294,7 @@ class PatchingResult(SavedResult):
         return df
 
     def top_heads(self, k: int = 10) -> list[tuple[int, int, float]]:
-        """The k heads with the most negative effect: ``(layer, head, effect)``.
-
-        Args:
-            k: how many heads (fewer when fewer have a finite effect).
-
-        Returns:
-            ``[(layer, head, effect), ...]``, most negative first.
-        """
+        """The k heads with the most negative effect: ``(layer, head, effect)``, fewer when fewer are finite."""
         flat = self.head_effects.flatten().nan_to_num(nan=float("inf"))
         k = min(k, int(torch.isfinite(flat).sum()))
         idx = torch.argsort(flat)[:k]

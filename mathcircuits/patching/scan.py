@@ -1,10 +1,7 @@
 """What a path-patching method scans and returns: :class:`Senders`, :class:`BatchEffects` and :class:`ScanFn`.
 
-The three methods (``exact``, ``reference``, ``attribution``) each provide one scan function
-with the signature :class:`ScanFn`: one batch of equal-length pairs
-(:class:`~mathcircuits.data.PairBatch`), the senders to patch and a
-:class:`~mathcircuits.patching.metrics.Metric` in, per-pair effects out. The driver
-(:func:`~mathcircuits.patching.path_patch`) dispatches by a table of them.
+Each method (``exact``, ``reference``, ``attribution``) is one :class:`ScanFn`;
+:func:`~mathcircuits.patching.path_patch` dispatches by a table of them.
 """
 
 from __future__ import annotations
@@ -37,8 +34,7 @@ SENDER_KINDS: tuple[str, ...] = get_args(SenderKind)
 class Senders:
     """Which senders a scan patches: every head, every MLP, or both (``only`` narrows the reference scan).
 
-    ``only`` — ``{("head", layer, head), ("mlp", layer, -1), ...}``: a scan computes just these senders (NaN
-    elsewhere).
+    ``only``: ``{("head", layer, head), ("mlp", layer, -1), ...}``, the only senders computed (NaN elsewhere).
     """
 
     heads: bool = True
@@ -65,9 +61,8 @@ class Senders:
 class BatchEffects:
     """One batch's effects (NaN for senders not scanned), the clean answer logits and the total effects.
 
-    ``total`` is the metric of the counterfactual prompt's own readout against the clean one (the effect of
-    patching everything at once: the counterfactual's total effect); ``excluded`` marks the pairs the metric
-    refuses (``relative_logit`` with a clean logit ≤ its guard), whose effects are NaN.
+    ``total``: the counterfactual prompt's own effect (patching everything at once); ``excluded``: the
+    pairs the metric refuses (``relative_logit``'s guard), whose effects are NaN.
     """
 
     heads: Float[Tensor, "batch layer head"]
@@ -88,8 +83,7 @@ class ScanFn(Protocol):
 def scan_answers(batch: PairBatch, metric: Metric) -> Int[Tensor, "batch n_answer"] | None:
     """The answer tokens a scan reads: every one when the metric reads them all (teacher forcing), else None.
 
-    Raises:
-        ValueError: the metric reads every answer token but the batch holds only the first.
+    ValueError when the metric reads every answer token but the batch holds only the first.
     """
     if not metric.every_answer_token:
         return None

@@ -1,32 +1,18 @@
 """Selecting key components: which heads and MLPs matter, by a rule, and how stable that choice is.
 
-The paper's rule (Zhang et al. 2024, §3.2) calls a head *key* when patching it
-lowers the correct-answer logit by more than 5% (effect < −0.05). On small
-models effects are smaller (on SmolLM2-135M the strongest head is near −4%),
-so a fixed threshold can select nothing. We therefore offer:
+The paper's rule (Zhang et al. 2024, §3.2): a head is *key* when patching it lowers the correct-answer
+logit by more than 5% (effect < −0.05). Small models' effects are smaller (SmolLM2-135M's strongest
+head: about −4%), so a fixed threshold can select nothing. The rules:
 
-* ``"threshold"``: effect < ``threshold`` (the paper's rule with −0.05). With ``threshold_of="share"``
-  (default) the effect is first divided by the size of the total effect (the counterfactual prompt's own
-  effect, :meth:`~mathcircuits.patching.PatchingResult.head_shares`), so −0.05 means "5% of what
-  the counterfactual does", whatever the metric's units; ``threshold_of="effect"`` compares the
-  metric's own value (the paper's rule under ``relative_logit``);
+* ``"threshold"``: effect < ``threshold``; with ``threshold_of="share"`` (default) the effect is first
+  divided by the total effect, so −0.05 means "5% of what the counterfactual does" in any metric;
 * ``"topk"``: the k most negative effects;
-* ``"zscore"`` (default): effect below ``mean − z·std`` of all heads' effects,
-  i.e. a threshold relative to the distribution, which adapts to the model's
-  scale and still picks a small tail (at z = 3, about 1% of a Gaussian), and at
-  most ``max_k`` of them.
+* ``"zscore"`` (default): effect below ``mean − z·std`` over heads, at most ``max_k``: adapts to the
+  model's scale and still picks a small tail (z = 3: about 1% of a Gaussian).
 
-The result is a :class:`~mathcircuits.patching.KeyComponents` (:mod:`.key_components`), which
-records the model identity and shape, so loading it for another model fails clearly.
-
-Stability (:func:`selection_stability`). The effects are means over prompt pairs, so
-which heads cross the rule's cut depends on which pairs were drawn. We resample the pairs
-with replacement (``n_boot`` times, the per-pair effects the identify stage keeps; whole templates
-within operations when the result knows the pairs' templates, as its intervals do), recompute
-the mean effects and re-apply the same rule with the same parameters. A key head's
-*stability* is the share of resamples that select it again (1.0: every resample; 0.5: a coin
-flip). Heads outside the selection that resamples pick often are listed too, and the
-spread of the selection's size and depth gives the intervals of claim C1 (see ``docs/claims.md``).
+Stability (:func:`selection_stability`): the pairs are resampled (whole templates within operations when
+known), the means recomputed and the rule re-applied; a head's *stability* is the share of resamples that
+select it again. The spread of size and depth gives claim C1's intervals (``docs/claims.md``).
 """
 
 from __future__ import annotations
@@ -86,30 +72,13 @@ def select_key_components(
 ) -> KeyComponents:
     """Select key heads (and MLPs) from a :class:`~mathcircuits.patching.PatchingResult`.
 
-    Effects are "more negative = more important" (patching the sender to the
-    counterfactual lowers the correct answer's logit). The heads follow the rule
-    of the selection; the MLPs are the ``mlp_k`` strongest, since there are few MLPs per model.
+    Effects are "more negative = more important". The heads follow the selection's rule; the MLPs are
+    the ``mlp_k`` strongest (there are few MLPs). Keyword arguments replace the selection's settings;
+    ``data`` and ``fallback`` are recorded in the source.
 
-    Non-finite effects are refused, never dropped (dropping one could hide the
-    strongest head): an infinity anywhere, or a NaN among otherwise finite head
-    or MLP effects, raises :class:`SelectionError` naming the senders (see
-    :meth:`PatchingResult.check_finite`). MLP effects that are all NaN mean the
-    MLPs were not patched (``senders=("heads",)``): the selection then has no MLPs.
-
-    Args:
-        result: the patching result to select from.
-        selection: the rule and its settings (the ``selection`` section of a run); default ``SelectionConfig()``.
-        rule: ``"zscore"``, ``"threshold"`` or ``"topk"`` (see the module docstring), replacing the selection's.
-        threshold: effect cut of the ``"threshold"`` rule, replacing the selection's.
-        k: number of heads of the ``"topk"`` rule, replacing the selection's.
-        z: number of standard deviations below the mean of the ``"zscore"`` rule, replacing the selection's.
-        max_k: at most this many heads under ``"zscore"``, replacing the selection's.
-        mlp_k: number of key MLPs, replacing the selection's.
-        data: how the patched pairs were generated, recorded in the source.
-        fallback: why this selection replaces the configured one, recorded in the source.
-
-    Returns:
-        The :class:`KeyComponents`, carrying the result's model spec and the selection it was made with.
+    Non-finite effects are refused, never dropped (dropping one could hide the strongest head): an
+    infinity anywhere, or a NaN among otherwise finite effects, raises :class:`SelectionError`
+    (:meth:`PatchingResult.check_finite`). All-NaN MLP effects mean the MLPs were not patched: no MLPs.
     """
     expect(
         "select_key_components", "result", result, PatchingResult, "a PatchingResult",
@@ -174,17 +143,9 @@ def selection_stability(
 ) -> KeyComponents:
     """How often each key head is selected again when the pairs are resampled (see the module docstring).
 
-    Args:
-        result: the :class:`~mathcircuits.patching.PatchingResult` the selection was made from, with its
-            per-pair head effects (``keep_per_pair=True``).
-        key: the selection, made by :func:`select_key_components` from ``result``; its rule and settings
-            are re-applied to every resample.
-        uncertainty: the bootstrap of the pairs (its resamples and seed are recorded in the result).
-        min_share: heads outside the selection are listed in ``stability_others`` when at least this share
-            of resamples selects them.
-
-    Returns:
-        ``key`` with the stability fields filled.
+    ``result`` needs per-pair head effects (``keep_per_pair=True``); ``key`` must come from it, and its
+    rule is re-applied to each resample. Heads outside the selection that at least ``min_share`` of
+    resamples select go to ``stability_others``. Returns ``key`` with the stability fields filled.
     """
     per_pair = result.per_pair_heads
     if per_pair is None or per_pair.shape[0] == 0:

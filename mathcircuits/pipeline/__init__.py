@@ -24,6 +24,7 @@ if TYPE_CHECKING:
         tag_fact_stages,
     )
     from mathcircuits.pipeline.lock import RunLock, RunLockedError
+    from mathcircuits.pipeline.memory import MemoryHow, MemoryMeter, PeakMemory, cuda_devices
     from mathcircuits.pipeline.paths import RunPaths
     from mathcircuits.pipeline.preflight import multi_digit_template
     from mathcircuits.pipeline.run import (
@@ -46,6 +47,7 @@ _WHERE = {
         ("FACT_STAGES", "FactStage", "FactUse", "fact_use", "stage_facts", "stage_rows", "tag_fact_stages"), "facts"
     ),
     **dict.fromkeys(("RunLock", "RunLockedError"), "lock"),
+    **dict.fromkeys(("MemoryHow", "MemoryMeter", "PeakMemory", "cuda_devices"), "memory"),
     "RunPaths": "paths",
     **dict.fromkeys(("FinetuneSection", "ModelSection"), "sections"),
     "multi_digit_template": "preflight",
@@ -66,6 +68,9 @@ __all__ = [
     "FactUse",
     "FinetuneSection",
     "IdentifySummary",
+    "MemoryHow",
+    "MemoryMeter",
+    "PeakMemory",
     "OperationTotal",
     "RunConfig",
     "RunFolderError",
@@ -75,6 +80,7 @@ __all__ = [
     "Stage",
     "StageSummary",
     "check_run_folder",
+    "cuda_devices",
     "check_same_config",
     "compare_model_runs",
     "done_summary",

@@ -25,8 +25,8 @@ from mathcircuits._files import ResultFileError, atomic_path, read_json
 from mathcircuits._io import SavedResult
 from mathcircuits.data import Operation, PairSet, load_templates
 from mathcircuits.models import HookedModel, load_hf_model, load_model
-from mathcircuits.models.memory import PeakMemory
 from mathcircuits.pipeline.config import RunConfig
+from mathcircuits.pipeline.memory import PeakMemory
 from mathcircuits.pipeline.paths import RunPaths
 
 __all__ = ["Context", "StageSummary", "TableRow", "save_csv", "save_dataset", "select_pairs", "template_spread"]

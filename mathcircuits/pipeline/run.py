@@ -15,7 +15,7 @@ then the folder is locked for the run and ``config.yaml`` written.
 
 While the stages run, fast paths are on or off as ``model.fast_paths`` says, and
 each fast path checks itself on the model before its first use
-(:mod:`mathcircuits.models.integrity`); the checks a stage ran are recorded in its
+(:mod:`mathcircuits.models.forward.integrity`); the checks a stage ran are recorded in its
 marker. An exception that no input caused (any error without the toolkit's
 ``Fix:`` form) ends as :class:`InternalError` naming the stage, with the
 traceback kept in ``logs/traceback-<stage>.txt``.
@@ -39,7 +39,6 @@ from mathcircuits._errors import FixableError
 from mathcircuits._files import DISK_FULL, JSONObject, JSONValue, atomic_path, read_json, write_json
 from mathcircuits.models import canonical_source, check_versions, checks_run, fast_paths
 from mathcircuits.models.compat import installed_versions
-from mathcircuits.models.memory import MemoryMeter, cuda_devices
 from mathcircuits.pipeline.config import ConfigError, RunConfig, fingerprint
 from mathcircuits.pipeline.console import quiet_dependencies
 from mathcircuits.pipeline.context import Context, StageSummary
@@ -54,6 +53,7 @@ from mathcircuits.pipeline.markers import (
     verify_outputs,
     write_marker,
 )
+from mathcircuits.pipeline.memory import MemoryMeter, cuda_devices
 from mathcircuits.pipeline.paths import RunPaths
 from mathcircuits.pipeline.preflight import check_folders
 from mathcircuits.pipeline.stages import STAGES

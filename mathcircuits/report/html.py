@@ -18,8 +18,8 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from mathcircuits._codec import EncodedValue
+from mathcircuits._errors import FixableTypeError
 from mathcircuits.models import Head
-from mathcircuits.models.memory import PeakMemory
 from mathcircuits.stats import DEFAULT_CONFIDENCE, METHOD_TEXT, format_points, wilson_interval
 from mathcircuits.viz import OfflineHTML, circuitsvis_bundle, split_bundle
 
@@ -75,17 +75,33 @@ def esc(x: object) -> str:
     return html.escape(str(x))
 
 
-def memory_text(peak: PeakMemory | Mapping[str, EncodedValue]) -> str:
-    """A stage's peak memory as people read it: ``"676 MiB (CPU RSS)"``, from a :class:`PeakMemory` or its dict."""
-    d = dataclasses.asdict(peak) if isinstance(peak, PeakMemory) else dict(peak)
+def memory_text(peak: object) -> str:
+    """A stage's peak memory as people read it: ``"676 MiB (CPU RSS)"``, from a :class:`PeakMemory` or its dict.
+
+    The record comes from the pipeline (:class:`~mathcircuits.pipeline.PeakMemory`), a layer above: it is read
+    by its fields (``bytes``, ``how``, ``exact``), so the report imports nothing from there.
+    """
+    d = _memory_fields(peak)
+    if d is None:
+        raise FixableTypeError(
+            f"memory_text needs a peak-memory record, got a {type(peak).__name__}. ",
+            "pass a StageSummary's peak_memory (a PeakMemory or its dict, with bytes and how).",
+        )
     how = {"cpu_rss": "CPU RSS", "cuda_allocated": "CUDA allocated"}.get(str(d.get("how")), str(d.get("how")))
     if d.get("exact") is False:
         how += ", sampled"
     return f"{int(d['bytes']) / 2**20:,.0f} MiB ({how})"
 
 
-def _is_memory(value: object) -> bool:
-    return isinstance(value, PeakMemory) or (isinstance(value, Mapping) and {"bytes", "how"} <= set(value))
+def _memory_fields(value: object) -> dict[str, object] | None:
+    """The fields of a peak-memory record (a dataclass or a mapping with ``bytes`` and ``how``), else None."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        d = {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
+    elif isinstance(value, Mapping):
+        d = dict(value)
+    else:
+        return None
+    return d if {"bytes", "how"} <= set(d) else None
 
 
 def plain_text(value: object) -> str:
@@ -98,8 +114,8 @@ def plain_text(value: object) -> str:
     Returns:
         The text.
     """
-    if _is_memory(value):
-        return memory_text(value)  # type: ignore[arg-type]
+    if _memory_fields(value) is not None:
+        return memory_text(value)
     if isinstance(value, Mapping):
         return "; ".join(f"{k}: {plain_text(v)}" for k, v in value.items()) or "none"
     if isinstance(value, (list, tuple)):
@@ -120,7 +136,7 @@ def _cell(v: object) -> str:
 def _key(k: str, v: object) -> str:
     if k == "seconds":
         return "time (s)"
-    if _is_memory(v):
+    if _memory_fields(v) is not None:
         return "peak memory"
     return k.replace("_", " ")
 

@@ -1,27 +1,14 @@
 """Intervals and tests for every number mathcircuits reports.
 
-A result averages something over prompt pairs or benchmark items; its uncertainty comes from which pairs and
-which templates were drawn. Pairs of one template share a prefix and wording, so the templates are the units:
+Pairs of one template share a prefix and wording, so the templates are the units of replication. The
+:class:`Interval` names its method; :class:`Uncertainty` (resamples, level, seed) is passed as one argument, and
+every interval draws from its own ``torch.Generator`` seeded by it. :func:`small_cluster_interval` (bootstrap-t
+over template means, covers with 4–12 templates) is what the claims read.
 
-* :mod:`.interval` — the :class:`Interval` value with the name of its method (:data:`IntervalMethod`), the
-  Wilson interval of a proportion, and :class:`Uncertainty` (resamples, level, seed: one argument);
-* :mod:`.deltas` — the :class:`DeltaTable`: per model or mode and metric, the change against a baseline as an
-  interval (what fine-tuning and evaluation report, and the figures and the report take);
-* :mod:`.bootstrap` — percentile bootstraps over pairs, paired items, and clusters (templates);
-* :mod:`.small_clusters` — the bootstrap-t over template means that covers with 4–12 templates
-  (:func:`small_cluster_interval`, what the claims read) and the per-cell t-test on template means;
-* :mod:`.testing` — Holm and Benjamini–Hochberg over many tests, a bias-corrected bootstrap, and where a
-  measured value falls among a null's (:func:`null_placement`).
-
-Every interval takes one :class:`Uncertainty` and draws from its own ``torch.Generator`` seeded by it.
-
-Usage::
-
-    from mathcircuits.stats import small_cluster_interval, wilson_interval, paired_bootstrap
+Example::
 
     iv = small_cluster_interval(per_pair, templates, operations)   # Interval(..., method="cluster_bootstrap_t")
     iv = wilson_interval(successes=37, n=50)                         # Interval(0.74, 0.60, 0.84)
-    lo, hi = bootstrap_mean(per_pair_heads, Uncertainty(n_boot=1000, seed=0))   # [layer, head] each
 
 References: Efron & Tibshirani (1993); Wilson, JASA 22 (1927); Koehn, EMNLP 2004; Davison & Hinkley (1997);
 Hall, Ann. Statist. 16 (1988); Cameron, Gelbach & Miller, REStat 90 (2008); Holm, Scand. J. Stat. 6 (1979);

@@ -1,17 +1,12 @@
-"""Bootstrap intervals: over pairs, paired, and over clusters (templates) with the percentile method.
+"""Bootstrap intervals with the percentile method: over rows, paired, and over clusters (templates).
 
-* **Percentile bootstrap of a mean** (Efron & Tibshirani 1993, ch. 13). Resample the ``n`` rows with
-  replacement ``n_boot`` times, take the mean of each resample; the interval is the ``(α/2, 1 − α/2)``
-  quantiles of those means. Works on a whole tensor at once (per-pair effects [pair, layer, head] → one
-  interval per head). NaN rows are ignored per cell.
-Every interval takes one :class:`~.interval.Uncertainty` (resamples, level, seed); the index draws take
-``n_boot`` and ``seed``.
-* **Paired bootstrap of a difference** (Koehn 2004): two models scored on the *same* items; resample items and
-  recompute ``mean(a) − mean(b)`` on the same resample, so item difficulty cancels.
-* **Cluster bootstrap** (Davison & Hinkley 1997, §3.8; Field & Welsh 2007): resample whole clusters
-  (templates) with replacement within each stratum (operation), keep every row of a drawn cluster. With few
-  clusters its percentile interval undercovers (0.77 at 4 templates, 0.88 at 12 in tests/test_coverage.py's
-  simulation); :mod:`.small_clusters` has the interval that covers there.
+* **Mean** (Efron & Tibshirani 1993, ch. 13): resample rows, the interval is the ``(α/2, 1 − α/2)`` quantiles
+  of the resample means; one interval per cell of a tensor; NaN rows are ignored per cell.
+* **Paired difference** (Koehn 2004): resample the shared items, recompute ``mean(a) − mean(b)`` on each, so
+  item difficulty cancels.
+* **Cluster** (Davison & Hinkley 1997, §3.8; Field & Welsh 2007): resample whole templates within each operation.
+  With few clusters its percentile interval undercovers (0.77 at 4 templates, 0.88 at 12 in
+  tests/test_coverage.py); :mod:`.small_clusters` has the interval that covers there.
 """
 
 from __future__ import annotations
@@ -47,16 +42,7 @@ __all__ = [
 
 
 def bootstrap_indices(n: int, n_boot: int = DEFAULT_N_BOOT, seed: int = 0) -> torch.Tensor:
-    """Row indices of ``n_boot`` bootstrap resamples of ``n`` rows, drawn with replacement.
-
-    Args:
-        n: number of rows (pairs, items); must be ≥ 1.
-        n_boot: number of resamples.
-        seed: seed of the generator; the same seed gives the same resamples.
-
-    Returns:
-        A long tensor [n_boot, n].
-    """
+    """Row indices [n_boot, n] of ``n_boot`` bootstrap resamples of ``n`` rows, drawn with replacement."""
     check_level(DEFAULT_CONFIDENCE, n_boot)
     if n < 1:
         raise FixableValueError(f"cannot bootstrap {n} rows. ", "pass at least one pair/item.")
@@ -77,13 +63,8 @@ def bootstrap_mean(
 ) -> tuple[Float[Tensor, "..."], Float[Tensor, "..."]]:
     """Percentile-bootstrap interval of the mean over the first axis, for every cell at once.
 
-    Args:
-        values: per-row values [row, ...] (e.g. per-pair effects [pair, layer, head]); NaN
-            entries are left out of their cell's mean.
-        uncertainty: resamples, seed and nominal coverage.
-
-    Returns:
-        ``(low, high)``, each shaped like one row. A cell with no finite value is NaN.
+    ``values`` is [row, ...] (e.g. per-pair effects [pair, layer, head]); NaN entries are left out of their cell's
+    mean. Returns ``(low, high)``, each shaped like one row; a cell with no finite value is NaN.
     """
     x = torch.as_tensor(values, dtype=torch.float64)
     if x.ndim == 0 or x.shape[0] == 0:
@@ -105,16 +86,7 @@ def bootstrap_statistic(
     statistic=None,
     uncertainty: Uncertainty = DEFAULT_UNCERTAINTY,
 ) -> Interval:
-    """Percentile-bootstrap interval of a scalar statistic of one sample (default: the mean).
-
-    Args:
-        values: the sample [row] (or [row, ...] when ``statistic`` reduces it to a scalar).
-        statistic: callable from a resampled tensor to a float; default ``mean`` over rows.
-        uncertainty: resamples, seed and nominal coverage.
-
-    Returns:
-        An :class:`Interval` with the statistic of the full sample as ``value``.
-    """
+    """Percentile-bootstrap interval of a scalar statistic of one sample (default: the mean over rows)."""
     n_boot, confidence, seed = uncertainty.n_boot, uncertainty.confidence, uncertainty.seed
     x = torch.as_tensor(values, dtype=torch.float64)
     if x.ndim == 0 or x.shape[0] == 0:
@@ -131,16 +103,7 @@ def paired_bootstrap(
     b: Sequence[float] | Tensor,
     uncertainty: Uncertainty = DEFAULT_UNCERTAINTY,
 ) -> Interval:
-    """Paired-bootstrap interval of ``mean(a) − mean(b)`` over the same items.
-
-    Args:
-        a: per-item scores of model A (e.g. 0/1 correctness) [item].
-        b: per-item scores of model B on the same items, in the same order [item].
-        uncertainty: resamples, seed and nominal coverage.
-
-    Returns:
-        An :class:`Interval` of the difference, ``method="paired_bootstrap"``.
-    """
+    """Paired-bootstrap interval of ``mean(a) − mean(b)`` over the same items, in the same order in ``a`` and ``b``."""
     ta, tb = torch.as_tensor(a, dtype=torch.float64), torch.as_tensor(b, dtype=torch.float64)
     if ta.shape != tb.shape or ta.ndim != 1:
         raise FixableValueError(
@@ -160,18 +123,8 @@ def cluster_bootstrap_indices(
 ) -> list[Tensor]:
     """Row indices of ``n_boot`` cluster-bootstrap resamples (whole clusters drawn with replacement per stratum).
 
-    Args:
-        clusters: the cluster of each row (e.g. its template id).
-        strata: the stratum of each row (e.g. its operation); each cluster must lie in one stratum. None: one stratum.
-        n_boot: number of resamples.
-        seed: seed of the generator.
-
-    Returns:
-        ``n_boot`` long tensors of row indices (their lengths vary with the drawn clusters' sizes).
-
-    Raises:
-        ValueError: no rows, mismatched lengths, a cluster in two strata, or a stratum with fewer than two clusters
-            (whose between-cluster variation cannot be estimated).
+    Each cluster must lie in one stratum, and each stratum needs two clusters (else its between-cluster variation
+    cannot be estimated); ``strata=None`` is one stratum. The resamples' lengths vary with the drawn clusters' sizes.
     """
     check_level(DEFAULT_CONFIDENCE, n_boot)
     n = len(clusters)
@@ -216,18 +169,7 @@ def cluster_bootstrap(
     strata: Sequence[object] | None = None,
     uncertainty: Uncertainty = DEFAULT_UNCERTAINTY,
 ) -> Interval:
-    """Percentile interval of a scalar statistic, resampling whole clusters (templates) within strata (operations).
-
-    Args:
-        values: the rows [row] (or [row, ...] when ``statistic`` reduces them to a scalar).
-        clusters: the cluster of each row (e.g. ``pairs.template_ids``).
-        statistic: callable from a resampled tensor to a float; default the mean over rows.
-        strata: the stratum of each row (e.g. ``pairs.operations``), or None.
-        uncertainty: resamples, seed and nominal coverage.
-
-    Returns:
-        An :class:`Interval` with ``method="cluster_bootstrap"`` and the statistic of all rows as ``value``.
-    """
+    """Percentile interval of a scalar statistic, resampling whole clusters (templates) within strata (operations)."""
     n_boot, confidence, seed = uncertainty.n_boot, uncertainty.confidence, uncertainty.seed
     x = torch.as_tensor(values, dtype=torch.float64)
     if x.ndim == 0 or x.shape[0] != len(clusters):
@@ -250,20 +192,9 @@ def cluster_bootstrap_mean(
 ) -> tuple[Float[Tensor, "..."], Float[Tensor, "..."]]:
     """Cluster-bootstrap interval of the mean over the first axis, for every cell at once.
 
-    The tensor form of :func:`cluster_bootstrap` (as :func:`bootstrap_mean` is of :func:`bootstrap_statistic`):
-    each resample draws whole clusters (templates) with replacement within each stratum (operation) and takes
-    every cell's mean over the drawn rows (NaN entries left out of their cell).
-
-    Args:
-        values: per-row values [row, ...] (e.g. per-pair effects [pair, layer, head]).
-        clusters: the cluster of each row (e.g. its template id).
-        strata: the stratum of each row (e.g. its operation), or None.
-        uncertainty: resamples, seed and nominal coverage.
-        divide_by: per-row denominators [row]: the interval is then that of ``mean(values) / |mean(divide_by)|``
-            on each resample (a ratio of means, e.g. a head's effect as a share of the total effect).
-
-    Returns:
-        ``(low, high)``, each shaped like one row.
+    The tensor form of :func:`cluster_bootstrap` (NaN entries left out of their cell). With ``divide_by`` [row], the
+    interval is that of ``mean(values) / |mean(divide_by)|`` on each resample (a ratio of means, e.g. a head's effect
+    as a share of the total effect).
     """
     x = torch.as_tensor(values, dtype=torch.float64)
     if x.ndim == 0 or x.shape[0] != len(clusters):
@@ -295,19 +226,10 @@ def mean_interval(
 ) -> tuple[Float[Tensor, "..."], Float[Tensor, "..."], IntervalMethod]:
     """The interval of per-row means that every analysis should use: over clusters when it can, else over rows.
 
-    Rows of one template are not independent, so with each row's cluster (template) given and at least two
-    clusters in every stratum (operation), this is :func:`cluster_bootstrap_mean`; otherwise (no clusters, or a
-    stratum with fewer than :data:`MIN_CLUSTERS` templates) :func:`bootstrap_mean`, and the returned method says so.
-
-    Args:
-        values: per-row values [row, ...].
-        clusters: each row's cluster (e.g. template id), or None.
-        strata: each row's stratum (e.g. operation), or None.
-        uncertainty: resamples, seed and nominal coverage.
-
-    Returns:
-        ``(low, high, method)`` with ``method`` ``"cluster_bootstrap"``, ``"pair_bootstrap_fallback"`` (templates
-        given, too few: it ignores their dependence) or ``"bootstrap"`` (no templates given).
+    Rows of one template are not independent: with clusters given and :data:`MIN_CLUSTERS` in every stratum this is
+    :func:`cluster_bootstrap_mean`, else :func:`bootstrap_mean`. The returned method says which:
+    ``"cluster_bootstrap"``, ``"pair_bootstrap_fallback"`` (too few templates: it ignores their dependence) or
+    ``"bootstrap"`` (no templates given).
     """
     if clusters is not None and len(clusters) == len(values):
         groups: dict[object, set[object]] = {}

@@ -1,9 +1,7 @@
 """Changes against a baseline, per row and metric, each an :class:`Interval`: what fine-tuning and evaluation report.
 
-A row is a model or a fine-tuning mode, the baseline first; a metric is a benchmark, an average over benchmarks,
-or "math"/"generic". The saved CSV tables spell each metric ``m`` as six columns, ``m``, ``m low``, ``m high``
-(the row's own level, when given) and ``m Δ``, ``m Δ low``, ``m Δ high`` (its change); :meth:`DeltaTable.to_dataframe`
-writes them and :meth:`DeltaTable.from_dataframe` reads them back, so no other code spells or parses these names.
+The saved CSV tables spell each metric ``m`` as six columns, ``m``, ``m low``, ``m high`` (the row's own level,
+when given) and ``m Δ``, ``m Δ low``, ``m Δ high`` (its change); only :class:`DeltaTable` spells or parses them.
 """
 
 from __future__ import annotations
@@ -33,14 +31,8 @@ def no_interval(value: float) -> Interval:
 class DeltaTable:
     """Per row and metric, the change against ``baseline`` (and optionally the row's level), with intervals.
 
-    Args:
-        baseline: the row the changes are taken against (its changes are 0).
-        changes: row → metric → change, rows in table order; every row has the same metrics. NaN bounds: no
-            interval.
-        levels: row → metric → the row's own value with its interval (e.g. an accuracy and its Wilson interval);
-            empty when the table shows changes only.
-        extra: more columns after the metrics, column → row → value (a row it lacks shows NaN).
-        index_name: what a row is, the name of the DataFrame's index (``model``, ``mode``).
+    Rows are models or modes in table order; every row has the same metrics; NaN bounds mean no interval. ``levels``
+    is empty when the table shows changes only; ``extra`` columns follow the metrics (a row they lack shows NaN).
     """
 
     baseline: str
@@ -99,8 +91,7 @@ class DeltaTable:
         return f"{metric} Δ", f"{metric} Δ low", f"{metric} Δ high"
 
     def to_dataframe(self) -> pd.DataFrame:
-        """The table as the stages save it: index ``index_name``, per metric its level and change columns, then
-        the extra columns."""
+        """The table as the stages save it: per metric its level and change columns, then the extras."""
         parts = (
             [(self.levels, self.level_columns), (self.changes, self.change_columns)]
             if self.levels
@@ -119,15 +110,10 @@ class DeltaTable:
 
     @classmethod
     def from_dataframe(cls, df: pd.DataFrame, baseline: str | None = None) -> DeltaTable:
-        """The table that :meth:`to_dataframe` wrote (e.g. a stage summary's rows); the inverse of it.
+        """The table that :meth:`to_dataframe` wrote; its inverse (``baseline`` None: the first row).
 
-        Args:
-            df: indexed by row, with ``m Δ``/``m Δ low``/``m Δ high`` per metric (and ``m``/``m low``/``m high``
-                when it has levels); any other column is an extra one.
-            baseline: the baseline row (None: the first).
-
-        Returns:
-            The table; its intervals carry ``n=0`` and no method (the columns do not hold them).
+        Any column not a metric's is an extra one; the intervals carry ``n=0`` and no method (the columns do not hold
+        them).
         """
         cols = [str(c) for c in df.columns]
         metrics = [c[:-2] for c in cols if c.endswith(" Δ") and set(cls.change_columns(c[:-2])) <= set(cols)]

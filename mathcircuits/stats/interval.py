@@ -1,9 +1,7 @@
-"""An interval as a value: the estimate, its bounds, its level and the name of the method that drew it; and
-:class:`Uncertainty`, how a bootstrap interval is drawn (resamples, level, seed), passed as one argument.
+"""An interval as a value (estimate, bounds, level, method), and :class:`Uncertainty`, how a bootstrap draws.
 
-Also the Wilson score interval of a proportion (Wilson 1927; Brown, Cai & DasGupta 2001),
-``(p̂ + z²/2n ± z·sqrt(p̂(1−p̂)/n + z²/4n²)) / (1 + z²/n)``, which covers well at small ``n`` and at 0 or 1,
-and the text forms every report uses (:func:`format_points`, :func:`format_share`).
+The Wilson score interval of a proportion (Wilson 1927; Brown, Cai & DasGupta 2001),
+``(p̂ + z²/2n ± z·sqrt(p̂(1−p̂)/n + z²/4n²)) / (1 + z²/n)``, covers well at small ``n`` and at 0 or 1.
 """
 
 from __future__ import annotations
@@ -75,8 +73,7 @@ METHOD_TEXT: dict[str, str] = {
 class Interval:
     """A point estimate with its interval: ``value`` in [``low``, ``high``] at ``confidence``.
 
-    ``n`` is the number of pairs/items behind it; ``method`` names the estimator (:data:`IntervalMethod`);
-    ``seed`` is the bootstrap seed (−1 when none was drawn). NaN bounds mean "no data".
+    ``n`` counts the pairs/items behind it; ``seed`` is −1 when nothing was drawn; NaN bounds mean "no data".
     """
 
     value: float
@@ -127,15 +124,8 @@ def format_points(
 ) -> str:
     """A difference of fractions in percentage points, with its unit: ``"+75.6 points [+70.6, +79.8]"``.
 
-    Args:
-        value: the difference as a fraction (0.756 is 75.6 points).
-        low: the interval's lower end (NaN: no interval shown).
-        high: the interval's upper end.
-        signed: print a ``+`` on positive numbers (differences); ``False`` for levels such as an accuracy.
-        unit: the unit named after the value.
-
-    Returns:
-        The text; ``"n/a"`` when ``value`` is NaN.
+    ``value`` is a fraction (0.756 is 75.6 points); NaN ``low``: no interval shown; ``signed=False`` for levels such
+    as an accuracy. ``"n/a"`` when ``value`` is NaN.
     """
     if value is None or math.isnan(value):
         return "n/a"
@@ -169,8 +159,7 @@ def check_level(confidence: float, n_boot: int) -> None:
 class Uncertainty:
     """How a bootstrap interval is drawn: ``n_boot`` resamples from ``seed``, read at level ``confidence``.
 
-    One value from the config to every interval. A function that also draws a null (shuffles, random sets)
-    from the same seed says so.
+    A function that also draws a null (shuffles, random sets) from the same seed says so.
     """
 
     n_boot: int = DEFAULT_N_BOOT
@@ -191,16 +180,7 @@ def z_value(confidence: float) -> float:
 
 
 def wilson_interval(successes: int, n: int, confidence: float = DEFAULT_CONFIDENCE) -> Interval:
-    """Wilson score interval of the proportion ``successes / n``.
-
-    Args:
-        successes: number of correct items (0 ≤ successes ≤ n).
-        n: number of items; 0 gives a NaN interval.
-        confidence: nominal coverage, e.g. 0.95.
-
-    Returns:
-        An :class:`Interval` with ``method="wilson"``.
-    """
+    """Wilson score interval of the proportion ``successes / n`` (``method="wilson"``; ``n=0`` gives NaN)."""
     check_level(confidence, 1)
     successes, n = int(successes), int(n)
     if n < 0 or not 0 <= successes <= max(n, 0):

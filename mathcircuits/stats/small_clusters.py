@@ -1,19 +1,18 @@
 """Intervals and tests that hold with few clusters: the studentized (bootstrap-t) bootstrap over template means.
 
-Why. Pairs of one template share its wording and few-shot prefix, so the unit of replication is the template,
-and a run has 3–12 of them per operation. With so few, the percentile bootstrap over templates covers 0.77
-(4 templates) to 0.87 (12) at a nominal 0.95, and a t interval on template means 0.89–0.93 when their
-spread is skewed (tests/test_coverage.py; Cameron, Gelbach & Miller 2008 on few clusters).
+Why. The template is the unit of replication, and a run has 3–12 per operation. With so few, the percentile
+bootstrap over templates covers 0.77 (4 templates) to 0.87 (12) at a nominal 0.95, and a t interval on template
+means 0.89–0.93 when their spread is skewed (tests/test_coverage.py; Cameron, Gelbach & Miller 2008).
 
 Method (Hall 1988; Davison & Hinkley 1997, §5.2.1). Average each cluster's rows, ``ȳ_g``. Within each stratum
 ``s`` (operation) take the mean ``m_s`` of its ``G_s`` cluster means and its variance ``v_s = var(ȳ_g)/G_s``;
 the estimate is ``θ = Σ w_s m_s`` (``w_s`` the stratum's share of rows) with ``se² = Σ w_s² v_s``. Resample
 clusters within strata, recompute ``t* = (θ* − θ)/se*``; the interval is ``[θ − q̂_{1−α/2} se, θ − q̂_{α/2} se]``
 with ``q̂`` the quantiles of ``t*`` (resamples with ``se* = 0`` left out). Studentizing corrects the skew the
-t interval misses; the estimate weights templates equally, so a large template does not dominate.
+t interval misses; templates weigh equally, so a large one does not dominate.
 
-:func:`cluster_t_test` gives each cell's two-sided p-value of ``θ = 0`` from the same quantities with a
-Welch–Satterthwaite ``t`` (``G − 1`` degrees of freedom with one stratum).
+:func:`cluster_t_test` gives each cell's p-value from the same quantities with a Welch–Satterthwaite ``t``
+(``G − 1`` degrees of freedom with one stratum).
 """
 
 from __future__ import annotations
@@ -79,8 +78,7 @@ def cluster_means(
 ) -> ClusterMeans:
     """Average rows per cluster (NaN-free values), nest clusters in strata, weigh strata by their rows.
 
-    Raises:
-        ValueError: lengths disagree, a cluster in two strata, or a stratum with fewer than two clusters.
+    Each cluster must lie in one stratum, each stratum needs two clusters.
     """
     x = torch.as_tensor(values, dtype=torch.float64)
     n = len(clusters)
@@ -124,14 +122,7 @@ def cluster_t_interval(
 ) -> tuple[Float[Tensor, "..."], Float[Tensor, "..."], Float[Tensor, "..."]]:
     """Bootstrap-t interval of the mean of template means, for every cell at once (module docstring).
 
-    Args:
-        values: per-row values [row, ...] without NaN (e.g. per-pair effects [pair, layer, head]).
-        clusters: each row's cluster (template id).
-        strata: each row's stratum (operation), or None; each stratum needs two clusters.
-        uncertainty: resamples, seed and nominal coverage.
-
-    Returns:
-        ``(value, low, high)``, each shaped like one row.
+    ``values`` [row, ...] without NaN; each stratum needs two clusters; returns ``(value, low, high)`` like a row.
     """
     x = torch.as_tensor(values, dtype=torch.float64)
     cm = cluster_means(x, clusters, strata)
@@ -158,16 +149,9 @@ def cluster_t_test(
 ) -> tuple[Float[Tensor, "..."], Float[Tensor, "..."]]:
     """Each cell's t-test of its mean of template means against ``null``, templates as units.
 
-    Args:
-        values: per-row values [row, ...] without NaN.
-        clusters: each row's cluster (template id); pass the row index when rows are independent.
-        strata: each row's stratum (operation), or None.
-        null: the value under the null hypothesis (a scalar or one per cell).
-        alternative: ``"two-sided"``, ``"greater"`` (mean > null) or ``"less"``.
-
-    Returns:
-        ``(estimate, p)``, each shaped like one row; a cell whose template means all agree has p 0 (or 1)
-        unless its estimate equals the null.
+    Pass the row index as ``clusters`` when rows are independent. ``alternative="greater"`` tests mean > null.
+    Returns ``(estimate, p)`` shaped like one row; a cell whose template means all agree has p 0 (or 1) unless its
+    estimate equals the null.
     """
     x = torch.as_tensor(values, dtype=torch.float64)
     cm = cluster_means(x, clusters, strata)
@@ -193,9 +177,6 @@ def small_cluster_interval(
     all but not in every stratum: the same over all clusters (strata ignored, wider when strata differ); with
     one cluster, or no cluster labels, the percentile bootstrap over rows, named ``pair_bootstrap_fallback``
     when the rows carry cluster labels (it ignores their dependence and undercovers) and ``bootstrap`` when not.
-
-    Returns:
-        An :class:`Interval` whose ``method`` names which.
     """
     confidence, seed = uncertainty.confidence, uncertainty.seed
     x = torch.as_tensor(values, dtype=torch.float64)

@@ -1,14 +1,12 @@
 """Many tests at once: Holm's and Benjamini–Hochberg's corrections, and a bias-corrected bootstrap of a statistic.
 
-* **Holm** (1979): sort the ``m`` p-values, reject ``p_(i) ≤ α/(m − i + 1)`` until the first failure. It controls
-  the family-wise error rate: with probability ≥ 1 − α no true null is rejected, so the number of rejections is a
-  ``1 − α`` lower confidence bound on the number of false nulls.
-* **Benjamini–Hochberg** (1995): reject the ``k`` smallest, ``k`` the largest ``i`` with ``p_(i) ≤ i·q/m``.
-  It controls the false discovery rate (expected share of true nulls among the rejections) at ``q``.
-* **Bias-corrected bootstrap** of a statistic that resampling biases (a top-k share: the top heads of a
-  resample are selected on its noise). Estimate ``θ̃ = 2θ̂ − mean(θ*)``; interval ``[2θ̂ − q*_{1−α/2},
-  2θ̂ − q*_{α/2}]`` (the basic bootstrap, Davison & Hinkley 1997 §5.2). Shifting both by the same bias keeps the
-  estimate inside its interval, which the percentile interval of a biased statistic does not.
+* **Holm** (1979): reject ``p_(i) ≤ α/(m − i + 1)`` in order until the first failure. It controls the family-wise
+  error rate, so the number of rejections is a ``1 − α`` lower confidence bound on the number of false nulls.
+* **Benjamini–Hochberg** (1995): reject the ``k`` smallest, ``k`` the largest ``i`` with ``p_(i) ≤ i·q/m``;
+  controls the false discovery rate at ``q``.
+* **Bias-corrected bootstrap** of a statistic that resampling biases (a top-k share: a resample's top heads are
+  selected on its noise). Estimate ``θ̃ = 2θ̂ − mean(θ*)``; interval ``[2θ̂ − q*_{1−α/2}, 2θ̂ − q*_{α/2}]``
+  (basic bootstrap, Davison & Hinkley 1997 §5.2), which keeps the estimate inside its interval.
 """
 
 from __future__ import annotations
@@ -67,17 +65,8 @@ def bias_corrected_bootstrap(
 ) -> Interval:
     """Bias-corrected estimate and basic-bootstrap interval of ``statistic`` (module docstring).
 
-    Args:
-        values: rows [row, ...] the statistic reads.
-        statistic: from a resample of the rows to a float.
-        clusters: each row's cluster (template); whole clusters are resampled within ``strata`` when every stratum
-            has two, else rows.
-        strata: each row's stratum (operation), or None.
-        uncertainty: resamples, seed and nominal coverage.
-        bounds: the statistic's range (a share: ``(0, 1)``); estimate and interval are clipped to it.
-
-    Returns:
-        An :class:`Interval` with ``method="bias_corrected_bootstrap"``.
+    Whole clusters are resampled within ``strata`` when every stratum has two, else rows. ``bounds`` is the
+    statistic's range (a share: ``(0, 1)``); estimate and interval are clipped to it.
     """
     n_boot, confidence, seed = uncertainty.n_boot, uncertainty.confidence, uncertainty.seed
     x = torch.as_tensor(values, dtype=torch.float64)
@@ -108,13 +97,9 @@ def bias_corrected_bootstrap(
 class NullPlacement:
     """Where a measured value falls among the values of a null (random sets), and how sure that is.
 
-    Args:
-        percentile: share (0–100) of the null's values below the measured one (ties count half).
-        p_value: ``(1 + #{null ≥ measured}) / (1 + n_null)``.
-        p_high: the ``confidence`` quantile of the p-value over resamples of the templates (its upper bound).
-        n_null: the null's size.
-        method: how the rows were resampled (``cluster_bootstrap`` over templates within strata, or ``bootstrap``
-            over rows when there are too few templates).
+    ``percentile``: share (0–100) of null values below the measured one (ties count half); ``p_value``:
+    ``(1 + #{null ≥ measured}) / (1 + n_null)``; ``p_high``: the ``confidence`` quantile of the p-value over template
+    resamples; ``method``: ``cluster_bootstrap`` or ``bootstrap`` (too few templates).
     """
 
     percentile: float
@@ -140,15 +125,8 @@ def null_placement(
 ) -> NullPlacement:
     """Place column 0 (the measured set) among columns 1.. (the null's sets) by their mean of template means.
 
-    Args:
-        values: per-row values [row, 1 + n_null] (e.g. per-pair margin drops of the key set, then of each random
-            set), on the same rows.
-        clusters: each row's template (None: rows are the units).
-        strata: each row's operation, or None.
-        uncertainty: template resamples, seed, and the quantile of the p-value reported as its bound.
-
-    Returns:
-        The :class:`NullPlacement`; every resample keeps the rows paired across the columns.
+    ``values`` is [row, 1 + n_null] (e.g. per-pair margin drops of the key set, then of each random set); every
+    resample keeps the rows paired across the columns. ``clusters=None``: rows are the units.
     """
     x = torch.as_tensor(values, dtype=torch.float64)
     if x.ndim != 2 or x.shape[1] < 2:

@@ -1,28 +1,11 @@
 """Where a model's weights live and where each computation runs: one device, or split by accelerate.
 
-Background. A model too big for one device is split with accelerate: ``from_pretrained(...,
-device_map="auto")`` or ``dispatch_model(model, device_map)``. Each module then has an *execution
-device*; modules whose weights are *offloaded* (to CPU memory or to disk) keep their parameters
-on the ``meta`` device and an ``AlignDevicesHook`` loads the weights onto the execution device for
-the duration of each forward, and puts them back afterwards. A forward through such a model is
-correct as it is (the hooks move activations to where each module runs); what breaks is code
-that reads a weight directly (``W_O`` of a head, a column of ``W_U``) or that combines tensors
-cached at different layers. This module gives those readers one answer each:
-
-* :func:`execution_device` — where a module computes (its hook's device, else its weights');
-* :func:`layer_device` / :func:`output_device` — the device of block ``l`` / of the unembedding;
-* :func:`materialized` — a context in which a module's offloaded weights are real tensors;
-* :func:`head_out_weight` / :func:`unembed_columns` — ``W_O`` of one layer and chosen columns of
-  ``W_U``, on the device where they are used, for split and offloaded models alike;
-* :func:`offloaded_parameters` / :func:`unloadable_parameters` — which ``meta`` parameters an
-  offload hook will fill, and which none will (a model that holds no weights at all).
-
-Usage::
-
-    w_o = head_out_weight(model, layer)                 # [head, d_head, d_model] on block ``layer``'s device
-    delta = delta.to(layer_device(model, layer))        # follow the chain from block to block
-
-On a model on one device every function returns what ``model.bridge.W_O[layer]``,
+A model too big for one device is split with accelerate (``device_map="auto"``, ``dispatch_model``). Each module
+then has an *execution device*; *offloaded* modules (to CPU memory or disk) keep their parameters on ``meta``
+and an ``AlignDevicesHook`` loads the weights onto the execution device for each forward. A forward is correct
+as it is (the hooks move activations); what breaks is code that reads a weight directly (``W_O`` of a head, a
+column of ``W_U``) or combines tensors cached at different layers. This module gives those readers one answer
+each. On a model on one device every function returns what ``model.bridge.W_O[layer]``,
 ``model.bridge.W_U[:, cols]`` and ``model.device`` give.
 
 References: accelerate's big-model inference (``dispatch_model``, ``AlignDevicesHook``,
@@ -40,6 +23,7 @@ from jaxtyping import Float, Int
 from torch import Tensor
 
 from mathcircuits._errors import FixableValueError
+from mathcircuits.models.hooked import execution_device
 from mathcircuits.models.spec import Bridged
 
 __all__ = [
@@ -59,36 +43,7 @@ __all__ = [
 ]
 
 
-def _hook_device(module: torch.nn.Module) -> torch.device | None:
-    hook = getattr(module, "_hf_hook", None)
-    for h in getattr(hook, "hooks", None) or ([hook] if hook is not None else []):  # SequentialHook or one hook
-        dev = getattr(h, "execution_device", None)
-        if dev is not None:
-            return torch.device(dev if not isinstance(dev, int) else f"cuda:{dev}")
-    return None
-
-
-def execution_device(module: torch.nn.Module) -> torch.device:
-    """The device ``module`` computes on: its (or its first submodule's) accelerate hook's, else its weights'.
-
-    Args:
-        module: any module of the model.
-
-    Returns:
-        The device; the CPU for a module without weights or hooks.
-    """
-    for sub in module.modules():
-        dev = _hook_device(sub)
-        if dev is not None:
-            return dev
-    for t in module.parameters():
-        if t.device.type != "meta":
-            return t.device
-    return torch.device("cpu")
-
-
 def _offloaded_owners(module: torch.nn.Module) -> list[torch.nn.Module]:
-    """The submodules that own ``meta`` parameters directly and have an offload hook that fills them."""
     seen: set[int] = set()
     out = []
     for sub in module.modules():
@@ -105,12 +60,6 @@ def materialized(module: torch.nn.Module) -> Iterator[torch.nn.Module]:
 
     A module without offloaded weights is left as it is (no copy). Afterwards the offloaded weights go back
     to ``meta``; tensors read inside the block stay valid.
-
-    Args:
-        module: any module of the model.
-
-    Returns:
-        A context manager yielding ``module``.
     """
     with contextlib.ExitStack() as stack:
         for sub in _offloaded_owners(module):
@@ -158,15 +107,7 @@ def output_device(model: Bridged) -> torch.device:
 
 
 def head_out_weight(model: Bridged, layer: int) -> Float[Tensor, "head d_head d_model"]:
-    """``W_O`` of every head of block ``layer``, on the block's execution device (offloaded weights loaded).
-
-    Args:
-        model: the hooked model.
-        layer: the block.
-
-    Returns:
-        The output weights, one ``[d_head, d_model]`` matrix per query head.
-    """
+    """``W_O`` of every head of block ``layer``, on the block's execution device (offloaded weights loaded)."""
     attn = model.bridge.blocks[layer].attn
     with materialized(attn):
         return attn.W_O.detach().to(layer_device(model, layer))
@@ -175,17 +116,10 @@ def head_out_weight(model: Bridged, layer: int) -> Float[Tensor, "head d_head d_
 def unembed_columns(
     model: Bridged, columns: Int[Tensor, " n"] | slice
 ) -> tuple[Float[Tensor, "d_model n"], Float[Tensor, " n"] | None]:
-    """Columns of the unembedding ``W_U`` and of its bias (``None`` without one), on the output device.
+    """``(W_U[:, columns], b_U[columns])`` (bias ``None`` without one), on the output device.
 
-    Reading only the columns needed (the answers, or one chunk of the vocabulary) bounds the memory of the
-    readout; with offloaded weights the whole matrix is loaded for the duration of the call.
-
-    Args:
-        model: the hooked model.
-        columns: token ids, or a slice of the vocabulary.
-
-    Returns:
-        ``(W_U[:, columns], b_U[columns])``.
+    Reading only the columns needed (the answers, or one chunk of the vocabulary) bounds the readout's memory;
+    with offloaded weights the whole matrix is loaded for the duration of the call.
     """
     bridge = model.bridge
     dev = output_device(model)
@@ -200,10 +134,9 @@ def unembed_columns(
 class HeadOutWeights:
     """``W_O`` of every layer, indexed like the bridge's ``W_O`` (``w[layer]``, ``w[layer, heads]``), read per layer.
 
-    The bridge's ``W_O`` stacks every layer's weights into one tensor on each access, which an offloaded layer
-    cannot give and which a model split over devices would have to gather on one. This reads one layer at a
-    time (:func:`head_out_weight`, on that layer's device) and keeps what it read for its own lifetime, so
-    hold one per call, not per model.
+    The bridge's ``W_O`` stacks every layer's weights on each access, which an offloaded layer cannot give and a
+    split model would have to gather on one device. This reads one layer at a time (on its device) and keeps what
+    it read for its own lifetime: hold one per call, not per model.
     """
 
     def __init__(self, model: Bridged) -> None:
@@ -224,12 +157,7 @@ class HeadOutWeights:
 def head_out_weights(model: Bridged) -> Tensor | HeadOutWeights:
     """``W_O`` of every layer ``[layer, head, d_head, d_model]``: the bridge's tensor on one device, else per layer.
 
-    Args:
-        model: the hooked model.
-
-    Returns:
-        The bridge's stacked ``W_O`` when the model is on one device with no offloaded weights; otherwise a
-        :class:`HeadOutWeights` with the same indexing.
+    A :class:`HeadOutWeights`, with the same indexing, when the model is split or has offloaded weights.
     """
     return HeadOutWeights(model) if is_split(model) else model.bridge.W_O
 
@@ -237,15 +165,9 @@ def head_out_weights(model: Bridged) -> Tensor | HeadOutWeights:
 def check_trainable_placement(hf_model: torch.nn.Module) -> None:
     """Refuse to fine-tune a model split by a ``device_map`` or with offloaded weights, naming the alternative.
 
-    Training a split model layer by layer (naive model parallelism) leaves every GPU but one idle, and offloaded
-    weights are reloaded from CPU or disk at every forward and backward and cannot be updated in place; the
-    fine-tuning code (:func:`mathcircuits.finetune.train_sft`) has not been run that way.
-
-    Args:
-        hf_model: the plain HF model to be trained.
-
-    Raises:
-        ValueError: the model is on several devices or has offloaded weights.
+    Training a split model layer by layer leaves every GPU but one idle, and offloaded weights are reloaded at every
+    forward and backward and cannot be updated in place; :func:`mathcircuits.finetune.train_sft` has not been run
+    that way.
     """
     placed = sorted({str(v) for v in (getattr(hf_model, "hf_device_map", None) or {}).values()})
     offloaded = offloaded_parameters(hf_model)

@@ -33,7 +33,7 @@ from typing import Literal, TypeAlias
 import psutil
 import torch
 
-from mathcircuits.models.spec import Bridged
+from mathcircuits.models import Bridged, devices_of
 
 __all__ = ["MemoryHow", "MemoryMeter", "PeakMemory", "cuda_devices"]
 
@@ -66,8 +66,6 @@ def cuda_devices(model: Bridged | None = None) -> list[torch.device]:
         return []
     if model is None:
         return [torch.device(f"cuda:{i}") for i in range(torch.cuda.device_count())]
-    from mathcircuits.models.placement import devices_of
-
     return [d for d in devices_of(model) if d.type == "cuda"]
 
 

@@ -1,25 +1,13 @@
 """The answer readout: final norm → unembedding → logit soft cap, read off the family table.
 
-Background. Every method that asks "what does the model now say about the answer?"
-turns a residual vector after the last block into logits the way the model does:
+Every method that asks "what does the model now say about the answer?" turns a residual vector after the last
+block into logits the way the model does:
 
     logits = cap(W_U · N_f(x) + b_U),        cap(y) = c · tanh(y / c)  (Gemma 2/3; identity elsewhere)
 
-with ``N_f`` the final norm. Which module is ``N_f`` and whether there is a soft cap ``c``
-are per-family facts in :data:`~mathcircuits.models.families.FAMILIES`; this module reads
-them from the model's :class:`~mathcircuits.models.families.BlockStructure`, so no caller
-names ``ln_final`` or copies the cap.
-
-A :class:`Readout` is the value read out at the patched position: the correct answer's raw
-logit and, when a metric needs it, its probability, one value per row.
-
-Usage::
-
-    structure = block_structure(model)
-    r = readout(model, structure, resid_final, answer, need_probs=False)     # from residuals
-    logit, logp = token_scores(model, structure, resid_final, tokens)        # any token per row, float32
-    r = Readout.from_logits(logits, answer, need_probs=True)                 # from the model's logits
-    lens = vocab_logits(model, structure, resid_post_of_every_layer)          # the logit lens
+Which module is the final norm ``N_f`` and whether there is a soft cap ``c`` are per-family facts
+(:data:`~mathcircuits.models.families.FAMILIES`), read from the model's
+:class:`~mathcircuits.models.families.BlockStructure`, so no caller names ``ln_final`` or copies the cap.
 """
 
 from __future__ import annotations
@@ -35,8 +23,8 @@ from torch import Tensor
 
 from mathcircuits._errors import FixableValueError
 from mathcircuits.models.families import BlockStructure
+from mathcircuits.models.forward.placement import execution_device, output_device, unembed_columns
 from mathcircuits.models.hooked import HookedModel
-from mathcircuits.models.placement import execution_device, output_device, unembed_columns
 
 __all__ = [
     "CHUNK_ELEMENTS",
@@ -61,7 +49,8 @@ CHUNK_ELEMENTS = 1 << 28
 
 def vocab_chunk_for(rows: int, vocab_chunk: int | None = None) -> int:
     """Vocabulary columns per chunk for ``rows`` readout rows: ``vocab_chunk`` if given, else the most (at most
-    :data:`VOCAB_CHUNK`, at least 256) that keep ``rows × columns`` within :data:`CHUNK_ELEMENTS`."""
+    :data:`VOCAB_CHUNK`, at least 256) that keep ``rows × columns`` within :data:`CHUNK_ELEMENTS`.
+    """
     if vocab_chunk is not None:
         return vocab_chunk
     return max(256, min(VOCAB_CHUNK, CHUNK_ELEMENTS // max(rows, 1)))
@@ -87,16 +76,7 @@ class Readout:
     def from_logits(
         cls, logits: Float[Tensor, "rows vocab"], answer: Int[Tensor, " rows"], need_probs: bool
     ) -> Readout:
-        """The readout of full logits (soft cap already applied by the model).
-
-        Args:
-            logits: the model's logits at the read position, one row per readout.
-            answer: the answer token of each row.
-            need_probs: also compute the probability (a softmax over the whole vocabulary, in float32).
-
-        Returns:
-            The readout of each row.
-        """
+        """The readout of full logits (soft cap already applied); ``need_probs`` adds a float32 softmax."""
         index = answer[:, None].to(logits.device)
         logit = logits.gather(-1, index)[:, 0].float()
         prob = torch.softmax(logits.float(), -1).gather(-1, index)[:, 0] if need_probs else None
@@ -131,16 +111,7 @@ def soft_cap(logits: Tensor, structure: BlockStructure) -> Tensor:
 
 
 def final_norm(model: HookedModel, structure: BlockStructure, resid: Float[Tensor, "*rows d_model"]) -> Tensor:
-    """The final norm (the family's ``final_norm`` module of the bridge) applied to residual vectors.
-
-    Args:
-        model: the hooked model.
-        structure: its block structure.
-        resid: residual vectors (any leading shape).
-
-    Returns:
-        ``N_f(resid)``, the same shape.
-    """
+    """The family's final norm module of the bridge applied to residual vectors (any leading shape)."""
     norm = getattr(model.bridge, structure.final_norm)
     return norm(resid.to(execution_device(norm)))
 
@@ -150,17 +121,9 @@ def vocab_logits(
 ) -> Float[Tensor, "*rows vocab"]:
     """Logits over the whole vocabulary from residual vectors: final norm, unembedding, soft cap.
 
-    On the last block's output this is the model's own logits; on an earlier layer's residual it is
-    the logit lens. The unembedding is applied in the residual's dtype (float32 activations of a bf16
-    model are read out in float32), on the unembedding's device (offloaded weights loaded for the call).
-
-    Args:
-        model: the hooked model.
-        structure: its block structure.
-        resid: residual vectors (any leading shape).
-
-    Returns:
-        The logits, on the unembedding's device.
+    On the last block's output this is the model's own logits; on an earlier layer's residual it is the logit lens.
+    The unembedding is applied in the residual's dtype (float32 activations of a bf16 model are read out in float32),
+    on the unembedding's device (offloaded weights loaded for the call).
     """
     normed = final_norm(model, structure, resid.to(output_device(model)))
     w_u, b_u = unembed_columns(model, slice(None))
@@ -174,10 +137,9 @@ def vocab_logits(
 def exact_tf32(dtype: torch.dtype) -> Iterator[None]:
     """Within the block, float32 matrix products on CUDA may use TF32 when the values came from ``dtype``.
 
-    A bf16 or fp16 value is exact in TF32 (an 8-bit exponent and a 10-bit mantissa hold bf16's 7 and fp16's
-    10 mantissa bits and both ranges), so the products of a bf16 model's final-normed residual and its
-    unembedding are exact in TF32 and accumulate in float32: the same readout, at TF32's speed (about 8× float32's
-    on an H100). Float32 values would be rounded, so for them nothing changes.
+    A bf16 or fp16 value is exact in TF32 (an 8-bit exponent and a 10-bit mantissa hold bf16's 7 and fp16's 10
+    mantissa bits and both ranges), so a bf16 model's readout products are exact in TF32 and accumulate in float32:
+    the same readout, about 8× faster on an H100. Float32 values would be rounded: for them nothing changes.
     """
     matmul = torch.backends.cuda.matmul
     if dtype not in (torch.bfloat16, torch.float16) or not hasattr(matmul, "fp32_precision"):
@@ -199,18 +161,9 @@ def log_normalizer(
 ) -> Float[Tensor, " rows"]:
     """``log Σ_v exp(logit_v)`` of each row, in float32, from the final-normed residual, chunked over the vocabulary.
 
-    Only ``rows × vocab_chunk`` logits exist at a time (the whole ``rows × vocab`` matrix would be 43 GB for
-    83,200 rows of a 128k vocabulary in float32; by default a chunk holds at most 2**28 of them, 1 GiB), and
-    the running log-sum-exp is exact up to float32 rounding.
-
-    Args:
-        model: the hooked model.
-        structure: its block structure (soft cap).
-        normed: the final norm's output, one row per readout (on the unembedding's device).
-        vocab_chunk: vocabulary columns per matrix product (``None``: :func:`vocab_chunk_for` the rows).
-
-    Returns:
-        The log normaliser of each row.
+    Only ``rows × vocab_chunk`` logits exist at a time (the whole matrix would be 43 GB for 83,200 rows of a 128k
+    vocabulary; by default a chunk holds at most 2**28, 1 GiB); the running log-sum-exp is exact up to float32
+    rounding. ``normed`` is on the unembedding's device.
     """
     vocab = int(model.spec.vocab_size)
     x = normed.float()
@@ -236,26 +189,10 @@ def token_scores(
 ) -> tuple[Float[Tensor, " rows"], Float[Tensor, " rows"] | None]:
     """Each row's token's raw logit and log-probability from final residual vectors: the one readout of every scan.
 
-    The final norm runs in the model's dtype (it is the model's module); the unembedding's product and
-    everything after it run in float32, so a bf16 model's readout is not rounded to bf16 steps (0.125 at a
-    logit of 20). Only the columns of the tokens that occur are read; the log-probability's normaliser is
-    accumulated over vocabulary chunks (:func:`log_normalizer`), so memory stays bounded whatever the rows.
-    The clean and the patched values of every method come from this one function (through :func:`readout`
-    at the last prompt position, or per answer position when a metric reads every answer token), so no
-    offset between two code paths enters an effect.
-
-    Args:
-        model: the hooked model.
-        structure: its block structure (final norm module and logit soft cap).
-        resid: the residual stream after the last block, one row per readout (any device).
-        tokens: the token scored in each row.
-        need_logp: also compute the log-probability (the vocabulary's normaliser).
-        vocab_chunk: vocabulary columns per matrix product of the normaliser (``None``: bounded by
-            :data:`CHUNK_ELEMENTS`).
-
-    Returns:
-        ``(logit, logp)``, one float32 value per row each, on the unembedding's device (``logp`` None
-        without ``need_logp``).
+    The final norm runs in the model's dtype; the unembedding and everything after it in float32, so a bf16 model's
+    readout is not rounded to bf16 steps (0.125 at a logit of 20). Only the columns of the tokens that occur are
+    read; the normaliser is accumulated over vocabulary chunks. Clean and patched values of every method come from
+    this one function, so no offset between two code paths enters an effect. Results are on the unembedding's device.
     """
     dev = output_device(model)
     normed = final_norm(model, structure, resid.to(dev))
@@ -279,19 +216,6 @@ def readout(
     need_probs: bool,
     vocab_chunk: int | None = None,
 ) -> Readout:
-    """The answer's logit (and probability) from final residual vectors, read by :func:`token_scores`.
-
-    Args:
-        model: the hooked model.
-        structure: its block structure (final norm module and logit soft cap).
-        resid: the residual stream after the last block, one row per readout (any device).
-        answer: the answer token of each row.
-        need_probs: also compute the probability.
-        vocab_chunk: vocabulary columns per matrix product of the normaliser (``None``: bounded by
-            :data:`CHUNK_ELEMENTS`).
-
-    Returns:
-        The :class:`Readout` of each row (float32, on the unembedding's device).
-    """
+    """The answer's logit (and probability) from final residual vectors, read by :func:`token_scores` (float32)."""
     logit, logp = token_scores(model, structure, resid, answer, need_probs, vocab_chunk)
     return Readout(logit) if logp is None else Readout(logit, logp.exp())

@@ -1,37 +1,14 @@
 """Run the tail of equal-length prompts again and again, with everything before it cached.
 
-Method. An intervention at position ``s`` (a number's last token, or the last
-position) changes nothing before ``s`` in a causal model. :class:`SuffixRunner`
-therefore runs the positions ``0…s−1`` once (the batch's shared few-shot prefix
-once more, via :class:`~mathcircuits.models.prefix.PrefixRunner`), keeps their KV
-cache, and runs only positions ``s…S−1`` for each intervention. When the
-intervention touches block ``k`` and above, the clean residual entering block
-``k`` at ``s…S−1`` is kept from the clean run and only blocks ``k…`` run
-(as :func:`~mathcircuits.models.prefix.run_from_layer` does):
+An intervention at position ``s`` changes nothing before ``s`` in a causal model. :class:`SuffixRunner` runs
+positions ``0…s−1`` once, keeps their KV cache, and runs only ``s…S−1`` per intervention; one at blocks ``k…``
+starts from the clean residual entering block ``k`` (as :func:`~mathcircuits.models.forward.prefix.run_from_layer`):
 
     forward(x)[s:]  =  blocks[k:](resid_pre_k(x)[s:] | KV(x[:s]))
 
-After each run every layer's cache is cut back to ``s`` positions (a run from block ``k`` grows only
-layers ``k…``),
-so the next run sees the same past. With ``s = S − 1`` one intervention costs one
-token through ``L − k`` blocks, which is what makes neuron ablations over an
-operand grid affordable on a CPU.
-
-The path proves itself on the user's model before its first use
-(:func:`~mathcircuits.models.integrity.verify_once`, path ``"suffix rerun"``): on a
-probe batch, a rerun from a middle block with a hook, and the clean logits, must equal
-the plain forward's (:func:`check_suffix`). With fast paths off
-(``model.fast_paths: off``) every run is the plain full forward, the hooks seeing
-positions ``s…`` through a slice of the full activation.
-
-Usage::
-
-    run = SuffixRunner(model, tokens, start=tokens.shape[1] - 1, capture=[hooks.sub(3, "mlp.hook_post")])
-    clean = run.logits                       # [batch, vocab] at the last position
-    ablated = run.run([(name, hook)], from_layer=3)
-
-References: the KV cache of HF ``transformers`` (``DynamicCache``); the prefix and
-mid-network resumption of :mod:`mathcircuits.models.prefix`.
+After each run the cache is cut back to ``s`` positions. With ``s = S − 1`` one intervention costs one token
+through ``L − k`` blocks: what makes neuron ablations over an operand grid affordable on a CPU. Checked on the
+user's model before first use (:func:`check_suffix`); with fast paths off every run is the plain full forward.
 """
 
 from __future__ import annotations
@@ -45,8 +22,7 @@ from torch import Tensor
 
 from mathcircuits._errors import FixableValueError
 from mathcircuits.models import hooks
-from mathcircuits.models.hooked import HookedModel
-from mathcircuits.models.integrity import (
+from mathcircuits.models.forward.integrity import (
     compare,
     fast_paths_enabled,
     model_depth,
@@ -54,7 +30,8 @@ from mathcircuits.models.integrity import (
     probe_tokens,
     verify_once,
 )
-from mathcircuits.models.prefix import PrefixRunner, blocks_from, repeat_cache, shared_prefix_len
+from mathcircuits.models.forward.prefix import PrefixRunner, blocks_from, repeat_cache, shared_prefix_len
+from mathcircuits.models.hooked import HookedModel
 
 __all__ = ["SuffixRunner", "check_suffix"]
 
@@ -64,17 +41,9 @@ Hook = tuple[str, Any]
 class SuffixRunner:
     """Clean pieces of one batch, computed once, and reruns of positions ``start…`` with hooks.
 
-    Args:
-        model: the hooked model.
-        tokens: prompts of equal length ``S`` that share at least positions ``0…start−1`` in structure
-            (they may differ there; the shared prefix is found and run once).
-        start: the first position that is run again (``0 <= start < S``; 0 caches nothing).
-        capture: hook names whose clean activations at positions ``start…`` are kept in :attr:`clean`.
-        check: compare the clean logits with the plain prefix-cached forward (see the module docstring).
-
-    Attributes:
-        logits: the clean logits at the last position ``[batch, vocab]``.
-        clean: ``{name: activation [batch, S − start, ...]}`` for ``capture`` and every ``hook_resid_pre``.
+    ``start`` is the first position run again (0 caches nothing); ``check`` runs the ``"suffix rerun"`` check first.
+    :attr:`logits` holds the clean logits at the last position ``[batch, vocab]``, :attr:`clean`
+    ``{name: [batch, S − start, ...]}`` for ``capture`` and every ``hook_resid_pre``.
     """
 
     def __init__(
@@ -188,17 +157,13 @@ class SuffixRunner:
         from_layer: int = 0,
         resid: Float[Tensor, "batch pos d_model"] | None = None,
     ) -> Float[Tensor, "batch vocab"]:
-        """Logits at the last position with ``fwd_hooks`` on positions ``start…``, running blocks ``from_layer…``.
+        """Logits ``[batch, vocab]`` at the last position, ``fwd_hooks`` on positions ``start…``, from ``from_layer``.
 
         Args:
-            fwd_hooks: ``(hook name, fn)`` pairs; they see positions ``start…`` only. Hooks below
-                ``from_layer`` do not fire (and are refused).
+            fwd_hooks: they see positions ``start…`` only; hooks below ``from_layer`` would not fire and are refused.
             from_layer: the lowest block a hook touches (blocks below it are taken from the clean run).
             resid: the residual entering block ``from_layer`` at positions ``start…`` (default: the clean one);
                 needs ``from_layer >= 1``.
-
-        Returns:
-            ``[batch, vocab]`` logits.
         """
         return self._forward(self._checked(from_layer, resid, fwd_hooks), fwd_hooks, from_layer)
 
@@ -226,15 +191,7 @@ class SuffixRunner:
 
 
 def check_suffix(model: HookedModel) -> tuple[float, float]:
-    """A rerun of the last three positions from the middle block, with a hook, against the plain forward (run-time
-    check of the ``"suffix rerun"`` fast path on a probe batch).
-
-    Args:
-        model: the hooked model.
-
-    Returns:
-        ``(largest difference, tolerance)`` (:func:`mathcircuits.models.integrity.compare`).
-    """
+    """A rerun of the last three positions from the middle block, with a hook, against the plain forward."""
     toks = probe_tokens(model.spec.vocab_size, model.device)
     layer = max(1, model.spec.n_layers // 2)
     start = toks.shape[1] - 3

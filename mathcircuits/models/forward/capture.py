@@ -1,16 +1,9 @@
 """Capture activations at one position: one hooked forward, the logits and each named hook's value.
 
-Background. Every method that reads a model at the answer position (path patching's two
-cached runs, circuit edges, node roles) needs the same thing: run the prompts once, keep
-a handful of hooks' values at the last position, and the logits there. With the last
-position only, the few-shot prefix that every prompt of a batch shares can run once
-(:class:`~mathcircuits.models.prefix.PrefixRunner`, exact), and the unembedding is
-needed at one position (``logits_to_keep=1``).
-
-Usage::
-
-    logits, acts = capture(model.bridge, tokens, [hooks.z(3), hooks.mlp_out(3)])
-    acts[hooks.z(3)]          # [batch, n_heads, d_head], the last position's value
+Every method that reads a model at the answer position (path patching's two cached runs, circuit edges, node
+roles) runs the prompts once and keeps a few hooks' values and the logits at the last position. With the last
+position only, the shared few-shot prefix can run once (:class:`~mathcircuits.models.forward.prefix.PrefixRunner`,
+exact), and the unembedding is needed at one position (``logits_to_keep=1``).
 """
 
 from __future__ import annotations
@@ -23,7 +16,7 @@ from torch import Tensor
 from transformer_lens.model_bridge import TransformerBridge
 
 from mathcircuits._errors import FixableValueError
-from mathcircuits.models.prefix import PrefixCaches, PrefixRunner
+from mathcircuits.models.forward.prefix import PrefixCaches, PrefixRunner
 
 __all__ = ["capture"]
 
@@ -39,19 +32,14 @@ def capture(
 ) -> tuple[Float[Tensor, "batch *pos vocab"], dict[str, Tensor]]:
     """One forward; the logits and each named activation at ``position`` (every position when ``None``).
 
-    Args:
-        bridge: the TransformerBridge (``model.bridge``).
-        tokens: the prompts.
-        names: hook names to read (:mod:`mathcircuits.models.hooks`).
-        position: the position read (``-1``, the last), or ``None`` for every position.
-        cache_store: with ``position == -1``, a dict of clean prefix KV caches: the batch's shared prefix then
-            runs once (:class:`~mathcircuits.models.prefix.PrefixRunner`) and is reused by later calls.
-        last: read the last ``last`` positions instead of ``position`` (teacher forcing reads the last prompt
-            position and each answer position); the logits and activations keep a position axis of that length,
-            and the prefix cache is used as with ``position == -1``.
+    With ``position == -1`` and a ``cache_store`` (clean prefix KV caches), the batch's shared prefix runs once and
+    is reused by later calls. ``last`` reads the last ``last`` positions instead (teacher forcing: the last prompt
+    position and each answer position), keeping a position axis of that length.
 
-    Returns:
-        The logits at ``position`` and ``{name: activation at position}``.
+    Example::
+
+        logits, acts = capture(model.bridge, tokens, [hooks.z(3), hooks.mlp_out(3)])
+        acts[hooks.z(3)]          # [batch, n_heads, d_head], the last position's value
     """
     store: dict[str, Tensor] = {}
     if last is not None:

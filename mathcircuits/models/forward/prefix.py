@@ -1,46 +1,19 @@
 """Prefix-cached forwards: run the shared few-shot prefix once, then only what differs.
 
-Method. The prompts of one template share their few-shot prefix; reference and
-counterfactual prompts differ only in the query. A causal model's activations
-at a position depend only on the tokens up to it, so for rows that share their
-first ``P`` tokens the prefix's keys and values are the same in every row. We
-run the prefix once (one row), repeat its KV cache over the batch and run only
-the suffix:
+A causal model's activations at a position depend only on the tokens up to it, so for rows sharing their first
+``P`` tokens (a template's few-shot prefix) the prefix's keys and values are the same in every row: the prefix
+runs once, its KV cache is repeated over the batch, and only the suffix runs:
 
     forward(x)[:, P:]  =  forward(x[:, P:] | KV(x[0, :P]))
 
-This is exact in exact arithmetic; in float32 the two differ only by the order
-of the summations (measured ≤ 1e-5 on the tiny models and the embedded model,
-see ``tests/test_fast_paths.py``). Hooks of the suffix run see only the suffix
-positions ``P…S−1``; hooks that must act on the prefix too (e.g. a mean
-ablation at every position) go to the prefix run as ``prefix_hooks``.
+Exact in exact arithmetic; in float32 the two differ by summation order only (≤ 1e-5, tests/test_fast_paths.py).
+Hooks of the suffix run see only positions ``P…S−1``; hooks that must act on the prefix too go to the prefix run.
 
-Usage::
-
-    runner = PrefixRunner(model.bridge, fwd_hooks=hooks, prefix_hooks=hooks)
-    runner = PrefixRunner(HFForward(hf_model))   # a plain (e.g. fine-tuned) HF model, no hooks
-    logits = runner.logits_from(tokens, start)   # logits of positions start…S−1
-
-``logits_from`` is what :func:`mathcircuits.data.score_pairs` uses when the
-model it is given has it. Vocabulary logits are computed only from ``start`` on.
-
-Resuming mid-network. When an intervention touches only blocks ``k`` and above
-(a knockout whose lowest ablated head is in layer ``k``), blocks ``0…k−1`` compute
-the clean activations again. :func:`run_from_layer` instead feeds the clean
-residual entering block ``k`` (kept from one clean run) to blocks ``k…L−1`` only:
-
-    forward(x)  =  blocks[k:](resid_pre_k(x))      (with the prefix KV cache of every layer)
-
-TransformerLens 4's ``start_at_layer`` injects a residual at block ``k`` but still
-executes blocks ``0…k−1`` and discards their output (its docstring says so), so it
-saves nothing by itself. We therefore also hand the HF model, for the duration of
-the call, a ``ModuleList`` holding only blocks ``k…`` (the same module objects, so
-hooks, weights and each attention's ``layer_idx`` into the KV cache are unchanged).
-The list is found by identity (the one whose first element is ``bridge.blocks[0]``),
-so no family's attribute path is spelled here.
-
-References: the KV cache of HF ``transformers`` (``DynamicCache``); verified on
-TransformerLens 4 in ``/work/shared/docs/transformerlens4-notes.md``.
+:func:`run_from_layer` resumes mid-network: when an intervention touches only blocks ``k…``, the clean residual
+entering block ``k`` goes to blocks ``k…L−1`` only. TransformerLens 4's ``start_at_layer`` alone still executes
+blocks ``0…k−1``, so the HF model also gets, for the call, a ``ModuleList`` of blocks ``k…`` (the same module
+objects: hooks, weights and each attention's ``layer_idx`` into the KV cache unchanged), found by identity, so
+no family's attribute path is spelled here.
 """
 
 from __future__ import annotations
@@ -57,9 +30,9 @@ from transformer_lens.model_bridge import TransformerBridge
 from transformers import Cache
 
 from mathcircuits._errors import FixableRuntimeError, FixableValueError
+from mathcircuits.models.forward.integrity import compare, fast_paths_enabled, model_depth, probe_tokens, verify_once
+from mathcircuits.models.forward.placement import execution_device
 from mathcircuits.models.hooks import resid_pre
-from mathcircuits.models.integrity import compare, fast_paths_enabled, model_depth, probe_tokens, verify_once
-from mathcircuits.models.placement import execution_device
 
 __all__ = [
     "MIN_PREFIX",
@@ -82,15 +55,7 @@ MIN_PREFIX = 4
 
 
 def shared_prefix_len(tokens: Int[Tensor, "batch seq"], limit: int | None = None) -> int:
-    """Length of the token prefix every row shares, at most ``limit`` (default ``seq − 1``).
-
-    Args:
-        tokens: the batch of prompts.
-        limit: the largest prefix wanted (the suffix must keep the positions that are read).
-
-    Returns:
-        ``P`` such that ``tokens[:, :P]`` is the same in every row.
-    """
+    """Length ``P`` of the token prefix every row shares, at most ``limit`` (default ``seq − 1``)."""
     seq = tokens.shape[1]
     limit = seq - 1 if limit is None else min(limit, seq - 1)
     same = (tokens == tokens[:1]).all(0)
@@ -102,9 +67,6 @@ class HFForward:
     """A plain HF causal LM with the calling convention :class:`PrefixRunner` uses for a bridge (no hooks).
 
     So a fine-tuned model, which has no TransformerBridge, gets the same prefix-cached scoring.
-
-    Args:
-        model: an HF causal LM (``input_ids``, ``past_key_values``, ``logits_to_keep``).
     """
 
     def __init__(self, model: torch.nn.Module) -> None:
@@ -128,7 +90,6 @@ class HFForward:
         return (out.logits, out.past_key_values) if cached else out.logits
 
     def run_with_hooks(self, tokens: Int[Tensor, "batch seq"], fwd_hooks: Sequence[Any] = (), **kwargs: Any) -> Any:
-        """The forward; hooks need a hooked model (a TransformerBridge)."""
         if fwd_hooks:
             raise FixableValueError("HFForward runs a plain HF model: it has no hook points. ", "use the hooked model.")
         return self(tokens, **kwargs)
@@ -138,15 +99,12 @@ class PrefixRunner:
     """A tokens → logits callable that runs the batch's shared prefix once.
 
     Args:
-        bridge: the TransformerBridge.
-        fwd_hooks: hooks of the suffix run (they see positions ``P…S−1``), and of the plain forward.
-        prefix_hooks: hooks of the prefix run (positions ``0…P−1``); ``None`` runs the prefix clean.
-            The caller guarantees that ``fwd_hooks`` on the whole prompt act like ``prefix_hooks`` on the
-            prefix and ``fwd_hooks`` on the suffix (true for an ablation at every position, with
-            ``prefix_hooks=fwd_hooks``, and for one at the last position only, with ``prefix_hooks=None``).
-        min_prefix: below this shared length the plain forward runs.
-        store: a dict of prefix KV caches to share with other runners that have the same ``prefix_hooks``
-            (e.g. the reference and counterfactual runs of path patching, whose prefixes are the same).
+        fwd_hooks: hooks of the suffix run (positions ``P…S−1``) and of the plain forward.
+        prefix_hooks: hooks of the prefix run (``None``: clean). The caller guarantees that ``fwd_hooks`` on the
+            whole prompt act like ``prefix_hooks`` on the prefix and ``fwd_hooks`` on the suffix (true for an
+            ablation at every position with ``prefix_hooks=fwd_hooks``, and at the last position with ``None``).
+    min_prefix: below this shared length the plain forward runs.
+        store: prefix KV caches shared with runners that have the same ``prefix_hooks`` (path patching's two runs).
     """
 
     def __init__(
@@ -178,14 +136,9 @@ class PrefixRunner:
 
     @torch.no_grad()
     def logits_from(self, tokens: Int[Tensor, "batch seq"], start: int) -> Float[Tensor, "batch pos vocab"]:
-        """Logits at positions ``start…S−1`` (with the hooks applied).
+        """Logits ``[batch, S − start, vocab]`` at positions ``start…S−1`` (hooks applied).
 
-        Args:
-            tokens: prompts of equal length.
-            start: the first position whose logits are wanted (``0 ≤ start < S``).
-
-        Returns:
-            ``[batch, S − start, vocab]`` logits, equal to the plain forward's ``[:, start:]``.
+        Equal to the plain forward's ``[:, start:]``.
         """
         seq = tokens.shape[1]
         if not 0 <= start < seq:
@@ -203,9 +156,10 @@ class PrefixRunner:
     def _suffix_logits(
         self, tokens: Int[Tensor, "batch seq"], p: int, keep: int = 0
     ) -> Float[Tensor, "batch suffix vocab"]:
-        """Logits of positions ``p…`` (of the last ``keep`` only, when given) from the suffix run on the repeated
-        prefix KV cache (the fast path). With Gemma 3's 262k-token vocabulary the unembedding of every suffix
-        position would cost more than the blocks, so callers keep only the positions they read."""
+        """Logits of positions ``p…`` (the last ``keep`` only) from the suffix run on the repeated prefix KV cache.
+
+        With Gemma 3's 262k-token vocabulary the unembedding of every suffix position would cost more than the blocks.
+        """
         cache = copy.deepcopy(self.prefix_cache(tokens[0, :p]))
         cache.batch_repeat_interleave(tokens.shape[0])
         return self._run(tokens[:, p:], self.fwd_hooks, past_key_values=cache, logits_to_keep=keep)
@@ -216,15 +170,7 @@ class PrefixRunner:
 
 
 def repeat_cache(cache: Any, batch: int) -> Any:
-    """A copy of a one-row KV cache repeated over ``batch`` rows (the stored cache is left as it is).
-
-    Args:
-        cache: the HF cache of one prefix row.
-        batch: the rows wanted.
-
-    Returns:
-        The repeated copy.
-    """
+    """A copy of a one-row KV cache repeated over ``batch`` rows (the stored cache is left as it is)."""
     out = copy.deepcopy(cache)
     out.batch_repeat_interleave(batch)
     return out
@@ -246,15 +192,7 @@ def _block_list(bridge: TransformerBridge) -> tuple[torch.nn.Module, str, torch.
 
 @contextmanager
 def blocks_from(bridge: TransformerBridge, layer: int) -> Iterator[None]:
-    """Within the block, the HF model runs only blocks ``layer…`` (restored afterwards, also on errors).
-
-    Args:
-        bridge: the TransformerBridge.
-        layer: the first block that runs.
-
-    Returns:
-        A context manager.
-    """
+    """Within the block, the HF model runs only blocks ``layer…`` (restored afterwards, also on errors)."""
     owner, name, full = _block_list(bridge)
     if not 0 <= layer < len(full):
         raise FixableValueError(
@@ -288,19 +226,9 @@ def run_from_layer(
 ) -> Float[Tensor, "batch kept vocab"]:
     """Logits of a forward that starts at block ``layer`` from the residual ``resid`` entering it.
 
-    Args:
-        bridge: the TransformerBridge.
-        resid: the residual stream entering block ``layer`` (``hook_resid_pre`` of a clean run).
-        layer: the first block to run; ``0`` runs every block.
-        past_key_values: the KV cache of the positions before ``resid`` (every layer), or ``None``.
-        fwd_hooks: hooks of blocks ``layer…`` and of the unembedding (a hook of a lower block is refused: it
-            would never fire).
-        **kwargs: passed to the bridge (e.g. ``logits_to_keep``).
-
-    Returns:
-        The logits (of the last ``logits_to_keep`` positions when given), equal to the full forward's there
-        when ``resid`` is the clean residual and the hooks touch only blocks ``layer…``
-        (≤ 1e-5, ``tests/test_fast_paths.py``).
+    ``past_key_values`` is the KV cache of the positions before ``resid`` (every layer); a hook below ``layer`` is
+    refused (it would never fire). With the clean residual and hooks in blocks ``layer…`` only, equal to the full
+    forward's logits (≤ 1e-5, tests/test_fast_paths.py).
     """
     below = [str(n) for n, _ in fwd_hooks if str(n).startswith("blocks.") and int(str(n).split(".")[1]) < layer]
     if below:
@@ -335,14 +263,7 @@ def _device(bridge: Any) -> torch.device:
 
 
 def check_prefix_cache(bridge: Any) -> tuple[float, float]:
-    """Prefix-cached logits against the plain forward's on a probe batch (run-time check).
-
-    Args:
-        bridge: a TransformerBridge, or an :class:`HFForward`.
-
-    Returns:
-        ``(largest difference, tolerance)`` (:func:`mathcircuits.models.integrity.compare`).
-    """
+    """Prefix-cached logits against the plain forward's on a probe batch: ``(difference, tolerance)``."""
     toks = probe_tokens(_vocab(bridge), _device(bridge))
     plain = bridge(toks)[:, -3:]
     fast = PrefixRunner(bridge).logits_from(toks, toks.shape[1] - 3)
@@ -350,14 +271,7 @@ def check_prefix_cache(bridge: Any) -> tuple[float, float]:
 
 
 def check_resume(bridge: Any) -> tuple[float, float]:
-    """A forward resumed at the middle block (with a prefix KV cache) against the plain forward (run-time check).
-
-    Args:
-        bridge: a TransformerBridge.
-
-    Returns:
-        ``(largest difference, tolerance)``.
-    """
+    """A forward resumed at the middle block (with a prefix KV cache) against the plain forward."""
     toks = probe_tokens(_vocab(bridge), _device(bridge))
     layer = max(1, int(bridge.cfg.n_layers) // 2)
     p = shared_prefix_len(toks)

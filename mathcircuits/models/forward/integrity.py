@@ -1,46 +1,23 @@
 """Run-time integrity: every fast path proves itself on the user's own model, once per model and process.
 
-Why. The toolkit's speed comes from fast paths that are exact in exact
-arithmetic: the few-shot prefix run once and its KV cache reused; the exact
-scan's last-position chain and readout; knockout resumed at the lowest ablated
-layer; generation with a cached prefix; exact sender → receiver edges. Each was
-tested against its plain computation, but a dependency release can change what
-a fast path computes without raising anything (``transformers 5.24`` did,
-:mod:`mathcircuits.models.compat`). So before a fast path first runs on a model,
-it runs once on a small probe batch of that model both ways and compares:
+The fast paths (prefix KV cache, the exact scan's last-position chain, knockout resumed mid-network, cached-prefix
+generation, exact edges) are exact in exact arithmetic, but a dependency release can change what one computes
+without raising (``transformers 5.24`` did: :mod:`mathcircuits.models.compat`). So before a fast path first runs
+on a model, it runs once on a small probe batch both ways and compares:
 
     max |fast − plain|  ≤  rtol(dtype, depth) · max(1, max |plain|)
     rtol(dtype, depth)  =  max(RTOL[dtype], ROUNDING_MARGIN · u(dtype) · √(2 · depth))
 
-A correct fast path differs from its plain path by rounding alone. In a residual network each of the
-``2 · depth`` sub-blocks adds its output, rounded to the model's dtype, to the residual stream: a relative
-error of about ``u`` (the dtype's unit roundoff, 2⁻⁸ in bfloat16) per addition, independent between additions,
-so the two paths' final residuals differ by about ``u · √(2 · depth)`` of their norm, and so do the readouts
-(logits, or effects built from them) relative to their largest value. ``ROUNDING_MARGIN`` (4) covers the two
-paths rounding independently (√2) and the amplification through attention and norms. Measured: on a
-random-weight Llama-2-7B shape (32 layers, d_model 4096) in bfloat16 on an H200 the prefix cache differed by
-0.261 on logits of scale 7.0, 1.2 × ``u · √(2 · depth)`` (the old constant, 3e-2, refused it); on a 32-layer
-random Llama on a CPU with GPU-like rounding simulated (tests/test_tolerance.py), 0.6–2.6 ×. ``RTOL`` is a
-floor per dtype (float32 fast paths differ by summation order, up to 2e-5 on logits of the embedded model,
-above float32's ``u``). The defects the checks exist for move logits by a large share of their scale (a prefix
-cache silently dropped: tests/test_tolerance.py measures it against this tolerance on deep bf16/fp16 models).
+Each of the ``2 · depth`` sub-blocks adds its output, rounded to the dtype (unit roundoff ``u``, 2⁻⁸ in bfloat16),
+to the residual, so two correct paths differ by about ``u · √(2 · depth)`` of the readout's largest value;
+``ROUNDING_MARGIN`` (4) covers independent rounding of the two paths (√2) and amplification through attention
+and norms. Measured: 1.2 × ``u · √(2 · depth)`` on a random Llama-2-7B shape in bfloat16 on an H200, 0.6–2.6 ×
+with GPU-like rounding simulated on a CPU (tests/test_tolerance.py, which also measures a dropped prefix cache
+against it). ``RTOL`` is a floor per dtype (float32 paths differ by summation order, up to 2e-5).
 
-A mismatch stops with :class:`IntegrityError`, naming the path, the difference,
-the library versions and the setting that turns fast paths off
-(``model.fast_paths: off`` in a config; :func:`fast_paths` in Python), under
-which every method runs its plain path. Hooks are checked as they run: a hook a
-method registers that never fires (a hook point a new release stopped calling)
-stops the run too (:func:`instrument_hooks`).
-
-Usage (each fast path calls this itself; nothing to do for users)::
-
-    verify_once(bridge, "prefix cache", lambda: compare(fast, plain))
-    with fast_paths(False):       # everything on plain paths
-        ...
-    checks_run()                  # what was verified, with the measured differences
-
-References: TransformerLens issues on hooks that silently never fired
-(#1257, #1527, #1625, #1680); issue #20 of this project.
+A mismatch, or a registered hook that never fires, stops with :class:`IntegrityError`, naming the setting that
+turns fast paths off (``model.fast_paths: off``; :func:`fast_paths`). References: TransformerLens issues on hooks
+that silently never fired (#1257, #1527, #1625, #1680); issue #20.
 """
 
 from __future__ import annotations
@@ -99,14 +76,9 @@ def unit_roundoff(dtype: torch.dtype) -> float:
 
 
 def relative_tolerance(dtype: torch.dtype, depth: int = 1) -> float:
-    """``max(RTOL[dtype], ROUNDING_MARGIN · u(dtype) · √(2 · depth))``: see the module's docstring.
+    """``max(RTOL[dtype], ROUNDING_MARGIN · u(dtype) · √(2 · depth))``, relative to ``max(1, max |plain|)``.
 
-    Args:
-        dtype: the precision the compared values were computed in.
-        depth: the model's blocks (layers) the computation passes through.
-
-    Returns:
-        The tolerance relative to ``max(1, max |plain|)``.
+    ``depth`` is the blocks the computation passes through.
     """
     floor = RTOL.get(dtype, RTOL[torch.float32])
     return max(floor, ROUNDING_MARGIN * unit_roundoff(dtype) * math.sqrt(2 * max(1, int(depth))))
@@ -154,24 +126,13 @@ def fast_paths_enabled() -> bool:
 
 
 def set_fast_paths(on: bool) -> None:
-    """Turn fast paths on or off for this thread (the pipeline's ``model.fast_paths`` setting).
-
-    Args:
-        on: True runs fast paths (each verified once per model); False runs plain paths everywhere.
-    """
+    """Turn fast paths on (each verified once per model) or off for this thread (``model.fast_paths``)."""
     _STATE.on = bool(on)
 
 
 @contextmanager
 def fast_paths(on: bool) -> Iterator[None]:
-    """Within the block, fast paths are on or off (restored afterwards, also on errors).
-
-    Args:
-        on: as in :func:`set_fast_paths`.
-
-    Returns:
-        A context manager.
-    """
+    """Within the block, fast paths are on or off (restored afterwards, also on errors)."""
     before = fast_paths_enabled()
     set_fast_paths(on)
     try:
@@ -194,19 +155,11 @@ def _model_name(owner: Any) -> str:
 def compare(
     fast: Tensor, plain: Tensor, dtype: torch.dtype | None = None, depth: int = 1, scale: float = 0.0
 ) -> tuple[float, float]:
-    """The largest difference between a fast and a plain result, and the tolerance it must stay within.
+    """The largest difference between a fast and a plain result, and the tolerance: ``(difference, tolerance)``.
 
-    Args:
-        fast: the fast path's values.
-        plain: the plain path's values on the same inputs (same shape).
-        dtype: the precision they were computed in (default: ``fast``'s dtype); a bfloat16 model's results
-            cast to float32 still carry bfloat16 rounding.
-        depth: the model's layers (:func:`model_depth`); the rounding difference grows with it.
-        scale: the scale the compared values' rounding is relative to, when it exceeds ``max |plain|`` (an answer
-            token's logit is rounded relative to the largest logit over the vocabulary, not to itself).
-
-    Returns:
-        ``(difference, tolerance)``; a shape mismatch or a non-finite value gives difference ``inf``.
+    ``dtype`` is the precision they were computed in (a bfloat16 model's results cast to float32 still carry
+    bfloat16 rounding); ``scale`` the scale their rounding is relative to when it exceeds ``max |plain|`` (an answer
+    token's logit is rounded relative to the largest logit). A shape mismatch or a non-finite value gives ``inf``.
     """
     if fast.shape != plain.shape:
         return math.inf, 0.0
@@ -220,16 +173,9 @@ def compare(
 def verify_once(owner: Any, path: str, check: Callable[[], tuple[float, float]]) -> CheckRecord | None:
     """Run ``check`` the first time ``path`` is used on ``owner``; raise :class:`IntegrityError` if it fails.
 
-    Args:
-        owner: the model object the fast path runs on (a bridge or an HF model); results are kept per object.
-        path: the fast path's name, as the error and the run folder's record show it.
-        check: runs the fast and the plain path on a probe batch; returns ``(difference, tolerance)``.
-
-    Returns:
-        The record of the check (``None`` when fast paths are off or the check is already running).
-
-    Raises:
-        IntegrityError: the difference exceeds the tolerance.
+    ``owner`` is the bridge or HF model the fast path runs on (results are kept per object); ``check`` runs both
+    paths on a probe batch and returns ``(difference, tolerance)``. Returns the record, ``None`` when fast paths are
+    off or the check itself is running.
     """
     if not fast_paths_enabled():
         return None
@@ -263,14 +209,7 @@ def verify_once(owner: Any, path: str, check: Callable[[], tuple[float, float]])
 
 
 def checks_run(clear: bool = False) -> list[CheckRecord]:
-    """The checks passed in this process so far, oldest first.
-
-    Args:
-        clear: forget the list afterwards (each pipeline stage records its own).
-
-    Returns:
-        The records.
-    """
+    """The checks passed in this process so far, oldest first; ``clear`` forgets them (each stage records its own)."""
     out = list(_RECORDS)
     if clear:
         _RECORDS.clear()
@@ -282,16 +221,7 @@ def probe_tokens(
 ) -> Int[Tensor, "rows seq"]:
     """A deterministic probe batch: ``rows`` prompts of ``seq`` random tokens sharing their first ``shared``.
 
-    Args:
-        vocab: token ids are drawn from ``0 … min(vocab, 5000) − 1``.
-        device: where the tokens go.
-        rows: prompts.
-        seq: tokens per prompt.
-        shared: length of the prefix every prompt shares (the prefix fast paths need ≥ 4).
-        seed: the generator's seed.
-
-    Returns:
-        Token ids ``[rows, seq]``.
+    Ids are drawn below ``min(vocab, 5000)``; the prefix fast paths need ``shared ≥ 4``.
     """
     g = torch.Generator().manual_seed(seed)
     toks = torch.randint(1, max(2, min(vocab, 5000)), (rows, seq), generator=g)
@@ -304,17 +234,6 @@ def probe_pairs(vocab: int, rows: int = 4, seq: int = 12, shared: int = 8, seed:
 
     The counterfactual differs from the prompt at position ``seq − 3`` (after the shared prefix); each answer
     has two tokens, so teacher-forced scoring reads two positions.
-
-    Args:
-        vocab: token ids are drawn below ``min(vocab, 5000)``.
-        rows: pairs.
-        seq: prompt tokens.
-        shared: the prefix every prompt shares.
-        seed: the generator's seed.
-
-    Returns:
-        A dataset with ``tokens``, ``cf_tokens``, ``answer_token``, ``answer_tokens``, ``n_tokens``,
-        ``template_id``, ``operation`` and ``pair_id``.
     """
     toks = probe_tokens(vocab, "cpu", rows, seq, shared, seed)
     g = torch.Generator().manual_seed(seed + 1)
@@ -367,16 +286,7 @@ def _checked(name: str, fn: Callable[..., Any], fired: set[int], k: int) -> Call
 
 
 def instrument_hooks(bridge: TransformerBridge) -> TransformerBridge:
-    """Make ``bridge.run_with_hooks`` stop with :class:`IntegrityError` when a hook it was given never fired.
-
-    Idempotent. The cost is one set insertion per hook call.
-
-    Args:
-        bridge: a TransformerBridge.
-
-    Returns:
-        The same bridge.
-    """
+    """Make ``bridge.run_with_hooks`` raise :class:`IntegrityError` when a hook it got never fired (idempotent)."""
     if getattr(bridge, "_mathcircuits_hooks_checked", False):
         return bridge
     original = bridge.run_with_hooks
