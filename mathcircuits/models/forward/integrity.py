@@ -38,6 +38,7 @@ from torch import Tensor
 from transformer_lens.model_bridge import TransformerBridge
 
 from mathcircuits._errors import FixableError
+from mathcircuits._files import JSONObject
 from mathcircuits.data.pairset import PairSet
 from mathcircuits.models.compat import installed_versions
 from mathcircuits.models.spec import Bridged
@@ -104,7 +105,7 @@ class CheckRecord:
     tolerance: float
     seconds: float = 0.0  # the check's own CPU time (process time, so a loaded machine reads the same)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONObject:
         return {
             "path": self.path,
             "model": self.model,
