@@ -1,29 +1,10 @@
 """Stage ``evaluate`` — benchmark accuracy before and after fine-tuning (Zhang et al., ICML 2024, Table 1).
 
-Loading (benchmark files → ``BenchmarkItem`` lists):
-
-* :mod:`~mathcircuits.evaluation.items` — the item value, a table of items, seeded subsets;
-* :mod:`~mathcircuits.evaluation.llm_adapters_files` — reads the LLM-Adapters benchmark files (math word
-  problems, ARC, BoolQ, OpenBookQA);
-* :mod:`~mathcircuits.evaluation.mmlu_csqa` — MMLU and CommonsenseQA from HF arrow folders or the Hub;
-* :mod:`~mathcircuits.evaluation.benchmarks` — the registry by name and ``load_benchmark``.
-
-Scoring (model + items → ``BenchmarkScore``):
-
-* :mod:`~mathcircuits.evaluation.prompts` — few-shot exemplars and prompt styles for math;
-* :mod:`~mathcircuits.evaluation.generation` — batched greedy generation with stop strings;
-* :mod:`~mathcircuits.evaluation.extract` — read the numeric answer out of generated text;
-* :mod:`~mathcircuits.evaluation.scoring` — ``evaluate_math`` (AddSub, SingleEq, SVAMP) and ``BenchmarkScore``;
-* :mod:`~mathcircuits.evaluation.harness` — MMLU, ARC, BoolQ, OpenBookQA, CommonsenseQA and GSM8K through
-  lm-evaluation-harness (``lm-eval``), offline, on the in-memory model.
-
-Results:
-
-* :mod:`~mathcircuits.evaluation.table` — ``EvalResult`` and the comparison table;
-* :mod:`~mathcircuits.evaluation.run` — all of it for several benchmarks in one call.
-
-Where the benchmark files are found is one rule for the whole package:
-:func:`mathcircuits.data.default_benchmark_root`.
+Benchmark files become ``BenchmarkItem`` lists (:mod:`~mathcircuits.evaluation.benchmarks`, found under
+:func:`mathcircuits.data.default_benchmark_root`); math word problems (AddSub, SingleEq, SVAMP) are scored by
+greedy generation (:mod:`~mathcircuits.evaluation.scoring`), the rest through lm-evaluation-harness, offline, on
+the in-memory model (:mod:`~mathcircuits.evaluation.harness`); :mod:`~mathcircuits.evaluation.table` holds
+``EvalResult`` and the comparison table with intervals.
 """
 
 from mathcircuits.evaluation.batching import common_prefix_length

@@ -1,9 +1,7 @@
 """Batching helpers shared by generation and log-likelihood scoring: left padding and model limits.
 
-Both protocols of :mod:`mathcircuits.evaluation` batch prompts of different lengths.
-Left padding keeps every row's last real token at the last position, so a
-causal LM's next-token logits for all rows sit in one column; the attention mask
-hides the padding.
+Left padding keeps every row's last real token at the last position, so a causal LM's next-token logits
+for all rows sit in one column; the attention mask hides the padding.
 """
 
 from __future__ import annotations
@@ -21,42 +19,18 @@ __all__ = ["common_prefix_length", "left_pad", "max_positions", "model_device", 
 
 
 def model_device(model: torch.nn.Module) -> torch.device:
-    """The device of the model's first parameter (where inputs must go).
-
-    Args:
-        model: a torch module with at least one parameter.
-
-    Returns:
-        The device of its first parameter.
-    """
+    """The device of the model's first parameter (where inputs must go)."""
     return next(model.parameters()).device
 
 
 def max_positions(model: torch.nn.Module) -> int | None:
-    """The model's context length (``max_position_embeddings`` or ``n_positions``), or None if unknown.
-
-    Args:
-        model: a Hugging Face model (its ``config`` is read).
-
-    Returns:
-        The context length in tokens, or None if the config has neither field.
-    """
+    """The model's context length (``max_position_embeddings`` or ``n_positions``), or None if unknown."""
     cfg = getattr(model, "config", None)
     return getattr(cfg, "max_position_embeddings", None) or getattr(cfg, "n_positions", None)
 
 
 def pad_token_id(tokenizer: Any) -> int:
-    """The tokenizer's pad id, else its EOS id.
-
-    Args:
-        tokenizer: a Hugging Face tokenizer.
-
-    Returns:
-        The pad token id, or the EOS token id when there is no pad token.
-
-    Raises:
-        ValueError: the tokenizer has neither.
-    """
+    """The tokenizer's pad id, else its EOS id (ValueError when it has neither)."""
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     if pad is None:
         raise FixableValueError(
@@ -68,15 +42,9 @@ def pad_token_id(tokenizer: Any) -> int:
 def left_pad(
     seqs: Sequence[Sequence[int]], pad_id: int, device: torch.device
 ) -> tuple[Int[Tensor, "batch seq"], Int[Tensor, "batch seq"]]:
-    """Token id lists as one left-padded batch.
+    """Token id lists as one left-padded batch: ``(input_ids, attention_mask)``, mask 1 on real tokens.
 
-    Args:
-        seqs: token ids per row (an empty row stays all padding).
-        pad_id: the id written into padding positions.
-        device: where the tensors go.
-
-    Returns:
-        ``(input_ids, attention_mask)``, both ``[batch, max length]``; the mask is 1 on real tokens.
+    An empty row stays all padding.
     """
     width = max(len(s) for s in seqs)
     ids = torch.full((len(seqs), width), pad_id, dtype=torch.long, device="cpu")
@@ -93,15 +61,6 @@ def common_prefix_length(seqs: Sequence[Sequence[int]]) -> int:
 
     Computed on token ids, not text: a shared text prefix whose last word the tokenizer merges with
     what follows differently per prompt shares only the tokens before that word.
-
-    Args:
-        seqs: token ids per row (at least one row, none empty).
-
-    Returns:
-        ``P`` with ``seqs[i][:P]`` equal for every ``i`` and ``P < len(seqs[i])`` for every ``i``.
-
-    Raises:
-        ValueError: no rows, or an empty row.
     """
     if not seqs or min(len(s) for s in seqs) == 0:
         raise ValueError("common_prefix_length needs at least one row and no empty row; drop empty prompts first.")

@@ -1,20 +1,8 @@
 """The benchmark registry: every benchmark by name, and one call to load any of them.
 
-Zhang et al. (ICML 2024, Sec. 5 and Table 1) check that precise SFT of the
-arithmetic heads improves math word problems (GSM8K, AddSub, SingleEq, SVAMP)
-while keeping generic ability (MMLU, CommonsenseQA, ARC, BoolQ, OpenBookQA).
-:data:`BENCHMARKS` names each with its kind, splits and loader:
-
-* the eight LLM-Adapters sets (:mod:`~mathcircuits.evaluation.llm_adapters_files`);
-* MMLU and CommonsenseQA (:mod:`~mathcircuits.evaluation.mmlu_csqa`).
-
-The data root defaults to :func:`mathcircuits.data.default_benchmark_root`
-(``$MATHCIRCUITS_BENCHMARKS``, else ``../shared/data/benchmarks``).
-
 Usage::
 
     items = load_benchmark("SVAMP", limit=50, seed=0)
-    arc = load_benchmark("ARC-Easy", path="/data/benchmarks")
 """
 
 from __future__ import annotations
@@ -91,14 +79,8 @@ _ALIASES = {
 def benchmark_spec(name: str) -> BenchmarkSpec:
     """The registry entry of a benchmark.
 
-    Args:
-        name: a registry name, a folder name or an alias (case-insensitive), e.g. ``"gsm8k"``, ``"csqa"``.
-
-    Returns:
-        Its :class:`BenchmarkSpec` (name, kind, loader, splits, description).
-
-    Raises:
-        KeyError: an unknown name (the message lists the known ones).
+    ``name`` is a registry name, a folder name or an alias (case-insensitive), e.g. ``"gsm8k"``, ``"csqa"``;
+    an unknown one raises KeyError listing the known ones.
     """
     key = name.strip().lower()
     for n, spec in BENCHMARKS.items():
@@ -119,18 +101,13 @@ def load_benchmark(
     limit: int | None = None,
     seed: int = 0,
 ) -> list[BenchmarkItem]:
-    """Load a benchmark by name as a list of items.
+    """Load a benchmark by name as a list of items, in file order.
 
     Args:
-        name: a registry name or alias (see :func:`benchmark_spec`).
-        split: the split (None: its first scoreable split, ``test``, or ``validation`` for CommonsenseQA).
+        split: None: its first scoreable split, ``test``, or ``validation`` for CommonsenseQA.
         path: the root, the benchmark folder or the file (None: :func:`~mathcircuits.data.default_benchmark_root`,
             else the Hub).
         limit: keep this many items, drawn with ``seed`` (None: all).
-        seed: seed of the draw.
-
-    Returns:
-        The items, in file order.
 
     Raises:
         KeyError: an unknown benchmark.

@@ -1,24 +1,15 @@
 """Tolerant extraction of a numeric answer from generated text.
 
-Math benchmarks are scored as in LLM-Adapters (Hu et al., 2023), which Zhang et
-al. (ICML 2024, Table 1) follow: take a number out of the model's reply and
-count it correct when it is within 1e-3 of the gold answer. The extraction here
-is more tolerant than LLM-Adapters' "last number in the text":
-
-1. a GSM8K-style ``#### 42`` marker, else ``\\boxed{42}``, else the first number
-   after the *last* "answer is" / "answer:" marker (so a self-correction wins);
-2. otherwise the last number in the text.
-
-Numbers may carry a sign, thousands separators (``1,234``), a currency sign or a
-percent sign, a decimal part, or be a fraction written without spaces (``3/4`` ->
-0.75) or a mixed number (``1 1/2`` -> 1.5). Right after a marker, a number word up
-to twenty ("five") is accepted too.
+LLM-Adapters (Hu et al., 2023), followed by Zhang et al. (ICML 2024), takes the last number in the reply,
+correct within 1e-3 of the gold. We take a GSM8K-style ``#### 42``, else ``\\boxed{42}``, else the first
+number after the *last* "answer is" / "answer:" marker (so a self-correction wins), else the last number.
+Numbers may carry a sign, thousands separators, a currency or percent sign, a decimal part, or be a
+fraction (``3/4``) or mixed number (``1 1/2``); right after a marker, a number word up to "twenty" too.
 A hyphen glued to a preceding word or digit (``3-5``, ``x-5``) is not a sign.
 
 Usage::
 
     extract_number("So 7 - 3 = 4. The answer is $1,234.50.")  # 1234.5
-    answers_match("The answer is 3/4", "0.75")                 # True
 """
 
 from __future__ import annotations
@@ -89,14 +80,7 @@ def _numbers(text: str) -> list[tuple[int, float]]:
 
 
 def parse_number(text: str) -> float | None:
-    """The first number in ``text`` (or a leading number word up to "twenty").
-
-    Args:
-        text: any text.
-
-    Returns:
-        The value, or None when there is no number.
-    """
+    """The first number in ``text`` (or a leading number word up to "twenty"), None when there is none."""
     w = _WORD_RE.match(text)
     if w:
         return float(NUMBER_WORDS[w.group(1).lower()])
@@ -105,14 +89,7 @@ def parse_number(text: str) -> float | None:
 
 
 def extract_number(text: str | None) -> float | None:
-    """The answer a model gave in ``text`` (see the module docstring for the rules).
-
-    Args:
-        text: a generation; None is allowed.
-
-    Returns:
-        The value, or None when ``text`` holds no number.
-    """
+    """The answer a model gave in ``text`` (see the module docstring for the rules), None when none."""
     if text is None:
         return None
     text = text.replace("\u2212", "-")
@@ -138,18 +115,8 @@ def answers_match(
     """True when the number in ``pred`` is within ``tol`` (absolute) of the gold answer.
 
     Strings go through :func:`extract_number` (for the gold answer too, so ``"8.0"``,
-    ``"#### 8"`` and ``8`` are the same). A missing prediction never matches.
-
-    Args:
-        pred: a generation or a number (None: no answer).
-        gold: the gold answer, as text or number.
-        tol: the absolute tolerance (LLM-Adapters uses 1e-3).
-
-    Returns:
-        Whether the prediction matches.
-
-    Raises:
-        ValueError: the gold answer contains no number.
+    ``"#### 8"`` and ``8`` are the same). A missing prediction never matches; a gold answer without
+    a number raises ValueError.
     """
     p = pred if isinstance(pred, (int, float)) else extract_number(pred)
     g = gold if isinstance(gold, (int, float)) else extract_number(gold)

@@ -1,40 +1,20 @@
 """Greedy generation for math benchmarks: batched, prefix-cached, stopped at a stop string or a finished answer.
 
-Decoding is greedy (as in LLM-Adapters). A row stops at EOS, at a stop string
-(e.g. the model starting a new "Question:") or, optionally, right after its first
-finished "The answer is N." sentence, the form every exemplar ends with; the text
-is cut there.
+Decoding is greedy (as in LLM-Adapters). A row stops at EOS, at a stop string (e.g. a new "Question:")
+or, optionally, after its first finished "The answer is N." sentence; the text is cut there.
 
-Prefix caching. Every prompt of a benchmark starts with the same few-shot
-exemplars, so the prompts share their first ``P`` tokens (found on token ids by
-:func:`~mathcircuits.evaluation.batching.common_prefix_length`; each prompt keeps
-at least one token after it). We run those ``P`` tokens once, keep their KV cache,
-and give each batch a copy repeated over its rows. A batch is laid out as
+Prefix caching. The prompts of a benchmark share their few-shot exemplars, so their first ``P`` token ids;
+we run those once and give each batch a copy of their KV cache:
 
     [prefix (cached)] [padding] [suffix_i]        attention mask 1 · 0 · 1
 
-so the padding sits after the shared prefix and the cache is the same for every
-row. HF ``generate`` derives position ids from the attention mask
-(``cumsum(mask) - 1``, in ``GenerationMixin._prepare_position_ids_for_generation``)
-and feeds only the uncached columns to the model, so each real token keeps the
-position it has in the plain left-padded batch and attends to the same tokens.
-The logits equal the plain path's up to the order of float summations, and the
-greedy texts are the same (``tests/test_generation_cache.py``): ≤ 1e-5 on tiny
-models of every family; on the embedded model bit-identical for unpadded rows and,
-in padded batches, within the plain path's own change between batch sizes (about
-3e-5 on logits up to ~23).
-
-The saving is the prefill of the shared prefix (one prompt's instead of one per
-prompt). Decoding, one forward per new token for the whole batch, is unchanged,
-and with a budget of ~100 new tokens it is most of the time on a CPU
-(``benchmarks/README.md``, generation rows).
-
-It is exact only where a model reads positions from ``position_ids`` and sees
-every earlier token; :func:`prefix_cache_supported` checks both (the forward takes
-``position_ids``; no sliding or chunked attention window shorter than the
-sequence, since a window counts cache slots, padding included). Otherwise, and
-with ``prefix_cache=False``, each batch is left-padded and the whole prompt runs,
-as before.
+HF ``generate`` derives position ids from the attention mask (``cumsum(mask) - 1``), so each real token
+keeps the position and the context it has in the plain left-padded batch. Logits equal the plain path's up
+to float summation order and greedy texts are the same (``tests/test_generation_cache.py``): ≤ 1e-5 on tiny
+models of every family; on the embedded model bit-identical for unpadded rows and, in padded batches,
+within the plain path's own change between batch sizes (about 3e-5 on logits up to ~23). Only the prefill
+is saved; with ~100 new tokens decoding dominates on a CPU. Exact only where
+:func:`prefix_cache_supported`; otherwise each batch is left-padded and runs whole.
 """
 
 from __future__ import annotations
@@ -102,17 +82,9 @@ def _stop_criteria(tokenizer: Any, stop: Sequence[str], stop_at_answer: bool, pr
 def prefix_cache_supported(model: torch.nn.Module, length: int) -> bool:
     """Whether middle-padded prefix caching reproduces the plain generation of ``model`` exactly.
 
-    It does when the forward takes ``position_ids`` (HF ``generate`` then positions tokens by the
-    attention mask, so the padding after the prefix shifts nothing) and no attention window
-    (``sliding_window``, ``attention_chunk_size``) is shorter than ``length``: a window counts cache
-    slots, and the padding would push prefix tokens out of it.
-
-    Args:
-        model: an HF causal LM.
-        length: the longest sequence a batch reaches (prefix + padded suffix + new tokens).
-
-    Returns:
-        True where the cached path is exact for sequences up to ``length`` tokens.
+    It does when the forward takes ``position_ids`` and no attention window (``sliding_window``,
+    ``attention_chunk_size``) is shorter than ``length``, the longest sequence a batch reaches (prefix + padded
+    suffix + new tokens): a window counts cache slots, and the padding would push prefix tokens out of it.
     """
     cfg = getattr(model, "config", None)
     if cfg is None or getattr(cfg, "is_encoder_decoder", False):
@@ -193,18 +165,8 @@ def first_step_logits(
 ) -> Float[Tensor, "prompt vocab"]:
     """The next-token logits of each prompt as :func:`generate_greedy` computes them (its first step).
 
-    Compares the prefix-cached path with the plain one (``prefix_cache=False``) on the same prompts.
-
-    Args:
-        model: an HF causal LM.
-        tokenizer: its tokenizer.
-        prompts: the prompt texts.
-        batch_size: prompts per batch.
-        prefix_cache: run the shared prefix once (where :func:`prefix_cache_supported`).
-        add_special_tokens: False for prompts that already hold them.
-
-    Returns:
-        ``[len(prompts), vocab]`` float32 logits, in the order of ``prompts``.
+    Compares the prefix-cached path with the plain one (``prefix_cache=False``); ``[len(prompts), vocab]``
+    float32, in prompt order.
     """
     encoded = _encode(model, tokenizer, prompts, 1, add_special_tokens)
     gen_cfg = _generation_config(model, tokenizer, 1)
@@ -217,13 +179,7 @@ def check_generation_cache(model: torch.nn.Module, tokenizer: Any) -> tuple[floa
 
     The run-time check of :func:`generate_greedy` (:mod:`mathcircuits.models.forward.integrity`): three prompts that
     share 8 tokens and end at different lengths, so the cached path pads between prefix and suffix.
-
-    Args:
-        model: an HF causal LM.
-        tokenizer: its tokenizer (for the pad and EOS ids).
-
-    Returns:
-        ``(largest difference, tolerance)``.
+    Returns ``(largest difference, tolerance)``.
     """
     vocab = int(getattr(model.config, "vocab_size", 0) or len(tokenizer))
     toks = probe_tokens(vocab).tolist()
@@ -280,22 +236,11 @@ def generate_greedy(
     """Greedy continuations of ``prompts``, batched, with the shared prompt prefix run once; cut at a stop string.
 
     Args:
-        model: an HF causal LM (or anything with ``generate``).
-        tokenizer: its tokenizer.
-        prompts: the prompt texts.
-        max_new_tokens: at most this many generated tokens per prompt.
         batch_size: prompts per ``generate`` call (longest first, so memory fails fast).
-        stop: stop strings; a row ends once its continuation holds one, and the text is cut there.
         stop_at_answer: also end a row after its first finished "The answer is N." sentence.
         add_special_tokens: False for prompts that already hold them (chat templates).
-        progress: show a progress bar.
-        desc: the progress bar's label.
-        prefix_cache: run the prompts' shared token prefix once and reuse its KV cache in every batch
-            (same texts; see the module docstring). False, a prefix under 4 tokens, or a model
-            :func:`prefix_cache_supported` rejects: every batch is left-padded and runs whole.
-
-    Returns:
-        One stripped continuation per prompt, in the order of ``prompts``.
+        prefix_cache: reuse the shared prefix's KV cache (same texts). False, a prefix under 4 tokens, or a
+            model :func:`prefix_cache_supported` rejects: plain left-padded batches.
 
     Raises:
         ValueError: a prompt is empty, or too long for the model's context with ``max_new_tokens``.

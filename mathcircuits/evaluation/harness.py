@@ -1,26 +1,10 @@
 """Benchmarks through EleutherAI's lm-evaluation-harness (``lm-eval`` 0.4.x), offline, on an in-memory model.
 
-The field compares models with lm-eval; its numbers can be set beside published ones. This module
-runs lm-eval's own machinery (task configs, request building, :class:`lm_eval.models.huggingface.HFLM`
-log-likelihoods and generation, filters, metrics) on the model object we hold, with the data read
-from local files:
-
-* every multiple-choice benchmark (MMLU, ARC-Easy/Challenge, BoolQ, OpenBookQA, CommonsenseQA)
-  through ``lm_eval_tasks/choice.yaml``: lm-eval's ARC prompt (``"Question: …\\nAnswer:"``, each
-  option after a space), ``acc`` (summed log-likelihood) and ``acc_norm`` (per character);
-* GSM8K through ``lm_eval_tasks/gsm8k.yaml``: lm-eval's ``gsm8k`` task (greedy generation, stop at
-  ``"Question:"``, exact match of the last number: its ``flexible-extract`` filter).
-
-The items come from our loaders (:func:`~mathcircuits.evaluation.load_benchmark`: local files,
-seeded subsets, decontaminated train splits), are written to a JSONL file, and the YAML template
-gets the task name and the file (``dataset_path: json``), so nothing is downloaded
-(``HF_DATASETS_OFFLINE=1`` is set while it runs). AddSub, SingleEq, SVAMP (which lm-eval lacks)
-and held-out arithmetic keep our own scorer (:mod:`~mathcircuits.evaluation.scoring`).
-
-Usage::
-
-    items = load_benchmark("ARC-Easy", limit=500)
-    score = evaluate_lm_eval(model, tok, items)          # a BenchmarkScore, one 0/1 per item
+The field compares models with lm-eval, so its numbers can be set beside published ones. Multiple choice
+(MMLU, ARC, BoolQ, OpenBookQA, CommonsenseQA) runs ``lm_eval_tasks/choice.yaml``: lm-eval's ARC prompt
+(``"Question: …\\nAnswer:"``, each option after a space), ``acc`` and ``acc_norm`` (per character). GSM8K
+runs lm-eval's ``gsm8k`` task (greedy, stop at ``"Question:"``, ``flexible-extract``). Items come from our
+loaders through a JSONL file, so nothing is downloaded (``HF_DATASETS_OFFLINE=1`` while it runs).
 """
 
 from __future__ import annotations
@@ -65,16 +49,8 @@ def lm_eval_task_config(
 ) -> JSONObject:
     """An lm-eval task config (a dict, as from YAML) that reads ``items`` from a JSONL file in ``folder``.
 
-    Args:
-        items: the items of one benchmark (all multiple choice, or all math).
-        folder: where the JSONL files are written (kept while lm-eval runs).
-        exemplars: math only: few-shot exemplars (written as the ``train`` split; ``num_fewshot`` = their count).
-
-    Returns:
-        The task config: the package's ``choice.yaml`` or ``gsm8k.yaml`` with ``task`` and ``data_files`` set.
-
-    Raises:
-        ValueError: no items, or a mix of kinds.
+    ``folder`` must outlive the lm-eval run. Math ``exemplars`` are written as the ``train`` split
+    (``num_fewshot`` = their count). Raises ValueError for no items or a mix of kinds.
     """
     if not items:
         raise ValueError("lm_eval_task_config got no items; load a benchmark first (load_benchmark(name, ...)).")
@@ -145,20 +121,12 @@ def evaluate_lm_eval(
     """Score one benchmark's items with lm-eval on the in-memory ``model`` (offline).
 
     Args:
-        model: an HF causal LM (eval mode; its device is used).
-        tokenizer: its tokenizer.
-        items: the items of one benchmark (:func:`~mathcircuits.evaluation.load_benchmark`).
         exemplars: math: few-shot exemplars, in order (lm-eval's ``first_n`` sampler).
         normalization: choice: ``"none"`` for lm-eval's ``acc``, ``"chars"`` for ``acc_norm``.
-        batch_size: lm-eval's batch size.
-        max_new_tokens: math: generation budget.
 
     Returns:
-        A :class:`BenchmarkScore` with one outcome per item, in the items' order, and lm-eval's
-        per-item responses (``option_scores``: the options' log-likelihoods; ``predictions``).
-
-    Raises:
-        ValueError: no items, a mix of kinds, or an unknown normalization.
+        One outcome per item, in the items' order, with lm-eval's per-item responses (``option_scores``: the
+        options' log-likelihoods; ``predictions``).
     """
     from lm_eval import simple_evaluate
     from lm_eval.models.huggingface import HFLM

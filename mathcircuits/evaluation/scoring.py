@@ -1,21 +1,8 @@
 """Score any HF causal LM on math word problems by generation, and the per-item result of any benchmark.
 
-Zhang et al. (ICML 2024, Sec. 5, Table 1) report accuracy on math word problems
-and on generic benchmarks before and after fine-tuning. Multiple-choice benchmarks and
-GSM8K are scored by lm-evaluation-harness (:mod:`~mathcircuits.evaluation.harness`); this
-module keeps the one protocol lm-eval lacks a task for (AddSub, SingleEq, SVAMP):
-
-* **math** — greedy decoding of a chain of thought from a zero- or few-shot prompt
-  (exemplars from the train split, each ending "The answer is N."), then
-  :func:`~mathcircuits.evaluation.extract.extract_number` and a 1e-3 tolerance,
-  as in LLM-Adapters. Prompts are batched with left padding; decoding stops at
-  EOS or at a stop string (e.g. the model starting a new "Question:").
-
-Usage::
-
-    model, tok = load_hf_model("embedded")
-    score = evaluate_math(model, tok, load_benchmark("SVAMP", limit=50), style="chat")
-    score.accuracy, score.to_dataframe()
+lm-eval lacks tasks for AddSub, SingleEq and SVAMP; we score them as LLM-Adapters does: greedy chain of
+thought from a zero- or few-shot prompt (exemplars from the train split, each ending "The answer is N."),
+the number read by :func:`~mathcircuits.evaluation.extract.extract_number`, a 1e-3 tolerance.
 """
 
 from __future__ import annotations
@@ -44,17 +31,8 @@ Normalization = Literal["none", "chars"]  # lm-eval's acc and acc_norm
 @dataclass(frozen=True)
 class ScoreSettings:
     """How one benchmark was scored. Direct math scoring fills the prompt fields; lm-evaluation-harness the
-    ``harness`` fields; a field that does not apply is ``None``.
-
-    Args:
-        style: the prompt style (direct scoring).
-        n_shot: solved examples before each question.
-        max_new_tokens: the generation budget (math).
-        tol: the tolerance of a numeric answer (math).
-        stop_at_answer: generation stopped once an answer was read (math).
-        n_left_out: items left out (e.g. too long).
-        exemplar_uids: the few-shot examples' ids.
-        harness: ``"lm-eval"`` when lm-evaluation-harness scored it; its ``lm_eval_version``, ``task`` and ``metric``.
+    ``harness`` fields (``"lm-eval"``, with its ``lm_eval_version``, ``task`` and ``metric``); a field that does not
+    apply is ``None``. ``n_left_out`` counts items left out (e.g. too long).
     """
 
     style: str | None = None
@@ -74,9 +52,8 @@ class ScoreSettings:
 class BenchmarkScore(SavedResult):
     """Per-item outcome of one benchmark run.
 
-    ``predictions`` holds the generated text (math) or the chosen option (choice);
-    ``extracted`` the number read from each generation (math, None if none);
-    ``option_scores`` the per-option scores used for the choice (choice).
+    ``predictions`` holds the generated text (math) or the chosen option (choice); ``extracted`` the number read
+    from each generation (math, None if none); ``option_scores`` the per-option scores (choice).
     """
 
     STAGE = "evaluate"
@@ -143,27 +120,14 @@ def evaluate_math(
 ) -> BenchmarkScore:
     """Accuracy of greedy chain-of-thought answers on math items.
 
-    Generation ends at EOS, at a ``stop`` string, or (``stop_at_answer``) once the model has
-    written "The answer is N.", the form every exemplar ends with. Items whose question is one
-    of the ``exemplars`` are left out (in the LLM-Adapters files every train record is also a
-    test record).
+    Items whose question is one of the ``exemplars`` are left out (in the LLM-Adapters files every train
+    record is also a test record).
 
     Args:
-        model: an HF causal LM.
-        tokenizer: its tokenizer.
-        items: math items (from :func:`~mathcircuits.evaluation.load_benchmark`).
-        exemplars: few-shot exemplars (from :func:`~mathcircuits.evaluation.select_exemplars`).
         style: prompt style, see :func:`~mathcircuits.evaluation.math_prompt`.
         instruction: the chat-style instruction (default :data:`MATH_INSTRUCTION`).
-        max_new_tokens: generation budget per item.
-        batch_size: prompts per batch.
-        stop: stop strings.
         stop_at_answer: stop after the first finished "The answer is N." sentence.
         tol: absolute tolerance of :func:`~mathcircuits.evaluation.answers_match`.
-        progress: show a progress bar.
-
-    Returns:
-        A :class:`BenchmarkScore` with the generations, the extracted numbers and per-item correctness.
 
     Raises:
         ValueError: no items, choice items, or every item is also an exemplar.

@@ -1,24 +1,14 @@
 """Evaluation results and the comparison table (Zhang et al., ICML 2024, Table 1).
 
-Table 1 of the paper compares fine-tuning methods (full SFT, LoRA, precise SFT of
-the arithmetic heads) by accuracy on math and generic benchmarks, each with its
-change against the base model, next to training cost (samples/s, tuned
-parameters). :class:`EvalResult` holds one model's accuracies and its per-item
-0/1 correctness; :func:`compare_table` lays several side by side, as a :class:`~mathcircuits.stats.DeltaTable`.
-
-Uncertainty. Every accuracy gets a Wilson interval (``k/n``); every change against
-the base model gets a paired-bootstrap interval (Koehn 2004, :func:`mathcircuits.stats.paired_bootstrap`)
-over the items both models were scored on, so item difficulty cancels. Per-kind averages
-(the mean of the benchmarks' accuracies) get a stratified bootstrap: each benchmark's items
-are resampled on their own, with the same draw for both models of a difference.
+Every accuracy gets a Wilson interval (``k/n``); every change against the base model a paired-bootstrap
+interval (Koehn 2004) over the items both models were scored on, so item difficulty cancels. Per-kind
+averages get a stratified bootstrap: each benchmark's items are resampled on their own, with the same draw
+for both models of a difference.
 
 Usage::
 
-    base = evaluate_model(model, tok, ["SVAMP", "ARC-Easy"], label="base")
-    table = compare_table({"base": base, "precise SFT": tuned}, baseline_label="base",
-                          extra_columns={"tuned params": {"precise SFT": 3.2e6}})
+    table = compare_table({"base": base, "precise SFT": tuned}, baseline_label="base")
     table.change("precise SFT", "SVAMP")    # Interval: accuracy points against base
-    table.to_dataframe()                      # the saved table: SVAMP, SVAMP low, ..., SVAMP Δ high, ...
 """
 
 from __future__ import annotations
@@ -72,12 +62,9 @@ class EvalSettings:
 class EvalResult(SavedResult):
     """Accuracies of one model: ``accuracy[benchmark]`` in [0, 1] over ``n[benchmark]`` items.
 
-    ``kinds[benchmark]`` is "math" or "choice" (used for the per-kind averages);
-    ``settings`` records how the numbers were obtained (prompt style, shots, limit, ...; None when no
-    benchmark was scored);
-    ``item_correct[benchmark]`` is the 0/1 outcome per item, in the benchmark's item order (the
-    same order for every model scored with the same settings, so that differences can be paired).
-    Files of version 2 (before per-item outcomes) load with an empty ``item_correct``.
+    ``kinds[benchmark]`` is "math" or "choice" (for the per-kind averages); ``item_correct[benchmark]`` is the 0/1
+    outcome per item, in the benchmark's item order (the same for every model scored with the same settings, so
+    differences can be paired). Files of version 2 load with an empty ``item_correct``.
     """
 
     STAGE = "evaluate"
@@ -119,15 +106,7 @@ class EvalResult(SavedResult):
                 )
 
     def interval(self, benchmark: str, confidence: float = DEFAULT_CONFIDENCE):
-        """The Wilson interval of one benchmark's accuracy (an :class:`~mathcircuits.stats.Interval`).
-
-        Args:
-            benchmark: a benchmark of this result.
-            confidence: nominal coverage.
-
-        Returns:
-            The interval of ``accuracy[benchmark]`` over ``n[benchmark]`` items.
-        """
+        """The Wilson interval of one benchmark's accuracy (an :class:`~mathcircuits.stats.Interval`)."""
         n = self.n[benchmark]
         return wilson_interval(round(self.accuracy[benchmark] * n), n, confidence)
 
@@ -137,13 +116,7 @@ class EvalResult(SavedResult):
     ) -> EvalResult:
         """Collect :class:`~mathcircuits.evaluation.BenchmarkScore` values into one result.
 
-        Args:
-            label: the model's name in the result.
-            scores: one per benchmark.
-            settings: how they were scored (each score's own settings are added per benchmark).
-
-        Returns:
-            The result.
+        Each score's own settings are added per benchmark to ``settings``.
         """
         per = {s.benchmark: s.settings for s in scores}
         return cls(
@@ -159,15 +132,8 @@ class EvalResult(SavedResult):
         """This result with one more benchmark scored per item (e.g. :data:`ARITHMETIC`), listed first.
 
         Args:
-            benchmark: its name (not already in this result).
             kind: "math", "choice" or "arithmetic".
             correct: one 0/1 outcome per item.
-
-        Returns:
-            A new :class:`EvalResult`.
-
-        Raises:
-            ValueError: the benchmark is already there, or it has no items.
         """
         if benchmark in self.accuracy or not correct:
             raise ValueError(
@@ -202,9 +168,8 @@ class EvalResult(SavedResult):
 def _stratified_means(items: Mapping[str, Tensor], uncertainty: Uncertainty) -> tuple[Tensor, Tensor]:
     """Macro-average over benchmarks of per-item scores, and its stratified bootstrap [n_boot].
 
-    Each benchmark's items are resampled on their own (seed offset by the benchmark's position), so a
-    benchmark keeps its weight in the average and two models get the same draw when the same
-    ``seed`` is used.
+    Each benchmark is resampled on its own (seed offset by its position), so it keeps its weight and two models
+    get the same draw for the same ``seed``.
     """
     full, boots = [], []
     for k, x in enumerate(items.values()):
@@ -230,27 +195,14 @@ def compare_table(
 ) -> DeltaTable:
     """A Table-1-style comparison: per model, accuracies and their change against a baseline, with intervals.
 
-    For each benchmark the level is the accuracy with its Wilson interval and the change is the accuracy minus
-    the baseline's, with the paired-bootstrap interval over the items both were scored on (NaN bounds when
-    either result lacks per-item outcomes or their item counts differ). Then per-kind averages (``"math avg"``,
-    ``"choice avg"``; NaN when a row lacks a benchmark) with intervals from a stratified bootstrap, and the
-    ``extra_columns``. ``.to_dataframe()`` gives the saved table (``b``, ``b low``, ``b high``, ``b Δ``, ...).
+    A change has NaN bounds when either result lacks per-item outcomes or their item counts differ; per-kind
+    averages (``"math avg"``, ``"choice avg"``) are NaN when a row lacks a benchmark. ``.to_dataframe()`` gives
+    the saved table (``b``, ``b low``, ``b high``, ``b Δ``, ...).
 
     Args:
-        results: label → :class:`EvalResult`.
         baseline_label: the row the deltas are taken against (shown first).
-        benchmarks: which benchmarks, in order (None: all, in order of appearance).
         extra_columns: column name → {label → value}, e.g. train samples/s, tuned parameters.
-        percent: accuracies in percent rather than fractions.
-        averages: add the per-kind averages.
-        uncertainty: the bootstrap of every interval (one seed for every row, so the draws are paired) and the
-            Wilson intervals' level.
-
-    Returns:
-        A :class:`~mathcircuits.stats.DeltaTable` with levels, rows the model labels (index ``model``).
-
-    Raises:
-        KeyError: the baseline is not among the results, or an extra column names unknown labels.
+        uncertainty: one seed for every row, so the draws are paired.
     """
 
     if baseline_label not in results:
@@ -328,13 +280,7 @@ def compare_table(
 def format_table(table: DeltaTable, decimals: int = 1) -> pd.DataFrame:
     """Paper-style strings: ``"45.6 (+2.3 [+0.4, +4.1])"``, each change and its interval folded into its level's cell.
 
-    Args:
-        table: a table with levels, from :func:`compare_table`.
-        decimals: digits after the decimal point.
-
-    Returns:
-        A DataFrame of strings, one column per metric, then the extra columns; the baseline row shows levels
-        only, missing values show "–", a change without an interval shows as ``"(+2.3)"``.
+    The baseline row shows levels only, missing values "–", a change without an interval ``"(+2.3)"``.
     """
     f = f"{{:+.{decimals}f}}"
 
