@@ -1,18 +1,10 @@
 """Stage ``data`` — template sets, token-aligned prompt pairs, correctness filter, benchmark files.
 
-* :mod:`~mathcircuits.data.templates` — template YAML files;
-* :mod:`~mathcircuits.data.generate` — reference/counterfactual prompt pairs (:class:`GenerationConfig`);
-* :mod:`~mathcircuits.data.operands` — an operation's answer, and the operand pairs a config allows;
-* :mod:`~mathcircuits.data.render` — one pair from a template: few-shot prefix, answer spacing, token positions;
-* :mod:`~mathcircuits.data.filter` — score a model on pairs, keep the correct ones;
-* :mod:`~mathcircuits.data.facts` — the ``(operation, a, b)`` of a pair, and splits that share no fact;
-* :mod:`~mathcircuits.data.swaps` — operand-swap pairs ``(a, b)`` → ``(a′, b)`` for patching a number's state;
-* :mod:`~mathcircuits.data.correct` — all three for one operation in one call, and fresh pairs disjoint from given ones;
-* :mod:`~mathcircuits.data.pairset` — the pair set (:class:`PairSet`): typed accessors, selections, batches, save/load;
-* :mod:`~mathcircuits.data.pairs` — the columns of a pair set, their one check, a batch's tensors;
-* :mod:`~mathcircuits.data.benchmark_files` — where benchmark files are, and their one reader;
-* :mod:`~mathcircuits.data.word_problems` — word problems as direct-answer prompts;
-* :mod:`~mathcircuits.data.mib_kinds` — MIB's arithmetic counterfactual kinds and prompt form (``data_templates/mib``).
+Templates (:mod:`~mathcircuits.data.templates`) become reference/counterfactual pairs
+(:mod:`~mathcircuits.data.generate`, :mod:`~mathcircuits.data.render`) held in a :class:`PairSet`;
+:mod:`~mathcircuits.data.filter` keeps those a model answers correctly, :mod:`~mathcircuits.data.correct` does
+all of it in one call, :mod:`~mathcircuits.data.facts` splits by fact. Also operand-swap pairs, word problems,
+MIB's counterfactual kinds and the benchmark files' one reader.
 """
 
 from mathcircuits.data.batching import iter_batches, length_groups, padded_groups

@@ -21,14 +21,8 @@ __all__ = ["iter_batches", "length_groups", "padded_groups"]
 def length_groups(lengths: list[int], batch_size: int, keys: list[Any] | None = None) -> list[list[int]]:
     """Indices grouped by equal length (and equal key), split into batches (so no batch needs padding).
 
-    Args:
-        lengths: the length of each item.
-        batch_size: the largest batch.
-        keys: an optional second grouping key per item, e.g. the template, so a batch shares its
-            few-shot prefix (which a prefix-cached forward runs once).
-
-    Returns:
-        Lists of indices, shortest lengths first; each list holds items of one length (and one key).
+    ``keys`` is an optional second grouping key per item, e.g. the template, so a batch shares its few-shot
+    prefix (which a prefix-cached forward runs once). Shortest lengths first.
     """
     by_len: dict[tuple[int, str], list[int]] = defaultdict(list)
     for i, n in enumerate(lengths):
@@ -45,14 +39,6 @@ def padded_groups(lengths: list[int], batch_size: int, keys: list[Any] | None = 
 
     For right-padded batches of a causal LM: a row's real tokens come first and attend only to earlier
     positions, so the padding after them changes none of their logits and needs no attention mask.
-
-    Args:
-        lengths: the length of each item.
-        batch_size: the largest batch.
-        keys: an optional grouping key per item, e.g. the template, so a batch shares its few-shot prefix.
-
-    Returns:
-        Lists of indices; each list holds items of one key, shortest first.
     """
     by_key: dict[str, list[int]] = defaultdict(list)
     for i in range(len(lengths)):
@@ -76,14 +62,8 @@ def iter_batches(
     Args:
         columns: equal-length columns (lists of token lists, or of scalars),
             e.g. ``{"tokens": ..., "answer_token": ...}``.
-        batch_size: at most this many rows per batch.
-        device: where the tensors go.
-        length_of: the column whose per-row length groups the rows.
         group_by: a column that also groups the rows when present (e.g. ``"template_id"``, so a batch
             shares its few-shot prefix); it does not become a tensor.
-
-    Returns:
-        An iterator of (indices into the columns, each column's rows stacked as a tensor).
     """
     if length_of not in columns:
         raise FixableKeyError(

@@ -1,33 +1,18 @@
 """Benchmark files on disk: where they live, and the one reader of their JSON format.
 
-The math word problems (AddSub, SingleEq, SVAMP, GSM8K) and the multiple-choice
-sets (ARC, BoolQ, OpenBookQA) that Zhang et al. (ICML 2024, Sec. 5, Table 1) use
-come from LLM-Adapters (Hu et al., 2023) as ``<root>/<folder>/{train,test}.json``:
-a JSON list of ``{"instruction", "input", "output", "answer"}`` records. Three
-parts of the package read them, so they share this module, the lowest layer that
-needs it:
+The math word problems and multiple-choice sets of Zhang et al. (ICML 2024, Sec. 5, Table 1) come from
+LLM-Adapters (Hu et al., 2023) as ``<root>/<folder>/{train,test}.json``: a JSON list of
+``{"instruction", "input", "output", "answer"}`` records. ``data.word_problems``, ``evaluation`` and
+``finetune`` all read them, so the reader lives here, in the lowest layer that needs it.
 
-* :mod:`mathcircuits.data.word_problems` turns problems into direct-answer
-  prompt pairs (knockout transfer);
-* :mod:`mathcircuits.evaluation` scores a model on them (Table 1);
-* :mod:`mathcircuits.finetune` trains on their rationales.
-
-The default root is found by :func:`default_benchmark_root` (one rule for the
-whole package): ``$MATHCIRCUITS_BENCHMARKS`` when set, else ``../shared/data/benchmarks``
-or ``./shared/data/benchmarks`` relative to the working folder.
-
-Decontamination: the folders' ``train.json`` files are contained in their
-``test.json`` files (SVAMP: all 800 train problems are among the 1000 test
-problems). :func:`read_benchmark_split` therefore drops from a test split every
-record whose question (whitespace- and case-normalised) also occurs in the
-folder's train split, so that a model fine-tuned on train is never scored on it.
+Decontamination: the folders' ``train.json`` files are contained in their ``test.json`` files (SVAMP: all
+800 train problems are among the 1000 test problems). :func:`read_benchmark_split` therefore drops from a
+test split every record whose question (whitespace- and case-normalised) also occurs in the folder's train
+split, so a model fine-tuned on train is never scored on it.
 
 Usage::
 
     test = read_benchmark_split("SVAMP", "test")   # 200 records: the 1000 minus the 800 of train.json
-    root = default_benchmark_root()
-    records = read_word_problems(root / "SVAMP" / "train.json")
-    record_question(records[0])   # "Each pack of dvds costs 76 dollars. ..."
 """
 
 from __future__ import annotations
@@ -71,18 +56,9 @@ class WordProblem(TypedDict, total=False):
 def default_benchmark_root() -> Path | None:
     """The folder that holds the benchmark folders (``SVAMP/``, ``ARC-Easy/``, ...).
 
-    The rule, in order:
-
-    1. ``$MATHCIRCUITS_BENCHMARKS`` when it is set; it must name an existing folder;
-    2. the first existing of ``../shared/data/benchmarks`` and ``./shared/data/benchmarks``,
-       relative to the working folder;
-    3. None (the caller decides: skip word problems, or fetch from the Hub).
-
-    Returns:
-        The root folder, or None when nothing is set and no default folder exists.
-
-    Raises:
-        FileNotFoundError: ``$MATHCIRCUITS_BENCHMARKS`` names a folder that does not exist.
+    The rule, in order: ``$MATHCIRCUITS_BENCHMARKS`` when set (it must name an existing folder, else
+    FileNotFoundError); the first existing of ``../shared/data/benchmarks`` and ``./shared/data/benchmarks``,
+    relative to the working folder; None (the caller decides: skip word problems, or fetch from the Hub).
     """
     env = os.environ.get(ENV_ROOT)
     if env:
@@ -102,14 +78,8 @@ def default_benchmark_root() -> Path | None:
 def find_benchmark_file(folder: str, split: str, path: str | os.PathLike | None = None) -> Path | None:
     """Resolve ``<folder>/<split>.json`` from a file, a benchmark folder or a root folder.
 
-    Args:
-        folder: the benchmark's folder name under the root (e.g. ``"SVAMP"``, ``"gsm8k"``).
-        split: ``"train"`` or ``"test"``.
-        path: the JSON file itself, the benchmark folder, or the root; None: :func:`default_benchmark_root`.
-
-    Returns:
-        The first existing of ``path``, ``path/<split>.json`` and ``path/<folder>/<split>.json``,
-        or None when none exists (or no root is known).
+    The first existing of ``path``, ``path/<split>.json`` and ``path/<folder>/<split>.json`` (``path`` None:
+    :func:`default_benchmark_root`), or None when none exists.
     """
     root = Path(path).expanduser() if path is not None else default_benchmark_root()
     if root is None:
@@ -143,20 +113,9 @@ def _read_one(path: Path) -> list[WordProblem]:
 def read_word_problems(*paths: str | os.PathLike, limit: int | None = None) -> list[WordProblem]:
     """Read LLM-Adapters JSON files (``[{"instruction", "input", "output", "answer"}, ...]``), concatenated.
 
-    This is the package's one reader of that format; every record must have at least
-    ``instruction`` and ``answer``.
-
-    Args:
-        paths: one or more JSON files.
-        limit: keep the first ``limit`` records of the concatenation (None: all).
-
-    Returns:
-        The records as dicts, in file order, each with an added ``"source"``: the name of
-        the folder that holds its file (e.g. ``"SVAMP"``).
-
-    Raises:
-        FileNotFoundError: a file does not exist.
-        ValueError: a file is not valid JSON or not a list of such records.
+    Every record must have at least ``instruction`` and ``answer`` (else ValueError). Each gets an added
+    ``"source"``: the name of the folder that holds its file (e.g. ``"SVAMP"``). ``limit`` keeps the first
+    records of the concatenation.
     """
     if not paths:
         raise FixableValueError(
@@ -169,14 +128,7 @@ def read_word_problems(*paths: str | os.PathLike, limit: int | None = None) -> l
 
 
 def record_question(record: WordProblem) -> str:
-    """The question text of a record: its ``instruction``, then its ``input`` on a new line when not empty.
-
-    Args:
-        record: one record as returned by :func:`read_word_problems`.
-
-    Returns:
-        The stripped question text.
-    """
+    """The question text of a record: its ``instruction``, then its ``input`` on a new line when not empty."""
     question = str(record.get("instruction", "")).strip()
     extra = str(record.get("input", "") or "").strip()
     return f"{question}\n{extra}" if extra else question
@@ -187,15 +139,7 @@ def _question_key(record: WordProblem) -> str:
 
 
 def decontaminate(test: list[WordProblem], train: list[WordProblem]) -> list[WordProblem]:
-    """The test records whose question does not occur in ``train`` (whitespace- and case-normalised).
-
-    Args:
-        test: records of the split to score.
-        train: records a model may have been trained on.
-
-    Returns:
-        The records of ``test`` that do not overlap ``train``, in their order.
-    """
+    """The test records whose question does not occur in ``train`` (whitespace- and case-normalised)."""
     seen = {_question_key(r) for r in train}
     return [r for r in test if _question_key(r) not in seen]
 
@@ -205,15 +149,8 @@ def read_benchmark_split(
 ) -> list[WordProblem] | None:
     """Read ``<folder>/<split>.json``; a test split drops what the folder's train split holds.
 
-    Args:
-        folder: the benchmark's folder name (e.g. ``"SVAMP"``).
-        split: ``"train"`` or ``"test"``.
-        path: the file, the benchmark folder or the root (see :func:`find_benchmark_file`).
-        decontaminated: for ``split="test"``, drop records whose question occurs in the train split
-            of the same folder (when that file exists).
-
-    Returns:
-        The records, or None when no such file is found.
+    ``path`` as in :func:`find_benchmark_file`; ``decontaminated=False`` keeps the overlap. None when no such
+    file is found.
     """
     file = find_benchmark_file(folder, split, path)
     if file is None:

@@ -1,18 +1,13 @@
 """Correct prompt pairs for one operation: generate → score → keep the correct ones → take the first ``n``.
 
-Zhang et al. (ICML 2024, §3.1) analyse only prompts the model answers correctly.
-Notebooks and analyses start from the same recipe: build token-aligned pairs
-from templates (:func:`~mathcircuits.data.generate_pairs`), score the model on
-them (:func:`~mathcircuits.data.score_pairs`), keep the correct ones
-(:func:`~mathcircuits.data.filter_correct`). :func:`correct_pairs` is that recipe
-as one call, so that every caller gets the same pairs for the same arguments. It scores in batches, in
-generation order, and stops once it has ``n`` correct pairs: the pairs are the same as scoring all, at a
-fraction of the cost. :func:`fresh_pairs` draws pairs *disjoint* from given ones (e.g. to score a knockout on
-pairs other than those that chose the heads).
+Zhang et al. (ICML 2024, §3.1) analyse only prompts the model answers correctly. :func:`correct_pairs` is
+that recipe as one call, so every caller gets the same pairs for the same arguments. It scores in batches,
+in generation order, and stops at ``n`` correct pairs: the same pairs as scoring all, at a fraction of the
+cost. :func:`fresh_pairs` draws pairs *disjoint* from given ones (e.g. to score a knockout on pairs other
+than those that chose the heads).
 
 Usage::
 
-    model = load_model("embedded")
     pairs = correct_pairs(model, "add", n=12, template_ids=("add_eq_1",), seed=8)
     held_out = fresh_pairs(model, pairs, n=32)
 """
@@ -44,8 +39,7 @@ DEFAULT_FORMS: tuple[str, ...] = ("equation",)
 def _first_correct(
     model: HookedModel, pairs: PairSet, n: int | None, batch_size: int, progress: bool
 ) -> tuple[PairSet, int]:
-    """The first ``n`` (None: all) correct pairs of ``pairs`` in order, scoring ``batch_size`` rows at a time and
-    stopping once there are ``n``; also how many rows were scored."""
+    """The first ``n`` (None: all) correct pairs, scored ``batch_size`` rows at a time; and how many were scored."""
     kept: list[PairSet] = []
     found = scored = 0
     bar = tqdm(total=len(pairs), disable=not progress, desc="scoring pairs", unit="pair", leave=False)
@@ -97,24 +91,18 @@ def correct_pairs(
     """The first ``n`` pairs of one operation that ``model`` answers correctly.
 
     Args:
-        model: a hooked model from :func:`mathcircuits.models.load_model`.
-        operation: one of :data:`~mathcircuits.data.OPERATIONS`, e.g. ``"add"``.
-        n: how many correct pairs to return, in generation order; None: all of them. Scoring stops once there
-            are ``n``.
-        templates: template sets to draw from; None: every file of ``data_templates/``.
+        n: how many, in generation order; None: all. Scoring stops once there are ``n``.
+        templates: None: every file of ``data_templates/``.
         template_ids: only these templates of the operation; None: those of ``forms``.
         n_per_template: pairs generated per template before filtering.
         seed: seed of :class:`~mathcircuits.data.GenerationConfig` (operand order, words).
-        fewshot: put the template's few-shot prefix before each query.
-        batch_size: scoring batch size (and how many pairs are scored between checks for ``n``).
-        forms: the template forms to draw from when ``template_ids`` is None (``"equation"``, ``"statement"``,
-            ``"question"``, ... as tagged in ``data_templates/``); None: every template of the operation.
-        progress: show a progress bar while scoring.
+        batch_size: also how many pairs are scored between checks for ``n``.
+        forms: ``"equation"``, ``"statement"``, ``"question"``, ... as tagged in ``data_templates/``;
+            None: every template of the operation.
 
     Returns:
-        A :class:`~mathcircuits.data.PairSet` of ``n`` (or all) correct pairs, with the columns of
-        :func:`~mathcircuits.data.generate_pairs` and the scores ``correct``,
-        ``first_correct`` and ``p_answer``.
+        The columns of :func:`~mathcircuits.data.generate_pairs` and the scores ``correct``, ``first_correct``
+        and ``p_answer``.
 
     Raises:
         PairError: ``n`` is below 1, the generation settings are invalid, no template has one of ``forms``, or
@@ -157,19 +145,8 @@ def fresh_pairs(
 
     For scoring on data other than the data that chose something (key heads chosen by path patching on
     ``pairs`` look more necessary on ``pairs`` than they are). Pairs are compared by their tokens
-    (:func:`~mathcircuits.data.pair_keys`); the new pairs' ``pair_id`` continue after the largest in ``pairs``.
-
-    Args:
-        model: the hooked model that must answer them correctly.
-        pairs: the pairs to avoid (with ``operation``, ``template_id``, ``tokens``; e.g. from :func:`correct_pairs`).
-        n: how many fresh correct pairs.
-        seed: generation seed of the new draws (raised by one for each further round when a round is short).
-        templates: template sets holding ``pairs``' templates; None: every file of ``data_templates/``.
-        batch_size: scoring batch size.
-        progress: show a progress bar while scoring.
-
-    Returns:
-        A :class:`~mathcircuits.data.PairSet` of ``n`` correct pairs, in generation order, none of them in ``pairs``.
+    (:func:`~mathcircuits.data.pair_keys`); the new ``pair_id`` continue after the largest in ``pairs``.
+    ``seed`` is raised by one for each further round when a round is short.
 
     Raises:
         PairError: ``n`` is below 1, or the templates' operand range holds fewer than ``n`` new correct pairs.

@@ -1,22 +1,17 @@
 """Arithmetic facts: the ``(operation, a, b)`` behind a prompt, and splits that share no fact.
 
-Background. A held-out test of fine-tuning must not hold a fact the model was trained on. The
-templates render one fact in many wordings (``"3 + 5 ="``, ``"The sum of 3 and 5 is"``), so a
-held-out set deduplicated by prompt string still holds facts trained in another wording (issue
-#23, item 8: about 27% of the addition and 46% of the subtraction test items of the default run).
-The unit of a split is therefore the fact, not the prompt.
+A held-out test of fine-tuning must not hold a fact the model was trained on. The templates render one
+fact in many wordings (``"3 + 5 ="``, ``"The sum of 3 and 5 is"``), so a held-out set deduplicated by
+prompt string still holds facts trained in another wording (issue #23, item 8: about 27% of the addition
+and 46% of the subtraction test items of the default run). The unit of a split is therefore the fact.
 
-Method. The fact space ``F = {(op, a, b)}`` is every operand pair of the operand range that the
-answer rules allow (:func:`~mathcircuits.data.operands.operand_pairs`). A seeded permutation of
-each operation's facts is cut into consecutive parts by the given shares, so every part has the
-operations in the same proportions and no two parts share a fact. Pairs of a part are drawn with
-``generate_pairs(..., facts=part)``; :func:`drop_facts` removes, from any pair set, the facts of
-another (the finetune stage's held-out set against its training set).
+The fact space is every operand pair the answer rules allow (:func:`~mathcircuits.data.operands.operand_pairs`).
+A seeded permutation of each operation's facts is cut into consecutive parts by the given shares, so every
+part has the operations in the same proportions and no two parts share a fact.
 
 Usage::
 
-    parts = split_facts(GenerationConfig(operations=("add", "sub"), operand_range=(1, 20)),
-                        {"train": 0.5, "validation": 0.2, "test": 0.3}, seed=0)
+    parts = split_facts(cfg, {"train": 0.5, "validation": 0.2, "test": 0.3}, seed=0)
     test = generate_pairs(tok, templates, cfg, facts=parts["test"])
     heldout = drop_facts(heldout, facts_of(train))
 """
@@ -50,15 +45,7 @@ def facts_of(pairs: PairSet) -> frozenset[Fact]:
 
 
 def drop_facts(pairs: PairSet, facts: Collection[Fact]) -> PairSet:
-    """The pairs whose fact is not in ``facts`` (e.g. a held-out set without any trained fact).
-
-    Args:
-        pairs: a pair set with ``operation``, ``a`` and ``b``.
-        facts: the facts to remove.
-
-    Returns:
-        The remaining pairs, in their order.
-    """
+    """The pairs whose fact is not in ``facts`` (e.g. a held-out set without any trained fact), in order."""
     _check(pairs)
     seen = facts if isinstance(facts, (set, frozenset)) else set(facts)
     return pairs.where([f not in seen for f in zip(pairs.operations, pairs.a, pairs.b)])
@@ -67,17 +54,8 @@ def drop_facts(pairs: PairSet, facts: Collection[Fact]) -> PairSet:
 def split_facts(config: GenerationConfig, shares: Mapping[str, float], seed: int = 0) -> dict[str, frozenset[Fact]]:
     """Cut the fact space of ``config`` into disjoint parts, each operation in the same proportions.
 
-    Args:
-        config: the operations, operand range and answer rules (``GenerationConfig``).
-        shares: part name → share of each operation's facts, e.g. ``{"train": 0.5, "test": 0.3}``;
-            the shares must be positive and sum to at most 1 (the rest is left out).
-        seed: seed of the permutation.
-
-    Returns:
-        Part name → its facts; no fact is in two parts.
-
-    Raises:
-        ValueError: a share is not positive, the shares sum to more than 1, or a part would be empty.
+    ``shares``: part name → share of each operation's facts, e.g. ``{"train": 0.5, "test": 0.3}``; positive,
+    summing to at most 1 (the rest is left out). ValueError when a part would be empty.
     """
     if not shares or any(not s > 0 for s in shares.values()) or sum(shares.values()) > 1 + 1e-9:
         raise FixableValueError(

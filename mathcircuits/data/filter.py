@@ -27,12 +27,8 @@ __all__ = ["accuracy_table", "check_tokenizer", "filter_correct", "score_pairs"]
 def check_tokenizer(model: Any, dataset: PairSet) -> None:
     """Refuse pairs made with another tokenizer than the model's (their token ids mean other text).
 
-    Args:
-        model: a model with ``tokenizer`` (others are not checked by fingerprint) and maybe ``spec.vocab_size``.
-        dataset: pairs; their ``tokenizer`` column (from :func:`~mathcircuits.data.generate_pairs`) is compared.
-
-    Raises:
-        ValueError: the fingerprints differ, or a token id lies outside the model's vocabulary.
+    Models without ``tokenizer`` are not checked by fingerprint; token ids must lie inside
+    ``spec.vocab_size`` when the model has one.
     """
     tok = getattr(model, "tokenizer", None)
     data = dataset.dataset
@@ -66,26 +62,18 @@ def score_pairs(
     """Score the model on each pair: is every answer token the greedy prediction (teacher-forced)?
 
     Args:
-        model: a callable from a ``[batch, seq]`` token tensor to logits (a HookedModel or an HF
-            model wrapped as ``lambda t: hf(t).logits``).
-        dataset: pairs with ``tokens``, ``answer_tokens`` and ``n_tokens``.
-        batch_size: pairs per forward pass.
-        device: where the tokens go (default: the model's ``device``, else the CPU).
-        progress: show a progress bar.
+        model: from a ``[batch, seq]`` token tensor to logits (a HookedModel, or an HF model wrapped as
+            ``lambda t: hf(t).logits``). With ``logits_from(tokens, start)`` (a
+            :class:`~mathcircuits.models.forward.prefix.PrefixRunner`, a HookedModel) only the logits from the first
+            answer position on are computed, each batch's shared few-shot prefix once, batches grouped by
+            ``template_id`` too. Rows of different lengths share a right-padded batch (:func:`padded_groups`),
+            unless ``model`` carries ``fwd_hooks``.
+        device: default: the model's ``device``, else the CPU.
 
     Returns:
-        When ``model`` has ``logits_from(tokens, start)`` (a :class:`~mathcircuits.models.forward.prefix.PrefixRunner`,
-        a HookedModel), only the logits from the first answer position on are computed, with the shared
-        few-shot prefix of each batch run once; batches are then grouped by ``template_id`` too. Rows of
-        different lengths share a batch, right-padded (:func:`padded_groups`), unless ``model`` carries
-        ``fwd_hooks`` (equal-length batches then).
-
-        The dataset with the columns ``correct`` (every answer token right), ``first_correct``
-        (the first one right), ``p_answer`` (probability of the first answer token) and ``logp_answer``
-        (teacher-forced log-probability of the whole answer: the sum over its tokens) added or replaced.
-
-    Raises:
-        ValueError: the dataset is empty.
+        The dataset with ``correct`` (every answer token right), ``first_correct``, ``p_answer`` (probability
+        of the first answer token) and ``logp_answer`` (teacher-forced log-probability of the whole answer)
+        added or replaced.
     """
 
     needed = ("tokens", "answer_tokens", "n_tokens")
@@ -145,17 +133,7 @@ def score_pairs(
 
 
 def filter_correct(dataset: PairSet) -> PairSet:
-    """Keep the rows the model answered correctly.
-
-    Args:
-        dataset: pairs scored by :func:`score_pairs`.
-
-    Returns:
-        The rows whose ``correct`` is True.
-
-    Raises:
-        ValueError: the dataset has no ``correct`` column.
-    """
+    """Keep the rows the model answered correctly (``correct`` from :func:`score_pairs`)."""
     if not dataset.has("correct"):
         raise FixableValueError("filter_correct needs a 'correct' column. ", "run score_pairs(model, dataset) first.")
     return PairSet(dataset.dataset.filter(lambda r: r["correct"]))
@@ -164,16 +142,7 @@ def filter_correct(dataset: PairSet) -> PairSet:
 def accuracy_table(dataset: PairSet, by: tuple[str, ...] = ("operation", "template_id")) -> Any:
     """Accuracy and mean correct-answer probability per group, plus an "(all)" row per operation.
 
-    Args:
-        dataset: pairs scored by :func:`score_pairs`.
-        by: the columns to group by.
-
-    Returns:
-        A pandas DataFrame with the group columns, ``n``, ``accuracy``, ``first_token_accuracy``
-        and ``mean_p_answer``.
-
-    Raises:
-        ValueError: the dataset is not scored.
+    Columns: the group columns, ``n``, ``accuracy``, ``first_token_accuracy`` and ``mean_p_answer``.
     """
 
     if not dataset.has("correct"):

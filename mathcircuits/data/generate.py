@@ -1,46 +1,31 @@
 """Reference / counterfactual prompt pairs from templates (Zhang et al. 2024, §3.1).
 
-For each template we draw operands (seeded), fill word pools, and build
+Per template we draw operands (seeded), fill word pools, and build the reference prompt (``"3 + 5 ="``,
+answer ``8``) and a counterfactual: with ``counterfactual="operator"`` (the paper's) the operator ``{OP}``
+becomes a word of the template's counterfactual vocabulary (``"3 < 5 ="``) chosen so both prompts tokenize
+to the same length; with ``"operands"`` the operator stays and both operands change so the answer differs
+(``"6 + 2 ="``; Wang et al. 2023's ABC-style counterfactual, so paths from operand A and from operand B
+can be found); it also stores ``counterfactual``, ``cf_a``, ``cf_b``, ``cf_answer``, ``cf_answer_tokens``.
 
-* the reference prompt, e.g. ``"3 + 5 ="``, whose answer is ``8``;
-* the counterfactual prompt, identical except that the operator ``{OP}`` is
-  replaced by a word of the template's counterfactual vocabulary
-  (``"3 < 5 ="``), chosen so that both prompts tokenize to the same length
-  (``counterfactual="operator"``, the paper's); or, with
-  ``counterfactual="operands"``, the same operator with other operands whose
-  answer differs (``"6 + 2 ="``: both operands change, so paths from operand A
-  and from operand B can be found; Wang et al. 2023's ABC-style counterfactual).
-  The operand counterfactual stores ``counterfactual`` (``"operands"``), ``cf_a``,
-  ``cf_b``, ``cf_answer`` and ``cf_answer_tokens`` too.
+Few-shot prefix (small models need it), shared by reference and counterfactual so they stay aligned. With
+``fewshot_operations="neutral"`` (default) it has as many examples as the query's operation lists, taken in
+turn from every operation of the set, each in its operation's matching template (same form and place in
+the file: ``add_eq_1`` ↔ ``mul_eq_1``): "2 + 4 = 6", "9 - 4 = 5", "2 * 3 = 6" — the same whatever the
+query's operation, and as long as the paper's. ``"mixed"`` interleaves every example of every operation
+(about four times longer). After a prefix of additions the query's operator is redundant, after a neutral
+or mixed one it is necessary, so the operator counterfactual measures what the operator token does rather
+than what the prefix already says (issue #35: with ``"same"``, the paper's, ``'2 + 4 = 6 ... 6 $ 5 = '``
+still names the operation). A set with one operation (word problems, exponentiation) has nothing to mix.
 
-An optional few-shot prefix, built from the same template with the operand
-pairs listed in the template file, precedes the query (small models need it).
-With ``fewshot_operations="neutral"`` (the default) the prefix has as many examples as the query's operation
-lists, taken in turn from every operation of the template's set, each in its own operation's matching template
-(same form, same place in the file: ``add_eq_1`` ↔ ``mul_eq_1``): "2 + 4 = 6", "9 - 4 = 5", "2 * 3 = 6". It is
-the same prefix whatever the query's operation, and as long as the paper's. ``"mixed"`` interleaves every
-example of every operation (a prefix about four times longer). After a prefix of additions the query's operator
-is redundant, after a neutral or mixed one it is necessary, so the operator counterfactual measures what the
-operator token does rather than what the prefix already says (issue #35: with ``"same"``, the paper's,
-``'2 + 4 = 6 ... 6 $ 5 = '`` still names the operation). A set with one operation only (word problems,
-exponentiation) has nothing to mix: its prefix is that operation's examples under any setting. Reference and
-counterfactual share the prefix, so they stay token-aligned.
-Each record also stores the token positions of operand A, operand B, the
-operator and the last token, and the answer's token ids.
+Multi-token answers: tokenizers that split numbers into digits (Llama, SmolLM2) make "12" two tokens. The
+target of patching is the answer's *first* token (``answer_token``); ``answer_tokens`` keeps the whole
+answer and the correctness filter checks every token. ``multi_token_answers="refuse"`` keeps single-token
+answers only.
 
-Multi-token answers: tokenizers that split numbers into digits (Llama,
-SmolLM2) make "12" two tokens. The target of patching is the answer's *first*
-token (``answer_token``); the whole answer is kept in ``answer_tokens`` and
-the correctness filter checks every token (teacher-forced greedy decoding).
-Set ``multi_token_answers="refuse"`` to keep single-token answers only.
-
-Start of text: a prompt begins as the model's tokenizer begins any text
-(:func:`prompt_start`). Tokenizers that add a BOS token by default (Gemma, Llama)
-get it at the front of the prompt's *text* (``"<bos>2 + 4 = 6\n..."``), so every
-later tokenization of the prompt (fine-tuning data, probes) keeps it; a base
-model like Gemma 3 270M answers few-shot arithmetic near chance without it
-(8% vs 83% on ``add_eq_1``). Tokenizers that add nothing (SmolLM2, GPT-2) give
-the same prompts as before.
+Start of text: a prompt begins as the tokenizer begins any text (:func:`prompt_start`). Tokenizers that add
+a BOS token by default (Gemma, Llama) get it in the prompt's *text* (``"<bos>2 + 4 = 6\\n..."``), so every
+later tokenization keeps it; Gemma 3 270M answers few-shot arithmetic near chance without it (8% vs 83% on
+``add_eq_1``).
 """
 
 from __future__ import annotations
@@ -140,16 +125,13 @@ def generate_pairs(
     """Token-aligned reference/counterfactual prompt pairs from templates.
 
     Args:
-        tokenizer: the model's tokenizer.
-        template_sets: template sets from :func:`load_templates`.
-        config: which operations, templates, operands and how many pairs (seeded).
         facts: draw operands only from these ``(operation, a, b)`` facts (None: every fact of the operand range);
             see :mod:`mathcircuits.data.facts` for splits that share no fact.
 
     Returns:
-        A :class:`~mathcircuits.data.PairSet` with one row per pair: ``prompt``, ``cf_prompt``, ``tokens``,
-        ``cf_tokens``, ``answer``, ``answer_token``, ``answer_tokens``, the positions ``pos_a``,
-        ``pos_b``, ``pos_op``, ``pos_last`` and the pair's operation, template and operands.
+        One row per pair: ``prompt``, ``cf_prompt``, ``tokens``, ``cf_tokens``, ``answer``, ``answer_token``,
+        ``answer_tokens``, the positions ``pos_a``, ``pos_b``, ``pos_op``, ``pos_last`` and the pair's
+        operation, template and operands.
 
     Raises:
         PairError: no template matches, an unknown template id, no counterfactual word aligns,

@@ -72,12 +72,7 @@ def mib_cf_operands(
 ) -> tuple[int, int] | None:
     """Counterfactual operands of one MIB kind for ``a ∘ b`` from ``(x, y, answer)`` candidates (None: none fits).
 
-    Args:
-        kind: one of :data:`MIB_KINDS`.
-        operation: ``"add"`` or ``"sub"`` (``ones_carry`` reads the ones column's carry or borrow).
-        a, b, answer: the reference's operands and answer.
-        candidates: the operand pairs allowed, with their answers.
-        rng: the generator's random source.
+    ``operation`` is ``"add"`` or ``"sub"`` (``ones_carry`` reads the ones column's carry or borrow).
     """
     if kind not in MIB_KINDS:
         raise FixableValueError(f"MIB counterfactual kind {kind!r} is unknown. ", f"use one of {list(MIB_KINDS)}.")

@@ -24,20 +24,9 @@ class PairError(FixableError, ValueError):
 def compute_answer(
     operation: Operation, a: int, b: int, integer_only: bool = True, allow_negative: bool = False
 ) -> str | None:
-    """The answer string for ``a <op> b``, or None when the rule excludes the pair.
+    """The answer string for ``a <op> b`` (e.g. ``"8"``, ``"2.5"``), or None when the rule excludes the pair.
 
-    Args:
-        operation: one of :data:`OPERATIONS`.
-        a: the first operand.
-        b: the second operand.
-        integer_only: exclude divisions with a remainder (else two decimals).
-        allow_negative: keep negative results.
-
-    Returns:
-        The answer as text (e.g. ``"8"``, ``"2.5"``), or None for an excluded pair.
-
-    Raises:
-        PairError: an unknown operation.
+    ``integer_only`` excludes divisions with a remainder (else two decimals).
     """
     if operation == "add":
         value: Fraction | int = a + b
@@ -67,12 +56,7 @@ def compute_answer(
 def operand_pairs(op: Operation, cfg: GenerationConfig) -> list[tuple[int, int, str]]:
     """Every ``(a, b, answer)`` of operation ``op`` that ``cfg``'s operand range and answer rules allow.
 
-    Args:
-        op: one of :data:`OPERATIONS`.
-        cfg: the generation settings (``operand_range``, ``integer_only``, ``allow_negative``).
-
-    Returns:
-        The operand pairs with their answers, in a fixed order (division: divisor and quotient in range).
+    In a fixed order; for division, divisor and quotient are in range.
     """
     lo, hi = cfg.operand_range
     out = []

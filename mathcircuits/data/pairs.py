@@ -1,16 +1,10 @@
 """The columns of a pair set, their one check, and the tensors of a batch of pairs.
 
-A pair set (:class:`~mathcircuits.data.PairSet`) wraps the ``datasets.Dataset`` that
-:func:`~mathcircuits.data.generate_pairs` returns (and that ``score_pairs`` / ``filter_correct`` /
-``correct_pairs`` keep): one row per reference/counterfactual prompt pair, with
-
-* ``tokens``, ``cf_tokens`` — the two prompts' token ids, of equal length (token-aligned);
-* ``answer_token`` / ``answer_tokens`` — the answer's first token / all its tokens;
-* ``n_tokens``, ``prefix_len``, ``pos_a``, ``pos_b``, ``pos_op``, ``pos_last`` — token positions;
-* ``operation``, ``template_id``, ``pair_id``, ``prompt``, ``answer``, ``a``, ``b`` — what the pair is.
-
-Only ``data/`` reads these columns by name; :func:`check_columns` is the one check (a missing column or an
-empty set is an error that names the caller, the columns and the fix).
+A :class:`~mathcircuits.data.PairSet` wraps a ``datasets.Dataset`` with one row per reference/counterfactual
+prompt pair: ``tokens``, ``cf_tokens`` (token-aligned, equal length); ``answer_token`` / ``answer_tokens``
+(the answer's first / all tokens); token positions ``n_tokens``, ``prefix_len``, ``pos_a``, ``pos_b``,
+``pos_op``, ``pos_last``; and ``operation``, ``template_id``, ``pair_id``, ``prompt``, ``answer``, ``a``,
+``b``. Only ``data/`` reads these columns by name, and :func:`check_columns` is the one check.
 """
 
 from __future__ import annotations
@@ -73,17 +67,7 @@ _FIX = (
 def check_columns(pairs: datasets.Dataset, needed: Sequence[str], caller: str) -> None:
     """Refuse a pair set without the columns ``caller`` reads, or with no pair; the one column check.
 
-    Args:
-        pairs: the dataset a :class:`~mathcircuits.data.PairSet` wraps.
-        needed: the columns ``caller`` reads.
-        caller: the function's name, for the message.
-
-    Returns:
-        None; it only raises.
-
-    Raises:
-        ValueError: ``"<caller> got a dataset without the columns [...] (it has [...]). Fix: ..."`` or
-            ``"<caller> got an empty dataset (0 pairs) ... Fix: ..."``.
+    The ValueError names ``caller``, the missing and present columns, and the fix.
     """
     have = list(pairs.column_names)
     missing = [c for c in needed if c not in have]
@@ -112,18 +96,7 @@ class PairBatch:
 
 
 def operation_rows(operations: Sequence[str], operation: Operation | None) -> Int[Tensor, " rows"]:
-    """Indices of the pairs of ``operation`` (all pairs when None); a clear error if there are none.
-
-    Args:
-        operations: the operation of each pair.
-        operation: the operation to select, or None for all pairs.
-
-    Returns:
-        1-D long tensor of the selected pair indices.
-
-    Raises:
-        KeyError: if no pair has ``operation``.
-    """
+    """Indices of the pairs of ``operation`` (all pairs when None); KeyError if there are none."""
     if operation is None:
         return torch.arange(len(operations))
     idx = [i for i, op in enumerate(operations) if op == operation]
@@ -133,13 +106,5 @@ def operation_rows(operations: Sequence[str], operation: Operation | None) -> In
 
 
 def token_strings(tokenizer: Any, ids: Sequence[int]) -> list[str]:
-    """Readable text of each token (decoded one by one, so 'Ġ5' shows as ' 5').
-
-    Args:
-        tokenizer: the model's Hugging Face tokenizer.
-        ids: token ids.
-
-    Returns:
-        The decoded text of each token, in order.
-    """
+    """Readable text of each token (decoded one by one, so 'Ġ5' shows as ' 5')."""
     return [tokenizer.decode([int(i)]) for i in ids]

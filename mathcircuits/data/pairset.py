@@ -109,7 +109,6 @@ class PairSet:
     # the pair's tokens and positions
     @property
     def tokens(self) -> tuple[tuple[int, ...], ...]:
-        """Each reference prompt's token ids."""
         return self._ids("tokens")
 
     @property
@@ -128,17 +127,14 @@ class PairSet:
 
     @property
     def answer_tokens(self) -> tuple[tuple[int, ...], ...]:
-        """Each answer's tokens."""
         return self._ids("answer_tokens")
 
     @property
     def cf_answer_tokens(self) -> tuple[tuple[int, ...], ...]:
-        """Each counterfactual answer's tokens."""
         return self._ids("cf_answer_tokens")
 
     @property
     def n_tokens(self) -> tuple[int, ...]:
-        """Each prompt's token count."""
         return self._col("n_tokens")
 
     @property
@@ -148,22 +144,18 @@ class PairSet:
 
     @property
     def pos_a(self) -> tuple[tuple[int, ...], ...]:
-        """Positions of the first operand's tokens."""
         return self._positions("pos_a")
 
     @property
     def pos_b(self) -> tuple[tuple[int, ...], ...]:
-        """Positions of the second operand's tokens."""
         return self._positions("pos_b")
 
     @property
     def pos_op(self) -> tuple[tuple[int, ...], ...]:
-        """Positions of the operator's tokens."""
         return self._positions("pos_op")
 
     @property
     def pos_last(self) -> tuple[int, ...]:
-        """Each prompt's last position."""
         return self._col("pos_last")
 
     # what the pair is
@@ -174,7 +166,6 @@ class PairSet:
 
     @property
     def template_ids(self) -> tuple[str, ...]:
-        """Each pair's template."""
         return self._col("template_id")
 
     @property
@@ -189,17 +180,14 @@ class PairSet:
 
     @property
     def prompts(self) -> tuple[str, ...]:
-        """Each reference prompt's text."""
         return self._col("prompt")
 
     @property
     def cf_prompts(self) -> tuple[str, ...]:
-        """Each counterfactual prompt's text."""
         return self._col("cf_prompt")
 
     @property
     def answers(self) -> tuple[str, ...]:
-        """Each answer's text."""
         return self._col("answer", str)
 
     @property
@@ -209,12 +197,10 @@ class PairSet:
 
     @property
     def a(self) -> tuple[int, ...]:
-        """Each first operand."""
         return self._col("a", int)
 
     @property
     def b(self) -> tuple[int, ...]:
-        """Each second operand."""
         return self._col("b", int)
 
     @property
@@ -289,14 +275,8 @@ class PairSet:
     def batches(self, size: int, device: torch.device | str, answers: bool = False) -> list[PairBatch]:
         """Batches of pairs of equal token length and one template (so a batch shares its few-shot prefix).
 
-        Args:
-            size: at most this many pairs per batch.
-            device: where the batch tensors go.
-            answers: also batch every answer token (a batch then has one answer length).
-
-        Returns:
-            :class:`PairBatch` es: row indices, ``tokens`` and ``cf_tokens`` ``[batch, seq]``, ``answer``
-            ``[batch]`` (and ``answers`` ``[batch, n_answer]``).
+        ``answers=True`` also batches every answer token (``answers`` ``[batch, n_answer]``; a batch then has one
+        answer length).
         """
         self.require(("tokens", "cf_tokens", "answer_token"), "pair batches")
         cols: dict[str, Sequence[Any]] = {
@@ -330,12 +310,7 @@ def pair_keys(pairs: PairSet) -> list[str]:
     """A short fingerprint of each pair (its prompt's and counterfactual's tokens), to tell the same pair again.
 
     ``pair_id`` only counts rows within one generation, so two draws share ids; the tokens do not lie.
-
-    Args:
-        pairs: a pair set (with ``tokens``, and ``cf_tokens`` when present).
-
-    Returns:
-        One 16-hex-digit key per pair, in order; empty when the pairs have no ``tokens``.
+    Empty when the pairs have no ``tokens``.
     """
     if not pairs.has("tokens"):
         return []
@@ -345,16 +320,7 @@ def pair_keys(pairs: PairSet) -> list[str]:
 
 
 def check_token_aligned(pairs: PairSet, vocab_size: int) -> None:
-    """Refuse pairs path patching cannot use: prompts of unequal token length, answers outside the vocabulary.
-
-    Args:
-        pairs: a pair set with ``tokens``, ``cf_tokens`` and ``answer_token``.
-        vocab_size: the model's vocabulary size (``model.spec.vocab_size``).
-
-    Raises:
-        ValueError: a column is missing, the set is empty, a pair's reference and counterfactual prompts
-            differ in token length, or an answer token is outside the vocabulary.
-    """
+    """Refuse pairs path patching cannot use: prompts of unequal token length, answers outside the vocabulary."""
     pairs.require(("tokens", "cf_tokens", "answer_token"), "path patching")
     for i, (t, c) in enumerate(zip(pairs.tokens, pairs.cf_tokens)):
         if len(t) != len(c):

@@ -25,13 +25,8 @@ FewshotOperations: TypeAlias = Literal["same", "neutral", "mixed"]
 def answer_spacing(tokenizer) -> str:
     """Where the space before the answer goes for this tokenizer.
 
-    Args:
-        tokenizer: an HF tokenizer.
-
-    Returns:
-        ``"prompt"``: the prompt ends with a space and the answer is bare digits (tokenizers that
-        split digits, e.g. SmolLM2: ``"= "`` then ``"8"``); ``"answer"``: the answer carries the
-        space (GPT-2: ``" 8"`` is one token).
+    ``"prompt"``: the prompt ends with a space and the answer is bare digits (tokenizers that split digits,
+    e.g. SmolLM2: ``"= "`` then ``"8"``); ``"answer"``: the answer carries the space (GPT-2: ``" 8"`` is one token).
     """
     for digit in "0123456789":
         base = tokenizer("x =", add_special_tokens=False)["input_ids"]
@@ -46,16 +41,7 @@ def prompt_start(tokenizer) -> str:
 
     Prompts are tokenized with ``add_special_tokens=False`` throughout (so a prompt and its counterfactual
     align token by token); prompts that begin with this text start as the model saw text in training.
-
-    Args:
-        tokenizer: an HF tokenizer.
-
-    Returns:
-        The text of the leading special tokens (``""`` when the tokenizer adds none, e.g. SmolLM2, GPT-2).
-
-    Raises:
-        PairError: the leading tokens do not survive a round trip through text (the tokenizer splits
-            special tokens), so prompts cannot carry them.
+    PairError when the leading tokens do not survive a round trip through text.
     """
     bare = tokenizer("7", add_special_tokens=False)["input_ids"]
     full = tokenizer("7", add_special_tokens=True)["input_ids"]
@@ -115,27 +101,19 @@ def render_pair(
     """Build one reference/counterfactual record from a template and operands.
 
     Args:
-        tokenizer: the model's tokenizer.
-        template: the template's set (for its few-shot examples and separator), or None without few-shot.
-        tpl: the template.
-        a: the first operand.
-        b: the second operand.
-        answer: the answer text (from :func:`compute_answer`).
-        cf_word: the word that replaces the operator in the counterfactual.
-        words: the words that fill the template's pools.
-        fewshot: put the set's few-shot examples before the query.
+        template: the template's set (its few-shot examples and separator), or None without few-shot.
+        answer: from :func:`compute_answer`.
+        cf_word: replaces the operator in the counterfactual.
         spacing: :func:`answer_spacing` of the tokenizer.
-        integer_only: the answer rule of the few-shot examples.
-        allow_negative: the answer rule of the few-shot examples.
+        integer_only: the answer rule of the few-shot examples (as ``allow_negative``).
         cf_operands: ``(a', b')`` for an operand counterfactual (the operator stays, ``cf_word`` is ignored);
-            None: the operator counterfactual (``cf_word`` replaces the operator).
+            None: the operator counterfactual.
         fewshot_operations: ``"neutral"``: one example per shot, from every operation of the set in turn;
-            ``"mixed"``: every example of every operation; each in its matching template (see the module
-            docstring); ``"same"``: those of the query's operation.
+            ``"mixed"``: every example of every operation; each in its matching template (see
+            :mod:`.generate`); ``"same"``: those of the query's operation.
 
     Returns:
-        A dict with the prompts, their token ids, the answer's token ids and the token positions
-        of operand A, operand B, the operator and the last token (the columns of :func:`generate_pairs`).
+        The columns of :func:`generate_pairs`.
 
     Raises:
         PairError: the two prompts differ in token length, the answer merges with the prompt's

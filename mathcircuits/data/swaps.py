@@ -33,18 +33,8 @@ def swap_pairs(
 ) -> PairSet:
     """Pairs ``(a, b)`` → ``(a′, b)`` whose answers start with different tokens, rendered from a template.
 
-    Args:
-        tokenizer: the model's tokenizer.
-        template_sets: template sets holding ``template_id``.
-        template_id: the template (its operation gives the answers).
-        numbers: the values of ``a`` and ``a′``.
-        b_values: the values of ``b``.
-        n: how many pairs to draw (fewer when not enough exist).
-        seed: seed of the draw.
-        fewshot: prefix the template's few-shot examples.
-
-    Returns:
-        A pair set whose counterfactual is ``(a′, b)`` (``cf_a``, ``cf_tokens``, ``cf_answer_tokens``).
+    ``numbers`` are the values of ``a`` and ``a′``; ``n`` pairs at most (fewer when not enough exist). The
+    counterfactual columns are ``cf_a``, ``cf_tokens``, ``cf_answer_tokens``.
     """
     found = [(s, t) for s in template_sets for t in s.templates if t.id == template_id]
     if not found:

@@ -83,11 +83,7 @@ class TemplateSet:
 
 
 def default_template_dir() -> Path:
-    """``data_templates/`` at the project root (beside the ``mathcircuits`` package).
-
-    Returns:
-        The absolute path of the template folder (it may not exist in an installed package).
-    """
+    """``data_templates/`` at the project root, beside the package (it may not exist in an installed package)."""
     return Path(__file__).resolve().parents[2] / "data_templates"
 
 
@@ -98,15 +94,7 @@ def _fail(path: Path, where: str, problem: str, fix: str) -> TemplateError:
 def load_template_set(path: str | Path) -> TemplateSet:
     """Load and validate one template file (the format is in ``data_templates/SCHEMA.md``).
 
-    Args:
-        path: a template YAML file.
-
-    Returns:
-        The :class:`TemplateSet`, every template checked.
-
-    Raises:
-        FileNotFoundError: the file does not exist.
-        TemplateError: the file is malformed (the message names the file, the template and the fix).
+    Raises FileNotFoundError, or TemplateError naming the file, the template and the fix.
     """
     path = Path(path)
     if not path.exists():
@@ -221,16 +209,7 @@ def load_template_set(path: str | Path) -> TemplateSet:
 def load_templates(paths: list[str | Path] | str | Path | None = None) -> list[TemplateSet]:
     """Load template sets: the given files and folders, or every ``*.yaml`` in ``data_templates/``.
 
-    Args:
-        paths: files and/or folders (a folder contributes its ``*.yaml`` files, sorted); None:
-            :func:`default_template_dir`.
-
-    Returns:
-        One :class:`TemplateSet` per file, in order.
-
-    Raises:
-        FileNotFoundError: no template file found.
-        TemplateError: a file is malformed, or two files use the same template id.
+    A folder contributes its ``*.yaml`` files, sorted. TemplateError also when two files use the same id.
     """
     if paths is None:
         paths = [default_template_dir()]

@@ -16,12 +16,6 @@ def tokenizer_fingerprint(tokenizer: Any) -> str:
 
     Pairs record it (column ``tokenizer``), so a model with another tokenizer refuses them instead of reading
     token ids that mean other words (or lie outside its vocabulary).
-
-    Args:
-        tokenizer: a Hugging Face tokenizer.
-
-    Returns:
-        16 hex characters.
     """
     ids = tokenizer(_PROBE, add_special_tokens=False)["input_ids"]
     return hashlib.sha256(repr((len(tokenizer), list(ids))).encode()).hexdigest()[:16]

@@ -1,16 +1,9 @@
 """Real word problems as direct-answer prompts (for transfer checks of the knockout).
 
-Zhang et al. (ICML 2024, Sec. 3.3) ask whether the key heads found on templates
-also matter on real word problems. This module reads a benchmark file of the
-LLM-Adapters format (SVAMP, AddSub, SingleEq, GSM8K; read by
-:func:`mathcircuits.data.benchmark_files.read_word_problems`) and turns each
-problem into a prompt ``"Question: …\\nAnswer: The answer is"`` followed by the
-integer answer, so the same teacher-forced correctness check as for templates
-applies. Only problems with a non-negative integer answer are kept.
-
-Usage::
-
-    ds = word_problem_dataset(model.tokenizer, default_benchmark_root() / "SVAMP" / "test.json", limit=48, fewshot=1)
+Zhang et al. (ICML 2024, Sec. 3.3) ask whether the key heads found on templates also matter on real word
+problems. Each problem of an LLM-Adapters file becomes ``"Question: …\\nAnswer: The answer is"`` followed
+by the integer answer, so the teacher-forced correctness check of templates applies. Only problems with a
+non-negative integer answer are kept.
 """
 
 from __future__ import annotations
@@ -47,21 +40,14 @@ def word_problem_dataset(
     """Word problems of one benchmark file as prompts with their answer tokens.
 
     Args:
-        tokenizer: the model's tokenizer (decides whether the space before the answer
-            ends the prompt or starts the answer, see :func:`~mathcircuits.data.answer_spacing`).
         path: an LLM-Adapters JSON file, e.g. ``<benchmarks>/SVAMP/test.json``.
         limit: keep at most this many problems after the shuffle (None: all).
-        seed: seed of the shuffle that picks the problems and the few-shot examples.
-        fewshot: how many solved problems precede each question (taken from the shuffled
-            file, never also used as questions).
+        seed: of the shuffle that picks the problems and the few-shot examples.
+        fewshot: solved problems before each question (from the shuffled file, never also questions).
 
     Returns:
-        A :class:`~mathcircuits.data.PairSet` with ``prompt``, ``answer``, ``tokens``, ``answer_tokens``,
-        ``n_tokens``, ``operation`` (``"word_problem"``) and ``template_id`` (the benchmark folder).
-
-    Raises:
-        FileNotFoundError / ValueError: from the reader, when the file is missing or malformed.
-        ValueError: no problem of the file has a non-negative integer answer.
+        ``prompt``, ``answer``, ``tokens``, ``answer_tokens``, ``n_tokens``, ``operation`` (``"word_problem"``)
+        and ``template_id`` (the benchmark folder).
     """
 
     path = Path(path)
