@@ -1,14 +1,11 @@
 """Encoding of dataclass fields by their declared types, for :mod:`mathcircuits._io`.
 
-A saved value is a dict of its fields. Each field is encoded by its annotation
-(tuples as lists, named tuples such as ``Head`` as the list of their fields, nested
-dataclasses as dicts of their fields, tensors as CPU tensors, enums as their values,
-a value type with ``parse`` — such as a fine-tuning ``Mode`` — as its text) and
-decoded back by the same annotation, which also checks it: an unknown, missing or
-mistyped field raises :class:`FieldError` naming the field. The same walker
-(:func:`decode_value`) reads config values leniently (``strict=False``), for :mod:`mathcircuits._schema`.
-Fields annotated ``Any`` are encoded losslessly (tuples marked ``__tuple__``).
-JSON files hold tensors as ``{"__tensor__": [...], "dtype": ..., "shape": [...]}``.
+Each field is encoded by its annotation (tuples as lists, named tuples such as ``Head`` as the list of
+their fields, nested dataclasses as dicts, tensors as CPU tensors, enums as their values, a value type with
+``parse`` — such as a fine-tuning ``Mode`` — as its text) and decoded back by the same annotation, which
+checks it: an unknown, missing or mistyped field raises :class:`FieldError`. The same walker
+(:func:`decode_value`) reads config values leniently, for :mod:`mathcircuits._schema`. Fields annotated
+``Any`` are encoded losslessly (tuples marked ``__tuple__``).
 """
 
 from __future__ import annotations
@@ -51,9 +48,7 @@ Encoded = dict[str, EncodedValue]  # a saved value's dict: what to_dict gives an
 class FieldError(ValueError):
     """The fields of a saved value do not fit its class (unknown, missing or mistyped field).
 
-    Args:
-        message: what does not fit, naming the field.
-        reason: where a value type (``parse``) refused the text, its own message.
+    ``reason``: where a value type (``parse``) refused the text, its own message.
     """
 
     def __init__(self, message: str, reason: str | None = None) -> None:
@@ -124,14 +119,7 @@ def _to_plain(value: Any) -> Any:
 
 
 def from_plain(value: Any) -> Any:
-    """Undo the JSON-safe encoding of plain values: ``{"__tuple__": [...]}`` becomes a tuple again, recursively.
-
-    Args:
-        value: A value read from JSON (dict, list or scalar), possibly holding ``__tuple__`` markers.
-
-    Returns:
-        The same structure with every ``__tuple__`` marker turned back into a tuple.
-    """
+    """Undo the JSON-safe encoding of plain values: ``{"__tuple__": [...]}`` becomes a tuple again, recursively."""
     if isinstance(value, dict):
         if set(value) == {"__tuple__"}:
             return tuple(from_plain(v) for v in value["__tuple__"])
@@ -291,32 +279,15 @@ def _decode(value: Any, tp: Any, where: str, strict: bool) -> Any:
 def decode_value(value: Any, tp: Any, where: str = "value", strict: bool = True) -> Any:
     """One plain value (as JSON or YAML holds it) turned into the declared type ``tp``, checked on the way.
 
-    The one walker over annotations: saved results decode strictly, config values leniently (number text
-    for a float, and only finite floats). Nested dataclasses are rebuilt from their dicts, lists become
-    tuples where ``tp`` says tuple, enums and value types come back from their text.
-
-    Args:
-        value: the plain value.
-        tp: its annotation (e.g. ``dict[str, KnockoutBrief]``).
-        where: what it is, for messages.
-        strict: False for what a person wrote (a config file).
-
-    Returns:
-        The typed value. Raises :class:`FieldError` naming ``where`` if it does not fit; its ``reason`` is the
-        message of a value type that refused the text.
+    The one walker over annotations: saved results decode strictly, config values (``strict=False``, what a
+    person wrote) leniently: number text for a float, and only finite floats. :class:`FieldError` names
+    ``where`` if the value does not fit.
     """
     return _decode(value, tp, where, strict)
 
 
 def encode_fields(obj: Any) -> Encoded:
-    """The fields of dataclass ``obj`` as plain values and CPU tensors (nested dataclasses as dicts).
-
-    Args:
-        obj: a dataclass instance.
-
-    Returns:
-        ``{field name: encoded value}`` in field order.
-    """
+    """The fields of dataclass ``obj`` as plain values and CPU tensors (nested dataclasses as dicts), in field order."""
     hints = _hints(type(obj))
     return {f.name: _encode(getattr(obj, f.name), hints.get(f.name, Any)) for f in dataclasses.fields(obj)}
 
@@ -324,14 +295,7 @@ def encode_fields(obj: Any) -> Encoded:
 def decode_fields(cls: type[T], fields: Any, where: str = "", strict: bool = True) -> T:
     """Build ``cls`` from the dict :func:`encode_fields` made; every field must be there, and no other.
 
-    Args:
-        cls: a dataclass.
-        fields: ``{field name: encoded value}``.
-        where: what ``fields`` is, for messages (e.g. ``"the model spec"``).
-        strict: as in :func:`decode_value`.
-
-    Returns:
-        The instance. Raises :class:`FieldError` naming an unknown, missing or mistyped field.
+    ``where`` names ``fields`` in messages (e.g. ``"the model spec"``).
     """
     what = where or "it"
     if not isinstance(fields, dict):
@@ -354,12 +318,7 @@ def decode_fields(cls: type[T], fields: Any, where: str = "", strict: bool = Tru
 def tensors_to_json(value: Any) -> Any:
     """Make tensors inside a nested value JSON-safe, recursively.
 
-    Args:
-        value: A tensor, or a dict/list/tuple that may hold tensors, or any other JSON-safe value.
-
-    Returns:
-        The same structure with each tensor as ``{"__tensor__": nested list, "dtype": name, "shape": [...]}``
-        and tuples as lists.
+    Each tensor becomes ``{"__tensor__": nested list, "dtype": name, "shape": [...]}``; tuples become lists.
     """
     if isinstance(value, torch.Tensor):
         dtype = str(value.dtype).removeprefix("torch.")
@@ -372,17 +331,7 @@ def tensors_to_json(value: Any) -> Any:
 
 
 def tensors_from_json(value: Any) -> Any:
-    """Turn the ``__tensor__`` records written by :func:`tensors_to_json` back into tensors, recursively.
-
-    Args:
-        value: A value read from JSON.
-
-    Returns:
-        The same structure with each ``__tensor__`` record as a CPU tensor of its stored dtype and shape.
-
-    Raises:
-        FieldError: A tensor record names a dtype torch does not know.
-    """
+    """Turn the ``__tensor__`` records of :func:`tensors_to_json` back into CPU tensors, recursively."""
     if isinstance(value, dict):
         if "__tensor__" in value and set(value) == {"__tensor__", "dtype", "shape"}:
             dtype = getattr(torch, str(value["dtype"]), None)

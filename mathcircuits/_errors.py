@@ -25,9 +25,7 @@ __all__ = [
 class FixableError(Exception):
     """An error with a fix for the user.
 
-    Args:
-        problem: what is wrong, as a sentence (its final period optional).
-        fix: what to do; ``None`` when the problem's text already says it.
+    ``problem`` is a sentence (final period optional); ``fix`` is ``None`` when the problem's text already says it.
     """
 
     def __init__(self, problem: str, fix: str | None = None) -> None:

@@ -66,26 +66,13 @@ def is_temporary(rel: str | os.PathLike) -> bool:
 
     A process killed mid-write (SIGKILL, power loss) leaves ``.<name>.<random>.tmp`` (or a replaced folder's
     ``.<name>.old``) behind; such a file is never an output.
-
-    Args:
-        rel: a path, best relative to the folder a stage writes.
-
-    Returns:
-        True when one of its parts is such a name.
     """
     return any(p.startswith(".") and p.endswith((".tmp", ".old")) for p in Path(rel).parts)
 
 
 @contextlib.contextmanager
 def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
-    """Yield a temporary path beside ``path``; move it into place only on success.
-
-    Args:
-        path: The file to write; it is replaced only when the ``with`` block succeeds.
-
-    Returns:
-        A context manager yielding the temporary file path to write.
-    """
+    """Yield a temporary path beside ``path``; it replaces ``path`` only when the ``with`` block succeeds."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
@@ -106,14 +93,7 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
 
 @contextlib.contextmanager
 def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
-    """Yield a temporary folder beside ``path``; it replaces ``path`` only on success.
-
-    Args:
-        path: The folder to write; an existing folder there is replaced only when the ``with`` block succeeds.
-
-    Returns:
-        A context manager yielding the temporary folder to fill.
-    """
+    """Yield a temporary folder beside ``path``; it replaces ``path`` only when the ``with`` block succeeds."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
@@ -140,29 +120,14 @@ def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
 
 
 def write_json(path: str | os.PathLike, obj: Any) -> Path:
-    """Write ``obj`` as indented JSON, atomically.
-
-    Args:
-        path: The JSON file to write (replaced atomically).
-        obj: A JSON-serialisable value.
-
-    Returns:
-        ``path`` as a :class:`~pathlib.Path`.
-    """
+    """Write ``obj`` as indented JSON, atomically; returns ``path``."""
     with atomic_path(path) as tmp:
         tmp.write_text(json.dumps(obj, indent=2, sort_keys=False) + "\n")
     return Path(path)
 
 
 def read_json(path: str | os.PathLike) -> Any:
-    """Read a JSON file; a missing or unparsable file is an error naming it.
-
-    Args:
-        path: the file.
-
-    Returns:
-        The parsed JSON value.
-    """
+    """Read a JSON file; a missing or unparsable file is an error naming it."""
     path = Path(path)
     if not path.exists():
         raise FixableFileNotFoundError(f"{path} does not exist. ", "check the path, or run the stage that writes it.")
@@ -221,13 +186,8 @@ class _StrictLoader(yaml.SafeLoader):
 def load_yaml(text: str) -> Any:
     """Parse YAML safely, refusing duplicate keys and aliases (settings and template files).
 
-    Args:
-        text: the YAML text.
-
-    Returns:
-        The parsed value (``None`` for an empty document). Raises :class:`StrictYAMLError` (a
-        ``yaml.YAMLError``) naming the key and its lines, or the alias's line, and ``yaml.YAMLError``
-        for bad syntax.
+    An empty document gives None. :class:`StrictYAMLError` (a ``yaml.YAMLError``) names the key and its lines,
+    or the alias's line; bad syntax raises ``yaml.YAMLError``.
     """
     loader = _StrictLoader(text)
     try:

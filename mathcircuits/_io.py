@@ -1,34 +1,22 @@
 """The one versioned save/load protocol of every result and spec (atomic writes: :mod:`mathcircuits._files`).
 
-Every result in mathcircuits is a frozen dataclass whose fields are plain values
-(str, int, float, bool, lists/tuples/dicts of them), tensors, or nested frozen
-dataclasses (a :class:`~mathcircuits.models.ModelSpec`, parameter slices).
-:class:`SavedResult` gives such a class ``save(path)``, ``Cls.load(path)``,
-``to_dict()`` and ``Cls.from_dict(d)``, all through one code path:
+Every result is a frozen dataclass of plain values, tensors, or nested frozen dataclasses;
+:class:`SavedResult` gives it ``save``, ``load``, ``to_dict`` and ``from_dict``, through one code path:
 
-* **Format by suffix.** ``*.json`` is written as indented JSON (small, human
-  readable values such as key components and slices; a tensor becomes
-  ``{"__tensor__": [...], "dtype": ..., "shape": [...]}``); any other suffix as
-  a ``torch.save`` file, read back with ``weights_only=True``. Equal values give
-  equal bytes, so re-running a stage leaves the fingerprints downstream as they
-  were. Loading sniffs the content, so the suffix does not matter there. Writes
-  are atomic (a temporary file beside the target, then ``os.replace``).
-* **Header.** The saved dict is ``{"__kind__": "mathcircuits.<Class>",
-  "__version__": N, <field>: <value>, ...}``; loading checks the kind and the
-  version. Fields are encoded and decoded by their declared types, so tuples
-  come back as tuples and a field of the wrong type is caught. A stage summary
-  has no header of its own: its stage's marker (``.done.json``) is its header.
-* **Strict fields.** An unknown or a missing field is an error that names the
-  file and the field. Every load error is a :class:`ResultFileError` (a
-  ``ValueError``) of the form "<file>: <problem>. Fix: <fix>.", including
-  truncated, empty and garbage files.
-* **Printing.** ``repr(result)`` is one short line and, in a notebook, ``_repr_html_`` a small
-  table: the items of :meth:`SavedResult.summary_items` (each result says what matters: top
-  heads, pairs, metric ...), never a tensor's values.
-* **Older files.** No format is migrated before 1.0: a file of an older format
-  version (including the headers of version 1: unversioned ``.pt`` files with
-  ``__kind__``/``fields``, JSON with ``kind``/``version: 1``) is refused with an
-  error that says so and names the stage to re-run.
+* **Format by suffix.** ``*.json`` is indented JSON (a tensor becomes
+  ``{"__tensor__": [...], "dtype": ..., "shape": [...]}``); any other suffix a ``torch.save`` file, read
+  with ``weights_only=True``. Equal values give equal bytes, so re-running a stage leaves downstream
+  fingerprints as they were. Loading sniffs the content, so the suffix does not matter there.
+* **Header.** ``{"__kind__": "mathcircuits.<Class>", "__version__": N, <field>: <value>, ...}``; loading
+  checks kind and version, and decodes fields by their declared types (tuples come back as tuples). A
+  stage summary has no header of its own: its stage's marker (``.done.json``) is its header.
+* **Strict fields.** An unknown or missing field, a truncated, empty or garbage file: a
+  :class:`ResultFileError` "<file>: <problem>. Fix: <fix>.".
+* **Printing.** ``repr`` is one short line, ``_repr_html_`` a small table of
+  :meth:`SavedResult.summary_items`, never a tensor's values.
+* **Older files.** No format is migrated before 1.0: an older format version (including version 1's
+  headers: unversioned ``.pt`` with ``__kind__``/``fields``, JSON with ``kind``/``version: 1``) is refused
+  naming the stage to re-run.
 """
 
 from __future__ import annotations
@@ -177,15 +165,7 @@ def _decode_checked(cls: type[T], fields: Encoded, source: str) -> T:
 
 
 def save_result(obj: Any, path: str | os.PathLike) -> Path:
-    """Save a result dataclass atomically: JSON for a ``.json`` path, else a ``torch.save`` file.
-
-    Args:
-        obj: a :class:`SavedResult` dataclass instance.
-        path: the target file.
-
-    Returns:
-        ``path`` as a Path.
-    """
+    """Save a result dataclass atomically: JSON for a ``.json`` path, else a ``torch.save`` file."""
     if not (dataclasses.is_dataclass(obj) and isinstance(obj, SavedResult)):
         raise TypeError(f"save_result expects a SavedResult dataclass, got {type(obj).__name__}.")
     path = Path(path)
@@ -202,12 +182,7 @@ def save_result(obj: Any, path: str | os.PathLike) -> Path:
 def load_result(cls: type[T], path: str | os.PathLike) -> T:
     """Load a value saved by :func:`save_result` (either format), checking kind, version and fields.
 
-    Args:
-        cls: the class expected in the file.
-        path: the file.
-
-    Returns:
-        The value. Raises ``FileNotFoundError`` or :class:`ResultFileError` naming the file, the problem and the fix.
+    Raises ``FileNotFoundError`` or :class:`ResultFileError` naming the file, the problem and the fix.
     """
     path = Path(path)
     return _from_payload(cls, _read_payload(cls, path), str(path))
@@ -243,12 +218,7 @@ class SavedResult:
     def from_dict(cls: type[T], d: Encoded, source: str = "the given dict") -> T:  # noqa: PYI019
         """Rebuild a value from :meth:`to_dict`; checks kind, version and fields like :meth:`load`.
 
-        Args:
-            d: a dict made by :meth:`to_dict` (or read from a saved file).
-            source: what ``d`` is, for error messages.
-
-        Returns:
-            The value.
+        ``source`` says what ``d`` is, for error messages.
         """
         if isinstance(d, dict):
             d = tensors_from_json(d)
@@ -266,13 +236,9 @@ class SavedResult:
     # ------------------------------------------------------------------------- printing
 
     def summary_items(self) -> list[tuple[str, str]]:
-        """What this value is, in a few ``(label, text)`` items (subclasses name what matters).
+        """What this value is, in a few ``(label, text)`` items (subclasses name what matters, e.g. top heads).
 
-        The default describes each field briefly: a tensor by its shape, a collection by its length, a
-        nested record by its class; a subclass overrides it to say, e.g., its top heads.
-
-        Returns:
-            ``[(label, text), ...]``, a handful of short items.
+        The default describes each field by :func:`brief`.
         """
         return [(f.name, brief(getattr(self, f.name))) for f in dataclasses.fields(self)][:8]  # type: ignore[arg-type]
 
@@ -292,12 +258,7 @@ class SavedResult:
 def brief(value: Any, limit: int = 60) -> str:
     """A value in a few characters for a summary: tensors by shape, collections by length, records by class.
 
-    Args:
-        value: any field value.
-        limit: the longest text kept (longer text is cut with "…").
-
-    Returns:
-        The text.
+    Text longer than ``limit`` is cut with "…".
     """
     if isinstance(value, torch.Tensor):
         return f"tensor{list(value.shape)}"

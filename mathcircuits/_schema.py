@@ -1,18 +1,13 @@
 """Typed, self-describing config dataclasses: checked when built, printable as a schema.
 
-Every config of the library (``GenerationConfig``, ``SFTConfig``, ``PatchingConfig`` ...)
-is a frozen dataclass whose type hints *are* the schema. :func:`check_fields`, called
-from ``__post_init__``, checks each value against its hint with the codec's lenient walker
-(:func:`~mathcircuits._codec.decode_value`: ``int``, ``float``, ``bool``,
-``str``, ``Literal[...]``, ``tuple[X, ...]``, ``tuple[X, Y]``, ``X | None``) and against
-the range in the field's metadata (:func:`setting`), so a typo fails when the config is
-built, not three stages later. :func:`from_dict` refuses unknown keys, and
-:func:`describe` lists every field with its type, range or choices, default and help
-(``mathcircuits config --show``). Lists are accepted where tuples belong (YAML has no
-tuples), whole numbers where floats belong, and number strings such as ``"1e-4"`` (PyYAML reads
-``1e-4`` without a dot as a string) where floats belong; a float must be finite; a string is never
-taken for a list. A *value type* (a class with ``parse(text)`` whose ``str`` writes the text back,
-such as a fine-tuning ``Mode``) is written as its text and parsed when the config is built.
+Every config (``GenerationConfig``, ``SFTConfig``, ...) is a frozen dataclass whose type hints *are* the
+schema. :func:`check_fields`, called from ``__post_init__``, checks each value against its hint with the
+codec's lenient walker (:func:`~mathcircuits._codec.decode_value`) and against the range in the field's
+metadata (:func:`setting`), so a typo fails when the config is built, not three stages later. Lists are
+accepted where tuples belong (YAML has no tuples), whole numbers where floats belong, and number strings
+such as ``"1e-4"`` (PyYAML reads ``1e-4`` without a dot as a string) where floats belong; a float must be
+finite; a string is never taken for a list. A *value type* (a class with ``parse(text)`` whose ``str``
+writes the text back, such as a fine-tuning ``Mode``) is written as its text.
 """
 
 from __future__ import annotations
@@ -56,27 +51,15 @@ def setting(
 ) -> Any:
     """A dataclass field with a help line and an optional numeric range.
 
-    Args:
-        default: the default value (immutable: tuples, not lists).
-        help: one line shown by ``mathcircuits config --show``.
-        ge, gt, le, lt: inclusive/exclusive bounds checked by :func:`check_fields`.
-
-    Returns:
-        A ``dataclasses.field`` carrying the metadata.
+    ``default`` must be immutable (tuples, not lists); ``help`` is shown by ``mathcircuits config --show``;
+    ``ge, gt, le, lt`` are checked by :func:`check_fields`.
     """
     meta = {"help": help, **{k: v for k, v in {"ge": ge, "gt": gt, "le": le, "lt": lt}.items() if v is not None}}
     return dataclasses.field(default=default, metadata=meta)
 
 
 def plain(value: Any) -> Any:
-    """A config value as plain YAML/JSON data: dataclasses as dicts, value types as their text, tuples as lists.
-
-    Args:
-        value: a config (or any value inside one).
-
-    Returns:
-        Dicts, lists and scalars only.
-    """
+    """A config value as plain YAML/JSON data: dataclasses as dicts, value types as their text, tuples as lists."""
     if is_value_type(type(value)):
         return str(value)
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
@@ -89,14 +72,7 @@ def plain(value: Any) -> Any:
 
 
 def type_name(hint: Any) -> str:
-    """A short readable name of a type hint (``int``, ``list of str``, ``one of 'a', 'b'``).
-
-    Args:
-        hint: A type hint, e.g. ``int``, ``list[str]`` or ``Literal["a", "b"]``.
-
-    Returns:
-        The name to show in config errors and help.
-    """
+    """A short readable name of a type hint (``int``, ``list of str``, ``one of 'a', 'b'``), for errors and help."""
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     if origin is Literal:
         return "one of " + ", ".join(repr(a) for a in args)
@@ -149,11 +125,7 @@ def _checked(f: dataclasses.Field, hint: Any, value: Any) -> Any:
 def check_fields(obj: Any) -> None:
     """Check (and normalise) every field of a frozen config dataclass against its type hint and range.
 
-    Args:
-        obj: a dataclass instance; lists become tuples and ints become floats in place.
-
-    Returns:
-        None. Raises :class:`ConfigError` naming the first bad field.
+    Lists become tuples and ints floats, in place; :class:`ConfigError` names the first bad field.
     """
     hints = typing.get_type_hints(type(obj))
     for f in dataclasses.fields(obj):
@@ -185,13 +157,7 @@ def _range_text(meta: Any) -> str:
 def from_dict(cls: type[T], values: Any, hidden: tuple[str, ...] = ()) -> T:
     """Build config ``cls`` from a mapping, refusing unknown (or ``hidden``) keys.
 
-    Args:
-        cls: a config dataclass whose ``__post_init__`` calls :func:`check_fields`.
-        values: the mapping (e.g. one YAML section); None means all defaults.
-        hidden: fields that exist on ``cls`` but may not be set from a file.
-
-    Returns:
-        The checked instance.
+    ``values`` None means all defaults; ``hidden`` fields exist on ``cls`` but may not be set from a file.
     """
     values = {} if values is None else values
     if not isinstance(values, dict):
@@ -212,15 +178,7 @@ def from_dict(cls: type[T], values: Any, hidden: tuple[str, ...] = ()) -> T:
 
 
 def describe(cls: type, hidden: tuple[str, ...] = ()) -> list[dict[str, str]]:
-    """One row per settable field of ``cls``: name, type, range, default and help.
-
-    Args:
-        cls: a config dataclass.
-        hidden: fields to leave out.
-
-    Returns:
-        A list of dicts with keys ``name``, ``type``, ``range``, ``default``, ``help``.
-    """
+    """One row per settable field of ``cls``: dicts with ``name``, ``type``, ``range``, ``default``, ``help``."""
     hints = typing.get_type_hints(cls)
     rows = []
     for f in dataclasses.fields(cls):
@@ -240,16 +198,7 @@ def describe(cls: type, hidden: tuple[str, ...] = ()) -> list[dict[str, str]]:
 
 
 def project(obj: Any, cls: type[T], **changes: Any) -> T:
-    """The fields of ``obj`` that ``cls`` has, as a ``cls`` (a pipeline section → its library config).
-
-    Args:
-        obj: a dataclass instance (typically a subclass of ``cls`` with extra fields).
-        cls: the target dataclass.
-        **changes: fields to override.
-
-    Returns:
-        A new ``cls`` instance.
-    """
+    """The fields of ``obj`` that ``cls`` has, as a ``cls`` (a pipeline section → its library config)."""
     names = {f.name for f in dataclasses.fields(cls) if f.init}  # type: ignore[arg-type]
     return cls(**{**{n: getattr(obj, n) for n in names}, **changes})
 
@@ -272,14 +221,6 @@ def expect(verb: str, name: str, value: Any, kinds: type | tuple[type, ...], wan
 
     The public verbs call this on what a notebook user passes, so a plausible wrong object (key heads where a
     circuit belongs, a list of dicts where pairs belong) fails at the door instead of deep inside.
-
-    Args:
-        verb: the public function, e.g. ``"faithfulness"``.
-        name: the argument.
-        value: what was passed.
-        kinds: the accepted type(s).
-        wanted: the accepted kind in words.
-        fix: what to pass instead.
     """
     if not isinstance(value, kinds):
         raise FixableTypeError(f"{verb}: {name} must be {wanted}, got {kind_of(value)}. ", f"{fix}.")
@@ -302,15 +243,7 @@ def expect_pairs(verb: str, name: str, value: Any, minimum: int = 1) -> None:
 
 def check_arguments(verb: str, config: type, **values: Any) -> None:
     """Range-check a verb's settings by the config class that holds the same settings, so the API refuses
-    what the config refuses (a negative threshold, ``n_boot=1``, ...).
-
-    Args:
-        verb: the public function.
-        config: its config dataclass (e.g. ``CircuitConfig``); fields it does not have are not passed.
-        **values: the verb's settings by name.
-
-    Raises:
-        ValueError: naming the verb and the argument, with the config's fix.
+    what the config refuses (a negative threshold, ``n_boot=1``, ...); fields ``config`` lacks are not checked.
     """
     names = {f.name for f in dataclasses.fields(config) if f.init}
     try:

@@ -4,20 +4,14 @@ Examples::
 
     mathcircuits run --config configs/default.yaml --out runs/default
     mathcircuits identify --out runs/default      # one stage (its upstream stages must be done)
-    mathcircuits status --out runs/default
     mathcircuits config --show                    # every setting with its type, range and default
-    mathcircuits compare-models runs/smollm2 runs/gemma3 --out runs/smollm2-vs-gemma3   # two models, one page
 
-The sub-commands and their help come from the stage registry
-(:data:`mathcircuits.pipeline.STAGES`). A bad input ends as
-``error: <problem>. Fix: <fix>`` with exit code 2; a failure no input explains
-as ``error: internal error in stage <name>: <message>`` with exit code 3 (the
-traceback is kept in the run folder's ``logs/``); Ctrl-C as
-``interrupted; rerun to resume`` with exit code 130: finished stages are kept
-and the interrupted one runs again next time.
-
-The arguments are parsed before torch and the model libraries are imported (the stage registry is plain
-data), so ``--help``, ``--version`` and a usage error answer at once.
+Sub-commands and their help come from the stage registry (:data:`mathcircuits.pipeline.STAGES`). A bad input
+ends as ``error: <problem>. Fix: <fix>`` with exit code 2; a failure no input explains as
+``error: internal error in stage <name>: <message>`` with exit code 3 (traceback in the run folder's
+``logs/``); Ctrl-C as ``interrupted; rerun to resume`` with exit code 130 (finished stages are kept).
+Arguments are parsed before torch and the model libraries are imported, so ``--help``, ``--version`` and a
+usage error answer at once.
 """
 
 from __future__ import annotations
@@ -99,11 +93,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The argument parser; one sub-command per registered stage, with the registry's help line.
-
-    Returns:
-        The parser.
-    """
+    """The argument parser; one sub-command per registered stage, with the registry's help line."""
     parser = _Parser(
         prog="mathcircuits",
         description="Find, explain and fine-tune the circuits LLMs use for arithmetic (Zhang et al., ICML 2024).",
@@ -242,13 +232,9 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the command line.
+    """Run the command line (``argv`` default: ``sys.argv[1:]``).
 
-    Args:
-        argv: arguments (default: ``sys.argv[1:]``).
-
-    Returns:
-        The exit code: 0 done, 2 error, 3 internal error, 130 interrupted.
+    Returns the exit code: 0 done, 2 error, 3 internal error, 130 interrupted.
     """
     args = build_parser().parse_args(argv)
     try:  # the model libraries load here, after parsing (seconds): Ctrl-C meanwhile is a clean stop too

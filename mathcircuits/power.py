@@ -1,37 +1,29 @@
 """Uncertainty of a fine-tuning comparison over items *and* training seeds, and the power of a design.
 
-Background. Two fine-tuning modes are compared on the same test items, each trained with several
-seeds. Their difference varies for two reasons: which items were drawn (shared by both modes, so
-paired) and which training run each seed gave (independent between modes). An interval over
-items alone (:func:`mathcircuits.stats.paired_bootstrap`) ignores the second and is too narrow.
+Two fine-tuning modes are compared on the same test items, each trained with several seeds. Their
+difference varies with the items drawn (shared by both modes, so paired) and with the training run each
+seed gave (independent between modes). An interval over items alone
+(:func:`mathcircuits.stats.paired_bootstrap`) ignores the second and is too narrow.
 
-Method. Scores are ``a[s, i]`` (seed ``s`` of mode A, item ``i``) and ``b[t, i]``; the statistic is
-``D = mean_{s,i} a − mean_{t,i} b``.
+Scores are ``a[s, i]`` (seed ``s`` of mode A, item ``i``) and ``b[t, i]``; ``D = mean_{s,i} a − mean_{t,i} b``.
 
 * **Two-level paired bootstrap** (:func:`seed_item_bootstrap`; Davison & Hinkley 1997, §3.8): each
-  resample draws items with replacement (the same items for both modes, so item difficulty
-  cancels) and, independently per mode, seeds with replacement; the percentile interval of the
-  resampled ``D``. A mode with one seed (base) contributes item variance only.
+  resample draws items with replacement (the same for both modes, so item difficulty cancels) and,
+  independently per mode, seeds; the percentile interval of ``D``. A one-seed mode (base) adds item
+  variance only.
 * **Seed-and-item t interval** (:func:`seed_item_t`): ``D ± t_{S−1, 1−α/2} · SE`` with the ``SE`` below and
   ``S`` the fewer seeds of a mode that has several (``n − 1`` items when neither has). With 3 seeds the
   bootstrap's seed term covers about 0.80 at nominal 0.95 (issue #35): resampling 3 values cannot show how
-  far a fourth might fall, and ``t`` with ``S − 1`` degrees of freedom can. The claims C6 and C6b use it.
+  far a fourth might fall, and ``t`` with ``S − 1`` degrees of freedom can. Claims C6 and C6b use it.
 * **Minimum detectable difference** (:func:`detectable_difference`): with
   ``SE² = Var_i(ā_i − b̄_i) / n + Var_s(ā_s) / S_a + Var_t(b̄_t) / S_b`` (``ā_i``: item ``i``
   averaged over seeds; ``ā_s``: seed ``s`` averaged over items), a two-sided test at level ``α``
-  detects a true difference ``δ`` with probability ``1 − β`` when
-  ``δ ≥ MDD = (z_{1−α/2} + z_{1−β}) · SE`` (normal approximation; e.g. Cohen 1988, ch. 2). The item
-  term also carries a little of the seed noise, so the MDD errs on the large side.
-  :func:`planned_detectable_difference` is the same formula from planning values, to size a design.
+  detects ``δ`` with probability ``1 − β`` when ``δ ≥ MDD = (z_{1−α/2} + z_{1−β}) · SE`` (normal
+  approximation; Cohen 1988, ch. 2). The item term also carries a little seed noise, so the MDD errs
+  large. :func:`planned_detectable_difference` is the same formula from planning values.
 
-Usage::
-
-    iv = seed_item_bootstrap(precise_correct, full_correct)   # [seed, item] each
-    p = detectable_difference(precise_correct, full_correct)          # p.mdd: smallest δ at 80% power
-
-References: Davison & Hinkley, *Bootstrap Methods and their Application* (1997), §3.8 (multi-stage
-sampling); Cohen, *Statistical Power Analysis for the Behavioral Sciences* (1988); Koehn, EMNLP 2004
-(paired bootstrap).
+References: Davison & Hinkley, *Bootstrap Methods and their Application* (1997), §3.8; Cohen,
+*Statistical Power Analysis for the Behavioral Sciences* (1988); Koehn, EMNLP 2004.
 """
 
 from __future__ import annotations
@@ -74,16 +66,8 @@ def seed_item_bootstrap(
 ) -> Interval:
     """Interval of ``mean(a) − mean(b)`` resampling items (paired) and each side's seeds (independently).
 
-    Args:
-        a: mode A's scores [seed, item] (a 1-D vector is one seed).
-        b: mode B's scores on the same items, in the same order [seed, item].
-        uncertainty: resamples, seed and nominal coverage (the seeds' draws use its seed + 1).
-
-    Returns:
-        An :class:`~mathcircuits.stats.Interval` (``method="seed_item_bootstrap"``; ``n`` = items).
-
-    Raises:
-        ValueError: the two sides have different item counts, or a side is not [seed, item].
+    ``a`` and ``b`` are [seed, item] on the same items in the same order (a 1-D vector is one seed). The
+    seeds' draws use ``uncertainty.seed + 1``. The interval's ``n`` is the item count.
     """
     ta, tb = _matrix(a, "a"), _matrix(b, "b")
     if ta.shape[1] != tb.shape[1]:
@@ -116,17 +100,8 @@ def seed_item_bootstrap(
 def seed_item_t(a: ScoresA, b: ScoresB, confidence: float = DEFAULT_CONFIDENCE) -> Interval:
     """Interval of ``mean(a) − mean(b)``: ``t`` with ``S − 1`` degrees of freedom times the seed-and-item SE.
 
-    Args:
-        a: mode A's scores [seed, item] (a 1-D vector is one seed).
-        b: mode B's scores on the same items, in the same order [seed, item].
-        confidence: nominal coverage.
-
-    Returns:
-        An :class:`~mathcircuits.stats.Interval` (``method="seed_item_t"``; ``n`` = items). ``S`` is the fewer
-        seeds of a side with more than one; with one seed on both sides the items alone give ``n − 1``.
-
-    Raises:
-        ValueError: the two sides have different item counts, or a side is not [seed, item].
+    ``a`` and ``b`` as in :func:`seed_item_bootstrap`. ``S`` is the fewer seeds of a side with more than one;
+    with one seed on both sides the items alone give ``n − 1``.
     """
     ta, tb = _matrix(a, "a"), _matrix(b, "b")
     if ta.shape[1] != tb.shape[1]:
@@ -146,17 +121,9 @@ def seed_item_t(a: ScoresA, b: ScoresB, confidence: float = DEFAULT_CONFIDENCE) 
 class Power:
     """The smallest true difference a design detects, and the variance components behind it.
 
-    Args:
-        mdd: minimum detectable difference at ``power`` (two-sided level ``alpha``), in score units.
-        se: the standard error of the difference.
-        item_sd: standard deviation over items of the paired, seed-averaged difference.
-        seed_sd_a: standard deviation over seeds of mode A's mean score (0 with one seed).
-        seed_sd_b: the same for mode B.
-        n_items: items.
-        n_seeds_a: seeds of mode A.
-        n_seeds_b: seeds of mode B.
-        alpha: test level.
-        power: the power the MDD is for.
+    ``mdd`` is in score units, at ``power`` for a two-sided test at ``alpha``; ``item_sd`` is the SD over
+    items of the paired, seed-averaged difference; ``seed_sd_a`` / ``seed_sd_b`` the SD over seeds of each
+    mode's mean score (0 with one seed).
     """
 
     mdd: float
@@ -200,19 +167,7 @@ def planned_detectable_difference(
 ) -> Power:
     """The MDD of a design from planning values (module docstring formula).
 
-    Args:
-        item_sd: expected SD over items of the paired, seed-averaged difference (0/1 scores: about
-            ``sqrt(share of items on which the modes disagree)``).
-        n_items: test items.
-        seed_sd_a: expected SD over seeds of mode A's mean score.
-        seed_sd_b: the same for mode B.
-        n_seeds_a: seeds of mode A.
-        n_seeds_b: seeds of mode B.
-        alpha: two-sided test level.
-        power: wanted power.
-
-    Returns:
-        The :class:`Power`.
+    ``item_sd`` for 0/1 scores is about ``sqrt(share of items on which the modes disagree)``.
     """
     if n_items < 1 or n_seeds_a < 1 or n_seeds_b < 1:
         raise ValueError(f"a design needs items and seeds >= 1, got {n_items} items, {n_seeds_a}/{n_seeds_b} seeds.")
@@ -221,17 +176,7 @@ def planned_detectable_difference(
 
 
 def detectable_difference(a: ScoresA, b: ScoresB, alpha: float = 0.05, power: float = 0.8) -> Power:
-    """The MDD of a finished comparison, from its own variance components.
-
-    Args:
-        a: mode A's scores [seed, item].
-        b: mode B's scores on the same items [seed, item].
-        alpha: two-sided test level.
-        power: the power the MDD is for.
-
-    Returns:
-        The :class:`Power`.
-    """
+    """The MDD of a finished comparison ([seed, item] scores), from its own variance components."""
     ta, tb = _matrix(a, "a"), _matrix(b, "b")
     if ta.shape[1] != tb.shape[1]:
         raise FixableValueError(f"detectable_difference: {ta.shape[1]} vs {tb.shape[1]} items. ", "the same items.")
