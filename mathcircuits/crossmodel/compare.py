@@ -1,13 +1,7 @@
 """Compare two runs of one configuration on two models: :func:`compare_runs` builds the :class:`ModelComparison`.
 
-Each claim of the card and each quantity of :mod:`~mathcircuits.crossmodel.measures` is read on both
-runs with its interval, layers turned into relative depths, and the separation rule decides whether a
-difference is marked. The key heads of both models are listed with their depth, effect, stability and,
-when the analyze stage ran, their attention role.
-
-Usage::
-
-    cmp = compare_runs(run_a, run_b)      # RunResults of each run folder
+Each claim of the card and each quantity of :mod:`~mathcircuits.crossmodel.measures` is read on both runs
+with its interval, layers as relative depths, and the separation rule marks a difference.
 """
 
 from __future__ import annotations
@@ -48,17 +42,9 @@ def _pair(section: str, quantity: str, unit: str, a: Interval, b: Interval, note
 def compare_runs(a: RunResults, b: RunResults, uncertainty: Uncertainty | None = None) -> ModelComparison:
     """Compare two runs of one configuration on two models (see the module docstring).
 
-    Args:
-        a: model A's results.
-        b: model B's results.
-        uncertainty: the bootstrap of the attention and MLP intervals; None: the default resamples and seed at
-            the level of ``a``'s claims card.
-
-    Returns:
-        The :class:`ModelComparison`.
-
-    Raises:
-        ValueError: the two cards hold different claims, or both runs are of the same model.
+    ``uncertainty``: the bootstrap of the attention and MLP intervals; None: the default resamples and seed at
+    the level of ``a``'s claims card. ValueError when the cards hold different claims or both runs are of the
+    same model.
     """
     if [c.id for c in a.claims.claims] != [c.id for c in b.claims.claims]:
         raise FixableValueError(

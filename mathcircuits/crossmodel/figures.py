@@ -1,13 +1,5 @@
 """The comparison page's figures: two models on one plot each, built once from saved results.
 
-* :func:`key_head_depths`: every key head of both models at its relative depth (x) and path-patching
-  effect (y), with each model's median depth and its interval;
-* :func:`knockout_overlay`: accuracy as the top-k heads are ablated (Wilson bars) and as k random heads
-  are (mean, band over seeds), pooled over operations, one colour per model;
-* :func:`attention_roles`: each key head's excess attention on operands and operator (bootstrap bars);
-* :func:`mlp_raise`: per relative depth, the MLP update's direct margin on the answer (bootstrap band)
-  and the logit lens's top-1 share, with each model's first raising layer marked.
-
 Figures read the :class:`~mathcircuits.crossmodel.ModelComparison` and the typed results of
 :class:`~mathcircuits.crossmodel.RunResults`; they compute nothing the comparison reports.
 """
@@ -43,14 +35,7 @@ def _layout(fig: go.Figure, title: str, height: int = 420) -> go.Figure:
 
 
 def key_head_depths(cmp: ModelComparison) -> go.Figure:
-    """Key heads of both models by relative depth (x) and effect (y); each model's median depth with its interval.
-
-    Args:
-        cmp: the comparison.
-
-    Returns:
-        A plotly figure.
-    """
+    """Key heads of both models by relative depth (x) and effect (y); each model's median depth with its interval."""
     fig = go.Figure()
     depth = {v.quantity: v for v in cmp.values if v.section == "key heads"}.get(
         "median relative depth of the key heads"
@@ -93,13 +78,6 @@ def knockout_overlay(runs: Sequence[RunResults], confidence: float = 0.95) -> go
     """Accuracy as the top-k heads (solid, Wilson bars) or k random heads (dashed, seed range) are ablated.
 
     Operations are pooled per model, weighting each by its pairs; k = 0 is the clean accuracy.
-
-    Args:
-        runs: the two runs' results.
-        confidence: level of the Wilson intervals.
-
-    Returns:
-        A plotly figure (one colour per model).
     """
     fig = go.Figure()
     for i, run in enumerate(runs):
@@ -165,11 +143,7 @@ def knockout_overlay(runs: Sequence[RunResults], confidence: float = 0.95) -> go
 def attention_roles(cmp: ModelComparison) -> go.Figure:
     """Each key head's attention on operands and operator above uniform attention, with bootstrap intervals.
 
-    Args:
-        cmp: the comparison (its key-head rows carry the attention of the analysed heads).
-
-    Returns:
-        A plotly figure, heads of model A first, each ordered by depth.
+    Heads of model A first, each model's ordered by depth.
     """
     rows = [r for r in cmp.key_heads if not math.isnan(r.excess_operands.value)]
     rows.sort(key=lambda r: (cmp.labels.index(r.model), r.relative_depth))
@@ -200,12 +174,8 @@ def attention_roles(cmp: ModelComparison) -> go.Figure:
 def mlp_raise(runs: Sequence[RunResults], uncertainty: Uncertainty = DEFAULT_UNCERTAINTY) -> go.Figure:
     """Per relative depth: the MLP update's direct margin on the answer and the logit lens's top-1 share.
 
-    Args:
-        runs: the two runs' results (those without MLP probes are left out).
-        uncertainty: the bootstrap of the margin's band (its level also the top-1 share's Wilson band).
-
-    Returns:
-        A plotly figure with two panels; each model's first raising layer (margin > 0.25) is a dotted line.
+    Runs without MLP probes are left out; each model's first raising layer (margin > 0.25) is a dotted line.
+    ``uncertainty``'s level is also the top-1 share's Wilson band.
     """
     fig = make_subplots(
         rows=2,
@@ -261,12 +231,7 @@ def mlp_raise(runs: Sequence[RunResults], uncertainty: Uncertainty = DEFAULT_UNC
 def comparison_figures(cmp: ModelComparison, runs: Sequence[RunResults]) -> dict[str, go.Figure]:
     """Every figure of the comparison page, built once: ``{file stem: figure}`` (those without data left out).
 
-    Args:
-        cmp: the comparison.
-        runs: the two runs' results, in the comparison's order.
-
-    Returns:
-        ``key_head_depths``, ``knockout``, ``attention_roles``, ``mlp_raise`` where the data exist.
+    ``runs`` in the comparison's order.
     """
     figs: dict[str, go.Figure] = {}
     if cmp.key_heads:

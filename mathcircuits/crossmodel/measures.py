@@ -1,31 +1,16 @@
 """The numbers two models are compared on, each with its interval, and the one rule that calls a difference.
 
-Background. A run on one model measures the paper's claims with intervals (the claims card, the key
-heads' selection stability, Wilson intervals of knockout accuracies, bootstrap intervals of attention
-shares and of the MLP layers). Two runs of the same configuration on two models give the same
-quantities twice. Two point estimates always differ; the comparison calls a difference only where the
-two intervals do not overlap.
+Two point estimates always differ; a difference is called only where the two intervals (same confidence
+level) do not overlap: ``a_lo > b_hi``: "A higher"; ``b_lo > a_hi``: "B higher"; otherwise "overlap", and
+"no interval" when either side has none. Non-overlap of two 95% intervals is a conservative test (about
+99.5% for equal widths), so a marked difference is a strong one; "overlap" is not evidence of equality.
 
-Formula. For intervals ``A = [a_lo, a_hi]`` and ``B = [b_lo, b_hi]`` (same confidence level):
-
-* ``a_lo > b_hi``: "A higher"; ``b_lo > a_hi``: "B higher";
-* otherwise "overlap" (no difference claimed), and "no interval" when either side has none.
-
-Non-overlap of two 95% intervals is a conservative test (its level is about 99.5% for equal
-widths), so a marked difference is a strong one; an "overlap" is not evidence of equality.
-
-Depths are compared as *relative depth*, ``layer / (n_layers − 1)``, so 18 layers (Gemma 3 270M)
-and 30 layers (SmolLM2-135M) share one scale. A layer is a bin of that scale, not a point: layer
-``l`` stands for ``[(l − ½), (l + ½)] / (n_layers − 1)``, so every depth interval is widened by half
-a layer on each side (:func:`depth_interval`). Without it two bootstrap intervals that each sit on
-one layer ("L12 [L12, L12]" of 18 vs "L21 [L21, L21]" of 30: 0.706 vs 0.724) would count as
-separated although neither model can place its layer more finely. "No such layer" (no MLP raises
-the answer in a resample) is depth ``+inf``, which sorts after every real layer.
-
-Usage::
-
-    key_depth(key)          # Interval of the key heads' median relative depth
-    separation(a, b)        # "A higher" | "B higher" | "overlap" | "no interval"
+Depths are *relative depth*, ``layer / (n_layers − 1)``, so 18 layers (Gemma 3 270M) and 30 (SmolLM2-135M)
+share one scale. A layer is a bin of that scale, not a point: layer ``l`` stands for
+``[(l − ½), (l + ½)] / (n_layers − 1)``, so every depth interval is widened by half a layer on each side
+(:func:`depth_interval`). Otherwise "L12 [L12, L12]" of 18 vs "L21 [L21, L21]" of 30 (0.706 vs 0.724)
+would count as separated although neither model can place its layer more finely. "No such layer" (no MLP
+raises the answer in a resample) is depth ``+inf``, which sorts after every real layer.
 """
 
 from __future__ import annotations
@@ -75,12 +60,7 @@ def no_interval(n: int = 0) -> Interval:
 def separation(a: Interval, b: Interval) -> Separation:
     """Whether two intervals separate (see the module docstring).
 
-    Args:
-        a: model A's interval.
-        b: model B's interval.
-
-    Returns:
-        ``"A higher"``, ``"B higher"``, ``"overlap"`` or ``"no interval"`` (a NaN bound on either side).
+    ``"A higher"``, ``"B higher"``, ``"overlap"`` or ``"no interval"`` (a NaN bound on either side).
     """
     if any(math.isnan(x) for x in (a.low, a.high, b.low, b.high)):
         return "no interval"
@@ -103,14 +83,8 @@ def _quantile_interval(value: float, xs: list[float], n: int, confidence: float,
 def depth_interval(layers: Interval, n_layers: int) -> Interval:
     """A layer interval as relative depth, widened by half a layer each side (see the module docstring).
 
-    Args:
-        layers: an interval in layer units (its value and bounds may be fractional, e.g. a median; a bound of
-            ``n_layers`` or more means "no such layer").
-        n_layers: the model's number of layers.
-
-    Returns:
-        ``[(low − ½), (high + ½)] / (n_layers − 1)`` around ``value / (n_layers − 1)``; ``+inf`` for "no such
-        layer"; NaN stays NaN.
+    ``layers`` may be fractional (e.g. a median); a bound of ``n_layers`` or more means "no such layer" and
+    gives ``+inf``; NaN stays NaN.
     """
     scale = max(1, n_layers - 1)
 
@@ -126,12 +100,7 @@ def depth_interval(layers: Interval, n_layers: int) -> Interval:
 def key_share(key: KeyComponents, confidence: float = DEFAULT_CONFIDENCE) -> Interval:
     """Share of all heads that are key heads, with the selection-stability resamples' interval (claim C1).
 
-    Args:
-        key: the key components, with their stability (else the interval is NaN).
-        confidence: the interval's level.
-
-    Returns:
-        The share and its percentile interval over the bootstrap resamples of the pairs.
+    The interval is NaN when ``key`` has no stability.
     """
     total = key.model.n_layers * key.model.n_heads
     sizes = [s / total for s in key.stability_sizes]
@@ -141,13 +110,8 @@ def key_share(key: KeyComponents, confidence: float = DEFAULT_CONFIDENCE) -> Int
 def key_depth(key: KeyComponents, confidence: float = DEFAULT_CONFIDENCE) -> Interval:
     """Median relative depth of the key heads, with the stability resamples' interval (claim C1).
 
-    Args:
-        key: the key components, with their stability (else the interval is NaN).
-        confidence: the interval's level.
-
-    Returns:
-        ``median(layer) / (n_layers − 1)`` and its percentile interval over the resamples, widened by half a
-        layer each side (:func:`depth_interval`).
+    Percentile interval over the resamples, widened by half a layer each side (:func:`depth_interval`); NaN
+    when ``key`` has no stability.
     """
     n = key.model.n_layers
     scale = max(1, n - 1)
@@ -162,16 +126,9 @@ def knockout_point(
 ) -> tuple[int, Interval, Interval]:
     """Accuracy with the top-k heads ablated and with k random heads, at k = the number of key heads.
 
-    The point claim C2 reads: k = ``n_key``, else the smallest measured k above it, else the largest k.
-
-    Args:
-        ko: one operation's knockout result.
-        n_key: the number of key heads (None: the largest measured k).
-        confidence: the level of the Wilson intervals.
-
-    Returns:
-        ``(k, ranked, random)``: the k read, the ranked heads' accuracy (Wilson over the pairs) and the
-        random heads' accuracy (Wilson over pairs × seeds, widened to the range of the seeds).
+    The point claim C2 reads: k = ``n_key``, else the smallest measured k above it, else the largest k (also
+    for ``n_key`` None). Returns ``(k, ranked, random)``: the ranked heads' accuracy (Wilson over the pairs)
+    and the random heads' (Wilson over pairs × seeds, widened to the range of the seeds).
     """
     above = [i for i, k in enumerate(ko.ks) if n_key is not None and k >= max(n_key, 1)]
     j = above[0] if above else len(ko.ks) - 1
@@ -191,17 +148,9 @@ def attention_excess(
 ) -> Interval:
     """The key heads' mean attention share on the operands (or operator) above uniform attention.
 
-    Per pair, the excess share (share − the uniform baseline ``n_role / n_visible``) is averaged over the
-    key heads; the interval is the percentile bootstrap over pairs (claim C3 compares the attention off the
+    Per pair, the excess share (share − the uniform baseline ``n_role / n_visible``, so −1…1) is averaged over
+    the key heads; the interval is the percentile bootstrap over pairs (claim C3 compares the attention off the
     sink with the key heads' layer-mates instead).
-
-    Args:
-        att: the attention-by-role result of the key heads.
-        target: ``"operands"`` (A and B) or ``"operator"``.
-        uncertainty: the bootstrap of the pairs.
-
-    Returns:
-        The mean excess (a share of attention, −1…1) and its interval.
     """
     idx = torch.arange(len(att.pair_ids))
     per_pair = att.grouped(idx)[..., 2 if target == "operands" else 3].mean(1)  # [pair]
@@ -217,13 +166,8 @@ def mlp_depth(
 ) -> Interval:
     """Relative depth of the first layer whose MLP raises the answer (or from which the logit lens ranks it first).
 
-    Args:
-        probes: the MLP probe result.
-        which: ``"raising"`` (mean direct margin above 0.25 logits) or ``"lens_top1"`` (top-1 for half the pairs).
-        uncertainty: the bootstrap of the pairs.
-
-    Returns:
-        ``layer / (n_layers − 1)`` with its bootstrap interval widened by half a layer each side (claim C4 reads
-        the same layers); ``+inf`` for "no such layer".
+    ``which``: ``"raising"`` (mean direct margin above 0.25 logits) or ``"lens_top1"`` (top-1 for half the
+    pairs). The bootstrap interval is widened by half a layer each side (claim C4 reads the same layers);
+    ``+inf`` for "no such layer".
     """
     return depth_interval(probes.layer_interval(which, uncertainty=uncertainty), probes.n_layers)

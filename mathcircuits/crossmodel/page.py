@@ -1,13 +1,7 @@
 """The comparison page: one offline HTML file with the tables and figures of a :class:`ModelComparison`.
 
-Sections, findings first: the claims card side by side (verdicts, each claim's value with its
-interval, and the difference where the intervals separate), the separated differences in one list,
-then key heads by relative depth, knockout, attention roles and the MLPs, each a table and a figure.
-plotly.js is inlined once, so the page opens offline.
-
-Usage::
-
-    write_comparison(cmp, runs, "runs/compare-models", formats=("png",))
+Findings first: the claims card side by side, the separated differences in one list, then key heads,
+knockout, attention roles and the MLPs, each a table and a figure. plotly.js is inlined once.
 """
 
 from __future__ import annotations
@@ -68,14 +62,9 @@ def _figure(fig: go.Figure, n: int) -> str:
 
 
 def comparison_html(cmp: ModelComparison, figures: Mapping[str, go.Figure]) -> str:
-    """The comparison page as one HTML string.
+    """The comparison page as one standalone HTML string (plotly.js inlined).
 
-    Args:
-        cmp: the comparison.
-        figures: the figures of :func:`~mathcircuits.crossmodel.figures.comparison_figures` (built once).
-
-    Returns:
-        A standalone HTML page (plotly.js inlined).
+    ``figures`` come from :func:`~mathcircuits.crossmodel.figures.comparison_figures` (built once).
     """
     from plotly.offline import get_plotlyjs
 
@@ -132,14 +121,8 @@ def write_comparison(
     """Write the comparison: ``comparison.json``, ``claims.csv``, ``values.csv``, ``key_heads.csv``,
     ``figures/<name>.html`` (and static formats) and ``comparison.html``; each file atomically.
 
-    Args:
-        cmp: the comparison.
-        runs: the two runs' results, in the comparison's order (the figures read their curves).
-        out_dir: the folder to write (created).
-        formats: static figure formats besides HTML (``png``, ``svg``; they need chromium).
-
-    Returns:
-        ``{what: path}`` of the files written.
+    ``formats``: static figure formats besides HTML (``png``, ``svg``; they need chromium). Returns
+    ``{what: path}`` of the files written.
     """
     out = Path(out_dir)
     (out / "figures").mkdir(parents=True, exist_ok=True)

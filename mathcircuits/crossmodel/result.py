@@ -1,23 +1,10 @@
 """The values of a two-model comparison: one run's inputs (:class:`RunResults`), the result (:class:`ModelComparison`).
 
-Background. Zhang et al. (ICML 2024) report their findings on several LLMs. A run of this toolkit
-measures them on one model; :func:`compare_runs` puts two runs side by side:
-
-* the claims card of each (verdicts, measurements and the claim's value with its interval);
-* the key heads by relative depth (share of heads, median depth);
-* knockout: accuracy with the key heads (and as many random heads) ablated, per operation;
-* attention roles of the key heads (excess attention on operands and operator, and each head's class);
-* where the MLPs first raise the answer, and where the logit lens first ranks it top-1 (relative depth).
-
-Every compared number carries its interval, and a difference is marked only where the two intervals
-separate (:func:`~mathcircuits.crossmodel.measures.separation`). Layers become relative depths
-``layer / (n_layers − 1)`` first.
-
-Usage::
-
-    a = RunResults(label="SmolLM2", claims=card_a, key=key_a, knockout={"add": ko_a}, ...)
-    cmp = compare_runs(a, b)
-    cmp.save("comparison.json"); cmp.to_dataframe()
+Zhang et al. (ICML 2024) report their findings on several LLMs; a run measures them on one model, and
+:func:`compare_runs` puts two runs side by side: the claims cards, the key heads by relative depth,
+knockout, attention roles, and where the MLPs raise the answer. Every compared number carries its interval,
+and a difference is marked only where the two intervals separate
+(:func:`~mathcircuits.crossmodel.measures.separation`).
 """
 
 from __future__ import annotations
@@ -45,15 +32,7 @@ __all__ = ["ClaimPair", "ComparedValue", "KeyHeadRow", "ModelComparison", "RunRe
 class RunResults:
     """The saved results of one run that the comparison reads (``None`` / empty where a stage was off).
 
-    Args:
-        label: the model's name on the page (e.g. ``"SmolLM2-135M-Instruct"``).
-        folder: the run folder they came from.
-        model: the model's spec.
-        claims: the run's claims card (report stage).
-        key: the key components (identify stage).
-        knockout: operation → knockout result (validate stage).
-        attention: attention by role of the key heads (analyze stage).
-        probes: the MLP probes (analyze stage).
+    ``label`` is the model's name on the page; ``knockout`` maps operation → knockout result.
     """
 
     label: str
