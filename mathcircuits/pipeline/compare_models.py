@@ -1,14 +1,11 @@
 """``mathcircuits compare-models RUN_A RUN_B --out DIR``: two run folders of one config on two models, one page.
 
-Reads each run folder's saved results as typed values (:class:`~mathcircuits.crossmodel.RunResults`:
-the claims card, key components, knockout per operation, attention by role, MLP probes), checks that
-the two runs used the same configuration apart from the ``model`` section, and writes the comparison
-(:func:`~mathcircuits.crossmodel.write_comparison`) to ``DIR``. Unlike the pipeline's stages it owns
-no run folder: its output folder is its own.
+Reads each run folder's saved results as typed values (:class:`~mathcircuits.crossmodel.RunResults`), checks
+that the two runs used the same configuration apart from the ``model`` section, and writes the comparison to
+``DIR``. Unlike the pipeline's stages it owns no run folder.
 
 Usage::
 
-    mathcircuits run --config configs/default.yaml --out runs/smollm2
     mathcircuits run --config configs/default.yaml --model gemma3-270m --out runs/gemma3
     mathcircuits compare-models runs/smollm2 runs/gemma3 --out runs/smollm2-vs-gemma3
 """
@@ -47,16 +44,7 @@ def _flat(d: JSONValue, prefix: str = "") -> dict[str, JSONValue]:
 
 
 def check_same_config(a: RunConfig, b: RunConfig, where: tuple[str, str]) -> None:
-    """Refuse two runs whose configurations differ outside the ``model`` section.
-
-    Args:
-        a: run A's config.
-        b: run B's config.
-        where: the two run folders, for the message.
-
-    Returns:
-        None; raises :class:`ConfigError` naming the differing settings.
-    """
+    """Refuse two runs whose configurations differ outside the ``model`` section (ConfigError naming them)."""
     fa, fb = (_flat({k: v for k, v in c.to_dict().items() if k != "model"}) for c in (a, b))
     diff = sorted(k for k in fa.keys() | fb.keys() if fa.get(k) != fb.get(k))
     if diff:
@@ -87,11 +75,7 @@ def _optional(cls: type, path: Path) -> Any:
 def load_run_results(folder: str | Path) -> tuple[RunResults, RunConfig]:
     """One run folder's results as typed values, and its config.
 
-    Args:
-        folder: a run folder whose ``identify`` and ``report`` stages are done.
-
-    Returns:
-        ``(results, config)``; stages that were off leave their fields empty.
+    ``folder``'s ``identify`` and ``report`` stages must be done; stages that were off leave their fields empty.
 
     Raises:
         FileNotFoundError: not a run folder, or a stage not done for its config.yaml (markers and output hashes
@@ -146,14 +130,6 @@ def load_run_results(folder: str | Path) -> tuple[RunResults, RunConfig]:
 
 def compare_model_runs(run_a: str | Path, run_b: str | Path, out: str | Path) -> ModelComparison:
     """Compare two run folders of one config on two models and write the page to ``out``.
-
-    Args:
-        run_a: model A's run folder.
-        run_b: model B's run folder.
-        out: the output folder (``comparison.html``, ``comparison.json``, CSV tables, ``figures/``).
-
-    Returns:
-        The :class:`~mathcircuits.crossmodel.ModelComparison`.
 
     Raises:
         FileNotFoundError: a folder is not a finished run.

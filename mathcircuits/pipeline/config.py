@@ -1,13 +1,10 @@
 """The run configuration: one value that describes a whole run, loadable from YAML or TOML.
 
 Its sections *are* the library's config dataclasses (``patching`` is
-:class:`~mathcircuits.patching.config.PatchingConfig`, ``finetune`` is
-:class:`~mathcircuits.finetune.SFTConfig` plus the fields the stage needs, ...),
-so a stage hands its section to the library unchanged. Every field has a type,
-a range or a set of choices and one default, all checked when the config is
-built (:mod:`mathcircuits._schema`): a typo or a missing model path fails at
-load, before anything is written. ``mathcircuits config --show`` prints the
-whole schema.
+:class:`~mathcircuits.patching.config.PatchingConfig`, ``finetune`` is :class:`~mathcircuits.finetune.SFTConfig`
+plus the fields the stage needs, ...), so a stage hands its section to the library unchanged. Everything is
+checked when the config is built (:mod:`mathcircuits._schema`): a typo or a missing model path fails at load,
+before anything is written.
 """
 
 from __future__ import annotations
@@ -99,11 +96,7 @@ class RunConfig:
     def from_dict(cls, d: Any) -> RunConfig:
         """Build and check a config; the error names the section and key.
 
-        Args:
-            d: section name → mapping of settings; missing sections and keys take their defaults.
-
-        Returns:
-            The checked config.
+        Missing sections and keys take their defaults.
         """
         d = {} if d is None else d
         if not isinstance(d, dict):
@@ -125,14 +118,7 @@ class RunConfig:
 
     @classmethod
     def load(cls, path: str | Path) -> RunConfig:
-        """Read a ``.yaml``/``.yml``/``.toml`` file and check it.
-
-        Args:
-            path: the file.
-
-        Returns:
-            The checked config. Raises :class:`ConfigError` naming the file for any problem.
-        """
+        """Read a ``.yaml``/``.yml``/``.toml`` file and check it; :class:`ConfigError` names the file."""
         path = Path(path)
         if not path.is_file():
             raise ConfigError(
@@ -160,12 +146,8 @@ class RunConfig:
     def check_model(self, spec: ModelSpec) -> None:
         """Refuse settings that the model cannot take (checked before a run writes anything).
 
-        Args:
-            spec: the loaded model's spec.
-
-        Raises:
-            ConfigError: a head count ``K`` (``precise@K``, ``selection.k``) above the model's heads; numbers
-                layers or depths outside the model.
+        E.g. a head count ``K`` (``precise@K``, ``selection.k``) above the model's heads; numbers layers or depths
+        outside the model.
         """
         self._check_numbers(spec)
         total = spec.n_layers * spec.n_heads
@@ -204,14 +186,7 @@ class RunConfig:
             )
 
     def save(self, path: str | Path) -> Path:
-        """Write the config as YAML, atomically.
-
-        Args:
-            path: the target file.
-
-        Returns:
-            The path written.
-        """
+        """Write the config as YAML, atomically."""
         with atomic_path(path) as tmp:
             tmp.write_text(yaml.safe_dump(self.to_dict(), sort_keys=False))
         return Path(path)
@@ -220,11 +195,7 @@ class RunConfig:
 def render_config(cfg: RunConfig | None = None) -> str:
     """The config as YAML, each key annotated with its type, range or choices, default and help.
 
-    Args:
-        cfg: the config to show; None shows the defaults.
-
-    Returns:
-        YAML text that loads back to ``cfg`` (the annotations are comments).
+    The annotations are comments, so the text loads back to ``cfg`` (None: the defaults).
     """
     cfg = cfg or RunConfig()
     values = cfg.to_dict()
@@ -240,13 +211,9 @@ def render_config(cfg: RunConfig | None = None) -> str:
 
 
 def fingerprint(*parts: Any) -> str:
-    """A stable hash of JSON-able parts (config sections and upstream fingerprints).
+    """A stable hash of JSON-able parts (config sections and upstream fingerprints); their order matters.
 
-    Args:
-        *parts: JSON-able values; their order matters.
-
-    Returns:
-        A 16-character hex digest (a prefix of SHA-256) that changes whenever any part changes.
+    16 hex characters (a prefix of SHA-256).
     """
     blob = json.dumps(parts, sort_keys=True, default=str).encode()
     return hashlib.sha256(blob).hexdigest()[:16]

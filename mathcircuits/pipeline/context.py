@@ -123,22 +123,12 @@ class Context:
 
 
 def save_dataset(ds: PairSet, path: Path) -> None:
-    """Save a pair set's folder atomically (:meth:`PairSet.save <mathcircuits.data.PairSet.save>`).
-
-    Args:
-        ds: The pairs.
-        path: The dataset folder to write (replaced only on success).
-    """
+    """Save a pair set's folder atomically (:meth:`PairSet.save <mathcircuits.data.PairSet.save>`)."""
     ds.save(path)
 
 
 def save_csv(df: pd.DataFrame, path: Path) -> None:
-    """Write a table atomically (no index column).
-
-    Args:
-        df: The table.
-        path: The CSV file to write (replaced only on success).
-    """
+    """Write a table atomically (no index column)."""
     with atomic_path(path) as tmp:
         df.to_csv(tmp, index=False)
 
@@ -149,16 +139,7 @@ def select_pairs(ds: PairSet, operation: Operation | None, limit: int, seed: int
     The order depends only on ``ds``, ``operation`` and ``seed``, so two calls with the same three and
     ``skip`` of the first equal to its ``limit`` return disjoint rows: the identify stage takes the first
     ``patching.max_pairs`` of each operation, the validate stage the rows after them (fresh pairs).
-
-    Args:
-        ds: prompt pairs with an ``operation`` column.
-        operation: keep only this operation; None keeps all.
-        limit: the most rows returned.
-        seed: shuffle seed.
-        skip: leave out the first ``skip`` rows of the seeded order (those another stage used).
-
-    Returns:
-        The selected rows (fewer than ``limit``, possibly none, when the operation has too few rows).
+    Possibly fewer than ``limit``, or none.
     """
     if skip < 0:
         raise FixableValueError(f"select_pairs got skip={skip}. ", "pass the number of rows another stage used (>= 0).")
@@ -173,13 +154,6 @@ def template_spread(ds: PairSet, seed: int = 0) -> list[int]:
 
     The first ``n`` rows of this order cover ``min(n, templates)`` templates, each within one row of the others:
     a sample that must span every template (clusters for an interval, discovery vs evaluation pairs) takes them.
-
-    Args:
-        ds: prompt pairs with a ``template_id`` column.
-        seed: shuffle seed of the rows within each template.
-
-    Returns:
-        Row indices, each once.
     """
     rng = random.Random(seed)
     by_t: dict[str, list[int]] = defaultdict(list)

@@ -4,12 +4,11 @@ Why. Rows that differ can still hold the same fact in another wording (``"3 + 5 
 5 is"``): before this partition the fresh pairs of validate shared a fact with identify's pairs in 9–19 of 32
 cases per operation (issue #35). A knockout scored on facts that chose the heads is not a fresh test.
 
-Method. The fact space of the data section is cut once, seeded by ``data.seed``, into one part per stage of
-:data:`FACT_STAGES` in the shares ``data.stage_fact_shares`` (:func:`~mathcircuits.data.split_facts`: every
-operation in the same proportions, no fact in two parts). The data stage tags every pair with the stage that
-owns its fact (column ``fact_stage``); a stage draws only its own rows (:func:`stage_rows`), and the circuit
-stage, which generates its own pairs, draws from its part. Each stage then counts the facts it used and how
-many of them any other stage used or owns (:func:`fact_use`): 0, written in its summary beside the row overlap.
+Method. The fact space is cut once, seeded by ``data.seed``, into one part per stage of :data:`FACT_STAGES`
+in the shares ``data.stage_fact_shares`` (:func:`~mathcircuits.data.split_facts`). The data stage tags every
+pair with the stage that owns its fact (column ``fact_stage``); a stage draws only its own rows, and the
+circuit stage, which generates its own pairs, draws from its part. Each stage counts the facts it used and
+how many of them any other stage used or owns (:func:`fact_use`): 0, written in its summary.
 """
 
 from __future__ import annotations
@@ -35,12 +34,8 @@ PARTITION_SEED_OFFSET = 104_729
 def stage_facts(data: GenerationConfig, shares: tuple[float, ...]) -> dict[FactStage, frozenset[Fact]]:
     """The declared partition: each stage's facts, disjoint, seeded by ``data.seed``.
 
-    Args:
-        data: the data section (operations, operand range, answer rules, seed; see :data:`PARTITION_SEED_OFFSET`).
-        shares: each stage's share of every operation's facts, in the order of :data:`FACT_STAGES`.
-
-    Returns:
-        Stage → its facts.
+    ``shares``: each stage's share of every operation's facts, in the order of :data:`FACT_STAGES` (see also
+    :data:`PARTITION_SEED_OFFSET`).
     """
     if len(shares) != len(FACT_STAGES):
         raise FixableValueError(
@@ -52,15 +47,7 @@ def stage_facts(data: GenerationConfig, shares: tuple[float, ...]) -> dict[FactS
 
 
 def tag_fact_stages(pairs: PairSet, parts: Mapping[FactStage, frozenset[Fact]]) -> PairSet:
-    """The pairs with a column ``fact_stage``: the stage whose part holds each pair's fact (``""``: none).
-
-    Args:
-        pairs: pairs with ``operation``, ``a`` and ``b``.
-        parts: the partition of :func:`stage_facts`.
-
-    Returns:
-        The pairs, tagged.
-    """
+    """The pairs with a column ``fact_stage``: the stage whose part holds each pair's fact (``""``: none)."""
     owner = {f: s for s, part in parts.items() for f in part}
     return pairs.with_fact_stages([owner.get(f, "") for f in zip(pairs.operations, pairs.a, pairs.b)])
 
@@ -68,13 +55,7 @@ def tag_fact_stages(pairs: PairSet, parts: Mapping[FactStage, frozenset[Fact]]) 
 def stage_rows(pairs: PairSet, stage: FactStage) -> PairSet:
     """The rows whose fact belongs to ``stage``: all a stage may draw from (never another stage's facts).
 
-    Args:
-        pairs: pairs tagged by :func:`tag_fact_stages` (the data stage's outputs).
-        stage: one of :data:`FACT_STAGES`.
-
-    Returns:
-        Those rows, in their order; fewer than a stage asks for when its share holds fewer (a cap, never a
-        borrow from another stage).
+    Fewer than a stage asks for when its share holds fewer: a cap, never a borrow from another stage.
     """
     if stage not in FACT_STAGES:
         raise FixableValueError(f"stage {stage!r} owns no facts. ", f"use one of {FACT_STAGES}.")
@@ -112,14 +93,7 @@ def fact_use(
 ) -> FactUse:
     """Count the facts ``stage`` used and their overlap with every other stage.
 
-    Args:
-        stage: the stage that used them.
-        used: its pairs (or their facts).
-        parts: the declared partition.
-        others_used: facts other stages really used (compared instead of their declared part).
-
-    Returns:
-        The :class:`FactUse`.
+    ``others_used``: facts other stages really used, compared instead of their declared part.
     """
     facts = used if isinstance(used, frozenset) else facts_of(used) if len(used) else frozenset()
     per_op: dict[str, int] = {}

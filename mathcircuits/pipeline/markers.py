@@ -4,20 +4,18 @@ A stage ends by writing ``<stage>/.done.json``::
 
     {"fingerprint": F, "summary": {...}, "checks": [...], "outputs": {relative path: sha256, ...}}
 
-* ``F`` hashes the stage's name, the config sections it reads, the model section and, for every upstream
-  stage it reads, that stage's fingerprint *and the digest of its outputs' hashes*. A change of any of
-  them, e.g. an upstream stage that re-ran and wrote other numbers, changes ``F``.
-* ``outputs`` holds the content hash of every file the stage wrote in its folder; a temporary file that a
-  killed write left behind (``.<name>.<random>.tmp``) is not one.
+``F`` hashes the stage's name, the config sections it reads, the model section and, for every upstream
+stage it reads, that stage's fingerprint *and the digest of its outputs' hashes*, so an upstream stage that
+re-ran and wrote other numbers changes ``F``. ``outputs`` excludes temporary files of killed writes.
 
 A stage is *done* when its marker's fingerprint is the one the current config gives, every output file
 still has its recorded hash, and every upstream stage is done; *stale* (with the reason) when one of these
-fails; *todo* without a marker. So a truncated ``key_components.json`` makes identify and everything below it
-stale, and ``run`` re-runs them.
+fails; *todo* without a marker. So a truncated ``key_components.json`` makes identify and everything below
+it stale, and ``run`` re-runs them.
 
-While a stage runs, ``<stage>/.running.json`` holds the fingerprint it runs for: an interrupted stage
-resumes from its partial outputs (fine-tuning checkpoints) only for the same fingerprint; for any other its
-folder is cleared first, so no output of an earlier configuration survives into a new result.
+While a stage runs, ``<stage>/.running.json`` holds its fingerprint: an interrupted stage resumes from its
+partial outputs (fine-tuning checkpoints) only for the same fingerprint; otherwise its folder is cleared
+first, so no output of an earlier configuration survives into a new result.
 """
 
 from __future__ import annotations
@@ -62,9 +60,8 @@ class Marker(TypedDict, total=False):
 class StageState:
     """A stage's state in a run folder, and why.
 
-    Args:
-        state: ``done``, ``stale`` or ``todo``.
-        reason: for ``stale``, what changed (a config section, an upstream stage, a damaged file).
+    ``state`` is ``done``, ``stale`` or ``todo``; ``reason``, for ``stale``, what changed (a config section, an
+    upstream stage, a damaged file).
     """
 
     state: Literal["done", "stale", "todo"]
@@ -93,11 +90,7 @@ def _sha256(path: Path) -> str:
 def hash_outputs(folder: Path) -> dict[str, str]:
     """The SHA-256 of every file in a stage folder (marker and temporary files aside), by path relative to it.
 
-    Args:
-        folder: the stage folder.
-
-    Returns:
-        Relative path (POSIX) → hex digest, sorted by path.
+    Sorted by POSIX relative path.
     """
     return {p.relative_to(folder).as_posix(): _sha256(p) for p in _files(folder)}
 
@@ -105,11 +98,7 @@ def hash_outputs(folder: Path) -> dict[str, str]:
 def outputs_digest(outputs: Mapping[str, str]) -> str:
     """One hash of a stage's output hashes (it enters the fingerprints of the stages downstream).
 
-    Args:
-        outputs: relative path → hash, as in a marker.
-
-    Returns:
-        A 16-character hex digest.
+    16 hex characters.
     """
     return hashlib.sha256(json.dumps(dict(sorted(outputs.items()))).encode()).hexdigest()[:16]
 
@@ -117,12 +106,7 @@ def outputs_digest(outputs: Mapping[str, str]) -> str:
 def verify_outputs(folder: Path, recorded: Mapping[str, str]) -> str:
     """Why a stage's recorded outputs no longer hold, or ``""`` when every file has its recorded hash.
 
-    Args:
-        folder: the stage folder.
-        recorded: the marker's ``outputs``.
-
-    Returns:
-        A reason naming the first missing or changed file (empty when all hold).
+    The reason names the first missing or changed file.
     """
     for rel, digest in recorded.items():
         path = folder / rel
@@ -136,11 +120,7 @@ def verify_outputs(folder: Path, recorded: Mapping[str, str]) -> str:
 def linked_folder(folder: Path) -> str:
     """Why a stage may not write or clear ``folder``: it is a symbolic link, so both would act outside the run.
 
-    Args:
-        folder: a stage folder.
-
-    Returns:
-        The problem and its fix, or ``""`` for a real folder (or none).
+    The problem and its fix, or ``""`` for a real folder (or none).
     """
     if not folder.is_symlink():
         return ""
@@ -155,9 +135,6 @@ def clear_stage_folder(folder: Path) -> None:
     """Remove everything a stage wrote before (its marker included), keeping the folder.
 
     A link inside is removed, never followed; a stage folder that is itself a link is refused.
-
-    Args:
-        folder: the stage folder (created if missing).
     """
     if problem := linked_folder(folder):
         raise ValueError(problem + ".")
@@ -190,16 +167,8 @@ def states(
 ) -> dict[str, StageState]:
     """Every stage's state, in pipeline order (an upstream's state decides its downstream's).
 
-    Args:
-        names: the stages in pipeline order.
-        upstream: a stage's upstream stages.
-        folder: a stage's folder.
-        marker: a stage's marker file.
-        fingerprint: the fingerprint a stage should have, given the markers read so far.
-        verify: also hash the output files (False: trust the recorded hashes).
-
-    Returns:
-        Stage name → :class:`StageState`.
+    ``fingerprint`` gives the fingerprint a stage should have, given the markers read so far; ``verify=False``
+    trusts the recorded hashes.
     """
     out: dict[str, StageState] = {}
     markers: dict[str, Marker] = {}
@@ -224,11 +193,7 @@ def states(
 def write_marker(path: Path, fingerprint: str, summary: Encoded, checks: list[JSONObject]) -> None:
     """Hash the stage folder's outputs and write the marker last (atomically).
 
-    Args:
-        path: the marker file (``<stage>/.done.json``).
-        fingerprint: the inputs' fingerprint.
-        summary: the stage summary's ``to_dict()``.
-        checks: the run-time checks the stage ran.
+    ``summary`` is the stage summary's ``to_dict()``; ``checks`` the run-time checks the stage ran.
     """
     outputs = hash_outputs(path.parent)
     write_json(path, {"fingerprint": fingerprint, "summary": summary, "checks": checks, "outputs": outputs})

@@ -2,13 +2,10 @@
 
 A setting can be well-typed and still fail only when a stage meets the data: a template that cannot give a
 context, a benchmark folder without the named benchmark, a counterfactual pool with no prompt of an evaluated
-template and length. These checks run at load (:func:`check_templates` from
-:class:`~mathcircuits.pipeline.config.RunConfig`; :func:`check_folders` from ``run_pipeline`` before the run
-folder is touched, for the stages that will run; the circuit stage's pool check, which needs the tokenizer,
-after the model is loaded: ``stages.circuit.check_pool``). Each error names the setting that fixes it.
-
-Every template a stage uses is chosen by a declared rule from the loaded templates
-(:func:`multi_digit_template`), never by a hard-coded id.
+template and length. :func:`check_templates` runs when the config is built, :func:`check_folders` before the
+run folder is touched, the circuit pool check (it needs the tokenizer) once the model is loaded. Each error
+names the setting that fixes it. Templates are chosen by declared rules (:func:`multi_digit_template`), never
+by hard-coded ids.
 """
 
 from __future__ import annotations
@@ -35,12 +32,6 @@ def _loaded(cfg: RunConfig) -> list:
 def multi_digit_template(cfg: RunConfig) -> str | None:
     """The template of validate's two-digit transfer set: the first ``add`` template without word pools, taken
     from ``data.template_ids`` in order (held-out templates left out), else from the loaded files in order.
-
-    Args:
-        cfg: the run config.
-
-    Returns:
-        Its id, or None when no such template is loaded.
     """
     plain = [t.id for s in _loaded(cfg) for t in s.templates if t.operation == "add" and not t.pools]
     named = [t for t in cfg.data.template_ids or () if t in plain and t not in cfg.data.heldout_templates]
@@ -50,8 +41,7 @@ def multi_digit_template(cfg: RunConfig) -> str | None:
 def check_templates(cfg: RunConfig) -> None:
     """The templates each enabled stage needs are loaded and fit their use.
 
-    Raises:
-        ConfigError: naming the setting (``numbers.template``, ``validation.transfer_multi_digit``).
+    ConfigError names the setting (``numbers.template``, ``validation.transfer_multi_digit``).
     """
     loaded = {t.id: t for s in _loaded(cfg) for t in s.templates}
     n = cfg.numbers
@@ -97,15 +87,8 @@ def check_folders(cfg: RunConfig, names: list[str]) -> None:
     """The benchmark folders the enabled stages read exist and hold what is named in them.
 
     Only a folder that is set (the setting, ``$MATHCIRCUITS_BENCHMARKS`` or the default found) is read: with
-    none, the stages skip benchmarks with a warning, as documented.
-
-    Args:
-        cfg: the run config.
-        names: the stages that will run.
-
-    Raises:
-        ConfigError: naming ``evaluation.root`` / ``evaluation.benchmarks`` or
-            ``validation.word_problem_root`` / ``validation.word_problem_sets``.
+    none, the stages skip benchmarks with a warning. ConfigError names ``evaluation.root`` /
+    ``evaluation.benchmarks`` or ``validation.word_problem_root`` / ``validation.word_problem_sets``.
     """
     e, v = cfg.evaluation, cfg.validation
     try:

@@ -1,24 +1,19 @@
 """Run the stages in registry order over one run folder, skipping those that are done.
 
-Each stage writes its outputs atomically and then a ``.done.json`` marker with the
-fingerprint of its inputs, the hashes of its outputs and its typed summary
-(:mod:`~mathcircuits.pipeline.markers`). A stage that is done (same fingerprint, intact
-outputs) is skipped, so re-running a finished run is a no-op; an interrupted run resumes at
-the first unfinished stage; a stage that runs for another fingerprint first clears its
-folder, so outputs of an earlier configuration never mix into a new one.
+Each stage writes its outputs atomically and then a ``.done.json`` marker
+(:mod:`~mathcircuits.pipeline.markers`). A done stage is skipped, so re-running a finished run is a no-op; an
+interrupted run resumes at the first unfinished stage; a stage that runs for another fingerprint first
+clears its folder, so outputs of an earlier configuration never mix into a new one.
 
-Before anything is written the run folder is checked (a folder, writable, and not a
-finished run of another model: its identity file), the installed dependency versions are
-checked against the tested ranges (:mod:`mathcircuits.models.compat`), the upstream stages
-of the requested ones must be done, and the config is checked against the loaded model;
-then the folder is locked for the run and ``config.yaml`` written.
+Before anything is written the run folder is checked (writable, and not a finished run of another model),
+the installed dependency versions are checked against the tested ranges (:mod:`mathcircuits.models.compat`),
+the upstream stages of the requested ones must be done, and the config is checked against the loaded model;
+then the folder is locked and ``config.yaml`` written.
 
-While the stages run, fast paths are on or off as ``model.fast_paths`` says, and
-each fast path checks itself on the model before its first use
-(:mod:`mathcircuits.models.forward.integrity`); the checks a stage ran are recorded in its
-marker. An exception that no input caused (any error without the toolkit's
-``Fix:`` form) ends as :class:`InternalError` naming the stage, with the
-traceback kept in ``logs/traceback-<stage>.txt``.
+Each fast path (``model.fast_paths``) checks itself on the model before its first use
+(:mod:`mathcircuits.models.forward.integrity`), and the checks are recorded in the stage's marker. An
+exception no input caused (any error without the ``Fix:`` form) ends as :class:`InternalError` naming the
+stage, with the traceback in ``logs/traceback-<stage>.txt``.
 """
 
 from __future__ import annotations
@@ -81,10 +76,7 @@ class RunFolderError(FixableError, ValueError):
 class InternalError(RuntimeError):
     """A stage failed for a reason no input explains: a bug in mathcircuits or in a dependency.
 
-    Args:
-        stage: the stage that failed.
-        message: the original error's text.
-        traceback_file: where its traceback was written.
+    ``traceback_file`` is where its traceback was written.
     """
 
     def __init__(self, stage: str, message: str, traceback_file: Path) -> None:
@@ -101,12 +93,6 @@ def is_input_error(err: BaseException) -> bool:
 
     The toolkit's own checks raise a :class:`~mathcircuits._errors.FixableError` (a problem and its fix); an
     ``OSError`` (missing file, permissions, full disk) concerns the environment. Anything else is internal.
-
-    Args:
-        err: the exception.
-
-    Returns:
-        True for the toolkit's worded errors and OS errors.
     """
     return isinstance(err, (OSError, FixableError))
 
@@ -165,14 +151,8 @@ def _fingerprint(paths: RunPaths, cfg: RunConfig, name: str, markers: Mapping[st
 def stage_status(run_dir: str | Path, cfg: RunConfig, verify: bool = True) -> dict[str, StageState]:
     """Each stage's state in a run folder, with the reason when it is stale.
 
-    Args:
-        run_dir: the run folder.
-        cfg: the config to compare with.
-        verify: hash the output files against the markers (False trusts them; faster on big folders).
-
-    Returns:
-        Stage name → :class:`~mathcircuits.pipeline.markers.StageState`: ``done`` (marker matches the config,
-        outputs intact, upstream done), ``stale`` (with the reason) or ``todo``.
+    ``verify=False`` trusts the markers' hashes (faster on big folders). ``done``: marker matches the config,
+    outputs intact, upstream done; ``stale`` (with the reason); ``todo``.
     """
     paths = RunPaths(Path(run_dir))
     return states(
@@ -186,15 +166,7 @@ def stage_status(run_dir: str | Path, cfg: RunConfig, verify: bool = True) -> di
 
 
 def done_summary(run_dir: str | Path, name: str) -> StageSummary:
-    """The typed summary a finished stage left in its marker.
-
-    Args:
-        run_dir: the run folder.
-        name: the stage.
-
-    Returns:
-        The stage's summary (its own :class:`StageSummary` subclass).
-    """
+    """The typed summary a finished stage left in its marker (its own :class:`StageSummary` subclass)."""
     marker = RunPaths(Path(run_dir)).marker(name)
     return STAGES[name].summary.from_dict(read_json(marker)["summary"], source=marker)
 
@@ -219,15 +191,7 @@ def check_run_folder(run_dir: str | Path, cfg: RunConfig, force: bool = False) -
     """Refuse, before writing anything, a run folder that cannot take this run.
 
     The folder's identity (the model it was created for) lives in ``.run.json``, which the user is not meant to
-    edit; a finished run of another model is refused unless ``force``.
-
-    Args:
-        run_dir: the run folder (need not exist).
-        cfg: the run's config.
-        force: accept a folder holding a finished run of another model.
-
-    Returns:
-        None; raises :class:`RunFolderError` naming the problem and the fix.
+    edit; a finished run of another model is refused unless ``force``. Raises :class:`RunFolderError`.
     """
     run_dir = Path(run_dir)
     if run_dir.exists() and not run_dir.is_dir():
@@ -278,11 +242,8 @@ def run_pipeline(
     versions and the folder have been checked, and the upstream stages of ``only`` are done.
 
     Args:
-        cfg: the run configuration (already checked when built).
-        run_dir: the run folder (created if missing; locked while stages run).
-        only: stage names to run; None runs all.
+        run_dir: created if missing; locked while stages run.
         force: re-run stages even when their inputs are unchanged.
-        progress: show progress bars.
         echo: receives one line per stage start, skip and end.
 
     Returns:

@@ -1,15 +1,10 @@
 """Stage ``circuit``: each operation's circuit, found until it saturates, and its faithfulness curve.
 
-Reads the ``circuit`` and ``data`` sections. For each operation it generates pairs of the identification
-templates on its own facts (``data.stage_fact_shares``: no fact of identify, validate or analyze) with the chosen
-counterfactual (operand counterfactuals by default, so operand paths can be
-found), keeps the correct ones, and — when there are at least ``circuit.min_pairs`` — splits them into
-disjoint discovery and evaluation pairs, stratified by template. It writes
-``circuit/circuit_<op>.json`` (the circuit, with roles and the rounds of discovery),
-``circuit/faithfulness_<op>.json`` (the curve, the random band, the plateau circuit's necessity,
-completeness and minimality, the denominator), ``circuit/graph_<op>.html`` (the plateau circuit) and
-``circuit/curve_<op>.html``. A saved file is not computed again: an interrupted stage resumes with the
-faithfulness of a circuit it found, or with the next operation (the folder is cleared when the settings change).
+Per operation it generates pairs of the identification templates on its own facts (no fact of identify,
+validate or analyze) with the chosen counterfactual (operand counterfactuals by default, so operand paths
+can be found), keeps the correct ones and — with at least ``circuit.min_pairs`` — splits them into disjoint
+discovery and evaluation pairs, stratified by template. A saved file is not computed again: an interrupted
+stage resumes with the faithfulness of a circuit it found, or with the next operation.
 """
 
 from __future__ import annotations
@@ -74,13 +69,7 @@ class CircuitSummary(StageSummary):
 def split_pairs(dataset: PairSet, n_discovery: int, n_eval: int, seed: int) -> tuple[list[int], list[int]]:
     """Disjoint discovery and evaluation rows, each spread over the templates (round-robin in a seeded order).
 
-    Args:
-        dataset: pairs with ``template_id``.
-        n_discovery: discovery rows wanted; n_eval: at most this many evaluation rows.
-        seed: the shuffle's seed.
-
-    Returns:
-        ``(discovery rows, evaluation rows)``, disjoint.
+    ``n_eval`` is a maximum.
     """
     order = template_spread(dataset, seed)
     return sorted(order[:n_discovery]), sorted(order[n_discovery : n_discovery + n_eval])
@@ -111,14 +100,7 @@ def circuit_pairs(ctx: Context, op: Operation, n: int, seed: int, own_facts: boo
 
 
 def run(ctx: Context) -> CircuitSummary:
-    """Find each operation's circuit and measure its faithfulness curve.
-
-    Args:
-        ctx: the run context.
-
-    Returns:
-        The stage summary.
-    """
+    """Find each operation's circuit and measure its faithfulness curve."""
     c, paths = ctx.config.circuit, ctx.paths
     if not c.enabled:
         return CircuitSummary(disabled=True)
@@ -214,14 +196,7 @@ def check_pool(ctx: Context, names: list[str]) -> None:
 
     The evaluated pairs are known in advance when ``data.keep_only_correct`` is false (the stage then evaluates
     its generated pairs, split by seed); otherwise they depend on the model's answers and the stage checks its
-    pool when it has them, with the same message.
-
-    Args:
-        ctx: the run context (its model is loaded).
-        names: the stages that will run.
-
-    Raises:
-        ConfigError: naming ``circuit.pool_per_template`` and a size that covers every evaluated pair.
+    pool when it has them, with the same ConfigError naming ``circuit.pool_per_template``.
     """
     c, d = ctx.config.circuit, ctx.config.data
     if "circuit" not in names or not c.enabled or "position_mean" not in c.ablations or d.keep_only_correct:

@@ -1,21 +1,14 @@
 """Stage ``finetune``: precise SFT of the key components vs full SFT, same data and settings (paper §5).
 
-Training pairs are generated fresh (their own seed, the finetune section's
-operand range); the held-out arithmetic set uses another seed and drops every
-pair whose fact ``(operation, a, b)`` also occurs in training, in any template
-(:func:`~mathcircuits.data.drop_facts`; deduplicating by prompt string kept
-facts trained in another wording). Modes, one definition of "precise"
-everywhere: ``precise`` (the key heads only), ``precise+mlp`` (the key heads
-and the key MLPs), ``full`` (every parameter), and ``precise@K`` /
-``precise@K+mlp`` (the top-K heads by path-patching effect, without / with the
-key MLPs) for the paper's ablation on the number of tuned heads (Table 2).
-Under ``kv_policy: group`` a key head's K/V slice changes its whole KV group:
-the summary counts the non-key heads so changed (``kv-shared heads``).
-
-Each mode trains in ``finetune/<mode>/`` with checkpoints, so an interrupted
-run resumes (the runner clears the folder first when the settings changed, so
-checkpoints of other settings are never resumed). Reads the ``finetune``,
-``evaluation`` and ``data`` sections.
+Training pairs are generated fresh (own seed, the finetune section's operand range); the held-out
+arithmetic set uses another seed and drops every pair whose fact ``(operation, a, b)`` occurs in training,
+in any template (deduplicating by prompt string kept facts trained in another wording). Modes, one
+definition of "precise" everywhere: ``precise`` (key heads), ``precise+mlp`` (key heads and key MLPs),
+``full``, and ``precise@K`` / ``precise@K+mlp`` (the top-K heads by path-patching effect, without / with
+the key MLPs) for the paper's ablation on the number of tuned heads (Table 2). Under ``kv_policy: group``
+a key head's K/V slice changes its whole KV group: the summary counts those non-key heads
+(``kv-shared heads``). Each mode trains in ``finetune/<mode>/`` with checkpoints, so an interrupted run
+resumes.
 """
 
 from __future__ import annotations
@@ -77,14 +70,6 @@ def arithmetic_pairs(ctx: Context, per_template: int, seed: int) -> PairSet:
     """Arithmetic pairs of the data section's operations and plain templates, with the finetune operand range.
 
     Shared by this stage and the ``compare`` stage (training, held-out and validation pairs, by seed).
-
-    Args:
-        ctx: the run context.
-        per_template: pairs per template.
-        seed: the generation seed.
-
-    Returns:
-        The pairs.
     """
     f, d = ctx.config.finetune, ctx.config.data
     ids = ctx.arithmetic_template_ids()
@@ -103,13 +88,7 @@ def arithmetic_pairs(ctx: Context, per_template: int, seed: int) -> PairSet:
 def mode_components(ctx: Context, mode: Mode, key: KeyComponents) -> KeyComponents | None:
     """The key components a mode tunes (None for full SFT).
 
-    Args:
-        ctx: the run context (``precise@K`` reads ``identify/patching_all.pt``).
-        mode: ``precise``, ``precise+mlp``, ``full``, ``precise@K`` or ``precise@K+mlp`` (checked at config load).
-        key: the selected key components.
-
-    Returns:
-        The components to tune, or None for every parameter.
+    ``precise@K`` reads ``identify/patching_all.pt``.
     """
     if mode.kind == "full":
         return None
@@ -121,14 +100,7 @@ def mode_components(ctx: Context, mode: Mode, key: KeyComponents) -> KeyComponen
 
 
 def run(ctx: Context) -> FinetuneSummary:
-    """Precise SFT of the key components and full SFT, same data and settings.
-
-    Args:
-        ctx: the run context.
-
-    Returns:
-        The stage summary.
-    """
+    """Precise SFT of the key components and full SFT, same data and settings."""
     f, e, paths = ctx.config.finetune, ctx.config.evaluation, ctx.paths
     if not f.enabled:
         return FinetuneSummary(skipped="finetune.enabled is false")
