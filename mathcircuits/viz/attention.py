@@ -1,11 +1,7 @@
 """Attention of key heads by token role (Zhang et al. 2024, §4.1): distributions and means.
 
-Both figures take an :class:`~mathcircuits.analysis.attention.AttentionByRole`.
-:func:`attention_role_distributions` shows, for each head class (operand heads,
-operator heads, neither) a box or violin per role and operation of the
-per-pair, per-head attention share, with the token-count baseline (uniform
-attention) as a marker; a head's class is decided per operation.
-:func:`attention_role_means` is a heatmap of each head's mean share per role.
+A head's class (operand heads, operator heads, neither) is decided per operation; the token-count
+baseline (uniform attention) is marked beside each share.
 """
 
 from __future__ import annotations
@@ -28,20 +24,8 @@ def attention_role_distributions(
 ) -> go.Figure:
     """Per-class panels of attention share (last position -> role), one box/violin per role and operation.
 
-    ``classes`` selects the panels (default: every class that has a head in some operation).
-
-    Args:
-        result: an :class:`~mathcircuits.analysis.AttentionByRole` from ``attention_by_role``.
-        kind: ``"box"`` or ``"violin"``.
-        classes: head classes to show, one panel each (``"operand"``, ``"operator"``, ``"neither"``).
-        title: the figure title (default: a description of the plot).
-
-    Returns:
-        A plotly figure: one panel per class, shares (0..1) per role and operation, with each role's uniform
-        baseline marked.
-
-    Raises:
-        ValueError: if ``kind`` is unknown or there is no class to show.
+    ``classes`` selects the panels (``"operand"``, ``"operator"``, ``"neither"``; default: every class that has
+    a head in some operation). Each role's uniform baseline is marked.
     """
     if kind not in ("box", "violin"):
         raise FixableValueError(f"kind {kind!r} is unknown. ", "use 'box' or 'violin'.")
@@ -130,16 +114,7 @@ def attention_role_means(
 ) -> go.Figure:
     """Heatmap: heads (rows, labelled with their class) x roles, mean attention share over pairs.
 
-    Args:
-        result: an :class:`~mathcircuits.analysis.AttentionByRole` from ``attention_by_role``.
-        operation: average over this operation's pairs only (None: all pairs).
-        title: the figure title (default: names the operation).
-
-    Returns:
-        A plotly heatmap figure of the mean shares (0..1), heads x roles.
-
-    Raises:
-        KeyError: if no pair has ``operation``.
+    ``operation`` averages over that operation's pairs only (None: all; KeyError when no pair has it).
     """
     mean = result.mean(operation)
     classes = result.classify(operation)
@@ -173,13 +148,8 @@ def attention_excess(result: AttentionByRole, *, title: str | None = None) -> go
     """Bars per key head: attention share on operands (A+B) and on the operator minus the uniform baseline,
     with bootstrap 95% intervals over pairs (from :meth:`AttentionByRole.summary`).
 
-    Args:
-        result: an :class:`~mathcircuits.analysis.AttentionByRole`.
-        title: the figure title.
-
-    Returns:
-        A grouped bar chart; a bar whose interval lies above 0 is a head attending there more than uniform
-        attention would (claim C3 compares the attention off the sink with the layer-mates' instead).
+    A bar whose interval lies above 0 is a head attending there more than uniform attention would (claim C3
+    compares the attention off the sink with the layer-mates' instead).
     """
     df = result.summary(by_operation=False)
     fig = go.Figure()

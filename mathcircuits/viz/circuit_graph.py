@@ -1,19 +1,10 @@
 """The circuit as an interactive, offline graph, and its report section.
 
-Components are laid out by token position (x: the prompt's roles ``A``, ``op``, ``B``,
-``last``, offsets from the end of the prompt, and the answer positions ``ans1``, …) and by
-layer (y; the logits on top). Heads sharing a
-layer and position sit side by side. Each edge is a line from sender to receiver whose
-width is ``|effect|`` and whose colour is its sign (red: the patch lowers the answer's
-metric, blue: raises it), dashed for key/value edges (they enter a KV group); hovering a
-node shows its role and depth, hovering an edge's midpoint shows the effect and its
-interval. ``fig.write_html(path)`` gives a standalone page;
-:func:`mathcircuits.viz.export.save_figure` a static PNG/SVG/PDF.
-
-Usage::
-
-    fig = circuit_graph(circuit, faith)
-    save_figure(fig, "circuit", formats=("html", "png"))
+Components are laid out by token position (x: the prompt's roles ``A``, ``op``, ``B``, ``last``, offsets
+from the end of the prompt, and the answer positions ``ans1``, …) and by layer (y; the logits on top);
+heads sharing a layer and position sit side by side. An edge's width is ``|effect|`` and its colour the sign
+(red: the patch lowers the answer's metric, blue: raises it), dashed for key/value edges (they enter a KV
+group); hovering an edge's midpoint shows the effect and its interval.
 """
 
 from __future__ import annotations
@@ -33,15 +24,9 @@ def _columns(circuit: Circuit) -> list[str]:
 def circuit_graph(
     circuit: Circuit, faith: Faithfulness | None = None, width: int = 900, height: int = 650
 ) -> go.Figure:
-    """The circuit's nodes and edges as a Plotly figure.
+    """The circuit's nodes and edges as a Plotly figure (``.write_html`` works offline).
 
-    Args:
-        circuit: a :class:`~mathcircuits.circuit.Circuit` (e.g. the plateau circuit, ``top_circuit``).
-        faith: its :class:`~mathcircuits.circuit.Faithfulness` (the plateau's value goes in the title), or ``None``.
-        width, height: the figure's size in pixels.
-
-    Returns:
-        A ``go.Figure`` (``.write_html`` works offline).
+    With ``faith`` the plateau's value goes in the title.
     """
     cols = _columns(circuit)
     L = circuit.model.n_layers

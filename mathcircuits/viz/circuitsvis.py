@@ -1,16 +1,11 @@
 """Interactive CircuitsVis attention views of key heads that work offline.
 
-``circuitsvis.attention.attention_heads`` returns a ``RenderedHTML`` with two
-versions: ``cdn_src`` (what ``str()`` gives), which imports the JavaScript
-from unpkg.com and shows a blank page offline, and ``local_src``, which
-inlines the whole bundle (~1.3 MB, ``circuitsvis/dist/cdn/iife.js``). Its
-``_repr_html_`` even probes the network (``urlopen("http://google.com")``) to
-choose. We always use ``local_src``.
-
-For pages with several views (the report), :func:`split_bundle` removes the
-inlined bundle from each view so that the page can load it once, in a classic
-``<script>`` that defines the global ``CircuitsVis`` before the views' module
-scripts run.
+``circuitsvis.attention.attention_heads`` returns a ``RenderedHTML`` with ``cdn_src`` (what ``str()``
+gives), which imports the JavaScript from unpkg.com and shows a blank page offline, and ``local_src``, which
+inlines the whole bundle (~1.3 MB); its ``_repr_html_`` even probes the network to choose. We always use
+``local_src``. For pages with several views (the report), :func:`split_bundle` removes the inlined bundle
+from each view so the page loads it once, in a classic ``<script>`` that defines the global
+``CircuitsVis`` before the views' module scripts run.
 """
 
 from __future__ import annotations
@@ -30,13 +25,9 @@ __all__ = ["OfflineHTML", "attention_heads_view", "circuitsvis_bundle", "split_b
 
 
 def circuitsvis_bundle() -> str:
-    """The CircuitsVis JavaScript bundle exactly as ``render_local`` inlines it.
+    """The CircuitsVis JavaScript bundle exactly as ``render_local`` inlines it (``</script>`` removed).
 
-    Returns:
-        The bundle's JavaScript source, with ``</script>`` removed.
-
-    Raises:
-        FileNotFoundError: if the installed circuitsvis lacks its ``dist/cdn/iife.js`` bundle.
+    FileNotFoundError when the installed circuitsvis lacks its ``dist/cdn/iife.js``.
     """
     import circuitsvis
 
@@ -49,17 +40,7 @@ def circuitsvis_bundle() -> str:
 
 
 def split_bundle(fragment: str) -> tuple[str, bool]:
-    """Remove the inlined bundle from a ``local_src`` fragment; returns (fragment, whether it was removed).
-
-    Args:
-        fragment: HTML from CircuitsVis ``local_src`` (or an :class:`OfflineHTML` fragment).
-
-    Returns:
-        ``(fragment, removed)``: the fragment without the bundle, and whether the bundle was found in it.
-
-    Raises:
-        FileNotFoundError: if the installed circuitsvis lacks its bundle (see :func:`circuitsvis_bundle`).
-    """
+    """Remove the inlined bundle from a ``local_src`` fragment; returns (fragment, whether it was removed)."""
     bundle = circuitsvis_bundle()
     if bundle in fragment:
         return fragment.replace(bundle, ""), True
@@ -94,22 +75,9 @@ def attention_heads_view(
 ) -> OfflineHTML:
     """CircuitsVis ``AttentionHeads`` view of the heads in ``patterns`` (a HeadPatterns) on prompt ``index``.
 
-    ``heads`` restricts the view to some of the recorded heads. Head names carry
-    the head and, when known, the role of the token it attends to most from
-    the last position.
-
-    Args:
-        patterns: a :class:`~mathcircuits.analysis.HeadPatterns` from ``head_patterns``.
-        index: which recorded prompt to show (``0..len(patterns.patterns)-1``).
-        heads: ``(layer, head)`` pairs to show (None: every recorded head); unrecorded ones are skipped.
-        title: the view's title (default: names the prompt's last line and its pair id).
-
-    Returns:
-        An :class:`OfflineHTML` with the view's fragment (bundle inlined) and title.
-
-    Raises:
-        IndexError: if ``index`` is out of range.
-        ValueError: if none of ``heads`` was recorded.
+    Head names carry the head and, when known, the role of the token it attends to most from the last
+    position. ``heads`` restricts the view (None: every recorded head; unrecorded ones are skipped, ValueError
+    when none is left).
     """
     from circuitsvis.attention import attention_heads
 

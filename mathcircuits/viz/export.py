@@ -1,15 +1,10 @@
 """Write figures to HTML (opens offline) and to PNG / SVG / PDF, atomically.
 
-Static images come from kaleido 1.x, which drives a Chromium-based browser
-through ``choreographer``. It looks for one in this order: ``$BROWSER_PATH``,
-a browser kaleido downloaded itself (``plotly_get_chrome``), then ``chrome``,
-``chromium`` and the like on ``PATH`` and in their usual install folders.
-:func:`require_chromium` runs the same search and, when nothing is found,
-raises an error that says how to install one. Each Chromium start costs a few
-seconds, so :func:`save_figures` exports many figures in one batch.
-
-HTML files inline plotly.js by default (``include_plotlyjs=True``, ~4.6 MB), so
-they open without a network.
+Static images come from kaleido 1.x, which drives a Chromium-based browser through ``choreographer``,
+searched in this order: ``$BROWSER_PATH``, a browser kaleido downloaded (``plotly_get_chrome``), then
+``chrome``, ``chromium`` and the like on ``PATH`` and in their usual install folders. Each Chromium start
+costs a few seconds, so :func:`save_figures` exports many figures in one batch. HTML files inline
+plotly.js by default (~4.6 MB), so they open without a network.
 """
 
 from __future__ import annotations
@@ -45,11 +40,7 @@ class ChromiumMissingError(FixableError, RuntimeError):
 
 
 def find_chromium() -> str | None:
-    """The browser kaleido would use, or None (same search as kaleido, plus ``PATH`` names as a fallback).
-
-    Returns:
-        The browser's path (``$BROWSER_PATH`` if set and it exists), or None if none is found.
-    """
+    """The browser kaleido would use, or None (same search as kaleido, plus ``PATH`` names as a fallback)."""
     env = os.environ.get("BROWSER_PATH")
     if env:
         return env if Path(env).exists() else None
@@ -67,14 +58,7 @@ def find_chromium() -> str | None:
 
 
 def require_chromium() -> str:
-    """Return the browser path or raise :class:`ChromiumMissingError` with the fix.
-
-    Returns:
-        The path of the Chromium-based browser kaleido will use.
-
-    Raises:
-        ChromiumMissingError: if kaleido is not installed or no browser is found.
-    """
+    """Return the browser path or raise :class:`ChromiumMissingError` with the fix."""
     try:
         import kaleido  # noqa: F401
     except ImportError as err:
@@ -125,23 +109,19 @@ def save_figures(
 ) -> list[Path]:
     """Write each ``{path: figure}``; with ``formats`` each path is a stem written once per format.
 
-    All static images are rendered in one kaleido batch (one browser start).
-    Every file is written to a temporary name beside its target and moved into
-    place only when the whole export succeeded.
+    All static images are rendered in one kaleido batch (one browser start); every file is moved into place
+    only when the whole export succeeded.
 
     Args:
-        figures: ``{path: plotly figure}``; without ``formats`` each path's suffix gives its format.
-        formats: formats to write each figure in (``html``, ``png``, ``svg``, ``pdf``, ``jpeg``, ``webp``); a
-            path's known suffix is replaced, otherwise ``.<fmt>`` is appended.
+        figures: without ``formats`` each path's suffix gives its format.
+        formats: ``html``, ``png``, ``svg``, ``pdf``, ``jpeg``, ``webp``; a path's known suffix is replaced,
+            otherwise ``.<fmt>`` is appended.
         scale: pixel scale of static images (2.0: twice the layout's size).
         include_plotlyjs: HTML: plotly's ``include_plotlyjs`` (True inlines plotly.js, ``"cdn"`` links it).
 
-    Returns:
-        The paths written, in order.
-
     Raises:
-        ValueError: if a format is unsupported or cannot be told from a path's suffix.
-        ChromiumMissingError: if a static format is asked for without kaleido or a browser.
+        ValueError: a format is unsupported or cannot be told from a path's suffix.
+        ChromiumMissingError: a static format is asked for without kaleido or a browser.
     """
     jobs = [(fig, target, fmt) for path, fig in figures.items() for target, fmt in _targets(path, formats)]
     static = [(fig, target, fmt) for fig, target, fmt in jobs if fmt in STATIC_FORMATS]
@@ -183,19 +163,7 @@ def save_figure(
 ) -> list[Path]:
     """Write one figure: to ``path`` in the format of its suffix, or to ``path.<fmt>`` for each of ``formats``.
 
-    Args:
-        fig: the plotly figure.
-        path: the target file (or stem when ``formats`` is given).
-        formats: formats to write (None: from the suffix of ``path``); see :func:`save_figures`.
-        scale: pixel scale of static images.
-        include_plotlyjs: HTML: plotly's ``include_plotlyjs``.
-
-    Returns:
-        The paths written.
-
-    Raises:
-        ValueError: if a format is unsupported or cannot be told from the suffix.
-        ChromiumMissingError: if a static format is asked for without kaleido or a browser.
+    Arguments and errors as in :func:`save_figures`.
     """
     return save_figures({path: fig}, formats, scale=scale, include_plotlyjs=include_plotlyjs)
 
@@ -212,24 +180,12 @@ def screenshot_html(
 ) -> Path:
     """Render an HTML file in headless Chromium and save a PNG of the first ``width`` x ``height`` CSS pixels.
 
-    ``wait_ms`` is Chromium's virtual-time budget for scripts (plotly, CircuitsVis) before the shot.
-
-    Args:
-        html_path: the HTML file to render.
-        png_path: the PNG to write (atomically).
-        width: window width in CSS pixels.
-        height: window height in CSS pixels.
-        scale: device scale factor (the PNG is ``scale`` times the CSS size).
-        wait_ms: virtual-time budget for scripts, in milliseconds.
-        timeout_s: wall-clock limit for Chromium, in seconds.
-
-    Returns:
-        ``png_path`` as a :class:`~pathlib.Path`.
+    ``wait_ms`` is Chromium's virtual-time budget for scripts (plotly, CircuitsVis) before the shot;
+    ``timeout_s`` its wall-clock limit; the PNG is ``scale`` times the CSS size, written atomically.
 
     Raises:
-        ChromiumMissingError: if no Chromium-based browser is found.
-        FileNotFoundError: if ``html_path`` does not exist.
-        RuntimeError: if Chromium fails or writes no image.
+        ChromiumMissingError: no Chromium-based browser is found.
+        RuntimeError: Chromium fails or writes no image.
     """
 
     browser = find_chromium()

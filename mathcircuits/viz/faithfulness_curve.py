@@ -4,11 +4,6 @@ One line per evaluation (``resample/edges``, ``position_mean/nodes``, …) with 
 bars; the primary evaluation's depth-matched random circuits as a shaded band (the central 95% of the
 draws) with their mean dashed; the plateau circuit marked. 0 is the counterfactual run, 1 the model.
 An ill-conditioned result (too small a behaviour to divide by) shows its denominator and no curve.
-
-Usage::
-
-    fig = faithfulness_curve(faith)
-    fig.write_html("curve.html")
 """
 
 from __future__ import annotations
@@ -26,15 +21,7 @@ _COLOURS = ["#1d3557", "#e76f51", "#2a9d8f", "#8d6e63"]
 
 
 def faithfulness_curve(faith: Faithfulness, width: int = 900, height: int = 520) -> go.Figure:
-    """The curve of a :class:`~mathcircuits.circuit.Faithfulness` as a Plotly figure.
-
-    Args:
-        faith: the result of :func:`~mathcircuits.circuit.faithfulness`.
-        width, height: the figure's size in pixels.
-
-    Returns:
-        A ``go.Figure`` (offline with ``write_html``).
-    """
+    """The curve of a :class:`~mathcircuits.circuit.Faithfulness` as a Plotly figure (size in pixels)."""
     fig = go.Figure()
     ops = ", ".join(faith.operations)
     gap = faith.denominator.format("{:.2f}")

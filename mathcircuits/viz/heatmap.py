@@ -58,15 +58,8 @@ def patching_top_heads(
 ) -> go.Figure:
     """The ``k`` heads with the most negative effect, as bars with their bootstrap 95% intervals.
 
-    Args:
-        result: a :class:`~mathcircuits.patching.PatchingResult` (its intervals need per-pair effects).
-        k: how many heads.
-        key: the key components (their bars are dark), or None.
-        title: the figure title.
-
-    Returns:
-        A horizontal bar chart, strongest head on top; an error bar crossing 0 is an effect this sample
-        cannot tell from none.
+    Strongest head on top, key heads dark; an error bar crossing 0 is an effect this sample cannot tell from
+    none (intervals need per-pair effects).
     """
     top = result.top_heads(k)
     names = [str(Head(l, h)) for l, h, _ in top]
@@ -115,20 +108,11 @@ def patching_heatmap(
 ) -> go.Figure:
     """Heatmap of ``result.head_effects`` [layer, head] with ``result.mlp_effects`` as a column beside it.
 
-    ``key`` (KeyComponents or None) outlines key heads and MLPs. ``zmax`` /
-    ``mlp_zmax`` fix the colour ranges (default: the largest absolute effect).
-
     Args:
-        result: a :class:`~mathcircuits.patching.PatchingResult` (``head_effects`` ``[layer, head]``,
-            ``mlp_effects`` ``[layer]``).
         key: KeyComponents whose heads and MLPs are outlined, or None.
-        title: the figure title (default: names the label, model, pair count and metric).
         label: what the map covers, used in the title (default: the result's operations).
-        zmax: half-width of the heads' symmetric colour range, in the metric's units.
-        mlp_zmax: half-width of the MLPs' colour range.
-
-    Returns:
-        A plotly figure with the heads' heatmap and the MLP column.
+        zmax: half-width of the heads' symmetric colour range, in the metric's units (default: the largest
+            absolute effect); ``mlp_zmax`` the same for the MLPs.
     """
     heads = result.head_effects.detach().float().cpu()
     mlps = result.mlp_effects.detach().float().cpu()
@@ -248,23 +232,10 @@ def patching_heatmaps(
 ) -> dict[str, go.Figure]:
     """One heatmap per operation and one overall, keyed by label ("add", ..., "overall").
 
-    ``results`` maps a label to a PatchingResult (or is a list, labelled by
-    each result's operations). ``overall`` is the result over all pairs; when
-    omitted and there are several results it is their pair-weighted mean
-    (equal to the overall mean of a per-pair metric), and the title says so.
-    ``key`` outlines the same key components on every map.
-
-    Args:
-        results: ``{label: PatchingResult}``, or a list of PatchingResults.
-        key: KeyComponents to outline on every map, or None.
-        overall: the PatchingResult over all pairs, or None.
-
-    Returns:
-        ``{label: figure}`` (see :func:`patching_heatmap`), with ``"overall"`` when ``overall`` is given or
-        there are several results.
-
-    Raises:
-        ValueError: if there are no results and no ``overall``.
+    ``results`` maps a label to a PatchingResult (or is a list, labelled by each result's operations).
+    ``overall`` is the result over all pairs; when omitted and there are several results it is their
+    pair-weighted mean (equal to the overall mean of a per-pair metric), and the title says so. ``key``
+    outlines the same key components on every map.
     """
     items = (
         list(results.items())

@@ -28,14 +28,8 @@ __all__ = ["pareto_plot"]
 def pareto_plot(points: pd.DataFrame, table: DeltaTable | None = None, *, title: str | None = None) -> go.Figure:
     """Math gain (y) against generic change (x), one point per (mode, rate, seed); chosen points filled.
 
-    Args:
-        points: :func:`~mathcircuits.finetune.effects.pareto_points`.
-        table: the changes of :func:`~mathcircuits.finetune.effects.effects_table` (``.changes``; None: no means
-            with intervals).
-        title: the figure title.
-
-    Returns:
-        A plotly figure.
+    ``points`` from :func:`~mathcircuits.finetune.effects.pareto_points`; ``table`` the ``.changes`` of
+    :func:`~mathcircuits.finetune.effects.effects_table` (None: no means with intervals).
     """
     fig = go.Figure()
     palette = qualitative.Plotly

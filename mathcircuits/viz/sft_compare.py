@@ -23,12 +23,8 @@ __all__ = ["sft_delta_bars", "sft_sweep_curves"]
 def sft_sweep_curves(sweep: pd.DataFrame, *, title: str = "Learning-rate sweep (validation accuracy)") -> go.Figure:
     """Validation accuracy against learning rate, one line per mode, Wilson bars; the selected rate is a star.
 
-    Args:
-        sweep: a DataFrame with ``mode``, ``learning_rate``, ``val_accuracy``, ``val_n`` and ``selected``.
-        title: the figure title.
-
-    Returns:
-        A plotly figure (log-scale learning rate; ``base`` as a dotted horizontal line).
+    ``sweep`` has ``mode``, ``learning_rate``, ``val_accuracy``, ``val_n`` and ``selected``; the learning rate is
+    on a log scale, ``base`` a dotted horizontal line.
     """
     fig = go.Figure()
     palette = qualitative.Plotly
@@ -78,13 +74,7 @@ def sft_sweep_curves(sweep: pd.DataFrame, *, title: str = "Learning-rate sweep (
 def sft_delta_bars(table: DeltaTable, metrics: Sequence[str] | None = None, *, title: str | None = None) -> go.Figure:
     """Change against the baseline per row and metric, with the table's intervals.
 
-    Args:
-        table: changes against the baseline (e.g. :func:`~mathcircuits.evaluation.compare_table`).
-        metrics: which metrics (None: all of them).
-        title: the figure title.
-
-    Returns:
-        A grouped bar figure (one group per metric, one bar per row other than the baseline).
+    One group per metric (None: all), one bar per row other than the baseline.
     """
     benchmarks = list(table.metrics if metrics is None else metrics)
     fig = go.Figure()

@@ -18,17 +18,9 @@ __all__ = ["selection_stability_bars"]
 
 
 def selection_stability_bars(key: KeyComponents, *, title: str | None = None) -> go.Figure:
-    """Selection frequency of the key heads and of other often-selected heads.
+    """Selection frequency (share of resamples, 0..1) of the key heads and of other often-selected heads.
 
-    Args:
-        key: a :class:`~mathcircuits.patching.KeyComponents` with its stability measured.
-        title: the figure title.
-
-    Returns:
-        A bar chart of shares of resamples (0..1).
-
-    Raises:
-        ValueError: if the key components carry no stability (re-run identify).
+    ValueError when the key components carry no stability (re-run identify).
     """
     if not key.stability_n_boot:
         raise FixableValueError(

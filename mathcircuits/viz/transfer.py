@@ -20,13 +20,8 @@ __all__ = ["transfer_bars"]
 def transfer_bars(result: TransferResult, *, title: str | None = None) -> go.Figure:
     """Key- vs random-ablated accuracy per transfer set, with 95% intervals.
 
-    Args:
-        result: a :class:`~mathcircuits.ablation.TransferResult`.
-        title: the figure title.
-
-    Returns:
-        A grouped bar chart of the measured sets; x labels name each set, whether it found the heads (held in)
-        and how many clean-correct items it has. With no measured set, an empty chart that says so.
+    x labels name each set, whether it found the heads (held in) and its clean-correct items. With no measured
+    set, an empty chart that says so.
     """
     rows = [r for r in result.rows if r.status == "measured"]
     labels = []
