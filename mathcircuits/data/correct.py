@@ -91,18 +91,11 @@ def correct_pairs(
     """The first ``n`` pairs of one operation that ``model`` answers correctly.
 
     Args:
-        n: how many, in generation order; None: all. Scoring stops once there are ``n``.
-        templates: None: every file of ``data_templates/``.
-        template_ids: only these templates of the operation; None: those of ``forms``.
+        n: how many, in generation order; None: all. Scoring stops once there are ``n`` (checked every
+            ``batch_size`` pairs).
+        template_ids: only these templates of the operation; None: those of ``forms`` (``"equation"``,
+            ``"statement"``, ``"question"``, ... as tagged in ``data_templates/``; None: every template).
         n_per_template: pairs generated per template before filtering.
-        seed: seed of :class:`~mathcircuits.data.GenerationConfig` (operand order, words).
-        batch_size: also how many pairs are scored between checks for ``n``.
-        forms: ``"equation"``, ``"statement"``, ``"question"``, ... as tagged in ``data_templates/``;
-            None: every template of the operation.
-
-    Returns:
-        The columns of :func:`~mathcircuits.data.generate_pairs` and the scores ``correct``, ``first_correct``
-        and ``p_answer``.
 
     Raises:
         PairError: ``n`` is below 1, the generation settings are invalid, no template has one of ``forms``, or
