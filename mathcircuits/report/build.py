@@ -41,24 +41,12 @@ class ReportFigures:
 
 
 def report_figures(parts: ReportParts) -> ReportFigures:
-    """The sections ``parts`` has results for, in page order, each with its figures built.
-
-    Args:
-        parts: the report's results.
-
-    Returns:
-        The sections and their figures.
-    """
+    """The sections ``parts`` has results for, in page order, each with its figures built."""
     return ReportFigures(tuple((s, s.figures()) for kind in SECTIONS for s in kind.of(parts)))
 
 
 def render_sections(page: Page, figures: ReportFigures) -> None:
-    """Add every section to ``page``, in page order, each with the figures it built.
-
-    Args:
-        page: the page to add to.
-        figures: the sections and their figures (:func:`report_figures`).
-    """
+    """Add every section to ``page``, in page order, each with the figures it built (:func:`report_figures`)."""
     for section, figs in figures.sections:
         section.render(page, figs)
 
@@ -66,12 +54,7 @@ def render_sections(page: Page, figures: ReportFigures) -> None:
 def report_html(parts: ReportParts, figures: ReportFigures | None = None) -> str:
     """The report as one HTML string (plotly and, when views are shown, CircuitsVis inlined).
 
-    Args:
-        parts: the results to show (:class:`ReportParts`; ``ReportParts.of(...)`` takes looser forms).
-        figures: its sections' figures, when already built (e.g. to save them too); built here otherwise.
-
-    Returns:
-        A standalone HTML page.
+    ``figures``: its sections' figures when already built (e.g. to save them too); built here otherwise.
     """
     page = Page()
     render_sections(page, figures if figures is not None else report_figures(parts))
@@ -93,13 +76,7 @@ def report_html(parts: ReportParts, figures: ReportFigures | None = None) -> str
 def build_report(path: str | os.PathLike, parts: ReportParts, figures: ReportFigures | None = None) -> Path:
     """Write the report to ``path`` atomically and return the path.
 
-    Args:
-        path: the HTML file to write.
-        parts: the results to show.
-        figures: its sections' figures, when already built (:func:`report_figures`).
-
-    Returns:
-        ``path`` as a :class:`~pathlib.Path`.
+    ``figures`` as in :func:`report_html`.
     """
     text = report_html(parts, figures)
     with atomic_path(path) as tmp:

@@ -107,12 +107,8 @@ def _memory_fields(value: object) -> dict[str, object] | None:
 def plain_text(value: object) -> str:
     """A value as readable text for the report: never a Python ``repr`` of a dict, list or tuple.
 
-    Args:
-        value: any plain value (dicts become ``key: value; ...``, sequences ``a, b, c``, floats 4 digits,
-            a ``(layer, head)`` pair ``L{layer}.H{head}``).
-
-    Returns:
-        The text.
+    Dicts become ``key: value; ...``, sequences ``a, b, c``, floats 4 digits, a ``(layer, head)`` pair
+    ``L{layer}.H{head}``.
     """
     if _memory_fields(value) is not None:
         return memory_text(value)
@@ -163,12 +159,8 @@ def table(df: pd.DataFrame, max_rows: int = 200) -> str:
 def accuracy_with_intervals(df: pd.DataFrame, confidence: float = DEFAULT_CONFIDENCE) -> pd.DataFrame:
     """An accuracy table with each accuracy as a percentage and its Wilson interval, e.g. ``"75% [62%, 85%]"``.
 
-    Args:
-        df: a table with columns ``n`` (items) and ``accuracy`` (a fraction); returned unchanged without them.
-        confidence: the intervals' level.
-
-    Returns:
-        A copy whose ``accuracy`` column is replaced by ``accuracy (95% Wilson interval)`` text.
+    Needs columns ``n`` and ``accuracy`` (a fraction), else returned unchanged; the copy's ``accuracy`` column
+    becomes ``accuracy (95% Wilson interval)`` text.
     """
     if not {"n", "accuracy"} <= set(df.columns):
         return df
@@ -200,11 +192,7 @@ def _claim_value(value: float, low: float, high: float, unit: str) -> str:
 def claims_table(df: pd.DataFrame) -> pd.DataFrame:
     """The claims card's full table with each claim's value and interval as one text cell in the claim's unit.
 
-    Args:
-        df: :meth:`~mathcircuits.claims.ClaimsCard.to_dataframe`.
-
-    Returns:
-        The table with ``value``, ``low``, ``high`` and ``interval`` replaced by ``value [interval] (method)``.
+    ``value``, ``low``, ``high`` and ``interval`` become ``value [interval] (method)``.
     """
     out = df.copy()
     cells = [_claim_value(r.value, r.low, r.high, str(r.unit)) for r in out.itertuples()]
@@ -277,13 +265,7 @@ class Page:
     def html(self, title: str, front: list[tuple[str, str]], notes: list[str]) -> str:
         """The whole page: head (style, plotly.js, CircuitsVis when needed), the parts, then the appendix.
 
-        Args:
-            title: the page title.
-            front: appendix tables that come before those the sections added (model, data, accuracies).
-            notes: notes after the appendix.
-
-        Returns:
-            A standalone HTML page.
+        ``front``: appendix tables that come before those the sections added (model, data, accuracies).
         """
         from plotly.offline import get_plotlyjs
 

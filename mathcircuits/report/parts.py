@@ -41,31 +41,18 @@ class ReportParts:
     """The results one report shows; every part is optional.
 
     Args:
-        title: the page title (default: "Arithmetic circuits in <model name>", or "mathcircuits report").
-        claims: the claims card, shown first.
-        model_spec: the model's spec (read from a saved result, e.g. ``patching_overall.model``), in the appendix.
-        data_summary: facts about the data, in the appendix.
-        accuracy_table: accuracy by operation and template.
-        patching: per-operation patching results, ``{operation: result}`` (one heatmap each).
+        title: default: "Arithmetic circuits in <model name>", or "mathcircuits report".
+        model_spec: read from a saved result, e.g. ``patching_overall.model``; shown in the appendix.
+        patching: ``{operation: result}``, one heatmap each.
         patching_overall: the result over all pairs (default: merged from ``patching``).
-        key_components: the key components, outlined on the heatmaps, with their selection stability.
-        knockout: knockout results, ``{operation: result}``.
-        transfer: the transfer result.
-        attention: attention of the key heads by token role.
-        probes: the MLP probes.
         patterns: full attention patterns, shown as interactive CircuitsVis views.
-        evaluation: the evaluate stage's table (:func:`~mathcircuits.evaluation.compare_table`: each model's
-            accuracies and changes against base, with the tuned models' training facts).
+        evaluation: the evaluate stage's table (:func:`~mathcircuits.evaluation.compare_table`).
         circuit: ``{operation: Circuit}``, each shown as the graph of its plateau circuit.
-        circuit_faithfulness: ``{operation: Faithfulness}``, shown as the curve with its random band.
         comparison_sweep: the fair SFT comparison's sweep (:func:`~mathcircuits.finetune.sweep_table`).
         comparison_table: per mode at its chosen rate: what it tuned and its change against base with intervals
             over items and seeds (:func:`~mathcircuits.finetune.effects_table`).
-        numbers: the numbers stage's results (:class:`~mathcircuits.numbers.NumberResults`).
-        comparison_points: one row per trained unit (:func:`~mathcircuits.finetune.pareto_points`): the Pareto figure.
-        comparison_power: the comparison's power statement (the smallest precise − full difference it detects).
-        extra_figures: more figures, ``{title: figure}``.
-        notes: notes after the appendix.
+        comparison_points: one row per trained unit (:func:`~mathcircuits.finetune.pareto_points`).
+        comparison_power: the smallest precise − full difference the comparison detects.
     """
 
     title: str = ""
@@ -107,19 +94,7 @@ class ReportParts:
         """The parts from looser forms: one result or a list where a mapping belongs, one note as a string.
 
         A single patching result is labelled by its operations; a list by each result's operations;
-        one circuit (and its faithfulness) by the empty label.
-
-        Args:
-            patching: one result, a list, or ``{label: result}``.
-            knockout: one result, a list, or ``{label: result}``.
-            circuit: one circuit or ``{operation: circuit}``.
-            circuit_faithfulness: its faithfulness, or ``{operation: faithfulness}``.
-            notes: a note or a list of notes.
-            extra_figures: ``{title: figure}``.
-            **parts: the other fields of :class:`ReportParts`.
-
-        Returns:
-            The parts.
+        one circuit (and its faithfulness) by the empty label. ``**parts``: the other fields.
         """
         if isinstance(patching, PatchingResult):
             patching = {"+".join(patching.operations) or "run": patching}

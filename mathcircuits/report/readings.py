@@ -52,15 +52,7 @@ def _plain(v: float, lo: float, hi: float) -> str:
 
 
 def reading_patching(result: PatchingResult, key: KeyComponents | None = None) -> str:
-    """The strongest heads of a patching result with their intervals, and the key selection.
-
-    Args:
-        result: a :class:`~mathcircuits.patching.PatchingResult` (usually over all pairs).
-        key: the :class:`~mathcircuits.patching.KeyComponents`, or None.
-
-    Returns:
-        The paragraph.
-    """
+    """The strongest heads of a patching result (usually over all pairs) with their intervals, and the key selection."""
     top = result.top_heads(3)
     parts = []
     for l, h, e in top:
@@ -103,14 +95,7 @@ def reading_patching(result: PatchingResult, key: KeyComponents | None = None) -
 
 
 def reading_stability(key: KeyComponents) -> str:
-    """How to read the selection-stability figure, with this run's numbers.
-
-    Args:
-        key: the :class:`~mathcircuits.patching.KeyComponents` (with or without stability).
-
-    Returns:
-        The paragraph.
-    """
+    """How to read the selection-stability figure, with this run's numbers (with or without stability)."""
     if not key.has_stability:
         return "Selection stability was not measured for these key components; re-run identify to measure it."
     firm = [str(Head(l, h)) for (l, h), s in zip(key.heads, key.stability) if s >= 0.8]
@@ -129,14 +114,7 @@ def reading_stability(key: KeyComponents) -> str:
 
 
 def reading_knockout(items: Sequence[KnockoutResult]) -> str:
-    """The knockout curves' endpoints with their Wilson intervals and the random spread.
-
-    Args:
-        items: the :class:`~mathcircuits.ablation.KnockoutResult` values (one per operation).
-
-    Returns:
-        The paragraph.
-    """
+    """The knockout curves' endpoints with their Wilson intervals and the random spread."""
     parts = []
     ks: list[int] = []
     for ko in items:
@@ -169,14 +147,7 @@ def reading_knockout(items: Sequence[KnockoutResult]) -> str:
 
 
 def reading_transfer(result: TransferResult) -> str:
-    """Which transfer sets were measurable and what ablating the key heads did on them.
-
-    Args:
-        result: a :class:`~mathcircuits.ablation.TransferResult`.
-
-    Returns:
-        The paragraph.
-    """
+    """Which transfer sets were measurable and what ablating the key heads did on them."""
     measured = [r for r in result.rows if r.status == "measured"]
     skipped = [r for r in result.rows if r.status != "measured"]
     text = (
@@ -199,11 +170,7 @@ def reading_transfer(result: TransferResult) -> str:
 def reading_unmeasurable(result: TransferResult) -> str:
     """The transfer sets the clean model answers too rarely to measure, as the line under the chart ("" if none).
 
-    Args:
-        result: a :class:`~mathcircuits.ablation.TransferResult`.
-
-    Returns:
-        The sentence, with each set's clean accuracy and its Wilson interval.
+    Each set with its clean accuracy and Wilson interval.
     """
     skipped = [r for r in result.rows if r.status != "measured"]
     if not skipped:
@@ -219,14 +186,7 @@ def reading_unmeasurable(result: TransferResult) -> str:
 
 
 def reading_attention(result: AttentionByRole) -> str:
-    """Which key heads attend above uniform to operands or operator, with intervals.
-
-    Args:
-        result: an :class:`~mathcircuits.analysis.AttentionByRole`.
-
-    Returns:
-        The paragraph.
-    """
+    """Which key heads attend above uniform to operands or operator, with intervals."""
     df = result.summary(by_operation=False)
     parts = []
     for r, cls in zip(df.itertuples(), df["class"]):
@@ -246,14 +206,7 @@ def reading_attention(result: AttentionByRole) -> str:
 
 
 def reading_probes(result: MLPProbeResult) -> str:
-    """Where the MLPs start to write the answer, with the layer's bootstrap interval.
-
-    Args:
-        result: an :class:`~mathcircuits.analysis.MLPProbeResult`.
-
-    Returns:
-        The paragraph.
-    """
+    """Where the MLPs start to write the answer, with the layer's bootstrap interval."""
     n = result.n_layers
     rise = result.layer_interval("raising")
     lens = result.layer_interval("lens_top1")
