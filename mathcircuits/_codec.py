@@ -287,7 +287,7 @@ def decode_value(value: Any, tp: Any, where: str = "value", strict: bool = True)
 
 
 def encode_fields(obj: Any) -> Encoded:
-    """The fields of dataclass ``obj`` as plain values and CPU tensors (nested dataclasses as dicts), in field order."""
+    """The fields of dataclass ``obj`` as plain values and CPU tensors (nested dataclasses as dicts)."""
     hints = _hints(type(obj))
     return {f.name: _encode(getattr(obj, f.name), hints.get(f.name, Any)) for f in dataclasses.fields(obj)}
 
@@ -331,7 +331,10 @@ def tensors_to_json(value: Any) -> Any:
 
 
 def tensors_from_json(value: Any) -> Any:
-    """Turn the ``__tensor__`` records of :func:`tensors_to_json` back into CPU tensors, recursively."""
+    """Turn the ``__tensor__`` records written by :func:`tensors_to_json` back into tensors, recursively.
+
+    Tensors come back on the CPU.
+    """
     if isinstance(value, dict):
         if "__tensor__" in value and set(value) == {"__tensor__", "dtype", "shape"}:
             dtype = getattr(torch, str(value["dtype"]), None)

@@ -72,7 +72,7 @@ def is_temporary(rel: str | os.PathLike) -> bool:
 
 @contextlib.contextmanager
 def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
-    """Yield a temporary path beside ``path``; it replaces ``path`` only when the ``with`` block succeeds."""
+    """Yield a temporary path beside ``path``; move it into place only on success."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
@@ -93,7 +93,7 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
 
 @contextlib.contextmanager
 def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
-    """Yield a temporary folder beside ``path``; it replaces ``path`` only when the ``with`` block succeeds."""
+    """Yield a temporary folder beside ``path``; it replaces ``path`` only on success."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
@@ -120,7 +120,7 @@ def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
 
 
 def write_json(path: str | os.PathLike, obj: Any) -> Path:
-    """Write ``obj`` as indented JSON, atomically; returns ``path``."""
+    """Write ``obj`` as indented JSON, atomically."""
     with atomic_path(path) as tmp:
         tmp.write_text(json.dumps(obj, indent=2, sort_keys=False) + "\n")
     return Path(path)

@@ -236,7 +236,7 @@ class SavedResult:
     # ------------------------------------------------------------------------- printing
 
     def summary_items(self) -> list[tuple[str, str]]:
-        """What this value is, in a few ``(label, text)`` items (subclasses name what matters, e.g. top heads).
+        """What this value is, in a few ``(label, text)`` items (subclasses name what matters).
 
         The default describes each field by :func:`brief`.
         """

@@ -72,7 +72,7 @@ def plain(value: Any) -> Any:
 
 
 def type_name(hint: Any) -> str:
-    """A short readable name of a type hint (``int``, ``list of str``, ``one of 'a', 'b'``), for errors and help."""
+    """A short readable name of a type hint (``int``, ``list of str``, ``one of 'a', 'b'``)."""
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     if origin is Literal:
         return "one of " + ", ".join(repr(a) for a in args)
@@ -178,7 +178,7 @@ def from_dict(cls: type[T], values: Any, hidden: tuple[str, ...] = ()) -> T:
 
 
 def describe(cls: type, hidden: tuple[str, ...] = ()) -> list[dict[str, str]]:
-    """One row per settable field of ``cls``: dicts with ``name``, ``type``, ``range``, ``default``, ``help``."""
+    """One row per settable field of ``cls``: name, type, range, default and help."""
     hints = typing.get_type_hints(cls)
     rows = []
     for f in dataclasses.fields(cls):

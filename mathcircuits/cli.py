@@ -232,7 +232,7 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the command line (``argv`` default: ``sys.argv[1:]``).
+    """Run the command line.
 
     Returns the exit code: 0 done, 2 error, 3 internal error, 130 interrupted.
     """

@@ -176,7 +176,10 @@ def planned_detectable_difference(
 
 
 def detectable_difference(a: ScoresA, b: ScoresB, alpha: float = 0.05, power: float = 0.8) -> Power:
-    """The MDD of a finished comparison ([seed, item] scores), from its own variance components."""
+    """The MDD of a finished comparison, from its own variance components.
+
+    ``a`` and ``b`` are [seed, item] scores.
+    """
     ta, tb = _matrix(a, "a"), _matrix(b, "b")
     if ta.shape[1] != tb.shape[1]:
         raise FixableValueError(f"detectable_difference: {ta.shape[1]} vs {tb.shape[1]} items. ", "the same items.")

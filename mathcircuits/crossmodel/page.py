@@ -62,7 +62,9 @@ def _figure(fig: go.Figure, n: int) -> str:
 
 
 def comparison_html(cmp: ModelComparison, figures: Mapping[str, go.Figure]) -> str:
-    """The comparison page as one standalone HTML string (plotly.js inlined).
+    """The comparison page as one HTML string.
+
+    plotly.js is inlined.
 
     ``figures`` come from :func:`~mathcircuits.crossmodel.figures.comparison_figures` (built once).
     """

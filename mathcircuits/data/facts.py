@@ -45,7 +45,7 @@ def facts_of(pairs: PairSet) -> frozenset[Fact]:
 
 
 def drop_facts(pairs: PairSet, facts: Collection[Fact]) -> PairSet:
-    """The pairs whose fact is not in ``facts`` (e.g. a held-out set without any trained fact), in order."""
+    """The pairs whose fact is not in ``facts`` (e.g. a held-out set without any trained fact)."""
     _check(pairs)
     seen = facts if isinstance(facts, (set, frozenset)) else set(facts)
     return pairs.where([f not in seen for f in zip(pairs.operations, pairs.a, pairs.b)])

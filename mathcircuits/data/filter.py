@@ -133,7 +133,10 @@ def score_pairs(
 
 
 def filter_correct(dataset: PairSet) -> PairSet:
-    """Keep the rows the model answered correctly (``correct`` from :func:`score_pairs`)."""
+    """Keep the rows the model answered correctly.
+
+    ``dataset`` must be scored by :func:`score_pairs`.
+    """
     if not dataset.has("correct"):
         raise FixableValueError("filter_correct needs a 'correct' column. ", "run score_pairs(model, dataset) first.")
     return PairSet(dataset.dataset.filter(lambda r: r["correct"]))

@@ -24,7 +24,7 @@ class PairError(FixableError, ValueError):
 def compute_answer(
     operation: Operation, a: int, b: int, integer_only: bool = True, allow_negative: bool = False
 ) -> str | None:
-    """The answer string for ``a <op> b`` (e.g. ``"8"``, ``"2.5"``), or None when the rule excludes the pair.
+    """The answer string for ``a <op> b``, or None when the rule excludes the pair.
 
     ``integer_only`` excludes divisions with a remainder (else two decimals).
     """

@@ -96,7 +96,10 @@ class PairBatch:
 
 
 def operation_rows(operations: Sequence[str], operation: Operation | None) -> Int[Tensor, " rows"]:
-    """Indices of the pairs of ``operation`` (all pairs when None); KeyError if there are none."""
+    """Indices of the pairs of ``operation`` (all pairs when None); a clear error if there are none.
+
+    KeyError when no pair has ``operation``.
+    """
     if operation is None:
         return torch.arange(len(operations))
     idx = [i for i, op in enumerate(operations) if op == operation]

@@ -83,7 +83,10 @@ class TemplateSet:
 
 
 def default_template_dir() -> Path:
-    """``data_templates/`` at the project root, beside the package (it may not exist in an installed package)."""
+    """``data_templates/`` at the project root (beside the ``mathcircuits`` package).
+
+    It may not exist in an installed package.
+    """
     return Path(__file__).resolve().parents[2] / "data_templates"
 
 

@@ -30,7 +30,10 @@ def max_positions(model: torch.nn.Module) -> int | None:
 
 
 def pad_token_id(tokenizer: Any) -> int:
-    """The tokenizer's pad id, else its EOS id (ValueError when it has neither)."""
+    """The tokenizer's pad id, else its EOS id.
+
+    ValueError when it has neither.
+    """
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     if pad is None:
         raise FixableValueError(
@@ -42,9 +45,9 @@ def pad_token_id(tokenizer: Any) -> int:
 def left_pad(
     seqs: Sequence[Sequence[int]], pad_id: int, device: torch.device
 ) -> tuple[Int[Tensor, "batch seq"], Int[Tensor, "batch seq"]]:
-    """Token id lists as one left-padded batch: ``(input_ids, attention_mask)``, mask 1 on real tokens.
+    """Token id lists as one left-padded batch.
 
-    An empty row stays all padding.
+    ``(input_ids, attention_mask)``, mask 1 on real tokens; an empty row stays all padding.
     """
     width = max(len(s) for s in seqs)
     ids = torch.full((len(seqs), width), pad_id, dtype=torch.long, device="cpu")

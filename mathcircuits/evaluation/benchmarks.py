@@ -101,7 +101,7 @@ def load_benchmark(
     limit: int | None = None,
     seed: int = 0,
 ) -> list[BenchmarkItem]:
-    """Load a benchmark by name as a list of items, in file order.
+    """Load a benchmark by name as a list of items.
 
     Args:
         split: None: its first scoreable split, ``test``, or ``validation`` for CommonsenseQA.

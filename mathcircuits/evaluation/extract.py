@@ -80,7 +80,7 @@ def _numbers(text: str) -> list[tuple[int, float]]:
 
 
 def parse_number(text: str) -> float | None:
-    """The first number in ``text`` (or a leading number word up to "twenty"), None when there is none."""
+    """The first number in ``text`` (or a leading number word up to "twenty")."""
     w = _WORD_RE.match(text)
     if w:
         return float(NUMBER_WORDS[w.group(1).lower()])
@@ -89,7 +89,7 @@ def parse_number(text: str) -> float | None:
 
 
 def extract_number(text: str | None) -> float | None:
-    """The answer a model gave in ``text`` (see the module docstring for the rules), None when none."""
+    """The answer a model gave in ``text`` (see the module docstring for the rules)."""
     if text is None:
         return None
     text = text.replace("\u2212", "-")

@@ -58,7 +58,10 @@ class BenchmarkItem:
 
 
 def items_to_dataframe(items: Sequence[BenchmarkItem]) -> Any:
-    """One row per item, for reading a benchmark at a glance (``choices`` joined by `` | ``)."""
+    """One row per item, for reading a benchmark at a glance.
+
+    ``choices`` are joined by `` | ``.
+    """
 
     rows = []
     for it in items:

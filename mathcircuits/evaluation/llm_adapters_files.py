@@ -1,4 +1,6 @@
-"""LLM-Adapters benchmark files (``<root>/<folder>/{train,test}.json``) as ``BenchmarkItem`` lists.
+"""LLM-Adapters benchmark files as ``BenchmarkItem`` lists (math word problems, ARC, BoolQ, OpenBookQA).
+
+The files are ``<root>/<folder>/{train,test}.json``.
 
 Math records: ``instruction`` (+ ``input``) is the question, ``answer`` the gold, ``output`` (minus ``"A:"``)
 the rationale. Choice records hold the options inside ``instruction`` ("Answer1: ... Answer2: ...") and the
@@ -107,7 +109,9 @@ def load_llm_adapters(
     split: str = "test",
     path: str | os.PathLike | None = None,
 ) -> list[BenchmarkItem]:
-    """Load ``<root>/<folder>/<split>.json`` (LLM-Adapters format) as benchmark items, uids ``"<split>-<index>"``.
+    """Load ``<root>/<folder>/<split>.json`` (LLM-Adapters format) as benchmark items.
+
+    Uids are ``"<split>-<index>"``.
 
     Args:
         kind: ``"math"`` or ``"choice"``: how a record is parsed.

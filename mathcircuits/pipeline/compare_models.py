@@ -44,7 +44,10 @@ def _flat(d: JSONValue, prefix: str = "") -> dict[str, JSONValue]:
 
 
 def check_same_config(a: RunConfig, b: RunConfig, where: tuple[str, str]) -> None:
-    """Refuse two runs whose configurations differ outside the ``model`` section (ConfigError naming them)."""
+    """Refuse two runs whose configurations differ outside the ``model`` section.
+
+    ConfigError names the differing settings.
+    """
     fa, fb = (_flat({k: v for k, v in c.to_dict().items() if k != "model"}) for c in (a, b))
     diff = sorted(k for k in fa.keys() | fb.keys() if fa.get(k) != fb.get(k))
     if diff:

@@ -118,7 +118,10 @@ class RunConfig:
 
     @classmethod
     def load(cls, path: str | Path) -> RunConfig:
-        """Read a ``.yaml``/``.yml``/``.toml`` file and check it; :class:`ConfigError` names the file."""
+        """Read a ``.yaml``/``.yml``/``.toml`` file and check it.
+
+        :class:`ConfigError` names the file for any problem.
+        """
         path = Path(path)
         if not path.is_file():
             raise ConfigError(
@@ -211,9 +214,9 @@ def render_config(cfg: RunConfig | None = None) -> str:
 
 
 def fingerprint(*parts: Any) -> str:
-    """A stable hash of JSON-able parts (config sections and upstream fingerprints); their order matters.
+    """A stable hash of JSON-able parts (config sections and upstream fingerprints).
 
-    16 hex characters (a prefix of SHA-256).
+    Their order matters; 16 hex characters (a prefix of SHA-256).
     """
     blob = json.dumps(parts, sort_keys=True, default=str).encode()
     return hashlib.sha256(blob).hexdigest()[:16]

@@ -166,7 +166,7 @@ def stage_status(run_dir: str | Path, cfg: RunConfig, verify: bool = True) -> di
 
 
 def done_summary(run_dir: str | Path, name: str) -> StageSummary:
-    """The typed summary a finished stage left in its marker (its own :class:`StageSummary` subclass)."""
+    """The typed summary a finished stage left in its marker."""
     marker = RunPaths(Path(run_dir)).marker(name)
     return STAGES[name].summary.from_dict(read_json(marker)["summary"], source=marker)
 

@@ -46,7 +46,7 @@ def report_figures(parts: ReportParts) -> ReportFigures:
 
 
 def render_sections(page: Page, figures: ReportFigures) -> None:
-    """Add every section to ``page``, in page order, each with the figures it built (:func:`report_figures`)."""
+    """Add every section to ``page``, in page order, each with the figures it built."""
     for section, figs in figures.sections:
         section.render(page, figs)
 

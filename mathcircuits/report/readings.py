@@ -52,7 +52,7 @@ def _plain(v: float, lo: float, hi: float) -> str:
 
 
 def reading_patching(result: PatchingResult, key: KeyComponents | None = None) -> str:
-    """The strongest heads of a patching result (usually over all pairs) with their intervals, and the key selection."""
+    """The strongest heads of a patching result with their intervals, and the key selection."""
     top = result.top_heads(3)
     parts = []
     for l, h, e in top:
@@ -95,7 +95,7 @@ def reading_patching(result: PatchingResult, key: KeyComponents | None = None) -
 
 
 def reading_stability(key: KeyComponents) -> str:
-    """How to read the selection-stability figure, with this run's numbers (with or without stability)."""
+    """How to read the selection-stability figure, with this run's numbers."""
     if not key.has_stability:
         return "Selection stability was not measured for these key components; re-run identify to measure it."
     firm = [str(Head(l, h)) for (l, h), s in zip(key.heads, key.stability) if s >= 0.8]

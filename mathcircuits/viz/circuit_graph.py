@@ -24,7 +24,7 @@ def _columns(circuit: Circuit) -> list[str]:
 def circuit_graph(
     circuit: Circuit, faith: Faithfulness | None = None, width: int = 900, height: int = 650
 ) -> go.Figure:
-    """The circuit's nodes and edges as a Plotly figure (``.write_html`` works offline).
+    """The circuit's nodes and edges as a Plotly figure.
 
     With ``faith`` the plateau's value goes in the title.
     """

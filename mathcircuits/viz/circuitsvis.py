@@ -25,7 +25,7 @@ __all__ = ["OfflineHTML", "attention_heads_view", "circuitsvis_bundle", "split_b
 
 
 def circuitsvis_bundle() -> str:
-    """The CircuitsVis JavaScript bundle exactly as ``render_local`` inlines it (``</script>`` removed).
+    """The CircuitsVis JavaScript bundle exactly as ``render_local`` inlines it.
 
     FileNotFoundError when the installed circuitsvis lacks its ``dist/cdn/iife.js``.
     """

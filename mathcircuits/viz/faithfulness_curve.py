@@ -21,7 +21,7 @@ _COLOURS = ["#1d3557", "#e76f51", "#2a9d8f", "#8d6e63"]
 
 
 def faithfulness_curve(faith: Faithfulness, width: int = 900, height: int = 520) -> go.Figure:
-    """The curve of a :class:`~mathcircuits.circuit.Faithfulness` as a Plotly figure (size in pixels)."""
+    """The curve of a :class:`~mathcircuits.circuit.Faithfulness` as a Plotly figure."""
     fig = go.Figure()
     ops = ", ".join(faith.operations)
     gap = faith.denominator.format("{:.2f}")

@@ -18,7 +18,9 @@ __all__ = ["selection_stability_bars"]
 
 
 def selection_stability_bars(key: KeyComponents, *, title: str | None = None) -> go.Figure:
-    """Selection frequency (share of resamples, 0..1) of the key heads and of other often-selected heads.
+    """Selection frequency of the key heads and of other often-selected heads.
+
+    Shares of resamples, 0..1.
 
     ValueError when the key components carry no stability (re-run identify).
     """
