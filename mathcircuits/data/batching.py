@@ -59,11 +59,8 @@ def iter_batches(
 ) -> Iterator[tuple[list[int], dict[str, torch.Tensor]]]:
     """Yield ``(row indices, {column: tensor})`` for groups of rows whose ``length_of`` column has equal length.
 
-    Args:
-        columns: equal-length columns (lists of token lists, or of scalars),
-            e.g. ``{"tokens": ..., "answer_token": ...}``.
-        group_by: a column that also groups the rows when present (e.g. ``"template_id"``, so a batch
-            shares its few-shot prefix); it does not become a tensor.
+    ``columns`` are equal-length lists (of token lists or scalars); ``group_by`` names a column that also groups
+    the rows when present (e.g. ``"template_id"``, so a batch shares its few-shot prefix) and becomes no tensor.
     """
     if length_of not in columns:
         raise FixableKeyError(

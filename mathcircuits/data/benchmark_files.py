@@ -1,18 +1,13 @@
 """Benchmark files on disk: where they live, and the one reader of their JSON format.
 
-The math word problems and multiple-choice sets of Zhang et al. (ICML 2024, Sec. 5, Table 1) come from
-LLM-Adapters (Hu et al., 2023) as ``<root>/<folder>/{train,test}.json``: a JSON list of
-``{"instruction", "input", "output", "answer"}`` records. ``data.word_problems``, ``evaluation`` and
-``finetune`` all read them, so the reader lives here, in the lowest layer that needs it.
+The math word problems and multiple-choice sets of Zhang et al. (ICML 2024, Table 1) come from
+LLM-Adapters (Hu et al., 2023) as ``<root>/<folder>/{train,test}.json`` (``data.word_problems``,
+``evaluation`` and ``finetune`` read them, so the reader lives in this lowest layer).
 
 Decontamination: the folders' ``train.json`` files are contained in their ``test.json`` files (SVAMP: all
 800 train problems are among the 1000 test problems). :func:`read_benchmark_split` therefore drops from a
 test split every record whose question (whitespace- and case-normalised) also occurs in the folder's train
 split, so a model fine-tuned on train is never scored on it.
-
-Usage::
-
-    test = read_benchmark_split("SVAMP", "test")   # 200 records: the 1000 minus the 800 of train.json
 """
 
 from __future__ import annotations

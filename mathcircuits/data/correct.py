@@ -5,11 +5,6 @@ that recipe as one call, so every caller gets the same pairs for the same argume
 in generation order, and stops at ``n`` correct pairs: the same pairs as scoring all, at a fraction of the
 cost. :func:`fresh_pairs` draws pairs *disjoint* from given ones (e.g. to score a knockout on pairs other
 than those that chose the heads).
-
-Usage::
-
-    pairs = correct_pairs(model, "add", n=12, template_ids=("add_eq_1",), seed=8)
-    held_out = fresh_pairs(model, pairs, n=32)
 """
 
 from __future__ import annotations
@@ -90,16 +85,9 @@ def correct_pairs(
 ) -> PairSet:
     """The first ``n`` pairs of one operation that ``model`` answers correctly.
 
-    Args:
-        n: how many, in generation order; None: all. Scoring stops once there are ``n`` (checked every
-            ``batch_size`` pairs).
-        template_ids: only these templates of the operation; None: those of ``forms`` (``"equation"``,
-            ``"statement"``, ``"question"``, ... as tagged in ``data_templates/``; None: every template).
-        n_per_template: pairs generated per template before filtering.
-
-    Raises:
-        PairError: ``n`` is below 1, the generation settings are invalid, no template has one of ``forms``, or
-            fewer than ``n`` pairs are correct (the message gives the counts and the fix).
+    ``n`` None: all; scoring stops once there are ``n`` (checked every ``batch_size`` pairs). ``template_ids``
+    None: the operation's templates of ``forms`` (``"equation"``, ``"question"``, ... as tagged in
+    ``data_templates/``; None: all). PairError when fewer than ``n`` are correct, giving the counts and the fix.
     """
     if n is not None and n < 1:
         raise PairError(f"n={n} asks for no pair. ", "pass n >= 1, or n=None for every correct pair.")
@@ -138,11 +126,8 @@ def fresh_pairs(
 
     For scoring on data other than the data that chose something (key heads chosen by path patching on
     ``pairs`` look more necessary on ``pairs`` than they are). Pairs are compared by their tokens
-    (:func:`~mathcircuits.data.pair_keys`); the new ``pair_id`` continue after the largest in ``pairs``.
+    (:func:`~mathcircuits.data.pair_keys`); the new ``pair_id`` continue after the largest in ``pairs``;
     ``seed`` is raised by one for each further round when a round is short.
-
-    Raises:
-        PairError: ``n`` is below 1, or the templates' operand range holds fewer than ``n`` new correct pairs.
     """
     if n < 1:
         raise PairError(f"n={n} asks for no pair. ", "pass n >= 1.")

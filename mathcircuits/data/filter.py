@@ -61,19 +61,13 @@ def score_pairs(
 ) -> PairSet:
     """Score the model on each pair: is every answer token the greedy prediction (teacher-forced)?
 
-    Args:
-        model: from a ``[batch, seq]`` token tensor to logits (a HookedModel, or an HF model wrapped as
-            ``lambda t: hf(t).logits``). With ``logits_from(tokens, start)`` (a
-            :class:`~mathcircuits.models.forward.prefix.PrefixRunner`, a HookedModel) only the logits from the first
-            answer position on are computed, each batch's shared few-shot prefix once, batches grouped by
-            ``template_id`` too. Rows of different lengths share a right-padded batch (:func:`padded_groups`),
-            unless ``model`` carries ``fwd_hooks``.
-        device: default: the model's ``device``, else the CPU.
-
-    Returns:
-        The dataset with ``correct`` (every answer token right), ``first_correct``, ``p_answer`` (probability
-        of the first answer token) and ``logp_answer`` (teacher-forced log-probability of the whole answer)
-        added or replaced.
+    ``model`` maps ``[batch, seq]`` tokens to logits (a HookedModel, or ``lambda t: hf(t).logits``). With
+    ``logits_from(tokens, start)`` (:class:`~mathcircuits.models.forward.prefix.PrefixRunner`, a HookedModel) only
+    the logits from the first answer position on are computed, each batch's shared few-shot prefix once, batches
+    grouped by ``template_id`` too. Rows of different lengths share a right-padded batch (:func:`padded_groups`)
+    unless ``model`` carries ``fwd_hooks``. Adds or replaces ``correct`` (every answer token right),
+    ``first_correct``, ``p_answer`` (first answer token) and ``logp_answer`` (teacher-forced log-probability of
+    the whole answer).
     """
 
     needed = ("tokens", "answer_tokens", "n_tokens")

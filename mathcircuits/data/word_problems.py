@@ -39,15 +39,9 @@ def word_problem_dataset(
 ) -> PairSet:
     """Word problems of one benchmark file as prompts with their answer tokens.
 
-    Args:
-        path: an LLM-Adapters JSON file, e.g. ``<benchmarks>/SVAMP/test.json``.
-        limit: keep at most this many problems after the shuffle (None: all).
-        seed: of the shuffle that picks the problems and the few-shot examples.
-        fewshot: solved problems before each question (from the shuffled file, never also questions).
-
-    Returns:
-        ``prompt``, ``answer``, ``tokens``, ``answer_tokens``, ``n_tokens``, ``operation`` (``"word_problem"``)
-        and ``template_id`` (the benchmark folder).
+    ``limit`` problems (None: all) are kept after a shuffle seeded by ``seed``; ``fewshot`` solved problems of the
+    shuffled file (never also questions) precede each question. ``operation`` is ``"word_problem"`` and
+    ``template_id`` the benchmark folder.
     """
 
     path = Path(path)

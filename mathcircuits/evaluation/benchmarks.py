@@ -103,15 +103,9 @@ def load_benchmark(
 ) -> list[BenchmarkItem]:
     """Load a benchmark by name as a list of items.
 
-    Args:
-        split: None: its first scoreable split, ``test``, or ``validation`` for CommonsenseQA.
-        path: the root, the benchmark folder or the file (None: :func:`~mathcircuits.data.default_benchmark_root`,
-            else the Hub).
-        limit: keep this many items, drawn with ``seed`` (None: all).
-
-    Raises:
-        KeyError: an unknown benchmark.
-        FileNotFoundError: no such file under ``path``, and no download possible.
+    ``split`` None: its first scoreable split (``test``, or ``validation`` for CommonsenseQA). ``path``: the root,
+    the benchmark folder or the file (None: :func:`~mathcircuits.data.default_benchmark_root`, else the Hub).
+    ``limit`` items are drawn with ``seed`` (None: all). KeyError for an unknown benchmark.
     """
     spec = benchmark_spec(name)
     if split is None:

@@ -120,13 +120,9 @@ def evaluate_lm_eval(
 ) -> BenchmarkScore:
     """Score one benchmark's items with lm-eval on the in-memory ``model`` (offline).
 
-    Args:
-        exemplars: math: few-shot exemplars, in order (lm-eval's ``first_n`` sampler).
-        normalization: choice: ``"none"`` for lm-eval's ``acc``, ``"chars"`` for ``acc_norm``.
-
-    Returns:
-        One outcome per item, in the items' order, with lm-eval's per-item responses (``option_scores``: the
-        options' log-likelihoods; ``predictions``).
+    Math ``exemplars`` are used in order (lm-eval's ``first_n`` sampler); ``normalization`` ``"none"`` is lm-eval's
+    ``acc``, ``"chars"`` its ``acc_norm``. One outcome per item, in order, with lm-eval's per-item responses
+    (``option_scores``: the options' log-likelihoods; ``predictions``).
     """
     from lm_eval import simple_evaluate
     from lm_eval.models.huggingface import HFLM

@@ -111,16 +111,9 @@ def load_llm_adapters(
 ) -> list[BenchmarkItem]:
     """Load ``<root>/<folder>/<split>.json`` (LLM-Adapters format) as benchmark items.
 
-    Uids are ``"<split>-<index>"``.
-
-    Args:
-        kind: ``"math"`` or ``"choice"``: how a record is parsed.
-        path: the root, the benchmark folder or the file itself. None: the default root
-            (:func:`~mathcircuits.data.default_benchmark_root`), else a download from the
-            LLM-Adapters repository.
-
-    Raises:
-        FileNotFoundError: ``path`` holds no such file, or the download failed.
+    Uids are ``"<split>-<index>"``; ``kind`` says how a record is parsed. ``path``: the root, the benchmark
+    folder or the file itself; None: the default root (:func:`~mathcircuits.data.default_benchmark_root`),
+    else a download from the LLM-Adapters repository.
     """
     file = find_benchmark_file(folder, split, path)
     if file is not None:

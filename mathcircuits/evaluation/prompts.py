@@ -57,15 +57,11 @@ def math_prompt(
 ) -> str:
     """The prompt text for one math question.
 
-    Chat prompts already hold their special tokens.
-
-    Args:
-        exemplars: solved items shown before the question; empty for zero-shot.
-        style: ``"plain"``: ``"Question: ...\\nAnswer: <rationale>\\n\\n"`` per exemplar, then
-            ``"Question: q\\nAnswer:"``; ``"alpaca"``: the LLM-Adapters template (exemplars as earlier
-            instruction/response blocks); ``"chat"``: the tokenizer's chat template with exemplars as
-            earlier turns (needs ``tokenizer``).
-        instruction: appended to each user turn in ``chat`` style (default :data:`MATH_INSTRUCTION`).
+    Chat prompts already hold their special tokens. Styles:
+    ``"plain"``: ``"Question: ...\\nAnswer: <rationale>\\n\\n"`` per exemplar, then ``"Question: q\\nAnswer:"``;
+    ``"alpaca"``: the LLM-Adapters template (exemplars as earlier instruction/response blocks);
+    ``"chat"``: the tokenizer's chat template with exemplars as earlier turns, ``instruction`` (default
+    :data:`MATH_INSTRUCTION`) appended to each user turn.
     """
     if style == "plain":
         shots = "".join(f"Question: {ex.question}\nAnswer: {_shot_answer(ex)}\n\n" for ex in exemplars)

@@ -44,16 +44,10 @@ def score_benchmark(
 ) -> BenchmarkScore:
     """Load one benchmark and score it: through lm-eval where it has the task, else by our math scorer.
 
-    Args:
-        path: where its files are (None: the default root, else the Hub).
-        split: None: ``test``, or ``validation`` for CommonsenseQA.
-        limit: score this many items, drawn with ``seed`` (None: all); ``seed`` also draws the exemplars.
-        n_shot: few-shot exemplars from the train split (math only).
-        style: our scorer only; lm-eval's GSM8K uses its own "Question: …\nAnswer:".
-        normalization: choice: ``"none"`` (lm-eval's ``acc``) or ``"chars"`` (``acc_norm``).
-
-    Raises:
-        ValueError: ``n_shot > 0`` for a benchmark without a train split.
+    ``path`` None: the default root, else the Hub; ``split`` None: ``test`` (``validation`` for CommonsenseQA);
+    ``limit`` items drawn with ``seed``, which also draws the ``n_shot`` exemplars (math only; ValueError without
+    a train split). ``style`` and ``stop`` apply to our scorer only (lm-eval's GSM8K uses its own
+    "Question: …\nAnswer:"); ``normalization``: ``"none"`` (lm-eval's ``acc``) or ``"chars"`` (``acc_norm``).
     """
     spec = benchmark_spec(name)
     items = load_benchmark(spec.name, split=split, path=path, limit=limit, seed=seed)

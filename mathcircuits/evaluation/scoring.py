@@ -121,16 +121,8 @@ def evaluate_math(
     """Accuracy of greedy chain-of-thought answers on math items.
 
     Items whose question is one of the ``exemplars`` are left out (in the LLM-Adapters files every train
-    record is also a test record).
-
-    Args:
-        style: prompt style, see :func:`~mathcircuits.evaluation.math_prompt`.
-        instruction: the chat-style instruction (default :data:`MATH_INSTRUCTION`).
-        stop_at_answer: stop after the first finished "The answer is N." sentence.
-        tol: absolute tolerance of :func:`~mathcircuits.evaluation.answers_match`.
-
-    Raises:
-        ValueError: no items, choice items, or every item is also an exemplar.
+    record is also a test record). ``stop_at_answer`` stops after the first finished "The answer is N."
+    sentence; ``tol`` is the absolute tolerance of :func:`~mathcircuits.evaluation.answers_match`.
     """
     if not items:
         raise ValueError("evaluate_math got no items; load a benchmark first (load_benchmark(name, limit=...)).")
