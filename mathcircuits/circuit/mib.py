@@ -245,7 +245,8 @@ def mib_scores(
     templates = [t for b in batches for t in b.templates]
     operations = [o for b in batches for o in b.operations]
     summary = curve_summary(per_ranking, empty, clean, templates, operations, grid, uncertainty)
-    return MIBScores(
+    return MIBScores.from_curves(
+        summary,
         model=spec,
         method=scores.method,
         metric=metric,
@@ -253,12 +254,6 @@ def mib_scores(
         n_edges=n_edges,
         kept_signed=tuple(kept_counts["signed"]),
         kept_absolute=tuple(kept_counts["absolute"]),
-        faithfulness_signed=summary.faithfulness_signed,
-        faithfulness_absolute=summary.faithfulness_absolute,
-        cpr=summary.cpr,
-        cmd=summary.cmd,
-        denominator=summary.denominator,
-        interval_over=summary.interval_over,
         clean=float(clean.mean()),
         counterfactual=float(empty.mean()),
         n_pairs=len(clean),

@@ -267,7 +267,8 @@ def mib_node_scores(
     per_ranking = {name: torch.cat(p, 1).double() for name, p in parts.items()}
     empty, clean_all = torch.cat(parts_empty).double(), torch.cat(parts_clean).double()
     summary = curve_summary(per_ranking, empty, clean_all, templates, operations, grid, uncertainty)
-    return MIBScores(
+    return MIBScores.from_curves(
+        summary,
         model=model.spec,
         method=scores.method,
         metric=metric,
@@ -275,12 +276,6 @@ def mib_node_scores(
         n_edges=n_nodes,
         kept_signed=tuple(len(k) for k in kept["signed"]),
         kept_absolute=tuple(len(k) for k in kept["absolute"]),
-        faithfulness_signed=summary.faithfulness_signed,
-        faithfulness_absolute=summary.faithfulness_absolute,
-        cpr=summary.cpr,
-        cmd=summary.cmd,
-        denominator=summary.denominator,
-        interval_over=summary.interval_over,
         clean=float(clean_all.mean()),
         counterfactual=float(empty.mean()),
         n_pairs=len(clean_all),

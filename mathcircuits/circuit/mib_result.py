@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import pandas as pd
 
@@ -68,6 +68,11 @@ class MIBScores:
     seconds: float
     label: str = "MIB-style"
     level: Literal["edge", "node"] = "edge"
+
+    @classmethod
+    def from_curves(cls, curves: CurveSummary, **fields: Any) -> MIBScores:
+        """The scores of ``curves`` and the other ``fields``."""
+        return cls(**vars(curves), **fields)
 
     def __repr__(self) -> str:
         return (
