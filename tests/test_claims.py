@@ -26,6 +26,7 @@ from mathcircuits.claims import (
     claim_c4,
     claim_c5,
     claim_c6,
+    role_findings,
 )
 from mathcircuits.evaluation import ARITHMETIC, EvalResult
 from mathcircuits.models import Head, ModelSpec
@@ -136,9 +137,11 @@ def control(key_drop: float, random_drops: list[float], n: int = 200, baseline: 
 
 def test_c2_rule():
     quiet = [0.0, 0.01, 0.02] * 34  # 102 depth-matched random sets that barely matter
-    c = claim_c2(control(0.7, quiet), uncertainty=U200)
+    ctl = control(0.7, quiet)
+    c = claim_c2(ctl, uncertainty=U200)
     assert c.verdict == Verdict.HOLDS and c.value == pytest.approx(-0.7, abs=0.01)
-    assert "percentile 100" in c.measurement and "overlap with identification: 0" in c.measurement
+    assert ctl.percentile() == 100 and ctl.p_value() == pytest.approx(1 / 103) and c.n_tests == 1
+    assert "overlap with identification: 0" in c.measurement  # the card is where the overlap is reported
     assert claim_c2(control(0.05, quiet), uncertainty=U200).verdict == Verdict.FAILS  # below the collapse floor
     as_random = [0.5, 0.6, 0.7, 0.8] * 25  # random sets of the same depth hurt as much: no localisation
     c = claim_c2(control(0.6, as_random), uncertainty=U200)
@@ -195,9 +198,12 @@ def test_c3_rule():
 
     operand, operator = [0.3, 0.3, 0.02, 0.1, 0.28], [0.02, 0.02, 0.5, 0.2, 0.26]  # sink-free 0.67; 0.63
     both = KeyComponents(model=BIG, heads=(Head(10, 0), Head(10, 1)))
-    c = claim_c3(heads(operand, operator), both, uncertainty=U200)
+    both_roles = heads(operand, operator)
+    c = claim_c3(both_roles, both, uncertainty=U200)
     assert c.verdict == Verdict.HOLDS and c.title == "they attend to operands or operator", c.measurement
-    assert "operand head L10.H0" in c.measurement and "operator head L10.H1" in c.measurement
+    found = role_findings(both_roles, both, uncertainty=U200).findings
+    assert {f.role: f.heads for f in found} == {"operands": (Head(10, 0),), "operator": (Head(10, 1),)}
+    assert all(f.verdict == Verdict.HOLDS for f in found)
     first = KeyComponents(model=BIG, heads=(Head(10, 0),))
     # the sink trap: 0.32 of the key head's attention on the operands against the layer-mates' 0.06 (the old rule
     # held), but 0.36 of what it does not park on the sink against their 0.40
@@ -287,6 +293,7 @@ def test_c5_rule_uses_only_measurable_held_out_sets():
         c.verdict == Verdict.HOLDS
         and "not measurable on this model: word templates (clean accuracy 6%)" in c.measurement
     )
+    assert c.n_tests == 1 and c.n == collapse.n_correct  # the near-chance set is named, not pooled into the verdict
     assert card(held_in, row("other", good, 40, 40)).verdict == Verdict.FAILS
     assert card(held_in, row("as random", good, 8, 8)).verdict == Verdict.FAILS  # random sets drop as much
     assert card(held_in, row("few", [1] * 8, 5, 8)).verdict == Verdict.INCONCLUSIVE
