@@ -37,7 +37,7 @@ from mathcircuits.claims import (
 from mathcircuits.data import PairSet
 from mathcircuits.models import Head
 from mathcircuits.patching import KeyComponents, path_patch
-from mathcircuits.stats import Uncertainty
+from mathcircuits.stats import Uncertainty, null_placement
 
 U200 = Uncertainty(n_boot=200)  # a quick bootstrap
 READER = (2, 2)
@@ -100,9 +100,11 @@ def key(model, heads):
 # --- C1: how many heads matter, by tests over heads; depth against random heads ----------------------------------
 @pytest.mark.slow
 def test_c1_holds_when_a_few_mid_depth_heads_carry_the_effect():
-    c = claim_c1(patched(deep()), uncertainty=U200)  # 2 of 36 heads (the ⌈5%⌉ allowed)
+    result = patched(deep())
+    c = claim_c1(result, uncertainty=U200)  # 2 of 36 heads (the ⌈5%⌉ allowed)
     assert c.verdict == Verdict.HOLDS, c.measurement
-    assert c.value == c.high == pytest.approx(2 / 36) and "hold 9" in c.measurement  # the two readers: > 90%
+    assert c.value == c.high == pytest.approx(2 / 36)
+    assert concentration(result.per_pair_heads.flatten(1).double(), 2) > 0.9  # the two readers hold > 90%
 
 
 def test_c1_does_not_hold_for_heads_at_the_end():
@@ -213,10 +215,13 @@ def test_c3_leaves_out_the_pairs_that_chose_the_heads():
     m, att = roles("spread")
     half = att.pair_ids[: len(att.pair_ids) // 2]
     c = claim_c3(att, key(m, ROLE_KEYS), uncertainty=U200, chose=half)
-    assert f"{len(half)} analysed pairs that chose the heads left out" in c.measurement
+    test = role_findings(att, key(m, ROLE_KEYS), chose=half, uncertainty=U200)
+    assert test.overlap_checked and test.n_left_out == len(half)
     assert c.n == (len(att.pair_ids) - len(half)) // 2  # classed on half of the rest, tested on the other half
+    assert test.n_classing + test.n_testing == len(att.pair_ids) - len(half)
     assert claim_c3(att, key(m, ROLE_KEYS), chose=att.pair_ids).verdict == Verdict.NOT_MEASURED
-    assert "not checked" in claim_c3(att, key(m, ROLE_KEYS), uncertainty=U200).measurement
+    unknown = role_findings(att, key(m, ROLE_KEYS), uncertainty=U200)  # identification pairs unknown: none left out
+    assert not unknown.overlap_checked and unknown.n_left_out == 0
     only_key = attention_by_role(m, role_pairs(m), [READER])
     assert claim_c3(only_key, key(m, [READER])).verdict == Verdict.NOT_MEASURED
 
@@ -228,9 +233,12 @@ def margin_with_null(m, heads):
 
 @pytest.mark.slow
 def test_c4_holds_when_the_mlp_writes_the_answer_from_the_key_heads():
-    c = claim_c4(margin_with_null(wide(mlp_writer=True), [READER, MOVER]), uncertainty=U200)
+    margin = margin_with_null(wide(mlp_writer=True), [READER, MOVER])
+    c = claim_c4(margin, uncertainty=U200)
     assert c.verdict == Verdict.HOLDS, c.measurement
-    assert "49 random sets" in c.measurement and "percentile 100" in c.measurement
+    drops = torch.cat([margin.drops[:, None], margin.random_drops.T], 1)  # the key set, then each random set
+    placed = null_placement(drops, margin.template_ids, margin.operations, U200)
+    assert len(margin.random_heads) == placed.n_null == 49 and placed.percentile == 100
 
 
 def test_c4_does_not_hold_when_random_heads_of_the_layer_lower_the_margin_as_much():
