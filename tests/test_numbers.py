@@ -235,11 +235,11 @@ def test_neurons_refuse_a_model_that_answers_nothing(templates):
 def test_claim_n1_holds_on_a_planted_period_and_not_without_it(embedded_models):
     """Single-token numbers: the read token is the whole number, so every period is testable."""
     states = embedded_models["period10"][1]
-    n1 = claim_n1(
-        number_spectra(states, n_shuffles=100, uncertainty=U200), mod_probes(states, (2, 5, 10), 3, uncertainty=U200)
-    )
+    probes = mod_probes(states, (2, 5, 10), 3, uncertainty=U200)
+    n1 = claim_n1(number_spectra(states, n_shuffles=100, uncertainty=U200), probes)
     assert n1.verdict == Verdict.HOLDS and "T=10" in n1.reason and n1.beyond_paper
-    assert "6 tests (3 periods x 2 depths)" in n1.measurement and "Bonferroni" in n1.measurement
+    assert probes.token_periods == () and len(probes.depths) - 1 == 2  # 3 testable periods x 2 depths (and depth 0)
+    assert n1.n_tests == 6 and n1.correction == "bonferroni"
     control = embedded_models[None][1]
     off = claim_n1(
         number_spectra(control, n_shuffles=100, uncertainty=U200), mod_probes(control, (2, 5, 10), 3, uncertainty=U200)
@@ -253,14 +253,16 @@ def test_claim_n1_is_not_testable_where_the_units_digit_fixes_every_period():
     whole-number period (4 on 0–99) needs the digits combined, and stays testable."""
     tiny = number_states(load_model("tiny-llama"), range(100), CONTEXTS)
     spectra = number_spectra(tiny, n_shuffles=100, uncertainty=U100)
-    split = claim_n1(spectra, mod_probes(tiny, (2, 5, 10), 3, uncertainty=U100))
+    fixed = mod_probes(tiny, (2, 5, 10), 3, uncertainty=U100)
+    split = claim_n1(spectra, fixed)
     assert split.verdict == Verdict.NOT_TESTABLE and str(split.verdict) == "not testable on this tokenizer"
-    assert "[2, 5, 10]" in split.measurement and "whole-number period" in split.measurement
+    assert fixed.token_periods == (2, 5, 10) and split.n_tests == 0
+    assert "whole-number period" in split.measurement  # the card's advice exists only as words
     whole = mod_probes(tiny, (2, 4, 10), 3, uncertainty=U100)
     assert whole.token_periods == (2, 10)
     n1 = claim_n1(spectra, whole)
     assert n1.verdict in (Verdict.FAILS, Verdict.INCONCLUSIVE) and "T in [2, 10]" in n1.measurement, n1.measurement
-    assert "3 tests (1 period x 3 depths)" in n1.measurement
+    assert n1.n_tests == 3 and len(whole.depths) - 1 == 3 and n1.correction == "bonferroni"  # 1 period x 3 depths
 
 
 def test_token_fixed_periods_are_the_residues_the_read_token_decides():
