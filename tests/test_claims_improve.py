@@ -19,6 +19,7 @@ from mathcircuits.claims import (
     assess_claims,
     claim_c6_units,
     claim_c6b,
+    precise_definition,
     with_unit_claims,
 )
 from mathcircuits.finetune import (
@@ -78,8 +79,15 @@ def test_c6_holds_fails_and_needs_an_effect():
     holds = claim_c6_units(comparison({"base": 0.2, "precise": 0.6, "full": 0.6}))
     assert holds.verdict == Verdict.HOLDS
     assert holds.interval == "seed_item_t"  # the card names how the interval was drawn (issue #35)
-    assert "precise = the 2 key heads' q/k/v/o slices only, no MLPs" in holds.measurement
-    assert "also changes 1 non-key heads" in holds.measurement  # the K/V side effect is printed
+    # the card carries the one definition of "precise", built from the record's counts: 2 key heads, 1 non-key head
+    # whose shared K/V changes (the side effect is printed), 10 trainable parameters
+    precise = precise_definition(2, 1, 10)
+    assert precise in holds.measurement
+    # the definition's words are its product, the one place they are written: checked whole, once
+    assert precise == (
+        "precise = the 2 key heads' q/k/v/o slices only, no MLPs (0k params); their shared K/V also changes 1 non-key "
+        "heads"
+    )
     worse = claim_c6_units(comparison({"base": 0.2, "precise": 0.3, "full": 0.6}))
     assert worse.verdict == Verdict.FAILS and worse.high < -0.05
     forgets = comparison({"base": 0.2, "precise": 0.6, "full": 0.6}, {"base": 0.6, "precise": 0.3, "full": 0.6})
