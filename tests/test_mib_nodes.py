@@ -94,7 +94,7 @@ def test_planted_node_curve_by_hand(planted):
     bad = mib_node_scores(model, pairs, _planted_scores(model, False), uncertainty=None)
     assert bad.cpr.value == pytest.approx(0.25, abs=0.02)  # whole only at 100 %: 0.5 · 0.5
     assert bad.cmd.value == pytest.approx(good.cmd.value, abs=1e-9)  # |score| puts the plant first again
-    assert "node level" in repr(good) and "nodes" in good.to_dataframe().columns
+    assert good.level == "node" and "nodes" in good.to_dataframe().columns
 
 
 @pytest.mark.slow
