@@ -341,7 +341,10 @@ def test_circuit_stage_writes_the_circuit_its_curve_and_graph(tmp_path):
     assert all(len(p.random) == 2 for p in faith.curve if p.size > 0)
     assert (out / "circuit" / "graph_add.html").read_text().count("plotly") > 0
     assert (out / "circuit" / "curve_add.html").exists()
-    assert "circuit add:" in str(summary) and "m(M) - m(cf)" in str(summary)
+    brief = summary.circuits["add"]  # the summary carries the saved circuit's size and its curve's own line
+    assert set(summary.circuits) == {"add"} and brief.faith == faith.summary()
+    components = [n for n in circuit.nodes if n.kind != "logits"]  # the summary counts heads and MLPs
+    assert (brief.nodes, brief.edges, brief.eval_pairs) == (len(components), len(circuit.edges), faith.n_pairs)
 
 
 def _o_proj_weights(model):
