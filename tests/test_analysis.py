@@ -9,6 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from mathcircuits import FixableError
 from mathcircuits.analysis import (
     ROLES,
     AttentionByRole,
@@ -67,7 +68,7 @@ def test_role_masks_assign_one_role_per_position():
 def test_role_masks_refuse_bad_positions(args, words):
     with pytest.raises(ValueError, match=words) as err:
         role_masks(*args)
-    assert "Fix" in str(err.value)
+    assert isinstance(err.value, FixableError) and err.value.fix
 
 
 def test_role_shares_and_classification_on_handmade_patterns():

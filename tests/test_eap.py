@@ -9,6 +9,7 @@ sum approaches the exact edge as 1/steps.
 import pytest
 import torch
 
+from mathcircuits import FixableError
 from mathcircuits.circuit import (
     INPUT,
     Receiver,
@@ -39,7 +40,7 @@ READER = Sender("head", 2, 2)
 def _refused(call, word):
     with pytest.raises(ValueError) as err:
         call()
-    assert word in str(err.value) and "Fix:" in str(err.value), str(err.value)
+    assert isinstance(err.value, FixableError) and err.value.fix and word in str(err.value), str(err.value)
 
 
 def _answer_logit(logits, answers):

@@ -276,7 +276,7 @@ def test_an_identify_summary_written_before_the_totals_is_refused_with_the_rerun
            "top_heads": [[2, 2, -0.10877]], "stability": [0.795]}  # fmt: skip
     with pytest.raises(ValueError, match=r"lacks field\(s\) \['peak_memory', 'metric', 'totals', 'facts'\]") as err:
         STAGES["identify"].summary.from_dict(old)
-    assert "Fix: re-run the stage with --force" in str(err.value)
+    assert err.value.fix == "re-run the stage with --force (it was written by another version)"
 
 
 def test_identify_takes_operand_counterfactuals(tiny_llama, template_sets):
