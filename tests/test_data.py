@@ -147,7 +147,7 @@ def test_good_minimal_template_loads(tmp_path):
 def test_bad_templates_fail_clearly(tmp_path, replace, match):
     with pytest.raises(TemplateError, match=match) as info:
         load_template_set(_write(tmp_path, GOOD.replace(*replace)))
-    assert "Fix:" in str(info.value) and "t.yaml" in str(info.value)
+    assert info.value.fix and "t.yaml" in info.value.problem  # the file named; a fix of its own
 
 
 def test_duplicate_ids_across_files_fail(tmp_path):

@@ -91,7 +91,7 @@ def default_template_dir() -> Path:
 
 
 def _fail(path: Path, where: str, problem: str, fix: str) -> TemplateError:
-    return TemplateError(f"{path}: {where}: {problem}. Fix: {fix}.")
+    return TemplateError(f"{path}: {where}: {problem}.", f"{fix}.")
 
 
 def load_template_set(path: str | Path) -> TemplateSet:
