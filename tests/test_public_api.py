@@ -20,7 +20,7 @@ PATCHED_MODULES = {
     "mathcircuits.models.compat",
     "mathcircuits.patching.exact",
     "mathcircuits.pipeline.markers",  # a symlinked stage folder, a killed writer's leftovers (test_reliability3)
-    "mathcircuits.pipeline.stages.identify",
+    "mathcircuits.pipeline.studies.identify.stage",
     "mathcircuits.viz.export",
 }
 

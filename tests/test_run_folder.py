@@ -24,7 +24,7 @@ from mathcircuits.ablation import KnockoutResult
 from mathcircuits.cli import main
 from mathcircuits.patching import PatchingResult
 from mathcircuits.pipeline import (
-    STAGES,
+    stages,
     RunConfig,
     RunFolderError,
     RunLockedError,
@@ -38,6 +38,8 @@ pytestmark = pytest.mark.integration  # whole pipeline runs, the CLI in a subpro
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY_YAML = ROOT / "configs" / "tiny.yaml"
+
+STAGES = stages()
 
 
 def _cli(*args: str) -> tuple[int, str, str]:

@@ -1,8 +1,9 @@
-"""The pipeline: a typed run configuration, one registry of stages, and a resumable, locked run folder.
+"""The pipeline: a typed run configuration, one registry of studies, and a resumable, locked run folder.
 
-Stages live in ``pipeline/stages/<name>.py``, named as the CLI names them; see
-``docs/architecture.md``. The names below load on first use, so the CLI can read the stage registry
-(:data:`STAGES`) and parse its arguments without importing torch.
+Each study is one folder, ``pipeline/studies/<name>/``, named as the CLI names it, with one :class:`Study` record;
+a study from outside the package joins through :func:`register_study` or an entry point (see
+``docs/howto/add-a-study.md`` and ``docs/architecture.md``). The names below load on first use, so the CLI can
+read the registry (:func:`stages`) and parse its arguments without importing torch.
 """
 
 from __future__ import annotations
@@ -26,7 +27,10 @@ if TYPE_CHECKING:
     from mathcircuits.pipeline.lock import RunLock, RunLockedError
     from mathcircuits.pipeline.memory import MemoryHow, MemoryMeter, PeakMemory, cuda_devices
     from mathcircuits.pipeline.paths import RunPaths
+    from mathcircuits.pipeline.plugins import StudyError, register_study, unregister_study
     from mathcircuits.pipeline.preflight import multi_digit_template
+    from mathcircuits.pipeline.reader import ResultReader
+    from mathcircuits.pipeline.registry import stages, studies
     from mathcircuits.pipeline.run import (
         RunFolderError,
         check_run_folder,
@@ -36,7 +40,8 @@ if TYPE_CHECKING:
         stage_status,
     )
     from mathcircuits.pipeline.sections import FinetuneSection, ModelSection
-    from mathcircuits.pipeline.stages import STAGES, Stage
+    from mathcircuits.pipeline.studies.shared import IdentifySummary, OperationTotal
+    from mathcircuits.pipeline.study import Contribution, Study, StudyCode
 
 #: public name → the module that defines it (imported on first use).
 _WHERE = {
@@ -54,14 +59,17 @@ _WHERE = {
     **dict.fromkeys(
         ("RunFolderError", "check_run_folder", "done_summary", "is_input_error", "run_pipeline", "stage_status"), "run"
     ),
-    **dict.fromkeys(("STAGES", "Stage"), "stages"),
-    **dict.fromkeys(("IdentifySummary", "OperationTotal"), "stages.identify"),
+    **dict.fromkeys(("StudyError", "register_study", "unregister_study"), "plugins"),
+    "ResultReader": "reader",
+    **dict.fromkeys(("stages", "studies"), "registry"),
+    **dict.fromkeys(("Contribution", "Study", "StudyCode"), "study"),
+    **dict.fromkeys(("IdentifySummary", "OperationTotal"), "studies.shared"),
 }
 
 __all__ = [
     "FACT_STAGES",
-    "STAGES",
     "ConfigError",
+    "Contribution",
     "ModelSection",
     "Context",
     "FactStage",
@@ -76,9 +84,12 @@ __all__ = [
     "RunFolderError",
     "RunLock",
     "RunLockedError",
+    "ResultReader",
     "RunPaths",
-    "Stage",
     "StageSummary",
+    "Study",
+    "StudyCode",
+    "StudyError",
     "check_run_folder",
     "cuda_devices",
     "check_same_config",
@@ -96,7 +107,11 @@ __all__ = [
     "stage_rows",
     "stage_status",
     "tag_fact_stages",
+    "stages",
+    "studies",
     "template_spread",
+    "register_study",
+    "unregister_study",
 ]
 
 

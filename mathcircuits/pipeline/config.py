@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,7 @@ from mathcircuits.finetune import CompareConfig
 from mathcircuits.models import ModelSpec
 from mathcircuits.numbers import NumbersConfig
 from mathcircuits.patching.config import PatchingConfig, SelectionConfig
+from mathcircuits.pipeline.plugins import extra_sections
 from mathcircuits.pipeline.preflight import check_templates
 from mathcircuits.pipeline.sections import DataSection, FinetuneSection, ModelSection
 
@@ -64,8 +66,14 @@ class RunConfig:
     finetune: FinetuneSection = field(default_factory=FinetuneSection)
     evaluation: EvaluationConfig = field(default_factory=EvaluationConfig)
     compare: CompareConfig = field(default_factory=CompareConfig)
+    #: the sections of studies registered from outside the package: section name → its config object
+    extra: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        declared = extra_sections()
+        if unknown := [k for k in self.extra if k not in declared]:
+            raise ConfigError(f"unknown config sections {unknown}. ", f"use only {list(self.sections())}.")
+        object.__setattr__(self, "extra", {k: self.extra.get(k) or cls() for k, cls in declared.items()})
         # checks across sections, before a run writes anything (a stage would otherwise stop half-way)
         check_templates(self)
         if self.compare.enabled:
@@ -81,12 +89,21 @@ class RunConfig:
 
     @staticmethod
     def sections() -> dict[str, type]:
-        """Section name → its config class, in file order."""
-        return {f.name: f.default_factory for f in dataclasses.fields(RunConfig)}  # type: ignore[misc]
+        """Section name → its config class, in file order; then the sections of studies registered from outside."""
+        own = {f.name: f.default_factory for f in dataclasses.fields(RunConfig) if f.name != "extra"}
+        return own | {k: v for k, v in extra_sections().items() if k not in own}  # type: ignore[misc]
+
+    def section(self, name: str) -> Any:
+        """The config object of section ``name`` (a built-in one or one a registered study declares)."""
+        if name in self.extra:
+            return self.extra[name]
+        if name not in self.sections():
+            raise ConfigError(f"there is no config section {name!r}. ", f"use one of {list(self.sections())}.")
+        return getattr(self, name)
 
     def to_dict(self) -> dict[str, JSONObject]:
         """Plain values (tuples as lists) of the settable fields, as written to config.yaml."""
-        d = plain(self)
+        d = {name: plain(self.section(name)) for name in self.sections()}
         for name, sec_cls in self.sections().items():
             for hidden in getattr(sec_cls, "HIDDEN", ()):
                 d[name].pop(hidden)
@@ -114,7 +131,10 @@ class RunConfig:
                 built[name] = from_dict(sec_cls, d.get(name), hidden=getattr(sec_cls, "HIDDEN", ()))
             except ConfigError as err:
                 raise ConfigError(f"[{name}] {err}") from err
-        return cls(**built)
+        own = {f.name for f in dataclasses.fields(cls)}
+        return cls(
+            **{k: v for k, v in built.items() if k in own}, extra={k: v for k, v in built.items() if k not in own}
+        )
 
     @classmethod
     def load(cls, path: str | Path) -> RunConfig:

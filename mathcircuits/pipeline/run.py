@@ -51,12 +51,10 @@ from mathcircuits.pipeline.markers import (
 from mathcircuits.pipeline.memory import MemoryMeter, cuda_devices
 from mathcircuits.pipeline.paths import RunPaths
 from mathcircuits.pipeline.preflight import check_folders
-from mathcircuits.pipeline.stages import STAGES
-from mathcircuits.pipeline.stages.circuit import check_pool
-from mathcircuits.pipeline.stages.compare import check_sizes
+from mathcircuits.pipeline.registry import stages
+from mathcircuits.pipeline.study import Study
 
 __all__ = [
-    "STAGES",
     "InternalError",
     "RunFolderError",
     "check_run_folder",
@@ -140,12 +138,12 @@ _ABSENT = object()
 
 
 def _fingerprint(paths: RunPaths, cfg: RunConfig, name: str, markers: Mapping[str, JSONObject] | None = None) -> str:
-    stage, d = STAGES[name], _without_later_defaults(cfg.to_dict())
+    stage, d = stages()[name], _without_later_defaults(cfg.to_dict())
     ups = []
-    for u in stage.upstream:
+    for u in stage.reads:
         m = markers.get(u) if markers is not None else read_marker(paths.marker(u))
         ups.append(None if m is None else [m["fingerprint"], outputs_digest(m.get("outputs", {}))])
-    return fingerprint(name, {s: d[s] for s in stage.sections}, _model_section(d), ups)
+    return fingerprint(name, {s: d[s] for s in stage.settings}, _model_section(d), ups)
 
 
 def stage_status(run_dir: str | Path, cfg: RunConfig, verify: bool = True) -> dict[str, StageState]:
@@ -155,9 +153,10 @@ def stage_status(run_dir: str | Path, cfg: RunConfig, verify: bool = True) -> di
     outputs intact, upstream done; ``stale`` (with the reason); ``todo``.
     """
     paths = RunPaths(Path(run_dir))
+    every = stages()
     return states(
-        list(STAGES),
-        lambda n: STAGES[n].upstream,
+        list(every),
+        lambda n: every[n].reads,
         paths.stage,
         paths.marker,
         lambda n, markers: _fingerprint(paths, cfg, n, markers),
@@ -168,7 +167,7 @@ def stage_status(run_dir: str | Path, cfg: RunConfig, verify: bool = True) -> di
 def done_summary(run_dir: str | Path, name: str) -> StageSummary:
     """The typed summary a finished stage left in its marker."""
     marker = RunPaths(Path(run_dir)).marker(name)
-    return STAGES[name].summary.from_dict(read_json(marker)["summary"], source=marker)
+    return stages()[name].summary.from_dict(read_json(marker)["summary"], source=marker)
 
 
 def _identity_model(paths: RunPaths) -> JSONObject | None:
@@ -207,10 +206,11 @@ def check_run_folder(run_dir: str | Path, cfg: RunConfig, force: bool = False) -
             "choose a writable --out folder, or make it writable (chmod u+w).",
         )
     paths = RunPaths(run_dir)
-    for name in STAGES:
+    every = stages()
+    for name in every:
         if problem := linked_folder(paths.stage(name)):
             raise RunFolderError(problem + ".")
-    finished = any(paths.marker(n).is_file() for n in STAGES)
+    finished = any(paths.marker(n).is_file() for n in every)
     old_model = _identity_model(paths)
     if force or not finished or old_model is None:
         return  # a folder with no finished stage takes any config (a failed first run does not block it)
@@ -253,9 +253,10 @@ def run_pipeline(
         raise ConfigError("run_dir is empty, which would make the current directory the run folder. ", "name one.")
     run_dir = Path(run_dir)
     paths = RunPaths(run_dir)
-    names = list(STAGES)
+    every = stages()
+    names = list(every)
     if only:
-        if bad := [n for n in only if n not in STAGES]:
+        if bad := [n for n in only if n not in every]:
             raise ConfigError(f"unknown stages {bad}. ", f"use some of {names}.")
         names = [n for n in names if n in only]
     check_versions()
@@ -265,10 +266,15 @@ def run_pipeline(
     ctx = Context(run_dir, cfg, progress=progress, force=force)
     if todo := [n for n in names if force or current[n].state != "done"]:
         check_folders(cfg, todo)  # benchmark folders hold what is named in them
-        check_sizes(cfg, todo)  # the compare stage's fact splits hold the pairs asked for
+        codes = [every[n].code() for n in todo]
+        for code in codes:
+            if code.check is not None:
+                code.check(cfg, todo)  # a study's own checks of its settings, e.g. that its splits hold enough pairs
         with fast_paths(cfg.model.fast_paths == "on"), quiet_dependencies(Path(os.devnull)):
             cfg.check_model(ctx.model.spec)  # e.g. precise@K within the model's heads; loads the model once
-            check_pool(ctx, todo)  # e.g. the circuit stage's pool covers what it evaluates
+            for code in codes:
+                if code.preflight is not None:
+                    code.preflight(ctx, todo)  # a study's checks that need the model, e.g. its tokenizer
     lock = RunLock(paths.lock)
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
@@ -283,13 +289,13 @@ def run_pipeline(
     with lock, fast_paths(cfg.model.fast_paths == "on"), quiet_dependencies(paths.warnings_log):
         previous = paths.config.read_text() if paths.config.is_file() else None
         cfg.save(paths.config)
-        if force or not paths.identity.is_file() or not any(paths.marker(n).is_file() for n in STAGES):
+        if force or not paths.identity.is_file() or not any(paths.marker(n).is_file() for n in every):
             write_json(paths.identity, {"model": _model_section(cfg.to_dict()), "created_by": _versions()})
         write_json(paths.versions, _versions())
         summaries: dict[str, StageSummary] = {}
         try:
             for name in names:
-                summaries[name] = _run_stage(ctx, name, echo, current[name])
+                summaries[name] = _run_stage(ctx, every[name], echo, current[name])
         except BaseException:
             if previous is not None and not summaries:  # a call that finished no stage leaves the config as it was
                 with atomic_path(paths.config) as tmp:
@@ -300,8 +306,9 @@ def run_pipeline(
 
 def _check_upstream(current: dict[str, StageState], names: list[str]) -> None:
     """Every upstream stage of ``names`` that is not itself run now must be done, for this config."""
+    every = stages()
     for name in names:
-        for u in STAGES[name].upstream:
+        for u in every[name].reads:
             if u in names:
                 continue  # runs first, in pipeline order
             if current[u].state == "todo":
@@ -315,8 +322,8 @@ def _check_upstream(current: dict[str, StageState], names: list[str]) -> None:
                 )
 
 
-def _run_stage(ctx: Context, name: str, echo: Callable[[str], None], before: StageState) -> StageSummary:
-    stage, paths, cfg = STAGES[name], ctx.paths, ctx.config
+def _run_stage(ctx: Context, stage: Study, echo: Callable[[str], None], before: StageState) -> StageSummary:
+    name, paths, cfg = stage.name, ctx.paths, ctx.config
     fp = _fingerprint(paths, cfg, name)
     marker, folder = paths.marker(name), paths.stage(name)
     done = read_marker(marker)

@@ -46,7 +46,7 @@ from mathcircuits.patching import KeyComponents, PatchingResult, median_depth, s
 from mathcircuits.pipeline.context import Context, StageSummary, save_csv, select_pairs, template_spread
 from mathcircuits.pipeline.facts import FactUse, fact_use, stage_rows
 from mathcircuits.pipeline.preflight import multi_digit_template
-from mathcircuits.pipeline.stages.identify import IdentifySummary, patched_facts
+from mathcircuits.pipeline.studies.shared import IdentifySummary, patched_facts
 
 __all__ = ["ControlBrief", "KnockoutBrief", "ValidateSummary", "fresh_pairs", "run"]
 
