@@ -146,7 +146,7 @@ def _evaluation(got: _Loader, ctx: Context) -> DeltaTable | None:
 
 
 def _facts_used(ctx: Context) -> dict[str, str]:
-    """Per stage that draws pairs: the facts it used and how many another stage used or owns (issue #35: 0)."""
+    """Per stage that draws pairs: the facts it used and how many another stage used or owns (0 by design)."""
     out = {}
     for name in FACT_STAGES:
         if ctx.paths.marker(name).is_file():
