@@ -2,7 +2,7 @@
 
 "Knocking out the key heads collapses accuracy" means little unless as many *other* heads do not: heads
 at the same depth may hurt as much because they sit where the answer is computed. The paper draws a few
-random heads anywhere (key heads included); this null is stricter (issue #23 review): each random set has
+random heads anywhere (key heads included); this null is stricter: each random set has
 the key set's **layer multiset**, from the **non-key** heads; the draws are distinct (every such set when
 there are at most ``n_draws``, 100: the null is then exact); all are scored on the key set's pairs with
 its ablation. The key drop gets a **percentile** and an **empirical p-value**,

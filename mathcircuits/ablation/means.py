@@ -102,8 +102,8 @@ class PositionPool:
     The ``position_mean`` ablation replaces a head's output at each position by its mean over counterfactual
     sequences (prompt plus its own teacher-forced answer, less the last token) aligned with the scored one:
     same template and prompt length (:data:`PoolKey`). The key holds nothing of the answer: keyed on answer
-    length, the prompt positions' mean would tell the ablated head whether the answer has two digits (issue
-    #35). Prompt positions do not see the answer, so every item of the key enters their mean; an answer
+    length, the prompt positions' mean would tell the ablated head whether the answer has two digits.
+    Prompt positions do not see the answer, so every item of the key enters their mean; an answer
     position's mean is over the items whose answer reaches it. Over only a template's few scored pairs the
     mean is close to the pair's own counterfactual (a group of one *is* the identification patch), hence a
     large pool (by default every generated counterfactual) with the scored pair's own left out

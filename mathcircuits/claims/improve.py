@@ -5,7 +5,7 @@ about as much as full SFT without harming generic benchmarks. Two things make th
 default:
 
 * **Training must have had an effect.** With too few steps nothing learns and "precise ≈ full" holds trivially,
-  so C6 can hold only when full SFT beats base on math (issue #23, item 6).
+  so C6 can hold only when full SFT beats base on math.
 * **Localisation needs a control.** Wang & Veitch (2025) find that optimally tuned *random* heads can do nearly
   as well as localised ones. C6b — precise beats random heads matched in depth and parameters, each at its own
   best rate — is the localisation claim, a row of its own.

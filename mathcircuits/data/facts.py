@@ -2,7 +2,7 @@
 
 A held-out test of fine-tuning must not hold a fact the model was trained on. The templates render one
 fact in many wordings (``"3 + 5 ="``, ``"The sum of 3 and 5 is"``), so a held-out set deduplicated by
-prompt string still holds facts trained in another wording (issue #23, item 8: about 27% of the addition
+prompt string still holds facts trained in another wording (about 27% of the addition
 and 46% of the subtraction test items of the default run). The unit of a split is therefore the fact.
 
 The fact space is every operand pair the answer rules allow (:func:`~mathcircuits.data.operands.operand_pairs`).

@@ -14,7 +14,7 @@ the file: ``add_eq_1`` ↔ ``mul_eq_1``): "2 + 4 = 6", "9 - 4 = 5", "2 * 3 = 6" 
 query's operation, and as long as the paper's. ``"mixed"`` interleaves every example of every operation
 (about four times longer). After a prefix of additions the query's operator is redundant, after a neutral
 or mixed one it is necessary, so the operator counterfactual measures what the operator token does rather
-than what the prefix already says (issue #35: with ``"same"``, the paper's, ``'2 + 4 = 6 ... 6 $ 5 = '``
+than what the prefix already says (with ``"same"``, the paper's, ``'2 + 4 = 6 ... 6 $ 5 = '``
 still names the operation). A set with one operation (word problems, exponentiation) has nothing to mix.
 
 Multi-token answers: tokenizers that split numbers into digits (Llama, SmolLM2) make "12" two tokens. The

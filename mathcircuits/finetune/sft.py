@@ -201,7 +201,7 @@ def takes_logit_mask(model: torch.nn.Module) -> bool:
     """Whether ``model.forward`` accepts a boolean ``[batch, seq]`` mask as ``logits_to_keep``.
 
     Models that slice with ``slice_logits_to_keep`` (transformers 5.24: Llama, Gemma, ...) do; older releases (5.17 on
-    the GPU machine of issue #33) index ``hidden_states[:, logits_to_keep, :]`` and fail, so logits are then
+    the GPU machine's check) index ``hidden_states[:, logits_to_keep, :]`` and fail, so logits are then
     computed everywhere.
     """
     if "logits_to_keep" not in inspect.signature(model.forward).parameters:

@@ -44,7 +44,7 @@ def _context_of(tokenizer: Any, tset: TemplateSet, tpl: Any, fewshot: bool, spac
     before, sep, _ = tpl.text.partition("{A}")
     if not sep or "{" in before or tpl.pools:
         return None
-    # a context to read numbers in, not a counterfactual: the query's own operation's examples, as before #35
+    # a context to read numbers in, not a counterfactual: the query's own operation's examples (the ``same`` prefix)
     prompt = render_prompt(tokenizer, tset, tpl, 2, 1, fewshot, spacing, fewshot_operations="same")
     query = tpl.text.format(A=2, B=1, OP=tpl.op) + (" " if spacing == "prompt" else "")
     if prompt is None or not prompt.endswith(query):

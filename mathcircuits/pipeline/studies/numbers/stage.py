@@ -1,4 +1,4 @@
-"""Stage ``numbers``: how numbers are represented and combined — spectra, probes, helix, heuristic neurons (#26).
+"""Stage ``numbers``: how numbers are represented and combined — spectra, probes, helix, heuristic neurons.
 
 Reads the ``numbers`` section and the key components of identify (its key MLPs are the
 neuron layers, its key heads are mapped over the grid); writes ``numbers/spectra``,
