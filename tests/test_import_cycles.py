@@ -1,10 +1,11 @@
 """No import circle between modules of the library, type-only and function-local imports included.
 
-import-linter skips imports under ``if TYPE_CHECKING:`` (``exclude_type_checking_imports``) and its
-``acyclic_siblings`` contract compares packages, not the modules inside one, so a circle that runs through a
-type-only import or an import inside a function passes it. Such a circle still ties two modules into one
-concern: neither can be read, tested or moved without the other. This walk reads the source with :mod:`ast`
-(nothing is imported) and counts every import between modules of the package:
+import-linter skips imports under ``if TYPE_CHECKING:`` here (``exclude_type_checking_imports``, so a lower
+layer may name a higher one's types), and its ``acyclic_siblings`` contract compares siblings only, so it sees
+neither a circle with one type-only step nor a submodule taking a name from its own package's ``__init__``.
+Such a circle still ties the modules into one concern: none can be read, tested or moved without the others.
+This walk reads the source with :mod:`ast` (nothing is imported) and counts every import between modules of the
+package:
 
 * at the top of a module, under ``if TYPE_CHECKING:``, inside a function (lazy), in a ``try``;
 * ``from . import name`` and ``from pkg import name`` resolved to the submodule ``pkg.name`` when that file
@@ -15,7 +16,8 @@ What is not an edge: the parent packages Python runs on the way to a submodule (
 ``a/__init__`` and ``a/b/__init__``, but a module that names ``a.b.c`` depends on ``c``). So ``pkg/__init__``
 re-exporting ``pkg/sub`` while ``sub`` imports ``pkg/other`` is no circle, but ``sub`` importing a name from
 ``pkg`` (its own package's ``__init__``) while ``__init__`` imports ``sub`` is one: import it from the module
-that defines it. ``importlib.import_module`` with a computed name (a registry) is not read.
+that defines it. ``importlib.import_module`` with a computed name is not read: a registry loading its entries
+by name (``pipeline.stages.Stage.run``) is data, and an entry may read the registry that lists it.
 
 The circles are the strongly connected components of that graph (Tarjan); each is reported as one cycle
 through it, with how each import is made.
