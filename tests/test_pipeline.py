@@ -18,7 +18,6 @@ from mathcircuits.data import PairSet, facts_of
 from mathcircuits.finetune import KV_POLICIES, Mode, SFTConfig
 from mathcircuits.patching import METRICS, RULES, PatchingConfig, PatchingResult, SelectionConfig
 from mathcircuits.pipeline import (
-    stages,
     ConfigError,
     FinetuneSection,
     RunConfig,
@@ -27,6 +26,7 @@ from mathcircuits.pipeline import (
     render_config,
     run_pipeline,
     stage_status,
+    stages,
 )
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -24,7 +24,6 @@ from mathcircuits.ablation import KnockoutResult
 from mathcircuits.cli import main
 from mathcircuits.patching import PatchingResult
 from mathcircuits.pipeline import (
-    stages,
     RunConfig,
     RunFolderError,
     RunLockedError,
@@ -32,6 +31,7 @@ from mathcircuits.pipeline import (
     done_summary,
     run_pipeline,
     stage_status,
+    stages,
 )
 
 pytestmark = pytest.mark.integration  # whole pipeline runs, the CLI in a subprocess, a lock held by another process

@@ -20,9 +20,9 @@ from mathcircuits.data.benchmark_files import (
 from mathcircuits.data.correct import correct_pairs, fresh_pairs
 from mathcircuits.data.facts import Fact, drop_facts, fact_of, facts_of, split_facts
 from mathcircuits.data.filter import accuracy_table, filter_correct, score_pairs
-from mathcircuits.data.generate import GenerationConfig, generate_pairs
+from mathcircuits.data.generate import GenerationConfig, generate_pairs, operand_pairs
 from mathcircuits.data.mib_kinds import MIB_KINDS, MIBCounterfactual, mib_cf_operands, mib_template_dir
-from mathcircuits.data.operands import PairError, compute_answer, operand_pairs
+from mathcircuits.data.operands import PairError, compute_answer
 from mathcircuits.data.pairs import PairBatch, PairRow, operation_rows, token_strings
 from mathcircuits.data.pairset import Field, PairSet, Side, check_token_aligned, pair_batches, pair_keys
 from mathcircuits.data.render import answer_spacing, prompt_start, render_pair, render_prompt

@@ -41,14 +41,14 @@ from mathcircuits._errors import FixableTypeError
 from mathcircuits._schema import check_fields, expect, kind_of, setting
 from mathcircuits._schema import from_dict as config_from_dict
 from mathcircuits.data.mib_kinds import MIB_KINDS, mib_cf_operands
-from mathcircuits.data.operands import PairError, operand_pairs
+from mathcircuits.data.operands import PairError, compute_answer
 from mathcircuits.data.pairs import PairRow
 from mathcircuits.data.pairset import PairSet
 from mathcircuits.data.render import FewshotOperations, aligned_vocab, answer_spacing, render_pair
 from mathcircuits.data.templates import OPERATIONS, Operation, TemplateSet
 from mathcircuits.data.tokenizer_id import tokenizer_fingerprint
 
-__all__ = ["Counterfactual", "GenerationConfig", "generate_pairs"]
+__all__ = ["Counterfactual", "GenerationConfig", "generate_pairs", "operand_pairs"]
 
 log = logging.getLogger(__name__)
 
@@ -114,6 +114,27 @@ class GenerationConfig:
     def from_dict(cls, d: Encoded) -> "GenerationConfig":
         """Build from a mapping (lists are accepted for tuples); unknown keys are an error."""
         return config_from_dict(cls, d)
+
+
+def operand_pairs(op: Operation, cfg: GenerationConfig) -> list[tuple[int, int, str]]:
+    """Every ``(a, b, answer)`` of operation ``op`` that ``cfg``'s operand range and answer rules allow.
+
+    In a fixed order; for division, divisor and quotient are in range.
+    """
+    lo, hi = cfg.operand_range
+    out = []
+    if op == "div" and cfg.integer_only:
+        # divisor and quotient in range, dividend = divisor * quotient (as in the paper's single-digit division)
+        for b in range(max(lo, 1), hi + 1):
+            for c in range(lo, hi + 1):
+                out.append((b * c, b, str(c)))
+        return out
+    for a in range(lo, hi + 1):
+        for b in range(lo, hi + 1):
+            ans = compute_answer(op, a, b, cfg.integer_only, cfg.allow_negative)
+            if ans is not None:
+                out.append((a, b, ans))
+    return out
 
 
 def generate_pairs(

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from mathcircuits.pipeline.compare_models import check_same_config, compare_model_runs, load_run_results
-    from mathcircuits.pipeline.config import ConfigError, RunConfig, fingerprint, render_config
+    from mathcircuits.pipeline.config import ConfigError, RunConfig, fingerprint, multi_digit_template, render_config
     from mathcircuits.pipeline.context import Context, StageSummary, select_pairs, template_spread
     from mathcircuits.pipeline.facts import (
         FACT_STAGES,
@@ -28,7 +28,6 @@ if TYPE_CHECKING:
     from mathcircuits.pipeline.memory import MemoryHow, MemoryMeter, PeakMemory, cuda_devices
     from mathcircuits.pipeline.paths import RunPaths
     from mathcircuits.pipeline.plugins import StudyError, register_study, unregister_study
-    from mathcircuits.pipeline.preflight import multi_digit_template
     from mathcircuits.pipeline.reader import ResultReader
     from mathcircuits.pipeline.registry import stages, studies
     from mathcircuits.pipeline.run import (
@@ -46,7 +45,7 @@ if TYPE_CHECKING:
 #: public name → the module that defines it (imported on first use).
 _WHERE = {
     **dict.fromkeys(("check_same_config", "compare_model_runs", "load_run_results"), "compare_models"),
-    **dict.fromkeys(("ConfigError", "RunConfig", "fingerprint", "render_config"), "config"),
+    **dict.fromkeys(("ConfigError", "RunConfig", "fingerprint", "multi_digit_template", "render_config"), "config"),
     **dict.fromkeys(("Context", "StageSummary", "select_pairs", "template_spread"), "context"),
     **dict.fromkeys(
         ("FACT_STAGES", "FactStage", "FactUse", "fact_use", "stage_facts", "stage_rows", "tag_fact_stages"), "facts"
@@ -55,7 +54,6 @@ _WHERE = {
     **dict.fromkeys(("MemoryHow", "MemoryMeter", "PeakMemory", "cuda_devices"), "memory"),
     "RunPaths": "paths",
     **dict.fromkeys(("FinetuneSection", "ModelSection"), "sections"),
-    "multi_digit_template": "preflight",
     **dict.fromkeys(
         ("RunFolderError", "check_run_folder", "done_summary", "is_input_error", "run_pipeline", "stage_status"), "run"
     ),

@@ -34,7 +34,7 @@ from mathcircuits._errors import FixableError
 from mathcircuits._files import DISK_FULL, JSONObject, JSONValue, atomic_path, read_json, write_json
 from mathcircuits.models import canonical_source, check_versions, checks_run, fast_paths
 from mathcircuits.models.compat import installed_versions
-from mathcircuits.pipeline.config import ConfigError, RunConfig, fingerprint
+from mathcircuits.pipeline.config import ConfigError, RunConfig, check_folders, fingerprint
 from mathcircuits.pipeline.console import quiet_dependencies
 from mathcircuits.pipeline.context import Context, StageSummary
 from mathcircuits.pipeline.lock import RunLock
@@ -50,7 +50,6 @@ from mathcircuits.pipeline.markers import (
 )
 from mathcircuits.pipeline.memory import MemoryMeter, cuda_devices
 from mathcircuits.pipeline.paths import RunPaths
-from mathcircuits.pipeline.preflight import check_folders
 from mathcircuits.pipeline.registry import stages
 from mathcircuits.pipeline.study import Study
 

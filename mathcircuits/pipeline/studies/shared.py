@@ -55,7 +55,7 @@ class IdentifySummary(StageSummary):
     top_heads: list[list[int | float]] = field(default_factory=list)  # [layer, head, effect]
     stability: list[float] = field(default_factory=list)  # per key head: share of resamples selecting it
     metric: str = ""
-    totals: dict[Operation, OperationTotal] = field(default_factory=dict)  # summaries before issue #23 have none
+    totals: dict[Operation, OperationTotal] = field(default_factory=dict)  # older summaries have none
     facts: FactUse | None = None  # the facts patched, and how many another stage owns (0)
 
     def lines(self) -> list[str]:

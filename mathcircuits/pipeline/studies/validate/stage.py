@@ -43,9 +43,9 @@ from mathcircuits.data import (
     word_problem_dataset,
 )
 from mathcircuits.patching import KeyComponents, PatchingResult, median_depth, select_key_components
+from mathcircuits.pipeline.config import multi_digit_template
 from mathcircuits.pipeline.context import Context, StageSummary, save_csv, select_pairs, template_spread
 from mathcircuits.pipeline.facts import FactUse, fact_use, stage_rows
-from mathcircuits.pipeline.preflight import multi_digit_template
 from mathcircuits.pipeline.studies.shared import IdentifySummary, patched_facts
 
 __all__ = ["ControlBrief", "KnockoutBrief", "ValidateSummary", "fresh_pairs", "run"]
