@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from mathcircuits.pipeline.paths import RunPaths
     from mathcircuits.pipeline.plugins import StudyError, register_study, unregister_study
     from mathcircuits.pipeline.reader import ResultReader
-    from mathcircuits.pipeline.registry import stages, studies
+    from mathcircuits.pipeline.registry import all_studies, stages
     from mathcircuits.pipeline.run import (
         RunFolderError,
         check_run_folder,
@@ -59,7 +59,7 @@ _WHERE = {
     ),
     **dict.fromkeys(("StudyError", "register_study", "unregister_study"), "plugins"),
     "ResultReader": "reader",
-    **dict.fromkeys(("stages", "studies"), "registry"),
+    **dict.fromkeys(("all_studies", "stages"), "registry"),
     **dict.fromkeys(("Contribution", "Study", "StudyCode"), "study"),
     **dict.fromkeys(("IdentifySummary", "OperationTotal"), "studies.shared"),
 }
@@ -106,7 +106,7 @@ __all__ = [
     "stage_status",
     "tag_fact_stages",
     "stages",
-    "studies",
+    "all_studies",
     "template_spread",
     "register_study",
     "unregister_study",
