@@ -46,14 +46,7 @@ from mathcircuits.analysis.probe_result import PROBES, SPACES, MLPProbeResult, P
 from mathcircuits.data import answer_spacing
 from mathcircuits.data.pairs import token_strings
 from mathcircuits.data.pairset import PairSet
-from mathcircuits.models import (
-    HookedModel,
-    PrefixCaches,
-    final_norm,
-    hooks,
-    unembed_columns,
-    vocab_logits,
-)
+from mathcircuits.models import HookedModel, PrefixCaches, final_norm, hooks, unembed_columns, vocab_logits
 from mathcircuits.models.families import block_structure
 
 __all__ = ["mlp_probes", "number_tokens"]
