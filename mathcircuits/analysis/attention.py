@@ -38,7 +38,6 @@ from mathcircuits.data import Operation
 from mathcircuits.data.pairs import operation_rows
 from mathcircuits.data.pairset import Field, PairSet
 from mathcircuits.models import Head, HookedModel, PrefixCaches, hooks
-from mathcircuits.models.forward.prefix import PrefixRunner
 from mathcircuits.models.spec import ModelSpec
 from mathcircuits.patching import KeyComponents, resolve_heads
 from mathcircuits.stats import DEFAULT_UNCERTAINTY, Uncertainty, mean_interval
@@ -317,7 +316,7 @@ def attention_by_role(
 
         # only the last query row is read: the shared prefix runs once (its keys stay in the pattern's row)
         fwd = [(hooks.pattern(layer), keep_last_row(layer)) for layer in by_layer]
-        PrefixRunner(model.bridge, fwd, store=prefixes).logits_from(toks, toks.shape[1] - 1)
+        model.prefix_cached(fwd, store=prefixes).logits_from(toks, toks.shape[1] - 1)
         for layer, head_idx in by_layer.items():
             for b, i in enumerate(idx):
                 shares[i, head_idx] = role_shares(rows[layer][b], masks[i])

@@ -58,9 +58,8 @@ from mathcircuits.circuit.pool import pool_means, scored_operands
 from mathcircuits.circuit.result import Circuit
 from mathcircuits.circuit.subcircuits import edge_order, random_wiring, size_grid, top_wiring
 from mathcircuits.data.pairset import PairSet
-from mathcircuits.models import HookedModel, PrefixCaches
+from mathcircuits.models import HookedModel, PrefixCaches, repeat_cache
 from mathcircuits.models.families import block_structure
-from mathcircuits.models.forward.prefix import repeat_cache
 from mathcircuits.stats import MIN_CLUSTERS, Interval, Uncertainty, bootstrap_indices, cluster_bootstrap_indices
 
 __all__ = ["Scorer", "faithfulness", "ratio_intervals"]

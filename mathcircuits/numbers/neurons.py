@@ -40,8 +40,7 @@ from torch import Tensor
 from mathcircuits._errors import FixableValueError
 from mathcircuits._io import SavedResult
 from mathcircuits.data import Operation, PairSet
-from mathcircuits.models import HookedModel
-from mathcircuits.models.forward.suffix import SuffixRunner
+from mathcircuits.models import HookedModel, SuffixRunner
 from mathcircuits.numbers.ablation import LayerTopK, NeuronKnockout, ablate, random_like, summarise_knockout
 from mathcircuits.numbers.grid import GridCapture, capture_grid, grid_batches
 from mathcircuits.numbers.heuristics import HEURISTIC_KINDS, heuristic_library, match_patterns, null_classified

@@ -34,9 +34,7 @@ from mathcircuits._errors import FixableValueError
 from mathcircuits._io import SavedResult
 from mathcircuits.data import PairSet, swap_pairs
 from mathcircuits.data.templates import TemplateSet
-from mathcircuits.models import HookedModel
-from mathcircuits.models.forward.prefix import PrefixRunner
-from mathcircuits.models.forward.suffix import SuffixRunner
+from mathcircuits.models import HookedModel, SuffixRunner
 from mathcircuits.numbers.helix import HelixResult, random_subspace
 from mathcircuits.numbers.results import TooFewCorrect, quantile
 from mathcircuits.stats import DEFAULT_CONFIDENCE, DEFAULT_N_BOOT, DEFAULT_UNCERTAINTY, Uncertainty, bootstrap_indices
@@ -212,7 +210,7 @@ def _correct(model: HookedModel, cands: PairSet, batch_size: int, wanted: int) -
         chunk_rows = list(range(lo, min(lo + step, len(cands))))
         for chunk in _groups(cands, chunk_rows, step):
             toks = _tokens(cands.tokens, chunk, model)
-            pred = PrefixRunner(model.bridge).logits_from(toks, toks.shape[1] - 1)[:, -1].argmax(-1).tolist()
+            pred = model.logits_from(toks, toks.shape[1] - 1)[:, -1].argmax(-1).tolist()
             good += [i for i, p in zip(chunk, pred) if p == cands.answer_token[i]]
         if len(good) >= wanted:
             break

@@ -16,9 +16,7 @@ from tqdm.auto import tqdm
 from mathcircuits._errors import FixableValueError
 from mathcircuits._schema import expect, expect_pairs
 from mathcircuits.data.pairset import PairSet, check_token_aligned, pair_batches, pair_keys
-from mathcircuits.models import HookedModel, fast_paths_enabled
-from mathcircuits.models.forward.integrity import model_dtype, verify_once
-from mathcircuits.models.forward.placement import unloadable_parameters
+from mathcircuits.models import HookedModel, fast_paths_enabled, unloadable_parameters, verify_once
 from mathcircuits.patching.attribution import attribution_scan
 from mathcircuits.patching.checks import check_exact
 from mathcircuits.patching.exact import exact_scan
@@ -89,7 +87,7 @@ def path_patch(
         positions = max((len(a) for a in dataset.answer_tokens), default=1) if teacher else 1
         plan = plan_scan(
             spec,
-            model_dtype(model),
+            model.dtype,
             max_memory,
             metric.needs_probs,
             batch_size,

@@ -11,7 +11,7 @@ the upstream stages of the requested ones must be done, and the config is checke
 then the folder is locked and ``config.yaml`` written.
 
 Each fast path (``model.fast_paths``) checks itself on the model before its first use
-(:mod:`mathcircuits.models.forward.integrity`), and the checks are recorded in the stage's marker. An
+(:func:`~mathcircuits.models.verify_once`), and the checks are recorded in the stage's marker. An
 exception no input caused (any error without the ``Fix:`` form) ends as :class:`InternalError` naming the
 stage, with the traceback in ``logs/traceback-<stage>.txt``.
 """
