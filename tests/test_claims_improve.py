@@ -78,7 +78,7 @@ def comparison(math: dict[str, float], generic: dict[str, float] | None = None) 
 def test_c6_holds_fails_and_needs_an_effect():
     holds = claim_c6_units(comparison({"base": 0.2, "precise": 0.6, "full": 0.6}))
     assert holds.verdict == Verdict.HOLDS
-    assert holds.interval == "seed_item_t"  # the card names how the interval was drawn (issue #35)
+    assert holds.estimate.method == "seed_item_t"  # the card names how the interval was drawn (issue #35)
     # the card carries the one definition of "precise", built from the record's counts: 2 key heads, 1 non-key head
     # whose shared K/V changes (the side effect is printed), 10 trainable parameters
     precise = precise_definition(2, 1, 10)
@@ -89,14 +89,14 @@ def test_c6_holds_fails_and_needs_an_effect():
         "heads"
     )
     worse = claim_c6_units(comparison({"base": 0.2, "precise": 0.3, "full": 0.6}))
-    assert worse.verdict == Verdict.FAILS and worse.high < -0.05
+    assert worse.verdict == Verdict.FAILS and worse.estimate.high < -0.05
     forgets = comparison({"base": 0.2, "precise": 0.6, "full": 0.6}, {"base": 0.6, "precise": 0.3, "full": 0.6})
     assert claim_c6_units(forgets).verdict == Verdict.FAILS  # generic ability lost
     idle = claim_c6_units(comparison({"base": 0.4, "precise": 0.4, "full": 0.4}))
     assert idle.verdict == Verdict.INCONCLUSIVE  # the old rule: "holds"
     assert idle.measurement.startswith(f"{C6Stop.NO_EFFECT.value}. ")  # the card leads with the stop
     close = claim_c6_units(comparison({"base": 0.2, "precise": 0.56, "full": 0.6}))
-    assert close.verdict == Verdict.INCONCLUSIVE and close.low < -0.05 < close.high
+    assert close.verdict == Verdict.INCONCLUSIVE and close.estimate.low < -0.05 < close.estimate.high
     assert claim_c6_units(None).verdict == Verdict.NOT_MEASURED
     assert claim_c6_units(comparison({"base": 0.2, "precise": 0.6})).verdict == Verdict.NOT_MEASURED
 
@@ -104,13 +104,13 @@ def test_c6_holds_fails_and_needs_an_effect():
 def test_c6b_holds_fails_and_needs_an_effect():
     beats = claim_c6b(comparison({"base": 0.2, "precise": 0.6, "random": 0.3, "full": 0.6}))
     assert beats.verdict == Verdict.HOLDS and beats.id == "C6b" and "3 draws" in beats.measurement
-    assert beats.interval == "seed_item_t"
+    assert beats.estimate.method == "seed_item_t"
     same = claim_c6b(comparison({"base": 0.2, "precise": 0.5, "random": 0.62, "full": 0.6}))
-    assert same.verdict == Verdict.FAILS and same.high <= 0  # random heads do as well or better
+    assert same.verdict == Verdict.FAILS and same.estimate.high <= 0  # random heads do as well or better
     idle = claim_c6b(comparison({"base": 0.4, "precise": 0.4, "random": 0.4}))
     assert idle.verdict == Verdict.INCONCLUSIVE and idle.measurement.startswith(f"{C6Stop.NO_EFFECT.value}. ")
     tie = claim_c6b(comparison({"base": 0.2, "precise": 0.5, "random": 0.49}))
-    assert tie.verdict == Verdict.INCONCLUSIVE and tie.low < 0 < tie.high
+    assert tie.verdict == Verdict.INCONCLUSIVE and tie.estimate.low < 0 < tie.estimate.high
     assert claim_c6b(comparison({"base": 0.2, "precise": 0.5})).verdict == Verdict.NOT_MEASURED
 
 

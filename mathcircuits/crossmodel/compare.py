@@ -28,11 +28,13 @@ __all__ = ["compare_runs"]
 
 
 def _claim_interval(c: Claim, spec: ModelSpec) -> Interval:
-    if math.isnan(c.value):
-        return no_interval(c.n)
+    e = c.estimate
+    if math.isnan(e.value):
+        return no_interval(e.n)
+    iv = Interval(e.value, e.low, e.high, e.n, DEFAULT_CONFIDENCE, "claim")
     if c.unit == "layer":  # C4: a layer of this model, as relative depth ("none" = n_layers → +inf)
-        return depth_interval(Interval(c.value, c.low, c.high, c.n, DEFAULT_CONFIDENCE, "claim"), spec.n_layers)
-    return Interval(c.value, c.low, c.high, c.n, DEFAULT_CONFIDENCE, "claim")
+        return depth_interval(iv, spec.n_layers)
+    return iv
 
 
 def _pair(section: str, quantity: str, unit: str, a: Interval, b: Interval, note: str = "") -> ComparedValue:
