@@ -32,6 +32,9 @@ from mathcircuits.finetune import (
     compare_units,
     effects_table,
     pareto_points,
+    pareto_records,
+    sweep_records,
+    sweep_table,
 )
 from mathcircuits.models import Head
 
@@ -137,6 +140,38 @@ def test_card_table_and_pareto_points():
     ]  # fmt: skip
     pts = pareto_points(cmp)
     assert len(pts) == 9 and pts["chosen"].all() and set(pts["mode"]) == {"precise", "random", "full"}
+    records = pareto_records(cmp)  # what the figure reads; the table is made of them, column for field
+    assert [p.math_gain for p in records] == pts["math_gain"].tolist() and records[0].mode == pts["mode"].iloc[0]
+    assert sweep_records(cmp) == () and list(sweep_table(cmp).columns) == []  # this comparison has no sweep
+
+
+def test_sweep_and_pareto_figures_read_the_points_and_their_intervals():
+    import dataclasses
+
+    from mathcircuits.finetune import choose_rates
+    from mathcircuits.viz import pareto_plot, sft_sweep_curves
+
+    sweep = []
+    for lr, acc in ((1e-4, 0.3), (1e-3, 0.7)):
+        r = record("precise", 0, acc, 0.5)
+        unit = dataclasses.replace(r.unit, learning_rate=lr, phase="sweep")
+        sweep.append(dataclasses.replace(r, unit=unit, math={"validation": r.math["test"]}))
+    cmp = comparison({"base": 0.2, "precise": 0.6})
+    cmp = dataclasses.replace(cmp, records=cmp.records + tuple(sweep), choices=choose_rates(sweep))
+    pts = sweep_records(cmp)
+    assert [p.learning_rate for p in pts] == [1e-4, 1e-3] and [p.selected for p in pts] == [False, True]
+    assert pts[1].accuracy.method == "wilson" and pts[1].accuracy.n == N and pts[1].accuracy.low < pts[1].accuracy.value
+    table = sweep_table(cmp)  # the saved layout (compare/sweep.csv)
+    assert list(table.columns) == ["mode", "learning_rate", "val_accuracy", "val_logp", "val_n", "selected", "at_edge"]
+    assert table.val_accuracy.tolist() == [p.accuracy.value for p in pts] and table.val_n.tolist() == [N, N]
+    line = sft_sweep_curves(pts).to_dict()["data"][0]
+    assert list(line["error_y"]["arrayminus"]) == pytest.approx(
+        [100 * (p.accuracy.value - p.accuracy.low) for p in pts]
+    )
+    points = pareto_records(cmp)
+    dots = pareto_plot(points).to_dict()["data"]
+    sweep_dots = next(d for d in dots if d["name"] == "precise (sweep)")
+    assert list(sweep_dots["y"]) == [p.math_gain for p in points if p.phase == "sweep"]
 
 
 @pytest.mark.slow  # trains tiny units end to end (about 7 s of CPU)

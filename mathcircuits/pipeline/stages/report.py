@@ -31,8 +31,8 @@ from mathcircuits.finetune import (
     UnitComparison,
     effects_table,
     kv_shared_heads,
-    pareto_points,
-    sweep_table,
+    pareto_records,
+    sweep_records,
 )
 from mathcircuits.numbers import HelixPatchResult, HelixResult, NeuronResult, NumberResults, ProbeResult, Spectrum
 from mathcircuits.patching import KeyComponents, PatchingResult
@@ -244,10 +244,10 @@ def run(ctx: Context) -> ReportSummary:
         evaluation=_evaluation(got, ctx),
         circuit=circuits,
         circuit_faithfulness=faiths,
-        comparison_sweep=sweep_table(cmp) if cmp is not None else None,
+        comparison_sweep=sweep_records(cmp) if cmp is not None else None,
         comparison_table=effects_table(cmp) if cmp is not None else None,
         numbers=nums,
-        comparison_points=pareto_points(cmp) if cmp is not None else None,
+        comparison_points=pareto_records(cmp) if cmp is not None else None,
         comparison_power=read_json(paths.compare_power)["statement"] if paths.compare_power.exists() else "",
     )
     figures = report_figures(parts)  # built once: saved as files and embedded in the page
