@@ -46,7 +46,7 @@ PROBES = (  # the per-pair, per-layer fields; lens_prob last
     "lens_prob",
 )
 
-#: The per-layer quantities that carry an interval (:meth:`MLPProbeResult.layer_intervals`).
+#: The per-layer quantities that carry an interval (:meth:`MLPProbeResult.by_layer`).
 LayerQuantity: TypeAlias = Literal["update_direct_margin", "update_sim_answer", "lens_top1"]
 
 
@@ -146,7 +146,7 @@ class MLPProbeResult(SavedResult):
         q = torch.quantile(boots, torch.tensor([alpha / 2, 1 - alpha / 2], dtype=boots.dtype), interpolation="nearest")
         return Interval(float(layer(data)), float(q[0]), float(q[1]), int(data.shape[0]), confidence, "bootstrap", seed)
 
-    def layer_intervals(
+    def by_layer(
         self, name: LayerQuantity, operation: Operation | None = None, uncertainty: Uncertainty = DEFAULT_UNCERTAINTY
     ) -> tuple[Interval, ...]:
         """Per layer, ``name``'s mean over the pairs of ``operation`` (all when None) with its interval: a bootstrap
@@ -179,9 +179,9 @@ class MLPProbeResult(SavedResult):
             out[name] = vals.mean(0).tolist()
             out[f"{name}_std"] = vals.std(0, unbiased=False).tolist()
             if name in get_args(LayerQuantity):
-                ivs = self.layer_intervals(name, operation, uncertainty)
+                ivs = self.by_layer(name, operation, uncertainty)
                 out[f"{name}_low"], out[f"{name}_high"] = [iv.low for iv in ivs], [iv.high for iv in ivs]
-        wil = self.layer_intervals("lens_top1", operation, uncertainty)
+        wil = self.by_layer("lens_top1", operation, uncertainty)
         out["lens_top1"] = [w.value for w in wil]
         out["lens_top1_low"], out["lens_top1_high"] = [w.low for w in wil], [w.high for w in wil]
         df = pd.DataFrame(out)

@@ -190,7 +190,7 @@ def mlp_raise(runs: Sequence[RunResults], uncertainty: Uncertainty = DEFAULT_UNC
         depth = [layer / max(1, run.probes.n_layers - 1) for layer in range(run.probes.n_layers)]
         c = COLOURS[i % 2]
         for col, row in (("update_direct_margin", 1), ("lens_top1", 2)):
-            ivs = run.probes.layer_intervals(col, uncertainty=uncertainty)
+            ivs = run.probes.by_layer(col, uncertainty=uncertainty)
             hi, lo = [iv.high for iv in ivs], [iv.low for iv in ivs]
             fig.add_trace(
                 go.Scatter(

@@ -123,7 +123,7 @@ def probe_similarity_curves(
     _band(fig, layers, result.input_sim_others[idx], "input · other numbers", "#7f7f7f", 1, 1, dash="dot")
     _band(fig, layers, result.update_sim_answer[idx], "update · answer C", c[2], 1, 2)
     _band(fig, layers, result.update_sim_others[idx], "update · other numbers", "#7f7f7f", 1, 2, dash="dash")
-    margin = result.layer_intervals("update_direct_margin", operation)
+    margin = result.by_layer("update_direct_margin", operation)
     fig.add_trace(
         go.Bar(
             x=layers,
@@ -137,7 +137,7 @@ def probe_similarity_curves(
         row=2,
         col=1,
     )
-    top1 = result.layer_intervals("lens_top1", operation)
+    top1 = result.by_layer("lens_top1", operation)
     median_rank = result.lens_rank[idx].median(0).values
     fig.add_trace(
         go.Scatter(
