@@ -34,7 +34,7 @@ from mathcircuits.ablation.scorer import KnockoutScorer
 from mathcircuits.data.pairset import PairSet
 from mathcircuits.models import HookedModel
 from mathcircuits.patching import KeyComponents, resolve_heads
-from mathcircuits.stats import DEFAULT_CONFIDENCE, wilson_interval
+from mathcircuits.stats import DEFAULT_CONFIDENCE, Interval, wilson_interval
 
 __all__ = ["transfer", "transfer_row"]
 
@@ -64,9 +64,7 @@ def transfer_row(
         held_in=held_in,
         n=n,
         n_correct=k,
-        clean_accuracy=c.value,
-        clean_low=c.low,
-        clean_high=c.high,
+        clean=c,
         status=MEASURED if measurable else NOT_MEASURABLE,
         ablation=ablation,
     )
@@ -82,12 +80,15 @@ def transfer_row(
     p = (1 + sum(a <= key_acc + 1e-12 for a in per_set)) / (1 + len(per_set))
     return dataclasses.replace(
         row,
-        key_ablated_accuracy=kw.value,
-        key_low=kw.low,
-        key_high=kw.high,
-        random_ablated_accuracy=r_mean,
-        random_low=min([pooled.low, *per_set]) if per_set else nan,
-        random_high=max([pooled.high, *per_set]) if per_set else nan,
+        key=kw,
+        random=Interval(
+            r_mean,
+            min([pooled.low, *per_set]) if per_set else nan,
+            max([pooled.high, *per_set]) if per_set else nan,
+            k,
+            confidence,
+            "wilson",
+        ),
         random_ablated_std=r_std,
         key_drop=kw.value - 1.0,
         random_drop=r_mean - 1.0,

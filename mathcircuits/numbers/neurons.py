@@ -124,7 +124,7 @@ class NeuronResult(SavedResult):
     def headline(self) -> str:
         ks = ", ".join(f"L{t.layer}:{t.chosen}" for t in self.topk)
         ko = self.knockout
-        drop = f"; extra drop {ko.extra_drop:+.2f} [{ko.drop_low:+.2f}, {ko.drop_high:+.2f}]" if ko else ""
+        drop = f"; extra drop {ko.drop.value:+.2f} [{ko.drop.low:+.2f}, {ko.drop.high:+.2f}]" if ko else ""
         return (
             f"{self.operation} grid {len(self.a_values)}x{len(self.b_values)}; sufficient k {ks} of {self.d_mlp}{drop}"
         )

@@ -116,14 +116,14 @@ class ValidateSummary(StageSummary):
             for op, k in self.knockout.items()
         ]
         for r in self.transfer:
-            head = f"  transfer {r.dataset:<45} n={r.n:<3} clean {r.clean_accuracy:.2f}"
+            head = f"  transfer {r.dataset:<45} n={r.n:<3} clean {r.clean.value:.2f}"
             if not r.measured:
                 out.append(f"{head}  {r.status} (too few items the clean model answers)")
                 continue
             out.append(
                 f"{head}  on its {r.n_correct} correct items: key-ablated "
-                f"{r.key_ablated_accuracy:.2f} [{r.key_low:.2f}, {r.key_high:.2f}]  "
-                f"random-ablated {r.random_ablated_accuracy:.2f}"
+                f"{r.key.value:.2f} [{r.key.low:.2f}, {r.key.high:.2f}]  "
+                f"random-ablated {r.random.value:.2f}"
             )
         return out
 
