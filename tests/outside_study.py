@@ -20,7 +20,6 @@ from mathcircuits.patching import KeyComponents
 from mathcircuits.pipeline import Context, Contribution, ResultReader, StageSummary, Study, StudyCode
 from mathcircuits.report.html import Page
 from mathcircuits.report.sections import NamedFigure, Section
-from mathcircuits.stats import Interval
 
 
 @dataclass(frozen=True)
