@@ -122,7 +122,7 @@ def run(ctx: Context) -> CircuitSummary:
         try:
             found = Circuit.load(paths.circuit(op))
         except (FileNotFoundError, ResultFileError):
-            found = discover_circuit(model, disc, **c.discover_kwargs(), progress=ctx.progress)
+            found = discover_circuit(model, disc, config=c, progress=ctx.progress)
             found = label_roles(model, disc, found)
             found = replace(found, data=replace(found.data, eval_pair_ids=list(ev.pair_ids)))
             found.save(paths.circuit(op))
@@ -133,7 +133,8 @@ def run(ctx: Context) -> CircuitSummary:
             pool = circuit_pairs(ctx, op, c.pool_per_template, ctx.config.data.seed + 1, own_facts=False)
             if "position_mean" in c.ablations and (missing := _uncovered(ev, pool)):
                 _refuse_pool(ctx, op, ev, missing)  # before its faithfulness runs: the setting that fixes it
-            faith = faithfulness(model, ev, found, pool=pool, **c.faithfulness_kwargs(ctx.config.data.seed))
+            # the data seed draws the random circuits and the bootstrap
+            faith = faithfulness(model, ev, found, pool=pool, config=c, uncertainty=c.uncertainty(ctx.config.data.seed))
             faith.save(paths.circuit_faithfulness(op))
         with atomic_path(paths.circuit_graph(op)) as tmp:
             circuit_graph(top_circuit(found, faith.plateau_size) if faith.curve else found, faith).write_html(
