@@ -28,6 +28,7 @@ __all__ = [
     "expect",
     "expect_pairs",
     "from_dict",
+    "given",
     "is_value_type",
     "kind_of",
     "plain",
@@ -239,6 +240,11 @@ def expect_pairs(verb: str, name: str, value: Any, minimum: int = 1) -> None:
         raise FixableValueError(
             f"{verb}: {name} has {len(value)} pair(s); its intervals need at least {minimum}. ", "pass more pairs."
         )
+
+
+def given(**values: Any) -> dict[str, Any]:
+    """The keyword settings a caller gave: those not None (a verb's ``None`` means "the config's")."""
+    return {k: v for k, v in values.items() if v is not None}
 
 
 def configured(verb: str, cls: type[T], config: T | None = None, **settings: Any) -> T:
