@@ -18,17 +18,19 @@ from mathcircuits.data import PairSet, facts_of
 from mathcircuits.finetune import KV_POLICIES, Mode, SFTConfig
 from mathcircuits.patching import METRICS, RULES, PatchingConfig, PatchingResult, SelectionConfig
 from mathcircuits.pipeline import (
+    LATER_SETTINGS,
+    READ_ONLY_WHEN,
     STAGES,
     ConfigError,
     FinetuneSection,
     RunConfig,
     done_summary,
     fingerprint,
+    fingerprinted,
     render_config,
     run_pipeline,
     stage_status,
 )
-from mathcircuits.pipeline.config import LATER_SETTINGS, READ_ONLY_WHEN, fingerprinted
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -178,11 +180,17 @@ PINNED = {
 
 @pytest.mark.parametrize("name", sorted(PINNED))
 def test_fingerprints_of_the_shipped_configs_stay_as_they_were(name):
-    from mathcircuits.pipeline.paths import RunPaths
-    from mathcircuits.pipeline.run import _fingerprint
-
-    cfg = RunConfig.load(ROOT / "configs" / name)
-    got = {stage: _fingerprint(RunPaths(Path("unused")), cfg, stage, {}) for stage in STAGES}
+    """A stage's fingerprint: its name, its sections and the model's as fingerprints see them, its upstream
+    markers (none here). The runner's own, read back from a run folder, is checked against this formula in
+    test_a_setting_added_later_keeps_older_run_folders_valid_at_its_earlier_value."""
+    d = fingerprinted(RunConfig.load(ROOT / "configs" / name).to_dict())
+    model = {k: v for k, v in d["model"].items() if k not in ("fast_paths", "device_map")}
+    got = {
+        stage: fingerprint(
+            stage, {s: d[s] for s in STAGES[stage].sections}, model, [None] * len(STAGES[stage].upstream)
+        )
+        for stage in STAGES
+    }
     assert got == PINNED[name]
 
 

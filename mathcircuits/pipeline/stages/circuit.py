@@ -17,7 +17,7 @@ from mathcircuits._schema import ConfigError
 from mathcircuits.circuit import Circuit, Faithfulness, discover_circuit, faithfulness, label_roles
 from mathcircuits.circuit.pool import scored_operands
 from mathcircuits.circuit.subcircuits import top_circuit
-from mathcircuits.data import Fact, GenerationConfig, Operation, facts_of, filter_correct, generate_pairs, score_pairs
+from mathcircuits.data import Fact, Operation, facts_of, filter_correct, generate_pairs, score_pairs
 from mathcircuits.data.pairset import PairSet
 from mathcircuits.pipeline.context import Context, StageSummary, template_spread
 from mathcircuits.pipeline.facts import FactUse, fact_use
@@ -89,12 +89,9 @@ def circuit_pairs(ctx: Context, op: Operation, n: int, seed: int, own_facts: boo
     (``own_facts``), or its pool, of any fact."""
     d, c = ctx.config.data, ctx.config.circuit
     ids = tuple(circuit_templates(ctx, op))
-    gen = GenerationConfig(
-        operations=(op,), template_ids=ids, n_per_template=n, operand_range=d.operand_range,
-        fewshot=d.fewshot, fewshot_operations=d.fewshot_operations, allow_negative=d.allow_negative,
-        integer_only=d.integer_only,
-        multi_token_answers=d.multi_token_answers, counterfactual=c.counterfactual, seed=seed,
-    )  # fmt: skip
+    gen = replace(
+        d.generation(), operations=(op,), template_ids=ids, n_per_template=n, counterfactual=c.counterfactual, seed=seed
+    )
     facts = d.stage_facts()["circuit"] if own_facts else None
     return generate_pairs(ctx.model.tokenizer, ctx.templates(), gen, facts=facts)
 
