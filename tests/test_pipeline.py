@@ -16,7 +16,7 @@ from mathcircuits.ablation import KnockoutResult, RandomControl
 from mathcircuits.cli import main
 from mathcircuits.data import PairSet, facts_of
 from mathcircuits.finetune import KV_POLICIES, Mode, SFTConfig
-from mathcircuits.patching import METRICS, RULES, PatchingConfig, PatchingResult, SelectionConfig
+from mathcircuits.patching import METHODS, METRICS, RULES, PatchingConfig, PatchingResult, SelectionConfig
 from mathcircuits.pipeline import (
     LATER_SETTINGS,
     READ_ONLY_WHEN,
@@ -96,6 +96,7 @@ def test_config_sections_are_the_library_configs_with_one_default():
     """
     hints = typing.get_type_hints(PatchingConfig)
     assert set(typing.get_args(hints["metric"])) == set(METRICS)  # every metric: path patching reads every answer token
+    assert set(typing.get_args(hints["method"])) == set(METHODS)  # path_patch refuses another by the config's check
     assert set(typing.get_args(typing.get_type_hints(SelectionConfig)["rule"])) == set(RULES)
     assert set(typing.get_args(typing.get_type_hints(SFTConfig)["kv_policy"])) == set(KV_POLICIES)
     cfg = RunConfig()
