@@ -290,7 +290,7 @@ def test_transfer_on_a_near_chance_model_is_not_measurable(tiny_llama, pairs, te
     means = head_means(tiny_llama, pairs)
     config = GenerationConfig(operations=("mul",), template_ids=("mul_eq_1",), n_per_template=4)
     other = generate_pairs(tiny_llama.tokenizer, template_sets, config)
-    tr = transfer(tiny_llama, {"add": pairs, "mul": other}, [(0, 1), (2, 3)], means, n_random=2)
+    tr = transfer(tiny_llama, {"add": pairs, "mul": other}, [(0, 1), (2, 3)], means, n_random=2, ablation="mean")
     df = tr.to_dataframe()
     assert list(df["dataset"]) == ["add", "mul"]
     for row in tr.rows:  # the random tiny model answers (almost) nothing, so no transfer is reported
@@ -316,7 +316,9 @@ def test_transfer_is_measured_on_clean_correct_items_only(planted):
     n = len(ds)
     mixed = PairSet.concat([ds.select(range(n // 2 + 1)), wrong.select(range(n // 2 + 1, n))])
     sets = {"copy": ds, "mixed": mixed, "wrong": wrong}
-    tr = transfer(model, sets, PLANTED, means, n_random=3, seed=0, held_in=["copy"], min_clean_accuracy=0.5)
+    tr = transfer(
+        model, sets, PLANTED, means, n_random=3, seed=0, held_in=["copy"], min_clean_accuracy=0.5, ablation="mean"
+    )
     rows = {r.dataset: r for r in tr.rows}
     assert rows["copy"].held_in and not rows["mixed"].held_in
     assert rows["wrong"].status == "not measurable on this model" and rows["wrong"].clean.value == 0.0

@@ -13,7 +13,18 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from mathcircuits.pipeline.compare_models import check_same_config, compare_model_runs, load_run_results
-    from mathcircuits.pipeline.config import ConfigError, RunConfig, fingerprint, multi_digit_template, render_config
+    from mathcircuits.pipeline.config import (
+        LATER_SETTINGS,
+        READ_ONLY_WHEN,
+        ConfigError,
+        LaterSetting,
+        ReadOnlyWhen,
+        RunConfig,
+        fingerprint,
+        fingerprinted,
+        multi_digit_template,
+        render_config,
+    )
     from mathcircuits.pipeline.context import Context, StageSummary, select_pairs, template_spread
     from mathcircuits.pipeline.facts import (
         FACT_STAGES,
@@ -45,7 +56,21 @@ if TYPE_CHECKING:
 #: public name → the module that defines it (imported on first use).
 _WHERE = {
     **dict.fromkeys(("check_same_config", "compare_model_runs", "load_run_results"), "compare_models"),
-    **dict.fromkeys(("ConfigError", "RunConfig", "fingerprint", "multi_digit_template", "render_config"), "config"),
+    **dict.fromkeys(
+        (
+            "LATER_SETTINGS",
+            "READ_ONLY_WHEN",
+            "ConfigError",
+            "LaterSetting",
+            "ReadOnlyWhen",
+            "RunConfig",
+            "fingerprint",
+            "fingerprinted",
+            "multi_digit_template",
+            "render_config",
+        ),
+        "config",
+    ),
     **dict.fromkeys(("Context", "StageSummary", "select_pairs", "template_spread"), "context"),
     **dict.fromkeys(
         ("FACT_STAGES", "FactStage", "FactUse", "fact_use", "stage_facts", "stage_rows", "tag_fact_stages"), "facts"
@@ -66,8 +91,12 @@ _WHERE = {
 
 __all__ = [
     "FACT_STAGES",
+    "LATER_SETTINGS",
+    "READ_ONLY_WHEN",
     "ConfigError",
     "Contribution",
+    "LaterSetting",
+    "ReadOnlyWhen",
     "ModelSection",
     "Context",
     "FactStage",
@@ -95,6 +124,7 @@ __all__ = [
     "done_summary",
     "fact_use",
     "fingerprint",
+    "fingerprinted",
     "is_input_error",
     "load_run_results",
     "multi_digit_template",
