@@ -66,3 +66,18 @@ def test_readme_reaches_its_first_example_within_500_words():
         f"README.md has {words} words before its first ```python block; at most {README_WORDS_BEFORE_EXAMPLE}: "
         "move detail and dated measurements to docs/ (times: docs/times-and-exit-codes.md)."
     )
+
+
+def test_the_architecture_page_is_generated_from_the_code():
+    """docs/architecture.md is the generator's output for today's registry, contracts and docstrings."""
+    import subprocess
+    import sys
+
+    res = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "gen_architecture.py"), "--check"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=300,
+    )
+    assert res.returncode == 0, res.stderr
