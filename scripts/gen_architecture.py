@@ -11,8 +11,9 @@ from __future__ import annotations
 import argparse
 import ast
 import sys
-import tomllib
 from pathlib import Path
+
+import tomllib
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGE = ROOT / "docs" / "architecture.md"
