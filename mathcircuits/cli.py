@@ -6,7 +6,7 @@ Examples::
     mathcircuits identify --out runs/default      # one stage (its upstream stages must be done)
     mathcircuits config --show                    # every setting with its type, range and default
 
-Sub-commands and their help come from the stage registry (:data:`mathcircuits.pipeline.STAGES`). A bad input
+Sub-commands and their help come from the study registry (:func:`mathcircuits.pipeline.stages`). A bad input
 ends as ``error: <problem>. Fix: <fix>`` with exit code 2; a failure no input explains as
 ``error: internal error in stage <name>: <message>`` with exit code 3 (traceback in the run folder's
 ``logs/``); Ctrl-C as ``interrupted; rerun to resume`` with exit code 130 (finished stages are kept).
@@ -199,7 +199,7 @@ def _run(args: argparse.Namespace) -> int:
     # imported here, after the arguments are parsed: these bring in torch and the model libraries
     import yaml
 
-    from mathcircuits.pipeline import RunPaths, render_config, run_pipeline, stage_status
+    from mathcircuits.pipeline import RunPaths, done_summary, render_config, run_pipeline, stage_status
 
     if args.command == "compare-models":
         return _compare_models(args)
@@ -215,6 +215,9 @@ def _run(args: argparse.Namespace) -> int:
                 print(f"{name:<10} off ({study.switch}.enabled is false)")
                 continue
             note = study.progress(paths) if study.progress is not None else ""  # a resumable study's own count
+            if state.state == "done":  # what it cost, as its marker recorded it
+                done = done_summary(args.out, name)
+                note = ", ".join(x for x in (f"{done.seconds:.1f} s", str(done.peak_memory or ""), note) if x)
             print(f"{name:<10} {state}{f'  ({note})' if note else ''}")  # done / todo / stale (why)
         return 0
     only = args.only if args.command == "run" else [args.command]

@@ -14,6 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import partial
 
+import pandas as pd
+
 from mathcircuits.claims import CardSettings, ClaimsCard, Verdict
 from mathcircuits.pipeline.context import Context, StageSummary
 from mathcircuits.pipeline.facts import FactUse
@@ -22,7 +24,7 @@ from mathcircuits.pipeline.study import Contribution, Study, StudyCode, merge_cl
 from mathcircuits.report import ReportParts, build_report, report_figures
 from mathcircuits.viz import find_chromium, save_figures
 
-__all__ = ["ClaimLine", "ReportSummary", "code", "run"]
+__all__ = ["ClaimLine", "ReportSummary", "code", "costs", "run"]
 
 
 @dataclass(frozen=True)
@@ -68,6 +70,16 @@ def _facts_used(ctx: Context, studies: Mapping[str, Study]) -> dict[str, str]:
     return out
 
 
+def costs(ctx: Context, studies: Mapping[str, Study]) -> pd.DataFrame:
+    """What each finished study cost: wall time and peak memory, as its marker recorded them."""
+    rows = []
+    for name, study in studies.items():
+        if ctx.paths.marker(name).is_file():
+            s = ctx.summary(name, study.summary)
+            rows.append({"study": name, "seconds": s.seconds, "peak memory": str(s.peak_memory or "not measured")})
+    return pd.DataFrame(rows, columns=["study", "seconds", "peak memory"])
+
+
 def run(ctx: Context, studies: Mapping[str, Study]) -> ReportSummary:
     """The claims card, every figure (HTML + static formats) and one offline HTML report, from ``studies``.
 
@@ -90,7 +102,7 @@ def run(ctx: Context, studies: Mapping[str, Study]) -> ReportSummary:
         claims=merge_claims(made), confidence=u.confidence, seed=u.seed, settings=CardSettings(n_boot=u.n_boot)
     )
     card.save(paths.claims)
-    parts = ReportParts(claims=card, **found)  # type: ignore[arg-type]
+    parts = ReportParts(claims=card, costs=costs(ctx, studies), **found)  # type: ignore[arg-type]
     figures = report_figures(parts, extra=[s for c in made for s in c.sections])  # built once: saved and embedded
     saved = figures.saved()
     formats = list(ctx.config.analysis.static_formats)

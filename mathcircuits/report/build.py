@@ -73,6 +73,8 @@ def report_html(parts: ReportParts, figures: ReportFigures | None = None) -> str
         front.append(("Accuracy by operation and template", table(accuracy_with_intervals(parts.accuracy_table))))
     if parts.claims is not None:
         front.append(("Claims, in full", table(claims_table(parts.claims.to_dataframe()))))
+    if parts.costs is not None:
+        front.append(("Time and peak memory by study", table(parts.costs)))
     return page.html(parts.page_title, front, list(parts.notes))
 
 
