@@ -131,6 +131,9 @@ def read_json(path: str | os.PathLike) -> Any:
     path = Path(path)
     if not path.exists():
         raise FixableFileNotFoundError(f"{path} does not exist. ", "check the path, or run the stage that writes it.")
+    if path.is_dir():
+        raise ResultFileError(f"{path} is a folder, where a JSON file belongs. ", "move the folder away, or re-run "
+                              "the stage that writes the file.")  # fmt: skip
     try:
         return json.loads(path.read_text())
     except (UnicodeDecodeError, json.JSONDecodeError) as err:
@@ -138,6 +141,12 @@ def read_json(path: str | os.PathLike) -> Any:
             f"{path} is not valid JSON ({err}); it may be truncated or corrupted. ",
             "delete it and re-run the stage that writes it.",
         ) from err
+    except RecursionError:  # lists or objects nested thousands deep: Python's parser gives up
+        raise ResultFileError(
+            f"{path} nests lists or objects too deeply to be read (thousands of levels); no file of this toolkit "
+            "or of EAP-IG does. ",
+            "pass the file that was meant; if it was written by the toolkit, re-run the stage that writes it.",
+        ) from None
 
 
 class StrictYAMLError(FixableError, yaml.YAMLError):

@@ -14,6 +14,7 @@ input, nothing written), never a traceback, a silent acceptance or a misleading 
 from __future__ import annotations
 
 import ast
+import dataclasses
 import json
 import os
 import re
@@ -25,7 +26,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from helpers import classify, script_module
+from mathcircuits._errors import FixableError
+from mathcircuits.circuit import EdgeScores, graph_edges, read_graph, write_graph
+from mathcircuits.models import ModelMismatchError
+
+from helpers import classify, script_module, unchecked
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY_YAML = ROOT / "configs" / "tiny.yaml"
@@ -133,3 +138,98 @@ def test_compare_run_outputs_refuses_a_damaged_torch_file(tmp_path, capsys):
     code = mod.main([str(a), str(b)])
     err = capsys.readouterr().err
     assert classify(code, err, (str(b / "identify" / "p.pt"), "not a readable torch file"), False) == "clear", err
+
+
+# ---- graph files read for content -----------------------------------------------------------------------------
+
+
+def _graph(tiny_llama, tmp_path: Path, spec=None) -> tuple[Path, dict]:
+    """A graph file of ``spec`` (default: the tiny model's) with two circuit edges, and its JSON."""
+    spec = spec or tiny_llama.spec
+    edges = graph_edges(spec, parallel=False)
+    scores = EdgeScores(spec, False, edges, tuple(0.01 * i for i in range(len(edges))), "eap-ig", 1.0)
+    path = write_graph(scores, tmp_path / "g.json", circuit=edges[:2])
+    return path, json.loads(path.read_text())
+
+
+def _set(path: str, value):
+    """A change of the graph's JSON: ``value`` at the slash-separated ``path``."""
+
+    def change(raw: dict) -> dict:
+        *parents, last = path.split("/")
+        node = raw
+        for p in parents:
+            node = node[p]
+        node[last] = value
+        return raw
+
+    return change
+
+
+EDGE = "input->a0.h0<q>"
+# (id, change of the written file's JSON, or its text, words the message must hold)
+GRAPHS: list[tuple[str, object, tuple[str, ...]]] = [
+    ("in-graph-as-text", _set(f"edges/{EDGE}/in_graph", "false"), ("in_graph is 'false' (text)", "JSON boolean")),
+    ("in-graph-as-number", _set(f"edges/{EDGE}/in_graph", 1), ("in_graph is 1", "JSON boolean")),
+    ("node-in-graph-as-text", _set("nodes/m0/in_graph", "true"), ("node 'm0'", "not a JSON boolean")),
+    ("parallel-as-text", _set("cfg/parallel_attn_mlp", "false"), ("cfg.parallel_attn_mlp", "JSON boolean")),
+    ("score-nan", lambda raw: json.dumps(raw).replace('"score": 0.0,', '"score": NaN,', 1), ("score nan", "finite")),
+    ("score-infinite", _set(f"edges/{EDGE}/score", float("inf")), ("score inf", "finite")),
+    ("score-as-text", _set(f"edges/{EDGE}/score", "0.5"), ("score '0.5'", "finite number")),
+    ("score-missing", _set(f"edges/{EDGE}", {"in_graph": True}), ("score None",)),
+    ("score-as-boolean", _set(f"edges/{EDGE}/score", True), ("score True",)),
+    ("cfg-as-text", _set("cfg", "n_layers=3"), ("cfg is text", "where an object belongs")),
+    ("edges-as-list", _set("edges", [[EDGE, 0.5]]), ("edges is a list", "where an object belongs")),
+    ("edge-as-list", _set(f"edges/{EDGE}", [0.5, True]), (f"edge '{EDGE}' is a list",)),
+    ("node-as-boolean", _set("nodes/m0", True), ("node 'm0' is a boolean",)),
+    ("whole-file-a-list", lambda raw: [raw], ("holds a list", "not a graph object")),
+    ("nested-lists", lambda raw: "[" * 100_000 + "]" * 100_000, ("nests lists or objects too deeply",)),
+    ("n-layers-as-text", _set("cfg/n_layers", "3"), ("cfg.n_layers is '3'", "positive whole number")),
+    ("kv-heads-disagree", _set("cfg/n_key_value_heads", 4), ("4 key/value heads", "2 key/value heads")),
+    ("head-beyond-the-model", lambda raw: _set("edges/input->a0.h7<q>", {"score": 0.1, "in_graph": False})(raw),
+     ("edge 'input->a0.h7<q>'", "head 7")),
+    ("layer-beyond-the-model", lambda raw: _set("edges/m9->logits", {"score": 0.1, "in_graph": False})(raw),
+     ("edge 'm9->logits'", "layer 9")),
+    ("model-record-not-an-object", _set("mathcircuits", "tiny-llama"), ("'mathcircuits' record",)),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("change, words", [pytest.param(c, w, id=i) for i, c, w in GRAPHS])
+def test_a_bad_graph_file_is_refused_naming_the_file_and_the_value(tiny_llama, tmp_path, change, words):
+    path, raw = _graph(tiny_llama, tmp_path)
+    changed = change(raw)
+    path.write_text(changed if isinstance(changed, str) else json.dumps(changed))
+    with unchecked(), pytest.raises(Exception) as e:
+        read_graph(path, tiny_llama.spec, parallel=False)
+    text = " ".join(str(e.value).split())
+    assert isinstance(e.value, FixableError) and text.count("Fix:") == 1, (type(e.value), text)
+    assert str(path) in text and all(w in text for w in words), text
+
+
+def test_a_graph_file_records_its_model_and_stays_an_eap_ig_file(tiny_llama, tmp_path):
+    path, raw = _graph(tiny_llama, tmp_path)
+    # EAP-IG's Graph.from_json reads cfg, nodes and edges (asserting the three are there) and nothing else
+    assert set(raw) == {"cfg", "nodes", "edges", "mathcircuits"}
+    assert set(raw["cfg"]) == {"n_layers", "n_heads", "parallel_attn_mlp", "d_model", "n_key_value_heads"}
+    assert raw["mathcircuits"]["model"] == "tiny-llama" and len(raw["mathcircuits"]["spec_fingerprint"]) == 16
+    assert all(set(v) == {"score", "in_graph"} for v in raw["edges"].values())
+    back = read_graph(path, tiny_llama.spec, parallel=False)
+    assert len(back.circuit) == 2
+    del raw["mathcircuits"]  # EAP-IG's own file: checked by its shape alone
+    path.write_text(json.dumps(raw))
+    assert read_graph(path, tiny_llama.spec, parallel=False).circuit == back.circuit
+
+
+@pytest.mark.parametrize("other", [{"name": "other-llama"}, {"vocab_size": 999}, {"d_mlp": 7}])
+def test_a_graph_of_another_model_of_the_same_shape_is_refused_naming_both(tiny_llama, tmp_path, other):
+    theirs = dataclasses.replace(tiny_llama.spec, **other)
+    path, _ = _graph(tiny_llama, tmp_path, spec=theirs)
+    with pytest.raises(ModelMismatchError) as e:
+        read_graph(path, tiny_llama.spec, parallel=False)
+    text = " ".join(str(e.value).split())
+    assert f"written for model {theirs.name!r}" in text and "'tiny-llama' (LlamaForCausalLM" in text, text
+    assert text.count("Fix:") == 1
+    # the same model loaded from elsewhere (another source) is the same model
+    same = dataclasses.replace(tiny_llama.spec, source="/somewhere/else")
+    path, _ = _graph(tiny_llama, tmp_path, spec=same)
+    read_graph(path, tiny_llama.spec, parallel=False)
