@@ -18,17 +18,21 @@ import dataclasses
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 import torch
 
-from mathcircuits._errors import FixableError
+from mathcircuits import FixableError
 from mathcircuits.circuit import EdgeScores, graph_edges, read_graph, write_graph
+from mathcircuits.cli import main
 from mathcircuits.models import ModelMismatchError
+from mathcircuits.pipeline import RunLock
 
 from helpers import classify, script_module, unchecked
 
@@ -233,3 +237,132 @@ def test_a_graph_of_another_model_of_the_same_shape_is_refused_naming_both(tiny_
     same = dataclasses.replace(tiny_llama.spec, source="/somewhere/else")
     path, _ = _graph(tiny_llama, tmp_path, spec=same)
     read_graph(path, tiny_llama.spec, parallel=False)
+
+
+# ---- compare-models: locks, --out outside every run, file-system errors that name the path ---------------------
+
+
+@pytest.fixture(scope="module")
+def data_run(tmp_path_factory) -> Path:
+    """A run folder whose data stage is done (identify and later: to do)."""
+    out = tmp_path_factory.mktemp("cm4") / "A"
+    assert main(["run", "--config", str(TINY_YAML), "--out", str(out), "--only", "data", "--quiet"]) == 0
+    return out
+
+
+def _copy(run: Path, tmp_path: Path, name: str) -> Path:
+    return Path(shutil.copytree(run, tmp_path / name, symlinks=True))
+
+
+def _snapshot(folder: Path) -> dict[str, bytes]:
+    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def _make_file(path: Path) -> None:
+    if path.is_dir():
+        shutil.rmtree(path)
+    path.write_text("not a folder\n")
+
+
+def _make_folder(path: Path) -> None:
+    path.unlink()
+    path.mkdir()
+
+
+# (id, how to damage run A (or make the --out), where --out goes, words)
+COMPARE: list[tuple[str, Callable[[Path, Path], Path], tuple[str, ...]]] = [
+    ("out-inside-a-third-run", lambda a, t: _copy(a, t, "C") / "sub" / "cmp",
+     ("inside the run folder", "C (it holds a .run.json)", "outside every run folder")),
+    ("out-is-a-file", lambda a, t: (t / "cmp.html").write_text("x") and t / "cmp.html", ("is a file, not a folder",)),
+    ("stage-folder-is-a-file", lambda a, t: _make_file(a / "data") or t / "cmp",
+     ("A/data is a file, where the run's folder data/ belongs",)),
+    ("identity-is-a-folder", lambda a, t: _make_folder(a / ".run.json") or t / "cmp",
+     ("A/.run.json is a folder, where the run's identity file belongs",)),
+    ("config-is-a-folder", lambda a, t: _make_folder(a / "config.yaml") or t / "cmp",
+     ("A/config.yaml is a folder, where the run's config file belongs",)),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("make, words", [pytest.param(m, w, id=i) for i, m, w in COMPARE])
+def test_compare_models_refuses_a_bad_folder_naming_the_path(data_run, tmp_path, capsys, make, words):
+    a = _copy(data_run, tmp_path, "A")
+    out = make(a, tmp_path)
+    before = _snapshot(a)
+    existed = out.exists()
+    code = main(["compare-models", str(a), str(a), "--out", str(out)])
+    err = capsys.readouterr().err
+    written = _snapshot(a) != before or (out.exists() and not existed)
+    assert classify(code, err, words, written) == "clear", err
+
+
+@pytest.mark.parametrize(
+    "name, make, words",
+    [
+        pytest.param("data", _make_file, ("run/data is a file, where the run's folder data/ belongs",),
+                     id="stage-is-a-file"),
+        pytest.param(".run.json", _make_folder, ("run/.run.json is a folder, where the run's identity file belongs",),
+                     id="identity-is-a-folder"),
+        pytest.param("logs", _make_file, ("run/logs is a file, where the run's folder logs/ belongs",),
+                     id="logs-is-a-file"),
+    ],
+)  # fmt: skip
+def test_run_names_a_file_or_folder_in_the_wrong_place(tmp_path, capsys, name, make, words):
+    out = tmp_path / "run"
+    out.mkdir()
+    target = out / name
+    target.write_text("{}")
+    make(target)
+    before = _snapshot(out)
+    code = main(["run", "--config", str(TINY_YAML), "--out", str(out), "--only", "data", "--quiet"])
+    err = capsys.readouterr().err
+    assert classify(code, err, words, _snapshot(out) != before) == "clear", err
+    assert ".tmp" not in err and "File exists" not in err
+
+
+def test_a_write_over_a_folder_or_under_a_file_names_that_path(tiny_llama, tmp_path):
+    scores = EdgeScores(tiny_llama.spec, False, graph_edges(tiny_llama.spec, False),
+                        tuple(0.0 for _ in graph_edges(tiny_llama.spec, False)), "eap-ig", 1.0)  # fmt: skip
+    (tmp_path / "g.json").mkdir()
+    with pytest.raises(IsADirectoryError) as e:
+        write_graph(scores, tmp_path / "g.json")
+    assert e.value.filename == str(tmp_path / "g.json") and os.listdir(tmp_path / "g.json") == []
+    assert [p.name for p in tmp_path.iterdir()] == ["g.json"]  # no temporary file left beside it
+    (tmp_path / "f").write_text("a file")
+    with pytest.raises(NotADirectoryError) as e:
+        write_graph(scores, tmp_path / "f" / "sub" / "g.json")
+    assert e.value.filename == str(tmp_path / "f") and "a file is where a folder belongs" in str(e.value)
+
+
+def test_compare_models_refuses_a_run_that_is_being_written(data_run, tmp_path, capsys):
+    a = _copy(data_run, tmp_path, "A")
+    holder = subprocess.Popen(  # another process holds the run's lock as `mathcircuits run` does: flock and pid
+        [sys.executable, "-c", "import fcntl, os, sys, time\n"
+         "fd = os.open(sys.argv[1], os.O_CREAT | os.O_RDWR); fcntl.flock(fd, fcntl.LOCK_EX)\n"
+         "os.write(fd, f'{os.getpid()}\\n'.encode()); print('held', flush=True); time.sleep(120)",
+         str(a / ".lock")], stdout=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        code = main(["compare-models", str(a), str(a), "--out", str(tmp_path / "cmp")])
+        err = capsys.readouterr().err
+    finally:
+        holder.kill()
+        holder.wait()
+    words = (f"run folder {a} is being written by process {holder.pid}", "wait for that run to finish")
+    assert classify(code, err, words, (tmp_path / "cmp").exists()) == "clear", err
+
+
+def test_compare_models_takes_and_gives_back_the_lock_of_each_run(data_run, tmp_path, capsys, monkeypatch):
+    a = _copy(data_run, tmp_path, "A")
+    taken: list[Path] = []
+    real = RunLock.acquire
+
+    def acquire(self):
+        taken.append(self.path)
+        assert self.path.parent.resolve() == a.resolve()
+        return real(self)
+
+    monkeypatch.setattr(RunLock, "acquire", acquire)
+    code = main(["compare-models", str(a), str(a), "--out", str(tmp_path / "cmp")])
+    err = capsys.readouterr().err
+    assert code == 2 and "not a finished run" in err, err  # refused after the lock was taken, and it was let go
+    assert taken == [a.resolve() / ".lock"] and not (a / ".lock").exists()
