@@ -25,13 +25,14 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import huggingface_hub
 import pytest
 import torch
 
 from mathcircuits import FixableError
 from mathcircuits.circuit import EdgeScores, graph_edges, read_graph, write_graph
 from mathcircuits.cli import main
-from mathcircuits.models import ModelMismatchError
+from mathcircuits.models import ModelMismatchError, load_hf_model, load_model, resolve_source
 from mathcircuits.pipeline import RunLock
 
 from helpers import classify, script_module, unchecked
@@ -366,3 +367,60 @@ def test_compare_models_takes_and_gives_back_the_lock_of_each_run(data_run, tmp_
     err = capsys.readouterr().err
     assert code == 2 and "not a finished run" in err, err  # refused after the lock was taken, and it was let go
     assert taken == [a.resolve() / ".lock"] and not (a / ".lock").exists()
+
+
+# ---- models: offline first -------------------------------------------------------------------------------------
+
+OFFLINE = ("embedded", "gemma3-270m", "tiny-llama", "tiny-qwen2")
+
+
+@pytest.mark.parametrize("name", ["smollm2", "SmolLM2-135M-Instruc", "models/x", "HuggingFaceTB/SmolLM2-135M-Nope"])
+def test_a_mistyped_model_name_is_refused_at_once_with_the_list(name, monkeypatch):
+    monkeypatch.delenv("MATHCIRCUITS_HUB", raising=False)
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # a Hub that does not answer: never asked
+    start = time.monotonic()
+    with pytest.raises(KeyError) as e:
+        load_model(name)
+    assert time.monotonic() - start < 2
+    text = " ".join(str(e.value).split())
+    assert isinstance(e.value, FixableError) and text.count("Fix:") == 1, text
+    assert f"model {name!r} is not an embedded model" in text and all(w in text for w in OFFLINE), text
+    assert f"hub:{name}" in text and "MATHCIRCUITS_HUB=1" in text, text
+
+
+def test_a_mistyped_model_name_in_the_cli_is_refused_at_once(tmp_path, capsys, monkeypatch):
+    monkeypatch.delenv("MATHCIRCUITS_HUB", raising=False)
+    out = tmp_path / "run"
+    start = time.monotonic()
+    code = main(["run", "--config", str(TINY_YAML), "--model", "smollm2", "--out", str(out), "--quiet"])
+    elapsed = time.monotonic() - start
+    err = capsys.readouterr().err
+    assert classify(code, err, ("--model", "'smollm2'", *OFFLINE, "hub:smollm2"), out.exists()) == "clear", err
+    assert elapsed < 10, elapsed  # the config is read and checked first (templates); no model is loaded
+
+
+def test_the_hub_is_asked_only_when_asked_for(monkeypatch):
+    monkeypatch.delenv("MATHCIRCUITS_HUB", raising=False)
+    assert resolve_source("hub:Qwen/Qwen2.5-0.5B") == ("hub", "Qwen/Qwen2.5-0.5B")
+    with pytest.raises(KeyError, match="names no Hub id"):
+        resolve_source("hub: ")
+    monkeypatch.setenv("MATHCIRCUITS_HUB", "1")
+    assert resolve_source("Qwen/Qwen2.5-0.5B") == ("hub", "Qwen/Qwen2.5-0.5B")
+
+
+def test_a_hub_id_in_the_local_cache_loads_offline(tmp_path, monkeypatch):
+    """A model in the Hugging Face cache layout (models--owner--name/snapshots/<rev>/) resolves as ``cached`` and
+    loads with the Hub unreachable."""
+    hf, tok = load_hf_model("tiny-llama")
+    repo = tmp_path / "hub" / "models--someone--tiny"
+    snap = repo / "snapshots" / ("0" * 40)
+    hf.save_pretrained(snap)
+    tok.save_pretrained(snap)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text("0" * 40)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")
+    monkeypatch.delenv("MATHCIRCUITS_HUB", raising=False)
+    assert resolve_source("someone/tiny") == ("cached", "someone/tiny")
+    model, _ = load_hf_model("someone/tiny")
+    assert torch.equal(model.lm_head.weight, hf.lm_head.weight)

@@ -176,9 +176,7 @@ def _integer(cfg: dict, key: str, source: str) -> int | None:
     if value is None:
         return None
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise FixableValueError(
-            f"{source}: cfg.{key} is {_short(value)}, not a positive whole number. ", f"{_FIX}."
-        )
+        raise FixableValueError(f"{source}: cfg.{key} is {_short(value)}, not a positive whole number. ", f"{_FIX}.")
     return value
 
 
