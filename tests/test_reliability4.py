@@ -26,6 +26,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import huggingface_hub
+import nbformat
 import pytest
 import torch
 
@@ -424,3 +425,84 @@ def test_a_hub_id_in_the_local_cache_loads_offline(tmp_path, monkeypatch):
     assert resolve_source("someone/tiny") == ("cached", "someone/tiny")
     model, _ = load_hf_model("someone/tiny")
     assert torch.equal(model.lm_head.weight, hf.lm_head.weight)
+
+
+# ---- scripts: the project's Python, arguments checked before any work, one-line errors --------------------------
+
+
+def _script(args: list[str], env: dict | None = None, cwd: Path | None = None, timeout: int = 300):
+    proc = subprocess.run(args, capture_output=True, text=True, env=env, cwd=cwd, timeout=timeout)
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+def _fake_python3(folder: Path) -> Path:
+    """A ``python3`` without torch (as a bare system Python): it fails any ``-c`` code that imports torch."""
+    folder.mkdir()
+    fake = folder / "python3"
+    fake.write_text('#!/bin/sh\ncase "$*" in *torch*) echo "No module named torch" >&2; exit 1;; esac\nexit 0\n')
+    fake.chmod(0o755)
+    return folder
+
+
+def test_gpu_check_sh_without_the_projects_python_says_how_to_make_it(tmp_path):
+    repo = tmp_path / "repo"
+    (repo / "scripts").mkdir(parents=True)
+    shutil.copy(ROOT / "scripts" / "gpu-check.sh", repo / "scripts")  # a checkout without .venv
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHON", "OUT")}
+    env["PATH"] = f"{_fake_python3(tmp_path / 'bin')}:{env['PATH']}"
+    code, out, err = _script(["bash", str(repo / "scripts" / "gpu-check.sh"), "--dry-run"], env=env, timeout=60)
+    words = (f"{repo}/.venv/bin/python does not exist", "python3 has no torch", "bash scripts/setup.sh", "PYTHON")
+    assert classify(code, err, words, bool(out)) == "clear", (out, err)
+    env["PYTHON"] = str(tmp_path / "no-python")
+    code, out, err = _script(["bash", str(repo / "scripts" / "gpu-check.sh"), "--dry-run"], env=env, timeout=60)
+    assert classify(code, err, (f"PYTHON={tmp_path / 'no-python'} is not an executable Python",), bool(out)) == "clear"
+
+
+@pytest.mark.parametrize(
+    "argv, words",
+    [
+        pytest.param(["--device", "cuda:0"], ("--device cuda:0", "no CUDA device", "available: cpu"), id="cuda-0"),
+        pytest.param(["--device", "cuda:7"], ("--device cuda:7", "available: cpu"), id="cuda-7"),
+        pytest.param(["--device", "mps"], ("--device mps is not on this machine", "available: cpu"), id="mps"),
+    ],
+)
+def test_gpu_check_refuses_a_device_this_machine_lacks_before_the_first_row(tmp_path, argv, words):
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA: the device may be there")
+    env = {**os.environ, "PYTHON": sys.executable, "PYTHONPATH": str(ROOT)}
+    env.pop("OUT", None)
+    out = tmp_path / "gpu-check.json"
+    code, stdout, err = _script(["bash", str(ROOT / "scripts" / "gpu-check.sh"), "--dry-run", "--out", str(out),
+                                 *argv], env=env, cwd=tmp_path)  # fmt: skip
+    assert "device check on" not in stdout and not out.exists()  # no row started, no table written
+    assert classify(code, err, words, out.exists()) == "clear", err
+    assert len(err.strip().splitlines()) == 1, err
+
+
+def _notebook(path: Path, *code: str) -> Path:
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("# a test"),
+                                         *(nbformat.v4.new_code_cell(c) for c in code)])  # fmt: skip
+    nbformat.write(nb, path)
+    return path
+
+
+@pytest.mark.parametrize(
+    "make, words",
+    [
+        pytest.param(lambda t: t / "missing.ipynb", ("missing.ipynb does not exist",), id="missing"),
+        pytest.param(lambda t: t, ("is a folder", "pass .ipynb files"), id="a-folder"),
+        pytest.param(lambda t: (t / "notes.txt").write_text("hi") and t / "notes.txt",
+                     ("notes.txt is not a notebook",), id="not-a-notebook"),
+        pytest.param(lambda t: (t / "x.ipynb").write_text("{\"cells\": 3") and t / "x.ipynb",
+                     ("x.ipynb is not a readable notebook",), id="broken-json"),
+        pytest.param(lambda t: _notebook(t / "fails.ipynb", "x = 1", 'raise ValueError("bad value\\nthe last line")'),
+                     ("fails.ipynb: cell 2 failed: ValueError: the last line", "was not written"), id="failing-cell"),
+    ],
+)  # fmt: skip
+def test_run_notebooks_gives_one_clear_line(tmp_path, make, words):
+    path = make(tmp_path)
+    before = path.read_bytes() if path.is_file() else None
+    code, out, err = _script([sys.executable, str(ROOT / "scripts" / "run_notebooks.py"), str(path)], cwd=tmp_path)
+    written = path.is_file() and path.read_bytes() != before
+    assert classify(code, err, words, written) == "clear", err
+    assert len(err.strip().splitlines()) == 1, err
