@@ -17,8 +17,7 @@ from torch import Tensor, nn
 from mathcircuits._errors import FixableValueError
 from mathcircuits._io import SavedResult
 from mathcircuits.data.pairset import PairSet, Side
-from mathcircuits.models import HookedModel, hooks
-from mathcircuits.models.forward.prefix import PrefixRunner, shared_prefix_len
+from mathcircuits.models import HookedModel, hooks, shared_prefix_len
 from mathcircuits.models.spec import ModelSpec, as_spec, check_model
 
 __all__ = ["HeadMeans", "PoolKey", "PositionPool", "head_means"]
@@ -88,7 +87,7 @@ def head_means(model: HookedModel, dataset: PairSet, column: Side = "cf_tokens",
         # the shared prefix runs once (weighted by the batch size), then the suffixes
         suffix_hooks = [(n, make(layer, 1)) for layer, n in enumerate(names)]
         prefix_hooks = [(n, make(layer, toks.shape[0])) for layer, n in enumerate(names)]
-        PrefixRunner(model.bridge, suffix_hooks, prefix_hooks).logits_from(toks, toks.shape[1] - 1)
+        model.prefix_cached(suffix_hooks, prefix_hooks).logits_from(toks, toks.shape[1] - 1)
         count += toks.numel()
     return HeadMeans(means=(total / count).float(), n_prompts=len(seqs), model=spec)
 
@@ -165,8 +164,7 @@ class PositionPool:
 
             return fn
 
-        runner = PrefixRunner(
-            self.model.bridge,
+        runner = self.model.prefix_cached(
             [(n, grab(layer, suf, False)) for layer, n in enumerate(names)],
             [(n, grab(layer, pre, True)) for layer, n in enumerate(names)],
         )

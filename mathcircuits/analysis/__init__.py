@@ -1,6 +1,12 @@
 """Stage ``analyze`` — what key heads attend to, what MLPs read and write (values, not pictures)."""
 
-from mathcircuits.analysis.attention import ROLE_COLUMNS, AttentionByRole, AttentionSettings, attention_by_role
+from mathcircuits.analysis.attention import (
+    ROLE_COLUMNS,
+    AttentionByRole,
+    AttentionSettings,
+    HeadRole,
+    attention_by_role,
+)
 from mathcircuits.analysis.mlp_probes import mlp_probes, number_tokens
 from mathcircuits.analysis.patterns import HeadPatterns, head_patterns
 from mathcircuits.analysis.probe_result import SPACES, MLPProbeResult, ProbeSettings, Space
@@ -23,6 +29,7 @@ __all__ = [
     "SPACES",
     "AttentionByRole",
     "AttentionSettings",
+    "HeadRole",
     "HeadPatterns",
     "MLPProbeResult",
     "ProbeSettings",

@@ -42,8 +42,7 @@ from mathcircuits.circuit.chain import logits_effects, patched_inputs
 from mathcircuits.circuit.components import Receiver, Sender
 from mathcircuits.circuit.pair_cache import EdgeBatch, PairCache, check_request, pair_cache, receiver_slice
 from mathcircuits.circuit.reference import reference_edges
-from mathcircuits.models import HookedModel, fast_paths_enabled
-from mathcircuits.models.forward.integrity import compare, model_depth, model_dtype, probe_pairs, verify_once
+from mathcircuits.models import HookedModel, compare, fast_paths_enabled, model_depth, probe_pairs, verify_once
 from mathcircuits.patching.metrics import METRICS, Metric, answer_readout
 
 __all__ = ["check_edges", "exact_edges", "patched_inputs", "receiver_effects"]
@@ -166,4 +165,4 @@ def check_edges(model: HookedModel) -> tuple[float, float]:
         base = cache.clean.value(metric.target)[:, None].float().cpu()  # effects are results: on the CPU
         fast.append(a.effects + base)
         plain.append(b.effects + base)
-    return compare(torch.cat(fast), torch.cat(plain), model_dtype(model), model_depth(model))
+    return compare(torch.cat(fast), torch.cat(plain), model.dtype, model_depth(model))

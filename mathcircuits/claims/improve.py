@@ -129,8 +129,7 @@ def c6_verdict(d_full_base: Interval, d_precise_full: Interval, d_generic: Inter
 
 
 def _claim(cid: str, text: str, verdict: Verdict, reason: str, d: Interval) -> Claim:
-    kw = dict(value=d.value, low=d.low, high=d.high, unit="accuracy difference (points)", n=d.n, interval=d.method)
-    return claim(cid, text, verdict, reason, **kw)
+    return claim(cid, text, verdict, reason, d, unit="accuracy difference (points)")
 
 
 def _definition(cmp: UnitComparison) -> str:

@@ -46,8 +46,7 @@ from mathcircuits.finetune.hf_trainer import pad_collate, prepare_resume, traine
 from mathcircuits.finetune.methods import METHODS
 from mathcircuits.finetune.result import SFTResult
 from mathcircuits.finetune.sliceset import SliceSet
-from mathcircuits.models import ModelSpec
-from mathcircuits.models.forward.placement import check_trainable_placement
+from mathcircuits.models import ModelSpec, check_trainable_placement
 from mathcircuits.patching import KeyComponents
 
 __all__ = ["train_sft"]
@@ -76,7 +75,7 @@ def train_sft(
 
     Returns the trained adapter or model (eval mode) and its :class:`SFTResult` (also ``<output_dir>/sft_result.json``;
     the final adapter or model goes to ``<output_dir>/final``). Refuses a model split by a ``device_map``
-    (:func:`~mathcircuits.models.forward.placement.check_trainable_placement`).
+    (:func:`~mathcircuits.models.check_trainable_placement`).
     """
 
     output_dir = Path(output_dir)

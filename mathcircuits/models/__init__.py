@@ -6,7 +6,10 @@
 * :mod:`.families` (each family's block shape as data), :mod:`.hooks` (hook names), :mod:`.heads`
   (:class:`Head`, ``L{layer}.H{head}``), :mod:`.compat` (the dependency versions computed under);
 * :mod:`.forward` — the forward mechanics: capture, readout, block changes, prefix-cached and resumed forwards,
-  their run-time integrity checks, and placement on split or offloaded models;
+  their run-time integrity checks, and placement on split or offloaded models. Code outside models/ calls them
+  through the :class:`HookedModel` (:meth:`~HookedModel.prefix_cached`, :meth:`~HookedModel.layer_device`,
+  :meth:`~HookedModel.output_device`, :attr:`~HookedModel.dtype`) and the names below, never :mod:`.forward`'s
+  modules (an import-linter contract);
 * :mod:`.tiny` / :mod:`.embedded` — tiny random models of every family; the embedded models (SmolLM2, Gemma 3 270M).
 """
 
@@ -25,6 +28,7 @@ from mathcircuits.models.embedded import (
 )
 from mathcircuits.models.families import FAMILIES, BlockStructure, UnsupportedFamilyError, block_structure
 from mathcircuits.models.forward import (
+    MIN_PREFIX,
     RTOL,
     HeadOutWeights,
     HFForward,
@@ -33,6 +37,7 @@ from mathcircuits.models.forward import (
     PrefixRunner,
     Readout,
     SuffixRunner,
+    Target,
     attn_change,
     attn_pre_norm_name,
     capture,
@@ -46,12 +51,11 @@ from mathcircuits.models.forward import (
     head_out_weight,
     head_out_weights,
     is_split,
-    layer_device,
     materialized,
     mlp_change,
     model_depth,
+    model_dtype,
     offloaded_parameters,
-    output_device,
     probe_pairs,
     probe_tokens,
     readout,
@@ -60,9 +64,12 @@ from mathcircuits.models.forward import (
     run_from_layer,
     shared_prefix_len,
     soft_cap,
+    token_scores,
     unembed_columns,
     unit_roundoff,
     unloadable_parameters,
+    verify_once,
+    vocab_chunk_for,
     vocab_logits,
 )
 from mathcircuits.models.heads import Head, check_heads
@@ -80,10 +87,8 @@ __all__ = [
     "head_out_weight",
     "head_out_weights",
     "is_split",
-    "layer_device",
     "materialized",
     "offloaded_parameters",
-    "output_device",
     "unembed_columns",
     "unloadable_parameters",
     "EMBEDDED",
@@ -98,6 +103,7 @@ __all__ = [
     "Bridged",
     "HookedModel",
     "IntegrityError",
+    "MIN_PREFIX",
     "RTOL",
     "ModelMismatchError",
     "ModelSpec",
@@ -105,6 +111,7 @@ __all__ = [
     "PrefixRunner",
     "SuffixRunner",
     "Readout",
+    "Target",
     "UnsupportedFamilyError",
     "UnsupportedVersionError",
     "as_spec",
@@ -132,6 +139,7 @@ __all__ = [
     "load_hf_model",
     "load_model",
     "model_depth",
+    "model_dtype",
     "probe_pairs",
     "probe_tokens",
     "relative_tolerance",
@@ -143,10 +151,13 @@ __all__ = [
     "run_from_layer",
     "shared_prefix_len",
     "soft_cap",
+    "token_scores",
     "tiny_gpt2",
     "tiny_llama",
     "tiny_model",
     "tiny_tokenizer",
+    "verify_once",
+    "vocab_chunk_for",
     "vocab_logits",
     "wrap",
     "weights_note",

@@ -33,7 +33,6 @@ from mathcircuits._io import SavedResult
 from mathcircuits.data import Operation, answer_spacing, render_prompt
 from mathcircuits.data.templates import TemplateSet
 from mathcircuits.models import HookedModel, ModelSpec, PrefixCaches, as_spec, hooks
-from mathcircuits.models.forward.prefix import PrefixRunner
 from mathcircuits.numbers.reading import Tokenization, depth_labels, number_reading, number_token_counts
 
 __all__ = ["NumberStates", "number_contexts", "number_states"]
@@ -187,7 +186,7 @@ def number_states(
 
                     return hook
 
-                runner = PrefixRunner(model.bridge, [(n, grab(n)) for n in names], store=caches)
+                runner = model.prefix_cached([(n, grab(n)) for n in names], store=caches)
                 runner.logits_from(toks, toks.shape[1] - 1)
                 out[c, chunk] = torch.stack([grabbed[n] for n in names], dim=1)
     kind, reading = number_reading(counts, numbers)

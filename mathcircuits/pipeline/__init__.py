@@ -13,7 +13,18 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from mathcircuits.pipeline.compare_models import check_same_config, compare_model_runs, load_run_results
-    from mathcircuits.pipeline.config import ConfigError, RunConfig, fingerprint, multi_digit_template, render_config
+    from mathcircuits.pipeline.config import (
+        LATER_SETTINGS,
+        READ_ONLY_WHEN,
+        ConfigError,
+        LaterSetting,
+        ReadOnlyWhen,
+        RunConfig,
+        fingerprint,
+        fingerprinted,
+        multi_digit_template,
+        render_config,
+    )
     from mathcircuits.pipeline.context import Context, StageSummary, select_pairs, template_spread
     from mathcircuits.pipeline.facts import (
         FACT_STAGES,
@@ -29,7 +40,7 @@ if TYPE_CHECKING:
     from mathcircuits.pipeline.paths import RunPaths
     from mathcircuits.pipeline.plugins import StudyError, register_study, unregister_study
     from mathcircuits.pipeline.reader import ResultReader
-    from mathcircuits.pipeline.registry import stages, studies
+    from mathcircuits.pipeline.registry import all_studies, stages
     from mathcircuits.pipeline.run import (
         RunFolderError,
         check_run_folder,
@@ -45,7 +56,21 @@ if TYPE_CHECKING:
 #: public name → the module that defines it (imported on first use).
 _WHERE = {
     **dict.fromkeys(("check_same_config", "compare_model_runs", "load_run_results"), "compare_models"),
-    **dict.fromkeys(("ConfigError", "RunConfig", "fingerprint", "multi_digit_template", "render_config"), "config"),
+    **dict.fromkeys(
+        (
+            "LATER_SETTINGS",
+            "READ_ONLY_WHEN",
+            "ConfigError",
+            "LaterSetting",
+            "ReadOnlyWhen",
+            "RunConfig",
+            "fingerprint",
+            "fingerprinted",
+            "multi_digit_template",
+            "render_config",
+        ),
+        "config",
+    ),
     **dict.fromkeys(("Context", "StageSummary", "select_pairs", "template_spread"), "context"),
     **dict.fromkeys(
         ("FACT_STAGES", "FactStage", "FactUse", "fact_use", "stage_facts", "stage_rows", "tag_fact_stages"), "facts"
@@ -59,15 +84,19 @@ _WHERE = {
     ),
     **dict.fromkeys(("StudyError", "register_study", "unregister_study"), "plugins"),
     "ResultReader": "reader",
-    **dict.fromkeys(("stages", "studies"), "registry"),
+    **dict.fromkeys(("all_studies", "stages"), "registry"),
     **dict.fromkeys(("Contribution", "Study", "StudyCode"), "study"),
     **dict.fromkeys(("IdentifySummary", "OperationTotal"), "studies.shared"),
 }
 
 __all__ = [
     "FACT_STAGES",
+    "LATER_SETTINGS",
+    "READ_ONLY_WHEN",
     "ConfigError",
     "Contribution",
+    "LaterSetting",
+    "ReadOnlyWhen",
     "ModelSection",
     "Context",
     "FactStage",
@@ -95,6 +124,7 @@ __all__ = [
     "done_summary",
     "fact_use",
     "fingerprint",
+    "fingerprinted",
     "is_input_error",
     "load_run_results",
     "multi_digit_template",
@@ -106,7 +136,7 @@ __all__ = [
     "stage_status",
     "tag_fact_stages",
     "stages",
-    "studies",
+    "all_studies",
     "template_spread",
     "register_study",
     "unregister_study",

@@ -28,7 +28,7 @@ import tomllib
 import yaml
 
 from mathcircuits._errors import problem_of
-from mathcircuits._files import JSONObject, StrictYAMLError, atomic_path, load_yaml
+from mathcircuits._files import JSONObject, JSONValue, StrictYAMLError, atomic_path, load_yaml
 from mathcircuits._schema import ConfigError, describe, from_dict, plain
 from mathcircuits.ablation.config import ValidationConfig
 from mathcircuits.analysis.config import AnalysisConfig
@@ -44,11 +44,16 @@ from mathcircuits.pipeline.plugins import extra_sections
 from mathcircuits.pipeline.sections import DataSection, FinetuneSection, ModelSection
 
 __all__ = [
+    "LATER_SETTINGS",
+    "READ_ONLY_WHEN",
     "ConfigError",
+    "LaterSetting",
+    "ReadOnlyWhen",
     "RunConfig",
     "check_folders",
     "check_templates",
     "fingerprint",
+    "fingerprinted",
     "multi_digit_template",
     "render_config",
 ]
@@ -340,6 +345,59 @@ def render_config(cfg: RunConfig | None = None) -> str:
             rng = f", {row['range']}" if row["range"] else ""
             lines.append(f"  {value:<40} # {row['type']}{rng}; default {row['default']}. {row['help']}")
     return "\n".join(lines) + "\n"
+
+
+@dataclass(frozen=True)
+class LaterSetting:
+    """A setting added after run folders existed, and the value that reproduces what runs did before it.
+
+    At ``earlier_value`` the setting is left out of the fingerprints, so folders made before it stay valid.
+    """
+
+    section: str
+    key: str
+    earlier_value: JSONValue
+
+
+@dataclass(frozen=True)
+class ReadOnlyWhen:
+    """A setting added later that only one choice of another setting of its section reads.
+
+    Under any other value of ``reader`` it changes nothing, so it is left out of the fingerprints.
+    """
+
+    section: str
+    key: str
+    reader: str
+    value: JSONValue
+
+
+#: the config's history, as fingerprints see it (:func:`fingerprinted`); the loader has no renamed keys
+LATER_SETTINGS: tuple[LaterSetting, ...] = (
+    LaterSetting("data", "counterfactual", "operator"),
+    LaterSetting("data", "fewshot_operations", "same"),
+    LaterSetting("patching", "max_memory", ""),
+    LaterSetting("model", "device_map", ""),
+    LaterSetting("numbers", "max_prompts", 20_000),
+)
+#: ``threshold_of`` is read by the threshold rule alone; the zscore and topk rules select the same heads whatever
+#: it says
+READ_ONLY_WHEN: tuple[ReadOnlyWhen, ...] = (ReadOnlyWhen("selection", "threshold_of", "rule", "threshold"),)
+
+
+def fingerprinted(d: dict[str, JSONObject]) -> dict[str, JSONObject]:
+    """The config dict (:meth:`RunConfig.to_dict`) as fingerprints see it: the settings of :data:`LATER_SETTINGS`
+    at their earlier value left out, and those of :data:`READ_ONLY_WHEN` where their reader has another value."""
+    earlier = {(e.section, e.key): e.earlier_value for e in LATER_SETTINGS}
+    readers = {(r.section, r.key): r for r in READ_ONLY_WHEN}
+
+    def kept(s: str, k: str, v: JSONValue, sec: JSONObject) -> bool:
+        if (s, k) in earlier and earlier[s, k] == v:
+            return False
+        when = readers.get((s, k))
+        return when is None or sec.get(when.reader) == when.value
+
+    return {s: {k: v for k, v in sec.items() if kept(s, k, v, sec)} for s, sec in d.items()}
 
 
 def fingerprint(*parts: Any) -> str:

@@ -58,12 +58,13 @@ def _check(study: object, where: str) -> _Registrable:
     return study  # type: ignore[return-value]
 
 
-def register_study(study: _Registrable, replace: bool = False) -> None:
-    """Add ``study`` to the registry (after the built-in studies, in the order registered).
+def register_study(study: object, replace: bool = False) -> None:
+    """Add ``study`` (a :class:`~mathcircuits.pipeline.Study`) to the registry, after the built-in studies, in the
+    order registered.
 
     A name already registered is refused unless ``replace``; a built-in study's name is refused by the registry.
     """
-    _check(study, f"register_study({study!r})")
+    study = _check(study, f"register_study({study!r})")
     if study.name in _REGISTERED and not replace and _REGISTERED[study.name] is not study:
         raise StudyError(
             f"a study named {study.name!r} is registered already. ", "give yours another name, or pass replace=True."

@@ -16,7 +16,7 @@ from mathcircuits.pipeline.study import Study
 if TYPE_CHECKING:
     from mathcircuits.pipeline.study import StudyCode
 
-__all__ = ["REPORT", "stages", "studies"]
+__all__ = ["REPORT", "all_studies", "stages"]
 
 #: the name of the last stage, which reads every study and writes the report and the claims card
 REPORT = "report"
@@ -28,7 +28,7 @@ def _report_code(every: dict[str, Study]) -> StudyCode:
     return code(every)
 
 
-def studies() -> dict[str, Study]:
+def all_studies() -> dict[str, Study]:
     """Every study, built-in first, then those registered from outside, in the order registered."""
     out = {s.name: s for s in BUILTIN}
     for s in registered():
@@ -47,7 +47,7 @@ def studies() -> dict[str, Study]:
 
 def stages() -> dict[str, Study]:
     """Every stage in run order: the studies, then the report, which reads them all."""
-    every = studies()
+    every = all_studies()
     report = Study(
         REPORT,
         "the claims card, figures (HTML + static) and one offline HTML report",

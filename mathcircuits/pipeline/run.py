@@ -11,7 +11,7 @@ the upstream stages of the requested ones must be done, and the config is checke
 then the folder is locked and ``config.yaml`` written.
 
 Each fast path (``model.fast_paths``) checks itself on the model before its first use
-(:mod:`mathcircuits.models.forward.integrity`), and the checks are recorded in the stage's marker. An
+(:func:`~mathcircuits.models.verify_once`), and the checks are recorded in the stage's marker. An
 exception no input caused (any error without the ``Fix:`` form) ends as :class:`InternalError` naming the
 stage, with the traceback in ``logs/traceback-<stage>.txt``.
 """
@@ -31,10 +31,10 @@ import torch
 import yaml
 
 from mathcircuits._errors import FixableError
-from mathcircuits._files import DISK_FULL, JSONObject, JSONValue, atomic_path, read_json, write_json
+from mathcircuits._files import DISK_FULL, JSONObject, atomic_path, read_json, write_json
 from mathcircuits.models import canonical_source, check_versions, checks_run, fast_paths
 from mathcircuits.models.compat import installed_versions
-from mathcircuits.pipeline.config import ConfigError, RunConfig, check_folders, fingerprint
+from mathcircuits.pipeline.config import ConfigError, RunConfig, check_folders, fingerprint, fingerprinted
 from mathcircuits.pipeline.console import quiet_dependencies
 from mathcircuits.pipeline.context import Context, StageSummary
 from mathcircuits.pipeline.lock import RunLock
@@ -106,38 +106,8 @@ def _on_cuda(cfg: RunConfig) -> bool:
     return torch.cuda.is_available() and (cfg.model.device.startswith("cuda") or bool(cfg.model.device_map))
 
 
-#: settings added after run folders existed, with the value that reproduces what runs did before them: at that
-#: value a setting is left out of the fingerprints, so folders made before it was added stay valid.
-LATER_SETTINGS: dict[str, JSONObject] = {
-    "data": {"counterfactual": "operator", "fewshot_operations": "same"},
-    "patching": {"max_memory": ""},
-    "model": {"device_map": ""},
-    "numbers": {"max_prompts": 20_000},
-}
-#: settings added later that only one choice of another setting reads: (section, setting) → (setting, value).
-#: Under any other value they change nothing, so they are left out of the fingerprints (``threshold_of`` is read
-#: by the threshold rule alone; the zscore and topk rules select the same heads whatever it says).
-READ_ONLY_WHEN: dict[tuple[str, str], tuple[str, JSONValue]] = {("selection", "threshold_of"): ("rule", "threshold")}
-
-
-def _without_later_defaults(d: dict[str, JSONObject]) -> dict[str, JSONObject]:
-    """The config dict as fingerprints see it: settings of :data:`LATER_SETTINGS` at their earlier value left out,
-    and those of :data:`READ_ONLY_WHEN` where the setting that reads them has another value."""
-
-    def kept(s: str, k: str, v: JSONValue, sec: JSONObject) -> bool:
-        if LATER_SETTINGS.get(s, {}).get(k, _ABSENT) == v:
-            return False
-        when = READ_ONLY_WHEN.get((s, k))
-        return when is None or sec.get(when[0]) == when[1]
-
-    return {s: {k: v for k, v in sec.items() if kept(s, k, v, sec)} for s, sec in d.items()}
-
-
-_ABSENT = object()
-
-
 def _fingerprint(paths: RunPaths, cfg: RunConfig, name: str, markers: Mapping[str, JSONObject] | None = None) -> str:
-    stage, d = stages()[name], _without_later_defaults(cfg.to_dict())
+    stage, d = stages()[name], fingerprinted(cfg.to_dict())
     ups = []
     for u in stage.reads:
         m = markers.get(u) if markers is not None else read_marker(paths.marker(u))

@@ -17,10 +17,12 @@ from mathcircuits.models.forward.integrity import (
     fast_paths,
     fast_paths_enabled,
     model_depth,
+    model_dtype,
     probe_pairs,
     probe_tokens,
     relative_tolerance,
     unit_roundoff,
+    verify_once,
 )
 from mathcircuits.models.forward.placement import (
     HeadOutWeights,
@@ -37,6 +39,7 @@ from mathcircuits.models.forward.placement import (
     unloadable_parameters,
 )
 from mathcircuits.models.forward.prefix import (
+    MIN_PREFIX,
     HFForward,
     PrefixCaches,
     PrefixRunner,
@@ -44,10 +47,20 @@ from mathcircuits.models.forward.prefix import (
     run_from_layer,
     shared_prefix_len,
 )
-from mathcircuits.models.forward.readout import Readout, final_norm, readout, soft_cap, vocab_logits
+from mathcircuits.models.forward.readout import (
+    Readout,
+    Target,
+    final_norm,
+    readout,
+    soft_cap,
+    token_scores,
+    vocab_chunk_for,
+    vocab_logits,
+)
 from mathcircuits.models.forward.suffix import SuffixRunner
 
 __all__ = [
+    "MIN_PREFIX",
     "RTOL",
     "HFForward",
     "HeadOutWeights",
@@ -56,6 +69,7 @@ __all__ = [
     "PrefixRunner",
     "Readout",
     "SuffixRunner",
+    "Target",
     "attn_change",
     "attn_pre_norm_name",
     "capture",
@@ -73,6 +87,7 @@ __all__ = [
     "materialized",
     "mlp_change",
     "model_depth",
+    "model_dtype",
     "offloaded_parameters",
     "output_device",
     "probe_pairs",
@@ -83,8 +98,11 @@ __all__ = [
     "run_from_layer",
     "shared_prefix_len",
     "soft_cap",
+    "token_scores",
     "unembed_columns",
     "unit_roundoff",
     "unloadable_parameters",
+    "verify_once",
+    "vocab_chunk_for",
     "vocab_logits",
 ]

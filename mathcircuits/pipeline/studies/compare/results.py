@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from mathcircuits._files import read_json
 from mathcircuits.claims import claim_c6_units, claim_c6b
-from mathcircuits.finetune import UnitComparison, effects_table, pareto_points, sweep_table
+from mathcircuits.finetune import UnitComparison, effects_table, pareto_records, sweep_records
 from mathcircuits.pipeline.reader import ResultReader
 from mathcircuits.pipeline.studies.compare.stage import CompareSummary, check_sizes, run
 from mathcircuits.pipeline.study import Contribution, StudyCode
@@ -21,9 +21,9 @@ def report(r: ResultReader) -> Contribution:
     power = read_json(paths.compare_power)["statement"] if paths.compare_power.exists() else ""
     return Contribution(
         parts={
-            "comparison_sweep": sweep_table(cmp),
+            "comparison_sweep": sweep_records(cmp),
             "comparison_table": effects_table(cmp),
-            "comparison_points": pareto_points(cmp),
+            "comparison_points": pareto_records(cmp),
             "comparison_power": power,
         },
         claims=(claim_c6_units(cmp), claim_c6b(cmp)),

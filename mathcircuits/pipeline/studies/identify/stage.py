@@ -53,17 +53,7 @@ def run(ctx: Context) -> IdentifySummary:
     for op in ops:
         sub = select_pairs(correct, op, p.max_pairs)
         used.append(sub)
-        res = path_patch(
-            ctx.model,
-            sub,
-            senders=p.senders,
-            metric=p.metric,
-            method=p.method,
-            batch_size=p.batch_size,
-            keep_per_pair=True,
-            progress=ctx.progress,
-            max_memory=p.max_memory or None,
-        )
+        res = path_patch(ctx.model, sub, config=p, keep_per_pair=True, progress=ctx.progress)
         res.save(paths.patching(op))
         per_op.append(PatchingResult.load(paths.patching(op)))  # as saved, so the overall mean is bit-reproducible
         results[op] = PatchedOperation(
