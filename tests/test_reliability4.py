@@ -54,6 +54,8 @@ UNSAFE = [
     ("joblib.load", re.compile(r"\bjoblib\.load\(")),
     ("allow_pickle=True", re.compile(r"allow_pickle\s*=\s*True")),
     ("marshal.load / shelve", re.compile(r"\bmarshal\.loads?\(|\bshelve\.open\(")),
+    ("pickle's loaders imported by name", re.compile(r"^\s*from\s+(_?pickle|cPickle)\s+import\b", re.MULTILINE)),
+    ("pandas.read_pickle", re.compile(r"\bread_pickle\(")),
 ]
 
 
@@ -96,6 +98,7 @@ def test_the_scan_finds_what_it_looks_for():
     planted = [
         "torch.load(p, weights_only=False)", "pickle.load(f)", "pickle.loads(b)", "yaml.load(text)",
         "yaml.load(t, Loader=yaml.Loader)", "import dill", "joblib.load(p)", "np.load(p, allow_pickle=True)",
+        "from pickle import loads", "pd.read_pickle(p)",
     ]  # fmt: skip
     for line in planted:
         assert any(p.search(line) for _, p in UNSAFE), line
@@ -192,9 +195,9 @@ GRAPHS: list[tuple[str, object, tuple[str, ...]]] = [
     ("nested-lists", lambda raw: "[" * 100_000 + "]" * 100_000, ("nests lists or objects too deeply",)),
     ("n-layers-as-text", _set("cfg/n_layers", "3"), ("cfg.n_layers is '3'", "positive whole number")),
     ("kv-heads-disagree", _set("cfg/n_key_value_heads", 4), ("4 key/value heads", "2 key/value heads")),
-    ("head-beyond-the-model", lambda raw: _set("edges/input->a0.h7<q>", {"score": 0.1, "in_graph": False})(raw),
+    ("head-beyond-the-model", _set("edges/input->a0.h7<q>", {"score": 0.1, "in_graph": False}),
      ("edge 'input->a0.h7<q>'", "head 7")),
-    ("layer-beyond-the-model", lambda raw: _set("edges/m9->logits", {"score": 0.1, "in_graph": False})(raw),
+    ("layer-beyond-the-model", _set("edges/m9->logits", {"score": 0.1, "in_graph": False}),
      ("edge 'm9->logits'", "layer 9")),
     ("model-record-not-an-object", _set("mathcircuits", "tiny-llama"), ("'mathcircuits' record",)),
 ]  # fmt: skip
