@@ -55,13 +55,17 @@ def available_sources() -> list[str]:
     return [*EMBEDDED, *tiny]
 
 
-def _in_hub_cache(repo_id: str) -> bool:
-    """Whether the Hub id's model is in the local Hugging Face cache (its config.json; no network)."""
+def _hub_cache_folder(repo_id: str) -> Path | None:
+    """The local snapshot folder of a Hub id's model in the Hugging Face cache (its config.json's), or ``None``.
+
+    Read from the cache's files alone; loading from this folder asks the Hub nothing (given the id, transformers
+    still asks the Hub for optional files such as an adapter config, retrying for seconds when it is unreachable).
+    """
     try:
         found = try_to_load_from_cache(repo_id, "config.json")
     except Exception:  # noqa: BLE001 - an id the Hub would not accept (spaces, three parts, ...): not cached
-        return False
-    return isinstance(found, str)
+        return None
+    return Path(found).parent if isinstance(found, str) else None
 
 
 def resolve_source(source: str) -> tuple[str, str]:
@@ -108,7 +112,7 @@ def resolve_source(source: str) -> tuple[str, str]:
             f"give an existing HF folder (with config.json) or .gguf "
             f"file, an embedded model ({', '.join(EMBEDDED)}), a 'tiny-<family>' name, or a Hub id.",
         )
-    if _in_hub_cache(source):
+    if _hub_cache_folder(source) is not None:
         return "cached", source
     if os.environ.get(HUB_ENV, "") == "1":
         return "hub", source
@@ -147,17 +151,16 @@ def load_hf_model(
             folder: str = str(embedded_model_dir(loc))
         elif kind == "gguf":
             folder = str(_gguf_cache_dir(Path(loc)))
+        elif kind == "cached":  # its snapshot folder, so that the Hub is not asked
+            folder = str(_hub_cache_folder(loc))
         else:
             folder = loc
-        offline = {"local_files_only": True} if kind == "cached" else {}  # a cached Hub id never asks the Hub
         try:
-            tok = AutoTokenizer.from_pretrained(folder, **offline)
+            tok = AutoTokenizer.from_pretrained(folder)
             placement = {} if device_map is None else {"device_map": device_map}
             if device_map is not None and offload_folder is not None:
                 placement["offload_folder"] = str(offload_folder)
-            model = AutoModelForCausalLM.from_pretrained(
-                folder, dtype=dtype, attn_implementation="eager", **placement, **offline
-            )
+            model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype, attn_implementation="eager", **placement)
         except OSError as err:
             if kind == "hub":
                 raise OSError(
