@@ -94,6 +94,29 @@ def _check_flags(args: argparse.Namespace) -> None:
             torch.device(args.device)
         except RuntimeError:
             _refuse(f"--device {args.device!r} is not a torch device. Fix: pass cuda, cuda:N or cpu.")
+    _check_device(args.device or ("cpu" if args.dry_run else "cuda"), given=args.device is not None, dry=args.dry_run)
+
+
+def available_devices() -> list[str]:
+    """The devices this machine has: cpu, and cuda:0 … cuda:N-1."""
+    n = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    return ["cpu", *(f"cuda:{i}" for i in range(n))]
+
+
+def _check_device(name: str, given: bool, dry: bool) -> None:
+    """Refuse a device this machine lacks, naming those it has, before any row runs."""
+    device, have = torch.device(name), available_devices()
+    cuda_ok = device.type == "cuda" and len(have) > 1 and (device.index is None or f"cuda:{device.index}" in have)
+    if device.type == "cpu" or cuda_ok:
+        return
+    flag = f"--device {name}" if given else "the default device cuda"
+    if device.type == "cuda" and len(have) == 1:
+        cpu = "leave --device out (the dry run uses the CPU)" if dry else "pass --dry-run for the CPU check"
+        _refuse(
+            f"{flag} needs CUDA, but this machine has no CUDA device (available: cpu). Fix: run on the GPU machine, "
+            f"or {cpu}."
+        )
+    _refuse(f"{flag} is not on this machine (available: {', '.join(have)}). Fix: pass one of those.")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -125,9 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     args.max_k = args.max_k or (3 if args.dry_run else 5)
 
     dry = args.dry_run
-    device = args.device or ("cpu" if dry else "cuda")
-    if device == "cuda" and not torch.cuda.is_available():
-        raise SystemExit("error: no CUDA device. Fix: run on the GPU machine, or pass --dry-run for the CPU check.")
+    device = args.device or ("cpu" if dry else "cuda")  # checked by _check_flags: this machine has it
     budget = args.budget_s if args.budget_s is not None else (float("inf") if dry else 450.0)
     out = args.out or (Path(os.environ["OUT"]) / "gpu-check.json" if os.environ.get("OUT") else Path("gpu-check.json"))
     if dry:

@@ -15,7 +15,7 @@ from pathlib import Path
 import pandas as pd
 import plotly.graph_objects as go
 
-from mathcircuits._files import atomic_path
+from mathcircuits._files import atomic_path, make_folder
 from mathcircuits.crossmodel.figures import comparison_figures
 from mathcircuits.crossmodel.result import ModelComparison, RunResults
 from mathcircuits.viz import save_figures
@@ -127,7 +127,7 @@ def write_comparison(
     ``{what: path}`` of the files written.
     """
     out = Path(out_dir)
-    (out / "figures").mkdir(parents=True, exist_ok=True)
+    make_folder(out / "figures")  # a file in the way is named as the cause
     figures = comparison_figures(cmp, runs)
     written = {"comparison": cmp.save(out / "comparison.json")}
     for name, df in (
