@@ -40,7 +40,7 @@ from mathcircuits.finetune import CompareConfig
 from mathcircuits.models import ModelSpec
 from mathcircuits.numbers import NumbersConfig
 from mathcircuits.patching.config import PatchingConfig, SelectionConfig
-from mathcircuits.pipeline.plugins import extra_sections
+from mathcircuits.pipeline.plugins import SettingsSection, extra_sections
 from mathcircuits.pipeline.sections import DataSection, FinetuneSection, ModelSection
 
 __all__ = [
@@ -83,7 +83,7 @@ class RunConfig:
     evaluation: EvaluationConfig = field(default_factory=EvaluationConfig)
     compare: CompareConfig = field(default_factory=CompareConfig)
     #: the sections of studies registered from outside the package: section name → its config object
-    extra: Mapping[str, Any] = field(default_factory=dict)
+    extra: Mapping[str, SettingsSection] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         declared = extra_sections()

@@ -10,6 +10,7 @@ out. Every table and figure is built from the saved results, never read back fro
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import partial
@@ -17,6 +18,7 @@ from functools import partial
 import pandas as pd
 
 from mathcircuits.claims import CardSettings, ClaimsCard, Verdict
+from mathcircuits.numbers import NumberResults
 from mathcircuits.pipeline.context import Context, StageSummary
 from mathcircuits.pipeline.facts import FactUse
 from mathcircuits.pipeline.reader import ResultReader
@@ -70,6 +72,26 @@ def _facts_used(ctx: Context, studies: Mapping[str, Study]) -> dict[str, str]:
     return out
 
 
+def _unset(value: object, default: object) -> bool:
+    if value is None or value is default:
+        return True
+    if isinstance(value, (Mapping, tuple, list, str)):
+        return not value
+    return isinstance(value, NumberResults) and value == NumberResults()
+
+
+def _filled(parts: list[ReportParts]) -> dict[str, object]:
+    """The fields the studies filled, each from the study that filled it (a field left at its default is unset)."""
+    empty = ReportParts()
+    found: dict[str, object] = {}
+    for p in parts:
+        for f in dataclasses.fields(ReportParts):
+            value = getattr(p, f.name)
+            if not _unset(value, getattr(empty, f.name)):
+                found[f.name] = value
+    return found
+
+
 def costs(ctx: Context, studies: Mapping[str, Study]) -> pd.DataFrame:
     """What each finished study cost: wall time and peak memory, as its marker recorded them."""
     rows = []
@@ -92,11 +114,9 @@ def run(ctx: Context, studies: Mapping[str, Study]) -> ReportSummary:
         code = study.code()
         if code.report is not None:
             made.append(code.report(reader))
-    found: dict[str, object] = {}
-    for c in made:
-        found |= c.parts
-    if isinstance(found.get("data_summary"), dict):
-        found["data_summary"] = found["data_summary"] | {"facts_used_by_stage": _facts_used(ctx, studies)}
+    found = _filled([c.parts for c in made if c.parts is not None])
+    if isinstance(found.get("data_summary"), Mapping):
+        found["data_summary"] = {**found["data_summary"], "facts_used_by_stage": _facts_used(ctx, studies)}
     u = ctx.uncertainty
     card = ClaimsCard(
         claims=merge_claims(made), confidence=u.confidence, seed=u.seed, settings=CardSettings(n_boot=u.n_boot)

@@ -8,6 +8,7 @@ from mathcircuits.finetune import SFTResult, kv_shared_heads
 from mathcircuits.pipeline.reader import ResultReader
 from mathcircuits.pipeline.studies.evaluate.stage import EvaluateSummary, evaluated_labels, evaluation_table, run
 from mathcircuits.pipeline.study import Contribution, StudyCode
+from mathcircuits.report import ReportParts
 from mathcircuits.stats import DeltaTable
 
 __all__ = ["CODE", "report"]
@@ -48,7 +49,7 @@ def report(r: ResultReader) -> Contribution:
             else "no evaluation results written: re-run evaluate"
         )
     c6 = claim_c6(evals or None, ctx.uncertainty, r.off.get("evals", "evaluate"), why, _precise(r) if evals else "")
-    return Contribution(parts={"evaluation": _table(r)}, claims=(c6,))
+    return Contribution(parts=ReportParts(evaluation=_table(r)), claims=(c6,))
 
 
 CODE = StudyCode(run=run, summary=EvaluateSummary, report=report)

@@ -8,6 +8,7 @@ from mathcircuits.pipeline.reader import ResultReader
 from mathcircuits.pipeline.studies.shared import IdentifySummary
 from mathcircuits.pipeline.studies.validate.stage import ValidateSummary, run
 from mathcircuits.pipeline.study import Contribution, StudyCode
+from mathcircuits.report import ReportParts
 
 __all__ = ["CODE", "report"]
 
@@ -26,7 +27,7 @@ def report(r: ResultReader) -> Contribution:
         return r.off.get(name, "validate")
 
     return Contribution(
-        parts={"knockout": knock, "transfer": tr},
+        parts=ReportParts(knockout=knock, transfer=tr),
         claims=(
             claim_c2(control, u, stage("control"), r.reasons.get("control")),
             claim_c4(margin, u, stage("margin"), r.reasons.get("margin")),
