@@ -168,8 +168,16 @@ def test_teaching_notebook_alone_in_a_folder_says_where_the_solutions_are(tmp_pa
                     client.execute_cell(cell, i)
                 except CellExecutionError:
                     assert i == first_check, f"cell {i} failed: {cell.outputs}"
+        # the message's fix: the repository's notebooks/ on sys.path, then the helpers' cell again
+        helpers = next(i for i, c in enumerate(nb.cells) if "def find_solutions" in c.source)
+        fix = nbformat.v4.new_code_cell(f"import sys; sys.path.insert(0, {str(ROOT / 'notebooks')!r})")
+        again = nbformat.v4.new_code_cell(nb.cells[helpers].source + "\nprint(solutions.__name__)")
+        nb.cells += [fix, again]
+        client.execute_cell(fix, len(nb.cells) - 2)
+        client.execute_cell(again, len(nb.cells) - 1)
     said = "".join(o.get("text", "") for c in nb.cells[:first_check] for o in c.get("outputs", []))
     assert "solutions/teaching_04.py" in said and "are not found from this folder" in said, said
     [error] = [o for o in nb.cells[first_check].outputs if o.output_type == "error"]
     assert error.ename == "CheckFailed", error
     assert error.evalue.startswith("expected the list of positions") and "got no answer yet" in error.evalue, error
+    assert "solutions.teaching_04" in "".join(o.get("text", "") for o in again.outputs), again.outputs
