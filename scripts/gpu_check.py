@@ -122,6 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-k", type=int, default=None, help="knockout curve: up to k heads (default 5; dry run: 3)")
     args = ap.parse_args(argv)
     _check_flags(args)
+    os.environ.setdefault("MATHCIRCUITS_PROGRESS", "0")  # one table: the library's progress bars stay off
     args.pairs = args.pairs or (4 if args.dry_run else 16)
     args.max_k = args.max_k or (3 if args.dry_run else 5)
 
