@@ -36,11 +36,16 @@ def is_teaching(nb: nbformat.NotebookNode) -> bool:
 
 
 def student_copy(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
-    """A copy of ``nb`` with the outputs and execution counts of its answer cells cleared."""
+    """A copy of ``nb`` with the outputs and execution counts of its answer cells cleared.
+
+    Markdown links to ``solutions/`` point one folder up, where they are seen from ``notebooks/student/``.
+    """
     copy = nbformat.from_dict(nb)
     for cell in copy.cells:
         if gives_answers(cell):
             cell.outputs, cell.execution_count = [], None
+        elif cell.cell_type == "markdown":
+            cell.source = cell.source.replace("](solutions/", "](../solutions/")
     return copy
 
 

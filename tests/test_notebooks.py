@@ -138,9 +138,11 @@ def test_student_copy_shows_no_answers():
     tagged = _answer_cells(teaching)
     assert len([i for i in tagged if teaching.cells[i].source.startswith("# check")]) == 8, "one check per exercise"
     assert all(teaching.cells[i].outputs for i in tagged)  # the teacher's notebook has the answers to hide
-    assert [c.source for c in student.cells] == [c.source for c in teaching.cells], (
+    from_student = [c.source.replace("](../solutions/", "](solutions/") for c in student.cells]  # links one up
+    assert from_student == [c.source for c in teaching.cells], (
         "the student copy is older than notebooks/04_teaching.ipynb. Fix: python scripts/student_copy.py"
     )
+    assert "](../solutions/teaching_04.py)" in student.cells[0].source
     assert _answer_cells(student) == tagged and all(student.cells[i].outputs == [] for i in tagged)
     kept = [i for i, c in enumerate(teaching.cells) if c.cell_type == "code" and i not in tagged]
     assert all(student.cells[i].outputs == teaching.cells[i].outputs for i in kept)  # the lesson's own outputs stay
