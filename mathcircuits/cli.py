@@ -183,6 +183,15 @@ def _message(err: BaseException, out: Path | None = None) -> str:
     return f"{' '.join(text.split()).rstrip('.')}. Fix: check the path and its permissions."
 
 
+def _no_run_folder(out: Path) -> str:
+    """Why ``status`` has nothing to show for ``out``, and how to start a run there."""
+    what = "is a file, not a run folder" if out.exists() else "does not exist, so no run has started there"
+    return (
+        f"{out} {what}. Fix: start a run with `mathcircuits run --config configs/default.yaml --out {out}`, "
+        "or pass --out the folder of an existing run."
+    )
+
+
 def _compare_models(args: argparse.Namespace) -> int:
     from mathcircuits.pipeline import compare_model_runs
 
@@ -236,6 +245,9 @@ def main(argv: list[str] | None = None) -> int:
     Returns the exit code: 0 done, 2 error, 3 internal error, 130 interrupted.
     """
     args = build_parser().parse_args(argv)
+    if args.command == "status" and not args.out.is_dir():  # answered before the model libraries load
+        print(f"error: {_no_run_folder(args.out)}", file=sys.stderr)
+        return EXIT_ERROR
     try:  # the model libraries load here, after parsing (seconds): Ctrl-C meanwhile is a clean stop too
         from mathcircuits.pipeline.run import InternalError, is_input_error
     except KeyboardInterrupt:

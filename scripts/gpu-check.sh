@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One prepared device check: every stage on random-weight Llama-2-7B / Llama-3-8B shapes, on one GPU, in
-# about 8 minutes, nothing downloaded (scripts/gpu_check.py says what each row measures). Prints one table and writes
+# about 3.5 minutes (on an H200), nothing downloaded (scripts/gpu_check.py says what each row measures). Prints one table and writes
 # it as JSON ($OUT/gpu-check.json where $OUT is set, else ./gpu-check.json). Exit code 1 if any row failed.
 #
 #   here, once:        bash scripts/gpu-wheels.sh          # .whl/ (packages the GPU image lacks) + .gpu-tokenizer/

@@ -1,4 +1,4 @@
-"""One prepared device check: every stage on random-weight 7B-shaped models, on one GPU, in ~8 minutes.
+"""One prepared device check: every stage on random-weight 7B-shaped models, on one GPU, in about 3.5 minutes.
 
 Nothing is downloaded and no model file travels: the models are built from a ``LlamaConfig`` directly on the
 device with random weights (so no correctness filter: every pair is used), and wrapped the way the package wraps
@@ -33,8 +33,9 @@ JSON (``--out``; default ``$OUT/gpu-check.json`` when ``$OUT`` is set, else ``./
 
 ``--dry-run`` runs the same code on the CPU with tiny shapes (2 layers, d_model 64) and no few-shot prefix, in about
 a minute; rows that repeat a function an earlier row ran (the float32 twins, the Llama-3 knockout and circuit) are
-skipped there. The test suite runs it (``tests/test_gpu_check.py``). On the device: ``bash scripts/gpu-check.sh`` (see
-``docs/howto/big-models-on-gpu.md``, "Check a GPU in one command").
+skipped there, each row names the tiny shape it ran (``2L 4H/4KV d64 mlp128``), and no floor is shown (a GPU's
+peak says nothing of a CPU's time on tiny shapes). The test suite runs it (``tests/test_gpu_check.py``). On the
+device: ``bash scripts/gpu-check.sh`` (see ``docs/howto/big-models-on-gpu.md``, "Check a GPU in one command").
 """
 
 from __future__ import annotations
@@ -53,11 +54,11 @@ import torch
 HERE = str(Path(__file__).resolve().parent)
 if HERE not in sys.path:  # the helpers beside this script (scripts/ is no package), when it is loaded by its path
     sys.path.insert(0, HERE)
-from gpu_check_models import PEAK_FLOPS, SHAPES, floor_per_pair, mlp_rows  # noqa: E402
+from gpu_check_models import PEAK_FLOPS, SHAPES, floor_per_pair, mlp_rows, shape_label  # noqa: E402
 from gpu_check_rows import run_finetune_rows, run_generation_rows, run_shape_rows, run_tiny_pipeline  # noqa: E402
 from gpu_check_table import COLUMNS, HEADER, Check, format_row  # noqa: E402
 
-__all__ = ["COLUMNS", "PEAK_FLOPS", "SHAPES", "floor_per_pair", "main", "mlp_rows"]
+__all__ = ["COLUMNS", "PEAK_FLOPS", "SHAPES", "floor_per_pair", "main", "mlp_rows", "shape_label"]
 
 VERSIONS = ("mathcircuits", "torch", "transformers", "transformer-lens", "peft", "accelerate", "datasets", "pyarrow",
             "tokenizers", "plotly", "circuitsvis")  # fmt: skip
@@ -144,6 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-k", type=int, default=None, help="knockout curve: up to k heads (default 5; dry run: 3)")
     args = ap.parse_args(argv)
     _check_flags(args)
+    os.environ.setdefault("MATHCIRCUITS_PROGRESS", "0")  # one table: the library's progress bars stay off
     args.pairs = args.pairs or (4 if args.dry_run else 16)
     args.max_k = args.max_k or (3 if args.dry_run else 5)
 
@@ -178,15 +180,16 @@ def main(argv: list[str] | None = None) -> int:
     print(f"device check on {meta['device']}; tokenizer {meta['tokenizer']} ({len(tok)} tokens); JSON -> {out}")
     # most important first: the 7B shape's stages (its float32 twins of knockout and circuit only if the time left
     # still holds the rows after them), fine-tuning, generation, the pipeline, then the Llama-3 shape (GQA)
-    run_shape_rows(check, tok, "llama2-7b", shapes["llama2-7b"], device, args, full=True)
+    label = {name: shape_label(name, shape, dry) for name, shape in shapes.items()}  # dry: the tiny shape's sizes
+    run_shape_rows(check, tok, label["llama2-7b"], shapes["llama2-7b"], device, args, full=True)
     if args.extended:
         return finish(check, out)
-    run_finetune_rows(check, tok, "ft-1b", shapes["ft-1b"], device, not dry)
-    run_generation_rows(check, tok, "llama2-7b", shapes["llama2-7b"], device, not dry)
+    run_finetune_rows(check, tok, label["ft-1b"], shapes["ft-1b"], device, not dry)
+    run_generation_rows(check, tok, label["llama2-7b"], shapes["llama2-7b"], device, not dry)
     with tempfile.TemporaryDirectory() as work:
         check.row("mathcircuits run tiny", "tiny-llama", "float32",
                   lambda r: r.extra.update(run_tiny_pipeline(device, dry, Path(work))), est_s=60)  # fmt: skip
-    run_shape_rows(check, tok, "llama3-8b", shapes["llama3-8b"], device, args, full=False)
+    run_shape_rows(check, tok, label["llama3-8b"], shapes["llama3-8b"], device, args, full=False)
     return finish(check, out)
 
 

@@ -212,6 +212,21 @@ def test_dataset_save_load_round_trip(tmp_path, template_sets):
     assert datasets.load_from_disk(str(tmp_path / "pairs")).to_dict() == ds.dataset.to_dict()
 
 
+def test_pair_sets_draw_no_datasets_bars_and_keep_their_values(tmp_path, template_sets, capsys):
+    import datasets
+
+    ds = generate_pairs(tiny_tokenizer(), template_sets, GenerationConfig(n_per_template=3)).shuffle(seed=1)
+    part = ds.select(range(0, len(ds), 2))  # a selection: saving and add_column flatten its indices
+    capsys.readouterr()
+    was_on = datasets.is_progress_bar_enabled()
+    part.save(tmp_path / "part")
+    staged = part.with_fact_stages(["late"] * len(part))
+    assert capsys.readouterr().err == ""  # no "Saving the dataset" or "Flattening the indices" bar
+    assert datasets.is_progress_bar_enabled() == was_on  # the user's own datasets setting is left as it was
+    assert PairSet.load(tmp_path / "part").tokens == part.tokens and staged.tokens == part.tokens
+    assert staged.fact_stages == ("late",) * len(part)
+
+
 # ------------------------------------------------------------------ correct pairs for an operation
 
 

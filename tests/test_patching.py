@@ -55,6 +55,21 @@ def test_exact_equals_reference(request, template_sets, model_name, metric):
     assert fast.head_effects.abs().max() > 1e-6  # the scan measured something
 
 
+def test_path_patch_draws_a_bar_on_stderr_unless_told_not_to(tiny_llama, pairs_llama, capsys, monkeypatch):
+    def stderr_of(**kw) -> str:
+        path_patch(tiny_llama, pairs_llama.select(range(2)), **kw)
+        return capsys.readouterr().err
+
+    spec = tiny_llama.spec
+    shown = stderr_of(progress=True)
+    phase = f"patching {spec.n_layers * spec.n_heads} heads and {spec.n_layers} MLPs"
+    assert phase in shown and "100%|" in shown  # the phase, then the bar itself
+    assert stderr_of(progress=False) == ""
+    assert stderr_of() == ""  # the default follows MATHCIRCUITS_PROGRESS, which conftest sets to 0
+    monkeypatch.setenv("MATHCIRCUITS_PROGRESS", "1")
+    assert "patching" in stderr_of()  # a new user's default: on
+
+
 def test_patching_changes_something_only_when_prompts_differ(tiny_llama, pairs_llama):
     same = PairSet(pairs_llama.dataset.map(lambda r: {"cf_tokens": r["tokens"]}))
     res = path_patch(tiny_llama, same)

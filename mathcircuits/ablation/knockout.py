@@ -23,9 +23,9 @@ import warnings
 from collections.abc import Sequence
 
 import torch
-from tqdm.auto import tqdm
 
 from mathcircuits._errors import FixableTypeError, FixableValueError
+from mathcircuits._progress import progress_bar
 from mathcircuits._schema import configured, given
 from mathcircuits.ablation.config import ValidationConfig
 from mathcircuits.ablation.hooks import Ablation, Scope, check_choice
@@ -90,7 +90,7 @@ def knockout_curve(
     seed: int = 0,
     means: HeadMeans | None = None,
     scope: Scope | None = None,
-    progress: bool = False,
+    progress: bool | None = None,
     ablation: Ablation | None = None,
     ks: Sequence[int] | None = None,
     pool: PositionPool | None = None,
@@ -105,6 +105,7 @@ def knockout_curve(
     capped by a selection's size. ``seed`` draws the random orders and donors. ``ks``: default every k in
     1…max_k (0, the clean model, is always included). ``pool``: for ``"position_mean"``, counterfactual prompts
     to average over, leaving each scored pair's own out; None: the scored pairs of each template.
+    ``progress``: a bar on stderr (None: on unless ``MATHCIRCUITS_PROGRESS=0``).
     """
     cfg = configured(
         "knockout_curve", ValidationConfig, config,
@@ -136,7 +137,11 @@ def knockout_curve(
     rng = random.Random(seed)
     orders = [rng.sample(all_heads, len(ranked)) for _ in range(n_random)]
     scorer = KnockoutScorer(model, dataset, ablation, means, scope, seed, pool=pool)
-    bar = tqdm(total=len(ks) * (1 + n_random), disable=not progress, desc="knockout")
+    bar = progress_bar(
+        progress,
+        f"knocking out up to {len(ranked)} heads (ranked, then {n_random} random orders)",
+        total=len(ks) * (1 + n_random),
+    )
     base = scorer.accuracy([])
     ranked_acc = []
     for k in ks:

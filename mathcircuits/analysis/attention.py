@@ -33,6 +33,7 @@ from torch import Tensor
 
 from mathcircuits._errors import FixableValueError
 from mathcircuits._io import SavedResult
+from mathcircuits._progress import progress_bar
 from mathcircuits.analysis.roles import OP, ROLES, A, B, classify_heads, role_masks, role_shares, sink_mask
 from mathcircuits.data import Operation
 from mathcircuits.data.pairs import operation_rows
@@ -298,13 +299,14 @@ def attention_by_role(
     batch_size: int = 16,
     min_share: float = 0.2,
     min_lift: float = 2.0,
+    progress: bool | None = None,
 ) -> AttentionByRole:
     """Measure each head's attention from the last position to the token roles, for every pair.
 
     ``dataset``: pairs with the ``ROLE_COLUMNS`` (usually the correct ones). Only the last query row of each
     pattern is kept. ``min_share`` (fraction) and ``min_lift`` are the classification rule's
     (:mod:`.roles`). Refused: a pair whose ``pos_last`` is not its last token, no or repeated heads, invalid
-    role positions (:func:`role_masks`).
+    role positions (:func:`role_masks`). ``progress``: a bar on stderr (None: on unless ``MATHCIRCUITS_PROGRESS=0``).
     """
     spec = model.spec
     heads_t = resolve_heads(heads, spec)
@@ -332,7 +334,9 @@ def attention_by_role(
     sinks = [sink_mask(m) for m in masks]
     sink_baselines = torch.stack([s.float().mean() for s in sinks])
     prefixes: PrefixCaches = {}  # clean prefix KV caches, shared by the batches of a template
-    for idx, toks in dataset.prompt_batches(batch_size, model.device):
+    batches = list(dataset.prompt_batches(batch_size, model.device))  # token ids only: the bar knows its length
+    desc = f"reading the attention of {len(heads_t)} heads on {n} pairs"
+    for idx, toks in progress_bar(progress, desc, iterable=batches):
         rows: dict[int, Tensor] = {}
 
         def keep_last_row(layer: int, rows: dict[int, Tensor] = rows):  # bound now: the loop rebinds `rows`

@@ -34,9 +34,9 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
-from tqdm.auto import tqdm
 
 from mathcircuits._errors import FixableValueError
+from mathcircuits._progress import progress_bar
 from mathcircuits._schema import configured, expect, expect_pairs
 from mathcircuits.circuit.batches import ROLES
 from mathcircuits.circuit.components import Receiver, Sender, upstream_senders
@@ -86,7 +86,7 @@ def discover_circuit(
     *,
     metric: MetricName | Metric | None = None,
     uncertainty: Uncertainty | None = None,
-    progress: bool = False,
+    progress: bool | None = None,
     **settings: Any,
 ) -> Circuit:
     """Find the circuit behind the answer by iterated sender → receiver path patching (see the module docstring).
@@ -102,6 +102,7 @@ def discover_circuit(
         uncertainty: the edges' bootstrap; None: ``config.uncertainty()``.
         **settings: fields of :class:`CircuitConfig` that replace the config's (``depth=6, screen=12``),
             checked by it.
+        progress: a bar per round on stderr (None: on unless ``MATHCIRCUITS_PROGRESS=0``).
     """
     t0 = time.perf_counter()
     cpu0 = time.process_time()  # the budget counts this process's CPU seconds: a loaded machine finds the same circuit
@@ -143,7 +144,8 @@ def discover_circuit(
     # round 0: senders → logits at every answer readout position
     cands = []
     first = [Sender("head", l, h) for l, h in key_heads] if key_heads is not None else None
-    for label in data.answer_labels if first is None else [lab for lab in data.answer_labels if lab in ("last", "-1")]:
+    labels = data.answer_labels if first is None else [lab for lab in data.answer_labels if lab in ("last", "-1")]
+    for label in progress_bar(progress, "circuit round 0: senders to the logits, per answer position", iterable=labels):
         chosen = first or upstream_senders(spec, Receiver("logits"), parallel, cfg.senders)
         found = measure_senders(data, Receiver("logits"), None, label, chosen, m, edge_fn, None)
         ranked = sorted(found, key=lambda c: -abs(float(c[1].nanmean())))
@@ -167,7 +169,8 @@ def discover_circuit(
     for d in range(1, cfg.depth + 1):
         new_frontier = []
         out_of_time = False
-        for node in tqdm(frontier, disable=not progress, desc=f"circuit round {d}"):
+        desc = f"circuit round {d} of ≤ {cfg.depth}: expanding {len(frontier)} nodes"
+        for node in progress_bar(progress, desc, iterable=frontier):
             if over_budget():
                 out_of_time = True  # the rest of this round's nodes stay unexpanded
                 break

@@ -18,7 +18,7 @@ from tqdm.auto import tqdm
 from mathcircuits.data.filter import score_pairs
 from mathcircuits.data.generate import GenerationConfig, generate_pairs
 from mathcircuits.data.operands import PairError
-from mathcircuits.data.pairset import PairSet, pair_keys
+from mathcircuits.data.pairset import PairSet, pair_keys, quiet_datasets
 from mathcircuits.data.templates import Operation, TemplateSet, load_templates
 
 if TYPE_CHECKING:  # the data layer sits below models: the hooked model is named for the signature only
@@ -168,4 +168,5 @@ def fresh_pairs(
         )
     out = PairSet.concat(found).select(range(n)).dataset
     start = max(pairs.pair_ids, default=-1) + 1 if pairs.has("pair_id") else 0
-    return PairSet(out.remove_columns("pair_id").add_column("pair_id", list(range(start, start + n))))
+    with quiet_datasets():  # add_column flattens the selection's indices
+        return PairSet(out.remove_columns("pair_id").add_column("pair_id", list(range(start, start + n))))

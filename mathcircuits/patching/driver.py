@@ -11,9 +11,9 @@ import time
 from typing import Any
 
 import torch
-from tqdm.auto import tqdm
 
 from mathcircuits._errors import FixableValueError
+from mathcircuits._progress import progress_bar
 from mathcircuits._schema import configured, expect, expect_pairs
 from mathcircuits.data.pairset import PairSet, check_token_aligned, pair_batches, pair_keys
 from mathcircuits.models import HookedModel, fast_paths_enabled, unloadable_parameters, verify_once
@@ -43,7 +43,7 @@ def path_patch(
     max_memory: int | str | None = None,
     chunk_rows: int = 8192,
     keep_per_pair: bool = False,
-    progress: bool = False,
+    progress: bool | None = None,
     **settings: Any,
 ) -> PatchingResult:
     """Path-patch every head and/or MLP to the logits at the last position (and every answer position).
@@ -64,6 +64,7 @@ def path_patch(
         chunk_rows: bounds the rows per MLP call.
         **settings: fields of :class:`PatchingConfig` that replace the config's (``method="reference"``),
             checked by it.
+        progress: a bar on stderr (None: on unless ``MATHCIRCUITS_PROGRESS=0``; :mod:`mathcircuits._progress`).
     """
     expect("path_patch", "model", model, HookedModel, "a HookedModel", "pass mc.load_model(...)'s result")
     expect_pairs("path_patch", "dataset", dataset)
@@ -85,6 +86,7 @@ def path_patch(
     if method == "exact" and not fast_paths_enabled():
         log.info("fast paths are off: path patching runs the reference scan (one hooked forward per sender)")
         method, scan = "reference", METHODS["reference"]
+    bar = progress_bar(progress, "checking the fast path" if method == "exact" else "batching the pairs")
     if method == "exact":  # the check of the scan this metric runs (the other is checked when first used)
         if metric.every_answer_token:
             verify_once(model.bridge, "exact path patching (answer tokens)", lambda: check_exact(model, answers=True))
@@ -117,8 +119,12 @@ def path_patch(
     excluded = torch.zeros(n, dtype=torch.bool, device="cpu")
     clean_sum = 0.0
     batches = pair_batches(dataset, batch_size, model.device, answers=metric.every_answer_token)
-    for batch in tqdm(batches, disable=not progress, desc=f"path patching ({method})"):
-        eff = scan(model, batch, chosen, metric, chunk_rows=chunk_rows, progress=progress)
+    what = [f"{spec.n_layers * spec.n_heads} heads"] * chosen.heads + [f"{spec.n_layers} MLPs"] * chosen.mlps
+    bar.set_description(f"patching {' and '.join(what)} ({method}, {n} pairs)", refresh=False)
+    bar.reset(total=len(batches))
+    for batch in batches:
+        eff = scan(model, batch, chosen, metric, chunk_rows=chunk_rows, progress=not bar.disable)
+        bar.update()
         all_heads[batch.idx] = eff.heads
         all_mlps[batch.idx] = eff.mlps
         clean_sum += float(eff.clean_logit.float().sum())
@@ -126,6 +132,7 @@ def path_patch(
             totals[batch.idx] = eff.total
         if eff.excluded is not None:
             excluded[batch.idx] = eff.excluded
+    bar.close()
     n_excluded = int(excluded.sum())
     if n_excluded == n:
         raise FixableValueError(

@@ -18,7 +18,15 @@ from typing import Protocol, runtime_checkable
 
 from mathcircuits._errors import FixableValueError
 
-__all__ = ["ENTRY_POINT_GROUP", "SettingsSection", "StudyError", "extra_sections", "register_study", "registered", "unregister_study"]
+__all__ = [
+    "ENTRY_POINT_GROUP",
+    "SettingsSection",
+    "StudyError",
+    "extra_sections",
+    "register_study",
+    "registered",
+    "unregister_study",
+]
 
 ENTRY_POINT_GROUP = "mathcircuits.studies"
 

@@ -58,13 +58,15 @@ def run(ctx: Context) -> AnalyzeSummary:
             "no correct pair has a fact of analyze's share, so there is nothing to analyse. ",
             "raise data.n_per_template or analyze's share in data.stage_fact_shares.",
         )
-    att = attention_by_role(model, sub, key)
+    att = attention_by_role(model, sub, key, progress=ctx.progress)
     att.save(paths.attention())
     save_csv(att.summary(), paths.attention(".csv"))
     # claim C3 compares the key heads with the other heads of their layers: every head of those layers
     layers = sorted({l for l, _ in key.heads})
     if layers:
-        mates = attention_by_role(model, sub, [(l, h) for l in layers for h in range(model.spec.n_heads)])
+        mates = attention_by_role(
+            model, sub, [(l, h) for l in layers for h in range(model.spec.n_heads)], progress=ctx.progress
+        )
         mates.save(paths.attention_layers())
         save_csv(mates.summary(), paths.attention_layers(".csv"))
     adds = correct.of_operations(("add",))
