@@ -20,6 +20,7 @@ PATCHED_MODULES = {
     "mathcircuits.models.compat",
     "mathcircuits.patching.exact",
     "mathcircuits.pipeline.markers",  # a symlinked stage folder, a killed writer's leftovers (test_reliability3)
+    "mathcircuits.pipeline.plugins",  # the entry points are read once: a test reads them again
     "mathcircuits.pipeline.studies.identify.stage",
     "mathcircuits.viz.export",
 }

@@ -12,6 +12,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from mathcircuits._schema import setting
     from mathcircuits.pipeline.compare_models import check_same_config, compare_model_runs, load_run_results
     from mathcircuits.pipeline.config import (
         LATER_SETTINGS,
@@ -55,6 +56,7 @@ if TYPE_CHECKING:
 
 #: public name → the module that defines it (imported on first use).
 _WHERE = {
+    "setting": "_setting",
     **dict.fromkeys(("check_same_config", "compare_model_runs", "load_run_results"), "compare_models"),
     **dict.fromkeys(
         (
@@ -139,6 +141,7 @@ __all__ = [
     "all_studies",
     "template_spread",
     "register_study",
+    "setting",
     "unregister_study",
 ]
 
@@ -146,7 +149,8 @@ __all__ = [
 def __getattr__(name: str) -> Any:
     if name not in _WHERE:
         raise AttributeError(f"module 'mathcircuits.pipeline' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{_WHERE[name]}"), name)
+    where = "mathcircuits._schema" if _WHERE[name] == "_setting" else f"{__name__}.{_WHERE[name]}"
+    value = getattr(importlib.import_module(where), name)
     globals()[name] = value  # later lookups skip this function
     return value
 
