@@ -203,7 +203,7 @@ class RandomControl(SavedResult):
 
 def random_control(
     model: HookedModel,
-    dataset: PairSet,
+    pairs: PairSet,
     key_heads: KeyComponents | Sequence[tuple[int, int]],
     n_draws: int = 100,
     seed: int = 0,
@@ -221,34 +221,34 @@ def random_control(
 
     Score *fresh* pairs, not those that chose the heads. ``n_draws`` ≥ 1 (the claims ask for 100); all sets
     when fewer exist. ``label`` and ``identification_overlap`` are saved with the result. ``scorer``: one
-    already built on ``dataset`` (reuses its clean runs). ``pool``: for ``"position_mean"`` (a new scorer's).
+    already built on ``pairs`` (reuses its clean runs). ``pool``: for ``"position_mean"`` (a new scorer's).
     """
     if n_draws < 1:
         raise FixableValueError(f"n_draws={n_draws}. ", "draw at least one random set (the claims ask for 100).")
-    dataset.require(("tokens", "answer_tokens", "n_tokens"), "random_control")
-    if len(dataset) == 0:
+    pairs.require(("tokens", "answer_tokens", "n_tokens"), "random_control")
+    if len(pairs) == 0:
         raise FixableValueError("random_control got no pairs. ", "pass the fresh pairs of at least one operation.")
     key = list(resolve_heads(key_heads, model.spec, arg="key_heads"))
     draws = depth_matched_draws(key, model.spec, n_draws, seed)
-    scorer = scorer or KnockoutScorer(model, dataset, ablation, means, scope, seed, batch_size, pool=pool)
+    scorer = scorer or KnockoutScorer(model, pairs, ablation, means, scope, seed, batch_size, pool=pool)
 
     def correct(heads: list[Head]) -> Tensor:
         return torch.tensor(scorer.score(heads)[0], dtype=torch.float32, device="cpu")
 
     clean, key_c = correct([]), correct(key)
-    rand = torch.zeros(len(draws), len(dataset), device="cpu")
+    rand = torch.zeros(len(draws), len(pairs), device="cpu")
     for i, d in enumerate(tqdm(draws, disable=not progress, desc="random control")):
         rand[i] = correct(d)
-    n = len(dataset)
+    n = len(pairs)
     return RandomControl(
         key_heads=key,
         draws=draws,
         clean_correct=clean,
         key_correct=key_c,
         random_correct=rand,
-        operations=list(dataset.operations) if dataset.has("operation") else ["?"] * n,
-        template_ids=list(dataset.template_ids) if dataset.has("template_id") else ["?"] * n,
-        pair_ids=list(dataset.pair_ids) if dataset.has("pair_id") else list(range(n)),
+        operations=list(pairs.operations) if pairs.has("operation") else ["?"] * n,
+        template_ids=list(pairs.template_ids) if pairs.has("template_id") else ["?"] * n,
+        pair_ids=list(pairs.pair_ids) if pairs.has("pair_id") else list(range(n)),
         ablation=ablation,
         scope=scope,
         seed=seed,

@@ -66,7 +66,7 @@ class KnockoutScorer:
     def __init__(
         self,
         model: HookedModel,
-        dataset: PairSet,
+        pairs: PairSet,
         ablation: Ablation = "mean",
         means: HeadMeans | None = None,
         scope: Scope = "all",
@@ -79,19 +79,19 @@ class KnockoutScorer:
         check_choice(ablation, scope)
         self.reuse_clean = reuse_clean
         needed = ("tokens", "answer_tokens", "n_tokens") + (() if ablation == "mean" else (source_column,))
-        dataset.require(needed, "KnockoutScorer")
+        pairs.require(needed, "KnockoutScorer")
         self.model, self.ablation, self.scope = model, ablation, scope
         if ablation == "mean":
-            means = means if means is not None else head_means(model, dataset)
+            means = means if means is not None else head_means(model, pairs)
             means.check_model(model.spec)
         self.means = means
-        answers = [list(a) for a in dataset.answer_tokens]
+        answers = [list(a) for a in pairs.answer_tokens]
         self.answers = answers
-        self.seqs = [list(t) + a[:-1] for t, a in zip(dataset.tokens, answers)]
-        self.n_prompt = list(dataset.n_tokens)
+        self.seqs = [list(t) + a[:-1] for t, a in zip(pairs.tokens, answers)]
+        self.n_prompt = list(pairs.n_tokens)
         self.sources = None
         if ablation != "mean":
-            self.sources = [list(t) + a[:-1] for t, a in zip(dataset.side(source_column), answers)]
+            self.sources = [list(t) + a[:-1] for t, a in zip(pairs.side(source_column), answers)]
             bad = [i for i, (s, q) in enumerate(zip(self.sources, self.seqs)) if len(s) != len(q)]
             if bad:
                 raise FixableValueError(
@@ -100,7 +100,7 @@ class KnockoutScorer:
                     f"ablation {ablation!r}. ",
                     "use pairs of equal token length, or ablation='mean'.",
                 )
-        keys = list(dataset.template_ids) if dataset.has("template_id") else None
+        keys = list(pairs.template_ids) if pairs.has("template_id") else None
         self.groups = []
         for rows in length_groups([len(s) for s in self.seqs], len(self.seqs), keys):
             seqs = [self.seqs[i] for i in rows] + ([self.sources[i] for i in rows] if self.sources else [])
@@ -120,9 +120,9 @@ class KnockoutScorer:
         self._pooled_values: dict[tuple[int, tuple[int, ...], bool], Tensor] = {}
         self.pool_fallbacks: set[int] = set()  # rows whose key had no other pool item
         if self._pool is not None:
-            dataset.require(("template_id", "pair_id"), "KnockoutScorer (pool)")
-            self.pair_ids = list(dataset.pair_ids)
-            self.keys: list[PoolKey] = [(str(t), n) for t, n in zip(dataset.template_ids, self.n_prompt)]
+            pairs.require(("template_id", "pair_id"), "KnockoutScorer (pool)")
+            self.pair_ids = list(pairs.pair_ids)
+            self.keys: list[PoolKey] = [(str(t), n) for t, n in zip(pairs.template_ids, self.n_prompt)]
 
     # --- clean pieces, computed once ---------------------------------------------------------------------
     def _prefix_cache(self, prefix: list[int]) -> Any:

@@ -267,7 +267,7 @@ ROLE_COLUMNS: tuple[Field, ...] = (
 @torch.no_grad()
 def attention_by_role(
     model: HookedModel,
-    dataset: PairSet,
+    pairs: PairSet,
     heads: KeyComponents | Sequence[tuple[int, int]],
     batch_size: int = 16,
     min_share: float = 0.2,
@@ -275,30 +275,28 @@ def attention_by_role(
 ) -> AttentionByRole:
     """Measure each head's attention from the last position to the token roles, for every pair.
 
-    ``dataset``: pairs with the ``ROLE_COLUMNS`` (usually the correct ones). Only the last query row of each
+    ``pairs``: pairs with the ``ROLE_COLUMNS`` (usually the correct ones). Only the last query row of each
     pattern is kept. ``min_share`` (fraction) and ``min_lift`` are the classification rule's
     (:mod:`.roles`). Refused: a pair whose ``pos_last`` is not its last token, no or repeated heads, invalid
     role positions (:func:`role_masks`).
     """
     spec = model.spec
     heads_t = resolve_heads(heads, spec)
-    dataset.require(ROLE_COLUMNS, "attention_by_role")
-    n = len(dataset)
+    pairs.require(ROLE_COLUMNS, "attention_by_role")
+    n = len(pairs)
     by_layer: dict[int, list[int]] = {}
     for i, (layer, _head) in enumerate(heads_t):
         by_layer.setdefault(layer, []).append(i)
     masks = []
     for i in range(n):
-        if dataset.pos_last[i] != dataset.n_tokens[i] - 1:
+        if pairs.pos_last[i] != pairs.n_tokens[i] - 1:
             raise FixableValueError(
-                f"pair {dataset.pair_ids[i]}: pos_last {dataset.pos_last[i]} is not the last token "
-                f"({dataset.n_tokens[i] - 1}). ",
+                f"pair {pairs.pair_ids[i]}: pos_last {pairs.pos_last[i]} is not the last token "
+                f"({pairs.n_tokens[i] - 1}). ",
                 "regenerate the pairs.",
             )
         masks.append(
-            role_masks(
-                dataset.n_tokens[i], dataset.prefix_len[i], dataset.pos_a[i], dataset.pos_b[i], dataset.pos_op[i]
-            )
+            role_masks(pairs.n_tokens[i], pairs.prefix_len[i], pairs.pos_a[i], pairs.pos_b[i], pairs.pos_op[i])
         )
     shares = torch.zeros(n, len(heads_t), len(ROLES), device="cpu")
     sink = torch.zeros(n, len(heads_t), device="cpu")
@@ -306,7 +304,7 @@ def attention_by_role(
     sinks = [sink_mask(m) for m in masks]
     sink_baselines = torch.stack([s.float().mean() for s in sinks])
     prefixes: PrefixCaches = {}  # clean prefix KV caches, shared by the batches of a template
-    for idx, toks in dataset.prompt_batches(batch_size, model.device):
+    for idx, toks in pairs.prompt_batches(batch_size, model.device):
         rows: dict[int, Tensor] = {}
 
         def keep_last_row(layer: int, rows: dict[int, Tensor] = rows):  # bound now: the loop rebinds `rows`
@@ -326,9 +324,9 @@ def attention_by_role(
         heads=heads_t,
         shares=shares,
         baselines=baselines,
-        operations=list(dataset.operations),
-        pair_ids=[int(x) for x in dataset.pair_ids],
-        template_ids=list(dataset.template_ids),
+        operations=list(pairs.operations),
+        pair_ids=[int(x) for x in pairs.pair_ids],
+        template_ids=list(pairs.template_ids),
         model=spec,
         min_share=min_share,
         min_lift=min_lift,

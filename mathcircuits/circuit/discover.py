@@ -110,7 +110,7 @@ def _check_args(spec: ModelSpec, kw: dict[str, Any]) -> None:
 @torch.no_grad()
 def discover_circuit(
     model: HookedModel,
-    dataset: PairSet,
+    pairs: PairSet,
     key_heads: KeyComponents | Sequence[tuple[int, int]] | None = None,
     depth: int = _DEFAULT.depth,
     threshold: float = _DEFAULT.threshold,
@@ -151,26 +151,26 @@ def discover_circuit(
         return max_seconds is not None and time.process_time() - cpu0 >= max_seconds
 
     expect("discover_circuit", "model", model, HookedModel, "a HookedModel", "pass mc.load_model(...)'s result")
-    expect_pairs("discover_circuit", "dataset", dataset, minimum=2)
+    expect_pairs("discover_circuit", "pairs", pairs, minimum=2)
     ranged = {k: v for k, v in locals().items() if k in _RANGED}
     check_arguments("discover_circuit", CircuitConfig, **ranged, n_boot=uncertainty.n_boot)
     spec = model.spec
-    check_token_aligned(dataset, spec.vocab_size)
+    check_token_aligned(pairs, spec.vocab_size)
     if key_heads is not None:  # a selection (checked against this model) or (layer, head) pairs
         key_heads = list(resolve_heads(key_heads, spec, allow_empty=True, arg="key_heads"))
     _check_args(spec, locals())
     m = get_metric(metric)
     edge_fn = EDGE_METHODS[method]
-    data = DiscoveryBatches(model, dataset, positions, batch_size, m.needs_probs)
+    data = DiscoveryBatches(model, pairs, positions, batch_size, m.needs_probs)
     parallel = data.caches[0].structure.parallel
-    scorer = Scorer(model, dataset, positions, ["resample"], mlps=mlps, batch_size=batch_size)
+    scorer = Scorer(model, pairs, positions, ["resample"], mlps=mlps, batch_size=batch_size)
     gap = float((scorer.clean - scorer.cf).mean())
 
     rows = torch.tensor([i for b in data.batches for i in b.idx], device="cpu")
 
     def interval(per_pair: torch.Tensor) -> tuple[float, float, float]:
         in_order = torch.empty_like(per_pair)
-        in_order[rows] = per_pair  # dataset order: the interval does not depend on how pairs were batched
+        in_order[rows] = per_pair  # pairs order: the interval does not depend on how pairs were batched
         iv = bootstrap_statistic(in_order[~in_order.isnan()], uncertainty=uncertainty)
         return iv.value, iv.low, iv.high
 
@@ -196,7 +196,7 @@ def discover_circuit(
 
     def score() -> float:
         c = Circuit(model=spec, nodes=tuple(nodes.values()), edges=tuple(edges), metric=m.name, method=method,
-                    n_pairs=len(dataset), settings=CircuitSettings(positions=positions))  # fmt: skip
+                    n_pairs=len(pairs), settings=CircuitSettings(positions=positions))  # fmt: skip
         return float((scorer.score("resample", [wiring_of(c)])[0] - scorer.cf).mean() / gap) if gap else float("nan")
 
     rounds = [DiscoveryRound(0, len(nodes) - 1, len(edges), score(), time.perf_counter() - t0)]
@@ -261,12 +261,12 @@ def discover_circuit(
         edges=tuple(edges),
         metric=m.name,
         method=method,
-        n_pairs=len(dataset),
+        n_pairs=len(pairs),
         confidence=uncertainty.confidence,
         data=CircuitData(
-            operations=sorted(set(dataset.operations)) if dataset.has("operation") else [],
-            templates=sorted(set(dataset.template_ids)) if dataset.has("template_id") else [],
-            pair_ids=list(dataset.pair_ids) if dataset.has("pair_id") else [],
+            operations=sorted(set(pairs.operations)) if pairs.has("operation") else [],
+            templates=sorted(set(pairs.template_ids)) if pairs.has("template_id") else [],
+            pair_ids=list(pairs.pair_ids) if pairs.has("pair_id") else [],
         ),
         settings=CircuitSettings(
             key_heads=None if key_heads is None else list(key_heads),

@@ -78,7 +78,7 @@ class Scorer:
     def __init__(
         self,
         model: HookedModel,
-        dataset: PairSet,
+        pairs: PairSet,
         positions: ScanPositions,
         ablations: Sequence[AblationKind],
         pool: PairSet | None = None,
@@ -91,7 +91,7 @@ class Scorer:
                 f"ablations {list(ablations)}: {bad or 'none'}. ", f"use some of {list(ABLATION_KINDS)}."
             )
         self.model, self.mlps = model, mlps
-        self.batches = circuit_batches(model, dataset, positions, batch_size)
+        self.batches = circuit_batches(model, pairs, positions, batch_size)
         self.rows = [i for b in self.batches for i in b.idx]
         self.store: PrefixCaches = {}
         self.clean = torch.cat([self._plain(b.tokens, b) for b in self.batches])
@@ -106,7 +106,7 @@ class Scorer:
                         "ablation 'position_mean' needs a pool of counterfactual prompts of the scored templates. ",
                         "pass pool=generate_pairs(...) with the same templates (more pairs than are scored).",
                     )
-                means = pool_means(model, pool, exclude=scored_operands(dataset))
+                means = pool_means(model, pool, exclude=scored_operands(pairs))
                 self.values[a] = [means.values(b) for b in self.batches]
         self.templates = [t for b in self.batches for t in b.templates]
         self.operations = [o for b in self.batches for o in b.operations]
@@ -172,7 +172,7 @@ def _name(key: tuple[str, int, int, str]) -> str:
 
 def faithfulness(
     model: HookedModel,
-    dataset: PairSet,
+    pairs: PairSet,
     circuit: Circuit,
     pool: PairSet | None = None,
     ablations: Sequence[AblationKind] = _DEFAULT.ablations,
@@ -188,10 +188,10 @@ def faithfulness(
     batch_size: int = _DEFAULT.batch_size,
     progress: bool = False,
 ) -> Faithfulness:
-    """The faithfulness curve of ``circuit`` on ``dataset`` (see the module docstring).
+    """The faithfulness curve of ``circuit`` on ``pairs`` (see the module docstring).
 
     Args:
-        dataset: the scored pairs (keep them disjoint from the pairs that found the circuit).
+        pairs: the scored pairs (keep them disjoint from the pairs that found the circuit).
         pool: counterfactual prompts for ``position_mean`` only (those with scored pairs' operands left out).
         ablations: ``"resample"`` and/or ``"position_mean"``; the first is the primary one.
         level: the primary evaluation: ``"edges"``, ``"nodes"``, or ``"auto"`` (edges when the circuit has any).
@@ -202,7 +202,7 @@ def faithfulness(
     """
     t0 = time.perf_counter()
     expect("faithfulness", "model", model, HookedModel, "a HookedModel", "pass mc.load_model(...)'s result")
-    expect_pairs("faithfulness", "dataset", dataset, minimum=2)
+    expect_pairs("faithfulness", "pairs", pairs, minimum=2)
     expect(
         "faithfulness", "circuit", circuit, Circuit, "a Circuit",
         "pass discover_circuit(model, pairs, key_heads)'s result; key heads alone are not a circuit",
@@ -215,7 +215,7 @@ def faithfulness(
     if level not in ("auto", "edges", "nodes"):
         raise FixableValueError(f"level {level!r} is unknown. ", "use 'auto', 'edges' or 'nodes'.")
     positions = circuit.settings.positions
-    scorer = Scorer(model, dataset, positions, list(ablations), pool, mlps, batch_size)
+    scorer = Scorer(model, pairs, positions, list(ablations), pool, mlps, batch_size)
     resamples, over = _resamples(scorer, uncertainty)
     gap = scorer.clean - scorer.cf
     den = ratio_intervals(gap[None], torch.ones_like(gap), resamples, confidence)[0]

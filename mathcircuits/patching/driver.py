@@ -37,7 +37,7 @@ METHODS: dict[Method, ScanFn] = {"exact": exact_scan, "reference": reference_sca
 
 def path_patch(
     model: HookedModel,
-    dataset: PairSet,
+    pairs: PairSet,
     senders: Sequence[SenderKind] = ("heads", "mlps"),
     metric: MetricName | Metric | MetricFn = "answer_logprob",
     method: Method = "exact",
@@ -58,7 +58,7 @@ def path_patch(
     then picks the batch (≤ ``batch_size``) and ``chunk_rows``, recorded in the result's settings.
     """
     expect("path_patch", "model", model, HookedModel, "a HookedModel", "pass mc.load_model(...)'s result")
-    expect_pairs("path_patch", "dataset", dataset)
+    expect_pairs("path_patch", "pairs", pairs)
     metric = get_metric(metric)
     chosen = Senders.from_names(senders)
     if method not in METHODS:
@@ -72,7 +72,7 @@ def path_patch(
             "load it with its weights, on one device or split "
             "with device_map (accelerate's offload to 'cpu'/'disk' is fine); docs/howto/big-models-on-gpu.md.",
         )
-    check_token_aligned(dataset, model.spec.vocab_size)
+    check_token_aligned(pairs, model.spec.vocab_size)
     if method == "exact" and not fast_paths_enabled():
         log.info("fast paths are off: path patching runs the reference scan (one hooked forward per sender)")
         method, scan = "reference", METHODS["reference"]
@@ -83,10 +83,10 @@ def path_patch(
             verify_once(model.bridge, "exact path patching", lambda: check_exact(model))
     spec = model.spec
     if max_memory is not None and method != "reference":  # the reference scan holds one forward at a time
-        seq = max(len(t) for t in dataset.tokens) if len(dataset) else 1
+        seq = max(len(t) for t in pairs.tokens) if len(pairs) else 1
         # teacher forcing reads every answer position: the longest answer's tokens per pair
-        teacher = metric.every_answer_token and dataset.has("answer_tokens")
-        positions = max((len(a) for a in dataset.answer_tokens), default=1) if teacher else 1
+        teacher = metric.every_answer_token and pairs.has("answer_tokens")
+        positions = max((len(a) for a in pairs.answer_tokens), default=1) if teacher else 1
         plan = plan_scan(
             spec,
             model_dtype(model),
@@ -101,13 +101,13 @@ def path_patch(
         log.info("memory plan: %s", plan)
         batch_size, chunk_rows = plan.batch_size, plan.chunk_rows
     t0 = time.perf_counter()
-    n = len(dataset)
+    n = len(pairs)
     all_heads = torch.full((n, spec.n_layers, spec.n_heads), float("nan"), device="cpu")
     all_mlps = torch.full((n, spec.n_layers), float("nan"), device="cpu")
     totals = torch.full((n,), float("nan"), device="cpu")
     excluded = torch.zeros(n, dtype=torch.bool, device="cpu")
     clean_sum = 0.0
-    batches = pair_batches(dataset, batch_size, model.device, answers=metric.every_answer_token)
+    batches = pair_batches(pairs, batch_size, model.device, answers=metric.every_answer_token)
     for batch in tqdm(batches, disable=not progress, desc=f"path patching ({method})"):
         eff = scan(model, batch, chosen, metric, chunk_rows=chunk_rows, progress=progress)
         all_heads[batch.idx] = eff.heads
@@ -134,8 +134,8 @@ def path_patch(
             metric.min_clean,
         )
         all_heads[excluded], all_mlps[excluded], totals[excluded] = float("nan"), float("nan"), float("nan")
-    ops = sorted(set(dataset.operations)) if dataset.has("operation") else []
-    pair_ids = list(dataset.pair_ids) if dataset.has("pair_id") else list(range(n))
+    ops = sorted(set(pairs.operations)) if pairs.has("operation") else []
+    pair_ids = list(pairs.pair_ids) if pairs.has("pair_id") else list(range(n))
     return PatchingResult(
         head_effects=all_heads.nanmean(0),
         mlp_effects=all_mlps.nanmean(0),
@@ -144,7 +144,7 @@ def path_patch(
         model=spec,
         n_pairs=n,
         pair_ids=pair_ids,
-        pair_keys=pair_keys(dataset),
+        pair_keys=pair_keys(pairs),
         operations=ops,
         clean_logit_mean=clean_sum / n,
         per_pair_heads=all_heads if keep_per_pair else None,
@@ -153,6 +153,6 @@ def path_patch(
         settings=PatchSettings(senders=tuple(senders), batch_size=batch_size, chunk_rows=chunk_rows),
         per_pair_total=totals,
         n_excluded=n_excluded,
-        pair_templates=[str(t) for t in dataset.template_ids] if dataset.has("template_id") else [],
-        pair_operations=[str(o) for o in dataset.operations] if dataset.has("operation") else [],
+        pair_templates=[str(t) for t in pairs.template_ids] if pairs.has("template_id") else [],
+        pair_operations=[str(o) for o in pairs.operations] if pairs.has("operation") else [],
     )

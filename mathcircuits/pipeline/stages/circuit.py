@@ -66,12 +66,12 @@ class CircuitSummary(StageSummary):
         return out
 
 
-def split_pairs(dataset: PairSet, n_discovery: int, n_eval: int, seed: int) -> tuple[list[int], list[int]]:
+def split_pairs(pairs: PairSet, n_discovery: int, n_eval: int, seed: int) -> tuple[list[int], list[int]]:
     """Disjoint discovery and evaluation rows, each spread over the templates (round-robin in a seeded order).
 
     ``n_eval`` is a maximum.
     """
-    order = template_spread(dataset, seed)
+    order = template_spread(pairs, seed)
     return sorted(order[:n_discovery]), sorted(order[n_discovery : n_discovery + n_eval])
 
 
