@@ -44,7 +44,6 @@ from mathcircuits.circuit import (
     Receiver,
     copy_pairs,
     discover_circuit,
-    discovery_scores,
     eap_scores,
     exact_agreement,
     graph_edges,
@@ -52,10 +51,13 @@ from mathcircuits.circuit import (
     mib_node_scores,
     mib_scores,
     node_scores,
-    plant_copy,
 )
+from mathcircuits.circuit.eap_compare import discovery_scores
+from mathcircuits.circuit.planted import plant_copy
 from mathcircuits.data import GenerationConfig, filter_correct, generate_pairs, load_templates, score_pairs
-from mathcircuits.models import UnsupportedFamilyError, block_structure, from_hf, load_model, tiny_model
+from mathcircuits.models import UnsupportedFamilyError, from_hf, load_model
+from mathcircuits.models.families import block_structure
+from mathcircuits.models.tiny import tiny_model
 
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_peers import compare as direct_path_compare  # noqa: E402

@@ -105,8 +105,9 @@ def main() -> None:
 
 def _generation_row(args: argparse.Namespace, model_name: str, add: Callable[..., None]) -> None:
     """Greedy generation on AddSub prompts, with and without the prefix KV cache, on the same prompts."""
-    from mathcircuits.evaluation import load_benchmark, math_prompt, select_exemplars
+    from mathcircuits.evaluation import load_benchmark
     from mathcircuits.evaluation.generation import first_step_logits, generate_greedy
+    from mathcircuits.evaluation.prompts import math_prompt, select_exemplars
     from mathcircuits.models import load_hf_model
 
     n_items = args.gen_items or (8 if args.quick else 32)
@@ -137,10 +138,11 @@ def _pair_stages(
     """The pair stages: scoring, patching forwards, head means, knockout, the analyses."""
     from mathcircuits.ablation import KnockoutScorer, head_means
     from mathcircuits.analysis import attention_by_role, mlp_probes
-    from mathcircuits.data import GenerationConfig, generate_pairs, load_templates, pair_batches, score_pairs
+    from mathcircuits.data import GenerationConfig, generate_pairs, load_templates, score_pairs
+    from mathcircuits.data.pairset import pair_batches
     from mathcircuits.models import load_model
     from mathcircuits.models.forward.integrity import fast_paths
-    from mathcircuits.patching import last_position_caches
+    from mathcircuits.patching.cache import last_position_caches
 
     model = load_model(model_name)
     spec = model.spec

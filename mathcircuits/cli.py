@@ -184,7 +184,7 @@ def _message(err: BaseException, out: Path | None = None) -> str:
 
 
 def _compare_models(args: argparse.Namespace) -> int:
-    from mathcircuits.pipeline import compare_model_runs
+    from mathcircuits.pipeline.compare_models import compare_model_runs
 
     cmp = compare_model_runs(args.run_a, args.run_b, args.out)
     print(repr(cmp))
@@ -200,7 +200,9 @@ def _run(args: argparse.Namespace) -> int:
     import yaml
 
     from mathcircuits._files import read_json
-    from mathcircuits.pipeline import RunPaths, render_config, run_pipeline, stage_status
+    from mathcircuits.pipeline import RunPaths, run_pipeline
+    from mathcircuits.pipeline.config import render_config
+    from mathcircuits.pipeline.run import stage_status
 
     if args.command == "compare-models":
         return _compare_models(args)

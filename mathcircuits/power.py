@@ -39,7 +39,9 @@ from scipy.stats import t as student_t
 from torch import Tensor
 
 from mathcircuits._errors import FixableValueError
-from mathcircuits.stats import DEFAULT_CONFIDENCE, DEFAULT_UNCERTAINTY, Interval, Uncertainty, bootstrap_indices
+from mathcircuits.stats import Interval, Uncertainty
+from mathcircuits.stats.bootstrap import bootstrap_indices
+from mathcircuits.stats.interval import DEFAULT_CONFIDENCE, DEFAULT_UNCERTAINTY
 
 __all__ = ["Power", "detectable_difference", "planned_detectable_difference", "seed_item_bootstrap", "seed_item_t"]
 

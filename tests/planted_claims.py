@@ -29,9 +29,11 @@ from typing import Literal
 import datasets
 import torch
 
-from mathcircuits.circuit import MOVER, copy_pairs, plant_copy
+from mathcircuits.circuit import copy_pairs
+from mathcircuits.circuit.planted import MOVER, plant_copy
 from mathcircuits.data import PairSet
-from mathcircuits.models import HookedModel, from_hf, tiny_llama
+from mathcircuits.models import HookedModel, from_hf
+from mathcircuits.models.tiny import tiny_llama
 
 __all__ = ["MOVER", "planted_model", "role_model", "role_pairs"]
 

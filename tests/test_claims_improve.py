@@ -12,16 +12,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from mathcircuits.claims import (
-    C6Stop,
-    ClaimsCard,
-    Verdict,
-    assess_claims,
-    claim_c6_units,
-    claim_c6b,
-    precise_definition,
-    with_unit_claims,
-)
+from mathcircuits.claims import ClaimsCard, Verdict, assess_claims
+from mathcircuits.claims.improve import C6Stop, claim_c6_units, claim_c6b, precise_definition, with_unit_claims
 from mathcircuits.finetune import (
     ItemScores,
     Mode,
@@ -31,8 +23,8 @@ from mathcircuits.finetune import (
     UnitRecord,
     compare_units,
     effects_table,
-    pareto_points,
 )
+from mathcircuits.finetune.effects import pareto_points
 from mathcircuits.models import Head
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))

@@ -40,9 +40,13 @@ from mathcircuits.data.pairset import PairSet
 from mathcircuits.models import HookedModel
 from mathcircuits.models.heads import Head
 from mathcircuits.models.spec import ModelSpec
-from mathcircuits.patching import KeyComponents, resolve_heads
+from mathcircuits.patching import KeyComponents
+from mathcircuits.patching.key_components import resolve_heads
 
-__all__ = ["RandomControl", "depth_matched_draws", "n_depth_matched_sets", "random_control"]
+__all__ = [
+    "RandomControl",
+    "random_control",
+]
 
 
 def _pools(key_heads: Sequence[tuple[int, int]], spec: ModelSpec) -> tuple[Counter, dict[int, list[int]]]:

@@ -26,14 +26,9 @@ from mathcircuits.models.forward.placement import layer_device
 from mathcircuits.models.forward.prefix import PrefixRunner
 
 __all__ = [
-    "ABLATIONS",
-    "SCOPES",
     "Ablation",
     "Scope",
     "ablated_model",
-    "check_choice",
-    "mean_ablation_hooks",
-    "z_ablation_hooks",
 ]
 
 #: What a knocked-out head outputs (the ``ablation`` choices of the knockout, transfer and ``ValidationConfig``).

@@ -34,7 +34,8 @@ from mathcircuits.ablation.scorer import KnockoutScorer
 from mathcircuits.data.pairset import PairSet
 from mathcircuits.models import Head, HookedModel
 from mathcircuits.models.spec import ModelSpec
-from mathcircuits.patching import KeyComponents, PatchingResult, resolve_heads
+from mathcircuits.patching import KeyComponents, PatchingResult
+from mathcircuits.patching.key_components import resolve_heads
 
 #: the library's defaults are the config's (the ``validation`` section of a run), defined once there
 _DEFAULT = ValidationConfig()

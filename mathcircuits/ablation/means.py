@@ -21,7 +21,11 @@ from mathcircuits.models import HookedModel, hooks
 from mathcircuits.models.forward.prefix import PrefixRunner, shared_prefix_len
 from mathcircuits.models.spec import ModelSpec, as_spec, check_model
 
-__all__ = ["HeadMeans", "PoolKey", "PositionPool", "head_means"]
+__all__ = [
+    "HeadMeans",
+    "PositionPool",
+    "head_means",
+]
 
 
 @dataclass(frozen=True, repr=False)

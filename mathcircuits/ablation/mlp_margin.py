@@ -33,8 +33,9 @@ from mathcircuits.ablation.hooks import Ablation, Scope, z_ablation_hooks
 from mathcircuits.ablation.means import HeadMeans
 from mathcircuits.ablation.scorer import KnockoutScorer
 from mathcircuits.data.pairset import PairSet
-from mathcircuits.models import HookedModel, fast_paths_enabled, hooks
+from mathcircuits.models import HookedModel, hooks
 from mathcircuits.models.families import block_structure
+from mathcircuits.models.forward.integrity import fast_paths_enabled
 from mathcircuits.models.forward.readout import final_norm
 from mathcircuits.models.heads import Head
 

@@ -15,9 +15,14 @@ from mathcircuits._codec import Encoded
 from mathcircuits._io import SavedResult
 from mathcircuits.ablation.hooks import Ablation, Scope
 from mathcircuits.models.heads import Head
-from mathcircuits.stats import DEFAULT_CONFIDENCE, wilson_interval
+from mathcircuits.stats.interval import DEFAULT_CONFIDENCE, wilson_interval
 
-__all__ = ["MEASURED", "NOT_MEASURABLE", "KnockoutResult", "TransferResult", "TransferRow", "TransferStatus"]
+__all__ = [
+    "KnockoutResult",
+    "TransferResult",
+    "TransferRow",
+    "TransferStatus",
+]
 
 MEASURED = "measured"
 NOT_MEASURABLE = "not measurable on this model"

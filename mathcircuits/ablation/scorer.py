@@ -31,14 +31,29 @@ from mathcircuits.ablation.hooks import Ablation, Scope, check_choice, z_ablatio
 from mathcircuits.ablation.means import HeadMeans, PoolKey, PositionPool, head_means
 from mathcircuits.data.batching import length_groups
 from mathcircuits.data.pairset import PairSet, Side
-from mathcircuits.models import Head, HookedModel, PrefixCaches, fast_paths_enabled, hooks
-from mathcircuits.models.forward.integrity import compare, model_depth, model_dtype, probe_pairs, verify_once
+from mathcircuits.models import Head, HookedModel, hooks
+from mathcircuits.models.forward.integrity import (
+    compare,
+    fast_paths_enabled,
+    model_depth,
+    model_dtype,
+    probe_pairs,
+    verify_once,
+)
 from mathcircuits.models.forward.placement import layer_device
-from mathcircuits.models.forward.prefix import PrefixRunner, repeat_cache, run_from_layer, shared_prefix_len
+from mathcircuits.models.forward.prefix import (
+    PrefixCaches,
+    PrefixRunner,
+    repeat_cache,
+    run_from_layer,
+    shared_prefix_len,
+)
 
 log = logging.getLogger(__name__)
 
-__all__ = ["KnockoutScorer", "check_knockout"]
+__all__ = [
+    "KnockoutScorer",
+]
 
 
 @dataclass(frozen=True)
@@ -55,7 +70,7 @@ class KnockoutScorer:
     A bridge without ``start_at_layer`` (TransformerLens 3.9's) runs every block instead of resuming at the
     lowest ablated layer: the same numbers, at more cost. ``source_column`` holds the prompts the means and
     donors come from. ``pool`` (``"position_mean"``): a :class:`~mathcircuits.ablation.PositionPool` that
-    **leaves the scored pair's own counterfactual out** (``dataset`` then needs ``template_id`` and
+    **leaves the scored pair's own counterfactual out** (``pairs`` then needs ``template_id`` and
     ``pair_id``); a row whose key has no other item falls back to its group's scored rows (listed in
     :attr:`pool_fallbacks`), as does None. ``reuse_clean`` keeps each batch's clean run to resume each
     knockout at its lowest ablated layer; worth it from the second scoring on.

@@ -33,10 +33,13 @@ from mathcircuits.ablation.result import MEASURED, NOT_MEASURABLE, TransferResul
 from mathcircuits.ablation.scorer import KnockoutScorer
 from mathcircuits.data.pairset import PairSet
 from mathcircuits.models import HookedModel
-from mathcircuits.patching import KeyComponents, resolve_heads
-from mathcircuits.stats import DEFAULT_CONFIDENCE, wilson_interval
+from mathcircuits.patching import KeyComponents
+from mathcircuits.patching.key_components import resolve_heads
+from mathcircuits.stats.interval import DEFAULT_CONFIDENCE, wilson_interval
 
-__all__ = ["transfer", "transfer_row"]
+__all__ = [
+    "transfer",
+]
 
 
 def transfer_row(

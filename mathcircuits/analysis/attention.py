@@ -37,13 +37,20 @@ from mathcircuits.analysis.roles import OP, ROLES, A, B, classify_heads, role_ma
 from mathcircuits.data import Operation
 from mathcircuits.data.pairs import operation_rows
 from mathcircuits.data.pairset import Field, PairSet
-from mathcircuits.models import Head, HookedModel, PrefixCaches, hooks
-from mathcircuits.models.forward.prefix import PrefixRunner
+from mathcircuits.models import Head, HookedModel, hooks
+from mathcircuits.models.forward.prefix import PrefixCaches, PrefixRunner
 from mathcircuits.models.spec import ModelSpec
-from mathcircuits.patching import KeyComponents, resolve_heads
-from mathcircuits.stats import DEFAULT_UNCERTAINTY, Uncertainty, mean_interval
+from mathcircuits.patching import KeyComponents
+from mathcircuits.patching.key_components import resolve_heads
+from mathcircuits.stats import Uncertainty
+from mathcircuits.stats.bootstrap import mean_interval
+from mathcircuits.stats.interval import DEFAULT_UNCERTAINTY
 
-__all__ = ["ROLE_COLUMNS", "AttentionByRole", "AttentionSettings", "attention_by_role"]
+__all__ = [
+    "AttentionByRole",
+    "AttentionSettings",
+    "attention_by_role",
+]
 
 
 @dataclass(frozen=True)

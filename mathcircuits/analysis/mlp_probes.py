@@ -43,16 +43,18 @@ from transformers import PreTrainedTokenizerBase
 
 from mathcircuits._errors import FixableIndexError, FixableValueError
 from mathcircuits.analysis.probe_result import PROBES, SPACES, MLPProbeResult, ProbeSettings, Space
-from mathcircuits.data import answer_spacing
 from mathcircuits.data.pairs import token_strings
 from mathcircuits.data.pairset import PairSet
-from mathcircuits.models import HookedModel, PrefixCaches, hooks
+from mathcircuits.data.render import answer_spacing
+from mathcircuits.models import HookedModel, hooks
 from mathcircuits.models.families import block_structure
 from mathcircuits.models.forward.placement import unembed_columns
-from mathcircuits.models.forward.prefix import PrefixRunner
+from mathcircuits.models.forward.prefix import PrefixCaches, PrefixRunner
 from mathcircuits.models.forward.readout import final_norm, vocab_logits
 
-__all__ = ["mlp_probes", "number_tokens"]
+__all__ = [
+    "mlp_probes",
+]
 
 
 def number_tokens(tokenizer: PreTrainedTokenizerBase, numbers: list[int], context: str) -> list[int]:

@@ -26,7 +26,8 @@ from mathcircuits.data.pairs import token_strings
 from mathcircuits.data.pairset import PairSet
 from mathcircuits.models import Head, HookedModel, hooks
 from mathcircuits.models.spec import ModelSpec
-from mathcircuits.patching import KeyComponents, resolve_heads
+from mathcircuits.patching import KeyComponents
+from mathcircuits.patching.key_components import resolve_heads
 
 __all__ = ["HeadPatterns", "head_patterns"]
 

@@ -20,7 +20,7 @@ identical in both runs (causal attention), so nothing there can have an effect.
 
 Usage::
 
-    batches = circuit_batches(model, dataset, positions="query", batch_size=8)
+    batches = circuit_batches(model, pairs, positions="query", batch_size=8)
     batches[0].where            # {"op": 31, "-4": 32, "B": 33, "-2": 34, "last": 35, "ans1": 36}
 """
 
@@ -41,7 +41,10 @@ from mathcircuits.data.batching import iter_batches
 from mathcircuits.models import HookedModel
 from mathcircuits.models.forward.prefix import shared_prefix_len
 
-__all__ = ["POSITIONS", "ROLES", "CircuitBatch", "Positions", "circuit_batches", "label_order", "scan_positions"]
+__all__ = [
+    "CircuitBatch",
+    "circuit_batches",
+]
 
 Positions = ScanPositions  # the one definition is in circuit.config
 POSITIONS: tuple[str, ...] = get_args(Positions)

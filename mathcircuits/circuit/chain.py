@@ -21,7 +21,7 @@ from mathcircuits.models.forward.changes import attn_change, attn_pre_norm_name,
 from mathcircuits.models.forward.placement import HeadOutWeights, head_out_weights, layer_device
 from mathcircuits.patching.metrics import Metric
 
-__all__ = ["delta_snapshots", "first_diff", "logits_effects", "patched_inputs", "receiver_input"]
+__all__: list[str] = []
 
 
 def receiver_input(model: HookedModel, structure: BlockStructure, receiver: Receiver, resid: Tensor) -> Tensor:

@@ -19,17 +19,9 @@ from mathcircuits.patching import MetricName
 from mathcircuits.stats import Uncertainty
 
 __all__ = [
-    "AblationKind",
     "CircuitConfig",
-    "Counterfactual",
     "DiscoverArgs",
-    "EdgeMethod",
-    "EdgeSender",
-    "EvalLevel",
     "FaithfulnessArgs",
-    "MLPMode",
-    "ReceiverKind",
-    "ScanPositions",
 ]
 
 #: Which components send edges (the ``senders`` choices of ``discover_circuit`` and ``CircuitConfig``).

@@ -38,7 +38,7 @@ from tqdm.auto import tqdm
 
 from mathcircuits._errors import FixableValueError
 from mathcircuits._schema import check_arguments, expect, expect_pairs
-from mathcircuits.circuit.batches import POSITIONS, ROLES
+from mathcircuits.circuit.batches import POSITIONS
 from mathcircuits.circuit.components import SENDER_KINDS, Receiver, Sender, upstream_senders
 from mathcircuits.circuit.config import CircuitConfig, EdgeMethod, EdgeSender, MLPMode, ReceiverKind, ScanPositions
 from mathcircuits.circuit.edges import exact_edges
@@ -50,10 +50,14 @@ from mathcircuits.circuit.result import Circuit, CircuitData, CircuitSettings, D
 from mathcircuits.circuit.subcircuits import wiring_of
 from mathcircuits.data.pairset import PairSet, check_token_aligned
 from mathcircuits.models import HookedModel, ModelSpec
-from mathcircuits.patching import KeyComponents, Metric, MetricName, get_metric, resolve_heads
-from mathcircuits.stats import Uncertainty, bootstrap_statistic
+from mathcircuits.patching import KeyComponents, Metric, MetricName, get_metric
+from mathcircuits.patching.key_components import resolve_heads
+from mathcircuits.stats import Uncertainty
+from mathcircuits.stats.bootstrap import bootstrap_statistic
 
-__all__ = ["ROLES", "discover_circuit"]
+__all__ = [
+    "discover_circuit",
+]
 
 #: the library's defaults are the config's (the ``circuit`` section of a run), defined once there
 _DEFAULT = CircuitConfig()

@@ -53,14 +53,8 @@ from mathcircuits.models.forward.changes import attn_change, attn_pre_norm_name
 from mathcircuits.models.forward.placement import head_out_weights
 
 __all__ = [
-    "ATTRIBUTION_METHODS",
-    "DEFAULT_IG_STEPS",
     "AttributionMethod",
-    "alpha_effects",
     "eap_scores",
-    "edge_attribution",
-    "graph_nodes",
-    "ig_alphas",
 ]
 
 AttributionMethod = Literal["eap", "eap-ig"]

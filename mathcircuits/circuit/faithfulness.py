@@ -44,26 +44,23 @@ from mathcircuits._schema import check_arguments, expect, expect_pairs
 from mathcircuits.circuit.batches import CircuitBatch, circuit_batches
 from mathcircuits.circuit.config import AblationKind, CircuitConfig, EvalLevel, MLPMode, ScanPositions
 from mathcircuits.circuit.curve import CompletenessRow, CurvePoint, Faithfulness, FaithfulnessSettings
-from mathcircuits.circuit.intervene import (
-    ABLATION_KINDS,
-    AblationValues,
-    Wiring,
-    circuit_logprob,
-    prefix_kv,
-    resample_values,
-)
+from mathcircuits.circuit.intervene import AblationValues, Wiring, circuit_logprob, prefix_kv
 from mathcircuits.circuit.pair_cache import position_scores
 from mathcircuits.circuit.plateau import find_plateau
 from mathcircuits.circuit.pool import pool_means, scored_operands
 from mathcircuits.circuit.result import Circuit
 from mathcircuits.circuit.subcircuits import edge_order, random_wiring, size_grid, top_wiring
+from mathcircuits.circuit.wiring import ABLATION_KINDS, resample_values
 from mathcircuits.data.pairset import PairSet
-from mathcircuits.models import HookedModel, PrefixCaches
+from mathcircuits.models import HookedModel
 from mathcircuits.models.families import block_structure
-from mathcircuits.models.forward.prefix import repeat_cache
-from mathcircuits.stats import MIN_CLUSTERS, Interval, Uncertainty, bootstrap_indices, cluster_bootstrap_indices
+from mathcircuits.models.forward.prefix import PrefixCaches, repeat_cache
+from mathcircuits.stats import Interval, Uncertainty
+from mathcircuits.stats.bootstrap import MIN_CLUSTERS, bootstrap_indices, cluster_bootstrap_indices
 
-__all__ = ["Scorer", "faithfulness", "ratio_intervals"]
+__all__ = [
+    "faithfulness",
+]
 
 #: the library's defaults are the config's (the ``circuit`` section of a run), defined once there
 _DEFAULT = CircuitConfig()

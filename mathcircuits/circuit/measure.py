@@ -18,7 +18,7 @@ from mathcircuits.data.pairset import PairSet
 from mathcircuits.models import HookedModel, hooks
 from mathcircuits.patching import Metric
 
-__all__ = ["DiscoveryBatches", "measure_senders"]
+__all__: list[str] = []
 
 
 class DiscoveryBatches:

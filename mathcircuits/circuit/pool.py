@@ -28,9 +28,10 @@ from mathcircuits._errors import FixableValueError
 from mathcircuits.circuit.batches import CircuitBatch, circuit_batches
 from mathcircuits.circuit.wiring import AblationValues, record_values
 from mathcircuits.data import PairSet
-from mathcircuits.models import HookedModel, PrefixCaches
+from mathcircuits.models import HookedModel
+from mathcircuits.models.forward.prefix import PrefixCaches
 
-__all__ = ["PoolMeans", "pool_means", "scored_operands"]
+__all__: list[str] = []
 
 
 def scored_operands(pairs: PairSet) -> set[tuple[str, int, int]]:

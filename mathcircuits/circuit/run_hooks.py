@@ -23,7 +23,7 @@ from mathcircuits.models import HookedModel, hooks
 from mathcircuits.models.families import block_structure
 from mathcircuits.models.forward.placement import head_out_weights
 
-__all__ = ["CircuitRun"]
+__all__: list[str] = []
 
 
 class CircuitRun:

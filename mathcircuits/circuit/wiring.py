@@ -17,24 +17,11 @@ from mathcircuits._errors import FixableValueError
 from mathcircuits.circuit.batches import CircuitBatch
 from mathcircuits.circuit.components import Receiver, Sender
 from mathcircuits.circuit.config import AblationKind, MLPMode
-from mathcircuits.models import HookedModel, PrefixCaches, hooks
-from mathcircuits.models.forward.prefix import repeat_cache
+from mathcircuits.models import HookedModel, hooks
+from mathcircuits.models.forward.prefix import PrefixCaches, repeat_cache
 
 __all__ = [
-    "ABLATION_KINDS",
     "LOGITS",
-    "MLP_MODES",
-    "AblationKind",
-    "AblationValues",
-    "MLPMode",
-    "NodeKey",
-    "Wiring",
-    "input_node",
-    "prefix_kv",
-    "record_values",
-    "upstream",
-    "without_mlps",
-    "resample_values",
 ]
 
 ABLATION_KINDS: tuple[str, ...] = get_args(AblationKind)

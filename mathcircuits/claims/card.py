@@ -16,12 +16,18 @@ import pandas as pd
 
 from mathcircuits._errors import FixableValueError
 from mathcircuits._io import SavedResult
-from mathcircuits.stats import DEFAULT_CONFIDENCE, METHOD_TEXT, IntervalMethod
+from mathcircuits.stats import IntervalMethod
+from mathcircuits.stats.interval import DEFAULT_CONFIDENCE, METHOD_TEXT
 
 #: How a verdict that reads many tests controls for their number (``none``: one test, or a count only).
 Correction = Literal["none", "holm", "bonferroni", "benjamini_hochberg", "majority"]
 
-__all__ = ["CardSettings", "Claim", "ClaimsCard", "Correction", "Verdict"]
+__all__ = [
+    "CardSettings",
+    "Claim",
+    "ClaimsCard",
+    "Verdict",
+]
 
 
 class Verdict(str, enum.Enum):

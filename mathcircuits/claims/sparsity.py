@@ -31,16 +31,12 @@ from torch import Tensor
 from mathcircuits.claims.card import Claim, Verdict, fmt_interval
 from mathcircuits.claims.paper import C1_BAND, C1_MAX_FRACTION, C1_N_NULL, C_ALPHA, C_NO_BETTER, claim, not_measured
 from mathcircuits.patching import KeyComponents, PatchingResult
-from mathcircuits.stats import (
-    DEFAULT_UNCERTAINTY,
-    Uncertainty,
-    benjamini_hochberg,
-    bias_corrected_bootstrap,
-    cluster_t_test,
-    holm,
-)
+from mathcircuits.stats import Uncertainty
+from mathcircuits.stats.interval import DEFAULT_UNCERTAINTY
+from mathcircuits.stats.small_clusters import cluster_t_test
+from mathcircuits.stats.testing import benjamini_hochberg, bias_corrected_bootstrap, holm
 
-__all__ = ["C1_MARGIN", "HeadCount", "claim_c1", "concentration", "count_heads", "depth_distance"]
+__all__: list[str] = []
 
 C1_MARGIN = 0.1  # a head matters from a tenth of the strongest head's |effect|
 

@@ -7,13 +7,10 @@ separate); :func:`write_comparison` writes its page, tables and figures. The CLI
 """
 
 from mathcircuits.crossmodel.compare import compare_runs
-from mathcircuits.crossmodel.figures import comparison_figures
-from mathcircuits.crossmodel.measures import SEPARATIONS, Separation, depth_interval, separation
-from mathcircuits.crossmodel.page import comparison_html, write_comparison
+from mathcircuits.crossmodel.measures import Separation
 from mathcircuits.crossmodel.result import ClaimPair, ComparedValue, KeyHeadRow, ModelComparison, RunResults
 
 __all__ = [
-    "SEPARATIONS",
     "ClaimPair",
     "ComparedValue",
     "KeyHeadRow",
@@ -21,9 +18,4 @@ __all__ = [
     "RunResults",
     "Separation",
     "compare_runs",
-    "comparison_figures",
-    "comparison_html",
-    "depth_interval",
-    "separation",
-    "write_comparison",
 ]

@@ -21,7 +21,11 @@ from mathcircuits.data.batching import length_groups, padded_groups
 from mathcircuits.data.pairset import PairSet
 from mathcircuits.data.tokenizer_id import tokenizer_fingerprint
 
-__all__ = ["accuracy_table", "check_tokenizer", "filter_correct", "score_pairs"]
+__all__ = [
+    "accuracy_table",
+    "filter_correct",
+    "score_pairs",
+]
 
 
 def check_tokenizer(model: Any, pairs: PairSet) -> None:

@@ -14,7 +14,9 @@ from mathcircuits.data.templates import OPERATIONS, Operation
 if TYPE_CHECKING:
     from mathcircuits.data.generate import GenerationConfig
 
-__all__ = ["PairError", "compute_answer", "operand_pairs"]
+__all__ = [
+    "PairError",
+]
 
 
 class PairError(FixableError, ValueError):

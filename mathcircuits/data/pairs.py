@@ -21,7 +21,10 @@ from torch import Tensor
 from mathcircuits._errors import FixableValueError
 from mathcircuits.data.templates import Operation
 
-__all__ = ["PairBatch", "PairRow", "check_columns", "operation_rows", "token_strings"]
+__all__ = [
+    "PairBatch",
+    "PairRow",
+]
 
 
 class PairRow(TypedDict, total=False):

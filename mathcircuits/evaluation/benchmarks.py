@@ -16,11 +16,6 @@ from mathcircuits.evaluation.llm_adapters_files import load_llm_adapters
 from mathcircuits.evaluation.mmlu_csqa import load_commonsense_qa, load_mmlu
 
 __all__ = [
-    "BENCHMARKS",
-    "CHOICE_BENCHMARKS",
-    "MATH_BENCHMARKS",
-    "BenchmarkSpec",
-    "benchmark_spec",
     "load_benchmark",
 ]
 

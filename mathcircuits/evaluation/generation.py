@@ -38,17 +38,17 @@ from mathcircuits.evaluation.batching import (
     model_device,
     pad_token_id,
 )
-from mathcircuits.models import fast_paths_enabled
-from mathcircuits.models.forward.integrity import compare, model_depth, model_dtype, probe_tokens, verify_once
+from mathcircuits.models.forward.integrity import (
+    compare,
+    fast_paths_enabled,
+    model_depth,
+    model_dtype,
+    probe_tokens,
+    verify_once,
+)
 from mathcircuits.models.forward.prefix import MIN_PREFIX, repeat_cache
 
-__all__ = [
-    "DEFAULT_STOP",
-    "check_generation_cache",
-    "first_step_logits",
-    "generate_greedy",
-    "prefix_cache_supported",
-]
+__all__: list[str] = []
 
 DEFAULT_STOP = ("\nQuestion:", "\n\nQ:", "### Instruction", "\n\n\n")
 # A finished "The answer is N." sentence (the period or newline must be followed by

@@ -28,7 +28,7 @@ from mathcircuits.data.benchmark_files import (
 )
 from mathcircuits.evaluation.items import BenchmarkItem, Kind
 
-__all__ = ["BOOL_CHOICES", "load_llm_adapters", "parse_choice_record"]
+__all__: list[str] = []
 
 log = logging.getLogger(__name__)
 

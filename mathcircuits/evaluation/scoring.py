@@ -21,7 +21,10 @@ from mathcircuits.evaluation.generation import DEFAULT_STOP, generate_greedy
 from mathcircuits.evaluation.items import BenchmarkItem
 from mathcircuits.evaluation.prompts import PromptStyle, math_prompt
 
-__all__ = ["BenchmarkScore", "Normalization", "evaluate_math"]
+__all__ = [
+    "BenchmarkScore",
+    "evaluate_math",
+]
 
 log = logging.getLogger(__name__)
 

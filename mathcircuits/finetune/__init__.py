@@ -8,37 +8,16 @@ parameter slices; :mod:`.adapter` trains deltas on those slices only; :func:`tra
 See docs/finetune.md.
 """
 
-from mathcircuits.finetune.adapter import ADAPTER_CONFIG_NAME, ADAPTER_WEIGHTS_NAME, HeadSliceAdapter, TrainableSummary
-from mathcircuits.finetune.compare import CompareConfig, check_modes
-from mathcircuits.finetune.components import lora_rank_for_budget, mode_components, random_heads
+from mathcircuits.finetune.adapter import HeadSliceAdapter, TrainableSummary
+from mathcircuits.finetune.compare import CompareConfig
 from mathcircuits.finetune.config import SFTConfig
-from mathcircuits.finetune.data import DEFAULT_PROMPT, build_sft_dataset, format_gold
-from mathcircuits.finetune.effects import (
-    EffectsTable,
-    ModeEffects,
-    difference,
-    effects_table,
-    pareto_points,
-    sweep_table,
-)
-from mathcircuits.finetune.hf_trainer import effective_decay_hook, pad_collate
-from mathcircuits.finetune.layouts import (
-    HEAD_ROLES,
-    KV_POLICIES,
-    LAYOUTS,
-    AttentionLayout,
-    KVPolicy,
-    Projection,
-    SliceError,
-    model_facts,
-    resolve_layout,
-)
-from mathcircuits.finetune.matched import MatchedDraw, kv_shared_heads, matched_random_heads
-from mathcircuits.finetune.methods import METHODS, lora_model, lora_targets
+from mathcircuits.finetune.data import build_sft_dataset
+from mathcircuits.finetune.effects import EffectsTable, ModeEffects, difference, effects_table
+from mathcircuits.finetune.layouts import LAYOUTS, KVPolicy, SliceError
 from mathcircuits.finetune.modes import Mode, ModeKind, SFTMethod
-from mathcircuits.finetune.protocol import choose_rates, compare_units, units_remaining
+from mathcircuits.finetune.protocol import compare_units
 from mathcircuits.finetune.result import SFTResult
-from mathcircuits.finetune.run_unit import Scorers, execute_unit, unit_components
+from mathcircuits.finetune.run_unit import Scorers
 from mathcircuits.finetune.sft import train_sft
 from mathcircuits.finetune.slices import head_slices
 from mathcircuits.finetune.sliceset import ParamSlice, SliceSet
@@ -50,28 +29,18 @@ from mathcircuits.finetune.units import (
     UnitPlan,
     UnitRecord,
 )
-from mathcircuits.finetune.validation import score_arithmetic, split_validation
 
 __all__ = [
-    "ADAPTER_CONFIG_NAME",
-    "ADAPTER_WEIGHTS_NAME",
-    "DEFAULT_PROMPT",
-    "HEAD_ROLES",
-    "KV_POLICIES",
     "LAYOUTS",
-    "METHODS",
-    "AttentionLayout",
     "CompareConfig",
     "EffectsTable",
     "HeadSliceAdapter",
     "ItemScores",
     "KVPolicy",
-    "MatchedDraw",
     "Mode",
     "ModeEffects",
     "ModeKind",
     "ParamSlice",
-    "Projection",
     "RateChoice",
     "SFTConfig",
     "SFTMethod",
@@ -85,30 +54,9 @@ __all__ = [
     "UnitPlan",
     "UnitRecord",
     "build_sft_dataset",
-    "check_modes",
-    "choose_rates",
     "compare_units",
     "difference",
-    "effective_decay_hook",
     "effects_table",
-    "execute_unit",
-    "format_gold",
     "head_slices",
-    "kv_shared_heads",
-    "lora_model",
-    "lora_rank_for_budget",
-    "lora_targets",
-    "matched_random_heads",
-    "mode_components",
-    "model_facts",
-    "pad_collate",
-    "pareto_points",
-    "random_heads",
-    "resolve_layout",
-    "score_arithmetic",
-    "split_validation",
-    "sweep_table",
     "train_sft",
-    "unit_components",
-    "units_remaining",
 ]

@@ -22,7 +22,9 @@ from mathcircuits._errors import FixableValueError
 from mathcircuits.data import PairSet
 from mathcircuits.data.benchmark_files import record_question
 
-__all__ = ["DEFAULT_PROMPT", "build_sft_dataset", "format_gold"]
+__all__ = [
+    "build_sft_dataset",
+]
 
 log = logging.getLogger(__name__)
 

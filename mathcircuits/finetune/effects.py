@@ -28,14 +28,9 @@ from mathcircuits.stats import DeltaTable, Interval
 
 __all__ = [
     "EffectsTable",
-    "Kind",
-    "Metric",
     "ModeEffects",
     "difference",
     "effects_table",
-    "pareto_points",
-    "scores_matrix",
-    "sweep_table",
 ]
 
 Kind = Literal["math", "generic"]

@@ -16,7 +16,9 @@ from typing import NamedTuple
 from mathcircuits._errors import FixableValueError
 from mathcircuits.models.spec import ModelSpec
 
-__all__ = ["Head", "check_heads"]
+__all__ = [
+    "Head",
+]
 
 _NAME = re.compile(r"^L(\d+)\.H(\d+)$")
 

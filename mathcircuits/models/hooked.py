@@ -19,7 +19,9 @@ from transformers import AutoModelForCausalLM, PreTrainedTokenizerBase
 from mathcircuits._errors import FixableRuntimeError, FixableValueError
 from mathcircuits.models.spec import ModelSpec
 
-__all__ = ["HookedModel", "execution_device"]
+__all__ = [
+    "HookedModel",
+]
 
 
 def _hook_device(module: torch.nn.Module) -> torch.device | None:

@@ -46,9 +46,13 @@ from mathcircuits.numbers.ablation import LayerTopK, NeuronKnockout, ablate, ran
 from mathcircuits.numbers.grid import GridCapture, capture_grid, grid_batches
 from mathcircuits.numbers.heuristics import HEURISTIC_KINDS, heuristic_library, match_patterns, null_classified
 from mathcircuits.numbers.results import TooFewCorrect
-from mathcircuits.stats import DEFAULT_UNCERTAINTY, Uncertainty, wilson_interval
+from mathcircuits.stats import Uncertainty
+from mathcircuits.stats.interval import DEFAULT_UNCERTAINTY, wilson_interval
 
-__all__ = ["DEFAULT_FRACTIONS", "NeuronResult", "heuristic_neurons"]
+__all__ = [
+    "NeuronResult",
+    "heuristic_neurons",
+]
 
 DEFAULT_FRACTIONS = (0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5)
 

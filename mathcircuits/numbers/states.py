@@ -30,10 +30,12 @@ from torch import Tensor
 from mathcircuits._errors import FixableValueError
 from mathcircuits._files import JSONObject
 from mathcircuits._io import SavedResult
-from mathcircuits.data import Operation, answer_spacing, render_prompt
+from mathcircuits.data import Operation
+from mathcircuits.data.render import answer_spacing, render_prompt
 from mathcircuits.data.templates import TemplateSet
-from mathcircuits.models import HookedModel, ModelSpec, PrefixCaches, as_spec, hooks
-from mathcircuits.models.forward.prefix import PrefixRunner
+from mathcircuits.models import HookedModel, ModelSpec, hooks
+from mathcircuits.models.forward.prefix import PrefixCaches, PrefixRunner
+from mathcircuits.models.spec import as_spec
 from mathcircuits.numbers.reading import Tokenization, depth_labels, number_reading, number_token_counts
 
 __all__ = ["NumberStates", "number_contexts", "number_states"]

@@ -16,8 +16,8 @@ from tqdm.auto import tqdm
 from mathcircuits._errors import FixableValueError
 from mathcircuits._schema import expect, expect_pairs
 from mathcircuits.data.pairset import PairSet, check_token_aligned, pair_batches, pair_keys
-from mathcircuits.models import HookedModel, fast_paths_enabled
-from mathcircuits.models.forward.integrity import model_dtype, verify_once
+from mathcircuits.models import HookedModel
+from mathcircuits.models.forward.integrity import fast_paths_enabled, model_dtype, verify_once
 from mathcircuits.models.forward.placement import unloadable_parameters
 from mathcircuits.patching.attribution import attribution_scan
 from mathcircuits.patching.checks import check_exact
@@ -28,7 +28,9 @@ from mathcircuits.patching.reference import reference_scan
 from mathcircuits.patching.result import PatchingResult, PatchSettings
 from mathcircuits.patching.scan import Method, ScanFn, SenderKind, Senders
 
-__all__ = ["METHODS", "path_patch"]
+__all__ = [
+    "path_patch",
+]
 
 log = logging.getLogger(__name__)
 

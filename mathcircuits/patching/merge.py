@@ -12,7 +12,7 @@ from mathcircuits._errors import FixableValueError
 if TYPE_CHECKING:
     from mathcircuits.patching.result import PatchingResult
 
-__all__ = ["merge_results"]
+__all__: list[str] = []
 
 
 def merge_results(

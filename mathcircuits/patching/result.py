@@ -26,17 +26,15 @@ from mathcircuits.models.heads import Head
 from mathcircuits.models.spec import ModelSpec, check_model
 from mathcircuits.patching.merge import merge_results
 from mathcircuits.patching.scan import SenderKind
-from mathcircuits.stats import (
-    DEFAULT_CONFIDENCE,
-    DEFAULT_N_BOOT,
+from mathcircuits.stats import Interval, Uncertainty
+from mathcircuits.stats.bootstrap import (
     MIN_CLUSTERS,
-    Interval,
-    Uncertainty,
     bootstrap_mean,
     bootstrap_statistic,
     cluster_bootstrap,
     cluster_bootstrap_mean,
 )
+from mathcircuits.stats.interval import DEFAULT_CONFIDENCE, DEFAULT_N_BOOT
 
 __all__ = ["PatchSettings", "PatchingResult"]
 

@@ -11,30 +11,13 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from mathcircuits.pipeline.compare_models import check_same_config, compare_model_runs, load_run_results
-    from mathcircuits.pipeline.config import ConfigError, RunConfig, fingerprint, render_config
-    from mathcircuits.pipeline.context import Context, StageSummary, select_pairs, template_spread
-    from mathcircuits.pipeline.facts import (
-        FACT_STAGES,
-        FactStage,
-        FactUse,
-        fact_use,
-        stage_facts,
-        stage_rows,
-        tag_fact_stages,
-    )
-    from mathcircuits.pipeline.lock import RunLock, RunLockedError
-    from mathcircuits.pipeline.memory import MemoryHow, MemoryMeter, PeakMemory, cuda_devices
+    from mathcircuits.pipeline.config import ConfigError, RunConfig
+    from mathcircuits.pipeline.context import StageSummary, select_pairs
+    from mathcircuits.pipeline.facts import FactUse
+    from mathcircuits.pipeline.lock import RunLockedError
+    from mathcircuits.pipeline.memory import MemoryHow, MemoryMeter, PeakMemory
     from mathcircuits.pipeline.paths import RunPaths
-    from mathcircuits.pipeline.preflight import multi_digit_template
-    from mathcircuits.pipeline.run import (
-        RunFolderError,
-        check_run_folder,
-        done_summary,
-        is_input_error,
-        run_pipeline,
-        stage_status,
-    )
+    from mathcircuits.pipeline.run import RunFolderError, run_pipeline
     from mathcircuits.pipeline.sections import FinetuneSection, ModelSection
     from mathcircuits.pipeline.stages import STAGES, Stage
 
@@ -59,12 +42,9 @@ _WHERE = {
 }
 
 __all__ = [
-    "FACT_STAGES",
     "STAGES",
     "ConfigError",
     "ModelSection",
-    "Context",
-    "FactStage",
     "FactUse",
     "FinetuneSection",
     "IdentifySummary",
@@ -74,29 +54,12 @@ __all__ = [
     "OperationTotal",
     "RunConfig",
     "RunFolderError",
-    "RunLock",
     "RunLockedError",
     "RunPaths",
     "Stage",
     "StageSummary",
-    "check_run_folder",
-    "cuda_devices",
-    "check_same_config",
-    "compare_model_runs",
-    "done_summary",
-    "fact_use",
-    "fingerprint",
-    "is_input_error",
-    "load_run_results",
-    "multi_digit_template",
-    "render_config",
     "run_pipeline",
     "select_pairs",
-    "stage_facts",
-    "stage_rows",
-    "stage_status",
-    "tag_fact_stages",
-    "template_spread",
 ]
 
 

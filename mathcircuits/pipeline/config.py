@@ -36,8 +36,6 @@ from mathcircuits.pipeline.sections import DataSection, FinetuneSection, ModelSe
 __all__ = [
     "ConfigError",
     "RunConfig",
-    "fingerprint",
-    "render_config",
 ]
 
 

@@ -29,7 +29,10 @@ from mathcircuits.pipeline.config import RunConfig
 from mathcircuits.pipeline.memory import PeakMemory
 from mathcircuits.pipeline.paths import RunPaths
 
-__all__ = ["Context", "StageSummary", "TableRow", "save_csv", "save_dataset", "select_pairs", "template_spread"]
+__all__ = [
+    "StageSummary",
+    "select_pairs",
+]
 
 #: one row of a results table whose columns the config chooses (benchmarks, modes): column → value.
 TableRow = dict[str, str | int | float]

@@ -18,9 +18,12 @@ from dataclasses import dataclass, field
 from typing import Literal, TypeAlias, get_args
 
 from mathcircuits._errors import FixableValueError
-from mathcircuits.data import Fact, GenerationConfig, PairSet, facts_of, split_facts
+from mathcircuits.data import GenerationConfig, PairSet
+from mathcircuits.data.facts import Fact, facts_of, split_facts
 
-__all__ = ["FACT_STAGES", "FactStage", "FactUse", "fact_use", "stage_facts", "stage_rows", "tag_fact_stages"]
+__all__ = [
+    "FactUse",
+]
 
 #: The stages that draw pairs, each from its own part of the facts, in the order of ``data.stage_fact_shares``.
 FactStage: TypeAlias = Literal["identify", "validate", "analyze", "circuit"]

@@ -32,8 +32,9 @@ import yaml
 
 from mathcircuits._errors import FixableError
 from mathcircuits._files import DISK_FULL, JSONObject, JSONValue, atomic_path, read_json, write_json
-from mathcircuits.models import canonical_source, check_versions, checks_run, fast_paths
-from mathcircuits.models.compat import installed_versions
+from mathcircuits.models.compat import check_versions, installed_versions
+from mathcircuits.models.embedded import canonical_source
+from mathcircuits.models.forward.integrity import checks_run, fast_paths
 from mathcircuits.pipeline.config import ConfigError, RunConfig, fingerprint
 from mathcircuits.pipeline.console import quiet_dependencies
 from mathcircuits.pipeline.context import Context, StageSummary
@@ -57,13 +58,8 @@ from mathcircuits.pipeline.stages.compare import check_sizes
 
 __all__ = [
     "STAGES",
-    "InternalError",
     "RunFolderError",
-    "check_run_folder",
-    "done_summary",
-    "is_input_error",
     "run_pipeline",
-    "stage_status",
 ]
 
 log = logging.getLogger(__name__)

@@ -15,16 +15,9 @@ from scipy.stats import norm
 from mathcircuits._errors import FixableValueError
 
 __all__ = [
-    "DEFAULT_CONFIDENCE",
-    "DEFAULT_N_BOOT",
-    "DEFAULT_UNCERTAINTY",
-    "METHOD_TEXT",
     "Interval",
     "IntervalMethod",
     "Uncertainty",
-    "format_points",
-    "format_share",
-    "wilson_interval",
 ]
 
 DEFAULT_N_BOOT = 1000

@@ -15,7 +15,8 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.colors import qualitative
 
-from mathcircuits.stats import DeltaTable, wilson_interval
+from mathcircuits.stats import DeltaTable
+from mathcircuits.stats.interval import wilson_interval
 
 __all__ = ["sft_delta_bars", "sft_sweep_curves"]
 

@@ -27,17 +27,7 @@ from mathcircuits.models.forward.placement import execution_device, output_devic
 from mathcircuits.models.hooked import HookedModel
 
 __all__ = [
-    "CHUNK_ELEMENTS",
-    "VOCAB_CHUNK",
-    "vocab_chunk_for",
     "Readout",
-    "Target",
-    "final_norm",
-    "log_normalizer",
-    "readout",
-    "soft_cap",
-    "token_scores",
-    "vocab_logits",
 ]
 
 #: The most vocabulary columns per matrix product when a readout needs the whole vocabulary (the probability's

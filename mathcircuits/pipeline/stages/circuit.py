@@ -17,14 +17,15 @@ from mathcircuits._schema import ConfigError
 from mathcircuits.circuit import Circuit, Faithfulness, discover_circuit, faithfulness, label_roles
 from mathcircuits.circuit.pool import scored_operands
 from mathcircuits.circuit.subcircuits import top_circuit
-from mathcircuits.data import Fact, GenerationConfig, Operation, facts_of, filter_correct, generate_pairs, score_pairs
+from mathcircuits.data import GenerationConfig, Operation, filter_correct, generate_pairs, score_pairs
+from mathcircuits.data.facts import Fact, facts_of
 from mathcircuits.data.pairset import PairSet
 from mathcircuits.pipeline.context import Context, StageSummary, template_spread
 from mathcircuits.pipeline.facts import FactUse, fact_use
 from mathcircuits.viz.circuit_graph import circuit_graph
 from mathcircuits.viz.faithfulness_curve import faithfulness_curve
 
-__all__ = ["CircuitBrief", "CircuitSummary", "check_pool", "circuit_pairs", "circuit_templates", "run", "split_pairs"]
+__all__: list[str] = []
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from mathcircuits._errors import FixableRuntimeError
-from mathcircuits.data import Fact, Operation, PairSet, facts_of
+from mathcircuits.data import Operation, PairSet
+from mathcircuits.data.facts import Fact, facts_of
 from mathcircuits.models import Head
 from mathcircuits.patching import (
     PatchingResult,
@@ -26,9 +27,13 @@ from mathcircuits.patching import (
 )
 from mathcircuits.pipeline.context import Context, StageSummary, save_csv, select_pairs
 from mathcircuits.pipeline.facts import FactUse, fact_use, stage_rows
-from mathcircuits.stats import Uncertainty, format_share
+from mathcircuits.stats import Uncertainty
+from mathcircuits.stats.interval import format_share
 
-__all__ = ["IdentifySummary", "OperationTotal", "PatchedOperation", "patched_facts", "run"]
+__all__ = [
+    "IdentifySummary",
+    "OperationTotal",
+]
 
 
 @dataclass(frozen=True)

@@ -23,17 +23,14 @@ from mathcircuits._io import ResultFileError, SavedResult
 from mathcircuits.ablation import KnockoutResult, MLPMargin, RandomControl, TransferResult
 from mathcircuits.analysis import AttentionByRole, HeadPatterns, MLPProbeResult
 from mathcircuits.circuit import Circuit, Faithfulness
-from mathcircuits.claims import Verdict, assess_claims, precise_definition, with_number_claims, with_unit_claims
+from mathcircuits.claims import Verdict, assess_claims
+from mathcircuits.claims.improve import precise_definition, with_unit_claims
+from mathcircuits.claims.numbers import with_number_claims
 from mathcircuits.data import accuracy_table
 from mathcircuits.evaluation import EvalResult
-from mathcircuits.finetune import (
-    SFTResult,
-    UnitComparison,
-    effects_table,
-    kv_shared_heads,
-    pareto_points,
-    sweep_table,
-)
+from mathcircuits.finetune import SFTResult, UnitComparison, effects_table
+from mathcircuits.finetune.effects import pareto_points, sweep_table
+from mathcircuits.finetune.matched import kv_shared_heads
 from mathcircuits.numbers import HelixPatchResult, HelixResult, NeuronResult, NumberResults, ProbeResult, Spectrum
 from mathcircuits.patching import KeyComponents, PatchingResult
 from mathcircuits.pipeline.context import Context, StageSummary
@@ -43,11 +40,13 @@ from mathcircuits.pipeline.stages.data import DataSummary
 from mathcircuits.pipeline.stages.evaluate import EvaluateSummary, evaluated_labels, evaluation_table
 from mathcircuits.pipeline.stages.identify import IdentifySummary
 from mathcircuits.pipeline.stages.numbers import NumbersSummary
-from mathcircuits.report import ReportParts, build_report, report_figures
+from mathcircuits.report import ReportParts, build_report
+from mathcircuits.report.build import report_figures
 from mathcircuits.stats import DeltaTable, Uncertainty
-from mathcircuits.viz import attention_heads_view, find_chromium, save_figures
+from mathcircuits.viz import attention_heads_view, save_figures
+from mathcircuits.viz.export import find_chromium
 
-__all__ = ["ClaimLine", "ReportSummary", "run"]
+__all__: list[str] = []
 
 log = logging.getLogger(__name__)
 

@@ -13,9 +13,9 @@ from mathcircuits.report.html import Page, table
 from mathcircuits.report.parts import ReportParts
 from mathcircuits.report.readings import reading_numbers
 from mathcircuits.report.sections.base import NamedFigure, Section
-from mathcircuits.viz import numbers_figures
+from mathcircuits.viz.numbers import numbers_figures
 
-__all__ = ["NumbersSection", "numbers_section"]
+__all__: list[str] = []
 
 
 @dataclass(frozen=True)
