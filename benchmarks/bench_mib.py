@@ -6,7 +6,8 @@ disjoint halves), in one process:
 
 * four rankings of every edge of MIB's graph (:func:`mathcircuits.circuit.graph_edges`): **exact** discovery
   (:func:`~mathcircuits.circuit.discover_circuit` under a CPU-time budget, its edges as scores by
-  :func:`~mathcircuits.circuit.discovery_scores`), **EAP** and **EAP-IG** (:func:`~mathcircuits.circuit.eap_scores`),
+  :func:`~mathcircuits.circuit.eap_compare.discovery_scores`), **EAP** and **EAP-IG**
+  (:func:`~mathcircuits.circuit.eap_scores`),
   and **random** scores;
 * each ranking's CPR and CMD (:func:`~mathcircuits.circuit.mib_scores`, MIB-style logit difference, bootstrap
   intervals), the scorer's time per edge and wall time, and the evaluation's time;

@@ -8,14 +8,14 @@ Stages (an *item* is a pair, or a pair × knockout point for knockout):
 
 * ``scoring`` — :func:`mathcircuits.data.score_pairs` (teacher-forced answer tokens);
 * ``patching forwards`` — the reference and counterfactual forwards of exact path patching
-  (:func:`mathcircuits.patching.last_position_caches`; ``share_prefix=False`` is the plain path);
+  (:func:`mathcircuits.patching.cache.last_position_caches`; ``share_prefix=False`` is the plain path);
 * ``head means`` — :func:`mathcircuits.ablation.head_means` over the counterfactual prompts;
 * ``knockout <ablation>`` — :class:`mathcircuits.ablation.KnockoutScorer` over a fixed list of head sets
   (the fast path reuses the clean prefix and the clean blocks below the lowest ablated layer; its first
   call's clean work is included in its time); ``fast=False`` is one full hooked forward per batch;
 * ``attention`` / ``mlp probes`` — :func:`mathcircuits.analysis.attention_by_role` and
   :func:`mathcircuits.analysis.mlp_probes`;
-* ``generation`` — :func:`mathcircuits.evaluation.generate_greedy` on AddSub prompts as the evaluate stage
+* ``generation`` — :func:`mathcircuits.evaluation.generation.generate_greedy` on AddSub prompts as the evaluate stage
   builds them (``--gen-shots`` exemplars, ``--gen-max-new`` tokens, batch 8, stop at the answer); an item is
   one prompt. The fast path runs the shared exemplar prefix once (``prefix_cache=True``), the plain path
   left-pads and runs each whole prompt. Both run on the same ``--gen-items`` prompts; the difference is

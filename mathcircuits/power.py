@@ -3,7 +3,7 @@
 Two fine-tuning modes are compared on the same test items, each trained with several seeds. Their
 difference varies with the items drawn (shared by both modes, so paired) and with the training run each
 seed gave (independent between modes). An interval over items alone
-(:func:`mathcircuits.stats.paired_bootstrap`) ignores the second and is too narrow.
+(:func:`mathcircuits.stats.bootstrap.paired_bootstrap`) ignores the second and is too narrow.
 
 Scores are ``a[s, i]`` (seed ``s`` of mode A, item ``i``) and ``b[t, i]``; ``D = mean_{s,i} a − mean_{t,i} b``.
 

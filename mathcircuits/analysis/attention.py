@@ -6,7 +6,7 @@ any heads on any template, from the positions the data stage recorded (``pos_a``
 ``prefix_len``).
 
 Intervals: each head's mean share on a role, and its *excess* over the uniform baseline (per pair, so
-prompt length cancels), carry a bootstrap interval (:func:`mathcircuits.stats.mean_interval`). The sink
+prompt length cancels), carry a bootstrap interval (:func:`mathcircuits.stats.bootstrap.mean_interval`). The sink
 share is recorded too; :meth:`AttentionByRole.sink_free` gives the shares of the rest, which claim C3
 compares between key heads and their layer-mates.
 

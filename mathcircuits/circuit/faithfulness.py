@@ -21,7 +21,7 @@ pool mean, :mod:`.pool`; its empty circuit need not score 0, and the curve shows
   loses what the model loses), and minimality ``F(C) − F(C \\ {v})`` per node.
 
 Intervals: percentile bootstrap of the ratio of means, over whole templates within operations when there
-are ≥ :data:`~mathcircuits.stats.MIN_CLUSTERS` (5) per operation, else pairs; the same resamples for every
+are ≥ :data:`~mathcircuits.stats.bootstrap.MIN_CLUSTERS` (5) per operation, else pairs; the same resamples for every
 quantity, so differences are paired.
 
 Usage::

@@ -23,7 +23,7 @@ differing digit is compared: **MIB-style**, not MIB's official numbers) — or `
 answer's log-probability.
 
 Intervals: percentile bootstrap over whole templates within operations when every operation has at least
-:data:`~mathcircuits.stats.MIN_CLUSTERS` templates, else over pairs; every point, CPR and CMD from the same
+:data:`~mathcircuits.stats.bootstrap.MIN_CLUSTERS` templates, else over pairs; every point, CPR and CMD from the same
 resamples. Positions: every position after the few-shot prefix (identical in both prompts, so nothing to patch).
 """
 

@@ -177,7 +177,7 @@ def masked_run(
 
     Args:
         model: the hooked model (a family whose heads write additively).
-        batch: the pairs; values: their counterfactual values (:func:`~mathcircuits.circuit.resample_values`).
+        batch: the pairs; values: their counterfactual values (:func:`~mathcircuits.circuit.intervene.resample_values`).
         masks: kept edges per circuit; readout: ``(logits at the answer positions, answers) → [rows]``.
         chunk_rows: rows (circuit × pair) per forward. store: prefix KV caches shared across calls.
     """

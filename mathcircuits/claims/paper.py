@@ -121,7 +121,8 @@ def pair_interval(
     strata: Sequence[str],
     uncertainty: Uncertainty,
 ) -> Interval:
-    """Interval of the mean of per-pair values over templates (:func:`mathcircuits.stats.small_cluster_interval`).
+    """Interval of the mean of per-pair values over templates
+    (:func:`mathcircuits.stats.small_clusters.small_cluster_interval`).
 
     A bootstrap-t over template means within operations, which covers with 4 templates; with one template, a
     bootstrap over pairs named ``pair_bootstrap_fallback``. Its value is the mean of template means (operations

@@ -28,7 +28,7 @@ __all__ = [
 
 
 class PairRow(TypedDict, total=False):
-    """One row of a pair set, as :func:`~mathcircuits.data.render_pair` builds it (``pair_id`` is added by
+    """One row of a pair set, as :func:`~mathcircuits.data.render.render_pair` builds it (``pair_id`` is added by
     ``generate_pairs``; the ``cf_*`` answer columns and ``counterfactual`` by an operand counterfactual)."""
 
     prompt: str

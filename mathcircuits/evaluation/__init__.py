@@ -1,7 +1,8 @@
 """Stage ``evaluate`` — benchmark accuracy before and after fine-tuning (Zhang et al., ICML 2024, Table 1).
 
 Benchmark files become ``BenchmarkItem`` lists (:mod:`~mathcircuits.evaluation.benchmarks`, found under
-:func:`mathcircuits.data.default_benchmark_root`); math word problems (AddSub, SingleEq, SVAMP) are scored by
+:func:`mathcircuits.data.benchmark_files.default_benchmark_root`); math word problems (AddSub, SingleEq, SVAMP) are
+scored by
 greedy generation (:mod:`~mathcircuits.evaluation.scoring`), the rest through lm-evaluation-harness, offline, on
 the in-memory model (:mod:`~mathcircuits.evaluation.harness`); :mod:`~mathcircuits.evaluation.table` holds
 ``EvalResult`` and the comparison table with intervals.

@@ -18,6 +18,7 @@ from mathcircuits.models.forward import (
     PrefixRunner,
     Readout,
     check_trainable_placement,
+    fast_paths,
     run_from_layer,
 )
 from mathcircuits.models.heads import Head
@@ -27,6 +28,7 @@ from mathcircuits.models.spec import ModelMismatchError, ModelSpec
 from mathcircuits.models.wrap import from_bridge, from_hf, wrap
 
 __all__ = [
+    "fast_paths",
     "check_trainable_placement",
     "BlockStructure",
     "HFForward",

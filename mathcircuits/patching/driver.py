@@ -55,7 +55,7 @@ def path_patch(
     reads as a share of it (:meth:`PatchingResult.head_shares`). Pairs the metric refuses
     (``relative_logit``'s guard) are left out of every mean and counted in ``n_excluded``, with a warning.
     ``metric``: a name from :data:`~mathcircuits.patching.metrics.METRICS`, a :class:`Metric`, or a
-    callable (:data:`~mathcircuits.patching.MetricFn`). ``chunk_rows`` bounds the rows per MLP call.
+    callable (:data:`~mathcircuits.patching.metrics.MetricFn`). ``chunk_rows`` bounds the rows per MLP call.
     ``max_memory`` (bytes or ``"8GB"``, beyond the weights): :func:`~mathcircuits.patching.plan.plan_scan`
     then picks the batch (≤ ``batch_size``) and ``chunk_rows``, recorded in the result's settings.
     """

@@ -48,10 +48,10 @@ class ReportParts:
         patterns: full attention patterns, shown as interactive CircuitsVis views.
         evaluation: the evaluate stage's table (:func:`~mathcircuits.evaluation.compare_table`).
         circuit: ``{operation: Circuit}``, each shown as the graph of its plateau circuit.
-        comparison_sweep: the fair SFT comparison's sweep (:func:`~mathcircuits.finetune.sweep_table`).
+        comparison_sweep: the fair SFT comparison's sweep (:func:`~mathcircuits.finetune.effects.sweep_table`).
         comparison_table: per mode at its chosen rate: what it tuned and its change against base with intervals
             over items and seeds (:func:`~mathcircuits.finetune.effects_table`).
-        comparison_points: one row per trained unit (:func:`~mathcircuits.finetune.pareto_points`).
+        comparison_points: one row per trained unit (:func:`~mathcircuits.finetune.effects.pareto_points`).
         comparison_power: the smallest precise − full difference the comparison detects.
     """
 

@@ -24,7 +24,8 @@ DEFAULT_N_BOOT = 1000
 DEFAULT_CONFIDENCE = 0.95
 
 #: How an interval was drawn. ``cluster_bootstrap_t`` is the small-cluster method (templates resampled within
-#: operations, studentized: :func:`~mathcircuits.stats.cluster_t_interval`); ``pair_bootstrap_fallback`` is a
+#: operations, studentized: :func:`~mathcircuits.stats.small_clusters.cluster_t_interval`);
+#: ``pair_bootstrap_fallback`` is a
 #: bootstrap over pairs where the pairs carry clusters but too few to resample (it ignores their dependence);
 #: ``bootstrap`` is over rows known to be independent (or whose clusters are unknown).
 IntervalMethod = Literal[

@@ -1,6 +1,6 @@
 """Figures of the fine-tuning comparison: the learning-rate sweep (appendix) and accuracy per mode with intervals.
 
-Takes the values the ``compare`` stage writes: the sweep table (:func:`mathcircuits.finetune.sweep_table`: mode,
+Takes the values the ``compare`` stage writes: the sweep table (:func:`mathcircuits.finetune.effects.sweep_table`: mode,
 learning_rate, val_accuracy, val_n, selected) and a :class:`~mathcircuits.stats.DeltaTable` of changes against
 base (:func:`mathcircuits.evaluation.compare_table`, or ``.changes`` of :func:`mathcircuits.finetune.effects_table`).
 Error bars are the tables' own intervals (Wilson for an accuracy, paired bootstrap for a difference to base).

@@ -7,12 +7,13 @@ attention and MLP contributions), :mod:`.readout` (final norm, unembedding, soft
 (where each block of a split or offloaded model runs).
 """
 
-from mathcircuits.models.forward.integrity import IntegrityError
+from mathcircuits.models.forward.integrity import IntegrityError, fast_paths
 from mathcircuits.models.forward.placement import check_trainable_placement
 from mathcircuits.models.forward.prefix import HFForward, PrefixRunner, run_from_layer
 from mathcircuits.models.forward.readout import Readout
 
 __all__ = [
+    "fast_paths",
     "HFForward",
     "IntegrityError",
     "PrefixRunner",

@@ -45,6 +45,7 @@ from mathcircuits.models.spec import Bridged
 
 __all__ = [
     "IntegrityError",
+    "fast_paths",
 ]
 
 RTOL: dict[torch.dtype, float] = {torch.float32: 1e-4, torch.float64: 1e-8, torch.bfloat16: 3e-2, torch.float16: 1e-2}

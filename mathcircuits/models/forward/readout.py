@@ -88,7 +88,7 @@ class Readout:
         if self.logprob is None:
             raise FixableValueError(
                 "this readout has no answer log-probability: it was read at the last prompt position only. ",
-                "read the logits at every answer position (mathcircuits.patching.answer_readout), or use a "
+                "read the logits at every answer position (mathcircuits.patching.metrics.answer_readout), or use a "
                 "last-position metric (relative_logit, logit_diff, prob_change).",
             )
         return self.logprob

@@ -166,7 +166,8 @@ def _keys(ds: PairSet) -> list[tuple[str, int, int]]:
 
 def _uncovered(evaluated: PairSet, pool: PairSet) -> list[tuple[str, int, int]]:
     """Keys (template, prompt tokens, answer tokens) of the evaluated pairs whose positions no pool prompt
-    reaches once the evaluated pairs' operands are left out, by the rule of :class:`~mathcircuits.circuit.PoolMeans`:
+    reaches once the evaluated pairs' operands are left out, by the rule of
+    :class:`~mathcircuits.circuit.pool.PoolMeans`:
     the pool is keyed on template and prompt length, and its longest answer must reach the evaluated answer's end."""
     taken = scored_operands(evaluated)
     reach: dict[tuple[str, int], int] = {}

@@ -1,7 +1,7 @@
 """How numbers are represented and combined (the numbers stage; claims N1–N3, beyond the paper).
 
 The reading is :func:`~mathcircuits.report.readings.reading_numbers`; the figures are those of
-:func:`mathcircuits.viz.numbers_figures`, then the neuron, helix and patch tables.
+:func:`mathcircuits.viz.numbers.numbers_figures`, then the neuron, helix and patch tables.
 """
 
 from __future__ import annotations
