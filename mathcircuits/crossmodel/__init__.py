@@ -2,7 +2,7 @@
 
 :class:`RunResults` holds one run's saved results; :func:`compare_runs` makes the
 :class:`ModelComparison` (every quantity with both intervals, a difference only where they
-separate); :func:`write_comparison` writes its page, tables and figures. The CLI command
+separate); :func:`~.page.write_comparison` writes its page, tables and figures. The CLI command
 ``mathcircuits compare-models RUN_A RUN_B --out DIR`` reads two run folders and does all three.
 """
 

@@ -2,7 +2,7 @@
 
 :mod:`.layouts` says per model family where a head's features live; :mod:`.slices` maps key components to exact
 parameter slices; :mod:`.adapter` trains deltas on those slices only; :func:`train_sft` runs any method
-(:data:`METHODS`) through HF ``Trainer``. The fair comparison of modes (:class:`Mode`) runs as resumable units
+(:data:`~.methods.METHODS`) through HF ``Trainer``. The fair comparison of modes (:class:`Mode`) runs as resumable units
 (:mod:`.compare`, :mod:`.protocol`, :mod:`.run_unit`), with a depth- and parameter-matched random-heads control
 (:mod:`.matched`) and each mode's change against base with intervals over items and seeds (:mod:`.effects`).
 See docs/finetune.md.

@@ -2,10 +2,14 @@
 
 Pairs of one template share a prefix and wording, so the templates are the units of replication. The
 :class:`Interval` names its method; :class:`Uncertainty` (resamples, level, seed) is passed as one argument, and
-every interval draws from its own ``torch.Generator`` seeded by it. :func:`small_cluster_interval` (bootstrap-t
-over template means, covers with 4–12 templates) is what the claims read.
+every interval draws from its own ``torch.Generator`` seeded by it.
+:func:`~.small_clusters.small_cluster_interval` (bootstrap-t over template means, covers with 4–12 templates) is
+what the claims read.
 
-Example::
+Example (the interval functions are imported from their modules)::
+
+    from mathcircuits.stats.interval import wilson_interval
+    from mathcircuits.stats.small_clusters import small_cluster_interval
 
     iv = small_cluster_interval(per_pair, templates, operations)   # Interval(..., method="cluster_bootstrap_t")
     iv = wilson_interval(successes=37, n=50)                         # Interval(0.74, 0.60, 0.84)
