@@ -1,6 +1,6 @@
 """Benchmark: a new user's first hour — the README's example, the next calls, notebook 04 — each a fresh process.
 
-Issue #34's target: the README's example finishes in ≤ 60 s of wall time on the project's 2-core machine, when
+The target: the README's example finishes in ≤ 60 s of wall time on the project's 2-core machine, when
 quiet, from a fresh process with the embedded model already converted. Three processes, timed from outside
 (wall clock; user + system CPU of the process and everything it waited for, by ``resource.getrusage(
 RUSAGE_CHILDREN)``; peak RSS), and each statement timed inside (wall and process CPU):

@@ -24,7 +24,7 @@ Stages (an *item* is a pair, or a pair × knockout point for knockout):
   ``--generation-only`` runs just this row.
 
 The plain path of scoring, head means and the analyses is the same library code inside
-``mathcircuits.models.forward.integrity.fast_paths(False)`` (every prefix-cached forward becomes the whole plain
+``mathcircuits.models.fast_paths(False)`` (every prefix-cached forward becomes the whole plain
 forward, all logits). The plain path runs on the first ``--plain-pairs`` pairs only (it is slow; cost is
 linear in pairs), so times are compared **per item**; the largest numeric difference is taken on the pairs
 both paths ran. Prints one row per stage: items and seconds per item of each path, their ratio, the difference.
@@ -140,8 +140,7 @@ def _pair_stages(
     from mathcircuits.analysis import attention_by_role, mlp_probes
     from mathcircuits.data import GenerationConfig, generate_pairs, load_templates, score_pairs
     from mathcircuits.data.pairset import pair_batches
-    from mathcircuits.models import load_model
-    from mathcircuits.models.forward.integrity import fast_paths
+    from mathcircuits.models import fast_paths, load_model
     from mathcircuits.patching.cache import last_position_caches
 
     model = load_model(model_name)

@@ -3,7 +3,8 @@
 Each field is encoded by its annotation (tuples as lists, named tuples such as ``Head`` as the list of
 their fields, nested dataclasses as dicts, tensors as CPU tensors, enums as their values, a value type with
 ``parse`` — such as a fine-tuning ``Mode`` — as its text) and decoded back by the same annotation, which
-checks it: an unknown, missing or mistyped field raises :class:`FieldError`. The same walker
+checks it: an unknown, missing or mistyped field raises :class:`FieldError`. A record may write a nested value
+flat (``FLAT``: an interval as ``x``, ``x_low``, ``x_high`` beside its other fields, as files have it). The same walker
 (:func:`decode_value`) reads config values leniently, for :mod:`mathcircuits._schema`. Fields annotated
 ``Any`` are encoded losslessly (tuples marked ``__tuple__``).
 """
@@ -46,6 +47,75 @@ class FieldError(ValueError):
     def __init__(self, message: str, reason: str | None = None) -> None:
         super().__init__(message)
         self.reason = reason
+
+
+# ----------------------------------------------------------------------------- flat fields
+
+
+@dataclasses.dataclass(frozen=True)
+class Fixed:
+    """A part of a flat-written value that is not saved: it is always ``value`` (e.g. an interval's method)."""
+
+    value: Any
+
+
+#: How a record writes a nested value flat: the nested value's part → the record's saved key, or :class:`Fixed`.
+#: A part left out takes its default. A key may be the record's own field too (an interval's ``n`` and the
+#: record's ``n``): it is written once, from the record's field, and read into both. ``SAVED_ORDER`` (optional):
+#: the saved keys in the order files have them.
+FlatSpec = dict[str, str | Fixed]
+
+
+def _flat(cls: type) -> dict[str, FlatSpec]:
+    """A record's ``FLAT``: field → :data:`FlatSpec`, for the fields it writes flat (none by default)."""
+    return getattr(cls, "FLAT", None) or {}
+
+
+def _encode_flat(obj: Any, hints: dict[str, Any]) -> Encoded:
+    """``obj``'s fields with each ``FLAT`` field written as its parts' keys, in place of the field."""
+    flat = _flat(type(obj))
+    out: Encoded = {}
+    for f in dataclasses.fields(obj):
+        value = getattr(obj, f.name)
+        if f.name not in flat:
+            out[f.name] = _encode(value, hints.get(f.name, Any))
+            continue
+        part_hints = _hints(type(value))
+        for part, key in flat[f.name].items():
+            if isinstance(key, str) and key not in out:
+                out[key] = _encode(getattr(value, part), part_hints.get(part, Any))
+    order = getattr(type(obj), "SAVED_ORDER", ())  # the keys' order in files written before the record nested them
+    return {k: out[k] for k in order} | out if order else out
+
+
+def _decode_flat(cls: type, fields: Encoded, where: str, strict: bool) -> Encoded:
+    """``fields`` as saved with each ``FLAT`` field's parts gathered back into the nested value.
+
+    The parts' keys that are not also fields of ``cls`` are removed; a missing key raises :class:`FieldError`.
+    """
+    flat = _flat(cls)
+    if not flat:
+        return fields
+    hints = _hints(cls)
+    own = {f.name for f in dataclasses.fields(cls)}
+    out = dict(fields)
+    used: set[str] = set()
+    for name, spec in flat.items():
+        tp = hints[name]
+        part_hints = _hints(tp)
+        keys = [k for k in spec.values() if isinstance(k, str)]
+        missing = [k for k in keys if k not in fields]
+        if missing:
+            raise FieldError(f"{where or 'it'} lacks field(s) {missing} (the parts of its {name!r})")
+        parts = {
+            part: key.value if isinstance(key, Fixed) else _decode(fields[key], part_hints.get(part, Any), key, strict)
+            for part, key in spec.items()
+        }
+        out[name] = tp(**parts)
+        used.update(keys)
+    for key in used - own:
+        out.pop(key, None)
+    return out
 
 
 # ----------------------------------------------------------------------------- encoding by declared type
@@ -281,6 +351,8 @@ def decode_value(value: Any, tp: Any, where: str = "value", strict: bool = True)
 def encode_fields(obj: Any) -> Encoded:
     """The fields of dataclass ``obj`` as plain values and CPU tensors (nested dataclasses as dicts)."""
     hints = _hints(type(obj))
+    if _flat(type(obj)):
+        return _encode_flat(obj, hints)
     return {f.name: _encode(getattr(obj, f.name), hints.get(f.name, Any)) for f in dataclasses.fields(obj)}
 
 
@@ -292,6 +364,8 @@ def decode_fields(cls: type[T], fields: Any, where: str = "", strict: bool = Tru
     what = where or "it"
     if not isinstance(fields, dict):
         raise FieldError(f"{what} should be a dict of fields but is a {type(fields).__name__}")
+    flat = _flat(cls)
+    fields = _decode_flat(cls, fields, where, strict)
     names = [f.name for f in dataclasses.fields(cls) if f.init]  # type: ignore[arg-type]
     unknown = [k for k in fields if k not in names]
     missing = [n for n in names if n not in fields]
@@ -300,7 +374,7 @@ def decode_fields(cls: type[T], fields: Any, where: str = "", strict: bool = Tru
     if missing:
         raise FieldError(f"{what} lacks field(s) {missing} (a {cls.__name__} has {names})")
     hints = _hints(cls)
-    kwargs = {n: _decode(fields[n], hints.get(n, Any), n, strict) for n in names}
+    kwargs = {n: fields[n] if n in flat else _decode(fields[n], hints.get(n, Any), n, strict) for n in names}
     try:
         return cls(**kwargs)
     except (ValueError, TypeError, IndexError) as err:

@@ -227,12 +227,29 @@ def expect_pairs(verb: str, name: str, value: Any, minimum: int = 1) -> None:
         )
 
 
-def check_arguments(verb: str, config: type, **values: Any) -> None:
-    """Range-check a verb's settings by the config class that holds the same settings, so the API refuses
-    what the config refuses (a negative threshold, ``n_boot=1``, ...); fields ``config`` lacks are not checked.
+def given(**values: Any) -> dict[str, Any]:
+    """The keyword settings a caller gave: those not None (a verb's ``None`` means "the config's")."""
+    return {k: v for k, v in values.items() if v is not None}
+
+
+def configured(verb: str, cls: type[T], config: T | None = None, **settings: Any) -> T:
+    """The config a library verb runs with: ``config`` (None: ``cls``'s defaults) with ``settings`` replaced.
+
+    A verb takes its config whole (the pipeline passes its section) and, for a notebook, any of the config's
+    fields as keywords; the defaults and ranges are the config's alone, so the verb refuses what the config
+    refuses (a negative threshold, ``n_boot=1``, ...) and names itself in the message.
     """
-    names = {f.name for f in dataclasses.fields(config) if f.init}
+    base = cls() if config is None else config
+    expect(verb, "config", base, cls, f"a {cls.__name__}", f"pass a {cls.__name__} (or None) and settings as keywords")
+    names = [f.name for f in dataclasses.fields(cls) if f.init]  # type: ignore[arg-type]
+    unknown = [k for k in settings if k not in names]
+    if unknown:
+        raise FixableTypeError(f"{verb}: unknown settings {unknown}. ", f"use fields of {cls.__name__}: {names}.")
+    if not settings:
+        return base
     try:
-        config(**{k: v for k, v in values.items() if k in names})
+        return dataclasses.replace(base, **settings)  # type: ignore[type-var]
+    except FixableError as err:  # the config's own check: its problem and fix, said by the verb
+        raise ConfigError(f"{verb}: {err.problem}. ", err.fix) from err
     except (TypeError, ValueError) as err:
-        raise ValueError(f"{verb}: {' '.join(str(err).split())}") from err
+        raise ConfigError(f"{verb}: {' '.join(str(err).split())}") from err

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, NoReturn
 
 from mathcircuits._errors import FixableError
 from mathcircuits._version import __version__
-from mathcircuits.pipeline.stages import STAGES
+from mathcircuits.pipeline.registry import stages
 
 if TYPE_CHECKING:
     from mathcircuits.pipeline import RunConfig
@@ -106,15 +106,15 @@ def build_parser() -> argparse.ArgumentParser:
         "--only",
         nargs="+",
         metavar="STAGE",
-        choices=list(STAGES),
-        help=f"run only these stages, in pipeline order: {', '.join(STAGES)}",
+        choices=list(every := stages()),
+        help=f"run only these stages, in pipeline order: {', '.join(every)}",
     )
-    for stage in STAGES.values():
-        upstream = f" (needs: {', '.join(stage.upstream)})" if stage.upstream else ""
+    for stage in every.values():
+        upstream = f" (needs: {', '.join(stage.reads)})" if stage.reads else ""
         sp = sub.add_parser(
             stage.name,
             help=stage.help,
-            description=f"{stage.help}. Reads config sections: {', '.join(stage.sections)}{upstream}.",
+            description=f"{stage.help}. Reads config sections: {', '.join(stage.settings)}{upstream}.",
         )
         _add_common(sp)
     s = sub.add_parser("status", help="show which stages of a run folder are done, stale, to do or off")
@@ -199,7 +199,6 @@ def _run(args: argparse.Namespace) -> int:
     # imported here, after the arguments are parsed: these bring in torch and the model libraries
     import yaml
 
-    from mathcircuits._files import read_json
     from mathcircuits.pipeline import RunPaths, run_pipeline
     from mathcircuits.pipeline.config import render_config
     from mathcircuits.pipeline.run import stage_status
@@ -211,17 +210,14 @@ def _run(args: argparse.Namespace) -> int:
         print(render_config(cfg) if args.show else yaml.safe_dump(cfg.to_dict(), sort_keys=False), end="")
         return 0
     if args.command == "status":
-        progress = RunPaths(args.out).compare_units / "progress.json"
+        every, paths = stages(), RunPaths(args.out)
         for name, state in stage_status(args.out, cfg).items():
-            switch = STAGES[name].switch
-            if switch is not None and not getattr(cfg, switch).enabled:  # its marker says done, but it did nothing
-                print(f"{name:<10} off ({switch}.enabled is false)")
+            study = every[name]
+            if study.switch is not None and not cfg.section(study.switch).enabled:  # done, but it did nothing
+                print(f"{name:<10} off ({study.switch}.enabled is false)")
                 continue
-            units = ""
-            if name == "compare" and progress.is_file():  # the comparison's units: resumable, so partly done
-                p = read_json(progress)
-                units = f"  (units: {p['done']} of {p['total']} done, {p['remaining']} remain)"
-            print(f"{name:<10} {state}{units}")  # done / todo / stale (why)
+            note = study.progress(paths) if study.progress is not None else ""  # a resumable study's own count
+            print(f"{name:<10} {state}{f'  ({note})' if note else ''}")  # done / todo / stale (why)
         return 0
     only = args.only if args.command == "run" else [args.command]
     t0 = time.perf_counter()

@@ -13,7 +13,7 @@ Scores are ``a[s, i]`` (seed ``s`` of mode A, item ``i``) and ``b[t, i]``; ``D =
   variance only.
 * **Seed-and-item t interval** (:func:`seed_item_t`): ``D ± t_{S−1, 1−α/2} · SE`` with the ``SE`` below and
   ``S`` the fewer seeds of a mode that has several (``n − 1`` items when neither has). With 3 seeds the
-  bootstrap's seed term covers about 0.80 at nominal 0.95 (issue #35): resampling 3 values cannot show how
+  bootstrap's seed term covers about 0.80 at nominal 0.95: resampling 3 values cannot show how
   far a fourth might fall, and ``t`` with ``S − 1`` degrees of freedom can. Claims C6 and C6b use it.
 * **Minimum detectable difference** (:func:`detectable_difference`): with
   ``SE² = Var_i(ā_i − b̄_i) / n + Var_s(ā_s) / S_a + Var_t(b̄_t) / S_b`` (``ā_i``: item ``i``

@@ -11,6 +11,7 @@ runs with the stage's settings except those given here. Results go beside the st
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from pathlib import Path
 
 import torch
@@ -19,7 +20,7 @@ from mathcircuits.circuit import Circuit, faithfulness
 from mathcircuits.data import filter_correct, score_pairs
 from mathcircuits.pipeline import RunConfig
 from mathcircuits.pipeline.context import Context
-from mathcircuits.pipeline.stages.circuit import _pairs, split_pairs
+from mathcircuits.pipeline.studies.circuit.stage import circuit_pairs, split_pairs
 
 
 def main() -> None:
@@ -35,25 +36,25 @@ def main() -> None:
     cfg = RunConfig.load(args.run / "config.yaml")
     ctx = Context(args.run, cfg, progress=False)
     c = cfg.circuit
-    kw = c.faithfulness_kwargs(cfg.data.seed)
-    kw.update(
-        {k: v for k, v in (("mlps", args.mlps), ("n_random", args.n_random), ("points", args.points)) if v is not None}
-    )
+    changes = (("mlps", args.mlps), ("n_random", args.n_random), ("points", args.points))
+    rescored = dataclasses.replace(c, **{k: v for k, v in changes if v is not None})
     for op in args.operations or cfg.data.operations:
         path = ctx.paths.circuit(op)
         out = path.with_name(f"faithfulness_{op}.{args.label}.json")
         if not path.exists() or out.exists():
             continue
         circuit = Circuit.load(path)
-        correct = filter_correct(score_pairs(ctx.model, _pairs(ctx, op, c.n_per_template, cfg.data.seed)))
+        correct = filter_correct(score_pairs(ctx.model, circuit_pairs(ctx, op, c.n_per_template, cfg.data.seed)))
         _, eval_rows = split_pairs(correct, c.discovery_pairs, c.eval_pairs, cfg.data.seed)
         ev = correct.select(eval_rows)
         if list(ev.pair_ids) != circuit.data.eval_pair_ids:
             raise SystemExit(
                 f"{op}: the rebuilt evaluation pairs differ from the stage's. Fix: use the same code/config."
             )
-        pool = _pairs(ctx, op, c.pool_per_template, cfg.data.seed + 1)
-        faith = faithfulness(ctx.model, ev, circuit, pool=pool, **kw)
+        pool = circuit_pairs(ctx, op, c.pool_per_template, cfg.data.seed + 1, own_facts=False)
+        faith = faithfulness(
+            ctx.model, ev, circuit, pool=pool, config=rescored, uncertainty=c.uncertainty(cfg.data.seed)
+        )
         faith.save(out)
         print(f"{op} ({args.label}): {faith.summary()}", flush=True)
 

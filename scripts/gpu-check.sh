@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One prepared device check (issue #33): every stage on random-weight Llama-2-7B / Llama-3-8B shapes, on one GPU, in
+# One prepared device check: every stage on random-weight Llama-2-7B / Llama-3-8B shapes, on one GPU, in
 # about 8 minutes, nothing downloaded (scripts/gpu_check.py says what each row measures). Prints one table and writes
 # it as JSON ($OUT/gpu-check.json where $OUT is set, else ./gpu-check.json). Exit code 1 if any row failed.
 #

@@ -1,4 +1,4 @@
-"""One prepared device check (issue #33): every stage on random-weight 7B-shaped models, on one GPU, in ~8 minutes.
+"""One prepared device check: every stage on random-weight 7B-shaped models, on one GPU, in ~8 minutes.
 
 Nothing is downloaded and no model file travels: the models are built from a ``LlamaConfig`` directly on the
 device with random weights (so no correctness filter: every pair is used), and wrapped the way the package wraps

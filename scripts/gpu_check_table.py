@@ -93,7 +93,7 @@ class Check:
             self._record(row)
             return None
         value = None
-        from mathcircuits.models.forward.integrity import checks_run
+        from mathcircuits.models import checks_run
 
         before = len(checks_run())
         cuda = [torch.device("cuda", torch.cuda.current_device())] if self.device == "cuda" else []

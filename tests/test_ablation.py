@@ -28,6 +28,7 @@ from mathcircuits.data import GenerationConfig, PairSet, generate_pairs, score_p
 from mathcircuits.models import load_model
 from mathcircuits.patching import path_patch, select_key_components
 from mathcircuits.patching.key_components import resolve_heads
+from mathcircuits.stats import Interval
 
 from helpers import unchecked
 
@@ -290,13 +291,13 @@ def test_transfer_on_a_near_chance_model_is_not_measurable(tiny_llama, pairs, te
     means = head_means(tiny_llama, pairs)
     config = GenerationConfig(operations=("mul",), template_ids=("mul_eq_1",), n_per_template=4)
     other = generate_pairs(tiny_llama.tokenizer, template_sets, config)
-    tr = transfer(tiny_llama, {"add": pairs, "mul": other}, [(0, 1), (2, 3)], means, n_random=2)
+    tr = transfer(tiny_llama, {"add": pairs, "mul": other}, [(0, 1), (2, 3)], means, n_random=2, ablation="mean")
     df = tr.to_dataframe()
     assert list(df["dataset"]) == ["add", "mul"]
     for row in tr.rows:  # the random tiny model answers (almost) nothing, so no transfer is reported
         clean = sum(score_pairs(tiny_llama, pairs if row.dataset == "add" else other).correct)
-        assert row.n_correct == clean and row.clean_low - 1e-12 <= row.clean_accuracy <= row.clean_high
-        assert row.status == "not measurable on this model" and math.isnan(row.key_ablated_accuracy)
+        assert row.n_correct == clean and row.clean.low - 1e-12 <= row.clean.value <= row.clean.high
+        assert row.status == "not measurable on this model" and math.isnan(row.key.value)
     with pytest.raises(IndexError):
         ablated_accuracy(tiny_llama, pairs, [(7, 0)], means)
 
@@ -316,21 +317,21 @@ def test_transfer_is_measured_on_clean_correct_items_only(planted):
     n = len(ds)
     mixed = PairSet.concat([ds.select(range(n // 2 + 1)), wrong.select(range(n // 2 + 1, n))])
     sets = {"copy": ds, "mixed": mixed, "wrong": wrong}
-    tr = transfer(model, sets, PLANTED, means, n_random=3, seed=0, held_in=["copy"], min_clean_accuracy=0.5)
+    tr = transfer(
+        model, sets, PLANTED, means, n_random=3, seed=0, held_in=["copy"], min_clean_accuracy=0.5, ablation="mean"
+    )
     rows = {r.dataset: r for r in tr.rows}
     assert rows["copy"].held_in and not rows["mixed"].held_in
-    assert rows["wrong"].status == "not measurable on this model" and rows["wrong"].clean_accuracy == 0.0
+    assert rows["wrong"].status == "not measurable on this model" and rows["wrong"].clean.value == 0.0
     m = rows["mixed"]
     assert m.status == "measured" and m.n_correct == n // 2 + 1 and m.n == n
     # key-ablated accuracy is over the clean-correct items only, where clean accuracy is 1 by construction
-    assert m.key_ablated_accuracy == pytest.approx(
-        ablated_accuracy(model, ds.select(range(n // 2 + 1)), PLANTED, means)
-    )
-    assert m.key_drop == pytest.approx(m.key_ablated_accuracy - 1.0)
+    assert m.key.value == pytest.approx(ablated_accuracy(model, ds.select(range(n // 2 + 1)), PLANTED, means))
+    assert m.key_drop == pytest.approx(m.key.value - 1.0)
     for r in (rows["copy"], m):
-        assert r.key_low <= r.key_ablated_accuracy <= r.key_high
-        assert r.random_low <= r.random_ablated_accuracy <= r.random_high
-        assert r.key_high < r.random_low, "ablating the planted heads loses far more than random heads"
+        assert r.key.low <= r.key.value <= r.key.high
+        assert r.random.low <= r.random.value <= r.random.high
+        assert r.key.high < r.random.low, "ablating the planted heads loses far more than random heads"
 
 
 def test_transfer_uses_the_knockout_ablation_and_mean_where_no_counterfactual(planted):
@@ -347,7 +348,7 @@ def test_transfer_uses_the_knockout_ablation_and_mean_where_no_counterfactual(pl
         kept = [i for i, c in enumerate(clean) if c]
         key = scorer.score(PLANTED, fast=False)[0]
         assert rows[name].n_correct == len(kept)
-        assert rows[name].key_ablated_accuracy == pytest.approx(sum(key[i] for i in kept) / len(kept))
+        assert rows[name].key.value == pytest.approx(sum(key[i] for i in kept) / len(kept))
     with unchecked(), pytest.raises(ValueError, match="ablation"):
         transfer(model, {"cf": ds}, PLANTED, means, ablation="zero")
 
@@ -361,6 +362,67 @@ def test_old_transfer_files_ask_for_a_rerun(tmp_path):
     (tmp_path / "t.json").write_text(json.dumps(old))
     with pytest.raises(ResultFileError, match="re-run `mathcircuits validate"):
         TransferResult.load(tmp_path / "t.json")
+
+
+def test_transfer_rows_in_the_flat_format_load_to_intervals_and_save_the_same_file(tmp_path):
+    import json
+
+    nan = float("nan")
+    measured = {
+        "dataset": "two-digit",
+        "held_in": False,
+        "n": 40,
+        "n_correct": 30,
+        "clean_accuracy": 0.75,
+        "clean_low": 0.6,
+        "clean_high": 0.86,
+        "status": "measured",
+        "key_ablated_accuracy": 0.2,
+        "key_low": 0.1,
+        "key_high": 0.37,
+        "random_ablated_accuracy": 0.9,
+        "random_low": 0.8,
+        "random_high": 0.97,
+        "random_ablated_std": 0.05,
+        "key_drop": -0.8,
+        "random_drop": -0.1,
+        "ablation": "mean",
+        "p_value": 0.25,
+        "n_draws": 3,
+    }
+    skipped = {
+        **measured,
+        "dataset": "words",
+        "n_correct": 2,
+        "clean_accuracy": 0.05,
+        "clean_low": 0.01,
+        "clean_high": 0.17,
+        "status": "not measurable on this model",
+        "key_ablated_accuracy": nan,
+        "key_low": nan,
+        "key_high": nan,
+        "random_ablated_accuracy": nan,
+        "random_low": nan,
+        "random_high": nan,
+        "random_ablated_std": nan,
+        "key_drop": nan,
+        "random_drop": nan,
+        "p_value": nan,
+        "n_draws": 0,
+    }
+    saved = {"__kind__": "mathcircuits.TransferResult", "__version__": 4, "rows": [measured, skipped],
+             "key_heads": [[1, 1]], "n_random": 3, "scope": "all", "notes": {}, "min_clean_accuracy": 0.5,
+             "min_correct": 5, "confidence": 0.9, "seed": 0}  # fmt: skip
+    (tmp_path / "t.json").write_text(json.dumps(saved, indent=2) + "\n")  # as main's code writes it
+    res = TransferResult.load(tmp_path / "t.json")
+    row = res.rows[0]
+    assert row.clean == Interval(0.75, 0.6, 0.86, 40, 0.9, "wilson")  # the level is the result's
+    assert row.key == Interval(0.2, 0.1, 0.37, 30, 0.9, "wilson") and row.random.high == 0.97
+    assert math.isnan(res.rows[1].key.value) and res.rows[1].key.n == 2
+    again = res.save(tmp_path / "again.json")
+    assert again.read_text() == (tmp_path / "t.json").read_text()  # the same keys, order and values
+    assert res.to_dict()["rows"][0] == measured == res.rows[0].to_dict()
+    assert list(res.to_dataframe().columns) == list(measured)
 
 
 def test_means_round_trip(tmp_path, tiny_llama, pairs):

@@ -151,6 +151,13 @@ def test_attention_by_role_tables_and_round_trip(tiny, pairs, tmp_path):
     assert overall.excess_operands.tolist() == pytest.approx(expected.tolist(), abs=1e-6)
     reseeded = res.summary(uncertainty=Uncertainty(seed=3))
     assert reseeded.excess_operands_low.tolist() != summary.excess_operands_low.tolist()  # seeded
+    roles = res.head_roles()  # the typed rows: each head's class and excess intervals, as the summary's "all" rows
+    assert [r.head for r in roles] == list(res.heads) and [r.head_class for r in roles] == list(overall["class"])
+    assert [r.excess_operator.high for r in roles] == overall.excess_operator_high.tolist()
+    assert roles[0].excess_operands.value == overall.excess_operands.iloc[0] and roles[0].excess_operands.n == len(
+        pairs
+    )
+    assert roles[0].excess_operands.method == overall.interval.iloc[0]
     df = res.to_dataframe()
     assert len(df) == len(pairs) * 2 * len(ROLES)
     assert df.groupby(["pair_id", "component"])["attention"].sum().round(4).eq(1).all()

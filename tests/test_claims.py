@@ -6,6 +6,7 @@ numbers alone; docs/claims.md states the rules these tests pin down.
 
 from __future__ import annotations
 
+import json
 import math
 import tempfile
 from pathlib import Path
@@ -14,6 +15,7 @@ import pandas as pd
 import pytest
 import torch
 
+from mathcircuits import ResultFileError
 from mathcircuits.ablation import MLPMargin, RandomControl, TransferResult
 from mathcircuits.ablation.transfer import transfer_row
 from mathcircuits.analysis import AttentionByRole, MLPProbeResult
@@ -33,7 +35,7 @@ from mathcircuits.patching import (
     select_key_components,
     selection_stability,
 )
-from mathcircuits.stats import Uncertainty
+from mathcircuits.stats import Interval, Uncertainty
 
 U100, U200, U300 = (Uncertainty(n_boot=n) for n in (100, 200, 300))  # quick bootstraps
 BIG = ModelSpec(
@@ -76,10 +78,14 @@ def test_c1_rule():
     sparse = noise.clone()
     sparse[:, 9:11, :5] -= 0.5  # 10 heads (5%) in the two middle layers carry the effect
     c = claim_c1(patching(sparse), uncertainty=U200)
-    assert c.verdict == Verdict.HOLDS and c.low <= c.value <= c.high <= 0.05 and c.interval == "fdr_bounds"
+    assert (
+        c.verdict == Verdict.HOLDS
+        and c.estimate.low <= c.estimate.value <= c.estimate.high <= 0.05
+        and c.estimate.method == "fdr_bounds"
+    )
     diffuse = noise - 0.05  # every head a little: all of them matter
     c = claim_c1(patching(diffuse), uncertainty=U200)
-    assert c.verdict == Verdict.FAILS and "shown to matter" in c.reason and c.low > 0.9
+    assert c.verdict == Verdict.FAILS and "shown to matter" in c.reason and c.estimate.low > 0.9
     shallow = noise.clone()
     shallow[:, 0:2, :5] -= 0.5  # concentrated, but in the first layers
     c = claim_c1(patching(shallow), uncertainty=U200)
@@ -87,7 +93,7 @@ def test_c1_rule():
     few = 0.2 * torch.randn(6, 20, 10, generator=torch.Generator().manual_seed(0))
     few[:, 9:11, :5] -= 0.1  # 6 noisy pairs: no head can be shown to matter or not to
     c = claim_c1(patching(few), uncertainty=U200)
-    assert c.verdict == Verdict.INCONCLUSIVE and c.low < 0.05 < c.high
+    assert c.verdict == Verdict.INCONCLUSIVE and c.estimate.low < 0.05 < c.estimate.high
     assert claim_c1(None).measurement == "not measured (stage identify off)"
 
 
@@ -104,7 +110,7 @@ def test_c1_needs_per_pair_effects_and_ignores_the_selection_cap():
     capped = select_key_components(res, rule="zscore", z=3.0, max_k=2)
     topk = select_key_components(res, rule="topk", k=3)
     a, b = claim_c1(res, capped, uncertainty=U100), claim_c1(res, topk, uncertainty=U100)
-    assert a.verdict == b.verdict == Verdict.HOLDS and a.value == b.value
+    assert a.verdict == b.verdict == Verdict.HOLDS and a.estimate.value == b.estimate.value
 
 
 # ----------------------------------------------------------------------------- C2
@@ -135,7 +141,7 @@ def test_c2_rule():
     quiet = [0.0, 0.01, 0.02] * 34  # 102 depth-matched random sets that barely matter
     ctl = control(0.7, quiet)
     c = claim_c2(ctl, uncertainty=U200)
-    assert c.verdict == Verdict.HOLDS and c.value == pytest.approx(-0.7, abs=0.01)
+    assert c.verdict == Verdict.HOLDS and c.estimate.value == pytest.approx(-0.7, abs=0.01)
     assert ctl.percentile() == 100 and ctl.p_value() == pytest.approx(1 / 103) and c.n_tests == 1
     assert "overlap with identification: 0" in c.measurement  # the card is where the overlap is reported
     assert claim_c2(control(0.05, quiet), uncertainty=U200).verdict == Verdict.FAILS  # below the collapse floor
@@ -149,7 +155,7 @@ def test_c2_rule():
     low_control = control(0.1, quiet, baseline=0.3)
     low = claim_c2(low_control, uncertainty=U200)  # clean accuracy 30%: no accuracy to collapse, nothing tested
     assert low.verdict == Verdict.INCONCLUSIVE and low_control.baseline() == pytest.approx(0.3, abs=0.02)
-    assert math.isnan(low.value) and low.n_tests == 0 and low.n == low_control.n_pairs
+    assert math.isnan(low.estimate.value) and low.n_tests == 0 and low.estimate.n == low_control.n_pairs
     assert claim_c2(None).verdict == Verdict.NOT_MEASURED
 
 
@@ -206,7 +212,7 @@ def test_c3_rule():
     # the sink trap: 0.32 of the key head's attention on the operands against the layer-mates' 0.06 (the old rule
     # held), but 0.36 of what it does not park on the sink against their 0.40
     trap = claim_c3(heads([0.16, 0.16, 0.03, 0.1, 0.55]), first, uncertainty=U200)
-    assert trap.verdict == Verdict.FAILS and trap.high <= 0 and trap.title == "they attend to the operands"
+    assert trap.verdict == Verdict.FAILS and trap.estimate.high <= 0 and trap.title == "they attend to the operands"
     as_much = [0.18, 0.18, 0.03, 0.1, 0.51]
     assert claim_c3(heads(as_much), first, uncertainty=U200).verdict != Verdict.HOLDS
     wide = heads(as_much, noise=0.0)
@@ -253,16 +259,16 @@ def test_c4_rule():
     assert claim_c4(margin(clean, clean), uncertainty=U200).verdict == Verdict.FAILS  # no change at all
     noisy = clean + torch.randn(40, generator=gen)  # a drop whose interval straddles 0, above every random set's
     c = claim_c4(margin(clean, noisy, -1 + 0.1 * torch.randn(20, 40, generator=gen)), uncertainty=U200)
-    assert c.verdict == Verdict.INCONCLUSIVE and c.low < 0 < c.high, c.measurement
+    assert c.verdict == Verdict.INCONCLUSIVE and c.estimate.low < 0 < c.estimate.high, c.measurement
     c = claim_c4(margin(clean, noisy), uncertainty=U200)  # ... and below the random sets' (0.1 logits): no better
     assert c.verdict == Verdict.FAILS and "as much" in c.reason
     assert claim_c4(None).verdict == Verdict.NOT_MEASURED
     drop = clean - 3 + 0.5 * torch.randn(40, generator=gen)
     as_much = 3.3 + 0.5 * torch.randn(20, 40, generator=gen)  # random sets of the same layers lower it as much
     c = claim_c4(margin(clean, drop, as_much), uncertainty=U200)
-    assert c.low > 0 and c.verdict == Verdict.FAILS and "as much" in c.reason, c.measurement
+    assert c.estimate.low > 0 and c.verdict == Verdict.FAILS and "as much" in c.reason, c.measurement
     c = claim_c4(margin(clean, drop, torch.zeros(0, 40)), uncertainty=U200)  # no null measured: the drop alone
-    assert c.low > 0 and c.verdict == Verdict.INCONCLUSIVE and "no null" in c.reason
+    assert c.estimate.low > 0 and c.verdict == Verdict.INCONCLUSIVE and "no null" in c.reason
     c = claim_c4(margin(clean, drop, 0.1 + torch.zeros(5, 40)), uncertainty=U200)  # 5 sets: p ≥ 1/6
     assert c.verdict == Verdict.INCONCLUSIVE and "only 5 random sets" in c.reason
 
@@ -280,7 +286,7 @@ def test_c5_rule_uses_only_measurable_held_out_sets():
     collapse = row("two-digit", good, 8, 39)
     near_chance = row("word templates", [1] * 2 + [0] * 30, 0, 0)
     held_in = row("add (identification templates, correct)", good, 0, 40, held_in=True)
-    assert near_chance.status == "not measurable on this model" and math.isnan(near_chance.key_ablated_accuracy)
+    assert near_chance.status == "not measurable on this model" and math.isnan(near_chance.key.value)
     assert collapse.p_value == pytest.approx(1 / 31) and collapse.n_draws == 30
 
     def card(*rows):
@@ -291,13 +297,17 @@ def test_c5_rule_uses_only_measurable_held_out_sets():
         c.verdict == Verdict.HOLDS
         and "not measurable on this model: word templates (clean accuracy 6%)" in c.measurement
     )
-    assert c.n_tests == 1 and c.n == collapse.n_correct  # the near-chance set is named, not pooled into the verdict
+    assert (
+        c.n_tests == 1 and c.estimate.n == collapse.n_correct
+    )  # the near-chance set is named, not pooled into the verdict
     assert card(held_in, row("other", good, 40, 40)).verdict == Verdict.FAILS
     assert card(held_in, row("as random", good, 8, 8)).verdict == Verdict.FAILS  # random sets drop as much
     assert card(held_in, row("few", [1] * 8, 5, 8)).verdict == Verdict.INCONCLUSIVE
     assert card(held_in, row("few draws", good, 8, 39, draws=5)).verdict == Verdict.INCONCLUSIVE  # p ≥ 1/6
     only_chance = card(held_in, near_chance)
-    assert only_chance.verdict == Verdict.INCONCLUSIVE and only_chance.n_tests == only_chance.n == 0  # none measured
+    assert (
+        only_chance.verdict == Verdict.INCONCLUSIVE and only_chance.n_tests == only_chance.estimate.n == 0
+    )  # none measured
     assert card(held_in).verdict == Verdict.NOT_MEASURED
 
 
@@ -322,7 +332,7 @@ def evals(precise_math, full_math, precise_gen, base_gen, items=True, base_math=
 def test_c6_rule():
     same, worse = [1, 0] * 200, [0] * 400
     holds = claim_c6(evals(same, same, same, same, base_math=worse), uncertainty=U300)
-    assert holds.verdict == Verdict.HOLDS and holds.interval == "paired_bootstrap"  # the method is on the card
+    assert holds.verdict == Verdict.HOLDS and holds.estimate.method == "paired_bootstrap"  # the method is on the card
     # full no better than base: "precise matches full" would hold trivially (the old rule said "holds")
     idle = claim_c6(evals(same, same, same, same), uncertainty=U300, precise="precise = the 2 key heads")
     assert idle.verdict == Verdict.INCONCLUSIVE and idle.measurement.startswith("training had no effect")
@@ -344,7 +354,7 @@ def test_c6_counts_heldout_arithmetic_as_math():
     c = claim_c6(only, uncertainty=U300)  # math alone: "keeps generic ability" is not measured, so C6 cannot hold
     assert c.verdict == Verdict.NOT_MEASURED and ARITHMETIC in c.measurement and "generic" in c.reason
     assert c.measurement.startswith("no generic benchmark")
-    assert c.value == pytest.approx(0.0)
+    assert c.estimate.value == pytest.approx(0.0)
     arith["precise"] = worse
     both = {m: r.with_benchmark(ARITHMETIC, "arithmetic", arith[m]) for m, r in evals(same, same, same, same).items()}
     assert (
@@ -378,6 +388,51 @@ def test_card_saves_loads_and_names_missing_stages(tmp_path):
     assert lines[1].startswith("  C1 ") and "holds" in lines[1] and len(lines) == 7
 
 
+def test_a_card_in_the_flat_format_loads_to_estimates_and_saves_the_same_dict():
+    # a claim's value, low, high, n and interval (the method) are saved flat, as files always had them
+    nan = float("nan")
+    measured = {
+        "id": "C2",
+        "title": "t",
+        "statement": "s",
+        "paper": "p",
+        "measurement": "m",
+        "value": -0.5,
+        "low": -0.7,
+        "high": -0.3,
+        "unit": "accuracy change (points)",
+        "verdict": "holds",
+        "reason": "r",
+        "n": 40,
+        "interval": "cluster_bootstrap_t",
+        "n_tests": 1,
+        "correction": "none",
+    }
+    off = {
+        **measured,
+        "id": "C3",
+        "value": nan,
+        "low": nan,
+        "high": nan,
+        "verdict": "not measured",
+        "n": 0,
+        "interval": "none",
+        "n_tests": 0,
+    }
+    saved = {"__kind__": "mathcircuits.ClaimsCard", "__version__": 3, "claims": [measured, off], "confidence": 0.9,
+             "seed": 7, "settings": {"n_boot": 1000}}  # fmt: skip
+    card = ClaimsCard.from_dict(saved)
+    est = card["C2"].estimate
+    assert est == Interval(-0.5, -0.7, -0.3, 40, 0.9, "cluster_bootstrap_t", 7)  # at the card's level and seed
+    assert card["C3"].estimate.n == 0 and math.isnan(card["C3"].estimate.value)
+    again = card.to_dict()
+    assert list(again) == list(saved) and [list(c) for c in again["claims"]] == [list(measured), list(off)]
+    assert json.dumps(again) == json.dumps(saved)  # same keys, order and values (NaN written as NaN)
+    assert list(card.to_dataframe().columns[3:7]) == ["value", "low", "high", "interval"]
+    with pytest.raises(ResultFileError, match="lacks field"):
+        ClaimsCard.from_dict({**saved, "claims": [{k: v for k, v in measured.items() if k != "low"}]})
+
+
 # ----------------------------------------------------------------------------- coverage of the intervals the rules read
 
 
@@ -392,7 +447,7 @@ def test_transfer_wilson_intervals_cover_a_known_accuracy_at_nominal_rate():
         key_ok = (torch.rand(n_items, generator=gen) < truth).int().tolist()
         rand = [(torch.rand(n_items, generator=gen) < 0.9).int().tolist() for _ in range(3)]
         r = transfer_row("synthetic", [1] * n_items, key_ok, rand)
-        hits += int(r.key_low <= truth <= r.key_high)
+        hits += int(r.key.low <= truth <= r.key.high)
     lo, hi = binomial_band(0.95, n_sims)
     assert lo - 0.02 <= hits / n_sims <= hi
 

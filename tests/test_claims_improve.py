@@ -23,8 +23,10 @@ from mathcircuits.finetune import (
     UnitRecord,
     compare_units,
     effects_table,
+    pareto_records,
+    sweep_records,
 )
-from mathcircuits.finetune.effects import pareto_points
+from mathcircuits.finetune.effects import pareto_points, sweep_table
 from mathcircuits.models import Head
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -70,7 +72,7 @@ def comparison(math: dict[str, float], generic: dict[str, float] | None = None) 
 def test_c6_holds_fails_and_needs_an_effect():
     holds = claim_c6_units(comparison({"base": 0.2, "precise": 0.6, "full": 0.6}))
     assert holds.verdict == Verdict.HOLDS
-    assert holds.interval == "seed_item_t"  # the card names how the interval was drawn (issue #35)
+    assert holds.estimate.method == "seed_item_t"  # the card names how the interval was drawn (issue #35)
     # the card carries the one definition of "precise", built from the record's counts: 2 key heads, 1 non-key head
     # whose shared K/V changes (the side effect is printed), 10 trainable parameters
     precise = precise_definition(2, 1, 10)
@@ -81,14 +83,14 @@ def test_c6_holds_fails_and_needs_an_effect():
         "heads"
     )
     worse = claim_c6_units(comparison({"base": 0.2, "precise": 0.3, "full": 0.6}))
-    assert worse.verdict == Verdict.FAILS and worse.high < -0.05
+    assert worse.verdict == Verdict.FAILS and worse.estimate.high < -0.05
     forgets = comparison({"base": 0.2, "precise": 0.6, "full": 0.6}, {"base": 0.6, "precise": 0.3, "full": 0.6})
     assert claim_c6_units(forgets).verdict == Verdict.FAILS  # generic ability lost
     idle = claim_c6_units(comparison({"base": 0.4, "precise": 0.4, "full": 0.4}))
     assert idle.verdict == Verdict.INCONCLUSIVE  # the old rule: "holds"
     assert idle.measurement.startswith(f"{C6Stop.NO_EFFECT.value}. ")  # the card leads with the stop
     close = claim_c6_units(comparison({"base": 0.2, "precise": 0.56, "full": 0.6}))
-    assert close.verdict == Verdict.INCONCLUSIVE and close.low < -0.05 < close.high
+    assert close.verdict == Verdict.INCONCLUSIVE and close.estimate.low < -0.05 < close.estimate.high
     assert claim_c6_units(None).verdict == Verdict.NOT_MEASURED
     assert claim_c6_units(comparison({"base": 0.2, "precise": 0.6})).verdict == Verdict.NOT_MEASURED
 
@@ -96,13 +98,13 @@ def test_c6_holds_fails_and_needs_an_effect():
 def test_c6b_holds_fails_and_needs_an_effect():
     beats = claim_c6b(comparison({"base": 0.2, "precise": 0.6, "random": 0.3, "full": 0.6}))
     assert beats.verdict == Verdict.HOLDS and beats.id == "C6b" and "3 draws" in beats.measurement
-    assert beats.interval == "seed_item_t"
+    assert beats.estimate.method == "seed_item_t"
     same = claim_c6b(comparison({"base": 0.2, "precise": 0.5, "random": 0.62, "full": 0.6}))
-    assert same.verdict == Verdict.FAILS and same.high <= 0  # random heads do as well or better
+    assert same.verdict == Verdict.FAILS and same.estimate.high <= 0  # random heads do as well or better
     idle = claim_c6b(comparison({"base": 0.4, "precise": 0.4, "random": 0.4}))
     assert idle.verdict == Verdict.INCONCLUSIVE and idle.measurement.startswith(f"{C6Stop.NO_EFFECT.value}. ")
     tie = claim_c6b(comparison({"base": 0.2, "precise": 0.5, "random": 0.49}))
-    assert tie.verdict == Verdict.INCONCLUSIVE and tie.low < 0 < tie.high
+    assert tie.verdict == Verdict.INCONCLUSIVE and tie.estimate.low < 0 < tie.estimate.high
     assert claim_c6b(comparison({"base": 0.2, "precise": 0.5})).verdict == Verdict.NOT_MEASURED
 
 
@@ -129,6 +131,38 @@ def test_card_table_and_pareto_points():
     ]  # fmt: skip
     pts = pareto_points(cmp)
     assert len(pts) == 9 and pts["chosen"].all() and set(pts["mode"]) == {"precise", "random", "full"}
+    records = pareto_records(cmp)  # what the figure reads; the table is made of them, column for field
+    assert [p.math_gain for p in records] == pts["math_gain"].tolist() and records[0].mode == pts["mode"].iloc[0]
+    assert sweep_records(cmp) == () and list(sweep_table(cmp).columns) == []  # this comparison has no sweep
+
+
+def test_sweep_and_pareto_figures_read_the_points_and_their_intervals():
+    import dataclasses
+
+    from mathcircuits.finetune.protocol import choose_rates
+    from mathcircuits.viz import pareto_plot, sft_sweep_curves
+
+    sweep = []
+    for lr, acc in ((1e-4, 0.3), (1e-3, 0.7)):
+        r = record("precise", 0, acc, 0.5)
+        unit = dataclasses.replace(r.unit, learning_rate=lr, phase="sweep")
+        sweep.append(dataclasses.replace(r, unit=unit, math={"validation": r.math["test"]}))
+    cmp = comparison({"base": 0.2, "precise": 0.6})
+    cmp = dataclasses.replace(cmp, records=cmp.records + tuple(sweep), choices=choose_rates(sweep))
+    pts = sweep_records(cmp)
+    assert [p.learning_rate for p in pts] == [1e-4, 1e-3] and [p.selected for p in pts] == [False, True]
+    assert pts[1].accuracy.method == "wilson" and pts[1].accuracy.n == N and pts[1].accuracy.low < pts[1].accuracy.value
+    table = sweep_table(cmp)  # the saved layout (compare/sweep.csv)
+    assert list(table.columns) == ["mode", "learning_rate", "val_accuracy", "val_logp", "val_n", "selected", "at_edge"]
+    assert table.val_accuracy.tolist() == [p.accuracy.value for p in pts] and table.val_n.tolist() == [N, N]
+    line = sft_sweep_curves(pts).to_dict()["data"][0]
+    assert list(line["error_y"]["arrayminus"]) == pytest.approx(
+        [100 * (p.accuracy.value - p.accuracy.low) for p in pts]
+    )
+    points = pareto_records(cmp)
+    dots = pareto_plot(points).to_dict()["data"]
+    sweep_dots = next(d for d in dots if d["name"] == "precise (sweep)")
+    assert list(sweep_dots["y"]) == [p.math_gain for p in points if p.phase == "sweep"]
 
 
 @pytest.mark.slow  # trains tiny units end to end (about 7 s of CPU)

@@ -94,7 +94,11 @@ def test_c1_does_not_hold_on_a_dense_map():
     assert 0.15 < float(top) < 0.25
     c = claim_c1(result(per_pair, tids, ops), uncertainty=Uncertainty(n_boot=200))
     assert c.verdict == Verdict.FAILS and "shown to matter" in c.reason, c.measurement
-    assert c.low * 270 > 100 and c.low <= c.value <= c.high and c.interval == "fdr_bounds"
+    assert (
+        c.estimate.low * 270 > 100
+        and c.estimate.low <= c.estimate.value <= c.estimate.high
+        and c.estimate.method == "fdr_bounds"
+    )
     assert c.n_tests == 270 and c.correction == "benjamini_hochberg"
     units = count_heads(per_pair.flatten(1), tids, ops)  # the tests C1 reads take the 24 templates as units
     assert len(set(units.clusters)) == 24 and units.strata == ops and units.n_heads == c.n_tests
@@ -108,7 +112,7 @@ def test_c1_holds_on_a_sparse_mid_depth_map_and_its_concentration_contains_itsel
     per_pair = effects_map(gen, means, tids, sd_template=0.01, sd_pair=0.05)
     c = claim_c1(result(per_pair, tids, ops), uncertainty=Uncertainty(n_boot=300))
     assert c.verdict == Verdict.HOLDS, c.reason
-    assert c.value == c.high == pytest.approx(8 / 270)
+    assert c.estimate.value == c.estimate.high == pytest.approx(8 / 270)
     text = c.measurement.split("hold ")[1]  # "...heads hold 97% [95%, 99%] of the total |effect| (bias-corrected)"
     est, lo, hi = (float(x.strip("[]%,")) for x in text.split()[:3])
     assert lo <= est <= hi
@@ -122,7 +126,7 @@ def test_c1_is_inconclusive_when_no_head_can_be_told_apart_from_the_margin():
     means = torch.zeros(SPEC.n_layers, SPEC.n_heads)
     means[14:16, :4] = -0.1
     c = claim_c1(result(effects_map(gen, means, tids, 0.1, 0.2), tids, ops), uncertainty=Uncertainty(n_boot=100))
-    assert c.verdict == Verdict.INCONCLUSIVE and c.low < 14 / 270 < c.high, c.measurement
+    assert c.verdict == Verdict.INCONCLUSIVE and c.estimate.low < 14 / 270 < c.estimate.high, c.measurement
 
 
 # --- intervals name their method ---------------------------------------------------------------------------------
@@ -187,7 +191,7 @@ def test_the_card_and_the_report_print_each_intervals_method_and_test_count(tmp_
     means[14:16, :4] = -0.8
     patching = result(effects_map(gen, means, tids, 0.01, 0.05), tids, ops)
     card = assess_claims(patching=patching, control=control(), margin=margin(), uncertainty=Uncertainty(n_boot=200))
-    assert card["C2"].interval == card["C4"].interval == "cluster_bootstrap_t"
+    assert card["C2"].estimate.method == card["C4"].estimate.method == "cluster_bootstrap_t"
     assert card["C4"].verdict == Verdict.HOLDS and "40 random sets" in card["C4"].measurement
     lines = "\n".join(card.lines())
     assert lines.count("bootstrap-t over templates") == 2 and "270 tests, BH" in lines
@@ -195,7 +199,7 @@ def test_the_card_and_the_report_print_each_intervals_method_and_test_count(tmp_
     cell = table.loc[table["id"] == "C4", "value [interval]"].item()
     assert cell.endswith("(bootstrap-t over templates)") and "interval" not in table.columns
     back = ClaimsCard.load(card.save(tmp_path / "card.json"))
-    assert back["C1"].interval == "fdr_bounds" and back["C1"].n_tests == 270
+    assert back["C1"].estimate.method == "fdr_bounds" and back["C1"].n_tests == 270
 
 
 def test_c2_says_when_its_random_sets_are_all_there_are():

@@ -93,7 +93,7 @@ def test_c1_holds_when_a_few_mid_depth_heads_carry_the_effect():
     result = patched(deep())
     c = claim_c1(result, uncertainty=U200)  # 2 of 36 heads (the ⌈5%⌉ allowed)
     assert c.verdict == Verdict.HOLDS, c.measurement
-    assert c.value == c.high == pytest.approx(2 / 36)
+    assert c.estimate.value == c.estimate.high == pytest.approx(2 / 36)
     assert concentration(result.per_pair_heads.flatten(1).double(), 2) > 0.9  # the two readers hold > 90%
 
 
@@ -197,7 +197,7 @@ def test_c3_does_not_hold_when_sink_free_layer_mates_attend_as_much():
     raw = att.shares[..., 0] + att.shares[..., 1]
     assert float(raw[:, 0].mean()) > float(raw[:, [1, 3]].mean()) + 0.2  # the trap: raw shares favour the key head
     c = claim_c3(att, key(m, ROLE_KEYS), uncertainty=U200)
-    assert c.verdict == Verdict.FAILS and "operand heads" in c.reason and c.high <= 0, c.measurement
+    assert c.verdict == Verdict.FAILS and "operand heads" in c.reason and c.estimate.high <= 0, c.measurement
     operand = role_findings(att, key(m, ROLE_KEYS), uncertainty=U200).findings[0]
     assert operand.role == "operands" and operand.mates_as_high == operand.n_mates == 2
 
@@ -208,7 +208,7 @@ def test_c3_leaves_out_the_pairs_that_chose_the_heads():
     c = claim_c3(att, key(m, ROLE_KEYS), uncertainty=U200, chose=half)
     test = role_findings(att, key(m, ROLE_KEYS), chose=half, uncertainty=U200)
     assert test.overlap_checked and test.n_left_out == len(half)
-    assert c.n == (len(att.pair_ids) - len(half)) // 2  # classed on half of the rest, tested on the other half
+    assert c.estimate.n == (len(att.pair_ids) - len(half)) // 2  # classed on half of the rest, tested on the other half
     assert test.n_classing + test.n_testing == len(att.pair_ids) - len(half)
     assert claim_c3(att, key(m, ROLE_KEYS), chose=att.pair_ids).verdict == Verdict.NOT_MEASURED
     unknown = role_findings(att, key(m, ROLE_KEYS), uncertainty=U200)  # identification pairs unknown: none left out
@@ -234,7 +234,7 @@ def test_c4_holds_when_the_mlp_writes_the_answer_from_the_key_heads():
 
 def test_c4_does_not_hold_when_random_heads_of_the_layer_lower_the_margin_as_much():
     c = claim_c4(margin_with_null(all_readers(), [(2, 0)]), uncertainty=U200)  # every head of layer 2 is a reader
-    assert c.low > 0, c.measurement  # the key head's drop is real ...
+    assert c.estimate.low > 0, c.measurement  # the key head's drop is real ...
     assert c.verdict == Verdict.FAILS and "as much" in c.reason, c.measurement  # ... but no more than any other's
 
 

@@ -86,21 +86,30 @@ def test_import_filters_the_known_dependency_noise_only():
 
 @pytest.mark.parametrize(
     ("verb", "section"),
-    [("knockout_curve", "validation"), ("discover_circuit", "circuit"), ("faithfulness", "circuit")],
+    [
+        ("path_patch", "patching"),
+        ("knockout_curve", "validation"),
+        ("random_control", "validation"),
+        ("transfer", "validation"),
+        ("discover_circuit", "circuit"),
+        ("faithfulness", "circuit"),
+        ("helix_patch", "numbers"),
+        ("heuristic_neurons", "numbers"),
+    ],
 )
-def test_library_defaults_are_the_config_defaults(verb, section):
-    """A verb called without settings does what a run with the default config does (one source: the config)."""
-    from mathcircuits.circuit import faithfulness
+def test_verbs_take_their_config_whole_and_repeat_no_default(verb, section):
+    """A verb takes its run section whole (``config``) and repeats none of its defaults: a setting it also takes
+    as a keyword defaults to None (the config's), so the config class is the one place a default is declared."""
+    from mathcircuits import ablation, circuit, numbers, patching
     from mathcircuits.pipeline import RunConfig
 
-    fn = faithfulness if verb == "faithfulness" else getattr(mc, verb)
-    defaults = getattr(RunConfig(), section)
-    names = {f.name for f in dataclasses.fields(defaults)}
-    shared = [p for p in inspect.signature(fn).parameters.values() if p.name in names and p.default is not p.empty]
-    assert len(shared) >= 3, shared
-    for p in shared:
-        want = getattr(defaults, p.name)
-        assert p.default == want, f"{verb}({p.name}={p.default!r}) but {section}.{p.name} defaults to {want!r}"
+    fn = next(getattr(m, verb) for m in (patching, ablation, circuit, numbers) if hasattr(m, verb))
+    cls = RunConfig.sections()[section]
+    params = inspect.signature(fn).parameters
+    assert cls.__name__ in str(params["config"].annotation) and params["config"].default is None
+    names = {f.name for f in dataclasses.fields(cls)}
+    repeated = [p.name for p in params.values() if p.name in names and p.default not in (None, p.empty)]
+    assert not repeated, f"{verb} repeats the defaults of {section}.{repeated}"
 
 
 def test_hooked_model_repr_is_one_line(tiny_llama):

@@ -207,7 +207,7 @@ def test_supported_ranges_match_pyproject():
 
 @pytest.mark.integration
 def test_internal_error_is_reported_as_internal(tmp_path, capsys, monkeypatch):
-    import mathcircuits.pipeline.stages.identify as identify
+    import mathcircuits.pipeline.studies.identify.stage as identify
 
     def boom(*a, **k):
         raise KeyError("not_a_column")

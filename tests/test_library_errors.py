@@ -35,7 +35,7 @@ def test_key_heads_of_another_model_are_refused_by_every_entry_point(tiny_llama,
     means = head_means(tiny_llama, pairs)
     for call in (
         lambda: ablated_accuracy(tiny_llama, pairs, gpt2_key, means),
-        lambda: transfer(tiny_llama, {"add": pairs}, gpt2_key, means, n_random=1),
+        lambda: transfer(tiny_llama, {"add": pairs}, gpt2_key, means, n_random=1, ablation="mean"),
     ):
         with pytest.raises(SelectionError) as info:
             call()

@@ -262,14 +262,14 @@ def test_the_embedded_models_name_their_quantisation():
 
 def test_an_identify_summary_written_before_the_totals_is_refused_with_the_rerun_fix():
     """No format migrations before 1.0 (#38): a marker of an older version names what it lacks and says re-run."""
-    from mathcircuits.pipeline import STAGES
+    from mathcircuits.pipeline import stages
 
     old = {"seconds": 1.3, "correct_pairs": {"add": 8}, "patched_operations": ["add"],
            "results": {"add": {"n_pairs": 8, "seconds": 0.27, "top_heads": [[2, 2, -0.1119]]}},
            "key_heads": [[2, 2]], "key_mlps": [1], "key_head_fraction": 0.25, "rule": "topk",
            "top_heads": [[2, 2, -0.10877]], "stability": [0.795]}  # fmt: skip
     with pytest.raises(ValueError, match=r"lacks field\(s\) \['peak_memory', 'metric', 'totals', 'facts'\]") as err:
-        STAGES["identify"].summary.from_dict(old)
+        stages()["identify"].summary.from_dict(old)
     assert err.value.fix == "re-run the stage with --force (it was written by another version)"
 
 

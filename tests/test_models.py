@@ -1,7 +1,8 @@
 import pytest
 import torch
 
-from mathcircuits.models import load_hf_model, load_model, resolve_source
+from mathcircuits.models import HookedModel, from_hf, hooks, load_hf_model, load_model, resolve_source
+from mathcircuits.models.tiny import tiny_model
 
 
 @pytest.mark.parametrize("source", ["tiny-llama", "tiny-gpt2"])
@@ -28,6 +29,36 @@ def test_shape_facts_and_hook_names(tiny_llama, tiny_gpt2):
     ):
         assert cache[name].shape == (1, 8, 64)
     assert tiny_llama.hf_model is tiny_llama.bridge.original_model
+
+
+def test_the_model_runs_its_prefix_cached_forward(tiny_llama):
+    """The prefix runs once into the store (clean), the hooks see the suffix only, and the logits at the last
+    position equal the plain hooked forward's; a second runner on the same store reuses the prefix's cache."""
+    model = tiny_llama
+    toks = model.to_tokens(["1 + 2 = 3\n4 + 5 = 9\n2 + 2 =", "1 + 2 = 3\n4 + 5 = 9\n7 + 1 ="])
+    seen: list[int] = []
+    fwd = [(hooks.resid_pre(1), lambda act, hook: seen.append(act.shape[1]))]
+    store: dict = {}
+    fast = model.prefix_cached(fwd, store=store).logits_from(toks, toks.shape[1] - 1)
+    ((prefix, cache),) = store.items()
+    assert seen == [toks.shape[1] - len(prefix)] and len(prefix) >= 4  # one suffix run; the prefix ran clean
+    with torch.no_grad():
+        plain = model.bridge.run_with_hooks(toks, fwd_hooks=fwd)[:, -1:]
+    assert torch.allclose(fast, plain, atol=1e-5)
+    model.prefix_cached(store=store).logits_from(toks, toks.shape[1] - 1)
+    assert list(store) == [prefix] and store[prefix] is cache
+    bare = HookedModel(model.bridge, model.tokenizer, model.spec)  # built without the loaders' prefix runner
+    with pytest.raises(RuntimeError, match="built without its prefix-cached forward"):
+        bare.prefix_cached()
+    assert torch.allclose(bare.logits_from(toks, 2), model.logits_from(toks, 2), atol=1e-5)
+
+
+def test_the_model_says_where_and_in_what_precision_it_computes(tiny_llama):
+    assert tiny_llama.dtype == torch.float32
+    assert {tiny_llama.layer_device(l) for l in range(tiny_llama.spec.n_layers)} == {tiny_llama.device}
+    assert tiny_llama.output_device() == tiny_llama.device
+    hf, tok = tiny_model("llama", seed=0)
+    assert from_hf(hf.to(torch.float16), tok).dtype == torch.float16
 
 
 def test_no_weight_processing_keeps_raw_logits(tiny_llama):

@@ -32,11 +32,12 @@ from mathcircuits.numbers import (
     number_states,
     operand_grid,
 )
+from mathcircuits.numbers.ablation import NeuronKnockout
 from mathcircuits.numbers.patch import subspace_shifts
 from mathcircuits.numbers.probes import cohen_kappa
 from mathcircuits.numbers.reading import token_fixed_periods
 from mathcircuits.pipeline import ConfigError
-from mathcircuits.stats import Uncertainty
+from mathcircuits.stats import Interval, Uncertainty
 
 CONTEXTS = ("", "x ", "y = ")
 U20, U100, U200 = (Uncertainty(n_boot=n) for n in (20, 100, 200))  # quick bootstraps
@@ -217,7 +218,7 @@ def test_neurons_sufficient_topk_and_associated_knockout(adder_runs):
     assert 8 <= top.chosen <= 13  # 8 operand neurons write non-zero logits; the tried k after 7 is 13
     assert all(a < 0.95 for k, a in zip(top.ks, top.accuracy) if k < 8)
     ko = res.knockout
-    assert ko is not None and ko.n_random == 20 and ko.associated_accuracy < 0.2 and ko.drop_low > 0.5
+    assert ko is not None and ko.n_random == 20 and ko.associated.value < 0.2 and ko.drop.low > 0.5
     table = res.type_table()
     assert table.loc[0, "k"] == top.chosen and table.loc[0, "range a"] + table.loc[0, "range b"] >= 8
     with pytest.raises(ValueError, match="at least 20"):
@@ -314,11 +315,12 @@ def test_claim_n2_can_hold_fail_and_flag_a_subspace_illusion(embedded_models):
 
 def test_claim_n3_holds_with_few_neurons_and_fails_when_a_layer_needs_more(adder_runs):
     wide = claim_n3(adder_runs[(True, 512)][2])  # 8 of 512 neurons carry the sums: 2%
-    assert wide.verdict == Verdict.HOLDS and wide.low > 0
+    assert wide.verdict == Verdict.HOLDS and wide.estimate.low > 0
     narrow = claim_n3(adder_runs[(True, 128)][2])  # the same 8 neurons are 6% of 128
     assert narrow.verdict == Verdict.FAILS and "5%" in narrow.reason
     res = adder_runs[(True, 512)][2]
-    no_effect = dataclasses.replace(res, knockout=dataclasses.replace(res.knockout, drop_low=-0.1, drop_high=0.0))
+    unsure = dataclasses.replace(res.knockout.drop, low=-0.1, high=0.0)
+    no_effect = dataclasses.replace(res, knockout=dataclasses.replace(res.knockout, drop=unsure))
     assert claim_n3(no_effect).verdict == Verdict.FAILS
     assert claim_n3(None).verdict == Verdict.NOT_MEASURED
 
@@ -437,3 +439,17 @@ def test_the_numbers_stage_writes_its_results_and_says_what_it_skipped(tmp_path)
     assert 'id="numbers"' in paths.report.read_text() and paths.figure("numbers_spectrum").with_suffix(".html").exists()
     off = RunConfig.from_dict({"model": {"source": "tiny-llama"}})
     assert off.numbers.enabled is False
+
+
+def test_a_neuron_knockout_in_the_flat_format_loads_to_intervals_and_saves_the_same_dict():
+    from mathcircuits._codec import decode_fields, encode_fields
+
+    saved = {"n_prompts": 50, "mean_associated": 3.5, "associated_accuracy": 0.1, "associated_low": 0.04,
+             "associated_high": 0.21, "random_accuracy": 0.8, "random_low": 0.7, "random_high": 0.9,
+             "extra_drop": 0.7, "drop_low": 0.55, "drop_high": 0.82, "n_random": 20}  # fmt: skip
+    ko = decode_fields(NeuronKnockout, saved)  # how a NeuronResult reads its nested knockout
+    assert ko.associated == Interval(0.1, 0.04, 0.21, 50, method="wilson")
+    assert ko.random == Interval(0.8, 0.7, 0.9, 20, method="draw_quantiles")
+    assert ko.drop == Interval(0.7, 0.55, 0.82, 50, method="paired_bootstrap")
+    again = encode_fields(ko)
+    assert again == saved and list(again) == list(saved)

@@ -27,12 +27,21 @@ PATCHED_MODULES = {
     "mathcircuits.models.compat",
     "mathcircuits.patching.exact",
     "mathcircuits.pipeline.markers",  # a symlinked stage folder, a killed writer's leftovers (test_reliability3)
-    "mathcircuits.pipeline.stages.identify",
+    "mathcircuits.pipeline.studies.identify.stage",
     "mathcircuits.viz.export",
+}
+
+#: private modules a test imports names from on purpose, each with its reason (a new one is a decision, not a slip).
+PRIVATE_IMPORTS = {
+    # the saved format's flat keys decode to Interval fields and encode back the same: a property of the codec
+    # itself, which no public loader exposes for a nested record alone (test_numbers)
+    "mathcircuits._codec",
 }
 
 
 def _wrong_import(module: str, names: list[str]) -> bool:
+    if module in PRIVATE_IMPORTS:
+        return False
     if any(p.startswith("_") for p in module.split(".")) or any(n.startswith("_") for n in names):
         return True
     mod = importlib.import_module(module)

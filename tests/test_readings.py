@@ -111,12 +111,12 @@ def test_transfer_reading_separates_measured_sets_from_the_others():
     skipped = transfer_row("word problems", [1] * 3 + [0] * 37, None, [])
     result = TransferResult(rows=(measured, skipped), key_heads=[Head(3, 1)], n_random=3)
     text = reading_transfer(result)
-    assert f"two-digit {measured.key_ablated_accuracy:.0%} [{measured.key_low:.0%}, {measured.key_high:.0%}]" in text
-    assert f"vs random {measured.random_ablated_accuracy:.0%}" in text and "25%" in text and "95%" in text
+    assert f"two-digit {measured.key.value:.0%} [{measured.key.low:.0%}, {measured.key.high:.0%}]" in text
+    assert f"vs random {measured.random.value:.0%}" in text and "25%" in text and "95%" in text
     assert "word problems" not in text, "a skipped set is not read as measured; it goes under the chart"
     under = reading_unmeasurable(result)
     assert under.startswith("Not measurable on this model") and "two-digit" not in under
-    assert f"word problems (clean accuracy {skipped.clean_accuracy:.0%}" in under and "n=40" in under
+    assert f"word problems (clean accuracy {skipped.clean.value:.0%}" in under and "n=40" in under
     assert reading_unmeasurable(TransferResult(rows=(measured,), key_heads=[Head(3, 1)], n_random=3)) == ""
 
 

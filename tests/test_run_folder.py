@@ -23,13 +23,15 @@ from safetensors.torch import load_file
 from mathcircuits.ablation import KnockoutResult
 from mathcircuits.cli import main
 from mathcircuits.patching import PatchingResult
-from mathcircuits.pipeline import STAGES, RunConfig, RunFolderError, RunLockedError, run_pipeline
+from mathcircuits.pipeline import RunConfig, RunFolderError, RunLockedError, run_pipeline, stages
 from mathcircuits.pipeline.run import check_run_folder, done_summary, stage_status
 
 pytestmark = pytest.mark.integration  # whole pipeline runs, the CLI in a subprocess, a lock held by another process
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY_YAML = ROOT / "configs" / "tiny.yaml"
+
+STAGES = stages()
 
 
 def _cli(*args: str) -> tuple[int, str, str]:

@@ -285,6 +285,8 @@ def test_probe_similarity_curves_use_the_means():
     top1 = next(t for t in d["data"] if t.get("name") == "answer top-1 (logit lens)")
     assert list(top1["y"]) == [0, 0, 0, 1]
     assert list(top1["error_y"]["array"]) == pytest.approx((summ.lens_top1_high - summ.lens_top1).tolist())
+    margin = pr.by_layer("update_direct_margin", "add")  # the figure's intervals are the summary's
+    assert [iv.low for iv in margin] == summ.update_direct_margin_low.tolist() and margin[2].n == 3
     assert pr.first_raising_layer() == 2 and any("L2" in a.get("text", "") for a in d["layout"]["annotations"])
     assert pr.lens_top1_layer() == 3 and pr.lens_top1_layer("sub", min_share=1.0) == 3
 

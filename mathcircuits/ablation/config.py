@@ -18,36 +18,34 @@ __all__: list[str] = []
 
 @dataclass(frozen=True)
 class ValidationConfig:
-    """Knockout curves (key vs random heads) and transfer sets (paper §4).
-
-    Args:
-        knockout_ks: empty: every k in 1..K; each k costs (1 + n_random) scorings. The validate stage adds
-            k = the number of key heads (the point claim C2 reads).
-        n_random: random orders per k, drawn from all heads as in the paper's figure (the claims read the control).
-        control_draws: depth-matched random sets knocked out beside the pooled key set (claim C2's null).
-        control_pairs: fresh pairs per operation the control (and C4's MLP margin) scores, pooled.
-        margin_draws: the first ``margin_draws`` control sets are also C4's MLP margin null.
-        ablation: see :mod:`~mathcircuits.ablation.knockout` and docs/howto/knock-out-a-circuit.md. Transfer
-            sets without aligned counterfactual prompts (real word problems) use ``mean``.
-        max_pairs: the knockout pairs are *fresh*: the rows after the ``patching.max_pairs`` identify used.
-        transfer_held_in: add each operation's identification pairs to the transfer sets (``held_in``): a
-            reference, never evidence of transfer; 7 scorings per operation.
-    """
+    """Knockout curves (key vs random heads) and transfer sets (paper §4); each field's help says what it does."""
 
     knockout_max_k: int = setting(10, "knock out the top 1..K heads", ge=1)
-    knockout_ks: tuple[int, ...] = setting((), "k values of the knockout curve; empty: every k in 1..K")
-    n_random: int = setting(3, "random head sets per K (the control)", ge=1)
+    knockout_ks: tuple[int, ...] = setting(
+        (),
+        "k values of the knockout curve (each costs 1 + n_random scorings); empty: every k in 1..K. validate adds "
+        "k = the number of key heads (the point claim C2 reads)",
+    )
+    n_random: int = setting(
+        3, "random head orders per K, drawn from all heads as in the paper's figure (the control)", ge=1
+    )
     control_draws: int = setting(100, "depth-matched random non-key sets beside the key set (C2's null)", ge=1)
     control_pairs: int = setting(24, "fresh pairs per operation scored by every control draw (C2, C4)", ge=1)
     margin_draws: int = setting(100, "of the control's random sets, how many C4's MLP margin also scores", ge=1)
     transfer_draws: int = setting(20, "depth-matched random non-key sets per transfer set (C5's null)", ge=1)
     ablation: Literal["mean", "position_mean", "resample"] = setting(
-        "position_mean", "knocked-out head's value: mean over all positions, per-position mean, or resampled"
+        "position_mean",
+        "knocked-out head's value: mean over all positions, per-position mean, or resampled "
+        "(docs/howto/knock-out-a-circuit.md); transfer sets without counterfactual prompts use mean",
     )
     scope: Literal["all", "last"] = setting("all", "positions ablated: all, or the last token only")
-    max_pairs: int = setting(32, "correct pairs per operation and per transfer set", ge=1)
+    max_pairs: int = setting(
+        32, "correct pairs per operation and per transfer set; fresh: after the patching.max_pairs identify used", ge=1
+    )
     transfer_held_in: bool = setting(
-        True, "also score the identification data as transfer sets (the same heads' reference; not evidence of C5)"
+        True,
+        "also score the identification data as transfer sets (the same heads' reference; not evidence of C5; 7 "
+        "scorings per operation)",
     )
     transfer_templates: bool = setting(True, "transfer to the time-span / accumulation word templates")
     transfer_multi_digit: bool = setting(True, "transfer to two-digit operands")

@@ -2,7 +2,7 @@
 
 "Knocking out the key heads collapses accuracy" means little unless as many *other* heads do not: heads
 at the same depth may hurt as much because they sit where the answer is computed. The paper draws a few
-random heads anywhere (key heads included); this null is stricter (issue #23 review): each random set has
+random heads anywhere (key heads included); this null is stricter: each random set has
 the key set's **layer multiset**, from the **non-key** heads; the draws are distinct (every such set when
 there are at most ``n_draws``, 100: the null is then exact); all are scored on the key set's pairs with
 its ablation. The key drop gets a **percentile** and an **empirical p-value**,
@@ -32,6 +32,8 @@ from tqdm.auto import tqdm
 
 from mathcircuits._errors import FixableValueError
 from mathcircuits._io import SavedResult
+from mathcircuits._schema import configured, given
+from mathcircuits.ablation.config import ValidationConfig
 from mathcircuits.ablation.hooks import Ablation, Scope
 from mathcircuits.ablation.means import HeadMeans, PositionPool
 from mathcircuits.ablation.scorer import KnockoutScorer
@@ -209,11 +211,13 @@ def random_control(
     model: HookedModel,
     pairs: PairSet,
     key_heads: KeyComponents | Sequence[tuple[int, int]],
-    n_draws: int = 100,
+    config: ValidationConfig | None = None,
+    *,
+    n_draws: int | None = None,
     seed: int = 0,
-    ablation: Ablation = "position_mean",
+    ablation: Ablation | None = None,
     means: HeadMeans | None = None,
-    scope: Scope = "all",
+    scope: Scope | None = None,
     batch_size: int = 32,
     label: str = "",
     identification_overlap: int = -1,
@@ -223,12 +227,19 @@ def random_control(
 ) -> RandomControl:
     """Knock out the key set and ``n_draws`` depth-matched random sets of non-key heads on the same pairs.
 
-    Score *fresh* pairs, not those that chose the heads. ``n_draws`` ≥ 1 (the claims ask for 100); all sets
-    when fewer exist. ``label`` and ``identification_overlap`` are saved with the result. ``scorer``: one
-    already built on ``pairs`` (reuses its clean runs). ``pool``: for ``"position_mean"`` (a new scorer's).
+    Score *fresh* pairs, not those that chose the heads. ``config``: the settings (a run's ``validation``
+    section; None: the defaults of :class:`ValidationConfig`), of which it reads ``control_draws``,
+    ``ablation`` and ``scope``; ``n_draws``, ``ablation`` and ``scope`` replace them when given. ``n_draws`` ≥ 1
+    (the claims ask for 100); all sets when fewer exist. ``label`` and ``identification_overlap`` are saved
+    with the result. ``scorer``: one already built on ``pairs`` (reuses its clean runs). ``pool``: for
+    ``"position_mean"`` (a new scorer's).
     """
-    if n_draws < 1:
+    if n_draws is not None and n_draws < 1:
         raise FixableValueError(f"n_draws={n_draws}. ", "draw at least one random set (the claims ask for 100).")
+    cfg = configured(
+        "random_control", ValidationConfig, config, **given(control_draws=n_draws, ablation=ablation, scope=scope)
+    )
+    n_draws, ablation, scope = cfg.control_draws, cfg.ablation, cfg.scope
     pairs.require(("tokens", "answer_tokens", "n_tokens"), "random_control")
     if len(pairs) == 0:
         raise FixableValueError("random_control got no pairs. ", "pass the fresh pairs of at least one operation.")

@@ -21,9 +21,7 @@ from torch import Tensor
 
 from mathcircuits._errors import FixableValueError
 from mathcircuits.ablation.means import HeadMeans
-from mathcircuits.models import HookedModel, hooks
-from mathcircuits.models.forward.placement import layer_device
-from mathcircuits.models.forward.prefix import PrefixRunner
+from mathcircuits.models import HookedModel, PrefixRunner, hooks
 
 __all__ = [
     "Ablation",
@@ -68,7 +66,7 @@ def z_ablation_hooks(
         by_layer[l].append(h)
     out = []
     for layer, hs in by_layer.items():
-        dev = layer_device(model, layer)  # where block `layer` computes (a split model's blocks differ)
+        dev = model.layer_device(layer)  # where block `layer` computes (a split model's blocks differ)
         idx = torch.tensor(hs, device=dev)
         value = values[:, :, (layer_index or {}).get(layer, layer)][:, :, hs].to(dev)  # the heads' rows only
 
@@ -97,9 +95,9 @@ def ablated_model(
 ) -> PrefixRunner:
     """A callable tokens → logits with ``heads`` mean-ablated (position-free mean; for :func:`score_pairs`).
 
-    A :class:`~mathcircuits.models.forward.prefix.PrefixRunner`: the shared prefix runs once per batch, ablated like
-    every other position (scope ``"all"``) or clean (scope ``"last"``).
+    The model's :meth:`~mathcircuits.models.HookedModel.prefix_cached` forward: the shared prefix runs once per
+    batch, ablated like every other position (scope ``"all"``) or clean (scope ``"last"``).
     """
     check_choice("mean", scope)
     hooks_ = mean_ablation_hooks(model, heads, means, scope)
-    return PrefixRunner(model.bridge, fwd_hooks=hooks_, prefix_hooks=hooks_ if scope == "all" else None)
+    return model.prefix_cached(fwd_hooks=hooks_, prefix_hooks=hooks_ if scope == "all" else None)

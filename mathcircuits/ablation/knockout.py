@@ -26,6 +26,7 @@ import torch
 from tqdm.auto import tqdm
 
 from mathcircuits._errors import FixableTypeError, FixableValueError
+from mathcircuits._schema import configured, given
 from mathcircuits.ablation.config import ValidationConfig
 from mathcircuits.ablation.hooks import Ablation, Scope, check_choice
 from mathcircuits.ablation.means import HeadMeans, PositionPool, head_means
@@ -36,9 +37,6 @@ from mathcircuits.models import Head, HookedModel
 from mathcircuits.models.spec import ModelSpec
 from mathcircuits.patching import KeyComponents, PatchingResult
 from mathcircuits.patching.key_components import resolve_heads
-
-#: the library's defaults are the config's (the ``validation`` section of a run), defined once there
-_DEFAULT = ValidationConfig()
 
 __all__ = ["ablated_accuracy", "knockout_curve"]
 
@@ -86,13 +84,15 @@ def knockout_curve(
     model: HookedModel,
     pairs: PairSet,
     patching: PatchingResult | KeyComponents,
-    max_k: int = _DEFAULT.knockout_max_k,
-    n_random: int = _DEFAULT.n_random,
+    config: ValidationConfig | None = None,
+    *,
+    max_k: int | None = None,
+    n_random: int | None = None,
     seed: int = 0,
     means: HeadMeans | None = None,
-    scope: Scope = _DEFAULT.scope,
+    scope: Scope | None = None,
     progress: bool = False,
-    ablation: Ablation = _DEFAULT.ablation,
+    ablation: Ablation | None = None,
     ks: Sequence[int] | None = None,
     pool: PositionPool | None = None,
 ) -> KnockoutResult:
@@ -100,12 +100,18 @@ def knockout_curve(
 
     ``patching``: a :class:`~mathcircuits.patching.PatchingResult` (heads ranked by effect; finite effects)
     or a :class:`~mathcircuits.patching.KeyComponents` (its heads, in its order); computed on some of
-    the pairs of ``pairs``, it warns. ``max_k`` is capped by a selection's size. ``seed`` draws the random orders
-    and donors. ``ablation`` defaults to the config's ``validation.ablation``. ``ks``: default every k in
+    the pairs of ``pairs``, it warns. ``config``: the settings (a run's ``validation`` section; None: the
+    defaults of :class:`ValidationConfig`), of which it reads ``knockout_max_k``, ``n_random``, ``scope`` and
+    ``ablation``; ``max_k``, ``n_random``, ``scope`` and ``ablation`` replace them when given. ``max_k`` is
+    capped by a selection's size. ``seed`` draws the random orders and donors. ``ks``: default every k in
     1…max_k (0, the clean model, is always included). ``pool``: for ``"position_mean"``, counterfactual prompts
     to average over, leaving each scored pair's own out; None: the scored pairs of each template.
     """
-
+    cfg = configured(
+        "knockout_curve", ValidationConfig, config,
+        **given(knockout_max_k=max_k, n_random=n_random, scope=scope, ablation=ablation),
+    )  # fmt: skip
+    max_k, n_random, scope, ablation = cfg.knockout_max_k, cfg.n_random, cfg.scope, cfg.ablation
     spec = model.spec
     ranked = _ranked_heads(patching, spec, max_k)
     check_choice(ablation, scope)

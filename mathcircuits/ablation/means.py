@@ -17,8 +17,7 @@ from torch import Tensor, nn
 from mathcircuits._errors import FixableValueError
 from mathcircuits._io import SavedResult
 from mathcircuits.data.pairset import PairSet, Side
-from mathcircuits.models import HookedModel, hooks
-from mathcircuits.models.forward.prefix import PrefixRunner, shared_prefix_len
+from mathcircuits.models import HookedModel, hooks, shared_prefix_len
 from mathcircuits.models.spec import ModelSpec, as_spec, check_model
 
 __all__ = [
@@ -92,7 +91,7 @@ def head_means(model: HookedModel, pairs: PairSet, column: Side = "cf_tokens", b
         # the shared prefix runs once (weighted by the batch size), then the suffixes
         suffix_hooks = [(n, make(layer, 1)) for layer, n in enumerate(names)]
         prefix_hooks = [(n, make(layer, toks.shape[0])) for layer, n in enumerate(names)]
-        PrefixRunner(model.bridge, suffix_hooks, prefix_hooks).logits_from(toks, toks.shape[1] - 1)
+        model.prefix_cached(suffix_hooks, prefix_hooks).logits_from(toks, toks.shape[1] - 1)
         count += toks.numel()
     return HeadMeans(means=(total / count).float(), n_prompts=len(seqs), model=spec)
 
@@ -106,8 +105,8 @@ class PositionPool:
     The ``position_mean`` ablation replaces a head's output at each position by its mean over counterfactual
     sequences (prompt plus its own teacher-forced answer, less the last token) aligned with the scored one:
     same template and prompt length (:data:`PoolKey`). The key holds nothing of the answer: keyed on answer
-    length, the prompt positions' mean would tell the ablated head whether the answer has two digits (issue
-    #35). Prompt positions do not see the answer, so every item of the key enters their mean; an answer
+    length, the prompt positions' mean would tell the ablated head whether the answer has two digits.
+    Prompt positions do not see the answer, so every item of the key enters their mean; an answer
     position's mean is over the items whose answer reaches it. Over only a template's few scored pairs the
     mean is close to the pair's own counterfactual (a group of one *is* the identification patch), hence a
     large pool (by default every generated counterfactual) with the scored pair's own left out
@@ -169,8 +168,7 @@ class PositionPool:
 
             return fn
 
-        runner = PrefixRunner(
-            self.model.bridge,
+        runner = self.model.prefix_cached(
             [(n, grab(layer, suf, False)) for layer, n in enumerate(names)],
             [(n, grab(layer, pre, True)) for layer, n in enumerate(names)],
         )

@@ -1,7 +1,7 @@
 """Do the later MLPs write the answer *because of* the key heads? Their answer margin with the heads knocked out.
 
 The paper sees the answer rise in later MLP updates (§4.2); that does not show the MLPs *use* what the
-heads moved. The causal test (issue #23, C4): knock the key heads out and measure how much the later
+heads moved. The causal test (claim C4): knock the key heads out and measure how much the later
 MLPs' direct contribution to the answer falls.
 
 Per pair, at the position that predicts the first answer token: MLP ``l``'s update ``u_l`` moves the
@@ -33,10 +33,8 @@ from mathcircuits.ablation.hooks import Ablation, Scope, z_ablation_hooks
 from mathcircuits.ablation.means import HeadMeans
 from mathcircuits.ablation.scorer import KnockoutScorer
 from mathcircuits.data.pairset import PairSet
-from mathcircuits.models import HookedModel, hooks
+from mathcircuits.models import HookedModel, fast_paths_enabled, final_norm, hooks
 from mathcircuits.models.families import block_structure
-from mathcircuits.models.forward.integrity import fast_paths_enabled
-from mathcircuits.models.forward.readout import final_norm
 from mathcircuits.models.heads import Head
 
 __all__ = ["MLPMargin", "mlp_margin"]

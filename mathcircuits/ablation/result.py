@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field, replace
 from typing import ClassVar, Literal, TypeAlias
 
 import pandas as pd
@@ -11,10 +11,11 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
-from mathcircuits._codec import Encoded
+from mathcircuits._codec import Encoded, Fixed, FlatSpec, encode_fields
 from mathcircuits._io import SavedResult
 from mathcircuits.ablation.hooks import Ablation, Scope
 from mathcircuits.models.heads import Head
+from mathcircuits.stats import Interval
 from mathcircuits.stats.interval import DEFAULT_CONFIDENCE, wilson_interval
 
 __all__ = [
@@ -23,6 +24,14 @@ __all__ = [
     "TransferRow",
     "TransferStatus",
 ]
+
+_WILSON = Fixed("wilson")
+
+
+def _no_accuracy() -> Interval:
+    """No accuracy measured (NaN)."""
+    return Interval(math.nan, math.nan, math.nan, 0, method="wilson")
+
 
 MEASURED = "measured"
 NOT_MEASURABLE = "not measurable on this model"
@@ -91,30 +100,29 @@ class TransferRow:
 
     Args:
         held_in: the set's data found the key heads (then it is a reference, not transfer).
+        clean: accuracy on all ``n`` items, with its Wilson interval.
         status: :data:`MEASURED`, or :data:`NOT_MEASURABLE` when the clean model answers too few items.
-        key_ablated_accuracy: on the clean-correct items (NaN when not measurable).
-        random_ablated_accuracy: mean over the random head sets; its pooled Wilson interval is widened to
-            every set's accuracy.
-        key_drop: ``key_ablated_accuracy − 1``, the share of clean-correct items lost.
+        key: accuracy with the key heads ablated, on the ``n_correct`` clean-correct items (NaN when not
+            measurable). Each interval's ``n`` is the row's count of the items it was measured on.
+        random: mean accuracy over the random head sets; its pooled Wilson interval is widened to every set's
+            accuracy.
+        key_drop: ``key.value − 1``, the share of clean-correct items lost.
         ablation: how the set was ablated (``mean`` for sets without counterfactual prompts).
         p_value: among the ``n_draws`` depth-matched random sets,
             ``(1 + #{random accuracy ≤ key accuracy}) / (1 + n_draws)`` (NaN when not measurable).
+
+    Saved flat, as before the intervals were values: ``clean_accuracy``, ``clean_low``, ``clean_high``,
+    ``key_ablated_accuracy``, ``key_low``, … (the level is the :class:`TransferResult`'s ``confidence``).
     """
 
     dataset: str
     held_in: bool
     n: int
     n_correct: int
-    clean_accuracy: float
-    clean_low: float
-    clean_high: float
+    clean: Interval
     status: TransferStatus
-    key_ablated_accuracy: float = math.nan
-    key_low: float = math.nan
-    key_high: float = math.nan
-    random_ablated_accuracy: float = math.nan
-    random_low: float = math.nan
-    random_high: float = math.nan
+    key: Interval = field(default_factory=_no_accuracy)
+    random: Interval = field(default_factory=_no_accuracy)
     random_ablated_std: float = math.nan
     key_drop: float = math.nan
     random_drop: float = math.nan
@@ -122,14 +130,50 @@ class TransferRow:
     p_value: float = math.nan
     n_draws: int = 0
 
+    FLAT: ClassVar[dict[str, FlatSpec]] = {
+        "clean": {"value": "clean_accuracy", "low": "clean_low", "high": "clean_high", "n": "n", "method": _WILSON},
+        "key": {
+            "value": "key_ablated_accuracy",
+            "low": "key_low",
+            "high": "key_high",
+            "n": "n_correct",
+            "method": _WILSON,
+        },
+        "random": {
+            "value": "random_ablated_accuracy",
+            "low": "random_low",
+            "high": "random_high",
+            "n": "n_correct",
+            "method": _WILSON,
+        },
+    }
+    #: The saved keys (and the columns of :meth:`TransferResult.to_dataframe`), in their order.
+    SAVED_ORDER: ClassVar[tuple[str, ...]] = (
+        "dataset", "held_in", "n", "n_correct", "clean_accuracy", "clean_low", "clean_high", "status",
+        "key_ablated_accuracy", "key_low", "key_high", "random_ablated_accuracy", "random_low", "random_high",
+        "random_ablated_std", "key_drop", "random_drop", "ablation", "p_value", "n_draws",
+    )  # fmt: skip
+
+    def __post_init__(self) -> None:
+        # each interval counts the items it was measured on, as the row saves it: all items, or the clean-correct
+        for name, spec in self.FLAT.items():
+            iv, n = getattr(self, name), getattr(self, str(spec["n"]))
+            if (iv.n, iv.method) != (n, "wilson"):
+                object.__setattr__(self, name, replace(iv, n=n, method="wilson"))
+
     @property
     def measured(self) -> bool:
         """Whether the set was measurable (its ablated accuracies are numbers)."""
         return self.status == MEASURED
 
+    def at_level(self, confidence: float) -> TransferRow:
+        """The row with its intervals' level set to ``confidence`` (the level is saved once, by the result)."""
+        ivs = {k: replace(getattr(self, k), confidence=confidence) for k in self.FLAT}
+        return replace(self, **ivs)
+
     def to_dict(self) -> Encoded:
         """The row as a plain dict (the columns of :meth:`TransferResult.to_dataframe`)."""
-        return asdict(self)
+        return encode_fields(self)
 
 
 @dataclass(frozen=True, repr=False)
@@ -149,6 +193,10 @@ class TransferResult(SavedResult):
     STAGE = "validate"
     VERSION: ClassVar[int] = 4
 
+    def __post_init__(self) -> None:
+        # the rows' intervals are at the result's level (a row does not save its own)
+        object.__setattr__(self, "rows", tuple(r.at_level(self.confidence) for r in self.rows))
+
     def measured(self) -> list[TransferRow]:
         """The rows whose set the clean model answers well enough to measure transfer on."""
         return [r for r in self.rows if r.measured]
@@ -158,11 +206,11 @@ class TransferResult(SavedResult):
         items, each with its Wilson interval (``*_low``, ``*_high``).
         """
 
-        return pd.DataFrame([r.to_dict() for r in self.rows], columns=[f.name for f in fields(TransferRow)])
+        return pd.DataFrame([r.to_dict() for r in self.rows], columns=list(TransferRow.SAVED_ORDER))
 
     def summary_items(self) -> list[tuple[str, str]]:
         """The sets, how many were measurable, and the key heads' accuracy on each measured one."""
-        measured = "; ".join(f"{r.dataset} {r.key_ablated_accuracy:.0%}" for r in self.measured()) or "none"
+        measured = "; ".join(f"{r.dataset} {r.key.value:.0%}" for r in self.measured()) or "none"
         return [
             ("sets", str(len(self.rows))),
             ("measurable", str(len(self.measured()))),

@@ -3,7 +3,7 @@
 Within a group of one template and length, the positions every prompt and counterfactual share run once
 (a clean KV cache kept for every knockout); the clean residual entering each block is kept per batch, and
 a knockout whose lowest ablated head is in layer ``k`` runs only blocks ``k…``
-(:func:`~mathcircuits.models.forward.prefix.run_from_layer`). With ``"mean"`` at every position the prefix itself
+(:func:`~mathcircuits.models.run_from_layer`). With ``"mean"`` at every position the prefix itself
 is ablated, so its one row reruns with the hooks. Each saving is tested equal to the plain forward
 (``tests/test_fast_paths.py``). Accuracy is :func:`mathcircuits.data.score_pairs`' full-answer criterion.
 
@@ -31,22 +31,19 @@ from mathcircuits.ablation.hooks import Ablation, Scope, check_choice, z_ablatio
 from mathcircuits.ablation.means import HeadMeans, PoolKey, PositionPool, head_means
 from mathcircuits.data.batching import length_groups
 from mathcircuits.data.pairset import PairSet, Side
-from mathcircuits.models import Head, HookedModel, hooks
-from mathcircuits.models.forward.integrity import (
+from mathcircuits.models import (
+    Head,
+    HookedModel,
+    PrefixCaches,
     compare,
     fast_paths_enabled,
+    hooks,
     model_depth,
-    model_dtype,
     probe_pairs,
-    verify_once,
-)
-from mathcircuits.models.forward.placement import layer_device
-from mathcircuits.models.forward.prefix import (
-    PrefixCaches,
-    PrefixRunner,
     repeat_cache,
     run_from_layer,
     shared_prefix_len,
+    verify_once,
 )
 
 log = logging.getLogger(__name__)
@@ -143,7 +140,7 @@ class KnockoutScorer:
     def _prefix_cache(self, prefix: list[int]) -> Any:
         key = tuple(prefix)
         if key not in self._prefix:
-            runner = PrefixRunner(self.model.bridge, store=self._prefix)
+            runner = self.model.prefix_cached(store=self._prefix)
             runner.prefix_cache(torch.tensor(prefix, device=self.model.device))
         return self._prefix[key]
 
@@ -294,7 +291,7 @@ class KnockoutScorer:
         if reuse and self._mid_ok:
             resid = self._clean_batch(b)[0]
             k = min(l for l, _ in heads)
-            start = resid[k].to(layer_device(self.model, k))  # the host cache's slice, back where block k computes
+            start = resid[k].to(self.model.layer_device(k))  # the host cache's slice, back where block k computes
             try:
                 logits = run_from_layer(self.model.bridge, start, k, cache, fwd, logits_to_keep=keep)
                 return self._read(logits, rows, toks.shape[1] - keep)
@@ -310,7 +307,7 @@ class KnockoutScorer:
 def check_knockout(model: HookedModel, ablation: Ablation, scope: Scope) -> tuple[float, float]:
     """Fast knockout logits (shared prefix, resumed mid-network) against plain forwards, on probe pairs.
 
-    The run-time check of :meth:`KnockoutScorer.logits` (:mod:`mathcircuits.models.forward.integrity`): the clean
+    The run-time check of :meth:`KnockoutScorer.logits` (:func:`~mathcircuits.models.verify_once`): the clean
     model and two knockouts (a middle-layer head, then a middle and a last-layer head), both ways. Returns
     ``(largest difference, tolerance)``.
     """
@@ -321,4 +318,4 @@ def check_knockout(model: HookedModel, ablation: Ablation, scope: Scope) -> tupl
     sets: list[list[Head]] = [[], [Head(mid, 0)], [Head(mid, 0), Head(spec.n_layers - 1, spec.n_heads - 1)]]
     fast = torch.cat([torch.cat(scorer.logits(s, fast=True)) for s in sets])
     plain = torch.cat([torch.cat(scorer.logits(s, fast=False)) for s in sets])
-    return compare(fast, plain, model_dtype(model), model_depth(model))
+    return compare(fast, plain, model.dtype, model_depth(model))

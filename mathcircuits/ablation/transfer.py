@@ -26,6 +26,8 @@ from collections.abc import Mapping, Sequence
 from tqdm.auto import tqdm
 
 from mathcircuits._errors import FixableValueError
+from mathcircuits._schema import configured, given
+from mathcircuits.ablation.config import ValidationConfig
 from mathcircuits.ablation.control import depth_matched_draws
 from mathcircuits.ablation.hooks import Ablation, Scope, check_choice
 from mathcircuits.ablation.means import HeadMeans, PositionPool
@@ -35,6 +37,7 @@ from mathcircuits.data.pairset import PairSet
 from mathcircuits.models import HookedModel
 from mathcircuits.patching import KeyComponents
 from mathcircuits.patching.key_components import resolve_heads
+from mathcircuits.stats import Interval
 from mathcircuits.stats.interval import DEFAULT_CONFIDENCE, wilson_interval
 
 __all__ = [
@@ -67,9 +70,7 @@ def transfer_row(
         held_in=held_in,
         n=n,
         n_correct=k,
-        clean_accuracy=c.value,
-        clean_low=c.low,
-        clean_high=c.high,
+        clean=c,
         status=MEASURED if measurable else NOT_MEASURABLE,
         ablation=ablation,
     )
@@ -85,12 +86,15 @@ def transfer_row(
     p = (1 + sum(a <= key_acc + 1e-12 for a in per_set)) / (1 + len(per_set))
     return dataclasses.replace(
         row,
-        key_ablated_accuracy=kw.value,
-        key_low=kw.low,
-        key_high=kw.high,
-        random_ablated_accuracy=r_mean,
-        random_low=min([pooled.low, *per_set]) if per_set else nan,
-        random_high=max([pooled.high, *per_set]) if per_set else nan,
+        key=kw,
+        random=Interval(
+            r_mean,
+            min([pooled.low, *per_set]) if per_set else nan,
+            max([pooled.high, *per_set]) if per_set else nan,
+            k,
+            confidence,
+            "wilson",
+        ),
         random_ablated_std=r_std,
         key_drop=kw.value - 1.0,
         random_drop=r_mean - 1.0,
@@ -104,26 +108,34 @@ def transfer(
     eval_sets: Mapping[str, PairSet],
     key_heads: KeyComponents | Sequence[tuple[int, int]],
     means: HeadMeans | None,
-    n_random: int = 3,
+    config: ValidationConfig | None = None,
+    *,
+    n_random: int | None = None,
     seed: int = 0,
-    scope: Scope = "all",
+    scope: Scope | None = None,
     progress: bool = False,
     held_in: Sequence[str] = (),
     min_clean_accuracy: float = 0.5,
     min_correct: int = 5,
     batch_size: int = 32,
-    ablation: Ablation = "mean",
+    ablation: Ablation | None = None,
     pool: PositionPool | None = None,
 ) -> TransferResult:
     """Per dataset: clean accuracy, then key-ablated and random-ablated accuracy on the clean-correct items.
 
     ``eval_sets``: name → pairs (empty sets skipped). ``means``: for ``"mean"`` and sets without
-    ``cf_tokens`` (None: no set may need them). ``n_random``: depth-matched random sets per dataset (the
-    p-value's null). ``held_in``: sets whose data found the key heads (marked; not evidence of transfer).
+    ``cf_tokens`` (None: no set may need them). ``config``: the settings (a run's ``validation`` section;
+    None: the defaults of :class:`ValidationConfig`), of which it reads ``transfer_draws`` (depth-matched random
+    sets per dataset, the p-value's null), ``scope`` and ``ablation``; ``n_random``, ``scope`` and ``ablation``
+    replace them when given. ``held_in``: sets whose data found the key heads (marked; not evidence of transfer).
     ``pool``: for ``"position_mean"``, used for sets with ``template_id`` and ``pair_id``. Heads or means of
     another model raise an error naming both models.
     """
 
+    cfg = configured(
+        "transfer", ValidationConfig, config, **given(transfer_draws=n_random, scope=scope, ablation=ablation)
+    )
+    n_random, scope, ablation = cfg.transfer_draws, cfg.scope, cfg.ablation
     spec = model.spec
     check_choice(ablation, scope)
     key_heads = list(resolve_heads(key_heads, spec, allow_empty=True, arg="key_heads"))

@@ -37,12 +37,11 @@ from mathcircuits.analysis.roles import OP, ROLES, A, B, classify_heads, role_ma
 from mathcircuits.data import Operation
 from mathcircuits.data.pairs import operation_rows
 from mathcircuits.data.pairset import Field, PairSet
-from mathcircuits.models import Head, HookedModel, hooks
-from mathcircuits.models.forward.prefix import PrefixCaches, PrefixRunner
+from mathcircuits.models import Head, HookedModel, PrefixCaches, hooks
 from mathcircuits.models.spec import ModelSpec
 from mathcircuits.patching import KeyComponents
 from mathcircuits.patching.key_components import resolve_heads
-from mathcircuits.stats import Uncertainty
+from mathcircuits.stats import Interval, Uncertainty
 from mathcircuits.stats.bootstrap import mean_interval
 from mathcircuits.stats.interval import DEFAULT_UNCERTAINTY
 
@@ -58,6 +57,17 @@ class AttentionSettings:
     """How the attention was measured: pairs per forward pass."""
 
     batch_size: int = 16
+
+
+@dataclass(frozen=True)
+class HeadRole:
+    """One head over all pairs: its class, and its attention on the operands and on the operator in excess of
+    uniform attention's (per pair, so prompt length cancels), each with its interval over the pairs."""
+
+    head: Head
+    head_class: str
+    excess_operands: Interval
+    excess_operator: Interval
 
 
 @dataclass(frozen=True, repr=False)
@@ -160,6 +170,22 @@ class AttentionByRole(SavedResult):
         shares = torch.where(rest > 1e-6, grouped / rest.clamp(min=1e-6), torch.full_like(grouped, float("nan")))
         base = torch.stack([b[:, A] + b[:, B], b[:, OP]], -1) / (1 - self.sink_baselines).unsqueeze(-1)
         return shares, base
+
+    def head_roles(self, uncertainty: Uncertainty = DEFAULT_UNCERTAINTY) -> tuple[HeadRole, ...]:
+        """Each head's class and excess attention on operands and operator over all pairs, as in :meth:`summary`'s
+        ``all`` rows (the interval bootstraps templates within operations when each has enough, else pairs)."""
+        idx = self._rows(None)
+        grouped = self.grouped(idx)
+        templates = [self.template_ids[i] for i in idx.tolist()]
+        ops = [self.operations[i] for i in idx.tolist()]
+        lo, hi, method = mean_interval(grouped, templates, ops, uncertainty)
+        g, n, (conf, seed) = grouped.mean(0), len(idx), (uncertainty.confidence, uncertainty.seed)
+
+        def iv(i: int, j: int) -> Interval:
+            return Interval(float(g[i, j]), float(lo[i, j]), float(hi[i, j]), n, conf, method, seed)
+
+        classes = self.classify()
+        return tuple(HeadRole(h, classes[i], iv(i, 2), iv(i, 3)) for i, h in enumerate(self.heads))
 
     def summary(
         self,
@@ -322,7 +348,7 @@ def attention_by_role(
 
         # only the last query row is read: the shared prefix runs once (its keys stay in the pattern's row)
         fwd = [(hooks.pattern(layer), keep_last_row(layer)) for layer in by_layer]
-        PrefixRunner(model.bridge, fwd, store=prefixes).logits_from(toks, toks.shape[1] - 1)
+        model.prefix_cached(fwd, store=prefixes).logits_from(toks, toks.shape[1] - 1)
         for layer, head_idx in by_layer.items():
             for b, i in enumerate(idx):
                 shares[i, head_idx] = role_shares(rows[layer][b], masks[i])

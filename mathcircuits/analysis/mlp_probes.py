@@ -46,11 +46,15 @@ from mathcircuits.analysis.probe_result import PROBES, SPACES, MLPProbeResult, P
 from mathcircuits.data.pairs import token_strings
 from mathcircuits.data.pairset import PairSet
 from mathcircuits.data.render import answer_spacing
-from mathcircuits.models import HookedModel, hooks
+from mathcircuits.models import (
+    HookedModel,
+    PrefixCaches,
+    final_norm,
+    hooks,
+    unembed_columns,
+    vocab_logits,
+)
 from mathcircuits.models.families import block_structure
-from mathcircuits.models.forward.placement import unembed_columns
-from mathcircuits.models.forward.prefix import PrefixCaches, PrefixRunner
-from mathcircuits.models.forward.readout import final_norm, vocab_logits
 
 __all__ = [
     "mlp_probes",
@@ -126,7 +130,7 @@ def mlp_probes(
         raise FixableIndexError(
             f"case_row {case_row} is out of range for a pair set of {n} pairs. ", f"choose 0..{n - 1}."
         )
-    bridge, tok = model.bridge, model.tokenizer
+    tok = model.tokenizer
     n_layers = model.spec.n_layers
     ints = [v for v in (*pairs.a, *pairs.b, *(_as_int(x) for x in pairs.answers)) if v is not None]
     top = max_number if max_number is not None else max(max(ints), 9)
@@ -170,9 +174,7 @@ def mlp_probes(
 
         names = [hooks.sub(layer, k) for layer in range(n_layers) for k in kinds]
         # only the last position is read: the shared prefix runs once
-        PrefixRunner(bridge, [(name, grab(name)) for name in names], store=prefixes).logits_from(
-            toks, toks.shape[1] - 1
-        )
+        model.prefix_cached([(name, grab(name)) for name in names], store=prefixes).logits_from(toks, toks.shape[1] - 1)
         stack = {
             k: torch.stack([store[hooks.sub(layer, k)] for layer in range(n_layers)], 1) for k in kinds
         }  # [B, L, d]

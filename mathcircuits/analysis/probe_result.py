@@ -45,6 +45,9 @@ PROBES = (  # the per-pair, per-layer fields; lens_prob last
     "lens_prob",
 )
 
+#: The per-layer quantities that carry an interval (:meth:`MLPProbeResult.by_layer`).
+LayerQuantity: TypeAlias = Literal["update_direct_margin", "update_sim_answer", "lens_top1"]
+
 
 @dataclass(frozen=True)
 class ProbeSettings:
@@ -142,6 +145,25 @@ class MLPProbeResult(SavedResult):
         q = torch.quantile(boots, torch.tensor([alpha / 2, 1 - alpha / 2], dtype=boots.dtype), interpolation="nearest")
         return Interval(float(layer(data)), float(q[0]), float(q[1]), int(data.shape[0]), confidence, "bootstrap", seed)
 
+    def by_layer(
+        self, name: LayerQuantity, operation: Operation | None = None, uncertainty: Uncertainty = DEFAULT_UNCERTAINTY
+    ) -> tuple[Interval, ...]:
+        """Per layer, ``name``'s mean over the pairs of ``operation`` (all when None) with its interval: a bootstrap
+        over pairs for the direct margin and the update's cosine with the answer, Wilson for ``lens_top1`` (the
+        share of pairs whose logit lens ranks the answer top-1)."""
+        if name not in get_args(LayerQuantity):
+            raise FixableValueError(f"name={name!r} has no interval. ", f"use one of {list(get_args(LayerQuantity))}.")
+        idx = self.rows(operation)
+        n, conf = len(idx), uncertainty.confidence
+        if name == "lens_top1":
+            return tuple(wilson_interval(int(k), n, conf) for k in (self.lens_rank[idx] == 0).sum(0).tolist())
+        vals = getattr(self, name)[idx]
+        lo, hi = bootstrap_mean(vals, uncertainty)
+        return tuple(
+            Interval(m, a, b, n, conf, "bootstrap", uncertainty.seed)
+            for m, a, b in zip(vals.mean(0).tolist(), lo.tolist(), hi.tolist())
+        )
+
     def layer_summary(self, operation: Operation | None = None, uncertainty: Uncertainty = DEFAULT_UNCERTAINTY):
         """One row per layer: means (and stds) over pairs of every probe, plus top-1 logit-lens accuracy.
 
@@ -155,11 +177,10 @@ class MLPProbeResult(SavedResult):
             vals = getattr(self, name)[idx]
             out[name] = vals.mean(0).tolist()
             out[f"{name}_std"] = vals.std(0, unbiased=False).tolist()
-            if name in ("update_direct_margin", "update_sim_answer"):
-                lo, hi = bootstrap_mean(vals, uncertainty)
-                out[f"{name}_low"], out[f"{name}_high"] = lo.tolist(), hi.tolist()
-        top1 = (self.lens_rank[idx] == 0).sum(0).tolist()
-        wil = [wilson_interval(int(k), len(idx), uncertainty.confidence) for k in top1]
+            if name in get_args(LayerQuantity):
+                ivs = self.by_layer(name, operation, uncertainty)
+                out[f"{name}_low"], out[f"{name}_high"] = [iv.low for iv in ivs], [iv.high for iv in ivs]
+        wil = self.by_layer("lens_top1", operation, uncertainty)
         out["lens_top1"] = [w.value for w in wil]
         out["lens_top1_low"], out["lens_top1_high"] = [w.low for w in wil], [w.high for w in wil]
         df = pd.DataFrame(out)

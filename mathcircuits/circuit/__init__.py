@@ -10,7 +10,7 @@ faithfulness (:mod:`.intervene`, :mod:`.pool`, :mod:`.subcircuits`, :mod:`.faith
 from mathcircuits.circuit.attribution import ScreenAgreement, attribute_edges, screen_agreement
 from mathcircuits.circuit.batches import CircuitBatch, circuit_batches
 from mathcircuits.circuit.components import Receiver, Sender, upstream_senders
-from mathcircuits.circuit.config import CircuitConfig, DiscoverArgs, FaithfulnessArgs
+from mathcircuits.circuit.config import CircuitConfig
 from mathcircuits.circuit.curve import CompletenessRow, CurvePoint, Faithfulness, FaithfulnessSettings
 from mathcircuits.circuit.discover import discover_circuit
 from mathcircuits.circuit.eap import AttributionMethod, eap_scores
@@ -42,14 +42,12 @@ __all__ = [
     "CircuitSettings",
     "CompletenessRow",
     "CurvePoint",
-    "DiscoverArgs",
     "DiscoveryRound",
     "Edge",
     "EdgeBatch",
     "EdgeScores",
     "ExactAgreement",
     "Faithfulness",
-    "FaithfulnessArgs",
     "FaithfulnessSettings",
     "GraphFile",
     "IGConvergence",

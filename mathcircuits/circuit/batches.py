@@ -38,8 +38,7 @@ from mathcircuits._errors import FixableValueError
 from mathcircuits.circuit.config import ScanPositions
 from mathcircuits.data import Field, PairSet
 from mathcircuits.data.batching import iter_batches
-from mathcircuits.models import HookedModel
-from mathcircuits.models.forward.prefix import shared_prefix_len
+from mathcircuits.models import HookedModel, shared_prefix_len
 
 __all__ = [
     "CircuitBatch",

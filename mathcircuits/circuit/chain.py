@@ -15,10 +15,16 @@ from torch import Tensor
 
 from mathcircuits.circuit.components import Receiver, Sender, check_positions
 from mathcircuits.circuit.pair_cache import PairCache, position_scores, readout_of, receiver_slice, unembed
-from mathcircuits.models import HookedModel, hooks
+from mathcircuits.models import (
+    HeadOutWeights,
+    HookedModel,
+    attn_change,
+    attn_pre_norm_name,
+    head_out_weights,
+    hooks,
+    mlp_change,
+)
 from mathcircuits.models.families import BlockStructure, UnsupportedFamilyError
-from mathcircuits.models.forward.changes import attn_change, attn_pre_norm_name, mlp_change
-from mathcircuits.models.forward.placement import HeadOutWeights, head_out_weights, layer_device
 from mathcircuits.patching.metrics import Metric
 
 __all__: list[str] = []
@@ -66,7 +72,7 @@ def _deltas(
 
     def start(idx: list[int], layer: int) -> Tensor:
         heads = [j for j in idx if senders[j].kind == "head"]
-        out = torch.empty(len(idx), B * n_p, W_O.shape[-1], dtype=W_O.dtype, device=layer_device(model, layer))
+        out = torch.empty(len(idx), B * n_p, W_O.shape[-1], dtype=W_O.dtype, device=model.layer_device(layer))
         if heads:
             hs = torch.tensor([senders[j].head for j in heads], device="cpu")
             dz = (at(hooks.z(layer), cf) - at(hooks.z(layer), ref))[:, hs].transpose(0, 1)  # [h, R, d_head]
@@ -85,12 +91,12 @@ def _deltas(
         by_layer.setdefault(s.layer, []).append(j)
     # the rows live on the device of the block they pass (a model split by accelerate moves them along), the
     # cached activations on the device of the layer that made them; the result where the last block ran
-    last = layer_device(model, min(until, model.spec.n_layers - 1))
+    last = model.layer_device(min(until, model.spec.n_layers - 1))
     result = torch.empty(len(senders), B * n_p, W_O.shape[-1], dtype=W_O.dtype, device=last)
     live: list[int] = []
-    delta = torch.empty(0, B * n_p, W_O.shape[-1], dtype=W_O.dtype, device=layer_device(model, 0))
+    delta = torch.empty(0, B * n_p, W_O.shape[-1], dtype=W_O.dtype, device=model.layer_device(0))
     for m in range(until + 1):
-        delta = delta.to(layer_device(model, min(m, model.spec.n_layers - 1)))
+        delta = delta.to(model.layer_device(min(m, model.spec.n_layers - 1)))
         for layer, idx in sorted(by_layer.items()):
             new = [j for j in idx if entry(senders[j]) == m or (m == until and entry(senders[j]) >= until)]
             new = [j for j in new if j not in live]

@@ -1,8 +1,8 @@
 """Settings of circuit discovery and of the faithfulness curve, as a typed, self-checking config.
 
-Its fields are :func:`~mathcircuits.circuit.discover_circuit`'s and :func:`~mathcircuits.circuit.faithfulness`'s
-own (:meth:`CircuitConfig.discover_kwargs`, :meth:`CircuitConfig.faithfulness_kwargs`), plus how the ``circuit``
-stage draws its pairs: per operation, correct pairs of the identification templates with the chosen
+Both verbs take it whole (``discover_circuit(model, pairs, config=cfg)``, ``faithfulness(..., config=cfg)``)
+and read the fields they use; each default is declared here only. It also says how the ``circuit`` stage
+draws its pairs: per operation, correct pairs of the identification templates with the chosen
 counterfactual, split into disjoint discovery and evaluation pairs (stratified by template), and a pool of
 counterfactual prompts for the position-mean ablation.
 """
@@ -10,7 +10,7 @@ counterfactual prompts for the position-mean ablation.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal, TypeAlias, TypedDict
+from typing import Literal, TypeAlias
 
 from mathcircuits._errors import FixableValueError
 from mathcircuits._schema import check_fields, setting
@@ -20,8 +20,6 @@ from mathcircuits.stats import Uncertainty
 
 __all__ = [
     "CircuitConfig",
-    "DiscoverArgs",
-    "FaithfulnessArgs",
 ]
 
 #: Which components send edges (the ``senders`` choices of ``discover_circuit`` and ``CircuitConfig``).
@@ -39,42 +37,6 @@ AblationKind: TypeAlias = Literal["resample", "position_mean"]
 MLPMode: TypeAlias = Literal["ablate", "keep"]
 #: The primary evaluation: edge-level when edges were found (auto), or edge- or node-level.
 EvalLevel: TypeAlias = Literal["auto", "edges", "nodes"]
-
-
-class DiscoverArgs(TypedDict):
-    """The keyword arguments :meth:`CircuitConfig.discover_kwargs` gives ``discover_circuit``."""
-
-    depth: int
-    threshold: float
-    top_k: int
-    logits_top_k: int
-    senders: tuple[EdgeSender, ...]
-    receivers: tuple[ReceiverKind, ...]
-    positions: ScanPositions
-    method: EdgeMethod
-    screen: int | None
-    metric: MetricName
-    saturation_tol: float | None
-    mlps: MLPMode
-    max_nodes: int | None
-    max_seconds: float | None
-    batch_size: int
-    uncertainty: Uncertainty
-
-
-class FaithfulnessArgs(TypedDict):
-    """The keyword arguments :meth:`CircuitConfig.faithfulness_kwargs` gives ``faithfulness``."""
-
-    ablations: tuple[AblationKind, ...]
-    level: EvalLevel
-    mlps: MLPMode
-    points: int
-    n_random: int
-    plateau_tol: float
-    min_gap: float
-    completeness_sets: int
-    batch_size: int
-    uncertainty: Uncertainty
 
 
 @dataclass(frozen=True)
@@ -161,16 +123,3 @@ class CircuitConfig:
     def uncertainty(self, seed: int = 0) -> Uncertainty:
         """The bootstrap of the circuit's intervals: ``n_boot`` resamples from ``seed``."""
         return Uncertainty(n_boot=self.n_boot, seed=seed)
-
-    def discover_kwargs(self) -> DiscoverArgs:
-        """The keyword arguments of :func:`~mathcircuits.circuit.discover_circuit`."""
-        names = ("depth", "threshold", "top_k", "logits_top_k", "senders", "receivers", "positions", "method", "screen",
-                 "metric", "saturation_tol", "mlps", "max_nodes", "max_seconds", "batch_size")  # fmt: skip
-        return DiscoverArgs(**{k: getattr(self, k) for k in names}, uncertainty=self.uncertainty())
-
-    def faithfulness_kwargs(self, seed: int = 0) -> FaithfulnessArgs:
-        """The keyword arguments of :func:`~mathcircuits.circuit.faithfulness` (``seed``: its bootstrap's and
-        random circuits')."""
-        names = ("ablations", "level", "mlps", "points", "n_random", "plateau_tol", "min_gap", "completeness_sets",
-                 "batch_size")  # fmt: skip
-        return FaithfulnessArgs(**{k: getattr(self, k) for k in names}, uncertainty=self.uncertainty(seed))

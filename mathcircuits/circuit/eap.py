@@ -47,10 +47,8 @@ from mathcircuits.circuit.intervene import RunScore, answer_logprob
 from mathcircuits.circuit.mib_metric import MIBMetric, mib_readout
 from mathcircuits.circuit.pair_cache import PairCache, pair_cache
 from mathcircuits.data.pairset import PairSet
-from mathcircuits.models import HookedModel, hooks
+from mathcircuits.models import HookedModel, attn_change, attn_pre_norm_name, head_out_weights, hooks
 from mathcircuits.models.families import block_structure
-from mathcircuits.models.forward.changes import attn_change, attn_pre_norm_name
-from mathcircuits.models.forward.placement import head_out_weights
 
 __all__ = [
     "AttributionMethod",

@@ -42,12 +42,11 @@ from mathcircuits.circuit.chain import logits_effects, patched_inputs
 from mathcircuits.circuit.components import Receiver, Sender
 from mathcircuits.circuit.pair_cache import EdgeBatch, PairCache, check_request, pair_cache, receiver_slice
 from mathcircuits.circuit.reference import reference_edges
-from mathcircuits.models import HookedModel
-from mathcircuits.models.forward.integrity import (
+from mathcircuits.models import (
+    HookedModel,
     compare,
     fast_paths_enabled,
     model_depth,
-    model_dtype,
     probe_pairs,
     verify_once,
 )
@@ -175,4 +174,4 @@ def check_edges(model: HookedModel) -> tuple[float, float]:
         base = cache.clean.value(metric.target)[:, None].float().cpu()  # effects are results: on the CPU
         fast.append(a.effects + base)
         plain.append(b.effects + base)
-    return compare(torch.cat(fast), torch.cat(plain), model_dtype(model), model_depth(model))
+    return compare(torch.cat(fast), torch.cat(plain), model.dtype, model_depth(model))

@@ -35,14 +35,15 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 from tqdm.auto import tqdm
 
 from mathcircuits._errors import FixableValueError
-from mathcircuits._schema import check_arguments, expect, expect_pairs
+from mathcircuits._schema import configured, expect, expect_pairs
 from mathcircuits.circuit.batches import CircuitBatch, circuit_batches
-from mathcircuits.circuit.config import AblationKind, CircuitConfig, EvalLevel, MLPMode, ScanPositions
+from mathcircuits.circuit.config import AblationKind, CircuitConfig, MLPMode, ScanPositions
 from mathcircuits.circuit.curve import CompletenessRow, CurvePoint, Faithfulness, FaithfulnessSettings
 from mathcircuits.circuit.intervene import AblationValues, Wiring, circuit_logprob, prefix_kv
 from mathcircuits.circuit.pair_cache import position_scores
@@ -52,19 +53,14 @@ from mathcircuits.circuit.result import Circuit
 from mathcircuits.circuit.subcircuits import edge_order, random_wiring, size_grid, top_wiring
 from mathcircuits.circuit.wiring import ABLATION_KINDS, resample_values
 from mathcircuits.data.pairset import PairSet
-from mathcircuits.models import HookedModel
+from mathcircuits.models import HookedModel, PrefixCaches, repeat_cache
 from mathcircuits.models.families import block_structure
-from mathcircuits.models.forward.prefix import PrefixCaches, repeat_cache
 from mathcircuits.stats import Interval, Uncertainty
 from mathcircuits.stats.bootstrap import MIN_CLUSTERS, bootstrap_indices, cluster_bootstrap_indices
 
 __all__ = [
     "faithfulness",
 ]
-
-#: the library's defaults are the config's (the ``circuit`` section of a run), defined once there
-_DEFAULT = CircuitConfig()
-_BOOT = _DEFAULT.uncertainty()
 
 RULE = "ill-conditioned when m(M) - m(cf) < {min_gap} nats or its interval reaches 0"
 
@@ -172,30 +168,25 @@ def faithfulness(
     pairs: PairSet,
     circuit: Circuit,
     pool: PairSet | None = None,
-    ablations: Sequence[AblationKind] = _DEFAULT.ablations,
-    level: EvalLevel = _DEFAULT.level,
-    mlps: MLPMode = _DEFAULT.mlps,
-    points: int = _DEFAULT.points,
-    n_random: int = _DEFAULT.n_random,
-    plateau_tol: float = _DEFAULT.plateau_tol,
-    min_gap: float = _DEFAULT.min_gap,
-    completeness_sets: int = _DEFAULT.completeness_sets,
+    config: CircuitConfig | None = None,
+    *,
     minimality_nodes: int = 100,
-    uncertainty: Uncertainty = _BOOT,
-    batch_size: int = _DEFAULT.batch_size,
+    uncertainty: Uncertainty | None = None,
     progress: bool = False,
+    **settings: Any,
 ) -> Faithfulness:
     """The faithfulness curve of ``circuit`` on ``pairs`` (see the module docstring).
 
     Args:
         pairs: the scored pairs (keep them disjoint from the pairs that found the circuit).
         pool: counterfactual prompts for ``position_mean`` only (those with scored pairs' operands left out).
-        ablations: ``"resample"`` and/or ``"position_mean"``; the first is the primary one.
-        level: the primary evaluation: ``"edges"``, ``"nodes"``, or ``"auto"`` (edges when the circuit has any).
-        plateau_tol: fraction of the curve's span (at least :data:`~mathcircuits.circuit.plateau.PLATEAU_FLOOR`).
-        min_gap: the smallest ``m(M) − m(cf)`` (nats) that is divided by.
+        config: the settings (the ``circuit`` section of a run); None: :class:`CircuitConfig`'s defaults. It
+            reads ``ablations`` (the first is the primary one), ``level``, ``mlps``, ``points``, ``n_random``,
+            ``plateau_tol``, ``min_gap``, ``completeness_sets``, ``batch_size`` and ``n_boot``; each field's
+            meaning is its help there.
         minimality_nodes: minimality is measured when the plateau circuit has at most this many nodes.
-        uncertainty: the bootstrap; its seed also draws the random circuits.
+        uncertainty: the bootstrap; its seed also draws the random circuits. None: ``config.uncertainty()``.
+        **settings: fields of :class:`CircuitConfig` that replace the config's (``n_random=50``), checked by it.
     """
     t0 = time.perf_counter()
     expect("faithfulness", "model", model, HookedModel, "a HookedModel", "pass mc.load_model(...)'s result")
@@ -204,57 +195,59 @@ def faithfulness(
         "faithfulness", "circuit", circuit, Circuit, "a Circuit",
         "pass discover_circuit(model, pairs, key_heads)'s result; key heads alone are not a circuit",
     )  # fmt: skip
-    ranged = ("points", "n_random", "plateau_tol", "min_gap", "completeness_sets", "batch_size")
-    kw = {k: v for k, v in locals().items() if k in ranged}
-    check_arguments("faithfulness", CircuitConfig, **kw, n_boot=uncertainty.n_boot)
+    cfg = configured("faithfulness", CircuitConfig, config, **settings)
+    if uncertainty is None:
+        uncertainty = cfg.uncertainty()
+    else:
+        configured("faithfulness", CircuitConfig, cfg, n_boot=uncertainty.n_boot)  # the config's range
     confidence, seed = uncertainty.confidence, uncertainty.seed
     circuit.check_model(model)
-    if level not in ("auto", "edges", "nodes"):
-        raise FixableValueError(f"level {level!r} is unknown. ", "use 'auto', 'edges' or 'nodes'.")
     positions = circuit.settings.positions
-    scorer = Scorer(model, pairs, positions, list(ablations), pool, mlps, batch_size)
+    scorer = Scorer(model, pairs, positions, list(cfg.ablations), pool, cfg.mlps, cfg.batch_size)
     resamples, over = _resamples(scorer, uncertainty)
     gap = scorer.clean - scorer.cf
     den = ratio_intervals(gap[None], torch.ones_like(gap), resamples, confidence)[0]
     denominator = Interval(den.value, den.low, den.high, len(gap), confidence, f"bootstrap over {over}")
-    lvl = ("edges" if circuit.edges else "nodes") if level == "auto" else level
-    primary = f"{ablations[0]}/{lvl}"
-    rule = RULE.format(min_gap=min_gap)
+    lvl = ("edges" if circuit.edges else "nodes") if cfg.level == "auto" else cfg.level
+    primary = f"{cfg.ablations[0]}/{lvl}"
+    rule = RULE.format(min_gap=cfg.min_gap)
     base = dict(
         model=model.spec, operations=tuple(sorted(set(scorer.operations))),
         templates=tuple(sorted(set(scorer.templates))),
         n_pairs=len(scorer.rows), denominator=denominator, clean=float(scorer.clean.mean()),
         counterfactual=float(scorer.cf.mean()), rule=rule, primary=primary, interval_over=over, confidence=confidence,
     )  # fmt: skip
-    settings = FaithfulnessSettings(
-        ablations=list(ablations), level=lvl, mlps=mlps, points=points, n_random=n_random, plateau_tol=plateau_tol,
-        min_gap=min_gap, completeness_sets=completeness_sets, minimality_nodes=minimality_nodes,
+    recorded = FaithfulnessSettings(
+        ablations=list(cfg.ablations), level=lvl, mlps=cfg.mlps, points=cfg.points, n_random=cfg.n_random,
+        plateau_tol=cfg.plateau_tol, min_gap=cfg.min_gap, completeness_sets=cfg.completeness_sets,
+        minimality_nodes=minimality_nodes,
         n_boot=uncertainty.n_boot, seed=seed, positions=positions, metric="answer_logprob",
     )  # fmt: skip
-    if abs(den.value) < min_gap or den.low <= 0 <= den.high:
-        return Faithfulness(**base, ill_conditioned=True, settings=settings, seconds=time.perf_counter() - t0)
+    if abs(den.value) < cfg.min_gap or den.low <= 0 <= den.high:
+        return Faithfulness(**base, ill_conditioned=True, settings=recorded, seconds=time.perf_counter() - t0)
 
     order = edge_order(circuit)
     n_max = len(order) if order else len([n for n in circuit.nodes if n.kind != "logits"])
-    sizes = size_grid(n_max, points)
+    sizes = size_grid(n_max, cfg.points)
     levels = ["edges", "nodes"] if order else ["nodes"]
     parallel = block_structure(model).parallel
     spec = model.spec
     rng = random.Random(seed)
-    keys = [f"{a}/{lv}" for a in ablations for lv in levels]
+    keys = [f"{a}/{lv}" for a in cfg.ablations for lv in levels]
     values: dict[str, list[Interval]] = {}
     random_vals: list[tuple[float, ...]] = []
-    for a in tqdm(ablations, disable=not progress, desc="faithfulness curve"):
+    for a in tqdm(cfg.ablations, disable=not progress, desc="faithfulness curve"):
         for lv in levels:
             scores = scorer.score(a, [top_wiring(circuit, order, n, lv) for n in sizes])
             values[f"{a}/{lv}"] = ratio_intervals(scores - scorer.cf, gap, resamples, confidence)
-    a0 = ablations[0]
+    a0 = cfg.ablations[0]
     for n in tqdm(sizes, disable=not progress, desc="random circuits"):
-        if n == 0 or n_random == 0:
+        if n == 0 or cfg.n_random == 0:
             random_vals.append(())
             continue
         draws = [
-            random_wiring(circuit, order, n, lvl, rng, parallel, spec.n_heads, spec.n_layers) for _ in range(n_random)
+            random_wiring(circuit, order, n, lvl, rng, parallel, spec.n_heads, spec.n_layers)
+            for _ in range(cfg.n_random)
         ]
         scores = scorer.score(a0, draws)
         random_vals.append(tuple(float(x) for x in ((scores - scorer.cf).mean(1) / gap.mean()).tolist()))
@@ -269,7 +262,7 @@ def faithfulness(
         for i, n in enumerate(sizes)
     )
     size, reason, tol = find_plateau(
-        sizes, [p.faithfulness[primary] for p in curve], [p.band(confidence)[2] for p in curve], plateau_tol
+        sizes, [p.faithfulness[primary] for p in curve], [p.band(confidence)[2] for p in curve], cfg.plateau_tol
     )
     plateau = next(p for p in curve if p.size == size)
     whole = top_wiring(circuit, order, plateau.size, lvl)
@@ -280,10 +273,10 @@ def faithfulness(
     minimality: dict[str, dict[str, Interval]] = {}
     completeness: list[CompletenessRow] = []
     subsets = []
-    for _ in range(completeness_sets if len(node_list) > 1 else 0):
+    for _ in range(cfg.completeness_sets if len(node_list) > 1 else 0):
         k = [n for n in node_list if rng.random() < 0.5] or [rng.choice(node_list)]
         subsets.append(set(k))
-    for a in ablations:
+    for a in cfg.ablations:
         wirings = [whole, Wiring(whole.nodes, None, complement=True)]
         wirings += [_remove(whole, {v}) for v in mini]
         wirings += [w for K in subsets for w in (_remove(whole, K), Wiring(frozenset(K), None, complement=True))]
@@ -312,6 +305,6 @@ def faithfulness(
         necessity=necessity,
         completeness=tuple(completeness),
         minimality=minimality,
-        settings=settings,
+        settings=recorded,
         seconds=time.perf_counter() - t0,
     )

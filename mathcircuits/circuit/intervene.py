@@ -53,17 +53,17 @@ from mathcircuits.circuit.wiring import (
     record_values,
     without_mlps,
 )
-from mathcircuits.models import HookedModel
-from mathcircuits.models.families import UnsupportedFamilyError, block_structure
-from mathcircuits.models.forward.integrity import (
+from mathcircuits.models import (
+    HookedModel,
+    PrefixCaches,
     compare,
     fast_paths_enabled,
     model_depth,
-    model_dtype,
     probe_pairs,
+    repeat_cache,
     verify_once,
 )
-from mathcircuits.models.forward.prefix import PrefixCaches, repeat_cache
+from mathcircuits.models.families import UnsupportedFamilyError, block_structure
 
 #: A circuit run's score of each row from the logits at the answer's readout positions and the answer's tokens.
 RunScore: TypeAlias = Callable[[Tensor, Tensor], Tensor]
@@ -168,4 +168,4 @@ def check_circuit_run(model: HookedModel) -> tuple[float, float]:
     values = AblationValues(recorded.z[:, 8:], recorded.mlp[:, 8:], 8)
     fast = circuit_logprob(model, batch, values, wirings, fast=True)
     plain = circuit_logprob(model, batch, values, wirings, fast=False)
-    return compare(fast, plain, model_dtype(model), model_depth(model))
+    return compare(fast, plain, model.dtype, model_depth(model))

@@ -46,10 +46,8 @@ from mathcircuits.circuit.mib_result import MIB_PERCENTAGES, CurveSummary, MIBSc
 from mathcircuits.circuit.mib_run import edge_masks, masked_run
 from mathcircuits.circuit.wiring import NodeKey, input_node, prefix_kv, resample_values
 from mathcircuits.data.pairset import PairSet
-from mathcircuits.models import HookedModel
+from mathcircuits.models import HookedModel, PrefixCaches, compare, model_depth, repeat_cache, verify_once
 from mathcircuits.models.families import block_structure
-from mathcircuits.models.forward.integrity import compare, model_depth, model_dtype, verify_once
-from mathcircuits.models.forward.prefix import PrefixCaches, repeat_cache
 from mathcircuits.models.spec import check_model
 from mathcircuits.stats import Interval, IntervalMethod, Uncertainty
 from mathcircuits.stats.bootstrap import MIN_CLUSTERS, bootstrap_indices, cluster_bootstrap_indices
@@ -133,7 +131,7 @@ def _check(model: HookedModel, b: Any, values: Any, order: list[int]) -> tuple[f
     circuits = [set(), small]
     fast = masked_run(model, b, values, edge_masks(model.spec, edges, circuits), answer_logprob)
     plain = circuit_logprob(model, b, values, [_wiring(edges, c, labels, g) for c in circuits])
-    return compare(fast, plain, model_dtype(model), model_depth(model))
+    return compare(fast, plain, model.dtype, model_depth(model))
 
 
 def clean_readout(model: HookedModel, b: CircuitBatch, readout: RunScore, store: PrefixCaches) -> Tensor:

@@ -51,8 +51,7 @@ from mathcircuits.circuit.mib_metric import MIBMetric, mib_readout
 from mathcircuits.circuit.mib_result import MIB_PERCENTAGES, MIBScores
 from mathcircuits.circuit.wiring import resample_values
 from mathcircuits.data.pairset import PairSet
-from mathcircuits.models import HookedModel, hooks
-from mathcircuits.models.forward.prefix import PrefixCaches
+from mathcircuits.models import HookedModel, PrefixCaches, hooks
 from mathcircuits.models.spec import ModelSpec, check_model
 from mathcircuits.stats import Uncertainty
 from mathcircuits.stats.interval import DEFAULT_UNCERTAINTY

@@ -29,10 +29,8 @@ from mathcircuits.circuit.chain import receiver_input
 from mathcircuits.circuit.components import Receiver
 from mathcircuits.circuit.edge_scores import EdgeKey
 from mathcircuits.circuit.wiring import AblationValues, prefix_kv
-from mathcircuits.models import HookedModel, hooks
+from mathcircuits.models import HookedModel, PrefixCaches, head_out_weights, hooks, repeat_cache
 from mathcircuits.models.families import UnsupportedFamilyError, block_structure
-from mathcircuits.models.forward.placement import head_out_weights
-from mathcircuits.models.forward.prefix import PrefixCaches, repeat_cache
 
 __all__: list[str] = []
 

@@ -24,11 +24,8 @@ from transformers import Cache
 
 from mathcircuits._errors import FixableValueError
 from mathcircuits.circuit.components import Receiver, Sender
-from mathcircuits.models import HookedModel, hooks
+from mathcircuits.models import HookedModel, Readout, attn_pre_norm_name, capture, final_norm, hooks, soft_cap
 from mathcircuits.models.families import BlockStructure, block_structure
-from mathcircuits.models.forward.capture import capture
-from mathcircuits.models.forward.changes import attn_pre_norm_name
-from mathcircuits.models.forward.readout import Readout, final_norm, soft_cap
 from mathcircuits.patching.metrics import Metric
 
 __all__ = [

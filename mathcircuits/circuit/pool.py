@@ -3,7 +3,7 @@
 Wang et al. (2023, §4) ablate a head with its mean over the task's counterfactual distribution, per
 position (IOI's ABC distribution). Here the pool is counterfactual prompts of the same template, each
 followed by its pair's answer tokens (teacher forcing), averaged per template and prompt length so every
-position means the same token role. The key holds nothing of the answer (issue #35): keyed on answer
+position means the same token role. The key holds nothing of the answer: keyed on answer
 length, the prompt positions' mean would tell the ablated component whether the answer has two digits.
 Prompt positions do not see the answer, so every prompt of the key enters their mean; an answer
 position's mean is over the prompts whose answer reaches it. Only query positions are averaged (the
@@ -28,8 +28,7 @@ from mathcircuits._errors import FixableValueError
 from mathcircuits.circuit.batches import CircuitBatch, circuit_batches
 from mathcircuits.circuit.wiring import AblationValues, record_values
 from mathcircuits.data import PairSet
-from mathcircuits.models import HookedModel
-from mathcircuits.models.forward.prefix import PrefixCaches
+from mathcircuits.models import HookedModel, PrefixCaches
 
 __all__: list[str] = []
 

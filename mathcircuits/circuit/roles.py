@@ -18,8 +18,7 @@ import torch
 from mathcircuits.circuit.batches import circuit_batches
 from mathcircuits.circuit.result import Circuit
 from mathcircuits.data.pairset import PairSet
-from mathcircuits.models import HookedModel, hooks
-from mathcircuits.models.forward.capture import capture
+from mathcircuits.models import HookedModel, capture, hooks
 
 __all__ = ["label_roles"]
 

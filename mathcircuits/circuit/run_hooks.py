@@ -19,9 +19,8 @@ from mathcircuits.circuit.batches import CircuitBatch
 from mathcircuits.circuit.chain import receiver_input
 from mathcircuits.circuit.components import Receiver
 from mathcircuits.circuit.wiring import LOGITS, AblationValues, NodeKey, Wiring, input_node, upstream
-from mathcircuits.models import HookedModel, hooks
+from mathcircuits.models import HookedModel, head_out_weights, hooks
 from mathcircuits.models.families import block_structure
-from mathcircuits.models.forward.placement import head_out_weights
 
 __all__: list[str] = []
 

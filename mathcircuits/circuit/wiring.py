@@ -17,8 +17,7 @@ from mathcircuits._errors import FixableValueError
 from mathcircuits.circuit.batches import CircuitBatch
 from mathcircuits.circuit.components import Receiver, Sender
 from mathcircuits.circuit.config import AblationKind, MLPMode
-from mathcircuits.models import HookedModel, hooks
-from mathcircuits.models.forward.prefix import PrefixCaches, repeat_cache
+from mathcircuits.models import HookedModel, PrefixCaches, hooks, repeat_cache
 
 __all__ = [
     "LOGITS",

@@ -258,11 +258,7 @@ def claim_c3(
         text,
         verdict,
         reason,
-        value=iv.value,
-        low=iv.low,
-        high=iv.high,
+        Interval(iv.value, iv.low, iv.high, iv.n, method=iv.method),
         unit=f"sink-free share difference on the {weakest.role} (key − layer-mates)",
-        n=iv.n,
-        interval=iv.method,
     )
     return dataclasses.replace(c, title=_title(test.findings))

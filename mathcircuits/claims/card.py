@@ -9,14 +9,15 @@ from __future__ import annotations
 
 import enum
 import math
-from dataclasses import dataclass
-from typing import Literal, get_args
+from dataclasses import dataclass, replace
+from typing import ClassVar, Literal, get_args
 
 import pandas as pd
 
+from mathcircuits._codec import FlatSpec, encode_fields
 from mathcircuits._errors import FixableValueError
 from mathcircuits._io import SavedResult
-from mathcircuits.stats import IntervalMethod
+from mathcircuits.stats import Interval, IntervalMethod
 from mathcircuits.stats.interval import DEFAULT_CONFIDENCE, METHOD_TEXT
 
 #: How a verdict that reads many tests controls for their number (``none``: one test, or a count only).
@@ -28,6 +29,18 @@ __all__ = [
     "ClaimsCard",
     "Verdict",
 ]
+
+#: Interval methods that draw nothing: their intervals have no seed.
+_NOT_DRAWN = ("none", "wilson")
+
+
+def no_estimate(n: int = 0) -> Interval:
+    """No measured value (NaN, no interval) over ``n`` pairs/items."""
+    return Interval(math.nan, math.nan, math.nan, n, method="none")
+
+
+#: A claim's estimate when nothing was measured.
+NO_ESTIMATE = no_estimate()
 
 
 class Verdict(str, enum.Enum):
@@ -51,10 +64,14 @@ class Claim:
     """One claim of Zhang et al. (2024) and this run's verdict on it.
 
     ``paper`` is the paper's number and where it is shown (section / figure / table); ``measurement`` says this
-    run's value in words with its interval (or why there is none); ``value``/``low``/``high`` are NaN when not
-    measured; ``reason`` names the rule and the numbers it compared; ``n`` counts pairs/items/resamples (0: not
-    measured); ``interval`` is how [low, high] was drawn (``none`` without one); ``n_tests`` is how many tests the
-    verdict read (heads, sets, periods × depths) and ``correction`` how it controls for them.
+    run's value in words with its interval (or why there is none); ``estimate`` is the measured value with its
+    interval (NaN when not measured; its ``n`` counts pairs/items/resamples, 0: not measured; its ``method`` is how
+    [low, high] was drawn, ``none`` without one; its level is the card's); ``reason`` names the rule and the numbers
+    it compared; ``n_tests`` is how many tests the verdict read (heads, sets, periods × depths) and ``correction``
+    how it controls for them.
+
+    Saved flat, as before the estimate was a value: ``value``, ``low``, ``high``, ``n`` and ``interval`` (the
+    method).
     """
 
     id: str
@@ -62,23 +79,30 @@ class Claim:
     statement: str
     paper: str
     measurement: str
-    value: float
-    low: float
-    high: float
+    estimate: Interval
     unit: str
     verdict: Verdict
     reason: str
-    n: int = 0
-    interval: IntervalMethod = "none"
     n_tests: int = 0
     correction: Correction = "none"
 
+    FLAT: ClassVar[dict[str, FlatSpec]] = {
+        "estimate": {"value": "value", "low": "low", "high": "high", "n": "n", "method": "interval"}
+    }
+    #: The saved keys in their order.
+    SAVED_ORDER: ClassVar[tuple[str, ...]] = (
+        "id", "title", "statement", "paper", "measurement", "value", "low", "high", "unit", "verdict", "reason", "n",
+        "interval", "n_tests", "correction",
+    )  # fmt: skip
+
     def __post_init__(self) -> None:
-        for name, choices in (("interval", get_args(IntervalMethod)), ("correction", get_args(Correction))):
-            if getattr(self, name) not in choices:
-                raise FixableValueError(
-                    f"claim {self.id}: {name} {getattr(self, name)!r} is unknown. ", f"use one of {list(choices)}."
-                )
+        for name, value, choices in (
+            ("interval", self.estimate.method, get_args(IntervalMethod)),
+            ("correction", self.correction, get_args(Correction)),
+        ):
+            if value not in choices:
+                problem = f"claim {self.id}: {name} {value!r} is unknown. "
+                raise FixableValueError(problem, f"use one of {list(choices)}.")
         try:
             object.__setattr__(self, "verdict", Verdict(self.verdict))
         except ValueError:
@@ -87,10 +111,17 @@ class Claim:
                 f"claim {self.id}: verdict {self.verdict!r} is unknown. ", f"use one of {choices}."
             ) from None
 
+    def at_level(self, confidence: float, seed: int) -> Claim:
+        """The claim with its estimate at the card's level and seed (``seed`` −1 where nothing was drawn)."""
+        drawn = self.estimate.method not in _NOT_DRAWN
+        iv = replace(self.estimate, confidence=confidence, seed=seed if drawn else -1)
+        return self if iv == self.estimate else replace(self, estimate=iv)
+
     @property
     def interval_text(self) -> str:
         """How the interval was drawn and how many tests the verdict read, in words (``""`` when neither)."""
-        parts = [] if self.interval == "none" else [METHOD_TEXT.get(self.interval, self.interval)]
+        method = self.estimate.method
+        parts = [] if method == "none" else [METHOD_TEXT.get(method, method)]
         if self.n_tests > 1:
             fix = {"none": "uncorrected", "holm": "Holm", "bonferroni": "Bonferroni", "benjamini_hochberg": "BH"}
             fix["majority"] = "a majority must agree"
@@ -125,6 +156,10 @@ class ClaimsCard(SavedResult):
     seed: int = 0
     settings: CardSettings = CardSettings()
 
+    def __post_init__(self) -> None:
+        # every interval is at the card's level and seed (a claim does not save its own)
+        object.__setattr__(self, "claims", tuple(c.at_level(self.confidence, self.seed) for c in self.claims))
+
     def __getitem__(self, claim_id: str) -> Claim:
         for c in self.claims:
             if c.id == claim_id:
@@ -135,7 +170,8 @@ class ClaimsCard(SavedResult):
         """One row per claim, one column per field listed below."""
         cols = ["id", "title", "verdict", "value", "low", "high", "interval", "unit", "n", "n_tests", "correction"]
         cols += ["measurement", "paper", "reason"]
-        return pd.DataFrame([{c: getattr(cl, c) for c in cols} for cl in self.claims], columns=cols)
+        rows = [{**encode_fields(cl), "verdict": cl.verdict} for cl in self.claims]
+        return pd.DataFrame([{c: r[c] for c in cols} for r in rows], columns=cols)
 
     def lines(self) -> list[str]:
         """The card as a small text table (the first lines of the report stage's CLI summary)."""

@@ -84,10 +84,6 @@ def claim_c6(
         ruling.lead(text),
         ruling.verdict,
         ruling.reason,
-        value=d_math.value,
-        low=d_math.low,
-        high=d_math.high,
+        d_math,
         unit="accuracy difference (points)",
-        n=d_math.n,
-        interval=d_math.method,
     )

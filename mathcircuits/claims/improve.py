@@ -5,7 +5,7 @@ about as much as full SFT without harming generic benchmarks. Two things make th
 default:
 
 * **Training must have had an effect.** With too few steps nothing learns and "precise ≈ full" holds trivially,
-  so C6 can hold only when full SFT beats base on math (issue #23, item 6).
+  so C6 can hold only when full SFT beats base on math.
 * **Localisation needs a control.** Wang & Veitch (2025) find that optimally tuned *random* heads can do nearly
   as well as localised ones. C6b — precise beats random heads matched in depth and parameters, each at its own
   best rate — is the localisation claim, a row of its own.
@@ -120,8 +120,7 @@ def c6_verdict(d_full_base: Interval, d_precise_full: Interval, d_generic: Inter
 
 
 def _claim(cid: str, text: str, verdict: Verdict, reason: str, d: Interval) -> Claim:
-    kw = dict(value=d.value, low=d.low, high=d.high, unit="accuracy difference (points)", n=d.n, interval=d.method)
-    return claim(cid, text, verdict, reason, **kw)
+    return claim(cid, text, verdict, reason, d, unit="accuracy difference (points)")
 
 
 def _definition(cmp: UnitComparison) -> str:

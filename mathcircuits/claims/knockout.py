@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from mathcircuits.ablation import RandomControl, TransferResult
 from mathcircuits.ablation.result import MEASURED
-from mathcircuits.claims.card import Claim, Verdict
+from mathcircuits.claims.card import Claim, Verdict, no_estimate
 from mathcircuits.claims.paper import (
     C2_MIN_BASELINE,
     C2_MIN_COLLAPSE,
@@ -20,7 +20,7 @@ from mathcircuits.claims.paper import (
     not_measured,
     pair_interval,
 )
-from mathcircuits.stats import Uncertainty
+from mathcircuits.stats import Interval, Uncertainty
 from mathcircuits.stats.interval import DEFAULT_CONFIDENCE, DEFAULT_UNCERTAINTY, format_points, wilson_interval
 
 __all__: list[str] = []
@@ -78,9 +78,8 @@ def claim_c2(
             f"clean accuracy on the knockout pairs is {base:.0%} (n={n}): no accuracy to collapse",
             Verdict.INCONCLUSIVE,
             f"the clean model answers fewer than {C2_MIN_BASELINE:.0%} of the knockout pairs, so a drop cannot show",
-            value=float("nan"),
+            no_estimate(n),
             unit="accuracy change (points)",
-            n=n,
         )
     drops = control.clean_correct - control.key_correct
     iv = pair_interval(drops, control.template_ids, control.operations, uncertainty)
@@ -103,12 +102,8 @@ def claim_c2(
         text,
         verdict,
         reason,
-        value=-iv.value,
-        low=-iv.high,
-        high=-iv.low,
+        Interval(-iv.value, -iv.high, -iv.low, n, method=iv.method),
         unit="accuracy change (points)",
-        n=n,
-        interval=iv.method,
         n_tests=1,
     )
 
@@ -134,7 +129,7 @@ def claim_c5(
             "no data.heldout_templates, validation.transfer_* off, no benchmarks",
         )
     measured = [r for r in out if r.status == MEASURED]
-    skipped = [f"{r.dataset} (clean accuracy {r.clean_accuracy:.0%})" for r in out if r.status != MEASURED]
+    skipped = [f"{r.dataset} (clean accuracy {r.clean.value:.0%})" for r in out if r.status != MEASURED]
     if not measured:
         return claim(
             "C5",
@@ -146,12 +141,12 @@ def claim_c5(
         )
     verdicts = []
     for r in measured:
-        d_key = (1 - r.key_ablated_accuracy, 1 - r.key_high, 1 - r.key_low)
+        d_key = (1 - r.key.value, 1 - r.key.high, 1 - r.key.low)
         verdicts.append(drop_verdict(d_key, r.p_value, r.n_draws)[0])
     n = sum(r.n_correct for r in measured)
-    kw = wilson_interval(round(sum(r.key_ablated_accuracy * r.n_correct for r in measured)), n, confidence)
+    kw = wilson_interval(round(sum(r.key.value * r.n_correct for r in measured)), n, confidence)
     per = "; ".join(
-        f"{r.dataset}: {format_points(r.key_drop, r.key_low - 1, r.key_high - 1)} "
+        f"{r.dataset}: {format_points(r.key_drop, r.key.low - 1, r.key.high - 1)} "
         f"vs random {format_points(r.random_drop)}, p = {r.p_value:.3f} ({v})"
         for r, v in zip(measured, verdicts)
     )
@@ -174,12 +169,8 @@ def claim_c5(
         per,
         verdict,
         reason,
-        value=kw.value - 1,
-        low=kw.low - 1,
-        high=kw.high - 1,
+        Interval(kw.value - 1, kw.low - 1, kw.high - 1, n, method="wilson"),
         unit="accuracy change (points)",
-        n=n,
-        interval="wilson",
         n_tests=len(verdicts),
         correction="majority",
     )

@@ -14,7 +14,7 @@ import torch
 from mathcircuits.ablation import MLPMargin
 from mathcircuits.claims.card import Claim, Verdict, fmt_interval
 from mathcircuits.claims.paper import C_ALPHA, C_NO_BETTER, claim, not_measured, pair_interval
-from mathcircuits.stats import Uncertainty
+from mathcircuits.stats import Interval, Uncertainty
 from mathcircuits.stats.interval import DEFAULT_UNCERTAINTY
 from mathcircuits.stats.testing import null_placement
 
@@ -46,7 +46,7 @@ def claim_c4(
         f"drop {fmt_interval(iv.value, iv.low, iv.high, digits=2)}"
     )
     r = len(margin.random_heads)
-    kw = dict(value=iv.value, low=iv.low, high=iv.high, unit="logits", n=iv.n, interval=iv.method, n_tests=1)
+    kw = dict(estimate=Interval(iv.value, iv.low, iv.high, iv.n, method=iv.method), unit="logits", n_tests=1)
     if iv.high <= 0:
         return claim("C4", text, Verdict.FAILS, "the drop's interval lies at or below 0: the MLPs do not need "
                      "the key heads", **kw)  # fmt: skip

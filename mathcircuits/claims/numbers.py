@@ -19,8 +19,9 @@ from typing import Any
 
 from scipy.stats import norm
 
-from mathcircuits.claims.card import Claim, ClaimsCard, Verdict
+from mathcircuits.claims.card import NO_ESTIMATE, Claim, ClaimsCard, Verdict
 from mathcircuits.numbers import HelixPatchResult, HelixResult, NeuronResult, ProbeResult, Spectrum
+from mathcircuits.stats import Interval
 
 __all__ = [
     "claim_n1",
@@ -53,11 +54,12 @@ PAPER_N: dict[str, tuple[str, str, str]] = {
 }
 
 
-def _claim(cid: str, measurement: str, verdict: Verdict, reason: str, **kw: Any) -> Claim:
+def _claim(
+    cid: str, measurement: str, verdict: Verdict, reason: str, estimate: Interval = NO_ESTIMATE, **kw: Any
+) -> Claim:
     title, statement, paper = PAPER_N[cid]
-    nan = float("nan")
-    fields = {"value": nan, "low": nan, "high": nan, "unit": "", "n": 0} | kw
-    return Claim(cid, title, statement, paper, measurement, verdict=verdict, reason=reason, **fields)
+    fields = {"unit": ""} | kw
+    return Claim(cid, title, statement, paper, measurement, estimate, verdict=verdict, reason=reason, **fields)
 
 
 def _off(cid: str, why: str) -> Claim:
@@ -170,12 +172,8 @@ def claim_n1(spectra: Spectrum | None, probes: ProbeResult | None, why_missing: 
         text,
         verdict,
         reason,
-        value=iv.value,
-        low=iv.low,
-        high=iv.high,
+        Interval(iv.value, iv.low, iv.high, iv.n, method=iv.method),
         unit=f"Cohen's κ of mod {t}",
-        n=iv.n,
-        interval=iv.method,
         n_tests=m,
         correction="bonferroni",
     )
@@ -242,11 +240,8 @@ def claim_n2(
         text,
         verdict,
         reason,
-        value=frac[0],
-        low=frac[1],
-        high=frac[2],
+        Interval(frac[0], frac[1], frac[2], len(patch.pairs), method="none"),
         unit="helix patch / full patch (answer shift)",
-        n=len(patch.pairs),
     )
 
 
@@ -287,21 +282,22 @@ def claim_n3(neurons: NeuronResult | None, why_missing: str = "stage numbers off
         text += f"; not needed (k = 0 keeps accuracy), left out: {['L%d' % l for l in unneeded]}"
     if ko is not None:
         text += (
-            f"; associated knockout accuracy {ko.associated_accuracy:.2f}, random {ko.random_accuracy:.2f} "
-            f"[{ko.random_low:.2f}, {ko.random_high:.2f}], extra drop {ko.extra_drop:+.2f} "
-            f"[{ko.drop_low:+.2f}, {ko.drop_high:+.2f}] ({ko.n_prompts} prompts, {ko.n_random} draws)"
+            f"; associated knockout accuracy {ko.associated.value:.2f}, random {ko.random.value:.2f} "
+            f"[{ko.random.low:.2f}, {ko.random.high:.2f}], extra drop {ko.drop.value:+.2f} "
+            f"[{ko.drop.low:+.2f}, {ko.drop.high:+.2f}] ({ko.n_prompts} prompts, {ko.n_random} draws)"
         )
-    fields: dict[str, str | float] = {"unit": "extra accuracy drop (random − associated knockout)"}
-    if ko is not None:
-        fields |= {"value": ko.extra_drop, "low": ko.drop_low, "high": ko.drop_high, "n": ko.n_prompts}
-    if too_big or (ko is not None and ko.drop_high <= 0):
+    # the drop's bounds, saved (as always) without its method
+    d = ko.drop if ko is not None else None
+    estimate = NO_ESTIMATE if d is None else Interval(d.value, d.low, d.high, d.n, method="none")
+    fields: dict[str, str] = {"unit": "extra accuracy drop (random − associated knockout)"}
+    if too_big or (ko is not None and ko.drop.high <= 0):
         parts = []
         if too_big:
             parts.append(
                 f"layers {too_big} lose accuracy with {N3_MAX_SHARE:.0%} of their neurons (interval below "
                 f"1 − {neurons.margin:.2f})"
             )
-        if ko is not None and ko.drop_high <= 0:
+        if ko is not None and ko.drop.high <= 0:
             parts.append("associated neurons hurt no more than matched random ones")
         verdict, reason = Verdict.FAILS, "; ".join(parts)
     elif any(b is None for b in baseline.values()):
@@ -314,7 +310,7 @@ def claim_n3(neurons: NeuronResult | None, why_missing: str = "stage numbers off
                 "sufficient share says nothing"
             ),
         )
-    elif small and not unsure and ko is not None and ko.drop_low > 0:
+    elif small and not unsure and ko is not None and ko.drop.low > 0:
         verdict, reason = (
             Verdict.HOLDS,
             f"every needed layer (k = 0 loses accuracy) needs <= {N3_MAX_SHARE:.0%} of its neurons; extra drop "
@@ -332,7 +328,7 @@ def claim_n3(neurons: NeuronResult | None, why_missing: str = "stage numbers off
         )
     else:
         verdict, reason = Verdict.INCONCLUSIVE, "a share or the knockout interval is not decided at this sample size"
-    return _claim("N3", text, verdict, reason, **fields)
+    return _claim("N3", text, verdict, reason, estimate, **fields)
 
 
 # ----------------------------------------------------------------------------- the card

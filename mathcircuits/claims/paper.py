@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from mathcircuits.claims.card import Claim, Verdict
+from mathcircuits.claims.card import NO_ESTIMATE, Claim, Verdict
 from mathcircuits.stats import Interval, Uncertainty
 from mathcircuits.stats.small_clusters import small_cluster_interval
 
@@ -68,15 +68,17 @@ PAPER: dict[str, tuple[str, str, str]] = {
 }
 
 
-def claim(cid: str, measurement: str, verdict: Verdict, reason: str, **kw: Any) -> Claim:
+def claim(
+    cid: str, measurement: str, verdict: Verdict, reason: str, estimate: Interval = NO_ESTIMATE, **kw: Any
+) -> Claim:
     """A :class:`Claim` of the card: the paper's title, statement and number for ``cid``, and this run's reading.
 
-    ``**kw``: ``value``, ``low``, ``high``, ``unit``, ``n`` (NaN / "" / 0 when not given).
+    ``estimate``: the measured value with its interval (none when not given); ``**kw``: ``unit`` ("" when not
+    given), ``n_tests``, ``correction``.
     """
     title, statement, paper = PAPER[cid]
-    nan = float("nan")
-    fields = {"value": nan, "low": nan, "high": nan, "unit": "", "n": 0} | kw
-    return Claim(cid, title, statement, paper, measurement, verdict=verdict, reason=reason, **fields)
+    fields = {"unit": ""} | kw
+    return Claim(cid, title, statement, paper, measurement, estimate, verdict=verdict, reason=reason, **fields)
 
 
 def not_measured(cid: str, stage: str = "", what: str = "", reason: str | None = None) -> Claim:

@@ -29,10 +29,10 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from mathcircuits.claims.card import Claim, Verdict, fmt_interval
+from mathcircuits.claims.card import Claim, Verdict, fmt_interval, no_estimate
 from mathcircuits.claims.paper import C1_BAND, C1_MAX_FRACTION, C1_N_NULL, C_ALPHA, C_NO_BETTER, claim, not_measured
 from mathcircuits.patching import KeyComponents, PatchingResult
-from mathcircuits.stats import Uncertainty
+from mathcircuits.stats import Interval, Uncertainty
 from mathcircuits.stats.interval import DEFAULT_UNCERTAINTY
 from mathcircuits.stats.small_clusters import cluster_t_test
 from mathcircuits.stats.testing import benjamini_hochberg, bias_corrected_bootstrap, holm
@@ -168,8 +168,8 @@ def claim_c1(
             f"every head's effect is exactly 0 on all {e.shape[0]} pairs",
             Verdict.INCONCLUSIVE,
             "no head has any effect under this metric (a saturated answer?), so none can be counted",
+            no_estimate(int(e.shape[0])),
             unit=unit,
-            n=int(e.shape[0]),
         )
     alpha = 1 - uncertainty.confidence
     hc = count_heads(e, rows(patching.pair_templates), rows(patching.pair_operations), alpha)
@@ -227,12 +227,8 @@ def claim_c1(
         text,
         verdict,
         reason,
-        value=hc.estimate / n_heads,
-        low=hc.low / n_heads,
-        high=hc.high / n_heads,
+        Interval(hc.estimate / n_heads, hc.low / n_heads, hc.high / n_heads, int(e.shape[0]), method="fdr_bounds"),
         unit=unit,
-        n=int(e.shape[0]),
-        interval="fdr_bounds",
         n_tests=n_heads,
         correction="benjamini_hochberg",
     )

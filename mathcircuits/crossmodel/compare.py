@@ -29,11 +29,13 @@ __all__ = ["compare_runs"]
 
 
 def _claim_interval(c: Claim, spec: ModelSpec) -> Interval:
-    if math.isnan(c.value):
-        return no_interval(c.n)
+    e = c.estimate
+    if math.isnan(e.value):
+        return no_interval(e.n)
+    iv = Interval(e.value, e.low, e.high, e.n, DEFAULT_CONFIDENCE, "claim")
     if c.unit == "layer":  # C4: a layer of this model, as relative depth ("none" = n_layers → +inf)
-        return depth_interval(Interval(c.value, c.low, c.high, c.n, DEFAULT_CONFIDENCE, "claim"), spec.n_layers)
-    return Interval(c.value, c.low, c.high, c.n, DEFAULT_CONFIDENCE, "claim")
+        return depth_interval(iv, spec.n_layers)
+    return iv
 
 
 def _pair(section: str, quantity: str, unit: str, a: Interval, b: Interval, note: str = "") -> ComparedValue:
@@ -149,21 +151,8 @@ def _key_head_rows(run: RunResults, uncertainty: Uncertainty) -> list[KeyHeadRow
     key, n = run.key, run.model.n_layers
     roles: dict[Head, tuple[str, Interval, Interval]] = {}
     if run.attention is not None:
-        df = run.attention.summary(by_operation=False, uncertainty=uncertainty)
-        for r in df.to_dict("records"):
-            iv = {
-                t: Interval(
-                    r[f"excess_{t}"],
-                    r[f"excess_{t}_low"],
-                    r[f"excess_{t}_high"],
-                    int(r["n_pairs"]),
-                    uncertainty.confidence,
-                    "bootstrap",
-                    uncertainty.seed,
-                )
-                for t in ("operands", "operator")
-            }
-            roles[Head(int(r["layer"]), int(r["head"]))] = (str(r["class"]), iv["operands"], iv["operator"])
+        for r in run.attention.head_roles(uncertainty):
+            roles[r.head] = (r.head_class, r.excess_operands, r.excess_operator)
     nan = float("nan")
     rows = []
     for i, (layer, head) in enumerate(key.heads):

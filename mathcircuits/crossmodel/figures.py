@@ -188,11 +188,11 @@ def mlp_raise(runs: Sequence[RunResults], uncertainty: Uncertainty = DEFAULT_UNC
     for i, run in enumerate(runs):
         if run.probes is None:
             continue
-        df = run.probes.layer_summary(uncertainty=uncertainty)
-        depth = (df.layer / max(1, run.probes.n_layers - 1)).tolist()
+        depth = [layer / max(1, run.probes.n_layers - 1) for layer in range(run.probes.n_layers)]
         c = COLOURS[i % 2]
         for col, row in (("update_direct_margin", 1), ("lens_top1", 2)):
-            hi, lo = df[f"{col}_high"].tolist(), df[f"{col}_low"].tolist()
+            ivs = run.probes.by_layer(col, uncertainty=uncertainty)
+            hi, lo = [iv.high for iv in ivs], [iv.low for iv in ivs]
             fig.add_trace(
                 go.Scatter(
                     x=depth + depth[::-1],
@@ -209,12 +209,12 @@ def mlp_raise(runs: Sequence[RunResults], uncertainty: Uncertainty = DEFAULT_UNC
             fig.add_trace(
                 go.Scatter(
                     x=depth,
-                    y=df[col].tolist(),
+                    y=[iv.value for iv in ivs],
                     mode="lines+markers",
                     line=dict(color=c),
                     name=run.label,
                     showlegend=row == 1,
-                    customdata=df.layer.tolist(),
+                    customdata=list(range(run.probes.n_layers)),
                     hovertemplate="L%{customdata} (depth %{x:.2f}): %{y:.3f}<extra>" + run.label + "</extra>",
                 ),
                 row=row,

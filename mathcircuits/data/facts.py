@@ -2,10 +2,10 @@
 
 A held-out test of fine-tuning must not hold a fact the model was trained on. The templates render one
 fact in many wordings (``"3 + 5 ="``, ``"The sum of 3 and 5 is"``), so a held-out set deduplicated by
-prompt string still holds facts trained in another wording (issue #23, item 8: about 27% of the addition
+prompt string still holds facts trained in another wording (about 27% of the addition
 and 46% of the subtraction test items of the default run). The unit of a split is therefore the fact.
 
-The fact space is every operand pair the answer rules allow (:func:`~mathcircuits.data.operands.operand_pairs`).
+The fact space is every operand pair the answer rules allow (:func:`~mathcircuits.data.generate.operand_pairs`).
 A seeded permutation of each operation's facts is cut into consecutive parts by the given shares, so every
 part has the operations in the same proportions and no two parts share a fact.
 
@@ -22,8 +22,7 @@ import random
 from collections.abc import Collection, Mapping
 
 from mathcircuits._errors import FixableValueError
-from mathcircuits.data.generate import GenerationConfig
-from mathcircuits.data.operands import operand_pairs
+from mathcircuits.data.generate import GenerationConfig, operand_pairs
 from mathcircuits.data.pairs import PairRow
 from mathcircuits.data.pairset import PairSet
 

@@ -66,7 +66,7 @@ def score_pairs(
     """Score the model on each pair: is every answer token the greedy prediction (teacher-forced)?
 
     ``model`` maps ``[batch, seq]`` tokens to logits (a HookedModel, or ``lambda t: hf(t).logits``). With
-    ``logits_from(tokens, start)`` (:class:`~mathcircuits.models.forward.prefix.PrefixRunner`, a HookedModel) only
+    ``logits_from(tokens, start)`` (:class:`~mathcircuits.models.PrefixRunner`, a HookedModel) only
     the logits from the first answer position on are computed, each batch's shared few-shot prefix once, batches
     grouped by ``template_id`` too. Rows of different lengths share a right-padded batch (:func:`padded_groups`)
     unless ``model`` carries ``fwd_hooks``. Adds or replaces ``correct`` (every answer token right),

@@ -14,7 +14,7 @@ the file: ``add_eq_1`` ↔ ``mul_eq_1``): "2 + 4 = 6", "9 - 4 = 5", "2 * 3 = 6" 
 query's operation, and as long as the paper's. ``"mixed"`` interleaves every example of every operation
 (about four times longer). After a prefix of additions the query's operator is redundant, after a neutral
 or mixed one it is necessary, so the operator counterfactual measures what the operator token does rather
-than what the prefix already says (issue #35: with ``"same"``, the paper's, ``'2 + 4 = 6 ... 6 $ 5 = '``
+than what the prefix already says (with ``"same"``, the paper's, ``'2 + 4 = 6 ... 6 $ 5 = '``
 still names the operation). A set with one operation (word problems, exponentiation) has nothing to mix.
 
 Multi-token answers: tokenizers that split numbers into digits (Llama, SmolLM2) make "12" two tokens. The
@@ -41,7 +41,7 @@ from mathcircuits._errors import FixableTypeError
 from mathcircuits._schema import check_fields, expect, kind_of, setting
 from mathcircuits._schema import from_dict as config_from_dict
 from mathcircuits.data.mib_kinds import MIB_KINDS, mib_cf_operands
-from mathcircuits.data.operands import PairError, operand_pairs
+from mathcircuits.data.operands import PairError, compute_answer
 from mathcircuits.data.pairs import PairRow
 from mathcircuits.data.pairset import PairSet
 from mathcircuits.data.render import FewshotOperations, aligned_vocab, answer_spacing, render_pair
@@ -117,6 +117,27 @@ class GenerationConfig:
     def from_dict(cls, d: Encoded) -> "GenerationConfig":
         """Build from a mapping (lists are accepted for tuples); unknown keys are an error."""
         return config_from_dict(cls, d)
+
+
+def operand_pairs(op: Operation, cfg: GenerationConfig) -> list[tuple[int, int, str]]:
+    """Every ``(a, b, answer)`` of operation ``op`` that ``cfg``'s operand range and answer rules allow.
+
+    In a fixed order; for division, divisor and quotient are in range.
+    """
+    lo, hi = cfg.operand_range
+    out = []
+    if op == "div" and cfg.integer_only:
+        # divisor and quotient in range, dividend = divisor * quotient (as in the paper's single-digit division)
+        for b in range(max(lo, 1), hi + 1):
+            for c in range(lo, hi + 1):
+                out.append((b * c, b, str(c)))
+        return out
+    for a in range(lo, hi + 1):
+        for b in range(lo, hi + 1):
+            ans = compute_answer(op, a, b, cfg.integer_only, cfg.allow_negative)
+            if ans is not None:
+                out.append((a, b, ans))
+    return out
 
 
 def generate_pairs(

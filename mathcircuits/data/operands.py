@@ -1,4 +1,5 @@
-"""Which pairs exist: an operation's answer under the answer rules, and the operand pairs a config allows.
+"""An operation's answer under the answer rules; which operand pairs a config allows is beside the config
+(:func:`.generate.operand_pairs`).
 
 :class:`PairError` is the error of every step of building a pair (here, :mod:`.render` and :mod:`.generate`).
 """
@@ -6,13 +7,9 @@
 from __future__ import annotations
 
 from fractions import Fraction
-from typing import TYPE_CHECKING
 
 from mathcircuits._errors import FixableError
 from mathcircuits.data.templates import OPERATIONS, Operation
-
-if TYPE_CHECKING:
-    from mathcircuits.data.generate import GenerationConfig
 
 __all__ = [
     "PairError",
@@ -53,24 +50,3 @@ def compute_answer(
             return None
         return f"{float(value):.2f}".rstrip("0")
     return str(value)
-
-
-def operand_pairs(op: Operation, cfg: GenerationConfig) -> list[tuple[int, int, str]]:
-    """Every ``(a, b, answer)`` of operation ``op`` that ``cfg``'s operand range and answer rules allow.
-
-    In a fixed order; for division, divisor and quotient are in range.
-    """
-    lo, hi = cfg.operand_range
-    out = []
-    if op == "div" and cfg.integer_only:
-        # divisor and quotient in range, dividend = divisor * quotient (as in the paper's single-digit division)
-        for b in range(max(lo, 1), hi + 1):
-            for c in range(lo, hi + 1):
-                out.append((b * c, b, str(c)))
-        return out
-    for a in range(lo, hi + 1):
-        for b in range(lo, hi + 1):
-            ans = compute_answer(op, a, b, cfg.integer_only, cfg.allow_negative)
-            if ans is not None:
-                out.append((a, b, ans))
-    return out

@@ -38,15 +38,16 @@ from mathcircuits.evaluation.batching import (
     model_device,
     pad_token_id,
 )
-from mathcircuits.models.forward.integrity import (
+from mathcircuits.models import (
+    MIN_PREFIX,
     compare,
     fast_paths_enabled,
     model_depth,
     model_dtype,
     probe_tokens,
+    repeat_cache,
     verify_once,
 )
-from mathcircuits.models.forward.prefix import MIN_PREFIX, repeat_cache
 
 __all__: list[str] = []
 
@@ -177,7 +178,7 @@ def first_step_logits(
 def check_generation_cache(model: torch.nn.Module, tokenizer: Any) -> tuple[float, float]:
     """First-step logits with the prefix cache against the plain left-padded path, on probe prompts.
 
-    The run-time check of :func:`generate_greedy` (:mod:`mathcircuits.models.forward.integrity`): three prompts that
+    The run-time check of :func:`generate_greedy` (:func:`~mathcircuits.models.verify_once`): three prompts that
     share 8 tokens and end at different lengths, so the cached path pads between prefix and suffix.
     Returns ``(largest difference, tolerance)``.
     """

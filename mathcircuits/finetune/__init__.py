@@ -12,7 +12,16 @@ from mathcircuits.finetune.adapter import HeadSliceAdapter, TrainableSummary
 from mathcircuits.finetune.compare import CompareConfig
 from mathcircuits.finetune.config import SFTConfig
 from mathcircuits.finetune.data import build_sft_dataset
-from mathcircuits.finetune.effects import EffectsTable, ModeEffects, difference, effects_table
+from mathcircuits.finetune.effects import (
+    EffectsTable,
+    ModeEffects,
+    ParetoPoint,
+    SweepPoint,
+    difference,
+    effects_table,
+    pareto_records,
+    sweep_records,
+)
 from mathcircuits.finetune.layouts import LAYOUTS, KVPolicy, SliceError
 from mathcircuits.finetune.modes import Mode, ModeKind, SFTMethod
 from mathcircuits.finetune.protocol import compare_units
@@ -41,6 +50,7 @@ __all__ = [
     "ModeEffects",
     "ModeKind",
     "ParamSlice",
+    "ParetoPoint",
     "RateChoice",
     "SFTConfig",
     "SFTMethod",
@@ -48,6 +58,7 @@ __all__ = [
     "Scorers",
     "SliceError",
     "SliceSet",
+    "SweepPoint",
     "TrainableSummary",
     "Unit",
     "UnitComparison",
@@ -58,5 +69,7 @@ __all__ = [
     "difference",
     "effects_table",
     "head_slices",
+    "pareto_records",
+    "sweep_records",
     "train_sft",
 ]

@@ -14,7 +14,8 @@ Example::
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
 from typing import Literal
 
 import pandas as pd
@@ -25,12 +26,17 @@ from mathcircuits._errors import FixableValueError
 from mathcircuits.finetune.units import UnitComparison, UnitRecord
 from mathcircuits.power import seed_item_t
 from mathcircuits.stats import DeltaTable, Interval
+from mathcircuits.stats.interval import DEFAULT_CONFIDENCE, wilson_interval
 
 __all__ = [
     "EffectsTable",
     "ModeEffects",
+    "ParetoPoint",
+    "SweepPoint",
     "difference",
     "effects_table",
+    "pareto_records",
+    "sweep_records",
 ]
 
 Kind = Literal["math", "generic"]
@@ -200,18 +206,74 @@ def _mean_pct(recs: tuple[UnitRecord, ...]) -> float:
     return 100 * float(m.mean()) if m.numel() else math.nan
 
 
-def pareto_points(cmp: UnitComparison) -> pd.DataFrame:
-    """One row per trained unit: its math gain and generic change against base, on the items it was scored on.
+@dataclass(frozen=True)
+class ParetoPoint:
+    """One trained unit's math gain and generic change against base, in points, on the items it was scored on.
+
+    ``math_split``: validation (sweep units) or test (final units); ``generic_change`` is NaN without generic
+    scores; ``chosen`` marks a final unit (at its mode's chosen rate).
+    """
+
+    mode: str
+    phase: str
+    learning_rate: float
+    seed: int
+    math_split: str
+    math_gain: float
+    generic_change: float
+    math_logp_gain: float
+    chosen: bool
+
+    @staticmethod
+    def frame(points: Sequence[ParetoPoint]) -> pd.DataFrame:
+        """One row per point, one column per field (empty without points)."""
+        return pd.DataFrame([asdict(p) for p in points])
+
+
+@dataclass(frozen=True)
+class SweepPoint:
+    """One sweep unit: its validation accuracy (with its Wilson interval over the validation items) and mean
+    log-probability, whether its rate is the mode's choice, and at which edge of the grid that choice is
+    (``"largest"``, ``"smallest"``, or ``""`` inside it)."""
+
+    mode: str
+    learning_rate: float
+    accuracy: Interval
+    logp: float
+    selected: bool
+    edge: str
+
+    @staticmethod
+    def frame(points: Sequence[SweepPoint]) -> pd.DataFrame:
+        """The sweep table: ``mode``, ``learning_rate``, ``val_accuracy``, ``val_logp``, ``val_n``, ``selected``,
+        ``at_edge``."""
+        return pd.DataFrame(
+            [
+                {
+                    "mode": p.mode,
+                    "learning_rate": p.learning_rate,
+                    "val_accuracy": p.accuracy.value,
+                    "val_logp": p.logp,
+                    "val_n": p.accuracy.n,
+                    "selected": p.selected,
+                    "at_edge": p.edge,
+                }
+                for p in points
+            ]
+        )
+
+
+def pareto_records(cmp: UnitComparison) -> tuple[ParetoPoint, ...]:
+    """One :class:`ParetoPoint` per trained unit (none without a base unit).
 
     Sweep units are scored on the validation facts and the first items of each generic benchmark, final units on the
-    test facts and every generic item; each is compared with base on the same items. ``chosen`` marks a final unit at
-    the chosen rate.
+    test facts and every generic item; each is compared with base on the same items.
     """
     base = cmp.final("base")
     if not base:
-        return pd.DataFrame()
+        return ()
     b = base[0]
-    rows = []
+    points = []
     for r in cmp.records:
         if r.unit.phase == "base":
             continue
@@ -222,38 +284,51 @@ def pareto_points(cmp: UnitComparison) -> pd.DataFrame:
         if r.generic and b.generic:
             n = _generic_n([r, b])
             gen = float(scores_matrix([r], "generic", n=n).mean() - scores_matrix([b], "generic", n=n).mean())
-        rows.append(
-            {
-                "mode": r.unit.label,
-                "phase": r.unit.phase,
-                "learning_rate": r.unit.learning_rate,
-                "seed": r.unit.seed,
-                "math_split": split,
-                "math_gain": 100 * gain,
-                "generic_change": 100 * gen,
-                "math_logp_gain": lp,
-                "chosen": r.unit.phase == "final",
-            }
+        points.append(
+            ParetoPoint(
+                mode=r.unit.label,
+                phase=r.unit.phase,
+                learning_rate=r.unit.learning_rate,
+                seed=r.unit.seed,
+                math_split=split,
+                math_gain=100 * gain,
+                generic_change=100 * gen,
+                math_logp_gain=lp,
+                chosen=r.unit.phase == "final",
+            )
         )
-    return pd.DataFrame(rows)
+    return tuple(points)
+
+
+def pareto_points(cmp: UnitComparison) -> pd.DataFrame:
+    """:func:`pareto_records` as a table, one row per trained unit."""
+    return ParetoPoint.frame(pareto_records(cmp))
+
+
+def sweep_records(cmp: UnitComparison, confidence: float = DEFAULT_CONFIDENCE) -> tuple[SweepPoint, ...]:
+    """One :class:`SweepPoint` per sweep unit; the accuracy's Wilson interval is at ``confidence``."""
+    points = []
+    for r in cmp.records:
+        if r.unit.phase != "sweep":
+            continue
+        val, choice = r.math["validation"], cmp.choices[str(r.unit.mode)]
+        n = len(val.correct)
+        w = wilson_interval(round(val.accuracy * n), n, confidence)
+        points.append(
+            SweepPoint(
+                mode=str(r.unit.mode),
+                learning_rate=r.unit.learning_rate,
+                accuracy=Interval(val.accuracy, w.low, w.high, n, confidence, "wilson"),
+                logp=val.mean_logp,
+                selected=choice.learning_rate == r.unit.learning_rate,
+                edge=choice.edge,
+            )
+        )
+    return tuple(points)
 
 
 def sweep_table(cmp: UnitComparison) -> pd.DataFrame:
-    """One row per sweep unit: ``mode``, ``learning_rate``, ``val_accuracy``, ``val_logp``, ``val_n``, ``selected``
-    (the mode's chosen rate) and ``at_edge`` (whether that choice is at its grid's edge).
+    """:func:`sweep_records` as a table: ``mode``, ``learning_rate``, ``val_accuracy``, ``val_logp``, ``val_n``,
+    ``selected`` (the mode's chosen rate) and ``at_edge`` (whether that choice is at its grid's edge).
     """
-    return pd.DataFrame(
-        [
-            {
-                "mode": str(r.unit.mode),
-                "learning_rate": r.unit.learning_rate,
-                "val_accuracy": r.math["validation"].accuracy,
-                "val_logp": r.math["validation"].mean_logp,
-                "val_n": len(r.math["validation"].correct),
-                "selected": cmp.choices[str(r.unit.mode)].learning_rate == r.unit.learning_rate,
-                "at_edge": cmp.choices[str(r.unit.mode)].edge,
-            }
-            for r in cmp.records
-            if r.unit.phase == "sweep"
-        ]
-    )
+    return SweepPoint.frame(sweep_records(cmp))

@@ -47,8 +47,7 @@ from mathcircuits.finetune.hf_trainer import pad_collate, prepare_resume, traine
 from mathcircuits.finetune.methods import METHODS
 from mathcircuits.finetune.result import SFTResult
 from mathcircuits.finetune.sliceset import SliceSet
-from mathcircuits.models import ModelSpec
-from mathcircuits.models.forward.placement import check_trainable_placement
+from mathcircuits.models import ModelSpec, check_trainable_placement
 from mathcircuits.patching import KeyComponents
 
 __all__ = ["train_sft"]
@@ -77,7 +76,7 @@ def train_sft(
 
     Returns the trained adapter or model (eval mode) and its :class:`SFTResult` (also ``<output_dir>/sft_result.json``;
     the final adapter or model goes to ``<output_dir>/final``). Refuses a model split by a ``device_map``
-    (:func:`~mathcircuits.models.forward.placement.check_trainable_placement`).
+    (:func:`~mathcircuits.models.check_trainable_placement`).
     """
 
     output_dir = Path(output_dir)
@@ -202,7 +201,7 @@ def takes_logit_mask(model: torch.nn.Module) -> bool:
     """Whether ``model.forward`` accepts a boolean ``[batch, seq]`` mask as ``logits_to_keep``.
 
     Models that slice with ``slice_logits_to_keep`` (transformers 5.24: Llama, Gemma, ...) do; older releases (5.17 on
-    the GPU machine of issue #33) index ``hidden_states[:, logits_to_keep, :]`` and fail, so logits are then
+    the GPU machine's check) index ``hidden_states[:, logits_to_keep, :]`` and fail, so logits are then
     computed everywhere.
     """
     if "logits_to_keep" not in inspect.signature(model.forward).parameters:

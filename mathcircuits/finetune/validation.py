@@ -25,8 +25,8 @@ def split_validation(pool: PairSet, test: PairSet, n_validation: int, seed: int 
 def score_arithmetic(model: nn.Module, pairs: PairSet, batch_size: int = 32) -> list[int]:
     """0/1 per pair: is every answer token the model's greedy prediction (teacher-forced)?
 
-    Each template's few-shot prefix runs once (:class:`~mathcircuits.models.forward.prefix.PrefixRunner` over
-    :class:`~mathcircuits.models.forward.prefix.HFForward`); equal to the plain forward within 1e-5 (tested).
+    Each template's few-shot prefix runs once (:class:`~mathcircuits.models.PrefixRunner` over
+    :class:`~mathcircuits.models.HFForward`); equal to the plain forward within 1e-5 (tested).
     """
     device = next(model.parameters()).device
     with torch.no_grad():  # the prefix-cached forward: each template's few-shot prefix runs once

@@ -2,26 +2,29 @@
 
 It imports nothing from models/ but the spec: the forward mechanics (:mod:`.forward`) take a
 :class:`HookedModel`, so they sit above it. The prefix-cached forward behind :meth:`HookedModel.logits_from`
-is handed in by :mod:`.loading` and :mod:`.wrap`, which build it.
+and :meth:`HookedModel.prefix_cached` is handed in by :mod:`.loading` and :mod:`.wrap`, which build it.
+Studies call the model (these methods) and the public names of :mod:`mathcircuits.models`, never
+:mod:`.forward`'s modules.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 import torch
 from jaxtyping import Int
 from transformer_lens.model_bridge import TransformerBridge
-from transformers import AutoModelForCausalLM, PreTrainedTokenizerBase
+from transformers import AutoModelForCausalLM, Cache, PreTrainedTokenizerBase
 
 from mathcircuits._errors import FixableRuntimeError, FixableValueError
 from mathcircuits.models.spec import ModelSpec
 
-__all__ = [
-    "HookedModel",
-]
+__all__ = ["HookedModel", "PrefixCaches"]
+
+#: The KV caches of shared prefixes, by the prefix's tokens: filled by one runner, reused by the next.
+PrefixCaches = dict[tuple[int, ...], Cache]
 
 
 def _hook_device(module: torch.nn.Module) -> torch.device | None:
@@ -48,10 +51,15 @@ def execution_device(module: torch.nn.Module) -> torch.device:
     return torch.device("cpu")
 
 
-class LogitsFrom(Protocol):
-    """A forward that returns the logits at positions ``start…`` only (:class:`~mathcircuits.models.PrefixRunner`)."""
+@runtime_checkable
+class PrefixCached(Protocol):
+    """A forward that runs each batch's shared prefix once (:class:`~mathcircuits.models.PrefixRunner`)."""
 
     def logits_from(self, tokens: torch.Tensor, start: int) -> torch.Tensor: ...
+
+    def prefix_cache(self, prefix: torch.Tensor) -> Any: ...
+
+    def __call__(self, tokens: torch.Tensor) -> torch.Tensor: ...
 
 
 @dataclass(repr=False)
@@ -59,15 +67,15 @@ class HookedModel:
     """A TransformerBridge (hook names as HookedTransformer) with its tokenizer and shape facts.
 
     ``hf_model`` is the wrapped HF model, whose modules the bridge replaced in place (for fine-tuning use
-    :meth:`plain_hf_model` or :func:`load_hf_model`). ``prefix_runner`` builds the prefix-cached runner of
-    :meth:`logits_from` (:class:`~mathcircuits.models.PrefixRunner`, passed by the loaders); without one,
-    :meth:`logits_from` runs the whole forward.
+    :meth:`plain_hf_model` or :func:`load_hf_model`). ``prefix_runner`` builds the prefix-cached runners of
+    :meth:`prefix_cached` and :meth:`logits_from` (:class:`~mathcircuits.models.PrefixRunner`, passed by the
+    loaders); without one, :meth:`logits_from` runs the whole forward.
     """
 
     bridge: TransformerBridge
     tokenizer: PreTrainedTokenizerBase
     spec: ModelSpec
-    prefix_runner: Callable[[TransformerBridge], LogitsFrom] | None = field(default=None, compare=False)
+    prefix_runner: Callable[..., PrefixCached] | None = field(default=None, compare=False)
 
     @property
     def hf_model(self) -> torch.nn.Module:
@@ -77,6 +85,22 @@ class HookedModel:
     def device(self) -> torch.device:
         """Where inputs go: the embedding's execution device (on a model split by accelerate, not ``meta``)."""
         return execution_device(getattr(self.bridge, "embed", self.bridge))
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """The precision its forwards run in: the dtype of its first floating parameter (float32 without one)."""
+        for p in self.bridge.parameters():
+            if p.is_floating_point():
+                return p.dtype
+        return torch.float32
+
+    def layer_device(self, layer: int) -> torch.device:
+        """Where block ``layer`` computes (the blocks of a model split by accelerate differ)."""
+        return execution_device(self.bridge.blocks[layer])
+
+    def output_device(self) -> torch.device:
+        """Where the final norm and the unembedding compute: where the answer is read out."""
+        return execution_device(self.bridge.unembed)
 
     def __repr__(self) -> str:
         # one line: the bridge's own repr lists every module (thousands of lines)
@@ -110,6 +134,24 @@ class HookedModel:
         if self.prefix_runner is None:
             return self.bridge(tokens)[:, start:]
         return self.prefix_runner(self.bridge).logits_from(tokens, start)
+
+    def prefix_cached(
+        self,
+        fwd_hooks: Sequence[tuple[str, Any]] = (),
+        prefix_hooks: Sequence[tuple[str, Any]] | None = None,
+        store: PrefixCaches | None = None,
+    ) -> PrefixCached:
+        """This model's forward with ``fwd_hooks``, each batch's shared prefix run once (checked on first use).
+
+        ``prefix_hooks`` act on the prefix run (``None``: clean); ``store`` shares prefix KV caches between runners
+        with the same ``prefix_hooks``. See :class:`~mathcircuits.models.PrefixRunner`.
+        """
+        if self.prefix_runner is None:
+            raise FixableRuntimeError(
+                "this HookedModel was built without its prefix-cached forward. ",
+                "build it with mathcircuits.models.load_model or wrap.",
+            )
+        return self.prefix_runner(self.bridge, fwd_hooks, prefix_hooks, store=store)
 
     def plain_hf_model(self) -> torch.nn.Module:
         """A separate plain HF model with this model's current weights, for fine-tuning or ``save_pretrained``.

@@ -8,14 +8,15 @@ prompt has associated ones, never an associated one.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch import Tensor
 
+from mathcircuits._codec import Fixed, FlatSpec
 from mathcircuits.numbers.grid import mlp_post
 from mathcircuits.numbers.results import quantile
-from mathcircuits.stats import Uncertainty
+from mathcircuits.stats import Interval, Uncertainty
 from mathcircuits.stats.bootstrap import paired_bootstrap
 from mathcircuits.stats.interval import wilson_interval
 
@@ -40,20 +41,34 @@ class LayerTopK:
 
 @dataclass(frozen=True)
 class NeuronKnockout:
-    """Associated-neuron knockout against layer-matched random knockouts (:mod:`.neurons`, point 4)."""
+    """Associated-neuron knockout against layer-matched random knockouts (:mod:`.neurons`, point 4).
+
+    ``associated``: accuracy with each prompt's associated neurons knocked out (Wilson over the ``n_prompts``);
+    ``random``: the mean accuracy of the ``n_random`` random knockouts, with their spread (the draws' quantiles);
+    ``drop``: how much more the associated knockout loses (paired bootstrap over prompts). Saved flat, as before
+    the intervals were values (``associated_accuracy``, ``associated_low``, …, ``extra_drop``, ``drop_low``,
+    ``drop_high``); the level and seed are not saved (the run's).
+    """
 
     n_prompts: int
     mean_associated: float
-    associated_accuracy: float
-    associated_low: float
-    associated_high: float
-    random_accuracy: float
-    random_low: float
-    random_high: float
-    extra_drop: float
-    drop_low: float
-    drop_high: float
+    associated: Interval
+    random: Interval
+    drop: Interval
     n_random: int
+
+    FLAT: ClassVar[dict[str, FlatSpec]] = {
+        "associated": {"value": "associated_accuracy", "low": "associated_low", "high": "associated_high",
+                       "n": "n_prompts", "method": Fixed("wilson")},
+        "random": {"value": "random_accuracy", "low": "random_low", "high": "random_high", "n": "n_random",
+                   "method": Fixed("draw_quantiles")},
+        "drop": {"value": "extra_drop", "low": "drop_low", "high": "drop_high", "n": "n_prompts",
+                 "method": Fixed("paired_bootstrap")},
+    }  # fmt: skip
+    SAVED_ORDER: ClassVar[tuple[str, ...]] = (
+        "n_prompts", "mean_associated", "associated_accuracy", "associated_low", "associated_high",
+        "random_accuracy", "random_low", "random_high", "extra_drop", "drop_low", "drop_high", "n_random",
+    )  # fmt: skip
 
 
 def ablate(masks: dict[int, Tensor], means: dict[int, Tensor]) -> list[tuple[str, Any]]:
@@ -87,17 +102,19 @@ def summarise_knockout(per: dict[str, list[Any]], n_random: int, uncertainty: Un
     draws = rand.mean(0)
     alpha = 1 - uncertainty.confidence
     d = paired_bootstrap(rand.mean(1), assoc, uncertainty)
+    spread = Interval(
+        float(draws.mean()),
+        float(quantile(draws, alpha / 2)),
+        float(quantile(draws, 1 - alpha / 2)),
+        n_random,
+        uncertainty.confidence,
+        "draw_quantiles",
+    )
     return NeuronKnockout(
         n_prompts=len(assoc),
         mean_associated=float(count.mean()),
-        associated_accuracy=a_iv.value,
-        associated_low=a_iv.low,
-        associated_high=a_iv.high,
-        random_accuracy=float(draws.mean()),
-        random_low=float(quantile(draws, alpha / 2)),
-        random_high=float(quantile(draws, 1 - alpha / 2)),
-        extra_drop=d.value,
-        drop_low=d.low,
-        drop_high=d.high,
+        associated=a_iv,
+        random=spread,
+        drop=d,
         n_random=n_random,
     )

@@ -10,7 +10,7 @@ logits there. One pass records:
 * what chosen heads and MLPs add to the residual at the last position, and the final residual, so their direct
   effect on any token's logit is exact: ``(LN(x) − LN(x − c)) · W_U[:, t]`` with the model's own final norm.
 
-Every pass is a :class:`~mathcircuits.models.forward.suffix.SuffixRunner` (prefix and operands run once).
+Every pass is a :class:`~mathcircuits.models.SuffixRunner` (prefix and operands run once).
 
 Example::
 
@@ -34,10 +34,8 @@ from mathcircuits.data import GenerationConfig, PairSet, generate_pairs
 from mathcircuits.data.batching import length_groups
 from mathcircuits.data.render import answer_spacing
 from mathcircuits.data.templates import TemplateSet
-from mathcircuits.models import HookedModel, hooks
+from mathcircuits.models import HookedModel, SuffixRunner, head_out_weight, hooks, unembed_columns
 from mathcircuits.models.families import block_structure
-from mathcircuits.models.forward.placement import head_out_weight, output_device, unembed_columns
-from mathcircuits.models.forward.suffix import SuffixRunner
 
 __all__ = [
     "GridCapture",
@@ -130,7 +128,7 @@ class GridCapture:
         """Each component's exact direct effect on the logits of ``tokens``: ``(LN(x) − LN(x − c)) · W_U``."""
         structure = block_structure(model)
         norm = getattr(model.bridge, structure.final_norm)
-        dev = output_device(model)  # where the final norm and the unembedding compute
+        dev = model.output_device()  # where the final norm and the unembedding compute
         w_u = unembed_columns(model, torch.tensor(list(tokens), device=dev))[0].float()
         with torch.no_grad():
             full = norm(self.final.to(dev)).float()
@@ -144,7 +142,7 @@ class GridCapture:
         """Each component's exact direct effect on each prompt's own answer logit (its first token)."""
         structure = block_structure(model)
         norm = getattr(model.bridge, structure.final_norm)
-        dev = output_device(model)  # where the final norm and the unembedding compute
+        dev = model.output_device()  # where the final norm and the unembedding compute
         w_u = unembed_columns(model, self.answer)[0].T.float()  # [prompt, d_model]
         with torch.no_grad():
             full = norm(self.final.to(dev)).float()

@@ -39,22 +39,23 @@ from torch import Tensor
 
 from mathcircuits._errors import FixableValueError
 from mathcircuits._io import SavedResult
+from mathcircuits._schema import configured, given
 from mathcircuits.data import Operation, PairSet
-from mathcircuits.models import HookedModel
-from mathcircuits.models.forward.suffix import SuffixRunner
+from mathcircuits.models import HookedModel, SuffixRunner
 from mathcircuits.numbers.ablation import LayerTopK, NeuronKnockout, ablate, random_like, summarise_knockout
+from mathcircuits.numbers.config import NumbersConfig
 from mathcircuits.numbers.grid import GridCapture, capture_grid, grid_batches
 from mathcircuits.numbers.heuristics import HEURISTIC_KINDS, heuristic_library, match_patterns, null_classified
 from mathcircuits.numbers.results import TooFewCorrect
 from mathcircuits.stats import Uncertainty
-from mathcircuits.stats.interval import DEFAULT_UNCERTAINTY, wilson_interval
+from mathcircuits.stats.interval import wilson_interval
 
 __all__ = [
     "NeuronResult",
     "heuristic_neurons",
 ]
 
-DEFAULT_FRACTIONS = (0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5)
+DEFAULT_FRACTIONS = NumbersConfig().topk_fractions  #: the config's, declared there
 
 
 @dataclass(frozen=True, repr=False)
@@ -129,7 +130,7 @@ class NeuronResult(SavedResult):
     def headline(self) -> str:
         ks = ", ".join(f"L{t.layer}:{t.chosen}" for t in self.topk)
         ko = self.knockout
-        drop = f"; extra drop {ko.extra_drop:+.2f} [{ko.drop_low:+.2f}, {ko.drop_high:+.2f}]" if ko else ""
+        drop = f"; extra drop {ko.drop.value:+.2f} [{ko.drop.low:+.2f}, {ko.drop.high:+.2f}]" if ko else ""
         return (
             f"{self.operation} grid {len(self.a_values)}x{len(self.b_values)}; sufficient k {ks} of {self.d_mlp}{drop}"
         )
@@ -159,27 +160,46 @@ def heuristic_neurons(
     grid: PairSet,
     layers: Sequence[int],
     heads: Sequence[tuple[int, int]] = (),
-    fractions: Sequence[float] = DEFAULT_FRACTIONS,
-    margin: float = 0.05,
-    min_corr: float = 0.5,
-    n_random: int = 20,
-    eval_prompts: int = 256,
-    batch_size: int = 32,
+    fractions: Sequence[float] | None = None,
+    margin: float | None = None,
+    min_corr: float | None = None,
+    n_random: int | None = None,
+    eval_prompts: int | None = None,
+    batch_size: int | None = None,
     n_examples: int = 4,
     capture: GridCapture | None = None,
-    uncertainty: Uncertainty = DEFAULT_UNCERTAINTY,
+    uncertainty: Uncertainty | None = None,
+    *,
+    config: NumbersConfig | None = None,
 ) -> NeuronResult:
     """Attribution, heuristic types, the sufficient top-k per layer and matched knockout on an operand grid.
 
     ``fractions`` are the shares of a layer's neurons tried as top-k; ``eval_prompts`` caps the correct prompts that
     score the ablations; ``n_examples`` neurons (highest attribution among the classified) are shown as heatmaps;
     ``capture`` reuses a :class:`GridCapture` of this grid with ``layers`` and ``heads``. ``uncertainty``'s seed also
-    draws the evaluation prompts, the random knockouts and the pattern null.
+    draws the evaluation prompts, the random knockouts and the pattern null. ``config``: the settings (a run's
+    ``numbers`` section; None: the defaults of :class:`NumbersConfig`), of which it reads ``topk_fractions``,
+    ``accuracy_margin``, ``min_corr``, ``n_random_knockouts``, ``eval_prompts``, ``batch_size``, ``n_boot`` and
+    ``seed`` (:meth:`NumbersConfig.uncertainty`); ``fractions``, ``margin``, ``min_corr``, ``n_random``,
+    ``eval_prompts``, ``batch_size`` and ``uncertainty`` replace them when given.
     """
-    if n_random < 20:
+    if n_random is not None and n_random < 20:
         raise FixableValueError(
             f"n_random={n_random}: the random knockout needs at least 20 draws. ", "n_random >= 20."
         )
+    cfg = configured(
+        "heuristic_neurons", NumbersConfig, config,
+        **given(topk_fractions=fractions, accuracy_margin=margin, min_corr=min_corr, n_random_knockouts=n_random,
+                eval_prompts=eval_prompts, batch_size=batch_size),
+    )  # fmt: skip
+    fractions, margin, min_corr, n_random = (
+        cfg.topk_fractions,
+        cfg.accuracy_margin,
+        cfg.min_corr,
+        cfg.n_random_knockouts,
+    )
+    eval_prompts, batch_size = cfg.eval_prompts, cfg.batch_size
+    uncertainty = cfg.uncertainty() if uncertainty is None else uncertainty
     confidence, seed = uncertainty.confidence, uncertainty.seed
     layers = tuple(sorted({int(l) for l in layers}))
     if not layers:

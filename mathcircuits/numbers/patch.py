@@ -32,17 +32,17 @@ from torch import Tensor
 
 from mathcircuits._errors import FixableValueError
 from mathcircuits._io import SavedResult
+from mathcircuits._schema import configured, given
 from mathcircuits.data import PairSet
 from mathcircuits.data.swaps import swap_pairs
 from mathcircuits.data.templates import TemplateSet
-from mathcircuits.models import HookedModel
-from mathcircuits.models.forward.prefix import PrefixRunner
-from mathcircuits.models.forward.suffix import SuffixRunner
+from mathcircuits.models import HookedModel, SuffixRunner
+from mathcircuits.numbers.config import NumbersConfig
 from mathcircuits.numbers.helix import HelixResult, random_subspace
 from mathcircuits.numbers.results import TooFewCorrect, quantile
 from mathcircuits.stats import Uncertainty
 from mathcircuits.stats.bootstrap import bootstrap_indices
-from mathcircuits.stats.interval import DEFAULT_CONFIDENCE, DEFAULT_N_BOOT, DEFAULT_UNCERTAINTY
+from mathcircuits.stats.interval import DEFAULT_CONFIDENCE, DEFAULT_N_BOOT
 
 __all__ = [
     "HelixPatchResult",
@@ -123,20 +123,32 @@ def helix_patch(
     model: HookedModel,
     helix: HelixResult,
     template_sets: Sequence[TemplateSet],
-    template_id: str = "add_eq_1",
+    template_id: str | None = None,
     depths: Sequence[int] | None = None,
-    n_pairs: int = 48,
-    b_values: Sequence[int] = range(1, 10),
-    n_random: int = 10,
-    batch_size: int = 16,
-    uncertainty: Uncertainty = DEFAULT_UNCERTAINTY,
+    n_pairs: int | None = None,
+    b_values: Sequence[int] | None = None,
+    n_random: int | None = None,
+    batch_size: int | None = None,
+    uncertainty: Uncertainty | None = None,
+    *,
+    config: NumbersConfig | None = None,
 ) -> HelixPatchResult:
     """Patch a → a′ in the helix, PCA, random and full subspaces at ``a``'s last token; measure the answer's shift.
 
     ``template_id``'s context should be one of the helix's; ``depths`` lie in ``1 … L−1`` (None: the helix's best
     depth); ``n_pairs`` correct pairs are drawn from 8x as many candidates. ``uncertainty``'s seed also draws the
-    candidate pairs and the random subspaces.
+    candidate pairs and the random subspaces. ``config``: the settings (a run's ``numbers`` section; None: the
+    defaults of :class:`NumbersConfig`), of which it reads ``template``, ``patch_pairs``, ``patch_b`` (the range
+    of ``b_values``), ``n_random_subspaces``, ``batch_size``, ``n_boot`` and ``seed``
+    (:meth:`NumbersConfig.uncertainty`); the arguments given replace them.
     """
+    cfg = configured(
+        "helix_patch", NumbersConfig, config,
+        **given(template=template_id, patch_pairs=n_pairs, n_random_subspaces=n_random, batch_size=batch_size),
+    )  # fmt: skip
+    template_id, n_pairs, n_random, batch_size = cfg.template, cfg.patch_pairs, cfg.n_random_subspaces, cfg.batch_size
+    b_values = range(cfg.patch_b[0], cfg.patch_b[1] + 1) if b_values is None else b_values
+    uncertainty = cfg.uncertainty() if uncertainty is None else uncertainty
     n_layers = model.spec.n_layers
     depths = tuple(int(d) for d in (depths if depths is not None else (helix.best_depth,)))
     bad = [d for d in depths if not 1 <= d <= n_layers - 1]
@@ -218,7 +230,7 @@ def _correct(model: HookedModel, cands: PairSet, batch_size: int, wanted: int) -
         chunk_rows = list(range(lo, min(lo + step, len(cands))))
         for chunk in _groups(cands, chunk_rows, step):
             toks = _tokens(cands.tokens, chunk, model)
-            pred = PrefixRunner(model.bridge).logits_from(toks, toks.shape[1] - 1)[:, -1].argmax(-1).tolist()
+            pred = model.logits_from(toks, toks.shape[1] - 1)[:, -1].argmax(-1).tolist()
             good += [i for i, p in zip(chunk, pred) if p == cands.answer_token[i]]
         if len(good) >= wanted:
             break

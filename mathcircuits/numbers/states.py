@@ -33,8 +33,7 @@ from mathcircuits._io import SavedResult
 from mathcircuits.data import Operation
 from mathcircuits.data.render import answer_spacing, render_prompt
 from mathcircuits.data.templates import TemplateSet
-from mathcircuits.models import HookedModel, ModelSpec, hooks
-from mathcircuits.models.forward.prefix import PrefixCaches, PrefixRunner
+from mathcircuits.models import HookedModel, ModelSpec, PrefixCaches, hooks
 from mathcircuits.models.spec import as_spec
 from mathcircuits.numbers.reading import Tokenization, depth_labels, number_reading, number_token_counts
 
@@ -46,7 +45,7 @@ def _context_of(tokenizer: Any, tset: TemplateSet, tpl: Any, fewshot: bool, spac
     before, sep, _ = tpl.text.partition("{A}")
     if not sep or "{" in before or tpl.pools:
         return None
-    # a context to read numbers in, not a counterfactual: the query's own operation's examples, as before #35
+    # a context to read numbers in, not a counterfactual: the query's own operation's examples (the ``same`` prefix)
     prompt = render_prompt(tokenizer, tset, tpl, 2, 1, fewshot, spacing, fewshot_operations="same")
     query = tpl.text.format(A=2, B=1, OP=tpl.op) + (" " if spacing == "prompt" else "")
     if prompt is None or not prompt.endswith(query):
@@ -189,7 +188,7 @@ def number_states(
 
                     return hook
 
-                runner = PrefixRunner(model.bridge, [(n, grab(n)) for n in names], store=caches)
+                runner = model.prefix_cached([(n, grab(n)) for n in names], store=caches)
                 runner.logits_from(toks, toks.shape[1] - 1)
                 out[c, chunk] = torch.stack([grabbed[n] for n in names], dim=1)
     kind, reading = number_reading(counts, numbers)

@@ -18,11 +18,17 @@ from scipy.stats import spearmanr
 
 from mathcircuits._errors import FixableValueError
 from mathcircuits.data.pairs import PairBatch
-from mathcircuits.models import HookedModel, hooks
+from mathcircuits.models import (
+    HookedModel,
+    Readout,
+    attn_change,
+    attn_pre_norm_name,
+    head_out_weight,
+    hooks,
+    mlp_change,
+    readout,
+)
 from mathcircuits.models.families import block_structure
-from mathcircuits.models.forward.changes import attn_change, attn_pre_norm_name, mlp_change
-from mathcircuits.models.forward.placement import head_out_weight, layer_device
-from mathcircuits.models.forward.readout import Readout, readout
 from mathcircuits.patching.cache import last_position_caches
 from mathcircuits.patching.metrics import Metric
 from mathcircuits.patching.result import PatchingResult
@@ -63,7 +69,7 @@ def attribution_scan(
     clean = readout(model, structure, final_ref, answer, metric.needs_probs)
     with torch.enable_grad():
         # one probe per layer, on that block's device (a split model's chain moves from device to device)
-        devs = [layer_device(model, layer) for layer in range(L)]
+        devs = [model.layer_device(layer) for layer in range(L)]
         probes_attn = [torch.zeros_like(final_ref, device=devs[l], requires_grad=True) for l in range(L)]
         probes_mlp = [torch.zeros_like(final_ref, device=devs[l], requires_grad=True) for l in range(L)]
         delta = torch.zeros_like(final_ref, device=devs[0])

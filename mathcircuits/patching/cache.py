@@ -20,12 +20,8 @@ from jaxtyping import Float, Int
 from torch import Tensor
 
 from mathcircuits._errors import FixableValueError
-from mathcircuits.models import hooks
+from mathcircuits.models import PrefixCaches, Readout, attn_pre_norm_name, capture, hooks
 from mathcircuits.models.families import BlockStructure, block_structure
-from mathcircuits.models.forward.capture import capture
-from mathcircuits.models.forward.changes import attn_pre_norm_name
-from mathcircuits.models.forward.prefix import PrefixCaches
-from mathcircuits.models.forward.readout import Readout
 from mathcircuits.patching.metrics import answer_readout
 
 if TYPE_CHECKING:

@@ -16,8 +16,7 @@ import torch
 
 from mathcircuits.data.pairs import PairBatch
 from mathcircuits.data.pairset import pair_batches
-from mathcircuits.models import HookedModel, hooks
-from mathcircuits.models.forward.integrity import compare, model_depth, model_dtype, probe_pairs
+from mathcircuits.models import HookedModel, compare, hooks, model_depth, probe_pairs
 from mathcircuits.patching.cache import last_position_caches
 from mathcircuits.patching.exact import chain_readout, exact_scan
 from mathcircuits.patching.metrics import METRICS
@@ -81,4 +80,4 @@ def check_exact(model: HookedModel, answers: bool = False) -> tuple[float, float
     # raw answer logits are rounded relative to the largest logit over the vocabulary (log-probabilities are
     # larger than it): the tolerance scales with that
     vocab_scale = 0.0 if answers else float(model.bridge(batch.tokens)[:, -1].abs().max())
-    return compare(torch.stack(fast), torch.stack(plain), model_dtype(model), model_depth(model), vocab_scale)
+    return compare(torch.stack(fast), torch.stack(plain), model.dtype, model_depth(model), vocab_scale)

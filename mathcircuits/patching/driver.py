@@ -8,25 +8,24 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from typing import Any
 
 import torch
 from tqdm.auto import tqdm
 
 from mathcircuits._errors import FixableValueError
-from mathcircuits._schema import expect, expect_pairs
+from mathcircuits._schema import configured, expect, expect_pairs
 from mathcircuits.data.pairset import PairSet, check_token_aligned, pair_batches, pair_keys
-from mathcircuits.models import HookedModel
-from mathcircuits.models.forward.integrity import fast_paths_enabled, model_dtype, verify_once
-from mathcircuits.models.forward.placement import unloadable_parameters
+from mathcircuits.models import HookedModel, fast_paths_enabled, unloadable_parameters, verify_once
 from mathcircuits.patching.attribution import attribution_scan
 from mathcircuits.patching.checks import check_exact
+from mathcircuits.patching.config import PatchingConfig
 from mathcircuits.patching.exact import exact_scan
 from mathcircuits.patching.metrics import Metric, MetricFn, MetricName, get_metric
 from mathcircuits.patching.plan import plan_scan
 from mathcircuits.patching.reference import reference_scan
 from mathcircuits.patching.result import PatchingResult, PatchSettings
-from mathcircuits.patching.scan import Method, ScanFn, SenderKind, Senders
+from mathcircuits.patching.scan import Method, ScanFn, Senders
 
 __all__ = [
     "path_patch",
@@ -40,31 +39,41 @@ METHODS: dict[Method, ScanFn] = {"exact": exact_scan, "reference": reference_sca
 def path_patch(
     model: HookedModel,
     pairs: PairSet,
-    senders: Sequence[SenderKind] = ("heads", "mlps"),
-    metric: MetricName | Metric | MetricFn = "answer_logprob",
-    method: Method = "exact",
-    batch_size: int = 16,
+    config: PatchingConfig | None = None,
+    *,
+    metric: MetricName | Metric | MetricFn | None = None,
+    max_memory: int | str | None = None,
     chunk_rows: int = 8192,
     keep_per_pair: bool = False,
     progress: bool = False,
-    max_memory: int | str | None = None,
+    **settings: Any,
 ) -> PatchingResult:
     """Path-patch every head and/or MLP to the logits at the last position (and every answer position).
 
     The result also holds each pair's *total effect* (counterfactual prompt vs clean), so a head's effect
     reads as a share of it (:meth:`PatchingResult.head_shares`). Pairs the metric refuses
     (``relative_logit``'s guard) are left out of every mean and counted in ``n_excluded``, with a warning.
-    ``metric``: a name from :data:`~mathcircuits.patching.metrics.METRICS`, a :class:`Metric`, or a
-    callable (:data:`~mathcircuits.patching.metrics.MetricFn`). ``chunk_rows`` bounds the rows per MLP call.
-    ``max_memory`` (bytes or ``"8GB"``, beyond the weights): :func:`~mathcircuits.patching.plan.plan_scan`
-    then picks the batch (≤ ``batch_size``) and ``chunk_rows``, recorded in the result's settings.
+
+    Args:
+        config: the settings (a run's ``patching`` section); None: :class:`PatchingConfig`'s defaults. It reads
+            ``method``, ``metric``, ``senders``, ``batch_size`` and ``max_memory``; each field's meaning is its
+            help there.
+        metric: replaces ``config.metric``: a name from :data:`~mathcircuits.patching.metrics.METRICS`, a
+            :class:`Metric`, or a callable (:data:`~mathcircuits.patching.MetricFn`).
+        max_memory: replaces ``config.max_memory`` (bytes or ``"8GB"``, beyond the weights):
+            :func:`~mathcircuits.patching.plan.plan_scan` then picks the batch (≤ ``batch_size``) and
+            ``chunk_rows``, recorded in the result's settings.
+        chunk_rows: bounds the rows per MLP call.
+        **settings: fields of :class:`PatchingConfig` that replace the config's (``method="reference"``),
+            checked by it.
     """
     expect("path_patch", "model", model, HookedModel, "a HookedModel", "pass mc.load_model(...)'s result")
     expect_pairs("path_patch", "pairs", pairs)
-    metric = get_metric(metric)
+    cfg = configured("path_patch", PatchingConfig, config, **settings)
+    metric = get_metric(cfg.metric if metric is None else metric)
+    max_memory = (cfg.max_memory or None) if max_memory is None else max_memory
+    senders, method, batch_size = cfg.senders, cfg.method, cfg.batch_size
     chosen = Senders.from_names(senders)
-    if method not in METHODS:
-        raise FixableValueError(f"method {method!r} is unknown. ", f"use one of {list(METHODS)}.")
     scan = METHODS[method]
     empty = unloadable_parameters(model.hf_model)  # a split or offloaded model runs; one without weights cannot
     if empty:
@@ -91,7 +100,7 @@ def path_patch(
         positions = max((len(a) for a in pairs.answer_tokens), default=1) if teacher else 1
         plan = plan_scan(
             spec,
-            model_dtype(model),
+            model.dtype,
             max_memory,
             metric.needs_probs,
             batch_size,

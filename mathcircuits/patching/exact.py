@@ -31,11 +31,18 @@ import torch
 from torch import Tensor
 
 from mathcircuits.data.pairs import PairBatch
-from mathcircuits.models import HookedModel, hooks
+from mathcircuits.models import (
+    HookedModel,
+    Readout,
+    attn_change,
+    attn_pre_norm_name,
+    head_out_weight,
+    hooks,
+    mlp_change,
+    readout,
+    token_scores,
+)
 from mathcircuits.models.families import BlockStructure, block_structure
-from mathcircuits.models.forward.changes import attn_change, attn_pre_norm_name, mlp_change
-from mathcircuits.models.forward.placement import head_out_weight, layer_device
-from mathcircuits.models.forward.readout import Readout, readout, token_scores
 from mathcircuits.patching.cache import LastPositionCache, last_position_caches
 from mathcircuits.patching.metrics import Metric
 from mathcircuits.patching.scan import BatchEffects, Senders, scan_answers
@@ -73,7 +80,7 @@ def exact_scan(
     # live rows: the change δ of the last-position residual, and which (pair, position) row / sender each row
     # belongs to. They follow the chain from block to block: on a split model they move to each block's device,
     # while the cached activations stay on the device of the layer that made them.
-    device = layer_device(model, 0)
+    device = model.layer_device(0)
     pairs = torch.arange(R, device=device)
     delta = torch.zeros(0, spec.d_model, dtype=ref[hooks.resid_post(L - 1)].dtype, device=device)
     row_pair = torch.zeros(0, dtype=torch.long, device=device)
@@ -106,8 +113,8 @@ def exact_scan(
             delta = delta + mlp_change(model, structure, layer, base, delta, mlp_ref, chunk_rows).to(device)
 
     for layer in range(L):
-        if layer_device(model, layer) != device:  # a split model: the rows move to this block's device
-            device = layer_device(model, layer)
+        if model.layer_device(layer) != device:  # a split model: the rows move to this block's device
+            device = model.layer_device(layer)
             delta, row_pair, pairs = delta.to(device), row_pair.to(device), pairs.to(device)
         if structure.parallel:  # the MLP reads resid_pre: this layer's heads do not pass through it
             through_mlp(layer)

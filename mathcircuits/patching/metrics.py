@@ -30,7 +30,7 @@ from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
 from mathcircuits._errors import FixableTypeError, FixableValueError
-from mathcircuits.models.forward.readout import Readout, Target
+from mathcircuits.models import Readout, Target
 
 __all__ = [
     "Metric",

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import torch
 
 from mathcircuits._errors import FixableValueError
-from mathcircuits.models.forward.readout import vocab_chunk_for
+from mathcircuits.models import vocab_chunk_for
 from mathcircuits.models.spec import ModelSpec
 
 __all__ = [

@@ -18,9 +18,7 @@ import torch
 from torch import Tensor
 
 from mathcircuits.data.pairs import PairBatch
-from mathcircuits.models import HookedModel, hooks
-from mathcircuits.models.forward.capture import capture
-from mathcircuits.models.forward.readout import Readout
+from mathcircuits.models import HookedModel, Readout, capture, hooks
 from mathcircuits.patching.metrics import Metric, answer_readout
 from mathcircuits.patching.scan import BatchEffects, Senders, scan_answers
 

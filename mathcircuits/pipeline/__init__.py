@@ -1,8 +1,9 @@
-"""The pipeline: a typed run configuration, one registry of stages, and a resumable, locked run folder.
+"""The pipeline: a typed run configuration, one registry of studies, and a resumable, locked run folder.
 
-Stages live in ``pipeline/stages/<name>.py``, named as the CLI names them; see
-``docs/architecture.md``. The names below load on first use, so the CLI can read the stage registry
-(:data:`STAGES`) and parse its arguments without importing torch.
+Each study is one folder, ``pipeline/studies/<name>/``, named as the CLI names it, with one :class:`Study` record;
+a study from outside the package joins through :func:`register_study` or an entry point (see
+``docs/howto/add-a-study.md`` and ``docs/architecture.md``). The names below load on first use, so the CLI can
+read the registry (:func:`stages`) and parse its arguments without importing torch.
 """
 
 from __future__ import annotations
@@ -11,55 +12,87 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from mathcircuits.pipeline.config import ConfigError, RunConfig
+    from mathcircuits.pipeline.config import (
+        LATER_SETTINGS,
+        READ_ONLY_WHEN,
+        ConfigError,
+        LaterSetting,
+        ReadOnlyWhen,
+        RunConfig,
+        fingerprinted,
+    )
     from mathcircuits.pipeline.context import StageSummary, select_pairs
     from mathcircuits.pipeline.facts import FactUse
     from mathcircuits.pipeline.lock import RunLockedError
     from mathcircuits.pipeline.memory import MemoryHow, MemoryMeter, PeakMemory
     from mathcircuits.pipeline.paths import RunPaths
+    from mathcircuits.pipeline.plugins import StudyError, register_study, unregister_study
+    from mathcircuits.pipeline.reader import ResultReader
+    from mathcircuits.pipeline.registry import all_studies, stages
     from mathcircuits.pipeline.run import RunFolderError, run_pipeline
     from mathcircuits.pipeline.sections import FinetuneSection, ModelSection
-    from mathcircuits.pipeline.stages import STAGES, Stage
+    from mathcircuits.pipeline.studies.shared import IdentifySummary, OperationTotal
+    from mathcircuits.pipeline.study import Contribution, Study, StudyCode
 
 #: public name → the module that defines it (imported on first use).
 _WHERE = {
-    **dict.fromkeys(("check_same_config", "compare_model_runs", "load_run_results"), "compare_models"),
-    **dict.fromkeys(("ConfigError", "RunConfig", "fingerprint", "render_config"), "config"),
-    **dict.fromkeys(("Context", "StageSummary", "select_pairs", "template_spread"), "context"),
     **dict.fromkeys(
-        ("FACT_STAGES", "FactStage", "FactUse", "fact_use", "stage_facts", "stage_rows", "tag_fact_stages"), "facts"
+        (
+            "LATER_SETTINGS",
+            "READ_ONLY_WHEN",
+            "ConfigError",
+            "LaterSetting",
+            "ReadOnlyWhen",
+            "RunConfig",
+            "fingerprinted",
+        ),
+        "config",
     ),
-    **dict.fromkeys(("RunLock", "RunLockedError"), "lock"),
-    **dict.fromkeys(("MemoryHow", "MemoryMeter", "PeakMemory", "cuda_devices"), "memory"),
+    **dict.fromkeys(("StageSummary", "select_pairs"), "context"),
+    "FactUse": "facts",
+    "RunLockedError": "lock",
+    **dict.fromkeys(("MemoryHow", "MemoryMeter", "PeakMemory"), "memory"),
     "RunPaths": "paths",
+    **dict.fromkeys(("StudyError", "register_study", "unregister_study"), "plugins"),
+    "ResultReader": "reader",
+    **dict.fromkeys(("all_studies", "stages"), "registry"),
+    **dict.fromkeys(("RunFolderError", "run_pipeline"), "run"),
     **dict.fromkeys(("FinetuneSection", "ModelSection"), "sections"),
-    "multi_digit_template": "preflight",
-    **dict.fromkeys(
-        ("RunFolderError", "check_run_folder", "done_summary", "is_input_error", "run_pipeline", "stage_status"), "run"
-    ),
-    **dict.fromkeys(("STAGES", "Stage"), "stages"),
-    **dict.fromkeys(("IdentifySummary", "OperationTotal"), "stages.identify"),
+    **dict.fromkeys(("IdentifySummary", "OperationTotal"), "studies.shared"),
+    **dict.fromkeys(("Contribution", "Study", "StudyCode"), "study"),
 }
 
 __all__ = [
-    "STAGES",
+    "LATER_SETTINGS",
+    "READ_ONLY_WHEN",
     "ConfigError",
-    "ModelSection",
+    "Contribution",
     "FactUse",
     "FinetuneSection",
     "IdentifySummary",
+    "LaterSetting",
     "MemoryHow",
     "MemoryMeter",
-    "PeakMemory",
+    "ModelSection",
     "OperationTotal",
+    "PeakMemory",
+    "ReadOnlyWhen",
+    "ResultReader",
     "RunConfig",
     "RunFolderError",
     "RunLockedError",
     "RunPaths",
-    "Stage",
     "StageSummary",
+    "Study",
+    "StudyCode",
+    "StudyError",
+    "all_studies",
+    "fingerprinted",
+    "register_study",
     "run_pipeline",
     "select_pairs",
+    "stages",
+    "unregister_study",
 ]
 
 

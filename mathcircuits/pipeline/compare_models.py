@@ -28,7 +28,7 @@ from mathcircuits.patching import KeyComponents
 from mathcircuits.pipeline.config import ConfigError, RunConfig
 from mathcircuits.pipeline.paths import RunPaths
 from mathcircuits.pipeline.run import done_summary, stage_status
-from mathcircuits.pipeline.stages.identify import IdentifySummary
+from mathcircuits.pipeline.studies.shared import IdentifySummary
 from mathcircuits.stats import Uncertainty
 from mathcircuits.viz.export import find_chromium
 

@@ -28,6 +28,7 @@ from mathcircuits.models import HookedModel, load_hf_model, load_model
 from mathcircuits.pipeline.config import RunConfig
 from mathcircuits.pipeline.memory import PeakMemory
 from mathcircuits.pipeline.paths import RunPaths
+from mathcircuits.stats import Uncertainty
 
 __all__ = [
     "StageSummary",
@@ -94,6 +95,11 @@ class Context:
             placement = {"device_map": m.device_map, "offload_folder": self.paths.offload} if m.device_map else {}
             self._model = load_model(m.source, device=m.device, dtype=getattr(torch, m.dtype), **placement)
         return self._model
+
+    @property
+    def uncertainty(self) -> Uncertainty:
+        """How the run's intervals are drawn: the default bootstrap, seeded by ``data.seed``."""
+        return Uncertainty(seed=self.config.data.seed)
 
     def hf_model(self) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
         """A fresh plain HF model and tokenizer (fine-tuning never touches the hooked model's weights)."""

@@ -2,7 +2,7 @@
 
 Why. Rows that differ can still hold the same fact in another wording (``"3 + 5 ="`` and ``"The sum of 3 and
 5 is"``): before this partition the fresh pairs of validate shared a fact with identify's pairs in 9–19 of 32
-cases per operation (issue #35). A knockout scored on facts that chose the heads is not a fresh test.
+cases per operation. A knockout scored on facts that chose the heads is not a fresh test.
 
 Method. The fact space is cut once, seeded by ``data.seed``, into one part per stage of :data:`FACT_STAGES`
 in the shares ``data.stage_fact_shares`` (:func:`~mathcircuits.data.facts.split_facts`). The data stage tags every

@@ -33,7 +33,7 @@ from typing import Literal, TypeAlias
 import psutil
 import torch
 
-from mathcircuits.models.forward.placement import devices_of
+from mathcircuits.models import devices_of
 from mathcircuits.models.spec import Bridged
 
 __all__ = [

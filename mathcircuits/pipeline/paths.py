@@ -210,6 +210,11 @@ class RunPaths:
         return self.root / "compare" / "units"
 
     @property
+    def compare_progress(self) -> Path:
+        """How many of the comparison's units are done (``done``, ``remaining``, ``total``)."""
+        return self.compare_units / "progress.json"
+
+    @property
     def comparison(self) -> Path:
         return self.compare_units / "comparison.json"
 

@@ -1,4 +1,4 @@
-"""Checks of a run's settings against its data, before any stage writes (issue #36).
+"""Checks of a run's settings against its data, before any stage writes.
 
 A setting can be well-typed and still fail only when a stage meets the data: a template that cannot give a
 context, a benchmark folder without the named benchmark, a counterfactual pool with no prompt of an evaluated

@@ -11,7 +11,7 @@ the upstream stages of the requested ones must be done, and the config is checke
 then the folder is locked and ``config.yaml`` written.
 
 Each fast path (``model.fast_paths``) checks itself on the model before its first use
-(:mod:`mathcircuits.models.forward.integrity`), and the checks are recorded in the stage's marker. An
+(:func:`~mathcircuits.models.verify_once`), and the checks are recorded in the stage's marker. An
 exception no input caused (any error without the ``Fix:`` form) ends as :class:`InternalError` naming the
 stage, with the traceback in ``logs/traceback-<stage>.txt``.
 """
@@ -31,11 +31,11 @@ import torch
 import yaml
 
 from mathcircuits._errors import FixableError
-from mathcircuits._files import DISK_FULL, JSONObject, JSONValue, atomic_path, read_json, write_json
+from mathcircuits._files import DISK_FULL, JSONObject, atomic_path, read_json, write_json
+from mathcircuits.models import checks_run, fast_paths
 from mathcircuits.models.compat import check_versions, installed_versions
 from mathcircuits.models.embedded import canonical_source
-from mathcircuits.models.forward.integrity import checks_run, fast_paths
-from mathcircuits.pipeline.config import ConfigError, RunConfig, fingerprint
+from mathcircuits.pipeline.config import ConfigError, RunConfig, check_folders, fingerprint, fingerprinted
 from mathcircuits.pipeline.console import quiet_dependencies
 from mathcircuits.pipeline.context import Context, StageSummary
 from mathcircuits.pipeline.lock import RunLock
@@ -51,13 +51,10 @@ from mathcircuits.pipeline.markers import (
 )
 from mathcircuits.pipeline.memory import MemoryMeter, cuda_devices
 from mathcircuits.pipeline.paths import RunPaths
-from mathcircuits.pipeline.preflight import check_folders
-from mathcircuits.pipeline.stages import STAGES
-from mathcircuits.pipeline.stages.circuit import check_pool
-from mathcircuits.pipeline.stages.compare import check_sizes
+from mathcircuits.pipeline.registry import stages
+from mathcircuits.pipeline.study import Study
 
 __all__ = [
-    "STAGES",
     "RunFolderError",
     "run_pipeline",
 ]
@@ -105,43 +102,13 @@ def _on_cuda(cfg: RunConfig) -> bool:
     return torch.cuda.is_available() and (cfg.model.device.startswith("cuda") or bool(cfg.model.device_map))
 
 
-#: settings added after run folders existed, with the value that reproduces what runs did before them: at that
-#: value a setting is left out of the fingerprints, so folders made before it was added stay valid.
-LATER_SETTINGS: dict[str, JSONObject] = {
-    "data": {"counterfactual": "operator", "fewshot_operations": "same"},
-    "patching": {"max_memory": ""},
-    "model": {"device_map": ""},
-    "numbers": {"max_prompts": 20_000},
-}
-#: settings added later that only one choice of another setting reads: (section, setting) → (setting, value).
-#: Under any other value they change nothing, so they are left out of the fingerprints (``threshold_of`` is read
-#: by the threshold rule alone; the zscore and topk rules select the same heads whatever it says).
-READ_ONLY_WHEN: dict[tuple[str, str], tuple[str, JSONValue]] = {("selection", "threshold_of"): ("rule", "threshold")}
-
-
-def _without_later_defaults(d: dict[str, JSONObject]) -> dict[str, JSONObject]:
-    """The config dict as fingerprints see it: settings of :data:`LATER_SETTINGS` at their earlier value left out,
-    and those of :data:`READ_ONLY_WHEN` where the setting that reads them has another value."""
-
-    def kept(s: str, k: str, v: JSONValue, sec: JSONObject) -> bool:
-        if LATER_SETTINGS.get(s, {}).get(k, _ABSENT) == v:
-            return False
-        when = READ_ONLY_WHEN.get((s, k))
-        return when is None or sec.get(when[0]) == when[1]
-
-    return {s: {k: v for k, v in sec.items() if kept(s, k, v, sec)} for s, sec in d.items()}
-
-
-_ABSENT = object()
-
-
 def _fingerprint(paths: RunPaths, cfg: RunConfig, name: str, markers: Mapping[str, JSONObject] | None = None) -> str:
-    stage, d = STAGES[name], _without_later_defaults(cfg.to_dict())
+    stage, d = stages()[name], fingerprinted(cfg.to_dict())
     ups = []
-    for u in stage.upstream:
+    for u in stage.reads:
         m = markers.get(u) if markers is not None else read_marker(paths.marker(u))
         ups.append(None if m is None else [m["fingerprint"], outputs_digest(m.get("outputs", {}))])
-    return fingerprint(name, {s: d[s] for s in stage.sections}, _model_section(d), ups)
+    return fingerprint(name, {s: d[s] for s in stage.settings}, _model_section(d), ups)
 
 
 def stage_status(run_dir: str | Path, cfg: RunConfig, verify: bool = True) -> dict[str, StageState]:
@@ -151,9 +118,10 @@ def stage_status(run_dir: str | Path, cfg: RunConfig, verify: bool = True) -> di
     outputs intact, upstream done; ``stale`` (with the reason); ``todo``.
     """
     paths = RunPaths(Path(run_dir))
+    every = stages()
     return states(
-        list(STAGES),
-        lambda n: STAGES[n].upstream,
+        list(every),
+        lambda n: every[n].reads,
         paths.stage,
         paths.marker,
         lambda n, markers: _fingerprint(paths, cfg, n, markers),
@@ -164,7 +132,7 @@ def stage_status(run_dir: str | Path, cfg: RunConfig, verify: bool = True) -> di
 def done_summary(run_dir: str | Path, name: str) -> StageSummary:
     """The typed summary a finished stage left in its marker."""
     marker = RunPaths(Path(run_dir)).marker(name)
-    return STAGES[name].summary.from_dict(read_json(marker)["summary"], source=marker)
+    return stages()[name].summary.from_dict(read_json(marker)["summary"], source=marker)
 
 
 def _identity_model(paths: RunPaths) -> JSONObject | None:
@@ -203,10 +171,11 @@ def check_run_folder(run_dir: str | Path, cfg: RunConfig, force: bool = False) -
             "choose a writable --out folder, or make it writable (chmod u+w).",
         )
     paths = RunPaths(run_dir)
-    for name in STAGES:
+    every = stages()
+    for name in every:
         if problem := linked_folder(paths.stage(name)):
             raise RunFolderError(problem + ".")
-    finished = any(paths.marker(n).is_file() for n in STAGES)
+    finished = any(paths.marker(n).is_file() for n in every)
     old_model = _identity_model(paths)
     if force or not finished or old_model is None:
         return  # a folder with no finished stage takes any config (a failed first run does not block it)
@@ -249,9 +218,10 @@ def run_pipeline(
         raise ConfigError("run_dir is empty, which would make the current directory the run folder. ", "name one.")
     run_dir = Path(run_dir)
     paths = RunPaths(run_dir)
-    names = list(STAGES)
+    every = stages()
+    names = list(every)
     if only:
-        if bad := [n for n in only if n not in STAGES]:
+        if bad := [n for n in only if n not in every]:
             raise ConfigError(f"unknown stages {bad}. ", f"use some of {names}.")
         names = [n for n in names if n in only]
     check_versions()
@@ -261,10 +231,15 @@ def run_pipeline(
     ctx = Context(run_dir, cfg, progress=progress, force=force)
     if todo := [n for n in names if force or current[n].state != "done"]:
         check_folders(cfg, todo)  # benchmark folders hold what is named in them
-        check_sizes(cfg, todo)  # the compare stage's fact splits hold the pairs asked for
+        codes = [every[n].code() for n in todo]
+        for code in codes:
+            if code.check is not None:
+                code.check(cfg, todo)  # a study's own checks of its settings, e.g. that its splits hold enough pairs
         with fast_paths(cfg.model.fast_paths == "on"), quiet_dependencies(Path(os.devnull)):
             cfg.check_model(ctx.model.spec)  # e.g. precise@K within the model's heads; loads the model once
-            check_pool(ctx, todo)  # e.g. the circuit stage's pool covers what it evaluates
+            for code in codes:
+                if code.preflight is not None:
+                    code.preflight(ctx, todo)  # a study's checks that need the model, e.g. its tokenizer
     lock = RunLock(paths.lock)
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
@@ -279,13 +254,13 @@ def run_pipeline(
     with lock, fast_paths(cfg.model.fast_paths == "on"), quiet_dependencies(paths.warnings_log):
         previous = paths.config.read_text() if paths.config.is_file() else None
         cfg.save(paths.config)
-        if force or not paths.identity.is_file() or not any(paths.marker(n).is_file() for n in STAGES):
+        if force or not paths.identity.is_file() or not any(paths.marker(n).is_file() for n in every):
             write_json(paths.identity, {"model": _model_section(cfg.to_dict()), "created_by": _versions()})
         write_json(paths.versions, _versions())
         summaries: dict[str, StageSummary] = {}
         try:
             for name in names:
-                summaries[name] = _run_stage(ctx, name, echo, current[name])
+                summaries[name] = _run_stage(ctx, every[name], echo, current[name])
         except BaseException:
             if previous is not None and not summaries:  # a call that finished no stage leaves the config as it was
                 with atomic_path(paths.config) as tmp:
@@ -296,8 +271,9 @@ def run_pipeline(
 
 def _check_upstream(current: dict[str, StageState], names: list[str]) -> None:
     """Every upstream stage of ``names`` that is not itself run now must be done, for this config."""
+    every = stages()
     for name in names:
-        for u in STAGES[name].upstream:
+        for u in every[name].reads:
             if u in names:
                 continue  # runs first, in pipeline order
             if current[u].state == "todo":
@@ -311,8 +287,8 @@ def _check_upstream(current: dict[str, StageState], names: list[str]) -> None:
                 )
 
 
-def _run_stage(ctx: Context, name: str, echo: Callable[[str], None], before: StageState) -> StageSummary:
-    stage, paths, cfg = STAGES[name], ctx.paths, ctx.config
+def _run_stage(ctx: Context, stage: Study, echo: Callable[[str], None], before: StageState) -> StageSummary:
+    name, paths, cfg = stage.name, ctx.paths, ctx.config
     fp = _fingerprint(paths, cfg, name)
     marker, folder = paths.marker(name), paths.stage(name)
     done = read_marker(marker)

@@ -4,14 +4,13 @@ come from and how facts are shared among stages, the fine-tuning modes compared)
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from typing import ClassVar, Literal
 
 import torch
 
 from mathcircuits._errors import problem_of
-from mathcircuits._schema import ConfigError, check_fields, setting
+from mathcircuits._schema import ConfigError, check_fields, project, setting
 from mathcircuits.data import GenerationConfig, load_templates
 from mathcircuits.data.facts import Fact
 from mathcircuits.finetune import Mode, SFTConfig
@@ -137,8 +136,7 @@ class DataSection(GenerationConfig):
 
     def generation(self) -> GenerationConfig:
         """The library config alone (without the pipeline's extra fields)."""
-        fields = {f.name for f in dataclasses.fields(GenerationConfig)}
-        return GenerationConfig(**{k: getattr(self, k) for k in fields})
+        return project(self, GenerationConfig)
 
     def stage_facts(self) -> dict[FactStage, frozenset[Fact]]:
         """The declared partition of the facts by stage (:func:`~mathcircuits.pipeline.facts.stage_facts`)."""
@@ -177,7 +175,5 @@ class FinetuneSection(SFTConfig):
 
     def sft(self, mode: Mode | str, progress: bool) -> SFTConfig:
         """The library config of one mode's run (its SFT method, and this section's training settings)."""
-        fields = {f.name for f in dataclasses.fields(SFTConfig)}
-        values = {k: getattr(self, k) for k in fields}
         mode = Mode.parse(mode)
-        return SFTConfig(**{**values, "mode": mode.method, "include_mlps": mode.mlps, "progress_bar": progress})
+        return project(self, SFTConfig, mode=mode.method, include_mlps=mode.mlps, progress_bar=progress)

@@ -15,6 +15,7 @@ Usage::
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -43,9 +44,11 @@ class ReportFigures:
         return {f.name: f.figure for _, figs in self.sections for f in figs if f.saved}
 
 
-def report_figures(parts: ReportParts) -> ReportFigures:
-    """The sections ``parts`` has results for, in page order, each with its figures built."""
-    return ReportFigures(tuple((s, s.figures()) for kind in SECTIONS for s in kind.of(parts)))
+def report_figures(parts: ReportParts, extra: Sequence[Section] = ()) -> ReportFigures:
+    """The sections ``parts`` has results for, in page order, then ``extra`` (e.g. a study's own sections), each
+    with its figures built."""
+    found = tuple(s for kind in SECTIONS for s in kind.of(parts))
+    return ReportFigures(tuple((s, s.figures()) for s in (*found, *extra)))
 
 
 def render_sections(page: Page, figures: ReportFigures) -> None:

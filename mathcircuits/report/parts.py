@@ -17,7 +17,7 @@ from mathcircuits.ablation import KnockoutResult, TransferResult
 from mathcircuits.analysis import AttentionByRole, HeadPatterns, MLPProbeResult
 from mathcircuits.circuit import Circuit, Faithfulness
 from mathcircuits.claims import ClaimsCard
-from mathcircuits.finetune import EffectsTable
+from mathcircuits.finetune import EffectsTable, ParetoPoint, SweepPoint
 from mathcircuits.models import ModelSpec
 from mathcircuits.numbers import NumberResults
 from mathcircuits.patching import KeyComponents, PatchingResult
@@ -48,10 +48,10 @@ class ReportParts:
         patterns: full attention patterns, shown as interactive CircuitsVis views.
         evaluation: the evaluate stage's table (:func:`~mathcircuits.evaluation.compare_table`).
         circuit: ``{operation: Circuit}``, each shown as the graph of its plateau circuit.
-        comparison_sweep: the fair SFT comparison's sweep (:func:`~mathcircuits.finetune.effects.sweep_table`).
+        comparison_sweep: the fair SFT comparison's sweep (:func:`~mathcircuits.finetune.sweep_records`).
         comparison_table: per mode at its chosen rate: what it tuned and its change against base with intervals
             over items and seeds (:func:`~mathcircuits.finetune.effects_table`).
-        comparison_points: one row per trained unit (:func:`~mathcircuits.finetune.effects.pareto_points`).
+        comparison_points: one point per trained unit (:func:`~mathcircuits.finetune.pareto_records`).
         comparison_power: the smallest precise − full difference the comparison detects.
     """
 
@@ -71,10 +71,10 @@ class ReportParts:
     evaluation: DeltaTable | None = None
     circuit: Mapping[str, Circuit] = field(default_factory=dict)
     circuit_faithfulness: Mapping[str, Faithfulness] = field(default_factory=dict)
-    comparison_sweep: pd.DataFrame | None = None
+    comparison_sweep: tuple[SweepPoint, ...] | None = None
     comparison_table: EffectsTable | None = None
     numbers: NumberResults = field(default_factory=NumberResults)
-    comparison_points: pd.DataFrame | None = None
+    comparison_points: tuple[ParetoPoint, ...] | None = None
     comparison_power: str = ""
     extra_figures: Mapping[str, go.Figure] = field(default_factory=dict)
     notes: Sequence[str] = ()

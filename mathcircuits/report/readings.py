@@ -148,8 +148,7 @@ def reading_transfer(result: TransferResult) -> str:
     )
     if measured:
         text += "Key heads ablated: " + "; ".join(
-            f"{r.dataset} {r.key_ablated_accuracy:.0%} [{r.key_low:.0%}, {r.key_high:.0%}] vs random "
-            f"{r.random_ablated_accuracy:.0%}"
+            f"{r.dataset} {r.key.value:.0%} [{r.key.low:.0%}, {r.key.high:.0%}] vs random {r.random.value:.0%}"
             for r in measured
         )
         text += ". "
@@ -169,7 +168,7 @@ def reading_unmeasurable(result: TransferResult) -> str:
     return (
         "Not measurable on this model (not drawn): "
         + "; ".join(
-            f"{r.dataset} (clean accuracy {r.clean_accuracy:.0%} [{r.clean_low:.0%}, {r.clean_high:.0%}], n={r.n})"
+            f"{r.dataset} (clean accuracy {r.clean.value:.0%} [{r.clean.low:.0%}, {r.clean.high:.0%}], n={r.n})"
             for r in skipped
         )
         + "."

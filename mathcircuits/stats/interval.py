@@ -40,6 +40,7 @@ IntervalMethod = Literal[
     "seed_item_bootstrap",
     "seed_item_t",
     "ratio_bootstrap",
+    "draw_quantiles",
     "bootstrap over pairs",
     "bootstrap over templates",
     "claim",
@@ -59,6 +60,7 @@ METHOD_TEXT: dict[str, str] = {
     "seed_item_bootstrap": "bootstrap over seeds and items",
     "seed_item_t": "t over seeds (seeds − 1 df) and items",
     "ratio_bootstrap": "ratio bootstrap",
+    "draw_quantiles": "quantiles of random draws",
     "none": "no interval",
 }
 

@@ -1,8 +1,8 @@
 """Figures of the fine-tuning comparison in units: the Pareto plot of math gain against generic change.
 
-Takes the values :mod:`mathcircuits.finetune.effects` computes: :func:`~mathcircuits.finetune.effects.pareto_points`
-(one row per trained unit: ``mode``, ``phase``, ``learning_rate``, ``seed``, ``math_gain``,
-``generic_change`` in points against base on the same items, ``chosen``) and the effects table's changes
+Takes the values :mod:`mathcircuits.finetune.effects` computes: :func:`~mathcircuits.finetune.effects.pareto_records`
+(one :class:`~mathcircuits.finetune.ParetoPoint` per trained unit: mode, phase, learning rate, seed, math gain and
+generic change in points against base on the same items, chosen) and the effects table's changes
 (a :class:`~mathcircuits.stats.DeltaTable`: per mode, ``math`` and ``generic`` with their intervals). A point
 up and to the right improved math and kept (or raised) generic ability; base sits at the origin.
 
@@ -15,37 +15,42 @@ seed) show the spread over seeds; a cross marks each mode's mean over seeds with
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-import pandas as pd
 import plotly.graph_objects as go
 from plotly.colors import qualitative
 
 from mathcircuits.stats import DeltaTable, Interval
 
+if TYPE_CHECKING:
+    from mathcircuits.finetune import ParetoPoint
+
 __all__ = ["pareto_plot"]
 
 
-def pareto_plot(points: pd.DataFrame, table: DeltaTable | None = None, *, title: str | None = None) -> go.Figure:
+def pareto_plot(
+    points: Sequence[ParetoPoint], table: DeltaTable | None = None, *, title: str | None = None
+) -> go.Figure:
     """Math gain (y) against generic change (x), one point per (mode, rate, seed); chosen points filled.
 
-    ``points`` from :func:`~mathcircuits.finetune.effects.pareto_points`; ``table`` the ``.changes`` of
+    ``points`` from :func:`~mathcircuits.finetune.effects.pareto_records`; ``table`` the ``.changes`` of
     :func:`~mathcircuits.finetune.effects.effects_table` (None: no means with intervals).
     """
     fig = go.Figure()
     palette = qualitative.Plotly
-    modes = list(dict.fromkeys(points["mode"])) if len(points) else []
+    modes = list(dict.fromkeys(p.mode for p in points))
     for i, mode in enumerate(modes):
         colour = palette[i % len(palette)]
-        rows = points[points["mode"] == mode]
         for phase, filled in (("sweep", False), ("final", True)):
-            sel = rows[rows["phase"] == phase]
-            if sel.empty:
+            sel = [p for p in points if p.mode == mode and p.phase == phase]
+            if not sel:
                 continue
-            text = [f"{mode} lr {lr:g} seed {s}" for lr, s in zip(sel["learning_rate"], sel["seed"])]
+            text = [f"{mode} lr {p.learning_rate:g} seed {p.seed}" for p in sel]
             fig.add_trace(
                 go.Scatter(
-                    x=list(sel["generic_change"].fillna(0.0)),
-                    y=list(sel["math_gain"]),
+                    x=[0.0 if math.isnan(p.generic_change) else p.generic_change for p in sel],
+                    y=[p.math_gain for p in sel],
                     mode="markers",
                     name=f"{mode} ({'chosen rate, per seed' if filled else 'sweep'})",
                     legendgroup=mode,

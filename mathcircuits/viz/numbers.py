@@ -321,11 +321,11 @@ def neuron_topk_curves(neurons: NeuronResult) -> go.Figure:
         fig.add_trace(
             go.Bar(
                 x=["associated", "random (matched)"],
-                y=[ko.associated_accuracy, ko.random_accuracy],
+                y=[ko.associated.value, ko.random.value],
                 error_y=dict(
                     type="data",
-                    array=[ko.associated_high - ko.associated_accuracy, ko.random_high - ko.random_accuracy],
-                    arrayminus=[ko.associated_accuracy - ko.associated_low, ko.random_accuracy - ko.random_low],
+                    array=[ko.associated.high - ko.associated.value, ko.random.high - ko.random.value],
+                    arrayminus=[ko.associated.value - ko.associated.low, ko.random.value - ko.random.low],
                 ),
                 marker_color=[_PAL[1], _PAL[0]],
                 showlegend=False,

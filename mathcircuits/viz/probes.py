@@ -19,6 +19,7 @@ from plotly.subplots import make_subplots
 
 from mathcircuits.analysis import MLPProbeResult
 from mathcircuits.data import Operation
+from mathcircuits.stats import Interval
 
 __all__ = ["probe_similarity_curves", "probe_case_trajectory"]
 
@@ -26,6 +27,16 @@ __all__ = ["probe_similarity_curves", "probe_case_trajectory"]
 def _rgba(hex_colour: str, alpha: float) -> str:
     h = hex_colour.lstrip("#")
     return "rgba({},{},{},{})".format(*(int(h[i : i + 2], 16) for i in (0, 2, 4)), alpha)
+
+
+def _bars(ivs: tuple[Interval, ...]) -> dict[str, object]:
+    """Asymmetric error bars from each point's interval."""
+    return dict(
+        type="data",
+        symmetric=False,
+        array=[iv.high - iv.value for iv in ivs],
+        arrayminus=[iv.value - iv.low for iv in ivs],
+    )
 
 
 def _band(
@@ -112,34 +123,30 @@ def probe_similarity_curves(
     _band(fig, layers, result.input_sim_others[idx], "input · other numbers", "#7f7f7f", 1, 1, dash="dot")
     _band(fig, layers, result.update_sim_answer[idx], "update · answer C", c[2], 1, 2)
     _band(fig, layers, result.update_sim_others[idx], "update · other numbers", "#7f7f7f", 1, 2, dash="dash")
-    summ = result.layer_summary(operation)
-    mean_m = summ["update_direct_margin"]
-    lo_m, hi_m = summ["update_direct_margin_low"], summ["update_direct_margin_high"]
+    margin = result.by_layer("update_direct_margin", operation)
     fig.add_trace(
         go.Bar(
             x=layers,
-            y=mean_m.tolist(),
+            y=[iv.value for iv in margin],
             name="direct margin (logits)",
-            marker_color=[c[2] if v > 0 else c[1] for v in mean_m.tolist()],
-            error_y=dict(
-                type="data", symmetric=False, array=(hi_m - mean_m).tolist(), arrayminus=(mean_m - lo_m).tolist()
-            ),
-            customdata=list(zip(lo_m.tolist(), hi_m.tolist())),
+            marker_color=[c[2] if iv.value > 0 else c[1] for iv in margin],
+            error_y=_bars(margin),
+            customdata=[(iv.low, iv.high) for iv in margin],
             hovertemplate="layer %{x}: %{y:.3f} [%{customdata[0]:.3f}, %{customdata[1]:.3f}] logits<extra></extra>",
         ),
         row=2,
         col=1,
     )
-    top1, lo_t, hi_t = summ["lens_top1"], summ["lens_top1_low"], summ["lens_top1_high"]
+    top1 = result.by_layer("lens_top1", operation)
     median_rank = result.lens_rank[idx].median(0).values
     fig.add_trace(
         go.Scatter(
             x=layers,
-            y=top1.tolist(),
+            y=[iv.value for iv in top1],
             mode="lines+markers",
             name="answer top-1 (logit lens)",
             line=dict(color=c[3]),
-            error_y=dict(type="data", symmetric=False, array=(hi_t - top1).tolist(), arrayminus=(top1 - lo_t).tolist()),
+            error_y=_bars(top1),
             customdata=median_rank.tolist(),
             hovertemplate="layer %{x}: top-1 for %{y:.0%} of pairs<br>median rank %{customdata:.0f}<extra></extra>",
         ),

@@ -1,8 +1,9 @@
 """Figures of the fine-tuning comparison: the learning-rate sweep (appendix) and accuracy per mode with intervals.
 
-Takes the values the ``compare`` stage writes: the sweep table (:func:`mathcircuits.finetune.effects.sweep_table`: mode,
-learning_rate, val_accuracy, val_n, selected) and a :class:`~mathcircuits.stats.DeltaTable` of changes against
-base (:func:`mathcircuits.evaluation.compare_table`, or ``.changes`` of :func:`mathcircuits.finetune.effects_table`).
+Takes the values the ``compare`` stage computes: the sweep's points (:func:`mathcircuits.finetune.sweep_records`:
+mode, learning rate, validation accuracy with its interval, selected) and a :class:`~mathcircuits.stats.DeltaTable`
+of changes against base (:func:`mathcircuits.evaluation.compare_table`, or ``.changes`` of
+:func:`mathcircuits.finetune.effects_table`).
 Error bars are the tables' own intervals (Wilson for an accuracy, paired bootstrap for a difference to base).
 """
 
@@ -10,36 +11,43 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-import pandas as pd
 import plotly.graph_objects as go
 from plotly.colors import qualitative
 
 from mathcircuits.stats import DeltaTable
-from mathcircuits.stats.interval import wilson_interval
+
+if TYPE_CHECKING:
+    from mathcircuits.finetune import SweepPoint
 
 __all__ = ["sft_delta_bars", "sft_sweep_curves"]
 
 
-def sft_sweep_curves(sweep: pd.DataFrame, *, title: str = "Learning-rate sweep (validation accuracy)") -> go.Figure:
+def sft_sweep_curves(
+    sweep: Sequence[SweepPoint], *, title: str = "Learning-rate sweep (validation accuracy)"
+) -> go.Figure:
     """Validation accuracy against learning rate, one line per mode, Wilson bars; the selected rate is a star.
 
-    ``sweep`` has ``mode``, ``learning_rate``, ``val_accuracy``, ``val_n`` and ``selected``; the learning rate is
-    on a log scale, ``base`` a dotted horizontal line.
+    ``sweep`` from :func:`~mathcircuits.finetune.sweep_records`; the learning rate is on a log scale, ``base`` a
+    dotted horizontal line.
     """
     fig = go.Figure()
     palette = qualitative.Plotly
-    for i, (mode, rows) in enumerate(sweep.groupby("mode", sort=False)):
+    modes: dict[str, list[SweepPoint]] = {}
+    for p in sweep:
+        modes.setdefault(p.mode, []).append(p)
+    for i, (mode, rows) in enumerate(modes.items()):
         colour = palette[i % len(palette)]
-        ivs = [wilson_interval(round(a * n), int(n)) for a, n in zip(rows["val_accuracy"], rows["val_n"])]
+        ivs = [p.accuracy for p in rows]
         if mode == "base":
-            a = float(rows["val_accuracy"].iloc[0])
+            a = ivs[0].value
             fig.add_hline(y=100 * a, line_dash="dot", line_color="grey", annotation_text=f"base {100 * a:.1f}%")
             continue
         fig.add_trace(
             go.Scatter(
-                x=list(rows["learning_rate"]),
-                y=[100 * a for a in rows["val_accuracy"]],
+                x=[p.learning_rate for p in rows],
+                y=[100 * iv.value for iv in ivs],
                 error_y={
                     "type": "data",
                     "symmetric": False,
@@ -51,11 +59,11 @@ def sft_sweep_curves(sweep: pd.DataFrame, *, title: str = "Learning-rate sweep (
                 line={"color": colour},
             )
         )
-        best = rows[rows["selected"]]
+        best = [p for p in rows if p.selected]
         fig.add_trace(
             go.Scatter(
-                x=list(best["learning_rate"]),
-                y=[100 * a for a in best["val_accuracy"]],
+                x=[p.learning_rate for p in best],
+                y=[100 * p.accuracy.value for p in best],
                 mode="markers",
                 marker={"symbol": "star", "size": 14, "color": colour},
                 showlegend=False,

@@ -33,9 +33,8 @@ def transfer_bars(result: TransferResult, *, title: str | None = None) -> go.Fig
         ("key", "key heads ablated", qualitative.Plotly[1]),
         ("random", f"{result.n_random} random head sets ablated", qualitative.Plotly[0]),
     ):
-        acc = [getattr(r, f"{key}_ablated_accuracy") for r in rows]
-        lo = [getattr(r, f"{key}_low") for r in rows]
-        hi = [getattr(r, f"{key}_high") for r in rows]
+        ivs = [r.key if key == "key" else r.random for r in rows]
+        acc, lo, hi = [iv.value for iv in ivs], [iv.low for iv in ivs], [iv.high for iv in ivs]
         fig.add_trace(
             go.Bar(
                 x=labels,

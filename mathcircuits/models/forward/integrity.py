@@ -16,8 +16,8 @@ with GPU-like rounding simulated on a CPU (tests/test_tolerance.py, which also m
 against it). ``RTOL`` is a floor per dtype (float32 paths differ by summation order, up to 2e-5).
 
 A mismatch, or a registered hook that never fires, stops with :class:`IntegrityError`, naming the setting that
-turns fast paths off (``model.fast_paths: off``; :func:`fast_paths`). References: TransformerLens issues on hooks
-that silently never fired (#1257, #1527, #1625, #1680); issue #20.
+turns fast paths off (``model.fast_paths: off``; :func:`fast_paths`). Why: TransformerLens has had
+hooks that silently never fired, so a fast path is trusted only after it matched the plain one.
 """
 
 from __future__ import annotations

@@ -27,11 +27,11 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 from transformer_lens.model_bridge import TransformerBridge
-from transformers import Cache
 
 from mathcircuits._errors import FixableRuntimeError, FixableValueError
 from mathcircuits.models.forward.integrity import compare, fast_paths_enabled, model_depth, probe_tokens, verify_once
 from mathcircuits.models.forward.placement import execution_device
+from mathcircuits.models.hooked import PrefixCaches
 from mathcircuits.models.hooks import resid_pre
 
 __all__ = [
@@ -39,9 +39,6 @@ __all__ = [
     "PrefixRunner",
     "run_from_layer",
 ]
-
-#: The KV caches of shared prefixes, by the prefix's tokens: filled by one runner, reused by the next.
-PrefixCaches = dict[tuple[int, ...], Cache]
 
 MIN_PREFIX = 4
 """Shorter shared prefixes are not worth a second forward: the plain forward runs instead."""

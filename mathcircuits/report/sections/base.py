@@ -35,9 +35,13 @@ class Section(ABC):
     title: str
 
     @classmethod
-    @abstractmethod
     def of(cls, parts: ReportParts) -> tuple[Section, ...]:
-        """The sections of this kind that ``parts`` has results for, in page order (often none or one)."""
+        """The sections of this kind that ``parts`` has results for, in page order (often none or one).
+
+        None by default: a study's own sections are handed to the report by the study
+        (:class:`~mathcircuits.pipeline.study.Contribution`), not found in the parts.
+        """
+        return ()
 
     def figures(self) -> tuple[NamedFigure, ...]:
         """Its figures, in the order the page shows them (none by default)."""

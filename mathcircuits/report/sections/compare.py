@@ -4,10 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import pandas as pd
-
 from mathcircuits.claims import Claim
-from mathcircuits.finetune import EffectsTable
+from mathcircuits.finetune import EffectsTable, ParetoPoint, SweepPoint
 from mathcircuits.report.html import Page, table
 from mathcircuits.report.parts import ReportParts
 from mathcircuits.report.sections.base import NamedFigure, Section
@@ -18,12 +16,12 @@ __all__: list[str] = []
 
 @dataclass(frozen=True)
 class CompareSection(Section):
-    """``points`` (one row per trained unit) make the Pareto figure; ``power`` is the comparison's power statement;
+    """``points`` (one per trained unit) make the Pareto figure; ``power`` is the comparison's power statement;
     ``claims`` are the card's C6 and C6b, whose verdicts the reading quotes."""
 
     comparison: EffectsTable
-    sweep: pd.DataFrame | None = None
-    points: pd.DataFrame | None = None
+    sweep: tuple[SweepPoint, ...] | None = None
+    points: tuple[ParetoPoint, ...] | None = None
     power: str = ""
     claims: tuple[Claim, ...] = ()
     anchor = "compare"
@@ -41,7 +39,7 @@ class CompareSection(Section):
 
     def figures(self) -> tuple[NamedFigure, ...]:
         changes, figs = self.comparison.changes, []
-        if self.points is not None and len(self.points):
+        if self.points:
             figs.append(NamedFigure("compare_pareto", pareto_plot(self.points, changes), saved=False))
         figs.append(NamedFigure("compare", sft_delta_bars(changes), saved=False))
         if self.sweep is not None:
@@ -62,5 +60,5 @@ class CompareSection(Section):
         for f in figures:
             page.figure(f.figure)
         if self.sweep is not None:
-            page.table("Learning-rate sweep", table(self.sweep))
+            page.table("Learning-rate sweep", table(SweepPoint.frame(self.sweep)))
         page.table("Fine-tuning comparison", table(self.comparison.to_dataframe().reset_index()))

@@ -38,10 +38,10 @@ from mathcircuits.data import GenerationConfig, Operation, PairSet, generate_pai
 from mathcircuits.data.benchmark_files import default_benchmark_root
 from mathcircuits.patching import KeyComponents, PatchingResult, select_key_components
 from mathcircuits.patching.key_components import median_depth
+from mathcircuits.pipeline.config import multi_digit_template
 from mathcircuits.pipeline.context import Context, StageSummary, save_csv, select_pairs, template_spread
 from mathcircuits.pipeline.facts import FactUse, fact_use, stage_rows
-from mathcircuits.pipeline.preflight import multi_digit_template
-from mathcircuits.pipeline.stages.identify import IdentifySummary, patched_facts
+from mathcircuits.pipeline.studies.shared import IdentifySummary, patched_facts
 
 __all__: list[str] = []
 
@@ -111,14 +111,14 @@ class ValidateSummary(StageSummary):
             for op, k in self.knockout.items()
         ]
         for r in self.transfer:
-            head = f"  transfer {r.dataset:<45} n={r.n:<3} clean {r.clean_accuracy:.2f}"
+            head = f"  transfer {r.dataset:<45} n={r.n:<3} clean {r.clean.value:.2f}"
             if not r.measured:
                 out.append(f"{head}  {r.status} (too few items the clean model answers)")
                 continue
             out.append(
                 f"{head}  on its {r.n_correct} correct items: key-ablated "
-                f"{r.key_ablated_accuracy:.2f} [{r.key_low:.2f}, {r.key_high:.2f}]  "
-                f"random-ablated {r.random_ablated_accuracy:.2f}"
+                f"{r.key.value:.2f} [{r.key.low:.2f}, {r.key.high:.2f}]  "
+                f"random-ablated {r.random.value:.2f}"
             )
         return out
 
@@ -230,19 +230,7 @@ def run(ctx: Context) -> ValidateSummary:
     ks = sorted(set(v.knockout_ks) | ({n_key} if n_key else set())) if v.knockout_ks else None
     for op in scored:
         res = PatchingResult.load(paths.patching(op))
-        ko = knockout_curve(
-            model,
-            fresh[op],
-            res,
-            max_k=v.knockout_max_k,
-            n_random=v.n_random,
-            means=means,
-            scope=v.scope,
-            progress=ctx.progress,
-            ablation=v.ablation,
-            ks=ks,
-            pool=pool,
-        )
+        ko = knockout_curve(model, fresh[op], res, v, means=means, progress=ctx.progress, ks=ks, pool=pool)
         ko.save(paths.knockout(op))
         save_csv(ko.to_dataframe(), paths.knockout(op, ".csv"))
         finals = ko.random_accuracy[:, -1]
@@ -267,11 +255,9 @@ def run(ctx: Context) -> ValidateSummary:
             model,
             pooled,
             key.heads,
-            n_draws=v.control_draws,
+            v,
             seed=ctx.config.data.seed,
-            ablation=v.ablation,
             means=means,
-            scope=v.scope,
             label="fresh correct pairs, " + ", ".join(scored),
             identification_overlap=sum(overlap.values()),
             progress=ctx.progress,
@@ -325,11 +311,9 @@ def run(ctx: Context) -> ValidateSummary:
         sets,
         list(key.heads),
         means,
-        n_random=v.transfer_draws,
-        scope=v.scope,
+        v,
         progress=ctx.progress,
         held_in=[f"{op} (identification templates, correct)" for op in found_on],
-        ablation=v.ablation,
         pool=pool,
     )
     tr.save(paths.transfer())

@@ -17,7 +17,7 @@ from mathcircuits._schema import ConfigError
 from mathcircuits.circuit import Circuit, Faithfulness, discover_circuit, faithfulness, label_roles
 from mathcircuits.circuit.pool import scored_operands
 from mathcircuits.circuit.subcircuits import top_circuit
-from mathcircuits.data import GenerationConfig, Operation, filter_correct, generate_pairs, score_pairs
+from mathcircuits.data import Operation, filter_correct, generate_pairs, score_pairs
 from mathcircuits.data.facts import Fact, facts_of
 from mathcircuits.data.pairset import PairSet
 from mathcircuits.pipeline.context import Context, StageSummary, template_spread
@@ -90,12 +90,9 @@ def circuit_pairs(ctx: Context, op: Operation, n: int, seed: int, own_facts: boo
     (``own_facts``), or its pool, of any fact."""
     d, c = ctx.config.data, ctx.config.circuit
     ids = tuple(circuit_templates(ctx, op))
-    gen = GenerationConfig(
-        operations=(op,), template_ids=ids, n_per_template=n, operand_range=d.operand_range,
-        fewshot=d.fewshot, fewshot_operations=d.fewshot_operations, allow_negative=d.allow_negative,
-        integer_only=d.integer_only,
-        multi_token_answers=d.multi_token_answers, counterfactual=c.counterfactual, seed=seed,
-    )  # fmt: skip
+    gen = replace(
+        d.generation(), operations=(op,), template_ids=ids, n_per_template=n, counterfactual=c.counterfactual, seed=seed
+    )
     facts = d.stage_facts()["circuit"] if own_facts else None
     return generate_pairs(ctx.model.tokenizer, ctx.templates(), gen, facts=facts)
 
@@ -123,7 +120,7 @@ def run(ctx: Context) -> CircuitSummary:
         try:
             found = Circuit.load(paths.circuit(op))
         except (FileNotFoundError, ResultFileError):
-            found = discover_circuit(model, disc, **c.discover_kwargs(), progress=ctx.progress)
+            found = discover_circuit(model, disc, config=c, progress=ctx.progress)
             found = label_roles(model, disc, found)
             found = replace(found, data=replace(found.data, eval_pair_ids=list(ev.pair_ids)))
             found.save(paths.circuit(op))
@@ -134,7 +131,8 @@ def run(ctx: Context) -> CircuitSummary:
             pool = circuit_pairs(ctx, op, c.pool_per_template, ctx.config.data.seed + 1, own_facts=False)
             if "position_mean" in c.ablations and (missing := _uncovered(ev, pool)):
                 _refuse_pool(ctx, op, ev, missing)  # before its faithfulness runs: the setting that fixes it
-            faith = faithfulness(model, ev, found, pool=pool, **c.faithfulness_kwargs(ctx.config.data.seed))
+            # the data seed draws the random circuits and the bootstrap
+            faith = faithfulness(model, ev, found, pool=pool, config=c, uncertainty=c.uncertainty(ctx.config.data.seed))
             faith.save(paths.circuit_faithfulness(op))
         with atomic_path(paths.circuit_graph(op)) as tmp:
             circuit_graph(top_circuit(found, faith.plateau_size) if faith.curve else found, faith).write_html(

@@ -48,7 +48,14 @@ from mathcircuits.evaluation.batching import model_device
 from mathcircuits.evaluation.benchmarks import benchmark_spec
 from mathcircuits.evaluation.harness import evaluate_lm_eval
 from mathcircuits.finetune import ItemScores, Mode, Scorers, build_sft_dataset, compare_units
-from mathcircuits.finetune.effects import effects_table, pareto_points, scores_matrix, sweep_table
+from mathcircuits.finetune.effects import (
+    ParetoPoint,
+    SweepPoint,
+    effects_table,
+    pareto_records,
+    scores_matrix,
+    sweep_records,
+)
 from mathcircuits.finetune.run_unit import execute_unit
 from mathcircuits.models import Head, HFForward, PrefixRunner
 from mathcircuits.patching import KeyComponents, PatchingResult, SelectionConfig, select_key_components
@@ -268,11 +275,11 @@ def run(ctx: Context) -> CompareSummary:
     cmp = compare_units(plan, paths.compare_units, execute, echo=print if ctx.progress else log.info)
     effects = effects_table(cmp)
     table = effects.to_dataframe()
-    points = pareto_points(cmp)
-    sweep = sweep_table(cmp)
+    points = pareto_records(cmp)
+    sweep = sweep_records(cmp)
     save_csv(table.reset_index(), paths.compare_table)
-    save_csv(points, paths.compare_points)
-    save_csv(sweep, paths.compare_sweep)
+    save_csv(ParetoPoint.frame(points), paths.compare_points)
+    save_csv(SweepPoint.frame(sweep), paths.compare_sweep)
     power = ""
     if cmp.final("precise") and cmp.final("full"):
         p = detectable_difference(scores_matrix(cmp.final("precise"), "math"), scores_matrix(cmp.final("full"), "math"))

@@ -17,7 +17,7 @@ from mathcircuits.models import Head
 from mathcircuits.patching import KeyComponents
 from mathcircuits.pipeline.context import Context, StageSummary, save_csv, select_pairs
 from mathcircuits.pipeline.facts import FactUse, fact_use, stage_rows
-from mathcircuits.pipeline.stages.identify import patched_facts
+from mathcircuits.pipeline.studies.shared import patched_facts
 
 __all__: list[str] = []
 

@@ -1,4 +1,4 @@
-"""Stage ``numbers``: how numbers are represented and combined — spectra, probes, helix, heuristic neurons (#26).
+"""Stage ``numbers``: how numbers are represented and combined — spectra, probes, helix, heuristic neurons.
 
 Reads the ``numbers`` section and the key components of identify (its key MLPs are the
 neuron layers, its key heads are mapped over the grid); writes ``numbers/spectra``,
@@ -156,18 +156,7 @@ def run(ctx: Context) -> NumbersSummary:
     depths = c.patch_depths or tuple(dict.fromkeys(d for d in (helix.best_depth, n_layers // 2) if 1 <= d < n_layers))
     patch_text = ""
     try:
-        patch = helix_patch(
-            model,
-            helix,
-            sets,
-            c.template,
-            depths,
-            c.patch_pairs,
-            range(c.patch_b[0], c.patch_b[1] + 1),
-            c.n_random_subspaces,
-            c.batch_size,
-            **kw,
-        )
+        patch = helix_patch(model, helix, sets, depths=depths, config=c)
         save("helix_patch", patch)
         patch_text = patch.headline()
     except TooFewCorrect as err:
@@ -183,20 +172,7 @@ def run(ctx: Context) -> NumbersSummary:
     lap("logit spectra")
     neuron_text = ""
     try:
-        neurons = heuristic_neurons(
-            model,
-            grid,
-            layers,
-            heads,
-            c.topk_fractions,
-            c.accuracy_margin,
-            c.min_corr,
-            c.n_random_knockouts,
-            c.eval_prompts,
-            c.batch_size,
-            capture=cap,
-            **kw,
-        )
+        neurons = heuristic_neurons(model, grid, layers, heads, capture=cap, config=c)
         save("neurons", neurons)
         save_csv(neurons.type_table(), paths.numbers("neuron_types", ".csv"))
         neuron_text = neurons.headline()

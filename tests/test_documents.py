@@ -1,0 +1,68 @@
+"""Documents are for readers: no issue numbers in what a reader or user sees, and a README that is a front door
+(what it is, two commands, then the first example within 500 words)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# "issue 35", "Issue #35", "issues #11, #27", "(#38)", "before #35"; not colours ("#222;", "#888"), HTML entities
+# ("&#8212;"), anchors ("finetune.md#7-...") or hex ("#1f77b4").
+ISSUE_REF = re.compile(r"\b[Ii]ssues?\s*#?\d+|(?<![\w#&/\"'-])#\d{1,4}\b(?![\w;\"'-])")
+README_WORDS_BEFORE_EXAMPLE = 500
+
+
+def _files() -> list[Path]:
+    found = [ROOT / "README.md", ROOT / ".ci" / "run"]
+    for pattern in ("docs/**/*.md", "configs/*.yaml", "mathcircuits/**/*.py", "scripts/*", "benchmarks/*.py"):
+        found += sorted(p for p in ROOT.glob(pattern) if p.is_file())
+    return [p for p in found if p.exists()]
+
+
+def issue_refs(text: str) -> list[tuple[int, str]]:
+    """(line number, matched text) of each issue reference in ``text``."""
+    return [(n, m.group()) for n, line in enumerate(text.splitlines(), 1) for m in ISSUE_REF.finditer(line)]
+
+
+@pytest.mark.parametrize(
+    ("text", "found"),
+    [
+        ("as issue #35 asks", ["issue #35"]),
+        ("Issue 12 says", ["Issue 12"]),
+        ("the budget (#38).", ["#38"]),
+        ("(issues #11, #27)", ["issues #11", "#27"]),
+        ("as before #35", ["#35"]),
+        ("color: #222; background: #fff;", []),
+        ('line=dict(color="#888")', []),
+        ("colors = ['#1f77b4', '#ff7f0e']", []),
+        ("[times](docs/finetune.md#7-the-comparison) &#8212; # 3 heads", []),
+    ],
+)
+def test_the_pattern_finds_issue_refs_and_spares_colours_and_anchors(text, found):
+    assert [m for _, m in issue_refs(text)] == found
+
+
+def test_no_issue_references_in_what_readers_see():
+    """A sentence says what changed, not which ticket asked for it; dated history may stay, numbers go."""
+    files = _files()
+    assert len(files) > 100, "the scan found the project's files"
+    hits = [
+        f"{p.relative_to(ROOT)}:{n}: {m}"
+        for p in files
+        for n, m in issue_refs(p.read_text(encoding="utf-8", errors="replace"))
+    ]
+    assert not hits, "issue references (say what the change is instead):\n" + "\n".join(hits)
+
+
+def test_readme_reaches_its_first_example_within_500_words():
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert "```python" in text, "the README has a Python example"
+    words = len(text.split("```python", 1)[0].split())
+    assert words <= README_WORDS_BEFORE_EXAMPLE, (
+        f"README.md has {words} words before its first ```python block; at most {README_WORDS_BEFORE_EXAMPLE}: "
+        "move detail and dated measurements to docs/ (times: docs/times-and-exit-codes.md)."
+    )
