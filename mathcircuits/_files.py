@@ -22,18 +22,9 @@ import yaml
 from mathcircuits._errors import FixableError, FixableFileNotFoundError
 
 __all__ = [
-    "DISK_FULL",
     "JSONObject",
     "JSONValue",
     "ResultFileError",
-    "StrictYAMLError",
-    "atomic_dir",
-    "atomic_path",
-    "is_temporary",
-    "load_yaml",
-    "make_folder",
-    "read_json",
-    "write_json",
 ]
 
 

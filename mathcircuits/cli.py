@@ -193,7 +193,7 @@ def _no_run_folder(out: Path) -> str:
 
 
 def _compare_models(args: argparse.Namespace) -> int:
-    from mathcircuits.pipeline import compare_model_runs
+    from mathcircuits.pipeline.compare_models import compare_model_runs
 
     cmp = compare_model_runs(args.run_a, args.run_b, args.out)
     print(repr(cmp))
@@ -208,7 +208,9 @@ def _run(args: argparse.Namespace) -> int:
     # imported here, after the arguments are parsed: these bring in torch and the model libraries
     import yaml
 
-    from mathcircuits.pipeline import RunPaths, done_summary, render_config, run_pipeline, stage_status
+    from mathcircuits.pipeline import RunPaths, run_pipeline
+    from mathcircuits.pipeline.config import render_config
+    from mathcircuits.pipeline.run import done_summary, stage_status
 
     if args.command == "compare-models":
         return _compare_models(args)

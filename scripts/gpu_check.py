@@ -160,8 +160,8 @@ def main(argv: list[str] | None = None) -> int:
 
     from transformers import AutoTokenizer
 
-    from mathcircuits.models import tiny_tokenizer
     from mathcircuits.models.compat import installed_versions
+    from mathcircuits.models.tiny import tiny_tokenizer
 
     tok = AutoTokenizer.from_pretrained(args.tokenizer) if args.tokenizer else tiny_tokenizer()
     if tok.pad_token_id is None:

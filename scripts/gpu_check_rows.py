@@ -289,7 +289,8 @@ def run_finetune_rows(check: Check, tok: Any, name: str, shape: dict[str, int], 
     """Precise SFT, LoRA on precise's parameter budget, and full SFT: a few AdamW steps each, samples/s."""
     from transformers import TrainerCallback
 
-    from mathcircuits.finetune import SFTConfig, build_sft_dataset, head_slices, lora_rank_for_budget, train_sft
+    from mathcircuits.finetune import SFTConfig, build_sft_dataset, head_slices, train_sft
+    from mathcircuits.finetune.components import lora_rank_for_budget
 
     L, H = shape["layers"], shape["heads"]
     heads = sorted({(L - 1, 0), (L - 2, 1 % H), (L // 2, 3 % H), (L // 3, 2 % H), (0, H - 1)})
@@ -340,7 +341,7 @@ def run_finetune_rows(check: Check, tok: Any, name: str, shape: dict[str, int], 
 
 def run_generation_rows(check: Check, tok: Any, name: str, shape: dict[str, int], device: str, fewshot: bool) -> None:
     """Greedy generation on a few held-out arithmetic items, bf16 beside float32 (the same weights)."""
-    from mathcircuits.evaluation import generate_greedy
+    from mathcircuits.evaluation.generation import generate_greedy
 
     prompts = list(make_pairs(tok, 8, seed=2, fewshot=fewshot).prompts)
     texts: dict[str, list[str]] = {}

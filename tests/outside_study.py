@@ -17,7 +17,8 @@ import plotly.graph_objects as go
 from mathcircuits.claims import Claim, Verdict
 from mathcircuits.patching import KeyComponents
 from mathcircuits.pipeline import Context, Contribution, ResultReader, StageSummary, Study, StudyCode, setting
-from mathcircuits.report import NamedFigure, Page, Section
+from mathcircuits.report.html import Page
+from mathcircuits.report.sections import NamedFigure, Section
 from mathcircuits.stats import Interval
 
 
@@ -39,7 +40,9 @@ class SpreadSummary(StageSummary):
 def run(ctx: Context) -> SpreadSummary:
     key = KeyComponents.load(ctx.paths.key_components)
     per_layer = {str(layer): n for layer, n in sorted(Counter(h.layer for h in key.heads).items())}
-    (ctx.paths.stage("spread") / "spread.json").write_text(json.dumps({"per_layer": per_layer}))
+    out = ctx.paths.stage("spread") / "spread.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"per_layer": per_layer}, indent=2) + "\n")
     return SpreadSummary(per_layer=per_layer)
 
 

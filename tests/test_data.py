@@ -9,23 +9,25 @@ from mathcircuits.data import (
     PairSet,
     TemplateError,
     accuracy_table,
-    compute_answer,
     correct_pairs,
-    default_benchmark_root,
     default_template_dir,
     filter_correct,
-    find_benchmark_file,
     fresh_pairs,
     generate_pairs,
-    load_template_set,
     load_templates,
-    pair_keys,
-    read_word_problems,
-    record_question,
     score_pairs,
     word_problem_dataset,
 )
-from mathcircuits.models import tiny_tokenizer
+from mathcircuits.data.benchmark_files import (
+    default_benchmark_root,
+    find_benchmark_file,
+    read_word_problems,
+    record_question,
+)
+from mathcircuits.data.operands import compute_answer
+from mathcircuits.data.pairset import pair_keys
+from mathcircuits.data.templates import load_template_set
+from mathcircuits.models.tiny import tiny_tokenizer
 from mathcircuits.pipeline import ConfigError
 
 from helpers import unchecked

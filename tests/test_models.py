@@ -1,7 +1,8 @@
 import pytest
 import torch
 
-from mathcircuits.models import HookedModel, from_hf, hooks, load_hf_model, load_model, resolve_source, tiny_model
+from mathcircuits.models import HookedModel, from_hf, hooks, load_hf_model, load_model, resolve_source
+from mathcircuits.models.tiny import tiny_model
 
 
 @pytest.mark.parametrize("source", ["tiny-llama", "tiny-gpt2"])

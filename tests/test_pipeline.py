@@ -14,23 +14,26 @@ import yaml
 
 from mathcircuits.ablation import KnockoutResult, RandomControl
 from mathcircuits.cli import main
-from mathcircuits.data import PairSet, facts_of
-from mathcircuits.finetune import KV_POLICIES, Mode, SFTConfig
-from mathcircuits.patching import METHODS, METRICS, RULES, PatchingConfig, PatchingResult, SelectionConfig
+from mathcircuits.data import PairSet
+from mathcircuits.data.facts import facts_of
+from mathcircuits.finetune import Mode, SFTConfig
+from mathcircuits.finetune.layouts import KV_POLICIES
+from mathcircuits.patching import PatchingConfig, PatchingResult, SelectionConfig
+from mathcircuits.patching.driver import METHODS
+from mathcircuits.patching.key_components import RULES
+from mathcircuits.patching.metrics import METRICS
 from mathcircuits.pipeline import (
     LATER_SETTINGS,
     READ_ONLY_WHEN,
     ConfigError,
     FinetuneSection,
     RunConfig,
-    done_summary,
-    fingerprint,
     fingerprinted,
-    render_config,
     run_pipeline,
-    stage_status,
     stages,
 )
+from mathcircuits.pipeline.config import fingerprint, render_config
+from mathcircuits.pipeline.run import done_summary, stage_status
 
 ROOT = Path(__file__).resolve().parents[1]
 

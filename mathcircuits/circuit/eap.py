@@ -52,14 +52,8 @@ from mathcircuits.models import HookedModel, attn_change, attn_pre_norm_name, he
 from mathcircuits.models.families import block_structure
 
 __all__ = [
-    "ATTRIBUTION_METHODS",
-    "DEFAULT_IG_STEPS",
     "AttributionMethod",
-    "alpha_effects",
     "eap_scores",
-    "edge_attribution",
-    "graph_nodes",
-    "ig_alphas",
 ]
 
 AttributionMethod = Literal["eap", "eap-ig"]

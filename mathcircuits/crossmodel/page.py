@@ -20,7 +20,7 @@ from mathcircuits.crossmodel.figures import comparison_figures
 from mathcircuits.crossmodel.result import ModelComparison, RunResults
 from mathcircuits.viz import save_figures
 
-__all__ = ["comparison_html", "write_comparison"]
+__all__: list[str] = []
 
 _CSS = """
 body { font-family: -apple-system, "Segoe UI", Helvetica, Arial, sans-serif; margin: 0 auto; max-width: 1240px;

@@ -126,7 +126,7 @@ def fresh_pairs(
 
     For scoring on data other than the data that chose something (key heads chosen by path patching on
     ``pairs`` look more necessary on ``pairs`` than they are). Pairs are compared by their tokens
-    (:func:`~mathcircuits.data.pair_keys`); the new ``pair_id`` continue after the largest in ``pairs``;
+    (:func:`~mathcircuits.data.pairset.pair_keys`); the new ``pair_id`` continue after the largest in ``pairs``;
     ``seed`` is raised by one for each further round when a round is short.
     """
     if n < 1:

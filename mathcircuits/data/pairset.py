@@ -23,7 +23,11 @@ from mathcircuits._files import atomic_dir
 from mathcircuits.data.batching import iter_batches
 from mathcircuits.data.pairs import PairBatch, PairRow, check_columns
 
-__all__ = ["Field", "PairSet", "Side", "check_token_aligned", "pair_batches", "pair_keys"]
+__all__ = [
+    "Field",
+    "PairSet",
+    "Side",
+]
 
 #: A column a pair set may have (``has`` asks for one; the properties read them).
 Field = Literal[

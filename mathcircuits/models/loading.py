@@ -32,11 +32,9 @@ from mathcircuits.models.tiny import TINY_FAMILIES, tiny_family_name, tiny_gpt2,
 
 __all__ = [
     "HookedModel",
-    "boot_bridge",
     "load_hf_model",
     "load_model",
     "resolve_source",
-    "spec_from_bridge",
 ]
 
 log = logging.getLogger(__name__)

@@ -24,8 +24,9 @@ from mathcircuits._io import ResultFileError
 from mathcircuits.ablation import KnockoutResult
 from mathcircuits.analysis import AttentionByRole, MLPProbeResult
 from mathcircuits.claims import ClaimsCard
-from mathcircuits.crossmodel import ModelComparison, RunResults, compare_runs, write_comparison
-from mathcircuits.models import canonical_source
+from mathcircuits.crossmodel import ModelComparison, RunResults, compare_runs
+from mathcircuits.crossmodel.page import write_comparison
+from mathcircuits.models.embedded import canonical_source
 from mathcircuits.patching import KeyComponents
 from mathcircuits.pipeline.config import ConfigError, RunConfig
 from mathcircuits.pipeline.lock import RunLock, RunLockedError
@@ -34,9 +35,9 @@ from mathcircuits.pipeline.registry import stages
 from mathcircuits.pipeline.run import RunFolderError, done_summary, misplaced, stage_status
 from mathcircuits.pipeline.studies.shared import IdentifySummary
 from mathcircuits.stats import Uncertainty
-from mathcircuits.viz import find_chromium
+from mathcircuits.viz.export import find_chromium
 
-__all__ = ["check_same_config", "compare_model_runs", "load_run_results"]
+__all__: list[str] = []
 
 
 def _flat(d: JSONValue, prefix: str = "") -> dict[str, JSONValue]:

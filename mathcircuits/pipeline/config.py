@@ -33,7 +33,8 @@ from mathcircuits._schema import ConfigError, describe, from_dict, plain
 from mathcircuits.ablation.config import ValidationConfig
 from mathcircuits.analysis.config import AnalysisConfig
 from mathcircuits.circuit.config import CircuitConfig
-from mathcircuits.data import default_benchmark_root, load_templates, read_word_problems
+from mathcircuits.data import load_templates
+from mathcircuits.data.benchmark_files import default_benchmark_root, read_word_problems
 from mathcircuits.evaluation.benchmarks import benchmark_spec, load_benchmark
 from mathcircuits.evaluation.config import EvaluationConfig
 from mathcircuits.finetune import CompareConfig
@@ -50,12 +51,6 @@ __all__ = [
     "LaterSetting",
     "ReadOnlyWhen",
     "RunConfig",
-    "check_folders",
-    "check_templates",
-    "fingerprint",
-    "fingerprinted",
-    "multi_digit_template",
-    "render_config",
 ]
 
 

@@ -19,12 +19,8 @@ from typing import Protocol, runtime_checkable
 from mathcircuits._errors import FixableValueError
 
 __all__ = [
-    "ENTRY_POINT_GROUP",
-    "SettingsSection",
     "StudyError",
-    "extra_sections",
     "register_study",
-    "registered",
     "unregister_study",
 ]
 

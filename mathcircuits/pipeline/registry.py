@@ -16,7 +16,10 @@ from mathcircuits.pipeline.study import Study
 if TYPE_CHECKING:
     from mathcircuits.pipeline.study import StudyCode
 
-__all__ = ["REPORT", "all_studies", "stages"]
+__all__ = [
+    "all_studies",
+    "stages",
+]
 
 #: the name of the last stage, which reads every study and writes the report and the claims card
 REPORT = "report"

@@ -23,10 +23,12 @@ from mathcircuits.pipeline.context import Context, StageSummary
 from mathcircuits.pipeline.facts import FactUse
 from mathcircuits.pipeline.reader import ResultReader
 from mathcircuits.pipeline.study import Contribution, Study, StudyCode, merge_claims
-from mathcircuits.report import ReportParts, build_report, report_figures
-from mathcircuits.viz import find_chromium, save_figures
+from mathcircuits.report import ReportParts, build_report
+from mathcircuits.report.build import report_figures
+from mathcircuits.viz import save_figures
+from mathcircuits.viz.export import find_chromium
 
-__all__ = ["ClaimLine", "ReportSummary", "code", "costs", "run"]
+__all__: list[str] = []
 
 
 @dataclass(frozen=True)

@@ -32,8 +32,9 @@ import yaml
 
 from mathcircuits._errors import FixableError
 from mathcircuits._files import DISK_FULL, JSONObject, atomic_path, read_json, write_json
-from mathcircuits.models import canonical_source, check_versions, checks_run, fast_paths
-from mathcircuits.models.compat import installed_versions
+from mathcircuits.models import checks_run, fast_paths
+from mathcircuits.models.compat import check_versions, installed_versions
+from mathcircuits.models.embedded import canonical_source
 from mathcircuits.pipeline.config import ConfigError, RunConfig, check_folders, fingerprint, fingerprinted
 from mathcircuits.pipeline.console import quiet_dependencies
 from mathcircuits.pipeline.context import Context, StageSummary
@@ -54,13 +55,8 @@ from mathcircuits.pipeline.registry import stages
 from mathcircuits.pipeline.study import Study
 
 __all__ = [
-    "InternalError",
     "RunFolderError",
-    "check_run_folder",
-    "done_summary",
-    "is_input_error",
     "run_pipeline",
-    "stage_status",
 ]
 
 log = logging.getLogger(__name__)

@@ -11,12 +11,17 @@ import torch
 
 from mathcircuits._errors import FixableError, problem_of
 from mathcircuits._schema import ConfigError, check_fields, project, setting
-from mathcircuits.data import Fact, GenerationConfig, load_templates
+from mathcircuits.data import GenerationConfig, load_templates
+from mathcircuits.data.facts import Fact
 from mathcircuits.finetune import Mode, SFTConfig
-from mathcircuits.models import canonical_source, resolve_source
+from mathcircuits.models import resolve_source
+from mathcircuits.models.embedded import canonical_source
 from mathcircuits.pipeline.facts import FactStage, stage_facts
 
-__all__ = ["DataSection", "FinetuneSection", "ModelSection"]
+__all__ = [
+    "FinetuneSection",
+    "ModelSection",
+]
 
 
 def _check_device(device: str) -> None:

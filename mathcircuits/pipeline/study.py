@@ -32,7 +32,11 @@ if TYPE_CHECKING:  # the record is read by the CLI before torch is imported; the
     from mathcircuits.report import ReportParts
     from mathcircuits.report.sections import Section
 
-__all__ = ["Contribution", "Study", "StudyCode", "claim_order", "merge_claims"]
+__all__ = [
+    "Contribution",
+    "Study",
+    "StudyCode",
+]
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,10 @@ from mathcircuits.report.html import Page, accuracy_with_intervals, claims_table
 from mathcircuits.report.parts import ReportParts
 from mathcircuits.report.sections import SECTIONS, NamedFigure, Section
 
-__all__ = ["ReportFigures", "build_report", "render_sections", "report_figures", "report_html"]
+__all__ = [
+    "ReportFigures",
+    "build_report",
+]
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from mathcircuits.analysis import AttentionByRole, HeadPatterns, MLPProbeResult
-from mathcircuits.claims import claim_c3
+from mathcircuits.claims.attention import claim_c3
 from mathcircuits.patching import KeyComponents, PatchingResult
 from mathcircuits.pipeline.reader import ResultReader
 from mathcircuits.pipeline.studies.analyze.stage import AnalyzeSummary, run
@@ -13,7 +13,7 @@ from mathcircuits.pipeline.study import Contribution, StudyCode
 from mathcircuits.report import ReportParts
 from mathcircuits.viz import attention_heads_view
 
-__all__ = ["CODE", "report"]
+__all__: list[str] = []
 
 
 def report(r: ResultReader) -> Contribution:

@@ -12,14 +12,14 @@ from dataclasses import dataclass, field
 
 from mathcircuits._errors import FixableRuntimeError
 from mathcircuits.analysis import attention_by_role, head_patterns, mlp_probes
-from mathcircuits.data import facts_of
+from mathcircuits.data.facts import facts_of
 from mathcircuits.models import Head
 from mathcircuits.patching import KeyComponents
 from mathcircuits.pipeline.context import Context, StageSummary, save_csv, select_pairs
 from mathcircuits.pipeline.facts import FactUse, fact_use, stage_rows
 from mathcircuits.pipeline.studies.shared import patched_facts
 
-__all__ = ["AnalyzeSummary", "run"]
+__all__: list[str] = []
 
 
 @dataclass(frozen=True)

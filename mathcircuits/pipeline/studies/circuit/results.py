@@ -9,7 +9,7 @@ from mathcircuits.pipeline.studies.shared import IdentifySummary
 from mathcircuits.pipeline.study import Contribution, StudyCode
 from mathcircuits.report import ReportParts
 
-__all__ = ["CODE", "report"]
+__all__: list[str] = []
 
 
 def report(r: ResultReader) -> Contribution:

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 from mathcircuits._files import read_json
-from mathcircuits.claims import claim_c6_units, claim_c6b
+from mathcircuits.claims.improve import claim_c6_units, claim_c6b
 from mathcircuits.finetune import UnitComparison, effects_table, pareto_records, sweep_records
 from mathcircuits.pipeline.reader import ResultReader
 from mathcircuits.pipeline.studies.compare.stage import CompareSummary, check_sizes, run
 from mathcircuits.pipeline.study import Contribution, StudyCode
 from mathcircuits.report import ReportParts
 
-__all__ = ["CODE", "report"]
+__all__: list[str] = []
 
 
 def report(r: ResultReader) -> Contribution:

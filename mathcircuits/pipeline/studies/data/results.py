@@ -8,7 +8,7 @@ from mathcircuits.pipeline.studies.data.stage import DataSummary, run
 from mathcircuits.pipeline.study import Contribution, StudyCode
 from mathcircuits.report import ReportParts
 
-__all__ = ["CODE", "report"]
+__all__: list[str] = []
 
 
 def report(r: ResultReader) -> Contribution:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from mathcircuits.claims import claim_c1
+from mathcircuits.claims.sparsity import claim_c1
 from mathcircuits.patching import KeyComponents, PatchingResult
 from mathcircuits.pipeline.reader import ResultReader
 from mathcircuits.pipeline.studies.identify.stage import run
@@ -10,7 +10,7 @@ from mathcircuits.pipeline.studies.shared import IdentifySummary
 from mathcircuits.pipeline.study import Contribution, StudyCode
 from mathcircuits.report import ReportParts
 
-__all__ = ["CODE", "report"]
+__all__: list[str] = []
 
 
 def report(r: ResultReader) -> Contribution:

@@ -9,7 +9,7 @@ from mathcircuits.pipeline.studies.numbers.stage import NumbersSummary, run
 from mathcircuits.pipeline.study import Contribution, StudyCode
 from mathcircuits.report import ReportParts
 
-__all__ = ["CODE", "report"]
+__all__: list[str] = []
 
 
 def _off(r: ResultReader) -> dict[str, str]:

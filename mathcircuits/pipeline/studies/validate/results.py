@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 from mathcircuits.ablation import KnockoutResult, MLPMargin, RandomControl, TransferResult
-from mathcircuits.claims import claim_c2, claim_c4, claim_c5
+from mathcircuits.claims.knockout import claim_c2, claim_c5
+from mathcircuits.claims.margin import claim_c4
 from mathcircuits.pipeline.reader import ResultReader
 from mathcircuits.pipeline.studies.shared import IdentifySummary
 from mathcircuits.pipeline.studies.validate.stage import ValidateSummary, run
 from mathcircuits.pipeline.study import Contribution, StudyCode
 from mathcircuits.report import ReportParts
 
-__all__ = ["CODE", "report"]
+__all__: list[str] = []
 
 
 def report(r: ResultReader) -> Contribution:
