@@ -12,7 +12,7 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
-__all__ = ["ENV_VAR", "progress_bar", "wants_progress"]
+__all__: list[str] = []  # internal: the verbs take `progress=`; MATHCIRCUITS_PROGRESS=0 turns bars off
 
 ENV_VAR = "MATHCIRCUITS_PROGRESS"
 

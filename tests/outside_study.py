@@ -89,7 +89,7 @@ def report(r: ResultReader) -> Contribution:
     per_layer = json.loads(f.read_text())["per_layer"]
     n = len(per_layer)
     verdict = Verdict.HOLDS if n <= limit else Verdict.FAILS
-    counted = Interval(n, n, n, sum(per_layer.values()), method="none")
+    counted = Interval(float(n), float(n), float(n), sum(per_layer.values()), method="none")
     claim = _claim(f"{n} layers (at most {limit})", counted, verdict, f"{n} layers against at most {limit}")
     return Contribution(sections=(SpreadSection(per_layer),), claims=(claim,))
 

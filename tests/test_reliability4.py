@@ -34,7 +34,7 @@ from mathcircuits import FixableError
 from mathcircuits.circuit import EdgeScores, graph_edges, read_graph, write_graph
 from mathcircuits.cli import main
 from mathcircuits.models import ModelMismatchError, load_hf_model, load_model, resolve_source
-from mathcircuits.pipeline import RunLock
+from mathcircuits.pipeline.lock import RunLock
 
 from helpers import classify, script_module, unchecked
 
