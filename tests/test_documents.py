@@ -81,3 +81,31 @@ def test_the_architecture_page_is_generated_from_the_code():
         timeout=300,
     )
     assert res.returncode == 0, res.stderr
+
+
+def test_every_import_in_scripts_docs_and_notebooks_resolves():
+    """What a user copies (docs, README, notebooks) or runs (scripts, benchmarks, CI) imports names that exist."""
+    import glob
+    import importlib
+    import json
+
+    pattern = re.compile(r"from (mathcircuits[\w.]*) import \(?([\w, \n]+?)\)?(?:$|\n|;|\")", re.MULTILINE)
+    roots = ["scripts/*", "benchmarks/*.py", "docs/**/*.md", "README.md", "notebooks/**/*.ipynb", ".ci/run"]
+    missing = []
+    for f in sorted({p for r in roots for p in glob.glob(str(ROOT / r), recursive=True)}):
+        path = Path(f)
+        if not path.is_file():
+            continue
+        text = path.read_text(errors="replace")
+        if path.suffix == ".ipynb":
+            cells = json.loads(text)["cells"]
+            text = "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "code")
+        for m in pattern.finditer(text):
+            module = importlib.import_module(m.group(1))
+            for name in (n.strip().split(" as ")[0] for n in m.group(2).replace("\n", " ").split(",")):
+                if name.isidentifier() and not hasattr(module, name):
+                    try:
+                        importlib.import_module(f"{m.group(1)}.{name}")
+                    except ImportError:
+                        missing.append(f"{path.relative_to(ROOT)}: from {m.group(1)} import {name}")
+    assert not missing, missing
