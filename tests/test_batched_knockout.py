@@ -50,8 +50,9 @@ def _sets(model) -> list[list[tuple[int, int]]]:
     return [[(1, 0), (last, 1)], [(1, 2)], [(0, 1), (last, 0)], [], [(last, heads - 1)], [(1, 1), (1, 3)], [(0, 0)]]
 
 
-@pytest.mark.parametrize("ablation", ["mean", "position_mean", "resample"])
-@pytest.mark.parametrize("scope", ["all", "last"])
+@pytest.mark.parametrize(
+    ("ablation", "scope"), [("mean", "all"), ("position_mean", "all"), ("resample", "all"), ("mean", "last")]
+)
 def test_scorer_batched_logits_equal_one_forward_per_set(family, ablation, scope):
     _, model, pairs, means = family
     scorer = KnockoutScorer(model, pairs, ablation, means, scope, batch_size=4)  # batches of 4 and 2 pairs

@@ -31,7 +31,7 @@ from mathcircuits._errors import FixableValueError
 from mathcircuits._io import SavedResult
 from mathcircuits.ablation.hooks import Ablation, Scope, set_ablation_hooks, z_ablation_hooks
 from mathcircuits.ablation.means import HeadMeans
-from mathcircuits.ablation.scorer import BATCH_SETS, MAX_ROWS, KnockoutScorer
+from mathcircuits.ablation.scorer import BATCH_SETS, KnockoutScorer
 from mathcircuits.data.pairset import PairSet
 from mathcircuits.models import HookedModel, fast_paths_enabled, final_norm, hooks
 from mathcircuits.models.families import block_structure
@@ -125,8 +125,8 @@ def mlp_margin(
     run the positions a template's prompts share once, clean (exact; ``False``: every position, the
     reference). ``random_sets``: knocked out instead of the key heads, one at a time (C4's null:
     :attr:`RandomControl.draws`). ``batch_sets``: variants (clean, key, random sets) run in one forward, each
-    on its own copy of a batch's pairs (at most ``MAX_ROWS`` rows; 1: one forward per variant, the reference;
-    equal to it to float rounding).
+    on its own copy of a batch's pairs (within :meth:`KnockoutScorer.sets_per_forward`'s memory bound; 1: one
+    forward per variant, the reference; equal to it to float rounding).
     """
     spec = model.spec
     layers = sorted({int(l) for l in layers})
@@ -154,7 +154,7 @@ def mlp_margin(
             toks = torch.tensor([scorer.seqs[i] for i in part], device=model.device)
             pos = torch.tensor([scorer.n_prompt[i] - 1 - p for i in part], device=W_U.device)
             vals = scorer._values(g, part, fast=p > 0)
-            per = max(1, min(batch_sets, MAX_ROWS // len(part)))
+            per = scorer.sets_per_forward(part, batch_sets)
             for v in range(0, len(variants), per):
                 chunk = variants[v : v + per]
                 n_chunk = len(chunk)

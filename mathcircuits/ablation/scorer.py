@@ -52,8 +52,9 @@ __all__ = ["BATCH_SETS", "KnockoutScorer", "check_batched_knockout", "check_knoc
 
 #: Knockout sets scored in one forward by default (``batch_sets``; 1: one forward per set, the reference).
 BATCH_SETS = 16
-#: The most rows (sets × pairs) one batched forward holds: the memory bound of ``batch_sets``.
+#: The most rows (sets × pairs) one batched forward holds, and the most bytes of KV cache: the memory bounds.
 MAX_ROWS = 512
+MAX_CACHE_BYTES = 2 << 30
 
 
 @dataclass(frozen=True)
@@ -260,8 +261,8 @@ class KnockoutScorer:
     ) -> list[list[Float[Tensor, "answer vocab"]]]:
         """:meth:`logits` of each head set in ``sets``, up to ``batch_sets`` sets in one forward.
 
-        A forward holds the pairs of one batch once per set (sets × pairs rows, at most ``max_rows`` and never
-        fewer than one set), resumed from the clean residual at the chunk's lowest ablated layer, each block of
+        A forward holds the pairs of one batch once per set (sets × pairs rows, within :meth:`sets_per_forward`'s
+        memory bound), resumed from the clean residual at the chunk's lowest ablated layer, each block of
         rows with its own set knocked out (:func:`~mathcircuits.ablation.hooks.set_ablation_hooks`). Sets are
         chunked by their lowest layer, so none resumes earlier than alone. ``batch_sets`` 1, fast paths off or a
         bridge that cannot resume: one :meth:`logits` per set (the reference). Equal to it to float rounding:
@@ -283,7 +284,7 @@ class KnockoutScorer:
                 by_layer.setdefault(min(l for l, _ in heads), []).append(s)
         try:
             for b, (_, rows) in enumerate(self.batches):
-                per = max(1, min(batch_sets, max_rows // len(rows)))
+                per = self.sets_per_forward(rows, batch_sets, max_rows)
                 for chosen in by_layer.values():
                     for j in range(0, len(chosen), per):
                         part = chosen[j : j + per]
@@ -295,6 +296,13 @@ class KnockoutScorer:
             self._mid_ok = False
             return [self.logits(heads) for heads in sets]
         return out
+
+    def sets_per_forward(self, rows: list[int], batch_sets: int, max_rows: int = MAX_ROWS) -> int:
+        """Sets one forward over ``rows`` holds: ``batch_sets``, within ``max_rows`` rows and ``MAX_CACHE_BYTES``
+        of the repeated KV cache (keys and values of every layer and position), never fewer than one."""
+        spec, seq = self.model.spec, max(len(self.seqs[i]) for i in rows)
+        row_bytes = seq * spec.n_layers * 2 * spec.n_kv_heads * spec.d_head * self.model.dtype.itemsize
+        return max(1, min(batch_sets, max_rows // len(rows), MAX_CACHE_BYTES // (row_bytes * len(rows))))
 
     def score_many(
         self, sets: Sequence[Sequence[tuple[int, int]]], batch_sets: int = BATCH_SETS
