@@ -62,6 +62,7 @@ def main() -> None:
             t0, c0 = time.perf_counter(), time.process_time()
             results[b] = work(b, args.draws)
             times[b].append((time.perf_counter() - t0, time.process_time() - c0))
+            print(f"batch_sets={b}: wall {times[b][-1][0]:.1f} s, cpu {times[b][-1][1]:.1f} s", flush=True)
     (ctl1, m1), (ctlb, mb) = results[1], results[args.batch_sets]
     same_c2 = torch.equal(ctl1.random_correct, ctlb.random_correct) and torch.equal(ctl1.key_correct, ctlb.key_correct)
     margins = [torch.cat([m.clean_margin[None], m.ablated_margin[None], m.random_ablated]) for m in (mb, m1)]
