@@ -127,3 +127,25 @@ def test_batched_knockout_run_time_check_passes(family):
     for ablation in ("mean", "position_mean", "resample"):
         diff, tol = check_batched_knockout(model, ablation, "all")
         assert diff <= tol
+
+
+def test_batched_knockout_without_start_at_layer_takes_one_set_per_forward(tiny_llama, template_sets, monkeypatch):
+    """TransformerLens 3.9's bridge cannot resume mid-network: the batched path falls back to the one-set path."""
+    pairs = _greedy_pairs(tiny_llama, template_sets)
+    sets = _sets(tiny_llama)
+    reference = KnockoutScorer(tiny_llama, pairs, "resample", seed=3, batch_size=4).logits_many(sets, batch_sets=1)
+    original, calls = tiny_llama.bridge.run_with_hooks, []
+
+    def no_mid_start(*args, start_at_layer=None, **kwargs):
+        calls.append(start_at_layer)
+        if start_at_layer is not None:
+            raise NotImplementedError("start_at_layer is not supported in TransformerBridge.")
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(tiny_llama.bridge, "run_with_hooks", no_mid_start)
+    scorer = KnockoutScorer(tiny_llama, pairs, "resample", seed=3, batch_size=4)
+    got = scorer.logits_many(sets, batch_sets=3)
+    _close(tiny_llama, torch.stack([torch.cat(r) for r in got]), torch.stack([torch.cat(r) for r in reference]))
+    calls.clear()
+    scorer.logits_many(sets, batch_sets=3)
+    assert calls and set(calls) == {None}  # every block from the prefix on, one set per forward
