@@ -41,13 +41,14 @@ def main() -> None:
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
 
-    from mathcircuits.ablation import ABLATIONS, KnockoutScorer, head_means
+    from mathcircuits.ablation import KnockoutScorer, head_means
+    from mathcircuits.ablation.hooks import ABLATIONS
     from mathcircuits.data import PairSet
     from mathcircuits.models import load_model
     from mathcircuits.patching import PatchingResult
     from mathcircuits.pipeline.context import select_pairs
     from mathcircuits.pipeline.paths import RunPaths
-    from mathcircuits.stats import wilson_interval
+    from mathcircuits.stats.interval import wilson_interval
 
     paths = RunPaths(Path(args.run))
     model = load_model(args.model)

@@ -35,7 +35,7 @@ from mathcircuits.circuit import (
     screen_agreement,
     upstream_senders,
 )
-from mathcircuits.circuit.discover import ROLES
+from mathcircuits.circuit.batches import ROLES
 from mathcircuits.circuit.edges import receiver_effects
 from mathcircuits.data import correct_pairs
 from mathcircuits.models import load_model

@@ -81,7 +81,7 @@ def worker(args: argparse.Namespace) -> dict:
 
     from mathcircuits.data import GenerationConfig, generate_pairs, load_templates
     from mathcircuits.finetune import SFTConfig, build_sft_dataset, head_slices, train_sft
-    from mathcircuits.finetune.compare import lora_rank_for_budget
+    from mathcircuits.finetune.components import lora_rank_for_budget
     from mathcircuits.models import load_hf_model
     from mathcircuits.patching.selection import KeyComponents
 

@@ -6,7 +6,8 @@ disjoint halves), in one process:
 
 * four rankings of every edge of MIB's graph (:func:`mathcircuits.circuit.graph_edges`): **exact** discovery
   (:func:`~mathcircuits.circuit.discover_circuit` under a CPU-time budget, its edges as scores by
-  :func:`~mathcircuits.circuit.discovery_scores`), **EAP** and **EAP-IG** (:func:`~mathcircuits.circuit.eap_scores`),
+  :func:`~mathcircuits.circuit.eap_compare.discovery_scores`), **EAP** and **EAP-IG**
+  (:func:`~mathcircuits.circuit.eap_scores`),
   and **random** scores;
 * each ranking's CPR and CMD (:func:`~mathcircuits.circuit.mib_scores`, MIB-style logit difference, bootstrap
   intervals), the scorer's time per edge and wall time, and the evaluation's time;
@@ -44,7 +45,6 @@ from mathcircuits.circuit import (
     Receiver,
     copy_pairs,
     discover_circuit,
-    discovery_scores,
     eap_scores,
     exact_agreement,
     graph_edges,
@@ -52,10 +52,13 @@ from mathcircuits.circuit import (
     mib_node_scores,
     mib_scores,
     node_scores,
-    plant_copy,
 )
+from mathcircuits.circuit.eap_compare import discovery_scores
+from mathcircuits.circuit.planted import plant_copy
 from mathcircuits.data import GenerationConfig, filter_correct, generate_pairs, load_templates, score_pairs
-from mathcircuits.models import UnsupportedFamilyError, block_structure, from_hf, load_model, tiny_model
+from mathcircuits.models import UnsupportedFamilyError, from_hf, load_model
+from mathcircuits.models.families import block_structure
+from mathcircuits.models.tiny import tiny_model
 
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_peers import compare as direct_path_compare  # noqa: E402

@@ -34,16 +34,11 @@ def main() -> None:
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
 
-    from mathcircuits.data import (
-        GenerationConfig,
-        filter_correct,
-        generate_pairs,
-        load_templates,
-        pair_batches,
-        score_pairs,
-    )
+    from mathcircuits.data import GenerationConfig, filter_correct, generate_pairs, load_templates, score_pairs
+    from mathcircuits.data.pairset import pair_batches
     from mathcircuits.models import load_model
-    from mathcircuits.patching import last_position_caches, path_patch
+    from mathcircuits.patching import path_patch
+    from mathcircuits.patching.cache import last_position_caches
 
     model = load_model(args.model, device=args.device)
     spec = model.spec

@@ -8,14 +8,14 @@ Stages (an *item* is a pair, or a pair × knockout point for knockout):
 
 * ``scoring`` — :func:`mathcircuits.data.score_pairs` (teacher-forced answer tokens);
 * ``patching forwards`` — the reference and counterfactual forwards of exact path patching
-  (:func:`mathcircuits.patching.last_position_caches`; ``share_prefix=False`` is the plain path);
+  (:func:`mathcircuits.patching.cache.last_position_caches`; ``share_prefix=False`` is the plain path);
 * ``head means`` — :func:`mathcircuits.ablation.head_means` over the counterfactual prompts;
 * ``knockout <ablation>`` — :class:`mathcircuits.ablation.KnockoutScorer` over a fixed list of head sets
   (the fast path reuses the clean prefix and the clean blocks below the lowest ablated layer; its first
   call's clean work is included in its time); ``fast=False`` is one full hooked forward per batch;
 * ``attention`` / ``mlp probes`` — :func:`mathcircuits.analysis.attention_by_role` and
   :func:`mathcircuits.analysis.mlp_probes`;
-* ``generation`` — :func:`mathcircuits.evaluation.generate_greedy` on AddSub prompts as the evaluate stage
+* ``generation`` — :func:`mathcircuits.evaluation.generation.generate_greedy` on AddSub prompts as the evaluate stage
   builds them (``--gen-shots`` exemplars, ``--gen-max-new`` tokens, batch 8, stop at the answer); an item is
   one prompt. The fast path runs the shared exemplar prefix once (``prefix_cache=True``), the plain path
   left-pads and runs each whole prompt. Both run on the same ``--gen-items`` prompts; the difference is
@@ -105,8 +105,9 @@ def main() -> None:
 
 def _generation_row(args: argparse.Namespace, model_name: str, add: Callable[..., None]) -> None:
     """Greedy generation on AddSub prompts, with and without the prefix KV cache, on the same prompts."""
-    from mathcircuits.evaluation import load_benchmark, math_prompt, select_exemplars
+    from mathcircuits.evaluation import load_benchmark
     from mathcircuits.evaluation.generation import first_step_logits, generate_greedy
+    from mathcircuits.evaluation.prompts import math_prompt, select_exemplars
     from mathcircuits.models import load_hf_model
 
     n_items = args.gen_items or (8 if args.quick else 32)
@@ -137,9 +138,10 @@ def _pair_stages(
     """The pair stages: scoring, patching forwards, head means, knockout, the analyses."""
     from mathcircuits.ablation import KnockoutScorer, head_means
     from mathcircuits.analysis import attention_by_role, mlp_probes
-    from mathcircuits.data import GenerationConfig, generate_pairs, load_templates, pair_batches, score_pairs
+    from mathcircuits.data import GenerationConfig, generate_pairs, load_templates, score_pairs
+    from mathcircuits.data.pairset import pair_batches
     from mathcircuits.models import fast_paths, load_model
-    from mathcircuits.patching import last_position_caches
+    from mathcircuits.patching.cache import last_position_caches
 
     model = load_model(model_name)
     spec = model.spec

@@ -5,17 +5,9 @@ from __future__ import annotations
 
 import time
 
-from mathcircuits.circuit import (
-    INPUT,
-    EdgeScores,
-    NodeScores,
-    Receiver,
-    Sender,
-    circuit_batches,
-    graph_edges,
-    graph_nodes_of,
-)
-from mathcircuits.models import block_structure
+from mathcircuits.circuit import INPUT, EdgeScores, NodeScores, Receiver, Sender, circuit_batches, graph_edges
+from mathcircuits.circuit.mib_nodes import graph_nodes_of
+from mathcircuits.models.families import block_structure
 
 
 def tl_edge_scores(model, tokens, cf_tokens, first, good, bad) -> EdgeScores:

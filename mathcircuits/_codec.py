@@ -27,17 +27,7 @@ from mathcircuits._errors import problem_of
 
 __all__ = [
     "Encoded",
-    "Fixed",
-    "FlatSpec",
     "EncodedValue",
-    "FieldError",
-    "decode_fields",
-    "decode_value",
-    "encode_fields",
-    "from_plain",
-    "is_value_type",
-    "tensors_from_json",
-    "tensors_to_json",
 ]
 
 T = TypeVar("T")

@@ -12,13 +12,6 @@ from __future__ import annotations
 
 __all__ = [
     "FixableError",
-    "FixableFileNotFoundError",
-    "FixableIndexError",
-    "FixableKeyError",
-    "FixableRuntimeError",
-    "FixableTypeError",
-    "FixableValueError",
-    "problem_of",
 ]
 
 

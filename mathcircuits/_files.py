@@ -22,17 +22,9 @@ import yaml
 from mathcircuits._errors import FixableError, FixableFileNotFoundError
 
 __all__ = [
-    "DISK_FULL",
     "JSONObject",
     "JSONValue",
     "ResultFileError",
-    "StrictYAMLError",
-    "atomic_dir",
-    "atomic_path",
-    "is_temporary",
-    "load_yaml",
-    "read_json",
-    "write_json",
 ]
 
 
@@ -70,11 +62,34 @@ def is_temporary(rel: str | os.PathLike) -> bool:
     return any(p.startswith(".") and p.endswith((".tmp", ".old")) for p in Path(rel).parts)
 
 
+def make_folder(folder: Path) -> None:
+    """``folder.mkdir(parents=True, exist_ok=True)``, but a file in the way is named as the cause.
+
+    ``mkdir`` reports a file where a folder belongs as "File exists" (or "Not a directory") naming the folder
+    asked for; this names the file that is in the way.
+    """
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError) as err:
+        blocker = next((p for p in (folder, *folder.parents) if p.exists() and not p.is_dir()), None)
+        if blocker is None:
+            raise
+        raise NotADirectoryError(
+            errno.ENOTDIR, "a file is where a folder belongs (move or delete it)", str(blocker)
+        ) from err
+
+
 @contextlib.contextmanager
 def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
-    """Yield a temporary path beside ``path``; move it into place only on success."""
+    """Yield a temporary path beside ``path``; move it into place only on success.
+
+    A folder at ``path`` is an ``IsADirectoryError`` naming ``path`` (not the temporary file), raised before anything
+    is written.
+    """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    make_folder(path.parent)
+    if path.is_dir() and not path.is_symlink():
+        raise IsADirectoryError(errno.EISDIR, "a folder is where a file belongs (move or delete it)", str(path))
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.close(fd)
     tmp_path = Path(tmp)
@@ -95,7 +110,7 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
 def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
     """Yield a temporary folder beside ``path``; it replaces ``path`` only on success."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    make_folder(path.parent)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
     tmp.chmod(0o777 & ~_umask())
     try:
@@ -131,6 +146,9 @@ def read_json(path: str | os.PathLike) -> Any:
     path = Path(path)
     if not path.exists():
         raise FixableFileNotFoundError(f"{path} does not exist. ", "check the path, or run the stage that writes it.")
+    if path.is_dir():
+        raise ResultFileError(f"{path} is a folder, where a JSON file belongs. ", "move the folder away, or re-run "
+                              "the stage that writes the file.")  # fmt: skip
     try:
         return json.loads(path.read_text())
     except (UnicodeDecodeError, json.JSONDecodeError) as err:
@@ -138,6 +156,12 @@ def read_json(path: str | os.PathLike) -> Any:
             f"{path} is not valid JSON ({err}); it may be truncated or corrupted. ",
             "delete it and re-run the stage that writes it.",
         ) from err
+    except RecursionError:  # lists or objects nested thousands deep: Python's parser gives up
+        raise ResultFileError(
+            f"{path} nests lists or objects too deeply to be read (thousands of levels); no file of this toolkit "
+            "or of EAP-IG does. ",
+            "pass the file that was meant; if it was written by the toolkit, re-run the stage that writes it.",
+        ) from None
 
 
 class StrictYAMLError(FixableError, yaml.YAMLError):

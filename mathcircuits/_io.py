@@ -44,14 +44,7 @@ from mathcircuits._errors import FixableFileNotFoundError, problem_of
 from mathcircuits._files import ResultFileError, atomic_path
 
 __all__ = [
-    "FieldError",
     "ResultFileError",
-    "SavedResult",
-    "brief",
-    "decode_fields",
-    "encode_fields",
-    "load_result",
-    "save_result",
 ]
 
 T = TypeVar("T")

@@ -14,7 +14,7 @@ import warnings
 
 from tqdm import TqdmWarning
 
-__all__ = ["NOISY_WARNINGS", "filter_dependency_warnings"]
+__all__: list[str] = []
 
 #: (message regex, category) of each known dependency warning that does not concern the user
 NOISY_WARNINGS: tuple[tuple[str, type[Warning]], ...] = (

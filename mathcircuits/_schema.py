@@ -20,22 +20,7 @@ from typing import Any, Literal, TypeVar, Union
 from mathcircuits._codec import FieldError, decode_value, is_value_type, shown
 from mathcircuits._errors import FixableError, FixableTypeError, FixableValueError
 
-__all__ = [
-    "ConfigError",
-    "check_fields",
-    "configured",
-    "describe",
-    "expect",
-    "expect_pairs",
-    "from_dict",
-    "given",
-    "is_value_type",
-    "kind_of",
-    "plain",
-    "project",
-    "setting",
-    "type_name",
-]
+__all__: list[str] = []
 
 T = TypeVar("T")
 

@@ -6,7 +6,7 @@ Examples::
     mathcircuits identify --out runs/default      # one stage (its upstream stages must be done)
     mathcircuits config --show                    # every setting with its type, range and default
 
-Sub-commands and their help come from the stage registry (:data:`mathcircuits.pipeline.STAGES`). A bad input
+Sub-commands and their help come from the study registry (:func:`mathcircuits.pipeline.stages`). A bad input
 ends as ``error: <problem>. Fix: <fix>`` with exit code 2; a failure no input explains as
 ``error: internal error in stage <name>: <message>`` with exit code 3 (traceback in the run folder's
 ``logs/``); Ctrl-C as ``interrupted; rerun to resume`` with exit code 130 (finished stages are kept).
@@ -183,8 +183,17 @@ def _message(err: BaseException, out: Path | None = None) -> str:
     return f"{' '.join(text.split()).rstrip('.')}. Fix: check the path and its permissions."
 
 
+def _no_run_folder(out: Path) -> str:
+    """Why ``status`` has nothing to show for ``out``, and how to start a run there."""
+    what = "is a file, not a run folder" if out.exists() else "does not exist, so no run has started there"
+    return (
+        f"{out} {what}. Fix: start a run with `mathcircuits run --config configs/default.yaml --out {out}`, "
+        "or pass --out the folder of an existing run."
+    )
+
+
 def _compare_models(args: argparse.Namespace) -> int:
-    from mathcircuits.pipeline import compare_model_runs
+    from mathcircuits.pipeline.compare_models import compare_model_runs
 
     cmp = compare_model_runs(args.run_a, args.run_b, args.out)
     print(repr(cmp))
@@ -199,7 +208,9 @@ def _run(args: argparse.Namespace) -> int:
     # imported here, after the arguments are parsed: these bring in torch and the model libraries
     import yaml
 
-    from mathcircuits.pipeline import RunPaths, render_config, run_pipeline, stage_status
+    from mathcircuits.pipeline import RunPaths, run_pipeline
+    from mathcircuits.pipeline.config import render_config
+    from mathcircuits.pipeline.run import done_summary, stage_status
 
     if args.command == "compare-models":
         return _compare_models(args)
@@ -215,6 +226,9 @@ def _run(args: argparse.Namespace) -> int:
                 print(f"{name:<10} off ({study.switch}.enabled is false)")
                 continue
             note = study.progress(paths) if study.progress is not None else ""  # a resumable study's own count
+            if state.state == "done":  # what it cost, as its marker recorded it
+                done = done_summary(args.out, name)
+                note = ", ".join(x for x in (f"{done.seconds:.1f} s", str(done.peak_memory or ""), note) if x)
             print(f"{name:<10} {state}{f'  ({note})' if note else ''}")  # done / todo / stale (why)
         return 0
     only = args.only if args.command == "run" else [args.command]
@@ -233,6 +247,9 @@ def main(argv: list[str] | None = None) -> int:
     Returns the exit code: 0 done, 2 error, 3 internal error, 130 interrupted.
     """
     args = build_parser().parse_args(argv)
+    if args.command == "status" and not args.out.is_dir():  # answered before the model libraries load
+        print(f"error: {_no_run_folder(args.out)}", file=sys.stderr)
+        return EXIT_ERROR
     try:  # the model libraries load here, after parsing (seconds): Ctrl-C meanwhile is a clean stop too
         from mathcircuits.pipeline.run import InternalError, is_input_error
     except KeyboardInterrupt:

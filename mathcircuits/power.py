@@ -3,7 +3,7 @@
 Two fine-tuning modes are compared on the same test items, each trained with several seeds. Their
 difference varies with the items drawn (shared by both modes, so paired) and with the training run each
 seed gave (independent between modes). An interval over items alone
-(:func:`mathcircuits.stats.paired_bootstrap`) ignores the second and is too narrow.
+(:func:`mathcircuits.stats.bootstrap.paired_bootstrap`) ignores the second and is too narrow.
 
 Scores are ``a[s, i]`` (seed ``s`` of mode A, item ``i``) and ``b[t, i]``; ``D = mean_{s,i} a − mean_{t,i} b``.
 
@@ -39,7 +39,9 @@ from scipy.stats import t as student_t
 from torch import Tensor
 
 from mathcircuits._errors import FixableValueError
-from mathcircuits.stats import DEFAULT_CONFIDENCE, DEFAULT_UNCERTAINTY, Interval, Uncertainty, bootstrap_indices
+from mathcircuits.stats import Interval, Uncertainty
+from mathcircuits.stats.bootstrap import bootstrap_indices
+from mathcircuits.stats.interval import DEFAULT_CONFIDENCE, DEFAULT_UNCERTAINTY
 
 __all__ = ["Power", "detectable_difference", "planned_detectable_difference", "seed_item_bootstrap", "seed_item_t"]
 

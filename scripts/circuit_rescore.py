@@ -20,7 +20,7 @@ from mathcircuits.circuit import Circuit, faithfulness
 from mathcircuits.data import filter_correct, score_pairs
 from mathcircuits.pipeline import RunConfig
 from mathcircuits.pipeline.context import Context
-from mathcircuits.pipeline.stages.circuit import circuit_pairs, split_pairs
+from mathcircuits.pipeline.studies.circuit.stage import circuit_pairs, split_pairs
 
 
 def main() -> None:

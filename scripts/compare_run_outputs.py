@@ -7,7 +7,12 @@ decoded contents: tensors element by element (exactly, or within ``--atol``), nu
 ``--atol``, everything else by equality. CSV files are compared cell by cell. What only records the run's
 circumstances is left out and listed: wall and CPU times, dates, versions, host facts, the log folder, the
 HTML report and figures (they embed the same values with layout ids), and the fine-tuned model weights
-and checkpoints (compared through the evaluation results they produce). Exit code 0 when every compared value is equal.
+and checkpoints (compared through the evaluation results they produce). Exit code 0 when every compared value is equal,
+1 when some differ, 2 when a file cannot be read safely.
+
+A ``.pt`` file (and a file of an unknown suffix) is read with ``torch.load(weights_only=True)``, as the library reads
+its results (``mathcircuits._io``): tensors, numbers, text and containers only. A file that would need pickled
+objects to load is refused naming it, never unpickled, since a planted pickle runs code when it is loaded.
 """
 
 from __future__ import annotations
@@ -16,6 +21,8 @@ import argparse
 import csv
 import json
 import math
+import pickle
+import re
 import sys
 from pathlib import Path
 
@@ -51,7 +58,37 @@ def _load(path: Path):
             return list(csv.DictReader(f))
     if path.suffix == ".arrow":  # a saved pair set: its rows
         return Dataset.from_file(str(path)).to_dict()
-    return torch.load(path, weights_only=False, map_location="cpu")  # the run's own files
+    return _load_tensors(path)
+
+
+class UnsafeFileError(ValueError):
+    """A file that cannot be read without unpickling objects (or cannot be read at all); the message says which."""
+
+
+def _load_tensors(path: Path):
+    """A ``torch.save`` file read with ``weights_only=True``; anything else is an :class:`UnsafeFileError`."""
+    try:
+        return torch.load(path, weights_only=True, map_location="cpu")
+    except pickle.UnpicklingError as err:
+        found = re.search(r"GLOBAL ([\w.]+)", str(err))  # weights_only refused a global: pickled objects
+        if found is None:
+            raise _damaged(path, err) from None
+        raise UnsafeFileError(
+            f"{path} holds pickled objects (it names {found.group(1)}), which a weights-only load refuses; it is "
+            "not a mathcircuits result, and loading it fully could run code. Fix: compare only run folders written "
+            "by mathcircuits, and delete or move this file out of the run folder if you do not know where it came "
+            "from."
+        ) from None
+    except Exception as err:  # noqa: BLE001 - the weights-only unpickler raises anything on a damaged file
+        raise _damaged(path, err) from None
+
+
+def _damaged(path: Path, err: Exception) -> UnsafeFileError:
+    reason = (str(err).strip().splitlines() or [type(err).__name__])[0][:160]
+    return UnsafeFileError(
+        f"{path} is not a readable torch file ({type(err).__name__}: {reason}). Fix: re-run the stage that wrote "
+        "it, or move the file out of the run folder."
+    )
 
 
 def _num(x: str):
@@ -130,13 +167,21 @@ def compare(before: Path, after: Path, atol: float = 0.0) -> tuple[list[str], li
     return compared, skipped, out
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("before", type=Path)
     ap.add_argument("after", type=Path)
     ap.add_argument("--atol", type=float, default=0.0, help="absolute tolerance for numbers and tensors")
-    args = ap.parse_args()
-    compared, skipped, out = compare(args.before, args.after, args.atol)
+    args = ap.parse_args(argv)
+    for folder in (args.before, args.after):
+        if not folder.is_dir():
+            print(f"error: {folder} is not a folder. Fix: pass two run folders.", file=sys.stderr)
+            return 2
+    try:
+        compared, skipped, out = compare(args.before, args.after, args.atol)
+    except UnsafeFileError as err:
+        print(f"error: {' '.join(str(err).split())}", file=sys.stderr)
+        return 2
     print(f"compared {len(compared)} files value by value; skipped {len(skipped)} (times, figures, HTML, weights)")
     for f in compared:
         print(f"  = {f}")

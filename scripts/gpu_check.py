@@ -1,4 +1,4 @@
-"""One prepared device check: every stage on random-weight 7B-shaped models, on one GPU, in ~8 minutes.
+"""One prepared device check: every stage on random-weight 7B-shaped models, on one GPU, in about 3.5 minutes.
 
 Nothing is downloaded and no model file travels: the models are built from a ``LlamaConfig`` directly on the
 device with random weights (so no correctness filter: every pair is used), and wrapped the way the package wraps
@@ -33,8 +33,9 @@ JSON (``--out``; default ``$OUT/gpu-check.json`` when ``$OUT`` is set, else ``./
 
 ``--dry-run`` runs the same code on the CPU with tiny shapes (2 layers, d_model 64) and no few-shot prefix, in about
 a minute; rows that repeat a function an earlier row ran (the float32 twins, the Llama-3 knockout and circuit) are
-skipped there. The test suite runs it (``tests/test_gpu_check.py``). On the device: ``bash scripts/gpu-check.sh`` (see
-``docs/howto/big-models-on-gpu.md``, "Check a GPU in one command").
+skipped there, each row names the tiny shape it ran (``2L 4H/4KV d64 mlp128``), and no floor is shown (a GPU's
+peak says nothing of a CPU's time on tiny shapes). The test suite runs it (``tests/test_gpu_check.py``). On the
+device: ``bash scripts/gpu-check.sh`` (see ``docs/howto/big-models-on-gpu.md``, "Check a GPU in one command").
 """
 
 from __future__ import annotations
@@ -53,11 +54,11 @@ import torch
 HERE = str(Path(__file__).resolve().parent)
 if HERE not in sys.path:  # the helpers beside this script (scripts/ is no package), when it is loaded by its path
     sys.path.insert(0, HERE)
-from gpu_check_models import PEAK_FLOPS, SHAPES, floor_per_pair, mlp_rows  # noqa: E402
+from gpu_check_models import PEAK_FLOPS, SHAPES, floor_per_pair, mlp_rows, shape_label  # noqa: E402
 from gpu_check_rows import run_finetune_rows, run_generation_rows, run_shape_rows, run_tiny_pipeline  # noqa: E402
 from gpu_check_table import COLUMNS, HEADER, Check, format_row  # noqa: E402
 
-__all__ = ["COLUMNS", "PEAK_FLOPS", "SHAPES", "floor_per_pair", "main", "mlp_rows"]
+__all__ = ["COLUMNS", "PEAK_FLOPS", "SHAPES", "floor_per_pair", "main", "mlp_rows", "shape_label"]
 
 VERSIONS = ("mathcircuits", "torch", "transformers", "transformer-lens", "peft", "accelerate", "datasets", "pyarrow",
             "tokenizers", "plotly", "circuitsvis")  # fmt: skip
@@ -94,6 +95,29 @@ def _check_flags(args: argparse.Namespace) -> None:
             torch.device(args.device)
         except RuntimeError:
             _refuse(f"--device {args.device!r} is not a torch device. Fix: pass cuda, cuda:N or cpu.")
+    _check_device(args.device or ("cpu" if args.dry_run else "cuda"), given=args.device is not None, dry=args.dry_run)
+
+
+def available_devices() -> list[str]:
+    """The devices this machine has: cpu, and cuda:0 … cuda:N-1."""
+    n = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    return ["cpu", *(f"cuda:{i}" for i in range(n))]
+
+
+def _check_device(name: str, given: bool, dry: bool) -> None:
+    """Refuse a device this machine lacks, naming those it has, before any row runs."""
+    device, have = torch.device(name), available_devices()
+    cuda_ok = device.type == "cuda" and len(have) > 1 and (device.index is None or f"cuda:{device.index}" in have)
+    if device.type == "cpu" or cuda_ok:
+        return
+    flag = f"--device {name}" if given else "the default device cuda"
+    if device.type == "cuda" and len(have) == 1:
+        cpu = "leave --device out (the dry run uses the CPU)" if dry else "pass --dry-run for the CPU check"
+        _refuse(
+            f"{flag} needs CUDA, but this machine has no CUDA device (available: cpu). Fix: run on the GPU machine, "
+            f"or {cpu}."
+        )
+    _refuse(f"{flag} is not on this machine (available: {', '.join(have)}). Fix: pass one of those.")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -121,13 +145,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-k", type=int, default=None, help="knockout curve: up to k heads (default 5; dry run: 3)")
     args = ap.parse_args(argv)
     _check_flags(args)
+    os.environ.setdefault("MATHCIRCUITS_PROGRESS", "0")  # one table: the library's progress bars stay off
     args.pairs = args.pairs or (4 if args.dry_run else 16)
     args.max_k = args.max_k or (3 if args.dry_run else 5)
 
     dry = args.dry_run
-    device = args.device or ("cpu" if dry else "cuda")
-    if device == "cuda" and not torch.cuda.is_available():
-        raise SystemExit("error: no CUDA device. Fix: run on the GPU machine, or pass --dry-run for the CPU check.")
+    device = args.device or ("cpu" if dry else "cuda")  # checked by _check_flags: this machine has it
     budget = args.budget_s if args.budget_s is not None else (float("inf") if dry else 450.0)
     out = args.out or (Path(os.environ["OUT"]) / "gpu-check.json" if os.environ.get("OUT") else Path("gpu-check.json"))
     if dry:
@@ -137,8 +160,8 @@ def main(argv: list[str] | None = None) -> int:
 
     from transformers import AutoTokenizer
 
-    from mathcircuits.models import tiny_tokenizer
     from mathcircuits.models.compat import installed_versions
+    from mathcircuits.models.tiny import tiny_tokenizer
 
     tok = AutoTokenizer.from_pretrained(args.tokenizer) if args.tokenizer else tiny_tokenizer()
     if tok.pad_token_id is None:
@@ -157,15 +180,16 @@ def main(argv: list[str] | None = None) -> int:
     print(f"device check on {meta['device']}; tokenizer {meta['tokenizer']} ({len(tok)} tokens); JSON -> {out}")
     # most important first: the 7B shape's stages (its float32 twins of knockout and circuit only if the time left
     # still holds the rows after them), fine-tuning, generation, the pipeline, then the Llama-3 shape (GQA)
-    run_shape_rows(check, tok, "llama2-7b", shapes["llama2-7b"], device, args, full=True)
+    label = {name: shape_label(name, shape, dry) for name, shape in shapes.items()}  # dry: the tiny shape's sizes
+    run_shape_rows(check, tok, label["llama2-7b"], shapes["llama2-7b"], device, args, full=True)
     if args.extended:
         return finish(check, out)
-    run_finetune_rows(check, tok, "ft-1b", shapes["ft-1b"], device, not dry)
-    run_generation_rows(check, tok, "llama2-7b", shapes["llama2-7b"], device, not dry)
+    run_finetune_rows(check, tok, label["ft-1b"], shapes["ft-1b"], device, not dry)
+    run_generation_rows(check, tok, label["llama2-7b"], shapes["llama2-7b"], device, not dry)
     with tempfile.TemporaryDirectory() as work:
         check.row("mathcircuits run tiny", "tiny-llama", "float32",
                   lambda r: r.extra.update(run_tiny_pipeline(device, dry, Path(work))), est_s=60)  # fmt: skip
-    run_shape_rows(check, tok, "llama3-8b", shapes["llama3-8b"], device, args, full=False)
+    run_shape_rows(check, tok, label["llama3-8b"], shapes["llama3-8b"], device, args, full=False)
     return finish(check, out)
 
 

@@ -27,6 +27,13 @@ SHAPES: dict[str, dict[str, dict[str, int]]] = {
 PEAK_FLOPS = {"bfloat16": 700e12, "float32": 60e12}  # dense peaks assumed for the floor (module docstring)
 
 
+def shape_label(name: str, shape: dict[str, int], dry: bool) -> str:
+    """A row's shape column: the name of the shape on the device; on a dry run, the tiny shape that really ran."""
+    if not dry:
+        return name
+    return f"{shape['layers']}L {shape['heads']}H/{shape['kv_heads']}KV d{shape['d_model']} mlp{shape['d_mlp']}"
+
+
 def mlp_rows(layers: int, heads: int) -> int:
     """Downstream last-position MLP rows per pair and position: H·L(L+1)/2 for the heads, L(L-1)/2 for the MLPs."""
     return heads * layers * (layers + 1) // 2 + layers * (layers - 1) // 2

@@ -13,6 +13,10 @@ Each notebook runs top to bottom in a fresh kernel started in notebooks/. Then:
   print a relative path or none. So is an error output, or a warning on stderr.
 
 Execution counts stay: 1..n in order shows a clean run from the top.
+
+Exit code 0 when every notebook ran and was written, 1 when one was not written for a problem above, 2 for a path that
+is not a notebook (checked before any runs) or a cell that failed (the notebook, the cell's index and the error's
+last line, on one line; that notebook is not written).
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import subprocess
 import sys
 import tempfile
 import time
@@ -30,6 +35,7 @@ from pathlib import Path
 import nbformat
 import psutil
 from nbclient import NotebookClient
+from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernelError
 
 ROOT = Path(__file__).resolve().parents[1]
 WIDGET = "application/vnd.jupyter.widget-view+json"
@@ -79,16 +85,54 @@ def drop_progress_bars(nb: nbformat.NotebookNode) -> None:
     nb.metadata.pop("widgets", None)
 
 
+class CellFailed(Exception):
+    """A cell of a notebook raised (or timed out, or killed its kernel); the message is one line."""
+
+    def __init__(self, path: Path, index: int, err: Exception) -> None:
+        if isinstance(err, CellExecutionError):
+            lines = [ln for ln in str(err.evalue).splitlines() if ln.strip()]
+            last = f"{err.ename}: {lines[-1].strip()}" if lines else err.ename
+        else:
+            last = (str(err).strip().splitlines() or [type(err).__name__])[-1]
+        super().__init__(
+            f"{_shown(path)}: cell {index} failed: {last}. Fix: open the notebook, fix that cell and run this script "
+            "again (the notebook was not written)."
+        )
+
+
+def _shown(path: Path) -> str:
+    return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
+
+
+def check_notebook(path: Path) -> str:
+    """Why ``path`` cannot be run as a notebook (one line with its fix), or ``""``."""
+    if not path.exists():
+        return f"{path} does not exist. Fix: check the path (notebooks are in notebooks/)."
+    if path.is_dir():
+        return f"{path} is a folder. Fix: pass .ipynb files (or no path: every notebook in notebooks/)."
+    if path.suffix != ".ipynb":
+        return f"{path} is not a notebook (no .ipynb suffix). Fix: pass .ipynb files."
+    try:
+        nbformat.validate(nbformat.read(path, as_version=4))
+    except Exception as err:  # noqa: BLE001 - not JSON, not a notebook's JSON, unreadable: all one answer
+        reason = (str(err).strip().splitlines() or [type(err).__name__])[0][:160]
+        return f"{path} is not a readable notebook ({type(err).__name__}: {reason}). Fix: pass a Jupyter notebook."
+    return ""
+
+
 def execute(path: Path, timeout: int) -> list[str]:
     nb = nbformat.read(path, as_version=4)
     client = NotebookClient(
         nb, timeout=timeout, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}}
     )
     start = time.perf_counter()
-    with client.setup_kernel():
+    with client.setup_kernel(stderr=subprocess.DEVNULL):  # the kernel's own log lines (cells' stderr is in outputs)
         kernel = psutil.Process(client.km.provisioner.process.pid)
         for index, cell in enumerate(nb.cells):
-            client.execute_cell(cell, index)
+            try:
+                client.execute_cell(cell, index)
+            except (CellExecutionError, CellTimeoutError, DeadKernelError) as err:
+                raise CellFailed(path, index, err) from None
         times = kernel.cpu_times()
         cpu = times.user + times.system + times.children_user + times.children_system
     wall = time.perf_counter() - start
@@ -105,14 +149,24 @@ def execute(path: Path, timeout: int) -> list[str]:
     return found
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("notebooks", nargs="*", type=Path, help="default: every notebooks/*.ipynb")
     parser.add_argument("--timeout", type=int, default=1200, help="seconds per cell")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     paths = args.notebooks or sorted((ROOT / "notebooks").glob("*.ipynb"))
-    failed = [p for p in paths if execute(p.resolve(), args.timeout)]
-    return 1 if failed else 0
+    for p in paths:  # every path is checked before any notebook runs
+        if problem := check_notebook(p):
+            print(f"error: {problem}", file=sys.stderr)
+            return 2
+    failed, broken = [], False
+    for p in paths:
+        try:
+            failed += [p] if execute(p.resolve(), args.timeout) else []
+        except CellFailed as err:
+            print(f"error: {err}", file=sys.stderr)
+            broken = True
+    return 2 if broken else 1 if failed else 0
 
 
 if __name__ == "__main__":

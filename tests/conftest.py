@@ -65,6 +65,7 @@ _cache_only_our_modules_under_the_jaxtyping_tag()
 _check_functions_and_methods_not_closures()
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("MATHCIRCUITS_PROGRESS", "0")  # no bars in test output (mathcircuits._progress)
 
 
 @pytest.fixture(autouse=True)

@@ -7,19 +7,19 @@ the card. Nothing in mathcircuits names it: it joins through ``register_study`` 
 
 from __future__ import annotations
 
+import json
 import math
 from collections import Counter
 from dataclasses import dataclass
 
 import plotly.graph_objects as go
 
-from mathcircuits._files import read_json, write_json
-from mathcircuits._schema import setting
 from mathcircuits.claims import Claim, Verdict
 from mathcircuits.patching import KeyComponents
-from mathcircuits.pipeline import Context, Contribution, ResultReader, StageSummary, Study, StudyCode
+from mathcircuits.pipeline import Context, Contribution, ResultReader, StageSummary, Study, StudyCode, setting
 from mathcircuits.report.html import Page
 from mathcircuits.report.sections import NamedFigure, Section
+from mathcircuits.stats import Interval
 
 
 @dataclass(frozen=True)
@@ -40,7 +40,9 @@ class SpreadSummary(StageSummary):
 def run(ctx: Context) -> SpreadSummary:
     key = KeyComponents.load(ctx.paths.key_components)
     per_layer = {str(layer): n for layer, n in sorted(Counter(h.layer for h in key.heads).items())}
-    write_json(ctx.paths.stage("spread") / "spread.json", {"per_layer": per_layer})
+    out = ctx.paths.stage("spread") / "spread.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"per_layer": per_layer}, indent=2) + "\n")
     return SpreadSummary(per_layer=per_layer)
 
 
@@ -63,42 +65,32 @@ class SpreadSection(Section):
             page.figure(f.figure)
 
 
+def _claim(measurement: str, estimate: Interval, verdict: Verdict, reason: str) -> Claim:
+    return Claim(
+        id="X1",
+        title="key heads span few layers",
+        statement="the key heads sit in few layers",
+        paper="not in the paper",
+        measurement=measurement,
+        estimate=estimate,
+        unit="layers",
+        verdict=verdict,
+        reason=reason,
+    )
+
+
 def report(r: ResultReader) -> Contribution:
     f = r.ctx.paths.stage("spread") / "spread.json"
     limit = r.ctx.config.section("spread").max_layers
     if not f.is_file():
         why = "stage spread off"
-        claim = Claim(
-            "X1",
-            "key heads span few layers",
-            "the key heads sit in few layers",
-            "not in the paper",
-            why,
-            math.nan,
-            math.nan,
-            math.nan,
-            "layers",
-            Verdict.NOT_MEASURED,
-            why,
-        )
-        return Contribution(claims=(claim,))
-    per_layer = read_json(f)["per_layer"]
+        nothing = Interval(math.nan, math.nan, math.nan, 0, method="none")
+        return Contribution(claims=(_claim(why, nothing, Verdict.NOT_MEASURED, why),))
+    per_layer = json.loads(f.read_text())["per_layer"]
     n = len(per_layer)
     verdict = Verdict.HOLDS if n <= limit else Verdict.FAILS
-    claim = Claim(
-        "X1",
-        "key heads span few layers",
-        "the key heads sit in few layers",
-        "not in the paper",
-        f"{n} layers (at most {limit})",
-        float(n),
-        float(n),
-        float(n),
-        "layers",
-        verdict,
-        f"{n} layers against at most {limit}",
-        n=sum(per_layer.values()),
-    )
+    counted = Interval(float(n), float(n), float(n), sum(per_layer.values()), method="none")
+    claim = _claim(f"{n} layers (at most {limit})", counted, verdict, f"{n} layers against at most {limit}")
     return Contribution(sections=(SpreadSection(per_layer),), claims=(claim,))
 
 

@@ -29,9 +29,11 @@ from typing import Literal
 import datasets
 import torch
 
-from mathcircuits.circuit import MOVER, copy_pairs, plant_copy
+from mathcircuits.circuit import copy_pairs
+from mathcircuits.circuit.planted import MOVER, plant_copy
 from mathcircuits.data import PairSet
-from mathcircuits.models import HookedModel, from_hf, tiny_llama
+from mathcircuits.models import HookedModel, from_hf
+from mathcircuits.models.tiny import tiny_llama
 
 __all__ = ["MOVER", "planted_model", "role_model", "role_pairs"]
 
@@ -46,7 +48,8 @@ def planted_model(
     n_heads: int = 4,
 ) -> HookedModel:
     """A tiny Llama (``n_heads`` heads in ``n_heads / 2`` KV groups per layer, d_head 16: d_model 64 for 4 heads)
-    with the chosen plant (:func:`mathcircuits.circuit.plant_copy`). 8 heads leave enough depth-matched random sets
+    with the chosen plant (:func:`mathcircuits.circuit.planted.plant_copy`). 8 heads leave enough depth-matched
+    random sets
     (49 for a key set in two layers) for a p-value below 0.05; 4 heads leave 9."""
     hf, tok = tiny_llama(seed=0, n_layers=n_layers, d_model=16 * n_heads, n_heads=n_heads, n_kv_heads=n_heads // 2)
     model = from_hf(hf, tok, name=f"planted-{n_layers}" + (f"x{n_heads}" if n_heads != 4 else ""))

@@ -21,8 +21,9 @@ from tokenizers import Regex, Tokenizer, pre_tokenizers
 from tokenizers import models as tokenizer_models
 from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
-from mathcircuits.models import from_hf, tiny_tokenizer
-from mathcircuits.numbers import helix_basis
+from mathcircuits.models import from_hf
+from mathcircuits.models.tiny import tiny_tokenizer
+from mathcircuits.numbers.helix import helix_basis
 
 SYMBOLS = [" ", "+", "-", "*", "/", "=", "\n", ":", "x", "y", "z"]
 

@@ -21,12 +21,13 @@ from mathcircuits.ablation import (
     ablated_model,
     head_means,
     knockout_curve,
-    mean_ablation_hooks,
     transfer,
 )
+from mathcircuits.ablation.hooks import mean_ablation_hooks
 from mathcircuits.data import GenerationConfig, PairSet, generate_pairs, score_pairs
 from mathcircuits.models import load_model
-from mathcircuits.patching import path_patch, resolve_heads, select_key_components
+from mathcircuits.patching import path_patch, select_key_components
+from mathcircuits.patching.key_components import resolve_heads
 from mathcircuits.stats import Interval
 
 from helpers import unchecked

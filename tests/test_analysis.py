@@ -16,14 +16,11 @@ from mathcircuits.analysis import (
     HeadPatterns,
     MLPProbeResult,
     attention_by_role,
-    classify_heads,
     head_patterns,
     mlp_probes,
-    number_tokens,
-    role_masks,
-    role_shares,
-    sink_mask,
 )
+from mathcircuits.analysis.mlp_probes import number_tokens
+from mathcircuits.analysis.roles import classify_heads, role_masks, role_shares, sink_mask
 from mathcircuits.models import Head
 from mathcircuits.stats import Uncertainty
 

@@ -18,7 +18,8 @@ from transformers import LlamaConfig, LlamaForCausalLM, LlamaModel
 
 from mathcircuits.circuit import Circuit, Sender
 from mathcircuits.cli import main
-from mathcircuits.models import from_hf, tiny_tokenizer, wrap
+from mathcircuits.models import from_hf, wrap
+from mathcircuits.models.tiny import tiny_tokenizer
 from mathcircuits.pipeline import ConfigError, RunConfig
 
 from helpers import assert_clear as _assert_clear

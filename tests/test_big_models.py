@@ -24,46 +24,28 @@ from accelerate.utils import has_offloaded_params
 from mathcircuits.ablation import head_means, knockout_curve
 from mathcircuits.analysis import attention_by_role, mlp_probes
 from mathcircuits.circuit import Receiver, discover_circuit, exact_edges, faithfulness, pair_cache, upstream_senders
-from mathcircuits.data import (
-    GenerationConfig,
-    PairBatch,
-    generate_pairs,
-    load_templates,
-    pair_batches,
-    score_pairs,
-    swap_pairs,
-)
-from mathcircuits.models import (
-    block_structure,
-    check_trainable_placement,
-    from_hf,
+from mathcircuits.data import GenerationConfig, PairBatch, generate_pairs, load_templates, score_pairs
+from mathcircuits.data.pairset import pair_batches
+from mathcircuits.data.swaps import swap_pairs
+from mathcircuits.models import check_trainable_placement, from_hf, hooks
+from mathcircuits.models.families import block_structure
+from mathcircuits.models.forward.placement import (
     head_out_weight,
-    hooks,
     is_split,
     materialized,
     offloaded_parameters,
-    readout,
-    tiny_model,
     unloadable_parameters,
 )
-from mathcircuits.numbers import (
-    capture_grid,
-    number_contexts,
-    number_states,
-    operand_grid,
-    subspace_shifts,
-)
-from mathcircuits.patching import (
-    METHODS,
-    METRICS,
-    Senders,
-    get_metric,
-    last_position_caches,
-    parse_bytes,
-    path_patch,
-    plan_scan,
-    scan_bytes,
-)
+from mathcircuits.models.forward.readout import readout
+from mathcircuits.models.tiny import tiny_model
+from mathcircuits.numbers import capture_grid, number_contexts, number_states, operand_grid
+from mathcircuits.numbers.patch import subspace_shifts
+from mathcircuits.patching import get_metric, path_patch, plan_scan
+from mathcircuits.patching.cache import last_position_caches
+from mathcircuits.patching.driver import METHODS
+from mathcircuits.patching.metrics import METRICS
+from mathcircuits.patching.plan import parse_bytes, scan_bytes
+from mathcircuits.patching.scan import Senders
 from mathcircuits.pipeline import ConfigError, MemoryMeter, ModelSection, PeakMemory, StageSummary
 from mathcircuits.stats import Uncertainty
 

@@ -20,10 +20,12 @@ from transformer_lens.model_bridge import TransformerBridge
 from transformers import AutoConfig, AutoModelForCausalLM
 
 from mathcircuits.ablation import knockout_curve
-from mathcircuits.analysis import attention_by_role, role_masks
+from mathcircuits.analysis import attention_by_role
+from mathcircuits.analysis.roles import role_masks
 from mathcircuits.data import GenerationConfig, generate_pairs, load_templates, score_pairs
 from mathcircuits.finetune import SFTConfig, build_sft_dataset, train_sft
-from mathcircuits.models import HookedModel, from_bridge, from_hf, load_hf_model, load_model, tiny_tokenizer, wrap
+from mathcircuits.models import HookedModel, from_bridge, from_hf, load_hf_model, load_model, wrap
+from mathcircuits.models.tiny import tiny_tokenizer
 from mathcircuits.patching import path_patch, select_key_components
 
 from helpers import unchecked

@@ -26,16 +26,18 @@ from mathcircuits.circuit import (
     faithfulness,
     label_roles,
     pair_cache,
-    patched_inputs,
-    receiver_effects,
     reference_edges,
     screen_agreement,
     upstream_senders,
 )
+from mathcircuits.circuit.edges import patched_inputs, receiver_effects
 from mathcircuits.data import GenerationConfig, generate_pairs, load_templates
-from mathcircuits.models import block_structure, from_hf, hooks, load_model, tiny_model
+from mathcircuits.models import from_hf, hooks, load_model
+from mathcircuits.models.families import block_structure
+from mathcircuits.models.tiny import tiny_model
 from mathcircuits.patching import get_metric, path_patch
-from mathcircuits.stats import Uncertainty, bootstrap_statistic
+from mathcircuits.stats import Uncertainty
+from mathcircuits.stats.bootstrap import bootstrap_statistic
 
 from helpers import tiered
 

@@ -15,22 +15,18 @@ import pandas as pd
 import pytest
 import torch
 
-from mathcircuits._io import ResultFileError
-from mathcircuits.ablation import MLPMargin, RandomControl, TransferResult, transfer_row
+from mathcircuits import ResultFileError
+from mathcircuits.ablation import MLPMargin, RandomControl, TransferResult
+from mathcircuits.ablation.transfer import transfer_row
 from mathcircuits.analysis import AttentionByRole, MLPProbeResult
-from mathcircuits.claims import (
-    ClaimsCard,
-    Verdict,
-    assess_claims,
-    claim_c1,
-    claim_c2,
-    claim_c3,
-    claim_c4,
-    claim_c5,
-    claim_c6,
-    role_findings,
-)
-from mathcircuits.evaluation import ARITHMETIC, EvalResult
+from mathcircuits.claims import ClaimsCard, Verdict, assess_claims
+from mathcircuits.claims.attention import claim_c3, role_findings
+from mathcircuits.claims.finetune import claim_c6
+from mathcircuits.claims.knockout import claim_c2, claim_c5
+from mathcircuits.claims.margin import claim_c4
+from mathcircuits.claims.sparsity import claim_c1
+from mathcircuits.evaluation import EvalResult
+from mathcircuits.evaluation.table import ARITHMETIC
 from mathcircuits.models import Head, ModelSpec
 from mathcircuits.patching import (
     KeyComponents,

@@ -10,7 +10,8 @@ import torch
 from planted_numbers import adder_model
 
 from mathcircuits.ablation import PositionPool
-from mathcircuits.claims import C6Stop, Verdict, c6_verdict, claim_n3
+from mathcircuits.claims import Verdict, claim_n3
+from mathcircuits.claims.improve import C6Stop, c6_verdict
 from mathcircuits.data import GenerationConfig, PairSet, generate_pairs, load_templates
 from mathcircuits.models import hooks
 from mathcircuits.numbers import heuristic_neurons, operand_grid

@@ -12,16 +12,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from mathcircuits.claims import (
-    C6Stop,
-    ClaimsCard,
-    Verdict,
-    assess_claims,
-    claim_c6_units,
-    claim_c6b,
-    precise_definition,
-    with_unit_claims,
-)
+from mathcircuits.claims import ClaimsCard, Verdict, assess_claims
+from mathcircuits.claims.improve import C6Stop, claim_c6_units, claim_c6b, precise_definition, with_unit_claims
 from mathcircuits.finetune import (
     ItemScores,
     Mode,
@@ -31,11 +23,10 @@ from mathcircuits.finetune import (
     UnitRecord,
     compare_units,
     effects_table,
-    pareto_points,
     pareto_records,
     sweep_records,
-    sweep_table,
 )
+from mathcircuits.finetune.effects import pareto_points, sweep_table
 from mathcircuits.models import Head
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -148,7 +139,7 @@ def test_card_table_and_pareto_points():
 def test_sweep_and_pareto_figures_read_the_points_and_their_intervals():
     import dataclasses
 
-    from mathcircuits.finetune import choose_rates
+    from mathcircuits.finetune.protocol import choose_rates
     from mathcircuits.viz import pareto_plot, sft_sweep_curves
 
     sweep = []

@@ -8,18 +8,14 @@ import pytest
 import torch
 
 from mathcircuits.ablation import MLPMargin, RandomControl
-from mathcircuits.claims import ClaimsCard, Verdict, assess_claims, claim_c1, concentration, count_heads
+from mathcircuits.claims import ClaimsCard, Verdict, assess_claims
+from mathcircuits.claims.sparsity import claim_c1, concentration, count_heads
 from mathcircuits.models import Head, ModelSpec
 from mathcircuits.patching import PatchingResult
-from mathcircuits.report import claims_table
-from mathcircuits.stats import (
-    Uncertainty,
-    benjamini_hochberg,
-    cluster_t_test,
-    holm,
-    null_placement,
-    small_cluster_interval,
-)
+from mathcircuits.report.html import claims_table
+from mathcircuits.stats import Uncertainty
+from mathcircuits.stats.small_clusters import cluster_t_test, small_cluster_interval
+from mathcircuits.stats.testing import benjamini_hochberg, holm, null_placement
 
 SPEC = ModelSpec(
     "toy", "toy", "Toy", n_layers=30, n_heads=9, n_kv_heads=9, d_head=4, d_model=36, d_mlp=72, vocab_size=50

@@ -14,30 +14,20 @@ import pytest
 import torch
 from planted_claims import MOVER, planted_model, role_model, role_pairs
 
-from mathcircuits.ablation import (
-    RandomControl,
-    depth_matched_draws,
-    mlp_margin,
-    n_depth_matched_sets,
-    random_control,
-    transfer,
-)
+from mathcircuits.ablation import RandomControl, mlp_margin, random_control, transfer
+from mathcircuits.ablation.control import depth_matched_draws, n_depth_matched_sets
 from mathcircuits.analysis import attention_by_role
 from mathcircuits.circuit import copy_pairs
-from mathcircuits.claims import (
-    Verdict,
-    claim_c1,
-    claim_c2,
-    claim_c3,
-    claim_c4,
-    claim_c5,
-    concentration,
-    role_findings,
-)
+from mathcircuits.claims import Verdict
+from mathcircuits.claims.attention import claim_c3, role_findings
+from mathcircuits.claims.knockout import claim_c2, claim_c5
+from mathcircuits.claims.margin import claim_c4
+from mathcircuits.claims.sparsity import claim_c1, concentration
 from mathcircuits.data import PairSet
 from mathcircuits.models import Head
 from mathcircuits.patching import KeyComponents, path_patch
-from mathcircuits.stats import Uncertainty, null_placement
+from mathcircuits.stats import Uncertainty
+from mathcircuits.stats.testing import null_placement
 
 U200 = Uncertainty(n_boot=200)  # a quick bootstrap
 READER = (2, 2)

@@ -85,6 +85,7 @@ def test_malformed_config_files(tmp_path, name, text, needle):
 
 def test_missing_config_file_and_bad_model_override(tmp_path):
     _assert_clear_error(_cli("run", "--config", "/no/such.yaml"), "/no/such.yaml", "does not exist")
+    (tmp_path / "o").mkdir()  # status of a missing folder is refused before the model is looked at
     res = _cli("status", "--model", str(tmp_path / "nothing"), "--out", str(tmp_path / "o"))
     _assert_clear_error(res, "--model", "does not exist")
 

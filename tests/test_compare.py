@@ -5,17 +5,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from mathcircuits.finetune import (
-    CompareConfig,
-    Mode,
-    Unit,
-    check_modes,
-    head_slices,
-    lora_rank_for_budget,
-    model_facts,
-    random_heads,
-    unit_components,
-)
+from mathcircuits.finetune import CompareConfig, Mode, Unit, head_slices
+from mathcircuits.finetune.compare import check_modes
+from mathcircuits.finetune.components import lora_rank_for_budget, random_heads
+from mathcircuits.finetune.layouts import model_facts
+from mathcircuits.finetune.run_unit import unit_components
 from mathcircuits.models import Head, load_hf_model
 from mathcircuits.patching import KeyComponents
 from mathcircuits.pipeline import ConfigError

@@ -9,7 +9,8 @@ import pandas as pd
 import pytest
 
 from mathcircuits.claims import ClaimsCard
-from mathcircuits.data import PairSet, facts_of
+from mathcircuits.data import PairSet
+from mathcircuits.data.facts import facts_of
 from mathcircuits.finetune import UnitComparison
 from mathcircuits.pipeline import RunConfig, run_pipeline
 

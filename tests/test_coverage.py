@@ -9,7 +9,9 @@ draws the intervals of many simulated runs at once (templates share labels and s
 import pytest
 import torch
 
-from mathcircuits.stats import Uncertainty, bootstrap_mean, cluster_bootstrap_mean, cluster_t_interval
+from mathcircuits.stats import Uncertainty
+from mathcircuits.stats.bootstrap import bootstrap_mean, cluster_bootstrap_mean
+from mathcircuits.stats.small_clusters import cluster_t_interval
 
 from helpers import tiered
 

@@ -16,17 +16,13 @@ from mathcircuits.ablation import KnockoutResult, MLPMargin, RandomControl
 from mathcircuits.analysis import AttentionByRole, MLPProbeResult
 from mathcircuits.claims import assess_claims
 from mathcircuits.cli import main
-from mathcircuits.crossmodel import (
-    ModelComparison,
-    RunResults,
-    compare_runs,
-    depth_interval,
-    separation,
-    write_comparison,
-)
+from mathcircuits.crossmodel import ModelComparison, RunResults, compare_runs
+from mathcircuits.crossmodel.measures import depth_interval, separation
+from mathcircuits.crossmodel.page import write_comparison
 from mathcircuits.models import Head, ModelSpec
 from mathcircuits.patching import KeyComponents, SelectionConfig
-from mathcircuits.pipeline import ConfigError, RunConfig, check_same_config, load_run_results, run_pipeline
+from mathcircuits.pipeline import ConfigError, RunConfig, run_pipeline
+from mathcircuits.pipeline.compare_models import check_same_config, load_run_results
 from mathcircuits.stats import Interval
 
 sys.path.insert(0, str(Path(__file__).parent))

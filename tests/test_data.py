@@ -9,23 +9,25 @@ from mathcircuits.data import (
     PairSet,
     TemplateError,
     accuracy_table,
-    compute_answer,
     correct_pairs,
-    default_benchmark_root,
     default_template_dir,
     filter_correct,
-    find_benchmark_file,
     fresh_pairs,
     generate_pairs,
-    load_template_set,
     load_templates,
-    pair_keys,
-    read_word_problems,
-    record_question,
     score_pairs,
     word_problem_dataset,
 )
-from mathcircuits.models import tiny_tokenizer
+from mathcircuits.data.benchmark_files import (
+    default_benchmark_root,
+    find_benchmark_file,
+    read_word_problems,
+    record_question,
+)
+from mathcircuits.data.operands import compute_answer
+from mathcircuits.data.pairset import pair_keys
+from mathcircuits.data.templates import load_template_set
+from mathcircuits.models.tiny import tiny_tokenizer
 from mathcircuits.pipeline import ConfigError
 
 from helpers import unchecked
@@ -210,6 +212,21 @@ def test_dataset_save_load_round_trip(tmp_path, template_sets):
     assert not list((tmp_path / "pairs").glob("cache-*.arrow"))
     # the folder is the datasets library's own format, as earlier runs wrote it
     assert datasets.load_from_disk(str(tmp_path / "pairs")).to_dict() == ds.dataset.to_dict()
+
+
+def test_pair_sets_draw_no_datasets_bars_and_keep_their_values(tmp_path, template_sets, capsys):
+    import datasets
+
+    ds = generate_pairs(tiny_tokenizer(), template_sets, GenerationConfig(n_per_template=3)).shuffle(seed=1)
+    part = ds.select(range(0, len(ds), 2))  # a selection: saving and add_column flatten its indices
+    capsys.readouterr()
+    was_on = datasets.is_progress_bar_enabled()
+    part.save(tmp_path / "part")
+    staged = part.with_fact_stages(["late"] * len(part))
+    assert capsys.readouterr().err == ""  # no "Saving the dataset" or "Flattening the indices" bar
+    assert datasets.is_progress_bar_enabled() == was_on  # the user's own datasets setting is left as it was
+    assert PairSet.load(tmp_path / "part").tokens == part.tokens and staged.tokens == part.tokens
+    assert staged.fact_stages == ("late",) * len(part)
 
 
 # ------------------------------------------------------------------ correct pairs for an operation

@@ -4,7 +4,12 @@ import json
 
 import pytest
 
-from mathcircuits.data import decontaminate, default_benchmark_root, read_benchmark_split, record_question
+from mathcircuits.data.benchmark_files import (
+    decontaminate,
+    default_benchmark_root,
+    read_benchmark_split,
+    record_question,
+)
 from mathcircuits.evaluation import load_benchmark
 
 

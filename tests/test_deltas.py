@@ -5,7 +5,8 @@ import math
 import pandas as pd
 import pytest
 
-from mathcircuits.stats import DeltaTable, Interval, no_interval
+from mathcircuits.stats import DeltaTable, Interval
+from mathcircuits.stats.deltas import no_interval
 from mathcircuits.viz import sft_delta_bars
 
 NAN = math.nan

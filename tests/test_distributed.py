@@ -20,7 +20,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from mathcircuits.finetune import HeadSliceAdapter, SFTConfig, build_sft_dataset, model_facts, train_sft
+from mathcircuits.finetune import HeadSliceAdapter, SFTConfig, build_sft_dataset, train_sft
+from mathcircuits.finetune.layouts import model_facts
 from mathcircuits.models import Head, load_hf_model
 from mathcircuits.patching import KeyComponents
 

@@ -16,21 +16,22 @@ from mathcircuits.circuit import (
     Sender,
     copy_pairs,
     discover_circuit,
-    discovery_scores,
     eap_scores,
-    edge_attribution,
     exact_agreement,
     exact_edges,
     graph_edges,
     ig_convergence,
     pair_cache,
-    patched_inputs,
     plant_two_step,
-    receiver_effects,
     upstream_senders,
 )
+from mathcircuits.circuit.eap import edge_attribution
+from mathcircuits.circuit.eap_compare import discovery_scores
+from mathcircuits.circuit.edges import patched_inputs, receiver_effects
 from mathcircuits.data import GenerationConfig, PairSet, generate_pairs, load_templates
-from mathcircuits.models import block_structure, from_hf, hooks, load_model, tiny_model
+from mathcircuits.models import from_hf, hooks, load_model
+from mathcircuits.models.families import block_structure
+from mathcircuits.models.tiny import tiny_model
 from mathcircuits.patching import get_metric
 from mathcircuits.stats import Uncertainty
 

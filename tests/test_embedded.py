@@ -12,16 +12,10 @@ from tokenizers.processors import TemplateProcessing
 from transformers import PreTrainedTokenizerFast
 
 from mathcircuits.data import GenerationConfig, generate_pairs, prompt_start
-from mathcircuits.models import (
-    EMBEDDED,
-    TINY_CHARS,
-    EmbeddedSource,
-    embedded_source,
-    find_embedded_gguf,
-    resolve_source,
-    tiny_tokenizer,
-)
 from mathcircuits.models import embedded as embedded_module
+from mathcircuits.models import resolve_source
+from mathcircuits.models.embedded import EMBEDDED, EmbeddedSource, embedded_source, find_embedded_gguf
+from mathcircuits.models.tiny import TINY_CHARS, tiny_tokenizer
 from mathcircuits.pipeline import RunConfig
 
 

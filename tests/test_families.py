@@ -15,22 +15,18 @@ from functools import cache
 import pytest
 import torch
 
-from mathcircuits.ablation import head_means, mean_ablation_hooks
+from mathcircuits.ablation import head_means
+from mathcircuits.ablation.hooks import mean_ablation_hooks
 from mathcircuits.analysis import attention_by_role, mlp_probes
 from mathcircuits.data import GenerationConfig, generate_pairs, load_templates
-from mathcircuits.models import (
-    FAMILIES,
-    TINY_FAMILIES,
-    UnsupportedFamilyError,
-    attn_pre_norm_name,
-    block_structure,
-    hooks,
-    load_hf_model,
-    load_model,
-    readout,
-    tiny_model,
-)
-from mathcircuits.patching import METRICS, last_position_caches, path_patch
+from mathcircuits.models import UnsupportedFamilyError, hooks, load_hf_model, load_model
+from mathcircuits.models.families import FAMILIES, block_structure
+from mathcircuits.models.forward.changes import attn_pre_norm_name
+from mathcircuits.models.forward.readout import readout
+from mathcircuits.models.tiny import TINY_FAMILIES, tiny_model
+from mathcircuits.patching import path_patch
+from mathcircuits.patching.cache import last_position_caches
+from mathcircuits.patching.metrics import METRICS
 
 from helpers import FAST_FAMILIES, tiered
 

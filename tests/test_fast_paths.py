@@ -12,20 +12,15 @@ import pytest
 import torch
 
 from mathcircuits.ablation import KnockoutScorer, ablated_model, head_means
-from mathcircuits.analysis import attention_by_role, role_masks, role_shares
-from mathcircuits.data import GenerationConfig, generate_pairs, padded_groups, score_pairs
-from mathcircuits.finetune import score_arithmetic
-from mathcircuits.models import (
-    TINY_FAMILIES,
-    HFForward,
-    PrefixRunner,
-    hooks,
-    repeat_cache,
-    run_from_layer,
-    shared_prefix_len,
-    tiny_model,
-)
-from mathcircuits.patching import last_position_caches
+from mathcircuits.analysis import attention_by_role
+from mathcircuits.analysis.roles import role_masks, role_shares
+from mathcircuits.data import GenerationConfig, generate_pairs, score_pairs
+from mathcircuits.data.batching import padded_groups
+from mathcircuits.finetune.validation import score_arithmetic
+from mathcircuits.models import HFForward, PrefixRunner, hooks, run_from_layer
+from mathcircuits.models.forward.prefix import repeat_cache, shared_prefix_len
+from mathcircuits.models.tiny import TINY_FAMILIES, tiny_model
+from mathcircuits.patching.cache import last_position_caches
 
 from helpers import FAST_FAMILIES, tiered
 

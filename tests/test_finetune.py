@@ -12,8 +12,6 @@ import pytest
 import torch
 
 from mathcircuits.finetune import (
-    ADAPTER_CONFIG_NAME,
-    ADAPTER_WEIGHTS_NAME,
     HeadSliceAdapter,
     SFTConfig,
     SFTResult,
@@ -21,9 +19,10 @@ from mathcircuits.finetune import (
     SliceSet,
     build_sft_dataset,
     head_slices,
-    model_facts,
     train_sft,
 )
+from mathcircuits.finetune.adapter import ADAPTER_CONFIG_NAME, ADAPTER_WEIGHTS_NAME
+from mathcircuits.finetune.layouts import model_facts
 from mathcircuits.models import Head, load_hf_model
 from mathcircuits.patching import KeyComponents, SelectionError
 
@@ -342,7 +341,7 @@ def test_untouched_parameters_stay_bit_identical_with_weight_decay(tmp_path):
 
 
 def test_weight_decay_acts_on_the_effective_weights():
-    from mathcircuits.finetune import effective_decay_hook
+    from mathcircuits.finetune.hf_trainer import effective_decay_hook
 
     model, _ = load_hf_model("tiny-llama")
     adapter = HeadSliceAdapter(model, head_slices(model, [(0, 1)], kv_policy="frozen"))
@@ -406,7 +405,7 @@ def test_full_mode_trains_everything(tmp_path):
 
 @pytest.mark.parametrize("source", ["tiny-llama", "tiny-gpt2"])
 def test_target_only_logits_give_the_same_loss_and_gradients(source):
-    from mathcircuits.finetune import pad_collate
+    from mathcircuits.finetune.hf_trainer import pad_collate
 
     model, tok = load_hf_model(source)
     data = _toy_sft_data(tok, 6)

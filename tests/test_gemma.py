@@ -10,7 +10,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from mathcircuits.ablation import KnockoutScorer, ablated_model, head_means, mean_ablation_hooks
+from mathcircuits.ablation import KnockoutScorer, ablated_model, head_means
+from mathcircuits.ablation.hooks import mean_ablation_hooks
 from mathcircuits.data import GenerationConfig, filter_correct, generate_pairs, score_pairs
 from mathcircuits.finetune import head_slices
 from mathcircuits.models import hooks, load_model

@@ -6,8 +6,10 @@ import pytest
 import torch
 
 import mathcircuits.evaluation.generation as generation
-from mathcircuits.evaluation import common_prefix_length, first_step_logits, generate_greedy, prefix_cache_supported
-from mathcircuits.models import TINY_FAMILIES, compare, model_depth, tiny_model
+from mathcircuits.evaluation.batching import common_prefix_length
+from mathcircuits.evaluation.generation import first_step_logits, generate_greedy, prefix_cache_supported
+from mathcircuits.models.forward.integrity import compare, model_depth
+from mathcircuits.models.tiny import TINY_FAMILIES, tiny_model
 
 from helpers import FAST_FAMILIES, tiered
 
@@ -82,7 +84,8 @@ def test_short_attention_window_falls_back_to_plain(family, monkeypatch):
 
 @pytest.mark.slow
 def test_cached_generation_equals_plain_on_embedded():
-    from mathcircuits.evaluation import BenchmarkItem, math_prompt
+    from mathcircuits.evaluation import BenchmarkItem
+    from mathcircuits.evaluation.prompts import math_prompt
     from mathcircuits.models import load_hf_model
 
     model, tok = load_hf_model("embedded")

@@ -17,7 +17,7 @@ What is not an edge: the parent packages Python runs on the way to a submodule (
 re-exporting ``pkg/sub`` while ``sub`` imports ``pkg/other`` is no circle, but ``sub`` importing a name from
 ``pkg`` (its own package's ``__init__``) while ``__init__`` imports ``sub`` is one: import it from the module
 that defines it. ``importlib.import_module`` with a computed name is not read: a registry loading its entries
-by name (``pipeline.stages.Stage.run``) is data, and an entry may read the registry that lists it.
+by name is data, and an entry may read the registry that lists it.
 
 The circles are the strongly connected components of that graph (Tarjan); each is reported as one cycle
 through it, with how each import is made.

@@ -24,17 +24,9 @@ import mathcircuits.models.compat as compat
 import mathcircuits.patching.exact as exact
 from mathcircuits.cli import main
 from mathcircuits.data import PairSet
-from mathcircuits.models import (
-    IntegrityError,
-    PrefixRunner,
-    Readout,
-    fast_paths,
-    from_hf,
-    hooks,
-    load_model,
-    probe_pairs,
-    tiny_model,
-)
+from mathcircuits.models import IntegrityError, PrefixRunner, Readout, from_hf, hooks, load_model
+from mathcircuits.models.forward.integrity import fast_paths, probe_pairs
+from mathcircuits.models.tiny import tiny_model
 from mathcircuits.patching import PatchingResult, path_patch
 from mathcircuits.pipeline import RunPaths
 

@@ -9,18 +9,12 @@ import pytest
 import torch
 
 from mathcircuits.data import GenerationConfig, PairError, PairSet, TemplateSet, generate_pairs
-from mathcircuits.models import EMBEDDED, Readout, weights_note
-from mathcircuits.patching import (
-    METRICS,
-    RELATIVE_MIN_CLEAN,
-    Metric,
-    PatchingResult,
-    SelectionConfig,
-    get_metric,
-    path_patch,
-    select_key_components,
-)
-from mathcircuits.stats import MIN_CLUSTERS, Uncertainty, bootstrap_mean, cluster_bootstrap_mean, mean_interval
+from mathcircuits.models import Readout
+from mathcircuits.models.embedded import EMBEDDED, weights_note
+from mathcircuits.patching import Metric, PatchingResult, SelectionConfig, get_metric, path_patch, select_key_components
+from mathcircuits.patching.metrics import METRICS, RELATIVE_MIN_CLEAN
+from mathcircuits.stats import Uncertainty
+from mathcircuits.stats.bootstrap import MIN_CLUSTERS, bootstrap_mean, cluster_bootstrap_mean, mean_interval
 
 
 @pytest.fixture(scope="module")
@@ -55,7 +49,7 @@ def test_offsets_move_the_papers_ratio_but_not_the_default():
     gen = torch.Generator().manual_seed(1)
     logits = torch.randn(4, 3, 13, generator=gen) + 5.0
     answers = torch.randint(0, 13, (4, 3), generator=gen)
-    from mathcircuits.patching import answer_readout
+    from mathcircuits.patching.metrics import answer_readout
 
     patched_logits = logits + 0.3 * torch.randn(4, 3, 13, generator=gen)
     clean, patched = answer_readout(logits, answers), answer_readout(patched_logits, answers)

@@ -9,24 +9,21 @@ import torch
 
 from mathcircuits.circuit import (
     INPUT,
-    MIB_PERCENTAGES,
-    PLATEAU_FLOOR,
-    SATURATION_FLOOR,
     EdgeScores,
     Receiver,
     Sender,
-    area_under,
     copy_pairs,
-    find_plateau,
     graph_edges,
     mib_scores,
     plant_two_step,
-    prune_edges,
     read_graph,
-    round_saturated,
     write_graph,
 )
-from mathcircuits.data import MIB_KINDS, GenerationConfig, PairSet, generate_pairs, load_templates, mib_template_dir
+from mathcircuits.circuit.mib import area_under, prune_edges
+from mathcircuits.circuit.mib_result import MIB_PERCENTAGES
+from mathcircuits.circuit.plateau import PLATEAU_FLOOR, SATURATION_FLOOR, find_plateau, round_saturated
+from mathcircuits.data import GenerationConfig, PairSet, generate_pairs, load_templates
+from mathcircuits.data.mib_kinds import MIB_KINDS, mib_template_dir
 from mathcircuits.models import load_model
 from mathcircuits.stats import Interval, Uncertainty
 

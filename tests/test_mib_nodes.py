@@ -9,20 +9,21 @@ import pytest
 import torch
 
 from mathcircuits.circuit import (
-    MIB_PERCENTAGES,
     EdgeScores,
     NodeScores,
     Sender,
-    area_under,
     copy_pairs,
     graph_edges,
-    graph_nodes_of,
     mib_node_scores,
     mib_scores,
     node_scores,
     plant_two_step,
 )
-from mathcircuits.models import TINY_FAMILIES, hooks, load_model
+from mathcircuits.circuit.mib import area_under
+from mathcircuits.circuit.mib_nodes import graph_nodes_of
+from mathcircuits.circuit.mib_result import MIB_PERCENTAGES
+from mathcircuits.models import hooks, load_model
+from mathcircuits.models.tiny import TINY_FAMILIES
 from mathcircuits.stats import Uncertainty
 
 from helpers import FAST_FAMILIES, tiered

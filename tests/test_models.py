@@ -1,7 +1,8 @@
 import pytest
 import torch
 
-from mathcircuits.models import HookedModel, from_hf, hooks, load_hf_model, load_model, resolve_source, tiny_model
+from mathcircuits.models import HookedModel, from_hf, hooks, load_hf_model, load_model, resolve_source
+from mathcircuits.models.tiny import tiny_model
 
 
 @pytest.mark.parametrize("source", ["tiny-llama", "tiny-gpt2"])
@@ -76,7 +77,7 @@ def test_source_errors(tmp_path):
         resolve_source(str(tmp_path))
     with pytest.raises(FileNotFoundError, match="does not exist"):
         resolve_source("./no/such/model")
-    assert resolve_source("HuggingFaceTB/SmolLM2-135M") == ("hub", "HuggingFaceTB/SmolLM2-135M")
+    assert resolve_source("hub:HuggingFaceTB/SmolLM2-135M") == ("hub", "HuggingFaceTB/SmolLM2-135M")
 
 
 def test_local_folder_round_trip(tmp_path):

@@ -123,3 +123,63 @@ def test_notebook_executes(path):
 
 def _has_plotly(nb):
     return any(PLOTLY in o.get("data", {}) for c in _code(nb) for o in c.outputs)
+
+
+TEACHING = ROOT / "notebooks" / "04_teaching.ipynb"
+ANSWER_TAGS = {"check", "reveals-answer"}  # scripts/student_copy.py clears these cells' outputs
+
+
+def _answer_cells(nb):
+    return [i for i, c in enumerate(nb.cells) if ANSWER_TAGS & set(c.get("metadata", {}).get("tags", []))]
+
+
+def test_student_copy_shows_no_answers():
+    teaching, student = _read(TEACHING), _read(ROOT / "notebooks" / "student" / TEACHING.name)
+    tagged = _answer_cells(teaching)
+    assert len([i for i in tagged if teaching.cells[i].source.startswith("# check")]) == 8, "one check per exercise"
+    assert all(teaching.cells[i].outputs for i in tagged)  # the teacher's notebook has the answers to hide
+    from_student = [c.source.replace("](../solutions/", "](solutions/") for c in student.cells]  # links one up
+    assert from_student == [c.source for c in teaching.cells], (
+        "the student copy is older than notebooks/04_teaching.ipynb. Fix: python scripts/student_copy.py"
+    )
+    assert "](../solutions/teaching_04.py)" in student.cells[0].source
+    assert _answer_cells(student) == tagged and all(student.cells[i].outputs == [] for i in tagged)
+    kept = [i for i, c in enumerate(teaching.cells) if c.cell_type == "code" and i not in tagged]
+    assert all(student.cells[i].outputs == teaching.cells[i].outputs for i in kept)  # the lesson's own outputs stay
+    shown = json.dumps([c.get("outputs", []) for c in student.cells])
+    assert "solutions.exercise_" not in shown and "passes" not in shown
+
+
+@pytest.mark.slow
+def test_teaching_notebook_alone_in_a_folder_says_where_the_solutions_are(tmp_path):
+    import shutil
+
+    import nbformat
+    from nbclient import NotebookClient
+    from nbclient.exceptions import CellExecutionError
+
+    shutil.copy(TEACHING, tmp_path / TEACHING.name)  # no solutions/ beside it, nor in any folder above
+    nb = nbformat.read(tmp_path / TEACHING.name, as_version=4)
+    first_check = next(i for i, c in enumerate(nb.cells) if "check" in c.metadata.get("tags", []))
+    client = NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}})
+    with client.setup_kernel():
+        for i, cell in enumerate(nb.cells[: first_check + 1]):
+            cell.outputs = []
+            if cell.cell_type == "code":
+                try:
+                    client.execute_cell(cell, i)
+                except CellExecutionError:
+                    assert i == first_check, f"cell {i} failed: {cell.outputs}"
+        # the message's fix: the repository's notebooks/ on sys.path, then the helpers' cell again
+        helpers = next(i for i, c in enumerate(nb.cells) if "def find_solutions" in c.source)
+        fix = nbformat.v4.new_code_cell(f"import sys; sys.path.insert(0, {str(ROOT / 'notebooks')!r})")
+        again = nbformat.v4.new_code_cell(nb.cells[helpers].source + "\nprint(solutions.__name__)")
+        nb.cells += [fix, again]
+        client.execute_cell(fix, len(nb.cells) - 2)
+        client.execute_cell(again, len(nb.cells) - 1)
+    said = "".join(o.get("text", "") for c in nb.cells[:first_check] for o in c.get("outputs", []))
+    assert "solutions/teaching_04.py" in said and "are not found from this folder" in said, said
+    [error] = [o for o in nb.cells[first_check].outputs if o.output_type == "error"]
+    assert error.ename == "CheckFailed", error
+    assert error.evalue.startswith("expected the list of positions") and "got no answer yet" in error.evalue, error
+    assert "solutions.teaching_04" in "".join(o.get("text", "") for o in again.outputs), again.outputs

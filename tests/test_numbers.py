@@ -11,8 +11,10 @@ import torch
 from planted_numbers import adder_model, planted_embedding_model
 
 from mathcircuits.claims import ClaimsCard, Verdict, claim_n1, claim_n2, claim_n3
-from mathcircuits.data import load_templates, swap_pairs
-from mathcircuits.models import SuffixRunner, hooks, load_model
+from mathcircuits.data import load_templates
+from mathcircuits.data.swaps import swap_pairs
+from mathcircuits.models import hooks, load_model
+from mathcircuits.models.forward.suffix import SuffixRunner
 from mathcircuits.numbers import (
     HelixPatchResult,
     HelixResult,
@@ -22,7 +24,6 @@ from mathcircuits.numbers import (
     ProbeResult,
     Spectrum,
     TooFewCorrect,
-    cohen_kappa,
     fit_helix,
     heuristic_neurons,
     mod_probes,
@@ -30,10 +31,11 @@ from mathcircuits.numbers import (
     number_spectra,
     number_states,
     operand_grid,
-    subspace_shifts,
-    token_fixed_periods,
 )
 from mathcircuits.numbers.ablation import NeuronKnockout
+from mathcircuits.numbers.patch import subspace_shifts
+from mathcircuits.numbers.probes import cohen_kappa
+from mathcircuits.numbers.reading import token_fixed_periods
 from mathcircuits.pipeline import ConfigError
 from mathcircuits.stats import Interval, Uncertainty
 
@@ -352,8 +354,10 @@ def test_numbers_config_checks_itself():
 @pytest.mark.slow
 def test_figures_of_every_result(embedded_models, adder_runs):
     from mathcircuits.numbers import NumberResults
-    from mathcircuits.report import ReportParts, reading_numbers, report_figures, report_html
-    from mathcircuits.viz import numbers_figures
+    from mathcircuits.report import ReportParts
+    from mathcircuits.report.build import report_figures, report_html
+    from mathcircuits.report.readings import reading_numbers
+    from mathcircuits.viz.numbers import numbers_figures
 
     states = embedded_models["period10"][1]
     parts = {
@@ -376,7 +380,7 @@ def test_figures_of_every_result(embedded_models, adder_runs):
 
 
 def test_fast_and_plain_paths_give_the_same_numbers(templates, adder_runs):
-    from mathcircuits.models import fast_paths
+    from mathcircuits.models.forward.integrity import fast_paths
     from mathcircuits.numbers import capture_grid
 
     model, grid, _ = adder_runs[(True, 128)]

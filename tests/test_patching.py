@@ -7,7 +7,6 @@ import torch
 from mathcircuits.data import GenerationConfig, PairSet, generate_pairs
 from mathcircuits.models import Head, load_model
 from mathcircuits.patching import (
-    METRICS,
     KeyComponents,
     PatchingResult,
     SelectionConfig,
@@ -16,6 +15,7 @@ from mathcircuits.patching import (
     path_patch,
     select_key_components,
 )
+from mathcircuits.patching.metrics import METRICS
 
 from helpers import unchecked
 
@@ -55,6 +55,21 @@ def test_exact_equals_reference(request, template_sets, model_name, metric):
     assert fast.head_effects.abs().max() > 1e-6  # the scan measured something
 
 
+def test_path_patch_draws_a_bar_on_stderr_unless_told_not_to(tiny_llama, pairs_llama, capsys, monkeypatch):
+    def stderr_of(**kw) -> str:
+        path_patch(tiny_llama, pairs_llama.select(range(2)), **kw)
+        return capsys.readouterr().err
+
+    spec = tiny_llama.spec
+    shown = stderr_of(progress=True)
+    phase = f"patching {spec.n_layers * spec.n_heads} heads and {spec.n_layers} MLPs"
+    assert phase in shown and "100%|" in shown  # the phase, then the bar itself
+    assert stderr_of(progress=False) == ""
+    assert stderr_of() == ""  # the default follows MATHCIRCUITS_PROGRESS, which conftest sets to 0
+    monkeypatch.setenv("MATHCIRCUITS_PROGRESS", "1")
+    assert "patching" in stderr_of()  # a new user's default: on
+
+
 def test_patching_changes_something_only_when_prompts_differ(tiny_llama, pairs_llama):
     same = PairSet(pairs_llama.dataset.map(lambda r: {"cf_tokens": r["tokens"]}))
     res = path_patch(tiny_llama, same)
@@ -69,8 +84,10 @@ def test_sender_choice(tiny_llama, pairs_llama):
 
 
 def test_exact_scan_of_some_senders_equals_the_full_scan_there(tiny_llama, pairs_llama):
-    from mathcircuits.data import pair_batches
-    from mathcircuits.patching import METHODS, METRICS, Senders
+    from mathcircuits.data.pairset import pair_batches
+    from mathcircuits.patching.driver import METHODS
+    from mathcircuits.patching.metrics import METRICS
+    from mathcircuits.patching.scan import Senders
 
     exact_scan = METHODS["exact"]
     batch = pair_batches(pairs_llama, 8, tiny_llama.device, answers=True)[0]
@@ -196,7 +213,7 @@ def test_exact_equals_reference_on_embedded(embedded, embedded_add_pairs):
 
 
 def test_answer_logprob_scores_every_answer_token_and_ignores_offsets():
-    from mathcircuits.patching import METRICS, answer_readout
+    from mathcircuits.patching.metrics import METRICS, answer_readout
 
     gen = torch.Generator().manual_seed(0)
     logits = torch.randn(3, 2, 11, generator=gen)
@@ -221,8 +238,10 @@ def test_attribution_refuses_a_metric_over_every_answer_token(tiny_llama, pairs_
 @pytest.mark.parametrize("method", ["exact", "reference"])
 def test_the_scans_refuse_a_batch_without_every_answer_token(tiny_llama, pairs_llama, method):
     """A metric over every answer token needs a batch that holds them; a first-token batch is refused, not read."""
-    from mathcircuits.data import pair_batches
-    from mathcircuits.patching import METHODS, METRICS, Senders
+    from mathcircuits.data.pairset import pair_batches
+    from mathcircuits.patching.driver import METHODS
+    from mathcircuits.patching.metrics import METRICS
+    from mathcircuits.patching.scan import Senders
 
     first_only = pair_batches(pairs_llama, 8, tiny_llama.device)[0]
     assert first_only.answers is None

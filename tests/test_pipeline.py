@@ -14,23 +14,26 @@ import yaml
 
 from mathcircuits.ablation import KnockoutResult, RandomControl
 from mathcircuits.cli import main
-from mathcircuits.data import PairSet, facts_of
-from mathcircuits.finetune import KV_POLICIES, Mode, SFTConfig
-from mathcircuits.patching import METHODS, METRICS, RULES, PatchingConfig, PatchingResult, SelectionConfig
+from mathcircuits.data import PairSet
+from mathcircuits.data.facts import facts_of
+from mathcircuits.finetune import Mode, SFTConfig
+from mathcircuits.finetune.layouts import KV_POLICIES
+from mathcircuits.patching import PatchingConfig, PatchingResult, SelectionConfig
+from mathcircuits.patching.driver import METHODS
+from mathcircuits.patching.key_components import RULES
+from mathcircuits.patching.metrics import METRICS
 from mathcircuits.pipeline import (
     LATER_SETTINGS,
     READ_ONLY_WHEN,
     ConfigError,
     FinetuneSection,
     RunConfig,
-    done_summary,
-    fingerprint,
     fingerprinted,
-    render_config,
     run_pipeline,
-    stage_status,
     stages,
 )
+from mathcircuits.pipeline.config import fingerprint, render_config
+from mathcircuits.pipeline.run import done_summary, stage_status
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -170,13 +173,13 @@ PINNED = {
         "data": "ad5d5bee0925a266", "identify": "a23f0384776d0cca", "validate": "9cc30e467685bf95",
         "analyze": "c1434e125b6bebb7", "circuit": "570872679cf535d2", "numbers": "dcb79771d885e4c2",
         "finetune": "10b23315f4a5da0e", "evaluate": "2d76af56a7ac185f", "compare": "bcb2b6145cf11049",
-        "report": "07b3c20bd9a50f8a",  # reads every study since the registry (finetune too)
+        "report": "249f56af4b4451d0",  # reads every study, and the sections they read, since the registry
     },
     "default.yaml": {
         "data": "cae9110f7ee825bc", "identify": "568c5aece97fed38", "validate": "a0da184f8f1f457f",
         "analyze": "452fa2a2f53475df", "circuit": "270b35165b4b0722", "numbers": "c3779779223e93c8",
         "finetune": "e6fe3acde8498500", "evaluate": "9bdb6af38b8c7696", "compare": "549259ec62db6be9",
-        "report": "a6165b151a298598",
+        "report": "a4daecb6850f3b70",
     },
 }  # fmt: skip
 

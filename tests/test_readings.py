@@ -13,11 +13,12 @@ import re
 import pytest
 import torch
 
-from mathcircuits.ablation import KnockoutResult, TransferResult, transfer_row
+from mathcircuits.ablation import KnockoutResult, TransferResult
+from mathcircuits.ablation.transfer import transfer_row
 from mathcircuits.analysis import AttentionByRole, MLPProbeResult
 from mathcircuits.models import Head, ModelSpec
 from mathcircuits.patching import KeyComponents, PatchingResult, SelectionConfig
-from mathcircuits.report import (
+from mathcircuits.report.readings import (
     reading_attention,
     reading_knockout,
     reading_patching,

@@ -24,7 +24,8 @@ import mathcircuits._files as io_files
 import mathcircuits.pipeline.markers as markers
 from mathcircuits.ablation import HeadMeans
 from mathcircuits.cli import main
-from mathcircuits.pipeline import ConfigError, RunConfig, RunLock, RunLockedError, run_pipeline
+from mathcircuits.pipeline import ConfigError, RunConfig, RunLockedError, run_pipeline
+from mathcircuits.pipeline.lock import RunLock
 
 from helpers import assert_clear as _assert_clear
 

@@ -18,7 +18,9 @@ import pytest
 import yaml
 
 from mathcircuits.cli import main
-from mathcircuits.pipeline import RunConfig, RunFolderError, check_run_folder, multi_digit_template, run_pipeline
+from mathcircuits.pipeline import RunConfig, RunFolderError, run_pipeline
+from mathcircuits.pipeline.preflight import multi_digit_template
+from mathcircuits.pipeline.run import check_run_folder
 
 from helpers import classify, sampled
 

@@ -22,7 +22,7 @@ from transformers import PreTrainedTokenizerFast
 import mathcircuits as mc
 from mathcircuits.circuit import Circuit, discover_circuit, faithfulness
 from mathcircuits.data import GenerationConfig, PairSet, generate_pairs, load_templates, score_pairs
-from mathcircuits.models import tiny_tokenizer
+from mathcircuits.models.tiny import tiny_tokenizer
 from mathcircuits.patching import SelectionConfig, path_patch, select_key_components
 from mathcircuits.stats import Uncertainty
 

@@ -15,22 +15,23 @@ import pandas as pd
 import pytest
 import torch
 
-from mathcircuits.ablation import KnockoutResult, TransferResult, transfer_row
-from mathcircuits.claims import C6Stop, Verdict, c6_verdict, claim_c1, claim_c6
-from mathcircuits.evaluation import ARITHMETIC, EvalResult
+from mathcircuits.ablation import KnockoutResult, TransferResult
+from mathcircuits.ablation.transfer import transfer_row
+from mathcircuits.claims import Verdict
+from mathcircuits.claims.finetune import claim_c6
+from mathcircuits.claims.improve import C6Stop, c6_verdict
+from mathcircuits.claims.sparsity import claim_c1
+from mathcircuits.evaluation import EvalResult
+from mathcircuits.evaluation.table import ARITHMETIC
 from mathcircuits.models import Head, ModelSpec
 from mathcircuits.patching import KeyComponents, PatchingResult, SelectionConfig
 from mathcircuits.pipeline import PeakMemory
-from mathcircuits.report import (
-    ReportParts,
-    accuracy_with_intervals,
-    claims_table,
-    kv_table,
-    plain_text,
-    reading_patching,
-    report_html,
-)
-from mathcircuits.stats import Interval, Uncertainty, format_points, format_share, wilson_interval
+from mathcircuits.report import ReportParts
+from mathcircuits.report.build import report_html
+from mathcircuits.report.html import accuracy_with_intervals, claims_table, kv_table, plain_text
+from mathcircuits.report.readings import reading_patching
+from mathcircuits.stats import Interval, Uncertainty
+from mathcircuits.stats.interval import format_points, format_share, wilson_interval
 from mathcircuits.viz import knockout_curves, patching_heatmap, transfer_bars
 
 SPEC = ModelSpec(

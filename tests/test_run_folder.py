@@ -23,16 +23,8 @@ from safetensors.torch import load_file
 from mathcircuits.ablation import KnockoutResult
 from mathcircuits.cli import main
 from mathcircuits.patching import PatchingResult
-from mathcircuits.pipeline import (
-    RunConfig,
-    RunFolderError,
-    RunLockedError,
-    check_run_folder,
-    done_summary,
-    run_pipeline,
-    stage_status,
-    stages,
-)
+from mathcircuits.pipeline import RunConfig, RunFolderError, RunLockedError, run_pipeline, stages
+from mathcircuits.pipeline.run import check_run_folder, done_summary, stage_status
 
 pytestmark = pytest.mark.integration  # whole pipeline runs, the CLI in a subprocess, a lock held by another process
 

@@ -14,7 +14,8 @@ import pytest
 import yaml
 
 from mathcircuits.cli import main
-from mathcircuits.pipeline import RunConfig, RunPaths, run_pipeline, stage_status
+from mathcircuits.pipeline import RunConfig, RunPaths, run_pipeline
+from mathcircuits.pipeline.run import stage_status
 
 pytestmark = pytest.mark.integration
 

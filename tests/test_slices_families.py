@@ -18,8 +18,9 @@ import pytest
 import torch
 from transformer_lens.model_bridge import TransformerBridge
 
-from mathcircuits.finetune import LAYOUTS, HeadSliceAdapter, SliceError, head_slices, model_facts, resolve_layout
-from mathcircuits.models import TINY_FAMILIES, tiny_model
+from mathcircuits.finetune import LAYOUTS, HeadSliceAdapter, SliceError, head_slices
+from mathcircuits.finetune.layouts import model_facts, resolve_layout
+from mathcircuits.models.tiny import TINY_FAMILIES, tiny_model
 
 from helpers import FAST_FAMILIES, tiered
 

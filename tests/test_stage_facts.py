@@ -9,20 +9,13 @@ import datasets
 import pytest
 
 from mathcircuits.ablation import RandomControl
-from mathcircuits.data import GenerationConfig, PairSet, facts_of, generate_pairs
+from mathcircuits.data import GenerationConfig, PairSet, generate_pairs
+from mathcircuits.data.facts import facts_of
 from mathcircuits.patching import PatchingResult
-from mathcircuits.pipeline import (
-    FACT_STAGES,
-    ConfigError,
-    RunConfig,
-    done_summary,
-    run_pipeline,
-    select_pairs,
-    stage_facts,
-    stage_rows,
-    tag_fact_stages,
-    template_spread,
-)
+from mathcircuits.pipeline import ConfigError, RunConfig, run_pipeline, select_pairs
+from mathcircuits.pipeline.context import template_spread
+from mathcircuits.pipeline.facts import FACT_STAGES, stage_facts, stage_rows, tag_fact_stages
+from mathcircuits.pipeline.run import done_summary
 
 from helpers import unchecked
 

@@ -3,17 +3,16 @@
 import pytest
 import torch
 
-from mathcircuits.stats import (
-    DEFAULT_UNCERTAINTY,
-    Uncertainty,
+from mathcircuits.stats import Uncertainty
+from mathcircuits.stats.bootstrap import (
     bootstrap_indices,
     bootstrap_mean,
     bootstrap_statistic,
     cluster_bootstrap,
     cluster_bootstrap_indices,
     paired_bootstrap,
-    wilson_interval,
 )
+from mathcircuits.stats.interval import DEFAULT_UNCERTAINTY, wilson_interval
 
 from helpers import binomial_band, coverage
 

@@ -18,18 +18,17 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from mathcircuits.models import (
+from mathcircuits.models import PrefixRunner, from_hf
+from mathcircuits.models.forward.integrity import (
     RTOL,
-    PrefixRunner,
     compare,
-    from_hf,
     model_depth,
     probe_tokens,
     relative_tolerance,
-    shared_prefix_len,
-    tiny_tokenizer,
     unit_roundoff,
 )
+from mathcircuits.models.forward.prefix import shared_prefix_len
+from mathcircuits.models.tiny import tiny_tokenizer
 
 GPU_BF16_7B = {"difference": 0.261, "scale": 7.0, "depth": 32}  # the H200 measurement of issue #33
 

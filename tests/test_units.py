@@ -17,24 +17,17 @@ from pathlib import Path
 import pytest
 import torch
 
-from mathcircuits.data import GenerationConfig, drop_facts, facts_of, generate_pairs, split_facts
-from mathcircuits.finetune import (
-    ItemScores,
-    Mode,
-    Unit,
-    UnitRecord,
-    choose_rates,
-    compare_units,
-    head_slices,
-    kv_shared_heads,
-    matched_random_heads,
-    model_facts,
-    units_remaining,
-)
+from mathcircuits.data import GenerationConfig, drop_facts, generate_pairs
+from mathcircuits.data.facts import facts_of, split_facts
+from mathcircuits.finetune import ItemScores, Mode, Unit, UnitRecord, compare_units, head_slices
+from mathcircuits.finetune.layouts import model_facts
+from mathcircuits.finetune.matched import kv_shared_heads, matched_random_heads
+from mathcircuits.finetune.protocol import choose_rates, units_remaining
 from mathcircuits.models import Head, ModelSpec, load_hf_model
 from mathcircuits.patching import KeyComponents
 from mathcircuits.power import detectable_difference, planned_detectable_difference, seed_item_bootstrap
-from mathcircuits.stats import Uncertainty, paired_bootstrap
+from mathcircuits.stats import Uncertainty
+from mathcircuits.stats.bootstrap import paired_bootstrap
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))

@@ -13,20 +13,21 @@ from pathlib import Path
 import pytest
 import torch
 
-from mathcircuits.ablation import KnockoutResult, TransferResult, transfer_row
+from mathcircuits.ablation import KnockoutResult, TransferResult
+from mathcircuits.ablation.transfer import transfer_row
 from mathcircuits.analysis import ROLES, AttentionByRole, HeadPatterns, MLPProbeResult
 from mathcircuits.claims import assess_claims
 from mathcircuits.models import Head, ModelSpec
 from mathcircuits.patching import KeyComponents, PatchingResult
-from mathcircuits.report import CARD_END_COLOUR, ReportParts, build_report, report_figures, report_html
+from mathcircuits.report import ReportParts, build_report
+from mathcircuits.report.build import report_figures, report_html
+from mathcircuits.report.html import CARD_END_COLOUR
 from mathcircuits.stats import Uncertainty
 from mathcircuits.viz import (
     ChromiumMissingError,
     attention_heads_view,
     attention_role_distributions,
     attention_role_means,
-    circuitsvis_bundle,
-    find_chromium,
     knockout_curves,
     patching_heatmap,
     patching_heatmaps,
@@ -35,8 +36,9 @@ from mathcircuits.viz import (
     save_figure,
     save_figures,
     screenshot_html,
-    split_bundle,
 )
+from mathcircuits.viz.circuitsvis import circuitsvis_bundle, split_bundle
+from mathcircuits.viz.export import find_chromium
 
 SPEC = ModelSpec(
     name="toy",
@@ -461,7 +463,8 @@ def _report_parts() -> dict:
 
 def _evaluation():
     """The evaluate stage's table: held-out arithmetic per item, base and precise."""
-    from mathcircuits.evaluation import ARITHMETIC, EvalResult, compare_table
+    from mathcircuits.evaluation import EvalResult, compare_table
+    from mathcircuits.evaluation.table import ARITHMETIC
 
     items = {"base": [0, 1] * 20, "precise": [1, 1, 0, 1] * 10}
     res = {m: EvalResult(m, {}, {}).with_benchmark(ARITHMETIC, "arithmetic", xs) for m, xs in items.items()}

@@ -12,17 +12,11 @@ from pathlib import Path
 
 import torch
 
-from mathcircuits.data import GenerationConfig, generate_pairs, load_templates, score_pairs, split_facts
-from mathcircuits.finetune import (
-    ItemScores,
-    Scorers,
-    SFTConfig,
-    UnitPlan,
-    build_sft_dataset,
-    compare_units,
-    execute_unit,
-    model_facts,
-)
+from mathcircuits.data import GenerationConfig, generate_pairs, load_templates, score_pairs
+from mathcircuits.data.facts import split_facts
+from mathcircuits.finetune import ItemScores, Scorers, SFTConfig, UnitPlan, build_sft_dataset, compare_units
+from mathcircuits.finetune.layouts import model_facts
+from mathcircuits.finetune.run_unit import execute_unit
 from mathcircuits.models import Head, HFForward, PrefixRunner, load_hf_model
 from mathcircuits.patching import KeyComponents
 

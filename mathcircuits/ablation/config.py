@@ -13,7 +13,7 @@ from mathcircuits._errors import FixableValueError
 from mathcircuits._schema import check_fields, setting
 from mathcircuits.data.benchmark_files import WORD_PROBLEM_SETS
 
-__all__ = ["ValidationConfig"]
+__all__: list[str] = []
 
 
 @dataclass(frozen=True)

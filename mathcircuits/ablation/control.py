@@ -42,9 +42,13 @@ from mathcircuits.data.pairset import PairSet
 from mathcircuits.models import HookedModel
 from mathcircuits.models.heads import Head
 from mathcircuits.models.spec import ModelSpec
-from mathcircuits.patching import KeyComponents, resolve_heads
+from mathcircuits.patching import KeyComponents
+from mathcircuits.patching.key_components import resolve_heads
 
-__all__ = ["RandomControl", "depth_matched_draws", "n_depth_matched_sets", "random_control"]
+__all__ = [
+    "RandomControl",
+    "random_control",
+]
 
 
 def _pools(key_heads: Sequence[tuple[int, int]], spec: ModelSpec) -> tuple[Counter, dict[int, list[int]]]:
@@ -205,7 +209,7 @@ class RandomControl(SavedResult):
 
 def random_control(
     model: HookedModel,
-    dataset: PairSet,
+    pairs: PairSet,
     key_heads: KeyComponents | Sequence[tuple[int, int]],
     config: ValidationConfig | None = None,
     *,
@@ -228,7 +232,7 @@ def random_control(
     section; None: the defaults of :class:`ValidationConfig`), of which it reads ``control_draws``,
     ``ablation`` and ``scope``; ``n_draws``, ``ablation`` and ``scope`` replace them when given. ``n_draws`` ≥ 1
     (the claims ask for 100); all sets when fewer exist. ``label`` and ``identification_overlap`` are saved
-    with the result. ``scorer``: one already built on ``dataset`` (reuses its clean runs). ``pool``: for
+    with the result. ``scorer``: one already built on ``pairs`` (reuses its clean runs). ``pool``: for
     ``"position_mean"`` (a new scorer's). ``batch_sets``: random sets scored in one forward
     (:meth:`KnockoutScorer.logits_many`; 1: one forward per set, the reference).
     """
@@ -238,32 +242,32 @@ def random_control(
         "random_control", ValidationConfig, config, **given(control_draws=n_draws, ablation=ablation, scope=scope)
     )
     n_draws, ablation, scope = cfg.control_draws, cfg.ablation, cfg.scope
-    dataset.require(("tokens", "answer_tokens", "n_tokens"), "random_control")
-    if len(dataset) == 0:
+    pairs.require(("tokens", "answer_tokens", "n_tokens"), "random_control")
+    if len(pairs) == 0:
         raise FixableValueError("random_control got no pairs. ", "pass the fresh pairs of at least one operation.")
     key = list(resolve_heads(key_heads, model.spec, arg="key_heads"))
     draws = depth_matched_draws(key, model.spec, n_draws, seed)
-    scorer = scorer or KnockoutScorer(model, dataset, ablation, means, scope, seed, batch_size, pool=pool)
+    scorer = scorer or KnockoutScorer(model, pairs, ablation, means, scope, seed, batch_size, pool=pool)
 
     def correct(heads: list[Head]) -> Tensor:
         return torch.tensor(scorer.score(heads)[0], dtype=torch.float32, device="cpu")
 
     clean, key_c = correct([]), correct(key)
-    rand = torch.zeros(len(draws), len(dataset), device="cpu")
+    rand = torch.zeros(len(draws), len(pairs), device="cpu")
     step = max(1, batch_sets)
     for i in tqdm(range(0, len(draws), step), disable=not progress, desc="random control", unit_scale=step):
         for j, (whole, _) in enumerate(scorer.score_many(draws[i : i + step], batch_sets), start=i):
             rand[j] = torch.tensor(whole, dtype=torch.float32, device="cpu")
-    n = len(dataset)
+    n = len(pairs)
     return RandomControl(
         key_heads=key,
         draws=draws,
         clean_correct=clean,
         key_correct=key_c,
         random_correct=rand,
-        operations=list(dataset.operations) if dataset.has("operation") else ["?"] * n,
-        template_ids=list(dataset.template_ids) if dataset.has("template_id") else ["?"] * n,
-        pair_ids=list(dataset.pair_ids) if dataset.has("pair_id") else list(range(n)),
+        operations=list(pairs.operations) if pairs.has("operation") else ["?"] * n,
+        template_ids=list(pairs.template_ids) if pairs.has("template_id") else ["?"] * n,
+        pair_ids=list(pairs.pair_ids) if pairs.has("pair_id") else list(range(n)),
         ablation=ablation,
         scope=scope,
         seed=seed,

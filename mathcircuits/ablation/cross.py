@@ -26,9 +26,12 @@ from mathcircuits._io import SavedResult
 from mathcircuits.ablation.scorer import KnockoutScorer
 from mathcircuits.data import Operation
 from mathcircuits.models import Head
-from mathcircuits.stats import DEFAULT_CONFIDENCE, wilson_interval
+from mathcircuits.stats.interval import DEFAULT_CONFIDENCE, wilson_interval
 
-__all__ = ["CrossOperation", "cross_operation", "jaccard"]
+__all__ = [
+    "CrossOperation",
+    "cross_operation",
+]
 
 
 def jaccard(a: Sequence[tuple[int, int]], b: Sequence[tuple[int, int]]) -> float:

@@ -24,15 +24,9 @@ from mathcircuits.ablation.means import HeadMeans
 from mathcircuits.models import HookedModel, PrefixRunner, hooks
 
 __all__ = [
-    "ABLATIONS",
-    "SCOPES",
     "Ablation",
     "Scope",
     "ablated_model",
-    "check_choice",
-    "mean_ablation_hooks",
-    "set_ablation_hooks",
-    "z_ablation_hooks",
 ]
 
 #: What a knocked-out head outputs (the ``ablation`` choices of the knockout, transfer and ``ValidationConfig``).

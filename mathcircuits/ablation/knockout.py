@@ -23,9 +23,9 @@ import warnings
 from collections.abc import Sequence
 
 import torch
-from tqdm.auto import tqdm
 
 from mathcircuits._errors import FixableTypeError, FixableValueError
+from mathcircuits._progress import progress_bar
 from mathcircuits._schema import configured, given
 from mathcircuits.ablation.config import ValidationConfig
 from mathcircuits.ablation.hooks import Ablation, Scope, check_choice
@@ -35,14 +35,15 @@ from mathcircuits.ablation.scorer import KnockoutScorer
 from mathcircuits.data.pairset import PairSet
 from mathcircuits.models import Head, HookedModel
 from mathcircuits.models.spec import ModelSpec
-from mathcircuits.patching import KeyComponents, PatchingResult, resolve_heads
+from mathcircuits.patching import KeyComponents, PatchingResult
+from mathcircuits.patching.key_components import resolve_heads
 
 __all__ = ["ablated_accuracy", "knockout_curve"]
 
 
 def ablated_accuracy(
     model: HookedModel,
-    dataset: PairSet,
+    pairs: PairSet,
     heads: KeyComponents | Sequence[tuple[int, int]],
     means: HeadMeans | None = None,
     scope: Scope = "all",
@@ -52,15 +53,15 @@ def ablated_accuracy(
 ) -> float:
     """Share of pairs answered correctly with ``heads`` knocked out.
 
-    ``dataset`` needs ``tokens``, ``answer_tokens``, ``n_tokens`` (and ``cf_tokens`` unless ``ablation="mean"``).
-    ``means``: for ``"mean"`` only (default: taken on ``dataset``). ``seed`` draws the resampling donors.
+    ``pairs`` needs ``tokens``, ``answer_tokens``, ``n_tokens`` (and ``cf_tokens`` unless ``ablation="mean"``).
+    ``means``: for ``"mean"`` only (default: taken on ``pairs``). ``seed`` draws the resampling donors.
     Heads or means of another model raise an error naming both models.
     """
     heads = list(resolve_heads(heads, model.spec, allow_empty=True))
     if means is not None:
         means.check_model(model.spec)
-    dataset.require(("tokens", "answer_tokens", "n_tokens"), "ablated_accuracy")
-    scorer = KnockoutScorer(model, dataset, ablation, means, scope, seed, batch_size, reuse_clean=False)
+    pairs.require(("tokens", "answer_tokens", "n_tokens"), "ablated_accuracy")
+    scorer = KnockoutScorer(model, pairs, ablation, means, scope, seed, batch_size, reuse_clean=False)
     return scorer.accuracy(heads)
 
 
@@ -81,7 +82,7 @@ def _ranked_heads(patching: object, spec: ModelSpec, max_k: int) -> list[Head]:
 
 def knockout_curve(
     model: HookedModel,
-    dataset: PairSet,
+    pairs: PairSet,
     patching: PatchingResult | KeyComponents,
     config: ValidationConfig | None = None,
     *,
@@ -90,7 +91,7 @@ def knockout_curve(
     seed: int = 0,
     means: HeadMeans | None = None,
     scope: Scope | None = None,
-    progress: bool = False,
+    progress: bool | None = None,
     ablation: Ablation | None = None,
     ks: Sequence[int] | None = None,
     pool: PositionPool | None = None,
@@ -99,12 +100,13 @@ def knockout_curve(
 
     ``patching``: a :class:`~mathcircuits.patching.PatchingResult` (heads ranked by effect; finite effects)
     or a :class:`~mathcircuits.patching.KeyComponents` (its heads, in its order); computed on some of
-    ``dataset``'s pairs, it warns. ``config``: the settings (a run's ``validation`` section; None: the
+    the pairs of ``pairs``, it warns. ``config``: the settings (a run's ``validation`` section; None: the
     defaults of :class:`ValidationConfig`), of which it reads ``knockout_max_k``, ``n_random``, ``scope`` and
     ``ablation``; ``max_k``, ``n_random``, ``scope`` and ``ablation`` replace them when given. ``max_k`` is
     capped by a selection's size. ``seed`` draws the random orders and donors. ``ks``: default every k in
     1…max_k (0, the clean model, is always included). ``pool``: for ``"position_mean"``, counterfactual prompts
     to average over, leaving each scored pair's own out; None: the scored pairs of each template.
+    ``progress``: a bar on stderr (None: on unless ``MATHCIRCUITS_PROGRESS=0``).
     """
     cfg = configured(
         "knockout_curve", ValidationConfig, config,
@@ -114,18 +116,18 @@ def knockout_curve(
     spec = model.spec
     ranked = _ranked_heads(patching, spec, max_k)
     check_choice(ablation, scope)
-    dataset.require(("tokens", "answer_tokens", "n_tokens"), "knockout_curve")
-    shared = patching.shared_pairs(dataset) if isinstance(patching, PatchingResult) else 0
+    pairs.require(("tokens", "answer_tokens", "n_tokens"), "knockout_curve")
+    shared = patching.shared_pairs(pairs) if isinstance(patching, PatchingResult) else 0
     if shared:
         warnings.warn(
-            f"knockout_curve scores {shared} of {len(dataset)} pairs that the path patching which ranks the heads "
+            f"knockout_curve scores {shared} of {len(pairs)} pairs that the path patching which ranks the heads "
             "was computed on: heads chosen because they matter on these pairs look more necessary on them than "
             "they are (selection bias). Fix: score fresh pairs, e.g. mc.fresh_pairs(model, pairs, n=32).",
             UserWarning,
             stacklevel=2,
         )
     if ablation == "mean":
-        means = means or head_means(model, dataset)
+        means = means or head_means(model, pairs)
         means.check_model(spec)
     wanted = range(1, len(ranked) + 1) if ks is None else ks
     bad = [k for k in wanted if not 1 <= int(k) <= len(ranked)]
@@ -135,8 +137,12 @@ def knockout_curve(
     all_heads = [Head(l, h) for l in range(spec.n_layers) for h in range(spec.n_heads)]
     rng = random.Random(seed)
     orders = [rng.sample(all_heads, len(ranked)) for _ in range(n_random)]
-    scorer = KnockoutScorer(model, dataset, ablation, means, scope, seed, pool=pool)
-    bar = tqdm(total=len(ks) * (1 + n_random), disable=not progress, desc="knockout")
+    scorer = KnockoutScorer(model, pairs, ablation, means, scope, seed, pool=pool)
+    bar = progress_bar(
+        progress,
+        f"knocking out up to {len(ranked)} heads (ranked, then {n_random} random orders)",
+        total=len(ks) * (1 + n_random),
+    )
     base = scorer.accuracy([])
     ranked_acc = []
     for k in ks:
@@ -148,7 +154,7 @@ def knockout_curve(
             rand[s, j] = base if k == 0 else scorer.accuracy(order[:k])
             bar.update()
     bar.close()
-    ops = sorted(set(dataset.operations)) if dataset.has("operation") else ["?"]
+    ops = sorted(set(pairs.operations)) if pairs.has("operation") else ["?"]
     return KnockoutResult(
         ks=ks,
         ranked_accuracy=ranked_acc,
@@ -156,7 +162,7 @@ def knockout_curve(
         baseline_accuracy=base,
         operation="+".join(ops),
         ranked_heads=ranked,
-        n_pairs=len(dataset),
+        n_pairs=len(pairs),
         scope=scope,
         seeds=[seed],
         ablation=ablation,

@@ -20,7 +20,11 @@ from mathcircuits.data.pairset import PairSet, Side
 from mathcircuits.models import HookedModel, hooks, shared_prefix_len
 from mathcircuits.models.spec import ModelSpec, as_spec, check_model
 
-__all__ = ["HeadMeans", "PoolKey", "PositionPool", "head_means"]
+__all__ = [
+    "HeadMeans",
+    "PositionPool",
+    "head_means",
+]
 
 
 @dataclass(frozen=True, repr=False)
@@ -68,15 +72,15 @@ class HeadMeans(SavedResult):
 
 
 @torch.no_grad()
-def head_means(model: HookedModel, dataset: PairSet, column: Side = "cf_tokens", batch_size: int = 32) -> HeadMeans:
+def head_means(model: HookedModel, pairs: PairSet, column: Side = "cf_tokens", batch_size: int = 32) -> HeadMeans:
     """Mean of every head's ``hook_z`` over the prompts in ``column`` (counterfactual by default), all positions."""
     spec = model.spec
-    dataset.require((column,), "head_means")
+    pairs.require((column,), "head_means")
     names = [hooks.z(layer) for layer in range(spec.n_layers)]
     total = torch.zeros(spec.n_layers, spec.n_heads, spec.d_head, dtype=torch.float64, device="cpu")
     count = 0
-    seqs = dataset.side(column)
-    for _, toks in dataset.prompt_batches(batch_size, model.device, column):
+    seqs = pairs.side(column)
+    for _, toks in pairs.prompt_batches(batch_size, model.device, column):
 
         def make(layer: int, weight: int) -> Any:
             def hook(act: Tensor, hook: Any) -> None:  # the prefix run has one row standing for `weight` rows

@@ -106,7 +106,7 @@ class MLPMargin(SavedResult):
 @torch.no_grad()
 def mlp_margin(
     model: HookedModel,
-    dataset: PairSet,
+    pairs: PairSet,
     key_heads: Sequence[tuple[int, int]],
     layers: Sequence[int],
     ablation: Ablation = "position_mean",
@@ -121,7 +121,7 @@ def mlp_margin(
 ) -> MLPMargin:
     """The summed direct answer margin of the MLPs in ``layers``, clean and with ``key_heads`` knocked out.
 
-    ``scorer``: one built on ``dataset`` with the same ablation (reuses its replacement values). ``fast``:
+    ``scorer``: one built on ``pairs`` with the same ablation (reuses its replacement values). ``fast``:
     run the positions a template's prompts share once, clean (exact; ``False``: every position, the
     reference). ``random_sets``: knocked out instead of the key heads, one at a time (C4's null:
     :attr:`RandomControl.draws`). ``batch_sets``: variants (clean, key, random sets) run in one forward, each
@@ -134,9 +134,9 @@ def mlp_margin(
         raise FixableValueError(
             f"layers {layers} must be a non-empty subset of 0..{spec.n_layers - 1}. ", "pass MLP layers."
         )
-    dataset.require(("tokens", "answer_tokens", "n_tokens"), "mlp_margin")
+    pairs.require(("tokens", "answer_tokens", "n_tokens"), "mlp_margin")
     heads = [Head.of(h) for h in key_heads]
-    scorer = scorer or KnockoutScorer(model, dataset, ablation, means, scope, seed, batch_size, reuse_clean=False)
+    scorer = scorer or KnockoutScorer(model, pairs, ablation, means, scope, seed, batch_size, reuse_clean=False)
     structure = block_structure(model)
     W_U = model.bridge.W_U.float()
     answer = [int(a[0]) for a in scorer.answers]
@@ -190,9 +190,9 @@ def mlp_margin(
         layers=layers,
         clean_margin=out[0],
         ablated_margin=out[1],
-        operations=list(dataset.operations) if dataset.has("operation") else ["?"] * n,
-        template_ids=list(dataset.template_ids) if dataset.has("template_id") else ["?"] * n,
-        pair_ids=list(dataset.pair_ids) if dataset.has("pair_id") else list(range(n)),
+        operations=list(pairs.operations) if pairs.has("operation") else ["?"] * n,
+        template_ids=list(pairs.template_ids) if pairs.has("template_id") else ["?"] * n,
+        pair_ids=list(pairs.pair_ids) if pairs.has("pair_id") else list(range(n)),
         ablation=ablation,
         scope=scope,
         random_heads=variants[2:],

@@ -15,9 +15,15 @@ from mathcircuits._codec import Encoded, Fixed, FlatSpec, encode_fields
 from mathcircuits._io import SavedResult
 from mathcircuits.ablation.hooks import Ablation, Scope
 from mathcircuits.models.heads import Head
-from mathcircuits.stats import DEFAULT_CONFIDENCE, Interval, wilson_interval
+from mathcircuits.stats import Interval
+from mathcircuits.stats.interval import DEFAULT_CONFIDENCE, wilson_interval
 
-__all__ = ["MEASURED", "NOT_MEASURABLE", "KnockoutResult", "TransferResult", "TransferRow", "TransferStatus"]
+__all__ = [
+    "KnockoutResult",
+    "TransferResult",
+    "TransferRow",
+    "TransferStatus",
+]
 
 _WILSON = Fixed("wilson")
 

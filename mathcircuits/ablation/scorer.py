@@ -48,7 +48,9 @@ from mathcircuits.models import (
 
 log = logging.getLogger(__name__)
 
-__all__ = ["BATCH_SETS", "KnockoutScorer", "check_batched_knockout", "check_knockout"]
+__all__ = [
+    "KnockoutScorer",
+]
 
 #: Knockout sets scored in one forward by default (``batch_sets``; 1: one forward per set, the reference).
 BATCH_SETS = 16
@@ -71,7 +73,7 @@ class KnockoutScorer:
     A bridge without ``start_at_layer`` (TransformerLens 3.9's) runs every block instead of resuming at the
     lowest ablated layer: the same numbers, at more cost. ``source_column`` holds the prompts the means and
     donors come from. ``pool`` (``"position_mean"``): a :class:`~mathcircuits.ablation.PositionPool` that
-    **leaves the scored pair's own counterfactual out** (``dataset`` then needs ``template_id`` and
+    **leaves the scored pair's own counterfactual out** (``pairs`` then needs ``template_id`` and
     ``pair_id``); a row whose key has no other item falls back to its group's scored rows (listed in
     :attr:`pool_fallbacks`), as does None. ``reuse_clean`` keeps each batch's clean run to resume each
     knockout at its lowest ablated layer; worth it from the second scoring on.
@@ -82,7 +84,7 @@ class KnockoutScorer:
     def __init__(
         self,
         model: HookedModel,
-        dataset: PairSet,
+        pairs: PairSet,
         ablation: Ablation = "mean",
         means: HeadMeans | None = None,
         scope: Scope = "all",
@@ -95,19 +97,19 @@ class KnockoutScorer:
         check_choice(ablation, scope)
         self.reuse_clean = reuse_clean
         needed = ("tokens", "answer_tokens", "n_tokens") + (() if ablation == "mean" else (source_column,))
-        dataset.require(needed, "KnockoutScorer")
+        pairs.require(needed, "KnockoutScorer")
         self.model, self.ablation, self.scope = model, ablation, scope
         if ablation == "mean":
-            means = means if means is not None else head_means(model, dataset)
+            means = means if means is not None else head_means(model, pairs)
             means.check_model(model.spec)
         self.means = means
-        answers = [list(a) for a in dataset.answer_tokens]
+        answers = [list(a) for a in pairs.answer_tokens]
         self.answers = answers
-        self.seqs = [list(t) + a[:-1] for t, a in zip(dataset.tokens, answers)]
-        self.n_prompt = list(dataset.n_tokens)
+        self.seqs = [list(t) + a[:-1] for t, a in zip(pairs.tokens, answers)]
+        self.n_prompt = list(pairs.n_tokens)
         self.sources = None
         if ablation != "mean":
-            self.sources = [list(t) + a[:-1] for t, a in zip(dataset.side(source_column), answers)]
+            self.sources = [list(t) + a[:-1] for t, a in zip(pairs.side(source_column), answers)]
             bad = [i for i, (s, q) in enumerate(zip(self.sources, self.seqs)) if len(s) != len(q)]
             if bad:
                 raise FixableValueError(
@@ -116,7 +118,7 @@ class KnockoutScorer:
                     f"ablation {ablation!r}. ",
                     "use pairs of equal token length, or ablation='mean'.",
                 )
-        keys = list(dataset.template_ids) if dataset.has("template_id") else None
+        keys = list(pairs.template_ids) if pairs.has("template_id") else None
         self.groups = []
         for rows in length_groups([len(s) for s in self.seqs], len(self.seqs), keys):
             seqs = [self.seqs[i] for i in rows] + ([self.sources[i] for i in rows] if self.sources else [])
@@ -136,9 +138,9 @@ class KnockoutScorer:
         self._pooled_values: dict[tuple[int, tuple[int, ...], bool], Tensor] = {}
         self.pool_fallbacks: set[int] = set()  # rows whose key had no other pool item
         if self._pool is not None:
-            dataset.require(("template_id", "pair_id"), "KnockoutScorer (pool)")
-            self.pair_ids = list(dataset.pair_ids)
-            self.keys: list[PoolKey] = [(str(t), n) for t, n in zip(dataset.template_ids, self.n_prompt)]
+            pairs.require(("template_id", "pair_id"), "KnockoutScorer (pool)")
+            self.pair_ids = list(pairs.pair_ids)
+            self.keys: list[PoolKey] = [(str(t), n) for t, n in zip(pairs.template_ids, self.n_prompt)]
 
     # --- clean pieces, computed once ---------------------------------------------------------------------
     def _prefix_cache(self, prefix: list[int]) -> Any:

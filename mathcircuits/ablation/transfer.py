@@ -4,7 +4,7 @@ For each evaluation set (other operations and templates, multi-digit operands, r
 clean model is scored first, and **only the items it answers correctly** are kept (an ablation cannot
 break an answer that was never right). On those, accuracy is measured with the key heads ablated and
 with ``n_random`` depth-matched random sets of non-key heads
-(:func:`~mathcircuits.ablation.depth_matched_draws`), which give the key set an empirical p-value.
+(:func:`~mathcircuits.ablation.control.depth_matched_draws`), which give the key set an empirical p-value.
 
 A set is **measurable** when the clean model answers at least ``min_clean_accuracy`` (0.5) of its items
 and at least ``min_correct`` (5). Below that the model is near chance (SmolLM2-135M: two-digit addition
@@ -35,10 +35,14 @@ from mathcircuits.ablation.result import MEASURED, NOT_MEASURABLE, TransferResul
 from mathcircuits.ablation.scorer import BATCH_SETS, KnockoutScorer
 from mathcircuits.data.pairset import PairSet
 from mathcircuits.models import HookedModel
-from mathcircuits.patching import KeyComponents, resolve_heads
-from mathcircuits.stats import DEFAULT_CONFIDENCE, Interval, wilson_interval
+from mathcircuits.patching import KeyComponents
+from mathcircuits.patching.key_components import resolve_heads
+from mathcircuits.stats import Interval
+from mathcircuits.stats.interval import DEFAULT_CONFIDENCE, wilson_interval
 
-__all__ = ["transfer", "transfer_row"]
+__all__ = [
+    "transfer",
+]
 
 
 def transfer_row(

@@ -6,7 +6,7 @@ any heads on any template, from the positions the data stage recorded (``pos_a``
 ``prefix_len``).
 
 Intervals: each head's mean share on a role, and its *excess* over the uniform baseline (per pair, so
-prompt length cancels), carry a bootstrap interval (:func:`mathcircuits.stats.mean_interval`). The sink
+prompt length cancels), carry a bootstrap interval (:func:`mathcircuits.stats.bootstrap.mean_interval`). The sink
 share is recorded too; :meth:`AttentionByRole.sink_free` gives the shares of the rest, which claim C3
 compares between key heads and their layer-mates.
 
@@ -33,16 +33,24 @@ from torch import Tensor
 
 from mathcircuits._errors import FixableValueError
 from mathcircuits._io import SavedResult
+from mathcircuits._progress import progress_bar
 from mathcircuits.analysis.roles import OP, ROLES, A, B, classify_heads, role_masks, role_shares, sink_mask
 from mathcircuits.data import Operation
 from mathcircuits.data.pairs import operation_rows
 from mathcircuits.data.pairset import Field, PairSet
 from mathcircuits.models import Head, HookedModel, PrefixCaches, hooks
 from mathcircuits.models.spec import ModelSpec
-from mathcircuits.patching import KeyComponents, resolve_heads
-from mathcircuits.stats import DEFAULT_UNCERTAINTY, Interval, Uncertainty, mean_interval
+from mathcircuits.patching import KeyComponents
+from mathcircuits.patching.key_components import resolve_heads
+from mathcircuits.stats import Interval, Uncertainty
+from mathcircuits.stats.bootstrap import mean_interval
+from mathcircuits.stats.interval import DEFAULT_UNCERTAINTY
 
-__all__ = ["ROLE_COLUMNS", "AttentionByRole", "AttentionSettings", "HeadRole", "attention_by_role"]
+__all__ = [
+    "AttentionByRole",
+    "AttentionSettings",
+    "attention_by_role",
+]
 
 
 @dataclass(frozen=True)
@@ -293,38 +301,37 @@ ROLE_COLUMNS: tuple[Field, ...] = (
 @torch.no_grad()
 def attention_by_role(
     model: HookedModel,
-    dataset: PairSet,
+    pairs: PairSet,
     heads: KeyComponents | Sequence[tuple[int, int]],
     batch_size: int = 16,
     min_share: float = 0.2,
     min_lift: float = 2.0,
+    progress: bool | None = None,
 ) -> AttentionByRole:
     """Measure each head's attention from the last position to the token roles, for every pair.
 
-    ``dataset``: pairs with the ``ROLE_COLUMNS`` (usually the correct ones). Only the last query row of each
+    ``pairs``: pairs with the ``ROLE_COLUMNS`` (usually the correct ones). Only the last query row of each
     pattern is kept. ``min_share`` (fraction) and ``min_lift`` are the classification rule's
     (:mod:`.roles`). Refused: a pair whose ``pos_last`` is not its last token, no or repeated heads, invalid
-    role positions (:func:`role_masks`).
+    role positions (:func:`role_masks`). ``progress``: a bar on stderr (None: on unless ``MATHCIRCUITS_PROGRESS=0``).
     """
     spec = model.spec
     heads_t = resolve_heads(heads, spec)
-    dataset.require(ROLE_COLUMNS, "attention_by_role")
-    n = len(dataset)
+    pairs.require(ROLE_COLUMNS, "attention_by_role")
+    n = len(pairs)
     by_layer: dict[int, list[int]] = {}
     for i, (layer, _head) in enumerate(heads_t):
         by_layer.setdefault(layer, []).append(i)
     masks = []
     for i in range(n):
-        if dataset.pos_last[i] != dataset.n_tokens[i] - 1:
+        if pairs.pos_last[i] != pairs.n_tokens[i] - 1:
             raise FixableValueError(
-                f"pair {dataset.pair_ids[i]}: pos_last {dataset.pos_last[i]} is not the last token "
-                f"({dataset.n_tokens[i] - 1}). ",
+                f"pair {pairs.pair_ids[i]}: pos_last {pairs.pos_last[i]} is not the last token "
+                f"({pairs.n_tokens[i] - 1}). ",
                 "regenerate the pairs.",
             )
         masks.append(
-            role_masks(
-                dataset.n_tokens[i], dataset.prefix_len[i], dataset.pos_a[i], dataset.pos_b[i], dataset.pos_op[i]
-            )
+            role_masks(pairs.n_tokens[i], pairs.prefix_len[i], pairs.pos_a[i], pairs.pos_b[i], pairs.pos_op[i])
         )
     shares = torch.zeros(n, len(heads_t), len(ROLES), device="cpu")
     sink = torch.zeros(n, len(heads_t), device="cpu")
@@ -332,7 +339,9 @@ def attention_by_role(
     sinks = [sink_mask(m) for m in masks]
     sink_baselines = torch.stack([s.float().mean() for s in sinks])
     prefixes: PrefixCaches = {}  # clean prefix KV caches, shared by the batches of a template
-    for idx, toks in dataset.prompt_batches(batch_size, model.device):
+    batches = list(pairs.prompt_batches(batch_size, model.device))  # token ids only: the bar knows its length
+    desc = f"reading the attention of {len(heads_t)} heads on {n} pairs"
+    for idx, toks in progress_bar(progress, desc, iterable=batches):
         rows: dict[int, Tensor] = {}
 
         def keep_last_row(layer: int, rows: dict[int, Tensor] = rows):  # bound now: the loop rebinds `rows`
@@ -352,9 +361,9 @@ def attention_by_role(
         heads=heads_t,
         shares=shares,
         baselines=baselines,
-        operations=list(dataset.operations),
-        pair_ids=[int(x) for x in dataset.pair_ids],
-        template_ids=list(dataset.template_ids),
+        operations=list(pairs.operations),
+        pair_ids=[int(x) for x in pairs.pair_ids],
+        template_ids=list(pairs.template_ids),
         model=spec,
         min_share=min_share,
         min_lift=min_lift,

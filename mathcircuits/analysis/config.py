@@ -10,7 +10,7 @@ from typing import Literal
 
 from mathcircuits._schema import check_fields, setting
 
-__all__ = ["AnalysisConfig"]
+__all__: list[str] = []
 
 
 @dataclass(frozen=True)

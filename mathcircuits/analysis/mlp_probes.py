@@ -43,13 +43,22 @@ from transformers import PreTrainedTokenizerBase
 
 from mathcircuits._errors import FixableIndexError, FixableValueError
 from mathcircuits.analysis.probe_result import PROBES, SPACES, MLPProbeResult, ProbeSettings, Space
-from mathcircuits.data import answer_spacing
 from mathcircuits.data.pairs import token_strings
 from mathcircuits.data.pairset import PairSet
-from mathcircuits.models import HookedModel, PrefixCaches, final_norm, hooks, unembed_columns, vocab_logits
+from mathcircuits.data.render import answer_spacing
+from mathcircuits.models import (
+    HookedModel,
+    PrefixCaches,
+    final_norm,
+    hooks,
+    unembed_columns,
+    vocab_logits,
+)
 from mathcircuits.models.families import block_structure
 
-__all__ = ["mlp_probes", "number_tokens"]
+__all__ = [
+    "mlp_probes",
+]
 
 
 def number_tokens(tokenizer: PreTrainedTokenizerBase, numbers: list[int], context: str) -> list[int]:
@@ -87,16 +96,16 @@ def _cos(x: Tensor, w: Tensor) -> Tensor:
 @torch.no_grad()
 def mlp_probes(
     model: HookedModel,
-    dataset: PairSet,
+    pairs: PairSet,
     space: Space = "lens",
     case_row: int | str = 0,
     max_number: int | None = None,
     top_k: int = 5,
     batch_size: int = 16,
 ) -> MLPProbeResult:
-    """Probe every layer's MLP input and update against the unembedding, for every pair of ``dataset``.
+    """Probe every layer's MLP input and update against the unembedding, for every pair of ``pairs``.
 
-    ``dataset``: pairs of :func:`mathcircuits.data.generate_pairs` (usually the correct ones). ``space``:
+    ``pairs``: pairs of :func:`mathcircuits.data.generate_pairs` (usually the correct ones). ``space``:
     ``"lens"`` or ``"raw"`` (module docstring). ``case_row``: the prompt traced layer by layer, a row index
     or the text the prompt ends with (e.g. ``"4 + 3 = "``; the first match). ``max_number``: largest
     candidate number (None: the largest operand or integer answer, at least 9). ``top_k``: numbers and
@@ -105,36 +114,36 @@ def mlp_probes(
     """
     if space not in SPACES:
         raise FixableValueError(f"space {space!r} is unknown. ", f"use one of {SPACES}.")
-    dataset.require(("tokens", "prompt", "answer", "answer_token", "a", "b", "operation", "pair_id"), "mlp_probes")
-    n = len(dataset)
+    pairs.require(("tokens", "prompt", "answer", "answer_token", "a", "b", "operation", "pair_id"), "mlp_probes")
+    n = len(pairs)
     if isinstance(case_row, str):
         matches = [
-            i for i, p in enumerate(dataset.prompts) if p.endswith(case_row) or p.rstrip().endswith(case_row.rstrip())
+            i for i, p in enumerate(pairs.prompts) if p.endswith(case_row) or p.rstrip().endswith(case_row.rstrip())
         ]
         if not matches:
             raise FixableValueError(
                 f"no prompt ends with {case_row!r}. ",
-                f"pass a row index, or the end of a prompt in the dataset (e.g. {dataset.prompts[0][-12:]!r}).",
+                f"pass a row index, or the end of a prompt of the pair set (e.g. {pairs.prompts[0][-12:]!r}).",
             )
         case_row = matches[0]
     if not 0 <= case_row < n:
         raise FixableIndexError(
-            f"case_row {case_row} is out of range for a dataset of {n} pairs. ", f"choose 0..{n - 1}."
+            f"case_row {case_row} is out of range for a pair set of {n} pairs. ", f"choose 0..{n - 1}."
         )
     tok = model.tokenizer
     n_layers = model.spec.n_layers
-    ints = [v for v in (*dataset.a, *dataset.b, *(_as_int(x) for x in dataset.answers)) if v is not None]
+    ints = [v for v in (*pairs.a, *pairs.b, *(_as_int(x) for x in pairs.answers)) if v is not None]
     top = max_number if max_number is not None else max(max(ints), 9)
     numbers = list(range(0, top + 1))
-    context = dataset.prompts[case_row]
+    context = pairs.prompts[case_row]
     num_toks = number_tokens(tok, numbers, context)
     first_of: dict[int, int] = {}
     for num, t in zip(numbers, num_toks):
         first_of.setdefault(t, num)  # distinct first tokens, labelled by their smallest number
     cand_tokens = list(first_of)
-    tok_a = number_tokens(tok, [int(x) for x in dataset.a], context)
-    tok_b = number_tokens(tok, [int(x) for x in dataset.b], context)
-    ans_tok = [int(x) for x in dataset.answer_token]
+    tok_a = number_tokens(tok, [int(x) for x in pairs.a], context)
+    tok_b = number_tokens(tok, [int(x) for x in pairs.b], context)
+    ans_tok = [int(x) for x in pairs.answer_token]
     for t in ans_tok:
         if t not in first_of:
             cand_tokens.append(t)
@@ -153,7 +162,7 @@ def mlp_probes(
     reads = structure.mlp_reads  # hook_resid_mid, or hook_resid_pre in parallel blocks
     kinds = [reads, "hook_mlp_out", "hook_resid_post"] + (["mlp.hook_in"] if space == "raw" else [])
     prefixes: PrefixCaches = {}  # clean prefix KV caches, shared by the batches of a template
-    for idx, toks in dataset.prompt_batches(batch_size, model.device):
+    for idx, toks in pairs.prompt_batches(batch_size, model.device):
         store: dict[str, Tensor] = {}
 
         # keyed by the name we asked for: the bridge reports aliases under their canonical names
@@ -222,15 +231,15 @@ def mlp_probes(
         model=model.spec,
         space=space,
         **out,
-        operations=list(dataset.operations),
-        pair_ids=[int(x) for x in dataset.pair_ids],
-        answers=[str(x) for x in dataset.answers],
+        operations=list(pairs.operations),
+        pair_ids=[int(x) for x in pairs.pair_ids],
+        answers=[str(x) for x in pairs.answers],
         candidate_numbers=[first_of[t] for t in cand_tokens],
         candidate_tokens=cand_tokens,
         candidate_texts=cand_labels,
         case_row=case_row,
-        case_prompt=dataset.prompts[case_row],
-        case_answer=str(dataset.answers[case_row]),
+        case_prompt=pairs.prompts[case_row],
+        case_answer=str(pairs.answers[case_row]),
         **case,
         settings=ProbeSettings(max_number=top, top_k=top_k, batch_size=batch_size),
     )

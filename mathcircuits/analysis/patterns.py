@@ -26,7 +26,8 @@ from mathcircuits.data.pairs import token_strings
 from mathcircuits.data.pairset import PairSet
 from mathcircuits.models import Head, HookedModel, hooks
 from mathcircuits.models.spec import ModelSpec
-from mathcircuits.patching import KeyComponents, resolve_heads
+from mathcircuits.patching import KeyComponents
+from mathcircuits.patching.key_components import resolve_heads
 
 __all__ = ["HeadPatterns", "head_patterns"]
 
@@ -83,49 +84,47 @@ class HeadPatterns(SavedResult):
 @torch.no_grad()
 def head_patterns(
     model: HookedModel,
-    dataset: PairSet,
+    pairs: PairSet,
     heads: KeyComponents | Sequence[tuple[int, int]],
     rows: Sequence[int] = (0,),
     drop_prefix: bool = False,
 ) -> HeadPatterns:
-    """Record the attention patterns of ``heads`` on the dataset rows ``rows``.
+    """Record the attention patterns of ``heads`` on the rows ``rows`` of ``pairs``.
 
     ``drop_prefix=True`` cuts the few-shot prefix from both axes, which keeps the view readable for long
     prefixes. Each row's pattern is ``[head, query, key]``, square over the kept positions.
     """
     spec = model.spec
     heads_t = resolve_heads(heads, spec)
-    dataset.require(ROLE_COLUMNS + ("prompt",), "head_patterns")
-    n = len(dataset)
+    pairs.require(ROLE_COLUMNS + ("prompt",), "head_patterns")
+    n = len(pairs)
     bad = [r for r in rows if not 0 <= r < n]
     if bad:
         raise FixableIndexError(
-            f"rows {bad} are out of range for a dataset of {n} pairs. ", f"choose rows in 0..{n - 1}."
+            f"rows {bad} are out of range for a pair set of {n} pairs. ", f"choose rows in 0..{n - 1}."
         )
     layers = sorted({l for l, _ in heads_t})
     out_tokens, out_roles, out_patterns = [], [], []
     for r in rows:
-        toks = torch.tensor([dataset.tokens[r]], dtype=torch.long, device=model.device)
+        toks = torch.tensor([pairs.tokens[r]], dtype=torch.long, device=model.device)
         _, cache = model.bridge.run_with_cache(
             toks, names_filter=lambda name: name in {hooks.pattern(l) for l in layers}
         )
         pat = torch.stack([cache[hooks.pattern(l)][0, h].to(model.device) for l, h in heads_t]).float()
-        masks = role_masks(
-            dataset.n_tokens[r], dataset.prefix_len[r], dataset.pos_a[r], dataset.pos_b[r], dataset.pos_op[r]
-        )
+        masks = role_masks(pairs.n_tokens[r], pairs.prefix_len[r], pairs.pos_a[r], pairs.pos_b[r], pairs.pos_op[r])
         role_of = [ROLES[int(masks[:, p].nonzero()[0])] for p in range(masks.shape[1])]
-        strings = token_strings(model.tokenizer, dataset.tokens[r])
-        start = dataset.prefix_len[r] if drop_prefix else 0
+        strings = token_strings(model.tokenizer, pairs.tokens[r])
+        start = pairs.prefix_len[r] if drop_prefix else 0
         out_patterns.append(pat[:, start:, start:].cpu().contiguous())  # the result
         out_tokens.append(strings[start:])
         out_roles.append(role_of[start:])
     return HeadPatterns(
         heads=heads_t,
-        prompts=[dataset.prompts[r] for r in rows],
+        prompts=[pairs.prompts[r] for r in rows],
         tokens=out_tokens,
         roles=out_roles,
         patterns=out_patterns,
-        pair_ids=[dataset.pair_ids[r] for r in rows],
-        operations=[dataset.operations[r] for r in rows],
+        pair_ids=[pairs.pair_ids[r] for r in rows],
+        operations=[pairs.operations[r] for r in rows],
         model=spec,
     )

@@ -19,16 +19,15 @@ from mathcircuits._io import SavedResult
 from mathcircuits.data import Operation
 from mathcircuits.data.pairs import operation_rows
 from mathcircuits.models.spec import ModelSpec
-from mathcircuits.stats import (
-    DEFAULT_UNCERTAINTY,
-    Interval,
-    Uncertainty,
-    bootstrap_indices,
-    bootstrap_mean,
-    wilson_interval,
-)
+from mathcircuits.stats import Interval, Uncertainty
+from mathcircuits.stats.bootstrap import bootstrap_indices, bootstrap_mean
+from mathcircuits.stats.interval import DEFAULT_UNCERTAINTY, wilson_interval
 
-__all__ = ["PROBES", "SPACES", "LayerQuantity", "MLPProbeResult", "ProbeSettings", "Space"]
+__all__ = [
+    "MLPProbeResult",
+    "ProbeSettings",
+    "Space",
+]
 
 #: The spaces the MLP vectors are compared in (see :mod:`mathcircuits.analysis.mlp_probes`).
 Space: TypeAlias = Literal["lens", "raw"]

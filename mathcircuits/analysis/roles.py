@@ -38,14 +38,7 @@ from torch import Tensor
 from mathcircuits._errors import FixableValueError
 
 __all__ = [
-    "HEAD_CLASSES",
     "ROLES",
-    "ROLE_GROUPS",
-    "RoleGroup",
-    "classify_heads",
-    "role_masks",
-    "role_shares",
-    "sink_mask",
 ]
 
 ROLES = ("operand_a", "operand_b", "operator", "prefix", "other")

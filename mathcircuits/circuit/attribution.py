@@ -37,9 +37,15 @@ from mathcircuits.circuit.components import Receiver, Sender
 from mathcircuits.circuit.pair_cache import EdgeBatch, PairCache, check_request, receiver_slice
 from mathcircuits.models import HookedModel
 from mathcircuits.patching.metrics import Metric, answer_readout
-from mathcircuits.stats import DEFAULT_UNCERTAINTY, Interval, Uncertainty, bootstrap_statistic
+from mathcircuits.stats import Interval, Uncertainty
+from mathcircuits.stats.bootstrap import bootstrap_statistic
+from mathcircuits.stats.interval import DEFAULT_UNCERTAINTY
 
-__all__ = ["ScreenAgreement", "attribute_edges", "hook_gradients", "receiver_gradient", "screen_agreement"]
+__all__ = [
+    "ScreenAgreement",
+    "attribute_edges",
+    "screen_agreement",
+]
 
 
 def hook_gradients(model: HookedModel, cache: PairCache, metric: Metric, names: Sequence[str]) -> dict[str, Tensor]:

@@ -20,7 +20,7 @@ identical in both runs (causal attention), so nothing there can have an effect.
 
 Usage::
 
-    batches = circuit_batches(model, dataset, positions="query", batch_size=8)
+    batches = circuit_batches(model, pairs, positions="query", batch_size=8)
     batches[0].where            # {"op": 31, "-4": 32, "B": 33, "-2": 34, "last": 35, "ans1": 36}
 """
 
@@ -40,7 +40,10 @@ from mathcircuits.data import Field, PairSet
 from mathcircuits.data.batching import iter_batches
 from mathcircuits.models import HookedModel, shared_prefix_len
 
-__all__ = ["POSITIONS", "ROLES", "CircuitBatch", "Positions", "circuit_batches", "label_order", "scan_positions"]
+__all__ = [
+    "CircuitBatch",
+    "circuit_batches",
+]
 
 Positions = ScanPositions  # the one definition is in circuit.config
 POSITIONS: tuple[str, ...] = get_args(Positions)
@@ -112,37 +115,37 @@ def label_order(label: str) -> tuple[int, int]:
 
 def circuit_batches(
     model: HookedModel,
-    dataset: PairSet,
+    pairs: PairSet,
     positions: str = "query",
     batch_size: int = 8,
     rows: Sequence[int] | None = None,
 ) -> list[CircuitBatch]:
-    """Teacher-forced batches of a pair dataset, grouped by template, prompt length and answer length.
+    """Teacher-forced batches of a pair set, grouped by template, prompt length and answer length.
 
-    ``dataset``: pairs of :func:`mathcircuits.data.generate_pairs`; ``rows``: only these (None: all).
+    ``pairs``: pairs of :func:`mathcircuits.data.generate_pairs`; ``rows``: only these (None: all).
     """
-    missing = [c for c in _NEEDED if not dataset.has(c)]
+    missing = [c for c in _NEEDED if not pairs.has(c)]
     if missing:
         raise FixableValueError(
-            f"the dataset lacks columns {missing}, which circuit functions read. ",
+            f"the pair set lacks columns {missing}, which circuit functions read. ",
             "build it with mathcircuits.data.generate_pairs.",
         )
-    if len(dataset) == 0:
-        raise FixableValueError("the dataset is empty. ", "pass pairs the model answers correctly.")
-    keep = list(range(len(dataset))) if rows is None else list(rows)
-    answers = [list(dataset.answer_tokens[i]) for i in keep]
-    toks = [list(dataset.tokens[i]) + a[:-1] for i, a in zip(keep, answers)]
-    cf = [list(dataset.cf_tokens[i]) + a[:-1] for i, a in zip(keep, answers)]
+    if len(pairs) == 0:
+        raise FixableValueError("the pair set is empty. ", "pass pairs the model answers correctly.")
+    keep = list(range(len(pairs))) if rows is None else list(rows)
+    answers = [list(pairs.answer_tokens[i]) for i in keep]
+    toks = [list(pairs.tokens[i]) + a[:-1] for i, a in zip(keep, answers)]
+    cf = [list(pairs.cf_tokens[i]) + a[:-1] for i, a in zip(keep, answers)]
     bad = [keep[j] for j, (t, c) in enumerate(zip(toks, cf)) if len(t) != len(c)]
     if bad:
         raise FixableValueError(
             f"pair {bad[0]}: the prompt and the counterfactual differ in token length. ",
             "use token-aligned pairs (mathcircuits.data.generate_pairs).",
         )
-    templates = list(dataset.template_ids) if dataset.has("template_id") else ["?"] * len(dataset)
-    ops = list(dataset.operations) if dataset.has("operation") else ["?"] * len(dataset)
-    n_prompt = [len(dataset.tokens[i]) for i in keep]
-    at = {"A": dataset.pos_a, "B": dataset.pos_b, "op": dataset.pos_op, "last": dataset.pos_last}  # ROLES' columns
+    templates = list(pairs.template_ids) if pairs.has("template_id") else ["?"] * len(pairs)
+    ops = list(pairs.operations) if pairs.has("operation") else ["?"] * len(pairs)
+    n_prompt = [len(pairs.tokens[i]) for i in keep]
+    at = {"A": pairs.pos_a, "B": pairs.pos_b, "op": pairs.pos_op, "last": pairs.pos_last}  # ROLES' columns
     group = [f"{templates[i]}|{n}|{len(a)}" for i, n, a in zip(keep, n_prompt, answers)]
     cols = {"tokens": toks, "cf_tokens": cf, "answers": answers, "group": group}
     out = []
@@ -153,7 +156,7 @@ def circuit_batches(
         differ = (t != c).any(0).nonzero()
         first = int(differ[0]) if len(differ) else t.shape[1]
         # the few-shot prefix every row shares (templates with word pools render their examples per row)
-        prefix = min(min(dataset.prefix_len[i] for i in rows_), shared_prefix_len(torch.cat([t, c]), np_ - 1))
+        prefix = min(min(pairs.prefix_len[i] for i in rows_), shared_prefix_len(torch.cat([t, c]), np_ - 1))
         roles = {}
         for label in ROLES:
             vals = {_last(at[label][i]) % np_ for i in rows_}

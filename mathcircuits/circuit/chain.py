@@ -27,7 +27,7 @@ from mathcircuits.models import (
 from mathcircuits.models.families import BlockStructure, UnsupportedFamilyError
 from mathcircuits.patching.metrics import Metric
 
-__all__ = ["delta_snapshots", "first_diff", "logits_effects", "patched_inputs", "receiver_input"]
+__all__: list[str] = []
 
 
 def receiver_input(model: HookedModel, structure: BlockStructure, receiver: Receiver, resid: Tensor) -> Tensor:

@@ -19,7 +19,11 @@ from mathcircuits._errors import FixableValueError
 from mathcircuits.circuit.config import EdgeSender
 from mathcircuits.models import Head, hooks
 
-__all__ = ["Receiver", "Sender", "check_positions", "upstream_senders"]
+__all__ = [
+    "Receiver",
+    "Sender",
+    "upstream_senders",
+]
 
 RECEIVER_KINDS = ("logits", "q", "k", "v", "mlp")
 SENDER_KINDS: tuple[str, ...] = get_args(EdgeSender)

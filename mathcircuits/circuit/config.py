@@ -19,15 +19,7 @@ from mathcircuits.patching import MetricName
 from mathcircuits.stats import Uncertainty
 
 __all__ = [
-    "AblationKind",
     "CircuitConfig",
-    "Counterfactual",
-    "EdgeMethod",
-    "EdgeSender",
-    "EvalLevel",
-    "MLPMode",
-    "ReceiverKind",
-    "ScanPositions",
 ]
 
 #: Which components send edges (the ``senders`` choices of ``discover_circuit`` and ``CircuitConfig``).

@@ -34,11 +34,10 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
-from tqdm.auto import tqdm
 
 from mathcircuits._errors import FixableValueError
+from mathcircuits._progress import progress_bar
 from mathcircuits._schema import configured, expect, expect_pairs
-from mathcircuits.circuit.batches import ROLES
 from mathcircuits.circuit.components import Receiver, Sender, upstream_senders
 from mathcircuits.circuit.config import CircuitConfig
 from mathcircuits.circuit.edges import exact_edges
@@ -50,10 +49,14 @@ from mathcircuits.circuit.result import Circuit, CircuitData, CircuitSettings, D
 from mathcircuits.circuit.subcircuits import wiring_of
 from mathcircuits.data.pairset import PairSet, check_token_aligned
 from mathcircuits.models import HookedModel, ModelSpec
-from mathcircuits.patching import KeyComponents, Metric, MetricName, get_metric, resolve_heads
-from mathcircuits.stats import Uncertainty, bootstrap_statistic
+from mathcircuits.patching import KeyComponents, Metric, MetricName, get_metric
+from mathcircuits.patching.key_components import resolve_heads
+from mathcircuits.stats import Uncertainty
+from mathcircuits.stats.bootstrap import bootstrap_statistic
 
-__all__ = ["ROLES", "discover_circuit"]
+__all__ = [
+    "discover_circuit",
+]
 
 EDGE_METHODS = {"exact": exact_edges, "reference": reference_edges}
 
@@ -80,13 +83,13 @@ def _check_key_heads(spec: ModelSpec, key_heads: list[tuple[int, int]] | None) -
 @torch.no_grad()
 def discover_circuit(
     model: HookedModel,
-    dataset: PairSet,
+    pairs: PairSet,
     key_heads: KeyComponents | Sequence[tuple[int, int]] | None = None,
     config: CircuitConfig | None = None,
     *,
     metric: MetricName | Metric | None = None,
     uncertainty: Uncertainty | None = None,
-    progress: bool = False,
+    progress: bool | None = None,
     **settings: Any,
 ) -> Circuit:
     """Find the circuit behind the answer by iterated sender → receiver path patching (see the module docstring).
@@ -102,6 +105,7 @@ def discover_circuit(
         uncertainty: the edges' bootstrap; None: ``config.uncertainty()``.
         **settings: fields of :class:`CircuitConfig` that replace the config's (``depth=6, screen=12``),
             checked by it.
+        progress: a bar per round on stderr (None: on unless ``MATHCIRCUITS_PROGRESS=0``).
     """
     t0 = time.perf_counter()
     cpu0 = time.process_time()  # the budget counts this process's CPU seconds: a loaded machine finds the same circuit
@@ -110,29 +114,29 @@ def discover_circuit(
         return cfg.max_seconds is not None and time.process_time() - cpu0 >= cfg.max_seconds
 
     expect("discover_circuit", "model", model, HookedModel, "a HookedModel", "pass mc.load_model(...)'s result")
-    expect_pairs("discover_circuit", "dataset", dataset, minimum=2)
+    expect_pairs("discover_circuit", "pairs", pairs, minimum=2)
     cfg = configured("discover_circuit", CircuitConfig, config, **settings)
     if uncertainty is None:
         uncertainty = cfg.uncertainty()
     else:
         configured("discover_circuit", CircuitConfig, cfg, n_boot=uncertainty.n_boot)  # the config's range
     spec = model.spec
-    check_token_aligned(dataset, spec.vocab_size)
+    check_token_aligned(pairs, spec.vocab_size)
     if key_heads is not None:  # a selection (checked against this model) or (layer, head) pairs
         key_heads = list(resolve_heads(key_heads, spec, allow_empty=True, arg="key_heads"))
     _check_key_heads(spec, key_heads)
     m = get_metric(cfg.metric if metric is None else metric)
     edge_fn = EDGE_METHODS[cfg.method]
-    data = DiscoveryBatches(model, dataset, cfg.positions, cfg.batch_size, m.needs_probs)
+    data = DiscoveryBatches(model, pairs, cfg.positions, cfg.batch_size, m.needs_probs)
     parallel = data.caches[0].structure.parallel
-    scorer = Scorer(model, dataset, cfg.positions, ["resample"], mlps=cfg.mlps, batch_size=cfg.batch_size)
+    scorer = Scorer(model, pairs, cfg.positions, ["resample"], mlps=cfg.mlps, batch_size=cfg.batch_size)
     gap = float((scorer.clean - scorer.cf).mean())
 
     rows = torch.tensor([i for b in data.batches for i in b.idx], device="cpu")
 
     def interval(per_pair: torch.Tensor) -> tuple[float, float, float]:
         in_order = torch.empty_like(per_pair)
-        in_order[rows] = per_pair  # dataset order: the interval does not depend on how pairs were batched
+        in_order[rows] = per_pair  # the pairs' order: the interval does not depend on how pairs were batched
         iv = bootstrap_statistic(in_order[~in_order.isnan()], uncertainty=uncertainty)
         return iv.value, iv.low, iv.high
 
@@ -143,7 +147,8 @@ def discover_circuit(
     # round 0: senders → logits at every answer readout position
     cands = []
     first = [Sender("head", l, h) for l, h in key_heads] if key_heads is not None else None
-    for label in data.answer_labels if first is None else [lab for lab in data.answer_labels if lab in ("last", "-1")]:
+    labels = data.answer_labels if first is None else [lab for lab in data.answer_labels if lab in ("last", "-1")]
+    for label in progress_bar(progress, "circuit round 0: senders to the logits, per answer position", iterable=labels):
         chosen = first or upstream_senders(spec, Receiver("logits"), parallel, cfg.senders)
         found = measure_senders(data, Receiver("logits"), None, label, chosen, m, edge_fn, None)
         ranked = sorted(found, key=lambda c: -abs(float(c[1].nanmean())))
@@ -159,7 +164,7 @@ def discover_circuit(
 
     def score() -> float:
         c = Circuit(model=spec, nodes=tuple(nodes.values()), edges=tuple(edges), metric=m.name, method=cfg.method,
-                    n_pairs=len(dataset), settings=CircuitSettings(positions=cfg.positions))  # fmt: skip
+                    n_pairs=len(pairs), settings=CircuitSettings(positions=cfg.positions))  # fmt: skip
         return float((scorer.score("resample", [wiring_of(c)])[0] - scorer.cf).mean() / gap) if gap else float("nan")
 
     rounds = [DiscoveryRound(0, len(nodes) - 1, len(edges), score(), time.perf_counter() - t0)]
@@ -167,7 +172,8 @@ def discover_circuit(
     for d in range(1, cfg.depth + 1):
         new_frontier = []
         out_of_time = False
-        for node in tqdm(frontier, disable=not progress, desc=f"circuit round {d}"):
+        desc = f"circuit round {d} of ≤ {cfg.depth}: expanding {len(frontier)} nodes"
+        for node in progress_bar(progress, desc, iterable=frontier):
             if over_budget():
                 out_of_time = True  # the rest of this round's nodes stay unexpanded
                 break
@@ -224,12 +230,12 @@ def discover_circuit(
         edges=tuple(edges),
         metric=m.name,
         method=cfg.method,
-        n_pairs=len(dataset),
+        n_pairs=len(pairs),
         confidence=uncertainty.confidence,
         data=CircuitData(
-            operations=sorted(set(dataset.operations)) if dataset.has("operation") else [],
-            templates=sorted(set(dataset.template_ids)) if dataset.has("template_id") else [],
-            pair_ids=list(dataset.pair_ids) if dataset.has("pair_id") else [],
+            operations=sorted(set(pairs.operations)) if pairs.has("operation") else [],
+            templates=sorted(set(pairs.template_ids)) if pairs.has("template_id") else [],
+            pair_ids=list(pairs.pair_ids) if pairs.has("pair_id") else [],
         ),
         settings=CircuitSettings(
             key_heads=None if key_heads is None else list(key_heads),

@@ -39,6 +39,7 @@ from jaxtyping import Float
 from torch import Tensor
 
 from mathcircuits._errors import FixableValueError
+from mathcircuits._progress import progress_bar
 from mathcircuits.circuit.batches import circuit_batches
 from mathcircuits.circuit.chain import first_diff, receiver_input
 from mathcircuits.circuit.components import Receiver, Sender, upstream_senders
@@ -51,14 +52,8 @@ from mathcircuits.models import HookedModel, attn_change, attn_pre_norm_name, he
 from mathcircuits.models.families import block_structure
 
 __all__ = [
-    "ATTRIBUTION_METHODS",
-    "DEFAULT_IG_STEPS",
     "AttributionMethod",
-    "alpha_effects",
     "eap_scores",
-    "edge_attribution",
-    "graph_nodes",
-    "ig_alphas",
 ]
 
 AttributionMethod = Literal["eap", "eap-ig"]
@@ -247,18 +242,22 @@ def eap_scores(
     steps: int = DEFAULT_IG_STEPS,
     metric: MIBMetric = "logit_diff",
     batch_size: int = 8,
+    progress: bool | None = None,
 ) -> EdgeScores:
     """EAP or EAP-IG scores of every edge of the graph, as :func:`~.mib.mib_scores` ranks them.
 
     ``pairs`` need ``cf_answer_tokens`` for ``logit_diff``. ``steps``: MIB's default 5
     (:func:`~.eap_compare.ig_convergence` shows what more would change). Scores are minus the mean effect.
+    ``progress``: a bar on stderr (None: on unless ``MATHCIRCUITS_PROGRESS=0``).
     """
     t0 = time.perf_counter()
     ig_alphas(method, steps)
     readouts = mib_readout(pairs, metric)
     parallel = block_structure(model).parallel
     total, n = None, 0
-    for b in circuit_batches(model, pairs, "suffix", batch_size, rows=list(readouts.rows)):
+    batches = circuit_batches(model, pairs, "suffix", batch_size, rows=list(readouts.rows))
+    desc = f"{method} scores of every edge ({len(pairs)} pairs)"
+    for b in progress_bar(progress, desc, iterable=batches):
         P = b.n_prompt
         cache = pair_cache(model, b.tokens[:, :P], b.cf_tokens[:, :P], b.answers[:, 0], answers=b.answers)
         eff = edge_attribution(model, cache, readouts.of(b.idx), method, steps).sum(0)

@@ -37,7 +37,12 @@ from mathcircuits.models.families import block_structure
 from mathcircuits.patching.metrics import METRICS
 from mathcircuits.stats import Uncertainty
 
-__all__ = ["ExactAgreement", "IGConvergence", "discovery_scores", "exact_agreement", "ig_convergence"]
+__all__ = [
+    "ExactAgreement",
+    "IGConvergence",
+    "exact_agreement",
+    "ig_convergence",
+]
 
 _RANK_BOOT = Uncertainty(n_boot=200)  # a rank agreement's interval needs no finer quantiles
 

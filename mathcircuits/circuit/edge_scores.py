@@ -28,7 +28,12 @@ from mathcircuits._errors import FixableKeyError, FixableValueError
 from mathcircuits.circuit.components import Receiver, Sender, upstream_senders
 from mathcircuits.models.spec import ModelSpec
 
-__all__ = ["INPUT", "EdgeKey", "EdgeScores", "ScoreMethod", "graph_edges"]
+__all__ = [
+    "INPUT",
+    "EdgeScores",
+    "ScoreMethod",
+    "graph_edges",
+]
 
 #: How the scores were made: exact sender → receiver patching, attribution patching, its integrated-gradient form,
 #: random draws, or read from another tool's graph file.

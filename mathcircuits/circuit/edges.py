@@ -42,10 +42,19 @@ from mathcircuits.circuit.chain import logits_effects, patched_inputs
 from mathcircuits.circuit.components import Receiver, Sender
 from mathcircuits.circuit.pair_cache import EdgeBatch, PairCache, check_request, pair_cache, receiver_slice
 from mathcircuits.circuit.reference import reference_edges
-from mathcircuits.models import HookedModel, compare, fast_paths_enabled, model_depth, probe_pairs, verify_once
+from mathcircuits.models import (
+    HookedModel,
+    compare,
+    fast_paths_enabled,
+    model_depth,
+    probe_pairs,
+    verify_once,
+)
 from mathcircuits.patching.metrics import METRICS, Metric, answer_readout
 
-__all__ = ["check_edges", "exact_edges", "patched_inputs", "receiver_effects"]
+__all__ = [
+    "exact_edges",
+]
 
 
 @torch.no_grad()

@@ -21,7 +21,7 @@ pool mean, :mod:`.pool`; its empty circuit need not score 0, and the curve shows
   loses what the model loses), and minimality ``F(C) − F(C \\ {v})`` per node.
 
 Intervals: percentile bootstrap of the ratio of means, over whole templates within operations when there
-are ≥ :data:`~mathcircuits.stats.MIN_CLUSTERS` (5) per operation, else pairs; the same resamples for every
+are ≥ :data:`~mathcircuits.stats.bootstrap.MIN_CLUSTERS` (5) per operation, else pairs; the same resamples for every
 quantity, so differences are paired.
 
 Usage::
@@ -45,25 +45,22 @@ from mathcircuits._schema import configured, expect, expect_pairs
 from mathcircuits.circuit.batches import CircuitBatch, circuit_batches
 from mathcircuits.circuit.config import AblationKind, CircuitConfig, MLPMode, ScanPositions
 from mathcircuits.circuit.curve import CompletenessRow, CurvePoint, Faithfulness, FaithfulnessSettings
-from mathcircuits.circuit.intervene import (
-    ABLATION_KINDS,
-    AblationValues,
-    Wiring,
-    circuit_logprob,
-    prefix_kv,
-    resample_values,
-)
+from mathcircuits.circuit.intervene import AblationValues, Wiring, circuit_logprob, prefix_kv
 from mathcircuits.circuit.pair_cache import position_scores
 from mathcircuits.circuit.plateau import find_plateau
 from mathcircuits.circuit.pool import pool_means, scored_operands
 from mathcircuits.circuit.result import Circuit
 from mathcircuits.circuit.subcircuits import edge_order, random_wiring, size_grid, top_wiring
+from mathcircuits.circuit.wiring import ABLATION_KINDS, resample_values
 from mathcircuits.data.pairset import PairSet
 from mathcircuits.models import HookedModel, PrefixCaches, repeat_cache
 from mathcircuits.models.families import block_structure
-from mathcircuits.stats import MIN_CLUSTERS, Interval, Uncertainty, bootstrap_indices, cluster_bootstrap_indices
+from mathcircuits.stats import Interval, Uncertainty
+from mathcircuits.stats.bootstrap import MIN_CLUSTERS, bootstrap_indices, cluster_bootstrap_indices
 
-__all__ = ["Scorer", "faithfulness", "ratio_intervals"]
+__all__ = [
+    "faithfulness",
+]
 
 RULE = "ill-conditioned when m(M) - m(cf) < {min_gap} nats or its interval reaches 0"
 
@@ -74,7 +71,7 @@ class Scorer:
     def __init__(
         self,
         model: HookedModel,
-        dataset: PairSet,
+        pairs: PairSet,
         positions: ScanPositions,
         ablations: Sequence[AblationKind],
         pool: PairSet | None = None,
@@ -87,7 +84,7 @@ class Scorer:
                 f"ablations {list(ablations)}: {bad or 'none'}. ", f"use some of {list(ABLATION_KINDS)}."
             )
         self.model, self.mlps = model, mlps
-        self.batches = circuit_batches(model, dataset, positions, batch_size)
+        self.batches = circuit_batches(model, pairs, positions, batch_size)
         self.rows = [i for b in self.batches for i in b.idx]
         self.store: PrefixCaches = {}
         self.clean = torch.cat([self._plain(b.tokens, b) for b in self.batches])
@@ -102,7 +99,7 @@ class Scorer:
                         "ablation 'position_mean' needs a pool of counterfactual prompts of the scored templates. ",
                         "pass pool=generate_pairs(...) with the same templates (more pairs than are scored).",
                     )
-                means = pool_means(model, pool, exclude=scored_operands(dataset))
+                means = pool_means(model, pool, exclude=scored_operands(pairs))
                 self.values[a] = [means.values(b) for b in self.batches]
         self.templates = [t for b in self.batches for t in b.templates]
         self.operations = [o for b in self.batches for o in b.operations]
@@ -168,7 +165,7 @@ def _name(key: tuple[str, int, int, str]) -> str:
 
 def faithfulness(
     model: HookedModel,
-    dataset: PairSet,
+    pairs: PairSet,
     circuit: Circuit,
     pool: PairSet | None = None,
     config: CircuitConfig | None = None,
@@ -178,10 +175,10 @@ def faithfulness(
     progress: bool = False,
     **settings: Any,
 ) -> Faithfulness:
-    """The faithfulness curve of ``circuit`` on ``dataset`` (see the module docstring).
+    """The faithfulness curve of ``circuit`` on ``pairs`` (see the module docstring).
 
     Args:
-        dataset: the scored pairs (keep them disjoint from the pairs that found the circuit).
+        pairs: the scored pairs (keep them disjoint from the pairs that found the circuit).
         pool: counterfactual prompts for ``position_mean`` only (those with scored pairs' operands left out).
         config: the settings (the ``circuit`` section of a run); None: :class:`CircuitConfig`'s defaults. It
             reads ``ablations`` (the first is the primary one), ``level``, ``mlps``, ``points``, ``n_random``,
@@ -193,7 +190,7 @@ def faithfulness(
     """
     t0 = time.perf_counter()
     expect("faithfulness", "model", model, HookedModel, "a HookedModel", "pass mc.load_model(...)'s result")
-    expect_pairs("faithfulness", "dataset", dataset, minimum=2)
+    expect_pairs("faithfulness", "pairs", pairs, minimum=2)
     expect(
         "faithfulness", "circuit", circuit, Circuit, "a Circuit",
         "pass discover_circuit(model, pairs, key_heads)'s result; key heads alone are not a circuit",
@@ -206,7 +203,7 @@ def faithfulness(
     confidence, seed = uncertainty.confidence, uncertainty.seed
     circuit.check_model(model)
     positions = circuit.settings.positions
-    scorer = Scorer(model, dataset, positions, list(cfg.ablations), pool, cfg.mlps, cfg.batch_size)
+    scorer = Scorer(model, pairs, positions, list(cfg.ablations), pool, cfg.mlps, cfg.batch_size)
     resamples, over = _resamples(scorer, uncertainty)
     gap = scorer.clean - scorer.cf
     den = ratio_intervals(gap[None], torch.ones_like(gap), resamples, confidence)[0]

@@ -16,6 +16,13 @@ group's ``in_graph``; reading, a group's score is the sum over its heads (to fir
 attributions add) and it is in the circuit when any head's edge is (the union;
 :attr:`GraphFile.split_groups` counts files that split a group). A round trip is exact.
 
+**Read for content.** A file is checked before any of it is used: ``cfg``, ``nodes``, ``edges`` and each edge's
+record are objects, ``in_graph`` a JSON boolean (``"false"`` is refused: as text it is true), ``score`` a finite
+number, ``cfg``'s shape (layers, heads, KV heads, ``parallel_attn_mlp``) the model's. The model a file was written
+for is recorded under ``"mathcircuits"`` (its name and a fingerprint of its :class:`ModelSpec`), a top-level key
+EAP-IG's ``Graph.from_json`` does not read, so the file stays loadable there; reading checks it, so a graph of
+another model of the same shape is refused. Files without it (EAP-IG's own) are checked by shape alone.
+
 Usage::
 
     write_graph(scores, "eap.json", circuit=top_edges)
@@ -25,6 +32,8 @@ Usage::
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 import os
 import re
@@ -33,13 +42,17 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 
-from mathcircuits._errors import FixableValueError
+from mathcircuits._errors import FixableValueError, problem_of
 from mathcircuits._files import read_json, write_json
 from mathcircuits.circuit.components import Receiver, Sender
 from mathcircuits.circuit.edge_scores import INPUT, EdgeKey, EdgeScores, graph_edges
-from mathcircuits.models.spec import ModelSpec
+from mathcircuits.models.spec import ModelMismatchError, ModelSpec
 
 __all__ = ["GraphFile", "read_graph", "write_graph"]
+
+#: The top-level key of our own record in a graph file (EAP-IG's loader reads only cfg, nodes and edges).
+MODEL_KEY = "mathcircuits"
+_FIX = "give a graph file written by EAP-IG's Graph.to_json or by write_graph"
 
 _EDGE = re.compile(r"^(input|a(\d+)\.h(\d+)|m(\d+))->(a(\d+)\.h(\d+)<([qkv])>|m(\d+)|logits)$")
 
@@ -104,7 +117,15 @@ def write_graph(
     }
     node_dict = {n: {"in_graph": n in out_nodes and n in in_nodes} for n in nodes}
     node_dict["logits"] = {"in_graph": True}
-    return write_json(path, {"cfg": cfg, "nodes": node_dict, "edges": edges})
+    record = {"model": spec.name, "spec_fingerprint": _fingerprint(spec)}
+    return write_json(path, {"cfg": cfg, "nodes": node_dict, "edges": edges, MODEL_KEY: record})
+
+
+def _fingerprint(spec: ModelSpec) -> str:
+    """A short hash of a model's identity facts (all of its spec but ``source``: one model loaded from two places
+    is the same model)."""
+    facts = {k: v for k, v in spec.to_dict().items() if k != "source"}
+    return hashlib.sha256(json.dumps(facts, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def _parse(name: str, spec: ModelSpec, source: str) -> tuple[Sender, Receiver, int]:
@@ -121,45 +142,131 @@ def _parse(name: str, spec: ModelSpec, source: str) -> tuple[Sender, Receiver, i
         s = Sender("head", int(m.group(2)), int(m.group(3)))
     else:
         s = Sender("mlp", int(m.group(4)))
-    s.check(spec)
+    try:
+        s.check(spec)
+    except (IndexError, ValueError) as err:
+        raise FixableValueError(
+            f"{source}: edge {name!r}: {problem_of(err)}. ", "read the file made on this model."
+        ) from None
     if m.group(5) == "logits":
         return s, Receiver("logits"), -1
-    if m.group(9) is not None:
-        return s, Receiver("mlp", int(m.group(9))).check(spec), -1
-    layer, head, kind = int(m.group(6)), int(m.group(7)), m.group(8)
-    spec.check_head(layer, head)
+    layer, head, kind = (int(m.group(9)), -1, "mlp") if m.group(9) is not None else (
+        int(m.group(6)), int(m.group(7)), m.group(8))  # fmt: skip
+    try:
+        if kind == "mlp":
+            return s, Receiver("mlp", layer).check(spec), -1
+        spec.check_head(layer, head)
+    except (IndexError, ValueError) as err:
+        raise FixableValueError(
+            f"{source}: edge {name!r}: {problem_of(err)}. ", "read the file made on this model."
+        ) from None
     if kind == "q":
         return s, Receiver("q", layer, head=head), head
     return s, Receiver(kind, layer, group=head // spec.group_size), head
 
 
+def _kind(value: object) -> str:
+    """A JSON value's type in JSON's words, for messages."""
+    names = {dict: "an object", list: "a list", str: "text", bool: "a boolean", type(None): "null"}
+    return names.get(type(value), "a number")
+
+
+def _integer(cfg: dict, key: str, source: str) -> int | None:
+    value = cfg.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise FixableValueError(f"{source}: cfg.{key} is {_short(value)}, not a positive whole number. ", f"{_FIX}.")
+    return value
+
+
+def _short(value: object, limit: int = 40) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _boolean(value: object, where: str, source: str) -> bool:
+    if not isinstance(value, bool):
+        raise FixableValueError(
+            f"{source}: {where} is {_short(value)} ({_kind(value)}), not a JSON boolean. ",
+            'write true or false without quotes ("false" as text would count as true).',
+        )
+    return value
+
+
+def _check_model(record: object, spec: ModelSpec, source: str) -> None:
+    """Refuse a file whose recorded model (name and spec fingerprint) is not ``spec``'s."""
+    if not isinstance(record, dict) or not all(isinstance(record.get(k), str) for k in ("model", "spec_fingerprint")):
+        raise FixableValueError(
+            f"{source}: its {MODEL_KEY!r} record is {_short(record)}, not the model's name and fingerprint. ",
+            f"remove the {MODEL_KEY!r} key (the file is then checked by shape alone), or write the file again.",
+        )
+    ours = _fingerprint(spec)
+    if (record["model"], record["spec_fingerprint"]) != (spec.name, ours):
+        raise ModelMismatchError(
+            f"{source} was written for model {record['model']!r} (spec fingerprint {record['spec_fingerprint']}), "
+            f"not for {spec.describe()} (fingerprint {ours}); its head and edge names would mean other "
+            "components here. ",
+            "read the file with the model it was written for, or score this model's edges.",
+        )
+
+
 def read_graph(path: str | os.PathLike, spec: ModelSpec, parallel: bool) -> GraphFile:
     """Read an EAP-IG / MIB graph JSON file onto our graph (see the module docstring for grouped KV heads).
 
-    ``spec`` and ``parallel`` must match the file's ``cfg`` (layers, heads, ``parallel_attn_mlp``).
+    ``spec`` and ``parallel`` must match the file's ``cfg`` (layers, heads, KV heads, ``parallel_attn_mlp``) and the
+    model the file records, if it records one. Every problem is a :class:`FixableValueError` (a
+    :class:`ModelMismatchError` for another model) naming the file.
     """
     source = str(path)
     d = read_json(path)
-    missing = [k for k in ("cfg", "nodes", "edges") if not isinstance(d, dict) or k not in d]
+    if not isinstance(d, dict):
+        raise FixableValueError(f"{source} holds {_kind(d)}, not a graph object (cfg, nodes, edges). ", f"{_FIX}.")
+    missing = [k for k in ("cfg", "nodes", "edges") if k not in d]
     if missing:
-        raise FixableValueError(f"{source} lacks {missing}. ", "give a graph file written by EAP-IG's Graph.to_json.")
+        raise FixableValueError(f"{source} lacks {missing}. ", f"{_FIX}.")
+    for key in ("cfg", "nodes", "edges"):
+        if not isinstance(d[key], dict):
+            raise FixableValueError(f"{source}: {key} is {_kind(d[key])}, where an object belongs. ", f"{_FIX}.")
     cfg = d["cfg"]
-    theirs = (cfg.get("n_layers"), cfg.get("n_heads"), bool(cfg.get("parallel_attn_mlp", False)))
-    if theirs != (spec.n_layers, spec.n_heads, parallel):
+    layers, heads = _integer(cfg, "n_layers", source), _integer(cfg, "n_heads", source)
+    kv = _integer(cfg, "n_key_value_heads", source)
+    par = _boolean(cfg.get("parallel_attn_mlp", False), "cfg.parallel_attn_mlp", source)
+    theirs = (layers, heads, par)
+    if theirs != (spec.n_layers, spec.n_heads, parallel) or (kv is not None and kv != spec.n_kv_heads):
+        kv_text = "" if kv is None else f", {kv} key/value heads"
         raise FixableValueError(
-            f"{source} describes a model of {theirs[0]} layers, {theirs[1]} heads, parallel={theirs[2]}; the model "
-            f"is {spec.describe()} (parallel={parallel}). ",
+            f"{source} describes a model of {theirs[0]} layers, {theirs[1]} heads{kv_text}, parallel={theirs[2]}; "
+            f"the model is {spec.describe()} with {spec.n_kv_heads} key/value heads (parallel={parallel}). ",
             "read the file made on this model.",
         )
+    if MODEL_KEY in d:
+        _check_model(d[MODEL_KEY], spec, source)
+    for name, info in d["nodes"].items():
+        if not isinstance(info, dict):
+            raise FixableValueError(f"{source}: node {name!r} is {_kind(info)}, where an object belongs. ", f"{_FIX}.")
+        if "in_graph" in info:
+            _boolean(info["in_graph"], f"node {name!r}'s in_graph", source)
     score: dict[EdgeKey, float] = defaultdict(float)
     heads_in: dict[EdgeKey, set[int]] = defaultdict(set)
     for name, info in d["edges"].items():
         s, r, head = _parse(name, spec, source)
         if not r.is_downstream_of(s, parallel):
             raise FixableValueError(f"{source}: edge {name!r} goes backwards. ", "an edge runs from an earlier layer.")
-        x = float(info.get("score", 0.0) if isinstance(info, dict) else 0.0)
-        score[(s, r)] += 0.0 if math.isnan(x) else x
-        if isinstance(info, dict) and info.get("in_graph", False):
+        if not isinstance(info, dict):
+            raise FixableValueError(
+                f'{source}: edge {name!r} is {_kind(info)}, where an object belongs ({{"score": ..., '
+                '"in_graph": ...}). ',
+                f"{_FIX}.",
+            )
+        x = info.get("score")
+        if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x):
+            raise FixableValueError(
+                f"{source}: edge {name!r} has score {_short(x)}, not a finite number. ",
+                "give every edge a finite score (an unscored edge: leave it out, it reads as 0).",
+            )
+        score[(s, r)] += float(x)
+        if _boolean(info.get("in_graph", False), f"edge {name!r}'s in_graph", source):
             heads_in[(s, r)].add(head)
     edges = graph_edges(spec, parallel)
     circuit = frozenset(heads_in)

@@ -45,17 +45,12 @@ from mathcircuits.circuit.batches import CircuitBatch
 from mathcircuits.circuit.pair_cache import position_scores
 from mathcircuits.circuit.run_hooks import CircuitRun
 from mathcircuits.circuit.wiring import (
-    ABLATION_KINDS,
     LOGITS,
     MLP_MODES,
-    AblationKind,
     AblationValues,
-    MLPMode,
-    NodeKey,
     Wiring,
     prefix_kv,
     record_values,
-    resample_values,
     without_mlps,
 )
 from mathcircuits.models import (
@@ -73,20 +68,7 @@ from mathcircuits.models.families import UnsupportedFamilyError, block_structure
 #: A circuit run's score of each row from the logits at the answer's readout positions and the answer's tokens.
 RunScore: TypeAlias = Callable[[Tensor, Tensor], Tensor]
 
-__all__ = [
-    "ABLATION_KINDS",
-    "MLP_MODES",
-    "AblationKind",
-    "AblationValues",
-    "MLPMode",
-    "NodeKey",
-    "RunScore",
-    "Wiring",
-    "answer_logprob",
-    "check_circuit_run",
-    "circuit_logprob",
-    "resample_values",
-]
+__all__: list[str] = []
 
 
 def _check_edges_supported(model: HookedModel) -> None:

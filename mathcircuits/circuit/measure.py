@@ -18,17 +18,17 @@ from mathcircuits.data.pairset import PairSet
 from mathcircuits.models import HookedModel, hooks
 from mathcircuits.patching import Metric
 
-__all__ = ["DiscoveryBatches", "measure_senders"]
+__all__: list[str] = []
 
 
 class DiscoveryBatches:
     """The discovery pairs: per batch its cache, labels and (lazily) the gradients the screen needs."""
 
     def __init__(
-        self, model: HookedModel, dataset: PairSet, positions: ScanPositions, batch_size: int, need_probs: bool
+        self, model: HookedModel, pairs: PairSet, positions: ScanPositions, batch_size: int, need_probs: bool
     ) -> None:
         self.model = model
-        self.batches: list[CircuitBatch] = circuit_batches(model, dataset, positions, batch_size)
+        self.batches: list[CircuitBatch] = circuit_batches(model, pairs, positions, batch_size)
         self.caches: list[PairCache] = []
         for b in self.batches:
             prompt, cf = b.tokens[:, : b.n_prompt], b.cf_tokens[:, : b.n_prompt]

@@ -23,7 +23,7 @@ differing digit is compared: **MIB-style**, not MIB's official numbers) — or `
 answer's log-probability.
 
 Intervals: percentile bootstrap over whole templates within operations when every operation has at least
-:data:`~mathcircuits.stats.MIN_CLUSTERS` templates, else over pairs; every point, CPR and CMD from the same
+:data:`~mathcircuits.stats.bootstrap.MIN_CLUSTERS` templates, else over pairs; every point, CPR and CMD from the same
 resamples. Positions: every position after the few-shot prefix (identical in both prompts, so nothing to patch).
 """
 
@@ -40,34 +40,22 @@ from torch import Tensor
 from mathcircuits._errors import FixableValueError
 from mathcircuits.circuit.batches import CircuitBatch, circuit_batches
 from mathcircuits.circuit.edge_scores import EdgeKey, EdgeScores, graph_edges
-from mathcircuits.circuit.intervene import (
-    LOGITS,
-    NodeKey,
-    RunScore,
-    Wiring,
-    answer_logprob,
-    circuit_logprob,
-    resample_values,
-)
+from mathcircuits.circuit.intervene import LOGITS, RunScore, Wiring, answer_logprob, circuit_logprob
 from mathcircuits.circuit.mib_metric import MIBMetric, mib_readout
 from mathcircuits.circuit.mib_result import MIB_PERCENTAGES, CurveSummary, MIBScores
 from mathcircuits.circuit.mib_run import edge_masks, masked_run
-from mathcircuits.circuit.wiring import input_node, prefix_kv
+from mathcircuits.circuit.wiring import NodeKey, input_node, prefix_kv, resample_values
 from mathcircuits.data.pairset import PairSet
 from mathcircuits.models import HookedModel, PrefixCaches, compare, model_depth, repeat_cache, verify_once
 from mathcircuits.models.families import block_structure
 from mathcircuits.models.spec import check_model
-from mathcircuits.stats import (
-    DEFAULT_UNCERTAINTY,
-    MIN_CLUSTERS,
-    Interval,
-    IntervalMethod,
-    Uncertainty,
-    bootstrap_indices,
-    cluster_bootstrap_indices,
-)
+from mathcircuits.stats import Interval, IntervalMethod, Uncertainty
+from mathcircuits.stats.bootstrap import MIN_CLUSTERS, bootstrap_indices, cluster_bootstrap_indices
+from mathcircuits.stats.interval import DEFAULT_UNCERTAINTY
 
-__all__ = ["area_under", "mib_scores", "prune_edges"]
+__all__ = [
+    "mib_scores",
+]
 
 Comp = tuple[str, int, int]  # (kind, layer, head): a node of the position-free graph
 

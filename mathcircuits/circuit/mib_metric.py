@@ -17,7 +17,9 @@ from mathcircuits._errors import FixableValueError
 from mathcircuits.circuit.intervene import RunScore, answer_logprob
 from mathcircuits.data.pairset import PairSet
 
-__all__ = ["MIBMetric", "MIBReadout", "mib_readout"]
+__all__ = [
+    "MIBMetric",
+]
 
 #: What ``m`` is: MIB's logit difference at the first differing answer token, or the whole answer's log-probability.
 MIBMetric: TypeAlias = Literal["logit_diff", "answer_logprob"]

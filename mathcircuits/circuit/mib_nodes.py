@@ -45,16 +45,23 @@ from mathcircuits._errors import FixableValueError
 from mathcircuits.circuit.batches import CircuitBatch, circuit_batches
 from mathcircuits.circuit.components import Sender
 from mathcircuits.circuit.eap import DEFAULT_IG_STEPS, ig_alphas
-from mathcircuits.circuit.intervene import Wiring, circuit_logprob, resample_values
+from mathcircuits.circuit.intervene import Wiring, circuit_logprob
 from mathcircuits.circuit.mib import clean_readout, curve_summary
 from mathcircuits.circuit.mib_metric import MIBMetric, mib_readout
 from mathcircuits.circuit.mib_result import MIB_PERCENTAGES, MIBScores
+from mathcircuits.circuit.wiring import resample_values
 from mathcircuits.data.pairset import PairSet
 from mathcircuits.models import HookedModel, PrefixCaches, hooks
 from mathcircuits.models.spec import ModelSpec, check_model
-from mathcircuits.stats import DEFAULT_UNCERTAINTY, Uncertainty
+from mathcircuits.stats import Uncertainty
+from mathcircuits.stats.interval import DEFAULT_UNCERTAINTY
 
-__all__ = ["NODE_METHODS", "NodeMethod", "NodeScores", "graph_nodes_of", "mib_node_scores", "node_scores"]
+__all__ = [
+    "NodeMethod",
+    "NodeScores",
+    "mib_node_scores",
+    "node_scores",
+]
 
 #: How :func:`node_scores` scores each head and MLP.
 NodeMethod: TypeAlias = Literal["exact", "eap", "eap-ig", "random", "imported"]

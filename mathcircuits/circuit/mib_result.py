@@ -10,7 +10,9 @@ import pandas as pd
 from mathcircuits.models.spec import ModelSpec
 from mathcircuits.stats import Interval
 
-__all__ = ["MIB_PERCENTAGES", "CurveSummary", "MIBScores"]
+__all__ = [
+    "MIBScores",
+]
 
 #: MIB's grid: fractions of the graph's edges (``evaluate_area_under_curve``'s ``percentages``).
 MIB_PERCENTAGES: tuple[float, ...] = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0)

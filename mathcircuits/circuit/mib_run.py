@@ -32,7 +32,7 @@ from mathcircuits.circuit.wiring import AblationValues, prefix_kv
 from mathcircuits.models import HookedModel, PrefixCaches, head_out_weights, hooks, repeat_cache
 from mathcircuits.models.families import UnsupportedFamilyError, block_structure
 
-__all__ = ["edge_masks", "masked_run"]
+__all__: list[str] = []
 
 
 def _forward_index(spec: Any, sender: Any) -> int:
@@ -175,7 +175,7 @@ def masked_run(
 
     Args:
         model: the hooked model (a family whose heads write additively).
-        batch: the pairs; values: their counterfactual values (:func:`~mathcircuits.circuit.resample_values`).
+        batch: the pairs; values: their counterfactual values (:func:`~mathcircuits.circuit.intervene.resample_values`).
         masks: kept edges per circuit; readout: ``(logits at the answer positions, answers) → [rows]``.
         chunk_rows: rows (circuit × pair) per forward. store: prefix KV caches shared across calls.
     """

@@ -31,13 +31,7 @@ from mathcircuits.patching.metrics import Metric
 __all__ = [
     "EdgeBatch",
     "PairCache",
-    "check_request",
     "pair_cache",
-    "position_scores",
-    "put_receiver",
-    "readout_of",
-    "receiver_slice",
-    "unembed",
 ]
 
 

@@ -23,7 +23,10 @@ import torch
 from mathcircuits.data import PairSet
 from mathcircuits.models import Head, HookedModel
 
-__all__ = ["MOVER", "READER", "TEMPLATES", "copy_pairs", "plant_copy", "plant_two_step"]
+__all__ = [
+    "copy_pairs",
+    "plant_two_step",
+]
 
 MOVER, READER = Head(0, 1), Head(2, 2)  # (layer, head): the digit is moved to the marker, then read at the last token
 TEMPLATES = {"t1": "{p}{A}{q}x{r}=", "t2": "{p}{q}{A}x{r}="}

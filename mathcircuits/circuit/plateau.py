@@ -24,7 +24,9 @@ from typing import Literal, TypeAlias
 from mathcircuits._errors import FixableValueError
 from mathcircuits.stats import Interval
 
-__all__ = ["PLATEAU_FLOOR", "SATURATION_FLOOR", "PlateauReason", "find_plateau", "round_saturated"]
+__all__ = [
+    "PlateauReason",
+]
 
 #: The plateau tolerance's absolute floor (faithfulness units).
 PLATEAU_FLOOR = 0.005

@@ -30,12 +30,12 @@ from mathcircuits.circuit.wiring import AblationValues, record_values
 from mathcircuits.data import PairSet
 from mathcircuits.models import HookedModel, PrefixCaches
 
-__all__ = ["PoolMeans", "pool_means", "scored_operands"]
+__all__: list[str] = []
 
 
-def scored_operands(dataset: PairSet) -> set[tuple[str, int, int]]:
+def scored_operands(pairs: PairSet) -> set[tuple[str, int, int]]:
     """``(template, a, b)`` of each pair, the pool prompts to leave out of the means."""
-    return set(zip(dataset.template_ids, dataset.a, dataset.b))
+    return set(zip(pairs.template_ids, pairs.a, pairs.b))
 
 
 @dataclass(frozen=True)

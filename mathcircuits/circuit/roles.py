@@ -26,7 +26,7 @@ _NAMES = ("operand mover", "operator reader", "few-shot reader", "local", "answe
 
 
 @torch.no_grad()
-def label_roles(model: HookedModel, dataset: PairSet, circuit: Circuit, batch_size: int = 16) -> Circuit:
+def label_roles(model: HookedModel, pairs: PairSet, circuit: Circuit, batch_size: int = 16) -> Circuit:
     """The circuit with each node's ``role`` filled in (``circuit.settings["positions"]`` names the labelling)."""
     circuit.check_model(model)
     positions = circuit.settings.positions
@@ -34,7 +34,7 @@ def label_roles(model: HookedModel, dataset: PairSet, circuit: Circuit, batch_si
     heads = [n for n in circuit.nodes if n.kind == "head"]
     sums = {n.name: torch.zeros(len(_NAMES), device="cpu") for n in heads}
     counts = {n.name: 0 for n in heads}
-    for b in circuit_batches(model, dataset, positions, batch_size):
+    for b in circuit_batches(model, pairs, positions, batch_size):
         _, pats = capture(model.bridge, b.tokens, [hooks.pattern(layer) for layer in layers], position=None)
         at, a = b.where, b.roles
         for n in heads:

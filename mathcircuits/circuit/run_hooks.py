@@ -22,7 +22,7 @@ from mathcircuits.circuit.wiring import LOGITS, AblationValues, NodeKey, Wiring,
 from mathcircuits.models import HookedModel, head_out_weights, hooks
 from mathcircuits.models.families import block_structure
 
-__all__ = ["CircuitRun"]
+__all__: list[str] = []
 
 
 class CircuitRun:

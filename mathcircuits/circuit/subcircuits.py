@@ -27,19 +27,11 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from mathcircuits.circuit.components import Receiver, Sender
-from mathcircuits.circuit.intervene import LOGITS, NodeKey, Wiring
+from mathcircuits.circuit.intervene import LOGITS, Wiring
 from mathcircuits.circuit.result import Circuit, Edge, Node
+from mathcircuits.circuit.wiring import NodeKey
 
-__all__ = [
-    "edge_order",
-    "node_key",
-    "random_wiring",
-    "size_grid",
-    "top_circuit",
-    "top_nodes",
-    "top_wiring",
-    "wiring_of",
-]
+__all__: list[str] = []
 
 
 def node_key(node: Node) -> NodeKey:

@@ -20,20 +20,7 @@ from mathcircuits.circuit.config import AblationKind, MLPMode
 from mathcircuits.models import HookedModel, PrefixCaches, hooks, repeat_cache
 
 __all__ = [
-    "ABLATION_KINDS",
     "LOGITS",
-    "MLP_MODES",
-    "AblationKind",
-    "AblationValues",
-    "MLPMode",
-    "NodeKey",
-    "Wiring",
-    "input_node",
-    "prefix_kv",
-    "record_values",
-    "upstream",
-    "without_mlps",
-    "resample_values",
 ]
 
 ABLATION_KINDS: tuple[str, ...] = get_args(AblationKind)

@@ -21,7 +21,8 @@ from mathcircuits.claims.margin import claim_c4
 from mathcircuits.claims.sparsity import claim_c1
 from mathcircuits.evaluation import EvalResult
 from mathcircuits.patching import KeyComponents, PatchingResult
-from mathcircuits.stats import DEFAULT_UNCERTAINTY, Uncertainty
+from mathcircuits.stats import Uncertainty
+from mathcircuits.stats.interval import DEFAULT_UNCERTAINTY
 
 __all__ = ["assess_claims"]
 

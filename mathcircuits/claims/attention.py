@@ -31,14 +31,16 @@ from dataclasses import dataclass
 import torch
 
 from mathcircuits._errors import FixableValueError
-from mathcircuits.analysis import ROLE_GROUPS, AttentionByRole, RoleGroup
+from mathcircuits.analysis import AttentionByRole
+from mathcircuits.analysis.roles import ROLE_GROUPS, RoleGroup
 from mathcircuits.claims.card import Claim, Verdict
 from mathcircuits.claims.paper import above_zero, claim, not_measured, pair_interval
 from mathcircuits.models import Head
 from mathcircuits.patching import KeyComponents
-from mathcircuits.stats import DEFAULT_UNCERTAINTY, Interval, Uncertainty
+from mathcircuits.stats import Interval, Uncertainty
+from mathcircuits.stats.interval import DEFAULT_UNCERTAINTY
 
-__all__ = ["C3_MIN_PAIRS", "RoleFinding", "RoleTest", "claim_c3", "role_findings"]
+__all__: list[str] = []
 
 C3_MIN_PAIRS = 4  # testing pairs below which a finding cannot be decided
 HEAD_KIND: dict[RoleGroup, str] = {"operands": "operand", "operator": "operator"}

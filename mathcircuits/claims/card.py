@@ -17,12 +17,18 @@ import pandas as pd
 from mathcircuits._codec import FlatSpec, encode_fields
 from mathcircuits._errors import FixableValueError
 from mathcircuits._io import SavedResult
-from mathcircuits.stats import DEFAULT_CONFIDENCE, METHOD_TEXT, Interval, IntervalMethod
+from mathcircuits.stats import Interval, IntervalMethod
+from mathcircuits.stats.interval import DEFAULT_CONFIDENCE, METHOD_TEXT
 
 #: How a verdict that reads many tests controls for their number (``none``: one test, or a count only).
 Correction = Literal["none", "holm", "bonferroni", "benjamini_hochberg", "majority"]
 
-__all__ = ["NO_ESTIMATE", "CardSettings", "Claim", "ClaimsCard", "Correction", "Verdict", "no_estimate"]
+__all__ = [
+    "CardSettings",
+    "Claim",
+    "ClaimsCard",
+    "Verdict",
+]
 
 #: Interval methods that draw nothing: their intervals have no seed.
 _NOT_DRAWN = ("none", "wilson")

@@ -14,9 +14,11 @@ from mathcircuits.claims.card import Claim, Verdict
 from mathcircuits.claims.improve import MARGIN_TEXT, c6_verdict
 from mathcircuits.claims.paper import claim, not_measured
 from mathcircuits.evaluation import EvalResult
-from mathcircuits.stats import DEFAULT_UNCERTAINTY, Uncertainty, paired_bootstrap
+from mathcircuits.stats import Uncertainty
+from mathcircuits.stats.bootstrap import paired_bootstrap
+from mathcircuits.stats.interval import DEFAULT_UNCERTAINTY
 
-__all__ = ["claim_c6"]
+__all__: list[str] = []
 
 
 def _items(res: EvalResult, benches: Sequence[str]) -> list[float] | None:

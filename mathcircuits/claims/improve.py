@@ -44,16 +44,7 @@ from mathcircuits.finetune.effects import difference
 from mathcircuits.finetune.units import UnitComparison
 from mathcircuits.stats import Interval
 
-__all__ = [
-    "MARGIN_TEXT",
-    "C6Ruling",
-    "C6Stop",
-    "c6_verdict",
-    "claim_c6_units",
-    "claim_c6b",
-    "precise_definition",
-    "with_unit_claims",
-]
+__all__: list[str] = []
 
 INTERVAL_TEXT = "95% t intervals over items and seeds, seeds − 1 degrees of freedom"
 MARGIN_TEXT = f"−{100 * C6_MARGIN:.0f}-point margin"  # "not worse by more than 5 points", as the card prints it

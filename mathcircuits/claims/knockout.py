@@ -7,7 +7,8 @@ Both read an accuracy *drop* with its interval beside the drops of depth-matched
 
 from __future__ import annotations
 
-from mathcircuits.ablation import MEASURED, RandomControl, TransferResult
+from mathcircuits.ablation import RandomControl, TransferResult
+from mathcircuits.ablation.result import MEASURED
 from mathcircuits.claims.card import Claim, Verdict, no_estimate
 from mathcircuits.claims.paper import (
     C2_MIN_BASELINE,
@@ -19,16 +20,10 @@ from mathcircuits.claims.paper import (
     not_measured,
     pair_interval,
 )
-from mathcircuits.stats import (
-    DEFAULT_CONFIDENCE,
-    DEFAULT_UNCERTAINTY,
-    Interval,
-    Uncertainty,
-    format_points,
-    wilson_interval,
-)
+from mathcircuits.stats import Interval, Uncertainty
+from mathcircuits.stats.interval import DEFAULT_CONFIDENCE, DEFAULT_UNCERTAINTY, format_points, wilson_interval
 
-__all__ = ["claim_c2", "claim_c5", "drop_verdict"]
+__all__: list[str] = []
 
 
 def drop_verdict(d_key: tuple[float, float, float], p_value: float, n_draws: int) -> tuple[Verdict, str]:

@@ -14,9 +14,11 @@ import torch
 from mathcircuits.ablation import MLPMargin
 from mathcircuits.claims.card import Claim, Verdict, fmt_interval
 from mathcircuits.claims.paper import C_ALPHA, C_NO_BETTER, claim, not_measured, pair_interval
-from mathcircuits.stats import DEFAULT_UNCERTAINTY, Interval, Uncertainty, null_placement
+from mathcircuits.stats import Interval, Uncertainty
+from mathcircuits.stats.interval import DEFAULT_UNCERTAINTY
+from mathcircuits.stats.testing import null_placement
 
-__all__ = ["claim_c4"]
+__all__: list[str] = []
 
 
 def claim_c4(

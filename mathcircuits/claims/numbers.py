@@ -23,7 +23,11 @@ from mathcircuits.claims.card import NO_ESTIMATE, Claim, ClaimsCard, Verdict
 from mathcircuits.numbers import HelixPatchResult, HelixResult, NeuronResult, ProbeResult, Spectrum
 from mathcircuits.stats import Interval
 
-__all__ = ["N1_MIN_CYCLES", "N3_MAX_SHARE", "PAPER_N", "claim_n1", "claim_n2", "claim_n3", "with_number_claims"]
+__all__ = [
+    "claim_n1",
+    "claim_n2",
+    "claim_n3",
+]
 
 N1_MIN_CYCLES = 4  # a period counts as periodic structure when the number axis holds at least 4 cycles of it
 N3_MAX_SHARE = 0.05  # "a small share": at most 5% of a layer's neurons (Nikankin et al. find about 1.5%)

@@ -13,25 +13,10 @@ from typing import Any
 import torch
 
 from mathcircuits.claims.card import NO_ESTIMATE, Claim, Verdict
-from mathcircuits.stats import Interval, Uncertainty, small_cluster_interval
+from mathcircuits.stats import Interval, Uncertainty
+from mathcircuits.stats.small_clusters import small_cluster_interval
 
-__all__ = [
-    "C1_BAND",
-    "C1_MAX_FRACTION",
-    "C1_N_NULL",
-    "C2_MIN_BASELINE",
-    "C2_MIN_COLLAPSE",
-    "C2_MIN_DRAWS",
-    "C_ALPHA",
-    "C_NO_BETTER",
-    "C6_MARGIN",
-    "PAPER",
-    "above_zero",
-    "claim",
-    "not_measured",
-    "pair_interval",
-    "quantiles",
-]
+__all__: list[str] = []
 
 C1_MAX_FRACTION = 0.05  # "a few heads": the top 5% of all heads (paper §3.2); the concentration statistic's set
 C1_N_NULL = 1000  # sign-flip draws of the concentration null, and random head sets of the depth null
@@ -138,7 +123,8 @@ def pair_interval(
     strata: Sequence[str],
     uncertainty: Uncertainty,
 ) -> Interval:
-    """Interval of the mean of per-pair values over templates (:func:`mathcircuits.stats.small_cluster_interval`).
+    """Interval of the mean of per-pair values over templates
+    (:func:`mathcircuits.stats.small_clusters.small_cluster_interval`).
 
     A bootstrap-t over template means within operations, which covers with 4 templates; with one template, a
     bootstrap over pairs named ``pair_bootstrap_fallback``. Its value is the mean of template means (operations

@@ -4,7 +4,8 @@ The paper's number is "< 5% of heads". A head *matters* when its mean effect is 
 ``δ = C1_MARGIN · max_h |θ_h|``, a tenth of the strongest head's (as a heatmap is read: the heads that light up
 beside the brightest). The margin scales with the effect, not with the number of heads, so a dense map (many heads
 of comparable size) fails however many heads the model has, and a weak secondary head of a sparse map does not
-count. Every head is tested with templates as the units (:func:`~mathcircuits.stats.cluster_t_test`: its mean of
+count. Every head is tested with templates as the units (:func:`~mathcircuits.stats.small_clusters.cluster_t_test`:
+its mean of
 template means, a t-test with ``G − 1`` degrees of freedom; pairs as units when the pairs carry no template):
 
 * ``L`` heads shown to matter: ``|θ_h| > δ``, Benjamini–Hochberg at ``α/2`` over the ``H`` heads;
@@ -31,17 +32,12 @@ from torch import Tensor
 from mathcircuits.claims.card import Claim, Verdict, fmt_interval, no_estimate
 from mathcircuits.claims.paper import C1_BAND, C1_MAX_FRACTION, C1_N_NULL, C_ALPHA, C_NO_BETTER, claim, not_measured
 from mathcircuits.patching import KeyComponents, PatchingResult
-from mathcircuits.stats import (
-    DEFAULT_UNCERTAINTY,
-    Interval,
-    Uncertainty,
-    benjamini_hochberg,
-    bias_corrected_bootstrap,
-    cluster_t_test,
-    holm,
-)
+from mathcircuits.stats import Interval, Uncertainty
+from mathcircuits.stats.interval import DEFAULT_UNCERTAINTY
+from mathcircuits.stats.small_clusters import cluster_t_test
+from mathcircuits.stats.testing import benjamini_hochberg, bias_corrected_bootstrap, holm
 
-__all__ = ["C1_MARGIN", "HeadCount", "claim_c1", "concentration", "count_heads", "depth_distance"]
+__all__: list[str] = []
 
 C1_MARGIN = 0.1  # a head matters from a tenth of the strongest head's |effect|
 

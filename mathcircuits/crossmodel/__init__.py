@@ -2,18 +2,15 @@
 
 :class:`RunResults` holds one run's saved results; :func:`compare_runs` makes the
 :class:`ModelComparison` (every quantity with both intervals, a difference only where they
-separate); :func:`write_comparison` writes its page, tables and figures. The CLI command
+separate); :func:`~.page.write_comparison` writes its page, tables and figures. The CLI command
 ``mathcircuits compare-models RUN_A RUN_B --out DIR`` reads two run folders and does all three.
 """
 
 from mathcircuits.crossmodel.compare import compare_runs
-from mathcircuits.crossmodel.figures import comparison_figures
-from mathcircuits.crossmodel.measures import SEPARATIONS, Separation, depth_interval, separation
-from mathcircuits.crossmodel.page import comparison_html, write_comparison
+from mathcircuits.crossmodel.measures import Separation
 from mathcircuits.crossmodel.result import ClaimPair, ComparedValue, KeyHeadRow, ModelComparison, RunResults
 
 __all__ = [
-    "SEPARATIONS",
     "ClaimPair",
     "ComparedValue",
     "KeyHeadRow",
@@ -21,9 +18,4 @@ __all__ = [
     "RunResults",
     "Separation",
     "compare_runs",
-    "comparison_figures",
-    "comparison_html",
-    "depth_interval",
-    "separation",
-    "write_comparison",
 ]

@@ -22,7 +22,8 @@ from mathcircuits.crossmodel.measures import (
 )
 from mathcircuits.crossmodel.result import ClaimPair, ComparedValue, KeyHeadRow, ModelComparison, RunResults
 from mathcircuits.models import Head, ModelSpec
-from mathcircuits.stats import DEFAULT_CONFIDENCE, Interval, Uncertainty
+from mathcircuits.stats import Interval, Uncertainty
+from mathcircuits.stats.interval import DEFAULT_CONFIDENCE
 
 __all__ = ["compare_runs"]
 

@@ -15,9 +15,10 @@ from plotly.colors import qualitative
 from plotly.subplots import make_subplots
 
 from mathcircuits.crossmodel.result import ModelComparison, RunResults
-from mathcircuits.stats import DEFAULT_UNCERTAINTY, Uncertainty, wilson_interval
+from mathcircuits.stats import Uncertainty
+from mathcircuits.stats.interval import DEFAULT_UNCERTAINTY, wilson_interval
 
-__all__ = ["attention_roles", "comparison_figures", "key_head_depths", "knockout_overlay", "mlp_raise"]
+__all__: list[str] = []
 
 COLOURS = (qualitative.Plotly[0], qualitative.Plotly[1])
 

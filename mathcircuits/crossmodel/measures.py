@@ -24,26 +24,12 @@ from mathcircuits.ablation import KnockoutResult
 from mathcircuits.analysis import AttentionByRole, MLPProbeResult
 from mathcircuits.patching import KeyComponents
 from mathcircuits.patching.selection import median_depth
-from mathcircuits.stats import (
-    DEFAULT_CONFIDENCE,
-    DEFAULT_UNCERTAINTY,
-    Interval,
-    Uncertainty,
-    bootstrap_mean,
-    wilson_interval,
-)
+from mathcircuits.stats import Interval, Uncertainty
+from mathcircuits.stats.bootstrap import bootstrap_mean
+from mathcircuits.stats.interval import DEFAULT_CONFIDENCE, DEFAULT_UNCERTAINTY, wilson_interval
 
 __all__ = [
-    "SEPARATIONS",
     "Separation",
-    "attention_excess",
-    "depth_interval",
-    "key_depth",
-    "key_share",
-    "knockout_point",
-    "mlp_depth",
-    "no_interval",
-    "separation",
 ]
 
 Separation = Literal["A higher", "B higher", "overlap", "no interval"]

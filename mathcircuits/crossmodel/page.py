@@ -15,12 +15,12 @@ from pathlib import Path
 import pandas as pd
 import plotly.graph_objects as go
 
-from mathcircuits._files import atomic_path
+from mathcircuits._files import atomic_path, make_folder
 from mathcircuits.crossmodel.figures import comparison_figures
 from mathcircuits.crossmodel.result import ModelComparison, RunResults
 from mathcircuits.viz import save_figures
 
-__all__ = ["comparison_html", "write_comparison"]
+__all__: list[str] = []
 
 _CSS = """
 body { font-family: -apple-system, "Segoe UI", Helvetica, Arial, sans-serif; margin: 0 auto; max-width: 1240px;
@@ -127,7 +127,7 @@ def write_comparison(
     ``{what: path}`` of the files written.
     """
     out = Path(out_dir)
-    (out / "figures").mkdir(parents=True, exist_ok=True)
+    make_folder(out / "figures")  # a file in the way is named as the cause
     figures = comparison_figures(cmp, runs)
     written = {"comparison": cmp.save(out / "comparison.json")}
     for name, df in (

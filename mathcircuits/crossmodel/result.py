@@ -23,7 +23,8 @@ from mathcircuits.claims import ClaimsCard, Verdict
 from mathcircuits.crossmodel.measures import Separation
 from mathcircuits.models import ModelSpec
 from mathcircuits.patching import KeyComponents
-from mathcircuits.stats import DEFAULT_CONFIDENCE, Interval
+from mathcircuits.stats import Interval
+from mathcircuits.stats.interval import DEFAULT_CONFIDENCE
 
 __all__ = ["ClaimPair", "ComparedValue", "KeyHeadRow", "ModelComparison", "RunResults"]
 

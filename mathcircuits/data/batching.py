@@ -15,7 +15,7 @@ import torch
 
 from mathcircuits._errors import FixableKeyError, FixableValueError
 
-__all__ = ["iter_batches", "length_groups", "padded_groups"]
+__all__: list[str] = []
 
 
 def length_groups(lengths: list[int], batch_size: int, keys: list[Any] | None = None) -> list[list[int]]:

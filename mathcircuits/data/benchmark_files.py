@@ -20,17 +20,7 @@ from typing import Any, Required, TypedDict
 from mathcircuits._errors import FixableFileNotFoundError, FixableValueError
 from mathcircuits._files import JSONValue
 
-__all__ = [
-    "WORD_PROBLEM_SETS",
-    "ENV_ROOT",
-    "WordProblem",
-    "default_benchmark_root",
-    "find_benchmark_file",
-    "read_word_problems",
-    "decontaminate",
-    "read_benchmark_split",
-    "record_question",
-]
+__all__: list[str] = []
 
 ENV_ROOT = "MATHCIRCUITS_BENCHMARKS"
 WORD_PROBLEM_SETS = ("AddSub", "SingleEq", "SVAMP", "gsm8k")

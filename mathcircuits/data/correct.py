@@ -18,7 +18,7 @@ from tqdm.auto import tqdm
 from mathcircuits.data.filter import score_pairs
 from mathcircuits.data.generate import GenerationConfig, generate_pairs
 from mathcircuits.data.operands import PairError
-from mathcircuits.data.pairset import PairSet, pair_keys
+from mathcircuits.data.pairset import PairSet, pair_keys, quiet_datasets
 from mathcircuits.data.templates import Operation, TemplateSet, load_templates
 
 if TYPE_CHECKING:  # the data layer sits below models: the hooked model is named for the signature only
@@ -126,7 +126,7 @@ def fresh_pairs(
 
     For scoring on data other than the data that chose something (key heads chosen by path patching on
     ``pairs`` look more necessary on ``pairs`` than they are). Pairs are compared by their tokens
-    (:func:`~mathcircuits.data.pair_keys`); the new ``pair_id`` continue after the largest in ``pairs``;
+    (:func:`~mathcircuits.data.pairset.pair_keys`); the new ``pair_id`` continue after the largest in ``pairs``;
     ``seed`` is raised by one for each further round when a round is short.
     """
     if n < 1:
@@ -168,4 +168,5 @@ def fresh_pairs(
         )
     out = PairSet.concat(found).select(range(n)).dataset
     start = max(pairs.pair_ids, default=-1) + 1 if pairs.has("pair_id") else 0
-    return PairSet(out.remove_columns("pair_id").add_column("pair_id", list(range(start, start + n))))
+    with quiet_datasets():  # add_column flattens the selection's indices
+        return PairSet(out.remove_columns("pair_id").add_column("pair_id", list(range(start, start + n))))

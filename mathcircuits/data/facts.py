@@ -26,7 +26,9 @@ from mathcircuits.data.generate import GenerationConfig, operand_pairs
 from mathcircuits.data.pairs import PairRow
 from mathcircuits.data.pairset import PairSet
 
-__all__ = ["Fact", "drop_facts", "fact_of", "facts_of", "split_facts"]
+__all__ = [
+    "drop_facts",
+]
 
 Fact = tuple[str, int, int]
 """An arithmetic fact: ``(operation, a, b)``."""

@@ -21,17 +21,21 @@ from mathcircuits.data.batching import length_groups, padded_groups
 from mathcircuits.data.pairset import PairSet
 from mathcircuits.data.tokenizer_id import tokenizer_fingerprint
 
-__all__ = ["accuracy_table", "check_tokenizer", "filter_correct", "score_pairs"]
+__all__ = [
+    "accuracy_table",
+    "filter_correct",
+    "score_pairs",
+]
 
 
-def check_tokenizer(model: Any, dataset: PairSet) -> None:
+def check_tokenizer(model: Any, pairs: PairSet) -> None:
     """Refuse pairs made with another tokenizer than the model's (their token ids mean other text).
 
     Models without ``tokenizer`` are not checked by fingerprint; token ids must lie inside
     ``spec.vocab_size`` when the model has one.
     """
     tok = getattr(model, "tokenizer", None)
-    data = dataset.dataset
+    data = pairs.dataset
     if tok is not None and "tokenizer" in data.column_names:
         theirs, ours = sorted(set(data["tokenizer"])), tokenizer_fingerprint(tok)
         if theirs != [ours]:
@@ -42,7 +46,7 @@ def check_tokenizer(model: Any, dataset: PairSet) -> None:
             )
     vocab = getattr(getattr(model, "spec", None), "vocab_size", None)
     if isinstance(vocab, int):
-        top = max((max(t, default=0) for t in dataset.tokens), default=0)
+        top = max((max(t, default=0) for t in pairs.tokens), default=0)
         if top >= vocab:
             raise FixableValueError(
                 f"the pairs hold token id {top}, outside this model's vocabulary of {vocab}: they were made with "
@@ -54,7 +58,7 @@ def check_tokenizer(model: Any, dataset: PairSet) -> None:
 @torch.no_grad()
 def score_pairs(
     model: Callable[[torch.Tensor], torch.Tensor],
-    dataset: PairSet,
+    pairs: PairSet,
     batch_size: int = 32,
     device: str | torch.device | None = None,
     progress: bool = False,
@@ -71,35 +75,35 @@ def score_pairs(
     """
 
     needed = ("tokens", "answer_tokens", "n_tokens")
-    if not isinstance(dataset, PairSet):
+    if not isinstance(pairs, PairSet):
         raise FixableTypeError(
-            f"score_pairs needs a PairSet, got a {type(dataset).__name__}. ",
+            f"score_pairs needs a PairSet, got a {type(pairs).__name__}. ",
             "pass the pairs built by mathcircuits.data.generate_pairs (or PairSet.from_rows(rows)).",
         )
-    have = dataset.dataset.column_names
+    have = pairs.dataset.column_names
     missing = [c for c in needed if c not in have]
     if missing:
         raise FixableValueError(
-            f"score_pairs got a dataset without the columns {missing} (it has {list(have)}). ",
+            f"score_pairs got a pair set without the columns {missing} (it has {list(have)}). ",
             "pass pairs built by mathcircuits.data.generate_pairs, which records the prompt tokens, "
             "their count and the answer tokens.",
         )
-    if len(dataset) == 0:
+    if len(pairs) == 0:
         raise FixableValueError(
-            "score_pairs got an empty dataset (0 pairs). ", "generate pairs first, or check the filters."
+            "score_pairs got an empty pair set (0 pairs). ", "generate pairs first, or check the filters."
         )
-    check_tokenizer(model, dataset)
+    check_tokenizer(model, pairs)
     if device is None:
         device = getattr(model, "device", None) or "cpu"
-    seqs = [list(t) + list(ans[:-1]) for t, ans in zip(dataset.tokens, dataset.answer_tokens)]
-    n_prompt = list(dataset.n_tokens)
-    answers = [list(a) for a in dataset.answer_tokens]
+    seqs = [list(t) + list(ans[:-1]) for t, ans in zip(pairs.tokens, pairs.answer_tokens)]
+    n_prompt = list(pairs.n_tokens)
+    answers = [list(a) for a in pairs.answer_tokens]
     correct = [False] * len(seqs)
     first = [False] * len(seqs)
     p_ans = [0.0] * len(seqs)
     logp = [0.0] * len(seqs)
     fast = hasattr(model, "logits_from")
-    keys = list(dataset.template_ids) if fast and "template_id" in have else None
+    keys = list(pairs.template_ids) if fast and "template_id" in have else None
     # right padding (token 0) is exact for a causal LM without a mask; a runner with hooks keeps equal
     # lengths, since a hook may address positions from the end (e.g. a last-position ablation)
     group = length_groups if getattr(model, "fwd_hooks", None) else padded_groups
@@ -118,7 +122,7 @@ def score_pairs(
             lp = torch.log_softmax(logits[row, start : start + k].float(), -1)
             p_ans[i] = float(lp[0, answers[i][0]].exp())
             logp[i] = float(lp.gather(-1, torch.as_tensor(answers[i], device=lp.device)[:, None]).sum())
-    data = dataset.dataset
+    data = pairs.dataset
     for name, col in (("correct", correct), ("first_correct", first), ("p_answer", p_ans), ("logp_answer", logp)):
         if name in data.column_names:
             data = data.remove_columns(name)
@@ -126,25 +130,25 @@ def score_pairs(
     return PairSet(data)
 
 
-def filter_correct(dataset: PairSet) -> PairSet:
+def filter_correct(pairs: PairSet) -> PairSet:
     """Keep the rows the model answered correctly.
 
-    ``dataset`` must be scored by :func:`score_pairs`.
+    ``pairs`` must be scored by :func:`score_pairs`.
     """
-    if not dataset.has("correct"):
-        raise FixableValueError("filter_correct needs a 'correct' column. ", "run score_pairs(model, dataset) first.")
-    return PairSet(dataset.dataset.filter(lambda r: r["correct"]))
+    if not pairs.has("correct"):
+        raise FixableValueError("filter_correct needs a 'correct' column. ", "run score_pairs(model, pairs) first.")
+    return PairSet(pairs.dataset.filter(lambda r: r["correct"]))
 
 
-def accuracy_table(dataset: PairSet, by: tuple[str, ...] = ("operation", "template_id")) -> Any:
+def accuracy_table(pairs: PairSet, by: tuple[str, ...] = ("operation", "template_id")) -> Any:
     """Accuracy and mean correct-answer probability per group, plus an "(all)" row per operation.
 
     Columns: the group columns, ``n``, ``accuracy``, ``first_token_accuracy`` and ``mean_p_answer``.
     """
 
-    if not dataset.has("correct"):
-        raise FixableValueError("accuracy_table needs a scored dataset. ", "run score_pairs(model, dataset) first.")
-    df = dataset.dataset.select_columns([*by, "correct", "first_correct", "p_answer"]).to_pandas()
+    if not pairs.has("correct"):
+        raise FixableValueError("accuracy_table needs a scored pair set. ", "run score_pairs(model, pairs) first.")
+    df = pairs.dataset.select_columns([*by, "correct", "first_correct", "p_answer"]).to_pandas()
 
     def summarize(keys: list[str]) -> Any:
         return (

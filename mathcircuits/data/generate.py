@@ -48,7 +48,10 @@ from mathcircuits.data.render import FewshotOperations, aligned_vocab, answer_sp
 from mathcircuits.data.templates import OPERATIONS, Operation, TemplateSet
 from mathcircuits.data.tokenizer_id import tokenizer_fingerprint
 
-__all__ = ["Counterfactual", "GenerationConfig", "generate_pairs", "operand_pairs"]
+__all__ = [
+    "GenerationConfig",
+    "generate_pairs",
+]
 
 log = logging.getLogger(__name__)
 

@@ -25,7 +25,7 @@ from typing import Literal, TypeAlias, get_args
 from mathcircuits._errors import FixableValueError
 from mathcircuits.data.templates import Operation
 
-__all__ = ["MIBCounterfactual", "MIB_KINDS", "mib_cf_operands", "mib_template_dir"]
+__all__: list[str] = []
 
 #: MIB's counterfactual kinds for arithmetic.
 MIBCounterfactual: TypeAlias = Literal[

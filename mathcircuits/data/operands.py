@@ -11,7 +11,9 @@ from fractions import Fraction
 from mathcircuits._errors import FixableError
 from mathcircuits.data.templates import OPERATIONS, Operation
 
-__all__ = ["PairError", "compute_answer"]
+__all__ = [
+    "PairError",
+]
 
 
 class PairError(FixableError, ValueError):

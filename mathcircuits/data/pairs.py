@@ -21,11 +21,14 @@ from torch import Tensor
 from mathcircuits._errors import FixableValueError
 from mathcircuits.data.templates import Operation
 
-__all__ = ["PairBatch", "PairRow", "check_columns", "operation_rows", "token_strings"]
+__all__ = [
+    "PairBatch",
+    "PairRow",
+]
 
 
 class PairRow(TypedDict, total=False):
-    """One row of a pair set, as :func:`~mathcircuits.data.render_pair` builds it (``pair_id`` is added by
+    """One row of a pair set, as :func:`~mathcircuits.data.render.render_pair` builds it (``pair_id`` is added by
     ``generate_pairs``; the ``cf_*`` answer columns and ``counterfactual`` by an operand counterfactual)."""
 
     prompt: str

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Collection, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Literal
 
@@ -22,7 +23,11 @@ from mathcircuits._files import atomic_dir
 from mathcircuits.data.batching import iter_batches
 from mathcircuits.data.pairs import PairBatch, PairRow, check_columns
 
-__all__ = ["Field", "PairSet", "Side", "check_token_aligned", "pair_batches", "pair_keys"]
+__all__ = [
+    "Field",
+    "PairSet",
+    "Side",
+]
 
 #: A column a pair set may have (``has`` asks for one; the properties read them).
 Field = Literal[
@@ -34,6 +39,21 @@ Field = Literal[
 
 #: One prompt of every pair: the reference (``"tokens"``) or the counterfactual (``"cf_tokens"``).
 Side = Literal["tokens", "cf_tokens"]
+
+
+@contextmanager
+def quiet_datasets() -> Iterator[None]:
+    """Within the block, ``datasets`` draws no bars ("Saving the dataset", "Flattening the indices"), then as before.
+
+    A pair set is a few hundred rows: those bars say nothing but fill a notebook's output. Values are unchanged.
+    """
+    was_on = datasets.is_progress_bar_enabled()
+    datasets.disable_progress_bars()
+    try:
+        yield
+    finally:
+        if was_on:
+            datasets.enable_progress_bars()
 
 
 def _positions(value: Any) -> tuple[int, ...]:
@@ -68,7 +88,7 @@ class PairSet:
 
     def save(self, path: str | Path) -> None:
         """Write the ``save_to_disk`` folder atomically, without ``cache-*.arrow`` leftovers."""
-        with atomic_dir(path) as tmp:
+        with atomic_dir(path) as tmp, quiet_datasets():
             self._data.save_to_disk(str(tmp))
             for cache in tmp.glob("cache-*.arrow"):
                 cache.unlink()
@@ -269,8 +289,9 @@ class PairSet:
 
     def with_fact_stages(self, stages: Sequence[str]) -> PairSet:
         """The set with each pair's fact stage recorded (replacing an earlier record)."""
-        data = self._data.remove_columns([c for c in ("fact_stage",) if c in self._data.column_names])
-        return PairSet(data.add_column("fact_stage", list(stages)))
+        with quiet_datasets():  # add_column flattens a selection's indices
+            data = self._data.remove_columns([c for c in ("fact_stage",) if c in self._data.column_names])
+            return PairSet(data.add_column("fact_stage", list(stages)))
 
     def batches(self, size: int, device: torch.device | str, answers: bool = False) -> list[PairBatch]:
         """Batches of pairs of equal token length and one template (so a batch shares its few-shot prefix).

@@ -15,7 +15,9 @@ from mathcircuits.data.operands import PairError, compute_answer
 from mathcircuits.data.pairs import PairRow
 from mathcircuits.data.templates import Template, TemplateSet
 
-__all__ = ["FewshotOperations", "aligned_vocab", "answer_spacing", "prompt_start", "render_pair", "render_prompt"]
+__all__ = [
+    "prompt_start",
+]
 
 #: Which operations the few-shot examples show: every operation of the set in turn (the default: the prefix does
 #: not name the query's operation), every example of every operation, or the query's own (the paper's).

@@ -18,7 +18,7 @@ from mathcircuits.data.pairset import PairSet
 from mathcircuits.data.render import answer_spacing, render_pair
 from mathcircuits.data.templates import TemplateSet
 
-__all__ = ["swap_pairs"]
+__all__: list[str] = []
 
 
 def swap_pairs(

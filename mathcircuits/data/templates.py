@@ -21,14 +21,11 @@ from mathcircuits._errors import FixableError, FixableFileNotFoundError
 from mathcircuits._files import StrictYAMLError, load_yaml
 
 __all__ = [
-    "OPERATIONS",
     "Operation",
-    "OperationOrAll",
     "Template",
     "TemplateError",
     "TemplateSet",
     "default_template_dir",
-    "load_template_set",
     "load_templates",
 ]
 

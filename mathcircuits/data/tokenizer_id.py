@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-__all__ = ["tokenizer_fingerprint"]
+__all__: list[str] = []
 
 #: text whose token ids tell tokenizers apart: digits, operators, words and whitespace of the templates
 _PROBE = "0 1 2 3 4 5 6 7 8 9 10 42 123 4567 + - * / = ? . , \n The sum of 12 and 7 is 19. Alice had apples."

@@ -15,7 +15,7 @@ from torch import Tensor
 
 from mathcircuits._errors import FixableValueError
 
-__all__ = ["common_prefix_length", "left_pad", "max_positions", "model_device", "pad_token_id"]
+__all__: list[str] = []
 
 
 def model_device(model: torch.nn.Module) -> torch.device:

@@ -16,11 +16,6 @@ from mathcircuits.evaluation.llm_adapters_files import load_llm_adapters
 from mathcircuits.evaluation.mmlu_csqa import load_commonsense_qa, load_mmlu
 
 __all__ = [
-    "BENCHMARKS",
-    "CHOICE_BENCHMARKS",
-    "MATH_BENCHMARKS",
-    "BenchmarkSpec",
-    "benchmark_spec",
     "load_benchmark",
 ]
 
@@ -104,7 +99,8 @@ def load_benchmark(
     """Load a benchmark by name as a list of items.
 
     ``split`` None: its first scoreable split (``test``, or ``validation`` for CommonsenseQA). ``path``: the root,
-    the benchmark folder or the file (None: :func:`~mathcircuits.data.default_benchmark_root`, else the Hub).
+    the benchmark folder or the file (None: :func:`~mathcircuits.data.benchmark_files.default_benchmark_root`, else
+    the Hub).
     ``limit`` items are drawn with ``seed`` (None: all). KeyError for an unknown benchmark.
     """
     spec = benchmark_spec(name)

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from mathcircuits._schema import ConfigError, check_fields, setting
 from mathcircuits.evaluation.benchmarks import BENCHMARKS, benchmark_spec
 
-__all__ = ["EvaluationConfig"]
+__all__: list[str] = []
 
 
 @dataclass(frozen=True)

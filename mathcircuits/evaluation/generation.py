@@ -49,13 +49,7 @@ from mathcircuits.models import (
     verify_once,
 )
 
-__all__ = [
-    "DEFAULT_STOP",
-    "check_generation_cache",
-    "first_step_logits",
-    "generate_greedy",
-    "prefix_cache_supported",
-]
+__all__: list[str] = []
 
 DEFAULT_STOP = ("\nQuestion:", "\n\nQ:", "### Instruction", "\n\n\n")
 # A finished "The answer is N." sentence (the period or newline must be followed by

@@ -27,7 +27,9 @@ from mathcircuits._files import JSONObject
 from mathcircuits.evaluation.items import BenchmarkItem
 from mathcircuits.evaluation.scoring import BenchmarkScore, ScoreSettings
 
-__all__ = ["LM_EVAL_BENCHMARKS", "evaluate_lm_eval", "lm_eval_task_config"]
+__all__ = [
+    "evaluate_lm_eval",
+]
 
 log = logging.getLogger(__name__)
 

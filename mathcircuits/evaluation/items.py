@@ -17,7 +17,9 @@ import pandas as pd
 from mathcircuits._errors import FixableValueError
 from mathcircuits._files import JSONObject
 
-__all__ = ["BenchmarkItem", "Kind", "items_to_dataframe", "subsample"]
+__all__ = [
+    "BenchmarkItem",
+]
 
 Kind = Literal["math", "choice"]
 

@@ -28,7 +28,7 @@ from mathcircuits.data.benchmark_files import (
 )
 from mathcircuits.evaluation.items import BenchmarkItem, Kind
 
-__all__ = ["BOOL_CHOICES", "load_llm_adapters", "parse_choice_record"]
+__all__: list[str] = []
 
 log = logging.getLogger(__name__)
 
@@ -112,7 +112,8 @@ def load_llm_adapters(
     """Load ``<root>/<folder>/<split>.json`` (LLM-Adapters format) as benchmark items.
 
     Uids are ``"<split>-<index>"``; ``kind`` says how a record is parsed. ``path``: the root, the benchmark
-    folder or the file itself; None: the default root (:func:`~mathcircuits.data.default_benchmark_root`),
+    folder or the file itself; None: the default root
+    (:func:`~mathcircuits.data.benchmark_files.default_benchmark_root`),
     else a download from the LLM-Adapters repository.
     """
     file = find_benchmark_file(folder, split, path)

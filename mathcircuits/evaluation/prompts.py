@@ -15,7 +15,7 @@ from typing import Any, Literal
 from mathcircuits.evaluation.extract import answers_match
 from mathcircuits.evaluation.items import BenchmarkItem
 
-__all__ = ["ALPACA_TEMPLATE", "CHOICE_TEMPLATE", "MATH_INSTRUCTION", "PromptStyle", "math_prompt", "select_exemplars"]
+__all__: list[str] = []
 
 PromptStyle = Literal["plain", "alpaca", "chat"]
 

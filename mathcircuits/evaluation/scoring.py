@@ -21,7 +21,10 @@ from mathcircuits.evaluation.generation import DEFAULT_STOP, generate_greedy
 from mathcircuits.evaluation.items import BenchmarkItem
 from mathcircuits.evaluation.prompts import PromptStyle, math_prompt
 
-__all__ = ["BenchmarkScore", "Normalization", "evaluate_math"]
+__all__ = [
+    "BenchmarkScore",
+    "evaluate_math",
+]
 
 log = logging.getLogger(__name__)
 
@@ -122,7 +125,7 @@ def evaluate_math(
 
     Items whose question is one of the ``exemplars`` are left out (in the LLM-Adapters files every train
     record is also a test record). ``stop_at_answer`` stops after the first finished "The answer is N."
-    sentence; ``tol`` is the absolute tolerance of :func:`~mathcircuits.evaluation.answers_match`.
+    sentence; ``tol`` is the absolute tolerance of :func:`~mathcircuits.evaluation.extract.answers_match`.
     """
     if not items:
         raise ValueError("evaluate_math got no items; load a benchmark first (load_benchmark(name, limit=...)).")

@@ -24,20 +24,16 @@ from torch import Tensor
 
 from mathcircuits._io import SavedResult
 from mathcircuits.evaluation.scoring import BenchmarkScore, ScoreSettings
-from mathcircuits.stats import (
-    DEFAULT_CONFIDENCE,
-    DEFAULT_UNCERTAINTY,
-    DeltaTable,
-    Extra,
-    Interval,
-    Uncertainty,
-    bootstrap_indices,
-    no_interval,
-    paired_bootstrap,
-    wilson_interval,
-)
+from mathcircuits.stats import DeltaTable, Extra, Interval, Uncertainty
+from mathcircuits.stats.bootstrap import bootstrap_indices, paired_bootstrap
+from mathcircuits.stats.deltas import no_interval
+from mathcircuits.stats.interval import DEFAULT_CONFIDENCE, DEFAULT_UNCERTAINTY, wilson_interval
 
-__all__ = ["ARITHMETIC", "EvalResult", "compare_table", "format_table"]
+__all__ = [
+    "EvalResult",
+    "compare_table",
+    "format_table",
+]
 
 ARITHMETIC = "held-out arithmetic"  # the benchmark name of the held-out arithmetic pairs (kind "arithmetic")
 

@@ -43,7 +43,10 @@ from mathcircuits._files import JSONObject, atomic_path, read_json, write_json
 from mathcircuits._version import __version__
 from mathcircuits.finetune.slices import KVPolicy, ParamSlice, SliceError, SliceSet
 
-__all__ = ["ADAPTER_CONFIG_NAME", "ADAPTER_TYPE", "ADAPTER_WEIGHTS_NAME", "HeadSliceAdapter", "TrainableSummary"]
+__all__ = [
+    "HeadSliceAdapter",
+    "TrainableSummary",
+]
 
 ADAPTER_CONFIG_NAME = "adapter_config.json"
 ADAPTER_WEIGHTS_NAME = "adapter_model.safetensors"

@@ -21,7 +21,9 @@ from mathcircuits._schema import ConfigError, check_fields, setting
 from mathcircuits.finetune.modes import Mode
 from mathcircuits.finetune.units import UnitPlan
 
-__all__ = ["CompareConfig", "check_modes"]
+__all__ = [
+    "CompareConfig",
+]
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from mathcircuits.finetune.modes import Mode
 from mathcircuits.models import Head
 from mathcircuits.patching import KeyComponents, SelectionSource
 
-__all__ = ["lora_rank_for_budget", "mode_components", "random_heads"]
+__all__: list[str] = []
 
 
 def random_heads(

@@ -17,7 +17,9 @@ from mathcircuits._schema import from_dict as config_from_dict
 from mathcircuits.finetune.modes import SFTMethod
 from mathcircuits.finetune.slices import KV_POLICIES, KVPolicy
 
-__all__ = ["LRScheduler", "SFTConfig"]
+__all__ = [
+    "SFTConfig",
+]
 
 #: the transformers schedulers that need no settings beyond warm-up and steps (a free string failed only in
 #: the finetune or compare stage, after earlier stages had written)

@@ -22,7 +22,9 @@ from mathcircuits._errors import FixableValueError
 from mathcircuits.data import PairSet
 from mathcircuits.data.benchmark_files import record_question
 
-__all__ = ["DEFAULT_PROMPT", "build_sft_dataset", "format_gold"]
+__all__ = [
+    "build_sft_dataset",
+]
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +61,8 @@ def build_sft_dataset(
     """A ``datasets.Dataset`` with ``input_ids`` and ``labels`` (``-100`` outside the target).
 
     ``records`` are arithmetic pairs (``tokens``, ``answer_tokens``) or word-problem records (``instruction``,
-    ``output``, ``answer``; :func:`mathcircuits.data.read_word_problems`). ``target`` and ``prompt_template`` apply to
+    ``output``, ``answer``; :func:`mathcircuits.data.benchmark_files.read_word_problems`). ``target`` and
+    ``prompt_template`` apply to
     word problems. ``add_eos`` None: False for arithmetic pairs (their few-shot format continues with a separator)
     and True for word problems. Examples longer than ``max_length`` tokens (prompt plus target) are dropped and
     logged; refuses when every one is.

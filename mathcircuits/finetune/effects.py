@@ -25,22 +25,18 @@ from torch import Tensor
 from mathcircuits._errors import FixableValueError
 from mathcircuits.finetune.units import UnitComparison, UnitRecord
 from mathcircuits.power import seed_item_t
-from mathcircuits.stats import DEFAULT_CONFIDENCE, DeltaTable, Interval, wilson_interval
+from mathcircuits.stats import DeltaTable, Interval
+from mathcircuits.stats.interval import DEFAULT_CONFIDENCE, wilson_interval
 
 __all__ = [
     "EffectsTable",
-    "Kind",
-    "Metric",
     "ModeEffects",
     "ParetoPoint",
     "SweepPoint",
     "difference",
     "effects_table",
-    "pareto_points",
     "pareto_records",
-    "scores_matrix",
     "sweep_records",
-    "sweep_table",
 ]
 
 Kind = Literal["math", "generic"]

@@ -17,7 +17,7 @@ from transformers import Trainer, TrainerCallback
 from mathcircuits._files import read_json
 from mathcircuits.finetune.adapter import HeadSliceAdapter
 
-__all__ = ["LOSS_FILE", "effective_decay_hook", "pad_collate", "prepare_resume", "trainer_classes"]
+__all__: list[str] = []
 
 LOSS_FILE = "loss_sum.json"
 """Saved in each checkpoint: the sum of every optimizer step's training loss so far (for the mean after a resume)."""

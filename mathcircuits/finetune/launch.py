@@ -23,7 +23,7 @@ import json
 import logging
 from collections.abc import Sequence
 
-__all__ = ["main"]
+__all__: list[str] = []
 
 log = logging.getLogger(__name__)
 

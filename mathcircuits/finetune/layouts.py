@@ -39,18 +39,9 @@ from mathcircuits.models.spec import ModelSpec
 from mathcircuits.patching import SelectionError
 
 __all__ = [
-    "HEAD_ROLES",
-    "KV_POLICIES",
     "LAYOUTS",
-    "AttentionLayout",
     "KVPolicy",
-    "Projection",
     "SliceError",
-    "kv_groups",
-    "merge_ranges",
-    "model_facts",
-    "module_orientation",
-    "resolve_layout",
 ]
 
 #: What precise SFT does with a head's key/value weights when K/V are shared by a group (GQA): see

@@ -31,7 +31,7 @@ from mathcircuits.finetune.layouts import KVPolicy, kv_groups
 from mathcircuits.finetune.sliceset import SliceSet
 from mathcircuits.models import Head, ModelSpec
 
-__all__ = ["MatchedDraw", "kv_shared_heads", "matched_random_heads"]
+__all__: list[str] = []
 
 
 @dataclass(frozen=True)

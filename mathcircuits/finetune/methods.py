@@ -21,7 +21,7 @@ from mathcircuits.finetune.slices import head_slices
 from mathcircuits.finetune.sliceset import SliceSet
 from mathcircuits.patching import KeyComponents
 
-__all__ = ["METHODS", "Prepare", "lora_model", "lora_targets"]
+__all__: list[str] = []
 
 #: A method's strategy: (model, key components or slices, config, model name) → the module to train.
 Prepare: TypeAlias = Callable[[nn.Module, KeyComponents | SliceSet | None, SFTConfig, str | None], nn.Module]

@@ -32,7 +32,9 @@ from mathcircuits._files import write_json
 from mathcircuits.finetune.modes import Mode
 from mathcircuits.finetune.units import RateChoice, SelectOn, Unit, UnitComparison, UnitPlan, UnitRecord
 
-__all__ = ["choose_rates", "compare_units", "final_units", "sweep_units", "units_remaining"]
+__all__ = [
+    "compare_units",
+]
 
 log = logging.getLogger(__name__)
 

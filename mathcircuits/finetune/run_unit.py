@@ -34,7 +34,9 @@ from mathcircuits.finetune.units import ItemScores, Unit, UnitRecord
 from mathcircuits.models import Head
 from mathcircuits.patching import KeyComponents, SelectionSource
 
-__all__ = ["Scorers", "execute_unit", "unit_components"]
+__all__ = [
+    "Scorers",
+]
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,7 @@
 """Train one SFT run through HF ``Trainer``: precise SFT (key components only), LoRA or full SFT.
 
-Every method (its strategy in :data:`~mathcircuits.finetune.METHODS`) runs the same way, with the paper's settings
+Every method (its strategy in :data:`~mathcircuits.finetune.methods.METHODS`) runs the same way, with the paper's
+settings
 as :class:`~mathcircuits.finetune.SFTConfig`'s defaults. Notes on faithfulness:
 
 * **Weight decay.** With ``decay_mode="weights"`` (default) the tuned entries decay as in full SFT: AdamW's

@@ -22,7 +22,14 @@ from mathcircuits.finetune.layouts import KVPolicy
 from mathcircuits.finetune.modes import Mode
 from mathcircuits.models import Head
 
-__all__ = ["ItemScores", "Phase", "RateChoice", "SelectOn", "Unit", "UnitComparison", "UnitPlan", "UnitRecord"]
+__all__ = [
+    "ItemScores",
+    "RateChoice",
+    "Unit",
+    "UnitComparison",
+    "UnitPlan",
+    "UnitRecord",
+]
 
 Phase = Literal["base", "sweep", "final"]
 SelectOn = Literal["logp", "accuracy"]

@@ -8,7 +8,7 @@ from torch import nn
 from mathcircuits.data import PairSet, score_pairs
 from mathcircuits.models import HFForward, PrefixRunner
 
-__all__ = ["score_arithmetic", "split_validation"]
+__all__: list[str] = []
 
 
 def split_validation(pool: PairSet, test: PairSet, n_validation: int, seed: int = 0) -> PairSet:

@@ -22,13 +22,7 @@ from transformer_lens.model_bridge import TransformerBridge
 from mathcircuits._errors import FixableError
 
 __all__ = [
-    "CACHE_KWARG_SINCE",
-    "SUPPORTED",
     "UnsupportedVersionError",
-    "VersionRange",
-    "check_versions",
-    "install_cache_alias",
-    "installed_versions",
 ]
 
 

@@ -26,19 +26,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from mathcircuits._errors import FixableFileNotFoundError, FixableKeyError, FixableValueError
 from mathcircuits._files import atomic_dir
 
-__all__ = [
-    "EMBEDDED",
-    "EMBEDDED_GGUF",
-    "EMBEDDED_NAME",
-    "EmbeddedSource",
-    "cache_root",
-    "canonical_source",
-    "convert_gguf",
-    "embedded_model_dir",
-    "embedded_source",
-    "find_embedded_gguf",
-    "weights_note",
-]
+__all__: list[str] = []
 
 log = logging.getLogger(__name__)
 

@@ -39,7 +39,10 @@ from mathcircuits._errors import FixableError
 from mathcircuits._files import JSONValue
 from mathcircuits.models.hooked import HookedModel
 
-__all__ = ["FAMILIES", "BlockStructure", "UnsupportedFamilyError", "block_structure"]
+__all__ = [
+    "BlockStructure",
+    "UnsupportedFamilyError",
+]
 
 
 class UnsupportedFamilyError(FixableError, ValueError):

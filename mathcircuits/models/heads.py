@@ -16,7 +16,9 @@ from typing import NamedTuple
 from mathcircuits._errors import FixableValueError
 from mathcircuits.models.spec import ModelSpec
 
-__all__ = ["Head", "check_heads"]
+__all__ = [
+    "Head",
+]
 
 _NAME = re.compile(r"^L(\d+)\.H(\d+)$")
 
@@ -50,7 +52,7 @@ def check_heads(heads: Iterable[tuple[int, int]], spec: ModelSpec, *, allow_empt
 
     No head (unless ``allow_empty``: a knockout of nothing) or a repeated head is a ``ValueError``, a head out of
     range an ``IndexError``. A selection is checked against the model by its own ``check_model`` first
-    (:func:`mathcircuits.patching.resolve_heads`).
+    (:func:`mathcircuits.patching.key_components.resolve_heads`).
     """
     out = tuple(Head.of(h) for h in heads)
     if not out and not allow_empty:

@@ -21,7 +21,7 @@ from transformers import AutoModelForCausalLM, Cache, PreTrainedTokenizerBase
 from mathcircuits._errors import FixableRuntimeError, FixableValueError
 from mathcircuits.models.spec import ModelSpec
 
-__all__ = ["HookedModel", "PrefixCaches", "execution_device"]
+__all__ = ["HookedModel", "PrefixCaches"]
 
 #: The KV caches of shared prefixes, by the prefix's tokens: filled by one runner, reused by the next.
 PrefixCaches = dict[tuple[int, ...], Cache]

@@ -8,7 +8,7 @@ post-attention / post-feed-forward norm; :mod:`mathcircuits.models.families` say
 
 from __future__ import annotations
 
-__all__ = ["attn_out", "mlp_in", "mlp_out", "pattern", "resid_mid", "resid_post", "resid_pre", "sub", "z"]
+__all__: list[str] = []
 
 
 def sub(layer: int, name: str) -> str:

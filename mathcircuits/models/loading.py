@@ -13,28 +13,28 @@ from __future__ import annotations
 import contextlib
 import io
 import logging
+import os
 from pathlib import Path
 
 import torch
+from huggingface_hub import try_to_load_from_cache
 from transformer_lens.model_bridge import TransformerBridge
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
-from mathcircuits._errors import FixableFileNotFoundError, FixableValueError
+from mathcircuits._errors import FixableFileNotFoundError, FixableKeyError, FixableValueError
 from mathcircuits.models.compat import check_versions, install_cache_alias
 from mathcircuits.models.embedded import EMBEDDED, cache_root, convert_gguf, embedded_model_dir, embedded_source
 from mathcircuits.models.forward.integrity import instrument_hooks
 from mathcircuits.models.forward.prefix import PrefixRunner
 from mathcircuits.models.hooked import HookedModel
 from mathcircuits.models.spec import ModelSpec
-from mathcircuits.models.tiny import tiny_family_name, tiny_gpt2, tiny_llama, tiny_model
+from mathcircuits.models.tiny import TINY_FAMILIES, tiny_family_name, tiny_gpt2, tiny_llama, tiny_model
 
 __all__ = [
     "HookedModel",
-    "boot_bridge",
     "load_hf_model",
     "load_model",
     "resolve_source",
-    "spec_from_bridge",
 ]
 
 log = logging.getLogger(__name__)
@@ -42,13 +42,47 @@ log = logging.getLogger(__name__)
 _TINY = {"tiny-llama": tiny_llama, "tiny-gpt2": tiny_gpt2}
 
 
+#: Set to 1 to let a name that is nothing local go to the Hugging Face Hub (as ``hub:<id>`` does for one name).
+HUB_ENV = "MATHCIRCUITS_HUB"
+HUB_PREFIX = "hub:"
+
+
+def available_sources() -> list[str]:
+    """The model names that load offline without a path: the embedded models and the tiny ones."""
+    tiny = sorted({"tiny-llama", "tiny-gpt2", *("tiny-" + f.replace("_", "-") for f in TINY_FAMILIES)})
+    return [*EMBEDDED, *tiny]
+
+
+def _hub_cache_folder(repo_id: str) -> Path | None:
+    """The local snapshot folder of a Hub id's model in the Hugging Face cache (its config.json's), or ``None``.
+
+    Read from the cache's files alone; loading from this folder asks the Hub nothing (given the id, transformers
+    still asks the Hub for optional files such as an adapter config, retrying for seconds when it is unreachable).
+    """
+    try:
+        found = try_to_load_from_cache(repo_id, "config.json")
+    except Exception:  # noqa: BLE001 - an id the Hub would not accept (spaces, three parts, ...): not cached
+        return None
+    return Path(found).parent if isinstance(found, str) else None
+
+
 def resolve_source(source: str) -> tuple[str, str]:
-    """``(kind, location)``: kind is embedded | tiny | folder | gguf | hub; location the canonical one.
+    """``(kind, location)``: kind is embedded | tiny | folder | gguf | cached | hub; location the canonical one.
 
     ``source``: an embedded model (:data:`EMBEDDED`), ``"tiny-<family>"`` (:data:`TINY_FAMILIES`), a local HF
-    folder or ``.gguf`` file, or a Hub id (needs internet on first use). A local path that does not exist or holds
-    no model is a ``FileNotFoundError``; a tiny family without a tiny model a ``KeyError``.
+    folder or ``.gguf`` file, a Hub id already in the local Hugging Face cache (``cached``: loaded offline), or
+    ``"hub:<id>"`` to load from the Hub (any unknown name goes to the Hub when ``$MATHCIRCUITS_HUB=1``). Offline
+    first: a name that is none of these is a ``KeyError`` at once, listing the names that load offline, never a
+    request to an unreachable Hub. A local path that does not exist or holds no model is a ``FileNotFoundError``; a
+    tiny family without a tiny model a ``KeyError``.
     """
+    if source.startswith(HUB_PREFIX):
+        repo_id = source[len(HUB_PREFIX) :].strip()
+        if not repo_id:
+            raise FixableKeyError(
+                f"{source!r} names no Hub id. ", "write hub:<owner>/<name>, e.g. hub:Qwen/Qwen2.5-0.5B."
+            )
+        return "hub", repo_id
     embedded = embedded_source(source)
     if embedded is not None:
         return "embedded", embedded.name
@@ -76,7 +110,16 @@ def resolve_source(source: str) -> tuple[str, str]:
             f"give an existing HF folder (with config.json) or .gguf "
             f"file, an embedded model ({', '.join(EMBEDDED)}), a 'tiny-<family>' name, or a Hub id.",
         )
-    return "hub", source
+    if _hub_cache_folder(source) is not None:
+        return "cached", source
+    if os.environ.get(HUB_ENV, "") == "1":
+        return "hub", source
+    raise FixableKeyError(
+        f"model {source!r} is not an embedded model, a tiny model, a local folder or .gguf file, or a Hub id in the "
+        f"local cache; the models that load offline are {', '.join(available_sources())}. ",
+        f"use one of those, a path, or hub:{source} to download it from the Hugging Face Hub "
+        f"(or set {HUB_ENV}=1 to let any unknown name go to the Hub).",
+    )
 
 
 def load_hf_model(
@@ -106,6 +149,8 @@ def load_hf_model(
             folder: str = str(embedded_model_dir(loc))
         elif kind == "gguf":
             folder = str(_gguf_cache_dir(Path(loc)))
+        elif kind == "cached":  # its snapshot folder, so that the Hub is not asked
+            folder = str(_hub_cache_folder(loc))
         else:
             folder = loc
         try:
@@ -119,6 +164,11 @@ def load_hf_model(
                 raise OSError(
                     f"Could not load {loc!r} from the HuggingFace Hub ({err}). Offline? "
                     "Fix: pass a local HF folder or .gguf path, or use the embedded default model ('embedded')."
+                ) from err
+            if kind == "cached":
+                raise OSError(
+                    f"{loc!r} is in the Hugging Face cache, but not whole ({err}). "
+                    f"Fix: download it again with source hub:{loc}, or pass a local HF folder."
                 ) from err
             raise
     model = (model.to(device=device, dtype=dtype) if device_map is None else model).eval()

@@ -19,7 +19,10 @@ from mathcircuits._errors import FixableError, FixableTypeError
 from mathcircuits._files import JSONObject
 from mathcircuits._io import decode_fields
 
-__all__ = ["IDENTITY_KEYS", "Bridged", "ModelMismatchError", "ModelSpec", "as_spec", "check_model", "heads_by_layer"]
+__all__ = [
+    "ModelMismatchError",
+    "ModelSpec",
+]
 
 #: The facts two models must share for a head or MLP index to mean the same thing (besides the name).
 IDENTITY_KEYS: tuple[str, ...] = ("architecture", "n_layers", "n_heads", "n_kv_heads", "d_head", "d_model")

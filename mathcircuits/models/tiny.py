@@ -28,7 +28,7 @@ from mathcircuits._errors import FixableKeyError
 from mathcircuits._files import atomic_dir
 from mathcircuits.models.embedded import cache_root
 
-__all__ = ["TINY_CHARS", "TINY_FAMILIES", "tiny_family_name", "tiny_gpt2", "tiny_llama", "tiny_model", "tiny_tokenizer"]
+__all__: list[str] = []
 
 TINY_CHARS = string.digits + string.ascii_letters + " +-*/^=<>@#&$|~%!?:.,;'\"()\n_"
 _SPECIAL = ["<unk>", "<s>", "</s>"]

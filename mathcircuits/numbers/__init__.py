@@ -15,23 +15,19 @@ from mathcircuits.numbers.collected import NumberResults
 from mathcircuits.numbers.components import logit_spectra
 from mathcircuits.numbers.config import NumbersConfig
 from mathcircuits.numbers.grid import GridCapture, capture_grid, operand_grid
-from mathcircuits.numbers.helix import HelixResult, fit_helix, helix_basis
-from mathcircuits.numbers.heuristics import HEURISTIC_KINDS, Heuristic, heuristic_library, match_patterns
+from mathcircuits.numbers.helix import HelixResult, fit_helix
 from mathcircuits.numbers.neurons import NeuronResult, heuristic_neurons
-from mathcircuits.numbers.patch import HelixPatchResult, helix_patch, subspace_shifts
-from mathcircuits.numbers.probes import BestDepth, ProbeResult, cohen_kappa, mod_probes
-from mathcircuits.numbers.reading import token_fixed_periods
+from mathcircuits.numbers.patch import HelixPatchResult, helix_patch
+from mathcircuits.numbers.probes import BestDepth, ProbeResult, mod_probes
 from mathcircuits.numbers.results import TooFewCorrect
-from mathcircuits.numbers.spectra import Spectrum, frequency_spectrum, number_spectra, spectrum
+from mathcircuits.numbers.spectra import Spectrum, number_spectra
 from mathcircuits.numbers.states import NumberStates, number_contexts, number_states
 
 __all__ = [
     "BestDepth",
     "GridCapture",
-    "HEURISTIC_KINDS",
     "HelixPatchResult",
     "HelixResult",
-    "Heuristic",
     "LayerTopK",
     "NeuronKnockout",
     "NeuronResult",
@@ -42,21 +38,13 @@ __all__ = [
     "Spectrum",
     "TooFewCorrect",
     "capture_grid",
-    "cohen_kappa",
     "fit_helix",
-    "frequency_spectrum",
-    "helix_basis",
     "helix_patch",
-    "heuristic_library",
     "heuristic_neurons",
     "logit_spectra",
-    "match_patterns",
     "mod_probes",
     "number_contexts",
     "number_spectra",
     "number_states",
     "operand_grid",
-    "spectrum",
-    "subspace_shifts",
-    "token_fixed_periods",
 ]

@@ -16,9 +16,14 @@ from torch import Tensor
 from mathcircuits._codec import Fixed, FlatSpec
 from mathcircuits.numbers.grid import mlp_post
 from mathcircuits.numbers.results import quantile
-from mathcircuits.stats import Interval, Uncertainty, paired_bootstrap, wilson_interval
+from mathcircuits.stats import Interval, Uncertainty
+from mathcircuits.stats.bootstrap import paired_bootstrap
+from mathcircuits.stats.interval import wilson_interval
 
-__all__ = ["LayerTopK", "NeuronKnockout", "ablate", "random_like", "summarise_knockout"]
+__all__ = [
+    "LayerTopK",
+    "NeuronKnockout",
+]
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,8 @@ from mathcircuits._errors import FixableValueError
 from mathcircuits.models import HookedModel
 from mathcircuits.numbers.grid import GridCapture, answer_first_token
 from mathcircuits.numbers.spectra import Spectrum, spectrum
-from mathcircuits.stats import DEFAULT_UNCERTAINTY, Uncertainty
+from mathcircuits.stats import Uncertainty
+from mathcircuits.stats.interval import DEFAULT_UNCERTAINTY
 
 __all__ = ["logit_spectra"]
 

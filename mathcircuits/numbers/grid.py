@@ -30,13 +30,18 @@ from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
 from mathcircuits._errors import FixableValueError
-from mathcircuits.data import GenerationConfig, PairSet, answer_spacing, generate_pairs
+from mathcircuits.data import GenerationConfig, PairSet, generate_pairs
 from mathcircuits.data.batching import length_groups
+from mathcircuits.data.render import answer_spacing
 from mathcircuits.data.templates import TemplateSet
 from mathcircuits.models import HookedModel, SuffixRunner, head_out_weight, hooks, unembed_columns
 from mathcircuits.models.families import block_structure
 
-__all__ = ["GridCapture", "answer_first_token", "capture_grid", "grid_batches", "mlp_post", "operand_grid"]
+__all__ = [
+    "GridCapture",
+    "capture_grid",
+    "operand_grid",
+]
 
 
 def mlp_post(layer: int) -> str:

@@ -35,9 +35,14 @@ from mathcircuits._errors import FixableValueError
 from mathcircuits._io import SavedResult
 from mathcircuits.numbers.results import quantile
 from mathcircuits.numbers.states import NumberStates
-from mathcircuits.stats import DEFAULT_CONFIDENCE, DEFAULT_N_BOOT, DEFAULT_UNCERTAINTY, Uncertainty, bootstrap_indices
+from mathcircuits.stats import Uncertainty
+from mathcircuits.stats.bootstrap import bootstrap_indices
+from mathcircuits.stats.interval import DEFAULT_CONFIDENCE, DEFAULT_N_BOOT, DEFAULT_UNCERTAINTY
 
-__all__ = ["HelixResult", "fit_helix", "helix_basis", "orthonormal", "random_subspace"]
+__all__ = [
+    "HelixResult",
+    "fit_helix",
+]
 
 
 def helix_basis(numbers: Sequence[int], periods: Sequence[int]) -> tuple[Float[Tensor, "number k"], tuple[str, ...]]:

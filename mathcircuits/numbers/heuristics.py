@@ -31,15 +31,7 @@ import torch
 from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
-__all__ = [
-    "HEURISTIC_KINDS",
-    "Heuristic",
-    "HeuristicKind",
-    "Operand",
-    "heuristic_library",
-    "match_patterns",
-    "null_classified",
-]
+__all__: list[str] = []
 
 HeuristicKind = Literal["range", "mod", "digit", "identical"]
 HEURISTIC_KINDS: tuple[str, ...] = get_args(HeuristicKind)

@@ -47,9 +47,13 @@ from mathcircuits.numbers.config import NumbersConfig
 from mathcircuits.numbers.grid import GridCapture, capture_grid, grid_batches
 from mathcircuits.numbers.heuristics import HEURISTIC_KINDS, heuristic_library, match_patterns, null_classified
 from mathcircuits.numbers.results import TooFewCorrect
-from mathcircuits.stats import Uncertainty, wilson_interval
+from mathcircuits.stats import Uncertainty
+from mathcircuits.stats.interval import wilson_interval
 
-__all__ = ["DEFAULT_FRACTIONS", "NeuronResult", "heuristic_neurons"]
+__all__ = [
+    "NeuronResult",
+    "heuristic_neurons",
+]
 
 DEFAULT_FRACTIONS = NumbersConfig().topk_fractions  #: the config's, declared there
 

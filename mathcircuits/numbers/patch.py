@@ -33,15 +33,21 @@ from torch import Tensor
 from mathcircuits._errors import FixableValueError
 from mathcircuits._io import SavedResult
 from mathcircuits._schema import configured, given
-from mathcircuits.data import PairSet, swap_pairs
+from mathcircuits.data import PairSet
+from mathcircuits.data.swaps import swap_pairs
 from mathcircuits.data.templates import TemplateSet
 from mathcircuits.models import HookedModel, SuffixRunner
 from mathcircuits.numbers.config import NumbersConfig
 from mathcircuits.numbers.helix import HelixResult, random_subspace
 from mathcircuits.numbers.results import TooFewCorrect, quantile
-from mathcircuits.stats import DEFAULT_CONFIDENCE, DEFAULT_N_BOOT, Uncertainty, bootstrap_indices
+from mathcircuits.stats import Uncertainty
+from mathcircuits.stats.bootstrap import bootstrap_indices
+from mathcircuits.stats.interval import DEFAULT_CONFIDENCE, DEFAULT_N_BOOT
 
-__all__ = ["CONDITIONS", "HelixPatchResult", "helix_patch", "subspace_shifts"]
+__all__ = [
+    "HelixPatchResult",
+    "helix_patch",
+]
 
 CONDITIONS = ("full", "helix", "pca", "random")
 

@@ -46,16 +46,15 @@ from mathcircuits._io import SavedResult
 from mathcircuits.numbers.reading import Tokenization, token_fixed_periods
 from mathcircuits.numbers.results import quantile
 from mathcircuits.numbers.states import NumberStates
-from mathcircuits.stats import (
-    DEFAULT_CONFIDENCE,
-    DEFAULT_N_BOOT,
-    DEFAULT_UNCERTAINTY,
-    Interval,
-    Uncertainty,
-    bootstrap_indices,
-)
+from mathcircuits.stats import Interval, Uncertainty
+from mathcircuits.stats.bootstrap import bootstrap_indices
+from mathcircuits.stats.interval import DEFAULT_CONFIDENCE, DEFAULT_N_BOOT, DEFAULT_UNCERTAINTY
 
-__all__ = ["BestDepth", "ProbeResult", "cohen_kappa", "mod_probes"]
+__all__ = [
+    "BestDepth",
+    "ProbeResult",
+    "mod_probes",
+]
 
 ALPHAS = tuple(10.0**e for e in range(-2, 6))
 DIGITS = ("units", "tens")

@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Literal
 
-__all__ = ["Tokenization", "depth_labels", "number_reading", "number_token_counts", "token_fixed_periods"]
+__all__: list[str] = []
 
 Tokenization = Literal["single-token", "multi-token"]
 

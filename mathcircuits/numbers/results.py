@@ -10,7 +10,9 @@ from torch import Tensor
 
 from mathcircuits._errors import FixableError
 
-__all__ = ["TooFewCorrect", "quantile"]
+__all__ = [
+    "TooFewCorrect",
+]
 
 
 class TooFewCorrect(FixableError, ValueError):

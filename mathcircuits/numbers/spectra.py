@@ -37,9 +37,14 @@ from mathcircuits._errors import FixableValueError
 from mathcircuits._io import SavedResult
 from mathcircuits.numbers.results import quantile
 from mathcircuits.numbers.states import NumberStates
-from mathcircuits.stats import DEFAULT_CONFIDENCE, DEFAULT_UNCERTAINTY, Uncertainty, bootstrap_indices
+from mathcircuits.stats import Uncertainty
+from mathcircuits.stats.bootstrap import bootstrap_indices
+from mathcircuits.stats.interval import DEFAULT_CONFIDENCE, DEFAULT_UNCERTAINTY
 
-__all__ = ["Spectrum", "column_power", "frequency_spectrum", "number_spectra", "spectrum"]
+__all__ = [
+    "Spectrum",
+    "number_spectra",
+]
 
 
 def _dft(n: int) -> Tensor:

@@ -30,9 +30,11 @@ from torch import Tensor
 from mathcircuits._errors import FixableValueError
 from mathcircuits._files import JSONObject
 from mathcircuits._io import SavedResult
-from mathcircuits.data import Operation, answer_spacing, render_prompt
+from mathcircuits.data import Operation
+from mathcircuits.data.render import answer_spacing, render_prompt
 from mathcircuits.data.templates import TemplateSet
-from mathcircuits.models import HookedModel, ModelSpec, PrefixCaches, as_spec, hooks
+from mathcircuits.models import HookedModel, ModelSpec, PrefixCaches, hooks
+from mathcircuits.models.spec import as_spec
 from mathcircuits.numbers.reading import Tokenization, depth_labels, number_reading, number_token_counts
 
 __all__ = ["NumberStates", "number_contexts", "number_states"]

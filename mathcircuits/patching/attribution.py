@@ -34,7 +34,9 @@ from mathcircuits.patching.metrics import Metric
 from mathcircuits.patching.result import PatchingResult
 from mathcircuits.patching.scan import BatchEffects, Senders
 
-__all__ = ["attribution_scan", "compare_rankings"]
+__all__ = [
+    "compare_rankings",
+]
 
 
 def attribution_scan(

@@ -27,7 +27,7 @@ from mathcircuits.patching.metrics import answer_readout
 if TYPE_CHECKING:
     from mathcircuits.models import HookedModel
 
-__all__ = ["LastPositionCache", "last_position_caches"]
+__all__: list[str] = []
 
 
 @dataclass(frozen=True)

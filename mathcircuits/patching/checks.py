@@ -23,7 +23,7 @@ from mathcircuits.patching.metrics import METRICS
 from mathcircuits.patching.reference import reference_scan
 from mathcircuits.patching.scan import Senders
 
-__all__ = ["PROBE_ROWS", "check_exact"]
+__all__: list[str] = []
 
 PROBE_ROWS = 2
 """Probe pairs of the check: its cost is a scan of every sender on them, so two keep it a small share of a first

@@ -11,9 +11,9 @@ import time
 from typing import Any
 
 import torch
-from tqdm.auto import tqdm
 
 from mathcircuits._errors import FixableValueError
+from mathcircuits._progress import progress_bar
 from mathcircuits._schema import configured, expect, expect_pairs
 from mathcircuits.data.pairset import PairSet, check_token_aligned, pair_batches, pair_keys
 from mathcircuits.models import HookedModel, fast_paths_enabled, unloadable_parameters, verify_once
@@ -27,7 +27,9 @@ from mathcircuits.patching.reference import reference_scan
 from mathcircuits.patching.result import PatchingResult, PatchSettings
 from mathcircuits.patching.scan import Method, ScanFn, Senders
 
-__all__ = ["METHODS", "path_patch"]
+__all__ = [
+    "path_patch",
+]
 
 log = logging.getLogger(__name__)
 
@@ -36,14 +38,14 @@ METHODS: dict[Method, ScanFn] = {"exact": exact_scan, "reference": reference_sca
 
 def path_patch(
     model: HookedModel,
-    dataset: PairSet,
+    pairs: PairSet,
     config: PatchingConfig | None = None,
     *,
     metric: MetricName | Metric | MetricFn | None = None,
     max_memory: int | str | None = None,
     chunk_rows: int = 8192,
     keep_per_pair: bool = False,
-    progress: bool = False,
+    progress: bool | None = None,
     **settings: Any,
 ) -> PatchingResult:
     """Path-patch every head and/or MLP to the logits at the last position (and every answer position).
@@ -64,9 +66,10 @@ def path_patch(
         chunk_rows: bounds the rows per MLP call.
         **settings: fields of :class:`PatchingConfig` that replace the config's (``method="reference"``),
             checked by it.
+        progress: a bar on stderr (None: on unless ``MATHCIRCUITS_PROGRESS=0``; :mod:`mathcircuits._progress`).
     """
     expect("path_patch", "model", model, HookedModel, "a HookedModel", "pass mc.load_model(...)'s result")
-    expect_pairs("path_patch", "dataset", dataset)
+    expect_pairs("path_patch", "pairs", pairs)
     cfg = configured("path_patch", PatchingConfig, config, **settings)
     metric = get_metric(cfg.metric if metric is None else metric)
     max_memory = (cfg.max_memory or None) if max_memory is None else max_memory
@@ -81,10 +84,11 @@ def path_patch(
             "load it with its weights, on one device or split "
             "with device_map (accelerate's offload to 'cpu'/'disk' is fine); docs/howto/big-models-on-gpu.md.",
         )
-    check_token_aligned(dataset, model.spec.vocab_size)
+    check_token_aligned(pairs, model.spec.vocab_size)
     if method == "exact" and not fast_paths_enabled():
         log.info("fast paths are off: path patching runs the reference scan (one hooked forward per sender)")
         method, scan = "reference", METHODS["reference"]
+    bar = progress_bar(progress, "checking the fast path" if method == "exact" else "batching the pairs")
     if method == "exact":  # the check of the scan this metric runs (the other is checked when first used)
         if metric.every_answer_token:
             verify_once(model.bridge, "exact path patching (answer tokens)", lambda: check_exact(model, answers=True))
@@ -92,10 +96,10 @@ def path_patch(
             verify_once(model.bridge, "exact path patching", lambda: check_exact(model))
     spec = model.spec
     if max_memory is not None and method != "reference":  # the reference scan holds one forward at a time
-        seq = max(len(t) for t in dataset.tokens) if len(dataset) else 1
+        seq = max(len(t) for t in pairs.tokens) if len(pairs) else 1
         # teacher forcing reads every answer position: the longest answer's tokens per pair
-        teacher = metric.every_answer_token and dataset.has("answer_tokens")
-        positions = max((len(a) for a in dataset.answer_tokens), default=1) if teacher else 1
+        teacher = metric.every_answer_token and pairs.has("answer_tokens")
+        positions = max((len(a) for a in pairs.answer_tokens), default=1) if teacher else 1
         plan = plan_scan(
             spec,
             model.dtype,
@@ -110,15 +114,19 @@ def path_patch(
         log.info("memory plan: %s", plan)
         batch_size, chunk_rows = plan.batch_size, plan.chunk_rows
     t0 = time.perf_counter()
-    n = len(dataset)
+    n = len(pairs)
     all_heads = torch.full((n, spec.n_layers, spec.n_heads), float("nan"), device="cpu")
     all_mlps = torch.full((n, spec.n_layers), float("nan"), device="cpu")
     totals = torch.full((n,), float("nan"), device="cpu")
     excluded = torch.zeros(n, dtype=torch.bool, device="cpu")
     clean_sum = 0.0
-    batches = pair_batches(dataset, batch_size, model.device, answers=metric.every_answer_token)
-    for batch in tqdm(batches, disable=not progress, desc=f"path patching ({method})"):
-        eff = scan(model, batch, chosen, metric, chunk_rows=chunk_rows, progress=progress)
+    batches = pair_batches(pairs, batch_size, model.device, answers=metric.every_answer_token)
+    what = [f"{spec.n_layers * spec.n_heads} heads"] * chosen.heads + [f"{spec.n_layers} MLPs"] * chosen.mlps
+    bar.set_description(f"patching {' and '.join(what)} ({method}, {n} pairs)", refresh=False)
+    bar.reset(total=len(batches))
+    for batch in batches:
+        eff = scan(model, batch, chosen, metric, chunk_rows=chunk_rows, progress=not bar.disable)
+        bar.update()
         all_heads[batch.idx] = eff.heads
         all_mlps[batch.idx] = eff.mlps
         clean_sum += float(eff.clean_logit.float().sum())
@@ -126,6 +134,7 @@ def path_patch(
             totals[batch.idx] = eff.total
         if eff.excluded is not None:
             excluded[batch.idx] = eff.excluded
+    bar.close()
     n_excluded = int(excluded.sum())
     if n_excluded == n:
         raise FixableValueError(
@@ -143,8 +152,8 @@ def path_patch(
             metric.min_clean,
         )
         all_heads[excluded], all_mlps[excluded], totals[excluded] = float("nan"), float("nan"), float("nan")
-    ops = sorted(set(dataset.operations)) if dataset.has("operation") else []
-    pair_ids = list(dataset.pair_ids) if dataset.has("pair_id") else list(range(n))
+    ops = sorted(set(pairs.operations)) if pairs.has("operation") else []
+    pair_ids = list(pairs.pair_ids) if pairs.has("pair_id") else list(range(n))
     return PatchingResult(
         head_effects=all_heads.nanmean(0),
         mlp_effects=all_mlps.nanmean(0),
@@ -153,7 +162,7 @@ def path_patch(
         model=spec,
         n_pairs=n,
         pair_ids=pair_ids,
-        pair_keys=pair_keys(dataset),
+        pair_keys=pair_keys(pairs),
         operations=ops,
         clean_logit_mean=clean_sum / n,
         per_pair_heads=all_heads if keep_per_pair else None,
@@ -162,6 +171,6 @@ def path_patch(
         settings=PatchSettings(senders=tuple(senders), batch_size=batch_size, chunk_rows=chunk_rows),
         per_pair_total=totals,
         n_excluded=n_excluded,
-        pair_templates=[str(t) for t in dataset.template_ids] if dataset.has("template_id") else [],
-        pair_operations=[str(o) for o in dataset.operations] if dataset.has("operation") else [],
+        pair_templates=[str(t) for t in pairs.template_ids] if pairs.has("template_id") else [],
+        pair_operations=[str(o) for o in pairs.operations] if pairs.has("operation") else [],
     )

@@ -47,7 +47,7 @@ from mathcircuits.patching.cache import LastPositionCache, last_position_caches
 from mathcircuits.patching.metrics import Metric
 from mathcircuits.patching.scan import BatchEffects, Senders, scan_answers
 
-__all__ = ["exact_scan"]
+__all__: list[str] = []
 
 
 @torch.no_grad()

@@ -25,7 +25,11 @@ from mathcircuits.models.spec import ModelSpec, check_model, heads_by_layer
 from mathcircuits.patching.config import Rule, SelectionConfig
 from mathcircuits.patching.result import PatchingResult
 
-__all__ = ["RULES", "KeyComponents", "SelectionError", "SelectionSource", "median_depth", "resolve_heads"]
+__all__ = [
+    "KeyComponents",
+    "SelectionError",
+    "SelectionSource",
+]
 
 RULES: tuple[str, ...] = get_args(Rule)  # the choices, read off the Literal the config shares
 

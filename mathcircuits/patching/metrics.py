@@ -33,14 +33,8 @@ from mathcircuits._errors import FixableTypeError, FixableValueError
 from mathcircuits.models import Readout, Target
 
 __all__ = [
-    "LAST_POSITION_METRICS",
-    "METRICS",
-    "RELATIVE_MIN_CLEAN",
-    "LastPositionMetric",
     "Metric",
-    "MetricFn",
     "MetricName",
-    "answer_readout",
     "get_metric",
 ]
 

@@ -29,7 +29,10 @@ from mathcircuits._errors import FixableValueError
 from mathcircuits.models import vocab_chunk_for
 from mathcircuits.models.spec import ModelSpec
 
-__all__ = ["ScanPlan", "parse_bytes", "plan_scan", "scan_bytes"]
+__all__ = [
+    "ScanPlan",
+    "plan_scan",
+]
 
 _UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12, "kib": 2**10, "mib": 2**20}
 _UNITS |= {"gib": 2**30, "tib": 2**40}

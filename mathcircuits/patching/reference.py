@@ -22,7 +22,7 @@ from mathcircuits.models import HookedModel, Readout, capture, hooks
 from mathcircuits.patching.metrics import Metric, answer_readout
 from mathcircuits.patching.scan import BatchEffects, Senders, scan_answers
 
-__all__ = ["ROWS_PER_FORWARD", "reference_scan"]
+__all__: list[str] = []
 
 ROWS_PER_FORWARD = 64
 """Rows of one hooked forward: senders are stacked along the batch, each on its own copy of the pairs (a row's

@@ -1,7 +1,7 @@
 """The value path patching returns: per-head and per-MLP effects, each with an interval, and the total effect.
 
 Pairs of one template share their prefix and wording, so they are not independent: with each pair's
-template known and ≥ :data:`~mathcircuits.stats.MIN_CLUSTERS` (5) templates per operation, the interval
+template known and ≥ :data:`~mathcircuits.stats.bootstrap.MIN_CLUSTERS` (5) templates per operation, the interval
 is a **cluster bootstrap over templates, stratified by operation**; otherwise a bootstrap over pairs.
 Intervals need the per-pair effects (the identify stage keeps them). The total effect
 (``per_pair_total``) is each counterfactual prompt scored against its clean prompt.
@@ -25,17 +25,15 @@ from mathcircuits.models import HookedModel
 from mathcircuits.models.heads import Head
 from mathcircuits.models.spec import ModelSpec, check_model
 from mathcircuits.patching.scan import SenderKind
-from mathcircuits.stats import (
-    DEFAULT_CONFIDENCE,
-    DEFAULT_N_BOOT,
+from mathcircuits.stats import Interval, Uncertainty
+from mathcircuits.stats.bootstrap import (
     MIN_CLUSTERS,
-    Interval,
-    Uncertainty,
     bootstrap_mean,
     bootstrap_statistic,
     cluster_bootstrap,
     cluster_bootstrap_mean,
 )
+from mathcircuits.stats.interval import DEFAULT_CONFIDENCE, DEFAULT_N_BOOT
 
 __all__ = ["PatchSettings", "PatchingResult"]
 
@@ -56,7 +54,7 @@ class PatchingResult(SavedResult):
     NaN marks senders that were not patched. The bounds (``head_low`` ...) are filled from the per-pair
     effects when not given. ``n_excluded`` counts pairs the metric refused (NaN everywhere);
     ``pair_templates``/``pair_operations`` are the intervals' clusters and strata; ``pair_keys`` are
-    fingerprints (:func:`~mathcircuits.data.pair_keys`), so a later stage can tell it is handed the pairs
+    fingerprints (:func:`~mathcircuits.data.pairset.pair_keys`), so a later stage can tell it is handed the pairs
     that chose the heads (:meth:`shared_pairs`).
     """
 
@@ -110,7 +108,7 @@ class PatchingResult(SavedResult):
             )
 
     def _clustered(self) -> bool:
-        """Whether the cluster bootstrap applies (the rule of :func:`~mathcircuits.stats.mean_interval`)."""
+        """Whether the cluster bootstrap applies (the rule of :func:`~mathcircuits.stats.bootstrap.mean_interval`)."""
         n = self.per_pair_heads.shape[0] if self.per_pair_heads is not None else self.n_pairs
         if len(self.pair_templates) != n or n == 0:
             return False

@@ -20,7 +20,10 @@ from mathcircuits.patching.metrics import Metric
 if TYPE_CHECKING:
     from mathcircuits.models import HookedModel
 
-__all__ = ["SENDER_KINDS", "BatchEffects", "Method", "ScanFn", "SenderKind", "Senders", "scan_answers"]
+__all__ = [
+    "Method",
+    "SenderKind",
+]
 
 #: The path-patching methods (the keys of ``driver.METHODS``; the ``method`` choices of ``PatchingConfig``).
 Method: TypeAlias = Literal["exact", "reference", "attribution"]

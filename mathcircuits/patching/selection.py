@@ -35,7 +35,8 @@ from mathcircuits.patching.key_components import (
     median_depth,
 )
 from mathcircuits.patching.result import PatchingResult
-from mathcircuits.stats import Uncertainty, bootstrap_indices, cluster_bootstrap_indices
+from mathcircuits.stats import Uncertainty
+from mathcircuits.stats.bootstrap import bootstrap_indices, cluster_bootstrap_indices
 
 __all__ = ["select_key_components", "selection_stability"]
 

@@ -12,7 +12,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from mathcircuits.pipeline.compare_models import check_same_config, compare_model_runs, load_run_results
+    from mathcircuits._schema import setting
     from mathcircuits.pipeline.config import (
         LATER_SETTINGS,
         READ_ONLY_WHEN,
@@ -20,42 +20,24 @@ if TYPE_CHECKING:
         LaterSetting,
         ReadOnlyWhen,
         RunConfig,
-        fingerprint,
         fingerprinted,
-        multi_digit_template,
-        render_config,
     )
-    from mathcircuits.pipeline.context import Context, StageSummary, select_pairs, template_spread
-    from mathcircuits.pipeline.facts import (
-        FACT_STAGES,
-        FactStage,
-        FactUse,
-        fact_use,
-        stage_facts,
-        stage_rows,
-        tag_fact_stages,
-    )
-    from mathcircuits.pipeline.lock import RunLock, RunLockedError
-    from mathcircuits.pipeline.memory import MemoryHow, MemoryMeter, PeakMemory, cuda_devices
+    from mathcircuits.pipeline.context import Context, StageSummary, select_pairs
+    from mathcircuits.pipeline.facts import FactUse
+    from mathcircuits.pipeline.lock import RunLockedError
+    from mathcircuits.pipeline.memory import MemoryHow, MemoryMeter, PeakMemory
     from mathcircuits.pipeline.paths import RunPaths
     from mathcircuits.pipeline.plugins import StudyError, register_study, unregister_study
     from mathcircuits.pipeline.reader import ResultReader
     from mathcircuits.pipeline.registry import all_studies, stages
-    from mathcircuits.pipeline.run import (
-        RunFolderError,
-        check_run_folder,
-        done_summary,
-        is_input_error,
-        run_pipeline,
-        stage_status,
-    )
+    from mathcircuits.pipeline.run import RunFolderError, done_summary, run_pipeline, stage_status
     from mathcircuits.pipeline.sections import FinetuneSection, ModelSection
     from mathcircuits.pipeline.studies.shared import IdentifySummary, OperationTotal
     from mathcircuits.pipeline.study import Contribution, Study, StudyCode
 
 #: public name → the module that defines it (imported on first use).
 _WHERE = {
-    **dict.fromkeys(("check_same_config", "compare_model_runs", "load_run_results"), "compare_models"),
+    "setting": "_setting",
     **dict.fromkeys(
         (
             "LATER_SETTINGS",
@@ -64,81 +46,58 @@ _WHERE = {
             "LaterSetting",
             "ReadOnlyWhen",
             "RunConfig",
-            "fingerprint",
             "fingerprinted",
-            "multi_digit_template",
-            "render_config",
         ),
         "config",
     ),
-    **dict.fromkeys(("Context", "StageSummary", "select_pairs", "template_spread"), "context"),
-    **dict.fromkeys(
-        ("FACT_STAGES", "FactStage", "FactUse", "fact_use", "stage_facts", "stage_rows", "tag_fact_stages"), "facts"
-    ),
-    **dict.fromkeys(("RunLock", "RunLockedError"), "lock"),
-    **dict.fromkeys(("MemoryHow", "MemoryMeter", "PeakMemory", "cuda_devices"), "memory"),
+    **dict.fromkeys(("Context", "StageSummary", "select_pairs"), "context"),
+    "FactUse": "facts",
+    "RunLockedError": "lock",
+    **dict.fromkeys(("MemoryHow", "MemoryMeter", "PeakMemory"), "memory"),
     "RunPaths": "paths",
-    **dict.fromkeys(("FinetuneSection", "ModelSection"), "sections"),
-    **dict.fromkeys(
-        ("RunFolderError", "check_run_folder", "done_summary", "is_input_error", "run_pipeline", "stage_status"), "run"
-    ),
     **dict.fromkeys(("StudyError", "register_study", "unregister_study"), "plugins"),
     "ResultReader": "reader",
     **dict.fromkeys(("all_studies", "stages"), "registry"),
-    **dict.fromkeys(("Contribution", "Study", "StudyCode"), "study"),
+    **dict.fromkeys(("RunFolderError", "done_summary", "run_pipeline", "stage_status"), "run"),
+    **dict.fromkeys(("FinetuneSection", "ModelSection"), "sections"),
     **dict.fromkeys(("IdentifySummary", "OperationTotal"), "studies.shared"),
+    **dict.fromkeys(("Contribution", "Study", "StudyCode"), "study"),
 }
 
 __all__ = [
-    "FACT_STAGES",
     "LATER_SETTINGS",
     "READ_ONLY_WHEN",
     "ConfigError",
-    "Contribution",
-    "LaterSetting",
-    "ReadOnlyWhen",
-    "ModelSection",
     "Context",
-    "FactStage",
+    "Contribution",
     "FactUse",
     "FinetuneSection",
     "IdentifySummary",
+    "LaterSetting",
     "MemoryHow",
     "MemoryMeter",
-    "PeakMemory",
+    "ModelSection",
     "OperationTotal",
+    "PeakMemory",
+    "ReadOnlyWhen",
+    "ResultReader",
     "RunConfig",
     "RunFolderError",
-    "RunLock",
     "RunLockedError",
-    "ResultReader",
     "RunPaths",
     "StageSummary",
     "Study",
     "StudyCode",
     "StudyError",
-    "check_run_folder",
-    "cuda_devices",
-    "check_same_config",
-    "compare_model_runs",
+    "all_studies",
     "done_summary",
-    "fact_use",
-    "fingerprint",
     "fingerprinted",
-    "is_input_error",
-    "load_run_results",
-    "multi_digit_template",
-    "render_config",
+    "register_study",
     "run_pipeline",
     "select_pairs",
-    "stage_facts",
-    "stage_rows",
     "stage_status",
-    "tag_fact_stages",
     "stages",
-    "all_studies",
-    "template_spread",
-    "register_study",
+    "setting",
     "unregister_study",
 ]
 
@@ -146,7 +105,8 @@ __all__ = [
 def __getattr__(name: str) -> Any:
     if name not in _WHERE:
         raise AttributeError(f"module 'mathcircuits.pipeline' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{_WHERE[name]}"), name)
+    where = "mathcircuits._schema" if _WHERE[name] == "_setting" else f"{__name__}.{_WHERE[name]}"
+    value = getattr(importlib.import_module(where), name)
     globals()[name] = value  # later lookups skip this function
     return value
 

@@ -2,7 +2,8 @@
 
 Reads each run folder's saved results as typed values (:class:`~mathcircuits.crossmodel.RunResults`), checks
 that the two runs used the same configuration apart from the ``model`` section, and writes the comparison to
-``DIR``. Unlike the pipeline's stages it owns no run folder.
+``DIR``. Unlike the pipeline's stages it owns no run folder: ``DIR`` may lie inside none (no folder at or above it
+holds a ``.run.json``), and it holds each run's lock while it reads it, so a run being written is refused.
 
 Usage::
 
@@ -12,6 +13,8 @@ Usage::
 
 from __future__ import annotations
 
+import contextlib
+import errno
 from pathlib import Path
 from typing import Any
 
@@ -21,17 +24,20 @@ from mathcircuits._io import ResultFileError
 from mathcircuits.ablation import KnockoutResult
 from mathcircuits.analysis import AttentionByRole, MLPProbeResult
 from mathcircuits.claims import ClaimsCard
-from mathcircuits.crossmodel import ModelComparison, RunResults, compare_runs, write_comparison
-from mathcircuits.models import canonical_source
+from mathcircuits.crossmodel import ModelComparison, RunResults, compare_runs
+from mathcircuits.crossmodel.page import write_comparison
+from mathcircuits.models.embedded import canonical_source
 from mathcircuits.patching import KeyComponents
 from mathcircuits.pipeline.config import ConfigError, RunConfig
+from mathcircuits.pipeline.lock import RunLock, RunLockedError
 from mathcircuits.pipeline.paths import RunPaths
-from mathcircuits.pipeline.run import done_summary, stage_status
+from mathcircuits.pipeline.registry import stages
+from mathcircuits.pipeline.run import RunFolderError, done_summary, misplaced, stage_status
 from mathcircuits.pipeline.studies.shared import IdentifySummary
 from mathcircuits.stats import Uncertainty
-from mathcircuits.viz import find_chromium
+from mathcircuits.viz.export import find_chromium
 
-__all__ = ["check_same_config", "compare_model_runs", "load_run_results"]
+__all__: list[str] = []
 
 
 def _flat(d: JSONValue, prefix: str = "") -> dict[str, JSONValue]:
@@ -86,6 +92,8 @@ def load_run_results(folder: str | Path) -> tuple[RunResults, RunConfig]:
         ConfigError: config.yaml names another model than the run's identity (``.run.json``).
     """
     paths = RunPaths(Path(folder))
+    if Path(folder).is_dir() and (problem := misplaced(paths, stages())):
+        raise RunFolderError(problem + ".")
     if not paths.identity.is_file() or not paths.config.is_file():
         raise FixableFileNotFoundError(
             f"{folder} is not a run folder (no .run.json or config.yaml). ",
@@ -131,12 +139,43 @@ def load_run_results(folder: str | Path) -> tuple[RunResults, RunConfig]:
     return results, cfg
 
 
+def _run_folder_above(out: Path) -> Path | None:
+    """The nearest folder at or above ``out`` that holds a run (a ``.run.json``), or ``None``."""
+    return next((p for p in (out, *out.parents) if RunPaths(p).identity.exists()), None)
+
+
+def _lock(run: Path) -> RunLock | None:
+    """Hold ``run``'s lock while it is read (RunLockedError when a live process writes it).
+
+    A run folder this user cannot write has no writer of ours while it holds no lock file: it is read unlocked.
+    """
+    lock = RunLock(RunPaths(run).lock)
+    try:
+        lock.acquire()
+    except RunLockedError:
+        pid = lock.path.read_text().strip() if lock.path.is_file() else ""
+        who = f"process {pid}" if pid.isdigit() else "another process"
+        raise RunLockedError(
+            f"run folder {run} is being written by {who} (it holds the lock {lock.path}), so its results are not "
+            "final. ",
+            "wait for that run to finish, then compare again.",
+        ) from None
+    except OSError as err:
+        if err.errno in (errno.EACCES, errno.EROFS, errno.EPERM) and not lock.path.exists():
+            return None
+        raise
+    return lock
+
+
 def compare_model_runs(run_a: str | Path, run_b: str | Path, out: str | Path) -> ModelComparison:
     """Compare two run folders of one config on two models and write the page to ``out``.
+
+    Each run's lock is held while it is read.
 
     Raises:
         FileNotFoundError: a folder is not a finished run.
         ConfigError: the two runs' configs differ outside the model section, or ``out`` lies inside a run folder.
+        RunLockedError: a run is being written by another process.
     """
     out = Path(out)
     for run in (run_a, run_b):
@@ -145,7 +184,19 @@ def compare_model_runs(run_a: str | Path, run_b: str | Path, out: str | Path) ->
                 f"--out {out} lies inside the run folder {run}, whose files would then no longer match its markers. ",
                 "write the comparison to a folder outside both runs.",
             )
-    (a, cfg_a), (b, cfg_b) = load_run_results(run_a), load_run_results(run_b)
+    if (holder := _run_folder_above(out.resolve())) is not None:
+        raise ConfigError(
+            f"--out {out} lies inside the run folder {holder} (it holds a .run.json), whose files would then no "
+            "longer match its markers. ",
+            "write the comparison to a folder outside every run folder.",
+        )
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"--out {out} is a file, not a folder. ", "name a folder (it is created).")
+    with contextlib.ExitStack() as held:
+        for run in dict.fromkeys(Path(r).resolve() for r in (run_a, run_b)):  # one lock per folder
+            if run.is_dir() and RunPaths(run).identity.is_file() and (lock := _lock(run)) is not None:
+                held.callback(lock.release)
+        (a, cfg_a), (b, cfg_b) = load_run_results(run_a), load_run_results(run_b)
     check_same_config(cfg_a, cfg_b, (str(run_a), str(run_b)))
     cmp = compare_runs(a, b, Uncertainty(confidence=a.claims.confidence, seed=cfg_a.data.seed))
     formats = list(cfg_a.analysis.static_formats) if find_chromium() is not None else []

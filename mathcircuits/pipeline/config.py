@@ -33,14 +33,15 @@ from mathcircuits._schema import ConfigError, describe, from_dict, plain
 from mathcircuits.ablation.config import ValidationConfig
 from mathcircuits.analysis.config import AnalysisConfig
 from mathcircuits.circuit.config import CircuitConfig
-from mathcircuits.data import default_benchmark_root, load_templates, read_word_problems
+from mathcircuits.data import load_templates
+from mathcircuits.data.benchmark_files import default_benchmark_root, read_word_problems
 from mathcircuits.evaluation.benchmarks import benchmark_spec, load_benchmark
 from mathcircuits.evaluation.config import EvaluationConfig
 from mathcircuits.finetune import CompareConfig
 from mathcircuits.models import ModelSpec
 from mathcircuits.numbers import NumbersConfig
 from mathcircuits.patching.config import PatchingConfig, SelectionConfig
-from mathcircuits.pipeline.plugins import extra_sections
+from mathcircuits.pipeline.plugins import SettingsSection, extra_sections
 from mathcircuits.pipeline.sections import DataSection, FinetuneSection, ModelSection
 
 __all__ = [
@@ -50,12 +51,6 @@ __all__ = [
     "LaterSetting",
     "ReadOnlyWhen",
     "RunConfig",
-    "check_folders",
-    "check_templates",
-    "fingerprint",
-    "fingerprinted",
-    "multi_digit_template",
-    "render_config",
 ]
 
 
@@ -83,7 +78,7 @@ class RunConfig:
     evaluation: EvaluationConfig = field(default_factory=EvaluationConfig)
     compare: CompareConfig = field(default_factory=CompareConfig)
     #: the sections of studies registered from outside the package: section name → its config object
-    extra: Mapping[str, Any] = field(default_factory=dict)
+    extra: Mapping[str, SettingsSection] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         declared = extra_sections()

@@ -20,7 +20,7 @@ from pathlib import Path
 import datasets
 from transformers.utils import logging as hf_logging
 
-__all__ = ["DEPENDENCY_LOGGERS", "quiet_dependencies"]
+__all__: list[str] = []
 
 DEPENDENCY_LOGGERS = ("transformers", "transformer_lens", "datasets", "accelerate", "peft", "lm_eval", "torch")
 

@@ -30,7 +30,10 @@ from mathcircuits.pipeline.memory import PeakMemory
 from mathcircuits.pipeline.paths import RunPaths
 from mathcircuits.stats import Uncertainty
 
-__all__ = ["Context", "StageSummary", "TableRow", "save_csv", "save_dataset", "select_pairs", "template_spread"]
+__all__ = [
+    "StageSummary",
+    "select_pairs",
+]
 
 #: one row of a results table whose columns the config chooses (benchmarks, modes): column → value.
 TableRow = dict[str, str | int | float]
@@ -128,9 +131,9 @@ class Context:
         return cls.from_dict(read_json(marker)["summary"], source=marker)
 
 
-def save_dataset(ds: PairSet, path: Path) -> None:
+def save_dataset(pairs: PairSet, path: Path) -> None:
     """Save a pair set's folder atomically (:meth:`PairSet.save <mathcircuits.data.PairSet.save>`)."""
-    ds.save(path)
+    pairs.save(path)
 
 
 def save_csv(df: pd.DataFrame, path: Path) -> None:
@@ -139,10 +142,10 @@ def save_csv(df: pd.DataFrame, path: Path) -> None:
         df.to_csv(tmp, index=False)
 
 
-def select_pairs(ds: PairSet, operation: Operation | None, limit: int, seed: int = 0, skip: int = 0) -> PairSet:
+def select_pairs(pairs: PairSet, operation: Operation | None, limit: int, seed: int = 0, skip: int = 0) -> PairSet:
     """Up to ``limit`` rows (of one ``operation``, or any), in a seeded random order, after the first ``skip``.
 
-    The order depends only on ``ds``, ``operation`` and ``seed``, so two calls with the same three and
+    The order depends only on ``pairs``, ``operation`` and ``seed``, so two calls with the same three and
     ``skip`` of the first equal to its ``limit`` return disjoint rows: the identify stage takes the first
     ``patching.max_pairs`` of each operation, the validate stage the rows after them (fresh pairs).
     Possibly fewer than ``limit``, or none.
@@ -150,20 +153,20 @@ def select_pairs(ds: PairSet, operation: Operation | None, limit: int, seed: int
     if skip < 0:
         raise FixableValueError(f"select_pairs got skip={skip}. ", "pass the number of rows another stage used (>= 0).")
     if operation is not None:
-        ds = ds.of_operations((operation,))
-    ds = ds.shuffle(seed=seed)
-    return ds.select(list(range(min(skip, len(ds)), min(skip + limit, len(ds)))))  # a list: may be empty
+        pairs = pairs.of_operations((operation,))
+    pairs = pairs.shuffle(seed=seed)
+    return pairs.select(list(range(min(skip, len(pairs)), min(skip + limit, len(pairs)))))  # a list: may be empty
 
 
-def template_spread(ds: PairSet, seed: int = 0) -> list[int]:
-    """Every row of ``ds``, ordered round-robin over its templates (each template's rows in a seeded order).
+def template_spread(pairs: PairSet, seed: int = 0) -> list[int]:
+    """Every row of ``pairs``, ordered round-robin over its templates (each template's rows in a seeded order).
 
     The first ``n`` rows of this order cover ``min(n, templates)`` templates, each within one row of the others:
     a sample that must span every template (clusters for an interval, discovery vs evaluation pairs) takes them.
     """
     rng = random.Random(seed)
     by_t: dict[str, list[int]] = defaultdict(list)
-    for i, t in enumerate(ds.template_ids):
+    for i, t in enumerate(pairs.template_ids):
         by_t[t].append(i)
     queues = [rng.sample(rows, len(rows)) for _, rows in sorted(by_t.items())]
     order = []

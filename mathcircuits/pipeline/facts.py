@@ -5,7 +5,7 @@ Why. Rows that differ can still hold the same fact in another wording (``"3 + 5 
 cases per operation. A knockout scored on facts that chose the heads is not a fresh test.
 
 Method. The fact space is cut once, seeded by ``data.seed``, into one part per stage of :data:`FACT_STAGES`
-in the shares ``data.stage_fact_shares`` (:func:`~mathcircuits.data.split_facts`). The data stage tags every
+in the shares ``data.stage_fact_shares`` (:func:`~mathcircuits.data.facts.split_facts`). The data stage tags every
 pair with the stage that owns its fact (column ``fact_stage``); a stage draws only its own rows, and the
 circuit stage, which generates its own pairs, draws from its part. Each stage counts the facts it used and
 how many of them any other stage used or owns (:func:`fact_use`): 0, written in its summary.
@@ -18,9 +18,12 @@ from dataclasses import dataclass, field
 from typing import Literal, TypeAlias, get_args
 
 from mathcircuits._errors import FixableValueError
-from mathcircuits.data import Fact, GenerationConfig, PairSet, facts_of, split_facts
+from mathcircuits.data import GenerationConfig, PairSet
+from mathcircuits.data.facts import Fact, facts_of, split_facts
 
-__all__ = ["FACT_STAGES", "FactStage", "FactUse", "fact_use", "stage_facts", "stage_rows", "tag_fact_stages"]
+__all__ = [
+    "FactUse",
+]
 
 #: The stages that draw pairs, each from its own part of the facts, in the order of ``data.stage_fact_shares``.
 FactStage: TypeAlias = Literal["identify", "validate", "analyze", "circuit"]

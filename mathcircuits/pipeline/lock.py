@@ -20,7 +20,9 @@ from types import TracebackType
 
 from mathcircuits._errors import FixableError
 
-__all__ = ["RunLock", "RunLockedError"]
+__all__ = [
+    "RunLockedError",
+]
 
 log = logging.getLogger(__name__)
 

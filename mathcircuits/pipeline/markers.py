@@ -33,15 +33,7 @@ from mathcircuits._codec import Encoded
 from mathcircuits._files import JSONObject, is_temporary, read_json, write_json
 from mathcircuits.pipeline.paths import MARKER, RUNNING
 
-__all__ = [
-    "Marker",
-    "StageState",
-    "clear_stage_folder",
-    "hash_outputs",
-    "linked_folder",
-    "outputs_digest",
-    "verify_outputs",
-]
+__all__: list[str] = []
 
 _SKIP = {MARKER, RUNNING}
 _CHUNK = 1 << 22

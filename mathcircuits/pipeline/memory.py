@@ -33,9 +33,14 @@ from typing import Literal, TypeAlias
 import psutil
 import torch
 
-from mathcircuits.models import Bridged, devices_of
+from mathcircuits.models import devices_of
+from mathcircuits.models.spec import Bridged
 
-__all__ = ["MemoryHow", "MemoryMeter", "PeakMemory", "cuda_devices"]
+__all__ = [
+    "MemoryHow",
+    "MemoryMeter",
+    "PeakMemory",
+]
 
 #: How a peak was measured: tensors allocated on CUDA devices, or the process's resident set size.
 MemoryHow: TypeAlias = Literal["cuda_allocated", "cpu_rss"]

@@ -25,10 +25,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from mathcircuits.data import Operation, OperationOrAll
+from mathcircuits.data import Operation
+from mathcircuits.data.templates import OperationOrAll
 from mathcircuits.finetune import Mode
 
-__all__ = ["MARKER", "RUNNING", "RunPaths"]
+__all__ = [
+    "RunPaths",
+]
 
 MARKER = ".done.json"
 RUNNING = ".running.json"  # the fingerprint a stage is running for, while it runs (resume or clear)

@@ -18,7 +18,11 @@ from typing import Protocol, runtime_checkable
 
 from mathcircuits._errors import FixableValueError
 
-__all__ = ["ENTRY_POINT_GROUP", "StudyError", "extra_sections", "register_study", "registered", "unregister_study"]
+__all__ = [
+    "StudyError",
+    "register_study",
+    "unregister_study",
+]
 
 ENTRY_POINT_GROUP = "mathcircuits.studies"
 
@@ -36,6 +40,13 @@ class _Registrable(Protocol):
 
     @property
     def config(self) -> Mapping[str, type]: ...
+
+
+@runtime_checkable
+class SettingsSection(Protocol):
+    """A config section a study declares: a (frozen) dataclass of settings."""
+
+    __dataclass_fields__: dict
 
 
 _REGISTERED: dict[str, _Registrable] = {}

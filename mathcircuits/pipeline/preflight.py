@@ -15,13 +15,14 @@ from typing import TYPE_CHECKING
 
 from mathcircuits._errors import problem_of
 from mathcircuits._schema import ConfigError
-from mathcircuits.data import default_benchmark_root, load_templates, read_word_problems
+from mathcircuits.data import load_templates
+from mathcircuits.data.benchmark_files import default_benchmark_root, read_word_problems
 from mathcircuits.evaluation.benchmarks import load_benchmark
 
 if TYPE_CHECKING:
     from mathcircuits.pipeline.config import RunConfig
 
-__all__ = ["check_folders", "check_templates", "multi_digit_template"]
+__all__: list[str] = []
 
 
 def _loaded(cfg: RunConfig) -> list:

@@ -16,7 +16,10 @@ from mathcircuits.pipeline.study import Study
 if TYPE_CHECKING:
     from mathcircuits.pipeline.study import StudyCode
 
-__all__ = ["REPORT", "all_studies", "stages"]
+__all__ = [
+    "all_studies",
+    "stages",
+]
 
 #: the name of the last stage, which reads every study and writes the report and the claims card
 REPORT = "report"
@@ -46,12 +49,16 @@ def all_studies() -> dict[str, Study]:
 
 
 def stages() -> dict[str, Study]:
-    """Every stage in run order: the studies, then the report, which reads them all."""
+    """Every stage in run order: the studies, then the report, which reads them all.
+
+    The report's fingerprint covers the ``analysis`` section (its static formats) and every section a study reads,
+    since each study reads its own results back for the report under its own settings.
+    """
     every = all_studies()
     report = Study(
         REPORT,
         "the claims card, figures (HTML + static) and one offline HTML report",
-        settings=("analysis", "data", "evaluation", "finetune"),
+        settings=tuple(dict.fromkeys(("analysis", *(x for s in every.values() for x in s.settings)))),
         reads=tuple(every),
         code=lambda: _report_code(every),
     )

@@ -10,19 +10,25 @@ out. Every table and figure is built from the saved results, never read back fro
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import partial
 
+import pandas as pd
+
 from mathcircuits.claims import CardSettings, ClaimsCard, Verdict
+from mathcircuits.numbers import NumberResults
 from mathcircuits.pipeline.context import Context, StageSummary
 from mathcircuits.pipeline.facts import FactUse
 from mathcircuits.pipeline.reader import ResultReader
 from mathcircuits.pipeline.study import Contribution, Study, StudyCode, merge_claims
-from mathcircuits.report import ReportParts, build_report, report_figures
-from mathcircuits.viz import find_chromium, save_figures
+from mathcircuits.report import ReportParts, build_report
+from mathcircuits.report.build import report_figures
+from mathcircuits.viz import save_figures
+from mathcircuits.viz.export import find_chromium
 
-__all__ = ["ClaimLine", "ReportSummary", "code", "run"]
+__all__: list[str] = []
 
 
 @dataclass(frozen=True)
@@ -68,6 +74,36 @@ def _facts_used(ctx: Context, studies: Mapping[str, Study]) -> dict[str, str]:
     return out
 
 
+def _unset(value: object, default: object) -> bool:
+    if value is None or value is default:
+        return True
+    if isinstance(value, (Mapping, tuple, list, str)):
+        return not value
+    return isinstance(value, NumberResults) and value == NumberResults()
+
+
+def _filled(parts: list[ReportParts]) -> dict[str, object]:
+    """The fields the studies filled, each from the study that filled it (a field left at its default is unset)."""
+    empty = ReportParts()
+    found: dict[str, object] = {}
+    for p in parts:
+        for f in dataclasses.fields(ReportParts):
+            value = getattr(p, f.name)
+            if not _unset(value, getattr(empty, f.name)):
+                found[f.name] = value
+    return found
+
+
+def costs(ctx: Context, studies: Mapping[str, Study]) -> pd.DataFrame:
+    """What each finished study cost: wall time and peak memory, as its marker recorded them."""
+    rows = []
+    for name, study in studies.items():
+        if ctx.paths.marker(name).is_file():
+            s = ctx.summary(name, study.summary)
+            rows.append({"study": name, "seconds": s.seconds, "peak memory": str(s.peak_memory or "not measured")})
+    return pd.DataFrame(rows, columns=["study", "seconds", "peak memory"])
+
+
 def run(ctx: Context, studies: Mapping[str, Study]) -> ReportSummary:
     """The claims card, every figure (HTML + static formats) and one offline HTML report, from ``studies``.
 
@@ -80,17 +116,15 @@ def run(ctx: Context, studies: Mapping[str, Study]) -> ReportSummary:
         code = study.code()
         if code.report is not None:
             made.append(code.report(reader))
-    found: dict[str, object] = {}
-    for c in made:
-        found |= c.parts
-    if isinstance(found.get("data_summary"), dict):
-        found["data_summary"] = found["data_summary"] | {"facts_used_by_stage": _facts_used(ctx, studies)}
+    found = _filled([c.parts for c in made if c.parts is not None])
+    if isinstance(found.get("data_summary"), Mapping):
+        found["data_summary"] = {**found["data_summary"], "facts_used_by_stage": _facts_used(ctx, studies)}
     u = ctx.uncertainty
     card = ClaimsCard(
         claims=merge_claims(made), confidence=u.confidence, seed=u.seed, settings=CardSettings(n_boot=u.n_boot)
     )
     card.save(paths.claims)
-    parts = ReportParts(claims=card, **found)  # type: ignore[arg-type]
+    parts = ReportParts(claims=card, costs=costs(ctx, studies), **found)  # type: ignore[arg-type]
     figures = report_figures(parts, extra=[s for c in made for s in c.sections])  # built once: saved and embedded
     saved = figures.saved()
     formats = list(ctx.config.analysis.static_formats)

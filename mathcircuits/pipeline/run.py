@@ -24,7 +24,7 @@ import os
 import platform
 import time
 import traceback
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
 import torch
@@ -32,8 +32,9 @@ import yaml
 
 from mathcircuits._errors import FixableError
 from mathcircuits._files import DISK_FULL, JSONObject, atomic_path, read_json, write_json
-from mathcircuits.models import canonical_source, check_versions, checks_run, fast_paths
-from mathcircuits.models.compat import installed_versions
+from mathcircuits.models import checks_run, fast_paths
+from mathcircuits.models.compat import check_versions, installed_versions
+from mathcircuits.models.embedded import canonical_source
 from mathcircuits.pipeline.config import ConfigError, RunConfig, check_folders, fingerprint, fingerprinted
 from mathcircuits.pipeline.console import quiet_dependencies
 from mathcircuits.pipeline.context import Context, StageSummary
@@ -54,13 +55,8 @@ from mathcircuits.pipeline.registry import stages
 from mathcircuits.pipeline.study import Study
 
 __all__ = [
-    "InternalError",
     "RunFolderError",
-    "check_run_folder",
-    "done_summary",
-    "is_input_error",
     "run_pipeline",
-    "stage_status",
 ]
 
 log = logging.getLogger(__name__)
@@ -155,6 +151,25 @@ def _identity_model(paths: RunPaths) -> JSONObject | None:
     return None
 
 
+def misplaced(paths: RunPaths, names: Iterable[str]) -> str:
+    """A file where a run folder's stage folder (or ``logs``) belongs, or a folder where its ``.run.json``,
+    ``config.yaml``, ``versions.json`` or lock file belongs: the problem and its fix, or ``""``."""
+    for folder in [*(paths.stage(n) for n in names), paths.logs]:
+        if folder.exists() and not folder.is_dir():
+            return (
+                f"{folder} is a file, where the run's folder {folder.name}/ belongs. Fix: move or delete that file "
+                "(mathcircuits writes no file of that name), or use another --out folder"
+            )
+    for file, what in ((paths.identity, "identity"), (paths.config, "config"), (paths.versions, "versions"),
+                       (paths.lock, "lock")):  # fmt: skip
+        if file.is_dir() and not file.is_symlink():
+            return (
+                f"{file} is a folder, where the run's {what} file belongs. Fix: move or delete that folder, or use "
+                "another --out folder"
+            )
+    return ""
+
+
 def check_run_folder(run_dir: str | Path, cfg: RunConfig, force: bool = False) -> None:
     """Refuse, before writing anything, a run folder that cannot take this run.
 
@@ -179,6 +194,8 @@ def check_run_folder(run_dir: str | Path, cfg: RunConfig, force: bool = False) -
     for name in every:
         if problem := linked_folder(paths.stage(name)):
             raise RunFolderError(problem + ".")
+    if problem := misplaced(paths, every):
+        raise RunFolderError(problem + ".")
     finished = any(paths.marker(n).is_file() for n in every)
     old_model = _identity_model(paths)
     if force or not finished or old_model is None:

@@ -9,14 +9,19 @@ from typing import ClassVar, Literal
 
 import torch
 
-from mathcircuits._errors import problem_of
+from mathcircuits._errors import FixableError, problem_of
 from mathcircuits._schema import ConfigError, check_fields, project, setting
-from mathcircuits.data import Fact, GenerationConfig, load_templates
+from mathcircuits.data import GenerationConfig, load_templates
+from mathcircuits.data.facts import Fact
 from mathcircuits.finetune import Mode, SFTConfig
-from mathcircuits.models import canonical_source, resolve_source
+from mathcircuits.models import resolve_source
+from mathcircuits.models.embedded import canonical_source
 from mathcircuits.pipeline.facts import FactStage, stage_facts
 
-__all__ = ["DataSection", "FinetuneSection", "ModelSection"]
+__all__ = [
+    "FinetuneSection",
+    "ModelSection",
+]
 
 
 def _check_device(device: str) -> None:
@@ -44,7 +49,8 @@ class ModelSection:
     """Which model to load, where and how (``load_model``'s arguments)."""
 
     source: str = setting(
-        "embedded", "embedded | gemma3-270m | tiny-llama | tiny-<family> | HF folder | .gguf file | Hub id"
+        "embedded",
+        "embedded | gemma3-270m | tiny-llama | tiny-<family> | HF folder | .gguf file | cached Hub id | hub:<id>",
     )
     device: str = setting("cpu", "torch device, e.g. cpu or cuda")
     dtype: Literal["float32", "float16", "bfloat16"] = setting("float32", "weights' dtype")
@@ -67,12 +73,12 @@ class ModelSection:
                 "leave device_map empty, or save the model with save_pretrained and give its folder.",
             )
         try:
-            resolve_source(self.source)  # a path that does not exist fails here, before any output
-        except FileNotFoundError as err:
-            raise ConfigError(
-                f"source={self.source!r}: {problem_of(err)}. ",
-                "give an existing HF folder or .gguf file, or embedded / gemma3-270m / tiny-llama / tiny-gpt2.",
-            ) from err
+            resolve_source(self.source)  # a path that does not exist, or a name that is nothing known, fails here
+        except (FileNotFoundError, KeyError) as err:
+            fix = "give an existing HF folder or .gguf file, or embedded / gemma3-270m / tiny-llama / tiny-gpt2."
+            if isinstance(err, KeyError) and isinstance(err, FixableError) and err.fix:
+                fix = f"{err.fix}."  # an unknown name or tiny family: its own list of what there is
+            raise ConfigError(f"source={self.source!r}: {problem_of(err)}. ", fix) from err
 
 
 @dataclass(frozen=True)

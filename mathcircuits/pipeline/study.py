@@ -29,18 +29,24 @@ if TYPE_CHECKING:  # the record is read by the CLI before torch is imported; the
     from mathcircuits.pipeline.context import Context, StageSummary
     from mathcircuits.pipeline.paths import RunPaths
     from mathcircuits.pipeline.reader import ResultReader
+    from mathcircuits.report import ReportParts
     from mathcircuits.report.sections import Section
 
-__all__ = ["Contribution", "Study", "StudyCode", "claim_order", "merge_claims"]
+__all__ = [
+    "Contribution",
+    "Study",
+    "StudyCode",
+]
 
 
 @dataclass(frozen=True)
 class Contribution:
-    """What one study hands the report: the :class:`~mathcircuits.report.ReportParts` fields it fills, sections
-    of its own (a study from outside the package), and its claims (those of another study's id replace them:
-    the later study in the registry has the last word, e.g. the fair comparison's C6)."""
+    """What one study hands the report: the :class:`~mathcircuits.report.ReportParts` it fills (the fields it leaves
+    at their defaults are another study's), sections of its own (a study from outside the package), and its
+    claims (those of another study's id replace them: the later study in the registry has the last word, e.g. the
+    fair comparison's C6)."""
 
-    parts: Mapping[str, object] = field(default_factory=dict)
+    parts: ReportParts | None = None
     sections: tuple[Section, ...] = ()
     claims: tuple[Claim, ...] = ()
     #: interactive views written beside the figures: file stem → a function that writes it to the path given

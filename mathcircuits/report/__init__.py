@@ -9,44 +9,16 @@
   and :func:`build_report`.
 """
 
-from mathcircuits.report.build import ReportFigures, build_report, render_sections, report_figures, report_html
-from mathcircuits.report.html import CARD_END_COLOUR, Page, accuracy_with_intervals, claims_table, kv_table, plain_text
+from mathcircuits.report.build import ReportFigures, build_report
+from mathcircuits.report.html import Page
 from mathcircuits.report.parts import ReportParts
-from mathcircuits.report.readings import (
-    reading_attention,
-    reading_knockout,
-    reading_numbers,
-    reading_patching,
-    reading_probes,
-    reading_stability,
-    reading_transfer,
-    reading_unmeasurable,
-)
-from mathcircuits.report.sections import VERDICT_CLASS, NamedFigure, Section, numbers_section
+from mathcircuits.report.sections import NamedFigure, Section
 
 __all__ = [
-    "CARD_END_COLOUR",
-    "VERDICT_CLASS",
     "NamedFigure",
     "Page",
     "ReportFigures",
     "ReportParts",
     "Section",
-    "accuracy_with_intervals",
     "build_report",
-    "claims_table",
-    "kv_table",
-    "numbers_section",
-    "plain_text",
-    "reading_attention",
-    "reading_knockout",
-    "reading_numbers",
-    "reading_patching",
-    "reading_probes",
-    "reading_stability",
-    "reading_transfer",
-    "reading_unmeasurable",
-    "render_sections",
-    "report_figures",
-    "report_html",
 ]

@@ -27,7 +27,10 @@ from mathcircuits.report.html import Page, accuracy_with_intervals, claims_table
 from mathcircuits.report.parts import ReportParts
 from mathcircuits.report.sections import SECTIONS, NamedFigure, Section
 
-__all__ = ["ReportFigures", "build_report", "render_sections", "report_figures", "report_html"]
+__all__ = [
+    "ReportFigures",
+    "build_report",
+]
 
 
 @dataclass(frozen=True)
@@ -73,6 +76,8 @@ def report_html(parts: ReportParts, figures: ReportFigures | None = None) -> str
         front.append(("Accuracy by operation and template", table(accuracy_with_intervals(parts.accuracy_table))))
     if parts.claims is not None:
         front.append(("Claims, in full", table(claims_table(parts.claims.to_dataframe()))))
+    if parts.costs is not None:
+        front.append(("Time and peak memory by study", table(parts.costs)))
     return page.html(parts.page_title, front, list(parts.notes))
 
 

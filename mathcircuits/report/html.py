@@ -20,20 +20,12 @@ import plotly.graph_objects as go
 from mathcircuits._codec import EncodedValue
 from mathcircuits._errors import FixableTypeError
 from mathcircuits.models import Head
-from mathcircuits.stats import DEFAULT_CONFIDENCE, METHOD_TEXT, format_points, wilson_interval
-from mathcircuits.viz import OfflineHTML, circuitsvis_bundle, split_bundle
+from mathcircuits.stats.interval import DEFAULT_CONFIDENCE, METHOD_TEXT, format_points, wilson_interval
+from mathcircuits.viz import OfflineHTML
+from mathcircuits.viz.circuitsvis import circuitsvis_bundle, split_bundle
 
 __all__ = [
-    "CARD_END_COLOUR",
-    "CSS",
     "Page",
-    "accuracy_with_intervals",
-    "claims_table",
-    "esc",
-    "kv_table",
-    "memory_text",
-    "plain_text",
-    "table",
 ]
 
 CARD_END_COLOUR = "#5b2a86"  # the bar that closes the claims card (the screenshot test looks for it)

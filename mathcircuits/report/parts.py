@@ -76,6 +76,8 @@ class ReportParts:
     numbers: NumberResults = field(default_factory=NumberResults)
     comparison_points: tuple[ParetoPoint, ...] | None = None
     comparison_power: str = ""
+    #: what each study of a run cost: one row per study (time in seconds, peak memory)
+    costs: pd.DataFrame | None = None
     extra_figures: Mapping[str, go.Figure] = field(default_factory=dict)
     notes: Sequence[str] = ()
 

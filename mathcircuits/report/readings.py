@@ -18,18 +18,9 @@ from mathcircuits.analysis import AttentionByRole, MLPProbeResult
 from mathcircuits.models import Head
 from mathcircuits.numbers import NumberResults
 from mathcircuits.patching import KeyComponents, PatchingResult
-from mathcircuits.stats import format_points, format_share, wilson_interval
+from mathcircuits.stats.interval import format_points, format_share, wilson_interval
 
-__all__ = [
-    "reading_attention",
-    "reading_knockout",
-    "reading_numbers",
-    "reading_patching",
-    "reading_probes",
-    "reading_stability",
-    "reading_transfer",
-    "reading_unmeasurable",
-]
+__all__: list[str] = []
 
 
 def _relative(v: float, lo: float, hi: float) -> str:

@@ -28,17 +28,7 @@ from mathcircuits.stats.interval import (
     check_level,
 )
 
-__all__ = [
-    "MIN_CLUSTERS",
-    "bootstrap_indices",
-    "bootstrap_mean",
-    "bootstrap_statistic",
-    "cluster_bootstrap",
-    "cluster_bootstrap_indices",
-    "cluster_bootstrap_mean",
-    "mean_interval",
-    "paired_bootstrap",
-]
+__all__: list[str] = []
 
 
 def bootstrap_indices(n: int, n_boot: int = DEFAULT_N_BOOT, seed: int = 0) -> torch.Tensor:

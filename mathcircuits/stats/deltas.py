@@ -14,7 +14,10 @@ import pandas as pd
 from mathcircuits._errors import FixableValueError
 from mathcircuits.stats.interval import Interval
 
-__all__ = ["DeltaTable", "Extra", "no_interval"]
+__all__ = [
+    "DeltaTable",
+    "Extra",
+]
 
 #: A plain value of an extra column (tuned parameters, training speed; None where there is none).
 Extra = float | int | str | None

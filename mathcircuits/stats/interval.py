@@ -15,23 +15,17 @@ from scipy.stats import norm
 from mathcircuits._errors import FixableValueError
 
 __all__ = [
-    "DEFAULT_CONFIDENCE",
-    "DEFAULT_N_BOOT",
-    "DEFAULT_UNCERTAINTY",
-    "METHOD_TEXT",
     "Interval",
     "IntervalMethod",
     "Uncertainty",
-    "format_points",
-    "format_share",
-    "wilson_interval",
 ]
 
 DEFAULT_N_BOOT = 1000
 DEFAULT_CONFIDENCE = 0.95
 
 #: How an interval was drawn. ``cluster_bootstrap_t`` is the small-cluster method (templates resampled within
-#: operations, studentized: :func:`~mathcircuits.stats.cluster_t_interval`); ``pair_bootstrap_fallback`` is a
+#: operations, studentized: :func:`~mathcircuits.stats.small_clusters.cluster_t_interval`);
+#: ``pair_bootstrap_fallback`` is a
 #: bootstrap over pairs where the pairs carry clusters but too few to resample (it ignores their dependence);
 #: ``bootstrap`` is over rows known to be independent (or whose clusters are unknown).
 IntervalMethod = Literal[

@@ -28,7 +28,7 @@ from mathcircuits._errors import FixableValueError
 from mathcircuits.stats.bootstrap import bootstrap_statistic
 from mathcircuits.stats.interval import DEFAULT_UNCERTAINTY, Interval, Uncertainty
 
-__all__ = ["ClusterMeans", "cluster_means", "cluster_t_interval", "cluster_t_test", "small_cluster_interval"]
+__all__: list[str] = []
 
 
 class ClusterMeans:

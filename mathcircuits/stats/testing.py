@@ -23,7 +23,7 @@ from mathcircuits.stats.bootstrap import bootstrap_indices, cluster_bootstrap_in
 from mathcircuits.stats.interval import DEFAULT_UNCERTAINTY, Interval, IntervalMethod, Uncertainty
 from mathcircuits.stats.small_clusters import cluster_means
 
-__all__ = ["NullPlacement", "benjamini_hochberg", "bias_corrected_bootstrap", "holm", "null_placement"]
+__all__: list[str] = []
 
 
 def _sorted_p(p: Tensor) -> tuple[Tensor, Tensor]:

@@ -7,15 +7,8 @@ them on one page is :mod:`mathcircuits.report`.
 
 from mathcircuits.viz.attention import attention_excess, attention_role_distributions, attention_role_means
 from mathcircuits.viz.circuit_graph import circuit_graph
-from mathcircuits.viz.circuitsvis import OfflineHTML, attention_heads_view, circuitsvis_bundle, split_bundle
-from mathcircuits.viz.export import (
-    ChromiumMissingError,
-    find_chromium,
-    require_chromium,
-    save_figure,
-    save_figures,
-    screenshot_html,
-)
+from mathcircuits.viz.circuitsvis import OfflineHTML, attention_heads_view
+from mathcircuits.viz.export import ChromiumMissingError, save_figure, save_figures, screenshot_html
 from mathcircuits.viz.faithfulness_curve import faithfulness_curve
 from mathcircuits.viz.heatmap import patching_heatmap, patching_heatmaps, patching_top_heads
 from mathcircuits.viz.improve import pareto_plot
@@ -25,7 +18,6 @@ from mathcircuits.viz.numbers import (
     helix_patch_bars,
     helix_planes,
     neuron_topk_curves,
-    numbers_figures,
     probe_curves,
     spectrum_lines,
 )
@@ -42,15 +34,12 @@ __all__ = [
     "attention_role_distributions",
     "attention_role_means",
     "circuit_graph",
-    "circuitsvis_bundle",
     "faithfulness_curve",
-    "find_chromium",
     "grid_heatmaps",
     "helix_patch_bars",
     "helix_planes",
     "knockout_curves",
     "neuron_topk_curves",
-    "numbers_figures",
     "pareto_plot",
     "patching_heatmap",
     "patching_heatmaps",
@@ -58,7 +47,6 @@ __all__ = [
     "probe_case_trajectory",
     "probe_curves",
     "probe_similarity_curves",
-    "require_chromium",
     "save_figure",
     "save_figures",
     "screenshot_html",
@@ -66,6 +54,5 @@ __all__ = [
     "sft_delta_bars",
     "sft_sweep_curves",
     "spectrum_lines",
-    "split_bundle",
     "transfer_bars",
 ]

@@ -21,7 +21,10 @@ from mathcircuits._errors import FixableFileNotFoundError, FixableIndexError, Fi
 from mathcircuits._files import atomic_path
 from mathcircuits.analysis import HeadPatterns
 
-__all__ = ["OfflineHTML", "attention_heads_view", "circuitsvis_bundle", "split_bundle"]
+__all__ = [
+    "OfflineHTML",
+    "attention_heads_view",
+]
 
 
 def circuitsvis_bundle() -> str:

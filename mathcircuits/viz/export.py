@@ -22,10 +22,7 @@ from mathcircuits._errors import FixableError, FixableValueError
 from mathcircuits._files import atomic_path
 
 __all__ = [
-    "STATIC_FORMATS",
     "ChromiumMissingError",
-    "find_chromium",
-    "require_chromium",
     "save_figure",
     "save_figures",
     "screenshot_html",

@@ -24,7 +24,11 @@ from mathcircuits._errors import FixableValueError
 from mathcircuits.models.heads import Head
 from mathcircuits.patching import KeyComponents, PatchingResult
 
-__all__ = ["patching_top_heads", "patching_heatmap", "patching_heatmaps", "METRIC_LABELS"]
+__all__ = [
+    "patching_top_heads",
+    "patching_heatmap",
+    "patching_heatmaps",
+]
 
 METRIC_LABELS = {
     "answer_logprob": "change of the answer's log-probability (every token)",

@@ -21,9 +21,11 @@ from plotly.colors import qualitative
 
 from mathcircuits._errors import FixableValueError
 from mathcircuits.ablation import KnockoutResult
-from mathcircuits.stats import wilson_interval
+from mathcircuits.stats.interval import wilson_interval
 
-__all__ = ["MAX_LEGEND", "knockout_curves"]
+__all__ = [
+    "knockout_curves",
+]
 
 MAX_LEGEND = 6  # legend entries at most; more operations are named on hover only
 

@@ -29,7 +29,6 @@ __all__ = [
     "helix_patch_bars",
     "helix_planes",
     "neuron_topk_curves",
-    "numbers_figures",
     "probe_curves",
     "spectrum_lines",
 ]

@@ -4,7 +4,7 @@ One group of bars per evaluation set: the key-ablated and the random-ablated acc
 items the clean model answers correctly, with their Wilson 95% intervals (the random one widened
 to every random draw). Only measured sets are drawn: a set the clean model answers too rarely is
 *not measurable on this model*, and the report lists it in text under the chart
-(:func:`mathcircuits.report.reading_unmeasurable`), never as an empty slot.
+(:func:`mathcircuits.report.readings.reading_unmeasurable`), never as an empty slot.
 """
 
 from __future__ import annotations

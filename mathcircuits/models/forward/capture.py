@@ -18,7 +18,7 @@ from transformer_lens.model_bridge import TransformerBridge
 from mathcircuits._errors import FixableValueError
 from mathcircuits.models.forward.prefix import PrefixCaches, PrefixRunner
 
-__all__ = ["capture"]
+__all__: list[str] = []
 
 
 @torch.no_grad()

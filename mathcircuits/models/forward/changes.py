@@ -24,7 +24,7 @@ from mathcircuits.models import hooks
 from mathcircuits.models.families import BlockStructure
 from mathcircuits.models.hooked import HookedModel
 
-__all__ = ["attn_change", "attn_pre_norm_name", "chunked", "mlp_change"]
+__all__: list[str] = []
 
 
 def chunked(fn: Callable[[Tensor], Tensor], x: Tensor, chunk_rows: int) -> Tensor:

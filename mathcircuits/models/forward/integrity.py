@@ -44,21 +44,8 @@ from mathcircuits.models.compat import installed_versions
 from mathcircuits.models.spec import Bridged
 
 __all__ = [
-    "CheckRecord",
     "IntegrityError",
-    "RTOL",
-    "checks_run",
-    "compare",
     "fast_paths",
-    "fast_paths_enabled",
-    "instrument_hooks",
-    "model_depth",
-    "model_dtype",
-    "probe_pairs",
-    "probe_tokens",
-    "relative_tolerance",
-    "set_fast_paths",
-    "verify_once",
 ]
 
 RTOL: dict[torch.dtype, float] = {torch.float32: 1e-4, torch.float64: 1e-8, torch.bfloat16: 3e-2, torch.float16: 1e-2}

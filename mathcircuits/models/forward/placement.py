@@ -28,18 +28,6 @@ from mathcircuits.models.spec import Bridged
 
 __all__ = [
     "check_trainable_placement",
-    "devices_of",
-    "execution_device",
-    "HeadOutWeights",
-    "head_out_weight",
-    "head_out_weights",
-    "is_split",
-    "layer_device",
-    "materialized",
-    "offloaded_parameters",
-    "output_device",
-    "unembed_columns",
-    "unloadable_parameters",
 ]
 
 

@@ -35,16 +35,9 @@ from mathcircuits.models.hooked import PrefixCaches
 from mathcircuits.models.hooks import resid_pre
 
 __all__ = [
-    "MIN_PREFIX",
     "HFForward",
-    "PrefixCaches",
     "PrefixRunner",
-    "blocks_from",
-    "check_prefix_cache",
-    "check_resume",
-    "repeat_cache",
     "run_from_layer",
-    "shared_prefix_len",
 ]
 
 MIN_PREFIX = 4

@@ -27,17 +27,7 @@ from mathcircuits.models.forward.placement import execution_device, output_devic
 from mathcircuits.models.hooked import HookedModel
 
 __all__ = [
-    "CHUNK_ELEMENTS",
-    "VOCAB_CHUNK",
-    "vocab_chunk_for",
     "Readout",
-    "Target",
-    "final_norm",
-    "log_normalizer",
-    "readout",
-    "soft_cap",
-    "token_scores",
-    "vocab_logits",
 ]
 
 #: The most vocabulary columns per matrix product when a readout needs the whole vocabulary (the probability's
@@ -98,7 +88,7 @@ class Readout:
         if self.logprob is None:
             raise FixableValueError(
                 "this readout has no answer log-probability: it was read at the last prompt position only. ",
-                "read the logits at every answer position (mathcircuits.patching.answer_readout), or use a "
+                "read the logits at every answer position (mathcircuits.patching.metrics.answer_readout), or use a "
                 "last-position metric (relative_logit, logit_diff, prob_change).",
             )
         return self.logprob

@@ -33,7 +33,7 @@ from mathcircuits.models.forward.integrity import (
 from mathcircuits.models.forward.prefix import PrefixRunner, blocks_from, repeat_cache, shared_prefix_len
 from mathcircuits.models.hooked import HookedModel
 
-__all__ = ["SuffixRunner", "check_suffix"]
+__all__: list[str] = []
 
 Hook = tuple[str, Any]
 

@@ -19,6 +19,6 @@ from mathcircuits.pipeline.studies.identify import STUDY as IDENTIFY
 from mathcircuits.pipeline.studies.numbers import STUDY as NUMBERS
 from mathcircuits.pipeline.studies.validate import STUDY as VALIDATE
 
-__all__ = ["BUILTIN"]
+__all__: list[str] = []
 
 BUILTIN = (DATA, IDENTIFY, VALIDATE, ANALYZE, CIRCUIT, NUMBERS, FINETUNE, EVALUATE, COMPARE)

@@ -7,14 +7,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from mathcircuits.data import Fact, Operation, PairSet, facts_of
+from mathcircuits.data import Operation, PairSet
+from mathcircuits.data.facts import Fact, facts_of
 from mathcircuits.models import Head
 from mathcircuits.patching import PatchingResult
 from mathcircuits.pipeline.context import Context, StageSummary
 from mathcircuits.pipeline.facts import FactUse
-from mathcircuits.stats import format_share
+from mathcircuits.stats.interval import format_share
 
-__all__ = ["IdentifySummary", "OperationTotal", "PatchedOperation", "patched_facts"]
+__all__ = [
+    "IdentifySummary",
+    "OperationTotal",
+]
 
 
 @dataclass(frozen=True)

@@ -11,37 +11,21 @@ from __future__ import annotations
 from mathcircuits.report.sections.attention import AttentionSection
 from mathcircuits.report.sections.base import NamedFigure, Section
 from mathcircuits.report.sections.circuit import CircuitSection
-from mathcircuits.report.sections.claims import VERDICT_CLASS, ClaimsSection
+from mathcircuits.report.sections.claims import ClaimsSection
 from mathcircuits.report.sections.compare import CompareSection
 from mathcircuits.report.sections.evaluation import EvaluationSection
 from mathcircuits.report.sections.extra import ExtraSection
 from mathcircuits.report.sections.key import KeySection
 from mathcircuits.report.sections.knockout import KnockoutSection
-from mathcircuits.report.sections.numbers import NumbersSection, numbers_section
+from mathcircuits.report.sections.numbers import NumbersSection
 from mathcircuits.report.sections.patching import PatchingSection
 from mathcircuits.report.sections.probes import ProbesSection
 from mathcircuits.report.sections.transfer import TransferSection
 from mathcircuits.report.sections.views import ViewsSection
 
 __all__ = [
-    "SECTIONS",
-    "VERDICT_CLASS",
-    "AttentionSection",
-    "CircuitSection",
-    "ClaimsSection",
-    "CompareSection",
-    "EvaluationSection",
-    "ExtraSection",
-    "KeySection",
-    "KnockoutSection",
     "NamedFigure",
-    "NumbersSection",
-    "PatchingSection",
-    "ProbesSection",
     "Section",
-    "TransferSection",
-    "ViewsSection",
-    "numbers_section",
 ]
 
 #: Every kind of section, in page order (each makes zero or more sections of a report's parts).

@@ -11,7 +11,7 @@ from mathcircuits.report.readings import reading_attention
 from mathcircuits.report.sections.base import NamedFigure, Section
 from mathcircuits.viz import attention_excess, attention_role_distributions, attention_role_means
 
-__all__ = ["AttentionSection"]
+__all__: list[str] = []
 
 
 @dataclass(frozen=True)

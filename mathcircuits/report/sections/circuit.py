@@ -11,7 +11,7 @@ from mathcircuits.report.parts import ReportParts
 from mathcircuits.report.sections.base import NamedFigure, Section
 from mathcircuits.viz import circuit_graph, faithfulness_curve
 
-__all__ = ["CircuitSection"]
+__all__: list[str] = []
 
 
 @dataclass(frozen=True)

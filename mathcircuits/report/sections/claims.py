@@ -11,7 +11,7 @@ from mathcircuits.report.html import Page, esc
 from mathcircuits.report.parts import ReportParts
 from mathcircuits.report.sections.base import NamedFigure, Section
 
-__all__ = ["VERDICT_CLASS", "ClaimsSection"]
+__all__: list[str] = []
 
 #: The CSS class that colours each verdict on the card.
 VERDICT_CLASS: dict[Verdict, str] = {

@@ -11,7 +11,7 @@ from mathcircuits.report.parts import ReportParts
 from mathcircuits.report.sections.base import NamedFigure, Section
 from mathcircuits.viz import pareto_plot, sft_delta_bars, sft_sweep_curves
 
-__all__ = ["CompareSection"]
+__all__: list[str] = []
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from mathcircuits.report.sections.base import NamedFigure, Section
 from mathcircuits.stats import DeltaTable
 from mathcircuits.viz import sft_delta_bars
 
-__all__ = ["EvaluationSection"]
+__all__: list[str] = []
 
 
 @dataclass(frozen=True)

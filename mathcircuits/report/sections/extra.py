@@ -11,7 +11,7 @@ from mathcircuits.report.html import Page, esc
 from mathcircuits.report.parts import ReportParts
 from mathcircuits.report.sections.base import NamedFigure, Section
 
-__all__ = ["ExtraSection"]
+__all__: list[str] = []
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from mathcircuits.report.readings import reading_stability
 from mathcircuits.report.sections.base import NamedFigure, Section
 from mathcircuits.viz import selection_stability_bars
 
-__all__ = ["KeySection"]
+__all__: list[str] = []
 
 
 @dataclass(frozen=True)

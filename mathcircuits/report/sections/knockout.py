@@ -14,7 +14,7 @@ from mathcircuits.report.readings import reading_knockout
 from mathcircuits.report.sections.base import NamedFigure, Section
 from mathcircuits.viz import knockout_curves
 
-__all__ = ["KnockoutSection"]
+__all__: list[str] = []
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """How numbers are represented and combined (the numbers stage; claims N1–N3, beyond the paper).
 
 The reading is :func:`~mathcircuits.report.readings.reading_numbers`; the figures are those of
-:func:`mathcircuits.viz.numbers_figures`, then the neuron, helix and patch tables.
+:func:`mathcircuits.viz.numbers.numbers_figures`, then the neuron, helix and patch tables.
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from mathcircuits.report.html import Page, table
 from mathcircuits.report.parts import ReportParts
 from mathcircuits.report.readings import reading_numbers
 from mathcircuits.report.sections.base import NamedFigure, Section
-from mathcircuits.viz import numbers_figures
+from mathcircuits.viz.numbers import numbers_figures
 
-__all__ = ["NumbersSection", "numbers_section"]
+__all__: list[str] = []
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from mathcircuits.report.readings import reading_patching
 from mathcircuits.report.sections.base import NamedFigure, Section
 from mathcircuits.viz import patching_heatmap, patching_heatmaps, patching_top_heads
 
-__all__ = ["PatchingSection"]
+__all__: list[str] = []
 
 
 @dataclass(frozen=True)

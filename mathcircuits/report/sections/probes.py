@@ -11,7 +11,7 @@ from mathcircuits.report.readings import reading_probes
 from mathcircuits.report.sections.base import NamedFigure, Section
 from mathcircuits.viz import probe_case_trajectory, probe_similarity_curves
 
-__all__ = ["ProbesSection"]
+__all__: list[str] = []
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from mathcircuits.report.readings import reading_transfer, reading_unmeasurable
 from mathcircuits.report.sections.base import NamedFigure, Section
 from mathcircuits.viz import transfer_bars
 
-__all__ = ["TransferSection"]
+__all__: list[str] = []
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ from mathcircuits.report.parts import ReportParts
 from mathcircuits.report.sections.base import NamedFigure, Section
 from mathcircuits.viz import attention_heads_view
 
-__all__ = ["ViewsSection"]
+__all__: list[str] = []
 
 
 @dataclass(frozen=True)

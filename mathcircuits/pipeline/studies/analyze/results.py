@@ -5,14 +5,15 @@ from __future__ import annotations
 from pathlib import Path
 
 from mathcircuits.analysis import AttentionByRole, HeadPatterns, MLPProbeResult
-from mathcircuits.claims import claim_c3
+from mathcircuits.claims.attention import claim_c3
 from mathcircuits.patching import KeyComponents, PatchingResult
 from mathcircuits.pipeline.reader import ResultReader
 from mathcircuits.pipeline.studies.analyze.stage import AnalyzeSummary, run
 from mathcircuits.pipeline.study import Contribution, StudyCode
+from mathcircuits.report import ReportParts
 from mathcircuits.viz import attention_heads_view
 
-__all__ = ["CODE", "report"]
+__all__: list[str] = []
 
 
 def report(r: ResultReader) -> Contribution:
@@ -32,7 +33,7 @@ def report(r: ResultReader) -> Contribution:
         attention_heads_view(patterns).save(path)  # type: ignore[arg-type]
 
     return Contribution(
-        parts={"attention": att, "probes": probes, "patterns": patterns},
+        parts=ReportParts(attention=att, probes=probes, patterns=patterns),
         claims=(c3,),
         views={"key_heads_attention": view} if patterns is not None else {},
     )

@@ -12,14 +12,14 @@ from dataclasses import dataclass, field
 
 from mathcircuits._errors import FixableRuntimeError
 from mathcircuits.analysis import attention_by_role, head_patterns, mlp_probes
-from mathcircuits.data import facts_of
+from mathcircuits.data.facts import facts_of
 from mathcircuits.models import Head
 from mathcircuits.patching import KeyComponents
 from mathcircuits.pipeline.context import Context, StageSummary, save_csv, select_pairs
 from mathcircuits.pipeline.facts import FactUse, fact_use, stage_rows
 from mathcircuits.pipeline.studies.shared import patched_facts
 
-__all__ = ["AnalyzeSummary", "run"]
+__all__: list[str] = []
 
 
 @dataclass(frozen=True)
@@ -58,13 +58,15 @@ def run(ctx: Context) -> AnalyzeSummary:
             "no correct pair has a fact of analyze's share, so there is nothing to analyse. ",
             "raise data.n_per_template or analyze's share in data.stage_fact_shares.",
         )
-    att = attention_by_role(model, sub, key)
+    att = attention_by_role(model, sub, key, progress=ctx.progress)
     att.save(paths.attention())
     save_csv(att.summary(), paths.attention(".csv"))
     # claim C3 compares the key heads with the other heads of their layers: every head of those layers
     layers = sorted({l for l, _ in key.heads})
     if layers:
-        mates = attention_by_role(model, sub, [(l, h) for l in layers for h in range(model.spec.n_heads)])
+        mates = attention_by_role(
+            model, sub, [(l, h) for l in layers for h in range(model.spec.n_heads)], progress=ctx.progress
+        )
         mates.save(paths.attention_layers())
         save_csv(mates.summary(), paths.attention_layers(".csv"))
     adds = correct.of_operations(("add",))

@@ -7,8 +7,9 @@ from mathcircuits.pipeline.reader import ResultReader
 from mathcircuits.pipeline.studies.circuit.stage import CircuitSummary, check_pool, run
 from mathcircuits.pipeline.studies.shared import IdentifySummary
 from mathcircuits.pipeline.study import Contribution, StudyCode
+from mathcircuits.report import ReportParts
 
-__all__ = ["CODE", "report"]
+__all__: list[str] = []
 
 
 def report(r: ResultReader) -> Contribution:
@@ -17,7 +18,7 @@ def report(r: ResultReader) -> Contribution:
     ops = ctx.summary("identify", IdentifySummary).patched_operations
     circuits = {op: c for op in ops if (c := r.load(Circuit, paths.circuit(op), "circuit"))}
     faiths = {op: f for op in circuits if (f := r.load(Faithfulness, paths.circuit_faithfulness(op)))}
-    return Contribution(parts={"circuit": circuits, "circuit_faithfulness": faiths})
+    return Contribution(parts=ReportParts(circuit=circuits, circuit_faithfulness=faiths))
 
 
 CODE = StudyCode(run=run, summary=CircuitSummary, report=report, preflight=check_pool)

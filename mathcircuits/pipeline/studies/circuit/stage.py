@@ -17,14 +17,15 @@ from mathcircuits._schema import ConfigError
 from mathcircuits.circuit import Circuit, Faithfulness, discover_circuit, faithfulness, label_roles
 from mathcircuits.circuit.pool import scored_operands
 from mathcircuits.circuit.subcircuits import top_circuit
-from mathcircuits.data import Fact, Operation, facts_of, filter_correct, generate_pairs, score_pairs
+from mathcircuits.data import Operation, filter_correct, generate_pairs, score_pairs
+from mathcircuits.data.facts import Fact, facts_of
 from mathcircuits.data.pairset import PairSet
 from mathcircuits.pipeline.context import Context, StageSummary, template_spread
 from mathcircuits.pipeline.facts import FactUse, fact_use
 from mathcircuits.viz.circuit_graph import circuit_graph
 from mathcircuits.viz.faithfulness_curve import faithfulness_curve
 
-__all__ = ["CircuitBrief", "CircuitSummary", "check_pool", "circuit_pairs", "circuit_templates", "run", "split_pairs"]
+__all__: list[str] = []
 
 
 @dataclass(frozen=True)
@@ -66,12 +67,12 @@ class CircuitSummary(StageSummary):
         return out
 
 
-def split_pairs(dataset: PairSet, n_discovery: int, n_eval: int, seed: int) -> tuple[list[int], list[int]]:
+def split_pairs(pairs: PairSet, n_discovery: int, n_eval: int, seed: int) -> tuple[list[int], list[int]]:
     """Disjoint discovery and evaluation rows, each spread over the templates (round-robin in a seeded order).
 
     ``n_eval`` is a maximum.
     """
-    order = template_spread(dataset, seed)
+    order = template_spread(pairs, seed)
     return sorted(order[:n_discovery]), sorted(order[n_discovery : n_discovery + n_eval])
 
 
@@ -163,7 +164,8 @@ def _keys(ds: PairSet) -> list[tuple[str, int, int]]:
 
 def _uncovered(evaluated: PairSet, pool: PairSet) -> list[tuple[str, int, int]]:
     """Keys (template, prompt tokens, answer tokens) of the evaluated pairs whose positions no pool prompt
-    reaches once the evaluated pairs' operands are left out, by the rule of :class:`~mathcircuits.circuit.PoolMeans`:
+    reaches once the evaluated pairs' operands are left out, by the rule of
+    :class:`~mathcircuits.circuit.pool.PoolMeans`:
     the pool is keyed on template and prompt length, and its longest answer must reach the evaluated answer's end."""
     taken = scored_operands(evaluated)
     reach: dict[tuple[str, int], int] = {}

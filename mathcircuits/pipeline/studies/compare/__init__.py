@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from mathcircuits.pipeline.paths import RunPaths
     from mathcircuits.pipeline.study import StudyCode
 
-__all__ = ["STUDY"]
+__all__: list[str] = []
 
 
 def _code() -> StudyCode:

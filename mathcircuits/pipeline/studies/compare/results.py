@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from mathcircuits._files import read_json
-from mathcircuits.claims import claim_c6_units, claim_c6b
+from mathcircuits.claims.improve import claim_c6_units, claim_c6b
 from mathcircuits.finetune import UnitComparison, effects_table, pareto_records, sweep_records
 from mathcircuits.pipeline.reader import ResultReader
 from mathcircuits.pipeline.studies.compare.stage import CompareSummary, check_sizes, run
 from mathcircuits.pipeline.study import Contribution, StudyCode
+from mathcircuits.report import ReportParts
 
-__all__ = ["CODE", "report"]
+__all__: list[str] = []
 
 
 def report(r: ResultReader) -> Contribution:
@@ -20,12 +21,12 @@ def report(r: ResultReader) -> Contribution:
         return Contribution()
     power = read_json(paths.compare_power)["statement"] if paths.compare_power.exists() else ""
     return Contribution(
-        parts={
-            "comparison_sweep": sweep_records(cmp),
-            "comparison_table": effects_table(cmp),
-            "comparison_points": pareto_records(cmp),
-            "comparison_power": power,
-        },
+        parts=ReportParts(
+            comparison_sweep=sweep_records(cmp),
+            comparison_table=effects_table(cmp),
+            comparison_points=pareto_records(cmp),
+            comparison_power=power,
+        ),
         claims=(claim_c6_units(cmp), claim_c6b(cmp)),
     )
 

@@ -40,19 +40,14 @@ from mathcircuits._files import write_json
 from mathcircuits._schema import ConfigError
 from mathcircuits.claims import Verdict
 from mathcircuits.claims.improve import claim_c6_units, claim_c6b
-from mathcircuits.data import (
-    GenerationConfig,
-    PairSet,
-    default_benchmark_root,
-    generate_pairs,
-    score_pairs,
-    split_facts,
-)
+from mathcircuits.data import GenerationConfig, PairSet, generate_pairs, score_pairs
+from mathcircuits.data.benchmark_files import default_benchmark_root
+from mathcircuits.data.facts import split_facts
 from mathcircuits.evaluation import BenchmarkItem, load_benchmark
 from mathcircuits.evaluation.batching import model_device
 from mathcircuits.evaluation.benchmarks import benchmark_spec
 from mathcircuits.evaluation.harness import evaluate_lm_eval
-from mathcircuits.finetune import ItemScores, Mode, Scorers, build_sft_dataset, compare_units, execute_unit
+from mathcircuits.finetune import ItemScores, Mode, Scorers, build_sft_dataset, compare_units
 from mathcircuits.finetune.effects import (
     ParetoPoint,
     SweepPoint,
@@ -61,16 +56,18 @@ from mathcircuits.finetune.effects import (
     scores_matrix,
     sweep_records,
 )
+from mathcircuits.finetune.run_unit import execute_unit
 from mathcircuits.models import Head, HFForward, PrefixRunner
 from mathcircuits.patching import KeyComponents, PatchingResult, SelectionConfig, select_key_components
 from mathcircuits.pipeline.config import RunConfig
 from mathcircuits.pipeline.context import Context, StageSummary, save_csv, save_dataset
 from mathcircuits.power import detectable_difference
 from mathcircuits.stats import DeltaTable
-from mathcircuits.viz import find_chromium, save_figures, sft_delta_bars, sft_sweep_curves
+from mathcircuits.viz import save_figures, sft_delta_bars, sft_sweep_curves
+from mathcircuits.viz.export import find_chromium
 from mathcircuits.viz.improve import pareto_plot
 
-__all__ = ["CompareSummary", "check_sizes", "run"]
+__all__: list[str] = []
 
 log = logging.getLogger(__name__)
 

@@ -17,7 +17,7 @@ from mathcircuits.data import Operation, accuracy_table, filter_correct, generat
 from mathcircuits.pipeline.context import Context, StageSummary, save_csv, save_dataset
 from mathcircuits.pipeline.facts import FACT_STAGES, tag_fact_stages
 
-__all__ = ["DataSummary", "OperationAccuracy", "run"]
+__all__: list[str] = []
 
 
 @dataclass(frozen=True)

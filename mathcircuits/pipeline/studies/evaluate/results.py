@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
-from mathcircuits.claims import claim_c6, precise_definition
+from mathcircuits.claims.finetune import claim_c6
+from mathcircuits.claims.improve import precise_definition
 from mathcircuits.evaluation import EvalResult
-from mathcircuits.finetune import SFTResult, kv_shared_heads
+from mathcircuits.finetune import SFTResult
+from mathcircuits.finetune.matched import kv_shared_heads
 from mathcircuits.pipeline.reader import ResultReader
 from mathcircuits.pipeline.studies.evaluate.stage import EvaluateSummary, evaluated_labels, evaluation_table, run
 from mathcircuits.pipeline.study import Contribution, StudyCode
+from mathcircuits.report import ReportParts
 from mathcircuits.stats import DeltaTable
 
-__all__ = ["CODE", "report"]
+__all__: list[str] = []
 
 
 def _table(r: ResultReader) -> DeltaTable | None:
@@ -48,7 +51,7 @@ def report(r: ResultReader) -> Contribution:
             else "no evaluation results written: re-run evaluate"
         )
     c6 = claim_c6(evals or None, ctx.uncertainty, r.off.get("evals", "evaluate"), why, _precise(r) if evals else "")
-    return Contribution(parts={"evaluation": _table(r)}, claims=(c6,))
+    return Contribution(parts=ReportParts(evaluation=_table(r)), claims=(c6,))
 
 
 CODE = StudyCode(run=run, summary=EvaluateSummary, report=report)

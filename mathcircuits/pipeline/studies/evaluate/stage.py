@@ -19,13 +19,17 @@ import torch
 from transformers import AutoModelForCausalLM, PreTrainedModel, PreTrainedTokenizerBase
 
 from mathcircuits._errors import FixableFileNotFoundError
-from mathcircuits.data import PairSet, default_benchmark_root
-from mathcircuits.evaluation import ARITHMETIC, EvalResult, compare_table, evaluate_model, format_table
-from mathcircuits.finetune import HeadSliceAdapter, Mode, SFTResult, kv_shared_heads, score_arithmetic
+from mathcircuits.data import PairSet
+from mathcircuits.data.benchmark_files import default_benchmark_root
+from mathcircuits.evaluation import EvalResult, compare_table, evaluate_model, format_table
+from mathcircuits.evaluation.table import ARITHMETIC
+from mathcircuits.finetune import HeadSliceAdapter, Mode, SFTResult
+from mathcircuits.finetune.matched import kv_shared_heads
+from mathcircuits.finetune.validation import score_arithmetic
 from mathcircuits.pipeline.context import Context, StageSummary, TableRow, save_csv
 from mathcircuits.stats import DeltaTable, Extra
 
-__all__ = ["EvaluateSummary", "evaluate_one", "evaluated_labels", "evaluation_table", "run"]
+__all__: list[str] = []
 
 log = logging.getLogger(__name__)
 

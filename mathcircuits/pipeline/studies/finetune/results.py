@@ -5,6 +5,6 @@ from __future__ import annotations
 from mathcircuits.pipeline.studies.finetune.stage import FinetuneSummary, run
 from mathcircuits.pipeline.study import StudyCode
 
-__all__ = ["CODE"]
+__all__: list[str] = []
 
 CODE = StudyCode(run=run, summary=FinetuneSummary)

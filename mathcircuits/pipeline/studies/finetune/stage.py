@@ -17,13 +17,15 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Literal
 
-from mathcircuits.data import GenerationConfig, PairSet, drop_facts, facts_of, generate_pairs
-from mathcircuits.finetune import Mode, build_sft_dataset, kv_shared_heads, train_sft
+from mathcircuits.data import GenerationConfig, PairSet, drop_facts, generate_pairs
+from mathcircuits.data.facts import facts_of
+from mathcircuits.finetune import Mode, build_sft_dataset, train_sft
+from mathcircuits.finetune.matched import kv_shared_heads
 from mathcircuits.models import Head
 from mathcircuits.patching import KeyComponents, PatchingResult, SelectionConfig, select_key_components
 from mathcircuits.pipeline.context import Context, StageSummary, save_dataset
 
-__all__ = ["FinetuneSummary", "TrainingBrief", "arithmetic_pairs", "mode_components", "run"]
+__all__: list[str] = []
 
 
 @dataclass(frozen=True)

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from mathcircuits.claims import claim_c1
+from mathcircuits.claims.sparsity import claim_c1
 from mathcircuits.patching import KeyComponents, PatchingResult
 from mathcircuits.pipeline.reader import ResultReader
 from mathcircuits.pipeline.studies.identify.stage import run
 from mathcircuits.pipeline.studies.shared import IdentifySummary
 from mathcircuits.pipeline.study import Contribution, StudyCode
+from mathcircuits.report import ReportParts
 
-__all__ = ["CODE", "report"]
+__all__: list[str] = []
 
 
 def report(r: ResultReader) -> Contribution:
@@ -21,7 +22,7 @@ def report(r: ResultReader) -> Contribution:
     overall = PatchingResult.load(paths.patching("all"))
     c1 = claim_c1(overall, key, ctx.uncertainty, r.off.get("patching", "identify"), r.reasons.get("patching"))
     return Contribution(
-        parts={"model_spec": overall.model, "patching": per_op, "patching_overall": overall, "key_components": key},
+        parts=ReportParts(model_spec=overall.model, patching=per_op, patching_overall=overall, key_components=key),
         claims=(c1,),
     )
 

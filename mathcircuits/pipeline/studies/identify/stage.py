@@ -26,7 +26,7 @@ from mathcircuits.pipeline.facts import fact_use, stage_rows
 from mathcircuits.pipeline.studies.shared import IdentifySummary, OperationTotal, PatchedOperation
 from mathcircuits.stats import Uncertainty
 
-__all__ = ["run"]
+__all__: list[str] = []
 
 
 def run(ctx: Context) -> IdentifySummary:

@@ -7,8 +7,9 @@ from mathcircuits.numbers import HelixPatchResult, HelixResult, NeuronResult, Nu
 from mathcircuits.pipeline.reader import ResultReader
 from mathcircuits.pipeline.studies.numbers.stage import NumbersSummary, run
 from mathcircuits.pipeline.study import Contribution, StudyCode
+from mathcircuits.report import ReportParts
 
-__all__ = ["CODE", "report"]
+__all__: list[str] = []
 
 
 def _off(r: ResultReader) -> dict[str, str]:
@@ -43,7 +44,7 @@ def report(r: ResultReader) -> Contribution:
         claim_n2(nums.helix, nums.helix_patch, off.get("N2", "stage numbers off")),
         claim_n3(nums.neurons, off.get("N3", "stage numbers off")),
     )
-    return Contribution(parts={"numbers": nums}, claims=claims)
+    return Contribution(parts=ReportParts(numbers=nums), claims=claims)
 
 
 CODE = StudyCode(run=run, summary=NumbersSummary, report=report)

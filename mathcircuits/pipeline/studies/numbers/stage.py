@@ -31,7 +31,7 @@ from mathcircuits.numbers import (
 from mathcircuits.patching import KeyComponents
 from mathcircuits.pipeline.context import Context, StageSummary, save_csv
 
-__all__ = ["NumbersSummary", "Skip", "run"]
+__all__: list[str] = []
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from mathcircuits.pipeline.study import Study
 if TYPE_CHECKING:
     from mathcircuits.pipeline.study import StudyCode
 
-__all__ = ["STUDY"]
+__all__: list[str] = []
 
 
 def _code() -> StudyCode:

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 from mathcircuits.ablation import KnockoutResult, MLPMargin, RandomControl, TransferResult
-from mathcircuits.claims import claim_c2, claim_c4, claim_c5
+from mathcircuits.claims.knockout import claim_c2, claim_c5
+from mathcircuits.claims.margin import claim_c4
 from mathcircuits.pipeline.reader import ResultReader
 from mathcircuits.pipeline.studies.shared import IdentifySummary
 from mathcircuits.pipeline.studies.validate.stage import ValidateSummary, run
 from mathcircuits.pipeline.study import Contribution, StudyCode
+from mathcircuits.report import ReportParts
 
-__all__ = ["CODE", "report"]
+__all__: list[str] = []
 
 
 def report(r: ResultReader) -> Contribution:
@@ -26,7 +28,7 @@ def report(r: ResultReader) -> Contribution:
         return r.off.get(name, "validate")
 
     return Contribution(
-        parts={"knockout": knock, "transfer": tr},
+        parts=ReportParts(knockout=knock, transfer=tr),
         claims=(
             claim_c2(control, u, stage("control"), r.reasons.get("control")),
             claim_c4(margin, u, stage("margin"), r.reasons.get("margin")),

@@ -34,21 +34,16 @@ from mathcircuits.ablation import (
     random_control,
     transfer,
 )
-from mathcircuits.data import (
-    GenerationConfig,
-    Operation,
-    PairSet,
-    default_benchmark_root,
-    generate_pairs,
-    word_problem_dataset,
-)
-from mathcircuits.patching import KeyComponents, PatchingResult, median_depth, select_key_components
+from mathcircuits.data import GenerationConfig, Operation, PairSet, generate_pairs, word_problem_dataset
+from mathcircuits.data.benchmark_files import default_benchmark_root
+from mathcircuits.patching import KeyComponents, PatchingResult, select_key_components
+from mathcircuits.patching.key_components import median_depth
 from mathcircuits.pipeline.config import multi_digit_template
 from mathcircuits.pipeline.context import Context, StageSummary, save_csv, select_pairs, template_spread
 from mathcircuits.pipeline.facts import FactUse, fact_use, stage_rows
 from mathcircuits.pipeline.studies.shared import IdentifySummary, patched_facts
 
-__all__ = ["ControlBrief", "KnockoutBrief", "ValidateSummary", "fresh_pairs", "run"]
+__all__: list[str] = []
 
 log = logging.getLogger(__name__)
 
