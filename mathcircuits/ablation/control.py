@@ -36,7 +36,7 @@ from mathcircuits._schema import configured, given
 from mathcircuits.ablation.config import ValidationConfig
 from mathcircuits.ablation.hooks import Ablation, Scope
 from mathcircuits.ablation.means import HeadMeans, PositionPool
-from mathcircuits.ablation.scorer import KnockoutScorer
+from mathcircuits.ablation.scorer import BATCH_SETS, KnockoutScorer
 from mathcircuits.data import Operation
 from mathcircuits.data.pairset import PairSet
 from mathcircuits.models import HookedModel
@@ -224,6 +224,7 @@ def random_control(
     progress: bool = False,
     scorer: KnockoutScorer | None = None,
     pool: PositionPool | None = None,
+    batch_sets: int = BATCH_SETS,
 ) -> RandomControl:
     """Knock out the key set and ``n_draws`` depth-matched random sets of non-key heads on the same pairs.
 
@@ -232,7 +233,8 @@ def random_control(
     ``ablation`` and ``scope``; ``n_draws``, ``ablation`` and ``scope`` replace them when given. ``n_draws`` ≥ 1
     (the claims ask for 100); all sets when fewer exist. ``label`` and ``identification_overlap`` are saved
     with the result. ``scorer``: one already built on ``pairs`` (reuses its clean runs). ``pool``: for
-    ``"position_mean"`` (a new scorer's).
+    ``"position_mean"`` (a new scorer's). ``batch_sets``: random sets scored in one forward
+    (:meth:`KnockoutScorer.logits_many`; 1: one forward per set, the reference).
     """
     if n_draws is not None and n_draws < 1:
         raise FixableValueError(f"n_draws={n_draws}. ", "draw at least one random set (the claims ask for 100).")
@@ -252,8 +254,10 @@ def random_control(
 
     clean, key_c = correct([]), correct(key)
     rand = torch.zeros(len(draws), len(pairs), device="cpu")
-    for i, d in enumerate(tqdm(draws, disable=not progress, desc="random control")):
-        rand[i] = correct(d)
+    step = max(1, batch_sets)
+    for i in tqdm(range(0, len(draws), step), disable=not progress, desc="random control", unit_scale=step):
+        for j, (whole, _) in enumerate(scorer.score_many(draws[i : i + step], batch_sets), start=i):
+            rand[j] = torch.tensor(whole, dtype=torch.float32, device="cpu")
     n = len(pairs)
     return RandomControl(
         key_heads=key,

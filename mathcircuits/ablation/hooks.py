@@ -83,6 +83,44 @@ def z_ablation_hooks(
     return out
 
 
+def set_ablation_hooks(
+    model: HookedModel,
+    sets: Sequence[Sequence[tuple[int, int]]],
+    values: Float[Tensor, "batch pos layer head d_head"],
+    scope: Scope,
+) -> list[Hook]:
+    """Hooks knocking out a different head set in each block of rows: :func:`z_ablation_hooks` for many sets at once.
+
+    The forward's batch is ``len(sets)`` blocks of equal size, set-major (row ``s · batch + i`` is pair ``i``
+    under ``sets[s]``); ``values`` ``[batch|1, pos|1, layer, head, d_head]`` are shared by the blocks. A block's
+    heads take ``values`` by a masked copy, so each row gets what the one-set hooks give it.
+    """
+    n = len(sets)
+    mask = torch.zeros(n, model.spec.n_layers, model.spec.n_heads, dtype=torch.bool)
+    for s, heads in enumerate(sets):
+        for l, h in heads:
+            model.spec.check_head(l, h)
+            mask[s, l, h] = True
+    out = []
+    for layer in sorted({l for heads in sets for l, _ in heads}):
+        dev = model.layer_device(layer)
+        m = mask[:, layer].to(dev)[:, None, None, :, None]  # [set, 1, 1, head, 1]
+        value = values[:, :, layer].to(dev)[None]  # [1, batch|1, pos|1, head, d_head]
+
+        def hook(act: Tensor, hook: Any, m: Tensor = m, value: Tensor = value) -> Tensor:
+            a = act.reshape(n, act.shape[0] // n, *act.shape[1:])  # [set, batch, pos, head, d_head]
+            m, value = m.to(act.device), value.to(act.device, act.dtype)
+            if scope == "last":
+                a = a.clone()
+                a[:, :, -1] = torch.where(m[:, :, 0], value[:, :, -1], a[:, :, -1])
+            else:
+                a = torch.where(m, value, a)
+            return a.reshape(act.shape)
+
+        out.append((hooks.z(layer), hook))
+    return out
+
+
 def mean_ablation_hooks(
     model: HookedModel, heads: Sequence[tuple[int, int]], means: HeadMeans, scope: Scope
 ) -> list[Hook]:

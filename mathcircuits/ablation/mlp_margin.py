@@ -29,9 +29,9 @@ from torch import Tensor
 
 from mathcircuits._errors import FixableValueError
 from mathcircuits._io import SavedResult
-from mathcircuits.ablation.hooks import Ablation, Scope, z_ablation_hooks
+from mathcircuits.ablation.hooks import Ablation, Scope, set_ablation_hooks, z_ablation_hooks
 from mathcircuits.ablation.means import HeadMeans
-from mathcircuits.ablation.scorer import KnockoutScorer
+from mathcircuits.ablation.scorer import BATCH_SETS, KnockoutScorer
 from mathcircuits.data.pairset import PairSet
 from mathcircuits.models import HookedModel, fast_paths_enabled, final_norm, hooks
 from mathcircuits.models.families import block_structure
@@ -117,13 +117,16 @@ def mlp_margin(
     scorer: KnockoutScorer | None = None,
     fast: bool = True,
     random_sets: Sequence[Sequence[tuple[int, int]]] = (),
+    batch_sets: int = BATCH_SETS,
 ) -> MLPMargin:
     """The summed direct answer margin of the MLPs in ``layers``, clean and with ``key_heads`` knocked out.
 
     ``scorer``: one built on ``pairs`` with the same ablation (reuses its replacement values). ``fast``:
     run the positions a template's prompts share once, clean (exact; ``False``: every position, the
     reference). ``random_sets``: knocked out instead of the key heads, one at a time (C4's null:
-    :attr:`RandomControl.draws`).
+    :attr:`RandomControl.draws`). ``batch_sets``: variants (clean, key, random sets) run in one forward, each
+    on its own copy of a batch's pairs (within :meth:`KnockoutScorer.sets_per_forward`'s memory bound; 1: one
+    forward per variant, the reference; equal to it to float rounding).
     """
     spec = model.spec
     layers = sorted({int(l) for l in layers})
@@ -151,30 +154,37 @@ def mlp_margin(
             toks = torch.tensor([scorer.seqs[i] for i in part], device=model.device)
             pos = torch.tensor([scorer.n_prompt[i] - 1 - p for i in part], device=W_U.device)
             vals = scorer._values(g, part, fast=p > 0)
-            for v, knocked in enumerate(variants):
+            per = scorer.sets_per_forward(part, batch_sets)
+            for v in range(0, len(variants), per):
+                chunk = variants[v : v + per]
+                n_chunk = len(chunk)
                 store: dict[int, Tensor] = {}
+                at = pos.repeat(n_chunk)  # set-major rows: each variant's copy of the batch
 
                 # keyed by what we asked for: the bridge reports aliases under their canonical names
-                def grab(key: int, store: dict[int, Tensor] = store, pos: Tensor = pos) -> Any:
+                def grab(key: int, store: dict[int, Tensor] = store, at: Tensor = at) -> Any:
                     def fn(act: Tensor, hook: Any) -> None:
-                        at = torch.arange(act.shape[0], device=act.device), pos.to(act.device)
-                        store[key] = act[at].detach().float().to(W_U.device)  # where the margin is computed
+                        idx = torch.arange(act.shape[0], device=act.device), at.to(act.device)
+                        store[key] = act[idx].detach().float().to(W_U.device)  # where the margin is computed
 
                     return fn
 
-                fwd = z_ablation_hooks(model, knocked, vals, scope) if knocked else []
+                if n_chunk == 1:  # one forward per variant: the reference
+                    fwd = z_ablation_hooks(model, chunk[0], vals, scope) if chunk[0] else []
+                else:
+                    fwd = set_ablation_hooks(model, chunk, vals, scope)
                 fwd = fwd + [(hooks.mlp_out(l), grab(l)) for l in layers]
                 fwd += [(hooks.resid_post(spec.n_layers - 1), grab(-1))]
-                scorer._run(toks, p, fwd)
-                final = store[-1][:, None, :]  # [B, 1, d]
-                upd = torch.stack([store[l] for l in layers], 1)  # [B, L, d]
+                scorer._run(toks.repeat(n_chunk, 1), p, fwd)
+                final = store[-1][:, None, :]  # [rows, 1, d]
+                upd = torch.stack([store[l] for l in layers], 1)  # [rows, L, d]
                 delta = final_norm(model, structure, final) - final_norm(model, structure, final - upd)
-                ans = torch.tensor([answer[i] for i in part], device=W_U.device)
-                w_ans = W_U[:, ans].T  # [B, d]
-                others = (cand[None, :] != ans[:, None]).float()  # [B, C]
-                w_oth = (others @ W_U[:, cand].T) / others.sum(-1, keepdim=True).clamp(min=1)  # [B, d]
+                ans = torch.tensor([answer[i] for i in part], device=W_U.device).repeat(n_chunk)
+                w_ans = W_U[:, ans].T  # [rows, d]
+                others = (cand[None, :] != ans[:, None]).float()  # [rows, C]
+                w_oth = (others @ W_U[:, cand].T) / others.sum(-1, keepdim=True).clamp(min=1)  # [rows, d]
                 margin = (delta * (w_ans - w_oth)[:, None, :]).sum(-1).sum(-1)  # summed over the layers
-                out[v, part] = margin.cpu()
+                out[v : v + n_chunk, part] = margin.reshape(n_chunk, len(part)).cpu()
     return MLPMargin(
         key_heads=heads,
         layers=layers,

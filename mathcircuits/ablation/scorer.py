@@ -27,7 +27,7 @@ from jaxtyping import Float
 from torch import Tensor
 
 from mathcircuits._errors import FixableValueError
-from mathcircuits.ablation.hooks import Ablation, Scope, check_choice, z_ablation_hooks
+from mathcircuits.ablation.hooks import Ablation, Scope, check_choice, set_ablation_hooks, z_ablation_hooks
 from mathcircuits.ablation.means import HeadMeans, PoolKey, PositionPool, head_means
 from mathcircuits.data.batching import length_groups
 from mathcircuits.data.pairset import PairSet, Side
@@ -51,6 +51,12 @@ log = logging.getLogger(__name__)
 __all__ = [
     "KnockoutScorer",
 ]
+
+#: Knockout sets scored in one forward by default (``batch_sets``; 1: one forward per set, the reference).
+BATCH_SETS = 16
+#: The most rows (sets × pairs) one batched forward holds, and the most bytes of KV cache: the memory bounds.
+MAX_ROWS = 512
+MAX_CACHE_BYTES = 2 << 30
 
 
 @dataclass(frozen=True)
@@ -251,11 +257,69 @@ class KnockoutScorer:
                 out[i] = row
         return out
 
-    def score(self, heads: Sequence[tuple[int, int]], fast: bool = True) -> tuple[list[bool], list[bool]]:
-        """Correctness of every pair with ``heads`` knocked out: ``(whole answer, first token)`` per pair."""
-        preds = [row.argmax(-1).tolist() for row in self.logits(heads, fast)]
+    @torch.no_grad()
+    def logits_many(
+        self, sets: Sequence[Sequence[tuple[int, int]]], batch_sets: int = BATCH_SETS, max_rows: int = MAX_ROWS
+    ) -> list[list[Float[Tensor, "answer vocab"]]]:
+        """:meth:`logits` of each head set in ``sets``, up to ``batch_sets`` sets in one forward.
+
+        A forward holds the pairs of one batch once per set (sets × pairs rows, within :meth:`sets_per_forward`'s
+        memory bound), resumed from the clean residual at the chunk's lowest ablated layer, each block of
+        rows with its own set knocked out (:func:`~mathcircuits.ablation.hooks.set_ablation_hooks`). Sets are
+        chunked by their lowest layer, so none resumes earlier than alone. ``batch_sets`` 1, fast paths off or a
+        bridge that cannot resume: one :meth:`logits` per set (the reference). Equal to it to float rounding:
+        a larger batch may round the matmuls differently (checked once per model, :func:`check_batched_knockout`).
+        """
+        sets = [[Head.of(h) for h in heads] for heads in sets]
+        for heads in sets:
+            for l, h in heads:
+                self.model.spec.check_head(l, h)
+        if batch_sets <= 1 or not fast_paths_enabled() or not self._mid_ok:
+            return [self.logits(heads) for heads in sets]
+        path = f"batched knockout ({self.ablation}, scope {self.scope})"
+        verify_once(self.model.bridge, path, lambda: check_batched_knockout(self.model, self.ablation, self.scope))
+        blank = [torch.empty(0)] * len(self.seqs)
+        out: list[list[Tensor]] = [list(blank) if heads else self.logits([]) for heads in sets]
+        by_layer: dict[int, list[int]] = {}
+        for s, heads in enumerate(sets):
+            if heads:
+                by_layer.setdefault(min(l for l, _ in heads), []).append(s)
+        try:
+            for b, (_, rows) in enumerate(self.batches):
+                per = self.sets_per_forward(rows, batch_sets, max_rows)
+                for chosen in by_layer.values():
+                    for j in range(0, len(chosen), per):
+                        part = chosen[j : j + per]
+                        for s, got in zip(part, self._fast_sets(b, [sets[s] for s in part])):
+                            for i, row in zip(rows, got):
+                                out[s][i] = row
+        except NotImplementedError:  # TransformerLens 3.9's bridge cannot start mid-network
+            log.info("this bridge has no start_at_layer: one knockout set per forward")
+            self._mid_ok = False
+            return [self.logits(heads) for heads in sets]
+        return out
+
+    def sets_per_forward(self, rows: list[int], batch_sets: int, max_rows: int = MAX_ROWS) -> int:
+        """Sets one forward over ``rows`` holds: ``batch_sets``, within ``max_rows`` rows and ``MAX_CACHE_BYTES``
+        of the repeated KV cache (keys and values of every layer and position), never fewer than one."""
+        spec, seq = self.model.spec, max(len(self.seqs[i]) for i in rows)
+        row_bytes = seq * spec.n_layers * 2 * spec.n_kv_heads * spec.d_head * self.model.dtype.itemsize
+        return max(1, min(batch_sets, max_rows // len(rows), MAX_CACHE_BYTES // (row_bytes * len(rows))))
+
+    def score_many(
+        self, sets: Sequence[Sequence[tuple[int, int]]], batch_sets: int = BATCH_SETS
+    ) -> list[tuple[list[bool], list[bool]]]:
+        """:meth:`score` of each head set in ``sets``, ``batch_sets`` sets to a forward (:meth:`logits_many`)."""
+        return [self._correct(rows) for rows in self.logits_many(sets, batch_sets)]
+
+    def _correct(self, logits: list[Tensor]) -> tuple[list[bool], list[bool]]:
+        preds = [row.argmax(-1).tolist() for row in logits]
         correct = [p == a for p, a in zip(preds, self.answers)]
         return correct, [p[0] == a[0] for p, a in zip(preds, self.answers)]
+
+    def score(self, heads: Sequence[tuple[int, int]], fast: bool = True) -> tuple[list[bool], list[bool]]:
+        """Correctness of every pair with ``heads`` knocked out: ``(whole answer, first token)`` per pair."""
+        return self._correct(self.logits(heads, fast))
 
     def accuracy(self, heads: Sequence[tuple[int, int]], first_token: bool = False) -> float:
         """Share of pairs answered correctly with ``heads`` knocked out (full answer, or its first token)."""
@@ -302,6 +366,47 @@ class KnockoutScorer:
         kw = {"past_key_values": cache} if cache is not None else {}
         logits = self.model.bridge.run_with_hooks(toks[:, p:], fwd_hooks=fwd, logits_to_keep=keep, **kw)
         return self._read(logits, rows, toks.shape[1] - keep)
+
+    def _fast_sets(self, b: int, sets: list[list[Head]]) -> list[list[Tensor]]:
+        """Batch ``b`` under each of ``sets`` (non-empty) in one forward resumed mid-network: per set, its rows."""
+        g, rows = self.batches[b]
+        p, n = self.groups[g].shared, len(sets)
+        toks = torch.tensor([self.seqs[i] for i in rows], device=self.model.device)
+        values = self._values(g, rows, fast=True)
+        cache = None
+        if p > 0 and self.ablation == "mean" and self.scope == "all":  # the prefix is ablated: one row per set
+            _, one = self.model.bridge.run_with_hooks(
+                toks[:1, :p].expand(n, p),
+                fwd_hooks=set_ablation_hooks(self.model, sets, values, "all"),
+                return_type="logits_and_cache",
+            )
+            one.batch_repeat_interleave(len(rows))  # set-major: each set's prefix row for each of its pairs
+            cache = one
+        elif p > 0:
+            cache = repeat_cache(self._prefix_cache(toks[0, :p].tolist()), n * len(rows))
+        keep = toks.shape[1] - min(self.n_prompt[i] for i in rows) + 1
+        k = min(l for heads in sets for l, _ in heads)
+        start = self._clean_batch(b)[0][k].to(self.model.layer_device(k)).repeat(n, 1, 1)
+        fwd = set_ablation_hooks(self.model, sets, values, self.scope)
+        logits = run_from_layer(self.model.bridge, start, k, cache, fwd, logits_to_keep=keep)
+        per = logits.reshape(n, len(rows), *logits.shape[1:])
+        return [self._read(per[s], rows, toks.shape[1] - keep) for s in range(n)]
+
+
+def check_batched_knockout(model: HookedModel, ablation: Ablation, scope: Scope) -> tuple[float, float]:
+    """Batched knockout logits (many sets per forward) against one forward per set, on probe pairs.
+
+    The run-time check of :meth:`KnockoutScorer.logits_many`: three sets of two lowest layers, batched two to a
+    forward (a chunk of two and one of one), both ways. Returns ``(largest difference, tolerance)``.
+    """
+    spec = model.spec
+    probe = probe_pairs(spec.vocab_size)
+    scorer = KnockoutScorer(model, probe, ablation, scope=scope, batch_size=len(probe))
+    mid, last = max(1, spec.n_layers // 2), spec.n_layers - 1
+    sets = [[Head(mid, 0)], [Head(mid, spec.n_heads - 1), Head(last, 0)], [Head(last, spec.n_heads - 1)]]
+    many = torch.cat([torch.cat(rows) for rows in scorer.logits_many(sets, batch_sets=2)])
+    one = torch.cat([torch.cat(scorer.logits(s)) for s in sets])
+    return compare(many, one, model.dtype, model_depth(model))
 
 
 def check_knockout(model: HookedModel, ablation: Ablation, scope: Scope) -> tuple[float, float]:

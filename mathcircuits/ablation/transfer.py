@@ -32,7 +32,7 @@ from mathcircuits.ablation.control import depth_matched_draws
 from mathcircuits.ablation.hooks import Ablation, Scope, check_choice
 from mathcircuits.ablation.means import HeadMeans, PositionPool
 from mathcircuits.ablation.result import MEASURED, NOT_MEASURABLE, TransferResult, TransferRow
-from mathcircuits.ablation.scorer import KnockoutScorer
+from mathcircuits.ablation.scorer import BATCH_SETS, KnockoutScorer
 from mathcircuits.data.pairset import PairSet
 from mathcircuits.models import HookedModel
 from mathcircuits.patching import KeyComponents
@@ -120,6 +120,7 @@ def transfer(
     batch_size: int = 32,
     ablation: Ablation | None = None,
     pool: PositionPool | None = None,
+    batch_sets: int = BATCH_SETS,
 ) -> TransferResult:
     """Per dataset: clean accuracy, then key-ablated and random-ablated accuracy on the clean-correct items.
 
@@ -129,7 +130,8 @@ def transfer(
     sets per dataset, the p-value's null), ``scope`` and ``ablation``; ``n_random``, ``scope`` and ``ablation``
     replace them when given. ``held_in``: sets whose data found the key heads (marked; not evidence of transfer).
     ``pool``: for ``"position_mean"``, used for sets with ``template_id`` and ``pair_id``. Heads or means of
-    another model raise an error naming both models.
+    another model raise an error naming both models. ``batch_sets``: head sets scored in one forward
+    (:meth:`KnockoutScorer.logits_many`; 1: one forward per set, the reference).
     """
 
     cfg = configured(
@@ -161,7 +163,7 @@ def transfer(
         if len(kept) >= min_correct and len(kept) / len(clean) >= min_clean_accuracy:
             draws = depth_matched_draws(key_heads, spec, n_random, seed + s) if key_heads else []
             head_sets = [key_heads, *draws]
-            on_kept = [[int(c[i]) for i in kept] for c in (scorer.score(h)[0] for h in head_sets)]
+            on_kept = [[int(c[i]) for i in kept] for c, _ in scorer.score_many(head_sets, batch_sets)]
             key, rand = on_kept[0], on_kept[1:]
         rows.append(
             transfer_row(
