@@ -96,7 +96,7 @@ def set_ablation_hooks(
     heads take ``values`` by a masked copy, so each row gets what the one-set hooks give it.
     """
     n = len(sets)
-    mask = torch.zeros(n, model.spec.n_layers, model.spec.n_heads, dtype=torch.bool)
+    mask = torch.zeros(n, model.spec.n_layers, model.spec.n_heads, dtype=torch.bool, device=values.device)
     for s, heads in enumerate(sets):
         for l, h in heads:
             model.spec.check_head(l, h)

@@ -278,7 +278,7 @@ class KnockoutScorer:
             return [self.logits(heads) for heads in sets]
         path = f"batched knockout ({self.ablation}, scope {self.scope})"
         verify_once(self.model.bridge, path, lambda: check_batched_knockout(self.model, self.ablation, self.scope))
-        blank = [torch.empty(0)] * len(self.seqs)
+        blank = [torch.empty(0, device=self.model.device)] * len(self.seqs)  # placeholders, each replaced
         out: list[list[Tensor]] = [list(blank) if heads else self.logits([]) for heads in sets]
         by_layer: dict[int, list[int]] = {}
         for s, heads in enumerate(sets):
