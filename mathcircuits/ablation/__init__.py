@@ -1,5 +1,6 @@
 """Stage ``validate`` — ablation: knockout curves (mean, per-position mean or resampling) and transfer checks."""
 
+from mathcircuits._checks import check_exports
 from mathcircuits.ablation.control import RandomControl, depth_matched_draws, n_depth_matched_sets, random_control
 from mathcircuits.ablation.cross import CrossOperation, cross_operation, jaccard
 from mathcircuits.ablation.hooks import (
@@ -59,3 +60,5 @@ __all__ = [
     "transfer_row",
     "z_ablation_hooks",
 ]
+
+check_exports(globals())  # every exported function checks its arguments at the call (mathcircuits._checks)

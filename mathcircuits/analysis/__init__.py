@@ -1,5 +1,6 @@
 """Stage ``analyze`` — what key heads attend to, what MLPs read and write (values, not pictures)."""
 
+from mathcircuits._checks import check_exports
 from mathcircuits.analysis.attention import (
     ROLE_COLUMNS,
     AttentionByRole,
@@ -44,3 +45,5 @@ __all__ = [
     "role_shares",
     "sink_mask",
 ]
+
+check_exports(globals())  # every exported function checks its arguments at the call (mathcircuits._checks)

@@ -7,6 +7,7 @@ faithfulness (:mod:`.intervene`, :mod:`.pool`, :mod:`.subcircuits`, :mod:`.faith
 :mod:`.eap`, :mod:`.eap_compare`, :mod:`.graph_files`).
 """
 
+from mathcircuits._checks import check_exports
 from mathcircuits.circuit.attribution import ScreenAgreement, attribute_edges, screen_agreement
 from mathcircuits.circuit.batches import CircuitBatch, circuit_batches
 from mathcircuits.circuit.components import Receiver, Sender, check_positions, upstream_senders
@@ -133,3 +134,5 @@ __all__ = [
     "wiring_of",
     "write_graph",
 ]
+
+check_exports(globals())  # every exported function checks its arguments at the call (mathcircuits._checks)

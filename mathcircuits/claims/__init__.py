@@ -11,6 +11,7 @@ Each ``claim_*`` names ``stage`` when its input is missing, or ``why_missing`` i
 for another reason than its stage being off. The card sits above the analyses and below the report.
 """
 
+from mathcircuits._checks import check_exports
 from mathcircuits.claims.assess import assess_claims
 from mathcircuits.claims.attention import RoleFinding, RoleTest, claim_c3, role_findings
 from mathcircuits.claims.card import CardSettings, Claim, ClaimsCard, Verdict, fmt_interval
@@ -64,3 +65,5 @@ __all__ = [
     "with_number_claims",
     "with_unit_claims",
 ]
+
+check_exports(globals())  # every exported function checks its arguments at the call (mathcircuits._checks)

@@ -6,6 +6,7 @@ separate); :func:`write_comparison` writes its page, tables and figures. The CLI
 ``mathcircuits compare-models RUN_A RUN_B --out DIR`` reads two run folders and does all three.
 """
 
+from mathcircuits._checks import check_exports
 from mathcircuits.crossmodel.compare import compare_runs
 from mathcircuits.crossmodel.figures import comparison_figures
 from mathcircuits.crossmodel.measures import SEPARATIONS, Separation, depth_interval, separation
@@ -27,3 +28,5 @@ __all__ = [
     "separation",
     "write_comparison",
 ]
+
+check_exports(globals())  # every exported function checks its arguments at the call (mathcircuits._checks)

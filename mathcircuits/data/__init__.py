@@ -7,6 +7,7 @@ all of it in one call, :mod:`~mathcircuits.data.facts` splits by fact. Also oper
 MIB's counterfactual kinds and the benchmark files' one reader.
 """
 
+from mathcircuits._checks import check_exports
 from mathcircuits.data.batching import iter_batches, length_groups, padded_groups
 from mathcircuits.data.benchmark_files import (
     WordProblem,
@@ -96,3 +97,5 @@ __all__ = [
     "token_strings",
     "word_problem_dataset",
 ]
+
+check_exports(globals())  # every exported function checks its arguments at the call (mathcircuits._checks)

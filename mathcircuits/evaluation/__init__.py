@@ -7,6 +7,7 @@ the in-memory model (:mod:`~mathcircuits.evaluation.harness`); :mod:`~mathcircui
 ``EvalResult`` and the comparison table with intervals.
 """
 
+from mathcircuits._checks import check_exports
 from mathcircuits.evaluation.batching import common_prefix_length
 from mathcircuits.evaluation.benchmarks import (
     BENCHMARKS,
@@ -75,3 +76,5 @@ __all__ = [
     "select_exemplars",
     "subsample",
 ]
+
+check_exports(globals())  # every exported function checks its arguments at the call (mathcircuits._checks)

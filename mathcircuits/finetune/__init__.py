@@ -8,6 +8,7 @@ parameter slices; :mod:`.adapter` trains deltas on those slices only; :func:`tra
 See docs/finetune.md.
 """
 
+from mathcircuits._checks import check_exports
 from mathcircuits.finetune.adapter import ADAPTER_CONFIG_NAME, ADAPTER_WEIGHTS_NAME, HeadSliceAdapter, TrainableSummary
 from mathcircuits.finetune.compare import CompareConfig, check_modes
 from mathcircuits.finetune.components import lora_rank_for_budget, mode_components, random_heads
@@ -120,3 +121,5 @@ __all__ = [
     "unit_components",
     "units_remaining",
 ]
+
+check_exports(globals())  # every exported function checks its arguments at the call (mathcircuits._checks)

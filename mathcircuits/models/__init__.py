@@ -13,6 +13,7 @@
 * :mod:`.tiny` / :mod:`.embedded` — tiny random models of every family; the embedded models (SmolLM2, Gemma 3 270M).
 """
 
+from mathcircuits._checks import check_exports
 from mathcircuits.models import hooks
 from mathcircuits.models.compat import UnsupportedVersionError, check_versions
 from mathcircuits.models.embedded import (
@@ -162,3 +163,5 @@ __all__ = [
     "wrap",
     "weights_note",
 ]
+
+check_exports(globals())  # every exported function checks its arguments at the call (mathcircuits._checks)

@@ -5,6 +5,7 @@ answer's teacher-forced log-probability, by default. ``select_key_components`` t
 :class:`KeyComponents`.
 """
 
+from mathcircuits._checks import check_exports
 from mathcircuits.patching.attribution import compare_rankings
 from mathcircuits.patching.cache import LastPositionCache, last_position_caches
 from mathcircuits.patching.config import PatchingConfig, Rule, SelectionConfig, ThresholdOf
@@ -71,3 +72,5 @@ __all__ = [
     "select_key_components",
     "selection_stability",
 ]
+
+check_exports(globals())  # every exported function checks its arguments at the call (mathcircuits._checks)

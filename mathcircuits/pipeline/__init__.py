@@ -11,6 +11,8 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from mathcircuits._checks import exported
+
 if TYPE_CHECKING:
     from mathcircuits.pipeline.compare_models import check_same_config, compare_model_runs, load_run_results
     from mathcircuits.pipeline.config import (
@@ -146,10 +148,11 @@ __all__ = [
 def __getattr__(name: str) -> Any:
     if name not in _WHERE:
         raise AttributeError(f"module 'mathcircuits.pipeline' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{_WHERE[name]}"), name)
+    value = exported(getattr(importlib.import_module(f"{__name__}.{_WHERE[name]}"), name))  # arguments checked
     globals()[name] = value  # later lookups skip this function
     return value
 
 
 def __dir__() -> list[str]:
     return sorted(__all__)
+

@@ -9,6 +9,7 @@
   and :func:`build_report`.
 """
 
+from mathcircuits._checks import check_exports
 from mathcircuits.report.build import ReportFigures, build_report, render_sections, report_figures, report_html
 from mathcircuits.report.html import CARD_END_COLOUR, Page, accuracy_with_intervals, claims_table, kv_table, plain_text
 from mathcircuits.report.parts import ReportParts
@@ -50,3 +51,5 @@ __all__ = [
     "report_figures",
     "report_html",
 ]
+
+check_exports(globals())  # every exported function checks its arguments at the call (mathcircuits._checks)

@@ -15,6 +15,7 @@ Hall, Ann. Statist. 16 (1988); Cameron, Gelbach & Miller, REStat 90 (2008); Holm
 Benjamini & Hochberg, JRSS B 57 (1995).
 """
 
+from mathcircuits._checks import check_exports
 from mathcircuits.stats.bootstrap import (
     MIN_CLUSTERS,
     bootstrap_indices,
@@ -88,3 +89,5 @@ __all__ = [
     "small_cluster_interval",
     "wilson_interval",
 ]
+
+check_exports(globals())  # every exported function checks its arguments at the call (mathcircuits._checks)
