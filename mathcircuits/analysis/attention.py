@@ -311,6 +311,7 @@ def attention_by_role(
     spec = model.spec
     heads_t = resolve_heads(heads, spec)
     dataset.require(ROLE_COLUMNS, "attention_by_role")
+    dataset.require_model(model, "attention_by_role")
     n = len(dataset)
     by_layer: dict[int, list[int]] = {}
     for i, (layer, _head) in enumerate(heads_t):

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from mathcircuits._errors import FixableValueError
+from mathcircuits.data import tokenizer_fingerprint
 from mathcircuits.data.operands import compute_answer
 from mathcircuits.data.pairs import PairRow
 from mathcircuits.data.pairset import PairSet
@@ -74,4 +75,5 @@ def swap_pairs(
                 "pair_id": len(rows),
             }
         )
-    return PairSet.from_rows(rows)
+    fp = tokenizer_fingerprint(tokenizer)  # the pairs carry their tokenizer (PairSet.require_model)
+    return PairSet.from_rows([{**row, "tokenizer": fp} for row in rows])

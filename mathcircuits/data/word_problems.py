@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from mathcircuits._errors import FixableValueError
+from mathcircuits.data import tokenizer_fingerprint
 from mathcircuits.data.benchmark_files import read_word_problems, record_question
 from mathcircuits.data.pairset import PairSet
 from mathcircuits.data.render import answer_spacing, prompt_start
@@ -79,4 +80,5 @@ def word_problem_dataset(
             f"{path}: no usable problem (a non-negative integer answer that tokenizes apart from the prompt). ",
             "pass a math word-problem file such as SVAMP/test.json.",
         )
-    return PairSet.from_rows(rows)
+    fp = tokenizer_fingerprint(tokenizer)  # the pairs carry their tokenizer (PairSet.require_model)
+    return PairSet.from_rows([{**row, "tokenizer": fp} for row in rows])
