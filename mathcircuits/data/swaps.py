@@ -12,12 +12,12 @@ from collections.abc import Sequence
 from typing import Any
 
 from mathcircuits._errors import FixableValueError
-from mathcircuits.data import tokenizer_fingerprint
 from mathcircuits.data.operands import compute_answer
 from mathcircuits.data.pairs import PairRow
 from mathcircuits.data.pairset import PairSet
 from mathcircuits.data.render import answer_spacing, render_pair
 from mathcircuits.data.templates import TemplateSet
+from mathcircuits.data.tokenizer_id import tokenizer_fingerprint
 
 __all__ = ["swap_pairs"]
 

@@ -14,10 +14,10 @@ from pathlib import Path
 from typing import Any
 
 from mathcircuits._errors import FixableValueError
-from mathcircuits.data import tokenizer_fingerprint
 from mathcircuits.data.benchmark_files import read_word_problems, record_question
 from mathcircuits.data.pairset import PairSet
 from mathcircuits.data.render import answer_spacing, prompt_start
+from mathcircuits.data.tokenizer_id import tokenizer_fingerprint
 
 __all__ = ["word_problem_dataset"]
 
