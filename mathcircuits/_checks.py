@@ -36,6 +36,7 @@ __all__ = [
     "check_exports",
     "checked",
     "exported",
+    "own_checks",
     "kind_of",
 ]
 
@@ -212,10 +213,18 @@ class _Plan:
     var_keyword: str | None
 
 
+def own_checks(fn: F, *params: str) -> F:
+    """Declare that ``fn`` checks ``params`` itself, with a message that says more than their annotation (what a
+    tokenizer string names, why a model without a head cannot be read): the call leaves those to it."""
+    fn.__own_checks__ = frozenset(params)  # type: ignore[attr-defined]  # copied onto the wrapper by functools.wraps
+    return fn
+
+
 def _plan(fn: Callable[..., Any]) -> _Plan:
     from beartype.door import is_bearable
 
     sig = inspect.signature(fn)
+    own = getattr(fn, "__own_checks__", frozenset())
     hints: dict[str, tuple[Any, Bounds | None]] = {}
     positional, var_pos, var_kw = [], None, None
     for p in sig.parameters.values():
@@ -225,7 +234,7 @@ def _plan(fn: Callable[..., Any]) -> _Plan:
             var_pos = p.name
         elif p.kind is p.VAR_KEYWORD:
             var_kw = p.name
-        if p.annotation is inspect.Parameter.empty:
+        if p.annotation is inspect.Parameter.empty or p.name in own:
             continue
         try:
             hint = _resolve(fn, p.name, p.annotation)
