@@ -30,6 +30,7 @@ from mathcircuits._errors import FixableTypeError, FixableValueError
 
 __all__ = [
     "UNCHECKED",
+    "ArgumentChoiceError",
     "ArgumentRangeError",
     "ArgumentTypeError",
     "Bounds",
@@ -93,6 +94,11 @@ class ArgumentTypeError(_ArgumentError, FixableTypeError):
 
 class ArgumentRangeError(_ArgumentError, FixableValueError):
     """A number outside the bounds its annotation declares."""
+
+
+class ArgumentChoiceError(_ArgumentError, FixableValueError, TypeError):
+    """A value of the right kind that is none of the choices a ``Literal`` lists (a ``ValueError``, as the function's
+    own check of the choice raised, and a ``TypeError``, as beartype does)."""
 
 
 def kind_of(value: Any) -> str:
@@ -159,6 +165,18 @@ def expected(hint: Any) -> str:
         name = hint.__name__
         return _PHRASES.get(name, f"{'an' if name[0].lower() in 'aeiou' else 'a'} {name}")
     return str(hint).replace("typing.", "")
+
+
+def _is_a_choice(value: Any, hint: Any) -> bool:
+    """Whether ``value`` has the type of a choice the hint's ``Literal`` lists (a misspelt choice, not a wrong kind)."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin is typing.Annotated:
+        return _is_a_choice(value, args[0])
+    if origin is Literal:
+        return any(type(value) is type(a) for a in args)
+    if origin in (Union, types.UnionType):
+        return any(_is_a_choice(value, a) for a in args)
+    return False
 
 
 def _bounds_of(hint: Any) -> Bounds | None:
@@ -273,7 +291,8 @@ def _check(fn_name: str, name: str, value: Any, hint: Any, bounds: Bounds | None
     except BeartypeCallHintViolation:
         ok = False
     if not ok:
-        err = ArgumentTypeError(
+        kind = ArgumentChoiceError if _is_a_choice(value, hint) else ArgumentTypeError
+        err = kind(
             f"{fn_name}: {name} must be {expected(hint)}, got {kind_of(value)} ({_short(value)}). ",
             f"pass {expected(hint)} as {name} (help({fn_name}) says what it is)",
         )

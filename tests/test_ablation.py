@@ -25,6 +25,7 @@ from mathcircuits.ablation import (
     transfer,
 )
 from mathcircuits.data import GenerationConfig, PairSet, generate_pairs, score_pairs
+from mathcircuits.data.tokenizer_id import tokenizer_fingerprint
 from mathcircuits.models import load_model
 from mathcircuits.patching import path_patch, resolve_heads, select_key_components
 from mathcircuits.stats import Interval
@@ -113,6 +114,7 @@ def _copy_pairs(tokenizer, n: int = 24, seed: int = 0):
                 "n_tokens": len(ids),
                 "operation": "copy",
                 "pair_id": i,
+                "tokenizer": tokenizer_fingerprint(tokenizer),  # pairs carry their tokenizer (PairSet.require_model)
             }
         )
     return PairSet.from_rows(rows)

@@ -135,7 +135,9 @@ class PairSet:
                 raise FixableValueError(
                     f"{caller}: these pairs carry no tokenizer fingerprint (column 'tokenizer'; pairs made before "
                     "pairs recorded one), so nothing tells whether their token ids mean this model's text. ",
-                    "regenerate them with generate_pairs(model.tokenizer, ...) (or correct_pairs(model, ...)).",
+                    "regenerate them with generate_pairs(model.tokenizer, ...) (or correct_pairs(model, ...)); rows "
+                    "built by hand: give each a 'tokenizer': tokenizer_fingerprint(model.tokenizer) "
+                    "(mathcircuits.data.tokenizer_id).",
                 )
             theirs, ours = sorted(set(data["tokenizer"])), tokenizer_fingerprint(tok)
             if theirs != [ours]:
