@@ -32,12 +32,13 @@ from __future__ import annotations
 import copy
 import time
 from collections.abc import Iterator, Sequence
-from typing import Any, Literal, get_args
+from typing import Annotated, Any, Literal, get_args
 
 import torch
 from jaxtyping import Float
 from torch import Tensor
 
+from mathcircuits._checks import Bounds
 from mathcircuits._errors import FixableValueError
 from mathcircuits._progress import progress_bar
 from mathcircuits.circuit.batches import circuit_batches
@@ -60,6 +61,9 @@ AttributionMethod = Literal["eap", "eap-ig"]
 ATTRIBUTION_METHODS: tuple[str, ...] = get_args(AttributionMethod)
 #: MIB's default (``run_attribution.py``: ``--ig-steps`` 5)
 DEFAULT_IG_STEPS = 5
+#: integrated-gradient steps: each is one more forward and backward pass per batch (MIB uses 5; the estimate
+#: settles well below 100, :func:`~.eap_compare.ig_convergence`)
+IGSteps = Annotated[int, Bounds(ge=1, le=1000, why="each step is one more forward and backward pass per batch")]
 EMBED = hooks.resid_pre(0)  # the input sender's output: the residual before the first block
 
 
@@ -221,7 +225,7 @@ def edge_attribution(
     cache: PairCache,
     readout: RunScore = answer_logprob,
     method: AttributionMethod = "eap-ig",
-    steps: int = DEFAULT_IG_STEPS,
+    steps: IGSteps = DEFAULT_IG_STEPS,
     positions: Sequence[int] | None = None,
 ) -> Float[Tensor, "pair sender receiver"]:
     """EAP or EAP-IG effects of every edge, per pair of one batch (see the module docstring).
@@ -239,7 +243,7 @@ def eap_scores(
     model: HookedModel,
     pairs: PairSet,
     method: AttributionMethod = "eap-ig",
-    steps: int = DEFAULT_IG_STEPS,
+    steps: IGSteps = DEFAULT_IG_STEPS,
     metric: MIBMetric = "logit_diff",
     batch_size: int = 8,
     progress: bool | None = None,
@@ -252,6 +256,7 @@ def eap_scores(
     """
     t0 = time.perf_counter()
     ig_alphas(method, steps)
+    pairs.require_model(model, "eap_scores")
     readouts = mib_readout(pairs, metric)
     parallel = block_structure(model).parallel
     total, n = None, 0

@@ -24,7 +24,7 @@ from mathcircuits.circuit.attribution import ScreenAgreement, screen_agreement
 from mathcircuits.circuit.batches import circuit_batches
 from mathcircuits.circuit.chain import first_diff
 from mathcircuits.circuit.components import Receiver, Sender
-from mathcircuits.circuit.eap import DEFAULT_IG_STEPS, alpha_effects, graph_nodes, ig_alphas
+from mathcircuits.circuit.eap import DEFAULT_IG_STEPS, IGSteps, alpha_effects, graph_nodes, ig_alphas
 from mathcircuits.circuit.edge_scores import EdgeScores, graph_edges
 from mathcircuits.circuit.edges import exact_edges
 from mathcircuits.circuit.intervene import answer_logprob
@@ -159,7 +159,7 @@ def exact_agreement(
     model: HookedModel,
     pairs: PairSet,
     receivers: int | Sequence[Receiver] = 6,
-    steps: int = DEFAULT_IG_STEPS,
+    steps: IGSteps = DEFAULT_IG_STEPS,
     k: int = 10,
     uncertainty: Uncertainty = _RANK_BOOT,
     batch_size: int = 8,

@@ -166,6 +166,7 @@ def mib_scores(
     t0 = time.perf_counter()
     spec = model.spec
     check_model(scores.model, model, "these edge scores", "score this model's edges")
+    pairs.require_model(model, "mib_scores")
     readouts = mib_readout(pairs, metric)
     grid = [float(p) for p in percentages]
     if not grid or any(not 0 < p <= 1 for p in grid) or grid != sorted(set(grid)):

@@ -22,6 +22,7 @@ from mathcircuits._errors import FixableFileNotFoundError, FixableValueError
 from mathcircuits._files import atomic_dir
 from mathcircuits.data.batching import iter_batches
 from mathcircuits.data.pairs import PairBatch, PairRow, check_columns
+from mathcircuits.data.tokenizer_id import tokenizer_fingerprint
 
 __all__ = [
     "Field",
@@ -112,6 +113,53 @@ class PairSet:
     def require(self, fields: Sequence[Field], caller: str) -> None:
         """Refuse a set without ``fields`` or without pairs, naming ``caller`` and the fix."""
         check_columns(self._data, fields, caller)
+
+    def require_model(self, model: Any, caller: str, scored: bool = True) -> None:
+        """Refuse pairs this model cannot read, or that another model chose, naming ``caller`` and the fix.
+
+        Token ids beyond the model's vocabulary, pairs without the tokenizer fingerprint (made before pairs
+        recorded one: their ids cannot be told from another tokenizer's) or with another tokenizer's are refused.
+        With ``scored``, pairs that :func:`~mathcircuits.data.score_pairs` found correct with another model
+        (column ``scored_by``) are refused too: every model-reading verb assumes the model answers its pairs, and
+        another model's correct pairs include ones this model gets wrong. Pairs never scored are taken.
+        """
+        data = self._data
+        vocab = getattr(getattr(model, "spec", None), "vocab_size", None)
+        if isinstance(vocab, int) and "tokens" in data.column_names and len(self):
+            top = max((max(t, default=0) for t in self.tokens), default=0)
+            if top >= vocab:
+                raise FixableValueError(
+                    f"{caller}: the pairs hold token id {top}, outside this model's vocabulary of {vocab}: they were "
+                    "made with another tokenizer. ",
+                    "generate the pairs with this model's tokenizer.",
+                )
+        tok = getattr(model, "tokenizer", None)
+        if tok is not None:
+            if "tokenizer" not in data.column_names:
+                raise FixableValueError(
+                    f"{caller}: these pairs carry no tokenizer fingerprint (column 'tokenizer'; pairs made before "
+                    "pairs recorded one), so nothing tells whether their token ids mean this model's text. ",
+                    "regenerate them with generate_pairs(model.tokenizer, ...) (or correct_pairs(model, ...)); rows "
+                    "built by hand: give each a 'tokenizer': tokenizer_fingerprint(model.tokenizer) "
+                    "(mathcircuits.data.tokenizer_id).",
+                )
+            theirs, ours = sorted(set(data["tokenizer"])), tokenizer_fingerprint(tok)
+            if theirs != [ours]:
+                raise FixableValueError(
+                    f"{caller}: these pairs were made with another tokenizer (fingerprint {', '.join(theirs)}) than "
+                    f"this model's ({ours}), so their token ids mean other text. ",
+                    "generate the pairs with this model's tokenizer (generate_pairs(model.tokenizer, ...)).",
+                )
+        spec = getattr(model, "spec", None)
+        if scored and spec is not None and "scored_by" in data.column_names:
+            by, ours = sorted(set(data["scored_by"]) - {""}), spec.fingerprint()
+            if by and by != [ours]:
+                raise FixableValueError(
+                    f"{caller}: these pairs were scored by another model ({', '.join(by)}), not this one ({ours}): "
+                    "the pairs it answers correctly are not this model's. ",
+                    "score them with this model: filter_correct(score_pairs(model, pairs)), or correct_pairs(model, "
+                    "...).",
+                )
 
     def _col(self, name: Field, convert: Any = None) -> tuple[Any, ...]:
         if name not in self._cache:  # read once: a Dataset column read converts the whole column each time

@@ -17,6 +17,7 @@ from mathcircuits._errors import FixableValueError
 from mathcircuits.data.benchmark_files import read_word_problems, record_question
 from mathcircuits.data.pairset import PairSet
 from mathcircuits.data.render import answer_spacing, prompt_start
+from mathcircuits.data.tokenizer_id import tokenizer_fingerprint
 
 __all__ = ["word_problem_dataset"]
 
@@ -79,4 +80,5 @@ def word_problem_dataset(
             f"{path}: no usable problem (a non-negative integer answer that tokenizes apart from the prompt). ",
             "pass a math word-problem file such as SVAMP/test.json.",
         )
-    return PairSet.from_rows(rows)
+    fp = tokenizer_fingerprint(tokenizer)  # the pairs carry their tokenizer (PairSet.require_model)
+    return PairSet.from_rows([{**row, "tokenizer": fp} for row in rows])
