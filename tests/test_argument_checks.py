@@ -18,9 +18,22 @@ import pytest
 
 import mathcircuits
 import mathcircuits as mc
-from mathcircuits.ablation import knockout_curve
-from mathcircuits.analysis import attention_by_role
-from mathcircuits.circuit import EdgeScores, discover_circuit, eap_scores, mib_node_scores, mib_scores, node_scores
+from mathcircuits.ablation import ablated_accuracy, head_means, knockout_curve, mlp_margin, random_control
+from mathcircuits.analysis import attention_by_role, head_patterns, mlp_probes
+from mathcircuits.circuit import (
+    Circuit,
+    EdgeScores,
+    circuit_batches,
+    discover_circuit,
+    eap_scores,
+    exact_agreement,
+    faithfulness,
+    ig_convergence,
+    label_roles,
+    mib_node_scores,
+    mib_scores,
+    node_scores,
+)
 from mathcircuits.data import GenerationConfig, PairSet, filter_correct, generate_pairs, score_pairs
 from mathcircuits.numbers import NumbersConfig
 from mathcircuits.patching import SelectionConfig, path_patch, select_key_components
@@ -138,7 +151,16 @@ def tiny(tiny_llama, template_sets):
     cfg = GenerationConfig(operations=("add",), template_ids=("add_eq_1",), n_per_template=6)
     pairs = score_pairs(tiny_llama, generate_pairs(tiny_llama.tokenizer, template_sets, cfg))
     key = select_key_components(path_patch(tiny_llama, pairs), SelectionConfig(rule="topk", k=3))
+    _CIRCUITS[tiny_llama.spec.name] = discover_circuit(tiny_llama, pairs, key, depth=0)
     return tiny_llama, pairs, key
+
+
+#: the circuit found on the tiny model's own pairs (the verbs that read a circuit take it with other pairs)
+_CIRCUITS: dict[str, Circuit] = {}
+
+
+def _circuit(model, key) -> Circuit:
+    return _CIRCUITS[model.spec.name]
 
 
 def _edge_scores(model) -> EdgeScores:
@@ -191,7 +213,37 @@ MEETS_A_MODEL = [
     ("mib_scores", lambda m, p, k: mib_scores(m, p, _edge_scores(m))),
     ("node_scores", lambda m, p, k: node_scores(m, p, "eap")),
     ("mib_node_scores", lambda m, p, k: mib_node_scores(m, p, node_scores(m, p.select([0]), "random"))),
+    ("random_control", lambda m, p, k: random_control(m, p, k, n_draws=1)),
+    ("ablated_accuracy", lambda m, p, k: ablated_accuracy(m, p, list(k.heads))),
+    ("head_means", lambda m, p, k: head_means(m, p)),
+    ("mlp_margin", lambda m, p, k: mlp_margin(m, p, list(k.heads), [0])),
+    ("mlp_probes", lambda m, p, k: mlp_probes(m, p)),
+    ("head_patterns", lambda m, p, k: head_patterns(m, p, k)),
+    ("circuit_batches", lambda m, p, k: circuit_batches(m, p)),
+    ("faithfulness", lambda m, p, k: faithfulness(m, p, _circuit(m, k))),
+    ("label_roles", lambda m, p, k: label_roles(m, p, _circuit(m, k))),
+    ("ig_convergence", lambda m, p, k: ig_convergence(m, p, steps=(1,))),
+    ("exact_agreement", lambda m, p, k: exact_agreement(m, p, receivers=1)),
 ]
+
+#: functions that take a model and pairs but do not check the pairs against the model, with the reason
+READS_NO_TOKENS = {
+    "score_pairs": "scoring is what records the model (scored_by); it checks the tokenizer (test_reliability3_verbs)",
+    "fresh_pairs": "the given pairs are only the ones to avoid (by template and operands); it makes its own",
+}
+
+
+def test_every_function_that_meets_a_model_and_pairs_checks_them():
+    """Each public function taking ``model`` and ``pairs`` is in MEETS_A_MODEL (so the three tests below call it),
+    or says why its pairs need no check against the model."""
+    meets = set()
+    for fn in _public_functions().values():
+        params = inspect.signature(fn).parameters
+        if "model" in params and "pairs" in params:
+            meets.add(fn.__name__)
+    tested = {name for name, _ in MEETS_A_MODEL}
+    assert meets - tested - set(READS_NO_TOKENS) == set(), "untested: add them to MEETS_A_MODEL"
+    assert tested | set(READS_NO_TOKENS) <= meets
 
 
 @pytest.mark.parametrize("name, call", [pytest.param(n, c, id=n) for n, c in MEETS_A_MODEL])

@@ -57,6 +57,7 @@ def ablated_accuracy(
     ``means``: for ``"mean"`` only (default: taken on ``pairs``). ``seed`` draws the resampling donors.
     Heads or means of another model raise an error naming both models.
     """
+    pairs.require_model(model, "ablated_accuracy")
     heads = list(resolve_heads(heads, model.spec, allow_empty=True))
     if means is not None:
         means.check_model(model.spec)

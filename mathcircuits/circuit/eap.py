@@ -48,7 +48,7 @@ from mathcircuits.circuit.edge_scores import INPUT, EdgeScores, graph_edges
 from mathcircuits.circuit.intervene import RunScore, answer_logprob
 from mathcircuits.circuit.mib_metric import MIBMetric, mib_readout
 from mathcircuits.circuit.pair_cache import PairCache, pair_cache
-from mathcircuits.data.pairset import PairSet
+from mathcircuits.data.pairset import PairSet, pair_keys
 from mathcircuits.models import HookedModel, attn_change, attn_pre_norm_name, head_out_weights, hooks
 from mathcircuits.models.families import block_structure
 
@@ -274,4 +274,5 @@ def eap_scores(
     edges = graph_edges(model.spec, parallel)
     mean = -total.double() / n  # EdgeScores: higher is more of the behaviour
     values = tuple(float(mean[si[s], ri[r]]) for s, r in edges)
-    return EdgeScores(model.spec, parallel, edges, values, method, time.perf_counter() - t0, metric)
+    seconds = time.perf_counter() - t0
+    return EdgeScores(model.spec, parallel, edges, values, method, seconds, metric, tuple(pair_keys(pairs)))

@@ -90,13 +90,14 @@ def _caches(model: HookedModel, pairs: PairSet, rows: list[int], batch_size: int
 def ig_convergence(
     model: HookedModel,
     pairs: PairSet,
-    steps: Sequence[int] = (1, 2, 5, 10, 20),
+    steps: Sequence[IGSteps] = (1, 2, 5, 10, 20),
     metric: MIBMetric = "logit_diff",
     k: int = 20,
     uncertainty: Uncertainty = _RANK_BOOT,
     batch_size: int = 8,
 ) -> IGConvergence:
     """EAP-IG's edge scores at each of ``steps`` (increasing, at least two) against those at the most steps."""
+    pairs.require_model(model, "ig_convergence")
     counts = [int(n) for n in steps]
     if len(counts) < 2 or counts != sorted(set(counts)) or counts[0] < 1:
         raise FixableValueError(
@@ -168,6 +169,7 @@ def exact_agreement(
 
     ``uncertainty.seed`` also draws the receivers.
     """
+    pairs.require_model(model, "exact_agreement")
     parallel = block_structure(model).parallel
     chosen = _pick(model, parallel, receivers, uncertainty.seed)
     senders, all_receivers = graph_nodes(model, parallel)

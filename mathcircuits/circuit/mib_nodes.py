@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import math
 import time
-import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import partial
@@ -47,7 +46,7 @@ from mathcircuits.circuit.batches import CircuitBatch, circuit_batches
 from mathcircuits.circuit.components import Sender
 from mathcircuits.circuit.eap import DEFAULT_IG_STEPS, IGSteps, ig_alphas
 from mathcircuits.circuit.intervene import Wiring, circuit_logprob
-from mathcircuits.circuit.mib import clean_readout, curve_summary
+from mathcircuits.circuit.mib import clean_readout, curve_summary, warn_on_choosing_pairs
 from mathcircuits.circuit.mib_metric import MIBMetric, mib_readout
 from mathcircuits.circuit.mib_result import MIB_PERCENTAGES, MIBScores
 from mathcircuits.circuit.wiring import resample_values
@@ -82,8 +81,8 @@ def graph_nodes_of(spec: ModelSpec) -> tuple[Sender, ...]:
 class NodeScores:
     """A signed score for every head and MLP (higher: more of the behaviour); ``method="imported"``: another tool's.
 
-    ``pair_keys``: fingerprints of the pairs that made the scores (:func:`~mathcircuits.data.pair_keys`; empty for
-    random or imported scores), so an evaluation on them warns of selection bias.
+    ``pair_keys``: fingerprints of the pairs that made the scores (:func:`~mathcircuits.data.pairset.pair_keys`;
+    empty for random or imported scores), so an evaluation on them warns of selection bias.
     """
 
     model: ModelSpec
@@ -251,15 +250,7 @@ def mib_node_scores(
             f"percentages {list(percentages)} must increase within (0, 1]. ", "use MIB_PERCENTAGES."
         )
     pairs.require_model(model, "mib_node_scores")
-    shared = sum(k in set(scores.pair_keys) for k in pair_keys(pairs)) if scores.pair_keys else 0
-    if shared:
-        warnings.warn(
-            f"mib_node_scores evaluates on {shared} of {len(pairs)} pairs that made the node scores: nodes ranked "
-            "high because they matter on these pairs look more faithful on them than they are (selection bias). "
-            "Fix: evaluate on fresh pairs, e.g. mc.fresh_pairs(model, pairs, n=32).",
-            UserWarning,
-            stacklevel=2,
-        )
+    warn_on_choosing_pairs("mib_node_scores", pairs, scores.pair_keys, "node")
     readouts = mib_readout(pairs, metric)
     nodes, n_nodes = scores.nodes, len(scores.nodes)
     rankings = {"signed": scores.ranking(absolute=False), "absolute": scores.ranking(absolute=True)}

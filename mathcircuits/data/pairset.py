@@ -18,8 +18,8 @@ import datasets
 import torch
 from torch import Tensor
 
-from mathcircuits._errors import FixableFileNotFoundError, FixableValueError
-from mathcircuits._files import atomic_dir
+from mathcircuits._errors import FixableFileNotFoundError, FixableNotADirectoryError, FixableValueError
+from mathcircuits._files import ResultFileError, atomic_dir
 from mathcircuits.data.batching import iter_batches
 from mathcircuits.data.pairs import PairBatch, PairRow, check_columns
 from mathcircuits.data.tokenizer_id import tokenizer_fingerprint
@@ -67,6 +67,7 @@ class PairSet:
     def __init__(self, dataset: datasets.Dataset) -> None:
         self._data = dataset
         self._cache: dict[str, tuple[Any, ...]] = {}
+        self._readers: list[tuple[Any, Any, bool]] = []  # (tokenizer, spec, scored) that require_model passed
 
     @classmethod
     def from_rows(cls, rows: Sequence[PairRow]) -> PairSet:
@@ -85,10 +86,23 @@ class PairSet:
             raise FixableFileNotFoundError(
                 f"{path} is missing. ", "run the stage that writes it first (mathcircuits run)."
             )
+        folder = Path(path)
+        if not (folder / "dataset_info.json").is_file() or not (folder / "state.json").is_file():
+            what = "a file" if folder.is_file() else "a folder without a saved pair set (dataset_info.json, state.json)"
+            raise ResultFileError(
+                f"{path} is {what}, where a pair set saved by PairSet.save belongs. ",
+                "pass the folder PairSet.save wrote (a run's data/pairs_<op>), or re-run the stage that writes it.",
+            )
         return cls(datasets.load_from_disk(str(path), keep_in_memory=True))
 
     def save(self, path: str | Path) -> None:
         """Write the ``save_to_disk`` folder atomically, without ``cache-*.arrow`` leftovers."""
+        if Path(path).exists() and not Path(path).is_dir():
+            raise FixableNotADirectoryError(
+                f"{path}: a file is where a saved pair set (a folder) belongs. ",
+                "move or delete the file, or save to another path",
+                str(path),
+            )
         with atomic_dir(path) as tmp, quiet_datasets():
             self._data.save_to_disk(str(tmp))
             for cache in tmp.glob("cache-*.arrow"):
@@ -121,11 +135,20 @@ class PairSet:
         recorded one: their ids cannot be told from another tokenizer's) or with another tokenizer's are refused.
         With ``scored``, pairs that :func:`~mathcircuits.data.score_pairs` found correct with another model
         (column ``scored_by``) are refused too: every model-reading verb assumes the model answers its pairs, and
-        another model's correct pairs include ones this model gets wrong. Pairs never scored are taken.
+        another model's correct pairs include ones this model gets wrong. Pairs never scored are taken. An empty set
+        is refused (nothing to read). A model that passed once is not checked again on this set (a set is immutable).
         """
+        tok, spec = getattr(model, "tokenizer", None), getattr(model, "spec", None)
+        if any(t is tok and sp is spec and sc == scored for t, sp, sc in self._readers):
+            return
         data = self._data
-        vocab = getattr(getattr(model, "spec", None), "vocab_size", None)
-        if isinstance(vocab, int) and "tokens" in data.column_names and len(self):
+        if len(self) == 0:
+            raise FixableValueError(
+                f"{caller}: the pair set is empty (0 pairs), so there is nothing to read. ",
+                "pass pairs, e.g. mc.correct_pairs(model, 'add', n=12); a filter or select that kept none: loosen it.",
+            )
+        vocab = getattr(spec, "vocab_size", None)
+        if isinstance(vocab, int) and "tokens" in data.column_names:
             top = max((max(t, default=0) for t in self.tokens), default=0)
             if top >= vocab:
                 raise FixableValueError(
@@ -133,7 +156,6 @@ class PairSet:
                     "made with another tokenizer. ",
                     "generate the pairs with this model's tokenizer.",
                 )
-        tok = getattr(model, "tokenizer", None)
         if tok is not None:
             if "tokenizer" not in data.column_names:
                 raise FixableValueError(
@@ -150,7 +172,6 @@ class PairSet:
                     f"this model's ({ours}), so their token ids mean other text. ",
                     "generate the pairs with this model's tokenizer (generate_pairs(model.tokenizer, ...)).",
                 )
-        spec = getattr(model, "spec", None)
         if scored and spec is not None and "scored_by" in data.column_names:
             by, ours = sorted(set(data["scored_by"]) - {""}), spec.fingerprint()
             if by and by != [ours]:
@@ -160,6 +181,7 @@ class PairSet:
                     "score them with this model: filter_correct(score_pairs(model, pairs)), or correct_pairs(model, "
                     "...).",
                 )
+        self._readers.append((tok, spec, scored))
 
     def _col(self, name: Field, convert: Any = None) -> tuple[Any, ...]:
         if name not in self._cache:  # read once: a Dataset column read converts the whole column each time

@@ -43,8 +43,8 @@ class SelectionSource:
     """Where a selection came from.
 
     ``fallback``: why it is not the configured rule's; ``note``: how a selection no rule made came about;
-    ``pair_keys``: fingerprints of the pairs that chose it (:func:`~mathcircuits.data.pair_keys`), so scoring it on
-    them warns of selection bias.
+    ``pair_keys``: fingerprints of the pairs that chose it (:func:`~mathcircuits.data.pairset.pair_keys`), so scoring
+    it on them warns of selection bias.
     """
 
     metric: str = ""
