@@ -168,12 +168,23 @@ def _is_a_choice(value: Any, hint: Any) -> bool:
     return False
 
 
-def _bounds_of(hint: Any) -> Bounds | None:
-    """The bounds an annotation declares (in ``Annotated[...]``, also inside ``... | None``)."""
-    if typing.get_origin(hint) is typing.Annotated:
+@dataclasses.dataclass(frozen=True)
+class _Each:
+    """Bounds on every item of a sequence argument (``Sequence[Annotated[int, Bounds(...)]]``)."""
+
+    bounds: Bounds
+
+
+def _bounds_of(hint: Any) -> Bounds | _Each | None:
+    """The bounds an annotation declares (in ``Annotated[...]``, also inside ``... | None``, or on the items of a
+    sequence)."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin is typing.Annotated:
         return next((m for m in hint.__metadata__ if isinstance(m, Bounds)), None)
-    if typing.get_origin(hint) in (Union, types.UnionType):
-        return next((b for a in typing.get_args(hint) if (b := _bounds_of(a)) is not None), None)
+    if origin in (Union, types.UnionType):
+        return next((b for a in args if (b := _bounds_of(a)) is not None), None)
+    if origin in _SEQUENCES and len(args) == 1 and isinstance(inner := _bounds_of(args[0]), Bounds):
+        return _Each(inner)
     return None
 
 
@@ -214,7 +225,7 @@ class _Plan:
 
     positional: list[str]
     names: set[str]
-    hints: dict[str, tuple[Any, Bounds | None, Callable[[Any], Any]]]
+    hints: dict[str, tuple[Any, Bounds | _Each | None, Callable[[Any], Any]]]
     defaults: dict[str, Any]
     var_positional: str | None
     var_keyword: str | None
@@ -227,22 +238,47 @@ def own_checks(fn: F, *params: str) -> F:
     return fn
 
 
+class _BoolForNumber(Exception):
+    """``True``/``False`` given where a number belongs (``bool`` is an ``int`` to Python and to beartype)."""
+
+
+def _numbers_of(hint: Any) -> set[Any]:
+    """The plain types ``int``, ``float`` and ``bool`` (and ``Any``/``object``) a hint admits, through unions."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin is typing.Annotated:
+        return _numbers_of(args[0])
+    if origin in (Union, types.UnionType):
+        return set().union(*(_numbers_of(a) for a in args))
+    return {hint} & {int, float, bool, Any, object}
+
+
 def _tester(hint: Any) -> Callable[[Any], Any]:
     """A function of one argument, checked by beartype against ``hint``: it raises on a violation (a decorated call
-    costs about a microsecond; ``beartype.door.is_bearable`` looks its checker up anew at every call)."""
+    costs about a microsecond; ``beartype.door.is_bearable`` looks its checker up anew at every call). A count or a
+    number refuses ``True``/``False`` (a flag given where a count belongs), unless the hint admits ``bool``."""
     from beartype import beartype
 
     def probe(value: Any) -> None:
         return None
 
     probe.__annotations__ = {"value": hint}
-    return beartype(conf=_conf())(probe)
+    checked_probe = beartype(conf=_conf())(probe)
+    numbers = _numbers_of(hint)
+    if not numbers & {int, float} or numbers & {bool, Any, object}:
+        return checked_probe
+
+    def no_flag(value: Any) -> None:
+        if isinstance(value, bool):
+            raise _BoolForNumber
+        checked_probe(value)
+
+    return no_flag
 
 
 def _plan(fn: Callable[..., Any]) -> _Plan:
     sig = inspect.signature(fn)
     own = getattr(fn, "__own_checks__", frozenset())
-    hints: dict[str, tuple[Any, Bounds | None, Callable[[Any], Any]]] = {}
+    hints: dict[str, tuple[Any, Bounds | _Each | None, Callable[[Any], Any]]] = {}
     positional, var_pos, var_kw = [], None, None
     for p in sig.parameters.values():
         if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD):
@@ -271,13 +307,15 @@ def _conf() -> Any:
     return BeartypeConf(is_pep484_tower=True)  # an int where a float belongs, as PEP 484 says
 
 
-def _check(fn_name: str, name: str, value: Any, hint: Any, bounds: Bounds | None, tester: Callable[[Any], Any]) -> None:
+def _check(
+    fn_name: str, name: str, value: Any, hint: Any, bounds: Bounds | _Each | None, tester: Callable[[Any], Any]
+) -> None:
     from beartype.roar import BeartypeCallHintViolation
 
     try:
         tester(value)
         ok = True
-    except BeartypeCallHintViolation:
+    except (BeartypeCallHintViolation, _BoolForNumber):
         ok = False
     if not ok:
         kind = ArgumentChoiceError if _is_a_choice(value, hint) else ArgumentTypeError
@@ -287,7 +325,17 @@ def _check(fn_name: str, name: str, value: Any, hint: Any, bounds: Bounds | None
         )
         err.function, err.argument = fn_name, name
         raise err
-    if bounds is not None and not bounds.holds(value):
+    if isinstance(bounds, _Each):
+        bad = next((v for v in value if not bounds.bounds.holds(v)), None)
+        if bad is not None:
+            why = f" ({bounds.bounds.why})" if bounds.bounds.why else ""
+            err = ArgumentRangeError(
+                f"{fn_name}: {name} holds {_short(bad)}, out of range{why}. ",
+                f"use values {bounds.bounds.text()}",
+            )
+            err.function, err.argument = fn_name, name
+            raise err
+    elif bounds is not None and not bounds.holds(value):
         why = f" ({bounds.why})" if bounds.why else ""
         err = ArgumentRangeError(
             f"{fn_name}: {name}={_short(value)} is out of range{why}. ", f"use a value {bounds.text()}"
