@@ -116,6 +116,7 @@ _PHRASES = {
     "PairSet": "prompt pairs (a PairSet from generate_pairs)",
     "PreTrainedTokenizerBase": "a Hugging Face tokenizer",
     "PreTrainedTokenizerFast": "a Hugging Face tokenizer",
+    "Tokenizer": "a Hugging Face tokenizer",
 }
 _SEQUENCES = {list, tuple, collections.abc.Sequence, collections.abc.Iterable, collections.abc.Collection}
 

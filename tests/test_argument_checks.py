@@ -43,14 +43,7 @@ from helpers import reversed_char_tokenizer, unchecked
 #: functions whose first parameter takes anything (annotated ``Any``/``object`` or not at all), with the reason;
 #: they cannot refuse a wrongly typed first argument by its type
 ACCEPTS_ANYTHING = {
-    "copy_pairs": "a planted-model test helper: any tokenizer the planted model was built with",
     "upstream_senders": "spec: a ModelSpec or anything with its shape fields (a saved run's spec dict too)",
-    "prompt_start": "tokenizer: any Hugging Face-like tokenizer",
-    "generate_pairs": "tokenizer: any Hugging Face-like tokenizer; its own check refuses None or a model",
-    "word_problem_dataset": "tokenizer: any Hugging Face-like tokenizer",
-    "build_sft_dataset": "tokenizer: any Hugging Face-like tokenizer",
-    "number_contexts": "tokenizer: any Hugging Face-like tokenizer",
-    "operand_grid": "tokenizer: any Hugging Face-like tokenizer",
     "model_depth": "model: a HookedModel, a bridge or a plain HF model (it reads the depth of each)",
     "repeat_cache": "cache: a prefix cache of any of the engine's layouts",
     "verify_once": "owner: any object the one-time check is remembered on",
@@ -187,6 +180,10 @@ BAD_CALLS = [
      ("mib_scores: pairs must be prompt pairs", "a str ('pairs.json')")),
     ("n-shuffles-huge", lambda m, p, k: NumbersConfig(n_shuffles=10**8), ValueError,
      ("n_shuffles=100000000 is out of range", "<= 100000", "spectrum")),
+    ("patch-pairs-huge", lambda m, p, k: NumbersConfig(patch_pairs=10**7), ValueError,
+     ("patch_pairs=10000000 is out of range", "<= 100000", "patched at every depth")),
+    ("ig-convergence-steps-huge", lambda m, p, k: ig_convergence(m, p, steps=(1, 10**9)), ValueError,
+     ("ig_convergence: steps holds 1000000000, out of range", "<= 1000")),
     ("unknown-keyword", lambda m, p, k: mc.fresh_pairs(m, p, size=3), TypeError, ("size",)),
 ]  # fmt: skip
 

@@ -167,7 +167,7 @@ API_PROBES: list[tuple[str, Callable, tuple[str, ...]]] = [
      lambda c, t: lambda: mib_scores(c.m, c.p, c.g2_scores, metric="answer_logprob"),
      ("these edge scores", "tiny-gpt2", "tiny-llama")),
     ("mib-scores-on-no-pairs", lambda c, t: lambda: mib_scores(c.m, c.p.select([]), c.scores, metric="answer_logprob"),
-     ("mib_scores: the pair set is empty",)),
+     ("mib_scores got an empty dataset (0 pairs)",)),
     ("mib-node-scores-of-another-model",
      lambda c, t: lambda: mib_node_scores(c.m, c.p, node_scores(c.g2, c.other.select([0]), "random")),
      ("node scores", "tiny-gpt2")),
@@ -188,7 +188,7 @@ API_PROBES: list[tuple[str, Callable, tuple[str, ...]]] = [
     ("eap-progress-as-text", lambda c, t: lambda: eap_scores(c.m, c.p, progress="no"),
      ("eap_scores: progress must be True or False or None",)),
     ("eap-on-no-pairs", lambda c, t: lambda: eap_scores(c.m, c.p.select([]), method="eap"),
-     ("eap_scores: the pair set is empty",)),
+     ("eap_scores got an empty dataset (0 pairs)",)),
     # pairs of another tokenizer, or scored by another model, at every verb that reads them with a model
     ("head-patterns-other-tokenizer", lambda c, t: lambda: head_patterns(c.m, c.other, c.key),
      ("head_patterns: these pairs were made with another tokenizer",)),

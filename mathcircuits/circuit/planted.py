@@ -21,7 +21,7 @@ from collections.abc import Sequence
 import torch
 
 from mathcircuits.data import PairSet
-from mathcircuits.data.tokenizer_id import tokenizer_fingerprint
+from mathcircuits.data.tokenizer_id import Tokenizer, tokenizer_fingerprint
 from mathcircuits.models import Head, HookedModel
 
 __all__ = [
@@ -130,7 +130,7 @@ def plant_copy(
                     down[20 + j, j] = 3.0
 
 
-def copy_pairs(tokenizer, n: int, seed: int, same: bool = False) -> PairSet:
+def copy_pairs(tokenizer: Tokenizer, n: int, seed: int, same: bool = False) -> PairSet:
     """Copy-the-digit prompts of two layouts (templates ``t1``, ``t2``) with the columns circuit functions read.
 
     Roles ``A`` = the digit, ``op`` = the marker. ``same``: the counterfactual is the prompt itself (a zero

@@ -22,7 +22,7 @@ from mathcircuits._errors import FixableFileNotFoundError, FixableNotADirectoryE
 from mathcircuits._files import ResultFileError, atomic_dir
 from mathcircuits.data.batching import iter_batches
 from mathcircuits.data.pairs import PairBatch, PairRow, check_columns
-from mathcircuits.data.tokenizer_id import tokenizer_fingerprint
+from mathcircuits.data.tokenizer_id import ANY_TOKENIZER, tokenizer_fingerprint
 
 __all__ = [
     "Field",
@@ -135,7 +135,8 @@ class PairSet:
         recorded one: their ids cannot be told from another tokenizer's) or with another tokenizer's are refused.
         With ``scored``, pairs that :func:`~mathcircuits.data.score_pairs` found correct with another model
         (column ``scored_by``) are refused too: every model-reading verb assumes the model answers its pairs, and
-        another model's correct pairs include ones this model gets wrong. Pairs never scored are taken. An empty set
+        another model's correct pairs include ones this model gets wrong. Pairs never scored are taken, and so are
+        pairs of random ids (fingerprint :data:`~mathcircuits.data.tokenizer_id.ANY_TOKENIZER`). An empty set
         is refused (nothing to read). A model that passed once is not checked again on this set (a set is immutable).
         """
         tok, spec = getattr(model, "tokenizer", None), getattr(model, "spec", None)
@@ -144,7 +145,7 @@ class PairSet:
         data = self._data
         if len(self) == 0:
             raise FixableValueError(
-                f"{caller}: the pair set is empty (0 pairs), so there is nothing to read. ",
+                f"{caller} got an empty dataset (0 pairs), so there is nothing to read. ",
                 "pass pairs, e.g. mc.correct_pairs(model, 'add', n=12); a filter or select that kept none: loosen it.",
             )
         vocab = getattr(spec, "vocab_size", None)
@@ -165,8 +166,8 @@ class PairSet:
                     "built by hand: give each a 'tokenizer': tokenizer_fingerprint(model.tokenizer) "
                     "(mathcircuits.data.tokenizer_id).",
                 )
-            theirs, ours = sorted(set(data["tokenizer"])), tokenizer_fingerprint(tok)
-            if theirs != [ours]:
+            theirs, ours = sorted(set(data["tokenizer"]) - {ANY_TOKENIZER}), tokenizer_fingerprint(tok)
+            if theirs and theirs != [ours]:
                 raise FixableValueError(
                     f"{caller}: these pairs were made with another tokenizer (fingerprint {', '.join(theirs)}) than "
                     f"this model's ({ours}), so their token ids mean other text. ",

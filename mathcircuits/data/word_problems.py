@@ -17,7 +17,7 @@ from mathcircuits._errors import FixableValueError
 from mathcircuits.data.benchmark_files import read_word_problems, record_question
 from mathcircuits.data.pairset import PairSet
 from mathcircuits.data.render import answer_spacing, prompt_start
-from mathcircuits.data.tokenizer_id import tokenizer_fingerprint
+from mathcircuits.data.tokenizer_id import Tokenizer, tokenizer_fingerprint
 
 __all__ = ["word_problem_dataset"]
 
@@ -32,7 +32,7 @@ def _integer_answer(answer: Any) -> str | None:
 
 
 def word_problem_dataset(
-    tokenizer: Any,
+    tokenizer: Tokenizer,
     path: str | os.PathLike,
     limit: int | None = 64,
     seed: int = 0,

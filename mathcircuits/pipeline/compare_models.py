@@ -101,7 +101,7 @@ def load_run_results(folder: str | Path) -> tuple[RunResults, RunConfig]:
         elif not where.is_dir():
             what = "is a file"
         else:
-            what = "has no config.yaml" if paths.identity.is_file() else "has no .run.json"
+            what = f"has no {(paths.config if paths.identity.is_file() else paths.identity).name}"
         raise FixableFileNotFoundError(
             f"{folder} is not a run folder: it {what}. ",
             "pass a folder written by `mathcircuits run`.",
