@@ -10,6 +10,8 @@ gives its own fix.
 
 from __future__ import annotations
 
+import errno
+
 __all__ = [
     "FixableError",
 ]
@@ -61,6 +63,31 @@ class FixableRuntimeError(FixableError, RuntimeError):
 
 class FixableFileNotFoundError(FixableError, FileNotFoundError):
     """A file or folder that is not there."""
+
+
+class _FixablePathError(FixableError):
+    """A file or folder in the way: an ``OSError`` with ``errno`` and ``filename`` (the path in the way), whose text
+    is the problem and its fix."""
+
+    ERRNO = 0
+
+    def __init__(self, problem: str, fix: str | None = None, path: str | None = None) -> None:
+        super().__init__(problem, fix)
+        self.errno, self.filename = self.ERRNO, path  # type: ignore[attr-defined]  # OSError's fields
+
+    __str__ = BaseException.__str__  # not OSError's "[Errno n] strerror: filename"
+
+
+class FixableIsADirectoryError(_FixablePathError, IsADirectoryError):
+    """A folder where a file belongs."""
+
+    ERRNO = errno.EISDIR
+
+
+class FixableNotADirectoryError(_FixablePathError, NotADirectoryError):
+    """A file where a folder belongs."""
+
+    ERRNO = errno.ENOTDIR
 
 
 def problem_of(err: BaseException) -> str:

@@ -19,7 +19,12 @@ from typing import Any, ForwardRef
 
 import yaml
 
-from mathcircuits._errors import FixableError, FixableFileNotFoundError
+from mathcircuits._errors import (
+    FixableError,
+    FixableFileNotFoundError,
+    FixableIsADirectoryError,
+    FixableNotADirectoryError,
+)
 
 __all__ = [
     "JSONObject",
@@ -74,8 +79,10 @@ def make_folder(folder: Path) -> None:
         blocker = next((p for p in (folder, *folder.parents) if p.exists() and not p.is_dir()), None)
         if blocker is None:
             raise
-        raise NotADirectoryError(
-            errno.ENOTDIR, "a file is where a folder belongs (move or delete it)", str(blocker)
+        raise FixableNotADirectoryError(
+            f"{blocker}: a file is where a folder belongs (to hold {folder}). ",
+            "move or delete that file",
+            str(blocker),
         ) from err
 
 
@@ -89,7 +96,7 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     path = Path(path)
     make_folder(path.parent)
     if path.is_dir() and not path.is_symlink():
-        raise IsADirectoryError(errno.EISDIR, "a folder is where a file belongs (move or delete it)", str(path))
+        raise FixableIsADirectoryError(f"{path}: a folder is where a file belongs. ", "move or delete it", str(path))
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.close(fd)
     tmp_path = Path(tmp)
@@ -216,5 +223,14 @@ def load_yaml(text: str) -> Any:
     loader = _StrictLoader(text)
     try:
         return loader.get_single_data()
+    except yaml.constructor.ConstructorError as err:  # a tag SafeLoader has no constructor for
+        mark = err.problem_mark
+        line = f"line {mark.line + 1}" if mark is not None else "a value"
+        tag = (err.problem or "").rsplit("tag:yaml.org,2002:", 1)[-1].strip("' ")
+        raise StrictYAMLError(
+            f"{line} carries the tag !!{tag}, which a settings file does not take (a tag can build objects or "
+            "run code)",
+            "write a plain value (text, number, true/false, a list or a mapping) without the tag",
+        ) from None
     finally:
         loader.dispose()

@@ -17,6 +17,7 @@ import types
 import typing
 from typing import Any, Literal, TypeVar, Union
 
+from mathcircuits._checks import Bounds, kind_of
 from mathcircuits._codec import FieldError, decode_value, is_value_type, shown
 from mathcircuits._errors import FixableError, FixableTypeError, FixableValueError
 
@@ -33,14 +34,22 @@ Bound = int | float | None  # not `float | None`: beartype (under pytest) does n
 
 
 def setting(
-    default: Any, help: str = "", ge: Bound = None, gt: Bound = None, le: Bound = None, lt: Bound = None
+    default: Any,
+    help: str = "",
+    ge: Bound = None,
+    gt: Bound = None,
+    le: Bound = None,
+    lt: Bound = None,
+    why: str = "",
 ) -> Any:
     """A dataclass field with a help line and an optional numeric range.
 
     ``default`` must be immutable (tuples, not lists); ``help`` is shown by ``mathcircuits config --show``;
-    ``ge, gt, le, lt`` are checked by :func:`check_fields`.
+    ``ge, gt, le, lt`` are checked by :func:`check_fields`; ``why`` says what the bounds guard against (an upper
+    bound's cost), quoted when a value is refused.
     """
-    meta = {"help": help, **{k: v for k, v in {"ge": ge, "gt": gt, "le": le, "lt": lt}.items() if v is not None}}
+    bounds = {k: v for k, v in {"ge": ge, "gt": gt, "le": le, "lt": lt}.items() if v is not None}
+    meta = {"help": help, **bounds, **({"why": why} if why else {})}
     return dataclasses.field(default=default, metadata=meta)
 
 
@@ -121,23 +130,19 @@ def check_fields(obj: Any) -> None:
             object.__setattr__(obj, f.name, conv)
 
 
+def _bounds(meta: Any) -> Bounds:
+    return Bounds(**{k: meta[k] for k in ("ge", "gt", "le", "lt", "why") if k in meta})
+
+
 def _check_range(f: dataclasses.Field, value: Any) -> None:
-    if not isinstance(value, (int, float)) or isinstance(value, bool):
-        return
-    m = f.metadata
-    bad = (
-        ("ge" in m and value < m["ge"])
-        or ("gt" in m and value <= m["gt"])
-        or ("le" in m and value > m["le"])
-        or ("lt" in m and value >= m["lt"])
-    )
-    if bad:
-        raise ConfigError(f"{f.name}={shown(value)} is out of range. ", f"use a value {_range_text(m)}.")
+    bounds = _bounds(f.metadata)
+    if not bounds.holds(value):
+        why = f" ({bounds.why})" if bounds.why else ""
+        raise ConfigError(f"{f.name}={shown(value)} is out of range{why}. ", f"use a value {bounds.text()}.")
 
 
 def _range_text(meta: Any) -> str:
-    parts = [f"{op} {meta[k]}" for k, op in (("ge", ">="), ("gt", ">"), ("le", "<="), ("lt", "<")) if k in meta]
-    return " and ".join(parts)
+    return _bounds(meta).text()
 
 
 def from_dict(cls: type[T], values: Any, hidden: tuple[str, ...] = ()) -> T:
@@ -187,19 +192,6 @@ def project(obj: Any, cls: type[T], **changes: Any) -> T:
     """The fields of ``obj`` that ``cls`` has, as a ``cls`` (a pipeline section → its library config)."""
     names = {f.name for f in dataclasses.fields(cls) if f.init}  # type: ignore[arg-type]
     return cls(**{**{n: getattr(obj, n) for n in names}, **changes})
-
-
-def kind_of(value: Any) -> str:
-    """What a value is, in a message: ``None``, ``a list of 3 dict``, ``an empty list``, ``a KeyComponents``."""
-    if value is None:
-        return "None"
-    name = type(value).__name__
-    if isinstance(value, (list, tuple)):
-        if not value:
-            return f"an empty {name}"
-        inner = sorted({type(v).__name__ for v in value})
-        return f"a {name} of {len(value)} {'/'.join(inner)}"
-    return f"{'an' if name[0].lower() in 'aeiou' else 'a'} {name}"
 
 
 def expect(verb: str, name: str, value: Any, kinds: type | tuple[type, ...], wanted: str, fix: str) -> None:

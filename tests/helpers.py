@@ -134,3 +134,24 @@ def script_module(name: str):
         sys.modules[name] = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(sys.modules[name])
     return sys.modules[name]
+
+
+def reversed_char_tokenizer():
+    """The tiny tokenizer's characters with other ids: another tokenizer of the same size (pairs it makes are
+    another tokenizer's for the tiny models, yet every id lies inside their vocabulary)."""
+    from tokenizers import Regex, Tokenizer, decoders, pre_tokenizers
+    from tokenizers import models as tokenizer_models
+    from transformers import PreTrainedTokenizerFast
+
+    from mathcircuits.models.tiny import tiny_tokenizer
+
+    vocab = tiny_tokenizer().get_vocab()
+    chars = sorted(vocab, key=vocab.get)
+    core = Tokenizer(
+        tokenizer_models.WordLevel({t: len(chars) - 1 - i for i, t in enumerate(chars)}, unk_token="<unk>")
+    )
+    core.pre_tokenizer = pre_tokenizers.Split(Regex("."), "isolated")
+    core.decoder = decoders.Fuse()
+    return PreTrainedTokenizerFast(
+        tokenizer_object=core, unk_token="<unk>", bos_token="<s>", eos_token="</s>", pad_token="</s>"
+    )

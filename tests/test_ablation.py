@@ -5,6 +5,7 @@ that the answer (a copy of the one digit in the prompt) reaches the logits throu
 known heads only, while the other heads and the MLPs write noise elsewhere.
 """
 
+import inspect
 import math
 import random
 import warnings
@@ -25,6 +26,7 @@ from mathcircuits.ablation import (
 )
 from mathcircuits.ablation.hooks import mean_ablation_hooks
 from mathcircuits.data import GenerationConfig, PairSet, generate_pairs, score_pairs
+from mathcircuits.data.tokenizer_id import tokenizer_fingerprint
 from mathcircuits.models import load_model
 from mathcircuits.patching import path_patch, select_key_components
 from mathcircuits.patching.key_components import resolve_heads
@@ -114,6 +116,7 @@ def _copy_pairs(tokenizer, n: int = 24, seed: int = 0):
                 "n_tokens": len(ids),
                 "operation": "copy",
                 "pair_id": i,
+                "tokenizer": tokenizer_fingerprint(tokenizer),  # pairs carry their tokenizer (PairSet.require_model)
             }
         )
     return PairSet.from_rows(rows)
@@ -199,11 +202,11 @@ def test_knockout_curve_takes_key_components_and_refuses_other_types(planted):
     assert by_key.ranked_heads == [tuple(h) for h in key.heads] and by_key.ks == [0, 1, 2]
     by_result = knockout_curve(model, ds, res, max_k=2, n_random=1, ablation="mean")
     assert by_key.ranked_accuracy[2] == by_result.ranked_accuracy[2] <= 0.3
-    # past the type checker pytest adds (beartype would refuse first, naming the parameter)
-    inner = getattr(knockout_curve, "__wrapped__", knockout_curve)
+    # past the call's argument check and the type checker pytest adds (either refuses first, naming the parameter)
+    inner = inspect.unwrap(knockout_curve)
     with pytest.raises(TypeError, match=r"knockout_curve\(patching=\) got a list.*PatchingResult.*KeyComponents"):
         inner(model, ds, [(1, 2)], max_k=1)
-    resolve = getattr(resolve_heads, "__wrapped__", resolve_heads)
+    resolve = inspect.unwrap(resolve_heads)
     with pytest.raises(TypeError, match=r"key_heads got a PatchingResult.*select_key_components"):
         resolve(res, model.spec, arg="key_heads")
 

@@ -15,18 +15,14 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from tokenizers import Regex, Tokenizer, decoders, pre_tokenizers
-from tokenizers import models as tokenizer_models
-from transformers import PreTrainedTokenizerFast
 
 import mathcircuits as mc
 from mathcircuits.circuit import Circuit, discover_circuit, faithfulness
 from mathcircuits.data import GenerationConfig, PairSet, generate_pairs, load_templates, score_pairs
-from mathcircuits.models.tiny import tiny_tokenizer
 from mathcircuits.patching import SelectionConfig, path_patch, select_key_components
 from mathcircuits.stats import Uncertainty
 
-from helpers import classify, script_module, unchecked
+from helpers import classify, reversed_char_tokenizer, script_module, unchecked
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -43,21 +39,6 @@ def tiny():
     )
     key = select_key_components(path_patch(model, pairs), SelectionConfig(rule="topk", k=3))
     return model, pairs, key
-
-
-def _reversed_char_tokenizer() -> PreTrainedTokenizerFast:
-    """The tiny tokenizer's characters with other ids: another tokenizer of the same size."""
-    base = tiny_tokenizer()
-    vocab = base.get_vocab()
-    chars = sorted(vocab, key=vocab.get)
-    core = Tokenizer(
-        tokenizer_models.WordLevel({t: len(chars) - 1 - i for i, t in enumerate(chars)}, unk_token="<unk>")
-    )
-    core.pre_tokenizer = pre_tokenizers.Split(Regex("."), "isolated")
-    core.decoder = decoders.Fuse()
-    return PreTrainedTokenizerFast(
-        tokenizer_object=core, unk_token="<unk>", bos_token="<s>", eos_token="</s>", pad_token="</s>"
-    )
 
 
 # (id, call(model, pairs, key), exception, words)
@@ -112,7 +93,7 @@ VERBS: list[tuple[str, Callable, type, tuple[str, ...]]] = [
      lambda m, p, k: generate_pairs(m.tokenizer, load_templates(), {"operations": ["add"]}), TypeError,
      ("generate_pairs: config must be a GenerationConfig", "a dict")),
     ("score-pairs-of-another-tokenizer",
-     lambda m, p, k: score_pairs(m, generate_pairs(_reversed_char_tokenizer(), load_templates(),
+     lambda m, p, k: score_pairs(m, generate_pairs(reversed_char_tokenizer(), load_templates(),
                                                    GenerationConfig(operations=("add",), n_per_template=2))),
      ValueError, ("made with another tokenizer", "generate the pairs with this model's tokenizer")),
     ("score-pairs-token-ids-beyond-the-vocabulary",

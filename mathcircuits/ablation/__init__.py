@@ -1,5 +1,6 @@
 """Stage ``validate`` — ablation: knockout curves (mean, per-position mean or resampling) and transfer checks."""
 
+from mathcircuits._checks import check_exports
 from mathcircuits.ablation.control import RandomControl, random_control
 from mathcircuits.ablation.cross import CrossOperation, cross_operation
 from mathcircuits.ablation.hooks import Ablation, Scope, ablated_model
@@ -32,3 +33,5 @@ __all__ = [
     "random_control",
     "transfer",
 ]
+
+check_exports(globals())  # every exported function checks its arguments at the call (mathcircuits._checks)

@@ -27,12 +27,40 @@ class ValidationConfig:
         "k = the number of key heads (the point claim C2 reads)",
     )
     n_random: int = setting(
-        3, "random head orders per K, drawn from all heads as in the paper's figure (the control)", ge=1
+        3,
+        "random head orders per K, drawn from all heads as in the paper's figure (the control)",
+        ge=1,
+        le=1000,
+        why="each random order is one more knockout scoring per k",
     )
-    control_draws: int = setting(100, "depth-matched random non-key sets beside the key set (C2's null)", ge=1)
-    control_pairs: int = setting(24, "fresh pairs per operation scored by every control draw (C2, C4)", ge=1)
-    margin_draws: int = setting(100, "of the control's random sets, how many C4's MLP margin also scores", ge=1)
-    transfer_draws: int = setting(20, "depth-matched random non-key sets per transfer set (C5's null)", ge=1)
+    control_draws: int = setting(
+        100,
+        "depth-matched random non-key sets beside the key set (C2's null)",
+        ge=1,
+        le=100_000,
+        why="each draw is one more scoring of every pair",
+    )
+    control_pairs: int = setting(
+        24,
+        "fresh pairs per operation scored by every control draw (C2, C4)",
+        ge=1,
+        le=100_000,
+        why="every pair is generated and scored by every draw",
+    )
+    margin_draws: int = setting(
+        100,
+        "of the control's random sets, how many C4's MLP margin also scores",
+        ge=1,
+        le=100_000,
+        why="each draw is one more scoring of every pair",
+    )
+    transfer_draws: int = setting(
+        20,
+        "depth-matched random non-key sets per transfer set (C5's null)",
+        ge=1,
+        le=100_000,
+        why="each draw is one more scoring of every pair",
+    )
     ablation: Literal["mean", "position_mean", "resample"] = setting(
         "position_mean",
         "knocked-out head's value: mean over all positions, per-position mean, or resampled "
@@ -40,7 +68,11 @@ class ValidationConfig:
     )
     scope: Literal["all", "last"] = setting("all", "positions ablated: all, or the last token only")
     max_pairs: int = setting(
-        32, "correct pairs per operation and per transfer set; fresh: after the patching.max_pairs identify used", ge=1
+        32,
+        "correct pairs per operation and per transfer set; fresh: after the patching.max_pairs identify used",
+        ge=1,
+        le=100_000,
+        why="every pair is generated, scored and knocked out",
     )
     transfer_held_in: bool = setting(
         True,

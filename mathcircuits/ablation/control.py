@@ -236,6 +236,7 @@ def random_control(
     ``"position_mean"`` (a new scorer's). ``batch_sets``: random sets scored in one forward
     (:meth:`KnockoutScorer.logits_many`; 1: one forward per set, the reference).
     """
+    pairs.require_model(model, "random_control")
     if n_draws is not None and n_draws < 1:
         raise FixableValueError(f"n_draws={n_draws}. ", "draw at least one random set (the claims ask for 100).")
     cfg = configured(

@@ -32,7 +32,7 @@ from mathcircuits.ablation.hooks import Ablation, Scope, check_choice
 from mathcircuits.ablation.means import HeadMeans, PositionPool, head_means
 from mathcircuits.ablation.result import KnockoutResult
 from mathcircuits.ablation.scorer import KnockoutScorer
-from mathcircuits.data.pairset import PairSet
+from mathcircuits.data.pairset import PairSet, pair_keys
 from mathcircuits.models import Head, HookedModel
 from mathcircuits.models.spec import ModelSpec
 from mathcircuits.patching import KeyComponents, PatchingResult
@@ -57,6 +57,7 @@ def ablated_accuracy(
     ``means``: for ``"mean"`` only (default: taken on ``pairs``). ``seed`` draws the resampling donors.
     Heads or means of another model raise an error naming both models.
     """
+    pairs.require_model(model, "ablated_accuracy")
     heads = list(resolve_heads(heads, model.spec, allow_empty=True))
     if means is not None:
         means.check_model(model.spec)
@@ -78,6 +79,12 @@ def _ranked_heads(patching: object, spec: ModelSpec, max_k: int) -> list[Head]:
         "PatchingResult (path_patch) or a KeyComponents (select_key_components). ",
         "pass one of those as the third argument, knockout_curve(model, pairs, result).",
     )
+
+
+def _chosen_on(key: KeyComponents, pairs: PairSet) -> int:
+    """How many of ``pairs`` chose the selection (0 when it kept no fingerprints)."""
+    mine = set(key.source.pair_keys)
+    return sum(k in mine for k in pair_keys(pairs)) if mine else 0
 
 
 def knockout_curve(
@@ -117,7 +124,8 @@ def knockout_curve(
     ranked = _ranked_heads(patching, spec, max_k)
     check_choice(ablation, scope)
     pairs.require(("tokens", "answer_tokens", "n_tokens"), "knockout_curve")
-    shared = patching.shared_pairs(pairs) if isinstance(patching, PatchingResult) else 0
+    pairs.require_model(model, "knockout_curve")
+    shared = patching.shared_pairs(pairs) if isinstance(patching, PatchingResult) else _chosen_on(patching, pairs)
     if shared:
         warnings.warn(
             f"knockout_curve scores {shared} of {len(pairs)} pairs that the path patching which ranks the heads "

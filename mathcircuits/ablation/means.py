@@ -74,6 +74,7 @@ class HeadMeans(SavedResult):
 @torch.no_grad()
 def head_means(model: HookedModel, pairs: PairSet, column: Side = "cf_tokens", batch_size: int = 32) -> HeadMeans:
     """Mean of every head's ``hook_z`` over the prompts in ``column`` (counterfactual by default), all positions."""
+    pairs.require_model(model, "head_means")
     spec = model.spec
     pairs.require((column,), "head_means")
     names = [hooks.z(layer) for layer in range(spec.n_layers)]

@@ -128,6 +128,7 @@ def mlp_margin(
     on its own copy of a batch's pairs (within :meth:`KnockoutScorer.sets_per_forward`'s memory bound; 1: one
     forward per variant, the reference; equal to it to float rounding).
     """
+    pairs.require_model(model, "mlp_margin")
     spec = model.spec
     layers = sorted({int(l) for l in layers})
     if not layers or not all(0 <= l < spec.n_layers for l in layers):

@@ -318,6 +318,7 @@ def attention_by_role(
     spec = model.spec
     heads_t = resolve_heads(heads, spec)
     pairs.require(ROLE_COLUMNS, "attention_by_role")
+    pairs.require_model(model, "attention_by_role")
     n = len(pairs)
     by_layer: dict[int, list[int]] = {}
     for i, (layer, _head) in enumerate(heads_t):

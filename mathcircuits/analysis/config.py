@@ -17,7 +17,9 @@ __all__: list[str] = []
 class AnalysisConfig:
     """What the analyze and report stages look at and write."""
 
-    max_pairs: int = setting(32, "correct pairs analysed", ge=1)
+    max_pairs: int = setting(
+        32, "correct pairs analysed", ge=1, le=100_000, why="each pair is one forward pass with the attention cached"
+    )
     probe_prompt: str | None = setting(None, "prompt of the MLP probe case study; null: the first correct addition")
     circuitsvis_prompts: int = setting(2, "prompts in the interactive attention view", ge=0)
     static_formats: tuple[Literal["png", "svg", "pdf"], ...] = setting(

@@ -112,6 +112,7 @@ def mlp_probes(
     tokens kept per layer for the traced prompt. Batches are grouped by template. The per-probe fields are
     ``[pair, layer]``.
     """
+    pairs.require_model(model, "mlp_probes")
     if space not in SPACES:
         raise FixableValueError(f"space {space!r} is unknown. ", f"use one of {SPACES}.")
     pairs.require(("tokens", "prompt", "answer", "answer_token", "a", "b", "operation", "pair_id"), "mlp_probes")

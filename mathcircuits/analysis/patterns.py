@@ -94,6 +94,7 @@ def head_patterns(
     ``drop_prefix=True`` cuts the few-shot prefix from both axes, which keeps the view readable for long
     prefixes. Each row's pattern is ``[head, query, key]``, square over the kept positions.
     """
+    pairs.require_model(model, "head_patterns")
     spec = model.spec
     heads_t = resolve_heads(heads, spec)
     pairs.require(ROLE_COLUMNS + ("prompt",), "head_patterns")

@@ -7,6 +7,7 @@ faithfulness (:mod:`.intervene`, :mod:`.pool`, :mod:`.subcircuits`, :mod:`.faith
 :mod:`.eap`, :mod:`.eap_compare`, :mod:`.graph_files`).
 """
 
+from mathcircuits._checks import check_exports
 from mathcircuits.circuit.attribution import ScreenAgreement, attribute_edges, screen_agreement
 from mathcircuits.circuit.batches import CircuitBatch, circuit_batches
 from mathcircuits.circuit.components import Receiver, Sender, upstream_senders
@@ -84,3 +85,5 @@ __all__ = [
     "upstream_senders",
     "write_graph",
 ]
+
+check_exports(globals())  # every exported function checks its arguments at the call (mathcircuits._checks)

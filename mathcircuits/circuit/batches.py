@@ -124,6 +124,7 @@ def circuit_batches(
 
     ``pairs``: pairs of :func:`mathcircuits.data.generate_pairs`; ``rows``: only these (None: all).
     """
+    pairs.require_model(model, "circuit_batches")
     missing = [c for c in _NEEDED if not pairs.has(c)]
     if missing:
         raise FixableValueError(

@@ -88,7 +88,13 @@ class CircuitConfig:
     )
     level: EvalLevel = setting("auto", "primary evaluation: edges when edges were found")
     points: int = setting(10, "at most this many circuit sizes on the curve", ge=2)
-    n_random: int = setting(20, "depth-matched random circuits per size", ge=0)
+    n_random: int = setting(
+        20,
+        "depth-matched random circuits per size",
+        ge=0,
+        le=1000,
+        why="each is one more faithfulness scoring per size",
+    )
     plateau_tol: float = setting(
         0.05,
         "the plateau is the smallest size within this fraction of the curve's span (floor 0.005) of its maximum",

@@ -115,6 +115,7 @@ def discover_circuit(
 
     expect("discover_circuit", "model", model, HookedModel, "a HookedModel", "pass mc.load_model(...)'s result")
     expect_pairs("discover_circuit", "pairs", pairs, minimum=2)
+    pairs.require_model(model, "discover_circuit")
     cfg = configured("discover_circuit", CircuitConfig, config, **settings)
     if uncertainty is None:
         uncertainty = cfg.uncertainty()

@@ -32,12 +32,13 @@ from __future__ import annotations
 import copy
 import time
 from collections.abc import Iterator, Sequence
-from typing import Any, Literal, get_args
+from typing import Annotated, Any, Literal, get_args
 
 import torch
 from jaxtyping import Float
 from torch import Tensor
 
+from mathcircuits._checks import Bounds
 from mathcircuits._errors import FixableValueError
 from mathcircuits._progress import progress_bar
 from mathcircuits.circuit.batches import circuit_batches
@@ -47,7 +48,7 @@ from mathcircuits.circuit.edge_scores import INPUT, EdgeScores, graph_edges
 from mathcircuits.circuit.intervene import RunScore, answer_logprob
 from mathcircuits.circuit.mib_metric import MIBMetric, mib_readout
 from mathcircuits.circuit.pair_cache import PairCache, pair_cache
-from mathcircuits.data.pairset import PairSet
+from mathcircuits.data.pairset import PairSet, pair_keys
 from mathcircuits.models import HookedModel, attn_change, attn_pre_norm_name, head_out_weights, hooks
 from mathcircuits.models.families import block_structure
 
@@ -60,6 +61,9 @@ AttributionMethod = Literal["eap", "eap-ig"]
 ATTRIBUTION_METHODS: tuple[str, ...] = get_args(AttributionMethod)
 #: MIB's default (``run_attribution.py``: ``--ig-steps`` 5)
 DEFAULT_IG_STEPS = 5
+#: integrated-gradient steps: each is one more forward and backward pass per batch (MIB uses 5; the estimate
+#: settles well below 100, :func:`~.eap_compare.ig_convergence`)
+IGSteps = Annotated[int, Bounds(ge=1, le=1000, why="each step is one more forward and backward pass per batch")]
 EMBED = hooks.resid_pre(0)  # the input sender's output: the residual before the first block
 
 
@@ -221,7 +225,7 @@ def edge_attribution(
     cache: PairCache,
     readout: RunScore = answer_logprob,
     method: AttributionMethod = "eap-ig",
-    steps: int = DEFAULT_IG_STEPS,
+    steps: IGSteps = DEFAULT_IG_STEPS,
     positions: Sequence[int] | None = None,
 ) -> Float[Tensor, "pair sender receiver"]:
     """EAP or EAP-IG effects of every edge, per pair of one batch (see the module docstring).
@@ -239,7 +243,7 @@ def eap_scores(
     model: HookedModel,
     pairs: PairSet,
     method: AttributionMethod = "eap-ig",
-    steps: int = DEFAULT_IG_STEPS,
+    steps: IGSteps = DEFAULT_IG_STEPS,
     metric: MIBMetric = "logit_diff",
     batch_size: int = 8,
     progress: bool | None = None,
@@ -252,6 +256,7 @@ def eap_scores(
     """
     t0 = time.perf_counter()
     ig_alphas(method, steps)
+    pairs.require_model(model, "eap_scores")
     readouts = mib_readout(pairs, metric)
     parallel = block_structure(model).parallel
     total, n = None, 0
@@ -269,4 +274,5 @@ def eap_scores(
     edges = graph_edges(model.spec, parallel)
     mean = -total.double() / n  # EdgeScores: higher is more of the behaviour
     values = tuple(float(mean[si[s], ri[r]]) for s, r in edges)
-    return EdgeScores(model.spec, parallel, edges, values, method, time.perf_counter() - t0, metric)
+    seconds = time.perf_counter() - t0
+    return EdgeScores(model.spec, parallel, edges, values, method, seconds, metric, tuple(pair_keys(pairs)))

@@ -24,7 +24,7 @@ from mathcircuits.circuit.attribution import ScreenAgreement, screen_agreement
 from mathcircuits.circuit.batches import circuit_batches
 from mathcircuits.circuit.chain import first_diff
 from mathcircuits.circuit.components import Receiver, Sender
-from mathcircuits.circuit.eap import DEFAULT_IG_STEPS, alpha_effects, graph_nodes, ig_alphas
+from mathcircuits.circuit.eap import DEFAULT_IG_STEPS, IGSteps, alpha_effects, graph_nodes, ig_alphas
 from mathcircuits.circuit.edge_scores import EdgeScores, graph_edges
 from mathcircuits.circuit.edges import exact_edges
 from mathcircuits.circuit.intervene import answer_logprob
@@ -90,13 +90,14 @@ def _caches(model: HookedModel, pairs: PairSet, rows: list[int], batch_size: int
 def ig_convergence(
     model: HookedModel,
     pairs: PairSet,
-    steps: Sequence[int] = (1, 2, 5, 10, 20),
+    steps: Sequence[IGSteps] = (1, 2, 5, 10, 20),
     metric: MIBMetric = "logit_diff",
     k: int = 20,
     uncertainty: Uncertainty = _RANK_BOOT,
     batch_size: int = 8,
 ) -> IGConvergence:
     """EAP-IG's edge scores at each of ``steps`` (increasing, at least two) against those at the most steps."""
+    pairs.require_model(model, "ig_convergence")
     counts = [int(n) for n in steps]
     if len(counts) < 2 or counts != sorted(set(counts)) or counts[0] < 1:
         raise FixableValueError(
@@ -159,7 +160,7 @@ def exact_agreement(
     model: HookedModel,
     pairs: PairSet,
     receivers: int | Sequence[Receiver] = 6,
-    steps: int = DEFAULT_IG_STEPS,
+    steps: IGSteps = DEFAULT_IG_STEPS,
     k: int = 10,
     uncertainty: Uncertainty = _RANK_BOOT,
     batch_size: int = 8,
@@ -168,6 +169,7 @@ def exact_agreement(
 
     ``uncertainty.seed`` also draws the receivers.
     """
+    pairs.require_model(model, "exact_agreement")
     parallel = block_structure(model).parallel
     chosen = _pick(model, parallel, receivers, uncertainty.seed)
     senders, all_receivers = graph_nodes(model, parallel)

@@ -64,7 +64,9 @@ class EdgeScores:
     """A signed score for each edge of a model's graph, the method that made them and its time.
 
     ``parallel`` decides which MLP edges exist; each edge appears once; ``seconds`` is wall clock;
-    ``metric`` what the scores measure (e.g. ``"answer_logprob"``).
+    ``metric`` what the scores measure (e.g. ``"answer_logprob"``); ``pair_keys``: fingerprints of the pairs that made
+    them (:func:`~mathcircuits.data.pairset.pair_keys`; empty for imported or random scores), so an evaluation on
+    those pairs warns of selection bias.
     """
 
     model: ModelSpec
@@ -74,6 +76,7 @@ class EdgeScores:
     method: ScoreMethod
     seconds: float
     metric: str = "logit_diff"
+    pair_keys: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.method not in SCORE_METHODS:

@@ -188,6 +188,7 @@ def faithfulness(
         uncertainty: the bootstrap; its seed also draws the random circuits. None: ``config.uncertainty()``.
         **settings: fields of :class:`CircuitConfig` that replace the config's (``n_random=50``), checked by it.
     """
+    pairs.require_model(model, "faithfulness")
     t0 = time.perf_counter()
     expect("faithfulness", "model", model, HookedModel, "a HookedModel", "pass mc.load_model(...)'s result")
     expect_pairs("faithfulness", "pairs", pairs, minimum=2)

@@ -30,6 +30,7 @@ resamples. Positions: every position after the few-shot prefix (identical in bot
 from __future__ import annotations
 
 import time
+import warnings
 from collections.abc import Sequence
 from functools import partial
 from typing import Any, Literal
@@ -45,7 +46,7 @@ from mathcircuits.circuit.mib_metric import MIBMetric, mib_readout
 from mathcircuits.circuit.mib_result import MIB_PERCENTAGES, CurveSummary, MIBScores
 from mathcircuits.circuit.mib_run import edge_masks, masked_run
 from mathcircuits.circuit.wiring import NodeKey, input_node, prefix_kv, resample_values
-from mathcircuits.data.pairset import PairSet
+from mathcircuits.data.pairset import PairSet, pair_keys
 from mathcircuits.models import HookedModel, PrefixCaches, compare, model_depth, repeat_cache, verify_once
 from mathcircuits.models.families import block_structure
 from mathcircuits.models.spec import check_model
@@ -143,6 +144,20 @@ def clean_readout(model: HookedModel, b: CircuitBatch, readout: RunScore, store:
     return readout(logits[:, -b.answers.shape[1] :], b.answers).float().cpu()
 
 
+def warn_on_choosing_pairs(caller: str, pairs: PairSet, made_on: Sequence[str], what: str) -> None:
+    """Warn when ``pairs`` include pairs that made the scores being evaluated (``made_on``: their pair keys)."""
+    mine = set(made_on)
+    shared = sum(k in mine for k in pair_keys(pairs)) if mine else 0
+    if shared:
+        warnings.warn(
+            f"{caller} evaluates on {shared} of {len(pairs)} pairs that made the {what} scores: {what}s ranked high "
+            "because they matter on these pairs look more faithful on them than they are (selection bias). "
+            "Fix: evaluate on fresh pairs, e.g. mc.fresh_pairs(model, pairs, n=32).",
+            UserWarning,
+            stacklevel=3,
+        )
+
+
 def mib_scores(
     model: HookedModel,
     pairs: PairSet,
@@ -166,6 +181,8 @@ def mib_scores(
     t0 = time.perf_counter()
     spec = model.spec
     check_model(scores.model, model, "these edge scores", "score this model's edges")
+    pairs.require_model(model, "mib_scores")
+    warn_on_choosing_pairs("mib_scores", pairs, scores.pair_keys, "edge")
     readouts = mib_readout(pairs, metric)
     grid = [float(p) for p in percentages]
     if not grid or any(not 0 < p <= 1 for p in grid) or grid != sorted(set(grid)):

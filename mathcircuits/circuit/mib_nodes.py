@@ -44,13 +44,13 @@ from torch import Tensor
 from mathcircuits._errors import FixableValueError
 from mathcircuits.circuit.batches import CircuitBatch, circuit_batches
 from mathcircuits.circuit.components import Sender
-from mathcircuits.circuit.eap import DEFAULT_IG_STEPS, ig_alphas
+from mathcircuits.circuit.eap import DEFAULT_IG_STEPS, IGSteps, ig_alphas
 from mathcircuits.circuit.intervene import Wiring, circuit_logprob
-from mathcircuits.circuit.mib import clean_readout, curve_summary
+from mathcircuits.circuit.mib import clean_readout, curve_summary, warn_on_choosing_pairs
 from mathcircuits.circuit.mib_metric import MIBMetric, mib_readout
 from mathcircuits.circuit.mib_result import MIB_PERCENTAGES, MIBScores
 from mathcircuits.circuit.wiring import resample_values
-from mathcircuits.data.pairset import PairSet
+from mathcircuits.data.pairset import PairSet, pair_keys
 from mathcircuits.models import HookedModel, PrefixCaches, hooks
 from mathcircuits.models.spec import ModelSpec, check_model
 from mathcircuits.stats import Uncertainty
@@ -79,7 +79,11 @@ def graph_nodes_of(spec: ModelSpec) -> tuple[Sender, ...]:
 
 @dataclass(frozen=True, repr=False)
 class NodeScores:
-    """A signed score for every head and MLP (higher: more of the behaviour); ``method="imported"``: another tool's."""
+    """A signed score for every head and MLP (higher: more of the behaviour); ``method="imported"``: another tool's.
+
+    ``pair_keys``: fingerprints of the pairs that made the scores (:func:`~mathcircuits.data.pairset.pair_keys`;
+    empty for random or imported scores), so an evaluation on them warns of selection bias.
+    """
 
     model: ModelSpec
     nodes: tuple[Sender, ...]
@@ -87,6 +91,7 @@ class NodeScores:
     method: NodeMethod
     seconds: float
     metric: str = "logit_diff"
+    pair_keys: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.method not in NODE_METHODS:
@@ -183,7 +188,7 @@ def node_scores(
     pairs: PairSet,
     method: NodeMethod = "eap-ig",
     *,
-    steps: int = DEFAULT_IG_STEPS,
+    steps: IGSteps = DEFAULT_IG_STEPS,
     metric: MIBMetric = "logit_diff",
     batch_size: int = 8,
     seed: int = 0,
@@ -204,6 +209,7 @@ def node_scores(
         values = torch.randn(len(nodes), generator=g, dtype=torch.float64, device="cpu")
         return NodeScores(model.spec, nodes, tuple(values.tolist()), method, time.perf_counter() - t0, metric)
     alphas = ig_alphas(method, steps) if method != "exact" else []
+    pairs.require_model(model, "node_scores")
     readouts = mib_readout(pairs, metric)
     total, n, store = torch.zeros(len(nodes), dtype=torch.float64, device="cpu"), 0, {}
     for b in circuit_batches(model, pairs, "suffix", batch_size, rows=list(readouts.rows)):
@@ -217,7 +223,8 @@ def node_scores(
             total += _attribution(model, b, readout, alphas)
         n += len(b.idx)
     values = -total / n
-    return NodeScores(model.spec, nodes, tuple(values.tolist()), method, time.perf_counter() - t0, metric)
+    made_on = tuple(pair_keys(pairs))
+    return NodeScores(model.spec, nodes, tuple(values.tolist()), method, time.perf_counter() - t0, metric, made_on)
 
 
 def mib_node_scores(
@@ -242,6 +249,8 @@ def mib_node_scores(
         raise FixableValueError(
             f"percentages {list(percentages)} must increase within (0, 1]. ", "use MIB_PERCENTAGES."
         )
+    pairs.require_model(model, "mib_node_scores")
+    warn_on_choosing_pairs("mib_node_scores", pairs, scores.pair_keys, "node")
     readouts = mib_readout(pairs, metric)
     nodes, n_nodes = scores.nodes, len(scores.nodes)
     rankings = {"signed": scores.ranking(absolute=False), "absolute": scores.ranking(absolute=True)}

@@ -21,6 +21,7 @@ from collections.abc import Sequence
 import torch
 
 from mathcircuits.data import PairSet
+from mathcircuits.data.tokenizer_id import Tokenizer, tokenizer_fingerprint
 from mathcircuits.models import Head, HookedModel
 
 __all__ = [
@@ -129,7 +130,7 @@ def plant_copy(
                     down[20 + j, j] = 3.0
 
 
-def copy_pairs(tokenizer, n: int, seed: int, same: bool = False) -> PairSet:
+def copy_pairs(tokenizer: Tokenizer, n: int, seed: int, same: bool = False) -> PairSet:
     """Copy-the-digit prompts of two layouts (templates ``t1``, ``t2``) with the columns circuit functions read.
 
     Roles ``A`` = the digit, ``op`` = the marker. ``same``: the counterfactual is the prompt itself (a zero
@@ -153,4 +154,5 @@ def copy_pairs(tokenizer, n: int, seed: int, same: bool = False) -> PairSet:
             "template_id": tid, "a": d, "b": seed * 1000 + i, "prefix_len": 0, "pos_a": prompt.index(str(d)),
             "pos_op": prompt.index("x"), "pos_b": prompt.index("x") + 1, "pos_last": len(ids) - 1, "pair_id": i,
         })  # fmt: skip
-    return PairSet.from_rows(rows)
+    fp = tokenizer_fingerprint(tokenizer)  # the pairs carry their tokenizer (PairSet.require_model)
+    return PairSet.from_rows([{**row, "tokenizer": fp} for row in rows])

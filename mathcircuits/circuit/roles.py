@@ -28,6 +28,7 @@ _NAMES = ("operand mover", "operator reader", "few-shot reader", "local", "answe
 @torch.no_grad()
 def label_roles(model: HookedModel, pairs: PairSet, circuit: Circuit, batch_size: int = 16) -> Circuit:
     """The circuit with each node's ``role`` filled in (``circuit.settings["positions"]`` names the labelling)."""
+    pairs.require_model(model, "label_roles")
     circuit.check_model(model)
     positions = circuit.settings.positions
     layers = sorted({n.layer for n in circuit.nodes if n.kind == "head"})

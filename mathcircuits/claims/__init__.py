@@ -11,6 +11,7 @@ Each ``claim_*`` names ``stage`` when its input is missing, or ``why_missing`` i
 for another reason than its stage being off. The card sits above the analyses and below the report.
 """
 
+from mathcircuits._checks import check_exports
 from mathcircuits.claims.assess import assess_claims
 from mathcircuits.claims.card import CardSettings, Claim, ClaimsCard, Verdict
 from mathcircuits.claims.numbers import claim_n1, claim_n2, claim_n3
@@ -25,3 +26,5 @@ __all__ = [
     "claim_n2",
     "claim_n3",
 ]
+
+check_exports(globals())  # every exported function checks its arguments at the call (mathcircuits._checks)

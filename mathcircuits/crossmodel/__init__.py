@@ -6,6 +6,7 @@ separate); :func:`~.page.write_comparison` writes its page, tables and figures. 
 ``mathcircuits compare-models RUN_A RUN_B --out DIR`` reads two run folders and does all three.
 """
 
+from mathcircuits._checks import check_exports
 from mathcircuits.crossmodel.compare import compare_runs
 from mathcircuits.crossmodel.measures import Separation
 from mathcircuits.crossmodel.result import ClaimPair, ComparedValue, KeyHeadRow, ModelComparison, RunResults
@@ -19,3 +20,5 @@ __all__ = [
     "Separation",
     "compare_runs",
 ]
+
+check_exports(globals())  # every exported function checks its arguments at the call (mathcircuits._checks)

@@ -7,6 +7,7 @@ all of it in one call, :mod:`~mathcircuits.data.facts` splits by fact. Also oper
 MIB's counterfactual kinds and the benchmark files' one reader.
 """
 
+from mathcircuits._checks import check_exports
 from mathcircuits.data.correct import correct_pairs, fresh_pairs
 from mathcircuits.data.facts import drop_facts
 from mathcircuits.data.filter import accuracy_table, filter_correct, score_pairs
@@ -49,3 +50,5 @@ __all__ = [
     "score_pairs",
     "word_problem_dataset",
 ]
+
+check_exports(globals())  # every exported function checks its arguments at the call (mathcircuits._checks)

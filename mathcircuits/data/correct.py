@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Annotated
 
 from tqdm.auto import tqdm
 
+from mathcircuits._checks import Bounds
 from mathcircuits.data.filter import score_pairs
 from mathcircuits.data.generate import GenerationConfig, generate_pairs
 from mathcircuits.data.operands import PairError
@@ -29,6 +30,9 @@ __all__ = ["correct_pairs", "fresh_pairs"]
 #: the template forms :func:`correct_pairs` draws from by default: short equations (``"3 + 5 ="``), the
 #: cheapest prompts to score; statements, questions and word problems are longer and slower
 DEFAULT_FORMS: tuple[str, ...] = ("equation",)
+
+#: pairs asked for: each is generated and scored by a forward pass (a run's largest sets are a few thousand)
+PairCount = Annotated[int, Bounds(ge=1, le=100_000, why="each pair is generated and scored by a forward pass")]
 
 
 def _first_correct(
@@ -73,7 +77,7 @@ def _template_ids(
 def correct_pairs(
     model: HookedModel,
     operation: Operation = "add",
-    n: int | None = 12,
+    n: PairCount | None = 12,
     templates: Sequence[TemplateSet] | None = None,
     template_ids: Sequence[str] | None = None,
     n_per_template: int = 16,
@@ -116,7 +120,7 @@ def correct_pairs(
 def fresh_pairs(
     model: HookedModel,
     pairs: PairSet,
-    n: int = 32,
+    n: PairCount = 32,
     seed: int = 1,
     templates: Sequence[TemplateSet] | None = None,
     batch_size: int = 32,

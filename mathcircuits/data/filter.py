@@ -19,7 +19,6 @@ from tqdm.auto import tqdm
 from mathcircuits._errors import FixableTypeError, FixableValueError
 from mathcircuits.data.batching import length_groups, padded_groups
 from mathcircuits.data.pairset import PairSet
-from mathcircuits.data.tokenizer_id import tokenizer_fingerprint
 
 __all__ = [
     "accuracy_table",
@@ -34,25 +33,7 @@ def check_tokenizer(model: Any, pairs: PairSet) -> None:
     Models without ``tokenizer`` are not checked by fingerprint; token ids must lie inside
     ``spec.vocab_size`` when the model has one.
     """
-    tok = getattr(model, "tokenizer", None)
-    data = pairs.dataset
-    if tok is not None and "tokenizer" in data.column_names:
-        theirs, ours = sorted(set(data["tokenizer"])), tokenizer_fingerprint(tok)
-        if theirs != [ours]:
-            raise FixableValueError(
-                f"these pairs were made with another tokenizer (fingerprint {', '.join(theirs)}) than this model's "
-                f"({ours}), so their token ids mean other text. ",
-                "generate the pairs with this model's tokenizer (generate_pairs(model.tokenizer, ...)).",
-            )
-    vocab = getattr(getattr(model, "spec", None), "vocab_size", None)
-    if isinstance(vocab, int):
-        top = max((max(t, default=0) for t in pairs.tokens), default=0)
-        if top >= vocab:
-            raise FixableValueError(
-                f"the pairs hold token id {top}, outside this model's vocabulary of {vocab}: they were made with "
-                "another tokenizer. ",
-                "generate the pairs with this model's tokenizer.",
-            )
+    pairs.require_model(model, "check_tokenizer", scored=False)
 
 
 @torch.no_grad()
@@ -92,7 +73,7 @@ def score_pairs(
         raise FixableValueError(
             "score_pairs got an empty pair set (0 pairs). ", "generate pairs first, or check the filters."
         )
-    check_tokenizer(model, pairs)
+    pairs.require_model(model, "score_pairs", scored=False)
     if device is None:
         device = getattr(model, "device", None) or "cpu"
     seqs = [list(t) + list(ans[:-1]) for t, ans in zip(pairs.tokens, pairs.answer_tokens)]
@@ -123,7 +104,10 @@ def score_pairs(
             p_ans[i] = float(lp[0, answers[i][0]].exp())
             logp[i] = float(lp.gather(-1, torch.as_tensor(answers[i], device=lp.device)[:, None]).sum())
     data = pairs.dataset
-    for name, col in (("correct", correct), ("first_correct", first), ("p_answer", p_ans), ("logp_answer", logp)):
+    spec = getattr(model, "spec", None)
+    scored_by = [spec.fingerprint() if hasattr(spec, "fingerprint") else ""] * len(seqs)  # which model chose them
+    columns = (("correct", correct), ("first_correct", first), ("p_answer", p_ans), ("logp_answer", logp))
+    for name, col in (*columns, ("scored_by", scored_by)):
         if name in data.column_names:
             data = data.remove_columns(name)
         data = data.add_column(name, col)

@@ -46,7 +46,7 @@ from mathcircuits.data.pairs import PairRow
 from mathcircuits.data.pairset import PairSet
 from mathcircuits.data.render import FewshotOperations, aligned_vocab, answer_spacing, render_pair
 from mathcircuits.data.templates import OPERATIONS, Operation, TemplateSet
-from mathcircuits.data.tokenizer_id import tokenizer_fingerprint
+from mathcircuits.data.tokenizer_id import Tokenizer, tokenizer_fingerprint
 
 __all__ = [
     "GenerationConfig",
@@ -141,7 +141,7 @@ def operand_pairs(op: Operation, cfg: GenerationConfig) -> list[tuple[int, int, 
 
 
 def generate_pairs(
-    tokenizer,
+    tokenizer: Tokenizer,
     template_sets: list[TemplateSet],
     config: GenerationConfig = GenerationConfig(),
     facts: Collection[tuple[str, int, int]] | None = None,

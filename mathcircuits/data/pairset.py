@@ -18,10 +18,11 @@ import datasets
 import torch
 from torch import Tensor
 
-from mathcircuits._errors import FixableFileNotFoundError, FixableValueError
-from mathcircuits._files import atomic_dir
+from mathcircuits._errors import FixableFileNotFoundError, FixableNotADirectoryError, FixableValueError
+from mathcircuits._files import ResultFileError, atomic_dir
 from mathcircuits.data.batching import iter_batches
 from mathcircuits.data.pairs import PairBatch, PairRow, check_columns
+from mathcircuits.data.tokenizer_id import ANY_TOKENIZER, tokenizer_fingerprint
 
 __all__ = [
     "Field",
@@ -66,6 +67,7 @@ class PairSet:
     def __init__(self, dataset: datasets.Dataset) -> None:
         self._data = dataset
         self._cache: dict[str, tuple[Any, ...]] = {}
+        self._readers: list[tuple[Any, Any, bool]] = []  # (tokenizer, spec, scored) that require_model passed
 
     @classmethod
     def from_rows(cls, rows: Sequence[PairRow]) -> PairSet:
@@ -84,10 +86,23 @@ class PairSet:
             raise FixableFileNotFoundError(
                 f"{path} is missing. ", "run the stage that writes it first (mathcircuits run)."
             )
+        folder = Path(path)
+        if not (folder / "dataset_info.json").is_file() or not (folder / "state.json").is_file():
+            what = "a file" if folder.is_file() else "a folder without a saved pair set (dataset_info.json, state.json)"
+            raise ResultFileError(
+                f"{path} is {what}, where a pair set saved by PairSet.save belongs. ",
+                "pass the folder PairSet.save wrote (a run's data/pairs_<op>), or re-run the stage that writes it.",
+            )
         return cls(datasets.load_from_disk(str(path), keep_in_memory=True))
 
     def save(self, path: str | Path) -> None:
         """Write the ``save_to_disk`` folder atomically, without ``cache-*.arrow`` leftovers."""
+        if Path(path).exists() and not Path(path).is_dir():
+            raise FixableNotADirectoryError(
+                f"{path}: a file is where a saved pair set (a folder) belongs. ",
+                "move or delete the file, or save to another path",
+                str(path),
+            )
         with atomic_dir(path) as tmp, quiet_datasets():
             self._data.save_to_disk(str(tmp))
             for cache in tmp.glob("cache-*.arrow"):
@@ -112,6 +127,62 @@ class PairSet:
     def require(self, fields: Sequence[Field], caller: str) -> None:
         """Refuse a set without ``fields`` or without pairs, naming ``caller`` and the fix."""
         check_columns(self._data, fields, caller)
+
+    def require_model(self, model: Any, caller: str, scored: bool = True) -> None:
+        """Refuse pairs this model cannot read, or that another model chose, naming ``caller`` and the fix.
+
+        Token ids beyond the model's vocabulary, pairs without the tokenizer fingerprint (made before pairs
+        recorded one: their ids cannot be told from another tokenizer's) or with another tokenizer's are refused.
+        With ``scored``, pairs that :func:`~mathcircuits.data.score_pairs` found correct with another model
+        (column ``scored_by``) are refused too: every model-reading verb assumes the model answers its pairs, and
+        another model's correct pairs include ones this model gets wrong. Pairs never scored are taken, and so are
+        pairs of random ids (fingerprint :data:`~mathcircuits.data.tokenizer_id.ANY_TOKENIZER`). An empty set
+        is refused (nothing to read). A model that passed once is not checked again on this set (a set is immutable).
+        """
+        tok, spec = getattr(model, "tokenizer", None), getattr(model, "spec", None)
+        if any(t is tok and sp is spec and sc == scored for t, sp, sc in self._readers):
+            return
+        data = self._data
+        if len(self) == 0:
+            raise FixableValueError(
+                f"{caller} got an empty dataset (0 pairs), so there is nothing to read. ",
+                "pass pairs, e.g. mc.correct_pairs(model, 'add', n=12); a filter or select that kept none: loosen it.",
+            )
+        vocab = getattr(spec, "vocab_size", None)
+        if isinstance(vocab, int) and "tokens" in data.column_names:
+            top = max((max(t, default=0) for t in self.tokens), default=0)
+            if top >= vocab:
+                raise FixableValueError(
+                    f"{caller}: the pairs hold token id {top}, outside this model's vocabulary of {vocab}: they were "
+                    "made with another tokenizer. ",
+                    "generate the pairs with this model's tokenizer.",
+                )
+        if tok is not None:
+            if "tokenizer" not in data.column_names:
+                raise FixableValueError(
+                    f"{caller}: these pairs carry no tokenizer fingerprint (column 'tokenizer'; pairs made before "
+                    "pairs recorded one), so nothing tells whether their token ids mean this model's text. ",
+                    "regenerate them with generate_pairs(model.tokenizer, ...) (or correct_pairs(model, ...)); rows "
+                    "built by hand: give each a 'tokenizer': tokenizer_fingerprint(model.tokenizer) "
+                    "(mathcircuits.data.tokenizer_id).",
+                )
+            theirs, ours = sorted(set(data["tokenizer"]) - {ANY_TOKENIZER}), tokenizer_fingerprint(tok)
+            if theirs and theirs != [ours]:
+                raise FixableValueError(
+                    f"{caller}: these pairs were made with another tokenizer (fingerprint {', '.join(theirs)}) than "
+                    f"this model's ({ours}), so their token ids mean other text. ",
+                    "generate the pairs with this model's tokenizer (generate_pairs(model.tokenizer, ...)).",
+                )
+        if scored and spec is not None and "scored_by" in data.column_names:
+            by, ours = sorted(set(data["scored_by"]) - {""}), spec.fingerprint()
+            if by and by != [ours]:
+                raise FixableValueError(
+                    f"{caller}: these pairs were scored by another model ({', '.join(by)}), not this one ({ours}): "
+                    "the pairs it answers correctly are not this model's. ",
+                    "score them with this model: filter_correct(score_pairs(model, pairs)), or correct_pairs(model, "
+                    "...).",
+                )
+        self._readers.append((tok, spec, scored))
 
     def _col(self, name: Field, convert: Any = None) -> tuple[Any, ...]:
         if name not in self._cache:  # read once: a Dataset column read converts the whole column each time

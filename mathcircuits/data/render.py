@@ -14,6 +14,7 @@ from typing import Literal, TypeAlias
 from mathcircuits.data.operands import PairError, compute_answer
 from mathcircuits.data.pairs import PairRow
 from mathcircuits.data.templates import Template, TemplateSet
+from mathcircuits.data.tokenizer_id import Tokenizer
 
 __all__ = [
     "prompt_start",
@@ -38,7 +39,7 @@ def answer_spacing(tokenizer) -> str:
     return "answer"
 
 
-def prompt_start(tokenizer) -> str:
+def prompt_start(tokenizer: Tokenizer) -> str:
     """The special tokens this tokenizer puts before any text by default, as text (``"<bos>"`` or ``""``).
 
     Prompts are tokenized with ``add_special_tokens=False`` throughout (so a prompt and its counterfactual

@@ -17,6 +17,7 @@ from mathcircuits.data.pairs import PairRow
 from mathcircuits.data.pairset import PairSet
 from mathcircuits.data.render import answer_spacing, render_pair
 from mathcircuits.data.templates import TemplateSet
+from mathcircuits.data.tokenizer_id import tokenizer_fingerprint
 
 __all__: list[str] = []
 
@@ -74,4 +75,5 @@ def swap_pairs(
                 "pair_id": len(rows),
             }
         )
-    return PairSet.from_rows(rows)
+    fp = tokenizer_fingerprint(tokenizer)  # the pairs carry their tokenizer (PairSet.require_model)
+    return PairSet.from_rows([{**row, "tokenizer": fp} for row in rows])

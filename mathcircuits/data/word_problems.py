@@ -17,6 +17,7 @@ from mathcircuits._errors import FixableValueError
 from mathcircuits.data.benchmark_files import read_word_problems, record_question
 from mathcircuits.data.pairset import PairSet
 from mathcircuits.data.render import answer_spacing, prompt_start
+from mathcircuits.data.tokenizer_id import Tokenizer, tokenizer_fingerprint
 
 __all__ = ["word_problem_dataset"]
 
@@ -31,7 +32,7 @@ def _integer_answer(answer: Any) -> str | None:
 
 
 def word_problem_dataset(
-    tokenizer: Any,
+    tokenizer: Tokenizer,
     path: str | os.PathLike,
     limit: int | None = 64,
     seed: int = 0,
@@ -79,4 +80,5 @@ def word_problem_dataset(
             f"{path}: no usable problem (a non-negative integer answer that tokenizes apart from the prompt). ",
             "pass a math word-problem file such as SVAMP/test.json.",
         )
-    return PairSet.from_rows(rows)
+    fp = tokenizer_fingerprint(tokenizer)  # the pairs carry their tokenizer (PairSet.require_model)
+    return PairSet.from_rows([{**row, "tokenizer": fp} for row in rows])

@@ -8,6 +8,7 @@ the in-memory model (:mod:`~mathcircuits.evaluation.harness`); :mod:`~mathcircui
 ``EvalResult`` and the comparison table with intervals.
 """
 
+from mathcircuits._checks import check_exports
 from mathcircuits.evaluation.benchmarks import load_benchmark
 from mathcircuits.evaluation.harness import evaluate_lm_eval
 from mathcircuits.evaluation.items import BenchmarkItem
@@ -29,3 +30,5 @@ __all__ = [
     "load_benchmark",
     "score_benchmark",
 ]
+
+check_exports(globals())  # every exported function checks its arguments at the call (mathcircuits._checks)

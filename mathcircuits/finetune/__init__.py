@@ -8,6 +8,7 @@ parameter slices; :mod:`.adapter` trains deltas on those slices only; :func:`tra
 See docs/finetune.md.
 """
 
+from mathcircuits._checks import check_exports
 from mathcircuits.finetune.adapter import HeadSliceAdapter, TrainableSummary
 from mathcircuits.finetune.compare import CompareConfig
 from mathcircuits.finetune.config import SFTConfig
@@ -73,3 +74,5 @@ __all__ = [
     "sweep_records",
     "train_sft",
 ]
+
+check_exports(globals())  # every exported function checks its arguments at the call (mathcircuits._checks)

@@ -21,6 +21,7 @@ import datasets
 from mathcircuits._errors import FixableValueError
 from mathcircuits.data import PairSet
 from mathcircuits.data.benchmark_files import record_question
+from mathcircuits.data.tokenizer_id import Tokenizer
 
 __all__ = [
     "build_sft_dataset",
@@ -51,7 +52,7 @@ def _clean_rationale(text: str) -> str:
 
 
 def build_sft_dataset(
-    tokenizer,
+    tokenizer: Tokenizer,
     records: Any,
     target: Literal["rationale", "answer"] = "rationale",
     prompt_template: str = DEFAULT_PROMPT,

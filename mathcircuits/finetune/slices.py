@@ -29,6 +29,7 @@ from typing import Any
 
 import torch
 
+from mathcircuits._checks import own_checks
 from mathcircuits.finetune.layouts import (
     HEAD_ROLES,
     KV_POLICIES,
@@ -227,3 +228,6 @@ def head_slices(
         n_model_params=n_total,
         kv_groups=tuple(groups),
     )
+
+
+own_checks(head_slices, "kv_policy")  # a SliceError, as every refusal of a slice policy is

@@ -13,6 +13,7 @@
 * :mod:`.tiny` / :mod:`.embedded` — tiny random models of every family; the embedded models (SmolLM2, Gemma 3 270M).
 """
 
+from mathcircuits._checks import check_exports
 from mathcircuits.models.compat import UnsupportedVersionError
 from mathcircuits.models.families import BlockStructure, UnsupportedFamilyError
 from mathcircuits.models.forward.capture import (
@@ -137,3 +138,5 @@ __all__ = [
     "vocab_chunk_for",
     "vocab_logits",
 ]
+
+check_exports(globals())  # every exported function checks its arguments at the call (mathcircuits._checks)

@@ -10,6 +10,8 @@ run silently on another whose shape happens to admit their indices. A plain HF m
 
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import asdict, dataclass
 from typing import Any, Protocol, runtime_checkable
 
@@ -65,6 +67,12 @@ class ModelSpec:
     def to_dict(self) -> JSONObject:
         """The spec as a plain dict of its fields (JSON-ready)."""
         return asdict(self)
+
+    def fingerprint(self) -> str:
+        """``name:hash`` of every field: what scored pairs record (column ``scored_by``) to tell which model
+        found them correct."""
+        digest = hashlib.sha256(json.dumps(self.to_dict(), sort_keys=True).encode()).hexdigest()[:12]
+        return f"{self.name}:{digest}"
 
     @classmethod
     def from_dict(cls, d: JSONObject) -> ModelSpec:

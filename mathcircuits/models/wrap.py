@@ -21,6 +21,7 @@ import torch
 from transformer_lens.model_bridge import TransformerBridge
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from mathcircuits._checks import own_checks
 from mathcircuits._errors import FixableTypeError, FixableValueError
 from mathcircuits.models.compat import check_versions, install_cache_alias
 from mathcircuits.models.forward.integrity import instrument_hooks
@@ -189,3 +190,7 @@ def wrap(
         f"wrap got a {type(obj).__module__}.{type(obj).__name__}. ",
         "pass an HF AutoModelForCausalLM with its tokenizer, a TransformerBridge, or a source name to load_model().",
     )
+
+
+own_checks(wrap, "obj", "tokenizer")  # their own messages say what to load or pass instead
+own_checks(from_hf, "model", "tokenizer")

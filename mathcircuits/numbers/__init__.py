@@ -10,6 +10,7 @@ The stage ``mathcircuits numbers`` (:class:`NumbersConfig`) runs them all; docs/
 and docs/claims.md the claims N1–N3.
 """
 
+from mathcircuits._checks import check_exports
 from mathcircuits.numbers.ablation import LayerTopK, NeuronKnockout
 from mathcircuits.numbers.collected import NumberResults
 from mathcircuits.numbers.components import logit_spectra
@@ -48,3 +49,5 @@ __all__ = [
     "number_states",
     "operand_grid",
 ]
+
+check_exports(globals())  # every exported function checks its arguments at the call (mathcircuits._checks)

@@ -28,10 +28,18 @@ class NumbersConfig:
     contexts: int = setting(8, "contexts (template prefixes) each number is read in; the probes hold them out", ge=2)
     context_operations: tuple[Operation, ...] = setting(("add", "sub", "mul", "div"), "operations giving contexts")
     periods: tuple[int, ...] = setting((2, 5, 10, 100), "periods T of the mod-T probes and of the helix")
-    n_shuffles: int = setting(200, "shuffled-order spectra per row (the spectra's null)", ge=20)
+    n_shuffles: int = setting(
+        200,
+        "shuffled-order spectra per row (the spectra's null)",
+        ge=20,
+        le=100_000,
+        why="each shuffle is one more spectrum per row",
+    )
     probe_folds: int = setting(4, "cross-validation folds of the probes (whole contexts held out)", ge=2)
     patch_depths: tuple[int, ...] = setting((), "depths patched a -> a'; empty: the best helix depth and the middle")
-    patch_pairs: int = setting(48, "prompt pairs of the helix patch", ge=4)
+    patch_pairs: int = setting(
+        48, "prompt pairs of the helix patch", ge=4, le=100_000, why="each pair is patched at every depth and subspace"
+    )
     patch_b: tuple[int, int] = setting((1, 9), "range of the second operand in the helix patch")
     n_random_subspaces: int = setting(10, "random subspaces of the helix's dimension per patched depth", ge=1)
     grid: tuple[int, int] = setting((0, 19), "inclusive operand range of the neuron grid (full a x b grid)")

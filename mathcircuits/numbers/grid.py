@@ -34,6 +34,7 @@ from mathcircuits.data import GenerationConfig, PairSet, generate_pairs
 from mathcircuits.data.batching import length_groups
 from mathcircuits.data.render import answer_spacing
 from mathcircuits.data.templates import TemplateSet
+from mathcircuits.data.tokenizer_id import Tokenizer
 from mathcircuits.models import HookedModel, SuffixRunner, head_out_weight, hooks, unembed_columns
 from mathcircuits.models.families import block_structure
 
@@ -59,7 +60,7 @@ def answer_first_token(tokenizer: Any, n: int) -> int:
 
 
 def operand_grid(
-    tokenizer: Any,
+    tokenizer: Tokenizer,
     template_sets: Sequence[TemplateSet],
     template_id: str,
     operand_range: tuple[int, int],

@@ -33,6 +33,7 @@ from mathcircuits._io import SavedResult
 from mathcircuits.data import Operation
 from mathcircuits.data.render import answer_spacing, render_prompt
 from mathcircuits.data.templates import TemplateSet
+from mathcircuits.data.tokenizer_id import Tokenizer
 from mathcircuits.models import HookedModel, ModelSpec, PrefixCaches, hooks
 from mathcircuits.models.spec import as_spec
 from mathcircuits.numbers.reading import Tokenization, depth_labels, number_reading, number_token_counts
@@ -54,7 +55,7 @@ def _context_of(tokenizer: Any, tset: TemplateSet, tpl: Any, fewshot: bool, spac
 
 
 def number_contexts(
-    tokenizer: Any,
+    tokenizer: Tokenizer,
     template_sets: Sequence[TemplateSet],
     operations: Sequence[Operation] = ("add", "sub", "mul", "div"),
     n: int = 8,

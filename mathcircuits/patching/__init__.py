@@ -5,6 +5,7 @@ answer's teacher-forced log-probability, by default. ``select_key_components`` t
 :class:`KeyComponents`.
 """
 
+from mathcircuits._checks import check_exports
 from mathcircuits.patching.attribution import compare_rankings
 from mathcircuits.patching.config import PatchingConfig, Rule, SelectionConfig, ThresholdOf
 from mathcircuits.patching.driver import path_patch
@@ -37,3 +38,5 @@ __all__ = [
     "select_key_components",
     "selection_stability",
 ]
+
+check_exports(globals())  # every exported function checks its arguments at the call (mathcircuits._checks)

@@ -39,7 +39,9 @@ class PatchingConfig:
         "<= 1 excluded and counted); logit_diff; prob_change",
     )
     senders: tuple[SenderKind, ...] = setting(("heads", "mlps"), "which components to patch")
-    max_pairs: int = setting(64, "correct pairs patched per operation", ge=1)
+    max_pairs: int = setting(
+        64, "correct pairs patched per operation", ge=1, le=100_000, why="each pair is patched once per head and MLP"
+    )
     min_pairs: int = setting(30, "an operation with fewer correct pairs is reported but not patched", ge=1)
     batch_size: int = setting(16, "pairs per forward pass", ge=1)
     max_memory: str = setting(

@@ -70,6 +70,7 @@ def path_patch(
     """
     expect("path_patch", "model", model, HookedModel, "a HookedModel", "pass mc.load_model(...)'s result")
     expect_pairs("path_patch", "pairs", pairs)
+    pairs.require_model(model, "path_patch")
     cfg = configured("path_patch", PatchingConfig, config, **settings)
     metric = get_metric(cfg.metric if metric is None else metric)
     max_memory = (cfg.max_memory or None) if max_memory is None else max_memory

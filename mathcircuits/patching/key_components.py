@@ -42,7 +42,9 @@ class SelectionError(FixableError, ValueError):
 class SelectionSource:
     """Where a selection came from.
 
-    ``fallback``: why it is not the configured rule's; ``note``: how a selection no rule made came about.
+    ``fallback``: why it is not the configured rule's; ``note``: how a selection no rule made came about;
+    ``pair_keys``: fingerprints of the pairs that chose it (:func:`~mathcircuits.data.pairset.pair_keys`), so scoring
+    it on them warns of selection bias.
     """
 
     metric: str = ""
@@ -52,6 +54,7 @@ class SelectionSource:
     data: GenerationConfig | None = None
     fallback: str | None = None
     note: str | None = None
+    pair_keys: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, repr=False)

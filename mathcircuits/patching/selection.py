@@ -111,6 +111,7 @@ def select_key_components(
         operations=tuple(result.operations),
         data=data,
         fallback=fallback,
+        pair_keys=tuple(result.pair_keys),
     )
     return KeyComponents(
         model=result.model,

@@ -11,6 +11,8 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from mathcircuits._checks import exported
+
 if TYPE_CHECKING:
     from mathcircuits._schema import setting
     from mathcircuits.pipeline.config import (
@@ -106,7 +108,7 @@ def __getattr__(name: str) -> Any:
     if name not in _WHERE:
         raise AttributeError(f"module 'mathcircuits.pipeline' has no attribute {name!r}")
     where = "mathcircuits._schema" if _WHERE[name] == "_setting" else f"{__name__}.{_WHERE[name]}"
-    value = getattr(importlib.import_module(where), name)
+    value = exported(getattr(importlib.import_module(where), name))  # arguments checked
     globals()[name] = value  # later lookups skip this function
     return value
 

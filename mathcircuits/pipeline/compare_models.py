@@ -95,8 +95,15 @@ def load_run_results(folder: str | Path) -> tuple[RunResults, RunConfig]:
     if Path(folder).is_dir() and (problem := misplaced(paths, stages())):
         raise RunFolderError(problem + ".")
     if not paths.identity.is_file() or not paths.config.is_file():
+        where = Path(folder)
+        if not where.exists():
+            what = "does not exist"
+        elif not where.is_dir():
+            what = "is a file"
+        else:
+            what = f"has no {(paths.config if paths.identity.is_file() else paths.identity).name}"
         raise FixableFileNotFoundError(
-            f"{folder} is not a run folder (no .run.json or config.yaml). ",
+            f"{folder} is not a run folder: it {what}. ",
             "pass a folder written by `mathcircuits run`.",
         )
     identity = _identity(paths)

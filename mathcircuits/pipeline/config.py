@@ -166,7 +166,12 @@ class RunConfig:
             data = tomllib.loads(text) if path.suffix == ".toml" else load_yaml(text)
         except StrictYAMLError as err:
             raise ConfigError(f"config file {path}: {err}") from err
-        except (tomllib.TOMLDecodeError, yaml.YAMLError, UnicodeDecodeError) as err:
+        except UnicodeDecodeError as err:
+            raise ConfigError(
+                f"config file {path} is not UTF-8 text (byte {err.object[err.start]:#04x} at position {err.start}). ",
+                "save it as UTF-8 (a text editor's 'save with encoding'), or remove the character.",
+            ) from err
+        except (tomllib.TOMLDecodeError, yaml.YAMLError) as err:
             where = str(err).replace("\n", " ")
             raise ConfigError(
                 f"config file {path} is not valid {path.suffix[1:].upper()}: {where}. ",

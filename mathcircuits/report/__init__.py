@@ -9,6 +9,7 @@
   and :func:`build_report`.
 """
 
+from mathcircuits._checks import check_exports
 from mathcircuits.report.build import ReportFigures, build_report
 from mathcircuits.report.html import Page
 from mathcircuits.report.parts import ReportParts
@@ -22,3 +23,5 @@ __all__ = [
     "Section",
     "build_report",
 ]
+
+check_exports(globals())  # every exported function checks its arguments at the call (mathcircuits._checks)

@@ -19,6 +19,7 @@ Hall, Ann. Statist. 16 (1988); Cameron, Gelbach & Miller, REStat 90 (2008); Holm
 Benjamini & Hochberg, JRSS B 57 (1995).
 """
 
+from mathcircuits._checks import check_exports
 from mathcircuits.stats.deltas import DeltaTable, Extra
 from mathcircuits.stats.interval import Interval, IntervalMethod, Uncertainty
 
@@ -29,3 +30,5 @@ __all__ = [
     "IntervalMethod",
     "Uncertainty",
 ]
+
+check_exports(globals())  # every exported function checks its arguments at the call (mathcircuits._checks)

@@ -5,6 +5,7 @@ Every function takes result values (never a model) and returns a figure or an HT
 them on one page is :mod:`mathcircuits.report`.
 """
 
+from mathcircuits._checks import check_exports
 from mathcircuits.viz.attention import attention_excess, attention_role_distributions, attention_role_means
 from mathcircuits.viz.circuit_graph import circuit_graph
 from mathcircuits.viz.circuitsvis import OfflineHTML, attention_heads_view
@@ -56,3 +57,5 @@ __all__ = [
     "spectrum_lines",
     "transfer_bars",
 ]
+
+check_exports(globals())  # every exported function checks its arguments at the call (mathcircuits._checks)

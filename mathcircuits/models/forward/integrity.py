@@ -40,6 +40,7 @@ from transformer_lens.model_bridge import TransformerBridge
 from mathcircuits._errors import FixableError
 from mathcircuits._files import JSONObject
 from mathcircuits.data.pairset import PairSet
+from mathcircuits.data.tokenizer_id import ANY_TOKENIZER
 from mathcircuits.models.compat import installed_versions
 from mathcircuits.models.spec import Bridged
 
@@ -240,6 +241,7 @@ def probe_pairs(vocab: int, rows: int = 4, seq: int = 12, shared: int = 8, seed:
                 "template_id": ["probe"] * rows,
                 "operation": ["probe"] * rows,
                 "pair_id": list(range(rows)),
+                "tokenizer": [ANY_TOKENIZER] * rows,  # random ids: no tokenizer made them
             }
         )
     )
