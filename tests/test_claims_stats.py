@@ -136,12 +136,33 @@ def test_the_small_cluster_interval_names_its_method_and_its_fallbacks():
     ops = ["add", "mul"] * 24
     u = Uncertainty(n_boot=200)
     assert small_cluster_interval(x, four, ops, u).method == "cluster_bootstrap_t"  # 2 templates each
-    one_each = [f"t{i % 2}" for i in range(48)]  # one template per operation: strata dropped, still over templates
-    assert small_cluster_interval(x, one_each, ops, u).method == "cluster_bootstrap_t"
+    one_each = [f"t{i % 2}" for i in range(48)]  # one template per operation: strata dropped, 2 templates in all
+    assert small_cluster_interval(x, one_each, ops, u).method == "cluster_t_few"
+    three = [f"t{i % 3}" for i in range(48)]
+    assert small_cluster_interval(x, three, None, u).method == "cluster_t_few"
     assert small_cluster_interval(x, ["t0"] * 48, ops, u).method == "pair_bootstrap_fallback"
     assert small_cluster_interval(x, None, ops, u).method == "bootstrap"
     iv = small_cluster_interval(x, four, ops, u)
     assert iv.low <= iv.value <= iv.high and iv.method_text == "bootstrap-t over templates"
+
+
+@pytest.mark.parametrize("n_clusters", [2, 3])
+def test_below_four_templates_the_interval_is_a_t_interval_that_covers(n_clusters):
+    # the bootstrap-t collapsed to a point at 2 templates and covered 0.80 at 3; the t on template means is exact
+    # for normal template means, so it must cover near 95% and never be a point
+    gen = torch.Generator().manual_seed(n_clusters)
+    u = Uncertainty(n_boot=200)
+    labels = [f"t{i % n_clusters}" for i in range(6 * n_clusters)]
+    hits, widths = 0, []
+    for _ in range(600):
+        centre = torch.randn(n_clusters, generator=gen)  # template effects around the true mean 0
+        x = centre[torch.arange(6 * n_clusters) % n_clusters] + 0.3 * torch.randn(6 * n_clusters, generator=gen)
+        iv = small_cluster_interval(x, labels, None, u)
+        assert iv.method == "cluster_t_few" and iv.method_text.startswith("t interval on template means")
+        hits += iv.low <= 0 <= iv.high
+        widths.append(iv.high - iv.low)
+    assert 0.92 <= hits / 600 <= 0.98, hits / 600
+    assert min(widths) > 0
 
 
 SETS = [[Head(14, a), Head(20, b)] for a in range(9) if a != 2 for b in range(9) if b != 8][

@@ -31,7 +31,7 @@ __all__ = [
 ]
 
 #: Interval methods that draw nothing: their intervals have no seed.
-_NOT_DRAWN = ("none", "wilson")
+_NOT_DRAWN = ("none", "wilson", "cluster_t_few")
 
 
 def no_estimate(n: int = 0) -> Interval:
