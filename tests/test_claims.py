@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from mathcircuits import ResultFileError
-from mathcircuits.ablation import MLPMargin, RandomControl, TransferResult
+from mathcircuits.ablation import CrossOperation, MLPMargin, RandomControl, TransferResult
 from mathcircuits.ablation.transfer import transfer_row
 from mathcircuits.analysis import AttentionByRole, MLPProbeResult
 from mathcircuits.claims import ClaimsCard, Verdict, assess_claims
@@ -152,6 +152,18 @@ def test_c2_rule():
     assert claim_c2(control(0.4, between), uncertainty=U200).verdict == Verdict.INCONCLUSIVE
     few = claim_c2(control(0.7, [0.0] * 5), uncertainty=U200)  # 5 draws cannot reach p ≤ 0.05
     assert few.verdict == Verdict.INCONCLUSIVE and "control_draws" in few.reason
+    # the random half: the paper's "within 2 points", read with a 5-point margin
+    loud = [0.15, 0.17, 0.19] * 34  # random sets cost 17 points on average: the key set collapses, random sets hurt
+    c = claim_c2(control(0.7, loud), uncertainty=U200)
+    assert c.verdict == Verdict.PARTLY and "random half does not hold" in c.reason and "key half holds" in c.reason
+    assert "p at its floor, 1/(n+1) = 0.010 (n = 102 draws)" in c.measurement
+    near = [0.06, 0.07, 0.08] * 34  # 7 points on average: the interval straddles 2 + 5 points
+    assert claim_c2(control(0.7, near), uncertainty=U200).verdict == Verdict.INCONCLUSIVE
+    # no collapse: the random sets alone cannot hold the claim up
+    assert claim_c2(control(0.05, loud), uncertainty=U200).verdict == Verdict.FAILS
+    # 30 draws: p's floor 1/31 leaves no room for a tie below 0.05, so the key half cannot hold
+    thirty = claim_c2(control(0.7, [0.0] * 30), uncertainty=U200)
+    assert thirty.verdict == Verdict.INCONCLUSIVE and "no room for a tie" in thirty.reason
     low_control = control(0.1, quiet, baseline=0.3)
     low = claim_c2(low_control, uncertainty=U200)  # clean accuracy 30%: no accuracy to collapse, nothing tested
     assert low.verdict == Verdict.INCONCLUSIVE and low_control.baseline() == pytest.approx(0.3, abs=0.02)
@@ -276,39 +288,72 @@ def test_c4_rule():
 # ----------------------------------------------------------------------------- C5
 
 
+def cross(overlap: bool) -> CrossOperation:
+    """Two operations' own key sets: the same two heads (Jaccard 1), or disjoint ones (Jaccard 0)."""
+    add, sub = [Head(1, 1), Head(2, 0)], ([Head(1, 1), Head(2, 0)] if overlap else [Head(0, 2), Head(3, 3)])
+    return CrossOperation(["add", "sub"], {"add": add, "sub": sub}, [1.0, 1.0], torch.full((2, 2), 0.2), [40, 40])
+
+
 def test_c5_rule_uses_only_measurable_held_out_sets():
-    def row(name, clean, key_ok, rand_ok, held_in=False, draws=30):
+    def row(name, clean, key_ok, rand_ok, held_in=False, draws=100):
         n_ok = sum(clean)
         rand = [[1] * rand_ok + [0] * (n_ok - rand_ok)] * draws
         return transfer_row(name, clean, [1] * key_ok + [0] * (n_ok - key_ok), rand, held_in)
 
     good = [1] * 40
-    collapse = row("two-digit", good, 8, 39)
+    collapse, collapse2 = row("two-digit", good, 8, 39), row("held-out templates", good, 6, 40)
     near_chance = row("word templates", [1] * 2 + [0] * 30, 0, 0)
     held_in = row("add (identification templates, correct)", good, 0, 40, held_in=True)
     assert near_chance.status == "not measurable on this model" and math.isnan(near_chance.key.value)
-    assert collapse.p_value == pytest.approx(1 / 31) and collapse.n_draws == 30
+    assert collapse.p_value == pytest.approx(1 / 101) and collapse.n_draws == 100
 
-    def card(*rows):
-        return claim_c5(TransferResult(rows=tuple(rows), key_heads=[Head(1, 1)], n_random=30))
+    def card(*rows, overlap=True):
+        tr = TransferResult(rows=tuple(rows), key_heads=[Head(1, 1)], n_random=100)
+        return claim_c5(tr, cross=cross(overlap))
 
-    c = card(held_in, collapse, near_chance)
+    c = card(held_in, collapse, collapse2, near_chance)
     assert (
         c.verdict == Verdict.HOLDS
         and "not measurable on this model: word templates (clean accuracy 6%)" in c.measurement
+        and "p at its floor, 1/(n+1) = 0.010 (n = 100 draws)" in c.measurement
     )
     assert (
-        c.n_tests == 1 and c.estimate.n == collapse.n_correct
+        c.n_tests == 2 and c.estimate.n == collapse.n_correct + collapse2.n_correct
     )  # the near-chance set is named, not pooled into the verdict
-    assert card(held_in, row("other", good, 40, 40)).verdict == Verdict.FAILS
-    assert card(held_in, row("as random", good, 8, 8)).verdict == Verdict.FAILS  # random sets drop as much
-    assert card(held_in, row("few", [1] * 8, 5, 8)).verdict == Verdict.INCONCLUSIVE
-    assert card(held_in, row("few draws", good, 8, 39, draws=5)).verdict == Verdict.INCONCLUSIVE  # p ≥ 1/6
+    # one measurable set is too few for a verdict, however clear
+    one = card(held_in, collapse, near_chance)
+    assert one.verdict == Verdict.INCONCLUSIVE and "only 1 measurable" in one.reason
+    # both halves: the heads transfer, but operations' own key sets are disjoint
+    apart = card(held_in, collapse, collapse2, overlap=False)
+    assert apart.verdict == Verdict.PARTLY and "Jaccard 0.00" in apart.measurement
+    assert card(held_in, row("other", good, 40, 40), row("other 2", good, 40, 40)).verdict == Verdict.PARTLY
+    both_fail = card(held_in, row("other", good, 40, 40), row("other 2", good, 40, 40), overlap=False)
+    assert both_fail.verdict == Verdict.FAILS
+    as_random = card(held_in, row("as random", good, 8, 8), row("as random 2", good, 8, 8), overlap=False)
+    assert as_random.verdict == Verdict.FAILS  # random sets drop as much
+    assert card(held_in, row("few", [1] * 8, 5, 8), row("few 2", [1] * 8, 5, 8)).verdict == Verdict.INCONCLUSIVE
+    few = card(held_in, row("few draws", good, 8, 39, draws=20), row("few draws 2", good, 8, 39, draws=20))
+    assert few.verdict == Verdict.INCONCLUSIVE  # p's floor 1/21 leaves no room for a tie below 0.05
+    # without the overlap half the transfer half alone cannot hold the claim
+    tr = TransferResult(rows=(held_in, collapse, collapse2), key_heads=[Head(1, 1)], n_random=100)
+    alone = claim_c5(tr)
+    assert alone.verdict == Verdict.INCONCLUSIVE and "overlap half not measured" in alone.reason
     only_chance = card(held_in, near_chance)
     assert (
         only_chance.verdict == Verdict.INCONCLUSIVE and only_chance.n_tests == only_chance.estimate.n == 0
     )  # none measured
     assert card(held_in).verdict == Verdict.NOT_MEASURED
+
+
+def test_c5_says_why_word_problem_heads_are_not_compared():
+    good = [1] * 40
+    solved = transfer_row("SVAMP word problems", [1] * 3 + [0] * 37, [0] * 3, [[1] * 3] * 100, False)
+    two = transfer_row("two-digit", good, [1] * 8 + [0] * 32, [[1] * 40] * 100, False)
+    tr = TransferResult(rows=(two, solved), key_heads=[Head(1, 1)], n_random=100)
+    assert "not testable on this model (it solves SVAMP 8%, below 50%)" in claim_c5(tr, cross=cross(True)).measurement
+    solvable = transfer_row("SVAMP word problems", good, [1] * 8 + [0] * 32, [[1] * 40] * 100, False)
+    tr = TransferResult(rows=(two, solvable), key_heads=[Head(1, 1)], n_random=100)
+    assert "word problems: not measured (identify patches counterfactual" in claim_c5(tr, cross=cross(True)).measurement
 
 
 # ----------------------------------------------------------------------------- C6

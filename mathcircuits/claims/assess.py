@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from mathcircuits.ablation import MLPMargin, RandomControl, TransferResult
+from mathcircuits.ablation import CrossOperation, MLPMargin, RandomControl, TransferResult
 from mathcircuits.analysis import AttentionByRole
 from mathcircuits.claims.attention import claim_c3
 from mathcircuits.claims.card import CardSettings, ClaimsCard
@@ -35,6 +35,7 @@ def assess_claims(
     transfer: TransferResult | None = None,
     attention: AttentionByRole | None = None,
     margin: MLPMargin | None = None,
+    cross: CrossOperation | None = None,
     evals: Mapping[str, EvalResult] | None = None,
     off: Mapping[str, str] | None = None,
     reasons: Mapping[str, str] | None = None,
@@ -45,7 +46,7 @@ def assess_claims(
 
     ``patching`` is the pooled result with per-pair head effects (C1); ``control`` the key set's knockout against
     depth-matched random sets on fresh pairs (C2); ``attention`` covers the key heads and the other heads of their
-    layers (C3); ``evals`` maps ``base``/``precise``/``full`` to evaluation results. ``off`` maps an input name to the
+    layers (C3); ``cross`` each operation's own key set (C5's overlap half); ``evals`` maps ``base``/``precise``/``full`` to evaluation results. ``off`` maps an input name to the
     stage to name when it is missing (default: the stage that writes it); ``reasons`` gives the whole reason instead
     and takes precedence. ``uncertainty``'s confidence is also the Wilson intervals'.
     """
@@ -58,7 +59,7 @@ def assess_claims(
         claim_c2(control, uncertainty, o["control"], why.get("control")),
         claim_c3(attention, key, uncertainty, o["attention"], why.get("attention"), chose),
         claim_c4(margin, uncertainty, o["margin"], why.get("margin")),
-        claim_c5(transfer, uncertainty.confidence, o["transfer"], why.get("transfer")),
+        claim_c5(transfer, uncertainty.confidence, o["transfer"], why.get("transfer"), cross),
         claim_c6(evals, uncertainty, o["evals"], why.get("evals"), precise),
     )
     u = uncertainty

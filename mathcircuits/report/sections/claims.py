@@ -16,6 +16,7 @@ __all__: list[str] = []
 #: The CSS class that colours each verdict on the card.
 VERDICT_CLASS: dict[Verdict, str] = {
     Verdict.HOLDS: "v-holds",
+    Verdict.PARTLY: "v-open",
     Verdict.FAILS: "v-fails",
     Verdict.INCONCLUSIVE: "v-open",
     Verdict.NOT_MEASURED: "v-none",

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from mathcircuits.ablation import KnockoutResult, MLPMargin, RandomControl, TransferResult
+from mathcircuits.ablation import CrossOperation, KnockoutResult, MLPMargin, RandomControl, TransferResult
 from mathcircuits.claims.knockout import claim_c2, claim_c5
 from mathcircuits.claims.margin import claim_c4
 from mathcircuits.pipeline.reader import ResultReader
@@ -23,6 +23,7 @@ def report(r: ResultReader) -> Contribution:
     tr = r.load(TransferResult, paths.transfer(), "validate", "transfer")
     control = r.load(RandomControl, paths.control(), "validate", "control")
     margin = r.load(MLPMargin, paths.mlp_margin, "validate", "margin")
+    cross = r.load(CrossOperation, paths.cross_operation(), "validate", "cross_operation")
 
     def stage(name: str) -> str:
         return r.off.get(name, "validate")
@@ -32,7 +33,7 @@ def report(r: ResultReader) -> Contribution:
         claims=(
             claim_c2(control, u, stage("control"), r.reasons.get("control")),
             claim_c4(margin, u, stage("margin"), r.reasons.get("margin")),
-            claim_c5(tr, u.confidence, stage("transfer"), r.reasons.get("transfer")),
+            claim_c5(tr, u.confidence, stage("transfer"), r.reasons.get("transfer"), cross),
         ),
     )
 
