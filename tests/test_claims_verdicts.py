@@ -14,7 +14,7 @@ import pytest
 import torch
 from planted_claims import MOVER, planted_model, role_model, role_pairs
 
-from mathcircuits.ablation import RandomControl, mlp_margin, random_control, transfer
+from mathcircuits.ablation import CrossOperation, RandomControl, TransferResult, mlp_margin, random_control, transfer
 from mathcircuits.ablation.control import depth_matched_draws, n_depth_matched_sets
 from mathcircuits.analysis import attention_by_role
 from mathcircuits.circuit import copy_pairs
@@ -60,12 +60,6 @@ def all_readers():
 
 
 @cache
-def deep():
-    """9 layers (36 heads): two readers in layer 4, the middle."""
-    return planted_model(9, readers=((4, 0), (4, 2)))
-
-
-@cache
 def diffuse():
     """3 layers: every head copies 1/12 of the answer."""
     return planted_model(3, diffuse=True)
@@ -89,12 +83,20 @@ def key(model, heads):
 
 # --- C1: how many heads matter, by tests over heads; depth against random heads ----------------------------------
 @pytest.mark.slow
-def test_c1_holds_when_a_few_mid_depth_heads_carry_the_effect():
-    result = patched(deep())
-    c = claim_c1(result, uncertainty=U200)  # 2 of 36 heads (the ⌈5%⌉ allowed)
+@pytest.mark.parametrize("n_heads", [6, 8])
+def test_c1_holds_when_a_few_mid_depth_heads_carry_the_effect(n_heads):
+    # 9 layers of 6 or 8 heads (54 or 72): two readers in layer 4, the middle, and the mover in layer 0; 96 pairs
+    m = planted_model(9, readers=((4, 0), (4, 2)), n_heads=n_heads)
+    result = path_patch(
+        m,
+        PairSet(pairs(m, 96).dataset.remove_columns("template_id")),
+        senders=("heads",),
+        keep_per_pair=True,
+    )
+    c = claim_c1(result, uncertainty=U200)  # 2 or 3 heads allowed (strictly fewer than 5%)
     assert c.verdict == Verdict.HOLDS, c.measurement
-    assert c.estimate.value == c.estimate.high == pytest.approx(2 / 36)
-    assert concentration(result.per_pair_heads.flatten(1).double(), 2) > 0.9  # the two readers hold > 90%
+    assert c.estimate.low > 2 / 3
+    assert concentration(result.per_pair_heads.flatten(1).double(), 2) > 0.8  # the two readers hold > 80%
 
 
 def test_c1_does_not_hold_for_heads_at_the_end():
@@ -254,12 +256,17 @@ def test_c4_without_random_sets_cannot_hold():
 @pytest.mark.slow
 def test_c5_holds_for_the_circuit_and_not_for_noise_heads():
     m = wide()
-    held_out = {"copy, unseen prompts": pairs(m, 32, seed=9)}
-    good = transfer(m, held_out, [READER, MOVER], None, n_random=30, ablation="position_mean")
-    assert good.rows[0].n_draws == 30 and good.rows[0].p_value == pytest.approx(1 / 31)
-    assert claim_c5(good).verdict == Verdict.HOLDS
-    bad = transfer(m, held_out, NOISE, None, n_random=30, ablation="position_mean")
-    assert claim_c5(bad).verdict == Verdict.FAILS
+    held_out = {"copy, unseen prompts": pairs(m, 32, seed=9), "copy, more unseen prompts": pairs(m, 32, seed=11)}
+    # the overlap half, by hand: two "operations" whose own key sets are the circuit
+    same = CrossOperation(["add", "sub"], {"add": [READER, MOVER], "sub": [READER, MOVER]}, [1.0, 1.0], torch.zeros(2, 2),
+                          [32, 32])  # fmt: skip
+    good = transfer(m, held_out, [READER, MOVER], None, n_random=100, ablation="position_mean")
+    assert good.rows[0].n_draws == 100 and good.rows[0].p_value == pytest.approx(1 / 101)
+    assert claim_c5(good, cross=same).verdict == Verdict.HOLDS
+    one = TransferResult(**{**good.__dict__, "rows": good.rows[:1]})
+    assert claim_c5(one, cross=same).verdict == Verdict.INCONCLUSIVE  # one measurable set is too few
+    bad = transfer(m, held_out, NOISE, None, n_random=100, ablation="position_mean")
+    assert claim_c5(bad, cross=same).verdict == Verdict.PARTLY  # operations share heads, but they do not transfer
 
 
 # --- fresh pairs: identify and validate never share a pair -----------------------------------------------------

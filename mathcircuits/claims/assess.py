@@ -46,7 +46,8 @@ def assess_claims(
 
     ``patching`` is the pooled result with per-pair head effects (C1); ``control`` the key set's knockout against
     depth-matched random sets on fresh pairs (C2); ``attention`` covers the key heads and the other heads of their
-    layers (C3); ``cross`` each operation's own key set (C5's overlap half); ``evals`` maps ``base``/``precise``/``full`` to evaluation results. ``off`` maps an input name to the
+    layers (C3); ``cross`` each operation's own key set (C5's overlap half); ``evals`` maps
+    ``base``/``precise``/``full`` to evaluation results. ``off`` maps an input name to the
     stage to name when it is missing (default: the stage that writes it); ``reasons`` gives the whole reason instead
     and takes precedence. ``uncertainty``'s confidence is also the Wilson intervals'.
     """

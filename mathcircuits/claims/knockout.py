@@ -93,7 +93,8 @@ def claim_c2(
 
     Two halves, each with its rule: the key half :func:`drop_verdict`, the random half :func:`random_verdict`;
     the verdict is :func:`~mathcircuits.claims.paper.both_halves` ("partly holds" when the key set collapses
-    accuracy and the random sets cost more than the paper's 2 points; no collapse: does not hold). ``control`` is measured on pairs that did not choose the key set; the drops' intervals are over
+    accuracy and the random sets cost more than the paper's 2 points; no collapse: does not hold). ``control``
+    is measured on pairs that did not choose the key set; the drops' intervals are over
     templates within operations (:func:`~mathcircuits.claims.paper.pair_interval`). The claim's value is the key
     set's accuracy change (negative = a drop), pooled over operations.
     """
