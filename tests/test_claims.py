@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from mathcircuits import ResultFileError
-from mathcircuits.ablation import CrossOperation, MLPMargin, RandomControl, TransferResult
+from mathcircuits.ablation import CrossOperation, MLPMediation, RandomControl, TransferResult
 from mathcircuits.ablation.transfer import transfer_row
 from mathcircuits.analysis import AttentionByRole, MLPProbeResult
 from mathcircuits.claims import ClaimsCard, Verdict, assess_claims
@@ -254,47 +254,51 @@ def test_c3_rule():
 # ----------------------------------------------------------------------------- C4
 
 
-def margin(clean: torch.Tensor, ablated: torch.Tensor, random_drops: torch.Tensor | None = None) -> MLPMargin:
-    n = clean.shape[0]
-    if random_drops is None:  # 20 random sets of the key set's layers that barely lower the margin
-        random_drops = 0.1 + 0.3 * torch.randn(20, n, generator=torch.Generator().manual_seed(5))
-    return MLPMargin(
+def mediation(total: torch.Tensor, mediated: torch.Tensor) -> MLPMediation:
+    """Sets × pairs of total and mediated effects (row 0 the key set) as the margins that give them."""
+    n = total.shape[1]
+    clean = 5 + torch.zeros(n)
+    ablated = clean[None] - total
+    return MLPMediation(
         key_heads=[Head(9, 1)],
         layers=list(range(9, 20)),
         clean_margin=clean,
         ablated_margin=ablated,
+        frozen_margin=ablated + mediated,
         operations=["add", "mul"] * (n // 2),
         template_ids=[f"t{i % 6}" for i in range(n)],
         pair_ids=list(range(n)),
-        random_heads=[[Head(9, 2 + i % 8)] for i in range(random_drops.shape[0])],
-        random_ablated=clean[None] - random_drops if random_drops.shape[0] else None,
+        random_heads=[[Head(9, 2 + i % 8)] for i in range(total.shape[0] - 1)],
     )
+
+
+def sets(key_total, key_share, rand_total, rand_share, n_random=40, n=48, seed=0, sd=0.05):
+    gen = torch.Generator().manual_seed(seed)
+    t = torch.cat([torch.full((1, n), key_total), torch.full((n_random, n), rand_total)]) * (
+        1 + 0.3 * torch.randn(1 + n_random, n, generator=gen)
+    )
+    share = torch.cat([torch.full((1, n), key_share), torch.full((n_random, n), rand_share)])
+    return t, t * (share + sd * torch.randn(1 + n_random, n, generator=gen))
 
 
 def test_c4_rule():
-    gen = torch.Generator().manual_seed(0)
-    clean = 5 + torch.randn(40, generator=gen)
-    assert (
-        claim_c4(margin(clean, clean - 3 + 0.5 * torch.randn(40, generator=gen)), uncertainty=U200).verdict
-        == Verdict.HOLDS
-    )
-    c = claim_c4(margin(clean, clean + 0.5), uncertainty=U200)  # the MLPs write more without the key heads
-    assert c.verdict == Verdict.FAILS
-    assert claim_c4(margin(clean, clean), uncertainty=U200).verdict == Verdict.FAILS  # no change at all
-    noisy = clean + torch.randn(40, generator=gen)  # a drop whose interval straddles 0, above every random set's
-    c = claim_c4(margin(clean, noisy, -1 + 0.1 * torch.randn(20, 40, generator=gen)), uncertainty=U200)
-    assert c.verdict == Verdict.INCONCLUSIVE and c.estimate.low < 0 < c.estimate.high, c.measurement
-    c = claim_c4(margin(clean, noisy), uncertainty=U200)  # ... and below the random sets' (0.1 logits): no better
-    assert c.verdict == Verdict.FAILS and "as much" in c.reason
+    # the issue's case: the MLPs carry 90% of the key set's effect and 91% of the random sets': C2 restated
+    c = claim_c4(mediation(*sets(3.8, 0.90, 0.8, 0.91)), uncertainty=U200)
+    assert c.verdict == Verdict.FAILS and "no more of the key heads' effect" in c.reason, c.measurement
+    c = claim_c4(mediation(*sets(3.8, 0.90, 0.8, 0.40)), uncertainty=U200)  # specific: half again as large a share
+    assert c.verdict == Verdict.HOLDS and c.estimate.low > 0.1 and c.unit == "share of the key heads' effect"
+    assert "40 depth-matched random sets lower it by" in c.measurement
+    direct = claim_c4(mediation(*sets(3.8, 0.0, 0.0, 0.0)), uncertainty=U200)  # the key heads act directly
+    assert direct.verdict == Verdict.FAILS and "reference share 0" in direct.measurement
+    via = claim_c4(mediation(*sets(3.8, 0.95, 0.0, 0.0)), uncertainty=U200)  # ... through the MLPs; others: nothing
+    assert via.verdict == Verdict.HOLDS
+    near = claim_c4(mediation(*sets(3.8, 0.50, 0.8, 0.40, n=12, sd=0.5)), uncertainty=U200)  # 10 points, noisy
+    assert near.verdict == Verdict.INCONCLUSIVE and "straddles 0.10" in near.reason, near.measurement
+    none = claim_c4(mediation(*sets(-0.5, 0.5, 0.8, 0.4)), uncertainty=U200)  # the key heads raise the margin
+    assert none.verdict == Verdict.FAILS and "nothing to mediate" in none.reason
+    few = claim_c4(mediation(*sets(3.8, 0.9, 0.8, 0.4, n_random=3)), uncertainty=U200)
+    assert few.verdict == Verdict.INCONCLUSIVE and "fewer than 5 random head sets" in few.reason
     assert claim_c4(None).verdict == Verdict.NOT_MEASURED
-    drop = clean - 3 + 0.5 * torch.randn(40, generator=gen)
-    as_much = 3.3 + 0.5 * torch.randn(20, 40, generator=gen)  # random sets of the same layers lower it as much
-    c = claim_c4(margin(clean, drop, as_much), uncertainty=U200)
-    assert c.estimate.low > 0 and c.verdict == Verdict.FAILS and "as much" in c.reason, c.measurement
-    c = claim_c4(margin(clean, drop, torch.zeros(0, 40)), uncertainty=U200)  # no null measured: the drop alone
-    assert c.estimate.low > 0 and c.verdict == Verdict.INCONCLUSIVE and "no null" in c.reason
-    c = claim_c4(margin(clean, drop, 0.1 + torch.zeros(5, 40)), uncertainty=U200)  # 5 sets: p ≥ 1/6
-    assert c.verdict == Verdict.INCONCLUSIVE and "only 5 random sets" in c.reason
 
 
 # ----------------------------------------------------------------------------- C5

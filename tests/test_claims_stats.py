@@ -4,10 +4,12 @@ heads that matter, C4's place among random sets, and every interval on the card 
 Synthetic results are real result values built by hand (no model); the truth is planted in them.
 """
 
+import math
+
 import pytest
 import torch
 
-from mathcircuits.ablation import MLPMargin, RandomControl
+from mathcircuits.ablation import MLPMediation, RandomControl
 from mathcircuits.claims import ClaimsCard, Verdict, assess_claims
 from mathcircuits.claims.sparsity import allowed_heads, claim_c1, concentration, units_of
 from mathcircuits.models import Head, ModelSpec
@@ -191,19 +193,21 @@ def control(n: int = 96) -> RandomControl:
     )
 
 
-def margin(n: int = 96) -> MLPMargin:
+def mediation(n: int = 96) -> MLPMediation:
     gen = torch.Generator().manual_seed(7)
     clean = 5 + torch.randn(n, generator=gen)
-    return MLPMargin(
+    total = torch.cat([2.6 + 0.5 * torch.randn(1, n, generator=gen), 0.4 + 0.2 * torch.randn(40, n, generator=gen)])
+    share = torch.cat([torch.full((1, n), 0.9), torch.full((40, n), 0.3)]) + 0.1 * torch.randn(41, n, generator=gen)
+    return MLPMediation(
         key_heads=[Head(14, 2), Head(20, 8)],
         layers=list(range(15, 30)),
         clean_margin=clean,
-        ablated_margin=clean - 2.6 + 0.5 * torch.randn(n, generator=gen),
+        ablated_margin=clean[None] - total,
+        frozen_margin=clean[None] - total + share * total,
         operations=[OPS[i % 4] for i in range(n)],
         template_ids=[f"{OPS[i % 4]}{(i // 4) % 4}" for i in range(n)],
         pair_ids=list(range(n)),
         random_heads=SETS,
-        random_ablated=clean[None] - 0.4 - 0.2 * torch.randn(40, n, generator=gen),
     )
 
 
@@ -213,13 +217,16 @@ def test_the_card_and_the_report_print_each_intervals_method_and_test_count(tmp_
     means = torch.zeros(SPEC.n_layers, SPEC.n_heads)
     means[14:16, :4] = -0.8
     patching = result(effects_map(gen, means, tids, 0.01, 0.05), tids, ops)
-    card = assess_claims(patching=patching, control=control(), margin=margin(), uncertainty=Uncertainty(n_boot=200))
-    assert card["C2"].estimate.method == card["C4"].estimate.method == "cluster_bootstrap_t"
-    assert card["C4"].verdict == Verdict.HOLDS and "40 random sets" in card["C4"].measurement
+    card = assess_claims(
+        patching=patching, control=control(), mediation=mediation(), uncertainty=Uncertainty(n_boot=200)
+    )
+    assert card["C2"].estimate.method == "cluster_bootstrap_t"
+    assert card["C4"].estimate.method == card["C1"].estimate.method == "bias_corrected_bootstrap"
+    assert card["C4"].verdict == Verdict.HOLDS and "40 depth-matched random sets" in card["C4"].measurement
     lines = "\n".join(card.lines())
-    assert lines.count("bootstrap-t over templates") == 2 and "270 tests, Holm" in lines
+    assert lines.count("bootstrap-t over templates") == 1 and "270 tests, Holm" in lines
     table = claims_table(card.to_dataframe())
-    cell = table.loc[table["id"] == "C4", "value [interval]"].item()
+    cell = table.loc[table["id"] == "C2", "value [interval]"].item()
     assert cell.endswith("(bootstrap-t over templates)") and "interval" not in table.columns
     back = ClaimsCard.load(card.save(tmp_path / "card.json"))
     assert back["C1"].estimate.method == "bias_corrected_bootstrap" and back["C1"].n_tests == 270
@@ -246,11 +253,13 @@ def test_null_placement_bounds_the_p_value_over_templates():
 
 
 def test_c4_without_random_head_sets_has_no_null_and_is_inconclusive():
-    bare = MLPMargin(**{**margin().__dict__, "random_heads": [], "random_ablated": None})
-    assert bare.random_drops.shape == (0, 96)
-    c = assess_claims(margin=bare, uncertainty=Uncertainty(n_boot=100))["C4"]
-    assert c.verdict == Verdict.INCONCLUSIVE and "no null" in c.reason
+    m = mediation()
+    bare = MLPMediation(**{**m.__dict__, "random_heads": [], "ablated_margin": m.ablated_margin[:1],
+                           "frozen_margin": m.frozen_margin[:1]})  # fmt: skip
+    assert bare.total.shape == (1, 96) and math.isnan(bare.pooled_random_share())
+    c = assess_claims(mediation=bare, uncertainty=Uncertainty(n_boot=100))["C4"]
+    assert c.verdict == Verdict.INCONCLUSIVE and "fewer than 5 random head sets" in c.reason
     unknown = RandomControl(**{**control().__dict__, "n_possible": -1})  # how many sets exist is not known
     assert not unknown.exhaustive
-    with pytest.raises(ValueError, match="random head sets.*Fix"):
-        MLPMargin(**{**margin().__dict__, "random_heads": SETS[:3]})
+    with pytest.raises(ValueError, match="3 random sets.*Fix: pass one row per head set"):
+        MLPMediation(**{**m.__dict__, "random_heads": SETS[:3]})
