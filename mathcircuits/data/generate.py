@@ -78,8 +78,8 @@ class GenerationConfig:
         "every",
         "every: one example of each operation of the template set in turn (at least as many as the paper's), the "
         "same prefix for every query, so the prefix does not name the query's operation and its operator is needed "
-        "to answer; neutral: the same cut at the paper's number of examples (division not shown); mixed: every example of every operation, interleaved (about 4x longer); same: the query's "
-        "operation only (the paper's)",
+        "to answer; neutral: the same cut at the paper's number of examples (division not shown); mixed: every "
+        "example of every operation, interleaved (about 4x longer); same: the query's operation only (the paper's)",
     )
     allow_negative: bool = setting(False, "keep pairs whose answer is negative")
     integer_only: bool = setting(True, "keep only integer answers (division)")
