@@ -20,7 +20,7 @@ __all__: list[str] = []
 
 C1_MAX_FRACTION = 0.05  # "a few heads": strictly fewer than 5% of all heads (paper §3.2); the concentration's set
 C1_MAX_REST = 1 / 3  # ... carry most of the total |effect|: at most a third of it outside them
-C1_N_NULL = 1000  # sign-flip draws of the concentration null, and random head sets of the depth null
+C1_N_NULL = 1000  # draws of random heads in C1's depth null (the concentration has a bootstrap interval, no null)
 C1_BAND = (0.25, 0.75)  # the "middle band" of relative depth, layer / (n_layers − 1), shown beside the depth test
 C_ALPHA = 0.05  # a null is rejected when the empirical p-value is at most this
 C_NO_BETTER = 0.5  # ... and confirmed ("does not hold") when p is at least this: no better than a typical draw
