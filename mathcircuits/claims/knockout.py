@@ -89,7 +89,10 @@ def claim_c2(
     stage: str = "validate",
     why_missing: str | None = None,
 ) -> Claim:
-    """C2: knocking out the key set collapses accuracy on fresh pairs *and* depth-matched random sets do not.
+    """C2 holds when knocking out the key set drops accuracy on fresh pairs by at least :data:`C2_MIN_COLLAPSE`
+    (interval) with ``p ≤`` :data:`C_ALPHA` among depth-matched random sets, *and* the random sets' mean drop
+    stays within :data:`C2_RANDOM_PAPER` plus a margin of :data:`C2_RANDOM_MARGIN` (interval); partly holds when
+    the key set collapses accuracy and the random sets cost more; does not hold when the key set does not.
 
     Two halves, each with its rule: the key half :func:`drop_verdict`, the random half :func:`random_verdict`;
     the verdict is :func:`~mathcircuits.claims.paper.both_halves` ("partly holds" when the key set collapses
@@ -188,11 +191,10 @@ def claim_c5(
     why_missing: str | None = None,
     cross: CrossOperation | None = None,
 ) -> Claim:
-    """C5: the key heads transfer. Two halves: on held-out sets not used to find them, ablating the key heads
-    drops accuracy (the C2 key rule per set, a majority of at least :data:`C5_MIN_SETS` measurable sets), and
-    each operation's own key set overlaps the others' (:func:`overlap_verdict`); the verdict is
-    :func:`~mathcircuits.claims.paper.both_halves`, the transfer half alone (at most inconclusive) when the overlap
-    is not measured.
+    """C5 holds when, on held-out sets not used to find them, ablating the key heads drops accuracy (the C2 key
+    rule on a majority of at least :data:`C5_MIN_SETS` measurable sets) *and* the operations' own key sets overlap
+    by a mean Jaccard index of at least :data:`C5_MIN_OVERLAP`; partly holds when one half holds and the other does
+    not; without the overlap (one operation) the transfer half alone, at most inconclusive.
 
     Intervals are Wilson's at ``confidence``. The claim's value is the key heads' accuracy change pooled over the
     measurable held-out sets.

@@ -37,7 +37,10 @@ def claim_c4(
     stage: str = "validate",
     why_missing: str | None = None,
 ) -> Claim:
-    """C4 (mediation): the later MLPs carry a larger share of the key heads' effect than of random heads'.
+    """C4 holds when the later MLPs carry a larger share of the key heads' effect on the answer than of random
+    heads' (the excess's lower bound above :data:`C4_MIN_EXCESS`; reference 0 when random heads move the answer by
+    less than :data:`C4_COMPARABLE` of the key heads' effect); does not hold when the excess's upper bound is at
+    most :data:`C4_MIN_EXCESS` or the key heads' total effect lies at or below 0.
 
     Rule, on ``Δ = s − s_ref`` (the key set's mediated share minus the reference share, bias-corrected bootstrap
     over templates within operations): **holds** when the key set's total effect lies above 0, at least

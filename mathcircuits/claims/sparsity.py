@@ -115,8 +115,11 @@ def claim_c1(
     why_missing: str | None = None,
     n_null: int = C1_N_NULL,
 ) -> Claim:
-    """C1: fewer than 5% of heads carry most of the effect and the rest little, and the heads that matter sit
-    nearer the middle (module docstring).
+    """C1 holds when the top ``m`` heads (strictly fewer than :data:`C1_MAX_FRACTION` of all) leave at most
+    :data:`C1_MAX_REST` of the total |effect| to the other heads (the upper bound over all heads) and the heads that
+    matter (non-zero under Holm), weighted by effect, sit nearer the middle than random heads (depth ``p ≤``
+    :data:`C_ALPHA`); does not hold when the rest exceeds :data:`C1_MAX_REST` over the heads that matter (the lower
+    bound) or depth ``p ≥`` :data:`C_NO_BETTER`; else inconclusive (module docstring).
 
     ``key`` is only named in the text (the shares do not depend on the selection rule). ``uncertainty`` draws the
     concentration's interval, its seed also the depth null (``n_null`` random head sets), and sets ``α = 1 −
