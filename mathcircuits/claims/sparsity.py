@@ -172,7 +172,6 @@ def claim_c1(
         e, lambda t: concentration(t, m, counted), units, strata, uncertainty, bounds=(0.0, 1.0)
     )
     rel = float(((top // spec.n_heads).double() / max(1, spec.n_layers - 1)).median())
-    heads = "head" if m == 1 else "heads"
     chosen = (
         f". Separately, the selection rule '{key.rule}' chose {_n(len(key.heads), 'key head')}, the set C2–C6 test"
         if key is not None
@@ -186,7 +185,7 @@ def claim_c1(
         f"{_n(n_matter, 'head')} ({n_matter / n_heads:.1%}) have a non-zero effect under Holm (family-wise "
         f"{alpha:.0%}, tests over {what}): at least that many act, with {1 - alpha:.0%} confidence; over them "
         f"the rest holds {fmt_interval(1 - conc_s.value, 1 - conc_s.high, 1 - conc_s.low, pct=True, digits=0)}; "
-        f"the top {heads}' median depth {rel:.2f} (middle band {C1_BAND[0]}–{C1_BAND[1]})"
+        f"the median depth of the top {_n(m, 'head')} {rel:.2f} (middle band {C1_BAND[0]}–{C1_BAND[1]})"
     )
     if n_matter:
         d_obs, p_depth = weighted_depth_p(theta, matter, spec.n_layers, spec.n_heads, n_null, uncertainty.seed)
