@@ -277,7 +277,7 @@ def test_c5_holds_for_the_circuit_and_not_for_noise_heads():
     m = wide()
     held_out = {"copy, unseen prompts": pairs(m, 32, seed=9), "copy, more unseen prompts": pairs(m, 32, seed=11)}
     # the overlap half, by hand: two "operations" whose own key sets are the circuit
-    circuit = {"add": [READER, MOVER], "sub": [READER, MOVER]}
+    circuit = {"add": [Head.of(READER), MOVER], "sub": [Head.of(READER), MOVER]}
     same = CrossOperation(["add", "sub"], circuit, [1.0, 1.0], torch.zeros(2, 2), [32, 32])
     good = transfer(m, held_out, [READER, MOVER], None, n_random=100, ablation="position_mean")
     # 49 depth-matched sets are all there are (7 × 7): p's floor 1/50 still leaves room for a tie below 0.05
