@@ -26,17 +26,19 @@ U200 = Uncertainty(n_boot=200)  # a quick bootstrap
 
 # ----------------------------------------------------------------------------- the operator hidden by default
 def test_the_default_prefix_does_not_name_the_operation_and_the_config_agrees(tiny_llama, template_sets):
-    assert GenerationConfig().fewshot_operations == RunConfig().data.fewshot_operations == "neutral"  # one default
+    assert GenerationConfig().fewshot_operations == RunConfig().data.fewshot_operations == "every"  # one default
     cfg = GenerationConfig(operations=("sub",), template_ids=("sub_eq_1",), n_per_template=3)
     row = generate_pairs(tiny_llama.tokenizer, template_sets, cfg).dataset[0]
     prefix = row["prompt"][: row["prompt"].rindex("\n") + 1]
-    assert all(f" {op} " in prefix for op in "+-*"), prefix  # the operations in turn, not only subtraction
+    assert all(f" {op} " in prefix for op in "+-*/"), prefix  # every operation in turn, division too
     div = GenerationConfig(operations=("div",), template_ids=("div_eq_1",), n_per_template=3)
     div_row = generate_pairs(tiny_llama.tokenizer, template_sets, div).dataset[0]
     assert div_row["prompt"].startswith(prefix)  # the same prefix whatever the query's operation
     same = generate_pairs(tiny_llama.tokenizer, template_sets, dataclasses.replace(cfg, fewshot_operations="same"))
     assert " + " not in same.prompts[0]  # the paper's prefix: subtractions only, the operation given away
-    assert prefix.count("\n") == same.prompts[0].count("\n")  # as many examples as the paper's
+    assert prefix.count("\n") == 4 == same.prompts[0].count("\n") + 1  # one per operation: one more than the paper's
+    three = generate_pairs(tiny_llama.tokenizer, template_sets, dataclasses.replace(cfg, fewshot_operations="neutral"))
+    assert " / " not in three.prompts[0] and three.prompts[0].count("\n") == 3  # earlier runs': division never shown
     mixed = generate_pairs(tiny_llama.tokenizer, template_sets, dataclasses.replace(cfg, fewshot_operations="mixed"))
     assert all(f" {op} " in mixed.prompts[0] for op in "+-*/") and len(mixed.prompts[0]) > 3 * len(prefix)
     # a set of one operation has nothing to mix: its prefix is that operation's examples, as with "same"

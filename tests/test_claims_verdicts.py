@@ -14,7 +14,15 @@ import pytest
 import torch
 from planted_claims import MOVER, planted_model, role_model, role_pairs
 
-from mathcircuits.ablation import RandomControl, mlp_margin, random_control, transfer
+from mathcircuits.ablation import (
+    CrossOperation,
+    RandomControl,
+    TransferResult,
+    mlp_margin,
+    mlp_mediation,
+    random_control,
+    transfer,
+)
 from mathcircuits.ablation.control import depth_matched_draws, n_depth_matched_sets
 from mathcircuits.analysis import attention_by_role
 from mathcircuits.circuit import copy_pairs
@@ -27,7 +35,6 @@ from mathcircuits.data import PairSet
 from mathcircuits.models import Head
 from mathcircuits.patching import KeyComponents, path_patch
 from mathcircuits.stats import Uncertainty
-from mathcircuits.stats.testing import null_placement
 
 U200 = Uncertainty(n_boot=200)  # a quick bootstrap
 READER = (2, 2)
@@ -60,12 +67,6 @@ def all_readers():
 
 
 @cache
-def deep():
-    """9 layers (36 heads): two readers in layer 4, the middle."""
-    return planted_model(9, readers=((4, 0), (4, 2)))
-
-
-@cache
 def diffuse():
     """3 layers: every head copies 1/12 of the answer."""
     return planted_model(3, diffuse=True)
@@ -89,12 +90,20 @@ def key(model, heads):
 
 # --- C1: how many heads matter, by tests over heads; depth against random heads ----------------------------------
 @pytest.mark.slow
-def test_c1_holds_when_a_few_mid_depth_heads_carry_the_effect():
-    result = patched(deep())
-    c = claim_c1(result, uncertainty=U200)  # 2 of 36 heads (the ⌈5%⌉ allowed)
+@pytest.mark.parametrize("n_heads", [6, 8])
+def test_c1_holds_when_a_few_mid_depth_heads_carry_the_effect(n_heads):
+    # 9 layers of 6 or 8 heads (54 or 72): two readers in layer 4, the middle, and the mover in layer 0; 96 pairs
+    m = planted_model(9, readers=((4, 0), (4, 2)), n_heads=n_heads)
+    result = path_patch(
+        m,
+        PairSet(pairs(m, 96).dataset.remove_columns("template_id")),
+        senders=("heads",),
+        keep_per_pair=True,
+    )
+    c = claim_c1(result, uncertainty=U200)  # 2 or 3 heads allowed (strictly fewer than 5%)
     assert c.verdict == Verdict.HOLDS, c.measurement
-    assert c.estimate.value == c.estimate.high == pytest.approx(2 / 36)
-    assert concentration(result.per_pair_heads.flatten(1).double(), 2) > 0.9  # the two readers hold > 90%
+    assert c.estimate.low > 2 / 3
+    assert concentration(result.per_pair_heads.flatten(1).double(), 2) > 0.8  # the two readers hold > 80%
 
 
 def test_c1_does_not_hold_for_heads_at_the_end():
@@ -217,49 +226,67 @@ def test_c3_leaves_out_the_pairs_that_chose_the_heads():
     assert claim_c3(only_key, key(m, [READER])).verdict == Verdict.NOT_MEASURED
 
 
-# --- C4: the later MLPs' answer margin with the key heads knocked out, against C2's random sets ------------------
-def margin_with_null(m, heads):
-    return mlp_margin(m, pairs(m), heads, [2], random_sets=depth_matched_draws(heads, m.spec, 100))
+# --- C4: the key heads' effect through the later MLPs, against the share of C2's random sets' effect ----------
+def mediation_with_null(m, heads, n=40):
+    return mlp_mediation(m, pairs(m), heads, [2], random_sets=depth_matched_draws(heads, m.spec, n))
 
 
 @pytest.mark.slow
-def test_c4_holds_when_the_mlp_writes_the_answer_from_the_key_heads():
-    margin = margin_with_null(wide(mlp_writer=True), [READER, MOVER])
-    c = claim_c4(margin, uncertainty=U200)
+def test_c4_holds_when_the_key_heads_act_through_the_mlp():
+    med = mediation_with_null(wide(mlp_writer=True), [READER, MOVER])
+    c = claim_c4(med, uncertainty=U200)
     assert c.verdict == Verdict.HOLDS, c.measurement
-    drops = torch.cat([margin.drops[:, None], margin.random_drops.T], 1)  # the key set, then each random set
-    placed = null_placement(drops, margin.template_ids, margin.operations, U200)
-    assert len(margin.random_heads) == placed.n_null == 49 and placed.percentile == 100
+    assert med.share(0) > 0.9  # the reader writes dims only MLP 2 turns into the answer
 
 
-def test_c4_does_not_hold_when_random_heads_of_the_layer_lower_the_margin_as_much():
-    c = claim_c4(margin_with_null(all_readers(), [(2, 0)]), uncertainty=U200)  # every head of layer 2 is a reader
-    assert c.estimate.low > 0, c.measurement  # the key head's drop is real ...
-    assert c.verdict == Verdict.FAILS and "as much" in c.reason, c.measurement  # ... but no more than any other's
+@pytest.mark.slow
+def test_c4_does_not_hold_when_the_key_heads_act_directly():
+    med = mediation_with_null(wide(mlp_writer=False), [READER, MOVER])  # the reader writes the answer dims itself
+    c = claim_c4(med, uncertainty=U200)
+    assert c.verdict == Verdict.FAILS and abs(med.share(0)) < 0.05, c.measurement
 
 
-def test_c4_does_not_hold_when_the_head_writes_the_answer_itself():
-    m = shallow()
-    c = claim_c4(margin_with_null(m, [READER]), uncertainty=U200)
-    assert c.verdict == Verdict.FAILS, c.measurement
+def test_c4_does_not_hold_when_random_heads_of_the_layer_act_through_the_mlp_as_much():
+    med = mediation_with_null(all_readers(), [(2, 0)], n=7)  # every head of layer 2 is a reader through MLP 2
+    assert med.share(0) > 0.9 and med.pooled_random_share() > 0.9  # large, but no larger than other heads'
+    c = claim_c4(med, uncertainty=U200)
+    assert c.verdict == Verdict.FAILS and "no more of the key heads' effect" in c.reason, c.measurement
 
 
 def test_c4_without_random_sets_cannot_hold():
     m = wide(mlp_writer=True)
-    c = claim_c4(mlp_margin(m, pairs(m), [READER, MOVER], [2]), uncertainty=U200)
-    assert c.verdict == Verdict.INCONCLUSIVE and "no null" in c.reason, c.measurement
+    c = claim_c4(mlp_mediation(m, pairs(m), [READER, MOVER], [2]), uncertainty=U200)
+    assert c.verdict == Verdict.INCONCLUSIVE and "fewer than 5 random head sets" in c.reason, c.measurement
+
+
+def test_mediation_is_exact_against_one_forward_per_set():
+    # the batched, prefix-cached forward equals one plain forward per head set; freezing no MLP change mediates 0
+    m = wide(mlp_writer=True)
+    draws = depth_matched_draws([READER, MOVER], m.spec, 3)
+    fast = mlp_mediation(m, pairs(m, 8), [READER, MOVER], [2], random_sets=draws)
+    ref = mlp_mediation(m, pairs(m, 8), [READER, MOVER], [2], random_sets=draws, fast=False, batch_sets=1)
+    torch.testing.assert_close(fast.frozen_margin, ref.frozen_margin, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(fast.ablated_margin, ref.ablated_margin, rtol=1e-4, atol=1e-4)
+    clean = mlp_mediation(m, pairs(m, 8), [], [2])  # no head knocked out: nothing lost, nothing mediated
+    assert float(clean.total.abs().max()) < 1e-4 and float(clean.mediated.abs().max()) < 1e-4
 
 
 # --- C5: the C2 rule on held-out data ----------------------------------------------------------------------------
 @pytest.mark.slow
 def test_c5_holds_for_the_circuit_and_not_for_noise_heads():
     m = wide()
-    held_out = {"copy, unseen prompts": pairs(m, 32, seed=9)}
-    good = transfer(m, held_out, [READER, MOVER], None, n_random=30, ablation="position_mean")
-    assert good.rows[0].n_draws == 30 and good.rows[0].p_value == pytest.approx(1 / 31)
-    assert claim_c5(good).verdict == Verdict.HOLDS
-    bad = transfer(m, held_out, NOISE, None, n_random=30, ablation="position_mean")
-    assert claim_c5(bad).verdict == Verdict.FAILS
+    held_out = {"copy, unseen prompts": pairs(m, 32, seed=9), "copy, more unseen prompts": pairs(m, 32, seed=11)}
+    # the overlap half, by hand: two "operations" whose own key sets are the circuit
+    circuit = {"add": [Head.of(READER), MOVER], "sub": [Head.of(READER), MOVER]}
+    same = CrossOperation(["add", "sub"], circuit, [1.0, 1.0], torch.zeros(2, 2), [32, 32])
+    good = transfer(m, held_out, [READER, MOVER], None, n_random=100, ablation="position_mean")
+    # 49 depth-matched sets are all there are (7 × 7): p's floor 1/50 still leaves room for a tie below 0.05
+    assert good.rows[0].n_draws == 49 and good.rows[0].p_value == pytest.approx(1 / 50)
+    assert claim_c5(good, cross=same).verdict == Verdict.HOLDS
+    one = TransferResult(**{**good.__dict__, "rows": good.rows[:1]})
+    assert claim_c5(one, cross=same).verdict == Verdict.INCONCLUSIVE  # one measurable set is too few
+    bad = transfer(m, held_out, NOISE, None, n_random=100, ablation="position_mean")
+    assert claim_c5(bad, cross=same).verdict == Verdict.PARTLY  # operations share heads, but they do not transfer
 
 
 # --- fresh pairs: identify and validate never share a pair -----------------------------------------------------

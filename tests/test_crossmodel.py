@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from mathcircuits.ablation import KnockoutResult, MLPMargin, RandomControl
+from mathcircuits.ablation import KnockoutResult, MLPMediation, RandomControl
 from mathcircuits.analysis import AttentionByRole, MLPProbeResult
 from mathcircuits.claims import assess_claims
 from mathcircuits.cli import main
@@ -146,16 +146,23 @@ def _run(name: str, layers: int, heads: int, *, key_acc: float, depth: int, exce
         sink_baselines=base[:, 3].clone(),
     )
     clean = 3.0 + 0.1 * torch.randn(pairs, generator=g)
-    mlp = MLPMargin(
+    # C4: the key set's effect (rise / 10 logits), a share rise / 25 of it through the later MLPs; 5 random sets
+    # with a tenth of it, a fifth through the MLPs
+    total = torch.cat([torch.full((1, pairs), rise / 10), torch.full((5, pairs), rise / 100)])
+    total = total * (1 + 0.1 * torch.randn(6, pairs, generator=g))
+    share = torch.cat([torch.full((1, pairs), rise / 25), torch.full((5, pairs), 0.2)])
+    mlp = MLPMediation(
         key_heads=list(key_heads),
         layers=list(range(depth, layers)),
         clean_margin=clean,
-        ablated_margin=clean - rise / 10 + 0.1 * torch.randn(pairs, generator=g),
+        ablated_margin=clean[None] - total,
+        frozen_margin=clean[None] - total + share * total,
         operations=["add"] * pairs,
         template_ids=[f"add_eq_{1 + i % 3}" for i in range(pairs)],
         pair_ids=list(range(pairs)),
+        random_heads=[[Head(depth, h)] for h in range(5)],
     )
-    card = assess_claims(key=key, control=control, attention=layers_att, margin=mlp)
+    card = assess_claims(key=key, control=control, attention=layers_att, mediation=mlp)
     return RunResults(name, f"runs/{name}", spec, card, key, {"add": knock}, att, probes)
 
 
@@ -170,8 +177,8 @@ def test_planted_differences_are_marked_and_nothing_else():
     assert by["key heads' excess attention on the operands"] == "A higher"
     assert by["first MLP that raises the answer"] == "A higher"  # 20/29 vs 5/17 of the depth
     claims = {c.id: c for c in cmp.claims}
-    assert claims["C2"].difference == "B higher" and claims["C4"].unit == "logits"
-    assert claims["C4"].difference == "A higher" and claims["C3"].verdict_a == "holds"  # A's MLPs lose more
+    assert claims["C2"].difference == "B higher" and claims["C4"].unit == "share of the key heads' effect"
+    assert claims["C4"].difference == "A higher" and claims["C3"].verdict_a == "holds"  # A's MLPs carry more of it
     assert "deep higher" in "; ".join(cmp.separated())
     assert "verdicts agree" in repr(cmp) and "<table" in cmp._repr_html_()
 

@@ -109,3 +109,45 @@ def test_every_import_in_scripts_docs_and_notebooks_resolves():
                     except ImportError:
                         missing.append(f"{path.relative_to(ROOT)}: from {m.group(1)} import {name}")
     assert not missing, missing
+
+
+def test_the_cards_rule_texts_are_the_rule_functions_own_and_docs_state_their_thresholds():
+    """The card's "why each verdict" list shows each claim's rule in the deciding function's own words (its
+    docstring, thresholds filled in from the code), and docs/claims.md states the same thresholds."""
+    import html
+    import inspect
+    import sys
+
+    from mathcircuits.claims import assess_claims, margin, paper
+    from mathcircuits.claims.rules import RULES, rule_text
+    from mathcircuits.report.html import Page
+    from mathcircuits.report.sections.claims import ClaimsSection
+
+    card = assess_claims()
+    page = Page()
+    ClaimsSection(card).render(page, ())
+    shown = html.unescape("".join(page.parts))
+    for c in card.claims:
+        if c.id not in RULES:
+            continue
+        text = rule_text(c.id)
+        assert f"rule: {text}" in shown, c.id
+        first = inspect.getdoc(RULES[c.id]).split("\n\n")[0]
+        for name in re.findall(r":data:`~?([\w.]+)`", first):  # every threshold named is filled in from the code
+            value = vars(sys.modules[RULES[c.id].__module__])[name.rsplit(".", 1)[-1]]
+            assert f"{value:.3g}" in text and name not in text, (c.id, name)
+    docs = (ROOT / "docs" / "claims.md").read_text()
+    stated = {
+        "C1_MAX_REST": ("at most a third", paper.C1_MAX_REST == 1 / 3),
+        "C2_MIN_COLLAPSE": (f"**{paper.C2_MIN_COLLAPSE:.2f}**", True),
+        "C2_RANDOM_MARGIN": (
+            f"margin of {100 * paper.C2_RANDOM_MARGIN:.0f} points",
+            paper.C2_RANDOM_PAPER == 0.02,
+        ),
+        "C4_MIN_EXCESS": (f"**{margin.C4_MIN_EXCESS:.2f}**", True),
+        "C4_MIN_SETS": (f"at least {margin.C4_MIN_SETS} random sets", True),
+        "C5_MIN_SETS": (f"**at least {paper.C5_MIN_SETS}**", True),
+        "C5_MIN_OVERLAP": (f"at least\n**{paper.C5_MIN_OVERLAP}**", True),
+    }
+    for name, (text, same) in stated.items():
+        assert same and " ".join(text.split()) in " ".join(docs.split()), f"docs/claims.md does not state {name}"

@@ -170,16 +170,16 @@ def test_later_settings_name_real_settings_at_valid_values():
 #: the outputs are meant to change.
 PINNED = {
     "tiny.yaml": {
-        "data": "ad5d5bee0925a266", "identify": "a23f0384776d0cca", "validate": "9cc30e467685bf95",
-        "analyze": "c1434e125b6bebb7", "circuit": "570872679cf535d2", "numbers": "dcb79771d885e4c2",
-        "finetune": "10b23315f4a5da0e", "evaluate": "2d76af56a7ac185f", "compare": "bcb2b6145cf11049",
-        "report": "249f56af4b4451d0",  # reads every study, and the sections they read, since the registry
+        "data": "98c087d27711f725", "identify": "a23f0384776d0cca", "validate": "9cc30e467685bf95",
+        "analyze": "c1434e125b6bebb7", "circuit": "8c246052cf7e3256", "numbers": "dcb79771d885e4c2",
+        "finetune": "bad89e21afb5bfb8", "evaluate": "2d76af56a7ac185f", "compare": "c4cd0344813454df",
+        "report": "309f43625663c26f",  # reads every study, and the sections they read, since the registry
     },
     "default.yaml": {
-        "data": "cae9110f7ee825bc", "identify": "568c5aece97fed38", "validate": "a0da184f8f1f457f",
-        "analyze": "452fa2a2f53475df", "circuit": "270b35165b4b0722", "numbers": "c3779779223e93c8",
-        "finetune": "e6fe3acde8498500", "evaluate": "9bdb6af38b8c7696", "compare": "549259ec62db6be9",
-        "report": "a4daecb6850f3b70",
+        "data": "dd6bb5634649dbfc", "identify": "568c5aece97fed38", "validate": "c75073a9a6b63510",
+        "analyze": "452fa2a2f53475df", "circuit": "9c9e6a8f36303f6c", "numbers": "c3779779223e93c8",
+        "finetune": "cc2043f67dab8502", "evaluate": "9bdb6af38b8c7696", "compare": "f1407f9490abf877",
+        "report": "649682baefc60081",
     },
 }  # fmt: skip
 
@@ -329,7 +329,8 @@ SUMMARIES = {
                                "p_value": NAN, "n_draws": 0}],
                  "fresh_pairs": {"add": 4}, "overlap": {"add": 0},
                  "control": {"n_pairs": 4, "draws": 3, "baseline": 0.5, "key_drop": 0.5, "random_drop_mean": 0.0,
-                             "percentile": 100.0, "p_value": 0.25, "mlp_margin_drop": 0.3, "templates": 2},
+                             "percentile": 100.0, "p_value": 0.25, "mlp_margin_drop": 0.3, "templates": 2,
+                             "mlp_mediated_share": 0.8, "random_mediated_share": 0.4},
                  "cross_operation": ["  key set of add (2 heads) knocked out: add +0.25 (shares 2 heads, Jaccard 1)"],
                  "facts": {"facts": {"add": 4}, "overlap": {"identify": 0, "analyze": 0, "circuit": 0}}},
     "circuit": {"seconds": 0.1, "skipped": {"sub": 4}, "disabled": False,
@@ -470,7 +471,7 @@ def test_finetune_and_evaluate_stages(tmp_path):
 def test_a_setting_added_later_keeps_older_run_folders_valid_at_its_earlier_value(tmp_path):
     """``data.counterfactual`` came after run folders existed: at ``operator`` (what runs did before) it leaves
     every fingerprint as it was, so the stages stay done; another value makes them stale."""
-    # data.fewshot_operations' earlier value is "same" (the default is "neutral" since issue #35)
+    # data.fewshot_operations' earlier value is "same" (the default is "every", which shows division too)
     cfg = RunConfig.from_dict({**TINY, "data": {**TINY["data"], "fewshot_operations": "same"}})
     assert cfg.data.counterfactual == "operator"
     run_pipeline(cfg, tmp_path / "r", only=["data"], progress=False)

@@ -6,6 +6,7 @@ from mathcircuits.ablation.cross import CrossOperation, cross_operation
 from mathcircuits.ablation.hooks import Ablation, Scope, ablated_model
 from mathcircuits.ablation.knockout import ablated_accuracy, knockout_curve
 from mathcircuits.ablation.means import HeadMeans, PositionPool, head_means
+from mathcircuits.ablation.mediation import MLPMediation, mlp_mediation
 from mathcircuits.ablation.mlp_margin import MLPMargin, mlp_margin
 from mathcircuits.ablation.result import KnockoutResult, TransferResult, TransferRow, TransferStatus
 from mathcircuits.ablation.scorer import KnockoutScorer
@@ -19,6 +20,7 @@ __all__ = [
     "KnockoutResult",
     "KnockoutScorer",
     "MLPMargin",
+    "MLPMediation",
     "RandomControl",
     "Scope",
     "TransferResult",
@@ -30,6 +32,7 @@ __all__ = [
     "head_means",
     "knockout_curve",
     "mlp_margin",
+    "mlp_mediation",
     "random_control",
     "transfer",
 ]

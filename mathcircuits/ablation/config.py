@@ -55,7 +55,7 @@ class ValidationConfig:
         why="each draw is one more scoring of every pair",
     )
     transfer_draws: int = setting(
-        20,
+        100,
         "depth-matched random non-key sets per transfer set (C5's null)",
         ge=1,
         le=100_000,

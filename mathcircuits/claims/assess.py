@@ -3,7 +3,7 @@
 Example::
 
     card = assess_claims(patching=overall, key=key, control=control, transfer=tr, attention=att,
-                         margin=margin, evals={"base": base, "precise": precise, "full": full})
+                         mediation=mediation, evals={"base": base, "precise": precise, "full": full})
     print("\\n".join(card.lines()))
 """
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from mathcircuits.ablation import MLPMargin, RandomControl, TransferResult
+from mathcircuits.ablation import CrossOperation, MLPMediation, RandomControl, TransferResult
 from mathcircuits.analysis import AttentionByRole
 from mathcircuits.claims.attention import claim_c3
 from mathcircuits.claims.card import CardSettings, ClaimsCard
@@ -34,7 +34,8 @@ def assess_claims(
     control: RandomControl | None = None,
     transfer: TransferResult | None = None,
     attention: AttentionByRole | None = None,
-    margin: MLPMargin | None = None,
+    mediation: MLPMediation | None = None,
+    cross: CrossOperation | None = None,
     evals: Mapping[str, EvalResult] | None = None,
     off: Mapping[str, str] | None = None,
     reasons: Mapping[str, str] | None = None,
@@ -45,20 +46,21 @@ def assess_claims(
 
     ``patching`` is the pooled result with per-pair head effects (C1); ``control`` the key set's knockout against
     depth-matched random sets on fresh pairs (C2); ``attention`` covers the key heads and the other heads of their
-    layers (C3); ``evals`` maps ``base``/``precise``/``full`` to evaluation results. ``off`` maps an input name to the
+    layers (C3); ``cross`` each operation's own key set (C5's overlap half); ``evals`` maps
+    ``base``/``precise``/``full`` to evaluation results. ``off`` maps an input name to the
     stage to name when it is missing (default: the stage that writes it); ``reasons`` gives the whole reason instead
     and takes precedence. ``uncertainty``'s confidence is also the Wilson intervals'.
     """
     o = {"patching": "identify", "key": "identify", "control": "validate", "transfer": "validate"}
-    o |= {"attention": "analyze", "margin": "validate", "evals": "evaluate"} | dict(off or {})
+    o |= {"attention": "analyze", "mediation": "validate", "evals": "evaluate"} | dict(off or {})
     why = dict(reasons or {})
     chose = patching.pair_ids if patching is not None and patching.pair_ids else None  # C3 leaves them out
     claims = (
         claim_c1(patching, key, uncertainty, o["patching"], why.get("patching")),
         claim_c2(control, uncertainty, o["control"], why.get("control")),
         claim_c3(attention, key, uncertainty, o["attention"], why.get("attention"), chose),
-        claim_c4(margin, uncertainty, o["margin"], why.get("margin")),
-        claim_c5(transfer, uncertainty.confidence, o["transfer"], why.get("transfer")),
+        claim_c4(mediation, uncertainty, o["mediation"], why.get("mediation")),
+        claim_c5(transfer, uncertainty.confidence, o["transfer"], why.get("transfer"), cross),
         claim_c6(evals, uncertainty, o["evals"], why.get("evals"), precise),
     )
     u = uncertainty

@@ -31,7 +31,7 @@ __all__ = [
 ]
 
 #: Interval methods that draw nothing: their intervals have no seed.
-_NOT_DRAWN = ("none", "wilson")
+_NOT_DRAWN = ("none", "wilson", "cluster_t_few")
 
 
 def no_estimate(n: int = 0) -> Interval:
@@ -47,6 +47,7 @@ class Verdict(str, enum.Enum):
     """What a rule concludes about a claim; its value is the text the card and the report show."""
 
     HOLDS = "holds"
+    PARTLY = "partly holds"  # a claim of two halves (C2, C5): one holds, the other does not
     FAILS = "does not hold"
     INCONCLUSIVE = "inconclusive at this sample size"
     NOT_MEASURED = "not measured"

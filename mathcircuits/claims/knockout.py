@@ -7,17 +7,26 @@ Both read an accuracy *drop* with its interval beside the drops of depth-matched
 
 from __future__ import annotations
 
-from mathcircuits.ablation import RandomControl, TransferResult
+from mathcircuits.ablation import CrossOperation, RandomControl, TransferResult
+from mathcircuits.ablation.cross import jaccard
 from mathcircuits.ablation.result import MEASURED
 from mathcircuits.claims.card import Claim, Verdict, no_estimate
 from mathcircuits.claims.paper import (
     C2_MIN_BASELINE,
     C2_MIN_COLLAPSE,
     C2_MIN_DRAWS,
+    C2_RANDOM_MARGIN,
+    C2_RANDOM_PAPER,
+    C5_MIN_OVERLAP,
+    C5_MIN_SETS,
     C_ALPHA,
     C_NO_BETTER,
+    both_halves,
     claim,
+    few_draws,
+    floor_has_room,
     not_measured,
+    p_words,
     pair_interval,
 )
 from mathcircuits.stats import Interval, Uncertainty
@@ -27,11 +36,12 @@ __all__: list[str] = []
 
 
 def drop_verdict(d_key: tuple[float, float, float], p_value: float, n_draws: int) -> tuple[Verdict, str]:
-    """The knockout rule shared by C2 and C5, on an accuracy *drop* (positive = accuracy lost).
+    """The key half of the knockout rule shared by C2 and C5, on an accuracy *drop* (positive = accuracy lost).
 
     ``d_key`` is (drop, low, high) with the key heads ablated; ``p_value`` the key set's empirical p-value among
     the ``n_draws`` depth-matched random sets, ``(1 + #{random drop ≥ key drop}) / (1 + n_draws)``.
-    **Holds** when the drop's interval lies at or above :data:`C2_MIN_COLLAPSE` and ``p ≤`` :data:`C_ALPHA`;
+    **Holds** when the drop's interval lies at or above :data:`C2_MIN_COLLAPSE` and ``p ≤`` :data:`C_ALPHA` with
+    enough draws for p's floor ``1/(n+1)`` to lie below α with room for a tie (:func:`floor_has_room`);
     **does not hold** when even the drop's upper end is below the floor, or ``p ≥`` :data:`C_NO_BETTER` (the key
     set hurts no more than a typical random set); else inconclusive.
     """
@@ -44,16 +54,33 @@ def drop_verdict(d_key: tuple[float, float, float], p_value: float, n_draws: int
         return Verdict.FAILS, (
             f"p = {p_value:.2f} ≥ {C_NO_BETTER}: the key set drops accuracy no more than a typical random set"
         )
-    if k_lo >= floor and p_value <= C_ALPHA:
+    if k_lo >= floor and p_value <= C_ALPHA and floor_has_room(n_draws):
         return (
             Verdict.HOLDS,
-            f"drop interval at or above the {pts} and p = {p_value:.3f} ≤ {C_ALPHA} among {n_draws} random sets",
+            f"drop interval at or above the {pts} and {p_words(p_value, n_draws)} ≤ {C_ALPHA} among {n_draws} random "
+            "sets",
         )
-    few = f"; only {n_draws} random sets (p ≥ {1 / (1 + n_draws):.2f})" if 1 / (1 + n_draws) > C_ALPHA else ""
     return Verdict.INCONCLUSIVE, (
-        f"the drop interval ({100 * k_lo:.1f} to {100 * k_hi:.1f} points) straddles the {pts}, or p = "
-        f"{p_value:.3f} lies between {C_ALPHA} and {C_NO_BETTER}{few}"
+        f"the drop interval ({100 * k_lo:.1f} to {100 * k_hi:.1f} points) straddles the {pts}, or "
+        f"{p_words(p_value, n_draws)} lies between {C_ALPHA} and {C_NO_BETTER}{few_draws(n_draws)}"
     )
+
+
+def random_verdict(d_random: Interval) -> tuple[Verdict, str]:
+    """The random half of C2: as many depth-matched random heads barely matter.
+
+    ``d_random`` is the random sets' mean accuracy drop with its interval. **Holds** when its upper end lies at or
+    below the paper's :data:`C2_RANDOM_PAPER` plus the stated margin :data:`C2_RANDOM_MARGIN`; **does not hold**
+    when its lower end lies above that line; else inconclusive.
+    """
+    line = C2_RANDOM_PAPER + C2_RANDOM_MARGIN
+    what = f"the random sets' mean drop ({format_points(-d_random.value, -d_random.high, -d_random.low)})"
+    paper = f"the paper's {100 * C2_RANDOM_PAPER:.0f} points + a {100 * C2_RANDOM_MARGIN:.0f}-point margin"
+    if d_random.high <= line:
+        return Verdict.HOLDS, f"{what} lies within {paper}"
+    if d_random.low > line:
+        return Verdict.FAILS, f"{what} lies beyond {paper}: random heads matter too"
+    return Verdict.INCONCLUSIVE, f"{what} straddles {paper}"
 
 
 def claim_c2(
@@ -62,11 +89,17 @@ def claim_c2(
     stage: str = "validate",
     why_missing: str | None = None,
 ) -> Claim:
-    """C2: knocking out the key set collapses accuracy on fresh pairs while depth-matched random sets do not.
+    """C2 holds when knocking out the key set drops accuracy on fresh pairs by at least :data:`C2_MIN_COLLAPSE`
+    (interval) with ``p ≤`` :data:`C_ALPHA` among depth-matched random sets, *and* the random sets' mean drop
+    stays within :data:`C2_RANDOM_PAPER` plus a margin of :data:`C2_RANDOM_MARGIN` (interval); partly holds when
+    the key set collapses accuracy and the random sets cost more; does not hold when the key set does not.
 
-    ``control`` is measured on pairs that did not choose the key set; the drop's interval is over templates within
-    operations when there are at least 5 per operation, else over pairs. The claim's value is the key set's
-    accuracy change (negative = a drop), pooled over operations.
+    Two halves, each with its rule: the key half :func:`drop_verdict`, the random half :func:`random_verdict`;
+    the verdict is :func:`~mathcircuits.claims.paper.both_halves` ("partly holds" when the key set collapses
+    accuracy and the random sets cost more than the paper's 2 points; no collapse: does not hold). ``control``
+    is measured on pairs that did not choose the key set; the drops' intervals are over
+    templates within operations (:func:`~mathcircuits.claims.paper.pair_interval`). The claim's value is the key
+    set's accuracy change (negative = a drop), pooled over operations.
     """
     if control is None:
         return not_measured("C2", stage, reason=why_missing)
@@ -84,19 +117,27 @@ def claim_c2(
     drops = control.clean_correct - control.key_correct
     iv = pair_interval(drops, control.template_ids, control.operations, uncertainty)
     p, pct, m = control.p_value(), control.percentile(), len(control.draws)
-    verdict, reason = drop_verdict((iv.value, iv.low, iv.high), p, m)
+    key_v, key_r = drop_verdict((iv.value, iv.low, iv.high), p, m)
+    # per pair, the mean over the draws of the accuracy a random set costs; its interval over templates
+    rand_iv = pair_interval(
+        control.clean_correct - control.random_correct.mean(0), control.template_ids, control.operations, uncertainty
+    )
+    rand_v, rand_r = random_verdict(rand_iv)
     null = control.random_drops()
     overlap = control.identification_overlap
     every = " (every one there is)" if control.exhaustive else ""
     text = (
         f"{len(control.key_heads)} key heads: accuracy "
         f"{format_points(-iv.value, -iv.high, -iv.low)}; "
-        f"{m} depth-matched random sets{every}: {format_points(-float(null.mean()))} on average, key set at percentile "
-        f"{pct:.0f} "
-        f"(p = {p:.3f}); n={n} fresh pairs (overlap with identification: {overlap if overlap >= 0 else '?'})"
+        f"{m} depth-matched random sets{every}: {format_points(-rand_iv.value, -rand_iv.high, -rand_iv.low)} on "
+        f"average (worst {format_points(-float(null.max()))}; the paper: within {100 * C2_RANDOM_PAPER:.0f} points), "
+        f"key set at percentile {pct:.0f} ({p_words(p, m)}); n={n} fresh pairs (overlap with identification: "
+        f"{overlap if overlap >= 0 else '?'})"
     )
     if m < C2_MIN_DRAWS and not control.exhaustive:
-        reason += f" (fewer than {C2_MIN_DRAWS} random sets: raise validation.control_draws)"
+        key_r += f" (fewer than {C2_MIN_DRAWS} random sets: raise validation.control_draws)"
+    verdict = both_halves(key_v, rand_v, control=True)
+    reason = f"key half {key_v}: {key_r}; random half {rand_v}: {rand_r}"
     return claim(
         "C2",
         text,
@@ -108,13 +149,52 @@ def claim_c2(
     )
 
 
+def overlap_verdict(cross: CrossOperation | None) -> tuple[Verdict | None, str]:
+    """The overlap half of C5: each operation's own key set (the pooled set's rule on its own patching result)
+    shares heads with the others'. **Holds** when the mean Jaccard index over pairs of operations is at least
+    :data:`C5_MIN_OVERLAP`, **does not hold** below it (a set overlap: no sampling interval; how stable the
+    selection is, the report's selection-stability section shows). ``None`` when not measured (one operation, or
+    no cross-operation result)."""
+    if cross is None or len(cross.operations) < 2:
+        return None, "the overlap across operations is not measured (fewer than two operations scored)"
+    ops = cross.operations
+    js = {(a, b): jaccard(cross.key_sets[a], cross.key_sets[b]) for i, a in enumerate(ops) for b in ops[i + 1 :]}
+    mean = sum(js.values()) / len(js)
+    each = ", ".join(f"{a}–{b} {j:.2f}" for (a, b), j in js.items())
+    what = f"operations' own key sets overlap by Jaccard {mean:.2f} on average ({each}; threshold {C5_MIN_OVERLAP})"
+    return (Verdict.HOLDS if mean >= C5_MIN_OVERLAP else Verdict.FAILS), what
+
+
+def word_problem_overlap(transfer: TransferResult) -> str:
+    """The paper's comparison with heads found on word problems (GSM8K), in words: not testable when the model
+    solves too few word problems (the measured accuracies), else not measured (identification needs
+    counterfactual pairs, which real word problems do not have)."""
+    words = [r for r in transfer.rows if r.dataset.endswith("word problems")]
+    if not words:
+        return "overlap with heads found on word problems: not measured (no word-problem set scored)"
+    if not any(r.status == MEASURED for r in words):
+        accs = ", ".join(f"{r.dataset.removesuffix(' word problems')} {r.clean.value:.0%}" for r in words)
+        return (
+            f"overlap with heads found on word problems: not testable on this model (it solves {accs}, below "
+            f"{transfer.min_clean_accuracy:.0%})"
+        )
+    return (
+        "overlap with heads found on word problems: not measured (identify patches counterfactual pairs, which real "
+        "word problems do not have)"
+    )
+
+
 def claim_c5(
     transfer: TransferResult | None,
     confidence: float = DEFAULT_CONFIDENCE,
     stage: str = "validate",
     why_missing: str | None = None,
+    cross: CrossOperation | None = None,
 ) -> Claim:
-    """C5: on sets not used to find them, ablating the key heads drops accuracy (the C2 rule per set).
+    """C5 holds when, on held-out sets not used to find them, ablating the key heads drops accuracy (the C2 key
+    rule on a majority of at least :data:`C5_MIN_SETS` measurable sets) *and* the operations' own key sets overlap
+    by a mean Jaccard index of at least :data:`C5_MIN_OVERLAP`; partly holds when one half holds and the other does
+    not; without the overlap (one operation) the transfer half alone, at most inconclusive.
 
     Intervals are Wilson's at ``confidence``. The claim's value is the key heads' accuracy change pooled over the
     measurable held-out sets.
@@ -130,10 +210,12 @@ def claim_c5(
         )
     measured = [r for r in out if r.status == MEASURED]
     skipped = [f"{r.dataset} (clean accuracy {r.clean.value:.0%})" for r in out if r.status != MEASURED]
+    over_v, over_r = overlap_verdict(cross)
+    words = word_problem_overlap(transfer)
     if not measured:
         return claim(
             "C5",
-            "no set measurable: " + "; ".join(skipped),
+            "no set measurable: " + "; ".join(skipped) + f"; {over_r}; {words}",
             Verdict.INCONCLUSIVE,
             f"the clean model answers fewer than {transfer.min_clean_accuracy:.0%} (or {transfer.min_correct} items) "
             "of every held-out set, so ablation cannot show transfer",
@@ -147,23 +229,31 @@ def claim_c5(
     kw = wilson_interval(round(sum(r.key.value * r.n_correct for r in measured)), n, confidence)
     per = "; ".join(
         f"{r.dataset}: {format_points(r.key_drop, r.key.low - 1, r.key.high - 1)} "
-        f"vs random {format_points(r.random_drop)}, p = {r.p_value:.3f} ({v})"
+        f"vs random {format_points(r.random_drop)}, {p_words(r.p_value, r.n_draws)} ({v})"
         for r, v in zip(measured, verdicts)
     )
     if skipped:
         per += "; not measurable on this model: " + "; ".join(skipped)
+    per += f"; {over_r}; {words}"
     h, f = verdicts.count(Verdict.HOLDS), verdicts.count(Verdict.FAILS)
-    if h > len(verdicts) / 2:
-        verdict = Verdict.HOLDS
-        reason = f"the knockout rule holds on {h} of {len(verdicts)} measurable held-out sets"
-    elif f > len(verdicts) / 2:
-        verdict = Verdict.FAILS
-        reason = f"the knockout rule fails on {f} of {len(verdicts)} measurable held-out sets"
-    else:
-        verdict, reason = (
+    of = f"of {len(verdicts)} measurable held-out sets"
+    if len(verdicts) < C5_MIN_SETS:
+        tr_v, tr_r = (
             Verdict.INCONCLUSIVE,
-            f"holds on {h}, fails on {f} of {len(verdicts)} measurable held-out sets",
+            f"only {len(verdicts)} measurable held-out set (at least {C5_MIN_SETS} needed for a verdict)",
         )
+    elif h > len(verdicts) / 2:
+        tr_v, tr_r = Verdict.HOLDS, f"the knockout rule holds on {h} {of}"
+    elif f > len(verdicts) / 2:
+        tr_v, tr_r = Verdict.FAILS, f"the knockout rule fails on {f} {of}"
+    else:
+        tr_v, tr_r = Verdict.INCONCLUSIVE, f"holds on {h}, fails on {f} {of}"
+    if over_v is None:
+        verdict = Verdict.INCONCLUSIVE if tr_v == Verdict.HOLDS else tr_v
+        reason = f"transfer half {tr_v}: {tr_r}; overlap half not measured: {over_r}"
+    else:
+        verdict = both_halves(tr_v, over_v)
+        reason = f"transfer half {tr_v}: {tr_r}; overlap half {over_v}: {over_r}"
     return claim(
         "C5",
         per,

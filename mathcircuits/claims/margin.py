@@ -1,95 +1,124 @@
-"""C4: the later MLPs write the answer *because of* the key heads: their answer margin falls when the key heads are
-knocked out, and by more than when random head sets of the same layers are.
+"""C4: the later MLPs write the answer *because of* the key heads: they carry a larger share of the key heads'
+effect on the answer than of other heads' effect (mediation, :mod:`mathcircuits.ablation.mediation`).
 
-The null is the random control's: the depth-matched sets of non-key heads that C2 knocks out
-(:attr:`~mathcircuits.ablation.RandomControl.draws`), scored on the same pairs
-(:attr:`~mathcircuits.ablation.MLPMargin.random_drops`). A set of heads in the key heads' layers may lower the
-MLPs' margin just by sitting upstream of them; C4 asks whether the key heads do more.
+The key heads' total effect on the answer margin, ``T``, splits into the part the later MLPs carry, ``M`` (lost
+again when the MLPs are frozen at their clean outputs), and the rest. A set of heads upstream of the MLPs has part
+of its effect carried by them just by sitting there, and a larger effect gives a larger ``M``; so the claim is not
+that ``M`` is large (that restates C2) but that the *share* ``s = M / T`` is larger for the key heads than for C2's
+depth-matched random sets, ``s_R = Σ M_r / Σ T_r`` (their effect-weighted share: what a comparable effect of other
+heads would have the MLPs carry).
+
+When the random sets move the answer by less than :data:`C4_COMPARABLE` of the key set's effect, there is no
+comparable effect of other heads: the reference share is 0 (the MLPs carry none of what reaches the answer from
+other heads), and the card says so.
 """
 
 from __future__ import annotations
 
 import torch
 
-from mathcircuits.ablation import MLPMargin
+from mathcircuits.ablation import MLPMediation
 from mathcircuits.claims.card import Claim, Verdict, fmt_interval
-from mathcircuits.claims.paper import C_ALPHA, C_NO_BETTER, claim, not_measured, pair_interval
+from mathcircuits.claims.paper import claim, not_measured, pair_interval
 from mathcircuits.stats import Interval, Uncertainty
 from mathcircuits.stats.interval import DEFAULT_UNCERTAINTY
-from mathcircuits.stats.testing import null_placement
+from mathcircuits.stats.testing import bias_corrected_bootstrap
 
 __all__: list[str] = []
 
+C4_MIN_EXCESS = 0.10  # the key heads' mediated share must beat the reference share by more than 10 share points
+C4_COMPARABLE = 0.10  # random sets whose mean effect is below a tenth of the key set's have no comparable effect
+C4_MIN_SETS = 5  # random sets C4 needs before it reads their pooled share (pooled over sets and pairs)
+
 
 def claim_c4(
-    margin: MLPMargin | None,
+    mediation: MLPMediation | None,
     uncertainty: Uncertainty = DEFAULT_UNCERTAINTY,
     stage: str = "validate",
     why_missing: str | None = None,
 ) -> Claim:
-    """C4 (causal): knocking out the key heads lowers the later MLPs' answer margin more than random sets do.
+    """C4 holds when the later MLPs carry a larger share of the key heads' effect on the answer than of random
+    heads' (the excess's lower bound above :data:`C4_MIN_EXCESS`; reference 0 when random heads move the answer by
+    less than :data:`C4_COMPARABLE` of the key heads' effect); does not hold when the excess's upper bound is at
+    most :data:`C4_MIN_EXCESS` or the key heads' total effect lies at or below 0.
 
-    Rule: **holds** when the key set's drop interval lies above 0 and its p-value among the random sets stays at
-    most :data:`~mathcircuits.claims.paper.C_ALPHA` in 95% of template resamples; **does not hold** when the
-    interval lies at or below 0, or ``p ≥`` :data:`~mathcircuits.claims.paper.C_NO_BETTER` (the key set lowers
-    the margin no more than a typical random set); else inconclusive (also without random sets).
+    Rule, on ``Δ = s − s_ref`` (the key set's mediated share minus the reference share, bias-corrected bootstrap
+    over templates within operations): **holds** when the key set's total effect lies above 0, at least
+    :data:`C4_MIN_SETS` random sets were measured and Δ's lower bound exceeds :data:`C4_MIN_EXCESS`; **does not
+    hold** when the total effect lies at or below 0, or Δ's upper bound is at most :data:`C4_MIN_EXCESS` (the MLPs
+    carry no more of the key heads' effect than of other heads'); else inconclusive.
 
-    The claim's value is the mean drop of the summed margin (logits).
+    The claim's value is Δ.
     """
-    if margin is None:
+    if mediation is None:
         return not_measured("C4", stage, reason=why_missing)
-    iv = pair_interval(margin.drops, margin.template_ids, margin.operations, uncertainty)
-    span = f"L{min(margin.layers)}–L{max(margin.layers)}"
+    med = mediation
+    span = f"L{min(med.layers)}–L{max(med.layers)}"
+    total = pair_interval(med.total[0], med.template_ids, med.operations, uncertainty)
+    mediated = float(med.mediated[0].mean())
+    r = len(med.random_heads)
     text = (
-        f"MLPs {span} raise the answer by {float(margin.clean_margin.mean()):.2f} logits over the other numbers; "
-        f"with the {len(margin.key_heads)} key heads knocked out by {float(margin.ablated_margin.mean()):.2f}: "
-        f"drop {fmt_interval(iv.value, iv.low, iv.high, digits=2)}"
+        f"knocking out the {len(med.key_heads)} key heads lowers the answer margin by "
+        f"{fmt_interval(total.value, total.low, total.high)} logits, {mediated:.2f} of it through the MLPs {span} "
+        f"(share {med.share(0):.0%})"
     )
-    r = len(margin.random_heads)
-    kw = dict(estimate=Interval(iv.value, iv.low, iv.high, iv.n, method=iv.method), unit="logits", n_tests=1)
-    if iv.high <= 0:
-        return claim("C4", text, Verdict.FAILS, "the drop's interval lies at or below 0: the MLPs do not need "
-                     "the key heads", **kw)  # fmt: skip
-    if r == 0:
+    kw = dict(unit="share of the key heads' effect", n_tests=1)
+    if total.high <= 0:
+        return claim("C4", text, Verdict.FAILS, "the key heads' total effect lies at or below 0: nothing to mediate",
+                     **kw)  # fmt: skip
+    if r < C4_MIN_SETS:
         return claim(
             "C4",
-            text + "; no random head sets measured",
+            text + f"; {r} random head sets measured",
             Verdict.INCONCLUSIVE,
-            "no random head sets of the key heads' layers were knocked out, so the drop has no null; re-run validate",
+            f"fewer than {C4_MIN_SETS} random head sets, so the share other heads' effect has through the MLPs is "
+            "not known; re-run validate",
             **kw,
         )
-    rand = margin.random_drops
-    tids = margin.template_ids if any(t != "?" for t in margin.template_ids) else None
-    pl = null_placement(torch.cat([margin.drops[:, None], rand.T], 1), tids, margin.operations, uncertainty)
-    means = rand.mean(1)
-    text += (
-        f"; {r} random sets of the same layers: drops {float(means.min()):.2f} to {float(means.max()):.2f} "
-        f"(mean {float(means.mean()):.2f}), key set at percentile {pl.percentile:.0f} (p = {pl.p_value:.3f}; "
-        f"{uncertainty.confidence:.0%} bound over resampled templates {pl.p_high:.3f})"
-    )
-    if pl.p_value >= C_NO_BETTER:
+    rand_total = float(med.total[1:].mean())
+    comparable = rand_total >= C4_COMPARABLE * total.value
+    # per pair: the key set's total and mediated effect, the random sets' mean total and mediated effect
+    cols = torch.stack([med.total[0], med.mediated[0], med.total[1:].mean(0), med.mediated[1:].mean(0)], 1).double()
+    clusters = med.template_ids if any(t != "?" for t in med.template_ids) else None
+    strata = med.operations if clusters is not None else None
+
+    def excess(t: torch.Tensor) -> float:
+        tk, mk, tr, mr = (t[:, i].mean() for i in range(4))
+        s_ref = float(mr / tr) if comparable and float(tr) != 0 else 0.0
+        return float(mk / tk) - s_ref if float(tk) != 0 else float("nan")
+
+    d = bias_corrected_bootstrap(cols, excess, clusters, strata, uncertainty)
+    if comparable:
+        text += (
+            f"; {r} depth-matched random sets lower it by {rand_total:.2f} on average, "
+            f"{med.pooled_random_share():.0%} of that through the MLPs"
+        )
+        ref = "the random sets' share"
+    else:
+        text += (
+            f"; {r} depth-matched random sets lower it by {rand_total:.2f} on average, less than "
+            f"{C4_COMPARABLE:.0%} of the key heads' effect: no comparable effect of other heads, reference share 0"
+        )
+        ref = "0 (no comparable effect of other heads)"
+    text += f"; the key heads' share minus the reference {fmt_interval(d.value, d.low, d.high)}"
+    line = f"{C4_MIN_EXCESS:.2f}"
+    if d.high <= C4_MIN_EXCESS:
         verdict, reason = (
             Verdict.FAILS,
-            (
-                f"p = {pl.p_value:.2f} ≥ {C_NO_BETTER}: random sets of the key heads' layers lower the MLPs' margin as "
-                "much as the key heads"
-            ),
+            f"the key heads' mediated share exceeds {ref} by at most {line} (upper bound {d.high:.2f}): the later "
+            "MLPs carry no more of the key heads' effect than of other heads'",
         )
-    elif iv.low > 0 and pl.p_high <= C_ALPHA:
+    elif d.low > C4_MIN_EXCESS and total.low > 0:
         verdict, reason = (
             Verdict.HOLDS,
-            (
-                f"the drop's interval lies above 0 and the key set's p among {r} random sets stays ≤ {C_ALPHA} "
-                f"(bound {pl.p_high:.3f})"
-            ),
+            f"the key heads' mediated share exceeds {ref} by more than {line} (lower bound {d.low:.2f}) and their "
+            "total effect lies above 0",
         )
     else:
-        few = f"; only {r} random sets (p ≥ {1 / (1 + r):.2f})" if 1 / (1 + r) > C_ALPHA else ""
         verdict, reason = (
             Verdict.INCONCLUSIVE,
-            (
-                f"the drop's interval straddles 0, or the key set's p among the random sets ({pl.p_value:.3f}, bound "
-                f"{pl.p_high:.3f}) lies between {C_ALPHA} and {C_NO_BETTER}{few}"
-            ),
+            f"the excess of the key heads' mediated share over {ref} ({d.low:.2f} to {d.high:.2f}) straddles {line}"
+            + ("" if total.low > 0 else ", or their total effect's interval straddles 0"),
         )
-    return claim("C4", text, verdict, reason, **kw)
+    return claim("C4", text, verdict, reason, Interval(d.value, d.low, d.high, len(med.pair_ids),
+                                                       method="bias_corrected_bootstrap"), **kw)  # fmt: skip

@@ -18,14 +18,19 @@ from mathcircuits.stats.small_clusters import small_cluster_interval
 
 __all__: list[str] = []
 
-C1_MAX_FRACTION = 0.05  # "a few heads": the top 5% of all heads (paper §3.2); the concentration statistic's set
-C1_N_NULL = 1000  # sign-flip draws of the concentration null, and random head sets of the depth null
+C1_MAX_FRACTION = 0.05  # "a few heads": strictly fewer than 5% of all heads (paper §3.2); the concentration's set
+C1_MAX_REST = 1 / 3  # ... carry most of the total |effect|: at most a third of it outside them
+C1_N_NULL = 1000  # draws of random heads in C1's depth null (the concentration has a bootstrap interval, no null)
 C1_BAND = (0.25, 0.75)  # the "middle band" of relative depth, layer / (n_layers − 1), shown beside the depth test
 C_ALPHA = 0.05  # a null is rejected when the empirical p-value is at most this
 C_NO_BETTER = 0.5  # ... and confirmed ("does not hold") when p is at least this: no better than a typical draw
 C2_MIN_COLLAPSE = 0.20  # "collapse": the key drop's interval must lie at or above 20 accuracy points
 C2_MIN_DRAWS = 100  # random control draws the claims ask for (fewer can still fail, but say so)
 C2_MIN_BASELINE = 0.5  # below this clean accuracy a knockout cannot show a collapse
+C2_RANDOM_PAPER = 0.02  # the paper's random half: as many random heads cost at most 2 accuracy points
+C2_RANDOM_MARGIN = 0.05  # ... read with this margin: the random sets' mean drop must lie below 2 + 5 = 7 points
+C5_MIN_SETS = 2  # measurable held-out sets C5's transfer half needs for a verdict
+C5_MIN_OVERLAP = 0.5  # C5's overlap half: operations' own key sets share at least half their heads (mean Jaccard)
 C6_MARGIN = 0.05  # "matches" / "keeps": not worse by more than 5 accuracy points
 
 # (title, the paper's statement, the paper's number and where it is shown)
@@ -115,6 +120,49 @@ def above_zero(iv: Interval, subject: str, why_not: str) -> tuple[Verdict, str]:
     if iv.high <= 0:
         return Verdict.FAILS, f"{subject} lies at or below 0: {why_not}"
     return Verdict.INCONCLUSIVE, f"{subject} straddles 0"
+
+
+def floor_has_room(n_draws: int, alpha: float = C_ALPHA) -> bool:
+    """Whether ``n_draws`` random draws can give ``p ≤ alpha`` even with one draw tying the key set:
+    ``2 / (n_draws + 1) ≤ alpha`` (39 draws at α = 0.05)."""
+    return 2 / (n_draws + 1) <= alpha + 1e-12
+
+
+def p_words(p: float, n_draws: int) -> str:
+    """An empirical p-value in words: ``"p at its floor, 1/(n+1) = 0.010 (n = 100 draws)"`` when the key set beat
+    every draw, else ``"p = 0.034"``."""
+    if p <= (1 + 1e-6) / (n_draws + 1):  # the p-values are float32
+        return f"p at its floor, 1/(n+1) = {p:.3f} (n = {n_draws} draws)"
+    return f"p = {p:.3f}"
+
+
+def few_draws(n_draws: int, alpha: float = C_ALPHA) -> str:
+    """``""``, or why ``n_draws`` cannot reach ``p ≤ alpha`` with room for a tie (for a reason)."""
+    if floor_has_room(n_draws, alpha):
+        return ""
+    return (
+        f"; only {n_draws} random draws: p's floor 1/(n+1) = {1 / (n_draws + 1):.3f} leaves no room for a tie below "
+        f"{alpha} (needs {math.ceil(2 / alpha) - 1})"
+    )
+
+
+def both_halves(a: Verdict, b: Verdict, control: bool = False) -> Verdict:
+    """The verdict of a claim of two halves: holds when both hold, **partly holds** when one holds and the other
+    does not, does not hold when neither holds or one does not and the other is open, else inconclusive.
+
+    ``control``: ``b`` is a control of ``a`` (C2's random sets beside the key set's collapse), so it cannot hold
+    the claim up on its own: when ``a`` does not hold, the claim does not hold.
+    """
+    pair = {a, b}
+    if pair == {Verdict.HOLDS}:
+        return Verdict.HOLDS
+    if control and a == Verdict.FAILS:
+        return Verdict.FAILS
+    if pair == {Verdict.HOLDS, Verdict.FAILS}:
+        return Verdict.PARTLY
+    if Verdict.FAILS in pair:
+        return Verdict.FAILS
+    return Verdict.INCONCLUSIVE
 
 
 def pair_interval(

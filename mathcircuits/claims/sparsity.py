@@ -1,53 +1,68 @@
-"""C1: a few heads carry the effect, and they sit mid-depth. How many heads matter is counted by tests over heads.
+"""C1: a few heads carry the effect, and they sit mid-depth. Read by each head's share of the total |effect|.
 
-The paper's number is "< 5% of heads". A head *matters* when its mean effect is at least a margin
-``δ = C1_MARGIN · max_h |θ_h|``, a tenth of the strongest head's (as a heatmap is read: the heads that light up
-beside the brightest). The margin scales with the effect, not with the number of heads, so a dense map (many heads
-of comparable size) fails however many heads the model has, and a weak secondary head of a sparse map does not
-count. Every head is tested with templates as the units (:func:`~mathcircuits.stats.small_clusters.cluster_t_test`:
-its mean of
-template means, a t-test with ``G − 1`` degrees of freedom; pairs as units when the pairs carry no template):
+The paper's number is "< 5% of heads", read strictly: ``m = ⌈5% · H⌉ − 1`` heads at most (13 of 270), the
+``m`` heads of largest |θ_h|, where ``θ_h`` is the head's mean of template means
+(:func:`~mathcircuits.stats.small_clusters.cluster_t_test`; pairs as units when the pairs carry no template).
 
-* ``L`` heads shown to matter: ``|θ_h| > δ``, Benjamini–Hochberg at ``α/2`` over the ``H`` heads;
-* ``U = H −`` the heads shown *not* to matter (``|θ_h| < δ`` by two one-sided tests, Benjamini–Hochberg at
-  ``α/2``).
+* **Few carry most, the rest little.** The concentration ``c`` is the top ``m`` heads' share of the total
+  ``Σ_h |θ_h|`` (bias-corrected bootstrap over templates, :func:`concentration`); ``1 − c`` is the share outside
+  them. The share is absolute in the sense that matters: a dominant head beside a long tail of small heads has a
+  small ``c`` however much larger the first head is than the others. Noise makes every ``|θ̂_h|`` positive, so
+  over all heads ``1 − c`` is biased upwards: enough to show the rest is little, not to show it is large. For
+  that, ``c_S`` takes the total over the heads that matter (and the top ``m``) only.
+* **Heads that matter** are those whose effect is non-zero under Holm's family-wise control at ``α`` over the
+  ``H`` heads (the t-test over templates): with 95% confidence every one of them has an effect, so their number is
+  a confidence lower bound on how many heads act.
+* **Depth** is read on the heads that matter, weighted by their |θ_h|: the effect-weighted distance of their
+  layers from the middle against the same weights on random heads (``C1_N_NULL`` draws).
 
-Then ``[L/H, U/H]`` brackets the share of heads that matter, each side with a false discovery rate of ``α/2``
-(in expectation at most that share of the ``L`` heads does not matter, and of the ``H − U`` heads does), around
-the share whose estimate reaches ``δ``.
-With ``m = ⌈5% · H⌉`` heads allowed: **holds** when ``U ≤ m`` and the top heads are nearer the middle than random
-heads (``p ≤ α``); **does not hold** when ``L > m`` or the depth ``p ≥ 0.5``; else inconclusive. Beside it the
-card shows the heads with a non-zero effect under a 5% false discovery rate (Benjamini–Hochberg) and under Holm,
-and the concentration (the top ``m`` heads' share of the total |effect|, bias-corrected bootstrap over templates).
+**Holds** when the share outside the top ``m`` heads is at most :data:`C1_MAX_REST` (the upper bound of ``1 − c``,
+noise counted against the claim; the few carry at least two thirds) and the depth ``p ≤ α``; **does not hold**
+when that share over the heads that matter exceeds :data:`C1_MAX_REST` (the lower bound of ``1 − c_S``, noise not
+counted for it) or the depth ``p ≥ 0.5``; else inconclusive.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
 from mathcircuits.claims.card import Claim, Verdict, fmt_interval, no_estimate
-from mathcircuits.claims.paper import C1_BAND, C1_MAX_FRACTION, C1_N_NULL, C_ALPHA, C_NO_BETTER, claim, not_measured
+from mathcircuits.claims.paper import (
+    C1_BAND,
+    C1_MAX_FRACTION,
+    C1_MAX_REST,
+    C1_N_NULL,
+    C_ALPHA,
+    C_NO_BETTER,
+    claim,
+    not_measured,
+    p_words,
+)
 from mathcircuits.patching import KeyComponents, PatchingResult
 from mathcircuits.stats import Interval, Uncertainty
 from mathcircuits.stats.interval import DEFAULT_UNCERTAINTY
 from mathcircuits.stats.small_clusters import cluster_t_test
-from mathcircuits.stats.testing import benjamini_hochberg, bias_corrected_bootstrap, holm
+from mathcircuits.stats.testing import bias_corrected_bootstrap, holm
 
 __all__: list[str] = []
 
-C1_MARGIN = 0.1  # a head matters from a tenth of the strongest head's |effect|
+
+def allowed_heads(n_heads: int) -> int:
+    """The most heads "< 5% of heads" allows, strictly: ``⌈5% · H⌉ − 1`` (at least 1)."""
+    return max(1, math.ceil(C1_MAX_FRACTION * n_heads - 1e-9) - 1)
 
 
-def concentration(per_pair: Tensor, m: int) -> float:
+def concentration(per_pair: Tensor, m: int, among: Tensor | None = None) -> float:
     """Share of the total |mean effect| held by the ``m`` heads of largest |mean effect| (NaN when every mean is 0).
 
-    ``per_pair`` is [pair, head], heads flattened.
+    ``per_pair`` is [pair, head], heads flattened; ``among``: a mask of the heads counted (default: all).
     """
     a = per_pair.mean(0).abs()
+    if among is not None:
+        a = a * among
     total = float(a.sum())
     return float(a.topk(m).values.sum()) / total if total > 0 else float("nan")
 
@@ -61,67 +76,35 @@ def depth_distance(layers: Tensor, n_layers: int) -> Tensor:
     return (2 * layers.double() / max(1, n_layers - 1) - 1).abs()
 
 
-@dataclass(frozen=True)
-class HeadCount:
-    """How many heads matter (module docstring) and how many have a non-zero effect.
-
-    ``estimate``: heads whose mean of template means reaches the margin δ; ``low``: heads shown to matter;
-    ``high``: heads not shown *not* to matter (both Benjamini–Hochberg at ``α/2``); ``fdr``/``holm``: heads with a
-    non-zero effect under Benjamini–Hochberg / Holm at ``α``; ``theta``: each head's mean of template means [head];
-    ``clusters``: each pair's unit (template, or the pair's index); ``strata``: operations when templates nest in
-    them, else None.
-    """
-
-    estimate: int
-    low: int
-    high: int
-    margin: float
-    fdr: int
-    holm: int
-    n_heads: int
-    units: str
-    theta: Tensor
-    clusters: list
-    strata: list | None
-
-
-def count_heads(
-    effects: Tensor, templates: list[str] | None, operations: list[str] | None, alpha: float = C_ALPHA
-) -> HeadCount:
-    """Count the heads that matter and those with a non-zero effect, by tests with templates as units.
-
-    ``effects`` is [pair, head], finite; no ``templates``: pairs as units; ``alpha`` is split ``α/2`` per bound and
-    is the FDR.
-    """
-    n, n_heads = effects.shape
-    units, strata, what = list(range(n)), None, "pairs (no templates)"
+def units_of(n: int, templates: list[str] | None, operations: list[str] | None) -> tuple[list, list | None, str]:
+    """The units of the tests over heads: templates (within operations when each has two), else pairs."""
     if templates and len(set(templates)) >= 2:
         per: dict[str, set[str]] = {}
         for t, o in zip(templates, operations or ["all"] * n):
             per.setdefault(o, set()).add(t)
-        units, what = list(templates), f"{len(set(templates))} templates"
         strata = list(operations) if operations and all(len(ts) >= 2 for ts in per.values()) else None
-    theta, p0 = cluster_t_test(effects, units, strata)
-    margin = C1_MARGIN * float(theta.abs().max())
+        return list(templates), strata, f"{len(set(templates))} templates"
+    return list(range(n)), None, "pairs (no templates)"
 
-    def p(null: float, side: str) -> Tensor:
-        return cluster_t_test(effects, units, strata, null=null, alternative=side)[1]
 
-    above = (2 * torch.minimum(p(margin, "greater"), p(-margin, "less"))).clamp(max=1.0)
-    below = torch.maximum(p(margin, "less"), p(-margin, "greater"))
-    return HeadCount(
-        estimate=int((theta.abs() >= margin).sum()) if margin > 0 else 0,
-        low=int(benjamini_hochberg(above, alpha / 2).sum()),
-        high=n_heads - int(benjamini_hochberg(below, alpha / 2).sum()),
-        margin=margin,
-        fdr=int(benjamini_hochberg(p0, alpha).sum()),
-        holm=int(holm(p0, alpha).sum()),
-        n_heads=n_heads,
-        units=what,
-        theta=theta,
-        strata=strata,
-        clusters=units,
-    )
+def weighted_depth_p(
+    theta: Tensor, matter: Tensor, n_layers: int, n_heads: int, n_null: int, seed: int
+) -> tuple[float, float]:
+    """The effect-weighted depth of the heads that matter and its p-value against random heads.
+
+    ``theta`` [head] (flattened), ``matter`` a mask of the heads that matter. Returns ``(d_obs, p)``: ``d_obs =
+    Σ w_h · depth_distance(l_h)`` with ``w = |θ_h| / Σ|θ|`` over those heads; ``p`` places it among ``n_null``
+    draws of as many distinct random heads carrying the same weights (``(1 + #{d_null ≤ d_obs}) / (1 + n_null)``).
+    """
+    idx = torch.nonzero(matter).flatten()
+    w = theta.abs()[idx]
+    w = w / w.sum()
+    dist = depth_distance(torch.arange(theta.numel()) // n_heads, n_layers)
+    d_obs = float((w * dist[idx]).sum())
+    gen = torch.Generator().manual_seed(int(seed))
+    pick = torch.rand(n_null, theta.numel(), generator=gen).argsort(1)[:, : idx.numel()]
+    d_null = (dist[pick] * w[None]).sum(1)
+    return d_obs, float((1 + (d_null <= d_obs + 1e-12).sum()) / (1 + n_null))
 
 
 def claim_c1(
@@ -132,18 +115,22 @@ def claim_c1(
     why_missing: str | None = None,
     n_null: int = C1_N_NULL,
 ) -> Claim:
-    """C1: at most 5% of heads matter (counted by tests over heads), and the top heads sit nearer the middle.
+    """C1 holds when the top ``m`` heads (strictly fewer than :data:`C1_MAX_FRACTION` of all) leave at most
+    :data:`C1_MAX_REST` of the total |effect| to the other heads (the upper bound over all heads) and the heads that
+    matter (non-zero under Holm), weighted by effect, sit nearer the middle than random heads (depth ``p ≤``
+    :data:`C_ALPHA`); does not hold when the rest exceeds :data:`C1_MAX_REST` over the heads that matter (the lower
+    bound) or depth ``p ≥`` :data:`C_NO_BETTER`; else inconclusive (module docstring).
 
-    ``key`` is only named in the text (the count does not depend on the selection rule). ``uncertainty`` draws the
+    ``key`` is only named in the text (the shares do not depend on the selection rule). ``uncertainty`` draws the
     concentration's interval, its seed also the depth null (``n_null`` random head sets), and sets ``α = 1 −
-    confidence``. The claim's value is the share of heads that matter, its interval the FDR bounds.
+    confidence``. The claim's value is the top heads' share of the total |effect| with its interval.
     """
     if patching is None:
         return not_measured("C1", stage, reason=why_missing)
     spec = patching.model
     n_heads = spec.n_layers * spec.n_heads
-    m = max(1, math.ceil(C1_MAX_FRACTION * n_heads))
-    unit = "share of heads"
+    m = allowed_heads(n_heads)
+    unit = "share of the total |effect|"
     if patching.per_pair_heads is None:
         return claim(
             "C1",
@@ -172,63 +159,84 @@ def claim_c1(
             unit=unit,
         )
     alpha = 1 - uncertainty.confidence
-    hc = count_heads(e, rows(patching.pair_templates), rows(patching.pair_operations), alpha)
-    conc = bias_corrected_bootstrap(
-        e, lambda t: concentration(t, m), hc.clusters, hc.strata, uncertainty, bounds=(0.0, 1.0)
+    units, strata, what = units_of(int(e.shape[0]), rows(patching.pair_templates), rows(patching.pair_operations))
+    theta, p0 = cluster_t_test(e, units, strata)
+    matter = holm(p0, alpha)
+    n_matter = int(matter.sum())
+    conc = bias_corrected_bootstrap(e, lambda t: concentration(t, m), units, strata, uncertainty, bounds=(0.0, 1.0))
+    most = 1 - C1_MAX_REST
+    top = theta.abs().topk(m).indices
+    counted = matter.clone()
+    counted[top] = True
+    conc_s = bias_corrected_bootstrap(
+        e, lambda t: concentration(t, m, counted), units, strata, uncertainty, bounds=(0.0, 1.0)
     )
-    gen = torch.Generator().manual_seed(int(uncertainty.seed))
-    top = hc.theta.abs().topk(m).indices
-    layers = top // spec.n_heads
-    d_obs = float(depth_distance(layers, spec.n_layers).mean())
-    all_d = depth_distance(torch.arange(n_heads) // spec.n_heads, spec.n_layers)
-    d_null = all_d[torch.rand(n_null, n_heads, generator=gen).argsort(1)[:, :m]].mean(1)
-    p_depth = float((1 + (d_null <= d_obs + 1e-12).sum()) / (1 + n_null))
-    rel = float((layers.double() / max(1, spec.n_layers - 1)).median())
-    heads = "head" if m == 1 else "heads"
+    rel = float(((top // spec.n_heads).double() / max(1, spec.n_layers - 1)).median())
     chosen = (
         f". Separately, the selection rule '{key.rule}' chose {_n(len(key.heads), 'key head')}, the set C2–C6 test"
         if key is not None
         else ""
     )
     text = (
-        f"{hc.estimate} of {n_heads} heads ({hc.estimate / n_heads:.1%}) reach the margin δ = {hc.margin:.3g} "
-        f"(a tenth of the strongest head's); FDR bounds {hc.low} to {_n(hc.high, 'head')} "
-        f"({hc.low / n_heads:.1%}–{hc.high / n_heads:.1%}) against the paper's < 5% (at most {_n(m, 'head')}); "
-        f"non-zero: {_n(hc.fdr, 'head')} ({hc.fdr / n_heads:.1%}) at a 5% false discovery rate, {hc.holm} under Holm "
-        f"(tests over {hc.units}). The top {_n(m, 'head')} {'holds' if m == 1 else 'hold'} "
-        f"{fmt_interval(conc.value, conc.low, conc.high, pct=True, digits=0)} "
-        f"of the total |effect| (bias-corrected); their median depth {rel:.2f} (middle band "
-        f"{C1_BAND[0]}–{C1_BAND[1]}), nearer the middle than random sets of {m} {heads}: p = {p_depth:.3f}{chosen}"
+        f"the top {_n(m, 'head')} (fewer than 5% of {n_heads}) {'holds' if m == 1 else 'hold'} "
+        f"{fmt_interval(conc.value, conc.low, conc.high, pct=True, digits=0)} of the total |effect| "
+        f"(bias-corrected; the rest {fmt_interval(1 - conc.value, 1 - conc.high, 1 - conc.low, pct=True, digits=0)}"
+        f", the paper's 'few' read as at most {1 - most:.0%} outside them); "
+        f"{_n(n_matter, 'head')} ({n_matter / n_heads:.1%}) have a non-zero effect under Holm (family-wise "
+        f"{alpha:.0%}, tests over {what}): at least that many act, with {1 - alpha:.0%} confidence; over them "
+        f"the rest holds {fmt_interval(1 - conc_s.value, 1 - conc_s.high, 1 - conc_s.low, pct=True, digits=0)}; "
+        f"the median depth of the top {_n(m, 'head')} {rel:.2f} (middle band {C1_BAND[0]}–{C1_BAND[1]})"
     )
-    if hc.low > m:
+    if n_matter:
+        d_obs, p_depth = weighted_depth_p(theta, matter, spec.n_layers, spec.n_heads, n_null, uncertainty.seed)
+        text += (
+            f"; the heads that matter, weighted by |effect|, sit {d_obs:.2f} from the middle (0 middle, 1 ends), "
+            f"nearer than random heads of the same weights: {p_words(p_depth, n_null)}"
+        )
+    else:
+        p_depth = float("nan")
+        text += "; no head's effect is non-zero under Holm, so depth cannot be read"
+    text += chosen
+    rest_lo, rest_hi = 1 - conc_s.high, 1 - conc.low
+    share = f"the share outside the top {_n(m, 'head')}"
+    if rest_lo > C1_MAX_REST:
         verdict = Verdict.FAILS
-        reason = f"{_n(hc.low, 'head')} shown to matter (FDR {alpha / 2:.1%}), more than 5% of {n_heads} ({m})"
+        reason = (
+            f"{share} is above {C1_MAX_REST:.0%} even over the heads that matter (its lower bound {rest_lo:.0%}): "
+            "the effect is not sparse"
+        )
     elif p_depth >= C_NO_BETTER:
         verdict = Verdict.FAILS
-        reason = f"the top heads sit no nearer the middle than random heads (depth p = {p_depth:.2f} ≥ {C_NO_BETTER})"
-    elif hc.high <= m and p_depth <= C_ALPHA:
+        reason = (
+            f"the heads that matter sit no nearer the middle than random heads (depth {p_words(p_depth, n_null)} ≥ "
+            f"{C_NO_BETTER})"
+        )
+    elif rest_hi <= C1_MAX_REST and p_depth <= C_ALPHA:
         verdict = Verdict.HOLDS
         reason = (
-            f"all but {_n(hc.high, 'head')} shown not to matter (FDR {alpha / 2:.1%}): within 5% of {n_heads} ({m}); "
-            f"depth p ≤ {C_ALPHA}"
+            f"{share} is at most {C1_MAX_REST:.0%} (its upper bound {rest_hi:.0%}) and depth "
+            f"{p_words(p_depth, n_null)} ≤ {C_ALPHA}"
         )
     else:
         verdict = Verdict.INCONCLUSIVE
         why = []
-        if hc.high > m:
+        if rest_hi > C1_MAX_REST:
             why.append(
-                f"between {hc.low} and {hc.high} heads may matter (margin δ = {hc.margin:.3g}), against {m} allowed"
+                f"{share} (lower bound {rest_lo:.0%} over the heads that matter, upper bound {rest_hi:.0%} over all "
+                f"heads) straddles {C1_MAX_REST:.0%}"
             )
-        if p_depth > C_ALPHA:
-            why.append(f"depth p = {p_depth:.3f} lies between {C_ALPHA} and {C_NO_BETTER}")
+        if not n_matter:
+            why.append("no head's effect is non-zero under Holm, so depth cannot be read")
+        elif p_depth > C_ALPHA:
+            why.append(f"depth {p_words(p_depth, n_null)} lies between {C_ALPHA} and {C_NO_BETTER}")
         reason = "; ".join(why)
     return claim(
         "C1",
         text,
         verdict,
         reason,
-        Interval(hc.estimate / n_heads, hc.low / n_heads, hc.high / n_heads, int(e.shape[0]), method="fdr_bounds"),
+        Interval(conc.value, conc.low, conc.high, int(e.shape[0]), method="bias_corrected_bootstrap"),
         unit=unit,
         n_tests=n_heads,
-        correction="benjamini_hochberg",
+        correction="holm",
     )

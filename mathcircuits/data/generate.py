@@ -8,10 +8,11 @@ to the same length; with ``"operands"`` the operator stays and both operands cha
 can be found); it also stores ``counterfactual``, ``cf_a``, ``cf_b``, ``cf_answer``, ``cf_answer_tokens``.
 
 Few-shot prefix (small models need it), shared by reference and counterfactual so they stay aligned. With
-``fewshot_operations="neutral"`` (default) it has as many examples as the query's operation lists, taken in
-turn from every operation of the set, each in its operation's matching template (same form and place in
-the file: ``add_eq_1`` ↔ ``mul_eq_1``): "2 + 4 = 6", "9 - 4 = 5", "2 * 3 = 6" — the same whatever the
-query's operation, and as long as the paper's. ``"mixed"`` interleaves every example of every operation
+``fewshot_operations="every"`` (default) it has as many examples as the query's operation lists and at least
+one per operation, taken in turn from every operation of the set, each in its operation's matching template
+(same form and place in the file: ``add_eq_1`` ↔ ``mul_eq_1``): "2 + 4 = 6", "9 - 4 = 5", "2 * 3 = 6",
+"8 / 2 = 4" — every operation shown, the same whatever the query's operation. ``"neutral"`` (earlier runs)
+stops at the paper's three shots, so it never showed division. ``"mixed"`` interleaves every example of every operation
 (about four times longer). After a prefix of additions the query's operator is redundant, after a neutral
 or mixed one it is necessary, so the operator counterfactual measures what the operator token does rather
 than what the prefix already says (with ``"same"``, the paper's, ``'2 + 4 = 6 ... 6 $ 5 = '``
@@ -74,11 +75,11 @@ class GenerationConfig:
     )
     fewshot: bool = setting(True, "prefix the query with the template's few-shot examples")
     fewshot_operations: FewshotOperations = setting(
-        "neutral",
-        "neutral: as many examples as the paper's, taken in turn from every operation of the template set, the "
+        "every",
+        "every: one example of each operation of the template set in turn (at least as many as the paper's), the "
         "same prefix for every query, so the prefix does not name the query's operation and its operator is needed "
-        "to answer; mixed: every example of every operation, interleaved (about 4x longer); same: the query's "
-        "operation only (the paper's)",
+        "to answer; neutral: the same cut at the paper's number of examples (division not shown); mixed: every "
+        "example of every operation, interleaved (about 4x longer); same: the query's operation only (the paper's)",
     )
     allow_negative: bool = setting(False, "keep pairs whose answer is negative")
     integer_only: bool = setting(True, "keep only integer answers (division)")

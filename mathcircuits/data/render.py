@@ -20,9 +20,11 @@ __all__ = [
     "prompt_start",
 ]
 
-#: Which operations the few-shot examples show: every operation of the set in turn (the default: the prefix does
-#: not name the query's operation), every example of every operation, or the query's own (the paper's).
-FewshotOperations: TypeAlias = Literal["same", "neutral", "mixed"]
+#: Which operations the few-shot examples show: every operation of the set in turn, each at least once (the
+#: default: the prefix does not name the query's operation), the same with as many shots as the query's operation
+#: lists (three: division never shown; earlier runs), every example of every operation, or the query's own (the
+#: paper's).
+FewshotOperations: TypeAlias = Literal["same", "every", "neutral", "mixed"]
 
 
 def answer_spacing(tokenizer) -> str:
@@ -99,7 +101,7 @@ def render_pair(
     integer_only: bool = True,
     allow_negative: bool = False,
     cf_operands: tuple[int, int] | None = None,
-    fewshot_operations: FewshotOperations = "neutral",
+    fewshot_operations: FewshotOperations = "every",
 ) -> PairRow:
     """Build one reference/counterfactual record from a template and operands.
 
@@ -111,7 +113,8 @@ def render_pair(
         integer_only: the answer rule of the few-shot examples (as ``allow_negative``).
         cf_operands: ``(a', b')`` for an operand counterfactual (the operator stays, ``cf_word`` is ignored);
             None: the operator counterfactual.
-        fewshot_operations: ``"neutral"``: one example per shot, from every operation of the set in turn;
+        fewshot_operations: ``"every"``: one example per shot, from every operation of the set in turn, each at
+            least once; ``"neutral"``: the same, as many shots as the query's operation lists;
             ``"mixed"``: every example of every operation; each in its matching template (see
             :mod:`.generate`); ``"same"``: those of the query's operation.
 
@@ -216,7 +219,7 @@ def render_prompt(
     b: int,
     fewshot: bool,
     spacing: str,
-    fewshot_operations: FewshotOperations = "neutral",
+    fewshot_operations: FewshotOperations = "every",
 ) -> str | None:
     """The reference prompt :func:`render_pair` builds for ``a, b`` with the template's own operator (None: the
     operands have no answer)."""
@@ -234,8 +237,10 @@ def _shots(
     """The few-shot examples as ``(template, a, b)``: the query's template only, or every operation's match."""
     if fewshot_operations == "same":
         return [(tpl, x, y) for x, y in template.fewshot_examples[tpl.operation]]
-    if fewshot_operations not in ("neutral", "mixed"):
-        raise PairError(f"fewshot_operations {fewshot_operations!r} is unknown. ", "use 'neutral', 'same' or 'mixed'.")
+    if fewshot_operations not in ("every", "neutral", "mixed"):
+        raise PairError(
+            f"fewshot_operations {fewshot_operations!r} is unknown. ", "use 'every', 'neutral', 'same' or 'mixed'."
+        )
 
     def rank(t: Template) -> int:  # the template's place among its operation's templates of its form
         return [u.id for u in template.templates if (u.operation, u.form) == (t.operation, t.form)].index(t.id)
@@ -253,9 +258,11 @@ def _shots(
             f"{tpl.form!r} with few-shot examples, so a {fewshot_operations} prefix cannot be built. ",
             "use fewshot_operations='same', or add such templates and examples to the set.",
         )
-    if fewshot_operations == "neutral":  # the operations in the set's order, whatever the query's
+    if fewshot_operations in ("every", "neutral"):  # the operations in the set's order, whatever the query's
         shots = template.fewshot_examples
-        turn = [matches[i % len(matches)] for i in range(len(shots[tpl.operation]))]
+        n = len(shots[tpl.operation])
+        n = max(n, len(matches)) if fewshot_operations == "every" else n  # "every": division shown too
+        turn = [matches[i % len(matches)] for i in range(n)]
         return [(t, *shots[t.operation][i % len(shots[t.operation])]) for i, t in enumerate(turn)]
     longest = max(len(template.fewshot_examples[t.operation]) for t in matches)
     return [

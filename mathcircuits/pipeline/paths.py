@@ -6,7 +6,7 @@ Layout (one sub-folder per stage, each finished by a ``.done.json`` marker)::
     logs/      warnings.log (dependencies' warnings and log lines)  traceback-<stage>.txt (internal errors)
     data/      pairs_scored/  pairs_correct/  accuracy.csv
     identify/  patching_<op>.pt  patching_all.pt  key_components.json  effects_all.csv
-    validate/  head_means.pt  knockout_<op>.pt/.csv  transfer.pt/.csv  control.pt/.csv  mlp_margin.pt
+    validate/  head_means.pt  knockout_<op>.pt/.csv  transfer.pt/.csv  control.pt/.csv  mlp_margin.pt  mlp_mediation.pt
                cross_operation.pt/.csv
     analyze/   attention_by_role.pt/.csv  attention_key_layers.pt/.csv  mlp_probes.pt/.csv  head_patterns.pt
     circuit/   circuit_<op>.json  faithfulness_<op>.json  graph_<op>.html  curve_<op>.html
@@ -131,6 +131,10 @@ class RunPaths:
     @property
     def mlp_margin(self) -> Path:
         return self.root / "validate" / "mlp_margin.pt"
+
+    @property
+    def mlp_mediation(self) -> Path:
+        return self.root / "validate" / "mlp_mediation.pt"
 
     def cross_operation(self, suffix: str = ".pt") -> Path:
         return self.root / "validate" / f"cross_operation{suffix}"

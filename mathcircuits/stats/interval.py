@@ -25,7 +25,8 @@ DEFAULT_CONFIDENCE = 0.95
 
 #: How an interval was drawn. ``cluster_bootstrap_t`` is the small-cluster method (templates resampled within
 #: operations, studentized: :func:`~mathcircuits.stats.small_clusters.cluster_t_interval`);
-#: ``pair_bootstrap_fallback`` is a
+#: ``cluster_t_few`` is the t interval on template means that replaces it below
+#: :data:`~mathcircuits.stats.small_clusters.MIN_BOOTSTRAP_CLUSTERS` templates; ``pair_bootstrap_fallback`` is a
 #: bootstrap over pairs where the pairs carry clusters but too few to resample (it ignores their dependence);
 #: ``bootstrap`` is over rows known to be independent (or whose clusters are unknown).
 IntervalMethod = Literal[
@@ -34,6 +35,7 @@ IntervalMethod = Literal[
     "paired_bootstrap",
     "cluster_bootstrap",
     "cluster_bootstrap_t",
+    "cluster_t_few",
     "pair_bootstrap_fallback",
     "bias_corrected_bootstrap",
     "fdr_bounds",
@@ -54,6 +56,7 @@ METHOD_TEXT: dict[str, str] = {
     "paired_bootstrap": "paired bootstrap over items",
     "cluster_bootstrap": "percentile bootstrap over templates",
     "cluster_bootstrap_t": "bootstrap-t over templates",
+    "cluster_t_few": "t interval on template means (fewer than 4 templates: no bootstrap)",
     "pair_bootstrap_fallback": "bootstrap over pairs (too few templates: undercovers)",
     "bias_corrected_bootstrap": "bias-corrected bootstrap over templates",
     "fdr_bounds": "bounds at a 2.5% false discovery rate over heads",

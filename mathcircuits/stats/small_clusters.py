@@ -13,6 +13,11 @@ t interval misses; templates weigh equally, so a large one does not dominate.
 
 :func:`cluster_t_test` gives each cell's p-value from the same quantities with a Welch–Satterthwaite ``t``
 (``G − 1`` degrees of freedom with one stratum).
+
+Limits. Below :data:`MIN_BOOTSTRAP_CLUSTERS` clusters the bootstrap-t cannot be drawn: 2 clusters give 4 resamples,
+half of them with ``se* = 0``, and the interval collapsed to θ; 3 covered 0.80. There
+:func:`small_cluster_interval` falls back to the t interval on cluster means, ``θ ± t_{df, 1−α/2} · se`` (exact for
+normal cluster means; ``cluster_t_few``, named on the card), wide as it should be with 1–2 degrees of freedom.
 """
 
 from __future__ import annotations
@@ -29,6 +34,8 @@ from mathcircuits.stats.bootstrap import bootstrap_statistic
 from mathcircuits.stats.interval import DEFAULT_UNCERTAINTY, Interval, Uncertainty
 
 __all__: list[str] = []
+
+MIN_BOOTSTRAP_CLUSTERS = 4  # fewer clusters: the t interval on cluster means instead of the bootstrap-t
 
 
 class ClusterMeans:
@@ -140,6 +147,24 @@ def cluster_t_interval(
     return theta.reshape(shape), low.reshape(shape), high.reshape(shape)
 
 
+def cluster_t_few(
+    values: Float[Tensor, "row ..."] | Sequence[float],
+    clusters: Sequence[object],
+    strata: Sequence[object] | None = None,
+    confidence: float = DEFAULT_UNCERTAINTY.confidence,
+) -> tuple[Float[Tensor, "..."], Float[Tensor, "..."], Float[Tensor, "..."]]:
+    """The t interval on cluster means, ``θ ± t_{df, 1−α/2} · se`` (Welch–Satterthwaite ``df``), for every cell.
+
+    What :func:`small_cluster_interval` uses below :data:`MIN_BOOTSTRAP_CLUSTERS` clusters; returns
+    ``(value, low, high)``.
+    """
+    x = torch.as_tensor(values, dtype=torch.float64)
+    theta, se, df = cluster_means(x, clusters, strata).estimate()
+    q = torch.as_tensor(student_t.ppf(0.5 + confidence / 2, df.numpy()), dtype=torch.float64)
+    shape = x.shape[1:]
+    return theta.reshape(shape), (theta - q * se).reshape(shape), (theta + q * se).reshape(shape)
+
+
 def cluster_t_test(
     values: Float[Tensor, "row ..."],
     clusters: Sequence[object],
@@ -174,7 +199,8 @@ def small_cluster_interval(
     """The interval of a per-row mean that every claim reads: bootstrap-t over templates where it can be drawn.
 
     With two or more clusters in every stratum: :func:`cluster_t_interval` within strata; with two or more in
-    all but not in every stratum: the same over all clusters (strata ignored, wider when strata differ); with
+    all but not in every stratum: the same over all clusters (strata ignored, wider when strata differ); with 2 or
+    3 clusters in all: :func:`cluster_t_few`, the t interval on cluster means (``cluster_t_few``); with
     one cluster, or no cluster labels, the percentile bootstrap over rows, named ``pair_bootstrap_fallback``
     when the rows carry cluster labels (it ignores their dependence and undercovers) and ``bootstrap`` when not.
     """
@@ -188,7 +214,11 @@ def small_cluster_interval(
         for c, s in zip(clusters, strata if strata is not None else [0] * len(clusters)):
             per.setdefault(s, set()).add(c)
         use = strata if all(len(cs) >= 2 for cs in per.values()) else None
-        v, lo, hi = cluster_t_interval(x, list(clusters), None if use is None else list(use), uncertainty)
+        use = None if use is None else list(use)
+        if len(set(clusters)) < MIN_BOOTSTRAP_CLUSTERS:
+            v, lo, hi = cluster_t_few(x, list(clusters), use, confidence)
+            return Interval(float(v), float(lo), float(hi), int(x.numel()), confidence, "cluster_t_few", -1)
+        v, lo, hi = cluster_t_interval(x, list(clusters), use, uncertainty)
         return Interval(float(v), float(lo), float(hi), int(x.numel()), confidence, "cluster_bootstrap_t", seed)
     iv = bootstrap_statistic(x, None, uncertainty)
     method = "pair_bootstrap_fallback" if clusters is not None else "bootstrap"

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from mathcircuits.claims import ClaimsCard, Verdict
+from mathcircuits.claims.rules import rule_text
 from mathcircuits.models import ModelSpec
 from mathcircuits.models.embedded import weights_note
 from mathcircuits.report.html import Page, esc
@@ -16,6 +17,7 @@ __all__: list[str] = []
 #: The CSS class that colours each verdict on the card.
 VERDICT_CLASS: dict[Verdict, str] = {
     Verdict.HOLDS: "v-holds",
+    Verdict.PARTLY: "v-open",
     Verdict.FAILS: "v-fails",
     Verdict.INCONCLUSIVE: "v-open",
     Verdict.NOT_MEASURED: "v-none",
@@ -60,7 +62,12 @@ class ClaimsSection(Section):
             f'<section class="card" id="{self.anchor}"><h2>Claims card</h2>{about}'
             f'<table class="claims">{head}{"".join(rows)}</table><div class="card-end"></div>'
             "<details><summary>Why each verdict (rules in docs/claims.md)</summary><ul>"
-            + "".join(f"<li>{esc(c.id)}: {esc(c.reason)}</li>" for c in self.card.claims)
+            + "".join(
+                f"<li>{esc(c.id)}: {esc(c.reason)}"
+                + (f'<br><small class="rule">rule: {esc(rule)}</small>' if (rule := rule_text(c.id)) else "")
+                + "</li>"
+                for c in self.card.claims
+            )
             + "</ul></details></section>"
         )
         page.toc.append((self.anchor, self.title))

@@ -10,7 +10,9 @@ The control pairs (claim C2) are taken round-robin over the templates
 Reads the ``validation`` section; writes ``validate/knockout_<op>.pt/.csv`` (the curves),
 ``validate/control.pt/.csv`` (the pooled key set against ``validation.control_draws`` depth-matched random sets
 of non-key heads: claim C2), ``validate/mlp_margin.pt`` (the later MLPs' answer margin with the key heads
-knocked out: claim C4), ``validate/cross_operation.pt/.csv`` (each operation's own key set knocked out on every
+knocked out), ``validate/mlp_mediation.pt`` (the key heads' effect split into the part through the later MLPs
+and the rest, beside the random sets': claim C4),
+``validate/cross_operation.pt/.csv`` (each operation's own key set knocked out on every
 operation), ``validate/transfer.pt/.csv`` (claim C5) and, when the position-free mean is used
 (``validation.ablation: mean``, or a transfer set without counterfactual prompts such as real word problems),
 ``validate/head_means.pt``.
@@ -24,13 +26,16 @@ from pathlib import Path
 
 from mathcircuits._errors import FixableRuntimeError
 from mathcircuits.ablation import (
+    HeadMeans,
     KnockoutScorer,
+    MLPMediation,
     PositionPool,
     TransferRow,
     cross_operation,
     head_means,
     knockout_curve,
     mlp_margin,
+    mlp_mediation,
     random_control,
     transfer,
 )
@@ -72,6 +77,8 @@ class ControlBrief:
     p_value: float
     mlp_margin_drop: float
     templates: int = 0  # templates the control pairs span (every template of the scored operations)
+    mlp_mediated_share: float = float("nan")  # of the key heads' effect on the answer, the later MLPs' share (C4)
+    random_mediated_share: float = float("nan")  # ... and of the random sets' effect
 
 
 @dataclass(frozen=True)
@@ -102,7 +109,8 @@ class ValidateSummary(StageSummary):
                 f"accuracy {c.baseline:.2f} -> {c.baseline - c.key_drop:.2f}; "
                 f"{c.draws} depth-matched random sets {c.baseline - c.random_drop_mean:.2f} on average; "
                 f"key set at percentile {c.percentile:.0f} (p = {c.p_value:.3f}); "
-                f"later MLPs' answer margin drop {c.mlp_margin_drop:+.2f} logits"
+                f"later MLPs' answer margin drop {c.mlp_margin_drop:+.2f} logits; they carry "
+                f"{c.mlp_mediated_share:.0%} of the key heads' effect, {c.random_mediated_share:.0%} of random sets'"
             )
         out += self.cross_operation
         out += [
@@ -167,6 +175,24 @@ def _transfer_sets(ctx: Context, correct: PairSet) -> dict[str, PairSet]:
         else:
             log.warning("word-problem set %s: %s is missing, so its transfer is skipped", name, f)
     return sets
+
+
+def c4_mediation(
+    ctx: Context,
+    pairs: PairSet,
+    heads: list,
+    layers: range,
+    means: HeadMeans | None,
+    scorer: KnockoutScorer,
+    draws: list,
+) -> MLPMediation:
+    """Claim C4: the key heads' effect on the answer split into the part the later MLPs carry and the rest, beside
+    the same split for the control's random sets (``validation.margin_draws`` of them); saved."""
+    v = ctx.config.validation
+    med = mlp_mediation(ctx.model, pairs, heads, layers, v.ablation, means, v.scope, scorer=scorer,
+                        random_sets=draws[: v.margin_draws])  # fmt: skip
+    med.save(ctx.paths.mlp_mediation)
+    return med
 
 
 def fresh_pairs(ctx: Context, correct: PairSet, op: Operation, limit: int) -> tuple[PairSet, int]:
@@ -272,6 +298,7 @@ def run(ctx: Context) -> ValidateSummary:
         margin = mlp_margin(model, pooled, key.heads, range(ref, n_layers), v.ablation, means, v.scope, scorer=scorer,
                             random_sets=control.draws[: v.margin_draws])  # fmt: skip
         margin.save(paths.mlp_margin)
+        mediation = c4_mediation(ctx, pooled, key.heads, range(ref, n_layers), means, scorer, control.draws)
         d = control.random_drops()
         brief = ControlBrief(
             n_pairs=control.n_pairs,
@@ -282,6 +309,8 @@ def run(ctx: Context) -> ValidateSummary:
             percentile=control.percentile(),
             p_value=control.p_value(),
             mlp_margin_drop=margin.drop(),
+            mlp_mediated_share=mediation.share(0),
+            random_mediated_share=mediation.pooled_random_share(),
             templates=len(set(pooled.template_ids)),
         )
         # per operation: each operation's own key set (the same rule), knocked out on every operation
