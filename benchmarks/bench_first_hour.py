@@ -13,7 +13,8 @@ the CPU time of the fast-path checks it ran or read):
   (its CPU time is the one set against the floor), the third counts the matmul FLOPs each statement does
   (``torch.utils.flop_counter``; not timed, counting slows it);
 * the floor: those FLOPs over the matmul rate measured in this process at the model's shapes (the fastest of
-  the attention, MLP and unembedding products, torch's default threads): the time the arithmetic alone takes;
+  the attention, MLP and unembedding products, torch's default threads, per CPU second): the CPU time the
+  arithmetic alone takes;
 * ``next``: the same example, then the README's next block (the following ```python block: ``fresh_pairs``,
   ``knockout_curve``, ``attention_by_role``); its own statements are the figure of interest;
 * ``notebook``: ``notebooks/04_teaching.ipynb`` executed headless with nbclient (kernel ``python3``), outputs
@@ -138,11 +139,12 @@ def timed(name: str, argv: list[str], env: dict[str, str] | None = None) -> dict
 
 
 def matmul_rate(repeats: int = 5) -> dict:
-    """The machine's matmul rate at the embedded model's shapes, in this process's torch threads: FLOP/s.
+    """The machine's matmul rate at the embedded model's shapes, in this process's torch threads: FLOP per CPU second.
 
     Rows of 256 tokens through the model's three kinds of weight (576 → 576 attention, 576 → 1536 MLP, 576 → 49152
     unembedding), float32; the best of ``repeats`` timings of each, the rate of the fastest shape (so the floor is
-    the lowest this machine allows).
+    the lowest this machine allows). Timed in process CPU time, the unit the example's time is compared in, so
+    other jobs on a shared machine slow both alike.
     """
     import torch
 
@@ -154,10 +156,10 @@ def matmul_rate(repeats: int = 5) -> dict:
         loops = max(1, int(2e9 // (2 * n * k * m)))
         best = float("inf")
         for _ in range(repeats):
-            t0 = time.perf_counter()
+            t0 = time.process_time()
             for _ in range(loops):
                 a @ b
-            best = min(best, (time.perf_counter() - t0) / loops)
+            best = min(best, (time.process_time() - t0) / loops)
         rates[name] = 2 * n * k * m / best
     return {"threads": torch.get_num_threads(), "flop_per_s": max(rates.values()), "by_shape": rates}
 
