@@ -86,7 +86,7 @@ def test_role_panels_class_each_key_head_as_claim_c3_does():
 def test_attention_views_are_sized_to_their_prompt():
     from mathcircuits.analysis import HeadPatterns
     from mathcircuits.viz import attention_heads_view
-    from mathcircuits.viz.circuitsvis import VIEW_MAX_PX, view_width
+    from mathcircuits.viz.circuitsvis import VIEW_MAX_PX, VIEW_PX_PER_HEAD, view_width
 
     def view(n_tokens: int, n_heads: int) -> int:
         tokens = [f"t{i}" for i in range(n_tokens)]
@@ -101,7 +101,7 @@ def test_attention_views_are_sized_to_their_prompt():
 
     short, long_ = view(17, 2), view(200, 2)
     assert short == view_width(17, 2) < 600 < long_ == VIEW_MAX_PX  # a short prompt gets a small square
-    assert view(17, 8) >= 8 * 100  # but room for a thumbnail per head
+    assert view(4, 6) == 6 * VIEW_PX_PER_HEAD + 40  # a few tokens, many heads: room for a thumbnail per head
 
 
 def test_long_subtitles_wrap_whole_in_static_exports():

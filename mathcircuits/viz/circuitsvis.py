@@ -74,13 +74,13 @@ class OfflineHTML:
 
 
 VIEW_PX_PER_TOKEN = 16  # a token's row and column in the zoomed pattern: the labels stay readable
-VIEW_PX_PER_HEAD = 100  # a head's thumbnail in the selector row
-VIEW_MIN_PX, VIEW_MAX_PX = 360, 900
+VIEW_PX_PER_HEAD = 130  # a head's thumbnail in the selector row, its label ("L2.H1 → operand_b") whole
+VIEW_MIN_PX, VIEW_MAX_PX = 520, 900  # below 520 the zoomed title runs into its badge
 
 
 def view_width(n_tokens: int, n_heads: int) -> int:
     """The width (CSS px) an attention view needs: its square pattern at 16 px a token plus the axis labels, or
-    its row of head thumbnails, whichever is wider, within 360-900 px.
+    its row of head thumbnails, whichever is wider, within 520-900 px.
 
     CircuitsVis draws the zoomed pattern as wide as its container, so without a bound a 17-token prompt fills
     ~900 px, mostly the grey of the masked upper triangle.
