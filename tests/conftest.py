@@ -66,6 +66,8 @@ _check_functions_and_methods_not_closures()
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("MATHCIRCUITS_PROGRESS", "0")  # no bars in test output (mathcircuits._progress)
+# every process runs its own fast-path checks: tests break fast paths on purpose (mathcircuits.models.forward.verdicts)
+os.environ.setdefault("MATHCIRCUITS_CHECKS_CACHE", "off")
 
 
 @pytest.fixture(autouse=True)

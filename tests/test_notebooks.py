@@ -1,9 +1,9 @@
 """The notebooks are committed executed (GitHub and nbviewer show their outputs), and they still run.
 
 The committed file must hold a clean run: outputs in every notebook, execution counts 1..n from the top, no error,
-no warning on stderr, no machine path, a static PNG beside every Plotly figure (GitHub runs no JavaScript), and its
-measured run time in the first markdown cell (``scripts/run_notebooks.py`` writes all that). The slow test executes
-a copy in memory, never the committed file.
+no warning on stderr, no machine path, at least one figure and a static PNG beside every Plotly figure (GitHub runs
+no JavaScript), and its measured run time in the first markdown cell (``scripts/run_notebooks.py`` writes all
+that). The slow test executes a copy in memory, never the committed file.
 """
 
 import json
@@ -83,6 +83,7 @@ def test_committed_executed(path):
     )
     assert _outputs_problems(nb) == []
     figures = [o for c in code for o in c.outputs if PLOTLY in o.get("data", {})]
+    assert figures, f"{path.name} shows no figure: each tutorial shows its results as at least one"
     assert all(o.data["image/png"] for o in figures)
     first = next(c for c in nb.cells if c.cell_type == "markdown")
     assert RUN_TIME.search(first.source), f"{path.name}: its first markdown cell does not state the measured run time"

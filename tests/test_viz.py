@@ -38,7 +38,7 @@ from mathcircuits.viz import (
     screenshot_html,
 )
 from mathcircuits.viz.circuitsvis import circuitsvis_bundle, split_bundle
-from mathcircuits.viz.export import find_chromium
+from mathcircuits.viz.export import find_chromium, whole_title
 
 SPEC = ModelSpec(
     name="toy",
@@ -358,7 +358,8 @@ def test_static_export_png_svg_pdf_in_one_batch(tmp_path):
     png, svg, pdf = (p.read_bytes() for p in paths)
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and b"<svg" in svg[:500] and pdf[:4] == b"%PDF"
     width, height = struct.unpack(">II", png[16:24])
-    assert (width, height) == (fig.layout.width * 2, fig.layout.height * 2)  # the layout's size, at scale 2
+    drawn = whole_title(fig)  # its subtitle wrapped to the width, the height grown by the added line
+    assert (width, height) == (drawn.layout.width * 2, drawn.layout.height * 2)  # the layout's size, at scale 2
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ko.pdf", "ko.png", "ko.svg"]
 
 

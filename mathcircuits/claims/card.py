@@ -60,6 +60,14 @@ class Verdict(str, enum.Enum):
         return format(self.value, spec)
 
 
+#: The preset (a file in ``configs/``) whose run measures each claim, named on the claim's "not measured" row.
+MEASURED_BY: dict[str, str] = {
+    **dict.fromkeys(("C1", "C2", "C3", "C4", "C5"), "configs/default.yaml"),
+    **dict.fromkeys(("C6", "C6b"), "configs/improve-cpu.yaml"),  # the compare stage: modes at their own rates
+    **dict.fromkeys(("N1", "N2", "N3"), "configs/thorough.yaml"),  # the numbers stage
+}
+
+
 @dataclass(frozen=True)
 class Claim:
     """One claim of Zhang et al. (2024) and this run's verdict on it.
@@ -130,6 +138,12 @@ class Claim:
         return "; ".join(parts)
 
     @property
+    def preset_text(self) -> str:
+        """On a "not measured" row, the preset that measures the claim (``"measured by configs/…"``); else ``""``."""
+        preset = MEASURED_BY.get(self.id)
+        return f"measured by {preset}" if preset and self.verdict == Verdict.NOT_MEASURED else ""
+
+    @property
     def beyond_paper(self) -> bool:
         """Whether the claim goes beyond Zhang et al. (the N rows: how numbers are represented, docs/claims.md)."""
         return not self.id.startswith("C")
@@ -181,6 +195,7 @@ class ClaimsCard(SavedResult):
         for c in self.claims:
             mark = "+" if c.beyond_paper else " "
             how = f" ({c.interval_text})" if c.interval_text else ""
+            how += f" — {c.preset_text}" if c.preset_text else ""
             out.append(f" {mark}{c.id} {c.title:<{width}}  {c.verdict:<32}  {c.measurement}{how}")
         if any(c.beyond_paper for c in self.claims):
             out.append(

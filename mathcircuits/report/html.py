@@ -29,6 +29,8 @@ __all__ = [
 ]
 
 CARD_END_COLOUR = "#5b2a86"  # the bar that closes the claims card (the screenshot test looks for it)
+# On a phone each claim's row is a column: its name, then its verdict (CSS order), then the paper's and this run's
+# text, so the verdict is not pushed below a long paragraph.
 
 CSS = """
 body { font-family: -apple-system, "Segoe UI", Helvetica, Arial, sans-serif; margin: 0 auto; max-width: 1240px;
@@ -54,8 +56,9 @@ table.tbl th { background: #f3f3f3; } table.tbl td:first-child, table.tbl th:fir
 .note { color: #555; font-size: 0.92em; max-width: 980px; }
 .fig { margin: 10px 0 18px; overflow-x: auto; } .fig .plotly-graph-div { min-width: 600px; }
 @media (max-width: 600px) { body { padding: 6px 10px; } h1 { font-size: 1.25em; }
-       table.claims th { display: none; } table.claims tr { display: block; border-bottom: 1px solid #ccc;
-       padding: 5px 0; } table.claims td { display: block; border: 0; padding: 2px 2px; }
+       table.claims th { display: none; } table.claims tr { display: flex; flex-direction: column;
+       border-bottom: 1px solid #ccc; padding: 5px 0; } table.claims td { display: block; border: 0; padding: 2px 2px;
+       order: 2; } table.claims td.id { order: 0; } table.claims td:nth-child(4) { order: 1; }
        table.claims td.id { white-space: normal; } table.claims td:nth-child(2)::before { content: "Paper: ";
        font-weight: 600; } table.claims td:nth-child(3)::before { content: "This run: "; font-weight: 600; } }
 details { margin: 6px 0 14px; overflow-x: auto; } summary { cursor: pointer; color: #333; }

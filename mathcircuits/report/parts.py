@@ -46,6 +46,8 @@ class ReportParts:
         patching: ``{operation: result}``, one heatmap each.
         patching_overall: the result over all pairs (default: merged from ``patching``).
         patterns: full attention patterns, shown as interactive CircuitsVis views.
+        attention_layers: attention of the key heads and the other heads of their layers (what claim C3 reads);
+            with it the role panels class each key head as C3 does.
         evaluation: the evaluate stage's table (:func:`~mathcircuits.evaluation.compare_table`).
         circuit: ``{operation: Circuit}``, each shown as the graph of its plateau circuit.
         comparison_sweep: the fair SFT comparison's sweep (:func:`~mathcircuits.finetune.sweep_records`).
@@ -66,6 +68,7 @@ class ReportParts:
     knockout: Mapping[str, KnockoutResult] = field(default_factory=dict)
     transfer: TransferResult | None = None
     attention: AttentionByRole | None = None
+    attention_layers: AttentionByRole | None = None
     probes: MLPProbeResult | None = None
     patterns: HeadPatterns | None = None
     evaluation: DeltaTable | None = None

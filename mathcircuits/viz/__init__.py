@@ -12,7 +12,7 @@ from mathcircuits.viz.circuitsvis import OfflineHTML, attention_heads_view
 from mathcircuits.viz.export import ChromiumMissingError, save_figure, save_figures, screenshot_html
 from mathcircuits.viz.faithfulness_curve import faithfulness_curve
 from mathcircuits.viz.heatmap import patching_heatmap, patching_heatmaps, patching_top_heads
-from mathcircuits.viz.improve import pareto_plot
+from mathcircuits.viz.improve import accuracy_before_after, pareto_plot, sft_loss_curves
 from mathcircuits.viz.knockout import knockout_curves
 from mathcircuits.viz.numbers import (
     grid_heatmaps,
@@ -30,6 +30,7 @@ from mathcircuits.viz.transfer import transfer_bars
 __all__ = [
     "ChromiumMissingError",
     "OfflineHTML",
+    "accuracy_before_after",
     "attention_excess",
     "attention_heads_view",
     "attention_role_distributions",
@@ -53,6 +54,7 @@ __all__ = [
     "screenshot_html",
     "selection_stability_bars",
     "sft_delta_bars",
+    "sft_loss_curves",
     "sft_sweep_curves",
     "spectrum_lines",
     "transfer_bars",

@@ -6,6 +6,8 @@ baseline (uniform attention) is marked beside each share.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import plotly.graph_objects as go
 from plotly.colors import qualitative
 from plotly.subplots import make_subplots
@@ -20,17 +22,29 @@ _CLASS_TITLES = {"operand": "operand heads", "operator": "operator heads", "neit
 
 
 def attention_role_distributions(
-    result: AttentionByRole, *, kind: str = "box", classes: tuple[str, ...] | None = None, title: str | None = None
+    result: AttentionByRole,
+    *,
+    kind: str = "box",
+    classes: tuple[str, ...] | None = None,
+    head_classes: Mapping[str, str] | None = None,
+    title: str | None = None,
 ) -> go.Figure:
     """Per-class panels of attention share (last position -> role), one box/violin per role and operation.
 
     ``classes`` selects the panels (``"operand"``, ``"operator"``, ``"neither"``; default: every class that has
-    a head in some operation). Each role's uniform baseline is marked.
+    a head in some operation). ``head_classes`` (head label → class) puts each head in one panel for every
+    operation, e.g. the classes claim C3 drew (the report passes them, so the panels agree with the card); heads
+    it does not name are left out. Without it each operation classes the heads itself. Each role's uniform
+    baseline is marked.
     """
     if kind not in ("box", "violin"):
         raise FixableValueError(f"kind {kind!r} is unknown. ", "use 'box' or 'violin'.")
     ops = result.operation_names()
-    cls_by_op = {op: result.classify(op) for op in ops}
+    if head_classes is None:
+        cls_by_op = {op: result.classify(op) for op in ops}
+    else:
+        fixed = tuple(head_classes.get(label, "") for label in result.labels)
+        cls_by_op = {op: fixed for op in ops}
     present = [c for c in ("operand", "operator", "neither") if any(c in v for v in cls_by_op.values())]
     panels = list(classes) if classes is not None else present
     if not panels:
@@ -99,7 +113,9 @@ def attention_role_distributions(
         fig.update_xaxes(title_text="token role", row=1, col=col)
     fig.update_yaxes(title_text="attention from the last position", range=[0, 1.02], row=1, col=1)
     fig.update_layout(
-        title=title or "Where key heads look: attention from the last position by token role",
+        title=title
+        or "Where key heads look: attention from the last position by token role"
+        + ("<br><sup>each head in the class claim C3 gives it</sup>" if head_classes is not None else ""),
         boxmode="group",
         violinmode="group",
         height=480,

@@ -73,6 +73,22 @@ class OfflineHTML:
         return Path(path)
 
 
+VIEW_PX_PER_TOKEN = 16  # a token's row and column in the zoomed pattern: the labels stay readable
+VIEW_PX_PER_HEAD = 130  # a head's thumbnail in the selector row, its label ("L2.H1 → operand_b") whole
+VIEW_MIN_PX, VIEW_MAX_PX = 520, 900  # below 520 the zoomed title runs into its badge
+
+
+def view_width(n_tokens: int, n_heads: int) -> int:
+    """The width (CSS px) an attention view needs: its square pattern at 16 px a token plus the axis labels, or
+    its row of head thumbnails, whichever is wider, within 520-900 px.
+
+    CircuitsVis draws the zoomed pattern as wide as its container, so without a bound a 17-token prompt fills
+    ~900 px, mostly the grey of the masked upper triangle.
+    """
+    need = max(VIEW_PX_PER_TOKEN * n_tokens + 160, VIEW_PX_PER_HEAD * n_heads + 40)
+    return int(min(VIEW_MAX_PX, max(VIEW_MIN_PX, need)))
+
+
 def attention_heads_view(
     patterns: HeadPatterns, index: int = 0, heads: Sequence[tuple[int, int]] | None = None, *, title: str | None = None
 ) -> OfflineHTML:
@@ -108,6 +124,8 @@ def attention_heads_view(
     # CircuitsVis writes its target as <div .../>, which HTML does not close: later content would land inside it and be
     # replaced when the view renders. Close it explicitly.
     fragment = re.sub(r'(<div id="circuits-vis-[^"]+"[^>]*?)\s*/>', r"\1></div>", rendered.local_src, count=1)
+    width = view_width(len(patterns.tokens[index]), len(chosen))
+    fragment = f'<div class="cv-view" style="max-width: {width}px">{fragment}</div>'
     prompt_tail = (
         patterns.prompts[index].splitlines()[-1] if patterns.prompts[index].strip() else patterns.prompts[index]
     )

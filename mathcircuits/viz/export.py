@@ -10,7 +10,9 @@ plotly.js by default (~4.6 MB), so they open without a network.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -76,6 +78,61 @@ def require_chromium() -> str:
     return path
 
 
+PLOTLY_WIDTH, PLOTLY_HEIGHT = 700, 500  # the size kaleido renders a figure that sets none at
+TITLE_FONT = 17  # plotly's default title font size; a <sup> line is drawn at 70% of it
+CHAR_WIDTH = 0.5  # a character's mean width in its font size, Arial-like (0.45 measured on plain text; digits 0.56)
+
+
+def _visible(text: str) -> str:
+    return re.sub(r"<[^>]+>", "", text)
+
+
+def _wrap(words: list[str], limit: int) -> list[str]:
+    lines: list[str] = []
+    for w in words:
+        if lines and len(_visible(lines[-1])) + 1 + len(_visible(w)) <= limit:
+            lines[-1] += " " + w
+        else:
+            lines.append(w)
+    return lines
+
+
+def whole_title(fig: go.Figure) -> go.Figure:
+    """A copy of ``fig`` whose title and ``<sup>`` subtitle lines are wrapped to its width, with room above.
+
+    A static image has a fixed width (the layout's, else 700 px) and plotly does not wrap titles, so a long
+    subtitle is cut at the edge. Each ``<br>``-separated line too long for the width the title has (from its
+    ``x``, 0.05 by default, to the right edge) in characters of its font size is wrapped; the top margin and the
+    height (500 px when unset) grow by the added lines, so the plot keeps its size. A figure whose lines fit is
+    returned as is.
+    """
+    text = fig.layout.title.text
+    if not text:
+        return fig
+    width = fig.layout.width or PLOTLY_WIDTH
+    size = fig.layout.title.font.size or TITLE_FONT
+    room = width * (1 - (fig.layout.title.x if fig.layout.title.x is not None else 0.05)) - 10
+    lines = []
+    for line in re.split(r"<br\s*/?>", text):
+        sub = re.fullmatch(r"\s*<sup>(.*)</sup>\s*", line, re.S)
+        limit = max(20, math.floor(room / (CHAR_WIDTH * size * (0.7 if sub else 1.0))))
+        if len(_visible(line).strip()) <= limit:
+            lines.append(line)
+        elif sub:
+            lines += [f"<sup>{x}</sup>" for x in _wrap(sub.group(1).split(), limit)]
+        else:
+            lines += _wrap(line.split(), limit)
+    added = len(lines) - len(re.split(r"<br\s*/?>", text))
+    if added <= 0:
+        return fig
+    out = go.Figure(fig)
+    grow = math.ceil(added * size * 1.2)
+    top = fig.layout.margin.t if fig.layout.margin.t is not None else 100
+    out.update_layout(title_text="<br>".join(lines), margin_t=top + grow)
+    out.update_layout(height=(fig.layout.height or PLOTLY_HEIGHT) + grow)
+    return out
+
+
 def _targets(path: str | os.PathLike, formats: Iterable[str] | None) -> list[tuple[Path, str]]:
     path = Path(path)
     if formats is None:
@@ -132,7 +189,7 @@ def save_figures(
             if fmt == "html":
                 fig.write_html(str(tmp), include_plotlyjs=include_plotlyjs, full_html=True)
             else:
-                tmp_static.append((fig, tmp, fmt))
+                tmp_static.append((whole_title(fig), tmp, fmt))
             written.append(target)
         if tmp_static:
             import plotly.io as pio

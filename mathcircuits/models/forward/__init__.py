@@ -4,7 +4,8 @@ Layers, top down: :mod:`.capture` (one forward, activations at the last position
 attention and MLP contributions), :mod:`.readout` (final norm, unembedding, soft cap, in float32) and
 :mod:`.suffix` (a prompt's tail rerun from a block on); :mod:`.prefix` (the shared few-shot prefix run once);
 :mod:`.integrity` (each fast path checked against its plain path on the user's model) and :mod:`.placement`
-(where each block of a split or offloaded model runs).
+(where each block of a split or offloaded model runs); :mod:`.verdicts` (the checks' passes saved on disk, so
+a later process on the same model and versions does not re-run them).
 """
 
 from mathcircuits.models.forward.integrity import IntegrityError, fast_paths

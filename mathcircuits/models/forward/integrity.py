@@ -42,6 +42,7 @@ from mathcircuits._files import JSONObject
 from mathcircuits.data.pairset import PairSet
 from mathcircuits.data.tokenizer_id import ANY_TOKENIZER
 from mathcircuits.models.compat import installed_versions
+from mathcircuits.models.forward import verdicts
 from mathcircuits.models.spec import Bridged
 
 __all__ = [
@@ -91,7 +92,8 @@ class CheckRecord:
     model: str
     difference: float
     tolerance: float
-    seconds: float = 0.0  # the check's own CPU time (process time, so a loaded machine reads the same)
+    seconds: float = 0.0  # the check's own CPU time, less its nested checks' (process time: load-independent)
+    cached: bool = False  # read from an earlier process's saved pass (:mod:`.verdicts`); ``seconds`` is the reading
 
     def to_dict(self) -> JSONObject:
         return {
@@ -100,6 +102,7 @@ class CheckRecord:
             "difference": self.difference,
             "tolerance": self.tolerance,
             "seconds": round(self.seconds, 3),
+            "cached": self.cached,
         }
 
 
@@ -107,6 +110,7 @@ _STATE = threading.local()
 _VERIFIED: weakref.WeakKeyDictionary[Any, dict[str, CheckRecord]] = weakref.WeakKeyDictionary()
 _RUNNING: set[tuple[int, str]] = set()
 _RECORDS: list[CheckRecord] = []
+_NESTED: list[float] = []
 
 
 def fast_paths_enabled() -> bool:
@@ -163,8 +167,9 @@ def verify_once(owner: Any, path: str, check: Callable[[], tuple[float, float]])
     """Run ``check`` the first time ``path`` is used on ``owner``; raise :class:`IntegrityError` if it fails.
 
     ``owner`` is the bridge or HF model the fast path runs on (results are kept per object); ``check`` runs both
-    paths on a probe batch and returns ``(difference, tolerance)``. Returns the record, ``None`` when fast paths are
-    off or the check itself is running.
+    paths on a probe batch and returns ``(difference, tolerance)``. A pass saved by an earlier process on the same
+    model, dtype, device, dependency versions and code is read instead (:mod:`.verdicts`). Returns the record,
+    ``None`` when fast paths are off or the check itself is running.
     """
     if not fast_paths_enabled():
         return None
@@ -177,14 +182,24 @@ def verify_once(owner: Any, path: str, check: Callable[[], tuple[float, float]])
     key = (id(owner), path)
     if key in _RUNNING:  # the check itself runs the fast path
         return None
-    _RUNNING.add(key)
     start = time.process_time()
+    _NESTED.append(0.0)  # the CPU time of checks that run inside this one, which their own records count
     try:
-        with torch.no_grad():
-            diff, tol = check()
+        saved = verdicts.load(owner, path)
+        if saved is not None:
+            diff, tol = saved["difference"], saved["tolerance"]
+        else:
+            _RUNNING.add(key)
+            try:
+                with torch.no_grad():
+                    diff, tol = check()
+            finally:
+                _RUNNING.discard(key)
     finally:
-        _RUNNING.discard(key)
-    record = CheckRecord(path, _model_name(owner), diff, tol, time.process_time() - start)
+        total, inner = time.process_time() - start, _NESTED.pop()
+        if _NESTED:
+            _NESTED[-1] += total
+    record = CheckRecord(path, _model_name(owner), diff, tol, total - inner, saved is not None)
     if not diff <= tol:
         raise IntegrityError(
             f"run-time check failed: the {path} fast path differs from its plain path by {diff:.3g} "
@@ -194,6 +209,8 @@ def verify_once(owner: Any, path: str, check: Callable[[], tuple[float, float]])
         )
     done[path] = record
     _RECORDS.append(record)
+    if saved is None:
+        verdicts.save(owner, path, record.to_dict())
     return record
 
 

@@ -46,7 +46,8 @@ class ClaimsSection(Section):
                 f'<tr><td class="id" title="{esc(c.statement)}">{esc(c.id)} {esc(c.title)}'
                 f"{'<br><small>beyond the paper</small>' if c.beyond_paper else ''}</td>"
                 f"<td>{esc(c.paper)}</td><td>{esc(c.measurement)}"
-                f"{f'<br><small>{esc(c.interval_text)}</small>' if c.interval_text else ''}</td>"
+                f"{f'<br><small>{esc(c.interval_text)}</small>' if c.interval_text else ''}"
+                f"{f'<br><small>{esc(c.preset_text)}</small>' if c.preset_text else ''}</td>"
                 f'<td><span class="verdict {VERDICT_CLASS[c.verdict]}" title="{esc(c.reason)}">{esc(c.verdict)}'
                 "</span></td></tr>"
             )

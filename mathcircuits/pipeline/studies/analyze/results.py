@@ -33,7 +33,7 @@ def report(r: ResultReader) -> Contribution:
         attention_heads_view(patterns).save(path)  # type: ignore[arg-type]
 
     return Contribution(
-        parts=ReportParts(attention=att, probes=probes, patterns=patterns),
+        parts=ReportParts(attention=att, attention_layers=layer_att, probes=probes, patterns=patterns),
         claims=(c3,),
         views={"key_heads_attention": view} if patterns is not None else {},
     )
