@@ -205,9 +205,15 @@ class _Names(dict):  # type: ignore[type-arg]
         for mod in (typing, collections.abc):
             if hasattr(mod, name):
                 return getattr(mod, name)
-        for modname, mod in list(sys.modules.items()):
-            if modname.startswith("mathcircuits") and mod is not None and name in vars(mod):
-                return vars(mod)[name]
+        found = {
+            id(obj): obj
+            for modname, mod in list(sys.modules.items())
+            if modname.startswith("mathcircuits") and mod is not None and (obj := vars(mod).get(name)) is not None
+        }
+        if len(found) == 1:
+            return next(iter(found.values()))
+        if found:  # two modules mean different things by this name: which one the annotation means is unknown
+            raise KeyError(name)
         for lib in ("torch", "transformers", "datasets", "numpy", "pandas", "plotly.graph_objects"):
             if lib in sys.modules and hasattr(sys.modules[lib], name):
                 return getattr(sys.modules[lib], name)
@@ -217,7 +223,8 @@ class _Names(dict):  # type: ignore[type-arg]
 def _resolve(fn: Callable[..., Any], name: str, ann: Any) -> Any:
     if not isinstance(ann, str):
         return ann
-    return eval(ann, {"__builtins__": builtins}, _Names(fn.__globals__))  # noqa: S307  # the function's own text
+    home = inspect.unwrap(fn).__globals__  # the module that wrote the annotation, not a wrapper's
+    return eval(ann, {"__builtins__": builtins}, _Names(home))  # noqa: S307  # the function's own text
 
 
 @dataclasses.dataclass

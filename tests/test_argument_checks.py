@@ -18,7 +18,14 @@ import pytest
 
 import mathcircuits
 import mathcircuits as mc
-from mathcircuits.ablation import ablated_accuracy, head_means, knockout_curve, mlp_margin, random_control
+from mathcircuits.ablation import (
+    ablated_accuracy,
+    head_means,
+    knockout_curve,
+    mlp_margin,
+    mlp_mediation,
+    random_control,
+)
 from mathcircuits.analysis import attention_by_role, head_patterns, mlp_probes
 from mathcircuits.circuit import (
     Circuit,
@@ -214,6 +221,7 @@ MEETS_A_MODEL = [
     ("ablated_accuracy", lambda m, p, k: ablated_accuracy(m, p, list(k.heads))),
     ("head_means", lambda m, p, k: head_means(m, p)),
     ("mlp_margin", lambda m, p, k: mlp_margin(m, p, list(k.heads), [0])),
+    ("mlp_mediation", lambda m, p, k: mlp_mediation(m, p, list(k.heads), [0])),
     ("mlp_probes", lambda m, p, k: mlp_probes(m, p)),
     ("head_patterns", lambda m, p, k: head_patterns(m, p, k)),
     ("circuit_batches", lambda m, p, k: circuit_batches(m, p)),

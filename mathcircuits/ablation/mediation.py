@@ -133,6 +133,7 @@ def mlp_mediation(
             f"layers {layers} must be a non-empty subset of 0..{spec.n_layers - 1}. ", "pass MLP layers."
         )
     pairs.require(("tokens", "answer_tokens", "n_tokens"), "mlp_mediation")
+    pairs.require_model(model, "mlp_mediation")
     heads = [Head.of(h) for h in key_heads]
     scorer = scorer or KnockoutScorer(model, pairs, ablation, means, scope, seed, batch_size, reuse_clean=False)
     structure = block_structure(model)
