@@ -33,6 +33,9 @@ class ValidationConfig:
     control_pairs: int = setting(24, "fresh pairs per operation scored by every control draw (C2, C4)", ge=1)
     margin_draws: int = setting(100, "of the control's random sets, how many C4's MLP margin also scores", ge=1)
     transfer_draws: int = setting(20, "depth-matched random non-key sets per transfer set (C5's null)", ge=1)
+    sequential: bool = setting(
+        True, "stop a random-set comparison (C2, C4, C5) once p >= 0.5 is certain (Besag-Clifford; p and floor kept)"
+    )
     ablation: Literal["mean", "position_mean", "resample"] = setting(
         "position_mean",
         "knocked-out head's value: mean over all positions, per-position mean, or resampled "
