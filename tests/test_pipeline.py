@@ -170,16 +170,16 @@ def test_later_settings_name_real_settings_at_valid_values():
 #: the outputs are meant to change.
 PINNED = {
     "tiny.yaml": {
-        "data": "ad5d5bee0925a266", "identify": "a23f0384776d0cca", "validate": "9cc30e467685bf95",
+        "data": "ad5d5bee0925a266", "identify": "a23f0384776d0cca", "validate": "46637dac09a26292",
         "analyze": "c1434e125b6bebb7", "circuit": "570872679cf535d2", "numbers": "dcb79771d885e4c2",
         "finetune": "10b23315f4a5da0e", "evaluate": "2d76af56a7ac185f", "compare": "bcb2b6145cf11049",
-        "report": "249f56af4b4451d0",  # reads every study, and the sections they read, since the registry
+        "report": "d47aca8c0603b13e",  # reads every study, and the sections they read, since the registry
     },
     "default.yaml": {
-        "data": "cae9110f7ee825bc", "identify": "568c5aece97fed38", "validate": "a0da184f8f1f457f",
-        "analyze": "452fa2a2f53475df", "circuit": "270b35165b4b0722", "numbers": "c3779779223e93c8",
-        "finetune": "e6fe3acde8498500", "evaluate": "9bdb6af38b8c7696", "compare": "549259ec62db6be9",
-        "report": "a4daecb6850f3b70",
+        "data": "cae9110f7ee825bc", "identify": "568c5aece97fed38", "validate": "038a92eaec83c25b",
+        "analyze": "452fa2a2f53475df", "circuit": "13103c817a1b0944", "numbers": "b29090ccfed89b14",
+        "finetune": "b673068c7a66f0c9", "evaluate": "c7f605d95696449d", "compare": "105a32c1366c3207",
+        "report": "0932cb955af30cea",
     },
 }  # fmt: skip
 
