@@ -76,9 +76,10 @@ def _cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def time_run(out: Path, config: Path) -> dict[str, Any]:
-    """Run ``mathcircuits run --config config --out out`` and record each study's CPU seconds and the load."""
+def time_run(out: Path, config: Path, only: list[str] | None = None) -> dict[str, Any]:
+    """Run ``mathcircuits run --config config --out out [--only …]``; record each study's CPU seconds and the load."""
     cmd = [sys.executable, "-m", "mathcircuits.cli", "run", "--config", str(config), "--out", str(out), "--quiet"]
+    cmd += ["--only", *only] if only else []
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     load0, t0 = os.getloadavg(), time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
@@ -108,7 +109,8 @@ def time_run(out: Path, config: Path) -> dict[str, Any]:
         "cpus": os.cpu_count(),
     }
     (out / "logs").mkdir(parents=True, exist_ok=True)
-    (out / "logs" / "bench-times.json").write_text(json.dumps(record, indent=2) + "\n")
+    name = "bench-times.json" if not only else f"bench-times-{'-'.join(only)}.json"
+    (out / "logs" / name).write_text(json.dumps(record, indent=2) + "\n")
     return record
 
 
@@ -156,6 +158,7 @@ def main() -> None:
     ap.add_argument("--table", type=Path, default=None, help="print a run folder's per-study costs and stop")
     ap.add_argument("--time-run", type=Path, default=None, help="run --config into this folder, timed, then --table")
     ap.add_argument("--config", type=Path, default=Path("configs/default.yaml"), help="the config --time-run runs")
+    ap.add_argument("--only", nargs="+", default=None, help="--time-run: only these studies (as mathcircuits run)")
     ap.add_argument("--quick", action="store_true", help="tiny random Llama, few pairs (a smoke check)")
     ap.add_argument("--model", default=None, help="model source (default: embedded; tiny-llama with --quick)")
     ap.add_argument("--pairs", type=int, default=None, help="pairs for the fast paths (default 64; 16 with --quick)")
@@ -179,7 +182,7 @@ def main() -> None:
     ap.add_argument("--generation-only", action="store_true", help="run only the generation row")
     args = ap.parse_args()
     if args.time_run is not None:
-        time_run(args.time_run, args.config)
+        time_run(args.time_run, args.config, args.only)
         print_table(args.time_run)
         return
     if args.table is not None:
