@@ -38,7 +38,7 @@ from mathcircuits.models.families import block_structure
 from mathcircuits.models.heads import Head
 from mathcircuits.stats.sequential import SequentialTest, besag_clifford
 
-__all__ = ["MLPMargin", "MarginTap", "margin_with_tap", "mlp_margin"]
+__all__ = ["MLPMargin", "mlp_margin"]
 
 
 @dataclass(frozen=True, repr=False)
