@@ -1,10 +1,20 @@
-"""Benchmark: every stage's fast path against today's plain path, on the same inputs, in one run.
+"""Benchmark: what each study of a run cost, and every stage's fast path against its plain path.
 
+    .venv/bin/python benchmarks/bench_pipeline.py --table runs/default     # per-study time and peak memory of a run
+    .venv/bin/python benchmarks/bench_pipeline.py --time-run runs/default  # run configs/default.yaml and time it
     .venv/bin/python benchmarks/bench_pipeline.py --quick             # tiny random Llama: a smoke check (~1 min)
     .venv/bin/python benchmarks/bench_pipeline.py                     # the embedded model (SmolLM2-135M)
     .venv/bin/python benchmarks/bench_pipeline.py --pairs 64 --plain-pairs 16 --threads 1
 
-Stages (an *item* is a pair, or a pair × knockout point for knockout):
+**A run's costs.** ``--table DIR`` prints one row per study from the run folder's records: its state, the wall
+seconds and peak memory its marker recorded (``mathcircuits status`` reads the same), and, when the run was timed
+by ``--time-run``, the process's CPU seconds during the study. ``--time-run DIR`` runs ``mathcircuits run --config
+CONFIG --out DIR`` (``--config``: configs/default.yaml; the models in the cache), reads the process's CPU time
+(user + system, all threads, from ``/proc``) at each study's start and end line, writes them to
+``DIR/logs/bench-times.json`` with the load average before and after, and prints the table and the whole run's
+wall and CPU time. On a shared machine the CPU time is the figure to compare: the wall time grows with the load.
+
+**Fast paths.** Stages (an *item* is a pair, or a pair × knockout point for knockout):
 
 * ``scoring`` — :func:`mathcircuits.data.score_pairs` (teacher-forced answer tokens);
 * ``patching forwards`` — the reference and counterfactual forwards of exact path patching
@@ -33,8 +43,14 @@ both paths ran. Prints one row per stage: items and seconds per item of each pat
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import random
+import re
+import subprocess
+import sys
 import time
+from pathlib import Path
 from typing import Any, Callable
 
 import torch
@@ -54,8 +70,95 @@ def _maxdiff(a: Any, b: Any) -> float:
     return max((_maxdiff(x, y) for x, y in zip(a, b)), default=0.0)
 
 
+def _cpu_seconds(pid: int) -> float:
+    """A process's CPU time so far, user + system over all its threads (``/proc/<pid>/stat``)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def time_run(out: Path, config: Path, only: list[str] | None = None) -> dict[str, Any]:
+    """Run ``mathcircuits run --config config --out out [--only …]``; record each study's CPU seconds and the load."""
+    cmd = [sys.executable, "-m", "mathcircuits.cli", "run", "--config", str(config), "--out", str(out), "--quiet"]
+    cmd += ["--only", *only] if only else []
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    load0, t0 = os.getloadavg(), time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    assert proc.stdout is not None
+    cpu: dict[str, float] = {}
+    started: dict[str, float] = {}
+    last = 0.0
+    for line in proc.stdout:
+        sys.stdout.write(line)
+        try:
+            last = _cpu_seconds(proc.pid)
+        except (OSError, IndexError, ValueError):  # the process has just ended
+            pass
+        if m := re.match(r"\[(\w+)\] (running|resuming) ", line):
+            started[m.group(1)] = last
+        elif (m := re.match(r"\[(\w+)\] done in ", line)) and m.group(1) in started:
+            cpu[m.group(1)] = round(last - started[m.group(1)], 1)
+    rc = proc.wait()
+    record = {
+        "command": " ".join(cmd),
+        "exit_code": rc,
+        "wall_s": round(time.perf_counter() - t0, 1),
+        "cpu_s": round(last, 1),
+        "cpu_s_per_study": cpu,
+        "load_before": [round(x, 2) for x in load0],
+        "load_after": [round(x, 2) for x in os.getloadavg()],
+        "cpus": os.cpu_count(),
+    }
+    (out / "logs").mkdir(parents=True, exist_ok=True)
+    name = "bench-times.json" if not only else f"bench-times-{'-'.join(only)}.json"
+    (out / "logs" / name).write_text(json.dumps(record, indent=2) + "\n")
+    return record
+
+
+def run_table(out: Path) -> list[tuple[str, str, str, str, str]]:
+    """Per study of the run folder: state, wall seconds, CPU seconds (when timed) and peak memory."""
+    from mathcircuits.pipeline.config import RunConfig
+    from mathcircuits.pipeline.paths import RunPaths
+    from mathcircuits.pipeline.run import stage_status
+
+    cfg = RunConfig.load(out / "config.yaml")
+    timed = out / "logs" / "bench-times.json"
+    cpu = json.loads(timed.read_text())["cpu_s_per_study"] if timed.is_file() else {}
+    rows = []
+    for name, state in stage_status(out, cfg, verify=False).items():
+        if not RunPaths(out).marker(name).is_file():  # its record: a stage now stale still shows what it cost
+            rows.append((name, state.state, "", "", ""))
+            continue
+        # the marker's own numbers, read plainly: a summary of another version still has them
+        s = json.loads(RunPaths(out).marker(name).read_text())["summary"]
+        peak = f"{s['peak_memory']['bytes'] / 2**20:,.0f} MiB" if s.get("peak_memory") else "not measured"
+        c = f"{cpu[name]:.1f}" if name in cpu else ""
+        rows.append((name, state.state, f"{s['seconds']:.1f}", c, peak))
+    return rows
+
+
+def print_table(out: Path) -> None:
+    rows = run_table(out)
+    print(f"{'study':<10} {'state':<8} {'wall s':>8} {'CPU s':>8} {'peak memory':>14}")
+    for name, state, wall, cpu, peak in rows:
+        print(f"{name:<10} {state:<8} {wall:>8} {cpu:>8} {peak:>14}")
+    walls = [float(r[2]) for r in rows if r[2]]
+    cpus = [float(r[3]) for r in rows if r[3]]
+    print(f"{'stages':<10} {'':<8} {sum(walls):>8.1f} {sum(cpus) if cpus else '':>8}")
+    timed = out / "logs" / "bench-times.json"
+    if timed.is_file():
+        t = json.loads(timed.read_text())
+        print(
+            f"whole run: {t['wall_s']} s wall, {t['cpu_s']} s CPU, exit {t['exit_code']}; load average "
+            f"{t['load_before'][0]} before, {t['load_after'][0]} after, on {t['cpus']} CPUs"
+        )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--table", type=Path, default=None, help="print a run folder's per-study costs and stop")
+    ap.add_argument("--time-run", type=Path, default=None, help="run --config into this folder, timed, then --table")
+    ap.add_argument("--config", type=Path, default=Path("configs/default.yaml"), help="the config --time-run runs")
+    ap.add_argument("--only", nargs="+", default=None, help="--time-run: only these studies (as mathcircuits run)")
     ap.add_argument("--quick", action="store_true", help="tiny random Llama, few pairs (a smoke check)")
     ap.add_argument("--model", default=None, help="model source (default: embedded; tiny-llama with --quick)")
     ap.add_argument("--pairs", type=int, default=None, help="pairs for the fast paths (default 64; 16 with --quick)")
@@ -78,6 +181,13 @@ def main() -> None:
     ap.add_argument("--gen-max-new", type=int, default=None, help="generation budget (default 96; 16 quick)")
     ap.add_argument("--generation-only", action="store_true", help="run only the generation row")
     args = ap.parse_args()
+    if args.time_run is not None:
+        time_run(args.time_run, args.config, args.only)
+        print_table(args.time_run)
+        return
+    if args.table is not None:
+        print_table(args.table)
+        return
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     model_name = args.model or ("tiny-llama" if args.quick else "embedded")

@@ -344,7 +344,7 @@ def test_results_round_trip_and_show_themselves(tmp_path, embedded_models, adder
 
 
 def test_numbers_config_checks_itself():
-    assert NumbersConfig().enabled is False  # off in the default run (it does not fit 10 minutes)
+    assert NumbersConfig().enabled is False  # off unless a config turns it on (configs/default.yaml does, small)
     for bad in ({"grid": (5, 2)}, {"numbers": (0, 9)}, {"periods": (1, 5)}, {"patch_depths": (0,)},
                 {"n_random_knockouts": 10}, {"topk_fractions": (0.0,)}):  # fmt: skip
         with pytest.raises((ConfigError, ValueError)):

@@ -170,16 +170,16 @@ def test_later_settings_name_real_settings_at_valid_values():
 #: the outputs are meant to change.
 PINNED = {
     "tiny.yaml": {
-        "data": "98c087d27711f725", "identify": "a23f0384776d0cca", "validate": "9cc30e467685bf95",
+        "data": "98c087d27711f725", "identify": "a23f0384776d0cca", "validate": "46637dac09a26292",
         "analyze": "c1434e125b6bebb7", "circuit": "8c246052cf7e3256", "numbers": "dcb79771d885e4c2",
         "finetune": "bad89e21afb5bfb8", "evaluate": "2d76af56a7ac185f", "compare": "c4cd0344813454df",
-        "report": "309f43625663c26f",  # reads every study, and the sections they read, since the registry
+        "report": "5ee88ae62fded84f",  # reads every study, and the sections they read, since the registry
     },
     "default.yaml": {
-        "data": "dd6bb5634649dbfc", "identify": "568c5aece97fed38", "validate": "c75073a9a6b63510",
-        "analyze": "452fa2a2f53475df", "circuit": "9c9e6a8f36303f6c", "numbers": "c3779779223e93c8",
-        "finetune": "cc2043f67dab8502", "evaluate": "9bdb6af38b8c7696", "compare": "f1407f9490abf877",
-        "report": "649682baefc60081",
+        "data": "dd6bb5634649dbfc", "identify": "568c5aece97fed38", "validate": "5958520e7a5dc031",
+        "analyze": "452fa2a2f53475df", "circuit": "a94ecd7822bc1b4d", "numbers": "b29090ccfed89b14",
+        "finetune": "0f013c2f491a0958", "evaluate": "c7f605d95696449d", "compare": "59a0a40e6dacb629",
+        "report": "e4faafbd1b9deac1",
     },
 }  # fmt: skip
 

@@ -1,7 +1,7 @@
 """Stage ``validate`` — ablation: knockout curves (mean, per-position mean or resampling) and transfer checks."""
 
 from mathcircuits._checks import check_exports
-from mathcircuits.ablation.control import RandomControl, random_control
+from mathcircuits.ablation.control import RandomControl, control_and_margin, random_control
 from mathcircuits.ablation.cross import CrossOperation, cross_operation
 from mathcircuits.ablation.hooks import Ablation, Scope, ablated_model
 from mathcircuits.ablation.knockout import ablated_accuracy, knockout_curve
@@ -28,6 +28,7 @@ __all__ = [
     "TransferStatus",
     "ablated_accuracy",
     "ablated_model",
+    "control_and_margin",
     "cross_operation",
     "head_means",
     "knockout_curve",

@@ -61,6 +61,9 @@ class ValidationConfig:
         le=100_000,
         why="each draw is one more scoring of every pair",
     )
+    sequential: bool = setting(
+        True, "stop a random-set comparison (C2, C4, C5) once p >= 0.5 is certain (Besag-Clifford; p and floor kept)"
+    )
     ablation: Literal["mean", "position_mean", "resample"] = setting(
         "position_mean",
         "knocked-out head's value: mean over all positions, per-position mean, or resampled "

@@ -17,11 +17,12 @@ Usage::
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 import random
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import pandas as pd
@@ -36,6 +37,7 @@ from mathcircuits._schema import configured, given
 from mathcircuits.ablation.config import ValidationConfig
 from mathcircuits.ablation.hooks import Ablation, Scope
 from mathcircuits.ablation.means import HeadMeans, PositionPool
+from mathcircuits.ablation.mlp_margin import MarginTap, MLPMargin, margin_with_tap, mlp_margin
 from mathcircuits.ablation.scorer import BATCH_SETS, KnockoutScorer
 from mathcircuits.data import Operation
 from mathcircuits.data.pairset import PairSet
@@ -44,9 +46,11 @@ from mathcircuits.models.heads import Head
 from mathcircuits.models.spec import ModelSpec
 from mathcircuits.patching import KeyComponents
 from mathcircuits.patching.key_components import resolve_heads
+from mathcircuits.stats.sequential import SequentialTest, besag_clifford, stop_after
 
 __all__ = [
     "RandomControl",
+    "control_and_margin",
     "random_control",
 ]
 
@@ -119,9 +123,19 @@ class RandomControl(SavedResult):
     identification_overlap: int = -1
     notes: dict[str, str] = field(default_factory=dict)
     n_possible: int = -1
+    planned_draws: int = -1  # draws planned; more than len(draws) when the sequential test stopped early
+    stop_after: int = 0  # the sequential test's h (0: the fixed-n test)
 
     STAGE = "validate"
     VERSION = 3
+
+    @property
+    def sequential(self) -> SequentialTest:
+        """The pooled comparison as a sequential Monte Carlo test (Besag–Clifford; the fixed test when ``h`` is 0
+        or it ran to its planned draws): its p-value and floor."""
+        d = self.random_drops()
+        exceeds = (d >= self.key_drop() - 1e-12).tolist()
+        return besag_clifford(exceeds, max(self.planned_draws, len(self.draws)), self.stop_after)
 
     @property
     def exhaustive(self) -> bool:
@@ -164,7 +178,10 @@ class RandomControl(SavedResult):
 
     def p_value(self, operation: Operation | None = None) -> float:
         """Empirical p-value of "the key set drops accuracy no more than a depth-matched random set":
-        ``(1 + #{random drop ≥ key drop}) / (1 + n_draws)``."""
+        ``(1 + #{random drop ≥ key drop}) / (1 + n_draws)``; over all pairs, the sequential test's
+        (:attr:`sequential`: ``h / L`` when it stopped early). Per operation: the fixed formula on the draws made."""
+        if operation is None:
+            return self.sequential.p_value
         d = self.random_drops(operation)
         return float((1 + (d >= self.key_drop(operation) - 1e-12).sum()) / (1 + d.numel()))
 
@@ -225,6 +242,7 @@ def random_control(
     scorer: KnockoutScorer | None = None,
     pool: PositionPool | None = None,
     batch_sets: int = BATCH_SETS,
+    decided_at: float | None = None,
 ) -> RandomControl:
     """Knock out the key set and ``n_draws`` depth-matched random sets of non-key heads on the same pairs.
 
@@ -234,7 +252,9 @@ def random_control(
     (the claims ask for 100); all sets when fewer exist. ``label`` and ``identification_overlap`` are saved
     with the result. ``scorer``: one already built on ``pairs`` (reuses its clean runs). ``pool``: for
     ``"position_mean"`` (a new scorer's). ``batch_sets``: random sets scored in one forward
-    (:meth:`KnockoutScorer.logits_many`; 1: one forward per set, the reference).
+    (:meth:`KnockoutScorer.logits_many`; 1: one forward per set, the reference). ``decided_at``: stop drawing
+    once the pooled p-value is at least this whatever the remaining draws show (the sequential test,
+    :func:`~mathcircuits.stats.sequential.stop_after`; None: all ``n_draws``); the draws made are the first ones.
     """
     pairs.require_model(model, "random_control")
     if n_draws is not None and n_draws < 1:
@@ -249,20 +269,11 @@ def random_control(
     key = list(resolve_heads(key_heads, model.spec, arg="key_heads"))
     draws = depth_matched_draws(key, model.spec, n_draws, seed)
     scorer = scorer or KnockoutScorer(model, pairs, ablation, means, scope, seed, batch_size, pool=pool)
-
-    def correct(heads: list[Head]) -> Tensor:
-        return torch.tensor(scorer.score(heads)[0], dtype=torch.float32, device="cpu")
-
-    clean, key_c = correct([]), correct(key)
-    rand = torch.zeros(len(draws), len(pairs), device="cpu")
-    step = max(1, batch_sets)
-    for i in tqdm(range(0, len(draws), step), disable=not progress, desc="random control", unit_scale=step):
-        for j, (whole, _) in enumerate(scorer.score_many(draws[i : i + step], batch_sets), start=i):
-            rand[j] = torch.tensor(whole, dtype=torch.float32, device="cpu")
+    clean, key_c, rand, h = _draws(scorer, key, draws, decided_at, progress, batch_sets)
     n = len(pairs)
     return RandomControl(
         key_heads=key,
-        draws=draws,
+        draws=draws[: len(rand)],
         clean_correct=clean,
         key_correct=key_c,
         random_correct=rand,
@@ -275,4 +286,137 @@ def random_control(
         label=label,
         identification_overlap=identification_overlap,
         n_possible=n_depth_matched_sets(key, model.spec),
+        planned_draws=len(draws),
+        stop_after=h,
     )
+
+
+def _exceeds(clean: Tensor, key: Tensor, rand: Tensor) -> list[bool]:
+    """Per random set (rows of ``rand``): its mean drop over the pairs is at least the key set's."""
+    return ((clean.mean() - rand.mean(1)) >= float(clean.mean() - key.mean()) - 1e-12).tolist()
+
+
+def _draws(
+    scorer: KnockoutScorer,
+    key: list[Head],
+    draws: list[list[Head]],
+    decided_at: float | None,
+    progress: bool,
+    batch_sets: int,
+    tap: MarginTap | None = None,
+    until: Callable[[int], bool] | None = None,
+) -> tuple[Tensor, Tensor, Tensor, int]:
+    """Clean, key and random correctness (the random rows: the draws the sequential test made), and its ``h``.
+
+    Scores ``batch_sets`` draws at a time and stops once the test has finished and ``until()`` (another test
+    riding on the same forwards) is true.
+    """
+    correct = lambda heads: torch.tensor(scorer.score(heads)[0], dtype=torch.float32, device="cpu")  # noqa: E731
+    clean, key_c = correct([]), correct(key)
+    n = len(draws)
+    h = stop_after(n, decided_at) if decided_at is not None else 0
+    rand = torch.zeros(n, len(clean), device="cpu")
+    step, made = max(1, batch_sets), 0
+    bar = tqdm(total=n, disable=not progress, desc="random control")
+    for i in range(0, n, step):
+        at = tap.starting_at(i) if tap is not None else None
+        for j, (whole, _) in enumerate(scorer.score_many(draws[i : i + step], batch_sets, tap=at), start=i):
+            rand[j] = torch.tensor(whole, dtype=torch.float32, device="cpu")
+        made = min(n, i + step)
+        bar.update(made - i)
+        test = besag_clifford(_exceeds(clean, key_c, rand[:made]), n, h)
+        if test.finished and (until is None or until(made)):
+            break
+    bar.close()
+    used = besag_clifford(_exceeds(clean, key_c, rand[:made]), n, h).draws
+    return clean, key_c, rand[:used], h
+
+
+def control_and_margin(
+    model: HookedModel,
+    pairs: PairSet,
+    key_heads: Sequence[tuple[int, int]],
+    layers: Sequence[int],
+    config: ValidationConfig,
+    scorer: KnockoutScorer,
+    *,
+    seed: int = 0,
+    label: str = "",
+    identification_overlap: int = -1,
+    progress: bool = False,
+    decided_at: float | None = None,
+    batch_sets: int = BATCH_SETS,
+) -> tuple[RandomControl, MLPMargin]:
+    """Claim C2's random control and claim C4's MLP margin from one knocked-out run per random set.
+
+    Both knock the same depth-matched sets out of the same pairs: C2 reads each run's answers, C4 the later MLPs'
+    margin at the last prompt position (:class:`~mathcircuits.ablation.mlp_margin.MarginTap`, read along the
+    same batched forward). Equal, to float rounding, to :func:`random_control` and then :func:`mlp_margin` on the
+    first ``config.margin_draws`` of its sets. ``decided_at``: each comparison's sequential test
+    (:func:`random_control`); the forwards continue while either still needs draws. A scorer that cannot batch
+    (fast paths off, or a bridge that cannot resume mid-network) runs the two one after the other.
+    """
+    key = list(resolve_heads(key_heads, model.spec, arg="key_heads"))
+    ctl_kw = dict(seed=seed, label=label, identification_overlap=identification_overlap, progress=progress)
+    if not scorer.can_batch(batch_sets):
+        control = random_control(model, pairs, key, config, scorer=scorer, decided_at=decided_at, batch_sets=batch_sets,
+                                 **ctl_kw)  # fmt: skip
+        sets = control.draws[: config.margin_draws]
+        margin = mlp_margin(model, pairs, key, layers, config.ablation, scorer.means, config.scope, scorer=scorer,
+                            random_sets=sets, batch_sets=batch_sets)  # fmt: skip
+        return control, _sequential_margin(margin, len(sets), decided_at)
+    draws = depth_matched_draws(key, model.spec, config.control_draws, seed)
+    base, tap = margin_with_tap(model, scorer, key, layers, len(draws), batch_sets=batch_sets)
+    n_m = min(config.margin_draws, len(draws))
+    h_m = stop_after(n_m, decided_at) if decided_at is not None else 0
+    key_m = float((base[0] - base[1]).mean())
+
+    def margin_test(made: int) -> SequentialTest:
+        drops = (base[0][None] - tap.margins[: min(made, n_m)]).mean(1)
+        return besag_clifford((drops >= key_m - 1e-12).tolist(), n_m, h_m)
+
+    clean, key_c, rand, h = _draws(scorer, key, draws, decided_at, progress, batch_sets, tap,
+                                   until=lambda made: margin_test(made).finished)  # fmt: skip
+    n = len(pairs)
+    control = RandomControl(
+        key_heads=key,
+        draws=draws[: len(rand)],
+        clean_correct=clean,
+        key_correct=key_c,
+        random_correct=rand,
+        operations=list(pairs.operations) if pairs.has("operation") else ["?"] * n,
+        template_ids=list(pairs.template_ids) if pairs.has("template_id") else ["?"] * n,
+        pair_ids=list(pairs.pair_ids) if pairs.has("pair_id") else list(range(n)),
+        ablation=config.ablation,
+        scope=config.scope,
+        seed=seed,
+        label=label,
+        identification_overlap=identification_overlap,
+        n_possible=n_depth_matched_sets(key, model.spec),
+        planned_draws=len(draws),
+        stop_after=h,
+    )
+    m = margin_test(len(draws)).draws  # the margin's own test: the sets it drew (all made forwards read them)
+    assert all(tap.measured(s) for s in range(m)), "the margin test stopped later than the forwards"
+    margin = MLPMargin(
+        key_heads=key,
+        layers=sorted({int(l) for l in layers}),
+        clean_margin=base[0],
+        ablated_margin=base[1],
+        operations=control.operations,
+        template_ids=control.template_ids,
+        pair_ids=control.pair_ids,
+        ablation=config.ablation,
+        scope=config.scope,
+        random_heads=draws[:m],
+        random_ablated=tap.margins[:m].clone() if m else None,
+        planned_draws=n_m,
+        stop_after=h_m,
+    )
+    return control, margin
+
+
+def _sequential_margin(margin: MLPMargin, n_sets: int, decided_at: float | None) -> MLPMargin:
+    """``margin`` with the sequential test's record (its sets all drawn: the fixed test's p)."""
+    h = stop_after(n_sets, decided_at) if decided_at is not None and n_sets else 0
+    return dataclasses.replace(margin, planned_draws=n_sets, stop_after=h)

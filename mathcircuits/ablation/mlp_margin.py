@@ -36,6 +36,7 @@ from mathcircuits.data.pairset import PairSet
 from mathcircuits.models import HookedModel, fast_paths_enabled, final_norm, hooks
 from mathcircuits.models.families import block_structure
 from mathcircuits.models.heads import Head
+from mathcircuits.stats.sequential import SequentialTest, besag_clifford
 
 __all__ = ["MLPMargin", "mlp_margin"]
 
@@ -55,6 +56,8 @@ class MLPMargin(SavedResult):
     scope: Scope = "all"
     random_heads: list[list[Head]] = field(default_factory=list)
     random_ablated: Float[Tensor, "draw pair"] | None = None
+    planned_draws: int = -1  # random sets planned; more than len(random_heads) when the sequential test stopped
+    stop_after: int = 0  # the sequential test's h (0: the fixed-n test)
 
     STAGE = "validate"
     VERSION = 3
@@ -89,6 +92,12 @@ class MLPMargin(SavedResult):
     def drop(self) -> float:
         """Mean drop over the pairs."""
         return float(self.drops.mean())
+
+    @property
+    def sequential(self) -> SequentialTest:
+        """The key drop among the random sets' mean drops as a sequential Monte Carlo test (Besag–Clifford)."""
+        exceeds = (self.random_drops.mean(1) >= self.drop() - 1e-12).tolist()
+        return besag_clifford(exceeds, max(self.planned_draws, len(self.random_heads), 1), self.stop_after)
 
     def summary_items(self) -> list[tuple[str, str]]:
         """Layers, pairs, and the mean margin clean → ablated."""
@@ -138,54 +147,9 @@ def mlp_margin(
     pairs.require(("tokens", "answer_tokens", "n_tokens"), "mlp_margin")
     heads = [Head.of(h) for h in key_heads]
     scorer = scorer or KnockoutScorer(model, pairs, ablation, means, scope, seed, batch_size, reuse_clean=False)
-    structure = block_structure(model)
-    W_U = model.bridge.W_U.float()
-    answer = [int(a[0]) for a in scorer.answers]
-    cand = torch.tensor(sorted(set(answer)), device=W_U.device)
-    n = len(scorer.seqs)
     variants = [[], heads, *[[Head.of(h) for h in r] for r in random_sets]]  # clean, key, random sets
-    out = torch.zeros(len(variants), n, device="cpu")  # the result
-    # the shared prefix runs once, clean (not with the position-free mean at every position: that ablates it too)
-    fast = fast and fast_paths_enabled() and not (scorer.ablation == "mean" and scorer.scope == "all")
-    for g, grp in enumerate(scorer.groups):
-        p = grp.shared if fast else 0
-        rows = grp.rows
-        for j in range(0, len(rows), batch_size):
-            part = rows[j : j + batch_size]
-            toks = torch.tensor([scorer.seqs[i] for i in part], device=model.device)
-            pos = torch.tensor([scorer.n_prompt[i] - 1 - p for i in part], device=W_U.device)
-            vals = scorer._values(g, part, fast=p > 0)
-            per = scorer.sets_per_forward(part, batch_sets)
-            for v in range(0, len(variants), per):
-                chunk = variants[v : v + per]
-                n_chunk = len(chunk)
-                store: dict[int, Tensor] = {}
-                at = pos.repeat(n_chunk)  # set-major rows: each variant's copy of the batch
-
-                # keyed by what we asked for: the bridge reports aliases under their canonical names
-                def grab(key: int, store: dict[int, Tensor] = store, at: Tensor = at) -> Any:
-                    def fn(act: Tensor, hook: Any) -> None:
-                        idx = torch.arange(act.shape[0], device=act.device), at.to(act.device)
-                        store[key] = act[idx].detach().float().to(W_U.device)  # where the margin is computed
-
-                    return fn
-
-                if n_chunk == 1:  # one forward per variant: the reference
-                    fwd = z_ablation_hooks(model, chunk[0], vals, scope) if chunk[0] else []
-                else:
-                    fwd = set_ablation_hooks(model, chunk, vals, scope)
-                fwd = fwd + [(hooks.mlp_out(l), grab(l)) for l in layers]
-                fwd += [(hooks.resid_post(spec.n_layers - 1), grab(-1))]
-                scorer._run(toks.repeat(n_chunk, 1), p, fwd)
-                final = store[-1][:, None, :]  # [rows, 1, d]
-                upd = torch.stack([store[l] for l in layers], 1)  # [rows, L, d]
-                delta = final_norm(model, structure, final) - final_norm(model, structure, final - upd)
-                ans = torch.tensor([answer[i] for i in part], device=W_U.device).repeat(n_chunk)
-                w_ans = W_U[:, ans].T  # [rows, d]
-                others = (cand[None, :] != ans[:, None]).float()  # [rows, C]
-                w_oth = (others @ W_U[:, cand].T) / others.sum(-1, keepdim=True).clamp(min=1)  # [rows, d]
-                margin = (delta * (w_ans - w_oth)[:, None, :]).sum(-1).sum(-1)  # summed over the layers
-                out[v : v + n_chunk, part] = margin.reshape(n_chunk, len(part)).cpu()
+    out, _ = _variant_margins(_MarginReader(model, scorer, layers), variants, batch_size, fast, batch_sets)
+    n = len(scorer.seqs)
     return MLPMargin(
         key_heads=heads,
         layers=layers,
@@ -199,3 +163,144 @@ def mlp_margin(
         random_heads=variants[2:],
         random_ablated=out[2:] if len(variants) > 2 else None,
     )
+
+
+class _MarginReader:
+    """The summed answer margin of ``layers``' MLP updates at each pair's last prompt position, from grabbed
+    activations: ``Δ_l = N_f(x_L) − N_f(x_L − u_l)`` against the answer's unembedding minus the other candidates'."""
+
+    def __init__(self, model: HookedModel, scorer: KnockoutScorer, layers: list[int]) -> None:
+        self.model, self.scorer, self.layers = model, scorer, layers
+        self.structure = block_structure(model)
+        self.W_U = model.bridge.W_U.float()
+        self.answer = [int(a[0]) for a in scorer.answers]
+        self.cand = torch.tensor(sorted(set(self.answer)), device=self.W_U.device)
+
+    def positions(self, rows: list[int], offset: int, n_sets: int) -> Tensor:
+        """Set-major rows: each row's last prompt position, counted from ``offset``."""
+        pos = torch.tensor([self.scorer.n_prompt[i] - 1 - offset for i in rows], device=self.W_U.device)
+        return pos.repeat(n_sets)
+
+    def hooks(self, store: dict[int, Tensor], at: Tensor, layers: Sequence[int]) -> list[tuple[str, Any]]:
+        """Grab ``layers``' MLP outputs and the last residual at ``at`` into ``store`` (keyed by layer; −1: last)."""
+
+        # keyed by what we asked for: the bridge reports aliases under their canonical names
+        def grab(key: int) -> Any:
+            def fn(act: Tensor, hook: Any) -> None:
+                idx = torch.arange(act.shape[0], device=act.device), at.to(act.device)
+                store[key] = act[idx].detach().float().to(self.W_U.device)  # where the margin is computed
+
+            return fn
+
+        last = hooks.resid_post(self.model.spec.n_layers - 1)
+        return [(hooks.mlp_out(l), grab(l)) for l in layers] + [(last, grab(-1))]
+
+    def margins(self, final: Tensor, upd: Tensor, rows: list[int], n_sets: int) -> Tensor:
+        """``[n_sets, rows]`` margins from the last residual ``[n_sets·rows, d]`` and the updates
+        ``[n_sets·rows, L, d]``."""
+        W_U, cand, structure, model = self.W_U, self.cand, self.structure, self.model
+        delta = final_norm(model, structure, final[:, None, :]) - final_norm(model, structure, final[:, None, :] - upd)
+        ans = torch.tensor([self.answer[i] for i in rows], device=W_U.device).repeat(n_sets)
+        w_ans = W_U[:, ans].T  # [rows, d]
+        others = (cand[None, :] != ans[:, None]).float()  # [rows, C]
+        w_oth = (others @ W_U[:, cand].T) / others.sum(-1, keepdim=True).clamp(min=1)  # [rows, d]
+        margin = (delta * (w_ans - w_oth)[:, None, :]).sum(-1).sum(-1)  # summed over the layers
+        return margin.reshape(n_sets, len(rows)).cpu()
+
+
+@torch.no_grad()
+def _variant_margins(
+    reader: _MarginReader, variants: list[list[Head]], batch_size: int, fast: bool, batch_sets: int
+) -> tuple[Tensor, Tensor]:
+    """Every variant's margin per pair ``[variant, pair]``, and the clean run's MLP updates ``[pair, L, d]`` when
+    ``variants[0]`` is the clean model (else empty)."""
+    model, scorer, layers = reader.model, reader.scorer, reader.layers
+    n = len(scorer.seqs)
+    out = torch.zeros(len(variants), n, device="cpu")
+    clean_upd = torch.zeros(n if variants and not variants[0] else 0, len(layers), model.spec.d_model, device="cpu")
+    # the shared prefix runs once, clean (not with the position-free mean at every position: that ablates it too)
+    fast = fast and fast_paths_enabled() and not (scorer.ablation == "mean" and scorer.scope == "all")
+    for g, grp in enumerate(scorer.groups):
+        p = grp.shared if fast else 0
+        rows = grp.rows
+        for j in range(0, len(rows), batch_size):
+            part = rows[j : j + batch_size]
+            toks = torch.tensor([scorer.seqs[i] for i in part], device=model.device)
+            vals = scorer._values(g, part, fast=p > 0)
+            per = scorer.sets_per_forward(part, batch_sets)
+            for v in range(0, len(variants), per):
+                chunk = variants[v : v + per]
+                n_chunk = len(chunk)
+                store: dict[int, Tensor] = {}
+                if n_chunk == 1:  # one forward per variant: the reference
+                    fwd = z_ablation_hooks(model, chunk[0], vals, scorer.scope) if chunk[0] else []
+                else:
+                    fwd = set_ablation_hooks(model, chunk, vals, scorer.scope)
+                fwd = fwd + reader.hooks(store, reader.positions(part, p, n_chunk), layers)
+                scorer._run(toks.repeat(n_chunk, 1), p, fwd)
+                upd = torch.stack([store[l] for l in layers], 1)  # [rows, L, d]
+                if v == 0 and clean_upd.shape[0]:
+                    clean_upd[part] = upd[: len(part)].cpu()
+                out[v : v + n_chunk, part] = reader.margins(store[-1], upd, part, n_chunk)
+    return out, clean_upd
+
+
+class MarginTap:
+    """C4's margins read along C2's batched knockout forwards (a :class:`~mathcircuits.ablation.scorer.Tap`).
+
+    A forward resumed at block ``k`` runs no MLP below ``k``; those updates are the clean run's (the knockout
+    cannot change them), so the margin is that of one forward per set, to float rounding. ``margins[s, i]``:
+    random set ``s``, pair ``i``: set ``s`` is ``sets[s − first]`` of the :meth:`KnockoutScorer.score_many` call
+    it rides on (:meth:`starting_at` sets ``first``); :meth:`measured`: every pair of set ``s`` was read.
+    """
+
+    def __init__(self, reader: _MarginReader, clean_updates: Tensor, n_sets: int) -> None:
+        self.reader, self.clean = reader, clean_updates
+        self.margins = torch.zeros(n_sets, len(reader.scorer.seqs), device="cpu")
+        self._seen = torch.zeros(n_sets, len(reader.scorer.seqs), dtype=torch.bool, device="cpu")
+        self._store: dict[int, Tensor] = {}
+        self.first = 0
+
+    def starting_at(self, first: int) -> MarginTap:
+        """This tap, for a call whose first set is random set ``first``."""
+        self.first = first
+        return self
+
+    def hooks(self, rows: list[int], n_sets: int, offset: int, start: int) -> list[tuple[str, Any]]:
+        self._store = {}
+        at = self.reader.positions(rows, offset, n_sets)
+        return self.reader.hooks(self._store, at, [l for l in self.reader.layers if l >= start])
+
+    def read(self, rows: list[int], sets: list[int], start: int) -> None:
+        n = len(sets)
+        W = self.reader.W_U.device
+        upd = torch.stack(
+            [self._store[l] if l >= start else self.clean[rows, j].to(W).repeat(n, 1)
+             for j, l in enumerate(self.reader.layers)],
+            1,
+        )  # fmt: skip
+        got = self.reader.margins(self._store[-1], upd, rows, n)
+        for k, s in enumerate(sets):
+            self.margins[self.first + s, rows] = got[k]
+            self._seen[self.first + s, rows] = True
+
+    def measured(self, s: int) -> bool:
+        """Whether set ``s`` has a margin for every pair."""
+        return bool(self._seen[s].all())
+
+
+@torch.no_grad()
+def margin_with_tap(
+    model: HookedModel,
+    scorer: KnockoutScorer,
+    key_heads: Sequence[tuple[int, int]],
+    layers: Sequence[int],
+    n_sets: int,
+    batch_size: int = 32,
+    batch_sets: int = BATCH_SETS,
+) -> tuple[Tensor, MarginTap]:
+    """The clean and key margins ``[2, pair]`` (one forward per variant and batch), and a :class:`MarginTap` for
+    ``n_sets`` random sets that the scorer's batched forwards fill (:meth:`KnockoutScorer.score_many`'s ``tap``)."""
+    reader = _MarginReader(model, scorer, sorted({int(l) for l in layers}))
+    out, clean = _variant_margins(reader, [[], [Head.of(h) for h in key_heads]], batch_size, True, batch_sets)
+    return out, MarginTap(reader, clean, n_sets)

@@ -20,7 +20,7 @@ import logging
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import torch
 from jaxtyping import Float
@@ -57,6 +57,21 @@ BATCH_SETS = 16
 #: The most rows (sets × pairs) one batched forward holds, and the most bytes of KV cache: the memory bounds.
 MAX_ROWS = 512
 MAX_CACHE_BYTES = 2 << 30
+
+
+@runtime_checkable
+class Tap(Protocol):
+    """Reads more than the logits from a batched knockout forward (:meth:`KnockoutScorer.logits_many`'s ``tap``),
+    so a second measurement of the same knocked-out runs needs no forward of its own.
+
+    ``hooks`` gives the forward's extra hooks for batch ``rows`` (dataset rows) under ``n_sets`` sets, the rows
+    set-major, the run starting at position ``offset`` and at block ``start`` (blocks below it are the clean
+    run's); ``read`` is called after that forward with the sets' indices into ``logits_many``'s ``sets``.
+    """
+
+    def hooks(self, rows: list[int], n_sets: int, offset: int, start: int) -> list[tuple[str, Any]]: ...
+
+    def read(self, rows: list[int], sets: list[int], start: int) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -259,7 +274,11 @@ class KnockoutScorer:
 
     @torch.no_grad()
     def logits_many(
-        self, sets: Sequence[Sequence[tuple[int, int]]], batch_sets: int = BATCH_SETS, max_rows: int = MAX_ROWS
+        self,
+        sets: Sequence[Sequence[tuple[int, int]]],
+        batch_sets: int = BATCH_SETS,
+        max_rows: int = MAX_ROWS,
+        tap: Tap | None = None,
     ) -> list[list[Float[Tensor, "answer vocab"]]]:
         """:meth:`logits` of each head set in ``sets``, up to ``batch_sets`` sets in one forward.
 
@@ -269,12 +288,18 @@ class KnockoutScorer:
         chunked by their lowest layer, so none resumes earlier than alone. ``batch_sets`` 1, fast paths off or a
         bridge that cannot resume: one :meth:`logits` per set (the reference). Equal to it to float rounding:
         a larger batch may round the matmuls differently (checked once per model, :func:`check_batched_knockout`).
+        ``tap``: read along in every batched forward (:class:`Tap`; needs :meth:`can_batch` and non-empty sets).
         """
         sets = [[Head.of(h) for h in heads] for heads in sets]
         for heads in sets:
             for l, h in heads:
                 self.model.spec.check_head(l, h)
-        if batch_sets <= 1 or not fast_paths_enabled() or not self._mid_ok:
+        if tap is not None and (not self.can_batch(batch_sets) or not all(sets)):
+            raise FixableValueError(
+                "a tap reads batched knockout forwards only. ",
+                "check can_batch(batch_sets) first and pass non-empty sets, or measure without the tap.",
+            )
+        if not self.can_batch(batch_sets):
             return [self.logits(heads) for heads in sets]
         path = f"batched knockout ({self.ablation}, scope {self.scope})"
         verify_once(self.model.bridge, path, lambda: check_batched_knockout(self.model, self.ablation, self.scope))
@@ -290,7 +315,7 @@ class KnockoutScorer:
                 for chosen in by_layer.values():
                     for j in range(0, len(chosen), per):
                         part = chosen[j : j + per]
-                        for s, got in zip(part, self._fast_sets(b, [sets[s] for s in part])):
+                        for s, got in zip(part, self._fast_sets(b, [sets[s] for s in part], tap, part)):
                             for i, row in zip(rows, got):
                                 out[s][i] = row
         except NotImplementedError:  # TransformerLens 3.9's bridge cannot start mid-network
@@ -298,6 +323,10 @@ class KnockoutScorer:
             self._mid_ok = False
             return [self.logits(heads) for heads in sets]
         return out
+
+    def can_batch(self, batch_sets: int = BATCH_SETS) -> bool:
+        """Whether :meth:`logits_many` scores several sets per forward (else one :meth:`logits` per set)."""
+        return batch_sets > 1 and fast_paths_enabled() and self._mid_ok
 
     def sets_per_forward(self, rows: list[int], batch_sets: int, max_rows: int = MAX_ROWS) -> int:
         """Sets one forward over ``rows`` holds: ``batch_sets``, within ``max_rows`` rows and ``MAX_CACHE_BYTES``
@@ -307,10 +336,10 @@ class KnockoutScorer:
         return max(1, min(batch_sets, max_rows // len(rows), MAX_CACHE_BYTES // (row_bytes * len(rows))))
 
     def score_many(
-        self, sets: Sequence[Sequence[tuple[int, int]]], batch_sets: int = BATCH_SETS
+        self, sets: Sequence[Sequence[tuple[int, int]]], batch_sets: int = BATCH_SETS, tap: Tap | None = None
     ) -> list[tuple[list[bool], list[bool]]]:
         """:meth:`score` of each head set in ``sets``, ``batch_sets`` sets to a forward (:meth:`logits_many`)."""
-        return [self._correct(rows) for rows in self.logits_many(sets, batch_sets)]
+        return [self._correct(rows) for rows in self.logits_many(sets, batch_sets, tap=tap)]
 
     def _correct(self, logits: list[Tensor]) -> tuple[list[bool], list[bool]]:
         preds = [row.argmax(-1).tolist() for row in logits]
@@ -367,8 +396,11 @@ class KnockoutScorer:
         logits = self.model.bridge.run_with_hooks(toks[:, p:], fwd_hooks=fwd, logits_to_keep=keep, **kw)
         return self._read(logits, rows, toks.shape[1] - keep)
 
-    def _fast_sets(self, b: int, sets: list[list[Head]]) -> list[list[Tensor]]:
-        """Batch ``b`` under each of ``sets`` (non-empty) in one forward resumed mid-network: per set, its rows."""
+    def _fast_sets(
+        self, b: int, sets: list[list[Head]], tap: Tap | None = None, ids: list[int] | None = None
+    ) -> list[list[Tensor]]:
+        """Batch ``b`` under each of ``sets`` (non-empty) in one forward resumed mid-network: per set, its rows.
+        ``tap`` reads along (``ids``: the sets' indices it is told)."""
         g, rows = self.batches[b]
         p, n = self.groups[g].shared, len(sets)
         toks = torch.tensor([self.seqs[i] for i in rows], device=self.model.device)
@@ -388,7 +420,11 @@ class KnockoutScorer:
         k = min(l for heads in sets for l, _ in heads)
         start = self._clean_batch(b)[0][k].to(self.model.layer_device(k)).repeat(n, 1, 1)
         fwd = set_ablation_hooks(self.model, sets, values, self.scope)
+        if tap is not None:
+            fwd = fwd + tap.hooks(rows, n, p, k)
         logits = run_from_layer(self.model.bridge, start, k, cache, fwd, logits_to_keep=keep)
+        if tap is not None:
+            tap.read(rows, list(ids if ids is not None else range(n)), k)
         per = logits.reshape(n, len(rows), *logits.shape[1:])
         return [self._read(per[s], rows, toks.shape[1] - keep) for s in range(n)]
 

@@ -35,10 +35,12 @@ from mathcircuits.ablation.result import MEASURED, NOT_MEASURABLE, TransferResul
 from mathcircuits.ablation.scorer import BATCH_SETS, KnockoutScorer
 from mathcircuits.data.pairset import PairSet
 from mathcircuits.models import HookedModel
+from mathcircuits.models.heads import Head
 from mathcircuits.patching import KeyComponents
 from mathcircuits.patching.key_components import resolve_heads
 from mathcircuits.stats import Interval
 from mathcircuits.stats.interval import DEFAULT_CONFIDENCE, wilson_interval
+from mathcircuits.stats.sequential import SequentialTest, besag_clifford, stop_after
 
 __all__ = [
     "transfer",
@@ -55,11 +57,15 @@ def transfer_row(
     min_correct: int = 5,
     confidence: float = DEFAULT_CONFIDENCE,
     ablation: Ablation = "mean",
+    planned_draws: int = 0,
+    stop_after: int = 0,
 ) -> TransferRow:
     """One transfer row from per-item correctness (0/1), with Wilson intervals.
 
     ``key`` and ``random_sets`` are correctness on the clean-correct items only (``key`` None: not measured).
-    ``held_in``: the set's data found the key heads. The drops are ablated accuracy − 1.
+    ``held_in``: the set's data found the key heads. The drops are ablated accuracy − 1. ``planned_draws`` and
+    ``stop_after``: the sequential test that drew ``random_sets`` (0: the fixed test over them); when it stopped
+    early (``n_draws`` < ``planned_draws``, the result's ``n_random``) the p-value is Besag–Clifford's ``h / n_draws``.
     """
     nan = float("nan")
     n, k = len(clean), int(sum(clean))
@@ -82,8 +88,11 @@ def transfer_row(
     r_mean = sum(per_set) / len(per_set) if per_set else nan
     r_std = (sum((x - r_mean) ** 2 for x in per_set) / len(per_set)) ** 0.5 if len(per_set) > 1 else 0.0
     key_acc = sum(key) / len(key)
-    # the key set's empirical p-value: random sets that lose at least as much (accuracy at most the key set's)
-    p = (1 + sum(a <= key_acc + 1e-12 for a in per_set)) / (1 + len(per_set))
+    # the key set's empirical p-value: random sets that lose at least as much (accuracy at most the key set's);
+    # the sequential test's (Besag–Clifford) when it stopped early
+    exceeds = [a <= key_acc + 1e-12 for a in per_set]
+    planned = max(planned_draws, len(per_set))
+    p = besag_clifford(exceeds, planned, stop_after).p_value if planned else (1 + sum(exceeds)) / (1 + len(per_set))
     return dataclasses.replace(
         row,
         key=kw,
@@ -101,6 +110,34 @@ def transfer_row(
         p_value=p,
         n_draws=len(per_set),
     )
+
+
+def _sequential_draws(
+    scorer: KnockoutScorer,
+    key_heads: list[Head],
+    draws: list[list[Head]],
+    kept: list[int],
+    batch_sets: int,
+    decided_at: float | None,
+) -> tuple[list[int], list[list[int]]]:
+    """Correctness on the ``kept`` items with the key set and with the random sets, ``batch_sets`` sets per forward,
+    until the sequential test of "a random set's accuracy is at most the key set's" finishes (all draws when
+    ``decided_at`` is None)."""
+    (key_c, _), *first = scorer.score_many([key_heads, *draws[: max(0, batch_sets - 1)]], batch_sets)
+    key = [int(key_c[i]) for i in kept]
+    acc = sum(key) / len(key)
+    rand = [[int(c[i]) for i in kept] for c, _ in first]
+    n = len(draws)
+    h = stop_after(n, decided_at) if decided_at is not None and n else 0
+    step = max(1, batch_sets)
+
+    def test() -> SequentialTest:
+        return besag_clifford([sum(r) / len(r) <= acc + 1e-12 for r in rand], max(n, 1), h)
+
+    while len(rand) < n and not test().finished:
+        more = scorer.score_many(draws[len(rand) : len(rand) + step], batch_sets)
+        rand += [[int(c[i]) for i in kept] for c, _ in more]
+    return key, rand[: test().draws] if n else []
 
 
 def transfer(
@@ -121,6 +158,7 @@ def transfer(
     ablation: Ablation | None = None,
     pool: PositionPool | None = None,
     batch_sets: int = BATCH_SETS,
+    decided_at: float | None = None,
 ) -> TransferResult:
     """Per dataset: clean accuracy, then key-ablated and random-ablated accuracy on the clean-correct items.
 
@@ -131,7 +169,9 @@ def transfer(
     replace them when given. ``held_in``: sets whose data found the key heads (marked; not evidence of transfer).
     ``pool``: for ``"position_mean"``, used for sets with ``template_id`` and ``pair_id``. Heads or means of
     another model raise an error naming both models. ``batch_sets``: head sets scored in one forward
-    (:meth:`KnockoutScorer.logits_many`; 1: one forward per set, the reference).
+    (:meth:`KnockoutScorer.logits_many`; 1: one forward per set, the reference). ``decided_at``: each set's
+    sequential test stops drawing once its p-value is at least this whatever the remaining draws show
+    (:func:`~mathcircuits.stats.sequential.stop_after`; None: all ``transfer_draws``); the row keeps the draws made.
     """
 
     cfg = configured(
@@ -160,11 +200,11 @@ def transfer(
         clean = [int(c) for c in scorer.score([])[0]]
         kept = [i for i, c in enumerate(clean) if c]
         key = rand = None
+        n_planned = h = 0
         if len(kept) >= min_correct and len(kept) / len(clean) >= min_clean_accuracy:
             draws = depth_matched_draws(key_heads, spec, n_random, seed + s) if key_heads else []
-            head_sets = [key_heads, *draws]
-            on_kept = [[int(c[i]) for i in kept] for c, _ in scorer.score_many(head_sets, batch_sets)]
-            key, rand = on_kept[0], on_kept[1:]
+            key, rand = _sequential_draws(scorer, key_heads, draws, kept, batch_sets, decided_at)
+            n_planned, h = len(draws), stop_after(len(draws), decided_at) if decided_at is not None and draws else 0
         rows.append(
             transfer_row(
                 name,
@@ -176,6 +216,8 @@ def transfer(
                 min_correct,
                 DEFAULT_CONFIDENCE,
                 used,
+                n_planned,
+                h,
             )
         )
     return TransferResult(

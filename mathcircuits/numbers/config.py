@@ -1,7 +1,7 @@
 """Settings of the number analyses (spectra, probes, helix, heuristic neurons): the ``numbers`` section of a run.
 
-The stage is off by default (it does not fit the default run's 10 minutes on a 2-core CPU;
-``configs/thorough.yaml`` turns it on).
+The stage is off unless a config turns it on: ``configs/default.yaml`` runs it at a small size (4 contexts,
+a 10 × 10 grid) that fits the main job's 10 minutes on a 2-core CPU; ``configs/thorough.yaml`` at full size.
 """
 
 from __future__ import annotations

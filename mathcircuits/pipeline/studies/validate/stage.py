@@ -31,14 +31,15 @@ from mathcircuits.ablation import (
     MLPMediation,
     PositionPool,
     TransferRow,
+    control_and_margin,
     cross_operation,
     head_means,
     knockout_curve,
-    mlp_margin,
     mlp_mediation,
-    random_control,
     transfer,
 )
+from mathcircuits.ablation.config import ValidationConfig
+from mathcircuits.claims.paper import C_NO_BETTER
 from mathcircuits.data import GenerationConfig, Operation, PairSet, generate_pairs, word_problem_dataset
 from mathcircuits.data.benchmark_files import default_benchmark_root
 from mathcircuits.patching import KeyComponents, PatchingResult, select_key_components
@@ -69,7 +70,7 @@ class ControlBrief:
     """The pooled key set against depth-matched random sets on fresh pairs, and the later MLPs' margin drop."""
 
     n_pairs: int
-    draws: int
+    draws: int  # random sets drawn (fewer than validation.control_draws when the sequential test stopped early)
     baseline: float
     key_drop: float
     random_drop_mean: float
@@ -195,6 +196,12 @@ def c4_mediation(
     return med
 
 
+def decided_at(v: ValidationConfig) -> float | None:
+    """Where the random-set comparisons' sequential tests stop (``validation.sequential``): once p >= the claims'
+    "no better than a typical draw" threshold is certain, the verdict cannot change; None: every planned draw."""
+    return C_NO_BETTER if v.sequential else None
+
+
 def fresh_pairs(ctx: Context, correct: PairSet, op: Operation, limit: int) -> tuple[PairSet, int]:
     """An operation's pairs of validate's own facts, and how many of them identify patched (must be 0).
 
@@ -277,26 +284,25 @@ def run(ctx: Context) -> ValidateSummary:
             [fresh[op].select(template_spread(fresh[op], seed)[: v.control_pairs]) for op in scored]
         )
         scorer = KnockoutScorer(model, pooled, v.ablation, means, v.scope, ctx.config.data.seed, pool=pool)
-        control = random_control(
-            model,
-            pooled,
-            key.heads,
-            v,
-            seed=ctx.config.data.seed,
-            means=means,
-            label="fresh correct pairs, " + ", ".join(scored),
-            identification_overlap=sum(overlap.values()),
-            progress=ctx.progress,
-            scorer=scorer,
-        )
-        control.save(paths.control())
-        save_csv(control.to_dataframe(), paths.control(".csv"))
         # claim C4: the MLPs from the key heads' median layer on, clean and with the key heads knocked out
         n_layers = model.spec.n_layers
         ref = int(median_depth([l for l, _ in key.heads], n_layers) * max(1, n_layers - 1))
-        # ... against the random sets of the same layers that C2 knocked out (C4's null)
-        margin = mlp_margin(model, pooled, key.heads, range(ref, n_layers), v.ablation, means, v.scope, scorer=scorer,
-                            random_sets=control.draws[: v.margin_draws])  # fmt: skip
+        # ... against the random sets C2 knocks out (C4's null): one knocked-out run per set serves both
+        control, margin = control_and_margin(
+            model,
+            pooled,
+            key.heads,
+            range(ref, n_layers),
+            v,
+            scorer,
+            seed=ctx.config.data.seed,
+            label="fresh correct pairs, " + ", ".join(scored),
+            identification_overlap=sum(overlap.values()),
+            progress=ctx.progress,
+            decided_at=decided_at(v),
+        )
+        control.save(paths.control())
+        save_csv(control.to_dataframe(), paths.control(".csv"))
         margin.save(paths.mlp_margin)
         mediation = c4_mediation(ctx, pooled, key.heads, range(ref, n_layers), means, scorer, control.draws)
         d = control.random_drops()
@@ -313,6 +319,7 @@ def run(ctx: Context) -> ValidateSummary:
             random_mediated_share=mediation.pooled_random_share(),
             templates=len(set(pooled.template_ids)),
         )
+        log.info("C2 random control: %s; C4 margin: %s", control.sequential.describe(), margin.sequential.describe())
         # per operation: each operation's own key set (the same rule), knocked out on every operation
         own = {
             op: select_key_components(PatchingResult.load(paths.patching(op)), ctx.config.selection).heads
@@ -344,6 +351,7 @@ def run(ctx: Context) -> ValidateSummary:
         progress=ctx.progress,
         held_in=[f"{op} (identification templates, correct)" for op in found_on],
         pool=pool,
+        decided_at=decided_at(v),
     )
     tr.save(paths.transfer())
     save_csv(tr.to_dataframe(), paths.transfer(".csv"))
