@@ -45,6 +45,7 @@ def test_step_sizes_reach_every_grid_size_in_bounded_steps():
     assert sizes == sorted(sizes, reverse=True)
     assert all(b >= 0.5 * a for a, b in zip([1000, *sizes], sizes))
     assert len(step_sizes(1000, (0.002, 0.01, 0.1, 0.5, 1.0), 0.2)) < len(sizes)
+    assert step_sizes(190, (0.001, 0.02, 1.0), 0.5)[-1] == 3  # a size of 0 (the empty circuit) is no step
 
 
 def test_the_circuits_gradient_is_eap_at_the_model_and_a_slope_inside(trap):

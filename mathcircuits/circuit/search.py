@@ -96,15 +96,13 @@ class SearchedCircuits:
 
 def step_sizes(n_edges: int, percentages: Sequence[float], shrink: float) -> list[int]:
     """Kept-edge counts, decreasing: every grid size and enough between that no step keeps fewer than ``shrink``."""
-    grid = sorted({int(p * n_edges) for p in percentages if int(p * n_edges) < n_edges}, reverse=True)
+    grid = sorted({int(p * n_edges) for p in percentages if 0 < int(p * n_edges) < n_edges}, reverse=True)
     out, n = [], n_edges
-    for target in grid:
-        while math.ceil(n * shrink) > target:
-            n = math.ceil(n * shrink)
-            out.append(n)
-        if target > 0:
-            out.append(target)
-            n = target
+    for target in grid:  # a size of 0 is the empty circuit: nothing to search
+        k = max(0, math.ceil(math.log(target / n) / math.log(shrink) - 1e-9) - 1)  # steps between, geometric
+        out += [round(n * (target / n) ** (j / (k + 1))) for j in range(1, k + 1)]
+        out.append(target)
+        n = target
     return out
 
 
