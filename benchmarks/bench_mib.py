@@ -197,14 +197,15 @@ def run_task(model, name: str, operation: str, args, extras: bool) -> dict:
 
     ig, t_ig, c_ig = _cpu_timed(lambda: eap_scores(model, score, "eap-ig", args.steps, metric="logit_diff"))
     evaluate_row("eap-ig", ig, t_ig, c_ig)
-    eap, t_eap, c_eap = _cpu_timed(lambda: eap_scores(model, score, "eap", metric="logit_diff"))
-    evaluate_row("eap", eap, t_eap, c_eap)
     found, t_s, c_s = _cpu_timed(lambda: search_circuits(model, score, start=ig, shrink=args.shrink))
     evaluate_row(
         "search (from EAP-IG)", found.scores, t_s + t_ig, c_s + c_ig, search_cpu_seconds=c_s,
         circuits_run=found.evaluated, steps=list(zip(found.sizes, found.f_score, found.choice)),
     )  # fmt: skip
     _save_circuits(found, model, name, operation, args)
+    _paired(curves, "eap-ig", boot, task)
+    eap, t_eap, c_eap = _cpu_timed(lambda: eap_scores(model, score, "eap", metric="logit_diff"))
+    evaluate_row("eap", eap, t_eap, c_eap)
     if args.discover_seconds:
         disc, t_d, c_d = _cpu_timed(lambda: discover_circuit(model, score, max_seconds=args.discover_seconds,
                                                               batch_size=8))  # fmt: skip
@@ -239,8 +240,10 @@ def run_task(model, name: str, operation: str, args, extras: bool) -> dict:
 
 
 def _paired(curves: dict, reference: str, boot, task: dict) -> None:
-    """Each row's CMD and CPR minus the reference's, paired over the same evaluation pairs."""
+    """Each row's CMD and CPR minus the reference's, paired over the same evaluation pairs (rows not yet paired)."""
     for row in task["rows"]:
+        if f"cmd_minus_{reference}" in row:
+            continue
         if row["method"] in curves and row["method"] != reference and row.get("level") == curves[reference].level:
             cmd, cpr = paired_difference(curves[row["method"]], curves[reference], boot)
             row[f"cmd_minus_{reference}"], row[f"cpr_minus_{reference}"] = _iv(cmd), _iv(cpr)
