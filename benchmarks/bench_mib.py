@@ -316,7 +316,13 @@ def main() -> None:
         help="MIB's edge level, node level, or both (node level alone where a family refuses edges)",
     )
     ap.add_argument("--tag", default="", help="appended to the results file's name")
+    ap.add_argument("--replot", type=Path, help="a results file: write its figure and print its table, run nothing")
     args = ap.parse_args()
+    if args.replot:
+        done = json.loads(args.replot.read_text())
+        print(f"wrote {figure(done, args.replot.with_suffix('.html'))}")
+        print(markdown(done))
+        return
     torch.set_num_threads(args.threads)
     t0 = time.perf_counter()
     out: dict = {"args": vars(args), "load_before": _load(), "started": datetime.now(timezone.utc).isoformat()}
@@ -351,36 +357,37 @@ def main() -> None:
                 save()
     out["load_after"] = _load()
     save()
-    figure(out, path.with_suffix(".png"))
+    figure(out, path.with_suffix(".html"))
     print(markdown(out))
     print(f"\nwrote {path}; {out['seconds']:.0f} s; load before {out['load_before']}, after {out['load_after']}")
 
 
-def figure(out: dict, path: Path) -> None:
-    """MIB's CMD curve (f of the absolute ranking) of every edge-level row, with its interval, one panel per task."""
-    import matplotlib
+def figure(out: dict, path: Path) -> Path | None:
+    """MIB's CMD curve (f of the absolute ranking) of every edge-level row with its interval, one panel per task,
+    as a standalone HTML file (plotly)."""
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    tasks = [t for t in out["tasks"] if any(r.get("level") == "edge" for r in t["rows"])]
+    tasks = [t for t in out["tasks"] if any(r.get("level") == "edge" and "f_absolute_low" in r for r in t["rows"])]
     if not tasks:
-        return
-    fig, axes = plt.subplots(1, len(tasks), figsize=(5 * len(tasks), 4), squeeze=False)
-    for ax, t in zip(axes[0], tasks):
-        for r in t["rows"]:
-            if r.get("level") != "edge" or "f_absolute_low" not in r:
-                continue
-            x = [100 * p for p in r["percentages"]]
-            ax.plot(x, r["f_absolute"], marker="o", ms=3, label=f"{r['method']} (CMD {r['cmd']['value']:.3f})")
-            ax.fill_between(x, r["f_absolute_low"], r["f_absolute_high"], alpha=0.2)
-        ax.axhline(1.0, color="grey", lw=0.5)
-        ax.set(xscale="log", xlabel="% of edges kept", ylabel="f (evaluation pairs)",
-               title=f"{t['model']} {t['operation']}")  # fmt: skip
-        ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+        return None
+    fig = make_subplots(rows=1, cols=len(tasks), subplot_titles=[f"{t['model']} {t['operation']}" for t in tasks])
+    colours = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#7f7f7f", "#ff7f0e"]
+    for col, t in enumerate(tasks, start=1):
+        rows = [r for r in t["rows"] if r.get("level") == "edge" and "f_absolute_low" in r]
+        for k, r in enumerate(rows):
+            x, c = [100 * p for p in r["percentages"]], colours[k % len(colours)]
+            name = f"{r['method']} (CMD {r['cmd']['value']:.3f})"
+            fig.add_trace(go.Scatter(x=x + x[::-1], y=r["f_absolute_high"] + r["f_absolute_low"][::-1],
+                                     fill="toself", fillcolor=c, opacity=0.15, line={"width": 0},
+                                     showlegend=False, hoverinfo="skip"), row=1, col=col)  # fmt: skip
+            fig.add_trace(go.Scatter(x=x, y=r["f_absolute"], mode="lines+markers", line={"color": c}, name=name,
+                                     legendgroup=r["method"]), row=1, col=col)  # fmt: skip
+        fig.update_xaxes(type="log", title_text="% of edges kept", row=1, col=col)
+        fig.update_yaxes(title_text="f on the evaluation pairs (95% interval)", row=1, col=col)
+    fig.update_layout(width=560 * len(tasks), height=420, title="MIB's CMD curves: f of the top-n circuit")
+    fig.write_html(str(path), include_plotlyjs="cdn")
+    return path
 
 
 def _fmt(iv: dict) -> str:
