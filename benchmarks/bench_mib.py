@@ -52,9 +52,13 @@ from mathcircuits.circuit import (
     mib_node_scores,
     mib_scores,
     node_scores,
+    write_graph,
 )
 from mathcircuits.circuit.eap_compare import discovery_scores
+from mathcircuits.circuit.mib import paired_difference
+from mathcircuits.circuit.mib_result import MIB_PERCENTAGES
 from mathcircuits.circuit.planted import plant_copy
+from mathcircuits.circuit.search import search_circuits
 from mathcircuits.data import GenerationConfig, filter_correct, generate_pairs, load_templates, score_pairs
 from mathcircuits.models import UnsupportedFamilyError, from_hf, load_model
 from mathcircuits.models.families import block_structure
@@ -110,13 +114,21 @@ def _timed(fn):
     return out, time.perf_counter() - t
 
 
-def _row(method: str, scores, wall: float, mib) -> dict:
+def _cpu_timed(fn):
+    """The result, wall seconds and this process's CPU seconds (user + system, every thread)."""
+    t, c = time.perf_counter(), time.process_time()
+    out = fn()
+    return out, time.perf_counter() - t, time.process_time() - c
+
+
+def _row(method: str, scores, wall: float, mib, cpu: float | None = None) -> dict:
     return {
         "method": method,
         "level": mib.level,
         "cpr": _iv(mib.cpr),
         "cmd": _iv(mib.cmd),
         "score_seconds": wall,
+        "score_cpu_seconds": cpu,
         "ms_per_edge": 1e3 * wall / len(scores),
         "n_edges": len(scores),
         "eval_seconds": mib.seconds,
@@ -124,6 +136,9 @@ def _row(method: str, scores, wall: float, mib) -> dict:
         "interval_over": mib.interval_over,
         "denominator": _iv(mib.denominator),
         "f_absolute": [x.value for x in mib.faithfulness_absolute],
+        "f_absolute_low": [x.low for x in mib.faithfulness_absolute],
+        "f_absolute_high": [x.high for x in mib.faithfulness_absolute],
+        "percentages": list(mib.percentages),
         "f_signed": [x.value for x in mib.faithfulness_signed],
     }
 
@@ -170,16 +185,35 @@ def run_task(model, name: str, operation: str, args, extras: bool) -> dict:
     if args.level == "node":
         node_rows(model, score, evaluate, args, task)
         return task
-    makers = {
-        "exact": lambda: discovery_scores(
-            discover_circuit(model, score, max_seconds=args.discover_seconds, batch_size=8), model, args.seed
-        ),
-        "eap": lambda: eap_scores(model, score, "eap", metric="logit_diff"),
-        "eap-ig": lambda: eap_scores(model, score, "eap-ig", args.steps, metric="logit_diff"),
-        "random": lambda: random_scores(model, args.seed),
-    }
     boot = Uncertainty(n_boot=args.n_boot)
-    _rank_rows(makers, lambda sc: mib_scores(model, evaluate, sc, metric="logit_diff", uncertainty=boot), task)
+    curves = {}
+
+    def evaluate_row(method: str, scores, wall: float, cpu: float, **extra) -> None:
+        mib = mib_scores(model, evaluate, scores, metric="logit_diff", uncertainty=boot)
+        curves[method] = mib
+        task["rows"].append({**_row(method, scores, wall, mib, cpu), **extra})
+        print(f"  {method} (edges): CPR {mib.cpr.format()} CMD {mib.cmd.format()}; scores {wall:.1f} s wall, "
+              f"{cpu:.1f} s CPU; curves {mib.seconds:.1f} s", flush=True)  # fmt: skip
+
+    ig, t_ig, c_ig = _cpu_timed(lambda: eap_scores(model, score, "eap-ig", args.steps, metric="logit_diff"))
+    evaluate_row("eap-ig", ig, t_ig, c_ig)
+    found, t_s, c_s = _cpu_timed(lambda: search_circuits(model, score, start=ig, shrink=args.shrink))
+    evaluate_row(
+        "search (from EAP-IG)", found.scores, t_s + t_ig, c_s + c_ig, search_cpu_seconds=c_s,
+        circuits_run=found.evaluated, steps=list(zip(found.sizes, found.f_score, found.choice)),
+    )  # fmt: skip
+    _save_circuits(found, model, name, operation, args)
+    _paired(curves, "eap-ig", boot, task)
+    eap, t_eap, c_eap = _cpu_timed(lambda: eap_scores(model, score, "eap", metric="logit_diff"))
+    evaluate_row("eap", eap, t_eap, c_eap)
+    if args.discover_seconds:
+        disc, t_d, c_d = _cpu_timed(lambda: discover_circuit(model, score, max_seconds=args.discover_seconds,
+                                                              batch_size=8))  # fmt: skip
+        ranked = discovery_scores(disc, model, ig)
+        evaluate_row("exact discovery, then EAP-IG", ranked, t_d, c_d, parts=[list(p) for p in ranked.parts])
+    rnd, t_r, c_r = _cpu_timed(lambda: random_scores(model, args.seed))
+    evaluate_row("random", rnd, t_r, c_r)
+    _paired(curves, "eap-ig", boot, task)
     if args.level == "both":
         node_rows(model, score, evaluate, args, task)
     if extras and args.convergence_pairs:
@@ -205,6 +239,30 @@ def run_task(model, name: str, operation: str, args, extras: bool) -> dict:
     return task
 
 
+def _paired(curves: dict, reference: str, boot, task: dict) -> None:
+    """Each row's CMD and CPR minus the reference's, paired over the same evaluation pairs (rows not yet paired)."""
+    for row in task["rows"]:
+        if f"cmd_minus_{reference}" in row:
+            continue
+        if row["method"] in curves and row["method"] != reference and row.get("level") == curves[reference].level:
+            cmd, cpr = paired_difference(curves[row["method"]], curves[reference], boot)
+            row[f"cmd_minus_{reference}"], row[f"cpr_minus_{reference}"] = _iv(cmd), _iv(cpr)
+            print(f"  {row['method']} − {reference} ({row['level']}s): CMD {cmd.format()}, CPR {cpr.format()}",
+                  flush=True)  # fmt: skip
+
+
+def _save_circuits(found, model, name: str, operation: str, args) -> None:
+    """The searched circuit at each size of MIB's grid as a graph file, with its exact f on the scoring pairs."""
+    folder = RESULTS / f"circuits_{datetime.now(timezone.utc):%Y-%m-%d}{'_' + args.tag if args.tag else ''}"
+    folder.mkdir(parents=True, exist_ok=True)
+    n_edges = len(found.scores)
+    for p in MIB_PERCENTAGES[:-1]:
+        n = int(p * n_edges)
+        if n in found.sizes:
+            write_graph(found.scores, folder / f"{name}_{operation}_search_{100 * p:g}pct.json",
+                        circuit=found.circuit(p), faithfulness=found.f_at(n))  # fmt: skip
+
+
 def node_rows(model, score, evaluate, args, task: dict) -> None:
     """MIB's curves at node level (heads and MLPs; ``mib_node_scores``) for the four node rankings and
     TransformerLens 4.3's node attribution, on the same pairs and metric."""
@@ -212,17 +270,22 @@ def node_rows(model, score, evaluate, args, task: dict) -> None:
               for m in ("exact", "eap", "eap-ig", "random")}  # fmt: skip
     makers["TL 4.3 EAP"] = lambda: tl_node_scores(model, score)
     boot = Uncertainty(n_boot=args.n_boot)
-    _rank_rows(makers, lambda sc: mib_node_scores(model, evaluate, sc, metric="logit_diff", uncertainty=boot), task)
+    curves = _rank_rows(
+        makers, lambda sc: mib_node_scores(model, evaluate, sc, metric="logit_diff", uncertainty=boot), task
+    )
+    _paired(curves, "eap-ig", boot, task)
 
 
-def _rank_rows(makers: dict, curves, task: dict) -> None:
-    """Each ranking's scores (timed), its MIB curves, and a row of the table."""
+def _rank_rows(makers: dict, curves, task: dict) -> dict:
+    """Each ranking's scores (timed), its MIB curves, and a row of the table; the curves by method."""
+    out = {}
     for method, make in makers.items():
-        scores, wall = _timed(make)
-        mib = curves(scores)
-        task["rows"].append(_row(method, scores, wall, mib))
+        scores, wall, cpu = _cpu_timed(make)
+        mib = out[method] = curves(scores)
+        task["rows"].append(_row(method, scores, wall, mib, cpu))
         print(f"  {method} ({mib.level}s): CPR {mib.cpr.format()} CMD {mib.cmd.format()}; scores {wall:.1f} s, "
-              f"curves {mib.seconds:.1f} s", flush=True)  # fmt: skip
+              f"{cpu:.1f} s CPU, curves {mib.seconds:.1f} s", flush=True)  # fmt: skip
+    return out
 
 
 def main() -> None:
@@ -234,7 +297,8 @@ def main() -> None:
     ap.add_argument("--pairs", type=int, default=8, help="pairs that make the scores")
     ap.add_argument("--eval-pairs", type=int, default=8, help="other pairs that score the curves")
     ap.add_argument("--steps", type=int, default=5, help="EAP-IG's steps (MIB's default)")
-    ap.add_argument("--discover-seconds", type=float, default=60.0, help="discovery's CPU-time budget")
+    ap.add_argument("--discover-seconds", type=float, default=60.0, help="discovery's CPU-time budget (0: no row)")
+    ap.add_argument("--shrink", type=float, default=0.5, help="the search's smallest kept fraction per step")
     ap.add_argument("--convergence-pairs", type=int, default=4)
     ap.add_argument("--convergence-steps", type=int, nargs="+", default=[1, 2, 5, 10, 20])
     ap.add_argument("--agree-receivers", type=int, default=2, help="receivers besides the logits (0 to 2)")
@@ -252,7 +316,13 @@ def main() -> None:
         help="MIB's edge level, node level, or both (node level alone where a family refuses edges)",
     )
     ap.add_argument("--tag", default="", help="appended to the results file's name")
+    ap.add_argument("--replot", type=Path, help="a results file: write its figure and print its table, run nothing")
     args = ap.parse_args()
+    if args.replot:
+        done = json.loads(args.replot.read_text())
+        print(f"wrote {figure(done, args.replot.with_suffix('.html'))}")
+        print(markdown(done))
+        return
     torch.set_num_threads(args.threads)
     t0 = time.perf_counter()
     out: dict = {"args": vars(args), "load_before": _load(), "started": datetime.now(timezone.utc).isoformat()}
@@ -287,8 +357,37 @@ def main() -> None:
                 save()
     out["load_after"] = _load()
     save()
+    figure(out, path.with_suffix(".html"))
     print(markdown(out))
     print(f"\nwrote {path}; {out['seconds']:.0f} s; load before {out['load_before']}, after {out['load_after']}")
+
+
+def figure(out: dict, path: Path) -> Path | None:
+    """MIB's CMD curve (f of the absolute ranking) of every edge-level row with its interval, one panel per task,
+    as a standalone HTML file (plotly)."""
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+
+    tasks = [t for t in out["tasks"] if any(r.get("level") == "edge" and "f_absolute_low" in r for r in t["rows"])]
+    if not tasks:
+        return None
+    fig = make_subplots(rows=1, cols=len(tasks), subplot_titles=[f"{t['model']} {t['operation']}" for t in tasks])
+    colours = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#7f7f7f", "#ff7f0e"]
+    for col, t in enumerate(tasks, start=1):
+        rows = [r for r in t["rows"] if r.get("level") == "edge" and "f_absolute_low" in r]
+        for k, r in enumerate(rows):
+            x, c = [100 * p for p in r["percentages"]], colours[k % len(colours)]
+            name = f"{r['method']} (CMD {r['cmd']['value']:.3f})"
+            fig.add_trace(go.Scatter(x=x + x[::-1], y=r["f_absolute_high"] + r["f_absolute_low"][::-1],
+                                     fill="toself", fillcolor=c, opacity=0.15, line={"width": 0},
+                                     showlegend=False, hoverinfo="skip"), row=1, col=col)  # fmt: skip
+            fig.add_trace(go.Scatter(x=x, y=r["f_absolute"], mode="lines+markers", line={"color": c}, name=name,
+                                     legendgroup=r["method"]), row=1, col=col)  # fmt: skip
+        fig.update_xaxes(type="log", title_text="% of edges kept", row=1, col=col)
+        fig.update_yaxes(title_text="f on the evaluation pairs (95% interval)", row=1, col=col)
+    fig.update_layout(width=560 * len(tasks), height=420, title="MIB's CMD curves: f of the top-n circuit")
+    fig.write_html(str(path), include_plotlyjs="cdn")
+    return path
 
 
 def _fmt(iv: dict) -> str:
@@ -298,17 +397,21 @@ def _fmt(iv: dict) -> str:
 def markdown(out: dict) -> str:
     """The results as markdown tables."""
     lines = [
-        "| model | op | method | level | CPR ↑ | CMD ↓ | edges or nodes | score time | ms per item | curves time |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| model | op | method | level | CPR ↑ | CMD ↓ | CMD − EAP-IG's (paired) | edges or nodes | score time "
+        "| score CPU | ms per item | curves time |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for t in out["tasks"]:
         if t.get("refused"):
-            lines.append(f"| {t['model']} | {t['operation']} | (all) | edge | refused: {t['refused']} | | | | | |")
+            lines.append(f"| {t['model']} | {t['operation']} | (all) | edge | refused: {t['refused']} | | | | | | | |")
         for r in t["rows"]:
+            diff = _fmt(r["cmd_minus_eap-ig"]) if "cmd_minus_eap-ig" in r else ""
+            cpu = f"{r['score_cpu_seconds']:.1f} s" if r.get("score_cpu_seconds") is not None else ""
             lines.append(
                 f"| {t['model']} | {t['operation']} | {r['method']} | {r.get('level', 'edge')} | {_fmt(r['cpr'])} | "
-                f"{_fmt(r['cmd'])} | "
-                f"{r['n_edges']} | {r['score_seconds']:.1f} s | {r['ms_per_edge']:.3f} | {r['eval_seconds']:.0f} s |"
+                f"{_fmt(r['cmd'])} | {diff} | "
+                f"{r['n_edges']} | {r['score_seconds']:.1f} s | {cpu} | {r['ms_per_edge']:.3f} | "
+                f"{r['eval_seconds']:.0f} s |"
             )
     tiny = out.get("tiny")
     if tiny:

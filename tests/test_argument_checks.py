@@ -40,6 +40,7 @@ from mathcircuits.circuit import (
     mib_node_scores,
     mib_scores,
     node_scores,
+    search_circuits,
 )
 from mathcircuits.data import GenerationConfig, PairSet, filter_correct, generate_pairs, score_pairs
 from mathcircuits.numbers import NumbersConfig
@@ -229,6 +230,7 @@ MEETS_A_MODEL = [
     ("label_roles", lambda m, p, k: label_roles(m, p, _circuit(m, k))),
     ("ig_convergence", lambda m, p, k: ig_convergence(m, p, steps=(1,))),
     ("exact_agreement", lambda m, p, k: exact_agreement(m, p, receivers=1)),
+    ("search_circuits", lambda m, p, k: search_circuits(m, p, percentages=(0.5,))),
 ]
 
 #: functions that take a model and pairs but do not check the pairs against the model, with the reason

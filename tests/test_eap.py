@@ -218,16 +218,20 @@ def test_bad_attribution_requests_are_refused(linear_planted):
 
 
 @pytest.mark.slow
-def test_discovery_scores_rank_the_discovered_edges_first():
+def test_discovery_scores_rank_the_discovered_circuit_first_and_attribution_the_rest():
     model, pairs, _ = _planted(linear=False)
     circuit = discover_circuit(
         model, pairs, depth=2, batch_size=4, uncertainty=Uncertainty(n_boot=20), saturation_tol=None
     )
-    scores = discovery_scores(circuit, model, seed=0)
+    rest = eap_scores(model, pairs, "eap", metric="answer_logprob")
+    scores = discovery_scores(circuit, model, rest)
     assert scores.is_whole_graph and scores.method == "exact"
-    found = {(s, r) for (s, r), x in zip(scores.edges, scores.scores) if abs(x) > 1e-3}
-    assert (READER, Receiver("logits")) in found  # the reader's direct edge, found in round 0
-    top = {e for e, _ in scores.top(len(found), absolute=True)}
-    assert top == found  # every kept edge outranks every edge discovery did not keep
-    rest = [abs(x) for e, x in zip(scores.edges, scores.scores) if e not in found]
-    assert 0 < max(rest) < 1e-5 * min(abs(scores.score(*e)) for e in found)  # ties broken by a tiny jitter
+    (first, n_exact), (second, n_rest) = scores.parts
+    assert (first, second) == ("exact", "eap") and n_exact + n_rest == len(scores)  # no stretch unnamed
+    top = [scores.edges[i] for i in scores.ranking(absolute=True)[:n_exact]]
+    mover_v = (Sender("head", 0, 1), Receiver("v", 2, group=1))
+    for edge in [(READER, Receiver("logits")), mover_v, (INPUT, Receiver("v", 0, group=0))]:
+        assert edge in top  # the path from the input (the mover's value) to the logits
+    assert 0 < n_exact < len(scores) // 2  # discovery ranks a small part, the attribution the rest
+    below = scores.ranking(absolute=True)[n_exact:]  # the rest in the attribution's own order
+    assert below == [i for i in rest.ranking(absolute=True) if i in set(below)]

@@ -4,7 +4,7 @@ Map: edges (:mod:`.components`, :mod:`.batches`, :mod:`.pair_cache`, :mod:`.chai
 :mod:`.reference`, :mod:`.attribution`); discovery (:mod:`.discover`, :mod:`.result`, :mod:`.roles`);
 faithfulness (:mod:`.intervene`, :mod:`.pool`, :mod:`.subcircuits`, :mod:`.faithfulness`, :mod:`.curve`,
 :mod:`.plateau`); MIB and attribution baselines (:mod:`.edge_scores`, :mod:`.mib`, :mod:`.mib_nodes`,
-:mod:`.eap`, :mod:`.eap_compare`, :mod:`.graph_files`).
+:mod:`.eap`, :mod:`.eap_compare`, :mod:`.graph_files`); the search on whole circuits (:mod:`.search`).
 """
 
 from mathcircuits._checks import check_exports
@@ -20,7 +20,7 @@ from mathcircuits.circuit.edge_scores import INPUT, EdgeScores, ScoreMethod, gra
 from mathcircuits.circuit.edges import exact_edges
 from mathcircuits.circuit.faithfulness import faithfulness
 from mathcircuits.circuit.graph_files import GraphFile, read_graph, write_graph
-from mathcircuits.circuit.mib import mib_scores
+from mathcircuits.circuit.mib import mib_scores, paired_difference
 from mathcircuits.circuit.mib_metric import MIBMetric
 from mathcircuits.circuit.mib_nodes import NodeMethod, NodeScores, mib_node_scores, node_scores
 from mathcircuits.circuit.mib_result import MIBScores
@@ -30,6 +30,7 @@ from mathcircuits.circuit.plateau import PlateauReason
 from mathcircuits.circuit.reference import reference_edges
 from mathcircuits.circuit.result import Circuit, CircuitData, CircuitSettings, DiscoveryRound, Edge, Node
 from mathcircuits.circuit.roles import label_roles
+from mathcircuits.circuit.search import SearchedCircuits, search_circuits
 from mathcircuits.circuit.wiring import LOGITS
 
 __all__ = [
@@ -62,6 +63,7 @@ __all__ = [
     "Receiver",
     "ScoreMethod",
     "ScreenAgreement",
+    "SearchedCircuits",
     "Sender",
     "attribute_edges",
     "circuit_batches",
@@ -78,10 +80,12 @@ __all__ = [
     "mib_scores",
     "node_scores",
     "pair_cache",
+    "paired_difference",
     "plant_two_step",
     "read_graph",
     "reference_edges",
     "screen_agreement",
+    "search_circuits",
     "upstream_senders",
     "write_graph",
 ]

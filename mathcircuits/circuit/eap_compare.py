@@ -25,7 +25,7 @@ from mathcircuits.circuit.batches import circuit_batches
 from mathcircuits.circuit.chain import first_diff
 from mathcircuits.circuit.components import Receiver, Sender
 from mathcircuits.circuit.eap import DEFAULT_IG_STEPS, IGSteps, alpha_effects, graph_nodes, ig_alphas
-from mathcircuits.circuit.edge_scores import EdgeScores, graph_edges
+from mathcircuits.circuit.edge_scores import INPUT, EdgeScores, graph_edges
 from mathcircuits.circuit.edges import exact_edges
 from mathcircuits.circuit.intervene import answer_logprob
 from mathcircuits.circuit.mib_metric import MIBMetric, mib_readout
@@ -34,6 +34,7 @@ from mathcircuits.circuit.result import Circuit
 from mathcircuits.data.pairset import PairSet
 from mathcircuits.models import HookedModel
 from mathcircuits.models.families import block_structure
+from mathcircuits.models.spec import check_model
 from mathcircuits.patching.metrics import METRICS
 from mathcircuits.stats import Uncertainty
 
@@ -210,15 +211,21 @@ def _mean(model: HookedModel, cache: PairCache, alphas: list, positions: list[in
     return sum(alpha_effects(model, cache, answer_logprob, alphas, positions)) / len(alphas)
 
 
-def discovery_scores(circuit: Circuit, model: HookedModel, seed: int = 0) -> EdgeScores:
-    """A discovered circuit's edges as scores of the whole graph (its ranking for MIB's curves).
+def discovery_scores(circuit: Circuit, model: HookedModel, rest: EdgeScores) -> EdgeScores:
+    """A discovered circuit's edges, connected to the input, ranked first; ``rest`` (an attribution) orders the others.
 
-    An edge's score is minus its effect summed over the positions it was found at; the logits edges of every
-    answer position count as one. Edges not kept score 0, ties broken at random (``seed``) by a jitter far
-    below any kept score, so they follow the kept edges in no order the graph's listing would impose.
+    Discovery keeps the token embeddings clean, so its circuit has no input edges; MIB's pruning would then drop it
+    whole. Here every receiver of a discovered node (a head's query, its KV group's key and value, an MLP's input)
+    also gets the input edge, ranked just below the discovered edges; the discovered edges rank by their summed
+    effect (the logits edges of every answer position count as one). Every other edge keeps ``rest``'s order,
+    scaled below them. ``parts`` says which stretch is which: ``(("exact", n), (rest.method, |E| − n))``.
     """
     circuit.check_model(model)
+    check_model(rest.model, model, "these edge scores", "rank this model's edges")
     parallel = block_structure(model).parallel
+    edges = graph_edges(model.spec, parallel)
+    if rest.edges != edges:
+        raise FixableValueError(f"{rest!r} is not in graph order. ", "score every edge with eap_scores(model, ...).")
     nodes = {n.name: n for n in circuit.nodes}
     g = model.spec.group_size
     kept: dict[tuple, float] = {}
@@ -233,9 +240,26 @@ def discovery_scores(circuit: Circuit, model: HookedModel, seed: int = 0) -> Edg
             receiver = Receiver("q", r.layer, head=r.head)
         else:
             receiver = Receiver("mlp", r.layer)
-        kept[(sender, receiver)] = kept.get((sender, receiver), 0.0) - e.effect
-    edges = graph_edges(model.spec, parallel)
-    smallest = min((abs(x) for x in kept.values() if x != 0), default=1.0)
-    jitter = torch.rand(len(edges), generator=torch.Generator().manual_seed(seed), dtype=torch.float64, device="cpu")
-    values = tuple(kept.get(e, float((2 * jitter[i] - 1) * 1e-6 * smallest)) for i, e in enumerate(edges))
-    return EdgeScores(model.spec, parallel, edges, values, "exact", circuit.seconds, circuit.metric)
+        kept[(sender, receiver)] = kept.get((sender, receiver), 0.0) + abs(e.effect)
+    inputs = set()
+    for n in circuit.nodes:
+        if n.kind == "head":
+            inputs |= {Receiver("q", n.layer, head=n.head)}
+            inputs |= {Receiver(k, n.layer, group=n.head // g) for k in ("k", "v")}
+        elif n.kind == "mlp":
+            inputs.add(Receiver("mlp", n.layer))
+    top = max((abs(x) for x in rest.scores), default=0.0) + 1.0
+    values = []
+    for e, x in zip(edges, rest.scores):
+        if e in kept:
+            values.append(2 * top + kept[e])
+        elif e[0] == INPUT and e[1] in inputs:
+            values.append(top + abs(x) / top)
+        else:
+            values.append(x)
+    n_exact = sum(1 for e in edges if e in kept or (e[0] == INPUT and e[1] in inputs))
+    parts = (("exact", n_exact), (rest.method, len(edges) - n_exact))
+    return EdgeScores(
+        model.spec, parallel, edges, tuple(values), "exact", circuit.seconds + rest.seconds, circuit.metric,
+        pair_keys=rest.pair_keys, parts=parts,
+    )  # fmt: skip

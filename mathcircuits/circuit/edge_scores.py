@@ -36,8 +36,8 @@ __all__ = [
 ]
 
 #: How the scores were made: exact sender → receiver patching, attribution patching, its integrated-gradient form,
-#: random draws, or read from another tool's graph file.
-ScoreMethod: TypeAlias = Literal["exact", "eap", "eap-ig", "random", "imported"]
+#: random draws, read from another tool's graph file, or the order of a search on whole circuits (:mod:`.search`).
+ScoreMethod: TypeAlias = Literal["exact", "eap", "eap-ig", "random", "imported", "search"]
 SCORE_METHODS: tuple[str, ...] = get_args(ScoreMethod)
 #: The token embeddings as a sender.
 INPUT = Sender("input", -1)
@@ -66,7 +66,9 @@ class EdgeScores:
     ``parallel`` decides which MLP edges exist; each edge appears once; ``seconds`` is wall clock;
     ``metric`` what the scores measure (e.g. ``"answer_logprob"``); ``pair_keys``: fingerprints of the pairs that made
     them (:func:`~mathcircuits.data.pairset.pair_keys`; empty for imported or random scores), so an evaluation on
-    those pairs warns of selection bias.
+    those pairs warns of selection bias. ``parts``: when methods share the ranking,
+    which ordered which stretch of it, top first, by ``|score|`` (``(("exact", 49), ("eap-ig", 70602))``; empty:
+    ``method`` ordered it all).
     """
 
     model: ModelSpec
@@ -77,6 +79,7 @@ class EdgeScores:
     seconds: float
     metric: str = "logit_diff"
     pair_keys: tuple[str, ...] = ()
+    parts: tuple[tuple[str, int], ...] = ()
 
     def __post_init__(self) -> None:
         if self.method not in SCORE_METHODS:
@@ -96,6 +99,11 @@ class EdgeScores:
                 f"edge {s.name} → {r.name} is not an edge of {self.model.describe()}: the receiver must be resolved "
                 "(q: a head; k/v: a KV group; no position) and downstream of the sender. ",
                 "take edges from graph_edges(spec, parallel).",
+            )
+        if self.parts and sum(n for _, n in self.parts) != len(self.edges):
+            raise FixableValueError(
+                f"parts {self.parts} cover {sum(n for _, n in self.parts)} of {len(self.edges)} edges. ",
+                "name the method of every stretch of the ranking.",
             )
         nan = [i for i, x in enumerate(self.scores) if math.isnan(x)]
         if nan:

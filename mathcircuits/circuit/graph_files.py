@@ -84,9 +84,17 @@ class GraphFile:
 
 
 def write_graph(
-    scores: EdgeScores, path: str | os.PathLike, circuit: Collection[EdgeKey] = (), d_model: int | None = None
+    scores: EdgeScores,
+    path: str | os.PathLike,
+    circuit: Collection[EdgeKey] = (),
+    d_model: int | None = None,
+    faithfulness: float | None = None,
 ) -> Path:
-    """Write edge scores (and a circuit: its edges' ``in_graph``) as an EAP-IG / MIB graph JSON file."""
+    """Write edge scores (and a circuit: its edges' ``in_graph``) as an EAP-IG / MIB graph JSON file.
+
+    The ``"mathcircuits"`` record carries the model's name and fingerprint, the scores' method and ``parts``, and
+    ``faithfulness`` when given (the circuit's ``f``, e.g. measured exactly on the pairs that chose it).
+    """
     spec = scores.model
     unknown = [e for e in circuit if e not in set(scores.edges)]
     if unknown:
@@ -117,7 +125,11 @@ def write_graph(
     }
     node_dict = {n: {"in_graph": n in out_nodes and n in in_nodes} for n in nodes}
     node_dict["logits"] = {"in_graph": True}
-    record = {"model": spec.name, "spec_fingerprint": _fingerprint(spec)}
+    record: dict[str, object] = {"model": spec.name, "spec_fingerprint": _fingerprint(spec), "method": scores.method}
+    if scores.parts:
+        record["parts"] = [list(p) for p in scores.parts]
+    if faithfulness is not None:
+        record["faithfulness"] = faithfulness
     return write_json(path, {"cfg": cfg, "nodes": node_dict, "edges": edges, MODEL_KEY: record})
 
 

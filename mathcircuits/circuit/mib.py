@@ -43,7 +43,7 @@ from mathcircuits.circuit.batches import CircuitBatch, circuit_batches
 from mathcircuits.circuit.edge_scores import EdgeKey, EdgeScores, graph_edges
 from mathcircuits.circuit.intervene import LOGITS, RunScore, Wiring, answer_logprob, circuit_logprob
 from mathcircuits.circuit.mib_metric import MIBMetric, mib_readout
-from mathcircuits.circuit.mib_result import MIB_PERCENTAGES, CurveSummary, MIBScores
+from mathcircuits.circuit.mib_result import MIB_PERCENTAGES, CurveSummary, MIBScores, PairCurves
 from mathcircuits.circuit.mib_run import edge_masks, masked_run
 from mathcircuits.circuit.wiring import NodeKey, input_node, prefix_kv, resample_values
 from mathcircuits.data.pairset import PairSet, pair_keys
@@ -56,6 +56,7 @@ from mathcircuits.stats.interval import DEFAULT_UNCERTAINTY
 
 __all__ = [
     "mib_scores",
+    "paired_difference",
 ]
 
 Comp = tuple[str, int, int]  # (kind, layer, head): a node of the position-free graph
@@ -247,7 +248,8 @@ def mib_scores(
         per_ranking[name] = torch.stack(cols)  # [point, pair]
     templates = [t for b in batches for t in b.templates]
     operations = [o for b in batches for o in b.operations]
-    summary = curve_summary(per_ranking, empty, clean, templates, operations, grid, uncertainty)
+    rows = [r for b in batches for r in b.idx]
+    summary = curve_summary(per_ranking, empty, clean, templates, operations, grid, uncertainty, rows)
     return MIBScores.from_curves(
         summary,
         model=spec,
@@ -274,20 +276,13 @@ def curve_summary(
     operations: Sequence[str],
     grid: Sequence[float],
     uncertainty: Uncertainty | None,
+    rows: Sequence[int] = (),
 ) -> CurveSummary:
     """The curves and their intervals (the module docstring's bootstrap), from ``m`` per pair:
-    ``per_ranking[name]`` [point, pair], ``empty`` and ``clean`` [pair]."""
-    per_op: dict[str, set[str]] = {}
-    for t, o in zip(templates, operations):
-        per_op.setdefault(o, set()).add(t)
+    ``per_ranking[name]`` [point, pair], ``empty`` and ``clean`` [pair]; ``rows``: the pairs' rows in their set."""
+    resamples, over = _resamples(templates, operations, len(clean), uncertainty)
     u = uncertainty or DEFAULT_UNCERTAINTY  # None: no resamples; the NaN intervals keep the default level
-    n_boot, confidence, seed = u.n_boot, u.confidence, u.seed
-    if uncertainty is None:
-        resamples, over = [], "none"
-    elif all(len(ts) >= MIN_CLUSTERS for ts in per_op.values()):
-        resamples, over = cluster_bootstrap_indices(templates, operations, n_boot, seed), "templates"
-    else:
-        resamples, over = list(bootstrap_indices(len(clean), n_boot, seed)), "pairs"
+    confidence, seed = u.confidence, u.seed
     everything = [torch.arange(len(clean), device="cpu")] + list(resamples)
 
     def curves(idx: Tensor) -> tuple[Tensor, Tensor, Tensor]:
@@ -310,6 +305,15 @@ def curve_summary(
         lo, hi = torch.quantile(x[1:], q).tolist() if len(x) > 1 else (float("nan"), float("nan"))
         return Interval(float(x[0]), lo, hi, len(clean), confidence, method, seed)
 
+    per_pair = PairCurves(
+        signed=tuple(tuple(x) for x in per_ranking["signed"].tolist()),
+        absolute=tuple(tuple(x) for x in per_ranking["absolute"].tolist()),
+        clean=tuple(clean.tolist()),
+        empty=tuple(empty.tolist()),
+        rows=tuple(int(r) for r in rows),
+        templates=tuple(templates),
+        operations=tuple(operations),
+    )
     return CurveSummary(
         faithfulness_signed=tuple(interval(f_signed[:, k]) for k in range(len(grid))),
         faithfulness_absolute=tuple(interval(f_abs[:, k]) for k in range(len(grid))),
@@ -317,4 +321,68 @@ def curve_summary(
         cmd=interval(cmd),
         denominator=interval(gap),
         interval_over=over,
+        per_pair=per_pair,
     )
+
+
+def _resamples(
+    templates: Sequence[str], operations: Sequence[str], n: int, uncertainty: Uncertainty | None
+) -> tuple[list[Tensor], str]:
+    """The module docstring's resamples: whole templates within operations when each has enough, else pairs."""
+    per_op: dict[str, set[str]] = {}
+    for t, o in zip(templates, operations):
+        per_op.setdefault(o, set()).add(t)
+    if uncertainty is None:
+        return [], "none"
+    n_boot, seed = uncertainty.n_boot, uncertainty.seed
+    if all(len(ts) >= MIN_CLUSTERS for ts in per_op.values()):
+        return cluster_bootstrap_indices(templates, operations, n_boot, seed), "templates"
+    return list(bootstrap_indices(n, n_boot, seed)), "pairs"
+
+
+def paired_difference(
+    a: MIBScores, b: MIBScores, uncertainty: Uncertainty = DEFAULT_UNCERTAINTY
+) -> tuple[Interval, Interval]:
+    """``(CMD of a − CMD of b, CPR of a − CPR of b)`` with intervals from the same resamples of the same pairs.
+
+    A paired bootstrap: each resample draws pairs (or templates) once and recomputes both rankings' curves on them,
+    so what the two evaluations share (the pairs' difficulty) cancels. Both must come from one evaluation set and
+    grid (:func:`mib_scores` or :func:`~.mib_nodes.mib_node_scores` on the same pairs).
+    """
+    pa, pb = a.per_pair, b.per_pair
+    if pa is None or pb is None or pa.rows != pb.rows or a.percentages != b.percentages:
+        raise FixableValueError(
+            f"{a!r} and {b!r} were not evaluated on the same pairs and grid. ",
+            "evaluate both rankings with the same pairs and percentages (this version of mib_scores keeps them).",
+        )
+    clean = torch.tensor(pa.clean, dtype=torch.float64)
+    if not torch.allclose(clean, torch.tensor(pb.clean, dtype=torch.float64), rtol=1e-4, atol=1e-4):
+        raise FixableValueError(
+            "the two evaluations read different clean scores: not the same pairs, or not the same model. ",
+            "evaluate both rankings on the same pairs of the same model.",
+        )
+    empty = torch.tensor(pa.empty, dtype=torch.float64)
+    curves = {
+        f"{who} {kind}": torch.tensor(getattr(p, kind), dtype=torch.float64)
+        for who, p in (("a", pa), ("b", pb))
+        for kind in ("signed", "absolute")
+    }
+    resamples, over = _resamples(pa.templates, pa.operations, len(clean), uncertainty)
+    grid = a.percentages
+
+    def draw(idx: Tensor) -> tuple[float, float]:
+        zero, top = empty[idx].mean(), clean[idx].mean()
+        f = {k: (c[:, idx].mean(1) - zero) / (top - zero) for k, c in curves.items()}
+        cmd = area_under(grid, (1 - f["a absolute"]).abs()) - area_under(grid, (1 - f["b absolute"]).abs())
+        cpr = area_under(grid, f["a signed"]) - area_under(grid, f["b signed"])
+        return float(cmd), float(cpr)
+
+    draws = torch.tensor([draw(i) for i in [torch.arange(len(clean), device="cpu"), *resamples]], dtype=torch.float64)
+    q = torch.tensor([(1 - uncertainty.confidence) / 2, (1 + uncertainty.confidence) / 2], dtype=torch.float64)
+    method: IntervalMethod = "cluster_bootstrap" if over == "templates" else "pair_bootstrap_fallback"
+
+    def interval(x: Tensor) -> Interval:
+        lo, hi = torch.quantile(x[1:], q).tolist()
+        return Interval(float(x[0]), lo, hi, len(clean), uncertainty.confidence, method, uncertainty.seed)
+
+    return interval(draws[:, 0]), interval(draws[:, 1])

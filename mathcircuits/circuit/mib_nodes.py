@@ -256,9 +256,10 @@ def mib_node_scores(
     rankings = {"signed": scores.ranking(absolute=False), "absolute": scores.ranking(absolute=True)}
     kept = {name: [order[: int(p * n_nodes)] for p in grid] for name, order in rankings.items()}
     parts: dict[str, list[Tensor]] = {"signed": [], "absolute": []}
-    parts_empty, parts_clean, templates, operations = [], [], [], []
+    parts_empty, parts_clean, templates, operations, rows = [], [], [], [], []
     store: PrefixCaches = {}
     for b in circuit_batches(model, pairs, "suffix", batch_size, rows=list(readouts.rows)):
+        rows += b.idx
         readout, labels = readouts.of(b.idx), sorted(b.where)
         values = resample_values(model, b, store)
         clean = clean_readout(model, b, readout, store)
@@ -282,7 +283,7 @@ def mib_node_scores(
         operations += b.operations
     per_ranking = {name: torch.cat(p, 1).double() for name, p in parts.items()}
     empty, clean_all = torch.cat(parts_empty).double(), torch.cat(parts_clean).double()
-    summary = curve_summary(per_ranking, empty, clean_all, templates, operations, grid, uncertainty)
+    summary = curve_summary(per_ranking, empty, clean_all, templates, operations, grid, uncertainty, rows)
     return MIBScores.from_curves(
         summary,
         model=model.spec,

@@ -19,6 +19,23 @@ MIB_PERCENTAGES: tuple[float, ...] = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1
 
 
 @dataclass(frozen=True)
+class PairCurves:
+    """``m`` per pair behind a summary, kept so two rankings on the same pairs can be compared pair by pair.
+
+    ``signed``/``absolute``: ``[point][pair]``; ``clean``, ``empty``: ``m(N)`` and ``m(∅)`` per pair; ``rows``: the
+    pairs' rows in the evaluated pair set; ``templates``, ``operations``: each pair's (for the bootstrap).
+    """
+
+    signed: tuple[tuple[float, ...], ...]
+    absolute: tuple[tuple[float, ...], ...]
+    clean: tuple[float, ...]
+    empty: tuple[float, ...]
+    rows: tuple[int, ...]
+    templates: tuple[str, ...]
+    operations: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class CurveSummary:
     """The curves of one evaluation with their intervals: ``f`` per point for both rankings, CPR, CMD, ``m(N) − m(∅)``,
     and what the bootstrap resampled (``"templates"``, ``"pairs"`` or ``"none"``)."""
@@ -29,6 +46,7 @@ class CurveSummary:
     cmd: Interval
     denominator: Interval
     interval_over: str
+    per_pair: PairCurves | None = None
 
 
 @dataclass(frozen=True, repr=False)
@@ -45,6 +63,7 @@ class MIBScores:
         n_pairs: pairs scored. dropped: pairs left out (``logit_diff``: answers with no differing shared position).
         interval_over: ``"templates"`` or ``"pairs"``. score_seconds: the scorer's time. seconds: this evaluation's.
         label: ``"MIB-style"`` (see :mod:`~mathcircuits.circuit.mib`).
+        per_pair: ``m`` per pair behind the curves (:func:`~.mib.paired_difference` compares two rankings with it).
         level: ``"edge"`` (MIB's circuit track; ``n_edges`` and the kept counts are edges) or ``"node"`` (MIB's
             ``level="node"``: ``n_edges`` and the kept counts are heads and MLPs; :func:`~.mib_nodes.mib_node_scores`).
     """
@@ -70,6 +89,7 @@ class MIBScores:
     seconds: float
     label: str = "MIB-style"
     level: Literal["edge", "node"] = "edge"
+    per_pair: PairCurves | None = None
 
     @classmethod
     def from_curves(cls, curves: CurveSummary, **fields: Any) -> MIBScores:

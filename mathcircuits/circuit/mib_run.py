@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
-from jaxtyping import Bool
+from jaxtyping import Bool, Float
 from torch import Tensor
 
 from mathcircuits._errors import FixableValueError
@@ -54,12 +54,18 @@ def _backward_index(spec: Any, r: Receiver) -> int:
     return base + per - 1
 
 
+def mask_index(spec: Any, edges: Sequence[EdgeKey]) -> tuple[Tensor, Tensor]:
+    """Where each edge sits in a mask: its (sender row, receiver column), as two index tensors."""
+    f = torch.tensor([_forward_index(spec, s) for s, _ in edges], dtype=torch.long, device="cpu")
+    b = torch.tensor([_backward_index(spec, r) for _, r in edges], dtype=torch.long, device="cpu")
+    return f, b
+
+
 def edge_masks(spec: Any, edges: Sequence[EdgeKey], kept: Sequence[set[int]]) -> Bool[Tensor, "circuit fwd bwd"]:
     """``[circuit, sender, receiver]`` kept-edge masks of circuits given as sets of edge indices."""
     n_f = 1 + spec.n_layers * (spec.n_heads + 1)
     n_b = spec.n_layers * (spec.n_heads + 2 * spec.n_kv_heads + 1) + 1
-    f = torch.tensor([_forward_index(spec, s) for s, _ in edges], dtype=torch.long, device="cpu")
-    b = torch.tensor([_backward_index(spec, r) for _, r in edges], dtype=torch.long, device="cpu")
+    f, b = mask_index(spec, edges)
     out = torch.zeros(len(kept), n_f, n_b, dtype=torch.bool, device="cpu")
     for c, k in enumerate(kept):
         idx = torch.tensor(sorted(k), dtype=torch.long, device="cpu")
@@ -74,13 +80,24 @@ class _Masked:
         spec = model.spec
         self.model, self.spec, self.structure = model, spec, block_structure(model)
         self.B, self.C = B, masks.shape[0]
-        self.cut = (~masks).float()  # 1 = patched
+        # 1 = patched; a float mask is a keep weight in [0, 1] (gradient mode: its gradient flows back)
+        self.cut = (~masks).float() if masks.dtype == torch.bool else 1 - masks
+        self.grad = self.cut.requires_grad
         self.values = values
         self.W_O = head_out_weights(model)
         n_f = masks.shape[1]
-        self.D = torch.zeros(self.C * B, S, n_f, spec.d_model, device=model.device)
+        # no_grad: one buffer written in place; gradient mode: the senders' blocks in order, never overwritten
+        self.D = None if self.grad else torch.zeros(self.C * B, S, n_f, spec.d_model, device=model.device)
+        self.parts: list[Tensor] = []
         self.resid: dict[str, Tensor] = {}
         self.busy = False
+
+    def _put(self, i: int, delta: Tensor) -> None:
+        """Store senders ``i, i + 1, …``'s Δ ([C·B, S, n, d])."""
+        if self.D is None:
+            self.parts.append(delta)
+        else:
+            self.D[:, :, i : i + delta.shape[2]] = delta.to(self.D.dtype)
 
     def _cf(self, t: Tensor, like: Tensor) -> Tensor:
         """Counterfactual values at the run's positions, repeated per circuit ([C·B, S, ...])."""
@@ -91,26 +108,37 @@ class _Masked:
     def _fix(self, x: Tensor, bwd: Sequence[int], prev: int) -> Tensor:
         """``x`` [C·B, S, d] minus the patched senders' Δ for each receiver: [C·B, S, n_receivers, d]."""
         cut = self.cut[:, :prev, list(bwd)].to(x.device, x.dtype).transpose(1, 2)  # [C, R, prev]
-        D = self.D[:, :, :prev].to(x.dtype).reshape(self.C, self.B * x.shape[1], prev, -1)  # [C, B·S, prev, d]
-        corr = torch.matmul(cut[:, None], D)  # [C, B·S, R, d]: one batched matmul per circuit
-        return x[:, :, None] - corr.reshape(self.C * self.B, x.shape[1], len(bwd), -1)
+        S, R = x.shape[1], len(bwd)
+        if self.D is not None:
+            D = self.D[:, :, :prev].to(x.dtype).reshape(self.C, self.B * S, prev, -1)  # [C, B·S, prev, d]
+            corr = torch.matmul(cut[:, None], D)  # [C, B·S, R, d]: one batched matmul per circuit
+        else:  # block by block, so autograd keeps each block once
+            corr, lo = 0, 0
+            for part in self.parts:
+                n = min(part.shape[2], prev - lo)
+                if n <= 0:
+                    break
+                P = part[:, :, :n].to(x.dtype).reshape(self.C, self.B * S, n, -1)
+                corr = corr + torch.matmul(cut[:, None, :, lo : lo + n], P)
+                lo += n
+        return x[:, :, None] - corr.reshape(self.C * self.B, S, R, -1)
 
     def keep(self, act: Tensor, hook: Any, name: str) -> None:
         if self.busy:
             return
         self.resid[name] = act
         if name == hooks.resid_pre(0):
-            self.D[:, :, 0] = (act - self._cf(self.values.embed, act)).to(self.D.dtype)
+            self._put(0, (act - self._cf(self.values.embed, act))[:, :, None])
 
     def z(self, act: Tensor, hook: Any, layer: int) -> None:
         dz = act - self._cf(self.values.z[:, :, layer], act)
         i = 1 + layer * (self.spec.n_heads + 1)
         out = torch.einsum("rshk,hkd->rshd", dz, self.W_O[layer].to(act.device, act.dtype))
-        self.D[:, :, i : i + self.spec.n_heads] = out.to(self.D.dtype)
+        self._put(i, out)
 
     def mlp_out(self, act: Tensor, hook: Any, layer: int) -> None:
         i = 1 + layer * (self.spec.n_heads + 1) + self.spec.n_heads
-        self.D[:, :, i] = (act - self._cf(self.values.mlp[:, :, layer], act)).to(self.D.dtype)
+        self._put(i, (act - self._cf(self.values.mlp[:, :, layer], act))[:, :, None])
 
     def _input(self, r: Receiver, x: Tensor) -> Tensor:
         self.busy = True
@@ -141,7 +169,7 @@ class _Masked:
         return self._input(Receiver("mlp", layer), x[:, :, 0]).to(act.dtype)
 
     def final(self, act: Tensor, hook: Any) -> Tensor:
-        n_f = self.D.shape[2]
+        n_f = self.cut.shape[1]
         return self._fix(act, [_backward_index(self.spec, Receiver("logits"))], n_f)[:, :, 0].to(act.dtype)
 
     def hooks(self) -> list[tuple[str, Any]]:
@@ -208,3 +236,34 @@ def masked_run(
         scores = readout(logits[:, -n_ans:], batch.answers.repeat(m.shape[0], 1))
         out[lo : lo + m.shape[0]] = scores.float().cpu().reshape(m.shape[0], B)
     return out
+
+
+def masked_gradient(
+    model: HookedModel,
+    batch: CircuitBatch,
+    values: AblationValues,
+    keep: Float[Tensor, "fwd bwd"],
+    readout: Any,
+    store: PrefixCaches | None = None,
+) -> tuple[Float[Tensor, " batch"], Float[Tensor, "fwd bwd"]]:
+    """The pairs' scores under one circuit's keep weights and the gradient of their sum with respect to each weight.
+
+    ``keep``: ``[sender, receiver]`` in [0, 1] (1: the edge kept), as :func:`edge_masks` lays them out. At a 0/1
+    mask the gradient of an edge is the first-order change of the summed score when that edge alone is switched:
+    attribution linearised at the circuit rather than at the model. Returns host tensors.
+    """
+    store = {} if store is None else store
+    B, start = batch.tokens.shape[0], values.start
+    S = batch.tokens.shape[1] - start
+    w = keep.detach().to(model.device, torch.float32)[None].requires_grad_(True)
+    run = _Masked(model, values, w, B, S)
+    n_ans = batch.answers.shape[1]
+    with torch.enable_grad():
+        if start > 0:
+            kv = repeat_cache(prefix_kv(model, batch.tokens, start, store), B)
+            logits = model.bridge.run_with_hooks(batch.tokens[:, start:], fwd_hooks=run.hooks(), past_key_values=kv)
+        else:
+            logits = model.bridge.run_with_hooks(batch.tokens, fwd_hooks=run.hooks())
+        scores = readout(logits[:, -n_ans:], batch.answers)
+        (g,) = torch.autograd.grad(scores.sum(), w)
+    return scores.detach().float().cpu(), g[0].float().cpu()

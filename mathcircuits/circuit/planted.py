@@ -30,6 +30,7 @@ __all__ = [
 ]
 
 MOVER, READER = Head(0, 1), Head(2, 2)  # (layer, head): the digit is moved to the marker, then read at the last token
+CANCELLING = (Head(1, 0), Head(1, 1))  # one KV group of layer 1: +16 and -16 of the digit into the answer
 TEMPLATES = {"t1": "{p}{A}{q}x{r}=", "t2": "{p}{q}{A}x{r}="}
 
 
@@ -48,6 +49,7 @@ def plant_copy(
     readers: Sequence[tuple[int, int]] = (READER,),
     mlp_writer: bool = False,
     diffuse: bool = False,
+    cancelling: Sequence[tuple[int, int]] = (),
 ) -> None:
     """Overwrite a tiny Llama in place with a copy circuit of a chosen shape (:func:`plant_two_step` is the default).
 
@@ -56,6 +58,9 @@ def plant_copy(
     dims 30-39. ``mlp_writer``: the readers write dims 50-59, which their layer's MLP turns into the answer
     dims 20-29 (the MLP writes the answer *because* of the readers). ``diffuse``: no circuit: every head
     attends from the last token to the digit and writes ``1 / n_heads`` of the answer (``readers`` ignored).
+    ``cancelling``: two heads of one KV group (a layer without planted heads) that attend from the last token to
+    the digit and write it into the answer at four times a lone reader's strength, the second with the opposite sign: in
+    the model they cancel, alone each matters most (:data:`CANCELLING`).
     """
     params = {n.replace("._original_component", ""): p for n, p in model.hf_model.named_parameters()}
     spec = model.spec
@@ -71,7 +76,8 @@ def plant_copy(
     def rand(*shape: int, scale: float = 0.3) -> torch.Tensor:
         return torch.randn(*shape, generator=gen, device="cpu") * scale
 
-    planted = set() if diffuse else {MOVER, *readers}
+    cancelling = [tuple(c) for c in cancelling]
+    planted = set() if diffuse else {MOVER, *readers, *cancelling}
     with torch.no_grad():
         for name, p in params.items():
             p.copy_(torch.ones_like(p) if name.endswith("norm.weight") else torch.zeros_like(p))
@@ -101,6 +107,14 @@ def plant_copy(
                     for j in range(10):
                         v[g * dh + j, j] = 1.0
                         o[40 + j, h * dh + j] = 1.0
+                    continue
+                if (layer, h) in cancelling:  # at '=': attend to the digit, write ±16 of it (the pair sums to 0)
+                    sign = 1.0 if (layer, h) == tuple(cancelling[0]) else -1.0
+                    q[h * dh + slow, 12] = 8.0
+                    k[g * dh + slow, 10] = 8.0
+                    for j in range(10):
+                        v[g * dh + j, j] = 1.0
+                        o[20 + j, h * dh + j] = 16.0 * sign
                     continue
                 if (layer, h) in readers:  # at '=': attend to the marker, copy 40-49 out
                     q[h * dh + slow, 12] = 8.0
