@@ -20,12 +20,14 @@ import mathcircuits
 import mathcircuits as mc
 from mathcircuits.ablation import (
     ablated_accuracy,
+    control_and_margin,
     head_means,
     knockout_curve,
     mlp_margin,
     mlp_mediation,
     random_control,
 )
+from mathcircuits.ablation.config import ValidationConfig
 from mathcircuits.analysis import attention_by_role, head_patterns, mlp_probes
 from mathcircuits.circuit import (
     Circuit,
@@ -160,6 +162,14 @@ def tiny(tiny_llama, template_sets):
 _CIRCUITS: dict[str, Circuit] = {}
 
 
+def _scorer(model, pairs):
+    """An unbuilt scorer: control_and_margin checks its pairs against the model before it uses the scorer, and
+    building one on the bad pairs would be refused by the scorer's own check instead."""
+    from mathcircuits.ablation import KnockoutScorer
+
+    return KnockoutScorer.__new__(KnockoutScorer)
+
+
 def _circuit(model, key) -> Circuit:
     return _CIRCUITS[model.spec.name]
 
@@ -223,6 +233,12 @@ MEETS_A_MODEL = [
     ("head_means", lambda m, p, k: head_means(m, p)),
     ("mlp_margin", lambda m, p, k: mlp_margin(m, p, list(k.heads), [0])),
     ("mlp_mediation", lambda m, p, k: mlp_mediation(m, p, list(k.heads), [0])),
+    (
+        "control_and_margin",
+        lambda m, p, k: control_and_margin(
+            m, p, list(k.heads), [0], ValidationConfig(control_draws=1, margin_draws=1), _scorer(m, p)
+        ),
+    ),
     ("mlp_probes", lambda m, p, k: mlp_probes(m, p)),
     ("head_patterns", lambda m, p, k: head_patterns(m, p, k)),
     ("circuit_batches", lambda m, p, k: circuit_batches(m, p)),

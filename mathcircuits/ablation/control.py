@@ -356,6 +356,7 @@ def control_and_margin(
     (:func:`random_control`); the forwards continue while either still needs draws. A scorer that cannot batch
     (fast paths off, or a bridge that cannot resume mid-network) runs the two one after the other.
     """
+    pairs.require_model(model, "control_and_margin")
     key = list(resolve_heads(key_heads, model.spec, arg="key_heads"))
     ctl_kw = dict(seed=seed, label=label, identification_overlap=identification_overlap, progress=progress)
     if not scorer.can_batch(batch_sets):
