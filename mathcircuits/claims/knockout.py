@@ -116,8 +116,13 @@ def claim_c2(
         )
     drops = control.clean_correct - control.key_correct
     iv = pair_interval(drops, control.template_ids, control.operations, uncertainty)
-    p, pct, m = control.p_value(), control.percentile(), len(control.draws)
+    # the planned draws set p's floor; a sequential test that stopped early says so (its p = h/L is at least
+    # the "no better than a typical draw" threshold, so the key half does not hold whatever the rest would show)
+    seq = control.sequential
+    p, pct, m = control.p_value(), control.percentile(), seq.n_max
     key_v, key_r = drop_verdict((iv.value, iv.low, iv.high), p, m)
+    if seq.stopped_early:
+        key_r += f" ({seq.describe()})"
     # per pair, the mean over the draws of the accuracy a random set costs; its interval over templates
     rand_iv = pair_interval(
         control.clean_correct - control.random_correct.mean(0), control.template_ids, control.operations, uncertainty
@@ -129,7 +134,7 @@ def claim_c2(
     text = (
         f"{len(control.key_heads)} key heads: accuracy "
         f"{format_points(-iv.value, -iv.high, -iv.low)}; "
-        f"{m} depth-matched random sets{every}: {format_points(-rand_iv.value, -rand_iv.high, -rand_iv.low)} on "
+        f"{len(control.draws)} depth-matched random sets{every}: {format_points(-rand_iv.value, -rand_iv.high, -rand_iv.low)} on "
         f"average (worst {format_points(-float(null.max()))}; the paper: within {100 * C2_RANDOM_PAPER:.0f} points), "
         f"key set at percentile {pct:.0f} ({p_words(p, m)}); n={n} fresh pairs (overlap with identification: "
         f"{overlap if overlap >= 0 else '?'})"
