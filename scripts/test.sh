@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Set-up, then the whole test suite (unit tests on tiny models, integration tests, slow tests on the embedded model,
-# notebooks). The fast loop while editing: scripts/test.sh -m "not slow and not integration" (1 min 41 s on the quiet
-# 2-core machine, 2026-11-28; README). Without -m every tier runs, as in CI.
+# notebooks). The fast loop while editing: scripts/test.sh -m "not slow and not integration" (its time:
+# docs/times-and-exit-codes.md). Without -m every tier runs, as in CI.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 bash "$ROOT/scripts/setup.sh"

@@ -10,7 +10,7 @@
 * :func:`tiered` splits a test matrix between the tiers: the fast loop (``-m "not slow and not integration"``)
   runs a representative part, the whole matrix runs with the slow tier (CI runs every tier).
   :data:`FAST_FAMILIES` is that part of the family matrix.
-* :func:`assert_clear` and :func:`classify` read a bad input's outcome as the user sees it (issue #36's classes).
+* :func:`assert_clear` and :func:`classify` read a bad input's outcome as the user sees it.
 """
 
 from __future__ import annotations
@@ -115,7 +115,7 @@ def assert_clear(code: int, err: str, words: tuple[str, ...], out: Path) -> None
 
 
 def classify(code: int | None, err: str, words: tuple[str, ...], written: bool) -> str:
-    """Issue #36's classes of a bad input's outcome: ``traceback`` (an internal error), ``silent`` (accepted without a
+    """The classes of a bad input's outcome: ``traceback`` (an internal error), ``silent`` (accepted without a
     word), ``misleading`` (refused, but not with exit 2, one "Fix:" and ``words``, or after writing) or ``clear``."""
     text = " ".join(err.split())
     if "Traceback" in err or "internal error" in text:

@@ -1,4 +1,4 @@
-"""Bad inputs are refused clearly, before anything is written (issue #21).
+"""Bad inputs are refused clearly, before anything is written.
 
 A battery of bad configs, CLI arguments and objects users bring. Each must end with exit code 2 (or the API's
 exception) and a message that names the offending input and says ``Fix:`` exactly once, and must leave a new

@@ -1,4 +1,4 @@
-"""Issue #35, the data behind the claims: the operator hidden by default, a position-mean pool keyed on prompt
+"""The data behind the claims: the operator hidden by default, a position-mean pool keyed on prompt
 positions only, C6 "not measured" without a generic benchmark, C6b's t-based seed term, N3's k = 0 baseline."""
 
 from __future__ import annotations
@@ -130,7 +130,7 @@ def test_the_t_seed_term_covers_at_three_and_five_seeds(n_seeds):
     cov_t = coverage([i.low for i in t_ivs], [i.high for i in t_ivs], 0.1)
     assert cov_t >= 0.93, cov_t
     assert all(i.method == "seed_item_t" for i in t_ivs)
-    if n_seeds == 3:  # what the bootstrap's seed term gave (issue #35: 0.80): resampling 3 seeds under-covers
+    if n_seeds == 3:  # what the bootstrap's seed term gave (0.80): resampling 3 seeds under-covers
         cov_b = coverage([i.low for i in b_ivs], [i.high for i in b_ivs], 0.1)
         assert cov_b < 0.9 < cov_t, (cov_b, cov_t)
 

@@ -72,7 +72,7 @@ def comparison(math: dict[str, float], generic: dict[str, float] | None = None) 
 def test_c6_holds_fails_and_needs_an_effect():
     holds = claim_c6_units(comparison({"base": 0.2, "precise": 0.6, "full": 0.6}))
     assert holds.verdict == Verdict.HOLDS
-    assert holds.estimate.method == "seed_item_t"  # the card names how the interval was drawn (issue #35)
+    assert holds.estimate.method == "seed_item_t"  # the card names how the interval was drawn
     # the card carries the one definition of "precise", built from the record's counts: 2 key heads, 1 non-key head
     # whose shared K/V changes (the side effect is printed), 10 trainable parameters
     precise = precise_definition(2, 1, 10)

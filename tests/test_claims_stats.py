@@ -1,4 +1,4 @@
-"""The statistics behind the claims (#35): tests over heads with templates as units, FDR and Holm, C1 by a count of
+"""The statistics behind the claims: tests over heads with templates as units, FDR and Holm, C1 by a count of
 heads that matter, C4's place among random sets, and every interval on the card naming its method.
 
 Synthetic results are real result values built by hand (no model); the truth is planted in them.

@@ -1,5 +1,5 @@
 """Every bad input through the CLI ends as ``error: <problem>. Fix: <fix>`` (exit 2), writes nothing and leaves
-the folder usable; each case names the key or path at fault (issue #14)."""
+the folder usable; each case names the key or path at fault."""
 
 import contextlib
 import io

@@ -1,4 +1,4 @@
-"""scripts/compare_run_outputs.py: two run folders compared value by value (the refactor check of issue #38)."""
+"""scripts/compare_run_outputs.py: two run folders compared value by value (the refactor check)."""
 
 from __future__ import annotations
 

@@ -85,4 +85,4 @@ def test_sft_compare_and_cpu_preset_configs_load():
     # the CPU preset decides C6/C6b for the default run's key set: its data and identify settings are the default's
     default = RunConfig.load(ROOT / "configs" / "default.yaml")
     assert (cpu.data, cpu.patching, cpu.selection) == (default.data, default.patching, default.selection)
-    assert cpu.compare.seeds >= 5  # C6b's t interval: seeds − 1 degrees of freedom (issue #35)
+    assert cpu.compare.seeds >= 5  # C6b's t interval: seeds − 1 degrees of freedom

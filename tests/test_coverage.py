@@ -1,6 +1,6 @@
 """The claims' interval covers what it says with few templates; the percentile bootstraps it replaces do not.
 
-Simulated data shaped like a run's (issue #35): G templates (4, 6 or 12) of 8–64 pairs each, a between-template
+Simulated data shaped like a run's: G templates (4, 6 or 12) of 8–64 pairs each, a between-template
 spread as large as or twice the within-template spread, and both skewed (centred gamma, skewness 1.0 between,
 1.4 within). The truth is the mean effect over templates. Each simulation is one cell of a tensor, so one call
 draws the intervals of many simulated runs at once (templates share labels and sizes within a batch).
@@ -56,6 +56,6 @@ def test_bootstrap_t_over_templates_covers_at_nominal_rate(n_templates):
 
 @pytest.mark.parametrize("n_templates", tiered([4, 6, 12], [4, 6]))
 def test_the_percentile_bootstraps_undercover_on_the_same_data(n_templates):
-    # the simulation is hard enough to fail an interval: the intervals the card used before #35 fall short
+    # the simulation is hard enough to fail an interval: the intervals the card used before their fix fall short
     assert coverage(n_templates, "cluster_bootstrap", batches=4) < 0.92
     assert coverage(n_templates, "bootstrap", batches=4) < 0.6

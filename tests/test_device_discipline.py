@@ -1,4 +1,4 @@
-"""Device discipline, checked statically on CPU (issue #33): tensors are made where the data they meet lives.
+"""Device discipline, checked statically on CPU: tensors are made where the data they meet lives.
 
 On a GPU, a tensor made on the CPU (``torch.zeros(n)``) and then added to one from the model's forward stops the
 run with "Expected all tensors to be on the same device"; on the CPU-only CI there is one device, so no test that
@@ -143,7 +143,7 @@ def test_the_check_flags_planted_strays(tmp_path):
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (the static check above runs in CI)")
 @pytest.mark.parametrize("method", ["exact", "attribution"])
 def test_the_stages_run_on_cuda_and_equal_the_cpu(method):
-    """On a GPU: the stages that crashed with mixed devices (#33) run, and their results equal the CPU's."""
+    """On a GPU: the stages that crashed with mixed devices run, and their results equal the CPU's."""
     from mathcircuits.ablation import knockout_curve
     from mathcircuits.circuit import discover_circuit
     from mathcircuits.data import GenerationConfig, generate_pairs, load_templates

@@ -1,4 +1,4 @@
-"""Every fast path equals the plain computation (issue #9): logits and hooked activations within 1e-5.
+"""Every fast path equals the plain computation: logits and hooked activations within 1e-5.
 
 The fast paths run the shared few-shot prefix once (``mathcircuits.models.forward.prefix``)
 and compute vocabulary logits only where they are read. Each test runs the

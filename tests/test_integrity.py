@@ -1,4 +1,4 @@
-"""Run-time integrity (issue #20): each fast path proves itself on the model, hooks must fire, versions are checked,
+"""Run-time integrity: each fast path proves itself on the model, hooks must fire, versions are checked,
 and a failure no input explains is reported as internal.
 
 Each fast path is broken on purpose (monkeypatched to return shifted values); the run-time check must stop the

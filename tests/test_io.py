@@ -185,7 +185,7 @@ def test_every_bad_file_names_the_file_the_problem_and_the_fix(tmp_path, make):
 
 
 def test_files_of_an_older_format_are_refused_with_the_stage_to_rerun(tmp_path):
-    """No format is migrated before 1.0 (issue #38): the old headers are recognised and refused, naming the stage."""
+    """No format is migrated before 1.0: the old headers are recognised and refused, naming the stage."""
     res = _patching()
     torch.save({"__kind__": "PatchingResult", "fields": {"n_pairs": 4}}, tmp_path / "old.pt")  # unversioned .pt
     v1 = {"kind": "mathcircuits.KeyComponents", "version": 1, "heads": [[2, 1], [0, 0]], "mlps": [1]}  # JSON v1

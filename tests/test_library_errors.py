@@ -1,4 +1,4 @@
-"""Issue #14, library part: inputs that were accepted silently, or blamed the wrong input, now get a clear error."""
+"""The library: inputs that were accepted silently, or blamed the wrong input, now get a clear error."""
 
 from __future__ import annotations
 

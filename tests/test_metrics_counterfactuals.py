@@ -1,4 +1,4 @@
-"""Issue #23 (metrics, counterfactuals, uncertainty): an offset-free default metric over every answer token, the
+"""Metrics, counterfactuals, uncertainty: an offset-free default metric over every answer token, the
 guarded relative logit, a user's callable metric, the total effect and shares of it, the mixed-operation prefix,
 and cluster-bootstrap intervals over templates."""
 
@@ -261,7 +261,7 @@ def test_the_embedded_models_name_their_quantisation():
 
 
 def test_an_identify_summary_written_before_the_totals_is_refused_with_the_rerun_fix():
-    """No format migrations before 1.0 (#38): a marker of an older version names what it lacks and says re-run."""
+    """No format migrations before 1.0: a marker of an older version names what it lacks and says re-run."""
     from mathcircuits.pipeline import stages
 
     old = {"seconds": 1.3, "correct_pairs": {"add": 8}, "patched_operations": ["add"],

@@ -1,4 +1,4 @@
-"""Reliability, round three (issue #36): no silent acceptance, bounded work, files and locks that hold.
+"""Reliability, round three: no silent acceptance, bounded work, files and locks that hold.
 
 Each test drives one class of the issue through the CLI or the API: a clear error with exit code 2 and nothing
 written, or the property the fix promises (one lock holder, outputs without temporary files, equal bytes).

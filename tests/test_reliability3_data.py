@@ -1,4 +1,4 @@
-"""Reliability, round three (issue #36): settings that depend on the data, compare-models, counts and identity.
+"""Reliability, round three: settings that depend on the data, compare-models, counts and identity.
 
 Each bad input is driven through the CLI or the API and classified as the issue's tester did: ``clear`` (exit 2 or
 the API's exception, one "Fix:", no traceback, naming the setting that fixes it, nothing written), ``traceback``

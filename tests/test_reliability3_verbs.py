@@ -1,4 +1,4 @@
-"""Reliability, round three (issue #36): the public verbs given wrong-but-plausible objects or settings out of range,
+"""Reliability, round three: the public verbs given wrong-but-plausible objects or settings out of range,
 pairs of another tokenizer, counts beyond what exists, and the GPU check script's flags.
 
 Each input is classified as in ``tests/test_reliability3_data.py`` (:func:`helpers.classify`); the test ids are the

@@ -1,4 +1,4 @@
-"""The report's number format and figures read as a scientist would write them (issue #34).
+"""The report's number format and figures read as a scientist would write them.
 
 Percent differences are percentage points with their unit and 2–3 significant digits; a share of the total is a
 positive percentage with its direction in words; a verdict names the rule's margin; the appendix shows no

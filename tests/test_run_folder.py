@@ -1,7 +1,7 @@
 """A run folder survives failures, interrupts and a second process, and a resumed run equals an uninterrupted one.
 
 Runs ``configs/tiny.yaml`` (tiny-llama, every stage) once as the reference; the
-other runs are compared with it value by value (issue #14).
+other runs are compared with it value by value.
 """
 
 import contextlib

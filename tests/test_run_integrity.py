@@ -1,4 +1,4 @@
-"""A run folder never mixes configurations and never passes damaged outputs as done (issue #21).
+"""A run folder never mixes configurations and never passes damaged outputs as done.
 
 The report test changes the circuit, finetune and compare settings in turn and checks that the report shows only
 the current configuration's results; the folder tests damage or edit files and check that the affected stage

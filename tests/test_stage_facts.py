@@ -1,4 +1,4 @@
-"""Facts kept apart by stage (issue #35): identify, validate, analyze and circuit draw from disjoint (op, a, b)
+"""Facts kept apart by stage: identify, validate, analyze and circuit draw from disjoint (op, a, b)
 facts, the run counts them, and a stage never borrows another's facts; control pairs span every template."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""No untyped mapping crosses a package border (issue #38).
+"""No untyped mapping crosses a package border.
 
 Walks every name in the ``__all__`` of ``mathcircuits``, ``mathcircuits.cli`` and each public subpackage: the
 parameters and result of functions, the fields of classes and the signatures of the public methods,
