@@ -288,10 +288,13 @@ def test_c4_rule():
     c = claim_c4(mediation(*sets(3.8, 0.90, 0.8, 0.40)), uncertainty=U200)  # specific: half again as large a share
     assert c.verdict == Verdict.HOLDS and c.estimate.low > 0.1 and c.unit == "share of the key heads' effect"
     assert "40 depth-matched random sets lower it by" in c.measurement
-    direct = claim_c4(mediation(*sets(3.8, 0.0, 0.0, 0.0)), uncertainty=U200)  # the key heads act directly
-    assert direct.verdict == Verdict.FAILS and "reference share 0" in direct.measurement
-    via = claim_c4(mediation(*sets(3.8, 0.95, 0.0, 0.0)), uncertainty=U200)  # ... through the MLPs; others: nothing
+    direct = claim_c4(mediation(*sets(3.8, 0.0, 0.8, 0.5)), uncertainty=U200)  # the key heads act directly
+    assert direct.verdict == Verdict.FAILS
+    via = claim_c4(mediation(*sets(3.8, 0.95, 0.8, 0.0)), uncertainty=U200)  # ... through the MLPs, others directly
     assert via.verdict == Verdict.HOLDS
+    # other heads move nothing: their share cannot be read, and a larger total effect alone is C2's finding
+    alone = claim_c4(mediation(*sets(3.8, 0.95, 0.0, 0.0)), uncertainty=U200)
+    assert alone.verdict == Verdict.INCONCLUSIVE and "not measurably above 0" in alone.reason, alone.measurement
     near = claim_c4(mediation(*sets(3.8, 0.50, 0.8, 0.40, n=12, sd=0.5)), uncertainty=U200)  # 10 points, noisy
     assert near.verdict == Verdict.INCONCLUSIVE and "straddles 0.10" in near.reason, near.measurement
     none = claim_c4(mediation(*sets(-0.5, 0.5, 0.8, 0.4)), uncertainty=U200)  # the key heads raise the margin

@@ -8,9 +8,8 @@ that ``M`` is large (that restates C2) but that the *share* ``s = M / T`` is lar
 depth-matched random sets, ``s_R = Σ M_r / Σ T_r`` (their effect-weighted share: what a comparable effect of other
 heads would have the MLPs carry).
 
-When the random sets move the answer by less than :data:`C4_COMPARABLE` of the key set's effect, there is no
-comparable effect of other heads: the reference share is 0 (the MLPs carry none of what reaches the answer from
-other heads), and the card says so.
+When the random sets' effect is not measurably above 0, their share cannot be read and the claim is inconclusive:
+a stand-in reference (such as 0) would let a larger total effect alone make C4 hold, which is C2's finding.
 """
 
 from __future__ import annotations
@@ -27,7 +26,6 @@ from mathcircuits.stats.testing import bias_corrected_bootstrap
 __all__: list[str] = []
 
 C4_MIN_EXCESS = 0.10  # the key heads' mediated share must beat the reference share by more than 10 share points
-C4_COMPARABLE = 0.10  # random sets whose mean effect is below a tenth of the key set's have no comparable effect
 C4_MIN_SETS = 5  # random sets C4 needs before it reads their pooled share (pooled over sets and pairs)
 
 
@@ -38,15 +36,17 @@ def claim_c4(
     why_missing: str | None = None,
 ) -> Claim:
     """C4 holds when the later MLPs carry a larger share of the key heads' effect on the answer than of random
-    heads' (the excess's lower bound above :data:`C4_MIN_EXCESS`; reference 0 when random heads move the answer by
-    less than :data:`C4_COMPARABLE` of the key heads' effect); does not hold when the excess's upper bound is at
-    most :data:`C4_MIN_EXCESS` or the key heads' total effect lies at or below 0.
+    heads' effect (the excess's lower bound above :data:`C4_MIN_EXCESS`); does not hold when the excess's upper
+    bound is at most :data:`C4_MIN_EXCESS` or the key heads' total effect lies at or below 0; inconclusive when the
+    random heads' effect is not measurably above 0 (their share cannot be read, so there is nothing to compare).
 
-    Rule, on ``Δ = s − s_ref`` (the key set's mediated share minus the reference share, bias-corrected bootstrap
+    Rule, on ``Δ = s − s_R`` (the key set's mediated share minus the random sets' share, bias-corrected bootstrap
     over templates within operations): **holds** when the key set's total effect lies above 0, at least
-    :data:`C4_MIN_SETS` random sets were measured and Δ's lower bound exceeds :data:`C4_MIN_EXCESS`; **does not
-    hold** when the total effect lies at or below 0, or Δ's upper bound is at most :data:`C4_MIN_EXCESS` (the MLPs
-    carry no more of the key heads' effect than of other heads'); else inconclusive.
+    :data:`C4_MIN_SETS` random sets were measured, their mean effect's interval lies above 0 and Δ's lower bound
+    exceeds :data:`C4_MIN_EXCESS`; **does not hold** when the total effect lies at or below 0, or Δ's upper bound
+    is at most :data:`C4_MIN_EXCESS` (the MLPs carry no more of the key heads' effect than of other heads'); else
+    inconclusive. The reference share is the random sets' pooled share ``Σ M_r / Σ T_r``, never a stand-in: a key
+    set with a larger total effect does not make C4 hold by itself (that is C2's finding).
 
     The claim's value is Δ.
     """
@@ -75,8 +75,20 @@ def claim_c4(
             "not known; re-run validate",
             **kw,
         )
-    rand_total = float(med.total[1:].mean())
-    comparable = rand_total >= C4_COMPARABLE * total.value
+    rand = pair_interval(med.total[1:].mean(0), med.template_ids, med.operations, uncertainty)
+    text += (
+        f"; {r} depth-matched random sets lower it by {fmt_interval(rand.value, rand.low, rand.high)} on average, "
+        f"{med.pooled_random_share():.0%} of that through the MLPs"
+    )
+    if rand.low <= 0:
+        return claim(
+            "C4",
+            text,
+            Verdict.INCONCLUSIVE,
+            "the random sets' effect on the answer margin is not measurably above 0, so the share of it the later "
+            "MLPs carry cannot be read and there is nothing to compare the key heads' share with",
+            **kw,
+        )
     # per pair: the key set's total and mediated effect, the random sets' mean total and mediated effect
     cols = torch.stack([med.total[0], med.mediated[0], med.total[1:].mean(0), med.mediated[1:].mean(0)], 1).double()
     clusters = med.template_ids if any(t != "?" for t in med.template_ids) else None
@@ -84,22 +96,12 @@ def claim_c4(
 
     def excess(t: torch.Tensor) -> float:
         tk, mk, tr, mr = (t[:, i].mean() for i in range(4))
-        s_ref = float(mr / tr) if comparable and float(tr) != 0 else 0.0
-        return float(mk / tk) - s_ref if float(tk) != 0 else float("nan")
+        if float(tk) == 0 or float(tr) == 0:
+            return float("nan")
+        return float(mk / tk) - float(mr / tr)
 
     d = bias_corrected_bootstrap(cols, excess, clusters, strata, uncertainty)
-    if comparable:
-        text += (
-            f"; {r} depth-matched random sets lower it by {rand_total:.2f} on average, "
-            f"{med.pooled_random_share():.0%} of that through the MLPs"
-        )
-        ref = "the random sets' share"
-    else:
-        text += (
-            f"; {r} depth-matched random sets lower it by {rand_total:.2f} on average, less than "
-            f"{C4_COMPARABLE:.0%} of the key heads' effect: no comparable effect of other heads, reference share 0"
-        )
-        ref = "0 (no comparable effect of other heads)"
+    ref = "the random sets' share"
     text += f"; the key heads' share minus the reference {fmt_interval(d.value, d.low, d.high)}"
     line = f"{C4_MIN_EXCESS:.2f}"
     if d.high <= C4_MIN_EXCESS:
