@@ -49,6 +49,8 @@ ALLOWED: dict[tuple[str, str, str], str] = {
     ("circuit/edges.py", "check_edges", ".cpu()"): "the clean readout moves to the effects, which are results",
     ("numbers/neurons.py", "heuristic_neurons", ".cpu()"): "per-prompt correctness, a result, indexed by a host mask",
     ("circuit/eap.py", "alpha_effects", ".cpu()"): "one step's edge scores, a result, summed on the host",
+    ("circuit/mib_run.py", "masked_gradient", ".cpu()"): "the scores and the mask's gradient, results the search "
+    "ranks on the host",
 }
 
 

@@ -142,8 +142,8 @@ def mlp_mediation(
     cand = torch.tensor(sorted(set(answer)), device=W_U.device)
     n = len(scorer.seqs)
     sets = [heads, *[[Head.of(h) for h in r] for r in random_sets]]
-    clean = torch.zeros(n)
-    out = {False: torch.zeros(len(sets), n), True: torch.zeros(len(sets), n)}  # frozen → margins
+    clean = torch.zeros(n, device="cpu")  # result buffers, on the host
+    out = {f: torch.zeros(len(sets), n, device="cpu") for f in (False, True)}  # frozen → margins
     fast = fast and fast_paths_enabled() and not (scorer.ablation == "mean" and scorer.scope == "all")
     for g, grp in enumerate(scorer.groups):
         p = grp.shared if fast else 0
@@ -151,7 +151,7 @@ def mlp_mediation(
         for j in range(0, len(rows), batch_size):
             part = rows[j : j + batch_size]
             toks = torch.tensor([scorer.seqs[i] for i in part], device=model.device)
-            pos = torch.tensor([scorer.n_prompt[i] - 1 - p for i in part])
+            pos = torch.tensor([scorer.n_prompt[i] - 1 - p for i in part], device=model.device)
             vals = scorer._values(g, part, fast=p > 0)
             ans = torch.tensor([answer[i] for i in part], device=W_U.device)
             others = (cand[None, :] != ans[:, None]).float()

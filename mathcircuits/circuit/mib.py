@@ -355,15 +355,15 @@ def paired_difference(
             f"{a!r} and {b!r} were not evaluated on the same pairs and grid. ",
             "evaluate both rankings with the same pairs and percentages (this version of mib_scores keeps them).",
         )
-    clean = torch.tensor(pa.clean, dtype=torch.float64)
-    if not torch.allclose(clean, torch.tensor(pb.clean, dtype=torch.float64), rtol=1e-4, atol=1e-4):
+    clean = torch.tensor(pa.clean, dtype=torch.float64, device="cpu")  # host bookkeeping: saved per-pair values
+    if not torch.allclose(clean, torch.tensor(pb.clean, dtype=torch.float64, device="cpu"), rtol=1e-4, atol=1e-4):
         raise FixableValueError(
             "the two evaluations read different clean scores: not the same pairs, or not the same model. ",
             "evaluate both rankings on the same pairs of the same model.",
         )
-    empty = torch.tensor(pa.empty, dtype=torch.float64)
+    empty = torch.tensor(pa.empty, dtype=torch.float64, device="cpu")
     curves = {
-        f"{who} {kind}": torch.tensor(getattr(p, kind), dtype=torch.float64)
+        f"{who} {kind}": torch.tensor(getattr(p, kind), dtype=torch.float64, device="cpu")
         for who, p in (("a", pa), ("b", pb))
         for kind in ("signed", "absolute")
     }
@@ -377,8 +377,12 @@ def paired_difference(
         cpr = area_under(grid, f["a signed"]) - area_under(grid, f["b signed"])
         return float(cmd), float(cpr)
 
-    draws = torch.tensor([draw(i) for i in [torch.arange(len(clean), device="cpu"), *resamples]], dtype=torch.float64)
-    q = torch.tensor([(1 - uncertainty.confidence) / 2, (1 + uncertainty.confidence) / 2], dtype=torch.float64)
+    draws = torch.tensor(
+        [draw(i) for i in [torch.arange(len(clean), device="cpu"), *resamples]], dtype=torch.float64, device="cpu"
+    )
+    q = torch.tensor(
+        [(1 - uncertainty.confidence) / 2, (1 + uncertainty.confidence) / 2], dtype=torch.float64, device="cpu"
+    )
     method: IntervalMethod = "cluster_bootstrap" if over == "templates" else "pair_bootstrap_fallback"
 
     def interval(x: Tensor) -> Interval:

@@ -186,10 +186,11 @@ def search_circuits(
         )
     spec = model.spec
     index = mask_index(spec, edges)
-    start_key = None if start is None else torch.tensor(start.scores, dtype=torch.float64).abs()
-    kept = torch.ones(n_edges, dtype=torch.bool)
-    removed_at = torch.zeros(n_edges, dtype=torch.float64)
-    order_key = torch.zeros(n_edges, dtype=torch.float64)
+    # host bookkeeping over the graph's edges (the masks go to the model's device where they are applied)
+    start_key = None if start is None else torch.tensor(start.scores, dtype=torch.float64, device="cpu").abs()
+    kept = torch.ones(n_edges, dtype=torch.bool, device="cpu")
+    removed_at = torch.zeros(n_edges, dtype=torch.float64, device="cpu")
+    order_key = torch.zeros(n_edges, dtype=torch.float64, device="cpu")
     f_now, sizes, fs, choices = 1.0, [], [], []
     for step, n in enumerate(step_sizes(n_edges, percentages, shrink)):
         delta = obj.delta(set(torch.nonzero(kept).flatten().tolist()), index)

@@ -134,7 +134,8 @@ def claim_c2(
     text = (
         f"{len(control.key_heads)} key heads: accuracy "
         f"{format_points(-iv.value, -iv.high, -iv.low)}; "
-        f"{len(control.draws)} depth-matched random sets{every}: {format_points(-rand_iv.value, -rand_iv.high, -rand_iv.low)} on "
+        f"{len(control.draws)} depth-matched random sets{every}: "
+        f"{format_points(-rand_iv.value, -rand_iv.high, -rand_iv.low)} on "
         f"average (worst {format_points(-float(null.max()))}; the paper: within {100 * C2_RANDOM_PAPER:.0f} points), "
         f"key set at percentile {pct:.0f} ({p_words(p, m)}); n={n} fresh pairs (overlap with identification: "
         f"{overlap if overlap >= 0 else '?'})"

@@ -22,13 +22,17 @@ Benjamini & Hochberg, JRSS B 57 (1995).
 from mathcircuits._checks import check_exports
 from mathcircuits.stats.deltas import DeltaTable, Extra
 from mathcircuits.stats.interval import Interval, IntervalMethod, Uncertainty
+from mathcircuits.stats.sequential import SequentialTest, besag_clifford, stop_after
 
 __all__ = [
     "DeltaTable",
     "Extra",
     "Interval",
     "IntervalMethod",
+    "SequentialTest",
     "Uncertainty",
+    "besag_clifford",
+    "stop_after",
 ]
 
 check_exports(globals())  # every exported function checks its arguments at the call (mathcircuits._checks)

@@ -21,6 +21,7 @@ operation), ``validate/transfer.pt/.csv`` (claim C5) and, when the position-free
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -42,6 +43,7 @@ from mathcircuits.ablation.config import ValidationConfig
 from mathcircuits.claims.paper import C_NO_BETTER
 from mathcircuits.data import GenerationConfig, Operation, PairSet, generate_pairs, word_problem_dataset
 from mathcircuits.data.benchmark_files import default_benchmark_root
+from mathcircuits.models.heads import Head
 from mathcircuits.patching import KeyComponents, PatchingResult, select_key_components
 from mathcircuits.patching.key_components import median_depth
 from mathcircuits.pipeline.config import multi_digit_template
@@ -181,11 +183,11 @@ def _transfer_sets(ctx: Context, correct: PairSet) -> dict[str, PairSet]:
 def c4_mediation(
     ctx: Context,
     pairs: PairSet,
-    heads: list,
+    heads: Sequence[Head],
     layers: range,
     means: HeadMeans | None,
     scorer: KnockoutScorer,
-    draws: list,
+    draws: Sequence[Sequence[Head]],
 ) -> MLPMediation:
     """Claim C4: the key heads' effect on the answer split into the part the later MLPs carry and the rest, beside
     the same split for the control's random sets (``validation.margin_draws`` of them); saved."""
