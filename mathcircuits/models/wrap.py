@@ -194,3 +194,4 @@ def wrap(
 
 own_checks(wrap, "obj", "tokenizer")  # their own messages say what to load or pass instead
 own_checks(from_hf, "model", "tokenizer")
+own_checks(from_bridge, "bridge")  # a TransformerLens 3 HookedTransformer is refused with the conversion
