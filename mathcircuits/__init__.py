@@ -28,6 +28,7 @@ report → pipeline → cli (``docs/architecture.md``).
 from __future__ import annotations
 
 import importlib
+import sys
 from typing import TYPE_CHECKING, Any
 
 from mathcircuits._noise import filter_dependency_warnings
@@ -90,9 +91,22 @@ __all__ = [
 ]
 
 
+def _import_verb_module(module: str) -> Any:
+    """Import a verb's module; the first one pulls in torch, transformers and TransformerLens (5-15 s on a CPU),
+    so that first import shows a bar while it works (off with ``MATHCIRCUITS_PROGRESS=0``)."""
+    if "transformer_lens" in sys.modules:
+        return importlib.import_module(module)
+    from mathcircuits._progress import progress_bar
+
+    with progress_bar(None, "importing torch, transformers and TransformerLens", total=1, leave=False) as bar:
+        loaded = importlib.import_module(module)
+        bar.update(1)
+    return loaded
+
+
 def __getattr__(name: str) -> Any:
     if name in _VERBS:
-        value = getattr(importlib.import_module(_VERBS[name]), name)
+        value = getattr(_import_verb_module(_VERBS[name]), name)
     elif name == "viz":
         value = importlib.import_module("mathcircuits.viz")
     else:

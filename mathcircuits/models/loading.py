@@ -22,6 +22,7 @@ from transformer_lens.model_bridge import TransformerBridge
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from mathcircuits._errors import FixableFileNotFoundError, FixableKeyError, FixableValueError
+from mathcircuits._progress import progress_bar
 from mathcircuits.models.compat import check_versions, install_cache_alias
 from mathcircuits.models.embedded import EMBEDDED, cache_root, convert_gguf, embedded_model_dir, embedded_source
 from mathcircuits.models.forward.integrity import instrument_hooks
@@ -192,21 +193,27 @@ def load_model(
     seed: int = 0,
     device_map: str | dict[str, int | str | torch.device] | None = None,
     offload_folder: str | Path | None = None,
+    progress: bool | None = None,
 ) -> HookedModel:
     """Load ``source`` (:func:`resolve_source`) as a hooked model (TransformerBridge, no weight processing).
 
     ``device_map`` (with ``offload_folder``) goes to HF ``from_pretrained``: ``"auto"`` splits a model that does not
     fit one device over several GPUs, offloading the rest to CPU memory or disk; every stage runs on such a model
-    (docs/howto/big-models-on-gpu.md). ``device`` is then ignored.
+    (docs/howto/big-models-on-gpu.md). ``device`` is then ignored. ``progress``: a bar on stderr with the two
+    phases, reading the weights and wrapping them (None: on unless ``MATHCIRCUITS_PROGRESS=0``).
     """
-    hf_model, tok = load_hf_model(
-        source, dtype=dtype, device=device, seed=seed, device_map=device_map, offload_folder=offload_folder
-    )
-    kind, loc = resolve_source(source)
-    name = loc
-    embedded = embedded_source(loc) if kind == "embedded" else None
-    bridge_name = (embedded.official_id if embedded is not None else None) or name
-    bridge = boot_bridge(hf_model, tok, bridge_name, device=None if device_map is not None else device)
+    with progress_bar(progress, f"loading {source}: reading the weights", total=2, leave=False) as bar:
+        hf_model, tok = load_hf_model(
+            source, dtype=dtype, device=device, seed=seed, device_map=device_map, offload_folder=offload_folder
+        )
+        bar.set_description(f"loading {source}: wrapping it in a TransformerBridge")
+        bar.update(1)
+        kind, loc = resolve_source(source)
+        name = loc
+        embedded = embedded_source(loc) if kind == "embedded" else None
+        bridge_name = (embedded.official_id if embedded is not None else None) or name
+        bridge = boot_bridge(hf_model, tok, bridge_name, device=None if device_map is not None else device)
+        bar.update(1)
     return HookedModel(
         bridge=bridge, tokenizer=tok, spec=spec_from_bridge(bridge, name, source), prefix_runner=PrefixRunner
     )
