@@ -18,7 +18,14 @@ README_WORDS_BEFORE_EXAMPLE = 500
 
 def _files() -> list[Path]:
     found = [ROOT / "README.md", ROOT / ".ci" / "run"]
-    for pattern in ("docs/**/*.md", "configs/*.yaml", "mathcircuits/**/*.py", "scripts/*", "benchmarks/*.py"):
+    for pattern in (
+        "docs/**/*.md",
+        "configs/*.yaml",
+        "mathcircuits/**/*.py",
+        "scripts/*",
+        "benchmarks/*.py",
+        "benchmarks/*.md",
+    ):
         found += sorted(p for p in ROOT.glob(pattern) if p.is_file())
     # the tests too, except this file, whose own examples are issue references
     found += sorted(p for p in ROOT.glob("tests/*.py") if p.name != Path(__file__).name)
