@@ -14,7 +14,8 @@ grid itself, and one logit ``θ_e`` per edge serves every size:
   ``T`` is a *relative* width in rank: the band of edges a step can reorder is a factor ``e^{±2T}`` around it);
 * each step runs the soft circuits of the sizes that contribute most to the start ranking's CMD on the scoring
   pairs (``a_k |1 − f_k|``) in one batched forward and backward and moves ``θ`` down the gradient of
-  ``Σ_k a_k |1 − f_k|``, normalised by its root mean square (so ``lr`` is in units of ``θ``: log-rank);
+  ``L = Σ_k a_k |1 − f_k|`` by a Polyak step ``lr · L / ‖∇L‖²`` (the linear model would remove ``lr`` of ``L``);
+  a step that raises ``L`` is taken back and halved, and the logits with the lowest ``L`` are the result;
 * at the end the hard circuits of the learned ranking are run on the scoring pairs; where their CMD is not lower
   than the start ranking's, the start ranking is kept (``kept == "start"``; the scoring pairs decide, never the
   evaluation pairs).
@@ -110,7 +111,7 @@ def learn_edge_masks(
     steps: int = 6,
     sizes: int = 3,
     temperature: float = 0.5,
-    lr: float = 1.0,
+    lr: float = 0.5,
     metric: MIBMetric = "logit_diff",
     batch_size: int = 8,
 ) -> LearnedMasks:
@@ -123,14 +124,15 @@ def learn_edge_masks(
         steps: gradient steps; each runs ``sizes`` soft circuits forward and backward on every scoring pair.
         sizes: how many grid sizes each step trains (those adding most to the start ranking's CMD).
         temperature: the soft mask's width in logit units (log-rank near the size).
-        lr: the step in logit units, for a gradient of root-mean-square size.
+        lr: the fraction of the soft loss each step aims to remove along the gradient (a Polyak step); a step that
+            raises the loss is taken back and halved.
     """
     t0, c0 = time.perf_counter(), time.process_time()
     if steps < 0 or sizes < 1 or temperature <= 0 or lr <= 0:
         raise FixableValueError(
             f"steps={steps}, sizes={sizes}, temperature={temperature}, lr={lr}: need steps ≥ 0, sizes ≥ 1 and a "
             "positive temperature and lr. ",
-            "e.g. steps=6, sizes=3, temperature=0.5, lr=1.0.",
+            "e.g. steps=6, sizes=3, temperature=0.5, lr=0.5.",
         )
     grid = [float(p) for p in percentages]
     if not grid or grid != sorted(set(grid)) or grid[-1] != 1.0 or grid[0] <= 0:
@@ -165,6 +167,8 @@ def learn_edge_masks(
     n_b = spec.n_layers * (spec.n_heads + 2 * spec.n_kv_heads + 1) + 1
     a = torch.tensor([weight[k] for k in chosen], dtype=torch.float32, device=model.device)
     theta, losses = theta0.clone(), []
+    best = (float("inf"), theta0, torch.zeros_like(theta0), 0.0)  # (loss, logits, gradient, step length) at the best
+    fraction = lr
     for _ in range(steps if chosen else 0):
         theta.requires_grad_(True)
         ordered = torch.sort(theta.detach(), descending=True).values
@@ -181,10 +185,14 @@ def learn_edge_masks(
             loss = (a * (1 - f).abs()).sum()
             (grad,) = torch.autograd.grad(loss, theta)
         losses.append(float(loss.detach()))
-        moving = grad != 0
-        rms = grad[moving].pow(2).mean().sqrt() if bool(moving.any()) else torch.ones((), device=grad.device)
-        step = (grad / (rms + 1e-30)).clamp(-3, 3)
-        theta = (theta.detach() - lr * step).detach()
+        if losses[-1] < best[0]:  # a Polyak step: the linear model would remove `fraction` of the loss
+            eta = fraction * losses[-1] / float(grad.pow(2).sum().clamp_min(1e-30))
+            best = (losses[-1], theta.detach(), grad, eta)
+        else:  # the last step overshot: back to the best logits, half the step along their gradient
+            fraction /= 2
+            best = (*best[:3], best[3] / 2)
+        theta = (best[1] - best[3] * best[2]).detach()
+    theta = best[1] if losses else theta0
     cmd_learned, _ = _hard_cmd(obj, theta, grid) if losses else (cmd_start, f_start)
     kept = "learned" if cmd_learned < cmd_start else "start"
     final = (theta if kept == "learned" else theta0).detach().double().cpu()
