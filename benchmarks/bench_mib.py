@@ -56,10 +56,10 @@ from mathcircuits.circuit import (
     write_graph,
 )
 from mathcircuits.circuit.eap_compare import discovery_scores
+from mathcircuits.circuit.masks import learn_edge_masks
 from mathcircuits.circuit.mib import paired_difference
 from mathcircuits.circuit.mib_result import MIB_PERCENTAGES
 from mathcircuits.circuit.planted import plant_copy
-from mathcircuits.circuit.masks import learn_edge_masks
 from mathcircuits.circuit.search import search_circuits
 from mathcircuits.data import GenerationConfig, filter_correct, generate_pairs, load_templates, score_pairs
 from mathcircuits.models import UnsupportedFamilyError, from_hf, load_model
@@ -201,7 +201,7 @@ def run_task(model, name: str, operation: str, args, extras: bool) -> dict:
     evaluate_row("eap-ig", ig, t_ig, c_ig)
     for n_mask in args.mask_pairs if args.mask_steps else ():
         more = _split(ds, n_mask, args.eval_pairs)[0] if n_mask else score  # a superset; the same evaluation pairs
-        learned, t_m, c_m = _cpu_timed(lambda: learn_edge_masks(model, more, start=ig, steps=args.mask_steps))
+        learned, t_m, c_m = _cpu_timed(lambda m=more: learn_edge_masks(model, m, start=ig, steps=args.mask_steps))
         evaluate_row(
             f"edge masks (from EAP-IG, {len(more)} pairs)", learned.scores, t_m + t_ig, c_m + c_ig,
             masks_cpu_seconds=c_m,
@@ -313,8 +313,13 @@ def main() -> None:
     ap.add_argument("--shrink", type=float, default=0.5, help="the search's smallest kept fraction per step")
     ap.add_argument("--search", action=argparse.BooleanOptionalAction, default=True, help="the search's row")
     ap.add_argument("--mask-steps", type=int, default=6, help="learned edge masks' gradient steps (0: no row)")
-    ap.add_argument("--mask-pairs", type=int, nargs="+", default=[0],
-                    help="scoring pairs the masks train on, a row each (a superset of --pairs; 0: the same pairs)")
+    ap.add_argument(
+        "--mask-pairs",
+        type=int,
+        nargs="+",
+        default=[0],
+        help="scoring pairs the masks train on, a row each (a superset of --pairs; 0: the same pairs)",
+    )
     ap.add_argument("--convergence-pairs", type=int, default=4)
     ap.add_argument("--convergence-steps", type=int, nargs="+", default=[1, 2, 5, 10, 20])
     ap.add_argument("--agree-receivers", type=int, default=2, help="receivers besides the logits (0 to 2)")

@@ -39,10 +39,10 @@ from mathcircuits.circuit import (
     faithfulness,
     ig_convergence,
     label_roles,
+    learn_edge_masks,
     mib_node_scores,
     mib_scores,
     node_scores,
-    learn_edge_masks,
     search_circuits,
 )
 from mathcircuits.data import GenerationConfig, PairSet, filter_correct, generate_pairs, score_pairs

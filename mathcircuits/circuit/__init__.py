@@ -4,7 +4,8 @@ Map: edges (:mod:`.components`, :mod:`.batches`, :mod:`.pair_cache`, :mod:`.chai
 :mod:`.reference`, :mod:`.attribution`); discovery (:mod:`.discover`, :mod:`.result`, :mod:`.roles`);
 faithfulness (:mod:`.intervene`, :mod:`.pool`, :mod:`.subcircuits`, :mod:`.faithfulness`, :mod:`.curve`,
 :mod:`.plateau`); MIB and attribution baselines (:mod:`.edge_scores`, :mod:`.mib`, :mod:`.mib_nodes`,
-:mod:`.eap`, :mod:`.eap_compare`, :mod:`.graph_files`); the search on whole circuits (:mod:`.search`) and learned edge masks (:mod:`.masks`).
+:mod:`.eap`, :mod:`.eap_compare`, :mod:`.graph_files`); circuits found on whole circuits: the search
+(:mod:`.search`) and learned edge masks (:mod:`.masks`).
 """
 
 from mathcircuits._checks import check_exports
