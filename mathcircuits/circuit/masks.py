@@ -92,7 +92,7 @@ def _weights(grid: Sequence[float]) -> list[float]:
 def _hard_cmd(obj: CircuitObjective, theta: Tensor, grid: Sequence[float]) -> tuple[float, list[float]]:
     """CMD on the scoring pairs of the ranking by ``theta`` (MIB's pruned top-``n`` circuits) and ``f`` per size."""
     n_edges, g = len(obj.edges), obj.model.spec.group_size
-    order = torch.argsort(-theta.detach().cpu(), stable=True).tolist()
+    order = torch.argsort(-theta.detach(), stable=True).tolist()
     sizes = [int(p * n_edges) for p in grid]
     inner = [k for k, n in enumerate(sizes) if n < n_edges]
     f = [1.0] * len(grid)
@@ -195,7 +195,7 @@ def learn_edge_masks(
     theta = best[1] if losses else theta0
     cmd_learned, _ = _hard_cmd(obj, theta, grid) if losses else (cmd_start, f_start)
     kept = "learned" if cmd_learned < cmd_start else "start"
-    final = (theta if kept == "learned" else theta0).detach().double().cpu()
+    final = (theta if kept == "learned" else theta0).detach().double()
     values = final - final.min() + 1.0  # positive: the signed and absolute rankings are the logits' order
     scores = EdgeScores(
         spec, block_structure(model).parallel, edges, tuple(values.tolist()), "edge-masks",
