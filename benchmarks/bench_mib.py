@@ -1,14 +1,15 @@
-"""MIB's circuit metrics (CPR, CMD) of four edge rankings on both embedded models, beside TransformerLens' EAP.
+"""MIB's circuit metrics (CPR, CMD) of edge rankings on both embedded models, beside TransformerLens' EAP.
 
 For each model (``embedded`` SmolLM2-135M, ``gemma3-270m``) and operation (add, sub), on correct few-shot pairs
 with an operand counterfactual (``--templates`` per operation; the scoring pairs and the evaluation pairs are
 disjoint halves), in one process:
 
-* four rankings of every edge of MIB's graph (:func:`mathcircuits.circuit.graph_edges`): **exact** discovery
+* rankings of every edge of MIB's graph (:func:`mathcircuits.circuit.graph_edges`): **exact** discovery
   (:func:`~mathcircuits.circuit.discover_circuit` under a CPU-time budget, its edges as scores by
   :func:`~mathcircuits.circuit.eap_compare.discovery_scores`), **EAP** and **EAP-IG**
-  (:func:`~mathcircuits.circuit.eap_scores`),
-  and **random** scores;
+  (:func:`~mathcircuits.circuit.eap_scores`), **edge masks** learned from EAP-IG's ranking
+  (:func:`~mathcircuits.circuit.learn_edge_masks`, ``--mask-steps``, ``--mask-pairs``), the **search** on whole
+  circuits from it (:func:`~mathcircuits.circuit.search_circuits`, ``--no-search`` to skip), and **random** scores;
 * each ranking's CPR and CMD (:func:`~mathcircuits.circuit.mib_scores`, MIB-style logit difference, bootstrap
   intervals), the scorer's time per edge and wall time, and the evaluation's time;
 * on the first model and operation only, on a few pairs: EAP-IG's convergence (steps 1, 2, 5, 10, 20:
@@ -55,6 +56,7 @@ from mathcircuits.circuit import (
     write_graph,
 )
 from mathcircuits.circuit.eap_compare import discovery_scores
+from mathcircuits.circuit.masks import learn_edge_masks
 from mathcircuits.circuit.mib import paired_difference
 from mathcircuits.circuit.mib_result import MIB_PERCENTAGES
 from mathcircuits.circuit.planted import plant_copy
@@ -197,12 +199,22 @@ def run_task(model, name: str, operation: str, args, extras: bool) -> dict:
 
     ig, t_ig, c_ig = _cpu_timed(lambda: eap_scores(model, score, "eap-ig", args.steps, metric="logit_diff"))
     evaluate_row("eap-ig", ig, t_ig, c_ig)
-    found, t_s, c_s = _cpu_timed(lambda: search_circuits(model, score, start=ig, shrink=args.shrink))
-    evaluate_row(
-        "search (from EAP-IG)", found.scores, t_s + t_ig, c_s + c_ig, search_cpu_seconds=c_s,
-        circuits_run=found.evaluated, steps=list(zip(found.sizes, found.f_score, found.choice)),
-    )  # fmt: skip
-    _save_circuits(found, model, name, operation, args)
+    for n_mask in args.mask_pairs if args.mask_steps else ():
+        more = _split(ds, n_mask, args.eval_pairs)[0] if n_mask else score  # a superset; the same evaluation pairs
+        learned, t_m, c_m = _cpu_timed(lambda m=more: learn_edge_masks(model, m, start=ig, steps=args.mask_steps))
+        evaluate_row(
+            f"edge masks (from EAP-IG, {len(more)} pairs)", learned.scores, t_m + t_ig, c_m + c_ig,
+            masks_cpu_seconds=c_m,
+            mask_pairs=len(more), trained_sizes=list(learned.sizes), loss=list(learned.loss),
+            scoring_cmd_start=learned.cmd_start, scoring_cmd_learned=learned.cmd_learned, kept=learned.kept,
+        )  # fmt: skip
+    if args.search:
+        found, t_s, c_s = _cpu_timed(lambda: search_circuits(model, score, start=ig, shrink=args.shrink))
+        evaluate_row(
+            "search (from EAP-IG)", found.scores, t_s + t_ig, c_s + c_ig, search_cpu_seconds=c_s,
+            circuits_run=found.evaluated, steps=list(zip(found.sizes, found.f_score, found.choice)),
+        )  # fmt: skip
+        _save_circuits(found, model, name, operation, args)
     _paired(curves, "eap-ig", boot, task)
     eap, t_eap, c_eap = _cpu_timed(lambda: eap_scores(model, score, "eap", metric="logit_diff"))
     evaluate_row("eap", eap, t_eap, c_eap)
@@ -299,6 +311,15 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=5, help="EAP-IG's steps (MIB's default)")
     ap.add_argument("--discover-seconds", type=float, default=60.0, help="discovery's CPU-time budget (0: no row)")
     ap.add_argument("--shrink", type=float, default=0.5, help="the search's smallest kept fraction per step")
+    ap.add_argument("--search", action=argparse.BooleanOptionalAction, default=True, help="the search's row")
+    ap.add_argument("--mask-steps", type=int, default=6, help="learned edge masks' gradient steps (0: no row)")
+    ap.add_argument(
+        "--mask-pairs",
+        type=int,
+        nargs="+",
+        default=[0],
+        help="scoring pairs the masks train on, a row each (a superset of --pairs; 0: the same pairs)",
+    )
     ap.add_argument("--convergence-pairs", type=int, default=4)
     ap.add_argument("--convergence-steps", type=int, nargs="+", default=[1, 2, 5, 10, 20])
     ap.add_argument("--agree-receivers", type=int, default=2, help="receivers besides the logits (0 to 2)")

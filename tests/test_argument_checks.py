@@ -39,6 +39,7 @@ from mathcircuits.circuit import (
     faithfulness,
     ig_convergence,
     label_roles,
+    learn_edge_masks,
     mib_node_scores,
     mib_scores,
     node_scores,
@@ -247,6 +248,7 @@ MEETS_A_MODEL = [
     ("ig_convergence", lambda m, p, k: ig_convergence(m, p, steps=(1,))),
     ("exact_agreement", lambda m, p, k: exact_agreement(m, p, receivers=1)),
     ("search_circuits", lambda m, p, k: search_circuits(m, p, percentages=(0.5,))),
+    ("learn_edge_masks", lambda m, p, k: learn_edge_masks(m, p, start=_edge_scores(m), steps=1)),
 ]
 
 #: functions that take a model and pairs but do not check the pairs against the model, with the reason

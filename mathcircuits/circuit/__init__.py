@@ -4,7 +4,8 @@ Map: edges (:mod:`.components`, :mod:`.batches`, :mod:`.pair_cache`, :mod:`.chai
 :mod:`.reference`, :mod:`.attribution`); discovery (:mod:`.discover`, :mod:`.result`, :mod:`.roles`);
 faithfulness (:mod:`.intervene`, :mod:`.pool`, :mod:`.subcircuits`, :mod:`.faithfulness`, :mod:`.curve`,
 :mod:`.plateau`); MIB and attribution baselines (:mod:`.edge_scores`, :mod:`.mib`, :mod:`.mib_nodes`,
-:mod:`.eap`, :mod:`.eap_compare`, :mod:`.graph_files`); the search on whole circuits (:mod:`.search`).
+:mod:`.eap`, :mod:`.eap_compare`, :mod:`.graph_files`); circuits found on whole circuits: the search
+(:mod:`.search`) and learned edge masks (:mod:`.masks`).
 """
 
 from mathcircuits._checks import check_exports
@@ -20,6 +21,7 @@ from mathcircuits.circuit.edge_scores import INPUT, EdgeScores, ScoreMethod, gra
 from mathcircuits.circuit.edges import exact_edges
 from mathcircuits.circuit.faithfulness import faithfulness
 from mathcircuits.circuit.graph_files import GraphFile, read_graph, write_graph
+from mathcircuits.circuit.masks import LearnedMasks, learn_edge_masks
 from mathcircuits.circuit.mib import mib_scores, paired_difference
 from mathcircuits.circuit.mib_metric import MIBMetric
 from mathcircuits.circuit.mib_nodes import NodeMethod, NodeScores, mib_node_scores, node_scores
@@ -53,6 +55,7 @@ __all__ = [
     "FaithfulnessSettings",
     "GraphFile",
     "IGConvergence",
+    "LearnedMasks",
     "MIBMetric",
     "MIBScores",
     "Node",
@@ -76,6 +79,7 @@ __all__ = [
     "graph_edges",
     "ig_convergence",
     "label_roles",
+    "learn_edge_masks",
     "mib_node_scores",
     "mib_scores",
     "node_scores",

@@ -238,6 +238,37 @@ def masked_run(
     return out
 
 
+def soft_masked_run(
+    model: HookedModel,
+    batch: CircuitBatch,
+    values: AblationValues,
+    keep: Float[Tensor, "circuit fwd bwd"],
+    readout: Any,
+    store: PrefixCaches | None = None,
+) -> Float[Tensor, "circuit batch"]:
+    """Each pair's score under each circuit's keep weights in [0, 1], differentiable in ``keep`` (on its device).
+
+    A weight ``w`` between 0 and 1 patches ``1 − w`` of the sender's change into the receiver: the interpolation
+    edge pruning trains (Bhaskar et al. 2024). Rows are circuit-major; memory grows with ``circuit × batch``.
+    """
+    if values.embed is None:
+        raise FixableValueError("the masked run needs the counterfactual's embeddings. ", "use resample_values.")
+    store = {} if store is None else store
+    B, start = batch.tokens.shape[0], values.start
+    S = batch.tokens.shape[1] - start
+    C = keep.shape[0]
+    run = _Masked(model, values, keep, B, S)
+    n_ans = batch.answers.shape[1]
+    toks = batch.tokens.repeat(C, 1)
+    with torch.enable_grad():
+        if start > 0:
+            kv = repeat_cache(prefix_kv(model, batch.tokens, start, store), C * B)
+            logits = model.bridge.run_with_hooks(toks[:, start:], fwd_hooks=run.hooks(), past_key_values=kv)
+        else:
+            logits = model.bridge.run_with_hooks(toks, fwd_hooks=run.hooks())
+        return readout(logits[:, -n_ans:], batch.answers.repeat(C, 1)).reshape(C, B)
+
+
 def masked_gradient(
     model: HookedModel,
     batch: CircuitBatch,
@@ -252,18 +283,8 @@ def masked_gradient(
     mask the gradient of an edge is the first-order change of the summed score when that edge alone is switched:
     attribution linearised at the circuit rather than at the model. Returns host tensors.
     """
-    store = {} if store is None else store
-    B, start = batch.tokens.shape[0], values.start
-    S = batch.tokens.shape[1] - start
     w = keep.detach().to(model.device, torch.float32)[None].requires_grad_(True)
-    run = _Masked(model, values, w, B, S)
-    n_ans = batch.answers.shape[1]
     with torch.enable_grad():
-        if start > 0:
-            kv = repeat_cache(prefix_kv(model, batch.tokens, start, store), B)
-            logits = model.bridge.run_with_hooks(batch.tokens[:, start:], fwd_hooks=run.hooks(), past_key_values=kv)
-        else:
-            logits = model.bridge.run_with_hooks(batch.tokens, fwd_hooks=run.hooks())
-        scores = readout(logits[:, -n_ans:], batch.answers)
+        scores = soft_masked_run(model, batch, values, w, readout, store)[0]
         (g,) = torch.autograd.grad(scores.sum(), w)
     return scores.detach().float().cpu(), g[0].float().cpu()

@@ -106,7 +106,7 @@ def step_sizes(n_edges: int, percentages: Sequence[float], shrink: float) -> lis
     return out
 
 
-class _Objective:
+class CircuitObjective:
     """``f`` of circuits on the scoring pairs: exact runs of many circuits at once, and its gradient at one."""
 
     def __init__(self, model: HookedModel, pairs: PairSet, metric: MIBMetric, batch_size: int) -> None:
@@ -173,7 +173,7 @@ def search_circuits(
     if not 0 < shrink < 1:
         raise FixableValueError(f"shrink {shrink} is outside (0, 1). ", "e.g. 0.5: no step removes half or more.")
     pairs.require_model(model, "search_circuits")
-    obj = _Objective(model, pairs, metric, batch_size)
+    obj = CircuitObjective(model, pairs, metric, batch_size)
     edges, n_edges = obj.edges, len(obj.edges)
     if start is not None and (start.edges != edges):
         raise FixableValueError(
