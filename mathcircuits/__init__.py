@@ -93,15 +93,26 @@ __all__ = [
 
 def _import_verb_module(module: str) -> Any:
     """Import a verb's module; the first one pulls in torch, transformers and TransformerLens (5-15 s on a CPU),
-    so that first import shows a bar while it works (off with ``MATHCIRCUITS_PROGRESS=0``)."""
+    so an import still running after half a second shows a bar (off with ``MATHCIRCUITS_PROGRESS=0``)."""
     if "transformer_lens" in sys.modules:
         return importlib.import_module(module)
+    import threading
+
     from mathcircuits._progress import progress_bar
 
-    with progress_bar(None, "importing torch, transformers and TransformerLens", total=1, leave=False) as bar:
-        loaded = importlib.import_module(module)
-        bar.update(1)
-    return loaded
+    bars: list[Any] = []
+    timer = threading.Timer(
+        0.5, lambda: bars.append(progress_bar(None, "importing torch, transformers and TransformerLens", total=1))
+    )
+    timer.start()
+    try:
+        return importlib.import_module(module)
+    finally:
+        timer.cancel()
+        timer.join()
+        for bar in bars:
+            bar.update(1)
+            bar.close()
 
 
 def __getattr__(name: str) -> Any:
