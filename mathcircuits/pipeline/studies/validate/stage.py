@@ -240,9 +240,15 @@ def run(ctx: Context) -> ValidateSummary:
     # the knockout curves read at k = the number of key heads too
     n_key = min(len(key.heads), v.knockout_max_k)
     ks = sorted(set(v.knockout_ks) | ({n_key} if n_key else set())) if v.knockout_ks else None
+    # one scorer per operation's fresh pairs serves its knockout curve and the cross-operation table (their clean
+    # runs and replacement values computed once); the curve draws resampling donors with seed 0
+    seed = ctx.config.data.seed
+    scorers = {op: KnockoutScorer(model, fresh[op], v.ablation, means, v.scope, seed, pool=pool) for op in scored}
     for op in scored:
         res = PatchingResult.load(paths.patching(op))
-        ko = knockout_curve(model, fresh[op], res, v, means=means, progress=ctx.progress, ks=ks, pool=pool)
+        same = scorers[op] if v.ablation != "resample" or seed == 0 else None
+        ko = knockout_curve(model, fresh[op], res, v, means=means, progress=ctx.progress, ks=ks, pool=pool,
+                            scorer=same)  # fmt: skip
         ko.save(paths.knockout(op))
         save_csv(ko.to_dataframe(), paths.knockout(op, ".csv"))
         finals = ko.random_accuracy[:, -1]
@@ -258,7 +264,6 @@ def run(ctx: Context) -> ValidateSummary:
     if key.heads and scored:
         # claim C2: the pooled key set itself against depth-matched random sets of non-key heads, on fresh pairs
         # every template of each operation, round-robin: the templates are the clusters of C2's interval
-        seed = ctx.config.data.seed
         pooled = PairSet.concat(
             [fresh[op].select(template_spread(fresh[op], seed)[: v.control_pairs]) for op in scored]
         )
@@ -303,10 +308,6 @@ def run(ctx: Context) -> ValidateSummary:
         # per operation: each operation's own key set (the same rule), knocked out on every operation
         own = {
             op: select_key_components(PatchingResult.load(paths.patching(op)), ctx.config.selection).heads
-            for op in scored
-        }
-        scorers = {
-            op: KnockoutScorer(model, fresh[op], v.ablation, means, v.scope, ctx.config.data.seed, pool=pool)
             for op in scored
         }
         cross = cross_operation(scorers, own)
