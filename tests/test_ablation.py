@@ -180,6 +180,18 @@ def test_knockout_curve_is_ablated_accuracy_in_rank_order(planted, tmp_path):
     assert {"k", "ranked_accuracy", "ranked_low", "ranked_high", "random_mean"} <= set(back.to_dataframe().columns)
 
 
+def test_knockout_curve_on_a_given_scorer_equals_its_own_and_refuses_another_ablation(planted):
+    model, ds, res = planted
+    scorer = KnockoutScorer(model, ds, "mean")
+    scorer.accuracy([res.top_heads(1)[0][:2]])  # a scorer already used (its clean runs kept) gives the same curve
+    ko = knockout_curve(model, ds, res, max_k=3, n_random=2, ablation="mean", scorer=scorer)
+    own = knockout_curve(model, ds, res, max_k=3, n_random=2, ablation="mean")
+    assert ko.ranked_accuracy == own.ranked_accuracy and torch.equal(ko.random_accuracy, own.random_accuracy)
+    assert ko.ranked_accuracy[-1] < ko.baseline_accuracy  # the curve falls, so equal curves say something
+    with pytest.raises(ValueError, match="scorer of ablation 'mean'"):
+        knockout_curve(model, ds, res, max_k=3, ablation="resample", scorer=scorer)
+
+
 def test_planted_circuit_is_found_and_its_knockout_hurts_more_than_random_heads(planted):
     model, ds, res = planted
     means = head_means(model, ds)

@@ -21,6 +21,7 @@ import mathcircuits as mc
 from mathcircuits.ablation import (
     ablated_accuracy,
     control_and_margin,
+    control_margin_mediation,
     head_means,
     knockout_curve,
     mlp_margin,
@@ -237,6 +238,12 @@ MEETS_A_MODEL = [
     (
         "control_and_margin",
         lambda m, p, k: control_and_margin(
+            m, p, list(k.heads), [0], ValidationConfig(control_draws=1, margin_draws=1), _scorer(m, p)
+        ),
+    ),
+    (
+        "control_margin_mediation",
+        lambda m, p, k: control_margin_mediation(
             m, p, list(k.heads), [0], ValidationConfig(control_draws=1, margin_draws=1), _scorer(m, p)
         ),
     ),

@@ -2,6 +2,8 @@
 
 * C2 and C4 from one knocked-out run per random set (:func:`control_and_margin`, the margin read along C2's
   batched forward) against :func:`random_control` and :func:`mlp_margin` with one forward per set;
+* C4's mediation with its free runs read along C2's forwards and its frozen runs resumed mid-network
+  (:func:`control_margin_mediation`) against :func:`mlp_mediation`'s whole runs, one forward per set;
 * the sequential test (Besag–Clifford) keeps the first draws, exactly those the rule applied to the reference's
   draws keeps, with the same values; C5's transfer rows likewise.
 """
@@ -9,7 +11,14 @@
 import pytest
 import torch
 
-from mathcircuits.ablation import control_and_margin, mlp_margin, random_control, transfer
+from mathcircuits.ablation import (
+    control_and_margin,
+    control_margin_mediation,
+    mlp_margin,
+    mlp_mediation,
+    random_control,
+    transfer,
+)
 from mathcircuits.ablation.config import ValidationConfig
 from mathcircuits.ablation.result import MEASURED
 from mathcircuits.ablation.scorer import KnockoutScorer
@@ -54,6 +63,30 @@ def test_control_and_margin_equal_one_forward_per_set(family, ablation):
     # the knockouts move the margin; on tiny-llama the sets start at layer 1, so layer 0's update is the clean run's
     assert float((ref_m.random_ablated - ref_m.clean_margin).abs().max()) > 1e-3
     assert name != "tiny_llama" or all(min(l for l, _ in d) > min(layers) for d in ctl.draws)
+
+
+@pytest.mark.parametrize(("ablation", "scope"), [("position_mean", "all"), ("resample", "all"), ("mean", "last")])
+def test_mediation_from_the_shared_runs_equals_whole_runs_per_set(family, ablation, scope):
+    name, model, pairs = family
+    layers = range(model.spec.n_layers)
+    m = N_DRAWS - 2  # the mediation takes the control's first margin_draws sets
+    cfg = ValidationConfig(control_draws=N_DRAWS, margin_draws=m, ablation=ablation, scope=scope)
+    scorer = KnockoutScorer(model, pairs, ablation, scope=scope)
+    ctl, margin, med = control_margin_mediation(model, pairs, KEY[name], layers, cfg, scorer, batch_sets=4)
+    ref_c, ref_m = control_and_margin(model, pairs, KEY[name], layers, cfg, KnockoutScorer(model, pairs, ablation,
+                                      scope=scope), batch_sets=4)  # fmt: skip
+    assert torch.equal(ctl.random_correct, ref_c.random_correct) and torch.equal(
+        margin.random_ablated, ref_m.random_ablated
+    )
+    ref = mlp_mediation(model, pairs, KEY[name], layers, ablation, scorer.means, scope, random_sets=ctl.draws[:m],
+                        fast=False, batch_sets=1)  # fmt: skip
+    assert med.random_heads == ref.random_heads and len(med.random_heads) == m and med.layers == ref.layers
+    for got, want in [(med.clean_margin, ref.clean_margin), (med.ablated_margin, ref.ablated_margin),
+                      (med.frozen_margin, ref.frozen_margin)]:  # fmt: skip
+        _close(model, got, want)
+    # freezing the MLPs changes what the knockout does (else the frozen runs could be the free ones)
+    assert float(ref.mediated.abs().max()) > 1e-3
+    assert med.share(0) == pytest.approx(ref.share(0), rel=1e-3, abs=1e-4)
 
 
 @pytest.mark.parametrize("ablation", ["position_mean", "resample"])

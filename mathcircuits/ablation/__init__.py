@@ -1,7 +1,7 @@
 """Stage ``validate`` — ablation: knockout curves (mean, per-position mean or resampling) and transfer checks."""
 
 from mathcircuits._checks import check_exports
-from mathcircuits.ablation.control import RandomControl, control_and_margin, random_control
+from mathcircuits.ablation.control import RandomControl, control_and_margin, control_margin_mediation, random_control
 from mathcircuits.ablation.cross import CrossOperation, cross_operation
 from mathcircuits.ablation.hooks import Ablation, Scope, ablated_model
 from mathcircuits.ablation.knockout import ablated_accuracy, knockout_curve
@@ -29,6 +29,7 @@ __all__ = [
     "ablated_accuracy",
     "ablated_model",
     "control_and_margin",
+    "control_margin_mediation",
     "cross_operation",
     "head_means",
     "knockout_curve",

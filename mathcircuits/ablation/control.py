@@ -37,6 +37,7 @@ from mathcircuits._schema import configured, given
 from mathcircuits.ablation.config import ValidationConfig
 from mathcircuits.ablation.hooks import Ablation, Scope
 from mathcircuits.ablation.means import HeadMeans, PositionPool
+from mathcircuits.ablation.mediation import FreezeTap, MLPMediation, mlp_mediation
 from mathcircuits.ablation.mlp_margin import MarginTap, MLPMargin, margin_with_tap, mlp_margin
 from mathcircuits.ablation.scorer import BATCH_SETS, KnockoutScorer
 from mathcircuits.data import Operation
@@ -51,6 +52,7 @@ from mathcircuits.stats.sequential import SequentialTest, besag_clifford, stop_a
 __all__ = [
     "RandomControl",
     "control_and_margin",
+    "control_margin_mediation",
     "random_control",
 ]
 
@@ -269,7 +271,24 @@ def random_control(
     key = list(resolve_heads(key_heads, model.spec, arg="key_heads"))
     draws = depth_matched_draws(key, model.spec, n_draws, seed)
     scorer = scorer or KnockoutScorer(model, pairs, ablation, means, scope, seed, batch_size, pool=pool)
-    clean, key_c, rand, h = _draws(scorer, key, draws, decided_at, progress, batch_sets)
+    scored = _draws(scorer, key, draws, decided_at, progress, batch_sets)
+    return _control(model.spec, pairs, key, draws, scored, ablation, scope, seed, label, identification_overlap)
+
+
+def _control(
+    spec: ModelSpec,
+    pairs: PairSet,
+    key: list[Head],
+    draws: list[list[Head]],
+    scored: tuple[Tensor, Tensor, Tensor, int],
+    ablation: Ablation,
+    scope: Scope,
+    seed: int,
+    label: str,
+    identification_overlap: int,
+) -> RandomControl:
+    """The result of :func:`_draws`' ``scored`` (clean, key and random correctness, the test's ``h``)."""
+    clean, key_c, rand, h = scored
     n = len(pairs)
     return RandomControl(
         key_heads=key,
@@ -285,7 +304,7 @@ def random_control(
         seed=seed,
         label=label,
         identification_overlap=identification_overlap,
-        n_possible=n_depth_matched_sets(key, model.spec),
+        n_possible=n_depth_matched_sets(key, spec),
         planned_draws=len(draws),
         stop_after=h,
     )
@@ -357,53 +376,91 @@ def control_and_margin(
     (fast paths off, or a bridge that cannot resume mid-network) runs the two one after the other.
     """
     pairs.require_model(model, "control_and_margin")
+    run = (model, pairs, key_heads, layers, config, scorer, seed, label, identification_overlap, progress)
+    control, margin, _ = _shared_runs(*run, decided_at, batch_sets, mediation=False)
+    return control, margin
+
+
+def control_margin_mediation(
+    model: HookedModel,
+    pairs: PairSet,
+    key_heads: Sequence[tuple[int, int]],
+    layers: Sequence[int],
+    config: ValidationConfig,
+    scorer: KnockoutScorer,
+    *,
+    seed: int = 0,
+    label: str = "",
+    identification_overlap: int = -1,
+    progress: bool = False,
+    decided_at: float | None = None,
+    batch_sets: int = BATCH_SETS,
+) -> tuple[RandomControl, MLPMargin, MLPMediation]:
+    """:func:`control_and_margin`, and claim C4's mediation of the key set and of the control's first
+    ``config.margin_draws`` random sets (:func:`~mathcircuits.ablation.mlp_mediation`) from the same runs.
+
+    The mediation's knocked-out runs with the MLPs free are C2's (their final answer margin is read along the
+    batched forwards); only the runs with the MLPs frozen at their clean outputs are new, one per set, batched and
+    resumed at each set's lowest layer (:class:`~mathcircuits.ablation.mediation.FreezeTap`). Equal, to float
+    rounding, to :func:`mlp_mediation` on ``control.draws[: config.margin_draws]``, which runs where the scorer
+    cannot batch, or with the position-free mean at every position (its prefix is ablated, so not frozen).
+    """
+    pairs.require_model(model, "control_margin_mediation")
+    run = (model, pairs, key_heads, layers, config, scorer, seed, label, identification_overlap, progress)
+    control, margin, med = _shared_runs(*run, decided_at, batch_sets, mediation=True)
+    assert med is not None
+    return control, margin, med
+
+
+def _shared_runs(
+    model: HookedModel,
+    pairs: PairSet,
+    key_heads: Sequence[tuple[int, int]],
+    layers: Sequence[int],
+    config: ValidationConfig,
+    scorer: KnockoutScorer,
+    seed: int,
+    label: str,
+    identification_overlap: int,
+    progress: bool,
+    decided_at: float | None,
+    batch_sets: int,
+    mediation: bool,
+) -> tuple[RandomControl, MLPMargin, MLPMediation | None]:
     key = list(resolve_heads(key_heads, model.spec, arg="key_heads"))
     ctl_kw = dict(seed=seed, label=label, identification_overlap=identification_overlap, progress=progress)
+    med_kw = dict(
+        ablation=config.ablation, means=scorer.means, scope=config.scope, scorer=scorer, batch_sets=batch_sets
+    )
     if not scorer.can_batch(batch_sets):
         control = random_control(model, pairs, key, config, scorer=scorer, decided_at=decided_at, batch_sets=batch_sets,
                                  **ctl_kw)  # fmt: skip
         sets = control.draws[: config.margin_draws]
-        margin = mlp_margin(model, pairs, key, layers, config.ablation, scorer.means, config.scope, scorer=scorer,
-                            random_sets=sets, batch_sets=batch_sets)  # fmt: skip
-        return control, _sequential_margin(margin, len(sets), decided_at)
+        margin = mlp_margin(model, pairs, key, layers, random_sets=sets, **med_kw)
+        med = mlp_mediation(model, pairs, key, layers, random_sets=sets, **med_kw) if mediation else None
+        return control, _sequential_margin(margin, len(sets), decided_at), med
     draws = depth_matched_draws(key, model.spec, config.control_draws, seed)
-    base, tap = margin_with_tap(model, scorer, key, layers, len(draws), batch_sets=batch_sets)
+    freeze = mediation and not (scorer.ablation == "mean" and scorer.scope == "all")
+    base, tap = margin_with_tap(model, scorer, key, layers, len(draws), batch_sets=batch_sets, keep_clean_mlp=freeze)
     n_m = min(config.margin_draws, len(draws))
     h_m = stop_after(n_m, decided_at) if decided_at is not None else 0
-    key_m = float((base[0] - base[1]).mean())
+    key_m = float((base.margins[0] - base.margins[1]).mean())
 
     def margin_test(made: int) -> SequentialTest:
-        drops = (base[0][None] - tap.margins[: min(made, n_m)]).mean(1)
+        drops = (base.margins[0][None] - tap.margins[: min(made, n_m)]).mean(1)
         return besag_clifford((drops >= key_m - 1e-12).tolist(), n_m, h_m)
 
-    clean, key_c, rand, h = _draws(scorer, key, draws, decided_at, progress, batch_sets, tap,
-                                   until=lambda made: margin_test(made).finished)  # fmt: skip
-    n = len(pairs)
-    control = RandomControl(
-        key_heads=key,
-        draws=draws[: len(rand)],
-        clean_correct=clean,
-        key_correct=key_c,
-        random_correct=rand,
-        operations=list(pairs.operations) if pairs.has("operation") else ["?"] * n,
-        template_ids=list(pairs.template_ids) if pairs.has("template_id") else ["?"] * n,
-        pair_ids=list(pairs.pair_ids) if pairs.has("pair_id") else list(range(n)),
-        ablation=config.ablation,
-        scope=config.scope,
-        seed=seed,
-        label=label,
-        identification_overlap=identification_overlap,
-        n_possible=n_depth_matched_sets(key, model.spec),
-        planned_draws=len(draws),
-        stop_after=h,
-    )
+    scored = _draws(scorer, key, draws, decided_at, progress, batch_sets, tap,
+                    until=lambda made: margin_test(made).finished)  # fmt: skip
+    control = _control(model.spec, pairs, key, draws, scored, config.ablation, config.scope, seed, label,
+                       identification_overlap)  # fmt: skip
     m = margin_test(len(draws)).draws  # the margin's own test: the sets it drew (all made forwards read them)
     assert all(tap.measured(s) for s in range(m)), "the margin test stopped later than the forwards"
     margin = MLPMargin(
         key_heads=key,
-        layers=sorted({int(l) for l in layers}),
-        clean_margin=base[0],
-        ablated_margin=base[1],
+        layers=tap.reader.layers,
+        clean_margin=base.margins[0],
+        ablated_margin=base.margins[1],
         operations=control.operations,
         template_ids=control.template_ids,
         pair_ids=control.pair_ids,
@@ -414,7 +471,28 @@ def control_and_margin(
         planned_draws=n_m,
         stop_after=h_m,
     )
-    return control, margin
+    if not mediation:
+        return control, margin, None
+    sets = control.draws[: config.margin_draws]
+    if not freeze:
+        return control, margin, mlp_mediation(model, pairs, key, layers, random_sets=sets, **med_kw)
+    assert all(tap.measured(s) for s in range(len(sets))), "C2 stopped later than its forwards"
+    frozen = FreezeTap(tap.reader, base.clean_mlp, 1 + len(sets))
+    scorer.logits_many([key, *sets], batch_sets, tap=frozen)
+    med = MLPMediation(
+        key_heads=key,
+        layers=tap.reader.layers,
+        clean_margin=base.answer[0],
+        ablated_margin=torch.cat([base.answer[1:2], tap.answer[: len(sets)]]),
+        frozen_margin=frozen.frozen,
+        operations=control.operations,
+        template_ids=control.template_ids,
+        pair_ids=control.pair_ids,
+        ablation=config.ablation,
+        scope=config.scope,
+        random_heads=[list(d) for d in sets],
+    )
+    return control, margin, med
 
 
 def _sequential_margin(margin: MLPMargin, n_sets: int, decided_at: float | None) -> MLPMargin:

@@ -102,6 +102,7 @@ def knockout_curve(
     ablation: Ablation | None = None,
     ks: Sequence[int] | None = None,
     pool: PositionPool | None = None,
+    scorer: KnockoutScorer | None = None,
 ) -> KnockoutResult:
     """Knock out the top-k heads in effect-rank order and ``n_random`` random orders, for each k.
 
@@ -112,7 +113,9 @@ def knockout_curve(
     ``ablation``; ``max_k``, ``n_random``, ``scope`` and ``ablation`` replace them when given. ``max_k`` is
     capped by a selection's size. ``seed`` draws the random orders and donors. ``ks``: default every k in
     1…max_k (0, the clean model, is always included). ``pool``: for ``"position_mean"``, counterfactual prompts
-    to average over, leaving each scored pair's own out; None: the scored pairs of each template.
+    to average over, leaving each scored pair's own out; None: the scored pairs of each template. ``scorer``: one
+    already built on ``pairs`` (reuses its clean runs and replacement values; its ablation, scope and donors are
+    used, so build it with this call's).
     ``progress``: a bar on stderr (None: on unless ``MATHCIRCUITS_PROGRESS=0``).
     """
     cfg = configured(
@@ -145,7 +148,13 @@ def knockout_curve(
     all_heads = [Head(l, h) for l in range(spec.n_layers) for h in range(spec.n_heads)]
     rng = random.Random(seed)
     orders = [rng.sample(all_heads, len(ranked)) for _ in range(n_random)]
-    scorer = KnockoutScorer(model, pairs, ablation, means, scope, seed, pool=pool)
+    if scorer is not None and (scorer.ablation, scorer.scope, len(scorer.seqs)) != (ablation, scope, len(pairs)):
+        raise FixableValueError(
+            f"knockout_curve got a scorer of ablation {scorer.ablation!r}, scope {scorer.scope!r} on "
+            f"{len(scorer.seqs)} pairs for ablation {ablation!r}, scope {scope!r} on {len(pairs)} pairs. ",
+            "build the scorer on the curve's pairs with its ablation and scope, or pass none.",
+        )
+    scorer = scorer or KnockoutScorer(model, pairs, ablation, means, scope, seed, pool=pool)
     bar = progress_bar(
         progress,
         f"knocking out up to {len(ranked)} heads (ranked, then {n_random} random orders)",

@@ -30,10 +30,10 @@ from mathcircuits._errors import FixableValueError
 from mathcircuits._io import SavedResult
 from mathcircuits.ablation.hooks import Ablation, Scope, set_ablation_hooks
 from mathcircuits.ablation.means import HeadMeans
+from mathcircuits.ablation.mlp_margin import MarginReader, check_layers
 from mathcircuits.ablation.scorer import BATCH_SETS, KnockoutScorer
 from mathcircuits.data.pairset import PairSet
-from mathcircuits.models import HookedModel, fast_paths_enabled, final_norm, hooks
-from mathcircuits.models.families import block_structure
+from mathcircuits.models import HookedModel, fast_paths_enabled, hooks
 from mathcircuits.models.heads import Head
 
 __all__ = ["MLPMediation", "mlp_mediation"]
@@ -124,22 +124,17 @@ def mlp_mediation(
 
     ``scorer``: one built on ``pairs`` with the same ablation (reuses its replacement values). ``fast``: run the
     positions a template's prompts share once, clean, as :func:`~mathcircuits.ablation.mlp_margin` does (exact).
-    ``batch_sets``: head sets run in one forward, each on its own copy of a batch.
+    ``batch_sets``: head sets run in one forward, each on its own copy of a batch. Every run is whole (from the
+    shared prefix on): the reference of :func:`~mathcircuits.ablation.control_margin_mediation`, which reads the
+    free runs from C2's forwards and resumes the frozen ones at each set's lowest layer.
     """
     spec = model.spec
-    layers = sorted({int(l) for l in layers})
-    if not layers or not all(0 <= l < spec.n_layers for l in layers):
-        raise FixableValueError(
-            f"layers {layers} must be a non-empty subset of 0..{spec.n_layers - 1}. ", "pass MLP layers."
-        )
+    layers = check_layers(layers, spec.n_layers)
     pairs.require(("tokens", "answer_tokens", "n_tokens"), "mlp_mediation")
     pairs.require_model(model, "mlp_mediation")
     heads = [Head.of(h) for h in key_heads]
     scorer = scorer or KnockoutScorer(model, pairs, ablation, means, scope, seed, batch_size, reuse_clean=False)
-    structure = block_structure(model)
-    W_U = model.bridge.W_U.float()
-    answer = [int(a[0]) for a in scorer.answers]
-    cand = torch.tensor(sorted(set(answer)), device=W_U.device)
+    reader = MarginReader(model, scorer, layers)
     n = len(scorer.seqs)
     sets = [heads, *[[Head.of(h) for h in r] for r in random_sets]]
     clean = torch.zeros(n, device="cpu")  # result buffers, on the host
@@ -147,59 +142,94 @@ def mlp_mediation(
     fast = fast and fast_paths_enabled() and not (scorer.ablation == "mean" and scorer.scope == "all")
     for g, grp in enumerate(scorer.groups):
         p = grp.shared if fast else 0
-        rows = grp.rows
-        for j in range(0, len(rows), batch_size):
-            part = rows[j : j + batch_size]
+        for j in range(0, len(grp.rows), batch_size):
+            part = grp.rows[j : j + batch_size]
             toks = torch.tensor([scorer.seqs[i] for i in part], device=model.device)
-            pos = torch.tensor([scorer.n_prompt[i] - 1 - p for i in part], device=model.device)
             vals = scorer._values(g, part, fast=p > 0)
-            ans = torch.tensor([answer[i] for i in part], device=W_U.device)
-            others = (cand[None, :] != ans[:, None]).float()
-            w_dir = W_U[:, ans].T - (others @ W_U[:, cand].T) / others.sum(-1, keepdim=True).clamp(min=1)  # [b, d]
 
-            def margin(final: Tensor, copies: int, w_dir: Tensor = w_dir) -> Tensor:
-                x = final_norm(model, structure, final[:, None, :])[:, 0]
-                return (x * w_dir.repeat(copies, 1)).sum(-1).reshape(copies, -1).cpu()
-
-            def run(
-                extra: list[tuple[str, Any]], copies: int, pos: Tensor = pos, toks: Tensor = toks, p: int = p
-            ) -> Tensor:
-                got: dict[str, Tensor] = {}
-
-                def grab(act: Tensor, hook: Any) -> None:
-                    at = pos.repeat(copies).to(act.device)
-                    got["x"] = act[torch.arange(act.shape[0], device=act.device), at].float().to(W_U.device)
-
-                scorer._run(toks.repeat(copies, 1), p, extra + [(hooks.resid_post(spec.n_layers - 1), grab)])
-                return got["x"]
+            def run(extra: list[tuple[str, Any]], k: int, part: list[int] = part, toks: Tensor = toks, p: int = p):
+                store: dict[int, Tensor] = {}
+                scorer._run(toks.repeat(k, 1), p, extra + reader.hooks(store, reader.positions(part, p, k), []))
+                return reader.answer_margin(store[-1], part, k)
 
             saved: dict[int, Tensor] = {}
-
-            def keep(act: Tensor, hook: Any, saved: dict[int, Tensor] = saved) -> None:
-                saved[int(hook.name.split(".")[1])] = act.detach().clone()
-
-            clean[part] = margin(run([(hooks.mlp_out(l), keep) for l in layers], 1), 1)[0]
+            clean[part] = run([(hooks.mlp_out(l), _keep(saved, l)) for l in layers], 1)[0]
             per = scorer.sets_per_forward(part, batch_sets)
             for v in range(0, len(sets), per):
                 chunk = sets[v : v + per]
                 k = len(chunk)
-
-                def freeze(act: Tensor, hook: Any, k: int = k, saved: dict[int, Tensor] = saved) -> Tensor:
-                    return saved[int(hook.name.split(".")[1])].to(act.device, act.dtype).repeat(k, 1, 1)
-
                 ko = set_ablation_hooks(model, chunk, vals, scope)
-                out[False][v : v + k, part] = margin(run(ko, k), k)
-                out[True][v : v + k, part] = margin(run(ko + [(hooks.mlp_out(l), freeze) for l in layers], k), k)
+                out[False][v : v + k, part] = run(ko, k)
+                out[True][v : v + k, part] = run(ko + [(hooks.mlp_out(l), _frozen(saved[l], k)) for l in layers], k)
+    return _result(pairs, heads, layers, clean, out[False], out[True], sets[1:], ablation, scope)
+
+
+def _keep(into: dict[int, Tensor], layer: int) -> Any:
+    def fn(act: Tensor, hook: Any) -> None:
+        into[layer] = act.detach().clone()
+
+    return fn
+
+
+def _frozen(value: Tensor, copies: int) -> Any:
+    """A hook replacing an MLP's output by ``value`` ``[rows, pos, d]``, repeated for ``copies`` set blocks."""
+
+    def fn(act: Tensor, hook: Any) -> Tensor:
+        return value.to(act.device, act.dtype).repeat(copies, 1, 1)
+
+    return fn
+
+
+def _result(
+    pairs: PairSet,
+    heads: list[Head],
+    layers: list[int],
+    clean: Tensor,
+    ablated: Tensor,
+    frozen: Tensor,
+    random_sets: list[list[Head]],
+    ablation: Ablation,
+    scope: Scope,
+) -> MLPMediation:
+    n = len(pairs)
     return MLPMediation(
         key_heads=heads,
         layers=layers,
         clean_margin=clean,
-        ablated_margin=out[False],
-        frozen_margin=out[True],
+        ablated_margin=ablated,
+        frozen_margin=frozen,
         operations=list(pairs.operations) if pairs.has("operation") else ["?"] * n,
         template_ids=list(pairs.template_ids) if pairs.has("template_id") else ["?"] * n,
         pair_ids=list(pairs.pair_ids) if pairs.has("pair_id") else list(range(n)),
         ablation=ablation,
         scope=scope,
-        random_heads=sets[1:],
+        random_heads=random_sets,
     )
+
+
+class FreezeTap:
+    """The frozen runs of C4's mediation as a :class:`~mathcircuits.ablation.scorer.Tap` on batched knockout
+    forwards: the MLPs in the reader's layers output their clean values (every run position), and the final
+    answer margin is read. A forward resumed at block ``k`` runs no MLP below ``k``: those are the clean run's
+    anyway. ``frozen[s, i]``: set ``s`` (its index in :meth:`KnockoutScorer.logits_many`'s ``sets``), pair ``i``.
+
+    ``clean_mlp``: per pair, its clean MLP outputs ``[L, pos, d]`` from the positions the scorer's forwards start
+    at (the shared prefix's end) on.
+    """
+
+    def __init__(self, reader: MarginReader, clean_mlp: dict[int, Tensor], n_sets: int) -> None:
+        self.reader, self.clean = reader, clean_mlp
+        self.frozen = torch.zeros(n_sets, len(reader.scorer.seqs), device="cpu")
+        self._store: dict[int, Tensor] = {}
+
+    def hooks(self, rows: list[int], n_sets: int, offset: int, start: int) -> list[tuple[str, Any]]:
+        self._store = {}
+        clean = torch.stack([self.clean[i] for i in rows])  # [rows, L, pos, d]
+        freeze = [(hooks.mlp_out(l), _frozen(clean[:, j], n_sets))
+                  for j, l in enumerate(self.reader.layers) if l >= start]  # fmt: skip
+        return freeze + self.reader.hooks(self._store, self.reader.positions(rows, offset, n_sets), [])
+
+    def read(self, rows: list[int], sets: list[int], start: int) -> None:
+        got = self.reader.answer_margin(self._store[-1], rows, len(sets))
+        for k, s in enumerate(sets):
+            self.frozen[s, rows] = got[k]

@@ -139,16 +139,12 @@ def mlp_margin(
     """
     pairs.require_model(model, "mlp_margin")
     spec = model.spec
-    layers = sorted({int(l) for l in layers})
-    if not layers or not all(0 <= l < spec.n_layers for l in layers):
-        raise FixableValueError(
-            f"layers {layers} must be a non-empty subset of 0..{spec.n_layers - 1}. ", "pass MLP layers."
-        )
+    layers = check_layers(layers, spec.n_layers)
     pairs.require(("tokens", "answer_tokens", "n_tokens"), "mlp_margin")
     heads = [Head.of(h) for h in key_heads]
     scorer = scorer or KnockoutScorer(model, pairs, ablation, means, scope, seed, batch_size, reuse_clean=False)
     variants = [[], heads, *[[Head.of(h) for h in r] for r in random_sets]]  # clean, key, random sets
-    out, _ = _variant_margins(_MarginReader(model, scorer, layers), variants, batch_size, fast, batch_sets)
+    out = _variant_margins(MarginReader(model, scorer, layers), variants, batch_size, fast, batch_sets).margins
     n = len(scorer.seqs)
     return MLPMargin(
         key_heads=heads,
@@ -165,7 +161,17 @@ def mlp_margin(
     )
 
 
-class _MarginReader:
+def check_layers(layers: Sequence[int], n_layers: int) -> list[int]:
+    """``layers`` sorted and distinct; an error unless they are a non-empty subset of the model's layers."""
+    chosen = sorted({int(l) for l in layers})
+    if not chosen or not all(0 <= l < n_layers for l in chosen):
+        raise FixableValueError(
+            f"layers {chosen} must be a non-empty subset of 0..{n_layers - 1}. ", "pass MLP layers."
+        )
+    return chosen
+
+
+class MarginReader:
     """The summed answer margin of ``layers``' MLP updates at each pair's last prompt position, from grabbed
     activations: ``Δ_l = N_f(x_L) − N_f(x_L − u_l)`` against the answer's unembedding minus the other candidates'."""
 
@@ -195,29 +201,57 @@ class _MarginReader:
         last = hooks.resid_post(self.model.spec.n_layers - 1)
         return [(hooks.mlp_out(l), grab(l)) for l in layers] + [(last, grab(-1))]
 
+    def direction(self, rows: list[int], n_sets: int) -> Tensor:
+        """Set-major rows: the answer's unembedding minus the mean of the other candidates' ``[n_sets·rows, d]``."""
+        W_U, cand = self.W_U, self.cand
+        ans = torch.tensor([self.answer[i] for i in rows], device=W_U.device).repeat(n_sets)
+        others = (cand[None, :] != ans[:, None]).float()  # [rows, C]
+        return W_U[:, ans].T - (others @ W_U[:, cand].T) / others.sum(-1, keepdim=True).clamp(min=1)
+
     def margins(self, final: Tensor, upd: Tensor, rows: list[int], n_sets: int) -> Tensor:
         """``[n_sets, rows]`` margins from the last residual ``[n_sets·rows, d]`` and the updates
         ``[n_sets·rows, L, d]``."""
-        W_U, cand, structure, model = self.W_U, self.cand, self.structure, self.model
+        structure, model = self.structure, self.model
         delta = final_norm(model, structure, final[:, None, :]) - final_norm(model, structure, final[:, None, :] - upd)
-        ans = torch.tensor([self.answer[i] for i in rows], device=W_U.device).repeat(n_sets)
-        w_ans = W_U[:, ans].T  # [rows, d]
-        others = (cand[None, :] != ans[:, None]).float()  # [rows, C]
-        w_oth = (others @ W_U[:, cand].T) / others.sum(-1, keepdim=True).clamp(min=1)  # [rows, d]
-        margin = (delta * (w_ans - w_oth)[:, None, :]).sum(-1).sum(-1)  # summed over the layers
+        margin = (delta * self.direction(rows, n_sets)[:, None, :]).sum(-1).sum(-1)  # summed over the layers
         return margin.reshape(n_sets, len(rows)).cpu()
+
+    def answer_margin(self, final: Tensor, rows: list[int], n_sets: int) -> Tensor:
+        """``[n_sets, rows]``: the answer margin of the final logits (no unembedding bias) from the last residual
+        ``[n_sets·rows, d]``: the answer's logit over the other candidates' mean."""
+        x = final_norm(self.model, self.structure, final[:, None, :])[:, 0]
+        return (x * self.direction(rows, n_sets)).sum(-1).reshape(n_sets, len(rows)).cpu()
+
+
+@dataclass(frozen=True)
+class _VariantRuns:
+    """What one forward per variant and batch read: the MLP margins and the final answer margins ``[variant, pair]``;
+    of a clean ``variants[0]``, the updates at the last prompt position ``[pair, L, d]`` (else empty) and, when
+    asked, every position's MLP outputs per pair (``row → [L, pos, d]``, from its batch's first run position on)."""
+
+    margins: Float[Tensor, "variant pair"]
+    answer: Float[Tensor, "variant pair"]
+    clean_updates: Float[Tensor, "pair layer d_model"]
+    clean_mlp: dict[int, Tensor]
 
 
 @torch.no_grad()
 def _variant_margins(
-    reader: _MarginReader, variants: list[list[Head]], batch_size: int, fast: bool, batch_sets: int
-) -> tuple[Tensor, Tensor]:
-    """Every variant's margin per pair ``[variant, pair]``, and the clean run's MLP updates ``[pair, L, d]`` when
-    ``variants[0]`` is the clean model (else empty)."""
+    reader: MarginReader,
+    variants: list[list[Head]],
+    batch_size: int,
+    fast: bool,
+    batch_sets: int,
+    keep_clean_mlp: bool = False,
+) -> _VariantRuns:
+    """Every variant's margins per pair, one forward per variant and batch (``batch_sets`` variants to a forward)."""
     model, scorer, layers = reader.model, reader.scorer, reader.layers
     n = len(scorer.seqs)
     out = torch.zeros(len(variants), n, device="cpu")
-    clean_upd = torch.zeros(n if variants and not variants[0] else 0, len(layers), model.spec.d_model, device="cpu")
+    answer = torch.zeros(len(variants), n, device="cpu")
+    is_clean = bool(variants) and not variants[0]
+    clean_upd = torch.zeros(n if is_clean else 0, len(layers), model.spec.d_model, device="cpu")
+    clean_mlp: dict[int, Tensor] = {}
     # the shared prefix runs once, clean (not with the position-free mean at every position: that ablates it too)
     fast = fast and fast_paths_enabled() and not (scorer.ablation == "mean" and scorer.scope == "all")
     for g, grp in enumerate(scorer.groups):
@@ -237,12 +271,27 @@ def _variant_margins(
                 else:
                     fwd = set_ablation_hooks(model, chunk, vals, scorer.scope)
                 fwd = fwd + reader.hooks(store, reader.positions(part, p, n_chunk), layers)
+                whole: dict[int, Tensor] = {}
+                if keep_clean_mlp and v == 0 and is_clean:
+                    fwd = fwd + [(hooks.mlp_out(l), _keep_rows(whole, l, len(part))) for l in layers]
                 scorer._run(toks.repeat(n_chunk, 1), p, fwd)
                 upd = torch.stack([store[l] for l in layers], 1)  # [rows, L, d]
                 if v == 0 and clean_upd.shape[0]:
                     clean_upd[part] = upd[: len(part)].cpu()
+                if whole:  # kept for every batch, so on the host
+                    clean_mlp.update(zip(part, torch.stack([whole[l] for l in layers], 1)))
                 out[v : v + n_chunk, part] = reader.margins(store[-1], upd, part, n_chunk)
-    return out, clean_upd
+                answer[v : v + n_chunk, part] = reader.answer_margin(store[-1], part, n_chunk)
+    return _VariantRuns(out, answer, clean_upd, clean_mlp)
+
+
+def _keep_rows(into: dict[int, Tensor], layer: int, n: int) -> Any:
+    """A hook keeping the first ``n`` rows of an activation (the clean block of a set-major batch) on the host."""
+
+    def fn(act: Tensor, hook: Any) -> None:
+        into[layer] = act[:n].detach().cpu()
+
+    return fn
 
 
 class MarginTap:
@@ -252,11 +301,13 @@ class MarginTap:
     cannot change them), so the margin is that of one forward per set, to float rounding. ``margins[s, i]``:
     random set ``s``, pair ``i``: set ``s`` is ``sets[s − first]`` of the :meth:`KnockoutScorer.score_many` call
     it rides on (:meth:`starting_at` sets ``first``); :meth:`measured`: every pair of set ``s`` was read.
+    ``answer[s, i]``: the final logits' answer margin of the same run (what C4's mediation calls ``m_ablated``).
     """
 
-    def __init__(self, reader: _MarginReader, clean_updates: Tensor, n_sets: int) -> None:
+    def __init__(self, reader: MarginReader, clean_updates: Tensor, n_sets: int) -> None:
         self.reader, self.clean = reader, clean_updates
         self.margins = torch.zeros(n_sets, len(reader.scorer.seqs), device="cpu")
+        self.answer = torch.zeros(n_sets, len(reader.scorer.seqs), device="cpu")
         self._seen = torch.zeros(n_sets, len(reader.scorer.seqs), dtype=torch.bool, device="cpu")
         self._store: dict[int, Tensor] = {}
         self.first = 0
@@ -280,8 +331,10 @@ class MarginTap:
             1,
         )  # fmt: skip
         got = self.reader.margins(self._store[-1], upd, rows, n)
+        final = self.reader.answer_margin(self._store[-1], rows, n)
         for k, s in enumerate(sets):
             self.margins[self.first + s, rows] = got[k]
+            self.answer[self.first + s, rows] = final[k]
             self._seen[self.first + s, rows] = True
 
     def measured(self, s: int) -> bool:
@@ -298,9 +351,13 @@ def margin_with_tap(
     n_sets: int,
     batch_size: int = 32,
     batch_sets: int = BATCH_SETS,
-) -> tuple[Tensor, MarginTap]:
-    """The clean and key margins ``[2, pair]`` (one forward per variant and batch), and a :class:`MarginTap` for
-    ``n_sets`` random sets that the scorer's batched forwards fill (:meth:`KnockoutScorer.score_many`'s ``tap``)."""
-    reader = _MarginReader(model, scorer, sorted({int(l) for l in layers}))
-    out, clean = _variant_margins(reader, [[], [Head.of(h) for h in key_heads]], batch_size, True, batch_sets)
-    return out, MarginTap(reader, clean, n_sets)
+    keep_clean_mlp: bool = False,
+) -> tuple[_VariantRuns, MarginTap]:
+    """The clean and key runs (one forward per variant and batch; their margins ``[2, pair]``), and a
+    :class:`MarginTap` for ``n_sets`` random sets that the scorer's batched forwards fill
+    (:meth:`KnockoutScorer.score_many`'s ``tap``). ``keep_clean_mlp``: keep the clean run's MLP outputs at every
+    position (what C4's mediation freezes the MLPs at)."""
+    reader = MarginReader(model, scorer, sorted({int(l) for l in layers}))
+    key = [Head.of(h) for h in key_heads]
+    runs = _variant_margins(reader, [[], key], batch_size, True, batch_sets, keep_clean_mlp)
+    return runs, MarginTap(reader, runs.clean_updates, n_sets)

@@ -21,29 +21,24 @@ operation), ``validate/transfer.pt/.csv`` (claim C5) and, when the position-free
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from mathcircuits._errors import FixableRuntimeError
 from mathcircuits.ablation import (
-    HeadMeans,
     KnockoutScorer,
-    MLPMediation,
     PositionPool,
     TransferRow,
-    control_and_margin,
+    control_margin_mediation,
     cross_operation,
     head_means,
     knockout_curve,
-    mlp_mediation,
     transfer,
 )
 from mathcircuits.ablation.config import ValidationConfig
 from mathcircuits.claims.paper import C_NO_BETTER
 from mathcircuits.data import GenerationConfig, Operation, PairSet, generate_pairs, word_problem_dataset
 from mathcircuits.data.benchmark_files import default_benchmark_root
-from mathcircuits.models.heads import Head
 from mathcircuits.patching import KeyComponents, PatchingResult, select_key_components
 from mathcircuits.patching.key_components import median_depth
 from mathcircuits.pipeline.config import multi_digit_template
@@ -180,24 +175,6 @@ def _transfer_sets(ctx: Context, correct: PairSet) -> dict[str, PairSet]:
     return sets
 
 
-def c4_mediation(
-    ctx: Context,
-    pairs: PairSet,
-    heads: Sequence[Head],
-    layers: range,
-    means: HeadMeans | None,
-    scorer: KnockoutScorer,
-    draws: Sequence[Sequence[Head]],
-) -> MLPMediation:
-    """Claim C4: the key heads' effect on the answer split into the part the later MLPs carry and the rest, beside
-    the same split for the control's random sets (``validation.margin_draws`` of them); saved."""
-    v = ctx.config.validation
-    med = mlp_mediation(ctx.model, pairs, heads, layers, v.ablation, means, v.scope, scorer=scorer,
-                        random_sets=draws[: v.margin_draws])  # fmt: skip
-    med.save(ctx.paths.mlp_mediation)
-    return med
-
-
 def decided_at(v: ValidationConfig) -> float | None:
     """Where the random-set comparisons' sequential tests stop (``validation.sequential``): once p >= the claims'
     "no better than a typical draw" threshold is certain, the verdict cannot change; None: every planned draw."""
@@ -263,9 +240,15 @@ def run(ctx: Context) -> ValidateSummary:
     # the knockout curves read at k = the number of key heads too
     n_key = min(len(key.heads), v.knockout_max_k)
     ks = sorted(set(v.knockout_ks) | ({n_key} if n_key else set())) if v.knockout_ks else None
+    # one scorer per operation's fresh pairs serves its knockout curve and the cross-operation table (their clean
+    # runs and replacement values computed once); the curve draws resampling donors with seed 0
+    seed = ctx.config.data.seed
+    scorers = {op: KnockoutScorer(model, fresh[op], v.ablation, means, v.scope, seed, pool=pool) for op in scored}
     for op in scored:
         res = PatchingResult.load(paths.patching(op))
-        ko = knockout_curve(model, fresh[op], res, v, means=means, progress=ctx.progress, ks=ks, pool=pool)
+        same = scorers[op] if v.ablation != "resample" or seed == 0 else None
+        ko = knockout_curve(model, fresh[op], res, v, means=means, progress=ctx.progress, ks=ks, pool=pool,
+                            scorer=same)  # fmt: skip
         ko.save(paths.knockout(op))
         save_csv(ko.to_dataframe(), paths.knockout(op, ".csv"))
         finals = ko.random_accuracy[:, -1]
@@ -281,7 +264,6 @@ def run(ctx: Context) -> ValidateSummary:
     if key.heads and scored:
         # claim C2: the pooled key set itself against depth-matched random sets of non-key heads, on fresh pairs
         # every template of each operation, round-robin: the templates are the clusters of C2's interval
-        seed = ctx.config.data.seed
         pooled = PairSet.concat(
             [fresh[op].select(template_spread(fresh[op], seed)[: v.control_pairs]) for op in scored]
         )
@@ -289,8 +271,9 @@ def run(ctx: Context) -> ValidateSummary:
         # claim C4: the MLPs from the key heads' median layer on, clean and with the key heads knocked out
         n_layers = model.spec.n_layers
         ref = int(median_depth([l for l, _ in key.heads], n_layers) * max(1, n_layers - 1))
-        # ... against the random sets C2 knocks out (C4's null): one knocked-out run per set serves both
-        control, margin = control_and_margin(
+        # ... against the random sets C2 knocks out (C4's null): one knocked-out run per set serves C2, C4's margin
+        # and its mediation's free runs; the mediation's frozen runs are the only extra ones
+        control, margin, mediation = control_margin_mediation(
             model,
             pooled,
             key.heads,
@@ -306,7 +289,7 @@ def run(ctx: Context) -> ValidateSummary:
         control.save(paths.control())
         save_csv(control.to_dataframe(), paths.control(".csv"))
         margin.save(paths.mlp_margin)
-        mediation = c4_mediation(ctx, pooled, key.heads, range(ref, n_layers), means, scorer, control.draws)
+        mediation.save(paths.mlp_mediation)
         d = control.random_drops()
         brief = ControlBrief(
             n_pairs=control.n_pairs,
@@ -325,10 +308,6 @@ def run(ctx: Context) -> ValidateSummary:
         # per operation: each operation's own key set (the same rule), knocked out on every operation
         own = {
             op: select_key_components(PatchingResult.load(paths.patching(op)), ctx.config.selection).heads
-            for op in scored
-        }
-        scorers = {
-            op: KnockoutScorer(model, fresh[op], v.ablation, means, v.scope, ctx.config.data.seed, pool=pool)
             for op in scored
         }
         cross = cross_operation(scorers, own)
