@@ -289,16 +289,13 @@ def _control(
 ) -> RandomControl:
     """The result of :func:`_draws`' ``scored`` (clean, key and random correctness, the test's ``h``)."""
     clean, key_c, rand, h = scored
-    n = len(pairs)
     return RandomControl(
         key_heads=key,
         draws=draws[: len(rand)],
         clean_correct=clean,
         key_correct=key_c,
         random_correct=rand,
-        operations=list(pairs.operations) if pairs.has("operation") else ["?"] * n,
-        template_ids=list(pairs.template_ids) if pairs.has("template_id") else ["?"] * n,
-        pair_ids=list(pairs.pair_ids) if pairs.has("pair_id") else list(range(n)),
+        **pairs.labels(),
         ablation=ablation,
         scope=scope,
         seed=seed,

@@ -191,16 +191,13 @@ def _result(
     ablation: Ablation,
     scope: Scope,
 ) -> MLPMediation:
-    n = len(pairs)
     return MLPMediation(
         key_heads=heads,
         layers=layers,
         clean_margin=clean,
         ablated_margin=ablated,
         frozen_margin=frozen,
-        operations=list(pairs.operations) if pairs.has("operation") else ["?"] * n,
-        template_ids=list(pairs.template_ids) if pairs.has("template_id") else ["?"] * n,
-        pair_ids=list(pairs.pair_ids) if pairs.has("pair_id") else list(range(n)),
+        **pairs.labels(),
         ablation=ablation,
         scope=scope,
         random_heads=random_sets,

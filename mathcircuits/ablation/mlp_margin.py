@@ -145,15 +145,12 @@ def mlp_margin(
     scorer = scorer or KnockoutScorer(model, pairs, ablation, means, scope, seed, batch_size, reuse_clean=False)
     variants = [[], heads, *[[Head.of(h) for h in r] for r in random_sets]]  # clean, key, random sets
     out = _variant_margins(MarginReader(model, scorer, layers), variants, batch_size, fast, batch_sets).margins
-    n = len(scorer.seqs)
     return MLPMargin(
         key_heads=heads,
         layers=layers,
         clean_margin=out[0],
         ablated_margin=out[1],
-        operations=list(pairs.operations) if pairs.has("operation") else ["?"] * n,
-        template_ids=list(pairs.template_ids) if pairs.has("template_id") else ["?"] * n,
-        pair_ids=list(pairs.pair_ids) if pairs.has("pair_id") else list(range(n)),
+        **pairs.labels(),
         ablation=ablation,
         scope=scope,
         random_heads=variants[2:],

@@ -143,8 +143,8 @@ def circuit_batches(
             f"pair {bad[0]}: the prompt and the counterfactual differ in token length. ",
             "use token-aligned pairs (mathcircuits.data.generate_pairs).",
         )
-    templates = list(pairs.template_ids) if pairs.has("template_id") else ["?"] * len(pairs)
-    ops = list(pairs.operations) if pairs.has("operation") else ["?"] * len(pairs)
+    labels = pairs.labels()
+    templates, ops = labels["template_ids"], labels["operations"]
     n_prompt = [len(pairs.tokens[i]) for i in keep]
     at = {"A": pairs.pos_a, "B": pairs.pos_b, "op": pairs.pos_op, "last": pairs.pos_last}  # ROLES' columns
     group = [f"{templates[i]}|{n}|{len(a)}" for i, n, a in zip(keep, n_prompt, answers)]

@@ -269,6 +269,17 @@ class PairSet:
         """Each pair's id within its generation."""
         return self._col("pair_id", int)
 
+    def labels(self) -> dict[str, list[Any]]:
+        """Each pair's ``operations``, ``template_ids`` and ``pair_ids`` as lists, for a result record's fields
+        (``Result(..., **pairs.labels())``): ``"?"`` where a hand-built set lacks the operation or template,
+        the pair's position where it lacks ids."""
+        n = len(self)
+        return {
+            "operations": list(self.operations) if self.has("operation") else ["?"] * n,
+            "template_ids": list(self.template_ids) if self.has("template_id") else ["?"] * n,
+            "pair_ids": list(self.pair_ids) if self.has("pair_id") else list(range(n)),
+        }
+
     @property
     def prompts(self) -> tuple[str, ...]:
         return self._col("prompt")
