@@ -5,6 +5,11 @@ reference scan for the largest-effect senders, a random head and two MLPs; and c
 (counterfactual = clean: the exact readout equals the clean logits, as does a forward with every head
 frozen). Differences are in raw logits, so the tolerance scales with them and a readout offset shows.
 ``answers=True`` does the same teacher-forced, in the answer's log-probability, plus the total effect.
+
+The sample: the exact scan runs on every head and the MLP of four layers (:func:`sample_layers`: the first,
+the middle, the last and one drawn with a fixed seed), through the same per-layer code as a full scan, and the
+senders compared are drawn from them. A full scan's rows cost an MLP chain and a vocabulary readout each; the
+sample's rows are about a tenth of them, so the check stays a small share of a first path patching.
 """
 
 from __future__ import annotations
@@ -26,8 +31,15 @@ from mathcircuits.patching.scan import Senders
 __all__: list[str] = []
 
 PROBE_ROWS = 2
-"""Probe pairs of the check: its cost is a scan of every sender on them, so two keep it a small share of a first
-path patching (each pair still has two answer tokens and its own counterfactual)."""
+"""Probe pairs of the check: its cost is a scan of the sampled senders on them, so two keep it a small share of a
+first path patching (each pair still has two answer tokens and its own counterfactual)."""
+
+
+def sample_layers(n_layers: int) -> list[int]:
+    """The check's layers: the first, the middle, the last and one drawn with a fixed seed (last in the list)."""
+    fixed = sorted({0, n_layers // 2, n_layers - 1})
+    rest = [layer for layer in range(n_layers) if layer not in fixed]
+    return fixed + ([random.Random(0).choice(rest)] if rest else [])
 
 
 def check_exact(model: HookedModel, answers: bool = False) -> tuple[float, float]:
@@ -39,12 +51,18 @@ def check_exact(model: HookedModel, answers: bool = False) -> tuple[float, float
     batch = pair_batches(probe_pairs(spec.vocab_size, rows=PROBE_ROWS), 8, model.device, answers=answers)[0]
     metric = METRICS["answer_logprob" if answers else "logit_diff"]
     lp = last_position_caches(model, batch.tokens, batch.cf_tokens, answers=batch.answers if answers else None)
-    exact = exact_scan(model, batch, Senders(), metric, cache=lp)
-    strongest = exact.heads.abs().mean(0).flatten().argsort(descending=True)[:2].tolist()
+    layers = sample_layers(spec.n_layers)
+    sample = frozenset(
+        (kind, layer, h) for layer in layers for kind, h in [("mlp", -1)] + [("head", h) for h in range(spec.n_heads)]
+    )
+    exact = exact_scan(model, batch, Senders(only=sample), metric, cache=lp)
+    heads = exact.heads.abs().mean(0).nan_to_num(-1.0).flatten()  # senders outside the sample are NaN
+    strongest = heads.argsort(descending=True)[:2].tolist()
     chosen = {("head", i // spec.n_heads, i % spec.n_heads) for i in strongest}
     rng = random.Random(0)
-    chosen.add(("head", rng.randrange(spec.n_layers), rng.randrange(spec.n_heads)))
-    chosen |= {("mlp", int(exact.mlps.abs().mean(0).argmax()), -1), ("mlp", spec.n_layers - 1, -1)}
+    chosen.add(("head", layers[-1], rng.randrange(spec.n_heads)))  # the drawn layer
+    mlps = exact.mlps.abs().mean(0).nan_to_num(-1.0)
+    chosen |= {("mlp", int(mlps.argmax()), -1), ("mlp", spec.n_layers - 1, -1)}
     ref = reference_scan(model, batch, Senders(only=frozenset(chosen)), metric)
     if answers:  # effects are log-probability changes: add back each method's own clean log-probability
         final = lp.ref[hooks.resid_post(spec.n_layers - 1)]
