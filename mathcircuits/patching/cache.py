@@ -70,12 +70,13 @@ def last_position_caches(
     structure: BlockStructure | None = None,
     share_prefix: bool = True,
     answers: Int[Tensor, "batch n_answer"] | None = None,
+    prefixes: PrefixCaches | None = None,
 ) -> LastPositionCache:
     """The two forward passes of the method: reference and counterfactual activations at ``position``.
 
     ``cf_tokens`` are token-aligned with ``tokens``. ``share_prefix=False`` runs one plain forward of both sides
     (for checking). ``answers``: teacher forcing (module docstring; ``position`` must be -1); None: the last
-    prompt position only.
+    prompt position only. ``prefixes``: prefix KV caches kept across calls (a template's batches share one).
     """
     structure = structure or block_structure(model)
     last = None
@@ -98,7 +99,9 @@ def last_position_caches(
             names.append(pre)
     # reference and counterfactual prompts differ only in the query: one clean prefix cache serves both, and both
     # run as one batch (rows never interact; a small batch's forward costs about as much as reading the weights)
-    caches: PrefixCaches | None = {} if share_prefix and position == -1 else None
+    caches: PrefixCaches | None = None
+    if share_prefix and position == -1:
+        caches = {} if prefixes is None else prefixes
     B = tokens.shape[0]
     both, acts = capture(model.bridge, torch.cat([tokens, cf_tokens]), names, position, caches, last=last)
     logits, cf_logits = both[:B], both[B:]

@@ -167,15 +167,17 @@ def log_normalizer(
     for lo in range(0, vocab, vocab_chunk):
         w_u, b_u = unembed_columns(model, slice(lo, min(lo + vocab_chunk, vocab)))
         w, b = w_u.float(), None if b_u is None else b_u.float()
+        parts = []  # each row tile's running value (no in-place writes: attribution differentiates this)
         with exact_tf32(torch.promote_types(normed.dtype, w_u.dtype)):
             for r in range(0, rows, tile_rows):
                 part = total[r : r + tile_rows]
                 for c in range(0, w.shape[1], tile_cols):
                     logits = x[r : r + tile_rows] @ w[:, c : c + tile_cols]
                     if b is not None:
-                        logits += b[c : c + tile_cols]
+                        logits = logits + b[c : c + tile_cols]
                     part = torch.logaddexp(part, torch.logsumexp(soft_cap(logits, structure), -1))
-                total[r : r + tile_rows] = part
+                parts.append(part)
+        total = torch.cat(parts) if parts else total
     return total
 
 
