@@ -69,18 +69,17 @@ def check_exact(model: HookedModel, answers: bool = False) -> tuple[float, float
     chosen.add(("head", layers[-1], rng.randrange(spec.n_heads)))  # the drawn layer
     mlps = exact.mlps.abs().mean(0).nan_to_num(-1.0)
     chosen |= {("mlp", int(mlps.argmax()), -1), ("mlp", spec.n_layers - 1, -1)}
-    # one reference scan of the probe pairs and their null patches (counterfactual = clean) stacked, so the plain
-    # side is two forwards (a small batch costs about as much as one row); rows never interact
-    P = batch.tokens.shape[0]
-    null = PairBatch(batch.idx, batch.tokens, batch.tokens, batch.answer, batch.answers)
+    # one reference scan of the probe pairs and, stacked below them, the first pair's null patch (counterfactual =
+    # clean), so the plain side is two forwards (a small batch costs about as much as one row); rows never interact
+    P, first = batch.tokens.shape[0], slice(None, 1)
     stacked = PairBatch(
-        batch.idx + null.idx,
-        torch.cat([batch.tokens, null.tokens]),
-        torch.cat([batch.cf_tokens, null.cf_tokens]),
-        torch.cat([batch.answer, null.answer]),
-        None if batch.answers is None else torch.cat([batch.answers, batch.answers]),
+        batch.idx + batch.idx[first],
+        torch.cat([batch.tokens, batch.tokens[first]]),
+        torch.cat([batch.cf_tokens, batch.tokens[first]]),
+        torch.cat([batch.answer, batch.answer[first]]),
+        None if batch.answers is None else torch.cat([batch.answers, batch.answers[first]]),
     )
-    both = reference_scan(model, stacked, Senders(only=frozenset(chosen | {("head", 0, 0)})), metric)
+    both = reference_scan(model, stacked, Senders(only=frozenset(chosen)), metric)
     ref, null_ref = _rows(both, slice(None, P)), _rows(both, slice(P, None))
     if answers:  # effects are log-probability changes: add back each method's own clean log-probability
         final = lp.ref[hooks.resid_post(spec.n_layers - 1)]
@@ -99,19 +98,20 @@ def check_exact(model: HookedModel, answers: bool = False) -> tuple[float, float
     if exact.total is not None and ref.total is not None:  # the counterfactual run: prefix cache vs plain forward
         fast.append(exact.total + clean_ex)
         plain.append(ref.total + clean_ref)
-    # the null patch: the counterfactual run is the clean run itself (its cache), the chosen senders' rows
+    # the null patch: the counterfactual run is the clean run itself (its cache), the chosen senders' rows; the
+    # plain side's null rows (every other head frozen, the sender patched with its own clean value) too
+    null = PairBatch(batch.idx, batch.tokens, batch.tokens, batch.answer, batch.answers)
     null_cache = dataclasses.replace(lp, cf={k: lp.ref[k] for k in lp.cf}, cf_logits=lp.logits)
     null_exact = exact_scan(model, null, Senders(only=frozenset(chosen)), metric, cache=null_cache)
-    clean = clean_ex if answers else null_exact.clean_logit
-    fast += [null_exact.heads[:, l, h] + clean for kind, l, h in sorted(chosen) if kind == "head"]
-    fast += [null_exact.mlps[:, l] + clean for kind, l, _ in sorted(chosen) if kind == "mlp"]
-    plain += [clean] * len(chosen)
-    fast.append(null_ref.heads[:, 0, 0] + (clean_ref if answers else null_ref.clean_logit))
-    plain.append(clean_ref if answers else null_ref.clean_logit)
+    for effects, clean in ((null_exact, clean_ex if answers else null_exact.clean_logit),
+                           (null_ref, clean_ref[first] if answers else null_ref.clean_logit)):  # fmt: skip
+        fast += [effects.heads[:, l, h] + clean for kind, l, h in sorted(chosen) if kind == "head"]
+        fast += [effects.mlps[:, l] + clean for kind, l, _ in sorted(chosen) if kind == "mlp"]
+        plain += [clean] * len(chosen)
     # the scan's readout of the clean residual against the bridge's logits (a readout offset shows up here)
     fast.append(clean_ex if answers else null_exact.clean_logit)
-    plain.append(clean_ref if answers else null_ref.clean_logit)
+    plain.append(clean_ref)
     # raw answer logits are rounded relative to the largest logit over the vocabulary (log-probabilities are
     # larger than it): the tolerance scales with that
     vocab_scale = 0.0 if answers else float(model.bridge(batch.tokens)[:, -1].abs().max())
-    return compare(torch.stack(fast), torch.stack(plain), model.dtype, model_depth(model), vocab_scale)
+    return compare(torch.cat(fast), torch.cat(plain), model.dtype, model_depth(model), vocab_scale)
