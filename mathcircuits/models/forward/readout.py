@@ -146,6 +146,15 @@ def exact_tf32(dtype: torch.dtype) -> Iterator[None]:
         matmul.fp32_precision = before
 
 
+def _logsumexp(logits: Float[Tensor, "rows columns"]) -> Float[Tensor, " rows"]:
+    """``torch.logsumexp`` over the last axis, in place on ``logits`` (a scratch tile) unless it needs a gradient."""
+    if logits.requires_grad:
+        return torch.logsumexp(logits, -1)
+    top = logits.amax(-1, keepdim=True)
+    top = top.masked_fill(top.isinf(), 0.0)  # as torch.logsumexp: rows of infinities keep them
+    return logits.sub_(top).exp_().sum(-1).log_().add_(top[:, 0])
+
+
 def log_normalizer(
     model: HookedModel,
     structure: BlockStructure,
@@ -175,7 +184,7 @@ def log_normalizer(
                     logits = x[r : r + tile_rows] @ w[:, c : c + tile_cols]
                     if b is not None:
                         logits = logits + b[c : c + tile_cols]
-                    part = torch.logaddexp(part, torch.logsumexp(soft_cap(logits, structure), -1))
+                    part = torch.logaddexp(part, _logsumexp(soft_cap(logits, structure)))
                 parts.append(part)
         total = torch.cat(parts) if parts else total
     return total
