@@ -88,6 +88,20 @@ def test_broken_last_position_readout_stops_path_patching(monkeypatch):
         path_patch(model, probe_pairs(model.spec.vocab_size), metric="logit_diff")
 
 
+@pytest.mark.parametrize("part", ["head change", "mlp chain"])
+def test_a_wrong_chain_in_the_sampled_layers_stops_path_patching(monkeypatch, part):
+    """The check scans a sample of layers, not every sender: a chain that is wrong there must still stop the run."""
+    if part == "head change":  # every head's residual change 1.5× too large (its MLPs and readout right)
+        original = exact.attn_change
+        monkeypatch.setattr(exact, "attn_change", lambda *a, **k: 1.5 * original(*a, **k))
+    else:  # each MLP's recomputed change 10% too large
+        original = exact.mlp_change
+        monkeypatch.setattr(exact, "mlp_change", lambda *a, **k: 1.1 * original(*a, **k))
+    model = from_hf(*tiny_model("llama", seed=3))
+    with pytest.raises(IntegrityError, match=r"the exact path patching \(answer tokens\) fast path differs"):
+        path_patch(model, probe_pairs(model.spec.vocab_size))
+
+
 @pytest.mark.integration
 def test_broken_knockout_resume_stops_the_run(tmp_path, capsys, monkeypatch):
     original = scorer.run_from_layer

@@ -70,12 +70,13 @@ def last_position_caches(
     structure: BlockStructure | None = None,
     share_prefix: bool = True,
     answers: Int[Tensor, "batch n_answer"] | None = None,
+    prefixes: PrefixCaches | None = None,
 ) -> LastPositionCache:
     """The two forward passes of the method: reference and counterfactual activations at ``position``.
 
-    ``cf_tokens`` are token-aligned with ``tokens``. ``share_prefix=False`` runs two plain forwards (for
-    checking). ``answers``: teacher forcing (module docstring; ``position`` must be -1); None: the last
-    prompt position only.
+    ``cf_tokens`` are token-aligned with ``tokens``. ``share_prefix=False`` runs one plain forward of both sides
+    (for checking). ``answers``: teacher forcing (module docstring; ``position`` must be -1); None: the last
+    prompt position only. ``prefixes``: prefix KV caches kept across calls (a template's batches share one).
     """
     structure = structure or block_structure(model)
     last = None
@@ -96,12 +97,18 @@ def last_position_caches(
         pre = attn_pre_norm_name(structure, layer)
         if pre is not None:
             names.append(pre)
-    # reference and counterfactual prompts differ only in the query: one clean prefix cache serves both
-    caches: PrefixCaches | None = {} if share_prefix and position == -1 else None
-    logits, ref = capture(model.bridge, tokens, names, position, caches, last=last)
+    # reference and counterfactual prompts differ only in the query: one clean prefix cache serves both, and both
+    # run as one batch (rows never interact; a small batch's forward costs about as much as reading the weights)
+    caches: PrefixCaches | None = None
+    if share_prefix and position == -1:
+        caches = {} if prefixes is None else prefixes
+    B = tokens.shape[0]
+    both, acts = capture(model.bridge, torch.cat([tokens, cf_tokens]), names, position, caches, last=last)
+    logits, cf_logits = both[:B], both[B:]
+    ref = {k: v[:B] for k, v in acts.items()}
     cf_names = [n for layer in range(n_layers) for n in (hooks.z(layer), hooks.mlp_out(layer))]
     cf_names.append(hooks.resid_post(n_layers - 1))  # the counterfactual's own answer (the total effect)
-    cf_logits, cf = capture(model.bridge, cf_tokens, cf_names, position, caches, last=last)
+    cf = {k: acts[k][B:] for k in cf_names}
     if last is None:
         return LastPositionCache(logits=logits, ref=ref, cf=cf, structure=structure, cf_logits=cf_logits)
     rows = lambda t: t.reshape(t.shape[0] * last, *t.shape[2:])  # noqa: E731  (pair, position) → row

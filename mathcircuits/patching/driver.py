@@ -6,6 +6,7 @@ averages into a :class:`~mathcircuits.patching.result.PatchingResult`.
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from typing import Any
@@ -125,6 +126,8 @@ def path_patch(
     what = [f"{spec.n_layers * spec.n_heads} heads"] * chosen.heads + [f"{spec.n_layers} MLPs"] * chosen.mlps
     bar.set_description(f"patching {' and '.join(what)} ({method}, {n} pairs)", refresh=False)
     bar.reset(total=len(batches))
+    if method == "exact":  # the batches of one template (one per answer length) share its prefix's KV cache
+        scan = functools.partial(exact_scan, prefixes={})
     for batch in batches:
         eff = scan(model, batch, chosen, metric, chunk_rows=chunk_rows, progress=not bar.disable)
         bar.update()

@@ -33,6 +33,7 @@ from torch import Tensor
 from mathcircuits.data.pairs import PairBatch
 from mathcircuits.models import (
     HookedModel,
+    PrefixCaches,
     Readout,
     attn_change,
     attn_pre_norm_name,
@@ -60,17 +61,20 @@ def exact_scan(
     chunk_rows: int = 8192,
     progress: bool = False,
     cache: LastPositionCache | None = None,
+    prefixes: PrefixCaches | None = None,
 ) -> BatchEffects:
     """Effects of every sender for one batch of equal-length pairs, from two cached forwards.
 
     ``chunk_rows`` bounds the rows per MLP call; ``progress`` is unused (one batch is one step);
-    ``cache``: the batch's two forwards if already run (:func:`last_position_caches`, same answers).
-    Senders not scanned get NaN.
+    ``cache``: the batch's two forwards if already run (:func:`last_position_caches`, same answers);
+    ``prefixes``: prefix KV caches shared by the batches of one call. Senders not scanned get NaN.
     """
     structure = block_structure(model)
     answers = scan_answers(batch, metric)
     if cache is None:
-        cache = last_position_caches(model, batch.tokens, batch.cf_tokens, structure=structure, answers=answers)
+        cache = last_position_caches(
+            model, batch.tokens, batch.cf_tokens, structure=structure, answers=answers, prefixes=prefixes
+        )
     spec = model.spec
     L, H = spec.n_layers, spec.n_heads
     ref, cf = cache.ref, cache.cf

@@ -8,7 +8,8 @@ or the answer's tokens for ``answer_logprob``. In bytes, ``b`` per number, ``T``
     mlp       = chunk_rows · (d_model + 3 · d_mlp) · b                (input, gate, up, product)
     readout   = R · d_model · 4 + [probabilities] R · vocab_chunk · 4 · 2   (vocab_chunk · R ≤ 2**28 by default)
     forwards  = 2 · B · P · L · (H · d_head + 4 · d_model) · b        (the cached values at the read positions)
-              + B · T · (4 · d_model + 2 · d_mlp) · b + B · H · T² · b · 2 + B · P · vocab · 4   (one live forward)
+              + 2B · T · (4 · d_model + 2 · d_mlp) · b + 2B · H · T² · b · 2 + 2B · P · vocab · 4
+                (one live forward of both prompt sets: 2B rows)
 
 The budget excludes the weights. Checked against a measured peak in ``docs/howto/big-models-on-gpu.md``.
 
@@ -90,7 +91,8 @@ def scan_bytes(
     mlp = min(chunk_rows, max(R, 1)) * (d + 3 * spec.d_mlp) * b
     readout = R * d * 4 + (R * min(vocab_chunk_for(R, vocab_chunk), spec.vocab_size) * 4 * 2 if needs_probs else 0)
     cached = 2 * B * P * L * (H * spec.d_head + 4 * d) * b
-    forward = B * seq * (4 * d + 2 * spec.d_mlp) * b + 2 * B * H * seq * seq * b + B * P * spec.vocab_size * 4
+    live = 2 * B  # the reference and counterfactual prompts run as one batch
+    forward = live * seq * (4 * d + 2 * spec.d_mlp) * b + 2 * live * H * seq * seq * b + live * P * spec.vocab_size * 4
     return int(rows + mlp + readout + cached + forward)
 
 

@@ -54,9 +54,11 @@ def reference_scan(
     if torch.equal(tokens, cf_tokens):  # a null patch: one forward is both runs
         clean_logits, ref = capture(bridge, tokens, z_names + m_names, position=None)
         cf_logits, cf = clean_logits, ref
-    else:
-        clean_logits, ref = capture(bridge, tokens, z_names, position=None)
-        cf_logits, cf = capture(bridge, cf_tokens, z_names + m_names, position=None)
+    else:  # both prompt sets in one forward (rows never interact)
+        B = tokens.shape[0]
+        both, acts = capture(bridge, torch.cat([tokens, cf_tokens]), z_names + m_names, position=None)
+        clean_logits, cf_logits = both[:B], both[B:]
+        ref, cf = {k: acts[k][:B] for k in z_names}, {k: v[B:] for k, v in acts.items()}
 
     def read(logits: Tensor) -> Readout:
         if answers is None:

@@ -116,6 +116,8 @@ def unembed_columns(
         w_u = bridge.W_U[:, cols].detach().to(dev)
         b_u = getattr(bridge, "b_U", None)
         bias = b_u[cols].detach().to(dev) if b_u is not None and torch.is_tensor(b_u) else None
+    if bias is not None and not bool(bias.any()):  # an all-zero bias (the bridge gives Llama one): adding it is a no-op
+        bias = None
     return w_u, bias
 
 

@@ -35,6 +35,9 @@ __all__ = [
 VOCAB_CHUNK = 32768
 #: Float32 logits one vocabulary chunk may hold (2**28: 1 GiB), whatever the number of rows.
 CHUNK_ELEMENTS = 1 << 28
+#: On a CPU the normaliser works in tiles of this many rows × columns (8 MiB of float32 logits), so each tile's
+#: log-sum-exp reads logits still in cache instead of a freshly allocated GiB; a GPU takes a whole chunk at once.
+CPU_TILE = (512, 4096)
 
 
 def vocab_chunk_for(rows: int, vocab_chunk: int | None = None) -> int:
@@ -143,6 +146,15 @@ def exact_tf32(dtype: torch.dtype) -> Iterator[None]:
         matmul.fp32_precision = before
 
 
+def _logsumexp(logits: Float[Tensor, "rows columns"]) -> Float[Tensor, " rows"]:
+    """``torch.logsumexp`` over the last axis, in place on ``logits`` (a scratch tile) unless it needs a gradient."""
+    if logits.requires_grad:
+        return torch.logsumexp(logits, -1)
+    top = logits.amax(-1, keepdim=True)
+    top = top.masked_fill(top.isinf(), 0.0)  # as torch.logsumexp: rows of infinities keep them
+    return logits.sub_(top).exp_().sum(-1).log_().add_(top[:, 0])
+
+
 def log_normalizer(
     model: HookedModel,
     structure: BlockStructure,
@@ -157,15 +169,24 @@ def log_normalizer(
     """
     vocab = int(model.spec.vocab_size)
     x = normed.float()
-    vocab_chunk = vocab_chunk_for(x.shape[0], vocab_chunk)
-    total = torch.full((x.shape[0],), float("-inf"), device=x.device)
+    rows = x.shape[0]
+    vocab_chunk = vocab_chunk_for(rows, vocab_chunk)
+    tile_rows, tile_cols = CPU_TILE if x.device.type == "cpu" else (max(rows, 1), vocab_chunk)
+    total = torch.full((rows,), float("-inf"), device=x.device)
     for lo in range(0, vocab, vocab_chunk):
         w_u, b_u = unembed_columns(model, slice(lo, min(lo + vocab_chunk, vocab)))
+        w, b = w_u.float(), None if b_u is None else b_u.float()
+        parts = []  # each row tile's running value (no in-place writes: attribution differentiates this)
         with exact_tf32(torch.promote_types(normed.dtype, w_u.dtype)):
-            logits = x @ w_u.float()
-        if b_u is not None:
-            logits = logits + b_u.float()
-        total = torch.logaddexp(total, torch.logsumexp(soft_cap(logits, structure), -1))
+            for r in range(0, rows, tile_rows):
+                part = total[r : r + tile_rows]
+                for c in range(0, w.shape[1], tile_cols):
+                    logits = x[r : r + tile_rows] @ w[:, c : c + tile_cols]
+                    if b is not None:
+                        logits = logits + b[c : c + tile_cols]
+                    part = torch.logaddexp(part, _logsumexp(soft_cap(logits, structure)))
+                parts.append(part)
+        total = torch.cat(parts) if parts else total
     return total
 
 
