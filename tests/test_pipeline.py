@@ -178,8 +178,8 @@ PINNED = {
     "default.yaml": {
         "data": "dd6bb5634649dbfc", "identify": "568c5aece97fed38", "validate": "5958520e7a5dc031",
         "analyze": "452fa2a2f53475df", "circuit": "a94ecd7822bc1b4d", "numbers": "b29090ccfed89b14",
-        "finetune": "0f013c2f491a0958", "evaluate": "c7f605d95696449d", "compare": "59a0a40e6dacb629",
-        "report": "e4faafbd1b9deac1",
+        "finetune": "064f1dba31799576", "evaluate": "4483f6b96cc5c392", "compare": "122df63ff7ff3ded",
+        "report": "b0c2fa11c4044960",
     },
 }  # fmt: skip
 

