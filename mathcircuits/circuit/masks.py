@@ -140,15 +140,7 @@ def learn_edge_masks(
     pairs.require_model(model, "learn_edge_masks")
     obj = CircuitObjective(model, pairs, metric, batch_size)
     edges, n_edges, spec = obj.edges, len(obj.edges), model.spec
-    if start.edges != edges:
-        raise FixableValueError(
-            f"{start!r} does not score this model's graph in graph order. ", "score it with eap_scores(model, ...)."
-        )
-    if abs(obj.gap) < 1e-9:
-        raise FixableValueError(
-            "the model and the counterfactual run score the same on these pairs: f is undefined. ",
-            "pairs whose counterfactual changes the answer.",
-        )
+    obj.check(start)
     # the logits live with the model; the ranking bookkeeping is host-side
     rank = torch.empty(n_edges, dtype=torch.float64, device="cpu")
     rank[torch.tensor(start.ranking(absolute=True), dtype=torch.long, device="cpu")] = torch.arange(

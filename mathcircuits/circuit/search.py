@@ -126,6 +126,19 @@ class CircuitObjective:
     def gap(self) -> float:
         return self.clean - self.empty
 
+    def check(self, start: EdgeScores | None) -> None:
+        """Refuse a start ranking of another graph, and scoring pairs on which ``f`` is undefined."""
+        if start is not None and start.edges != self.edges:
+            raise FixableValueError(
+                f"{start!r} does not score this model's graph in graph order. ",
+                "score it with eap_scores(model, ...).",
+            )
+        if abs(self.gap) < 1e-9:
+            raise FixableValueError(
+                "the model and the counterfactual run score the same on these pairs: f is undefined. ",
+                "pairs whose counterfactual changes the answer.",
+            )
+
     def runs(self, circuits: Sequence[set[int]]) -> Tensor:
         """Mean ``m`` over the scoring pairs of each circuit: ``[circuit]``."""
         masks = edge_masks(self.model.spec, self.edges, circuits)
@@ -175,15 +188,7 @@ def search_circuits(
     pairs.require_model(model, "search_circuits")
     obj = CircuitObjective(model, pairs, metric, batch_size)
     edges, n_edges = obj.edges, len(obj.edges)
-    if start is not None and (start.edges != edges):
-        raise FixableValueError(
-            f"{start!r} does not score this model's graph in graph order. ", "score it with eap_scores(model, ...)."
-        )
-    if abs(obj.gap) < 1e-9:
-        raise FixableValueError(
-            "the model and the counterfactual run score the same on these pairs: f is undefined. ",
-            "pairs whose counterfactual changes the answer.",
-        )
+    obj.check(start)
     spec = model.spec
     index = mask_index(spec, edges)
     # host bookkeeping over the graph's edges (the masks go to the model's device where they are applied)
