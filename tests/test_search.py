@@ -10,7 +10,7 @@ from mathcircuits.circuit.batches import circuit_batches
 from mathcircuits.circuit.mib import paired_difference
 from mathcircuits.circuit.mib_metric import mib_readout
 from mathcircuits.circuit.mib_run import edge_masks, mask_index, masked_gradient, masked_run
-from mathcircuits.circuit.planted import CANCELLING, plant_copy
+from mathcircuits.circuit.planted import CANCELLING, EITHER, plant_copy
 from mathcircuits.circuit.search import search_circuits, step_sizes
 from mathcircuits.circuit.wiring import resample_values
 from mathcircuits.models import load_model
@@ -107,6 +107,47 @@ def test_the_search_finds_the_path_single_edge_rankings_trade_for_a_cancelling_p
         assert f[single].faithfulness_absolute[0].high < 0.2  # so its 3-edge circuit carries next to nothing
         diff, _ = paired_difference(f["search"], f[single], boot)
         assert diff.high < 0  # the search's CMD is lower, paired over the same evaluation pairs
+
+
+@pytest.fixture(scope="module")
+def either():
+    """Two heads that each carry the whole answer ("is there an x?"): patched alone neither matters, together all."""
+    model = load_model("tiny-llama")
+    plant_copy(model, readers=(), either=EITHER)
+    pairs = copy_pairs(model.tokenizer, 16, seed=1, counterfactual="marker")
+    return model, pairs.select(range(8)), pairs.select(range(8, 16))
+
+
+@pytest.mark.slow  # every edge patched alone, a search and three MIB evaluations on the tiny model (about 10 CPU-s)
+def test_the_search_keeps_one_of_two_edges_that_matter_only_together(either):
+    model, score, evaluate = either
+    edges = graph_edges(model.spec, False)
+    flags = {(Sender("head", *h), Receiver("mlp", h[0])) for h in EITHER}
+    need = {(INPUT, Receiver("v", 1, group=1)), (Sender("mlp", 1), Receiver("logits"))}
+    p = (len(need) + 1.5) / len(edges)  # MIB keeps int(p · |E|) = 3 edges: the flag's input, one flagger, the MLP
+    grid = (p, 1.0)
+    everything = set(range(len(edges)))
+    both = everything - {edges.index(e) for e in flags}
+    runs = [float(torch.cat([masked_run(model, b, v, edge_masks(model.spec, edges, [c]), r) for b, v, r in
+                             _batches(model, score)], 1).mean()) for c in (everything, both, set())]  # fmt: skip
+    assert abs(runs[1] - runs[2]) < 0.01 * abs(runs[0] - runs[2])  # both patched: the answer is gone
+    single = _single_edge(model, score, edges)
+    for e in flags:  # each patched alone: nothing moves, so a single-edge ranking puts them among the noise
+        assert abs(single.scores[edges.index(e)]) < 0.002 * abs(runs[0] - runs[2])
+    ig = eap_scores(model, score, "eap-ig", metric="logit_diff")  # its path integral crosses the OR's ramp
+    found = search_circuits(model, score, start=ig, percentages=grid)
+    kept = found.circuit(p)
+    assert need <= kept and len(kept & flags) == 1
+    boot = Uncertainty(n_boot=100)
+    ranked = {"search": found.scores, "eap": eap_scores(model, score, "eap", metric="logit_diff"),
+              "exact single edges": single}  # fmt: skip
+    f = {k: mib_scores(model, evaluate, s, percentages=grid, uncertainty=boot) for k, s in ranked.items()}
+    assert f["search"].faithfulness_absolute[0].low > 0.9  # one flagger carries the answer on pairs it did not see
+    for name in ("eap", "exact single edges"):
+        assert not {edges[i] for i in ranked[name].ranking(absolute=True)[:3]} & flags
+        assert f[name].faithfulness_absolute[0].high < 0.1
+        diff, _ = paired_difference(f["search"], f[name], boot)
+        assert diff.high < 0
 
 
 def test_a_paired_difference_of_a_ranking_with_itself_is_exactly_zero(trap):

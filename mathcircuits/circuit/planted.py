@@ -17,9 +17,11 @@ from __future__ import annotations
 
 import random
 from collections.abc import Sequence
+from typing import Literal
 
 import torch
 
+from mathcircuits._errors import FixableValueError
 from mathcircuits.data import PairSet
 from mathcircuits.data.tokenizer_id import Tokenizer, tokenizer_fingerprint
 from mathcircuits.models import Head, HookedModel
@@ -31,6 +33,8 @@ __all__ = [
 
 MOVER, READER = Head(0, 1), Head(2, 2)  # (layer, head): the digit is moved to the marker, then read at the last token
 CANCELLING = (Head(1, 0), Head(1, 1))  # one KV group of layer 1: +16 and -16 of the digit into the answer
+EITHER = (Head(1, 2), Head(1, 3))  # one KV group of layer 1: each flags the marker, their layer's MLP ORs the flags
+FLAG, RAMP, ONE = 0.005, 8000.0, 0.02  # a flag's size in dim 50; the OR's gate gain; its write into the answer dims
 TEMPLATES = {"t1": "{p}{A}{q}x{r}=", "t2": "{p}{q}{A}x{r}="}
 
 
@@ -50,6 +54,7 @@ def plant_copy(
     mlp_writer: bool = False,
     diffuse: bool = False,
     cancelling: Sequence[tuple[int, int]] = (),
+    either: Sequence[tuple[int, int]] = (),
 ) -> None:
     """Overwrite a tiny Llama in place with a copy circuit of a chosen shape (:func:`plant_two_step` is the default).
 
@@ -61,6 +66,11 @@ def plant_copy(
     ``cancelling``: two heads of one KV group (a layer without planted heads) that attend from the last token to
     the digit and write it into the answer at four times a lone reader's strength, the second with the opposite sign: in
     the model they cancel, alone each matters most (:data:`CANCELLING`).
+    ``either``: two heads of one KV group that attend from the last token to the marker's slot (``x`` or ``y``,
+    dim 13) and flag an ``x`` (dim 11) into dim 50; their layer's MLP turns "at least one flag" into the answer
+    ``1`` over ``0`` (two SwiGLU units, a ramp that is flat from one flag on): in the model either head alone
+    carries the whole answer, so patching one alone changes nothing (:data:`EITHER`, with
+    ``copy_pairs(..., counterfactual="marker")`` and ``readers=()``).
     """
     params = {n.replace("._original_component", ""): p for n, p in model.hf_model.named_parameters()}
     spec = model.spec
@@ -76,8 +86,8 @@ def plant_copy(
     def rand(*shape: int, scale: float = 0.3) -> torch.Tensor:
         return torch.randn(*shape, generator=gen, device="cpu") * scale
 
-    cancelling = [tuple(c) for c in cancelling]
-    planted = set() if diffuse else {MOVER, *readers, *cancelling}
+    cancelling, either = [tuple(c) for c in cancelling], [tuple(e) for e in either]
+    planted = set() if diffuse else {MOVER, *readers, *cancelling, *either}
     with torch.no_grad():
         for name, p in params.items():
             p.copy_(torch.ones_like(p) if name.endswith("norm.weight") else torch.zeros_like(p))
@@ -85,6 +95,9 @@ def plant_copy(
         emb[:, 63] = 1.0
         emb[tok.convert_tokens_to_ids("x"), 11] = 1.0
         emb[tok.convert_tokens_to_ids("="), 12] = 1.0
+        if either:  # the marker's slot holds x or y: the flagging heads find it either way
+            emb[tok.convert_tokens_to_ids(["x", "y"]), 13] = 1.0
+            emb[:, 62] = 4.0  # a large constant: the norms barely move with the noise heads' writes
         for j, t in enumerate(digits):
             emb[t, j] = emb[t, 10] = 1.0
             params["lm_head.weight"][t, 20 + j] = 3.0
@@ -116,6 +129,12 @@ def plant_copy(
                         v[g * dh + j, j] = 1.0
                         o[20 + j, h * dh + j] = 16.0 * sign
                     continue
+                if (layer, h) in either:  # at '=': attend to the marker's slot, flag an x into dim 50
+                    q[h * dh + slow, 12] = 8.0
+                    k[g * dh + slow, 13] = 8.0
+                    v[g * dh, 11] = 1.0
+                    o[50, h * dh] = FLAG
+                    continue
                 if (layer, h) in readers:  # at '=': attend to the marker, copy 40-49 out
                     q[h * dh + slow, 12] = 8.0
                     k[g * dh + slow, 11] = 8.0
@@ -142,14 +161,31 @@ def plant_copy(
                     up[j, 50 + j] = 4.0
                     down[:, j] = 0.0
                     down[20 + j, j] = 3.0
+            if any(l == layer for l, _ in either):  # "at least one flag": a ramp over 0.1-0.4 of one flag, flat after
+                for j, at in enumerate((0.1, 0.4)):
+                    gate[j] = 0.0
+                    gate[j, 50], gate[j, 63] = RAMP, -RAMP * FLAG * at
+                    up[j] = 0.0
+                    up[j, 63] = 1.0
+                    down[:, j] = 0.0
+                    down[21, j], down[20, j] = (ONE, -ONE) if j == 0 else (-ONE, ONE)  # the answer 1 over 0
 
 
-def copy_pairs(tokenizer: Tokenizer, n: int, seed: int, same: bool = False) -> PairSet:
+def copy_pairs(
+    tokenizer: Tokenizer,
+    n: int,
+    seed: int,
+    same: bool = False,
+    counterfactual: Literal["digit", "marker"] = "digit",
+) -> PairSet:
     """Copy-the-digit prompts of two layouts (templates ``t1``, ``t2``) with the columns circuit functions read.
 
     Roles ``A`` = the digit, ``op`` = the marker. ``same``: the counterfactual is the prompt itself (a zero
-    denominator).
+    denominator). ``counterfactual="marker"``: the task of ``plant_copy(..., either=EITHER)``: is there an
+    ``x``? The counterfactual writes ``y`` in its place; the answer is ``1``, the counterfactual's ``0``.
     """
+    if counterfactual not in ("digit", "marker"):
+        raise FixableValueError(f"counterfactual={counterfactual!r} is not a choice. ", 'use "digit" or "marker".')
     rng = random.Random(seed)
     rows = []
     for i in range(n):
@@ -157,12 +193,16 @@ def copy_pairs(tokenizer: Tokenizer, n: int, seed: int, same: bool = False) -> P
         d, other = rng.sample(range(10), 2)
         p, q, r = rng.choices("abcdefgh", k=3)
         prompt = TEMPLATES[tid].format(p=p, q=q, r=r, A=d)
-        cf = prompt if same else TEMPLATES[tid].format(p=p, q=q, r=r, A=other)
+        if counterfactual == "marker":
+            cf, answer, cf_answer = prompt.replace("x", "y"), "1", "0"
+        else:
+            cf, answer, cf_answer = TEMPLATES[tid].format(p=p, q=q, r=r, A=other), str(d), str(other)
+        cf = prompt if same else cf
         ids, cf_ids = (tokenizer(t, add_special_tokens=False)["input_ids"] for t in (prompt, cf))
-        ans = tokenizer(str(d), add_special_tokens=False)["input_ids"]
-        cf_ans = ans if same else tokenizer(str(other), add_special_tokens=False)["input_ids"]
+        ans = tokenizer(answer, add_special_tokens=False)["input_ids"]
+        cf_ans = ans if same else tokenizer(cf_answer, add_special_tokens=False)["input_ids"]
         rows.append({
-            "prompt": prompt, "cf_prompt": cf, "answer": str(d), "tokens": ids, "cf_tokens": cf_ids,
+            "prompt": prompt, "cf_prompt": cf, "answer": answer, "tokens": ids, "cf_tokens": cf_ids,
             "cf_answer_tokens": cf_ans,
             "answer_token": ans[0], "answer_tokens": ans, "n_tokens": len(ids), "operation": "copy",
             "template_id": tid, "a": d, "b": seed * 1000 + i, "prefix_len": 0, "pos_a": prompt.index(str(d)),
