@@ -276,7 +276,8 @@ def test_path_patch_under_a_memory_budget_gives_the_same_effects_with_the_planne
     free = path_patch(whole, ds, keep_per_pair=True)
     planned = path_patch(whole, ds, keep_per_pair=True, max_memory="1.2MB")
     assert planned.settings.batch_size < free.settings.batch_size  # the budget did change the batches
-    torch.testing.assert_close(planned.per_pair_heads, free.per_pair_heads, atol=1e-6, rtol=1e-5)
+    # other batch shapes sum in another order: float32 rounding (measured up to 1.9e-6 on one CPU, 1e-7 on another)
+    torch.testing.assert_close(planned.per_pair_heads, free.per_pair_heads, atol=1e-5, rtol=1e-4)
 
 
 def test_the_meter_sees_a_peak_inside_its_block_and_not_outside():

@@ -82,18 +82,21 @@ def test_fast_equals_reference_for_every_receiver_kind(name):
     seq = pc.tokens.shape[1]
     parallel = block_structure(model).parallel
     suffix = list(range(ds.prefix_len[0], seq))
-    biggest = 0.0
+    runs = []
     for receiver in _receivers(model):
         senders = upstream_senders(model.spec, receiver, parallel)
         for positions in (suffix, [seq - 3]):
             fast = exact_edges(model, pc, receiver, senders, positions, METRIC)
             ref = reference_edges(model, pc, receiver, senders, positions, METRIC)
             assert fast.effects.shape == (len(ds), len(senders))
-            # float32: relative_logit without its guard divides by a random model's small clean-minus-cf logit, so
-            # rounding grows with the effect (measured 1.9e-5 on effects of 0.022, 1.6e-4 on 0.57): 1e-3 relative
-            assert (fast.effects - ref.effects).abs().max() <= 1e-3 * ref.effects.abs().max() + 1e-5, receiver
-            biggest = max(biggest, float(ref.effects.abs().max()))
+            runs.append((receiver, (fast.effects - ref.effects).abs().max(), ref.effects.abs().max()))
+    biggest = max(float(big) for _, _, big in runs)
     assert biggest > 1e-2  # the effects compared are not all zero
+    for receiver, diff, big in runs:
+        # float32: relative_logit without its guard divides by a random model's small clean-minus-cf logit, so
+        # rounding grows with the effect (measured 1.9e-5 on effects of 0.022, 1.6e-4 on 0.57) and with that
+        # shared denominator (4.6e-5 on a receiver whose effects are exactly 0, on another CPU): 1e-3 of either
+        assert diff <= 1e-3 * max(float(big), biggest / 10) + 1e-5, receiver
 
 
 def test_frozen_heads_confine_a_query_receiver_to_its_own_position():
@@ -278,7 +281,8 @@ def test_edge_intervals_are_bootstrap_intervals_of_the_per_pair_effects():
     per_pair = path_patch(model, ds, senders=("heads",), metric=METRIC, keep_per_pair=True).per_pair_heads[:, 1, 0]
     iv = bootstrap_statistic(per_pair, uncertainty=Uncertainty(n_boot=200, seed=3))
     (edge,) = c.edges
-    assert (edge.effect, edge.low, edge.high) == pytest.approx((iv.value, iv.low, iv.high), rel=1e-5, abs=1e-5)
+    # two float32 paths (discovery's batched runs, path_patch's): equal to float rounding, which varies by CPU
+    assert (edge.effect, edge.low, edge.high) == pytest.approx((iv.value, iv.low, iv.high), rel=1e-4, abs=1e-5)
     assert edge.low < edge.effect < edge.high
 
 
