@@ -208,13 +208,14 @@ def run_task(model, name: str, operation: str, args, extras: bool) -> dict:
             mask_pairs=len(more), trained_sizes=list(learned.sizes), loss=list(learned.loss),
             scoring_cmd_start=learned.cmd_start, scoring_cmd_learned=learned.cmd_learned, kept=learned.kept,
         )  # fmt: skip
+        _save_circuits(learned, learned.grid_sizes, f"masks{len(more)}", name, operation, args)
     if args.search:
         found, t_s, c_s = _cpu_timed(lambda: search_circuits(model, score, start=ig, shrink=args.shrink))
         evaluate_row(
             "search (from EAP-IG)", found.scores, t_s + t_ig, c_s + c_ig, search_cpu_seconds=c_s,
             circuits_run=found.evaluated, steps=list(zip(found.sizes, found.f_score, found.choice)),
         )  # fmt: skip
-        _save_circuits(found, model, name, operation, args)
+        _save_circuits(found, found.sizes, "search", name, operation, args)
     _paired(curves, "eap-ig", boot, task)
     eap, t_eap, c_eap = _cpu_timed(lambda: eap_scores(model, score, "eap", metric="logit_diff"))
     evaluate_row("eap", eap, t_eap, c_eap)
@@ -263,15 +264,16 @@ def _paired(curves: dict, reference: str, boot, task: dict) -> None:
                   flush=True)  # fmt: skip
 
 
-def _save_circuits(found, model, name: str, operation: str, args) -> None:
-    """The searched circuit at each size of MIB's grid as a graph file, with its exact f on the scoring pairs."""
+def _save_circuits(found, sizes, method: str, name: str, operation: str, args) -> None:
+    """A method's circuit at each size of MIB's grid as a graph file, with its exact f on the scoring pairs
+    (``found``: :class:`SearchedCircuits` or :class:`LearnedMasks`; ``sizes``: the sizes it measured f at)."""
     folder = RESULTS / f"circuits_{datetime.now(timezone.utc):%Y-%m-%d}{'_' + args.tag if args.tag else ''}"
     folder.mkdir(parents=True, exist_ok=True)
     n_edges = len(found.scores)
     for p in MIB_PERCENTAGES[:-1]:
         n = int(p * n_edges)
-        if n in found.sizes:
-            write_graph(found.scores, folder / f"{name}_{operation}_search_{100 * p:g}pct.json",
+        if n in sizes:
+            write_graph(found.scores, folder / f"{name}_{operation}_{method}_{100 * p:g}pct.json",
                         circuit=found.circuit(p), faithfulness=found.f_at(n))  # fmt: skip
 
 

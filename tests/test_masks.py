@@ -113,6 +113,10 @@ def test_without_a_trap_the_masks_keep_the_path_and_zero_steps_keep_the_start():
     assert {edges[i] for i in ig.ranking(absolute=True)[:3]} == PATH  # no trap: attribution already finds it
     learned = learn_edge_masks(model, score, start=ig, percentages=(p, 1.0))
     assert {edges[i] for i in learned.scores.ranking(absolute=True)[:3]} == PATH
+    assert learned.circuit(p) == PATH and learned.grid_sizes == (3, len(edges))  # the artefact: circuit and its f
+    assert learned.f_at(3) == pytest.approx(1.0, abs=0.05) and learned.f_at(len(edges)) == 1.0
+    with pytest.raises(ValueError, match="no size of 4 edges"):
+        learned.f_at(4)
     same = learn_edge_masks(model, score, start=ig, steps=0)
     assert same.kept == "start" and same.loss == ()
     assert same.scores.ranking(absolute=True) == ig.ranking(absolute=True)  # the start's order, unchanged

@@ -96,7 +96,8 @@ def write_graph(
     ``faithfulness`` when given (the circuit's ``f``, e.g. measured exactly on the pairs that chose it).
     """
     spec = scores.model
-    unknown = [e for e in circuit if e not in set(scores.edges)]
+    scored = set(scores.edges)
+    unknown = [e for e in circuit if e not in scored]
     if unknown:
         s, r = unknown[0]
         raise FixableValueError(

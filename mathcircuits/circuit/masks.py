@@ -39,7 +39,7 @@ import torch
 from torch import Tensor
 
 from mathcircuits._errors import FixableValueError
-from mathcircuits.circuit.edge_scores import EdgeScores
+from mathcircuits.circuit.edge_scores import EdgeKey, EdgeScores
 from mathcircuits.circuit.mib import area_under, prune_edges
 from mathcircuits.circuit.mib_metric import MIBMetric
 from mathcircuits.circuit.mib_result import MIB_PERCENTAGES
@@ -62,7 +62,9 @@ class LearnedMasks:
     ``scores``: every edge scored by its final logit. ``sizes``: the edge counts trained; ``loss``: the soft
     circuits' ``Σ a_k |1 − f_k|`` at each step; ``cmd_start`` / ``cmd_learned``: the hard circuits' CMD on the
     scoring pairs of the start ranking and of the learned one; ``kept``: ``"learned"`` or ``"start"`` (whichever
-    is lower). ``seconds``: wall; ``cpu_seconds``: this process's CPU time (the start ranking's not counted).
+    is lower); ``grid_sizes`` / ``f_grid``: the kept ranking's circuit at each size of the grid (edges, MIB's
+    ``int(p · |E|)``) and its exact ``f`` on the scoring pairs. ``seconds``: wall; ``cpu_seconds``: this process's
+    CPU time (the start ranking's not counted).
     """
 
     scores: EdgeScores
@@ -71,6 +73,8 @@ class LearnedMasks:
     cmd_start: float
     cmd_learned: float
     kept: str
+    grid_sizes: tuple[int, ...]
+    f_grid: tuple[float, ...]
     seconds: float
     cpu_seconds: float
 
@@ -79,6 +83,21 @@ class LearnedMasks:
             f"LearnedMasks({self.scores.model.name}, {len(self.loss)} steps at {list(self.sizes)} edges, scoring CMD "
             f"{self.cmd_start:.3f} → {self.cmd_learned:.3f}, kept {self.kept}, {self.seconds:.0f} s)"
         )
+
+    def circuit(self, fraction: float) -> frozenset[EdgeKey]:
+        """The circuit at ``fraction`` of the graph: the top ``int(p · |E|)`` edges, pruned, as :meth:`f_at` ran it."""
+        top = set(self.scores.ranking(absolute=True)[: int(fraction * len(self.scores))])
+        return frozenset(
+            self.scores.edges[i] for i in prune_edges(self.scores.edges, top, self.scores.model.group_size)
+        )
+
+    def f_at(self, n_edges: int) -> float:
+        """The exact ``f`` on the scoring pairs of the kept ranking's circuit of ``n_edges`` edges (a grid size)."""
+        if n_edges not in self.grid_sizes:
+            raise FixableValueError(
+                f"the grid has no size of {n_edges} edges. ", f"use one of {list(self.grid_sizes)}."
+            )
+        return self.f_grid[self.grid_sizes.index(n_edges)]
 
 
 def _weights(grid: Sequence[float]) -> list[float]:
@@ -185,7 +204,7 @@ def learn_edge_masks(
             best = (*best[:3], best[3] / 2)
         theta = (best[1] - best[3] * best[2]).detach()
     theta = best[1] if losses else theta0
-    cmd_learned, _ = _hard_cmd(obj, theta, grid) if losses else (cmd_start, f_start)
+    cmd_learned, f_learned = _hard_cmd(obj, theta, grid) if losses else (cmd_start, f_start)
     kept = "learned" if cmd_learned < cmd_start else "start"
     final = (theta if kept == "learned" else theta0).detach().double()
     values = final - final.min() + 1.0  # positive: the signed and absolute rankings are the logits' order
@@ -194,6 +213,6 @@ def learn_edge_masks(
         time.perf_counter() - t0, metric, pair_keys=tuple(pair_keys(pairs)),
     )  # fmt: skip
     return LearnedMasks(
-        scores, tuple(counts[k] for k in chosen), tuple(losses), cmd_start, cmd_learned, kept,
-        time.perf_counter() - t0, time.process_time() - c0,
+        scores, tuple(counts[k] for k in chosen), tuple(losses), cmd_start, cmd_learned, kept, tuple(counts),
+        tuple(f_learned if kept == "learned" else f_start), time.perf_counter() - t0, time.process_time() - c0,
     )  # fmt: skip

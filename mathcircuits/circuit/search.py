@@ -17,6 +17,12 @@ one batched masked forward). Re-linearising after every step is what single-edge
 upstream is cut its gradient is 0 and it goes next; of two cancelling edges, removing one moves ``f`` and the
 exact check refuses it.
 
+**Two edges that matter only together** (each carries the whole answer, so patching one alone moves nothing:
+``plant_copy(model, readers=(), either=EITHER)``): the gradient is 0 for both, at the model and inside any circuit
+that keeps one, and so is every single-edge score. The search keeps one of them only through a candidate that
+holds them: the start ranking's order, where the start sees them (EAP-IG's path integral crosses the OR's ramp;
+started from EAP the search loses them as any gradient step does).
+
 The circuits are nested, so they are one ranking: an edge's score is the step that removed it (later: higher),
 every edge scored; MIB's top-``n`` at each grid size is the searched circuit there. The signed and absolute
 rankings coincide (the search aims at CMD's ``|1 − f|``; CPR is read from the same circuits).
