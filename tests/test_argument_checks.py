@@ -34,6 +34,7 @@ from mathcircuits.circuit import (
     Circuit,
     EdgeScores,
     circuit_batches,
+    copy_pairs,
     discover_circuit,
     eap_scores,
     exact_agreement,
@@ -205,6 +206,10 @@ BAD_CALLS = [
     ("ig-convergence-steps-huge", lambda m, p, k: ig_convergence(m, p, steps=(1, 10**9)), ValueError,
      ("ig_convergence: steps holds 1000000000, out of range", "<= 1000")),
     ("unknown-keyword", lambda m, p, k: mc.fresh_pairs(m, p, size=3), TypeError, ("size",)),
+    ("search-objective", lambda m, p, k: search_circuits(m, p, objective="median"), ValueError,
+     ("search_circuits: objective must be one of 'mean', 'pairs'", "'median'")),
+    ("copy-pairs-counterfactual", lambda m, p, k: copy_pairs(m.tokenizer, 2, 0, counterfactual="letter"), ValueError,
+     ("copy_pairs: counterfactual must be one of 'digit', 'marker'", "'letter'")),
 ]  # fmt: skip
 
 

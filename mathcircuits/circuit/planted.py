@@ -21,7 +21,6 @@ from typing import Literal
 
 import torch
 
-from mathcircuits._errors import FixableValueError
 from mathcircuits.data import PairSet
 from mathcircuits.data.tokenizer_id import Tokenizer, tokenizer_fingerprint
 from mathcircuits.models import Head, HookedModel
@@ -184,8 +183,6 @@ def copy_pairs(
     denominator). ``counterfactual="marker"``: the task of ``plant_copy(..., either=EITHER)``: is there an
     ``x``? The counterfactual writes ``y`` in its place; the answer is ``1``, the counterfactual's ``0``.
     """
-    if counterfactual not in ("digit", "marker"):
-        raise FixableValueError(f"counterfactual={counterfactual!r} is not a choice. ", 'use "digit" or "marker".')
     rng = random.Random(seed)
     rows = []
     for i in range(n):

@@ -40,6 +40,7 @@ import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
 from torch import Tensor
@@ -60,6 +61,9 @@ __all__ = [
     "SearchedCircuits",
     "search_circuits",
 ]
+
+#: What judges a circuit on the scoring pairs (:meth:`CircuitObjective.judge`).
+Objective = Literal["mean", "pairs"]
 
 #: Tilts of the removal order towards edges whose removal moves ``f`` back to 1 (0: by ``|δ|`` alone).
 TILTS: tuple[float, ...] = (0.0, 0.5, 0.9)
@@ -124,7 +128,8 @@ class CircuitObjective:
         self.edges = graph_edges(model.spec, block_structure(model).parallel)
         self.n_pairs = sum(len(b.idx) for b in self.batches)
         clean = torch.cat([clean_readout(model, b, self.readouts.of(b.idx), self.store) for b in self.batches])
-        self.clean = float(clean.double().mean())
+        self.clean_pairs = clean.double()
+        self.clean = float(self.clean_pairs.mean())
         self.empty = float(self.runs([set()])[0])
         self.evaluated = 0
 
@@ -145,18 +150,32 @@ class CircuitObjective:
                 "pairs whose counterfactual changes the answer.",
             )
 
-    def runs(self, circuits: Sequence[set[int]]) -> Tensor:
-        """Mean ``m`` over the scoring pairs of each circuit: ``[circuit]``."""
+    def runs_by_pair(self, circuits: Sequence[set[int]]) -> Tensor:
+        """``m`` of each circuit on each scoring pair: ``[circuit, pair]``."""
         masks = edge_masks(self.model.spec, self.edges, circuits)
         parts = [
             masked_run(self.model, b, v, masks, self.readouts.of(b.idx), store=self.store)
             for b, v in zip(self.batches, self.values)
         ]
-        return torch.cat(parts, 1).double().mean(1)
+        return torch.cat(parts, 1).double()
+
+    def runs(self, circuits: Sequence[set[int]]) -> Tensor:
+        """Mean ``m`` over the scoring pairs of each circuit: ``[circuit]``."""
+        return self.runs_by_pair(circuits).mean(1)
 
     def f(self, circuits: Sequence[set[int]]) -> list[float]:
         self.evaluated += len(circuits)
         return ((self.runs(circuits) - self.empty) / self.gap).tolist()
+
+    def judge(self, circuits: Sequence[set[int]], objective: Objective) -> tuple[list[float], list[float]]:
+        """Each circuit's ``f`` and its distance from the model: ``|1 − f|`` (``"mean"``, MIB's CMD at one size) or
+        the mean over pairs of ``|m_i(C) − m_i(model)| / |gap|`` (``"pairs"``: each pair's own answer kept)."""
+        self.evaluated += len(circuits)
+        m = self.runs_by_pair(circuits)
+        f = ((m.mean(1) - self.empty) / self.gap).tolist()
+        if objective == "mean":
+            return f, [abs(1 - x) for x in f]
+        return f, ((m - self.clean_pairs).abs().mean(1) / abs(self.gap)).tolist()
 
     def delta(self, kept: set[int], index: tuple[Tensor, Tensor]) -> Tensor:
         """``∂f/∂w_e`` at the circuit ``kept`` for every edge (graph order)."""
@@ -176,6 +195,7 @@ def search_circuits(
     metric: MIBMetric = "logit_diff",
     shrink: float = 0.5,
     tilts: Sequence[float] = TILTS,
+    objective: Objective = "mean",
     batch_size: int = 8,
 ) -> SearchedCircuits:
     """Nested circuits at every size of ``percentages``, each chosen by its exact faithfulness on ``pairs``.
@@ -187,6 +207,9 @@ def search_circuits(
         percentages: the sizes to reach, fractions of the graph's edges (MIB's grid).
         shrink: each step keeps at least this fraction of the edges kept before it (0 < shrink < 1).
         tilts: the candidate removal orders besides ``start``'s (see :data:`TILTS`).
+        objective: what picks a step's candidate: ``"mean"``, the circuit's ``|1 − f|`` on the scoring pairs (MIB's
+            CMD at that size), or ``"pairs"``, its mean distance from the model's ``m`` pair by pair (no candidate
+            wins by errors that cancel across the scoring pairs).
     """
     t0, c0 = time.perf_counter(), time.process_time()
     if not 0 < shrink < 1:
@@ -220,8 +243,8 @@ def search_circuits(
             c[first] = False
             candidates.append(set(torch.nonzero(c).flatten().tolist()))
             names.append(name)
-        f = obj.f(candidates)
-        best = min(range(len(f)), key=lambda j: abs(1 - f[j]))
+        f, distance = obj.judge(candidates, objective)
+        best = min(range(len(f)), key=lambda j: distance[j])
         first, key = removal[best]
         kept[first] = False
         removed_at[first] = step
