@@ -91,6 +91,7 @@ def test_the_search_finds_the_path_single_edge_rankings_trade_for_a_cancelling_p
     ig = eap_scores(model, score, "eap-ig", metric="logit_diff")
     found = search_circuits(model, score, start=ig, percentages=grid)
     assert found.circuit(p) == PATH
+    assert search_circuits(model, score, start=ig, percentages=grid, objective="pairs").circuit(p) == PATH
     assert len(found.scores) == len(edges) and found.scores.method == "search"  # every edge scored
     boot = Uncertainty(n_boot=100)
     ranked = {

@@ -75,7 +75,8 @@ class SearchedCircuits:
 
     ``scores``: every edge scored (the step that removed it). ``sizes``: edges kept after each step, ``f_score``:
     the exact ``f`` there on the scoring pairs, ``choice``: which candidate won (``"tilt 0.5"``, ``"start"``).
-    ``evaluated``: whole circuits run exactly. ``seconds``: wall; ``cpu_seconds``: this process's CPU time.
+    ``evaluated``: whole circuits run exactly; ``objective``: what judged the candidates. ``seconds``: wall;
+    ``cpu_seconds``: this process's CPU time.
     """
 
     scores: EdgeScores
@@ -83,12 +84,14 @@ class SearchedCircuits:
     f_score: tuple[float, ...]
     choice: tuple[str, ...]
     evaluated: int
+    objective: Objective
     seconds: float
     cpu_seconds: float
 
     def __repr__(self) -> str:
         return (
-            f"SearchedCircuits({self.scores.model.name}, {len(self.sizes)} steps, {self.evaluated} circuits run, "
+            f"SearchedCircuits({self.scores.model.name}, {len(self.sizes)} steps judged by {self.objective!r}, "
+            f"{self.evaluated} circuits run, "
             f"{self.seconds:.0f} s)"
         )
 
@@ -266,6 +269,6 @@ def search_circuits(
         time.perf_counter() - t0, metric, pair_keys=tuple(pair_keys(pairs)),
     )  # fmt: skip
     return SearchedCircuits(
-        scores, tuple(sizes), tuple(fs), tuple(choices), obj.evaluated, time.perf_counter() - t0,
+        scores, tuple(sizes), tuple(fs), tuple(choices), obj.evaluated, objective, time.perf_counter() - t0,
         time.process_time() - c0,
     )  # fmt: skip
