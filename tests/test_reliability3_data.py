@@ -19,7 +19,7 @@ import yaml
 
 from mathcircuits.cli import main
 from mathcircuits.pipeline import RunConfig, RunFolderError, run_pipeline
-from mathcircuits.pipeline.preflight import multi_digit_template
+from mathcircuits.pipeline.config import multi_digit_template
 from mathcircuits.pipeline.run import check_run_folder
 
 from helpers import classify, sampled

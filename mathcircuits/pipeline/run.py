@@ -35,7 +35,7 @@ from mathcircuits._files import DISK_FULL, JSONObject, atomic_path, read_json, w
 from mathcircuits.models import checks_run, fast_paths
 from mathcircuits.models.compat import check_versions, installed_versions
 from mathcircuits.models.embedded import canonical_source
-from mathcircuits.pipeline.config import ConfigError, RunConfig, fingerprint, fingerprinted
+from mathcircuits.pipeline.config import ConfigError, RunConfig, check_folders, fingerprint, fingerprinted
 from mathcircuits.pipeline.console import quiet_dependencies
 from mathcircuits.pipeline.context import Context, StageSummary
 from mathcircuits.pipeline.lock import RunLock
@@ -51,7 +51,6 @@ from mathcircuits.pipeline.markers import (
 )
 from mathcircuits.pipeline.memory import MemoryMeter, cuda_devices
 from mathcircuits.pipeline.paths import RunPaths
-from mathcircuits.pipeline.preflight import check_folders
 from mathcircuits.pipeline.registry import stages
 from mathcircuits.pipeline.study import Study
 

@@ -41,9 +41,9 @@ from mathcircuits.data import GenerationConfig, Operation, PairSet, generate_pai
 from mathcircuits.data.benchmark_files import default_benchmark_root
 from mathcircuits.patching import KeyComponents, PatchingResult, select_key_components
 from mathcircuits.patching.key_components import median_depth
+from mathcircuits.pipeline.config import multi_digit_template
 from mathcircuits.pipeline.context import Context, StageSummary, save_csv, select_pairs, template_spread
 from mathcircuits.pipeline.facts import FactUse, fact_use, stage_rows
-from mathcircuits.pipeline.preflight import multi_digit_template
 from mathcircuits.pipeline.studies.shared import IdentifySummary, patched_facts
 
 __all__: list[str] = []
