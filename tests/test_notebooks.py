@@ -64,7 +64,12 @@ def _outputs_problems(nb):
             if PLOTLY in data and "image/png" not in data:
                 found.append(f"code cell {i}: a Plotly figure without its static image/png")
             text = out.get("text", "") + "".join(str(v) for k, v in data.items() if k.startswith("text/"))
-            found += [f"code cell {i}: names the machine path {p}" for p in ("/tmp/", "/work/", "/root/") if p in text]
+            found += [  # with the text around it: what printed the path
+                f"code cell {i}: names the machine path {p} ({out.output_type} {out.get('name', '')}: "
+                f"{text[max(0, text.index(p) - 150) : text.index(p) + 150]!r})"
+                for p in ("/tmp/", "/work/", "/root/")
+                if p in text
+            ]
     return found
 
 
