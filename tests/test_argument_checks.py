@@ -208,6 +208,12 @@ BAD_CALLS = [
     ("unknown-keyword", lambda m, p, k: mc.fresh_pairs(m, p, size=3), TypeError, ("size",)),
     ("search-objective", lambda m, p, k: search_circuits(m, p, objective="median"), ValueError,
      ("search_circuits: objective must be one of 'mean', 'pairs'", "'median'")),
+    ("search-min-wins", lambda m, p, k: search_circuits(m, p, min_wins=1.5), ValueError,
+     ("min_wins 1.5 is outside [0, 1]", "a share of the scoring pairs")),
+    ("eap-aggregate", lambda m, p, k: eap_scores(m, p, aggregate="median"), ValueError,
+     ("eap_scores: aggregate must be one of 'mean', 'magnitude'", "'median'")),
+    ("node-aggregate-random", lambda m, p, k: node_scores(m, p, "random", aggregate="magnitude"), ValueError,
+     ("node-score method 'random' with aggregate='magnitude'", "no effects to aggregate")),
     ("copy-pairs-counterfactual", lambda m, p, k: copy_pairs(m.tokenizer, 2, 0, counterfactual="letter"), ValueError,
      ("copy_pairs: counterfactual must be one of 'digit', 'marker'", "'letter'")),
 ]  # fmt: skip

@@ -36,9 +36,12 @@ __all__ = [
 ]
 
 #: How the scores were made: exact sender → receiver patching, attribution patching, its integrated-gradient form,
-#: random draws, read from another tool's graph file, the order of a search on whole circuits (:mod:`.search`),
-#: or learned edge masks (:mod:`.masks`).
-ScoreMethod: TypeAlias = Literal["exact", "eap", "eap-ig", "random", "imported", "search", "edge-masks"]
+#: either ranked by the size of each pair's effect (``-magnitude``: :func:`~.eap.eap_scores`), random draws, read
+#: from another tool's graph file, the order of a search on whole circuits (:mod:`.search`), or learned edge masks
+#: (:mod:`.masks`).
+ScoreMethod: TypeAlias = Literal[
+    "exact", "eap", "eap-ig", "eap-magnitude", "eap-ig-magnitude", "random", "imported", "search", "edge-masks"
+]
 SCORE_METHODS: tuple[str, ...] = get_args(ScoreMethod)
 #: The token embeddings as a sender.
 INPUT = Sender("input", -1)

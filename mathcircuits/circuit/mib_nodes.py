@@ -22,6 +22,9 @@ counterfactual):
   towards the clean one's (EAP-IG-inputs, Hanna et al. 2024, at node level);
 * ``random``: standard normal scores from a seed.
 
+``aggregate="magnitude"`` ranks exact, EAP and EAP-IG nodes by the mean over pairs of each pair's ``|effect|``
+instead of the mean's size (method ``"<method>-magnitude"``; :mod:`.eap`'s module docstring says why).
+
 Usage::
 
     scores = node_scores(model, score_pairs, "eap-ig")
@@ -44,7 +47,7 @@ from torch import Tensor
 from mathcircuits._errors import FixableValueError
 from mathcircuits.circuit.batches import CircuitBatch, circuit_batches
 from mathcircuits.circuit.components import Sender
-from mathcircuits.circuit.eap import DEFAULT_IG_STEPS, IGSteps, ig_alphas
+from mathcircuits.circuit.eap import DEFAULT_IG_STEPS, Aggregate, IGSteps, ig_alphas
 from mathcircuits.circuit.intervene import Wiring, circuit_logprob
 from mathcircuits.circuit.mib import clean_readout, curve_summary, warn_on_choosing_pairs
 from mathcircuits.circuit.mib_metric import MIBMetric, mib_readout
@@ -64,7 +67,9 @@ __all__ = [
 ]
 
 #: How :func:`node_scores` scores each head and MLP.
-NodeMethod: TypeAlias = Literal["exact", "eap", "eap-ig", "random", "imported"]
+NodeMethod: TypeAlias = Literal[
+    "exact", "eap", "eap-ig", "random", "imported", "exact-magnitude", "eap-magnitude", "eap-ig-magnitude"
+]
 NODE_METHODS: tuple[str, ...] = get_args(NodeMethod)
 
 
@@ -147,7 +152,7 @@ def _record(model: HookedModel, tokens: Tensor) -> dict[str, Tensor]:
 
 
 def _attribution(model: HookedModel, b: CircuitBatch, readout: Any, alphas: list[float | None]) -> Tensor:
-    """Σ over pairs of each node's first-order effect towards the counterfactual, ``[node]`` (float64)."""
+    """Each pair's first-order effect of each node towards the counterfactual, ``[pair, node]`` (float64)."""
     spec, names = model.spec, _names(model.spec)
     clean, cf = _record(model, b.tokens), _record(model, b.cf_tokens)
     embed = hooks.resid_pre(0)
@@ -171,14 +176,14 @@ def _attribution(model: HookedModel, b: CircuitBatch, readout: Any, alphas: list
             got = torch.autograd.grad(m, [seen[n] for n in names], allow_unused=False)
         for n, g in zip(names, got):
             grads[n] += g.float() / len(alphas)
-    out = torch.empty(len(graph_nodes_of(spec)), dtype=torch.float64, device="cpu")  # host: one number per node
+    out = torch.empty(len(b.idx), len(graph_nodes_of(spec)), dtype=torch.float64, device="cpu")  # host
     at = 0
     for layer in range(spec.n_layers):
         z = hooks.z(layer)
         dz = (cf[z] - clean[z]).float() * grads[z]  # [B, S, head, d_head]
-        out[at : at + spec.n_heads] = dz.sum((0, 1, 3)).double().cpu()
+        out[:, at : at + spec.n_heads] = dz.sum((1, 3)).double().cpu()
         m = hooks.mlp_out(layer)
-        out[at + spec.n_heads] = float(((cf[m] - clean[m]).float() * grads[m]).sum())
+        out[:, at + spec.n_heads] = ((cf[m] - clean[m]).float() * grads[m]).sum((1, 2)).double().cpu()
         at += spec.n_heads + 1
     return out
 
@@ -192,16 +197,19 @@ def node_scores(
     metric: MIBMetric = "logit_diff",
     batch_size: int = 8,
     seed: int = 0,
+    aggregate: Aggregate = "mean",
 ) -> NodeScores:
     """Score every head and MLP (see the module docstring), as :func:`mib_node_scores` ranks them.
 
     Any family (node level needs no additive head writes). ``pairs`` need ``cf_answer_tokens`` for
-    ``logit_diff`` and must be disjoint from the evaluation's. Scores are minus the mean effect over pairs.
+    ``logit_diff`` and must be disjoint from the evaluation's. Scores are minus the mean effect over pairs
+    (``aggregate="mean"``) or the mean of each pair's ``|effect|`` (``"magnitude"``; not for ``random``).
     """
     t0 = time.perf_counter()
-    if method not in NODE_METHODS or method == "imported":
+    if method not in ("exact", "eap", "eap-ig", "random") or (method == "random" and aggregate != "mean"):
         raise FixableValueError(
-            f"node-score method {method!r} cannot be computed here. ", "use 'exact', 'eap', 'eap-ig' or 'random'."
+            f"node-score method {method!r} with aggregate={aggregate!r} cannot be computed here. ",
+            "use 'exact', 'eap', 'eap-ig' or 'random' (random scores have no effects to aggregate).",
         )
     nodes = graph_nodes_of(model.spec)
     if method == "random":
@@ -218,13 +226,14 @@ def node_scores(
             labels = sorted(b.where)
             wirings = [_wiring([s], labels, complement=True) for s in nodes]
             patched = circuit_logprob(model, b, resample_values(model, b, store), wirings, store=store, readout=readout)
-            total += (patched.double() - clean_readout(model, b, readout, store).double()).sum(1)
+            effect = (patched.double() - clean_readout(model, b, readout, store).double()).T  # [pair, node]
         else:
-            total += _attribution(model, b, readout, alphas)
+            effect = _attribution(model, b, readout, alphas)
+        total += (effect.abs() if aggregate == "magnitude" else effect).sum(0)
         n += len(b.idx)
-    values = -total / n
-    made_on = tuple(pair_keys(pairs))
-    return NodeScores(model.spec, nodes, tuple(values.tolist()), method, time.perf_counter() - t0, metric, made_on)
+    values = total / n if aggregate == "magnitude" else -total / n
+    made_on, name = tuple(pair_keys(pairs)), (f"{method}-magnitude" if aggregate == "magnitude" else method)
+    return NodeScores(model.spec, nodes, tuple(values.tolist()), name, time.perf_counter() - t0, metric, made_on)
 
 
 def mib_node_scores(

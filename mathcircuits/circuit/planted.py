@@ -33,6 +33,8 @@ __all__ = [
 MOVER, READER = Head(0, 1), Head(2, 2)  # (layer, head): the digit is moved to the marker, then read at the last token
 CANCELLING = (Head(1, 0), Head(1, 1))  # one KV group of layer 1: +16 and -16 of the digit into the answer
 EITHER = (Head(1, 2), Head(1, 3))  # one KV group of layer 1: each flags the marker, their layer's MLP ORs the flags
+PARITY = (Head(1, 0),)  # a layer-1 head that writes the digit into the answer, up if it is even, down if odd
+PARITY_GAIN = 2.0  # half a lone reader's strength: the answer stays the digit's either way
 FLAG, RAMP, ONE = 0.005, 8000.0, 0.02  # a flag's size in dim 50; the OR's gate gain; its write into the answer dims
 TEMPLATES = {"t1": "{p}{A}{q}x{r}=", "t2": "{p}{q}{A}x{r}="}
 
@@ -54,6 +56,7 @@ def plant_copy(
     diffuse: bool = False,
     cancelling: Sequence[tuple[int, int]] = (),
     either: Sequence[tuple[int, int]] = (),
+    parity: Sequence[tuple[int, int]] = (),
 ) -> None:
     """Overwrite a tiny Llama in place with a copy circuit of a chosen shape (:func:`plant_two_step` is the default).
 
@@ -70,6 +73,11 @@ def plant_copy(
     ``1`` over ``0`` (two SwiGLU units, a ramp that is flat from one flag on): in the model either head alone
     carries the whole answer, so patching one alone changes nothing (:data:`EITHER`, with
     ``copy_pairs(..., counterfactual="marker")`` and ``readers=()``).
+    ``parity``: heads (a layer without other planted heads) that attend from the last token to the digit and write
+    it into the answer, ``+PARITY_GAIN`` for an even digit and ``−PARITY_GAIN`` for an odd one: patched, such a head
+    moves the logit difference one way in a pair of two even digits, the other way in a pair of two odd ones, and
+    not at all in a mixed pair, so its effect's mean over pairs can be 0 while it acts in every pair
+    (:data:`PARITY`).
     """
     params = {n.replace("._original_component", ""): p for n, p in model.hf_model.named_parameters()}
     spec = model.spec
@@ -85,8 +93,8 @@ def plant_copy(
     def rand(*shape: int, scale: float = 0.3) -> torch.Tensor:
         return torch.randn(*shape, generator=gen, device="cpu") * scale
 
-    cancelling, either = [tuple(c) for c in cancelling], [tuple(e) for e in either]
-    planted = set() if diffuse else {MOVER, *readers, *cancelling, *either}
+    cancelling, either, parity = ([tuple(h) for h in x] for x in (cancelling, either, parity))
+    planted = set() if diffuse else {MOVER, *readers, *cancelling, *either, *parity}
     with torch.no_grad():
         for name, p in params.items():
             p.copy_(torch.ones_like(p) if name.endswith("norm.weight") else torch.zeros_like(p))
@@ -120,13 +128,15 @@ def plant_copy(
                         v[g * dh + j, j] = 1.0
                         o[40 + j, h * dh + j] = 1.0
                     continue
-                if (layer, h) in cancelling:  # at '=': attend to the digit, write ±16 of it (the pair sums to 0)
-                    sign = 1.0 if (layer, h) == tuple(cancelling[0]) else -1.0
+                if (layer, h) in cancelling or (layer, h) in parity:  # at '=': attend to the digit, write it
                     q[h * dh + slow, 12] = 8.0
                     k[g * dh + slow, 10] = 8.0
                     for j in range(10):
                         v[g * dh + j, j] = 1.0
-                        o[20 + j, h * dh + j] = 16.0 * sign
+                        if (layer, h) in parity:  # up if even, down if odd
+                            o[20 + j, h * dh + j] = PARITY_GAIN * (1.0 if j % 2 == 0 else -1.0)
+                        else:  # ±16 (the cancelling pair sums to 0)
+                            o[20 + j, h * dh + j] = 16.0 * (1.0 if (layer, h) == tuple(cancelling[0]) else -1.0)
                     continue
                 if (layer, h) in either:  # at '=': attend to the marker's slot, flag an x into dim 50
                     q[h * dh + slow, 12] = 8.0
