@@ -92,6 +92,10 @@ def test_the_search_finds_the_path_single_edge_rankings_trade_for_a_cancelling_p
     found = search_circuits(model, score, start=ig, percentages=grid)
     assert found.circuit(p) == PATH
     assert search_circuits(model, score, start=ig, percentages=grid, objective="pairs").circuit(p) == PATH
+    size = eap_scores(model, score, "eap-ig", metric="logit_diff", aggregate="magnitude")  # keeps both cancellers
+    assert {edges[i] for i in size.ranking(absolute=True)[:3]} != PATH
+    guarded = search_circuits(model, score, start=size, percentages=grid, objective="pairs", min_wins=1.0)
+    assert guarded.circuit(p) == PATH and guarded.min_wins == 1.0  # a step that wins on every scoring pair
     assert len(found.scores) == len(edges) and found.scores.method == "search"  # every edge scored
     boot = Uncertainty(n_boot=100)
     ranked = {
@@ -139,6 +143,9 @@ def test_the_search_keeps_one_of_two_edges_that_matter_only_together(either):
     found = search_circuits(model, score, start=ig, percentages=grid)
     kept = found.circuit(p)
     assert need <= kept and len(kept & flags) == 1
+    size = eap_scores(model, score, "eap-ig", metric="logit_diff", aggregate="magnitude")
+    guarded = search_circuits(model, score, start=size, percentages=grid, objective="pairs", min_wins=1.0)
+    assert need <= guarded.circuit(p) and len(guarded.circuit(p) & flags) == 1
     boot = Uncertainty(n_boot=100)
     ranked = {"search": found.scores, "eap": eap_scores(model, score, "eap", metric="logit_diff"),
               "exact single edges": single}  # fmt: skip

@@ -43,6 +43,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 import torch
+from jaxtyping import Float
 from torch import Tensor
 
 from mathcircuits._errors import FixableValueError
@@ -75,7 +76,8 @@ class SearchedCircuits:
 
     ``scores``: every edge scored (the step that removed it). ``sizes``: edges kept after each step, ``f_score``:
     the exact ``f`` there on the scoring pairs, ``choice``: which candidate won (``"tilt 0.5"``, ``"start"``).
-    ``evaluated``: whole circuits run exactly; ``objective``: what judged the candidates. ``seconds``: wall;
+    ``evaluated``: whole circuits run exactly; ``objective``: what judged the candidates; ``min_wins``: the share of
+    scoring pairs a candidate had to win to replace the start ranking's (:func:`search_circuits`). ``seconds``: wall;
     ``cpu_seconds``: this process's CPU time.
     """
 
@@ -85,6 +87,7 @@ class SearchedCircuits:
     choice: tuple[str, ...]
     evaluated: int
     objective: Objective
+    min_wins: float
     seconds: float
     cpu_seconds: float
 
@@ -170,15 +173,19 @@ class CircuitObjective:
         self.evaluated += len(circuits)
         return ((self.runs(circuits) - self.empty) / self.gap).tolist()
 
-    def judge(self, circuits: Sequence[set[int]], objective: Objective) -> tuple[list[float], list[float]]:
-        """Each circuit's ``f`` and its distance from the model: ``|1 − f|`` (``"mean"``, MIB's CMD at one size) or
-        the mean over pairs of ``|m_i(C) − m_i(model)| / |gap|`` (``"pairs"``: each pair's own answer kept)."""
+    def judge(
+        self, circuits: Sequence[set[int]], objective: Objective
+    ) -> tuple[list[float], list[float], Float[Tensor, "circuit pair"]]:
+        """Each circuit's ``f``, its distance from the model — ``|1 − f|`` (``"mean"``, MIB's CMD at one size) or
+        the mean over pairs of ``|m_i(C) − m_i(model)| / |gap|`` (``"pairs"``: each pair's own answer kept) — and
+        that distance pair by pair, ``|m_i(C) − m_i(model)|``."""
         self.evaluated += len(circuits)
         m = self.runs_by_pair(circuits)
         f = ((m.mean(1) - self.empty) / self.gap).tolist()
+        per_pair = (m - self.clean_pairs).abs()
         if objective == "mean":
-            return f, [abs(1 - x) for x in f]
-        return f, ((m - self.clean_pairs).abs().mean(1) / abs(self.gap)).tolist()
+            return f, [abs(1 - x) for x in f], per_pair
+        return f, (per_pair.mean(1) / abs(self.gap)).tolist(), per_pair
 
     def delta(self, kept: set[int], index: tuple[Tensor, Tensor]) -> Tensor:
         """``∂f/∂w_e`` at the circuit ``kept`` for every edge (graph order)."""
@@ -199,6 +206,7 @@ def search_circuits(
     shrink: float = 0.5,
     tilts: Sequence[float] = TILTS,
     objective: Objective = "mean",
+    min_wins: float = 0.0,
     batch_size: int = 8,
 ) -> SearchedCircuits:
     """Nested circuits at every size of ``percentages``, each chosen by its exact faithfulness on ``pairs``.
@@ -213,10 +221,16 @@ def search_circuits(
         objective: what picks a step's candidate: ``"mean"``, the circuit's ``|1 − f|`` on the scoring pairs (MIB's
             CMD at that size), or ``"pairs"``, its mean distance from the model's ``m`` pair by pair (no candidate
             wins by errors that cancel across the scoring pairs).
+        min_wins: with a ``start``, the share of the scoring pairs on which a step's best candidate must be nearer
+            the model's ``m`` than the start ranking's candidate to replace it (0: the best by ``objective`` wins;
+            1: it must win on every pair, a sign test at ``2^-n`` on ``n`` pairs). The scoring pairs are few, and
+            a candidate that is better on their mean by chance makes every smaller circuit worse on other pairs.
     """
     t0, c0 = time.perf_counter(), time.process_time()
     if not 0 < shrink < 1:
         raise FixableValueError(f"shrink {shrink} is outside (0, 1). ", "e.g. 0.5: no step removes half or more.")
+    if not 0 <= min_wins <= 1:
+        raise FixableValueError(f"min_wins {min_wins} is outside [0, 1]. ", "a share of the scoring pairs, e.g. 1.0.")
     pairs.require_model(model, "search_circuits")
     obj = CircuitObjective(model, pairs, metric, batch_size)
     edges, n_edges = obj.edges, len(obj.edges)
@@ -246,8 +260,12 @@ def search_circuits(
             c[first] = False
             candidates.append(set(torch.nonzero(c).flatten().tolist()))
             names.append(name)
-        f, distance = obj.judge(candidates, objective)
+        f, distance, per_pair = obj.judge(candidates, objective)
         best = min(range(len(f)), key=lambda j: distance[j])
+        if "start" in names and names[best] != "start":  # the start's order stands unless beaten pair by pair
+            home = names.index("start")
+            if float((per_pair[best] < per_pair[home]).double().mean()) < min_wins:
+                best = home
         first, key = removal[best]
         kept[first] = False
         removed_at[first] = step
@@ -269,6 +287,6 @@ def search_circuits(
         time.perf_counter() - t0, metric, pair_keys=tuple(pair_keys(pairs)),
     )  # fmt: skip
     return SearchedCircuits(
-        scores, tuple(sizes), tuple(fs), tuple(choices), obj.evaluated, objective, time.perf_counter() - t0,
+        scores, tuple(sizes), tuple(fs), tuple(choices), obj.evaluated, objective, min_wins, time.perf_counter() - t0,
         time.process_time() - c0,
     )  # fmt: skip
