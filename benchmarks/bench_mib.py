@@ -7,9 +7,11 @@ disjoint halves), in one process:
 * rankings of every edge of MIB's graph (:func:`mathcircuits.circuit.graph_edges`): **exact** discovery
   (:func:`~mathcircuits.circuit.discover_circuit` under a CPU-time budget, its edges as scores by
   :func:`~mathcircuits.circuit.eap_compare.discovery_scores`), **EAP** and **EAP-IG**
-  (:func:`~mathcircuits.circuit.eap_scores`), **edge masks** learned from EAP-IG's ranking
-  (:func:`~mathcircuits.circuit.learn_edge_masks`, ``--mask-steps``, ``--mask-pairs``), the **search** on whole
-  circuits from it (:func:`~mathcircuits.circuit.search_circuits`, ``--no-search`` to skip), and **random** scores;
+  (:func:`~mathcircuits.circuit.eap_scores`), each also ranked by every scoring pair's ``|effect|``
+  (``aggregate="magnitude"``), **edge masks** learned from one of the EAP-IG rankings (``--start``;
+  :func:`~mathcircuits.circuit.learn_edge_masks`, ``--mask-steps``, ``--mask-pairs``), the **search** on whole
+  circuits from it (:func:`~mathcircuits.circuit.search_circuits`, ``--objective``, ``--min-wins``, ``--no-search``
+  to skip), and **random** scores;
 * each ranking's CPR and CMD (:func:`~mathcircuits.circuit.mib_scores`, MIB-style logit difference, bootstrap
   intervals), the scorer's time per edge and wall time, and the evaluation's time;
 * on the first model and operation only, on a few pairs: EAP-IG's convergence (steps 1, 2, 5, 10, 20:
@@ -199,26 +201,43 @@ def run_task(model, name: str, operation: str, args, extras: bool) -> dict:
 
     ig, t_ig, c_ig = _cpu_timed(lambda: eap_scores(model, score, "eap-ig", args.steps, metric="logit_diff"))
     evaluate_row("eap-ig", ig, t_ig, c_ig)
+    mag, t_mag, c_mag = _cpu_timed(
+        lambda: eap_scores(model, score, "eap-ig", args.steps, metric="logit_diff", aggregate="magnitude")
+    )
+    evaluate_row("eap-ig magnitude", mag, t_mag, c_mag)
+    # the search and the masks start from one of the two rankings; their time includes the start's
+    start, t_st, c_st, from_ = (mag, t_mag, c_mag, "EAP-IG magnitude") if args.start == "magnitude" else (
+        ig, t_ig, c_ig, "EAP-IG")  # fmt: skip
     for n_mask in args.mask_pairs if args.mask_steps else ():
         more = _split(ds, n_mask, args.eval_pairs)[0] if n_mask else score  # a superset; the same evaluation pairs
-        learned, t_m, c_m = _cpu_timed(lambda m=more: learn_edge_masks(model, m, start=ig, steps=args.mask_steps))
+        learned, t_m, c_m = _cpu_timed(lambda m=more: learn_edge_masks(model, m, start=start, steps=args.mask_steps))
         evaluate_row(
-            f"edge masks (from EAP-IG, {len(more)} pairs)", learned.scores, t_m + t_ig, c_m + c_ig,
+            f"edge masks (from {from_}, {len(more)} pairs)", learned.scores, t_m + t_st, c_m + c_st,
             masks_cpu_seconds=c_m,
             mask_pairs=len(more), trained_sizes=list(learned.sizes), loss=list(learned.loss),
             scoring_cmd_start=learned.cmd_start, scoring_cmd_learned=learned.cmd_learned, kept=learned.kept,
         )  # fmt: skip
         _save_circuits(learned, learned.grid_sizes, f"masks{len(more)}", name, operation, args)
     if args.search:
-        found, t_s, c_s = _cpu_timed(lambda: search_circuits(model, score, start=ig, shrink=args.shrink))
+        found, t_s, c_s = _cpu_timed(
+            lambda: search_circuits(
+                model, score, start=start, shrink=args.shrink, objective=args.objective, min_wins=args.min_wins
+            )
+        )
         evaluate_row(
-            "search (from EAP-IG)", found.scores, t_s + t_ig, c_s + c_ig, search_cpu_seconds=c_s,
+            f"search (from {from_}, {args.objective}, wins {args.min_wins:g})", found.scores, t_s + t_st, c_s + c_st,
+            search_cpu_seconds=c_s,
             circuits_run=found.evaluated, steps=list(zip(found.sizes, found.f_score, found.choice)),
         )  # fmt: skip
         _save_circuits(found, found.sizes, "search", name, operation, args)
     _paired(curves, "eap-ig", boot, task)
+    _paired(curves, "eap-ig magnitude", boot, task)
     eap, t_eap, c_eap = _cpu_timed(lambda: eap_scores(model, score, "eap", metric="logit_diff"))
     evaluate_row("eap", eap, t_eap, c_eap)
+    eap_mag, t_em, c_em = _cpu_timed(
+        lambda: eap_scores(model, score, "eap", metric="logit_diff", aggregate="magnitude")
+    )
+    evaluate_row("eap magnitude", eap_mag, t_em, c_em)
     if args.discover_seconds:
         disc, t_d, c_d = _cpu_timed(lambda: discover_circuit(model, score, max_seconds=args.discover_seconds,
                                                               batch_size=8))  # fmt: skip
@@ -278,10 +297,12 @@ def _save_circuits(found, sizes, method: str, name: str, operation: str, args) -
 
 
 def node_rows(model, score, evaluate, args, task: dict) -> None:
-    """MIB's curves at node level (heads and MLPs; ``mib_node_scores``) for the four node rankings and
-    TransformerLens 4.3's node attribution, on the same pairs and metric."""
+    """MIB's curves at node level (heads and MLPs; ``mib_node_scores``) for the four node rankings, exact and
+    EAP-IG by each pair's |effect|, and TransformerLens 4.3's node attribution, on the same pairs and metric."""
     makers = {m: (lambda m=m: node_scores(model, score, m, steps=args.steps, seed=args.seed))
               for m in ("exact", "eap", "eap-ig", "random")}  # fmt: skip
+    for m in ("exact", "eap-ig"):  # each pair's |effect| (eap_scores' aggregate="magnitude", at node level)
+        makers[f"{m} magnitude"] = lambda m=m: node_scores(model, score, m, steps=args.steps, aggregate="magnitude")
     makers["TL 4.3 EAP"] = lambda: tl_node_scores(model, score)
     boot = Uncertainty(n_boot=args.n_boot)
     curves = _rank_rows(
@@ -314,6 +335,15 @@ def main() -> None:
     ap.add_argument("--discover-seconds", type=float, default=60.0, help="discovery's CPU-time budget (0: no row)")
     ap.add_argument("--shrink", type=float, default=0.5, help="the search's smallest kept fraction per step")
     ap.add_argument("--search", action=argparse.BooleanOptionalAction, default=True, help="the search's row")
+    ap.add_argument("--objective", choices=["mean", "pairs"], default="pairs", help="what judges the search's steps")
+    ap.add_argument(
+        "--min-wins", type=float, default=1.0,
+        help="share of scoring pairs a search step must win to leave the start ranking's order (0: no guard)",
+    )  # fmt: skip
+    ap.add_argument(
+        "--start", choices=["magnitude", "eap-ig"], default="magnitude",
+        help="the ranking the search and the masks start from: EAP-IG by each pair's |effect|, or by the mean's",
+    )  # fmt: skip
     ap.add_argument("--mask-steps", type=int, default=6, help="learned edge masks' gradient steps (0: no row)")
     ap.add_argument(
         "--mask-pairs",
