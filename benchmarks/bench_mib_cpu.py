@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-import time
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -23,23 +22,19 @@ from mathcircuits.circuit.search import search_circuits
 from mathcircuits.models import load_model
 
 sys.path.insert(0, str(Path(__file__).parent))
-from bench_mib import RESULTS, _pairs, _split  # noqa: E402
-
-
-def _cpu(fn, *args, **kwargs):
-    c = time.process_time()
-    out = fn(*args, **kwargs)
-    return out, time.process_time() - c
+from bench_mib import RESULTS, _cpu_timed, _pairs, _split  # noqa: E402
 
 
 def measure(model, score) -> dict:
     """Each ranking twice, then the search from the second magnitude ranking: CPU seconds and the search's steps."""
     row: dict = {"eap-ig": [], "magnitude": []}
     for _ in range(2):
-        row["eap-ig"].append(_cpu(eap_scores, model, score, "eap-ig", progress=False)[1])
-        mag, c = _cpu(eap_scores, model, score, "eap-ig", aggregate="magnitude", progress=False)
+        row["eap-ig"].append(_cpu_timed(lambda: eap_scores(model, score, "eap-ig", progress=False))[2])
+        mag, _, c = _cpu_timed(lambda: eap_scores(model, score, "eap-ig", aggregate="magnitude", progress=False))
         row["magnitude"].append(c)
-    found, row["search"] = _cpu(search_circuits, model, score, start=mag, objective="pairs", min_wins=1.0)
+    found, _, row["search"] = _cpu_timed(
+        lambda: search_circuits(model, score, start=mag, objective="pairs", min_wins=1.0)
+    )
     row["choices"] = list(found.choice)
     row["search_with_start_over_eap_ig"] = (row["search"] + sum(row["magnitude"]) / 2) / (sum(row["eap-ig"]) / 2)
     return row
